@@ -1,0 +1,112 @@
+# fsc: one entry point. make | make test | make demo | make bench | make fuzz | make install PREFIX=...
+# Variants build into their own folder: make BUILD=build/asan SAN=address,undefined
+CC       ?= cc
+BUILD    ?= build
+PREFIX   ?= /usr/local
+SAN      ?=
+COVERAGE ?=
+OPT      ?= -O2
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+CFLAGS   += -std=c11 $(OPT) -g -fPIC -pthread -D_GNU_SOURCE $(WARN) -Ilib/include -Ilib
+LDLIBS   += -lopenblas -lm -lpthread -ldl
+ifneq ($(SAN),)
+CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS  += -fsanitize=$(SAN)
+endif
+ifneq ($(COVERAGE),)
+CFLAGS   += --coverage
+LDFLAGS  += --coverage
+endif
+
+LIB_SRC  := $(filter-out $(EXCLUDE),$(sort $(wildcard lib/*/*.c) $(wildcard backends/cpu/*.c) $(wildcard sim/*.c)))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+EX_SRC   := $(sort $(wildcard examples/*.c))
+EXAMPLES := $(EX_SRC:examples/%.c=$(BUILD)/%)
+BENCH_SRC:= $(sort $(wildcard bench/*.c))
+BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
+HEADERS  := $(wildcard lib/include/fsc/*.h) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
+
+.PHONY: all lib deps test check demo bench fuzz install clean coverage cuda
+all: lib $(EXAMPLES) $(BENCHES) $(TESTS) cuda
+lib: $(BUILD)/libfsc.a $(BUILD)/libfsc.so
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libfsc.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libfsc.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/testutil.h $(BUILD)/libfsc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a -lcmocka $(LDLIBS)
+
+$(BUILD)/%: examples/%.c $(BUILD)/libfsc.a
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
+
+$(BUILD)/%: bench/%.c $(BUILD)/libfsc.a
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
+
+# The CUDA plug-in, whenever nvcc is present.
+CUDA_SRC := $(wildcard backends/cuda/*.cu) $(wildcard backends/cuda/*.c)
+ifneq ($(NVCC),)
+ifneq ($(CUDA_SRC),)
+cuda: $(BUILD)/libfsc_cuda.so
+$(BUILD)/libfsc_cuda.so: $(CUDA_SRC) $(HEADERS)
+	@mkdir -p $(BUILD)
+	$(NVCC) -O2 -std=c++17 -Xcompiler -fPIC -shared -Ilib/include -Ilib \
+	  -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+	  -o $@ $(CUDA_SRC) -lcublas -lnccl
+else
+cuda: ;
+endif
+else
+cuda:
+	@echo "nvcc not found: skipping the CUDA plug-in"
+endif
+
+deps:
+	@sh ci/deps.sh
+
+# The test suite: normal build (with coverage counters), AddressSanitizer + UBSan, ThreadSanitizer for the
+# threaded simulator, then a coverage summary.
+test: deps
+	@sh ci/test.sh
+
+# Run the suite of one build variant (used by ci/test.sh).
+check: $(TESTS)
+	@sh ci/run_tests.sh $(BUILD)/tests $(TESTS_FILTER)
+
+demo: deps
+	@$(MAKE) --no-print-directory lib $(BUILD)/train_gpt
+	@sh ci/demo.sh $(BUILD)
+
+bench: deps
+	@$(MAKE) --no-print-directory OPT="-O3 -march=native" BUILD=build/bench lib $(BENCHES:$(BUILD)/%=build/bench/%) build/bench/train_gpt
+	@sh ci/bench.sh build/bench
+
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_SECONDS ?= 20
+fuzz: deps
+	@sh ci/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_SRC)
+
+coverage:
+	@sh ci/coverage.sh
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/fsc $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(BUILD)/libfsc.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libfsc.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 lib/include/fsc/*.h $(DESTDIR)$(PREFIX)/include/fsc/
+	sed -e 's|@PREFIX@|$(PREFIX)|' ci/fsc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fsc.pc
+
+clean:
+	rm -rf build

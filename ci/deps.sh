@@ -1,0 +1,20 @@
+#!/bin/sh
+# Install the Debian packages fsc needs to build and test, when missing.
+# As root: installs them with apt-get. Otherwise: prints the one command to run and fails.
+set -e
+need=""
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in libopenblas-dev libcmocka-dev gcovr clang pkg-config libclang-rt-dev libcjson-dev; do
+  have "$p" || need="$need $p"
+done
+[ -z "$need" ] && exit 0
+if [ "$(id -u)" = 0 ]; then
+  echo "ci/deps.sh: installing:$need" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null || true
+  apt-get install -y -qq --no-install-recommends $need >/dev/null
+else
+  echo "ci/deps.sh: missing packages; run as root:" >&2
+  echo "  apt-get install -y$need" >&2
+  exit 1
+fi

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Run every test binary in a folder (optionally only those whose name matches a pattern); fail if any fails.
+dir=$1; pat=${2:-.}
+fail=0; n=0
+for t in "$dir"/test_*; do
+  [ -x "$t" ] || continue
+  echo "$t" | grep -Eq "$pat" || continue
+  n=$((n+1))
+  start=$(date +%s)
+  if "$t" > "$t.log" 2>&1; then
+    echo "PASS $(basename "$t") ($(( $(date +%s) - start ))s)"
+  else
+    echo "FAIL $(basename "$t"), log follows"; cat "$t.log"; fail=1
+  fi
+done
+[ $n -gt 0 ] || { echo "no tests found in $dir"; exit 1; }
+exit $fail

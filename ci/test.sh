@@ -1,0 +1,17 @@
+#!/bin/sh
+# make test: the suite three times (plain with coverage counters, ASan+UBSan, TSan on the threaded code)
+# and a coverage summary. Tests that use the simulated cluster are named test_sim*, test_ddp*, test_fsdp*,
+# test_zero*, test_pipe*, test_tp*, test_moe*, test_ckpt*; those run under TSan.
+set -e
+J=${JOBS:-2}
+echo "== build and run (coverage counters)"
+rm -rf build/cov/obj/*.gcda build/cov/obj/*/*/*.gcda 2>/dev/null || true
+find build/cov -name '*.gcda' -delete 2>/dev/null || true
+make -s -j$J BUILD=build/cov COVERAGE=1 check
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
+make -s -j$J BUILD=build/asan SAN=address,undefined OPT=-O1 check
+echo "== ThreadSanitizer (threaded simulator)"
+make -s -j$J BUILD=build/tsan SAN=thread OPT=-O1 TESTS_FILTER='test_(sim|ddp|fsdp|zero|pipe|tp|moe|ckpt|cluster)' check
+echo "== line coverage (lib/, backends/, sim/)"
+gcovr -r . --object-directory build/cov -f lib -f backends -f sim --print-summary -o build/cov/coverage.txt >/dev/null 2>&1 || true
+grep -E '^(lines|TOTAL)' build/cov/coverage.txt 2>/dev/null || gcovr -r . --object-directory build/cov -f lib -f backends -f sim --print-summary | tail -3

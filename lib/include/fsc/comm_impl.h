@@ -1,0 +1,38 @@
+/* The communicator interface for implementers (sim/ and the NCCL plug-in).
+ * The core wraps every call: it validates arguments, counts calls and bytes, then calls the table. */
+#ifndef FSC_COMM_IMPL_H
+#define FSC_COMM_IMPL_H
+#include "comm.h"
+
+#define FSC_COMM_ABI_VERSION 1
+
+typedef struct fsc_comm_ops {
+    int abi_version;
+    const char *name;
+    fsc_status (*all_reduce)(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt, fsc_redop op);
+    fsc_status (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t recvcount, fsc_dtype dt,
+                                 fsc_redop op);
+    fsc_status (*all_gather)(void *ctx, const void *send, void *recv, size_t sendcount, fsc_dtype dt);
+    fsc_status (*broadcast)(void *ctx, void *buf, size_t count, fsc_dtype dt, int root);
+    fsc_status (*send)(void *ctx, const void *buf, size_t count, fsc_dtype dt, int peer);
+    fsc_status (*recv)(void *ctx, void *buf, size_t count, fsc_dtype dt, int peer);
+    fsc_status (*all_to_all)(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt);
+    fsc_status (*barrier)(void *ctx);
+    /* returns the new group's ctx, rank and size */
+    fsc_status (*split)(void *ctx, int color, int key, void **new_ctx, int *new_rank, int *new_size);
+    void (*destroy)(void *ctx);
+} fsc_comm_ops;
+
+struct fsc_comm {
+    const fsc_comm_ops *ops;
+    void *ctx;
+    int rank, size;
+    char name[32];
+    fsc_comm_stats stats;
+};
+
+/* Wrap an implementation in an fsc_comm (takes ownership of ctx). */
+fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size, const char *name,
+                         fsc_comm **out);
+
+#endif

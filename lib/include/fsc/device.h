@@ -1,0 +1,57 @@
+/* The device: memory with a tagged ledger, and the kernels the modules need.
+ * Programs get a device by name ("cpu", or "cuda" when the plug-in and a GPU are present).
+ * Device memory is opaque: the core touches it only through these functions and the kernel table
+ * (device_impl.h), so the same core code runs on every backend. */
+#ifndef FSC_DEVICE_H
+#define FSC_DEVICE_H
+#include <stddef.h>
+#include "status.h"
+#include "dtype.h"
+
+typedef struct fsc_device fsc_device;
+
+/* What an allocation is for; the device reports current and peak bytes per tag. */
+typedef enum {
+    FSC_TAG_PARAMS = 0, /* parameters: masters, shards, gathered full parameters */
+    FSC_TAG_GRADS,      /* gradients */
+    FSC_TAG_OPTIM,      /* optimizer state (moments) */
+    FSC_TAG_ACTS,       /* activations saved for backward, and activation gradients */
+    FSC_TAG_COMM,       /* communication buffers */
+    FSC_TAG_WORKSPACE,  /* scratch */
+    FSC_TAG_COUNT
+} fsc_tag;
+
+const char *fsc_tag_name(fsc_tag t); /* "params", "grads", "optim", "acts", "comm", "workspace" */
+
+typedef struct {
+    int threads;     /* CPU: BLAS and kernel threads (0 = library default) */
+    int ordinal;     /* CUDA: which GPU (default 0) */
+} fsc_device_opts;
+
+/* Create a device by name: "cpu" or "cuda". opts may be NULL. */
+fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_device **out);
+void fsc_device_free(fsc_device *dev);
+const char *fsc_device_name(const fsc_device *dev);
+
+/* Allocate bytes of device memory under tag. Contents are undefined. bytes 0 gives NULL and FSC_OK. */
+fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out);
+/* Allocate and zero. */
+fsc_status fsc_device_calloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out);
+/* Release memory from fsc_device_alloc (NULL is a no-op). */
+void fsc_device_release(fsc_device *dev, void *p);
+
+/* Ledger: bytes currently allocated and the peak since creation (or the last reset) per tag. */
+size_t fsc_device_current_bytes(const fsc_device *dev, fsc_tag tag);
+size_t fsc_device_peak_bytes(const fsc_device *dev, fsc_tag tag);
+size_t fsc_device_peak_total(const fsc_device *dev);  /* peak of the sum over tags */
+void fsc_device_reset_peak(fsc_device *dev);          /* peaks := current */
+
+/* Copies. dst/src are device pointers except where named host. */
+fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, size_t bytes);
+fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src, size_t bytes);
+fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t bytes);
+fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes);
+/* Wait until all work queued on the device is done. */
+fsc_status fsc_device_sync(fsc_device *dev);
+
+#endif

@@ -1,0 +1,133 @@
+/* The device interface for backend implementers (cpu in backends/cpu, cuda in the plug-in).
+ * A backend fills an fsc_device_ops table; the core keeps the ledger and calls the table.
+ *
+ * Conventions for every kernel:
+ * - all pointers are device pointers to f32 unless the type says otherwise; tokens are int32;
+ * - row-major; N is the number of rows (B*T), C/OC the row width;
+ * - "+=" means the kernel accumulates into its output (parameter gradients, residual streams);
+ *   "=" means it overwrites;
+ * - deterministic: the same inputs give the same bits on every call, independent of thread count
+ *   (fixed order of every sum, no atomics in reductions);
+ * - a kernel returns FSC_OK or an error with the message set (a launch failure on a GPU).
+ * Optional entries may be NULL; the core falls back to a composition of other entries. */
+#ifndef FSC_DEVICE_IMPL_H
+#define FSC_DEVICE_IMPL_H
+#include <stdint.h>
+#include "device.h"
+
+#define FSC_DEVICE_ABI_VERSION 1
+
+typedef struct fsc_device_ops {
+    int abi_version; /* FSC_DEVICE_ABI_VERSION */
+    const char *name;
+
+    /* memory */
+    void *(*alloc)(void *ctx, size_t bytes);                 /* NULL on failure */
+    void (*free)(void *ctx, void *p);
+    fsc_status (*upload)(void *ctx, void *dst, const void *host_src, size_t bytes);
+    fsc_status (*download)(void *ctx, void *host_dst, const void *src, size_t bytes);
+    fsc_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    fsc_status (*memset)(void *ctx, void *dst, int value, size_t bytes);
+    fsc_status (*sync)(void *ctx);
+    void (*destroy)(void *ctx);
+
+    /* C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b] for b < batch, row-major:
+     * op(A) is M x K (A is M x K with lda, or K x M when transa), op(B) is K x N, C is M x N with ldc.
+     * sa/sb/sc: element strides between batch entries. */
+    fsc_status (*gemm)(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
+                       const float *A, int lda, int64_t sa, const float *B, int ldb, int64_t sb,
+                       float beta, float *C, int ldc, int64_t sc, int batch);
+
+    /* elementwise */
+    fsc_status (*convert)(void *ctx, void *dst, fsc_dtype dt, const void *src, fsc_dtype st, size_t n); /* RNE */
+    fsc_status (*scale)(void *ctx, float *x, float a, size_t n);                  /* x = a*x */
+    fsc_status (*axpy)(void *ctx, float *y, float a, const float *x, size_t n);   /* y += a*x */
+    fsc_status (*add)(void *ctx, float *out, const float *a, const float *b, size_t n); /* out = a+b */
+    fsc_status (*gelu_forward)(void *ctx, float *out, const float *inp, size_t n);  /* tanh approx */
+    fsc_status (*gelu_backward)(void *ctx, float *dinp, const float *inp, const float *dout, size_t n); /* = */
+
+    /* linear pieces */
+    fsc_status (*bias_add)(void *ctx, float *out, const float *bias, size_t N, int OC);   /* out[n,:] += bias */
+    fsc_status (*bias_grad)(void *ctx, float *dbias, const float *dout, size_t N, int OC); /* dbias += sum_n dout[n,:], n ascending */
+
+    /* embedding: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:] */
+    fsc_status (*encoder_forward)(void *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe,
+                                  int B, int T, int C);
+    /* dwpe[t,:] += sum_b dout[b,t,:] (b ascending); dwte[tok[b,t],:] += dout[b,t,:] in (b,t) order. */
+    fsc_status (*encoder_backward)(void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tok,
+                                   int B, int T, int C);
+
+    /* layer norm over the last dim; eps 1e-5; mean/rstd (N) saved for backward */
+    fsc_status (*layernorm_forward)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                                    const float *w, const float *b, size_t N, int C);
+    /* dinp += ..., dw += ..., db += ... (rows in ascending order) */
+    fsc_status (*layernorm_backward)(void *ctx, float *dinp, float *dw, float *db, const float *dout,
+                                     const float *inp, const float *w, const float *mean, const float *rstd,
+                                     size_t N, int C);
+
+    /* attention helpers. qkv (B,T,3C) -> q,k,v each (B,NH,T,HS), C = NH*HS */
+    fsc_status (*qkv_split)(void *ctx, float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int HS);
+    /* dqkv = (overwrite) the inverse of qkv_split */
+    fsc_status (*qkv_merge)(void *ctx, float *dqkv, const float *dq, const float *dk, const float *dv,
+                            int B, int T, int NH, int HS);
+    /* out (B,T,C) = y (B,NH,T,HS) with heads side by side; heads_merge_backward is the inverse (=) */
+    fsc_status (*heads_merge)(void *ctx, float *out, const float *y, int B, int T, int NH, int HS);
+    fsc_status (*heads_split)(void *ctx, float *dy, const float *dout, int B, int T, int NH, int HS);
+    /* att[r, i, j] = softmax_j<=i(scale * pre[r, i, j]), 0 for j > i; r < BH rows of T x T */
+    fsc_status (*softmax_causal_forward)(void *ctx, float *att, const float *pre, int BH, int T, float scale);
+    /* dpre[r,i,j] = scale * att * (datt - sum_j' att*datt) for j <= i, 0 above (=) */
+    fsc_status (*softmax_causal_backward)(void *ctx, float *dpre, const float *datt, const float *att,
+                                          int BH, int T, float scale);
+
+    /* cross entropy: losses[n] = -log softmax(logits[n,:V])[targets[n]] (row stride ld >= V) */
+    fsc_status (*xent_forward)(void *ctx, float *losses, const float *logits, const int32_t *targets,
+                               size_t N, int V, int ld);
+    /* dlogits[n,:] = scale * (softmax(logits[n]) - onehot(targets[n])) (=) */
+    fsc_status (*xent_backward)(void *ctx, float *dlogits, const float *logits, const int32_t *targets,
+                                size_t N, int V, int ld, float scale);
+
+    /* reductions to the host, summed in double in ascending index order */
+    fsc_status (*sum)(void *ctx, double *host_out, const float *x, size_t n);
+    /* max |x| (NaN if any NaN) and whether any element is inf or NaN */
+    fsc_status (*absmax)(void *ctx, float *host_max, int *host_nonfinite, const float *x, size_t n);
+    /* Exact fixed-point sum of squares: acc (128-bit, acc[0] low word, acc[1] high) +=
+     * sum_i floor(x_i^2 * 2^shift) computed in double; integer sums do not depend on order. */
+    fsc_status (*sumsq_fixed)(void *ctx, uint64_t acc[2], const float *x, size_t n, int shift);
+
+    /* optimizers (PyTorch semantics), elementwise over n */
+    /* AdamW: p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr * (m/bc1) / (sqrt(v/bc2) + eps) */
+    fsc_status (*adamw)(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                        float b1, float b2, float eps, float wd, float bc1, float bc2);
+    /* SGD: d = g + wd*p; buf = first ? d : momentum*buf + d (when momentum != 0); p -= lr * (momentum ? buf : d) */
+    fsc_status (*sgd)(void *ctx, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                      float wd, int first);
+
+    /* optional: streams/events for overlap (NULL on backends that run everything in order) */
+    fsc_status (*stream_create)(void *ctx, void **stream);
+    fsc_status (*stream_destroy)(void *ctx, void *stream);
+    fsc_status (*set_stream)(void *ctx, void *stream);       /* kernels after this go to stream */
+    fsc_status (*event_record)(void *ctx, void **event, void *stream);
+    fsc_status (*stream_wait)(void *ctx, void *stream, void *event);
+} fsc_device_ops;
+
+struct fsc_device {
+    const fsc_device_ops *ops;
+    void *ctx;
+    void *plugin;                  /* dlopen handle, if loaded from a plug-in */
+    size_t cur[FSC_TAG_COUNT];
+    size_t peak[FSC_TAG_COUNT];
+    size_t cur_total, peak_total;
+    struct fsc_alloc_map *live;    /* pointer -> (bytes, tag) of live allocations */
+};
+
+/* Call a kernel: FSC_K(dev, gelu_forward, out, inp, n) */
+#define FSC_K(dev, op, ...) ((dev)->ops->op((dev)->ctx, __VA_ARGS__))
+
+/* Entry point a backend exports: fills *ops and *ctx. The cuda plug-in exports it as
+ * "fsc_cuda_device_open"; the cpu backend is linked in. */
+typedef fsc_status (*fsc_device_open_fn)(int abi_version, const fsc_device_opts *opts,
+                                         const fsc_device_ops **ops, void **ctx);
+fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, const fsc_device_ops **ops,
+                               void **ctx);
+
+#endif

@@ -1,0 +1,14 @@
+/* fsc: sharded, pipelined and tensor-parallel training for C programs. Include this header. */
+#ifndef FSC_H
+#define FSC_H
+#include "status.h"
+#include "dtype.h"
+#include "tensor.h"
+#include "rng.h"
+#include "device.h"
+#include "comm.h"
+#include "cluster.h"
+#include "safetensors.h"
+#include "optim.h"
+#include "gpt.h"
+#endif

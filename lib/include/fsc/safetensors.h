@@ -1,0 +1,53 @@
+/* safetensors files (https://github.com/huggingface/safetensors): 8-byte little-endian header length,
+ * a JSON header {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
+ * then the data. The reader validates everything before use: lengths, offsets inside the file, offsets
+ * that do not overlap and cover the data, shapes that match the byte counts, known dtypes, no duplicates.
+ * The writer writes to "<path>.tmp", fsyncs and renames, so a crash never leaves half a file at path. */
+#ifndef FSC_SAFETENSORS_H
+#define FSC_SAFETENSORS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "status.h"
+#include "dtype.h"
+
+#define FSC_ST_MAX_NAME 160
+#define FSC_ST_MAX_HEADER (100u << 20) /* headers above 100 MiB are refused */
+
+typedef struct {
+    char name[FSC_ST_MAX_NAME];
+    fsc_dtype dtype;       /* F32, BF16, F16, I32, U8 are understood */
+    int ndim;              /* 0..4 */
+    int64_t shape[4];
+    uint64_t begin, end;   /* byte offsets within the data section */
+} fsc_st_entry;
+
+typedef struct fsc_st_file fsc_st_file;
+
+/* Open and validate a file. The message names the file and the problem. */
+fsc_status fsc_st_open(const char *path, fsc_st_file **out);
+/* Validate a whole file image held in memory (used by the fuzz harness and tests). */
+fsc_status fsc_st_parse_buffer(const void *buf, size_t len, fsc_st_file **out);
+void fsc_st_close(fsc_st_file *f);
+int fsc_st_count(const fsc_st_file *f);
+const fsc_st_entry *fsc_st_entry_at(const fsc_st_file *f, int i);
+const fsc_st_entry *fsc_st_find(const fsc_st_file *f, const char *name);
+/* A value of the "__metadata__" object (strings only), or NULL. */
+const char *fsc_st_metadata(const fsc_st_file *f, const char *key);
+/* Read elements [first, first+n) of entry e into host memory dst. */
+fsc_status fsc_st_read(fsc_st_file *f, const fsc_st_entry *e, void *dst, uint64_t first, uint64_t n);
+
+/* Writing: declare every tensor (name, dtype, shape) and optional metadata, then write the data of each
+ * tensor in any order and in pieces, then commit. */
+typedef struct fsc_st_writer fsc_st_writer;
+fsc_status fsc_st_writer_open(const char *path, fsc_st_writer **out);
+fsc_status fsc_st_writer_add(fsc_st_writer *w, const char *name, fsc_dtype dt, int ndim, const int64_t *shape);
+fsc_status fsc_st_writer_meta(fsc_st_writer *w, const char *key, const char *value);
+/* After the last add: writes the header. Then write elements [first, first+n) of tensor index i. */
+fsc_status fsc_st_writer_begin_data(fsc_st_writer *w);
+fsc_status fsc_st_writer_write(fsc_st_writer *w, int i, const void *src, uint64_t first, uint64_t n);
+/* fsync, rename to path, fsync the directory. */
+fsc_status fsc_st_writer_commit(fsc_st_writer *w);
+/* Abandon: removes the temporary file (also frees w after a failed commit). */
+void fsc_st_writer_abort(fsc_st_writer *w);
+
+#endif

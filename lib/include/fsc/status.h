@@ -1,0 +1,40 @@
+/* fsc status codes and the thread-local error message.
+ * Every library function that can fail returns fsc_status; on failure the calling thread's
+ * message (fsc_last_error) says what was wrong in words a user can act on. */
+#ifndef FSC_STATUS_H
+#define FSC_STATUS_H
+
+typedef enum {
+    FSC_OK = 0,
+    FSC_ERR_INVALID,     /* a bad argument or option from the caller */
+    FSC_ERR_NOMEM,       /* an allocation failed */
+    FSC_ERR_IO,          /* reading or writing a file failed */
+    FSC_ERR_FORMAT,      /* a file or message is malformed or corrupted */
+    FSC_ERR_COMM,        /* a collective failed (mismatch, failed peer) */
+    FSC_ERR_TIMEOUT,     /* a collective waited longer than its timeout */
+    FSC_ERR_STATE,       /* a call in the wrong state (e.g. backward before forward) */
+    FSC_ERR_UNSUPPORTED, /* a valid request this build or backend cannot serve */
+    FSC_ERR_INTERNAL     /* a broken internal invariant: a bug in fsc */
+} fsc_status;
+
+/* The message of the last error set on this thread ("" if none). */
+const char *fsc_last_error(void);
+/* A short name for a status ("invalid argument", ...). */
+const char *fsc_status_str(fsc_status s);
+/* Set this thread's message (printf-style) and return s; for library and backend code. */
+fsc_status fsc_error(fsc_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Forget this thread's message. */
+void fsc_clear_error(void);
+
+/* Propagate a failing status. */
+#define FSC_TRY(expr)                      \
+    do {                                   \
+        fsc_status fsc_try_s_ = (expr);    \
+        if (fsc_try_s_ != FSC_OK) return fsc_try_s_; \
+    } while (0)
+
+#endif

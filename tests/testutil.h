@@ -1,0 +1,38 @@
+/* Helpers shared by the cmocka tests. */
+#ifndef FSC_TESTUTIL_H
+#define FSC_TESTUTIL_H
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+#include "fsc/fsc.h"
+
+/* Assert a call succeeded; on failure print the library's message. */
+#define assert_ok(expr)                                                                  \
+    do {                                                                                 \
+        fsc_status s_ = (expr);                                                          \
+        if (s_ != FSC_OK) fail_msg("%s -> %s: %s", #expr, fsc_status_str(s_), fsc_last_error()); \
+    } while (0)
+
+/* Assert a call failed with status st and a message containing needle. */
+#define assert_err(expr, st, needle)                                                     \
+    do {                                                                                 \
+        fsc_status s_ = (expr);                                                          \
+        if (s_ != (st)) fail_msg("%s -> %s (expected %s): %s", #expr, fsc_status_str(s_), \
+                                 fsc_status_str(st), fsc_last_error());                  \
+        if ((needle) && !strstr(fsc_last_error(), (needle)))                             \
+            fail_msg("%s: message \"%s\" lacks \"%s\"", #expr, fsc_last_error(), (const char *)(needle)); \
+    } while (0)
+
+/* Bitwise equality of two float arrays, reporting the first difference. */
+static inline void assert_bits_equal(const float *a, const float *b, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
+            fail_msg("%s: element %zu differs: %.9g vs %.9g", what, i, (double)a[i], (double)b[i]);
+    }
+}
+
+#endif

@@ -11,4 +11,5 @@
 #include "safetensors.h"
 #include "optim.h"
 #include "gpt.h"
+#include "parallel.h"
 #endif

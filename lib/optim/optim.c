@@ -1,0 +1,160 @@
+/* Optimizers over flat segments: SGD (momentum, L2 weight decay) and AdamW (bias correction, decoupled
+ * weight decay), with PyTorch's semantics. The arithmetic per element is the device's sgd/adamw kernel;
+ * this file owns the segments, their state (FSC_TAG_OPTIM) and the step count. It knows nothing about
+ * sharding: FSDP registers each unit's local shard as a segment, a single rank its one flat buffer.
+ * Norms, clipping and loss scaling live in gradnorm.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/optim.h"
+#include "fsc/device_impl.h"
+
+typedef struct {
+    float *param;       /* (n) device */
+    const float *grad;  /* (n) device */
+    size_t n;
+    float *state[2];    /* (n) each: SGD momentum buffer, or AdamW m and v; NULL when unused */
+} optim_segment;
+
+struct fsc_optim {
+    fsc_device *dev;
+    fsc_optim_config cfg;
+    int64_t steps;
+    int nstates;
+    int nseg, cap;
+    optim_segment *seg;
+};
+
+static int finite_nonneg(float x) { return isfinite(x) && x >= 0.0f; }
+
+static fsc_status validate(const fsc_optim_config *c) {
+    if (c->kind != FSC_OPT_SGD && c->kind != FSC_OPT_ADAMW)
+        return fsc_error(FSC_ERR_INVALID, "optimizer: unknown kind %d (expected sgd or adamw)", (int)c->kind);
+    if (!finite_nonneg(c->lr)) return fsc_error(FSC_ERR_INVALID, "optimizer: learning rate %g must be finite and >= 0", (double)c->lr);
+    if (!finite_nonneg(c->weight_decay))
+        return fsc_error(FSC_ERR_INVALID, "optimizer: weight decay %g must be finite and >= 0", (double)c->weight_decay);
+    if (c->kind == FSC_OPT_SGD) {
+        if (!finite_nonneg(c->momentum))
+            return fsc_error(FSC_ERR_INVALID, "sgd: momentum %g must be finite and >= 0", (double)c->momentum);
+    } else {
+        if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f))
+            return fsc_error(FSC_ERR_INVALID, "adamw: beta1 %g must be in [0, 1)", (double)c->beta1);
+        if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f))
+            return fsc_error(FSC_ERR_INVALID, "adamw: beta2 %g must be in [0, 1)", (double)c->beta2);
+        if (!finite_nonneg(c->eps)) return fsc_error(FSC_ERR_INVALID, "adamw: eps %g must be finite and >= 0", (double)c->eps);
+    }
+    return FSC_OK;
+}
+
+fsc_status fsc_optim_create(fsc_device *dev, const fsc_optim_config *cfg, fsc_optim **out) {
+    if (!dev || !cfg || !out) return fsc_error(FSC_ERR_INVALID, "fsc_optim_create: NULL argument");
+    *out = NULL;
+    fsc_optim_config c = *cfg;
+    if (c.kind == FSC_OPT_ADAMW && c.beta1 == 0.0f && c.beta2 == 0.0f && c.eps == 0.0f) {
+        c.beta1 = 0.9f;
+        c.beta2 = 0.999f;
+        c.eps = 1e-8f;
+    }
+    FSC_TRY(validate(&c));
+    fsc_optim *o = calloc(1, sizeof *o);
+    if (!o) return fsc_error(FSC_ERR_NOMEM, "fsc_optim_create: out of host memory");
+    o->dev = dev;
+    o->cfg = c;
+    o->nstates = c.kind == FSC_OPT_ADAMW ? 2 : (c.momentum != 0.0f ? 1 : 0);
+    *out = o;
+    return FSC_OK;
+}
+
+fsc_status fsc_optim_add(fsc_optim *o, float *param, const float *grad, size_t n, int *idx) {
+    if (!o) return fsc_error(FSC_ERR_INVALID, "fsc_optim_add: NULL optimizer");
+    if (n > 0 && (!param || !grad))
+        return fsc_error(FSC_ERR_INVALID, "fsc_optim_add: segment of %zu elements with a NULL buffer", n);
+    if (o->nseg == o->cap) {
+        int cap = o->cap ? 2 * o->cap : 8;
+        optim_segment *s = realloc(o->seg, (size_t)cap * sizeof *s);
+        if (!s) return fsc_error(FSC_ERR_NOMEM, "fsc_optim_add: out of host memory");
+        o->seg = s;
+        o->cap = cap;
+    }
+    optim_segment *s = &o->seg[o->nseg];
+    memset(s, 0, sizeof *s);
+    s->param = param;
+    s->grad = grad;
+    s->n = n;
+    for (int k = 0; k < o->nstates; k++) {
+        fsc_status st = fsc_device_calloc(o->dev, FSC_TAG_OPTIM, n * sizeof(float), (void **)&s->state[k]);
+        if (st != FSC_OK) {
+            for (int j = 0; j < k; j++) fsc_device_release(o->dev, s->state[j]);
+            return st;
+        }
+    }
+    if (idx) *idx = o->nseg;
+    o->nseg++;
+    return FSC_OK;
+}
+
+fsc_status fsc_optim_rebind(fsc_optim *o, int idx, float *param, const float *grad) {
+    if (!o || idx < 0 || idx >= o->nseg)
+        return fsc_error(FSC_ERR_INVALID, "fsc_optim_rebind: segment %d does not exist (%d registered)", idx,
+                         o ? o->nseg : 0);
+    if (o->seg[idx].n > 0 && (!param || !grad))
+        return fsc_error(FSC_ERR_INVALID, "fsc_optim_rebind: segment %d: NULL buffer", idx);
+    o->seg[idx].param = param;
+    o->seg[idx].grad = grad;
+    return FSC_OK;
+}
+
+fsc_status fsc_optim_step(fsc_optim *o) {
+    if (!o) return fsc_error(FSC_ERR_INVALID, "fsc_optim_step: NULL optimizer");
+    const fsc_optim_config *c = &o->cfg;
+    if (c->kind == FSC_OPT_ADAMW) {
+        /* bias corrections in double, then rounded once to float (the kernel's arguments) */
+        double t = (double)(o->steps + 1);
+        float bc1 = (float)(1.0 - pow((double)c->beta1, t));
+        float bc2 = (float)(1.0 - pow((double)c->beta2, t));
+        for (int i = 0; i < o->nseg; i++) {
+            optim_segment *s = &o->seg[i];
+            if (s->n == 0) continue;
+            FSC_TRY(FSC_K(o->dev, adamw, s->param, s->grad, s->state[0], s->state[1], s->n, c->lr, c->beta1,
+                          c->beta2, c->eps, c->weight_decay, bc1, bc2));
+        }
+    } else {
+        int first = o->steps == 0;
+        for (int i = 0; i < o->nseg; i++) {
+            optim_segment *s = &o->seg[i];
+            if (s->n == 0) continue;
+            FSC_TRY(FSC_K(o->dev, sgd, s->param, s->grad, s->state[0], s->n, c->lr, c->momentum,
+                          c->weight_decay, first));
+        }
+    }
+    o->steps++;
+    return FSC_OK;
+}
+
+int64_t fsc_optim_steps(const fsc_optim *o) { return o ? o->steps : 0; }
+void fsc_optim_set_steps(fsc_optim *o, int64_t steps) {
+    if (o && steps >= 0) o->steps = steps;
+}
+void fsc_optim_set_lr(fsc_optim *o, float lr) {
+    if (o && finite_nonneg(lr)) o->cfg.lr = lr;
+}
+int fsc_optim_num_segments(const fsc_optim *o) { return o ? o->nseg : 0; }
+int fsc_optim_num_states(const fsc_optim *o) { return o ? o->nstates : 0; }
+
+float *fsc_optim_state(fsc_optim *o, int seg, int which) {
+    if (!o || seg < 0 || seg >= o->nseg || which < 0 || which >= o->nstates) return NULL;
+    return o->seg[seg].state[which];
+}
+
+size_t fsc_optim_segment_len(const fsc_optim *o, int seg) {
+    if (!o || seg < 0 || seg >= o->nseg) return 0;
+    return o->seg[seg].n;
+}
+
+void fsc_optim_free(fsc_optim *o) {
+    if (!o) return;
+    for (int i = 0; i < o->nseg; i++)
+        for (int k = 0; k < o->nstates; k++) fsc_device_release(o->dev, o->seg[i].state[k]);
+    free(o->seg);
+    free(o);
+}

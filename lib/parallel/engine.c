@@ -1,0 +1,357 @@
+/* The training engine: one optimizer step over micro-batches, the same on every parallel strategy.
+ * Order (parallel.h): forward, backward with dloss = loss_scale / (global_batch * T), reductions by the
+ * strategy (fsc_engine_reduce), unscale, non-finite vote, exact-norm clipping, optimizer step.
+ * What differs between strategies (where parameters and gradients live) is behind fsc_strategy. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine_impl.h"
+
+const char *fsc_parallel_kind_name(fsc_parallel_kind k) {
+    switch (k) {
+    case FSC_PAR_NONE: return "none";
+    case FSC_PAR_DDP: return "ddp";
+    case FSC_PAR_FSDP: return "fsdp";
+    case FSC_PAR_ZERO1: return "zero1";
+    case FSC_PAR_ZERO2: return "zero2";
+    }
+    return "?";
+}
+
+size_t fsc_engine_tensor_offset(const fsc_engine *e, int i) {
+    size_t off = 0;
+    for (int t = 0; t < i; t++) off += e->m->info[t].numel;
+    return off;
+}
+
+fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t n) {
+    enum { CHUNK = 1 << 16 };
+    float *host = malloc(CHUNK * sizeof(float));
+    if (!host) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory for parameter init");
+    fsc_status s = FSC_OK;
+    size_t t_off = 0; /* offset of tensor t in the flat vector */
+    size_t done = 0;
+    for (int t = 0; t < e->m->n_tensors && done < n && s == FSC_OK; t++) {
+        size_t numel = e->m->info[t].numel;
+        size_t lo = first + done;
+        if (lo >= t_off + numel) { t_off += numel; continue; }
+        while (done < n && first + done < t_off + numel && s == FSC_OK) {
+            size_t in_t = first + done - t_off;
+            size_t k = t_off + numel - (first + done);
+            if (k > n - done) k = n - done;
+            if (k > CHUNK) k = CHUNK;
+            fsc_gpt_init_values(&e->cfg, e->seed, t, in_t, k, host);
+            s = fsc_device_upload(e->dev, dst + done, host, k * sizeof(float));
+            done += k;
+        }
+        t_off += numel;
+    }
+    free(host);
+    if (s == FSC_OK && done < n) { /* beyond the last tensor: padding, zero */
+        s = fsc_device_memset(e->dev, dst + done, 0, (n - done) * sizeof(float));
+    }
+    return s;
+}
+
+fsc_status fsc_engine_round_to(fsc_engine *e, float *dst, const float *src, size_t n, fsc_dtype dt) {
+    if (dt == FSC_F32) return dst == src ? FSC_OK : fsc_device_copy(e->dev, dst, src, n * sizeof(float));
+    void *tmp;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_WORKSPACE, n * fsc_dtype_size(dt), &tmp));
+    fsc_status s = FSC_K(e->dev, convert, tmp, dt, src, FSC_F32, n);
+    if (s == FSC_OK) s = FSC_K(e->dev, convert, dst, FSC_F32, tmp, dt, n);
+    fsc_device_release(e->dev, tmp);
+    return s;
+}
+
+fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in, float *out, size_t n,
+                             int accumulate) {
+    int size = fsc_comm_size(c);
+    size_t nout = rs ? n / (size_t)size : n;
+    fsc_dtype dt = e->po.reduce_dtype;
+    fsc_device *dev = e->dev;
+    fsc_status s = FSC_OK;
+    if (dt == FSC_F32 && !accumulate) {
+        return rs ? fsc_comm_reduce_scatter(c, in, out, nout, FSC_F32, FSC_SUM)
+                  : fsc_comm_all_reduce(c, in, out, n, FSC_F32, FSC_SUM);
+    }
+    /* send buffer in the reduction dtype, result buffer in the reduction dtype, then into out */
+    size_t es = fsc_dtype_size(dt);
+    void *send = NULL, *recv = NULL;
+    const void *sendp = in;
+    if (dt != FSC_F32) {
+        s = fsc_device_alloc(dev, FSC_TAG_COMM, n * es, &send);
+        if (s == FSC_OK) s = FSC_K(dev, convert, send, dt, in, FSC_F32, n);
+        sendp = send;
+    }
+    if (s == FSC_OK) s = fsc_device_alloc(dev, FSC_TAG_COMM, nout * es, &recv);
+    if (s == FSC_OK)
+        s = rs ? fsc_comm_reduce_scatter(c, sendp, recv, nout, dt, FSC_SUM)
+               : fsc_comm_all_reduce(c, sendp, recv, n, dt, FSC_SUM);
+    if (s == FSC_OK) {
+        if (!accumulate) {
+            s = FSC_K(dev, convert, out, FSC_F32, recv, dt, nout);
+        } else if (dt == FSC_F32) {
+            s = FSC_K(dev, axpy, out, 1.0f, recv, nout);
+        } else {
+            float *tmp;
+            s = fsc_device_alloc(dev, FSC_TAG_COMM, nout * sizeof(float), (void **)&tmp);
+            if (s == FSC_OK) s = FSC_K(dev, convert, tmp, FSC_F32, recv, dt, nout);
+            if (s == FSC_OK) s = FSC_K(dev, axpy, out, 1.0f, tmp, nout);
+            fsc_device_release(dev, tmp);
+        }
+    }
+    fsc_device_release(dev, send);
+    fsc_device_release(dev, recv);
+    return s;
+}
+
+fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n) {
+    float **gs = realloc(e->gsegs, (size_t)(e->ngsegs + 1) * sizeof(*gs));
+    if (!gs) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
+    e->gsegs = gs;
+    size_t *gl = realloc(e->glens, (size_t)(e->ngsegs + 1) * sizeof(*gl));
+    if (!gl) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
+    e->glens = gl;
+    e->gsegs[e->ngsegs] = g;
+    e->glens[e->ngsegs] = n;
+    e->ngsegs++;
+    return FSC_OK;
+}
+
+/* hooks: route the model's layer callbacks to the strategy */
+static fsc_status hook_pre_fwd(void *ctx, int l) {
+    fsc_engine *e = ctx;
+    return e->st->pre_forward ? e->st->pre_forward(e, l) : FSC_OK;
+}
+static fsc_status hook_post_fwd(void *ctx, int l) {
+    fsc_engine *e = ctx;
+    return e->st->post_forward ? e->st->post_forward(e, l) : FSC_OK;
+}
+static fsc_status hook_pre_bwd(void *ctx, int l) {
+    fsc_engine *e = ctx;
+    return e->st->pre_backward ? e->st->pre_backward(e, l) : FSC_OK;
+}
+static fsc_status hook_post_bwd(void *ctx, int l) {
+    fsc_engine *e = ctx;
+    return e->st->post_backward ? e->st->post_backward(e, l) : FSC_OK;
+}
+
+static fsc_status validate(const fsc_rank *r, const fsc_parallel_opts *po, const fsc_optim_config *oc) {
+    if (po->kind == FSC_PAR_NONE && r->world != 1)
+        return fsc_error(FSC_ERR_INVALID, "parallel 'none' needs a world of 1 rank, not %d (use ddp or fsdp)",
+                         r->world);
+    if (po->kind > FSC_PAR_ZERO2) return fsc_error(FSC_ERR_INVALID, "unknown parallel kind %d", (int)po->kind);
+    if (po->accum < 1) return fsc_error(FSC_ERR_INVALID, "accum must be >= 1, not %d", po->accum);
+    if (po->param_dtype != FSC_F32 && po->param_dtype != FSC_BF16 && po->param_dtype != FSC_F16)
+        return fsc_error(FSC_ERR_INVALID, "parameter dtype must be f32, bf16 or f16");
+    if (po->reduce_dtype != FSC_F32 && po->reduce_dtype != FSC_BF16 && po->reduce_dtype != FSC_F16)
+        return fsc_error(FSC_ERR_INVALID, "gradient reduction dtype must be f32, bf16 or f16");
+    if (po->clip < 0 || !isfinite(po->clip))
+        return fsc_error(FSC_ERR_INVALID, "clip must be a finite number >= 0, not %g", (double)po->clip);
+    if (!(oc->lr >= 0) || !isfinite(oc->lr)) return fsc_error(FSC_ERR_INVALID, "lr must be finite and >= 0");
+    if (po->kind == FSC_PAR_FSDP && po->shard == FSC_SHARD_HYBRID) {
+        int g = po->hybrid_group ? po->hybrid_group : (r->world >= 2 ? r->world / 2 : 1);
+        if (g < 1 || r->world % g != 0)
+            return fsc_error(FSC_ERR_INVALID, "hybrid_shard: group of %d ranks does not divide the world of %d",
+                             g, r->world);
+    }
+    return FSC_OK;
+}
+
+fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
+                             const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
+    *out = NULL;
+    FSC_TRY(fsc_gpt_config_validate(cfg));
+    FSC_TRY(validate(r, po, oc));
+    fsc_engine *e = calloc(1, sizeof(*e));
+    if (!e) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
+    e->r = r;
+    e->dev = r->dev;
+    e->comm = r->comm;
+    e->cfg = *cfg;
+    e->po = *po;
+    e->oc = *oc;
+    e->seed = seed;
+    switch (po->kind) {
+    case FSC_PAR_NONE:
+    case FSC_PAR_DDP: e->st = &fsc_strategy_ddp; break;
+    case FSC_PAR_FSDP: e->st = &fsc_strategy_fsdp; break;
+    case FSC_PAR_ZERO1:
+    case FSC_PAR_ZERO2:
+        free(e);
+        return fsc_error(FSC_ERR_UNSUPPORTED, "parallel %s is not available in this build yet",
+                         fsc_parallel_kind_name(po->kind));
+    }
+    e->use_scaler = po->param_dtype == FSC_F16 || po->reduce_dtype == FSC_F16;
+    fsc_loss_scaler_init(&e->scaler, po->init_loss_scale > 0 ? po->init_loss_scale : 65536.0f, 2000);
+    fsc_status s = fsc_gpt_create(e->dev, cfg, &e->m);
+    if (s == FSC_OK) s = fsc_optim_create(e->dev, oc, &e->opt);
+    if (s == FSC_OK) s = e->st->setup(e);
+    if (s != FSC_OK) {
+        fsc_engine_free(e);
+        return s;
+    }
+    *out = e;
+    return FSC_OK;
+}
+
+fsc_gpt *fsc_engine_model(fsc_engine *e) { return e->m; }
+
+static fsc_status ensure_acts(fsc_engine *e, int B) {
+    if (e->acts && e->acts_B == B) return FSC_OK;
+    fsc_gpt_acts_free(e->acts);
+    e->acts = NULL;
+    fsc_gpt_acts_opts o = { .B = B, .T = e->cfg.seq, .first = 0, .last = e->cfg.layers + 1,
+                            .checkpoint = e->po.checkpoint };
+    FSC_TRY(fsc_gpt_acts_create(e->m, &o, &e->acts));
+    e->acts_B = B;
+    return FSC_OK;
+}
+
+/* Sum of one double per rank, in rank order, identical on every rank. */
+static fsc_status sum_over_ranks(fsc_engine *e, double local, double *total) {
+    int n = fsc_comm_size(e->comm);
+    if (n == 1) {
+        *total = local;
+        return FSC_OK;
+    }
+    double *all = malloc((size_t)n * sizeof(double));
+    void *dsend = NULL, *drecv = NULL;
+    if (!all) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(double), &dsend);
+    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)n * sizeof(double), &drecv);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, &local, sizeof(double));
+    if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, dsend, drecv, sizeof(double), FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, drecv, (size_t)n * sizeof(double));
+    if (s == FSC_OK) {
+        double acc = all[0];
+        for (int i = 1; i < n; i++) acc += all[i];
+        *total = acc;
+    }
+    fsc_device_release(e->dev, dsend);
+    fsc_device_release(e->dev, drecv);
+    free(all);
+    return s;
+}
+
+fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
+                           int global_batch, fsc_step_info *info) {
+    const int T = e->cfg.seq, K = e->po.accum;
+    if (local_batch < 1 || local_batch % K != 0)
+        return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
+                         local_batch, K);
+    if (global_batch < local_batch)
+        return fsc_error(FSC_ERR_INVALID, "global batch %d is smaller than the local batch %d", global_batch,
+                         local_batch);
+    const int mb = local_batch / K;
+    FSC_TRY(ensure_acts(e, mb));
+    fsc_gpt_hooks hooks = { e, hook_pre_fwd, hook_post_fwd, hook_pre_bwd, hook_post_bwd };
+    float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
+    float dscale = loss_scale / ((float)global_batch * (float)T);
+    double loss_local = 0;
+    if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
+    for (int k = 0; k < K; k++) {
+        e->micro = k;
+        e->sync = !e->po.no_sync || k == K - 1;
+        const int32_t *tok = tokens + (size_t)k * mb * T;
+        const int32_t *tgt = targets + (size_t)k * mb * T;
+        FSC_TRY(fsc_gpt_acts_set_batch(e->acts, tok, tgt));
+        double ls = 0;
+        FSC_TRY(fsc_gpt_forward(e->m, e->acts, &hooks, &ls));
+        loss_local += ls;
+        FSC_TRY(fsc_gpt_backward(e->m, e->acts, &hooks, dscale));
+    }
+    if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
+
+    fsc_step_info si = { 0 };
+    double total = 0;
+    FSC_TRY(sum_over_ranks(e, loss_local, &total));
+    si.loss = total / ((double)global_batch * T);
+    si.loss_scale = loss_scale;
+    if (e->use_scaler) {
+        for (int i = 0; i < e->ngsegs; i++) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], 1.0f / loss_scale, e->glens[i]));
+        int found = 0;
+        /* every rank votes, over the whole world: no rank may skip alone */
+        FSC_TRY(fsc_grads_nonfinite(e->dev, e->comm, e->gsegs, e->glens, e->ngsegs, &found));
+        fsc_loss_scaler_update(&e->scaler, found);
+        if (found) {
+            si.skipped = 1;
+            if (info) *info = si;
+            return FSC_OK;
+        }
+    }
+    if (e->po.clip > 0) {
+        double norm = 0;
+        FSC_TRY(fsc_grad_clip(e->dev, e->norm_comm, e->gsegs, e->glens, e->ngsegs, e->po.clip, &norm));
+        si.grad_norm = norm;
+    }
+    FSC_TRY(fsc_optim_step(e->opt));
+    if (e->st->after_step) FSC_TRY(e->st->after_step(e));
+    if (info) *info = si;
+    return FSC_OK;
+}
+
+/* Every rank returns rank 0's verdict, so no rank continues alone after a failed save. */
+static fsc_status agree(fsc_engine *e, fsc_status mine) {
+    if (fsc_comm_size(e->comm) == 1) return mine;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", fsc_last_error());
+    float flag = mine == FSC_OK ? 0.0f : 1.0f;
+    void *d;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(float), &d));
+    fsc_status s = fsc_device_upload(e->dev, d, &flag, sizeof flag);
+    if (s == FSC_OK) s = fsc_comm_all_reduce(e->comm, d, d, 1, FSC_F32, FSC_MAX);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, &flag, d, sizeof flag);
+    fsc_device_release(e->dev, d);
+    if (s != FSC_OK) return s;
+    if (mine != FSC_OK) return fsc_error(mine, "%s", msg);
+    if (flag != 0.0f) return fsc_error(FSC_ERR_IO, "another rank failed during a collective save/load");
+    return FSC_OK;
+}
+
+fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
+    fsc_st_writer *w = NULL;
+    fsc_status s = FSC_OK;
+    if (e->r->rank == 0) {
+        s = fsc_st_writer_open(path, &w);
+        for (int i = 0; s == FSC_OK && i < e->m->n_tensors; i++) {
+            const fsc_param_info *pi = &e->m->info[i];
+            s = fsc_st_writer_add(w, pi->name, FSC_F32, pi->ndim, pi->shape);
+        }
+        if (s == FSC_OK) s = fsc_st_writer_begin_data(w);
+    }
+    s = agree(e, s);
+    if (s == FSC_OK) s = agree(e, e->st->write_full(e, w));
+    if (s == FSC_OK && w) {
+        s = fsc_st_writer_commit(w);
+        w = NULL;
+    }
+    if (w) fsc_st_writer_abort(w);
+    return agree(e, s);
+}
+
+fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
+    fsc_st_file *f = NULL;
+    fsc_status s = fsc_gpt_check_file(&e->cfg, path);
+    if (s == FSC_OK) s = fsc_st_open(path, &f);
+    s = agree(e, s);
+    if (s == FSC_OK) s = agree(e, e->st->load_full(e, f));
+    if (f) fsc_st_close(f);
+    return s;
+}
+
+fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
+    return e->st->full_tensors(e, 1, host);
+}
+
+void fsc_engine_free(fsc_engine *e) {
+    if (!e) return;
+    if (e->st && e->st->destroy) e->st->destroy(e);
+    fsc_gpt_acts_free(e->acts);
+    fsc_optim_free(e->opt);
+    fsc_gpt_free(e->m);
+    free(e->gsegs);
+    free(e->glens);
+    free(e);
+}

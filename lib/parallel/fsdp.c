@@ -1,0 +1,399 @@
+/* FSDP (FairScale's FullyShardedDataParallel): parameters flattened per unit, padded to a multiple of the
+ * world size, one contiguous fp32 master shard per rank; units gathered just before use and freed after.
+ *
+ * Units: the root owns wte, wpe, ln_f and every block not wrapped; each wrapped block is a unit nested in
+ * the root. The root stays gathered from the first forward layer to the end of backward (as FairScale's
+ * root); other units are freed after forward when reshard_after_forward, re-gathered for backward.
+ *
+ * Strategies by the sharding group size G (ranks that split a unit):
+ *   full_shard / shard_grad_op: G = N, gradients reduce-scattered over the world;
+ *   no_shard: G = 1, gradients all-reduced;
+ *   hybrid_shard: 1 < G < N. To stay bit-identical with DDP the sum is taken over the whole world in
+ *   rank order: a reduce-scatter over the world hands rank (g, j) sub-piece g of shard j, then an
+ *   all-gather across the replicas of j assembles the shard. Same bytes per rank as the usual
+ *   reduce-scatter in the group + all-reduce across groups: (N + N/G - 2)/N x unit size.
+ *
+ * Per unit: shard (S) master params and reduced grads; full (padded) params while gathered; full grads
+ * during its backward (kept across micro-batches under no_sync). */
+#include <stdlib.h>
+#include <string.h>
+#include "engine_impl.h"
+
+typedef struct {
+    int *tensors;     /* tensor indices, ascending */
+    size_t *uoff;     /* offset of each tensor in the unit's flat vector */
+    int ntensors;
+    size_t numel, padded, shard; /* shard = padded / G */
+    int first_layer, last_layer; /* layers that use the unit */
+    int is_root;
+    float *master;    /* (shard) fp32 */
+    float *sgrad;     /* (shard) reduced gradients */
+    float *full;      /* (padded) gathered params, NULL when resharded */
+    float *fgrad;     /* (padded) full gradients during backward */
+} fsdp_unit;
+
+typedef struct {
+    int nunits;
+    fsdp_unit *u;
+    int *unit_of;     /* tensor -> unit */
+    int G, N, rank;
+    int reshard;
+    fsc_comm *shard_comm;   /* ranks that split a unit (size G) */
+    fsc_comm *replica_comm; /* ranks holding the same shard (size N/G) */
+} fsdp_state;
+
+static int layer_uses_unit(const fsc_engine *e, const fsdp_state *d, int layer, int u) {
+    const int L = e->cfg.layers;
+    for (int k = 0; k < d->u[u].ntensors; k++) {
+        int t = d->u[u].tensors[k];
+        if (e->m->info[t].layer == layer) return 1;
+        if (t == FSC_P_WTE && layer == L + 1) return 1; /* the tied head */
+    }
+    return 0;
+}
+
+static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
+    const int L = e->cfg.layers, nt = e->m->n_tensors;
+    int *wrapped = calloc((size_t)L + 1, sizeof(int));
+    d->unit_of = calloc((size_t)nt, sizeof(int));
+    d->u = calloc((size_t)L + 1, sizeof(fsdp_unit));
+    if (!wrapped || !d->unit_of || !d->u) {
+        free(wrapped);
+        return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
+    }
+    size_t block_params = 0;
+    for (int k = 0; k < FSC_GPT_BLOCK_PARAMS; k++) block_params += e->m->info[2 + k].numel;
+    for (int b = 0; b < L; b++) {
+        if (e->po.wrap == FSC_WRAP_BLOCK) wrapped[b] = 1;
+        else if (e->po.wrap == FSC_WRAP_MIN_PARAMS) wrapped[b] = block_params >= e->po.wrap_min_params;
+    }
+    /* unit 0 is the root; then one unit per wrapped block */
+    d->nunits = 1;
+    for (int t = 0; t < nt; t++) d->unit_of[t] = 0;
+    for (int b = 0; b < L; b++) {
+        if (!wrapped[b]) continue;
+        int first = fsc_gpt_block_first_tensor(&e->cfg, b);
+        for (int k = 0; k < FSC_GPT_BLOCK_PARAMS; k++) d->unit_of[first + k] = d->nunits;
+        d->nunits++;
+    }
+    free(wrapped);
+    for (int u = 0; u < d->nunits; u++) {
+        fsdp_unit *U = &d->u[u];
+        U->is_root = u == 0;
+        U->tensors = calloc((size_t)nt, sizeof(int));
+        U->uoff = calloc((size_t)nt, sizeof(size_t));
+        if (!U->tensors || !U->uoff) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
+        for (int t = 0; t < nt; t++) {
+            if (d->unit_of[t] != u) continue;
+            U->tensors[U->ntensors] = t;
+            U->uoff[U->ntensors] = U->numel;
+            U->ntensors++;
+            U->numel += e->m->info[t].numel;
+        }
+        U->padded = (U->numel + (size_t)d->N - 1) / (size_t)d->N * (size_t)d->N;
+        U->shard = U->padded / (size_t)d->G;
+        U->first_layer = L + 2;
+        U->last_layer = -1;
+        for (int l = 0; l <= L + 1; l++) {
+            if (!layer_uses_unit(e, d, l, u)) continue;
+            if (l < U->first_layer) U->first_layer = l;
+            if (l > U->last_layer) U->last_layer = l;
+        }
+    }
+    return FSC_OK;
+}
+
+/* Initial values of the unit's flat elements [first, first + n) into device dst. */
+static fsc_status init_unit_range(fsc_engine *e, const fsdp_unit *U, float *dst, size_t first, size_t n) {
+    FSC_TRY(fsc_device_memset(e->dev, dst, 0, n * sizeof(float)));
+    enum { CHUNK = 1 << 16 };
+    float *host = malloc(CHUNK * sizeof(float));
+    if (!host) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of host memory");
+    fsc_status s = FSC_OK;
+    for (int k = 0; k < U->ntensors && s == FSC_OK; k++) {
+        size_t lo = U->uoff[k], hi = lo + e->m->info[U->tensors[k]].numel;
+        size_t a = lo > first ? lo : first, b = hi < first + n ? hi : first + n;
+        for (size_t p = a; p < b && s == FSC_OK; p += CHUNK) {
+            size_t c = b - p < CHUNK ? b - p : CHUNK;
+            fsc_gpt_init_values(&e->cfg, e->seed, U->tensors[k], p - lo, c, host);
+            s = fsc_device_upload(e->dev, dst + (p - first), host, c * sizeof(float));
+        }
+    }
+    free(host);
+    return s;
+}
+
+static void bind_params(fsc_engine *e, const fsdp_unit *U, float *base) {
+    for (int k = 0; k < U->ntensors; k++) e->m->param[U->tensors[k]] = base ? base + U->uoff[k] : NULL;
+}
+static void bind_grads(fsc_engine *e, const fsdp_unit *U, float *base) {
+    for (int k = 0; k < U->ntensors; k++) e->m->grad[U->tensors[k]] = base ? base + U->uoff[k] : NULL;
+}
+
+/* All-gather the unit's master shards into a new (padded) fp32 buffer, through dtype dt. */
+static fsc_status gather(fsc_engine *e, fsdp_unit *U, fsc_dtype dt, float **out) {
+    fsdp_state *d = e->sd;
+    float *full;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, U->padded * sizeof(float), (void **)&full));
+    fsc_status s;
+    if (dt == FSC_F32) {
+        s = fsc_comm_all_gather(d->shard_comm, U->master, full, U->shard, FSC_F32);
+    } else {
+        size_t es = fsc_dtype_size(dt);
+        void *lo = NULL, *lofull = NULL;
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * es, &lo);
+        if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * es, &lofull);
+        if (s == FSC_OK) s = FSC_K(e->dev, convert, lo, dt, U->master, FSC_F32, U->shard);
+        if (s == FSC_OK) s = fsc_comm_all_gather(d->shard_comm, lo, lofull, U->shard, dt);
+        if (s == FSC_OK) s = FSC_K(e->dev, convert, full, FSC_F32, lofull, dt, U->padded);
+        fsc_device_release(e->dev, lo);
+        fsc_device_release(e->dev, lofull);
+    }
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, full);
+        return s;
+    }
+    *out = full;
+    return FSC_OK;
+}
+
+static fsc_status unit_gather(fsc_engine *e, fsdp_unit *U) {
+    if (U->full) return FSC_OK;
+    FSC_TRY(gather(e, U, e->po.param_dtype, &U->full));
+    bind_params(e, U, U->full);
+    return FSC_OK;
+}
+
+static void unit_reshard(fsc_engine *e, fsdp_unit *U) {
+    fsc_device_release(e->dev, U->full);
+    U->full = NULL;
+    bind_params(e, U, NULL);
+}
+
+/* Reduce the unit's full gradient into its shard (sum over the world in rank order). */
+static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
+    fsdp_state *d = e->sd;
+    if (d->G == d->N) return fsc_engine_reduce(e, e->comm, 1, U->fgrad, U->sgrad, U->padded, accumulate);
+    if (d->G == 1) return fsc_engine_reduce(e, e->comm, 0, U->fgrad, U->sgrad, U->padded, accumulate);
+    /* hybrid: permute so world block r = sub-piece g of shard j (r = g*G + j), reduce-scatter, all-gather */
+    const size_t sN = U->padded / (size_t)d->N;
+    float *perm = NULL, *piece = NULL, *tmp = NULL;
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * sizeof(float), (void **)&perm);
+    for (int r = 0; r < d->N && s == FSC_OK; r++) {
+        int g = r / d->G, j = r % d->G;
+        s = fsc_device_copy(e->dev, perm + (size_t)r * sN, U->fgrad + (size_t)j * U->shard + (size_t)g * sN,
+                            sN * sizeof(float));
+    }
+    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, sN * sizeof(float), (void **)&piece);
+    if (s == FSC_OK) s = fsc_engine_reduce(e, e->comm, 1, perm, piece, U->padded, 0);
+    if (s == FSC_OK && !accumulate) {
+        s = fsc_comm_all_gather(d->replica_comm, piece, U->sgrad, sN, FSC_F32);
+    } else if (s == FSC_OK) {
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * sizeof(float), (void **)&tmp);
+        if (s == FSC_OK) s = fsc_comm_all_gather(d->replica_comm, piece, tmp, sN, FSC_F32);
+        if (s == FSC_OK) s = FSC_K(e->dev, axpy, U->sgrad, 1.0f, tmp, U->shard);
+    }
+    fsc_device_release(e->dev, perm);
+    fsc_device_release(e->dev, piece);
+    fsc_device_release(e->dev, tmp);
+    return s;
+}
+
+static fsc_status fsdp_setup(fsc_engine *e) {
+    fsdp_state *d = calloc(1, sizeof(*d));
+    if (!d) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
+    e->sd = d;
+    d->N = e->r->world;
+    d->rank = e->r->rank;
+    switch (e->po.shard) {
+    case FSC_SHARD_FULL:
+    case FSC_SHARD_GRAD_OP: d->G = d->N; break;
+    case FSC_SHARD_NONE: d->G = 1; break;
+    case FSC_SHARD_HYBRID: d->G = e->po.hybrid_group ? e->po.hybrid_group : (d->N >= 2 ? d->N / 2 : 1); break;
+    default: return fsc_error(FSC_ERR_INVALID, "fsdp: unknown sharding strategy %d", (int)e->po.shard);
+    }
+    d->reshard = e->po.reshard_after_forward >= 0
+                     ? e->po.reshard_after_forward
+                     : (e->po.shard == FSC_SHARD_FULL || e->po.shard == FSC_SHARD_HYBRID);
+    FSC_TRY(fsc_comm_split(e->comm, d->rank / d->G, d->rank, &d->shard_comm));
+    fsc_comm_set_name(d->shard_comm, "shard");
+    FSC_TRY(fsc_comm_split(e->comm, d->rank % d->G, d->rank, &d->replica_comm));
+    fsc_comm_set_name(d->replica_comm, "replica");
+    FSC_TRY(build_units(e, d));
+    const int j = fsc_comm_rank(d->shard_comm);
+    for (int u = 0; u < d->nunits; u++) {
+        fsdp_unit *U = &d->u[u];
+        FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, U->shard * sizeof(float), (void **)&U->master));
+        FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, U->shard * sizeof(float), (void **)&U->sgrad));
+        if (e->po.sync_from_rank0 && d->N > 1) {
+            /* sync_module_states: rank 0's values, broadcast unit by unit */
+            float *tmp;
+            FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * sizeof(float), (void **)&tmp));
+            fsc_status s = d->rank == 0 ? init_unit_range(e, U, tmp, 0, U->padded) : FSC_OK;
+            if (s == FSC_OK) s = fsc_comm_broadcast(e->comm, tmp, U->padded, FSC_F32, 0);
+            if (s == FSC_OK)
+                s = fsc_device_copy(e->dev, U->master, tmp + (size_t)j * U->shard, U->shard * sizeof(float));
+            fsc_device_release(e->dev, tmp);
+            FSC_TRY(s);
+        } else {
+            FSC_TRY(init_unit_range(e, U, U->master, (size_t)j * U->shard, U->shard));
+        }
+        FSC_TRY(fsc_optim_add(e->opt, U->master, U->sgrad, U->shard, NULL));
+        FSC_TRY(fsc_engine_add_gseg(e, U->sgrad, U->shard));
+        bind_params(e, U, NULL);
+        bind_grads(e, U, NULL);
+    }
+    e->norm_comm = d->shard_comm;
+    return FSC_OK;
+}
+
+static fsc_status fsdp_begin_step(fsc_engine *e) {
+    fsdp_state *d = e->sd;
+    for (int u = 0; u < d->nunits; u++)
+        FSC_TRY(fsc_device_memset(e->dev, d->u[u].sgrad, 0, d->u[u].shard * sizeof(float)));
+    return FSC_OK;
+}
+
+static fsc_status fsdp_pre_forward(fsc_engine *e, int layer) {
+    fsdp_state *d = e->sd;
+    for (int u = 0; u < d->nunits; u++)
+        if (layer_uses_unit(e, d, layer, u)) FSC_TRY(unit_gather(e, &d->u[u]));
+    return FSC_OK;
+}
+
+static fsc_status fsdp_post_forward(fsc_engine *e, int layer) {
+    fsdp_state *d = e->sd;
+    for (int u = 1; u < d->nunits; u++) /* the root keeps its parameters */
+        if (d->reshard && d->u[u].last_layer == layer) unit_reshard(e, &d->u[u]);
+    return FSC_OK;
+}
+
+static fsc_status fsdp_pre_backward(fsc_engine *e, int layer) {
+    fsdp_state *d = e->sd;
+    for (int u = 0; u < d->nunits; u++) {
+        fsdp_unit *U = &d->u[u];
+        if (!layer_uses_unit(e, d, layer, u)) continue;
+        FSC_TRY(unit_gather(e, U));
+        if (!U->fgrad) {
+            FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, U->padded * sizeof(float), (void **)&U->fgrad));
+            bind_grads(e, U, U->fgrad);
+        }
+    }
+    return FSC_OK;
+}
+
+static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
+    fsdp_state *d = e->sd;
+    for (int u = 0; u < d->nunits; u++) {
+        fsdp_unit *U = &d->u[u];
+        if (U->first_layer != layer) continue; /* the unit's backward is complete */
+        if (e->sync) {
+            /* each micro-batch that reduces adds to the shard after the first */
+            int accumulate = !e->po.no_sync && e->micro > 0;
+            FSC_TRY(unit_reduce(e, U, accumulate));
+            fsc_device_release(e->dev, U->fgrad);
+            U->fgrad = NULL;
+            bind_grads(e, U, NULL);
+        }
+        unit_reshard(e, U);
+    }
+    return FSC_OK;
+}
+
+static fsc_status fsdp_full_tensors(fsc_engine *e, int want, float *host) {
+    fsdp_state *d = e->sd;
+    for (int u = 0; u < d->nunits; u++) {
+        fsdp_unit *U = &d->u[u];
+        float *full;
+        FSC_TRY(gather(e, U, FSC_F32, &full));
+        fsc_status s = FSC_OK;
+        for (int k = 0; k < U->ntensors && s == FSC_OK && want && host; k++) {
+            int t = U->tensors[k];
+            s = fsc_device_download(e->dev, host + fsc_engine_tensor_offset(e, t), full + U->uoff[k],
+                                    e->m->info[t].numel * sizeof(float));
+        }
+        fsc_device_release(e->dev, full);
+        FSC_TRY(s);
+    }
+    return FSC_OK;
+}
+
+static fsc_status fsdp_write_full(fsc_engine *e, fsc_st_writer *w) {
+    fsdp_state *d = e->sd;
+    for (int u = 0; u < d->nunits; u++) {
+        fsdp_unit *U = &d->u[u];
+        float *full;
+        FSC_TRY(gather(e, U, FSC_F32, &full));
+        fsc_status s = FSC_OK;
+        for (int k = 0; k < U->ntensors && s == FSC_OK && w; k++) {
+            size_t n = e->m->info[U->tensors[k]].numel;
+            float *h = malloc(n * sizeof(float));
+            if (!h) s = fsc_error(FSC_ERR_NOMEM, "fsdp: out of host memory");
+            if (s == FSC_OK) s = fsc_device_download(e->dev, h, full + U->uoff[k], n * sizeof(float));
+            if (s == FSC_OK) s = fsc_st_writer_write(w, U->tensors[k], h, 0, n);
+            free(h);
+        }
+        fsc_device_release(e->dev, full);
+        FSC_TRY(s);
+    }
+    return FSC_OK;
+}
+
+static fsc_status fsdp_load_full(fsc_engine *e, fsc_st_file *f) {
+    fsdp_state *d = e->sd;
+    const size_t j = (size_t)fsc_comm_rank(d->shard_comm);
+    for (int u = 0; u < d->nunits; u++) {
+        fsdp_unit *U = &d->u[u];
+        size_t first = j * U->shard, last = first + U->shard;
+        FSC_TRY(fsc_device_memset(e->dev, U->master, 0, U->shard * sizeof(float)));
+        for (int k = 0; k < U->ntensors; k++) {
+            const fsc_param_info *pi = &e->m->info[U->tensors[k]];
+            size_t lo = U->uoff[k], hi = lo + pi->numel;
+            size_t a = lo > first ? lo : first, b = hi < last ? hi : last;
+            if (a >= b) continue;
+            const fsc_st_entry *en = fsc_st_find(f, pi->name);
+            if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", pi->name);
+            float *h = malloc((b - a) * sizeof(float));
+            if (!h) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of host memory");
+            fsc_status s = fsc_st_read(f, en, h, a - lo, b - a);
+            if (s == FSC_OK) s = fsc_device_upload(e->dev, U->master + (a - first), h, (b - a) * sizeof(float));
+            free(h);
+            FSC_TRY(s);
+        }
+    }
+    return FSC_OK;
+}
+
+static void fsdp_destroy(fsc_engine *e) {
+    fsdp_state *d = e->sd;
+    if (!d) return;
+    for (int u = 0; d->u && u < d->nunits; u++) {
+        fsdp_unit *U = &d->u[u];
+        fsc_device_release(e->dev, U->master);
+        fsc_device_release(e->dev, U->sgrad);
+        fsc_device_release(e->dev, U->full);
+        fsc_device_release(e->dev, U->fgrad);
+        free(U->tensors);
+        free(U->uoff);
+    }
+    free(d->u);
+    free(d->unit_of);
+    if (d->shard_comm) fsc_comm_free(d->shard_comm);
+    if (d->replica_comm) fsc_comm_free(d->replica_comm);
+    free(d);
+    e->sd = NULL;
+}
+
+const fsc_strategy fsc_strategy_fsdp = {
+    .name = "fsdp",
+    .setup = fsdp_setup,
+    .pre_forward = fsdp_pre_forward,
+    .post_forward = fsdp_post_forward,
+    .pre_backward = fsdp_pre_backward,
+    .post_backward = fsdp_post_backward,
+    .begin_step = fsdp_begin_step,
+    .full_tensors = fsdp_full_tensors,
+    .write_full = fsdp_write_full,
+    .load_full = fsdp_load_full,
+    .destroy = fsdp_destroy,
+};

@@ -1,0 +1,54 @@
+/* Private to the CPU backend: the kernels that fill its fsc_device_ops table (cpu_device.c).
+ * Every function here follows the contract written next to its table entry in device_impl.h. */
+#ifndef FSC_CPU_H
+#define FSC_CPU_H
+#include <stddef.h>
+#include <stdint.h>
+#include "fsc/device_impl.h"
+
+/* cpu_kernels.c: gemm, elementwise, linear, embedding, layer norm */
+fsc_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                    int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
+                    int batch);
+fsc_status cpu_convert(void *ctx, void *dst, fsc_dtype dt, const void *src, fsc_dtype st, size_t n);
+fsc_status cpu_scale(void *ctx, float *x, float a, size_t n);
+fsc_status cpu_axpy(void *ctx, float *y, float a, const float *x, size_t n);
+fsc_status cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n);
+fsc_status cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n);
+fsc_status cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+fsc_status cpu_bias_add(void *ctx, float *out, const float *bias, size_t N, int OC);
+fsc_status cpu_bias_grad(void *ctx, float *dbias, const float *dout, size_t N, int OC);
+fsc_status cpu_encoder_forward(void *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe,
+                               int B, int T, int C);
+fsc_status cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tok,
+                                int B, int T, int C);
+fsc_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, size_t N, int C);
+fsc_status cpu_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *w, const float *mean, const float *rstd,
+                                  size_t N, int C);
+
+/* cpu_attn.c: attention layout shuffles, causal softmax, cross entropy */
+fsc_status cpu_qkv_split(void *ctx, float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int HS);
+fsc_status cpu_qkv_merge(void *ctx, float *dqkv, const float *dq, const float *dk, const float *dv,
+                         int B, int T, int NH, int HS);
+fsc_status cpu_heads_merge(void *ctx, float *out, const float *y, int B, int T, int NH, int HS);
+fsc_status cpu_heads_split(void *ctx, float *dy, const float *dout, int B, int T, int NH, int HS);
+fsc_status cpu_softmax_causal_forward(void *ctx, float *att, const float *pre, int BH, int T, float scale);
+fsc_status cpu_softmax_causal_backward(void *ctx, float *dpre, const float *datt, const float *att,
+                                       int BH, int T, float scale);
+fsc_status cpu_xent_forward(void *ctx, float *losses, const float *logits, const int32_t *targets,
+                            size_t N, int V, int ld);
+fsc_status cpu_xent_backward(void *ctx, float *dlogits, const float *logits, const int32_t *targets,
+                             size_t N, int V, int ld, float scale);
+
+/* cpu_reduce.c: host reductions and optimizers */
+fsc_status cpu_sum(void *ctx, double *host_out, const float *x, size_t n);
+fsc_status cpu_absmax(void *ctx, float *host_max, int *host_nonfinite, const float *x, size_t n);
+fsc_status cpu_sumsq_fixed(void *ctx, uint64_t acc[2], const float *x, size_t n, int shift);
+fsc_status cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                     float b1, float b2, float eps, float wd, float bc1, float bc2);
+fsc_status cpu_sgd(void *ctx, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
+                   float wd, int first);
+
+#endif

@@ -1,0 +1,151 @@
+/* CPU attention helpers and cross entropy: the (B,T,3C) <-> (B,NH,T,HS) layout shuffles, the causal
+ * softmax over T x T score rows, and softmax cross entropy over the vocabulary.
+ * Sums run in ascending index order in float (softmax) or double (cross entropy); the causal softmax
+ * multiplies by 1/sum. Values above the diagonal are written as exact zeros. */
+#include <math.h>
+#include <string.h>
+#include "cpu.h"
+
+#define CHECK_DIM(cond, ...) \
+    do { if (!(cond)) return fsc_error(FSC_ERR_INVALID, __VA_ARGS__); } while (0)
+#define CHECK_HEADS(what) \
+    CHECK_DIM(B >= 0 && T >= 0 && NH >= 0 && HS >= 0, what ": negative size (B=%d T=%d NH=%d HS=%d)", B, T, NH, HS)
+
+/* direction 0: qkv -> q,k,v; 1: q,k,v -> qkv */
+static void qkv_shuffle(float *qkv, float *q, float *k, float *v, int B, int T, int NH, int HS, int to_qkv) {
+    size_t C = (size_t)NH * HS;
+    float *dst3[3] = {q, k, v};
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *row = qkv + ((size_t)b * T + t) * 3 * C; /* (3C) */
+            for (int s = 0; s < 3; s++)
+                for (int h = 0; h < NH; h++) {
+                    float *x = dst3[s] + (((size_t)b * NH + h) * T + t) * HS; /* (HS) */
+                    float *r = row + s * C + (size_t)h * HS;
+                    if (to_qkv) memcpy(r, x, (size_t)HS * sizeof(float));
+                    else memcpy(x, r, (size_t)HS * sizeof(float));
+                }
+        }
+}
+
+fsc_status cpu_qkv_split(void *ctx, float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int HS) {
+    CHECK_HEADS("qkv_split");
+    qkv_shuffle((float *)qkv, q, k, v, B, T, NH, HS, 0);
+    return FSC_OK;
+}
+
+fsc_status cpu_qkv_merge(void *ctx, float *dqkv, const float *dq, const float *dk, const float *dv,
+                         int B, int T, int NH, int HS) {
+    CHECK_HEADS("qkv_merge");
+    qkv_shuffle(dqkv, (float *)dq, (float *)dk, (float *)dv, B, T, NH, HS, 1);
+    return FSC_OK;
+}
+
+static void heads_shuffle(float *btc, float *bhts, int B, int T, int NH, int HS, int to_btc) {
+    size_t C = (size_t)NH * HS;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                float *y = bhts + (((size_t)b * NH + h) * T + t) * HS; /* (HS) */
+                float *o = btc + ((size_t)b * T + t) * C + (size_t)h * HS;
+                if (to_btc) memcpy(o, y, (size_t)HS * sizeof(float));
+                else memcpy(y, o, (size_t)HS * sizeof(float));
+            }
+}
+
+fsc_status cpu_heads_merge(void *ctx, float *out, const float *y, int B, int T, int NH, int HS) {
+    CHECK_HEADS("heads_merge");
+    heads_shuffle(out, (float *)y, B, T, NH, HS, 1);
+    return FSC_OK;
+}
+
+fsc_status cpu_heads_split(void *ctx, float *dy, const float *dout, int B, int T, int NH, int HS) {
+    CHECK_HEADS("heads_split");
+    heads_shuffle((float *)dout, dy, B, T, NH, HS, 0);
+    return FSC_OK;
+}
+
+fsc_status cpu_softmax_causal_forward(void *ctx, float *att, const float *pre, int BH, int T, float scale) {
+    CHECK_DIM(BH >= 0 && T >= 0, "softmax_causal_forward: negative size (BH=%d T=%d)", BH, T);
+    for (size_t r = 0; r < (size_t)BH * T; r++) {
+        size_t i = r % (size_t)T;              /* query position: columns 0..i are visible */
+        const float *p = pre + r * (size_t)T;  /* (T) */
+        float *a = att + r * (size_t)T;
+        float mx = -INFINITY;
+        for (size_t j = 0; j <= i; j++) {
+            float s = scale * p[j];
+            mx = s > mx ? s : mx;
+        }
+        float sum = 0.0f;
+        for (size_t j = 0; j <= i; j++) {
+            float e = expf(scale * p[j] - mx);
+            a[j] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (size_t j = 0; j <= i; j++) a[j] *= inv;
+        for (size_t j = i + 1; j < (size_t)T; j++) a[j] = 0.0f;
+    }
+    return FSC_OK;
+}
+
+fsc_status cpu_softmax_causal_backward(void *ctx, float *dpre, const float *datt, const float *att,
+                                       int BH, int T, float scale) {
+    CHECK_DIM(BH >= 0 && T >= 0, "softmax_causal_backward: negative size (BH=%d T=%d)", BH, T);
+    for (size_t r = 0; r < (size_t)BH * T; r++) {
+        size_t i = r % (size_t)T;
+        const float *a = att + r * (size_t)T, *da = datt + r * (size_t)T; /* (T) */
+        float *dp = dpre + r * (size_t)T;
+        float dot = 0.0f;
+        for (size_t j = 0; j <= i; j++) dot += a[j] * da[j];
+        for (size_t j = 0; j <= i; j++) dp[j] = scale * (a[j] * (da[j] - dot));
+        for (size_t j = i + 1; j < (size_t)T; j++) dp[j] = 0.0f;
+    }
+    return FSC_OK;
+}
+
+/* max and log of sum exp(x - max) of one row, in double ascending */
+static void row_logsumexp(const float *x, int V, float *mx_out, double *lse_out) {
+    float mx = -INFINITY;
+    for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    double s = 0.0;
+    for (int j = 0; j < V; j++) s += (double)expf(x[j] - mx);
+    *mx_out = mx;
+    *lse_out = log(s);
+}
+
+#define CHECK_XENT(what)                                                                                 \
+    CHECK_DIM(V > 0 && ld >= V, what ": vocabulary %d and row stride %d (need 0 < V <= ld)", V, ld);      \
+    for (size_t n = 0; n < N; n++)                                                                       \
+        CHECK_DIM(targets[n] >= 0 && targets[n] < V, what ": target %d at row %zu is outside [0, %d)",   \
+                  (int)targets[n], n, V)
+
+fsc_status cpu_xent_forward(void *ctx, float *losses, const float *logits, const int32_t *targets,
+                            size_t N, int V, int ld) {
+    CHECK_XENT("xent_forward");
+    for (size_t n = 0; n < N; n++) {
+        const float *x = logits + n * (size_t)ld; /* (V) */
+        float mx;
+        double lse;
+        row_logsumexp(x, V, &mx, &lse);
+        losses[n] = (float)(lse - (double)(x[targets[n]] - mx));
+    }
+    return FSC_OK;
+}
+
+/* Columns [V, ld) of dlogits are left untouched. */
+fsc_status cpu_xent_backward(void *ctx, float *dlogits, const float *logits, const int32_t *targets,
+                             size_t N, int V, int ld, float scale) {
+    CHECK_XENT("xent_backward");
+    for (size_t n = 0; n < N; n++) {
+        const float *x = logits + n * (size_t)ld; /* (V) */
+        float *d = dlogits + n * (size_t)ld;
+        float mx;
+        double lse;
+        row_logsumexp(x, V, &mx, &lse);
+        float l = (float)lse;
+        for (int j = 0; j < V; j++) d[j] = scale * expf(x[j] - mx - l);
+        d[targets[n]] -= scale;
+    }
+    return FSC_OK;
+}

@@ -1,0 +1,89 @@
+/* The CPU device: host memory (64-byte aligned) and the kernel table (device_impl.h).
+ * Device pointers are host pointers, so uploads and downloads are memcpy. Everything runs in order on
+ * the calling thread, so sync is a no-op and the stream/event entries are NULL.
+ * opts->threads > 0 calls openblas_set_num_threads, which is PROCESS-GLOBAL in OpenBLAS: the last
+ * device created with a thread count sets it for every device (and every simulated rank). */
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+#include "cpu.h"
+
+void openblas_set_num_threads(int num_threads); /* declared here too in case cblas.h is not OpenBLAS's */
+
+static void *cpu_alloc(void *ctx, size_t bytes) {
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (rounded < bytes) return NULL;
+    return aligned_alloc(64, rounded);
+}
+
+static void cpu_free(void *ctx, void *p) { free(p); }
+
+static fsc_status cpu_upload(void *ctx, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+    return FSC_OK;
+}
+
+static fsc_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    if (dst != src) memmove(dst, src, bytes);
+    return FSC_OK;
+}
+
+static fsc_status cpu_memset(void *ctx, void *dst, int value, size_t bytes) {
+    memset(dst, value, bytes);
+    return FSC_OK;
+}
+
+static fsc_status cpu_sync(void *ctx) { return FSC_OK; }
+
+static void cpu_destroy(void *ctx) {}
+
+static const fsc_device_ops cpu_ops = {
+    .abi_version = FSC_DEVICE_ABI_VERSION,
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_upload,
+    .copy = cpu_copy,
+    .memset = cpu_memset,
+    .sync = cpu_sync,
+    .destroy = cpu_destroy,
+    .gemm = cpu_gemm,
+    .convert = cpu_convert,
+    .scale = cpu_scale,
+    .axpy = cpu_axpy,
+    .add = cpu_add,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .bias_add = cpu_bias_add,
+    .bias_grad = cpu_bias_grad,
+    .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .qkv_split = cpu_qkv_split,
+    .qkv_merge = cpu_qkv_merge,
+    .heads_merge = cpu_heads_merge,
+    .heads_split = cpu_heads_split,
+    .softmax_causal_forward = cpu_softmax_causal_forward,
+    .softmax_causal_backward = cpu_softmax_causal_backward,
+    .xent_forward = cpu_xent_forward,
+    .xent_backward = cpu_xent_backward,
+    .sum = cpu_sum,
+    .absmax = cpu_absmax,
+    .sumsq_fixed = cpu_sumsq_fixed,
+    .adamw = cpu_adamw,
+    .sgd = cpu_sgd,
+    /* streams and events: NULL, everything runs in order on the calling thread */
+};
+
+fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, const fsc_device_ops **ops,
+                               void **ctx) {
+    if (abi_version != FSC_DEVICE_ABI_VERSION)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "cpu device: ABI version %d requested, this build has %d",
+                         abi_version, FSC_DEVICE_ABI_VERSION);
+    if (opts && opts->threads > 0) openblas_set_num_threads(opts->threads);
+    *ops = &cpu_ops;
+    *ctx = NULL;
+    return FSC_OK;
+}

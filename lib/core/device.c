@@ -1,0 +1,289 @@
+/* Devices by name, and the tagged memory ledger every backend shares (device.h, device_impl.h).
+ * The core owns the ledger: a small open-addressing hash map pointer -> (bytes, tag), so backends
+ * only allocate and free. "cpu" is linked in; "cuda" is the plug-in libfsc_cuda.so loaded with dlopen.
+ * The map has a mutex so a device shared between threads (a rank and its helper) stays consistent. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "fsc/device_impl.h"
+
+typedef struct {
+    void *p;       /* NULL: empty slot */
+    size_t bytes;
+    int tag;
+} alloc_entry;
+
+struct fsc_alloc_map {
+    pthread_mutex_t mu;
+    alloc_entry *slots; /* cap slots, cap a power of two */
+    size_t cap, count;
+};
+
+static const char *tag_names[FSC_TAG_COUNT] = {"params", "grads", "optim", "acts", "comm", "workspace"};
+
+const char *fsc_tag_name(fsc_tag t) { return ((unsigned)t < FSC_TAG_COUNT) ? tag_names[t] : "invalid"; }
+
+static size_t ptr_hash(const void *p, size_t cap) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+/* Insert into a table known to have room. */
+static void map_put(alloc_entry *slots, size_t cap, alloc_entry e) {
+    size_t i = ptr_hash(e.p, cap);
+    while (slots[i].p) i = (i + 1) & (cap - 1);
+    slots[i] = e;
+}
+
+static int map_grow(struct fsc_alloc_map *m) {
+    size_t ncap = m->cap ? m->cap * 2 : 64;
+    alloc_entry *ns = calloc(ncap, sizeof *ns);
+    if (!ns) return -1;
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->slots[i].p) map_put(ns, ncap, m->slots[i]);
+    free(m->slots);
+    m->slots = ns;
+    m->cap = ncap;
+    return 0;
+}
+
+/* Remove p; returns 0 and its entry, or -1 if p is not live. Backward-shift deletion (linear probing). */
+static int map_take(struct fsc_alloc_map *m, const void *p, alloc_entry *out) {
+    if (!m->cap) return -1;
+    size_t mask = m->cap - 1, i = ptr_hash(p, m->cap);
+    while (m->slots[i].p && m->slots[i].p != p) i = (i + 1) & mask;
+    if (!m->slots[i].p) return -1;
+    *out = m->slots[i];
+    size_t hole = i;
+    for (size_t j = (i + 1) & mask; m->slots[j].p; j = (j + 1) & mask) {
+        size_t home = ptr_hash(m->slots[j].p, m->cap);
+        /* move j into the hole unless its home lies cyclically in (hole, j] */
+        int stays = (hole <= j) ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!stays) {
+            m->slots[hole] = m->slots[j];
+            hole = j;
+        }
+    }
+    m->slots[hole].p = NULL;
+    m->count--;
+    return 0;
+}
+
+/* ---- loading backends ---- */
+
+static fsc_status open_cuda(const fsc_device_opts *opts, const fsc_device_ops **ops, void **ctx, void **handle) {
+    char tried[1024] = "", path[PATH_MAX + 32];
+    size_t used = 0;
+    const char *cands[3];
+    char exe_dir[PATH_MAX + 32];
+    int nc = 0;
+    const char *env = getenv("FSC_CUDA_PLUGIN");
+    if (env && *env) cands[nc++] = env;
+    ssize_t len = readlink("/proc/self/exe", exe_dir, PATH_MAX);
+    if (len > 0) {
+        exe_dir[len] = '\0';
+        char *slash = strrchr(exe_dir, '/');
+        if (slash) {
+            strcpy(slash + 1, "libfsc_cuda.so");
+            cands[nc++] = exe_dir;
+        }
+    }
+    cands[nc++] = "libfsc_cuda.so";
+    void *h = NULL;
+    for (int i = 0; i < nc && !h; i++) {
+        snprintf(path, sizeof path, "%s", cands[i]);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            const char *e = dlerror();
+            int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
+            if (n > 0) used = (used + (size_t)n < sizeof tried) ? used + (size_t)n : sizeof tried - 1;
+        }
+    }
+    if (!h)
+        return fsc_error(FSC_ERR_UNSUPPORTED,
+                         "cuda device unavailable: the plug-in libfsc_cuda.so was not found or could not be "
+                         "loaded (set FSC_CUDA_PLUGIN to its path; build it with nvcc present). Tried: %s", tried);
+    fsc_device_open_fn open_fn;
+    void *sym = dlsym(h, "fsc_cuda_device_open");
+    memcpy(&open_fn, &sym, sizeof open_fn);
+    if (!sym) {
+        dlclose(h);
+        return fsc_error(FSC_ERR_UNSUPPORTED, "cuda device unavailable: %s has no symbol fsc_cuda_device_open", path);
+    }
+    fsc_clear_error();
+    fsc_status s = open_fn(FSC_DEVICE_ABI_VERSION, opts, ops, ctx);
+    if (s != FSC_OK) {
+        char why[768];
+        snprintf(why, sizeof why, "%s", fsc_last_error());
+        dlclose(h);
+        return fsc_error(s, "cuda device unavailable: %s", why[0] ? why : "the plug-in refused to open");
+    }
+    if (!*ops || (*ops)->abi_version != FSC_DEVICE_ABI_VERSION) {
+        int v = *ops ? (*ops)->abi_version : -1;
+        if (*ops && (*ops)->destroy) (*ops)->destroy(*ctx);
+        dlclose(h);
+        return fsc_error(FSC_ERR_UNSUPPORTED, "cuda plug-in %s has device ABI version %d, this library needs %d",
+                         path, v, FSC_DEVICE_ABI_VERSION);
+    }
+    *handle = h;
+    return FSC_OK;
+}
+
+fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_device **out) {
+    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_device_create: out is NULL");
+    *out = NULL;
+    if (!name) return fsc_error(FSC_ERR_INVALID, "fsc_device_create: device name is NULL (use \"cpu\" or \"cuda\")");
+    fsc_device_opts o = {0};
+    if (opts) o = *opts;
+    if (o.threads < 0) return fsc_error(FSC_ERR_INVALID, "device option threads is %d, must be >= 0", o.threads);
+    if (o.ordinal < 0) return fsc_error(FSC_ERR_INVALID, "device option ordinal is %d, must be >= 0", o.ordinal);
+    const fsc_device_ops *ops = NULL;
+    void *ctx = NULL, *handle = NULL;
+    if (strcmp(name, "cpu") == 0) {
+        FSC_TRY(fsc_cpu_device_open(FSC_DEVICE_ABI_VERSION, &o, &ops, &ctx));
+    } else if (strcmp(name, "cuda") == 0) {
+        FSC_TRY(open_cuda(&o, &ops, &ctx, &handle));
+    } else {
+        return fsc_error(FSC_ERR_INVALID, "unknown device \"%s\" (known devices: \"cpu\", \"cuda\")", name);
+    }
+    fsc_device *d = calloc(1, sizeof *d);
+    struct fsc_alloc_map *m = calloc(1, sizeof *m);
+    if (!d || !m || pthread_mutex_init(&m->mu, NULL) != 0) {
+        free(d);
+        free(m);
+        if (ops->destroy) ops->destroy(ctx);
+        if (handle) dlclose(handle);
+        return fsc_error(FSC_ERR_NOMEM, "out of memory creating device %s", name);
+    }
+    d->ops = ops;
+    d->ctx = ctx;
+    d->plugin = handle;
+    d->live = m;
+    *out = d;
+    return FSC_OK;
+}
+
+void fsc_device_free(fsc_device *dev) {
+    if (!dev) return;
+    struct fsc_alloc_map *m = dev->live;
+    /* memory still live at free time is returned to the backend (a leak in the caller, not a crash) */
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->slots[i].p) dev->ops->free(dev->ctx, m->slots[i].p);
+    free(m->slots);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+    if (dev->ops->destroy) dev->ops->destroy(dev->ctx);
+    if (dev->plugin) dlclose(dev->plugin);
+    free(dev);
+}
+
+const char *fsc_device_name(const fsc_device *dev) { return dev ? dev->ops->name : "(null)"; }
+
+fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out) {
+    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_device_alloc: out is NULL");
+    *out = NULL;
+    if ((unsigned)tag >= FSC_TAG_COUNT) return fsc_error(FSC_ERR_INVALID, "fsc_device_alloc: invalid tag %d", (int)tag);
+    if (bytes == 0) return FSC_OK;
+    struct fsc_alloc_map *m = dev->live;
+    pthread_mutex_lock(&m->mu);
+    if ((m->count + 1) * 2 > m->cap && map_grow(m) != 0) {
+        pthread_mutex_unlock(&m->mu);
+        return fsc_error(FSC_ERR_NOMEM, "out of host memory for the allocation ledger");
+    }
+    void *p = dev->ops->alloc(dev->ctx, bytes);
+    if (!p) {
+        pthread_mutex_unlock(&m->mu);
+        return fsc_error(FSC_ERR_NOMEM, "%s device: cannot allocate %zu bytes for %s (%zu bytes live in all)",
+                         dev->ops->name, bytes, tag_names[tag], dev->cur_total);
+    }
+    map_put(m->slots, m->cap, (alloc_entry){p, bytes, (int)tag});
+    m->count++;
+    dev->cur[tag] += bytes;
+    if (dev->cur[tag] > dev->peak[tag]) dev->peak[tag] = dev->cur[tag];
+    dev->cur_total += bytes;
+    if (dev->cur_total > dev->peak_total) dev->peak_total = dev->cur_total;
+    pthread_mutex_unlock(&m->mu);
+    *out = p;
+    return FSC_OK;
+}
+
+fsc_status fsc_device_calloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out) {
+    FSC_TRY(fsc_device_alloc(dev, tag, bytes, out));
+    if (bytes == 0) return FSC_OK;
+    fsc_status s = dev->ops->memset(dev->ctx, *out, 0, bytes);
+    if (s != FSC_OK) {
+        fsc_device_release(dev, *out);
+        *out = NULL;
+    }
+    return s;
+}
+
+void fsc_device_release(fsc_device *dev, void *p) {
+    if (!p || !dev) return;
+    struct fsc_alloc_map *m = dev->live;
+    alloc_entry e;
+    pthread_mutex_lock(&m->mu);
+    int found = map_take(m, p, &e) == 0;
+    if (found) {
+        dev->cur[e.tag] -= e.bytes;
+        dev->cur_total -= e.bytes;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!found) {
+        fsc_error(FSC_ERR_INTERNAL, "%s device: release of %p, which is not a live allocation of this device "
+                  "(double release or foreign pointer)", dev->ops->name, p);
+        return;
+    }
+    dev->ops->free(dev->ctx, p);
+}
+
+size_t fsc_device_current_bytes(const fsc_device *dev, fsc_tag tag) {
+    return ((unsigned)tag < FSC_TAG_COUNT) ? dev->cur[tag] : 0;
+}
+
+size_t fsc_device_peak_bytes(const fsc_device *dev, fsc_tag tag) {
+    return ((unsigned)tag < FSC_TAG_COUNT) ? dev->peak[tag] : 0;
+}
+
+size_t fsc_device_peak_total(const fsc_device *dev) { return dev->peak_total; }
+
+void fsc_device_reset_peak(fsc_device *dev) {
+    pthread_mutex_lock(&dev->live->mu);
+    for (int t = 0; t < FSC_TAG_COUNT; t++) dev->peak[t] = dev->cur[t];
+    dev->peak_total = dev->cur_total;
+    pthread_mutex_unlock(&dev->live->mu);
+}
+
+fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, size_t bytes) {
+    if (bytes == 0) return FSC_OK;
+    if (!dst || !host_src) return fsc_error(FSC_ERR_INVALID, "fsc_device_upload: NULL pointer for %zu bytes", bytes);
+    return dev->ops->upload(dev->ctx, dst, host_src, bytes);
+}
+
+fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src, size_t bytes) {
+    if (bytes == 0) return FSC_OK;
+    if (!host_dst || !src) return fsc_error(FSC_ERR_INVALID, "fsc_device_download: NULL pointer for %zu bytes", bytes);
+    return dev->ops->download(dev->ctx, host_dst, src, bytes);
+}
+
+fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0) return FSC_OK;
+    if (!dst || !src) return fsc_error(FSC_ERR_INVALID, "fsc_device_copy: NULL pointer for %zu bytes", bytes);
+    return dev->ops->copy(dev->ctx, dst, src, bytes);
+}
+
+fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes) {
+    if (bytes == 0) return FSC_OK;
+    if (!dst) return fsc_error(FSC_ERR_INVALID, "fsc_device_memset: NULL pointer for %zu bytes", bytes);
+    return dev->ops->memset(dev->ctx, dst, value, bytes);
+}
+
+fsc_status fsc_device_sync(fsc_device *dev) { return dev->ops->sync ? dev->ops->sync(dev->ctx) : FSC_OK; }

@@ -1,0 +1,103 @@
+/* Tensors: shaped, strided views of memory (tensor.h). No allocation happens here; a tensor never
+ * owns its data. Views (narrow, reshape, transpose) check their arguments and say what is wrong. */
+#include <stdio.h>
+#include "fsc/tensor.h"
+
+fsc_tensor fsc_tensor_make(void *data, fsc_dtype dtype, int ndim, const int64_t *shape, fsc_device *dev) {
+    fsc_tensor t = {0};
+    t.data = data;
+    t.dtype = dtype;
+    t.dev = dev;
+    if (ndim < 0) ndim = 0;
+    if (ndim > FSC_MAX_DIMS) ndim = FSC_MAX_DIMS;
+    t.ndim = ndim;
+    for (int i = 0; i < ndim; i++) t.shape[i] = shape[i];
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        t.stride[i] = s;
+        s *= t.shape[i];
+    }
+    return t;
+}
+
+int64_t fsc_tensor_numel(const fsc_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+size_t fsc_tensor_nbytes(const fsc_tensor *t) {
+    return (size_t)fsc_tensor_numel(t) * fsc_dtype_size(t->dtype);
+}
+
+int fsc_tensor_is_contiguous(const fsc_tensor *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != s) return 0;
+        s *= t->shape[i];
+    }
+    return 1;
+}
+
+void fsc_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    if (!buf || cap == 0) return;
+    size_t used = 0;
+    buf[0] = '\0';
+    int n = snprintf(buf, cap, "[");
+    if (n > 0) used = (size_t)n;
+    for (int i = 0; i < ndim && used < cap; i++) {
+        n = snprintf(buf + used, cap - used, i ? ", %lld" : "%lld", (long long)shape[i]);
+        if (n < 0) return;
+        used += (size_t)n;
+    }
+    if (used < cap) snprintf(buf + used, cap - used, "]");
+}
+
+fsc_status fsc_tensor_narrow(const fsc_tensor *t, int dim, int64_t start, int64_t len, fsc_tensor *out) {
+    char s[96];
+    if (dim < 0 || dim >= t->ndim)
+        return fsc_error(FSC_ERR_INVALID, "narrow: dimension %d out of range for a %d-dim tensor", dim, t->ndim);
+    if (start < 0 || len < 0 || start > t->shape[dim] || len > t->shape[dim] - start) {
+        fsc_shape_str(s, sizeof s, t->ndim, t->shape);
+        return fsc_error(FSC_ERR_INVALID, "narrow: rows [%lld, %lld) of dimension %d are outside shape %s",
+                         (long long)start, (long long)start + (long long)len, dim, s);
+    }
+    fsc_tensor r = *t;
+    if (r.data) r.data = (char *)r.data + (size_t)(start * t->stride[dim]) * fsc_dtype_size(t->dtype);
+    r.shape[dim] = len;
+    *out = r;
+    return FSC_OK;
+}
+
+fsc_status fsc_tensor_reshape(const fsc_tensor *t, int ndim, const int64_t *shape, fsc_tensor *out) {
+    char s0[96], s1[96];
+    if (ndim < 0 || ndim > FSC_MAX_DIMS)
+        return fsc_error(FSC_ERR_INVALID, "reshape: %d dimensions (at most %d)", ndim, FSC_MAX_DIMS);
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) return fsc_error(FSC_ERR_INVALID, "reshape: negative size %lld", (long long)shape[i]);
+        n *= shape[i];
+    }
+    fsc_shape_str(s0, sizeof s0, t->ndim, t->shape);
+    fsc_shape_str(s1, sizeof s1, ndim, shape);
+    if (!fsc_tensor_is_contiguous(t))
+        return fsc_error(FSC_ERR_INVALID, "reshape: tensor of shape %s is not contiguous (a strided view)", s0);
+    if (n != fsc_tensor_numel(t))
+        return fsc_error(FSC_ERR_INVALID, "reshape: %s has %lld elements, %s has %lld", s0,
+                         (long long)fsc_tensor_numel(t), s1, (long long)n);
+    *out = fsc_tensor_make(t->data, t->dtype, ndim, shape, t->dev);
+    return FSC_OK;
+}
+
+fsc_status fsc_tensor_transpose(const fsc_tensor *t, int d0, int d1, fsc_tensor *out) {
+    if (d0 < 0 || d0 >= t->ndim || d1 < 0 || d1 >= t->ndim)
+        return fsc_error(FSC_ERR_INVALID, "transpose: dimensions (%d, %d) out of range for a %d-dim tensor",
+                         d0, d1, t->ndim);
+    fsc_tensor r = *t;
+    r.shape[d0] = t->shape[d1];
+    r.shape[d1] = t->shape[d0];
+    r.stride[d0] = t->stride[d1];
+    r.stride[d1] = t->stride[d0];
+    *out = r;
+    return FSC_OK;
+}

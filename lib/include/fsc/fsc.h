@@ -11,5 +11,6 @@
 #include "safetensors.h"
 #include "optim.h"
 #include "gpt.h"
+#include "nn.h"
 #include "parallel.h"
 #endif

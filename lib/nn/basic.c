@@ -1,0 +1,59 @@
+/* The elementwise and normalization modules: embedding, layer norm, GELU, softmax cross entropy.
+ * Each is a thin forward/backward pair over the device kernels that fills or reads its record.
+ * Not here: linear (linear.c), attention (attention.c), the transformer block (block.c). */
+#include "fsc/nn.h"
+#include "fsc/device_impl.h"
+
+fsc_status fsc_embedding_forward(fsc_device *dev, float *out, fsc_embedding_rec *rec, const int32_t *tok,
+                                 const float *wte, const float *wpe, int B, int T, int C) {
+    if (B < 0 || T < 0 || C <= 0)
+        return fsc_error(FSC_ERR_INVALID, "embedding: bad dimensions B=%d T=%d C=%d", B, T, C);
+    if (rec) *rec = (fsc_embedding_rec){ .tok = tok, .B = B, .T = T, .C = C };
+    if (B == 0 || T == 0) return FSC_OK;
+    return FSC_K(dev, encoder_forward, out, tok, wte, wpe, B, T, C);
+}
+
+fsc_status fsc_embedding_backward(fsc_device *dev, float *dwte, float *dwpe, const fsc_embedding_rec *rec,
+                                  const float *dout) {
+    if (rec->B == 0 || rec->T == 0) return FSC_OK;
+    return FSC_K(dev, encoder_backward, dwte, dwpe, dout, rec->tok, rec->B, rec->T, rec->C);
+}
+
+fsc_status fsc_layernorm_forward(fsc_device *dev, float *out, fsc_layernorm_rec *rec, float *mean, float *rstd,
+                                 const float *inp, const float *w, const float *b, size_t N, int C) {
+    if (C <= 0) return fsc_error(FSC_ERR_INVALID, "layer norm: width C=%d must be positive", C);
+    if (rec) *rec = (fsc_layernorm_rec){ .inp = inp, .mean = mean, .rstd = rstd, .N = N, .C = C };
+    if (N == 0) return FSC_OK;
+    return FSC_K(dev, layernorm_forward, out, mean, rstd, inp, w, b, N, C);
+}
+
+fsc_status fsc_layernorm_backward(fsc_device *dev, float *dinp, float *dw, float *db,
+                                  const fsc_layernorm_rec *rec, const float *dout, const float *w) {
+    if (rec->N == 0) return FSC_OK;
+    return FSC_K(dev, layernorm_backward, dinp, dw, db, dout, rec->inp, w, rec->mean, rec->rstd, rec->N, rec->C);
+}
+
+fsc_status fsc_gelu_forward(fsc_device *dev, float *out, fsc_gelu_rec *rec, const float *inp, size_t n) {
+    if (rec) *rec = (fsc_gelu_rec){ .inp = inp, .n = n };
+    if (n == 0) return FSC_OK;
+    return FSC_K(dev, gelu_forward, out, inp, n);
+}
+
+fsc_status fsc_gelu_backward(fsc_device *dev, float *dinp, const fsc_gelu_rec *rec, const float *dout) {
+    if (rec->n == 0) return FSC_OK;
+    return FSC_K(dev, gelu_backward, dinp, rec->inp, dout, rec->n);
+}
+
+fsc_status fsc_xent_forward(fsc_device *dev, float *losses, fsc_xent_rec *rec, const float *logits,
+                            const int32_t *targets, size_t N, int V, int ld) {
+    if (V <= 0 || ld < V)
+        return fsc_error(FSC_ERR_INVALID, "cross entropy: need 0 < V <= ld, got V=%d ld=%d", V, ld);
+    if (rec) *rec = (fsc_xent_rec){ .logits = logits, .targets = targets, .N = N, .V = V, .ld = ld };
+    if (N == 0) return FSC_OK;
+    return FSC_K(dev, xent_forward, losses, logits, targets, N, V, ld);
+}
+
+fsc_status fsc_xent_backward(fsc_device *dev, float *dlogits, const fsc_xent_rec *rec, float dscale) {
+    if (rec->N == 0) return FSC_OK;
+    return FSC_K(dev, xent_backward, dlogits, rec->logits, rec->targets, rec->N, rec->V, rec->ld, dscale);
+}

@@ -31,6 +31,16 @@ struct fsc_comm {
     fsc_comm_stats stats;
 };
 
+/* Entry points the cuda plug-in exports for its NCCL communicator (found with dlsym by the launcher):
+ * "fsc_nccl_get_unique_id" fills the opaque id (bytes = 128) on the rank that creates it;
+ * "fsc_nccl_comm_open" joins rank of world with that id on the plug-in device whose ctx is device_ctx
+ * (collectives run on that device's current stream); a collective or barrier stuck longer than
+ * timeout_s fails instead of hanging. */
+typedef fsc_status (*fsc_nccl_get_unique_id_fn)(void *id, size_t bytes);
+typedef fsc_status (*fsc_nccl_comm_open_fn)(int abi_version, const void *id, size_t bytes, int rank, int world,
+                                            void *device_ctx, double timeout_s, const fsc_comm_ops **ops,
+                                            void **ctx);
+
 /* Wrap an implementation in an fsc_comm (takes ownership of ctx). */
 fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size, const char *name,
                          fsc_comm **out);

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include "device.h"
 
-#define FSC_DEVICE_ABI_VERSION 1
+#define FSC_DEVICE_ABI_VERSION 2 /* 2: gemm_ex */
 
 typedef struct fsc_device_ops {
     int abi_version; /* FSC_DEVICE_ABI_VERSION */
@@ -108,6 +108,12 @@ typedef struct fsc_device_ops {
     fsc_status (*set_stream)(void *ctx, void *stream);       /* kernels after this go to stream */
     fsc_status (*event_record)(void *ctx, void **event, void *stream);
     fsc_status (*stream_wait)(void *ctx, void *stream, void *event);
+
+    /* optional: gemm as above with A and B of type ab (f32, bf16 or f16) and C of type c (f32 or ab),
+     * products accumulated in f32 (tensor cores on GPUs). NULL where the backend has none. */
+    fsc_status (*gemm_ex)(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
+                          const void *A, int lda, int64_t sa, const void *B, int ldb, int64_t sb, fsc_dtype ab,
+                          float beta, void *C, int ldc, int64_t sc, fsc_dtype c, int batch);
 } fsc_device_ops;
 
 struct fsc_device {
@@ -127,6 +133,12 @@ struct fsc_device {
  * "fsc_cuda_device_open"; the cpu backend is linked in. */
 typedef fsc_status (*fsc_device_open_fn)(int abi_version, const fsc_device_opts *opts,
                                          const fsc_device_ops **ops, void **ctx);
+/* Optional export of a plug-in, "fsc_plugin_init": the core calls it right after dlopen, before the open
+ * function, with its own fsc_error, so the plug-in's messages reach the caller's thread-local message even
+ * when the executable does not export its symbols (a static libfsc.a linked without -rdynamic). */
+typedef fsc_status (*fsc_error_fn)(fsc_status s, const char *fmt, ...);
+typedef void (*fsc_plugin_init_fn)(int abi_version, fsc_error_fn error);
+
 fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, const fsc_device_ops **ops,
                                void **ctx);
 

@@ -8,6 +8,7 @@
 #include "device.h"
 #include "comm.h"
 #include "cluster.h"
+#include "launch.h"
 #include "safetensors.h"
 #include "optim.h"
 #include "gpt.h"

@@ -198,6 +198,26 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
 
 fsc_gpt *fsc_engine_model(fsc_engine *e) { return e->m; }
 
+void fsc_engine_add_group(fsc_engine *e, fsc_comm *c) {
+    if (e->ngroups < (int)(sizeof e->groups / sizeof e->groups[0])) e->groups[e->ngroups++] = c;
+}
+
+void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out) {
+    *out = *fsc_comm_get_stats(e->comm);
+    for (int g = 0; g < e->ngroups; g++) {
+        const fsc_comm_stats *st = fsc_comm_get_stats(e->groups[g]);
+        for (int op = 0; op < FSC_OP_COUNT; op++) {
+            out->calls[op] += st->calls[op];
+            out->bytes[op] += st->bytes[op];
+        }
+    }
+}
+
+void fsc_engine_reset_comm_stats(fsc_engine *e) {
+    fsc_comm_reset_stats(e->comm);
+    for (int g = 0; g < e->ngroups; g++) fsc_comm_reset_stats(e->groups[g]);
+}
+
 static fsc_status ensure_acts(fsc_engine *e, int B) {
     if (e->acts && e->acts_B == B) return FSC_OK;
     fsc_gpt_acts_free(e->acts);

@@ -59,6 +59,9 @@ struct fsc_engine {
     size_t *glens;
     int ngsegs;
     fsc_comm *norm_comm;      /* group over which gsegs are split (NULL: each rank holds all) */
+
+    fsc_comm *groups[8];      /* communicators the strategy made (counted in fsc_engine_comm_stats) */
+    int ngroups;
 };
 
 extern const fsc_strategy fsc_strategy_ddp;   /* also used for FSC_PAR_NONE */
@@ -79,6 +82,8 @@ fsc_status fsc_engine_round_to(fsc_engine *e, float *dst, const float *src, size
  * accumulate: out += result instead of out = result. Every gradient reduction in fsc goes through here. */
 fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in, float *out, size_t n,
                              int accumulate);
+/* Count a group's traffic in fsc_engine_comm_stats (the strategy still frees it). */
+void fsc_engine_add_group(fsc_engine *e, fsc_comm *c);
 /* Register a segment's gradient for unscaling/clipping. */
 fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
 

@@ -219,6 +219,8 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     fsc_comm_set_name(d->shard_comm, "shard");
     FSC_TRY(fsc_comm_split(e->comm, d->rank % d->G, d->rank, &d->replica_comm));
     fsc_comm_set_name(d->replica_comm, "replica");
+    fsc_engine_add_group(e, d->shard_comm);
+    fsc_engine_add_group(e, d->replica_comm);
     FSC_TRY(build_units(e, d));
     const int j = fsc_comm_rank(d->shard_comm);
     for (int u = 0; u < d->nunits; u++) {

@@ -69,6 +69,12 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path);
  * Collective ("summon full params"). */
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host);
 fsc_gpt *fsc_engine_model(fsc_engine *e);
+/* Communication of this rank summed over the world communicator and every group the engine made.
+ * Besides the gradient and parameter traffic, each step all-gathers one double per rank (the loss) and,
+ * with clipping, one float (max) and 16 bytes per rank (the exact norm), and with f16 one float (the
+ * non-finite vote). */
+void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out);
+void fsc_engine_reset_comm_stats(fsc_engine *e);
 const char *fsc_parallel_kind_name(fsc_parallel_kind k);
 void fsc_engine_free(fsc_engine *e);
 

@@ -1,0 +1,270 @@
+/* FSDP against DDP on the simulated cluster.
+ * Oracle: DDP on the same world size with the same data. Every FSDP strategy, with and without
+ * reshard_after_forward, flat and nested wrapping, gives bit-identical losses and parameters after
+ * several AdamW steps with clipping. Communication and memory are checked against the formulas. */
+#include "partest.h"
+
+static const int worlds[] = { 1, 2, 3, 4, 8 };
+
+static pt_run fsdp_run(int world, fsc_shard_strategy sh, fsc_wrap_policy wrap, int reshard) {
+    pt_run r = pt_make(world, FSC_PAR_FSDP);
+    r.po.shard = sh;
+    r.po.wrap = wrap;
+    r.po.reshard_after_forward = reshard;
+    return r;
+}
+
+static void test_fsdp_equals_ddp(void **state) {
+    (void)state;
+    for (size_t w = 0; w < sizeof worlds / sizeof worlds[0]; w++) {
+        int N = worlds[w];
+        pt_run ddp = pt_make(N, FSC_PAR_DDP);
+        pt_train(&ddp);
+        /* clipping must really happen for this test to cover it */
+        assert_true(ddp.info[0].grad_norm > ddp.po.clip);
+        struct { fsc_shard_strategy sh; fsc_wrap_policy wrap; int reshard; const char *what; } cases[] = {
+            { FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1, "full_shard per block" },
+            { FSC_SHARD_FULL, FSC_WRAP_BLOCK, 0, "full_shard per block, no reshard" },
+            { FSC_SHARD_FULL, FSC_WRAP_MODEL, 1, "full_shard flat" },
+            { FSC_SHARD_GRAD_OP, FSC_WRAP_BLOCK, -1, "shard_grad_op" },
+            { FSC_SHARD_NONE, FSC_WRAP_BLOCK, -1, "no_shard" },
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            pt_run f = fsdp_run(N, cases[c].sh, cases[c].wrap, cases[c].reshard);
+            pt_train(&f);
+            char what[96];
+            snprintf(what, sizeof what, "%s, world %d", cases[c].what, N);
+            pt_assert_same(&ddp, &f, what);
+            free(f.params);
+        }
+        if (N >= 4) { /* hybrid: groups of 2 (and 4 on 8 ranks) */
+            for (int G = 2; G < N; G *= 2) {
+                pt_run f = fsdp_run(N, FSC_SHARD_HYBRID, FSC_WRAP_BLOCK, -1);
+                f.po.hybrid_group = G;
+                pt_train(&f);
+                char what[64];
+                snprintf(what, sizeof what, "hybrid_shard group %d, world %d", G, N);
+                pt_assert_same(&ddp, &f, what);
+                free(f.params);
+            }
+        }
+        free(ddp.params);
+    }
+}
+
+/* min-params wrapping: blocks at or above the threshold are units, else they stay in the root */
+static void test_fsdp_min_params_wrap(void **state) {
+    (void)state;
+    pt_run ddp = pt_make(3, FSC_PAR_DDP);
+    pt_train(&ddp);
+    size_t block = 0;
+    fsc_param_info pi;
+    for (int k = 0; k < FSC_GPT_BLOCK_PARAMS; k++) {
+        assert_ok(fsc_gpt_param_info(&ddp.cfg, 2 + k, &pi));
+        block += pi.numel;
+    }
+    size_t thresholds[] = { block, block + 1 };
+    for (int i = 0; i < 2; i++) {
+        pt_run f = fsdp_run(3, FSC_SHARD_FULL, FSC_WRAP_MIN_PARAMS, -1);
+        f.po.wrap_min_params = thresholds[i];
+        pt_train(&f);
+        pt_assert_same(&ddp, &f, "min-params wrap");
+        /* units: 1 + L when blocks are wrapped, 1 otherwise; reduce-scatters = units */
+        uint64_t units = i == 0 ? 1 + (uint64_t)ddp.cfg.layers : 1;
+        assert_int_equal(f.comm[0].calls[FSC_OP_REDUCE_SCATTER], units);
+        free(f.params);
+    }
+    free(ddp.params);
+}
+
+/* Gradient accumulation: K micro-batches equal DDP with K micro-batches, with and without no_sync. */
+static void test_fsdp_accumulation(void **state) {
+    (void)state;
+    for (int N = 2; N <= 4; N++) {
+        for (int ns = 0; ns <= 1; ns++) {
+            pt_run ddp = pt_make(N, FSC_PAR_DDP);
+            ddp.po.accum = 2;
+            ddp.po.no_sync = ns;
+            pt_train(&ddp);
+            pt_run f = fsdp_run(N, FSC_SHARD_FULL, FSC_WRAP_BLOCK, -1);
+            f.po.accum = 2;
+            f.po.no_sync = ns;
+            pt_train(&f);
+            pt_assert_same(&ddp, &f, ns ? "accumulation with no_sync" : "accumulation, reduce every micro-batch");
+            free(ddp.params);
+            free(f.params);
+        }
+    }
+}
+
+/* Collective counts (FairScale's test): with no_sync over K micro-batches, every micro-batch gathers
+ * 2 x units - 1 times (the root is not re-gathered for backward) and only the last reduce-scatters. */
+static void test_fsdp_no_sync_counts(void **state) {
+    (void)state;
+    const int K = 3, N = 2;
+    pt_run f = fsdp_run(N, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1);
+    f.batch = 12;
+    f.po.accum = K;
+    f.po.no_sync = 1;
+    f.po.clip = 0;
+    pt_train(&f);
+    uint64_t units = 1 + (uint64_t)f.cfg.layers;
+    /* + 1 all-gather: the loss of the step */
+    assert_int_equal(f.comm[0].calls[FSC_OP_ALL_GATHER], (uint64_t)K * (2 * units - 1) + 1);
+    assert_int_equal(f.comm[0].calls[FSC_OP_REDUCE_SCATTER], units);
+    free(f.params);
+}
+
+/* padded sizes of the units as FSDP builds them: root = wte, wpe, ln_f; one unit per block */
+static void unit_sizes(const fsc_gpt_config *c, int N, size_t *root, size_t *block) {
+    fsc_param_info pi;
+    size_t r = 0, b = 0;
+    int nt = fsc_gpt_num_tensors(c);
+    for (int i = 0; i < nt; i++) {
+        assert_ok(fsc_gpt_param_info(c, i, &pi));
+        if (pi.layer >= 1 && pi.layer <= c->layers) {
+            if (pi.layer == 1) b += pi.numel;
+        } else {
+            r += pi.numel;
+        }
+    }
+    *root = (r + N - 1) / N * N;
+    *block = (b + N - 1) / N * N;
+}
+
+/* Bytes per rank and step, as a ring sends them: full_shard = 3 (N-1)/N x padded parameter bytes, less
+ * the root's backward gather (FairScale keeps the root gathered); shard_grad_op and DDP 2 (N-1)/N x. */
+static void test_fsdp_comm_volume(void **state) {
+    (void)state;
+    for (int N = 2; N <= 4; N++) {
+        pt_run ddp = pt_make(N, FSC_PAR_DDP);
+        ddp.po.clip = 0;
+        pt_train(&ddp);
+        size_t P = fsc_gpt_num_params(&ddp.cfg), root, block;
+        unit_sizes(&ddp.cfg, N, &root, &block);
+        double f = (double)(N - 1) / N;
+        double loss_bytes = f * 8.0 * N; /* the loss: one double per rank, all-gathered */
+        assert_true(fabs(ddp.comm[0].bytes[FSC_OP_ALL_REDUCE] - 2 * f * 4.0 * P) < 1e-6);
+        assert_true(fabs(ddp.comm[0].bytes[FSC_OP_ALL_GATHER] - loss_bytes) < 1e-6);
+
+        size_t padded = root + (size_t)ddp.cfg.layers * block;
+        pt_run fs = fsdp_run(N, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1);
+        fs.po.clip = 0;
+        pt_train(&fs);
+        double want_ag = f * 4.0 * (2.0 * padded - root) + loss_bytes;
+        assert_true(fabs(fs.comm[0].bytes[FSC_OP_ALL_GATHER] - want_ag) < 1e-6);
+        assert_true(fabs(fs.comm[0].bytes[FSC_OP_REDUCE_SCATTER] - f * 4.0 * padded) < 1e-6);
+        assert_true(fs.comm[0].bytes[FSC_OP_ALL_REDUCE] == 0);
+
+        pt_run go = fsdp_run(N, FSC_SHARD_GRAD_OP, FSC_WRAP_BLOCK, -1);
+        go.po.clip = 0;
+        pt_train(&go);
+        assert_true(fabs(go.comm[0].bytes[FSC_OP_ALL_GATHER] - (f * 4.0 * padded + loss_bytes)) < 1e-6);
+        assert_true(fabs(go.comm[0].bytes[FSC_OP_REDUCE_SCATTER] - f * 4.0 * padded) < 1e-6);
+        free(ddp.params);
+        free(fs.params);
+        free(go.params);
+    }
+}
+
+/* Memory from the device ledger: params + grads + optimizer state per rank under full_shard is at most
+ * DDP's / N, plus the padding, plus the units gathered at once (root and one block, params and grads). */
+static void test_fsdp_memory(void **state) {
+    (void)state;
+    const int N = 4;
+    pt_run ddp = pt_make(N, FSC_PAR_DDP);
+    pt_train(&ddp);
+    pt_run fs = fsdp_run(N, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1);
+    pt_train(&fs);
+    size_t root, block;
+    unit_sizes(&ddp.cfg, N, &root, &block);
+    for (int r = 0; r < N; r++) {
+        size_t dd = ddp.peak[r][FSC_TAG_PARAMS] + ddp.peak[r][FSC_TAG_GRADS] + ddp.peak[r][FSC_TAG_OPTIM];
+        size_t ff = fs.peak[r][FSC_TAG_PARAMS] + fs.peak[r][FSC_TAG_GRADS] + fs.peak[r][FSC_TAG_OPTIM];
+        size_t units = 1 + (size_t)ddp.cfg.layers;
+        size_t padding = units * (size_t)N * 16;         /* < N padded elements per unit, 16 bytes each */
+        size_t gathered = 2 * 4 * (root + block);          /* params + grads of root and one block */
+        if (ff > dd / N + padding + gathered)
+            fail_msg("rank %d: fsdp peak %zu > ddp %zu / %d + %zu + %zu", r, ff, dd, N, padding, gathered);
+        assert_true(ff < dd); /* and it really saves memory */
+    }
+    free(ddp.params);
+    free(fs.params);
+}
+
+/* Mixed precision: bf16 parameters and reductions equal DDP with the same settings, bit for bit. */
+static void test_fsdp_bf16(void **state) {
+    (void)state;
+    for (int N = 2; N <= 3; N++) {
+        pt_run ddp = pt_make(N, FSC_PAR_DDP);
+        ddp.po.param_dtype = ddp.po.reduce_dtype = FSC_BF16;
+        pt_train(&ddp);
+        pt_run f = fsdp_run(N, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1);
+        f.po.param_dtype = f.po.reduce_dtype = FSC_BF16;
+        pt_train(&f);
+        pt_assert_same(&ddp, &f, "bf16");
+        /* and bf16 really changed something against fp32 */
+        pt_run f32 = pt_make(N, FSC_PAR_DDP);
+        pt_train(&f32);
+        assert_true(memcmp(&f32.loss[1], &ddp.loss[1], sizeof(double)) != 0);
+        free(ddp.params);
+        free(f.params);
+        free(f32.params);
+    }
+}
+
+/* f16 with dynamic loss scaling: a huge initial scale overflows, every rank skips the same steps, and
+ * the result equals DDP's. */
+static void test_fsdp_f16_loss_scaling(void **state) {
+    (void)state;
+    const int N = 3;
+    pt_run ddp = pt_make(N, FSC_PAR_DDP);
+    ddp.po.param_dtype = ddp.po.reduce_dtype = FSC_F16;
+    ddp.po.init_loss_scale = 16777216.0f;
+    ddp.steps = 8;
+    pt_train(&ddp);
+    pt_run f = fsdp_run(N, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1);
+    f.po.param_dtype = f.po.reduce_dtype = FSC_F16;
+    f.po.init_loss_scale = 16777216.0f;
+    f.steps = 8;
+    pt_train(&f);
+    pt_assert_same(&ddp, &f, "f16");
+    int skipped = 0;
+    for (int s = 0; s < f.steps; s++) {
+        for (int r = 1; r < N; r++) assert_int_equal(f.skipped[r][s], f.skipped[0][s]);
+        assert_int_equal(f.skipped[0][s], ddp.skipped[0][s]);
+        skipped += f.skipped[0][s];
+    }
+    assert_true(skipped >= 1);            /* the overflow was caught */
+    assert_true(skipped < f.steps);       /* and the scale came down far enough to train */
+    free(ddp.params);
+    free(f.params);
+}
+
+/* sync_module_states: rank 0's initial values broadcast give the same run as the keyed init. */
+static void test_fsdp_sync_from_rank0(void **state) {
+    (void)state;
+    pt_run a = fsdp_run(3, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1);
+    pt_train(&a);
+    pt_run b = fsdp_run(3, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1);
+    b.po.sync_from_rank0 = 1;
+    pt_train(&b);
+    pt_assert_same(&a, &b, "sync_from_rank0");
+    free(a.params);
+    free(b.params);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fsdp_equals_ddp),
+        cmocka_unit_test(test_fsdp_min_params_wrap),
+        cmocka_unit_test(test_fsdp_accumulation),
+        cmocka_unit_test(test_fsdp_no_sync_counts),
+        cmocka_unit_test(test_fsdp_comm_volume),
+        cmocka_unit_test(test_fsdp_memory),
+        cmocka_unit_test(test_fsdp_bf16),
+        cmocka_unit_test(test_fsdp_f16_loss_scaling),
+        cmocka_unit_test(test_fsdp_sync_from_rank0),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,6 +1,8 @@
 /* Devices by name, and the tagged memory ledger every backend shares (device.h, device_impl.h).
  * The core owns the ledger: a small open-addressing hash map pointer -> (bytes, tag), so backends
  * only allocate and free. "cpu" is linked in; "cuda" is the plug-in libfsc_cuda.so loaded with dlopen.
+ * The plug-in is searched at $FSC_CUDA_PLUGIN (a file or a directory), next to the running executable,
+ * then by soname through the dynamic loader.
  * The map has a mutex so a device shared between threads (a rank and its helper) stays consistent. */
 #include <dlfcn.h>
 #include <limits.h>
@@ -9,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "fsc/device_impl.h"
 
@@ -85,8 +88,17 @@ static fsc_status open_cuda(const fsc_device_opts *opts, const fsc_device_ops **
     const char *cands[3];
     char exe_dir[PATH_MAX + 32];
     int nc = 0;
+    char env_path[PATH_MAX + 32];
     const char *env = getenv("FSC_CUDA_PLUGIN");
-    if (env && *env) cands[nc++] = env;
+    struct stat st;
+    if (env && *env) { /* a file, or a directory holding libfsc_cuda.so */
+        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) {
+            snprintf(env_path, sizeof env_path, "%.*s/libfsc_cuda.so", PATH_MAX - 16, env);
+            cands[nc++] = env_path;
+        } else {
+            cands[nc++] = env;
+        }
+    }
     ssize_t len = readlink("/proc/self/exe", exe_dir, PATH_MAX);
     if (len > 0) {
         exe_dir[len] = '\0';

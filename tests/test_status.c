@@ -1,0 +1,81 @@
+/* Tests for lib/core/status.c: the thread-local error message.
+ * Oracles: the message is exactly the printf formatting of the arguments; a message set on another
+ * thread is not visible on this one; long messages are truncated, never overflow. */
+#include <pthread.h>
+#include "testutil.h"
+
+static void test_error_sets_message_and_returns_status(void **state) {
+    (void)state;
+    fsc_clear_error();
+    assert_string_equal(fsc_last_error(), "");
+    fsc_status s = fsc_error(FSC_ERR_INVALID, "balance sums to %d but the model has %d blocks", 11, 12);
+    assert_int_equal(s, FSC_ERR_INVALID);
+    assert_string_equal(fsc_last_error(), "balance sums to 11 but the model has 12 blocks");
+    fsc_clear_error();
+    assert_string_equal(fsc_last_error(), "");
+}
+
+static void test_status_names(void **state) {
+    (void)state;
+    assert_string_equal(fsc_status_str(FSC_OK), "ok");
+    assert_string_equal(fsc_status_str(FSC_ERR_INVALID), "invalid argument");
+    assert_string_equal(fsc_status_str(FSC_ERR_UNSUPPORTED), "unsupported");
+    assert_string_equal(fsc_status_str(FSC_ERR_INTERNAL), "internal error");
+    /* every code has a distinct name */
+    for (int a = FSC_OK; a <= FSC_ERR_INTERNAL; a++)
+        for (int b = a + 1; b <= FSC_ERR_INTERNAL; b++)
+            assert_string_not_equal(fsc_status_str((fsc_status)a), fsc_status_str((fsc_status)b));
+    assert_string_equal(fsc_status_str((fsc_status)999), "unknown status");
+}
+
+static void test_long_message_truncated(void **state) {
+    (void)state;
+    char big[5000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    fsc_error(FSC_ERR_IO, "%s", big);
+    size_t n = strlen(fsc_last_error());
+    assert_true(n > 100 && n < sizeof big - 1);
+}
+
+static void *other_thread(void *arg) {
+    fsc_error(FSC_ERR_COMM, "message from the other thread");
+    strcpy((char *)arg, fsc_last_error());
+    return NULL;
+}
+
+static void test_message_is_thread_local(void **state) {
+    (void)state;
+    char seen[128] = "";
+    fsc_error(FSC_ERR_STATE, "main thread message");
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, other_thread, seen), 0);
+    pthread_join(th, NULL);
+    assert_string_equal(seen, "message from the other thread");
+    assert_string_equal(fsc_last_error(), "main thread message");
+}
+
+static fsc_status fails(void) { return fsc_error(FSC_ERR_FORMAT, "bad"); }
+static fsc_status try_chain(int *reached) {
+    FSC_TRY(fails());
+    *reached = 1;
+    return FSC_OK;
+}
+
+static void test_try_propagates(void **state) {
+    (void)state;
+    int reached = 0;
+    assert_int_equal(try_chain(&reached), FSC_ERR_FORMAT);
+    assert_int_equal(reached, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_sets_message_and_returns_status),
+        cmocka_unit_test(test_status_names),
+        cmocka_unit_test(test_long_message_truncated),
+        cmocka_unit_test(test_message_is_thread_local),
+        cmocka_unit_test(test_try_propagates),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,107 @@
+/* Tests for lib/core/tensor.c: contiguous tensors, views and their argument checks.
+ * Oracles: strides and offsets derived by hand for row-major layouts; error cases must fail with
+ * FSC_ERR_INVALID and a message naming the problem. */
+#include "testutil.h"
+
+static void test_make_contiguous(void **state) {
+    (void)state;
+    float buf[24];
+    int64_t shape[3] = {2, 3, 4};
+    fsc_tensor t = fsc_tensor_make(buf, FSC_F32, 3, shape, NULL);
+    assert_int_equal(t.ndim, 3);
+    assert_int_equal(t.stride[0], 12);
+    assert_int_equal(t.stride[1], 4);
+    assert_int_equal(t.stride[2], 1);
+    assert_int_equal(fsc_tensor_numel(&t), 24);
+    assert_int_equal(fsc_tensor_nbytes(&t), 96);
+    assert_true(fsc_tensor_is_contiguous(&t));
+    assert_ptr_equal(t.data, buf);
+    assert_null(t.dev);
+    fsc_tensor s = fsc_tensor_make(NULL, FSC_BF16, 0, NULL, NULL);
+    assert_int_equal(fsc_tensor_numel(&s), 1); /* a scalar */
+    assert_int_equal(fsc_tensor_nbytes(&s), 2);
+}
+
+static void test_narrow(void **state) {
+    (void)state;
+    float buf[24];
+    int64_t shape[3] = {2, 3, 4};
+    fsc_tensor t = fsc_tensor_make(buf, FSC_F32, 3, shape, NULL), v;
+    assert_ok(fsc_tensor_narrow(&t, 0, 1, 1, &v));
+    assert_ptr_equal(v.data, buf + 12);
+    assert_int_equal(v.shape[0], 1);
+    assert_true(fsc_tensor_is_contiguous(&v));
+    assert_ok(fsc_tensor_narrow(&t, 1, 1, 2, &v));
+    assert_ptr_equal(v.data, buf + 4);
+    assert_int_equal(v.shape[1], 2);
+    assert_int_equal(v.stride[0], 12);
+    assert_false(fsc_tensor_is_contiguous(&v)); /* rows of 8 with a stride of 12 */
+    assert_ok(fsc_tensor_narrow(&t, 2, 4, 0, &v)); /* empty at the end is fine */
+    assert_int_equal(fsc_tensor_numel(&v), 0);
+    assert_err(fsc_tensor_narrow(&t, 3, 0, 1, &v), FSC_ERR_INVALID, "dimension 3");
+    assert_err(fsc_tensor_narrow(&t, -1, 0, 1, &v), FSC_ERR_INVALID, "out of range");
+    assert_err(fsc_tensor_narrow(&t, 1, 2, 2, &v), FSC_ERR_INVALID, "[2, 4)");
+    assert_err(fsc_tensor_narrow(&t, 0, -1, 1, &v), FSC_ERR_INVALID, "outside shape [2, 3, 4]");
+    assert_err(fsc_tensor_narrow(&t, 0, 0, -1, &v), FSC_ERR_INVALID, "outside");
+    fsc_tensor h = fsc_tensor_make(NULL, FSC_F16, 3, shape, NULL);
+    assert_ok(fsc_tensor_narrow(&h, 0, 1, 1, &v)); /* no data: only the shape changes */
+    assert_null(v.data);
+}
+
+static void test_reshape(void **state) {
+    (void)state;
+    uint16_t buf[24];
+    int64_t shape[3] = {2, 3, 4}, flat[2] = {6, 4}, bad[2] = {5, 5}, neg[2] = {-6, -4};
+    fsc_tensor t = fsc_tensor_make(buf, FSC_BF16, 3, shape, NULL), r, v;
+    assert_ok(fsc_tensor_reshape(&t, 2, flat, &r));
+    assert_int_equal(r.stride[0], 4);
+    assert_int_equal(r.dtype, FSC_BF16);
+    assert_ptr_equal(r.data, buf);
+    assert_err(fsc_tensor_reshape(&t, 2, bad, &r), FSC_ERR_INVALID, "24 elements");
+    assert_err(fsc_tensor_reshape(&t, 2, neg, &r), FSC_ERR_INVALID, "negative");
+    assert_err(fsc_tensor_reshape(&t, 5, flat, &r), FSC_ERR_INVALID, "dimensions");
+    assert_ok(fsc_tensor_transpose(&t, 0, 2, &v));
+    assert_err(fsc_tensor_reshape(&v, 2, flat, &r), FSC_ERR_INVALID, "not contiguous");
+    /* a narrowed view along dim 0 is still contiguous and can be reshaped */
+    assert_ok(fsc_tensor_narrow(&t, 0, 1, 1, &v));
+    int64_t s2[2] = {3, 4};
+    assert_ok(fsc_tensor_reshape(&v, 2, s2, &r));
+    assert_ptr_equal(r.data, buf + 12);
+}
+
+static void test_transpose(void **state) {
+    (void)state;
+    float buf[6];
+    int64_t shape[2] = {2, 3};
+    fsc_tensor t = fsc_tensor_make(buf, FSC_F32, 2, shape, NULL), v;
+    assert_ok(fsc_tensor_transpose(&t, 0, 1, &v));
+    assert_int_equal(v.shape[0], 3);
+    assert_int_equal(v.shape[1], 2);
+    assert_int_equal(v.stride[0], 1);
+    assert_int_equal(v.stride[1], 3);
+    assert_false(fsc_tensor_is_contiguous(&v));
+    assert_ok(fsc_tensor_transpose(&v, 1, 0, &v));
+    assert_true(fsc_tensor_is_contiguous(&v));
+    assert_err(fsc_tensor_transpose(&t, 0, 2, &v), FSC_ERR_INVALID, "(0, 2)");
+}
+
+static void test_shape_str(void **state) {
+    (void)state;
+    char buf[32];
+    int64_t shape[4] = {2, 3, 4, 1000000000000LL};
+    fsc_shape_str(buf, sizeof buf, 3, shape);
+    assert_string_equal(buf, "[2, 3, 4]");
+    fsc_shape_str(buf, sizeof buf, 0, shape);
+    assert_string_equal(buf, "[]");
+    fsc_shape_str(buf, 8, 4, shape); /* truncated, still terminated */
+    assert_int_equal(strlen(buf), 7);
+    assert_int_equal(strncmp(buf, "[2, 3, ", 7), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_make_contiguous), cmocka_unit_test(test_narrow), cmocka_unit_test(test_reshape),
+        cmocka_unit_test(test_transpose),       cmocka_unit_test(test_shape_str),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,497 @@
+/* train_gpt: train a GPT on the bytes of a file, on one rank or on a simulated cluster, with the public
+ * fsc API only. One table of options is the parser, the defaults and the --help text.
+ *
+ * Data order (a contract, the same for every world size and strategy): with N tokens, global batch B and
+ * context T, sequence i of step s starts at ((s*B + i) * T) mod (N - T); its inputs are the T tokens from
+ * there and its targets the next T. With --world W, rank r takes sequences [r*B/W, (r+1)*B/W).
+ * The training function runs on every rank (SPMD); rank 0 prints one line per step and, with --json, the
+ * last line of output is one JSON object with every loss, throughput, memory and communication. */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cjson/cJSON.h>
+#include "fsc/fsc.h"
+
+typedef struct {
+    int layers, dim, heads, seq, vocab;
+    const char *data;
+    int batch, steps;
+    float lr;
+    int optimizer;  /* fsc_optim_kind */
+    float momentum, weight_decay, clip;
+    uint64_t seed;
+    const char *init_save, *save, *load;
+    int json;
+    int world;
+    int parallel;   /* fsc_parallel_kind */
+    int shard;      /* fsc_shard_strategy */
+    int wrap;       /* fsc_wrap_policy */
+    size_t wrap_min_params;
+    int precision;  /* index into precision_dtype */
+    int accum;
+    int check_ddp;
+    int threads;
+} train_config;
+
+typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
+
+typedef struct {
+    const char *name;    /* without the leading "--" */
+    const char *arg;     /* placeholder in --help; NULL for a flag */
+    const char *def;     /* default, parsed like user input; NULL: none */
+    const char *help;
+    opt_kind kind;
+    size_t off;          /* offsetof(train_config, field) */
+    double lo, hi;       /* K_INT, K_FLOAT: allowed range */
+    const char *choices; /* K_CHOICE: "a|b|c", the value stored is the index */
+} option;
+
+#define F(field) offsetof(train_config, field)
+static const option options[] = {
+    {"layers", "N", "4", "transformer blocks", K_INT, F(layers), 1, 1024, NULL},
+    {"dim", "C", "128", "model width (channels)", K_INT, F(dim), 1, 65536, NULL},
+    {"heads", "H", "4", "attention heads (must divide --dim)", K_INT, F(heads), 1, 65536, NULL},
+    {"seq", "T", "64", "context length (tokens per sequence)", K_INT, F(seq), 1, 1 << 20, NULL},
+    {"vocab", "V", "256", "vocabulary size; every byte of --data must be below it", K_INT, F(vocab), 1, 1 << 24, NULL},
+    {"data", "PATH", "examples/data/coriolanus.txt", "training text: each byte is one token", K_STR, F(data), 0, 0, NULL},
+    {"batch", "B", "8", "sequences per step (global batch over all ranks)", K_INT, F(batch), 1, 1 << 20, NULL},
+    {"steps", "S", "30", "optimizer steps", K_INT, F(steps), 0, 1e9, NULL},
+    {"lr", "X", "0.003", "learning rate", K_FLOAT, F(lr), 0, INFINITY, NULL},
+    {"optimizer", "NAME", "adamw", "sgd|adamw", K_CHOICE, F(optimizer), 0, 0, "sgd|adamw"},
+    {"momentum", "X", "0.9", "SGD momentum (0: plain SGD)", K_FLOAT, F(momentum), 0, 1, NULL},
+    {"weight-decay", "X", "0", "weight decay (SGD: L2 in the gradient; AdamW: decoupled)", K_FLOAT, F(weight_decay), 0, INFINITY, NULL},
+    {"clip", "X", "1", "clip gradients to this global L2 norm (0: off)", K_FLOAT, F(clip), 0, INFINITY, NULL},
+    {"seed", "N", "1", "seed of the keyed parameter initialization", K_U64, F(seed), 0, 0, NULL},
+    {"init-save", "PATH", NULL, "write the weights before the first step (safetensors)", K_STR, F(init_save), 0, 0, NULL},
+    {"save", "PATH", NULL, "write the weights after the last step (safetensors)", K_STR, F(save), 0, 0, NULL},
+    {"load", "PATH", NULL, "load weights (safetensors, HF GPT-2 layout) before training", K_STR, F(load), 0, 0, NULL},
+    {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
+    {"world", "N", "1", "simulated ranks (threads)", K_INT, F(world), 1, 1024, NULL},
+    {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2", K_CHOICE, F(parallel), 0, 0, "none|ddp|fsdp|zero1|zero2"},
+    {"shard", "KIND", "full", "fsdp sharding: full|grad_op|none|hybrid", K_CHOICE, F(shard), 0, 0, "full|grad_op|none|hybrid"},
+    {"wrap", "POLICY", "block", "fsdp units: block|model|min-params:N", K_WRAP, F(wrap), 0, 0, NULL},
+    {"precision", "P", "fp32", "parameters and gradient reduction: fp32|bf16|fp16", K_CHOICE, F(precision), 0, 0, "fp32|bf16|fp16"},
+    {"accum", "K", "1", "micro-batches per step (gradient accumulation)", K_INT, F(accum), 1, 1 << 20, NULL},
+    {"check-ddp", NULL, NULL, "also train with DDP and report whether the weights are bit-identical", K_FLAG, F(check_ddp), 0, 0, NULL},
+    {"threads", "N", "0", "BLAS threads per rank (0: 1 with several ranks, else the library default)", K_INT, F(threads), 0, 1024, NULL},
+};
+#undef F
+#define NOPT ((int)(sizeof options / sizeof options[0]))
+
+static const fsc_dtype precision_dtype[] = {FSC_F32, FSC_BF16, FSC_F16};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: train_gpt [options]\n"
+               "Train a GPT on the bytes of a file with fsc, on one rank or a simulated cluster.\n\n");
+    for (int i = 0; i < NOPT; i++) {
+        const option *o = &options[i];
+        char lhs[64];
+        snprintf(lhs, sizeof lhs, "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        fprintf(f, "  %-22s %s", lhs, o->help);
+        if (o->def) fprintf(f, " (default %s)", o->def);
+        fputc('\n', f);
+    }
+    fprintf(f, "  %-22s %s\n", "--help", "print this text");
+}
+
+static const char *choice_name(const char *choices, int idx, char *buf, size_t cap) {
+    const char *p = choices;
+    for (int i = 0; i < idx && p; i++) {
+        p = strchr(p, '|');
+        if (p) p++;
+    }
+    if (!p) return "?";
+    size_t n = strcspn(p, "|");
+    if (n >= cap) n = cap - 1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Parse value v for option o into c. On error writes a message naming the option. */
+static int set_option(train_config *c, const option *o, const char *v, char *err, size_t cap) {
+    char *field = (char *)c + o->off;
+    char *end = NULL;
+    errno = 0;
+    switch (o->kind) {
+    case K_INT: {
+        long long x = strtoll(v, &end, 10);
+        if (!*v || *end || errno) return snprintf(err, cap, "--%s: '%s' is not an integer", o->name, v), -1;
+        if ((double)x < o->lo || (double)x > o->hi)
+            return snprintf(err, cap, "--%s: %lld is out of range [%.0f, %.0f]", o->name, x, o->lo, o->hi), -1;
+        *(int *)field = (int)x;
+        return 0;
+    }
+    case K_U64: {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!*v || *end || errno || strchr(v, '-'))
+            return snprintf(err, cap, "--%s: '%s' is not a non-negative integer", o->name, v), -1;
+        *(uint64_t *)field = (uint64_t)x;
+        return 0;
+    }
+    case K_FLOAT: {
+        double x = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(x) || !isfinite((float)x))
+            return snprintf(err, cap, "--%s: '%s' is not a finite number", o->name, v), -1;
+        if (x < o->lo || x > o->hi) {
+            if (isinf(o->hi)) return snprintf(err, cap, "--%s: %s is out of range (must be >= %g)", o->name, v, o->lo), -1;
+            return snprintf(err, cap, "--%s: %s is out of range [%g, %g]", o->name, v, o->lo, o->hi), -1;
+        }
+        *(float *)field = (float)x;
+        return 0;
+    }
+    case K_STR:
+        if (!*v) return snprintf(err, cap, "--%s: empty path", o->name), -1;
+        *(const char **)field = v;
+        return 0;
+    case K_FLAG:
+        *(int *)field = 1;
+        return 0;
+    case K_CHOICE: {
+        int idx = 0;
+        for (const char *p = o->choices; p; idx++) {
+            size_t n = strcspn(p, "|");
+            if (strlen(v) == n && strncmp(p, v, n) == 0) {
+                *(int *)field = idx;
+                return 0;
+            }
+            p = strchr(p, '|');
+            if (p) p++;
+        }
+        return snprintf(err, cap, "--%s: unknown value '%s' (expected %s)", o->name, v, o->choices), -1;
+    }
+    case K_WRAP:
+        if (strcmp(v, "block") == 0) c->wrap = FSC_WRAP_BLOCK;
+        else if (strcmp(v, "model") == 0) c->wrap = FSC_WRAP_MODEL;
+        else if (strncmp(v, "min-params:", 11) == 0) {
+            const char *num = v + 11;
+            unsigned long long x = strtoull(num, &end, 10);
+            if (!*num || *end || errno || strchr(num, '-') || x == 0)
+                return snprintf(err, cap, "--%s: '%s' needs a positive count after min-params:", o->name, v), -1;
+            c->wrap = FSC_WRAP_MIN_PARAMS;
+            c->wrap_min_params = (size_t)x;
+        } else
+            return snprintf(err, cap, "--%s: unknown value '%s' (expected block, model or min-params:N)", o->name, v), -1;
+        return 0;
+    }
+    return snprintf(err, cap, "--%s: internal error", o->name), -1;
+}
+
+/* Defaults, then argv. Returns 0 to run, 1 if --help was printed, -1 on error (message in err).
+ * given[i] says whether option i appeared on the command line. */
+static int parse_args(int argc, char **argv, train_config *c, int *given, char *err, size_t cap) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < NOPT; i++) {
+        given[i] = 0;
+        if (options[i].def && set_option(c, &options[i], options[i].def, err, cap) != 0) return -1;
+    }
+    for (int a = 1; a < argc; a++) {
+        const char *s = argv[a];
+        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) return 1;
+        if (strncmp(s, "--", 2) != 0)
+            return snprintf(err, cap, "unexpected argument '%s' (options start with --; see --help)", s), -1;
+        const char *name = s + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        int k = -1;
+        for (int i = 0; i < NOPT; i++)
+            if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0) k = i;
+        if (k < 0) return snprintf(err, cap, "unknown option '--%.*s' (see --help)", (int)len, name), -1;
+        const char *v;
+        if (options[k].kind == K_FLAG) {
+            if (eq) return snprintf(err, cap, "--%s takes no value", options[k].name), -1;
+            v = "1";
+        } else if (eq) {
+            v = eq + 1;
+        } else {
+            if (a + 1 >= argc) return snprintf(err, cap, "--%s needs a value (%s)", options[k].name, options[k].arg), -1;
+            v = argv[++a];
+        }
+        if (set_option(c, &options[k], v, err, cap) != 0) return -1;
+        given[k] = 1;
+    }
+    return 0;
+}
+
+static int option_index(const char *name) {
+    for (int i = 0; i < NOPT; i++)
+        if (strcmp(options[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* Checks that need several options together. */
+static int check_config(const train_config *c, const int *given, char *err, size_t cap) {
+    fsc_gpt_config g = {c->layers, c->dim, c->heads, c->seq, c->vocab};
+    if (fsc_gpt_config_validate(&g) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
+    if (c->batch % c->world != 0)
+        return snprintf(err, cap, "--batch %d does not split evenly over --world %d", c->batch, c->world), -1;
+    if ((c->batch / c->world) % c->accum != 0)
+        return snprintf(err, cap, "--accum %d does not divide the %d sequences per rank (--batch %d / --world %d)",
+                        c->accum, c->batch / c->world, c->batch, c->world), -1;
+    if (c->parallel == FSC_PAR_NONE && c->world > 1)
+        return snprintf(err, cap, "--parallel none runs on one rank; with --world %d choose ddp or fsdp", c->world), -1;
+    if (c->parallel != FSC_PAR_FSDP) {
+        if (given[option_index("shard")]) return snprintf(err, cap, "--shard applies to --parallel fsdp only"), -1;
+        if (given[option_index("wrap")]) return snprintf(err, cap, "--wrap applies to --parallel fsdp only"), -1;
+    }
+    if (c->optimizer != FSC_OPT_SGD && given[option_index("momentum")])
+        return snprintf(err, cap, "--momentum applies to --optimizer sgd only"), -1;
+    return 0;
+}
+
+/* The data file: bytes are tokens. */
+static int load_data(const train_config *c, uint8_t **out, size_t *n, char *err, size_t cap) {
+    FILE *f = fopen(c->data, "rb");
+    if (!f) return snprintf(err, cap, "--data %s: cannot open: %s", c->data, strerror(errno)), -1;
+    size_t n_alloc = 1 << 16, len = 0;
+    uint8_t *buf = malloc(n_alloc);
+    for (;;) {
+        if (!buf) break;
+        if (len == n_alloc) {
+            uint8_t *b2 = realloc(buf, n_alloc *= 2);
+            if (!b2) { free(buf); buf = NULL; break; }
+            buf = b2;
+        }
+        size_t got = fread(buf + len, 1, n_alloc - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) return snprintf(err, cap, "--data %s: out of memory", c->data), -1;
+    if (bad) { free(buf); return snprintf(err, cap, "--data %s: read error", c->data), -1; }
+    if (len <= (size_t)c->seq) {
+        free(buf);
+        return snprintf(err, cap, "--data %s: %zu tokens, but --seq %d needs at least %d", c->data, len, c->seq,
+                        c->seq + 1), -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i] >= c->vocab) {
+            snprintf(err, cap, "--data %s: byte %u at offset %zu is not below --vocab %d", c->data, buf[i], i, c->vocab);
+            free(buf);
+            return -1;
+        }
+    }
+    *out = buf;
+    *n = len;
+    return 0;
+}
+
+/* What the ranks share: inputs (read-only) and results (each rank writes only its own slots). */
+typedef struct {
+    const train_config *cfg;
+    const uint8_t *data;
+    size_t ntok;
+    double *losses;      /* (steps) rank 0 */
+    double *step_ms;     /* (steps) rank 0 */
+    size_t (*peak)[FSC_TAG_COUNT + 1]; /* (world) per tag, then the total */
+    fsc_comm_stats comm; /* rank 0's world communicator, training steps only */
+    size_t nparams;
+} run_state;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* This rank's sequences of step s, per the data-order contract. */
+static void fill_batch(const run_state *st, int rank, int s, int32_t *tok, int32_t *tgt) {
+    const train_config *c = st->cfg;
+    int T = c->seq, B = c->batch, bl = B / c->world;
+    for (int j = 0; j < bl; j++) {
+        uint64_t i = (uint64_t)rank * (uint64_t)bl + (uint64_t)j;
+        uint64_t start = (((uint64_t)s * (uint64_t)B + i) * (uint64_t)T) % (uint64_t)(st->ntok - (size_t)T);
+        for (int t = 0; t < T; t++) {
+            tok[(size_t)j * T + t] = st->data[start + (uint64_t)t];
+            tgt[(size_t)j * T + t] = st->data[start + (uint64_t)t + 1];
+        }
+    }
+}
+
+static fsc_status train_fn(fsc_rank *r, void *arg) {
+    run_state *st = arg;
+    const train_config *c = st->cfg;
+    fsc_gpt_config gc = {c->layers, c->dim, c->heads, c->seq, c->vocab};
+    fsc_parallel_opts po = {
+        .kind = (fsc_parallel_kind)c->parallel,
+        .shard = (fsc_shard_strategy)c->shard,
+        .wrap = (fsc_wrap_policy)c->wrap,
+        .wrap_min_params = c->wrap_min_params,
+        .reshard_after_forward = -1,
+        .param_dtype = precision_dtype[c->precision],
+        .reduce_dtype = precision_dtype[c->precision],
+        .accum = c->accum,
+        .no_sync = 1,
+        .clip = c->clip,
+    };
+    fsc_optim_config oc = {.kind = (fsc_optim_kind)c->optimizer, .lr = c->lr, .weight_decay = c->weight_decay};
+    if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &gc, &po, &oc, c->seed, &e));
+    int bl = c->batch / c->world;
+    size_t n = (size_t)bl * (size_t)c->seq;
+    int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
+    fsc_status s = tok && tgt ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "train: out of host memory for the batch");
+    if (s == FSC_OK && c->load) s = fsc_engine_load_weights(e, c->load);
+    if (s == FSC_OK && c->init_save) s = fsc_engine_save_weights(e, c->init_save);
+    fsc_comm_reset_stats(r->comm);
+    double tokens = (double)c->batch * (double)c->seq;
+    for (int step = 0; step < c->steps && s == FSC_OK; step++) {
+        fill_batch(st, r->rank, step, tok, tgt);
+        double t0 = now_ms();
+        fsc_step_info info = {0};
+        s = fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
+        double ms = now_ms() - t0;
+        if (s == FSC_OK && r->rank == 0) {
+            st->losses[step] = info.loss;
+            st->step_ms[step] = ms;
+            printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB%s\n", step + 1, c->steps,
+                   info.loss, ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0,
+                   info.skipped ? " | skipped (inf/nan gradients)" : "");
+            fflush(stdout);
+        }
+    }
+    if (r->rank == 0) st->comm = *fsc_comm_get_stats(r->comm);
+    if (s == FSC_OK && c->save) s = fsc_engine_save_weights(e, c->save);
+    for (int t = 0; t < FSC_TAG_COUNT; t++) st->peak[r->rank][t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
+    st->peak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
+    free(tok);
+    free(tgt);
+    fsc_engine_free(e);
+    return s;
+}
+
+static cJSON *tag_object(const size_t *peak) {
+    cJSON *o = cJSON_CreateObject();
+    for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(o, fsc_tag_name((fsc_tag)t), (double)peak[t]);
+    cJSON_AddNumberToObject(o, "total", (double)peak[FSC_TAG_COUNT]);
+    return o;
+}
+
+/* The configuration as the option table names it. */
+static cJSON *config_object(const train_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    char buf[64];
+    for (int i = 0; i < NOPT; i++) {
+        const option *op = &options[i];
+        const char *field = (const char *)c + op->off;
+        switch (op->kind) {
+        case K_INT: cJSON_AddNumberToObject(o, op->name, *(const int *)field); break;
+        case K_U64:
+            snprintf(buf, sizeof buf, "%llu", (unsigned long long)*(const uint64_t *)field);
+            cJSON_AddRawToObject(o, op->name, buf);
+            break;
+        case K_FLOAT: cJSON_AddNumberToObject(o, op->name, *(const float *)field); break;
+        case K_STR:
+            if (*(const char *const *)field) cJSON_AddStringToObject(o, op->name, *(const char *const *)field);
+            else cJSON_AddNullToObject(o, op->name);
+            break;
+        case K_FLAG: cJSON_AddBoolToObject(o, op->name, *(const int *)field); break;
+        case K_CHOICE: cJSON_AddStringToObject(o, op->name, choice_name(op->choices, *(const int *)field, buf, sizeof buf)); break;
+        case K_WRAP:
+            if (c->wrap == FSC_WRAP_MIN_PARAMS) snprintf(buf, sizeof buf, "min-params:%zu", c->wrap_min_params);
+            else snprintf(buf, sizeof buf, "%s", c->wrap == FSC_WRAP_MODEL ? "model" : "block");
+            cJSON_AddStringToObject(o, op->name, buf);
+            break;
+        }
+    }
+    return o;
+}
+
+static void print_json(const run_state *st) {
+    const train_config *c = st->cfg;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *losses = cJSON_AddArrayToObject(root, "losses");
+    char buf[64];
+    double ms = 0;
+    for (int s = 0; s < c->steps; s++) {
+        /* %.17g round-trips the double exactly; JSON has no NaN/inf, those become null */
+        snprintf(buf, sizeof buf, "%.17g", st->losses[s]);
+        cJSON_AddItemToArray(losses, isfinite(st->losses[s]) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
+        if (s > 0 || c->steps == 1) ms += st->step_ms[s];
+    }
+    int timed = c->steps > 1 ? c->steps - 1 : c->steps;
+    double tps = ms > 0 ? (double)timed * c->batch * c->seq / (ms * 1e-3) : 0;
+    cJSON_AddNumberToObject(root, "tokens_per_s", tps);
+    cJSON_AddNumberToObject(root, "ms_per_step", timed ? ms / timed : 0);
+    cJSON_AddNumberToObject(root, "params", (double)st->nparams);
+    cJSON_AddNumberToObject(root, "data_tokens", (double)st->ntok);
+    cJSON_AddItemToObject(root, "peak_bytes", tag_object(st->peak[0]));
+    cJSON *pr = cJSON_AddArrayToObject(root, "per_rank");
+    for (int r = 0; r < c->world; r++) cJSON_AddItemToArray(pr, tag_object(st->peak[r]));
+    cJSON *comm = cJSON_AddObjectToObject(root, "comm");
+    double total = 0;
+    for (int op = 0; op < FSC_OP_COUNT; op++) {
+        cJSON *o = cJSON_AddObjectToObject(comm, fsc_comm_op_name((fsc_comm_op)op));
+        cJSON_AddNumberToObject(o, "calls", (double)st->comm.calls[op]);
+        cJSON_AddNumberToObject(o, "bytes", st->comm.bytes[op]);
+        total += st->comm.bytes[op];
+    }
+    cJSON_AddNumberToObject(root, "comm_bytes_per_step", c->steps ? total / c->steps : 0);
+    cJSON_AddItemToObject(root, "config", config_object(c));
+    char *text = cJSON_PrintUnformatted(root);
+    if (text) printf("%s\n", text);
+    free(text);
+    cJSON_Delete(root);
+}
+
+int main(int argc, char **argv) {
+    train_config c;
+    int given[NOPT];
+    char err[512];
+    int rc = parse_args(argc, argv, &c, given, err, sizeof err);
+    if (rc == 1) {
+        usage(stdout);
+        return 0;
+    }
+    if (rc == 0) rc = check_config(&c, given, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "train_gpt: %s\n", err);
+        return 2;
+    }
+    if (c.check_ddp) {
+        fprintf(stderr, "train_gpt: --check-ddp is not available in this build yet\n");
+        return 2;
+    }
+    run_state st = {.cfg = &c};
+    uint8_t *data = NULL;
+    if (load_data(&c, &data, &st.ntok, err, sizeof err) != 0) {
+        fprintf(stderr, "train_gpt: %s\n", err);
+        return 2;
+    }
+    st.data = data;
+    fsc_gpt_config gc = {c.layers, c.dim, c.heads, c.seq, c.vocab};
+    st.nparams = fsc_gpt_num_params(&gc);
+    st.losses = calloc((size_t)c.steps + 1, sizeof(double));
+    st.step_ms = calloc((size_t)c.steps + 1, sizeof(double));
+    st.peak = calloc((size_t)c.world, sizeof *st.peak);
+    if (!st.losses || !st.step_ms || !st.peak) {
+        fprintf(stderr, "train_gpt: out of memory\n");
+        return 1;
+    }
+    char pbuf[32];
+    printf("model: %d layers, width %d, %d heads, context %d, vocab %d: %zu parameters | data: %s, %zu tokens | "
+           "world %d, parallel %s, %s\n",
+           c.layers, c.dim, c.heads, c.seq, c.vocab, st.nparams, c.data, st.ntok, c.world,
+           fsc_parallel_kind_name((fsc_parallel_kind)c.parallel),
+           choice_name(options[option_index("precision")].choices, c.precision, pbuf, sizeof pbuf));
+    fflush(stdout);
+    fsc_cluster_opts co = {.world = c.world, .device = "cpu", .threads_per_rank = c.threads};
+    fsc_status s = fsc_cluster_run(&co, train_fn, &st);
+    if (s != FSC_OK) {
+        fprintf(stderr, "train_gpt: %s: %s\n", fsc_status_str(s), fsc_last_error());
+        rc = 1;
+    } else if (c.json) {
+        print_json(&st);
+    }
+    free(st.losses);
+    free(st.step_ms);
+    free(st.peak);
+    free(data);
+    return rc;
+}

@@ -1,0 +1,559 @@
+/* Tests of lib/io/safetensors.c: bit-exact round trips, partial reads, a golden file from an independent
+ * writer (tests/gen_golden_safetensors.py), atomic commit, and one test per kind of malformed file. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "testutil.h"
+
+static char g_dir[64]; /* a fresh temporary directory for this binary */
+
+static int setup_dir(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/fsc_test_st_XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+/* Files in g_dir whose names start with prefix. */
+static int count_files(const char *prefix) {
+    DIR *d = opendir(g_dir);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));)
+        if (de->d_name[0] != '.' && !strncmp(de->d_name, prefix, strlen(prefix))) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static int teardown_dir(void **state) {
+    (void)state;
+    DIR *d = opendir(g_dir);
+    char p[512];
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", g_dir, de->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(g_dir);
+    return 0;
+}
+
+static void path_in_dir(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", g_dir, name); }
+
+static int file_exists(const char *p) { return access(p, F_OK) == 0; }
+
+/* A file image: 8-byte little-endian length, the header text as given, then data_len bytes 0,1,2,... */
+static uint8_t *make_image(const char *hdr, size_t data_len, size_t *len) {
+    size_t h = strlen(hdr);
+    *len = 8 + h + data_len;
+    uint8_t *b = malloc(*len);
+    assert_non_null(b);
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)h >> (8 * i));
+    memcpy(b + 8, hdr, h);
+    for (size_t i = 0; i < data_len; i++) b[8 + h + i] = (uint8_t)i;
+    return b;
+}
+
+/* Parsing hdr with data_len bytes of data must fail with st and a message containing needle
+ * (or, with st FSC_OK, succeed: the well-formed neighbour of a malformed case). */
+static void expect_bad(const char *hdr, size_t data_len, fsc_status st, const char *needle) {
+    size_t len;
+    uint8_t *b = make_image(hdr, data_len, &len);
+    fsc_st_file *f = (fsc_st_file *)1;
+    if (st == FSC_OK) {
+        assert_ok(fsc_st_parse_buffer(b, len, &f));
+        fsc_st_close(f);
+    } else {
+        assert_err(fsc_st_parse_buffer(b, len, &f), st, needle);
+        assert_null(f);
+    }
+    free(b);
+}
+
+/* Oracle: what was written is read back bit for bit, with the declared names, dtypes, shapes, metadata,
+ * in declaration order, for every dtype and ndim 0..4; the header is padded with spaces to 8 bytes. */
+static void test_roundtrip_all_dtypes(void **state) {
+    (void)state;
+    char path[256];
+    path_in_dir(path, sizeof path, "rt.safetensors");
+    struct { const char *name; fsc_dtype dt; int ndim; int64_t shape[4]; size_t es; } t[] = {
+        {"w.f32", FSC_F32, 2, {3, 5}, 4},     {"b.bf16", FSC_BF16, 1, {7}, 2},
+        {"h.f16", FSC_F16, 3, {2, 3, 2}, 2},  {"scalar.i32", FSC_I32, 0, {0}, 4},
+        {"u.u8", FSC_U8, 4, {2, 1, 3, 2}, 1}, {"empty", FSC_F32, 2, {0, 4}, 4},
+        {"odd \"name\"\\", FSC_U8, 1, {3}, 1},
+    };
+    int nt = (int)(sizeof t / sizeof t[0]);
+    uint8_t *data[8];
+    size_t numel[8];
+    fsc_st_writer *w;
+    assert_ok(fsc_st_writer_open(path, &w));
+    for (int i = 0; i < nt; i++) {
+        numel[i] = 1;
+        for (int d = 0; d < t[i].ndim; d++) numel[i] *= (size_t)t[i].shape[d];
+        data[i] = malloc(numel[i] * t[i].es + 1);
+        for (size_t k = 0; k < numel[i] * t[i].es; k++) data[i][k] = (uint8_t)(k * 37 + (size_t)i * 11 + 1);
+        assert_ok(fsc_st_writer_add(w, t[i].name, t[i].dt, t[i].ndim, t[i].shape));
+    }
+    assert_ok(fsc_st_writer_meta(w, "format", "pt"));
+    assert_ok(fsc_st_writer_meta(w, "note", "quote \" backslash \\ newline \n tab \t"));
+    assert_ok(fsc_st_writer_begin_data(w));
+    for (int i = nt - 1; i >= 0; i--) { /* second half first, then the first half */
+        size_t h = numel[i] / 2;
+        assert_ok(fsc_st_writer_write(w, i, data[i] + h * t[i].es, h, numel[i] - h));
+        assert_ok(fsc_st_writer_write(w, i, data[i], 0, h));
+    }
+    assert_ok(fsc_st_writer_commit(w));
+
+    fsc_st_file *f;
+    assert_ok(fsc_st_open(path, &f));
+    assert_int_equal(fsc_st_count(f), nt);
+    assert_string_equal(fsc_st_metadata(f, "format"), "pt");
+    assert_string_equal(fsc_st_metadata(f, "note"), "quote \" backslash \\ newline \n tab \t");
+    assert_null(fsc_st_metadata(f, "absent"));
+    uint64_t at = 0;
+    for (int i = 0; i < nt; i++) {
+        const fsc_st_entry *e = fsc_st_entry_at(f, i);
+        assert_non_null(e);
+        assert_string_equal(e->name, t[i].name);
+        assert_ptr_equal(fsc_st_find(f, t[i].name), e);
+        assert_int_equal(e->dtype, t[i].dt);
+        assert_int_equal(e->ndim, t[i].ndim);
+        for (int d = 0; d < t[i].ndim; d++) assert_int_equal(e->shape[d], t[i].shape[d]);
+        assert_int_equal(e->begin, at); /* declaration order is file order */
+        at = e->end;
+        uint8_t *back = malloc(numel[i] * t[i].es + 1);
+        assert_ok(fsc_st_read(f, e, back, 0, numel[i]));
+        assert_memory_equal(back, data[i], numel[i] * t[i].es);
+        free(back);
+        free(data[i]);
+    }
+    assert_null(fsc_st_find(f, "nope"));
+    assert_null(fsc_st_entry_at(f, nt));
+    fsc_st_close(f);
+
+    /* The header length is a multiple of 8 and the padding is spaces. */
+    FILE *fp = fopen(path, "rb");
+    uint8_t len8[8];
+    assert_int_equal(fread(len8, 1, 8, fp), 8);
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; i++) hl |= (uint64_t)len8[i] << (8 * i);
+    assert_int_equal(hl % 8, 0);
+    char *hdr = malloc(hl + 1);
+    assert_int_equal(fread(hdr, 1, hl, fp), hl);
+    hdr[hl] = 0;
+    fclose(fp);
+    assert_int_equal(hdr[0], '{');
+    char *close = strrchr(hdr, '}');
+    for (char *p = close + 1; *p; p++) assert_int_equal(*p, ' ');
+    free(hdr);
+}
+
+/* Oracle: a range read returns exactly those elements of what was written; ranges outside are refused. */
+static void test_partial_reads(void **state) {
+    (void)state;
+    char path[256];
+    path_in_dir(path, sizeof path, "part.safetensors");
+    enum { N = 1000 };
+    float v[N], back[N];
+    for (int i = 0; i < N; i++) v[i] = (float)i * 0.25f - 7.0f;
+    int64_t shape[2] = {10, 100}, s1 = 5;
+    fsc_st_writer *w;
+    assert_ok(fsc_st_writer_open(path, &w));
+    assert_ok(fsc_st_writer_add(w, "small", FSC_U8, 1, &s1));
+    assert_ok(fsc_st_writer_add(w, "x", FSC_F32, 2, shape));
+    assert_ok(fsc_st_writer_begin_data(w));
+    assert_ok(fsc_st_writer_write(w, 0, "abcde", 0, 5));
+    for (int k = 0; k < N; k += 250) assert_ok(fsc_st_writer_write(w, 1, v + k, (uint64_t)k, 250));
+    assert_ok(fsc_st_writer_commit(w));
+
+    fsc_st_file *f, *g;
+    assert_ok(fsc_st_open(path, &f));
+    const fsc_st_entry *e = fsc_st_find(f, "x");
+    assert_non_null(e);
+    memset(back, 0, sizeof back);
+    assert_ok(fsc_st_read(f, e, back, 123, 77));
+    assert_bits_equal(back, v + 123, 77, "x[123:200]");
+    assert_ok(fsc_st_read(f, e, back, N - 1, 1));
+    assert_bits_equal(back, v + N - 1, 1, "x[999]");
+    assert_ok(fsc_st_read(f, e, NULL, 5, 0));
+    assert_err(fsc_st_read(f, e, back, 990, 11), FSC_ERR_INVALID, "outside tensor x");
+    assert_err(fsc_st_read(f, e, back, UINT64_MAX, 2), FSC_ERR_INVALID, "outside tensor x");
+    char s[6] = {0};
+    assert_ok(fsc_st_read(f, fsc_st_find(f, "small"), s, 1, 3));
+    assert_string_equal(s, "bcd");
+    assert_ok(fsc_st_open(path, &g));
+    assert_err(fsc_st_read(g, e, back, 0, 1), FSC_ERR_INVALID, "does not belong");
+    fsc_st_close(g);
+
+    /* Truncated after opening: the read says where the file ends. */
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(truncate(path, sb.st_size - 100), 0);
+    assert_err(fsc_st_read(f, e, back, 900, 100), FSC_ERR_IO, "truncated");
+    fsc_st_close(f);
+    /* Truncated before opening: the message names the file. */
+    { const char *pp = path; assert_err(fsc_st_open(path, &f), FSC_ERR_FORMAT, pp); }
+    assert_err(fsc_st_open(path, &f), FSC_ERR_FORMAT, "outside the data section");
+}
+
+static void golden_path(char *buf, size_t cap) {
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    snprintf(buf, cap, "%.*sgolden/small.safetensors", slash ? (int)(slash - src + 1) : 0, src);
+}
+
+/* Oracle: the values that tests/gen_golden_safetensors.py (Python struct + json, not fsc) wrote;
+ * half and bfloat16 bit patterns worked out by hand. */
+static void test_golden_file(void **state) {
+    (void)state;
+    char path[512];
+    golden_path(path, sizeof path);
+    fsc_st_file *f;
+    assert_ok(fsc_st_open(path, &f));
+    assert_int_equal(fsc_st_count(f), 6);
+    assert_string_equal(fsc_st_metadata(f, "format"), "pt");
+    assert_string_equal(fsc_st_metadata(f, "source"), "gen_golden_safetensors.py");
+
+    const fsc_st_entry *a = fsc_st_find(f, "a.f32");
+    assert_non_null(a);
+    assert_int_equal(a->dtype, FSC_F32);
+    assert_int_equal(a->ndim, 2);
+    assert_int_equal(a->shape[0], 2);
+    assert_int_equal(a->shape[1], 3);
+    float fa[6], ea[6] = {0.0f, 1.0f, -2.5f, 0.1f, 1e-30f, 65504.0f};
+    assert_ok(fsc_st_read(f, a, fa, 0, 6));
+    assert_bits_equal(fa, ea, 6, "a.f32");
+
+    const fsc_st_entry *b = fsc_st_find(f, "b.bf16");
+    uint16_t hb[4], eb[4] = {0x3F80, 0xC000, 0x3F00, 0x4040}; /* 1, -2, 0.5, 3 */
+    assert_int_equal(b->dtype, FSC_BF16);
+    assert_ok(fsc_st_read(f, b, hb, 0, 4));
+    assert_memory_equal(hb, eb, sizeof eb);
+
+    const fsc_st_entry *c = fsc_st_find(f, "c.f16");
+    uint16_t hc[4], ec[4] = {0x3C00, 0xC000, 0x3800, 0x7BFF}; /* 1, -2, 0.5, 65504 */
+    assert_int_equal(c->dtype, FSC_F16);
+    assert_ok(fsc_st_read(f, c, hc, 0, 4));
+    assert_memory_equal(hc, ec, sizeof ec);
+
+    const fsc_st_entry *d = fsc_st_find(f, "d.i32");
+    int32_t di = 0;
+    assert_int_equal(d->dtype, FSC_I32);
+    assert_int_equal(d->ndim, 0);
+    assert_ok(fsc_st_read(f, d, &di, 0, 1));
+    assert_int_equal(di, -123456789);
+
+    const fsc_st_entry *u = fsc_st_find(f, "e.u8");
+    uint8_t bu[6], eu[6] = {0, 1, 2, 3, 4, 255};
+    assert_int_equal(u->dtype, FSC_U8);
+    assert_int_equal(u->ndim, 4);
+    assert_int_equal(u->shape[3], 3);
+    assert_ok(fsc_st_read(f, u, bu, 0, 6));
+    assert_memory_equal(bu, eu, 6);
+
+    const fsc_st_entry *z = fsc_st_find(f, "f.empty");
+    assert_int_equal(z->shape[0], 0);
+    assert_int_equal(z->end - z->begin, 0);
+    fsc_st_close(f);
+}
+
+/* Oracle: the file appears at path only at commit, complete; no temporary file remains. */
+static void test_commit_is_atomic(void **state) {
+    (void)state;
+    char path[256];
+    path_in_dir(path, sizeof path, "atomic.safetensors");
+    int64_t n = 4;
+    float v[4] = {1, 2, 3, 4};
+    fsc_st_writer *w;
+    assert_ok(fsc_st_writer_open(path, &w));
+    assert_ok(fsc_st_writer_add(w, "v", FSC_F32, 1, &n));
+    assert_ok(fsc_st_writer_begin_data(w));
+    assert_ok(fsc_st_writer_write(w, 0, v, 0, 4));
+    assert_false(file_exists(path));
+    assert_int_equal(count_files("atomic.safetensors.tmp."), 1);
+    assert_ok(fsc_st_writer_commit(w));
+    assert_true(file_exists(path));
+    assert_int_equal(count_files("atomic.safetensors.tmp."), 0);
+
+    /* Overwriting keeps the old file until the new one commits. */
+    assert_ok(fsc_st_writer_open(path, &w));
+    assert_ok(fsc_st_writer_add(w, "other", FSC_U8, 1, &n));
+    assert_ok(fsc_st_writer_begin_data(w));
+    fsc_st_file *f;
+    assert_ok(fsc_st_open(path, &f));
+    assert_non_null(fsc_st_find(f, "v"));
+    fsc_st_close(f);
+    fsc_st_writer_abort(w);
+    assert_int_equal(count_files("atomic.safetensors.tmp."), 0);
+    assert_ok(fsc_st_open(path, &f));
+    assert_non_null(fsc_st_find(f, "v"));
+    fsc_st_close(f);
+    unlink(path);
+}
+
+/* Oracle: abort and a refused commit leave nothing behind; commit refuses tensors not fully written. */
+static void test_abort_and_incomplete(void **state) {
+    (void)state;
+    char path[256];
+    path_in_dir(path, sizeof path, "inc.safetensors");
+    int64_t n = 8;
+    float v[8] = {0};
+    fsc_st_writer *w;
+    assert_ok(fsc_st_writer_open(path, &w));
+    fsc_st_writer_abort(w); /* before anything was declared */
+    assert_int_equal(count_files("inc.safetensors"), 0);
+
+    assert_ok(fsc_st_writer_open(path, &w));
+    assert_ok(fsc_st_writer_add(w, "v", FSC_F32, 1, &n));
+    assert_ok(fsc_st_writer_begin_data(w));
+    assert_ok(fsc_st_writer_write(w, 0, v, 0, 5));
+    assert_err(fsc_st_writer_commit(w), FSC_ERR_STATE, "only 20 of its 32 bytes");
+    fsc_st_writer_abort(w);
+    assert_false(file_exists(path));
+    assert_int_equal(count_files("inc.safetensors"), 0);
+
+    /* A file with no tensors, metadata only, commits without begin_data. */
+    assert_ok(fsc_st_writer_open(path, &w));
+    assert_ok(fsc_st_writer_meta(w, "k", "v"));
+    assert_ok(fsc_st_writer_commit(w));
+    fsc_st_file *f;
+    assert_ok(fsc_st_open(path, &f));
+    assert_int_equal(fsc_st_count(f), 0);
+    assert_string_equal(fsc_st_metadata(f, "k"), "v");
+    fsc_st_close(f);
+    unlink(path);
+}
+
+/* Oracle: every misuse of the writer is refused with a message naming it, and the file never appears. */
+static void test_writer_misuse(void **state) {
+    (void)state;
+    char path[256], longname[300];
+    path_in_dir(path, sizeof path, "bad.safetensors");
+    int64_t s2[5] = {2, 2, 2, 2, 2}, neg = -3, huge[3] = {1ll << 40, 1ll << 40, 1ll << 40};
+    fsc_st_writer *w;
+    assert_err(fsc_st_writer_open("/nonexistent-dir-fsc/x.safetensors", &w), FSC_ERR_IO, "nonexistent-dir-fsc");
+    assert_ok(fsc_st_writer_open(path, &w));
+    assert_ok(fsc_st_writer_add(w, "a", FSC_F32, 1, s2));
+    assert_err(fsc_st_writer_add(w, "a", FSC_F32, 1, s2), FSC_ERR_INVALID, "added twice");
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    assert_err(fsc_st_writer_add(w, longname, FSC_F32, 1, s2), FSC_ERR_INVALID, "longer than");
+    assert_err(fsc_st_writer_add(w, "__metadata__", FSC_F32, 1, s2), FSC_ERR_INVALID, "reserved");
+    assert_err(fsc_st_writer_add(w, "five", FSC_F32, 5, s2), FSC_ERR_INVALID, "5 dimensions");
+    assert_err(fsc_st_writer_add(w, "neg", FSC_F32, 1, &neg), FSC_ERR_INVALID, "size -3");
+    assert_err(fsc_st_writer_add(w, "huge", FSC_F32, 3, huge), FSC_ERR_INVALID, "too large");
+    assert_err(fsc_st_writer_add(w, "dt", FSC_DTYPE_COUNT, 1, s2), FSC_ERR_INVALID, "dtype");
+    assert_ok(fsc_st_writer_meta(w, "k", "v"));
+    assert_err(fsc_st_writer_meta(w, "k", "w"), FSC_ERR_INVALID, "given twice");
+    assert_err(fsc_st_writer_write(w, 0, s2, 0, 1), FSC_ERR_STATE, "before fsc_st_writer_begin_data");
+    assert_ok(fsc_st_writer_begin_data(w));
+    assert_err(fsc_st_writer_add(w, "late", FSC_F32, 1, s2), FSC_ERR_STATE, "after the data was begun");
+    assert_err(fsc_st_writer_meta(w, "late", "x"), FSC_ERR_STATE, "after the data was begun");
+    assert_err(fsc_st_writer_begin_data(w), FSC_ERR_STATE, "already");
+    assert_err(fsc_st_writer_write(w, 1, s2, 0, 1), FSC_ERR_INVALID, "out of range");
+    assert_err(fsc_st_writer_write(w, 0, s2, 1, 2), FSC_ERR_INVALID, "outside tensor a");
+    fsc_st_writer_abort(w);
+    assert_false(file_exists(path));
+    assert_int_equal(count_files("bad.safetensors"), 0);
+}
+
+/* ---- malformed files: each is refused with FSC_ERR_FORMAT (or UNSUPPORTED) and a message naming it ---- */
+
+#define E1(dt, shape, b, e) "{\"t\":{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}}"
+
+/* Oracle for the malformed cases below: a message fragment written for exactly that problem. */
+static void test_short_file(void **state) {
+    (void)state;
+    fsc_st_file *f;
+    assert_err(fsc_st_parse_buffer("\x02\0\0\0\0", 5, &f), FSC_ERR_FORMAT, "shorter than the 8-byte");
+    assert_err(fsc_st_parse_buffer(NULL, 0, &f), FSC_ERR_FORMAT, "0 bytes");
+    char path[256];
+    path_in_dir(path, sizeof path, "short.safetensors");
+    FILE *fp = fopen(path, "wb");
+    fwrite("abc", 1, 3, fp);
+    fclose(fp);
+    { const char *pp = path; assert_err(fsc_st_open(path, &f), FSC_ERR_FORMAT, pp); }
+    assert_err(fsc_st_open(path, &f), FSC_ERR_FORMAT, "shorter than the 8-byte");
+    unlink(path);
+    assert_err(fsc_st_open(path, &f), FSC_ERR_IO, "cannot open");
+    assert_err(fsc_st_open(g_dir, &f), FSC_ERR_IO, "not a regular file");
+}
+
+static void test_header_longer_than_file(void **state) {
+    (void)state;
+    size_t len;
+    uint8_t *b = make_image("{}      ", 0, &len);
+    b[0] = 9; /* 9 > the 8 bytes left */
+    fsc_st_file *f;
+    assert_err(fsc_st_parse_buffer(b, len, &f), FSC_ERR_FORMAT, "larger than the file");
+    b[0] = 0; b[5] = 1; /* 2^40 */
+    assert_err(fsc_st_parse_buffer(b, len, &f), FSC_ERR_FORMAT, "larger than the limit");
+    memset(b, 0xff, 8); /* 2^64 - 1 */
+    assert_err(fsc_st_parse_buffer(b, len, &f), FSC_ERR_FORMAT, "larger than the limit");
+    free(b);
+}
+
+static void test_header_not_json(void **state) {
+    (void)state;
+    expect_bad("{\"t\": {\"dtype\": ", 0, FSC_ERR_FORMAT, "not valid JSON");
+    expect_bad("", 0, FSC_ERR_FORMAT, "not valid JSON");
+    expect_bad("{} x", 0, FSC_ERR_FORMAT, "bytes after its JSON object");
+    expect_bad("{}\n \t\r", 0, FSC_OK, NULL); /* trailing whitespace is fine */
+}
+
+static void test_header_not_object(void **state) {
+    (void)state;
+    expect_bad("[1, 2]", 0, FSC_ERR_FORMAT, "not a JSON object");
+    expect_bad("\"str\"", 0, FSC_ERR_FORMAT, "not a JSON object");
+    expect_bad("{\"t\": 5}", 0, FSC_ERR_FORMAT, "entry t is not a JSON object");
+}
+
+static void test_missing_fields(void **state) {
+    (void)state;
+    expect_bad("{\"t\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, FSC_ERR_FORMAT, "tensor t has no dtype");
+    expect_bad("{\"t\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, FSC_ERR_FORMAT, "tensor t has no shape");
+    expect_bad("{\"t\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, FSC_ERR_FORMAT, "tensor t has no data_offsets");
+    expect_bad("{\"t\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, FSC_ERR_FORMAT, "not a string");
+    expect_bad("{\"t\":{\"dtype\":\"F32\",\"shape\":1,\"data_offsets\":[0,4]}}", 4, FSC_ERR_FORMAT, "not an array");
+    expect_bad(E1("F32", "[1]", 0, 4) "", 4, FSC_OK, NULL); /* the well-formed version parses */
+}
+
+static void test_unknown_dtype(void **state) {
+    (void)state;
+    expect_bad(E1("F33", "[1]", 0, 4), 4, FSC_ERR_FORMAT, "unknown dtype \"F33\"");
+    expect_bad(E1("f32", "[1]", 0, 4), 4, FSC_ERR_FORMAT, "unknown dtype");
+    expect_bad(E1("F64", "[1]", 0, 8), 8, FSC_ERR_UNSUPPORTED, "dtype F64, which fsc does not support");
+}
+
+static void test_bad_dims(void **state) {
+    (void)state;
+    expect_bad(E1("F32", "[-1]", 0, 4), 4, FSC_ERR_FORMAT, "negative dimension");
+    expect_bad(E1("F32", "[1e300]", 0, 4), 4, FSC_ERR_FORMAT, "huge dimension");
+    expect_bad(E1("F32", "[9007199254740994]", 0, 4), 4, FSC_ERR_FORMAT, "huge dimension");
+    expect_bad(E1("F32", "[1.5]", 0, 4), 4, FSC_ERR_FORMAT, "other than an integer");
+    expect_bad(E1("F32", "[\"2\"]", 0, 4), 4, FSC_ERR_FORMAT, "other than an integer");
+    expect_bad(E1("F32", "[1,1,1,1,1]", 0, 4), 4, FSC_ERR_UNSUPPORTED, "5 dimensions");
+}
+
+static void test_shape_product_overflow(void **state) {
+    (void)state;
+    /* 2^32 * 2^32 wraps to 0 in 64 bits: a naive product would match the empty data. */
+    expect_bad(E1("U8", "[4294967296,4294967296]", 0, 0), 0, FSC_ERR_FORMAT, "too large to address");
+    /* 2^63 elements fit 64 bits, their 2^65 bytes do not. */
+    expect_bad(E1("F32", "[1125899906842624,8192]", 0, 0), 0, FSC_ERR_FORMAT, "too large to address");
+    expect_bad(E1("F32", "[2147483648,2147483648]", 0, 0), 0, FSC_ERR_FORMAT, "too large to address");
+}
+
+static void test_size_mismatch(void **state) {
+    (void)state;
+    expect_bad(E1("F32", "[2,2]", 0, 12), 12, FSC_ERR_FORMAT, "shape [2, 2] and dtype F32 (16 bytes)");
+    expect_bad(E1("F32", "[2,2]", 0, 12), 12, FSC_ERR_FORMAT, "span 12 bytes");
+    expect_bad(E1("BF16", "[]", 0, 4), 4, FSC_ERR_FORMAT, "(2 bytes)");
+}
+
+static void test_bad_offsets(void **state) {
+    (void)state;
+    expect_bad(E1("F32", "[2]", 0, 8), 4, FSC_ERR_FORMAT, "outside the data section (4 bytes)");
+    expect_bad(E1("F32", "[2]", 8, 0), 8, FSC_ERR_FORMAT, "end before they begin");
+    expect_bad("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 4, FSC_ERR_FORMAT, "two integers");
+    expect_bad("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}", 4, FSC_ERR_FORMAT, "two integers");
+    expect_bad("{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", 4, FSC_ERR_FORMAT, "not integers");
+    expect_bad(E1("U8", "[1]", 18446744073709551615, 18446744073709551616), 4, FSC_ERR_FORMAT, "not integers");
+}
+
+static void test_overlap(void **state) {
+    (void)state;
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+               12, FSC_ERR_FORMAT, "tensor b (bytes 4..12) overlaps tensor a");
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+               8, FSC_ERR_FORMAT, "overlaps");
+}
+
+static void test_gap_and_trailing(void **state) {
+    (void)state;
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+               "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+               12, FSC_ERR_FORMAT, "gap in the data section: bytes 4..8");
+    expect_bad(E1("F32", "[1]", 4, 8), 8, FSC_ERR_FORMAT, "bytes 0..4 belong to no tensor");
+    expect_bad(E1("F32", "[1]", 0, 4), 8, FSC_ERR_FORMAT, "has 8 bytes but the tensors cover only 4");
+    expect_bad("{}", 1, FSC_ERR_FORMAT, "cover only 0");
+}
+
+static void test_duplicate_names(void **state) {
+    (void)state;
+    expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+               "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+               8, FSC_ERR_FORMAT, "tensor name a appears twice");
+    expect_bad("{\"__metadata__\":{},\"__metadata__\":{}}", 0, FSC_ERR_FORMAT, "__metadata__ appears twice");
+    expect_bad("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, FSC_ERR_FORMAT, "key \"k\" appears twice");
+}
+
+static void test_name_too_long(void **state) {
+    (void)state;
+    char hdr[512], name[200];
+    memset(name, 'x', sizeof name - 1);
+    name[sizeof name - 1] = 0;
+    snprintf(hdr, sizeof hdr, "{\"%s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", name);
+    expect_bad(hdr, 1, FSC_ERR_FORMAT, "name of 199 bytes");
+    name[FSC_ST_MAX_NAME] = 0; /* one byte too long for fsc_st_entry.name */
+    snprintf(hdr, sizeof hdr, "{\"%s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", name);
+    expect_bad(hdr, 1, FSC_ERR_FORMAT, "name of 160 bytes");
+    name[FSC_ST_MAX_NAME - 1] = 0; /* the longest allowed name */
+    snprintf(hdr, sizeof hdr, "{\"%s\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", name);
+    expect_bad(hdr, 1, FSC_OK, NULL);
+}
+
+static void test_bad_metadata(void **state) {
+    (void)state;
+    expect_bad("{\"__metadata__\":[1]}", 0, FSC_ERR_FORMAT, "__metadata__ is not a JSON object");
+    expect_bad("{\"__metadata__\":{\"k\":1}}", 0, FSC_ERR_FORMAT, "value of \"k\" is not a string");
+}
+
+/* Oracle: a well-formed image with metadata, an empty tensor and trailing header whitespace parses, and
+ * its data can be read after the caller's buffer is gone. */
+static void test_wellformed_neighbours(void **state) {
+    (void)state;
+    size_t len;
+    uint8_t *b = make_image("{\"__metadata__\":{\"format\":\"pt\"},"
+                            "\"z\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                            "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}  \n",
+                            2, &len);
+    fsc_st_file *f;
+    assert_ok(fsc_st_parse_buffer(b, len, &f));
+    free(b); /* the parsed file keeps its own copy */
+    uint8_t v[2];
+    assert_ok(fsc_st_read(f, fsc_st_find(f, "a"), v, 0, 2));
+    assert_int_equal(v[0], 0);
+    assert_int_equal(v[1], 1);
+    fsc_st_close(f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_all_dtypes),
+        cmocka_unit_test(test_partial_reads),
+        cmocka_unit_test(test_golden_file),
+        cmocka_unit_test(test_commit_is_atomic),
+        cmocka_unit_test(test_abort_and_incomplete),
+        cmocka_unit_test(test_writer_misuse),
+        cmocka_unit_test(test_short_file),
+        cmocka_unit_test(test_header_longer_than_file),
+        cmocka_unit_test(test_header_not_json),
+        cmocka_unit_test(test_header_not_object),
+        cmocka_unit_test(test_missing_fields),
+        cmocka_unit_test(test_unknown_dtype),
+        cmocka_unit_test(test_bad_dims),
+        cmocka_unit_test(test_shape_product_overflow),
+        cmocka_unit_test(test_size_mismatch),
+        cmocka_unit_test(test_bad_offsets),
+        cmocka_unit_test(test_overlap),
+        cmocka_unit_test(test_gap_and_trailing),
+        cmocka_unit_test(test_duplicate_names),
+        cmocka_unit_test(test_name_too_long),
+        cmocka_unit_test(test_bad_metadata),
+        cmocka_unit_test(test_wellformed_neighbours),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}

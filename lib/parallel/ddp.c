@@ -13,6 +13,8 @@
 #include "engine_impl.h"
 
 typedef struct {
+    int t0, t1;       /* held tensors */
+    size_t base;      /* flat offset of tensor t0 in the whole model */
     size_t P;
     float *master, *compute, *grad, *acc;
     size_t pend_lo, pend_hi; /* gradient elements [lo, hi) complete but not yet reduced */
@@ -22,7 +24,9 @@ static fsc_status ddp_setup(fsc_engine *e) {
     ddp_state *d = calloc(1, sizeof(*d));
     if (!d) return fsc_error(FSC_ERR_NOMEM, "ddp: out of memory");
     e->sd = d;
-    d->P = fsc_gpt_num_params(&e->cfg);
+    fsc_engine_held_range(e, &d->t0, &d->t1);
+    d->base = fsc_engine_tensor_offset(e, d->t0);
+    d->P = fsc_engine_tensor_offset(e, d->t1) - d->base;
     size_t bytes = d->P * sizeof(float);
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, bytes, (void **)&d->master));
     FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, bytes, (void **)&d->grad));
@@ -31,16 +35,21 @@ static fsc_status ddp_setup(fsc_engine *e) {
     if (e->po.accum > 1 && !e->po.no_sync)
         FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, bytes, (void **)&d->acc));
     if (e->po.sync_from_rank0 && e->r->world > 1) {
-        if (e->r->rank == 0) FSC_TRY(fsc_engine_init_range(e, d->master, 0, d->P));
+        if (fsc_comm_rank(e->comm) == 0) FSC_TRY(fsc_engine_init_range(e, d->master, d->base, d->P));
         FSC_TRY(fsc_comm_broadcast(e->comm, d->master, d->P, FSC_F32, 0));
     } else {
-        FSC_TRY(fsc_engine_init_range(e, d->master, 0, d->P));
+        FSC_TRY(fsc_engine_init_range(e, d->master, d->base, d->P));
     }
     float *reduced = d->acc ? d->acc : d->grad;
     FSC_TRY(fsc_optim_add(e->opt, d->master, reduced, d->P, NULL));
     FSC_TRY(fsc_engine_add_gseg(e, reduced, d->P));
     e->norm_comm = NULL;
-    fsc_gpt_bind_flat(e->m, d->compute ? d->compute : d->master, d->grad);
+    float *p = d->compute ? d->compute : d->master;
+    for (int i = d->t0; i < d->t1; i++) {
+        size_t off = fsc_engine_tensor_offset(e, i) - d->base;
+        e->m->param[i] = p + off;
+        e->m->grad[i] = d->grad + off;
+    }
     return FSC_OK;
 }
 
@@ -72,20 +81,20 @@ static fsc_status ddp_post_backward(fsc_engine *e, int layer) {
     ddp_state *d = e->sd;
     if (!e->sync) return FSC_OK;
     /* the tensors this layer owns are contiguous and precede what earlier (later-in-model) layers own */
-    for (int i = e->m->n_tensors - 1; i >= 0; i--) {
+    for (int i = d->t1 - 1; i >= d->t0; i--) {
         if (e->m->info[i].layer != layer) continue;
-        size_t off = fsc_engine_tensor_offset(e, i);
+        size_t off = fsc_engine_tensor_offset(e, i) - d->base;
         if (off < d->pend_lo) d->pend_lo = off;
     }
     size_t bucket = e->po.bucket_bytes ? e->po.bucket_bytes : (25u << 20);
-    if ((d->pend_hi - d->pend_lo) * sizeof(float) >= bucket || layer == 0) FSC_TRY(flush(e));
+    if ((d->pend_hi - d->pend_lo) * sizeof(float) >= bucket || layer == e->lf) FSC_TRY(flush(e));
     return FSC_OK;
 }
 
 static fsc_status ddp_full_tensors(fsc_engine *e, int want, float *host) {
     ddp_state *d = e->sd;
     if (!want || !host) return FSC_OK;
-    return fsc_device_download(e->dev, host, d->master, d->P * sizeof(float));
+    return fsc_device_download(e->dev, host + d->base, d->master, d->P * sizeof(float));
 }
 
 static fsc_status ddp_write_full(fsc_engine *e, fsc_st_writer *w) {
@@ -93,7 +102,7 @@ static fsc_status ddp_write_full(fsc_engine *e, fsc_st_writer *w) {
     if (!w) return FSC_OK;
     size_t off = 0;
     fsc_status s = FSC_OK;
-    for (int i = 0; i < e->m->n_tensors && s == FSC_OK; i++) {
+    for (int i = d->t0; i < d->t1 && s == FSC_OK; i++) {
         size_t n = e->m->info[i].numel;
         float *h = malloc(n * sizeof(float));
         if (!h) return fsc_error(FSC_ERR_NOMEM, "ddp: out of host memory writing %s", e->m->info[i].name);
@@ -109,7 +118,7 @@ static fsc_status ddp_load_full(fsc_engine *e, fsc_st_file *f) {
     ddp_state *d = e->sd;
     size_t off = 0;
     fsc_status s = FSC_OK;
-    for (int i = 0; i < e->m->n_tensors && s == FSC_OK; i++) {
+    for (int i = d->t0; i < d->t1 && s == FSC_OK; i++) {
         size_t n = e->m->info[i].numel;
         const fsc_st_entry *en = fsc_st_find(f, e->m->info[i].name);
         if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", e->m->info[i].name);

@@ -25,6 +25,22 @@ size_t fsc_engine_tensor_offset(const fsc_engine *e, int i) {
     return off;
 }
 
+int fsc_engine_holds(const fsc_engine *e, int i) {
+    int l = e->m->info[i].layer;
+    return l >= e->lf && l <= e->ll;
+}
+
+void fsc_engine_held_range(const fsc_engine *e, int *t0, int *t1) {
+    int a = -1, b = -1;
+    for (int i = 0; i < e->m->n_tensors; i++) {
+        if (!fsc_engine_holds(e, i)) continue;
+        if (a < 0) a = i;
+        b = i + 1;
+    }
+    *t0 = a < 0 ? 0 : a;
+    *t1 = b < 0 ? 0 : b;
+}
+
 fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t n) {
     enum { CHUNK = 1 << 16 };
     float *host = malloc(CHUNK * sizeof(float));
@@ -185,9 +201,18 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     }
     e->use_scaler = po->param_dtype == FSC_F16 || po->reduce_dtype == FSC_F16;
     fsc_loss_scaler_init(&e->scaler, po->init_loss_scale > 0 ? po->init_loss_scale : 65536.0f, 2000);
+    e->lf = 0;
+    e->ll = cfg->layers + 1;
     fsc_status s = fsc_gpt_create(e->dev, cfg, &e->m);
     if (s == FSC_OK) s = fsc_optim_create(e->dev, oc, &e->opt);
     if (s == FSC_OK) s = e->st->setup(e);
+    if (s == FSC_OK && e->ll == cfg->layers + 1 && e->lf > 0) {
+        /* the tied head on a stage without the embedding: a replica of wte */
+        size_t n = e->m->info[FSC_P_WTE].numel;
+        s = fsc_device_alloc(e->dev, FSC_TAG_PARAMS, n * sizeof(float), (void **)&e->wte_copy);
+        if (s == FSC_OK) s = fsc_engine_init_range(e, e->wte_copy, 0, n);
+        e->m->param[FSC_P_WTE] = e->wte_copy;
+    }
     if (s != FSC_OK) {
         fsc_engine_free(e);
         return s;
@@ -222,7 +247,7 @@ static fsc_status ensure_acts(fsc_engine *e, int B) {
     if (e->acts && e->acts_B == B) return FSC_OK;
     fsc_gpt_acts_free(e->acts);
     e->acts = NULL;
-    fsc_gpt_acts_opts o = { .B = B, .T = e->cfg.seq, .first = 0, .last = e->cfg.layers + 1,
+    fsc_gpt_acts_opts o = { .B = B, .T = e->cfg.seq, .first = e->lf, .last = e->ll,
                             .checkpoint = e->po.checkpoint };
     FSC_TRY(fsc_gpt_acts_create(e->m, &o, &e->acts));
     e->acts_B = B;
@@ -369,6 +394,7 @@ void fsc_engine_free(fsc_engine *e) {
     if (!e) return;
     if (e->st && e->st->destroy) e->st->destroy(e);
     fsc_gpt_acts_free(e->acts);
+    if (e->wte_copy) fsc_device_release(e->dev, e->wte_copy);
     fsc_optim_free(e->opt);
     fsc_gpt_free(e->m);
     free(e->gsegs);

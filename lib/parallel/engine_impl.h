@@ -39,6 +39,11 @@ struct fsc_engine {
     fsc_comm *comm;           /* the data-parallel group (the world for now) */
     fsc_gpt *m;
     fsc_gpt_config cfg;
+    /* The layers this rank runs (a pipeline stage; 0 .. L+1 without pipelining). The rank holds the
+     * tensors those layers own (fsc_engine_holds); a stage with the head but not the embedding keeps a
+     * replica of the tied wte in wte_copy, kept equal to the first stage's by the pipeline. */
+    int lf, ll;
+    float *wte_copy;
     fsc_parallel_opts po;
     fsc_optim_config oc;
     fsc_optim *opt;
@@ -71,6 +76,10 @@ extern const fsc_strategy fsc_strategy_zero;  /* zero1 and zero2 */
 /* Helpers shared by strategies. */
 /* Offsets of tensor i in tensor-order flat layout (prefix sums of numel). */
 size_t fsc_engine_tensor_offset(const fsc_engine *e, int i);
+/* Whether this rank holds (owns and steps) tensor i; held tensors are a contiguous index range
+ * [*t0, *t1) of fsc_engine_held_range. */
+int fsc_engine_holds(const fsc_engine *e, int i);
+void fsc_engine_held_range(const fsc_engine *e, int *t0, int *t1);
 /* Fill a device buffer with initial values of elements [first, first+n) of the tensor-order flat
  * parameter vector (crossing tensor boundaries as needed), through a bounded host buffer. */
 fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t n);

@@ -47,7 +47,7 @@ static int layer_uses_unit(const fsc_engine *e, const fsdp_state *d, int layer, 
     for (int k = 0; k < d->u[u].ntensors; k++) {
         int t = d->u[u].tensors[k];
         if (e->m->info[t].layer == layer) return 1;
-        if (t == FSC_P_WTE && layer == L + 1) return 1; /* the tied head */
+        if (t == FSC_P_WTE && layer == L + 1 && e->lf == 0) return 1; /* the tied head */
     }
     return 0;
 }
@@ -67,11 +67,11 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
         if (e->po.wrap == FSC_WRAP_BLOCK) wrapped[b] = 1;
         else if (e->po.wrap == FSC_WRAP_MIN_PARAMS) wrapped[b] = block_params >= e->po.wrap_min_params;
     }
-    /* unit 0 is the root; then one unit per wrapped block */
+    /* unit 0 is the root; then one unit per wrapped block; tensors this rank does not hold: -1 */
     d->nunits = 1;
-    for (int t = 0; t < nt; t++) d->unit_of[t] = 0;
+    for (int t = 0; t < nt; t++) d->unit_of[t] = fsc_engine_holds(e, t) ? 0 : -1;
     for (int b = 0; b < L; b++) {
-        if (!wrapped[b]) continue;
+        if (!wrapped[b] || !fsc_engine_holds(e, fsc_gpt_block_first_tensor(&e->cfg, b))) continue;
         int first = fsc_gpt_block_first_tensor(&e->cfg, b);
         for (int k = 0; k < FSC_GPT_BLOCK_PARAMS; k++) d->unit_of[first + k] = d->nunits;
         d->nunits++;

@@ -8,6 +8,17 @@
 
 typedef struct fsc_engine fsc_engine;
 
+/* Elements [first, first+n) of tensor `tensor` that this rank holds: they live in optimizer segment
+ * `seg` (fsc_optim_*: parameters and state) from element seg_off on. `write` marks the ranks that write
+ * them into a checkpoint: exactly one rank of the world per element. */
+typedef struct {
+    int tensor;
+    size_t first, n;
+    int seg;
+    size_t seg_off;
+    int write;
+} fsc_holding;
+
 typedef struct {
     const char *name;
     /* allocate parameters (initialised from the keyed RNG), gradients, and register optimizer segments;
@@ -30,6 +41,10 @@ typedef struct {
     fsc_status (*write_full)(fsc_engine *e, fsc_st_writer *w);
     /* every rank loads what it holds from a validated full-weights file */
     fsc_status (*load_full)(fsc_engine *e, fsc_st_file *f);
+    /* what this rank holds, for checkpoints (array from malloc); after_load refreshes derived copies
+     * (gathered or low-precision parameters) once segments were overwritten */
+    fsc_status (*holdings)(fsc_engine *e, fsc_holding **out, int *n);
+    fsc_status (*after_load)(fsc_engine *e);
     void (*destroy)(fsc_engine *e);
 } fsc_strategy;
 

@@ -9,7 +9,8 @@
  *   Open MPI   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
  *   none       a single process: rank 0 of 1
  * and MASTER_ADDR, MASTER_PORT (TCP rendezvous), FSC_RENDEZVOUS_FILE (file rendezvous, preferred when
- * set), FSC_RENDEZVOUS_TIMEOUT (seconds, default 60). */
+ * set), FSC_RENDEZVOUS_TIMEOUT (seconds, default 60), FSC_COMM_TIMEOUT (seconds, default 600).
+ * The GPU is the local rank's, or GPU 0 when CUDA_VISIBLE_DEVICES names a single GPU. */
 #ifndef FSC_LAUNCH_H
 #define FSC_LAUNCH_H
 #include <stddef.h>
@@ -29,6 +30,7 @@ typedef struct {
     int master_port;            /* 0 when MASTER_PORT is not set */
     char rendezvous_file[1024]; /* "" when FSC_RENDEZVOUS_FILE is not set */
     double timeout_s;           /* FSC_RENDEZVOUS_TIMEOUT, default 60 */
+    double comm_timeout_s;      /* FSC_COMM_TIMEOUT: a collective stuck this long fails (default 600) */
 } fsc_launch_env;
 
 /* How variables are looked up: returns the value of name or NULL. */

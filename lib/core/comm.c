@@ -1,0 +1,257 @@
+/* The public communicator (comm.h): one wrapper over every implementation's fsc_comm_ops table.
+ * It validates arguments with messages a caller can act on, counts calls and bytes per operation,
+ * adds the communicator's name and rank to an implementation's error message, and manages the object.
+ * What a collective computes is the implementation's business (sim/ for threads, the NCCL plug-in).
+ *
+ * Bytes per call are what a ring algorithm sends per rank, with s the bytes of the whole buffer and N the
+ * group size (0 when N = 1): all-reduce 2(N-1)/N s; reduce-scatter, all-gather and all-to-all (N-1)/N s of
+ * the full (N-block) buffer; broadcast s on every rank (the root sends it once, each other rank receives
+ * it once); send and recv the message (0 to oneself); barrier 0. Only calls that succeed are counted. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/comm_impl.h"
+
+static const char *const op_names[FSC_OP_COUNT] = {
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "all_to_all", "barrier",
+};
+
+const char *fsc_comm_op_name(fsc_comm_op op) {
+    return (unsigned)op < FSC_OP_COUNT ? op_names[op] : "unknown";
+}
+
+int fsc_comm_rank(const fsc_comm *c) { return c ? c->rank : -1; }
+int fsc_comm_size(const fsc_comm *c) { return c ? c->size : 0; }
+const char *fsc_comm_name(const fsc_comm *c) { return c ? c->name : ""; }
+
+void fsc_comm_set_name(fsc_comm *c, const char *name) {
+    if (!c) return;
+    size_t n = name ? strlen(name) : 0;
+    if (n >= sizeof(c->name)) n = sizeof(c->name) - 1;
+    if (n) memcpy(c->name, name, n);
+    c->name[n] = '\0';
+}
+
+const fsc_comm_stats *fsc_comm_get_stats(const fsc_comm *c) { return c ? &c->stats : NULL; }
+
+void fsc_comm_reset_stats(fsc_comm *c) {
+    if (c) memset(&c->stats, 0, sizeof(c->stats));
+}
+
+double fsc_comm_total_bytes(const fsc_comm *c) {
+    double t = 0;
+    if (!c) return 0;
+    for (int i = 0; i < FSC_OP_COUNT; i++) t += c->stats.bytes[i];
+    return t;
+}
+
+fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size, const char *name,
+                         fsc_comm **out) {
+    if (!out) {
+        if (ops && ops->abi_version == FSC_COMM_ABI_VERSION && ops->destroy) ops->destroy(ctx);
+        return fsc_error(FSC_ERR_INVALID, "fsc_comm_wrap: out is NULL");
+    }
+    *out = NULL;
+    if (!ops) return fsc_error(FSC_ERR_INVALID, "fsc_comm_wrap: ops is NULL");
+    if (ops->abi_version != FSC_COMM_ABI_VERSION)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "communicator '%s' has interface version %d, this fsc needs %d",
+                         ops->name ? ops->name : "?", ops->abi_version, FSC_COMM_ABI_VERSION);
+    fsc_status s = FSC_OK;
+    if (size < 1 || rank < 0 || rank >= size)
+        s = fsc_error(FSC_ERR_INVALID, "fsc_comm_wrap: rank %d of size %d is out of range", rank, size);
+    fsc_comm *c = s == FSC_OK ? calloc(1, sizeof(*c)) : NULL;
+    if (s == FSC_OK && !c) s = fsc_error(FSC_ERR_NOMEM, "fsc_comm_wrap: out of memory");
+    if (s != FSC_OK) {
+        if (ops->destroy) ops->destroy(ctx);
+        return s;
+    }
+    c->ops = ops;
+    c->ctx = ctx;
+    c->rank = rank;
+    c->size = size;
+    fsc_comm_set_name(c, name ? name : "comm");
+    *out = c;
+    return FSC_OK;
+}
+
+void fsc_comm_free(fsc_comm *c) {
+    if (!c) return;
+    if (c->ops && c->ops->destroy) c->ops->destroy(c->ctx);
+    free(c);
+}
+
+/* ---- validation and accounting ---- */
+
+static int is_float(fsc_dtype dt) { return dt == FSC_F32 || dt == FSC_BF16 || dt == FSC_F16; }
+
+/* The common checks: c, the dtype, and count elements (per rank: x group size) not overflowing. */
+static fsc_status check_common(const fsc_comm *c, fsc_comm_op op, size_t count, int per_rank, fsc_dtype dt) {
+    const char *what = fsc_comm_op_name(op);
+    if (!c) return fsc_error(FSC_ERR_INVALID, "%s: comm is NULL", what);
+    size_t blocks = per_rank ? (size_t)c->size : 1;
+    size_t es = fsc_dtype_size(dt);
+    if (es == 0) return fsc_error(FSC_ERR_INVALID, "%s: %d is not a valid fsc_dtype", what, (int)dt);
+    if (count > SIZE_MAX / es / blocks)
+        return fsc_error(FSC_ERR_INVALID, "%s: %zu x %zu elements of %s overflow the address space", what, blocks,
+                         count, fsc_dtype_name(dt));
+    return FSC_OK;
+}
+
+static fsc_status check_redop(fsc_comm_op op, fsc_dtype dt, fsc_redop r) {
+    const char *what = fsc_comm_op_name(op);
+    if ((unsigned)r > FSC_MAX) return fsc_error(FSC_ERR_INVALID, "%s: %d is not a valid fsc_redop", what, (int)r);
+    if (is_float(dt)) return FSC_OK;
+    if (dt == FSC_I32 && r != FSC_AVG) return FSC_OK;
+    if (dt == FSC_I32)
+        return fsc_error(FSC_ERR_INVALID, "%s: avg of i32 is not defined; use sum and divide", what);
+    return fsc_error(FSC_ERR_INVALID, "%s: reductions take f32, bf16, f16 or i32, not %s", what,
+                     fsc_dtype_name(dt));
+}
+
+static fsc_status check_buf(fsc_comm_op op, const char *name, const void *p, size_t count) {
+    if (!p && count > 0)
+        return fsc_error(FSC_ERR_INVALID, "%s: %s is NULL with %zu elements", fsc_comm_op_name(op), name, count);
+    return FSC_OK;
+}
+
+static int overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na && nb && x < y + nb && y < x + na;
+}
+
+/* send (sbytes) may equal recv + at (in place) or not overlap recv (rbytes) at all. */
+static fsc_status check_alias(fsc_comm_op op, const void *send, size_t sbytes, const void *recv, size_t rbytes,
+                              size_t at, const char *inplace) {
+    if (!overlap(send, sbytes, recv, rbytes)) return FSC_OK;
+    if (inplace && (const unsigned char *)recv + at == (const unsigned char *)send) return FSC_OK;
+    if (inplace)
+        return fsc_error(FSC_ERR_INVALID, "%s: send overlaps recv; in place needs %s", fsc_comm_op_name(op),
+                         inplace);
+    return fsc_error(FSC_ERR_INVALID, "%s: send overlaps recv, which this operation does not allow",
+                     fsc_comm_op_name(op));
+}
+
+static fsc_status check_rank(const fsc_comm *c, fsc_comm_op op, const char *name, int r) {
+    if (r < 0 || r >= c->size)
+        return fsc_error(FSC_ERR_INVALID, "%s: %s %d is out of range for comm '%s' of %d ranks",
+                         fsc_comm_op_name(op), name, r, c->name, c->size);
+    return FSC_OK;
+}
+
+/* Count a call that returned s; prefix an implementation's error with the comm's name and rank. */
+static fsc_status account(fsc_comm *c, fsc_comm_op op, fsc_status s, double bytes) {
+    if (s == FSC_OK) {
+        c->stats.calls[op]++;
+        c->stats.bytes[op] += c->size > 1 ? bytes : 0;
+        return FSC_OK;
+    }
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", fsc_last_error());
+    return fsc_error(s, "%s on comm '%s' (rank %d of %d): %s", fsc_comm_op_name(op), c->name, c->rank, c->size,
+                     msg);
+}
+
+/* (N-1)/N x bytes, as a double */
+static double ring(const fsc_comm *c, size_t bytes) {
+    return (double)(c->size - 1) * (double)bytes / (double)c->size;
+}
+
+/* ---- collectives ---- */
+
+fsc_status fsc_comm_all_reduce(fsc_comm *c, const void *send, void *recv, size_t count, fsc_dtype dt,
+                               fsc_redop op) {
+    const fsc_comm_op o = FSC_OP_ALL_REDUCE;
+    FSC_TRY(check_common(c, o, count, 0, dt));
+    FSC_TRY(check_redop(o, dt, op));
+    FSC_TRY(check_buf(o, "send", send, count));
+    FSC_TRY(check_buf(o, "recv", recv, count));
+    size_t bytes = count * fsc_dtype_size(dt);
+    FSC_TRY(check_alias(o, send, bytes, recv, bytes, 0, "send == recv"));
+    return account(c, o, c->ops->all_reduce(c->ctx, send, recv, count, dt, op), 2.0 * ring(c, bytes));
+}
+
+fsc_status fsc_comm_reduce_scatter(fsc_comm *c, const void *send, void *recv, size_t recvcount, fsc_dtype dt,
+                                   fsc_redop op) {
+    const fsc_comm_op o = FSC_OP_REDUCE_SCATTER;
+    FSC_TRY(check_common(c, o, recvcount, 1, dt));
+    FSC_TRY(check_redop(o, dt, op));
+    FSC_TRY(check_buf(o, "send", send, recvcount));
+    FSC_TRY(check_buf(o, "recv", recv, recvcount));
+    size_t bytes = recvcount * fsc_dtype_size(dt), full = bytes * (size_t)c->size;
+    /* in place: recv is block rank of send */
+    if (overlap(send, full, recv, bytes) && (const unsigned char *)send + (size_t)c->rank * bytes != recv)
+        return fsc_error(FSC_ERR_INVALID, "reduce_scatter: send overlaps recv; in place needs recv == send + "
+                                          "rank x recvcount");
+    return account(c, o, c->ops->reduce_scatter(c->ctx, send, recv, recvcount, dt, op), ring(c, full));
+}
+
+fsc_status fsc_comm_all_gather(fsc_comm *c, const void *send, void *recv, size_t sendcount, fsc_dtype dt) {
+    const fsc_comm_op o = FSC_OP_ALL_GATHER;
+    FSC_TRY(check_common(c, o, sendcount, 1, dt));
+    FSC_TRY(check_buf(o, "send", send, sendcount));
+    FSC_TRY(check_buf(o, "recv", recv, sendcount));
+    size_t bytes = sendcount * fsc_dtype_size(dt), full = bytes * (size_t)c->size;
+    FSC_TRY(check_alias(o, send, bytes, recv, full, (size_t)c->rank * bytes, "send == recv + rank x sendcount"));
+    return account(c, o, c->ops->all_gather(c->ctx, send, recv, sendcount, dt), ring(c, full));
+}
+
+fsc_status fsc_comm_broadcast(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int root) {
+    const fsc_comm_op o = FSC_OP_BROADCAST;
+    FSC_TRY(check_common(c, o, count, 0, dt));
+    FSC_TRY(check_buf(o, "buf", buf, count));
+    FSC_TRY(check_rank(c, o, "root", root));
+    size_t bytes = count * fsc_dtype_size(dt);
+    return account(c, o, c->ops->broadcast(c->ctx, buf, count, dt, root), (double)bytes);
+}
+
+fsc_status fsc_comm_send(fsc_comm *c, const void *buf, size_t count, fsc_dtype dt, int peer) {
+    const fsc_comm_op o = FSC_OP_SEND;
+    FSC_TRY(check_common(c, o, count, 0, dt));
+    FSC_TRY(check_buf(o, "buf", buf, count));
+    FSC_TRY(check_rank(c, o, "peer", peer));
+    size_t bytes = count * fsc_dtype_size(dt);
+    return account(c, o, c->ops->send(c->ctx, buf, count, dt, peer), peer == c->rank ? 0.0 : (double)bytes);
+}
+
+fsc_status fsc_comm_recv(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int peer) {
+    const fsc_comm_op o = FSC_OP_RECV;
+    FSC_TRY(check_common(c, o, count, 0, dt));
+    FSC_TRY(check_buf(o, "buf", buf, count));
+    FSC_TRY(check_rank(c, o, "peer", peer));
+    size_t bytes = count * fsc_dtype_size(dt);
+    return account(c, o, c->ops->recv(c->ctx, buf, count, dt, peer), peer == c->rank ? 0.0 : (double)bytes);
+}
+
+fsc_status fsc_comm_all_to_all(fsc_comm *c, const void *send, void *recv, size_t count, fsc_dtype dt) {
+    const fsc_comm_op o = FSC_OP_ALL_TO_ALL;
+    FSC_TRY(check_common(c, o, count, 1, dt));
+    FSC_TRY(check_buf(o, "send", send, count));
+    FSC_TRY(check_buf(o, "recv", recv, count));
+    size_t full = count * fsc_dtype_size(dt) * (size_t)c->size;
+    FSC_TRY(check_alias(o, send, full, recv, full, 0, NULL));
+    return account(c, o, c->ops->all_to_all(c->ctx, send, recv, count, dt), ring(c, full));
+}
+
+fsc_status fsc_comm_barrier(fsc_comm *c) {
+    if (!c) return fsc_error(FSC_ERR_INVALID, "barrier: comm is NULL");
+    return account(c, FSC_OP_BARRIER, c->ops->barrier(c->ctx), 0.0);
+}
+
+fsc_status fsc_comm_split(fsc_comm *c, int color, int key, fsc_comm **out) {
+    if (!out) return fsc_error(FSC_ERR_INVALID, "split: out is NULL");
+    *out = NULL;
+    if (!c) return fsc_error(FSC_ERR_INVALID, "split: comm is NULL");
+    if (color < 0) return fsc_error(FSC_ERR_INVALID, "split: color %d is negative; colors are >= 0", color);
+    void *ctx = NULL;
+    int rank = 0, size = 0;
+    fsc_status s = c->ops->split(c->ctx, color, key, &ctx, &rank, &size);
+    if (s != FSC_OK) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s", fsc_last_error());
+        return fsc_error(s, "split of comm '%s' (rank %d of %d): %s", c->name, c->rank, c->size, msg);
+    }
+    char name[sizeof(c->name) + 16];
+    snprintf(name, sizeof(name), "%s/%d", c->name, color);
+    return fsc_comm_wrap(c->ops, ctx, rank, size, name, out);
+}

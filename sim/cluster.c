@@ -1,0 +1,108 @@
+/* fsc_cluster_run: the SPMD entry point on the simulated cluster (cluster.h).
+ * Each of opts->world ranks gets its own device and world communicator and runs fn on its own thread
+ * (a world of 1 runs on the calling thread). A rank whose fn returns an error fails the cluster, so ranks
+ * waiting in collectives return instead of hanging; the call returns the first failure, "rank R: ...".
+ * fsc_cluster_run_from_env (one process per GPU) lives in lib/core/launch.c, not here. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/cluster.h"
+#include "sim.h"
+
+#define SIM_MAX_WORLD 1024
+#define SIM_DEFAULT_TIMEOUT_S 60.0
+
+typedef struct {
+    fsc_rank r;
+    fsc_rank_fn fn;
+    void *arg;
+    sim_cluster *cl;
+    fsc_status status;
+    pthread_t thread;
+    int started;
+} rank_ctx;
+
+static void *rank_main(void *p) {
+    rank_ctx *rc = p;
+    fsc_clear_error();
+    rc->status = rc->fn(&rc->r, rc->arg);
+    if (rc->status != FSC_OK) sim_cluster_fail(rc->cl, rc->r.rank, rc->status, fsc_last_error());
+    sim_cluster_exit(rc->cl, rc->r.rank);
+    return NULL;
+}
+
+static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
+    if (!o) return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: opts is NULL");
+    if (!fn) return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: fn is NULL");
+    if (o->world < 1 || o->world > SIM_MAX_WORLD)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: world %d is out of range (1 to %d ranks)", o->world,
+                         SIM_MAX_WORLD);
+    if (!(o->timeout_s >= 0) || isinf(o->timeout_s))
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: timeout_s %g must be a finite number of seconds "
+                                          "(0 for the default of %g)", o->timeout_s, SIM_DEFAULT_TIMEOUT_S);
+    if (o->threads_per_rank < 0)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: threads_per_rank %d is negative", o->threads_per_rank);
+    return FSC_OK;
+}
+
+fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg) {
+    FSC_TRY(check_opts(opts, fn));
+    const int world = opts->world;
+    const char *devname = opts->device ? opts->device : "cpu";
+    double timeout = opts->timeout_s > 0 ? opts->timeout_s : SIM_DEFAULT_TIMEOUT_S;
+    fsc_device_opts dopts = {.threads = opts->threads_per_rank ? opts->threads_per_rank : (world > 1 ? 1 : 0),
+                             .ordinal = 0};
+
+    rank_ctx *ranks = calloc((size_t)world, sizeof(*ranks));
+    if (!ranks) return fsc_error(FSC_ERR_NOMEM, "fsc_cluster_run: out of memory for %d ranks", world);
+    sim_cluster *cl = NULL;
+    fsc_status s = sim_cluster_create(world, timeout, &cl);
+    for (int r = 0; r < world && s == FSC_OK; r++) {
+        rank_ctx *rc = &ranks[r];
+        rc->r.rank = rc->r.local_rank = r;
+        rc->r.world = world;
+        rc->fn = fn;
+        rc->arg = arg;
+        rc->cl = cl;
+        s = fsc_device_create(devname, &dopts, &rc->r.dev);
+        if (s != FSC_OK) {
+            char msg[512];
+            strncpy(msg, fsc_last_error(), sizeof(msg) - 1);
+            msg[sizeof(msg) - 1] = '\0';
+            s = fsc_error(s, "rank %d: could not create its '%s' device: %s", r, devname, msg);
+            break;
+        }
+        s = sim_comm_open(cl, r, rc->r.dev, &rc->r.comm);
+    }
+
+    if (s == FSC_OK && world == 1) {
+        rank_main(&ranks[0]);
+    } else if (s == FSC_OK) {
+        for (int r = 0; r < world; r++) {
+            if (pthread_create(&ranks[r].thread, NULL, rank_main, &ranks[r]) != 0) {
+                /* the ranks already running must not wait for this one */
+                sim_cluster_fail(cl, r, FSC_ERR_INTERNAL, "its thread could not be started");
+                for (int k = r; k < world; k++) sim_cluster_exit(cl, k);
+                break;
+            }
+            ranks[r].started = 1;
+        }
+        for (int r = 0; r < world; r++)
+            if (ranks[r].started) pthread_join(ranks[r].thread, NULL);
+    }
+
+    if (s == FSC_OK) {
+        fsc_status fs;
+        const char *msg;
+        int fr = sim_cluster_first_failure(cl, &fs, &msg);
+        if (fr >= 0) s = fsc_error(fs, "rank %d: %s", fr, msg);
+    }
+    for (int r = 0; r < world; r++) {
+        fsc_comm_free(ranks[r].r.comm);
+        if (ranks[r].r.dev) fsc_device_free(ranks[r].r.dev);
+    }
+    sim_cluster_free(cl);
+    free(ranks);
+    return s;
+}

@@ -1,0 +1,131 @@
+/* The simulated cluster's private interface: ranks are threads of one process and a communicator is a
+ * group object in shared memory that all its ranks point to. Used by sim/cluster.c (fsc_cluster_run) and
+ * sim/sim_comm.c (the fsc_comm_ops table); not a public header.
+ *
+ * A collective is two rendezvous on the group. Each rank posts what it called (a sim_slot) and waits until
+ * every rank of the group has posted (the "arrive" rendezvous); the rank that completes it checks that all
+ * ranks called the same thing and, for split, builds the child groups. Then every rank computes its own
+ * output reading the other ranks' buffers directly, and waits at the "depart" rendezvous so no rank
+ * returns (and frees or rewrites its buffers) while another may still read them.
+ *
+ * No hangs: while waiting to arrive, a rank gives up when the cluster has failed (a rank's function
+ * returned an error), when the group has failed (a timeout), when a rank it waits for has returned from
+ * its function, or when the cluster's timeout passes. Once every rank has arrived the collective is
+ * committed: every rank computes and departs, which takes bounded time, so departing never gives up.
+ *
+ * Buffers are read and written with memcpy: this needs host-addressable memory (the cpu device). Over a
+ * cuda device the simulated communicator would need staging through host buffers (a later change); until
+ * then every call that moves data there fails with FSC_ERR_UNSUPPORTED. */
+#ifndef FSC_SIM_H
+#define FSC_SIM_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include "fsc/comm_impl.h"
+#include "fsc/device.h"
+
+#define SIM_MSG_CAP 400             /* bytes of a stored failure message */
+#define SIM_OP_SPLIT FSC_OP_COUNT   /* split's rendezvous, an internal op id next to fsc_comm_op */
+
+typedef struct sim_cluster sim_cluster;
+typedef struct sim_group sim_group;
+typedef struct sim_handle sim_handle;
+
+/* What a rank posts when it enters a collective. */
+typedef struct {
+    int op;               /* fsc_comm_op or SIM_OP_SPLIT */
+    size_t count;         /* elements as the caller passed them (recvcount, sendcount, ...) */
+    fsc_dtype dt;
+    fsc_redop redop;      /* reductions only */
+    int root;             /* broadcast only */
+    int color, key;       /* split only */
+    const void *send;
+    void *recv;
+    int posted;           /* 1 while the rank waits to arrive */
+    sim_handle *child;    /* split: this rank's handle on its new group, set by the completing rank */
+} sim_slot;
+
+/* A buffered point-to-point message, queued at its destination. */
+typedef struct sim_msg {
+    struct sim_msg *next;
+    int src;
+    size_t count;
+    fsc_dtype dt;
+    unsigned char data[];
+} sim_msg;
+
+struct sim_group {
+    sim_cluster *cl;
+    int size;
+    int *world_rank;          /* (size) world rank of each group rank */
+    pthread_mutex_t mu;       /* guards everything below except refs and next */
+    pthread_cond_t cv;
+    int arrived, departed;    /* ranks at each rendezvous */
+    unsigned arrive_gen, depart_gen;
+    sim_slot *slots;          /* (size) */
+    fsc_status verdict;       /* of the last completed arrive: FSC_OK or why the collective fails */
+    char verdict_msg[SIM_MSG_CAP];
+    fsc_status fail;          /* sticky: after a timeout every call on the group fails */
+    char fail_msg[SIM_MSG_CAP];
+    sim_msg **inbox;          /* (size) messages queued for each rank, oldest first */
+    atomic_int refs;          /* handles pointing here */
+    sim_group *next;          /* cluster registry, guarded by cl->mu */
+};
+
+/* A rank's view of a group: the ctx of its fsc_comm. */
+struct sim_handle {
+    sim_group *g;
+    int rank;                 /* rank in g */
+    int host_ok;              /* buffers are host memory (cpu device) */
+};
+
+struct sim_cluster {
+    int world;
+    double timeout_s;
+    pthread_mutex_t mu;       /* guards the registry; never taken while holding a group's mu */
+    sim_group *groups;
+    atomic_int *exited;       /* (world) 1 once the rank's function has returned */
+    atomic_int fail_claimed;  /* the first failing rank claims the fields below, then sets failed */
+    atomic_int failed;
+    int fail_rank;
+    fsc_status fail_status;
+    char fail_msg[SIM_MSG_CAP];
+    sim_group *world_group;
+};
+
+/* sim_group.c: the cluster, groups and the rendezvous. */
+fsc_status sim_cluster_create(int world, double timeout_s, sim_cluster **out);
+/* Frees the cluster and any group still registered (call after every rank has returned). */
+void sim_cluster_free(sim_cluster *cl);
+/* Rank `rank` failed with s and msg: every rank waiting in, or later entering, a collective fails.
+ * The first call wins; later calls are ignored. */
+void sim_cluster_fail(sim_cluster *cl, int rank, fsc_status s, const char *msg);
+/* Rank `rank` returned from its function: ranks waiting for it give up. */
+void sim_cluster_exit(sim_cluster *cl, int rank);
+/* The first failure: its rank (and status and message), or -1 if none. */
+int sim_cluster_first_failure(sim_cluster *cl, fsc_status *s, const char **msg);
+
+sim_group *sim_group_new(sim_cluster *cl, int size, const int *world_rank);
+void sim_group_register(sim_group *g);
+void sim_group_unref(sim_group *g);
+/* "rank 2" or "rank 2 (world rank 5)" */
+void sim_rank_label(const sim_group *g, int rank, char *buf, size_t cap);
+/* "all_reduce(10 x f32, sum)" */
+void sim_slot_describe(const sim_slot *s, char *buf, size_t cap);
+
+/* Post *mine and wait for every rank of the group. FSC_OK: committed, compute then call sim_depart. */
+fsc_status sim_arrive(sim_handle *h, const sim_slot *mine);
+void sim_depart(sim_handle *h);
+/* Under g->mu: why a call on this group must fail now (cluster or group failed), else FSC_OK. */
+fsc_status sim_check_failed(sim_handle *h, const char *what);
+/* Wait on g->cv until woken or deadline; returns 1 if the deadline passed. Under g->mu. */
+int sim_wait(sim_group *g, const struct timespec *deadline);
+void sim_deadline(const sim_cluster *cl, struct timespec *out);
+/* Under g->mu: mark the group failed (sticky) and wake its ranks. */
+void sim_group_fail(sim_group *g, fsc_status s, const char *msg);
+
+/* sim_comm.c: the communicator. */
+extern const fsc_comm_ops sim_comm_ops;
+/* The world communicator of `rank`; dev (may be NULL: host memory) decides whether buffers are host memory. */
+fsc_status sim_comm_open(sim_cluster *cl, int rank, const fsc_device *dev, fsc_comm **out);
+
+#endif

@@ -1,0 +1,296 @@
+/* The simulated communicator: the fsc_comm_ops table over sim groups (sim.h, sim_group.c).
+ * After the arrive rendezvous each rank computes its own part reading the other ranks' buffers directly:
+ * - reductions in a fixed order, acc = x[rank 0]; acc += x[rank 1]; ... in f32 (bf16 and f16 are widened
+ *   to f32 and rounded once at the end, RNE; i32 sums wrap), AVG divides the f32 sum by N, MAX keeps NaN.
+ *   All-reduce gives rank r a contiguous chunk of the elements, which it reduces and writes into every
+ *   rank's recv; reduce-scatter reduces block r into rank r's recv. Element i is the same sequence of
+ *   operations either way, so reduce-scatter equals all-reduce bit for bit.
+ * - all-gather, all-to-all and broadcast copy from the other ranks' send buffers.
+ * Send is buffered (the message is copied and queued at the destination; FIFO per source), so neighbours
+ * that send to each other at the same time never deadlock; recv waits for the oldest message from peer.
+ * Arguments were validated by lib/core/comm.c, which also counts calls and bytes. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "sim.h"
+
+enum { TILE = 256 };
+
+typedef unsigned char u8;
+
+static fsc_status need_host(sim_handle *h, const char *what, size_t bytes) {
+    if (h->host_ok || bytes == 0) return FSC_OK;
+    return fsc_error(FSC_ERR_UNSUPPORTED,
+                     "%s: the simulated communicator reads buffers as host memory; over a device other than "
+                     "cpu it needs staging through host buffers, which is not implemented yet",
+                     what);
+}
+
+/* ---- reductions ---- */
+
+/* x[0..n) as f32: a pointer into src (f32) or into tmp (converted). */
+static const float *as_f32(float *tmp, const void *src, size_t off, size_t n, fsc_dtype dt) {
+    if (dt == FSC_F32) return (const float *)src + off;
+    fsc_convert_host(tmp, FSC_F32, (const u8 *)src + off * fsc_dtype_size(dt), dt, n);
+    return tmp;
+}
+
+/* acc[0..n) = reduction over ranks, in rank order, of elements [off, off+n) of every send buffer. */
+static void reduce_tile_f32(float *acc, const sim_slot *s, int N, size_t off, size_t n, fsc_dtype dt,
+                            fsc_redop op) {
+    float tmp[TILE];
+    const float *x = as_f32(tmp, s[0].send, off, n, dt);
+    memcpy(acc, x, n * sizeof(float));
+    for (int j = 1; j < N; j++) {
+        x = as_f32(tmp, s[j].send, off, n, dt);
+        if (op == FSC_MAX) {
+            for (size_t i = 0; i < n; i++)
+                if (isnan(x[i]) || x[i] > acc[i]) acc[i] = isnan(acc[i]) ? acc[i] : x[i];
+        } else {
+            for (size_t i = 0; i < n; i++) acc[i] += x[i];
+        }
+    }
+    if (op == FSC_AVG)
+        for (size_t i = 0; i < n; i++) acc[i] /= (float)N;
+}
+
+static void reduce_tile_i32(int32_t *acc, const sim_slot *s, int N, size_t off, size_t n, fsc_redop op) {
+    memcpy(acc, (const int32_t *)s[0].send + off, n * sizeof(int32_t));
+    for (int j = 1; j < N; j++) {
+        const int32_t *x = (const int32_t *)s[j].send + off;
+        if (op == FSC_MAX) {
+            for (size_t i = 0; i < n; i++) acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+        } else { /* wrapping sum */
+            for (size_t i = 0; i < n; i++) acc[i] = (int32_t)((uint32_t)acc[i] + (uint32_t)x[i]);
+        }
+    }
+}
+
+/* Reduce elements [src_off, src_off+len) of every rank's send and write them at dst_off of the recv of
+ * rank dst_rank, or of every rank when dst_rank < 0. */
+static void reduce_range(const sim_group *g, size_t src_off, size_t len, int dst_rank, size_t dst_off,
+                         fsc_dtype dt, fsc_redop op) {
+    const sim_slot *s = g->slots;
+    const size_t es = fsc_dtype_size(dt);
+    float acc[TILE];
+    int32_t iacc[TILE];
+    for (size_t t = 0; t < len; t += TILE) {
+        size_t n = len - t < TILE ? len - t : TILE;
+        const void *out = acc;
+        if (dt == FSC_I32) {
+            reduce_tile_i32(iacc, s, g->size, src_off + t, n, op);
+            out = iacc;
+        } else {
+            reduce_tile_f32(acc, s, g->size, src_off + t, n, dt, op);
+        }
+        int j0 = dst_rank < 0 ? 0 : dst_rank, j1 = dst_rank < 0 ? g->size : dst_rank + 1;
+        for (int j = j0; j < j1; j++) {
+            u8 *dst = (u8 *)s[j].recv + (dst_off + t) * es;
+            if (dt == FSC_F32 || dt == FSC_I32) memcpy(dst, out, n * es);
+            else fsc_convert_host(dst, dt, acc, FSC_F32, n);
+        }
+    }
+}
+
+static fsc_status sim_all_reduce(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt,
+                                 fsc_redop op) {
+    sim_handle *h = ctx;
+    FSC_TRY(need_host(h, "all_reduce", count));
+    sim_slot me = {.op = FSC_OP_ALL_REDUCE, .count = count, .dt = dt, .redop = op, .send = send, .recv = recv};
+    FSC_TRY(sim_arrive(h, &me));
+    /* rank r owns elements [lo, hi): it reads them from every send and writes them to every recv; nobody
+     * else touches them, so send == recv (in place) is safe. */
+    size_t N = (size_t)h->g->size, chunk = (count + N - 1) / N, r = (size_t)h->rank;
+    size_t lo = r * chunk < count ? r * chunk : count, hi = lo + chunk < count ? lo + chunk : count;
+    if (hi > lo) reduce_range(h->g, lo, hi - lo, -1, lo, dt, op);
+    sim_depart(h);
+    return FSC_OK;
+}
+
+static fsc_status sim_reduce_scatter(void *ctx, const void *send, void *recv, size_t recvcount, fsc_dtype dt,
+                                     fsc_redop op) {
+    sim_handle *h = ctx;
+    FSC_TRY(need_host(h, "reduce_scatter", recvcount));
+    sim_slot me = {.op = FSC_OP_REDUCE_SCATTER, .count = recvcount, .dt = dt, .redop = op, .send = send,
+                   .recv = recv};
+    FSC_TRY(sim_arrive(h, &me));
+    /* in place (recv == send + rank*recvcount) is safe: element i of block r is read and written by rank r only */
+    if (recvcount) reduce_range(h->g, (size_t)h->rank * recvcount, recvcount, h->rank, 0, dt, op);
+    sim_depart(h);
+    return FSC_OK;
+}
+
+/* ---- data movement ---- */
+
+static void copy_block(void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+
+static fsc_status sim_all_gather(void *ctx, const void *send, void *recv, size_t sendcount, fsc_dtype dt) {
+    sim_handle *h = ctx;
+    FSC_TRY(need_host(h, "all_gather", sendcount));
+    sim_slot me = {.op = FSC_OP_ALL_GATHER, .count = sendcount, .dt = dt, .send = send, .recv = recv};
+    FSC_TRY(sim_arrive(h, &me));
+    /* in place (send == recv + rank*sendcount): block r is skipped, other blocks are only written here */
+    size_t bytes = sendcount * fsc_dtype_size(dt);
+    for (int j = 0; j < h->g->size; j++) copy_block((u8 *)recv + (size_t)j * bytes, h->g->slots[j].send, bytes);
+    sim_depart(h);
+    return FSC_OK;
+}
+
+static fsc_status sim_broadcast(void *ctx, void *buf, size_t count, fsc_dtype dt, int root) {
+    sim_handle *h = ctx;
+    FSC_TRY(need_host(h, "broadcast", count));
+    sim_slot me = {.op = FSC_OP_BROADCAST, .count = count, .dt = dt, .root = root, .send = buf, .recv = buf};
+    FSC_TRY(sim_arrive(h, &me));
+    if (h->rank != root) copy_block(buf, h->g->slots[root].send, count * fsc_dtype_size(dt));
+    sim_depart(h);
+    return FSC_OK;
+}
+
+static fsc_status sim_all_to_all(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt) {
+    sim_handle *h = ctx;
+    FSC_TRY(need_host(h, "all_to_all", count));
+    sim_slot me = {.op = FSC_OP_ALL_TO_ALL, .count = count, .dt = dt, .send = send, .recv = recv};
+    FSC_TRY(sim_arrive(h, &me));
+    size_t bytes = count * fsc_dtype_size(dt);
+    for (int j = 0; j < h->g->size; j++)
+        copy_block((u8 *)recv + (size_t)j * bytes, (const u8 *)h->g->slots[j].send + (size_t)h->rank * bytes,
+                   bytes);
+    sim_depart(h);
+    return FSC_OK;
+}
+
+static fsc_status sim_barrier(void *ctx) {
+    sim_slot me = {.op = FSC_OP_BARRIER};
+    /* no buffers are read, so there is nothing to wait for after arriving */
+    return sim_arrive(ctx, &me);
+}
+
+/* ---- point to point ---- */
+
+static fsc_status sim_send(void *ctx, const void *buf, size_t count, fsc_dtype dt, int peer) {
+    sim_handle *h = ctx;
+    sim_group *g = h->g;
+    size_t bytes = count * fsc_dtype_size(dt);
+    FSC_TRY(need_host(h, "send", bytes));
+    sim_msg *m = malloc(sizeof(*m) + bytes);
+    if (!m) return fsc_error(FSC_ERR_NOMEM, "send of %zu bytes to rank %d: out of memory", bytes, peer);
+    m->next = NULL;
+    m->src = h->rank;
+    m->count = count;
+    m->dt = dt;
+    if (bytes) memcpy(m->data, buf, bytes);
+    char what[64];
+    snprintf(what, sizeof(what), "send to rank %d", peer);
+    pthread_mutex_lock(&g->mu);
+    fsc_status s = sim_check_failed(h, what);
+    if (s == FSC_OK) {
+        sim_msg **p = &g->inbox[peer];
+        while (*p) p = &(*p)->next;
+        *p = m;
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (s != FSC_OK) free(m);
+    return s;
+}
+
+/* Under g->mu: unlink the oldest message from src queued for rank dst. */
+static sim_msg *take_msg(sim_group *g, int dst, int src) {
+    for (sim_msg **p = &g->inbox[dst]; *p; p = &(*p)->next) {
+        if ((*p)->src == src) {
+            sim_msg *m = *p;
+            *p = m->next;
+            return m;
+        }
+    }
+    return NULL;
+}
+
+static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int peer) {
+    sim_handle *h = ctx;
+    sim_group *g = h->g;
+    FSC_TRY(need_host(h, "recv", count * fsc_dtype_size(dt)));
+    char what[64], lab[64];
+    snprintf(what, sizeof(what), "recv from rank %d", peer);
+    sim_rank_label(g, peer, lab, sizeof(lab));
+    struct timespec deadline;
+    sim_deadline(g->cl, &deadline);
+    sim_msg *m = NULL;
+    int timed_out = 0;
+    pthread_mutex_lock(&g->mu);
+    fsc_status s = sim_check_failed(h, what);
+    while (s == FSC_OK && !(m = take_msg(g, h->rank, peer))) {
+        if (atomic_load_explicit(&g->cl->exited[g->world_rank[peer]], memory_order_acquire)) {
+            s = fsc_error(FSC_ERR_COMM, "%s: %s returned from its function without sending", what, lab);
+        } else if (timed_out) {
+            char msg[SIM_MSG_CAP];
+            snprintf(msg, sizeof(msg), "%s timed out after %g s: %s never sent", what, g->cl->timeout_s, lab);
+            sim_group_fail(g, FSC_ERR_TIMEOUT, msg);
+            s = fsc_error(FSC_ERR_TIMEOUT, "%s", msg);
+        } else {
+            timed_out = sim_wait(g, &deadline);
+            s = sim_check_failed(h, what);
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (!m) return s;
+    if (m->count != count || m->dt != dt) {
+        s = fsc_error(FSC_ERR_COMM, "%s of %zu x %s, but %s sent %zu x %s", what, count, fsc_dtype_name(dt), lab,
+                      m->count, fsc_dtype_name(m->dt));
+    } else if (count) {
+        memcpy(buf, m->data, count * fsc_dtype_size(dt));
+    }
+    free(m);
+    return s;
+}
+
+/* ---- groups ---- */
+
+static fsc_status sim_split(void *ctx, int color, int key, void **new_ctx, int *new_rank, int *new_size) {
+    sim_handle *h = ctx;
+    sim_slot me = {.op = SIM_OP_SPLIT, .color = color, .key = key};
+    FSC_TRY(sim_arrive(h, &me));
+    sim_handle *child = h->g->slots[h->rank].child;
+    child->host_ok = h->host_ok;
+    /* rank 0 of each new group registers it (so failures wake its waiters) before anyone can use it */
+    if (child->rank == 0) sim_group_register(child->g);
+    sim_depart(h);
+    *new_ctx = child;
+    *new_rank = child->rank;
+    *new_size = child->g->size;
+    return FSC_OK;
+}
+
+static void sim_destroy(void *ctx) {
+    sim_handle *h = ctx;
+    if (!h) return;
+    sim_group_unref(h->g);
+    free(h);
+}
+
+const fsc_comm_ops sim_comm_ops = {
+    .abi_version = FSC_COMM_ABI_VERSION,
+    .name = "sim",
+    .all_reduce = sim_all_reduce,
+    .reduce_scatter = sim_reduce_scatter,
+    .all_gather = sim_all_gather,
+    .broadcast = sim_broadcast,
+    .send = sim_send,
+    .recv = sim_recv,
+    .all_to_all = sim_all_to_all,
+    .barrier = sim_barrier,
+    .split = sim_split,
+    .destroy = sim_destroy,
+};
+
+fsc_status sim_comm_open(sim_cluster *cl, int rank, const fsc_device *dev, fsc_comm **out) {
+    *out = NULL;
+    if (!cl->world_group) return fsc_error(FSC_ERR_STATE, "rank %d: the world group is already released", rank);
+    sim_handle *h = malloc(sizeof(*h));
+    if (!h) return fsc_error(FSC_ERR_NOMEM, "rank %d: out of memory for its communicator", rank);
+    *h = (sim_handle){cl->world_group, rank, !dev || strcmp(fsc_device_name(dev), "cpu") == 0};
+    return fsc_comm_wrap(&sim_comm_ops, h, rank, cl->world, "world", out);
+}

@@ -1,0 +1,135 @@
+/* GPT-2 weights as safetensors files in the Hugging Face layout: keys "wte.weight" [V, C],
+ * "wpe.weight" [T, C], "h.{i}.ln_1.weight" ... "ln_f.bias", all F32, in HF order (fsc_gpt_param_info).
+ * Linear weights are [in, out] as HF's Conv1D, so the file layout is the memory layout.
+ *
+ * Save and load stream tensor by tensor through one bounded host buffer (IO_CHUNK floats): the whole
+ * model is never in host memory. Load checks every key, dtype and shape before it uploads anything, so a
+ * file for another configuration leaves the model untouched.
+ * Not here: sharded or optimizer-state checkpoints (lib/parallel), the safetensors format (lib/io). */
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include "fsc/gpt.h"
+#include "fsc/safetensors.h"
+
+#define IO_CHUNK ((size_t)1 << 20) /* floats per host transfer: 4 MiB */
+
+static const char *st_dtype_name(fsc_dtype dt) {
+    switch (dt) {
+    case FSC_F32: return "F32";
+    case FSC_BF16: return "BF16";
+    case FSC_F16: return "F16";
+    case FSC_I32: return "I32";
+    case FSC_U8: return "U8";
+    default: return "?";
+    }
+}
+
+static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && k < cap; d++)
+        k += (size_t)snprintf(buf + k, cap - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+/* Every tensor the config expects is in f with dtype F32 and its HF shape, and nothing else is. */
+static fsc_status check_entries(const fsc_gpt_config *cfg, const fsc_st_file *f, const char *path) {
+    int n = fsc_gpt_num_tensors(cfg);
+    for (int i = 0; i < n; i++) {
+        fsc_param_info p;
+        FSC_TRY(fsc_gpt_param_info(cfg, i, &p));
+        const fsc_st_entry *e = fsc_st_find(f, p.name);
+        if (!e)
+            return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is missing (the model has %d layers)", path, p.name,
+                             cfg->layers);
+        if (e->dtype != FSC_F32)
+            return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects F32", path, p.name,
+                             st_dtype_name(e->dtype));
+        int same = e->ndim == p.ndim;
+        for (int d = 0; same && d < p.ndim; d++) same = e->shape[d] == p.shape[d];
+        if (!same) {
+            char have[96], want[96];
+            shape_text(have, sizeof have, e->ndim, e->shape);
+            shape_text(want, sizeof want, p.ndim, p.shape);
+            return fsc_error(FSC_ERR_FORMAT, "%s: %s has shape %s but the model expects %s", path, p.name, have, want);
+        }
+    }
+    if (fsc_st_count(f) != n) /* every expected name was found, so something else is there too */
+        for (int k = 0; k < fsc_st_count(f); k++) {
+            const fsc_st_entry *e = fsc_st_entry_at(f, k);
+            if (fsc_gpt_param_index(cfg, e->name) < 0)
+                return fsc_error(FSC_ERR_FORMAT, "%s: unexpected tensor %s (not part of a GPT-2 with %d layers)",
+                                 path, e->name, cfg->layers);
+        }
+    return FSC_OK;
+}
+
+fsc_status fsc_gpt_check_file(const fsc_gpt_config *cfg, const char *path) {
+    FSC_TRY(fsc_gpt_config_validate(cfg));
+    fsc_st_file *f;
+    FSC_TRY(fsc_st_open(path, &f));
+    fsc_status st = check_entries(cfg, f, path);
+    fsc_st_close(f);
+    return st;
+}
+
+static fsc_status check_materialized(const fsc_gpt *m, const char *what) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!m->param[i])
+            return fsc_error(FSC_ERR_STATE, "gpt %s: parameter %s is not materialized (bind the parameters first)",
+                             what, m->info[i].name);
+    return FSC_OK;
+}
+
+fsc_status fsc_gpt_save(fsc_gpt *m, const char *path) {
+    if (!m || !path) return fsc_error(FSC_ERR_INVALID, "gpt save: model or path is NULL");
+    FSC_TRY(check_materialized(m, "save"));
+    float *buf = malloc(IO_CHUNK * sizeof(float));
+    if (!buf) return fsc_error(FSC_ERR_NOMEM, "gpt save: out of host memory for a %zu-byte buffer", IO_CHUNK * 4);
+    fsc_st_writer *w = NULL;
+    fsc_status st = fsc_st_writer_open(path, &w);
+    if (st == FSC_OK) st = fsc_st_writer_meta(w, "format", "pt");
+    for (int i = 0; i < m->n_tensors && st == FSC_OK; i++) {
+        fsc_param_info p;
+        st = fsc_gpt_param_info(&m->cfg, i, &p);
+        if (st == FSC_OK) st = fsc_st_writer_add(w, p.name, FSC_F32, p.ndim, p.shape);
+    }
+    if (st == FSC_OK) st = fsc_st_writer_begin_data(w);
+    for (int i = 0; i < m->n_tensors && st == FSC_OK; i++) {
+        size_t numel = m->info[i].numel;
+        for (size_t at = 0; at < numel && st == FSC_OK; at += IO_CHUNK) {
+            size_t k = numel - at < IO_CHUNK ? numel - at : IO_CHUNK;
+            st = fsc_device_download(m->dev, buf, m->param[i] + at, k * sizeof(float));
+            if (st == FSC_OK) st = fsc_st_writer_write(w, i, buf, at, k);
+        }
+    }
+    int committed = 0;
+    if (st == FSC_OK) committed = (st = fsc_st_writer_commit(w)) == FSC_OK;
+    if (!committed && w) fsc_st_writer_abort(w); /* a failed commit leaves w to abort */
+    free(buf);
+    return st;
+}
+
+fsc_status fsc_gpt_load(fsc_gpt *m, const char *path) {
+    if (!m || !path) return fsc_error(FSC_ERR_INVALID, "gpt load: model or path is NULL");
+    FSC_TRY(check_materialized(m, "load"));
+    fsc_st_file *f;
+    FSC_TRY(fsc_st_open(path, &f));
+    fsc_status st = check_entries(&m->cfg, f, path);
+    float *buf = NULL;
+    if (st == FSC_OK && !(buf = malloc(IO_CHUNK * sizeof(float))))
+        st = fsc_error(FSC_ERR_NOMEM, "gpt load: out of host memory for a %zu-byte buffer", IO_CHUNK * 4);
+    for (int i = 0; i < m->n_tensors && st == FSC_OK; i++) {
+        const fsc_st_entry *e = fsc_st_find(f, m->info[i].name);
+        size_t numel = m->info[i].numel;
+        for (size_t at = 0; at < numel && st == FSC_OK; at += IO_CHUNK) {
+            size_t k = numel - at < IO_CHUNK ? numel - at : IO_CHUNK;
+            st = fsc_st_read(f, e, buf, at, k);
+            if (st == FSC_OK) st = fsc_device_upload(m->dev, m->param[i] + at, buf, k * sizeof(float));
+        }
+    }
+    if (st == FSC_OK) st = fsc_device_sync(m->dev);
+    free(buf);
+    fsc_st_close(f);
+    return st;
+}

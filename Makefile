@@ -82,7 +82,7 @@ test: deps
 	@sh ci/test.sh
 
 # Run the suite of one build variant (used by ci/test.sh).
-check: $(TESTS)
+check: $(TESTS) $(EXAMPLES)
 	@sh ci/run_tests.sh $(BUILD)/tests $(TESTS_FILTER)
 
 demo: deps

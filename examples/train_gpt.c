@@ -386,7 +386,15 @@ static cJSON *config_object(const train_config *c) {
             snprintf(buf, sizeof buf, "%llu", (unsigned long long)*(const uint64_t *)field);
             cJSON_AddRawToObject(o, op->name, buf);
             break;
-        case K_FLOAT: cJSON_AddNumberToObject(o, op->name, *(const float *)field); break;
+        case K_FLOAT: { /* the shortest decimal that reads back as the same float */
+            float x = *(const float *)field;
+            for (int prec = 6; prec <= 9; prec++) {
+                snprintf(buf, sizeof buf, "%.*g", prec, (double)x);
+                if (strtof(buf, NULL) == x) break;
+            }
+            cJSON_AddRawToObject(o, op->name, buf);
+            break;
+        }
         case K_STR:
             if (*(const char *const *)field) cJSON_AddStringToObject(o, op->name, *(const char *const *)field);
             else cJSON_AddNullToObject(o, op->name);

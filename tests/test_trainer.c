@@ -1,0 +1,320 @@
+/* Tests of examples/train_gpt.c: runs the built trainer (build/<x>/train_gpt, next to this binary's
+ * tests/ folder) on tiny models and checks its options, errors, data order and JSON summary. */
+#include <cjson/cJSON.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "testutil.h"
+
+static char trainer[PATH_MAX];
+static char tmpdir[64];
+
+/* printf into a new string (the caller frees). */
+static char *fmt(const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    char *s = NULL;
+    if (vasprintf(&s, f, ap) < 0) s = NULL;
+    va_end(ap);
+    if (!s) fail_msg("out of memory");
+    return s;
+}
+
+#define TINY "--layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --steps 3"
+
+/* A small deterministic text file of bytes < 128. */
+static void write_data(const char *path, size_t n, unsigned mod) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    uint32_t x = 7;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        fputc((int)((x >> 24) % mod) + (mod < 128 ? 'a' : 0), f);
+    }
+    fclose(f);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Run the trainer with args; returns its exit code, stdout and stderr in *out / *err (caller frees). */
+static int run(const char *args, char **out, char **err) {
+    char *cmd = fmt("'%s' %s > '%s/out' 2> '%s/err'", trainer, args, tmpdir, tmpdir);
+    int st = system(cmd);
+    free(cmd);
+    char *p = fmt("%s/out", tmpdir);
+    char *o = slurp(p);
+    free(p);
+    p = fmt("%s/err", tmpdir);
+    char *e = slurp(p);
+    free(p);
+    if (out) *out = o; else free(o);
+    if (err) *err = e; else free(e);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The JSON object on the last line of the trainer's output. */
+static cJSON *last_json(const char *out) {
+    const char *end = out + strlen(out);
+    while (end > out && end[-1] == '\n') end--;
+    const char *line = end;
+    while (line > out && line[-1] != '\n') line--;
+    cJSON *j = cJSON_ParseWithLength(line, (size_t)(end - line));
+    if (!j) fail_msg("last line is not JSON: %.*s", (int)(end - line), line);
+    return j;
+}
+
+static void losses_of(cJSON *j, double *l, int n) {
+    cJSON *a = cJSON_GetObjectItem(j, "losses");
+    assert_true(cJSON_IsArray(a));
+    assert_int_equal(cJSON_GetArraySize(a), n);
+    for (int i = 0; i < n; i++) l[i] = cJSON_GetArrayItem(a, i)->valuedouble;
+}
+
+/* Run a tiny training with extra args, return its losses. */
+static void train_losses(const char *extra, double *l, int n) {
+    char *args = fmt(TINY " --data '%s/data.txt' --json %s", tmpdir, extra), *out = NULL, *err = NULL;
+    int rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("trainer %s failed (%d): %s", args, rc, err);
+    cJSON *j = last_json(out);
+    losses_of(j, l, n);
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+    free(args);
+}
+
+static int setup(void **st) {
+    (void)st;
+    char *path = fmt("%s/data.txt", tmpdir);
+    write_data(path, 61, 26); /* short, so the data order wraps around within 3 steps */
+    free(path);
+    return 0;
+}
+
+/* Oracle: every option of the table appears in --help (the usage text is generated from the table);
+ * --help exits 0. */
+static void test_help(void **st) {
+    (void)st;
+    char *out = NULL;
+    assert_int_equal(run("--help", &out, NULL), 0);
+    const char *names[] = {"--layers", "--dim", "--heads", "--seq", "--vocab", "--data", "--batch", "--steps",
+                           "--lr", "--optimizer", "--momentum", "--weight-decay", "--clip", "--seed", "--init-save",
+                           "--save", "--load", "--json", "--world", "--parallel", "--shard", "--wrap",
+                           "--precision", "--accum", "--check-ddp"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strstr(out, names[i])) fail_msg("--help lacks %s", names[i]);
+    free(out);
+}
+
+/* Oracle: each bad command line exits with status 2 and a message naming the offending option. */
+static void test_bad_options(void **st) {
+    (void)st;
+    struct { const char *args, *needle; } cases[] = {
+        {"--bogus 3", "--bogus"},
+        {"--steps abc", "--steps"},
+        {"--steps 12x", "--steps"},
+        {"--steps", "--steps"},
+        {"--lr -0.5", "--lr"},
+        {"--lr nan", "--lr"},
+        {"--momentum 2 --optimizer sgd", "--momentum"},
+        {"--optimizer adam", "--optimizer"},
+        {"--parallel magic", "--parallel"},
+        {"--precision fp8", "--precision"},
+        {"--wrap min-params:", "--wrap"},
+        {"--wrap min-params:-4", "--wrap"},
+        {"--wrap everything --parallel fsdp --world 2", "--wrap"},
+        {"--shard full --parallel ddp --world 2", "--shard"},
+        {"--batch 6 --world 4 --parallel ddp", "--batch"},
+        {"--batch 4 --accum 3", "--accum"},
+        {"--world 2", "--parallel"},
+        {"--layers 0", "--layers"},
+        {"--seed -1", "--seed"},
+        {"--json=1", "--json"},
+        {"--dim 30 --heads 4", "heads"},
+        {"--data /nonexistent/file.txt", "--data"},
+        {"stray", "stray"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *err = NULL;
+        int rc = run(cases[i].args, NULL, &err);
+        if (rc != 2 || !strstr(err, cases[i].needle))
+            fail_msg("'%s': exit %d, message \"%s\" (expected 2 and \"%s\")", cases[i].args, rc, err, cases[i].needle);
+        free(err);
+    }
+}
+
+/* Oracle: a byte >= --vocab is an error naming its offset. */
+static void test_data_vocab(void **st) {
+    (void)st;
+    char *path = fmt("%s/bytes.bin", tmpdir);
+    FILE *f = fopen(path, "wb");
+    for (int i = 0; i < 100; i++) fputc(i == 57 ? 200 : 'a' + i % 20, f);
+    fclose(f);
+    char *args = fmt(TINY " --vocab 128 --data '%s'", path), *err = NULL;
+    assert_int_equal(run(args, NULL, &err), 2);
+    assert_non_null(strstr(err, "offset 57"));
+    free(err);
+    free(args);
+    free(path);
+}
+
+/* The data-order contract, implemented here independently of the trainer. */
+typedef struct {
+    const uint8_t *data;
+    size_t n;
+    double loss[3];
+} ref_arg;
+
+static fsc_status ref_fn(fsc_rank *r, void *argp) {
+    ref_arg *a = argp;
+    fsc_gpt_config gc = {1, 16, 2, 8, 256};
+    fsc_parallel_opts po = {.kind = FSC_PAR_NONE, .reshard_after_forward = -1, .param_dtype = FSC_F32,
+                            .reduce_dtype = FSC_F32, .accum = 1, .no_sync = 1, .clip = 1.0f};
+    fsc_optim_config oc = {.kind = FSC_OPT_ADAMW, .lr = 0.003f};
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &gc, &po, &oc, 1, &e));
+    int B = 4, T = 8;
+    int32_t tok[32], tgt[32];
+    fsc_status s = FSC_OK;
+    for (int step = 0; step < 3 && s == FSC_OK; step++) {
+        for (int i = 0; i < B; i++) {
+            size_t start = ((size_t)(step * B + i) * (size_t)T) % (a->n - (size_t)T);
+            for (int t = 0; t < T; t++) {
+                tok[i * T + t] = a->data[start + (size_t)t];
+                tgt[i * T + t] = a->data[start + (size_t)t + 1];
+            }
+        }
+        fsc_step_info info;
+        s = fsc_engine_step(e, tok, tgt, B, B, &info);
+        a->loss[step] = info.loss;
+    }
+    fsc_engine_free(e);
+    return s;
+}
+
+/* Oracle: the trainer's losses equal, bit for bit, an engine driven directly by this test with batches
+ * built from the documented data order ((s*B + i) * T) mod (N - T), with the trainer's defaults
+ * (AdamW, lr 0.003, clip 1, seed 1). Losses in the JSON round-trip the doubles exactly. */
+static void test_data_order_and_losses(void **st) {
+    (void)st;
+    char *path = fmt("%s/data.txt", tmpdir);
+    ref_arg a = {0};
+    char *text = slurp(path);
+    free(path);
+    a.data = (const uint8_t *)text;
+    a.n = strlen(text);
+    assert_ok(fsc_cluster_run(&(fsc_cluster_opts){.world = 1}, ref_fn, &a));
+    double l[3];
+    train_losses("", l, 3);
+    for (int i = 0; i < 3; i++)
+        if (memcmp(&l[i], &a.loss[i], sizeof l[i])) fail_msg("step %d: trainer %.17g, reference %.17g", i, l[i], a.loss[i]);
+    assert_true(fabs(a.loss[0] - log(256.0)) < 0.2);
+    free(text);
+}
+
+/* Oracle: the JSON summary holds every loss, throughput, per-tag peaks for each rank, communication per
+ * operation and the configuration as given. Two ranks with DDP see the same sequences as one rank, so their
+ * losses agree with one rank's to rounding (1e-5 relative); FSDP equals DDP bit for bit. */
+static void test_json_and_world(void **st) {
+    (void)st;
+    char *args = fmt(TINY " --data '%s/data.txt' --json --world 2 --parallel ddp --optimizer sgd "
+                     "--lr 0.05 --momentum 0.5 --seed 9", tmpdir), *out = NULL;
+    assert_int_equal(run(args, &out, NULL), 0);
+    free(args);
+    cJSON *j = last_json(out);
+    double ddp[3];
+    losses_of(j, ddp, 3);
+    assert_true(cJSON_GetObjectItem(j, "tokens_per_s")->valuedouble > 0);
+    cJSON *peak = cJSON_GetObjectItem(j, "peak_bytes");
+    for (int t = 0; t < FSC_TAG_COUNT; t++) assert_non_null(cJSON_GetObjectItem(peak, fsc_tag_name((fsc_tag)t)));
+    assert_true(cJSON_GetObjectItem(peak, "params")->valuedouble > 0);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "per_rank")), 2);
+    cJSON *ar = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "comm"), "all_reduce");
+    assert_true(cJSON_GetObjectItem(ar, "calls")->valuedouble >= 3 && cJSON_GetObjectItem(ar, "bytes")->valuedouble > 0);
+    cJSON *cfg = cJSON_GetObjectItem(j, "config");
+    assert_string_equal(cJSON_GetObjectItem(cfg, "optimizer")->valuestring, "sgd");
+    assert_string_equal(cJSON_GetObjectItem(cfg, "parallel")->valuestring, "ddp");
+    assert_int_equal(cJSON_GetObjectItem(cfg, "world")->valueint, 2);
+    assert_true(cJSON_GetObjectItem(cfg, "momentum")->valuedouble == 0.5);
+    assert_true(cJSON_GetObjectItem(cfg, "seed")->valuedouble == 9);
+    cJSON_Delete(j);
+    free(out);
+    double one[3], fsdp[3];
+    train_losses("--optimizer sgd --lr 0.05 --momentum 0.5 --seed 9", one, 3);
+    train_losses("--optimizer sgd --lr 0.05 --momentum 0.5 --seed 9 --world 2 --parallel fsdp", fsdp, 3);
+    for (int i = 0; i < 3; i++) {
+        if (!(fabs(ddp[i] - one[i]) <= 1e-5 * one[i])) fail_msg("step %d: world 2 %.9g vs world 1 %.9g", i, ddp[i], one[i]);
+        if (memcmp(&ddp[i], &fsdp[i], sizeof ddp[i])) fail_msg("step %d: fsdp %.17g vs ddp %.17g", i, fsdp[i], ddp[i]);
+    }
+}
+
+/* Oracle: the same seed gives the same losses; --init-save writes the initial weights, and training from
+ * them with --load reproduces the losses bit for bit; --save writes a file that --load accepts. */
+static void test_determinism_and_weights(void **st) {
+    (void)st;
+    double a[3], b[3], c[3];
+    char *extra = fmt("--init-save '%s/init.st' --save '%s/final.st'", tmpdir, tmpdir);
+    train_losses(extra, a, 3);
+    free(extra);
+    train_losses("", b, 3);
+    assert_memory_equal(a, b, sizeof a);
+    extra = fmt("--seed 5 --load '%s/init.st'", tmpdir);
+    train_losses(extra, c, 3);
+    free(extra);
+    assert_memory_equal(a, c, sizeof a);
+    extra = fmt("--load '%s/final.st'", tmpdir);
+    train_losses(extra, c, 3);
+    free(extra);
+    assert_true(c[0] < a[0]);  /* trained weights start lower */
+    char *args = fmt("--layers 2 --dim 16 --heads 2 --seq 8 --batch 4 --steps 1 --data '%s/data.txt' "
+                     "--load '%s/init.st'", tmpdir, tmpdir), *err = NULL;
+    assert_int_equal(run(args, NULL, &err), 1);  /* a file of another shape is refused */
+    assert_non_null(strstr(err, "init.st"));
+    free(err);
+    free(args);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char self[PATH_MAX];
+    if (!realpath(argv[0], self)) {
+        fprintf(stderr, "test_trainer: cannot resolve %s\n", argv[0]);
+        return 1;
+    }
+    char *t = fmt("%s/../train_gpt", dirname(self));
+    snprintf(trainer, sizeof trainer, "%s", t);
+    free(t);
+    if (access(trainer, X_OK) != 0) {
+        fprintf(stderr, "test_trainer: %s not found: build it first (make ... %s)\n", trainer, "train_gpt");
+        return 1;
+    }
+    strcpy(tmpdir, "/tmp/fsc_test_trainer_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_data_vocab),
+        cmocka_unit_test(test_data_order_and_losses),
+        cmocka_unit_test(test_json_and_world),
+        cmocka_unit_test(test_determinism_and_weights),
+    };
+    int rc = cmocka_run_group_tests(tests, setup, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "test_trainer: could not remove %s\n", tmpdir);
+    return rc;
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""The baseline for make bench: bench_gpt's GPT in PyTorch (CPU, float32), the same batch and steps.
+
+GPT-2 architecture: token + position embeddings, 4 pre-LayerNorm blocks (causal self-attention with 4 heads,
+MLP with 4x expansion and tanh GELU), final LayerNorm, head tied to the token embedding; width 256, context
+128, batch 8, byte vocabulary. AdamW (lr 1e-3), gradient clipping at norm 1, as bench_gpt.
+Prints tokens/s (median over the measured steps) for torch.set_num_threads(1) and (2), each in its own process.
+Usage: torch_gpt.py [--threads N] [--steps N] [--warmup N] [--data PATH]
+"""
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+L, C, H, T, B, V = 4, 256, 4, 128, 8, 256
+
+
+def build_model(torch):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(C)
+            self.c_attn = nn.Linear(C, 3 * C)
+            self.c_proj = nn.Linear(C, C)
+            self.ln_2 = nn.LayerNorm(C)
+            self.c_fc = nn.Linear(C, 4 * C)
+            self.mlp_proj = nn.Linear(4 * C, C)
+            self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+            q = q.view(b, t, H, c // H).transpose(1, 2)
+            k = k.view(b, t, H, c // H).transpose(1, 2)
+            v = v.view(b, t, H, c // H).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // H))
+            att = att.masked_fill(~self.mask[:t, :t], float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+            x = x + self.c_proj(y)
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(V, C)
+            self.wpe = nn.Embedding(T, C)
+            self.h = nn.ModuleList([Block() for _ in range(L)])
+            self.ln_f = nn.LayerNorm(C)
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+            for blk in self.h:
+                x = blk(x)
+            logits = self.ln_f(x) @ self.wte.weight.t()  # tied head
+            return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+
+    torch.manual_seed(1)
+    return GPT()
+
+
+def run(threads, steps, warmup, data_path):
+    import torch
+    torch.set_num_threads(threads)
+    try:
+        data = open(data_path, "rb").read()
+    except OSError:
+        data = b""
+    if len(data) < 4096:
+        data = bytes((i * 2654435761 >> 24) & 255 for i in range(1 << 20))
+    data = torch.tensor(list(data), dtype=torch.long) % V
+    n = data.numel()
+    model = build_model(torch)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    times = []
+    for step in range(warmup + steps):
+        starts = [((step * B + i) * T) % (n - T) for i in range(B)]  # the trainer's data order
+        x = torch.stack([data[s:s + T] for s in starts])
+        y = torch.stack([data[s + 1:s + T + 1] for s in starts])
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        dt = time.perf_counter() - t0
+        if step >= warmup:
+            times.append(dt)
+    med = statistics.median(times)
+    params = sum(p.numel() for p in model.parameters())
+    print("torch %s, %d threads: %d params, loss %.4f, median %.1f ms/step, %.0f tokens/s"
+          % (torch.__version__, threads, params, loss.item(), med * 1e3, B * T / med))
+    print("RESULT torch threads %d tokens_per_s %.1f" % (threads, B * T / med))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=0, help="one run with this many threads (0: 1 and 2)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "examples", "data",
+                                                   "coriolanus.txt"))
+    a = ap.parse_args()
+    if a.threads > 0:
+        run(a.threads, a.steps, a.warmup, a.data)
+        return
+    for t in (1, 2):
+        subprocess.run([sys.executable, __file__, "--threads", str(t), "--steps", str(a.steps),
+                        "--warmup", str(a.warmup), "--data", a.data], check=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+#!/bin/sh
+# make bench: the single-rank GPT benchmark against the sgemm peak, then PyTorch on the same model and batch
+# (when /usr/bin/python3 has torch) and the ratio fsc / best PyTorch. Prints numbers; never fails on a
+# missing baseline.
+set -e
+B=${1:-build/bench}
+echo "== fsc: bench_gpt, 1 rank"
+"$B/bench_gpt" | tee "$B/bench_gpt.out"
+fsc=$(awk '/^RESULT fsc/ {print $4}' "$B/bench_gpt.out")
+echo
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  echo "== PyTorch: the same GPT, batch and steps"
+  if /usr/bin/python3 bench/torch_gpt.py | tee "$B/torch_gpt.out"; then
+    best=$(awk '/^RESULT torch/ { if ($6 > m) { m = $6; t = $4 } } END { print m, t }' "$B/torch_gpt.out")
+    set -- $best
+    awk -v f="$fsc" -v t="$1" -v n="$2" 'BEGIN { printf "fsc %.0f tokens/s vs PyTorch best (%d threads) %.0f tokens/s: ratio %.2f\n", f, n, t, f / t }'
+  else
+    echo "PyTorch baseline failed; no ratio"
+  fi
+else
+  echo "PyTorch is not installed (/usr/bin/python3 cannot import torch): no baseline. apt-get install python3-torch"
+fi

@@ -1,0 +1,44 @@
+/* libFuzzer harness for the safetensors reader: any byte string either is refused with a status and a
+ * message, or parses into entries that can all be found by name and read completely and in pieces.
+ * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_safetensors.c (or make fuzz). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/safetensors.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fsc_st_file *f = NULL;
+    if (fsc_st_parse_buffer(data, size, &f) != FSC_OK) {
+        if (f != NULL || fsc_last_error()[0] == 0) __builtin_trap(); /* a refusal says why, returns nothing */
+        return 0;
+    }
+    uint64_t covered = 0;
+    for (int i = 0; i < fsc_st_count(f); i++) {
+        const fsc_st_entry *e = fsc_st_entry_at(f, i);
+        if (!e || fsc_st_find(f, e->name) != e) __builtin_trap();
+        if (e->ndim < 0 || e->ndim > 4 || e->end < e->begin) __builtin_trap();
+        uint64_t numel = 1;
+        for (int d = 0; d < e->ndim; d++) numel *= (uint64_t)e->shape[d];
+        uint64_t bytes = e->end - e->begin;
+        covered += bytes;
+        if (bytes > size) __builtin_trap(); /* validated entries lie inside the input */
+        size_t es = numel ? (size_t)(bytes / numel) : 1;
+        uint8_t *all = malloc(bytes + 1), *part = malloc(bytes + 1);
+        if (!all || !part) abort();
+        if (fsc_st_read(f, e, all, 0, numel) != FSC_OK) __builtin_trap();
+        if (numel > 1) { /* the second half alone equals the second half of the whole */
+            uint64_t h = numel / 2;
+            if (fsc_st_read(f, e, part, h, numel - h) != FSC_OK) __builtin_trap();
+            if (memcmp(part, all + h * es, (size_t)((numel - h) * es)) != 0) __builtin_trap();
+        }
+        if (fsc_st_read(f, e, part, numel, 1) == FSC_OK) __builtin_trap(); /* one past the end */
+        free(all);
+        free(part);
+    }
+    if (covered > size) __builtin_trap();
+    fsc_st_metadata(f, "format");
+    fsc_st_close(f);
+    return 0;
+}

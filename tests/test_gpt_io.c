@@ -242,6 +242,24 @@ static void test_extra_key(void **state) {
     expect_refused(path, "unexpected tensor h.2.ln_1.weight");
     write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "lm_head.weight"});
     expect_refused(path, "unexpected tensor lm_head.weight");
+    write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "h.2.attn.bias"});
+    expect_refused(path, "unexpected tensor h.2.attn.bias");
+    write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "h.01.attn.bias"});
+    expect_refused(path, "unexpected tensor h.01.attn.bias");
+}
+
+/* Oracle: HF's causal-mask buffers of blocks the model has are not parameters; a file with them loads. */
+static void test_hf_mask_buffers_ignored(void **state) {
+    (void)state;
+    char path[256];
+    path_in_dir(path, sizeof path, "mask.safetensors");
+    write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "h.1.attn.bias"});
+    assert_ok(fsc_gpt_check_file(&CFG, path));
+    write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "h.0.attn.masked_bias"});
+    model a;
+    model_make(&a, &CFG, 1.0f);
+    assert_ok(fsc_gpt_load(a.m, path));
+    model_free(&a);
 }
 
 static void test_wrong_shape(void **state) {
@@ -322,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_missing_key),
         cmocka_unit_test(test_wrong_key),
         cmocka_unit_test(test_extra_key),
+        cmocka_unit_test(test_hf_mask_buffers_ignored),
         cmocka_unit_test(test_wrong_shape),
         cmocka_unit_test(test_wrong_dtype),
         cmocka_unit_test(test_truncated),

@@ -152,7 +152,8 @@ static fsc_status parse_entry(const char *what, const cJSON *item, fsc_st_entry 
     if (!cJSON_IsArray(sh)) return fsc_error(FSC_ERR_FORMAT, "%s: shape of tensor %s is not an array", what, name);
     int nd = cJSON_GetArraySize(sh);
     if (nd > 4)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: tensor %s has %d dimensions; fsc supports at most 4", what, name, nd);
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: tensor %s has %d dimensions; fsc supports at most 4", what, name,
+                         nd);
     e->ndim = nd;
     int d = 0;
     for (const cJSON *x = sh->child; x; x = x->next, d++) {
@@ -160,7 +161,9 @@ static fsc_status parse_entry(const char *what, const cJSON *item, fsc_st_entry 
         int r = json_u53(x, &v);
         if (r == -2) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has a negative dimension", what, name);
         if (r == -3) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has a huge dimension (above 2^53)", what, name);
-        if (r) return fsc_error(FSC_ERR_FORMAT, "%s: shape of tensor %s holds something other than an integer", what, name);
+        if (r)
+            return fsc_error(FSC_ERR_FORMAT, "%s: shape of tensor %s holds something other than an integer", what,
+                             name);
         e->shape[d] = (int64_t)v;
     }
     for (; d < 4; d++) e->shape[d] = 0;

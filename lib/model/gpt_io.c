@@ -4,7 +4,8 @@
  *
  * Save and load stream tensor by tensor through one bounded host buffer (IO_CHUNK floats): the whole
  * model is never in host memory. Load checks every key, dtype and shape before it uploads anything, so a
- * file for another configuration leaves the model untouched.
+ * file for another configuration leaves the model untouched. Any other key is refused, except HF's
+ * causal-mask buffers (h.{i}.attn.bias, h.{i}.attn.masked_bias), which are ignored.
  * Not here: sharded or optimizer-state checkpoints (lib/parallel), the safetensors format (lib/io). */
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,17 @@ static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
+/* HF GPT-2 files may also hold the causal-mask buffers "h.{i}.attn.bias" and "h.{i}.attn.masked_bias":
+ * constants, not parameters. Load ignores them for blocks the model has. */
+static int hf_mask_buffer(const fsc_gpt_config *cfg, const char *name) {
+    if (strncmp(name, "h.", 2) != 0 || name[2] < '0' || name[2] > '9') return 0;
+    const char *p = name + 2;
+    long b = 0;
+    while (*p >= '0' && *p <= '9' && b < cfg->layers) b = b * 10 + (*p++ - '0');
+    if (b >= cfg->layers || (name[2] == '0' && p != name + 3)) return 0;
+    return !strcmp(p, ".attn.bias") || !strcmp(p, ".attn.masked_bias");
+}
+
 /* Every tensor the config expects is in f with dtype F32 and its HF shape, and nothing else is. */
 static fsc_status check_entries(const fsc_gpt_config *cfg, const fsc_st_file *f, const char *path) {
     int n = fsc_gpt_num_tensors(cfg);
@@ -57,7 +69,7 @@ static fsc_status check_entries(const fsc_gpt_config *cfg, const fsc_st_file *f,
     if (fsc_st_count(f) != n) /* every expected name was found, so something else is there too */
         for (int k = 0; k < fsc_st_count(f); k++) {
             const fsc_st_entry *e = fsc_st_entry_at(f, k);
-            if (fsc_gpt_param_index(cfg, e->name) < 0)
+            if (fsc_gpt_param_index(cfg, e->name) < 0 && !hf_mask_buffer(cfg, e->name))
                 return fsc_error(FSC_ERR_FORMAT, "%s: unexpected tensor %s (not part of a GPT-2 with %d layers)",
                                  path, e->name, cfg->layers);
         }

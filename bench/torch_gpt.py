@@ -61,7 +61,16 @@ def build_model(torch):
             return F.cross_entropy(logits.view(-1, V), targets.view(-1))
 
     torch.manual_seed(1)
-    return GPT()
+    model = GPT()
+    for name, p in model.named_parameters():  # GPT-2 init, as fsc: N(0, 0.02), residual projections scaled
+        if name.endswith("bias"):
+            torch.nn.init.zeros_(p)
+        elif "ln" in name:
+            torch.nn.init.ones_(p)
+        else:
+            std = 0.02 / math.sqrt(2 * L) if name.endswith("c_proj.weight") or name.endswith("mlp_proj.weight") else 0.02
+            torch.nn.init.normal_(p, 0.0, std)
+    return model
 
 
 def run(threads, steps, warmup, data_path):

@@ -223,7 +223,10 @@ static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int
     pthread_mutex_lock(&g->mu);
     fsc_status s = sim_check_failed(h, what);
     while (s == FSC_OK && !(m = take_msg(g, h->rank, peer))) {
-        if (atomic_load_explicit(&g->cl->exited[g->world_rank[peer]], memory_order_acquire)) {
+        /* exited before failed: a rank fails the cluster before it exits, so a failure is never missed */
+        int gone = atomic_load_explicit(&g->cl->exited[g->world_rank[peer]], memory_order_acquire);
+        if ((s = sim_check_failed(h, what)) != FSC_OK) break;
+        if (gone) {
             s = fsc_error(FSC_ERR_COMM, "%s: %s returned from its function without sending", what, lab);
         } else if (timed_out) {
             char msg[SIM_MSG_CAP];
@@ -232,7 +235,6 @@ static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int
             s = fsc_error(FSC_ERR_TIMEOUT, "%s", msg);
         } else {
             timed_out = sim_wait(g, &deadline);
-            s = sim_check_failed(h, what);
         }
     }
     pthread_mutex_unlock(&g->mu);

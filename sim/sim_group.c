@@ -371,8 +371,10 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
             s = g->verdict == FSC_OK ? FSC_OK : fsc_error(g->verdict, "%s", g->verdict_msg);
             break;
         }
+        /* exited before failed: a rank fails the cluster before it exits, so a failure is never missed */
+        fsc_status e = check_exited(g, what);
         s = sim_check_failed(h, what);
-        if (s == FSC_OK) s = check_exited(g, what);
+        if (s == FSC_OK) s = e;
         if (s == FSC_OK && timed_out) {
             char msg[SIM_MSG_CAP];
             timeout_msg(g, what, msg, sizeof(msg));

@@ -1,0 +1,148 @@
+/* Tests of fsc_cluster_run (sim/cluster.c): options are validated, every rank runs once with its own id,
+ * device and world communicator, and a failing rank's error comes back named.
+ * Rank functions record what they saw; the test asserts after the run (cmocka is not thread-safe). */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include "testutil.h"
+
+#define MAXW 64
+
+typedef struct {
+    atomic_int calls;
+    int seen[MAXW], world[MAXW], local[MAXW], crank[MAXW], csize[MAXW];
+    fsc_device *dev[MAXW];
+    fsc_comm *comm[MAXW];
+    char devname[MAXW][16], commname[MAXW][32];
+    pthread_t thread[MAXW];
+    int sum[MAXW];
+} ids;
+
+static fsc_status rank_ids(fsc_rank *r, void *arg) {
+    ids *d = arg;
+    atomic_fetch_add(&d->calls, 1);
+    int k = r->rank;
+    if (k < 0 || k >= MAXW) return fsc_error(FSC_ERR_INTERNAL, "rank %d out of range", k);
+    d->seen[k]++;
+    d->world[k] = r->world;
+    d->local[k] = r->local_rank;
+    d->dev[k] = r->dev;
+    d->comm[k] = r->comm;
+    d->crank[k] = fsc_comm_rank(r->comm);
+    d->csize[k] = fsc_comm_size(r->comm);
+    d->thread[k] = pthread_self();
+    snprintf(d->devname[k], sizeof(d->devname[k]), "%s", fsc_device_name(r->dev));
+    snprintf(d->commname[k], sizeof(d->commname[k]), "%s", fsc_comm_name(r->comm));
+    /* the device works: allocate and release */
+    void *p = NULL;
+    FSC_TRY(fsc_device_alloc(r->dev, FSC_TAG_WORKSPACE, 64, &p));
+    fsc_device_release(r->dev, p);
+    /* the world communicator works: sum of rank ids */
+    int32_t v = k;
+    FSC_TRY(fsc_comm_all_reduce(r->comm, &v, &v, 1, FSC_I32, FSC_SUM));
+    d->sum[k] = v;
+    return FSC_OK;
+}
+
+/* Oracle: fn runs exactly once per rank with rank = local_rank = comm rank in 0..world-1, world = comm
+ * size, a distinct "cpu" device and communicator per rank named "world", and the ranks' sum of ids is
+ * world(world-1)/2; world 1 runs on the calling thread. */
+static void test_rank_ids_and_devices(void **state) {
+    (void)state;
+    const int worlds[] = {1, 2, 3, 7, 8, 33};
+    for (size_t t = 0; t < sizeof(worlds) / sizeof(worlds[0]); t++) {
+        int W = worlds[t];
+        ids *d = calloc(1, sizeof(*d));
+        atomic_init(&d->calls, 0);
+        assert_ok(fsc_cluster_run(&(fsc_cluster_opts){.world = W, .device = t % 2 ? "cpu" : NULL}, rank_ids, d));
+        assert_int_equal(atomic_load(&d->calls), W);
+        for (int k = 0; k < W; k++) {
+            assert_int_equal(d->seen[k], 1);
+            assert_int_equal(d->world[k], W);
+            assert_int_equal(d->local[k], k);
+            assert_int_equal(d->crank[k], k);
+            assert_int_equal(d->csize[k], W);
+            assert_int_equal(d->sum[k], W * (W - 1) / 2);
+            assert_string_equal(d->devname[k], "cpu");
+            assert_string_equal(d->commname[k], "world");
+            assert_non_null(d->dev[k]);
+            for (int j = 0; j < k; j++) {
+                assert_ptr_not_equal(d->dev[k], d->dev[j]);
+                assert_ptr_not_equal(d->comm[k], d->comm[j]);
+                assert_false(pthread_equal(d->thread[k], d->thread[j]));
+            }
+        }
+        if (W == 1) assert_true(pthread_equal(d->thread[0], pthread_self()));
+        free(d);
+    }
+}
+
+static fsc_status rank_never(fsc_rank *r, void *arg) {
+    (void)r;
+    atomic_fetch_add((atomic_int *)arg, 1);
+    return FSC_OK;
+}
+
+/* Oracle: bad options are rejected with FSC_ERR_INVALID and a message naming the option, before any
+ * rank runs. */
+static void test_options_validation(void **state) {
+    (void)state;
+    atomic_int calls;
+    atomic_init(&calls, 0);
+    assert_err(fsc_cluster_run(NULL, rank_never, &calls), FSC_ERR_INVALID, "opts is NULL");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 2}, NULL, &calls), FSC_ERR_INVALID, "fn is NULL");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 0}, rank_never, &calls), FSC_ERR_INVALID,
+               "world 0 is out of range (1 to 1024 ranks)");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = -3}, rank_never, &calls), FSC_ERR_INVALID, "world -3");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 1025}, rank_never, &calls), FSC_ERR_INVALID,
+               "world 1025");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 2, .timeout_s = -1}, rank_never, &calls),
+               FSC_ERR_INVALID, "timeout_s -1");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 2, .timeout_s = NAN}, rank_never, &calls),
+               FSC_ERR_INVALID, "timeout_s");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 2, .timeout_s = INFINITY}, rank_never, &calls),
+               FSC_ERR_INVALID, "finite");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 2, .threads_per_rank = -1}, rank_never, &calls),
+               FSC_ERR_INVALID, "threads_per_rank -1");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 2, .device = "tpu"}, rank_never, &calls),
+               FSC_ERR_INVALID, "tpu");
+    assert_int_equal(atomic_load(&calls), 0);
+    /* valid edge values run */
+    assert_ok(fsc_cluster_run(&(fsc_cluster_opts){.world = 3, .timeout_s = 0.5, .threads_per_rank = 2}, rank_never,
+                              &calls));
+    assert_int_equal(atomic_load(&calls), 3);
+}
+
+static fsc_status rank_fails(fsc_rank *r, void *arg) {
+    (void)arg;
+    if (r->rank == 2) return fsc_error(FSC_ERR_IO, "disk on fire at rank two");
+    /* the others wait in a barrier, which the failure ends */
+    return fsc_comm_barrier(r->comm);
+}
+
+static fsc_status rank_fails_silently(fsc_rank *r, void *arg) {
+    (void)arg;
+    fsc_clear_error();
+    return r->rank == 0 ? FSC_ERR_STATE : FSC_OK;
+}
+
+/* Oracle: the run returns the failing rank's own status and message prefixed "rank R: " (not the
+ * FSC_ERR_COMM the other ranks get as a consequence); a failure without a message names its status. */
+static void test_failure_is_reported_with_rank(void **state) {
+    (void)state;
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 4, .timeout_s = 20}, rank_fails, NULL), FSC_ERR_IO,
+               "rank 2: disk on fire at rank two");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 1}, rank_fails_silently, NULL), FSC_ERR_STATE,
+               "rank 0: ");
+    assert_true(strlen(fsc_last_error()) > strlen("rank 0: "));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rank_ids_and_devices),
+        cmocka_unit_test(test_options_validation),
+        cmocka_unit_test(test_failure_is_reported_with_rank),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -377,6 +377,9 @@ static void test_short_file(void **state) {
     unlink(path);
     assert_err(fsc_st_open(path, &f), FSC_ERR_IO, "cannot open");
     assert_err(fsc_st_open(g_dir, &f), FSC_ERR_IO, "not a regular file");
+    assert_int_equal(mkfifo(path, 0600), 0); /* opening a FIFO must not wait for a writer */
+    assert_err(fsc_st_open(path, &f), FSC_ERR_IO, "not a regular file");
+    unlink(path);
 }
 
 static void test_header_longer_than_file(void **state) {

@@ -331,7 +331,7 @@ fsc_status fsc_st_open(const char *path, fsc_st_file **out) {
     if (!path) return fsc_error(FSC_ERR_INVALID, "fsc_st_open: path is NULL");
     fsc_st_file *f = file_new(path);
     if (!f) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: refused below */
     if (f->fd < 0) {
         fsc_status st = fsc_error(FSC_ERR_IO, "%s: cannot open: %s", path, errstr(errno, eb, sizeof eb));
         fsc_st_close(f);

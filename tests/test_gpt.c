@@ -352,12 +352,279 @@ static void test_initial_loss(void **state) {
     }
 }
 
+/* ---- bit-exactness ------------------------------------------------------------------------------- */
+static const fsc_gpt_config THREE = { .layers = 3, .dim = 16, .heads = 2, .seq = 8, .vocab = 32 };
+
+/* Loss and every gradient of the whole model in one record, for comparisons (grads: host, P floats). */
+static double reference_run(fsc_device *dev, const fsc_gpt_config *c, int B, const int32_t *tok,
+                            const int32_t *tgt, float **grads) {
+    model md;
+    model_init(&md, dev, c, 5);
+    double loss = fwd_bwd(&md, &(fsc_gpt_acts_opts){ .B = B, .T = c->seq, .last = c->layers + 1 }, tok, tgt);
+    *grads = download(dev, md.grads, md.P);
+    model_free(&md);
+    return loss;
+}
+
+/* Oracle: activation checkpointing recomputes with the same kernels on the same inputs, so losses and
+ * gradients equal those without checkpointing bit for bit, with and without offloaded inputs, over two
+ * accumulated micro-batches; and the records hold fewer activation bytes (checkpoint < normal, offload <
+ * checkpoint). */
+static void test_checkpoint_bits(void **state) {
+    fsc_device *dev = *state;
+    const fsc_gpt_config *c = &THREE;
+    enum { B = 2, T = 8 };
+    int32_t tok[2][B * T], tgt[2][B * T];
+    make_batch(tok[0], tgt[0], B, T, c->vocab, 10);
+    make_batch(tok[1], tgt[1], B, T, c->vocab, 11);
+    double loss[3][2];
+    float *grads[3];
+    size_t bytes[3];
+    for (int mode = 0; mode < 3; mode++) {
+        model md;
+        model_init(&md, dev, c, 5);
+        fsc_gpt_acts *a;
+        fsc_gpt_acts_opts o = { .B = B, .T = T, .last = c->layers + 1, .checkpoint = mode >= 1,
+                                .offload_inputs = mode == 2 };
+        assert_ok(fsc_gpt_acts_create(md.m, &o, &a));
+        bytes[mode] = fsc_gpt_acts_bytes(a);
+        for (int mb = 0; mb < 2; mb++) {
+            assert_ok(fsc_gpt_acts_set_batch(a, tok[mb], tgt[mb]));
+            assert_ok(fsc_gpt_forward(md.m, a, NULL, &loss[mode][mb]));
+            assert_ok(fsc_gpt_backward(md.m, a, NULL, 1.0f / (2 * B * T)));
+        }
+        grads[mode] = download(dev, md.grads, md.P);
+        fsc_gpt_acts_free(a);
+        model_free(&md);
+    }
+    for (int mode = 1; mode < 3; mode++) {
+        assert_memory_equal(loss[0], loss[mode], sizeof loss[0]);
+        assert_bits_equal(grads[0], grads[mode], fsc_gpt_num_params(c), mode == 1 ? "checkpoint" : "offload");
+        free(grads[mode]);
+    }
+    free(grads[0]);
+    assert_true(bytes[1] < bytes[0]);
+    assert_true(bytes[2] < bytes[1]);
+    assert_err(fsc_gpt_acts_create(NULL, &(fsc_gpt_acts_opts){ .B = 1, .T = 1 }, &(fsc_gpt_acts *){ 0 }),
+               FSC_ERR_INVALID, "NULL");
+}
+
+/* Oracle: a pipeline of two stages, layers [0, k] and [k+1, L+1], each its own model object over the same
+ * parameters with its own gradients, with the boundary activation, the boundary gradient and dwte_head
+ * handed over by copies, gives the whole model's loss and gradients bit for bit, for every split k; a
+ * stage leaves the other stage's gradients untouched (zero). */
+static void test_split_ranges(void **state) {
+    fsc_device *dev = *state;
+    const fsc_gpt_config *c = &TINY;
+    enum { B = 2, T = 8 };
+    int L = c->layers;
+    int32_t tok[B * T], tgt[B * T];
+    make_batch(tok, tgt, B, T, c->vocab, 20);
+    float *want;
+    double want_loss = reference_run(dev, c, B, tok, tgt, &want);
+    size_t btc = (size_t)B * T * c->dim;
+    for (int k = 0; k <= L; k++) {
+        model s1, s2;
+        model_init(&s1, dev, c, 5);
+        model_init(&s2, dev, c, 5);
+        fsc_gpt_acts *a1, *a2;
+        assert_ok(fsc_gpt_acts_create(s1.m, &(fsc_gpt_acts_opts){ .B = B, .T = T, .first = 0, .last = k }, &a1));
+        assert_ok(fsc_gpt_acts_create(s2.m, &(fsc_gpt_acts_opts){ .B = B, .T = T, .first = k + 1, .last = L + 1 }, &a2));
+        assert_null(fsc_gpt_acts_input(a1));
+        assert_null(fsc_gpt_acts_grad_input(a1));
+        assert_null(fsc_gpt_acts_output(a2));
+        assert_null(fsc_gpt_acts_grad_output(a2));
+        assert_err(fsc_gpt_acts_set_batch(a2, NULL, NULL), FSC_ERR_INVALID, "targets are NULL");
+        assert_ok(fsc_gpt_acts_set_batch(a1, tok, NULL));
+        assert_ok(fsc_gpt_acts_set_batch(a2, NULL, tgt));
+        double l1, l2;
+        assert_ok(fsc_gpt_forward(s1.m, a1, NULL, &l1));
+        assert_true(l1 == 0.0);
+        assert_ok(fsc_device_copy(dev, fsc_gpt_acts_input(a2), fsc_gpt_acts_output(a1), btc * sizeof(float)));
+        assert_ok(fsc_gpt_forward(s2.m, a2, NULL, &l2));
+        assert_memory_equal(&l2, &want_loss, sizeof l2);
+        float dscale = 1.0f / (B * T);
+        assert_ok(fsc_gpt_backward(s2.m, a2, NULL, dscale));
+        assert_ok(fsc_device_copy(dev, fsc_gpt_acts_grad_output(a1), fsc_gpt_acts_grad_input(a2), btc * sizeof(float)));
+        assert_ok(fsc_device_copy(dev, s1.m->dwte_head, s2.m->dwte_head, (size_t)c->vocab * c->dim * sizeof(float)));
+        assert_ok(fsc_gpt_backward(s1.m, a1, NULL, dscale));
+        float *g1 = download(dev, s1.grads, s1.P), *g2 = download(dev, s2.grads, s2.P);
+        size_t off = 0;
+        for (int i = 0; i < s1.m->n_tensors; i++) {
+            size_t n = s1.m->info[i].numel;
+            int in1 = s1.m->info[i].layer <= k;
+            assert_bits_equal(in1 ? g1 + off : g2 + off, want + off, n, s1.m->info[i].name);
+            for (size_t j = 0; j < n; j++) assert_true((in1 ? g2 : g1)[off + j] == 0.0f);
+            off += n;
+        }
+        free(g1), free(g2);
+        fsc_gpt_acts_free(a1), fsc_gpt_acts_free(a2);
+        model_free(&s1), model_free(&s2);
+    }
+    free(want);
+}
+
+/* Oracle: two runs from the same seed give the same loss and gradient bits, also on a device with a
+ * different thread count (kernels must not depend on it). */
+static void test_determinism(void **state) {
+    fsc_device *dev = *state, *dev4;
+    const fsc_gpt_config *c = &THREE;
+    enum { B = 3, T = 8 };
+    int32_t tok[B * T], tgt[B * T];
+    make_batch(tok, tgt, B, T, c->vocab, 30);
+    float *g1, *g2, *g3;
+    double l1 = reference_run(dev, c, B, tok, tgt, &g1), l2 = reference_run(dev, c, B, tok, tgt, &g2);
+    assert_ok(fsc_device_create("cpu", &(fsc_device_opts){ .threads = 4 }, &dev4));
+    double l3 = reference_run(dev4, c, B, tok, tgt, &g3);
+    fsc_device_free(dev4);
+    assert_memory_equal(&l1, &l2, sizeof l1);
+    assert_memory_equal(&l1, &l3, sizeof l1);
+    assert_bits_equal(g1, g2, fsc_gpt_num_params(c), "second run");
+    assert_bits_equal(g1, g3, fsc_gpt_num_params(c), "4 threads");
+    free(g1), free(g2), free(g3);
+}
+
+/* ---- hooks and errors ---------------------------------------------------------------------------- */
+typedef struct { int n; int ev[64]; int fail_at; } hook_log;
+static fsc_status log_ev(hook_log *h, int code) {
+    if (h->n < 64) h->ev[h->n] = code;
+    h->n++;
+    if (code == h->fail_at) return fsc_error(FSC_ERR_COMM, "hook failed at %d", code);
+    return FSC_OK;
+}
+static fsc_status pre_f(void *ctx, int l) { return log_ev(ctx, 100 + l); }
+static fsc_status post_f(void *ctx, int l) { return log_ev(ctx, 200 + l); }
+static fsc_status pre_b(void *ctx, int l) { return log_ev(ctx, 300 + l); }
+static fsc_status post_b(void *ctx, int l) { return log_ev(ctx, 400 + l); }
+
+/* Oracle: hooks run in exact layer order (pre/post forward 0..L+1, pre/post backward L+1..0); a failing
+ * hook stops the pass with its status; a parameter that is not materialized, backward without forward,
+ * tokens outside the vocabulary and impossible layer ranges are refused with messages naming them. */
+static void test_hooks_and_errors(void **state) {
+    fsc_device *dev = *state;
+    const fsc_gpt_config *c = &TINY;
+    enum { B = 1, T = 4 };
+    int L = c->layers;
+    int32_t tok[B * T], tgt[B * T];
+    make_batch(tok, tgt, B, T, c->vocab, 40);
+    model md;
+    model_init(&md, dev, c, 5);
+    fsc_gpt_acts *a;
+    assert_ok(fsc_gpt_acts_create(md.m, &(fsc_gpt_acts_opts){ .B = B, .T = T, .last = L + 1 }, &a));
+    double loss;
+    assert_err(fsc_gpt_forward(md.m, a, NULL, &loss), FSC_ERR_STATE, "set_batch");
+    assert_ok(fsc_gpt_acts_set_batch(a, tok, tgt));
+    assert_err(fsc_gpt_backward(md.m, a, NULL, 1.0f), FSC_ERR_STATE, "no forward");
+    hook_log log = { .fail_at = -1 };
+    fsc_gpt_hooks h = { &log, pre_f, post_f, pre_b, post_b };
+    assert_ok(fsc_gpt_forward(md.m, a, &h, &loss));
+    assert_ok(fsc_gpt_backward(md.m, a, &h, 1.0f));
+    assert_int_equal(log.n, 4 * (L + 2));
+    for (int l = 0; l <= L + 1; l++) {
+        assert_int_equal(log.ev[2 * l], 100 + l);
+        assert_int_equal(log.ev[2 * l + 1], 200 + l);
+        assert_int_equal(log.ev[2 * (L + 2) + 2 * l], 300 + (L + 1 - l));
+        assert_int_equal(log.ev[2 * (L + 2) + 2 * l + 1], 400 + (L + 1 - l));
+    }
+    assert_err(fsc_gpt_backward(md.m, a, &h, 1.0f), FSC_ERR_STATE, "once per forward");
+    log = (hook_log){ .fail_at = 201 };
+    assert_err(fsc_gpt_forward(md.m, a, &h, &loss), FSC_ERR_COMM, "hook failed at 201");
+    assert_int_equal(log.n, 4); /* pre 0, post 0, pre 1, post 1 */
+    assert_err(fsc_gpt_backward(md.m, a, &h, 1.0f), FSC_ERR_STATE, "no forward");
+    /* a parameter that is not materialized (as FSDP leaves a resharded unit) */
+    float *saved = md.m->param[fsc_gpt_block_first_tensor(c, 1) + FSC_B_FC_W];
+    md.m->param[fsc_gpt_block_first_tensor(c, 1) + FSC_B_FC_W] = NULL;
+    assert_err(fsc_gpt_forward(md.m, a, NULL, &loss), FSC_ERR_STATE, "h.1.mlp.c_fc.weight is not materialized");
+    md.m->param[fsc_gpt_block_first_tensor(c, 1) + FSC_B_FC_W] = saved;
+    assert_ok(fsc_gpt_forward(md.m, a, NULL, &loss));
+    md.m->grad[FSC_P_WPE] = NULL;
+    assert_err(fsc_gpt_backward(md.m, a, NULL, 1.0f), FSC_ERR_STATE, "gradient of wpe.weight");
+    fsc_gpt_bind_flat(md.m, md.params, md.grads);
+    int32_t badtok[B * T];
+    memcpy(badtok, tok, sizeof tok);
+    badtok[2] = c->vocab;
+    assert_err(fsc_gpt_acts_set_batch(a, badtok, tgt), FSC_ERR_INVALID, "tokens[2] = 32");
+    badtok[2] = -1;
+    assert_err(fsc_gpt_acts_set_batch(a, tok, badtok), FSC_ERR_INVALID, "targets[2] = -1");
+    fsc_gpt_acts_free(a);
+    fsc_gpt_acts *x = NULL;
+    assert_err(fsc_gpt_acts_create(md.m, &(fsc_gpt_acts_opts){ .B = 1, .T = 9, .last = 3 }, &x), FSC_ERR_INVALID, "seq 8");
+    assert_err(fsc_gpt_acts_create(md.m, &(fsc_gpt_acts_opts){ .B = 1, .T = 8, .first = 2, .last = 4 }, &x),
+               FSC_ERR_INVALID, "[2, 4]");
+    assert_err(fsc_gpt_acts_create(md.m, &(fsc_gpt_acts_opts){ .B = 1, .T = 8, .first = 2, .last = 1 }, &x),
+               FSC_ERR_INVALID, "range");
+    assert_err(fsc_gpt_acts_create(md.m, &(fsc_gpt_acts_opts){ .B = 1, .T = 8, .last = 3, .offload_inputs = 1 }, &x),
+               FSC_ERR_INVALID, "needs checkpoint");
+    assert_null(x);
+    model_free(&md);
+}
+
+/* ---- learning ------------------------------------------------------------------------------------ */
+
+/* Oracle: on a small repeated text the model must learn to use context. The conditional entropy of the
+ * next character given only the current one (H1, computed here from the text) is the lowest mean loss any
+ * model that looks one character back can reach; the initial loss is ln V. After 200 AdamW steps the
+ * mean loss of the last 10 steps must be below H1 / 2: only a model that uses longer context gets there
+ * (every window position after the first few is fully determined by its context). */
+static void test_learns_repeated_text(void **state) {
+    fsc_device *dev = *state;
+    const char *text = "the quick brown fox jumps over the lazy dog. ";
+    const fsc_gpt_config c = { .layers = 2, .dim = 32, .heads = 4, .seq = 16, .vocab = 32 };
+    enum { B = 4, T = 16, STEPS = 200 };
+    int n = (int)strlen(text);
+    int32_t *ids = malloc(n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) ids[i] = text[i] == ' ' ? 26 : text[i] == '.' ? 27 : text[i] - 'a';
+    /* H1 = H(next | current) over the periodic text, in nats */
+    double cnt[32][32] = { { 0 } }, row[32] = { 0 }, h1 = 0;
+    for (int i = 0; i < n; i++) cnt[ids[i]][ids[(i + 1) % n]] += 1, row[ids[i]] += 1;
+    for (int a = 0; a < 32; a++)
+        for (int b = 0; b < 32; b++)
+            if (cnt[a][b] > 0) h1 -= cnt[a][b] / n * log(cnt[a][b] / row[a]);
+    model md;
+    model_init(&md, dev, &c, 9);
+    fsc_optim *opt;
+    assert_ok(fsc_optim_create(dev, &(fsc_optim_config){ .kind = FSC_OPT_ADAMW, .lr = 1e-2f }, &opt));
+    assert_ok(fsc_optim_add(opt, md.params, md.grads, md.P, NULL));
+    fsc_gpt_acts *a;
+    assert_ok(fsc_gpt_acts_create(md.m, &(fsc_gpt_acts_opts){ .B = B, .T = T, .last = c.layers + 1 }, &a));
+    int32_t tok[B * T], tgt[B * T];
+    double first = 0, last10 = 0;
+    for (int step = 0; step < STEPS; step++) {
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                int at = (step * 7 + b * 11 + t) % n;
+                tok[b * T + t] = ids[at];
+                tgt[b * T + t] = ids[(at + 1) % n];
+            }
+        double loss;
+        assert_ok(fsc_device_memset(dev, md.grads, 0, md.P * sizeof(float)));
+        assert_ok(fsc_gpt_acts_set_batch(a, tok, tgt));
+        assert_ok(fsc_gpt_forward(md.m, a, NULL, &loss));
+        assert_ok(fsc_gpt_backward(md.m, a, NULL, 1.0f / (B * T)));
+        assert_ok(fsc_optim_step(opt));
+        loss /= B * T;
+        if (step == 0) first = loss;
+        if (step >= STEPS - 10) last10 += loss / 10;
+    }
+    if (!(last10 < 0.5 * h1))
+        fail_msg("loss after %d steps %.4f, not below H1/2 = %.4f (first %.4f)", STEPS, last10, 0.5 * h1, first);
+    fsc_gpt_acts_free(a);
+    fsc_optim_free(opt);
+    model_free(&md);
+    free(ids);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_and_info),
         cmocka_unit_test(test_init_values),
         cmocka_unit_test(test_gradients),
         cmocka_unit_test(test_initial_loss),
+        cmocka_unit_test(test_checkpoint_bits),
+        cmocka_unit_test(test_split_ranges),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_hooks_and_errors),
+        cmocka_unit_test(test_learns_repeated_text),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

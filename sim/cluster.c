@@ -82,7 +82,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         for (int r = 0; r < world; r++) {
             if (pthread_create(&ranks[r].thread, NULL, rank_main, &ranks[r]) != 0) {
                 /* the ranks already running must not wait for this one */
-                sim_cluster_fail(cl, r, FSC_ERR_INTERNAL, "its thread could not be started");
+                sim_cluster_fail(cl, r, FSC_ERR_NOMEM, "its thread could not be started (out of resources)");
                 for (int k = r; k < world; k++) sim_cluster_exit(cl, k);
                 break;
             }

@@ -134,7 +134,8 @@ static fsc_status sim_all_gather(void *ctx, const void *send, void *recv, size_t
     FSC_TRY(sim_arrive(h, &me));
     /* in place (send == recv + rank*sendcount): block r is skipped, other blocks are only written here */
     size_t bytes = sendcount * fsc_dtype_size(dt);
-    for (int j = 0; j < h->g->size; j++) copy_block((u8 *)recv + (size_t)j * bytes, h->g->slots[j].send, bytes);
+    for (int j = 0; bytes && j < h->g->size; j++)
+        copy_block((u8 *)recv + (size_t)j * bytes, h->g->slots[j].send, bytes);
     sim_depart(h);
     return FSC_OK;
 }
@@ -155,7 +156,7 @@ static fsc_status sim_all_to_all(void *ctx, const void *send, void *recv, size_t
     sim_slot me = {.op = FSC_OP_ALL_TO_ALL, .count = count, .dt = dt, .send = send, .recv = recv};
     FSC_TRY(sim_arrive(h, &me));
     size_t bytes = count * fsc_dtype_size(dt);
-    for (int j = 0; j < h->g->size; j++)
+    for (int j = 0; bytes && j < h->g->size; j++)
         copy_block((u8 *)recv + (size_t)j * bytes, (const u8 *)h->g->slots[j].send + (size_t)h->rank * bytes,
                    bytes);
     sim_depart(h);

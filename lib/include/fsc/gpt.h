@@ -12,7 +12,10 @@
  *
  * Tied embedding: the head's gradient with respect to wte goes into m->dwte_head (overwritten by every
  * head backward); the embedding backward adds it to grad[wte] before its own token rows. Accumulation
- * order is therefore the same whether the head and the embedding run on one rank or on two pipeline stages. */
+ * order is therefore the same whether the head and the embedding run on one rank or on two pipeline stages.
+ * A record whose range holds layer 0 but not the head adds whatever m->dwte_head holds (the caller puts the
+ * head stage's dwte_head there; fsc_gpt_create zeroes it); a record with the head but not layer 0 leaves
+ * the head's part in m->dwte_head for the caller. */
 #ifndef FSC_GPT_H
 #define FSC_GPT_H
 #include <stddef.h>
@@ -82,7 +85,9 @@ typedef struct {
 } fsc_gpt_hooks;
 
 /* Activations of one micro-batch (B sequences of T tokens) for layers [first, last]: the per-call saved
- * record. With checkpoint set, blocks keep only their input and recompute their forward in backward. */
+ * record, one device allocation under FSC_TAG_ACTS (scratch for backward included). With checkpoint set,
+ * blocks keep only their input and recompute their forward in backward, bit-identically, right after the
+ * block's pre_backward hook (no forward hooks are called for the recomputation). */
 typedef struct fsc_gpt_acts fsc_gpt_acts;
 typedef struct {
     int B, T;
@@ -97,7 +102,10 @@ void fsc_gpt_acts_free(fsc_gpt_acts *a);
 fsc_status fsc_gpt_acts_set_batch(fsc_gpt_acts *a, const int32_t *tokens, const int32_t *targets);
 /* The stage boundary streams (device pointers, (B,T,C)): the input of layer `first` when first > 0,
  * the output of layer `last` when last < L+1, the gradient w.r.t. the output of `last` (set before
- * backward when last < L+1) and the gradient w.r.t. the input of `first` (after backward, first > 0). */
+ * backward when last < L+1) and the gradient w.r.t. the input of `first` (after backward, first > 0).
+ * NULL where the range has no such boundary. The input must keep its contents until backward is done.
+ * grad_output and grad_input are the same buffer (the gradient stream is updated in place): read the
+ * gradient input before writing the next gradient output into this record. */
 float *fsc_gpt_acts_input(fsc_gpt_acts *a);
 float *fsc_gpt_acts_output(fsc_gpt_acts *a);
 float *fsc_gpt_acts_grad_output(fsc_gpt_acts *a);
@@ -107,9 +115,10 @@ float *fsc_gpt_acts_grad_input(fsc_gpt_acts *a);
  * ascending token order) of the B*T per-token losses; otherwise 0. */
 fsc_status fsc_gpt_forward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h, double *loss_sum);
 /* Run layers [last .. first] backward, accumulating (+=) into m->grad. dscale multiplies the per-token
- * loss gradient: pass loss_scale / (global_batch * T) for the mean over the global batch. */
+ * loss gradient: pass loss_scale / (global_batch * T) for the mean over the global batch.
+ * Backward runs once per forward (FSC_ERR_STATE otherwise). */
 fsc_status fsc_gpt_backward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h, float dscale);
-/* Peak activation bytes this record holds (for reports). */
+/* Peak activation bytes this record holds on the device (for reports); offloaded host copies excluded. */
 size_t fsc_gpt_acts_bytes(const fsc_gpt_acts *a);
 
 /* Full weights as safetensors in the HF GPT-2 layout (float32). Single-rank: reads/writes m->param. */

@@ -47,15 +47,12 @@ static float *download(fsc_device *dev, const float *p, size_t n) {
 /* Deterministic tokens in [0, V) and targets = the next token (a shifted stream). */
 static void make_batch(int32_t *tok, int32_t *tgt, int B, int T, int V, uint32_t salt) {
     uint32_t s = 2463534242u ^ salt;
-    int32_t prev = 0;
     for (int i = 0; i <= B * T; i++) {
         s ^= s << 13, s ^= s >> 17, s ^= s << 5;
         int32_t t = (int32_t)(s % (uint32_t)V);
         if (i < B * T) tok[i] = t;
         if (i > 0) tgt[i - 1] = t;
-        prev = t;
     }
-    (void)prev;
 }
 
 /* One forward and backward of the whole model on a fresh gradient; returns the loss sum. */

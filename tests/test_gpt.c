@@ -264,7 +264,7 @@ static double ref_loss(const ref_ctx *r, double *const *p) {
 /* Oracle: the model's gradient of the mean loss equals central differences (step 1e-5, in double) of the
  * double reference loss, at 8 sampled elements of every tensor (the first, the last, a row of wte that
  * a token uses, and random ones), to |g - fd| <= 1e-4 max|fd| + 1e-9 per tensor (float32 measures <= 3e-6).
- * The model's loss equals the reference loss to 1e-6 relative. */
+ * Gradients accumulate onto prior contents. The model's loss equals the reference loss to 1e-6 relative. */
 static void test_gradients(void **state) {
     fsc_device *dev = *state;
     const fsc_gpt_config *c = &TINY;
@@ -282,8 +282,20 @@ static void test_gradients(void **state) {
         assert_ok(fsc_device_upload(dev, md.m->param[i], h, n * sizeof(float)));
         free(h);
     }
-    double loss = fwd_bwd(&md, &(fsc_gpt_acts_opts){ .B = B, .T = T, .last = c->layers + 1 }, tok, tgt) / (B * T);
+    /* gradients accumulate: start from prior values and subtract them afterwards */
+    float *prior = malloc(md.P * sizeof(float));
+    for (size_t k = 0; k < md.P; k++) prior[k] = 1e-3f * cosf((float)k);
+    assert_ok(fsc_device_upload(dev, md.grads, prior, md.P * sizeof(float)));
+    fsc_gpt_acts *a;
+    double loss;
+    assert_ok(fsc_gpt_acts_create(md.m, &(fsc_gpt_acts_opts){ .B = B, .T = T, .last = c->layers + 1 }, &a));
+    assert_ok(fsc_gpt_acts_set_batch(a, tok, tgt));
+    assert_ok(fsc_gpt_forward(md.m, a, NULL, &loss));
+    assert_ok(fsc_gpt_backward(md.m, a, NULL, 1.0f / (B * T)));
+    fsc_gpt_acts_free(a);
+    loss /= B * T;
     int nt = md.m->n_tensors;
+    size_t off = 0;
     double **p = calloc(nt, sizeof(double *));
     float **g = calloc(nt, sizeof(float *));
     for (int i = 0; i < nt; i++) {
@@ -293,7 +305,10 @@ static void test_gradients(void **state) {
         for (size_t k = 0; k < n; k++) p[i][k] = h[k];
         free(h);
         g[i] = download(dev, md.m->grad[i], n);
+        for (size_t k = 0; k < n; k++) g[i][k] -= prior[off + k];
+        off += n;
     }
+    free(prior);
     ref_ctx r = { c, B, T, tok, tgt };
     double ref = ref_loss(&r, p);
     if (fabs(ref - loss) > 1e-6 * ref) fail_msg("loss %.9g, reference %.9g", loss, ref);

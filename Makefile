@@ -55,16 +55,21 @@ $(BUILD)/%: examples/%.c $(BUILD)/libfsc.a
 $(BUILD)/%: bench/%.c $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 
-# The CUDA plug-in, whenever nvcc is present.
-CUDA_SRC := $(wildcard backends/cuda/*.cu) $(wildcard backends/cuda/*.c)
+# The CUDA plug-in, whenever nvcc is present: sm_90 code plus compute_90 PTX for newer GPUs
+# (CUDA_ARCH overrides). No FMA contraction, so elementwise kernels round exactly as the CPU backend.
+CUDA_SRC  := $(sort $(wildcard backends/cuda/*.cu))
+CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS := -O2 -g -std=c++17 --fmad=false -Werror all-warnings $(CUDA_ARCH) -Ilib/include -Ilib \
+             -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror,-Wno-unused-parameter
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRC),)
 cuda: $(BUILD)/libfsc_cuda.so
-$(BUILD)/libfsc_cuda.so: $(CUDA_SRC) $(HEADERS)
-	@mkdir -p $(BUILD)
-	$(NVCC) -O2 -std=c++17 -Xcompiler -fPIC -shared -Ilib/include -Ilib \
-	  -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-	  -o $@ $(CUDA_SRC) -lcublas -lnccl
+$(BUILD)/obj/backends/cuda/%.o: backends/cuda/%.cu $(wildcard backends/cuda/*.h) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+$(BUILD)/libfsc_cuda.so: $(CUDA_OBJ)
+	$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublas -lnccl -Xlinker -z,defs
 else
 cuda: ;
 endif

@@ -1,0 +1,346 @@
+/* The NCCL communicator of the cuda plug-in (comm_impl.h): one process per GPU, created by the launcher
+ * (lib/core/launch.c) through the exported fsc_nccl_get_unique_id / fsc_nccl_comm_open.
+ * Collectives are enqueued on the device's current stream, so they are ordered with the kernels around
+ * them and overlap with compute on other streams. Semantics follow the simulated communicator where NCCL
+ * allows: bf16/f16 sums are widened to f32, reduced in f32 and rounded once (RNE); AVG is the f32 sum
+ * divided by N. What NCCL does not give: its reduction order is its own (ring or tree, by message size),
+ * so sums are deterministic for a fixed configuration but not equal to the rank-order sums of the
+ * simulated communicator, and a reduce-scatter element need not equal the all-reduce element bit for bit.
+ * Failures: an asynchronous NCCL error fails the next call; the barrier (and every call when
+ * FSC_NCCL_BLOCKING=1) waits at most timeout_s, then aborts the communicator instead of hanging. */
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cuda_internal.h"
+
+#define NC_MAGIC 0x6e63636cu /* "nccl" */
+
+struct nc_ctx {
+    uint32_t magic;
+    ncclComm_t comm;
+    cu_ctx *dev;
+    int rank, world;
+    double timeout_s;
+    int blocking;  /* wait for every collective (FSC_NCCL_BLOCKING=1) */
+    int aborted;
+    void *scratch; /* f32 staging for bf16/f16 sums */
+    size_t scratch_cap;
+    cudaEvent_t scratch_ev; /* after the last work that used scratch (it may have run on another stream) */
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static fsc_status nc_check(nc_ctx *n, ncclResult_t r, const char *what) {
+    if (r == ncclSuccess) return FSC_OK;
+    const char *detail = n && n->comm ? ncclGetLastError(n->comm) : ncclGetLastError(NULL);
+    fsc_status s = r == ncclInvalidArgument || r == ncclInvalidUsage ? FSC_ERR_INVALID : FSC_ERR_COMM;
+    return cu_err(s, "nccl: %s on rank %d: %s%s%s", what, n ? n->rank : -1, ncclGetErrorString(r),
+                  detail && *detail ? ": " : "", detail ? detail : "");
+}
+
+/* Before each call: a dead communicator or an error a previous collective left behind fails it. */
+static fsc_status nc_enter(nc_ctx *n, const char *what) {
+    if (n->aborted)
+        return cu_err(FSC_ERR_COMM, "nccl: %s on rank %d: the communicator was aborted after an earlier failure",
+                      what, n->rank);
+    FSC_TRY(cu_enter(n->dev));
+    ncclResult_t async = ncclSuccess;
+    FSC_TRY(nc_check(n, ncclCommGetAsyncError(n->comm, &async), what));
+    if (async != ncclSuccess) {
+        fsc_status s = nc_check(n, async, what);
+        ncclCommAbort(n->comm);
+        n->aborted = 1;
+        return s;
+    }
+    return FSC_OK;
+}
+
+/* Wait for the current stream, at most timeout_s, watching for NCCL errors. */
+static fsc_status nc_wait(nc_ctx *n, const char *what) {
+    cudaStream_t s = cu_stream_of(n->dev);
+    double deadline = now_s() + n->timeout_s;
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess) return FSC_OK;
+        if (e != cudaErrorNotReady) return cu_check(e, what);
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(n->comm, &async);
+        if (async != ncclSuccess || now_s() > deadline) {
+            fsc_status st = async != ncclSuccess
+                                ? nc_check(n, async, what)
+                                : cu_err(FSC_ERR_TIMEOUT, "nccl: %s on rank %d did not finish within %g s (a rank "
+                                         "died or is stuck?); the communicator is aborted", what, n->rank, n->timeout_s);
+            ncclCommAbort(n->comm);
+            n->aborted = 1;
+            return st;
+        }
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static fsc_status nc_done(nc_ctx *n, ncclResult_t r, const char *what) {
+    FSC_TRY(nc_check(n, r, what));
+    return n->blocking ? nc_wait(n, what) : FSC_OK;
+}
+
+static int nc_type(fsc_dtype dt, ncclDataType_t *out) {
+    switch (dt) {
+    case FSC_F32: *out = ncclFloat32; return 1;
+    case FSC_BF16: *out = ncclBfloat16; return 1;
+    case FSC_F16: *out = ncclFloat16; return 1;
+    case FSC_I32: *out = ncclInt32; return 1;
+    case FSC_U8: *out = ncclUint8; return 1;
+    default: return 0;
+    }
+}
+
+static size_t nc_size(fsc_dtype dt) { return dt == FSC_F32 || dt == FSC_I32 ? 4 : dt == FSC_U8 ? 1 : 2; }
+
+/* f32 scratch of at least bytes, usable on the current stream once earlier users are done;
+ * nc_scratch_done marks the end of this use. */
+static fsc_status nc_scratch(nc_ctx *n, size_t bytes, float **out) {
+    cudaStream_t st = cu_stream_of(n->dev);
+    if (!n->scratch_ev)
+        FSC_TRY(cu_check(cudaEventCreateWithFlags(&n->scratch_ev, cudaEventDisableTiming), "nccl scratch"));
+    if (bytes > n->scratch_cap) {
+        if (n->scratch) {
+            FSC_TRY(cu_check(cudaEventSynchronize(n->scratch_ev), "nccl scratch"));
+            cudaFree(n->scratch);
+            n->scratch = NULL;
+            n->scratch_cap = 0;
+        }
+        FSC_TRY(cu_check(cudaMalloc(&n->scratch, bytes), "nccl scratch: cudaMalloc"));
+        n->scratch_cap = bytes;
+    }
+    FSC_TRY(cu_check(cudaStreamWaitEvent(st, n->scratch_ev, 0), "nccl scratch"));
+    *out = (float *)n->scratch;
+    return FSC_OK;
+}
+
+static fsc_status nc_scratch_done(nc_ctx *n) {
+    return cu_check(cudaEventRecord(n->scratch_ev, cu_stream_of(n->dev)), "nccl scratch");
+}
+
+#define NC_HEAD(what, dt)                                                                  \
+    nc_ctx *n = (nc_ctx *)ctx;                                                             \
+    ncclDataType_t nt;                                                                     \
+    if (!nc_type(dt, &nt)) return cu_err(FSC_ERR_INVALID, "nccl: %s: unknown dtype %d", what, (int)(dt)); \
+    FSC_TRY(nc_enter(n, what));                                                            \
+    cudaStream_t st = cu_stream_of(n->dev);
+
+static int widen(fsc_dtype dt, fsc_redop op) { return (dt == FSC_BF16 || dt == FSC_F16) && op != FSC_MAX; }
+
+static fsc_status nc_all_reduce(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt, fsc_redop op) {
+    NC_HEAD("all_reduce", dt);
+    if (count == 0) return FSC_OK;
+    ncclRedOp_t ro = op == FSC_MAX ? ncclMax : ncclSum;
+    if (widen(dt, op)) {
+        float *f;
+        FSC_TRY(nc_scratch(n, count * sizeof(float), &f));
+        FSC_TRY(cu_convert_on(st, f, FSC_F32, send, dt, count));
+        FSC_TRY(nc_check(n, ncclAllReduce(f, f, count, ncclFloat32, ncclSum, n->comm, st), "all_reduce"));
+        if (op == FSC_AVG) FSC_TRY(cu_divide_on(st, f, (float)n->world, count));
+        FSC_TRY(cu_convert_on(st, recv, dt, f, FSC_F32, count));
+        FSC_TRY(nc_scratch_done(n));
+        return nc_done(n, ncclSuccess, "all_reduce");
+    }
+    FSC_TRY(nc_check(n, ncclAllReduce(send, recv, count, nt, ro, n->comm, st), "all_reduce"));
+    if (op == FSC_AVG) FSC_TRY(cu_divide_on(st, (float *)recv, (float)n->world, count));
+    return nc_done(n, ncclSuccess, "all_reduce");
+}
+
+static fsc_status nc_reduce_scatter(void *ctx, const void *send, void *recv, size_t recvcount, fsc_dtype dt,
+                                    fsc_redop op) {
+    NC_HEAD("reduce_scatter", dt);
+    if (recvcount == 0) return FSC_OK;
+    ncclRedOp_t ro = op == FSC_MAX ? ncclMax : ncclSum;
+    if (widen(dt, op)) {
+        size_t total = recvcount * (size_t)n->world;
+        float *f;
+        FSC_TRY(nc_scratch(n, (total + recvcount) * sizeof(float), &f));
+        FSC_TRY(cu_convert_on(st, f, FSC_F32, send, dt, total));
+        FSC_TRY(nc_check(n, ncclReduceScatter(f, f + total, recvcount, ncclFloat32, ncclSum, n->comm, st),
+                         "reduce_scatter"));
+        if (op == FSC_AVG) FSC_TRY(cu_divide_on(st, f + total, (float)n->world, recvcount));
+        FSC_TRY(cu_convert_on(st, recv, dt, f + total, FSC_F32, recvcount));
+        FSC_TRY(nc_scratch_done(n));
+        return nc_done(n, ncclSuccess, "reduce_scatter");
+    }
+    FSC_TRY(nc_check(n, ncclReduceScatter(send, recv, recvcount, nt, ro, n->comm, st), "reduce_scatter"));
+    if (op == FSC_AVG) FSC_TRY(cu_divide_on(st, (float *)recv, (float)n->world, recvcount));
+    return nc_done(n, ncclSuccess, "reduce_scatter");
+}
+
+static fsc_status nc_all_gather(void *ctx, const void *send, void *recv, size_t sendcount, fsc_dtype dt) {
+    NC_HEAD("all_gather", dt);
+    if (sendcount == 0) return FSC_OK;
+    return nc_done(n, ncclAllGather(send, recv, sendcount, nt, n->comm, st), "all_gather");
+}
+
+static fsc_status nc_broadcast(void *ctx, void *buf, size_t count, fsc_dtype dt, int root) {
+    NC_HEAD("broadcast", dt);
+    if (count == 0) return FSC_OK;
+    return nc_done(n, ncclBroadcast(buf, buf, count, nt, root, n->comm, st), "broadcast");
+}
+
+static fsc_status nc_send(void *ctx, const void *buf, size_t count, fsc_dtype dt, int peer) {
+    NC_HEAD("send", dt);
+    if (count == 0) return FSC_OK;
+    return nc_done(n, ncclSend(buf, count, nt, peer, n->comm, st), "send");
+}
+
+static fsc_status nc_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int peer) {
+    NC_HEAD("recv", dt);
+    if (count == 0) return FSC_OK;
+    return nc_done(n, ncclRecv(buf, count, nt, peer, n->comm, st), "recv");
+}
+
+static fsc_status nc_all_to_all(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt) {
+    NC_HEAD("all_to_all", dt);
+    if (count == 0) return FSC_OK;
+    size_t block = count * nc_size(dt);
+    ncclResult_t r = ncclGroupStart();
+    for (int j = 0; j < n->world && r == ncclSuccess; j++) {
+        r = ncclSend((const char *)send + (size_t)j * block, count, nt, j, n->comm, st);
+        if (r == ncclSuccess) r = ncclRecv((char *)recv + (size_t)j * block, count, nt, j, n->comm, st);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    return nc_done(n, r != ncclSuccess ? r : e, "all_to_all");
+}
+
+static fsc_status nc_barrier(void *ctx) {
+    NC_HEAD("barrier", FSC_F32);
+    float *f;
+    FSC_TRY(nc_scratch(n, sizeof(float), &f));
+    FSC_TRY(nc_check(n, ncclAllReduce(f, f, 1, ncclFloat32, ncclSum, n->comm, st), "barrier"));
+    FSC_TRY(nc_scratch_done(n));
+    (void)nt;
+    return nc_wait(n, "barrier");
+}
+
+static void nc_destroy(void *ctx) {
+    nc_ctx *n = (nc_ctx *)ctx;
+    if (!n) return;
+    cudaSetDevice(n->dev->ordinal);
+    if (n->comm) {
+        if (n->aborted) {
+            /* ncclCommAbort already freed it */
+        } else {
+            cudaStreamSynchronize(cu_stream_of(n->dev));
+            ncclCommDestroy(n->comm);
+        }
+    }
+    cudaFree(n->scratch);
+    if (n->scratch_ev) cudaEventDestroy(n->scratch_ev);
+    n->magic = 0;
+    free(n);
+}
+
+static fsc_status nc_open_ctx(nc_ctx *n, ncclComm_t comm, cu_ctx *dev, int rank, int world, double timeout_s,
+                              int blocking);
+
+static fsc_status nc_split(void *ctx, int color, int key, void **new_ctx, int *new_rank, int *new_size) {
+    nc_ctx *n = (nc_ctx *)ctx;
+    if (color < 0) return cu_err(FSC_ERR_INVALID, "nccl: split: color %d must be >= 0", color);
+    FSC_TRY(nc_enter(n, "split"));
+    ncclComm_t nc = NULL;
+    FSC_TRY(nc_check(n, ncclCommSplit(n->comm, color, key, &nc, NULL), "split"));
+    int r = 0, sz = 0;
+    fsc_status s = nc_check(n, ncclCommUserRank(nc, &r), "split");
+    if (s == FSC_OK) s = nc_check(n, ncclCommCount(nc, &sz), "split");
+    nc_ctx *m = (nc_ctx *)calloc(1, sizeof *m);
+    if (s == FSC_OK && !m) s = cu_err(FSC_ERR_NOMEM, "nccl: split: out of host memory");
+    if (s != FSC_OK) {
+        free(m);
+        ncclCommDestroy(nc);
+        return s;
+    }
+    nc_open_ctx(m, nc, n->dev, r, sz, n->timeout_s, n->blocking);
+    *new_ctx = m;
+    *new_rank = r;
+    *new_size = sz;
+    return FSC_OK;
+}
+
+static fsc_comm_ops make_ops(void) {
+    fsc_comm_ops t;
+    memset(&t, 0, sizeof t);
+    t.abi_version = FSC_COMM_ABI_VERSION;
+    t.name = "nccl";
+    t.all_reduce = nc_all_reduce;
+    t.reduce_scatter = nc_reduce_scatter;
+    t.all_gather = nc_all_gather;
+    t.broadcast = nc_broadcast;
+    t.send = nc_send;
+    t.recv = nc_recv;
+    t.all_to_all = nc_all_to_all;
+    t.barrier = nc_barrier;
+    t.split = nc_split;
+    t.destroy = nc_destroy;
+    return t;
+}
+
+static const fsc_comm_ops *nc_ops(void) {
+    static const fsc_comm_ops table = make_ops();
+    return &table;
+}
+
+static fsc_status nc_open_ctx(nc_ctx *n, ncclComm_t comm, cu_ctx *dev, int rank, int world, double timeout_s,
+                              int blocking) {
+    n->magic = NC_MAGIC;
+    n->comm = comm;
+    n->dev = dev;
+    n->rank = rank;
+    n->world = world;
+    n->timeout_s = timeout_s;
+    n->blocking = blocking;
+    return FSC_OK;
+}
+
+extern "C" __attribute__((visibility("default"))) fsc_status fsc_nccl_get_unique_id(void *id, size_t bytes) {
+    if (!id || bytes < sizeof(ncclUniqueId))
+        return cu_err(FSC_ERR_INVALID, "nccl: unique id buffer of %zu bytes (need %zu)", bytes, sizeof(ncclUniqueId));
+    ncclUniqueId u;
+    FSC_TRY(nc_check(NULL, ncclGetUniqueId(&u), "ncclGetUniqueId"));
+    memset(id, 0, bytes);
+    memcpy(id, &u, sizeof u);
+    return FSC_OK;
+}
+
+extern "C" __attribute__((visibility("default"))) fsc_status fsc_nccl_comm_open(int abi_version, const void *id,
+                                                                              size_t bytes, int rank, int world,
+                                                                              void *device_ctx, double timeout_s,
+                                                                              const fsc_comm_ops **ops, void **ctx) {
+    if (abi_version != FSC_COMM_ABI_VERSION)
+        return cu_err(FSC_ERR_UNSUPPORTED, "nccl communicator: built for interface version %d, the library asks for %d",
+                      FSC_COMM_ABI_VERSION, abi_version);
+    if (!id || bytes < sizeof(ncclUniqueId) || !ops || !ctx)
+        return cu_err(FSC_ERR_INVALID, "fsc_nccl_comm_open: NULL argument or a %zu-byte id", bytes);
+    if (world < 1 || rank < 0 || rank >= world)
+        return cu_err(FSC_ERR_INVALID, "fsc_nccl_comm_open: rank %d of world %d", rank, world);
+    if (!cu_is_ctx(device_ctx))
+        return cu_err(FSC_ERR_INVALID, "fsc_nccl_comm_open: device_ctx is not a cuda device of this plug-in");
+    cu_ctx *dev = (cu_ctx *)device_ctx;
+    FSC_TRY(cu_enter(dev));
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    ncclComm_t comm = NULL;
+    FSC_TRY(nc_check(NULL, ncclCommInitRank(&comm, world, u, rank), "ncclCommInitRank"));
+    nc_ctx *n = (nc_ctx *)calloc(1, sizeof *n);
+    if (!n) {
+        ncclCommDestroy(comm);
+        return cu_err(FSC_ERR_NOMEM, "nccl: out of host memory");
+    }
+    const char *b = getenv("FSC_NCCL_BLOCKING");
+    nc_open_ctx(n, comm, dev, rank, world, timeout_s > 0 ? timeout_s : 600.0, b && *b && strcmp(b, "0") != 0);
+    *ops = nc_ops();
+    *ctx = n;
+    return FSC_OK;
+}

@@ -501,6 +501,24 @@ static void test_convert(void **state) {
     for (int i = 0; i < N; i++) assert_int_equal(fsc_f32_to_bf16(back[i]), b[i]);
     assert_ok(FSC_K(dev, convert, hb, FSC_BF16, h, FSC_F16, N));
     for (int i = 3; i < N; i++) assert_int_equal(hb[i], fsc_f32_to_bf16(fsc_f16_to_f32(h[i])));
+    /* a sweep over the whole 32-bit space (every exponent, ties, NaN payloads, both signs) */
+    enum { S = 65536 };
+    float *sw = falloc(S), *swb = falloc(S);
+    uint16_t *sb = malloc(S * sizeof *sb);
+    for (uint32_t i = 0; i < S; i++) {
+        uint32_t u = i * 65537u + ((i & 3) == 0 ? 0x8000u : 0u); /* some exact ties */
+        memcpy(&sw[i], &u, 4);
+    }
+    assert_ok(FSC_K(dev, convert, sb, FSC_BF16, sw, FSC_F32, S));
+    for (uint32_t i = 0; i < S; i++)
+        if (sb[i] != fsc_f32_to_bf16(sw[i])) fail_msg("convert bf16 of %a: 0x%04x vs 0x%04x", (double)sw[i], sb[i], fsc_f32_to_bf16(sw[i]));
+    assert_ok(FSC_K(dev, convert, swb, FSC_F32, sb, FSC_BF16, S));
+    for (uint32_t i = 0; i < S; i++) {
+        uint32_t u;
+        memcpy(&u, &swb[i], 4);
+        assert_int_equal(u, (uint32_t)sb[i] << 16);
+    }
+    free(sw); free(swb); free(sb);
     int32_t ints[N];
     assert_err(FSC_K(dev, convert, ints, FSC_I32, x, FSC_F32, N), FSC_ERR_INVALID, "i32");
 }

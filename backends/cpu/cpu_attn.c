@@ -1,10 +1,11 @@
 /* CPU attention helpers and cross entropy: the (B,T,3C) <-> (B,NH,T,HS) layout shuffles, the causal
  * softmax over T x T score rows, and softmax cross entropy over the vocabulary.
  * Sums run in ascending index order in float (softmax) or double (cross entropy); the causal softmax
- * multiplies by 1/sum. Values above the diagonal are written as exact zeros. */
+ * multiplies by 1/sum; exp is fsc_cpu_expf (cpu_math.h). Values above the diagonal are written as exact zeros. */
 #include <math.h>
 #include <string.h>
 #include "cpu.h"
+#include "cpu_math.h"
 
 #define CHECK_DIM(cond, ...) \
     do { if (!(cond)) return fsc_error(FSC_ERR_INVALID, __VA_ARGS__); } while (0)
@@ -76,12 +77,9 @@ fsc_status cpu_softmax_causal_forward(void *ctx, float *att, const float *pre, i
             float s = scale * p[j];
             mx = s > mx ? s : mx;
         }
+        for (size_t j = 0; j <= i; j++) a[j] = fsc_cpu_expf(scale * p[j] - mx); /* vectorizes */
         float sum = 0.0f;
-        for (size_t j = 0; j <= i; j++) {
-            float e = expf(scale * p[j] - mx);
-            a[j] = e;
-            sum += e;
-        }
+        for (size_t j = 0; j <= i; j++) sum += a[j];
         float inv = 1.0f / sum;
         for (size_t j = 0; j <= i; j++) a[j] *= inv;
         for (size_t j = i + 1; j < (size_t)T; j++) a[j] = 0.0f;
@@ -104,12 +102,17 @@ fsc_status cpu_softmax_causal_backward(void *ctx, float *dpre, const float *datt
     return FSC_OK;
 }
 
-/* max and log of sum exp(x - max) of one row, in double ascending */
+/* max and log of sum exp(x - max) of one row; exps in chunks (vectorized), summed in double ascending */
 static void row_logsumexp(const float *x, int V, float *mx_out, double *lse_out) {
     float mx = -INFINITY;
     for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
     double s = 0.0;
-    for (int j = 0; j < V; j++) s += (double)expf(x[j] - mx);
+    float e[256];
+    for (int j0 = 0; j0 < V; j0 += 256) {
+        int len = V - j0 < 256 ? V - j0 : 256;
+        for (int j = 0; j < len; j++) e[j] = fsc_cpu_expf(x[j0 + j] - mx);
+        for (int j = 0; j < len; j++) s += (double)e[j];
+    }
     *mx_out = mx;
     *lse_out = log(s);
 }
@@ -144,7 +147,7 @@ fsc_status cpu_xent_backward(void *ctx, float *dlogits, const float *logits, con
         double lse;
         row_logsumexp(x, V, &mx, &lse);
         float l = (float)lse;
-        for (int j = 0; j < V; j++) d[j] = scale * expf(x[j] - mx - l);
+        for (int j = 0; j < V; j++) d[j] = scale * fsc_cpu_expf(x[j] - mx - l);
         d[targets[n]] -= scale;
     }
     return FSC_OK;

@@ -194,10 +194,7 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     case FSC_PAR_DDP: e->st = &fsc_strategy_ddp; break;
     case FSC_PAR_FSDP: e->st = &fsc_strategy_fsdp; break;
     case FSC_PAR_ZERO1:
-    case FSC_PAR_ZERO2:
-        free(e);
-        return fsc_error(FSC_ERR_UNSUPPORTED, "parallel %s is not available in this build yet",
-                         fsc_parallel_kind_name(po->kind));
+    case FSC_PAR_ZERO2: e->st = &fsc_strategy_zero; break;
     }
     e->use_scaler = po->param_dtype == FSC_F16 || po->reduce_dtype == FSC_F16;
     fsc_loss_scaler_init(&e->scaler, po->init_loss_scale > 0 ? po->init_loss_scale : 65536.0f, 2000);

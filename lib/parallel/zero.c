@@ -1,0 +1,376 @@
+/* ZeRO-1 (FairScale's OSS) and ZeRO-2 (sharded DDP): parameters replicated on every rank, the fp32
+ * master weights, the optimizer state and the reduced gradients partitioned over the data-parallel group.
+ * Not ZeRO-3: parameters are never freed (that is fsdp.c).
+ *
+ * Layout. The held tensors (a pipeline stage may hold a subset) form a flat vector in tensor order, cut
+ * into buckets of whole layers in backward order; each bucket is padded to a multiple of N (the group
+ * size) and rank r owns the r-th of its N equal shards. ZeRO-1 has one bucket (the whole vector, so rank r
+ * owns [r*S, (r+1)*S) of it); ZeRO-2 has buckets of about bucket_bytes. Partitions are balanced by element
+ * count exactly (unlike OSS, which hands whole tensors to the least loaded rank), and reductions stay
+ * elementwise: a reduce-scatter gives the owner the rank-order sum, bit for bit DDP's all-reduce.
+ *
+ * Buffers:
+ *   full    (Pp)  replicated parameters, padded layout; rounded to the parameter dtype    params
+ *   master  (S)   fp32 owned shards (only when the parameter dtype is not f32; otherwise
+ *                 the optimizer steps the owned shards of full in place)                   params
+ *   sgrad   (S)   reduced gradients of the owned shards                                    grads
+ *   grad    (Pp)  ZeRO-1: local gradients, kept for the whole step                         grads
+ *   b->grad       ZeRO-2: a bucket's local gradients, allocated at the bucket's first
+ *                 backward layer, freed after its reduce-scatter (kept under no_sync)      grads
+ * Optimizer: one segment per bucket (the owned shard). After the step every bucket's shards are
+ * all-gathered in the parameter dtype into full: per step the reduce-scatters and the all-gathers each
+ * move (N-1)/N x Pp elements per rank. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine_impl.h"
+
+typedef struct {
+    int llo, lhi;         /* layers whose tensors it holds; reduced after the backward of llo */
+    int t0, t1;           /* tensors [t0, t1) */
+    size_t lo, n;         /* flat range of the held vector (relative to the first held tensor) */
+    size_t padded, shard; /* padded = N x shard */
+    size_t pstart;        /* offset in full (and in ZeRO-1's grad) */
+    size_t soff;          /* offset of this rank's shard in master and sgrad */
+    int seg;              /* optimizer segment */
+    float *grad;          /* ZeRO-2: (padded) local gradients while live */
+} zero_bucket;
+
+typedef struct {
+    int N, rank, stage2;
+    int t0, t1;           /* held tensors */
+    size_t base;          /* flat offset of tensor t0 in the whole model */
+    int nb;
+    zero_bucket *b;       /* ascending in memory (b[0] holds the lowest layers) */
+    size_t Pp, S;         /* padded total; elements owned by this rank */
+    float *full, *master, *sgrad, *grad;
+} zero_state;
+
+/* offset of tensor t inside full */
+static size_t full_offset(const fsc_engine *e, const zero_state *z, const zero_bucket *b, int t) {
+    return b->pstart + (fsc_engine_tensor_offset(e, t) - z->base - b->lo);
+}
+
+/* Whole layers in backward order, a bucket closed once it reaches cap bytes (as DDP's buckets). */
+static fsc_status build_buckets(fsc_engine *e, zero_state *z, size_t cap) {
+    int nl = e->ll - e->lf + 1;
+    z->b = calloc((size_t)(nl > 0 ? nl : 1), sizeof(zero_bucket));
+    if (!z->b) return fsc_error(FSC_ERR_NOMEM, "zero: out of memory");
+    zero_bucket cur = { 0 };
+    int open = 0;
+    for (int l = e->ll; l >= e->lf; l--) {
+        int lt0 = -1, lt1 = -1;
+        for (int t = z->t0; t < z->t1; t++) {
+            if (e->m->info[t].layer != l) continue;
+            if (lt0 < 0) lt0 = t;
+            lt1 = t + 1;
+        }
+        if (!open) {
+            memset(&cur, 0, sizeof cur);
+            cur.lhi = l;
+            open = 1;
+        }
+        cur.llo = l;
+        if (lt0 >= 0) {
+            size_t lo = fsc_engine_tensor_offset(e, lt0) - z->base;
+            size_t hi = fsc_engine_tensor_offset(e, lt1) - z->base;
+            if (cur.n == 0) cur.t1 = lt1;
+            cur.t0 = lt0;
+            cur.lo = lo;
+            cur.n += hi - lo;
+        }
+        if ((cur.n > 0 && cur.n >= cap / sizeof(float)) || l == e->lf) {
+            if (cur.n > 0) z->b[z->nb++] = cur;
+            open = 0;
+        }
+    }
+    /* backward order -> memory order */
+    for (int i = 0; i < z->nb / 2; i++) {
+        zero_bucket t = z->b[i];
+        z->b[i] = z->b[z->nb - 1 - i];
+        z->b[z->nb - 1 - i] = t;
+    }
+    size_t N = (size_t)z->N;
+    for (int k = 0; k < z->nb; k++) {
+        zero_bucket *b = &z->b[k];
+        b->padded = (b->n + N - 1) / N * N;
+        b->shard = b->padded / N;
+        b->pstart = z->Pp;
+        b->soff = z->S;
+        z->Pp += b->padded;
+        z->S += b->shard;
+    }
+    return FSC_OK;
+}
+
+static void bind_grads(fsc_engine *e, zero_state *z, zero_bucket *b, float *g) {
+    for (int t = b->t0; t < b->t1; t++) e->m->grad[t] = g ? g + (full_offset(e, z, b, t) - b->pstart) : NULL;
+}
+
+/* The owned shard of bucket b as the optimizer steps it. */
+static float *owned_params(zero_state *z, zero_bucket *b) {
+    return z->master ? z->master + b->soff : z->full + b->pstart + (size_t)z->rank * b->shard;
+}
+
+/* After full was filled with fp32 values: take the owned fp32 shards into master, then round full. */
+static fsc_status split_master(fsc_engine *e, zero_state *z) {
+    if (!z->master) return FSC_OK;
+    for (int k = 0; k < z->nb; k++) {
+        zero_bucket *b = &z->b[k];
+        FSC_TRY(fsc_device_copy(e->dev, z->master + b->soff, z->full + b->pstart + (size_t)z->rank * b->shard,
+                                b->shard * sizeof(float)));
+    }
+    return fsc_engine_round_to(e, z->full, z->full, z->Pp, e->po.param_dtype);
+}
+
+/* All-gather bucket b's owned shards into full, through the parameter dtype. */
+static fsc_status gather_bucket(fsc_engine *e, zero_state *z, zero_bucket *b) {
+    float *dst = z->full + b->pstart;
+    fsc_dtype dt = e->po.param_dtype;
+    if (!z->master) return fsc_comm_all_gather(e->comm, dst + (size_t)z->rank * b->shard, dst, b->shard, FSC_F32);
+    size_t es = fsc_dtype_size(dt);
+    void *lo = NULL, *lofull = NULL;
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, b->shard * es, &lo);
+    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, b->padded * es, &lofull);
+    if (s == FSC_OK) s = FSC_K(e->dev, convert, lo, dt, z->master + b->soff, FSC_F32, b->shard);
+    if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, lo, lofull, b->shard, dt);
+    if (s == FSC_OK) s = FSC_K(e->dev, convert, dst, FSC_F32, lofull, dt, b->padded);
+    fsc_device_release(e->dev, lo);
+    fsc_device_release(e->dev, lofull);
+    return s;
+}
+
+static fsc_status gather_all(fsc_engine *e) {
+    zero_state *z = e->sd;
+    for (int k = 0; k < z->nb; k++) FSC_TRY(gather_bucket(e, z, &z->b[k]));
+    return FSC_OK;
+}
+
+/* Initial values of every bucket into full (padding zero). */
+static fsc_status init_full(fsc_engine *e, zero_state *z) {
+    for (int k = 0; k < z->nb; k++) {
+        zero_bucket *b = &z->b[k];
+        FSC_TRY(fsc_engine_init_range(e, z->full + b->pstart, z->base + b->lo, b->n));
+        if (b->padded > b->n)
+            FSC_TRY(fsc_device_memset(e->dev, z->full + b->pstart + b->n, 0, (b->padded - b->n) * sizeof(float)));
+    }
+    return FSC_OK;
+}
+
+static fsc_status zero_setup(fsc_engine *e) {
+    zero_state *z = calloc(1, sizeof(*z));
+    if (!z) return fsc_error(FSC_ERR_NOMEM, "zero: out of memory");
+    e->sd = z;
+    z->N = fsc_comm_size(e->comm);
+    z->rank = fsc_comm_rank(e->comm);
+    z->stage2 = e->po.kind == FSC_PAR_ZERO2;
+    fsc_engine_held_range(e, &z->t0, &z->t1);
+    z->base = fsc_engine_tensor_offset(e, z->t0);
+    size_t cap = z->stage2 ? (e->po.bucket_bytes ? e->po.bucket_bytes : (25u << 20)) : SIZE_MAX;
+    FSC_TRY(build_buckets(e, z, cap));
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, z->Pp * sizeof(float), (void **)&z->full));
+    if (e->po.param_dtype != FSC_F32)
+        FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, z->S * sizeof(float), (void **)&z->master));
+    FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, z->S * sizeof(float), (void **)&z->sgrad));
+    if (!z->stage2) FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, z->Pp * sizeof(float), (void **)&z->grad));
+    if (e->po.sync_from_rank0 && z->N > 1) {
+        if (z->rank == 0) FSC_TRY(init_full(e, z));
+        FSC_TRY(fsc_comm_broadcast(e->comm, z->full, z->Pp, FSC_F32, 0));
+    } else {
+        FSC_TRY(init_full(e, z));
+    }
+    FSC_TRY(split_master(e, z));
+    for (int k = 0; k < z->nb; k++) {
+        zero_bucket *b = &z->b[k];
+        FSC_TRY(fsc_optim_add(e->opt, owned_params(z, b), z->sgrad + b->soff, b->shard, &b->seg));
+        for (int t = b->t0; t < b->t1; t++) e->m->param[t] = z->full + full_offset(e, z, b, t);
+        bind_grads(e, z, b, z->grad ? z->grad + b->pstart : NULL);
+    }
+    FSC_TRY(fsc_engine_add_gseg(e, z->sgrad, z->S));
+    e->norm_comm = e->comm; /* shards are disjoint and padding gradients are zero */
+    return FSC_OK;
+}
+
+static void release_bucket_grad(fsc_engine *e, zero_state *z, zero_bucket *b) {
+    if (!b->grad) return;
+    fsc_device_release(e->dev, b->grad);
+    b->grad = NULL;
+    bind_grads(e, z, b, NULL);
+}
+
+static fsc_status zero_begin_step(fsc_engine *e) {
+    zero_state *z = e->sd;
+    if (z->grad) return fsc_device_memset(e->dev, z->grad, 0, z->Pp * sizeof(float));
+    for (int k = 0; k < z->nb; k++) release_bucket_grad(e, z, &z->b[k]); /* left by a failed step */
+    return FSC_OK;
+}
+
+static fsc_status zero_pre_backward(fsc_engine *e, int layer) {
+    zero_state *z = e->sd;
+    if (!z->stage2) return FSC_OK;
+    for (int k = 0; k < z->nb; k++) {
+        zero_bucket *b = &z->b[k];
+        if (layer < b->llo || layer > b->lhi || b->grad) continue;
+        FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, b->padded * sizeof(float), (void **)&b->grad));
+        bind_grads(e, z, b, b->grad);
+    }
+    return FSC_OK;
+}
+
+static fsc_status zero_post_backward(fsc_engine *e, int layer) {
+    zero_state *z = e->sd;
+    if (!e->sync) return FSC_OK; /* no_sync: keep accumulating locally */
+    for (int k = 0; k < z->nb; k++) {
+        zero_bucket *b = &z->b[k];
+        if (b->llo != layer) continue; /* the bucket's backward is complete after its lowest layer */
+        float *g = z->stage2 ? b->grad : z->grad + b->pstart;
+        if (!g) return fsc_error(FSC_ERR_STATE, "zero: layer %d finished backward but its gradients were never "
+                                                "allocated (pre_backward not called)", layer);
+        /* each micro-batch that reduces adds to the shard after the first */
+        int accumulate = !e->po.no_sync && e->micro > 0;
+        FSC_TRY(fsc_engine_reduce(e, e->comm, 1, g, z->sgrad + b->soff, b->padded, accumulate));
+        if (z->stage2) {
+            release_bucket_grad(e, z, b);
+        } else if (e->micro < e->po.accum - 1) {
+            /* the next micro-batch reduces on its own: start it from zero */
+            FSC_TRY(fsc_device_memset(e->dev, g, 0, b->padded * sizeof(float)));
+        }
+    }
+    return FSC_OK;
+}
+
+static fsc_status zero_after_step(fsc_engine *e) { return gather_all(e); }
+
+/* fp32 values of bucket b: full itself (f32 parameters) or a gathered copy of the masters (*tmp). */
+static fsc_status bucket_fp32(fsc_engine *e, zero_state *z, zero_bucket *b, const float **src, float **tmp) {
+    *tmp = NULL;
+    if (!z->master) {
+        *src = z->full + b->pstart;
+        return FSC_OK;
+    }
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, b->padded * sizeof(float), (void **)tmp));
+    fsc_status s = fsc_comm_all_gather(e->comm, z->master + b->soff, *tmp, b->shard, FSC_F32);
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, *tmp);
+        *tmp = NULL;
+        return s;
+    }
+    *src = *tmp;
+    return FSC_OK;
+}
+
+static fsc_status zero_full_tensors(fsc_engine *e, int want, float *host) {
+    zero_state *z = e->sd;
+    for (int k = 0; k < z->nb; k++) {
+        zero_bucket *b = &z->b[k];
+        const float *src;
+        float *tmp;
+        FSC_TRY(bucket_fp32(e, z, b, &src, &tmp));
+        fsc_status s = FSC_OK;
+        for (int t = b->t0; t < b->t1 && s == FSC_OK && want && host; t++)
+            s = fsc_device_download(e->dev, host + fsc_engine_tensor_offset(e, t),
+                                    src + (full_offset(e, z, b, t) - b->pstart), e->m->info[t].numel * sizeof(float));
+        fsc_device_release(e->dev, tmp);
+        FSC_TRY(s);
+    }
+    return FSC_OK;
+}
+
+static fsc_status zero_write_full(fsc_engine *e, fsc_st_writer *w) {
+    zero_state *z = e->sd;
+    for (int k = 0; k < z->nb; k++) {
+        zero_bucket *b = &z->b[k];
+        const float *src;
+        float *tmp;
+        FSC_TRY(bucket_fp32(e, z, b, &src, &tmp));
+        fsc_status s = FSC_OK;
+        for (int t = b->t0; t < b->t1 && s == FSC_OK && w; t++) {
+            size_t n = e->m->info[t].numel;
+            float *h = malloc(n * sizeof(float));
+            if (!h) s = fsc_error(FSC_ERR_NOMEM, "zero: out of host memory writing %s", e->m->info[t].name);
+            if (s == FSC_OK)
+                s = fsc_device_download(e->dev, h, src + (full_offset(e, z, b, t) - b->pstart), n * sizeof(float));
+            if (s == FSC_OK) s = fsc_st_writer_write(w, t, h, 0, n);
+            free(h);
+        }
+        fsc_device_release(e->dev, tmp);
+        FSC_TRY(s);
+    }
+    return FSC_OK;
+}
+
+/* Every rank reads every held tensor (parameters are replicated); no collective, so a rank that fails
+ * here cannot leave the others waiting. */
+static fsc_status zero_load_full(fsc_engine *e, fsc_st_file *f) {
+    zero_state *z = e->sd;
+    for (int k = 0; k < z->nb; k++) {
+        zero_bucket *b = &z->b[k];
+        for (int t = b->t0; t < b->t1; t++) {
+            const fsc_param_info *pi = &e->m->info[t];
+            const fsc_st_entry *en = fsc_st_find(f, pi->name);
+            if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", pi->name);
+            float *h = malloc(pi->numel * sizeof(float));
+            if (!h) return fsc_error(FSC_ERR_NOMEM, "zero: out of host memory reading %s", pi->name);
+            fsc_status s = fsc_st_read(f, en, h, 0, pi->numel);
+            if (s == FSC_OK)
+                s = fsc_device_upload(e->dev, z->full + full_offset(e, z, b, t), h, pi->numel * sizeof(float));
+            free(h);
+            FSC_TRY(s);
+        }
+    }
+    return split_master(e, z);
+}
+
+/* The owned shard of every bucket, cut at tensor boundaries; padding is not a holding. */
+static fsc_status zero_holdings(fsc_engine *e, fsc_holding **out, int *n) {
+    zero_state *z = e->sd;
+    *out = NULL;
+    *n = 0;
+    fsc_holding *h = calloc((size_t)(z->t1 - z->t0 + z->nb + 1), sizeof(*h));
+    if (!h) return fsc_error(FSC_ERR_NOMEM, "zero: out of memory");
+    int c = 0;
+    for (int k = 0; k < z->nb; k++) {
+        const zero_bucket *b = &z->b[k];
+        size_t own_lo = (size_t)z->rank * b->shard, own_hi = own_lo + b->shard;
+        for (int t = b->t0; t < b->t1; t++) {
+            size_t tlo = full_offset(e, z, b, t) - b->pstart, thi = tlo + e->m->info[t].numel;
+            size_t a = tlo > own_lo ? tlo : own_lo, c_hi = thi < own_hi ? thi : own_hi;
+            if (a >= c_hi) continue;
+            h[c++] = (fsc_holding){ .tensor = t, .first = a - tlo, .n = c_hi - a, .seg = b->seg,
+                                    .seg_off = a - own_lo, .write = 1 };
+        }
+    }
+    *out = h;
+    *n = c;
+    return FSC_OK;
+}
+
+static fsc_status zero_after_load(fsc_engine *e) { return gather_all(e); }
+
+static void zero_destroy(fsc_engine *e) {
+    zero_state *z = e->sd;
+    if (!z) return;
+    for (int k = 0; z->b && k < z->nb; k++) fsc_device_release(e->dev, z->b[k].grad);
+    fsc_device_release(e->dev, z->full);
+    fsc_device_release(e->dev, z->master);
+    fsc_device_release(e->dev, z->sgrad);
+    fsc_device_release(e->dev, z->grad);
+    free(z->b);
+    free(z);
+    e->sd = NULL;
+}
+
+const fsc_strategy fsc_strategy_zero = {
+    .name = "zero",
+    .setup = zero_setup,
+    .pre_backward = zero_pre_backward,
+    .post_backward = zero_post_backward,
+    .begin_step = zero_begin_step,
+    .after_step = zero_after_step,
+    .full_tensors = zero_full_tensors,
+    .write_full = zero_write_full,
+    .load_full = zero_load_full,
+    .holdings = zero_holdings,
+    .after_load = zero_after_load,
+    .destroy = zero_destroy,
+};

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+#include "pipe.h"
 
 const char *fsc_parallel_kind_name(fsc_parallel_kind k) {
     switch (k) {
@@ -154,7 +155,8 @@ static fsc_status hook_post_bwd(void *ctx, int l) {
 }
 
 static fsc_status validate(const fsc_rank *r, const fsc_parallel_opts *po, const fsc_optim_config *oc) {
-    if (po->kind == FSC_PAR_NONE && r->world != 1)
+    const int dp = r->world / fsc_pipe_stages(po); /* the data-parallel group (the world without pipeline) */
+    if (po->kind == FSC_PAR_NONE && dp != 1)
         return fsc_error(FSC_ERR_INVALID, "parallel 'none' needs a world of 1 rank, not %d (use ddp or fsdp)",
                          r->world);
     if (po->kind > FSC_PAR_ZERO2) return fsc_error(FSC_ERR_INVALID, "unknown parallel kind %d", (int)po->kind);
@@ -167,10 +169,10 @@ static fsc_status validate(const fsc_rank *r, const fsc_parallel_opts *po, const
         return fsc_error(FSC_ERR_INVALID, "clip must be a finite number >= 0, not %g", (double)po->clip);
     if (!(oc->lr >= 0) || !isfinite(oc->lr)) return fsc_error(FSC_ERR_INVALID, "lr must be finite and >= 0");
     if (po->kind == FSC_PAR_FSDP && po->shard == FSC_SHARD_HYBRID) {
-        int g = po->hybrid_group ? po->hybrid_group : (r->world >= 2 ? r->world / 2 : 1);
-        if (g < 1 || r->world % g != 0)
-            return fsc_error(FSC_ERR_INVALID, "hybrid_shard: group of %d ranks does not divide the world of %d",
-                             g, r->world);
+        int g = po->hybrid_group ? po->hybrid_group : (dp >= 2 ? dp / 2 : 1);
+        if (g < 1 || dp % g != 0)
+            return fsc_error(FSC_ERR_INVALID, "hybrid_shard: group of %d ranks does not divide the data group of %d",
+                             g, dp);
     }
     return FSC_OK;
 }
@@ -179,6 +181,7 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
                              const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
     *out = NULL;
     FSC_TRY(fsc_gpt_config_validate(cfg));
+    FSC_TRY(fsc_pipe_validate(r, cfg, po));
     FSC_TRY(validate(r, po, oc));
     fsc_engine *e = calloc(1, sizeof(*e));
     if (!e) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
@@ -202,7 +205,9 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     e->ll = cfg->layers + 1;
     fsc_status s = fsc_gpt_create(e->dev, cfg, &e->m);
     if (s == FSC_OK) s = fsc_optim_create(e->dev, oc, &e->opt);
+    if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
     if (s == FSC_OK) s = e->st->setup(e);
+    if (s == FSC_OK) s = fsc_pipe_after_setup(e);
     if (s == FSC_OK && e->ll == cfg->layers + 1 && e->lf > 0) {
         /* the tied head on a stage without the embedding: a replica of wte */
         size_t n = e->m->info[FSC_P_WTE].numel;
@@ -287,13 +292,14 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
         return fsc_error(FSC_ERR_INVALID, "global batch %d is smaller than the local batch %d", global_batch,
                          local_batch);
     const int mb = local_batch / K;
-    FSC_TRY(ensure_acts(e, mb));
+    if (!e->pipe) FSC_TRY(ensure_acts(e, mb));
     fsc_gpt_hooks hooks = { e, hook_pre_fwd, hook_post_fwd, hook_pre_bwd, hook_post_bwd };
     float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
     float dscale = loss_scale / ((float)global_batch * (float)T);
-    double loss_local = 0;
+    double loss_local = 0, total = 0;
     if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
-    for (int k = 0; k < K; k++) {
+    if (e->pipe) FSC_TRY(fsc_pipe_run(e, tokens, targets, mb, dscale, &total));
+    for (int k = 0; k < K && !e->pipe; k++) {
         e->micro = k;
         e->sync = !e->po.no_sync || k == K - 1;
         const int32_t *tok = tokens + (size_t)k * mb * T;
@@ -307,15 +313,14 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
 
     fsc_step_info si = { 0 };
-    double total = 0;
-    FSC_TRY(sum_over_ranks(e, loss_local, &total));
+    if (!e->pipe) FSC_TRY(sum_over_ranks(e, loss_local, &total));
     si.loss = total / ((double)global_batch * T);
     si.loss_scale = loss_scale;
     if (e->use_scaler) {
         for (int i = 0; i < e->ngsegs; i++) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], 1.0f / loss_scale, e->glens[i]));
         int found = 0;
         /* every rank votes, over the whole world: no rank may skip alone */
-        FSC_TRY(fsc_grads_nonfinite(e->dev, e->comm, e->gsegs, e->glens, e->ngsegs, &found));
+        FSC_TRY(fsc_grads_nonfinite(e->dev, e->r->comm, e->gsegs, e->glens, e->ngsegs, &found));
         fsc_loss_scaler_update(&e->scaler, found);
         if (found) {
             si.skipped = 1;
@@ -336,14 +341,14 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
 
 /* Every rank returns rank 0's verdict, so no rank continues alone after a failed save. */
 static fsc_status agree(fsc_engine *e, fsc_status mine) {
-    if (fsc_comm_size(e->comm) == 1) return mine;
+    if (fsc_comm_size(e->r->comm) == 1) return mine;
     char msg[512];
     snprintf(msg, sizeof msg, "%s", fsc_last_error());
     float flag = mine == FSC_OK ? 0.0f : 1.0f;
     void *d;
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(float), &d));
     fsc_status s = fsc_device_upload(e->dev, d, &flag, sizeof flag);
-    if (s == FSC_OK) s = fsc_comm_all_reduce(e->comm, d, d, 1, FSC_F32, FSC_MAX);
+    if (s == FSC_OK) s = fsc_comm_all_reduce(e->r->comm, d, d, 1, FSC_F32, FSC_MAX);
     if (s == FSC_OK) s = fsc_device_download(e->dev, &flag, d, sizeof flag);
     fsc_device_release(e->dev, d);
     if (s != FSC_OK) return s;
@@ -364,7 +369,7 @@ fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
         if (s == FSC_OK) s = fsc_st_writer_begin_data(w);
     }
     s = agree(e, s);
-    if (s == FSC_OK) s = agree(e, e->st->write_full(e, w));
+    if (s == FSC_OK) s = agree(e, e->pipe ? fsc_pipe_write_full(e, w) : e->st->write_full(e, w));
     if (s == FSC_OK && w) {
         s = fsc_st_writer_commit(w);
         w = NULL;
@@ -384,12 +389,13 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
 }
 
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
-    return e->st->full_tensors(e, 1, host);
+    return e->pipe ? fsc_pipe_full_params(e, host) : e->st->full_tensors(e, 1, host);
 }
 
 void fsc_engine_free(fsc_engine *e) {
     if (!e) return;
     if (e->st && e->st->destroy) e->st->destroy(e);
+    fsc_pipe_free(e); /* after the strategy: its groups were split from the data group */
     fsc_gpt_acts_free(e->acts);
     if (e->wte_copy) fsc_device_release(e->dev, e->wte_copy);
     fsc_optim_free(e->opt);

@@ -51,7 +51,7 @@ typedef struct {
 struct fsc_engine {
     fsc_rank *r;
     fsc_device *dev;
-    fsc_comm *comm;           /* the data-parallel group (the world for now) */
+    fsc_comm *comm;           /* the data-parallel group: the world, or this stage's ranks (pipe.c) */
     fsc_gpt *m;
     fsc_gpt_config cfg;
     /* The layers this rank runs (a pipeline stage; 0 .. L+1 without pipelining). The rank holds the
@@ -79,6 +79,8 @@ struct fsc_engine {
     size_t *glens;
     int ngsegs;
     fsc_comm *norm_comm;      /* group over which gsegs are split (NULL: each rank holds all) */
+
+    struct fsc_pipe *pipe;    /* pipeline state (pipe.c), NULL without a pipeline */
 
     fsc_comm *groups[8];      /* communicators the strategy made (counted in fsc_engine_comm_stats) */
     int ngroups;

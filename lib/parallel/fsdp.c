@@ -203,8 +203,8 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     fsdp_state *d = calloc(1, sizeof(*d));
     if (!d) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
     e->sd = d;
-    d->N = e->r->world;
-    d->rank = e->r->rank;
+    d->N = fsc_comm_size(e->comm); /* the data group: the world, or a pipeline stage's ranks */
+    d->rank = fsc_comm_rank(e->comm);
     switch (e->po.shard) {
     case FSC_SHARD_FULL:
     case FSC_SHARD_GRAD_OP: d->G = d->N; break;

@@ -23,6 +23,11 @@
 typedef enum { FSC_PAR_NONE = 0, FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2 } fsc_parallel_kind;
 typedef enum { FSC_SHARD_FULL = 0, FSC_SHARD_GRAD_OP, FSC_SHARD_NONE, FSC_SHARD_HYBRID } fsc_shard_strategy;
 typedef enum { FSC_WRAP_BLOCK = 0, FSC_WRAP_MODEL, FSC_WRAP_MIN_PARAMS } fsc_wrap_policy;
+/* Pipeline schedules: GPipe (all forwards, then all backwards) and 1F1B (PipeDream-flush). */
+typedef enum { FSC_SCHED_GPIPE = 0, FSC_SCHED_1F1B } fsc_pipe_schedule;
+/* Which micro-batches keep only their stage input and recompute the stage in backward (FairScale's
+ * checkpoint option; except_last is its default). */
+typedef enum { FSC_PIPE_CKPT_EXCEPT_LAST = 0, FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKPT_NEVER } fsc_pipe_checkpoint;
 
 typedef struct {
     fsc_parallel_kind kind;
@@ -43,6 +48,13 @@ typedef struct {
     float clip;                   /* max global grad norm; 0 = no clipping */
     int sync_from_rank0;          /* ddp: broadcast rank 0's initial weights instead of keyed init */
     int checkpoint;               /* recompute blocks in backward */
+    /* pipeline (docs/pipeline.md): pp stages, world = dp x pp, rank = stage * dp + dp_index (data-parallel
+     * ranks adjacent). The strategy above runs inside each stage's data group; accum is the number of
+     * micro-batches (chunks). Gradients are reduced once after the last micro-batch: pp > 1 needs no_sync. */
+    int pp;                       /* pipeline stages (0 or 1: no pipeline) */
+    fsc_pipe_schedule schedule;   /* gpipe (default) or 1f1b */
+    fsc_pipe_checkpoint pipe_checkpoint; /* except_last (default), always, never */
+    const int *balance;           /* pp entries, blocks per stage (copied); NULL: as even as possible */
 } fsc_parallel_opts;
 
 typedef struct fsc_engine fsc_engine;
@@ -76,6 +88,37 @@ fsc_gpt *fsc_engine_model(fsc_engine *e);
 void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out);
 void fsc_engine_reset_comm_stats(fsc_engine *e);
 const char *fsc_parallel_kind_name(fsc_parallel_kind k);
+
+/* Pipeline measurements of this rank, summed over the steps since the engine was created or
+ * fsc_engine_reset_pipe_stats. Without a pipeline: pp 1, the whole model, zero times. */
+typedef struct {
+    int pp, dp, stage, dp_index;  /* this rank's place: rank = stage * dp + dp_index */
+    int first_layer, last_layer;  /* layers of this stage: 0 embedding, 1..L blocks, L+1 head */
+    int micro_batches;            /* M of the last step */
+    int steps;
+    double wall_s;                /* schedule time: from the pipeline barrier opening a step to the loss
+                                   * broadcast closing it */
+    double wait_s;                /* of which idle: waiting in recv and in the closing loss collectives */
+    double bubble;                /* wait_s / wall_s: the measured idle fraction of this stage */
+    double ideal_bubble;          /* (P - 1) / (M + P - 1) */
+    int max_in_flight;            /* most micro-batches holding activations at once (full or checkpointed) */
+    int max_full_records;         /* most full activation records alive at once */
+    size_t peak_acts_bytes;       /* most device bytes of activations held at once by the schedule */
+} fsc_pipe_stats;
+fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out);
+void fsc_engine_reset_pipe_stats(fsc_engine *e);
+
+/* Balances (blocks per stage, out[pp]) that minimize the largest stage cost over contiguous splits; the
+ * embedding counts with stage 0, the head with the last stage.
+ * by_size (torchgpipe's balance_by_size): cost = param_scale x parameter bytes (2 for SGD, 4 for Adam:
+ * the copies training keeps) + bytes of the activations a micro-batch of B sequences saves.
+ * by_time: forward + backward time of every layer measured on dev, min over `repeats` runs after one
+ * warm-up, with a micro-batch of B sequences (needs the whole model on dev). */
+fsc_status fsc_balance_by_size(const fsc_gpt_config *cfg, int pp, int B, float param_scale, int *out);
+fsc_status fsc_balance_by_time(fsc_device *dev, const fsc_gpt_config *cfg, int pp, int B, int repeats,
+                               int *out);
+/* Parse "2,3,1" into out[pp]; checks the count, the sum against the model's blocks and empty stages. */
+fsc_status fsc_balance_parse(const char *text, const fsc_gpt_config *cfg, int pp, int *out);
 void fsc_engine_free(fsc_engine *e);
 
 #endif

@@ -1,0 +1,31 @@
+/* Private: the pipeline's entry points for the engine (pipe.c) and the balance checks shared with
+ * pipe_balance.c. The engine calls fsc_pipe_create before the strategy's setup (it splits the world and
+ * makes e->comm the data group), fsc_pipe_after_setup after it, and fsc_pipe_run in place of its own
+ * micro-batch loop. */
+#ifndef FSC_PIPE_H
+#define FSC_PIPE_H
+#include "engine_impl.h"
+
+typedef struct fsc_pipe fsc_pipe;
+
+/* Stages of the options (pp 0 means 1). */
+int fsc_pipe_stages(const fsc_parallel_opts *po);
+/* Options of a pipeline against the world and the model; clear messages. */
+fsc_status fsc_pipe_validate(const fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po);
+/* A balance: pp entries >= 1 summing to the model's blocks. */
+fsc_status fsc_pipe_check_balance(const int *balance, int pp, int layers);
+/* Before the strategy's setup: groups, e->comm = data group, e->lf/e->ll. No-op without a pipeline. */
+fsc_status fsc_pipe_create(fsc_engine *e);
+/* After the strategy's setup: the group over which the clipping norm is taken. */
+fsc_status fsc_pipe_after_setup(fsc_engine *e);
+/* The micro-batches of one step by the schedule (between the strategy's begin_step and end_backward):
+ * *loss_total = the sum of per-token losses over the global batch, the same on every rank. */
+fsc_status fsc_pipe_run(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int mb, float dscale,
+                        double *loss_total);
+/* Collective over the world: full parameters into host (may be NULL on ranks that do not want them). */
+fsc_status fsc_pipe_full_params(fsc_engine *e, float *host);
+/* Collective over the world: every tensor into w (non-NULL on world rank 0 only). */
+fsc_status fsc_pipe_write_full(fsc_engine *e, fsc_st_writer *w);
+void fsc_pipe_free(fsc_engine *e);
+
+#endif

@@ -289,8 +289,9 @@ typedef struct {
     double *losses;      /* (steps) rank 0 */
     double *step_ms;     /* (steps) rank 0 */
     size_t (*peak)[FSC_TAG_COUNT + 1]; /* (world) per tag, then the total */
-    fsc_comm_stats comm; /* rank 0's world communicator, training steps only */
+    fsc_comm_stats comm; /* rank 0's communication (all the engine's groups), training steps only */
     size_t nparams;
+    float *params;       /* (nparams) final full parameters from rank 0, when asked for (--check-ddp) */
 } run_state;
 
 static double now_ms(void) {
@@ -339,7 +340,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     fsc_status s = tok && tgt ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "train: out of host memory for the batch");
     if (s == FSC_OK && c->load) s = fsc_engine_load_weights(e, c->load);
     if (s == FSC_OK && c->init_save) s = fsc_engine_save_weights(e, c->init_save);
-    fsc_comm_reset_stats(r->comm);
+    fsc_engine_reset_comm_stats(e);
     double tokens = (double)c->batch * (double)c->seq;
     for (int step = 0; step < c->steps && s == FSC_OK; step++) {
         fill_batch(st, r->rank, step, tok, tgt);
@@ -356,7 +357,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             fflush(stdout);
         }
     }
-    if (r->rank == 0) st->comm = *fsc_comm_get_stats(r->comm);
+    if (r->rank == 0) fsc_engine_comm_stats(e, &st->comm);
+    if (s == FSC_OK && st->params) s = fsc_engine_full_params(e, r->rank == 0 ? st->params : NULL);
     if (s == FSC_OK && c->save) s = fsc_engine_save_weights(e, c->save);
     for (int t = 0; t < FSC_TAG_COUNT; t++) st->peak[r->rank][t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
     st->peak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
@@ -411,7 +413,19 @@ static cJSON *config_object(const train_config *c) {
     return o;
 }
 
-static void print_json(const run_state *st) {
+/* --check-ddp: the same run with DDP, compared bit for bit */
+typedef struct {
+    int done, losses_same, params_same;
+    const run_state *ddp;
+} ddp_check;
+
+static double comm_per_step(const run_state *st) {
+    double total = 0;
+    for (int op = 0; op < FSC_OP_COUNT; op++) total += st->comm.bytes[op];
+    return st->cfg->steps ? total / st->cfg->steps : 0;
+}
+
+static void print_json(const run_state *st, const ddp_check *chk) {
     const train_config *c = st->cfg;
     cJSON *root = cJSON_CreateObject();
     cJSON *losses = cJSON_AddArrayToObject(root, "losses");
@@ -441,11 +455,41 @@ static void print_json(const run_state *st) {
         total += st->comm.bytes[op];
     }
     cJSON_AddNumberToObject(root, "comm_bytes_per_step", c->steps ? total / c->steps : 0);
+    if (chk->done) {
+        cJSON *k = cJSON_AddObjectToObject(root, "check_ddp");
+        cJSON_AddBoolToObject(k, "bit_identical", chk->losses_same && chk->params_same);
+        cJSON_AddBoolToObject(k, "losses_identical", chk->losses_same);
+        cJSON_AddBoolToObject(k, "params_identical", chk->params_same);
+        cJSON_AddItemToObject(k, "ddp_peak_bytes", tag_object(chk->ddp->peak[0]));
+        cJSON_AddNumberToObject(k, "ddp_comm_bytes_per_step", comm_per_step(chk->ddp));
+    }
     cJSON_AddItemToObject(root, "config", config_object(c));
     char *text = cJSON_PrintUnformatted(root);
     if (text) printf("%s\n", text);
     free(text);
     cJSON_Delete(root);
+}
+
+/* The --check-ddp table: per-rank peak memory by tag (the largest over ranks), communication per step. */
+static void print_comparison(const run_state *ddp, const run_state *run, const ddp_check *chk) {
+    const train_config *c = run->cfg;
+    const char *name = fsc_parallel_kind_name((fsc_parallel_kind)c->parallel);
+    printf("\n%-26s %14s %14s %8s\n", "per rank (max over ranks)", "ddp", name, "ratio");
+    for (int t = 0; t <= FSC_TAG_COUNT; t++) {
+        size_t a = 0, b = 0;
+        for (int r = 0; r < c->world; r++) {
+            if (ddp->peak[r][t] > a) a = ddp->peak[r][t];
+            if (run->peak[r][t] > b) b = run->peak[r][t];
+        }
+        char label[40];
+        snprintf(label, sizeof label, "peak %s", t < FSC_TAG_COUNT ? fsc_tag_name((fsc_tag)t) : "total");
+        printf("%-26s %11.1f KiB %11.1f KiB %8.2f\n", label, a / 1024.0, b / 1024.0, a ? (double)b / a : 0.0);
+    }
+    double ca = comm_per_step(ddp), cb = comm_per_step(run);
+    printf("%-26s %11.1f KiB %11.1f KiB %8.2f\n", "communication per step", ca / 1024.0, cb / 1024.0,
+           ca ? cb / ca : 0.0);
+    printf("bit-identical: %s (losses %s, final weights %s)\n", chk->losses_same && chk->params_same ? "yes" : "no",
+           chk->losses_same ? "equal" : "differ", chk->params_same ? "equal" : "differ");
 }
 
 int main(int argc, char **argv) {
@@ -462,8 +506,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "train_gpt: %s\n", err);
         return 2;
     }
-    if (c.check_ddp) {
-        fprintf(stderr, "train_gpt: --check-ddp is not available in this build yet\n");
+    if (c.check_ddp && (c.parallel == FSC_PAR_NONE || c.parallel == FSC_PAR_DDP)) {
+        fprintf(stderr, "train_gpt: --check-ddp compares a sharded run with DDP: give --parallel fsdp, zero1 or zero2\n");
         return 2;
     }
     run_state st = {.cfg = &c};
@@ -490,12 +534,42 @@ int main(int argc, char **argv) {
            choice_name(options[option_index("precision")].choices, c.precision, pbuf, sizeof pbuf));
     fflush(stdout);
     fsc_cluster_opts co = {.world = c.world, .device = "cpu", .threads_per_rank = c.threads};
+    if (c.check_ddp) st.params = calloc(st.nparams, sizeof(float));
     fsc_status s = fsc_cluster_run(&co, train_fn, &st);
+    ddp_check chk = {0};
+    train_config cd = c;
+    run_state sd = st;
+    if (s == FSC_OK && c.check_ddp) {
+        cd.parallel = FSC_PAR_DDP;
+        sd.cfg = &cd;
+        sd.losses = calloc((size_t)c.steps + 1, sizeof(double));
+        sd.step_ms = calloc((size_t)c.steps + 1, sizeof(double));
+        sd.peak = calloc((size_t)c.world, sizeof *sd.peak);
+        sd.params = calloc(st.nparams, sizeof(float));
+        printf("--check-ddp: the same training with DDP\n");
+        fflush(stdout);
+        s = fsc_cluster_run(&co, train_fn, &sd);
+        if (s == FSC_OK) {
+            chk.done = 1;
+            chk.ddp = &sd;
+            chk.losses_same = memcmp(st.losses, sd.losses, (size_t)c.steps * sizeof(double)) == 0;
+            chk.params_same = memcmp(st.params, sd.params, st.nparams * sizeof(float)) == 0;
+            print_comparison(&sd, &st, &chk);
+        }
+    }
     if (s != FSC_OK) {
         fprintf(stderr, "train_gpt: %s: %s\n", fsc_status_str(s), fsc_last_error());
         rc = 1;
     } else if (c.json) {
-        print_json(&st);
+        print_json(&st, &chk);
+    }
+    if (chk.done && !(chk.losses_same && chk.params_same)) rc = 3;
+    if (c.check_ddp) {
+        free(sd.losses);
+        free(sd.step_ms);
+        free(sd.peak);
+        free(sd.params);
+        free(st.params);
     }
     free(st.losses);
     free(st.step_ms);

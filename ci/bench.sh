@@ -23,3 +23,7 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 else
   echo "PyTorch is not installed (/usr/bin/python3 cannot import torch): no baseline. apt-get install python3-torch"
 fi
+
+echo
+echo "== fsc: 2 simulated ranks, DDP vs FSDP (flat and per block)"
+"$B/bench_dp"

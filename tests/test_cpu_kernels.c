@@ -6,6 +6,7 @@
  * determinism: the same call twice, and a shard of an elementwise kernel, give identical bits.
  * On the CPU device, device pointers are host pointers, so plain arrays are passed to the kernels. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include "testutil.h"
 #include "fsc/device_impl.h"
@@ -565,6 +566,41 @@ static void test_determinism(void **state) {
     free(x); free(w); free(b); free(o1); free(o2); free(dx1); free(dx2);
 }
 
+/* Simulated ranks call gemm from several threads at once: each must get the bits of a call made alone. */
+enum { CG = 160 };
+typedef struct { const float *A, *B, *ref; int mismatches; } conc_arg;
+
+static void *conc_worker(void *p) {
+    conc_arg *a = p;
+    float *C = malloc(CG * CG * sizeof *C);
+    for (int it = 0; it < 8 && C; it++) {
+        if (FSC_K(dev, gemm, 0, 0, CG, CG, CG, 1.0f, a->A, CG, 0, a->B, CG, 0, 0.0f, C, CG, 0, 1) != FSC_OK ||
+            memcmp(C, a->ref, CG * CG * sizeof *C) != 0)
+            a->mismatches++;
+    }
+    free(C);
+    return NULL;
+}
+
+static void test_gemm_concurrent_callers(void **state) {
+    (void)state;
+    float *A = falloc(CG * CG), *B = falloc(CG * CG), *ref = falloc(CG * CG);
+    fill(A, CG * CG, 1.0f);
+    fill(B, CG * CG, 1.0f);
+    assert_ok(FSC_K(dev, gemm, 0, 0, CG, CG, CG, 1.0f, A, CG, 0, B, CG, 0, 0.0f, ref, CG, 0, 1));
+    conc_arg args[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (conc_arg){A, B, ref, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, conc_worker, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].mismatches, 0);
+    }
+    free(A); free(B); free(ref);
+}
+
 /* FSDP updates and casts shards: an elementwise kernel on [a, b) must equal the whole call's [a, b). */
 static void test_shard_equals_whole(void **state) {
     (void)state;
@@ -606,6 +642,7 @@ int main(void) {
         cmocka_unit_test(test_convert),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_shard_equals_whole),
+        cmocka_unit_test(test_gemm_concurrent_callers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

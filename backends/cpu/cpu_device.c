@@ -2,7 +2,8 @@
  * Device pointers are host pointers, so uploads and downloads are memcpy. Everything runs in order on
  * the calling thread, so sync is a no-op and the stream/event entries are NULL.
  * opts->threads > 0 calls openblas_set_num_threads, which is PROCESS-GLOBAL in OpenBLAS: the last
- * device created with a thread count sets it for every device (and every simulated rank). */
+ * device created with a thread count sets it for every device (and every simulated rank). sgemm bits
+ * depend on that count (cpu_kernels.c), so runs compared bit for bit must use the same one. */
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>

@@ -1,6 +1,9 @@
 /* CPU kernels: gemm on OpenBLAS, elementwise ops, bias, embedding and layer norm.
- * Every sum runs in a fixed order that does not depend on the number of threads (these loops are
- * single-threaded; only sgemm uses OpenBLAS threads, and OpenBLAS never splits the K sum).
+ * Every sum here runs in a fixed order (these loops are single-threaded), so the bits never depend on
+ * the thread count. sgemm is OpenBLAS's: the same call gives the same bits every time, also when many
+ * ranks call it at once, but the partition of C among OpenBLAS threads changes which micro-kernel tile
+ * an element falls in, so results differ between OpenBLAS thread counts (process-global; see
+ * cpu_device.c). Runs compared bit for bit must use the same count, as ranks of one process always do.
  * Plain loops the compiler can vectorize; no function pointers per element. */
 #include <math.h>
 #include <string.h>

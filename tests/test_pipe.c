@@ -1,0 +1,398 @@
+/* Pipeline parallelism (lib/parallel/pipe.c) on the simulated cluster.
+ * Oracle: DDP over the dp data-parallel ranks with gradient accumulation over the same M micro-batches
+ * (accum = M, no_sync). Every schedule (GPipe, 1F1B) and checkpoint mode (always, except_last, never),
+ * P in {2, 3, 4} with uneven balances of a 5-block model, and dp x pp with DDP, FSDP and ZeRO inside the
+ * stage groups give bit-identical losses (on every rank) and parameters after several AdamW steps with
+ * clipping that clips; bf16 and f16 with loss scaling too. Memory: 1F1B holds at most P micro-batches of
+ * activations on the first stage where GPipe holds M (counts and the device ledger), and checkpointing
+ * lowers the ledger's activation peak. Messages per step are counted. Bad options are clear errors. */
+#include <unistd.h>
+#include "partest.h"
+#include "parallel/pipe.h"
+
+#define MAXW 8
+#define MAXS 4
+
+typedef struct {
+    fsc_gpt_config cfg;
+    fsc_parallel_opts po;
+    fsc_optim_config oc;
+    int world, batch, steps;
+    const char *save;                 /* write the final weights there (collective) */
+    double loss[MAXW][MAXS];          /* every rank's loss of every step */
+    fsc_step_info info[MAXS];         /* rank 0 */
+    float *params;                    /* (P) full parameters after the last step, rank 0 */
+    size_t acts_peak[MAXW];           /* the device ledger's FSC_TAG_ACTS peak per rank */
+    fsc_pipe_stats stats[MAXW];
+    fsc_comm_stats comm[MAXW];        /* the last step */
+} run;
+
+static fsc_gpt_config five_blocks(void) {
+    return (fsc_gpt_config){ .layers = 5, .dim = 24, .heads = 2, .seq = 7, .vocab = 50 };
+}
+
+/* dp x pp ranks; M micro-batches of mb sequences per data-parallel rank */
+static run make(int dp, int pp, fsc_parallel_kind kind, int M, int mb) {
+    run r;
+    memset(&r, 0, sizeof r);
+    r.cfg = five_blocks();
+    r.po.kind = kind;
+    r.po.pp = pp;
+    r.po.accum = M;
+    r.po.no_sync = 1;
+    r.po.reshard_after_forward = -1;
+    r.po.clip = 0.5f;
+    r.oc = pt_adamw();
+    r.world = dp * pp;
+    r.batch = dp * M * mb;
+    r.steps = 3;
+    return r;
+}
+
+static fsc_status rank_fn(fsc_rank *rk, void *arg) {
+    run *r = arg;
+    const int T = r->cfg.seq, B = r->batch, dp = rk->world / fsc_pipe_stages(&r->po);
+    const int lb = B / dp, dpi = rk->rank % dp;
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(rk, &r->cfg, &r->po, &r->oc, 99, &e));
+    int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
+    fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
+    for (int step = 0; step < r->steps && s == FSC_OK; step++) {
+        for (int i = 0; i < lb; i++) { /* this data-parallel index's sequences, as DDP's rank dpi */
+            size_t start = ((size_t)(step * B + dpi * lb + i) * T) % (4096 - T);
+            for (int t = 0; t < T; t++) {
+                tok[i * T + t] = pt_token(start + t, r->cfg.vocab);
+                tgt[i * T + t] = pt_token(start + t + 1, r->cfg.vocab);
+            }
+        }
+        fsc_engine_reset_comm_stats(e);
+        fsc_step_info info;
+        s = fsc_engine_step(e, tok, tgt, lb, B, &info);
+        if (s == FSC_OK) r->loss[rk->rank][step] = info.loss;
+        if (s == FSC_OK && rk->rank == 0) r->info[step] = info;
+    }
+    if (s == FSC_OK) fsc_engine_comm_stats(e, &r->comm[rk->rank]);
+    if (s == FSC_OK) s = fsc_engine_pipe_stats(e, &r->stats[rk->rank]);
+    if (s == FSC_OK) s = fsc_engine_full_params(e, rk->rank == 0 ? r->params : NULL);
+    if (s == FSC_OK && r->save) s = fsc_engine_save_weights(e, r->save);
+    r->acts_peak[rk->rank] = fsc_device_peak_bytes(rk->dev, FSC_TAG_ACTS);
+    free(tok);
+    free(tgt);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void train(run *r) {
+    free(r->params);
+    r->params = calloc(fsc_gpt_num_params(&r->cfg), sizeof(float));
+    fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 30 };
+    assert_ok(fsc_cluster_run(&co, rank_fn, r));
+}
+
+/* The DDP reference of a pipeline run: its dp ranks, the same micro-batches, no pipeline. */
+static run reference(const run *p) {
+    run d = *p;
+    d.params = NULL;
+    d.save = NULL;
+    d.po.pp = 1;
+    d.po.balance = NULL;
+    d.po.kind = FSC_PAR_DDP;
+    d.world = p->world / p->po.pp;
+    train(&d);
+    return d;
+}
+
+static void assert_same(const run *ref, const run *p, const char *what) {
+    for (int s = 0; s < p->steps; s++)
+        for (int rk = 0; rk < p->world; rk++)
+            if (memcmp(&ref->loss[0][s], &p->loss[rk][s], sizeof(double)) != 0)
+                fail_msg("%s: loss of step %d on rank %d differs: %.17g vs DDP %.17g", what, s, rk, p->loss[rk][s],
+                         ref->loss[0][s]);
+    assert_bits_equal(ref->params, p->params, fsc_gpt_num_params(&p->cfg), what);
+}
+
+static const char *sched_name[] = { "gpipe", "1f1b" };
+static const char *ckpt_name[] = { "except_last", "always", "never" };
+
+/* P in {2, 3, 4}, uneven balances, both schedules, every checkpoint mode: DDP's bits */
+static void test_pipe_equals_ddp(void **state) {
+    (void)state;
+    static const int b2[] = { 3, 2 }, b3a[] = { 1, 3, 1 }, b3b[] = { 2, 1, 2 }, b4[] = { 1, 1, 2, 1 };
+    struct { int pp; const int *bal; } cases[] = { { 2, b2 }, { 2, NULL }, { 3, b3a }, { 3, b3b }, { 4, b4 } };
+    run base = make(1, 2, FSC_PAR_DDP, 4, 1), ref = reference(&base);
+    assert_true(ref.info[0].grad_norm > base.po.clip); /* clipping clips: the norm over every stage counts */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int sc = 0; sc < 2; sc++) {
+            for (int ck = 0; ck < 3; ck++) {
+                run p = make(1, cases[c].pp, FSC_PAR_DDP, 4, 1);
+                p.po.balance = cases[c].bal;
+                p.po.schedule = (fsc_pipe_schedule)sc;
+                p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+                train(&p);
+                char what[96];
+                snprintf(what, sizeof what, "pp %d (balance %s), %s, checkpoint %s", cases[c].pp,
+                         cases[c].bal ? "uneven" : "even", sched_name[sc], ckpt_name[ck]);
+                assert_same(&ref, &p, what);
+                free(p.params);
+            }
+        }
+    }
+    free(ref.params);
+}
+
+/* dp x pp: DDP, FSDP (full_shard, shard_grad_op, hybrid) and ZeRO-1/2 inside each stage's data group */
+static void test_pipe_dp_x_pp(void **state) {
+    (void)state;
+    struct { int dp, pp; fsc_parallel_kind kind; fsc_shard_strategy sh; int sched; const char *what; } cases[] = {
+        { 2, 2, FSC_PAR_DDP, 0, FSC_SCHED_1F1B, "ddp" },
+        { 2, 2, FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_SCHED_GPIPE, "fsdp full_shard" },
+        { 2, 2, FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, FSC_SCHED_1F1B, "fsdp shard_grad_op" },
+        { 2, 2, FSC_PAR_ZERO1, 0, FSC_SCHED_1F1B, "zero1" },
+        { 2, 2, FSC_PAR_ZERO2, 0, FSC_SCHED_GPIPE, "zero2" },
+        { 3, 2, FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_SCHED_1F1B, "fsdp full_shard, dp 3" },
+        { 2, 3, FSC_PAR_ZERO2, 0, FSC_SCHED_1F1B, "zero2, pp 3" },
+        { 4, 2, FSC_PAR_FSDP, FSC_SHARD_HYBRID, FSC_SCHED_1F1B, "fsdp hybrid_shard, dp 4" },
+    };
+    run refs[5] = { 0 };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        run p = make(cases[c].dp, cases[c].pp, cases[c].kind, 3, 1);
+        p.po.shard = cases[c].sh;
+        p.po.hybrid_group = 2;
+        p.po.schedule = (fsc_pipe_schedule)cases[c].sched;
+        run *ref = &refs[cases[c].dp];
+        if (!ref->params) *ref = reference(&p);
+        train(&p);
+        char what[96];
+        snprintf(what, sizeof what, "dp %d x pp %d, %s", cases[c].dp, cases[c].pp, cases[c].what);
+        assert_same(ref, &p, what);
+        /* rank = stage * dp + dp_index */
+        for (int rk = 0; rk < p.world; rk++) {
+            assert_int_equal(p.stats[rk].stage, rk / cases[c].dp);
+            assert_int_equal(p.stats[rk].dp_index, rk % cases[c].dp);
+        }
+        free(p.params);
+    }
+    for (int i = 0; i < 5; i++) free(refs[i].params);
+}
+
+/* Mixed precision: the last stage's wte replica carries stage 0's rounded values; f16 votes over the world */
+static void test_pipe_low_precision(void **state) {
+    (void)state;
+    for (int f16 = 0; f16 <= 1; f16++) {
+        run p = make(2, 2, FSC_PAR_DDP, 2, 1);
+        p.po.param_dtype = p.po.reduce_dtype = f16 ? FSC_F16 : FSC_BF16;
+        p.po.schedule = FSC_SCHED_1F1B;
+        if (f16) {
+            p.po.init_loss_scale = 16777216.0f; /* overflows: steps are skipped */
+            p.steps = 4;
+        }
+        run ref = reference(&p);
+        train(&p);
+        assert_same(&ref, &p, f16 ? "f16 with loss scaling" : "bf16");
+        if (f16) assert_true(ref.info[0].skipped && p.info[0].skipped);
+        run f32 = make(2, 2, FSC_PAR_DDP, 2, 1); /* and the precision really changed the result */
+        train(&f32);
+        assert_true(memcmp(&f32.loss[0][1], &p.loss[0][1], sizeof(double)) != 0);
+        free(ref.params);
+        free(p.params);
+        free(f32.params);
+    }
+}
+
+/* 1F1B: at most P - stage micro-batches alive on stage s (P on the first); GPipe: M. The ledger agrees. */
+static void test_pipe_in_flight(void **state) {
+    (void)state;
+    const int P = 3, M = 6;
+    run g = make(1, P, FSC_PAR_DDP, M, 1), f = make(1, P, FSC_PAR_DDP, M, 1);
+    g.po.pipe_checkpoint = f.po.pipe_checkpoint = FSC_PIPE_CKPT_NEVER;
+    f.po.schedule = FSC_SCHED_1F1B;
+    g.steps = f.steps = 1;
+    train(&g);
+    train(&f);
+    for (int s = 0; s < P; s++) {
+        assert_int_equal(g.stats[s].max_in_flight, M);
+        assert_int_equal(f.stats[s].max_in_flight, P - s);
+        assert_int_equal(g.stats[s].max_full_records, M);
+        /* the schedule's activations are the rank's only ones: the ledger peak is theirs */
+        assert_int_equal(g.acts_peak[s], g.stats[s].peak_acts_bytes);
+        assert_int_equal(f.acts_peak[s], f.stats[s].peak_acts_bytes);
+        assert_int_equal(f.acts_peak[s] * M, g.acts_peak[s] * (size_t)(P - s));
+    }
+    free(g.params);
+    free(f.params);
+}
+
+/* Checkpointing lowers the activation peak (ledger) on every stage: always < except_last < never */
+static void test_pipe_checkpoint_memory(void **state) {
+    (void)state;
+    const int P = 2, M = 4;
+    size_t peak[3][2];
+    int full[3];
+    for (int ck = 0; ck < 3; ck++) {
+        run r = make(1, P, FSC_PAR_DDP, M, 2);
+        r.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+        r.steps = 1;
+        train(&r);
+        for (int s = 0; s < P; s++) peak[ck][s] = r.acts_peak[s];
+        full[ck] = r.stats[0].max_full_records;
+        assert_int_equal(r.stats[0].max_in_flight, M);
+        free(r.params);
+    }
+    assert_int_equal(full[FSC_PIPE_CKPT_ALWAYS], 1);
+    assert_int_equal(full[FSC_PIPE_CKPT_EXCEPT_LAST], 2);
+    assert_int_equal(full[FSC_PIPE_CKPT_NEVER], M);
+    for (int s = 0; s < P; s++) {
+        assert_true(peak[FSC_PIPE_CKPT_ALWAYS][s] < peak[FSC_PIPE_CKPT_EXCEPT_LAST][s]);
+        assert_true(peak[FSC_PIPE_CKPT_EXCEPT_LAST][s] < peak[FSC_PIPE_CKPT_NEVER][s]);
+    }
+}
+
+/* Messages per step: outputs forward, gradients back, wte once to the last stage, dwte_head per
+ * micro-batch back to stage 0; the loss is broadcast to every stage; the bubble is measured. */
+static void test_pipe_messages_and_stats(void **state) {
+    (void)state;
+    const int P = 3, M = 4;
+    run r = make(1, P, FSC_PAR_DDP, M, 1);
+    r.po.schedule = FSC_SCHED_1F1B;
+    train(&r);
+    const double btc = 4.0 * r.cfg.seq * r.cfg.dim, wte = 4.0 * r.cfg.vocab * r.cfg.dim;
+    const double want_bytes[] = { M * btc + wte, 2 * M * btc, M * btc + M * wte };
+    const uint64_t want_calls[] = { M + 1, 2 * M, 2 * M };
+    for (int s = 0; s < P; s++) {
+        assert_int_equal(r.comm[s].calls[FSC_OP_SEND], want_calls[s]);
+        assert_true(fabs(r.comm[s].bytes[FSC_OP_SEND] - want_bytes[s]) < 1e-6);
+        const fsc_pipe_stats *st = &r.stats[s];
+        assert_int_equal(st->pp, P);
+        assert_int_equal(st->steps, r.steps);
+        assert_int_equal(st->micro_batches, M);
+        assert_true(st->wall_s > 0 && st->wait_s >= 0 && st->wait_s <= st->wall_s);
+        assert_true(st->bubble >= 0 && st->bubble <= 1);
+        assert_true(fabs(st->ideal_bubble - (double)(P - 1) / (M + P - 1)) < 1e-12);
+    }
+    assert_int_equal(r.stats[0].first_layer, 0);
+    assert_int_equal(r.stats[0].last_layer, 2); /* even: 2, 2, 1 blocks */
+    assert_int_equal(r.stats[2].first_layer, 5);
+    assert_int_equal(r.stats[2].last_layer, 6);
+    free(r.params);
+}
+
+/* Weights saved from a pipeline are the file DDP writes, byte for byte. */
+static void test_pipe_save_weights(void **state) {
+    (void)state;
+    char a[64], b[64];
+    snprintf(a, sizeof a, "/tmp/fsc_test_pipe_%d_a.safetensors", (int)getpid());
+    snprintf(b, sizeof b, "/tmp/fsc_test_pipe_%d_b.safetensors", (int)getpid());
+    run p = make(2, 2, FSC_PAR_FSDP, 2, 1);
+    p.save = a;
+    run ref = reference(&p);
+    ref.save = b;
+    train(&ref);
+    train(&p);
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    assert_non_null(fa);
+    assert_non_null(fb);
+    int ca, cb;
+    long n = 0;
+    do {
+        ca = fgetc(fa), cb = fgetc(fb), n++;
+        if (ca != cb) fail_msg("saved weights differ at byte %ld", n - 1);
+    } while (ca != EOF);
+    assert_true(n > 1000);
+    fclose(fa);
+    fclose(fb);
+    unlink(a);
+    unlink(b);
+    free(p.params);
+    free(ref.params);
+}
+
+static fsc_status create_fn(fsc_rank *rk, void *arg) {
+    run *r = arg;
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create(rk, &r->cfg, &r->po, &r->oc, 1, &e);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void expect_error(run *r, const char *needle) {
+    fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 30 };
+    assert_err(fsc_cluster_run(&co, create_fn, r), FSC_ERR_INVALID, needle);
+}
+
+static void test_pipe_bad_options(void **state) {
+    (void)state;
+    static const int sum4[] = { 2, 2 }, empty[] = { 0, 5 }, three[] = { 1, 1, 3 };
+    run r = make(1, 2, FSC_PAR_DDP, 2, 1);
+    r.po.balance = sum4;
+    expect_error(&r, "balance sums to 4 but the model has 5 blocks");
+    r.po.balance = empty;
+    expect_error(&r, "stage 0 would have no block");
+    r = make(1, 6, FSC_PAR_DDP, 2, 1);
+    expect_error(&r, "6 pipeline stages but the model has 5 blocks");
+    r = make(1, 2, FSC_PAR_DDP, 2, 1);
+    r.world = 3;
+    expect_error(&r, "world of 3 ranks does not split into 2 pipeline stages");
+    r = make(1, 2, FSC_PAR_DDP, 2, 1);
+    r.po.no_sync = 0;
+    expect_error(&r, "set no_sync");
+    r.po.no_sync = 1;
+    r.po.schedule = (fsc_pipe_schedule)7;
+    expect_error(&r, "unknown pipeline schedule");
+    r = make(1, 1, FSC_PAR_DDP, 2, 1);
+    r.po.balance = three;
+    expect_error(&r, "pp is 1");
+    r = make(1, 2, FSC_PAR_DDP, 2, 1);
+    r.po.pp = -2;
+    expect_error(&r, "must be >= 1");
+
+    fsc_gpt_config c = five_blocks();
+    int out[4];
+    assert_ok(fsc_balance_parse("1,3,1", &c, 3, out));
+    assert_int_equal(out[1], 3);
+    assert_err(fsc_balance_parse("2,2,2", &c, 3, out), FSC_ERR_INVALID, "balance sums to 6 but the model has 5");
+    assert_err(fsc_balance_parse("2,3", &c, 3, out), FSC_ERR_INVALID, "has 2 entries but there are 3");
+    assert_err(fsc_balance_parse("2,3,0,0", &c, 3, out), FSC_ERR_INVALID, "more than 3 entries");
+    assert_err(fsc_balance_parse("2,x,1", &c, 3, out), FSC_ERR_INVALID, "comma-separated");
+    assert_err(fsc_balance_parse("5,0", &c, 2, out), FSC_ERR_INVALID, "stage 1 would have no block");
+    assert_err(fsc_balance_parse("", &c, 2, out), FSC_ERR_INVALID, "empty");
+}
+
+/* Balances by size and by time: valid, and by size follows the costs (a large vocabulary weighs on the
+ * last stage, which then runs fewer blocks; the optimum of a known case). */
+static void test_pipe_balance_helpers(void **state) {
+    (void)state;
+    fsc_gpt_config c = { .layers = 8, .dim = 32, .heads = 2, .seq = 16, .vocab = 64 };
+    int out[8];
+    assert_ok(fsc_balance_by_size(&c, 4, 2, 4.0f, out));
+    for (int s = 0; s < 4; s++) assert_int_equal(out[s], 2); /* small embedding and head: even */
+    c.vocab = 4096;
+    assert_ok(fsc_balance_by_size(&c, 4, 2, 4.0f, out));
+    assert_ok(fsc_pipe_check_balance(out, 4, 8));
+    assert_true(out[3] < 2 && out[0] < 2); /* wte weighs on both ends (the head's replica and logits) */
+    assert_ok(fsc_balance_by_size(&c, 1, 2, 4.0f, out));
+    assert_int_equal(out[0], 8);
+    assert_err(fsc_balance_by_size(&c, 9, 2, 4.0f, out), FSC_ERR_INVALID, "9 pipeline stages for 8 blocks");
+    fsc_device *dev;
+    assert_ok(fsc_device_create("cpu", &(fsc_device_opts){ .threads = 1 }, &dev));
+    c = (fsc_gpt_config){ .layers = 4, .dim = 16, .heads = 2, .seq = 8, .vocab = 32 };
+    assert_ok(fsc_balance_by_time(dev, &c, 2, 1, 2, out));
+    assert_ok(fsc_pipe_check_balance(out, 2, 4));
+    assert_int_equal(fsc_device_current_bytes(dev, FSC_TAG_ACTS), 0); /* nothing left behind */
+    assert_err(fsc_balance_by_time(dev, &c, 2, 1, 0, out), FSC_ERR_INVALID, "repeats");
+    fsc_device_free(dev);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pipe_equals_ddp),
+        cmocka_unit_test(test_pipe_dp_x_pp),
+        cmocka_unit_test(test_pipe_low_precision),
+        cmocka_unit_test(test_pipe_in_flight),
+        cmocka_unit_test(test_pipe_checkpoint_memory),
+        cmocka_unit_test(test_pipe_messages_and_stats),
+        cmocka_unit_test(test_pipe_save_weights),
+        cmocka_unit_test(test_pipe_bad_options),
+        cmocka_unit_test(test_pipe_balance_helpers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

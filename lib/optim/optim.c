@@ -146,6 +146,11 @@ float *fsc_optim_state(fsc_optim *o, int seg, int which) {
     return o->seg[seg].state[which];
 }
 
+float *fsc_optim_param(fsc_optim *o, int seg) {
+    if (!o || seg < 0 || seg >= o->nseg) return NULL;
+    return o->seg[seg].param;
+}
+
 size_t fsc_optim_segment_len(const fsc_optim *o, int seg) {
     if (!o || seg < 0 || seg >= o->nseg) return 0;
     return o->seg[seg].n;

@@ -17,6 +17,7 @@ typedef struct {
     size_t base;      /* flat offset of tensor t0 in the whole model */
     size_t P;
     float *master, *compute, *grad, *acc;
+    int seg;          /* optimizer segment of master */
     size_t pend_lo, pend_hi; /* gradient elements [lo, hi) complete but not yet reduced */
 } ddp_state;
 
@@ -41,7 +42,7 @@ static fsc_status ddp_setup(fsc_engine *e) {
         FSC_TRY(fsc_engine_init_range(e, d->master, d->base, d->P));
     }
     float *reduced = d->acc ? d->acc : d->grad;
-    FSC_TRY(fsc_optim_add(e->opt, d->master, reduced, d->P, NULL));
+    FSC_TRY(fsc_optim_add(e->opt, d->master, reduced, d->P, &d->seg));
     FSC_TRY(fsc_engine_add_gseg(e, reduced, d->P));
     e->norm_comm = NULL;
     float *p = d->compute ? d->compute : d->master;
@@ -133,6 +134,28 @@ static fsc_status ddp_load_full(fsc_engine *e, fsc_st_file *f) {
     return s;
 }
 
+/* Every held tensor whole; rank 0 of the data group writes it (the other ranks hold replicas). */
+static fsc_status ddp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
+    ddp_state *d = e->sd;
+    *out = NULL;
+    *n = 0;
+    fsc_holding *h = calloc((size_t)(d->t1 - d->t0 + 1), sizeof(*h));
+    if (!h) return fsc_error(FSC_ERR_NOMEM, "ddp: out of memory");
+    int c = 0, writer = fsc_comm_rank(e->comm) == 0;
+    for (int i = d->t0; i < d->t1; i++)
+        h[c++] = (fsc_holding){ .tensor = i, .first = 0, .n = e->m->info[i].numel, .seg = d->seg,
+                                .seg_off = fsc_engine_tensor_offset(e, i) - d->base, .write = writer };
+    *out = h;
+    *n = c;
+    return FSC_OK;
+}
+
+/* The compute copy is rounded from master at every begin_step: nothing is derived between steps. */
+static fsc_status ddp_after_load(fsc_engine *e) {
+    (void)e;
+    return FSC_OK;
+}
+
 static void ddp_destroy(fsc_engine *e) {
     ddp_state *d = e->sd;
     if (!d) return;
@@ -153,5 +176,7 @@ const fsc_strategy fsc_strategy_ddp = {
     .full_tensors = ddp_full_tensors,
     .write_full = ddp_write_full,
     .load_full = ddp_load_full,
+    .holdings = ddp_holdings,
+    .after_load = ddp_after_load,
     .destroy = ddp_destroy,
 };

@@ -30,6 +30,7 @@ typedef struct {
     float *sgrad;     /* (shard) reduced gradients */
     float *full;      /* (padded) gathered params, NULL when resharded */
     float *fgrad;     /* (padded) full gradients during backward */
+    int seg;          /* optimizer segment of master */
 } fsdp_unit;
 
 typedef struct {
@@ -240,7 +241,7 @@ static fsc_status fsdp_setup(fsc_engine *e) {
         } else {
             FSC_TRY(init_unit_range(e, U, U->master, (size_t)j * U->shard, U->shard));
         }
-        FSC_TRY(fsc_optim_add(e->opt, U->master, U->sgrad, U->shard, NULL));
+        FSC_TRY(fsc_optim_add(e->opt, U->master, U->sgrad, U->shard, &U->seg));
         FSC_TRY(fsc_engine_add_gseg(e, U->sgrad, U->shard));
         bind_params(e, U, NULL);
         bind_grads(e, U, NULL);
@@ -366,6 +367,43 @@ static fsc_status fsdp_load_full(fsc_engine *e, fsc_st_file *f) {
     return FSC_OK;
 }
 
+/* The tensor pieces inside this rank's shard of every unit (padding is no holding). Replicas of a shard
+ * (hybrid_shard, no_shard) hold the same pieces; the first replica writes them. */
+static fsc_status fsdp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
+    fsdp_state *d = e->sd;
+    *out = NULL;
+    *n = 0;
+    int cap = 1;
+    for (int u = 0; u < d->nunits; u++) cap += d->u[u].ntensors;
+    fsc_holding *h = calloc((size_t)cap, sizeof(*h));
+    if (!h) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
+    const size_t j = (size_t)fsc_comm_rank(d->shard_comm);
+    const int writer = fsc_comm_rank(d->replica_comm) == 0;
+    int c = 0;
+    for (int u = 0; u < d->nunits; u++) {
+        const fsdp_unit *U = &d->u[u];
+        size_t own_lo = j * U->shard, own_hi = own_lo + U->shard;
+        for (int k = 0; k < U->ntensors; k++) {
+            size_t lo = U->uoff[k], hi = lo + e->m->info[U->tensors[k]].numel;
+            size_t a = lo > own_lo ? lo : own_lo, b = hi < own_hi ? hi : own_hi;
+            if (a >= b) continue;
+            h[c++] = (fsc_holding){ .tensor = U->tensors[k], .first = a - lo, .n = b - a, .seg = U->seg,
+                                    .seg_off = a - own_lo, .write = writer };
+        }
+    }
+    *out = h;
+    *n = c;
+    return FSC_OK;
+}
+
+/* Gathered copies are made from the masters when next needed: drop any that outlived a step. */
+static fsc_status fsdp_after_load(fsc_engine *e) {
+    fsdp_state *d = e->sd;
+    for (int u = 0; u < d->nunits; u++)
+        if (d->u[u].full) unit_reshard(e, &d->u[u]);
+    return FSC_OK;
+}
+
 static void fsdp_destroy(fsc_engine *e) {
     fsdp_state *d = e->sd;
     if (!d) return;
@@ -397,5 +435,7 @@ const fsc_strategy fsc_strategy_fsdp = {
     .full_tensors = fsdp_full_tensors,
     .write_full = fsdp_write_full,
     .load_full = fsdp_load_full,
+    .holdings = fsdp_holdings,
+    .after_load = fsdp_after_load,
     .destroy = fsdp_destroy,
 };

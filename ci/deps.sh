@@ -4,7 +4,7 @@
 set -e
 need=""
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in libopenblas-dev libcmocka-dev gcovr clang pkg-config libclang-rt-dev libcjson-dev; do
+for p in libopenblas-dev libcmocka-dev gcovr clang pkg-config libclang-rt-dev libcjson-dev zlib1g-dev; do
   have "$p" || need="$need $p"
 done
 [ -z "$need" ] && exit 0

@@ -68,8 +68,9 @@ cuda: $(BUILD)/libfsc_cuda.so
 $(BUILD)/obj/backends/cuda/%.o: backends/cuda/%.cu $(wildcard backends/cuda/*.h) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+# -z nodelete: dlclose never unmaps it (NCCL and CUDA keep threads and state that outlive a handle)
 $(BUILD)/libfsc_cuda.so: $(CUDA_OBJ)
-	$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublas -lnccl -Xlinker -z,defs
+	$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublas -lnccl -Xlinker -z,defs -Xlinker -z,nodelete
 else
 cuda: ;
 endif

@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "fsc/safetensors.h"
+#include "json_lock.h"
 
 #define MAX_JSON_INT ((uint64_t)1 << 53) /* integers above this do not survive a JSON double */
 
@@ -93,8 +94,9 @@ struct fsc_st_file {
     char **meta;           /* key, value, key, value, ... sorted by key */
 };
 
-/* cJSON resets a process-wide error pointer on every parse; ranks parse concurrently in one process. */
-static pthread_mutex_t json_lock = PTHREAD_MUTEX_INITIALIZER;
+/* cJSON resets a process-wide error pointer on every parse; ranks parse concurrently in one process.
+ * The checkpoint metadata reader shares the lock (json_lock.h). */
+pthread_mutex_t fsc_json_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* A JSON number that is a non-negative integer below 2^53. 0 ok, -1 not an integer, -2 negative, -3 huge. */
 static int json_u53(const cJSON *x, uint64_t *out) {
@@ -253,9 +255,9 @@ static fsc_status check_layout(fsc_st_file *f) {
 /* Parse and validate the header text (hlen bytes, not NUL-terminated). */
 static fsc_status parse_header(fsc_st_file *f, const char *hdr, size_t hlen) {
     const char *end = NULL;
-    pthread_mutex_lock(&json_lock);
+    pthread_mutex_lock(&fsc_json_lock);
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
-    pthread_mutex_unlock(&json_lock);
+    pthread_mutex_unlock(&fsc_json_lock);
     if (!root) return fsc_error(FSC_ERR_FORMAT, "%s: the header is not valid JSON", f->what);
     fsc_status st = FSC_OK;
     for (const char *p = end; p && p < hdr + hlen; p++)
@@ -274,9 +276,9 @@ static fsc_status parse_header(fsc_st_file *f, const char *hdr, size_t hlen) {
         if (!strcmp(x->string, "__metadata__")) st = parse_metadata(f, x);
         else if ((st = parse_entry(f->what, x, &f->e[f->n])) == FSC_OK) f->n++;
     }
-    pthread_mutex_lock(&json_lock);
+    pthread_mutex_lock(&fsc_json_lock);
     cJSON_Delete(root);
-    pthread_mutex_unlock(&json_lock);
+    pthread_mutex_unlock(&fsc_json_lock);
     if (st == FSC_OK) st = check_layout(f);
     return st;
 }

@@ -1,0 +1,9 @@
+/* Private: cJSON's parser writes a process-wide error pointer on every call, and simulated ranks parse
+ * concurrently, so every cJSON_Parse* call in the library holds this lock (defined in safetensors.c). */
+#ifndef FSC_JSON_LOCK_H
+#define FSC_JSON_LOCK_H
+#include <pthread.h>
+
+extern pthread_mutex_t fsc_json_lock;
+
+#endif

@@ -102,7 +102,10 @@ typedef struct fsc_device_ops {
     fsc_status (*sgd)(void *ctx, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                       float wd, int first);
 
-    /* optional: streams/events for overlap (NULL on backends that run everything in order) */
+    /* optional: streams/events for overlap (NULL on backends that run everything in order).
+     * Copies, kernels and collectives go to the current stream; sync waits for every stream.
+     * event_record: *event NULL creates an event the device owns (freed with it), else records it again;
+     * stream NULL in event_record/stream_wait is the current stream, in set_stream the main stream. */
     fsc_status (*stream_create)(void *ctx, void **stream);
     fsc_status (*stream_destroy)(void *ctx, void *stream);
     fsc_status (*set_stream)(void *ctx, void *stream);       /* kernels after this go to stream */

@@ -27,3 +27,6 @@ fi
 echo
 echo "== fsc: 2 simulated ranks, DDP vs FSDP (flat and per block)"
 "$B/bench_dp"
+
+echo
+echo "== fsc: pipeline bubble, measured vs ideal (P-1)/(M+P-1)"; "$B/bench_pipe" | tee "$B/bench_pipe.out"

@@ -13,8 +13,10 @@
  *   full    (Pp)  replicated parameters, padded layout; rounded to the parameter dtype    params
  *   master  (S)   fp32 owned shards (only when the parameter dtype is not f32; otherwise
  *                 the optimizer steps the owned shards of full in place)                   params
- *   sgrad   (S)   reduced gradients of the owned shards                                    grads
  *   grad    (Pp)  ZeRO-1: local gradients, kept for the whole step                         grads
+ *   sgrad   (S)   reduced gradients of the owned shards: ZeRO-1 reduce-scatters in place,
+ *                 into the owned shard of grad, unless every micro-batch of an accumulating
+ *                 step reduces (accum > 1 without no_sync: a separate sum, as DDP's acc)   grads
  *   b->grad       ZeRO-2: a bucket's local gradients, allocated at the bucket's first
  *                 backward layer, freed after its reduce-scatter (kept under no_sync)      grads
  * Optimizer: one segment per bucket (the owned shard). After the step every bucket's shards are
@@ -44,6 +46,7 @@ typedef struct {
     zero_bucket *b;       /* ascending in memory (b[0] holds the lowest layers) */
     size_t Pp, S;         /* padded total; elements owned by this rank */
     float *full, *master, *sgrad, *grad;
+    int sgrad_own;        /* sgrad is its own allocation (not a view into grad) */
 } zero_state;
 
 /* offset of tensor t inside full */
@@ -105,6 +108,11 @@ static fsc_status build_buckets(fsc_engine *e, zero_state *z, size_t cap) {
 
 static void bind_grads(fsc_engine *e, zero_state *z, zero_bucket *b, float *g) {
     for (int t = b->t0; t < b->t1; t++) e->m->grad[t] = g ? g + (full_offset(e, z, b, t) - b->pstart) : NULL;
+}
+
+/* The reduced gradient of bucket b's owned shard. */
+static float *owned_grad(zero_state *z, zero_bucket *b) {
+    return z->sgrad_own ? z->sgrad + b->soff : z->grad + b->pstart + (size_t)z->rank * b->shard;
 }
 
 /* The owned shard of bucket b as the optimizer steps it. */
@@ -171,8 +179,13 @@ static fsc_status zero_setup(fsc_engine *e) {
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, z->Pp * sizeof(float), (void **)&z->full));
     if (e->po.param_dtype != FSC_F32)
         FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, z->S * sizeof(float), (void **)&z->master));
-    FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, z->S * sizeof(float), (void **)&z->sgrad));
     if (!z->stage2) FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, z->Pp * sizeof(float), (void **)&z->grad));
+    z->sgrad_own = z->stage2 || (e->po.accum > 1 && !e->po.no_sync);
+    if (z->sgrad_own) {
+        FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, z->S * sizeof(float), (void **)&z->sgrad));
+    } else {
+        z->sgrad = z->grad + (size_t)z->rank * z->b[0].shard; /* one bucket: the owned shard of grad */
+    }
     if (e->po.sync_from_rank0 && z->N > 1) {
         if (z->rank == 0) FSC_TRY(init_full(e, z));
         FSC_TRY(fsc_comm_broadcast(e->comm, z->full, z->Pp, FSC_F32, 0));
@@ -182,7 +195,7 @@ static fsc_status zero_setup(fsc_engine *e) {
     FSC_TRY(split_master(e, z));
     for (int k = 0; k < z->nb; k++) {
         zero_bucket *b = &z->b[k];
-        FSC_TRY(fsc_optim_add(e->opt, owned_params(z, b), z->sgrad + b->soff, b->shard, &b->seg));
+        FSC_TRY(fsc_optim_add(e->opt, owned_params(z, b), owned_grad(z, b), b->shard, &b->seg));
         for (int t = b->t0; t < b->t1; t++) e->m->param[t] = z->full + full_offset(e, z, b, t);
         bind_grads(e, z, b, z->grad ? z->grad + b->pstart : NULL);
     }
@@ -228,7 +241,7 @@ static fsc_status zero_post_backward(fsc_engine *e, int layer) {
                                                 "allocated (pre_backward not called)", layer);
         /* each micro-batch that reduces adds to the shard after the first */
         int accumulate = !e->po.no_sync && e->micro > 0;
-        FSC_TRY(fsc_engine_reduce(e, e->comm, 1, g, z->sgrad + b->soff, b->padded, accumulate));
+        FSC_TRY(fsc_engine_reduce(e, e->comm, 1, g, owned_grad(z, b), b->padded, accumulate));
         if (z->stage2) {
             release_bucket_grad(e, z, b);
         } else if (e->micro < e->po.accum - 1) {
@@ -353,7 +366,7 @@ static void zero_destroy(fsc_engine *e) {
     for (int k = 0; z->b && k < z->nb; k++) fsc_device_release(e->dev, z->b[k].grad);
     fsc_device_release(e->dev, z->full);
     fsc_device_release(e->dev, z->master);
-    fsc_device_release(e->dev, z->sgrad);
+    if (z->sgrad_own) fsc_device_release(e->dev, z->sgrad);
     fsc_device_release(e->dev, z->grad);
     free(z->b);
     free(z);

@@ -6,6 +6,14 @@
 #include <stdint.h>
 #include "fsc/device_impl.h"
 
+/* gcc at -O2 (the default build) vectorizes only loops whose trip count is a multiple of the vector
+ * width; the kernels are written as plain loops for the vectorizer, so let it use its normal cost model
+ * (what -O3 does). Vectorizing elementwise loops does not change their bits, and reductions keep their
+ * source order (no -ffast-math). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
+
 /* cpu_kernels.c: gemm, elementwise, linear, embedding, layer norm */
 fsc_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                     int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,

@@ -205,11 +205,11 @@ static double ln_loss(const double *x, const double *w, const double *b, const f
     return L;
 }
 
-static void test_layernorm(void **state) {
-    (void)state;
-    enum { N = 5, C = 16 };
-    float x[N * C], w[C], b[C], out[N * C], mean[N], rstd[N], g[N * C], dx[N * C], dw[C], db[C];
-    double xd[N * C], wd[C], bd[C];
+/* C = 16 and C = 13: the lane sums with and without a tail */
+static void layernorm_case(int C) {
+    enum { N = 5, CM = 16 };
+    float x[N * CM], w[CM], b[CM], out[N * CM], mean[N], rstd[N], g[N * CM], dx[N * CM], dw[CM], db[CM];
+    double xd[N * CM], wd[CM], bd[CM];
     fill(x, N * C, 2.0f);
     for (int i = 0; i < N * C; i++) x[i] += (float)(i / C); /* rows with different means */
     fill(w, C, 1.0f);
@@ -252,6 +252,13 @@ static void test_layernorm(void **state) {
         bd[i] = s;
         check_close("ln db", (size_t)i, db[i] - 3.0, (lp - lm) / (2 * h), 1e-4, 2e-5);
     }
+}
+
+static void test_layernorm(void **state) {
+    (void)state;
+    layernorm_case(16);
+    layernorm_case(13);
+    layernorm_case(3);
 }
 
 /* ---------------------------------------------------------------- attention layouts */

@@ -46,6 +46,20 @@ static void test_cuda_without_plugin(void **state) {
     assert_null(d);
 }
 
+static void test_cuda_plugin_directory(void **state) {
+    (void)state;
+    fsc_device *d = NULL;
+    setenv("FSC_CUDA_PLUGIN", "/proc", 1); /* a directory: the plug-in is looked for inside it */
+    fsc_status s = fsc_device_create("cuda", NULL, &d);
+    unsetenv("FSC_CUDA_PLUGIN");
+    if (s == FSC_OK) { /* found elsewhere, with a GPU */
+        fsc_device_free(d);
+        skip();
+    }
+    assert_int_equal(s, FSC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fsc_last_error(), "/proc/libfsc_cuda.so"));
+}
+
 static void test_cuda_plugin_without_entry_point(void **state) {
     (void)state;
     fsc_device *d = NULL;
@@ -167,6 +181,7 @@ int main(void) {
         cmocka_unit_test(test_create_cpu),
         cmocka_unit_test(test_bad_names_and_opts),
         cmocka_unit_test(test_cuda_without_plugin),
+        cmocka_unit_test(test_cuda_plugin_directory),
         cmocka_unit_test(test_cuda_plugin_without_entry_point),
         cmocka_unit_test(test_ledger),
         cmocka_unit_test(test_release_unknown_pointer),

@@ -3,7 +3,9 @@
  *
  * Data order (a contract, the same for every world size and strategy): with N tokens, global batch B and
  * context T, sequence i of step s starts at ((s*B + i) * T) mod (N - T); its inputs are the T tokens from
- * there and its targets the next T. With --world W, rank r takes sequences [r*B/W, (r+1)*B/W).
+ * there and its targets the next T. With --world W, rank r takes sequences [r*B/W, (r+1)*B/W); with a
+ * pipeline (--pp P, world = dp x pp, rank = stage * dp + dp_index) every stage of data-parallel index d
+ * takes the sequences [d*B/dp, (d+1)*B/dp).
  * The training function runs on every rank (SPMD); rank 0 prints one line per step and, with --json, the
  * last line of output is one JSON object with every loss, throughput, memory and communication. */
 #include <errno.h>
@@ -36,6 +38,10 @@ typedef struct {
     int accum;
     int check_ddp;
     int threads;
+    int pp, dp, chunks; /* pipeline stages, data-parallel ranks (0: world / pp), micro-batches (0: --accum) */
+    int schedule;       /* fsc_pipe_schedule */
+    int pipe_ckpt;      /* index into pipe_ckpt_mode */
+    const char *balance;
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -72,18 +78,57 @@ static const option options[] = {
     {"load", "PATH", NULL, "load weights (safetensors, HF GPT-2 layout) before training", K_STR, F(load), 0, 0, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
     {"world", "N", "1", "simulated ranks (threads)", K_INT, F(world), 1, 1024, NULL},
-    {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2", K_CHOICE, F(parallel), 0, 0, "none|ddp|fsdp|zero1|zero2"},
+    {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage; "
+     "the others compose with --pp too)", K_CHOICE, F(parallel), 0, 0, "none|ddp|fsdp|zero1|zero2|pipe"},
     {"shard", "KIND", "full", "fsdp sharding: full|grad_op|none|hybrid", K_CHOICE, F(shard), 0, 0, "full|grad_op|none|hybrid"},
     {"wrap", "POLICY", "block", "fsdp units: block|model|min-params:N", K_WRAP, F(wrap), 0, 0, NULL},
     {"precision", "P", "fp32", "parameters and gradient reduction: fp32|bf16|fp16", K_CHOICE, F(precision), 0, 0, "fp32|bf16|fp16"},
     {"accum", "K", "1", "micro-batches per step (gradient accumulation)", K_INT, F(accum), 1, 1 << 20, NULL},
     {"check-ddp", NULL, NULL, "also train with DDP and report whether the weights are bit-identical", K_FLAG, F(check_ddp), 0, 0, NULL},
     {"threads", "N", "0", "BLAS threads per rank (0: 1 with several ranks, else the library default)", K_INT, F(threads), 0, 1024, NULL},
+    {"pp", "P", "1", "pipeline stages (world = dp x pp, rank = stage * dp + dp_index)", K_INT, F(pp), 1, 1024, NULL},
+    {"dp", "D", "0", "data-parallel ranks per stage (0: --world / --pp; without --world, world = D x P)", K_INT, F(dp), 0, 1024, NULL},
+    {"chunks", "M", "0", "pipeline micro-batches per step (another name for --accum)", K_INT, F(chunks), 0, 1 << 20, NULL},
+    {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b"},
+    {"balance", "N,N,..", NULL, "pipeline blocks per stage (default: as even as possible)", K_STR, F(balance), 0, 0, NULL},
+    {"checkpoint", "MODE", "except_last", "pipeline micro-batches that keep only their stage input: always|except_last|never", K_CHOICE, F(pipe_ckpt), 0, 0, "always|except_last|never"},
 };
 #undef F
 #define NOPT ((int)(sizeof options / sizeof options[0]))
 
 static const fsc_dtype precision_dtype[] = {FSC_F32, FSC_BF16, FSC_F16};
+static const fsc_pipe_checkpoint pipe_ckpt_mode[] = {FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKPT_EXCEPT_LAST, FSC_PIPE_CKPT_NEVER};
+#define PAR_PIPE 5 /* --parallel pipe: a pipeline with ddp in each stage */
+
+/* The strategy inside each stage's data group. */
+static fsc_parallel_kind strategy(const train_config *c) {
+    return c->parallel == PAR_PIPE ? FSC_PAR_DDP : (fsc_parallel_kind)c->parallel;
+}
+
+static int option_index(const char *name);
+
+/* The layout options together: world = dp x pp, --chunks names --accum. */
+static int resolve_layout(train_config *c, const int *given, char *err, size_t cap) {
+    int gw = given[option_index("world")];
+    if (c->chunks) {
+        if (given[option_index("accum")])
+            return snprintf(err, cap, "--chunks and --accum both give the micro-batches per step: give one"), -1;
+        c->accum = c->chunks;
+    }
+    if (c->dp) {
+        if (gw && c->world != c->dp * c->pp)
+            return snprintf(err, cap, "--world %d is not --dp %d x --pp %d", c->world, c->dp, c->pp), -1;
+        c->world = c->dp * c->pp;
+        if (c->world > 1024) return snprintf(err, cap, "--dp %d x --pp %d is more than 1024 ranks", c->dp, c->pp), -1;
+    } else if (!gw) {
+        c->world = c->pp;
+    }
+    if (c->world % c->pp != 0)
+        return snprintf(err, cap, "--world %d does not split into --pp %d pipeline stages (world = dp x pp)",
+                        c->world, c->pp), -1;
+    c->dp = c->world / c->pp;
+    return 0;
+}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: train_gpt [options]\n"
@@ -227,13 +272,30 @@ static int option_index(const char *name) {
 static int check_config(const train_config *c, const int *given, char *err, size_t cap) {
     fsc_gpt_config g = {c->layers, c->dim, c->heads, c->seq, c->vocab};
     if (fsc_gpt_config_validate(&g) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
-    if (c->batch % c->world != 0)
-        return snprintf(err, cap, "--batch %d does not split evenly over --world %d", c->batch, c->world), -1;
-    if ((c->batch / c->world) % c->accum != 0)
-        return snprintf(err, cap, "--accum %d does not divide the %d sequences per rank (--batch %d / --world %d)",
-                        c->accum, c->batch / c->world, c->batch, c->world), -1;
-    if (c->parallel == FSC_PAR_NONE && c->world > 1)
+    if (c->pp > 1 ? c->batch % c->dp != 0 : c->batch % c->world != 0)
+        return c->pp > 1 ? snprintf(err, cap, "--batch %d does not split evenly over %d data-parallel ranks (--dp)",
+                                    c->batch, c->dp)
+                         : snprintf(err, cap, "--batch %d does not split evenly over --world %d", c->batch, c->world), -1;
+    if ((c->batch / c->dp) % c->accum != 0)
+        return snprintf(err, cap, "--accum %d does not divide the %d sequences per rank (--batch %d / %s %d)",
+                        c->accum, c->batch / c->dp, c->batch, c->pp > 1 ? "--dp" : "--world", c->dp), -1;
+    if (c->parallel == FSC_PAR_NONE && c->dp > 1)
         return snprintf(err, cap, "--parallel none runs on one rank; with --world %d choose ddp or fsdp", c->world), -1;
+    if (c->parallel == PAR_PIPE && c->pp < 2)
+        return snprintf(err, cap, "--parallel pipe needs --pp 2 or more pipeline stages"), -1;
+    if (c->pp < 2) {
+        const char *only[] = {"schedule", "balance", "checkpoint"};
+        for (int i = 0; i < 3; i++)
+            if (given[option_index(only[i])])
+                return snprintf(err, cap, "--%s applies to pipelines only (--pp 2 or more)", only[i]), -1;
+    } else {
+        if (c->pp > c->layers)
+            return snprintf(err, cap, "--pp %d pipeline stages but the model has %d blocks (--layers): every stage "
+                            "needs at least one", c->pp, c->layers), -1;
+        int bal[1024];
+        if (c->balance && fsc_balance_parse(c->balance, &g, c->pp, bal) != FSC_OK)
+            return snprintf(err, cap, "--balance: %s", fsc_last_error()), -1;
+    }
     if (c->parallel != FSC_PAR_FSDP) {
         if (given[option_index("shard")]) return snprintf(err, cap, "--shard applies to --parallel fsdp only"), -1;
         if (given[option_index("wrap")]) return snprintf(err, cap, "--wrap applies to --parallel fsdp only"), -1;
@@ -292,6 +354,7 @@ typedef struct {
     fsc_comm_stats comm; /* rank 0's communication (all the engine's groups), training steps only */
     size_t nparams;
     float *params;       /* (nparams) final full parameters from rank 0, when asked for (--check-ddp) */
+    fsc_pipe_stats *pstats; /* (world) pipeline measurements, with --pp > 1 */
 } run_state;
 
 static double now_ms(void) {
@@ -303,7 +366,8 @@ static double now_ms(void) {
 /* This rank's sequences of step s, per the data-order contract. */
 static void fill_batch(const run_state *st, int rank, int s, int32_t *tok, int32_t *tgt) {
     const train_config *c = st->cfg;
-    int T = c->seq, B = c->batch, bl = B / c->world;
+    int T = c->seq, B = c->batch, bl = B / c->dp;
+    rank %= c->dp; /* the data-parallel index: every stage of a pipeline sees the same sequences */
     for (int j = 0; j < bl; j++) {
         uint64_t i = (uint64_t)rank * (uint64_t)bl + (uint64_t)j;
         uint64_t start = (((uint64_t)s * (uint64_t)B + i) * (uint64_t)T) % (uint64_t)(st->ntok - (size_t)T);
@@ -319,7 +383,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     const train_config *c = st->cfg;
     fsc_gpt_config gc = {c->layers, c->dim, c->heads, c->seq, c->vocab};
     fsc_parallel_opts po = {
-        .kind = (fsc_parallel_kind)c->parallel,
+        .kind = strategy(c),
         .shard = (fsc_shard_strategy)c->shard,
         .wrap = (fsc_wrap_policy)c->wrap,
         .wrap_min_params = c->wrap_min_params,
@@ -329,12 +393,18 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         .accum = c->accum,
         .no_sync = 1,
         .clip = c->clip,
+        .pp = c->pp,
+        .schedule = (fsc_pipe_schedule)c->schedule,
+        .pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt],
     };
+    int balance[1024];
+    if (c->balance) FSC_TRY(fsc_balance_parse(c->balance, &gc, c->pp, balance));
+    if (c->balance) po.balance = balance;
     fsc_optim_config oc = {.kind = (fsc_optim_kind)c->optimizer, .lr = c->lr, .weight_decay = c->weight_decay};
     if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
     fsc_engine *e = NULL;
     FSC_TRY(fsc_engine_create(r, &gc, &po, &oc, c->seed, &e));
-    int bl = c->batch / c->world;
+    int bl = c->batch / c->dp;
     size_t n = (size_t)bl * (size_t)c->seq;
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
     fsc_status s = tok && tgt ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "train: out of host memory for the batch");
@@ -358,6 +428,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         }
     }
     if (r->rank == 0) fsc_engine_comm_stats(e, &st->comm);
+    if (st->pstats) fsc_engine_pipe_stats(e, &st->pstats[r->rank]);
     if (s == FSC_OK && st->params) s = fsc_engine_full_params(e, r->rank == 0 ? st->params : NULL);
     if (s == FSC_OK && c->save) s = fsc_engine_save_weights(e, c->save);
     for (int t = 0; t < FSC_TAG_COUNT; t++) st->peak[r->rank][t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
@@ -425,6 +496,60 @@ static double comm_per_step(const run_state *st) {
     return st->cfg->steps ? total / st->cfg->steps : 0;
 }
 
+/* Per stage (from its data-parallel ranks): layers, the ledger's peak activation bytes (largest), the
+ * measured bubble (mean) beside the ideal (P-1)/(M+P-1). */
+static void stage_summary(const run_state *st, int s, size_t *acts, double *bubble) {
+    const train_config *c = st->cfg;
+    *acts = 0;
+    *bubble = 0;
+    for (int d = 0; d < c->dp; d++) {
+        int r = s * c->dp + d;
+        if (st->peak[r][FSC_TAG_ACTS] > *acts) *acts = st->peak[r][FSC_TAG_ACTS];
+        *bubble += st->pstats[r].bubble / c->dp;
+    }
+}
+
+static cJSON *pipeline_object(const run_state *st) {
+    const train_config *c = st->cfg;
+    char buf[32];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "pp", c->pp);
+    cJSON_AddNumberToObject(o, "dp", c->dp);
+    cJSON_AddNumberToObject(o, "micro_batches", c->accum);
+    cJSON_AddStringToObject(o, "schedule", choice_name(options[option_index("schedule")].choices, c->schedule, buf, sizeof buf));
+    cJSON_AddStringToObject(o, "checkpoint", choice_name(options[option_index("checkpoint")].choices, c->pipe_ckpt, buf, sizeof buf));
+    cJSON_AddNumberToObject(o, "ideal_bubble", st->pstats[0].ideal_bubble);
+    cJSON *a = cJSON_AddArrayToObject(o, "stages");
+    for (int s = 0; s < c->pp; s++) {
+        size_t acts;
+        double bubble;
+        stage_summary(st, s, &acts, &bubble);
+        const fsc_pipe_stats *p = &st->pstats[s * c->dp];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "stage", s);
+        cJSON_AddNumberToObject(x, "first_layer", p->first_layer);
+        cJSON_AddNumberToObject(x, "last_layer", p->last_layer);
+        cJSON_AddNumberToObject(x, "peak_acts_bytes", (double)acts);
+        cJSON_AddNumberToObject(x, "bubble", bubble);
+        cJSON_AddNumberToObject(x, "max_in_flight", p->max_in_flight);
+        cJSON_AddItemToArray(a, x);
+    }
+    return o;
+}
+
+static void print_pipeline(const run_state *st) {
+    const train_config *c = st->cfg;
+    for (int s = 0; s < c->pp; s++) {
+        size_t acts;
+        double bubble;
+        stage_summary(st, s, &acts, &bubble);
+        const fsc_pipe_stats *p = &st->pstats[s * c->dp];
+        printf("stage %d: layers %d-%d | peak activations %.2f MiB (%d micro-batches in flight) | bubble %.3f "
+               "(ideal %.3f)\n", s, p->first_layer, p->last_layer, (double)acts / 1048576.0, p->max_in_flight,
+               bubble, p->ideal_bubble);
+    }
+}
+
 static void print_json(const run_state *st, const ddp_check *chk) {
     const train_config *c = st->cfg;
     cJSON *root = cJSON_CreateObject();
@@ -455,6 +580,7 @@ static void print_json(const run_state *st, const ddp_check *chk) {
         total += st->comm.bytes[op];
     }
     cJSON_AddNumberToObject(root, "comm_bytes_per_step", c->steps ? total / c->steps : 0);
+    if (st->pstats) cJSON_AddItemToObject(root, "pipeline", pipeline_object(st));
     if (chk->done) {
         cJSON *k = cJSON_AddObjectToObject(root, "check_ddp");
         cJSON_AddBoolToObject(k, "bit_identical", chk->losses_same && chk->params_same);
@@ -473,7 +599,7 @@ static void print_json(const run_state *st, const ddp_check *chk) {
 /* The --check-ddp table: per-rank peak memory by tag (the largest over ranks), communication per step. */
 static void print_comparison(const run_state *ddp, const run_state *run, const ddp_check *chk) {
     const train_config *c = run->cfg;
-    const char *name = fsc_parallel_kind_name((fsc_parallel_kind)c->parallel);
+    const char *name = c->parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c->parallel);
     printf("\n%-26s %14s %14s %8s\n", "per rank (max over ranks)", "ddp", name, "ratio");
     for (int t = 0; t <= FSC_TAG_COUNT; t++) {
         size_t a = 0, b = 0;
@@ -501,13 +627,15 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (rc == 0) rc = resolve_layout(&c, given, err, sizeof err);
     if (rc == 0) rc = check_config(&c, given, err, sizeof err);
     if (rc != 0) {
         fprintf(stderr, "train_gpt: %s\n", err);
         return 2;
     }
-    if (c.check_ddp && (c.parallel == FSC_PAR_NONE || c.parallel == FSC_PAR_DDP)) {
-        fprintf(stderr, "train_gpt: --check-ddp compares a sharded run with DDP: give --parallel fsdp, zero1 or zero2\n");
+    if (c.check_ddp && c.pp == 1 && (c.parallel == FSC_PAR_NONE || c.parallel == FSC_PAR_DDP)) {
+        fprintf(stderr, "train_gpt: --check-ddp compares a sharded or pipelined run with DDP: give --parallel fsdp, "
+                        "zero1 or zero2, or --pp 2 or more\n");
         return 2;
     }
     run_state st = {.cfg = &c};
@@ -530,17 +658,29 @@ int main(int argc, char **argv) {
     printf("model: %d layers, width %d, %d heads, context %d, vocab %d: %zu parameters | data: %s, %zu tokens | "
            "world %d, parallel %s, %s\n",
            c.layers, c.dim, c.heads, c.seq, c.vocab, st.nparams, c.data, st.ntok, c.world,
-           fsc_parallel_kind_name((fsc_parallel_kind)c.parallel),
+           c.parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c.parallel),
            choice_name(options[option_index("precision")].choices, c.precision, pbuf, sizeof pbuf));
     fflush(stdout);
     fsc_cluster_opts co = {.world = c.world, .device = "cpu", .threads_per_rank = c.threads};
     if (c.check_ddp) st.params = calloc(st.nparams, sizeof(float));
+    if (c.pp > 1) {
+        st.pstats = calloc((size_t)c.world, sizeof *st.pstats);
+        printf("pipeline: %d stages x %d data-parallel ranks, %d micro-batches, %s, checkpoint %s\n", c.pp, c.dp,
+               c.accum, c.schedule ? "1f1b" : "gpipe",
+               choice_name(options[option_index("checkpoint")].choices, c.pipe_ckpt, pbuf, sizeof pbuf));
+    }
     fsc_status s = fsc_cluster_run(&co, train_fn, &st);
+    if (s == FSC_OK && st.pstats) print_pipeline(&st);
     ddp_check chk = {0};
     train_config cd = c;
     run_state sd = st;
     if (s == FSC_OK && c.check_ddp) {
         cd.parallel = FSC_PAR_DDP;
+        cd.pp = 1; /* the oracle of a pipeline: DDP over its data-parallel ranks, the same micro-batches */
+        cd.world = c.dp;
+        cd.balance = NULL;
+        co.world = c.dp;
+        sd.pstats = NULL;
         sd.cfg = &cd;
         sd.losses = calloc((size_t)c.steps + 1, sizeof(double));
         sd.step_ms = calloc((size_t)c.steps + 1, sizeof(double));
@@ -574,6 +714,7 @@ int main(int argc, char **argv) {
     free(st.losses);
     free(st.step_ms);
     free(st.peak);
+    free(st.pstats);
     free(data);
     return rc;
 }

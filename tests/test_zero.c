@@ -3,7 +3,8 @@
  * losses and parameters on 1..8 ranks with AdamW and SGD (momentum, weight decay), clipping that clips,
  * accumulation with and without no_sync, bf16, and f16 with loss scaling (the same skipped steps on every
  * rank). Communication per step equals 2 x (N-1)/N x padded parameter bytes exactly, optimizer state per
- * rank is DDP's / N up to padding exactly, ZeRO-2 holds fewer gradient bytes than ZeRO-1 (ledger). */
+ * rank is DDP's / N up to padding exactly, ZeRO-2 holds fewer gradient bytes than ZeRO-1 (ledger). Also
+ * sync_from_rank0 and activation checkpointing; weight files and the checkpoint hooks (holdings, after_load). */
 #include <unistd.h>
 #include "partest.h"
 #include "parallel/engine_impl.h"
@@ -125,9 +126,11 @@ static void test_zero_f16_loss_scaling(void **state) {
 }
 
 static void sync_cfg(pt_run *r) { r->po.sync_from_rank0 = 1; }
-static void test_zero_sync_from_rank0(void **state) {
+static void recompute_cfg(pt_run *r) { r->po.checkpoint = 1; }
+static void test_zero_sync_from_rank0_and_recompute(void **state) {
     (void)state;
     check_against_ddp(3, sync_cfg, "sync_from_rank0", 1);
+    check_against_ddp(2, recompute_cfg, "activation checkpointing", 1);
 }
 
 /* Padded sizes: zero1 pads the whole vector to a multiple of N; zero2 with one-layer buckets pads each
@@ -355,7 +358,7 @@ int main(void) {
         cmocka_unit_test(test_zero_accumulation),
         cmocka_unit_test(test_zero_bf16),
         cmocka_unit_test(test_zero_f16_loss_scaling),
-        cmocka_unit_test(test_zero_sync_from_rank0),
+        cmocka_unit_test(test_zero_sync_from_rank0_and_recompute),
         cmocka_unit_test(test_zero_comm_volume),
         cmocka_unit_test(test_zero_memory),
         cmocka_unit_test(test_zero_weights_and_holdings),

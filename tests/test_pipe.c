@@ -351,10 +351,11 @@ static void test_pipe_bad_options(void **state) {
     assert_int_equal(out[1], 3);
     assert_err(fsc_balance_parse("2,2,2", &c, 3, out), FSC_ERR_INVALID, "balance sums to 6 but the model has 5");
     assert_err(fsc_balance_parse("2,3", &c, 3, out), FSC_ERR_INVALID, "has 2 entries but there are 3");
-    assert_err(fsc_balance_parse("2,3,0,0", &c, 3, out), FSC_ERR_INVALID, "more than 3 entries");
+    assert_err(fsc_balance_parse("2,3,0,0", &c, 3, out), FSC_ERR_INVALID, "has 4 entries but there are 3");
     assert_err(fsc_balance_parse("2,x,1", &c, 3, out), FSC_ERR_INVALID, "comma-separated");
     assert_err(fsc_balance_parse("5,0", &c, 2, out), FSC_ERR_INVALID, "stage 1 would have no block");
     assert_err(fsc_balance_parse("", &c, 2, out), FSC_ERR_INVALID, "empty");
+    assert_err(fsc_balance_parse("2 3", &c, 1, out), FSC_ERR_INVALID, "comma-separated");
 }
 
 /* Balances by size and by time: valid, and by size follows the costs (a large vocabulary weighs on the

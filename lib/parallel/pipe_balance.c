@@ -13,23 +13,20 @@ fsc_status fsc_balance_parse(const char *text, const fsc_gpt_config *cfg, int pp
     if (!text || !*text) return fsc_error(FSC_ERR_INVALID, "balance: empty (expected blocks per stage, e.g. 2,2)");
     FSC_TRY(fsc_gpt_config_validate(cfg));
     if (pp < 1) return fsc_error(FSC_ERR_INVALID, "balance: pp must be >= 1, not %d", pp);
-    int n = 0;
+    int n = 1;
+    for (const char *q = text; *q; q++) n += *q == ',';
+    if (n != pp)
+        return fsc_error(FSC_ERR_INVALID, "balance '%s' has %d entries but there are %d pipeline stages", text, n, pp);
     const char *p = text;
-    for (;;) {
+    for (int i = 0; i < n; i++) {
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < -1000000000L || v > 1000000000L)
+        if (end == p || errno || v < -1000000000L || v > 1000000000L || (*end != ',' && *end != '\0'))
             return fsc_error(FSC_ERR_INVALID, "balance '%s': expected comma-separated block counts", text);
-        if (n == pp)
-            return fsc_error(FSC_ERR_INVALID, "balance '%s' has more than %d entries, one per pipeline stage", text, pp);
-        out[n++] = (int)v;
-        if (*end == '\0') break;
-        if (*end != ',') return fsc_error(FSC_ERR_INVALID, "balance '%s': unexpected '%c'", text, *end);
+        out[i] = (int)v;
         p = end + 1;
     }
-    if (n != pp)
-        return fsc_error(FSC_ERR_INVALID, "balance '%s' has %d entries but there are %d pipeline stages", text, n, pp);
     return fsc_pipe_check_balance(out, pp, cfg->layers);
 }
 

@@ -1,0 +1,153 @@
+/* The trainer's pipeline options (examples/train_gpt.c, run as build/<x>/train_gpt next to this binary's
+ * tests/ folder). Oracle: the trainer's own --check-ddp (DDP over the data-parallel ranks with the same
+ * micro-batches) reports bit-identical losses and weights for --parallel pipe and for FSDP inside a
+ * pipeline; the --json summary describes every stage (layers, peak activation bytes, measured bubble
+ * beside the ideal (P-1)/(M+P-1)); bad layouts and balances are errors that name the option. */
+#include <cjson/cJSON.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "testutil.h"
+
+static char trainer[PATH_MAX];
+static char tmpdir[64];
+
+#define TINY "--layers 3 --dim 16 --heads 2 --seq 8 --batch 8 --steps 2 --vocab 128"
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Run the trainer with args; exit code, stdout in *out and stderr in *err (the caller frees). */
+static int run(const char *args, char **out, char **err) {
+    char *cmd = NULL, p[128];
+    if (asprintf(&cmd, "'%s' " TINY " --data '%s/data.txt' %s > '%s/out' 2> '%s/err'", trainer, tmpdir, args, tmpdir,
+                 tmpdir) < 0)
+        fail_msg("out of memory");
+    int st = system(cmd);
+    free(cmd);
+    snprintf(p, sizeof p, "%s/out", tmpdir);
+    *out = slurp(p);
+    snprintf(p, sizeof p, "%s/err", tmpdir);
+    *err = slurp(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static cJSON *last_json(const char *out) {
+    const char *end = out + strlen(out);
+    while (end > out && end[-1] == '\n') end--;
+    const char *line = end;
+    while (line > out && line[-1] != '\n') line--;
+    cJSON *j = cJSON_ParseWithLength(line, (size_t)(end - line));
+    if (!j) fail_msg("last line is not JSON: %.*s", (int)(end - line), line);
+    return j;
+}
+
+static double num(cJSON *o, const char *k) {
+    cJSON *x = cJSON_GetObjectItem(o, k);
+    if (!cJSON_IsNumber(x)) fail_msg("JSON lacks the number %s", k);
+    return x->valuedouble;
+}
+
+static void check_run(const char *args, int pp, int M) {
+    char *out, *err;
+    int rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    cJSON *j = last_json(out);
+    cJSON *chk = cJSON_GetObjectItem(j, "check_ddp");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(chk, "bit_identical")));
+    cJSON *p = cJSON_GetObjectItem(j, "pipeline");
+    assert_non_null(p);
+    assert_int_equal((int)num(p, "pp"), pp);
+    assert_int_equal((int)num(p, "micro_batches"), M);
+    assert_true(fabs(num(p, "ideal_bubble") - (double)(pp - 1) / (M + pp - 1)) < 1e-12);
+    cJSON *stages = cJSON_GetObjectItem(p, "stages");
+    assert_int_equal(cJSON_GetArraySize(stages), pp);
+    int next = 0;
+    for (int s = 0; s < pp; s++) {
+        cJSON *x = cJSON_GetArrayItem(stages, s);
+        assert_int_equal((int)num(x, "first_layer"), next); /* the stages tile the layers 0 .. L+1 */
+        next = (int)num(x, "last_layer") + 1;
+        assert_true(num(x, "peak_acts_bytes") > 0);
+        assert_true(num(x, "bubble") >= 0 && num(x, "bubble") <= 1);
+    }
+    assert_int_equal(next, 5);
+    assert_non_null(strstr(out, "stage 1: layers"));
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+}
+
+static void test_trainer_pipeline_equals_ddp(void **st) {
+    (void)st;
+    check_run("--parallel pipe --pp 2 --chunks 2 --check-ddp --json", 2, 2);
+    check_run("--parallel pipe --pp 3 --balance 1,1,1 --schedule 1f1b --checkpoint never --chunks 4 --check-ddp "
+              "--json", 3, 4);
+    check_run("--parallel fsdp --pp 2 --dp 2 --schedule 1f1b --chunks 2 --check-ddp --json", 2, 2);
+}
+
+static void test_trainer_pipeline_errors(void **st) {
+    (void)st;
+    struct { const char *args, *needle; } cases[] = {
+        { "--parallel pipe --pp 2 --balance 2,2", "--balance: balance sums to 4 but the model has 3 blocks" },
+        { "--parallel pipe --pp 2 --balance 3,0", "stage 1 would have no block" },
+        { "--parallel pipe --pp 2 --balance 1,1,1", "3 entries but there are 2" },
+        { "--parallel pipe --pp 4", "--pp 4 pipeline stages but the model has 3 blocks" },
+        { "--parallel ddp --pp 2 --world 3", "does not split into --pp 2" },
+        { "--parallel ddp --pp 2 --dp 2 --world 8", "--world 8 is not --dp 2 x --pp 2" },
+        { "--parallel pipe", "--parallel pipe needs --pp 2" },
+        { "--parallel ddp --world 2 --checkpoint never", "--checkpoint applies to pipelines only" },
+        { "--parallel pipe --pp 2 --chunks 2 --accum 2", "give one" },
+        { "--parallel pipe --pp 2 --dp 3", "--batch 8 does not split evenly over 3 data-parallel ranks" },
+        { "--parallel pipe --pp 2 --schedule zigzag", "--schedule: unknown value 'zigzag'" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out, *err;
+        int rc = run(cases[i].args, &out, &err);
+        if (rc != 2) fail_msg("train_gpt %s: exit %d (expected 2): %s", cases[i].args, rc, err);
+        if (!strstr(err, cases[i].needle)) fail_msg("train_gpt %s: \"%s\" lacks \"%s\"", cases[i].args, err, cases[i].needle);
+        free(out);
+        free(err);
+    }
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char self[PATH_MAX];
+    if (!realpath(argv[0], self)) return 1;
+    char *dir = dirname(self);
+    snprintf(trainer, sizeof trainer, "%.*s/../train_gpt", (int)(sizeof trainer - 16), dir);
+    if (access(trainer, X_OK) != 0) {
+        fprintf(stderr, "test_pipe_trainer: %s not found: build it first\n", trainer);
+        return 1;
+    }
+    strcpy(tmpdir, "/tmp/fsc_test_pipe_trainer_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    char path[128];
+    snprintf(path, sizeof path, "%s/data.txt", tmpdir);
+    FILE *f = fopen(path, "wb"); /* letters in a fixed pseudo-random order */
+    if (!f) return 1;
+    for (unsigned i = 0, x = 7; i < 4000; i++) x = x * 1664525u + 1013904223u, fputc('a' + (int)((x >> 24) % 26), f);
+    fclose(f);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trainer_pipeline_equals_ddp),
+        cmocka_unit_test(test_trainer_pipeline_errors),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "test_pipe_trainer: could not remove %s\n", tmpdir);
+    return rc;
+}

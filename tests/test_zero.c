@@ -292,6 +292,14 @@ static fsc_status io_rank_fn(fsc_rank *r, void *arg) {
         }
         size_t off = fsc_engine_tensor_offset(e, h[i].tensor) + h[i].first;
         for (size_t j = 0; j < h[i].n; j++) __atomic_add_fetch(&io->owned[off + j], 1u, __ATOMIC_RELAXED);
+        /* the segment holds the fp32 values of exactly these elements */
+        float *got = malloc(h[i].n * sizeof(float));
+        s = fsc_device_download(e->dev, got, fsc_optim_param(e->opt, h[i].seg) + h[i].seg_off,
+                                h[i].n * sizeof(float));
+        if (s == FSC_OK && memcmp(got, io->expect + off, h[i].n * sizeof(float)) != 0)
+            s = fsc_error(FSC_ERR_INTERNAL, "rank %d: holding %d (%s from %zu) does not point at its values",
+                          r->rank, i, e->m->info[h[i].tensor].name, h[i].first);
+        free(got);
     }
     if (s == FSC_OK) s = check_after_load(e, io, h, nh);
     free(h);

@@ -130,6 +130,13 @@ static fsc_status open_cuda(const fsc_device_opts *opts, const fsc_device_ops **
         dlclose(h);
         return fsc_error(FSC_ERR_UNSUPPORTED, "cuda device unavailable: %s has no symbol fsc_cuda_device_open", path);
     }
+    /* hand the plug-in our error setter: a program linked with libfsc.a exports no symbols to it */
+    void *isym = dlsym(h, "fsc_plugin_init");
+    if (isym) {
+        fsc_plugin_init_fn init;
+        memcpy(&init, &isym, sizeof init);
+        init(FSC_DEVICE_ABI_VERSION, fsc_error);
+    }
     fsc_clear_error();
     fsc_status s = open_fn(FSC_DEVICE_ABI_VERSION, opts, ops, ctx);
     if (s != FSC_OK) {

@@ -13,5 +13,6 @@
 #include "optim.h"
 #include "gpt.h"
 #include "nn.h"
+#include "checkpoint_wrapper.h"
 #include "parallel.h"
 #endif

@@ -15,4 +15,5 @@
 #include "nn.h"
 #include "checkpoint_wrapper.h"
 #include "parallel.h"
+#include "ckpt.h"
 #endif

@@ -1,0 +1,182 @@
+/* The collective parts of checkpoints: agreeing on success (every rank returns the lowest failing rank's
+ * status and message, so no rank goes on alone), broadcasting small host values, gathering every rank's
+ * piece records, and streaming a tensor's pieces to rank 0 one bounded chunk at a time (full format,
+ * fsc_ckpt_full_state). All of it runs on the world communicator; buffers handed to the communicator
+ * are device memory (FSC_TAG_COMM), as on every backend. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ckpt_impl.h"
+
+#define MSG_BYTES 512
+
+fsc_status ck_agree(fsc_engine *e, fsc_status mine) {
+    fsc_comm *c = e->r->comm;
+    const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
+    if (N == 1) return mine;
+    char msg[MSG_BYTES];
+    snprintf(msg, sizeof msg, "%s", mine == FSC_OK ? "" : fsc_last_error());
+    /* lowest failing rank r -> N - r under MAX; 0 when every rank passed */
+    float flag = mine == FSC_OK ? 0.0f : (float)(N - me);
+    uint8_t *d = NULL;
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, MSG_BYTES + sizeof(int32_t), (void **)&d);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, d, &flag, sizeof flag);
+    if (s == FSC_OK) s = fsc_comm_all_reduce(c, d, d, 1, FSC_F32, FSC_MAX);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, &flag, d, sizeof flag);
+    int root = flag > 0 ? N - (int)flag : -1;
+    int32_t code = (int32_t)mine;
+    if (s == FSC_OK && root >= 0) {
+        if (me == root) {
+            s = fsc_device_upload(e->dev, d, &code, sizeof code);
+            if (s == FSC_OK) s = fsc_device_upload(e->dev, d + sizeof code, msg, MSG_BYTES);
+        }
+        if (s == FSC_OK) s = fsc_comm_broadcast(c, d, MSG_BYTES + sizeof code, FSC_U8, root);
+        if (s == FSC_OK && me != root) {
+            s = fsc_device_download(e->dev, &code, d, sizeof code);
+            if (s == FSC_OK) s = fsc_device_download(e->dev, msg, d + sizeof code, MSG_BYTES);
+            msg[MSG_BYTES - 1] = 0;
+        }
+    }
+    fsc_device_release(e->dev, d);
+    if (s != FSC_OK) return s;
+    if (root < 0) return FSC_OK;
+    if (me == root) return fsc_error(mine, "%s", msg);
+    if (code <= FSC_OK || code > FSC_ERR_INTERNAL) code = FSC_ERR_INTERNAL;
+    return fsc_error((fsc_status)code, "rank %d: %s", root, msg);
+}
+
+fsc_status ck_bcast_host(fsc_engine *e, void *host, size_t len) {
+    if (fsc_comm_size(e->r->comm) == 1 || len == 0) return FSC_OK;
+    void *d;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, len, &d));
+    fsc_status s = fsc_comm_rank(e->r->comm) == 0 ? fsc_device_upload(e->dev, d, host, len) : FSC_OK;
+    if (s == FSC_OK) s = fsc_comm_broadcast(e->r->comm, d, len, FSC_U8, 0);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, host, d, len);
+    fsc_device_release(e->dev, d);
+    return s;
+}
+
+fsc_status ck_gather_recs(fsc_engine *e, const ck_rec *mine, int n, ck_rec **out, int *nout) {
+    fsc_comm *c = e->r->comm;
+    const int N = fsc_comm_size(c);
+    *out = NULL;
+    *nout = 0;
+    int64_t *counts = calloc((size_t)N, sizeof *counts);
+    int64_t *dc = NULL;
+    uint8_t *dsend = NULL, *drecv = NULL;
+    ck_rec *all = NULL;
+    if (!counts) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
+    int64_t me = n, max = 0, total = 0;
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)N * sizeof *dc, (void **)&dc);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dc + fsc_comm_rank(c), &me, sizeof me);
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, dc + fsc_comm_rank(c), dc, sizeof me, FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, counts, dc, (size_t)N * sizeof *counts);
+    for (int r = 0; s == FSC_OK && r < N; r++) {
+        if (counts[r] < 0 || counts[r] > (1 << 24)) s = fsc_error(FSC_ERR_INTERNAL, "checkpoint: rank %d reports %lld pieces", r, (long long)counts[r]);
+        else if (counts[r] > max) max = counts[r];
+        total += counts[r];
+    }
+    size_t blk = (size_t)(max > 0 ? max : 1) * sizeof(ck_rec);
+    if (s == FSC_OK) s = fsc_device_calloc(e->dev, FSC_TAG_COMM, blk, (void **)&dsend);
+    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, blk * (size_t)N, (void **)&drecv);
+    if (s == FSC_OK && n > 0) s = fsc_device_upload(e->dev, dsend, mine, (size_t)n * sizeof(ck_rec));
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, dsend, drecv, blk, FSC_U8);
+    if (s == FSC_OK && !(all = malloc((size_t)(total + 1) * sizeof *all)))
+        s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory for %lld piece records", (long long)total);
+    int64_t at = 0;
+    for (int r = 0; s == FSC_OK && r < N; r++) {
+        if (counts[r] > 0)
+            s = fsc_device_download(e->dev, all + at, drecv + (size_t)r * blk, (size_t)counts[r] * sizeof(ck_rec));
+        at += counts[r];
+    }
+    fsc_device_release(e->dev, dc);
+    fsc_device_release(e->dev, dsend);
+    fsc_device_release(e->dev, drecv);
+    free(counts);
+    if (s != FSC_OK) {
+        free(all);
+        return s;
+    }
+    *out = all;
+    *nout = (int)total;
+    return FSC_OK;
+}
+
+fsc_status ck_holdings(fsc_engine *e, fsc_holding **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    if (!e->st->holdings)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "checkpoint: the %s strategy does not declare what each rank holds",
+                         e->st->name);
+    return e->st->holdings(e, out, n);
+}
+
+float *ck_seg_ptr(fsc_engine *e, int state, int seg) {
+    return state == 0 ? fsc_optim_param(e->opt, seg) : fsc_optim_state(e->opt, seg, state - 1);
+}
+
+static int cmp_rec(const void *a, const void *b) {
+    const ck_rec *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+fsc_status ck_check_recs(fsc_engine *e, ck_rec *r, int n) {
+    qsort(r, (size_t)n, sizeof *r, cmp_rec);
+    int k = 0;
+    for (int t = 0; t < e->m->n_tensors; t++) {
+        uint64_t at = 0;
+        for (; k < n && r[k].t == t; k++) {
+            if (r[k].first != at)
+                return fsc_error(FSC_ERR_INTERNAL, "checkpoint: tensor %s: the ranks' pieces %s at element %llu "
+                                 "(a strategy's holdings are wrong)", e->m->info[t].name,
+                                 r[k].first < at ? "overlap" : "leave a gap", (unsigned long long)at);
+            at += r[k].n;
+        }
+        if (at != e->m->info[t].numel)
+            return fsc_error(FSC_ERR_INTERNAL, "checkpoint: tensor %s: the ranks write %llu of its %zu elements "
+                             "(a strategy's holdings are wrong)", e->m->info[t].name, (unsigned long long)at,
+                             e->m->info[t].numel);
+    }
+    if (k != n) return fsc_error(FSC_ERR_INTERNAL, "checkpoint: a piece names tensor %d of %d", r[k].t, e->m->n_tensors);
+    return FSC_OK;
+}
+
+/* The owner's device pointer for record rec and state: its write holding of the same range. */
+static float *owner_ptr(fsc_engine *e, const fsc_holding *h, int nh, const ck_rec *rec, int state) {
+    for (int i = 0; i < nh; i++)
+        if (h[i].write && h[i].tensor == rec->t && h[i].first == rec->first && h[i].n == rec->n)
+            return ck_seg_ptr(e, state, h[i].seg) + h[i].seg_off;
+    return NULL;
+}
+
+fsc_status ck_stream_tensor(fsc_engine *e, const ck_rec *recs, int nrecs, const fsc_holding *h, int nh, int state,
+                            int t, ck_sink sink, void *ctx, float *host, float *dbuf) {
+    fsc_comm *c = e->r->comm;
+    const int me = fsc_comm_rank(c);
+    fsc_status err = FSC_OK;
+    for (int k = 0; k < nrecs; k++) {
+        const ck_rec *rec = &recs[k];
+        if (rec->t != t || (me != 0 && me != rec->rank)) continue;
+        const float *src = NULL;
+        if (me == rec->rank) {
+            src = owner_ptr(e, h, nh, rec, state);
+            if (!src) return fsc_error(FSC_ERR_INTERNAL, "checkpoint: rank %d lost its piece of %s", me, e->m->info[t].name);
+        }
+        for (uint64_t off = 0; off < rec->n; off += CK_CHUNK) {
+            size_t n = rec->n - off < CK_CHUNK ? (size_t)(rec->n - off) : CK_CHUNK;
+            if (me == 0 && rec->rank == 0) {
+                FSC_TRY(fsc_device_download(e->dev, host, src + off, n * sizeof(float)));
+            } else if (me == 0) {
+                FSC_TRY(fsc_comm_recv(c, dbuf, n, FSC_F32, rec->rank));
+                FSC_TRY(fsc_device_download(e->dev, host, dbuf, n * sizeof(float)));
+            } else {
+                FSC_TRY(fsc_comm_send(c, src + off, n, FSC_F32, 0));
+                continue;
+            }
+            /* after a failed sink rank 0 keeps receiving, so no message is left queued */
+            if (err == FSC_OK) err = sink(ctx, rec->first + off, host, n);
+        }
+    }
+    return err;
+}

@@ -1,0 +1,259 @@
+/* Checkpoint files without an engine: directory names and listing (the newest complete checkpoint,
+ * removal of what interrupted saves left), synced writes, reading pieces with their checksums, and the
+ * structural and checksum verification behind fsc_ckpt_verify and the inspection tool.
+ * Checksums are zlib's crc32 over the bytes of each piece as stored. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+#include "ckpt_impl.h"
+
+static const char *errstr(int err, char *buf, size_t cap) { return strerror_r(err, buf, cap); }
+
+fsc_status ck_join(char *buf, size_t cap, const char *a, const char *b) {
+    int n = snprintf(buf, cap, "%s/%s", a, b);
+    if (n < 0 || (size_t)n >= cap) return fsc_error(FSC_ERR_INVALID, "checkpoint path %s/%s is too long", a, b);
+    return FSC_OK;
+}
+
+int ck_parse_step_name(const char *name, int64_t *step) {
+    if (strncmp(name, "step-", 5) != 0) return 0;
+    const char *d = name + 5;
+    size_t n = strlen(d);
+    if (n < 8 || n > 18) return 0;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] < '0' || d[i] > '9') return 0;
+        v = v * 10 + (d[i] - '0');
+    }
+    *step = v;
+    return 1;
+}
+
+/* A leftover of an interrupted save: "step-<digits>.tmp-<anything>". */
+static int is_tmp_name(const char *name) {
+    if (strncmp(name, "step-", 5) != 0) return 0;
+    const char *p = name + 5;
+    while (*p >= '0' && *p <= '9') p++;
+    return p > name + 5 && strncmp(p, ".tmp-", 5) == 0;
+}
+
+fsc_status ck_remove_dir(const char *path) {
+    char eb[128], file[4096];
+    DIR *d = opendir(path);
+    if (!d) {
+        if (errno == ENOENT) return FSC_OK;
+        return fsc_error(FSC_ERR_IO, "%s: cannot open the directory: %s", path, errstr(errno, eb, sizeof eb));
+    }
+    fsc_status s = FSC_OK;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (ck_join(file, sizeof file, path, de->d_name) != FSC_OK) continue;
+        if (unlink(file) != 0 && errno != ENOENT && s == FSC_OK)
+            s = fsc_error(FSC_ERR_IO, "%s: cannot remove: %s", file, errstr(errno, eb, sizeof eb));
+    }
+    closedir(d);
+    if (s == FSC_OK && rmdir(path) != 0 && errno != ENOENT)
+        s = fsc_error(FSC_ERR_IO, "%s: cannot remove the directory: %s", path, errstr(errno, eb, sizeof eb));
+    return s;
+}
+
+fsc_status ck_fsync_dir(const char *path) {
+    char eb[128];
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return fsc_error(FSC_ERR_IO, "%s: cannot open the directory: %s", path, errstr(errno, eb, sizeof eb));
+    fsc_status s = FSC_OK;
+    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
+        s = fsc_error(FSC_ERR_IO, "%s: cannot fsync the directory: %s", path, errstr(errno, eb, sizeof eb));
+    close(fd);
+    return s;
+}
+
+fsc_status ck_write_synced(const char *path, const void *buf, size_t len) {
+    char eb[128];
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) return fsc_error(FSC_ERR_IO, "%s: cannot create: %s", path, errstr(errno, eb, sizeof eb));
+    const char *p = buf;
+    fsc_status s = FSC_OK;
+    while (len > 0 && s == FSC_OK) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) s = fsc_error(FSC_ERR_IO, "%s: write failed: %s", path, w < 0 ? errstr(errno, eb, sizeof eb) : "no progress");
+        else { p += w; len -= (size_t)w; }
+    }
+    if (s == FSC_OK && fsync(fd) != 0) s = fsc_error(FSC_ERR_IO, "%s: fsync failed: %s", path, errstr(errno, eb, sizeof eb));
+    if (close(fd) != 0 && s == FSC_OK) s = fsc_error(FSC_ERR_IO, "%s: close failed: %s", path, errstr(errno, eb, sizeof eb));
+    return s;
+}
+
+fsc_status ck_read_all(const char *path, size_t max, char **out, size_t *len) {
+    char eb[128];
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return fsc_error(FSC_ERR_IO, "%s: cannot open: %s", path, errstr(errno, eb, sizeof eb));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return fsc_error(FSC_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return fsc_error(FSC_ERR_FORMAT, "%s: %lld bytes, above the limit of %zu", path, (long long)st.st_size, max);
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for %zu bytes", path, n);
+    }
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != n) {
+        free(buf);
+        return fsc_error(FSC_ERR_IO, "%s: read %zu of %zu bytes", path, got, n);
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return FSC_OK;
+}
+
+fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tensor *t, const fsc_ckpt_piece *p,
+                         float *buf, ck_sink sink, void *ctx) {
+    const fsc_st_entry *en = fsc_st_find(f, p->entry);
+    if (!en)
+        return fsc_error(FSC_ERR_FORMAT, "%s: entry %s (tensor %s, elements [%llu, %llu)) is missing", fname, p->entry,
+                         t->name, (unsigned long long)p->first, (unsigned long long)(p->first + p->n));
+    uint64_t numel = 1;
+    for (int d = 0; d < en->ndim; d++) numel *= (uint64_t)en->shape[d];
+    if (en->dtype != FSC_F32 || numel != p->n)
+        return fsc_error(FSC_ERR_FORMAT, "%s: entry %s (tensor %s) holds %llu %s elements; the metadata says %llu F32",
+                         fname, p->entry, t->name, (unsigned long long)numel, fsc_dtype_name(en->dtype),
+                         (unsigned long long)p->n);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (uint64_t off = 0; off < p->n;) {
+        size_t k = p->n - off < CK_CHUNK ? (size_t)(p->n - off) : CK_CHUNK;
+        fsc_status s = fsc_st_read(f, en, buf, off, k);
+        if (s != FSC_OK) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "%s", fsc_last_error());
+            return fsc_error(s, "tensor %s: %s", t->name, msg);
+        }
+        crc = crc32(crc, (const Bytef *)buf, (uInt)(k * sizeof(float)));
+        if (sink) FSC_TRY(sink(ctx, p->first + off, buf, k));
+        off += k;
+    }
+    if ((uint32_t)crc != p->crc32)
+        return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s, elements [%llu, %llu) (entry %s): checksum %08x does not match "
+                         "the metadata's %08x: the file is corrupted", fname, t->name, (unsigned long long)p->first,
+                         (unsigned long long)(p->first + p->n), p->entry, (unsigned)crc, (unsigned)p->crc32);
+    return FSC_OK;
+}
+
+fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f, int check_data) {
+    if (!m || !f || file < 0 || file >= m->nfiles)
+        return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_check_file: no metadata, no file or file index %d out of range", file);
+    const char *fname = m->files[file];
+    float *buf = check_data ? malloc(CK_CHUNK * sizeof(float)) : NULL;
+    if (check_data && !buf) return fsc_error(FSC_ERR_NOMEM, "%s: out of host memory", fname);
+    fsc_status s = FSC_OK;
+    int used = 0;
+    for (int i = 0; i < m->ntensors && s == FSC_OK; i++) {
+        const fsc_ckpt_tensor *t = &m->tensors[i];
+        for (int k = 0; k < t->npieces && s == FSC_OK; k++) {
+            const fsc_ckpt_piece *p = &t->pieces[k];
+            if (p->file != file) continue;
+            used++;
+            if (check_data) {
+                s = ck_read_piece(f, fname, t, p, buf, NULL, NULL);
+                continue;
+            }
+            const fsc_st_entry *en = fsc_st_find(f, p->entry);
+            uint64_t numel = 1;
+            for (int d = 0; en && d < en->ndim; d++) numel *= (uint64_t)en->shape[d];
+            if (!en || en->dtype != FSC_F32 || numel != p->n)
+                s = fsc_error(FSC_ERR_FORMAT, "%s: entry %s of tensor %s is missing or not %llu F32 elements", fname,
+                              p->entry, t->name, (unsigned long long)p->n);
+        }
+    }
+    free(buf);
+    /* pieces name distinct entries (metadata validation), so equal counts mean no stray entries */
+    if (s == FSC_OK && used != fsc_st_count(f))
+        s = fsc_error(FSC_ERR_FORMAT, "%s: holds %d entries but the metadata places %d pieces in it", fname,
+                      fsc_st_count(f), used);
+    return s;
+}
+
+fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out) {
+    if (out) *out = NULL;
+    fsc_ckpt_meta *m;
+    FSC_TRY(fsc_ckpt_meta_read(path, &m));
+    fsc_status s = FSC_OK;
+    char file[4096];
+    for (int i = 0; i < m->nfiles && s == FSC_OK; i++) {
+        fsc_st_file *f = NULL;
+        s = ck_join(file, sizeof file, path, m->files[i]);
+        if (s == FSC_OK) s = fsc_st_open(file, &f);
+        if (s == FSC_OK) s = fsc_ckpt_check_file(m, i, f, 1);
+        fsc_st_close(f);
+    }
+    if (s == FSC_OK && out) *out = m;
+    else fsc_ckpt_meta_free(m);
+    return s;
+}
+
+fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *step) {
+    char eb[128], meta[4096];
+    if (!dir || !path || !step || cap == 0) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest: NULL argument");
+    path[0] = 0;
+    *step = -1;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return FSC_OK;
+        return fsc_error(FSC_ERR_IO, "%s: cannot list the checkpoint directory: %s", dir, errstr(errno, eb, sizeof eb));
+    }
+    char best[256] = "";
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        int64_t s;
+        if (!ck_parse_step_name(de->d_name, &s) || s <= *step) continue;
+        struct stat st;
+        int n = snprintf(meta, sizeof meta, "%s/%s/%s", dir, de->d_name, CK_META_NAME);
+        if (n < 0 || (size_t)n >= sizeof meta || stat(meta, &st) != 0) continue; /* not a checkpoint */
+        *step = s;
+        snprintf(best, sizeof best, "%s", de->d_name);
+    }
+    closedir(d);
+    if (*step < 0) return FSC_OK;
+    fsc_status s = ck_join(path, cap, dir, best);
+    if (s != FSC_OK) *step = -1;
+    return s;
+}
+
+fsc_status fsc_ckpt_clean(const char *dir) {
+    char eb[128], p[4096];
+    if (!dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_clean: dir is NULL");
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return FSC_OK;
+        return fsc_error(FSC_ERR_IO, "%s: cannot list the checkpoint directory: %s", dir, errstr(errno, eb, sizeof eb));
+    }
+    fsc_status s = FSC_OK;
+    for (struct dirent *de; (de = readdir(d)) != NULL && s == FSC_OK;) {
+        if (!is_tmp_name(de->d_name)) continue;
+        s = ck_join(p, sizeof p, dir, de->d_name);
+        if (s == FSC_OK) s = ck_remove_dir(p);
+    }
+    closedir(d);
+    return s;
+}

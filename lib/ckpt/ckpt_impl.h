@@ -1,0 +1,71 @@
+/* Private: what the checkpoint files share (ckpt_meta.c, ckpt_fs.c, ckpt_save.c, ckpt_load.c).
+ * Global tensors of a checkpoint are numbered g = state * n_tensors + t: state 0 the parameters, state
+ * k >= 1 the optimizer's state k-1 (fsc_optim_state), t the GPT tensor index. */
+#ifndef FSC_CKPT_IMPL_H
+#define FSC_CKPT_IMPL_H
+#include "fsc/fsc.h"
+#include "fsc/ckpt.h"
+#include "parallel/engine_impl.h"
+
+#define CK_CHUNK ((size_t)1 << 16)          /* floats per bounded host or device transfer (256 KiB) */
+#define CK_MAX_META ((size_t)256 << 20)     /* metadata.json above 256 MiB is refused */
+#define CK_META_NAME "metadata.json"
+
+/* ---- ckpt_meta.c ---- */
+/* The metadata as JSON text (malloc'd), or NULL when out of memory. */
+char *ck_meta_json(const fsc_ckpt_meta *m);
+/* "m", "v" (AdamW), "momentum" (SGD); NULL for a state the optimizer kind does not have. */
+const char *ck_state_name(fsc_optim_kind kind, int which);
+/* States an optimizer configuration keeps (as fsc_optim_num_states). */
+int ck_num_states(const fsc_optim_config *oc);
+/* The global name of state `state` (0: the parameter) of a tensor: "optim.m.wte.weight". */
+void ck_global_name(char *buf, size_t cap, fsc_optim_kind kind, int state, const char *tensor);
+
+/* ---- ckpt_fs.c ---- */
+/* a + "/" + b into buf; FSC_ERR_INVALID if it does not fit */
+fsc_status ck_join(char *buf, size_t cap, const char *a, const char *b);
+/* Whether name is "step-" followed by 8 or more digits (*step set), nothing else. */
+int ck_parse_step_name(const char *name, int64_t *step);
+/* Remove a directory and the plain files in it. */
+fsc_status ck_remove_dir(const char *path);
+fsc_status ck_fsync_dir(const char *path);
+/* Write len bytes to path (created, must not exist), fsync, close. */
+fsc_status ck_write_synced(const char *path, const void *buf, size_t len);
+/* Read a whole file of at most max bytes (malloc'd, NUL-terminated). */
+fsc_status ck_read_all(const char *path, size_t max, char **out, size_t *len);
+
+/* Receives consecutive elements of a tensor: elements [first, first + n) in host memory. */
+typedef fsc_status (*ck_sink)(void *ctx, uint64_t first, const float *host, size_t n);
+/* Stream piece p of tensor t from file f (called fname in messages) in chunks of CK_CHUNK elements through
+ * host buffer buf, pass each chunk to sink (may be NULL) and compare the crc32 at the end. */
+fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tensor *t, const fsc_ckpt_piece *p,
+                         float *buf, ck_sink sink, void *ctx);
+
+/* ---- ckpt_comm.c ---- */
+/* Every rank of the world returns the same verdict: FSC_OK if every rank passed FSC_OK, else the status
+ * and message of the lowest failing rank ("rank 2: ..." on the others). */
+fsc_status ck_agree(fsc_engine *e, fsc_status mine);
+/* Broadcast len bytes of host memory from world rank 0. */
+fsc_status ck_bcast_host(fsc_engine *e, void *host, size_t len);
+
+/* One piece a rank writes: elements [first, first + n) of GPT tensor t (every state of the optimizer). */
+typedef struct {
+    int32_t t, rank;
+    uint64_t first, n;
+    uint32_t crc[4];  /* per state (sharded save): 0 params, 1.. optimizer states */
+} ck_rec;
+/* Collective: every rank's records, rank-major, on every rank (*out malloc'd). */
+fsc_status ck_gather_recs(fsc_engine *e, const ck_rec *mine, int n, ck_rec **out, int *nout);
+/* This rank's holdings (array from malloc); FSC_ERR_UNSUPPORTED if the strategy declares none. */
+fsc_status ck_holdings(fsc_engine *e, fsc_holding **out, int *n);
+/* Device pointer of state `state` (0: parameters) of segment seg. */
+float *ck_seg_ptr(fsc_engine *e, int state, int seg);
+/* Collective: the pieces of tensor t in state `state` (recs sorted by first, on every rank) to rank 0,
+ * which passes them to sink in element order, one chunk at a time through host (CK_CHUNK floats) and,
+ * for pieces of other ranks, device buffer dbuf (CK_CHUNK floats); h/nh: this rank's holdings. */
+fsc_status ck_stream_tensor(fsc_engine *e, const ck_rec *recs, int nrecs, const fsc_holding *h, int nh, int state,
+                            int t, ck_sink sink, void *ctx, float *host, float *dbuf);
+/* Sort records by (t, first) and check that for every held tensor they tile it exactly once. */
+fsc_status ck_check_recs(fsc_engine *e, ck_rec *r, int n);
+
+#endif

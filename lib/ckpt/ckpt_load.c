@@ -1,0 +1,194 @@
+/* Loading training checkpoints into an engine of any world size and parallel setting (ckpt.h).
+ *
+ * Every rank reads and validates metadata.json, checks it against its engine (model configuration,
+ * optimizer kind, every tensor present with its shape, nothing extra), then for each piece this rank
+ * holds (the strategy's holdings, replicas included) reads the element ranges from whichever files hold
+ * them: each overlapping piece is streamed through one CK_CHUNK host buffer, the overlaps are uploaded into
+ * the optimizer's segments, and the piece's crc32 is checked. Then the optimizer's step count and the loss
+ * scaler, and the strategy's after_load (refresh derived copies). Each phase ends in ck_agree.
+ * Resume: rank 0 removes leftover temporary directories and picks the newest complete checkpoint. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ckpt_impl.h"
+
+typedef struct {
+    fsc_engine *e;
+    const char *path;        /* the checkpoint directory */
+    fsc_ckpt_meta *m;
+    fsc_st_file **files;     /* opened when first needed */
+    float *host;             /* CK_CHUNK floats */
+    fsc_holding *h;
+    int nh;
+} loader;
+
+static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    fsc_shape_str(buf, cap, ndim, shape);
+}
+
+/* The engine's model, optimizer and tensors against the metadata. */
+static fsc_status check_compat(loader *L) {
+    const fsc_engine *e = L->e;
+    const fsc_ckpt_meta *m = L->m;
+    const fsc_gpt_config *a = &m->model, *b = &e->cfg;
+    if (a->layers != b->layers || a->dim != b->dim || a->heads != b->heads || a->seq != b->seq || a->vocab != b->vocab)
+        return fsc_error(FSC_ERR_INVALID, "%s: written for a model of %d layers, width %d, %d heads, context %d, "
+                         "vocab %d; this engine's model has %d, %d, %d, %d, %d", L->path, a->layers, a->dim, a->heads,
+                         a->seq, a->vocab, b->layers, b->dim, b->heads, b->seq, b->vocab);
+    if (m->optim.kind != e->oc.kind)
+        return fsc_error(FSC_ERR_INVALID, "%s: written with optimizer %s; this engine uses %s", L->path,
+                         m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd", e->oc.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
+    const int nstates = fsc_optim_num_states(e->opt), T = e->m->n_tensors;
+    char name[FSC_ST_MAX_NAME], s1[96], s2[96];
+    for (int st = 0; st <= nstates; st++)
+        for (int t = 0; t < T; t++) {
+            const fsc_param_info *pi = &e->m->info[t];
+            ck_global_name(name, sizeof name, e->oc.kind, st, pi->name);
+            const fsc_ckpt_tensor *ct = fsc_ckpt_meta_find(m, name);
+            if (!ct)
+                return fsc_error(FSC_ERR_FORMAT, "%s: has no tensor %s%s", L->path, name,
+                                 st > 0 ? " (was it written without optimizer momentum?)" : "");
+            int same = ct->ndim == pi->ndim;
+            for (int d = 0; same && d < pi->ndim; d++) same = ct->shape[d] == pi->shape[d];
+            if (!same) {
+                shape_text(s1, sizeof s1, ct->ndim, ct->shape);
+                shape_text(s2, sizeof s2, pi->ndim, pi->shape);
+                return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has shape %s in the checkpoint but %s in the model",
+                                 L->path, name, s1, s2);
+            }
+        }
+    if (m->ntensors != (nstates + 1) * T) {
+        for (int i = 0; i < m->ntensors; i++) {
+            const char *n = m->tensors[i].name;
+            int known = 0;
+            for (int st = 0; st <= nstates && !known; st++)
+                for (int t = 0; t < T && !known; t++) {
+                    ck_global_name(name, sizeof name, e->oc.kind, st, e->m->info[t].name);
+                    known = !strcmp(name, n);
+                }
+            if (!known)
+                return fsc_error(FSC_ERR_FORMAT, "%s: holds tensor %s, which this engine has no place for (its "
+                                 "optimizer keeps %d state%s per parameter)", L->path, n, nstates, nstates == 1 ? "" : "s");
+        }
+    }
+    return FSC_OK;
+}
+
+static fsc_status open_file(loader *L, int i, const char *tensor, fsc_st_file **out, char *fname, size_t cap) {
+    FSC_TRY(ck_join(fname, cap, L->path, L->m->files[i]));
+    if (!L->files[i]) {
+        fsc_status s = fsc_st_open(fname, &L->files[i]);
+        if (s != FSC_OK) {
+            char msg[700];
+            snprintf(msg, sizeof msg, "%s", fsc_last_error());
+            return fsc_error(s, "loading tensor %s: %s", tensor, msg);
+        }
+    }
+    *out = L->files[i];
+    return FSC_OK;
+}
+
+typedef struct {
+    loader *L;
+    int state, t;
+} sink_ctx;
+
+/* Upload the part of elements [first, first + n) that each of this rank's holdings of tensor t covers. */
+static fsc_status upload(void *ctx, uint64_t first, const float *host, size_t n) {
+    sink_ctx *c = ctx;
+    loader *L = c->L;
+    for (int i = 0; i < L->nh; i++) {
+        const fsc_holding *h = &L->h[i];
+        if (h->tensor != c->t) continue;
+        uint64_t a = first > h->first ? first : h->first;
+        uint64_t b = first + n < h->first + h->n ? first + n : h->first + h->n;
+        if (a >= b) continue;
+        float *dst = ck_seg_ptr(L->e, c->state, h->seg) + h->seg_off + (a - h->first);
+        FSC_TRY(fsc_device_upload(L->e->dev, dst, host + (a - first), (size_t)(b - a) * sizeof(float)));
+    }
+    return FSC_OK;
+}
+
+static int needed(const loader *L, int t, const fsc_ckpt_piece *p) {
+    for (int i = 0; i < L->nh; i++) {
+        const fsc_holding *h = &L->h[i];
+        if (h->tensor == t && h->first < p->first + p->n && p->first < h->first + h->n) return 1;
+    }
+    return 0;
+}
+
+static fsc_status load_tensors(loader *L) {
+    fsc_engine *e = L->e;
+    const int nstates = fsc_optim_num_states(e->opt);
+    char name[FSC_ST_MAX_NAME], fname[4096];
+    for (int st = 0; st <= nstates; st++)
+        for (int t = 0; t < e->m->n_tensors; t++) {
+            ck_global_name(name, sizeof name, e->oc.kind, st, e->m->info[t].name);
+            const fsc_ckpt_tensor *ct = fsc_ckpt_meta_find(L->m, name);
+            sink_ctx c = { L, st, t };
+            for (int k = 0; ct && k < ct->npieces; k++) {
+                const fsc_ckpt_piece *p = &ct->pieces[k];
+                if (!needed(L, t, p)) continue;
+                fsc_st_file *f = NULL;
+                FSC_TRY(open_file(L, p->file, ct->name, &f, fname, sizeof fname));
+                FSC_TRY(ck_read_piece(f, fname, ct, p, L->host, upload, &c));
+            }
+        }
+    return FSC_OK;
+}
+
+static void restore_counters(loader *L) {
+    fsc_engine *e = L->e;
+    fsc_optim_set_steps(e->opt, L->m->optim_steps);
+    if (e->use_scaler && L->m->scaler_enabled) e->scaler = L->m->scaler;
+}
+
+fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
+    if (!e || !path) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_load: no engine or no path");
+    loader L = { .e = e, .path = path };
+    fsc_status s = fsc_ckpt_meta_read(path, &L.m);
+    if (s == FSC_OK) s = check_compat(&L);
+    if (s == FSC_OK) s = ck_holdings(e, &L.h, &L.nh);
+    if (s == FSC_OK) {
+        L.files = calloc((size_t)L.m->nfiles + 1, sizeof *L.files);
+        L.host = malloc(CK_CHUNK * sizeof(float));
+        if (!L.files || !L.host) s = fsc_error(FSC_ERR_NOMEM, "%s: out of host memory", path);
+    }
+    s = ck_agree(e, s);
+    if (s == FSC_OK) s = ck_agree(e, load_tensors(&L));
+    if (s == FSC_OK) {
+        restore_counters(&L);
+        if (step) *step = L.m->step;
+        s = ck_agree(e, e->st->after_load ? e->st->after_load(e) : FSC_OK);
+    }
+    for (int i = 0; L.files && i < L.m->nfiles; i++) fsc_st_close(L.files[i]);
+    free(L.files);
+    free(L.host);
+    free(L.h);
+    fsc_ckpt_meta_free(L.m);
+    return s;
+}
+
+fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step) {
+    if (!e || !dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_resume: no engine or no directory");
+    char path[4096] = "", base[128] = "";
+    int64_t found = -1;
+    fsc_status s = FSC_OK;
+    if (e->r->rank == 0) {
+        s = fsc_ckpt_clean(dir);
+        if (s == FSC_OK) s = fsc_ckpt_latest(dir, path, sizeof path, &found);
+        if (s == FSC_OK && found >= 0) {
+            const char *slash = strrchr(path, '/');
+            snprintf(base, sizeof base, "%s", slash ? slash + 1 : path);
+        }
+    }
+    s = ck_agree(e, s);
+    if (s == FSC_OK) s = ck_agree(e, ck_bcast_host(e, base, sizeof base));
+    if (s != FSC_OK) return s;
+    base[sizeof base - 1] = 0;
+    if (!base[0])
+        return fsc_error(FSC_ERR_IO, "%s: no complete checkpoint to resume from (a step-NNNNNNNN directory with "
+                         "metadata.json)", dir);
+    FSC_TRY(ck_join(path, sizeof path, dir, base));
+    return fsc_ckpt_load(e, path, step);
+}

@@ -1,0 +1,424 @@
+/* Saving training checkpoints (ckpt.h).
+ *
+ * Both formats: rank 0 makes DIR/step-N.tmp-XXXXXX and broadcasts its name; the data files are written
+ * and fsynced; the ranks' piece records (tensor, element range, crc32 per state) are gathered and checked
+ * to tile every tensor exactly once; rank 0 writes metadata.json (fsynced), fsyncs the directory, renames
+ * it to DIR/step-N and fsyncs DIR. Every phase ends in ck_agree, so all ranks return the same status.
+ *   sharded: each rank writes the pieces its holdings mark `write`, straight from the optimizer's
+ *            segments through one CK_CHUNK host buffer (no gather, no extra device memory);
+ *   full:    rank 0 writes model.safetensors (the single-rank weights layout) and optim.safetensors,
+ *            receiving the other ranks' pieces one CK_CHUNK at a time.
+ * A failed save removes its temporary directory; an injected crash (tests) leaves it, as a dead process
+ * would. Not here: reading (ckpt_load.c), the metadata text (ckpt_meta.c). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+#include "ckpt_impl.h"
+
+#define TMP_NAME 96
+
+static const char *errstr(int err, char *buf, size_t cap) { return strerror_r(err, buf, cap); }
+
+static fsc_status crash(fsc_engine *e, const char *where) {
+    return fsc_error(FSC_ERR_IO, "checkpoint: injected crash of rank %d %s (test)", e->r->rank, where);
+}
+
+static int crashes(const fsc_engine *e, const fsc_ckpt_save_opts *o, fsc_ckpt_crash at) {
+    return o->crash_at == at && o->crash_rank == e->r->rank;
+}
+
+/* This rank's holdings and, sorted by (tensor, first), the indices of those it writes. */
+typedef struct {
+    fsc_holding *h;
+    int nh;
+    int *w;
+    int nw;
+} held;
+
+static int cmp_w(const void *a, const void *b, void *ctx) {
+    const fsc_holding *h = ctx, *x = &h[*(const int *)a], *y = &h[*(const int *)b];
+    if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+static fsc_status held_make(fsc_engine *e, held *hd) {
+    memset(hd, 0, sizeof *hd);
+    FSC_TRY(ck_holdings(e, &hd->h, &hd->nh));
+    hd->w = malloc(((size_t)hd->nh + 1) * sizeof(int));
+    if (!hd->w) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
+    for (int i = 0; i < hd->nh; i++)
+        if (hd->h[i].write && hd->h[i].n > 0) hd->w[hd->nw++] = i;
+    qsort_r(hd->w, (size_t)hd->nw, sizeof(int), cmp_w, hd->h);
+    return FSC_OK;
+}
+
+static void held_free(held *hd) {
+    free(hd->h);
+    free(hd->w);
+}
+
+/* ---- sharded: this rank's file ---- */
+
+static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, int nstates, ck_rec *recs,
+                              const fsc_ckpt_save_opts *o) {
+    char path[4096], fname[64], name[FSC_ST_MAX_NAME];
+    snprintf(fname, sizeof fname, "rank-%05d-of-%05d.safetensors", e->r->rank, e->r->world);
+    FSC_TRY(ck_join(path, sizeof path, tmp, fname));
+    fsc_st_writer *w = NULL;
+    float *host = malloc(CK_CHUNK * sizeof(float));
+    fsc_status s = host ? fsc_st_writer_open(path, &w) : fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
+    for (int st = 0; st <= nstates && s == FSC_OK; st++)
+        for (int k = 0; k < hd->nw && s == FSC_OK; k++) {
+            const fsc_holding *h = &hd->h[hd->w[k]];
+            char g[FSC_ST_MAX_NAME];
+            ck_global_name(g, sizeof g, e->oc.kind, st, e->m->info[h->tensor].name);
+            snprintf(name, sizeof name, "%.120s@%zu", g, h->first);
+            int64_t shape = (int64_t)h->n;
+            s = fsc_st_writer_add(w, name, FSC_F32, 1, &shape);
+        }
+    if (s == FSC_OK) s = fsc_st_writer_meta(w, "format", "fsc-checkpoint-shard");
+    if (s == FSC_OK) s = fsc_st_writer_begin_data(w);
+    int entry = 0;
+    for (int st = 0; st <= nstates && s == FSC_OK; st++)
+        for (int k = 0; k < hd->nw && s == FSC_OK; k++, entry++) {
+            const fsc_holding *h = &hd->h[hd->w[k]];
+            const float *src = ck_seg_ptr(e, st, h->seg) + h->seg_off;
+            uLong crc = crc32(0L, Z_NULL, 0);
+            for (size_t off = 0; off < h->n && s == FSC_OK; off += CK_CHUNK) {
+                size_t n = h->n - off < CK_CHUNK ? h->n - off : CK_CHUNK;
+                s = fsc_device_download(e->dev, host, src + off, n * sizeof(float));
+                if (s == FSC_OK) crc = crc32(crc, (const Bytef *)host, (uInt)(n * sizeof(float)));
+                if (s == FSC_OK) s = fsc_st_writer_write(w, entry, host, off, n);
+            }
+            recs[k].crc[st] = (uint32_t)crc;
+            if (s == FSC_OK && entry == 0 && crashes(e, o, FSC_CKPT_CRASH_MID_SHARD)) s = crash(e, "mid-shard");
+        }
+    if (s == FSC_OK) {
+        s = fsc_st_writer_commit(w);
+        w = NULL;
+    }
+    fsc_st_writer_abort(w);
+    free(host);
+    return s;
+}
+
+/* ---- the metadata ---- */
+
+static void meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_ckpt_format fmt) {
+    m->format = fmt;
+    m->step = step;
+    m->optim_steps = fsc_optim_steps(e->opt);
+    m->seed = e->seed;
+    m->model = e->cfg;
+    m->optim = e->oc;
+    m->kind = e->po.kind;
+    m->shard = e->po.shard;
+    m->world = e->r->world;
+    m->pp = e->po.pp;
+    m->hybrid_group = e->po.hybrid_group;
+    m->accum = e->po.accum;
+    m->param_dtype = e->po.param_dtype;
+    m->reduce_dtype = e->po.reduce_dtype;
+    m->clip = e->po.clip;
+    m->scaler_enabled = e->use_scaler;
+    m->scaler = e->scaler;
+}
+
+/* Rank 0: the metadata of the gathered records (sorted by tensor, first). Sharded: file of rank r is
+ * rank-r-of-N; full: model.safetensors and optim.safetensors with one piece per tensor (crc from fcrc). */
+static fsc_status meta_build(fsc_engine *e, fsc_ckpt_meta *m, const ck_rec *recs, int n, int nstates,
+                             const uint32_t *fcrc) {
+    const int T = e->m->n_tensors, N = e->r->world;
+    int *fidx = malloc(((size_t)N + 1) * sizeof(int));
+    m->files = calloc((size_t)(m->format == FSC_CKPT_FULL ? 2 : N) + 1, sizeof *m->files);
+    m->tensors = calloc((size_t)T * (size_t)(nstates + 1), sizeof *m->tensors);
+    if (!fidx || !m->files || !m->tensors) {
+        free(fidx);
+        return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory for the metadata");
+    }
+    if (m->format == FSC_CKPT_FULL) {
+        snprintf(m->files[m->nfiles++], FSC_CKPT_MAX_FILE, "model.safetensors");
+        if (nstates > 0) snprintf(m->files[m->nfiles++], FSC_CKPT_MAX_FILE, "optim.safetensors");
+    } else {
+        for (int r = 0; r < N; r++) fidx[r] = -1;
+        for (int k = 0; k < n; k++) fidx[recs[k].rank] = 0;
+        for (int r = 0; r < N; r++)
+            if (fidx[r] == 0) {
+                fidx[r] = m->nfiles;
+                snprintf(m->files[m->nfiles++], FSC_CKPT_MAX_FILE, "rank-%05d-of-%05d.safetensors", r, N);
+            }
+    }
+    fsc_status s = FSC_OK;
+    for (int st = 0; st <= nstates && s == FSC_OK; st++) {
+        for (int t = 0; t < T && s == FSC_OK; t++) {
+            const fsc_param_info *pi = &e->m->info[t];
+            fsc_ckpt_tensor *ct = &m->tensors[m->ntensors++];
+            ck_global_name(ct->name, sizeof ct->name, e->oc.kind, st, pi->name);
+            ct->dtype = FSC_F32;
+            ct->ndim = pi->ndim;
+            for (int d = 0; d < pi->ndim; d++) ct->shape[d] = pi->shape[d];
+            ct->numel = pi->numel;
+            int np = 0;
+            for (int k = 0; k < n; k++) np += recs[k].t == t;
+            ct->pieces = calloc((size_t)np + 1, sizeof *ct->pieces);
+            if (!ct->pieces) {
+                s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory for the metadata");
+                break;
+            }
+            if (m->format == FSC_CKPT_FULL) {
+                ct->pieces[ct->npieces++] = (fsc_ckpt_piece){ .file = st == 0 ? 0 : 1, .first = 0, .n = pi->numel,
+                                                              .crc32 = fcrc[st * T + t] };
+                snprintf(ct->pieces[0].entry, sizeof ct->pieces[0].entry, "%s", ct->name);
+                continue;
+            }
+            for (int k = 0; k < n; k++) {
+                if (recs[k].t != t) continue;
+                fsc_ckpt_piece *p = &ct->pieces[ct->npieces++];
+                p->file = fidx[recs[k].rank];
+                p->first = recs[k].first;
+                p->n = recs[k].n;
+                p->crc32 = recs[k].crc[st];
+                snprintf(p->entry, sizeof p->entry, "%.120s@%llu", ct->name, (unsigned long long)recs[k].first);
+            }
+        }
+    }
+    free(fidx);
+    return s;
+}
+
+/* Rank 0: metadata.json into tmp, then the rename onto final (an existing final is moved aside first and
+ * removed after), with the directory syncs that make it durable. */
+static fsc_status finish(fsc_engine *e, const fsc_ckpt_meta *m, const char *dir, const char *tmp, const char *final,
+                         const fsc_ckpt_save_opts *o) {
+    char eb[128], path[4096];
+    char *json = ck_meta_json(m);
+    if (!json) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of memory for metadata.json");
+    fsc_ckpt_meta *back = NULL; /* what a reader will see must validate */
+    fsc_status s = fsc_ckpt_meta_parse(json, strlen(json), "checkpoint metadata (as written)", &back);
+    fsc_ckpt_meta_free(back);
+    if (s == FSC_OK && crashes(e, o, FSC_CKPT_CRASH_BEFORE_META)) s = crash(e, "before metadata.json");
+    if (s == FSC_OK) s = ck_join(path, sizeof path, tmp, CK_META_NAME);
+    if (s == FSC_OK) s = ck_write_synced(path, json, strlen(json));
+    free(json);
+    if (s == FSC_OK) s = ck_fsync_dir(tmp);
+    if (s == FSC_OK && crashes(e, o, FSC_CKPT_CRASH_BEFORE_RENAME)) s = crash(e, "before the rename");
+    if (s != FSC_OK) return s;
+    char old[4096] = "";
+    if (rename(tmp, final) != 0) {
+        if (errno != ENOTEMPTY && errno != EEXIST)
+            return fsc_error(FSC_ERR_IO, "%s: cannot rename %s onto it: %s", final, tmp, errstr(errno, eb, sizeof eb));
+        /* the same step again: move the old one to a temporary name (resume removes it if we die) */
+        int n = snprintf(old, sizeof old, "%s.tmp-replaced-XXXXXX", final);
+        if (n < 0 || (size_t)n >= sizeof old || !mkdtemp(old))
+            return fsc_error(FSC_ERR_IO, "%s: cannot make a directory to move the old checkpoint aside", final);
+        if (rename(final, old) != 0 || rename(tmp, final) != 0)
+            return fsc_error(FSC_ERR_IO, "%s: cannot replace the existing checkpoint: %s", final,
+                             errstr(errno, eb, sizeof eb));
+    }
+    s = ck_fsync_dir(dir);
+    if (s == FSC_OK && old[0]) s = ck_remove_dir(old);
+    return s;
+}
+
+/* ---- full: rank 0 writes every tensor, streamed from its owners ---- */
+
+typedef struct {
+    fsc_st_writer *w;
+    int entry;
+    uLong crc;
+} full_sink;
+
+static fsc_status to_writer(void *ctx, uint64_t first, const float *host, size_t n) {
+    full_sink *fs = ctx;
+    fs->crc = crc32(fs->crc, (const Bytef *)host, (uInt)(n * sizeof(float)));
+    return fsc_st_writer_write(fs->w, fs->entry, host, first, n);
+}
+
+/* Collective; on rank 0 fcrc[st * T + t] receives each tensor's crc32. */
+static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, const ck_rec *recs, int n, int nstates,
+                             uint32_t *fcrc, const fsc_ckpt_save_opts *o) {
+    const int T = e->m->n_tensors, root = e->r->rank == 0;
+    fsc_st_writer *w[2] = { NULL, NULL };
+    float *host = NULL, *dbuf = NULL;
+    char path[4096], name[FSC_ST_MAX_NAME];
+    fsc_status s = FSC_OK;
+    if (root) {
+        host = malloc(CK_CHUNK * sizeof(float));
+        if (!host) s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
+        if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf);
+        for (int f = 0; f < (nstates > 0 ? 2 : 1) && s == FSC_OK; f++) {
+            s = ck_join(path, sizeof path, tmp, f == 0 ? "model.safetensors" : "optim.safetensors");
+            if (s == FSC_OK) s = fsc_st_writer_open(path, &w[f]);
+            for (int st = f == 0 ? 0 : 1; st <= (f == 0 ? 0 : nstates) && s == FSC_OK; st++)
+                for (int t = 0; t < T && s == FSC_OK; t++) {
+                    const fsc_param_info *pi = &e->m->info[t];
+                    ck_global_name(name, sizeof name, e->oc.kind, st, pi->name);
+                    s = fsc_st_writer_add(w[f], name, FSC_F32, pi->ndim, pi->shape);
+                }
+            if (s == FSC_OK) s = fsc_st_writer_meta(w[f], "format", "pt");
+            if (s == FSC_OK) s = fsc_st_writer_begin_data(w[f]);
+        }
+    }
+    s = ck_agree(e, s); /* the owners start sending only once rank 0 can receive */
+    for (int st = 0; st <= nstates && s == FSC_OK; st++) {
+        for (int t = 0; t < T && s == FSC_OK; t++) {
+            full_sink fs = { w[st == 0 ? 0 : 1], st == 0 ? t : (st - 1) * T + t, crc32(0L, Z_NULL, 0) };
+            /* agree per tensor: a rank 0 that failed must not leave the owners' next sends queued */
+            s = ck_agree(e, ck_stream_tensor(e, recs, n, hd->h, hd->nh, st, t, to_writer, &fs, host, dbuf));
+            if (root) fcrc[st * T + t] = (uint32_t)fs.crc;
+        }
+        if (st == 0 && s == FSC_OK && root) {
+            s = fsc_st_writer_commit(w[0]);
+            w[0] = NULL;
+            if (s == FSC_OK && o->crash_at == FSC_CKPT_CRASH_MID_SHARD) s = crash(e, "after model.safetensors");
+        }
+        s = ck_agree(e, s);
+    }
+    if (s == FSC_OK && root && w[1]) {
+        s = fsc_st_writer_commit(w[1]);
+        w[1] = NULL;
+    }
+    fsc_st_writer_abort(w[0]);
+    fsc_st_writer_abort(w[1]);
+    fsc_device_release(e->dev, dbuf);
+    free(host);
+    return s;
+}
+
+/* The records of the pieces this rank writes (crc filled by write_shard). */
+static fsc_status make_recs(fsc_engine *e, const held *hd, ck_rec **out) {
+    ck_rec *r = calloc((size_t)hd->nw + 1, sizeof *r);
+    if (!r) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
+    for (int k = 0; k < hd->nw; k++) {
+        const fsc_holding *h = &hd->h[hd->w[k]];
+        r[k] = (ck_rec){ .t = h->tensor, .rank = e->r->rank, .first = h->first, .n = h->n };
+    }
+    *out = r;
+    return FSC_OK;
+}
+
+/* Everything between the temporary directory and the agreement on the rename. */
+static fsc_status save_in(fsc_engine *e, const char *dir, const char *tmp, const char *final, int64_t step,
+                          const fsc_ckpt_save_opts *o) {
+    const int nstates = fsc_optim_num_states(e->opt), T = e->m->n_tensors;
+    held hd;
+    ck_rec *mine = NULL, *all = NULL;
+    int nall = 0;
+    uint32_t *fcrc = NULL;
+    fsc_ckpt_meta *m = NULL;
+    fsc_status s = held_make(e, &hd);
+    if (s == FSC_OK) s = make_recs(e, &hd, &mine);
+    if (s == FSC_OK && o->format == FSC_CKPT_SHARDED && hd.nw > 0) s = write_shard(e, tmp, &hd, nstates, mine, o);
+    s = ck_agree(e, s);
+    if (s == FSC_OK) s = ck_gather_recs(e, mine, hd.nw, &all, &nall);
+    if (s == FSC_OK) s = ck_check_recs(e, all, nall); /* every rank, same verdict */
+    if (s == FSC_OK && o->format == FSC_CKPT_FULL) {
+        fcrc = calloc((size_t)T * (size_t)(nstates + 1), sizeof *fcrc);
+        s = ck_agree(e, fcrc ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory"));
+        if (s == FSC_OK) s = write_full(e, tmp, &hd, all, nall, nstates, fcrc, o);
+    }
+    if (s == FSC_OK && e->r->rank == 0) {
+        m = calloc(1, sizeof *m);
+        if (!m) s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
+        if (s == FSC_OK) {
+            meta_head(e, m, step, o->format);
+            s = meta_build(e, m, all, nall, nstates, fcrc);
+        }
+        if (s == FSC_OK) s = finish(e, m, dir, tmp, final, o);
+    }
+    s = ck_agree(e, s);
+    fsc_ckpt_meta_free(m);
+    free(fcrc);
+    free(all);
+    free(mine);
+    held_free(&hd);
+    return s;
+}
+
+fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts) {
+    if (!e || !dir || !*dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: no engine or no directory");
+    if (step < 0 || step > 999999999999LL)
+        return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: step %lld out of range", (long long)step);
+    fsc_ckpt_save_opts o = opts ? *opts : (fsc_ckpt_save_opts){ 0 };
+    if (o.format != FSC_CKPT_SHARDED && o.format != FSC_CKPT_FULL)
+        return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: unknown format %d", (int)o.format);
+    char eb[128], base[TMP_NAME] = "", tmp[4096], final[4096];
+    fsc_status s = FSC_OK;
+    if (e->r->rank == 0) {
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+            s = fsc_error(FSC_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, errstr(errno, eb, sizeof eb));
+        snprintf(base, sizeof base, "step-%08lld.tmp-XXXXXX", (long long)step);
+        if (s == FSC_OK) s = ck_join(tmp, sizeof tmp, dir, base);
+        if (s == FSC_OK && !mkdtemp(tmp))
+            s = fsc_error(FSC_ERR_IO, "%s: cannot create a temporary directory in it: %s", dir,
+                          errstr(errno, eb, sizeof eb));
+        if (s == FSC_OK) snprintf(base, sizeof base, "%s", strrchr(tmp, '/') + 1);
+    }
+    s = ck_agree(e, s);
+    if (s == FSC_OK) s = ck_agree(e, ck_bcast_host(e, base, sizeof base));
+    if (s != FSC_OK) return s;
+    base[TMP_NAME - 1] = 0;
+    char fin[32];
+    snprintf(fin, sizeof fin, "step-%08lld", (long long)step);
+    s = ck_join(tmp, sizeof tmp, dir, base);
+    if (s == FSC_OK) s = ck_join(final, sizeof final, dir, fin);
+    s = ck_agree(e, s);
+    if (s == FSC_OK) s = save_in(e, dir, tmp, final, step, &o);
+    if (s != FSC_OK && o.crash_at == FSC_CKPT_CRASH_NONE && e->r->rank == 0) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", fsc_last_error());
+        ck_remove_dir(tmp); /* best effort; resume removes what remains */
+        fsc_error(s, "%s", msg);
+    }
+    return s;
+}
+
+/* ---- the gathered optimizer state ---- */
+
+typedef struct {
+    float *dst; /* host + offset of the tensor */
+} host_sink;
+
+static fsc_status to_host(void *ctx, uint64_t first, const float *host, size_t n) {
+    host_sink *hs = ctx;
+    if (hs->dst) memcpy(hs->dst + first, host, n * sizeof(float));
+    return FSC_OK;
+}
+
+fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
+    if (!e) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_full_state: engine is NULL");
+    const int nstates = fsc_optim_num_states(e->opt);
+    if (which < 0 || which >= nstates)
+        return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_full_state: the optimizer keeps %d states, not state %d", nstates,
+                         which);
+    const int root = e->r->rank == 0;
+    held hd;
+    ck_rec *mine = NULL, *all = NULL;
+    int nall = 0;
+    float *hbuf = NULL, *dbuf = NULL;
+    fsc_status s = held_make(e, &hd);
+    if (s == FSC_OK) s = make_recs(e, &hd, &mine);
+    s = ck_agree(e, s);
+    if (s == FSC_OK) s = ck_gather_recs(e, mine, hd.nw, &all, &nall);
+    if (s == FSC_OK) s = ck_check_recs(e, all, nall);
+    if (s == FSC_OK && root) {
+        hbuf = malloc(CK_CHUNK * sizeof(float));
+        s = hbuf ? fsc_device_alloc(e->dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf)
+                 : fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
+    }
+    s = ck_agree(e, s);
+    for (int t = 0; t < e->m->n_tensors && s == FSC_OK; t++) {
+        host_sink hs = { root && host ? host + fsc_engine_tensor_offset(e, t) : NULL };
+        s = ck_agree(e, ck_stream_tensor(e, all, nall, hd.h, hd.nh, which + 1, t, to_host, &hs, hbuf, dbuf));
+    }
+    fsc_device_release(e->dev, dbuf);
+    free(hbuf);
+    free(all);
+    free(mine);
+    held_free(&hd);
+    return s;
+}

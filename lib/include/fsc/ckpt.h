@@ -1,0 +1,130 @@
+/* Training checkpoints: everything a run needs to continue exactly (fp32 master parameters, optimizer
+ * state and step count, loss-scaler state, the seed, the data position) and its configuration, written by
+ * every rank at once and loadable into any world size and parallel setting (docs/checkpoints.md).
+ *
+ * On disk, DIR/step-00000042/ holds
+ *   metadata.json                      every tensor's global name, shape, dtype and pieces (which file holds
+ *                                      which element range, with a zlib crc32 per piece), the step, the
+ *                                      loss scaler and the configuration; written by rank 0
+ *   rank-00003-of-00008.safetensors    sharded format: the pieces rank 3 writes, one 1-D entry per piece
+ *                                      named "<tensor>@<first element>"
+ *   model.safetensors                  full format: the weights in the single-rank layout (loadable by
+ *   optim.safetensors                  fsc_engine_load_weights) and the optimizer state, same shapes
+ * Tensors: the parameters by their GPT-2 names ("h.0.attn.c_attn.weight"), the optimizer state as
+ * "optim.m.<name>", "optim.v.<name>" (AdamW) or "optim.momentum.<name>" (SGD with momentum), all F32.
+ *
+ * A save writes into DIR/step-00000042.tmp-XXXXXX, fsyncs every file, and rank 0 renames the directory
+ * once every rank is done, then fsyncs DIR: a crash at any point leaves the previous checkpoints intact and
+ * at most a .tmp directory, which fsc_ckpt_resume ignores and removes. One run writes to a DIR at a time. */
+#ifndef FSC_CKPT_H
+#define FSC_CKPT_H
+#include <stddef.h>
+#include <stdint.h>
+#include "status.h"
+#include "dtype.h"
+#include "gpt.h"
+#include "optim.h"
+#include "parallel.h"
+#include "safetensors.h"
+
+typedef enum { FSC_CKPT_SHARDED = 0, FSC_CKPT_FULL } fsc_ckpt_format;
+
+/* For tests of atomicity: make rank crash_rank fail at a point of the save as if its process died
+ * there. The save returns FSC_ERR_IO on every rank and leaves its temporary directory behind. */
+typedef enum {
+    FSC_CKPT_CRASH_NONE = 0,
+    FSC_CKPT_CRASH_MID_SHARD,     /* after part of the rank's shard file is written */
+    FSC_CKPT_CRASH_BEFORE_META,   /* every shard file complete, metadata.json not written */
+    FSC_CKPT_CRASH_BEFORE_RENAME  /* everything written and synced, the directory not renamed */
+} fsc_ckpt_crash;
+
+typedef struct {
+    fsc_ckpt_format format;
+    fsc_ckpt_crash crash_at;      /* testing only; FSC_CKPT_CRASH_NONE in real runs */
+    int crash_rank;
+} fsc_ckpt_save_opts;
+
+/* Collective: write the engine's state as DIR/step-NNNNNNNN (step = the optimizer steps the caller has
+ * taken: the data position). DIR is created if missing; an existing checkpoint of the same step is
+ * replaced. opts may be NULL (sharded). Sharded: each rank writes only the pieces it owns, from device
+ * memory through a bounded host buffer. Full: rank 0 writes, receiving one bounded chunk at a time. */
+fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts);
+/* Collective: load the checkpoint directory path (".../step-NNNNNNNN") into e, which may have another
+ * world size and parallel setting than the writer; each rank reads the element ranges it holds and checks
+ * the checksum of every piece it reads. The model configuration and optimizer kind must match. *step (may
+ * be NULL) receives the checkpoint's step. After a failed load the engine's state is undefined. */
+fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step);
+/* The newest complete checkpoint in dir: path (cap bytes) and *step; *step = -1 and path "" if there is
+ * none (a missing dir has none). Temporary directories are ignored. */
+fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *step);
+/* Remove the temporary directories (step-*.tmp-*) an interrupted save left in dir. */
+fsc_status fsc_ckpt_clean(const char *dir);
+/* Collective: rank 0 removes leftover temporary directories, then every rank loads the newest complete
+ * checkpoint in dir. FSC_ERR_IO (every rank) if dir holds none. */
+fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step);
+/* Collective: optimizer state `which` (0: SGD momentum or AdamW m, 1: AdamW v) of every parameter in
+ * tensor order, gathered into host (fsc_gpt_num_params floats) on rank 0 one bounded chunk at a time;
+ * host may be NULL on other ranks. FSC_ERR_INVALID if the optimizer has no such state. */
+fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host);
+
+/* ---- Reading checkpoints without an engine (inspection, verification, fuzzing) ---- */
+
+#define FSC_CKPT_MAX_FILE 64 /* bytes of a file name in a checkpoint, with the NUL */
+
+typedef struct {
+    int file;                      /* index into fsc_ckpt_meta.files */
+    char entry[FSC_ST_MAX_NAME];   /* the safetensors entry holding it (numel == n) */
+    uint64_t first, n;             /* elements [first, first + n) of the tensor (row-major) */
+    uint32_t crc32;                /* zlib crc32 of the n elements as stored (little-endian) */
+} fsc_ckpt_piece;
+
+typedef struct {
+    char name[FSC_ST_MAX_NAME];
+    fsc_dtype dtype;               /* F32 */
+    int ndim;
+    int64_t shape[4];
+    uint64_t numel;
+    int npieces;
+    fsc_ckpt_piece *pieces;        /* ascending first; they tile [0, numel) exactly */
+} fsc_ckpt_tensor;
+
+typedef struct {
+    fsc_ckpt_format format;
+    int64_t step;                  /* the data position: steps taken by the writer's training loop */
+    int64_t optim_steps;           /* optimizer steps (fewer when f16 steps were skipped) */
+    uint64_t seed;                 /* the keyed initialization's seed (fsc's only RNG state) */
+    fsc_gpt_config model;
+    fsc_optim_config optim;
+    /* the writer's parallel setting (for information; a load may use any other) */
+    fsc_parallel_kind kind;
+    fsc_shard_strategy shard;
+    int world, pp, hybrid_group, accum;
+    fsc_dtype param_dtype, reduce_dtype;
+    float clip;
+    int scaler_enabled;            /* the writer used f16 loss scaling */
+    fsc_loss_scaler scaler;
+    int nfiles;
+    char (*files)[FSC_CKPT_MAX_FILE];
+    int ntensors;
+    fsc_ckpt_tensor *tensors;
+} fsc_ckpt_meta;
+
+/* Parse and validate metadata.json text (len bytes); `what` names it in messages. Validated: every field's
+ * type and range, plain file names, known dtypes, shapes, unique names, pieces that reference a file,
+ * fit in their tensor and tile it without gap or overlap, unique (file, entry) pairs. */
+fsc_status fsc_ckpt_meta_parse(const char *text, size_t len, const char *what, fsc_ckpt_meta **out);
+/* Read path/metadata.json. */
+fsc_status fsc_ckpt_meta_read(const char *path, fsc_ckpt_meta **out);
+void fsc_ckpt_meta_free(fsc_ckpt_meta *m);
+const fsc_ckpt_tensor *fsc_ckpt_meta_find(const fsc_ckpt_meta *m, const char *name);
+const char *fsc_ckpt_format_name(fsc_ckpt_format f); /* "sharded", "full" */
+
+/* Check an opened file against the metadata's pieces for file index `file`: each piece's entry exists with
+ * dtype F32 and n elements, the file has no other entries, and with check_data every piece's checksum. The
+ * message names the file and the tensor. */
+fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f, int check_data);
+/* Verify a checkpoint directory: its metadata, every file's structure and every checksum. *out (may be
+ * NULL) receives the metadata on success. */
+fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out);
+
+#endif

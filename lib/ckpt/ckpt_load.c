@@ -179,7 +179,7 @@ fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step) {
         if (s == FSC_OK) s = fsc_ckpt_latest(dir, path, sizeof path, &found);
         if (s == FSC_OK && found >= 0) {
             const char *slash = strrchr(path, '/');
-            snprintf(base, sizeof base, "%s", slash ? slash + 1 : path);
+            snprintf(base, sizeof base, "%.127s", slash ? slash + 1 : path);
         }
     }
     s = ck_agree(e, s);

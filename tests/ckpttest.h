@@ -41,7 +41,9 @@ static inline ct_job ct_fsdp(int world, fsc_shard_strategy sh) {
 static fsc_status ct_rank_fn(fsc_rank *r, void *arg) {
     ct_job *j = arg;
     pt_run *run = &j->run;
-    const int T = run->cfg.seq, B = run->batch, lb = B / r->world;
+    /* data as partest's DDP rank dpi of the data-parallel group (a pipeline's stages share it) */
+    const int dp = r->world / (run->po.pp > 1 ? run->po.pp : 1), dpi = r->rank % dp;
+    const int T = run->cfg.seq, B = run->batch, lb = B / dp;
     const size_t ntok = 4096;
     fsc_engine *e = NULL;
     fsc_status s = fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e);
@@ -53,7 +55,7 @@ static fsc_status ct_rank_fn(fsc_rank *r, void *arg) {
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     for (int st = j->from; st < j->to && s == FSC_OK; st++) {
         for (int i = 0; i < lb; i++) {
-            size_t start = ((size_t)(st * B + r->rank * lb + i) * T) % (ntok - T);
+            size_t start = ((size_t)(st * B + dpi * lb + i) * T) % (ntok - T);
             for (int t = 0; t < T; t++) {
                 tok[i * T + t] = pt_token(start + t, run->cfg.vocab);
                 tgt[i * T + t] = pt_token(start + t + 1, run->cfg.vocab);

@@ -15,5 +15,6 @@
 #include "nn.h"
 #include "checkpoint_wrapper.h"
 #include "parallel.h"
+#include "tp.h"
 #include "ckpt.h"
 #endif

@@ -19,6 +19,7 @@ typedef struct {
     fsc_optim_config oc;
     int world, batch, steps;
     const char *save;                 /* write the final weights there (collective) */
+    const char *load;                 /* read the initial weights from there (collective) */
     double loss[MAXW][MAXS];          /* every rank's loss of every step */
     fsc_step_info info[MAXS];         /* rank 0 */
     float *params;                    /* (P) full parameters after the last step, rank 0 */
@@ -55,6 +56,10 @@ static fsc_status rank_fn(fsc_rank *rk, void *arg) {
     const int lb = B / dp, dpi = rk->rank % dp;
     fsc_engine *e = NULL;
     FSC_TRY(fsc_engine_create(rk, &r->cfg, &r->po, &r->oc, 99, &e));
+    if (r->load && fsc_engine_load_weights(e, r->load) != FSC_OK) {
+        fsc_engine_free(e);
+        return FSC_ERR_IO;
+    }
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
     for (int step = 0; step < r->steps && s == FSC_OK; step++) {
@@ -279,7 +284,8 @@ static void test_pipe_messages_and_stats(void **state) {
     free(r.params);
 }
 
-/* Weights saved from a pipeline are the file DDP writes, byte for byte. */
+/* Weights saved from a pipeline are the file DDP writes, byte for byte; loaded into a pipeline (the last
+ * stage's wte replica too: it is refreshed from stage 0), training goes on as DDP's from the same file. */
 static void test_pipe_save_weights(void **state) {
     (void)state;
     char a[64], b[64];
@@ -303,6 +309,15 @@ static void test_pipe_save_weights(void **state) {
     assert_true(n > 1000);
     fclose(fa);
     fclose(fb);
+    run q = make(2, 2, FSC_PAR_DDP, 2, 1);
+    q.load = a;
+    q.po.schedule = FSC_SCHED_1F1B;
+    run qref = reference(&q);
+    train(&q);
+    assert_same(&qref, &q, "after loading weights");
+    assert_true(memcmp(&q.loss[0][0], &ref.loss[0][0], sizeof(double)) != 0); /* it did start elsewhere */
+    free(q.params);
+    free(qref.params);
     unlink(a);
     unlink(b);
     free(p.params);

@@ -117,7 +117,8 @@ static void test_trainer_pipeline_errors(void **st) {
         char *out, *err;
         int rc = run(cases[i].args, &out, &err);
         if (rc != 2) fail_msg("train_gpt %s: exit %d (expected 2): %s", cases[i].args, rc, err);
-        if (!strstr(err, cases[i].needle)) fail_msg("train_gpt %s: \"%s\" lacks \"%s\"", cases[i].args, err, cases[i].needle);
+        if (!strstr(err, cases[i].needle))
+            fail_msg("train_gpt %s: \"%s\" lacks \"%s\"", cases[i].args, err, cases[i].needle);
         free(out);
         free(err);
     }

@@ -189,9 +189,19 @@ fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f,
     }
     free(buf);
     /* pieces name distinct entries (metadata validation), so equal counts mean no stray entries */
-    if (s == FSC_OK && used != fsc_st_count(f))
-        s = fsc_error(FSC_ERR_FORMAT, "%s: holds %d entries but the metadata places %d pieces in it", fname,
-                      fsc_st_count(f), used);
+    if (s == FSC_OK && used != fsc_st_count(f)) {
+        const char *stray = "?";
+        for (int e = 0; e < fsc_st_count(f) && stray[0] == '?'; e++) {
+            const char *en = fsc_st_entry_at(f, e)->name;
+            int found = 0;
+            for (int i = 0; i < m->ntensors && !found; i++)
+                for (int k = 0; k < m->tensors[i].npieces && !found; k++)
+                    found = m->tensors[i].pieces[k].file == file && !strcmp(m->tensors[i].pieces[k].entry, en);
+            if (!found) stray = en;
+        }
+        s = fsc_error(FSC_ERR_FORMAT, "%s: holds %d entries but the metadata places %d pieces in it (entry %s is in "
+                      "no piece)", fname, fsc_st_count(f), used, stray);
+    }
     return s;
 }
 
@@ -205,7 +215,11 @@ fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out) {
         fsc_st_file *f = NULL;
         s = ck_join(file, sizeof file, path, m->files[i]);
         if (s == FSC_OK) s = fsc_st_open(file, &f);
-        if (s == FSC_OK) s = fsc_ckpt_check_file(m, i, f, 1);
+        if (s == FSC_OK && (s = fsc_ckpt_check_file(m, i, f, 1)) != FSC_OK) {
+            char msg[900]; /* its message starts with the file name: make that the path */
+            snprintf(msg, sizeof msg, "%s", fsc_last_error());
+            fsc_error(s, "%s/%s", path, msg);
+        }
         fsc_st_close(f);
     }
     if (s == FSC_OK && out) *out = m;

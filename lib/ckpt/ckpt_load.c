@@ -46,8 +46,8 @@ static fsc_status check_compat(loader *L) {
             ck_global_name(name, sizeof name, e->oc.kind, st, pi->name);
             const fsc_ckpt_tensor *ct = fsc_ckpt_meta_find(m, name);
             if (!ct)
-                return fsc_error(FSC_ERR_FORMAT, "%s: has no tensor %s%s", L->path, name,
-                                 st > 0 ? " (was it written without optimizer momentum?)" : "");
+                return fsc_error(FSC_ERR_FORMAT, "%s: has no tensor %s (the checkpoint's optimizer: %s, momentum %g)",
+                                 L->path, name, m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd", (double)m->optim.momentum);
             int same = ct->ndim == pi->ndim;
             for (int d = 0; same && d < pi->ndim; d++) same = ct->shape[d] == pi->shape[d];
             if (!same) {

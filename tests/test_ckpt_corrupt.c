@@ -1,0 +1,304 @@
+/* Corrupted, truncated and malformed checkpoints are refused with a message naming the file and the tensor.
+ * Oracle: a good checkpoint (fsdp full_shard on 2 ranks: two shard files) verifies and loads; each damage
+ * below makes fsc_ckpt_verify and fsc_ckpt_load (on every rank of a new engine) fail with the stated
+ * status and a message that contains the damaged file's name and, where one is involved, the tensor's:
+ * truncated files, a flipped data byte, a missing shard, and metadata with wrong shapes, ranges that do not
+ * cover a tensor, overlapping ranges, an unknown dtype, a wrong checksum, a path as a file name, another
+ * model or optimizer, an unknown version, a swapped entry, and metadata.json truncated or missing. */
+#include <cjson/cJSON.h>
+#include "ckpttest.h"
+
+typedef struct {
+    char *good; /* DIR of the good checkpoint */
+    char path[600];
+} fixture;
+
+static ct_job job(void) { return ct_fsdp(2, FSC_SHARD_FULL); }
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    f->good = ct_tmpdir();
+    ct_job j = job();
+    j.to = 1;
+    j.save_dir = f->good;
+    ct_run(&j);
+    ct_free(&j);
+    ct_step_path(f->path, sizeof f->path, f->good, 1);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    ct_rmtree(f->good);
+    free(f);
+    return 0;
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
+    b[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static void spit(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+/* A copy of the good checkpoint in a fresh DIR; *ck receives DIR/step-00000001 (caller frees dir). */
+static char *copy_good(const fixture *f, char *ck, size_t cap) {
+    char *dir = ct_tmpdir();
+    ct_step_path(ck, cap, dir, 1);
+    assert_int_equal(mkdir(ck, 0777), 0);
+    const char *names[] = { "metadata.json", "rank-00000-of-00002.safetensors", "rank-00001-of-00002.safetensors" };
+    for (int i = 0; i < 3; i++) {
+        char a[700], b[700];
+        size_t n;
+        snprintf(a, sizeof a, "%s/%s", f->path, names[i]);
+        snprintf(b, sizeof b, "%s/%s", ck, names[i]);
+        char *data = slurp(a, &n);
+        assert_non_null(data);
+        spit(b, data, n);
+        free(data);
+    }
+    return dir;
+}
+
+/* verify and load must both fail with st and a message holding every needle */
+static void expect_refused(const char *ck, fsc_status st, const char *n1, const char *n2) {
+    fsc_status s = fsc_ckpt_verify(ck, NULL);
+    if (s != st) fail_msg("verify: %s (expected %s): %s", fsc_status_str(s), fsc_status_str(st), fsc_last_error());
+    if (!strstr(fsc_last_error(), n1) || (n2 && !strstr(fsc_last_error(), n2)))
+        fail_msg("verify: message \"%s\" lacks \"%s\" or \"%s\"", fsc_last_error(), n1, n2 ? n2 : "");
+    ct_job j = job();
+    j.load = ck;
+    s = ct_try(&j);
+    if (s != st) fail_msg("load: %s (expected %s): %s", fsc_status_str(s), fsc_status_str(st), fsc_last_error());
+    if (!strstr(fsc_last_error(), n1) || (n2 && !strstr(fsc_last_error(), n2)))
+        fail_msg("load: message \"%s\" lacks \"%s\" or \"%s\"", fsc_last_error(), n1, n2 ? n2 : "");
+    ct_free(&j);
+}
+
+static void test_ckpt_good_verifies_and_loads(void **state) {
+    fixture *f = *state;
+    fsc_ckpt_meta *m = NULL;
+    assert_ok(fsc_ckpt_verify(f->path, &m));
+    assert_int_equal(m->nfiles, 2);
+    assert_int_equal(m->ntensors, 3 * fsc_gpt_num_tensors(&m->model));
+    fsc_ckpt_meta_free(m);
+    ct_job j = job();
+    j.load = f->path;
+    ct_run(&j);
+    ct_free(&j);
+}
+
+static void test_ckpt_truncated_shard(void **state) {
+    char ck[600], p[700];
+    char *dir = copy_good(*state, ck, sizeof ck);
+    snprintf(p, sizeof p, "%s/rank-00001-of-00002.safetensors", ck);
+    size_t n;
+    char *b = slurp(p, &n);
+    spit(p, b, n - 100); /* the tail of the last tensor's data is gone */
+    expect_refused(ck, FSC_ERR_FORMAT, "rank-00001-of-00002.safetensors", "optim.v.");
+    spit(p, b, 5); /* not even the header length */
+    expect_refused(ck, FSC_ERR_FORMAT, "rank-00001-of-00002.safetensors", NULL);
+    free(b);
+    ct_rmtree(dir);
+}
+
+/* flip one byte inside the data of entry k of a shard; the message names that tensor */
+static void test_ckpt_flipped_byte(void **state) {
+    char ck[600], p[700];
+    char *dir = copy_good(*state, ck, sizeof ck);
+    snprintf(p, sizeof p, "%s/rank-00000-of-00002.safetensors", ck);
+    fsc_st_file *sf;
+    assert_ok(fsc_st_open(p, &sf));
+    const fsc_st_entry *e = fsc_st_entry_at(sf, 5);
+    char tensor[FSC_ST_MAX_NAME];
+    snprintf(tensor, sizeof tensor, "%s", e->name);
+    *strchr(tensor, '@') = 0;
+    uint64_t begin = e->begin;
+    fsc_st_close(sf);
+    size_t n;
+    char *b = slurp(p, &n);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++) hlen |= (uint64_t)(uint8_t)b[i] << (8 * i);
+    b[8 + hlen + begin + 3] ^= 0x10;
+    spit(p, b, n);
+    free(b);
+    char needle[FSC_ST_MAX_NAME + 8];
+    snprintf(needle, sizeof needle, "tensor %s,", tensor);
+    expect_refused(ck, FSC_ERR_FORMAT, "rank-00000-of-00002.safetensors", needle);
+    assert_non_null(strstr(fsc_last_error(), "checksum"));
+    ct_rmtree(dir);
+}
+
+static void test_ckpt_missing_shard(void **state) {
+    char ck[600], p[700];
+    char *dir = copy_good(*state, ck, sizeof ck);
+    snprintf(p, sizeof p, "%s/rank-00001-of-00002.safetensors", ck);
+    assert_int_equal(unlink(p), 0);
+    expect_refused(ck, FSC_ERR_IO, "rank-00001-of-00002.safetensors", NULL);
+    /* the load's message also says which tensor needed it */
+    assert_non_null(strstr(fsc_last_error(), "loading tensor"));
+    snprintf(p, sizeof p, "%s/metadata.json", ck);
+    assert_int_equal(unlink(p), 0);
+    expect_refused(ck, FSC_ERR_IO, "metadata.json", NULL);
+    ct_rmtree(dir);
+}
+
+/* ---- metadata edits ---- */
+
+typedef void (*edit_fn)(cJSON *root);
+
+static cJSON *tensor_named(cJSON *root, const char *name) {
+    cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(root, "tensors"))
+        if (!strcmp(cJSON_GetObjectItem(t, "name")->valuestring, name)) return t;
+    fail_msg("no tensor %s", name);
+    return NULL;
+}
+static cJSON *piece(cJSON *root, const char *name, int k) {
+    return cJSON_GetArrayItem(cJSON_GetObjectItem(tensor_named(root, name), "pieces"), k);
+}
+static void set_num(cJSON *o, const char *key, double v) { cJSON_SetNumberValue(cJSON_GetObjectItem(o, key), v); }
+
+static void e_shape(cJSON *r) { /* same element count, another shape */
+    cJSON *sh = cJSON_GetObjectItem(tensor_named(r, "wte.weight"), "shape");
+    double a = cJSON_GetArrayItem(sh, 0)->valuedouble, b = cJSON_GetArrayItem(sh, 1)->valuedouble;
+    cJSON_SetNumberValue(cJSON_GetArrayItem(sh, 0), b);
+    cJSON_SetNumberValue(cJSON_GetArrayItem(sh, 1), a);
+}
+/* the first tensor split over both ranks (its name goes to split_name, the needle of the cases below) */
+static char split_name[FSC_ST_MAX_NAME];
+static cJSON *split_tensor(cJSON *root) {
+    cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(root, "tensors"))
+        if (cJSON_GetArraySize(cJSON_GetObjectItem(t, "pieces")) == 2) {
+            snprintf(split_name, sizeof split_name, "%s", cJSON_GetObjectItem(t, "name")->valuestring);
+            return t;
+        }
+    fail_msg("no tensor has two pieces");
+    return NULL;
+}
+static void e_gap(cJSON *r) { cJSON_DeleteItemFromArray(cJSON_GetObjectItem(split_tensor(r), "pieces"), 1); }
+static void e_overlap(cJSON *r) {
+    cJSON *p = cJSON_GetArrayItem(cJSON_GetObjectItem(split_tensor(r), "pieces"), 0);
+    set_num(p, "n", cJSON_GetObjectItem(p, "n")->valuedouble + 1);
+}
+static void e_dtype(cJSON *r) { cJSON_ReplaceItemInObject(tensor_named(r, "ln_f.bias"), "dtype", cJSON_CreateString("F64")); }
+static void e_crc(cJSON *r) {
+    cJSON *p = piece(r, "optim.m.wpe.weight", 0);
+    set_num(p, "crc32", (double)((uint32_t)cJSON_GetObjectItem(p, "crc32")->valuedouble ^ 1u));
+}
+static void e_path(cJSON *r) { cJSON_ReplaceItemInArray(cJSON_GetObjectItem(r, "files"), 1, cJSON_CreateString("../x.safetensors")); }
+static void e_model(cJSON *r) { set_num(cJSON_GetObjectItem(r, "model"), "layers", 3); }
+static void e_optim(cJSON *r) {
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(r, "optimizer"), "kind", cJSON_CreateString("sgd"));
+}
+static void e_version(cJSON *r) { set_num(r, "version", 2); }
+static void e_entry(cJSON *r) { /* two pieces of different sizes swap their entries */
+    cJSON *a = piece(r, "wte.weight", 0), *b = NULL, *t, *p;
+    double fa = cJSON_GetObjectItem(a, "file")->valuedouble, na = cJSON_GetObjectItem(a, "n")->valuedouble;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(r, "tensors")) cJSON_ArrayForEach(p, cJSON_GetObjectItem(t, "pieces"))
+        if (!b && cJSON_GetObjectItem(p, "file")->valuedouble == fa && cJSON_GetObjectItem(p, "n")->valuedouble != na) b = p;
+    assert_non_null(b);
+    char *ea = strdup(cJSON_GetObjectItem(a, "entry")->valuestring);
+    cJSON_ReplaceItemInObject(a, "entry", cJSON_CreateString(cJSON_GetObjectItem(b, "entry")->valuestring));
+    cJSON_ReplaceItemInObject(b, "entry", cJSON_CreateString(ea));
+    free(ea);
+}
+static void e_file_index(cJSON *r) { set_num(piece(r, "h.0.ln_1.bias", 0), "file", 7); }
+static void e_no_tensor(cJSON *r) {
+    cJSON *ts = cJSON_GetObjectItem(r, "tensors");
+    cJSON *t;
+    int i = 0;
+    cJSON_ArrayForEach(t, ts) {
+        if (!strcmp(cJSON_GetObjectItem(t, "name")->valuestring, "optim.v.ln_f.weight")) break;
+        i++;
+    }
+    cJSON_DeleteItemFromArray(ts, i);
+}
+
+static void test_ckpt_bad_metadata(void **state) {
+    fixture *f = *state;
+    /* consistent: a valid checkpoint of something else, which verify accepts and the engine refuses */
+    const struct { edit_fn fn; fsc_status st; const char *n1, *n2; int consistent; } cases[] = {
+        { e_shape, FSC_ERR_FORMAT, "wte.weight", "has shape", 1 },
+        { e_gap, FSC_ERR_FORMAT, split_name, "in no piece", 0 },
+        { e_overlap, FSC_ERR_FORMAT, split_name, "overlap", 0 },
+        { e_dtype, FSC_ERR_FORMAT, "ln_f.bias", "F64", 0 },
+        { e_crc, FSC_ERR_FORMAT, "optim.m.wpe.weight", "checksum", 0 },
+        { e_path, FSC_ERR_FORMAT, "metadata.json", "plain file name", 0 },
+        { e_model, FSC_ERR_INVALID, "step-00000001", "3 layers", 1 },
+        { e_optim, FSC_ERR_INVALID, "step-00000001", "optimizer sgd", 1 },
+        { e_version, FSC_ERR_UNSUPPORTED, "metadata.json", "version 2", 0 },
+        { e_entry, FSC_ERR_FORMAT, "wte.weight", "the metadata says", 0 },
+        { e_file_index, FSC_ERR_FORMAT, "h.0.ln_1.bias", "file 7", 0 },
+        { e_no_tensor, FSC_ERR_FORMAT, "optim.v.ln_f.weight", "step-00000001", 0 },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char ck[600], p[700];
+        char *dir = copy_good(f, ck, sizeof ck);
+        snprintf(p, sizeof p, "%s/metadata.json", ck);
+        size_t n;
+        char *text = slurp(p, &n);
+        cJSON *root = cJSON_ParseWithLength(text, n);
+        assert_non_null(root);
+        cases[c].fn(root);
+        char *out = cJSON_Print(root);
+        spit(p, out, strlen(out));
+        if (cases[c].consistent) {
+            assert_ok(fsc_ckpt_verify(ck, NULL));
+            ct_job j = job();
+            j.load = ck;
+            fsc_status s = ct_try(&j);
+            if (s != cases[c].st || !strstr(fsc_last_error(), cases[c].n1) || !strstr(fsc_last_error(), cases[c].n2))
+                fail_msg("case %zu: load: %s: %s", c, fsc_status_str(s), fsc_last_error());
+            ct_free(&j);
+        } else {
+            expect_refused(ck, cases[c].st, cases[c].n1, cases[c].n2);
+        }
+        free(out);
+        cJSON_Delete(root);
+        free(text);
+        ct_rmtree(dir);
+    }
+}
+
+static void test_ckpt_truncated_metadata(void **state) {
+    char ck[600], p[700];
+    char *dir = copy_good(*state, ck, sizeof ck);
+    snprintf(p, sizeof p, "%s/metadata.json", ck);
+    size_t n;
+    char *b = slurp(p, &n);
+    spit(p, b, n / 2);
+    expect_refused(ck, FSC_ERR_FORMAT, "metadata.json", "not valid JSON");
+    spit(p, "", 0);
+    expect_refused(ck, FSC_ERR_FORMAT, "metadata.json", NULL);
+    free(b);
+    ct_rmtree(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ckpt_good_verifies_and_loads),
+        cmocka_unit_test(test_ckpt_truncated_shard),
+        cmocka_unit_test(test_ckpt_flipped_byte),
+        cmocka_unit_test(test_ckpt_missing_shard),
+        cmocka_unit_test(test_ckpt_bad_metadata),
+        cmocka_unit_test(test_ckpt_truncated_metadata),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

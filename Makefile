@@ -89,7 +89,7 @@ test: deps
 
 # Run the suite of one build variant (used by ci/test.sh).
 check: $(TESTS) $(EXAMPLES)
-	@sh ci/run_tests.sh $(BUILD)/tests $(TESTS_FILTER)
+	@sh ci/run_tests.sh $(BUILD)/tests "$(TESTS_FILTER)"
 
 demo: deps
 	@$(MAKE) --no-print-directory lib $(BUILD)/train_gpt

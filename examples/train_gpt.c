@@ -38,6 +38,7 @@ typedef struct {
     int accum;
     int check_ddp;
     int threads;
+    int device;         /* index into device_names */
     int pp, dp, chunks; /* pipeline stages, data-parallel ranks (0: world / pp), micro-batches (0: --accum) */
     int schedule;       /* fsc_pipe_schedule */
     int pipe_ckpt;      /* index into pipe_ckpt_mode */
@@ -85,6 +86,7 @@ static const option options[] = {
     {"precision", "P", "fp32", "parameters and gradient reduction: fp32|bf16|fp16", K_CHOICE, F(precision), 0, 0, "fp32|bf16|fp16"},
     {"accum", "K", "1", "micro-batches per step (gradient accumulation)", K_INT, F(accum), 1, 1 << 20, NULL},
     {"check-ddp", NULL, NULL, "also train with DDP and report whether the weights are bit-identical", K_FLAG, F(check_ddp), 0, 0, NULL},
+    {"device", "NAME", "cpu", "device of every rank: cpu|cuda (cuda needs build/libfsc_cuda.so and a GPU)", K_CHOICE, F(device), 0, 0, "cpu|cuda"},
     {"threads", "N", "0", "BLAS threads per rank (0: 1 with several ranks, else the library default)", K_INT, F(threads), 0, 1024, NULL},
     {"pp", "P", "1", "pipeline stages (world = dp x pp, rank = stage * dp + dp_index)", K_INT, F(pp), 1, 1024, NULL},
     {"dp", "D", "0", "data-parallel ranks per stage (0: --world / --pp; without --world, world = D x P)", K_INT, F(dp), 0, 1024, NULL},
@@ -661,7 +663,8 @@ int main(int argc, char **argv) {
            c.parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c.parallel),
            choice_name(options[option_index("precision")].choices, c.precision, pbuf, sizeof pbuf));
     fflush(stdout);
-    fsc_cluster_opts co = {.world = c.world, .device = "cpu", .threads_per_rank = c.threads};
+    static const char *const device_names[] = {"cpu", "cuda"};
+    fsc_cluster_opts co = {.world = c.world, .device = device_names[c.device], .threads_per_rank = c.threads};
     if (c.check_ddp) st.params = calloc(st.nparams, sizeof(float));
     if (c.pp > 1) {
         st.pstats = calloc((size_t)c.world, sizeof *st.pstats);

@@ -356,6 +356,8 @@ fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc
         if (s == FSC_OK && !mkdtemp(tmp))
             s = fsc_error(FSC_ERR_IO, "%s: cannot create a temporary directory in it: %s", dir,
                           errstr(errno, eb, sizeof eb));
+        if (s == FSC_OK && chmod(tmp, 0755) != 0) /* mkdtemp's 0700 would hide the checkpoint from others */
+            s = fsc_error(FSC_ERR_IO, "%s: cannot set its permissions: %s", tmp, errstr(errno, eb, sizeof eb));
         if (s == FSC_OK) snprintf(base, sizeof base, "%s", strrchr(tmp, '/') + 1);
     }
     s = ck_agree(e, s);

@@ -1,0 +1,57 @@
+/* libFuzzer harness for the checkpoint metadata reader (metadata.json): any byte string is either refused
+ * with a status and a message, or parses into metadata whose invariants hold (file indices in range,
+ * pieces sorted and tiling each tensor exactly, names found by fsc_ckpt_meta_find) and which survives a
+ * round trip through the writer unchanged.
+ * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_ckpt_meta.c (or make fuzz). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ckpt/ckpt_impl.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check(const fsc_ckpt_meta *m) {
+    if (m->nfiles < 0 || m->ntensors < 0) __builtin_trap();
+    for (int i = 0; i < m->nfiles; i++)
+        if (!m->files[i][0] || strchr(m->files[i], '/')) __builtin_trap();
+    for (int i = 0; i < m->ntensors; i++) {
+        const fsc_ckpt_tensor *t = &m->tensors[i];
+        if (fsc_ckpt_meta_find(m, t->name) != t || t->dtype != FSC_F32 || t->ndim < 0 || t->ndim > 4) __builtin_trap();
+        uint64_t numel = 1, at = 0;
+        for (int d = 0; d < t->ndim; d++) numel *= (uint64_t)t->shape[d];
+        if (numel != t->numel) __builtin_trap();
+        for (int k = 0; k < t->npieces; k++) {
+            const fsc_ckpt_piece *p = &t->pieces[k];
+            if (p->file < 0 || p->file >= m->nfiles || p->first != at || p->n == 0 || !p->entry[0]) __builtin_trap();
+            at += p->n;
+        }
+        if (at != t->numel) __builtin_trap();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fsc_ckpt_meta *m = NULL;
+    if (fsc_ckpt_meta_parse((const char *)data, size, "fuzz", &m) != FSC_OK) {
+        if (m != NULL || fsc_last_error()[0] == 0) __builtin_trap(); /* a refusal says why, returns nothing */
+        return 0;
+    }
+    check(m);
+    char *text = ck_meta_json(m);
+    if (text) { /* what the writer makes of it reads back as the same metadata */
+        fsc_ckpt_meta *b = NULL;
+        if (fsc_ckpt_meta_parse(text, strlen(text), "fuzz round trip", &b) != FSC_OK) __builtin_trap();
+        if (b->ntensors != m->ntensors || b->nfiles != m->nfiles || b->step != m->step || b->seed != m->seed ||
+            b->optim_steps != m->optim_steps || memcmp(&b->model, &m->model, sizeof m->model) != 0)
+            __builtin_trap();
+        for (int i = 0; i < m->ntensors; i++) {
+            const fsc_ckpt_tensor *x = &m->tensors[i], *y = &b->tensors[i];
+            if (strcmp(x->name, y->name) || x->npieces != y->npieces || x->numel != y->numel) __builtin_trap();
+            for (int k = 0; k < x->npieces; k++)
+                if (memcmp(&x->pieces[k], &y->pieces[k], sizeof x->pieces[k]) != 0) __builtin_trap();
+        }
+        fsc_ckpt_meta_free(b);
+        free(text);
+    }
+    fsc_ckpt_meta_free(m);
+    return 0;
+}

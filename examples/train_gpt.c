@@ -43,6 +43,9 @@ typedef struct {
     int schedule;       /* fsc_pipe_schedule */
     int pipe_ckpt;      /* index into pipe_ckpt_mode */
     const char *balance;
+    int save_every;     /* training checkpoints (docs/checkpoints.md) */
+    const char *ckpt_dir, *resume;
+    int ckpt_format;    /* fsc_ckpt_format */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -77,6 +80,10 @@ static const option options[] = {
     {"init-save", "PATH", NULL, "write the weights before the first step (safetensors)", K_STR, F(init_save), 0, 0, NULL},
     {"save", "PATH", NULL, "write the weights after the last step (safetensors)", K_STR, F(save), 0, 0, NULL},
     {"load", "PATH", NULL, "load weights (safetensors, HF GPT-2 layout) before training", K_STR, F(load), 0, 0, NULL},
+    {"save-every", "K", "0", "write a training checkpoint every K steps into --ckpt-dir (0: never)", K_INT, F(save_every), 0, 1e9, NULL},
+    {"ckpt-dir", "DIR", NULL, "where --save-every writes checkpoints: DIR/step-NNNNNNNN, atomically", K_STR, F(ckpt_dir), 0, 0, NULL},
+    {"ckpt-format", "F", "sharded", "checkpoint format: sharded (a file per rank)|full (single-rank weights layout)", K_CHOICE, F(ckpt_format), 0, 0, "sharded|full"},
+    {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR (any --world and --parallel) up to --steps", K_STR, F(resume), 0, 0, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
     {"world", "N", "1", "simulated ranks (threads)", K_INT, F(world), 1, 1024, NULL},
     {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage; "
@@ -304,6 +311,14 @@ static int check_config(const train_config *c, const int *given, char *err, size
     }
     if (c->optimizer != FSC_OPT_SGD && given[option_index("momentum")])
         return snprintf(err, cap, "--momentum applies to --optimizer sgd only"), -1;
+    if (c->save_every && !c->ckpt_dir) return snprintf(err, cap, "--save-every needs --ckpt-dir DIR"), -1;
+    if (c->ckpt_dir && !c->save_every) return snprintf(err, cap, "--ckpt-dir needs --save-every K"), -1;
+    if (given[option_index("ckpt-format")] && !c->ckpt_dir)
+        return snprintf(err, cap, "--ckpt-format applies to --save-every/--ckpt-dir only"), -1;
+    if (c->resume && c->load) return snprintf(err, cap, "--resume and --load both give the starting weights: give one"), -1;
+    if (c->check_ddp && c->save_every)
+        return snprintf(err, cap, "--check-ddp runs twice and both runs would write the same checkpoints: drop "
+                        "--save-every"), -1;
     return 0;
 }
 
@@ -411,10 +426,20 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
     fsc_status s = tok && tgt ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "train: out of host memory for the batch");
     if (s == FSC_OK && c->load) s = fsc_engine_load_weights(e, c->load);
+    int start = 0; /* a resumed run continues at the checkpoint's step (the data order is a function of it) */
+    if (s == FSC_OK && c->resume) {
+        int64_t at = 0;
+        s = fsc_ckpt_resume(e, c->resume, &at);
+        start = at < c->steps ? (int)at : c->steps;
+        if (s == FSC_OK && r->rank == 0) {
+            for (int i = 0; i < start; i++) st->losses[i] = NAN; /* not run here: null in --json */
+            printf("resumed from %s at step %lld\n", c->resume, (long long)at);
+        }
+    }
     if (s == FSC_OK && c->init_save) s = fsc_engine_save_weights(e, c->init_save);
     fsc_engine_reset_comm_stats(e);
     double tokens = (double)c->batch * (double)c->seq;
-    for (int step = 0; step < c->steps && s == FSC_OK; step++) {
+    for (int step = start; step < c->steps && s == FSC_OK; step++) {
         fill_batch(st, r->rank, step, tok, tgt);
         double t0 = now_ms();
         fsc_step_info info = {0};
@@ -427,6 +452,11 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
                    info.loss, ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0,
                    info.skipped ? " | skipped (inf/nan gradients)" : "");
             fflush(stdout);
+        }
+        if (s == FSC_OK && c->save_every && (step + 1) % c->save_every == 0) {
+            fsc_ckpt_save_opts so = {.format = (fsc_ckpt_format)c->ckpt_format};
+            s = fsc_ckpt_save(e, c->ckpt_dir, step + 1, &so);
+            if (s == FSC_OK && r->rank == 0) printf("checkpoint %s/step-%08d\n", c->ckpt_dir, step + 1);
         }
     }
     if (r->rank == 0) fsc_engine_comm_stats(e, &st->comm);

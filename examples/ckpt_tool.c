@@ -1,0 +1,163 @@
+/* ckpt_tool: inspect and verify fsc training checkpoints, with the public API only.
+ *   ckpt_tool list DIR      the checkpoints in DIR (step, format, files), the newest complete one marked,
+ *                           and leftovers of interrupted saves
+ *   ckpt_tool show CKPT     configuration, step, loss scaler, files, and every tensor: dtype, shape and
+ *                           pieces (file, element range, crc32)
+ *   ckpt_tool verify CKPT   check the metadata, every file's structure and every checksum
+ * CKPT is a checkpoint directory (DIR/step-NNNNNNNN) or a DIR, meaning its newest complete checkpoint.
+ * Exit status: 0 fine, 1 a damaged or missing checkpoint (the message names the file and tensor), 2 usage. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/fsc.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ckpt_tool list DIR | show CKPT | verify CKPT\n"
+               "Inspect and verify fsc training checkpoints. CKPT: DIR/step-NNNNNNNN, or DIR for its newest.\n");
+}
+
+/* CKPT as given, or the newest complete checkpoint of a DIR. */
+static int resolve(const char *arg, char *path, size_t cap) {
+    char meta[4096];
+    snprintf(meta, sizeof meta, "%s/metadata.json", arg);
+    FILE *f = fopen(meta, "rb");
+    if (f) {
+        fclose(f);
+        snprintf(path, cap, "%s", arg);
+        return 0;
+    }
+    int64_t step;
+    if (fsc_ckpt_latest(arg, path, cap, &step) != FSC_OK) {
+        fprintf(stderr, "ckpt_tool: %s\n", fsc_last_error());
+        return 1;
+    }
+    if (step < 0) {
+        fprintf(stderr, "ckpt_tool: %s holds no complete checkpoint (no metadata.json)\n", arg);
+        return 1;
+    }
+    return 0;
+}
+
+static const char *kind_name(fsc_parallel_kind k) { return fsc_parallel_kind_name(k); }
+static const char *shard_name(fsc_shard_strategy s) {
+    static const char *const n[] = { "full", "grad_op", "none", "hybrid" };
+    return (unsigned)s < 4 ? n[s] : "?";
+}
+
+static void print_meta(const char *path, const fsc_ckpt_meta *m) {
+    char shape[96];
+    printf("checkpoint %s: %s format, step %lld (optimizer steps %lld), seed %llu\n", path,
+           fsc_ckpt_format_name(m->format), (long long)m->step, (long long)m->optim_steps, (unsigned long long)m->seed);
+    printf("model: %d layers, width %d, %d heads, context %d, vocab %d\n", m->model.layers, m->model.dim,
+           m->model.heads, m->model.seq, m->model.vocab);
+    if (m->optim.kind == FSC_OPT_ADAMW)
+        printf("optimizer: adamw, lr %g, betas %g %g, eps %g, weight decay %g\n", (double)m->optim.lr,
+               (double)m->optim.beta1, (double)m->optim.beta2, (double)m->optim.eps, (double)m->optim.weight_decay);
+    else
+        printf("optimizer: sgd, lr %g, momentum %g, weight decay %g\n", (double)m->optim.lr, (double)m->optim.momentum,
+               (double)m->optim.weight_decay);
+    printf("written by: %s", kind_name(m->kind));
+    if (m->kind == FSC_PAR_FSDP) printf(" (%s)", shard_name(m->shard));
+    printf(" on %d ranks, %d pipeline stages, accum %d, parameters %s, reduction %s, clip %g\n", m->world,
+           m->pp > 1 ? m->pp : 1, m->accum, fsc_dtype_name(m->param_dtype), fsc_dtype_name(m->reduce_dtype),
+           (double)m->clip);
+    if (m->scaler_enabled)
+        printf("loss scaler: scale %g, %d good steps, %lld skipped\n", (double)m->scaler.scale, m->scaler.good_steps,
+               (long long)m->scaler.skipped);
+    else
+        printf("loss scaler: off\n");
+    printf("files (%d):\n", m->nfiles);
+    for (int i = 0; i < m->nfiles; i++) printf("  %d %s\n", i, m->files[i]);
+    uint64_t total = 0;
+    for (int i = 0; i < m->ntensors; i++) total += m->tensors[i].numel;
+    printf("tensors (%d, %llu elements):\n", m->ntensors, (unsigned long long)total);
+    for (int i = 0; i < m->ntensors; i++) {
+        const fsc_ckpt_tensor *t = &m->tensors[i];
+        fsc_shape_str(shape, sizeof shape, t->ndim, t->shape);
+        printf("  %-40s %-4s %-14s %d piece%s\n", t->name, "F32", shape, t->npieces, t->npieces == 1 ? "" : "s");
+        for (int k = 0; k < t->npieces; k++) {
+            const fsc_ckpt_piece *p = &t->pieces[k];
+            printf("      [%llu, %llu) in %s as %s, crc32 %08x\n", (unsigned long long)p->first,
+                   (unsigned long long)(p->first + p->n), m->files[p->file], p->entry, (unsigned)p->crc32);
+        }
+    }
+}
+
+static int cmd_list(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "ckpt_tool: cannot list %s\n", dir);
+        return 1;
+    }
+    char newest[4096] = "";
+    int64_t step = -1;
+    if (fsc_ckpt_latest(dir, newest, sizeof newest, &step) != FSC_OK) fprintf(stderr, "ckpt_tool: %s\n", fsc_last_error());
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (strncmp(de->d_name, "step-", 5) != 0) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        n++;
+        if (strstr(de->d_name, ".tmp-")) {
+            printf("%-32s leftover of an interrupted save (removed on resume)\n", de->d_name);
+            continue;
+        }
+        fsc_ckpt_meta *m = NULL;
+        if (fsc_ckpt_meta_read(path, &m) != FSC_OK) {
+            printf("%-32s unreadable: %s\n", de->d_name, fsc_last_error());
+            continue;
+        }
+        printf("%-32s step %lld, %s, %d files, written by %s on %d ranks%s\n", de->d_name, (long long)m->step,
+               fsc_ckpt_format_name(m->format), m->nfiles, kind_name(m->kind), m->world,
+               !strcmp(path, newest) ? "  (newest)" : "");
+        fsc_ckpt_meta_free(m);
+    }
+    closedir(d);
+    if (n == 0) printf("no checkpoints in %s\n", dir);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc != 3) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "list")) return cmd_list(argv[2]);
+    if (strcmp(cmd, "show") != 0 && strcmp(cmd, "verify") != 0) {
+        fprintf(stderr, "ckpt_tool: unknown command '%s'\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    char path[4096];
+    if (resolve(argv[2], path, sizeof path) != 0) return 1;
+    fsc_ckpt_meta *m = NULL;
+    if (!strcmp(cmd, "show")) {
+        if (fsc_ckpt_meta_read(path, &m) != FSC_OK) {
+            fprintf(stderr, "ckpt_tool: %s\n", fsc_last_error());
+            return 1;
+        }
+        print_meta(path, m);
+        fsc_ckpt_meta_free(m);
+        return 0;
+    }
+    if (fsc_ckpt_verify(path, &m) != FSC_OK) {
+        fprintf(stderr, "ckpt_tool: %s: damaged: %s\n", path, fsc_last_error());
+        return 1;
+    }
+    size_t pieces = 0;
+    uint64_t elems = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        pieces += (size_t)m->tensors[i].npieces;
+        elems += m->tensors[i].numel;
+    }
+    printf("%s: ok (%d tensors, %llu elements, %zu pieces in %d files, every checksum matches)\n", path, m->ntensors,
+           (unsigned long long)elems, pieces, m->nfiles);
+    fsc_ckpt_meta_free(m);
+    return 0;
+}

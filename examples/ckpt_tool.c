@@ -59,7 +59,7 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
                (double)m->optim.weight_decay);
     printf("written by: %s", kind_name(m->kind));
     if (m->kind == FSC_PAR_FSDP) printf(" (%s)", shard_name(m->shard));
-    printf(" on %d ranks, %d pipeline stages, accum %d, parameters %s, reduction %s, clip %g\n", m->world,
+    printf(" on %d ranks, pp %d, accum %d, parameters %s, reduction %s, clip %g\n", m->world,
            m->pp > 1 ? m->pp : 1, m->accum, fsc_dtype_name(m->param_dtype), fsc_dtype_name(m->reduce_dtype),
            (double)m->clip);
     if (m->scaler_enabled)

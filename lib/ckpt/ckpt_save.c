@@ -115,6 +115,11 @@ static void meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_ckpt_fo
     m->seed = e->seed;
     m->model = e->cfg;
     m->optim = e->oc;
+    if (m->optim.kind == FSC_OPT_ADAMW && m->optim.beta1 == 0.0f && m->optim.beta2 == 0.0f && m->optim.eps == 0.0f) {
+        m->optim.beta1 = 0.9f; /* the defaults fsc_optim_create fills in for an all-zero AdamW */
+        m->optim.beta2 = 0.999f;
+        m->optim.eps = 1e-8f;
+    }
     m->kind = e->po.kind;
     m->shard = e->po.shard;
     m->world = e->r->world;

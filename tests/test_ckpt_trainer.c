@@ -1,0 +1,191 @@
+/* The checkpoint options of examples/train_gpt.c and the inspection command examples/ckpt_tool.c, run as
+ * built (build/<x>/train_gpt and ckpt_tool, next to this binary's tests/ folder) on a tiny model.
+ * Oracles: 6 steps straight equal 4 steps with --save-every 2 then --resume up to --steps 6 (losses of
+ * steps 5 and 6 and the final weights file, bit for bit), also resuming with another --parallel on the same
+ * world; bad combinations of options are refused with exit 2 and a message; ckpt_tool lists the newest
+ * checkpoint, shows tensors, pieces and checksums, verifies a good checkpoint and refuses a damaged one,
+ * naming the file. */
+#include <cjson/cJSON.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "testutil.h"
+
+static char bindir[PATH_MAX];
+static char tmpdir[64];
+
+#define TINY "--layers 1 --dim 16 --heads 2 --seq 8 --batch 6 --world 3 --json"
+
+/* Run build/<x>/<prog> args; returns the exit code and stdout, stderr (caller frees). */
+static int run(const char *prog, const char *args, char **out, char **err) {
+    char *cmd = NULL, p[600];
+    if (asprintf(&cmd, "'%s/%s' %s > '%s/out' 2> '%s/err'", bindir, prog, args, tmpdir, tmpdir) < 0) fail_msg("oom");
+    int st = system(cmd);
+    free(cmd);
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof p, "%s/%s", tmpdir, k ? "err" : "out");
+        FILE *f = fopen(p, "rb");
+        char *s = calloc(1, 1 << 20);
+        if (f) {
+            size_t n = fread(s, 1, (1 << 20) - 1, f);
+            s[n] = 0;
+            fclose(f);
+        }
+        if (k == 0 && out) *out = s;
+        else if (k == 1 && err) *err = s;
+        else free(s);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* the losses of the JSON line that ends the trainer's output (null: not run) */
+static void losses(const char *out, double *l, int n) {
+    const char *line = strstr(out, "{\"losses\"");
+    assert_non_null(line);
+    cJSON *j = cJSON_Parse(line);
+    assert_non_null(j);
+    cJSON *a = cJSON_GetObjectItem(j, "losses");
+    assert_int_equal(cJSON_GetArraySize(a), n);
+    for (int i = 0; i < n; i++) {
+        cJSON *x = cJSON_GetArrayItem(a, i);
+        l[i] = cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+    }
+    cJSON_Delete(j);
+}
+
+static void train(const char *args, double *l, int n) {
+    char *out = NULL, *err = NULL;
+    int rc = run("train_gpt", args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s failed (%d): %s", args, rc, err);
+    losses(out, l, n);
+    free(out);
+    free(err);
+}
+
+static int same_file(const char *a, const char *b) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+static void test_trainer_resume(void **st) {
+    (void)st;
+    char args[1024];
+    double a[6], b[6], c[6];
+    snprintf(args, sizeof args, TINY " --parallel fsdp --steps 6 --save '%s/straight.st'", tmpdir);
+    train(args, a, 6);
+    snprintf(args, sizeof args, TINY " --parallel fsdp --steps 4 --save-every 2 --ckpt-dir '%s/ck'", tmpdir);
+    train(args, b, 4);
+    snprintf(args, sizeof args, TINY " --parallel fsdp --steps 6 --resume '%s/ck' --save '%s/resumed.st'", tmpdir,
+             tmpdir);
+    train(args, b, 6);
+    assert_true(b[3] == -1.0 && b[0] == -1.0); /* steps before the checkpoint were not run */
+    assert_memory_equal(&a[4], &b[4], 2 * sizeof(double));
+    char p1[128], p2[128];
+    snprintf(p1, sizeof p1, "%s/straight.st", tmpdir);
+    snprintf(p2, sizeof p2, "%s/resumed.st", tmpdir);
+    assert_true(same_file(p1, p2));
+    /* another strategy on the same world continues bit for bit too (it equals DDP there) */
+    snprintf(args, sizeof args, TINY " --parallel zero2 --steps 6 --resume '%s/ck'", tmpdir);
+    train(args, c, 6);
+    assert_memory_equal(&a[4], &c[4], 2 * sizeof(double));
+    /* --steps below the checkpoint's step: nothing left to run */
+    snprintf(args, sizeof args, TINY " --parallel ddp --steps 3 --resume '%s/ck'", tmpdir);
+    train(args, c, 3);
+}
+
+static void test_trainer_ckpt_options(void **st) {
+    (void)st;
+    char *err = NULL, args[512];
+    const struct { const char *args, *needle; } bad[] = {
+        { TINY " --parallel ddp --save-every 2", "--ckpt-dir" },
+        { TINY " --parallel ddp --ckpt-dir /tmp/x", "--save-every" },
+        { TINY " --parallel ddp --ckpt-format full", "--ckpt-format" },
+        { TINY " --parallel ddp --ckpt-format half --save-every 1 --ckpt-dir /tmp/x", "sharded|full" },
+        { TINY " --parallel ddp --resume /tmp/x --load /tmp/y", "give one" },
+        { TINY " --parallel fsdp --check-ddp --save-every 1 --ckpt-dir /tmp/x", "--check-ddp" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(run("train_gpt", bad[i].args, NULL, &err), 2);
+        if (!strstr(err, bad[i].needle)) fail_msg("%s: message \"%s\" lacks %s", bad[i].args, err, bad[i].needle);
+        free(err);
+    }
+    snprintf(args, sizeof args, TINY " --parallel ddp --steps 2 --resume '%s/empty'", tmpdir);
+    assert_int_equal(run("train_gpt", args, NULL, &err), 1);
+    assert_non_null(strstr(err, "no complete checkpoint"));
+    free(err);
+    char *out = NULL;
+    assert_int_equal(run("train_gpt", "--help", &out, NULL), 0);
+    const char *names[] = { "--save-every", "--ckpt-dir", "--ckpt-format", "--resume" };
+    for (int i = 0; i < 4; i++) assert_non_null(strstr(out, names[i]));
+    free(out);
+}
+
+static void test_ckpt_tool(void **st) {
+    (void)st;
+    char args[1024], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, TINY " --parallel zero1 --steps 2 --save-every 1 --ckpt-dir '%s/tool' "
+             "--ckpt-format full", tmpdir);
+    double l[2];
+    train(args, l, 2);
+    snprintf(args, sizeof args, "list '%s/tool'", tmpdir);
+    assert_int_equal(run("ckpt_tool", args, &out, NULL), 0);
+    const char *line = strstr(out, "step-00000002");
+    assert_non_null(line);
+    const char *nl = strchr(line, '\n'), *mark = strstr(line, "(newest)");
+    assert_true(mark && (!nl || mark < nl));
+    free(out);
+    snprintf(args, sizeof args, "show '%s/tool'", tmpdir);
+    assert_int_equal(run("ckpt_tool", args, &out, NULL), 0);
+    assert_non_null(strstr(out, "full format, step 2"));
+    assert_non_null(strstr(out, "optim.v.h.0.mlp.c_fc.weight"));
+    assert_non_null(strstr(out, "crc32"));
+    free(out);
+    snprintf(args, sizeof args, "verify '%s/tool/step-00000001'", tmpdir);
+    assert_int_equal(run("ckpt_tool", args, &out, NULL), 0);
+    assert_non_null(strstr(out, "ok"));
+    free(out);
+    /* damage the optimizer file's last byte: verify names it */
+    char p[256];
+    snprintf(p, sizeof p, "%s/tool/step-00000001/optim.safetensors", tmpdir);
+    FILE *f = fopen(p, "r+b");
+    assert_non_null(f);
+    fseek(f, -1, SEEK_END);
+    int ch = fgetc(f);
+    fseek(f, -1, SEEK_END);
+    fputc(ch ^ 1, f);
+    fclose(f);
+    snprintf(args, sizeof args, "verify '%s/tool/step-00000001'", tmpdir);
+    assert_int_equal(run("ckpt_tool", args, NULL, &err), 1);
+    assert_non_null(strstr(err, "optim.safetensors"));
+    assert_non_null(strstr(err, "checksum"));
+    free(err);
+    assert_int_equal(run("ckpt_tool", "frobnicate x", NULL, NULL), 2);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char self[PATH_MAX];
+    if (!realpath(argv[0], self)) return 1;
+    snprintf(bindir, sizeof bindir, "%s/..", dirname(self));
+    char t[PATH_MAX + 16];
+    snprintf(t, sizeof t, "%s/ckpt_tool", bindir);
+    if (access(t, X_OK) != 0) {
+        fprintf(stderr, "test_ckpt_trainer: %s not found: build the examples first\n", t);
+        return 1;
+    }
+    strcpy(tmpdir, "/tmp/fsc_test_ckpt_trainer_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trainer_resume),
+        cmocka_unit_test(test_trainer_ckpt_options),
+        cmocka_unit_test(test_ckpt_tool),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "test_ckpt_trainer: could not remove %s\n", tmpdir);
+    return rc;
+}

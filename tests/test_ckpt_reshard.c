@@ -1,6 +1,6 @@
 /* Resharding: a checkpoint written with one (world size, parallel setting) loads into another.
  * Oracles, for pairs that change the world size (odd ones included) and the setting (ddp, fsdp with every
- * strategy, zero1, zero2, a pipeline, a single rank):
+ * strategy, zero1, zero2, a pipeline, a single rank; fp32 and bf16 parameters):
  *   - the loaded parameters and optimizer state equal the saved ones bit for bit (full parameters from
  *     fsc_engine_full_params, the optimizer state gathered by fsc_ckpt_full_state);
  *   - training continues: two more steps in the new setting equal, bit for bit, two steps of DDP on the
@@ -35,6 +35,17 @@ static ct_job zero2_4(void) {
     j.run.po.bucket_bytes = 1;
     return j;
 }
+/* bf16 parameters: zero and fsdp keep fp32 masters apart from the rounded copies they compute with */
+static ct_job zero2_4_bf16(void) {
+    ct_job j = zero2_4();
+    j.run.po.param_dtype = j.run.po.reduce_dtype = FSC_BF16;
+    return j;
+}
+static ct_job fsdp3_bf16(void) {
+    ct_job j = ct_fsdp(3, FSC_SHARD_FULL);
+    j.run.po.param_dtype = j.run.po.reduce_dtype = FSC_BF16;
+    return j;
+}
 static ct_job single(void) { return ct_make(1, FSC_PAR_NONE); }
 static ct_job fsdp3_full(void) { return ct_fsdp(3, FSC_SHARD_FULL); }
 
@@ -60,6 +71,8 @@ static ct_job ddp_twin(const ct_job *to) {
     ct_job d = ct_make(dp, dp == 1 ? FSC_PAR_NONE : FSC_PAR_DDP);
     d.run.po.accum = to->run.po.accum;
     d.run.po.no_sync = to->run.po.no_sync;
+    d.run.po.param_dtype = to->run.po.param_dtype;
+    d.run.po.reduce_dtype = to->run.po.reduce_dtype;
     return d;
 }
 
@@ -106,6 +119,7 @@ static void test_ckpt_reshard_pairs(void **state) {
         { { zero1_3, "zero1 3" }, { fsdp5_flat, "fsdp full_shard 5, one flat unit" } },
         { { zero2_4, "zero2 4" }, { zero1_3, "zero1 3" } },
         { { fsdp4_hybrid, "fsdp hybrid_shard 4" }, { single, "a single rank" } },
+        { { zero2_4_bf16, "zero2 4, bf16" }, { fsdp3_bf16, "fsdp full_shard 3, bf16" } },
         { { single, "a single rank" }, { fsdp3_full, "fsdp full_shard 3" } },
         { { fsdp3_accum, "fsdp full_shard 3" }, { pipe2x2, "a pipeline of 2 stages x ddp 2" } },
         { { pipe2x2, "a pipeline of 2 stages x ddp 2" }, { zero1_3, "zero1 3" } },

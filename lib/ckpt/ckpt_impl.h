@@ -16,8 +16,6 @@
 char *ck_meta_json(const fsc_ckpt_meta *m);
 /* "m", "v" (AdamW), "momentum" (SGD); NULL for a state the optimizer kind does not have. */
 const char *ck_state_name(fsc_optim_kind kind, int which);
-/* States an optimizer configuration keeps (as fsc_optim_num_states). */
-int ck_num_states(const fsc_optim_config *oc);
 /* The global name of state `state` (0: the parameter) of a tensor: "optim.m.wte.weight". */
 void ck_global_name(char *buf, size_t cap, fsc_optim_kind kind, int state, const char *tensor);
 

@@ -24,10 +24,6 @@ const char *ck_state_name(fsc_optim_kind kind, int which) {
     return which == 0 ? "momentum" : NULL;
 }
 
-int ck_num_states(const fsc_optim_config *oc) {
-    return oc->kind == FSC_OPT_ADAMW ? 2 : (oc->momentum != 0.0f ? 1 : 0);
-}
-
 void ck_global_name(char *buf, size_t cap, fsc_optim_kind kind, int state, const char *tensor) {
     if (state == 0) snprintf(buf, cap, "%s", tensor);
     else snprintf(buf, cap, "optim.%s.%s", ck_state_name(kind, state - 1), tensor);

@@ -16,5 +16,6 @@
 #include "checkpoint_wrapper.h"
 #include "parallel.h"
 #include "tp.h"
+#include "moe.h"
 #include "ckpt.h"
 #endif

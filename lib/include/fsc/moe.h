@@ -1,0 +1,85 @@
+/* Mixture of experts: an MLP layer whose tokens are routed to E expert MLPs by a learned gate, with the
+ * experts spread over an expert-parallel group (FairScale's MOELayer with Top1Gate/Top2Gate, GShard and
+ * Switch Transformer gating).
+ *
+ * Routing, per dispatch group of S tokens (each rank's tokens form its groups; a group is GShard's unit):
+ *   logits = x @ Wg (S, E), p = softmax(logits) per token;
+ *   top-1 (Switch): expert e1 = argmax p, combine weight g1 = p[e1];
+ *   top-2 (GShard): e1, and e2 = argmax over the others; g1, g2 = p[e1], p[e2] renormalized over the
+ *   choices that were kept (a token whose second choice was dropped gets g1 = 1);
+ *   capacity = max(1, ceil(capacity_factor * k * S / E)) slots per expert and group; first choices take
+ *   slots before second choices, each in token order; an assignment beyond the capacity is dropped (the
+ *   token's output gets nothing from it; a token with every choice dropped outputs zero, and the residual
+ *   around the layer carries it).
+ * Load balancing (Switch eq. 4, GShard's l_aux): aux = E * sum_e f_e * P_e, with f_e the fraction of the
+ * group's tokens whose first choice is e (before dropping) and P_e the mean of p[:, e] over the group;
+ * 1 when balanced. The layer returns the mean over its groups; the caller adds daux * aux to its loss and
+ * passes daux to backward (the gradient flows through P_e only).
+ *
+ * Expert parallelism over a group of G ranks: rank r holds experts [r E/G, (r+1) E/G). Each rank routes its
+ * own tokens, an all-to-all sends every expert its slots (dispatch), the experts run on the rank that holds
+ * them, and a second all-to-all brings the outputs back (combine); backward mirrors both. An expert sees
+ * its slots in (source rank, group, slot) order, so the layer on G ranks computes exactly what one rank
+ * computes with all E experts and G groups: the same products of the same shapes, bit for bit.
+ *
+ * Routing runs on the host (S x E gate logits are downloaded); tokens move on the device (row gathers and
+ * scatters with the embedding kernels). One forward is in flight at a time: backward uses the record the
+ * last forward left in the layer. Parameters (HF [in, out] layout, keyed-RNG names under cfg->name):
+ *   <name>.gate.weight (C, E) replicated; <name>.experts.<e>.c_fc.weight (C, H), .c_fc.bias (H),
+ *   .c_proj.weight (H, C), .c_proj.bias (C) for this rank's experts. */
+#ifndef FSC_MOE_H
+#define FSC_MOE_H
+#include <stddef.h>
+#include <stdint.h>
+#include "status.h"
+#include "device.h"
+#include "comm.h"
+
+typedef enum {
+    FSC_MOE_EXPERT_MLP = 0,  /* C -> H -> GELU -> C */
+    FSC_MOE_EXPERT_IDENTITY  /* returns its input (tests of dispatch and combine; no expert parameters) */
+} fsc_moe_expert;
+
+typedef struct {
+    int dim;                 /* C */
+    int hidden;              /* H (0: 4 C) */
+    int experts;             /* E */
+    int top_k;               /* 1 or 2 */
+    float capacity_factor;   /* (0: 1.0) */
+    fsc_moe_expert expert;
+    const char *name;        /* parameter name prefix (NULL: "moe") */
+} fsc_moe_config;
+
+typedef struct {
+    double aux_loss;   /* mean over this rank's groups of E sum_e f_e P_e */
+    int capacity;      /* slots per expert and group */
+    int64_t tokens;    /* routed by this rank */
+    int64_t assigned;  /* tokens x k */
+    int64_t dropped;   /* assignments beyond the capacity */
+} fsc_moe_stats;
+
+typedef struct fsc_moe fsc_moe;
+
+/* ep: the expert-parallel group (NULL: one rank, every expert local). experts must divide by its size. */
+fsc_status fsc_moe_create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, uint64_t seed, fsc_moe **out);
+void fsc_moe_free(fsc_moe *m);
+/* This rank's parameters and gradients (device, flat: the gate, then its experts in order) and their length. */
+float *fsc_moe_params(fsc_moe *m);
+float *fsc_moe_grads(fsc_moe *m);
+size_t fsc_moe_num_local(const fsc_moe *m);
+/* Offset in the flat buffers of the gate (0) and of local expert j's first tensor. */
+size_t fsc_moe_expert_offset(const fsc_moe *m, int j);
+
+/* out (S, C) = the layer applied to inp (S, C): S tokens in `groups` dispatch groups of S / groups
+ * consecutive tokens. Collective over ep: every rank passes the same S and groups. inp must stay unchanged
+ * until backward. stats may be NULL. */
+fsc_status fsc_moe_forward(fsc_moe *m, float *out, const float *inp, int S, int groups, fsc_moe_stats *stats);
+/* dinp (S, C) = (overwrites) the gradient w.r.t. inp of sum(out * dout) + daux * aux; parameter
+ * gradients += (the gate's from this rank's tokens only: sum it over the data-parallel group as any
+ * replicated parameter). Collective. */
+fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, const float *dout, float daux);
+/* The last forward's routing, host arrays of S x k: the chosen experts, and the combine weight of each
+ * choice (0 when the assignment was dropped); kept: 1 if the assignment got a slot. */
+fsc_status fsc_moe_routing(const fsc_moe *m, int32_t *experts, float *gates, int32_t *kept);
+
+#endif

@@ -1,0 +1,355 @@
+/* The mixture-of-experts layer (moe.h): gate, dispatch of tokens to capacity slots, all-to-all to the
+ * ranks holding the experts, the experts, all-to-all back, and the weighted combine; backward in reverse.
+ *
+ * Layouts. Source side (the rank's own tokens): slots (E, groups, cap, C), slot (e, g, c) at
+ * (e groups + g) cap + c. An all-to-all sends rank j the block of its experts (El, groups, cap, C); the
+ * rank receives (G, El, groups, cap, C) and reorders it to the expert side (El, G, groups, cap, C), so each
+ * local expert's R = G groups cap rows are contiguous in (source rank, group, slot) order. On one rank with
+ * G x groups groups the expert side is the same matrix: the layer is bit-identical across expert-parallel
+ * sizes. The reorder is the heads_merge/heads_split shuffle of the attention kernels (NH = G, T = El).
+ *
+ * Row gathers use the embedding kernel on a table with an extra zero row (token index S marks an empty
+ * slot); the weighted combine scales rows with a batched K = 1 gemm and scatter-adds them with the
+ * embedding's backward kernel (a token's two contributions are added in slot order; two addends commute).
+ * Not here: routing arithmetic (moe_route.c). */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "moe_impl.h"
+#include "fsc/nn.h"
+#include "fsc/rng.h"
+#include "fsc/device_impl.h"
+
+struct fsc_moe {
+    fsc_moe_config cfg;
+    char name[64];
+    fsc_device *dev;
+    fsc_comm *ep;           /* NULL: one rank */
+    int G, rank, E, El, C, H, k;
+    size_t per_expert;      /* floats of one expert's parameters (0 for identity experts) */
+    size_t P;
+    float *params, *grads;  /* (P): gate (C, E), then El experts: c_fc.w (C, H), c_fc.b (H), c_proj.w (H, C), c_proj.b (C) */
+    /* the record of the last forward */
+    moe_route route;
+    const float *inp;
+    int S, groups, fwd_done;
+    size_t slots;
+    float *rec;             /* one allocation: */
+    int32_t *idx;           /* (slots) token of each slot, S when empty */
+    float *sgate;           /* (slots) combine weights */
+    float *xe, *hpre, *hact;/* expert side (slots, C), (slots, H), (slots, H) */
+    float *ysrc;            /* source side (slots, C): expert outputs back at their tokens' rank */
+    float *zrow, *pe;       /* (C) zeros; (C) scratch the embedding backward kernel writes */
+};
+
+static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
+
+float *fsc_moe_params(fsc_moe *m) { return m->params; }
+float *fsc_moe_grads(fsc_moe *m) { return m->grads; }
+size_t fsc_moe_num_local(const fsc_moe *m) { return m->P; }
+size_t fsc_moe_expert_offset(const fsc_moe *m, int j) { return (size_t)m->C * m->E + (size_t)j * m->per_expert; }
+
+/* expert j's tensors */
+typedef struct {
+    float *fc_w, *fc_b, *proj_w, *proj_b;
+} expert_p;
+
+static expert_p expert_at(const fsc_moe *m, float *base, int j) {
+    float *p = base + fsc_moe_expert_offset(m, j);
+    size_t C = (size_t)m->C, H = (size_t)m->H;
+    return (expert_p){ p, p + C * H, p + C * H + H, p + 2 * C * H + H };
+}
+
+static fsc_status init_params(fsc_moe *m, uint64_t seed) {
+    float *h = malloc(m->P * sizeof(float));
+    if (!h) return fsc_error(FSC_ERR_NOMEM, "moe: out of host memory for %zu parameters", m->P);
+    char nm[128];
+    size_t C = (size_t)m->C, H = (size_t)m->H;
+    snprintf(nm, sizeof nm, "%s.gate.weight", m->name);
+    fsc_rng_fill_normal(h, C * m->E, seed, nm, 0, 0.0f, 0.02f);
+    for (int j = 0; j < m->El && m->per_expert; j++) {
+        int e = m->rank * m->El + j;
+        float *p = h + fsc_moe_expert_offset(m, j);
+        snprintf(nm, sizeof nm, "%s.experts.%d.c_fc.weight", m->name, e);
+        fsc_rng_fill_normal(p, C * H, seed, nm, 0, 0.0f, 0.02f);
+        memset(p + C * H, 0, H * sizeof(float));
+        snprintf(nm, sizeof nm, "%s.experts.%d.c_proj.weight", m->name, e);
+        fsc_rng_fill_normal(p + C * H + H, H * C, seed, nm, 0, 0.0f, 0.02f);
+        memset(p + 2 * C * H + H, 0, C * sizeof(float));
+    }
+    fsc_status s = fsc_device_upload(m->dev, m->params, h, m->P * sizeof(float));
+    free(h);
+    return s;
+}
+
+fsc_status fsc_moe_create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, uint64_t seed, fsc_moe **out) {
+    *out = NULL;
+    if (!dev || !cfg) return fsc_error(FSC_ERR_INVALID, "moe: device or config NULL");
+    int G = ep ? fsc_comm_size(ep) : 1;
+    int H = cfg->hidden ? cfg->hidden : 4 * cfg->dim;
+    float cf = cfg->capacity_factor ? cfg->capacity_factor : 1.0f;
+    if (cfg->dim < 1 || cfg->experts < 1 || H < 1 || cfg->dim > (1 << 16) || H > (1 << 18) || cfg->experts > 4096)
+        return fsc_error(FSC_ERR_INVALID, "moe: dim %d, hidden %d and experts %d must be positive (and at most "
+                         "65536, 262144 and 4096)", cfg->dim, H, cfg->experts);
+    if (cfg->top_k != 1 && cfg->top_k != 2)
+        return fsc_error(FSC_ERR_INVALID, "moe: top_k is %d; top-1 and top-2 gating are supported", cfg->top_k);
+    if (cfg->top_k > cfg->experts)
+        return fsc_error(FSC_ERR_INVALID, "moe: top-%d gating needs at least %d experts, not %d", cfg->top_k,
+                         cfg->top_k, cfg->experts);
+    if (!(cf > 0) || !isfinite(cf))
+        return fsc_error(FSC_ERR_INVALID, "moe: capacity factor %g must be a positive number", (double)cf);
+    if (cfg->experts % G != 0)
+        return fsc_error(FSC_ERR_INVALID, "moe: %d experts do not split over an expert-parallel group of %d",
+                         cfg->experts, G);
+    if (cfg->expert != FSC_MOE_EXPERT_MLP && cfg->expert != FSC_MOE_EXPERT_IDENTITY)
+        return fsc_error(FSC_ERR_INVALID, "moe: unknown expert kind %d", (int)cfg->expert);
+    fsc_moe *m = calloc(1, sizeof *m);
+    if (!m) return fsc_error(FSC_ERR_NOMEM, "moe: out of host memory");
+    m->cfg = *cfg;
+    m->cfg.hidden = H, m->cfg.capacity_factor = cf;
+    snprintf(m->name, sizeof m->name, "%s", cfg->name ? cfg->name : "moe");
+    m->cfg.name = m->name;
+    m->dev = dev, m->ep = ep, m->G = G, m->rank = ep ? fsc_comm_rank(ep) : 0;
+    m->E = cfg->experts, m->El = cfg->experts / G, m->C = cfg->dim, m->H = H, m->k = cfg->top_k;
+    m->per_expert = cfg->expert == FSC_MOE_EXPERT_MLP ? 2 * (size_t)m->C * H + (size_t)H + (size_t)m->C : 0;
+    m->P = (size_t)m->C * m->E + (size_t)m->El * m->per_expert;
+    fsc_status s = fsc_device_alloc(dev, FSC_TAG_PARAMS, m->P * sizeof(float), (void **)&m->params);
+    if (s == FSC_OK) s = fsc_device_calloc(dev, FSC_TAG_GRADS, m->P * sizeof(float), (void **)&m->grads);
+    if (s == FSC_OK) s = init_params(m, seed);
+    if (s != FSC_OK) {
+        fsc_moe_free(m);
+        return s;
+    }
+    *out = m;
+    return FSC_OK;
+}
+
+static void free_record(fsc_moe *m) {
+    fsc_device_release(m->dev, m->rec);
+    m->rec = NULL;
+    moe_route_free(&m->route);
+    m->fwd_done = 0;
+}
+
+void fsc_moe_free(fsc_moe *m) {
+    if (!m) return;
+    free_record(m);
+    fsc_device_release(m->dev, m->params);
+    fsc_device_release(m->dev, m->grads);
+    free(m);
+}
+
+/* source side (E, groups, cap, C) -> expert side (El, G, groups, cap, C); tmp: slots C floats */
+static fsc_status to_experts(fsc_moe *m, float *dst, const float *src, float *tmp) {
+    size_t n = m->slots * (size_t)m->C;
+    if (m->G == 1) return fsc_device_copy(m->dev, dst, src, n * sizeof(float));
+    size_t block = n / (size_t)m->G, X = block / (size_t)m->El;
+    FSC_TRY(fsc_comm_all_to_all(m->ep, src, tmp, block, FSC_F32));
+    return FSC_K(m->dev, heads_merge, dst, tmp, 1, m->El, m->G, (int)X);
+}
+
+/* expert side -> source side (the inverse) */
+static fsc_status to_sources(fsc_moe *m, float *dst, const float *src, float *tmp) {
+    size_t n = m->slots * (size_t)m->C;
+    if (m->G == 1) return fsc_device_copy(m->dev, dst, src, n * sizeof(float));
+    size_t block = n / (size_t)m->G, X = block / (size_t)m->El;
+    FSC_TRY(FSC_K(m->dev, heads_split, tmp, src, 1, m->El, m->G, (int)X));
+    return fsc_comm_all_to_all(m->ep, tmp, dst, block, FSC_F32);
+}
+
+/* rows (slots, C) of src (S, C) by idx; an empty slot (S) gets zeros. table: (S + 1, C) scratch. */
+static fsc_status gather_rows(fsc_moe *m, float *dst, const float *src, float *table) {
+    size_t SC = (size_t)m->S * m->C;
+    FSC_TRY(fsc_device_copy(m->dev, table, src, SC * sizeof(float)));
+    FSC_TRY(fsc_device_memset(m->dev, table + SC, 0, (size_t)m->C * sizeof(float)));
+    return FSC_K(m->dev, encoder_forward, dst, m->idx, table, m->zrow, (int)m->slots, 1, m->C);
+}
+
+/* dst (S, C) += rows of src (slots, C) at their tokens, in slot order. table: (S + 1, C) scratch. */
+static fsc_status scatter_add_rows(fsc_moe *m, float *dst, const float *src, float *table) {
+    size_t SC = (size_t)m->S * m->C;
+    FSC_TRY(fsc_device_copy(m->dev, table, dst, SC * sizeof(float)));
+    FSC_TRY(fsc_device_memset(m->dev, table + SC, 0, (size_t)m->C * sizeof(float)));
+    FSC_TRY(FSC_K(m->dev, encoder_backward, table, m->pe, src, m->idx, (int)m->slots, 1, m->C));
+    return fsc_device_copy(m->dev, dst, table, SC * sizeof(float));
+}
+
+/* dst[s, :] = w[s] * src[s, :] for every slot: a batch of (1 x 1) @ (1 x C) products */
+static fsc_status scale_rows(fsc_moe *m, float *dst, const float *src, const float *w) {
+    int C = m->C;
+    return FSC_K(m->dev, gemm, 0, 0, 1, C, 1, 1.0f, w, 1, 1, src, C, C, 0.0f, dst, C, C, (int)m->slots);
+}
+
+/* out[s] = a[s, :] . b[s, :] for every slot: a batch of (1 x C) @ (C x 1) products */
+static fsc_status dot_rows(fsc_moe *m, float *out, const float *a, const float *b) {
+    int C = m->C;
+    return FSC_K(m->dev, gemm, 0, 0, 1, 1, C, 1.0f, a, C, C, b, 1, C, 0.0f, out, 1, 1, (int)m->slots);
+}
+
+static fsc_status alloc_record(fsc_moe *m) {
+    size_t sl = m->slots, C = (size_t)m->C, H = (size_t)m->H, mlp = m->per_expert ? 1 : 0;
+    size_t n = 2 * r64(sl) + 2 * r64(sl * C) + 2 * mlp * r64(sl * H) + 2 * r64(C);
+    FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&m->rec));
+    float *p = m->rec;
+    m->idx = (int32_t *)p, p += r64(sl);
+    m->sgate = p, p += r64(sl);
+    m->xe = p, p += r64(sl * C);
+    m->ysrc = p, p += r64(sl * C);
+    m->hpre = mlp ? p : NULL, p += mlp * r64(sl * H);
+    m->hact = mlp ? p : NULL, p += mlp * r64(sl * H);
+    m->zrow = p, p += r64(C);
+    m->pe = p;
+    return fsc_device_memset(m->dev, m->zrow, 0, C * sizeof(float));
+}
+
+/* The experts on their rows: ye (slots, C) from the saved xe. */
+static fsc_status experts_forward(fsc_moe *m, float *ye) {
+    size_t R = m->slots / (size_t)m->El, C = (size_t)m->C, H = (size_t)m->H;
+    if (!m->per_expert) return fsc_device_copy(m->dev, ye, m->xe, m->slots * C * sizeof(float));
+    for (int j = 0; j < m->El; j++) {
+        expert_p p = expert_at(m, m->params, j);
+        float *x = m->xe + j * R * C, *hp = m->hpre + j * R * H, *ha = m->hact + j * R * H, *y = ye + j * R * C;
+        FSC_TRY(fsc_linear_forward(m->dev, hp, NULL, x, p.fc_w, p.fc_b, R, m->C, m->H, 0));
+        FSC_TRY(fsc_gelu_forward(m->dev, ha, NULL, hp, R * H));
+        FSC_TRY(fsc_linear_forward(m->dev, y, NULL, ha, p.proj_w, p.proj_b, R, m->H, m->C, 0));
+    }
+    return FSC_OK;
+}
+
+/* dxe (slots, C) = (overwrites) the experts' input gradient from dye; parameter gradients +=. work: slots H */
+static fsc_status experts_backward(fsc_moe *m, float *dxe, const float *dye, float *work) {
+    size_t R = m->slots / (size_t)m->El, C = (size_t)m->C, H = (size_t)m->H;
+    if (!m->per_expert) return fsc_device_copy(m->dev, dxe, dye, m->slots * C * sizeof(float));
+    for (int j = 0; j < m->El; j++) {
+        expert_p p = expert_at(m, m->params, j), g = expert_at(m, m->grads, j);
+        float *dha = work, *dhp = work + r64(R * H);
+        fsc_linear_rec proj = { m->hact + j * R * H, R, m->H, m->C, 0 };
+        FSC_TRY(fsc_linear_backward(m->dev, dha, g.proj_w, g.proj_b, &proj, dye + j * R * C, p.proj_w, 0.0f, 1.0f));
+        fsc_gelu_rec gr = { m->hpre + j * R * H, R * H };
+        FSC_TRY(fsc_gelu_backward(m->dev, dhp, &gr, dha));
+        fsc_linear_rec fc = { m->xe + j * R * C, R, m->C, m->H, 0 };
+        FSC_TRY(fsc_linear_backward(m->dev, dxe + j * R * C, g.fc_w, g.fc_b, &fc, dhp, p.fc_w, 0.0f, 1.0f));
+    }
+    return FSC_OK;
+}
+
+static fsc_status forward_body(fsc_moe *m, float *out, const float *inp, float *w) {
+    size_t S = (size_t)m->S, C = (size_t)m->C, E = (size_t)m->E, sl = m->slots;
+    int Sg = m->S / m->groups;
+    float *gl = w;                          /* (S, E) gate logits */
+    float *table = gl + r64(S * E);         /* (S + 1, C) */
+    float *xsrc = table + r64((S + 1) * C); /* (slots, C) */
+    float *tmp = xsrc + r64(sl * C);        /* (slots, C) */
+    float *ye = tmp + r64(sl * C);          /* (slots, C) */
+    for (int g = 0; g < m->groups; g++) /* per group: the same product on any expert-parallel size */
+        FSC_TRY(fsc_linear_forward(m->dev, gl + (size_t)g * Sg * E, NULL, inp + (size_t)g * Sg * C, m->params, NULL,
+                                   (size_t)Sg, m->C, m->E, 0));
+    float *hl = malloc(S * E * sizeof(float));
+    if (!hl) return fsc_error(FSC_ERR_NOMEM, "moe: out of host memory for %zu gate logits", S * E);
+    fsc_status s = fsc_device_download(m->dev, hl, gl, S * E * sizeof(float));
+    if (s == FSC_OK) s = moe_route_compute(&m->route, hl, m->S, m->E, m->k, m->groups, m->cfg.capacity_factor);
+    free(hl);
+    FSC_TRY(s);
+    FSC_TRY(fsc_device_upload(m->dev, m->idx, m->route.idx, sl * sizeof(int32_t)));
+    FSC_TRY(fsc_device_upload(m->dev, m->sgate, m->route.slot_gate, sl * sizeof(float)));
+    /* dispatch, experts, combine */
+    FSC_TRY(gather_rows(m, xsrc, inp, table));
+    FSC_TRY(to_experts(m, m->xe, xsrc, tmp));
+    FSC_TRY(experts_forward(m, ye));
+    FSC_TRY(to_sources(m, m->ysrc, ye, tmp));
+    FSC_TRY(scale_rows(m, xsrc, m->ysrc, m->sgate));
+    FSC_TRY(fsc_device_memset(m->dev, out, 0, S * C * sizeof(float)));
+    return scatter_add_rows(m, out, xsrc, table);
+}
+
+fsc_status fsc_moe_forward(fsc_moe *m, float *out, const float *inp, int S, int groups, fsc_moe_stats *stats) {
+    if (!m || !out || !inp) return fsc_error(FSC_ERR_INVALID, "moe forward: layer, output or input NULL");
+    if (S < 1 || groups < 1 || S % groups != 0)
+        return fsc_error(FSC_ERR_INVALID, "moe forward: %d tokens do not split into %d dispatch groups", S, groups);
+    free_record(m);
+    int cap = moe_capacity(S / groups, m->E, m->k, m->cfg.capacity_factor);
+    double slots = (double)m->E * groups * cap;
+    if (slots * (m->H > m->C ? m->H : m->C) > INT_MAX || (double)S * m->C > INT_MAX)
+        return fsc_error(FSC_ERR_INVALID, "moe forward: %d tokens with %d experts of capacity %d are too many for "
+                         "one call", S, m->E, cap);
+    m->S = S, m->groups = groups, m->inp = inp, m->slots = (size_t)slots;
+    FSC_TRY(alloc_record(m));
+    size_t C = (size_t)m->C, sl = m->slots;
+    size_t wn = r64((size_t)S * m->E) + r64(((size_t)S + 1) * C) + 3 * r64(sl * C);
+    float *w;
+    fsc_status s = fsc_device_alloc(m->dev, FSC_TAG_WORKSPACE, wn * sizeof(float), (void **)&w);
+    if (s == FSC_OK) s = forward_body(m, out, inp, w);
+    fsc_device_release(m->dev, w);
+    if (s != FSC_OK) {
+        free_record(m);
+        return s;
+    }
+    m->fwd_done = 1;
+    if (stats)
+        *stats = (fsc_moe_stats){ .aux_loss = m->route.aux, .capacity = cap, .tokens = S,
+                                  .assigned = (int64_t)S * m->k, .dropped = m->route.dropped };
+    return FSC_OK;
+}
+
+static fsc_status backward_body(fsc_moe *m, float *dinp, const float *dout, float daux, float *w) {
+    size_t S = (size_t)m->S, C = (size_t)m->C, E = (size_t)m->E, sl = m->slots;
+    int Sg = m->S / m->groups;
+    float *table = w;                        /* (S + 1, C) */
+    float *dg = table + r64((S + 1) * C);    /* (slots, C) dout at each slot, then the experts' dye */
+    float *dy = dg + r64(sl * C);            /* (slots, C) */
+    float *tmp = dy + r64(sl * C);           /* (slots, C) */
+    float *dxe = tmp + r64(sl * C);          /* (slots, C) */
+    float *dsl = dxe + r64(sl * C);          /* (slots) */
+    float *dl = dsl + r64(sl);               /* (S, E) */
+    float *dwg = dl + r64(S * E);            /* (C, E) */
+    float *ew = dwg + r64(C * E);            /* 2 (slots / El) H */
+    FSC_TRY(gather_rows(m, dg, dout, table));
+    FSC_TRY(dot_rows(m, dsl, m->ysrc, dg)); /* gradient of each combine weight */
+    FSC_TRY(scale_rows(m, dy, dg, m->sgate));
+    FSC_TRY(to_experts(m, dg, dy, tmp));    /* dg: the experts' output gradient, expert side */
+    FSC_TRY(experts_backward(m, dxe, dg, ew));
+    FSC_TRY(to_sources(m, dy, dxe, tmp));   /* dy: the dispatched rows' gradient, source side */
+    /* the gate: routing gradient on the host, then through the per-group gate product */
+    float *hs = malloc(sl * sizeof(float)), *hl = malloc(S * E * sizeof(float));
+    fsc_status s = hs && hl ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "moe backward: out of host memory");
+    if (s == FSC_OK) s = fsc_device_download(m->dev, hs, dsl, sl * sizeof(float));
+    if (s == FSC_OK) s = moe_route_backward(&m->route, hl, hs, daux);
+    if (s == FSC_OK) s = fsc_device_upload(m->dev, dl, hl, S * E * sizeof(float));
+    free(hs), free(hl);
+    FSC_TRY(s);
+    for (int g = 0; g < m->groups; g++) {
+        fsc_linear_rec lr = { m->inp + (size_t)g * Sg * C, (size_t)Sg, m->C, m->E, 0 };
+        FSC_TRY(fsc_linear_backward(m->dev, dinp + (size_t)g * Sg * C, dwg, NULL, &lr, dl + (size_t)g * Sg * E,
+                                    m->params, 0.0f, 0.0f));
+        FSC_TRY(FSC_K(m->dev, axpy, m->grads, 1.0f, dwg, C * E)); /* groups in order, as ranks in rank order */
+    }
+    return scatter_add_rows(m, dinp, dy, table);
+}
+
+fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, const float *dout, float daux) {
+    if (!m || !dinp || !dout) return fsc_error(FSC_ERR_INVALID, "moe backward: layer or buffers NULL");
+    if (!m->fwd_done)
+        return fsc_error(FSC_ERR_STATE, "moe backward: no forward to differentiate (backward runs once per forward)");
+    m->fwd_done = 0;
+    size_t S = (size_t)m->S, C = (size_t)m->C, E = (size_t)m->E, sl = m->slots, H = (size_t)m->H;
+    size_t wn = r64((S + 1) * C) + 4 * r64(sl * C) + r64(sl) + r64(S * E) + r64(C * E) +
+                2 * r64(sl / (size_t)m->El * H);
+    float *w;
+    FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_WORKSPACE, wn * sizeof(float), (void **)&w));
+    fsc_status s = backward_body(m, dinp, dout, daux, w);
+    fsc_device_release(m->dev, w);
+    return s;
+}
+
+fsc_status fsc_moe_routing(const fsc_moe *m, int32_t *experts, float *gates, int32_t *kept) {
+    if (!m->route.expert) return fsc_error(FSC_ERR_STATE, "moe routing: no forward has run");
+    size_t n = (size_t)m->S * m->k;
+    for (size_t i = 0; i < n; i++) {
+        if (experts) experts[i] = m->route.expert[i];
+        if (gates) gates[i] = m->route.gate[i];
+        if (kept) kept[i] = m->route.slot[i] >= 0;
+    }
+    return FSC_OK;
+}

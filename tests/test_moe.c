@@ -1,0 +1,412 @@
+/* The mixture-of-experts layer (lib/moe) on the simulated cluster.
+ * Oracles:
+ * - identity experts: the output of a token is sum_k gate_k x (added in slot order), bit for bit; with top-2
+ *   gating the kept gates sum to 1, so the layer returns its input within 2 ulp, exactly when only one
+ *   choice was kept, and zero when every choice was dropped;
+ * - routing: the first choice is the argmax of x Wg computed in double on the host; no expert takes more than
+ *   its capacity in a group, first choices take slots before second choices, an assignment is dropped only
+ *   when its expert is full, the counts add up, and the auxiliary loss equals E sum_e f_e P_e from host
+ *   probabilities (1e-6);
+ * - expert parallelism: G ranks (one dispatch group each, or two) equal one rank with every expert and G (or
+ *   2 G) groups bit for bit: outputs, input gradients, every expert's gradients, and the gate gradient
+ *   summed over ranks in rank order (with one group per rank; with two, a rank adds its groups before the
+ *   ranks are added, another association: 1e-6 relative); the auxiliary loss (mean over groups) to 1e-15; the all-to-all traffic equals 4 calls of
+ *   (G-1)/G x slots x C x 4 bytes per step and is printed;
+ * - gradients: central finite differences of sum(out * R) + daux aux on a tiny layer, within 2e-2 relative
+ *   plus 2e-3 absolute (float forward, h = 1e-2), skipping perturbations that change the routing. */
+#include "test_tp_util.h"
+
+enum { C = 8, H = 12 };
+
+static fsc_moe_config config(int E, int k, float cf, fsc_moe_expert kind) {
+    return (fsc_moe_config){ .dim = C, .hidden = H, .experts = E, .top_k = k, .capacity_factor = cf,
+                             .expert = kind, .name = "h.0.moe" };
+}
+
+/* ---- identity experts ---- */
+typedef struct {
+    int k;
+    float cf;
+} id_case;
+
+static fsc_status identity_rank(fsc_rank *r, void *arg) {
+    const id_case *c = arg;
+    const int S = 16, E = 4;
+    fsc_moe_config mc = config(E, c->k, c->cf, FSC_MOE_EXPERT_IDENTITY);
+    fsc_moe *m;
+    FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 5, &m));
+    float *x = tt_normal(S * C, "x", 1.0f), *out = malloc(S * C * sizeof(float)), *gates = malloc(S * 2 * sizeof(float));
+    int32_t ex[S * 2], kept[S * 2];
+    float *dx, *dout;
+    FSC_TRY(tt_up(r->dev, &dx, x, S * C));
+    FSC_TRY(tt_up(r->dev, &dout, x, S * C));
+    fsc_moe_stats st;
+    FSC_TRY(fsc_moe_forward(m, dout, dx, S, 1, &st));
+    FSC_TRY(tt_down(r->dev, out, dout, S * C));
+    FSC_TRY(fsc_moe_routing(m, ex, gates, kept));
+    int whole = 0, partial = 0, none = 0;
+    for (int n = 0; n < S; n++) {
+        int nk = 0;
+        for (int j = 0; j < c->k; j++) nk += kept[n * c->k + j];
+        /* the contributions in slot order: the lower expert index first */
+        int lo = 0;
+        if (c->k == 2 && ex[n * 2 + 1] < ex[n * 2]) lo = 1;
+        for (int i = 0; i < C; i++) {
+            float xv = x[n * C + i], want = 0.0f;
+            for (int t = 0; t < c->k; t++) {
+                int j = c->k == 2 ? (t == 0 ? lo : 1 - lo) : 0;
+                if (kept[n * c->k + j]) want = want + gates[n * c->k + j] * xv;
+            }
+            TT_TRUE(memcmp(&want, &out[n * C + i], sizeof(float)) == 0, "token %d: out %.9g, want %.9g", n,
+                    (double)out[n * C + i], (double)want);
+            if (c->k == 2 && nk == 2)
+                TT_TRUE(fabsf(out[n * C + i] - xv) <= 2.5e-7f * fabsf(xv), "token %d: top-2 output %.9g is not its "
+                        "input %.9g", n, (double)out[n * C + i], (double)xv);
+            if (c->k == 2 && nk == 1) TT_TRUE(out[n * C + i] == xv, "token %d: one kept choice, gate not 1", n);
+            if (nk == 0) TT_TRUE(out[n * C + i] == 0.0f, "token %d: dropped, output not zero", n);
+        }
+        whole += nk == c->k, partial += nk > 0 && nk < c->k, none += nk == 0;
+    }
+    TT_TRUE(st.tokens == S && st.assigned == (int64_t)S * c->k, "stats: tokens %lld assigned %lld",
+            (long long)st.tokens, (long long)st.assigned);
+    if (c->cf >= 2.0f) TT_TRUE(st.dropped == 0 && none == 0, "capacity factor %g dropped tokens", (double)c->cf);
+    else TT_TRUE(st.dropped > 0, "capacity factor %g dropped nothing: the test would not cover drops", (double)c->cf);
+    fsc_device_release(r->dev, dx), fsc_device_release(r->dev, dout);
+    free(x), free(out), free(gates);
+    fsc_moe_free(m);
+    (void)whole, (void)partial;
+    return FSC_OK;
+}
+
+static void test_moe_identity_experts(void **state) {
+    (void)state;
+    id_case cases[] = { { 1, 4.0f }, { 1, 0.5f }, { 2, 4.0f }, { 2, 0.6f } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) assert_ok(tt_run(1, identity_rank, &cases[i]));
+}
+
+/* ---- routing and capacity ---- */
+static fsc_status capacity_rank(fsc_rank *r, void *arg) {
+    const int k = *(const int *)arg;
+    const int S = 24, E = 4, groups = 2, Sg = S / groups;
+    const float cf = 0.75f;
+    fsc_moe_config mc = config(E, k, cf, FSC_MOE_EXPERT_MLP);
+    fsc_moe *m;
+    FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 6, &m));
+    float *x = tt_normal(S * C, "cap.x", 1.0f), *wg = malloc(C * E * sizeof(float));
+    /* a larger gate than the initial one, so the probabilities are far from uniform */
+    float *big = tt_normal(C * E, "cap.wg", 1.0f);
+    FSC_TRY(fsc_device_upload(r->dev, fsc_moe_params(m), big, C * E * sizeof(float)));
+    memcpy(wg, big, C * E * sizeof(float));
+    float *dx, *dout, gates[S * 2];
+    int32_t ex[S * 2], kept[S * 2];
+    FSC_TRY(tt_up(r->dev, &dx, x, S * C));
+    FSC_TRY(tt_up(r->dev, &dout, x, S * C));
+    fsc_moe_stats st;
+    FSC_TRY(fsc_moe_forward(m, dout, dx, S, groups, &st));
+    FSC_TRY(fsc_moe_routing(m, ex, gates, kept));
+    int cap = (int)ceil(cf * k * Sg / (double)E);
+    TT_TRUE(st.capacity == cap, "capacity %d, want %d", st.capacity, cap);
+    int64_t dropped = 0;
+    double aux = 0;
+    for (int g = 0; g < groups; g++) {
+        int used[4] = { 0 }, first_dropped[4] = { 0 }, second_kept[4] = { 0 };
+        double P[4] = { 0 }, f[4] = { 0 };
+        for (int n = g * Sg; n < (g + 1) * Sg; n++) {
+            double z[4], mx = -1e300, sum = 0;
+            for (int e = 0; e < E; e++) {
+                z[e] = 0;
+                for (int i = 0; i < C; i++) z[e] += (double)x[n * C + i] * wg[i * E + e];
+                mx = z[e] > mx ? z[e] : mx;
+            }
+            int best = 0;
+            for (int e = 0; e < E; e++) {
+                sum += exp(z[e] - mx);
+                if (z[e] > z[best]) best = e;
+            }
+            for (int e = 0; e < E; e++) P[e] += exp(z[e] - mx) / sum / Sg;
+            TT_TRUE(ex[n * k] == best, "token %d: first choice %d, the host's argmax is %d", n, ex[n * k], best);
+            f[best] += 1.0 / Sg;
+            for (int j = 0; j < k; j++) {
+                int e = ex[n * k + j];
+                if (kept[n * k + j]) used[e]++, second_kept[e] += j == 1;
+                else dropped++, first_dropped[e] += j == 0;
+            }
+        }
+        for (int e = 0; e < E; e++) {
+            TT_TRUE(used[e] <= cap, "group %d: expert %d took %d tokens over its capacity %d", g, e, used[e], cap);
+            TT_TRUE(!(second_kept[e] && first_dropped[e]), "group %d: expert %d kept a second choice while dropping "
+                    "a first choice", g, e);
+            aux += E * f[e] * P[e] / groups;
+        }
+        for (int n = g * Sg; n < (g + 1) * Sg; n++)
+            for (int j = 0; j < k; j++)
+                if (!kept[n * k + j]) TT_TRUE(used[ex[n * k + j]] == cap, "token %d dropped by a non-full expert", n);
+    }
+    TT_TRUE(dropped == st.dropped && dropped > 0, "dropped %lld, stats say %lld", (long long)dropped,
+            (long long)st.dropped);
+    TT_TRUE(fabs(aux - st.aux_loss) <= 1e-6 * aux, "auxiliary loss %.9g, host %.9g", st.aux_loss, aux);
+    if (getenv("FSC_TEST_VERBOSE"))
+        fprintf(stderr, "  top-%d: capacity %d, dropped %lld of %lld, aux %.6f\n", k, cap, (long long)st.dropped,
+                (long long)st.assigned, st.aux_loss);
+    fsc_device_release(r->dev, dx), fsc_device_release(r->dev, dout);
+    free(x), free(wg), free(big);
+    fsc_moe_free(m);
+    return FSC_OK;
+}
+
+static void test_moe_capacity_and_routing(void **state) {
+    (void)state;
+    for (int k = 1; k <= 2; k++) assert_ok(tt_run(1, capacity_rank, &k));
+}
+
+/* ---- expert parallelism equals one rank, bit for bit ---- */
+enum { EP_S = 12, EP_E = 8 };
+
+typedef struct {
+    int G, k, groups;   /* ranks, top-k, dispatch groups per rank */
+    float *out, *dinp;  /* (G S, C) */
+    float *grads;       /* per rank: the flat gradient buffer (rank r at r * P1, P1 = the rank's length) */
+    size_t P1;
+    double aux[8];
+    fsc_comm_stats comm[8];
+} ep_run;
+
+static fsc_status ep_rank(fsc_rank *r, void *arg) {
+    ep_run *run = arg;
+    int G = r->world, S = EP_S * run->groups * (run->G / G); /* the single rank takes every rank's tokens */
+    int groups = run->groups * (run->G / G);
+    fsc_moe_config mc = config(EP_E, run->k, 1.0f, FSC_MOE_EXPERT_MLP);
+    fsc_moe *m;
+    FSC_TRY(fsc_moe_create(r->dev, G > 1 ? r->comm : NULL, &mc, 11, &m));
+    /* a larger gate, so that routing is uneven and tokens are dropped */
+    float *big = tt_normal(C * EP_E, "ep.wg", 1.0f);
+    FSC_TRY(fsc_device_upload(r->dev, fsc_moe_params(m), big, C * EP_E * sizeof(float)));
+    size_t all = (size_t)run->G * EP_S * run->groups;
+    float *x = tt_normal(all * C, "ep.x", 1.0f), *dy = tt_normal(all * C, "ep.dy", 1.0f);
+    size_t first = (size_t)r->rank * S * C;
+    float *dx, *dout, *ddy, *ddx;
+    FSC_TRY(tt_up(r->dev, &dx, x + first, (size_t)S * C));
+    FSC_TRY(tt_up(r->dev, &ddy, dy + first, (size_t)S * C));
+    FSC_TRY(tt_up(r->dev, &dout, dy, (size_t)S * C));
+    FSC_TRY(tt_up(r->dev, &ddx, dy, (size_t)S * C));
+    fsc_moe_stats st;
+    if (r->comm) fsc_comm_reset_stats(r->comm);
+    FSC_TRY(fsc_moe_forward(m, dout, dx, S, groups, &st));
+    /* the single rank's auxiliary loss is the mean over G times more groups */
+    FSC_TRY(fsc_moe_backward(m, ddx, ddy, 0.01f / (float)G)); /* a rank's share of the mean (exact: G is 2 or 4) */
+    FSC_TRY(tt_down(r->dev, run->out + first, dout, (size_t)S * C));
+    FSC_TRY(tt_down(r->dev, run->dinp + first, ddx, (size_t)S * C));
+    FSC_TRY(tt_down(r->dev, run->grads + r->rank * run->P1, fsc_moe_grads(m), fsc_moe_num_local(m)));
+    run->aux[r->rank] = st.aux_loss;
+    run->comm[r->rank] = *fsc_comm_get_stats(r->comm);
+    TT_TRUE(st.dropped > 0, "no token was dropped: the test would not cover drops");
+    fsc_device_release(r->dev, dx), fsc_device_release(r->dev, dout);
+    fsc_device_release(r->dev, ddy), fsc_device_release(r->dev, ddx);
+    free(big), free(x), free(dy);
+    fsc_moe_free(m);
+    return FSC_OK;
+}
+
+static ep_run ep_make(int G, int k, int groups, int world) {
+    ep_run run = { .G = G, .k = k, .groups = groups };
+    size_t all = (size_t)G * EP_S * groups;
+    size_t per_expert = 2 * (size_t)C * H + H + C;
+    run.P1 = (size_t)C * EP_E + (size_t)(EP_E / world) * per_expert;
+    run.out = calloc(all * C, sizeof(float));
+    run.dinp = calloc(all * C, sizeof(float));
+    run.grads = calloc(run.P1 * world, sizeof(float));
+    return run;
+}
+
+static void ep_free(ep_run *r) {
+    free(r->out), free(r->dinp), free(r->grads);
+}
+
+static void test_moe_expert_parallel_equals_one_rank(void **state) {
+    (void)state;
+    for (int G = 2; G <= 4; G *= 2)
+        for (int k = 1; k <= 2; k++)
+            for (int groups = 1; groups <= 2; groups++) {
+                ep_run one = ep_make(G, k, groups, 1), ep = ep_make(G, k, groups, G);
+                assert_ok(tt_run(1, ep_rank, &one));
+                assert_ok(tt_run(G, ep_rank, &ep));
+                size_t all = (size_t)G * EP_S * groups * C;
+                char what[96];
+                snprintf(what, sizeof what, "G %d top-%d %d groups: output", G, k, groups);
+                assert_bits_equal(ep.out, one.out, all, what);
+                snprintf(what, sizeof what, "G %d top-%d %d groups: input gradient", G, k, groups);
+                assert_bits_equal(ep.dinp, one.dinp, all, what);
+                /* the gate: the sum over ranks in rank order; the experts: each rank's slice */
+                float gate[C * EP_E];
+                for (int i = 0; i < C * EP_E; i++) {
+                    gate[i] = ep.grads[i];
+                    for (int r = 1; r < G; r++) gate[i] += ep.grads[r * ep.P1 + i];
+                }
+                if (groups == 1) {
+                    assert_bits_equal(gate, one.grads, C * EP_E, "gate gradient");
+                } else { /* a rank first adds its own groups, then the ranks are added: another association */
+                    double e = tt_rel_err(gate, one.grads, C * EP_E);
+                    if (!(e <= 1e-6)) fail_msg("gate gradient with 2 groups per rank: relative error %.3g", e);
+                }
+                size_t pe = ep.P1 - C * EP_E;
+                for (int r = 0; r < G; r++)
+                    assert_bits_equal(ep.grads + r * ep.P1 + C * EP_E, one.grads + C * EP_E + r * pe, pe,
+                                      "expert gradients");
+                double aux = 0;
+                for (int r = 0; r < G; r++) aux += ep.aux[r];
+                assert_true(aux / G == one.aux[0] || fabs(aux / G - one.aux[0]) <= 1e-15 * one.aux[0]);
+                /* communication: 2 all-to-alls forward, 2 backward, each (G-1)/G of the slot buffer */
+                int Sg = EP_S, cap = (int)ceil(1.0 * k * Sg / EP_E);
+                double slots_bytes = (double)EP_E * groups * cap * C * 4;
+                for (int r = 0; r < G; r++) {
+                    assert_int_equal(ep.comm[r].calls[FSC_OP_ALL_TO_ALL], 4);
+                    assert_true(fabs(ep.comm[r].bytes[FSC_OP_ALL_TO_ALL] - 4 * (G - 1.0) / G * slots_bytes) < 1e-6);
+                }
+                printf("  moe all-to-all, %d ranks, top-%d, %d group(s) per rank: %.0f bytes per rank per step "
+                       "(4 calls)\n", G, k, groups, ep.comm[0].bytes[FSC_OP_ALL_TO_ALL]);
+                ep_free(&one), ep_free(&ep);
+            }
+}
+
+/* ---- finite differences ---- */
+typedef struct {
+    int k;
+    float cf;
+} fd_case;
+
+/* sum(out * R) + daux aux for S tokens of width w; routing: the choices and whether they were kept */
+static fsc_status fd_loss(fsc_moe *m, fsc_device *dev, const float *dx, float *dout, const float *R, int S, int w,
+                          int k, float daux, double *loss, int32_t *routing, int64_t *dropped) {
+    fsc_moe_stats st;
+    FSC_TRY(fsc_moe_forward(m, dout, dx, S, 1, &st));
+    if (dropped) *dropped = st.dropped;
+    float *o = malloc((size_t)S * w * sizeof(float));
+    FSC_TRY(tt_down(dev, o, dout, (size_t)S * w));
+    double L = daux * st.aux_loss;
+    for (int i = 0; i < S * w; i++) L += (double)o[i] * R[i];
+    free(o);
+    *loss = L;
+    int32_t ex[64], kept[64];
+    FSC_TRY(fsc_moe_routing(m, ex, NULL, kept));
+    for (int i = 0; i < S * 2; i++) routing[i] = i < S * k ? ex[i] * 2 + kept[i] : 0;
+    return FSC_OK;
+}
+
+static fsc_status fd_rank(fsc_rank *r, void *arg) {
+    const fd_case *c = arg;
+    const int S = 6, Cs = 4, Hs = 6, E = 4;
+    const float daux = 0.3f, h = 1e-2f;
+    fsc_moe_config mc = { .dim = Cs, .hidden = Hs, .experts = E, .top_k = c->k, .capacity_factor = c->cf,
+                          .expert = FSC_MOE_EXPERT_MLP, .name = "fd" };
+    fsc_moe *m;
+    FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 3, &m));
+    size_t P = fsc_moe_num_local(m);
+    float *p = tt_normal(P, "fd.p", 0.5f), *x = tt_normal(S * Cs, "fd.x", 1.0f), *R = tt_normal(S * Cs, "fd.R", 1.0f);
+    float *dx, *dout, *dR, *ddx, *dinp = malloc(S * Cs * sizeof(float)), *grads = malloc(P * sizeof(float));
+    FSC_TRY(fsc_device_upload(r->dev, fsc_moe_params(m), p, P * sizeof(float)));
+    FSC_TRY(tt_up(r->dev, &dx, x, S * Cs));
+    FSC_TRY(tt_up(r->dev, &dout, x, S * Cs));
+    FSC_TRY(tt_up(r->dev, &dR, R, S * Cs));
+    FSC_TRY(tt_up(r->dev, &ddx, x, S * Cs));
+    /* analytic */
+    double L0;
+    int32_t base[12], now[12];
+    int64_t dropped;
+    FSC_TRY(fd_loss(m, r->dev, dx, dout, R, S, Cs, c->k, daux, &L0, base, &dropped));
+    TT_TRUE((dropped > 0) == (c->cf < 1.0f), "capacity factor %g: %lld assignments dropped", (double)c->cf,
+            (long long)dropped);
+    FSC_TRY(fsc_moe_backward(m, ddx, dR, daux));
+    FSC_TRY(tt_down(r->dev, dinp, ddx, S * Cs));
+    FSC_TRY(tt_down(r->dev, grads, fsc_moe_grads(m), P));
+    int checked = 0, skipped = 0;
+    /* every input element and every parameter */
+    for (size_t i = 0; i < (size_t)S * Cs + P; i++) {
+        int is_x = i < (size_t)S * Cs;
+        float *v = is_x ? x : p;
+        size_t j = is_x ? i : i - (size_t)S * Cs;
+        float *dst = is_x ? dx : fsc_moe_params(m);
+        double Lp, Lm;
+        float keep = v[j];
+        int changed = 0;
+        for (int sgn = -1; sgn <= 1; sgn += 2) {
+            v[j] = keep + sgn * h;
+            FSC_TRY(fsc_device_upload(r->dev, dst + j, v + j, sizeof(float)));
+            FSC_TRY(fd_loss(m, r->dev, dx, dout, R, S, Cs, c->k, daux, sgn < 0 ? &Lm : &Lp, now, NULL));
+            changed |= memcmp(now, base, sizeof base) != 0;
+        }
+        v[j] = keep;
+        FSC_TRY(fsc_device_upload(r->dev, dst + j, v + j, sizeof(float)));
+        if (changed) {
+            skipped++;
+            continue;
+        }
+        double fd = (Lp - Lm) / (2.0 * h), an = is_x ? dinp[j] : grads[j];
+        TT_TRUE(fabs(fd - an) <= 2e-2 * fabs(an) + 2e-3, "top-%d cf %g: %s %zu: analytic %.6g, finite difference "
+                "%.6g", c->k, (double)c->cf, is_x ? "input" : "parameter", j, an, fd);
+        checked++;
+    }
+    if (getenv("FSC_TEST_VERBOSE"))
+        fprintf(stderr, "  top-%d cf %g: %d elements checked, %d skipped\n", c->k, (double)c->cf, checked, skipped);
+    TT_TRUE(checked > 9 * (checked + skipped) / 10, "only %d of %d elements had a stable routing", checked,
+            checked + skipped);
+    fsc_device_release(r->dev, dx), fsc_device_release(r->dev, dout);
+    fsc_device_release(r->dev, dR), fsc_device_release(r->dev, ddx);
+    free(p), free(x), free(R), free(dinp), free(grads);
+    fsc_moe_free(m);
+    return FSC_OK;
+}
+
+static void test_moe_gradient_finite_differences(void **state) {
+    (void)state;
+    fd_case cases[] = { { 1, 2.0f }, { 2, 2.0f }, { 2, 0.7f } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) assert_ok(tt_run(1, fd_rank, &cases[i]));
+}
+
+/* ---- errors ---- */
+static fsc_status errors_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    fsc_moe *m;
+    fsc_moe_config mc = config(6, 2, 1.0f, FSC_MOE_EXPERT_MLP);
+    return fsc_moe_create(r->dev, r->comm, &mc, 1, &m); /* 6 experts over 4 ranks */
+}
+
+static fsc_status state_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    fsc_moe *m;
+    fsc_moe_config mc = config(4, 1, 1.0f, FSC_MOE_EXPERT_MLP);
+    FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 1, &m));
+    float *d;
+    FSC_TRY(fsc_device_calloc(r->dev, FSC_TAG_ACTS, 64 * C * sizeof(float), (void **)&d));
+    fsc_status s = fsc_moe_backward(m, d, d, 0.0f);
+    if (s == FSC_ERR_STATE) s = fsc_moe_forward(m, d, d, 10, 3, NULL);
+    fsc_device_release(r->dev, d);
+    fsc_moe_free(m);
+    return s;
+}
+
+static void test_moe_errors(void **state) {
+    (void)state;
+    assert_err(tt_run(4, errors_rank, NULL), FSC_ERR_INVALID, "6 experts do not split over an expert-parallel group of 4");
+    assert_err(tt_run(1, state_rank, NULL), FSC_ERR_INVALID, "10 tokens do not split into 3 dispatch groups");
+    fsc_device *dev;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    fsc_moe *m;
+    fsc_moe_config mc = config(4, 3, 1.0f, FSC_MOE_EXPERT_MLP);
+    assert_err(fsc_moe_create(dev, NULL, &mc, 1, &m), FSC_ERR_INVALID, "top_k is 3");
+    mc = config(1, 2, 1.0f, FSC_MOE_EXPERT_MLP);
+    assert_err(fsc_moe_create(dev, NULL, &mc, 1, &m), FSC_ERR_INVALID, "top-2 gating needs at least 2 experts");
+    mc = config(4, 1, -1.0f, FSC_MOE_EXPERT_MLP);
+    assert_err(fsc_moe_create(dev, NULL, &mc, 1, &m), FSC_ERR_INVALID, "capacity factor -1");
+    fsc_device_free(dev);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_moe_identity_experts),
+        cmocka_unit_test(test_moe_capacity_and_routing),
+        cmocka_unit_test(test_moe_expert_parallel_equals_one_rank),
+        cmocka_unit_test(test_moe_gradient_finite_differences),
+        cmocka_unit_test(test_moe_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -2,7 +2,10 @@
  * Each of opts->world ranks gets its own device and world communicator and runs fn on its own thread
  * (a world of 1 runs on the calling thread). A rank whose fn returns an error fails the cluster, so ranks
  * waiting in collectives return instead of hanging; the call returns the first failure, "rank R: ...".
+ * On a device other than cpu every rank opens GPU 0 (FSC_SIM_GPUS=n spreads rank r to GPU r % n) and the
+ * communicator stages through host memory (sim.h); stage_through_host forces that on cpu too.
  * fsc_cluster_run_from_env (one process per GPU) lives in lib/core/launch.c, not here. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -43,6 +46,23 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
                                           "(0 for the default of %g)", o->timeout_s, SIM_DEFAULT_TIMEOUT_S);
     if (o->threads_per_rank < 0)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: threads_per_rank %d is negative", o->threads_per_rank);
+    if (o->stage_through_host != 0 && o->stage_through_host != 1)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: stage_through_host %d must be 0 or 1",
+                         o->stage_through_host);
+    return FSC_OK;
+}
+
+fsc_status sim_gpu_ordinal(int rank, int *ordinal) {
+    *ordinal = 0;
+    const char *v = getenv("FSC_SIM_GPUS");
+    if (!v || !v[0]) return FSC_OK;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < 1 || n > 1 << 20)
+        return fsc_error(FSC_ERR_INVALID, "FSC_SIM_GPUS='%.40s' is not a number of GPUs (a whole number >= 1; "
+                                          "rank r then uses GPU r %% n)", v);
+    *ordinal = (int)(rank % n);
     return FSC_OK;
 }
 
@@ -65,7 +85,8 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         rc->fn = fn;
         rc->arg = arg;
         rc->cl = cl;
-        s = fsc_device_create(devname, &dopts, &rc->r.dev);
+        if (strcmp(devname, "cpu") != 0) s = sim_gpu_ordinal(r, &dopts.ordinal);
+        if (s == FSC_OK) s = fsc_device_create(devname, &dopts, &rc->r.dev);
         if (s != FSC_OK) {
             char msg[512];
             strncpy(msg, fsc_last_error(), sizeof(msg) - 1);
@@ -73,7 +94,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
             s = fsc_error(s, "rank %d: could not create its '%s' device: %s", r, devname, msg);
             break;
         }
-        s = sim_comm_open(cl, r, rc->r.dev, &rc->r.comm);
+        s = sim_comm_open(cl, r, rc->r.dev, opts->stage_through_host, &rc->r.comm);
     }
 
     if (s == FSC_OK && world == 1) {

@@ -13,9 +13,17 @@
  * its function, or when the cluster's timeout passes. Once every rank has arrived the collective is
  * committed: every rank computes and departs, which takes bounded time, so departing never gives up.
  *
- * Buffers are read and written with memcpy: this needs host-addressable memory (the cpu device). Over a
- * cuda device the simulated communicator would need staging through host buffers (a later change); until
- * then every call that moves data there fails with FSC_ERR_UNSUPPORTED. */
+ * Buffers are read and written with memcpy, so the collective itself always runs on host memory. On the cpu
+ * device that is the callers' buffers (zero copy). On any other device (the cuda plug-in: N ranks as threads
+ * sharing a GPU) every rank stages through host memory with its own device's copies (sim_stage.c): before
+ * arriving it downloads what it sends into a host staging buffer of its handle, the collective runs on the
+ * staging buffers exactly as on the direct path (same rank-order reductions, so the same bits), and after
+ * departing it uploads its result. Send downloads into the queued message and recv uploads from it.
+ * fsc_cluster_opts.stage_through_host forces staging on the cpu device too, which is how this path is
+ * tested on machines without a GPU. Staging assumes what both backends do: a download returns with the data
+ * on the host, and after an upload returns its host source may be reused. Staging buffers are plain host
+ * malloc, outside the device's tagged ledger; each handle (world and every split group) keeps its own,
+ * grown to the largest call it has staged, until the communicator is freed. */
 #ifndef FSC_SIM_H
 #define FSC_SIM_H
 #include <pthread.h>
@@ -42,6 +50,7 @@ typedef struct {
     void *recv;
     int posted;           /* 1 while the rank waits to arrive */
     sim_handle *child;    /* split: this rank's handle on its new group, set by the completing rank */
+    const char *stage_err; /* non-NULL: this rank could not stage its buffers (why); the call fails everywhere */
 } sim_slot;
 
 /* A buffered point-to-point message, queued at its destination. */
@@ -75,7 +84,11 @@ struct sim_group {
 struct sim_handle {
     sim_group *g;
     int rank;                 /* rank in g */
-    int host_ok;              /* buffers are host memory (cpu device) */
+    fsc_device *dev;          /* the rank's device (NULL: buffers are host memory) */
+    int stage;                /* stage buffers through host memory with dev's copies (sim_stage.c) */
+    unsigned char *buf;       /* (cap) host staging buffer, read by the group's ranks between arrive and depart */
+    size_t cap;
+    char stage_err[SIM_MSG_CAP]; /* why staging failed, for the slot's stage_err */
 };
 
 struct sim_cluster {
@@ -125,7 +138,22 @@ void sim_group_fail(sim_group *g, fsc_status s, const char *msg);
 
 /* sim_comm.c: the communicator. */
 extern const fsc_comm_ops sim_comm_ops;
-/* The world communicator of `rank`; dev (may be NULL: host memory) decides whether buffers are host memory. */
-fsc_status sim_comm_open(sim_cluster *cl, int rank, const fsc_device *dev, fsc_comm **out);
+/* The world communicator of `rank` on dev (NULL: buffers are host memory). Buffers are staged through host
+ * memory when dev is not the cpu device, or when force_stage is set (dev must then be given). */
+fsc_status sim_comm_open(sim_cluster *cl, int rank, fsc_device *dev, int force_stage, fsc_comm **out);
+
+/* sim_stage.c: staging through host memory (called only when h->stage is set). A rank whose staging fails
+ * before the rendezvous still arrives, with its slot's stage_err set, so the collective fails on every rank
+ * at once (FSC_ERR_COMM naming it) and the group keeps working; a failed upload after departing fails only
+ * that rank's call; a failed send queues nothing. */
+/* Make h->buf hold at least bytes (never NULL afterwards). */
+fsc_status sim_stage_reserve(sim_handle *h, const char *what, size_t bytes);
+/* host_dst := bytes of device memory at src, with h->dev. */
+fsc_status sim_stage_in(sim_handle *h, const char *what, void *host_dst, const void *src, size_t bytes);
+/* dst (device memory) := bytes at host_src, with h->dev. */
+fsc_status sim_stage_out(sim_handle *h, const char *what, void *dst, const void *host_src, size_t bytes);
+/* sim/cluster.c: the GPU ordinal of simulated rank `rank` on a non-cpu device: 0 (all ranks share one GPU),
+ * or rank % n when the environment sets FSC_SIM_GPUS=n (n >= 1); another value of it is an error. */
+fsc_status sim_gpu_ordinal(int rank, int *ordinal);
 
 #endif

@@ -8,6 +8,10 @@
  * - all-gather, all-to-all and broadcast copy from the other ranks' send buffers.
  * Send is buffered (the message is copied and queued at the destination; FIFO per source), so neighbours
  * that send to each other at the same time never deadlock; recv waits for the oldest message from peer.
+ * With staging (h->stage, a device other than cpu; sim.h) each call first downloads what it sends into the
+ * handle's host buffer and computes on host pointers into it exactly as above, then uploads its result:
+ * all-reduce and reduce-scatter run in place in one buffer, all-gather in place in an N-block buffer,
+ * all-to-all in a send and a recv half; send downloads into the message and recv uploads from it.
  * Arguments were validated by lib/core/comm.c, which also counts calls and bytes. */
 #include <math.h>
 #include <stdio.h>
@@ -19,12 +23,21 @@ enum { TILE = 256 };
 
 typedef unsigned char u8;
 
-static fsc_status need_host(sim_handle *h, const char *what, size_t bytes) {
-    if (h->host_ok || bytes == 0) return FSC_OK;
-    return fsc_error(FSC_ERR_UNSUPPORTED,
-                     "%s: the simulated communicator reads buffers as host memory; over a device other than "
-                     "cpu it needs staging through host buffers, which is not implemented yet",
-                     what);
+/* Arrive with mine. st is how staging went on this rank: if it failed, arrive anyway with the slot marked,
+ * so the collective fails on every rank at once (none waits for this one), and return this rank's error. */
+static fsc_status arrive(sim_handle *h, sim_slot *mine, fsc_status st) {
+    if (st == FSC_OK) return sim_arrive(h, mine);
+    snprintf(h->stage_err, sizeof(h->stage_err), "%s", fsc_last_error());
+    mine->stage_err = h->stage_err;
+    (void)sim_arrive(h, mine); /* fails: the completing rank sees stage_err */
+    return fsc_error(st, "%s", h->stage_err);
+}
+
+/* Staging before arriving: reserve bytes of host buffer, then download in_bytes from src to buf + at. */
+static fsc_status stage_pre(sim_handle *h, const char *what, size_t bytes, const void *src, size_t at,
+                            size_t in_bytes) {
+    FSC_TRY(sim_stage_reserve(h, what, bytes));
+    return sim_stage_in(h, what, h->buf + at, src, in_bytes);
 }
 
 /* ---- reductions ---- */
@@ -96,29 +109,39 @@ static void reduce_range(const sim_group *g, size_t src_off, size_t len, int dst
 static fsc_status sim_all_reduce(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt,
                                  fsc_redop op) {
     sim_handle *h = ctx;
-    FSC_TRY(need_host(h, "all_reduce", count));
+    const size_t bytes = count * fsc_dtype_size(dt);
+    fsc_status st = FSC_OK;
+    void *dev_recv = recv;
+    if (h->stage && (st = stage_pre(h, "all_reduce", bytes, send, 0, bytes)) == FSC_OK)
+        send = recv = h->buf; /* in place in the host buffer */
     sim_slot me = {.op = FSC_OP_ALL_REDUCE, .count = count, .dt = dt, .redop = op, .send = send, .recv = recv};
-    FSC_TRY(sim_arrive(h, &me));
+    FSC_TRY(arrive(h, &me, st));
     /* rank r owns elements [lo, hi): it reads them from every send and writes them to every recv; nobody
      * else touches them, so send == recv (in place) is safe. */
     size_t N = (size_t)h->g->size, chunk = (count + N - 1) / N, r = (size_t)h->rank;
     size_t lo = r * chunk < count ? r * chunk : count, hi = lo + chunk < count ? lo + chunk : count;
     if (hi > lo) reduce_range(h->g, lo, hi - lo, -1, lo, dt, op);
     sim_depart(h);
-    return FSC_OK;
+    return h->stage ? sim_stage_out(h, "all_reduce", dev_recv, h->buf, bytes) : FSC_OK;
 }
 
 static fsc_status sim_reduce_scatter(void *ctx, const void *send, void *recv, size_t recvcount, fsc_dtype dt,
                                      fsc_redop op) {
     sim_handle *h = ctx;
-    FSC_TRY(need_host(h, "reduce_scatter", recvcount));
+    const size_t bytes = recvcount * fsc_dtype_size(dt), full = bytes * (size_t)h->g->size;
+    fsc_status st = FSC_OK;
+    void *dev_recv = recv;
+    if (h->stage && (st = stage_pre(h, "reduce_scatter", full, send, 0, full)) == FSC_OK) {
+        send = h->buf; /* in place in the host buffer: recv is block rank of send */
+        recv = h->buf + (size_t)h->rank * bytes;
+    }
     sim_slot me = {.op = FSC_OP_REDUCE_SCATTER, .count = recvcount, .dt = dt, .redop = op, .send = send,
                    .recv = recv};
-    FSC_TRY(sim_arrive(h, &me));
+    FSC_TRY(arrive(h, &me, st));
     /* in place (recv == send + rank*recvcount) is safe: element i of block r is read and written by rank r only */
     if (recvcount) reduce_range(h->g, (size_t)h->rank * recvcount, recvcount, h->rank, 0, dt, op);
     sim_depart(h);
-    return FSC_OK;
+    return h->stage ? sim_stage_out(h, "reduce_scatter", dev_recv, recv, bytes) : FSC_OK;
 }
 
 /* ---- data movement ---- */
@@ -129,38 +152,53 @@ static void copy_block(void *dst, const void *src, size_t bytes) {
 
 static fsc_status sim_all_gather(void *ctx, const void *send, void *recv, size_t sendcount, fsc_dtype dt) {
     sim_handle *h = ctx;
-    FSC_TRY(need_host(h, "all_gather", sendcount));
+    const size_t bytes = sendcount * fsc_dtype_size(dt), mine = (size_t)h->rank * bytes,
+                 full = bytes * (size_t)h->g->size;
+    fsc_status st = FSC_OK;
+    void *dev_recv = recv;
+    if (h->stage && (st = stage_pre(h, "all_gather", full, send, mine, bytes)) == FSC_OK) {
+        send = h->buf + mine; /* in place in the host buffer of N blocks */
+        recv = h->buf;
+    }
     sim_slot me = {.op = FSC_OP_ALL_GATHER, .count = sendcount, .dt = dt, .send = send, .recv = recv};
-    FSC_TRY(sim_arrive(h, &me));
+    FSC_TRY(arrive(h, &me, st));
     /* in place (send == recv + rank*sendcount): block r is skipped, other blocks are only written here */
-    size_t bytes = sendcount * fsc_dtype_size(dt);
     for (int j = 0; bytes && j < h->g->size; j++)
         copy_block((u8 *)recv + (size_t)j * bytes, h->g->slots[j].send, bytes);
     sim_depart(h);
-    return FSC_OK;
+    return h->stage ? sim_stage_out(h, "all_gather", dev_recv, recv, full) : FSC_OK;
 }
 
 static fsc_status sim_broadcast(void *ctx, void *buf, size_t count, fsc_dtype dt, int root) {
     sim_handle *h = ctx;
-    FSC_TRY(need_host(h, "broadcast", count));
+    const size_t bytes = count * fsc_dtype_size(dt);
+    fsc_status st = FSC_OK;
+    void *dev_buf = buf;
+    if (h->stage && (st = stage_pre(h, "broadcast", bytes, buf, 0, h->rank == root ? bytes : 0)) == FSC_OK)
+        buf = h->buf; /* the root downloads into it, the others receive into it */
     sim_slot me = {.op = FSC_OP_BROADCAST, .count = count, .dt = dt, .root = root, .send = buf, .recv = buf};
-    FSC_TRY(sim_arrive(h, &me));
-    if (h->rank != root) copy_block(buf, h->g->slots[root].send, count * fsc_dtype_size(dt));
+    FSC_TRY(arrive(h, &me, st));
+    if (h->rank != root) copy_block(buf, h->g->slots[root].send, bytes);
     sim_depart(h);
-    return FSC_OK;
+    return h->stage && h->rank != root ? sim_stage_out(h, "broadcast", dev_buf, buf, bytes) : FSC_OK;
 }
 
 static fsc_status sim_all_to_all(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt) {
     sim_handle *h = ctx;
-    FSC_TRY(need_host(h, "all_to_all", count));
+    const size_t bytes = count * fsc_dtype_size(dt), full = bytes * (size_t)h->g->size;
+    fsc_status st = FSC_OK;
+    void *dev_recv = recv;
+    if (h->stage && (st = stage_pre(h, "all_to_all", 2 * full, send, 0, full)) == FSC_OK) {
+        send = h->buf; /* send in the first half of the host buffer, recv in the second */
+        recv = h->buf + full;
+    }
     sim_slot me = {.op = FSC_OP_ALL_TO_ALL, .count = count, .dt = dt, .send = send, .recv = recv};
-    FSC_TRY(sim_arrive(h, &me));
-    size_t bytes = count * fsc_dtype_size(dt);
+    FSC_TRY(arrive(h, &me, st));
     for (int j = 0; bytes && j < h->g->size; j++)
         copy_block((u8 *)recv + (size_t)j * bytes, (const u8 *)h->g->slots[j].send + (size_t)h->rank * bytes,
                    bytes);
     sim_depart(h);
-    return FSC_OK;
+    return h->stage ? sim_stage_out(h, "all_to_all", dev_recv, recv, full) : FSC_OK;
 }
 
 static fsc_status sim_barrier(void *ctx) {
@@ -175,16 +213,23 @@ static fsc_status sim_send(void *ctx, const void *buf, size_t count, fsc_dtype d
     sim_handle *h = ctx;
     sim_group *g = h->g;
     size_t bytes = count * fsc_dtype_size(dt);
-    FSC_TRY(need_host(h, "send", bytes));
     sim_msg *m = malloc(sizeof(*m) + bytes);
     if (!m) return fsc_error(FSC_ERR_NOMEM, "send of %zu bytes to rank %d: out of memory", bytes, peer);
     m->next = NULL;
     m->src = h->rank;
     m->count = count;
     m->dt = dt;
-    if (bytes) memcpy(m->data, buf, bytes);
     char what[64];
     snprintf(what, sizeof(what), "send to rank %d", peer);
+    if (h->stage) {
+        fsc_status st = sim_stage_in(h, what, m->data, buf, bytes);
+        if (st != FSC_OK) {
+            free(m);
+            return st;
+        }
+    } else if (bytes) {
+        memcpy(m->data, buf, bytes);
+    }
     pthread_mutex_lock(&g->mu);
     fsc_status s = sim_check_failed(h, what);
     if (s == FSC_OK) {
@@ -213,7 +258,6 @@ static sim_msg *take_msg(sim_group *g, int dst, int src) {
 static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int peer) {
     sim_handle *h = ctx;
     sim_group *g = h->g;
-    FSC_TRY(need_host(h, "recv", count * fsc_dtype_size(dt)));
     char what[64], lab[64];
     snprintf(what, sizeof(what), "recv from rank %d", peer);
     sim_rank_label(g, peer, lab, sizeof(lab));
@@ -243,6 +287,8 @@ static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int
     if (m->count != count || m->dt != dt) {
         s = fsc_error(FSC_ERR_COMM, "%s of %zu x %s, but %s sent %zu x %s", what, count, fsc_dtype_name(dt), lab,
                       m->count, fsc_dtype_name(m->dt));
+    } else if (h->stage) {
+        s = sim_stage_out(h, what, buf, m->data, count * fsc_dtype_size(dt));
     } else if (count) {
         memcpy(buf, m->data, count * fsc_dtype_size(dt));
     }
@@ -257,7 +303,8 @@ static fsc_status sim_split(void *ctx, int color, int key, void **new_ctx, int *
     sim_slot me = {.op = SIM_OP_SPLIT, .color = color, .key = key};
     FSC_TRY(sim_arrive(h, &me));
     sim_handle *child = h->g->slots[h->rank].child;
-    child->host_ok = h->host_ok;
+    child->dev = h->dev;
+    child->stage = h->stage;
     /* rank 0 of each new group registers it (so failures wake its waiters) before anyone can use it */
     if (child->rank == 0) sim_group_register(child->g);
     sim_depart(h);
@@ -271,6 +318,7 @@ static void sim_destroy(void *ctx) {
     sim_handle *h = ctx;
     if (!h) return;
     sim_group_unref(h->g);
+    free(h->buf);
     free(h);
 }
 
@@ -289,11 +337,16 @@ const fsc_comm_ops sim_comm_ops = {
     .destroy = sim_destroy,
 };
 
-fsc_status sim_comm_open(sim_cluster *cl, int rank, const fsc_device *dev, fsc_comm **out) {
+fsc_status sim_comm_open(sim_cluster *cl, int rank, fsc_device *dev, int force_stage, fsc_comm **out) {
     *out = NULL;
     if (!cl->world_group) return fsc_error(FSC_ERR_STATE, "rank %d: the world group is already released", rank);
-    sim_handle *h = malloc(sizeof(*h));
+    if (force_stage && !dev)
+        return fsc_error(FSC_ERR_INVALID, "rank %d: staging through host memory needs the rank's device", rank);
+    sim_handle *h = calloc(1, sizeof(*h));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "rank %d: out of memory for its communicator", rank);
-    *h = (sim_handle){cl->world_group, rank, !dev || strcmp(fsc_device_name(dev), "cpu") == 0};
+    h->g = cl->world_group;
+    h->rank = rank;
+    h->dev = dev;
+    h->stage = force_stage || (dev && strcmp(fsc_device_name(dev), "cpu") != 0);
     return fsc_comm_wrap(&sim_comm_ops, h, rank, cl->world, "world", out);
 }

@@ -210,6 +210,7 @@ static int split_cmp(const void *pa, const void *pb) {
 
 static fsc_status build_split(sim_group *g) {
     int n = g->size, nmade = 0, ok = 1;
+    if (n < 1) return fsc_error(FSC_ERR_INTERNAL, "split of a group of %d ranks", n);
     split_ent *e = malloc((size_t)n * sizeof(*e));
     int *wr = malloc((size_t)n * sizeof(int));
     sim_group **made = calloc((size_t)n, sizeof(*made));
@@ -228,7 +229,7 @@ static fsc_status build_split(sim_group *g) {
         for (int i = lo; ok && i < hi; i++) {
             sim_handle *h = malloc(sizeof(*h));
             if (!h) ok = 0;
-            else *h = (sim_handle){c, i - lo, 1};
+            else *h = (sim_handle){.g = c, .rank = i - lo};
             g->slots[e[i].rank].child = h;
         }
     }
@@ -324,6 +325,16 @@ static void timeout_msg(sim_group *g, const char *what, char *buf, size_t cap) {
 /* Under g->mu: the arrive rendezvous completes. Check the calls agree; build split's groups. */
 static void complete_arrive(sim_group *g) {
     g->verdict = FSC_OK;
+    for (int j = 0; j < g->size; j++) {
+        if (!g->slots[j].stage_err) continue;
+        char a[96], lab[64];
+        sim_slot_describe(&g->slots[j], a, sizeof(a));
+        sim_rank_label(g, j, lab, sizeof(lab));
+        g->verdict = FSC_ERR_COMM;
+        snprintf(g->verdict_msg, sizeof(g->verdict_msg), "%s could not stage its buffers for %s through host "
+                 "memory: %.150s", lab, a, g->slots[j].stage_err);
+        return;
+    }
     for (int j = 1; j < g->size; j++) {
         if (slots_match(&g->slots[0], &g->slots[j])) continue;
         char a[96], b[96], lab[64];

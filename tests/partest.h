@@ -15,6 +15,7 @@ typedef struct {
     fsc_parallel_opts po;
     fsc_optim_config oc;
     int world, batch, steps;
+    int stage;                           /* fsc_cluster_opts.stage_through_host */
     uint64_t seed;
     /* results */
     double loss[PT_MAX_STEPS];
@@ -85,7 +86,8 @@ static inline void pt_train(pt_run *run) {
     size_t P = fsc_gpt_num_params(&run->cfg);
     free(run->params);
     run->params = calloc(P, sizeof(float));
-    fsc_cluster_opts co = { .world = run->world, .device = "cpu", .timeout_s = 30 };
+    fsc_cluster_opts co = { .world = run->world, .device = "cpu", .timeout_s = 30,
+                            .stage_through_host = run->stage };
     assert_ok(fsc_cluster_run(&co, pt_rank_fn, run));
 }
 

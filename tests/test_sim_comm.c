@@ -11,8 +11,6 @@
 #include <time.h>
 #include "testutil.h"
 #include "fsc/comm_impl.h"
-#include "fsc/device_impl.h"
-#include "../sim/sim.h"
 
 #define CHECK(cond, ...)                                              \
     do {                                                              \
@@ -713,25 +711,6 @@ static void test_wrap_and_object(void **state) {
     assert_string_equal(fsc_comm_op_name(FSC_OP_COUNT), "unknown");
 }
 
-/* Oracle: over a device whose memory is not host memory, calls that move data are refused with
- * FSC_ERR_UNSUPPORTED (staging is not implemented) instead of dereferencing device pointers. */
-static void test_non_host_device_is_refused(void **state) {
-    (void)state;
-    fsc_device_ops dops = {.abi_version = FSC_DEVICE_ABI_VERSION, .name = "cuda"};
-    fsc_device dev = {.ops = &dops};
-    sim_cluster *cl = NULL;
-    fsc_comm *c = NULL;
-    assert_ok(sim_cluster_create(1, 1.0, &cl));
-    assert_ok(sim_comm_open(cl, 0, &dev, &c));
-    float x[2] = {0};
-    assert_err(fsc_comm_all_reduce(c, x, x, 2, FSC_F32, FSC_SUM), FSC_ERR_UNSUPPORTED, "staging");
-    assert_err(fsc_comm_send(c, x, 2, FSC_F32, 0), FSC_ERR_UNSUPPORTED, "staging");
-    assert_ok(fsc_comm_barrier(c));
-    assert_ok(fsc_comm_all_reduce(c, NULL, NULL, 0, FSC_F32, FSC_SUM));
-    fsc_comm_free(c);
-    sim_cluster_free(cl);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reductions_match_serial_reference),
@@ -749,7 +728,6 @@ int main(void) {
         cmocka_unit_test(test_recv_mismatch),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_wrap_and_object),
-        cmocka_unit_test(test_non_host_device_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,9 +23,15 @@ typedef struct {
     const char *device;     /* "cpu" (default) or "cuda" */
     double timeout_s;       /* a collective waiting longer fails on every rank (default 60) */
     int threads_per_rank;   /* BLAS threads per rank (0: 1 when world > 1, else library default) */
+    int stage_through_host; /* 1: the communicator stages every buffer through host memory with the
+                               device's copies even on cpu, as it always does on cuda (0: only where needed);
+                               the results are the same bits, this exists to test that path without a GPU */
 } fsc_cluster_opts;
 
 /* Run fn on opts->world ranks, each a thread with its own device and world communicator.
+ * On "cuda" every rank opens GPU 0, so all ranks share one GPU, unless the environment sets FSC_SIM_GPUS=n
+ * (n >= 1): then rank r uses GPU r % n. The simulated communicator stages their buffers through host memory
+ * and reduces there in rank order: a collective gives the same bits on cuda as on cpu for the same inputs.
  * Returns FSC_OK if every rank returned FSC_OK; otherwise the first failing rank's status, with the
  * calling thread's message naming that rank and its message. */
 fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg);

@@ -134,17 +134,30 @@ static fsc_status ddp_load_full(fsc_engine *e, fsc_st_file *f) {
     return s;
 }
 
-/* Every held tensor whole; rank 0 of the data group writes it (the other ranks hold replicas). */
+/* Every held tensor whole. Every rank holds replicas; one rank of the data group writes each tensor, the
+ * least loaded so far (by elements, ties to the lowest rank), so the ranks share a checkpoint's writing. */
 static fsc_status ddp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     ddp_state *d = e->sd;
     *out = NULL;
     *n = 0;
+    const int N = fsc_comm_size(e->comm), me = fsc_comm_rank(e->comm);
     fsc_holding *h = calloc((size_t)(d->t1 - d->t0 + 1), sizeof(*h));
-    if (!h) return fsc_error(FSC_ERR_NOMEM, "ddp: out of memory");
-    int c = 0, writer = fsc_comm_rank(e->comm) == 0;
-    for (int i = d->t0; i < d->t1; i++)
+    size_t *load = calloc((size_t)N, sizeof(*load));
+    if (!h || !load) {
+        free(h);
+        free(load);
+        return fsc_error(FSC_ERR_NOMEM, "ddp: out of memory");
+    }
+    int c = 0;
+    for (int i = d->t0; i < d->t1; i++) {
+        int w = 0;
+        for (int r = 1; r < N; r++)
+            if (load[r] < load[w]) w = r;
+        load[w] += e->m->info[i].numel;
         h[c++] = (fsc_holding){ .tensor = i, .first = 0, .n = e->m->info[i].numel, .seg = d->seg,
-                                .seg_off = fsc_engine_tensor_offset(e, i) - d->base, .write = writer };
+                                .seg_off = fsc_engine_tensor_offset(e, i) - d->base, .write = w == me };
+    }
+    free(load);
     *out = h;
     *n = c;
     return FSC_OK;

@@ -587,14 +587,20 @@ static void print_json(const run_state *st, const ddp_check *chk) {
     cJSON *root = cJSON_CreateObject();
     cJSON *losses = cJSON_AddArrayToObject(root, "losses");
     char buf[64];
-    double ms = 0;
+    /* time the steps this run executed (a resumed run starts later), leaving out the first (warm-up)
+     * unless it is the only one */
+    double ms = 0, first_ms = 0;
+    int ran = 0;
     for (int s = 0; s < c->steps; s++) {
         /* %.17g round-trips the double exactly; JSON has no NaN/inf, those become null */
         snprintf(buf, sizeof buf, "%.17g", st->losses[s]);
         cJSON_AddItemToArray(losses, isfinite(st->losses[s]) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
-        if (s > 0 || c->steps == 1) ms += st->step_ms[s];
+        if (st->step_ms[s] <= 0) continue;
+        if (ran++ == 0) first_ms = st->step_ms[s];
+        else ms += st->step_ms[s];
     }
-    int timed = c->steps > 1 ? c->steps - 1 : c->steps;
+    int timed = ran > 1 ? ran - 1 : ran;
+    if (ran == 1) ms = first_ms;
     double tps = ms > 0 ? (double)timed * c->batch * c->seq / (ms * 1e-3) : 0;
     cJSON_AddNumberToObject(root, "tokens_per_s", tps);
     cJSON_AddNumberToObject(root, "ms_per_step", timed ? ms / timed : 0);

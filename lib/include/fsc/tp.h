@@ -28,6 +28,8 @@
 #include "comm.h"
 #include "gpt.h"
 #include "nn.h"
+#include "cluster.h"
+#include "parallel.h"
 
 /* ---- conjugate operators and sequence-parallel regions (in place allowed: out == inp) ---------------- */
 /* f forward: out = inp. */
@@ -178,5 +180,53 @@ fsc_status fsc_tp_gpt_full_grads(fsc_tp_gpt *m, float *host);
 fsc_status fsc_tp_gpt_save(fsc_tp_gpt *m, const char *path);
 /* Collective: every rank reads its slices from a full-weights file (any tensor-parallel size wrote it). */
 fsc_status fsc_tp_gpt_load(fsc_tp_gpt *m, const char *path);
+
+/* ---- 3D layout: world = dp x tp x pp --------------------------------------------------------------------
+ * Megatron's rank order: tensor ranks adjacent (fastest), then data, then pipeline:
+ *   rank = (pipe * dp + data) * tp + tensor.
+ * The tensor group of a rank holds the ranks with its data and pipe index, the data group those with its
+ * tensor and pipe index, the pipeline group those with its tensor and data index. */
+typedef struct {
+    int world, tp, dp, pp;
+    int rank, tensor, data, pipe; /* this rank and its coordinates */
+} fsc_layout;
+
+/* Validates world = dp x tp x pp (any of tp, dp, pp may be 0: the one left is world / (the others)). */
+fsc_status fsc_layout_make(int world, int tp, int dp, int pp, int rank, fsc_layout *out);
+/* One line: "world 8 = pp 2 x dp 2 x tp 2 (tensor fastest); rank 5: pipe 1, data 0, tensor 1". */
+void fsc_layout_describe(const fsc_layout *l, char *buf, size_t cap);
+/* Collective over world (l from fsc_layout_make with world's size and rank): the three groups, named
+ * "tensor", "data" and "pipeline". Free them with fsc_comm_free. */
+fsc_status fsc_layout_split(fsc_comm *world, const fsc_layout *l, fsc_comm **tensor, fsc_comm **data,
+                            fsc_comm **pipe);
+
+/* ---- training with data x tensor parallelism ------------------------------------------------------------
+ * A tensor-parallel GPT on each tensor group, DDP over the data group: per step forward and backward with
+ * dloss = 1 / (global_batch T) on this data rank's sequences, gradients summed over the data group in rank
+ * order, optional clipping by the exact global norm (the tensor group's slices, replicated tensors
+ * counted once), optimizer step; the same order as the engine (parallel.h), so dp x 1 equals DDP bit for
+ * bit. Pipeline stages (pp > 1) are not supported with tensor parallelism yet. */
+typedef struct {
+    int tp, dp;               /* world = dp x tp (0: derive one from the world) */
+    int sequence_parallel;
+    float clip;               /* max global gradient norm; 0 = off */
+} fsc_tp_train_opts;
+
+typedef struct fsc_tp_trainer fsc_tp_trainer;
+
+fsc_status fsc_tp_trainer_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_tp_train_opts *o,
+                                 const fsc_optim_config *oc, uint64_t seed, fsc_tp_trainer **out);
+void fsc_tp_trainer_free(fsc_tp_trainer *t);
+const fsc_layout *fsc_tp_trainer_layout(const fsc_tp_trainer *t);
+fsc_tp_gpt *fsc_tp_trainer_model(fsc_tp_trainer *t);
+/* One step. tokens/targets: this data rank's local_batch sequences (the same on every rank of its tensor
+ * group); global_batch: over the data group. info->loss: the mean over the global batch, on every rank. */
+fsc_status fsc_tp_trainer_step(fsc_tp_trainer *t, const int32_t *tokens, const int32_t *targets, int local_batch,
+                               int global_batch, fsc_step_info *info);
+/* This rank's traffic per group since creation or the last reset: tensor, data (either may be NULL). */
+void fsc_tp_trainer_comm_stats(const fsc_tp_trainer *t, fsc_comm_stats *tensor, fsc_comm_stats *data);
+void fsc_tp_trainer_reset_comm_stats(fsc_tp_trainer *t);
+/* Collective: full weights written by world rank 0 (the tensor group of data index 0 gathers them). */
+fsc_status fsc_tp_trainer_save(fsc_tp_trainer *t, const char *path);
 
 #endif

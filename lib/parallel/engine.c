@@ -362,6 +362,7 @@ fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
     fsc_status s = FSC_OK;
     if (e->r->rank == 0) {
         s = fsc_st_writer_open(path, &w);
+        if (s == FSC_OK) s = fsc_st_writer_meta(w, "format", "pt"); /* as fsc_gpt_save: HF loaders require it */
         for (int i = 0; s == FSC_OK && i < e->m->n_tensors; i++) {
             const fsc_param_info *pi = &e->m->info[i];
             s = fsc_st_writer_add(w, pi->name, FSC_F32, pi->ndim, pi->shape);

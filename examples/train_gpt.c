@@ -5,7 +5,8 @@
  * context T, sequence i of step s starts at ((s*B + i) * T) mod (N - T); its inputs are the T tokens from
  * there and its targets the next T. With --world W, rank r takes sequences [r*B/W, (r+1)*B/W); with a
  * pipeline (--pp P, world = dp x pp, rank = stage * dp + dp_index) every stage of data-parallel index d
- * takes the sequences [d*B/dp, (d+1)*B/dp).
+ * takes the sequences [d*B/dp, (d+1)*B/dp); with tensor parallelism (--tp T, world = dp x tp, rank =
+ * d * tp + tensor index) every rank of data-parallel index d takes those sequences too.
  * The training function runs on every rank (SPMD); rank 0 prints one line per step and, with --json, the
  * last line of output is one JSON object with every loss, throughput, memory and communication. */
 #include <errno.h>
@@ -46,6 +47,7 @@ typedef struct {
     int save_every;     /* training checkpoints (docs/checkpoints.md) */
     const char *ckpt_dir, *resume;
     int ckpt_format;    /* fsc_ckpt_format */
+    int tp, sequence_parallel; /* tensor parallelism (docs/tensor_parallel.md) */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -100,6 +102,8 @@ static const option options[] = {
     {"chunks", "M", "0", "pipeline micro-batches per step (another name for --accum)", K_INT, F(chunks), 0, 1 << 20, NULL},
     {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b"},
     {"balance", "N,N,..", NULL, "pipeline blocks per stage (default: as even as possible)", K_STR, F(balance), 0, 0, NULL},
+    {"tp", "T", "1", "tensor-parallel ranks (world = dp x tp, Megatron order; ddp over the data group)", K_INT, F(tp), 1, 1024, NULL},
+    {"sequence-parallel", NULL, NULL, "with --tp: layer norms and residuals on sequence shards", K_FLAG, F(sequence_parallel), 0, 0, NULL},
     {"checkpoint", "MODE", "except_last", "pipeline micro-batches that keep only their stage input: always|except_last|never", K_CHOICE, F(pipe_ckpt), 0, 0, "always|except_last|never"},
 };
 #undef F
@@ -124,18 +128,24 @@ static int resolve_layout(train_config *c, const int *given, char *err, size_t c
             return snprintf(err, cap, "--chunks and --accum both give the micro-batches per step: give one"), -1;
         c->accum = c->chunks;
     }
+    int mp = c->pp * c->tp; /* model-parallel ranks per data-parallel index */
+    char tps[32] = "";
+    if (c->tp > 1) snprintf(tps, sizeof tps, " x --tp %d", c->tp);
     if (c->dp) {
-        if (gw && c->world != c->dp * c->pp)
-            return snprintf(err, cap, "--world %d is not --dp %d x --pp %d", c->world, c->dp, c->pp), -1;
-        c->world = c->dp * c->pp;
-        if (c->world > 1024) return snprintf(err, cap, "--dp %d x --pp %d is more than 1024 ranks", c->dp, c->pp), -1;
+        if (gw && c->world != c->dp * mp)
+            return snprintf(err, cap, "--world %d is not --dp %d%s x --pp %d", c->world, c->dp, tps, c->pp), -1;
+        if ((long long)c->dp * mp > 1024)
+            return snprintf(err, cap, "--dp %d%s x --pp %d is more than 1024 ranks", c->dp, tps, c->pp), -1;
+        c->world = c->dp * mp;
     } else if (!gw) {
-        c->world = c->pp;
+        c->world = mp;
     }
-    if (c->world % c->pp != 0)
-        return snprintf(err, cap, "--world %d does not split into --pp %d pipeline stages (world = dp x pp)",
-                        c->world, c->pp), -1;
-    c->dp = c->world / c->pp;
+    if (c->world % mp != 0)
+        return c->tp > 1 ? snprintf(err, cap, "--world %d does not split into --tp %d x --pp %d (world = dp x tp x pp)",
+                                    c->world, c->tp, c->pp)
+                         : snprintf(err, cap, "--world %d does not split into --pp %d pipeline stages (world = dp x pp)",
+                                    c->world, c->pp), -1;
+    c->dp = c->world / mp;
     return 0;
 }
 
@@ -281,6 +291,25 @@ static int option_index(const char *name) {
 static int check_config(const train_config *c, const int *given, char *err, size_t cap) {
     fsc_gpt_config g = {c->layers, c->dim, c->heads, c->seq, c->vocab};
     if (fsc_gpt_config_validate(&g) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
+    if (c->tp > 1 || c->sequence_parallel) {
+        int bad = c->tp < 2 ? 1 : c->pp > 1 ? 2 : c->accum > 1 ? 3 : c->precision ? 4 : c->parallel > FSC_PAR_DDP ? 5
+                : c->save_every || c->resume || c->check_ddp ? 6 : 0;
+        static const char *const why[] = {"", "--sequence-parallel needs --tp 2 or more",
+            "--tp with --pp > 1 (pipelines of tensor-parallel stages) is not supported yet",
+            "--tp with --accum > 1 is not supported yet", "--tp runs in fp32 only (drop --precision)",
+            "--tp composes with --parallel ddp (or none) over the data group only",
+            "--tp does not support --save-every, --resume or --check-ddp yet"};
+        if (bad) return snprintf(err, cap, "%s", why[bad]), -1;
+        if (c->parallel == FSC_PAR_NONE && c->dp > 1)
+            return snprintf(err, cap, "--tp %d with %d data-parallel ranks: give --parallel ddp", c->tp, c->dp), -1;
+        if (fsc_tp_check_config(&g, c->tp) != FSC_OK) return snprintf(err, cap, "--tp: %s", fsc_last_error()), -1;
+        if (c->batch % c->dp != 0)
+            return snprintf(err, cap, "--batch %d does not split evenly over %d data-parallel ranks (--dp)", c->batch, c->dp), -1;
+        if (c->sequence_parallel && ((long long)(c->batch / c->dp) * c->seq) % c->tp != 0)
+            return snprintf(err, cap, "--sequence-parallel: %d x %d token rows per data rank do not split over --tp %d",
+                            c->batch / c->dp, c->seq, c->tp), -1;
+        return 0;
+    }
     if (c->pp > 1 ? c->batch % c->dp != 0 : c->batch % c->world != 0)
         return c->pp > 1 ? snprintf(err, cap, "--batch %d does not split evenly over %d data-parallel ranks (--dp)",
                                     c->batch, c->dp)
@@ -372,6 +401,8 @@ typedef struct {
     size_t nparams;
     float *params;       /* (nparams) final full parameters from rank 0, when asked for (--check-ddp) */
     fsc_pipe_stats *pstats; /* (world) pipeline measurements, with --pp > 1 */
+    int have_groups;        /* --tp: rank 0's traffic per group */
+    fsc_comm_stats comm_tensor, comm_data;
 } run_state;
 
 static double now_ms(void) {
@@ -384,7 +415,7 @@ static double now_ms(void) {
 static void fill_batch(const run_state *st, int rank, int s, int32_t *tok, int32_t *tgt) {
     const train_config *c = st->cfg;
     int T = c->seq, B = c->batch, bl = B / c->dp;
-    rank %= c->dp; /* the data-parallel index: every stage of a pipeline sees the same sequences */
+    rank = (rank / c->tp) % c->dp; /* the data-parallel index: every stage and tensor rank sees the same sequences */
     for (int j = 0; j < bl; j++) {
         uint64_t i = (uint64_t)rank * (uint64_t)bl + (uint64_t)j;
         uint64_t start = (((uint64_t)s * (uint64_t)B + i) * (uint64_t)T) % (uint64_t)(st->ntok - (size_t)T);
@@ -395,9 +426,64 @@ static void fill_batch(const run_state *st, int rank, int s, int32_t *tok, int32
     }
 }
 
+/* --tp: a tensor-parallel GPT on each tensor group, DDP over the data group (fsc_tp_trainer). */
+static fsc_status tp_train_fn(fsc_rank *r, void *arg) {
+    run_state *st = arg;
+    const train_config *c = st->cfg;
+    fsc_gpt_config gc = {c->layers, c->dim, c->heads, c->seq, c->vocab};
+    fsc_tp_train_opts to = {.tp = c->tp, .dp = c->dp, .sequence_parallel = c->sequence_parallel, .clip = c->clip};
+    fsc_optim_config oc = {.kind = (fsc_optim_kind)c->optimizer, .lr = c->lr, .weight_decay = c->weight_decay};
+    if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
+    fsc_tp_trainer *t = NULL;
+    FSC_TRY(fsc_tp_trainer_create(r, &gc, &to, &oc, c->seed, &t));
+    if (r->rank == 0) {
+        char line[160];
+        fsc_layout_describe(fsc_tp_trainer_layout(t), line, sizeof line);
+        printf("layout: %s%s\n", line, c->sequence_parallel ? ", sequence parallel" : "");
+    }
+    int bl = c->batch / c->dp;
+    size_t n = (size_t)bl * (size_t)c->seq;
+    int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
+    fsc_status s = tok && tgt ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "train: out of host memory for the batch");
+    if (s == FSC_OK && c->load) s = fsc_tp_gpt_load(fsc_tp_trainer_model(t), c->load);
+    if (s == FSC_OK && c->init_save) s = fsc_tp_trainer_save(t, c->init_save);
+    fsc_tp_trainer_reset_comm_stats(t);
+    double tokens = (double)c->batch * (double)c->seq;
+    for (int step = 0; step < c->steps && s == FSC_OK; step++) {
+        fill_batch(st, r->rank, step, tok, tgt);
+        double t0 = now_ms();
+        fsc_step_info info = {0};
+        s = fsc_tp_trainer_step(t, tok, tgt, bl, c->batch, &info);
+        double ms = now_ms() - t0;
+        if (s == FSC_OK && r->rank == 0) {
+            st->losses[step] = info.loss;
+            st->step_ms[step] = ms;
+            printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB\n", step + 1, c->steps, info.loss,
+                   ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0);
+            fflush(stdout);
+        }
+    }
+    if (r->rank == 0) {
+        fsc_tp_trainer_comm_stats(t, &st->comm_tensor, &st->comm_data);
+        st->have_groups = 1;
+        for (int op = 0; op < FSC_OP_COUNT; op++) {
+            st->comm.calls[op] = st->comm_tensor.calls[op] + st->comm_data.calls[op];
+            st->comm.bytes[op] = st->comm_tensor.bytes[op] + st->comm_data.bytes[op];
+        }
+    }
+    if (s == FSC_OK && c->save) s = fsc_tp_trainer_save(t, c->save);
+    for (int tg = 0; tg < FSC_TAG_COUNT; tg++) st->peak[r->rank][tg] = fsc_device_peak_bytes(r->dev, (fsc_tag)tg);
+    st->peak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
+    free(tok);
+    free(tgt);
+    fsc_tp_trainer_free(t);
+    return s;
+}
+
 static fsc_status train_fn(fsc_rank *r, void *arg) {
     run_state *st = arg;
     const train_config *c = st->cfg;
+    if (c->tp > 1) return tp_train_fn(r, arg);
     fsc_gpt_config gc = {c->layers, c->dim, c->heads, c->seq, c->vocab};
     fsc_parallel_opts po = {
         .kind = strategy(c),
@@ -618,6 +704,16 @@ static void print_json(const run_state *st, const ddp_check *chk) {
         total += st->comm.bytes[op];
     }
     cJSON_AddNumberToObject(root, "comm_bytes_per_step", c->steps ? total / c->steps : 0);
+    if (st->have_groups) { /* --tp: bytes per step of rank 0 by group */
+        cJSON *g = cJSON_AddObjectToObject(root, "comm_bytes_per_step_by_group");
+        const fsc_comm_stats *gs[2] = {&st->comm_tensor, &st->comm_data};
+        const char *const gn[2] = {"tensor", "data"};
+        for (int k = 0; k < 2; k++) {
+            double b = 0;
+            for (int op = 0; op < FSC_OP_COUNT; op++) b += gs[k]->bytes[op];
+            cJSON_AddNumberToObject(g, gn[k], c->steps ? b / c->steps : 0);
+        }
+    }
     if (st->pstats) cJSON_AddItemToObject(root, "pipeline", pipeline_object(st));
     if (chk->done) {
         cJSON *k = cJSON_AddObjectToObject(root, "check_ddp");

@@ -1,0 +1,165 @@
+/* The trainer's tensor-parallel options (--tp, --sequence-parallel in examples/train_gpt.c), run as a
+ * program (build/<x>/train_gpt next to this binary's folder).
+ * Oracle: the same training on one rank. Losses within 1e-6 relative (tensor parallelism splits sums:
+ * docs/tensor_parallel.md), the initial weights file byte-identical, the --json summary's traffic by group
+ * (tensor and data) present and consistent, and the unsupported combinations refused with a message. */
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "test_tp_util.h"
+
+static char trainer[PATH_MAX], tmpdir[64];
+static const char *model = "--layers 2 --dim 32 --heads 4 --seq 16 --batch 4 --steps 3 --vocab 256";
+
+/* Run the trainer with args; out gets its stdout (malloc), rc its exit status. */
+static char *run(const char *args, int *rc) {
+    size_t len = strlen(trainer) + strlen(args) + 16;
+    char *cmd = malloc(len);
+    if (!cmd) return NULL;
+    snprintf(cmd, len, "%s %s 2>&1", trainer, args);
+    FILE *p = popen(cmd, "r");
+    free(cmd);
+    if (!p) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += got;
+        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    int st = pclose(p);
+    *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (buf) buf[n] = '\0';
+    return buf;
+}
+
+/* The --json line (the last line of the output). */
+static cJSON *json_of(const char *args) {
+    int rc;
+    char full[1024];
+    snprintf(full, sizeof full, "%s %s --json", model, args);
+    char *out = run(full, &rc);
+    if (!out || rc != 0) fail_msg("train_gpt %s: exit %d\n%s", full, rc, out ? out : "");
+    char *last = out + strlen(out);
+    while (last > out && last[-1] == '\n') *--last = '\0';
+    while (last > out && last[-1] != '\n') last--;
+    cJSON *j = cJSON_Parse(last);
+    if (!j) fail_msg("train_gpt %s: no JSON line\n%s", full, out);
+    free(out);
+    return j;
+}
+
+static double loss_at(const cJSON *j, int s) {
+    return cJSON_GetArrayItem(cJSON_GetObjectItem(j, "losses"), s)->valuedouble;
+}
+
+static void test_tp_trainer_runs(void **state) {
+    (void)state;
+    cJSON *ref = json_of("");
+    const char *cases[] = { "--tp 2 --dp 2 --parallel ddp", "--tp 4 --sequence-parallel",
+                            "--tp 2 --world 4 --parallel ddp --sequence-parallel" };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        cJSON *j = json_of(cases[k]);
+        for (int s = 0; s < 3; s++) {
+            double e = fabs(loss_at(j, s) - loss_at(ref, s)) / loss_at(ref, s);
+            if (!(e <= 1e-6)) fail_msg("%s: loss of step %d differs by %.3g", cases[k], s, e);
+        }
+        const cJSON *g = cJSON_GetObjectItem(j, "comm_bytes_per_step_by_group");
+        assert_non_null(g);
+        double tensor = cJSON_GetObjectItem(g, "tensor")->valuedouble, data = cJSON_GetObjectItem(g, "data")->valuedouble;
+        double total = cJSON_GetObjectItem(j, "comm_bytes_per_step")->valuedouble;
+        assert_true(tensor > 0);
+        assert_true(strstr(cases[k], "--tp 4") ? data == 0 : data > 0);
+        assert_true(fabs(tensor + data - total) <= 1e-6 * total);
+        printf("  %s: %.0f bytes per step in the tensor group, %.0f in the data group\n", cases[k], tensor, data);
+        cJSON_Delete(j);
+    }
+    cJSON_Delete(ref);
+}
+
+static int same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    while (same) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) same = 0;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+static void test_tp_trainer_files(void **state) {
+    (void)state;
+    char a[128], b[128], args[512];
+    snprintf(a, sizeof a, "%s/one.safetensors", tmpdir);
+    snprintf(b, sizeof b, "%s/tp.safetensors", tmpdir);
+    int rc;
+    snprintf(args, sizeof args, "%s --steps 0 --init-save %s", model, a);
+    free(run(args, &rc));
+    assert_int_equal(rc, 0);
+    snprintf(args, sizeof args, "%s --steps 0 --tp 2 --dp 2 --parallel ddp --init-save %s", model, b);
+    free(run(args, &rc));
+    assert_int_equal(rc, 0);
+    assert_true(same_file(a, b)); /* the tensor-parallel model starts from the unsharded weights */
+    /* train with --tp, save, and load the result into a one-rank run: the first loss of a zero-lr run equals
+     * what the tensor-parallel run would compute next, within the tolerance */
+    snprintf(args, sizeof args, "%s --tp 2 --save %s", model, b);
+    free(run(args, &rc));
+    assert_int_equal(rc, 0);
+    assert_false(same_file(a, b));
+    snprintf(args, sizeof args, "%s --steps 1 --lr 0 --load %s --json", model, b);
+    char *out = run(args, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "\"losses\""));
+    free(out);
+    unlink(a), unlink(b);
+}
+
+static void test_tp_trainer_refusals(void **state) {
+    (void)state;
+    struct { const char *args, *msg; } bad[] = {
+        { "--tp 3", "4 heads do not split over a tensor group of 3" },
+        { "--sequence-parallel", "--sequence-parallel needs --tp 2 or more" },
+        { "--tp 2 --pp 2", "not supported yet" },
+        { "--tp 2 --world 4", "give --parallel ddp" },
+        { "--tp 2 --accum 2", "--accum > 1 is not supported yet" },
+        { "--tp 2 --world 3", "does not split into --tp 2 x --pp 1" },
+        { "--tp 2 --parallel fsdp --world 4", "--parallel ddp (or none)" },
+        { "--tp 2 --precision bf16", "fp32 only" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "%s %s", model, bad[i].args);
+        int rc;
+        char *out = run(args, &rc);
+        if (rc != 2 || !strstr(out, bad[i].msg))
+            fail_msg("train_gpt %s: exit %d, output lacks \"%s\":\n%s", bad[i].args, rc, bad[i].msg, out);
+        free(out);
+    }
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char self[PATH_MAX];
+    if (!realpath(argv[0], self)) return 1;
+    snprintf(trainer, sizeof trainer, "%s/../train_gpt", dirname(self));
+    if (access(trainer, X_OK) != 0) {
+        fprintf(stderr, "test_tp_trainer: %s not found: build it first (make ... train_gpt)\n", trainer);
+        return 1;
+    }
+    strcpy(tmpdir, "/tmp/fsc_test_tp_trainer_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tp_trainer_runs),
+        cmocka_unit_test(test_tp_trainer_files),
+        cmocka_unit_test(test_tp_trainer_refusals),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rmdir(tmpdir);
+    return rc;
+}

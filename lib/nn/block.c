@@ -14,9 +14,15 @@ size_t fsc_block_saved_floats(int B, int T, int C, int NH) {
     return 4 * btc + 2 * r64(4 * (size_t)B * T * C) + 4 * bt + fsc_attention_saved_floats(B, T, C, NH);
 }
 
+/* W: the attention scratch, and dfch (B, T, 4C) in backward */
+static size_t w_floats(int B, int T, int C, int NH) {
+    size_t a = fsc_attention_work_floats(B, T, C, NH), f = r64(4 * (size_t)B * T * C);
+    return a > f ? a : f;
+}
+
 size_t fsc_block_work_floats(int B, int T, int C, int NH) {
-    /* A: qkv / dfch_gelu / dqkv; W: attention scratch / dfch; S: projection output / dln2, datty, dln1 */
-    return r64(4 * (size_t)B * T * C) + fsc_attention_work_floats(B, T, C, NH) + r64((size_t)B * T * C);
+    /* A: dfch_gelu / dqkv; W: attention scratch / dfch; S: projection output / dln2, datty, dln1 */
+    return r64(4 * (size_t)B * T * C) + w_floats(B, T, C, NH) + r64((size_t)B * T * C);
 }
 
 void fsc_block_rec_bind(fsc_block_rec *rec, float *saved, int B, int T, int C, int NH) {
@@ -33,13 +39,13 @@ void fsc_block_rec_bind(fsc_block_rec *rec, float *saved, int B, int T, int C, i
     rec->ln1_rstd = p; p += bt;
     rec->ln2_mean = p; p += bt;
     rec->ln2_rstd = p; p += bt;
-    fsc_attention_rec_bind(&rec->attn, p, B, T, C, NH); /* q, k, v, att */
+    fsc_attention_rec_bind(&rec->attn, p, B, T, C, NH); /* qkv, att */
     rec->B = B, rec->T = T, rec->C = C, rec->NH = NH;
 }
 
 /* Scratch pieces, shared by forward and backward (see fsc_block_work_floats). */
 typedef struct {
-    float *a; /* (B, T, 4C) qkv (3C) in forward; dfch_gelu, then dqkv (3C) in backward */
+    float *a; /* (B, T, 4C) dfch_gelu, then dqkv (3C) in backward */
     float *w; /* attention scratch; dfch (B, T, 4C) in backward */
     float *s; /* (B, T, C) projection output; dln2, datty, dln1 in backward */
 } block_work;
@@ -48,7 +54,7 @@ static block_work split_work(float *work, const fsc_block_rec *r) {
     block_work bw;
     bw.a = work;
     bw.w = work + r64(4 * (size_t)r->B * r->T * r->C);
-    bw.s = bw.w + fsc_attention_work_floats(r->B, r->T, r->C, r->NH);
+    bw.s = bw.w + w_floats(r->B, r->T, r->C, r->NH);
     return bw;
 }
 
@@ -63,8 +69,10 @@ fsc_status fsc_block_forward(fsc_device *dev, float *out, fsc_block_rec *rec, co
     rec->inp = inp;
     FSC_TRY(fsc_layernorm_forward(dev, rec->ln1, NULL, rec->ln1_mean, rec->ln1_rstd, inp, p[FSC_B_LN1_W],
                                   p[FSC_B_LN1_B], N, C));
-    FSC_TRY(fsc_linear_forward(dev, bw.a, NULL, rec->ln1, p[FSC_B_ATTN_W], p[FSC_B_ATTN_B], N, C, 3 * C, 0));
-    FSC_TRY(fsc_attention_forward(dev, rec->atty, &rec->attn, bw.a, bw.w));
+    /* the projection goes straight into the attention record, which keeps it for backward */
+    FSC_TRY(fsc_linear_forward(dev, rec->attn.qkv, NULL, rec->ln1, p[FSC_B_ATTN_W], p[FSC_B_ATTN_B], N, C, 3 * C,
+                               0));
+    FSC_TRY(fsc_attention_forward(dev, rec->atty, &rec->attn, rec->attn.qkv, bw.w));
     FSC_TRY(fsc_linear_forward(dev, bw.s, NULL, rec->atty, p[FSC_B_APROJ_W], p[FSC_B_APROJ_B], N, C, C, 0));
     FSC_TRY(fsc_residual_forward(dev, rec->res2, inp, bw.s, N * C));
     FSC_TRY(fsc_layernorm_forward(dev, rec->ln2, NULL, rec->ln2_mean, rec->ln2_rstd, rec->res2, p[FSC_B_LN2_W],

@@ -77,22 +77,22 @@ fsc_status fsc_residual_forward(fsc_device *dev, float *out, const float *a, con
 fsc_status fsc_residual_backward(fsc_device *dev, float *da, float *db, const float *dout, size_t n);
 
 /* ---- causal multi-head self-attention (no projections) ---------------------------------------------
- * out (B, T, C) = heads_merge(softmax_causal(q k^T / sqrt(HS)) v) with q, k, v split from qkv (B, T, 3C),
- * NH heads of HS = C / NH. */
+ * out (B, T, C) = heads_merge(softmax_causal(q k^T / sqrt(HS)) v) with q, k, v the three C-wide column
+ * blocks of qkv (B, T, 3C), NH heads of HS = C / NH (head h in columns h*HS of each block). */
 typedef struct {
-    float *q, *k, *v; /* (B, NH, T, HS) each, saved */
+    float *qkv;       /* (B, T, 3C) the input, saved */
     float *att;       /* (B, NH, T, T) softmax probabilities, saved (0 above the diagonal) */
     int B, T, C, NH;
 } fsc_attention_rec;
 
 /* Floats a record keeps: 3 B T C + B NH T T (each piece rounded up to 64 floats). */
 size_t fsc_attention_saved_floats(int B, int T, int C, int NH);
-/* Floats of scratch forward and backward need (not kept between calls): 4 B T C + 2 B NH T T
- * (rounded likewise). */
+/* Floats of scratch forward and backward need (not kept between calls): 2 B NH T T (rounded likewise). */
 size_t fsc_attention_work_floats(int B, int T, int C, int NH);
 /* Point a record at saved (fsc_attention_saved_floats floats). */
 void fsc_attention_rec_bind(fsc_attention_rec *rec, float *saved, int B, int T, int C, int NH);
-/* rec must be bound (its memory receives q, k, v, att). */
+/* rec must be bound (its memory receives qkv and att). qkv may be rec->qkv itself: a caller that computes
+ * the projection straight into the record saves a copy. */
 fsc_status fsc_attention_forward(fsc_device *dev, float *out, fsc_attention_rec *rec, const float *qkv,
                                  float *work);
 /* dqkv (B, T, 3C) = (overwrites) the gradient w.r.t. qkv. */
@@ -121,7 +121,7 @@ typedef struct {
     const float *inp;             /* (B, T, C) block input, owned by the caller */
     float *ln1;                   /* (B, T, C) */
     float *ln1_mean, *ln1_rstd;   /* (B, T) */
-    fsc_attention_rec attn;       /* q, k, v (B, NH, T, HS), att (B, NH, T, T) */
+    fsc_attention_rec attn;       /* qkv (B, T, 3C), att (B, NH, T, T) */
     float *atty;                  /* (B, T, C) attention output, input of c_proj */
     float *res2;                  /* (B, T, C) residual after attention */
     float *ln2;                   /* (B, T, C) */
@@ -133,7 +133,7 @@ typedef struct {
 
 /* Floats a block record keeps: 15 B T C + 4 B T + B NH T T (each piece rounded up to 64 floats). */
 size_t fsc_block_saved_floats(int B, int T, int C, int NH);
-/* Floats of scratch forward and backward need: 9 B T C + 2 B NH T T (rounded up likewise). */
+/* Floats of scratch forward and backward need: 5 B T C + max(4 B T C, 2 B NH T T) (rounded up likewise). */
 size_t fsc_block_work_floats(int B, int T, int C, int NH);
 void fsc_block_rec_bind(fsc_block_rec *rec, float *saved, int B, int T, int C, int NH);
 /* Forward of a bound record. out (B, T, C) may be NULL: then the block stops once everything backward

@@ -573,6 +573,110 @@ static void test_determinism(void **state) {
     free(x); free(w); free(b); free(o1); free(o2); free(dx1); free(dx2);
 }
 
+/* The device's worker threads (cpu_pool.c) split every kernel big enough: a device with 3 threads must
+ * give the bits of a device with 1, at sizes that split (odd sizes, widths not a multiple of 8 or 16).
+ * Each kernel runs on fresh copies of the same inputs on both devices. Batched gemm of small entries
+ * (the attention's products, run on the pool's threads at once) is compared too; a large gemm is not
+ * (OpenBLAS's own bits depend on its thread count, cpu_kernels.c). */
+typedef struct { fsc_device *d; float *out[4]; } thr_run;
+
+static void thr_kernels(thr_run *r, const float *x, const float *y, const float *z, const int32_t *tok) {
+    enum { NE = 100003, NR = 301, W = 259, BT = 201, CE = 300, BH = 7, T = 131, NB = 300001 };
+    fsc_device *d = r->d;
+    float *o = r->out[0], *p = r->out[1], *q = r->out[2], *s = r->out[3];
+    size_t off = 0;
+    /* elementwise */
+    memcpy(o, x, NE * sizeof *o);
+    assert_ok(FSC_K(d, scale, o, 1.25f, NE));
+    assert_ok(FSC_K(d, axpy, o, -0.5f, y, NE));
+    assert_ok(FSC_K(d, add, o + NE, o, z, NE));
+    assert_ok(FSC_K(d, gelu_forward, o + 2 * NE, x, NE));
+    assert_ok(FSC_K(d, gelu_backward, o + 3 * NE, x, y, NE));
+    off = 4 * NE;
+    /* rows and columns */
+    memcpy(o + off, x, (size_t)NR * W * sizeof *o);
+    assert_ok(FSC_K(d, bias_add, o + off, y, NR, W));
+    off += (size_t)NR * W;
+    memcpy(o + off, z, 1000 * sizeof *o);
+    assert_ok(FSC_K(d, bias_grad, o + off, x, NR, 1000));
+    off += 1000;
+    assert_ok(FSC_K(d, encoder_forward, o + off, tok, x, y, 3, 67, CE));
+    off += (size_t)BT * CE;
+    memcpy(p, z, (size_t)256 * CE * sizeof *p);
+    memcpy(p + 256 * CE, y, (size_t)67 * CE * sizeof *p);
+    assert_ok(FSC_K(d, encoder_backward, p, p + 256 * CE, x, tok, 3, 67, CE));
+    assert_ok(FSC_K(d, layernorm_forward, o + off, q, q + NR, x, y, z, NR, W));
+    off += (size_t)NR * W;
+    memcpy(o + off, z, (size_t)NR * W * sizeof *o);
+    memcpy(s, y, 2 * W * sizeof *s);
+    assert_ok(FSC_K(d, layernorm_backward, o + off, s, s + W, y, x, z, q, q + NR, NR, W));
+    off += (size_t)NR * W;
+    assert_ok(FSC_K(d, softmax_causal_forward, o + off, x, BH, T, 0.3f));
+    assert_ok(FSC_K(d, softmax_causal_backward, o + off + BH * T * T, y, o + off, BH, T, 0.3f));
+    off += 2 * (size_t)BH * T * T;
+    int32_t tg[NR];
+    for (int i = 0; i < NR; i++) tg[i] = (i * 37) % W;
+    assert_ok(FSC_K(d, xent_forward, o + off, x, tg, NR, W, W + 4));
+    memcpy(o + off + NR, z, (size_t)NR * (W + 4) * sizeof *o);
+    assert_ok(FSC_K(d, xent_backward, o + off + NR, x, tg, NR, W, W + 4, 0.01f));
+    off += NR + (size_t)NR * (W + 4);
+    /* reductions, optimizers, conversions */
+    float mx;
+    int nf;
+    uint64_t acc[2] = {3, 0};
+    assert_ok(FSC_K(d, absmax, &mx, &nf, x, NB));
+    assert_ok(FSC_K(d, sumsq_fixed, acc, x, NB, 40));
+    o[off++] = mx;
+    memcpy(o + off, acc, sizeof acc);
+    off += 4;
+    memcpy(o + off, x, 3 * (size_t)NE * sizeof *o);
+    for (size_t i = 0; i < NE; i++) o[off + 2 * NE + i] = fabsf(o[off + 2 * NE + i]);
+    assert_ok(FSC_K(d, adamw, o + off, y, o + off + NE, o + off + 2 * NE, NE, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f,
+                    0.25f));
+    off += 3 * (size_t)NE;
+    memcpy(o + off, x, 2 * (size_t)NE * sizeof *o);
+    assert_ok(FSC_K(d, sgd, o + off, y, o + off + NE, NE, 1e-2f, 0.9f, 0.01f, 0));
+    off += 2 * (size_t)NE;
+    assert_ok(FSC_K(d, convert, s, FSC_BF16, x, FSC_F32, NE));
+    assert_ok(FSC_K(d, convert, o + off, FSC_F32, s, FSC_BF16, NE));
+    off += NE;
+    /* a batch of small products: row blocks of attention scores, 9 entries of 32 x 64 x 64 */
+    assert_ok(FSC_K(d, gemm, 0, 1, 32, 64, 64, 1.0f, x, 96, 32 * 96, y, 80, 64 * 80, 0.0f, o + off, 70, 32 * 70, 9));
+    assert_ok(FSC_K(d, gemm, 1, 0, 32, 64, 100, 1.0f, x, 40, 100 * 40, y, 64, 100 * 64, 1.0f, q, 64, 32 * 64, 9));
+    /* large fills and copies */
+    assert_ok(FSC_K(d, memset, s, 0x3c, 3u << 20));
+    assert_ok(FSC_K(d, copy, s + (1u << 20), x, 100003 * sizeof *x));
+}
+
+static void test_threads_equal_one_thread(void **state) {
+    (void)state;
+    enum { NX = 1 << 21 };
+    float *x = falloc(NX), *y = falloc(NX), *z = falloc(NX);
+    fill(x, NX, 2.0f); fill(y, NX, 1.0f); fill(z, NX, 1.0f);
+    for (size_t i = 0; i < 2 * 301; i++) z[2 * 301 * 259 + i] = 0.5f + 0.001f * (float)i; /* unused */
+    int32_t tok[201];
+    for (int i = 0; i < 201; i++) tok[i] = (i * 29) % 256;
+    thr_run r[2];
+    int threads[2] = { 1, 3 };
+    for (int k = 0; k < 2; k++) {
+        assert_ok(fsc_device_create("cpu", &(fsc_device_opts){ .threads = threads[k] }, &r[k].d));
+        for (int j = 0; j < 4; j++) {
+            r[k].out[j] = falloc(NX);
+            memset(r[k].out[j], 0, NX * sizeof(float));
+        }
+    }
+    /* layer norm statistics (q) must be positive for rstd: computed by forward in thr_kernels */
+    thr_kernels(&r[0], x, y, z, tok);
+    thr_kernels(&r[1], x, y, z, tok);
+    const char *what[4] = { "outputs", "embedding gradients", "statistics and batched gemm", "scratch" };
+    for (int j = 0; j < 4; j++) assert_bits_equal(r[0].out[j], r[1].out[j], NX, what[j]);
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; j < 4; j++) free(r[k].out[j]);
+        fsc_device_free(r[k].d);
+    }
+    free(x); free(y); free(z);
+}
+
 /* Simulated ranks call gemm from several threads at once: each must get the bits of a call made alone. */
 enum { CG = 160 };
 typedef struct { const float *A, *B, *ref; int mismatches; } conc_arg;
@@ -650,6 +754,7 @@ int main(void) {
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_shard_equals_whole),
         cmocka_unit_test(test_gemm_concurrent_callers),
+        cmocka_unit_test(test_threads_equal_one_thread),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

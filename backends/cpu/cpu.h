@@ -14,6 +14,22 @@
 #pragma GCC optimize("vect-cost-model=dynamic")
 #endif
 
+/* cpu_pool.c: the device's worker threads. ctx of every kernel is a cpu_ctx (or NULL: no pool). */
+typedef struct cpu_pool cpu_pool;
+typedef struct {
+    cpu_pool *pool; /* NULL with one thread */
+} cpu_ctx;
+typedef void (*cpu_range_fn)(void *arg, size_t lo, size_t hi);
+/* fn(arg, lo, hi) over ranges that cover [0, n): at most one per thread, bounds multiples of step, each at
+ * least grain long (so small calls run whole on the caller). Returns when every range is done. */
+void cpu_parallel(void *ctx, size_t n, size_t step, size_t grain, cpu_range_fn fn, void *arg);
+int cpu_threads(void *ctx);            /* threads a call may use (1 without a pool) */
+cpu_pool *cpu_pool_create(int threads); /* NULL when threads < 2 or no worker could start */
+void cpu_pool_free(cpu_pool *pool);
+
+/* Split sizes: an elementwise range is at least GRAIN elements; bounds are multiples of 16 floats. */
+enum { CPU_GRAIN = 1 << 14, CPU_STEP = 16 };
+
 /* cpu_kernels.c: gemm, elementwise, linear, embedding, layer norm */
 fsc_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                     int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,

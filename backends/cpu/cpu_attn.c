@@ -1,6 +1,7 @@
 /* CPU attention helpers and cross entropy: the (B,T,3C) <-> (B,NH,T,HS) layout shuffles, the causal
  * softmax over T x T score rows, and softmax cross entropy over the vocabulary.
- * Sums run in ascending index order in float (softmax) or double (cross entropy); the causal softmax
+ * Sums run in ascending index order in float (softmax) or double (cross entropy), one row at a time (rows
+ * are split over the device's threads); the causal softmax
  * multiplies by 1/sum; exp is fsc_cpu_expf (cpu_math.h). Values above the diagonal are written as exact zeros. */
 #include <math.h>
 #include <string.h>
@@ -66,12 +67,26 @@ fsc_status cpu_heads_split(void *ctx, float *dy, const float *dout, int B, int T
     return FSC_OK;
 }
 
-fsc_status cpu_softmax_causal_forward(void *ctx, float *att, const float *pre, int BH, int T, float scale) {
-    CHECK_DIM(BH >= 0 && T >= 0, "softmax_causal_forward: negative size (BH=%d T=%d)", BH, T);
-    for (size_t r = 0; r < (size_t)BH * T; r++) {
-        size_t i = r % (size_t)T;              /* query position: columns 0..i are visible */
-        const float *p = pre + r * (size_t)T;  /* (T) */
-        float *a = att + r * (size_t)T;
+/* The row kernels below split their rows over the device's threads (cpu_pool.c); a row is computed the
+ * same way whichever thread takes it. */
+typedef struct {
+    float *out;
+    const float *a, *b;
+    int T;
+    float scale;
+} sm_arg;
+
+/* ranges of at least CPU_GRAIN elements, given rows of w elements */
+static size_t row_grain(size_t w) { return w ? (CPU_GRAIN + w - 1) / w : 1; }
+
+static void softmax_forward_range(void *arg, size_t lo, size_t hi) {
+    const sm_arg *sm = arg;
+    const size_t T = (size_t)sm->T;
+    const float scale = sm->scale;
+    for (size_t r = lo; r < hi; r++) {
+        size_t i = r % T;                       /* query position: columns 0..i are visible */
+        const float *p = sm->a + r * T;         /* (T) */
+        float *a = sm->out + r * T;
         float mx = -INFINITY;
         for (size_t j = 0; j <= i; j++) {
             float s = scale * p[j];
@@ -82,23 +97,37 @@ fsc_status cpu_softmax_causal_forward(void *ctx, float *att, const float *pre, i
         for (size_t j = 0; j <= i; j++) sum += a[j];
         float inv = 1.0f / sum;
         for (size_t j = 0; j <= i; j++) a[j] *= inv;
-        for (size_t j = i + 1; j < (size_t)T; j++) a[j] = 0.0f;
+        for (size_t j = i + 1; j < T; j++) a[j] = 0.0f;
     }
+}
+
+fsc_status cpu_softmax_causal_forward(void *ctx, float *att, const float *pre, int BH, int T, float scale) {
+    CHECK_DIM(BH >= 0 && T >= 0, "softmax_causal_forward: negative size (BH=%d T=%d)", BH, T);
+    sm_arg s = { att, pre, NULL, T, scale };
+    cpu_parallel(ctx, (size_t)BH * T, 1, row_grain((size_t)T), softmax_forward_range, &s);
     return FSC_OK;
+}
+
+static void softmax_backward_range(void *arg, size_t lo, size_t hi) {
+    const sm_arg *s = arg;
+    const size_t T = (size_t)s->T;
+    const float scale = s->scale;
+    for (size_t r = lo; r < hi; r++) {
+        size_t i = r % T;
+        const float *a = s->b + r * T, *da = s->a + r * T; /* (T) */
+        float *dp = s->out + r * T;
+        float dot = 0.0f;
+        for (size_t j = 0; j <= i; j++) dot += a[j] * da[j];
+        for (size_t j = 0; j <= i; j++) dp[j] = scale * (a[j] * (da[j] - dot));
+        for (size_t j = i + 1; j < T; j++) dp[j] = 0.0f;
+    }
 }
 
 fsc_status cpu_softmax_causal_backward(void *ctx, float *dpre, const float *datt, const float *att,
                                        int BH, int T, float scale) {
     CHECK_DIM(BH >= 0 && T >= 0, "softmax_causal_backward: negative size (BH=%d T=%d)", BH, T);
-    for (size_t r = 0; r < (size_t)BH * T; r++) {
-        size_t i = r % (size_t)T;
-        const float *a = att + r * (size_t)T, *da = datt + r * (size_t)T; /* (T) */
-        float *dp = dpre + r * (size_t)T;
-        float dot = 0.0f;
-        for (size_t j = 0; j <= i; j++) dot += a[j] * da[j];
-        for (size_t j = 0; j <= i; j++) dp[j] = scale * (a[j] * (da[j] - dot));
-        for (size_t j = i + 1; j < (size_t)T; j++) dp[j] = 0.0f;
-    }
+    sm_arg s = { dpre, datt, att, T, scale };
+    cpu_parallel(ctx, (size_t)BH * T, 1, row_grain((size_t)T), softmax_backward_range, &s);
     return FSC_OK;
 }
 
@@ -123,32 +152,54 @@ static void row_logsumexp(const float *x, int V, float *mx_out, double *lse_out)
         CHECK_DIM(targets[n] >= 0 && targets[n] < V, what ": target %d at row %zu is outside [0, %d)",   \
                   (int)targets[n], n, V)
 
+typedef struct {
+    float *out;
+    const float *logits;
+    const int32_t *targets;
+    int V, ld;
+    float scale;
+} xent_arg;
+
+static void xent_forward_range(void *arg, size_t lo, size_t hi) {
+    const xent_arg *a = arg;
+    for (size_t n = lo; n < hi; n++) {
+        const float *x = a->logits + n * (size_t)a->ld; /* (V) */
+        float mx;
+        double lse;
+        row_logsumexp(x, a->V, &mx, &lse);
+        a->out[n] = (float)(lse - (double)(x[a->targets[n]] - mx));
+    }
+}
+
 fsc_status cpu_xent_forward(void *ctx, float *losses, const float *logits, const int32_t *targets,
                             size_t N, int V, int ld) {
     CHECK_XENT("xent_forward");
-    for (size_t n = 0; n < N; n++) {
-        const float *x = logits + n * (size_t)ld; /* (V) */
+    xent_arg a = { losses, logits, targets, V, ld, 0.0f };
+    cpu_parallel(ctx, N, 1, row_grain((size_t)V), xent_forward_range, &a);
+    return FSC_OK;
+}
+
+static void xent_backward_range(void *arg, size_t lo, size_t hi) {
+    const xent_arg *a = arg;
+    const int V = a->V;
+    const float scale = a->scale;
+    for (size_t n = lo; n < hi; n++) {
+        const float *x = a->logits + n * (size_t)a->ld; /* (V) */
+        float *d = a->out + n * (size_t)a->ld;
         float mx;
         double lse;
         row_logsumexp(x, V, &mx, &lse);
-        losses[n] = (float)(lse - (double)(x[targets[n]] - mx));
+        float l = (float)lse;
+        for (int j = 0; j < V; j++) d[j] = scale * fsc_cpu_expf(x[j] - mx - l);
+        d[a->targets[n]] -= scale;
     }
-    return FSC_OK;
 }
 
 /* Columns [V, ld) of dlogits are left untouched. */
 fsc_status cpu_xent_backward(void *ctx, float *dlogits, const float *logits, const int32_t *targets,
                              size_t N, int V, int ld, float scale) {
     CHECK_XENT("xent_backward");
-    for (size_t n = 0; n < N; n++) {
-        const float *x = logits + n * (size_t)ld; /* (V) */
-        float *d = dlogits + n * (size_t)ld;
-        float mx;
-        double lse;
-        row_logsumexp(x, V, &mx, &lse);
-        float l = (float)lse;
-        for (int j = 0; j < V; j++) d[j] = scale * fsc_cpu_expf(x[j] - mx - l);
-        d[targets[n]] -= scale;
-    }
+    xent_arg a = { dlogits, logits, targets, V, ld, scale };
+    cpu_parallel(ctx, N, 1, row_grain((size_t)V), xent_backward_range, &a);
     return FSC_OK;
 }

@@ -1,15 +1,19 @@
 /* The CPU device: host memory (64-byte aligned) and the kernel table (device_impl.h).
- * Device pointers are host pointers, so uploads and downloads are memcpy. Everything runs in order on
- * the calling thread, so sync is a no-op and the stream/event entries are NULL.
+ * Device pointers are host pointers, so uploads and downloads are memcpy. Every call returns when its work
+ * is done, so sync is a no-op and the stream/event entries are NULL.
  * opts->threads > 0 calls openblas_set_num_threads, which is PROCESS-GLOBAL in OpenBLAS: the last
  * device created with a thread count sets it for every device (and every simulated rank). sgemm bits
- * depend on that count (cpu_kernels.c), so runs compared bit for bit must use the same one. */
+ * depend on that count (cpu_kernels.c), so runs compared bit for bit must use the same one.
+ * The device's own kernels run on a pool of that many threads (cpu_pool.c; OpenBLAS's count when
+ * threads is 0), and their bits do not depend on it. */
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
 #include "cpu.h"
 
-void openblas_set_num_threads(int num_threads); /* declared here too in case cblas.h is not OpenBLAS's */
+/* declared here too in case cblas.h is not OpenBLAS's */
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
     size_t rounded = (bytes + 63) & ~(size_t)63;
@@ -19,24 +23,48 @@ static void *cpu_alloc(void *ctx, size_t bytes) {
 
 static void cpu_free(void *ctx, void *p) { free(p); }
 
+/* Large fills and copies are split over the pool (memory bandwidth per core is the limit). */
+typedef struct { unsigned char *dst; const unsigned char *src; int value; } fill_arg;
+static void memset_range(void *p, size_t lo, size_t hi) {
+    fill_arg *a = p;
+    memset(a->dst + lo, a->value, hi - lo);
+}
+static void memcpy_range(void *p, size_t lo, size_t hi) {
+    fill_arg *a = p;
+    memcpy(a->dst + lo, a->src + lo, hi - lo);
+}
+
 static fsc_status cpu_upload(void *ctx, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
     return FSC_OK;
 }
 
 static fsc_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
-    if (dst != src) memmove(dst, src, bytes);
+    if (dst == src) return FSC_OK;
+    const unsigned char *d = dst, *s = src;
+    if (d + bytes <= s || s + bytes <= d) { /* disjoint */
+        fill_arg a = { dst, src, 0 };
+        cpu_parallel(ctx, bytes, 64, 1 << 20, memcpy_range, &a);
+    } else {
+        memmove(dst, src, bytes);
+    }
     return FSC_OK;
 }
 
 static fsc_status cpu_memset(void *ctx, void *dst, int value, size_t bytes) {
-    memset(dst, value, bytes);
+    fill_arg a = { dst, NULL, value };
+    cpu_parallel(ctx, bytes, 64, 1 << 20, memset_range, &a);
     return FSC_OK;
 }
 
 static fsc_status cpu_sync(void *ctx) { return FSC_OK; }
 
-static void cpu_destroy(void *ctx) {}
+static void cpu_destroy(void *ctx) {
+    cpu_ctx *c = ctx;
+    if (!c) return;
+    cpu_pool_free(c->pool);
+    free(c);
+}
 
 static const fsc_device_ops cpu_ops = {
     .abi_version = FSC_DEVICE_ABI_VERSION,
@@ -84,7 +112,10 @@ fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, con
         return fsc_error(FSC_ERR_UNSUPPORTED, "cpu device: ABI version %d requested, this build has %d",
                          abi_version, FSC_DEVICE_ABI_VERSION);
     if (opts && opts->threads > 0) openblas_set_num_threads(opts->threads);
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c) return fsc_error(FSC_ERR_NOMEM, "cpu device: out of memory");
+    c->pool = cpu_pool_create(opts && opts->threads > 0 ? opts->threads : openblas_get_num_threads());
     *ops = &cpu_ops;
-    *ctx = NULL;
+    *ctx = c;
     return FSC_OK;
 }

@@ -1,9 +1,11 @@
 /* CPU kernels: gemm on OpenBLAS, elementwise ops, bias, embedding and layer norm.
- * Every sum here runs in a fixed order (these loops are single-threaded), so the bits never depend on
- * the thread count. sgemm is OpenBLAS's: the same call gives the same bits every time, also when many
- * ranks call it at once, but the partition of C among OpenBLAS threads changes which micro-kernel tile
- * an element falls in, so results differ between OpenBLAS thread counts (process-global; see
- * cpu_device.c). Runs compared bit for bit must use the same count, as ranks of one process always do.
+ * Every sum here runs in a fixed order, so the bits never depend on the thread count: the pool
+ * (cpu_pool.c) splits elementwise work anywhere, per-row work by rows and sums over rows by columns,
+ * so each element is computed by the same operations in the same order whatever range holds it.
+ * sgemm is OpenBLAS's: the same call gives the same bits every time, also when many ranks call it at
+ * once, but the partition of C among OpenBLAS threads changes which micro-kernel tile an element falls
+ * in, so results differ between OpenBLAS thread counts (process-global; see cpu_device.c). Runs compared
+ * bit for bit must use the same count, as ranks of one process always do.
  * Plain loops the compiler can vectorize; no function pointers per element. */
 #include <math.h>
 #include <string.h>
@@ -14,6 +16,37 @@
 #define CHECK_DIM(cond, ...) \
     do { if (!(cond)) return fsc_error(FSC_ERR_INVALID, __VA_ARGS__); } while (0)
 
+typedef struct {
+    int transa, transb, M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    int64_t sa, sb, sc;
+} gemm_arg;
+
+static void gemm_range(void *p, size_t lo, size_t hi) {
+    const gemm_arg *g = p;
+    for (size_t b = lo; b < hi; b++) {
+        float *Cb = g->C + (int64_t)b * g->sc;
+        if (g->K == 0) { /* C = beta * C; beta 0 overwrites (NaN in C does not survive) */
+            for (int i = 0; i < g->M; i++) {
+                float *row = Cb + (size_t)i * (size_t)g->ldc;
+                for (int j = 0; j < g->N; j++) row[j] = (g->beta == 0.0f) ? 0.0f : g->beta * row[j];
+            }
+            continue;
+        }
+        cblas_sgemm(CblasRowMajor, g->transa ? CblasTrans : CblasNoTrans, g->transb ? CblasTrans : CblasNoTrans,
+                    g->M, g->N, g->K, g->alpha, g->A + (int64_t)b * g->sa, g->lda, g->B + (int64_t)b * g->sb, g->ldb,
+                    g->beta, Cb, g->ldc);
+    }
+}
+
+/* OpenBLAS runs a product of at most this many M*N*K on the calling thread whatever its thread count
+ * (GEMM_MULTITHREAD_THRESHOLD 4 x 65536): the entries of a batch of such products may run on the pool's
+ * threads at once with the bits of a serial loop. Larger ones run one after another, each on OpenBLAS's
+ * threads. */
+#define SMALL_GEMM 262144.0
+
 fsc_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                     int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
                     int batch) {
@@ -23,55 +56,94 @@ fsc_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, floa
     CHECK_DIM(ldb >= (bcols > 1 ? bcols : 1), "gemm: ldb %d < %d columns of B%s", ldb, bcols, transb ? "^T" : "");
     CHECK_DIM(ldc >= (N > 1 ? N : 1), "gemm: ldc %d < N = %d", ldc, N);
     if (M == 0 || N == 0 || batch == 0) return FSC_OK;
-    for (int b = 0; b < batch; b++) {
-        float *Cb = C + (int64_t)b * sc;
-        if (K == 0) { /* C = beta * C; beta 0 overwrites (NaN in C does not survive) */
-            for (int i = 0; i < M; i++) {
-                float *row = Cb + (size_t)i * (size_t)ldc;
-                for (int j = 0; j < N; j++) row[j] = (beta == 0.0f) ? 0.0f : beta * row[j];
-            }
-            continue;
-        }
-        cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, M, N,
-                    K, alpha, A + (int64_t)b * sa, lda, B + (int64_t)b * sb, ldb, beta, Cb, ldc);
-    }
+    gemm_arg g = { transa, transb, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C, sa, sb, sc };
+    if (batch > 1 && (double)M * N * K <= SMALL_GEMM && (double)M * N * K * batch >= 65536.0)
+        cpu_parallel(ctx, (size_t)batch, 1, 1, gemm_range, &g);
+    else
+        gemm_range(&g, 0, (size_t)batch);
     return FSC_OK;
 }
 
 static int is_float_type(fsc_dtype t) { return t == FSC_F32 || t == FSC_BF16 || t == FSC_F16; }
 
+typedef struct {
+    void *dst;
+    const void *src;
+} cvt_arg;
+
+static void to_bf16_range(void *p, size_t lo, size_t hi) {
+    const cvt_arg *a = p;
+    const float *s = a->src;
+    uint16_t *d = a->dst;
+    for (size_t i = lo; i < hi; i++) d[i] = fsc_cpu_f32_to_bf16(s[i]);
+}
+
+static void from_bf16_range(void *p, size_t lo, size_t hi) {
+    const cvt_arg *a = p;
+    const uint16_t *s = a->src;
+    float *d = a->dst;
+    for (size_t i = lo; i < hi; i++) d[i] = fsc_cpu_bf16_to_f32(s[i]);
+}
+
 fsc_status cpu_convert(void *ctx, void *dst, fsc_dtype dt, const void *src, fsc_dtype st, size_t n) {
     if (!is_float_type(dt) || !is_float_type(st))
         return fsc_error(FSC_ERR_INVALID, "convert: %s to %s (only f32, bf16 and f16 convert)", fsc_dtype_name(st),
                          fsc_dtype_name(dt));
+    cvt_arg a = { dst, src };
     if (dt == st) {
         if (dst != src) memmove(dst, src, n * fsc_dtype_size(dt));
     } else if (st == FSC_F32 && dt == FSC_BF16) {
-        const float *s = src;
-        uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = fsc_cpu_f32_to_bf16(s[i]);
+        cpu_parallel(ctx, n, CPU_STEP, CPU_GRAIN, to_bf16_range, &a);
     } else if (st == FSC_BF16 && dt == FSC_F32) {
-        const uint16_t *s = src;
-        float *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = fsc_cpu_bf16_to_f32(s[i]);
+        cpu_parallel(ctx, n, CPU_STEP, CPU_GRAIN, from_bf16_range, &a);
     } else {
         fsc_convert_host(dst, dt, src, st, n);
     }
     return FSC_OK;
 }
 
+/* Elementwise kernels: one argument block, a range function each, split anywhere. */
+typedef struct {
+    float *out;
+    const float *a, *b;
+    float s;
+} ew_arg;
+
+static void scale_range(void *p, size_t lo, size_t hi) {
+    const ew_arg *e = p;
+    float *x = e->out, a = e->s;
+    for (size_t i = lo; i < hi; i++) x[i] = a * x[i];
+}
+
+static void axpy_range(void *p, size_t lo, size_t hi) {
+    const ew_arg *e = p;
+    float *y = e->out, a = e->s;
+    const float *x = e->a;
+    for (size_t i = lo; i < hi; i++) y[i] = y[i] + a * x[i];
+}
+
+static void add_range(void *p, size_t lo, size_t hi) {
+    const ew_arg *e = p;
+    float *out = e->out;
+    const float *a = e->a, *b = e->b;
+    for (size_t i = lo; i < hi; i++) out[i] = a[i] + b[i];
+}
+
 fsc_status cpu_scale(void *ctx, float *x, float a, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = a * x[i];
+    ew_arg e = { x, NULL, NULL, a };
+    cpu_parallel(ctx, n, CPU_STEP, CPU_GRAIN, scale_range, &e);
     return FSC_OK;
 }
 
 fsc_status cpu_axpy(void *ctx, float *y, float a, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = y[i] + a * x[i];
+    ew_arg e = { y, x, NULL, a };
+    cpu_parallel(ctx, n, CPU_STEP, CPU_GRAIN, axpy_range, &e);
     return FSC_OK;
 }
 
 fsc_status cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    ew_arg e = { out, a, b, 0.0f };
+    cpu_parallel(ctx, n, CPU_STEP, CPU_GRAIN, add_range, &e);
     return FSC_OK;
 }
 
@@ -79,59 +151,129 @@ fsc_status cpu_add(void *ctx, float *out, const float *a, const float *b, size_t
 #define GELU_C 0.044715f
 
 /* 0.5 x (1 + tanh u) = x sigmoid(2u) = x / (1 + exp(-2u)), u = S (x + c x^3): one vectorizable exp. */
-fsc_status cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n) {
-    for (size_t i = 0; i < n; i++) {
+static void gelu_forward_range(void *p, size_t lo, size_t hi) {
+    const ew_arg *e = p;
+    float *out = e->out;
+    const float *inp = e->a;
+    for (size_t i = lo; i < hi; i++) {
         float x = inp[i];
         float u = GELU_S * (x + GELU_C * x * x * x);
         out[i] = x / (1.0f + fsc_cpu_expf(-2.0f * u));
     }
+}
+
+fsc_status cpu_gelu_forward(void *ctx, float *out, const float *inp, size_t n) {
+    ew_arg e = { out, inp, NULL, 0.0f };
+    cpu_parallel(ctx, n, CPU_STEP, CPU_GRAIN, gelu_forward_range, &e);
     return FSC_OK;
 }
 
 /* d/dx [0.5 x (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) S (1 + 3 c x^2); with s = sigmoid(2u):
  * 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s), so the derivative is s + 2 x s (1 - s) S (1 + 3 c x^2). */
-fsc_status cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout, size_t n) {
-    for (size_t i = 0; i < n; i++) {
+static void gelu_backward_range(void *p, size_t lo, size_t hi) {
+    const ew_arg *e = p;
+    float *dinp = e->out;
+    const float *inp = e->a, *dout = e->b;
+    for (size_t i = lo; i < hi; i++) {
         float x = inp[i];
         float u = GELU_S * (x + GELU_C * x * x * x);
         float s = 1.0f / (1.0f + fsc_cpu_expf(-2.0f * u));
         float g = s + 2.0f * x * s * (1.0f - s) * GELU_S * (1.0f + 3.0f * GELU_C * x * x);
         dinp[i] = g * dout[i];
     }
+}
+
+fsc_status cpu_gelu_backward(void *ctx, float *dinp, const float *inp, const float *dout, size_t n) {
+    ew_arg e = { dinp, inp, dout, 0.0f };
+    cpu_parallel(ctx, n, CPU_STEP, CPU_GRAIN, gelu_backward_range, &e);
     return FSC_OK;
+}
+
+/* Row kernels split by rows, column sums by columns: a range of rows (or columns) is [lo, hi). */
+typedef struct {
+    float *out;
+    const float *in;
+    size_t N;
+    int OC;
+} rows_arg;
+
+/* ranges of at least CPU_GRAIN elements, given rows of w elements */
+static size_t row_grain(size_t w) { return w ? (CPU_GRAIN + w - 1) / w : 1; }
+
+static void bias_add_range(void *p, size_t lo, size_t hi) {
+    const rows_arg *r = p;
+    for (size_t n = lo; n < hi; n++) {
+        float *o = r->out + n * (size_t)r->OC;
+        for (int j = 0; j < r->OC; j++) o[j] += r->in[j];
+    }
 }
 
 fsc_status cpu_bias_add(void *ctx, float *out, const float *bias, size_t N, int OC) {
     CHECK_DIM(OC >= 0, "bias_add: negative width %d", OC);
-    for (size_t n = 0; n < N; n++) {
-        float *o = out + n * (size_t)OC;
-        for (int j = 0; j < OC; j++) o[j] += bias[j];
-    }
+    rows_arg r = { out, bias, N, OC };
+    cpu_parallel(ctx, N, 1, row_grain((size_t)OC), bias_add_range, &r);
     return FSC_OK;
+}
+
+/* columns [lo, hi): rows in ascending order, each added into dbias */
+static void bias_grad_range(void *p, size_t lo, size_t hi) {
+    const rows_arg *r = p;
+    float *db = r->out;
+    for (size_t n = 0; n < r->N; n++) {
+        const float *d = r->in + n * (size_t)r->OC;
+        for (size_t j = lo; j < hi; j++) db[j] += d[j];
+    }
 }
 
 fsc_status cpu_bias_grad(void *ctx, float *dbias, const float *dout, size_t N, int OC) {
     CHECK_DIM(OC >= 0, "bias_grad: negative width %d", OC);
-    for (size_t n = 0; n < N; n++) { /* rows in ascending order, each added into dbias */
-        const float *d = dout + n * (size_t)OC;
-        for (int j = 0; j < OC; j++) dbias[j] += d[j];
-    }
+    rows_arg r = { dbias, dout, N, OC };
+    cpu_parallel(ctx, (size_t)OC, CPU_STEP, row_grain(N), bias_grad_range, &r);
     return FSC_OK;
+}
+
+typedef struct {
+    float *out, *dwte, *dwpe;
+    const float *wte, *wpe, *dout;
+    const int32_t *tok;
+    int B, T, C;
+} enc_arg;
+
+/* rows (b, t) in [lo, hi) */
+static void encoder_forward_range(void *p, size_t lo, size_t hi) {
+    const enc_arg *e = p;
+    size_t C = (size_t)e->C;
+    for (size_t r = lo; r < hi; r++) {
+        float *o = e->out + r * C; /* (C) */
+        const float *we = e->wte + (size_t)e->tok[r] * C, *wp = e->wpe + (r % (size_t)e->T) * C;
+        for (size_t i = 0; i < C; i++) o[i] = we[i] + wp[i];
+    }
 }
 
 fsc_status cpu_encoder_forward(void *ctx, float *out, const int32_t *tok, const float *wte, const float *wpe,
                                int B, int T, int C) {
     CHECK_DIM(B >= 0 && T >= 0 && C >= 0, "encoder_forward: negative size (B=%d T=%d C=%d)", B, T, C);
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            int32_t ix = tok[b * T + t];
-            CHECK_DIM(ix >= 0, "encoder_forward: token %d at (b=%d, t=%d) is negative", (int)ix, b, t);
-            float *o = out + ((size_t)b * T + t) * C;         /* (C) */
-            const float *we = wte + (size_t)ix * C, *wp = wpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) o[i] = we[i] + wp[i];
+    for (int i = 0; i < B * T; i++)
+        CHECK_DIM(tok[i] >= 0, "encoder_forward: token %d at (b=%d, t=%d) is negative", (int)tok[i], i / T, i % T);
+    enc_arg e = { .out = out, .wte = wte, .wpe = wpe, .tok = tok, .B = B, .T = T, .C = C };
+    cpu_parallel(ctx, (size_t)B * T, 1, row_grain((size_t)C), encoder_forward_range, &e);
+    return FSC_OK;
+}
+
+/* columns [lo, hi) of every row, rows in (b, t) order */
+static void encoder_backward_range(void *p, size_t lo, size_t hi) {
+    const enc_arg *e = p;
+    size_t C = (size_t)e->C;
+    for (int b = 0; b < e->B; b++) {
+        for (int t = 0; t < e->T; t++) {
+            const float *d = e->dout + ((size_t)b * e->T + t) * C; /* (C) */
+            float *dte = e->dwte + (size_t)e->tok[b * e->T + t] * C, *dpe = e->dwpe + (size_t)t * C;
+            for (size_t i = lo; i < hi; i++) {
+                dte[i] += d[i];
+                dpe[i] += d[i];
+            }
         }
     }
-    return FSC_OK;
 }
 
 fsc_status cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tok,
@@ -139,16 +281,8 @@ fsc_status cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float
     CHECK_DIM(B >= 0 && T >= 0 && C >= 0, "encoder_backward: negative size (B=%d T=%d C=%d)", B, T, C);
     for (int i = 0; i < B * T; i++)
         CHECK_DIM(tok[i] >= 0, "encoder_backward: token %d at position %d is negative", (int)tok[i], i);
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            const float *d = dout + ((size_t)b * T + t) * C; /* (C) */
-            float *dte = dwte + (size_t)tok[b * T + t] * C, *dpe = dwpe + (size_t)t * C;
-            for (int i = 0; i < C; i++) {
-                dte[i] += d[i];
-                dpe[i] += d[i];
-            }
-        }
-    }
+    enc_arg e = { .dwte = dwte, .dwpe = dwpe, .dout = dout, .tok = tok, .B = B, .T = T, .C = C };
+    cpu_parallel(ctx, (size_t)C, CPU_STEP, row_grain((size_t)B * T), encoder_backward_range, &e);
     return FSC_OK;
 }
 
@@ -180,44 +314,46 @@ static inline float row_sqdev8(const float *x, float m, int C) {
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-fsc_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *inp,
-                                 const float *w, const float *b, size_t N, int C) {
-    CHECK_DIM(C > 0, "layernorm_forward: width %d must be positive", C);
-    for (size_t n = 0; n < N; n++) {
-        const float *x = inp + n * (size_t)C; /* (C) */
-        float *o = out + n * (size_t)C;
+typedef struct {
+    float *out, *mean, *rstd, *dinp, *dw, *db;
+    const float *inp, *w, *b, *dout, *cmean, *crstd;
+    int C;
+    size_t N;
+} ln_arg;
+
+static void layernorm_forward_range(void *p, size_t lo, size_t hi) {
+    const ln_arg *a = p;
+    int C = a->C;
+    const float *w = a->w, *b = a->b;
+    for (size_t n = lo; n < hi; n++) {
+        const float *x = a->inp + n * (size_t)C; /* (C) */
+        float *o = a->out + n * (size_t)C;
         float m = row_sum8(x, C) / (float)C;
         float r = 1.0f / sqrtf(row_sqdev8(x, m, C) / (float)C + 1e-5f);
         for (int i = 0; i < C; i++) o[i] = (r * (x[i] - m)) * w[i] + b[i];
-        mean[n] = m;
-        rstd[n] = r;
+        a->mean[n] = m;
+        a->rstd[n] = r;
     }
+}
+
+fsc_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                                 const float *w, const float *b, size_t N, int C) {
+    CHECK_DIM(C > 0, "layernorm_forward: width %d must be positive", C);
+    ln_arg a = { .out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .C = C, .N = N };
+    cpu_parallel(ctx, N, 1, row_grain((size_t)C), layernorm_forward_range, &a);
     return FSC_OK;
 }
 
-/* dinp, dw, db += for one row; restrict (the buffers are distinct) lets the loop vectorize */
-static void ln_backward_row(float *restrict dx, float *restrict dw, float *restrict db, const float *x,
-                            const float *d, const float *w, float m, float r, float dnorm_mean,
-                            float dnorm_norm_mean, int C) {
-    for (int i = 0; i < C; i++) {
-        float norm = (x[i] - m) * r;
-        float dnorm = w[i] * d[i];
-        db[i] += d[i];
-        dw[i] += norm * d[i];
-        dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
-    }
-}
-
-/* Per row: the two means of the standard layer norm backward (lane sums as above), then dinp, and dw/db
- * accumulated row after row in ascending order. */
-fsc_status cpu_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, const float *dout,
-                                  const float *inp, const float *w, const float *mean, const float *rstd,
-                                  size_t N, int C) {
-    CHECK_DIM(C > 0, "layernorm_backward: width %d must be positive", C);
-    for (size_t n = 0; n < N; n++) {
-        const float *x = inp + n * (size_t)C, *d = dout + n * (size_t)C; /* (C) */
-        float *dx = dinp + n * (size_t)C;
-        float m = mean[n], r = rstd[n];
+/* dinp += for rows [lo, hi): the two means of the standard layer norm backward (lane sums as above),
+ * then dx; restrict (the buffers are distinct) lets the last loop vectorize. */
+static void ln_backward_rows(void *p, size_t lo, size_t hi) {
+    const ln_arg *a = p;
+    int C = a->C;
+    const float *w = a->w;
+    for (size_t n = lo; n < hi; n++) {
+        const float *x = a->inp + n * (size_t)C, *d = a->dout + n * (size_t)C; /* (C) */
+        float *restrict dx = a->dinp + n * (size_t)C;
+        float m = a->cmean[n], r = a->crstd[n];
         float a1[LANES] = {0}, a2[LANES] = {0};
         int i = 0;
         for (; i + LANES <= C; i += LANES)
@@ -235,7 +371,38 @@ fsc_status cpu_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, 
         }
         float dnorm_mean = (((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]))) / (float)C;
         float dnorm_norm_mean = (((a2[0] + a2[1]) + (a2[2] + a2[3])) + ((a2[4] + a2[5]) + (a2[6] + a2[7]))) / (float)C;
-        ln_backward_row(dx, dw, db, x, d, w, m, r, dnorm_mean, dnorm_norm_mean, C);
+        for (i = 0; i < C; i++) {
+            float norm = (x[i] - m) * r;
+            float dnorm = w[i] * d[i];
+            dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+        }
     }
+}
+
+/* dw, db += for columns [lo, hi), rows in ascending order */
+static void ln_backward_cols(void *p, size_t lo, size_t hi) {
+    const ln_arg *a = p;
+    size_t C = (size_t)a->C;
+    float *restrict dw = a->dw, *restrict db = a->db;
+    for (size_t n = 0; n < a->N; n++) {
+        const float *x = a->inp + n * C, *d = a->dout + n * C; /* (C) */
+        float m = a->cmean[n], r = a->crstd[n];
+        for (size_t i = lo; i < hi; i++) {
+            float norm = (x[i] - m) * r;
+            db[i] += d[i];
+            dw[i] += norm * d[i];
+        }
+    }
+}
+
+/* dinp by rows, then dw/db by columns (each row added in ascending order). */
+fsc_status cpu_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, const float *dout,
+                                  const float *inp, const float *w, const float *mean, const float *rstd,
+                                  size_t N, int C) {
+    CHECK_DIM(C > 0, "layernorm_backward: width %d must be positive", C);
+    ln_arg a = { .dinp = dinp, .dw = dw, .db = db, .inp = inp, .w = w, .dout = dout, .cmean = mean, .crstd = rstd,
+                 .C = C, .N = N };
+    cpu_parallel(ctx, N, 1, row_grain((size_t)C), ln_backward_rows, &a);
+    cpu_parallel(ctx, (size_t)C, CPU_STEP, row_grain(N), ln_backward_cols, &a);
     return FSC_OK;
 }

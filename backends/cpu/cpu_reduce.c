@@ -1,6 +1,8 @@
 /* CPU reductions to the host (sum, absmax, exact fixed-point sum of squares) and the optimizer
- * updates. Sums run in ascending index order; the optimizers are elementwise in float, exactly the
- * formulas written in device_impl.h, so a shard of a tensor updates exactly as the whole would. */
+ * updates. The float sum runs in ascending index order on one thread; max and the integer sum of squares
+ * do not depend on order, so they are split over the device's threads (cpu_pool.c) and combined. The
+ * optimizers are elementwise in float, exactly the formulas written in device_impl.h, so a shard of a
+ * tensor (or a thread's range) updates exactly as the whole would. */
 #include <math.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -15,16 +17,63 @@ fsc_status cpu_sum(void *ctx, double *host_out, const float *x, size_t n) {
     return FSC_OK;
 }
 
+/* Order-free reductions: the data is cut into `parts` blocks (one per thread), the pool runs the blocks
+ * (cpu_parallel over block indices), each block writes its partial result into its own slot, and the
+ * caller combines the slots. */
+enum { SLOTS = 64 };
+typedef struct {
+    const float *x;
+    size_t n;
+    int parts;
+    uint32_t mx[SLOTS];
+    uint64_t lo[SLOTS], hi[SLOTS];
+    size_t bad[SLOTS]; /* first element that does not fit (sumsq_fixed), n if none */
+    double scale;
+} red_arg;
+
+/* elements of block p: whole CPU_STEP groups, the last block takes the rest */
+static void block_of(const red_arg *a, size_t p, size_t *lo, size_t *hi) {
+    size_t groups = (a->n + CPU_STEP - 1) / CPU_STEP;
+    size_t g0 = groups * p / (size_t)a->parts, g1 = groups * (p + 1) / (size_t)a->parts;
+    *lo = g0 * CPU_STEP < a->n ? g0 * CPU_STEP : a->n;
+    *hi = g1 * CPU_STEP < a->n ? g1 * CPU_STEP : a->n;
+}
+
+static void red_setup(void *ctx, red_arg *a, const float *x, size_t n) {
+    memset(a, 0, sizeof *a);
+    a->x = x;
+    a->n = n;
+    int t = cpu_threads(ctx);
+    size_t most = n / (4 * (size_t)CPU_GRAIN);
+    if ((size_t)t > most) t = most > 1 ? (int)most : 1;
+    a->parts = t > SLOTS ? SLOTS : t;
+    for (int p = 0; p < SLOTS; p++) a->bad[p] = n;
+}
+
 /* On the bits of |x| (sign cleared) the integer order is the float order, with inf at 0x7f800000 and
  * every NaN above it: an integer max reduction (which vectorizes) finds the max, inf and NaN at once. */
-fsc_status cpu_absmax(void *ctx, float *host_max, int *host_nonfinite, const float *x, size_t n) {
-    uint32_t mx = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        u &= 0x7fffffffu;
-        mx = u > mx ? u : mx;
+static void absmax_blocks(void *p, size_t b0, size_t b1) {
+    red_arg *a = p;
+    for (size_t b = b0; b < b1; b++) {
+        size_t lo, hi;
+        block_of(a, b, &lo, &hi);
+        uint32_t mx = 0;
+        for (size_t i = lo; i < hi; i++) {
+            uint32_t u;
+            memcpy(&u, &a->x[i], 4);
+            u &= 0x7fffffffu;
+            mx = u > mx ? u : mx;
+        }
+        a->mx[b] = mx;
     }
+}
+
+fsc_status cpu_absmax(void *ctx, float *host_max, int *host_nonfinite, const float *x, size_t n) {
+    red_arg a;
+    red_setup(ctx, &a, x, n);
+    cpu_parallel(ctx, (size_t)a.parts, 1, 1, absmax_blocks, &a);
+    uint32_t mx = 0;
+    for (int p = 0; p < a.parts; p++) mx = a.mx[p] > mx ? a.mx[p] : mx;
     float f;
     memcpy(&f, &mx, 4);
     *host_max = (mx > 0x7f800000u) ? NAN : f;
@@ -32,19 +81,46 @@ fsc_status cpu_absmax(void *ctx, float *host_max, int *host_nonfinite, const flo
     return FSC_OK;
 }
 
+/* Each term floor(x^2 2^shift) is an integer below 2^64 (else the element is reported), added into a
+ * 128-bit sum: integer addition, so the blocks' sums combine to the same total in any order. */
+static void sumsq_blocks(void *p, size_t b0, size_t b1) {
+    red_arg *a = p;
+    const double scale = a->scale;
+    for (size_t b = b0; b < b1; b++) {
+        size_t i0, i1;
+        block_of(a, b, &i0, &i1);
+        uint64_t lo = 0, hi = 0;
+        for (size_t i = i0; i < i1; i++) {
+            double t = floor((double)a->x[i] * (double)a->x[i] * scale); /* x^2 is exact in double */
+            if (!(t < 18446744073709551616.0)) { /* 2^64; also catches NaN and inf */
+                a->bad[b] = i;
+                break;
+            }
+            uint64_t u = (uint64_t)t;
+            lo += u;
+            hi += (lo < u);
+        }
+        a->lo[b] = lo;
+        a->hi[b] = hi;
+    }
+}
+
 fsc_status cpu_sumsq_fixed(void *ctx, uint64_t acc[2], const float *x, size_t n, int shift) {
     if (shift < -1022 || shift > 1023)
         return fsc_error(FSC_ERR_INVALID, "sumsq_fixed: shift %d outside [-1022, 1023]", shift);
-    double scale = ldexp(1.0, shift);
+    red_arg a;
+    red_setup(ctx, &a, x, n);
+    a.scale = ldexp(1.0, shift);
+    cpu_parallel(ctx, (size_t)a.parts, 1, 1, sumsq_blocks, &a);
+    size_t bad = n;
+    for (int p = 0; p < a.parts; p++) bad = a.bad[p] < bad ? a.bad[p] : bad;
+    if (bad < n)
+        return fsc_error(FSC_ERR_INVALID, "sumsq_fixed: element %zu (%g) squared and scaled by 2^%d does not fit "
+                         "in 64 bits; choose a smaller shift", bad, (double)x[bad], shift);
     uint64_t lo = acc[0], hi = acc[1];
-    for (size_t i = 0; i < n; i++) {
-        double t = floor((double)x[i] * (double)x[i] * scale); /* x^2 is exact in double */
-        if (!(t < 18446744073709551616.0)) /* 2^64; also catches NaN and inf */
-            return fsc_error(FSC_ERR_INVALID, "sumsq_fixed: element %zu (%g) squared and scaled by 2^%d does not fit "
-                             "in 64 bits; choose a smaller shift", i, (double)x[i], shift);
-        uint64_t u = (uint64_t)t;
-        lo += u;
-        hi += (lo < u);
+    for (int p = 0; p < a.parts; p++) {
+        lo += a.lo[p];
+        hi += a.hi[p] + (lo < a.lo[p]);
     }
     acc[0] = lo;
     acc[1] = hi;
@@ -61,15 +137,24 @@ static void sqrt_chunk(float *q, int n) {
 #endif
 }
 
-/* In chunks of 256: moments and decay (vectorized), sqrt (SSE), the step (vectorized). */
-fsc_status cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
-                     float b1, float b2, float eps, float wd, float bc1, float bc2) {
-    float lrwd = lr * wd, c1 = 1.0f - b1, c2 = 1.0f - b2;
+typedef struct {
+    float *p, *m, *v, *buf;
+    const float *g;
+    float lr, b1, b2, eps, wd, bc1, bc2, momentum;
+    int first;
+} opt_arg;
+
+/* In chunks of 256: moments and decay (vectorized), sqrt (SSE), the step (vectorized). Ranges start at
+ * multiples of 256, so a range's chunks are the whole call's chunks. */
+static void adamw_range(void *arg, size_t lo, size_t hi) {
+    const opt_arg *a = arg;
+    const float lr = a->lr, b1 = a->b1, b2 = a->b2, eps = a->eps, bc1 = a->bc1, bc2 = a->bc2;
+    const float lrwd = lr * a->wd, c1 = 1.0f - b1, c2 = 1.0f - b2;
     float q[256] = {0}; /* (chunk) v / bc2, then its sqrt */
-    for (size_t i0 = 0; i0 < n; i0 += 256) {
-        int len = (n - i0 < 256) ? (int)(n - i0) : 256;
-        float *pc = p + i0, *mc = m + i0, *vc = v + i0;
-        const float *gc = g + i0;
+    for (size_t i0 = lo; i0 < hi; i0 += 256) {
+        int len = (hi - i0 < 256) ? (int)(hi - i0) : 256;
+        float *pc = a->p + i0, *mc = a->m + i0, *vc = a->v + i0;
+        const float *gc = a->g + i0;
         for (int j = 0; j < len; j++) {
             float gi = gc[j];
             float mi = b1 * mc[j] + c1 * gi;
@@ -82,20 +167,36 @@ fsc_status cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, si
         sqrt_chunk(q, (len + 3) & ~3);
         for (int j = 0; j < len; j++) pc[j] = pc[j] - lr * ((mc[j] / bc1) / (q[j] + eps));
     }
+}
+
+fsc_status cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                     float b1, float b2, float eps, float wd, float bc1, float bc2) {
+    opt_arg a = { .p = p, .m = m, .v = v, .g = g, .lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .wd = wd, .bc1 = bc1,
+                  .bc2 = bc2 };
+    cpu_parallel(ctx, n, 256, CPU_GRAIN, adamw_range, &a);
     return FSC_OK;
+}
+
+static void sgd_range(void *arg, size_t lo, size_t hi) {
+    const opt_arg *a = arg;
+    const float lr = a->lr, momentum = a->momentum, wd = a->wd;
+    float *p = a->p, *buf = a->buf;
+    const float *g = a->g;
+    for (size_t i = lo; i < hi; i++) {
+        float d = g[i] + wd * p[i];
+        if (momentum != 0.0f) {
+            d = a->first ? d : momentum * buf[i] + d;
+            buf[i] = d;
+        }
+        p[i] = p[i] - lr * d;
+    }
 }
 
 fsc_status cpu_sgd(void *ctx, float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                    float wd, int first) {
     if (momentum != 0.0f && !buf)
         return fsc_error(FSC_ERR_INVALID, "sgd: momentum %g needs a momentum buffer (buf is NULL)", (double)momentum);
-    for (size_t i = 0; i < n; i++) {
-        float d = g[i] + wd * p[i];
-        if (momentum != 0.0f) {
-            d = first ? d : momentum * buf[i] + d;
-            buf[i] = d;
-        }
-        p[i] = p[i] - lr * d;
-    }
+    opt_arg a = { .p = p, .buf = buf, .g = g, .lr = lr, .wd = wd, .momentum = momentum, .first = first };
+    cpu_parallel(ctx, n, CPU_STEP, CPU_GRAIN, sgd_range, &a);
     return FSC_OK;
 }

@@ -77,6 +77,34 @@ static fsc_status check_same(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config
     return s;
 }
 
+/* The run k of tensor t's slice clipped to local elements [first, first + n); 0 when they do not meet. */
+static int run_clip(const tp_tensor *t, int r, int T, size_t k, size_t first, size_t n, tp_run *out) {
+    tp_run run = tp_run_at(t, r, T, k);
+    size_t a = run.local > first ? run.local : first;
+    size_t b = run.local + run.n < first + n ? run.local + run.n : first + n;
+    if (a >= b) return 0;
+    *out = (tp_run){ a, run.full + (a - run.local), b - a };
+    return 1;
+}
+
+void tp_init_local(const fsc_tp_gpt *m, int i, size_t first, size_t n, float *out) {
+    const tp_tensor *t = &m->t[i];
+    tp_run run;
+    for (size_t k = 0; k < tp_num_runs(t); k++)
+        if (run_clip(t, m->rank, m->size, k, first, n, &run))
+            fsc_gpt_init_values(&m->cfg, m->seed, i, run.full, run.n, out + (run.local - first));
+}
+
+fsc_status tp_read_local(const fsc_tp_gpt *m, fsc_st_file *f, const fsc_st_entry *e, int i, size_t first, size_t n,
+                         float *out) {
+    const tp_tensor *t = &m->t[i];
+    tp_run run;
+    for (size_t k = 0; k < tp_num_runs(t); k++)
+        if (run_clip(t, m->rank, m->size, k, first, n, &run))
+            FSC_TRY(fsc_st_read(f, e, out + (run.local - first), run.full, run.n));
+    return FSC_OK;
+}
+
 static fsc_status init_values(fsc_tp_gpt *m) {
     size_t most = 0;
     for (int i = 0; i < m->n_tensors; i++)
@@ -85,12 +113,8 @@ static fsc_status init_values(fsc_tp_gpt *m) {
     if (!host) return fsc_error(FSC_ERR_NOMEM, "tensor parallel: out of host memory for initial values");
     fsc_status s = FSC_OK;
     for (int i = 0; i < m->n_tensors && s == FSC_OK; i++) {
-        const tp_tensor *t = &m->t[i];
-        for (size_t k = 0; k < tp_num_runs(t); k++) {
-            tp_run run = tp_run_at(t, m->rank, m->size, k);
-            fsc_gpt_init_values(&m->cfg, m->seed, i, run.full, run.n, host + run.local);
-        }
-        s = fsc_device_upload(m->dev, m->param[i], host, t->local.numel * sizeof(float));
+        tp_init_local(m, i, 0, m->t[i].local.numel, host);
+        s = fsc_device_upload(m->dev, m->param[i], host, m->t[i].local.numel * sizeof(float));
     }
     free(host);
     return s;
@@ -102,8 +126,8 @@ static int is_layernorm(const fsc_gpt_config *c, int i) {
     return i >= 2 && (k == FSC_B_LN1_W || k == FSC_B_LN1_B || k == FSC_B_LN2_W || k == FSC_B_LN2_B);
 }
 
-fsc_status fsc_tp_gpt_create(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config *cfg, const fsc_tp_opts *opts,
-                             uint64_t seed, fsc_tp_gpt **out) {
+static fsc_status create(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config *cfg, const fsc_tp_opts *opts,
+                         uint64_t seed, int bound, fsc_tp_gpt **out) {
     *out = NULL;
     if (!dev || !tp || !cfg) return fsc_error(FSC_ERR_INVALID, "tensor parallel gpt: device, group or config NULL");
     int T = fsc_comm_size(tp), sp = opts ? opts->sequence_parallel != 0 : 0;
@@ -120,36 +144,49 @@ fsc_status fsc_tp_gpt_create(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config
     m->t = calloc(nt, sizeof *m->t);
     m->param = calloc(nt, sizeof *m->param);
     m->grad = calloc(nt, sizeof *m->grad);
-    m->gacc = calloc(nt, sizeof *m->gacc);
+    m->roff = calloc(nt, sizeof *m->roff);
+    m->linfo = calloc(nt, sizeof *m->linfo);
     fsc_status s = FSC_OK;
-    if (!m->t || !m->param || !m->grad || !m->gacc) s = fsc_error(FSC_ERR_NOMEM, "tensor parallel gpt: out of memory");
+    if (!m->t || !m->param || !m->grad || !m->roff || !m->linfo)
+        s = fsc_error(FSC_ERR_NOMEM, "tensor parallel gpt: out of memory");
     for (int i = 0; i < m->n_tensors && s == FSC_OK; i++) {
         s = fsc_gpt_param_info(cfg, i, &m->t[i].full);
         describe(&m->t[i], cfg, i, T);
+        m->linfo[i] = m->t[i].local;
         m->t[i].off = m->P;
         m->P += m->t[i].local.numel;
-        if (sp && is_layernorm(cfg, i)) m->nrgrad += m->t[i].local.numel;
+        m->roff[i] = SIZE_MAX;
+        if (sp && is_layernorm(cfg, i)) m->roff[i] = m->nrgrad, m->nrgrad += m->t[i].local.numel;
     }
-    if (s == FSC_OK) s = fsc_device_alloc(dev, FSC_TAG_PARAMS, m->P * sizeof(float), (void **)&m->params);
-    if (s == FSC_OK) s = fsc_device_calloc(dev, FSC_TAG_GRADS, m->P * sizeof(float), (void **)&m->grads);
+    if (s == FSC_OK && !bound) s = fsc_device_alloc(dev, FSC_TAG_PARAMS, m->P * sizeof(float), (void **)&m->params);
+    if (s == FSC_OK && !bound) s = fsc_device_calloc(dev, FSC_TAG_GRADS, m->P * sizeof(float), (void **)&m->grads);
     if (s == FSC_OK && m->nrgrad)
         s = fsc_device_calloc(dev, FSC_TAG_GRADS, m->nrgrad * sizeof(float), (void **)&m->rgrad);
     if (s == FSC_OK)
-        s = fsc_device_alloc(dev, FSC_TAG_GRADS, (size_t)m->Vl * m->C * sizeof(float), (void **)&m->dwte_head);
-    size_t roff = 0;
-    for (int i = 0; i < m->n_tensors && s == FSC_OK; i++) {
+        s = fsc_device_calloc(dev, FSC_TAG_GRADS, (size_t)m->Vl * m->C * sizeof(float), (void **)&m->dwte_head);
+    for (int i = 0; i < m->n_tensors && s == FSC_OK && !bound; i++) {
         m->param[i] = m->params + m->t[i].off;
         m->grad[i] = m->grads + m->t[i].off;
-        m->gacc[i] = m->grad[i];
-        if (sp && is_layernorm(cfg, i)) m->gacc[i] = m->rgrad + roff, roff += m->t[i].local.numel;
     }
-    if (s == FSC_OK) s = init_values(m);
+    if (s == FSC_OK && !bound) s = init_values(m);
     if (s != FSC_OK) {
         fsc_tp_gpt_free(m);
         return s;
     }
+    m->view = (fsc_gpt){ .cfg = *cfg, .dev = dev, .n_tensors = m->n_tensors, .info = m->linfo, .param = m->param,
+                         .grad = m->grad, .dwte_head = m->dwte_head };
     *out = m;
     return FSC_OK;
+}
+
+fsc_status fsc_tp_gpt_create(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config *cfg, const fsc_tp_opts *opts,
+                             uint64_t seed, fsc_tp_gpt **out) {
+    return create(dev, tp, cfg, opts, seed, 0, out);
+}
+
+fsc_status tp_gpt_create_bound(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config *cfg, const fsc_tp_opts *opts,
+                               uint64_t seed, fsc_tp_gpt **out) {
+    return create(dev, tp, cfg, opts, seed, 1, out);
 }
 
 void fsc_tp_gpt_free(fsc_tp_gpt *m) {
@@ -159,7 +196,7 @@ void fsc_tp_gpt_free(fsc_tp_gpt *m) {
     fsc_device_release(m->dev, m->grads);
     fsc_device_release(m->dev, m->rgrad);
     fsc_device_release(m->dev, m->dwte_head);
-    free(m->t), free(m->param), free(m->grad), free(m->gacc);
+    free(m->t), free(m->param), free(m->grad), free(m->roff), free(m->linfo);
     free(m);
 }
 
@@ -176,6 +213,8 @@ fsc_status fsc_tp_gpt_local_info(const fsc_tp_gpt *m, int i, fsc_param_info *out
 }
 
 fsc_status fsc_tp_gpt_zero_grads(fsc_tp_gpt *m) {
+    if (!m->grads)
+        return fsc_error(FSC_ERR_STATE, "tensor parallel gpt: the gradients belong to the engine's strategy");
     return fsc_device_memset(m->dev, m->grads, 0, m->P * sizeof(float));
 }
 
@@ -260,6 +299,11 @@ static fsc_status to_flat(void *ctx, int i, const float *full, size_t n) {
     return FSC_OK;
 }
 
+fsc_status tp_gather_flat(fsc_tp_gpt *m, const float *src, float *host) {
+    flat_ctx f = { m, host };
+    return gather_all(m, src, host ? to_flat : NULL, &f);
+}
+
 fsc_status fsc_tp_gpt_full_params(fsc_tp_gpt *m, float *host) {
     flat_ctx f = { m, host };
     return gather_all(m, m->params, host ? to_flat : NULL, &f);
@@ -312,10 +356,7 @@ fsc_status fsc_tp_gpt_load(fsc_tp_gpt *m, const char *path) {
     for (int i = 0; i < m->n_tensors && s == FSC_OK; i++) {
         const tp_tensor *t = &m->t[i];
         const fsc_st_entry *e = fsc_st_find(f, t->full.name);
-        for (size_t k = 0; k < tp_num_runs(t) && s == FSC_OK; k++) {
-            tp_run run = tp_run_at(t, m->rank, m->size, k);
-            s = fsc_st_read(f, e, host + run.local, run.full, run.n);
-        }
+        s = tp_read_local(m, f, e, i, 0, t->local.numel, host);
         if (s == FSC_OK) s = fsc_device_upload(m->dev, m->param[i], host, t->local.numel * sizeof(float));
     }
     free(host);

@@ -3,6 +3,7 @@
 #ifndef FSC_TP_IMPL_H
 #define FSC_TP_IMPL_H
 #include "fsc/tp.h"
+#include "fsc/safetensors.h"
 
 enum { TP_REPLICATED = 0, TP_SPLIT_ROWS, TP_SPLIT_COLS };
 
@@ -34,22 +35,27 @@ typedef struct {
     float *fch, *fch_gelu;       /* (N, 4Cl) */
 } tp_block_rec;
 
+/* The record of one micro-batch for layers [first, last] (0 embedding, 1..L blocks, L+1 head), as
+ * fsc_gpt_acts is for the unsharded GPT: several may be in flight (a pipeline stage). */
 typedef struct {
-    int B;
+    int B, first, last;
     size_t N, Nl;
     float *mem;                  /* the one device allocation, FSC_TAG_ACTS */
-    int32_t *tok;                /* (N) local token ids (fsc_tp_vocab_localize) */
-    int32_t *tgt;                /* (N) local targets (the cross entropy's record) */
-    float **x;                   /* L + 1 streams (Nl, C): x[0] embedding output, x[l] block l's */
-    tp_block_rec *blk;           /* L */
-    float *lnf, *lnf_mean, *lnf_rstd, *lnff; /* (Nl, C), (Nl), (Nl), (N, C) */
-    float *logits;               /* (N, Vl + 1) */
-    float *losses, *q;           /* (N) */
+    size_t bytes;
+    int32_t *tok;                /* (N) local token ids (fsc_tp_vocab_localize); first == 0 */
+    int32_t *tgt;                /* (N) local targets (the cross entropy's record); head */
+    const int32_t *host_tgt;     /* the caller's targets, read by the head's forward */
+    float **x;                   /* L + 1 streams (Nl, C): x[j] the output of layer j; x[first - 1] the
+                                  * input when first > 0; NULL outside the range */
+    tp_block_rec *blk;           /* L, those of blocks in range laid out */
+    float *lnf, *lnf_mean, *lnf_rstd, *lnff; /* (Nl, C), (Nl), (Nl), (N, C); head */
+    float *logits;               /* (N, Vl + 1); head */
+    float *losses, *q;           /* (N); head */
     float *dres;                 /* (Nl, C) the gradient stream */
     float *work;                 /* scratch */
     fsc_tp_embedding_rec erec;
     fsc_tp_xent_rec xrec;
-    int fwd_done;
+    int batch_set, fwd_done;
 } tp_acts;
 
 struct fsc_tp_gpt {
@@ -62,19 +68,43 @@ struct fsc_tp_gpt {
     int n_tensors;
     tp_tensor *t;
     size_t P;                    /* local floats */
-    float *params, *grads;       /* (P) FSC_TAG_PARAMS, FSC_TAG_GRADS */
-    float **param, **grad;       /* per tensor, into params / grads */
-    float **gacc;                /* per tensor: where backward accumulates (grad, or rgrad under sp) */
-    float *rgrad;                /* sp: partial layer-norm gradients ((4 L + 2) C), summed over the group */
+    float *params, *grads;       /* (P) FSC_TAG_PARAMS, FSC_TAG_GRADS; NULL when bound (the engine's
+                                  * strategy owns the memory and points param/grad into it) */
+    float **param, **grad;       /* per tensor, into params / grads or the strategy's buffers */
+    size_t *roff;                /* sp: per tensor, the layer norm's offset in rgrad (SIZE_MAX: not one) */
+    float *rgrad;                /* sp: partial layer-norm gradients ((4 L + 2) C), summed over the group
+                                  * at the end of each layer's backward */
     size_t nrgrad;
     float *dwte_head;            /* (Vl, C) the head's part of the wte gradient */
-    tp_acts *acts;               /* for the last micro-batch size */
+    tp_acts *acts;               /* the whole model, for fsc_tp_gpt_forward / backward */
+    fsc_param_info *linfo;       /* per tensor, this rank's slice (local shapes): view.info */
+    fsc_gpt view;                /* the slices as a fsc_gpt (local shapes; param, grad, dwte_head shared) */
 };
 
 /* Number of runs of tensor t's slice on rank r, and run k. */
 size_t tp_num_runs(const tp_tensor *t);
 tp_run tp_run_at(const tp_tensor *t, int r, int size, size_t k);
 
+/* Values of elements [first, first + n) of this rank's slice of tensor i from the keyed RNG (host out). */
+void tp_init_local(const fsc_tp_gpt *m, int i, size_t first, size_t n, float *out);
+/* Read elements [first, first + n) of this rank's slice of tensor i from a full-weights file entry. */
+fsc_status tp_read_local(const fsc_tp_gpt *m, fsc_st_file *f, const fsc_st_entry *e, int i, size_t first, size_t n,
+                         float *out);
+/* Collective over the tensor group: the local flat vector src (device, tensor order of the slices) as the
+ * full model's flat vector on tensor rank 0 (host may be NULL elsewhere). */
+fsc_status tp_gather_flat(fsc_tp_gpt *m, const float *src, float *host);
+
+/* Created without parameter and gradient memory: a strategy binds param[i] and grad[i] (tp_engine.c). */
+fsc_status tp_gpt_create_bound(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config *cfg, const fsc_tp_opts *opts,
+                               uint64_t seed, fsc_tp_gpt **out);
+
+/* Records and running (tp_gpt_run.c), with gpt.h's contract: hooks around every layer, boundary streams,
+ * dwte_head left for the caller by a range with the head but not the embedding and added by a range with
+ * the embedding. */
+fsc_status tp_acts_create(fsc_tp_gpt *m, int B, int first, int last, tp_acts **out);
 void tp_acts_free(fsc_device *dev, tp_acts *a);
+fsc_status tp_acts_set_batch(fsc_tp_gpt *m, tp_acts *a, const int32_t *tokens, const int32_t *targets);
+fsc_status tp_forward(fsc_tp_gpt *m, tp_acts *a, const fsc_gpt_hooks *h, double *loss_sum);
+fsc_status tp_backward(fsc_tp_gpt *m, tp_acts *a, const fsc_gpt_hooks *h, float dscale);
 
 #endif

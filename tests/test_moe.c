@@ -12,6 +12,9 @@
  *   summed over ranks in rank order (with one group per rank; with two, a rank adds its groups before the
  *   ranks are added, another association: 1e-6 relative); the auxiliary loss (mean over groups) to 1e-15; the all-to-all traffic equals 4 calls of
  *   (G-1)/G x slots x C x 4 bytes per step and is printed;
+ * - expert parallelism inside data parallelism: G ranks that each hold every expert and route their own tokens,
+ *   with expert gradients summed in rank order, equal the G-rank expert-parallel layer bit for bit;
+ * - records: two forwards in flight give what one at a time gives, bit for bit;
  * - gradients: central finite differences of sum(out * R) + daux aux on a tiny layer, within 2e-2 relative
  *   plus 2e-3 absolute (float forward, h = 1e-2), skipping perturbations that change the routing. */
 #include "test_tp_util.h"
@@ -41,9 +44,11 @@ static fsc_status identity_rank(fsc_rank *r, void *arg) {
     FSC_TRY(tt_up(r->dev, &dx, x, S * C));
     FSC_TRY(tt_up(r->dev, &dout, x, S * C));
     fsc_moe_stats st;
-    FSC_TRY(fsc_moe_forward(m, dout, dx, S, 1, &st));
+    fsc_moe_rec *rec;
+    FSC_TRY(fsc_moe_rec_create(m, S, 1, &rec));
+    FSC_TRY(fsc_moe_forward(m, dout, rec, dx, NULL, &st));
     FSC_TRY(tt_down(r->dev, out, dout, S * C));
-    FSC_TRY(fsc_moe_routing(m, ex, gates, kept));
+    FSC_TRY(fsc_moe_routing(rec, ex, gates, kept));
     int whole = 0, partial = 0, none = 0;
     for (int n = 0; n < S; n++) {
         int nk = 0;
@@ -73,6 +78,7 @@ static fsc_status identity_rank(fsc_rank *r, void *arg) {
     else TT_TRUE(st.dropped > 0, "capacity factor %g dropped nothing: the test would not cover drops", (double)c->cf);
     fsc_device_release(r->dev, dx), fsc_device_release(r->dev, dout);
     free(x), free(out), free(gates);
+    fsc_moe_rec_free(rec);
     fsc_moe_free(m);
     (void)whole, (void)partial;
     return FSC_OK;
@@ -102,8 +108,10 @@ static fsc_status capacity_rank(fsc_rank *r, void *arg) {
     FSC_TRY(tt_up(r->dev, &dx, x, S * C));
     FSC_TRY(tt_up(r->dev, &dout, x, S * C));
     fsc_moe_stats st;
-    FSC_TRY(fsc_moe_forward(m, dout, dx, S, groups, &st));
-    FSC_TRY(fsc_moe_routing(m, ex, gates, kept));
+    fsc_moe_rec *rec;
+    FSC_TRY(fsc_moe_rec_create(m, S, groups, &rec));
+    FSC_TRY(fsc_moe_forward(m, dout, rec, dx, NULL, &st));
+    FSC_TRY(fsc_moe_routing(rec, ex, gates, kept));
     int cap = (int)ceil(cf * k * Sg / (double)E);
     TT_TRUE(st.capacity == cap, "capacity %d, want %d", st.capacity, cap);
     int64_t dropped = 0;
@@ -150,6 +158,7 @@ static fsc_status capacity_rank(fsc_rank *r, void *arg) {
                 (long long)st.assigned, st.aux_loss);
     fsc_device_release(r->dev, dx), fsc_device_release(r->dev, dout);
     free(x), free(wg), free(big);
+    fsc_moe_rec_free(rec);
     fsc_moe_free(m);
     return FSC_OK;
 }
@@ -164,6 +173,7 @@ enum { EP_S = 12, EP_E = 8 };
 
 typedef struct {
     int G, k, groups;   /* ranks, top-k, dispatch groups per rank */
+    int replicated;     /* every rank holds every expert and routes only its own tokens (no expert group) */
     float *out, *dinp;  /* (G S, C) */
     float *grads;       /* per rank: the flat gradient buffer (rank r at r * P1, P1 = the rank's length) */
     size_t P1;
@@ -177,7 +187,7 @@ static fsc_status ep_rank(fsc_rank *r, void *arg) {
     int groups = run->groups * (run->G / G);
     fsc_moe_config mc = config(EP_E, run->k, 1.0f, FSC_MOE_EXPERT_MLP);
     fsc_moe *m;
-    FSC_TRY(fsc_moe_create(r->dev, G > 1 ? r->comm : NULL, &mc, 11, &m));
+    FSC_TRY(fsc_moe_create(r->dev, G > 1 && !run->replicated ? r->comm : NULL, &mc, 11, &m));
     /* a larger gate, so that routing is uneven and tokens are dropped */
     float *big = tt_normal(C * EP_E, "ep.wg", 1.0f);
     FSC_TRY(fsc_device_upload(r->dev, fsc_moe_params(m), big, C * EP_E * sizeof(float)));
@@ -190,10 +200,12 @@ static fsc_status ep_rank(fsc_rank *r, void *arg) {
     FSC_TRY(tt_up(r->dev, &dout, dy, (size_t)S * C));
     FSC_TRY(tt_up(r->dev, &ddx, dy, (size_t)S * C));
     fsc_moe_stats st;
+    fsc_moe_rec *rec;
+    FSC_TRY(fsc_moe_rec_create(m, S, groups, &rec));
     if (r->comm) fsc_comm_reset_stats(r->comm);
-    FSC_TRY(fsc_moe_forward(m, dout, dx, S, groups, &st));
+    FSC_TRY(fsc_moe_forward(m, dout, rec, dx, NULL, &st));
     /* the single rank's auxiliary loss is the mean over G times more groups */
-    FSC_TRY(fsc_moe_backward(m, ddx, ddy, 0.01f / (float)G)); /* a rank's share of the mean (exact: G is 2 or 4) */
+    FSC_TRY(fsc_moe_backward(m, ddx, NULL, rec, ddy, NULL, 0.01f / (float)G)); /* a rank's share of the mean (exact: G is 2 or 4) */
     FSC_TRY(tt_down(r->dev, run->out + first, dout, (size_t)S * C));
     FSC_TRY(tt_down(r->dev, run->dinp + first, ddx, (size_t)S * C));
     FSC_TRY(tt_down(r->dev, run->grads + r->rank * run->P1, fsc_moe_grads(m), fsc_moe_num_local(m)));
@@ -203,6 +215,7 @@ static fsc_status ep_rank(fsc_rank *r, void *arg) {
     fsc_device_release(r->dev, dx), fsc_device_release(r->dev, dout);
     fsc_device_release(r->dev, ddy), fsc_device_release(r->dev, ddx);
     free(big), free(x), free(dy);
+    fsc_moe_rec_free(rec);
     fsc_moe_free(m);
     return FSC_OK;
 }
@@ -215,6 +228,15 @@ static ep_run ep_make(int G, int k, int groups, int world) {
     run.out = calloc(all * C, sizeof(float));
     run.dinp = calloc(all * C, sizeof(float));
     run.grads = calloc(run.P1 * world, sizeof(float));
+    return run;
+}
+
+/* G ranks, each with every expert and only its own tokens: data parallelism without an expert group */
+static ep_run ep_make_replicated(int G, int k) {
+    ep_run run = ep_make(G, k, 1, 1);
+    free(run.grads);
+    run.grads = calloc(run.P1 * G, sizeof(float));
+    run.replicated = 1;
     return run;
 }
 
@@ -268,6 +290,97 @@ static void test_moe_expert_parallel_equals_one_rank(void **state) {
             }
 }
 
+/* The oracle of expert parallelism inside data parallelism: G ranks that each hold every expert and route
+ * their own tokens (one group each), with the expert gradients summed over the ranks in rank order (as the
+ * data-parallel all-reduce sums them), equal the G-rank expert-parallel layer bit for bit: outputs, input
+ * gradients, each rank's gate gradient, and each expert's gradient on the rank that holds it. */
+static void test_moe_expert_parallel_equals_data_parallel(void **state) {
+    (void)state;
+    for (int G = 2; G <= 4; G *= 2)
+        for (int k = 1; k <= 2; k++) {
+            ep_run rep = ep_make_replicated(G, k), ep = ep_make(G, k, 1, G);
+            assert_ok(tt_run(G, ep_rank, &rep));
+            assert_ok(tt_run(G, ep_rank, &ep));
+            size_t all = (size_t)G * EP_S * C, pe = ep.P1 - C * EP_E;
+            assert_bits_equal(ep.out, rep.out, all, "output");
+            assert_bits_equal(ep.dinp, rep.dinp, all, "input gradient");
+            for (int r = 0; r < G; r++) {
+                assert_bits_equal(ep.grads + r * ep.P1, rep.grads + r * rep.P1, C * EP_E, "gate gradient of a rank");
+                float *sum = malloc(pe * sizeof(float));
+                const float *first = rep.grads + C * EP_E + r * pe; /* rank 0's copy of rank r's experts */
+                memcpy(sum, first, pe * sizeof(float));
+                for (int q = 1; q < G; q++)
+                    for (size_t i = 0; i < pe; i++) sum[i] += rep.grads[q * rep.P1 + C * EP_E + r * pe + i];
+                assert_bits_equal(ep.grads + r * ep.P1 + C * EP_E, sum, pe, "expert gradients summed in rank order");
+                free(sum);
+            }
+            ep_free(&rep), ep_free(&ep);
+        }
+}
+
+/* ---- records: several forwards in flight ---- */
+/* Two micro-batches, forward A, forward B, backward A, backward B, equal forward A, backward A, forward B,
+ * backward B bit for bit (outputs, input gradients, parameter gradients): B's forward leaves A's record alone. */
+static fsc_status inflight_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    const int S = 12, E = 4, k = 2;
+    fsc_moe_config mc = config(E, k, 1.0f, FSC_MOE_EXPERT_MLP);
+    fsc_moe *m[2];
+    fsc_moe_rec *ra[2], *rb[2];
+    float *x = tt_normal(2 * S * C, "fl.x", 1.0f), *dy = tt_normal(2 * S * C, "fl.dy", 1.0f);
+    float *big = tt_normal(C * E, "fl.wg", 1.0f);
+    float *res[2][4];
+    float *dx, *ddy, *out[2], *din[2];
+    FSC_TRY(tt_up(r->dev, &dx, x, 2 * S * C));
+    FSC_TRY(tt_up(r->dev, &ddy, dy, 2 * S * C));
+    for (int v = 0; v < 2; v++) {
+        FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 4, &m[v]));
+        FSC_TRY(fsc_device_upload(r->dev, fsc_moe_params(m[v]), big, C * E * sizeof(float)));
+        FSC_TRY(fsc_moe_rec_create(m[v], S, 1, &ra[v]));
+        FSC_TRY(fsc_moe_rec_create(m[v], S, 1, &rb[v]));
+        FSC_TRY(tt_up(r->dev, &out[v], x, 2 * S * C));
+        FSC_TRY(tt_up(r->dev, &din[v], x, 2 * S * C));
+    }
+    const size_t SC = (size_t)S * C;
+    /* v = 0: in flight; v = 1: one at a time */
+    FSC_TRY(fsc_moe_forward(m[0], out[0], ra[0], dx, NULL, NULL));
+    FSC_TRY(fsc_moe_forward(m[0], out[0] + SC, rb[0], dx + SC, NULL, NULL));
+    FSC_TRY(fsc_moe_backward(m[0], din[0], NULL, ra[0], ddy, NULL, 0.1f));
+    FSC_TRY(fsc_moe_backward(m[0], din[0] + SC, NULL, rb[0], ddy + SC, NULL, 0.1f));
+    FSC_TRY(fsc_moe_forward(m[1], out[1], ra[1], dx, NULL, NULL));
+    FSC_TRY(fsc_moe_backward(m[1], din[1], NULL, ra[1], ddy, NULL, 0.1f));
+    FSC_TRY(fsc_moe_forward(m[1], out[1] + SC, rb[1], dx + SC, NULL, NULL));
+    FSC_TRY(fsc_moe_backward(m[1], din[1] + SC, NULL, rb[1], ddy + SC, NULL, 0.1f));
+    size_t P = fsc_moe_num_local(m[0]);
+    for (int v = 0; v < 2; v++) {
+        res[v][0] = malloc(2 * SC * sizeof(float)), res[v][1] = malloc(2 * SC * sizeof(float));
+        res[v][2] = malloc(P * sizeof(float)), res[v][3] = NULL;
+        FSC_TRY(tt_down(r->dev, res[v][0], out[v], 2 * SC));
+        FSC_TRY(tt_down(r->dev, res[v][1], din[v], 2 * SC));
+        FSC_TRY(tt_down(r->dev, res[v][2], fsc_moe_grads(m[v]), P));
+    }
+    TT_BITS(res[0][0], res[1][0], 2 * SC, "outputs with two forwards in flight");
+    TT_BITS(res[0][1], res[1][1], 2 * SC, "input gradients with two forwards in flight");
+    TT_BITS(res[0][2], res[1][2], P, "parameter gradients with two forwards in flight");
+    /* a record runs backward once */
+    fsc_status s = fsc_moe_backward(m[0], din[0], NULL, ra[0], ddy, NULL, 0.1f);
+    TT_TRUE(s == FSC_ERR_STATE, "a second backward of one record was accepted");
+    for (int v = 0; v < 2; v++) {
+        fsc_moe_rec_free(ra[v]), fsc_moe_rec_free(rb[v]);
+        fsc_device_release(r->dev, out[v]), fsc_device_release(r->dev, din[v]);
+        free(res[v][0]), free(res[v][1]), free(res[v][2]);
+        fsc_moe_free(m[v]);
+    }
+    fsc_device_release(r->dev, dx), fsc_device_release(r->dev, ddy);
+    free(x), free(dy), free(big);
+    return FSC_OK;
+}
+
+static void test_moe_records_in_flight(void **state) {
+    (void)state;
+    assert_ok(tt_run(1, inflight_rank, NULL));
+}
+
 /* ---- finite differences ---- */
 typedef struct {
     int k;
@@ -275,10 +388,11 @@ typedef struct {
 } fd_case;
 
 /* sum(out * R) + daux aux for S tokens of width w; routing: the choices and whether they were kept */
-static fsc_status fd_loss(fsc_moe *m, fsc_device *dev, const float *dx, float *dout, const float *R, int S, int w,
-                          int k, float daux, double *loss, int32_t *routing, int64_t *dropped) {
+static fsc_status fd_loss(fsc_moe *m, fsc_moe_rec *rec, fsc_device *dev, const float *dx, float *dout,
+                          const float *R, int S, int w, int k, float daux, double *loss, int32_t *routing,
+                          int64_t *dropped) {
     fsc_moe_stats st;
-    FSC_TRY(fsc_moe_forward(m, dout, dx, S, 1, &st));
+    FSC_TRY(fsc_moe_forward(m, dout, rec, dx, NULL, &st));
     if (dropped) *dropped = st.dropped;
     float *o = malloc((size_t)S * w * sizeof(float));
     FSC_TRY(tt_down(dev, o, dout, (size_t)S * w));
@@ -287,7 +401,7 @@ static fsc_status fd_loss(fsc_moe *m, fsc_device *dev, const float *dx, float *d
     free(o);
     *loss = L;
     int32_t ex[64], kept[64];
-    FSC_TRY(fsc_moe_routing(m, ex, NULL, kept));
+    FSC_TRY(fsc_moe_routing(rec, ex, NULL, kept));
     for (int i = 0; i < S * 2; i++) routing[i] = i < S * k ? ex[i] * 2 + kept[i] : 0;
     return FSC_OK;
 }
@@ -300,6 +414,8 @@ static fsc_status fd_rank(fsc_rank *r, void *arg) {
                           .expert = FSC_MOE_EXPERT_MLP, .name = "fd" };
     fsc_moe *m;
     FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 3, &m));
+    fsc_moe_rec *rec;
+    FSC_TRY(fsc_moe_rec_create(m, S, 1, &rec));
     size_t P = fsc_moe_num_local(m);
     float *p = tt_normal(P, "fd.p", 0.5f), *x = tt_normal(S * Cs, "fd.x", 1.0f), *R = tt_normal(S * Cs, "fd.R", 1.0f);
     float *dx, *dout, *dR, *ddx, *dinp = malloc(S * Cs * sizeof(float)), *grads = malloc(P * sizeof(float));
@@ -312,10 +428,10 @@ static fsc_status fd_rank(fsc_rank *r, void *arg) {
     double L0;
     int32_t base[12], now[12];
     int64_t dropped;
-    FSC_TRY(fd_loss(m, r->dev, dx, dout, R, S, Cs, c->k, daux, &L0, base, &dropped));
+    FSC_TRY(fd_loss(m, rec, r->dev, dx, dout, R, S, Cs, c->k, daux, &L0, base, &dropped));
     TT_TRUE((dropped > 0) == (c->cf < 1.0f), "capacity factor %g: %lld assignments dropped", (double)c->cf,
             (long long)dropped);
-    FSC_TRY(fsc_moe_backward(m, ddx, dR, daux));
+    FSC_TRY(fsc_moe_backward(m, ddx, NULL, rec, dR, NULL, daux));
     FSC_TRY(tt_down(r->dev, dinp, ddx, S * Cs));
     FSC_TRY(tt_down(r->dev, grads, fsc_moe_grads(m), P));
     int checked = 0, skipped = 0;
@@ -331,7 +447,7 @@ static fsc_status fd_rank(fsc_rank *r, void *arg) {
         for (int sgn = -1; sgn <= 1; sgn += 2) {
             v[j] = keep + sgn * h;
             FSC_TRY(fsc_device_upload(r->dev, dst + j, v + j, sizeof(float)));
-            FSC_TRY(fd_loss(m, r->dev, dx, dout, R, S, Cs, c->k, daux, sgn < 0 ? &Lm : &Lp, now, NULL));
+            FSC_TRY(fd_loss(m, rec, r->dev, dx, dout, R, S, Cs, c->k, daux, sgn < 0 ? &Lm : &Lp, now, NULL));
             changed |= memcmp(now, base, sizeof base) != 0;
         }
         v[j] = keep;
@@ -352,6 +468,7 @@ static fsc_status fd_rank(fsc_rank *r, void *arg) {
     fsc_device_release(r->dev, dx), fsc_device_release(r->dev, dout);
     fsc_device_release(r->dev, dR), fsc_device_release(r->dev, ddx);
     free(p), free(x), free(R), free(dinp), free(grads);
+    fsc_moe_rec_free(rec);
     fsc_moe_free(m);
     return FSC_OK;
 }
@@ -376,10 +493,14 @@ static fsc_status state_rank(fsc_rank *r, void *arg) {
     fsc_moe_config mc = config(4, 1, 1.0f, FSC_MOE_EXPERT_MLP);
     FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 1, &m));
     float *d;
+    fsc_moe_rec *rec = NULL, *bad = NULL;
+    FSC_TRY(fsc_moe_rec_create(m, 16, 1, &rec));
     FSC_TRY(fsc_device_calloc(r->dev, FSC_TAG_ACTS, 64 * C * sizeof(float), (void **)&d));
-    fsc_status s = fsc_moe_backward(m, d, d, 0.0f);
-    if (s == FSC_ERR_STATE) s = fsc_moe_forward(m, d, d, 10, 3, NULL);
+    fsc_status s = fsc_moe_backward(m, d, NULL, rec, d, NULL, 0.0f);
+    if (s == FSC_ERR_STATE) s = fsc_moe_rec_create(m, 10, 3, &bad);
     fsc_device_release(r->dev, d);
+    fsc_moe_rec_free(rec);
+    fsc_moe_rec_free(bad);
     fsc_moe_free(m);
     return s;
 }
@@ -405,6 +526,8 @@ int main(void) {
         cmocka_unit_test(test_moe_identity_experts),
         cmocka_unit_test(test_moe_capacity_and_routing),
         cmocka_unit_test(test_moe_expert_parallel_equals_one_rank),
+        cmocka_unit_test(test_moe_expert_parallel_equals_data_parallel),
+        cmocka_unit_test(test_moe_records_in_flight),
         cmocka_unit_test(test_moe_gradient_finite_differences),
         cmocka_unit_test(test_moe_errors),
     };

@@ -8,6 +8,10 @@
  * G x groups groups the expert side is the same matrix: the layer is bit-identical across expert-parallel
  * sizes. The reorder is the heads_merge/heads_split shuffle of the attention kernels (NH = G, T = El).
  *
+ * The experts run per (source rank, group) block of cap rows, and each block's weight gradients are
+ * computed into a zeroed scratch and then added to the gradients: the sum over blocks is a plain sequence
+ * of additions in block order, whatever the products and the bias-gradient kernel do inside a block.
+ *
  * Row gathers use the embedding kernel on a table with an extra zero row (token index S marks an empty
  * slot); the weighted combine scales rows with a batched K = 1 gemm and scatter-adds them with the
  * embedding's backward kernel (a token's two contributions are added in slot order; two addends commute).
@@ -30,13 +34,23 @@ struct fsc_moe {
     int G, rank, E, El, C, H, k;
     size_t per_expert;      /* floats of one expert's parameters (0 for identity experts) */
     size_t P;
-    float *params, *grads;  /* (P): gate (C, E), then El experts: c_fc.w (C, H), c_fc.b (H), c_proj.w (H, C), c_proj.b (C) */
-    /* the record of the last forward */
+    /* fsc_moe_create only: (P) the gate (C, E), then El experts: c_fc.w (C, H), c_fc.b (H), c_proj.w (H, C),
+     * c_proj.b (C); and the tables into them (1 + 4 E entries, NULL for other ranks' experts) */
+    float *params, *grads;
+    const float **ptab;
+    float **gtab;
+};
+
+/* What one forward keeps for its backward. */
+struct fsc_moe_rec {
+    fsc_device *dev;
+    int S, groups, cap;
+    size_t slots;           /* E groups cap */
     moe_route route;
     const float *inp;
-    int S, groups, fwd_done;
-    size_t slots;
-    float *rec;             /* one allocation: */
+    int fwd_done;
+    size_t bytes;
+    float *mem;             /* one allocation: */
     int32_t *idx;           /* (slots) token of each slot, S when empty */
     float *sgate;           /* (slots) combine weights */
     float *xe, *hpre, *hact;/* expert side (slots, C), (slots, H), (slots, H) */
@@ -51,16 +65,21 @@ float *fsc_moe_grads(fsc_moe *m) { return m->grads; }
 size_t fsc_moe_num_local(const fsc_moe *m) { return m->P; }
 size_t fsc_moe_expert_offset(const fsc_moe *m, int j) { return (size_t)m->C * m->E + (size_t)j * m->per_expert; }
 
-/* expert j's tensors */
-typedef struct {
-    float *fc_w, *fc_b, *proj_w, *proj_b;
-} expert_p;
-
-static expert_p expert_at(const fsc_moe *m, float *base, int j) {
-    float *p = base + fsc_moe_expert_offset(m, j);
-    size_t C = (size_t)m->C, H = (size_t)m->H;
-    return (expert_p){ p, p + C * H, p + C * H + H, p + 2 * C * H + H };
+int fsc_moe_num_tensors(const fsc_moe_config *cfg) {
+    return cfg->expert == FSC_MOE_EXPERT_IDENTITY ? 1 : 1 + 4 * cfg->experts;
 }
+
+void fsc_moe_local_experts(const fsc_moe *m, int *first, int *count) {
+    *first = m->rank * m->El;
+    *count = m->El;
+}
+
+int fsc_moe_capacity(const fsc_moe *m, int S, int groups) {
+    return moe_capacity(S / groups, m->E, m->k, m->cfg.capacity_factor);
+}
+
+/* local expert j's tensors in a table: c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias */
+static int tab_index(const fsc_moe *m, int j, int t) { return 1 + 4 * (m->rank * m->El + j) + t; }
 
 static fsc_status init_params(fsc_moe *m, uint64_t seed) {
     float *h = malloc(m->P * sizeof(float));
@@ -84,7 +103,24 @@ static fsc_status init_params(fsc_moe *m, uint64_t seed) {
     return s;
 }
 
-fsc_status fsc_moe_create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, uint64_t seed, fsc_moe **out) {
+/* The tables of an owning layer: the gate, then this rank's experts. */
+static fsc_status own_tables(fsc_moe *m) {
+    int n = fsc_moe_num_tensors(&m->cfg);
+    m->ptab = calloc((size_t)n, sizeof *m->ptab);
+    m->gtab = calloc((size_t)n, sizeof *m->gtab);
+    if (!m->ptab || !m->gtab) return fsc_error(FSC_ERR_NOMEM, "moe: out of host memory");
+    m->ptab[0] = m->params, m->gtab[0] = m->grads;
+    size_t C = (size_t)m->C, H = (size_t)m->H, sub[4] = { 0, C * H, C * H + H, 2 * C * H + H };
+    for (int j = 0; j < m->El && m->per_expert; j++)
+        for (int t = 0; t < 4; t++) {
+            size_t off = fsc_moe_expert_offset(m, j) + sub[t];
+            m->ptab[tab_index(m, j, t)] = m->params + off;
+            m->gtab[tab_index(m, j, t)] = m->grads + off;
+        }
+    return FSC_OK;
+}
+
+static fsc_status create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, fsc_moe **out) {
     *out = NULL;
     if (!dev || !cfg) return fsc_error(FSC_ERR_INVALID, "moe: device or config NULL");
     int G = ep ? fsc_comm_size(ep) : 1;
@@ -115,9 +151,21 @@ fsc_status fsc_moe_create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *c
     m->E = cfg->experts, m->El = cfg->experts / G, m->C = cfg->dim, m->H = H, m->k = cfg->top_k;
     m->per_expert = cfg->expert == FSC_MOE_EXPERT_MLP ? 2 * (size_t)m->C * H + (size_t)H + (size_t)m->C : 0;
     m->P = (size_t)m->C * m->E + (size_t)m->El * m->per_expert;
+    *out = m;
+    return FSC_OK;
+}
+
+fsc_status fsc_moe_create_view(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, fsc_moe **out) {
+    return create(dev, ep, cfg, out);
+}
+
+fsc_status fsc_moe_create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, uint64_t seed, fsc_moe **out) {
+    fsc_moe *m;
+    FSC_TRY(create(dev, ep, cfg, &m));
     fsc_status s = fsc_device_alloc(dev, FSC_TAG_PARAMS, m->P * sizeof(float), (void **)&m->params);
     if (s == FSC_OK) s = fsc_device_calloc(dev, FSC_TAG_GRADS, m->P * sizeof(float), (void **)&m->grads);
     if (s == FSC_OK) s = init_params(m, seed);
+    if (s == FSC_OK) s = own_tables(m);
     if (s != FSC_OK) {
         fsc_moe_free(m);
         return s;
@@ -126,24 +174,66 @@ fsc_status fsc_moe_create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *c
     return FSC_OK;
 }
 
-static void free_record(fsc_moe *m) {
-    fsc_device_release(m->dev, m->rec);
-    m->rec = NULL;
-    moe_route_free(&m->route);
-    m->fwd_done = 0;
-}
-
 void fsc_moe_free(fsc_moe *m) {
     if (!m) return;
-    free_record(m);
     fsc_device_release(m->dev, m->params);
     fsc_device_release(m->dev, m->grads);
+    free(m->ptab);
+    free(m->gtab);
     free(m);
 }
 
+fsc_status fsc_moe_rec_create(fsc_moe *m, int S, int groups, fsc_moe_rec **out) {
+    *out = NULL;
+    if (!m) return fsc_error(FSC_ERR_INVALID, "moe record: layer NULL");
+    if (S < 1 || groups < 1 || S % groups != 0)
+        return fsc_error(FSC_ERR_INVALID, "moe: %d tokens do not split into %d dispatch groups", S, groups);
+    int cap = fsc_moe_capacity(m, S, groups);
+    double slots = (double)m->E * groups * cap;
+    if (slots * (m->H > m->C ? m->H : m->C) > INT_MAX || (double)S * m->C > INT_MAX || (double)S * m->E > INT_MAX)
+        return fsc_error(FSC_ERR_INVALID, "moe: %d tokens with %d experts of capacity %d are too many for one call",
+                         S, m->E, cap);
+    fsc_moe_rec *r = calloc(1, sizeof *r);
+    if (!r) return fsc_error(FSC_ERR_NOMEM, "moe record: out of host memory");
+    r->dev = m->dev, r->S = S, r->groups = groups, r->cap = cap, r->slots = (size_t)slots;
+    size_t sl = r->slots, C = (size_t)m->C, H = (size_t)m->H, mlp = m->per_expert ? 1 : 0;
+    size_t n = 2 * r64(sl) + 2 * r64(sl * C) + 2 * mlp * r64(sl * H) + 2 * r64(C);
+    fsc_status s = fsc_device_alloc(m->dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&r->mem);
+    if (s != FSC_OK) {
+        free(r);
+        return s;
+    }
+    r->bytes = n * sizeof(float);
+    float *p = r->mem;
+    r->idx = (int32_t *)p, p += r64(sl);
+    r->sgate = p, p += r64(sl);
+    r->xe = p, p += r64(sl * C);
+    r->ysrc = p, p += r64(sl * C);
+    r->hpre = mlp ? p : NULL, p += mlp * r64(sl * H);
+    r->hact = mlp ? p : NULL, p += mlp * r64(sl * H);
+    r->zrow = p, p += r64(C);
+    r->pe = p;
+    s = fsc_device_memset(m->dev, r->zrow, 0, C * sizeof(float));
+    if (s != FSC_OK) {
+        fsc_moe_rec_free(r);
+        return s;
+    }
+    *out = r;
+    return FSC_OK;
+}
+
+void fsc_moe_rec_free(fsc_moe_rec *r) {
+    if (!r) return;
+    fsc_device_release(r->dev, r->mem);
+    moe_route_free(&r->route);
+    free(r);
+}
+
+size_t fsc_moe_rec_bytes(const fsc_moe_rec *r) { return r ? r->bytes : 0; }
+
 /* source side (E, groups, cap, C) -> expert side (El, G, groups, cap, C); tmp: slots C floats */
-static fsc_status to_experts(fsc_moe *m, float *dst, const float *src, float *tmp) {
-    size_t n = m->slots * (size_t)m->C;
+static fsc_status to_experts(fsc_moe *m, const fsc_moe_rec *r, float *dst, const float *src, float *tmp) {
+    size_t n = r->slots * (size_t)m->C;
     if (m->G == 1) return fsc_device_copy(m->dev, dst, src, n * sizeof(float));
     size_t block = n / (size_t)m->G, X = block / (size_t)m->El;
     FSC_TRY(fsc_comm_all_to_all(m->ep, src, tmp, block, FSC_F32));
@@ -151,8 +241,8 @@ static fsc_status to_experts(fsc_moe *m, float *dst, const float *src, float *tm
 }
 
 /* expert side -> source side (the inverse) */
-static fsc_status to_sources(fsc_moe *m, float *dst, const float *src, float *tmp) {
-    size_t n = m->slots * (size_t)m->C;
+static fsc_status to_sources(fsc_moe *m, const fsc_moe_rec *r, float *dst, const float *src, float *tmp) {
+    size_t n = r->slots * (size_t)m->C;
     if (m->G == 1) return fsc_device_copy(m->dev, dst, src, n * sizeof(float));
     size_t block = n / (size_t)m->G, X = block / (size_t)m->El;
     FSC_TRY(FSC_K(m->dev, heads_split, tmp, src, 1, m->El, m->G, (int)X));
@@ -160,142 +250,147 @@ static fsc_status to_sources(fsc_moe *m, float *dst, const float *src, float *tm
 }
 
 /* rows (slots, C) of src (S, C) by idx; an empty slot (S) gets zeros. table: (S + 1, C) scratch. */
-static fsc_status gather_rows(fsc_moe *m, float *dst, const float *src, float *table) {
-    size_t SC = (size_t)m->S * m->C;
+static fsc_status gather_rows(fsc_moe *m, const fsc_moe_rec *r, float *dst, const float *src, float *table) {
+    size_t SC = (size_t)r->S * m->C;
     FSC_TRY(fsc_device_copy(m->dev, table, src, SC * sizeof(float)));
     FSC_TRY(fsc_device_memset(m->dev, table + SC, 0, (size_t)m->C * sizeof(float)));
-    return FSC_K(m->dev, encoder_forward, dst, m->idx, table, m->zrow, (int)m->slots, 1, m->C);
+    return FSC_K(m->dev, encoder_forward, dst, r->idx, table, r->zrow, (int)r->slots, 1, m->C);
 }
 
 /* dst (S, C) += rows of src (slots, C) at their tokens, in slot order. table: (S + 1, C) scratch. */
-static fsc_status scatter_add_rows(fsc_moe *m, float *dst, const float *src, float *table) {
-    size_t SC = (size_t)m->S * m->C;
+static fsc_status scatter_add_rows(fsc_moe *m, const fsc_moe_rec *r, float *dst, const float *src, float *table) {
+    size_t SC = (size_t)r->S * m->C;
     FSC_TRY(fsc_device_copy(m->dev, table, dst, SC * sizeof(float)));
     FSC_TRY(fsc_device_memset(m->dev, table + SC, 0, (size_t)m->C * sizeof(float)));
-    FSC_TRY(FSC_K(m->dev, encoder_backward, table, m->pe, src, m->idx, (int)m->slots, 1, m->C));
+    FSC_TRY(FSC_K(m->dev, encoder_backward, table, r->pe, src, r->idx, (int)r->slots, 1, m->C));
     return fsc_device_copy(m->dev, dst, table, SC * sizeof(float));
 }
 
 /* dst[s, :] = w[s] * src[s, :] for every slot: a batch of (1 x 1) @ (1 x C) products */
-static fsc_status scale_rows(fsc_moe *m, float *dst, const float *src, const float *w) {
+static fsc_status scale_rows(fsc_moe *m, const fsc_moe_rec *r, float *dst, const float *src, const float *w) {
     int C = m->C;
-    return FSC_K(m->dev, gemm, 0, 0, 1, C, 1, 1.0f, w, 1, 1, src, C, C, 0.0f, dst, C, C, (int)m->slots);
+    return FSC_K(m->dev, gemm, 0, 0, 1, C, 1, 1.0f, w, 1, 1, src, C, C, 0.0f, dst, C, C, (int)r->slots);
 }
 
 /* out[s] = a[s, :] . b[s, :] for every slot: a batch of (1 x C) @ (C x 1) products */
-static fsc_status dot_rows(fsc_moe *m, float *out, const float *a, const float *b) {
+static fsc_status dot_rows(fsc_moe *m, const fsc_moe_rec *r, float *out, const float *a, const float *b) {
     int C = m->C;
-    return FSC_K(m->dev, gemm, 0, 0, 1, 1, C, 1.0f, a, C, C, b, 1, C, 0.0f, out, 1, 1, (int)m->slots);
+    return FSC_K(m->dev, gemm, 0, 0, 1, 1, C, 1.0f, a, C, C, b, 1, C, 0.0f, out, 1, 1, (int)r->slots);
 }
 
-static fsc_status alloc_record(fsc_moe *m) {
-    size_t sl = m->slots, C = (size_t)m->C, H = (size_t)m->H, mlp = m->per_expert ? 1 : 0;
-    size_t n = 2 * r64(sl) + 2 * r64(sl * C) + 2 * mlp * r64(sl * H) + 2 * r64(C);
-    FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&m->rec));
-    float *p = m->rec;
-    m->idx = (int32_t *)p, p += r64(sl);
-    m->sgate = p, p += r64(sl);
-    m->xe = p, p += r64(sl * C);
-    m->ysrc = p, p += r64(sl * C);
-    m->hpre = mlp ? p : NULL, p += mlp * r64(sl * H);
-    m->hact = mlp ? p : NULL, p += mlp * r64(sl * H);
-    m->zrow = p, p += r64(C);
-    m->pe = p;
-    return fsc_device_memset(m->dev, m->zrow, 0, C * sizeof(float));
+static fsc_status check_table(const fsc_moe *m, const float *const *p, const char *what) {
+    if (!p) return fsc_error(FSC_ERR_INVALID, "moe %s: no parameter table (a view layer needs one)", what);
+    if (!p[0]) return fsc_error(FSC_ERR_STATE, "moe %s: %s.gate.weight is NULL", what, m->name);
+    for (int j = 0; j < m->El && m->per_expert; j++)
+        for (int t = 0; t < 4; t++)
+            if (!p[tab_index(m, j, t)])
+                return fsc_error(FSC_ERR_STATE, "moe %s: a tensor of %s.experts.%d is NULL", what, m->name,
+                                 m->rank * m->El + j);
+    return FSC_OK;
 }
 
-/* The experts on their rows: ye (slots, C) from the saved xe. */
-static fsc_status experts_forward(fsc_moe *m, float *ye) {
-    size_t R = m->slots / (size_t)m->El, C = (size_t)m->C, H = (size_t)m->H;
-    if (!m->per_expert) return fsc_device_copy(m->dev, ye, m->xe, m->slots * C * sizeof(float));
-    for (int j = 0; j < m->El; j++) {
-        expert_p p = expert_at(m, m->params, j);
-        float *x = m->xe + j * R * C, *hp = m->hpre + j * R * H, *ha = m->hact + j * R * H, *y = ye + j * R * C;
-        FSC_TRY(fsc_linear_forward(m->dev, hp, NULL, x, p.fc_w, p.fc_b, R, m->C, m->H, 0));
-        FSC_TRY(fsc_gelu_forward(m->dev, ha, NULL, hp, R * H));
-        FSC_TRY(fsc_linear_forward(m->dev, y, NULL, ha, p.proj_w, p.proj_b, R, m->H, m->C, 0));
+/* The experts on their rows, one product per block of cap rows: ye (slots, C) from the saved xe. */
+static fsc_status experts_forward(fsc_moe *m, fsc_moe_rec *r, float *ye, const float *const *p) {
+    size_t cap = (size_t)r->cap, C = (size_t)m->C, H = (size_t)m->H, nb = r->slots / cap;
+    if (!m->per_expert) return fsc_device_copy(m->dev, ye, r->xe, r->slots * C * sizeof(float));
+    size_t per = nb / (size_t)m->El; /* blocks per expert: G groups */
+    for (size_t b = 0; b < nb; b++) {
+        int j = (int)(b / per);
+        const float *fw = p[tab_index(m, j, 0)], *fb = p[tab_index(m, j, 1)];
+        const float *pw = p[tab_index(m, j, 2)], *pb = p[tab_index(m, j, 3)];
+        float *x = r->xe + b * cap * C, *hp = r->hpre + b * cap * H, *ha = r->hact + b * cap * H, *y = ye + b * cap * C;
+        FSC_TRY(fsc_linear_forward(m->dev, hp, NULL, x, fw, fb, cap, m->C, m->H, 0));
+        FSC_TRY(fsc_gelu_forward(m->dev, ha, NULL, hp, cap * H));
+        FSC_TRY(fsc_linear_forward(m->dev, y, NULL, ha, pw, pb, cap, m->H, m->C, 0));
     }
     return FSC_OK;
 }
 
-/* dxe (slots, C) = (overwrites) the experts' input gradient from dye; parameter gradients +=. work: slots H */
-static fsc_status experts_backward(fsc_moe *m, float *dxe, const float *dye, float *work) {
-    size_t R = m->slots / (size_t)m->El, C = (size_t)m->C, H = (size_t)m->H;
-    if (!m->per_expert) return fsc_device_copy(m->dev, dxe, dye, m->slots * C * sizeof(float));
-    for (int j = 0; j < m->El; j++) {
-        expert_p p = expert_at(m, m->params, j), g = expert_at(m, m->grads, j);
-        float *dha = work, *dhp = work + r64(R * H);
-        fsc_linear_rec proj = { m->hact + j * R * H, R, m->H, m->C, 0 };
-        FSC_TRY(fsc_linear_backward(m->dev, dha, g.proj_w, g.proj_b, &proj, dye + j * R * C, p.proj_w, 0.0f, 1.0f));
-        fsc_gelu_rec gr = { m->hpre + j * R * H, R * H };
+/* dxe (slots, C) = (overwrites) the experts' input gradient from dye; parameter gradients += block by
+ * block through a zeroed scratch. work: 2 cap H + per_expert floats (rounded). */
+static fsc_status experts_backward(fsc_moe *m, fsc_moe_rec *r, float *dxe, float *const *g, const float *dye,
+                                   const float *const *p, float *work) {
+    size_t cap = (size_t)r->cap, C = (size_t)m->C, H = (size_t)m->H, nb = r->slots / cap;
+    if (!m->per_expert) return fsc_device_copy(m->dev, dxe, dye, r->slots * C * sizeof(float));
+    size_t per = nb / (size_t)m->El;
+    float *dha = work, *dhp = work + r64(cap * H), *sg = dhp + r64(cap * H);
+    size_t len[4] = { C * H, H, H * C, C };
+    float *sub[4] = { sg, sg + C * H, sg + C * H + H, sg + 2 * C * H + H };
+    for (size_t b = 0; b < nb; b++) {
+        int j = (int)(b / per);
+        FSC_TRY(fsc_device_memset(m->dev, sg, 0, m->per_expert * sizeof(float)));
+        fsc_linear_rec proj = { r->hact + b * cap * H, cap, m->H, m->C, 0 };
+        FSC_TRY(fsc_linear_backward(m->dev, dha, sub[2], sub[3], &proj, dye + b * cap * C, p[tab_index(m, j, 2)],
+                                    0.0f, 0.0f));
+        fsc_gelu_rec gr = { r->hpre + b * cap * H, cap * H };
         FSC_TRY(fsc_gelu_backward(m->dev, dhp, &gr, dha));
-        fsc_linear_rec fc = { m->xe + j * R * C, R, m->C, m->H, 0 };
-        FSC_TRY(fsc_linear_backward(m->dev, dxe + j * R * C, g.fc_w, g.fc_b, &fc, dhp, p.fc_w, 0.0f, 1.0f));
+        fsc_linear_rec fc = { r->xe + b * cap * C, cap, m->C, m->H, 0 };
+        FSC_TRY(fsc_linear_backward(m->dev, dxe + b * cap * C, sub[0], sub[1], &fc, dhp, p[tab_index(m, j, 0)],
+                                    0.0f, 0.0f));
+        for (int t = 0; t < 4; t++) FSC_TRY(FSC_K(m->dev, axpy, g[tab_index(m, j, t)], 1.0f, sub[t], len[t]));
     }
     return FSC_OK;
 }
 
-static fsc_status forward_body(fsc_moe *m, float *out, const float *inp, float *w) {
-    size_t S = (size_t)m->S, C = (size_t)m->C, E = (size_t)m->E, sl = m->slots;
-    int Sg = m->S / m->groups;
+static fsc_status forward_body(fsc_moe *m, fsc_moe_rec *r, float *out, const float *inp, const float *const *p,
+                               float *w) {
+    size_t S = (size_t)r->S, C = (size_t)m->C, E = (size_t)m->E, sl = r->slots;
+    int Sg = r->S / r->groups;
     float *gl = w;                          /* (S, E) gate logits */
     float *table = gl + r64(S * E);         /* (S + 1, C) */
     float *xsrc = table + r64((S + 1) * C); /* (slots, C) */
     float *tmp = xsrc + r64(sl * C);        /* (slots, C) */
     float *ye = tmp + r64(sl * C);          /* (slots, C) */
-    for (int g = 0; g < m->groups; g++) /* per group: the same product on any expert-parallel size */
-        FSC_TRY(fsc_linear_forward(m->dev, gl + (size_t)g * Sg * E, NULL, inp + (size_t)g * Sg * C, m->params, NULL,
+    for (int g = 0; g < r->groups; g++) /* per group: the same product on any expert-parallel size */
+        FSC_TRY(fsc_linear_forward(m->dev, gl + (size_t)g * Sg * E, NULL, inp + (size_t)g * Sg * C, p[0], NULL,
                                    (size_t)Sg, m->C, m->E, 0));
     float *hl = malloc(S * E * sizeof(float));
     if (!hl) return fsc_error(FSC_ERR_NOMEM, "moe: out of host memory for %zu gate logits", S * E);
     fsc_status s = fsc_device_download(m->dev, hl, gl, S * E * sizeof(float));
-    if (s == FSC_OK) s = moe_route_compute(&m->route, hl, m->S, m->E, m->k, m->groups, m->cfg.capacity_factor);
+    if (s == FSC_OK) s = moe_route_compute(&r->route, hl, r->S, m->E, m->k, r->groups, m->cfg.capacity_factor);
     free(hl);
     FSC_TRY(s);
-    FSC_TRY(fsc_device_upload(m->dev, m->idx, m->route.idx, sl * sizeof(int32_t)));
-    FSC_TRY(fsc_device_upload(m->dev, m->sgate, m->route.slot_gate, sl * sizeof(float)));
+    FSC_TRY(fsc_device_upload(m->dev, r->idx, r->route.idx, sl * sizeof(int32_t)));
+    FSC_TRY(fsc_device_upload(m->dev, r->sgate, r->route.slot_gate, sl * sizeof(float)));
     /* dispatch, experts, combine */
-    FSC_TRY(gather_rows(m, xsrc, inp, table));
-    FSC_TRY(to_experts(m, m->xe, xsrc, tmp));
-    FSC_TRY(experts_forward(m, ye));
-    FSC_TRY(to_sources(m, m->ysrc, ye, tmp));
-    FSC_TRY(scale_rows(m, xsrc, m->ysrc, m->sgate));
+    FSC_TRY(gather_rows(m, r, xsrc, inp, table));
+    FSC_TRY(to_experts(m, r, r->xe, xsrc, tmp));
+    FSC_TRY(experts_forward(m, r, ye, p));
+    FSC_TRY(to_sources(m, r, r->ysrc, ye, tmp));
+    FSC_TRY(scale_rows(m, r, xsrc, r->ysrc, r->sgate));
     FSC_TRY(fsc_device_memset(m->dev, out, 0, S * C * sizeof(float)));
-    return scatter_add_rows(m, out, xsrc, table);
+    return scatter_add_rows(m, r, out, xsrc, table);
 }
 
-fsc_status fsc_moe_forward(fsc_moe *m, float *out, const float *inp, int S, int groups, fsc_moe_stats *stats) {
-    if (!m || !out || !inp) return fsc_error(FSC_ERR_INVALID, "moe forward: layer, output or input NULL");
-    if (S < 1 || groups < 1 || S % groups != 0)
-        return fsc_error(FSC_ERR_INVALID, "moe forward: %d tokens do not split into %d dispatch groups", S, groups);
-    free_record(m);
-    int cap = moe_capacity(S / groups, m->E, m->k, m->cfg.capacity_factor);
-    double slots = (double)m->E * groups * cap;
-    if (slots * (m->H > m->C ? m->H : m->C) > INT_MAX || (double)S * m->C > INT_MAX)
-        return fsc_error(FSC_ERR_INVALID, "moe forward: %d tokens with %d experts of capacity %d are too many for "
-                         "one call", S, m->E, cap);
-    m->S = S, m->groups = groups, m->inp = inp, m->slots = (size_t)slots;
-    FSC_TRY(alloc_record(m));
-    size_t C = (size_t)m->C, sl = m->slots;
-    size_t wn = r64((size_t)S * m->E) + r64(((size_t)S + 1) * C) + 3 * r64(sl * C);
+fsc_status fsc_moe_forward(fsc_moe *m, float *out, fsc_moe_rec *r, const float *inp, const float *const *p,
+                           fsc_moe_stats *stats) {
+    if (!m || !r || !out || !inp) return fsc_error(FSC_ERR_INVALID, "moe forward: layer, record, output or input NULL");
+    if (!p) p = m->ptab;
+    FSC_TRY(check_table(m, p, "forward"));
+    r->fwd_done = 0;
+    moe_route_free(&r->route);
+    r->inp = inp;
+    size_t C = (size_t)m->C, sl = r->slots;
+    size_t wn = r64((size_t)r->S * m->E) + r64(((size_t)r->S + 1) * C) + 3 * r64(sl * C);
     float *w;
     fsc_status s = fsc_device_alloc(m->dev, FSC_TAG_WORKSPACE, wn * sizeof(float), (void **)&w);
-    if (s == FSC_OK) s = forward_body(m, out, inp, w);
+    if (s == FSC_OK) s = forward_body(m, r, out, inp, p, w);
     fsc_device_release(m->dev, w);
     if (s != FSC_OK) {
-        free_record(m);
+        moe_route_free(&r->route);
         return s;
     }
-    m->fwd_done = 1;
+    r->fwd_done = 1;
     if (stats)
-        *stats = (fsc_moe_stats){ .aux_loss = m->route.aux, .capacity = cap, .tokens = S,
-                                  .assigned = (int64_t)S * m->k, .dropped = m->route.dropped };
+        *stats = (fsc_moe_stats){ .aux_loss = r->route.aux, .capacity = r->cap, .tokens = r->S,
+                                  .assigned = (int64_t)r->S * m->k, .dropped = r->route.dropped };
     return FSC_OK;
 }
 
-static fsc_status backward_body(fsc_moe *m, float *dinp, const float *dout, float daux, float *w) {
-    size_t S = (size_t)m->S, C = (size_t)m->C, E = (size_t)m->E, sl = m->slots;
-    int Sg = m->S / m->groups;
+static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *const *gt, const float *dout,
+                                const float *const *p, float daux, float *w) {
+    size_t S = (size_t)r->S, C = (size_t)m->C, E = (size_t)m->E, sl = r->slots;
+    int Sg = r->S / r->groups;
     float *table = w;                        /* (S + 1, C) */
     float *dg = table + r64((S + 1) * C);    /* (slots, C) dout at each slot, then the experts' dye */
     float *dy = dg + r64(sl * C);            /* (slots, C) */
@@ -304,52 +399,57 @@ static fsc_status backward_body(fsc_moe *m, float *dinp, const float *dout, floa
     float *dsl = dxe + r64(sl * C);          /* (slots) */
     float *dl = dsl + r64(sl);               /* (S, E) */
     float *dwg = dl + r64(S * E);            /* (C, E) */
-    float *ew = dwg + r64(C * E);            /* 2 (slots / El) H */
-    FSC_TRY(gather_rows(m, dg, dout, table));
-    FSC_TRY(dot_rows(m, dsl, m->ysrc, dg)); /* gradient of each combine weight */
-    FSC_TRY(scale_rows(m, dy, dg, m->sgate));
-    FSC_TRY(to_experts(m, dg, dy, tmp));    /* dg: the experts' output gradient, expert side */
-    FSC_TRY(experts_backward(m, dxe, dg, ew));
-    FSC_TRY(to_sources(m, dy, dxe, tmp));   /* dy: the dispatched rows' gradient, source side */
+    float *ew = dwg + r64(C * E);            /* 2 cap H + per_expert */
+    FSC_TRY(gather_rows(m, r, dg, dout, table));
+    FSC_TRY(dot_rows(m, r, dsl, r->ysrc, dg)); /* gradient of each combine weight */
+    FSC_TRY(scale_rows(m, r, dy, dg, r->sgate));
+    FSC_TRY(to_experts(m, r, dg, dy, tmp));    /* dg: the experts' output gradient, expert side */
+    FSC_TRY(experts_backward(m, r, dxe, gt, dg, p, ew));
+    FSC_TRY(to_sources(m, r, dy, dxe, tmp));   /* dy: the dispatched rows' gradient, source side */
     /* the gate: routing gradient on the host, then through the per-group gate product */
     float *hs = malloc(sl * sizeof(float)), *hl = malloc(S * E * sizeof(float));
     fsc_status s = hs && hl ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "moe backward: out of host memory");
     if (s == FSC_OK) s = fsc_device_download(m->dev, hs, dsl, sl * sizeof(float));
-    if (s == FSC_OK) s = moe_route_backward(&m->route, hl, hs, daux);
+    if (s == FSC_OK) s = moe_route_backward(&r->route, hl, hs, daux);
     if (s == FSC_OK) s = fsc_device_upload(m->dev, dl, hl, S * E * sizeof(float));
     free(hs), free(hl);
     FSC_TRY(s);
-    for (int g = 0; g < m->groups; g++) {
-        fsc_linear_rec lr = { m->inp + (size_t)g * Sg * C, (size_t)Sg, m->C, m->E, 0 };
+    for (int g = 0; g < r->groups; g++) {
+        fsc_linear_rec lr = { r->inp + (size_t)g * Sg * C, (size_t)Sg, m->C, m->E, 0 };
         FSC_TRY(fsc_linear_backward(m->dev, dinp + (size_t)g * Sg * C, dwg, NULL, &lr, dl + (size_t)g * Sg * E,
-                                    m->params, 0.0f, 0.0f));
-        FSC_TRY(FSC_K(m->dev, axpy, m->grads, 1.0f, dwg, C * E)); /* groups in order, as ranks in rank order */
+                                    p[0], 0.0f, 0.0f));
+        FSC_TRY(FSC_K(m->dev, axpy, gt[0], 1.0f, dwg, C * E)); /* groups in order, as ranks in rank order */
     }
-    return scatter_add_rows(m, dinp, dy, table);
+    return scatter_add_rows(m, r, dinp, dy, table);
 }
 
-fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, const float *dout, float daux) {
-    if (!m || !dinp || !dout) return fsc_error(FSC_ERR_INVALID, "moe backward: layer or buffers NULL");
-    if (!m->fwd_done)
+fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, float *const *g, fsc_moe_rec *r, const float *dout,
+                            const float *const *p, float daux) {
+    if (!m || !r || !dinp || !dout) return fsc_error(FSC_ERR_INVALID, "moe backward: layer, record or buffers NULL");
+    if (!r->fwd_done)
         return fsc_error(FSC_ERR_STATE, "moe backward: no forward to differentiate (backward runs once per forward)");
-    m->fwd_done = 0;
-    size_t S = (size_t)m->S, C = (size_t)m->C, E = (size_t)m->E, sl = m->slots, H = (size_t)m->H;
+    if (!p) p = m->ptab;
+    if (!g) g = m->gtab;
+    FSC_TRY(check_table(m, p, "backward"));
+    FSC_TRY(check_table(m, (const float *const *)g, "backward (gradients)"));
+    r->fwd_done = 0;
+    size_t S = (size_t)r->S, C = (size_t)m->C, E = (size_t)m->E, sl = r->slots, H = (size_t)m->H;
     size_t wn = r64((S + 1) * C) + 4 * r64(sl * C) + r64(sl) + r64(S * E) + r64(C * E) +
-                2 * r64(sl / (size_t)m->El * H);
+                2 * r64((size_t)r->cap * H) + r64(m->per_expert);
     float *w;
     FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_WORKSPACE, wn * sizeof(float), (void **)&w));
-    fsc_status s = backward_body(m, dinp, dout, daux, w);
+    fsc_status s = backward_body(m, r, dinp, g, dout, p, daux, w);
     fsc_device_release(m->dev, w);
     return s;
 }
 
-fsc_status fsc_moe_routing(const fsc_moe *m, int32_t *experts, float *gates, int32_t *kept) {
-    if (!m->route.expert) return fsc_error(FSC_ERR_STATE, "moe routing: no forward has run");
-    size_t n = (size_t)m->S * m->k;
+fsc_status fsc_moe_routing(const fsc_moe_rec *r, int32_t *experts, float *gates, int32_t *kept) {
+    if (!r || !r->route.expert) return fsc_error(FSC_ERR_STATE, "moe routing: the record holds no forward");
+    size_t n = (size_t)r->S * r->route.k;
     for (size_t i = 0; i < n; i++) {
-        if (experts) experts[i] = m->route.expert[i];
-        if (gates) gates[i] = m->route.gate[i];
-        if (kept) kept[i] = m->route.slot[i] >= 0;
+        if (experts) experts[i] = r->route.expert[i];
+        if (gates) gates[i] = r->route.gate[i];
+        if (kept) kept[i] = r->route.slot[i] >= 0;
     }
     return FSC_OK;
 }

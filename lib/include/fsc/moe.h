@@ -22,11 +22,22 @@
  * its slots in (source rank, group, slot) order, so the layer on G ranks computes exactly what one rank
  * computes with all E experts and G groups: the same products of the same shapes, bit for bit.
  *
+ * The experts run one product per (source rank, dispatch group) block of `capacity` rows, and add their
+ * weight gradients block by block in that order, so that a result never depends on how many blocks an expert
+ * sees at once: G ranks with one group each reproduce, bit for bit, G ranks that each hold every expert and
+ * sum their expert gradients in rank order (what data parallelism does), and one rank with G groups.
+ *
  * Routing runs on the host (S x E gate logits are downloaded); tokens move on the device (row gathers and
- * scatters with the embedding kernels). One forward is in flight at a time: backward uses the record the
- * last forward left in the layer. Parameters (HF [in, out] layout, keyed-RNG names under cfg->name):
- *   <name>.gate.weight (C, E) replicated; <name>.experts.<e>.c_fc.weight (C, H), .c_fc.bias (H),
- *   .c_proj.weight (H, C), .c_proj.bias (C) for this rank's experts. */
+ * scatters with the embedding kernels). What a forward keeps for backward lives in a per-call record
+ * (fsc_moe_rec), so several micro-batches can be in flight.
+ *
+ * Parameters (HF [in, out] layout, names under cfg->name) as a table of 1 + 4 E tensors:
+ *   [0] <name>.gate.weight (C, E), replicated;
+ *   [1 + 4 e + 0..3] <name>.experts.<e>.c_fc.weight (C, H), .c_fc.bias (H), .c_proj.weight (H, C),
+ *   .c_proj.bias (C). Only this rank's experts are read (the other entries may be NULL).
+ * fsc_moe_create allocates and initializes the gate and this rank's experts (standalone use, keyed RNG
+ * N(0, 0.02), biases 0); fsc_moe_create_view makes a layer whose parameters the caller holds and passes to
+ * every call (the GPT's MoE blocks). */
 #ifndef FSC_MOE_H
 #define FSC_MOE_H
 #include <stddef.h>
@@ -59,27 +70,45 @@ typedef struct {
 } fsc_moe_stats;
 
 typedef struct fsc_moe fsc_moe;
+typedef struct fsc_moe_rec fsc_moe_rec;
 
 /* ep: the expert-parallel group (NULL: one rank, every expert local). experts must divide by its size. */
 fsc_status fsc_moe_create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, uint64_t seed, fsc_moe **out);
+/* The same layer without parameter memory: every forward and backward passes the tables. */
+fsc_status fsc_moe_create_view(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, fsc_moe **out);
 void fsc_moe_free(fsc_moe *m);
-/* This rank's parameters and gradients (device, flat: the gate, then its experts in order) and their length. */
+/* Entries of the parameter table: 1 + 4 E (1 for identity experts). */
+int fsc_moe_num_tensors(const fsc_moe_config *cfg);
+/* This rank's experts: [first, first + count). */
+void fsc_moe_local_experts(const fsc_moe *m, int *first, int *count);
+/* fsc_moe_create only: this rank's parameters and gradients (device, flat: the gate, then its experts in
+ * order, each expert's 4 tensors in table order) and their length. */
 float *fsc_moe_params(fsc_moe *m);
 float *fsc_moe_grads(fsc_moe *m);
 size_t fsc_moe_num_local(const fsc_moe *m);
 /* Offset in the flat buffers of the gate (0) and of local expert j's first tensor. */
 size_t fsc_moe_expert_offset(const fsc_moe *m, int j);
 
-/* out (S, C) = the layer applied to inp (S, C): S tokens in `groups` dispatch groups of S / groups
- * consecutive tokens. Collective over ep: every rank passes the same S and groups. inp must stay unchanged
- * until backward. stats may be NULL. */
-fsc_status fsc_moe_forward(fsc_moe *m, float *out, const float *inp, int S, int groups, fsc_moe_stats *stats);
+/* A record for calls on S tokens in `groups` dispatch groups of S / groups consecutive tokens (device
+ * memory, FSC_TAG_ACTS). A record holds one forward until its backward. */
+fsc_status fsc_moe_rec_create(fsc_moe *m, int S, int groups, fsc_moe_rec **out);
+void fsc_moe_rec_free(fsc_moe_rec *rec);
+size_t fsc_moe_rec_bytes(const fsc_moe_rec *rec);
+/* Slots per expert and group for S / groups tokens per group. */
+int fsc_moe_capacity(const fsc_moe *m, int S, int groups);
+
+/* out (S, C) = the layer applied to inp (S, C). p: the parameter table (NULL: the layer's own).
+ * Collective over ep: every rank passes records of the same S and groups. inp must stay unchanged until
+ * backward. stats may be NULL. */
+fsc_status fsc_moe_forward(fsc_moe *m, float *out, fsc_moe_rec *rec, const float *inp, const float *const *p,
+                           fsc_moe_stats *stats);
 /* dinp (S, C) = (overwrites) the gradient w.r.t. inp of sum(out * dout) + daux * aux; parameter
- * gradients += (the gate's from this rank's tokens only: sum it over the data-parallel group as any
- * replicated parameter). Collective. */
-fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, const float *dout, float daux);
-/* The last forward's routing, host arrays of S x k: the chosen experts, and the combine weight of each
+ * gradients += into the table g (NULL: the layer's own; the gate's from this rank's tokens only: sum it over
+ * the data-parallel group as any replicated parameter). Collective. */
+fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, float *const *g, fsc_moe_rec *rec, const float *dout,
+                            const float *const *p, float daux);
+/* The record's forward routing, host arrays of S x k: the chosen experts, and the combine weight of each
  * choice (0 when the assignment was dropped); kept: 1 if the assignment got a slot. */
-fsc_status fsc_moe_routing(const fsc_moe *m, int32_t *experts, float *gates, int32_t *kept);
+fsc_status fsc_moe_routing(const fsc_moe_rec *rec, int32_t *experts, float *gates, int32_t *kept);
 
 #endif

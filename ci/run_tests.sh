@@ -8,7 +8,13 @@ for t in "$dir"/test_*; do
   n=$((n+1))
   start=$(date +%s)
   if "$t" > "$t.log" 2>&1; then
-    echo "PASS $(basename "$t") ($(( $(date +%s) - start ))s)"
+    skipped=$(grep -c '^\[  SKIPPED \]' "$t.log" || true)
+    if [ "$skipped" -gt 0 ]; then
+      why=$(grep -m1 '^skipped: ' "$t.log" | cut -c10-120)
+      echo "PASS $(basename "$t") ($(( $(date +%s) - start ))s; $skipped skipped: $why)"
+    else
+      echo "PASS $(basename "$t") ($(( $(date +%s) - start ))s)"
+    fi
   else
     echo "FAIL $(basename "$t"), log follows"; cat "$t.log"; fail=1
   fi

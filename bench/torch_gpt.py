@@ -5,6 +5,8 @@ GPT-2 architecture: token + position embeddings, 4 pre-LayerNorm blocks (causal 
 MLP with 4x expansion and tanh GELU), final LayerNorm, head tied to the token embedding; width 256, context
 128, batch 8, byte vocabulary. AdamW (lr 1e-3), gradient clipping at norm 1, as bench_gpt.
 Prints tokens/s (median over the measured steps) for torch.set_num_threads(1) and (2), each in its own process.
+torch.set_num_threads does not reach the BLAS: Debian's torch calls OpenBLAS (libblas.so.3), whose own thread
+pool keeps its default (all cores, or OPENBLAS_NUM_THREADS), so each run also prints the BLAS threads it had.
 Usage: torch_gpt.py [--threads N] [--steps N] [--warmup N] [--data PATH]
 """
 import argparse
@@ -73,6 +75,21 @@ def build_model(torch):
     return model
 
 
+def blas_threads():
+    """OpenBLAS's thread count in this process, or '?' when the BLAS is not OpenBLAS."""
+    import ctypes
+    try:
+        libs = sorted({l.split()[-1] for l in open("/proc/self/maps") if "blas" in l.lower() and "/" in l})
+    except OSError:
+        return "?"
+    for path in libs:
+        try:
+            return str(ctypes.CDLL(path).openblas_get_num_threads())
+        except (OSError, AttributeError):
+            continue
+    return "?"
+
+
 def run(threads, steps, warmup, data_path):
     import torch
     torch.set_num_threads(threads)
@@ -102,9 +119,10 @@ def run(threads, steps, warmup, data_path):
             times.append(dt)
     med = statistics.median(times)
     params = sum(p.numel() for p in model.parameters())
-    print("torch %s, %d threads: %d params, loss %.4f, median %.1f ms/step, %.0f tokens/s"
-          % (torch.__version__, threads, params, loss.item(), med * 1e3, B * T / med))
-    print("RESULT torch threads %d tokens_per_s %.1f" % (threads, B * T / med))
+    nb = blas_threads()
+    print("torch %s, %d threads (OpenBLAS %s threads): %d params, loss %.4f, median %.1f ms/step, %.0f tokens/s"
+          % (torch.__version__, threads, nb, params, loss.item(), med * 1e3, B * T / med))
+    print("RESULT torch threads %d tokens_per_s %.1f blas_threads %s" % (threads, B * T / med, nb))
 
 
 def main():

@@ -1,6 +1,6 @@
 /* The GPT-2 model's description: configuration checks, parameter tensors in Hugging Face order with
- * names and shapes, initial values from the keyed RNG, and the model object (pointer tables only).
- * Not here: running the model (gpt_run.c) and file input/output (gpt_io.c). */
+ * names and shapes (MoE blocks included), initial values from the keyed RNG, and the model object (pointer
+ * tables and the MoE layers). Not here: running the model (gpt_run.c, gpt_moe.c) and files (gpt_io.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +14,41 @@
 #define MAX_HEADS (1 << 16)
 #define MAX_SEQ (1 << 20)
 #define MAX_VOCAB (1 << 24)
+#define MAX_EXPERTS 4096
+#define MAX_TENSORS (1 << 28)
+
+static int moe_every(const fsc_gpt_config *c) { return c->moe_every ? c->moe_every : 1; }
+
+static fsc_status validate_moe(const fsc_gpt_config *c) {
+    if (c->moe_experts == 0) {
+        if (c->moe_top_k || c->moe_every || c->moe_capacity != 0.0f || c->moe_aux != 0.0f)
+            return fsc_error(FSC_ERR_INVALID, "gpt config: moe_top_k, moe_every, moe_capacity and moe_aux apply to "
+                             "MoE models only (set moe_experts)");
+        return FSC_OK;
+    }
+    if (c->moe_experts < 1 || c->moe_experts > MAX_EXPERTS)
+        return fsc_error(FSC_ERR_INVALID, "gpt config: moe_experts is %d, must be in [1, %d] (0: no MoE)",
+                         c->moe_experts, MAX_EXPERTS);
+    int k = c->moe_top_k ? c->moe_top_k : 1;
+    if (k != 1 && k != 2)
+        return fsc_error(FSC_ERR_INVALID, "gpt config: moe_top_k is %d; top-1 and top-2 gating are supported", k);
+    if (k > c->moe_experts)
+        return fsc_error(FSC_ERR_INVALID, "gpt config: top-%d gating needs at least %d experts, not %d", k, k,
+                         c->moe_experts);
+    if (c->moe_every < 0 || moe_every(c) > c->layers)
+        return fsc_error(FSC_ERR_INVALID, "gpt config: moe_every is %d; with %d blocks it must be in [1, %d] (every "
+                         "N-th block is an MoE block)", c->moe_every, c->layers, c->layers);
+    if (!(c->moe_capacity >= 0.0f) || !isfinite(c->moe_capacity))
+        return fsc_error(FSC_ERR_INVALID, "gpt config: moe_capacity %g must be a positive number (0: 1.0)",
+                         (double)c->moe_capacity);
+    if (!(c->moe_aux >= 0.0f) || !isfinite(c->moe_aux))
+        return fsc_error(FSC_ERR_INVALID, "gpt config: moe_aux %g must be a finite number >= 0", (double)c->moe_aux);
+    double nt = 4.0 + 12.0 * c->layers + (double)(c->layers / moe_every(c)) * (4.0 * c->moe_experts - 3.0);
+    if (nt > MAX_TENSORS)
+        return fsc_error(FSC_ERR_INVALID, "gpt config: %d layers with %d experts make %.0f tensors, more than %d",
+                         c->layers, c->moe_experts, nt, MAX_TENSORS);
+    return FSC_OK;
+}
 
 fsc_status fsc_gpt_config_validate(const fsc_gpt_config *c) {
     if (!c) return fsc_error(FSC_ERR_INVALID, "gpt config: NULL");
@@ -30,12 +65,44 @@ fsc_status fsc_gpt_config_validate(const fsc_gpt_config *c) {
                          MAX_SEQ);
     if (c->vocab < 1 || c->vocab > MAX_VOCAB)
         return fsc_error(FSC_ERR_INVALID, "gpt config: vocab is %d, must be in [1, %d]", c->vocab, MAX_VOCAB);
-    return FSC_OK;
+    return validate_moe(c);
 }
 
-int fsc_gpt_num_tensors(const fsc_gpt_config *c) { return 2 + FSC_GPT_BLOCK_PARAMS * c->layers + 2; }
+/* An MoE block has 4 E - 3 tensors more than a dense one; blocks [0, b) hold b / N MoE blocks. */
+static int moe_extra(const fsc_gpt_config *c) { return c->moe_experts ? 4 * c->moe_experts - 3 : 0; }
 
-int fsc_gpt_block_first_tensor(const fsc_gpt_config *c, int b) { return 2 + FSC_GPT_BLOCK_PARAMS * b; }
+int fsc_gpt_block_is_moe(const fsc_gpt_config *c, int b) {
+    return c->moe_experts > 0 && b >= 0 && b < c->layers && (b + 1) % moe_every(c) == 0;
+}
+
+int fsc_gpt_num_moe_blocks(const fsc_gpt_config *c) { return c->moe_experts ? c->layers / moe_every(c) : 0; }
+
+int fsc_gpt_block_num_tensors(const fsc_gpt_config *c, int b) {
+    return FSC_GPT_BLOCK_PARAMS + (fsc_gpt_block_is_moe(c, b) ? moe_extra(c) : 0);
+}
+
+int fsc_gpt_block_first_tensor(const fsc_gpt_config *c, int b) {
+    int moe_before = c->moe_experts ? b / moe_every(c) : 0;
+    return 2 + FSC_GPT_BLOCK_PARAMS * b + moe_before * moe_extra(c);
+}
+
+int fsc_gpt_num_tensors(const fsc_gpt_config *c) { return fsc_gpt_block_first_tensor(c, c->layers) + 2; }
+
+/* The block holding tensor i (2 <= i < num_tensors - 2) and the index inside it. */
+static void locate(const fsc_gpt_config *c, int i, int *b, int *k) {
+    int lo = 0, hi = c->layers - 1; /* the last block whose first tensor is <= i */
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (fsc_gpt_block_first_tensor(c, mid) <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    *b = lo;
+    *k = i - fsc_gpt_block_first_tensor(c, lo);
+}
+
+/* Inside an MoE block, k >= 8: the gate (8), or tensor t of expert e. */
+enum { MOE_GATE = FSC_B_FC_W };
+static const char *const expert_names[4] = { "c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias" };
 
 static const char *const block_names[FSC_GPT_BLOCK_PARAMS] = {
     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
@@ -56,6 +123,7 @@ fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *ou
     int64_t C = c->dim, V = c->vocab, T = c->seq;
     if (i < 0 || i >= n) return fsc_error(FSC_ERR_INVALID, "gpt: tensor index %d out of range [0, %d)", i, n);
     memset(out, 0, sizeof *out);
+    out->expert = -1;
     if (i == FSC_P_WTE) {
         snprintf(out->name, sizeof out->name, "wte.weight");
         set_shape(out, 2, V, C);
@@ -69,9 +137,23 @@ fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *ou
         set_shape(out, 1, C, 0);
         out->layer = L + 1;
     } else {
-        int b = (i - 2) / FSC_GPT_BLOCK_PARAMS, k = (i - 2) % FSC_GPT_BLOCK_PARAMS;
-        snprintf(out->name, sizeof out->name, "h.%d.%s", b, block_names[k]);
+        int b, k;
+        locate(c, i, &b, &k);
         out->layer = b + 1;
+        out->expert = -1;
+        if (fsc_gpt_block_is_moe(c, b) && k >= MOE_GATE) {
+            if (k == MOE_GATE) {
+                snprintf(out->name, sizeof out->name, "h.%d.mlp.gate.weight", b);
+                set_shape(out, 2, C, c->moe_experts);
+                return FSC_OK;
+            }
+            int e = (k - MOE_GATE - 1) / 4, t = (k - MOE_GATE - 1) % 4;
+            snprintf(out->name, sizeof out->name, "h.%d.mlp.experts.%d.%s", b, e, expert_names[t]);
+            out->expert = e;
+            k = FSC_B_FC_W + t; /* shaped as the dense MLP's tensor */
+        } else {
+            snprintf(out->name, sizeof out->name, "h.%d.%s", b, block_names[k]);
+        }
         switch (k) {
         case FSC_B_ATTN_W: set_shape(out, 2, C, 3 * C); break;
         case FSC_B_ATTN_B: set_shape(out, 1, 3 * C, 0); break;
@@ -86,8 +168,37 @@ fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *ou
 }
 
 size_t fsc_gpt_num_params(const fsc_gpt_config *c) {
-    size_t C = (size_t)c->dim, L = (size_t)c->layers;
-    return (size_t)c->vocab * C + (size_t)c->seq * C + L * (12 * C * C + 13 * C) + 2 * C;
+    size_t C = (size_t)c->dim, L = (size_t)c->layers, M = (size_t)fsc_gpt_num_moe_blocks(c), E = (size_t)c->moe_experts;
+    /* an MoE block trades the MLP (8 C^2 + 5 C) for a gate (C E) and E such MLPs */
+    size_t moe = M ? M * (C * E + (E - 1) * (8 * C * C + 5 * C)) : 0;
+    return (size_t)c->vocab * C + (size_t)c->seq * C + L * (12 * C * C + 13 * C) + 2 * C + moe;
+}
+
+/* Parse a decimal without leading zeros below `limit` at *p; -1 if there is none. */
+static long parse_index(const char **p, long limit) {
+    const char *q = *p;
+    if (*q < '0' || *q > '9' || (*q == '0' && q[1] >= '0' && q[1] <= '9')) return -1;
+    long v = 0;
+    while (*q >= '0' && *q <= '9') {
+        v = v * 10 + (*q++ - '0');
+        if (v >= limit) return -1;
+    }
+    *p = q;
+    return v;
+}
+
+/* Tensor index of "mlp.gate.weight" or "mlp.experts.{e}.{name}" in MoE block b; -1 if none. */
+static int moe_param_index(const fsc_gpt_config *c, int b, const char *p) {
+    if (!fsc_gpt_block_is_moe(c, b)) return -1;
+    int first = fsc_gpt_block_first_tensor(c, b) + MOE_GATE;
+    if (!strcmp(p, "mlp.gate.weight")) return first;
+    if (strncmp(p, "mlp.experts.", 12) != 0) return -1;
+    p += 12;
+    long e = parse_index(&p, c->moe_experts);
+    if (e < 0 || *p++ != '.') return -1;
+    for (int t = 0; t < 4; t++)
+        if (!strcmp(p, expert_names[t])) return first + 1 + 4 * (int)e + t;
+    return -1;
 }
 
 int fsc_gpt_param_index(const fsc_gpt_config *c, const char *name) {
@@ -106,16 +217,19 @@ int fsc_gpt_param_index(const fsc_gpt_config *c, const char *name) {
         if (b >= c->layers) return -1;
     }
     if (*p++ != '.') return -1;
+    int moe = fsc_gpt_block_is_moe(c, (int)b);
     for (int k = 0; k < FSC_GPT_BLOCK_PARAMS; k++)
-        if (!strcmp(p, block_names[k])) return fsc_gpt_block_first_tensor(c, (int)b) + k;
-    return -1;
+        if (!strcmp(p, block_names[k]) && !(moe && k >= MOE_GATE)) return fsc_gpt_block_first_tensor(c, (int)b) + k;
+    return moe ? moe_param_index(c, (int)b, p) : -1;
 }
 
 void fsc_gpt_init_values(const fsc_gpt_config *c, uint64_t seed, int i, size_t first, size_t n, float *out) {
     fsc_param_info p;
     if (fsc_gpt_param_info(c, i, &p) != FSC_OK) return;
-    int k = (i - 2) % FSC_GPT_BLOCK_PARAMS;
-    int in_block = i >= 2 && i < fsc_gpt_num_tensors(c) - 2;
+    int in_block = i >= 2 && i < fsc_gpt_num_tensors(c) - 2, b = 0, k = 0;
+    if (in_block) locate(c, i, &b, &k);
+    if (in_block && fsc_gpt_block_is_moe(c, b) && k > MOE_GATE) /* an expert: as the dense MLP's tensor */
+        k = FSC_B_FC_W + (k - MOE_GATE - 1) % 4;
     if (p.ndim == 1) { /* layer norm weights 1, every bias and layer norm bias 0 */
         int ln_weight = in_block ? (k == FSC_B_LN1_W || k == FSC_B_LN2_W) : !strcmp(p.name, "ln_f.weight");
         for (size_t j = 0; j < n; j++) out[j] = ln_weight ? 1.0f : 0.0f;
@@ -145,6 +259,7 @@ fsc_status fsc_gpt_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_gpt **
     for (int i = 0; i < m->n_tensors; i++) fsc_gpt_param_info(cfg, i, &m->info[i]);
     size_t wte_bytes = (size_t)cfg->vocab * cfg->dim * sizeof(float);
     fsc_status s = fsc_device_calloc(dev, FSC_TAG_GRADS, wte_bytes, (void **)&m->dwte_head);
+    if (s == FSC_OK && cfg->moe_experts) s = fsc_gpt_set_expert_group(m, NULL);
     if (s != FSC_OK) {
         fsc_gpt_free(m);
         return s;
@@ -153,8 +268,53 @@ fsc_status fsc_gpt_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_gpt **
     return FSC_OK;
 }
 
+static void free_moe(fsc_gpt *m) {
+    if (!m->moe) return;
+    for (int b = 0; b < m->cfg.layers; b++) fsc_moe_free(m->moe[b]);
+    free(m->moe);
+    m->moe = NULL;
+}
+
+fsc_status fsc_gpt_set_expert_group(fsc_gpt *m, fsc_comm *ep) {
+    const fsc_gpt_config *c = &m->cfg;
+    if (!c->moe_experts) return fsc_error(FSC_ERR_INVALID, "gpt: an expert-parallel group needs an MoE model "
+                                          "(moe_experts > 0)");
+    int G = ep ? fsc_comm_size(ep) : 1;
+    if (c->moe_experts % G != 0)
+        return fsc_error(FSC_ERR_INVALID, "gpt: %d experts do not split over an expert-parallel group of %d",
+                         c->moe_experts, G);
+    free_moe(m);
+    m->ep = ep;
+    m->moe = calloc((size_t)c->layers, sizeof *m->moe);
+    if (!m->moe) return fsc_error(FSC_ERR_NOMEM, "gpt: out of host memory");
+    for (int b = 0; b < c->layers; b++) {
+        if (!fsc_gpt_block_is_moe(c, b)) continue;
+        char name[64];
+        snprintf(name, sizeof name, "h.%d.mlp", b);
+        fsc_moe_config mc = { .dim = c->dim, .hidden = 4 * c->dim, .experts = c->moe_experts,
+                              .top_k = c->moe_top_k ? c->moe_top_k : 1, .capacity_factor = c->moe_capacity,
+                              .expert = FSC_MOE_EXPERT_MLP, .name = name };
+        fsc_status s = fsc_moe_create_view(m->dev, ep, &mc, &m->moe[b]);
+        if (s != FSC_OK) {
+            free_moe(m);
+            return s;
+        }
+    }
+    return FSC_OK;
+}
+
+void fsc_gpt_local_experts(const fsc_gpt *m, int *first, int *count) {
+    *first = *count = 0;
+    for (int b = 0; m->moe && b < m->cfg.layers; b++)
+        if (m->moe[b]) {
+            fsc_moe_local_experts(m->moe[b], first, count);
+            return;
+        }
+}
+
 void fsc_gpt_free(fsc_gpt *m) {
     if (!m) return;
+    free_moe(m);
     fsc_device_release(m->dev, m->dwte_head);
     free(m->info);
     free(m->param);

@@ -11,12 +11,15 @@
  * (the same kernels on the same input, so the same bits) just before the block's backward.
  * Offload (with checkpoint): block inputs that are neither the record's input nor output nor the head's
  * input live in two alternating device buffers, with a host copy each, uploaded again for the recompute.
+ * MoE blocks (gpt_moe.c) keep a record of their own kind with the MoE layer's record inside; they are
+ * not checkpointed (their forward is collective over the expert group and routes on the host).
  * Not here: the model description and initial values (gpt.c), files (gpt_io.c). */
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/gpt.h"
 #include "fsc/nn.h"
 #include "fsc/device_impl.h"
+#include "gpt_moe.h"
 
 struct fsc_gpt_acts {
     fsc_gpt *m;
@@ -33,6 +36,8 @@ struct fsc_gpt_acts {
     float **xhost;           /* offload: host copy of x[j - lo], or NULL where x stays on device */
     size_t host_bytes;
     fsc_block_rec *blk;      /* b1 - b0 + 1 records (all bound to one area under checkpoint) */
+    gpt_moe_rec *mblk;       /* b1 - b0 + 1: the records of MoE blocks (unused for dense ones) */
+    fsc_moe_stats moe;       /* the MoE blocks of the last forward, summed */
     float *lnf;              /* (B, T, C) */
     float *lnf_mean, *lnf_rstd; /* (B, T) */
     float *logits;           /* (B, T, V) */
@@ -71,12 +76,20 @@ static size_t layout(fsc_gpt_acts *a, float *base) {
     a->dres = take(&ar, btc);
     size_t saved = fsc_block_saved_floats(B, T, C, NH);
     float *shared = a->o.checkpoint && a->b0 <= a->b1 ? take(&ar, saved) : NULL;
+    size_t work = 0;
     for (int l = a->b0; l <= a->b1; l++) {
+        if (fsc_gpt_block_is_moe(&a->m->cfg, l - 1)) { /* never checkpointed (fsc_gpt_acts_create) */
+            float *s = take(&ar, gpt_moe_saved_floats(B, T, C, NH));
+            if (base) gpt_moe_rec_bind(&a->mblk[l - a->b0], s, B, T, C, NH);
+            size_t w = gpt_moe_work_floats(B, T, C, NH);
+            if (w > work) work = w;
+            continue;
+        }
         float *s = a->o.checkpoint ? shared : take(&ar, saved);
         if (base) fsc_block_rec_bind(&a->blk[l - a->b0], s, B, T, C, NH);
+        size_t w = fsc_block_work_floats(B, T, C, NH);
+        if (w > work) work = w;
     }
-    size_t work = 0;
-    if (a->b0 <= a->b1) work = fsc_block_work_floats(B, T, C, NH);
     if (a->has_head) {
         a->lnf = take(&ar, btc);
         a->lnf_mean = take(&ar, N);
@@ -104,6 +117,10 @@ fsc_status fsc_gpt_acts_create(fsc_gpt *m, const fsc_gpt_acts_opts *o, fsc_gpt_a
     if (o->offload_inputs && !o->checkpoint)
         return fsc_error(FSC_ERR_INVALID, "gpt acts: offload_inputs needs checkpoint (only checkpointed block "
                          "inputs are offloaded)");
+    for (int l = o->first > 1 ? o->first : 1; o->checkpoint && l <= o->last && l <= L; l++)
+        if (fsc_gpt_block_is_moe(c, l - 1))
+            return fsc_error(FSC_ERR_INVALID, "gpt acts: activation checkpointing of MoE blocks is not supported "
+                             "yet (block %d is one)", l - 1);
     /* every gemm dimension must fit int; the record must be addressable */
     double est = (double)o->B * o->T * ((double)c->heads * o->T * 3 + (double)c->dim * 16 * (L + 2) +
                                         (double)c->vocab * 2);
@@ -125,8 +142,9 @@ fsc_status fsc_gpt_acts_create(fsc_gpt *m, const fsc_gpt_acts_opts *o, fsc_gpt_a
     a->x = calloc((size_t)ns, sizeof *a->x);
     a->xhost = calloc((size_t)ns, sizeof *a->xhost);
     a->blk = calloc(nb ? (size_t)nb : 1, sizeof *a->blk);
+    a->mblk = calloc(nb ? (size_t)nb : 1, sizeof *a->mblk);
     fsc_status s = FSC_OK;
-    if (!a->x || !a->xhost || !a->blk) s = fsc_error(FSC_ERR_NOMEM, "gpt acts: out of host memory");
+    if (!a->x || !a->xhost || !a->blk || !a->mblk) s = fsc_error(FSC_ERR_NOMEM, "gpt acts: out of host memory");
     size_t floats = layout(a, NULL);
     if (s == FSC_OK) s = fsc_device_alloc(m->dev, FSC_TAG_ACTS, floats * sizeof(float), (void **)&a->mem);
     if (s == FSC_OK) {
@@ -137,6 +155,12 @@ fsc_status fsc_gpt_acts_create(fsc_gpt *m, const fsc_gpt_acts_opts *o, fsc_gpt_a
             a->xhost[j - a->lo] = malloc(a->N * (size_t)a->C * sizeof(float));
             if (!a->xhost[j - a->lo]) s = fsc_error(FSC_ERR_NOMEM, "gpt acts: out of host memory (offload)");
             a->host_bytes += a->N * (size_t)a->C * sizeof(float);
+        }
+        for (int l = a->b0; l <= a->b1 && s == FSC_OK; l++) {
+            if (!fsc_gpt_block_is_moe(c, l - 1)) continue;
+            if (!m->moe || !m->moe[l - 1]) s = fsc_error(FSC_ERR_STATE, "gpt acts: block %d has no MoE layer", l - 1);
+            else s = fsc_moe_rec_create(m->moe[l - 1], (int)a->N, 1, &a->mblk[l - a->b0].moe);
+            if (s == FSC_OK) a->bytes += fsc_moe_rec_bytes(a->mblk[l - a->b0].moe);
         }
     }
     if (s != FSC_OK) {
@@ -155,10 +179,23 @@ void fsc_gpt_acts_free(fsc_gpt_acts *a) {
     free(a->xhost);
     free(a->x);
     free(a->blk);
+    if (a->mblk)
+        for (int l = a->b0; l <= a->b1; l++) fsc_moe_rec_free(a->mblk[l - a->b0].moe);
+    free(a->mblk);
     free(a);
 }
 
 size_t fsc_gpt_acts_bytes(const fsc_gpt_acts *a) { return a ? a->bytes : 0; }
+
+void fsc_gpt_acts_moe_stats(const fsc_gpt_acts *a, fsc_moe_stats *out) {
+    static const fsc_moe_stats none = { 0 };
+    *out = a ? a->moe : none;
+}
+
+const fsc_moe_rec *fsc_gpt_acts_moe_rec(const fsc_gpt_acts *a, int b) {
+    if (!a || b + 1 < a->b0 || b + 1 > a->b1 || !fsc_gpt_block_is_moe(&a->m->cfg, b)) return NULL;
+    return a->mblk[b + 1 - a->b0].moe;
+}
 
 static fsc_status check_tokens(const int32_t *t, size_t n, int V, const char *what) {
     for (size_t i = 0; i < n; i++)
@@ -207,6 +244,22 @@ static fsc_status need(const fsc_gpt *m, int i0, int n, int layer, int grads) {
     return FSC_OK;
 }
 
+/* An MoE block's tensors: the 8 dense ones, the gate, and this rank's experts. */
+static fsc_status need_moe(const fsc_gpt *m, int b, int layer, int grads) {
+    int t0 = fsc_gpt_block_first_tensor(&m->cfg, b), first, count;
+    FSC_TRY(need(m, t0, FSC_B_FC_W + 1, layer, grads));
+    fsc_moe_local_experts(m->moe[b], &first, &count);
+    return need(m, t0 + FSC_B_FC_W + 1 + 4 * first, 4 * count, layer, grads);
+}
+
+static void add_stats(fsc_moe_stats *sum, const fsc_moe_stats *st) {
+    sum->aux_loss += st->aux_loss;
+    sum->capacity = st->capacity;
+    sum->tokens += st->tokens;
+    sum->assigned += st->assigned;
+    sum->dropped += st->dropped;
+}
+
 static float *xs(fsc_gpt_acts *a, int j) { return a->x[j - a->lo]; }
 static float *xhost(fsc_gpt_acts *a, int j) { return a->xhost[j - a->lo]; }
 
@@ -253,10 +306,18 @@ fsc_status fsc_gpt_forward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h, 
     if ((a->has_emb && !a->have_tok) || (a->has_head && !a->have_tgt))
         return fsc_error(FSC_ERR_STATE, "gpt forward: no micro-batch set (call fsc_gpt_acts_set_batch first)");
     a->fwd_done = 0;
+    memset(&a->moe, 0, sizeof a->moe);
     fsc_device *dev = m->dev;
     for (int l = a->o.first; l <= a->o.last; l++) {
         FSC_TRY(hook(h->pre_forward, h->ctx, l));
-        if (l == 0) {
+        if (l >= 1 && l <= a->L && fsc_gpt_block_is_moe(&m->cfg, l - 1)) {
+            int t0 = fsc_gpt_block_first_tensor(&m->cfg, l - 1);
+            FSC_TRY(need_moe(m, l - 1, l, 0));
+            fsc_moe_stats st;
+            FSC_TRY(gpt_moe_forward(dev, xs(a, l), &a->mblk[l - a->b0], xs(a, l - 1), m->moe[l - 1],
+                                    (const float *const *)&m->param[t0], a->work, &st));
+            add_stats(&a->moe, &st);
+        } else if (l == 0) {
             FSC_TRY(need(m, FSC_P_WTE, 2, 0, 0));
             FSC_TRY(fsc_embedding_forward(dev, xs(a, 0), NULL, a->tok, m->param[FSC_P_WTE], m->param[FSC_P_WPE],
                                           a->o.B, a->o.T, a->C));
@@ -291,6 +352,12 @@ fsc_status fsc_gpt_backward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h,
         FSC_TRY(hook(h->pre_backward, h->ctx, l));
         if (l == a->L + 1) {
             FSC_TRY(head_backward(m, a, dscale));
+        } else if (l >= 1 && fsc_gpt_block_is_moe(&m->cfg, l - 1)) {
+            int t0 = fsc_gpt_block_first_tensor(&m->cfg, l - 1);
+            FSC_TRY(need_moe(m, l - 1, l, 1));
+            float daux = m->cfg.moe_aux * dscale * (float)a->N;
+            FSC_TRY(gpt_moe_backward(dev, a->dres, &m->grad[t0], &a->mblk[l - a->b0], m->moe[l - 1],
+                                     (const float *const *)&m->param[t0], a->work, daux));
         } else if (l >= 1) {
             int t0 = fsc_gpt_block_first_tensor(&m->cfg, l - 1);
             FSC_TRY(need(m, t0, FSC_GPT_BLOCK_PARAMS, l, 1));

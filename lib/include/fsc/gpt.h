@@ -15,16 +15,34 @@
  * order is therefore the same whether the head and the embedding run on one rank or on two pipeline stages.
  * A record whose range holds layer 0 but not the head adds whatever m->dwte_head holds (the caller puts the
  * head stage's dwte_head there; fsc_gpt_create zeroes it); a record with the head but not layer 0 leaves
- * the head's part in m->dwte_head for the caller. */
+ * the head's part in m->dwte_head for the caller.
+ *
+ * Mixture of experts (moe_experts E > 0; docs/tensor_parallel.md): blocks N-1, 2N-1, ... (N = moe_every)
+ * replace their MLP with an MoE MLP (moe.h) of E experts, each an MLP of the dense one's shape. Such a
+ * block has 9 + 4 E tensors: the dense block's first 8 (ln_1, attn, ln_2), then
+ *   h.{i}.mlp.gate.weight (C, E), and for each expert e in order
+ *   h.{i}.mlp.experts.{e}.c_fc.weight (C, 4C), .c_fc.bias (4C), .c_proj.weight (4C, C), .c_proj.bias (C).
+ * Initial values as the dense MLP's (the gate as a weight, N(0, 0.02)). A dispatch group is the B T tokens
+ * of one micro-batch on one rank (GShard's and FairScale's unit: the capacity is per rank and micro-batch).
+ * The objective adds moe_aux times the sum over MoE blocks of their load-balancing loss, each the mean over
+ * the global batch's dispatch groups; the head reports the cross entropy alone, fsc_gpt_acts_moe_stats the
+ * rest. E = 0 is the dense GPT, unchanged. */
 #ifndef FSC_GPT_H
 #define FSC_GPT_H
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
+#include "moe.h"
 
 typedef struct {
     int layers, dim, heads, seq, vocab;
+    /* mixture of experts; moe_experts 0: a dense GPT (the other moe fields must then be 0) */
+    int moe_experts;         /* E experts in every MoE block */
+    int moe_top_k;           /* 1 (Switch) or 2 (GShard); 0: 1 */
+    int moe_every;           /* N: blocks N-1, 2N-1, ... are MoE blocks; 0: 1 (every block) */
+    float moe_capacity;      /* capacity factor; 0: 1.0 */
+    float moe_aux;           /* coefficient of the load-balancing loss in the objective (0: not trained) */
 } fsc_gpt_config;
 
 /* Parameters per block, in HF order. */
@@ -43,20 +61,26 @@ typedef struct {
     int64_t shape[2];    /* HF shape */
     size_t numel;
     int layer;           /* the layer that owns it: 0 embedding, 1..L blocks, L+1 head (wte: 0) */
+    int expert;          /* the MoE expert it belongs to, -1 for every other tensor (the gate included) */
 } fsc_param_info;
 
 /* Clear error for impossible configurations (dim % heads, sizes <= 0, ...). */
 fsc_status fsc_gpt_config_validate(const fsc_gpt_config *c);
-int fsc_gpt_num_tensors(const fsc_gpt_config *c);            /* 2 + 12 L + 2 */
+int fsc_gpt_num_tensors(const fsc_gpt_config *c);            /* 2 + 12 L + 2 for a dense GPT */
 fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *out);
 size_t fsc_gpt_num_params(const fsc_gpt_config *c);           /* total elements */
 int fsc_gpt_param_index(const fsc_gpt_config *c, const char *name); /* -1 if unknown */
-/* Index of the first tensor of block b (0-based): 2 + 12 b; of ln_f.weight: 2 + 12 L. */
+/* Index of the first tensor of block b (0-based): 2 + 12 b in a dense GPT; of ln_f.weight: b = L. */
 int fsc_gpt_block_first_tensor(const fsc_gpt_config *c, int b);
+/* Whether block b (0-based) is an MoE block, and its number of tensors (12, or 9 + 4 E). */
+int fsc_gpt_block_is_moe(const fsc_gpt_config *c, int b);
+int fsc_gpt_block_num_tensors(const fsc_gpt_config *c, int b);
+/* MoE blocks of the model. */
+int fsc_gpt_num_moe_blocks(const fsc_gpt_config *c);
 
 /* Initial values of elements [first, first+n) of tensor i, from the keyed RNG (seed, name, index):
- * weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0,
- * LayerNorm weights 1. Host memory. */
+ * weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj, mlp.experts.{e}.c_proj) N(0, 0.02/sqrt(2L)),
+ * biases 0, LayerNorm weights 1. Host memory. */
 void fsc_gpt_init_values(const fsc_gpt_config *c, uint64_t seed, int i, size_t first, size_t n, float *out);
 
 typedef struct fsc_gpt {
@@ -67,10 +91,20 @@ typedef struct fsc_gpt {
     float **param;          /* n_tensors device pointers, NULL while not materialized */
     float **grad;           /* n_tensors device pointers, NULL while not materialized */
     float *dwte_head;       /* (V, C) head part of the wte gradient, FSC_TAG_GRADS */
+    /* MoE: the layer of each block (NULL for dense blocks; layers entries, NULL when E = 0), over the
+     * expert-parallel group ep (NULL: one rank holds every expert). A rank reads its experts' tensors only:
+     * the others' param/grad pointers may stay NULL. */
+    fsc_moe **moe;
+    fsc_comm *ep;
 } fsc_gpt;
 
 fsc_status fsc_gpt_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_gpt **out);
 void fsc_gpt_free(fsc_gpt *m);
+/* Spread the experts over an expert-parallel group (moe.h): rank r of ep holds experts [r E/G, (r+1) E/G).
+ * Collective over ep when the model runs; call before creating activation records. ep must outlive m. */
+fsc_status fsc_gpt_set_expert_group(fsc_gpt *m, fsc_comm *ep);
+/* The experts this rank holds: [first, first + count) (every expert without a group; 0, 0 when dense). */
+void fsc_gpt_local_experts(const fsc_gpt *m, int *first, int *count);
 /* Point param[i]/grad[i] into flat buffers laid out in tensor order (offsets = prefix sums of numel).
  * grads may be NULL (inference). */
 void fsc_gpt_bind_flat(fsc_gpt *m, float *params, float *grads);
@@ -115,11 +149,19 @@ float *fsc_gpt_acts_grad_input(fsc_gpt_acts *a);
  * ascending token order) of the B*T per-token losses; otherwise 0. */
 fsc_status fsc_gpt_forward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h, double *loss_sum);
 /* Run layers [last .. first] backward, accumulating (+=) into m->grad. dscale multiplies the per-token
- * loss gradient: pass loss_scale / (global_batch * T) for the mean over the global batch.
+ * loss gradient: pass loss_scale / (global_batch * T) for the mean over the global batch. An MoE block's
+ * load-balancing loss gets moe_aux x dscale x B T (its share of the mean over the global batch's groups).
  * Backward runs once per forward (FSC_ERR_STATE otherwise). */
 fsc_status fsc_gpt_backward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h, float dscale);
 /* Peak activation bytes this record holds on the device (for reports); offloaded host copies excluded. */
 size_t fsc_gpt_acts_bytes(const fsc_gpt_acts *a);
+/* The MoE blocks in the record's range, summed over them, from its last forward: aux_loss the sum of the
+ * blocks' load-balancing losses (this rank's group), tokens, assigned and dropped the sums of the blocks'
+ * counts, capacity the slots per expert of one block. Zero without MoE blocks. */
+void fsc_gpt_acts_moe_stats(const fsc_gpt_acts *a, fsc_moe_stats *out);
+/* The MoE layer's record of block b (0-based) in this record, for fsc_moe_routing; NULL when block b is
+ * dense or outside the range. */
+const fsc_moe_rec *fsc_gpt_acts_moe_rec(const fsc_gpt_acts *a, int b);
 
 /* Full weights as safetensors in the HF GPT-2 layout (float32). Single-rank: reads/writes m->param. */
 fsc_status fsc_gpt_save(fsc_gpt *m, const char *path);

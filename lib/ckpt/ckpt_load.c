@@ -145,6 +145,9 @@ static void restore_counters(loader *L) {
 
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     if (!e || !path) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_load: no engine or no path");
+    if (e->tpm)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: training checkpoints of a tensor-parallel engine are not "
+                         "supported yet (fsc_engine_save_weights writes its full weights)", __func__);
     loader L = { .e = e, .path = path };
     fsc_status s = fsc_ckpt_meta_read(path, &L.m);
     if (s == FSC_OK) s = check_compat(&L);
@@ -171,6 +174,9 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
 
 fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step) {
     if (!e || !dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_resume: no engine or no directory");
+    if (e->tpm)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: training checkpoints of a tensor-parallel engine are not "
+                         "supported yet (fsc_engine_save_weights writes its full weights)", __func__);
     char path[4096] = "", base[128] = "";
     int64_t found = -1;
     fsc_status s = FSC_OK;

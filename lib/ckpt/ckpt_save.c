@@ -346,6 +346,9 @@ static fsc_status save_in(fsc_engine *e, const char *dir, const char *tmp, const
 
 fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts) {
     if (!e || !dir || !*dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: no engine or no directory");
+    if (e->tpm)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: training checkpoints of a tensor-parallel engine are not "
+                         "supported yet (fsc_engine_save_weights writes its full weights)", __func__);
     if (step < 0 || step > 999999999999LL)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: step %lld out of range", (long long)step);
     fsc_ckpt_save_opts o = opts ? *opts : (fsc_ckpt_save_opts){ 0 };
@@ -398,6 +401,9 @@ static fsc_status to_host(void *ctx, uint64_t first, const float *host, size_t n
 
 fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
     if (!e) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_full_state: engine is NULL");
+    if (e->tpm)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: training checkpoints of a tensor-parallel engine are not "
+                         "supported yet (fsc_engine_save_weights writes its full weights)", __func__);
     const int nstates = fsc_optim_num_states(e->opt);
     if (which < 0 || which >= nstates)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_full_state: the optimizer keeps %d states, not state %d", nstates,

@@ -151,6 +151,11 @@ float *fsc_optim_param(fsc_optim *o, int seg) {
     return o->seg[seg].param;
 }
 
+const float *fsc_optim_grad(const fsc_optim *o, int seg) {
+    if (!o || seg < 0 || seg >= o->nseg) return NULL;
+    return o->seg[seg].grad;
+}
+
 size_t fsc_optim_segment_len(const fsc_optim *o, int seg) {
     if (!o || seg < 0 || seg >= o->nseg) return 0;
     return o->seg[seg].n;

@@ -58,7 +58,7 @@ fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t
             size_t k = t_off + numel - (first + done);
             if (k > n - done) k = n - done;
             if (k > CHUNK) k = CHUNK;
-            fsc_gpt_init_values(&e->cfg, e->seed, t, in_t, k, host);
+            e->mo->init_values(e, t, in_t, k, host);
             s = fsc_device_upload(e->dev, dst + done, host, k * sizeof(float));
             done += k;
         }
@@ -154,11 +154,15 @@ static fsc_status hook_post_bwd(void *ctx, int l) {
     return e->st->post_backward ? e->st->post_backward(e, l) : FSC_OK;
 }
 
-static fsc_status validate(const fsc_rank *r, const fsc_parallel_opts *po, const fsc_optim_config *oc) {
-    const int dp = r->world / fsc_pipe_stages(po); /* the data-parallel group (the world without pipeline) */
-    if (po->kind == FSC_PAR_NONE && dp != 1)
+static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_parallel_opts *po,
+                           const fsc_optim_config *oc) {
+    const int dp = l->dp; /* the data-parallel group (the world without pipeline or tensor parallelism) */
+    if (po->kind == FSC_PAR_NONE && dp != 1 && dp == r->world)
         return fsc_error(FSC_ERR_INVALID, "parallel 'none' needs a world of 1 rank, not %d (use ddp or fsdp)",
                          r->world);
+    if (po->kind == FSC_PAR_NONE && dp != 1)
+        return fsc_error(FSC_ERR_INVALID, "parallel 'none' needs a data-parallel group of 1 rank, not %d (use ddp "
+                         "or fsdp)", dp);
     if (po->kind > FSC_PAR_ZERO2) return fsc_error(FSC_ERR_INVALID, "unknown parallel kind %d", (int)po->kind);
     if (po->accum < 1) return fsc_error(FSC_ERR_INVALID, "accum must be >= 1, not %d", po->accum);
     if (po->param_dtype != FSC_F32 && po->param_dtype != FSC_BF16 && po->param_dtype != FSC_F16)
@@ -174,7 +178,26 @@ static fsc_status validate(const fsc_rank *r, const fsc_parallel_opts *po, const
             return fsc_error(FSC_ERR_INVALID, "hybrid_shard: group of %d ranks does not divide the data group of %d",
                              g, dp);
     }
+    if (po->tp > 1 && po->checkpoint)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallelism does not support checkpoint (recomputing blocks) "
+                         "yet; a pipeline's checkpoint modes work");
+    if (po->sequence_parallel && po->tp < 2)
+        return fsc_error(FSC_ERR_INVALID, "sequence_parallel needs tensor parallelism (tp 2 or more, not %d)", po->tp);
     return FSC_OK;
+}
+
+/* world = dp x tp x pp in the options' rank order, with clear messages. */
+static fsc_status make_layout(const fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
+                              fsc_layout *l) {
+    if (po->tp < 0) return fsc_error(FSC_ERR_INVALID, "tp (tensor-parallel ranks) must be >= 1, not %d", po->tp);
+    const int tp = po->tp > 1 ? po->tp : 1, pp = fsc_pipe_stages(po);
+    int order[3];
+    FSC_TRY(fsc_layout_parse_order(po->order, order));
+    if (r->world % (tp * pp) != 0)
+        return fsc_error(FSC_ERR_INVALID, "a world of %d ranks does not split into tp %d x pp %d (world = dp x tp x "
+                         "pp)", r->world, tp, pp);
+    if (tp > 1) FSC_TRY(fsc_tp_check_config(cfg, tp));
+    return fsc_layout_make_ordered(r->world, tp, 0, pp, order, r->rank, l);
 }
 
 fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
@@ -182,14 +205,18 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     *out = NULL;
     FSC_TRY(fsc_gpt_config_validate(cfg));
     FSC_TRY(fsc_pipe_validate(r, cfg, po));
-    FSC_TRY(validate(r, po, oc));
+    fsc_layout lay;
+    FSC_TRY(make_layout(r, cfg, po, &lay));
+    FSC_TRY(validate(r, &lay, po, oc));
     fsc_engine *e = calloc(1, sizeof(*e));
     if (!e) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
     e->r = r;
     e->dev = r->dev;
     e->comm = r->comm;
     e->cfg = *cfg;
+    e->lay = lay;
     e->po = *po;
+    e->po.order = NULL; /* parsed into lay.order; the caller's string need not outlive the engine */
     e->oc = *oc;
     e->seed = seed;
     switch (po->kind) {
@@ -203,11 +230,12 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     fsc_loss_scaler_init(&e->scaler, po->init_loss_scale > 0 ? po->init_loss_scale : 65536.0f, 2000);
     e->lf = 0;
     e->ll = cfg->layers + 1;
-    fsc_status s = fsc_gpt_create(e->dev, cfg, &e->m);
+    e->mo = &fsc_gpt_model_ops;
+    fsc_status s = lay.tp > 1 ? fsc_tp_engine_create(e) : fsc_gpt_create(e->dev, cfg, &e->m);
     if (s == FSC_OK) s = fsc_optim_create(e->dev, oc, &e->opt);
     if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
     if (s == FSC_OK) s = e->st->setup(e);
-    if (s == FSC_OK) s = fsc_pipe_after_setup(e);
+    if (s == FSC_OK) s = e->tpm ? fsc_tp_engine_after_setup(e) : fsc_pipe_after_setup(e);
     if (s == FSC_OK && e->ll == cfg->layers + 1 && e->lf > 0) {
         /* the tied head on a stage without the embedding: a replica of wte */
         size_t n = e->m->info[FSC_P_WTE].numel;
@@ -224,20 +252,44 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
 }
 
 fsc_gpt *fsc_engine_model(fsc_engine *e) { return e->m; }
+const fsc_layout *fsc_engine_layout(const fsc_engine *e) { return &e->lay; }
 
-void fsc_engine_add_group(fsc_engine *e, fsc_comm *c) {
-    if (e->ngroups < (int)(sizeof e->groups / sizeof e->groups[0])) e->groups[e->ngroups++] = c;
+const char *fsc_group_kind_name(fsc_group_kind g) {
+    static const char *const names[FSC_GROUP_COUNT] = { "data", "tensor", "pipeline", "expert", "world" };
+    return g >= 0 && g < FSC_GROUP_COUNT ? names[g] : "?";
+}
+
+void fsc_engine_add_group_kind(fsc_engine *e, fsc_comm *c, fsc_group_kind kind) {
+    if (!c || c == e->comm) return;
+    for (int g = 0; g < e->ngroups; g++)
+        if (e->groups[g] == c) return;
+    if (e->ngroups < FSC_ENGINE_MAX_GROUPS) {
+        e->groups[e->ngroups] = c;
+        e->group_kind[e->ngroups++] = kind;
+    }
+}
+
+void fsc_engine_add_group(fsc_engine *e, fsc_comm *c) { fsc_engine_add_group_kind(e, c, FSC_GROUP_DATA); }
+
+static void add_stats(fsc_comm_stats *out, const fsc_comm_stats *st) {
+    for (int op = 0; op < FSC_OP_COUNT; op++) {
+        out->calls[op] += st->calls[op];
+        out->bytes[op] += st->bytes[op];
+    }
+}
+
+int fsc_engine_comm_stats_group(const fsc_engine *e, fsc_group_kind g, fsc_comm_stats *out) {
+    memset(out, 0, sizeof *out);
+    int n = 0;
+    if (g == FSC_GROUP_DATA) add_stats(out, fsc_comm_get_stats(e->comm)), n++;
+    for (int k = 0; k < e->ngroups; k++)
+        if (e->group_kind[k] == (int)g) add_stats(out, fsc_comm_get_stats(e->groups[k])), n++;
+    return n;
 }
 
 void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out) {
     *out = *fsc_comm_get_stats(e->comm);
-    for (int g = 0; g < e->ngroups; g++) {
-        const fsc_comm_stats *st = fsc_comm_get_stats(e->groups[g]);
-        for (int op = 0; op < FSC_OP_COUNT; op++) {
-            out->calls[op] += st->calls[op];
-            out->bytes[op] += st->bytes[op];
-        }
-    }
+    for (int g = 0; g < e->ngroups; g++) add_stats(out, fsc_comm_get_stats(e->groups[g]));
 }
 
 void fsc_engine_reset_comm_stats(fsc_engine *e) {
@@ -247,11 +299,11 @@ void fsc_engine_reset_comm_stats(fsc_engine *e) {
 
 static fsc_status ensure_acts(fsc_engine *e, int B) {
     if (e->acts && e->acts_B == B) return FSC_OK;
-    fsc_gpt_acts_free(e->acts);
+    if (e->acts) e->mo->acts_free(e, e->acts);
     e->acts = NULL;
     fsc_gpt_acts_opts o = { .B = B, .T = e->cfg.seq, .first = e->lf, .last = e->ll,
                             .checkpoint = e->po.checkpoint };
-    FSC_TRY(fsc_gpt_acts_create(e->m, &o, &e->acts));
+    FSC_TRY(e->mo->acts_create(e, &o, &e->acts));
     e->acts_B = B;
     return FSC_OK;
 }
@@ -304,11 +356,11 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
         e->sync = !e->po.no_sync || k == K - 1;
         const int32_t *tok = tokens + (size_t)k * mb * T;
         const int32_t *tgt = targets + (size_t)k * mb * T;
-        FSC_TRY(fsc_gpt_acts_set_batch(e->acts, tok, tgt));
+        FSC_TRY(e->mo->set_batch(e, e->acts, tok, tgt));
         double ls = 0;
-        FSC_TRY(fsc_gpt_forward(e->m, e->acts, &hooks, &ls));
+        FSC_TRY(e->mo->forward(e, e->acts, &hooks, &ls));
         loss_local += ls;
-        FSC_TRY(fsc_gpt_backward(e->m, e->acts, &hooks, dscale));
+        FSC_TRY(e->mo->backward(e, e->acts, &hooks, dscale));
     }
     if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
 
@@ -328,7 +380,17 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
             return FSC_OK;
         }
     }
-    if (e->po.clip > 0) {
+    if (e->po.clip > 0 && e->tpm) {
+        /* the norm over the pieces that count each element once; the factor of fsc_grad_clip on everything */
+        double norm = 0;
+        FSC_TRY(fsc_grad_norm(e->dev, e->norm_comm, e->nsegs, e->nlens, e->nnsegs, &norm));
+        if (norm > (double)e->po.clip) {
+            float factor = (float)((double)e->po.clip / (norm + 1e-6));
+            for (int i = 0; i < e->ngsegs; i++)
+                if (e->glens[i]) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], factor, e->glens[i]));
+        }
+        si.grad_norm = norm;
+    } else if (e->po.clip > 0) {
         double norm = 0;
         FSC_TRY(fsc_grad_clip(e->dev, e->norm_comm, e->gsegs, e->glens, e->ngsegs, e->po.clip, &norm));
         si.grad_norm = norm;
@@ -364,13 +426,17 @@ fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
         s = fsc_st_writer_open(path, &w);
         if (s == FSC_OK) s = fsc_st_writer_meta(w, "format", "pt"); /* as fsc_gpt_save: HF loaders require it */
         for (int i = 0; s == FSC_OK && i < e->m->n_tensors; i++) {
+            fsc_param_info full; /* with tensor parallelism e->m holds the slices' shapes */
             const fsc_param_info *pi = &e->m->info[i];
+            if (e->tpm && fsc_gpt_param_info(&e->cfg, i, &full) == FSC_OK) pi = &full;
             s = fsc_st_writer_add(w, pi->name, FSC_F32, pi->ndim, pi->shape);
         }
         if (s == FSC_OK) s = fsc_st_writer_begin_data(w);
     }
     s = agree(e, s);
-    if (s == FSC_OK) s = agree(e, e->pipe ? fsc_pipe_write_full(e, w) : e->st->write_full(e, w));
+    if (s == FSC_OK)
+        s = agree(e, e->tpm ? fsc_tp_engine_write_full(e, w) : e->pipe ? fsc_pipe_write_full(e, w)
+                                                                      : e->st->write_full(e, w));
     if (s == FSC_OK && w) {
         s = fsc_st_writer_commit(w);
         w = NULL;
@@ -384,12 +450,14 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
     fsc_status s = fsc_gpt_check_file(&e->cfg, path);
     if (s == FSC_OK) s = fsc_st_open(path, &f);
     s = agree(e, s);
-    if (s == FSC_OK) s = agree(e, e->st->load_full(e, f));
+    if (s == FSC_OK) s = agree(e, e->tpm ? fsc_tp_engine_load(e, f) : e->st->load_full(e, f));
+    if (s == FSC_OK && e->tpm) s = agree(e, e->st->after_load ? e->st->after_load(e) : FSC_OK);
     if (f) fsc_st_close(f);
     return s;
 }
 
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
+    if (e->tpm) return fsc_tp_engine_full_params(e, host);
     return e->pipe ? fsc_pipe_full_params(e, host) : e->st->full_tensors(e, 1, host);
 }
 
@@ -397,10 +465,11 @@ void fsc_engine_free(fsc_engine *e) {
     if (!e) return;
     if (e->st && e->st->destroy) e->st->destroy(e);
     fsc_pipe_free(e); /* after the strategy: its groups were split from the data group */
-    fsc_gpt_acts_free(e->acts);
+    if (e->acts) e->mo->acts_free(e, e->acts);
     if (e->wte_copy) fsc_device_release(e->dev, e->wte_copy);
     fsc_optim_free(e->opt);
-    fsc_gpt_free(e->m);
+    if (e->tpm) fsc_tp_engine_free(e);
+    else fsc_gpt_free(e->m);
     free(e->gsegs);
     free(e->glens);
     free(e);

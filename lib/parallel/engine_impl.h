@@ -48,11 +48,46 @@ typedef struct {
     void (*destroy)(fsc_engine *e);
 } fsc_strategy;
 
+/* The model the engine runs (e->mo): the GPT of gpt.h (engine_model.c), or with tensor parallelism the
+ * tensor-parallel GPT (lib/tp/tp_engine.c), whose slices the strategies see as e->m (local shapes under the
+ * full tensors' names, param/grad/dwte_head shared with the running model). A record holds one
+ * micro-batch's activations for layers [first, last] with gpt.h's contract; it is opaque here. */
+typedef struct fsc_model_acts fsc_model_acts;
+enum { FSC_STREAM_INPUT = 0, FSC_STREAM_OUTPUT, FSC_STREAM_GRAD_OUTPUT, FSC_STREAM_GRAD_INPUT };
+typedef struct {
+    fsc_status (*acts_create)(fsc_engine *e, const fsc_gpt_acts_opts *o, fsc_model_acts **out);
+    void (*acts_free)(fsc_engine *e, fsc_model_acts *a);
+    fsc_status (*set_batch)(fsc_engine *e, fsc_model_acts *a, const int32_t *tokens, const int32_t *targets);
+    float *(*stream)(fsc_model_acts *a, int which);         /* FSC_STREAM_*, as fsc_gpt_acts_input ... */
+    fsc_status (*forward)(fsc_engine *e, fsc_model_acts *a, const fsc_gpt_hooks *h, double *loss_sum);
+    fsc_status (*backward)(fsc_engine *e, fsc_model_acts *a, const fsc_gpt_hooks *h, float dscale);
+    size_t (*acts_bytes)(const fsc_model_acts *a);
+    size_t (*stream_floats)(const fsc_engine *e, int B);     /* floats of a boundary stream of B sequences */
+    /* initial values of elements [first, first + n) of tensor i as this rank holds it (host out) */
+    void (*init_values)(const fsc_engine *e, int i, size_t first, size_t n, float *out);
+} fsc_model_ops;
+
+extern const fsc_model_ops fsc_gpt_model_ops;
+
+#define FSC_ENGINE_MAX_GROUPS 12
+
 struct fsc_engine {
     fsc_rank *r;
     fsc_device *dev;
-    fsc_comm *comm;           /* the data-parallel group: the world, or this stage's ranks (pipe.c) */
-    fsc_gpt *m;
+    fsc_comm *comm;           /* the data-parallel group: the world, or this stage's ranks (pipe.c), or
+                               * this (stage, tensor rank)'s ranks */
+    fsc_layout lay;           /* this rank's place in world = dp x tp x pp */
+    const fsc_model_ops *mo;
+    fsc_gpt *m;               /* the model as the strategies see it (with tensor parallelism: tpm's view) */
+    struct fsc_tp_gpt *tpm;   /* tensor parallelism: the model that runs, NULL otherwise */
+    fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group */
+    fsc_comm *own_data;       /* the data group when the engine split it (tensor parallelism, no pipeline) */
+    fsc_comm *own_norm;       /* the clipping norm's group when tp_engine.c split it */
+    /* tensor parallelism: the pieces of the reduced gradients the clipping norm counts (every split
+     * tensor, replicated tensors on tensor rank 0 only) over norm_comm */
+    float **nsegs;
+    size_t *nlens;
+    int nnsegs;
     fsc_gpt_config cfg;
     /* The layers this rank runs (a pipeline stage; 0 .. L+1 without pipelining). The rank holds the
      * tensors those layers own (fsc_engine_holds); a stage with the head but not the embedding keeps a
@@ -66,7 +101,7 @@ struct fsc_engine {
     const fsc_strategy *st;
     void *sd;                 /* strategy data */
 
-    fsc_gpt_acts *acts;       /* micro-batch record, (re)made for the micro-batch size */
+    fsc_model_acts *acts;     /* micro-batch record, (re)made for the micro-batch size */
     int acts_B;
     int micro;                /* current micro-batch in the step */
     int sync;                 /* this micro-batch's backward reduces gradients */
@@ -82,7 +117,8 @@ struct fsc_engine {
 
     struct fsc_pipe *pipe;    /* pipeline state (pipe.c), NULL without a pipeline */
 
-    fsc_comm *groups[8];      /* communicators the strategy made (counted in fsc_engine_comm_stats) */
+    fsc_comm *groups[FSC_ENGINE_MAX_GROUPS]; /* communicators counted in fsc_engine_comm_stats besides comm */
+    int group_kind[FSC_ENGINE_MAX_GROUPS];   /* fsc_group_kind of each */
     int ngroups;
 };
 
@@ -108,9 +144,27 @@ fsc_status fsc_engine_round_to(fsc_engine *e, float *dst, const float *src, size
  * accumulate: out += result instead of out = result. Every gradient reduction in fsc goes through here. */
 fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in, float *out, size_t n,
                              int accumulate);
-/* Count a group's traffic in fsc_engine_comm_stats (the strategy still frees it). */
+/* Count a group's traffic in fsc_engine_comm_stats (the caller still frees it): a data-parallel group
+ * (fsc_engine_add_group) or one of another kind (fsc_group_kind). A communicator counted already is not
+ * added twice. */
 void fsc_engine_add_group(fsc_engine *e, fsc_comm *c);
+void fsc_engine_add_group_kind(fsc_engine *e, fsc_comm *c, fsc_group_kind kind);
 /* Register a segment's gradient for unscaling/clipping. */
 fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
+
+/* Tensor parallelism inside the engine (lib/tp/tp_engine.c). */
+extern const fsc_model_ops fsc_tp_model_ops;
+/* Before the strategy's setup: the tensor group (and the data group without a pipeline), the
+ * tensor-parallel model on it with e->m its view, e->mo. */
+fsc_status fsc_tp_engine_create(fsc_engine *e);
+/* After the strategy's setup: the clipping norm's group and gradient pieces. */
+fsc_status fsc_tp_engine_after_setup(fsc_engine *e);
+/* Collective over the world: the full parameters on tensor rank 0 (host may be NULL elsewhere). */
+fsc_status fsc_tp_engine_full_params(fsc_engine *e, float *host);
+/* Collective: every tensor into w (non-NULL on world rank 0 only). */
+fsc_status fsc_tp_engine_write_full(fsc_engine *e, fsc_st_writer *w);
+/* Every rank reads its slices of what it holds from a validated full-weights file (no collective). */
+fsc_status fsc_tp_engine_load(fsc_engine *e, fsc_st_file *f);
+void fsc_tp_engine_free(fsc_engine *e);
 
 #endif

@@ -116,7 +116,7 @@ static fsc_status init_unit_range(fsc_engine *e, const fsdp_unit *U, float *dst,
         size_t a = lo > first ? lo : first, b = hi < first + n ? hi : first + n;
         for (size_t p = a; p < b && s == FSC_OK; p += CHUNK) {
             size_t c = b - p < CHUNK ? b - p : CHUNK;
-            fsc_gpt_init_values(&e->cfg, e->seed, U->tensors[k], p - lo, c, host);
+            e->mo->init_values(e, U->tensors[k], p - lo, c, host);
             s = fsc_device_upload(e->dev, dst + (p - first), host, c * sizeof(float));
         }
     }

@@ -2,10 +2,14 @@
  * pipeline group; micro-batches flow forward and their gradients backward over send/recv; GPipe and 1F1B
  * schedules; checkpoint modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
  *
- * Layout (Megatron's): world = dp x pp, rank = stage * dp + dp_index, data-parallel ranks adjacent. The
- * pipeline group holds the ranks of one dp_index (ordered by stage), the data group the ranks of one
- * stage (e->comm: the strategy reduces over it). Stage 0 runs the embedding and its blocks, the last
- * stage its blocks and the head.
+ * Layout (the engine's fsc_layout; Megatron's by default): world = dp x tp x pp, without tensor parallelism
+ * rank = stage * dp + dp_index, data-parallel ranks adjacent. The pipeline group holds the ranks of one
+ * (dp_index, tensor rank), ordered by stage, the data group the ranks of one (stage, tensor rank) (e->comm:
+ * the strategy reduces over it). Stage 0 runs the embedding and its blocks, the last stage its blocks and
+ * the head. With tensor parallelism (tp_engine.c) every stage runs its layers of the tensor-parallel GPT:
+ * boundary activations (a sequence shard under sequence parallelism), the wte slice and its head
+ * gradient travel between the same tensor rank of two stages; the engine's model operations hide which
+ * model runs.
  *
  * Equality with DDP (accum = M, no_sync): every stage runs its layers with the same kernels on the same
  * inputs; backward goes through the micro-batches in ascending order on every stage, so each gradient
@@ -34,7 +38,7 @@
 #include "pipe.h"
 
 typedef struct {
-    fsc_gpt_acts *rec;   /* full record, NULL while checkpointed */
+    fsc_model_acts *rec; /* full record, NULL while checkpointed */
     float *saved;        /* checkpointed on a stage > 0: the stage input (B, T, C) */
     int ckpt;
 } mb_slot;
@@ -47,7 +51,7 @@ struct fsc_pipe {
     fsc_comm *norm_comm;      /* clipping over every stage, when made here */
     /* pools of records and saved inputs not in use, kept allocated between steps */
     int B;
-    fsc_gpt_acts **recs;
+    fsc_model_acts **recs;
     int nrecs, nrecs_made;
     float **ins;
     int nins, nins_made;
@@ -116,10 +120,11 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     fsc_pipe *p = calloc(1, sizeof *p);
     if (!p) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     e->pipe = p;
+    const fsc_layout *l = &e->lay;
     p->pp = pp;
-    p->dp = e->r->world / pp;
-    p->stage = e->r->rank / p->dp;
-    p->dpi = e->r->rank % p->dp;
+    p->dp = l->dp;
+    p->stage = l->pipe;
+    p->dpi = l->data;
     p->M = e->po.accum;
     p->lf = calloc((size_t)pp, sizeof(int));
     p->ll = calloc((size_t)pp, sizeof(int));
@@ -135,13 +140,14 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
         p->ll[s] = s == pp - 1 ? L + 1 : first + n - 1;
         first += n;
     }
-    FSC_TRY(fsc_comm_split(e->r->comm, p->dpi, p->stage, &p->pipe_comm));
+    /* the colors of fsc_layout_split: the ranks sharing the other two coordinates */
+    FSC_TRY(fsc_comm_split(e->r->comm, l->data * l->tp + l->tensor, p->stage, &p->pipe_comm));
     fsc_comm_set_name(p->pipe_comm, "pipe");
-    FSC_TRY(fsc_comm_split(e->r->comm, p->stage, p->dpi, &p->data_comm));
+    FSC_TRY(fsc_comm_split(e->r->comm, p->stage * l->tp + l->tensor, p->dpi, &p->data_comm));
     fsc_comm_set_name(p->data_comm, "data");
     e->comm = p->data_comm;
-    fsc_engine_add_group(e, p->pipe_comm);
-    fsc_engine_add_group(e, e->r->comm); /* the non-finite vote and saving run over the world */
+    fsc_engine_add_group_kind(e, p->pipe_comm, FSC_GROUP_PIPELINE);
+    fsc_engine_add_group_kind(e, e->r->comm, FSC_GROUP_WORLD); /* the non-finite vote and saving */
     e->lf = p->lf[p->stage];
     e->ll = p->ll[p->stage];
     p->st.pp = pp;
@@ -173,7 +179,7 @@ fsc_status fsc_pipe_after_setup(fsc_engine *e) {
     FSC_TRY(s);
     FSC_TRY(fsc_comm_split(e->r->comm, (int)-v, e->r->rank, &p->norm_comm));
     fsc_comm_set_name(p->norm_comm, "norm");
-    fsc_engine_add_group(e, p->norm_comm);
+    fsc_engine_add_group_kind(e, p->norm_comm, FSC_GROUP_WORLD);
     e->norm_comm = p->norm_comm;
     return FSC_OK;
 }
@@ -185,29 +191,30 @@ static void note_use(fsc_pipe *p) {
     if (p->bytes_in_use > p->st.peak_acts_bytes) p->st.peak_acts_bytes = p->bytes_in_use;
 }
 
-static fsc_status take_rec(fsc_engine *e, fsc_gpt_acts **out) {
+static fsc_status take_rec(fsc_engine *e, fsc_model_acts **out) {
     fsc_pipe *p = e->pipe;
     if (p->nrecs > 0) {
         *out = p->recs[--p->nrecs];
     } else {
         fsc_gpt_acts_opts o = { .B = p->B, .T = e->cfg.seq, .first = e->lf, .last = e->ll,
                                 .checkpoint = e->po.checkpoint };
-        FSC_TRY(fsc_gpt_acts_create(e->m, &o, out));
+        FSC_TRY(e->mo->acts_create(e, &o, out));
         p->nrecs_made++;
     }
     p->full_in_use++;
-    p->bytes_in_use += fsc_gpt_acts_bytes(*out);
+    p->bytes_in_use += e->mo->acts_bytes(*out);
     note_use(p);
     return FSC_OK;
 }
 
-static void give_rec(fsc_pipe *p, fsc_gpt_acts *a) {
+static void give_rec(fsc_engine *e, fsc_model_acts *a) {
+    fsc_pipe *p = e->pipe;
     p->recs[p->nrecs++] = a; /* at most M + 1 records exist: M in flight and one recomputing */
     p->full_in_use--;
-    p->bytes_in_use -= fsc_gpt_acts_bytes(a);
+    p->bytes_in_use -= e->mo->acts_bytes(a);
 }
 
-static size_t in_floats(const fsc_engine *e) { return (size_t)e->pipe->B * e->cfg.seq * e->cfg.dim; }
+static size_t in_floats(const fsc_engine *e) { return e->mo->stream_floats(e, e->pipe->B); }
 
 static fsc_status take_in(fsc_engine *e, float **out) {
     fsc_pipe *p = e->pipe;
@@ -232,13 +239,13 @@ static void give_in(fsc_engine *e, float *x) {
 static void reset_pools(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
     for (int k = 0; k < p->M; k++) {
-        if (p->slots[k].rec) give_rec(p, p->slots[k].rec);
+        if (p->slots[k].rec) give_rec(e, p->slots[k].rec);
         if (p->slots[k].saved) give_in(e, p->slots[k].saved);
         p->slots[k] = (mb_slot){ 0 };
     }
     p->in_flight = 0;
     if (B == p->B) return;
-    while (p->nrecs > 0) fsc_gpt_acts_free(p->recs[--p->nrecs]);
+    while (p->nrecs > 0) e->mo->acts_free(e, p->recs[--p->nrecs]);
     while (p->nins > 0) fsc_device_release(e->dev, p->ins[--p->nins]);
     p->nrecs_made = p->nins_made = 0;
     p->B = B;
@@ -286,11 +293,10 @@ static int is_checkpointed(const fsc_engine *e, int k) {
 
 /* ---- one micro-batch forward and backward on this stage ---- */
 
-static fsc_status set_batch(fsc_engine *e, fsc_gpt_acts *a, int k) {
+static fsc_status set_batch(fsc_engine *e, fsc_model_acts *a, int k) {
     fsc_pipe *p = e->pipe;
     size_t off = (size_t)k * p->B * e->cfg.seq;
-    return fsc_gpt_acts_set_batch(a, p->stage == 0 ? p->tok + off : NULL,
-                                  p->stage == p->pp - 1 ? p->tgt + off : NULL);
+    return e->mo->set_batch(e, a, p->stage == 0 ? p->tok + off : NULL, p->stage == p->pp - 1 ? p->tgt + off : NULL);
 }
 
 static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
@@ -303,21 +309,21 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
     e->sync = 0;
     FSC_TRY(take_rec(e, &sl->rec));
     if (++p->in_flight > p->st.max_in_flight) p->st.max_in_flight = p->in_flight;
-    fsc_gpt_acts *a = sl->rec;
+    fsc_model_acts *a = sl->rec;
     if (last && k == 0) FSC_TRY(recv_timed(p, e->wte_copy, e->m->info[FSC_P_WTE].numel, 0));
-    if (p->stage > 0) FSC_TRY(recv_timed(p, fsc_gpt_acts_input(a), btc, p->stage - 1));
+    if (p->stage > 0) FSC_TRY(recv_timed(p, e->mo->stream(a, FSC_STREAM_INPUT), btc, p->stage - 1));
     FSC_TRY(set_batch(e, a, k));
     double ls = 0;
-    FSC_TRY(fsc_gpt_forward(e->m, a, &hooks, &ls));
+    FSC_TRY(e->mo->forward(e, a, &hooks, &ls));
     if (last) *loss_local += ls;
-    else FSC_TRY(fsc_comm_send(p->pipe_comm, fsc_gpt_acts_output(a), btc, FSC_F32, p->stage + 1));
+    else FSC_TRY(fsc_comm_send(p->pipe_comm, e->mo->stream(a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
     sl->ckpt = is_checkpointed(e, k);
     if (sl->ckpt) { /* keep the stage input only */
         if (p->stage > 0) {
             FSC_TRY(take_in(e, &sl->saved));
-            FSC_TRY(fsc_device_copy(e->dev, sl->saved, fsc_gpt_acts_input(a), btc * sizeof(float)));
+            FSC_TRY(fsc_device_copy(e->dev, sl->saved, e->mo->stream(a, FSC_STREAM_INPUT), btc * sizeof(float)));
         }
-        give_rec(p, a);
+        give_rec(e, a);
         sl->rec = NULL;
     }
     return FSC_OK;
@@ -334,25 +340,26 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     if (sl->ckpt) { /* recompute the stage from its input: the same kernels on the same input */
         FSC_TRY(take_rec(e, &sl->rec));
         if (sl->saved) {
-            FSC_TRY(fsc_device_copy(e->dev, fsc_gpt_acts_input(sl->rec), sl->saved, btc * sizeof(float)));
+            FSC_TRY(fsc_device_copy(e->dev, e->mo->stream(sl->rec, FSC_STREAM_INPUT), sl->saved, btc * sizeof(float)));
             give_in(e, sl->saved);
             sl->saved = NULL;
         }
         FSC_TRY(set_batch(e, sl->rec, k));
         p->recompute = 1;
-        fsc_status s = fsc_gpt_forward(e->m, sl->rec, &hooks, NULL);
+        fsc_status s = e->mo->forward(e, sl->rec, &hooks, NULL);
         p->recompute = 0;
         FSC_TRY(s);
     }
-    fsc_gpt_acts *a = sl->rec;
-    if (!last) FSC_TRY(recv_timed(p, fsc_gpt_acts_grad_output(a), btc, p->stage + 1));
+    fsc_model_acts *a = sl->rec;
+    if (!last) FSC_TRY(recv_timed(p, e->mo->stream(a, FSC_STREAM_GRAD_OUTPUT), btc, p->stage + 1));
     if (p->stage == 0) FSC_TRY(recv_timed(p, e->m->dwte_head, e->m->info[FSC_P_WTE].numel, p->pp - 1));
     e->sync = k == p->M - 1; /* the strategy reduces in the last backward only (no_sync) */
-    FSC_TRY(fsc_gpt_backward(e->m, a, &hooks, dscale));
+    FSC_TRY(e->mo->backward(e, a, &hooks, dscale));
     e->sync = 0;
-    if (p->stage > 0) FSC_TRY(fsc_comm_send(p->pipe_comm, fsc_gpt_acts_grad_input(a), btc, FSC_F32, p->stage - 1));
+    if (p->stage > 0)
+        FSC_TRY(fsc_comm_send(p->pipe_comm, e->mo->stream(a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
     if (last) FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->dwte_head, e->m->info[FSC_P_WTE].numel, FSC_F32, 0));
-    give_rec(p, a);
+    give_rec(e, a);
     sl->rec = NULL;
     p->in_flight--;
     return FSC_OK;
@@ -428,8 +435,8 @@ fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
     memset(out, 0, sizeof *out);
     if (!e->pipe) {
         out->pp = 1;
-        out->dp = e->r->world;
-        out->dp_index = e->r->rank;
+        out->dp = e->lay.dp;
+        out->dp_index = e->lay.data;
         out->first_layer = e->lf;
         out->last_layer = e->ll;
         out->micro_batches = e->po.accum;
@@ -462,7 +469,7 @@ static void stage_tensors(const fsc_engine *e, int s, int *t0, int *t1) {
 
 fsc_status fsc_pipe_full_params(fsc_engine *e, float *host) {
     fsc_pipe *p = e->pipe;
-    size_t P = fsc_gpt_num_params(&e->cfg), most = 0;
+    size_t P = fsc_engine_tensor_offset(e, e->m->n_tensors), most = 0; /* this tensor rank's slices */
     float *all = host ? host : malloc(P * sizeof(float)), *d = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of host memory for the full parameters");
     fsc_status s = e->st->full_tensors(e, 1, all); /* this stage's tensors, collective over its data group */
@@ -487,7 +494,7 @@ fsc_status fsc_pipe_full_params(fsc_engine *e, float *host) {
 }
 
 fsc_status fsc_pipe_write_full(fsc_engine *e, fsc_st_writer *w) {
-    size_t P = fsc_gpt_num_params(&e->cfg);
+    size_t P = fsc_engine_tensor_offset(e, e->m->n_tensors);
     float *host = NULL;
     if (w && !(host = malloc(P * sizeof(float))))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of host memory to save %zu parameters", P);

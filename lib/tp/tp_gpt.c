@@ -12,6 +12,9 @@
 fsc_status fsc_tp_check_config(const fsc_gpt_config *cfg, int T) {
     FSC_TRY(fsc_gpt_config_validate(cfg));
     if (T < 1) return fsc_error(FSC_ERR_INVALID, "tensor parallel: group size %d must be >= 1", T);
+    if (cfg->moe_experts > 0)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a GPT with MoE blocks (moe_experts %d) is not "
+                         "supported with tensor parallelism yet", cfg->moe_experts);
     if (cfg->heads % T != 0)
         return fsc_error(FSC_ERR_INVALID, "tensor parallel: %d heads do not split over a tensor group of %d",
                          cfg->heads, T);

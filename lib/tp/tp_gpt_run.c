@@ -129,7 +129,7 @@ fsc_status tp_acts_create(fsc_tp_gpt *m, int B, int first, int last, tp_acts **o
                          "of %d", B, T, m->size);
     tp_acts *a = calloc(1, sizeof *a);
     if (!a) return fsc_error(FSC_ERR_NOMEM, "tensor parallel gpt: out of host memory");
-    a->B = B, a->first = first, a->last = last, a->N = N, a->Nl = m->sp ? N / (size_t)m->size : N;
+    a->B = B, a->first = first, a->last = last, a->layers = L, a->N = N, a->Nl = m->sp ? N / (size_t)m->size : N;
     a->x = calloc((size_t)L + 1, sizeof *a->x);
     a->blk = calloc((size_t)L, sizeof *a->blk);
     fsc_status s = FSC_OK;

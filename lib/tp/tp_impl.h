@@ -38,7 +38,7 @@ typedef struct {
 /* The record of one micro-batch for layers [first, last] (0 embedding, 1..L blocks, L+1 head), as
  * fsc_gpt_acts is for the unsharded GPT: several may be in flight (a pipeline stage). */
 typedef struct {
-    int B, first, last;
+    int B, first, last, layers;
     size_t N, Nl;
     float *mem;                  /* the one device allocation, FSC_TAG_ACTS */
     size_t bytes;

@@ -1,13 +1,50 @@
-/* The 3D layout (tp.h): world = dp x tp x pp in Megatron's rank order (tensor fastest, then data, then
- * pipeline), its validation, a one-line description for start-up logs, and the three communicators.
- * Not here: training over the groups (tp_train.c). */
+/* The 3D layout (parallel.h): world = dp x tp x pp in Megatron's rank order (tensor fastest, then data,
+ * then pipeline) or another given order, its validation, a one-line description for start-up logs, and
+ * the three communicators.
+ * Not here: training over the groups (the engine, tp_engine.c; tp_train.c). */
 #include <stdio.h>
+#include <string.h>
 #include "fsc/tp.h"
 
-fsc_status fsc_layout_make(int world, int tp, int dp, int pp, int rank, fsc_layout *out) {
+static const int megatron[3] = { FSC_DIM_TENSOR, FSC_DIM_DATA, FSC_DIM_PIPE };
+static const char *const dim_flag[3] = { "tp", "dp", "pp" };
+static const char *const dim_word[3] = { "tensor", "data", "pipe" };
+
+fsc_status fsc_layout_parse_order(const char *text, int order[3]) {
+    memcpy(order, megatron, sizeof megatron);
+    if (!text || !*text) return FSC_OK;
+    int seen[3] = { 0, 0, 0 }, n = 0;
+    const char *p = text;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        int d = -1;
+        for (int k = 0; k < 3; k++)
+            if (len == 2 && strncmp(p, dim_flag[k], 2) == 0) d = k;
+        if (d < 0)
+            return fsc_error(FSC_ERR_INVALID, "rank order '%s': '%.*s' is not tp, dp or pp", text, (int)len, p);
+        if (seen[d]) return fsc_error(FSC_ERR_INVALID, "rank order '%s' names %s twice", text, dim_flag[d]);
+        seen[d] = 1;
+        order[n++] = d;
+        p += len;
+        if (*p == ',') p++;
+    }
+    if (n != 3)
+        return fsc_error(FSC_ERR_INVALID, "rank order '%s' must name tp, dp and pp once each, fastest first (e.g. "
+                         "tp,dp,pp)", text);
+    return FSC_OK;
+}
+
+fsc_status fsc_layout_make_ordered(int world, int tp, int dp, int pp, const int *order, int rank, fsc_layout *out) {
     if (world < 1) return fsc_error(FSC_ERR_INVALID, "layout: world of %d ranks", world);
     if (tp < 0 || dp < 0 || pp < 0)
         return fsc_error(FSC_ERR_INVALID, "layout: negative size (tp %d, dp %d, pp %d)", tp, dp, pp);
+    if (!order) order = megatron;
+    int seen[3] = { 0, 0, 0 };
+    for (int k = 0; k < 3; k++) {
+        if (order[k] < 0 || order[k] > 2 || seen[order[k]])
+            return fsc_error(FSC_ERR_INVALID, "layout: the rank order is not a permutation of tensor, data, pipe");
+        seen[order[k]] = 1;
+    }
     int unknown = (tp == 0) + (dp == 0) + (pp == 0);
     if (unknown > 1) { /* derive the data size; missing tensor or pipeline sizes are 1 */
         if (!tp) tp = 1;
@@ -28,14 +65,28 @@ fsc_status fsc_layout_make(int world, int tp, int dp, int pp, int rank, fsc_layo
                          (long long)tp * dp * pp);
     if (rank < 0 || rank >= world)
         return fsc_error(FSC_ERR_INVALID, "layout: rank %d is outside the world of %d", rank, world);
-    *out = (fsc_layout){ .world = world, .tp = tp, .dp = dp, .pp = pp, .rank = rank,
-                         .tensor = rank % tp, .data = (rank / tp) % dp, .pipe = rank / (tp * dp) };
+    const int size[3] = { tp, dp, pp };
+    int coord[3], rest = rank;
+    for (int k = 0; k < 3; k++) { /* mixed radix, fastest first */
+        coord[order[k]] = rest % size[order[k]];
+        rest /= size[order[k]];
+    }
+    *out = (fsc_layout){ .world = world, .tp = tp, .dp = dp, .pp = pp, .rank = rank, .tensor = coord[FSC_DIM_TENSOR],
+                         .data = coord[FSC_DIM_DATA], .pipe = coord[FSC_DIM_PIPE],
+                         .order = { order[0], order[1], order[2] } };
     return FSC_OK;
 }
 
+fsc_status fsc_layout_make(int world, int tp, int dp, int pp, int rank, fsc_layout *out) {
+    return fsc_layout_make_ordered(world, tp, dp, pp, megatron, rank, out);
+}
+
 void fsc_layout_describe(const fsc_layout *l, char *buf, size_t cap) {
-    snprintf(buf, cap, "world %d = pp %d x dp %d x tp %d (tensor fastest); rank %d: pipe %d, data %d, tensor %d",
-             l->world, l->pp, l->dp, l->tp, l->rank, l->pipe, l->data, l->tensor);
+    const int size[3] = { l->tp, l->dp, l->pp };
+    const int *o = l->order;
+    snprintf(buf, cap, "world %d = %s %d x %s %d x %s %d (%s fastest); rank %d: pipe %d, data %d, tensor %d",
+             l->world, dim_flag[o[2]], size[o[2]], dim_flag[o[1]], size[o[1]], dim_flag[o[0]], size[o[0]],
+             dim_word[o[0]], l->rank, l->pipe, l->data, l->tensor);
 }
 
 fsc_status fsc_layout_split(fsc_comm *world, const fsc_layout *l, fsc_comm **tensor, fsc_comm **data,

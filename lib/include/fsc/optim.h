@@ -38,6 +38,8 @@ int fsc_optim_num_states(const fsc_optim *o);   /* 0 (plain SGD), 1 (SGD with mo
 float *fsc_optim_state(fsc_optim *o, int seg, int which);
 /* Device pointer to a segment's parameters (what the optimizer steps: the fp32 master). */
 float *fsc_optim_param(fsc_optim *o, int seg);
+/* Device pointer to the gradient a segment is stepped with. */
+const float *fsc_optim_grad(const fsc_optim *o, int seg);
 size_t fsc_optim_segment_len(const fsc_optim *o, int seg);
 void fsc_optim_free(fsc_optim *o);
 

@@ -19,6 +19,7 @@
 #include "cluster.h"
 #include "gpt.h"
 #include "optim.h"
+#include "comm.h"
 
 typedef enum { FSC_PAR_NONE = 0, FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2 } fsc_parallel_kind;
 typedef enum { FSC_SHARD_FULL = 0, FSC_SHARD_GRAD_OP, FSC_SHARD_NONE, FSC_SHARD_HYBRID } fsc_shard_strategy;
@@ -48,14 +49,49 @@ typedef struct {
     float clip;                   /* max global grad norm; 0 = no clipping */
     int sync_from_rank0;          /* ddp: broadcast rank 0's initial weights instead of keyed init */
     int checkpoint;               /* recompute blocks in backward */
-    /* pipeline (docs/pipeline.md): pp stages, world = dp x pp, rank = stage * dp + dp_index (data-parallel
-     * ranks adjacent). The strategy above runs inside each stage's data group; accum is the number of
-     * micro-batches (chunks). Gradients are reduced once after the last micro-batch: pp > 1 needs no_sync. */
+    /* pipeline (docs/pipeline.md): pp stages, world = dp x tp x pp laid out by fsc_layout (without tensor
+     * parallelism and another order: rank = stage * dp + dp_index, data-parallel ranks adjacent). The
+     * strategy above runs inside each stage's data group; accum is the number of micro-batches (chunks).
+     * Gradients are reduced once after the last micro-batch: pp > 1 needs no_sync. */
     int pp;                       /* pipeline stages (0 or 1: no pipeline) */
     fsc_pipe_schedule schedule;   /* gpipe (default) or 1f1b */
     fsc_pipe_checkpoint pipe_checkpoint; /* except_last (default), always, never */
     const int *balance;           /* pp entries, blocks per stage (copied); NULL: as even as possible */
+    /* tensor parallelism (docs/tensor_parallel.md): tp ranks split every layer as Megatron does, world =
+     * dp x tp x pp. The strategy runs over the data group of each (stage, tensor rank): a tensor rank's
+     * slices are a model of their own, sharded, reduced and stepped over the ranks holding the same
+     * slices. Not with checkpoint (block recomputation); pipeline checkpoint modes work. */
+    int tp;                       /* tensor-parallel ranks (0 or 1: none) */
+    int sequence_parallel;        /* with tp > 1: layer norms and residuals on sequence shards */
+    const char *order;            /* rank order, fastest first (fsc_layout_parse_order); NULL: "tp,dp,pp" */
 } fsc_parallel_opts;
+
+/* ---- the 3D layout: world = dp x tp x pp ------------------------------------------------------------
+ * Megatron's rank order by default: tensor ranks adjacent (fastest), then data, then pipeline:
+ *   rank = (pipe * dp + data) * tp + tensor.
+ * Another order names the dimensions fastest first ("dp,tp,pp": data ranks adjacent). The tensor group of
+ * a rank holds the ranks with its data and pipe index, the data group those with its tensor and pipe
+ * index, the pipeline group those with its tensor and data index, each ordered by its own coordinate. */
+enum { FSC_DIM_TENSOR = 0, FSC_DIM_DATA, FSC_DIM_PIPE };
+typedef struct {
+    int world, tp, dp, pp;
+    int rank, tensor, data, pipe; /* this rank and its coordinates */
+    int order[3];                 /* FSC_DIM_*, fastest first */
+} fsc_layout;
+
+/* Validates world = dp x tp x pp (any of tp, dp, pp may be 0: the one left is world / (the others)). */
+fsc_status fsc_layout_make(int world, int tp, int dp, int pp, int rank, fsc_layout *out);
+/* The same in another rank order (order: FSC_DIM_* fastest first, a permutation; NULL: Megatron's). */
+fsc_status fsc_layout_make_ordered(int world, int tp, int dp, int pp, const int *order, int rank, fsc_layout *out);
+/* "tp,dp,pp" (fastest first; names tp|dp|pp, each once) into order[3]; NULL or "" gives Megatron's. */
+fsc_status fsc_layout_parse_order(const char *text, int order[3]);
+/* One line: "world 8 = pp 2 x dp 2 x tp 2 (tensor fastest); rank 5: pipe 1, data 0, tensor 1" (the
+ * dimensions slowest first). */
+void fsc_layout_describe(const fsc_layout *l, char *buf, size_t cap);
+/* Collective over world (l from fsc_layout_make with world's size and rank): the three groups, named
+ * "tensor", "data" and "pipeline". Free them with fsc_comm_free. */
+fsc_status fsc_layout_split(fsc_comm *world, const fsc_layout *l, fsc_comm **tensor, fsc_comm **data,
+                            fsc_comm **pipe);
 
 typedef struct fsc_engine fsc_engine;
 
@@ -78,21 +114,36 @@ fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path);
 /* Load full weights; each rank reads only what it holds. Collective. */
 fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path);
 /* Copy the full (unsharded) fp32 parameters in tensor order into host memory (n = fsc_gpt_num_params).
- * Collective ("summon full params"). */
+ * Collective ("summon full params"). With tensor parallelism only ranks of tensor index 0 receive them. */
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host);
+/* The model as the strategies see it: with tensor parallelism, this rank's slices (local shapes under the
+ * full tensors' names; running it is the engine's business). */
 fsc_gpt *fsc_engine_model(fsc_engine *e);
+/* This rank's place in world = dp x tp x pp (tp and pp 1 without tensor or pipeline parallelism). */
+const fsc_layout *fsc_engine_layout(const fsc_engine *e);
 /* Communication of this rank summed over the world communicator and every group the engine made.
  * Besides the gradient and parameter traffic, each step all-gathers one double per rank (the loss) and,
  * with clipping, one float (max) and 16 bytes per rank (the exact norm), and with f16 one float (the
  * non-finite vote). */
 void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out);
 void fsc_engine_reset_comm_stats(fsc_engine *e);
+/* The same traffic by kind of group: data (the strategy's reductions and gathers, the loss; the world
+ * when nothing else splits it), tensor (the tensor-parallel layers' collectives), pipeline (activations,
+ * their gradients and the tied embedding between stages, the loss broadcast), expert (mixture-of-experts
+ * all-to-alls), world (collectives over ranks of several groups: the clipping norm of a pipeline or
+ * tensor-parallel run, the f16 skip vote, agreement when saving). The kinds sum to fsc_engine_comm_stats.
+ * Returns how many communicators of that kind the engine has (0: none, *out is zero). */
+typedef enum {
+    FSC_GROUP_DATA = 0, FSC_GROUP_TENSOR, FSC_GROUP_PIPELINE, FSC_GROUP_EXPERT, FSC_GROUP_WORLD, FSC_GROUP_COUNT
+} fsc_group_kind;
+const char *fsc_group_kind_name(fsc_group_kind g); /* "data", "tensor", "pipeline", "expert", "world" */
+int fsc_engine_comm_stats_group(const fsc_engine *e, fsc_group_kind g, fsc_comm_stats *out);
 const char *fsc_parallel_kind_name(fsc_parallel_kind k);
 
 /* Pipeline measurements of this rank, summed over the steps since the engine was created or
  * fsc_engine_reset_pipe_stats. Without a pipeline: pp 1, the whole model, zero times. */
 typedef struct {
-    int pp, dp, stage, dp_index;  /* this rank's place: rank = stage * dp + dp_index */
+    int pp, dp, stage, dp_index;  /* this rank's place (fsc_engine_layout: pipe, data) */
     int first_layer, last_layer;  /* layers of this stage: 0 embedding, 1..L blocks, L+1 head */
     int micro_batches;            /* M of the last step */
     int steps;

@@ -18,7 +18,8 @@
  * order, and OpenBLAS's sgemm rounds an element differently depending on where it falls in the matrix, so
  * even a column slice of a product is not bit-equal to the same columns of the full product. Pure data
  * movement (f, g on one rank, the gathers, the vocab-parallel embedding) is bit-exact.
- * Not here: composition with data and pipeline parallelism (the engine), mixture of experts (moe.h). */
+ * Composition with data and pipeline parallelism: the engine (parallel.h, fsc_parallel_opts.tp) runs this
+ * model's slices under any strategy and pipeline schedule. Not here: mixture of experts (moe.h). */
 #ifndef FSC_TP_H
 #define FSC_TP_H
 #include <stddef.h>
@@ -181,26 +182,11 @@ fsc_status fsc_tp_gpt_save(fsc_tp_gpt *m, const char *path);
 /* Collective: every rank reads its slices from a full-weights file (any tensor-parallel size wrote it). */
 fsc_status fsc_tp_gpt_load(fsc_tp_gpt *m, const char *path);
 
-/* ---- 3D layout: world = dp x tp x pp --------------------------------------------------------------------
- * Megatron's rank order: tensor ranks adjacent (fastest), then data, then pipeline:
- *   rank = (pipe * dp + data) * tp + tensor.
- * The tensor group of a rank holds the ranks with its data and pipe index, the data group those with its
- * tensor and pipe index, the pipeline group those with its tensor and data index. */
-typedef struct {
-    int world, tp, dp, pp;
-    int rank, tensor, data, pipe; /* this rank and its coordinates */
-} fsc_layout;
-
-/* Validates world = dp x tp x pp (any of tp, dp, pp may be 0: the one left is world / (the others)). */
-fsc_status fsc_layout_make(int world, int tp, int dp, int pp, int rank, fsc_layout *out);
-/* One line: "world 8 = pp 2 x dp 2 x tp 2 (tensor fastest); rank 5: pipe 1, data 0, tensor 1". */
-void fsc_layout_describe(const fsc_layout *l, char *buf, size_t cap);
-/* Collective over world (l from fsc_layout_make with world's size and rank): the three groups, named
- * "tensor", "data" and "pipeline". Free them with fsc_comm_free. */
-fsc_status fsc_layout_split(fsc_comm *world, const fsc_layout *l, fsc_comm **tensor, fsc_comm **data,
-                            fsc_comm **pipe);
+/* ---- 3D layout: fsc_layout in parallel.h (the engine lays out world = dp x tp x pp) ---------------- */
 
 /* ---- training with data x tensor parallelism ------------------------------------------------------------
+ * The first composition, kept as a small independent oracle of the engine's (parallel.h, tp > 1): it
+ * equals the engine with DDP over the data group and no pipeline bit for bit.
  * A tensor-parallel GPT on each tensor group, DDP over the data group: per step forward and backward with
  * dloss = 1 / (global_batch T) on this data rank's sequences, gradients summed over the data group in rank
  * order, optional clipping by the exact global norm (the tensor group's slices, replicated tensors

@@ -1,0 +1,216 @@
+/* Tensor parallelism inside the engine (engine_impl.h): the tensor-parallel GPT as the engine's model, so
+ * every strategy (DDP, FSDP, ZeRO-1/2) and the pipeline schedules run it unchanged.
+ *
+ * The strategies see this rank's slices as a model of their own (e->m is the model's view: local shapes
+ * under the full tensors' names, initial values from the keyed RNG at the full tensors' indices): they
+ * shard, reduce and step them over the data group of ranks holding the same slices, and bind param[i] and
+ * grad[i] into their buffers as they do for the GPT. The tensor group's collectives happen inside the
+ * model's layers, between the strategy's hooks. What differs from the GPT:
+ *   - the clipping norm counts every split tensor on every tensor rank and each replicated tensor (layer
+ *     norms, wpe, row-parallel biases) once, on tensor rank 0, over the ranks that split this data rank's
+ *     gradients across data, tensor and pipeline (the exact norm: the same bits however it is split);
+ *   - full parameters, saving and loading map slices to full tensors (tp_gpt.c's runs).
+ * Not here: the layers (tp_gpt_run.c), the pipeline (pipe.c), training checkpoints (not supported). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tp_impl.h"
+#include "parallel/engine_impl.h"
+#include "parallel/pipe.h"
+
+static tp_acts *A(fsc_model_acts *a) { return (tp_acts *)a; }
+
+static fsc_status t_create(fsc_engine *e, const fsc_gpt_acts_opts *o, fsc_model_acts **out) {
+    if (o->checkpoint || o->offload_inputs)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel gpt: block checkpointing is not supported");
+    tp_acts *a = NULL;
+    FSC_TRY(tp_acts_create(e->tpm, o->B, o->first, o->last, &a));
+    *out = (fsc_model_acts *)a;
+    return FSC_OK;
+}
+
+static void t_free(fsc_engine *e, fsc_model_acts *a) { tp_acts_free(e->dev, A(a)); }
+
+static fsc_status t_set_batch(fsc_engine *e, fsc_model_acts *a, const int32_t *tokens, const int32_t *targets) {
+    return tp_acts_set_batch(e->tpm, A(a), tokens, targets);
+}
+
+static float *t_stream(fsc_model_acts *am, int which) {
+    tp_acts *a = A(am);
+    const int L = a->layers;
+    switch (which) {
+    case FSC_STREAM_INPUT: return a->first > 0 ? a->x[a->first - 1] : NULL;
+    case FSC_STREAM_OUTPUT: return a->last <= L ? a->x[a->last] : NULL;
+    case FSC_STREAM_GRAD_OUTPUT: return a->last <= L ? a->dres : NULL;
+    default: return a->first > 0 ? a->dres : NULL;
+    }
+}
+
+static fsc_status t_forward(fsc_engine *e, fsc_model_acts *a, const fsc_gpt_hooks *h, double *loss_sum) {
+    return tp_forward(e->tpm, A(a), h, loss_sum);
+}
+
+static fsc_status t_backward(fsc_engine *e, fsc_model_acts *a, const fsc_gpt_hooks *h, float dscale) {
+    return tp_backward(e->tpm, A(a), h, dscale);
+}
+
+static size_t t_bytes(const fsc_model_acts *a) { return ((const tp_acts *)a)->bytes; }
+
+static size_t t_stream_floats(const fsc_engine *e, int B) {
+    size_t N = (size_t)B * e->cfg.seq;
+    return (e->tpm->sp ? N / (size_t)e->tpm->size : N) * (size_t)e->cfg.dim;
+}
+
+static void t_init(const fsc_engine *e, int i, size_t first, size_t n, float *out) {
+    tp_init_local(e->tpm, i, first, n, out);
+}
+
+const fsc_model_ops fsc_tp_model_ops = {
+    .acts_create = t_create,
+    .acts_free = t_free,
+    .set_batch = t_set_batch,
+    .stream = t_stream,
+    .forward = t_forward,
+    .backward = t_backward,
+    .acts_bytes = t_bytes,
+    .stream_floats = t_stream_floats,
+    .init_values = t_init,
+};
+
+fsc_status fsc_tp_engine_create(fsc_engine *e) {
+    const fsc_layout *l = &e->lay;
+    fsc_comm *world = e->r->comm;
+    /* the colors of fsc_layout_split; without a pipeline the data group is made here, else by pipe.c */
+    FSC_TRY(fsc_comm_split(world, l->pipe * l->dp + l->data, l->tensor, &e->tensor_comm));
+    fsc_comm_set_name(e->tensor_comm, "tensor");
+    if (l->pp == 1) {
+        FSC_TRY(fsc_comm_split(world, l->pipe * l->tp + l->tensor, l->data, &e->own_data));
+        fsc_comm_set_name(e->own_data, "data");
+        e->comm = e->own_data;
+    }
+    fsc_tp_opts to = { .sequence_parallel = e->po.sequence_parallel };
+    FSC_TRY(tp_gpt_create_bound(e->dev, e->tensor_comm, &e->cfg, &to, e->seed, &e->tpm));
+    e->m = &e->tpm->view;
+    e->mo = &fsc_tp_model_ops;
+    fsc_engine_add_group_kind(e, e->tensor_comm, FSC_GROUP_TENSOR);
+    fsc_engine_add_group_kind(e, world, FSC_GROUP_WORLD); /* the f16 vote, saving and loading agree over it */
+    return FSC_OK;
+}
+
+void fsc_tp_engine_free(fsc_engine *e) {
+    fsc_tp_gpt_free(e->tpm);
+    e->tpm = NULL;
+    e->m = NULL;
+    free(e->nsegs);
+    free(e->nlens);
+    e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
+    if (e->own_norm) fsc_comm_free(e->own_norm);
+    if (e->own_data) fsc_comm_free(e->own_data);
+    if (e->tensor_comm) fsc_comm_free(e->tensor_comm);
+    e->own_norm = e->own_data = e->tensor_comm = NULL;
+}
+
+fsc_status fsc_tp_engine_after_setup(fsc_engine *e) {
+    /* The group: every rank holding a part of the gradient this data rank's strategy group splits. The
+     * strategy splits it over e->norm_comm (a part of the data group; NULL: it does not split it), named
+     * here by its lowest data rank; across tensor ranks and stages the gradient is split further. */
+    float v = -(float)e->lay.data;
+    if (e->norm_comm) {
+        float *d;
+        v = -(float)fsc_comm_rank(e->comm);
+        FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(float), (void **)&d));
+        fsc_status s = fsc_device_upload(e->dev, d, &v, sizeof v);
+        if (s == FSC_OK) s = fsc_comm_all_reduce(e->norm_comm, d, d, 1, FSC_F32, FSC_MAX);
+        if (s == FSC_OK) s = fsc_device_download(e->dev, &v, d, sizeof v);
+        fsc_device_release(e->dev, d);
+        FSC_TRY(s);
+    }
+    FSC_TRY(fsc_comm_split(e->r->comm, (int)-v, e->r->rank, &e->own_norm));
+    fsc_comm_set_name(e->own_norm, "norm");
+    fsc_engine_add_group_kind(e, e->own_norm, FSC_GROUP_WORLD);
+    e->norm_comm = e->own_norm;
+    /* the pieces: what this rank holds (the strategy's holdings), replicated tensors on tensor rank 0 only */
+    if (!e->st->holdings)
+        return fsc_error(FSC_ERR_INTERNAL, "tensor parallelism: strategy %s does not describe its holdings", e->st->name);
+    fsc_holding *h = NULL;
+    int n = 0;
+    FSC_TRY(e->st->holdings(e, &h, &n));
+    e->nsegs = calloc((size_t)n + 1, sizeof *e->nsegs);
+    e->nlens = calloc((size_t)n + 1, sizeof *e->nlens);
+    if (!e->nsegs || !e->nlens) {
+        free(h);
+        return fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory");
+    }
+    for (int k = 0; k < n; k++) {
+        if (e->tpm->t[h[k].tensor].split == TP_REPLICATED && e->tpm->rank != 0) continue;
+        e->nsegs[e->nnsegs] = (float *)fsc_optim_grad(e->opt, h[k].seg) + h[k].seg_off;
+        e->nlens[e->nnsegs] = h[k].n;
+        e->nnsegs++;
+    }
+    free(h);
+    return FSC_OK;
+}
+
+fsc_status fsc_tp_engine_full_params(fsc_engine *e, float *host) {
+    size_t P = e->tpm->P;
+    float *loc = malloc(P * sizeof(float)), *d = NULL;
+    fsc_status s = loc ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory");
+    /* this tensor rank's slices, whole (collective over the data group, and the stages) */
+    if (s == FSC_OK) s = e->pipe ? fsc_pipe_full_params(e, loc) : e->st->full_tensors(e, 1, loc);
+    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, P * sizeof(float), (void **)&d);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, d, loc, P * sizeof(float));
+    free(loc);
+    /* every rank reaches the tensor group's gather, or none does */
+    float flag = s == FSC_OK ? 0.0f : 1.0f, *f = NULL;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", fsc_last_error());
+    fsc_status c = fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(float), (void **)&f);
+    if (c == FSC_OK) c = fsc_device_upload(e->dev, f, &flag, sizeof flag);
+    if (c == FSC_OK) c = fsc_comm_all_reduce(e->tensor_comm, f, f, 1, FSC_F32, FSC_MAX);
+    if (c == FSC_OK) c = fsc_device_download(e->dev, &flag, f, sizeof flag);
+    fsc_device_release(e->dev, f);
+    if (c == FSC_OK && s != FSC_OK) c = fsc_error(s, "%s", msg);
+    else if (c == FSC_OK && flag != 0.0f) c = fsc_error(FSC_ERR_COMM, "another rank of the tensor group failed");
+    if (c == FSC_OK) c = tp_gather_flat(e->tpm, d, e->tpm->rank == 0 ? host : NULL);
+    fsc_device_release(e->dev, d);
+    return c;
+}
+
+fsc_status fsc_tp_engine_write_full(fsc_engine *e, fsc_st_writer *w) {
+    size_t P = fsc_gpt_num_params(&e->cfg);
+    float *host = NULL;
+    if (w && !(host = malloc(P * sizeof(float))))
+        return fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory to save %zu parameters", P);
+    fsc_status s = fsc_tp_engine_full_params(e, host);
+    size_t off = 0;
+    for (int i = 0; i < e->tpm->n_tensors && s == FSC_OK && w; i++) {
+        size_t n = e->tpm->t[i].full.numel;
+        s = fsc_st_writer_write(w, i, host + off, 0, n);
+        off += n;
+    }
+    free(host);
+    return s;
+}
+
+fsc_status fsc_tp_engine_load(fsc_engine *e, fsc_st_file *f) {
+    fsc_holding *h = NULL;
+    int n = 0;
+    FSC_TRY(e->st->holdings(e, &h, &n));
+    size_t most = 1;
+    for (int k = 0; k < n; k++)
+        if (h[k].n > most) most = h[k].n;
+    float *host = malloc(most * sizeof(float));
+    fsc_status s = host ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory loading weights");
+    for (int k = 0; k < n && s == FSC_OK; k++) {
+        const tp_tensor *t = &e->tpm->t[h[k].tensor];
+        const fsc_st_entry *en = fsc_st_find(f, t->full.name);
+        if (!en) s = fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", t->full.name);
+        if (s == FSC_OK) s = tp_read_local(e->tpm, f, en, h[k].tensor, h[k].first, h[k].n, host);
+        if (s == FSC_OK)
+            s = fsc_device_upload(e->dev, fsc_optim_param(e->opt, h[k].seg) + h[k].seg_off, host,
+                                  h[k].n * sizeof(float));
+    }
+    free(host);
+    free(h);
+    return s;
+}

@@ -11,16 +11,30 @@ static fsc_status check_dims(size_t N, int C, int OC, const char *what) {
     return FSC_OK;
 }
 
+/* out[n, :] = b for every row: one row, then doubling copies (log2 N device copies, each of rows already
+ * written to the rows after them). */
+static fsc_status fill_rows(fsc_device *dev, float *out, const float *b, size_t N, int OC) {
+    size_t row = (size_t)OC * sizeof(float);
+    FSC_TRY(fsc_device_copy(dev, out, b, row));
+    for (size_t done = 1; done < N;) {
+        size_t k = done < N - done ? done : N - done;
+        FSC_TRY(fsc_device_copy(dev, out + done * (size_t)OC, out, k * row));
+        done += k;
+    }
+    return FSC_OK;
+}
+
 fsc_status fsc_linear_forward(fsc_device *dev, float *out, fsc_linear_rec *rec, const float *inp,
                               const float *w, const float *b, size_t N, int C, int OC, int w_out_in) {
     FSC_TRY(check_dims(N, C, OC, "linear forward"));
     if (rec) *rec = (fsc_linear_rec){ .inp = inp, .N = N, .C = C, .OC = OC, .w_out_in = w_out_in };
     if (N == 0) return FSC_OK;
-    /* out (N, OC) = inp (N, C) @ w, w (C, OC) or (OC, C) transposed */
-    FSC_TRY(FSC_K(dev, gemm, 0, w_out_in ? 1 : 0, (int)N, OC, C, 1.0f, inp, C, 0, w, w_out_in ? C : OC, 0,
-                  0.0f, out, OC, 0, 1));
-    if (b) FSC_TRY(FSC_K(dev, bias_add, out, b, N, OC));
-    return FSC_OK;
+    /* out (N, OC) = inp (N, C) @ w (+ b), w (C, OC) or (OC, C) transposed. With a bias, every row of out
+     * starts as b and the gemm adds the product (beta 1): one pass over out instead of a zeroing pass, the
+     * product and a bias pass. */
+    if (b) FSC_TRY(fill_rows(dev, out, b, N, OC));
+    return FSC_K(dev, gemm, 0, w_out_in ? 1 : 0, (int)N, OC, C, 1.0f, inp, C, 0, w, w_out_in ? C : OC, 0,
+                 b ? 1.0f : 0.0f, out, OC, 0, 1);
 }
 
 fsc_status fsc_linear_backward(fsc_device *dev, float *dinp, float *dw, float *db, const fsc_linear_rec *rec,

@@ -4,9 +4,9 @@
  * Data order (a contract, the same for every world size and strategy): with N tokens, global batch B and
  * context T, sequence i of step s starts at ((s*B + i) * T) mod (N - T); its inputs are the T tokens from
  * there and its targets the next T. With --world W, rank r takes sequences [r*B/W, (r+1)*B/W); with a
- * pipeline (--pp P, world = dp x pp, rank = stage * dp + dp_index) every stage of data-parallel index d
- * takes the sequences [d*B/dp, (d+1)*B/dp); with tensor parallelism (--tp T, world = dp x tp, rank =
- * d * tp + tensor index) every rank of data-parallel index d takes those sequences too.
+ * pipeline (--pp P) or tensor parallelism (--tp T), world = dp x tp x pp laid out by --order (Megatron's:
+ * rank = (stage * dp + d) * tp + tensor index), every rank of data-parallel index d takes the sequences
+ * [d*B/dp, (d+1)*B/dp).
  * The training function runs on every rank (SPMD); rank 0 prints one line per step and, with --json, the
  * last line of output is one JSON object with every loss, throughput, memory and communication. */
 #include <errno.h>
@@ -48,6 +48,7 @@ typedef struct {
     const char *ckpt_dir, *resume;
     int ckpt_format;    /* fsc_ckpt_format */
     int tp, sequence_parallel; /* tensor parallelism (docs/tensor_parallel.md) */
+    const char *order;  /* rank order of dp x tp x pp, fastest first */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -97,13 +98,14 @@ static const option options[] = {
     {"check-ddp", NULL, NULL, "also train with DDP and report whether the weights are bit-identical", K_FLAG, F(check_ddp), 0, 0, NULL},
     {"device", "NAME", "cpu", "device of every rank: cpu|cuda (cuda needs build/libfsc_cuda.so and a GPU)", K_CHOICE, F(device), 0, 0, "cpu|cuda"},
     {"threads", "N", "0", "BLAS threads per rank (0: 1 with several ranks, else the library default)", K_INT, F(threads), 0, 1024, NULL},
-    {"pp", "P", "1", "pipeline stages (world = dp x pp, rank = stage * dp + dp_index)", K_INT, F(pp), 1, 1024, NULL},
-    {"dp", "D", "0", "data-parallel ranks per stage (0: --world / --pp; without --world, world = D x P)", K_INT, F(dp), 0, 1024, NULL},
+    {"pp", "P", "1", "pipeline stages (world = dp x tp x pp, laid out by --order)", K_INT, F(pp), 1, 1024, NULL},
+    {"dp", "D", "0", "data-parallel ranks (0: --world / (--tp x --pp); without --world, world = D x T x P)", K_INT, F(dp), 0, 1024, NULL},
     {"chunks", "M", "0", "pipeline micro-batches per step (another name for --accum)", K_INT, F(chunks), 0, 1 << 20, NULL},
     {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b"},
     {"balance", "N,N,..", NULL, "pipeline blocks per stage (default: as even as possible)", K_STR, F(balance), 0, 0, NULL},
-    {"tp", "T", "1", "tensor-parallel ranks (world = dp x tp, Megatron order; ddp over the data group)", K_INT, F(tp), 1, 1024, NULL},
+    {"tp", "T", "1", "tensor-parallel ranks (world = dp x tp x pp; --parallel runs over each data group)", K_INT, F(tp), 1, 1024, NULL},
     {"sequence-parallel", NULL, NULL, "with --tp: layer norms and residuals on sequence shards", K_FLAG, F(sequence_parallel), 0, 0, NULL},
+    {"order", "O", "tp,dp,pp", "rank order of dp x tp x pp, fastest first (tp,dp,pp: Megatron's, tensor ranks adjacent)", K_STR, F(order), 0, 0, NULL},
     {"checkpoint", "MODE", "except_last", "pipeline micro-batches that keep only their stage input: always|except_last|never", K_CHOICE, F(pipe_ckpt), 0, 0, "always|except_last|never"},
 };
 #undef F
@@ -289,36 +291,33 @@ static int option_index(const char *name) {
 
 /* Checks that need several options together. */
 static int check_config(const train_config *c, const int *given, char *err, size_t cap) {
-    fsc_gpt_config g = {c->layers, c->dim, c->heads, c->seq, c->vocab};
+    fsc_gpt_config g = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab};
     if (fsc_gpt_config_validate(&g) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
-    if (c->tp > 1 || c->sequence_parallel) {
-        int bad = c->tp < 2 ? 1 : c->pp > 1 ? 2 : c->accum > 1 ? 3 : c->precision ? 4 : c->parallel > FSC_PAR_DDP ? 5
-                : c->save_every || c->resume || c->check_ddp ? 6 : 0;
-        static const char *const why[] = {"", "--sequence-parallel needs --tp 2 or more",
-            "--tp with --pp > 1 (pipelines of tensor-parallel stages) is not supported yet",
-            "--tp with --accum > 1 is not supported yet", "--tp runs in fp32 only (drop --precision)",
-            "--tp composes with --parallel ddp (or none) over the data group only",
-            "--tp does not support --save-every, --resume or --check-ddp yet"};
-        if (bad) return snprintf(err, cap, "%s", why[bad]), -1;
-        if (c->parallel == FSC_PAR_NONE && c->dp > 1)
-            return snprintf(err, cap, "--tp %d with %d data-parallel ranks: give --parallel ddp", c->tp, c->dp), -1;
+    int order[3];
+    if (fsc_layout_parse_order(c->order, order) != FSC_OK) return snprintf(err, cap, "--order: %s", fsc_last_error()), -1;
+    if (c->sequence_parallel && c->tp < 2) return snprintf(err, cap, "--sequence-parallel needs --tp 2 or more"), -1;
+    if (c->tp > 1) {
         if (fsc_tp_check_config(&g, c->tp) != FSC_OK) return snprintf(err, cap, "--tp: %s", fsc_last_error()), -1;
-        if (c->batch % c->dp != 0)
-            return snprintf(err, cap, "--batch %d does not split evenly over %d data-parallel ranks (--dp)", c->batch, c->dp), -1;
-        if (c->sequence_parallel && ((long long)(c->batch / c->dp) * c->seq) % c->tp != 0)
-            return snprintf(err, cap, "--sequence-parallel: %d x %d token rows per data rank do not split over --tp %d",
-                            c->batch / c->dp, c->seq, c->tp), -1;
-        return 0;
+        if (c->save_every || c->resume)
+            return snprintf(err, cap, "--tp does not support training checkpoints (--save-every, --resume) yet; "
+                            "--save writes the full weights"), -1;
     }
-    if (c->pp > 1 ? c->batch % c->dp != 0 : c->batch % c->world != 0)
-        return c->pp > 1 ? snprintf(err, cap, "--batch %d does not split evenly over %d data-parallel ranks (--dp)",
+    if (c->tp > 1 && c->batch % c->dp == 0 && (c->batch / c->dp) % c->accum == 0 && c->sequence_parallel &&
+        ((long long)(c->batch / c->dp / c->accum) * c->seq) % c->tp != 0)
+        return snprintf(err, cap, "--sequence-parallel: a micro-batch of %d x %d token rows does not split over --tp %d",
+                        c->batch / c->dp / c->accum, c->seq, c->tp), -1;
+    if (c->pp > 1 || c->tp > 1 ? c->batch % c->dp != 0 : c->batch % c->world != 0)
+        return c->pp > 1 || c->tp > 1 ? snprintf(err, cap, "--batch %d does not split evenly over %d data-parallel ranks (--dp)",
                                     c->batch, c->dp)
                          : snprintf(err, cap, "--batch %d does not split evenly over --world %d", c->batch, c->world), -1;
     if ((c->batch / c->dp) % c->accum != 0)
         return snprintf(err, cap, "--accum %d does not divide the %d sequences per rank (--batch %d / %s %d)",
-                        c->accum, c->batch / c->dp, c->batch, c->pp > 1 ? "--dp" : "--world", c->dp), -1;
+                        c->accum, c->batch / c->dp, c->batch, c->pp > 1 || c->tp > 1 ? "--dp" : "--world", c->dp), -1;
     if (c->parallel == FSC_PAR_NONE && c->dp > 1)
-        return snprintf(err, cap, "--parallel none runs on one rank; with --world %d choose ddp or fsdp", c->world), -1;
+        return c->tp > 1 || c->pp > 1
+                   ? snprintf(err, cap, "--parallel none has no data parallelism; with --dp %d choose ddp, fsdp, zero1 or "
+                              "zero2", c->dp)
+                   : snprintf(err, cap, "--parallel none runs on one rank; with --world %d choose ddp or fsdp", c->world), -1;
     if (c->parallel == PAR_PIPE && c->pp < 2)
         return snprintf(err, cap, "--parallel pipe needs --pp 2 or more pipeline stages"), -1;
     if (c->pp < 2) {
@@ -401,8 +400,9 @@ typedef struct {
     size_t nparams;
     float *params;       /* (nparams) final full parameters from rank 0, when asked for (--check-ddp) */
     fsc_pipe_stats *pstats; /* (world) pipeline measurements, with --pp > 1 */
-    int have_groups;        /* --tp: rank 0's traffic per group */
-    fsc_comm_stats comm_tensor, comm_data;
+    fsc_comm_stats groups[FSC_GROUP_COUNT]; /* rank 0's traffic by kind of group */
+    int ngroups[FSC_GROUP_COUNT];           /* communicators of each kind (0: the run has none) */
+    fsc_layout *lay;        /* (world) every rank's place in dp x tp x pp */
 } run_state;
 
 static double now_ms(void) {
@@ -411,13 +411,13 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-/* This rank's sequences of step s, per the data-order contract. */
-static void fill_batch(const run_state *st, int rank, int s, int32_t *tok, int32_t *tgt) {
+/* The sequences of data-parallel index d for step s, per the data-order contract (every stage and tensor
+ * rank of that index sees the same sequences). */
+static void fill_batch(const run_state *st, int d, int s, int32_t *tok, int32_t *tgt) {
     const train_config *c = st->cfg;
     int T = c->seq, B = c->batch, bl = B / c->dp;
-    rank = (rank / c->tp) % c->dp; /* the data-parallel index: every stage and tensor rank sees the same sequences */
     for (int j = 0; j < bl; j++) {
-        uint64_t i = (uint64_t)rank * (uint64_t)bl + (uint64_t)j;
+        uint64_t i = (uint64_t)d * (uint64_t)bl + (uint64_t)j;
         uint64_t start = (((uint64_t)s * (uint64_t)B + i) * (uint64_t)T) % (uint64_t)(st->ntok - (size_t)T);
         for (int t = 0; t < T; t++) {
             tok[(size_t)j * T + t] = st->data[start + (uint64_t)t];
@@ -426,65 +426,10 @@ static void fill_batch(const run_state *st, int rank, int s, int32_t *tok, int32
     }
 }
 
-/* --tp: a tensor-parallel GPT on each tensor group, DDP over the data group (fsc_tp_trainer). */
-static fsc_status tp_train_fn(fsc_rank *r, void *arg) {
-    run_state *st = arg;
-    const train_config *c = st->cfg;
-    fsc_gpt_config gc = {c->layers, c->dim, c->heads, c->seq, c->vocab};
-    fsc_tp_train_opts to = {.tp = c->tp, .dp = c->dp, .sequence_parallel = c->sequence_parallel, .clip = c->clip};
-    fsc_optim_config oc = {.kind = (fsc_optim_kind)c->optimizer, .lr = c->lr, .weight_decay = c->weight_decay};
-    if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
-    fsc_tp_trainer *t = NULL;
-    FSC_TRY(fsc_tp_trainer_create(r, &gc, &to, &oc, c->seed, &t));
-    if (r->rank == 0) {
-        char line[160];
-        fsc_layout_describe(fsc_tp_trainer_layout(t), line, sizeof line);
-        printf("layout: %s%s\n", line, c->sequence_parallel ? ", sequence parallel" : "");
-    }
-    int bl = c->batch / c->dp;
-    size_t n = (size_t)bl * (size_t)c->seq;
-    int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
-    fsc_status s = tok && tgt ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "train: out of host memory for the batch");
-    if (s == FSC_OK && c->load) s = fsc_tp_gpt_load(fsc_tp_trainer_model(t), c->load);
-    if (s == FSC_OK && c->init_save) s = fsc_tp_trainer_save(t, c->init_save);
-    fsc_tp_trainer_reset_comm_stats(t);
-    double tokens = (double)c->batch * (double)c->seq;
-    for (int step = 0; step < c->steps && s == FSC_OK; step++) {
-        fill_batch(st, r->rank, step, tok, tgt);
-        double t0 = now_ms();
-        fsc_step_info info = {0};
-        s = fsc_tp_trainer_step(t, tok, tgt, bl, c->batch, &info);
-        double ms = now_ms() - t0;
-        if (s == FSC_OK && r->rank == 0) {
-            st->losses[step] = info.loss;
-            st->step_ms[step] = ms;
-            printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB\n", step + 1, c->steps, info.loss,
-                   ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0);
-            fflush(stdout);
-        }
-    }
-    if (r->rank == 0) {
-        fsc_tp_trainer_comm_stats(t, &st->comm_tensor, &st->comm_data);
-        st->have_groups = 1;
-        for (int op = 0; op < FSC_OP_COUNT; op++) {
-            st->comm.calls[op] = st->comm_tensor.calls[op] + st->comm_data.calls[op];
-            st->comm.bytes[op] = st->comm_tensor.bytes[op] + st->comm_data.bytes[op];
-        }
-    }
-    if (s == FSC_OK && c->save) s = fsc_tp_trainer_save(t, c->save);
-    for (int tg = 0; tg < FSC_TAG_COUNT; tg++) st->peak[r->rank][tg] = fsc_device_peak_bytes(r->dev, (fsc_tag)tg);
-    st->peak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
-    free(tok);
-    free(tgt);
-    fsc_tp_trainer_free(t);
-    return s;
-}
-
 static fsc_status train_fn(fsc_rank *r, void *arg) {
     run_state *st = arg;
     const train_config *c = st->cfg;
-    if (c->tp > 1) return tp_train_fn(r, arg);
-    fsc_gpt_config gc = {c->layers, c->dim, c->heads, c->seq, c->vocab};
+    fsc_gpt_config gc = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab};
     fsc_parallel_opts po = {
         .kind = strategy(c),
         .shard = (fsc_shard_strategy)c->shard,
@@ -499,6 +444,9 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         .pp = c->pp,
         .schedule = (fsc_pipe_schedule)c->schedule,
         .pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt],
+        .tp = c->tp,
+        .sequence_parallel = c->sequence_parallel,
+        .order = c->order,
     };
     int balance[1024];
     if (c->balance) FSC_TRY(fsc_balance_parse(c->balance, &gc, c->pp, balance));
@@ -507,6 +455,14 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
     fsc_engine *e = NULL;
     FSC_TRY(fsc_engine_create(r, &gc, &po, &oc, c->seed, &e));
+    const fsc_layout *lay = fsc_engine_layout(e);
+    st->lay[r->rank] = *lay;
+    if (r->rank == 0 && r->world > 1) {
+        char line[192];
+        fsc_layout_describe(lay, line, sizeof line);
+        printf("layout: %s%s\n", line, c->sequence_parallel ? ", sequence parallel" : "");
+        fflush(stdout);
+    }
     int bl = c->batch / c->dp;
     size_t n = (size_t)bl * (size_t)c->seq;
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
@@ -526,7 +482,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     fsc_engine_reset_comm_stats(e);
     double tokens = (double)c->batch * (double)c->seq;
     for (int step = start; step < c->steps && s == FSC_OK; step++) {
-        fill_batch(st, r->rank, step, tok, tgt);
+        fill_batch(st, lay->data, step, tok, tgt);
         double t0 = now_ms();
         fsc_step_info info = {0};
         s = fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
@@ -545,7 +501,11 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             if (s == FSC_OK && r->rank == 0) printf("checkpoint %s/step-%08d\n", c->ckpt_dir, step + 1);
         }
     }
-    if (r->rank == 0) fsc_engine_comm_stats(e, &st->comm);
+    if (r->rank == 0) {
+        fsc_engine_comm_stats(e, &st->comm);
+        for (int g = 0; g < FSC_GROUP_COUNT; g++)
+            st->ngroups[g] = fsc_engine_comm_stats_group(e, (fsc_group_kind)g, &st->groups[g]);
+    }
     if (st->pstats) fsc_engine_pipe_stats(e, &st->pstats[r->rank]);
     if (s == FSC_OK && st->params) s = fsc_engine_full_params(e, r->rank == 0 ? st->params : NULL);
     if (s == FSC_OK && c->save) s = fsc_engine_save_weights(e, c->save);
@@ -620,11 +580,21 @@ static void stage_summary(const run_state *st, int s, size_t *acts, double *bubb
     const train_config *c = st->cfg;
     *acts = 0;
     *bubble = 0;
-    for (int d = 0; d < c->dp; d++) {
-        int r = s * c->dp + d;
+    int n = 0;
+    for (int r = 0; r < c->world; r++) {
+        if (st->lay[r].pipe != s) continue;
         if (st->peak[r][FSC_TAG_ACTS] > *acts) *acts = st->peak[r][FSC_TAG_ACTS];
-        *bubble += st->pstats[r].bubble / c->dp;
+        *bubble += st->pstats[r].bubble;
+        n++;
     }
+    if (n) *bubble /= n;
+}
+
+/* The pipeline measurements of stage s's first rank. */
+static const fsc_pipe_stats *stage_stats(const run_state *st, int s) {
+    for (int r = 0; r < st->cfg->world; r++)
+        if (st->lay[r].pipe == s) return &st->pstats[r];
+    return &st->pstats[0];
 }
 
 static cJSON *pipeline_object(const run_state *st) {
@@ -642,7 +612,7 @@ static cJSON *pipeline_object(const run_state *st) {
         size_t acts;
         double bubble;
         stage_summary(st, s, &acts, &bubble);
-        const fsc_pipe_stats *p = &st->pstats[s * c->dp];
+        const fsc_pipe_stats *p = stage_stats(st, s);
         cJSON *x = cJSON_CreateObject();
         cJSON_AddNumberToObject(x, "stage", s);
         cJSON_AddNumberToObject(x, "first_layer", p->first_layer);
@@ -661,7 +631,7 @@ static void print_pipeline(const run_state *st) {
         size_t acts;
         double bubble;
         stage_summary(st, s, &acts, &bubble);
-        const fsc_pipe_stats *p = &st->pstats[s * c->dp];
+        const fsc_pipe_stats *p = stage_stats(st, s);
         printf("stage %d: layers %d-%d | peak activations %.2f MiB (%d micro-batches in flight) | bubble %.3f "
                "(ideal %.3f)\n", s, p->first_layer, p->last_layer, (double)acts / 1048576.0, p->max_in_flight,
                bubble, p->ideal_bubble);
@@ -704,15 +674,13 @@ static void print_json(const run_state *st, const ddp_check *chk) {
         total += st->comm.bytes[op];
     }
     cJSON_AddNumberToObject(root, "comm_bytes_per_step", c->steps ? total / c->steps : 0);
-    if (st->have_groups) { /* --tp: bytes per step of rank 0 by group */
-        cJSON *g = cJSON_AddObjectToObject(root, "comm_bytes_per_step_by_group");
-        const fsc_comm_stats *gs[2] = {&st->comm_tensor, &st->comm_data};
-        const char *const gn[2] = {"tensor", "data"};
-        for (int k = 0; k < 2; k++) {
-            double b = 0;
-            for (int op = 0; op < FSC_OP_COUNT; op++) b += gs[k]->bytes[op];
-            cJSON_AddNumberToObject(g, gn[k], c->steps ? b / c->steps : 0);
-        }
+    /* rank 0's bytes per step by kind of group (the kinds the run has; they sum to comm_bytes_per_step) */
+    cJSON *g = cJSON_AddObjectToObject(root, "comm_bytes_per_step_by_group");
+    for (int k = 0; k < FSC_GROUP_COUNT; k++) {
+        if (!st->ngroups[k]) continue;
+        double b = 0;
+        for (int op = 0; op < FSC_OP_COUNT; op++) b += st->groups[k].bytes[op];
+        cJSON_AddNumberToObject(g, fsc_group_kind_name((fsc_group_kind)k), c->steps ? b / c->steps : 0);
     }
     if (st->pstats) cJSON_AddItemToObject(root, "pipeline", pipeline_object(st));
     if (chk->done) {
@@ -779,12 +747,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     st.data = data;
-    fsc_gpt_config gc = {c.layers, c.dim, c.heads, c.seq, c.vocab};
+    fsc_gpt_config gc = {.layers = c.layers, .dim = c.dim, .heads = c.heads, .seq = c.seq, .vocab = c.vocab};
     st.nparams = fsc_gpt_num_params(&gc);
     st.losses = calloc((size_t)c.steps + 1, sizeof(double));
     st.step_ms = calloc((size_t)c.steps + 1, sizeof(double));
     st.peak = calloc((size_t)c.world, sizeof *st.peak);
-    if (!st.losses || !st.step_ms || !st.peak) {
+    st.lay = calloc((size_t)c.world, sizeof *st.lay);
+    if (!st.losses || !st.step_ms || !st.peak || !st.lay) {
         fprintf(stderr, "train_gpt: out of memory\n");
         return 1;
     }
@@ -811,15 +780,16 @@ int main(int argc, char **argv) {
     run_state sd = st;
     if (s == FSC_OK && c.check_ddp) {
         cd.parallel = FSC_PAR_DDP;
-        cd.pp = 1; /* the oracle of a pipeline: DDP over its data-parallel ranks, the same micro-batches */
-        cd.world = c.dp;
+        cd.pp = 1; /* the oracle of a pipeline: DDP over its data-parallel ranks, the same micro-batches; */
+        cd.world = c.dp * c.tp; /* with tensor parallelism on the same tensor groups */
         cd.balance = NULL;
-        co.world = c.dp;
+        co.world = cd.world;
         sd.pstats = NULL;
         sd.cfg = &cd;
         sd.losses = calloc((size_t)c.steps + 1, sizeof(double));
         sd.step_ms = calloc((size_t)c.steps + 1, sizeof(double));
         sd.peak = calloc((size_t)c.world, sizeof *sd.peak);
+        sd.lay = calloc((size_t)c.world, sizeof *sd.lay);
         sd.params = calloc(st.nparams, sizeof(float));
         printf("--check-ddp: the same training with DDP\n");
         fflush(stdout);
@@ -843,12 +813,14 @@ int main(int argc, char **argv) {
         free(sd.losses);
         free(sd.step_ms);
         free(sd.peak);
+        free(sd.lay);
         free(sd.params);
         free(st.params);
     }
     free(st.losses);
     free(st.step_ms);
     free(st.peak);
+    free(st.lay);
     free(st.pstats);
     free(data);
     return rc;

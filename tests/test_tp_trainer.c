@@ -1,8 +1,10 @@
-/* The trainer's tensor-parallel options (--tp, --sequence-parallel in examples/train_gpt.c), run as a
- * program (build/<x>/train_gpt next to this binary's folder).
+/* The trainer's tensor-parallel options (--tp composed with --pp, --dp and every --parallel,
+ * --sequence-parallel, --order in examples/train_gpt.c), run as a program (build/<x>/train_gpt next to this
+ * binary's folder).
  * Oracle: the same training on one rank. Losses within 1e-6 relative (tensor parallelism splits sums:
- * docs/tensor_parallel.md), the initial weights file byte-identical, the --json summary's traffic by group
- * (tensor and data) present and consistent, and the unsupported combinations refused with a message. */
+ * docs/tensor_parallel.md); another rank order gives the same losses bit for bit; --check-ddp of a 3D FSDP
+ * run reports bit-identical weights; the initial weights file byte-identical; the --json summary's traffic
+ * by group present, summing to the total; the unsupported combinations refused with a message. */
 #include <libgen.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -60,24 +62,45 @@ static void test_tp_trainer_runs(void **state) {
     (void)state;
     cJSON *ref = json_of("");
     const char *cases[] = { "--tp 2 --dp 2 --parallel ddp", "--tp 4 --sequence-parallel",
-                            "--tp 2 --world 4 --parallel ddp --sequence-parallel" };
+                            "--tp 2 --world 4 --parallel ddp --sequence-parallel",
+                            "--tp 2 --pp 2 --dp 2 --parallel zero1 --chunks 2 --schedule 1f1b --sequence-parallel",
+                            "--tp 2 --pp 2 --parallel pipe --accum 2", "--tp 2 --dp 2 --parallel ddp --order dp,pp,tp" };
+    double first[3] = { 0, 0, 0 };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         cJSON *j = json_of(cases[k]);
         for (int s = 0; s < 3; s++) {
             double e = fabs(loss_at(j, s) - loss_at(ref, s)) / loss_at(ref, s);
             if (!(e <= 1e-6)) fail_msg("%s: loss of step %d differs by %.3g", cases[k], s, e);
         }
+        if (k == 0)
+            for (int s = 0; s < 3; s++) first[s] = loss_at(j, s);
+        if (strstr(cases[k], "--order")) /* the same computation placed on other ranks */
+            for (int s = 0; s < 3; s++) assert_memory_equal(&first[s], &(double){ loss_at(j, s) }, sizeof(double));
         const cJSON *g = cJSON_GetObjectItem(j, "comm_bytes_per_step_by_group");
         assert_non_null(g);
         double tensor = cJSON_GetObjectItem(g, "tensor")->valuedouble, data = cJSON_GetObjectItem(g, "data")->valuedouble;
-        double total = cJSON_GetObjectItem(j, "comm_bytes_per_step")->valuedouble;
+        double total = cJSON_GetObjectItem(j, "comm_bytes_per_step")->valuedouble, sum = 0;
+        for (const cJSON *x = g->child; x; x = x->next) sum += x->valuedouble;
         assert_true(tensor > 0);
-        assert_true(strstr(cases[k], "--tp 4") ? data == 0 : data > 0);
-        assert_true(fabs(tensor + data - total) <= 1e-6 * total);
-        printf("  %s: %.0f bytes per step in the tensor group, %.0f in the data group\n", cases[k], tensor, data);
+        assert_true(strstr(cases[k], "--dp 2") || strstr(cases[k], "--world 4") ? data > 0 : data == 0);
+        assert_true((cJSON_GetObjectItem(g, "pipeline") != NULL) == (strstr(cases[k], "--pp 2") != NULL));
+        assert_null(cJSON_GetObjectItem(g, "expert"));
+        assert_true(fabs(sum - total) <= 1e-6 * total);
+        printf("  %s: bytes per step by group: tensor %.0f, data %.0f", cases[k], tensor, data);
+        if (cJSON_GetObjectItem(g, "pipeline"))
+            printf(", pipeline %.0f", cJSON_GetObjectItem(g, "pipeline")->valuedouble);
+        printf("\n");
         cJSON_Delete(j);
     }
     cJSON_Delete(ref);
+    /* --check-ddp: the oracle keeps the tensor groups and drops the pipeline */
+    int rc;
+    char args[512];
+    snprintf(args, sizeof args, "%s --tp 2 --pp 2 --dp 2 --parallel fsdp --chunks 2 --schedule 1f1b --check-ddp", model);
+    char *out = run(args, &rc);
+    if (rc != 0 || !strstr(out, "bit-identical: yes")) fail_msg("train_gpt %s: exit %d\n%s", args, rc, out);
+    assert_non_null(strstr(out, "layout: world 8 = pp 2 x dp 2 x tp 2 (tensor fastest)"));
+    free(out);
 }
 
 static int same_file(const char *a, const char *b) {
@@ -125,12 +148,12 @@ static void test_tp_trainer_refusals(void **state) {
     struct { const char *args, *msg; } bad[] = {
         { "--tp 3", "4 heads do not split over a tensor group of 3" },
         { "--sequence-parallel", "--sequence-parallel needs --tp 2 or more" },
-        { "--tp 2 --pp 2", "not supported yet" },
-        { "--tp 2 --world 4", "give --parallel ddp" },
-        { "--tp 2 --accum 2", "--accum > 1 is not supported yet" },
+        { "--tp 2 --world 4", "--parallel none has no data parallelism" },
         { "--tp 2 --world 3", "does not split into --tp 2 x --pp 1" },
-        { "--tp 2 --parallel fsdp --world 4", "--parallel ddp (or none)" },
-        { "--tp 2 --precision bf16", "fp32 only" },
+        { "--tp 2 --pp 2 --dp 2 --world 4", "--world 4 is not --dp 2 x --tp 2 x --pp 2" },
+        { "--tp 2 --save-every 1 --ckpt-dir /tmp", "training checkpoints" },
+        { "--tp 2 --order tp,tp,pp", "names tp twice" },
+        { "--tp 2 --dp 1 --batch 1 --seq 3 --sequence-parallel", "does not split over --tp 2" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[512];

@@ -2,6 +2,13 @@
  * order, as soon as the layers that own them finish their backward. Also serves FSC_PAR_NONE (a world
  * of one rank: the reductions are copies).
  *
+ * Expert parallelism (po.ep > 1, MoE models): a rank holds the dense tensors and its experts only, in tensor
+ * order (the local layout skips the other ranks' experts). A bucket splits into runs of dense tensors,
+ * summed over the data group, and runs of expert tensors, summed over e->ep_data (the data ranks holding
+ * the same experts). The clipping norm counts dense runs on expert rank 0 and expert runs everywhere,
+ * over the expert group (e->ep_comm); full parameters and weight files gather each MoE block's experts
+ * over it.
+ *
  * Buffers (tensor order, the flat layout of gpt.h):
  *   master  (P) fp32 parameters, stepped by the optimizer                    params
  *   compute (P) master rounded to the parameter dtype (only if not f32)      params
@@ -12,22 +19,77 @@
 #include <string.h>
 #include "engine_impl.h"
 
+/* A maximal span of the local layout whose tensors are all dense or all experts. */
 typedef struct {
-    int t0, t1;       /* held tensors */
-    size_t base;      /* flat offset of tensor t0 in the whole model */
+    size_t off, n;
+    int expert;
+} ddp_run;
+
+typedef struct {
+    int t0, t1;       /* held tensors: those in [t0, t1) that fsc_engine_holds */
+    size_t *off;      /* (n_tensors) offset of each held tensor in the local layout */
     size_t P;
+    ddp_run *runs;
+    int nruns;
     float *master, *compute, *grad, *acc;
     int seg;          /* optimizer segment of master */
     size_t pend_lo, pend_hi; /* gradient elements [lo, hi) complete but not yet reduced */
 } ddp_state;
 
+static fsc_comm *run_comm(const fsc_engine *e, const ddp_run *r) { return r->expert ? e->ep_data : e->comm; }
+
+static fsc_status make_layout(fsc_engine *e, ddp_state *d) {
+    const int nt = e->m->n_tensors;
+    fsc_engine_held_range(e, &d->t0, &d->t1);
+    d->off = calloc((size_t)nt, sizeof *d->off);
+    d->runs = calloc((size_t)nt + 1, sizeof *d->runs);
+    if (!d->off || !d->runs) return fsc_error(FSC_ERR_NOMEM, "ddp: out of memory");
+    for (int i = d->t0; i < d->t1; i++) {
+        if (!fsc_engine_holds(e, i)) continue;
+        int expert = e->ep_data && e->m->info[i].expert >= 0;
+        if (!d->nruns || d->runs[d->nruns - 1].expert != expert)
+            d->runs[d->nruns++] = (ddp_run){ .off = d->P, .n = 0, .expert = expert };
+        d->off[i] = d->P;
+        d->runs[d->nruns - 1].n += e->m->info[i].numel;
+        d->P += e->m->info[i].numel;
+    }
+    return FSC_OK;
+}
+
+/* Initial values of every held tensor into master (keyed init; with sync_from_rank0, rank 0's values
+ * broadcast over the ranks that hold the same tensors). */
+static fsc_status init_master(fsc_engine *e, ddp_state *d) {
+    int sync = e->po.sync_from_rank0 && e->r->world > 1;
+    for (int i = d->t0; i < d->t1; i++) {
+        if (!fsc_engine_holds(e, i)) continue;
+        if (sync && fsc_comm_rank(e->comm) != 0 && !(e->ep_data && e->m->info[i].expert >= 0)) continue;
+        if (sync && e->ep_data && e->m->info[i].expert >= 0 && fsc_comm_rank(e->ep_data) != 0) continue;
+        FSC_TRY(fsc_engine_init_range(e, d->master + d->off[i], fsc_engine_tensor_offset(e, i), e->m->info[i].numel));
+    }
+    for (int k = 0; sync && k < d->nruns; k++)
+        FSC_TRY(fsc_comm_broadcast(run_comm(e, &d->runs[k]), d->master + d->runs[k].off, d->runs[k].n, FSC_F32, 0));
+    return FSC_OK;
+}
+
+/* Clipping with experts spread over the expert group: the norm's pieces count every element once. */
+static fsc_status norm_pieces(fsc_engine *e, ddp_state *d, float *reduced) {
+    e->nsegs = calloc((size_t)d->nruns, sizeof *e->nsegs);
+    e->nlens = calloc((size_t)d->nruns, sizeof *e->nlens);
+    if (!e->nsegs || !e->nlens) return fsc_error(FSC_ERR_NOMEM, "ddp: out of memory");
+    for (int k = 0; k < d->nruns; k++) {
+        if (!d->runs[k].expert && fsc_comm_rank(e->ep_comm) != 0) continue;
+        e->nsegs[e->nnsegs] = reduced + d->runs[k].off;
+        e->nlens[e->nnsegs++] = d->runs[k].n;
+    }
+    e->norm_comm = e->ep_comm;
+    return FSC_OK;
+}
+
 static fsc_status ddp_setup(fsc_engine *e) {
     ddp_state *d = calloc(1, sizeof(*d));
     if (!d) return fsc_error(FSC_ERR_NOMEM, "ddp: out of memory");
     e->sd = d;
-    fsc_engine_held_range(e, &d->t0, &d->t1);
-    d->base = fsc_engine_tensor_offset(e, d->t0);
-    d->P = fsc_engine_tensor_offset(e, d->t1) - d->base;
+    FSC_TRY(make_layout(e, d));
     size_t bytes = d->P * sizeof(float);
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, bytes, (void **)&d->master));
     FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, bytes, (void **)&d->grad));
@@ -35,21 +97,17 @@ static fsc_status ddp_setup(fsc_engine *e) {
         FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, bytes, (void **)&d->compute));
     if (e->po.accum > 1 && !e->po.no_sync)
         FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, bytes, (void **)&d->acc));
-    if (e->po.sync_from_rank0 && e->r->world > 1) {
-        if (fsc_comm_rank(e->comm) == 0) FSC_TRY(fsc_engine_init_range(e, d->master, d->base, d->P));
-        FSC_TRY(fsc_comm_broadcast(e->comm, d->master, d->P, FSC_F32, 0));
-    } else {
-        FSC_TRY(fsc_engine_init_range(e, d->master, d->base, d->P));
-    }
+    FSC_TRY(init_master(e, d));
     float *reduced = d->acc ? d->acc : d->grad;
     FSC_TRY(fsc_optim_add(e->opt, d->master, reduced, d->P, &d->seg));
     FSC_TRY(fsc_engine_add_gseg(e, reduced, d->P));
     e->norm_comm = NULL;
+    if (e->ep_data) FSC_TRY(norm_pieces(e, d, reduced));
     float *p = d->compute ? d->compute : d->master;
     for (int i = d->t0; i < d->t1; i++) {
-        size_t off = fsc_engine_tensor_offset(e, i) - d->base;
-        e->m->param[i] = p + off;
-        e->m->grad[i] = d->grad + off;
+        if (!fsc_engine_holds(e, i)) continue;
+        e->m->param[i] = p + d->off[i];
+        e->m->grad[i] = d->grad + d->off[i];
     }
     return FSC_OK;
 }
@@ -70,13 +128,21 @@ static fsc_status ddp_pre_forward(fsc_engine *e, int layer) {
     return FSC_OK;
 }
 
+/* Reduce the pending elements: one reduction per run they cross (one without expert parallelism). */
 static fsc_status flush(fsc_engine *e) {
     ddp_state *d = e->sd;
-    size_t lo = d->pend_lo, n = d->pend_hi - d->pend_lo;
-    if (n == 0) return FSC_OK;
+    size_t lo = d->pend_lo, hi = d->pend_hi;
+    if (hi == lo) return FSC_OK;
     d->pend_hi = lo;
-    if (d->acc) return fsc_engine_reduce(e, e->comm, 0, d->grad + lo, d->acc + lo, n, e->micro > 0);
-    return fsc_engine_reduce(e, e->comm, 0, d->grad + lo, d->grad + lo, n, 0);
+    for (int k = 0; k < d->nruns; k++) {
+        size_t a = d->runs[k].off > lo ? d->runs[k].off : lo, b = d->runs[k].off + d->runs[k].n;
+        if (b > hi) b = hi;
+        if (a >= b) continue;
+        fsc_comm *c = run_comm(e, &d->runs[k]);
+        if (d->acc) FSC_TRY(fsc_engine_reduce(e, c, 0, d->grad + a, d->acc + a, b - a, e->micro > 0));
+        else FSC_TRY(fsc_engine_reduce(e, c, 0, d->grad + a, d->grad + a, b - a, 0));
+    }
+    return FSC_OK;
 }
 
 static fsc_status ddp_post_backward(fsc_engine *e, int layer) {
@@ -84,44 +150,92 @@ static fsc_status ddp_post_backward(fsc_engine *e, int layer) {
     if (!e->sync) return FSC_OK;
     /* the tensors this layer owns are contiguous and precede what earlier (later-in-model) layers own */
     for (int i = d->t1 - 1; i >= d->t0; i--) {
-        if (e->m->info[i].layer != layer) continue;
-        size_t off = fsc_engine_tensor_offset(e, i) - d->base;
-        if (off < d->pend_lo) d->pend_lo = off;
+        if (e->m->info[i].layer != layer || !fsc_engine_holds(e, i)) continue;
+        if (d->off[i] < d->pend_lo) d->pend_lo = d->off[i];
     }
     size_t bucket = e->po.bucket_bytes ? e->po.bucket_bytes : (25u << 20);
     if ((d->pend_hi - d->pend_lo) * sizeof(float) >= bucket || layer == e->lf) FSC_TRY(flush(e));
     return FSC_OK;
 }
 
-static fsc_status ddp_full_tensors(fsc_engine *e, int want, float *host) {
-    ddp_state *d = e->sd;
-    if (!want || !host) return FSC_OK;
-    return fsc_device_download(e->dev, host + d->base, d->master, d->P * sizeof(float));
+/* With expert parallelism, tensor i may be the first expert tensor of an MoE block: then *n_out is the
+ * number of tensors of every expert of the block (4 E), and *buf (device, E per_expert floats) their
+ * values gathered over the expert group (collective over it); else *buf is NULL. */
+static fsc_status gather_experts(fsc_engine *e, ddp_state *d, int i, int *n_out, float **buf) {
+    *buf = NULL;
+    *n_out = 1;
+    const fsc_param_info *pi = &e->m->info[i];
+    if (!e->ep_data || pi->expert != 0 || e->m->info[i - 1].expert >= 0) return FSC_OK; /* not the block's first */
+    int first, count, E = e->cfg.moe_experts;
+    fsc_gpt_local_experts(e->m, &first, &count);
+    size_t per = 0;
+    for (int t = 0; t < 4; t++) per += e->m->info[i + t].numel;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)E * per * sizeof(float), (void **)buf));
+    fsc_status s = fsc_comm_all_gather(e->ep_comm, d->master + d->off[i + 4 * first], *buf, (size_t)count * per, FSC_F32);
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, *buf);
+        *buf = NULL;
+        return s;
+    }
+    *n_out = 4 * E;
+    return FSC_OK;
 }
 
+static fsc_status ddp_full_tensors(fsc_engine *e, int want, float *host) {
+    ddp_state *d = e->sd;
+    if (!e->ep_data) {
+        if (!want || !host) return FSC_OK;
+        return fsc_device_download(e->dev, host + fsc_engine_tensor_offset(e, d->t0), d->master, d->P * sizeof(float));
+    }
+    for (int i = d->t0; i < d->t1;) {
+        int n;
+        float *buf;
+        FSC_TRY(gather_experts(e, d, i, &n, &buf));
+        size_t len = 0;
+        for (int t = i; t < i + n; t++) len += e->m->info[t].numel;
+        fsc_status s = FSC_OK;
+        if (want && host)
+            s = fsc_device_download(e->dev, host + fsc_engine_tensor_offset(e, i), buf ? buf : d->master + d->off[i],
+                                    len * sizeof(float));
+        fsc_device_release(e->dev, buf);
+        FSC_TRY(s);
+        i += n;
+    }
+    return FSC_OK;
+}
+
+/* Rank 0 writes every tensor; with expert parallelism its expert group gathers each MoE block's experts. */
 static fsc_status ddp_write_full(fsc_engine *e, fsc_st_writer *w) {
     ddp_state *d = e->sd;
-    if (!w) return FSC_OK;
-    size_t off = 0;
+    int gathers = e->ep_data && fsc_comm_rank(e->ep_data) == 0; /* the expert group of data rank 0 */
+    if (!w && !gathers) return FSC_OK;
     fsc_status s = FSC_OK;
-    for (int i = d->t0; i < d->t1 && s == FSC_OK; i++) {
-        size_t n = e->m->info[i].numel;
-        float *h = malloc(n * sizeof(float));
-        if (!h) return fsc_error(FSC_ERR_NOMEM, "ddp: out of host memory writing %s", e->m->info[i].name);
-        s = fsc_device_download(e->dev, h, d->master + off, n * sizeof(float));
-        if (s == FSC_OK) s = fsc_st_writer_write(w, i, h, 0, n);
-        free(h);
-        off += n;
+    for (int i = d->t0; i < d->t1 && s == FSC_OK;) {
+        int n = 1;
+        float *buf = NULL;
+        if (gathers) s = gather_experts(e, d, i, &n, &buf);
+        const float *src = buf;
+        for (int t = i; t < i + n && s == FSC_OK && w; t++) {
+            size_t numel = e->m->info[t].numel;
+            float *h = malloc(numel * sizeof(float));
+            if (!h) s = fsc_error(FSC_ERR_NOMEM, "ddp: out of host memory writing %s", e->m->info[t].name);
+            if (s == FSC_OK) s = fsc_device_download(e->dev, h, src ? src : d->master + d->off[t], numel * sizeof(float));
+            if (s == FSC_OK) s = fsc_st_writer_write(w, t, h, 0, numel);
+            free(h);
+            if (src) src += numel;
+        }
+        fsc_device_release(e->dev, buf);
+        i += n;
     }
     return s;
 }
 
 static fsc_status ddp_load_full(fsc_engine *e, fsc_st_file *f) {
     ddp_state *d = e->sd;
-    size_t off = 0;
     fsc_status s = FSC_OK;
     for (int i = d->t0; i < d->t1 && s == FSC_OK; i++) {
-        size_t n = e->m->info[i].numel;
+        if (!fsc_engine_holds(e, i)) continue;
+        size_t n = e->m->info[i].numel, off = d->off[i];
         const fsc_st_entry *en = fsc_st_find(f, e->m->info[i].name);
         if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", e->m->info[i].name);
         float *h = malloc(n * sizeof(float));
@@ -129,13 +243,21 @@ static fsc_status ddp_load_full(fsc_engine *e, fsc_st_file *f) {
         s = fsc_st_read(f, en, h, 0, n);
         if (s == FSC_OK) s = fsc_device_upload(e->dev, d->master + off, h, n * sizeof(float));
         free(h);
-        off += n;
     }
     return s;
 }
 
+/* Data ranks that hold tensor i: every rank, or with expert parallelism the ranks of the expert's index
+ * in their expert group (data rank r is expert rank r % G). */
+static int holder(const fsc_engine *e, int i, int r) {
+    if (!e->ep_data || e->m->info[i].expert < 0) return 1;
+    int G = fsc_comm_size(e->ep_comm), per = e->cfg.moe_experts / G;
+    return e->m->info[i].expert / per == r % G;
+}
+
 /* Every held tensor whole. Every rank holds replicas; one rank of the data group writes each tensor, the
- * least loaded so far (by elements, ties to the lowest rank), so the ranks share a checkpoint's writing. */
+ * least loaded so far among its holders (by elements, ties to the lowest rank), so the ranks share a
+ * checkpoint's writing. */
 static fsc_status ddp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     ddp_state *d = e->sd;
     *out = NULL;
@@ -150,12 +272,13 @@ static fsc_status ddp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     }
     int c = 0;
     for (int i = d->t0; i < d->t1; i++) {
-        int w = 0;
-        for (int r = 1; r < N; r++)
-            if (load[r] < load[w]) w = r;
+        int w = -1;
+        for (int r = 0; r < N; r++)
+            if (holder(e, i, r) && (w < 0 || load[r] < load[w])) w = r;
         load[w] += e->m->info[i].numel;
+        if (!fsc_engine_holds(e, i)) continue;
         h[c++] = (fsc_holding){ .tensor = i, .first = 0, .n = e->m->info[i].numel, .seg = d->seg,
-                                .seg_off = fsc_engine_tensor_offset(e, i) - d->base, .write = w == me };
+                                .seg_off = d->off[i], .write = w == me };
     }
     free(load);
     *out = h;
@@ -176,6 +299,13 @@ static void ddp_destroy(fsc_engine *e) {
     fsc_device_release(e->dev, d->compute);
     fsc_device_release(e->dev, d->grad);
     fsc_device_release(e->dev, d->acc);
+    free(d->off);
+    free(d->runs);
+    if (e->ep_data) { /* the clipping pieces made here */
+        free(e->nsegs);
+        free(e->nlens);
+        e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
+    }
     free(d);
     e->sd = NULL;
 }

@@ -27,8 +27,12 @@ size_t fsc_engine_tensor_offset(const fsc_engine *e, int i) {
 }
 
 int fsc_engine_holds(const fsc_engine *e, int i) {
-    int l = e->m->info[i].layer;
-    return l >= e->lf && l <= e->ll;
+    int l = e->m->info[i].layer, x = e->m->info[i].expert;
+    if (l < e->lf || l > e->ll) return 0;
+    if (x < 0 || !e->ep_comm) return 1;
+    int first, count; /* expert parallelism: this rank's experts only */
+    fsc_gpt_local_experts(e->m, &first, &count);
+    return x >= first && x < first + count;
 }
 
 void fsc_engine_held_range(const fsc_engine *e, int *t0, int *t1) {
@@ -186,6 +190,49 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
     return FSC_OK;
 }
 
+/* What runs with MoE models and expert parallelism. */
+static fsc_status validate_moe(const fsc_layout *l, const fsc_gpt_config *cfg, const fsc_parallel_opts *po) {
+    if (po->ep < 0) return fsc_error(FSC_ERR_INVALID, "ep (expert-parallel ranks) must be >= 1, not %d", po->ep);
+    const int ep = po->ep > 1 ? po->ep : 1;
+    if (!cfg->moe_experts) {
+        if (ep > 1)
+            return fsc_error(FSC_ERR_INVALID, "ep %d: expert parallelism needs an MoE model (moe_experts > 0)", ep);
+        return FSC_OK;
+    }
+    if (l->pp > 1)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "MoE models with pipeline parallelism (pp %d) are not supported yet",
+                         l->pp);
+    if (l->tp > 1)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "MoE models with tensor parallelism (tp %d) are not supported yet",
+                         l->tp);
+    if (po->checkpoint)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "activation checkpointing (recomputing blocks) of MoE models is not "
+                         "supported yet");
+    if (l->dp % ep != 0)
+        return fsc_error(FSC_ERR_INVALID, "ep %d does not divide the data-parallel group of %d ranks (the expert "
+                         "group is part of it)", ep, l->dp);
+    if (cfg->moe_experts % ep != 0)
+        return fsc_error(FSC_ERR_INVALID, "%d experts do not split over ep %d ranks", cfg->moe_experts, ep);
+    if (ep > 1 && po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "expert parallelism (ep %d) runs with ddp; %s is not supported with "
+                         "it yet (ep 1 is)", ep, fsc_parallel_kind_name(po->kind));
+    return FSC_OK;
+}
+
+/* ep consecutive data ranks form an expert group; the data ranks of one index in their expert groups form
+ * an expert-data group. Collective over the data group. */
+static fsc_status make_expert_groups(fsc_engine *e) {
+    const int G = e->po.ep > 1 ? e->po.ep : 1, dr = fsc_comm_rank(e->comm);
+    if (!e->cfg.moe_experts || G == 1) return FSC_OK;
+    FSC_TRY(fsc_comm_split(e->comm, dr / G, dr % G, &e->ep_comm));
+    fsc_comm_set_name(e->ep_comm, "expert");
+    fsc_engine_add_group_kind(e, e->ep_comm, FSC_GROUP_EXPERT);
+    FSC_TRY(fsc_comm_split(e->comm, dr % G, dr / G, &e->ep_data));
+    fsc_comm_set_name(e->ep_data, "expert_data");
+    fsc_engine_add_group_kind(e, e->ep_data, FSC_GROUP_DATA); /* data-parallel reductions of expert shards */
+    return fsc_gpt_set_expert_group(e->m, e->ep_comm);
+}
+
 /* world = dp x tp x pp in the options' rank order, with clear messages. */
 static fsc_status make_layout(const fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
                               fsc_layout *l) {
@@ -208,6 +255,7 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     fsc_layout lay;
     FSC_TRY(make_layout(r, cfg, po, &lay));
     FSC_TRY(validate(r, &lay, po, oc));
+    FSC_TRY(validate_moe(&lay, cfg, po));
     fsc_engine *e = calloc(1, sizeof(*e));
     if (!e) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
     e->r = r;
@@ -234,6 +282,7 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     fsc_status s = lay.tp > 1 ? fsc_tp_engine_create(e) : fsc_gpt_create(e->dev, cfg, &e->m);
     if (s == FSC_OK) s = fsc_optim_create(e->dev, oc, &e->opt);
     if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
+    if (s == FSC_OK) s = make_expert_groups(e);
     if (s == FSC_OK) s = e->st->setup(e);
     if (s == FSC_OK) s = e->tpm ? fsc_tp_engine_after_setup(e) : fsc_pipe_after_setup(e);
     if (s == FSC_OK && e->ll == cfg->layers + 1 && e->lf > 0) {
@@ -308,25 +357,26 @@ static fsc_status ensure_acts(fsc_engine *e, int B) {
     return FSC_OK;
 }
 
-/* Sum of one double per rank, in rank order, identical on every rank. */
-static fsc_status sum_over_ranks(fsc_engine *e, double local, double *total) {
+/* Sums of m doubles per rank, each in rank order, identical on every rank (one all-gather). */
+static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, double *total) {
     int n = fsc_comm_size(e->comm);
     if (n == 1) {
-        *total = local;
+        memcpy(total, local, (size_t)m * sizeof(double));
         return FSC_OK;
     }
-    double *all = malloc((size_t)n * sizeof(double));
+    double *all = malloc((size_t)n * m * sizeof(double));
     void *dsend = NULL, *drecv = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(double), &dsend);
-    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)n * sizeof(double), &drecv);
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, &local, sizeof(double));
-    if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, dsend, drecv, sizeof(double), FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, drecv, (size_t)n * sizeof(double));
-    if (s == FSC_OK) {
-        double acc = all[0];
-        for (int i = 1; i < n; i++) acc += all[i];
-        *total = acc;
+    size_t bytes = (size_t)m * sizeof(double);
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, bytes, &dsend);
+    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)n * bytes, &drecv);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, local, bytes);
+    if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, dsend, drecv, bytes, FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, drecv, (size_t)n * bytes);
+    for (int j = 0; s == FSC_OK && j < m; j++) {
+        double acc = all[j];
+        for (int i = 1; i < n; i++) acc += all[(size_t)i * m + j];
+        total[j] = acc;
     }
     fsc_device_release(e->dev, dsend);
     fsc_device_release(e->dev, drecv);
@@ -345,6 +395,9 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
                          local_batch);
     const int mb = local_batch / K;
     if (!e->pipe) FSC_TRY(ensure_acts(e, mb));
+    /* MoE: the load-balancing losses, drops and assignments of this rank's micro-batches (the GPT of gpt.h
+     * runs them: MoE models refuse tensor parallelism and pipelines) */
+    double moe[3] = { 0, 0, 0 }, moe_total[3] = { 0, 0, 0 };
     fsc_gpt_hooks hooks = { e, hook_pre_fwd, hook_post_fwd, hook_pre_bwd, hook_post_bwd };
     float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
     float dscale = loss_scale / ((float)global_batch * (float)T);
@@ -360,12 +413,26 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
         double ls = 0;
         FSC_TRY(e->mo->forward(e, e->acts, &hooks, &ls));
         loss_local += ls;
+        if (e->cfg.moe_experts) {
+            fsc_moe_stats ms;
+            fsc_gpt_acts_moe_stats((const fsc_gpt_acts *)e->acts, &ms);
+            moe[0] += ms.aux_loss, moe[1] += (double)ms.assigned, moe[2] += (double)ms.dropped;
+        }
         FSC_TRY(e->mo->backward(e, e->acts, &hooks, dscale));
     }
     if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
 
     fsc_step_info si = { 0 };
-    if (!e->pipe) FSC_TRY(sum_over_ranks(e, loss_local, &total));
+    if (!e->pipe && !e->cfg.moe_experts) FSC_TRY(sum_over_ranks(e, &loss_local, 1, &total));
+    if (!e->pipe && e->cfg.moe_experts) {
+        double local[4] = { loss_local, moe[0], moe[1], moe[2] }, sums[4];
+        FSC_TRY(sum_over_ranks(e, local, 4, sums));
+        total = sums[0];
+        memcpy(moe_total, sums + 1, sizeof moe_total);
+        si.aux_loss = moe_total[0] / ((double)fsc_comm_size(e->comm) * K); /* one group per rank and micro-batch */
+        si.moe_assigned = (int64_t)moe_total[1];
+        si.moe_dropped = (int64_t)moe_total[2];
+    }
     si.loss = total / ((double)global_batch * T);
     si.loss_scale = loss_scale;
     if (e->use_scaler) {
@@ -380,7 +447,7 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
             return FSC_OK;
         }
     }
-    if (e->po.clip > 0 && e->tpm) {
+    if (e->po.clip > 0 && e->nsegs) { /* tensor or expert parallelism */
         /* the norm over the pieces that count each element once; the factor of fsc_grad_clip on everything */
         double norm = 0;
         FSC_TRY(fsc_grad_norm(e->dev, e->norm_comm, e->nsegs, e->nlens, e->nnsegs, &norm));
@@ -464,6 +531,8 @@ fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
 void fsc_engine_free(fsc_engine *e) {
     if (!e) return;
     if (e->st && e->st->destroy) e->st->destroy(e);
+    if (e->ep_data) fsc_comm_free(e->ep_data);
+    if (e->ep_comm) fsc_comm_free(e->ep_comm);
     fsc_pipe_free(e); /* after the strategy: its groups were split from the data group */
     if (e->acts) e->mo->acts_free(e, e->acts);
     if (e->wte_copy) fsc_device_release(e->dev, e->wte_copy);

@@ -116,6 +116,9 @@ struct fsc_engine {
     fsc_comm *norm_comm;      /* group over which gsegs are split (NULL: each rank holds all) */
 
     struct fsc_pipe *pipe;    /* pipeline state (pipe.c), NULL without a pipeline */
+    /* expert parallelism (po.ep > 1, MoE models): the expert group (ep consecutive data ranks, experts split
+     * over them) and the expert-data group (the data ranks holding the same experts); NULL otherwise */
+    fsc_comm *ep_comm, *ep_data;
 
     fsc_comm *groups[FSC_ENGINE_MAX_GROUPS]; /* communicators counted in fsc_engine_comm_stats besides comm */
     int group_kind[FSC_ENGINE_MAX_GROUPS];   /* fsc_group_kind of each */

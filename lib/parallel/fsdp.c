@@ -62,9 +62,10 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
         free(wrapped);
         return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
     }
-    size_t block_params = 0;
-    for (int k = 0; k < FSC_GPT_BLOCK_PARAMS; k++) block_params += e->m->info[2 + k].numel;
     for (int b = 0; b < L; b++) {
+        size_t block_params = 0; /* an MoE block holds more than a dense one */
+        int first = fsc_gpt_block_first_tensor(&e->cfg, b), n = fsc_gpt_block_num_tensors(&e->cfg, b);
+        for (int k = 0; k < n; k++) block_params += e->m->info[first + k].numel;
         if (e->po.wrap == FSC_WRAP_BLOCK) wrapped[b] = 1;
         else if (e->po.wrap == FSC_WRAP_MIN_PARAMS) wrapped[b] = block_params >= e->po.wrap_min_params;
     }
@@ -74,7 +75,7 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
     for (int b = 0; b < L; b++) {
         if (!wrapped[b] || !fsc_engine_holds(e, fsc_gpt_block_first_tensor(&e->cfg, b))) continue;
         int first = fsc_gpt_block_first_tensor(&e->cfg, b);
-        for (int k = 0; k < FSC_GPT_BLOCK_PARAMS; k++) d->unit_of[first + k] = d->nunits;
+        for (int k = 0; k < fsc_gpt_block_num_tensors(&e->cfg, b); k++) d->unit_of[first + k] = d->nunits;
         d->nunits++;
     }
     free(wrapped);

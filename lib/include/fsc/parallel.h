@@ -64,6 +64,11 @@ typedef struct {
     int tp;                       /* tensor-parallel ranks (0 or 1: none) */
     int sequence_parallel;        /* with tp > 1: layer norms and residuals on sequence shards */
     const char *order;            /* rank order, fastest first (fsc_layout_parse_order); NULL: "tp,dp,pp" */
+    /* expert parallelism (MoE models, docs/tensor_parallel.md): ep consecutive ranks of the data group split
+     * the experts (E / ep each) and exchange tokens with all-to-alls; the dense parameters stay with the
+     * strategy, the expert parameters are summed over the data ranks holding the same experts. ep > 1 runs
+     * with ddp (or none); MoE models do not run with pp > 1, tp > 1 or checkpoint yet. */
+    int ep;                       /* expert-parallel ranks (0 or 1: every rank holds every expert) */
 } fsc_parallel_opts;
 
 /* ---- the 3D layout: world = dp x tp x pp ------------------------------------------------------------
@@ -100,6 +105,12 @@ typedef struct {
     double grad_norm;     /* before clipping (0 if clipping off) */
     int skipped;          /* f16: step skipped for inf/NaN gradients */
     float loss_scale;
+    /* MoE models (0 otherwise). aux_loss: the load-balancing loss, summed over the MoE blocks, each the mean
+     * over the global batch's dispatch groups (one per rank and micro-batch): the objective is
+     * loss + moe_aux x aux_loss. moe_assigned: token-to-expert assignments of the step over the global
+     * batch and every MoE block (k per token), moe_dropped: those beyond an expert's capacity. */
+    double aux_loss;
+    int64_t moe_assigned, moe_dropped;
 } fsc_step_info;
 
 fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,

@@ -1,0 +1,373 @@
+/* MoE GPTs in the training engine on the simulated cluster: expert parallelism (parallel.h, ep) inside the
+ * data-parallel group, with DDP; FSDP and ZeRO with every expert on every rank.
+ * Oracles:
+ * - ep = world (one expert group: the experts' data-parallel replicas are one rank each) equals ep = 1 (every
+ *   rank holds every expert, DDP sums the expert gradients over the world) bit for bit: losses, the
+ *   load-balancing loss, assignments, drops, gradient norms, final parameters. The expert layer adds its
+ *   weight gradients source rank by source rank (moe.h), which is the rank order of DDP's sum;
+ * - 1 < ep < world: the forward of step 1 (equal parameters) is bit-identical (loss, aux loss, drops); after
+ *   that the expert gradients are (g0 + g1) + (g2 + g3) instead of ((g0 + g1) + g2) + g3 (the expert group
+ *   sums first, its replicas after): the sums differ in the last bits, and AdamW, which divides by the
+ *   gradient's running magnitude, turns the relative error of a nearly cancelling sum into up to that
+ *   fraction of lr. Bounds: losses 1e-6 relative, parameters 1e-4 absolute (lr / 100) after 3 steps, the
+ *   routing the same (equal drops); measured: losses ~1e-8, parameters 5e-6 (9e-6 with two micro-batches,
+ *   whose sums are associated differently too);
+ * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with ep = 1 (MoE blocks are units like dense ones);
+ * - memory: a rank's parameter bytes are exactly (dense + its E/ep experts) x 4;
+ * - communication per step and rank (the comm stats): the expert group's all-to-alls are 4 per MoE block
+ *   and micro-batch, each (G-1)/G x E x cap x C x 4 bytes with cap = max(1, ceil(cf k B T / E)) (one dispatch
+ *   group per rank and micro-batch); the data-kind all-reduces carry the dense gradients over the data group
+ *   (2 (W-1)/W x 4 x dense) plus the rank's experts over the expert-data group (2 (R-1)/R x 4 x its experts,
+ *   R = W / ep); ep = 1 has no expert traffic;
+ * - capacity: dropped assignments are reported and drop to 0 with a large capacity factor; assignments are
+ *   k x tokens x MoE blocks;
+ * - weights: the file saved with ep = 2 is byte-identical to the one saved with ep = 1, and loading it into
+ *   an ep = 2 engine gives back the same full parameters;
+ * - errors: ep not dividing the data group or the experts, ep without MoE, ep with FSDP, MoE with pipelines
+ *   or checkpointing are refused with messages. */
+#include <unistd.h>
+#include "partest.h"
+
+#define MS 4 /* steps */
+
+typedef struct {
+    fsc_gpt_config cfg;
+    fsc_parallel_opts po;
+    int world, batch, steps;
+    /* results (rank 0 unless said) */
+    fsc_step_info info[MS];
+    float *params;
+    fsc_comm_stats expert[PT_MAX_WORLD], data[PT_MAX_WORLD]; /* per rank, the last step */
+    size_t param_bytes[PT_MAX_WORLD];
+    const char *save, *load;  /* weights to write before training / read before training */
+    const char *ckpt_out;     /* a training checkpoint written after the last step */
+    const char *ckpt_in;      /* resume from this directory before training (steps continue from it) */
+    fsc_ckpt_format ckpt_format;
+} me_run;
+
+static fsc_gpt_config me_config(void) {
+    fsc_gpt_config c = pt_small_config();
+    c.moe_experts = 4, c.moe_top_k = 2, c.moe_every = 1, c.moe_capacity = 1.0f, c.moe_aux = 0.01f;
+    return c;
+}
+
+static me_run me_make(int world, int ep) {
+    me_run r;
+    memset(&r, 0, sizeof r);
+    r.cfg = me_config();
+    r.po.kind = FSC_PAR_DDP;
+    r.po.accum = 1;
+    r.po.no_sync = 1;
+    r.po.reshard_after_forward = -1;
+    r.po.clip = 0.5f;
+    r.po.ep = ep;
+    r.world = world;
+    r.batch = 8;
+    r.steps = 3;
+    return r;
+}
+
+static fsc_status me_rank(fsc_rank *r, void *arg) {
+    me_run *run = arg;
+    const int T = run->cfg.seq, B = run->batch, lb = B / r->world;
+    fsc_optim_config oc = pt_adamw();
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &run->cfg, &run->po, &oc, 1234, &e));
+    fsc_status s = FSC_OK;
+    if (run->load) s = fsc_engine_load_weights(e, run->load);
+    if (s == FSC_OK && run->save) s = fsc_engine_save_weights(e, run->save);
+    int64_t from = 0;
+    if (s == FSC_OK && run->ckpt_in) s = fsc_ckpt_resume(e, run->ckpt_in, &from);
+    int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
+    for (int step = (int)from; step < run->steps && s == FSC_OK; step++) {
+        for (int i = 0; i < lb; i++) {
+            size_t start = ((size_t)(step * B + r->rank * lb + i) * T) % (4096 - T);
+            for (int t = 0; t < T; t++) {
+                tok[i * T + t] = pt_token(start + t, run->cfg.vocab);
+                tgt[i * T + t] = pt_token(start + t + 1, run->cfg.vocab);
+            }
+        }
+        fsc_engine_reset_comm_stats(e);
+        fsc_step_info info;
+        s = fsc_engine_step(e, tok, tgt, lb, B, &info);
+        if (s == FSC_OK && r->rank == 0) run->info[step] = info;
+    }
+    if (s == FSC_OK && r->rank < PT_MAX_WORLD) {
+        fsc_engine_comm_stats_group(e, FSC_GROUP_EXPERT, &run->expert[r->rank]);
+        fsc_engine_comm_stats_group(e, FSC_GROUP_DATA, &run->data[r->rank]);
+        run->param_bytes[r->rank] = fsc_device_peak_bytes(r->dev, FSC_TAG_PARAMS);
+    }
+    if (s == FSC_OK && run->ckpt_out) {
+        fsc_ckpt_save_opts so = { .format = run->ckpt_format };
+        s = fsc_ckpt_save(e, run->ckpt_out, run->steps, &so);
+    }
+    if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? run->params : NULL);
+    free(tok);
+    free(tgt);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void me_train(me_run *run) {
+    free(run->params);
+    run->params = calloc(fsc_gpt_num_params(&run->cfg), sizeof(float));
+    fsc_cluster_opts co = { .world = run->world, .device = "cpu", .timeout_s = 30, .threads_per_rank = 1 };
+    assert_ok(fsc_cluster_run(&co, me_rank, run));
+}
+
+static void me_assert_same(const me_run *a, const me_run *b, const char *what) {
+    for (int s = 0; s < a->steps; s++) {
+        const fsc_step_info *x = &a->info[s], *y = &b->info[s];
+        if (memcmp(&x->loss, &y->loss, sizeof(double)) || memcmp(&x->aux_loss, &y->aux_loss, sizeof(double)) ||
+            memcmp(&x->grad_norm, &y->grad_norm, sizeof(double)) || x->moe_dropped != y->moe_dropped ||
+            x->moe_assigned != y->moe_assigned)
+            fail_msg("%s: step %d differs: loss %.17g vs %.17g, aux %.17g vs %.17g, norm %.17g vs %.17g, dropped "
+                     "%lld vs %lld", what, s, x->loss, y->loss, x->aux_loss, y->aux_loss, x->grad_norm, y->grad_norm,
+                     (long long)x->moe_dropped, (long long)y->moe_dropped);
+    }
+    assert_bits_equal(a->params, b->params, fsc_gpt_num_params(&a->cfg), what);
+}
+
+/* floats of the dense tensors and of one expert's */
+static void me_sizes(const fsc_gpt_config *c, size_t *dense, size_t *experts) {
+    *dense = *experts = 0;
+    for (int i = 0; i < fsc_gpt_num_tensors(c); i++) {
+        fsc_param_info p;
+        assert_ok(fsc_gpt_param_info(c, i, &p));
+        if (p.expert >= 0) *experts += p.numel;
+        else *dense += p.numel;
+    }
+}
+
+/* The communication and memory formulas of the header, for ep on world ranks. */
+static void me_check_comm(const me_run *r, int ep) {
+    const fsc_gpt_config *c = &r->cfg;
+    const int W = r->world, G = ep, R = W / G, nmoe = fsc_gpt_num_moe_blocks(c);
+    const int tokens = r->batch / W / r->po.accum * c->seq;
+    int cap = (int)ceil((double)c->moe_capacity * c->moe_top_k * tokens / c->moe_experts);
+    if (cap > tokens) cap = tokens;
+    size_t dense, experts;
+    me_sizes(c, &dense, &experts);
+    size_t mine = experts / (size_t)G; /* this rank's experts */
+    double a2a = 4.0 * nmoe * r->po.accum * (G - 1.0) / G * c->moe_experts * cap * c->dim * 4;
+    double ar = G > 1 ? 2.0 * (W - 1) / W * 4 * dense + 2.0 * (R - 1) / R * 4 * mine /* expert-data group */
+                      : 2.0 * (W - 1) / W * 4 * (dense + experts); /* every expert is a replicated parameter */
+    for (int q = 0; q < W; q++) {
+        assert_int_equal(r->expert[q].calls[FSC_OP_ALL_TO_ALL], G > 1 ? 4 * nmoe * r->po.accum : 0);
+        if (fabs(r->expert[q].bytes[FSC_OP_ALL_TO_ALL] - a2a) > 1e-6)
+            fail_msg("ep %d rank %d: all-to-all bytes %.0f, formula %.0f", ep, q, r->expert[q].bytes[FSC_OP_ALL_TO_ALL],
+                     a2a);
+        if (fabs(r->data[q].bytes[FSC_OP_ALL_REDUCE] - ar) > 1e-6 * ar)
+            fail_msg("ep %d rank %d: data all-reduce bytes %.0f, formula %.0f", ep, q,
+                     r->data[q].bytes[FSC_OP_ALL_REDUCE], ar);
+        assert_int_equal(r->param_bytes[q], (dense + mine) * sizeof(float));
+    }
+    printf("  ep %d of %d ranks: %.0f all-to-all bytes in %llu calls, %.0f all-reduce bytes (data and expert-data) "
+           "per rank per step; parameters %zu bytes per rank\n", ep, W, r->expert[0].bytes[FSC_OP_ALL_TO_ALL],
+           (unsigned long long)r->expert[0].calls[FSC_OP_ALL_TO_ALL], r->data[0].bytes[FSC_OP_ALL_REDUCE],
+           r->param_bytes[0]);
+}
+
+static void test_moe_engine_ep_equals_data_parallel(void **state) {
+    (void)state;
+    for (int W = 2; W <= 4; W *= 2) {
+        me_run a = me_make(W, 1), b = me_make(W, W);
+        me_train(&a);
+        me_train(&b);
+        char what[64];
+        snprintf(what, sizeof what, "ep %d vs ep 1 on %d ranks", W, W);
+        me_assert_same(&a, &b, what);
+        assert_true(a.info[0].moe_dropped > 0); /* capacity factor 1, top-2: the test covers drops */
+        assert_int_equal(a.info[0].moe_assigned, (int64_t)2 * 8 * 7 * 2); /* k x tokens x blocks */
+        assert_true(a.info[0].aux_loss > 0 && a.info[0].aux_loss < 2 * 4);
+        me_check_comm(&a, 1);
+        me_check_comm(&b, W);
+        free(a.params), free(b.params);
+    }
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+static void test_moe_engine_ep_inside_data_parallel(void **state) {
+    (void)state;
+    for (int accum = 1; accum <= 2; accum++) {
+        me_run a = me_make(4, 1), b = me_make(4, 2);
+        a.po.accum = b.po.accum = accum;
+        me_train(&a);
+        me_train(&b);
+        /* step 1: equal parameters, so the forward is the same bits */
+        assert_true(a.info[0].loss == b.info[0].loss && a.info[0].aux_loss == b.info[0].aux_loss);
+        for (int s = 0; s < a.steps; s++) {
+            assert_int_equal(a.info[s].moe_dropped, b.info[s].moe_dropped);
+            double rel = fabs(a.info[s].loss - b.info[s].loss) / a.info[s].loss;
+            if (getenv("FSC_TEST_VERBOSE")) fprintf(stderr, "  ep 2 of 4, accum %d, step %d: loss within %.3g\n",
+                                                    accum, s, rel);
+            if (!(rel <= 1e-6)) fail_msg("accum %d step %d: losses differ by %.3g relative", accum, s, rel);
+        }
+        double d = max_abs_diff(a.params, b.params, fsc_gpt_num_params(&a.cfg));
+        if (getenv("FSC_TEST_VERBOSE")) fprintf(stderr, "  ep 2 of 4, accum %d: parameters within %.3g\n", accum, d);
+        if (!(d <= 1e-4)) fail_msg("accum %d: ep 2 vs ep 1 parameters differ by %.3g", accum, d);
+        me_check_comm(&b, 2);
+        free(a.params), free(b.params);
+    }
+}
+
+static void test_moe_engine_sharded_equals_ddp(void **state) {
+    (void)state;
+    me_run ddp = me_make(2, 1);
+    me_train(&ddp);
+    fsc_parallel_kind kinds[] = { FSC_PAR_FSDP, FSC_PAR_ZERO2 };
+    for (int k = 0; k < 2; k++) {
+        me_run r = me_make(2, 1);
+        r.po.kind = kinds[k];
+        me_train(&r);
+        me_assert_same(&ddp, &r, fsc_parallel_kind_name(kinds[k]));
+        free(r.params);
+    }
+    free(ddp.params);
+}
+
+static void test_moe_engine_capacity(void **state) {
+    (void)state;
+    me_run r = me_make(2, 2);
+    r.cfg.moe_capacity = 4.0f; /* cap = tokens: nothing dropped */
+    r.steps = 1;
+    me_train(&r);
+    assert_int_equal(r.info[0].moe_dropped, 0);
+    me_check_comm(&r, 2);
+    r.cfg.moe_capacity = 0.25f;
+    me_train(&r);
+    /* at most E cap of k tokens assignments kept per block, rank and micro-batch */
+    int tokens = r.batch / 2 * r.cfg.seq, cap = (int)ceil(0.25 * 2 * tokens / 4);
+    assert_true(r.info[0].moe_assigned - r.info[0].moe_dropped <= (int64_t)2 * 2 * 4 * cap);
+    me_check_comm(&r, 2);
+    free(r.params);
+}
+
+static void test_moe_engine_weights(void **state) {
+    (void)state;
+    char p1[] = "/tmp/fsc_moe_w1_XXXXXX", p2[] = "/tmp/fsc_moe_w2_XXXXXX";
+    int f1 = mkstemp(p1), f2 = mkstemp(p2);
+    assert_true(f1 >= 0 && f2 >= 0);
+    close(f1), close(f2);
+    me_run a = me_make(2, 1), b = me_make(4, 2);
+    a.steps = b.steps = 0;
+    a.save = p1, b.save = p2;
+    me_train(&a);
+    me_train(&b);
+    FILE *x = fopen(p1, "rb"), *y = fopen(p2, "rb");
+    assert_non_null(x);
+    assert_non_null(y);
+    int same = 1, cx, cy;
+    long n = 0;
+    do {
+        cx = fgetc(x), cy = fgetc(y), n++;
+        same &= cx == cy;
+    } while (cx != EOF && cy != EOF);
+    fclose(x), fclose(y);
+    if (!same) fail_msg("the weights saved with ep 2 differ from those saved with ep 1 (%ld bytes compared)", n);
+    assert_bits_equal(a.params, b.params, fsc_gpt_num_params(&a.cfg), "initial parameters, ep 1 vs ep 2");
+    /* the ep 1 file loaded into an ep 2 engine of 4 ranks: the same full parameters */
+    me_run d = me_make(4, 2);
+    d.steps = 0;
+    d.load = p1;
+    me_train(&d);
+    assert_bits_equal(a.params, d.params, fsc_gpt_num_params(&a.cfg), "parameters loaded into ep 2");
+    unlink(p1), unlink(p2);
+    free(a.params), free(b.params), free(d.params);
+}
+
+/* A checkpoint written with ep 2 on 4 ranks, resumed with ep 2 on 4 ranks, ep 1 on 2 ranks and ep 4 on 4
+ * ranks: the resumed parameters equal the writer's bit for bit, and the run resumed on the writer's layout
+ * continues exactly as the uninterrupted run (parameters and losses bit for bit). Sharded and full
+ * formats. */
+static void test_moe_engine_checkpoint(void **state) {
+    (void)state;
+    for (int fmt = 0; fmt < 2; fmt++) {
+        char dir[] = "/tmp/fsc_moe_ckpt_XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        me_run full = me_make(4, 2), w = me_make(4, 2);
+        full.steps = 2;
+        me_train(&full);
+        w.steps = 1;
+        w.ckpt_out = dir;
+        w.ckpt_format = (fsc_ckpt_format)fmt;
+        me_train(&w);
+        me_run r = me_make(4, 2);
+        r.steps = 2;
+        r.ckpt_in = dir;
+        me_train(&r);
+        for (int s = 1; s < 2; s++) assert_true(memcmp(&r.info[s].loss, &full.info[s].loss, sizeof(double)) == 0);
+        assert_bits_equal(r.params, full.params, fsc_gpt_num_params(&r.cfg), "resumed on the writer's layout");
+        int layouts[2][2] = { { 2, 1 }, { 4, 4 } };
+        for (int k = 0; k < 2; k++) {
+            me_run o = me_make(layouts[k][0], layouts[k][1]);
+            o.steps = 1; /* the checkpoint's step: nothing more to run */
+            o.ckpt_in = dir;
+            me_train(&o);
+            char what[64];
+            snprintf(what, sizeof what, "resumed with ep %d on %d ranks", layouts[k][1], layouts[k][0]);
+            assert_bits_equal(o.params, w.params, fsc_gpt_num_params(&o.cfg), what);
+            free(o.params);
+        }
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        assert_int_equal(system(cmd), 0);
+        free(full.params), free(w.params), free(r.params);
+    }
+}
+
+static fsc_status err_rank(fsc_rank *r, void *arg) {
+    const me_run *run = arg;
+    fsc_optim_config oc = pt_adamw();
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create(r, &run->cfg, &run->po, &oc, 1, &e);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void me_expect(me_run *r, fsc_status st, const char *msg) {
+    fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 30, .threads_per_rank = 1 };
+    assert_err(fsc_cluster_run(&co, err_rank, r), st, msg);
+}
+
+static void test_moe_engine_errors(void **state) {
+    (void)state;
+    me_run r = me_make(4, 3);
+    me_expect(&r, FSC_ERR_INVALID, "ep 3 does not divide the data-parallel group of 4");
+    r = me_make(4, 4);
+    r.cfg.moe_experts = 6;
+    me_expect(&r, FSC_ERR_INVALID, "6 experts do not split over ep 4");
+    r = me_make(2, 2);
+    r.cfg = pt_small_config();
+    me_expect(&r, FSC_ERR_INVALID, "needs an MoE model");
+    r = me_make(2, 2);
+    r.po.kind = FSC_PAR_FSDP;
+    me_expect(&r, FSC_ERR_UNSUPPORTED, "fsdp is not supported with it yet");
+    r = me_make(2, 1);
+    r.po.pp = 2;
+    r.po.accum = 2;
+    me_expect(&r, FSC_ERR_UNSUPPORTED, "pipeline parallelism");
+    r = me_make(2, 1);
+    r.po.checkpoint = 1;
+    me_expect(&r, FSC_ERR_UNSUPPORTED, "checkpointing");
+    r = me_make(2, -1);
+    me_expect(&r, FSC_ERR_INVALID, "ep (expert-parallel ranks) must be >= 1");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_moe_engine_ep_equals_data_parallel),
+        cmocka_unit_test(test_moe_engine_ep_inside_data_parallel),
+        cmocka_unit_test(test_moe_engine_sharded_equals_ddp),
+        cmocka_unit_test(test_moe_engine_capacity),
+        cmocka_unit_test(test_moe_engine_weights),
+        cmocka_unit_test(test_moe_engine_checkpoint),
+        cmocka_unit_test(test_moe_engine_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -7,9 +7,10 @@
  *   absolute). Not bitwise: row-parallel layers and the vocab-parallel cross entropy split sums in T pieces
  *   added in rank order, and sgemm rounds a slice of a product differently from the whole product;
  * - bit for bit, because nothing in between is left to chance: the pipeline equals the same dp x tp run
- *   without pipeline (accumulating the same micro-batches); ZeRO-1, ZeRO-2 and FSDP (full_shard) over the
- *   data group equal DDP over it (the same slices, rank-order sums, the exact clipping norm); any rank
- *   order gives the same bits as Megatron's; the engine with tp equals the earlier fsc_tp_trainer;
+ *   without pipeline (accumulating the same micro-batches); ZeRO-1, ZeRO-2 and FSDP (full_shard,
+ *   shard_grad_op, hybrid_shard) over the data group equal DDP over it (the same slices, rank-order sums,
+ *   the exact clipping norm), in bf16 too; any rank order gives the same bits as Megatron's; the engine
+ *   with tp equals the earlier fsc_tp_trainer;
  * - the pipeline group carries exactly the tensor rank's slices: per step stage 0 sends M activations of
  *   (B T / (sp ? T_tp : 1), C) floats and the wte slice (V/T_tp, C), the last stage M activation gradients
  *   and M head gradients of the wte slice; the kinds of group sum to the total;
@@ -205,6 +206,20 @@ static void test_3d_sharded_strategies_equal_ddp(void **state) {
         assert_same(&x, &ddp, what);
         free(x.params);
     }
+    /* bf16 parameters and reductions: the same rounding on both paths */
+    run3 db = make(2, 2, 2, FSC_PAR_DDP, M), zb = make(2, 2, 2, FSC_PAR_ZERO1, M);
+    db.po.param_dtype = db.po.reduce_dtype = zb.po.param_dtype = zb.po.reduce_dtype = FSC_BF16;
+    train(&db);
+    train(&zb);
+    assert_same(&zb, &db, "dp 2 x tp 2 x pp 2 bf16 zero1 against bf16 ddp");
+    free(db.params), free(zb.params);
+    /* hybrid_shard: shard groups of 2 inside a data group of 4 (the norm group spans the replicas' halves) */
+    run3 d4 = make(4, 2, 1, FSC_PAR_DDP, 2), h4 = make(4, 2, 1, FSC_PAR_FSDP, 2);
+    h4.po.shard = FSC_SHARD_HYBRID, h4.po.hybrid_group = 2;
+    train(&d4);
+    train(&h4);
+    assert_same(&h4, &d4, "dp 4 x tp 2 fsdp hybrid_shard against ddp");
+    free(d4.params), free(h4.params);
     /* without a pipeline too, with sequence parallelism */
     run3 d2 = make(2, 2, 1, FSC_PAR_DDP, 2), z2 = make(2, 2, 1, FSC_PAR_FSDP, 2);
     d2.po.sequence_parallel = z2.po.sequence_parallel = 1;

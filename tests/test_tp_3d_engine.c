@@ -287,6 +287,21 @@ static void test_3d_comm_by_group(void **state) {
         }
         free(x.params);
     }
+    /* without tensor parallelism: the kinds the run has, summing to the total */
+    run3 p2 = make(2, 1, 2, FSC_PAR_FSDP, M), d2 = make(2, 1, 1, FSC_PAR_DDP, 1);
+    train(&p2);
+    train(&d2);
+    assert_true(p2.ngroups[FSC_GROUP_TENSOR] == 0 && p2.ngroups[FSC_GROUP_PIPELINE] == 1);
+    assert_true(d2.ngroups[FSC_GROUP_DATA] == 1 && d2.ngroups[FSC_GROUP_TENSOR] == 0 &&
+                d2.ngroups[FSC_GROUP_PIPELINE] == 0 && d2.ngroups[FSC_GROUP_WORLD] == 0);
+    for (int r = 0; r < 4; r++) {
+        double sum = 0;
+        for (int k = 0; k < FSC_GROUP_COUNT; k++) sum += sum_bytes(&p2.group[r][k]);
+        assert_true(fabs(sum - sum_bytes(&p2.total[r])) <= 1e-9 * sum);
+        assert_true(sum_bytes(&p2.group[r][FSC_GROUP_PIPELINE]) > 0 && sum_bytes(&p2.group[r][FSC_GROUP_DATA]) > 0);
+    }
+    assert_true(sum_bytes(&d2.group[0][FSC_GROUP_DATA]) == sum_bytes(&d2.total[0]));
+    free(p2.params), free(d2.params);
 }
 
 static unsigned char *slurp(const char *path, size_t *n) {

@@ -181,7 +181,7 @@ typedef struct {
 
 static fsc_status ref_fn(fsc_rank *r, void *argp) {
     ref_arg *a = argp;
-    fsc_gpt_config gc = {1, 16, 2, 8, 256};
+    fsc_gpt_config gc = {.layers = 1, .dim = 16, .heads = 2, .seq = 8, .vocab = 256};
     fsc_parallel_opts po = {.kind = FSC_PAR_NONE, .reshard_after_forward = -1, .param_dtype = FSC_F32,
                             .reduce_dtype = FSC_F32, .accum = 1, .no_sync = 1, .clip = 1.0f};
     fsc_optim_config oc = {.kind = FSC_OPT_ADAMW, .lr = 0.003f};

@@ -49,6 +49,8 @@ typedef struct {
     int ckpt_format;    /* fsc_ckpt_format */
     int tp, sequence_parallel; /* tensor parallelism (docs/tensor_parallel.md) */
     const char *order;  /* rank order of dp x tp x pp, fastest first */
+    int moe_experts, moe_top_k, moe_every, ep; /* mixture of experts (docs/tensor_parallel.md) */
+    float moe_capacity, moe_aux;
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -107,6 +109,12 @@ static const option options[] = {
     {"sequence-parallel", NULL, NULL, "with --tp: layer norms and residuals on sequence shards", K_FLAG, F(sequence_parallel), 0, 0, NULL},
     {"order", "O", "tp,dp,pp", "rank order of dp x tp x pp, fastest first (tp,dp,pp: Megatron's, tensor ranks adjacent)", K_STR, F(order), 0, 0, NULL},
     {"checkpoint", "MODE", "except_last", "pipeline micro-batches that keep only their stage input: always|except_last|never", K_CHOICE, F(pipe_ckpt), 0, 0, "always|except_last|never"},
+    {"moe-experts", "E", "0", "experts of each MoE block, each an MLP of the dense one's shape (0: a dense GPT)", K_INT, F(moe_experts), 0, 4096, NULL},
+    {"moe-top-k", "K", "1", "experts per token: 1 (Switch) or 2 (GShard)", K_INT, F(moe_top_k), 1, 2, NULL},
+    {"moe-every", "N", "1", "blocks N-1, 2N-1, ... get an MoE MLP (1: every block)", K_INT, F(moe_every), 1, 1024, NULL},
+    {"moe-capacity", "F", "1.25", "capacity factor: ceil(F x K x tokens / E) slots per expert, rank and micro-batch", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
+    {"moe-aux", "X", "0.01", "coefficient of the load-balancing loss in the objective", K_FLOAT, F(moe_aux), 0, INFINITY, NULL},
+    {"ep", "G", "1", "expert-parallel ranks: G adjacent data-parallel ranks split the experts (--parallel ddp)", K_INT, F(ep), 1, 1024, NULL},
 };
 #undef F
 #define NOPT ((int)(sizeof options / sizeof options[0]))
@@ -289,9 +297,51 @@ static int option_index(const char *name) {
     return -1;
 }
 
+/* The model the options describe (the MoE fields zero for a dense GPT). */
+static fsc_gpt_config model_config(const train_config *c) {
+    fsc_gpt_config g = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab};
+    if (c->moe_experts) {
+        g.moe_experts = c->moe_experts, g.moe_top_k = c->moe_top_k, g.moe_every = c->moe_every;
+        g.moe_capacity = c->moe_capacity, g.moe_aux = c->moe_aux;
+    }
+    return g;
+}
+
+/* The mixture-of-experts options together. */
+static int check_moe(const train_config *c, const int *given, char *err, size_t cap) {
+    if (!c->moe_experts) {
+        const char *only[] = {"moe-top-k", "moe-every", "moe-capacity", "moe-aux", "ep"};
+        for (int i = 0; i < 5; i++)
+            if (given[option_index(only[i])])
+                return snprintf(err, cap, "--%s applies to MoE models only (give --moe-experts E)", only[i]), -1;
+        return 0;
+    }
+    if (c->moe_top_k > c->moe_experts)
+        return snprintf(err, cap, "--moe-top-k %d needs at least %d experts (--moe-experts %d)", c->moe_top_k,
+                        c->moe_top_k, c->moe_experts), -1;
+    if (c->moe_every > c->layers)
+        return snprintf(err, cap, "--moe-every %d but the model has %d blocks (--layers): no block would be an MoE "
+                        "block", c->moe_every, c->layers), -1;
+    if (!(c->moe_capacity > 0))
+        return snprintf(err, cap, "--moe-capacity must be positive (a capacity factor), not %g", (double)c->moe_capacity), -1;
+    if (c->tp > 1 || c->pp > 1)
+        return snprintf(err, cap, "--moe-experts with %s is not supported yet", c->tp > 1 ? "--tp > 1" : "--pp > 1"), -1;
+    if (c->moe_experts % c->ep != 0)
+        return snprintf(err, cap, "--ep %d does not divide --moe-experts %d (each rank of an expert group holds E / G "
+                        "experts)", c->ep, c->moe_experts), -1;
+    if (c->dp % c->ep != 0)
+        return snprintf(err, cap, "--ep %d does not divide the %d data-parallel ranks (the expert group is part of the "
+                        "data group)", c->ep, c->dp), -1;
+    if (c->ep > 1 && c->parallel != FSC_PAR_DDP)
+        return snprintf(err, cap, "--ep %d needs --parallel ddp; with %s every rank holds every expert (use --ep 1)",
+                        c->ep, fsc_parallel_kind_name((fsc_parallel_kind)c->parallel)), -1;
+    return 0;
+}
+
 /* Checks that need several options together. */
 static int check_config(const train_config *c, const int *given, char *err, size_t cap) {
-    fsc_gpt_config g = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab};
+    fsc_gpt_config g = model_config(c);
+    if (check_moe(c, given, err, cap) != 0) return -1;
     if (fsc_gpt_config_validate(&g) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
     int order[3];
     if (fsc_layout_parse_order(c->order, order) != FSC_OK) return snprintf(err, cap, "--order: %s", fsc_last_error()), -1;
@@ -403,6 +453,8 @@ typedef struct {
     fsc_comm_stats groups[FSC_GROUP_COUNT]; /* rank 0's traffic by kind of group */
     int ngroups[FSC_GROUP_COUNT];           /* communicators of each kind (0: the run has none) */
     fsc_layout *lay;        /* (world) every rank's place in dp x tp x pp */
+    double *aux;            /* (steps) MoE: rank 0's fsc_step_info.aux_loss */
+    int64_t *assigned, *dropped; /* (steps) MoE: token-to-expert assignments and drops over the global batch */
 } run_state;
 
 static double now_ms(void) {
@@ -429,7 +481,7 @@ static void fill_batch(const run_state *st, int d, int s, int32_t *tok, int32_t 
 static fsc_status train_fn(fsc_rank *r, void *arg) {
     run_state *st = arg;
     const train_config *c = st->cfg;
-    fsc_gpt_config gc = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab};
+    fsc_gpt_config gc = model_config(c);
     fsc_parallel_opts po = {
         .kind = strategy(c),
         .shard = (fsc_shard_strategy)c->shard,
@@ -447,6 +499,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         .tp = c->tp,
         .sequence_parallel = c->sequence_parallel,
         .order = c->order,
+        .ep = c->ep,
     };
     int balance[1024];
     if (c->balance) FSC_TRY(fsc_balance_parse(c->balance, &gc, c->pp, balance));
@@ -490,8 +543,14 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         if (s == FSC_OK && r->rank == 0) {
             st->losses[step] = info.loss;
             st->step_ms[step] = ms;
-            printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB%s\n", step + 1, c->steps,
-                   info.loss, ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0,
+            char moe[96] = "";
+            if (c->moe_experts) {
+                st->aux[step] = info.aux_loss, st->assigned[step] = info.moe_assigned, st->dropped[step] = info.moe_dropped;
+                snprintf(moe, sizeof moe, " | aux %.4f | dropped %lld/%lld", info.aux_loss, (long long)info.moe_dropped,
+                         (long long)info.moe_assigned);
+            }
+            printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB%s%s\n", step + 1, c->steps,
+                   info.loss, ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0, moe,
                    info.skipped ? " | skipped (inf/nan gradients)" : "");
             fflush(stdout);
         }
@@ -638,6 +697,41 @@ static void print_pipeline(const run_state *st) {
     }
 }
 
+/* MoE: per step the load-balancing loss and the drops (null for steps a resumed run did not take), and the
+ * expert group's communication per step and operation (rank 0's all-to-alls, and with clipping the norm). */
+static cJSON *moe_object(const run_state *st) {
+    const train_config *c = st->cfg;
+    fsc_gpt_config g = model_config(c);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "experts", c->moe_experts);
+    cJSON_AddNumberToObject(o, "top_k", c->moe_top_k);
+    cJSON_AddNumberToObject(o, "every", c->moe_every);
+    cJSON_AddNumberToObject(o, "moe_blocks", fsc_gpt_num_moe_blocks(&g));
+    cJSON_AddNumberToObject(o, "ep", c->ep);
+    cJSON *aux = cJSON_AddArrayToObject(o, "aux_losses");
+    cJSON *dr = cJSON_AddArrayToObject(o, "dropped"), *as = cJSON_AddArrayToObject(o, "assigned");
+    char buf[64];
+    double tot_d = 0, tot_a = 0;
+    for (int s = 0; s < c->steps; s++) {
+        int ran = isfinite(st->losses[s]) && st->step_ms[s] > 0;
+        snprintf(buf, sizeof buf, "%.17g", st->aux[s]);
+        cJSON_AddItemToArray(aux, ran ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
+        cJSON_AddItemToArray(dr, ran ? cJSON_CreateNumber((double)st->dropped[s]) : cJSON_CreateNull());
+        cJSON_AddItemToArray(as, ran ? cJSON_CreateNumber((double)st->assigned[s]) : cJSON_CreateNull());
+        if (ran) tot_d += (double)st->dropped[s], tot_a += (double)st->assigned[s];
+    }
+    cJSON_AddNumberToObject(o, "drop_fraction", tot_a > 0 ? tot_d / tot_a : 0);
+    cJSON *eg = cJSON_AddObjectToObject(o, "expert_comm_per_step");
+    const fsc_comm_stats *x = &st->groups[FSC_GROUP_EXPERT];
+    for (int op = 0; op < FSC_OP_COUNT; op++) {
+        if (!x->calls[op]) continue;
+        cJSON *p = cJSON_AddObjectToObject(eg, fsc_comm_op_name((fsc_comm_op)op));
+        cJSON_AddNumberToObject(p, "calls", c->steps ? (double)x->calls[op] / c->steps : 0);
+        cJSON_AddNumberToObject(p, "bytes", c->steps ? x->bytes[op] / c->steps : 0);
+    }
+    return o;
+}
+
 static void print_json(const run_state *st, const ddp_check *chk) {
     const train_config *c = st->cfg;
     cJSON *root = cJSON_CreateObject();
@@ -683,6 +777,7 @@ static void print_json(const run_state *st, const ddp_check *chk) {
         cJSON_AddNumberToObject(g, fsc_group_kind_name((fsc_group_kind)k), c->steps ? b / c->steps : 0);
     }
     if (st->pstats) cJSON_AddItemToObject(root, "pipeline", pipeline_object(st));
+    if (c->moe_experts) cJSON_AddItemToObject(root, "moe", moe_object(st));
     if (chk->done) {
         cJSON *k = cJSON_AddObjectToObject(root, "check_ddp");
         cJSON_AddBoolToObject(k, "bit_identical", chk->losses_same && chk->params_same);
@@ -735,9 +830,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "train_gpt: %s\n", err);
         return 2;
     }
-    if (c.check_ddp && c.pp == 1 && (c.parallel == FSC_PAR_NONE || c.parallel == FSC_PAR_DDP)) {
-        fprintf(stderr, "train_gpt: --check-ddp compares a sharded or pipelined run with DDP: give --parallel fsdp, "
-                        "zero1 or zero2, or --pp 2 or more\n");
+    if (c.check_ddp && c.pp == 1 && c.ep == 1 && (c.parallel == FSC_PAR_NONE || c.parallel == FSC_PAR_DDP)) {
+        fprintf(stderr, "train_gpt: --check-ddp compares a sharded, pipelined or expert-parallel run with DDP: give "
+                        "--parallel fsdp, zero1 or zero2, --pp 2 or more, or --ep 2 or more\n");
         return 2;
     }
     run_state st = {.cfg = &c};
@@ -747,13 +842,16 @@ int main(int argc, char **argv) {
         return 2;
     }
     st.data = data;
-    fsc_gpt_config gc = {.layers = c.layers, .dim = c.dim, .heads = c.heads, .seq = c.seq, .vocab = c.vocab};
+    fsc_gpt_config gc = model_config(&c);
     st.nparams = fsc_gpt_num_params(&gc);
     st.losses = calloc((size_t)c.steps + 1, sizeof(double));
     st.step_ms = calloc((size_t)c.steps + 1, sizeof(double));
     st.peak = calloc((size_t)c.world, sizeof *st.peak);
     st.lay = calloc((size_t)c.world, sizeof *st.lay);
-    if (!st.losses || !st.step_ms || !st.peak || !st.lay) {
+    st.aux = calloc((size_t)c.steps + 1, sizeof(double));
+    st.assigned = calloc((size_t)c.steps + 1, sizeof(int64_t));
+    st.dropped = calloc((size_t)c.steps + 1, sizeof(int64_t));
+    if (!st.losses || !st.step_ms || !st.peak || !st.lay || !st.aux || !st.assigned || !st.dropped) {
         fprintf(stderr, "train_gpt: out of memory\n");
         return 1;
     }
@@ -763,6 +861,10 @@ int main(int argc, char **argv) {
            c.layers, c.dim, c.heads, c.seq, c.vocab, st.nparams, c.data, st.ntok, c.world,
            c.parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c.parallel),
            choice_name(options[option_index("precision")].choices, c.precision, pbuf, sizeof pbuf));
+    if (c.moe_experts)
+        printf("moe: %d of %d blocks (--moe-every %d) with %d experts, top-%d, capacity factor %g, aux %g; expert "
+               "groups of %d ranks (%d experts per rank)\n", fsc_gpt_num_moe_blocks(&gc), c.layers, c.moe_every,
+               c.moe_experts, c.moe_top_k, (double)c.moe_capacity, (double)c.moe_aux, c.ep, c.moe_experts / c.ep);
     fflush(stdout);
     static const char *const device_names[] = {"cpu", "cuda"};
     fsc_cluster_opts co = {.world = c.world, .device = device_names[c.device], .threads_per_rank = c.threads};
@@ -783,6 +885,7 @@ int main(int argc, char **argv) {
         cd.pp = 1; /* the oracle of a pipeline: DDP over its data-parallel ranks, the same micro-batches; */
         cd.world = c.dp * c.tp; /* with tensor parallelism on the same tensor groups */
         cd.balance = NULL;
+        cd.ep = 1; /* the oracle of expert parallelism: every expert on every rank */
         co.world = cd.world;
         sd.pstats = NULL;
         sd.cfg = &cd;
@@ -790,6 +893,9 @@ int main(int argc, char **argv) {
         sd.step_ms = calloc((size_t)c.steps + 1, sizeof(double));
         sd.peak = calloc((size_t)c.world, sizeof *sd.peak);
         sd.lay = calloc((size_t)c.world, sizeof *sd.lay);
+        sd.aux = calloc((size_t)c.steps + 1, sizeof(double));
+        sd.assigned = calloc((size_t)c.steps + 1, sizeof(int64_t));
+        sd.dropped = calloc((size_t)c.steps + 1, sizeof(int64_t));
         sd.params = calloc(st.nparams, sizeof(float));
         printf("--check-ddp: the same training with DDP\n");
         fflush(stdout);
@@ -814,6 +920,9 @@ int main(int argc, char **argv) {
         free(sd.step_ms);
         free(sd.peak);
         free(sd.lay);
+        free(sd.aux);
+        free(sd.assigned);
+        free(sd.dropped);
         free(sd.params);
         free(st.params);
     }
@@ -821,6 +930,9 @@ int main(int argc, char **argv) {
     free(st.step_ms);
     free(st.peak);
     free(st.lay);
+    free(st.aux);
+    free(st.assigned);
+    free(st.dropped);
     free(st.pstats);
     free(data);
     return rc;

@@ -1,0 +1,201 @@
+/* The trainer's mixture-of-experts options (--moe-experts, --moe-top-k, --moe-every, --moe-capacity, --moe-aux,
+ * --ep in examples/train_gpt.c), run as a program (build/<x>/train_gpt next to this binary's folder).
+ * Oracles:
+ * - --check-ddp of an expert-parallel run with one expert group (--ep 4 on 4 ranks) reports weights and losses
+ *   bit-identical to DDP with every expert on every rank (tests/test_moe_engine.c says why);
+ * - --ep 2 on 4 ranks: losses within 1e-6 relative of --ep 1 (the expert gradients' sums associate
+ *   differently), the same drops;
+ * - the --json summary's "moe" object: a load-balancing loss and drop count per step, assignments equal to
+ *   top-k x tokens x MoE blocks, drops <= assignments, and the expert group's all-to-alls per step equal to
+ *   the formula (4 per MoE block and micro-batch of (G-1)/G x E x cap x C x 4 bytes, cap = min(tokens,
+ *   ceil(F k tokens / E)) for a rank's micro-batch); the "expert" group in comm_bytes_per_step_by_group;
+ *   none of it for a dense run;
+ * - the initial weights file of --ep 2 byte-identical to --ep 1's;
+ * - invalid combinations refused (exit 2) with a message naming the option. */
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "test_tp_util.h"
+
+static char trainer[PATH_MAX], tmpdir[64];
+static const char *model = "--layers 2 --dim 16 --heads 2 --seq 8 --batch 8 --steps 2 --vocab 256 --threads 1";
+
+static char *run(const char *args, int *rc) {
+    size_t len = strlen(trainer) + strlen(args) + 16;
+    char *cmd = malloc(len);
+    if (!cmd) return NULL;
+    snprintf(cmd, len, "%s %s 2>&1", trainer, args);
+    FILE *p = popen(cmd, "r");
+    free(cmd);
+    if (!p) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += got;
+        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    int st = pclose(p);
+    *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (buf) buf[n] = '\0';
+    return buf;
+}
+
+static cJSON *json_of(const char *args) {
+    int rc;
+    char full[1024];
+    snprintf(full, sizeof full, "%s %s --json", model, args);
+    char *out = run(full, &rc);
+    if (!out || rc != 0) fail_msg("train_gpt %s: exit %d\n%s", full, rc, out ? out : "");
+    char *last = out + strlen(out);
+    while (last > out && last[-1] == '\n') *--last = '\0';
+    while (last > out && last[-1] != '\n') last--;
+    cJSON *j = cJSON_Parse(last);
+    if (!j) fail_msg("train_gpt %s: no JSON line\n%s", full, out);
+    free(out);
+    return j;
+}
+
+static double num(const cJSON *o, const char *path) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", path);
+    const cJSON *x = o;
+    for (char *k = strtok(buf, "."); k && x; k = strtok(NULL, ".")) x = cJSON_GetObjectItem(x, k);
+    if (!x || !cJSON_IsNumber(x)) fail_msg("JSON lacks the number %s", path);
+    return x->valuedouble;
+}
+
+static double item(const cJSON *o, const char *arr, int i) {
+    const cJSON *a = cJSON_GetObjectItem(o, arr);
+    if (!a || !cJSON_GetArrayItem(a, i)) fail_msg("JSON lacks %s[%d]", arr, i);
+    return cJSON_GetArrayItem(a, i)->valuedouble;
+}
+
+static const char *moe = "--moe-experts 4 --moe-top-k 2 --moe-capacity 1 --world 4 --parallel ddp";
+
+static void test_moe_trainer_check_ddp(void **state) {
+    (void)state;
+    char args[512];
+    snprintf(args, sizeof args, "%s --ep 4 --check-ddp", moe);
+    cJSON *j = json_of(args);
+    const cJSON *k = cJSON_GetObjectItem(j, "check_ddp");
+    assert_non_null(k);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(k, "bit_identical")));
+    cJSON_Delete(j);
+}
+
+static void test_moe_trainer_json(void **state) {
+    (void)state;
+    char args[512];
+    snprintf(args, sizeof args, "%s --ep 1", moe);
+    cJSON *one = json_of(args);
+    for (int accum = 1; accum <= 2; accum++) {
+        snprintf(args, sizeof args, "%s --ep 2 --accum %d", moe, accum);
+        cJSON *j = json_of(args);
+        const cJSON *m = cJSON_GetObjectItem(j, "moe");
+        assert_non_null(m);
+        const int E = 4, k = 2, C = 16, G = 2, blocks = 2, steps = 2;
+        int tokens = 8 / 4 / accum * 8; /* a rank's micro-batch */
+        int cap = (int)ceil(1.0 * k * tokens / E);
+        if (cap > tokens) cap = tokens;
+        assert_int_equal((int)num(m, "moe_blocks"), blocks);
+        for (int s = 0; s < steps; s++) {
+            assert_true(item(m, "aux_losses", s) > 0);
+            assert_int_equal((long long)item(m, "assigned", s), (long long)k * 8 * 8 * blocks);
+            assert_true(item(m, "dropped", s) >= 0 && item(m, "dropped", s) <= item(m, "assigned", s));
+            if (accum == 1) {
+                double e = fabs(item(j, "losses", s) - item(one, "losses", s)) / item(one, "losses", s);
+                if (!(e <= 1e-6)) fail_msg("--ep 2: loss of step %d differs from --ep 1 by %.3g", s, e);
+                assert_true(item(m, "dropped", s) == item(cJSON_GetObjectItem(one, "moe"), "dropped", s));
+            }
+        }
+        double bytes = 4.0 * blocks * accum * (G - 1.0) / G * E * cap * C * 4;
+        assert_int_equal((int)num(m, "expert_comm_per_step.all_to_all.calls"), 4 * blocks * accum);
+        if (fabs(num(m, "expert_comm_per_step.all_to_all.bytes") - bytes) > 1e-6)
+            fail_msg("accum %d: %.0f all-to-all bytes per step, formula %.0f", accum,
+                     num(m, "expert_comm_per_step.all_to_all.bytes"), bytes);
+        assert_true(num(j, "comm_bytes_per_step_by_group.expert") >= bytes);
+        printf("  --ep 2 on 4 ranks, --accum %d: %.0f all-to-all bytes per rank and step, drops %g of %g\n", accum,
+               bytes, item(m, "dropped", 1), item(m, "assigned", 1));
+        cJSON_Delete(j);
+    }
+    /* a dense run has none of it */
+    cJSON *d = json_of("--world 4 --parallel ddp");
+    assert_null(cJSON_GetObjectItem(d, "moe"));
+    assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "comm_bytes_per_step_by_group"), "expert"));
+    assert_null(cJSON_GetObjectItem(one, "check_ddp"));
+    cJSON_Delete(d);
+    cJSON_Delete(one);
+}
+
+static void test_moe_trainer_weights(void **state) {
+    (void)state;
+    char a[128], b[128], args[768];
+    snprintf(a, sizeof a, "%s/ep1.safetensors", tmpdir);
+    snprintf(b, sizeof b, "%s/ep2.safetensors", tmpdir);
+    const char *paths[2] = { a, b };
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "%s %s --steps 0 --ep %d --init-save %s", model, moe, i + 1, paths[i]);
+        int rc;
+        char *out = run(args, &rc);
+        if (rc != 0) fail_msg("train_gpt %s: exit %d\n%s", args, rc, out);
+        free(out);
+    }
+    snprintf(args, sizeof args, "cmp -s %s %s", a, b);
+    assert_int_equal(system(args), 0);
+    unlink(a), unlink(b);
+}
+
+static void test_moe_trainer_refusals(void **state) {
+    (void)state;
+    struct {
+        const char *args, *msg;
+    } bad[] = {
+        { "--moe-top-k 2", "--moe-top-k applies to MoE models only" },
+        { "--ep 2 --world 2 --parallel ddp", "--ep applies to MoE models only" },
+        { "--moe-experts 4 --moe-top-k 3", "--moe-top-k: 3 is out of range [1, 2]" },
+        { "--moe-experts 1 --moe-top-k 2", "--moe-top-k 2 needs at least 2 experts" },
+        { "--moe-experts 4 --moe-every 3", "--moe-every 3 but the model has 2 blocks" },
+        { "--moe-experts 6 --ep 4 --world 4 --parallel ddp", "--ep 4 does not divide --moe-experts 6" },
+        { "--moe-experts 4 --ep 4 --world 2 --parallel ddp", "--ep 4 does not divide the 2 data-parallel ranks" },
+        { "--moe-experts 4 --ep 2 --world 2 --parallel fsdp", "--ep 2 needs --parallel ddp" },
+        { "--moe-experts 4 --pp 2 --world 2 --parallel ddp", "--moe-experts with --pp > 1 is not supported yet" },
+        { "--moe-experts 4 --tp 2 --world 2 --parallel ddp", "--moe-experts with --tp > 1 is not supported yet" },
+        { "--moe-experts 4 --moe-capacity 0", "--moe-capacity must be positive" },
+        { "--moe-experts 4 --moe-aux -1", "--moe-aux: -1 is out of range" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "%s %s", model, bad[i].args);
+        int rc;
+        char *out = run(args, &rc);
+        if (rc != 2 || !strstr(out, bad[i].msg))
+            fail_msg("train_gpt %s: exit %d, output lacks \"%s\":\n%s", bad[i].args, rc, bad[i].msg, out);
+        free(out);
+    }
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char self[PATH_MAX];
+    if (!realpath(argv[0], self)) return 1;
+    snprintf(trainer, sizeof trainer, "%s/../train_gpt", dirname(self));
+    if (access(trainer, X_OK) != 0) {
+        fprintf(stderr, "test_moe_trainer: %s not found: build it first (make ... train_gpt)\n", trainer);
+        return 1;
+    }
+    strcpy(tmpdir, "/tmp/fsc_test_moe_trainer_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_moe_trainer_check_ddp),
+        cmocka_unit_test(test_moe_trainer_json),
+        cmocka_unit_test(test_moe_trainer_weights),
+        cmocka_unit_test(test_moe_trainer_refusals),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rmdir(tmpdir);
+    return rc;
+}

@@ -23,6 +23,9 @@
  *   k x tokens x MoE blocks;
  * - weights: the file saved with ep = 2 is byte-identical to the one saved with ep = 1, and loading it into
  *   an ep = 2 engine gives back the same full parameters;
+ * - training checkpoints (sharded and full) written with ep = 2 resume bit for bit on the writer's layout and
+ *   give the writer's parameters with ep = 1 on 2 ranks and ep = 4 on 4; a model with other MoE blocks is
+ *   refused;
  * - errors: ep not dividing the data group or the experts, ep without MoE, ep with FSDP, MoE with pipelines
  *   or checkpointing are refused with messages. */
 #include <unistd.h>
@@ -314,6 +317,17 @@ static void test_moe_engine_checkpoint(void **state) {
             assert_bits_equal(o.params, w.params, fsc_gpt_num_params(&o.cfg), what);
             free(o.params);
         }
+        /* another placement of experts: refused with a message naming both */
+        me_run x = me_make(2, 1);
+        x.cfg.moe_every = 2;
+        x.steps = 1;
+        x.ckpt_in = dir;
+        x.params = calloc(fsc_gpt_num_params(&x.cfg), sizeof(float));
+        fsc_cluster_opts co = { .world = 2, .device = "cpu", .timeout_s = 30, .threads_per_rank = 1 };
+        assert_err(fsc_cluster_run(&co, me_rank, &x), FSC_ERR_INVALID,
+                   "written for a model with 4 experts (moe_every 1; 0: dense); this engine's model has 4 experts "
+                   "(moe_every 2)");
+        free(x.params);
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
         assert_int_equal(system(cmd), 0);

@@ -35,6 +35,13 @@ static fsc_status check_compat(loader *L) {
         return fsc_error(FSC_ERR_INVALID, "%s: written for a model of %d layers, width %d, %d heads, context %d, "
                          "vocab %d; this engine's model has %d, %d, %d, %d, %d", L->path, a->layers, a->dim, a->heads,
                          a->seq, a->vocab, b->layers, b->dim, b->heads, b->seq, b->vocab);
+    /* MoE: the experts and the blocks that hold them (top-k, capacity and the load-balancing coefficient are
+     * hyperparameters, as the learning rate: a run may resume with others) */
+    int ea = a->moe_experts, eb = b->moe_experts, na = ea ? (a->moe_every ? a->moe_every : 1) : 0,
+        nb = eb ? (b->moe_every ? b->moe_every : 1) : 0;
+    if (ea != eb || na != nb)
+        return fsc_error(FSC_ERR_INVALID, "%s: written for a model with %d experts (moe_every %d; 0: dense); this "
+                         "engine's model has %d experts (moe_every %d)", L->path, ea, na, eb, nb);
     if (m->optim.kind != e->oc.kind)
         return fsc_error(FSC_ERR_INVALID, "%s: written with optimizer %s; this engine uses %s", L->path,
                          m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd", e->oc.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");

@@ -51,6 +51,13 @@ char *ck_meta_json(const fsc_ckpt_meta *m) {
     cJSON_AddNumberToObject(mo, "heads", m->model.heads);
     cJSON_AddNumberToObject(mo, "seq", m->model.seq);
     cJSON_AddNumberToObject(mo, "vocab", m->model.vocab);
+    if (m->model.moe_experts) { /* MoE models only: a dense model's metadata stays as it was */
+        cJSON_AddNumberToObject(mo, "moe_experts", m->model.moe_experts);
+        cJSON_AddNumberToObject(mo, "moe_top_k", m->model.moe_top_k);
+        cJSON_AddNumberToObject(mo, "moe_every", m->model.moe_every);
+        cJSON_AddNumberToObject(mo, "moe_capacity", m->model.moe_capacity);
+        cJSON_AddNumberToObject(mo, "moe_aux", m->model.moe_aux);
+    }
     cJSON *op = cJSON_AddObjectToObject(root, "optimizer");
     cJSON_AddStringToObject(op, "kind", m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
     cJSON_AddNumberToObject(op, "lr", m->optim.lr);
@@ -199,6 +206,13 @@ static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
     FSC_TRY(get_i32(r, mo, "model", "heads", 1, &m->model.heads));
     FSC_TRY(get_i32(r, mo, "model", "seq", 1, &m->model.seq));
     FSC_TRY(get_i32(r, mo, "model", "vocab", 1, &m->model.vocab));
+    if (field(mo, "moe_experts")) { /* written for MoE models only */
+        FSC_TRY(get_i32(r, mo, "model", "moe_experts", 0, &m->model.moe_experts));
+        FSC_TRY(get_i32(r, mo, "model", "moe_top_k", 0, &m->model.moe_top_k));
+        FSC_TRY(get_i32(r, mo, "model", "moe_every", 0, &m->model.moe_every));
+        FSC_TRY(get_float(r, mo, "model", "moe_capacity", &m->model.moe_capacity));
+        FSC_TRY(get_float(r, mo, "model", "moe_aux", &m->model.moe_aux));
+    }
 
     const cJSON *op = field(root, "optimizer");
     FSC_TRY(need_obj(r, op, "optimizer"));

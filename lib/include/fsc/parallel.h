@@ -138,10 +138,11 @@ const fsc_layout *fsc_engine_layout(const fsc_engine *e);
  * non-finite vote). */
 void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out);
 void fsc_engine_reset_comm_stats(fsc_engine *e);
-/* The same traffic by kind of group: data (the strategy's reductions and gathers, the loss; the world
- * when nothing else splits it), tensor (the tensor-parallel layers' collectives), pipeline (activations,
- * their gradients and the tied embedding between stages, the loss broadcast), expert (mixture-of-experts
- * all-to-alls), world (collectives over ranks of several groups: the clipping norm of a pipeline or
+/* The same traffic by kind of group: data (the strategy's reductions and gathers, the loss, with expert
+ * parallelism the expert gradients' reductions over their replicas; the world when nothing else splits it),
+ * tensor (the tensor-parallel layers' collectives), pipeline (activations, their gradients and the tied
+ * embedding between stages, the loss broadcast), expert (mixture-of-experts all-to-alls, and with clipping
+ * the norm's two small collectives over the expert group), world (collectives over ranks of several groups: the clipping norm of a pipeline or
  * tensor-parallel run, the f16 skip vote, agreement when saving). The kinds sum to fsc_engine_comm_stats.
  * Returns how many communicators of that kind the engine has (0: none, *out is zero). */
 typedef enum {

@@ -13,6 +13,7 @@
  *   routing the same (equal drops); measured: losses ~1e-8, parameters 5e-6 (9e-6 with two micro-batches,
  *   whose sums are associated differently too);
  * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with ep = 1 (MoE blocks are units like dense ones);
+ * - DDP's sync_from_rank0 with ep = 2 equals the keyed initialization on every rank bit for bit;
  * - memory: a rank's parameter bytes are exactly (dense + its E/ep experts) x 4;
  * - communication per step and rank (the comm stats): the expert group's all-to-alls are 4 per MoE block
  *   and micro-batch, each (G-1)/G x E x cap x C x 4 bytes with cap = max(1, ceil(cf k B T / E)) (one dispatch
@@ -219,6 +220,19 @@ static void test_moe_engine_ep_inside_data_parallel(void **state) {
     }
 }
 
+/* Broadcasting rank 0's initial weights (dense tensors over the data group, experts over the expert-data
+ * group) equals every rank initializing its own from the keyed RNG, bit for bit. */
+static void test_moe_engine_sync_from_rank0(void **state) {
+    (void)state;
+    me_run a = me_make(4, 2), b = me_make(4, 2);
+    b.po.sync_from_rank0 = 1;
+    a.steps = b.steps = 1;
+    me_train(&a);
+    me_train(&b);
+    me_assert_same(&a, &b, "sync from rank 0 with ep 2");
+    free(a.params), free(b.params);
+}
+
 static void test_moe_engine_sharded_equals_ddp(void **state) {
     (void)state;
     me_run ddp = me_make(2, 1);
@@ -377,6 +391,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_moe_engine_ep_equals_data_parallel),
         cmocka_unit_test(test_moe_engine_ep_inside_data_parallel),
+        cmocka_unit_test(test_moe_engine_sync_from_rank0),
         cmocka_unit_test(test_moe_engine_sharded_equals_ddp),
         cmocka_unit_test(test_moe_engine_capacity),
         cmocka_unit_test(test_moe_engine_weights),

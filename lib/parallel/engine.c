@@ -190,49 +190,6 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
     return FSC_OK;
 }
 
-/* What runs with MoE models and expert parallelism. */
-static fsc_status validate_moe(const fsc_layout *l, const fsc_gpt_config *cfg, const fsc_parallel_opts *po) {
-    if (po->ep < 0) return fsc_error(FSC_ERR_INVALID, "ep (expert-parallel ranks) must be >= 1, not %d", po->ep);
-    const int ep = po->ep > 1 ? po->ep : 1;
-    if (!cfg->moe_experts) {
-        if (ep > 1)
-            return fsc_error(FSC_ERR_INVALID, "ep %d: expert parallelism needs an MoE model (moe_experts > 0)", ep);
-        return FSC_OK;
-    }
-    if (l->pp > 1)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "MoE models with pipeline parallelism (pp %d) are not supported yet",
-                         l->pp);
-    if (l->tp > 1)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "MoE models with tensor parallelism (tp %d) are not supported yet",
-                         l->tp);
-    if (po->checkpoint)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "activation checkpointing (recomputing blocks) of MoE models is not "
-                         "supported yet");
-    if (l->dp % ep != 0)
-        return fsc_error(FSC_ERR_INVALID, "ep %d does not divide the data-parallel group of %d ranks (the expert "
-                         "group is part of it)", ep, l->dp);
-    if (cfg->moe_experts % ep != 0)
-        return fsc_error(FSC_ERR_INVALID, "%d experts do not split over ep %d ranks", cfg->moe_experts, ep);
-    if (ep > 1 && po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "expert parallelism (ep %d) runs with ddp; %s is not supported with "
-                         "it yet (ep 1 is)", ep, fsc_parallel_kind_name(po->kind));
-    return FSC_OK;
-}
-
-/* ep consecutive data ranks form an expert group; the data ranks of one index in their expert groups form
- * an expert-data group. Collective over the data group. */
-static fsc_status make_expert_groups(fsc_engine *e) {
-    const int G = e->po.ep > 1 ? e->po.ep : 1, dr = fsc_comm_rank(e->comm);
-    if (!e->cfg.moe_experts || G == 1) return FSC_OK;
-    FSC_TRY(fsc_comm_split(e->comm, dr / G, dr % G, &e->ep_comm));
-    fsc_comm_set_name(e->ep_comm, "expert");
-    fsc_engine_add_group_kind(e, e->ep_comm, FSC_GROUP_EXPERT);
-    FSC_TRY(fsc_comm_split(e->comm, dr % G, dr / G, &e->ep_data));
-    fsc_comm_set_name(e->ep_data, "expert_data");
-    fsc_engine_add_group_kind(e, e->ep_data, FSC_GROUP_DATA); /* data-parallel reductions of expert shards */
-    return fsc_gpt_set_expert_group(e->m, e->ep_comm);
-}
-
 /* world = dp x tp x pp in the options' rank order, with clear messages. */
 static fsc_status make_layout(const fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
                               fsc_layout *l) {
@@ -255,7 +212,7 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     fsc_layout lay;
     FSC_TRY(make_layout(r, cfg, po, &lay));
     FSC_TRY(validate(r, &lay, po, oc));
-    FSC_TRY(validate_moe(&lay, cfg, po));
+    FSC_TRY(fsc_ep_validate(&lay, cfg, po));
     fsc_engine *e = calloc(1, sizeof(*e));
     if (!e) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
     e->r = r;
@@ -282,7 +239,7 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     fsc_status s = lay.tp > 1 ? fsc_tp_engine_create(e) : fsc_gpt_create(e->dev, cfg, &e->m);
     if (s == FSC_OK) s = fsc_optim_create(e->dev, oc, &e->opt);
     if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
-    if (s == FSC_OK) s = make_expert_groups(e);
+    if (s == FSC_OK) s = fsc_ep_create(e);
     if (s == FSC_OK) s = e->st->setup(e);
     if (s == FSC_OK) s = e->tpm ? fsc_tp_engine_after_setup(e) : fsc_pipe_after_setup(e);
     if (s == FSC_OK && e->ll == cfg->layers + 1 && e->lf > 0) {
@@ -531,8 +488,7 @@ fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
 void fsc_engine_free(fsc_engine *e) {
     if (!e) return;
     if (e->st && e->st->destroy) e->st->destroy(e);
-    if (e->ep_data) fsc_comm_free(e->ep_data);
-    if (e->ep_comm) fsc_comm_free(e->ep_comm);
+    fsc_ep_free(e);
     fsc_pipe_free(e); /* after the strategy: its groups were split from the data group */
     if (e->acts) e->mo->acts_free(e, e->acts);
     if (e->wte_copy) fsc_device_release(e->dev, e->wte_copy);

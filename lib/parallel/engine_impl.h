@@ -155,6 +155,12 @@ void fsc_engine_add_group_kind(fsc_engine *e, fsc_comm *c, fsc_group_kind kind);
 /* Register a segment's gradient for unscaling/clipping. */
 fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
 
+/* Expert parallelism (ep.c): refuse what MoE models do not run with; after the pipeline, before the strategy,
+ * split the expert groups (collective over the data group) and give the model its expert group; free them. */
+fsc_status fsc_ep_validate(const fsc_layout *l, const fsc_gpt_config *cfg, const fsc_parallel_opts *po);
+fsc_status fsc_ep_create(fsc_engine *e);
+void fsc_ep_free(fsc_engine *e);
+
 /* Tensor parallelism inside the engine (lib/tp/tp_engine.c). */
 extern const fsc_model_ops fsc_tp_model_ops;
 /* Before the strategy's setup: the tensor group (and the data group without a pipeline), the

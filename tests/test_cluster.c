@@ -138,11 +138,43 @@ static void test_failure_is_reported_with_rank(void **state) {
     assert_true(strlen(fsc_last_error()) > strlen("rank 0: "));
 }
 
+/* fsc_comm_agree: every rank gets the lowest failing rank's status and message; all FSC_OK when all passed. */
+typedef struct {
+    int fail_mask;
+    fsc_status got[8];
+    char msg[8][256];
+} agree_case;
+
+static fsc_status rank_agree(fsc_rank *r, void *arg) {
+    agree_case *a = arg;
+    fsc_status mine = (a->fail_mask >> r->rank) & 1
+                          ? fsc_error(FSC_ERR_IO, "disk %d is full", r->rank) : FSC_OK;
+    a->got[r->rank] = fsc_comm_agree(r->comm, r->dev, mine);
+    snprintf(a->msg[r->rank], sizeof a->msg[r->rank], "%s", a->got[r->rank] == FSC_OK ? "" : fsc_last_error());
+    return FSC_OK;
+}
+
+static void test_agree(void **state) {
+    (void)state;
+    fsc_cluster_opts co = {.world = 5, .timeout_s = 10};
+    agree_case ok = {.fail_mask = 0};
+    assert_ok(fsc_cluster_run(&co, rank_agree, &ok));
+    for (int r = 0; r < 5; r++) assert_int_equal(ok.got[r], FSC_OK);
+    agree_case bad = {.fail_mask = (1 << 2) | (1 << 4)}; /* ranks 2 and 4 fail: rank 2's verdict wins */
+    assert_ok(fsc_cluster_run(&co, rank_agree, &bad));
+    for (int r = 0; r < 5; r++) {
+        assert_int_equal(bad.got[r], FSC_ERR_IO);
+        assert_non_null(strstr(bad.msg[r], "disk 2 is full"));
+        if (r != 2) assert_non_null(strstr(bad.msg[r], "rank 2: "));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rank_ids_and_devices),
         cmocka_unit_test(test_options_validation),
         cmocka_unit_test(test_failure_is_reported_with_rank),
+        cmocka_unit_test(test_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,40 +10,7 @@
 
 #define MSG_BYTES 512
 
-fsc_status ck_agree(fsc_engine *e, fsc_status mine) {
-    fsc_comm *c = e->r->comm;
-    const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
-    if (N == 1) return mine;
-    char msg[MSG_BYTES];
-    snprintf(msg, sizeof msg, "%s", mine == FSC_OK ? "" : fsc_last_error());
-    /* lowest failing rank r -> N - r under MAX; 0 when every rank passed */
-    float flag = mine == FSC_OK ? 0.0f : (float)(N - me);
-    uint8_t *d = NULL;
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, MSG_BYTES + sizeof(int32_t), (void **)&d);
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, d, &flag, sizeof flag);
-    if (s == FSC_OK) s = fsc_comm_all_reduce(c, d, d, 1, FSC_F32, FSC_MAX);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, &flag, d, sizeof flag);
-    int root = flag > 0 ? N - (int)flag : -1;
-    int32_t code = (int32_t)mine;
-    if (s == FSC_OK && root >= 0) {
-        if (me == root) {
-            s = fsc_device_upload(e->dev, d, &code, sizeof code);
-            if (s == FSC_OK) s = fsc_device_upload(e->dev, d + sizeof code, msg, MSG_BYTES);
-        }
-        if (s == FSC_OK) s = fsc_comm_broadcast(c, d, MSG_BYTES + sizeof code, FSC_U8, root);
-        if (s == FSC_OK && me != root) {
-            s = fsc_device_download(e->dev, &code, d, sizeof code);
-            if (s == FSC_OK) s = fsc_device_download(e->dev, msg, d + sizeof code, MSG_BYTES);
-            msg[MSG_BYTES - 1] = 0;
-        }
-    }
-    fsc_device_release(e->dev, d);
-    if (s != FSC_OK) return s;
-    if (root < 0) return FSC_OK;
-    if (me == root) return fsc_error(mine, "%s", msg);
-    if (code <= FSC_OK || code > FSC_ERR_INTERNAL) code = FSC_ERR_INTERNAL;
-    return fsc_error((fsc_status)code, "rank %d: %s", root, msg);
-}
+fsc_status ck_agree(fsc_engine *e, fsc_status mine) { return fsc_comm_agree(e->r->comm, e->dev, mine); }
 
 fsc_status ck_bcast_host(fsc_engine *e, void *host, size_t len) {
     if (fsc_comm_size(e->r->comm) == 1 || len == 0) return FSC_OK;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/comm_impl.h"
+#include "fsc/device.h"
 
 static const char *const op_names[FSC_OP_COUNT] = {
     "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "all_to_all", "barrier",
@@ -254,4 +255,48 @@ fsc_status fsc_comm_split(fsc_comm *c, int color, int key, fsc_comm **out) {
     char name[sizeof(c->name) + 16];
     snprintf(name, sizeof(name), "%s/%d", c->name, color);
     return fsc_comm_wrap(c->ops, ctx, rank, size, name, out);
+}
+
+fsc_status fsc_comm_all_reduce_host(fsc_comm *c, fsc_device *dev, float *value, fsc_redop op) {
+    float *d;
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, sizeof(float), (void **)&d));
+    fsc_status s = fsc_device_upload(dev, d, value, sizeof *value);
+    if (s == FSC_OK) s = fsc_comm_all_reduce(c, d, d, 1, FSC_F32, op);
+    if (s == FSC_OK) s = fsc_device_download(dev, value, d, sizeof *value);
+    fsc_device_release(dev, d);
+    return s;
+}
+
+#define AGREE_MSG 512
+
+fsc_status fsc_comm_agree(fsc_comm *c, fsc_device *dev, fsc_status mine) {
+    const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
+    if (N == 1) return mine;
+    char msg[AGREE_MSG];
+    snprintf(msg, sizeof msg, "%s", mine == FSC_OK ? "" : fsc_last_error());
+    /* lowest failing rank r -> N - r under MAX; 0 when every rank passed */
+    float flag = mine == FSC_OK ? 0.0f : (float)(N - me);
+    fsc_status s = fsc_comm_all_reduce_host(c, dev, &flag, FSC_MAX);
+    if (s != FSC_OK) return s;
+    int root = flag > 0 ? N - (int)flag : -1;
+    if (root < 0) return FSC_OK;
+    /* the failing rank's status and message to everyone */
+    int32_t code = (int32_t)mine;
+    uint8_t *d = NULL;
+    s = fsc_device_alloc(dev, FSC_TAG_COMM, AGREE_MSG + sizeof code, (void **)&d);
+    if (s == FSC_OK && me == root) {
+        s = fsc_device_upload(dev, d, &code, sizeof code);
+        if (s == FSC_OK) s = fsc_device_upload(dev, d + sizeof code, msg, AGREE_MSG);
+    }
+    if (s == FSC_OK) s = fsc_comm_broadcast(c, d, AGREE_MSG + sizeof code, FSC_U8, root);
+    if (s == FSC_OK && me != root) {
+        s = fsc_device_download(dev, &code, d, sizeof code);
+        if (s == FSC_OK) s = fsc_device_download(dev, msg, d + sizeof code, AGREE_MSG);
+        msg[AGREE_MSG - 1] = 0;
+    }
+    fsc_device_release(dev, d);
+    if (s != FSC_OK) return s;
+    if (me == root) return fsc_error(mine, "%s", msg);
+    if (code <= FSC_OK || code > FSC_ERR_INTERNAL) code = FSC_ERR_INTERNAL;
+    return fsc_error((fsc_status)code, "rank %d: %s", root, msg);
 }

@@ -425,23 +425,8 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     return FSC_OK;
 }
 
-/* Every rank returns rank 0's verdict, so no rank continues alone after a failed save. */
-static fsc_status agree(fsc_engine *e, fsc_status mine) {
-    if (fsc_comm_size(e->r->comm) == 1) return mine;
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", fsc_last_error());
-    float flag = mine == FSC_OK ? 0.0f : 1.0f;
-    void *d;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(float), &d));
-    fsc_status s = fsc_device_upload(e->dev, d, &flag, sizeof flag);
-    if (s == FSC_OK) s = fsc_comm_all_reduce(e->r->comm, d, d, 1, FSC_F32, FSC_MAX);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, &flag, d, sizeof flag);
-    fsc_device_release(e->dev, d);
-    if (s != FSC_OK) return s;
-    if (mine != FSC_OK) return fsc_error(mine, "%s", msg);
-    if (flag != 0.0f) return fsc_error(FSC_ERR_IO, "another rank failed during a collective save/load");
-    return FSC_OK;
-}
+/* Every rank returns the lowest failing rank's verdict, so no rank continues alone after a failed save. */
+static fsc_status agree(fsc_engine *e, fsc_status mine) { return fsc_comm_agree(e->r->comm, e->dev, mine); }
 
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
     fsc_st_writer *w = NULL;

@@ -170,13 +170,7 @@ fsc_status fsc_pipe_after_setup(fsc_engine *e) {
     }
     /* the same strategy on every stage: name the group by its lowest data-group rank */
     float v = -(float)fsc_comm_rank(p->data_comm);
-    float *d;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(float), (void **)&d));
-    fsc_status s = fsc_device_upload(e->dev, d, &v, sizeof v);
-    if (s == FSC_OK) s = fsc_comm_all_reduce(e->norm_comm, d, d, 1, FSC_F32, FSC_MAX);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, &v, d, sizeof v);
-    fsc_device_release(e->dev, d);
-    FSC_TRY(s);
+    FSC_TRY(fsc_comm_all_reduce_host(e->norm_comm, e->dev, &v, FSC_MAX));
     FSC_TRY(fsc_comm_split(e->r->comm, (int)-v, e->r->rank, &p->norm_comm));
     fsc_comm_set_name(p->norm_comm, "norm");
     fsc_engine_add_group_kind(e, p->norm_comm, FSC_GROUP_WORLD);

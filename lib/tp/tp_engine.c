@@ -116,14 +116,8 @@ fsc_status fsc_tp_engine_after_setup(fsc_engine *e) {
      * here by its lowest data rank; across tensor ranks and stages the gradient is split further. */
     float v = -(float)e->lay.data;
     if (e->norm_comm) {
-        float *d;
         v = -(float)fsc_comm_rank(e->comm);
-        FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(float), (void **)&d));
-        fsc_status s = fsc_device_upload(e->dev, d, &v, sizeof v);
-        if (s == FSC_OK) s = fsc_comm_all_reduce(e->norm_comm, d, d, 1, FSC_F32, FSC_MAX);
-        if (s == FSC_OK) s = fsc_device_download(e->dev, &v, d, sizeof v);
-        fsc_device_release(e->dev, d);
-        FSC_TRY(s);
+        FSC_TRY(fsc_comm_all_reduce_host(e->norm_comm, e->dev, &v, FSC_MAX));
     }
     FSC_TRY(fsc_comm_split(e->r->comm, (int)-v, e->r->rank, &e->own_norm));
     fsc_comm_set_name(e->own_norm, "norm");
@@ -161,16 +155,7 @@ fsc_status fsc_tp_engine_full_params(fsc_engine *e, float *host) {
     if (s == FSC_OK) s = fsc_device_upload(e->dev, d, loc, P * sizeof(float));
     free(loc);
     /* every rank reaches the tensor group's gather, or none does */
-    float flag = s == FSC_OK ? 0.0f : 1.0f, *f = NULL;
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", fsc_last_error());
-    fsc_status c = fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(float), (void **)&f);
-    if (c == FSC_OK) c = fsc_device_upload(e->dev, f, &flag, sizeof flag);
-    if (c == FSC_OK) c = fsc_comm_all_reduce(e->tensor_comm, f, f, 1, FSC_F32, FSC_MAX);
-    if (c == FSC_OK) c = fsc_device_download(e->dev, &flag, f, sizeof flag);
-    fsc_device_release(e->dev, f);
-    if (c == FSC_OK && s != FSC_OK) c = fsc_error(s, "%s", msg);
-    else if (c == FSC_OK && flag != 0.0f) c = fsc_error(FSC_ERR_COMM, "another rank of the tensor group failed");
+    fsc_status c = fsc_comm_agree(e->tensor_comm, e->dev, s);
     if (c == FSC_OK) c = tp_gather_flat(e->tpm, d, e->tpm->rank == 0 ? host : NULL);
     fsc_device_release(e->dev, d);
     return c;

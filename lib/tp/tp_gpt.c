@@ -222,21 +222,7 @@ fsc_status fsc_tp_gpt_zero_grads(fsc_tp_gpt *m) {
 }
 
 /* Every rank returns FSC_OK only if every rank of the group had FSC_OK (rank 0's file errors reach all). */
-static fsc_status agree(fsc_tp_gpt *m, fsc_status mine) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", fsc_last_error());
-    float flag = mine == FSC_OK ? 0.0f : 1.0f;
-    void *d;
-    FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_COMM, sizeof(float), &d));
-    fsc_status s = fsc_device_upload(m->dev, d, &flag, sizeof flag);
-    if (s == FSC_OK) s = fsc_comm_all_reduce(m->tp, d, d, 1, FSC_F32, FSC_MAX);
-    if (s == FSC_OK) s = fsc_device_download(m->dev, &flag, d, sizeof flag);
-    fsc_device_release(m->dev, d);
-    if (s != FSC_OK) return s;
-    if (mine != FSC_OK) return fsc_error(mine, "%s", msg);
-    if (flag != 0.0f) return fsc_error(FSC_ERR_IO, "another rank of the tensor group failed");
-    return FSC_OK;
-}
+static fsc_status agree(fsc_tp_gpt *m, fsc_status mine) { return fsc_comm_agree(m->tp, m->dev, mine); }
 
 /* Collective: tensor i in full into host (full numel floats) on rank 0; src is the local flat buffer
  * (params or grads). The other ranks send their slices to rank 0. tmp: device, local numel floats. */

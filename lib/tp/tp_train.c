@@ -146,17 +146,5 @@ void fsc_tp_trainer_reset_comm_stats(fsc_tp_trainer *t) {
 fsc_status fsc_tp_trainer_save(fsc_tp_trainer *t, const char *path) {
     fsc_status s = t->l.data == 0 ? fsc_tp_gpt_save(t->m, path) : FSC_OK;
     /* the data group agrees: every rank fails if the writers failed */
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", fsc_last_error());
-    float flag = s == FSC_OK ? 0.0f : 1.0f;
-    void *d;
-    FSC_TRY(fsc_device_alloc(t->r->dev, FSC_TAG_COMM, sizeof(float), &d));
-    fsc_status c = fsc_device_upload(t->r->dev, d, &flag, sizeof flag);
-    if (c == FSC_OK) c = fsc_comm_all_reduce(t->data, d, d, 1, FSC_F32, FSC_MAX);
-    if (c == FSC_OK) c = fsc_device_download(t->r->dev, &flag, d, sizeof flag);
-    fsc_device_release(t->r->dev, d);
-    if (c != FSC_OK) return c;
-    if (s != FSC_OK) return fsc_error(s, "%s", msg);
-    if (flag != 0.0f) return fsc_error(FSC_ERR_IO, "saving %s failed on the tensor group of data rank 0", path);
-    return FSC_OK;
+    return fsc_comm_agree(t->data, t->r->dev, s);
 }

@@ -12,6 +12,7 @@
 #include "dtype.h"
 
 typedef struct fsc_comm fsc_comm;
+typedef struct fsc_device fsc_device;
 
 typedef enum { FSC_SUM = 0, FSC_AVG, FSC_MAX } fsc_redop;
 
@@ -60,6 +61,12 @@ fsc_status fsc_comm_recv(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int
 /* send holds size blocks of count elements, block j goes to rank j; recv block j comes from rank j */
 fsc_status fsc_comm_all_to_all(fsc_comm *c, const void *send, void *recv, size_t count, fsc_dtype dt);
 fsc_status fsc_comm_barrier(fsc_comm *c);
+/* Collective agreement: every rank passes its own status; all return FSC_OK only if every rank passed
+ * FSC_OK, otherwise every rank returns the status and message of the lowest failing rank (other ranks see
+ * "rank R: <message>"), so no rank goes on alone after a failure. dev stages the exchange. */
+fsc_status fsc_comm_agree(fsc_comm *c, fsc_device *dev, fsc_status mine);
+/* All-reduce one float held in host memory (staged through dev). */
+fsc_status fsc_comm_all_reduce_host(fsc_comm *c, fsc_device *dev, float *value, fsc_redop op);
 /* Collective over c: ranks with the same color form a new group, ordered by (key, rank). */
 fsc_status fsc_comm_split(fsc_comm *c, int color, int key, fsc_comm **out);
 void fsc_comm_free(fsc_comm *c);

@@ -20,8 +20,9 @@ typedef struct {
     cpu_pool *pool; /* NULL with one thread */
 } cpu_ctx;
 typedef void (*cpu_range_fn)(void *arg, size_t lo, size_t hi);
-/* fn(arg, lo, hi) over ranges that cover [0, n): at most one per thread, bounds multiples of step, each at
- * least grain long (so small calls run whole on the caller). Returns when every range is done. */
+/* fn(arg, lo, hi) over ranges that cover [0, n): a few per thread, run by whichever thread is free, bounds
+ * multiples of step, each at least grain long (so small calls run whole on the caller). Returns when every
+ * range is done. */
 void cpu_parallel(void *ctx, size_t n, size_t step, size_t grain, cpu_range_fn fn, void *arg);
 int cpu_threads(void *ctx);            /* threads a call may use (1 without a pool) */
 cpu_pool *cpu_pool_create(int threads); /* NULL when threads < 2 or no worker could start */

@@ -1,5 +1,5 @@
-/* The CPU device's worker threads: a fixed pool that runs one kernel call as contiguous index ranges,
- * the calling thread taking the first range. A device opened with threads = N > 1 (or, with 0, OpenBLAS's
+/* The CPU device's worker threads: a fixed pool that runs one kernel call as contiguous index chunks,
+ * which the calling thread and the workers take in turn. A device opened with threads = N > 1 (or, with 0, OpenBLAS's
  * own count) gets N - 1 workers; with one thread there is no pool and every kernel runs on the caller.
  *
  * Bits: every kernel that splits its work computes each output element exactly as the whole call would
@@ -8,6 +8,8 @@
  * Only calls big enough to repay a wake-up are split. A device used by two threads at once runs the
  * second caller's kernel on that caller alone (same bits).
  *
+ * A call is cut into a few chunks per thread, and the threads take chunks in turn from a shared counter,
+ * so a thread that the machine's other programs hold up leaves its chunks to the others.
  * Idle workers spin briefly (yielding) after a job, then sleep on a condition variable: kernels come in
  * bursts between gemms, and OpenBLAS's own threads need the cores during a gemm. */
 #include <pthread.h>
@@ -16,11 +18,12 @@
 #include <stdlib.h>
 #include "cpu.h"
 
-enum { SPIN = 200 }; /* sched_yield rounds before sleeping (tens of microseconds) */
+enum { SPIN = 200 };      /* sched_yield rounds before sleeping (tens of microseconds) */
+enum { PER_THREAD = 4 };  /* chunks per thread in a call */
 
 typedef struct {
     struct cpu_pool *pool;
-    int id; /* 1..nworkers: the range it runs */
+    int id; /* 1..nworkers */
 } worker_arg;
 
 struct cpu_pool {
@@ -32,20 +35,32 @@ struct cpu_pool {
     pthread_cond_t wake, done;
     atomic_uint gen;          /* bumped once per job, after the job is written (release) */
     atomic_int pending;       /* workers yet to finish the current job */
+    atomic_int next;          /* the next chunk of the current job to take */
     int stop;
     /* the current job: written by the submitter before gen is bumped, read by workers after */
     cpu_range_fn fn;
     void *arg;
     size_t n, step;
-    int parts;
+    int parts;                /* chunks */
 };
 
-/* Bounds of range p of parts over [0, n) in whole steps (the last range takes the remainder). */
+/* Bounds of chunk p of parts over [0, n) in whole steps (the last chunk takes the remainder). */
 static void range_of(size_t n, size_t step, int parts, int p, size_t *lo, size_t *hi) {
     size_t nsteps = (n + step - 1) / step;
     size_t a = nsteps * (size_t)p / (size_t)parts, b = nsteps * (size_t)(p + 1) / (size_t)parts;
     *lo = a * step < n ? a * step : n;
     *hi = b * step < n ? b * step : n;
+}
+
+/* Take chunks until none is left. */
+static void run_chunks(cpu_pool *pool) {
+    for (;;) {
+        int c = atomic_fetch_add_explicit(&pool->next, 1, memory_order_relaxed);
+        if (c >= pool->parts) return;
+        size_t lo, hi;
+        range_of(pool->n, pool->step, pool->parts, c, &lo, &hi);
+        if (hi > lo) pool->fn(pool->arg, lo, hi);
+    }
 }
 
 static void *worker(void *p) {
@@ -67,11 +82,7 @@ static void *worker(void *p) {
             if (stop) return NULL;
         }
         seen = g;
-        if (w->id < pool->parts) {
-            size_t lo, hi;
-            range_of(pool->n, pool->step, pool->parts, w->id, &lo, &hi);
-            if (hi > lo) pool->fn(pool->arg, lo, hi);
-        }
+        run_chunks(pool);
         if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1) {
             pthread_mutex_lock(&pool->mu);
             pthread_cond_signal(&pool->done);
@@ -98,6 +109,7 @@ cpu_pool *cpu_pool_create(int threads) {
     pthread_cond_init(&pool->done, NULL);
     atomic_init(&pool->gen, 0u);
     atomic_init(&pool->pending, 0);
+    atomic_init(&pool->next, 0);
     for (int i = 0; i < threads - 1; i++) {
         pool->wa[i] = (worker_arg){ pool, i + 1 };
         if (pthread_create(&pool->th[i], NULL, worker, &pool->wa[i]) != 0) break;
@@ -137,8 +149,8 @@ void cpu_parallel(void *ctx, size_t n, size_t step, size_t grain, cpu_range_fn f
     if (n == 0) return;
     if (step == 0) step = 1;
     if (grain < step) grain = step;
-    size_t most = n / grain; /* ranges of at least grain elements */
-    int parts = pool ? pool->nworkers + 1 : 1;
+    size_t most = n / grain; /* chunks of at least grain elements */
+    int parts = pool ? (pool->nworkers + 1) * PER_THREAD : 1;
     if ((size_t)parts > most) parts = most > 1 ? (int)most : 1;
     if (parts <= 1 || pthread_mutex_trylock(&pool->submit) != 0) {
         fn(arg, 0, n);
@@ -149,14 +161,13 @@ void cpu_parallel(void *ctx, size_t n, size_t step, size_t grain, cpu_range_fn f
     pool->n = n;
     pool->step = step;
     pool->parts = parts;
+    atomic_store_explicit(&pool->next, 0, memory_order_relaxed);
     atomic_store_explicit(&pool->pending, pool->nworkers, memory_order_relaxed);
     pthread_mutex_lock(&pool->mu);
     atomic_fetch_add_explicit(&pool->gen, 1u, memory_order_release);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
-    size_t lo, hi;
-    range_of(n, step, parts, 0, &lo, &hi);
-    if (hi > lo) fn(arg, lo, hi);
+    run_chunks(pool);
     for (int i = 0; i < SPIN && atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; i++) sched_yield();
     if (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) {
         pthread_mutex_lock(&pool->mu);

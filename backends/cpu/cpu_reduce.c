@@ -17,7 +17,7 @@ fsc_status cpu_sum(void *ctx, double *host_out, const float *x, size_t n) {
     return FSC_OK;
 }
 
-/* Order-free reductions: the data is cut into `parts` blocks (one per thread), the pool runs the blocks
+/* Order-free reductions: the data is cut into `parts` blocks (a few per thread), the pool runs the blocks
  * (cpu_parallel over block indices), each block writes its partial result into its own slot, and the
  * caller combines the slots. */
 enum { SLOTS = 64 };
@@ -43,7 +43,7 @@ static void red_setup(void *ctx, red_arg *a, const float *x, size_t n) {
     memset(a, 0, sizeof *a);
     a->x = x;
     a->n = n;
-    int t = cpu_threads(ctx);
+    int t = cpu_threads(ctx) > 1 ? 4 * cpu_threads(ctx) : 1;
     size_t most = n / (4 * (size_t)CPU_GRAIN);
     if ((size_t)t > most) t = most > 1 ? (int)most : 1;
     a->parts = t > SLOTS ? SLOTS : t;

@@ -148,6 +148,7 @@ static int resolve_layout(train_config *c, const int *given, char *err, size_t c
             return snprintf(err, cap, "--dp %d%s x --pp %d is more than 1024 ranks", c->dp, tps, c->pp), -1;
         c->world = c->dp * mp;
     } else if (!gw) {
+        if (mp > 1024) return snprintf(err, cap, "--tp %d x --pp %d is more than 1024 ranks", c->tp, c->pp), -1;
         c->world = mp;
     }
     if (c->world % mp != 0)

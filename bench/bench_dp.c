@@ -15,6 +15,7 @@
 #include "fsc/fsc.h"
 
 enum { NCASE = 3 };
+#define BENCH_GPT { .layers = 4, .dim = 256, .heads = 4, .seq = 128, .vocab = 256 }
 
 static const struct {
     const char *name;
@@ -122,7 +123,7 @@ int main(int argc, char **argv) {
     fsc_cluster_opts co = { .world = world, .device = "cpu", .threads_per_rank = 1 };
     run M[NCASE];
     for (int c = 0; c < NCASE; c++) { /* memory and communication: each strategy alone */
-        M[c] = (run){ .gc = { 4, 256, 4, 128, 256 }, .B = 8, .steps = 1, .warmup = 1, .only = c };
+        M[c] = (run){ .gc = BENCH_GPT, .B = 8, .steps = 1, .warmup = 1, .only = c };
         M[c].step_s = calloc(NCASE, sizeof(double));
         fsc_status s = M[c].step_s ? fsc_cluster_run(&co, rank_fn, &M[c]) : FSC_ERR_NOMEM;
         free(M[c].step_s);
@@ -131,7 +132,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    run R = { .gc = { 4, 256, 4, 128, 256 }, .B = 8, .steps = steps, .warmup = warmup, .only = -1 };
+    run R = { .gc = BENCH_GPT, .B = 8, .steps = steps, .warmup = warmup, .only = -1 };
     R.step_s = calloc((size_t)NCASE * steps, sizeof(double));
     double *ratio = calloc((size_t)steps, sizeof(double));
     if (!R.step_s || !ratio) return 1;

@@ -100,11 +100,20 @@ static void *fake_main(void *p) {
 }
 
 /* fsc_cluster_run's job on fake devices: world threads, each with its own fake device (key 0x5A + 37 r). */
+/* not inlined: inlined into its caller's loop, gcc 12 at -O3 misjudges fr's bounds (-Wstringop-overflow) */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
 static fsc_status fake_run(int world, fsc_rank_fn fn, void *arg) {
-    fake_rank fr[MAXW];
+    if (world < 1 || world > MAXW) return fsc_error(FSC_ERR_INVALID, "fake_run: world %d outside 1..%d", world, MAXW);
+    fake_rank *fr = calloc((size_t)world, sizeof *fr);
+    if (!fr) return fsc_error(FSC_ERR_NOMEM, "fake_run: out of memory");
     sim_cluster *cl = NULL;
-    FSC_TRY(sim_cluster_create(world, 20, &cl));
-    memset(fr, 0, sizeof(fr));
+    fsc_status cs = sim_cluster_create(world, 20, &cl);
+    if (cs != FSC_OK) {
+        free(fr);
+        return cs;
+    }
     fsc_status s = FSC_OK;
     for (int r = 0; r < world; r++) {
         fr[r].fc.key = (unsigned char)(0x5A + 37 * r);
@@ -116,12 +125,13 @@ static fsc_status fake_run(int world, fsc_rank_fn fn, void *arg) {
         if (s == FSC_OK) s = sim_comm_open(cl, r, &fr[r].dev, 0, &fr[r].r.comm);
     }
     for (int r = 0; s == FSC_OK && r < world; r++)
-        if (pthread_create(&fr[r].th, NULL, fake_main, &fr[r]) != 0) return fsc_error(FSC_ERR_INTERNAL, "thread");
+        if (pthread_create(&fr[r].th, NULL, fake_main, &fr[r]) != 0) s = fsc_error(FSC_ERR_INTERNAL, "thread");
     for (int r = 0; s == FSC_OK && r < world; r++) pthread_join(fr[r].th, NULL);
     for (int r = 0; s == FSC_OK && r < world; r++)
         if (fr[r].status != FSC_OK && s == FSC_OK) s = fsc_error(fr[r].status, "rank %d: %s", r, fr[r].msg);
     for (int r = 0; r < world; r++) fsc_comm_free(fr[r].r.comm);
     sim_cluster_free(cl);
+    free(fr);
     return s;
 }
 

@@ -185,7 +185,7 @@ static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
         return fsc_error(FSC_ERR_UNSUPPORTED, "%s: checkpoint version %lld; this fsc reads version 1", r->what,
                          (long long)v);
     static const char *const layouts[] = { "sharded", "full" };
-    int layout;
+    int layout = 0;
     FSC_TRY(get_choice(r, root, "checkpoint", "layout", layouts, 2, &layout));
     m->format = (fsc_ckpt_format)layout;
     FSC_TRY(get_int(r, root, "", "step", 0, (double)MAX_U53, &m->step));

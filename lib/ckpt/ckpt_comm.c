@@ -69,13 +69,52 @@ fsc_status ck_gather_recs(fsc_engine *e, const ck_rec *mine, int n, ck_rec **out
     return FSC_OK;
 }
 
+const fsc_param_info *ck_info(const fsc_engine *e, int t) {
+    return e->tpm ? fsc_tp_engine_full_info(e, t) : &e->m->info[t];
+}
+
+size_t ck_offset(const fsc_engine *e, int t) {
+    size_t off = 0;
+    for (int i = 0; i < t; i++) off += ck_info(e, i)->numel;
+    return off;
+}
+
+static int cmp_holding(const void *a, const void *b) {
+    const fsc_holding *x = a, *y = b;
+    if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
 fsc_status ck_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     *out = NULL;
     *n = 0;
     if (!e->st->holdings)
         return fsc_error(FSC_ERR_UNSUPPORTED, "checkpoint: the %s strategy does not declare what each rank holds",
                          e->st->name);
-    return e->st->holdings(e, out, n);
+    FSC_TRY(e->st->holdings(e, out, n));
+    if (e->tpm) { /* the slices' holdings as runs of the full tensors */
+        fsc_holding *g = NULL;
+        int ng = 0;
+        fsc_status s = fsc_tp_engine_holdings(e, *out, *n, &g, &ng);
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        FSC_TRY(s);
+        *out = g;
+        *n = ng;
+    }
+    qsort(*out, (size_t)*n, sizeof **out, cmp_holding);
+    return FSC_OK;
+}
+
+int ck_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first) {
+    int lo = 0, hi = nh;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (h[mid].tensor < t || (h[mid].tensor == t && h[mid].first < first)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
 }
 
 float *ck_seg_ptr(fsc_engine *e, int state, int seg) {
@@ -96,14 +135,14 @@ fsc_status ck_check_recs(fsc_engine *e, ck_rec *r, int n) {
         for (; k < n && r[k].t == t; k++) {
             if (r[k].first != at)
                 return fsc_error(FSC_ERR_INTERNAL, "checkpoint: tensor %s: the ranks' pieces %s at element %llu "
-                                 "(a strategy's holdings are wrong)", e->m->info[t].name,
+                                 "(a strategy's holdings are wrong)", ck_info(e, t)->name,
                                  r[k].first < at ? "overlap" : "leave a gap", (unsigned long long)at);
             at += r[k].n;
         }
-        if (at != e->m->info[t].numel)
+        if (at != ck_info(e, t)->numel)
             return fsc_error(FSC_ERR_INTERNAL, "checkpoint: tensor %s: the ranks write %llu of its %zu elements "
-                             "(a strategy's holdings are wrong)", e->m->info[t].name, (unsigned long long)at,
-                             e->m->info[t].numel);
+                             "(a strategy's holdings are wrong)", ck_info(e, t)->name, (unsigned long long)at,
+                             ck_info(e, t)->numel);
     }
     if (k != n) return fsc_error(FSC_ERR_INTERNAL, "checkpoint: a piece names tensor %d of %d", r[k].t, e->m->n_tensors);
     return FSC_OK;
@@ -111,7 +150,8 @@ fsc_status ck_check_recs(fsc_engine *e, ck_rec *r, int n) {
 
 /* The owner's device pointer for record rec and state: its write holding of the same range. */
 static float *owner_ptr(fsc_engine *e, const fsc_holding *h, int nh, const ck_rec *rec, int state) {
-    for (int i = 0; i < nh; i++)
+    for (int i = ck_holdings_at(h, nh, rec->t, rec->first); i < nh && h[i].tensor == rec->t && h[i].first == rec->first;
+         i++)
         if (h[i].write && h[i].tensor == rec->t && h[i].first == rec->first && h[i].n == rec->n)
             return ck_seg_ptr(e, state, h[i].seg) + h[i].seg_off;
     return NULL;
@@ -128,7 +168,7 @@ fsc_status ck_stream_tensor(fsc_engine *e, const ck_rec *recs, int nrecs, const 
         const float *src = NULL;
         if (me == rec->rank) {
             src = owner_ptr(e, h, nh, rec, state);
-            if (!src) return fsc_error(FSC_ERR_INTERNAL, "checkpoint: rank %d lost its piece of %s", me, e->m->info[t].name);
+            if (!src) return fsc_error(FSC_ERR_INTERNAL, "checkpoint: rank %d lost its piece of %s", me, ck_info(e, t)->name);
         }
         for (uint64_t off = 0; off < rec->n; off += CK_CHUNK) {
             size_t n = rec->n - off < CK_CHUNK ? (size_t)(rec->n - off) : CK_CHUNK;

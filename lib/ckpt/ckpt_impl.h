@@ -54,8 +54,16 @@ typedef struct {
 } ck_rec;
 /* Collective: every rank's records, rank-major, on every rank (*out malloc'd). */
 fsc_status ck_gather_recs(fsc_engine *e, const ck_rec *mine, int n, ck_rec **out, int *nout);
-/* This rank's holdings (array from malloc); FSC_ERR_UNSUPPORTED if the strategy declares none. */
+/* This rank's holdings (array from malloc) in the checkpoint's coordinates: element ranges of the full
+ * tensors (with tensor parallelism one per contiguous run of a slice, fsc_tp_engine_holdings), sorted by
+ * (tensor, first); FSC_ERR_UNSUPPORTED if the strategy declares none. */
 fsc_status ck_holdings(fsc_engine *e, fsc_holding **out, int *n);
+/* In holdings sorted by (tensor, first): the index of the first with (tensor, first) >= (t, first). */
+int ck_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first);
+/* Tensor t as the checkpoint stores it: the full tensor (with tensor parallelism not this rank's slice). */
+const fsc_param_info *ck_info(const fsc_engine *e, int t);
+/* Offset of tensor t in the full model's tensor-order flat vector. */
+size_t ck_offset(const fsc_engine *e, int t);
 /* Device pointer of state `state` (0: parameters) of segment seg. */
 float *ck_seg_ptr(fsc_engine *e, int state, int seg);
 /* Collective: the pieces of tensor t in state `state` (recs sorted by first, on every rank) to rank 0,

@@ -18,9 +18,17 @@ typedef struct {
     fsc_ckpt_meta *m;
     fsc_st_file **files;     /* opened when first needed */
     float *host;             /* CK_CHUNK floats */
-    fsc_holding *h;
+    fsc_holding *h;          /* sorted by (tensor, first) */
     int nh;
+    int disjoint;            /* no two holdings of a tensor overlap: a search finds the first that can */
 } loader;
+
+/* The index from which holdings of tensor t may overlap elements from `first` on. */
+static int first_holding(const loader *L, int t, uint64_t first) {
+    int i = ck_holdings_at(L->h, L->nh, t, L->disjoint ? first : 0);
+    if (L->disjoint && i > 0 && L->h[i - 1].tensor == t) i--;
+    return i;
+}
 
 static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
     fsc_shape_str(buf, cap, ndim, shape);
@@ -49,7 +57,7 @@ static fsc_status check_compat(loader *L) {
     char name[FSC_ST_MAX_NAME], s1[96], s2[96];
     for (int st = 0; st <= nstates; st++)
         for (int t = 0; t < T; t++) {
-            const fsc_param_info *pi = &e->m->info[t];
+            const fsc_param_info *pi = ck_info(e, t);
             ck_global_name(name, sizeof name, e->oc.kind, st, pi->name);
             const fsc_ckpt_tensor *ct = fsc_ckpt_meta_find(m, name);
             if (!ct)
@@ -70,7 +78,7 @@ static fsc_status check_compat(loader *L) {
             int known = 0;
             for (int st = 0; st <= nstates && !known; st++)
                 for (int t = 0; t < T && !known; t++) {
-                    ck_global_name(name, sizeof name, e->oc.kind, st, e->m->info[t].name);
+                    ck_global_name(name, sizeof name, e->oc.kind, st, ck_info(e, t)->name);
                     known = !strcmp(name, n);
                 }
             if (!known)
@@ -104,9 +112,9 @@ typedef struct {
 static fsc_status upload(void *ctx, uint64_t first, const float *host, size_t n) {
     sink_ctx *c = ctx;
     loader *L = c->L;
-    for (int i = 0; i < L->nh; i++) {
+    for (int i = first_holding(L, c->t, first); i < L->nh && L->h[i].tensor == c->t; i++) {
         const fsc_holding *h = &L->h[i];
-        if (h->tensor != c->t) continue;
+        if (h->first >= first + n) break;
         uint64_t a = first > h->first ? first : h->first;
         uint64_t b = first + n < h->first + h->n ? first + n : h->first + h->n;
         if (a >= b) continue;
@@ -117,9 +125,10 @@ static fsc_status upload(void *ctx, uint64_t first, const float *host, size_t n)
 }
 
 static int needed(const loader *L, int t, const fsc_ckpt_piece *p) {
-    for (int i = 0; i < L->nh; i++) {
+    for (int i = first_holding(L, t, p->first); i < L->nh && L->h[i].tensor == t; i++) {
         const fsc_holding *h = &L->h[i];
-        if (h->tensor == t && h->first < p->first + p->n && p->first < h->first + h->n) return 1;
+        if (h->first >= p->first + p->n) break;
+        if (p->first < h->first + h->n) return 1;
     }
     return 0;
 }
@@ -130,7 +139,7 @@ static fsc_status load_tensors(loader *L) {
     char name[FSC_ST_MAX_NAME], fname[4096];
     for (int st = 0; st <= nstates; st++)
         for (int t = 0; t < e->m->n_tensors; t++) {
-            ck_global_name(name, sizeof name, e->oc.kind, st, e->m->info[t].name);
+            ck_global_name(name, sizeof name, e->oc.kind, st, ck_info(e, t)->name);
             const fsc_ckpt_tensor *ct = fsc_ckpt_meta_find(L->m, name);
             sink_ctx c = { L, st, t };
             for (int k = 0; ct && k < ct->npieces; k++) {
@@ -152,13 +161,13 @@ static void restore_counters(loader *L) {
 
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     if (!e || !path) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_load: no engine or no path");
-    if (e->tpm)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: training checkpoints of a tensor-parallel engine are not "
-                         "supported yet (fsc_engine_save_weights writes its full weights)", __func__);
     loader L = { .e = e, .path = path };
     fsc_status s = fsc_ckpt_meta_read(path, &L.m);
     if (s == FSC_OK) s = check_compat(&L);
     if (s == FSC_OK) s = ck_holdings(e, &L.h, &L.nh);
+    L.disjoint = 1;
+    for (int i = 1; s == FSC_OK && i < L.nh; i++)
+        if (L.h[i].tensor == L.h[i - 1].tensor && L.h[i].first < L.h[i - 1].first + L.h[i - 1].n) L.disjoint = 0;
     if (s == FSC_OK) {
         L.files = calloc((size_t)L.m->nfiles + 1, sizeof *L.files);
         L.host = malloc(CK_CHUNK * sizeof(float));
@@ -181,9 +190,6 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
 
 fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step) {
     if (!e || !dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_resume: no engine or no directory");
-    if (e->tpm)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: training checkpoints of a tensor-parallel engine are not "
-                         "supported yet (fsc_engine_save_weights writes its full weights)", __func__);
     char path[4096] = "", base[128] = "";
     int64_t found = -1;
     fsc_status s = FSC_OK;

@@ -75,7 +75,7 @@ static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, in
         for (int k = 0; k < hd->nw && s == FSC_OK; k++) {
             const fsc_holding *h = &hd->h[hd->w[k]];
             char g[FSC_ST_MAX_NAME];
-            ck_global_name(g, sizeof g, e->oc.kind, st, e->m->info[h->tensor].name);
+            ck_global_name(g, sizeof g, e->oc.kind, st, ck_info(e, h->tensor)->name);
             snprintf(name, sizeof name, "%.120s@%zu", g, h->first);
             int64_t shape = (int64_t)h->n;
             s = fsc_st_writer_add(w, name, FSC_F32, 1, &shape);
@@ -160,7 +160,7 @@ static fsc_status meta_build(fsc_engine *e, fsc_ckpt_meta *m, const ck_rec *recs
     fsc_status s = FSC_OK;
     for (int st = 0; st <= nstates && s == FSC_OK; st++) {
         for (int t = 0; t < T && s == FSC_OK; t++) {
-            const fsc_param_info *pi = &e->m->info[t];
+            const fsc_param_info *pi = ck_info(e, t);
             fsc_ckpt_tensor *ct = &m->tensors[m->ntensors++];
             ck_global_name(ct->name, sizeof ct->name, e->oc.kind, st, pi->name);
             ct->dtype = FSC_F32;
@@ -260,7 +260,7 @@ static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, con
             if (s == FSC_OK) s = fsc_st_writer_open(path, &w[f]);
             for (int st = f == 0 ? 0 : 1; st <= (f == 0 ? 0 : nstates) && s == FSC_OK; st++)
                 for (int t = 0; t < T && s == FSC_OK; t++) {
-                    const fsc_param_info *pi = &e->m->info[t];
+                    const fsc_param_info *pi = ck_info(e, t);
                     ck_global_name(name, sizeof name, e->oc.kind, st, pi->name);
                     s = fsc_st_writer_add(w[f], name, FSC_F32, pi->ndim, pi->shape);
                 }
@@ -346,9 +346,6 @@ static fsc_status save_in(fsc_engine *e, const char *dir, const char *tmp, const
 
 fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts) {
     if (!e || !dir || !*dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: no engine or no directory");
-    if (e->tpm)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: training checkpoints of a tensor-parallel engine are not "
-                         "supported yet (fsc_engine_save_weights writes its full weights)", __func__);
     if (step < 0 || step > 999999999999LL)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: step %lld out of range", (long long)step);
     fsc_ckpt_save_opts o = opts ? *opts : (fsc_ckpt_save_opts){ 0 };
@@ -401,9 +398,6 @@ static fsc_status to_host(void *ctx, uint64_t first, const float *host, size_t n
 
 fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
     if (!e) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_full_state: engine is NULL");
-    if (e->tpm)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: training checkpoints of a tensor-parallel engine are not "
-                         "supported yet (fsc_engine_save_weights writes its full weights)", __func__);
     const int nstates = fsc_optim_num_states(e->opt);
     if (which < 0 || which >= nstates)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_full_state: the optimizer keeps %d states, not state %d", nstates,
@@ -425,7 +419,7 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
     }
     s = ck_agree(e, s);
     for (int t = 0; t < e->m->n_tensors && s == FSC_OK; t++) {
-        host_sink hs = { root && host ? host + fsc_engine_tensor_offset(e, t) : NULL };
+        host_sink hs = { root && host ? host + ck_offset(e, t) : NULL };
         s = ck_agree(e, ck_stream_tensor(e, all, nall, hd.h, hd.nh, which + 1, t, to_host, &hs, hbuf, dbuf));
     }
     fsc_device_release(e->dev, dbuf);

@@ -175,5 +175,10 @@ fsc_status fsc_tp_engine_write_full(fsc_engine *e, fsc_st_writer *w);
 /* Every rank reads its slices of what it holds from a validated full-weights file (no collective). */
 fsc_status fsc_tp_engine_load(fsc_engine *e, fsc_st_file *f);
 void fsc_tp_engine_free(fsc_engine *e);
+/* Checkpoints: tensor i's full name and shape; a strategy's holdings of this rank's slices (in, n) as
+ * holdings of the full tensors (element ranges of the full tensor, one per contiguous run; replicated
+ * tensors written by tensor rank 0 only), *out from malloc. */
+const fsc_param_info *fsc_tp_engine_full_info(const fsc_engine *e, int i);
+fsc_status fsc_tp_engine_holdings(fsc_engine *e, const fsc_holding *in, int n, fsc_holding **out, int *nout);
 
 #endif

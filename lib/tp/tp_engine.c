@@ -9,8 +9,9 @@
  *   - the clipping norm counts every split tensor on every tensor rank and each replicated tensor (layer
  *     norms, wpe, row-parallel biases) once, on tensor rank 0, over the ranks that split this data rank's
  *     gradients across data, tensor and pipeline (the exact norm: the same bits however it is split);
- *   - full parameters, saving and loading map slices to full tensors (tp_gpt.c's runs).
- * Not here: the layers (tp_gpt_run.c), the pipeline (pipe.c), training checkpoints (not supported). */
+ *   - full parameters, saving and loading map slices to full tensors (tp_gpt.c's runs), and training
+ *     checkpoints see a rank's holdings as runs of the full tensors (fsc_tp_engine_holdings).
+ * Not here: the layers (tp_gpt_run.c), the pipeline (pipe.c), the checkpoint files (lib/ckpt). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,4 +199,43 @@ fsc_status fsc_tp_engine_load(fsc_engine *e, fsc_st_file *f) {
     free(host);
     free(h);
     return s;
+}
+
+const fsc_param_info *fsc_tp_engine_full_info(const fsc_engine *e, int i) { return &e->tpm->t[i].full; }
+
+/* One holding per run of the full tensor that a local holding covers (tp_run_at): column slices give a run
+ * per row (three per row for c_attn's Q, K and V), row slices and vocabulary slices one run. Replicated
+ * tensors keep their range; only tensor rank 0 writes them. */
+fsc_status fsc_tp_engine_holdings(fsc_engine *e, const fsc_holding *in, int nin, fsc_holding **out, int *nout) {
+    const fsc_tp_gpt *m = e->tpm;
+    *out = NULL;
+    *nout = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t c = 0;
+        for (int k = 0; k < nin; k++) {
+            const fsc_holding *h = &in[k];
+            const tp_tensor *t = &m->t[h->tensor];
+            const int wr = h->write && (t->split != TP_REPLICATED || m->rank == 0);
+            for (size_t r = 0; r < tp_num_runs(t); r++) {
+                tp_run run = tp_run_at(t, m->rank, m->size, r);
+                size_t a = run.local > h->first ? run.local : h->first;
+                size_t b = run.local + run.n < h->first + h->n ? run.local + run.n : h->first + h->n;
+                if (a >= b) continue;
+                if (pass == 1)
+                    (*out)[c] = (fsc_holding){ .tensor = h->tensor, .first = run.full + (a - run.local), .n = b - a,
+                                               .seg = h->seg, .seg_off = h->seg_off + (a - h->first), .write = wr };
+                c++;
+            }
+        }
+        if (pass == 1) {
+            *nout = (int)c;
+            return FSC_OK;
+        }
+        if (c > ((size_t)1 << 24))
+            return fsc_error(FSC_ERR_UNSUPPORTED, "checkpoint: tensor rank %d holds %zu runs of full tensors, above "
+                             "the limit of %d", m->rank, c, 1 << 24);
+        if (!(*out = malloc((c + 1) * sizeof **out)))
+            return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory for %zu holdings", c);
+    }
+    return FSC_OK;
 }

@@ -349,9 +349,6 @@ static int check_config(const train_config *c, const int *given, char *err, size
     if (c->sequence_parallel && c->tp < 2) return snprintf(err, cap, "--sequence-parallel needs --tp 2 or more"), -1;
     if (c->tp > 1) {
         if (fsc_tp_check_config(&g, c->tp) != FSC_OK) return snprintf(err, cap, "--tp: %s", fsc_last_error()), -1;
-        if (c->save_every || c->resume)
-            return snprintf(err, cap, "--tp does not support training checkpoints (--save-every, --resume) yet; "
-                            "--save writes the full weights"), -1;
     }
     if (c->tp > 1 && c->batch % c->dp == 0 && (c->batch / c->dp) % c->accum == 0 && c->sequence_parallel &&
         ((long long)(c->batch / c->dp / c->accum) * c->seq) % c->tp != 0)

@@ -38,6 +38,16 @@ static void test_layout_order_and_errors(void **state) {
     assert_err(fsc_layout_make(8, 2, 3, 1, 0, &l), FSC_ERR_INVALID, "world 8 is not dp 3 x tp 2 x pp 1");
     assert_err(fsc_layout_make(8, 3, 0, 1, 0, &l), FSC_ERR_INVALID, "does not split into groups of 3");
     assert_err(fsc_layout_make(4, 2, 2, 1, 4, &l), FSC_ERR_INVALID, "rank 4 is outside the world of 4");
+    int order[3];
+    assert_ok(fsc_layout_parse_order("dp,pp,tp", order));
+    assert_true(order[0] == FSC_DIM_DATA && order[1] == FSC_DIM_PIPE && order[2] == FSC_DIM_TENSOR);
+    assert_ok(fsc_layout_parse_order("", order));
+    assert_true(order[0] == FSC_DIM_TENSOR && order[1] == FSC_DIM_DATA && order[2] == FSC_DIM_PIPE);
+    assert_err(fsc_layout_parse_order("tp,tp,pp", order), FSC_ERR_INVALID, "names tp twice");
+    assert_err(fsc_layout_parse_order("tp,dp", order), FSC_ERR_INVALID, "must name tp, dp and pp once each");
+    assert_err(fsc_layout_parse_order("tp,,dp,pp", order), FSC_ERR_INVALID, "'' is not tp, dp or pp");
+    /* found by fuzz/fuzz_layout.c: a trailing comma was accepted */
+    assert_err(fsc_layout_parse_order("tp,dp,pp,", order), FSC_ERR_INVALID, "ends with a comma");
 }
 
 static fsc_status groups_rank(fsc_rank *r, void *arg) {

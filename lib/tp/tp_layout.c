@@ -26,7 +26,8 @@ fsc_status fsc_layout_parse_order(const char *text, int order[3]) {
         seen[d] = 1;
         order[n++] = d;
         p += len;
-        if (*p == ',') p++;
+        if (*p == ',' && *++p == '\0')
+            return fsc_error(FSC_ERR_INVALID, "rank order '%s' ends with a comma (e.g. tp,dp,pp)", text);
     }
     if (n != 3)
         return fsc_error(FSC_ERR_INVALID, "rank order '%s' must name tp, dp and pp once each, fastest first (e.g. "

@@ -344,10 +344,7 @@ static fsc_status bad_rank(fsc_rank *r, void *arg) {
     fsc_optim_config oc = adamw();
     fsc_engine *e = NULL;
     fsc_status s = fsc_engine_create(r, &c, po, &oc, 1, &e);
-    if (s == FSC_OK) { /* created: a training checkpoint must be refused */
-        s = fsc_ckpt_save(e, "/tmp/fsc_3d_never", 1, NULL);
-        fsc_engine_free(e);
-    }
+    fsc_engine_free(e); /* training checkpoints work with tensor parallelism: tests/test_ckpt_tp.c */
     return s;
 }
 
@@ -365,8 +362,6 @@ static void test_3d_errors(void **state) {
     assert_err(tt_run(2, bad_rank, &po), FSC_ERR_INVALID, "must name tp, dp and pp once each");
     po.order = "tp,tp,pp";
     assert_err(tt_run(2, bad_rank, &po), FSC_ERR_INVALID, "names tp twice");
-    po.order = NULL;
-    assert_err(tt_run(2, bad_rank, &po), FSC_ERR_UNSUPPORTED, "tensor-parallel");
 }
 
 int main(void) {

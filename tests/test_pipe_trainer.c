@@ -10,49 +10,20 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "testutil.h"
+#include "trainertest.h"
 
 static char trainer[PATH_MAX];
 static char tmpdir[64];
 
 #define TINY "--layers 3 --dim 16 --heads 2 --seq 8 --batch 8 --steps 2 --vocab 128"
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* Run the trainer with args; exit code, stdout in *out and stderr in *err (the caller frees). */
 static int run(const char *args, char **out, char **err) {
-    char *cmd = NULL, p[128];
-    if (asprintf(&cmd, "'%s' " TINY " --data '%s/data.txt' %s > '%s/out' 2> '%s/err'", trainer, tmpdir, args, tmpdir,
-                 tmpdir) < 0)
-        fail_msg("out of memory");
-    int st = system(cmd);
-    free(cmd);
-    snprintf(p, sizeof p, "%s/out", tmpdir);
-    *out = slurp(p);
-    snprintf(p, sizeof p, "%s/err", tmpdir);
-    *err = slurp(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static cJSON *last_json(const char *out) {
-    const char *end = out + strlen(out);
-    while (end > out && end[-1] == '\n') end--;
-    const char *line = end;
-    while (line > out && line[-1] != '\n') line--;
-    cJSON *j = cJSON_ParseWithLength(line, (size_t)(end - line));
-    if (!j) fail_msg("last line is not JSON: %.*s", (int)(end - line), line);
-    return j;
+    char *full = NULL;
+    if (asprintf(&full, TINY " --data '%s/data.txt' %s", tmpdir, args) < 0) fail_msg("out of memory");
+    int rc = prog_run(trainer, full, tmpdir, out, err);
+    free(full);
+    return rc;
 }
 
 static double num(cJSON *o, const char *k) {
@@ -65,7 +36,7 @@ static void check_run(const char *args, int pp, int M) {
     char *out, *err;
     int rc = run(args, &out, &err);
     if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
-    cJSON *j = last_json(out);
+    cJSON *j = prog_last_json(out);
     cJSON *chk = cJSON_GetObjectItem(j, "check_ddp");
     assert_true(cJSON_IsTrue(cJSON_GetObjectItem(chk, "bit_identical")));
     cJSON *p = cJSON_GetObjectItem(j, "pipeline");

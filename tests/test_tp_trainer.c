@@ -12,30 +12,16 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "test_tp_util.h"
+#include "trainertest.h"
 
 static char trainer[PATH_MAX], tmpdir[64];
 static const char *model = "--layers 2 --dim 32 --heads 4 --seq 16 --batch 4 --steps 3 --vocab 256";
 
-/* Run the trainer with args; out gets its stdout (malloc), rc its exit status. */
+/* Run the trainer with args; its stdout and stderr together (malloc), rc its exit status. */
 static char *run(const char *args, int *rc) {
-    size_t len = strlen(trainer) + strlen(args) + 16;
-    char *cmd = malloc(len);
-    if (!cmd) return NULL;
-    snprintf(cmd, len, "%s %s 2>&1", trainer, args);
-    FILE *p = popen(cmd, "r");
-    free(cmd);
-    if (!p) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += got;
-        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    int st = pclose(p);
-    *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    if (buf) buf[n] = '\0';
-    return buf;
+    char *out = NULL;
+    *rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    return out;
 }
 
 /* The --json line (the last line of the output). */
@@ -45,11 +31,7 @@ static cJSON *json_of(const char *args) {
     snprintf(full, sizeof full, "%s %s --json", model, args);
     char *out = run(full, &rc);
     if (!out || rc != 0) fail_msg("train_gpt %s: exit %d\n%s", full, rc, out ? out : "");
-    char *last = out + strlen(out);
-    while (last > out && last[-1] == '\n') *--last = '\0';
-    while (last > out && last[-1] != '\n') last--;
-    cJSON *j = cJSON_Parse(last);
-    if (!j) fail_msg("train_gpt %s: no JSON line\n%s", full, out);
+    cJSON *j = prog_last_json(out);
     free(out);
     return j;
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "testutil.h"
+#include "trainertest.h"
 
 static char trainer[PATH_MAX];
 static char tmpdir[64];
@@ -37,44 +37,13 @@ static void write_data(const char *path, size_t n, unsigned mod) {
     fclose(f);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* Run the trainer with args; returns its exit code, stdout and stderr in *out / *err (caller frees). */
 static int run(const char *args, char **out, char **err) {
-    char *cmd = fmt("'%s' %s > '%s/out' 2> '%s/err'", trainer, args, tmpdir, tmpdir);
-    int st = system(cmd);
-    free(cmd);
-    char *p = fmt("%s/out", tmpdir);
-    char *o = slurp(p);
-    free(p);
-    p = fmt("%s/err", tmpdir);
-    char *e = slurp(p);
-    free(p);
+    char *o = NULL, *e = NULL;
+    int rc = prog_run(trainer, args, tmpdir, &o, &e);
     if (out) *out = o; else free(o);
     if (err) *err = e; else free(e);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* The JSON object on the last line of the trainer's output. */
-static cJSON *last_json(const char *out) {
-    const char *end = out + strlen(out);
-    while (end > out && end[-1] == '\n') end--;
-    const char *line = end;
-    while (line > out && line[-1] != '\n') line--;
-    cJSON *j = cJSON_ParseWithLength(line, (size_t)(end - line));
-    if (!j) fail_msg("last line is not JSON: %.*s", (int)(end - line), line);
-    return j;
+    return rc;
 }
 
 static void losses_of(cJSON *j, double *l, int n) {
@@ -89,7 +58,7 @@ static void train_losses(const char *extra, double *l, int n) {
     char *args = fmt(TINY " --data '%s/data.txt' --json %s", tmpdir, extra), *out = NULL, *err = NULL;
     int rc = run(args, &out, &err);
     if (rc != 0) fail_msg("trainer %s failed (%d): %s", args, rc, err);
-    cJSON *j = last_json(out);
+    cJSON *j = prog_last_json(out);
     losses_of(j, l, n);
     cJSON_Delete(j);
     free(out);
@@ -213,7 +182,7 @@ static void test_data_order_and_losses(void **st) {
     (void)st;
     char *path = fmt("%s/data.txt", tmpdir);
     ref_arg a = {0};
-    char *text = slurp(path);
+    char *text = prog_slurp(path);
     free(path);
     a.data = (const uint8_t *)text;
     a.n = strlen(text);
@@ -235,7 +204,7 @@ static void test_json_and_world(void **st) {
                      "--lr 0.05 --momentum 0.5 --seed 9", tmpdir), *out = NULL;
     assert_int_equal(run(args, &out, NULL), 0);
     free(args);
-    cJSON *j = last_json(out);
+    cJSON *j = prog_last_json(out);
     double ddp[3];
     losses_of(j, ddp, 3);
     assert_true(cJSON_GetObjectItem(j, "tokens_per_s")->valuedouble > 0);

@@ -1,0 +1,54 @@
+/* Shared by the tests that run a built program (the trainer, ckpt_tool): run a command line with its output
+ * captured in files of a temporary folder, read them back, and parse the JSON line that ends the output. */
+#ifndef FSC_TRAINERTEST_H
+#define FSC_TRAINERTEST_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <cjson/cJSON.h>
+#include "testutil.h"
+
+/* A whole file as a string ("" if it cannot be read; the caller frees). */
+static inline char *prog_slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
+    if (!s) fail_msg("out of memory");
+    size_t got = n > 0 ? fread(s, 1, (size_t)n, f) : 0;
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Run `'prog' args` with stdout to dir/out and stderr to dir/err (or both to dir/out when err is NULL);
+ * returns the exit status (-1 if killed) and the outputs in *out and *err (either may be NULL; caller frees). */
+static inline int prog_run(const char *prog, const char *args, const char *dir, char **out, char **err) {
+    char *cmd = NULL, p[600];
+    int n = err ? asprintf(&cmd, "'%s' %s > '%s/out' 2> '%s/err'", prog, args, dir, dir)
+                : asprintf(&cmd, "'%s' %s > '%s/out' 2>&1", prog, args, dir);
+    if (n < 0) fail_msg("out of memory");
+    int st = system(cmd);
+    free(cmd);
+    snprintf(p, sizeof p, "%s/out", dir);
+    if (out) *out = prog_slurp(p);
+    snprintf(p, sizeof p, "%s/err", dir);
+    if (err) *err = prog_slurp(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The JSON object on the last non-empty line of out; fails the test if there is none. */
+static inline cJSON *prog_last_json(const char *out) {
+    const char *end = out + strlen(out);
+    while (end > out && end[-1] == '\n') end--;
+    const char *line = end;
+    while (line > out && line[-1] != '\n') line--;
+    cJSON *j = cJSON_ParseWithLength(line, (size_t)(end - line));
+    if (!j) fail_msg("the last line is not JSON: %.*s", (int)(end - line), line);
+    return j;
+}
+
+#endif

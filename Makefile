@@ -1,4 +1,5 @@
 # fsc: one entry point. make | make test | make demo | make bench | make fuzz | make install PREFIX=...
+# (make test prints the line coverage of lib/, backends/ and sim/ at its end)
 # Variants build into their own folder: make BUILD=build/asan SAN=address,undefined
 CC       ?= cc
 BUILD    ?= build
@@ -30,7 +31,7 @@ BENCH_SRC:= $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 HEADERS  := $(wildcard lib/include/fsc/*.h) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
 
-.PHONY: all lib deps test check demo bench fuzz install clean coverage cuda
+.PHONY: all lib deps test check demo bench fuzz install clean cuda
 all: lib $(EXAMPLES) $(BENCHES) $(TESTS) cuda
 lib: $(BUILD)/libfsc.a $(BUILD)/libfsc.so
 
@@ -103,9 +104,6 @@ FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_SECONDS ?= 20
 fuzz: deps
 	@sh ci/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_SRC)
-
-coverage:
-	@sh ci/coverage.sh
 
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/fsc $(DESTDIR)$(PREFIX)/lib/pkgconfig

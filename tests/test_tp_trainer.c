@@ -24,17 +24,8 @@ static char *run(const char *args, int *rc) {
     return out;
 }
 
-/* The --json line (the last line of the output). */
-static cJSON *json_of(const char *args) {
-    int rc;
-    char full[1024];
-    snprintf(full, sizeof full, "%s %s --json", model, args);
-    char *out = run(full, &rc);
-    if (!out || rc != 0) fail_msg("train_gpt %s: exit %d\n%s", full, rc, out ? out : "");
-    cJSON *j = prog_last_json(out);
-    free(out);
-    return j;
-}
+/* The --json line of a run of the model with args. */
+static cJSON *json_of(const char *args) { return prog_json(trainer, tmpdir, model, args); }
 
 static double loss_at(const cJSON *j, int s) {
     return cJSON_GetArrayItem(cJSON_GetObjectItem(j, "losses"), s)->valuedouble;

@@ -51,4 +51,17 @@ static inline cJSON *prog_last_json(const char *out) {
     return j;
 }
 
+/* Run `'prog' <model> args --json` (stdout and stderr together) and return its JSON line; fails the test if
+ * the run fails or prints none. */
+static inline cJSON *prog_json(const char *prog, const char *dir, const char *model, const char *args) {
+    char *full = NULL, *out = NULL;
+    if (asprintf(&full, "%s %s --json", model, args) < 0) fail_msg("out of memory");
+    int rc = prog_run(prog, full, dir, &out, NULL);
+    if (rc != 0) fail_msg("%s %s: exit %d\n%s", prog, full, rc, out);
+    cJSON *j = prog_last_json(out);
+    free(out);
+    free(full);
+    return j;
+}
+
 #endif

@@ -3,41 +3,11 @@
  * and that the model learns. Each test states its oracle. */
 #include <math.h>
 #include <stdlib.h>
-#include "testutil.h"
+#include "gpttest.h"
 
 static const fsc_gpt_config TINY = { .layers = 2, .dim = 16, .heads = 2, .seq = 8, .vocab = 32 };
 
 /* ---- helpers ------------------------------------------------------------------------------------- */
-typedef struct {
-    fsc_device *dev;
-    fsc_gpt *m;
-    float *params, *grads; /* flat, device */
-    size_t P;
-} model;
-
-static void model_init(model *md, fsc_device *dev, const fsc_gpt_config *c, uint64_t seed) {
-    md->dev = dev;
-    assert_ok(fsc_gpt_create(dev, c, &md->m));
-    md->P = fsc_gpt_num_params(c);
-    assert_ok(fsc_device_alloc(dev, FSC_TAG_PARAMS, md->P * sizeof(float), (void **)&md->params));
-    assert_ok(fsc_device_alloc(dev, FSC_TAG_GRADS, md->P * sizeof(float), (void **)&md->grads));
-    fsc_gpt_bind_flat(md->m, md->params, md->grads);
-    for (int i = 0; i < md->m->n_tensors; i++) {
-        size_t n = md->m->info[i].numel;
-        float *h = malloc(n * sizeof(float));
-        fsc_gpt_init_values(c, seed, i, 0, n, h);
-        assert_ok(fsc_device_upload(dev, md->m->param[i], h, n * sizeof(float)));
-        free(h);
-    }
-    assert_ok(fsc_device_memset(dev, md->grads, 0, md->P * sizeof(float)));
-}
-
-static void model_free(model *md) {
-    fsc_device_release(md->dev, md->params);
-    fsc_device_release(md->dev, md->grads);
-    fsc_gpt_free(md->m);
-}
-
 static float *download(fsc_device *dev, const float *p, size_t n) {
     float *h = malloc(n * sizeof(float));
     assert_ok(fsc_device_download(dev, h, p, n * sizeof(float)));

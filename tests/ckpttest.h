@@ -121,24 +121,7 @@ static inline char *ct_tmpdir(void) {
 
 /* Remove a directory tree and free the name. */
 static inline void ct_rmtree(char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *de;
-        char p[1024];
-        while ((de = readdir(d)) != NULL) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            struct stat st;
-            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
-                char *sub = strdup(p);
-                ct_rmtree(sub);
-            } else {
-                unlink(p);
-            }
-        }
-        closedir(d);
-    }
-    rmdir(dir);
+    test_rmtree(dir);
     free(dir);
 }
 

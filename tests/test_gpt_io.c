@@ -23,15 +23,7 @@ static int setup_dir(void **state) {
 
 static int teardown_dir(void **state) {
     (void)state;
-    DIR *d = opendir(g_dir);
-    char p[512];
-    for (struct dirent *de; d && (de = readdir(d));) {
-        if (de->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", g_dir, de->d_name);
-        unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(g_dir);
+    test_rmtree(g_dir);
     return 0;
 }
 

@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+#include <dirent.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "fsc/fsc.h"
 
 /* Assert a call succeeded; on failure print the library's message. */
@@ -33,6 +37,25 @@ static inline void assert_bits_equal(const float *a, const float *b, size_t n, c
         if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
             fail_msg("%s: element %zu differs: %.9g vs %.9g", what, i, (double)a[i], (double)b[i]);
     }
+}
+
+/* Remove a directory tree (a test's temporary folder); missing entries are ignored. */
+static inline void test_rmtree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *de;
+        char p[1024];
+        while ((de = readdir(d)) != NULL) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+            int n = snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            if (n < 0 || (size_t)n >= sizeof p) continue; /* too long for a test folder: leave it */
+            struct stat st;
+            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) test_rmtree(p);
+            else unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
 }
 
 #endif

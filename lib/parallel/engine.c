@@ -20,10 +20,15 @@ const char *fsc_parallel_kind_name(fsc_parallel_kind k) {
     return "?";
 }
 
-size_t fsc_engine_tensor_offset(const fsc_engine *e, int i) {
-    size_t off = 0;
-    for (int t = 0; t < i; t++) off += e->m->info[t].numel;
-    return off;
+size_t fsc_engine_tensor_offset(const fsc_engine *e, int i) { return e->toff[i]; }
+
+/* The prefix sums behind fsc_engine_tensor_offset, once e->m is made. */
+static fsc_status make_offsets(fsc_engine *e) {
+    e->toff = malloc(((size_t)e->m->n_tensors + 1) * sizeof *e->toff);
+    if (!e->toff) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
+    e->toff[0] = 0;
+    for (int t = 0; t < e->m->n_tensors; t++) e->toff[t + 1] = e->toff[t] + e->m->info[t].numel;
+    return FSC_OK;
 }
 
 int fsc_engine_holds(const fsc_engine *e, int i) {
@@ -237,6 +242,7 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     e->ll = cfg->layers + 1;
     e->mo = &fsc_gpt_model_ops;
     fsc_status s = lay.tp > 1 ? fsc_tp_engine_create(e) : fsc_gpt_create(e->dev, cfg, &e->m);
+    if (s == FSC_OK) s = make_offsets(e);
     if (s == FSC_OK) s = fsc_optim_create(e->dev, oc, &e->opt);
     if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
     if (s == FSC_OK) s = fsc_ep_create(e);
@@ -480,6 +486,7 @@ void fsc_engine_free(fsc_engine *e) {
     fsc_optim_free(e->opt);
     if (e->tpm) fsc_tp_engine_free(e);
     else fsc_gpt_free(e->m);
+    free(e->toff);
     free(e->gsegs);
     free(e->glens);
     free(e);

@@ -79,6 +79,7 @@ struct fsc_engine {
     fsc_layout lay;           /* this rank's place in world = dp x tp x pp */
     const fsc_model_ops *mo;
     fsc_gpt *m;               /* the model as the strategies see it (with tensor parallelism: tpm's view) */
+    size_t *toff;             /* (n_tensors + 1) prefix sums of m's numel: fsc_engine_tensor_offset */
     struct fsc_tp_gpt *tpm;   /* tensor parallelism: the model that runs, NULL otherwise */
     fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group */
     fsc_comm *own_data;       /* the data group when the engine split it (tensor parallelism, no pipeline) */
@@ -130,7 +131,7 @@ extern const fsc_strategy fsc_strategy_fsdp;
 extern const fsc_strategy fsc_strategy_zero;  /* zero1 and zero2 */
 
 /* Helpers shared by strategies. */
-/* Offsets of tensor i in tensor-order flat layout (prefix sums of numel). */
+/* Offset of tensor i in the tensor-order flat layout (prefix sums of numel, i <= n_tensors; O(1)). */
 size_t fsc_engine_tensor_offset(const fsc_engine *e, int i);
 /* Whether this rank holds (owns and steps) tensor i; held tensors are a contiguous index range
  * [*t0, *t1) of fsc_engine_held_range. */

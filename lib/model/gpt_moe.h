@@ -4,28 +4,16 @@
 #include "fsc/gpt.h"
 #include "fsc/nn.h"
 
-/* What an MoE block's forward keeps for backward: the dense block's attention half, and the MoE layer's
- * record (device memory of its own). */
+/* What an MoE block's forward keeps for backward: the dense block's attention half (bound with
+ * fsc_block_attn_rec_bind to fsc_block_attn_saved_floats in the caller's memory), and the MoE layer's record
+ * (device memory of its own: the caller makes it with fsc_moe_rec_create, B T tokens in one group, and frees it). */
 typedef struct {
-    const float *inp;             /* (B, T, C) block input, owned by the caller */
-    float *ln1;                   /* (B, T, C) */
-    float *ln1_mean, *ln1_rstd;   /* (B, T) */
-    fsc_attention_rec attn;       /* qkv (B, T, 3C), att (B, NH, T, T) */
-    float *atty;                  /* (B, T, C) attention output, input of c_proj */
-    float *res2;                  /* (B, T, C) residual after attention */
-    float *ln2;                   /* (B, T, C) the MoE layer's input */
-    float *ln2_mean, *ln2_rstd;   /* (B, T) */
-    fsc_moe_rec *moe;             /* B T tokens, one dispatch group */
-    int B, T, C, NH;
+    fsc_block_rec blk; /* fch, fch_gelu unused */
+    fsc_moe_rec *moe;  /* B T tokens, one dispatch group */
 } gpt_moe_rec;
 
-/* Floats the record keeps in the caller's memory (each piece rounded up to 64 floats), and the scratch
- * forward and backward need. */
-size_t gpt_moe_saved_floats(int B, int T, int C, int NH);
+/* Floats of scratch forward and backward need (each piece rounded up to 64 floats). */
 size_t gpt_moe_work_floats(int B, int T, int C, int NH);
-/* Point the record at saved (gpt_moe_saved_floats); its MoE record (rec->moe) is the caller's to make
- * (fsc_moe_rec_create with B T tokens in one group) and free. */
-void gpt_moe_rec_bind(gpt_moe_rec *rec, float *saved, int B, int T, int C, int NH);
 /*   res2 = x + c_proj(attention(c_attn(ln_1(x))));   out = res2 + moe(ln_2(res2))
  * p: the block's tensors (gpt.h: 8 dense ones, the gate, the experts). stats: the MoE layer's. */
 fsc_status gpt_moe_forward(fsc_device *dev, float *out, gpt_moe_rec *rec, const float *inp, fsc_moe *moe,

@@ -79,8 +79,8 @@ static size_t layout(fsc_gpt_acts *a, float *base) {
     size_t work = 0;
     for (int l = a->b0; l <= a->b1; l++) {
         if (fsc_gpt_block_is_moe(&a->m->cfg, l - 1)) { /* never checkpointed (fsc_gpt_acts_create) */
-            float *s = take(&ar, gpt_moe_saved_floats(B, T, C, NH));
-            if (base) gpt_moe_rec_bind(&a->mblk[l - a->b0], s, B, T, C, NH);
+            float *s = take(&ar, fsc_block_attn_saved_floats(B, T, C, NH));
+            if (base) fsc_block_attn_rec_bind(&a->mblk[l - a->b0].blk, s, B, T, C, NH);
             size_t w = gpt_moe_work_floats(B, T, C, NH);
             if (w > work) work = w;
             continue;

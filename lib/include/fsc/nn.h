@@ -145,4 +145,17 @@ fsc_status fsc_block_forward(fsc_device *dev, float *out, fsc_block_rec *rec, co
 fsc_status fsc_block_backward(fsc_device *dev, float *dres, float *const *g, const fsc_block_rec *rec,
                               const float *const *p, float *work);
 
+/* The attention half alone, for blocks with another MLP (lib/model/gpt_moe.c), and the dense block's own:
+ *   res2 = x + c_proj(attention(c_attn(ln_1(x))));   ln2 = ln_2(res2)
+ * Its record holds the fields up to ln2_rstd (fch and fch_gelu NULL): 4 B T C + 4 B T + the attention's.
+ * Forward: proj (B, T, C) and attn_work (fsc_attention_work_floats) are scratch. Backward: dres holds the
+ * gradient w.r.t. res2 from the residual path on entry, w.r.t. x on return (in place); dln2 (B, T, C), the
+ * gradient w.r.t. ln2, is overwritten (scratch); dqkv (B, T, 3C) and attn_work are scratch. */
+size_t fsc_block_attn_saved_floats(int B, int T, int C, int NH);
+void fsc_block_attn_rec_bind(fsc_block_rec *rec, float *saved, int B, int T, int C, int NH);
+fsc_status fsc_block_attn_forward(fsc_device *dev, fsc_block_rec *rec, const float *inp, const float *const *p,
+                                  float *proj, float *attn_work);
+fsc_status fsc_block_attn_backward(fsc_device *dev, float *dres, float *const *g, const fsc_block_rec *rec,
+                                   const float *const *p, float *dln2, float *dqkv, float *attn_work);
+
 #endif

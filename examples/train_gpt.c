@@ -455,6 +455,31 @@ typedef struct {
     int64_t *assigned, *dropped; /* (steps) MoE: token-to-expert assignments and drops over the global batch */
 } run_state;
 
+/* The result buffers of a run, zeroed: 0, or -1 when out of memory (results_free frees what was made). */
+static int results_alloc(run_state *st, int steps, int world) {
+    size_t ns = (size_t)steps + 1, nw = (size_t)world;
+    st->losses = calloc(ns, sizeof *st->losses);
+    st->step_ms = calloc(ns, sizeof *st->step_ms);
+    st->aux = calloc(ns, sizeof *st->aux);
+    st->assigned = calloc(ns, sizeof *st->assigned);
+    st->dropped = calloc(ns, sizeof *st->dropped);
+    st->peak = calloc(nw, sizeof *st->peak);
+    st->lay = calloc(nw, sizeof *st->lay);
+    return st->losses && st->step_ms && st->aux && st->assigned && st->dropped && st->peak && st->lay ? 0 : -1;
+}
+
+static void results_free(run_state *st) {
+    free(st->losses);
+    free(st->step_ms);
+    free(st->aux);
+    free(st->assigned);
+    free(st->dropped);
+    free(st->peak);
+    free(st->lay);
+    free(st->params);
+    free(st->pstats);
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -842,14 +867,7 @@ int main(int argc, char **argv) {
     st.data = data;
     fsc_gpt_config gc = model_config(&c);
     st.nparams = fsc_gpt_num_params(&gc);
-    st.losses = calloc((size_t)c.steps + 1, sizeof(double));
-    st.step_ms = calloc((size_t)c.steps + 1, sizeof(double));
-    st.peak = calloc((size_t)c.world, sizeof *st.peak);
-    st.lay = calloc((size_t)c.world, sizeof *st.lay);
-    st.aux = calloc((size_t)c.steps + 1, sizeof(double));
-    st.assigned = calloc((size_t)c.steps + 1, sizeof(int64_t));
-    st.dropped = calloc((size_t)c.steps + 1, sizeof(int64_t));
-    if (!st.losses || !st.step_ms || !st.peak || !st.lay || !st.aux || !st.assigned || !st.dropped) {
+    if (results_alloc(&st, c.steps, c.world) != 0) {
         fprintf(stderr, "train_gpt: out of memory\n");
         return 1;
     }
@@ -866,7 +884,10 @@ int main(int argc, char **argv) {
     fflush(stdout);
     static const char *const device_names[] = {"cpu", "cuda"};
     fsc_cluster_opts co = {.world = c.world, .device = device_names[c.device], .threads_per_rank = c.threads};
-    if (c.check_ddp) st.params = calloc(st.nparams, sizeof(float));
+    if (c.check_ddp && !(st.params = calloc(st.nparams, sizeof(float)))) {
+        fprintf(stderr, "train_gpt: out of memory\n");
+        return 1;
+    }
     if (c.pp > 1) {
         st.pstats = calloc((size_t)c.world, sizeof *st.pstats);
         printf("pipeline: %d stages x %d data-parallel ranks, %d micro-batches, %s, checkpoint %s\n", c.pp, c.dp,
@@ -887,14 +908,11 @@ int main(int argc, char **argv) {
         co.world = cd.world;
         sd.pstats = NULL;
         sd.cfg = &cd;
-        sd.losses = calloc((size_t)c.steps + 1, sizeof(double));
-        sd.step_ms = calloc((size_t)c.steps + 1, sizeof(double));
-        sd.peak = calloc((size_t)c.world, sizeof *sd.peak);
-        sd.lay = calloc((size_t)c.world, sizeof *sd.lay);
-        sd.aux = calloc((size_t)c.steps + 1, sizeof(double));
-        sd.assigned = calloc((size_t)c.steps + 1, sizeof(int64_t));
-        sd.dropped = calloc((size_t)c.steps + 1, sizeof(int64_t));
         sd.params = calloc(st.nparams, sizeof(float));
+        if (results_alloc(&sd, c.steps, c.world) != 0 || !sd.params) {
+            fprintf(stderr, "train_gpt: out of memory\n");
+            return 1;
+        }
         printf("--check-ddp: the same training with DDP\n");
         fflush(stdout);
         s = fsc_cluster_run(&co, train_fn, &sd);
@@ -913,25 +931,8 @@ int main(int argc, char **argv) {
         print_json(&st, &chk);
     }
     if (chk.done && !(chk.losses_same && chk.params_same)) rc = 3;
-    if (c.check_ddp) {
-        free(sd.losses);
-        free(sd.step_ms);
-        free(sd.peak);
-        free(sd.lay);
-        free(sd.aux);
-        free(sd.assigned);
-        free(sd.dropped);
-        free(sd.params);
-        free(st.params);
-    }
-    free(st.losses);
-    free(st.step_ms);
-    free(st.peak);
-    free(st.lay);
-    free(st.aux);
-    free(st.assigned);
-    free(st.dropped);
-    free(st.pstats);
+    if (sd.cfg == &cd) results_free(&sd);
+    results_free(&st);
     free(data);
     return rc;
 }

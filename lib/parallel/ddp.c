@@ -216,13 +216,8 @@ static fsc_status ddp_write_full(fsc_engine *e, fsc_st_writer *w) {
         if (gathers) s = gather_experts(e, d, i, &n, &buf);
         const float *src = buf;
         for (int t = i; t < i + n && s == FSC_OK && w; t++) {
-            size_t numel = e->m->info[t].numel;
-            float *h = malloc(numel * sizeof(float));
-            if (!h) s = fsc_error(FSC_ERR_NOMEM, "ddp: out of host memory writing %s", e->m->info[t].name);
-            if (s == FSC_OK) s = fsc_device_download(e->dev, h, src ? src : d->master + d->off[t], numel * sizeof(float));
-            if (s == FSC_OK) s = fsc_st_writer_write(w, t, h, 0, numel);
-            free(h);
-            if (src) src += numel;
+            s = fsc_engine_write_tensor(e, w, t, src ? src : d->master + d->off[t]);
+            if (src) src += e->m->info[t].numel;
         }
         fsc_device_release(e->dev, buf);
         i += n;

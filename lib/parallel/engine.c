@@ -80,6 +80,16 @@ fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t
     return s;
 }
 
+fsc_status fsc_engine_write_tensor(fsc_engine *e, fsc_st_writer *w, int i, const float *src) {
+    size_t n = e->m->info[i].numel;
+    float *h = malloc(n * sizeof(float));
+    if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory writing %s", e->m->info[i].name);
+    fsc_status s = fsc_device_download(e->dev, h, src, n * sizeof(float));
+    if (s == FSC_OK) s = fsc_st_writer_write(w, i, h, 0, n);
+    free(h);
+    return s;
+}
+
 fsc_status fsc_engine_round_to(fsc_engine *e, float *dst, const float *src, size_t n, fsc_dtype dt) {
     if (dt == FSC_F32) return dst == src ? FSC_OK : fsc_device_copy(e->dev, dst, src, n * sizeof(float));
     void *tmp;

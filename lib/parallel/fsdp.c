@@ -329,14 +329,8 @@ static fsc_status fsdp_write_full(fsc_engine *e, fsc_st_writer *w) {
         float *full;
         FSC_TRY(gather(e, U, FSC_F32, &full));
         fsc_status s = FSC_OK;
-        for (int k = 0; k < U->ntensors && s == FSC_OK && w; k++) {
-            size_t n = e->m->info[U->tensors[k]].numel;
-            float *h = malloc(n * sizeof(float));
-            if (!h) s = fsc_error(FSC_ERR_NOMEM, "fsdp: out of host memory");
-            if (s == FSC_OK) s = fsc_device_download(e->dev, h, full + U->uoff[k], n * sizeof(float));
-            if (s == FSC_OK) s = fsc_st_writer_write(w, U->tensors[k], h, 0, n);
-            free(h);
-        }
+        for (int k = 0; k < U->ntensors && s == FSC_OK && w; k++)
+            s = fsc_engine_write_tensor(e, w, U->tensors[k], full + U->uoff[k]);
         fsc_device_release(e->dev, full);
         FSC_TRY(s);
     }

@@ -297,15 +297,8 @@ static fsc_status zero_write_full(fsc_engine *e, fsc_st_writer *w) {
         float *tmp;
         FSC_TRY(bucket_fp32(e, z, b, &src, &tmp));
         fsc_status s = FSC_OK;
-        for (int t = b->t0; t < b->t1 && s == FSC_OK && w; t++) {
-            size_t n = e->m->info[t].numel;
-            float *h = malloc(n * sizeof(float));
-            if (!h) s = fsc_error(FSC_ERR_NOMEM, "zero: out of host memory writing %s", e->m->info[t].name);
-            if (s == FSC_OK)
-                s = fsc_device_download(e->dev, h, src + (full_offset(e, z, b, t) - b->pstart), n * sizeof(float));
-            if (s == FSC_OK) s = fsc_st_writer_write(w, t, h, 0, n);
-            free(h);
-        }
+        for (int t = b->t0; t < b->t1 && s == FSC_OK && w; t++)
+            s = fsc_engine_write_tensor(e, w, t, src + (full_offset(e, z, b, t) - b->pstart));
         fsc_device_release(e->dev, tmp);
         FSC_TRY(s);
     }

@@ -135,15 +135,9 @@ fsc_status fsc_grads_nonfinite(fsc_device *dev, fsc_comm *comm, float *const *se
                                int nseg, int *found) {
     FSC_TRY(check_args("fsc_grads_nonfinite", dev, segs, lens, nseg));
     if (!found) return fsc_error(FSC_ERR_INVALID, "fsc_grads_nonfinite: NULL result");
-    float flag = 0.0f;
-    for (int i = 0; i < nseg && flag == 0.0f; i++) {
-        if (lens[i] == 0) continue;
-        if (!segs[i]) return fsc_error(FSC_ERR_INVALID, "fsc_grads_nonfinite: segment %d is NULL", i);
-        float m = 0.0f;
-        int nf = 0;
-        FSC_TRY(FSC_K(dev, absmax, &m, &nf, segs[i], lens[i]));
-        if (nf || !isfinite(m)) flag = 1.0f;
-    }
+    float mx[3];
+    FSC_TRY(local_absmax(dev, segs, lens, nseg, mx));
+    float flag = mx[1] != 0.0f || mx[2] != 0.0f ? 1.0f : 0.0f;
     FSC_TRY(max_over_comm(dev, comm, &flag, 1));
     *found = flag != 0.0f;
     return FSC_OK;

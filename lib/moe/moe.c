@@ -257,11 +257,13 @@ static fsc_status gather_rows(fsc_moe *m, const fsc_moe_rec *r, float *dst, cons
     return FSC_K(m->dev, encoder_forward, dst, r->idx, table, r->zrow, (int)r->slots, 1, m->C);
 }
 
-/* dst (S, C) += rows of src (slots, C) at their tokens, in slot order. table: (S + 1, C) scratch. */
-static fsc_status scatter_add_rows(fsc_moe *m, const fsc_moe_rec *r, float *dst, const float *src, float *table) {
-    size_t SC = (size_t)r->S * m->C;
-    FSC_TRY(fsc_device_copy(m->dev, table, dst, SC * sizeof(float)));
-    FSC_TRY(fsc_device_memset(m->dev, table + SC, 0, (size_t)m->C * sizeof(float)));
+/* dst (S, C) = (add ? dst : 0) + rows of src (slots, C) at their tokens, in slot order.
+ * table: (S + 1, C) scratch. */
+static fsc_status scatter_rows(fsc_moe *m, const fsc_moe_rec *r, float *dst, const float *src, float *table,
+                               int add) {
+    size_t SC = (size_t)r->S * m->C, zero_from = add ? SC : 0;
+    if (add) FSC_TRY(fsc_device_copy(m->dev, table, dst, SC * sizeof(float)));
+    FSC_TRY(fsc_device_memset(m->dev, table + zero_from, 0, (SC + m->C - zero_from) * sizeof(float)));
     FSC_TRY(FSC_K(m->dev, encoder_backward, table, r->pe, src, r->idx, (int)r->slots, 1, m->C));
     return fsc_device_copy(m->dev, dst, table, SC * sizeof(float));
 }
@@ -358,8 +360,7 @@ static fsc_status forward_body(fsc_moe *m, fsc_moe_rec *r, float *out, const flo
     FSC_TRY(experts_forward(m, r, ye, p));
     FSC_TRY(to_sources(m, r, r->ysrc, ye, tmp));
     FSC_TRY(scale_rows(m, r, xsrc, r->ysrc, r->sgate));
-    FSC_TRY(fsc_device_memset(m->dev, out, 0, S * C * sizeof(float)));
-    return scatter_add_rows(m, r, out, xsrc, table);
+    return scatter_rows(m, r, out, xsrc, table, 0);
 }
 
 fsc_status fsc_moe_forward(fsc_moe *m, float *out, fsc_moe_rec *r, const float *inp, const float *const *p,
@@ -420,7 +421,7 @@ static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *
                                     p[0], 0.0f, 0.0f));
         FSC_TRY(FSC_K(m->dev, axpy, gt[0], 1.0f, dwg, C * E)); /* groups in order, as ranks in rank order */
     }
-    return scatter_add_rows(m, r, dinp, dy, table);
+    return scatter_rows(m, r, dinp, dy, table, 1);
 }
 
 fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, float *const *g, fsc_moe_rec *r, const float *dout,

@@ -228,17 +228,8 @@ static fsc_status ddp_write_full(fsc_engine *e, fsc_st_writer *w) {
 static fsc_status ddp_load_full(fsc_engine *e, fsc_st_file *f) {
     ddp_state *d = e->sd;
     fsc_status s = FSC_OK;
-    for (int i = d->t0; i < d->t1 && s == FSC_OK; i++) {
-        if (!fsc_engine_holds(e, i)) continue;
-        size_t n = e->m->info[i].numel, off = d->off[i];
-        const fsc_st_entry *en = fsc_st_find(f, e->m->info[i].name);
-        if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", e->m->info[i].name);
-        float *h = malloc(n * sizeof(float));
-        if (!h) return fsc_error(FSC_ERR_NOMEM, "ddp: out of host memory reading %s", e->m->info[i].name);
-        s = fsc_st_read(f, en, h, 0, n);
-        if (s == FSC_OK) s = fsc_device_upload(e->dev, d->master + off, h, n * sizeof(float));
-        free(h);
-    }
+    for (int i = d->t0; i < d->t1 && s == FSC_OK; i++)
+        if (fsc_engine_holds(e, i)) s = fsc_engine_read_tensor(e, f, i, 0, e->m->info[i].numel, d->master + d->off[i]);
     return s;
 }
 

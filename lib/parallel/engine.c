@@ -90,6 +90,18 @@ fsc_status fsc_engine_write_tensor(fsc_engine *e, fsc_st_writer *w, int i, const
     return s;
 }
 
+fsc_status fsc_engine_read_tensor(fsc_engine *e, fsc_st_file *f, int i, size_t first, size_t n, float *dst) {
+    const char *name = e->m->info[i].name;
+    const fsc_st_entry *en = fsc_st_find(f, name);
+    if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", name);
+    float *h = malloc(n * sizeof(float));
+    if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory reading %s", name);
+    fsc_status s = fsc_st_read(f, en, h, first, n);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dst, h, n * sizeof(float));
+    free(h);
+    return s;
+}
+
 fsc_status fsc_engine_round_to(fsc_engine *e, float *dst, const float *src, size_t n, fsc_dtype dt) {
     if (dt == FSC_F32) return dst == src ? FSC_OK : fsc_device_copy(e->dev, dst, src, n * sizeof(float));
     void *tmp;

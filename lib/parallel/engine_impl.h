@@ -142,6 +142,8 @@ void fsc_engine_held_range(const fsc_engine *e, int *t0, int *t1);
 fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t n);
 /* Write tensor i (e->m->info[i].numel floats at device src) into w, through a host buffer. */
 fsc_status fsc_engine_write_tensor(fsc_engine *e, fsc_st_writer *w, int i, const float *src);
+/* Read elements [first, first+n) of tensor i from a weights file into device dst, through a host buffer. */
+fsc_status fsc_engine_read_tensor(fsc_engine *e, fsc_st_file *f, int i, size_t first, size_t n, float *dst);
 /* Cast-and-back (f32 -> dt -> f32) n elements (dt f32: copy). tmp_tag for the temporary. */
 fsc_status fsc_engine_round_to(fsc_engine *e, float *dst, const float *src, size_t n, fsc_dtype dt);
 /* Sum-reduce n f32 gradient elements with the configured reduction dtype.

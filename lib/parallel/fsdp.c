@@ -348,15 +348,7 @@ static fsc_status fsdp_load_full(fsc_engine *e, fsc_st_file *f) {
             const fsc_param_info *pi = &e->m->info[U->tensors[k]];
             size_t lo = U->uoff[k], hi = lo + pi->numel;
             size_t a = lo > first ? lo : first, b = hi < last ? hi : last;
-            if (a >= b) continue;
-            const fsc_st_entry *en = fsc_st_find(f, pi->name);
-            if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", pi->name);
-            float *h = malloc((b - a) * sizeof(float));
-            if (!h) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of host memory");
-            fsc_status s = fsc_st_read(f, en, h, a - lo, b - a);
-            if (s == FSC_OK) s = fsc_device_upload(e->dev, U->master + (a - first), h, (b - a) * sizeof(float));
-            free(h);
-            FSC_TRY(s);
+            if (a < b) FSC_TRY(fsc_engine_read_tensor(e, f, U->tensors[k], a - lo, b - a, U->master + (a - first)));
         }
     }
     return FSC_OK;

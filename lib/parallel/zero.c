@@ -311,18 +311,8 @@ static fsc_status zero_load_full(fsc_engine *e, fsc_st_file *f) {
     zero_state *z = e->sd;
     for (int k = 0; k < z->nb; k++) {
         zero_bucket *b = &z->b[k];
-        for (int t = b->t0; t < b->t1; t++) {
-            const fsc_param_info *pi = &e->m->info[t];
-            const fsc_st_entry *en = fsc_st_find(f, pi->name);
-            if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", pi->name);
-            float *h = malloc(pi->numel * sizeof(float));
-            if (!h) return fsc_error(FSC_ERR_NOMEM, "zero: out of host memory reading %s", pi->name);
-            fsc_status s = fsc_st_read(f, en, h, 0, pi->numel);
-            if (s == FSC_OK)
-                s = fsc_device_upload(e->dev, z->full + full_offset(e, z, b, t), h, pi->numel * sizeof(float));
-            free(h);
-            FSC_TRY(s);
-        }
+        for (int t = b->t0; t < b->t1; t++)
+            FSC_TRY(fsc_engine_read_tensor(e, f, t, 0, e->m->info[t].numel, z->full + full_offset(e, z, b, t)));
     }
     return split_master(e, z);
 }

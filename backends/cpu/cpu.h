@@ -30,6 +30,8 @@ void cpu_pool_free(cpu_pool *pool);
 
 /* Split sizes: an elementwise range is at least GRAIN elements; bounds are multiples of 16 floats. */
 enum { CPU_GRAIN = 1 << 14, CPU_STEP = 16 };
+/* the grain of a row split: ranges of at least CPU_GRAIN elements, given rows of w elements */
+static inline size_t cpu_row_grain(size_t w) { return w ? (CPU_GRAIN + w - 1) / w : 1; }
 
 /* cpu_kernels.c: gemm, elementwise, linear, embedding, layer norm */
 fsc_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,

@@ -76,9 +76,6 @@ typedef struct {
     float scale;
 } sm_arg;
 
-/* ranges of at least CPU_GRAIN elements, given rows of w elements */
-static size_t row_grain(size_t w) { return w ? (CPU_GRAIN + w - 1) / w : 1; }
-
 static void softmax_forward_range(void *arg, size_t lo, size_t hi) {
     const sm_arg *sm = arg;
     const size_t T = (size_t)sm->T;
@@ -104,7 +101,7 @@ static void softmax_forward_range(void *arg, size_t lo, size_t hi) {
 fsc_status cpu_softmax_causal_forward(void *ctx, float *att, const float *pre, int BH, int T, float scale) {
     CHECK_DIM(BH >= 0 && T >= 0, "softmax_causal_forward: negative size (BH=%d T=%d)", BH, T);
     sm_arg s = { att, pre, NULL, T, scale };
-    cpu_parallel(ctx, (size_t)BH * T, 1, row_grain((size_t)T), softmax_forward_range, &s);
+    cpu_parallel(ctx, (size_t)BH * T, 1, cpu_row_grain((size_t)T), softmax_forward_range, &s);
     return FSC_OK;
 }
 
@@ -127,7 +124,7 @@ fsc_status cpu_softmax_causal_backward(void *ctx, float *dpre, const float *datt
                                        int BH, int T, float scale) {
     CHECK_DIM(BH >= 0 && T >= 0, "softmax_causal_backward: negative size (BH=%d T=%d)", BH, T);
     sm_arg s = { dpre, datt, att, T, scale };
-    cpu_parallel(ctx, (size_t)BH * T, 1, row_grain((size_t)T), softmax_backward_range, &s);
+    cpu_parallel(ctx, (size_t)BH * T, 1, cpu_row_grain((size_t)T), softmax_backward_range, &s);
     return FSC_OK;
 }
 
@@ -175,7 +172,7 @@ fsc_status cpu_xent_forward(void *ctx, float *losses, const float *logits, const
                             size_t N, int V, int ld) {
     CHECK_XENT("xent_forward");
     xent_arg a = { losses, logits, targets, V, ld, 0.0f };
-    cpu_parallel(ctx, N, 1, row_grain((size_t)V), xent_forward_range, &a);
+    cpu_parallel(ctx, N, 1, cpu_row_grain((size_t)V), xent_forward_range, &a);
     return FSC_OK;
 }
 
@@ -200,6 +197,6 @@ fsc_status cpu_xent_backward(void *ctx, float *dlogits, const float *logits, con
                              size_t N, int V, int ld, float scale) {
     CHECK_XENT("xent_backward");
     xent_arg a = { dlogits, logits, targets, V, ld, scale };
-    cpu_parallel(ctx, N, 1, row_grain((size_t)V), xent_backward_range, &a);
+    cpu_parallel(ctx, N, 1, cpu_row_grain((size_t)V), xent_backward_range, &a);
     return FSC_OK;
 }

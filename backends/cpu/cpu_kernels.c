@@ -197,9 +197,6 @@ typedef struct {
     int OC;
 } rows_arg;
 
-/* ranges of at least CPU_GRAIN elements, given rows of w elements */
-static size_t row_grain(size_t w) { return w ? (CPU_GRAIN + w - 1) / w : 1; }
-
 static void bias_add_range(void *p, size_t lo, size_t hi) {
     const rows_arg *r = p;
     for (size_t n = lo; n < hi; n++) {
@@ -211,7 +208,7 @@ static void bias_add_range(void *p, size_t lo, size_t hi) {
 fsc_status cpu_bias_add(void *ctx, float *out, const float *bias, size_t N, int OC) {
     CHECK_DIM(OC >= 0, "bias_add: negative width %d", OC);
     rows_arg r = { out, bias, N, OC };
-    cpu_parallel(ctx, N, 1, row_grain((size_t)OC), bias_add_range, &r);
+    cpu_parallel(ctx, N, 1, cpu_row_grain((size_t)OC), bias_add_range, &r);
     return FSC_OK;
 }
 
@@ -228,7 +225,7 @@ static void bias_grad_range(void *p, size_t lo, size_t hi) {
 fsc_status cpu_bias_grad(void *ctx, float *dbias, const float *dout, size_t N, int OC) {
     CHECK_DIM(OC >= 0, "bias_grad: negative width %d", OC);
     rows_arg r = { dbias, dout, N, OC };
-    cpu_parallel(ctx, (size_t)OC, CPU_STEP, row_grain(N), bias_grad_range, &r);
+    cpu_parallel(ctx, (size_t)OC, CPU_STEP, cpu_row_grain(N), bias_grad_range, &r);
     return FSC_OK;
 }
 
@@ -256,7 +253,7 @@ fsc_status cpu_encoder_forward(void *ctx, float *out, const int32_t *tok, const 
     for (int i = 0; i < B * T; i++)
         CHECK_DIM(tok[i] >= 0, "encoder_forward: token %d at (b=%d, t=%d) is negative", (int)tok[i], i / T, i % T);
     enc_arg e = { .out = out, .wte = wte, .wpe = wpe, .tok = tok, .B = B, .T = T, .C = C };
-    cpu_parallel(ctx, (size_t)B * T, 1, row_grain((size_t)C), encoder_forward_range, &e);
+    cpu_parallel(ctx, (size_t)B * T, 1, cpu_row_grain((size_t)C), encoder_forward_range, &e);
     return FSC_OK;
 }
 
@@ -282,7 +279,7 @@ fsc_status cpu_encoder_backward(void *ctx, float *dwte, float *dwpe, const float
     for (int i = 0; i < B * T; i++)
         CHECK_DIM(tok[i] >= 0, "encoder_backward: token %d at position %d is negative", (int)tok[i], i);
     enc_arg e = { .dwte = dwte, .dwpe = dwpe, .dout = dout, .tok = tok, .B = B, .T = T, .C = C };
-    cpu_parallel(ctx, (size_t)C, CPU_STEP, row_grain((size_t)B * T), encoder_backward_range, &e);
+    cpu_parallel(ctx, (size_t)C, CPU_STEP, cpu_row_grain((size_t)B * T), encoder_backward_range, &e);
     return FSC_OK;
 }
 
@@ -340,7 +337,7 @@ fsc_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd
                                  const float *w, const float *b, size_t N, int C) {
     CHECK_DIM(C > 0, "layernorm_forward: width %d must be positive", C);
     ln_arg a = { .out = out, .mean = mean, .rstd = rstd, .inp = inp, .w = w, .b = b, .C = C, .N = N };
-    cpu_parallel(ctx, N, 1, row_grain((size_t)C), layernorm_forward_range, &a);
+    cpu_parallel(ctx, N, 1, cpu_row_grain((size_t)C), layernorm_forward_range, &a);
     return FSC_OK;
 }
 
@@ -402,7 +399,7 @@ fsc_status cpu_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, 
     CHECK_DIM(C > 0, "layernorm_backward: width %d must be positive", C);
     ln_arg a = { .dinp = dinp, .dw = dw, .db = db, .inp = inp, .w = w, .dout = dout, .cmean = mean, .crstd = rstd,
                  .C = C, .N = N };
-    cpu_parallel(ctx, N, 1, row_grain((size_t)C), ln_backward_rows, &a);
-    cpu_parallel(ctx, (size_t)C, CPU_STEP, row_grain(N), ln_backward_cols, &a);
+    cpu_parallel(ctx, N, 1, cpu_row_grain((size_t)C), ln_backward_rows, &a);
+    cpu_parallel(ctx, (size_t)C, CPU_STEP, cpu_row_grain(N), ln_backward_cols, &a);
     return FSC_OK;
 }

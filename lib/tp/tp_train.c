@@ -2,7 +2,9 @@
  * data group, in the engine's order of operations (parallel.h): forward, backward with
  * dloss = 1 / (global_batch T), sum of gradients over the data group in rank order, exact-norm clipping,
  * optimizer step. With a tensor group of 1 it is DDP bit for bit.
- * Not here: pipelines with tensor parallelism (not supported yet), the model itself (tp_gpt*.c). */
+ * Kept only as an independent oracle for the tests (test_tp_3d.c, test_tp_3d_engine.c): the engine
+ * (lib/tp/tp_engine.c) runs tensor parallelism for training, with every strategy and pipelines, and equals
+ * this trainer bit for bit with DDP and no pipeline. Not here: the model itself (tp_gpt*.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,10 +143,4 @@ void fsc_tp_trainer_comm_stats(const fsc_tp_trainer *t, fsc_comm_stats *tensor, 
 void fsc_tp_trainer_reset_comm_stats(fsc_tp_trainer *t) {
     fsc_comm_reset_stats(t->tensor);
     fsc_comm_reset_stats(t->data);
-}
-
-fsc_status fsc_tp_trainer_save(fsc_tp_trainer *t, const char *path) {
-    fsc_status s = t->l.data == 0 ? fsc_tp_gpt_save(t->m, path) : FSC_OK;
-    /* the data group agrees: every rank fails if the writers failed */
-    return fsc_comm_agree(t->data, t->r->dev, s);
 }

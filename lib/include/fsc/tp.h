@@ -212,7 +212,5 @@ fsc_status fsc_tp_trainer_step(fsc_tp_trainer *t, const int32_t *tokens, const i
 /* This rank's traffic per group since creation or the last reset: tensor, data (either may be NULL). */
 void fsc_tp_trainer_comm_stats(const fsc_tp_trainer *t, fsc_comm_stats *tensor, fsc_comm_stats *data);
 void fsc_tp_trainer_reset_comm_stats(fsc_tp_trainer *t);
-/* Collective: full weights written by world rank 0 (the tensor group of data index 0 gathers them). */
-fsc_status fsc_tp_trainer_save(fsc_tp_trainer *t, const char *path);
 
 #endif

@@ -73,12 +73,6 @@ const fsc_param_info *ck_info(const fsc_engine *e, int t) {
     return e->tpm ? fsc_tp_engine_full_info(e, t) : &e->m->info[t];
 }
 
-size_t ck_offset(const fsc_engine *e, int t) {
-    size_t off = 0;
-    for (int i = 0; i < t; i++) off += ck_info(e, i)->numel;
-    return off;
-}
-
 static int cmp_holding(const void *a, const void *b) {
     const fsc_holding *x = a, *y = b;
     if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;

@@ -62,8 +62,6 @@ fsc_status ck_holdings(fsc_engine *e, fsc_holding **out, int *n);
 int ck_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first);
 /* Tensor t as the checkpoint stores it: the full tensor (with tensor parallelism not this rank's slice). */
 const fsc_param_info *ck_info(const fsc_engine *e, int t);
-/* Offset of tensor t in the full model's tensor-order flat vector. */
-size_t ck_offset(const fsc_engine *e, int t);
 /* Device pointer of state `state` (0: parameters) of segment seg. */
 float *ck_seg_ptr(fsc_engine *e, int state, int seg);
 /* Collective: the pieces of tensor t in state `state` (recs sorted by first, on every rank) to rank 0,

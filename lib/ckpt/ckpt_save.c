@@ -418,8 +418,9 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
                  : fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
     }
     s = ck_agree(e, s);
-    for (int t = 0; t < e->m->n_tensors && s == FSC_OK; t++) {
-        host_sink hs = { root && host ? host + ck_offset(e, t) : NULL };
+    size_t off = 0; /* of tensor t in the full model's flat vector */
+    for (int t = 0; t < e->m->n_tensors && s == FSC_OK; off += ck_info(e, t)->numel, t++) {
+        host_sink hs = { root && host ? host + off : NULL };
         s = ck_agree(e, ck_stream_tensor(e, all, nall, hd.h, hd.nh, which + 1, t, to_host, &hs, hbuf, dbuf));
     }
     fsc_device_release(e->dev, dbuf);

@@ -463,9 +463,8 @@ fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
         s = fsc_st_writer_open(path, &w);
         if (s == FSC_OK) s = fsc_st_writer_meta(w, "format", "pt"); /* as fsc_gpt_save: HF loaders require it */
         for (int i = 0; s == FSC_OK && i < e->m->n_tensors; i++) {
-            fsc_param_info full; /* with tensor parallelism e->m holds the slices' shapes */
-            const fsc_param_info *pi = &e->m->info[i];
-            if (e->tpm && fsc_gpt_param_info(&e->cfg, i, &full) == FSC_OK) pi = &full;
+            /* with tensor parallelism e->m holds the slices' shapes */
+            const fsc_param_info *pi = e->tpm ? fsc_tp_engine_full_info(e, i) : &e->m->info[i];
             s = fsc_st_writer_add(w, pi->name, FSC_F32, pi->ndim, pi->shape);
         }
         if (s == FSC_OK) s = fsc_st_writer_begin_data(w);

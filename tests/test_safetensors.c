@@ -1,5 +1,6 @@
-/* Tests of lib/io/safetensors.c: bit-exact round trips, partial reads, a golden file from an independent
- * writer (tests/gen_golden_safetensors.py), atomic commit, and one test per kind of malformed file. */
+/* Tests of lib/io/safetensors.c and safetensors_write.c: bit-exact round trips, partial reads, a golden file
+ * from an independent writer (tests/gen_golden_safetensors.py), atomic commit, and one test per kind of
+ * malformed file. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>

@@ -185,6 +185,10 @@ static fsc_status hook_post_bwd(void *ctx, int l) {
     return e->st->post_backward ? e->st->post_backward(e, l) : FSC_OK;
 }
 
+fsc_gpt_hooks fsc_engine_hooks(fsc_engine *e) {
+    return (fsc_gpt_hooks){ e, hook_pre_fwd, hook_post_fwd, hook_pre_bwd, hook_post_bwd };
+}
+
 static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_parallel_opts *po,
                            const fsc_optim_config *oc) {
     const int dp = l->dp; /* the data-parallel group (the world without pipeline or tensor parallelism) */
@@ -383,7 +387,7 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     /* MoE: the load-balancing losses, drops and assignments of this rank's micro-batches (the GPT of gpt.h
      * runs them: MoE models refuse tensor parallelism and pipelines) */
     double moe[3] = { 0, 0, 0 }, moe_total[3] = { 0, 0, 0 };
-    fsc_gpt_hooks hooks = { e, hook_pre_fwd, hook_post_fwd, hook_pre_bwd, hook_post_bwd };
+    fsc_gpt_hooks hooks = fsc_engine_hooks(e);
     float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
     float dscale = loss_scale / ((float)global_batch * (float)T);
     double loss_local = 0, total = 0;

@@ -157,6 +157,8 @@ fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in
  * added twice. */
 void fsc_engine_add_group(fsc_engine *e, fsc_comm *c);
 void fsc_engine_add_group_kind(fsc_engine *e, fsc_comm *c, fsc_group_kind kind);
+/* The model's layer hooks routed to the strategy's (ctx = e; a NULL strategy hook does nothing). */
+fsc_gpt_hooks fsc_engine_hooks(fsc_engine *e);
 /* Register a segment's gradient for unscaling/clipping. */
 fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
 

@@ -245,12 +245,8 @@ static void reset_pools(fsc_engine *e, int B) {
     p->B = B;
 }
 
-/* ---- hooks: the strategy's, and stage 0 hands wte to the last stage after its first use ---- */
+/* ---- hooks: the engine's (fsc_engine_hooks), and stage 0 hands wte to the last stage after its first use ---- */
 
-static fsc_status h_pre_fwd(void *ctx, int l) {
-    fsc_engine *e = ctx;
-    return e->st->pre_forward ? e->st->pre_forward(e, l) : FSC_OK;
-}
 static fsc_status h_post_fwd(void *ctx, int l) {
     fsc_engine *e = ctx;
     fsc_pipe *p = e->pipe;
@@ -260,14 +256,6 @@ static fsc_status h_post_fwd(void *ctx, int l) {
                               p->pp - 1));
     }
     return e->st->post_forward ? e->st->post_forward(e, l) : FSC_OK;
-}
-static fsc_status h_pre_bwd(void *ctx, int l) {
-    fsc_engine *e = ctx;
-    return e->st->pre_backward ? e->st->pre_backward(e, l) : FSC_OK;
-}
-static fsc_status h_post_bwd(void *ctx, int l) {
-    fsc_engine *e = ctx;
-    return e->st->post_backward ? e->st->post_backward(e, l) : FSC_OK;
 }
 
 static fsc_status recv_timed(fsc_pipe *p, float *buf, size_t n, int peer) {
@@ -298,7 +286,8 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
     mb_slot *sl = &p->slots[k];
     const int last = p->stage == p->pp - 1;
     const size_t btc = in_floats(e);
-    fsc_gpt_hooks hooks = { e, h_pre_fwd, h_post_fwd, h_pre_bwd, h_post_bwd };
+    fsc_gpt_hooks hooks = fsc_engine_hooks(e);
+    hooks.post_forward = h_post_fwd;
     e->micro = k;
     e->sync = 0;
     FSC_TRY(take_rec(e, &sl->rec));
@@ -328,7 +317,8 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     mb_slot *sl = &p->slots[k];
     const int last = p->stage == p->pp - 1;
     const size_t btc = in_floats(e);
-    fsc_gpt_hooks hooks = { e, h_pre_fwd, h_post_fwd, h_pre_bwd, h_post_bwd };
+    fsc_gpt_hooks hooks = fsc_engine_hooks(e);
+    hooks.post_forward = h_post_fwd;
     e->micro = k;
     e->sync = 0;
     if (sl->ckpt) { /* recompute the stage from its input: the same kernels on the same input */

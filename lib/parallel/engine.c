@@ -460,6 +460,27 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
 /* Every rank returns the lowest failing rank's verdict, so no rank continues alone after a failed save. */
 static fsc_status agree(fsc_engine *e, fsc_status mine) { return fsc_comm_agree(e->r->comm, e->dev, mine); }
 
+/* Tensor i as a weights file holds it: with tensor parallelism the full tensor, not this rank's slice. */
+static const fsc_param_info *full_info(const fsc_engine *e, int i) {
+    return e->tpm ? fsc_tp_engine_full_info(e, i) : &e->m->info[i];
+}
+
+/* Pipelines and tensor parallelism: collective, the full parameters (fsc_engine_full_params) written by the
+ * rank with w. */
+static fsc_status write_from_full(fsc_engine *e, fsc_st_writer *w) {
+    size_t P = 0;
+    for (int i = 0; i < e->m->n_tensors; i++) P += full_info(e, i)->numel;
+    float *host = NULL;
+    if (w && !(host = malloc(P * sizeof(float))))
+        return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory to save %zu parameters", P);
+    fsc_status s = fsc_engine_full_params(e, host);
+    size_t off = 0;
+    for (int i = 0; i < e->m->n_tensors && s == FSC_OK && w; off += full_info(e, i)->numel, i++)
+        s = fsc_st_writer_write(w, i, host + off, 0, full_info(e, i)->numel);
+    free(host);
+    return s;
+}
+
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
     fsc_st_writer *w = NULL;
     fsc_status s = FSC_OK;
@@ -467,16 +488,14 @@ fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
         s = fsc_st_writer_open(path, &w);
         if (s == FSC_OK) s = fsc_st_writer_meta(w, "format", "pt"); /* as fsc_gpt_save: HF loaders require it */
         for (int i = 0; s == FSC_OK && i < e->m->n_tensors; i++) {
-            /* with tensor parallelism e->m holds the slices' shapes */
-            const fsc_param_info *pi = e->tpm ? fsc_tp_engine_full_info(e, i) : &e->m->info[i];
+            const fsc_param_info *pi = full_info(e, i);
             s = fsc_st_writer_add(w, pi->name, FSC_F32, pi->ndim, pi->shape);
         }
         if (s == FSC_OK) s = fsc_st_writer_begin_data(w);
     }
     s = agree(e, s);
     if (s == FSC_OK)
-        s = agree(e, e->tpm ? fsc_tp_engine_write_full(e, w) : e->pipe ? fsc_pipe_write_full(e, w)
-                                                                      : e->st->write_full(e, w));
+        s = agree(e, e->tpm || e->pipe ? write_from_full(e, w) : e->st->write_full(e, w));
     if (s == FSC_OK && w) {
         s = fsc_st_writer_commit(w);
         w = NULL;

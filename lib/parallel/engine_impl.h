@@ -177,8 +177,6 @@ fsc_status fsc_tp_engine_create(fsc_engine *e);
 fsc_status fsc_tp_engine_after_setup(fsc_engine *e);
 /* Collective over the world: the full parameters on tensor rank 0 (host may be NULL elsewhere). */
 fsc_status fsc_tp_engine_full_params(fsc_engine *e, float *host);
-/* Collective: every tensor into w (non-NULL on world rank 0 only). */
-fsc_status fsc_tp_engine_write_full(fsc_engine *e, fsc_st_writer *w);
 /* Every rank reads its slices of what it holds from a validated full-weights file (no collective). */
 fsc_status fsc_tp_engine_load(fsc_engine *e, fsc_st_file *f);
 void fsc_tp_engine_free(fsc_engine *e);

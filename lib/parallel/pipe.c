@@ -477,18 +477,6 @@ fsc_status fsc_pipe_full_params(fsc_engine *e, float *host) {
     return s;
 }
 
-fsc_status fsc_pipe_write_full(fsc_engine *e, fsc_st_writer *w) {
-    size_t P = fsc_engine_tensor_offset(e, e->m->n_tensors);
-    float *host = NULL;
-    if (w && !(host = malloc(P * sizeof(float))))
-        return fsc_error(FSC_ERR_NOMEM, "pipe: out of host memory to save %zu parameters", P);
-    fsc_status s = fsc_pipe_full_params(e, host);
-    for (int i = 0; i < e->m->n_tensors && s == FSC_OK && w; i++)
-        s = fsc_st_writer_write(w, i, host + fsc_engine_tensor_offset(e, i), 0, e->m->info[i].numel);
-    free(host);
-    return s;
-}
-
 void fsc_pipe_free(fsc_engine *e) {
     fsc_pipe *p = e->pipe;
     if (!p) return;

@@ -24,8 +24,6 @@ fsc_status fsc_pipe_run(fsc_engine *e, const int32_t *tokens, const int32_t *tar
                         double *loss_total);
 /* Collective over the world: full parameters into host (may be NULL on ranks that do not want them). */
 fsc_status fsc_pipe_full_params(fsc_engine *e, float *host);
-/* Collective over the world: every tensor into w (non-NULL on world rank 0 only). */
-fsc_status fsc_pipe_write_full(fsc_engine *e, fsc_st_writer *w);
 void fsc_pipe_free(fsc_engine *e);
 
 #endif

@@ -162,22 +162,6 @@ fsc_status fsc_tp_engine_full_params(fsc_engine *e, float *host) {
     return c;
 }
 
-fsc_status fsc_tp_engine_write_full(fsc_engine *e, fsc_st_writer *w) {
-    size_t P = fsc_gpt_num_params(&e->cfg);
-    float *host = NULL;
-    if (w && !(host = malloc(P * sizeof(float))))
-        return fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory to save %zu parameters", P);
-    fsc_status s = fsc_tp_engine_full_params(e, host);
-    size_t off = 0;
-    for (int i = 0; i < e->tpm->n_tensors && s == FSC_OK && w; i++) {
-        size_t n = e->tpm->t[i].full.numel;
-        s = fsc_st_writer_write(w, i, host + off, 0, n);
-        off += n;
-    }
-    free(host);
-    return s;
-}
-
 fsc_status fsc_tp_engine_load(fsc_engine *e, fsc_st_file *f) {
     fsc_holding *h = NULL;
     int n = 0;

@@ -88,10 +88,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         if (strcmp(devname, "cpu") != 0) s = sim_gpu_ordinal(r, &dopts.ordinal);
         if (s == FSC_OK) s = fsc_device_create(devname, &dopts, &rc->r.dev);
         if (s != FSC_OK) {
-            char msg[512];
-            strncpy(msg, fsc_last_error(), sizeof(msg) - 1);
-            msg[sizeof(msg) - 1] = '\0';
-            s = fsc_error(s, "rank %d: could not create its '%s' device: %s", r, devname, msg);
+            s = fsc_error_prefix(s, "rank %d: could not create its '%s' device", r, devname);
             break;
         }
         s = sim_comm_open(cl, r, rc->r.dev, opts->stage_through_host, &rc->r.comm);

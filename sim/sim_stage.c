@@ -25,23 +25,17 @@ fsc_status sim_stage_reserve(sim_handle *h, const char *what, size_t bytes) {
 fsc_status sim_stage_in(sim_handle *h, const char *what, void *host_dst, const void *src, size_t bytes) {
     if (bytes == 0) return FSC_OK;
     fsc_status s = fsc_device_download(h->dev, host_dst, src, bytes);
-    if (s != FSC_OK) {
-        char msg[SIM_MSG_CAP];
-        snprintf(msg, sizeof(msg), "%s", fsc_last_error());
-        return fsc_error(s, "downloading %zu bytes from the '%s' device for %s: %s", bytes,
-                         fsc_device_name(h->dev), what, msg);
-    }
+    if (s != FSC_OK)
+        return fsc_error_prefix(s, "downloading %zu bytes from the '%s' device for %s", bytes,
+                                fsc_device_name(h->dev), what);
     return FSC_OK;
 }
 
 fsc_status sim_stage_out(sim_handle *h, const char *what, void *dst, const void *host_src, size_t bytes) {
     if (bytes == 0) return FSC_OK;
     fsc_status s = fsc_device_upload(h->dev, dst, host_src, bytes);
-    if (s != FSC_OK) {
-        char msg[SIM_MSG_CAP];
-        snprintf(msg, sizeof(msg), "%s", fsc_last_error());
-        return fsc_error(s, "uploading %zu bytes to the '%s' device for %s: %s", bytes, fsc_device_name(h->dev),
-                         what, msg);
-    }
+    if (s != FSC_OK)
+        return fsc_error_prefix(s, "uploading %zu bytes to the '%s' device for %s", bytes, fsc_device_name(h->dev),
+                                what);
     return FSC_OK;
 }

@@ -1,6 +1,7 @@
 /* Tests for lib/core/status.c: the thread-local error message.
  * Oracles: the message is exactly the printf formatting of the arguments; a message set on another
- * thread is not visible on this one; long messages are truncated, never overflow. */
+ * thread is not visible on this one; long messages are truncated, never overflow; a prefix goes before
+ * the message with ": ". */
 #include <pthread.h>
 #include "testutil.h"
 
@@ -55,6 +56,21 @@ static void test_message_is_thread_local(void **state) {
     assert_string_equal(fsc_last_error(), "main thread message");
 }
 
+static void test_prefix_keeps_the_message(void **state) {
+    (void)state;
+    fsc_error(FSC_ERR_IO, "disk full");
+    assert_int_equal(fsc_error_prefix(FSC_ERR_COMM, "saving %s", "ckpt"), FSC_ERR_COMM);
+    assert_string_equal(fsc_last_error(), "saving ckpt: disk full");
+    fsc_clear_error(); /* no message: the status names the failure */
+    fsc_error_prefix(FSC_ERR_TIMEOUT, "rank %d", 3);
+    assert_string_equal(fsc_last_error(), "rank 3: timeout");
+    char big[3000]; /* a prefix longer than the buffer is truncated, never overflows */
+    memset(big, 'p', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    fsc_error_prefix(FSC_ERR_IO, "%s", big);
+    assert_true(strlen(fsc_last_error()) < sizeof big - 1);
+}
+
 static fsc_status fails(void) { return fsc_error(FSC_ERR_FORMAT, "bad"); }
 static fsc_status try_chain(int *reached) {
     FSC_TRY(fails());
@@ -76,6 +92,7 @@ int main(void) {
         cmocka_unit_test(test_long_message_truncated),
         cmocka_unit_test(test_message_is_thread_local),
         cmocka_unit_test(test_try_propagates),
+        cmocka_unit_test(test_prefix_keeps_the_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,10 +147,7 @@ static fsc_status account(fsc_comm *c, fsc_comm_op op, fsc_status s, double byte
         c->stats.bytes[op] += c->size > 1 ? bytes : 0;
         return FSC_OK;
     }
-    char msg[512];
-    snprintf(msg, sizeof(msg), "%s", fsc_last_error());
-    return fsc_error(s, "%s on comm '%s' (rank %d of %d): %s", fsc_comm_op_name(op), c->name, c->rank, c->size,
-                     msg);
+    return fsc_error_prefix(s, "%s on comm '%s' (rank %d of %d)", fsc_comm_op_name(op), c->name, c->rank, c->size);
 }
 
 /* (N-1)/N x bytes, as a double */
@@ -247,11 +244,7 @@ fsc_status fsc_comm_split(fsc_comm *c, int color, int key, fsc_comm **out) {
     void *ctx = NULL;
     int rank = 0, size = 0;
     fsc_status s = c->ops->split(c->ctx, color, key, &ctx, &rank, &size);
-    if (s != FSC_OK) {
-        char msg[512];
-        snprintf(msg, sizeof(msg), "%s", fsc_last_error());
-        return fsc_error(s, "split of comm '%s' (rank %d of %d): %s", c->name, c->rank, c->size, msg);
-    }
+    if (s != FSC_OK) return fsc_error_prefix(s, "split of comm '%s' (rank %d of %d)", c->name, c->rank, c->size);
     char name[sizeof(c->name) + 16];
     snprintf(name, sizeof(name), "%s/%d", c->name, color);
     return fsc_comm_wrap(c->ops, ctx, rank, size, name, out);

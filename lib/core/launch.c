@@ -509,13 +509,6 @@ fsc_status fsc_rendezvous_file(const char *path, int rank, int world, void *blob
 
 /* ---- fsc_cluster_run_from_env ---- */
 
-/* Prefix this thread's message with who (the message buffer is copied first: fsc_error writes into it). */
-static fsc_status prefixed(fsc_status s, const char *who) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", fsc_last_error());
-    return fsc_error(s, "%s: %s", who, msg[0] ? msg : fsc_status_str(s));
-}
-
 static void *plugin_sym(fsc_device *dev, const char *name) {
     return dlsym(dev->plugin ? dev->plugin : RTLD_DEFAULT, name);
 }
@@ -541,7 +534,7 @@ fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
     fsc_device_opts dopts = {0};
     dopts.ordinal = pick_ordinal(&env);
     fsc_status s = fsc_device_create("cuda", &dopts, &dev);
-    if (s != FSC_OK) return prefixed(s, who);
+    if (s != FSC_OK) return fsc_error_prefix(s, "%s", who);
     fsc_nccl_get_unique_id_fn get_id;
     fsc_nccl_comm_open_fn comm_open;
     void *p1 = plugin_sym(dev, "fsc_nccl_get_unique_id"), *p2 = plugin_sym(dev, "fsc_nccl_comm_open");
@@ -570,7 +563,7 @@ fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
     fsc_comm *comm = NULL;
     if (s == FSC_OK) s = fsc_comm_wrap(cops, cctx, env.rank, env.world, "world", &comm);
     if (s != FSC_OK) {
-        s = prefixed(s, who);
+        s = fsc_error_prefix(s, "%s", who);
         fsc_device_free(dev);
         return s;
     }

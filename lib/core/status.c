@@ -22,6 +22,16 @@ fsc_status fsc_error(fsc_status s, const char *fmt, ...) {
     return s;
 }
 
+fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...) {
+    char old[FSC_MSG_CAP], prefix[FSC_MSG_CAP];
+    snprintf(old, sizeof old, "%s", msg[0] ? msg : fsc_status_str(s));
+    va_list ap;
+    va_start(ap, fmt);
+    if (vsnprintf(prefix, sizeof prefix, fmt, ap) < 0) prefix[0] = '\0';
+    va_end(ap);
+    return fsc_error(s, "%s: %s", prefix, old);
+}
+
 const char *fsc_status_str(fsc_status s) {
     switch (s) {
     case FSC_OK: return "ok";

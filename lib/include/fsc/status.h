@@ -27,6 +27,13 @@ fsc_status fsc_error(fsc_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Put "<fmt>: " before this thread's message (or before fsc_status_str(s) when there is none) and return
+ * s: how a caller adds what it was doing to a callee's explanation. */
+fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 /* Forget this thread's message. */
 void fsc_clear_error(void);
 

@@ -436,19 +436,18 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
             return FSC_OK;
         }
     }
-    if (e->po.clip > 0 && e->nsegs) { /* tensor or expert parallelism */
-        /* the norm over the pieces that count each element once; the factor of fsc_grad_clip on everything */
+    if (e->po.clip > 0) {
+        /* the norm over the pieces that count each element once (with tensor or expert parallelism nsegs,
+         * otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every reduced gradient */
+        const int own = e->nsegs != NULL;
         double norm = 0;
-        FSC_TRY(fsc_grad_norm(e->dev, e->norm_comm, e->nsegs, e->nlens, e->nnsegs, &norm));
+        FSC_TRY(fsc_grad_norm(e->dev, e->norm_comm, own ? e->nsegs : e->gsegs, own ? e->nlens : e->glens,
+                              own ? e->nnsegs : e->ngsegs, &norm));
         if (norm > (double)e->po.clip) {
             float factor = (float)((double)e->po.clip / (norm + 1e-6));
             for (int i = 0; i < e->ngsegs; i++)
                 if (e->glens[i]) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], factor, e->glens[i]));
         }
-        si.grad_norm = norm;
-    } else if (e->po.clip > 0) {
-        double norm = 0;
-        FSC_TRY(fsc_grad_clip(e->dev, e->norm_comm, e->gsegs, e->glens, e->ngsegs, e->po.clip, &norm));
         si.grad_norm = norm;
     }
     FSC_TRY(fsc_optim_step(e->opt));

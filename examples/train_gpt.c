@@ -298,6 +298,11 @@ static int option_index(const char *name) {
     return -1;
 }
 
+/* The name of choice idx of option opt, as its table entry spells it. */
+static const char *option_choice(const char *opt, int idx, char *buf, size_t cap) {
+    return choice_name(options[option_index(opt)].choices, idx, buf, cap);
+}
+
 /* The model the options describe (the MoE fields zero for a dense GPT). */
 static fsc_gpt_config model_config(const train_config *c) {
     fsc_gpt_config g = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab};
@@ -525,8 +530,10 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         .ep = c->ep,
     };
     int balance[1024];
-    if (c->balance) FSC_TRY(fsc_balance_parse(c->balance, &gc, c->pp, balance));
-    if (c->balance) po.balance = balance;
+    if (c->balance) {
+        FSC_TRY(fsc_balance_parse(c->balance, &gc, c->pp, balance));
+        po.balance = balance;
+    }
     fsc_optim_config oc = {.kind = (fsc_optim_kind)c->optimizer, .lr = c->lr, .weight_decay = c->weight_decay};
     if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
     fsc_engine *e = NULL;
@@ -686,8 +693,8 @@ static cJSON *pipeline_object(const run_state *st) {
     cJSON_AddNumberToObject(o, "pp", c->pp);
     cJSON_AddNumberToObject(o, "dp", c->dp);
     cJSON_AddNumberToObject(o, "micro_batches", c->accum);
-    cJSON_AddStringToObject(o, "schedule", choice_name(options[option_index("schedule")].choices, c->schedule, buf, sizeof buf));
-    cJSON_AddStringToObject(o, "checkpoint", choice_name(options[option_index("checkpoint")].choices, c->pipe_ckpt, buf, sizeof buf));
+    cJSON_AddStringToObject(o, "schedule", option_choice("schedule", c->schedule, buf, sizeof buf));
+    cJSON_AddStringToObject(o, "checkpoint", option_choice("checkpoint", c->pipe_ckpt, buf, sizeof buf));
     cJSON_AddNumberToObject(o, "ideal_bubble", st->pstats[0].ideal_bubble);
     cJSON *a = cJSON_AddArrayToObject(o, "stages");
     for (int s = 0; s < c->pp; s++) {
@@ -876,14 +883,15 @@ int main(int argc, char **argv) {
            "world %d, parallel %s, %s\n",
            c.layers, c.dim, c.heads, c.seq, c.vocab, st.nparams, c.data, st.ntok, c.world,
            c.parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c.parallel),
-           choice_name(options[option_index("precision")].choices, c.precision, pbuf, sizeof pbuf));
+           option_choice("precision", c.precision, pbuf, sizeof pbuf));
     if (c.moe_experts)
         printf("moe: %d of %d blocks (--moe-every %d) with %d experts, top-%d, capacity factor %g, aux %g; expert "
                "groups of %d ranks (%d experts per rank)\n", fsc_gpt_num_moe_blocks(&gc), c.layers, c.moe_every,
                c.moe_experts, c.moe_top_k, (double)c.moe_capacity, (double)c.moe_aux, c.ep, c.moe_experts / c.ep);
     fflush(stdout);
-    static const char *const device_names[] = {"cpu", "cuda"};
-    fsc_cluster_opts co = {.world = c.world, .device = device_names[c.device], .threads_per_rank = c.threads};
+    char dbuf[16];
+    fsc_cluster_opts co = {.world = c.world, .device = option_choice("device", c.device, dbuf, sizeof dbuf),
+                           .threads_per_rank = c.threads};
     if (c.check_ddp && !(st.params = calloc(st.nparams, sizeof(float)))) {
         fprintf(stderr, "train_gpt: out of memory\n");
         return 1;
@@ -892,7 +900,7 @@ int main(int argc, char **argv) {
         st.pstats = calloc((size_t)c.world, sizeof *st.pstats);
         printf("pipeline: %d stages x %d data-parallel ranks, %d micro-batches, %s, checkpoint %s\n", c.pp, c.dp,
                c.accum, c.schedule ? "1f1b" : "gpipe",
-               choice_name(options[option_index("checkpoint")].choices, c.pipe_ckpt, pbuf, sizeof pbuf));
+               option_choice("checkpoint", c.pipe_ckpt, pbuf, sizeof pbuf));
     }
     fsc_status s = fsc_cluster_run(&co, train_fn, &st);
     if (s == FSC_OK && st.pstats) print_pipeline(&st);

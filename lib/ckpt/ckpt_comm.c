@@ -156,9 +156,15 @@ fsc_status ck_stream_tensor(fsc_engine *e, const ck_rec *recs, int nrecs, const 
     fsc_comm *c = e->r->comm;
     const int me = fsc_comm_rank(c);
     fsc_status err = FSC_OK;
-    for (int k = 0; k < nrecs; k++) {
+    int k0 = 0, hi = nrecs; /* the first record of tensor t */
+    while (k0 < hi) {
+        int mid = k0 + (hi - k0) / 2;
+        if (recs[mid].t < t) k0 = mid + 1;
+        else hi = mid;
+    }
+    for (int k = k0; k < nrecs && recs[k].t == t; k++) {
         const ck_rec *rec = &recs[k];
-        if (rec->t != t || (me != 0 && me != rec->rank)) continue;
+        if (me != 0 && me != rec->rank) continue;
         const float *src = NULL;
         if (me == rec->rank) {
             src = owner_ptr(e, h, nh, rec, state);

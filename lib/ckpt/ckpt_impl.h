@@ -64,9 +64,10 @@ int ck_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first);
 const fsc_param_info *ck_info(const fsc_engine *e, int t);
 /* Device pointer of state `state` (0: parameters) of segment seg. */
 float *ck_seg_ptr(fsc_engine *e, int state, int seg);
-/* Collective: the pieces of tensor t in state `state` (recs sorted by first, on every rank) to rank 0,
- * which passes them to sink in element order, one chunk at a time through host (CK_CHUNK floats) and,
- * for pieces of other ranks, device buffer dbuf (CK_CHUNK floats); h/nh: this rank's holdings. */
+/* Collective: the pieces of tensor t in state `state` (recs sorted by (t, first) as ck_check_recs leaves
+ * them, on every rank) to rank 0, which passes them to sink in element order, one chunk at a time through
+ * host (CK_CHUNK floats) and, for pieces of other ranks, device buffer dbuf (CK_CHUNK floats); h/nh: this
+ * rank's holdings. */
 fsc_status ck_stream_tensor(fsc_engine *e, const ck_rec *recs, int nrecs, const fsc_holding *h, int nh, int state,
                             int t, ck_sink sink, void *ctx, float *host, float *dbuf);
 /* Sort records by (t, first) and check that for every held tensor they tile it exactly once. */

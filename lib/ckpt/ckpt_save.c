@@ -159,7 +159,9 @@ static fsc_status meta_build(fsc_engine *e, fsc_ckpt_meta *m, const ck_rec *recs
     }
     fsc_status s = FSC_OK;
     for (int st = 0; st <= nstates && s == FSC_OK; st++) {
-        for (int t = 0; t < T && s == FSC_OK; t++) {
+        for (int t = 0, k1 = 0; t < T && s == FSC_OK; t++) {
+            const int k0 = k1; /* recs[k0, k1): the pieces of tensor t */
+            while (k1 < n && recs[k1].t == t) k1++;
             const fsc_param_info *pi = ck_info(e, t);
             fsc_ckpt_tensor *ct = &m->tensors[m->ntensors++];
             ck_global_name(ct->name, sizeof ct->name, e->oc.kind, st, pi->name);
@@ -167,9 +169,7 @@ static fsc_status meta_build(fsc_engine *e, fsc_ckpt_meta *m, const ck_rec *recs
             ct->ndim = pi->ndim;
             for (int d = 0; d < pi->ndim; d++) ct->shape[d] = pi->shape[d];
             ct->numel = pi->numel;
-            int np = 0;
-            for (int k = 0; k < n; k++) np += recs[k].t == t;
-            ct->pieces = calloc((size_t)np + 1, sizeof *ct->pieces);
+            ct->pieces = calloc((size_t)(k1 - k0) + 1, sizeof *ct->pieces);
             if (!ct->pieces) {
                 s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory for the metadata");
                 break;
@@ -180,8 +180,7 @@ static fsc_status meta_build(fsc_engine *e, fsc_ckpt_meta *m, const ck_rec *recs
                 snprintf(ct->pieces[0].entry, sizeof ct->pieces[0].entry, "%s", ct->name);
                 continue;
             }
-            for (int k = 0; k < n; k++) {
-                if (recs[k].t != t) continue;
+            for (int k = k0; k < k1; k++) {
                 fsc_ckpt_piece *p = &ct->pieces[ct->npieces++];
                 p->file = fidx[recs[k].rank];
                 p->first = recs[k].first;

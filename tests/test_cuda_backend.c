@@ -3,9 +3,10 @@
  * buffers poisoned with NaN beforehand, and the results are compared with a normalized error bound per
  * kernel and dtype: max |cuda - cpu| / max |cpu| <= bound. Oracles:
  * - bound 0 (bit-identical to the cpu backend): copies, layout shuffles, conversions, the embedding,
- *   elementwise arithmetic and the optimizers (the plug-in has no FMA contraction and IEEE div/sqrt),
- *   the exact fixed-point sum of squares, absmax;
- * - small bounds where the order of a sum or the last bits of expf/tanhf differ (gemm, norms, softmax, ...);
+ *   elementwise arithmetic (products and the squared error's gradient included) and the optimizers (the
+ *   plug-in has no FMA contraction and IEEE div/sqrt), the exact fixed-point sum of squares, absmax;
+ * - small bounds where the order of a sum or the last bits of expf/tanhf/sin/cos differ (gemm, norms,
+ *   softmax, SiLU/SwiGLU, rotary embeddings, ...);
  * - every cuda reduction gives the same bits when run twice (determinism).
  * Without the plug-in, a driver or a GPU the kernel tests report themselves skipped with the reason; the
  * plug-in tests still check that it loads, exports its entry points and refuses cleanly. */
@@ -250,8 +251,8 @@ static void test_plugin_loads_and_refuses_cleanly(void **state) {
     if (s == FSC_OK) { /* a GPU: every entry is there, the optional ones included */
         assert_int_equal(ops->abi_version, FSC_DEVICE_ABI_VERSION);
         assert_string_equal(ops->name, "cuda");
-        const char *base = (const char *)&ops->alloc; /* from alloc to gemm_ex: function pointers only */
-        size_t nf = (size_t)((const char *)(&ops->gemm_ex + 1) - base) / sizeof(void (*)(void));
+        const char *base = (const char *)&ops->alloc; /* from alloc to the last entry: function pointers only */
+        size_t nf = (size_t)((const char *)(&ops->mse_backward + 1) - base) / sizeof(void (*)(void));
         for (size_t i = 0; i < nf; i++) {
             void (*fp)(void);
             memcpy(&fp, base + i * sizeof fp, sizeof fp);
@@ -784,6 +785,85 @@ static void test_streams_and_events(void **state) {
     free(x), free(y), free(r);
 }
 
+/* ---- kernels of modern models: RMS norm, rotary embeddings, SiLU/SwiGLU, products, squared error ---- */
+
+static void test_rmsnorm_rope(void **state) {
+    H *h = *state;
+    NEED_GPU(h);
+    const size_t N = 1100;
+    const int C = 771;
+    pair inp = pair_rand(h, N * C, -3, 5), wt = pair_rand(h, C, 0.5f, 1.5f);
+    pair out = pair_nan(h, N * C), rstd = pair_nan(h, N);
+    for (EACH(w))
+        assert_ok(FSC_K(DEV(h, w), rmsnorm_forward, PF(out, w), PF(rstd, w), PF(inp, w), PF(wt, w), N, C, 1e-5f));
+    compare(h, "rmsnorm_forward out", &out, N * C, 1e-5);
+    compare(h, "rmsnorm_forward rstd", &rstd, N, 1e-6);
+    float *r = download(h->cpu, rstd.c, N); /* backward from the cpu's statistics on both */
+    assert_ok(fsc_device_upload(h->gpu, rstd.g, r, N * sizeof(float)));
+    float *dinp0 = host_rand(h, N * C, -1, 1), *dw0 = host_rand(h, C, -1, 1);
+    pair dout = pair_rand(h, N * C, -1, 1), dinp = pair_of(h, dinp0, N * C * sizeof(float));
+    pair dw = pair_of(h, dw0, C * sizeof(float));
+    for (EACH(w))
+        assert_ok(FSC_K(DEV(h, w), rmsnorm_backward, PF(dinp, w), PF(dw, w), PF(dout, w), PF(inp, w), PF(wt, w),
+                        PF(rstd, w), N, C));
+    compare(h, "rmsnorm_backward dinp", &dinp, N * C, 2e-5);
+    compare(h, "rmsnorm_backward dw", &dw, C, 5e-5);
+    float *dw1 = download(h->gpu, dw.g, C);
+    assert_ok(fsc_device_upload(h->gpu, dw.g, dw0, C * sizeof(float)));
+    assert_ok(FSC_K(h->gpu, rmsnorm_backward, (float *)dinp.g, (float *)dw.g, (float *)dout.g, (float *)inp.g,
+                    (float *)wt.g, (float *)rstd.g, N, C));
+    float *dw2 = download(h->gpu, dw.g, C);
+    same_bits_twice(h, "rmsnorm_backward dw", dw1, dw2, C * sizeof(float));
+    free(r), free(dinp0), free(dw0), free(dw1), free(dw2);
+    pair_free(h, &inp), pair_free(h, &wt), pair_free(h, &out), pair_free(h, &rstd), pair_free(h, &dout);
+    pair_free(h, &dinp), pair_free(h, &dw);
+    /* rotary: q and k heads inside packed rows (ld > H D; the columns past them stay NaN on both), positions
+     * up to 300, in place as well. Angles are double on both sides: only float roundings of cos/sin differ. */
+    const int B = 3, T = 300, NH = 5, D = 64, ld = NH * D + 70;
+    size_t n = (size_t)B * T * ld;
+    float *x = host_rand(h, n, -2, 2);
+    pair src = pair_of(h, x, n * sizeof(float)), dst = pair_nan(h, n);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), rope_forward, PF(dst, w), PF(src, w), B, T, NH, D, ld, 10000.0f));
+    compare(h, "rope_forward", &dst, n, 1e-6);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), rope_backward, PF(src, w), PF(src, w), B, T, NH, D, ld, 500000.0f));
+    compare(h, "rope_backward in place", &src, n, 1e-6);
+    free(x);
+    pair_free(h, &src), pair_free(h, &dst);
+}
+
+static void test_gated_mse(void **state) {
+    H *h = *state;
+    NEED_GPU(h);
+    const size_t n = 100003;
+    pair x = pair_rand(h, n, -6, 6), y = pair_rand(h, n, -4, 4), d = pair_rand(h, n, -1, 1);
+    pair o1 = pair_nan(h, n), o2 = pair_nan(h, n);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), silu_forward, PF(o1, w), PF(x, w), n));
+    compare(h, "silu_forward", &o1, n, 2e-6);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), silu_backward, PF(o1, w), PF(x, w), PF(d, w), n));
+    compare(h, "silu_backward", &o1, n, 4e-6);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), swiglu_forward, PF(o1, w), PF(x, w), PF(y, w), n));
+    compare(h, "swiglu_forward", &o1, n, 2e-6);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), swiglu_backward, PF(o1, w), PF(o2, w), PF(x, w), PF(y, w), PF(d, w), n));
+    compare(h, "swiglu_backward dgate", &o1, n, 4e-6);
+    compare(h, "swiglu_backward dup", &o2, n, 4e-6);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), mul_forward, PF(o1, w), PF(x, w), PF(y, w), n));
+    compare(h, "mul_forward", &o1, n, 0.0);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), mul_backward, PF(o1, w), PF(o2, w), PF(x, w), PF(y, w), PF(d, w), n));
+    compare(h, "mul_backward da", &o1, n, 0.0);
+    compare(h, "mul_backward db", &o2, n, 0.0);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), mul_backward, NULL, PF(o2, w), PF(x, w), PF(y, w), PF(d, w), n));
+    compare(h, "mul_backward db only", &o2, n, 0.0);
+    const size_t N = 1237;
+    const int C = 81; /* N C <= n */
+    pair losses = pair_nan(h, N);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), mse_forward, PF(losses, w), PF(x, w), PF(y, w), N, C));
+    compare(h, "mse_forward", &losses, N, 1e-6);
+    for (EACH(w)) assert_ok(FSC_K(DEV(h, w), mse_backward, PF(o1, w), PF(x, w), PF(y, w), N, C, 0.01f));
+    compare(h, "mse_backward", &o1, N * C, 0.0);
+    pair_free(h, &x), pair_free(h, &y), pair_free(h, &d), pair_free(h, &o1), pair_free(h, &o2);
+    pair_free(h, &losses);
+}
+
 static void test_deferred_errors(void **state) {
     H *h = *state;
     NEED_GPU(h);
@@ -827,6 +907,8 @@ int main(void) {
         cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_streams_and_events),
         cmocka_unit_test(test_deferred_errors),
+        cmocka_unit_test(test_rmsnorm_rope),
+        cmocka_unit_test(test_gated_mse),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -69,6 +69,26 @@ fsc_status cpu_xent_forward(void *ctx, float *losses, const float *logits, const
 fsc_status cpu_xent_backward(void *ctx, float *dlogits, const float *logits, const int32_t *targets,
                              size_t N, int V, int ld, float scale);
 
+/* cpu_modern.c: RMS norm, rotary embeddings, SiLU/SwiGLU, elementwise product, squared error */
+fsc_status cpu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *inp, const float *w, size_t N, int C,
+                               float eps);
+fsc_status cpu_rmsnorm_backward(void *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                const float *rstd, size_t N, int C);
+fsc_status cpu_rope_forward(void *ctx, float *out, const float *inp, int B, int T, int H, int D, int ld, float theta);
+fsc_status cpu_rope_backward(void *ctx, float *dinp, const float *dout, int B, int T, int H, int D, int ld,
+                             float theta);
+fsc_status cpu_silu_forward(void *ctx, float *out, const float *inp, size_t n);
+fsc_status cpu_silu_backward(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+fsc_status cpu_swiglu_forward(void *ctx, float *out, const float *gate, const float *up, size_t n);
+fsc_status cpu_swiglu_backward(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
+                               const float *dout, size_t n);
+fsc_status cpu_mul_forward(void *ctx, float *out, const float *a, const float *b, size_t n);
+fsc_status cpu_mul_backward(void *ctx, float *da, float *db, const float *a, const float *b, const float *dout,
+                            size_t n);
+fsc_status cpu_mse_forward(void *ctx, float *losses, const float *pred, const float *target, size_t N, int C);
+fsc_status cpu_mse_backward(void *ctx, float *dpred, const float *pred, const float *target, size_t N, int C,
+                            float scale);
+
 /* cpu_reduce.c: host reductions and optimizers */
 fsc_status cpu_sum(void *ctx, double *host_out, const float *x, size_t n);
 fsc_status cpu_absmax(void *ctx, float *host_max, int *host_nonfinite, const float *x, size_t n);

@@ -103,6 +103,18 @@ static const fsc_device_ops cpu_ops = {
     .sumsq_fixed = cpu_sumsq_fixed,
     .adamw = cpu_adamw,
     .sgd = cpu_sgd,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .silu_forward = cpu_silu_forward,
+    .silu_backward = cpu_silu_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .mul_forward = cpu_mul_forward,
+    .mul_backward = cpu_mul_backward,
+    .mse_forward = cpu_mse_forward,
+    .mse_backward = cpu_mse_backward,
     /* streams and events: NULL, everything runs in order on the calling thread */
 };
 

@@ -314,6 +314,18 @@ static fsc_device_ops make_ops(void) {
     t.event_record = cu_event_record;
     t.stream_wait = cu_stream_wait;
     t.gemm_ex = cu_gemm_ex;
+    t.rmsnorm_forward = cu_rmsnorm_forward;
+    t.rmsnorm_backward = cu_rmsnorm_backward;
+    t.rope_forward = cu_rope_forward;
+    t.rope_backward = cu_rope_backward;
+    t.silu_forward = cu_silu_forward;
+    t.silu_backward = cu_silu_backward;
+    t.swiglu_forward = cu_swiglu_forward;
+    t.swiglu_backward = cu_swiglu_backward;
+    t.mul_forward = cu_mul_forward;
+    t.mul_backward = cu_mul_backward;
+    t.mse_forward = cu_mse_forward;
+    t.mse_backward = cu_mse_backward;
     return t;
 }
 

@@ -103,7 +103,7 @@ static inline unsigned cu_blocks(size_t n, unsigned threads) {
 }
 
 /* ---- kernels: the table entries (cuda_gemm.cu, cuda_elementwise.cu, cuda_norm.cu, cuda_attn.cu,
- * cuda_reduce.cu); signatures as in device_impl.h ---- */
+ * cuda_reduce.cu, cuda_modern.cu); signatures as in device_impl.h ---- */
 fsc_status cu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                    int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
                    int batch);
@@ -142,6 +142,25 @@ fsc_status cu_xent_forward(void *ctx, float *losses, const float *logits, const 
                            int ld);
 fsc_status cu_xent_backward(void *ctx, float *dlogits, const float *logits, const int32_t *targets, size_t N, int V,
                             int ld, float scale);
+fsc_status cu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *inp, const float *w, size_t N, int C,
+                              float eps);
+fsc_status cu_rmsnorm_backward(void *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                               const float *rstd, size_t N, int C);
+/* cuda_modern.cu */
+fsc_status cu_rope_forward(void *ctx, float *out, const float *inp, int B, int T, int H, int D, int ld, float theta);
+fsc_status cu_rope_backward(void *ctx, float *dinp, const float *dout, int B, int T, int H, int D, int ld,
+                            float theta);
+fsc_status cu_silu_forward(void *ctx, float *out, const float *inp, size_t n);
+fsc_status cu_silu_backward(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+fsc_status cu_swiglu_forward(void *ctx, float *out, const float *gate, const float *up, size_t n);
+fsc_status cu_swiglu_backward(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
+                              const float *dout, size_t n);
+fsc_status cu_mul_forward(void *ctx, float *out, const float *a, const float *b, size_t n);
+fsc_status cu_mul_backward(void *ctx, float *da, float *db, const float *a, const float *b, const float *dout,
+                           size_t n);
+fsc_status cu_mse_forward(void *ctx, float *losses, const float *pred, const float *target, size_t N, int C);
+fsc_status cu_mse_backward(void *ctx, float *dpred, const float *pred, const float *target, size_t N, int C,
+                           float scale);
 fsc_status cu_sum(void *ctx, double *host_out, const float *x, size_t n);
 fsc_status cu_absmax(void *ctx, float *host_max, int *host_nonfinite, const float *x, size_t n);
 fsc_status cu_sumsq_fixed(void *ctx, uint64_t acc[2], const float *x, size_t n, int shift);

@@ -1,5 +1,5 @@
-/* Row and column reductions of the cuda device: layer norm forward/backward, the bias gradient and the
- * token/position embedding. Deterministic without float atomics:
+/* Row and column reductions of the cuda device: layer norm and RMS norm forward/backward, the bias gradient
+ * and the token/position embedding. Deterministic without float atomics:
  * - a row (layer norm) is reduced by one warp, lanes striding the row, then a butterfly (xor shuffles),
  *   which leaves the same bits in every lane;
  * - column sums (bias grad, layer norm dw/db) cut the rows into fixed chunks of CS_CHUNK rows; in a chunk
@@ -189,6 +189,68 @@ fsc_status cu_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, c
     layernorm_dinp_kernel<<<row_blocks(N), 256, 0, cu_stream_of(c)>>>(dinp, dout, inp, w, mean, rstd, N, C);
     FSC_TRY(cu_launched("layernorm_backward"));
     return colsum(c, "layernorm_backward", ln_terms{dout, inp, mean, rstd, C}, N, C, dw, db);
+}
+
+/* ---- RMS norm: a warp per row as layer norm; dw by the column sums above ---- */
+
+__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp, const float *w, size_t N, int C,
+                                       float eps) {
+    int lane = threadIdx.x % 32, wpb = blockDim.x / 32;
+    for (size_t row = (size_t)blockIdx.x * wpb + threadIdx.x / 32; row < N; row += (size_t)gridDim.x * wpb) {
+        const float *x = inp + row * C; /* (C) */
+        float *o = out + row * C;
+        double s = 0.0;
+        for (int i = lane; i < C; i += 32) s += (double)(x[i] * x[i]);
+        s = warp_sum_d(s);
+        float r = 1.0f / sqrtf((float)(s / C) + eps);
+        for (int i = lane; i < C; i += 32) o[i] = (x[i] * r) * w[i];
+        if (lane == 0) rstd[row] = r;
+    }
+}
+
+__global__ void rmsnorm_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w,
+                                    const float *rstd, size_t N, int C) {
+    int lane = threadIdx.x % 32, wpb = blockDim.x / 32;
+    for (size_t row = (size_t)blockIdx.x * wpb + threadIdx.x / 32; row < N; row += (size_t)gridDim.x * wpb) {
+        const float *x = inp + row * C, *d = dout + row * C; /* (C) */
+        float *dx = dinp + row * C;
+        float r = rstd[row];
+        float m = 0.0f;
+        for (int i = lane; i < C; i += 32) m += (w[i] * d[i]) * (x[i] * r);
+        m = warp_sum_f(m) / (float)C;
+        for (int i = lane; i < C; i += 32) dx[i] += (w[i] * d[i] - (x[i] * r) * m) * r;
+    }
+}
+
+struct rms_terms {
+    const float *dout, *inp, *rstd;
+    int C;
+    __device__ void operator()(size_t n, int col, float &a0, float &) const {
+        size_t i = n * (size_t)C + col;
+        a0 += (inp[i] * rstd[n]) * dout[i]; /* dw */
+    }
+};
+
+fsc_status cu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *inp, const float *w, size_t N, int C,
+                              float eps) {
+    cu_ctx *c = cu_of(ctx);
+    if (C <= 0) return cu_err(FSC_ERR_INVALID, "rmsnorm_forward: width %d must be positive", C);
+    if (!(eps >= 0.0f)) return cu_err(FSC_ERR_INVALID, "rmsnorm_forward: eps %g must not be negative", (double)eps);
+    if (N == 0) return FSC_OK;
+    FSC_TRY(cu_enter(c));
+    rmsnorm_forward_kernel<<<row_blocks(N), 256, 0, cu_stream_of(c)>>>(out, rstd, inp, w, N, C, eps);
+    return cu_launched("rmsnorm_forward");
+}
+
+fsc_status cu_rmsnorm_backward(void *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                               const float *rstd, size_t N, int C) {
+    cu_ctx *c = cu_of(ctx);
+    if (C <= 0) return cu_err(FSC_ERR_INVALID, "rmsnorm_backward: width %d must be positive", C);
+    if (N == 0) return FSC_OK;
+    FSC_TRY(cu_enter(c));
+    rmsnorm_dinp_kernel<<<row_blocks(N), 256, 0, cu_stream_of(c)>>>(dinp, dout, inp, w, rstd, N, C);
+    FSC_TRY(cu_launched("rmsnorm_backward"));
+    return colsum(c, "rmsnorm_backward", rms_terms{dout, inp, rstd, C}, N, C, dw, (float *)NULL);
 }
 
 /* ---- embedding ---- */

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include "device.h"
 
-#define FSC_DEVICE_ABI_VERSION 2 /* 2: gemm_ex */
+#define FSC_DEVICE_ABI_VERSION 3 /* 2: gemm_ex; 3: RMS norm, rotary, SiLU/SwiGLU, products, MSE */
 
 typedef struct fsc_device_ops {
     int abi_version; /* FSC_DEVICE_ABI_VERSION */
@@ -117,6 +117,42 @@ typedef struct fsc_device_ops {
     fsc_status (*gemm_ex)(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                           const void *A, int lda, int64_t sa, const void *B, int ldb, int64_t sb, fsc_dtype ab,
                           float beta, void *C, int ldc, int64_t sc, fsc_dtype c, int batch);
+
+    /* ---- ABI 3: kernels of today's language models and simple regressors (every backend fills them) ---- */
+    /* RMS norm over the last dim (Llama's): out = (inp * rstd) * w with rstd = 1 / sqrt(mean(inp^2) + eps);
+     * rstd (N) saved for backward */
+    fsc_status (*rmsnorm_forward)(void *ctx, float *out, float *rstd, const float *inp, const float *w, size_t N,
+                                  int C, float eps);
+    /* dinp += ..., dw += ... (rows in ascending order) */
+    fsc_status (*rmsnorm_backward)(void *ctx, float *dinp, float *dw, const float *dout, const float *inp,
+                                   const float *w, const float *rstd, size_t N, int C);
+    /* Rotary position embedding as transformers' apply_rotary_pos_emb with rotate_half, positions t = 0..T-1:
+     * row (b, t) of inp starts at (b T + t) ld, head h at column h D (H D <= ld); for i < D/2, with
+     * a = t * theta^(-2i/D) (computed in double, cos and sin rounded to float):
+     *   out[i] = x[i] cos a - x[i + D/2] sin a;   out[i + D/2] = x[i + D/2] cos a + x[i] sin a.
+     * D even. out has inp's layout and may be inp (in place); columns past H D are not touched. */
+    fsc_status (*rope_forward)(void *ctx, float *out, const float *inp, int B, int T, int H, int D, int ld,
+                               float theta);
+    /* dinp = (overwrites) the transposed rotation of dout, same layout; dinp may be dout (in place) */
+    fsc_status (*rope_backward)(void *ctx, float *dinp, const float *dout, int B, int T, int H, int D, int ld,
+                                float theta);
+    /* SiLU: out = x / (1 + exp(-x)); backward dinp = (overwrites) silu'(inp) * dout */
+    fsc_status (*silu_forward)(void *ctx, float *out, const float *inp, size_t n);
+    fsc_status (*silu_backward)(void *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+    /* SwiGLU: out = silu(gate) * up; backward (overwrites) dgate = dout * up * silu'(gate), dup = dout * silu(gate).
+     * dgate may be dout (in place). */
+    fsc_status (*swiglu_forward)(void *ctx, float *out, const float *gate, const float *up, size_t n);
+    fsc_status (*swiglu_backward)(void *ctx, float *dgate, float *dup, const float *gate, const float *up,
+                                  const float *dout, size_t n);
+    /* Elementwise product out = a * b; backward da += dout * b, db += dout * a (either may be NULL) */
+    fsc_status (*mul_forward)(void *ctx, float *out, const float *a, const float *b, size_t n);
+    fsc_status (*mul_backward)(void *ctx, float *da, float *db, const float *a, const float *b, const float *dout,
+                               size_t n);
+    /* Squared error per row: losses[n] = sum_c (pred[n,c] - target[n,c])^2 (summed in double) */
+    fsc_status (*mse_forward)(void *ctx, float *losses, const float *pred, const float *target, size_t N, int C);
+    /* dpred (N, C) = (overwrites) 2 scale (pred - target): the gradient of scale * sum_n losses[n] */
+    fsc_status (*mse_backward)(void *ctx, float *dpred, const float *pred, const float *target, size_t N, int C,
+                               float scale);
 } fsc_device_ops;
 
 struct fsc_device {

@@ -9,7 +9,9 @@
  * call below OpenBLAS's threading threshold, which runs small products faster on one thread. The skipped
  * terms are exact zeros (the softmax writes 0 above the diagonal), so every element is the same sum as the
  * full product's, in the same order.
- * Not here: the projections (linear.c). */
+ * The core runs on views (rows of any stride) and maps query heads to key/value heads, so grouped-query
+ * attention (lib/nn/self_attention.c) shares it; the packed (B, T, 3C) layout is the GPT's view of it.
+ * Not here: the projections (linear.c, self_attention.c). */
 #include <math.h>
 #include <limits.h>
 #include "fsc/nn.h"
@@ -45,20 +47,12 @@ static fsc_status check_rec(const fsc_attention_rec *r, const char *what) {
     return FSC_OK;
 }
 
-/* The shapes every product shares: head h of sequence b. Row strides: qkv 3C, out/dout C, scores T;
- * batch strides (over b): qkv T*3C, out T*C, scores NH*T*T. */
+/* The shapes every product shares: head h of sequence b; scores have row stride T and batch stride
+ * NH*T*T. A view's batch stride (over b) is T times its row stride. */
 typedef struct {
-    int B, T, C, NH, HS, ld3;
-    int64_t s3, s1, stt;
+    int B, T, HS;
+    int64_t stt;
 } dims;
-
-static dims dims_of(const fsc_attention_rec *r) {
-    dims d = { r->B, r->T, r->C, r->NH, r->C / r->NH, 3 * r->C, 0, 0, 0 };
-    d.s3 = (int64_t)r->T * d.ld3;
-    d.s1 = (int64_t)r->T * r->C;
-    d.stt = (int64_t)r->NH * r->T * r->T;
-    return d;
-}
 
 /* S[i0:i1, 0:i1] = X[i0:i1] (ldx, batch stride sx) @ Y[0:i1]^T (ldy, sy): scores of a row block */
 static fsc_status scores(fsc_device *dev, const dims *d, float *S, const float *X, int ldx, int64_t sx,
@@ -82,59 +76,96 @@ static fsc_status lower_times(fsc_device *dev, const dims *d, float *O, int ldo,
     return FSC_OK;
 }
 
-/* O[j0:j1] (ldo, so) = P[j0:T, j0:j1]^T @ Y[j0:T] (ldy, sy): P lower triangular */
+/* O[j0:j1] (ldo, so) = P[j0:T, j0:j1]^T @ Y[j0:T] (ldy, sy) + beta O: P lower triangular */
 static fsc_status lower_t_times(fsc_device *dev, const dims *d, float *O, int ldo, int64_t so, const float *P,
-                                const float *Y, int ldy, int64_t sy) {
+                                const float *Y, int ldy, int64_t sy, float beta) {
     for (int j0 = 0; j0 < d->T; j0 += ROWS) {
         int j1 = j0 + ROWS < d->T ? j0 + ROWS : d->T;
         FSC_TRY(FSC_K(dev, gemm, 1, 0, j1 - j0, d->HS, d->T - j0, 1.0f, P + (size_t)j0 * d->T + j0, d->T, d->stt,
-                      Y + (size_t)j0 * ldy, ldy, sy, 0.0f, O + (size_t)j0 * ldo, ldo, so, d->B));
+                      Y + (size_t)j0 * ldy, ldy, sy, beta, O + (size_t)j0 * ldo, ldo, so, d->B));
     }
     return FSC_OK;
+}
+
+static fsc_status check_core(const fsc_attn_core_dims *c, int ldo, int ldq, int ldk, int ldv, const char *what) {
+    if (c->B <= 0 || c->T <= 0 || c->NH <= 0 || c->KVH <= 0 || c->HS <= 0 || c->NH % c->KVH != 0 ||
+        (size_t)c->B * c->NH > (size_t)INT_MAX)
+        return fsc_error(FSC_ERR_INVALID, "attention %s: bad dimensions B=%d T=%d NH=%d KVH=%d HS=%d (KVH must "
+                         "divide NH)", what, c->B, c->T, c->NH, c->KVH, c->HS);
+    if ((int64_t)c->NH * c->HS > ldq || (int64_t)c->NH * c->HS > ldo || (int64_t)c->KVH * c->HS > ldk ||
+        (int64_t)c->KVH * c->HS > ldv)
+        return fsc_error(FSC_ERR_INVALID, "attention %s: row strides q %d, k %d, v %d, out %d are narrower than "
+                         "the heads (%d and %d kv heads of %d)", what, ldq, ldk, ldv, ldo, c->NH, c->KVH, c->HS);
+    return FSC_OK;
+}
+
+fsc_status fsc_attn_core_forward(fsc_device *dev, const fsc_attn_core_dims *c, float *out, int ldo, const float *q,
+                                 int ldq, const float *k, int ldk, const float *v, int ldv, float *att, float *work) {
+    FSC_TRY(check_core(c, ldo, ldq, ldk, ldv, "forward"));
+    dims d = { c->B, c->T, c->HS, (int64_t)c->NH * c->T * c->T };
+    int64_t T = c->T, rep = c->NH / c->KVH;
+    float scale = 1.0f / sqrtf((float)c->HS);
+    float *pre = work; /* (B, NH, T, T), rows filled up to their block's last column */
+    for (int h = 0; h < c->NH; h++) {
+        size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS;
+        FSC_TRY(scores(dev, &d, pre + (size_t)h * T * T, q + hq, ldq, T * ldq, k + hk, ldk, T * ldk));
+    }
+    FSC_TRY(FSC_K(dev, softmax_causal_forward, att, pre, c->B * c->NH, c->T, scale));
+    for (int h = 0; h < c->NH; h++) { /* out[:, h*HS : (h+1)*HS] = att v */
+        size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS;
+        FSC_TRY(lower_times(dev, &d, out + hq, ldo, T * ldo, att + (size_t)h * T * T, v + hk, ldv, T * ldv));
+    }
+    return FSC_OK;
+}
+
+fsc_status fsc_attn_core_backward(fsc_device *dev, const fsc_attn_core_dims *c, float *dq, float *dk, float *dv,
+                                  const float *dout, int ldo, const float *q, int ldq, const float *k, int ldk,
+                                  const float *v, int ldv, const float *att, float *work) {
+    FSC_TRY(check_core(c, ldo, ldq, ldk, ldv, "backward"));
+    dims d = { c->B, c->T, c->HS, (int64_t)c->NH * c->T * c->T };
+    int64_t T = c->T, rep = c->NH / c->KVH;
+    float scale = 1.0f / sqrtf((float)c->HS);
+    float *datt = work;                                       /* (B, NH, T, T) */
+    float *dpre = work + r64((size_t)c->B * c->NH * T * T);   /* (B, NH, T, T) */
+    for (int h = 0; h < c->NH; h++) {
+        size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS, htt = (size_t)h * T * T;
+        float beta = h % rep ? 1.0f : 0.0f; /* the group's first query head overwrites, the others add */
+        /* datt = dy v^T; dv += att^T dy */
+        FSC_TRY(scores(dev, &d, datt + htt, dout + hq, ldo, T * ldo, v + hk, ldv, T * ldv));
+        FSC_TRY(lower_t_times(dev, &d, dv + hk, ldv, T * ldv, att + htt, dout + hq, ldo, T * ldo, beta));
+    }
+    FSC_TRY(FSC_K(dev, softmax_causal_backward, dpre, datt, att, c->B * c->NH, c->T, scale));
+    for (int h = 0; h < c->NH; h++) {
+        size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS, htt = (size_t)h * T * T;
+        float beta = h % rep ? 1.0f : 0.0f;
+        /* dq = dpre k; dk += dpre^T q */
+        FSC_TRY(lower_times(dev, &d, dq + hq, ldq, T * ldq, dpre + htt, k + hk, ldk, T * ldk));
+        FSC_TRY(lower_t_times(dev, &d, dk + hk, ldk, T * ldk, dpre + htt, q + hq, ldq, T * ldq, beta));
+    }
+    return FSC_OK;
+}
+
+static fsc_attn_core_dims core_of(const fsc_attention_rec *r) {
+    return (fsc_attn_core_dims){ r->B, r->T, r->NH, r->NH, r->C / r->NH };
 }
 
 fsc_status fsc_attention_forward(fsc_device *dev, float *out, fsc_attention_rec *rec, const float *qkv,
                                  float *work) {
     FSC_TRY(check_rec(rec, "forward"));
-    dims d = dims_of(rec);
-    float scale = 1.0f / sqrtf((float)d.HS);
-    float *pre = work; /* (B, NH, T, T), rows filled up to their block's last column */
+    int C = rec->C, ld3 = 3 * C;
     if (qkv != rec->qkv)
-        FSC_TRY(fsc_device_copy(dev, rec->qkv, qkv, (size_t)d.B * d.T * d.ld3 * sizeof(float)));
-    for (int h = 0; h < d.NH; h++) {
-        const float *q = rec->qkv + (size_t)h * d.HS, *k = q + d.C; /* (T, HS) rows of stride 3C */
-        FSC_TRY(scores(dev, &d, pre + (size_t)h * d.T * d.T, q, d.ld3, d.s3, k, d.ld3, d.s3));
-    }
-    FSC_TRY(FSC_K(dev, softmax_causal_forward, rec->att, pre, d.B * d.NH, d.T, scale));
-    for (int h = 0; h < d.NH; h++) { /* out[:, h*HS : (h+1)*HS] = att v */
-        const float *v = rec->qkv + 2 * (size_t)d.C + (size_t)h * d.HS;
-        FSC_TRY(lower_times(dev, &d, out + (size_t)h * d.HS, d.C, d.s1, rec->att + (size_t)h * d.T * d.T, v,
-                            d.ld3, d.s3));
-    }
-    return FSC_OK;
+        FSC_TRY(fsc_device_copy(dev, rec->qkv, qkv, (size_t)rec->B * rec->T * ld3 * sizeof(float)));
+    fsc_attn_core_dims c = core_of(rec);
+    const float *q = rec->qkv;
+    return fsc_attn_core_forward(dev, &c, out, C, q, ld3, q + C, ld3, q + 2 * (size_t)C, ld3, rec->att, work);
 }
 
 fsc_status fsc_attention_backward(fsc_device *dev, float *dqkv, const fsc_attention_rec *rec, const float *dout,
                                   float *work) {
     FSC_TRY(check_rec(rec, "backward"));
-    dims d = dims_of(rec);
-    float scale = 1.0f / sqrtf((float)d.HS);
-    float *datt = work;                                           /* (B, NH, T, T) */
-    float *dpre = work + r64((size_t)d.B * d.NH * d.T * d.T);     /* (B, NH, T, T) */
-    for (int h = 0; h < d.NH; h++) {
-        size_t hs = (size_t)h * d.HS, htt = (size_t)h * d.T * d.T;
-        const float *dy = dout + hs, *v = rec->qkv + 2 * (size_t)d.C + hs;
-        /* datt = dy v^T; dv = att^T dy */
-        FSC_TRY(scores(dev, &d, datt + htt, dy, d.C, d.s1, v, d.ld3, d.s3));
-        FSC_TRY(lower_t_times(dev, &d, dqkv + 2 * (size_t)d.C + hs, d.ld3, d.s3, rec->att + htt, dy, d.C, d.s1));
-    }
-    FSC_TRY(FSC_K(dev, softmax_causal_backward, dpre, datt, rec->att, d.B * d.NH, d.T, scale));
-    for (int h = 0; h < d.NH; h++) {
-        size_t hs = (size_t)h * d.HS, htt = (size_t)h * d.T * d.T;
-        const float *q = rec->qkv + hs, *k = q + d.C;
-        /* dq = dpre k; dk = dpre^T q */
-        FSC_TRY(lower_times(dev, &d, dqkv + hs, d.ld3, d.s3, dpre + htt, k, d.ld3, d.s3));
-        FSC_TRY(lower_t_times(dev, &d, dqkv + d.C + hs, d.ld3, d.s3, dpre + htt, q, d.ld3, d.s3));
-    }
-    return FSC_OK;
+    int C = rec->C, ld3 = 3 * C;
+    fsc_attn_core_dims c = core_of(rec);
+    const float *q = rec->qkv;
+    return fsc_attn_core_backward(dev, &c, dqkv, dqkv + C, dqkv + 2 * (size_t)C, dout, C, q, ld3, q + C, ld3,
+                                  q + 2 * (size_t)C, ld3, rec->att, work);
 }

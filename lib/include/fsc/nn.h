@@ -1,4 +1,5 @@
-/* Modules: the layers of a transformer, each a forward and a backward built from the device kernels.
+/* Modules: the layers of a transformer (GPT-2's and Llama's) and simple ones (MSE), each a forward and a
+ * backward built from the device kernels.
  *
  * A module holds no state. What forward saves for backward goes into a per-call record (fsc_*_rec) that
  * the caller owns, so a pipeline stage can keep several micro-batches in flight and activation
@@ -113,6 +114,138 @@ fsc_status fsc_xent_forward(fsc_device *dev, float *losses, fsc_xent_rec *rec, c
 /* dlogits (N, V), row stride ld = (overwrites) dscale * (softmax - onehot): the gradient of
  * dscale * sum_n losses[n]. */
 fsc_status fsc_xent_backward(fsc_device *dev, float *dlogits, const fsc_xent_rec *rec, float dscale);
+
+/* ---- RMS norm over the last dim (Llama): out = inp / sqrt(mean(inp^2) + eps) * w ------------------- */
+typedef struct {
+    const float *inp; /* (N, C) owned by the caller */
+    float *rstd;      /* (N) saved, memory given to forward */
+    size_t N;
+    int C;
+} fsc_rmsnorm_rec;
+
+fsc_status fsc_rmsnorm_forward(fsc_device *dev, float *out, fsc_rmsnorm_rec *rec, float *rstd, const float *inp,
+                               const float *w, size_t N, int C, float eps);
+/* dinp += (accumulates, as layer norm's); dw += . */
+fsc_status fsc_rmsnorm_backward(fsc_device *dev, float *dinp, float *dw, const fsc_rmsnorm_rec *rec,
+                                const float *dout, const float *w);
+
+/* ---- rotary position embedding (transformers' apply_rotary_pos_emb with rotate_half) ---------------
+ * H heads of D columns in rows of stride ld (row (b, t) at (b T + t) ld), positions t = 0..T-1, inv_freq
+ * theta^(-2i/D) (device_impl.h gives the formula). No record: backward needs only the sizes.
+ * out may be inp; backward: dinp = (overwrites) the transposed rotation of dout, dinp may be dout. */
+fsc_status fsc_rope_forward(fsc_device *dev, float *out, const float *inp, int B, int T, int H, int D, int ld,
+                            float theta);
+fsc_status fsc_rope_backward(fsc_device *dev, float *dinp, const float *dout, int B, int T, int H, int D, int ld,
+                             float theta);
+
+/* ---- SiLU, SwiGLU (silu(gate) * up) and the elementwise product --------------------------------------- */
+typedef struct {
+    const float *a, *b; /* (n) inputs owned by the caller: SiLU's input (b NULL); gate and up; the factors */
+    size_t n;
+} fsc_ew_rec;
+
+fsc_status fsc_silu_forward(fsc_device *dev, float *out, fsc_ew_rec *rec, const float *inp, size_t n);
+/* dinp = (overwrites) silu'(inp) * dout */
+fsc_status fsc_silu_backward(fsc_device *dev, float *dinp, const fsc_ew_rec *rec, const float *dout);
+fsc_status fsc_swiglu_forward(fsc_device *dev, float *out, fsc_ew_rec *rec, const float *gate, const float *up,
+                              size_t n);
+/* dgate, dup = (overwrite) the gradients; dgate may be dout (in place) */
+fsc_status fsc_swiglu_backward(fsc_device *dev, float *dgate, float *dup, const fsc_ew_rec *rec, const float *dout);
+fsc_status fsc_mul_forward(fsc_device *dev, float *out, fsc_ew_rec *rec, const float *a, const float *b, size_t n);
+/* da += dout * b, db += dout * a (either may be NULL) */
+fsc_status fsc_mul_backward(fsc_device *dev, float *da, float *db, const fsc_ew_rec *rec, const float *dout);
+
+/* ---- squared error: losses (N) = sum over the row of (pred - target)^2 ------------------------------- */
+typedef struct {
+    const float *pred, *target; /* (N, C) owned by the caller */
+    size_t N;
+    int C;
+} fsc_mse_rec;
+
+fsc_status fsc_mse_forward(fsc_device *dev, float *losses, fsc_mse_rec *rec, const float *pred,
+                           const float *target, size_t N, int C);
+/* dpred (N, C) = (overwrites) the gradient of dscale * sum_n losses[n] = 2 dscale (pred - target).
+ * Mean squared error over M elements: dscale = 1 / M. */
+fsc_status fsc_mse_backward(fsc_device *dev, float *dpred, const fsc_mse_rec *rec, float dscale);
+
+/* ---- SwiGLU MLP (Llama): out = down(silu(gate(x)) * up(x)), linears without bias --------------------
+ * Weights stored [out, in] as torch's nn.Linear: gate and up (F, C), down (C, F). */
+typedef struct {
+    const float *inp;       /* (N, C) owned by the caller */
+    float *gate, *up, *act; /* (N, F) each: the projections and silu(gate) * up, saved */
+    size_t N;
+    int C, F;
+} fsc_swiglu_mlp_rec;
+
+/* Floats a record keeps: 3 N F (each piece rounded up to 64 floats); scratch of backward: 2 N F (rounded). */
+size_t fsc_swiglu_mlp_saved_floats(size_t N, int F);
+size_t fsc_swiglu_mlp_work_floats(size_t N, int F);
+void fsc_swiglu_mlp_rec_bind(fsc_swiglu_mlp_rec *rec, float *saved, size_t N, int C, int F);
+/* out (N, C) may be NULL: stop once backward's record is complete (recomputation). */
+fsc_status fsc_swiglu_mlp_forward(fsc_device *dev, float *out, fsc_swiglu_mlp_rec *rec, const float *inp,
+                                  const float *w_gate, const float *w_up, const float *w_down);
+/* dinp (N, C) = (overwrites) the input gradient; dw_* += . work: fsc_swiglu_mlp_work_floats. */
+fsc_status fsc_swiglu_mlp_backward(fsc_device *dev, float *dinp, float *dw_gate, float *dw_up, float *dw_down,
+                                   const fsc_swiglu_mlp_rec *rec, const float *dout, const float *w_gate,
+                                   const float *w_up, const float *w_down, float *work);
+
+/* ---- causal self-attention with projections, rotary embeddings and grouped-query heads (Llama) -------
+ *   q = x Wq^T (+ bq), k = x Wk^T (+ bk), v = x Wv^T (+ bv);  q, k rotated (when rope_theta > 0);
+ *   y = softmax_causal(q k^T / sqrt(HS)) v per head, query head h reading kv head h / (NH / KVH)
+ *   (transformers' repeat_kv);   out = y Wo^T (+ bo).
+ * Weights [out, in]: Wq (NH HS, C), Wk and Wv (KVH HS, C), Wo (C, NH HS). Biases may be NULL (Llama has none).
+ * KVH divides NH; KVH = NH is plain multi-head attention. */
+typedef struct {
+    int B, T, C;      /* batch, sequence, model width */
+    int NH, KVH, HS;  /* query heads, key/value heads, head size */
+    float rope_theta; /* 0: no rotary embedding */
+} fsc_self_attn_config;
+
+typedef struct {
+    const float *wq, *wk, *wv, *wo;
+    const float *bq, *bk, *bv, *bo; /* NULL: no bias */
+} fsc_self_attn_params;
+
+typedef struct {
+    float *wq, *wk, *wv, *wo; /* += ; any may be NULL to skip it */
+    float *bq, *bk, *bv, *bo; /* += ; NULL where there is no bias or no gradient wanted */
+} fsc_self_attn_grads;
+
+typedef struct {
+    const float *inp; /* (B, T, C) owned by the caller */
+    float *q;         /* (B, T, NH HS) after the rotation, saved */
+    float *k, *v;     /* (B, T, KVH HS), k after the rotation, saved */
+    float *att;       /* (B, NH, T, T) softmax probabilities, saved (0 above the diagonal) */
+    float *y;         /* (B, T, NH HS) the heads' output, input of the output projection, saved */
+    fsc_self_attn_config cfg;
+} fsc_self_attn_rec;
+
+/* Floats a record keeps: 2 B T NH HS + 2 B T KVH HS + B NH T T (each piece rounded up to 64 floats). */
+size_t fsc_self_attn_saved_floats(const fsc_self_attn_config *cfg);
+/* Scratch of forward and backward: 2 B NH T T + 2 B T NH HS + 2 B T KVH HS (rounded likewise). */
+size_t fsc_self_attn_work_floats(const fsc_self_attn_config *cfg);
+void fsc_self_attn_rec_bind(fsc_self_attn_rec *rec, float *saved, const fsc_self_attn_config *cfg);
+/* out (B, T, C) may be NULL: stop once backward's record is complete (recomputation). */
+fsc_status fsc_self_attn_forward(fsc_device *dev, float *out, fsc_self_attn_rec *rec, const float *inp,
+                                 const fsc_self_attn_params *p, float *work);
+/* dinp (B, T, C) = (overwrites) the input gradient; g: parameter gradients (+=). */
+fsc_status fsc_self_attn_backward(fsc_device *dev, float *dinp, const fsc_self_attn_grads *g,
+                                  const fsc_self_attn_rec *rec, const float *dout, const fsc_self_attn_params *p,
+                                  float *work);
+
+/* The attention core that both attentions share (attention.c), on views: rows of stride ldq/ldk/ldv/ldo,
+ * sequences of T rows one after another; query head h at column h HS of q and out, kv head g at column
+ * g HS of k and v; h reads g = h / (NH / KVH). att (B, NH, T, T) receives the probabilities; work holds
+ * 2 B NH T T floats (rounded to 64 each). Backward overwrites dq, dk, dv (a kv head's gradient sums its
+ * query heads in ascending order). */
+typedef struct {
+    int B, T, NH, KVH, HS;
+} fsc_attn_core_dims;
+fsc_status fsc_attn_core_forward(fsc_device *dev, const fsc_attn_core_dims *d, float *out, int ldo, const float *q,
+                                 int ldq, const float *k, int ldk, const float *v, int ldv, float *att, float *work);
+fsc_status fsc_attn_core_backward(fsc_device *dev, const fsc_attn_core_dims *d, float *dq, float *dk, float *dv,
+                                  const float *dout, int ldo, const float *q, int ldq, const float *k, int ldk,
+                                  const float *v, int ldv, const float *att, float *work);
 
 /* ---- pre-LayerNorm transformer block (GPT-2) -------------------------------------------------------
  *   res2 = x + c_proj(attention(c_attn(ln_1(x))));   out = res2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(res2))))

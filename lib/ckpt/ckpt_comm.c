@@ -70,7 +70,7 @@ fsc_status ck_gather_recs(fsc_engine *e, const ck_rec *mine, int n, ck_rec **out
 }
 
 const fsc_param_info *ck_info(const fsc_engine *e, int t) {
-    return e->tpm ? fsc_tp_engine_full_info(e, t) : &e->m->info[t];
+    return fsc_engine_full_info(e, t);
 }
 
 static int cmp_holding(const void *a, const void *b) {
@@ -80,23 +80,7 @@ static int cmp_holding(const void *a, const void *b) {
 }
 
 fsc_status ck_holdings(fsc_engine *e, fsc_holding **out, int *n) {
-    *out = NULL;
-    *n = 0;
-    if (!e->st->holdings)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "checkpoint: the %s strategy does not declare what each rank holds",
-                         e->st->name);
-    FSC_TRY(e->st->holdings(e, out, n));
-    if (e->tpm) { /* the slices' holdings as runs of the full tensors */
-        fsc_holding *g = NULL;
-        int ng = 0;
-        fsc_status s = fsc_tp_engine_holdings(e, *out, *n, &g, &ng);
-        free(*out);
-        *out = NULL;
-        *n = 0;
-        FSC_TRY(s);
-        *out = g;
-        *n = ng;
-    }
+    FSC_TRY(fsc_engine_holdings(e, out, n)); /* element ranges of the full tensors */
     qsort(*out, (size_t)*n, sizeof **out, cmp_holding);
     return FSC_OK;
 }

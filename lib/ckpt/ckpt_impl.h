@@ -55,9 +55,11 @@ typedef struct {
 /* Collective: every rank's records, rank-major, on every rank (*out malloc'd). */
 fsc_status ck_gather_recs(fsc_engine *e, const ck_rec *mine, int n, ck_rec **out, int *nout);
 /* This rank's holdings (array from malloc) in the checkpoint's coordinates: element ranges of the full
- * tensors (with tensor parallelism one per contiguous run of a slice, fsc_tp_engine_holdings), sorted by
+ * tensors (with tensor parallelism one per contiguous run of a slice, fsc_engine_holdings), sorted by
  * (tensor, first); FSC_ERR_UNSUPPORTED if the strategy declares none. */
 fsc_status ck_holdings(fsc_engine *e, fsc_holding **out, int *n);
+/* The engine's model configuration (model.h's config; "{}" without one) as compact JSON, *out from malloc. */
+fsc_status ck_model_config(const fsc_engine *e, char **out);
 /* In holdings sorted by (tensor, first): the index of the first with (tensor, first) >= (t, first). */
 int ck_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first);
 /* Tensor t as the checkpoint stores it: the full tensor (with tensor parallelism not this rank's slice). */

@@ -38,18 +38,21 @@ static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
 static fsc_status check_compat(loader *L) {
     const fsc_engine *e = L->e;
     const fsc_ckpt_meta *m = L->m;
-    const fsc_gpt_config *a = &m->model, *b = &e->cfg;
-    if (a->layers != b->layers || a->dim != b->dim || a->heads != b->heads || a->seq != b->seq || a->vocab != b->vocab)
-        return fsc_error(FSC_ERR_INVALID, "%s: written for a model of %d layers, width %d, %d heads, context %d, "
-                         "vocab %d; this engine's model has %d, %d, %d, %d, %d", L->path, a->layers, a->dim, a->heads,
-                         a->seq, a->vocab, b->layers, b->dim, b->heads, b->seq, b->vocab);
-    /* MoE: the experts and the blocks that hold them (top-k, capacity and the load-balancing coefficient are
-     * hyperparameters, as the learning rate: a run may resume with others) */
-    int ea = a->moe_experts, eb = b->moe_experts, na = ea ? (a->moe_every ? a->moe_every : 1) : 0,
-        nb = eb ? (b->moe_every ? b->moe_every : 1) : 0;
-    if (ea != eb || na != nb)
-        return fsc_error(FSC_ERR_INVALID, "%s: written for a model with %d experts (moe_every %d; 0: dense); this "
-                         "engine's model has %d experts (moe_every %d)", L->path, ea, na, eb, nb);
+    /* the model's configuration: the model judges (config_check), or the texts must be equal */
+    const char *rec = m->model_config ? m->model_config : "{}";
+    if (e->m->ops->config_check) {
+        fsc_status s = e->m->ops->config_check(e->m->ctx, rec);
+        if (s != FSC_OK) return fsc_error_prefix(s, "%s", L->path);
+    } else {
+        char *own = NULL;
+        FSC_TRY(ck_model_config(e, &own));
+        int same = !strcmp(own, rec);
+        if (!same)
+            fsc_error(FSC_ERR_INVALID, "%s: written for a model of configuration %.300s; this engine's model has "
+                      "%.300s", L->path, rec, own);
+        free(own);
+        if (!same) return FSC_ERR_INVALID;
+    }
     if (m->optim.kind != e->oc.kind)
         return fsc_error(FSC_ERR_INVALID, "%s: written with optimizer %s; this engine uses %s", L->path,
                          m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd", e->oc.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");

@@ -34,6 +34,40 @@ void ck_global_name(char *buf, size_t cap, fsc_optim_kind kind, int state, const
 
 static cJSON *num(double v) { return cJSON_CreateNumber(v); }
 
+fsc_status ck_model_config(const fsc_engine *e, char **out) {
+    enum { CAP = 1 << 16 };
+    *out = NULL;
+    char *buf = malloc(CAP);
+    if (!buf) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
+    snprintf(buf, CAP, "{}");
+    if (e->m->ops->config) e->m->ops->config(e->m->ctx, buf, CAP);
+    cJSON *o = cJSON_Parse(buf);
+    char *t = cJSON_IsObject(o) ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    fsc_status s = t ? FSC_OK : fsc_error(FSC_ERR_INVALID, "checkpoint: the model's configuration is not a JSON "
+                                          "object: %.200s", buf);
+    free(buf);
+    *out = t;
+    return s;
+}
+
+/* A metadata without the model's configuration text (built by hand): the GPT's fields. */
+static void write_gpt_model(cJSON *root, const fsc_gpt_config *c) {
+    cJSON *mo = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddNumberToObject(mo, "layers", c->layers);
+    cJSON_AddNumberToObject(mo, "dim", c->dim);
+    cJSON_AddNumberToObject(mo, "heads", c->heads);
+    cJSON_AddNumberToObject(mo, "seq", c->seq);
+    cJSON_AddNumberToObject(mo, "vocab", c->vocab);
+    if (c->moe_experts) { /* MoE models only: a dense model's metadata stays as it was */
+        cJSON_AddNumberToObject(mo, "moe_experts", c->moe_experts);
+        cJSON_AddNumberToObject(mo, "moe_top_k", c->moe_top_k);
+        cJSON_AddNumberToObject(mo, "moe_every", c->moe_every);
+        cJSON_AddNumberToObject(mo, "moe_capacity", c->moe_capacity);
+        cJSON_AddNumberToObject(mo, "moe_aux", c->moe_aux);
+    }
+}
+
 char *ck_meta_json(const fsc_ckpt_meta *m) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
@@ -45,19 +79,14 @@ char *ck_meta_json(const fsc_ckpt_meta *m) {
     cJSON_AddNumberToObject(root, "step", (double)m->step);
     cJSON_AddNumberToObject(root, "optim_steps", (double)m->optim_steps);
     cJSON_AddStringToObject(root, "seed", seed);
-    cJSON *mo = cJSON_AddObjectToObject(root, "model");
-    cJSON_AddNumberToObject(mo, "layers", m->model.layers);
-    cJSON_AddNumberToObject(mo, "dim", m->model.dim);
-    cJSON_AddNumberToObject(mo, "heads", m->model.heads);
-    cJSON_AddNumberToObject(mo, "seq", m->model.seq);
-    cJSON_AddNumberToObject(mo, "vocab", m->model.vocab);
-    if (m->model.moe_experts) { /* MoE models only: a dense model's metadata stays as it was */
-        cJSON_AddNumberToObject(mo, "moe_experts", m->model.moe_experts);
-        cJSON_AddNumberToObject(mo, "moe_top_k", m->model.moe_top_k);
-        cJSON_AddNumberToObject(mo, "moe_every", m->model.moe_every);
-        cJSON_AddNumberToObject(mo, "moe_capacity", m->model.moe_capacity);
-        cJSON_AddNumberToObject(mo, "moe_aux", m->model.moe_aux);
+    cJSON *mc = m->model_config ? cJSON_Parse(m->model_config) : NULL;
+    if (cJSON_IsObject(mc)) { /* the model's own configuration */
+        cJSON_AddItemToObject(root, "model", mc);
+        mc = NULL;
+    } else { /* none given: the GPT's fields */
+        write_gpt_model(root, &m->model);
     }
+    cJSON_Delete(mc);
     cJSON *op = cJSON_AddObjectToObject(root, "optimizer");
     cJSON_AddStringToObject(op, "kind", m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
     cJSON_AddNumberToObject(op, "lr", m->optim.lr);
@@ -201,12 +230,16 @@ static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
 
     const cJSON *mo = field(root, "model");
     FSC_TRY(need_obj(r, mo, "model"));
-    FSC_TRY(get_i32(r, mo, "model", "layers", 1, &m->model.layers));
-    FSC_TRY(get_i32(r, mo, "model", "dim", 1, &m->model.dim));
-    FSC_TRY(get_i32(r, mo, "model", "heads", 1, &m->model.heads));
-    FSC_TRY(get_i32(r, mo, "model", "seq", 1, &m->model.seq));
-    FSC_TRY(get_i32(r, mo, "model", "vocab", 1, &m->model.vocab));
-    if (field(mo, "moe_experts")) { /* written for MoE models only */
+    if (!(m->model_config = cJSON_PrintUnformatted(mo)))
+        return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for the model configuration", r->what);
+    if (field(mo, "layers")) { /* the built-in GPT's fields */
+        FSC_TRY(get_i32(r, mo, "model", "layers", 1, &m->model.layers));
+        FSC_TRY(get_i32(r, mo, "model", "dim", 1, &m->model.dim));
+        FSC_TRY(get_i32(r, mo, "model", "heads", 1, &m->model.heads));
+        FSC_TRY(get_i32(r, mo, "model", "seq", 1, &m->model.seq));
+        FSC_TRY(get_i32(r, mo, "model", "vocab", 1, &m->model.vocab));
+    }
+    if (field(mo, "layers") && field(mo, "moe_experts")) { /* written for MoE models only */
         FSC_TRY(get_i32(r, mo, "model", "moe_experts", 0, &m->model.moe_experts));
         FSC_TRY(get_i32(r, mo, "model", "moe_top_k", 0, &m->model.moe_top_k));
         FSC_TRY(get_i32(r, mo, "model", "moe_every", 0, &m->model.moe_every));
@@ -461,6 +494,7 @@ fsc_status fsc_ckpt_meta_read(const char *path, fsc_ckpt_meta **out) {
 
 void fsc_ckpt_meta_free(fsc_ckpt_meta *m) {
     if (!m) return;
+    free(m->model_config);
     for (int i = 0; i < m->ntensors; i++) free(m->tensors[i].pieces);
     free(m->tensors);
     free(m->files);

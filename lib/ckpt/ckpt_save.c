@@ -108,12 +108,12 @@ static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, in
 
 /* ---- the metadata ---- */
 
-static void meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_ckpt_format fmt) {
+static fsc_status meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_ckpt_format fmt) {
     m->format = fmt;
     m->step = step;
     m->optim_steps = fsc_optim_steps(e->opt);
     m->seed = e->seed;
-    m->model = e->cfg;
+    FSC_TRY(ck_model_config(e, &m->model_config));
     m->optim = e->oc;
     if (m->optim.kind == FSC_OPT_ADAMW && m->optim.beta1 == 0.0f && m->optim.beta2 == 0.0f && m->optim.eps == 0.0f) {
         m->optim.beta1 = 0.9f; /* the defaults fsc_optim_create fills in for an all-zero AdamW */
@@ -131,6 +131,7 @@ static void meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_ckpt_fo
     m->clip = e->po.clip;
     m->scaler_enabled = e->use_scaler;
     m->scaler = e->scaler;
+    return FSC_OK;
 }
 
 /* Rank 0: the metadata of the gathered records (sorted by tensor, first). Sharded: file of rank r is
@@ -329,8 +330,8 @@ static fsc_status save_in(fsc_engine *e, const char *dir, const char *tmp, const
         m = calloc(1, sizeof *m);
         if (!m) s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
         if (s == FSC_OK) {
-            meta_head(e, m, step, o->format);
-            s = meta_build(e, m, all, nall, nstates, fcrc);
+            s = meta_head(e, m, step, o->format);
+            if (s == FSC_OK) s = meta_build(e, m, all, nall, nstates, fcrc);
         }
         if (s == FSC_OK) s = finish(e, m, dir, tmp, final, o);
     }

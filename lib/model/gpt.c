@@ -128,6 +128,8 @@ fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *ou
         snprintf(out->name, sizeof out->name, "wte.weight");
         set_shape(out, 2, V, C);
         out->layer = 0;
+        out->nusers = 1; /* tied: the head's output projection */
+        out->users[0] = L + 1;
     } else if (i == FSC_P_WPE) {
         snprintf(out->name, sizeof out->name, "wpe.weight");
         set_shape(out, 2, T, C);

@@ -166,18 +166,18 @@ static fsc_status gather_experts(fsc_engine *e, ddp_state *d, int i, int *n_out,
     *n_out = 1;
     const fsc_param_info *pi = &e->m->info[i];
     if (!e->ep_data || pi->expert != 0 || e->m->info[i - 1].expert >= 0) return FSC_OK; /* not the block's first */
-    int first, count, E = e->cfg.moe_experts;
-    fsc_gpt_local_experts(e->m, &first, &count);
+    int first, count, E = e->m->n_experts, k = 0; /* k: tensors per expert, the same for each */
+    fsc_engine_local_experts(e, &first, &count);
     size_t per = 0;
-    for (int t = 0; t < 4; t++) per += e->m->info[i + t].numel;
+    for (; i + k < e->m->n_tensors && e->m->info[i + k].expert == 0; k++) per += e->m->info[i + k].numel;
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)E * per * sizeof(float), (void **)buf));
-    fsc_status s = fsc_comm_all_gather(e->ep_comm, d->master + d->off[i + 4 * first], *buf, (size_t)count * per, FSC_F32);
+    fsc_status s = fsc_comm_all_gather(e->ep_comm, d->master + d->off[i + k * first], *buf, (size_t)count * per, FSC_F32);
     if (s != FSC_OK) {
         fsc_device_release(e->dev, *buf);
         *buf = NULL;
         return s;
     }
-    *n_out = 4 * E;
+    *n_out = k * E;
     return FSC_OK;
 }
 
@@ -237,7 +237,7 @@ static fsc_status ddp_load_full(fsc_engine *e, fsc_st_file *f) {
  * in their expert group (data rank r is expert rank r % G). */
 static int holder(const fsc_engine *e, int i, int r) {
     if (!e->ep_data || e->m->info[i].expert < 0) return 1;
-    int G = fsc_comm_size(e->ep_comm), per = e->cfg.moe_experts / G;
+    int G = fsc_comm_size(e->ep_comm), per = e->m->n_experts / G;
     return e->m->info[i].expert / per == r % G;
 }
 

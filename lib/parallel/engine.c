@@ -36,8 +36,15 @@ int fsc_engine_holds(const fsc_engine *e, int i) {
     if (l < e->lf || l > e->ll) return 0;
     if (x < 0 || !e->ep_comm) return 1;
     int first, count; /* expert parallelism: this rank's experts only */
-    fsc_gpt_local_experts(e->m, &first, &count);
+    fsc_engine_local_experts(e, &first, &count);
     return x >= first && x < first + count;
+}
+
+void fsc_engine_local_experts(const fsc_engine *e, int *first, int *count) {
+    const int E = e->m->n_experts;
+    const int G = e->ep_comm ? fsc_comm_size(e->ep_comm) : 1, r = e->ep_comm ? fsc_comm_rank(e->ep_comm) : 0;
+    *first = r * (E / G);
+    *count = E / G;
 }
 
 void fsc_engine_held_range(const fsc_engine *e, int *t0, int *t1) {
@@ -67,7 +74,7 @@ fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t
             size_t k = t_off + numel - (first + done);
             if (k > n - done) k = n - done;
             if (k > CHUNK) k = CHUNK;
-            e->mo->init_values(e, t, in_t, k, host);
+            e->m->ops->init_values(e->m->ctx, e->seed, t, in_t, k, host);
             s = fsc_device_upload(e->dev, dst + done, host, k * sizeof(float));
             done += k;
         }
@@ -185,8 +192,8 @@ static fsc_status hook_post_bwd(void *ctx, int l) {
     return e->st->post_backward ? e->st->post_backward(e, l) : FSC_OK;
 }
 
-fsc_gpt_hooks fsc_engine_hooks(fsc_engine *e) {
-    return (fsc_gpt_hooks){ e, hook_pre_fwd, hook_post_fwd, hook_pre_bwd, hook_post_bwd };
+fsc_model_hooks fsc_engine_hooks(fsc_engine *e) {
+    return (fsc_model_hooks){ e, hook_pre_fwd, hook_post_fwd, hook_pre_bwd, hook_post_bwd };
 }
 
 static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_parallel_opts *po,
@@ -222,8 +229,8 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
 }
 
 /* world = dp x tp x pp in the options' rank order, with clear messages. */
-static fsc_status make_layout(const fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
-                              fsc_layout *l) {
+static fsc_status make_layout(const fsc_rank *r, const fsc_parallel_opts *po, fsc_engine_tp_check tp_check,
+                              const void *arg, fsc_layout *l) {
     if (po->tp < 0) return fsc_error(FSC_ERR_INVALID, "tp (tensor-parallel ranks) must be >= 1, not %d", po->tp);
     const int tp = po->tp > 1 ? po->tp : 1, pp = fsc_pipe_stages(po);
     int order[3];
@@ -231,25 +238,27 @@ static fsc_status make_layout(const fsc_rank *r, const fsc_gpt_config *cfg, cons
     if (r->world % (tp * pp) != 0)
         return fsc_error(FSC_ERR_INVALID, "a world of %d ranks does not split into tp %d x pp %d (world = dp x tp x "
                          "pp)", r->world, tp, pp);
-    if (tp > 1) FSC_TRY(fsc_tp_check_config(cfg, tp));
+    if (tp > 1 && !tp_check)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallelism (tp %d) runs the built-in GPT only "
+                         "(fsc_engine_create), not yet a model of model.h", tp);
+    if (tp > 1) FSC_TRY(tp_check(arg, tp));
     return fsc_layout_make_ordered(r->world, tp, 0, pp, order, r->rank, l);
 }
 
-fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
-                             const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
+fsc_status fsc_engine_new(fsc_rank *r, int n_layers, int n_experts, const fsc_parallel_opts *po,
+                          const fsc_optim_config *oc, uint64_t seed, fsc_engine_tp_check tp_check,
+                          const void *tp_arg, fsc_engine **out) {
     *out = NULL;
-    FSC_TRY(fsc_gpt_config_validate(cfg));
-    FSC_TRY(fsc_pipe_validate(r, cfg, po));
+    FSC_TRY(fsc_pipe_validate(r, n_layers, po));
     fsc_layout lay;
-    FSC_TRY(make_layout(r, cfg, po, &lay));
+    FSC_TRY(make_layout(r, po, tp_check, tp_arg, &lay));
     FSC_TRY(validate(r, &lay, po, oc));
-    FSC_TRY(fsc_ep_validate(&lay, cfg, po));
+    FSC_TRY(fsc_ep_validate(&lay, n_experts, po));
     fsc_engine *e = calloc(1, sizeof(*e));
     if (!e) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
     e->r = r;
     e->dev = r->dev;
     e->comm = r->comm;
-    e->cfg = *cfg;
     e->lay = lay;
     e->po = *po;
     e->po.order = NULL; /* parsed into lay.order; the caller's string need not outlive the engine */
@@ -265,22 +274,49 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     e->use_scaler = po->param_dtype == FSC_F16 || po->reduce_dtype == FSC_F16;
     fsc_loss_scaler_init(&e->scaler, po->init_loss_scale > 0 ? po->init_loss_scale : 65536.0f, 2000);
     e->lf = 0;
-    e->ll = cfg->layers + 1;
-    e->mo = &fsc_gpt_model_ops;
-    fsc_status s = lay.tp > 1 ? fsc_tp_engine_create(e) : fsc_gpt_create(e->dev, cfg, &e->m);
-    if (s == FSC_OK) s = make_offsets(e);
-    if (s == FSC_OK) s = fsc_optim_create(e->dev, oc, &e->opt);
+    e->ll = n_layers - 1;
+    *out = e;
+    return FSC_OK;
+}
+
+/* Replicas of the tied tensors this rank uses but does not own (a pipeline stage with a user layer and not
+ * the owner), initialized as the owner's, with the model's param pointing at them. */
+static fsc_status make_tied_copies(fsc_engine *e) {
+    const fsc_model *m = e->m;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const fsc_param_info *pi = &m->info[i];
+        if (!pi->nusers || fsc_engine_holds(e, i)) continue;
+        int used = 0;
+        for (int l = e->lf; l <= e->ll && !used; l++) used = fsc_param_used_by(pi, l);
+        if (!used) continue;
+        if (!e->tied_copy && !(e->tied_copy = calloc((size_t)m->n_tensors, sizeof *e->tied_copy)))
+            return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
+        FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, pi->numel * sizeof(float), (void **)&e->tied_copy[i]));
+        FSC_TRY(fsc_engine_init_range(e, e->tied_copy[i], fsc_engine_tensor_offset(e, i), pi->numel));
+        m->param[i] = e->tied_copy[i];
+    }
+    return FSC_OK;
+}
+
+fsc_status fsc_engine_finish(fsc_engine *e) {
+    fsc_status s = make_offsets(e);
+    if (s == FSC_OK) s = fsc_optim_create(e->dev, &e->oc, &e->opt);
     if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
     if (s == FSC_OK) s = fsc_ep_create(e);
     if (s == FSC_OK) s = e->st->setup(e);
     if (s == FSC_OK) s = e->tpm ? fsc_tp_engine_after_setup(e) : fsc_pipe_after_setup(e);
-    if (s == FSC_OK && e->ll == cfg->layers + 1 && e->lf > 0) {
-        /* the tied head on a stage without the embedding: a replica of wte */
-        size_t n = e->m->info[FSC_P_WTE].numel;
-        s = fsc_device_alloc(e->dev, FSC_TAG_PARAMS, n * sizeof(float), (void **)&e->wte_copy);
-        if (s == FSC_OK) s = fsc_engine_init_range(e, e->wte_copy, 0, n);
-        e->m->param[FSC_P_WTE] = e->wte_copy;
-    }
+    if (s == FSC_OK) s = make_tied_copies(e);
+    return s;
+}
+
+fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel_opts *po,
+                                   const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
+    *out = NULL;
+    FSC_TRY(fsc_model_validate(m));
+    fsc_engine *e;
+    FSC_TRY(fsc_engine_new(r, m->n_layers, m->n_experts, po, oc, seed, NULL, NULL, &e));
+    e->m = m;
+    fsc_status s = fsc_engine_finish(e);
     if (s != FSC_OK) {
         fsc_engine_free(e);
         return s;
@@ -289,7 +325,7 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     return FSC_OK;
 }
 
-fsc_gpt *fsc_engine_model(fsc_engine *e) { return e->m; }
+fsc_model *fsc_engine_model(fsc_engine *e) { return e->m; }
 const fsc_layout *fsc_engine_layout(const fsc_engine *e) { return &e->lay; }
 
 const char *fsc_group_kind_name(fsc_group_kind g) {
@@ -337,11 +373,10 @@ void fsc_engine_reset_comm_stats(fsc_engine *e) {
 
 static fsc_status ensure_acts(fsc_engine *e, int B) {
     if (e->acts && e->acts_B == B) return FSC_OK;
-    if (e->acts) e->mo->acts_free(e, e->acts);
+    if (e->acts) e->m->ops->acts_free(e->m->ctx, e->acts);
     e->acts = NULL;
-    fsc_gpt_acts_opts o = { .B = B, .T = e->cfg.seq, .first = e->lf, .last = e->ll,
-                            .checkpoint = e->po.checkpoint };
-    FSC_TRY(e->mo->acts_create(e, &o, &e->acts));
+    fsc_model_acts_opts o = { .B = B, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
+    FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, &e->acts));
     e->acts_B = B;
     return FSC_OK;
 }
@@ -375,7 +410,13 @@ static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, doub
 
 fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
                            int global_batch, fsc_step_info *info) {
-    const int T = e->cfg.seq, K = e->po.accum;
+    return fsc_engine_step_model(e, tokens, targets, local_batch, global_batch, info);
+}
+
+fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
+                                 int global_batch, fsc_step_info *info) {
+    const fsc_model *m = e->m;
+    const int T = m->loss_terms, K = e->po.accum;
     if (local_batch < 1 || local_batch % K != 0)
         return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
                          local_batch, K);
@@ -384,36 +425,37 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
                          local_batch);
     const int mb = local_batch / K;
     if (!e->pipe) FSC_TRY(ensure_acts(e, mb));
-    /* MoE: the load-balancing losses, drops and assignments of this rank's micro-batches (the GPT of gpt.h
-     * runs them: MoE models refuse tensor parallelism and pipelines) */
+    /* auxiliary statistics (MoE: the load-balancing losses, drops and assignments) of this rank's micro-batches
+     * (models with them refuse pipelines) */
     double moe[3] = { 0, 0, 0 }, moe_total[3] = { 0, 0, 0 };
-    fsc_gpt_hooks hooks = fsc_engine_hooks(e);
+    const int aux = m->ops->aux_stats != NULL;
+    fsc_model_hooks hooks = fsc_engine_hooks(e);
     float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
     float dscale = loss_scale / ((float)global_batch * (float)T);
     double loss_local = 0, total = 0;
     if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
-    if (e->pipe) FSC_TRY(fsc_pipe_run(e, tokens, targets, mb, dscale, &total));
+    if (e->pipe) FSC_TRY(fsc_pipe_run(e, inputs, targets, mb, dscale, &total));
     for (int k = 0; k < K && !e->pipe; k++) {
         e->micro = k;
         e->sync = !e->po.no_sync || k == K - 1;
-        const int32_t *tok = tokens + (size_t)k * mb * T;
-        const int32_t *tgt = targets + (size_t)k * mb * T;
-        FSC_TRY(e->mo->set_batch(e, e->acts, tok, tgt));
+        const char *in = (const char *)inputs + (size_t)k * mb * m->sample_input_bytes;
+        const char *tg = (const char *)targets + (size_t)k * mb * m->sample_target_bytes;
+        FSC_TRY(m->ops->set_batch(m->ctx, e->acts, in, tg));
         double ls = 0;
-        FSC_TRY(e->mo->forward(e, e->acts, &hooks, &ls));
+        FSC_TRY(m->ops->forward(m->ctx, e->acts, &hooks, &ls));
         loss_local += ls;
-        if (e->cfg.moe_experts) {
-            fsc_moe_stats ms;
-            fsc_gpt_acts_moe_stats((const fsc_gpt_acts *)e->acts, &ms);
-            moe[0] += ms.aux_loss, moe[1] += (double)ms.assigned, moe[2] += (double)ms.dropped;
+        if (aux) {
+            fsc_model_aux ms = { 0 };
+            m->ops->aux_stats(m->ctx, e->acts, &ms);
+            moe[0] += ms.aux_loss, moe[1] += ms.assigned, moe[2] += ms.dropped;
         }
-        FSC_TRY(e->mo->backward(e, e->acts, &hooks, dscale));
+        FSC_TRY(m->ops->backward(m->ctx, e->acts, &hooks, dscale));
     }
     if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
 
     fsc_step_info si = { 0 };
-    if (!e->pipe && !e->cfg.moe_experts) FSC_TRY(sum_over_ranks(e, &loss_local, 1, &total));
-    if (!e->pipe && e->cfg.moe_experts) {
+    if (!e->pipe && !aux) FSC_TRY(sum_over_ranks(e, &loss_local, 1, &total));
+    if (!e->pipe && aux) {
         double local[4] = { loss_local, moe[0], moe[1], moe[2] }, sums[4];
         FSC_TRY(sum_over_ranks(e, local, 4, sums));
         total = sums[0];
@@ -459,23 +501,43 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
 /* Every rank returns the lowest failing rank's verdict, so no rank continues alone after a failed save. */
 static fsc_status agree(fsc_engine *e, fsc_status mine) { return fsc_comm_agree(e->r->comm, e->dev, mine); }
 
-/* Tensor i as a weights file holds it: with tensor parallelism the full tensor, not this rank's slice. */
-static const fsc_param_info *full_info(const fsc_engine *e, int i) {
+const fsc_param_info *fsc_engine_full_info(const fsc_engine *e, int i) {
     return e->tpm ? fsc_tp_engine_full_info(e, i) : &e->m->info[i];
 }
+
+fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    if (!e->st->holdings)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "checkpoint: the %s strategy does not declare what each rank holds",
+                         e->st->name);
+    FSC_TRY(e->st->holdings(e, out, n));
+    if (!e->tpm) return FSC_OK;
+    fsc_holding *g = NULL; /* the slices' holdings as runs of the full tensors */
+    int ng = 0;
+    fsc_status s = fsc_tp_engine_holdings(e, *out, *n, &g, &ng);
+    free(*out);
+    *out = NULL;
+    *n = 0;
+    FSC_TRY(s);
+    *out = g;
+    *n = ng;
+    return FSC_OK;
+}
+
 
 /* Pipelines and tensor parallelism: collective, the full parameters (fsc_engine_full_params) written by the
  * rank with w. */
 static fsc_status write_from_full(fsc_engine *e, fsc_st_writer *w) {
     size_t P = 0;
-    for (int i = 0; i < e->m->n_tensors; i++) P += full_info(e, i)->numel;
+    for (int i = 0; i < e->m->n_tensors; i++) P += fsc_engine_full_info(e, i)->numel;
     float *host = NULL;
     if (w && !(host = malloc(P * sizeof(float))))
         return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory to save %zu parameters", P);
     fsc_status s = fsc_engine_full_params(e, host);
     size_t off = 0;
-    for (int i = 0; i < e->m->n_tensors && s == FSC_OK && w; off += full_info(e, i)->numel, i++)
-        s = fsc_st_writer_write(w, i, host + off, 0, full_info(e, i)->numel);
+    for (int i = 0; i < e->m->n_tensors && s == FSC_OK && w; off += fsc_engine_full_info(e, i)->numel, i++)
+        s = fsc_st_writer_write(w, i, host + off, 0, fsc_engine_full_info(e, i)->numel);
     free(host);
     return s;
 }
@@ -485,9 +547,9 @@ fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
     fsc_status s = FSC_OK;
     if (e->r->rank == 0) {
         s = fsc_st_writer_open(path, &w);
-        if (s == FSC_OK) s = fsc_st_writer_meta(w, "format", "pt"); /* as fsc_gpt_save: HF loaders require it */
+        if (s == FSC_OK) s = fsc_st_writer_meta(w, "format", "pt"); /* Hugging Face's loaders require it */
         for (int i = 0; s == FSC_OK && i < e->m->n_tensors; i++) {
-            const fsc_param_info *pi = full_info(e, i);
+            const fsc_param_info *pi = fsc_engine_full_info(e, i);
             s = fsc_st_writer_add(w, pi->name, FSC_F32, pi->ndim, pi->shape);
         }
         if (s == FSC_OK) s = fsc_st_writer_begin_data(w);
@@ -503,10 +565,33 @@ fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
     return agree(e, s);
 }
 
+/* Every tensor of the model is in f with dtype F32 and its shape (entries the model does not declare, such
+ * as Hugging Face's buffers, are ignored). */
+static fsc_status check_weights(const fsc_engine *e, const fsc_st_file *f, const char *path) {
+    for (int i = 0; i < e->m->n_tensors; i++) {
+        const fsc_param_info *p = fsc_engine_full_info(e, i);
+        const fsc_st_entry *en = fsc_st_find(f, p->name);
+        if (!en) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is missing", path, p->name);
+        if (en->dtype != FSC_F32)
+            return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects F32", path, p->name,
+                             fsc_dtype_name(en->dtype));
+        int same = en->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = en->shape[d] == p->shape[d];
+        if (!same) {
+            char have[96], want[96];
+            fsc_shape_str(have, sizeof have, en->ndim, en->shape);
+            fsc_shape_str(want, sizeof want, p->ndim, p->shape);
+            return fsc_error(FSC_ERR_FORMAT, "%s: %s has shape %s but the model expects %s", path, p->name, have,
+                             want);
+        }
+    }
+    return FSC_OK;
+}
+
 fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
     fsc_st_file *f = NULL;
-    fsc_status s = fsc_gpt_check_file(&e->cfg, path);
-    if (s == FSC_OK) s = fsc_st_open(path, &f);
+    fsc_status s = fsc_st_open(path, &f);
+    if (s == FSC_OK) s = check_weights(e, f, path);
     s = agree(e, s);
     if (s == FSC_OK) s = agree(e, e->tpm ? fsc_tp_engine_load(e, f) : e->st->load_full(e, f));
     if (s == FSC_OK && e->tpm) s = agree(e, e->st->after_load ? e->st->after_load(e) : FSC_OK);
@@ -524,11 +609,12 @@ void fsc_engine_free(fsc_engine *e) {
     if (e->st && e->st->destroy) e->st->destroy(e);
     fsc_ep_free(e);
     fsc_pipe_free(e); /* after the strategy: its groups were split from the data group */
-    if (e->acts) e->mo->acts_free(e, e->acts);
-    if (e->wte_copy) fsc_device_release(e->dev, e->wte_copy);
+    if (e->acts) e->m->ops->acts_free(e->m->ctx, e->acts);
+    for (int i = 0; e->tied_copy && i < e->m->n_tensors; i++) fsc_device_release(e->dev, e->tied_copy[i]);
+    free(e->tied_copy);
     fsc_optim_free(e->opt);
     if (e->tpm) fsc_tp_engine_free(e);
-    else fsc_gpt_free(e->m);
+    if (e->own_model) fsc_model_free(e->m);
     free(e->toff);
     free(e->gsegs);
     free(e->glens);

@@ -48,27 +48,6 @@ typedef struct {
     void (*destroy)(fsc_engine *e);
 } fsc_strategy;
 
-/* The model the engine runs (e->mo): the GPT of gpt.h (engine_model.c), or with tensor parallelism the
- * tensor-parallel GPT (lib/tp/tp_engine.c), whose slices the strategies see as e->m (local shapes under the
- * full tensors' names, param/grad/dwte_head shared with the running model). A record holds one
- * micro-batch's activations for layers [first, last] with gpt.h's contract; it is opaque here. */
-typedef struct fsc_model_acts fsc_model_acts;
-enum { FSC_STREAM_INPUT = 0, FSC_STREAM_OUTPUT, FSC_STREAM_GRAD_OUTPUT, FSC_STREAM_GRAD_INPUT };
-typedef struct {
-    fsc_status (*acts_create)(fsc_engine *e, const fsc_gpt_acts_opts *o, fsc_model_acts **out);
-    void (*acts_free)(fsc_engine *e, fsc_model_acts *a);
-    fsc_status (*set_batch)(fsc_engine *e, fsc_model_acts *a, const int32_t *tokens, const int32_t *targets);
-    float *(*stream)(fsc_model_acts *a, int which);         /* FSC_STREAM_*, as fsc_gpt_acts_input ... */
-    fsc_status (*forward)(fsc_engine *e, fsc_model_acts *a, const fsc_gpt_hooks *h, double *loss_sum);
-    fsc_status (*backward)(fsc_engine *e, fsc_model_acts *a, const fsc_gpt_hooks *h, float dscale);
-    size_t (*acts_bytes)(const fsc_model_acts *a);
-    size_t (*stream_floats)(const fsc_engine *e, int B);     /* floats of a boundary stream of B sequences */
-    /* initial values of elements [first, first + n) of tensor i as this rank holds it (host out) */
-    void (*init_values)(const fsc_engine *e, int i, size_t first, size_t n, float *out);
-} fsc_model_ops;
-
-extern const fsc_model_ops fsc_gpt_model_ops;
-
 #define FSC_ENGINE_MAX_GROUPS 12
 
 struct fsc_engine {
@@ -77,8 +56,9 @@ struct fsc_engine {
     fsc_comm *comm;           /* the data-parallel group: the world, or this stage's ranks (pipe.c), or
                                * this (stage, tensor rank)'s ranks */
     fsc_layout lay;           /* this rank's place in world = dp x tp x pp */
-    const fsc_model_ops *mo;
-    fsc_gpt *m;               /* the model as the strategies see it (with tensor parallelism: tpm's view) */
+    fsc_model *m;             /* the model (model.h) the strategies shard and the engine runs (with tensor
+                               * parallelism: this rank's slices, a model made by tp_engine.c) */
+    int own_model;            /* the engine frees m (fsc_model_free) */
     size_t *toff;             /* (n_tensors + 1) prefix sums of m's numel: fsc_engine_tensor_offset */
     struct fsc_tp_gpt *tpm;   /* tensor parallelism: the model that runs, NULL otherwise */
     fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group */
@@ -89,12 +69,11 @@ struct fsc_engine {
     float **nsegs;
     size_t *nlens;
     int nnsegs;
-    fsc_gpt_config cfg;
-    /* The layers this rank runs (a pipeline stage; 0 .. L+1 without pipelining). The rank holds the
-     * tensors those layers own (fsc_engine_holds); a stage with the head but not the embedding keeps a
-     * replica of the tied wte in wte_copy, kept equal to the first stage's by the pipeline. */
+    /* The layers this rank runs (a pipeline stage; 0 .. n_layers-1 without pipelining). The rank holds the
+     * tensors those layers own (fsc_engine_holds); a stage that uses a tied tensor but does not own it keeps a
+     * replica in tied_copy[i] (m->param[i] points there), kept equal to the owner's by the pipeline. */
     int lf, ll;
-    float *wte_copy;
+    float **tied_copy;        /* (n_tensors), NULL entries for tensors this rank owns or does not use */
     fsc_parallel_opts po;
     fsc_optim_config oc;
     fsc_optim *opt;
@@ -125,6 +104,17 @@ struct fsc_engine {
     int group_kind[FSC_ENGINE_MAX_GROUPS];   /* fsc_group_kind of each */
     int ngroups;
 };
+
+/* Engine creation in two halves, for fsc_engine_create_model and the GPT's fsc_engine_create (engine_gpt.c):
+ * fsc_engine_new validates the options against a model of n_layers layers and n_experts experts (tp_check,
+ * with its arg, accepts or refuses tensor parallelism over tp ranks; NULL refuses it) and makes the engine
+ * without a model; the caller sets e->m (and own_model), then fsc_engine_finish makes the optimizer, the
+ * pipeline, the expert groups, the strategy and the tied replicas. On failure of finish, fsc_engine_free. */
+typedef fsc_status (*fsc_engine_tp_check)(const void *arg, int tp);
+fsc_status fsc_engine_new(fsc_rank *r, int n_layers, int n_experts, const fsc_parallel_opts *po,
+                          const fsc_optim_config *oc, uint64_t seed, fsc_engine_tp_check tp_check,
+                          const void *tp_arg, fsc_engine **out);
+fsc_status fsc_engine_finish(fsc_engine *e);
 
 extern const fsc_strategy fsc_strategy_ddp;   /* also used for FSC_PAR_NONE */
 extern const fsc_strategy fsc_strategy_fsdp;
@@ -158,21 +148,29 @@ fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in
 void fsc_engine_add_group(fsc_engine *e, fsc_comm *c);
 void fsc_engine_add_group_kind(fsc_engine *e, fsc_comm *c, fsc_group_kind kind);
 /* The model's layer hooks routed to the strategy's (ctx = e; a NULL strategy hook does nothing). */
-fsc_gpt_hooks fsc_engine_hooks(fsc_engine *e);
+fsc_model_hooks fsc_engine_hooks(fsc_engine *e);
+/* The experts this rank holds with expert parallelism: [first, first + count) (model.h's contract: rank r of
+ * the expert group holds [r E/G, (r+1) E/G)); every expert without it, 0, 0 without experts. */
+void fsc_engine_local_experts(const fsc_engine *e, int *first, int *count);
+/* Tensor i as weights files and checkpoints name and shape it: the model's, or with tensor parallelism the
+ * full tensor's rather than this rank's slice. */
+const fsc_param_info *fsc_engine_full_info(const fsc_engine *e, int i);
+/* What this rank holds for checkpoints, as element ranges of the full tensors (the strategy's holdings,
+ * mapped through tensor parallelism's slices); *out from malloc. */
+fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n);
 /* Register a segment's gradient for unscaling/clipping. */
 fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
 
 /* Expert parallelism (ep.c): refuse what MoE models do not run with; after the pipeline, before the strategy,
  * split the expert groups (collective over the data group) and give the model its expert group; free them. */
-fsc_status fsc_ep_validate(const fsc_layout *l, const fsc_gpt_config *cfg, const fsc_parallel_opts *po);
+fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_parallel_opts *po);
 fsc_status fsc_ep_create(fsc_engine *e);
 void fsc_ep_free(fsc_engine *e);
 
-/* Tensor parallelism inside the engine (lib/tp/tp_engine.c). */
-extern const fsc_model_ops fsc_tp_model_ops;
+/* Tensor parallelism inside the engine (lib/tp/tp_engine.c; the GPT only). */
 /* Before the strategy's setup: the tensor group (and the data group without a pipeline), the
- * tensor-parallel model on it with e->m its view, e->mo. */
-fsc_status fsc_tp_engine_create(fsc_engine *e);
+ * tensor-parallel GPT on it and e->m the model of its slices (owned by the engine). */
+fsc_status fsc_tp_engine_create(fsc_engine *e, const fsc_gpt_config *cfg);
 /* After the strategy's setup: the clipping norm's group and gradient pieces. */
 fsc_status fsc_tp_engine_after_setup(fsc_engine *e);
 /* Collective over the world: the full parameters on tensor rank 0 (host may be NULL elsewhere). */

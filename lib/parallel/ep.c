@@ -5,10 +5,10 @@
 #include "engine_impl.h"
 
 /* What runs with MoE models and expert parallelism. */
-fsc_status fsc_ep_validate(const fsc_layout *l, const fsc_gpt_config *cfg, const fsc_parallel_opts *po) {
+fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_parallel_opts *po) {
     if (po->ep < 0) return fsc_error(FSC_ERR_INVALID, "ep (expert-parallel ranks) must be >= 1, not %d", po->ep);
     const int ep = po->ep > 1 ? po->ep : 1;
-    if (!cfg->moe_experts) {
+    if (!n_experts) {
         if (ep > 1)
             return fsc_error(FSC_ERR_INVALID, "ep %d: expert parallelism needs an MoE model (moe_experts > 0)", ep);
         return FSC_OK;
@@ -25,8 +25,8 @@ fsc_status fsc_ep_validate(const fsc_layout *l, const fsc_gpt_config *cfg, const
     if (l->dp % ep != 0)
         return fsc_error(FSC_ERR_INVALID, "ep %d does not divide the data-parallel group of %d ranks (the expert "
                          "group is part of it)", ep, l->dp);
-    if (cfg->moe_experts % ep != 0)
-        return fsc_error(FSC_ERR_INVALID, "%d experts do not split over ep %d ranks", cfg->moe_experts, ep);
+    if (n_experts % ep != 0)
+        return fsc_error(FSC_ERR_INVALID, "%d experts do not split over ep %d ranks", n_experts, ep);
     if (ep > 1 && po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
         return fsc_error(FSC_ERR_UNSUPPORTED, "expert parallelism (ep %d) runs with ddp; %s is not supported with "
                          "it yet (ep 1 is)", ep, fsc_parallel_kind_name(po->kind));
@@ -37,14 +37,17 @@ fsc_status fsc_ep_validate(const fsc_layout *l, const fsc_gpt_config *cfg, const
  * an expert-data group. Collective over the data group. */
 fsc_status fsc_ep_create(fsc_engine *e) {
     const int G = e->po.ep > 1 ? e->po.ep : 1, dr = fsc_comm_rank(e->comm);
-    if (!e->cfg.moe_experts || G == 1) return FSC_OK;
+    if (!e->m->n_experts || G == 1) return FSC_OK;
+    if (!e->m->ops->set_expert_group)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "ep %d: the model does not spread its experts over a group "
+                         "(set_expert_group)", G);
     FSC_TRY(fsc_comm_split(e->comm, dr / G, dr % G, &e->ep_comm));
     fsc_comm_set_name(e->ep_comm, "expert");
     fsc_engine_add_group_kind(e, e->ep_comm, FSC_GROUP_EXPERT);
     FSC_TRY(fsc_comm_split(e->comm, dr % G, dr / G, &e->ep_data));
     fsc_comm_set_name(e->ep_data, "expert_data");
     fsc_engine_add_group_kind(e, e->ep_data, FSC_GROUP_DATA); /* data-parallel reductions of expert shards */
-    return fsc_gpt_set_expert_group(e->m, e->ep_comm);
+    return e->m->ops->set_expert_group(e->m->ctx, e->ep_comm);
 }
 
 void fsc_ep_free(fsc_engine *e) {

@@ -1,8 +1,10 @@
 /* FSDP (FairScale's FullyShardedDataParallel): parameters flattened per unit, padded to a multiple of the
  * world size, one contiguous fp32 master shard per rank; units gathered just before use and freed after.
  *
- * Units: the root owns wte, wpe, ln_f and every block not wrapped; each wrapped block is a unit nested in
- * the root. The root stays gathered from the first forward layer to the end of backward (as FairScale's
+ * Units: each wrapped layer (parallel.h's wrap policies: block wraps every layer but the first and the last,
+ * min_params those of them with enough parameters) is a unit nested in the root; the root owns the tensors of
+ * every other layer (for the GPT: wte, wpe, ln_f and the blocks not wrapped). A tied tensor's unit is used by
+ * its owner and its users (the GPT's wte: the embedding and the head). The root stays gathered from the first forward layer to the end of backward (as FairScale's
  * root); other units are freed after forward when reshard_after_forward, re-gathered for backward.
  *
  * Strategies by the sharding group size G (ranks that split a unit):
@@ -44,41 +46,39 @@ typedef struct {
 } fsdp_state;
 
 static int layer_uses_unit(const fsc_engine *e, const fsdp_state *d, int layer, int u) {
-    const int L = e->cfg.layers;
-    for (int k = 0; k < d->u[u].ntensors; k++) {
-        int t = d->u[u].tensors[k];
-        if (e->m->info[t].layer == layer) return 1;
-        if (t == FSC_P_WTE && layer == L + 1 && e->lf == 0) return 1; /* the tied head */
-    }
+    for (int k = 0; k < d->u[u].ntensors; k++) /* the owner, or a user of a tied tensor */
+        if (fsc_param_used_by(&e->m->info[d->u[u].tensors[k]], layer)) return 1;
     return 0;
 }
 
 static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
-    const int L = e->cfg.layers, nt = e->m->n_tensors;
-    int *wrapped = calloc((size_t)L + 1, sizeof(int));
+    const int NL = e->m->n_layers, nt = e->m->n_tensors;
+    /* the layers' tensors: [lt[l], lt[l + 1]) (tensors are listed by owning layer) */
+    int *lt = calloc((size_t)NL + 1, sizeof(int));
     d->unit_of = calloc((size_t)nt, sizeof(int));
-    d->u = calloc((size_t)L + 1, sizeof(fsdp_unit));
-    if (!wrapped || !d->unit_of || !d->u) {
-        free(wrapped);
+    d->u = calloc((size_t)NL + 1, sizeof(fsdp_unit));
+    if (!lt || !d->unit_of || !d->u) {
+        free(lt);
         return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
     }
-    for (int b = 0; b < L; b++) {
-        size_t block_params = 0; /* an MoE block holds more than a dense one */
-        int first = fsc_gpt_block_first_tensor(&e->cfg, b), n = fsc_gpt_block_num_tensors(&e->cfg, b);
-        for (int k = 0; k < n; k++) block_params += e->m->info[first + k].numel;
-        if (e->po.wrap == FSC_WRAP_BLOCK) wrapped[b] = 1;
-        else if (e->po.wrap == FSC_WRAP_MIN_PARAMS) wrapped[b] = block_params >= e->po.wrap_min_params;
+    for (int l = 0, t = 0; l <= NL; l++) {
+        while (t < nt && e->m->info[t].layer < l) t++;
+        lt[l] = t;
     }
-    /* unit 0 is the root; then one unit per wrapped block; tensors this rank does not hold: -1 */
+    /* unit 0 is the root; then one unit per wrapped layer (not the first or the last) with tensors this rank
+     * holds; tensors this rank does not hold: -1 */
     d->nunits = 1;
     for (int t = 0; t < nt; t++) d->unit_of[t] = fsc_engine_holds(e, t) ? 0 : -1;
-    for (int b = 0; b < L; b++) {
-        if (!wrapped[b] || !fsc_engine_holds(e, fsc_gpt_block_first_tensor(&e->cfg, b))) continue;
-        int first = fsc_gpt_block_first_tensor(&e->cfg, b);
-        for (int k = 0; k < fsc_gpt_block_num_tensors(&e->cfg, b); k++) d->unit_of[first + k] = d->nunits;
+    for (int l = 1; l < NL - 1; l++) {
+        size_t params = 0; /* an MoE block holds more than a dense one */
+        for (int t = lt[l]; t < lt[l + 1]; t++) params += e->m->info[t].numel;
+        int wrapped = e->po.wrap == FSC_WRAP_BLOCK || (e->po.wrap == FSC_WRAP_MIN_PARAMS &&
+                                                       params >= e->po.wrap_min_params);
+        if (!wrapped || lt[l] == lt[l + 1] || !fsc_engine_holds(e, lt[l])) continue;
+        for (int t = lt[l]; t < lt[l + 1]; t++) d->unit_of[t] = d->nunits;
         d->nunits++;
     }
-    free(wrapped);
+    free(lt);
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
         U->is_root = u == 0;
@@ -94,9 +94,9 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
         }
         U->padded = (U->numel + (size_t)d->N - 1) / (size_t)d->N * (size_t)d->N;
         U->shard = U->padded / (size_t)d->G;
-        U->first_layer = L + 2;
+        U->first_layer = NL;
         U->last_layer = -1;
-        for (int l = 0; l <= L + 1; l++) {
+        for (int l = 0; l < NL; l++) {
             if (!layer_uses_unit(e, d, l, u)) continue;
             if (l < U->first_layer) U->first_layer = l;
             if (l > U->last_layer) U->last_layer = l;
@@ -117,7 +117,7 @@ static fsc_status init_unit_range(fsc_engine *e, const fsdp_unit *U, float *dst,
         size_t a = lo > first ? lo : first, b = hi < first + n ? hi : first + n;
         for (size_t p = a; p < b && s == FSC_OK; p += CHUNK) {
             size_t c = b - p < CHUNK ? b - p : CHUNK;
-            e->mo->init_values(e, U->tensors[k], p - lo, c, host);
+            e->m->ops->init_values(e->m->ctx, e->seed, U->tensors[k], p - lo, c, host);
             s = fsc_device_upload(e->dev, dst + (p - first), host, c * sizeof(float));
         }
     }

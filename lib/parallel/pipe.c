@@ -1,31 +1,34 @@
-/* Pipeline parallelism: the GPT cut into stages by a balance (blocks per stage), one stage per rank of a
+/* Pipeline parallelism: a model (model.h) cut into stages by a balance (blocks per stage: the layers between
+ * the first and the last; the first runs on stage 0, the last on the last stage), one stage per rank of a
  * pipeline group; micro-batches flow forward and their gradients backward over send/recv; GPipe and 1F1B
  * schedules; checkpoint modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
  *
  * Layout (the engine's fsc_layout; Megatron's by default): world = dp x tp x pp, without tensor parallelism
  * rank = stage * dp + dp_index, data-parallel ranks adjacent. The pipeline group holds the ranks of one
  * (dp_index, tensor rank), ordered by stage, the data group the ranks of one (stage, tensor rank) (e->comm:
- * the strategy reduces over it). Stage 0 runs the embedding and its blocks, the last stage its blocks and
- * the head. With tensor parallelism (tp_engine.c) every stage runs its layers of the tensor-parallel GPT:
+ * the strategy reduces over it). For the GPT stage 0 runs the embedding and its blocks, the last stage its
+ * blocks and the head. With tensor parallelism (tp_engine.c) every stage runs its layers of the tensor-parallel GPT:
  * boundary activations (a sequence shard under sequence parallelism), the wte slice and its head
  * gradient travel between the same tensor rank of two stages; the engine's model operations hide which
  * model runs.
  *
  * Equality with DDP (accum = M, no_sync): every stage runs its layers with the same kernels on the same
  * inputs; backward goes through the micro-batches in ascending order on every stage, so each gradient
- * accumulates in the same order; the strategy reduces once, in the last micro-batch's backward. The tied
- * embedding: the last stage sends the head's dwte_head of micro-batch k to stage 0, which puts it in its
- * m->dwte_head before its backward of k (the embedding backward adds it first, as on one rank). Stage 0
- * sends the wte values it computes with (its compute copy: rounded when param_dtype is not f32) to the
- * last stage's wte_copy once per step, right after its first use (layer 0 of the first forward). This
- * equals sending after the optimizer step, works unchanged for every strategy and after loading weights.
+ * accumulates in the same order; the strategy reduces once, in the last micro-batch's backward. Tied tensors
+ * (model.h; the GPT's wte, owned by the embedding and used by the head) whose users run on another stage than
+ * their owner: the user stage sends the tied gradient of micro-batch k (m->tied_grad[i]) to the owner stage,
+ * which puts it in its tied_grad[i] before its backward of k (the owner's backward adds it first, as on one
+ * rank). The owner stage sends the values it computes with (its compute copy: rounded when param_dtype is not
+ * f32) to the user stage's replica (e->tied_copy[i]) once per step, right after their first use (the owner
+ * layer's first forward). This equals sending after the optimizer step, works unchanged for every strategy
+ * and after loading weights. The users must come after the owner and run on one stage.
  *
  * Messages between two ranks keep their order (sends are buffered, FIFO per peer; a communicator whose
  * send blocks until the matching recv would need grouped send/recv here):
- *   stage 0 -> last   wte, once per step, before the output of micro-batch 0
+ *   owner -> user     a tied tensor, once per step, before the owner's output of micro-batch 0
  *   s -> s+1          output of micro-batch k (forward)
  *   s+1 -> s          gradient w.r.t. the input of micro-batch k (backward)
- *   last -> 0         dwte_head of micro-batch k, after the gradient of k
+ *   user -> owner     a tied tensor's gradient of micro-batch k, after the gradient of k
  *
  * Checkpointing (FairScale's): a checkpointed micro-batch keeps only its stage input (stage 0: its
  * tokens, in the caller's host memory) and runs the whole stage forward again just before its backward.
@@ -59,9 +62,12 @@ struct fsc_pipe {
     size_t bytes_in_use;
     mb_slot *slots;           /* (M) */
     int M;
+    /* tied tensors whose owner and users run on different stages: tensor, owner stage, user stage */
+    int ntied;
+    int (*tied)[3];
     /* the step */
-    const int32_t *tok, *tgt;
-    int send_wte;             /* stage 0: the next layer-0 forward sends wte */
+    const char *in, *tgt;
+    int send_tied;            /* owner stage: the owner layers' next forward sends their tied tensors */
     int recompute;            /* a checkpointed forward runs again */
     double wait;              /* seconds waited in this step */
     fsc_pipe_stats st;
@@ -88,9 +94,9 @@ fsc_status fsc_pipe_check_balance(const int *balance, int pp, int layers) {
     return FSC_OK;
 }
 
-fsc_status fsc_pipe_validate(const fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po) {
+fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel_opts *po) {
     if (po->pp < 0) return fsc_error(FSC_ERR_INVALID, "pp (pipeline stages) must be >= 1, not %d", po->pp);
-    const int pp = fsc_pipe_stages(po), L = cfg->layers;
+    const int pp = fsc_pipe_stages(po), L = n_layers - 2;
     if (pp == 1) {
         if (po->balance) return fsc_error(FSC_ERR_INVALID, "a balance is given but pp is 1 (no pipeline)");
         return FSC_OK;
@@ -114,8 +120,42 @@ fsc_status fsc_pipe_validate(const fsc_rank *r, const fsc_gpt_config *cfg, const
     return FSC_OK;
 }
 
+static int stage_of(const fsc_pipe *p, int layer) {
+    int s = 0;
+    while (s < p->pp - 1 && layer > p->ll[s]) s++;
+    return s;
+}
+
+/* The tied tensors whose users run on another stage than their owner (p->tied). */
+static fsc_status find_tied(fsc_engine *e) {
+    fsc_pipe *p = e->pipe;
+    const fsc_model *m = e->m;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const fsc_param_info *pi = &m->info[i];
+        if (!pi->nusers) continue;
+        int so = stage_of(p, pi->layer), su = stage_of(p, pi->users[0]);
+        for (int k = 0; k < pi->nusers; k++) {
+            if (pi->users[k] < pi->layer)
+                return fsc_error(FSC_ERR_UNSUPPORTED, "pipeline: tensor %s is used by layer %d before its owner, "
+                                 "layer %d (tied tensors in a pipeline need their users after the owner)", pi->name,
+                                 pi->users[k], pi->layer);
+            if (stage_of(p, pi->users[k]) != su)
+                return fsc_error(FSC_ERR_UNSUPPORTED, "pipeline: the users of tensor %s (layers %d and %d) run on "
+                                 "stages %d and %d (tied tensors in a pipeline need their users on one stage)",
+                                 pi->name, pi->users[0], pi->users[k], su, stage_of(p, pi->users[k]));
+        }
+        if (so == su) continue;
+        int (*t)[3] = realloc(p->tied, (size_t)(p->ntied + 1) * sizeof *t);
+        if (!t) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+        p->tied = t;
+        p->tied[p->ntied][0] = i, p->tied[p->ntied][1] = so, p->tied[p->ntied][2] = su;
+        p->ntied++;
+    }
+    return FSC_OK;
+}
+
 fsc_status fsc_pipe_create(fsc_engine *e) {
-    const int pp = fsc_pipe_stages(&e->po), L = e->cfg.layers;
+    const int pp = fsc_pipe_stages(&e->po), L = e->m->n_layers - 2;
     if (pp == 1) return FSC_OK;
     fsc_pipe *p = calloc(1, sizeof *p);
     if (!p) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
@@ -140,6 +180,7 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
         p->ll[s] = s == pp - 1 ? L + 1 : first + n - 1;
         first += n;
     }
+    FSC_TRY(find_tied(e));
     /* the colors of fsc_layout_split: the ranks sharing the other two coordinates */
     FSC_TRY(fsc_comm_split(e->r->comm, l->data * l->tp + l->tensor, p->stage, &p->pipe_comm));
     fsc_comm_set_name(p->pipe_comm, "pipe");
@@ -190,13 +231,12 @@ static fsc_status take_rec(fsc_engine *e, fsc_model_acts **out) {
     if (p->nrecs > 0) {
         *out = p->recs[--p->nrecs];
     } else {
-        fsc_gpt_acts_opts o = { .B = p->B, .T = e->cfg.seq, .first = e->lf, .last = e->ll,
-                                .checkpoint = e->po.checkpoint };
-        FSC_TRY(e->mo->acts_create(e, &o, out));
+        fsc_model_acts_opts o = { .B = p->B, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
+        FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, out));
         p->nrecs_made++;
     }
     p->full_in_use++;
-    p->bytes_in_use += e->mo->acts_bytes(*out);
+    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, *out);
     note_use(p);
     return FSC_OK;
 }
@@ -205,10 +245,14 @@ static void give_rec(fsc_engine *e, fsc_model_acts *a) {
     fsc_pipe *p = e->pipe;
     p->recs[p->nrecs++] = a; /* at most M + 1 records exist: M in flight and one recomputing */
     p->full_in_use--;
-    p->bytes_in_use -= e->mo->acts_bytes(a);
+    p->bytes_in_use -= e->m->ops->acts_bytes(e->m->ctx, a);
 }
 
-static size_t in_floats(const fsc_engine *e) { return e->mo->stream_floats(e, e->pipe->B); }
+static size_t in_floats(const fsc_engine *e) { return e->m->ops->stream_floats(e->m->ctx, e->pipe->B); }
+
+static float *stream(fsc_engine *e, fsc_model_acts *a, fsc_stream which) {
+    return e->m->ops->stream(e->m->ctx, a, which);
+}
 
 static fsc_status take_in(fsc_engine *e, float **out) {
     fsc_pipe *p = e->pipe;
@@ -239,22 +283,24 @@ static void reset_pools(fsc_engine *e, int B) {
     }
     p->in_flight = 0;
     if (B == p->B) return;
-    while (p->nrecs > 0) e->mo->acts_free(e, p->recs[--p->nrecs]);
+    while (p->nrecs > 0) e->m->ops->acts_free(e->m->ctx, p->recs[--p->nrecs]);
     while (p->nins > 0) fsc_device_release(e->dev, p->ins[--p->nins]);
     p->nrecs_made = p->nins_made = 0;
     p->B = B;
 }
 
-/* ---- hooks: the engine's (fsc_engine_hooks), and stage 0 hands wte to the last stage after its first use ---- */
+/* ---- hooks: the engine's (fsc_engine_hooks), and the owner stage hands tied tensors to their users' stage
+ * after their first use ---- */
 
 static fsc_status h_post_fwd(void *ctx, int l) {
     fsc_engine *e = ctx;
     fsc_pipe *p = e->pipe;
-    if (l == 0 && p->send_wte && !p->recompute) {
-        p->send_wte = 0;
-        FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->param[FSC_P_WTE], e->m->info[FSC_P_WTE].numel, FSC_F32,
-                              p->pp - 1));
+    for (int x = 0; x < p->ntied && p->send_tied && !p->recompute; x++) {
+        const int i = p->tied[x][0];
+        if (p->tied[x][1] != p->stage || e->m->info[i].layer != l) continue;
+        FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->param[i], e->m->info[i].numel, FSC_F32, p->tied[x][2]));
     }
+    if (l == e->ll && !p->recompute) p->send_tied = 0;
     return e->st->post_forward ? e->st->post_forward(e, l) : FSC_OK;
 }
 
@@ -277,8 +323,9 @@ static int is_checkpointed(const fsc_engine *e, int k) {
 
 static fsc_status set_batch(fsc_engine *e, fsc_model_acts *a, int k) {
     fsc_pipe *p = e->pipe;
-    size_t off = (size_t)k * p->B * e->cfg.seq;
-    return e->mo->set_batch(e, a, p->stage == 0 ? p->tok + off : NULL, p->stage == p->pp - 1 ? p->tgt + off : NULL);
+    const size_t n = (size_t)k * p->B;
+    return e->m->ops->set_batch(e->m->ctx, a, p->stage == 0 ? p->in + n * e->m->sample_input_bytes : NULL,
+                                p->stage == p->pp - 1 ? p->tgt + n * e->m->sample_target_bytes : NULL);
 }
 
 static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
@@ -286,25 +333,29 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
     mb_slot *sl = &p->slots[k];
     const int last = p->stage == p->pp - 1;
     const size_t btc = in_floats(e);
-    fsc_gpt_hooks hooks = fsc_engine_hooks(e);
+    fsc_model_hooks hooks = fsc_engine_hooks(e);
     hooks.post_forward = h_post_fwd;
     e->micro = k;
     e->sync = 0;
     FSC_TRY(take_rec(e, &sl->rec));
     if (++p->in_flight > p->st.max_in_flight) p->st.max_in_flight = p->in_flight;
     fsc_model_acts *a = sl->rec;
-    if (last && k == 0) FSC_TRY(recv_timed(p, e->wte_copy, e->m->info[FSC_P_WTE].numel, 0));
-    if (p->stage > 0) FSC_TRY(recv_timed(p, e->mo->stream(a, FSC_STREAM_INPUT), btc, p->stage - 1));
+    for (int x = 0; x < p->ntied && k == 0; x++) /* this stage's replica of a tied tensor */
+        if (p->tied[x][2] == p->stage) {
+            const int i = p->tied[x][0];
+            FSC_TRY(recv_timed(p, e->tied_copy[i], e->m->info[i].numel, p->tied[x][1]));
+        }
+    if (p->stage > 0) FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_INPUT), btc, p->stage - 1));
     FSC_TRY(set_batch(e, a, k));
     double ls = 0;
-    FSC_TRY(e->mo->forward(e, a, &hooks, &ls));
+    FSC_TRY(e->m->ops->forward(e->m->ctx, a, &hooks, &ls));
     if (last) *loss_local += ls;
-    else FSC_TRY(fsc_comm_send(p->pipe_comm, e->mo->stream(a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
+    else FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
     sl->ckpt = is_checkpointed(e, k);
     if (sl->ckpt) { /* keep the stage input only */
         if (p->stage > 0) {
             FSC_TRY(take_in(e, &sl->saved));
-            FSC_TRY(fsc_device_copy(e->dev, sl->saved, e->mo->stream(a, FSC_STREAM_INPUT), btc * sizeof(float)));
+            FSC_TRY(fsc_device_copy(e->dev, sl->saved, stream(e, a, FSC_STREAM_INPUT), btc * sizeof(float)));
         }
         give_rec(e, a);
         sl->rec = NULL;
@@ -317,32 +368,40 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     mb_slot *sl = &p->slots[k];
     const int last = p->stage == p->pp - 1;
     const size_t btc = in_floats(e);
-    fsc_gpt_hooks hooks = fsc_engine_hooks(e);
+    fsc_model_hooks hooks = fsc_engine_hooks(e);
     hooks.post_forward = h_post_fwd;
     e->micro = k;
     e->sync = 0;
     if (sl->ckpt) { /* recompute the stage from its input: the same kernels on the same input */
         FSC_TRY(take_rec(e, &sl->rec));
         if (sl->saved) {
-            FSC_TRY(fsc_device_copy(e->dev, e->mo->stream(sl->rec, FSC_STREAM_INPUT), sl->saved, btc * sizeof(float)));
+            FSC_TRY(fsc_device_copy(e->dev, stream(e, sl->rec, FSC_STREAM_INPUT), sl->saved, btc * sizeof(float)));
             give_in(e, sl->saved);
             sl->saved = NULL;
         }
         FSC_TRY(set_batch(e, sl->rec, k));
         p->recompute = 1;
-        fsc_status s = e->mo->forward(e, sl->rec, &hooks, NULL);
+        fsc_status s = e->m->ops->forward(e->m->ctx, sl->rec, &hooks, NULL);
         p->recompute = 0;
         FSC_TRY(s);
     }
     fsc_model_acts *a = sl->rec;
-    if (!last) FSC_TRY(recv_timed(p, e->mo->stream(a, FSC_STREAM_GRAD_OUTPUT), btc, p->stage + 1));
-    if (p->stage == 0) FSC_TRY(recv_timed(p, e->m->dwte_head, e->m->info[FSC_P_WTE].numel, p->pp - 1));
+    if (!last) FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_GRAD_OUTPUT), btc, p->stage + 1));
+    for (int x = 0; x < p->ntied; x++) /* the users' gradient of micro-batch k, added first by the owner */
+        if (p->tied[x][1] == p->stage) {
+            const int i = p->tied[x][0];
+            FSC_TRY(recv_timed(p, e->m->tied_grad[i], e->m->info[i].numel, p->tied[x][2]));
+        }
     e->sync = k == p->M - 1; /* the strategy reduces in the last backward only (no_sync) */
-    FSC_TRY(e->mo->backward(e, a, &hooks, dscale));
+    FSC_TRY(e->m->ops->backward(e->m->ctx, a, &hooks, dscale));
     e->sync = 0;
     if (p->stage > 0)
-        FSC_TRY(fsc_comm_send(p->pipe_comm, e->mo->stream(a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
-    if (last) FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->dwte_head, e->m->info[FSC_P_WTE].numel, FSC_F32, 0));
+        FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
+    for (int x = 0; x < p->ntied; x++)
+        if (p->tied[x][2] == p->stage) {
+            const int i = p->tied[x][0];
+            FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32, p->tied[x][1]));
+        }
     give_rec(e, a);
     sl->rec = NULL;
     p->in_flight--;
@@ -370,14 +429,14 @@ static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, double local, double *
     return s;
 }
 
-fsc_status fsc_pipe_run(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int mb, float dscale,
+fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, float dscale,
                         double *loss_total) {
     fsc_pipe *p = e->pipe;
     const int M = p->M, P = p->pp, s = p->stage;
     reset_pools(e, mb);
-    p->tok = tokens;
+    p->in = inputs;
     p->tgt = targets;
-    p->send_wte = s == 0;
+    p->send_tied = 1;
     p->wait = 0;
     FSC_TRY(fsc_comm_barrier(p->pipe_comm)); /* a common start: the bubble is measured from here */
     const double t0 = now_s();
@@ -447,8 +506,11 @@ void fsc_engine_reset_pipe_stats(fsc_engine *e) {
 
 static void stage_tensors(const fsc_engine *e, int s, int *t0, int *t1) {
     const fsc_pipe *p = e->pipe;
-    *t0 = p->lf[s] == 0 ? 0 : fsc_gpt_block_first_tensor(&e->cfg, p->lf[s] - 1);
-    *t1 = p->ll[s] == e->cfg.layers + 1 ? e->m->n_tensors : fsc_gpt_block_first_tensor(&e->cfg, p->ll[s]);
+    int t = 0; /* tensors are listed by owning layer */
+    while (t < e->m->n_tensors && e->m->info[t].layer < p->lf[s]) t++;
+    *t0 = t;
+    while (t < e->m->n_tensors && e->m->info[t].layer <= p->ll[s]) t++;
+    *t1 = t;
 }
 
 fsc_status fsc_pipe_full_params(fsc_engine *e, float *host) {
@@ -486,6 +548,7 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->ins);
     free(p->lf);
     free(p->ll);
+    free(p->tied);
     if (p->norm_comm) fsc_comm_free(p->norm_comm);
     if (p->pipe_comm) fsc_comm_free(p->pipe_comm);
     if (p->data_comm) fsc_comm_free(p->data_comm);

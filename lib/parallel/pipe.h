@@ -11,7 +11,7 @@ typedef struct fsc_pipe fsc_pipe;
 /* Stages of the options (pp 0 means 1). */
 int fsc_pipe_stages(const fsc_parallel_opts *po);
 /* Options of a pipeline against the world and the model; clear messages. */
-fsc_status fsc_pipe_validate(const fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po);
+fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel_opts *po);
 /* A balance: pp entries >= 1 summing to the model's blocks. */
 fsc_status fsc_pipe_check_balance(const int *balance, int pp, int layers);
 /* Before the strategy's setup: groups, e->comm = data group, e->lf/e->ll. No-op without a pipeline. */
@@ -19,8 +19,8 @@ fsc_status fsc_pipe_create(fsc_engine *e);
 /* After the strategy's setup: the group over which the clipping norm is taken. */
 fsc_status fsc_pipe_after_setup(fsc_engine *e);
 /* The micro-batches of one step by the schedule (between the strategy's begin_step and end_backward):
- * *loss_total = the sum of per-token losses over the global batch, the same on every rank. */
-fsc_status fsc_pipe_run(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int mb, float dscale,
+ * *loss_total = the sum of loss terms over the global batch, the same on every rank. */
+fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, float dscale,
                         double *loss_total);
 /* Collective over the world: full parameters into host (may be NULL on ranks that do not want them). */
 fsc_status fsc_pipe_full_params(fsc_engine *e, float *host);

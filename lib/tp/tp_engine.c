@@ -1,7 +1,7 @@
 /* Tensor parallelism inside the engine (engine_impl.h): the tensor-parallel GPT as the engine's model, so
  * every strategy (DDP, FSDP, ZeRO-1/2) and the pipeline schedules run it unchanged.
  *
- * The strategies see this rank's slices as a model of their own (e->m is the model's view: local shapes
+ * The strategies see this rank's slices as a model of their own (e->m, a model of model.h over tpm's view: local shapes
  * under the full tensors' names, initial values from the keyed RNG at the full tensors' indices): they
  * shard, reduce and step them over the data group of ranks holding the same slices, and bind param[i] and
  * grad[i] into their buffers as they do for the GPT. The tensor group's collectives happen inside the
@@ -21,22 +21,33 @@
 
 static tp_acts *A(fsc_model_acts *a) { return (tp_acts *)a; }
 
-static fsc_status t_create(fsc_engine *e, const fsc_gpt_acts_opts *o, fsc_model_acts **out) {
+/* The model of this rank's slices (model.h): ctx is the engine, the tied gradient of wte its slice of the
+ * head's part (tpm->dwte_head). */
+typedef struct {
+    fsc_model m;
+    fsc_engine *e;
+    float **tied;     /* (n_tensors) */
+} tp_model;
+
+static fsc_tp_gpt *M(void *ctx) { return ((tp_model *)ctx)->e->tpm; }
+
+static fsc_status t_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
     if (o->checkpoint || o->offload_inputs)
         return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel gpt: block checkpointing is not supported");
     tp_acts *a = NULL;
-    FSC_TRY(tp_acts_create(e->tpm, o->B, o->first, o->last, &a));
+    FSC_TRY(tp_acts_create(M(ctx), o->B, o->first, o->last, &a));
     *out = (fsc_model_acts *)a;
     return FSC_OK;
 }
 
-static void t_free(fsc_engine *e, fsc_model_acts *a) { tp_acts_free(e->dev, A(a)); }
+static void t_free(void *ctx, fsc_model_acts *a) { tp_acts_free(M(ctx)->dev, A(a)); }
 
-static fsc_status t_set_batch(fsc_engine *e, fsc_model_acts *a, const int32_t *tokens, const int32_t *targets) {
-    return tp_acts_set_batch(e->tpm, A(a), tokens, targets);
+static fsc_status t_set_batch(void *ctx, fsc_model_acts *a, const void *tokens, const void *targets) {
+    return tp_acts_set_batch(M(ctx), A(a), tokens, targets);
 }
 
-static float *t_stream(fsc_model_acts *am, int which) {
+static float *t_stream(void *ctx, fsc_model_acts *am, fsc_stream which) {
+    (void)ctx;
     tp_acts *a = A(am);
     const int L = a->layers;
     switch (which) {
@@ -47,38 +58,59 @@ static float *t_stream(fsc_model_acts *am, int which) {
     }
 }
 
-static fsc_status t_forward(fsc_engine *e, fsc_model_acts *a, const fsc_gpt_hooks *h, double *loss_sum) {
-    return tp_forward(e->tpm, A(a), h, loss_sum);
+static fsc_status t_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum) {
+    return tp_forward(M(ctx), A(a), h, loss_sum);
 }
 
-static fsc_status t_backward(fsc_engine *e, fsc_model_acts *a, const fsc_gpt_hooks *h, float dscale) {
-    return tp_backward(e->tpm, A(a), h, dscale);
+static fsc_status t_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale) {
+    return tp_backward(M(ctx), A(a), h, dscale);
 }
 
-static size_t t_bytes(const fsc_model_acts *a) { return ((const tp_acts *)a)->bytes; }
-
-static size_t t_stream_floats(const fsc_engine *e, int B) {
-    size_t N = (size_t)B * e->cfg.seq;
-    return (e->tpm->sp ? N / (size_t)e->tpm->size : N) * (size_t)e->cfg.dim;
+static size_t t_bytes(void *ctx, const fsc_model_acts *a) {
+    (void)ctx;
+    return ((const tp_acts *)a)->bytes;
 }
 
-static void t_init(const fsc_engine *e, int i, size_t first, size_t n, float *out) {
-    tp_init_local(e->tpm, i, first, n, out);
+static size_t t_stream_floats(void *ctx, int B) {
+    const fsc_tp_gpt *m = M(ctx);
+    size_t N = (size_t)B * m->cfg.seq;
+    return (m->sp ? N / (size_t)m->size : N) * (size_t)m->cfg.dim;
 }
 
-const fsc_model_ops fsc_tp_model_ops = {
+/* the keyed RNG at the full tensors' indices (the seed the model was made with) */
+static void t_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out) {
+    (void)seed;
+    tp_init_local(M(ctx), i, first, n, out);
+}
+
+static void t_config(void *ctx, char *buf, size_t cap) { fsc_gpt_config_json(&M(ctx)->cfg, buf, cap); }
+
+static fsc_status t_config_check(void *ctx, const char *recorded) {
+    return fsc_gpt_config_check_json(&M(ctx)->cfg, recorded);
+}
+
+static void t_destroy(fsc_model *m) {
+    tp_model *tm = (tp_model *)m;
+    free(tm->tied);
+    free(tm);
+}
+
+static const fsc_model_ops tp_ops = {
     .acts_create = t_create,
     .acts_free = t_free,
+    .acts_bytes = t_bytes,
     .set_batch = t_set_batch,
     .stream = t_stream,
+    .stream_floats = t_stream_floats,
     .forward = t_forward,
     .backward = t_backward,
-    .acts_bytes = t_bytes,
-    .stream_floats = t_stream_floats,
     .init_values = t_init,
+    .config = t_config,
+    .config_check = t_config_check,
+    .destroy = t_destroy,
 };
 
-fsc_status fsc_tp_engine_create(fsc_engine *e) {
+fsc_status fsc_tp_engine_create(fsc_engine *e, const fsc_gpt_config *cfg) {
     const fsc_layout *l = &e->lay;
     fsc_comm *world = e->r->comm;
     /* the colors of fsc_layout_split; without a pipeline the data group is made here, else by pipe.c */
@@ -90,18 +122,29 @@ fsc_status fsc_tp_engine_create(fsc_engine *e) {
         e->comm = e->own_data;
     }
     fsc_tp_opts to = { .sequence_parallel = e->po.sequence_parallel };
-    FSC_TRY(tp_gpt_create_bound(e->dev, e->tensor_comm, &e->cfg, &to, e->seed, &e->tpm));
-    e->m = &e->tpm->view;
-    e->mo = &fsc_tp_model_ops;
+    FSC_TRY(tp_gpt_create_bound(e->dev, e->tensor_comm, cfg, &to, e->seed, &e->tpm));
     fsc_engine_add_group_kind(e, e->tensor_comm, FSC_GROUP_TENSOR);
     fsc_engine_add_group_kind(e, world, FSC_GROUP_WORLD); /* the f16 vote, saving and loading agree over it */
+    fsc_gpt *v = &e->tpm->view;
+    tp_model *tm = calloc(1, sizeof *tm);
+    if (tm) tm->tied = calloc((size_t)v->n_tensors, sizeof *tm->tied);
+    if (!tm || !tm->tied) {
+        free(tm);
+        return fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory");
+    }
+    tm->e = e;
+    tm->tied[FSC_P_WTE] = v->dwte_head;
+    tm->m = (fsc_model){ .n_layers = cfg->layers + 2, .n_tensors = v->n_tensors, .info = v->info, .param = v->param,
+                         .grad = v->grad, .tied_grad = tm->tied, .sample_input_bytes = (size_t)cfg->seq * 4,
+                         .sample_target_bytes = (size_t)cfg->seq * 4, .loss_terms = cfg->seq, .ops = &tp_ops,
+                         .ctx = tm };
+    e->m = &tm->m;
     return FSC_OK;
 }
 
 void fsc_tp_engine_free(fsc_engine *e) {
     fsc_tp_gpt_free(e->tpm);
     e->tpm = NULL;
-    e->m = NULL;
     free(e->nsegs);
     free(e->nlens);
     e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;

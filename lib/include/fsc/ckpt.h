@@ -5,12 +5,13 @@
  * On disk, DIR/step-00000042/ holds
  *   metadata.json                      every tensor's global name, shape, dtype and pieces (which file holds
  *                                      which element range, with a zlib crc32 per piece), the step, the
- *                                      loss scaler and the configuration; written by rank 0
+ *                                      loss scaler and the configuration (the model's: its config JSON
+ *                                      object, model.h); written by rank 0
  *   rank-00003-of-00008.safetensors    sharded format: the pieces rank 3 writes, one 1-D entry per piece
  *                                      named "<tensor>@<first element>"
  *   model.safetensors                  full format: the weights in the single-rank layout (loadable by
  *   optim.safetensors                  fsc_engine_load_weights) and the optimizer state, same shapes
- * Tensors: the parameters by their GPT-2 names ("h.0.attn.c_attn.weight"), the optimizer state as
+ * Tensors: the parameters by the model's names (GPT-2: "h.0.attn.c_attn.weight"), the optimizer state as
  * "optim.m.<name>", "optim.v.<name>" (AdamW) or "optim.momentum.<name>" (SGD with momentum), all F32.
  *
  * A save writes into DIR/step-00000042.tmp-XXXXXX, fsyncs every file, and rank 0 renames the directory
@@ -93,7 +94,8 @@ typedef struct {
     int64_t step;                  /* the data position: steps taken by the writer's training loop */
     int64_t optim_steps;           /* optimizer steps (fewer when f16 steps were skipped) */
     uint64_t seed;                 /* the keyed initialization's seed (fsc's only RNG state) */
-    fsc_gpt_config model;
+    char *model_config;            /* the model's configuration, a JSON object's text (model.h's config) */
+    fsc_gpt_config model;          /* the built-in GPT's fields of it when it has them ("layers" ...); else 0 */
     fsc_optim_config optim;
     /* the writer's parallel setting (for information; a load may use any other) */
     fsc_parallel_kind kind;

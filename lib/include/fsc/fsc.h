@@ -11,6 +11,7 @@
 #include "launch.h"
 #include "safetensors.h"
 #include "optim.h"
+#include "model.h"
 #include "gpt.h"
 #include "nn.h"
 #include "checkpoint_wrapper.h"

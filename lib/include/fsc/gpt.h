@@ -34,6 +34,7 @@
 #include "status.h"
 #include "device.h"
 #include "moe.h"
+#include "model.h"
 
 typedef struct {
     int layers, dim, heads, seq, vocab;
@@ -55,14 +56,8 @@ enum { /* offsets inside a block */
     FSC_B_LN2_W, FSC_B_LN2_B, FSC_B_FC_W, FSC_B_FC_B, FSC_B_MPROJ_W, FSC_B_MPROJ_B
 };
 
-typedef struct {
-    char name[64];       /* "h.3.attn.c_attn.weight" */
-    int ndim;
-    int64_t shape[2];    /* HF shape */
-    size_t numel;
-    int layer;           /* the layer that owns it: 0 embedding, 1..L blocks, L+1 head (wte: 0) */
-    int expert;          /* the MoE expert it belongs to, -1 for every other tensor (the gate included) */
-} fsc_param_info;
+/* Tensors are model.h's fsc_param_info: HF names and shapes; layer 0 embedding, 1..L blocks, L+1 head; wte is
+ * owned by layer 0 and used by L+1 (users); expert the MoE expert, -1 for every other tensor (the gate too). */
 
 /* Clear error for impossible configurations (dim % heads, sizes <= 0, ...). */
 fsc_status fsc_gpt_config_validate(const fsc_gpt_config *c);
@@ -99,6 +94,17 @@ typedef struct fsc_gpt {
 } fsc_gpt;
 
 fsc_status fsc_gpt_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_gpt **out);
+/* The GPT as a model of model.h, owning its fsc_gpt (free with fsc_model_free): layers 0 .. L+1, wte tied with
+ * dwte_head as its tied gradient, inputs and targets int32 tokens (seq per sample), one loss term per token,
+ * the configuration JSON {"layers", "dim", "heads", "seq", "vocab"[, MoE fields]}. fsc_gpt_model_gpt: the
+ * fsc_gpt inside such a model (NULL for any other model). */
+fsc_status fsc_gpt_model_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_model **out);
+fsc_gpt *fsc_gpt_model_gpt(fsc_model *m);
+/* The configuration as the JSON object checkpoints record (cap bytes with the NUL), and whether a recorded one
+ * loads into a model of configuration c: the shape (layers, width, heads, context, vocabulary), the experts and
+ * the blocks holding them must match (top-k, capacity and moe_aux are hyperparameters a run may change). */
+void fsc_gpt_config_json(const fsc_gpt_config *c, char *buf, size_t cap);
+fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *c, const char *recorded);
 void fsc_gpt_free(fsc_gpt *m);
 /* Spread the experts over an expert-parallel group (moe.h): rank r of ep holds experts [r E/G, (r+1) E/G).
  * Collective over ep when the model runs; call before creating activation records. ep must outlive m. */
@@ -110,13 +116,7 @@ void fsc_gpt_local_experts(const fsc_gpt *m, int *first, int *count);
 void fsc_gpt_bind_flat(fsc_gpt *m, float *params, float *grads);
 
 /* Hooks called around every layer by fsc_gpt_forward/fsc_gpt_backward (any may be NULL). */
-typedef struct {
-    void *ctx;
-    fsc_status (*pre_forward)(void *ctx, int layer);
-    fsc_status (*post_forward)(void *ctx, int layer);
-    fsc_status (*pre_backward)(void *ctx, int layer);
-    fsc_status (*post_backward)(void *ctx, int layer);
-} fsc_gpt_hooks;
+typedef fsc_model_hooks fsc_gpt_hooks;
 
 /* Activations of one micro-batch (B sequences of T tokens) for layers [first, last]: the per-call saved
  * record, one device allocation under FSC_TAG_ACTS (scratch for backward included). With checkpoint set,

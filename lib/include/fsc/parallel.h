@@ -18,6 +18,7 @@
 #include "dtype.h"
 #include "cluster.h"
 #include "gpt.h"
+#include "model.h"
 #include "optim.h"
 #include "comm.h"
 
@@ -113,23 +114,37 @@ typedef struct {
     int64_t moe_assigned, moe_dropped;
 } fsc_step_info;
 
+/* An engine for any model of model.h (docs/models.md). The model must outlive the engine, which points its
+ * param/grad entries into the strategy's buffers; one model per engine. Every rank passes an equal model.
+ * FSDP's wrap policies count layers: block wraps every layer but the first and the last (those stay in the
+ * root unit, with the layers not wrapped), min_params the layers between with at least wrap_min_params
+ * parameters, model none. A pipeline's balance counts the same layers between the first and the last (the
+ * first runs on stage 0, the last on the last stage). Tensor parallelism is the built-in GPT's only. */
+fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel_opts *po,
+                                   const fsc_optim_config *oc, uint64_t seed, fsc_engine **out);
+/* The engine for the built-in GPT (fsc_gpt_model_create, or its tensor-parallel form with tp > 1). */
 fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
                              const fsc_optim_config *oc, uint64_t seed, fsc_engine **out);
-/* One optimizer step. tokens/targets: this rank's local_batch sequences of T tokens (host, int32).
- * global_batch: sequences over the whole data-parallel group. */
+/* One optimizer step. inputs/targets: this rank's local_batch samples (host, the model's format:
+ * sample_input_bytes and sample_target_bytes each, contiguous). global_batch: samples over the whole
+ * data-parallel group. The loss is the mean of the loss terms over the global batch. */
+fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
+                                 int global_batch, fsc_step_info *info);
+/* The same for the GPT: tokens/targets are local_batch sequences of T tokens (int32). */
 fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
                            int global_batch, fsc_step_info *info);
-/* Full weights (HF GPT-2 safetensors, as a single-rank run writes them); written by rank 0 only, one unit
- * gathered at a time. Collective: every rank calls it. */
+/* Full weights as safetensors under the model's tensor names (for the GPT: HF GPT-2, as a single-rank run
+ * writes them); written by rank 0 only, one unit gathered at a time. Collective: every rank calls it. */
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path);
-/* Load full weights; each rank reads only what it holds. Collective. */
+/* Load full weights; each rank reads only what it holds. Every tensor of the model must be there with its
+ * shape, in F32; other entries are ignored. Collective. */
 fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path);
-/* Copy the full (unsharded) fp32 parameters in tensor order into host memory (n = fsc_gpt_num_params).
+/* Copy the full (unsharded) fp32 parameters in tensor order into host memory (fsc_model_num_params floats).
  * Collective ("summon full params"). With tensor parallelism only ranks of tensor index 0 receive them. */
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host);
 /* The model as the strategies see it: with tensor parallelism, this rank's slices (local shapes under the
  * full tensors' names; running it is the engine's business). */
-fsc_gpt *fsc_engine_model(fsc_engine *e);
+fsc_model *fsc_engine_model(fsc_engine *e);
 /* This rank's place in world = dp x tp x pp (tp and pp 1 without tensor or pipeline parallelism). */
 const fsc_layout *fsc_engine_layout(const fsc_engine *e);
 /* Communication of this rank summed over the world communicator and every group the engine made.

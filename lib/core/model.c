@@ -1,0 +1,76 @@
+/* The model interface's checks and small helpers (model.h): what the engine verifies of a model before it
+ * shards, pipelines or checkpoints it. Not here: any model (lib/model), the engine (lib/parallel). */
+#include <string.h>
+#include "fsc/model.h"
+
+fsc_status fsc_model_validate(const fsc_model *m) {
+    if (!m) return fsc_error(FSC_ERR_INVALID, "model is NULL");
+    if (m->n_layers < 1) return fsc_error(FSC_ERR_INVALID, "model: %d layers (at least 1)", m->n_layers);
+    if (m->n_tensors < 1) return fsc_error(FSC_ERR_INVALID, "model: %d tensors (at least 1)", m->n_tensors);
+    if (!m->info || !m->param || !m->grad)
+        return fsc_error(FSC_ERR_INVALID, "model: info, param and grad must be arrays of n_tensors entries");
+    if (m->loss_terms < 1) return fsc_error(FSC_ERR_INVALID, "model: loss_terms per sample is %d (at least 1)",
+                                            m->loss_terms);
+    if (m->n_experts < 0) return fsc_error(FSC_ERR_INVALID, "model: %d experts", m->n_experts);
+    const fsc_model_ops *o = m->ops;
+    if (!o || !o->acts_create || !o->acts_free || !o->acts_bytes || !o->set_batch || !o->stream ||
+        !o->stream_floats || !o->forward || !o->backward || !o->init_values)
+        return fsc_error(FSC_ERR_INVALID, "model: an operation every model needs is missing (acts_create, acts_free, "
+                         "acts_bytes, set_batch, stream, stream_floats, forward, backward, init_values)");
+    for (int i = 0; i < m->n_tensors; i++) {
+        const fsc_param_info *p = &m->info[i];
+        if (!p->name[0] || !memchr(p->name, 0, sizeof p->name))
+            return fsc_error(FSC_ERR_INVALID, "model: tensor %d has no name or an unterminated one", i);
+        if (p->ndim < 1 || p->ndim > 4)
+            return fsc_error(FSC_ERR_INVALID, "model: tensor %s has %d dimensions (1 to 4)", p->name, p->ndim);
+        size_t n = 1;
+        for (int d = 0; d < p->ndim; d++) {
+            if (p->shape[d] < 1)
+                return fsc_error(FSC_ERR_INVALID, "model: tensor %s has dimension %d of size %lld", p->name, d,
+                                 (long long)p->shape[d]);
+            n *= (size_t)p->shape[d];
+        }
+        if (n != p->numel)
+            return fsc_error(FSC_ERR_INVALID, "model: tensor %s has numel %zu but its shape holds %zu", p->name,
+                             p->numel, n);
+        if (p->layer < 0 || p->layer >= m->n_layers)
+            return fsc_error(FSC_ERR_INVALID, "model: tensor %s is owned by layer %d, not one of 0..%d", p->name,
+                             p->layer, m->n_layers - 1);
+        if (i > 0 && p->layer < m->info[i - 1].layer)
+            return fsc_error(FSC_ERR_INVALID, "model: tensor %s (layer %d) follows %s (layer %d): tensors must be "
+                             "listed by owning layer", p->name, p->layer, m->info[i - 1].name, m->info[i - 1].layer);
+        if (p->expert < -1 || p->expert >= (m->n_experts > 0 ? m->n_experts : 0))
+            return fsc_error(FSC_ERR_INVALID, "model: tensor %s belongs to expert %d of %d", p->name, p->expert,
+                             m->n_experts);
+        if (p->nusers < 0 || p->nusers > FSC_MODEL_MAX_USERS)
+            return fsc_error(FSC_ERR_INVALID, "model: tensor %s has %d users (0 to %d)", p->name, p->nusers,
+                             FSC_MODEL_MAX_USERS);
+        for (int k = 0; k < p->nusers; k++)
+            if (p->users[k] < 0 || p->users[k] >= m->n_layers || p->users[k] == p->layer)
+                return fsc_error(FSC_ERR_INVALID, "model: tensor %s names layer %d as a user (another layer than "
+                                 "its owner %d, one of 0..%d)", p->name, p->users[k], p->layer, m->n_layers - 1);
+        if (p->nusers > 0 && (!m->tied_grad || !m->tied_grad[i]))
+            return fsc_error(FSC_ERR_INVALID, "model: tensor %s is used by other layers than its owner but has no "
+                             "tied-gradient buffer (tied_grad[%d])", p->name, i);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(m->info[j].name, p->name))
+                return fsc_error(FSC_ERR_INVALID, "model: two tensors are called %s", p->name);
+    }
+    return FSC_OK;
+}
+
+size_t fsc_model_num_params(const fsc_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_tensors; i++) n += m->info[i].numel;
+    return n;
+}
+
+int fsc_model_tensor_index(const fsc_model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->info[i].name, name)) return i;
+    return -1;
+}
+
+void fsc_model_free(fsc_model *m) {
+    if (m && m->ops && m->ops->destroy) m->ops->destroy(m);
+}

@@ -1,0 +1,160 @@
+/* The model interface: what a model gives the engine (parallel.h) so that every strategy (DDP, FSDP, ZeRO-1/2),
+ * pipelines, clipping and checkpoints run it. The GPT of gpt.h is one client (fsc_gpt_model_create); a user's
+ * own model is another (docs/models.md walks through a small MLP regressor written against this header).
+ *
+ * A model is a sequence of layers 0 .. n_layers-1, the unit that hooks, FSDP wrapping, pipeline stages and
+ * activation checkpointing work with. It declares its tensors (fsc_param_info): a stable hierarchical name,
+ * the shape, the layer that owns it and the other layers that use it (tied tensors), its expert. Tensors are
+ * listed by owning layer (info[i].layer never decreases with i), so a range of layers owns a contiguous range
+ * of tensors and the tensor-order flat layout puts a layer's parameters together.
+ *
+ * The model owns no parameter memory: param[i] and grad[i] are device pointers that the strategies point into
+ * their buffers (a replicated flat buffer for DDP, each unit's gathered buffer while FSDP has it gathered) before
+ * the layers that use them run; backward accumulates (+=) into grad[i].
+ *
+ * Tied tensors. A tensor whose users[] name other layers than its owner (GPT-2's wte: owned by the embedding,
+ * layer 0, used by the head, layer L+1) has a tied-gradient buffer tied_grad[i] (numel floats on the device):
+ *   - the backward of a non-owner user layer writes (overwrites) its gradient for the tensor into tied_grad[i];
+ *   - the owner's backward adds tied_grad[i] into grad[i] before its own contribution.
+ * When one record holds both layers the model does this itself. A record holding the owner but not the users
+ * adds whatever tied_grad[i] holds (the pipeline puts the user stage's there; the model zeroes it at creation);
+ * a record holding a user but not the owner leaves its part in tied_grad[i] for the caller. The accumulation
+ * order is then the same on one rank and on two pipeline stages: pipelines stay bit-identical with DDP.
+ * The engine gives a rank that runs a user layer but not the owner a replica of the tensor in param[i].
+ * Pipelines need the users of a tied tensor after its owner and on one stage.
+ *
+ * Inputs and targets are opaque host data: each sample is sample_input_bytes of input and sample_target_bytes of
+ * target (int32 tokens for a language model, floats for a regressor); a micro-batch of B samples is B times
+ * that, contiguous. The loss of a micro-batch is a sum of loss terms (loss_terms per sample: T tokens for a
+ * language model, the outputs for MSE); the engine reports their mean over the global batch and passes backward
+ * dscale = loss_scale / (global_batch x loss_terms), the factor of each term's gradient. */
+#ifndef FSC_MODEL_H
+#define FSC_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "status.h"
+#include "device.h"
+#include "comm.h"
+
+struct fsc_model;
+#define FSC_MODEL_MAX_USERS 4 /* layers other than the owner that use one tensor */
+
+/* One declared tensor. */
+typedef struct {
+    char name[64];       /* stable hierarchical name: "h.3.attn.c_attn.weight", "layers.1.weight" */
+    int ndim;
+    int64_t shape[4];
+    size_t numel;
+    int layer;           /* the layer that owns it (whose FSDP unit, pipeline stage and checkpoint shard hold it) */
+    int expert;          /* the expert it belongs to (mixture of experts), -1 for every other tensor */
+    int nusers;          /* other layers that use it (tied tensors), 0 for most */
+    int users[FSC_MODEL_MAX_USERS];
+} fsc_param_info;
+
+/* Whether layer l uses tensor info (owns it or is one of its users). */
+static inline int fsc_param_used_by(const fsc_param_info *info, int l) {
+    if (info->layer == l) return 1;
+    for (int k = 0; k < info->nusers; k++)
+        if (info->users[k] == l) return 1;
+    return 0;
+}
+
+/* Hooks the model calls around every layer of forward and backward (any may be NULL). Strategies gather
+ * parameters in pre_*, free them and reduce gradients in post_*. */
+typedef struct {
+    void *ctx;
+    fsc_status (*pre_forward)(void *ctx, int layer);
+    fsc_status (*post_forward)(void *ctx, int layer);
+    fsc_status (*pre_backward)(void *ctx, int layer);
+    fsc_status (*post_backward)(void *ctx, int layer);
+} fsc_model_hooks;
+
+/* An activation record: what forward saves for backward for one micro-batch over a layer range (opaque, the
+ * model's). A pipeline stage holds several at once; with checkpoint set the model keeps only each layer's input
+ * and recomputes the layer's forward in backward, bit-identically, right after its pre_backward hook. */
+typedef struct fsc_model_acts fsc_model_acts;
+typedef struct {
+    int B;               /* samples in the micro-batch */
+    int first, last;     /* layer range; 0 and n_layers-1 for the whole model */
+    int checkpoint;      /* recompute layers in backward */
+    int offload_inputs;  /* with checkpoint: keep layer inputs in host memory (a model may ignore it) */
+} fsc_model_acts_opts;
+
+/* The boundary streams of a record (device pointers, stream_floats(B) floats each): the input of layer `first`
+ * when first > 0, the output of `last` when last < n_layers-1, the gradient w.r.t. that output (set before
+ * backward) and the gradient w.r.t. the input of `first` (after backward). NULL where the range has no such
+ * boundary. The input must keep its contents until backward is done; GRAD_OUTPUT and GRAD_INPUT may be the same
+ * buffer (read the gradient input before writing the next gradient output). */
+typedef enum { FSC_STREAM_INPUT = 0, FSC_STREAM_OUTPUT, FSC_STREAM_GRAD_OUTPUT, FSC_STREAM_GRAD_INPUT } fsc_stream;
+
+/* Auxiliary statistics of a record's last forward (mixture of experts): aux_loss a loss the objective adds
+ * (reported, not part of the loss sum), assigned and dropped counts. */
+typedef struct {
+    double aux_loss;
+    double assigned, dropped;
+} fsc_model_aux;
+
+/* The operations; ctx is the model's ctx. Required unless marked optional. */
+typedef struct {
+    fsc_status (*acts_create)(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out);
+    void (*acts_free)(void *ctx, fsc_model_acts *a);
+    size_t (*acts_bytes)(void *ctx, const fsc_model_acts *a);       /* device bytes the record holds */
+    /* The micro-batch: B samples of host inputs and targets. inputs is NULL when layer 0 is not in the
+     * record's range, targets NULL when the last layer is not. */
+    fsc_status (*set_batch)(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets);
+    float *(*stream)(void *ctx, fsc_model_acts *a, fsc_stream which);
+    size_t (*stream_floats)(void *ctx, int B);                         /* floats of a boundary stream of B samples */
+    /* Layers [first, last] forward with the hooks around each. When the last layer is in range, *loss_sum
+     * (may be NULL) receives the sum of the micro-batch's loss terms (double); otherwise 0. */
+    fsc_status (*forward)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum);
+    /* Layers [last .. first] backward, accumulating into grad[] (tied tensors: see above); each loss term's
+     * gradient is dscale. Once per forward. */
+    fsc_status (*backward)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+    /* Initial values of elements [first, first + n) of tensor i, keyed by (seed, name, element index) so any
+     * rank can initialize any shard and get the values the whole tensor would have (fsc_rng_*). Host out. */
+    void (*init_values)(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out);
+    /* Optional. */
+    /* Cost of layer l for balancing pipeline stages by size (fsc_model_balance_by_size): bytes of parameters
+     * and of a micro-batch of B samples' activations. NULL: parameter bytes only. */
+    double (*layer_cost)(void *ctx, int l, int B, float param_scale);
+    /* Auxiliary statistics of the record's last forward; NULL: none. */
+    void (*aux_stats)(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
+    /* The model's configuration as a JSON object ("{\"layers\":2,...}"), recorded in checkpoints; NULL: "{}".
+     * Writes at most cap bytes with the NUL. */
+    void (*config)(void *ctx, char *buf, size_t cap);
+    /* Whether a checkpoint written with configuration `recorded` (config's text) loads into this model; the
+     * message says why not. NULL: the texts must be equal. */
+    fsc_status (*config_check)(void *ctx, const char *recorded);
+    /* Mixture of experts with expert parallelism: spread the n_experts experts over ep (rank r of ep holds
+     * experts [r E/G, (r+1) E/G)); collective when the model runs. NULL: no expert parallelism. */
+    fsc_status (*set_expert_group)(void *ctx, fsc_comm *ep);
+    /* Free what the model owns (fsc_model_free); NULL: the caller owns everything. */
+    void (*destroy)(struct fsc_model *m);
+} fsc_model_ops;
+
+typedef struct fsc_model {
+    int n_layers;
+    int n_tensors;
+    const fsc_param_info *info;  /* (n_tensors), ordered by owning layer */
+    float **param;               /* (n_tensors) device pointers, set by the engine's strategy */
+    float **grad;                /* (n_tensors) device pointers, set by the engine's strategy */
+    float **tied_grad;           /* (n_tensors) the tied-gradient buffers (NULL for untied tensors); NULL: none */
+    size_t sample_input_bytes;   /* host bytes of one sample's input */
+    size_t sample_target_bytes;  /* host bytes of one sample's target */
+    int loss_terms;              /* loss terms per sample */
+    int n_experts;               /* experts of each MoE layer (0: none) */
+    const fsc_model_ops *ops;
+    void *ctx;
+} fsc_model;
+
+/* Check a model's declaration (sizes, layers, tensor order, users, required operations); the message names the
+ * first problem. */
+fsc_status fsc_model_validate(const fsc_model *m);
+/* Total parameters (sum of numel). */
+size_t fsc_model_num_params(const fsc_model *m);
+/* Index of the tensor called name, -1 if none. */
+int fsc_model_tensor_index(const fsc_model *m, const char *name);
+/* ops->destroy(m) when the model owns itself (fsc_gpt_model_create's); NULL does nothing. */
+void fsc_model_free(fsc_model *m);
+
+#endif

@@ -1,6 +1,6 @@
 /* Private: what the checkpoint files share (ckpt_meta.c, ckpt_fs.c, ckpt_save.c, ckpt_load.c).
  * Global tensors of a checkpoint are numbered g = state * n_tensors + t: state 0 the parameters, state
- * k >= 1 the optimizer's state k-1 (fsc_optim_state), t the GPT tensor index. */
+ * k >= 1 the optimizer's state k-1 (fsc_optim_state), t the model's tensor index. */
 #ifndef FSC_CKPT_IMPL_H
 #define FSC_CKPT_IMPL_H
 #include "fsc/fsc.h"
@@ -46,7 +46,7 @@ fsc_status ck_agree(fsc_engine *e, fsc_status mine);
 /* Broadcast len bytes of host memory from world rank 0. */
 fsc_status ck_bcast_host(fsc_engine *e, void *host, size_t len);
 
-/* One piece a rank writes: elements [first, first + n) of GPT tensor t (every state of the optimizer). */
+/* One piece a rank writes: elements [first, first + n) of the model's tensor t (every state of the optimizer). */
 typedef struct {
     int32_t t, rank;
     uint64_t first, n;

@@ -9,7 +9,7 @@
  * over the expert group (e->ep_comm); full parameters and weight files gather each MoE block's experts
  * over it.
  *
- * Buffers (tensor order, the flat layout of gpt.h):
+ * Buffers (tensor order, the flat layout of model.h):
  *   master  (P) fp32 parameters, stepped by the optimizer                    params
  *   compute (P) master rounded to the parameter dtype (only if not f32)      params
  *   grad    (P) local gradients of the current micro-batch(es)               grads

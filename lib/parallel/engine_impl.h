@@ -24,7 +24,7 @@ typedef struct {
     /* allocate parameters (initialised from the keyed RNG), gradients, and register optimizer segments;
      * fill e->gsegs/e->glens/e->ngsegs (this rank's reduced gradient) and e->norm_comm */
     fsc_status (*setup)(fsc_engine *e);
-    /* layer hooks (see gpt.h); may be NULL */
+    /* layer hooks (model.h); may be NULL */
     fsc_status (*pre_forward)(fsc_engine *e, int layer);
     fsc_status (*post_forward)(fsc_engine *e, int layer);
     fsc_status (*pre_backward)(fsc_engine *e, int layer);

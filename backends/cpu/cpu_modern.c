@@ -102,8 +102,8 @@ typedef struct {
     float *out;
     const float *inp;
     float *cs;       /* (T, D/2) cosines then (T, D/2) sines */
+    double *inv;     /* (D/2) theta^(-2i/D) */
     int T, H, D, ld, dir; /* dir +1: rotate by +a (forward), -1: by -a (backward) */
-    double theta;
 } rope_arg;
 
 /* rows t in [lo, hi) of the cos/sin table */
@@ -111,10 +111,10 @@ static void rope_table_range(void *p, size_t lo, size_t hi) {
     const rope_arg *a = p;
     int h2 = a->D / 2;
     float *c = a->cs, *s = a->cs + (size_t)a->T * h2;
+    double *inv = a->inv;
     for (size_t t = lo; t < hi; t++)
         for (int i = 0; i < h2; i++) {
-            double inv = 1.0 / pow(a->theta, (double)(2 * i) / (double)a->D);
-            double ang = (double)t * inv;
+            double ang = (double)t * inv[i];
             c[t * h2 + i] = (float)cos(ang);
             s[t * h2 + i] = (float)sin(ang);
         }
@@ -149,11 +149,16 @@ static fsc_status rope(void *ctx, float *out, const float *inp, int B, int T, in
     CHECK_DIM(theta > 0.0f, "%s: theta %g must be positive", what, (double)theta);
     if (B == 0 || T == 0 || H == 0 || D == 0) return FSC_OK;
     float *cs = malloc((size_t)T * (size_t)D * sizeof *cs);
-    if (!cs) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for a %d x %d table", what, T, D);
-    rope_arg a = { out, inp, cs, T, H, D, ld, dir, (double)theta };
+    double *inv = malloc((size_t)D / 2 * sizeof *inv);
+    if (!cs || !inv) {
+        free(cs), free(inv);
+        return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for a %d x %d table", what, T, D);
+    }
+    for (int i = 0; i < D / 2; i++) inv[i] = 1.0 / pow((double)theta, (double)(2 * i) / (double)D);
+    rope_arg a = { out, inp, cs, inv, T, H, D, ld, dir };
     cpu_parallel(ctx, (size_t)T, 1, cpu_row_grain((size_t)D * 8), rope_table_range, &a);
     cpu_parallel(ctx, (size_t)B * T, 1, cpu_row_grain((size_t)H * D), rope_apply_range, &a);
-    free(cs);
+    free(cs), free(inv);
     return FSC_OK;
 }
 

@@ -1,0 +1,68 @@
+/* A Llama model (Hugging Face LlamaForCausalLM's layout and semantics) as a model of model.h, built from the
+ * modules in nn.h, so every strategy, pipeline and checkpoint trains it.
+ *
+ * Layers: 0 the token embedding, 1..L the decoder layers, L+1 the head (final RMSNorm, untied lm_head, softmax
+ * cross entropy). A decoder layer is
+ *   h   = x + o_proj(attn(rope(q_proj(n1)), rope(k_proj(n1)), v_proj(n1)))   n1 = input_layernorm(x)
+ *   out = h + down_proj(silu(gate_proj(n2)) * up_proj(n2))                    n2 = post_attention_layernorm(h)
+ * with RMSNorm out = x / sqrt(mean(x^2) + norm_eps) * w, causal attention of `heads` query heads of
+ * head_dim = dim / heads, grouped-query attention when kv_heads < heads (query head h reads kv head
+ * h / (heads / kv_heads), transformers' repeat_kv), and rotary embeddings on q and k as transformers'
+ * apply_rotary_pos_emb with rotate_half (inv_freq = rope_theta^(-2i/head_dim), the frequencies concatenated
+ * twice, positions 0..seq-1; fsc computes the angles in double, transformers in float32).
+ *
+ * Tensors in Hugging Face names, linear weights [out, in] as nn.Linear stores them, no biases, nothing tied:
+ *   model.embed_tokens.weight (vocab, dim)                               layer 0
+ *   per decoder layer i (layer i + 1), in this order:
+ *     model.layers.{i}.self_attn.q_proj.weight (heads hd, dim)   .k_proj.weight, .v_proj.weight (kv_heads hd, dim)
+ *     model.layers.{i}.self_attn.o_proj.weight (dim, heads hd)
+ *     model.layers.{i}.mlp.gate_proj.weight, .up_proj.weight (ffn, dim)   .down_proj.weight (dim, ffn)
+ *     model.layers.{i}.input_layernorm.weight (dim)   model.layers.{i}.post_attention_layernorm.weight (dim)
+ *   model.norm.weight (dim), lm_head.weight (vocab, dim)                 layer L + 1
+ * Initial values keyed by name (fsc_rng): linears and the embedding N(0, 0.02) (HF's initializer_range), norms 1.
+ * Inputs and targets are int32 tokens, seq per sample; one loss term per token.
+ * Not here: tensor parallelism (lib/tp runs the GPT only), mixture of experts. */
+#ifndef FSC_LLAMA_H
+#define FSC_LLAMA_H
+#include <stddef.h>
+#include <stdint.h>
+#include "status.h"
+#include "device.h"
+#include "model.h"
+
+typedef struct {
+    int layers;       /* decoder layers (HF num_hidden_layers) */
+    int dim;          /* model width (hidden_size) */
+    int heads;        /* query heads (num_attention_heads); divides dim, dim / heads even */
+    int kv_heads;     /* key/value heads (num_key_value_heads); divides heads */
+    int ffn;          /* the MLP's hidden width (intermediate_size) */
+    int seq;          /* context length */
+    int vocab;        /* vocabulary size */
+    float rope_theta; /* rotary base (> 0) */
+    float norm_eps;   /* RMSNorm epsilon (rms_norm_eps, > 0) */
+} fsc_llama_config;
+
+/* Llama's MLP width rule (Meta's reference code): 2/3 x 4 x dim rounded up to a multiple of 256
+ * (dim 4096: 11008; dim 128: 512). */
+int fsc_llama_default_ffn(int dim);
+/* A small model: 4 layers, dim 128, 4 heads, 4 kv heads, ffn fsc_llama_default_ffn(128) = 512, seq 64,
+ * vocab 256, rope_theta 10000, norm_eps 1e-5. */
+fsc_llama_config fsc_llama_config_default(void);
+/* Clear error for impossible configurations (sizes out of range, dim % heads, heads % kv_heads, odd head
+ * size, theta or eps not positive). */
+fsc_status fsc_llama_config_validate(const fsc_llama_config *c);
+int fsc_llama_num_tensors(const fsc_llama_config *c);   /* 1 + 9 L + 2 */
+size_t fsc_llama_num_params(const fsc_llama_config *c); /* total elements */
+/* The description of tensor i (name, shape, owning layer). */
+fsc_status fsc_llama_param_info(const fsc_llama_config *c, int i, fsc_param_info *out);
+/* Initial values of elements [first, first + n) of tensor i (host memory). */
+void fsc_llama_init_values(const fsc_llama_config *c, uint64_t seed, int i, size_t first, size_t n, float *out);
+/* The configuration as a JSON object ({"family":"llama","layers":..}), the text checkpoints record. */
+void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap);
+
+/* The model on dev (validates cfg). It owns itself: fsc_model_free. Hand it to fsc_engine_create_model and
+ * train with fsc_engine_step_model (inputs and targets int32 tokens); weight files (fsc_engine_save_weights /
+ * load_weights) use the Hugging Face names above. */
+fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, fsc_model **out);
+
+#endif

@@ -1,0 +1,219 @@
+/* The Llama (llama.h) under every strategy on the simulated cluster, checked bit for bit against DDP.
+ *
+ * Oracles: FSDP (full_shard, shard_grad_op, hybrid_shard, no_shard; block, model and min-params wrapping),
+ * ZeRO-1 and ZeRO-2 on 4 ranks equal DDP on 4 ranks bit for bit (every step's loss, the final parameters), with
+ * clipping on; layer checkpointing (recompute in backward) equals DDP bit for bit; a 2-stage pipeline over 2 data
+ * ranks (GPipe and 1F1B, every pipeline checkpoint mode) equals DDP on 2 ranks accumulating the same
+ * micro-batches bit for bit; weights saved by FSDP on 4 ranks under the Hugging Face names load into a single
+ * rank with the same bits; a training checkpoint written by FSDP on 4 ranks resumes on ZeRO-2 on 2 ranks bit for
+ * bit as DDP on 2 ranks resumes it. Training lowers the loss. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "fsc/llama.h"
+
+enum { GB = 8, MAXSTEPS = 4 };
+
+static fsc_llama_config tiny(void) {
+    return (fsc_llama_config){ .layers = 3, .dim = 16, .heads = 4, .kv_heads = 2, .ffn = 24, .seq = 8,
+                               .vocab = 32, .rope_theta = 10000.0f, .norm_eps = 1e-5f };
+}
+
+typedef struct {
+    int world;
+    fsc_parallel_opts po;
+    int steps, first_step;
+    const char *load_ckpt, *save_ckpt, *save_weights, *load_weights;
+    double loss[MAXSTEPS];
+    size_t P;
+    float *after; /* (P) after training */
+} job;
+
+/* tokens of sample i: a fixed pseudo-random text, targets the next token */
+static void sample(size_t i, const fsc_llama_config *c, int32_t *tok, int32_t *tgt) {
+    for (int t = 0; t < c->seq; t++) {
+        uint64_t h = (i * 1009 + (size_t)t) * 0x9E3779B97F4A7C15ull, h2 = (i * 1009 + (size_t)t + 1) * 0x9E3779B97F4A7C15ull;
+        tok[t] = (int32_t)((h >> 33) % (uint64_t)c->vocab);
+        tgt[t] = (int32_t)((h2 >> 33) % (uint64_t)c->vocab);
+    }
+}
+
+static fsc_status job_rank(fsc_rank *r, void *arg) {
+    job *j = arg;
+    fsc_llama_config c = tiny();
+    fsc_model *m = NULL;
+    FSC_TRY(fsc_llama_model_create(r->dev, &c, &m));
+    fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-2f, .weight_decay = 0.01f, .beta1 = 0.9f,
+                            .beta2 = 0.999f, .eps = 1e-8f };
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create_model(r, m, &j->po, &oc, 7, &e);
+    const int dp = s == FSC_OK ? fsc_engine_layout(e)->dp : 1, di = s == FSC_OK ? fsc_engine_layout(e)->data : 0;
+    const int lb = GB / dp;
+    int32_t *tok = malloc((size_t)lb * c.seq * sizeof *tok), *tgt = malloc((size_t)lb * c.seq * sizeof *tgt);
+    if (s == FSC_OK && (!tok || !tgt)) s = fsc_error(FSC_ERR_NOMEM, "test: out of memory");
+    if (s == FSC_OK && j->load_ckpt) s = fsc_ckpt_load(e, j->load_ckpt, NULL);
+    if (s == FSC_OK && j->load_weights) s = fsc_engine_load_weights(e, j->load_weights);
+    for (int st = j->first_step; st < j->first_step + j->steps && s == FSC_OK; st++) {
+        for (int i = 0; i < lb; i++)
+            sample((size_t)st * GB + (size_t)di * lb + i, &c, tok + (size_t)i * c.seq, tgt + (size_t)i * c.seq);
+        fsc_step_info info;
+        s = fsc_engine_step_model(e, tok, tgt, lb, GB, &info);
+        if (s == FSC_OK && r->rank == 0) j->loss[st - j->first_step] = info.loss;
+    }
+    if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? j->after : NULL);
+    if (s == FSC_OK && j->save_ckpt) s = fsc_ckpt_save(e, j->save_ckpt, j->first_step + j->steps, NULL);
+    if (s == FSC_OK && j->save_weights) s = fsc_engine_save_weights(e, j->save_weights);
+    free(tok);
+    free(tgt);
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+static job make(int world, fsc_parallel_kind kind) {
+    job j;
+    memset(&j, 0, sizeof j);
+    fsc_llama_config c = tiny();
+    j.world = world;
+    j.po.kind = kind;
+    j.po.accum = 1;
+    j.po.reshard_after_forward = -1;
+    j.po.param_dtype = FSC_F32;
+    j.po.reduce_dtype = FSC_F32;
+    j.po.clip = 0.5f;
+    j.steps = 3;
+    j.P = fsc_llama_num_params(&c);
+    return j;
+}
+
+static void train(job *j) {
+    free(j->after);
+    j->after = calloc(j->P, sizeof(float));
+    assert_non_null(j->after);
+    fsc_cluster_opts co = { .world = j->world, .device = "cpu", .timeout_s = 60, .threads_per_rank = 1 };
+    assert_ok(fsc_cluster_run(&co, job_rank, j));
+}
+
+static void done(job *j) {
+    free(j->after);
+    j->after = NULL;
+}
+
+static void assert_same(const job *a, const job *b, const char *what) {
+    for (int s = 0; s < a->steps; s++)
+        if (memcmp(&a->loss[s], &b->loss[s], sizeof(double)) != 0)
+            fail_msg("%s: loss of step %d differs: %.17g vs %.17g", what, s, a->loss[s], b->loss[s]);
+    assert_bits_equal(a->after, b->after, a->P, what);
+}
+
+static void test_strategies_equal_ddp(void **st) {
+    (void)st;
+    job ddp = make(4, FSC_PAR_DDP);
+    train(&ddp);
+    assert_true(ddp.loss[2] < ddp.loss[0]); /* it learns */
+    assert_true(fabs(ddp.loss[0] - log(32.0)) < 0.1); /* starts near uniform over the vocabulary */
+    struct {
+        fsc_parallel_kind kind;
+        fsc_shard_strategy shard;
+        fsc_wrap_policy wrap;
+        int checkpoint;
+        const char *what;
+    } cases[] = {
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 0, "fsdp full_shard" },
+        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, FSC_WRAP_BLOCK, 0, "fsdp shard_grad_op" },
+        { FSC_PAR_FSDP, FSC_SHARD_HYBRID, FSC_WRAP_BLOCK, 0, "fsdp hybrid_shard" },
+        { FSC_PAR_FSDP, FSC_SHARD_NONE, FSC_WRAP_BLOCK, 0, "fsdp no_shard" },
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_MODEL, 0, "fsdp full_shard, one unit" },
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_MIN_PARAMS, 0, "fsdp full_shard, min_params" },
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1, "fsdp full_shard, layer checkpointing" },
+        { FSC_PAR_ZERO1, 0, 0, 0, "zero1" },
+        { FSC_PAR_ZERO2, 0, 0, 0, "zero2" },
+        { FSC_PAR_DDP, 0, 0, 1, "ddp, layer checkpointing" },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        job j = make(4, cases[k].kind);
+        j.po.shard = cases[k].shard;
+        j.po.wrap = cases[k].wrap;
+        j.po.wrap_min_params = 2000;
+        j.po.checkpoint = cases[k].checkpoint;
+        train(&j);
+        assert_same(&ddp, &j, cases[k].what);
+        done(&j);
+    }
+    done(&ddp);
+}
+
+static void test_pipeline_equals_ddp_accumulating(void **st) {
+    (void)st;
+    job ddp = make(2, FSC_PAR_DDP);
+    ddp.po.accum = 2;
+    ddp.po.no_sync = 1;
+    train(&ddp);
+    const fsc_pipe_checkpoint modes[3] = { FSC_PIPE_CKPT_EXCEPT_LAST, FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKPT_NEVER };
+    for (int k = 0; k < 4; k++) {
+        job p = make(4, k == 3 ? FSC_PAR_FSDP : FSC_PAR_DDP);
+        p.po.pp = 2;
+        p.po.accum = 2;
+        p.po.no_sync = 1;
+        p.po.schedule = k == 1 ? FSC_SCHED_1F1B : FSC_SCHED_GPIPE;
+        p.po.pipe_checkpoint = modes[k % 3];
+        const int balance[2] = { 1, 2 }; /* layer 0 on stage 0 (with the embedding), 1 and 2 with the head */
+        p.po.balance = balance;
+        train(&p);
+        char what[64];
+        snprintf(what, sizeof what, "pipeline case %d", k);
+        assert_same(&ddp, &p, what);
+        done(&p);
+    }
+    done(&ddp);
+}
+
+static void test_weights_and_checkpoints(void **st) {
+    (void)st;
+    char dir[] = "/tmp/fsc_test_ddp_llama_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char wpath[256], cpath[256];
+    snprintf(wpath, sizeof wpath, "%s/w.safetensors", dir);
+    snprintf(cpath, sizeof cpath, "%s/step-00000002", dir);
+    job a = make(4, FSC_PAR_FSDP); /* two steps; weights and a checkpoint saved */
+    a.steps = 2;
+    a.save_weights = wpath;
+    a.save_ckpt = dir;
+    train(&a);
+    /* the weight file holds every tensor under its Hugging Face name */
+    fsc_st_file *f = NULL;
+    assert_ok(fsc_st_open(wpath, &f));
+    const fsc_st_entry *t = fsc_st_find(f, "model.layers.2.self_attn.k_proj.weight");
+    assert_non_null(t);
+    assert_int_equal(t->shape[0], 8);
+    assert_int_equal(t->shape[1], 16);
+    assert_non_null(fsc_st_find(f, "lm_head.weight"));
+    assert_non_null(fsc_st_find(f, "model.layers.0.mlp.down_proj.weight"));
+    fsc_st_close(f);
+    job one = make(1, FSC_PAR_NONE); /* loads them: no steps, the same bits */
+    one.steps = 0;
+    one.load_weights = wpath;
+    train(&one);
+    assert_bits_equal(one.after, a.after, a.P, "weights loaded on one rank");
+    job d2 = make(2, FSC_PAR_DDP), z2 = make(2, FSC_PAR_ZERO2); /* the checkpoint resharded */
+    d2.steps = z2.steps = 2;
+    d2.first_step = z2.first_step = 2;
+    d2.load_ckpt = z2.load_ckpt = cpath;
+    train(&d2);
+    train(&z2);
+    assert_same(&d2, &z2, "zero2 on 2 ranks vs ddp on 2 ranks, resumed from fsdp on 4");
+    done(&a), done(&one), done(&d2), done(&z2);
+    test_rmtree(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_strategies_equal_ddp),
+        cmocka_unit_test(test_pipeline_equals_ddp_accumulating),
+        cmocka_unit_test(test_weights_and_checkpoints),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -12,6 +12,7 @@
 #include "safetensors.h"
 #include "optim.h"
 #include "model.h"
+#include "layers.h"
 #include "gpt.h"
 #include "nn.h"
 #include "checkpoint_wrapper.h"

@@ -1,0 +1,150 @@
+/* Layers and the sequential model: the easy way to write an fsc_model (model.h). A layer declares its
+ * parameters (names relative to the layer, shapes, initial values), the device bytes its record keeps for a
+ * micro-batch (what forward saves for backward) and its scratch, the size of its output per sample, and a
+ * forward and a backward. fsc_seq_model_create strings layers into an fsc_model that every strategy, pipeline
+ * and checkpoint runs: it names the tensors (a prefix per layer), initializes them by full name through the
+ * keyed RNG, keeps the per-call records (layer checkpointing keeps only each layer's input and recomputes),
+ * calls the strategies' hooks around every layer, provides the streams between pipeline stages, sums the
+ * loss and handles tied parameters. docs/models.md walks through it; examples/train_mlp.c writes a layer of
+ * its own.
+ *
+ * Not here: the kernels (nn.h, the device), the engine (parallel.h). */
+#ifndef FSC_LAYERS_H
+#define FSC_LAYERS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "status.h"
+#include "device.h"
+#include "model.h"
+
+#define FSC_LAYER_MAX_PARAMS 16
+
+/* How a parameter starts: mean + std x normal(seed, full name, element) or the constant `value`. */
+typedef enum { FSC_INIT_NORMAL = 0, FSC_INIT_CONST } fsc_init_kind;
+typedef struct {
+    fsc_init_kind kind;
+    float mean, std;   /* FSC_INIT_NORMAL */
+    float value;       /* FSC_INIT_CONST */
+} fsc_init;
+
+/* One parameter of a layer. */
+typedef struct {
+    char name[48];     /* relative to the layer ("weight", "q_proj.weight"); the model prefixes it */
+    int ndim;
+    int64_t shape[4];
+    size_t numel;
+    fsc_init init;
+} fsc_layer_param;
+
+/* What one call of a layer sees. Device pointers of dev. */
+typedef struct {
+    fsc_device *dev;
+    int B;                       /* samples of the micro-batch */
+    const float *const *param;   /* (n_params) the layer's parameters, in declaration order */
+    float *const *grad;          /* (n_params) their gradients: backward accumulates (+=) */
+    void *rec;                   /* rec_bytes(B) bytes: forward writes what backward needs, backward reads it */
+    void *work;                  /* work_bytes(B) bytes of scratch, not kept between calls */
+    const void *target;          /* loss layers: the B samples' targets (target_bytes each) */
+    float dscale;                /* loss layers' backward: the gradient factor of each loss term */
+} fsc_layer_call;
+
+struct fsc_layer;
+typedef struct {
+    /* Device bytes the record keeps for B samples, and of scratch (NULL: none). */
+    size_t (*rec_bytes)(const struct fsc_layer *l, int B);
+    size_t (*work_bytes)(const struct fsc_layer *l, int B);
+    /* out (B x out_floats floats) from in (B x in_bytes bytes; the model keeps it unchanged until backward).
+     * A loss layer writes its loss values (summed by the model into the loss) and reads c->target. */
+    fsc_status (*forward)(const struct fsc_layer *l, const fsc_layer_call *c, float *out, const void *in);
+    /* dinp (B x in floats) = (overwrites) the gradient w.r.t. in, given dout (the gradient w.r.t. out; NULL for a
+     * loss layer, which uses c->dscale); dinp is NULL when no one needs it (the model's first layer). Parameter
+     * gradients accumulate into c->grad. Runs after forward of the same record (or its recomputation). */
+    fsc_status (*backward)(const struct fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
+                           const void *in);
+    /* Optional: the layer's settings as a JSON object (recorded in checkpoints); NULL: "{}". */
+    void (*config)(const struct fsc_layer *l, char *buf, size_t cap);
+    /* Optional: free what the layer owns beyond the struct (the struct itself is freed with free()). */
+    void (*destroy)(struct fsc_layer *l);
+} fsc_layer_ops;
+
+/* A layer: allocate it with malloc/calloc (the model frees it with free() after ops->destroy). A user layer
+ * embeds this struct first in its own and fills it (fsc_layer_add_param declares parameters). */
+typedef struct fsc_layer {
+    char kind[32];                 /* "linear", "layernorm", ... or the user's name */
+    int n_params;
+    fsc_layer_param params[FSC_LAYER_MAX_PARAMS];
+    size_t in_bytes;               /* device bytes of one sample's input (floats x 4; int32 tokens: T x 4) */
+    size_t out_floats;             /* floats of one sample's output (a loss layer: its loss values) */
+    int loss_terms;                /* > 0: a loss layer (the last), with this many loss terms per sample */
+    size_t target_bytes;           /* a loss layer: bytes of one sample's target */
+    const fsc_layer_ops *ops;
+} fsc_layer;
+
+/* Declare parameter `name` of the given shape (ndim 1..4, unused dimensions 0) starting as init. */
+fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const int64_t *shape, fsc_init init);
+/* Change the initial values of the layer's parameter `name` (defaults are the constructors'). */
+fsc_status fsc_layer_set_init(fsc_layer *l, const char *name, fsc_init init);
+/* ops->destroy, then free (NULL does nothing). */
+void fsc_layer_free(fsc_layer *l);
+static inline fsc_init fsc_init_normal(float std) { return (fsc_init){ .kind = FSC_INIT_NORMAL, .std = std }; }
+static inline fsc_init fsc_init_const(float v) { return (fsc_init){ .kind = FSC_INIT_CONST, .value = v }; }
+
+/* ---- built-in layers ------------------------------------------------------------------------------------
+ * A sample is `rows` rows of features (a sequence of T tokens: rows = T; a feature vector: rows = 1; 0 means
+ * 1). Defaults: weights normal(0, 0.02), biases 0, norm weights 1 (change them with fsc_layer_set_init).
+ * Parameter names follow Hugging Face where one exists. */
+
+/* out = in W + b, W "weight" [in, out] (out_in: [out, in] as torch's nn.Linear), b "bias" (with bias). */
+typedef struct { int rows, in, out, bias, out_in; } fsc_linear_opts;
+fsc_status fsc_layer_linear(const fsc_linear_opts *o, fsc_layer **out);
+/* GELU (tanh approximation) over n floats per sample. */
+fsc_status fsc_layer_gelu(size_t n, fsc_layer **out);
+/* LayerNorm over width C (eps 1e-5): "weight", "bias". */
+fsc_status fsc_layer_layernorm(int rows, int C, fsc_layer **out);
+/* RMSNorm over width C: "weight". */
+fsc_status fsc_layer_rmsnorm(int rows, int C, float eps, fsc_layer **out);
+/* out = [in +] c_proj(gelu(c_fc(in))) (GPT-2's MLP, weights [in, out] as GPT-2's Conv1D): "c_fc.weight" (C, F),
+ * "c_fc.bias", "c_proj.weight" (F, C), "c_proj.bias". */
+typedef struct { int rows, C, F, residual; } fsc_mlp_opts;
+fsc_status fsc_layer_gelu_mlp(const fsc_mlp_opts *o, fsc_layer **out);
+/* out = [in +] down(silu(gate(in)) * up(in)) (Llama's MLP, no biases): "gate_proj.weight", "up_proj.weight"
+ * (F, C), "down_proj.weight" (C, F). */
+fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out);
+/* out = [in +] causal self-attention (nn.h's fsc_self_attn_*: rotary when rope_theta > 0, kv_heads dividing
+ * heads, 0: heads): "q_proj.weight" (heads x HS, C), "k_proj.weight", "v_proj.weight" (kv_heads x HS, C),
+ * "o_proj.weight" (C, heads x HS), and "{q,k,v,o}_proj.bias" with bias. HS = C / heads. */
+typedef struct { int T, C, heads, kv_heads, bias, residual; float rope_theta; } fsc_attention_opts;
+fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out);
+/* out (T, C) = wte[token] + wpe[t] of T int32 tokens per sample: "wte.weight" (V, C), "wpe.weight" (T, C). */
+fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out);
+/* The loss layer of a language model: logits = in W^T with W "weight" (V, C), loss = cross entropy against
+ * T int32 targets per sample (T loss terms). Tie "weight" to an embedding's wte (fsc_seq_layer.tie). */
+fsc_status fsc_layer_lm_head(int T, int C, int V, fsc_layer **out);
+/* The loss layer of a regressor: loss = sum over the n outputs of (in - target)^2, n float targets per sample
+ * (n loss terms: the engine reports the mean squared error). */
+fsc_status fsc_layer_mse(size_t n, fsc_layer **out);
+
+/* ---- the sequential model ---------------------------------------------------------------------------- */
+
+/* A tied parameter: the layer's parameter `param` is not a tensor of its own but the earlier layer's tensor
+ * called `to` (full name), of the same shape (model.h's users; the model keeps the tied-gradient buffer). */
+typedef struct {
+    const char *param;
+    const char *to;
+} fsc_layer_tie;
+
+typedef struct {
+    fsc_layer *layer;
+    const char *prefix;     /* prepended to the layer's parameter names: "layers.3." (NULL: "") */
+    fsc_layer_tie tie[2];   /* param NULL: none */
+} fsc_seq_layer;
+
+/* The model of layers[0..n) on dev: layer 0 takes the samples' inputs (sample_input_bytes = its in_bytes),
+ * each next layer the previous one's output (in_bytes = 4 x out_floats), the last is the loss layer. The
+ * model takes the layers: fsc_model_free frees them with itself, also when this fails. Layer checkpointing
+ * (the engine's checkpoint option) keeps each layer's input only and recomputes its forward in backward. */
+fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *layers, int n, fsc_model **out);
+/* The layer l of a sequential model (NULL when m is not one or l is out of range). */
+fsc_layer *fsc_seq_model_layer(fsc_model *m, int l);
+
+#endif

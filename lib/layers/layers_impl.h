@@ -1,0 +1,36 @@
+/* Helpers the built-in layers share (basic.c, transformer.c): allocation of a layer struct with its ops, and
+ * rows of a call. */
+#ifndef FSC_LAYERS_IMPL_H
+#define FSC_LAYERS_IMPL_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/layers.h"
+#include "fsc/nn.h"
+
+/* calloc a layer struct of `size` bytes (a built-in layer's struct, fsc_layer first) of the given kind. */
+static inline fsc_status layer_new(size_t size, const char *kind, const fsc_layer_ops *ops, fsc_layer **out) {
+    *out = NULL;
+    fsc_layer *l = calloc(1, size);
+    if (!l) return fsc_error(FSC_ERR_NOMEM, "layer %s: out of host memory", kind);
+    snprintf(l->kind, sizeof l->kind, "%s", kind);
+    l->ops = ops;
+    *out = l;
+    return FSC_OK;
+}
+
+/* Declare a parameter of a built-in layer (shape d0 x d1, d1 0 for a vector); frees the layer on failure. */
+static inline fsc_status layer_param(fsc_layer **l, const char *name, int64_t d0, int64_t d1, fsc_init init) {
+    int64_t shape[2] = { d0, d1 };
+    fsc_status s = fsc_layer_add_param(*l, name, d1 ? 2 : 1, shape, init);
+    if (s != FSC_OK) {
+        fsc_layer_free(*l);
+        *l = NULL;
+    }
+    return s;
+}
+
+static inline size_t r256(size_t b) { return (b + 255) / 256 * 256; }
+#define LAYER_STD 0.02f
+
+#endif

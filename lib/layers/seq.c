@@ -1,0 +1,226 @@
+/* The sequential model of layers.h, its declaration: tensor names and owners (a prefix per layer), tied
+ * parameters as model.h's users with their tied-gradient buffers, initial values by full name, the configuration
+ * recorded in checkpoints, the per-layer cost for pipeline balance.
+ * Not here: records, forward and backward (seq_run.c), the layers (basic.c, transformer.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/rng.h"
+#include "seq_impl.h"
+
+static void seq_destroy(fsc_model *m) {
+    seq_model *s = (seq_model *)m;
+    for (int l = 0; l < s->n; l++) fsc_layer_free(s->layers[l]);
+    for (int t = 0; t < s->m.n_tensors && s->tied_grad; t++) fsc_device_release(s->dev, s->tied_grad[t]);
+    free(s->layers), free(s->prefix), free(s->tensor), free(s->tied);
+    free(s->info), free(s->param), free(s->grad), free(s->tied_grad);
+    free(s);
+}
+
+static size_t seq_stream_floats(void *ctx, int B) {
+    const seq_model *s = ctx;
+    return (size_t)B * (s->max_stream ? s->max_stream : 1);
+}
+
+static const fsc_layer_param *param_of(const seq_model *s, int t, const fsc_layer **lay) {
+    const int l = s->info[t].layer;
+    for (int k = 0; k < s->layers[l]->n_params; k++)
+        if (s->tensor[l][k] == t && !s->tied[l][k]) {
+            *lay = s->layers[l];
+            return &s->layers[l]->params[k];
+        }
+    return NULL;
+}
+
+static void seq_init(void *ctx, uint64_t seed, int t, size_t first, size_t n, float *out) {
+    const seq_model *s = ctx;
+    const fsc_layer *lay = NULL;
+    const fsc_layer_param *p = param_of(s, t, &lay);
+    if (p && p->init.kind == FSC_INIT_NORMAL) {
+        fsc_rng_fill_normal(out, n, seed, s->info[t].name, first, p->init.mean, p->init.std);
+    } else {
+        const float v = p ? p->init.value : 0.0f;
+        for (size_t i = 0; i < n; i++) out[i] = v;
+    }
+}
+
+/* Parameter bytes x param_scale, the record and the output of B samples (what a stage holds per micro-batch). */
+static double seq_layer_cost(void *ctx, int l, int B, float param_scale) {
+    const seq_model *s = ctx;
+    const fsc_layer *lay = s->layers[l];
+    double c = 0;
+    for (int k = 0; k < lay->n_params; k++)
+        if (!s->tied[l][k]) c += 4.0 * (double)param_scale * (double)lay->params[k].numel;
+    if (lay->ops->rec_bytes) c += (double)lay->ops->rec_bytes(lay, B);
+    return c + 4.0 * (double)B * (double)lay->out_floats;
+}
+
+/* {"sequential":[{"prefix":"in.","kind":"linear","layer":{...}}, ...]} */
+static void seq_config(void *ctx, char *buf, size_t cap) {
+    const seq_model *s = ctx;
+    size_t at = 0;
+#define PUT(...)                                                                   \
+    do {                                                                           \
+        if (at < cap) {                                                            \
+            int w_ = snprintf(buf + at, cap - at, __VA_ARGS__);                    \
+            at += w_ > 0 ? (size_t)w_ : 0;                                         \
+        }                                                                          \
+    } while (0)
+    PUT("{\"sequential\":[");
+    for (int l = 0; l < s->n; l++) {
+        char lc[1024] = "{}";
+        if (s->layers[l]->ops->config) s->layers[l]->ops->config(s->layers[l], lc, sizeof lc);
+        PUT("%s{\"prefix\":\"%s\",\"kind\":\"%s\",\"layer\":%s}", l ? "," : "", s->prefix[l], s->layers[l]->kind, lc);
+    }
+    PUT("]}");
+#undef PUT
+    if (at >= cap && cap > 2) snprintf(buf, cap, "{}"); /* too long to record: record nothing rather than a half */
+}
+
+const fsc_model_ops fsc_seq_ops_ = {
+    .acts_create = fsc_seq_acts_create, .acts_free = fsc_seq_acts_free, .acts_bytes = fsc_seq_acts_bytes,
+    .set_batch = fsc_seq_set_batch, .stream = fsc_seq_stream, .stream_floats = seq_stream_floats,
+    .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
+    .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy,
+};
+
+/* Check that the layers fit together (each takes its predecessor's output, the last is the only loss layer). */
+static fsc_status check_chain(const fsc_seq_layer *ls, int n) {
+    for (int l = 0; l < n; l++) {
+        const fsc_layer *a = ls[l].layer;
+        if (!a || !a->ops || !a->ops->forward || !a->ops->backward)
+            return fsc_error(FSC_ERR_INVALID, "sequential model: layer %d is NULL or lacks forward/backward", l);
+        if (a->in_bytes == 0 || (l < n - 1 && a->out_floats == 0))
+            return fsc_error(FSC_ERR_INVALID, "sequential model: layer %d (%s) has an empty input or output", l,
+                             a->kind);
+        if ((a->loss_terms > 0) != (l == n - 1))
+            return fsc_error(FSC_ERR_INVALID, "sequential model: layer %d (%s) %s; the last layer and only it must "
+                             "be a loss layer (loss_terms > 0)", l, a->kind,
+                             a->loss_terms > 0 ? "is a loss layer" : "is not a loss layer");
+        if (l > 0 && a->in_bytes != ls[l - 1].layer->out_floats * sizeof(float))
+            return fsc_error(FSC_ERR_INVALID, "sequential model: layer %d (%s) takes %zu bytes per sample but layer "
+                             "%d (%s) gives %zu floats", l, a->kind, a->in_bytes, l - 1, ls[l - 1].layer->kind,
+                             ls[l - 1].layer->out_floats);
+        if (strlen(ls[l].prefix ? ls[l].prefix : "") >= 48)
+            return fsc_error(FSC_ERR_INVALID, "sequential model: prefix of layer %d is longer than 47 characters", l);
+    }
+    return FSC_OK;
+}
+
+static int same_shape(const fsc_param_info *t, const fsc_layer_param *p) {
+    if (t->ndim != p->ndim) return 0;
+    for (int d = 0; d < p->ndim; d++)
+        if (t->shape[d] != p->shape[d]) return 0;
+    return 1;
+}
+
+/* Name the tensors and resolve the ties. */
+static fsc_status declare(seq_model *s, const fsc_seq_layer *ls) {
+    int nt = 0;
+    for (int l = 0; l < s->n; l++) {
+        const fsc_layer *a = s->layers[l];
+        for (int x = 0; x < 2 && ls[l].tie[x].param; x++) {
+            int k = 0;
+            while (k < a->n_params && strcmp(a->params[k].name, ls[l].tie[x].param)) k++;
+            if (k == a->n_params)
+                return fsc_error(FSC_ERR_INVALID, "sequential model: layer %d (%s) has no parameter %s to tie", l,
+                                 a->kind, ls[l].tie[x].param);
+            int t = ls[l].tie[x].to ? fsc_model_tensor_index(&s->m, ls[l].tie[x].to) : -1;
+            if (t < 0)
+                return fsc_error(FSC_ERR_INVALID, "sequential model: layer %d ties %s to %s, not a tensor of an "
+                                 "earlier layer", l, ls[l].tie[x].param, ls[l].tie[x].to ? ls[l].tie[x].to : "(null)");
+            fsc_param_info *ti = &s->info[t];
+            if (!same_shape(ti, &a->params[k]))
+                return fsc_error(FSC_ERR_INVALID, "sequential model: layer %d ties %s to %s of another shape", l,
+                                 ls[l].tie[x].param, ti->name);
+            if (ti->nusers == FSC_MODEL_MAX_USERS)
+                return fsc_error(FSC_ERR_INVALID, "sequential model: %s has more than %d users", ti->name,
+                                 FSC_MODEL_MAX_USERS);
+            if (ti->nusers == 0 || ti->users[ti->nusers - 1] != l) ti->users[ti->nusers++] = l;
+            s->tensor[l][k] = t;
+            s->tied[l][k] = 1;
+            if (!s->tied_grad[t])
+                FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_GRADS, ti->numel * sizeof(float), (void **)&s->tied_grad[t]));
+        }
+        for (int k = 0; k < a->n_params; k++) {
+            if (s->tied[l][k]) continue;
+            fsc_param_info *ti = &s->info[nt];
+            if (strlen(s->prefix[l]) + strlen(a->params[k].name) >= sizeof ti->name)
+                return fsc_error(FSC_ERR_INVALID, "sequential model: %s%s is longer than %zu characters", s->prefix[l],
+                                 a->params[k].name, sizeof ti->name - 1);
+            const size_t np = strlen(s->prefix[l]);
+            memcpy(ti->name, s->prefix[l], np);
+            memcpy(ti->name + np, a->params[k].name, strlen(a->params[k].name) + 1);
+            ti->ndim = a->params[k].ndim;
+            memcpy(ti->shape, a->params[k].shape, sizeof ti->shape);
+            ti->numel = a->params[k].numel;
+            ti->layer = l;
+            ti->expert = -1;
+            s->tensor[l][k] = nt++;
+            s->m.n_tensors = nt;
+            for (int j = 0; j < nt - 1; j++)
+                if (!strcmp(s->info[j].name, ti->name))
+                    return fsc_error(FSC_ERR_INVALID, "sequential model: two tensors are called %s (give the layers "
+                                     "prefixes)", ti->name);
+        }
+    }
+    if (nt == 0) return fsc_error(FSC_ERR_INVALID, "sequential model: the layers declare no parameters");
+    return FSC_OK;
+}
+
+fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n, fsc_model **out) {
+    if (out) *out = NULL;
+    if (!dev || !ls || n < 1 || !out) {
+        for (int l = 0; ls && l < n; l++) fsc_layer_free(ls[l].layer);
+        return fsc_error(FSC_ERR_INVALID, "sequential model: need a device, at least one layer and an output");
+    }
+    fsc_status st = check_chain(ls, n);
+    seq_model *s = st == FSC_OK ? calloc(1, sizeof *s) : NULL;
+    int ntmax = 0;
+    for (int l = 0; l < n; l++) ntmax += ls[l].layer ? ls[l].layer->n_params : 0;
+    if (s) {
+        s->dev = dev, s->n = n;
+        s->layers = calloc((size_t)n, sizeof *s->layers);
+        s->prefix = calloc((size_t)n, sizeof *s->prefix);
+        s->tensor = calloc((size_t)n, sizeof *s->tensor);
+        s->tied = calloc((size_t)n, sizeof *s->tied);
+        const size_t nt = ntmax > 0 ? (size_t)ntmax : 1;
+        s->info = calloc(nt, sizeof *s->info);
+        s->param = calloc(nt, sizeof *s->param);
+        s->grad = calloc(nt, sizeof *s->grad);
+        s->tied_grad = calloc(nt, sizeof *s->tied_grad);
+        if (!s->layers || !s->prefix || !s->tensor || !s->tied || !s->info || !s->param || !s->grad || !s->tied_grad)
+            st = fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
+    } else if (st == FSC_OK) {
+        st = fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
+    }
+    if (!s || st != FSC_OK) { /* the layers are the model's: free them */
+        for (int l = 0; l < n; l++) fsc_layer_free(ls[l].layer);
+        if (s) s->n = 0, seq_destroy(&s->m);
+        return st;
+    }
+    for (int l = 0; l < n; l++) {
+        s->layers[l] = ls[l].layer;
+        snprintf(s->prefix[l], sizeof s->prefix[l], "%s", ls[l].prefix ? ls[l].prefix : "");
+        if (l < n - 1 && ls[l].layer->out_floats > s->max_stream) s->max_stream = ls[l].layer->out_floats;
+    }
+    const fsc_layer *first = ls[0].layer, *last = ls[n - 1].layer;
+    s->m = (fsc_model){ .n_layers = n, .info = s->info, .param = s->param, .grad = s->grad,
+                        .tied_grad = s->tied_grad, .sample_input_bytes = first->in_bytes,
+                        .sample_target_bytes = last->target_bytes, .loss_terms = last->loss_terms,
+                        .ops = &fsc_seq_ops_, .ctx = s };
+    st = declare(s, ls);
+    if (st == FSC_OK) st = fsc_model_validate(&s->m);
+    if (st != FSC_OK) {
+        seq_destroy(&s->m);
+        return st;
+    }
+    *out = &s->m;
+    return FSC_OK;
+}
+
+fsc_layer *fsc_seq_model_layer(fsc_model *m, int l) {
+    if (!m || m->ops != &fsc_seq_ops_) return NULL;
+    seq_model *s = m->ctx;
+    return l >= 0 && l < s->n ? s->layers[l] : NULL;
+}

@@ -1,0 +1,29 @@
+/* The sequential model's state, shared by its declaration (seq.c) and its records and passes (seq_run.c). */
+#ifndef FSC_SEQ_IMPL_H
+#define FSC_SEQ_IMPL_H
+#include "fsc/layers.h"
+
+typedef struct {
+    fsc_model m;             /* first: the model handed out */
+    fsc_device *dev;
+    int n;                   /* layers */
+    fsc_layer **layers;      /* (n) owned */
+    char (*prefix)[48];      /* (n) */
+    int (*tensor)[FSC_LAYER_MAX_PARAMS]; /* (n) the model tensor of each layer parameter */
+    unsigned char (*tied)[FSC_LAYER_MAX_PARAMS]; /* (n) 1: the parameter is an earlier layer's tensor */
+    fsc_param_info *info;    /* (n_tensors) */
+    float **param, **grad;   /* (n_tensors) set by the engine */
+    float **tied_grad;       /* (n_tensors) device buffers of tied tensors, NULL elsewhere */
+    size_t max_stream;       /* floats per sample of the largest output between two layers */
+} seq_model;
+
+extern const fsc_model_ops fsc_seq_ops_;
+fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out);
+void fsc_seq_acts_free(void *ctx, fsc_model_acts *a);
+size_t fsc_seq_acts_bytes(void *ctx, const fsc_model_acts *a);
+fsc_status fsc_seq_set_batch(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets);
+float *fsc_seq_stream(void *ctx, fsc_model_acts *a, fsc_stream which);
+fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum);
+fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+
+#endif

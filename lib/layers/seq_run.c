@@ -1,0 +1,206 @@
+/* The sequential model's records and passes: one device allocation per record holding the range's input,
+ * every layer's output, the layers' records (one shared record with layer checkpointing: each layer's input is
+ * kept and its forward runs again right after its pre_backward hook), scratch, the targets and the gradient
+ * buffers; forward and backward over the range with the hooks around every layer; the tied-gradient contract
+ * of model.h (a user layer's gradient goes to the zeroed tied buffer, the owner adds it before its own).
+ * Not here: the declaration (seq.c). */
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/nn.h"
+#include "seq_impl.h"
+
+typedef struct {
+    int B, first, last, ckpt;
+    void *mem;
+    size_t bytes;
+    void *in;            /* input of `first`: raw samples (first 0) or the input stream */
+    float **out;         /* (last - first + 1) output of each layer (the output stream of `last` < n - 1) */
+    void **rec;          /* (last - first + 1) each layer's record (all the same with ckpt) */
+    void *work;
+    void *target;        /* the loss layer's targets */
+    float *gout, *gin;   /* gradient streams: w.r.t. the output of `last`, the input of `first` */
+    float *g[2];         /* gradients between layers, alternating */
+    float *host_loss;    /* (B x the loss layer's out_floats) */
+} seq_acts;
+
+static size_t up(size_t b) { return (b + 255) / 256 * 256; }
+static size_t rec_bytes(const fsc_layer *a, int B) { return a->ops->rec_bytes ? a->ops->rec_bytes(a, B) : 0; }
+static size_t work_bytes(const fsc_layer *a, int B) { return a->ops->work_bytes ? a->ops->work_bytes(a, B) : 0; }
+
+/* Lay the record out from base (NULL: only count); returns the bytes. */
+static size_t layout(const seq_model *s, seq_acts *a, char *base) {
+    const size_t B = (size_t)a->B, S = up(B * s->max_stream * sizeof(float));
+    size_t at = 0, maxrec = 0, maxwork = 0, maxout = 0;
+#define TAKE(ptr, bytes) (ptr = (void *)(base ? base + at : NULL), at += up(bytes))
+    TAKE(a->in, a->first == 0 ? B * s->layers[0]->in_bytes : S);
+    for (int l = a->first; l <= a->last; l++) {
+        const fsc_layer *y = s->layers[l];
+        const size_t ob = l == a->last && l < s->n - 1 ? S : B * y->out_floats * sizeof(float);
+        TAKE(a->out[l - a->first], ob);
+        if (l < a->last && y->out_floats > maxout) maxout = y->out_floats;
+        size_t rb = rec_bytes(y, a->B), wb = work_bytes(y, a->B);
+        if (!a->ckpt) TAKE(a->rec[l - a->first], rb);
+        if (rb > maxrec) maxrec = rb;
+        if (wb > maxwork) maxwork = wb;
+    }
+    if (a->ckpt) {
+        void *shared;
+        TAKE(shared, maxrec);
+        for (int l = a->first; l <= a->last; l++) a->rec[l - a->first] = shared;
+    }
+    TAKE(a->work, maxwork);
+    if (a->last == s->n - 1) TAKE(a->target, B * s->layers[a->last]->target_bytes);
+    else TAKE(a->gout, S);
+    if (a->first > 0) TAKE(a->gin, S);
+    TAKE(a->g[0], B * maxout * sizeof(float));
+    TAKE(a->g[1], B * maxout * sizeof(float));
+#undef TAKE
+    return at;
+}
+
+fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+    seq_model *s = ctx;
+    *out = NULL;
+    if (o->B < 1 || o->first < 0 || o->last >= s->n || o->first > o->last)
+        return fsc_error(FSC_ERR_INVALID, "sequential model: record for layers %d..%d of %d and %d samples", o->first,
+                         o->last, s->n, o->B);
+    seq_acts *a = calloc(1, sizeof *a);
+    const int nl = o->last - o->first + 1;
+    if (a) a->out = calloc((size_t)nl, sizeof *a->out), a->rec = calloc((size_t)nl, sizeof *a->rec);
+    if (a && o->last == s->n - 1)
+        a->host_loss = malloc((size_t)o->B * s->layers[o->last]->out_floats * sizeof(float) + 1);
+    if (!a || !a->out || !a->rec || (o->last == s->n - 1 && !a->host_loss)) {
+        fsc_seq_acts_free(ctx, (fsc_model_acts *)a);
+        return fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
+    }
+    a->B = o->B, a->first = o->first, a->last = o->last, a->ckpt = o->checkpoint;
+    a->bytes = layout(s, a, NULL);
+    fsc_status st = fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->bytes, &a->mem);
+    if (st != FSC_OK) {
+        fsc_seq_acts_free(ctx, (fsc_model_acts *)a);
+        return st;
+    }
+    layout(s, a, a->mem);
+    *out = (fsc_model_acts *)a;
+    return FSC_OK;
+}
+
+void fsc_seq_acts_free(void *ctx, fsc_model_acts *am) {
+    seq_model *s = ctx;
+    seq_acts *a = (seq_acts *)am;
+    if (!a) return;
+    fsc_device_release(s->dev, a->mem);
+    free(a->out), free(a->rec), free(a->host_loss);
+    free(a);
+}
+
+size_t fsc_seq_acts_bytes(void *ctx, const fsc_model_acts *a) {
+    (void)ctx;
+    return ((const seq_acts *)a)->bytes;
+}
+
+fsc_status fsc_seq_set_batch(void *ctx, fsc_model_acts *am, const void *inputs, const void *targets) {
+    seq_model *s = ctx;
+    seq_acts *a = (seq_acts *)am;
+    const size_t B = (size_t)a->B;
+    if (a->first == 0) {
+        if (!inputs) return fsc_error(FSC_ERR_INVALID, "sequential model: the first layer needs inputs");
+        FSC_TRY(fsc_device_upload(s->dev, a->in, inputs, B * s->layers[0]->in_bytes));
+    }
+    if (a->last == s->n - 1) {
+        if (!targets) return fsc_error(FSC_ERR_INVALID, "sequential model: the loss layer needs targets");
+        FSC_TRY(fsc_device_upload(s->dev, a->target, targets, B * s->layers[a->last]->target_bytes));
+    }
+    return FSC_OK;
+}
+
+float *fsc_seq_stream(void *ctx, fsc_model_acts *am, fsc_stream which) {
+    seq_model *s = ctx;
+    seq_acts *a = (seq_acts *)am;
+    switch (which) {
+    case FSC_STREAM_INPUT: return a->first > 0 ? a->in : NULL;
+    case FSC_STREAM_OUTPUT: return a->last < s->n - 1 ? a->out[a->last - a->first] : NULL;
+    case FSC_STREAM_GRAD_OUTPUT: return a->gout;
+    default: return a->gin;
+    }
+}
+
+/* The call of layer l: its parameters and gradients as the engine has them now (a user of a tied tensor
+ * accumulates into the tied buffer). */
+typedef struct {
+    const float *param[FSC_LAYER_MAX_PARAMS];
+    float *grad[FSC_LAYER_MAX_PARAMS];
+    fsc_layer_call c;
+} call_buf;
+
+static void make_call(const seq_model *s, const seq_acts *a, int l, call_buf *cb) {
+    const fsc_layer *y = s->layers[l];
+    for (int k = 0; k < y->n_params; k++) {
+        const int t = s->tensor[l][k];
+        cb->param[k] = s->param[t];
+        cb->grad[k] = s->tied[l][k] ? s->tied_grad[t] : s->grad[t];
+    }
+    cb->c = (fsc_layer_call){ .dev = s->dev, .B = a->B, .param = cb->param, .grad = cb->grad,
+                              .rec = a->rec[l - a->first], .work = a->work, .target = a->target };
+}
+
+static const void *input_of(const seq_acts *a, int l) { return l == a->first ? a->in : a->out[l - 1 - a->first]; }
+
+static fsc_status hook(fsc_status (*f)(void *, int), void *ctx, int l) { return f ? f(ctx, l) : FSC_OK; }
+
+static fsc_status layer_forward(const seq_model *s, seq_acts *a, int l) {
+    call_buf cb;
+    make_call(s, a, l, &cb);
+    return s->layers[l]->ops->forward(s->layers[l], &cb.c, a->out[l - a->first], input_of(a, l));
+}
+
+fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, double *loss_sum) {
+    seq_model *s = ctx;
+    seq_acts *a = (seq_acts *)am;
+    if (loss_sum) *loss_sum = 0;
+    for (int l = a->first; l <= a->last; l++) {
+        FSC_TRY(hook(h->pre_forward, h->ctx, l));
+        FSC_TRY(layer_forward(s, a, l));
+        if (l == s->n - 1 && loss_sum) { /* the loss: every loss value of the micro-batch, summed in order */
+            const size_t nv = (size_t)a->B * s->layers[l]->out_floats;
+            FSC_TRY(fsc_device_download(s->dev, a->host_loss, a->out[l - a->first], nv * sizeof(float)));
+            double sum = 0;
+            for (size_t i = 0; i < nv; i++) sum += a->host_loss[i];
+            *loss_sum = sum;
+        }
+        FSC_TRY(hook(h->post_forward, h->ctx, l));
+    }
+    return FSC_OK;
+}
+
+fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
+    seq_model *s = ctx;
+    seq_acts *a = (seq_acts *)am;
+    /* tied tensors used by a layer of the range: their users' gradients start from zero (model.h: a user
+     * overwrites the buffer; several users of one range add up) */
+    for (int t = 0; t < s->m.n_tensors; t++)
+        for (int u = 0; u < s->info[t].nusers; u++) {
+            const int l = s->info[t].users[u];
+            if (l < a->first || l > a->last) continue;
+            FSC_TRY(fsc_device_memset(s->dev, s->tied_grad[t], 0, s->info[t].numel * sizeof(float)));
+            break;
+        }
+    for (int l = a->last; l >= a->first; l--) {
+        const fsc_layer *y = s->layers[l];
+        FSC_TRY(hook(h->pre_backward, h->ctx, l));
+        if (a->ckpt) FSC_TRY(layer_forward(s, a, l)); /* the same kernels on the same input: the same record */
+        for (int k = 0; k < y->n_params; k++) { /* an owner adds its users' gradient before its own */
+            const int t = s->tensor[l][k];
+            if (!s->tied[l][k] && s->info[t].nusers > 0)
+                FSC_TRY(fsc_residual_backward(s->dev, s->grad[t], NULL, s->tied_grad[t], s->info[t].numel));
+        }
+        call_buf cb;
+        make_call(s, a, l, &cb);
+        cb.c.dscale = dscale;
+        const float *dout = l == s->n - 1 ? NULL : l == a->last ? a->gout : a->g[(l + 1) & 1];
+        float *dinp = l == a->first ? a->gin : a->g[l & 1];
+        FSC_TRY(y->ops->backward(y, &cb.c, dinp, dout, input_of(a, l)));
+        FSC_TRY(hook(h->post_backward, h->ctx, l));
+    }
+    return FSC_OK;
+}

@@ -1,0 +1,300 @@
+/* Built-in layers of language models: token + position embedding, GELU MLP (GPT-2), SwiGLU MLP (Llama), causal
+ * self-attention (rotary embeddings, grouped-query heads) and the LM head with cross entropy, each over the nn.h
+ * modules; the MLPs and attention optionally add their input (residual). Not here: linear, norms, MSE (basic.c). */
+#include "layers_impl.h"
+
+/* ---- token + position embedding ---- */
+typedef struct {
+    fsc_layer l;
+    int T, C, V;
+} embed_layer;
+
+static fsc_status emb_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    const embed_layer *y = (const embed_layer *)l;
+    return fsc_embedding_forward(c->dev, out, NULL, in, c->param[0], c->param[1], c->B, y->T, y->C);
+}
+
+static fsc_status emb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
+                          const void *in) {
+    (void)dinp; /* tokens have no gradient */
+    const embed_layer *y = (const embed_layer *)l;
+    fsc_embedding_rec r = { .tok = in, .B = c->B, .T = y->T, .C = y->C };
+    return fsc_embedding_backward(c->dev, c->grad[0], c->grad[1], &r, dout);
+}
+
+static void emb_config(const fsc_layer *l, char *buf, size_t cap) {
+    const embed_layer *y = (const embed_layer *)l;
+    snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d}", y->T, y->C, y->V);
+}
+
+static const fsc_layer_ops emb_ops = { .forward = emb_fwd, .backward = emb_bwd, .config = emb_config };
+
+fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out) {
+    if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "embedding layer: need T, C, V >= 1");
+    FSC_TRY(layer_new(sizeof(embed_layer), "embedding", &emb_ops, out));
+    embed_layer *y = (embed_layer *)*out;
+    y->T = T, y->C = C, y->V = V;
+    y->l.in_bytes = (size_t)T * sizeof(int32_t);
+    y->l.out_floats = (size_t)T * C;
+    FSC_TRY(layer_param(out, "wte.weight", V, C, fsc_init_normal(LAYER_STD)));
+    return layer_param(out, "wpe.weight", T, C, fsc_init_normal(0.01f));
+}
+
+/* ---- the MLPs: record and scratch sizes; the residual adds the input (its gradient: dinp += dout) ---- */
+typedef struct {
+    fsc_layer l;
+    fsc_mlp_opts o;
+} mlp_layer;
+
+static size_t mlp_N(const mlp_layer *y, int B) { return (size_t)B * (size_t)y->o.rows; }
+
+/* out = tmp + in after a module wrote tmp (the residual), or the module wrote out directly */
+static fsc_status add_residual(const fsc_layer_call *c, float *out, const float *tmp, const void *in, size_t n) {
+    return fsc_residual_forward(c->dev, out, tmp, in, n);
+}
+
+static size_t gm_rec(const fsc_layer *l, int B) {
+    const mlp_layer *y = (const mlp_layer *)l;
+    return 2 * r256(mlp_N(y, B) * (size_t)y->o.F * sizeof(float)); /* c_fc output h, gelu(h) */
+}
+static size_t gm_work(const fsc_layer *l, int B) {
+    const mlp_layer *y = (const mlp_layer *)l;
+    return 2 * r256(mlp_N(y, B) * (size_t)y->o.F * sizeof(float)) + r256(mlp_N(y, B) * (size_t)y->o.C * sizeof(float));
+}
+
+static fsc_status gm_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    const mlp_layer *y = (const mlp_layer *)l;
+    const size_t N = mlp_N(y, c->B), NF = N * (size_t)y->o.F, NC = N * (size_t)y->o.C;
+    float *h = c->rec, *a = (float *)((char *)c->rec + r256(NF * sizeof(float)));
+    float *proj = y->o.residual ? (float *)((char *)c->work + 2 * r256(NF * sizeof(float))) : out;
+    FSC_TRY(fsc_linear_forward(c->dev, h, NULL, in, c->param[0], c->param[1], N, y->o.C, y->o.F, 0));
+    FSC_TRY(fsc_gelu_forward(c->dev, a, NULL, h, NF));
+    FSC_TRY(fsc_linear_forward(c->dev, proj, NULL, a, c->param[2], c->param[3], N, y->o.F, y->o.C, 0));
+    return y->o.residual ? add_residual(c, out, proj, in, NC) : FSC_OK;
+}
+
+static fsc_status gm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
+                         const void *in) {
+    const mlp_layer *y = (const mlp_layer *)l;
+    const size_t N = mlp_N(y, c->B), NF = N * (size_t)y->o.F;
+    float *h = c->rec, *a = (float *)((char *)c->rec + r256(NF * sizeof(float)));
+    float *da = c->work, *dh = (float *)((char *)c->work + r256(NF * sizeof(float)));
+    fsc_linear_rec pr = { .inp = a, .N = N, .C = y->o.F, .OC = y->o.C };
+    FSC_TRY(fsc_linear_backward(c->dev, da, c->grad[2], c->grad[3], &pr, dout, c->param[2], 0.0f, 1.0f));
+    fsc_gelu_rec gr = { .inp = h, .n = NF };
+    FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
+    fsc_linear_rec fr = { .inp = in, .N = N, .C = y->o.C, .OC = y->o.F };
+    FSC_TRY(fsc_linear_backward(c->dev, dinp, c->grad[0], c->grad[1], &fr, dh, c->param[0], 0.0f, 1.0f));
+    return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, N * (size_t)y->o.C) : FSC_OK;
+}
+
+static void mlp_config(const fsc_layer *l, char *buf, size_t cap) {
+    const mlp_layer *y = (const mlp_layer *)l;
+    snprintf(buf, cap, "{\"rows\":%d,\"C\":%d,\"F\":%d,\"residual\":%d}", y->o.rows, y->o.C, y->o.F, y->o.residual);
+}
+
+static const fsc_layer_ops gm_ops = { .rec_bytes = gm_rec, .work_bytes = gm_work, .forward = gm_fwd,
+                                      .backward = gm_bwd, .config = mlp_config };
+
+static fsc_status mlp_new(const fsc_mlp_opts *o, const char *kind, const fsc_layer_ops *ops, fsc_layer **out) {
+    if (!o || o->rows < 0 || o->C < 1 || o->F < 1)
+        return fsc_error(FSC_ERR_INVALID, "%s layer: need C, F >= 1 and rows >= 0", kind);
+    FSC_TRY(layer_new(sizeof(mlp_layer), kind, ops, out));
+    mlp_layer *y = (mlp_layer *)*out;
+    y->o = *o;
+    y->o.rows = o->rows > 0 ? o->rows : 1;
+    y->l.in_bytes = (size_t)y->o.rows * o->C * sizeof(float);
+    y->l.out_floats = (size_t)y->o.rows * o->C;
+    return FSC_OK;
+}
+
+fsc_status fsc_layer_gelu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
+    FSC_TRY(mlp_new(o, "gelu_mlp", &gm_ops, out));
+    FSC_TRY(layer_param(out, "c_fc.weight", o->C, o->F, fsc_init_normal(LAYER_STD)));
+    FSC_TRY(layer_param(out, "c_fc.bias", o->F, 0, fsc_init_const(0.0f)));
+    FSC_TRY(layer_param(out, "c_proj.weight", o->F, o->C, fsc_init_normal(LAYER_STD)));
+    return layer_param(out, "c_proj.bias", o->C, 0, fsc_init_const(0.0f));
+}
+
+static size_t sm_rec(const fsc_layer *l, int B) {
+    const mlp_layer *y = (const mlp_layer *)l;
+    return fsc_swiglu_mlp_saved_floats(mlp_N(y, B), y->o.F) * sizeof(float);
+}
+static size_t sm_work(const fsc_layer *l, int B) {
+    const mlp_layer *y = (const mlp_layer *)l;
+    return r256(fsc_swiglu_mlp_work_floats(mlp_N(y, B), y->o.F) * sizeof(float)) +
+           r256(mlp_N(y, B) * (size_t)y->o.C * sizeof(float));
+}
+
+static fsc_status sm_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    const mlp_layer *y = (const mlp_layer *)l;
+    const size_t N = mlp_N(y, c->B);
+    fsc_swiglu_mlp_rec r;
+    fsc_swiglu_mlp_rec_bind(&r, c->rec, N, y->o.C, y->o.F);
+    float *proj = y->o.residual ? (float *)((char *)c->work + r256(fsc_swiglu_mlp_work_floats(N, y->o.F) *
+                                                                    sizeof(float))) : out;
+    FSC_TRY(fsc_swiglu_mlp_forward(c->dev, proj, &r, in, c->param[0], c->param[1], c->param[2]));
+    return y->o.residual ? add_residual(c, out, proj, in, N * (size_t)y->o.C) : FSC_OK;
+}
+
+static fsc_status sm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
+                         const void *in) {
+    const mlp_layer *y = (const mlp_layer *)l;
+    const size_t N = mlp_N(y, c->B);
+    fsc_swiglu_mlp_rec r;
+    fsc_swiglu_mlp_rec_bind(&r, c->rec, N, y->o.C, y->o.F);
+    r.inp = in;
+    FSC_TRY(fsc_swiglu_mlp_backward(c->dev, dinp, c->grad[0], c->grad[1], c->grad[2], &r, dout, c->param[0],
+                                    c->param[1], c->param[2], c->work));
+    return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, N * (size_t)y->o.C) : FSC_OK;
+}
+
+static const fsc_layer_ops sm_ops = { .rec_bytes = sm_rec, .work_bytes = sm_work, .forward = sm_fwd,
+                                      .backward = sm_bwd, .config = mlp_config };
+
+fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
+    FSC_TRY(mlp_new(o, "swiglu_mlp", &sm_ops, out));
+    FSC_TRY(layer_param(out, "gate_proj.weight", o->F, o->C, fsc_init_normal(LAYER_STD)));
+    FSC_TRY(layer_param(out, "up_proj.weight", o->F, o->C, fsc_init_normal(LAYER_STD)));
+    return layer_param(out, "down_proj.weight", o->C, o->F, fsc_init_normal(LAYER_STD));
+}
+
+/* ---- causal self-attention ---- */
+typedef struct {
+    fsc_layer l;
+    fsc_attention_opts o;
+} attn_layer;
+
+static fsc_self_attn_config attn_cfg(const attn_layer *y, int B) {
+    return (fsc_self_attn_config){ .B = B, .T = y->o.T, .C = y->o.C, .NH = y->o.heads, .KVH = y->o.kv_heads,
+                                   .HS = y->o.C / y->o.heads, .rope_theta = y->o.rope_theta };
+}
+static size_t at_rec(const fsc_layer *l, int B) {
+    fsc_self_attn_config cf = attn_cfg((const attn_layer *)l, B);
+    return fsc_self_attn_saved_floats(&cf) * sizeof(float);
+}
+static size_t at_work(const fsc_layer *l, int B) {
+    fsc_self_attn_config cf = attn_cfg((const attn_layer *)l, B);
+    return r256(fsc_self_attn_work_floats(&cf) * sizeof(float)) + r256((size_t)B * l->out_floats * sizeof(float));
+}
+
+static void at_params(const attn_layer *y, const fsc_layer_call *c, fsc_self_attn_params *p, fsc_self_attn_grads *g) {
+    const int b = y->o.bias;
+    *p = (fsc_self_attn_params){ .wq = c->param[0], .wk = c->param[1], .wv = c->param[2], .wo = c->param[3],
+                                 .bq = b ? c->param[4] : NULL, .bk = b ? c->param[5] : NULL,
+                                 .bv = b ? c->param[6] : NULL, .bo = b ? c->param[7] : NULL };
+    *g = (fsc_self_attn_grads){ .wq = c->grad[0], .wk = c->grad[1], .wv = c->grad[2], .wo = c->grad[3],
+                                .bq = b ? c->grad[4] : NULL, .bk = b ? c->grad[5] : NULL,
+                                .bv = b ? c->grad[6] : NULL, .bo = b ? c->grad[7] : NULL };
+}
+
+static fsc_status at_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    const attn_layer *y = (const attn_layer *)l;
+    fsc_self_attn_config cf = attn_cfg(y, c->B);
+    fsc_self_attn_rec r;
+    fsc_self_attn_rec_bind(&r, c->rec, &cf);
+    fsc_self_attn_params p;
+    fsc_self_attn_grads g;
+    at_params(y, c, &p, &g);
+    const size_t wk = r256(fsc_self_attn_work_floats(&cf) * sizeof(float));
+    float *proj = y->o.residual ? (float *)((char *)c->work + wk) : out;
+    FSC_TRY(fsc_self_attn_forward(c->dev, proj, &r, in, &p, c->work));
+    return y->o.residual ? add_residual(c, out, proj, in, (size_t)c->B * l->out_floats) : FSC_OK;
+}
+
+static fsc_status at_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
+                         const void *in) {
+    const attn_layer *y = (const attn_layer *)l;
+    fsc_self_attn_config cf = attn_cfg(y, c->B);
+    fsc_self_attn_rec r;
+    fsc_self_attn_rec_bind(&r, c->rec, &cf);
+    r.inp = in;
+    fsc_self_attn_params p;
+    fsc_self_attn_grads g;
+    at_params(y, c, &p, &g);
+    FSC_TRY(fsc_self_attn_backward(c->dev, dinp, &g, &r, dout, &p, c->work));
+    return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, (size_t)c->B * l->out_floats)
+                                 : FSC_OK;
+}
+
+static void at_config(const fsc_layer *l, char *buf, size_t cap) {
+    const attn_layer *y = (const attn_layer *)l;
+    snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"heads\":%d,\"kv_heads\":%d,\"bias\":%d,\"residual\":%d,"
+             "\"rope_theta\":%.9g}", y->o.T, y->o.C, y->o.heads, y->o.kv_heads, y->o.bias, y->o.residual,
+             (double)y->o.rope_theta);
+}
+
+static const fsc_layer_ops at_ops = { .rec_bytes = at_rec, .work_bytes = at_work, .forward = at_fwd,
+                                      .backward = at_bwd, .config = at_config };
+
+fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
+    if (!o || o->T < 1 || o->C < 1 || o->heads < 1 || o->C % o->heads != 0 || o->kv_heads < 0 ||
+        (o->kv_heads > 0 && o->heads % o->kv_heads != 0) || o->rope_theta < 0)
+        return fsc_error(FSC_ERR_INVALID, "attention layer: need T, C >= 1, heads dividing C, kv_heads dividing "
+                         "heads (0: heads) and rope_theta >= 0");
+    const int HS = o->C / o->heads, KVH = o->kv_heads ? o->kv_heads : o->heads;
+    if (o->rope_theta > 0 && HS % 2)
+        return fsc_error(FSC_ERR_INVALID, "attention layer: rotary embeddings need an even head size, got %d", HS);
+    FSC_TRY(layer_new(sizeof(attn_layer), "attention", &at_ops, out));
+    attn_layer *y = (attn_layer *)*out;
+    y->o = *o;
+    y->o.kv_heads = KVH;
+    y->l.in_bytes = (size_t)o->T * o->C * sizeof(float);
+    y->l.out_floats = (size_t)o->T * o->C;
+    const char *w[4] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" };
+    const char *b[4] = { "q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias" };
+    const int64_t rows[4] = { (int64_t)o->heads * HS, (int64_t)KVH * HS, (int64_t)KVH * HS, o->C };
+    const int64_t cols[4] = { o->C, o->C, o->C, (int64_t)o->heads * HS };
+    for (int k = 0; k < 4; k++) FSC_TRY(layer_param(out, w[k], rows[k], cols[k], fsc_init_normal(LAYER_STD)));
+    for (int k = 0; k < 4 && o->bias; k++) FSC_TRY(layer_param(out, b[k], rows[k], 0, fsc_init_const(0.0f)));
+    return FSC_OK;
+}
+
+/* ---- LM head with cross entropy: record the logits (N, V), scratch their gradient ---- */
+typedef struct {
+    fsc_layer l;
+    int T, C, V;
+} head_layer;
+
+static size_t hd_bytes(const fsc_layer *l, int B) {
+    const head_layer *y = (const head_layer *)l;
+    return (size_t)B * y->T * (size_t)y->V * sizeof(float);
+}
+
+static fsc_status hd_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    const head_layer *y = (const head_layer *)l;
+    const size_t N = (size_t)c->B * y->T;
+    FSC_TRY(fsc_linear_forward(c->dev, c->rec, NULL, in, c->param[0], NULL, N, y->C, y->V, 1));
+    return fsc_xent_forward(c->dev, out, NULL, c->rec, c->target, N, y->V, y->V);
+}
+
+static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
+                         const void *in) {
+    (void)dout;
+    const head_layer *y = (const head_layer *)l;
+    const size_t N = (size_t)c->B * y->T;
+    fsc_xent_rec xr = { .logits = c->rec, .targets = c->target, .N = N, .V = y->V, .ld = y->V };
+    FSC_TRY(fsc_xent_backward(c->dev, c->work, &xr, c->dscale));
+    fsc_linear_rec lr = { .inp = in, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
+    return fsc_linear_backward(c->dev, dinp, c->grad[0], NULL, &lr, c->work, c->param[0], 0.0f, 1.0f);
+}
+
+static void hd_config(const fsc_layer *l, char *buf, size_t cap) {
+    const head_layer *y = (const head_layer *)l;
+    snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d}", y->T, y->C, y->V);
+}
+
+static const fsc_layer_ops hd_ops = { .rec_bytes = hd_bytes, .work_bytes = hd_bytes, .forward = hd_fwd,
+                                      .backward = hd_bwd, .config = hd_config };
+
+fsc_status fsc_layer_lm_head(int T, int C, int V, fsc_layer **out) {
+    if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "lm head layer: need T, C, V >= 1");
+    FSC_TRY(layer_new(sizeof(head_layer), "lm_head", &hd_ops, out));
+    head_layer *y = (head_layer *)*out;
+    y->T = T, y->C = C, y->V = V;
+    y->l.in_bytes = (size_t)T * C * sizeof(float);
+    y->l.out_floats = (size_t)T;
+    y->l.loss_terms = T;
+    y->l.target_bytes = (size_t)T * sizeof(int32_t);
+    return layer_param(out, "weight", V, C, fsc_init_normal(LAYER_STD));
+}

@@ -19,9 +19,13 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 #include "fsc/fsc.h"
+#include "fsc/llama.h"
 
 typedef struct {
+    int model;      /* index into "gpt2|llama" */
     int layers, dim, heads, seq, vocab;
+    int kv_heads, ffn;            /* llama: 0 gives --heads and Llama's rule */
+    float rope_theta, norm_eps;   /* llama */
     const char *data;
     int batch, steps;
     float lr;
@@ -68,11 +72,17 @@ typedef struct {
 
 #define F(field) offsetof(train_config, field)
 static const option options[] = {
+    {"model", "NAME", "gpt2", "model family: gpt2|llama (Hugging Face LlamaForCausalLM layout)", K_CHOICE, F(model), 0, 0, "gpt2|llama"},
     {"layers", "N", "4", "transformer blocks", K_INT, F(layers), 1, 1024, NULL},
     {"dim", "C", "128", "model width (channels)", K_INT, F(dim), 1, 65536, NULL},
     {"heads", "H", "4", "attention heads (must divide --dim)", K_INT, F(heads), 1, 65536, NULL},
     {"seq", "T", "64", "context length (tokens per sequence)", K_INT, F(seq), 1, 1 << 20, NULL},
     {"vocab", "V", "256", "vocabulary size; every byte of --data must be below it", K_INT, F(vocab), 1, 1 << 24, NULL},
+    {"kv-heads", "K", NULL, "llama: key/value heads, grouped-query attention below --heads (default: --heads)", K_INT, F(kv_heads), 1, 65536, NULL},
+    {"ffn", "N", NULL, "MLP hidden width (default: 4 x --dim for gpt2, the only width it has; for llama "
+     "2/3 x 4 x --dim rounded up to a multiple of 256)", K_INT, F(ffn), 1, 1 << 20, NULL},
+    {"rope-theta", "X", "10000", "llama: rotary embedding base", K_FLOAT, F(rope_theta), 0, INFINITY, NULL},
+    {"norm-eps", "X", "1e-5", "llama: RMSNorm epsilon", K_FLOAT, F(norm_eps), 0, INFINITY, NULL},
     {"data", "PATH", "examples/data/coriolanus.txt", "training text: each byte is one token", K_STR, F(data), 0, 0, NULL},
     {"batch", "B", "8", "sequences per step (global batch over all ranks)", K_INT, F(batch), 1, 1 << 20, NULL},
     {"steps", "S", "30", "optimizer steps", K_INT, F(steps), 0, 1e9, NULL},
@@ -84,7 +94,7 @@ static const option options[] = {
     {"seed", "N", "1", "seed of the keyed parameter initialization", K_U64, F(seed), 0, 0, NULL},
     {"init-save", "PATH", NULL, "write the weights before the first step (safetensors)", K_STR, F(init_save), 0, 0, NULL},
     {"save", "PATH", NULL, "write the weights after the last step (safetensors)", K_STR, F(save), 0, 0, NULL},
-    {"load", "PATH", NULL, "load weights (safetensors, HF GPT-2 layout) before training", K_STR, F(load), 0, 0, NULL},
+    {"load", "PATH", NULL, "load weights (safetensors, the Hugging Face layout of --model) before training", K_STR, F(load), 0, 0, NULL},
     {"save-every", "K", "0", "write a training checkpoint every K steps into --ckpt-dir (0: never)", K_INT, F(save_every), 0, 1e9, NULL},
     {"ckpt-dir", "DIR", NULL, "where --save-every writes checkpoints: DIR/step-NNNNNNNN, atomically", K_STR, F(ckpt_dir), 0, 0, NULL},
     {"ckpt-format", "F", "sharded", "checkpoint format: sharded (a file per rank)|full (single-rank weights layout)", K_CHOICE, F(ckpt_format), 0, 0, "sharded|full"},
@@ -162,7 +172,7 @@ static int resolve_layout(train_config *c, const int *given, char *err, size_t c
 
 static void usage(FILE *f) {
     fprintf(f, "usage: train_gpt [options]\n"
-               "Train a GPT on the bytes of a file with fsc, on one rank or a simulated cluster.\n\n");
+               "Train a GPT-2 or a Llama on the bytes of a file with fsc, on one rank or a simulated cluster.\n\n");
     for (int i = 0; i < NOPT; i++) {
         const option *o = &options[i];
         char lhs[64];
@@ -311,6 +321,39 @@ static fsc_gpt_config model_config(const train_config *c) {
         g.moe_capacity = c->moe_capacity, g.moe_aux = c->moe_aux;
     }
     return g;
+}
+
+#define MODEL_LLAMA 1 /* --model llama */
+
+/* The Llama the options describe (after resolve_model). */
+static fsc_llama_config llama_config(const train_config *c) {
+    return (fsc_llama_config){.layers = c->layers, .dim = c->dim, .heads = c->heads, .kv_heads = c->kv_heads,
+                              .ffn = c->ffn, .seq = c->seq, .vocab = c->vocab, .rope_theta = c->rope_theta,
+                              .norm_eps = c->norm_eps};
+}
+
+/* The model options together: their defaults (--kv-heads: --heads; --ffn: the family's rule), the options of
+ * one family only, what the Llama does not run yet. */
+static int resolve_model(train_config *c, const int *given, char *err, size_t cap) {
+    if (!c->kv_heads) c->kv_heads = c->heads;
+    if (!c->ffn) c->ffn = c->model == MODEL_LLAMA ? fsc_llama_default_ffn(c->dim) : 4 * c->dim;
+    if (c->model != MODEL_LLAMA) {
+        const char *only[] = {"kv-heads", "rope-theta", "norm-eps"};
+        for (int i = 0; i < 3; i++)
+            if (given[option_index(only[i])]) return snprintf(err, cap, "--%s applies to --model llama only", only[i]), -1;
+        if (c->ffn != 4 * c->dim)
+            return snprintf(err, cap, "--ffn %d: the gpt2 MLP is 4 x --dim = %d wide (other widths: --model llama)",
+                            c->ffn, 4 * c->dim), -1;
+        return 0;
+    }
+    fsc_llama_config l = llama_config(c);
+    if (fsc_llama_config_validate(&l) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
+    if (c->tp > 1)
+        return snprintf(err, cap, "--tp %d: tensor parallelism runs --model gpt2 only for now (the Llama has no "
+                        "tensor-parallel form yet)", c->tp), -1;
+    if (c->moe_experts)
+        return snprintf(err, cap, "--moe-experts: mixture of experts runs --model gpt2 only for now"), -1;
+    return 0;
 }
 
 /* The mixture-of-experts options together. */
@@ -537,7 +580,18 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     fsc_optim_config oc = {.kind = (fsc_optim_kind)c->optimizer, .lr = c->lr, .weight_decay = c->weight_decay};
     if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
     fsc_engine *e = NULL;
-    FSC_TRY(fsc_engine_create(r, &gc, &po, &oc, c->seed, &e));
+    fsc_model *lm = NULL; /* --model llama: the model the engine runs (the GPT's engine owns its own) */
+    if (c->model == MODEL_LLAMA) {
+        fsc_llama_config lc = llama_config(c);
+        FSC_TRY(fsc_llama_model_create(r->dev, &lc, &lm));
+        fsc_status cs = fsc_engine_create_model(r, lm, &po, &oc, c->seed, &e);
+        if (cs != FSC_OK) {
+            fsc_model_free(lm);
+            return cs;
+        }
+    } else {
+        FSC_TRY(fsc_engine_create(r, &gc, &po, &oc, c->seed, &e));
+    }
     const fsc_layout *lay = fsc_engine_layout(e);
     st->lay[r->rank] = *lay;
     if (r->rank == 0 && r->world > 1) {
@@ -568,7 +622,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         fill_batch(st, lay->data, step, tok, tgt);
         double t0 = now_ms();
         fsc_step_info info = {0};
-        s = fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
+        s = lm ? fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info) : fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
         double ms = now_ms() - t0;
         if (s == FSC_OK && r->rank == 0) {
             st->losses[step] = info.loss;
@@ -603,6 +657,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     free(tok);
     free(tgt);
     fsc_engine_free(e);
+    fsc_model_free(lm);
     return s;
 }
 
@@ -855,6 +910,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (rc == 0) rc = resolve_layout(&c, given, err, sizeof err);
+    if (rc == 0) rc = resolve_model(&c, given, err, sizeof err);
     if (rc == 0) rc = check_config(&c, given, err, sizeof err);
     if (rc != 0) {
         fprintf(stderr, "train_gpt: %s\n", err);
@@ -873,15 +929,18 @@ int main(int argc, char **argv) {
     }
     st.data = data;
     fsc_gpt_config gc = model_config(&c);
-    st.nparams = fsc_gpt_num_params(&gc);
+    fsc_llama_config lc = llama_config(&c);
+    st.nparams = c.model == MODEL_LLAMA ? fsc_llama_num_params(&lc) : fsc_gpt_num_params(&gc);
     if (results_alloc(&st, c.steps, c.world) != 0) {
         fprintf(stderr, "train_gpt: out of memory\n");
         return 1;
     }
     char pbuf[32];
-    printf("model: %d layers, width %d, %d heads, context %d, vocab %d: %zu parameters | data: %s, %zu tokens | "
-           "world %d, parallel %s, %s\n",
-           c.layers, c.dim, c.heads, c.seq, c.vocab, st.nparams, c.data, st.ntok, c.world,
+    char kv[64] = "", mbuf[16];
+    if (c.model == MODEL_LLAMA) snprintf(kv, sizeof kv, " (%d kv), ffn %d", c.kv_heads, c.ffn);
+    printf("model: %s, %d layers, width %d, %d heads%s, context %d, vocab %d: %zu parameters | data: %s, %zu tokens | "
+           "world %d, parallel %s, %s\n", option_choice("model", c.model, mbuf, sizeof mbuf),
+           c.layers, c.dim, c.heads, kv, c.seq, c.vocab, st.nparams, c.data, st.ntok, c.world,
            c.parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c.parallel),
            option_choice("precision", c.precision, pbuf, sizeof pbuf));
     if (c.moe_experts)

@@ -14,6 +14,7 @@
 #include "model.h"
 #include "layers.h"
 #include "gpt.h"
+#include "llama.h"
 #include "nn.h"
 #include "checkpoint_wrapper.h"
 #include "parallel.h"

@@ -1,0 +1,143 @@
+/* Tests of examples/train_gpt.c with --model llama: runs the built trainer (build/<x>/train_gpt, next to this
+ * binary's tests/ folder) on tiny Llamas.
+ *
+ * Oracles: FSDP on 2 ranks and a 2-stage pipeline with ZeRO-2 inside each stage report bit-identical losses and
+ * weights against DDP (--check-ddp, the trainer's own bitwise comparison; exit 3 otherwise); the parameter count
+ * is the Llama's; the saved weights carry the Hugging Face names and shapes (--ffn defaulting to Llama's rule)
+ * and load back; what the Llama does not run yet (--tp, MoE) and the options of one family given to the other
+ * are refused with exit 2 and a message naming the option. */
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "trainertest.h"
+#include "fsc/llama.h"
+
+static char trainer[PATH_MAX];
+static char tmpdir[64];
+
+#define TINY "--model llama --layers 2 --dim 16 --heads 4 --kv-heads 2 --seq 8 --batch 4 --steps 3"
+
+static char *fmt(const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    char *s = NULL;
+    if (vasprintf(&s, f, ap) < 0) s = NULL;
+    va_end(ap);
+    if (!s) fail_msg("out of memory");
+    return s;
+}
+
+/* The JSON of a tiny run with extra args (fails the test if the run fails). */
+static cJSON *run_json(const char *extra) {
+    char *args = fmt(TINY " --data '%s/data.txt' %s", tmpdir, extra);
+    cJSON *j = prog_json(trainer, tmpdir, "", args);
+    free(args);
+    return j;
+}
+
+static void assert_bit_identical(cJSON *j, const char *what) {
+    cJSON *k = cJSON_GetObjectItem(j, "check_ddp");
+    if (!k || !cJSON_IsTrue(cJSON_GetObjectItem(k, "bit_identical"))) fail_msg("%s: not bit-identical with DDP", what);
+}
+
+static void test_fsdp_and_pipeline_equal_ddp(void **st) {
+    (void)st;
+    cJSON *j = run_json("--world 2 --parallel fsdp --check-ddp");
+    assert_bit_identical(j, "fsdp on 2 ranks");
+    fsc_llama_config c = { .layers = 2, .dim = 16, .heads = 4, .kv_heads = 2, .ffn = fsc_llama_default_ffn(16),
+                           .seq = 8, .vocab = 256, .rope_theta = 1e4f, .norm_eps = 1e-5f };
+    assert_int_equal((size_t)cJSON_GetObjectItem(j, "params")->valuedouble, fsc_llama_num_params(&c));
+    cJSON *cfg = cJSON_GetObjectItem(j, "config");
+    assert_string_equal(cJSON_GetObjectItem(cfg, "model")->valuestring, "llama");
+    assert_int_equal(cJSON_GetObjectItem(cfg, "ffn")->valueint, 256);
+    cJSON_Delete(j);
+    j = run_json("--world 4 --pp 2 --parallel zero2 --accum 2 --schedule 1f1b --check-ddp");
+    assert_bit_identical(j, "a 2-stage pipeline with zero2 in each stage");
+    cJSON_Delete(j);
+}
+
+static void test_weights_in_hf_names(void **st) {
+    (void)st;
+    char *path = fmt("%s/w.safetensors", tmpdir), *extra = fmt("--save '%s'", path);
+    cJSON_Delete(run_json(extra));
+    fsc_st_file *f = NULL;
+    assert_ok(fsc_st_open(path, &f));
+    const fsc_st_entry *e = fsc_st_find(f, "model.layers.1.mlp.gate_proj.weight");
+    assert_non_null(e);
+    assert_int_equal(e->shape[0], 256); /* --ffn: Llama's rule for dim 16 */
+    assert_int_equal(e->shape[1], 16);
+    e = fsc_st_find(f, "model.layers.0.self_attn.v_proj.weight");
+    assert_non_null(e);
+    assert_int_equal(e->shape[0], 8); /* 2 kv heads of 4 */
+    assert_non_null(fsc_st_find(f, "lm_head.weight"));
+    assert_non_null(fsc_st_find(f, "model.norm.weight"));
+    assert_int_equal(fsc_st_count(f), 1 + 9 * 2 + 2);
+    fsc_st_close(f);
+    free(extra);
+    extra = fmt("--load '%s' --world 2 --parallel zero1", path);
+    cJSON_Delete(run_json(extra));
+    free(extra);
+    free(path);
+}
+
+static void test_refused(void **st) {
+    (void)st;
+    struct { const char *args, *needle; } cases[] = {
+        { TINY " --world 2 --tp 2 --parallel none", "--tp 2: tensor parallelism runs --model gpt2 only" },
+        { TINY " --moe-experts 2", "--moe-experts" },
+        { TINY " --kv-heads 3", "kv_heads 3 must divide heads 4" },
+        { TINY " --norm-eps 0", "norm_eps" },
+        { "--model gpt2 --kv-heads 2", "--kv-heads applies to --model llama only" },
+        { "--model gpt2 --rope-theta 500", "--rope-theta applies to --model llama only" },
+        { "--model gpt2 --dim 16 --ffn 32", "--ffn 32" },
+        { "--model bert", "--model" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *err = NULL;
+        int rc = prog_run(trainer, cases[i].args, tmpdir, NULL, &err);
+        if (rc != 2 || !strstr(err, cases[i].needle))
+            fail_msg("%s: exit %d (expected 2), message \"%s\" (expected \"%s\")", cases[i].args, rc, err,
+                     cases[i].needle);
+        free(err);
+    }
+    char *out = NULL; /* the options are in --help */
+    assert_int_equal(prog_run(trainer, "--help", tmpdir, &out, NULL), 0);
+    const char *names[] = { "--model NAME", "--kv-heads K", "--ffn N", "--rope-theta X", "--norm-eps X" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strstr(out, names[i])) fail_msg("--help lacks %s", names[i]);
+    free(out);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char self[PATH_MAX];
+    if (!realpath(argv[0], self)) {
+        fprintf(stderr, "test_trainer_llama: cannot resolve %s\n", argv[0]);
+        return 1;
+    }
+    char *t = fmt("%s/../train_gpt", dirname(self));
+    snprintf(trainer, sizeof trainer, "%s", t);
+    free(t);
+    if (access(trainer, X_OK) != 0) {
+        fprintf(stderr, "test_trainer_llama: %s not found: build it first (make ... train_gpt)\n", trainer);
+        return 1;
+    }
+    strcpy(tmpdir, "/tmp/fsc_test_trainer_llama_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    char *path = fmt("%s/data.txt", tmpdir);
+    FILE *f = fopen(path, "wb");
+    free(path);
+    if (!f) return 1;
+    for (int i = 0; i < 400; i++) fputc('a' + (i * 7 + i / 13) % 26, f); /* bytes below --vocab 256 */
+    fclose(f);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fsdp_and_pipeline_equal_ddp),
+        cmocka_unit_test(test_weights_in_hf_names),
+        cmocka_unit_test(test_refused),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    test_rmtree(tmpdir);
+    return rc;
+}

@@ -70,3 +70,7 @@ echo "== fsc: 2 simulated ranks, DDP vs FSDP (flat and per block)"
 
 echo
 echo "== fsc: pipeline bubble, measured vs ideal (P-1)/(M+P-1)"; "$B/bench_pipe" | tee "$B/bench_pipe.out"
+
+echo
+echo "== fsc: the Llama beside the GPT-2 of the same shape, 1 rank (alternating steps; no PyTorch Llama baseline yet)"
+"$B/bench_llama"

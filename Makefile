@@ -25,6 +25,9 @@ LIB_SRC  := $(filter-out $(EXCLUDE),$(sort $(wildcard lib/*/*.c) $(wildcard back
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# Code only tests use (oracles such as tests/tp_trainer.c), linked into every test
+TESTLIB_SRC := $(sort $(filter-out tests/test_%,$(wildcard tests/*.c)))
+TESTLIB_OBJ := $(TESTLIB_SRC:%.c=$(BUILD)/obj/%.o)
 EX_SRC   := $(sort $(wildcard examples/*.c))
 EXAMPLES := $(EX_SRC:examples/%.c=$(BUILD)/%)
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
@@ -46,9 +49,17 @@ $(BUILD)/libfsc.a: $(LIB_OBJ)
 $(BUILD)/libfsc.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libfsc.a
+$(BUILD)/obj/tests/%.o: tests/%.c $(wildcard tests/*.h) $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a -lcmocka $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+$(BUILD)/libfsc_tests.a: $(TESTLIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libfsc_tests.a $(BUILD)/libfsc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< -o $@ $(LDFLAGS) $(BUILD)/libfsc_tests.a $(BUILD)/libfsc.a -lcmocka $(LDLIBS)
 
 $(BUILD)/%: examples/%.c $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)

@@ -32,7 +32,9 @@ EX_SRC   := $(sort $(wildcard examples/*.c))
 EXAMPLES := $(EX_SRC:examples/%.c=$(BUILD)/%)
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
-HEADERS  := $(wildcard lib/include/fsc/*.h) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
+PUBLIC_HEADERS := $(wildcard lib/include/fsc/*.h)
+PLUGIN_HEADERS := $(wildcard lib/include/fsc/plugin/*.h)
+HEADERS  := $(PUBLIC_HEADERS) $(PLUGIN_HEADERS) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
 
 .PHONY: all lib deps test check demo bench fuzz install clean cuda
 all: lib $(EXAMPLES) $(BENCHES) $(TESTS) cuda
@@ -117,10 +119,11 @@ fuzz: deps
 	@sh ci/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_SRC)
 
 install: lib
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/fsc $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/fsc/plugin $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/libfsc.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libfsc.so $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 lib/include/fsc/*.h $(DESTDIR)$(PREFIX)/include/fsc/
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/
+	install -m 644 $(PLUGIN_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/plugin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' ci/fsc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fsc.pc
 
 clean:

@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 #include "testutil.h"
-#include "fsc/device_impl.h"
-#include "fsc/comm_impl.h"
+#include "core/device_impl.h"
+#include "core/comm_impl.h"
 
 typedef struct {
     char plugin[1024];  /* path of libfsc_cuda.so, "" if none was found */

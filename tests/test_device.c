@@ -3,7 +3,7 @@
  * bad names and a missing or broken cuda plug-in fail with the documented status and a message. */
 #include <stdlib.h>
 #include "testutil.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 static void test_create_cpu(void **state) {
     (void)state;

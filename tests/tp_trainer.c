@@ -11,7 +11,7 @@
 #include <string.h>
 #include "tp/tp_impl.h"
 #include "tp_trainer.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 struct fsc_tp_trainer {
     fsc_rank *r;

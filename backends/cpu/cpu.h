@@ -4,7 +4,7 @@
 #define FSC_CPU_H
 #include <stddef.h>
 #include <stdint.h>
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 /* gcc at -O2 (the default build) vectorizes only loops whose trip count is a multiple of the vector
  * width; the kernels are written as plain loops for the vectorizer, so let it use its normal cost model

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 extern "C" {
-#include "fsc/device_impl.h"
-#include "fsc/comm_impl.h"
+#include "fsc/plugin/device_ops.h"
+#include "fsc/plugin/comm_ops.h"
 }
 
 #define CU_MAGIC 0x66736375u /* "fscu" */

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "fsc/comm_impl.h"
+#include "core/comm_impl.h"
 #include "fsc/device.h"
 
 static const char *const op_names[FSC_OP_COUNT] = {

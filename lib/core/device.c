@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 typedef struct {
     void *p;       /* NULL: empty slot */

@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 #include "fsc/fsc.h"
-#include "fsc/device_impl.h"
-#include "fsc/comm_impl.h"
+#include "core/device_impl.h"
+#include "core/comm_impl.h"
 
 /* ---- the launcher's environment ---- */
 

@@ -24,7 +24,7 @@
 #include "moe_impl.h"
 #include "fsc/nn.h"
 #include "fsc/rng.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 struct fsc_moe {
     fsc_moe_config cfg;

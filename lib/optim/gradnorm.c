@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/optim.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 /* Combine n floats over comm with MAX, going through a device buffer (comm buffers are device memory). */
 static fsc_status max_over_comm(fsc_device *dev, fsc_comm *comm, float *vals, size_t n) {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/optim.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 typedef struct {
     float *param;       /* (n) device */

@@ -4,7 +4,7 @@
 #ifndef FSC_ENGINE_IMPL_H
 #define FSC_ENGINE_IMPL_H
 #include "fsc/fsc.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 typedef struct fsc_engine fsc_engine;
 

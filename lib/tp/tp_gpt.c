@@ -7,7 +7,7 @@
 #include <string.h>
 #include "tp_impl.h"
 #include "fsc/safetensors.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 fsc_status fsc_tp_check_config(const fsc_gpt_config *cfg, int T) {
     FSC_TRY(fsc_gpt_config_validate(cfg));

@@ -1,8 +1,14 @@
-/* The communicator interface for implementers (sim/ and the NCCL plug-in).
+/* The plug-in ABI, communicator half: what a communicator implements (sim/, linked in; NCCL in the cuda
+ * plug-in). Installed as <fsc/plugin/comm_ops.h> for authors of backends; not part of the API a training
+ * program uses (fsc.h does not include it). Its version is FSC_COMM_ABI_VERSION: the core passes it to
+ * fsc_nccl_comm_open, and a plug-in built for another version refuses.
  * The core wraps every call: it validates arguments, counts calls and bytes, then calls the table. */
-#ifndef FSC_COMM_IMPL_H
-#define FSC_COMM_IMPL_H
-#include "comm.h"
+#ifndef FSC_PLUGIN_COMM_OPS_H
+#define FSC_PLUGIN_COMM_OPS_H
+#include "../export.h"
+#include "../comm.h"
+
+FSC_BEGIN_DECLS
 
 #define FSC_COMM_ABI_VERSION 1
 
@@ -23,14 +29,6 @@ typedef struct fsc_comm_ops {
     void (*destroy)(void *ctx);
 } fsc_comm_ops;
 
-struct fsc_comm {
-    const fsc_comm_ops *ops;
-    void *ctx;
-    int rank, size;
-    char name[32];
-    fsc_comm_stats stats;
-};
-
 /* Entry points the cuda plug-in exports for its NCCL communicator (found with dlsym by the launcher):
  * "fsc_nccl_get_unique_id" fills the opaque id (bytes = 128) on the rank that creates it;
  * "fsc_nccl_comm_open" joins rank of world with that id on the plug-in device whose ctx is device_ctx
@@ -41,8 +39,6 @@ typedef fsc_status (*fsc_nccl_comm_open_fn)(int abi_version, const void *id, siz
                                             void *device_ctx, double timeout_s, const fsc_comm_ops **ops,
                                             void **ctx);
 
-/* Wrap an implementation in an fsc_comm (takes ownership of ctx). */
-fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size, const char *name,
-                         fsc_comm **out);
+FSC_END_DECLS
 
 #endif

@@ -18,6 +18,7 @@
  * at most a .tmp directory, which fsc_ckpt_resume ignores and removes. One run writes to a DIR at a time. */
 #ifndef FSC_CKPT_H
 #define FSC_CKPT_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
@@ -26,6 +27,8 @@
 #include "optim.h"
 #include "parallel.h"
 #include "safetensors.h"
+
+FSC_BEGIN_DECLS
 
 typedef enum { FSC_CKPT_SHARDED = 0, FSC_CKPT_FULL } fsc_ckpt_format;
 
@@ -126,5 +129,7 @@ fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f,
 /* Verify a checkpoint directory: its metadata, every file's structure and every checksum. *out (may be
  * NULL) receives the metadata on success. */
 fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out);
+
+FSC_END_DECLS
 
 #endif

@@ -4,9 +4,12 @@
  * The function sees only its fsc_rank: nothing in it knows which of the two runs it. */
 #ifndef FSC_CLUSTER_H
 #define FSC_CLUSTER_H
+#include "export.h"
 #include "status.h"
 #include "device.h"
 #include "comm.h"
+
+FSC_BEGIN_DECLS
 
 typedef struct {
     int rank;          /* rank in the world */
@@ -39,5 +42,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
 /* Run fn once in this process as the rank the launcher's environment names (torchrun, Slurm or
  * Open MPI variables), on a cuda device with the NCCL communicator. */
 fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg);
+
+FSC_END_DECLS
 
 #endif

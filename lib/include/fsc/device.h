@@ -4,9 +4,12 @@
  * (device_impl.h), so the same core code runs on every backend. */
 #ifndef FSC_DEVICE_H
 #define FSC_DEVICE_H
+#include "export.h"
 #include <stddef.h>
 #include "status.h"
 #include "dtype.h"
+
+FSC_BEGIN_DECLS
 
 typedef struct fsc_device fsc_device;
 
@@ -53,5 +56,7 @@ fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t b
 fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes);
 /* Wait until all work queued on the device is done. */
 fsc_status fsc_device_sync(fsc_device *dev);
+
+FSC_END_DECLS
 
 #endif

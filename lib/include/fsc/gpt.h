@@ -29,11 +29,14 @@
  * rest. E = 0 is the dense GPT, unchanged. */
 #ifndef FSC_GPT_H
 #define FSC_GPT_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
 #include "moe.h"
+
+FSC_BEGIN_DECLS
 
 typedef struct {
     int layers, dim, heads, seq, vocab;
@@ -168,5 +171,7 @@ fsc_status fsc_gpt_save(fsc_gpt *m, const char *path);
 fsc_status fsc_gpt_load(fsc_gpt *m, const char *path);
 /* Check a file's keys, dtypes and shapes against cfg; the message names the first problem. */
 fsc_status fsc_gpt_check_file(const fsc_gpt_config *cfg, const char *path);
+
+FSC_END_DECLS
 
 #endif

@@ -13,8 +13,11 @@
  * The GPU is the local rank's, or GPU 0 when CUDA_VISIBLE_DEVICES names a single GPU. */
 #ifndef FSC_LAUNCH_H
 #define FSC_LAUNCH_H
+#include "export.h"
 #include <stddef.h>
 #include "status.h"
+
+FSC_BEGIN_DECLS
 
 #define FSC_UNIQUE_ID_BYTES 128
 #define FSC_RENDEZVOUS_MAX_BLOB 4096
@@ -57,5 +60,7 @@ fsc_status fsc_rendezvous_tcp(const char *addr, int port, int rank, int world, v
 /* File rendezvous: rank 0 writes blob to path atomically (temporary name, fsync, rename); the others poll
  * until it appears (for the same world size) or timeout_s passes. Use a fresh path for every run. */
 fsc_status fsc_rendezvous_file(const char *path, int rank, int world, void *blob, size_t len, double timeout_s);
+
+FSC_END_DECLS
 
 #endif

@@ -12,10 +12,13 @@
  * ([out, in], torch Linear and the tied output head). */
 #ifndef FSC_NN_H
 #define FSC_NN_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
+
+FSC_BEGIN_DECLS
 
 /* ---- linear: out (N, OC) = inp (N, C) @ W + b ---------------------------------------------------- */
 typedef struct {
@@ -157,5 +160,7 @@ fsc_status fsc_block_attn_forward(fsc_device *dev, fsc_block_rec *rec, const flo
                                   float *proj, float *attn_work);
 fsc_status fsc_block_attn_backward(fsc_device *dev, float *dres, float *const *g, const fsc_block_rec *rec,
                                    const float *const *p, float *dln2, float *dqkv, float *attn_work);
+
+FSC_END_DECLS
 
 #endif

@@ -4,11 +4,14 @@
  * FSC_TAG_OPTIM. Weight decay applies to every element (as torch.optim.AdamW on all parameters). */
 #ifndef FSC_OPTIM_H
 #define FSC_OPTIM_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
 #include "comm.h"
+
+FSC_BEGIN_DECLS
 
 typedef enum { FSC_OPT_SGD = 0, FSC_OPT_ADAMW } fsc_optim_kind;
 
@@ -69,5 +72,7 @@ fsc_status fsc_grads_nonfinite(fsc_device *dev, fsc_comm *comm, float *const *se
                                int nseg, int *found);
 /* After a step's gradients: found != 0 -> skip and back off; else count and maybe grow. */
 void fsc_loss_scaler_update(fsc_loss_scaler *s, int found);
+
+FSC_END_DECLS
 
 #endif

@@ -12,6 +12,7 @@
  *   clip by the exact global norm; optimizer step. */
 #ifndef FSC_PARALLEL_H
 #define FSC_PARALLEL_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
@@ -20,6 +21,8 @@
 #include "gpt.h"
 #include "optim.h"
 #include "comm.h"
+
+FSC_BEGIN_DECLS
 
 typedef enum { FSC_PAR_NONE = 0, FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2 } fsc_parallel_kind;
 typedef enum { FSC_SHARD_FULL = 0, FSC_SHARD_GRAD_OP, FSC_SHARD_NONE, FSC_SHARD_HYBRID } fsc_shard_strategy;
@@ -183,5 +186,7 @@ fsc_status fsc_balance_by_time(fsc_device *dev, const fsc_gpt_config *cfg, int p
 /* Parse "2,3,1" into out[pp]; checks the count, the sum against the model's blocks and empty stages. */
 fsc_status fsc_balance_parse(const char *text, const fsc_gpt_config *cfg, int pp, int *out);
 void fsc_engine_free(fsc_engine *e);
+
+FSC_END_DECLS
 
 #endif

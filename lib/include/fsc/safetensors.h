@@ -5,10 +5,13 @@
  * The writer writes to "<path>.tmp", fsyncs and renames, so a crash never leaves half a file at path. */
 #ifndef FSC_SAFETENSORS_H
 #define FSC_SAFETENSORS_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "dtype.h"
+
+FSC_BEGIN_DECLS
 
 #define FSC_ST_MAX_NAME 160
 #define FSC_ST_MAX_HEADER (100u << 20) /* headers above 100 MiB are refused */
@@ -49,5 +52,7 @@ fsc_status fsc_st_writer_write(fsc_st_writer *w, int i, const void *src, uint64_
 fsc_status fsc_st_writer_commit(fsc_st_writer *w);
 /* Abandon: removes the temporary file (also frees w after a failed commit). */
 void fsc_st_writer_abort(fsc_st_writer *w);
+
+FSC_END_DECLS
 
 #endif

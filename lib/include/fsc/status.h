@@ -3,6 +3,9 @@
  * message (fsc_last_error) says what was wrong in words a user can act on. */
 #ifndef FSC_STATUS_H
 #define FSC_STATUS_H
+#include "export.h"
+
+FSC_BEGIN_DECLS
 
 typedef enum {
     FSC_OK = 0,
@@ -43,5 +46,7 @@ void fsc_clear_error(void);
         fsc_status fsc_try_s_ = (expr);    \
         if (fsc_try_s_ != FSC_OK) return fsc_try_s_; \
     } while (0)
+
+FSC_END_DECLS
 
 #endif

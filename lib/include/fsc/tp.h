@@ -22,6 +22,7 @@
  * model's slices under any strategy and pipeline schedule. Not here: mixture of experts (moe.h). */
 #ifndef FSC_TP_H
 #define FSC_TP_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
@@ -31,6 +32,8 @@
 #include "nn.h"
 #include "cluster.h"
 #include "parallel.h"
+
+FSC_BEGIN_DECLS
 
 /* ---- conjugate operators and sequence-parallel regions (in place allowed: out == inp) ---------------- */
 /* f forward: out = inp. */
@@ -183,5 +186,7 @@ fsc_status fsc_tp_gpt_save(fsc_tp_gpt *m, const char *path);
 fsc_status fsc_tp_gpt_load(fsc_tp_gpt *m, const char *path);
 
 /* ---- 3D layout: fsc_layout in parallel.h (the engine lays out world = dp x tp x pp) ---------------- */
+
+FSC_END_DECLS
 
 #endif

@@ -124,3 +124,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     free(ranks);
     return s;
 }
+
+fsc_cluster_opts fsc_cluster_opts_default(void) {
+    return (fsc_cluster_opts){ .world = 1, .device = "cpu", .timeout_s = SIM_DEFAULT_TIMEOUT_S };
+}

@@ -429,3 +429,7 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
     held_free(&hd);
     return s;
 }
+
+fsc_ckpt_save_opts fsc_ckpt_save_opts_default(void) {
+    return (fsc_ckpt_save_opts){ .format = FSC_CKPT_SHARDED, .crash_at = FSC_CKPT_CRASH_NONE };
+}

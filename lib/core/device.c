@@ -306,3 +306,5 @@ fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes
 }
 
 fsc_status fsc_device_sync(fsc_device *dev) { return dev->ops->sync ? dev->ops->sync(dev->ctx) : FSC_OK; }
+
+fsc_device_opts fsc_device_opts_default(void) { return (fsc_device_opts){ .threads = 0, .ordinal = 0 }; }

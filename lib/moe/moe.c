@@ -454,3 +454,8 @@ fsc_status fsc_moe_routing(const fsc_moe_rec *r, int32_t *experts, float *gates,
     }
     return FSC_OK;
 }
+
+fsc_moe_config fsc_moe_config_default(int dim, int experts) {
+    return (fsc_moe_config){ .dim = dim, .hidden = 4 * dim, .experts = experts, .top_k = 1,
+                             .capacity_factor = 1.0f, .expert = FSC_MOE_EXPERT_MLP, .name = "moe" };
+}

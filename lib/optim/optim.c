@@ -168,3 +168,8 @@ void fsc_optim_free(fsc_optim *o) {
     free(o->seg);
     free(o);
 }
+
+fsc_optim_config fsc_optim_config_default(void) {
+    return (fsc_optim_config){ .kind = FSC_OPT_ADAMW, .lr = 1e-3f, .weight_decay = 1e-2f, .beta1 = 0.9f,
+                               .beta2 = 0.999f, .eps = 1e-8f };
+}

@@ -534,3 +534,10 @@ void fsc_engine_free(fsc_engine *e) {
     free(e->glens);
     free(e);
 }
+
+fsc_parallel_opts fsc_parallel_opts_default(void) {
+    return (fsc_parallel_opts){ .kind = FSC_PAR_NONE, .shard = FSC_SHARD_FULL, .wrap = FSC_WRAP_BLOCK,
+                                .reshard_after_forward = -1, .param_dtype = FSC_F32, .reduce_dtype = FSC_F32,
+                                .accum = 1, .no_sync = 1, .pp = 1, .schedule = FSC_SCHED_GPIPE,
+                                .pipe_checkpoint = FSC_PIPE_CKPT_EXCEPT_LAST, .tp = 1, .ep = 1 };
+}

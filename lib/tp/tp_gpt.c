@@ -352,3 +352,5 @@ fsc_status fsc_tp_gpt_load(fsc_tp_gpt *m, const char *path) {
     if (f) fsc_st_close(f);
     return agree(m, s);
 }
+
+fsc_tp_opts fsc_tp_opts_default(void) { return (fsc_tp_opts){ .sequence_parallel = 0 }; }

@@ -46,6 +46,8 @@ typedef struct {
     fsc_ckpt_crash crash_at;      /* testing only; FSC_CKPT_CRASH_NONE in real runs */
     int crash_rank;
 } fsc_ckpt_save_opts;
+/* The defaults: the sharded format, no injected crash. */
+fsc_ckpt_save_opts fsc_ckpt_save_opts_default(void);
 
 /* Collective: write the engine's state as DIR/step-NNNNNNNN (step = the optimizer steps the caller has
  * taken: the data position). DIR is created if missing; an existing checkpoint of the same step is

@@ -30,6 +30,8 @@ typedef struct {
                                device's copies even on cpu, as it always does on cuda (0: only where needed);
                                the results are the same bits, this exists to test that path without a GPU */
 } fsc_cluster_opts;
+/* The defaults: 1 rank, "cpu", timeout 60 s, threads and staging as 0 says. */
+fsc_cluster_opts fsc_cluster_opts_default(void);
 
 /* Run fn on opts->world ranks, each a thread with its own device and world communicator.
  * On "cuda" every rank opens GPU 0, so all ranks share one GPU, unless the environment sets FSC_SIM_GPUS=n

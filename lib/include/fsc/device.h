@@ -30,6 +30,8 @@ typedef struct {
     int threads;     /* CPU: BLAS and kernel threads (0 = library default) */
     int ordinal;     /* CUDA: which GPU (default 0) */
 } fsc_device_opts;
+/* The defaults: the library's thread count, GPU 0. */
+fsc_device_opts fsc_device_opts_default(void);
 
 /* Create a device by name: "cpu" or "cuda". opts may be NULL. */
 fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_device **out);

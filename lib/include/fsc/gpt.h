@@ -47,6 +47,9 @@ typedef struct {
     float moe_capacity;      /* capacity factor; 0: 1.0 */
     float moe_aux;           /* coefficient of the load-balancing loss in the objective (0: not trained) */
 } fsc_gpt_config;
+/* GPT-2 small, the HF GPT2Config defaults: 12 layers, width 768, 12 heads, context 1024, vocabulary
+ * 50257; dense (no experts). */
+fsc_gpt_config fsc_gpt_config_default(void);
 
 /* Parameters per block, in HF order. */
 #define FSC_GPT_BLOCK_PARAMS 12
@@ -132,6 +135,8 @@ typedef struct {
     int checkpoint;      /* recompute blocks in backward */
     int offload_inputs;  /* with checkpoint: keep block inputs in host memory */
 } fsc_gpt_acts_opts;
+/* The whole model (layers 0 .. L+1) for B sequences of c->seq tokens, no checkpointing. */
+fsc_gpt_acts_opts fsc_gpt_acts_opts_default(const fsc_gpt_config *c, int B);
 fsc_status fsc_gpt_acts_create(fsc_gpt *m, const fsc_gpt_acts_opts *o, fsc_gpt_acts **out);
 void fsc_gpt_acts_free(fsc_gpt_acts *a);
 

@@ -63,6 +63,9 @@ typedef struct {
     fsc_moe_expert expert;
     const char *name;        /* parameter name prefix (NULL: "moe") */
 } fsc_moe_config;
+/* A layer of `experts` MLP experts of width dim and hidden 4 dim, top-1 routing, capacity factor 1, named
+ * "moe". */
+fsc_moe_config fsc_moe_config_default(int dim, int experts);
 
 typedef struct {
     double aux_loss;   /* mean over this rank's groups of E sum_e f_e P_e */

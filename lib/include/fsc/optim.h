@@ -22,6 +22,8 @@ typedef struct {
     float weight_decay;  /* SGD: L2 added to the gradient; AdamW: decoupled */
     float beta1, beta2, eps; /* AdamW (defaults 0.9, 0.999, 1e-8 when all zero) */
 } fsc_optim_config;
+/* The defaults of torch.optim.AdamW: lr 1e-3, betas 0.9 and 0.999, eps 1e-8, weight decay 1e-2. */
+fsc_optim_config fsc_optim_config_default(void);
 
 typedef struct fsc_optim fsc_optim;
 

@@ -73,6 +73,11 @@ typedef struct {
      * with ddp (or none); MoE models do not run with pp > 1, tp > 1 or checkpoint yet. */
     int ep;                       /* expert-parallel ranks (0 or 1: every rank holds every expert) */
 } fsc_parallel_opts;
+/* Valid options for one rank without any parallelism: kind none, every other field its documented default
+ * (full_shard, block wrapping, reshard by strategy, f32, accum 1, no_sync 1, no clipping, pp 1, gpipe,
+ * except_last, tp 1, ep 1). Start from these and set what the run needs: a zero-initialised struct is not
+ * valid (accum 0 is refused, reshard_after_forward 0 means never reshard). */
+fsc_parallel_opts fsc_parallel_opts_default(void);
 
 /* ---- the 3D layout: world = dp x tp x pp ------------------------------------------------------------
  * Megatron's rank order by default: tensor ranks adjacent (fastest), then data, then pipeline:

@@ -151,6 +151,8 @@ typedef struct fsc_tp_gpt fsc_tp_gpt;
 typedef struct {
     int sequence_parallel;
 } fsc_tp_opts;
+/* The defaults: no sequence parallelism. */
+fsc_tp_opts fsc_tp_opts_default(void);
 
 /* Collective over tp (checks that every rank has the same configuration). opts may be NULL. */
 fsc_status fsc_tp_gpt_create(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config *cfg, const fsc_tp_opts *opts,

@@ -114,7 +114,10 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         fsc_status fs;
         const char *msg;
         int fr = sim_cluster_first_failure(cl, &fs, &msg);
-        if (fr >= 0) s = fsc_error(fs, "rank %d: %s", fr, msg);
+        if (fr >= 0) { /* named once: a rank that failed because another did reports that one */
+            fsc_error(fs, "%s", msg);
+            s = fsc_error_rank(fs, "rank %d", fr);
+        }
     }
     for (int r = 0; r < world; r++) {
         fsc_comm_free(ranks[r].r.comm);

@@ -37,6 +37,14 @@ fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Say which rank the message is about, once: like fsc_error_prefix with fmt naming a rank ("rank %d"),
+ * but a message that already starts by naming one ("rank 3: ...", "rank 3 of 8 ...") is left as it is,
+ * since a failure passed on from rank to rank (fsc_comm_agree, the cluster's report) keeps its origin. */
+fsc_status fsc_error_rank(fsc_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 /* Forget this thread's message. */
 void fsc_clear_error(void);
 

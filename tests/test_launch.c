@@ -443,18 +443,12 @@ static const char *launch_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_P
 static void test_from_env_without_gpu(void **state) {
     for (const char **v = launch_vars; *v; v++) unsetenv(*v);
     char *saved = getenv("FSC_CUDA_PLUGIN") ? strdup(getenv("FSC_CUDA_PLUGIN")) : NULL;
-    /* no plug-in at all */
+    /* a plug-in path that does not exist: only that file is tried, so this fails on every machine */
     setenv("FSC_CUDA_PLUGIN", "/nonexistent/libfsc_cuda.so", 1);
     run_seen seen = {0};
     fsc_status s = fsc_cluster_run_from_env(record_rank, &seen);
-    if (s == FSC_OK) { /* a machine with the plug-in installed and a GPU: the run happened, as rank 0 of 1 */
-        assert_int_equal(seen.calls, 1);
-        assert_true(seen.has_dev && seen.has_comm);
-    } else {
-        assert_err(s, FSC_ERR_UNSUPPORTED, "cuda");
-        assert_non_null(strstr(fsc_last_error(), "rank 0 of 1"));
-        assert_int_equal(seen.calls, 0);
-    }
+    assert_err(s, FSC_ERR_INVALID, "rank 0 of 1 (none): FSC_CUDA_PLUGIN: cannot load /nonexistent/libfsc_cuda.so");
+    assert_int_equal(seen.calls, 0);
     /* the plug-in this build made, if any: on a machine without a GPU it must refuse cleanly */
     char exe[1024];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 64);

@@ -346,27 +346,50 @@ static fsc_status ensure_acts(fsc_engine *e, int B) {
     return FSC_OK;
 }
 
-/* Sums of m doubles per rank, each in rank order, identical on every rank (one all-gather). */
-static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, double *total) {
-    int n = fsc_comm_size(e->comm);
+fsc_status fsc_engine_check_batch(const double *pairs, int n) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += pairs[2 * i];
+    for (int i = 1; i < n; i++)
+        if (pairs[2 * i + 1] != pairs[1])
+            return fsc_error(FSC_ERR_INVALID, "the ranks of a data group passed different global batches (its rank 0: "
+                             "%.0f, its rank %d: %.0f)", pairs[1], i, pairs[2 * i + 1]);
+    if (sum != pairs[1])
+        return fsc_error(FSC_ERR_INVALID, "global batch %.0f is not the sum of the local batches over the data group "
+                         "of %d rank%s (%.0f): pass each rank's own sequences as local_batch and their total over the "
+                         "data group as global_batch", pairs[1], n, n == 1 ? "" : "s", sum);
+    return FSC_OK;
+}
+
+/* Sums of m (<= 4) doubles per rank, each in rank order, identical on every rank, and the batch check of
+ * the ranks' local and global batches (fsc_engine_check_batch): one all-gather of m + 2 doubles per rank. */
+static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
+                                 double *total) {
+    const int n = fsc_comm_size(e->comm), w = m + 2;
+    double mine[6];
+    if (m > 4) return fsc_error(FSC_ERR_INTERNAL, "engine: %d sums per rank (at most 4)", m);
+    memcpy(mine, local, (size_t)m * sizeof(double));
+    mine[m] = local_batch, mine[m + 1] = global_batch;
     if (n == 1) {
         memcpy(total, local, (size_t)m * sizeof(double));
-        return FSC_OK;
+        return fsc_engine_check_batch(mine + m, 1);
     }
-    double *all = malloc((size_t)n * m * sizeof(double));
+    double *all = malloc((size_t)n * (w + 2) * sizeof(double)), *pairs = all ? all + (size_t)n * w : NULL;
     void *dsend = NULL, *drecv = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
-    size_t bytes = (size_t)m * sizeof(double);
+    size_t bytes = (size_t)w * sizeof(double);
     fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, bytes, &dsend);
     if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)n * bytes, &drecv);
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, local, bytes);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, bytes);
     if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, dsend, drecv, bytes, FSC_U8);
     if (s == FSC_OK) s = fsc_device_download(e->dev, all, drecv, (size_t)n * bytes);
     for (int j = 0; s == FSC_OK && j < m; j++) {
         double acc = all[j];
-        for (int i = 1; i < n; i++) acc += all[(size_t)i * m + j];
+        for (int i = 1; i < n; i++) acc += all[(size_t)i * w + j];
         total[j] = acc;
     }
+    for (int i = 0; s == FSC_OK && i < n; i++)
+        pairs[2 * i] = all[(size_t)i * w + m], pairs[2 * i + 1] = all[(size_t)i * w + m + 1];
+    if (s == FSC_OK) s = fsc_engine_check_batch(pairs, n);
     fsc_device_release(e->dev, dsend);
     fsc_device_release(e->dev, drecv);
     free(all);
@@ -392,7 +415,7 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     float dscale = loss_scale / ((float)global_batch * (float)T);
     double loss_local = 0, total = 0;
     if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
-    if (e->pipe) FSC_TRY(fsc_pipe_run(e, tokens, targets, mb, dscale, &total));
+    if (e->pipe) FSC_TRY(fsc_pipe_run(e, tokens, targets, mb, global_batch, dscale, &total));
     for (int k = 0; k < K && !e->pipe; k++) {
         e->micro = k;
         e->sync = !e->po.no_sync || k == K - 1;
@@ -412,10 +435,10 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
 
     fsc_step_info si = { 0 };
-    if (!e->pipe && !e->cfg.moe_experts) FSC_TRY(sum_over_ranks(e, &loss_local, 1, &total));
+    if (!e->pipe && !e->cfg.moe_experts) FSC_TRY(sum_over_ranks(e, &loss_local, 1, local_batch, global_batch, &total));
     if (!e->pipe && e->cfg.moe_experts) {
         double local[4] = { loss_local, moe[0], moe[1], moe[2] }, sums[4];
-        FSC_TRY(sum_over_ranks(e, local, 4, sums));
+        FSC_TRY(sum_over_ranks(e, local, 4, local_batch, global_batch, sums));
         total = sums[0];
         memcpy(moe_total, sums + 1, sizeof moe_total);
         si.aux_loss = moe_total[0] / ((double)fsc_comm_size(e->comm) * K); /* one group per rank and micro-batch */

@@ -161,6 +161,10 @@ void fsc_engine_add_group_kind(fsc_engine *e, fsc_comm *c, fsc_group_kind kind);
 fsc_gpt_hooks fsc_engine_hooks(fsc_engine *e);
 /* Register a segment's gradient for unscaling/clipping. */
 fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
+/* The batch check of a step: pairs holds (local batch, global batch) of each of the n ranks of a data group,
+ * gathered with the loss (the same array on every rank, so every rank reaches the same verdict).
+ * FSC_ERR_INVALID unless every rank passed the same global batch and it is the sum of the local batches. */
+fsc_status fsc_engine_check_batch(const double *pairs, int n);
 
 /* Expert parallelism (ep.c): refuse what MoE models do not run with; after the pipeline, before the strategy,
  * split the expert groups (collective over the data group) and give the model its expert group; free them. */

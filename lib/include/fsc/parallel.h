@@ -124,7 +124,9 @@ typedef struct {
 fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
                              const fsc_optim_config *oc, uint64_t seed, fsc_engine **out);
 /* One optimizer step. tokens/targets: this rank's local_batch sequences of T tokens (host, int32).
- * global_batch: sequences over the whole data-parallel group. */
+ * global_batch: sequences over the whole data-parallel group, the same on every rank and the sum of the
+ * local batches over the data group; checked with the loss's all-gather (FSC_ERR_INVALID on every rank
+ * otherwise; in a pipeline the last stage's data group checks and every stage receives the verdict). */
 fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
                            int global_batch, fsc_step_info *info);
 /* Full weights (HF GPT-2 safetensors, as a single-rank run writes them); written by rank 0 only, one unit
@@ -141,7 +143,8 @@ fsc_gpt *fsc_engine_model(fsc_engine *e);
 /* This rank's place in world = dp x tp x pp (tp and pp 1 without tensor or pipeline parallelism). */
 const fsc_layout *fsc_engine_layout(const fsc_engine *e);
 /* Communication of this rank summed over the world communicator and every group the engine made.
- * Besides the gradient and parameter traffic, each step all-gathers one double per rank (the loss) and,
+ * Besides the gradient and parameter traffic, each step all-gathers three doubles per rank (the loss, and
+ * the local and global batch for the batch check) and,
  * with clipping, one float (max) and 16 bytes per rank (the exact norm), and with f16 one float (the
  * non-finite vote). */
 void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out);

@@ -10,6 +10,7 @@
  * The training function runs on every rank (SPMD); rank 0 prints one line per step and, with --json, the
  * last line of output is one JSON object with every loss, throughput, memory and communication. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <cjson/cJSON.h>
 #include "fsc/fsc.h"
 
@@ -403,42 +407,54 @@ static int check_config(const train_config *c, const int *given, char *err, size
     return 0;
 }
 
-/* The data file: bytes are tokens. */
-static int load_data(const train_config *c, uint8_t **out, size_t *n, char *err, size_t cap) {
-    FILE *f = fopen(c->data, "rb");
-    if (!f) return snprintf(err, cap, "--data %s: cannot open: %s", c->data, strerror(errno)), -1;
-    size_t n_alloc = 1 << 16, len = 0;
-    uint8_t *buf = malloc(n_alloc);
-    for (;;) {
-        if (!buf) break;
-        if (len == n_alloc) {
-            uint8_t *b2 = realloc(buf, n_alloc *= 2);
-            if (!b2) { free(buf); buf = NULL; break; }
-            buf = b2;
-        }
-        size_t got = fread(buf + len, 1, n_alloc - len, f);
-        len += got;
-        if (got == 0) break;
+/* The data file: bytes are tokens. It is mapped read-only, not copied, so its size costs no memory of its
+ * own; it must be a regular file of at least --seq + 1 bytes (a device such as /dev/zero, a FIFO or a
+ * directory is refused before anything is read), and must not shrink while training. */
+static int load_data(const train_config *c, const uint8_t **out, size_t *n, char *err, size_t cap) {
+    int fd = open(c->data, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: refused below */
+    if (fd < 0) return snprintf(err, cap, "--data %s: cannot open: %s", c->data, strerror(errno)), -1;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return snprintf(err, cap, "--data %s: cannot stat: %s", c->data, strerror(e)), -1;
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return snprintf(err, cap, "--data %s: out of memory", c->data), -1;
-    if (bad) { free(buf); return snprintf(err, cap, "--data %s: read error", c->data), -1; }
-    if (len <= (size_t)c->seq) {
-        free(buf);
-        return snprintf(err, cap, "--data %s: %zu tokens, but --seq %d needs at least %d", c->data, len, c->seq,
-                        c->seq + 1), -1;
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        const char *kind = S_ISDIR(sb.st_mode) ? "a directory" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                         : S_ISFIFO(sb.st_mode) ? "a FIFO" : "not a file";
+        return snprintf(err, cap, "--data %s is %s: give a regular file whose bytes are the tokens", c->data, kind), -1;
     }
+    if ((uint64_t)sb.st_size <= (uint64_t)c->seq) {
+        close(fd);
+        return snprintf(err, cap, "--data %s: %s%lld tokens, but --seq %d needs at least %d", c->data,
+                        sb.st_size ? "" : "the file is empty: ", (long long)sb.st_size, c->seq, c->seq + 1), -1;
+    }
+    if ((uint64_t)sb.st_size > SIZE_MAX) {
+        close(fd);
+        return snprintf(err, cap, "--data %s: %lld bytes do not fit this machine's address space", c->data,
+                        (long long)sb.st_size), -1;
+    }
+    size_t len = (size_t)sb.st_size;
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED) return snprintf(err, cap, "--data %s: cannot map %zu bytes: %s", c->data, len, strerror(e)), -1;
+    const uint8_t *buf = map;
     for (size_t i = 0; i < len; i++) {
         if (buf[i] >= c->vocab) {
             snprintf(err, cap, "--data %s: byte %u at offset %zu is not below --vocab %d", c->data, buf[i], i, c->vocab);
-            free(buf);
+            munmap(map, len);
             return -1;
         }
     }
     *out = buf;
     *n = len;
     return 0;
+}
+
+static void unload_data(const uint8_t *data, size_t n) {
+    if (data) munmap((void *)(uintptr_t)data, n);
 }
 
 /* What the ranks share: inputs (read-only) and results (each rank writes only its own slots). */
@@ -866,7 +882,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     run_state st = {.cfg = &c};
-    uint8_t *data = NULL;
+    const uint8_t *data = NULL;
     if (load_data(&c, &data, &st.ntok, err, sizeof err) != 0) {
         fprintf(stderr, "train_gpt: %s\n", err);
         return 2;
@@ -941,6 +957,6 @@ int main(int argc, char **argv) {
     if (chk.done && !(chk.losses_same && chk.params_same)) rc = 3;
     if (sd.cfg == &cd) results_free(&sd);
     results_free(&st);
-    free(data);
+    unload_data(data, st.ntok);
     return rc;
 }

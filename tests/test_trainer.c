@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "trainertest.h"
@@ -139,6 +140,59 @@ static void test_data_vocab(void **st) {
     free(err);
     free(args);
     free(path);
+}
+
+/* Run the trainer on --data path with the tiny model, stopped after 10 s (and, outside sanitizer builds,
+ * held to 4 GB of address space), so that a trainer which waits on a FIFO or reads a device without end
+ * fails this test instead of hanging or filling the machine. Returns the exit code and stderr in *err. */
+static int run_data(const char *path, char **err) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    const char *limit = "";
+#else
+    const char *limit = "ulimit -v 4000000 2>/dev/null; ";
+#endif
+    char *args = fmt("-c \"%sexec timeout 10 '%s' " TINY " --data '%s'\"", limit, trainer, path);
+    int rc = prog_run("sh", args, tmpdir, NULL, err);
+    free(args);
+    return rc;
+}
+
+/* Oracle: --data must be a regular file of at least --seq + 1 bytes. A FIFO (which once blocked the
+ * trainer), a device (/dev/zero, read once until memory ran out), a directory, an empty file and one of
+ * --seq bytes are each refused at once with exit 2 and a message saying what is wrong; a file of exactly
+ * --seq + 1 bytes trains. */
+static void test_data_not_a_file(void **st) {
+    (void)st;
+    char *fifo = fmt("%s/fifo", tmpdir), *empty = fmt("%s/empty.txt", tmpdir), *shortf = fmt("%s/short.txt", tmpdir),
+         *exact = fmt("%s/exact.txt", tmpdir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    write_data(empty, 0, 26);
+    write_data(shortf, 8, 26);  /* --seq 8 */
+    write_data(exact, 9, 26);
+    struct { const char *path, *needle; } cases[] = {
+        {fifo, "is a FIFO"},
+        {"/dev/zero", "is a device"},
+        {tmpdir, "is a directory"},
+        {empty, "the file is empty: 0 tokens, but --seq 8 needs at least 9"},
+        {shortf, "8 tokens, but --seq 8 needs at least 9"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *err = NULL;
+        int rc = run_data(cases[i].path, &err);
+        if (rc != 2 || !strstr(err, cases[i].needle) || !strstr(err, cases[i].path))
+            fail_msg("--data %s: exit %d, message \"%s\" (expected 2 and \"%s\")", cases[i].path, rc, err,
+                     cases[i].needle);
+        free(err);
+    }
+    char *err = NULL;
+    int rc = run_data(exact, &err);
+    if (rc != 0) fail_msg("--data of exactly --seq + 1 bytes: exit %d: %s", rc, err);
+    free(err);
+    unlink(fifo);
+    free(fifo);
+    free(empty);
+    free(shortf);
+    free(exact);
 }
 
 /* The data-order contract, implemented here independently of the trainer. */
@@ -277,6 +331,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_data_vocab),
+        cmocka_unit_test(test_data_not_a_file),
         cmocka_unit_test(test_data_order_and_losses),
         cmocka_unit_test(test_json_and_world),
         cmocka_unit_test(test_determinism_and_weights),

@@ -22,9 +22,10 @@ static void test_status_names(void **state) {
     assert_string_equal(fsc_status_str(FSC_ERR_INVALID), "invalid argument");
     assert_string_equal(fsc_status_str(FSC_ERR_UNSUPPORTED), "unsupported");
     assert_string_equal(fsc_status_str(FSC_ERR_INTERNAL), "internal error");
-    /* every code has a distinct name */
-    for (int a = FSC_OK; a <= FSC_ERR_INTERNAL; a++)
-        for (int b = a + 1; b <= FSC_ERR_INTERNAL; b++)
+    assert_string_equal(fsc_status_str(FSC_ERR_NUMERIC), "non-finite values");
+    /* every code has a distinct name (FSC_ERR_NUMERIC is the last) */
+    for (int a = FSC_OK; a <= FSC_ERR_NUMERIC; a++)
+        for (int b = a + 1; b <= FSC_ERR_NUMERIC; b++)
             assert_string_not_equal(fsc_status_str((fsc_status)a), fsc_status_str((fsc_status)b));
     assert_string_equal(fsc_status_str((fsc_status)999), "unknown status");
 }

@@ -69,6 +69,7 @@ const char *fsc_status_str(fsc_status s) {
     case FSC_ERR_STATE: return "wrong state";
     case FSC_ERR_UNSUPPORTED: return "unsupported";
     case FSC_ERR_INTERNAL: return "internal error";
+    case FSC_ERR_NUMERIC: return "non-finite values";
     }
     return "unknown status";
 }

@@ -17,7 +17,8 @@ typedef enum {
     FSC_ERR_TIMEOUT,     /* a collective waited longer than its timeout */
     FSC_ERR_STATE,       /* a call in the wrong state (e.g. backward before forward) */
     FSC_ERR_UNSUPPORTED, /* a valid request this build or backend cannot serve */
-    FSC_ERR_INTERNAL     /* a broken internal invariant: a bug in fsc */
+    FSC_ERR_INTERNAL,    /* a broken internal invariant: a bug in fsc */
+    FSC_ERR_NUMERIC      /* inf or NaN where finite numbers are needed (a diverged step, weights on load/save) */
 } fsc_status;
 
 /* The message of the last error set on this thread ("" if none). */

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,8 @@ fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tenso
                          fname, p->entry, t->name, (unsigned long long)numel, fsc_dtype_name(en->dtype),
                          (unsigned long long)p->n);
     uLong crc = crc32(0L, Z_NULL, 0);
+    uint64_t bad = p->n; /* the first inf/NaN, reported after the checksum (corruption is the likelier cause) */
+    float bad_val = 0.0f;
     for (uint64_t off = 0; off < p->n;) {
         size_t k = p->n - off < CK_CHUNK ? (size_t)(p->n - off) : CK_CHUNK;
         fsc_status s = fsc_st_read(f, en, buf, off, k);
@@ -151,6 +154,8 @@ fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tenso
             return fsc_error(s, "tensor %s: %s", t->name, msg);
         }
         crc = crc32(crc, (const Bytef *)buf, (uInt)(k * sizeof(float)));
+        for (size_t i = 0; i < k && bad == p->n; i++)
+            if (!isfinite(buf[i])) bad = off + i, bad_val = buf[i];
         if (sink) FSC_TRY(sink(ctx, p->first + off, buf, k));
         off += k;
     }
@@ -158,6 +163,10 @@ fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tenso
         return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s, elements [%llu, %llu) (entry %s): checksum %08x does not match "
                          "the metadata's %08x: the file is corrupted", fname, t->name, (unsigned long long)p->first,
                          (unsigned long long)(p->first + p->n), p->entry, (unsigned)crc, (unsigned)p->crc32);
+    if (bad < p->n) /* fsc never writes one (fsc_engine_check_finite before a save) */
+        return fsc_error(FSC_ERR_NUMERIC, "%s: tensor %s, element %llu, is %s: refusing non-finite checkpoint values",
+                         fname, t->name, (unsigned long long)(p->first + bad),
+                         isnan(bad_val) ? "NaN" : bad_val > 0 ? "inf" : "-inf");
     return FSC_OK;
 }
 

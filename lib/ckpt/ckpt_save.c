@@ -351,7 +351,8 @@ fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc
     if (o.format != FSC_CKPT_SHARDED && o.format != FSC_CKPT_FULL)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: unknown format %d", (int)o.format);
     char eb[128], base[TMP_NAME] = "", tmp[4096], final[4096];
-    fsc_status s = FSC_OK;
+    fsc_status s = fsc_engine_check_finite(e); /* collective: never write inf or NaN */
+    if (s != FSC_OK) return fsc_error_prefix(s, "%s: checkpoint of step %lld not written", dir, (long long)step);
     if (e->r->rank == 0) {
         if (mkdir(dir, 0777) != 0 && errno != EEXIST)
             s = fsc_error(FSC_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, errstr(errno, eb, sizeof eb));

@@ -1,13 +1,19 @@
 /* The training engine: one optimizer step over micro-batches, the same on every parallel strategy.
  * Order (parallel.h): forward, backward with dloss = loss_scale / (global_batch * T), reductions by the
  * strategy (fsc_engine_reduce), unscale, non-finite vote, exact-norm clipping, optimizer step.
- * What differs between strategies (where parameters and gradients live) is behind fsc_strategy. */
+ * What differs between strategies (where parameters and gradients live) is behind fsc_strategy.
+ * The vote runs on every precision: a step with inf or NaN in its loss or gradients on any rank applies no
+ * update anywhere; weights are checked for inf/NaN when saved and loaded (fsc_engine_check_finite). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
 #include "pipe.h"
+
+#define FSC_DEFAULT_MAX_SKIPS 100 /* po.max_skipped_steps 0 */
+
+static const char *nonfinite_name(double x) { return isnan(x) ? "NaN" : x > 0 ? "inf" : "-inf"; }
 
 const char *fsc_parallel_kind_name(fsc_parallel_kind k) {
     switch (k) {
@@ -206,6 +212,18 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
         return fsc_error(FSC_ERR_INVALID, "gradient reduction dtype must be f32, bf16 or f16");
     if (po->clip < 0 || !isfinite(po->clip))
         return fsc_error(FSC_ERR_INVALID, "clip must be a finite number >= 0, not %g", (double)po->clip);
+    if (po->nonfinite != FSC_NONFINITE_STOP && po->nonfinite != FSC_NONFINITE_SKIP)
+        return fsc_error(FSC_ERR_INVALID, "nonfinite must be FSC_NONFINITE_STOP or FSC_NONFINITE_SKIP, not %d",
+                         (int)po->nonfinite);
+    if (po->max_skipped_steps < 0)
+        return fsc_error(FSC_ERR_INVALID, "max_skipped_steps must be >= 0 (0: the default %d), not %d",
+                         FSC_DEFAULT_MAX_SKIPS, po->max_skipped_steps);
+    if (!(po->min_loss_scale >= 0) || !isfinite(po->min_loss_scale))
+        return fsc_error(FSC_ERR_INVALID, "min_loss_scale must be a finite number >= 0 (0: the default 1), not %g",
+                         (double)po->min_loss_scale);
+    if (po->init_loss_scale > 0 && po->init_loss_scale < po->min_loss_scale)
+        return fsc_error(FSC_ERR_INVALID, "init_loss_scale %g is below min_loss_scale %g",
+                         (double)po->init_loss_scale, (double)po->min_loss_scale);
     if (!(oc->lr >= 0) || !isfinite(oc->lr)) return fsc_error(FSC_ERR_INVALID, "lr must be finite and >= 0");
     if (po->kind == FSC_PAR_FSDP && po->shard == FSC_SHARD_HYBRID) {
         int g = po->hybrid_group ? po->hybrid_group : (dp >= 2 ? dp / 2 : 1);
@@ -264,6 +282,7 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     }
     e->use_scaler = po->param_dtype == FSC_F16 || po->reduce_dtype == FSC_F16;
     fsc_loss_scaler_init(&e->scaler, po->init_loss_scale > 0 ? po->init_loss_scale : 65536.0f, 2000);
+    e->scaler.min_scale = po->min_loss_scale > 0 ? po->min_loss_scale : 1.0f;
     e->lf = 0;
     e->ll = cfg->layers + 1;
     e->mo = &fsc_gpt_model_ops;
@@ -396,6 +415,44 @@ static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, int 
     return s;
 }
 
+/* The loss scaler's update with the engine's floor (a checkpoint's scaler may have replaced e->scaler). */
+static void scaler_update(fsc_engine *e, int found) {
+    e->scaler.min_scale = e->po.min_loss_scale > 0 ? e->po.min_loss_scale : 1.0f;
+    fsc_loss_scaler_update(&e->scaler, found);
+}
+
+/* A step that the vote found non-finite (found: 2 the loss on some rank, 1 gradients only): no update on any
+ * rank. f16 backs the scale off and skips, as does nonfinite skip; stop fails. Every rank takes the same
+ * branch (the vote and the counters are the same on every rank). */
+static fsc_status nonfinite_step(fsc_engine *e, fsc_step_info *si, int found, fsc_step_info *info) {
+    const long long step = (long long)fsc_optim_steps(e->opt) + 1;
+    char what[160];
+    if (found >= 2 && !isfinite(si->loss))
+        snprintf(what, sizeof what, "the loss is %s", nonfinite_name(si->loss));
+    else if (found >= 2)
+        snprintf(what, sizeof what, "the loss of another rank's group is not finite");
+    else
+        snprintf(what, sizeof what, "gradients hold inf or NaN (loss %g%s)", si->loss,
+                 e->use_scaler ? ", an f16 overflow" : "");
+    if (!e->use_scaler && e->po.nonfinite == FSC_NONFINITE_STOP)
+        return fsc_error(FSC_ERR_NUMERIC, "optimizer step %lld: %s; stopped before the update (lower the learning "
+                         "rate, clip the gradients, or skip such steps with nonfinite skip)", step, what);
+    if (e->use_scaler) scaler_update(e, 1);
+    e->skips_in_row++;
+    si->skipped = 1;
+    if (info) *info = *si;
+    const int most = e->po.max_skipped_steps > 0 ? e->po.max_skipped_steps : FSC_DEFAULT_MAX_SKIPS;
+    if (e->skips_in_row >= most) {
+        char sc[64] = "";
+        if (e->use_scaler) snprintf(sc, sizeof sc, "; the loss scale is %g, its floor %g", (double)e->scaler.scale,
+                                    (double)e->scaler.min_scale);
+        return fsc_error(FSC_ERR_NUMERIC, "optimizer step %lld: %d steps in a row skipped (the limit, "
+                         "max_skipped_steps), the last because %s%s: the run has diverged", step, e->skips_in_row,
+                         what, sc);
+    }
+    return FSC_OK;
+}
+
 fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
                            int global_batch, fsc_step_info *info) {
     const int T = e->cfg.seq, K = e->po.accum;
@@ -447,18 +504,14 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     }
     si.loss = total / ((double)global_batch * T);
     si.loss_scale = loss_scale;
-    if (e->use_scaler) {
+    if (e->use_scaler)
         for (int i = 0; i < e->ngsegs; i++) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], 1.0f / loss_scale, e->glens[i]));
-        int found = 0;
-        /* every rank votes, over the whole world: no rank may skip alone */
-        FSC_TRY(fsc_grads_nonfinite(e->dev, e->r->comm, e->gsegs, e->glens, e->ngsegs, &found));
-        fsc_loss_scaler_update(&e->scaler, found);
-        if (found) {
-            si.skipped = 1;
-            if (info) *info = si;
-            return FSC_OK;
-        }
-    }
+    /* every rank votes, over the whole world, on every precision: no rank may skip or stop alone */
+    int found = 0;
+    FSC_TRY(fsc_nonfinite_vote(e->dev, e->r->comm, e->gsegs, e->glens, e->ngsegs, isfinite(si.loss) ? 0 : 2, &found));
+    if (found) return nonfinite_step(e, &si, found, info);
+    e->skips_in_row = 0;
+    if (e->use_scaler) scaler_update(e, 0);
     if (e->po.clip > 0) {
         /* the norm over the pieces that count each element once (with tensor or expert parallelism nsegs,
          * otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every reduced gradient */
@@ -483,6 +536,89 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
 static fsc_status agree(fsc_engine *e, fsc_status mine) { return fsc_comm_agree(e->r->comm, e->dev, mine); }
 
 /* Tensor i as a weights file holds it: with tensor parallelism the full tensor, not this rank's slice. */
+static const fsc_param_info *full_info(const fsc_engine *e, int i);
+
+/* Element `at` of optimizer segment seg as (tensor, element of the full tensor) through the strategy's
+ * holdings; *tensor = -1 when no holding covers it (padding). */
+static fsc_status locate(fsc_engine *e, int seg, size_t at, int *tensor, size_t *elem) {
+    *tensor = -1;
+    *elem = 0;
+    if (!e->st->holdings) return FSC_OK;
+    fsc_holding *h = NULL, *g = NULL;
+    int nh = 0, ng = 0;
+    FSC_TRY(e->st->holdings(e, &h, &nh));
+    fsc_status s = FSC_OK;
+    if (e->tpm) { /* the slices' holdings as runs of the full tensors */
+        s = fsc_tp_engine_holdings(e, h, nh, &g, &ng);
+        free(h);
+        h = g;
+        nh = ng;
+    }
+    for (int k = 0; s == FSC_OK && k < nh; k++)
+        if (h[k].seg == seg && at >= h[k].seg_off && at - h[k].seg_off < h[k].n) {
+            *tensor = h[k].tensor;
+            *elem = h[k].first + (at - h[k].seg_off);
+            break;
+        }
+    free(h);
+    return s;
+}
+
+/* The first inf/NaN of n floats at device x: *at = n when there is none. */
+static fsc_status find_nonfinite(fsc_engine *e, const float *x, size_t n, size_t *at, float *val) {
+    enum { CHUNK = 1 << 16 };
+    *at = n;
+    float m = 0.0f;
+    int nf = 0;
+    FSC_TRY(FSC_K(e->dev, absmax, &m, &nf, x, n));
+    if (!nf) return FSC_OK;
+    float *h = malloc(CHUNK * sizeof(float));
+    if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
+    fsc_status s = FSC_OK;
+    for (size_t off = 0; off < n && *at == n && s == FSC_OK; off += CHUNK) {
+        size_t k = n - off < CHUNK ? n - off : CHUNK;
+        s = fsc_device_download(e->dev, h, x + off, k * sizeof(float));
+        for (size_t i = 0; s == FSC_OK && i < k; i++)
+            if (!isfinite(h[i])) {
+                *at = off + i;
+                *val = h[i];
+                break;
+            }
+    }
+    free(h);
+    return s;
+}
+
+/* This rank's parameters (the fp32 masters the optimizer steps), then its optimizer states. */
+static fsc_status check_local(fsc_engine *e) {
+    /* as torch.optim names the states */
+    const char *const state_name[] = { "parameter", e->oc.kind == FSC_OPT_ADAMW ? "exp_avg of" : "momentum_buffer of",
+                                       "exp_avg_sq of" };
+    const int nseg = fsc_optim_num_segments(e->opt), nst = fsc_optim_num_states(e->opt);
+    for (int st = 0; st <= nst && st < 3; st++)
+        for (int k = 0; k < nseg; k++) {
+            size_t n = fsc_optim_segment_len(e->opt, k), at = n;
+            const float *x = st == 0 ? fsc_optim_param(e->opt, k) : fsc_optim_state(e->opt, k, st - 1);
+            float val = 0.0f;
+            if (n && x) FSC_TRY(find_nonfinite(e, x, n, &at, &val));
+            if (at == n) continue;
+            int t;
+            size_t el;
+            FSC_TRY(locate(e, k, at, &t, &el));
+            if (t < 0)
+                return fsc_error(FSC_ERR_NUMERIC, "element %zu of optimizer segment %d (%s, in no tensor) is %s", at,
+                                 k, state_name[st], nonfinite_name(val));
+            return fsc_error(FSC_ERR_NUMERIC, "%s %s, element %zu, is %s", state_name[st], full_info(e, t)->name,
+                             el, nonfinite_name(val));
+        }
+    return FSC_OK;
+}
+
+fsc_status fsc_engine_check_finite(fsc_engine *e) {
+    if (!e) return fsc_error(FSC_ERR_INVALID, "fsc_engine_check_finite: engine is NULL");
+    return agree(e, check_local(e));
+}
+
 static const fsc_param_info *full_info(const fsc_engine *e, int i) {
     return e->tpm ? fsc_tp_engine_full_info(e, i) : &e->m->info[i];
 }
@@ -505,7 +641,8 @@ static fsc_status write_from_full(fsc_engine *e, fsc_st_writer *w) {
 
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
     fsc_st_writer *w = NULL;
-    fsc_status s = FSC_OK;
+    fsc_status s = fsc_engine_check_finite(e);
+    if (s != FSC_OK) return fsc_error_prefix(s, "%s: not saved", path);
     if (e->r->rank == 0) {
         s = fsc_st_writer_open(path, &w);
         if (s == FSC_OK) s = fsc_st_writer_meta(w, "format", "pt"); /* as fsc_gpt_save: HF loaders require it */
@@ -534,6 +671,9 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
     if (s == FSC_OK) s = agree(e, e->tpm ? fsc_tp_engine_load(e, f) : e->st->load_full(e, f));
     if (s == FSC_OK && e->tpm) s = agree(e, e->st->after_load ? e->st->after_load(e) : FSC_OK);
     if (f) fsc_st_close(f);
+    /* what every rank loaded, in full-tensor terms (the fresh optimizer states are zero) */
+    if (s == FSC_OK && (s = fsc_engine_check_finite(e)) != FSC_OK)
+        return fsc_error_prefix(s, "%s: refusing non-finite weights", path);
     return s;
 }
 
@@ -562,5 +702,7 @@ fsc_parallel_opts fsc_parallel_opts_default(void) {
     return (fsc_parallel_opts){ .kind = FSC_PAR_NONE, .shard = FSC_SHARD_FULL, .wrap = FSC_WRAP_BLOCK,
                                 .reshard_after_forward = -1, .param_dtype = FSC_F32, .reduce_dtype = FSC_F32,
                                 .accum = 1, .no_sync = 1, .pp = 1, .schedule = FSC_SCHED_GPIPE,
-                                .pipe_checkpoint = FSC_PIPE_CKPT_EXCEPT_LAST, .tp = 1, .ep = 1 };
+                                .pipe_checkpoint = FSC_PIPE_CKPT_EXCEPT_LAST, .tp = 1, .ep = 1,
+                                .min_loss_scale = 1.0f, .nonfinite = FSC_NONFINITE_STOP,
+                                .max_skipped_steps = FSC_DEFAULT_MAX_SKIPS };
 }

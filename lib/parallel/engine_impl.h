@@ -108,7 +108,9 @@ struct fsc_engine {
     int sync;                 /* this micro-batch's backward reduces gradients */
 
     int use_scaler;
-    fsc_loss_scaler scaler;
+    fsc_loss_scaler scaler;   /* its floor is po.min_loss_scale, set again before every update: a
+                               * checkpoint's scaler replaces this one on load */
+    int skips_in_row;         /* steps skipped in a row (f16 overflows, or nonfinite skip) */
 
     /* this rank's reduced gradients, for unscaling, the non-finite vote and clipping */
     float **gsegs;

@@ -52,7 +52,9 @@ fsc_ckpt_save_opts fsc_ckpt_save_opts_default(void);
 /* Collective: write the engine's state as DIR/step-NNNNNNNN (step = the optimizer steps the caller has
  * taken: the data position). DIR is created if missing; an existing checkpoint of the same step is
  * replaced. opts may be NULL (sharded). Sharded: each rank writes only the pieces it owns, from device
- * memory through a bounded host buffer. Full: rank 0 writes, receiving one bounded chunk at a time. */
+ * memory through a bounded host buffer. Full: rank 0 writes, receiving one bounded chunk at a time.
+ * FSC_ERR_NUMERIC, writing nothing, when a parameter or optimizer state is inf or NaN
+ * (fsc_engine_check_finite). */
 fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts);
 /* Collective: load the checkpoint directory path (".../step-NNNNNNNN") into e, which may have another
  * world size and parallel setting than the writer; each rank reads the element ranges it holds and checks
@@ -125,10 +127,12 @@ const fsc_ckpt_tensor *fsc_ckpt_meta_find(const fsc_ckpt_meta *m, const char *na
 const char *fsc_ckpt_format_name(fsc_ckpt_format f); /* "sharded", "full" */
 
 /* Check an opened file against the metadata's pieces for file index `file`: each piece's entry exists with
- * dtype F32 and n elements, the file has no other entries, and with check_data every piece's checksum. The
- * message names the file and the tensor. */
+ * dtype F32 and n elements, the file has no other entries, and with check_data every piece's checksum and
+ * then that every value is finite (FSC_ERR_NUMERIC otherwise, naming the element; loads check the same).
+ * The message names the file and the tensor. */
 fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f, int check_data);
-/* Verify a checkpoint directory: its metadata, every file's structure and every checksum. *out (may be
+/* Verify a checkpoint directory: its metadata, every file's structure, every checksum and that every value
+ * is finite. *out (may be
  * NULL) receives the metadata on success. */
 fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out);
 

@@ -55,6 +55,8 @@ typedef struct {
     const char *order;  /* rank order of dp x tp x pp, fastest first */
     int moe_experts, moe_top_k, moe_every, ep; /* mixture of experts (docs/tensor_parallel.md) */
     float moe_capacity, moe_aux;
+    int nonfinite;      /* fsc_nonfinite_policy */
+    int max_skipped_steps;
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -85,6 +87,8 @@ static const option options[] = {
     {"momentum", "X", "0.9", "SGD momentum (0: plain SGD)", K_FLOAT, F(momentum), 0, 1, NULL},
     {"weight-decay", "X", "0", "weight decay (SGD: L2 in the gradient; AdamW: decoupled)", K_FLOAT, F(weight_decay), 0, INFINITY, NULL},
     {"clip", "X", "1", "clip gradients to this global L2 norm (0: off)", K_FLOAT, F(clip), 0, INFINITY, NULL},
+    {"nonfinite", "MODE", "stop", "a step with inf/NaN loss or gradients (fp32, bf16): stop with an error|skip it", K_CHOICE, F(nonfinite), 0, 0, "stop|skip"},
+    {"max-skipped-steps", "N", "100", "fail after N steps in a row skipped for inf/NaN (fp16 overflows included)", K_INT, F(max_skipped_steps), 1, 1e9, NULL},
     {"seed", "N", "1", "seed of the keyed parameter initialization", K_U64, F(seed), 0, 0, NULL},
     {"init-save", "PATH", NULL, "write the weights before the first step (safetensors)", K_STR, F(init_save), 0, 0, NULL},
     {"save", "PATH", NULL, "write the weights after the last step (safetensors)", K_STR, F(save), 0, 0, NULL},
@@ -394,6 +398,9 @@ static int check_config(const train_config *c, const int *given, char *err, size
         if (given[option_index("shard")]) return snprintf(err, cap, "--shard applies to --parallel fsdp only"), -1;
         if (given[option_index("wrap")]) return snprintf(err, cap, "--wrap applies to --parallel fsdp only"), -1;
     }
+    if (precision_dtype[c->precision] == FSC_F16 && given[option_index("nonfinite")])
+        return snprintf(err, cap, "--nonfinite applies to fp32 and bf16: fp16 loss scaling always skips a step with "
+                        "inf/NaN and backs off the scale (up to --max-skipped-steps in a row)"), -1;
     if (c->optimizer != FSC_OPT_SGD && given[option_index("momentum")])
         return snprintf(err, cap, "--momentum applies to --optimizer sgd only"), -1;
     if (c->save_every && !c->ckpt_dir) return snprintf(err, cap, "--save-every needs --ckpt-dir DIR"), -1;
@@ -537,6 +544,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         .accum = c->accum,
         .no_sync = 1,
         .clip = c->clip,
+        .nonfinite = (fsc_nonfinite_policy)c->nonfinite,
+        .max_skipped_steps = c->max_skipped_steps,
         .pp = c->pp,
         .schedule = (fsc_pipe_schedule)c->schedule,
         .pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt],
@@ -585,6 +594,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         double t0 = now_ms();
         fsc_step_info info = {0};
         s = fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
+        if (s != FSC_OK) fsc_error_prefix(s, "step %d/%d", step + 1, c->steps);
         double ms = now_ms() - t0;
         if (s == FSC_OK && r->rank == 0) {
             st->losses[step] = info.loss;
@@ -597,7 +607,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             }
             printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB%s%s\n", step + 1, c->steps,
                    info.loss, ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0, moe,
-                   info.skipped ? " | skipped (inf/nan gradients)" : "");
+                   info.skipped ? " | skipped (inf/nan loss or gradients)" : "");
             fflush(stdout);
         }
         if (s == FSC_OK && c->save_every && (step + 1) % c->save_every == 0) {

@@ -84,7 +84,7 @@ static void test_help(void **st) {
     const char *names[] = {"--layers", "--dim", "--heads", "--seq", "--vocab", "--data", "--batch", "--steps",
                            "--lr", "--optimizer", "--momentum", "--weight-decay", "--clip", "--seed", "--init-save",
                            "--save", "--load", "--json", "--world", "--parallel", "--shard", "--wrap",
-                           "--precision", "--accum", "--check-ddp"};
+                           "--precision", "--accum", "--check-ddp", "--nonfinite", "--max-skipped-steps"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strstr(out, names[i])) fail_msg("--help lacks %s", names[i]);
     free(out);
@@ -311,6 +311,84 @@ static void test_determinism_and_weights(void **st) {
     free(args);
 }
 
+/* Set element el of tensor `name` in a safetensors file to v. */
+static void patch_float(const char *path, const char *name, size_t el, float v) {
+    fsc_st_file *f = NULL;
+    assert_ok(fsc_st_open(path, &f));
+    const fsc_st_entry *en = fsc_st_find(f, name);
+    assert_non_null(en);
+    uint64_t begin = en->begin;
+    fsc_st_close(f);
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    unsigned char b8[8];
+    assert_int_equal(fread(b8, 1, 8, fp), 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b8[i];
+    assert_int_equal(fseek(fp, (long)(8 + hlen + begin + 4 * el), SEEK_SET), 0);
+    assert_int_equal(fwrite(&v, sizeof v, 1, fp), 1);
+    fclose(fp);
+}
+
+/* Run the trainer expecting exit status want and needles in its stderr. */
+static void expect_run(const char *args, int want, const char *const *needles, int n) {
+    char *out = NULL, *err = NULL;
+    int rc = run(args, &out, &err);
+    if (rc != want) fail_msg("'%s': exit %d (expected %d)\nstdout: %s\nstderr: %s", args, rc, want, out, err);
+    for (int i = 0; i < n; i++)
+        if (!strstr(err, needles[i])) fail_msg("'%s': stderr \"%s\" lacks \"%s\"", args, err, needles[i]);
+    free(out);
+    free(err);
+}
+
+/* Oracle (docs/fsdp.md, "Non-finite steps"): SGD with lr = weight decay = 1e30 makes every nonzero weight
+ * inf in step 1 (whose loss is finite). Then a checkpoint is refused and nothing is written; the next step
+ * stops the run (exit 1) naming it, on one rank and on an FSDP world; --nonfinite skip skips until
+ * --max-skipped-steps in a row; fp16 skips with the scale at its floor until the limit; --load of a file with
+ * one NaN is refused naming the tensor and element; --nonfinite with fp16 is an error. */
+static void test_nonfinite(void **st) {
+    (void)st;
+    const char *blow = TINY " --optimizer sgd --momentum 0 --lr 1e30 --weight-decay 1e30 --clip 0";
+    char *args = fmt("%s --data '%s/data.txt' --save-every 1 --ckpt-dir '%s/nfck'", blow, tmpdir, tmpdir);
+    expect_run(args, 1, (const char *const[]){"non-finite values", "checkpoint of step 1 not written", "inf"}, 3);
+    free(args);
+    args = fmt("%s/nfck/step-00000001", tmpdir);
+    assert_int_equal(access(args, F_OK), -1);
+    free(args);
+    const char *worlds[] = {"", "--world 2 --parallel fsdp"};
+    for (int w = 0; w < 2; w++) {
+        args = fmt("%s --data '%s/data.txt' %s", blow, tmpdir, worlds[w]);
+        expect_run(args, 1, (const char *const[]){"step 2/3: optimizer step 2: the loss is", "stopped before the update"}, 2);
+        free(args);
+    }
+    args = fmt("%s --data '%s/data.txt' --steps 5 --nonfinite skip --max-skipped-steps 2", blow, tmpdir);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(run(args, &out, &err), 1);
+    if (!strstr(out, "step    2/5") || !strstr(out, "skipped (inf/nan loss or gradients)") ||
+        strstr(out, "step    3/5") || !strstr(err, "step 3/5: optimizer step 2: 2 steps in a row skipped"))
+        fail_msg("'%s': step 2 skipped, step 3 the second in a row, expected; output:\n%s%s", args, out, err);
+    free(out);
+    free(err);
+    free(args);
+    args = fmt("%s --data '%s/data.txt' --steps 40 --precision fp16 --max-skipped-steps 20", blow, tmpdir);
+    expect_run(args, 1, (const char *const[]){"20 steps in a row skipped", "the loss scale is 1, its floor 1"}, 2);
+    free(args);
+    args = fmt(TINY " --data '%s/data.txt' --precision fp16 --nonfinite stop", tmpdir);
+    expect_run(args, 2, (const char *const[]){"--nonfinite applies to fp32 and bf16"}, 1);
+    free(args);
+    args = fmt(TINY " --data '%s/data.txt' --steps 0 --init-save '%s/nan.st'", tmpdir, tmpdir);
+    expect_run(args, 0, NULL, 0);
+    free(args);
+    args = fmt("%s/nan.st", tmpdir);
+    patch_float(args, "h.0.mlp.c_fc.bias", 2, NAN);
+    free(args);
+    for (int w = 0; w < 2; w++) {
+        args = fmt(TINY " --data '%s/data.txt' --load '%s/nan.st' %s", tmpdir, tmpdir, worlds[w]);
+        expect_run(args, 1, (const char *const[]){"nan.st: refusing non-finite weights", "h.0.mlp.c_fc.bias, element 2, is NaN"}, 2);
+        free(args);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char self[PATH_MAX];
@@ -335,6 +413,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_data_order_and_losses),
         cmocka_unit_test(test_json_and_world),
         cmocka_unit_test(test_determinism_and_weights),
+        cmocka_unit_test(test_nonfinite),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     char cmd[128];

@@ -1,5 +1,5 @@
 /* Private to the CPU backend: the kernels that fill its fsc_device_ops table (cpu_device.c).
- * Every function here follows the contract written next to its table entry in device_impl.h. */
+ * Every function here follows the contract written next to its table entry in fsc/plugin/device_ops.h. */
 #ifndef FSC_CPU_H
 #define FSC_CPU_H
 #include <stddef.h>

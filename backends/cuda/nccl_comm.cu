@@ -1,4 +1,4 @@
-/* The NCCL communicator of the cuda plug-in (comm_impl.h): one process per GPU, created by the launcher
+/* The NCCL communicator of the cuda plug-in (fsc/plugin/comm_ops.h): one process per GPU, created by the launcher
  * (lib/core/launch.c) through the exported fsc_nccl_get_unique_id / fsc_nccl_comm_open.
  * Collectives are enqueued on the device's current stream, so they are ordered with the kernels around
  * them and overlap with compute on other streams. Semantics follow the simulated communicator where NCCL

@@ -1,4 +1,4 @@
-/* Devices by name, and the tagged memory ledger every backend shares (device.h, device_impl.h).
+/* Devices by name, and the tagged memory ledger every backend shares (device.h, plugin/device_ops.h, device_impl.h).
  * The core owns the ledger: a small open-addressing hash map pointer -> (bytes, tag), so backends
  * only allocate and free. "cpu" is linked in; "cuda" is the plug-in libfsc_cuda.so loaded with dlopen.
  * The plug-in is $FSC_CUDA_PLUGIN (a file or a directory) when that is set, and only that file; else it is

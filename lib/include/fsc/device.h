@@ -1,7 +1,7 @@
 /* The device: memory with a tagged ledger, and the kernels the modules need.
  * Programs get a device by name ("cpu", or "cuda" when the plug-in and a GPU are present).
  * Device memory is opaque: the core touches it only through these functions and the kernel table
- * (device_impl.h), so the same core code runs on every backend. */
+ * (plugin/device_ops.h), so the same core code runs on every backend. */
 #ifndef FSC_DEVICE_H
 #define FSC_DEVICE_H
 #include "export.h"

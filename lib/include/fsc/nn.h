@@ -6,7 +6,7 @@
  * memory, FSC_TAG_ACTS); a record that refers to an input (`inp`) requires the caller to keep that input
  * unchanged until backward. Parameters are passed at the moment of use, never stored.
  *
- * Every pointer is a device pointer of dev. Conventions for gradients, as in device_impl.h:
+ * Every pointer is a device pointer of dev. Conventions for gradients, as in plugin/device_ops.h:
  * parameter gradients always accumulate (+=); input gradients overwrite (=) or accumulate (+=) as each
  * function documents. Linear weights are stored [in, out] (HF Conv1D) unless w_out_in is set
  * ([out, in], torch Linear and the tied output head). */

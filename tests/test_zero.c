@@ -4,9 +4,10 @@
  * accumulation with and without no_sync, bf16, and f16 with loss scaling (the same skipped steps on every
  * rank). Communication per step equals 2 x (N-1)/N x padded parameter bytes exactly, optimizer state per
  * rank is DDP's / N up to padding exactly, ZeRO-2 holds fewer gradient bytes than ZeRO-1 (ledger). Also
- * sync_from_rank0 and activation checkpointing; weight files and the checkpoint hooks (holdings, after_load). */
+ * sync_from_rank0 and activation checkpointing; weight files and the checkpoint hooks (holdings, after_load).
+ * A save whose write fails on rank 0 fails on every rank at once with the writer's message (savefail.h). */
 #include <unistd.h>
-#include "partest.h"
+#include "savefail.h"
 #include "parallel/engine_impl.h"
 
 static const fsc_parallel_kind kinds[] = { FSC_PAR_ZERO1, FSC_PAR_ZERO2 };
@@ -360,6 +361,20 @@ static void test_zero_weights_and_holdings(void **state) {
     unlink(path);
 }
 
+/* Both stages, f32 and bf16 parameters (whose full weights are gathered bucket by bucket), one bucket per
+ * layer: a full disk on the writer stops every rank with its message, none waits in a later bucket's gather. */
+static void test_zero_save_fails_on_every_rank(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++)
+        for (int bf = 0; bf < 2; bf++) {
+            pt_run r = zero_run(2, kinds[k], 1);
+            if (bf) r.po.param_dtype = FSC_BF16;
+            char what[64];
+            snprintf(what, sizeof what, "%s, %s parameters", fsc_parallel_kind_name(kinds[k]), bf ? "bf16" : "f32");
+            check_save_fails_on_every_rank(r, 2, what);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zero_adamw_clip_worlds_1_to_8),
@@ -371,6 +386,7 @@ int main(void) {
         cmocka_unit_test(test_zero_comm_volume),
         cmocka_unit_test(test_zero_memory),
         cmocka_unit_test(test_zero_weights_and_holdings),
+        cmocka_unit_test(test_zero_save_fails_on_every_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

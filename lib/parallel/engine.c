@@ -380,9 +380,10 @@ fsc_status fsc_engine_check_batch(const double *pairs, int n) {
 }
 
 /* Sums of m (<= 4) doubles per rank, each in rank order, identical on every rank, and the batch check of
- * the ranks' local and global batches (fsc_engine_check_batch): one all-gather of m + 2 doubles per rank. */
+ * the ranks' local and global batches into *batch (fsc_engine_check_batch, its message set when it fails):
+ * one all-gather of m + 2 doubles per rank. */
 static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
-                                 double *total) {
+                                 double *total, fsc_status *batch) {
     const int n = fsc_comm_size(e->comm), w = m + 2;
     double mine[6];
     if (m > 4) return fsc_error(FSC_ERR_INTERNAL, "engine: %d sums per rank (at most 4)", m);
@@ -390,7 +391,8 @@ static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, int 
     mine[m] = local_batch, mine[m + 1] = global_batch;
     if (n == 1) {
         memcpy(total, local, (size_t)m * sizeof(double));
-        return fsc_engine_check_batch(mine + m, 1);
+        *batch = fsc_engine_check_batch(mine + m, 1);
+        return FSC_OK;
     }
     double *all = malloc((size_t)n * (w + 2) * sizeof(double)), *pairs = all ? all + (size_t)n * w : NULL;
     void *dsend = NULL, *drecv = NULL;
@@ -408,7 +410,7 @@ static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, int 
     }
     for (int i = 0; s == FSC_OK && i < n; i++)
         pairs[2 * i] = all[(size_t)i * w + m], pairs[2 * i + 1] = all[(size_t)i * w + m + 1];
-    if (s == FSC_OK) s = fsc_engine_check_batch(pairs, n);
+    if (s == FSC_OK) *batch = fsc_engine_check_batch(pairs, n);
     fsc_device_release(e->dev, dsend);
     fsc_device_release(e->dev, drecv);
     free(all);
@@ -459,9 +461,6 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     if (local_batch < 1 || local_batch % K != 0)
         return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
                          local_batch, K);
-    if (global_batch < local_batch)
-        return fsc_error(FSC_ERR_INVALID, "global batch %d is smaller than the local batch %d", global_batch,
-                         local_batch);
     const int mb = local_batch / K;
     if (!e->pipe) FSC_TRY(ensure_acts(e, mb));
     /* MoE: the load-balancing losses, drops and assignments of this rank's micro-batches (the GPT of gpt.h
@@ -472,7 +471,11 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     float dscale = loss_scale / ((float)global_batch * (float)T);
     double loss_local = 0, total = 0;
     if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
-    if (e->pipe) FSC_TRY(fsc_pipe_run(e, tokens, targets, mb, global_batch, dscale, &total));
+    /* the batch check: global_batch against the local batches of the data group, with the loss below; its
+     * verdict rides on the world's vote, so that every rank stops together */
+    fsc_status batch = FSC_OK;
+    char batch_why[512] = "";
+    if (e->pipe) FSC_TRY(fsc_pipe_run(e, tokens, targets, mb, global_batch, dscale, &total, &batch));
     for (int k = 0; k < K && !e->pipe; k++) {
         e->micro = k;
         e->sync = !e->po.no_sync || k == K - 1;
@@ -492,10 +495,11 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
 
     fsc_step_info si = { 0 };
-    if (!e->pipe && !e->cfg.moe_experts) FSC_TRY(sum_over_ranks(e, &loss_local, 1, local_batch, global_batch, &total));
+    if (!e->pipe && !e->cfg.moe_experts)
+        FSC_TRY(sum_over_ranks(e, &loss_local, 1, local_batch, global_batch, &total, &batch));
     if (!e->pipe && e->cfg.moe_experts) {
         double local[4] = { loss_local, moe[0], moe[1], moe[2] }, sums[4];
-        FSC_TRY(sum_over_ranks(e, local, 4, local_batch, global_batch, sums));
+        FSC_TRY(sum_over_ranks(e, local, 4, local_batch, global_batch, sums, &batch));
         total = sums[0];
         memcpy(moe_total, sums + 1, sizeof moe_total);
         si.aux_loss = moe_total[0] / ((double)fsc_comm_size(e->comm) * K); /* one group per rank and micro-batch */
@@ -506,9 +510,17 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     si.loss_scale = loss_scale;
     if (e->use_scaler)
         for (int i = 0; i < e->ngsegs; i++) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], 1.0f / loss_scale, e->glens[i]));
-    /* every rank votes, over the whole world, on every precision: no rank may skip or stop alone */
+    if (batch != FSC_OK) snprintf(batch_why, sizeof batch_why, "%s", fsc_last_error());
+    /* every rank votes, over the whole world, on every precision: no rank may skip or stop alone. Verdicts:
+     * 1 gradients not finite, 2 the loss not finite, 3 the batch check failed (on some data group) */
     int found = 0;
-    FSC_TRY(fsc_nonfinite_vote(e->dev, e->r->comm, e->gsegs, e->glens, e->ngsegs, isfinite(si.loss) ? 0 : 2, &found));
+    const int mine = batch != FSC_OK ? 3 : isfinite(si.loss) ? 0 : 2;
+    FSC_TRY(fsc_nonfinite_vote(e->dev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, &found));
+    if (found >= 3 && batch_why[0]) return fsc_error(FSC_ERR_INVALID, "%s", batch_why);
+    if (found >= 3)
+        return fsc_error(FSC_ERR_INVALID, "global batch %d: another rank found that the global batch is not the sum "
+                         "of the local batches over its data group (or that its data group disagrees on it); no "
+                         "update on any rank", global_batch);
     if (found) return nonfinite_step(e, &si, found, info);
     e->skips_in_row = 0;
     if (e->use_scaler) scaler_update(e, 0);

@@ -377,7 +377,7 @@ static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, const double mine[3], 
 }
 
 fsc_status fsc_pipe_run(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int mb, int global_batch,
-                        float dscale, double *loss_total) {
+                        float dscale, double *loss_total, fsc_status *batch) {
     fsc_pipe *p = e->pipe;
     const int M = p->M, P = p->pp, s = p->stage;
     reset_pools(e, mb);
@@ -417,13 +417,14 @@ fsc_status fsc_pipe_run(fsc_engine *e, const int32_t *tokens, const int32_t *tar
     if (st == FSC_OK) st = fsc_device_download(e->dev, sums, d, sizeof sums);
     fsc_device_release(e->dev, d);
     FSC_TRY(st);
-    if (!sums[1] && why[0]) return fsc_error(FSC_ERR_INVALID, "%s", why);
-    if (!sums[1])
-        return fsc_error(FSC_ERR_INVALID, "the last pipeline stage's data group found the batch sizes inconsistent "
-                         "(its local batches sum to %.0f; this rank's global batch is %d)", sums[2], global_batch);
-    if (sums[2] != (double)global_batch) /* an earlier stage's own argument (only this rank sees it) */
-        return fsc_error(FSC_ERR_INVALID, "global batch %d is not the sum of the local batches over the data group "
-                         "(%.0f, as the last pipeline stage counts them)", global_batch, sums[2]);
+    *batch = FSC_OK;
+    if (!sums[1] && why[0]) *batch = fsc_error(FSC_ERR_INVALID, "%s", why);
+    else if (!sums[1])
+        *batch = fsc_error(FSC_ERR_INVALID, "global batch %d: the last pipeline stage's data group found the batch "
+                           "sizes inconsistent (its local batches sum to %.0f)", global_batch, sums[2]);
+    else if (sums[2] != (double)global_batch) /* an earlier stage's own argument */
+        *batch = fsc_error(FSC_ERR_INVALID, "global batch %d is not the sum of the local batches over the data group "
+                           "(%.0f, as the last pipeline stage counts them)", global_batch, sums[2]);
     const double total = sums[0];
     const double t2 = now_s();
     p->wait += t2 - t1;

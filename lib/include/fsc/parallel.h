@@ -134,8 +134,9 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
                              const fsc_optim_config *oc, uint64_t seed, fsc_engine **out);
 /* One optimizer step. tokens/targets: this rank's local_batch sequences of T tokens (host, int32).
  * global_batch: sequences over the whole data-parallel group, the same on every rank and the sum of the
- * local batches over the data group; checked with the loss's all-gather (FSC_ERR_INVALID on every rank
- * otherwise; in a pipeline the last stage's data group checks and every stage receives the verdict).
+ * local batches over the data group; checked with the loss's all-gather (in a pipeline by the last stage's
+ * data group, the verdict sent with the loss), the verdict carried by the world's non-finite vote: a
+ * mismatch anywhere fails the step with FSC_ERR_INVALID on every rank, before any update.
  * A step whose loss or gradients are not finite on some rank applies no update on any rank; it fails with
  * FSC_ERR_NUMERIC (po.nonfinite stop, or po.max_skipped_steps skipped in a row) or returns with
  * info->skipped set. */

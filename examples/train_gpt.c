@@ -533,33 +533,34 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     run_state *st = arg;
     const train_config *c = st->cfg;
     fsc_gpt_config gc = model_config(c);
-    fsc_parallel_opts po = {
-        .kind = strategy(c),
-        .shard = (fsc_shard_strategy)c->shard,
-        .wrap = (fsc_wrap_policy)c->wrap,
-        .wrap_min_params = c->wrap_min_params,
-        .reshard_after_forward = -1,
-        .param_dtype = precision_dtype[c->precision],
-        .reduce_dtype = precision_dtype[c->precision],
-        .accum = c->accum,
-        .no_sync = 1,
-        .clip = c->clip,
-        .nonfinite = (fsc_nonfinite_policy)c->nonfinite,
-        .max_skipped_steps = c->max_skipped_steps,
-        .pp = c->pp,
-        .schedule = (fsc_pipe_schedule)c->schedule,
-        .pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt],
-        .tp = c->tp,
-        .sequence_parallel = c->sequence_parallel,
-        .order = c->order,
-        .ep = c->ep,
-    };
+    /* the library's defaults, then what the options set (an option the table lacks keeps its default) */
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = strategy(c);
+    po.shard = (fsc_shard_strategy)c->shard;
+    po.wrap = (fsc_wrap_policy)c->wrap;
+    po.wrap_min_params = c->wrap_min_params;
+    po.param_dtype = precision_dtype[c->precision];
+    po.reduce_dtype = precision_dtype[c->precision];
+    po.accum = c->accum;
+    po.clip = c->clip;
+    po.nonfinite = (fsc_nonfinite_policy)c->nonfinite;
+    po.max_skipped_steps = c->max_skipped_steps;
+    po.pp = c->pp;
+    po.schedule = (fsc_pipe_schedule)c->schedule;
+    po.pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt];
+    po.tp = c->tp;
+    po.sequence_parallel = c->sequence_parallel;
+    po.order = c->order;
+    po.ep = c->ep;
     int balance[1024];
     if (c->balance) {
         FSC_TRY(fsc_balance_parse(c->balance, &gc, c->pp, balance));
         po.balance = balance;
     }
-    fsc_optim_config oc = {.kind = (fsc_optim_kind)c->optimizer, .lr = c->lr, .weight_decay = c->weight_decay};
+    fsc_optim_config oc = fsc_optim_config_default(); /* AdamW's betas and eps; the rest from the options */
+    oc.kind = (fsc_optim_kind)c->optimizer;
+    oc.lr = c->lr;
+    oc.weight_decay = c->weight_decay;
     if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
     fsc_engine *e = NULL;
     FSC_TRY(fsc_engine_create(r, &gc, &po, &oc, c->seed, &e));

@@ -580,6 +580,11 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     int start = 0; /* a resumed run continues at the checkpoint's step (the data order is a function of it) */
     if (s == FSC_OK && c->resume) {
         int64_t at = 0;
+        int left = 0;
+        char rep[1024];
+        if (r->rank == 0 && fsc_ckpt_clean(c->resume, &left, rep, sizeof rep) == FSC_OK && left) /* resume skips them */
+            fprintf(stderr, "train_gpt: warning: %d leftover%s of interrupted saves not removed: %s\n", left,
+                    left == 1 ? "" : "s", rep);
         s = fsc_ckpt_resume(e, c->resume, &at);
         start = at < c->steps ? (int)at : c->steps;
         if (s == FSC_OK && r->rank == 0) {

@@ -175,7 +175,9 @@ static void test_ckpt_latest_and_replace(void **state) {
     assert_string_equal(path, p);
     assert_ok(fsc_ckpt_verify(path, NULL));
     assert_int_equal(count_tmp(dir), 1);
-    assert_ok(fsc_ckpt_clean(dir));
+    int left = -1;
+    assert_ok(fsc_ckpt_clean(dir, &left, NULL, 0));
+    assert_int_equal(left, 0);
     assert_int_equal(count_tmp(dir), 0);
     ct_free(&none);
     ct_free(&a);

@@ -2,7 +2,9 @@
  * built (build/<x>/train_gpt and ckpt_tool, next to this binary's tests/ folder) on a tiny model.
  * Oracles: 6 steps straight equal 4 steps with --save-every 2 then --resume up to --steps 6 (losses of
  * steps 5 and 6 and the final weights file, bit for bit), also resuming with another --parallel on the same
- * world; bad combinations of options are refused with exit 2 and a message; ckpt_tool lists the newest
+ * world; bad combinations of options are refused with exit 2 and a message; a leftover named like an
+ * interrupted save that is a link to a folder elsewhere does not stop --resume and the folder keeps its
+ * file (a warning names the link); ckpt_tool lists the newest
  * checkpoint, shows tensors, pieces and checksums, verifies a good checkpoint and refuses a damaged one,
  * naming the file. */
 #include <cjson/cJSON.h>
@@ -123,6 +125,44 @@ static void test_trainer_ckpt_options(void **st) {
     free(out);
 }
 
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *s = calloc(1, 1 << 20);
+    size_t n = fread(s, 1, (1 << 20) - 1, f);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* The report's reproduction: a link named like a leftover to a folder elsewhere. */
+static void test_trainer_resume_past_link(void **st) {
+    (void)st;
+    char args[1024], p[600], q[600], *err = NULL;
+    snprintf(args, sizeof args, TINY " --parallel fsdp --steps 3 --save-every 1 --ckpt-dir '%s/lk'", tmpdir);
+    double l[5];
+    train(args, l, 3);
+    snprintf(p, sizeof p, "%s/victim", tmpdir);
+    assert_int_equal(mkdir(p, 0777), 0);
+    snprintf(q, sizeof q, "%s/victim/a", tmpdir);
+    FILE *f = fopen(q, "w");
+    assert_non_null(f);
+    fputs("x\n", f);
+    fclose(f);
+    snprintf(q, sizeof q, "%s/lk/step-00000009.tmp-evil", tmpdir);
+    assert_int_equal(symlink(p, q), 0);
+    snprintf(args, sizeof args, TINY " --parallel fsdp --steps 5 --resume '%s/lk'", tmpdir);
+    assert_int_equal(run("train_gpt", args, NULL, &err), 0);
+    if (!strstr(err, "warning") || !strstr(err, "step-00000009.tmp-evil") || !strstr(err, "symbolic link"))
+        fail_msg("no warning about the link: %s", err);
+    free(err);
+    snprintf(q, sizeof q, "%s/victim/a", tmpdir);
+    char *x = slurp(q);
+    assert_non_null(x);
+    assert_string_equal(x, "x\n");
+    free(x);
+}
+
 static void test_ckpt_tool(void **st) {
     (void)st;
     char args[1024], *out = NULL, *err = NULL;
@@ -181,6 +221,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trainer_resume),
         cmocka_unit_test(test_trainer_ckpt_options),
+        cmocka_unit_test(test_trainer_resume_past_link),
         cmocka_unit_test(test_ckpt_tool),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,7 +24,10 @@ void ck_global_name(char *buf, size_t cap, fsc_optim_kind kind, int state, const
 fsc_status ck_join(char *buf, size_t cap, const char *a, const char *b);
 /* Whether name is "step-" followed by 8 or more digits (*step set), nothing else. */
 int ck_parse_step_name(const char *name, int64_t *step);
-/* Remove a directory and the plain files in it. */
+/* Remove the checkpoint or temporary directory `path` that a save made, without following links: only
+ * regular files of the names a save writes, then the directory. FSC_OK when it is gone (or was not
+ * there); otherwise FSC_ERR_IO saying what was left in place and why (a link or file instead of a
+ * directory, a file a save does not write, a file that cannot be removed). */
 fsc_status ck_remove_dir(const char *path);
 fsc_status ck_fsync_dir(const char *path);
 /* Write len bytes to path (created, must not exist), fsync, close. */

@@ -6,7 +6,8 @@
  * them: each overlapping piece is streamed through one CK_CHUNK host buffer, the overlaps are uploaded into
  * the optimizer's segments, and the piece's crc32 is checked. Then the optimizer's step count and the loss
  * scaler, and the strategy's after_load (refresh derived copies). Each phase ends in ck_agree.
- * Resume: rank 0 removes leftover temporary directories and picks the newest complete checkpoint. */
+ * Resume: rank 0 removes leftover temporary directories (skipping what it may not remove) and picks the
+ * newest complete checkpoint. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,7 +195,7 @@ fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step) {
     int64_t found = -1;
     fsc_status s = FSC_OK;
     if (e->r->rank == 0) {
-        s = fsc_ckpt_clean(dir);
+        s = fsc_ckpt_clean(dir, NULL, NULL, 0); /* what it must leave is skipped: fsc_ckpt_latest ignores it */
         if (s == FSC_OK) s = fsc_ckpt_latest(dir, path, sizeof path, &found);
         if (s == FSC_OK && found >= 0) {
             const char *slash = strrchr(path, '/');

@@ -224,7 +224,7 @@ static fsc_status finish(fsc_engine *e, const fsc_ckpt_meta *m, const char *dir,
                              errstr(errno, eb, sizeof eb));
     }
     s = ck_fsync_dir(dir);
-    if (s == FSC_OK && old[0]) s = ck_remove_dir(old);
+    if (s == FSC_OK && old[0]) ck_remove_dir(old); /* best effort: the new one is in place; resume reports it */
     return s;
 }
 

@@ -64,10 +64,14 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step);
 /* The newest complete checkpoint in dir: path (cap bytes) and *step; *step = -1 and path "" if there is
  * none (a missing dir has none). Temporary directories are ignored. */
 fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *step);
-/* Remove the temporary directories (step-*.tmp-*) an interrupted save left in dir. */
-fsc_status fsc_ckpt_clean(const char *dir);
-/* Collective: rank 0 removes leftover temporary directories, then every rank loads the newest complete
- * checkpoint in dir. FSC_ERR_IO (every rank) if dir holds none. */
+/* Remove the temporary directories (step-*.tmp-*) an interrupted save left in dir, never following a
+ * symbolic link and removing only files of the names a save writes. A leftover that cannot be removed (a
+ * link or a file, other files inside it, read-only media) is left in place: *left (may be NULL) counts
+ * them and report (cap bytes, may be NULL) says which and why ("" when none). FSC_ERR_IO only when dir
+ * cannot be listed. */
+fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap);
+/* Collective: rank 0 removes leftover temporary directories (what fsc_ckpt_clean leaves is skipped), then
+ * every rank loads the newest complete checkpoint in dir. FSC_ERR_IO (every rank) if dir holds none. */
 fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step);
 /* Collective: optimizer state `which` (0: SGD momentum or AdamW m, 1: AdamW v) of every parameter in
  * tensor order, gathered into host (fsc_gpt_num_params floats) on rank 0 one bounded chunk at a time;

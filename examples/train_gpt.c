@@ -51,6 +51,7 @@ typedef struct {
     int save_every;     /* training checkpoints (docs/checkpoints.md) */
     const char *ckpt_dir, *resume;
     int ckpt_format;    /* fsc_ckpt_format */
+    int ckpt_overwrite; /* a new run may take over --ckpt-dir from another run */
     int tp, sequence_parallel; /* tensor parallelism (docs/tensor_parallel.md) */
     const char *order;  /* rank order of dp x tp x pp, fastest first */
     int moe_experts, moe_top_k, moe_every, ep; /* mixture of experts (docs/tensor_parallel.md) */
@@ -96,6 +97,7 @@ static const option options[] = {
     {"save-every", "K", "0", "write a training checkpoint every K steps into --ckpt-dir (0: never)", K_INT, F(save_every), 0, 1e9, NULL},
     {"ckpt-dir", "DIR", NULL, "where --save-every writes checkpoints: DIR/step-NNNNNNNN, atomically", K_STR, F(ckpt_dir), 0, 0, NULL},
     {"ckpt-format", "F", "sharded", "checkpoint format: sharded (a file per rank)|full (single-rank weights layout)", K_CHOICE, F(ckpt_format), 0, 0, "sharded|full"},
+    {"ckpt-overwrite", NULL, NULL, "start over in a --ckpt-dir holding another run's checkpoints: they are removed at the first save (without it: refused)", K_FLAG, F(ckpt_overwrite), 0, 0, NULL},
     {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR (any --world and --parallel) up to --steps", K_STR, F(resume), 0, 0, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
     {"world", "N", "1", "simulated ranks (threads)", K_INT, F(world), 1, 1024, NULL},
@@ -407,11 +409,35 @@ static int check_config(const train_config *c, const int *given, char *err, size
     if (c->ckpt_dir && !c->save_every) return snprintf(err, cap, "--ckpt-dir needs --save-every K"), -1;
     if (given[option_index("ckpt-format")] && !c->ckpt_dir)
         return snprintf(err, cap, "--ckpt-format applies to --save-every/--ckpt-dir only"), -1;
+    if (c->ckpt_overwrite && !c->ckpt_dir)
+        return snprintf(err, cap, "--ckpt-overwrite applies to --save-every/--ckpt-dir only"), -1;
+    if (c->ckpt_overwrite && c->resume && strcmp(c->resume, c->ckpt_dir) == 0)
+        return snprintf(err, cap, "--ckpt-overwrite starts a new run in --ckpt-dir, --resume continues the one there: "
+                        "give one"), -1;
     if (c->resume && c->load) return snprintf(err, cap, "--resume and --load both give the starting weights: give one"), -1;
     if (c->check_ddp && c->save_every)
         return snprintf(err, cap, "--check-ddp runs twice and both runs would write the same checkpoints: drop "
                         "--save-every"), -1;
     return 0;
+}
+
+/* A run without --resume starts a new run: a --ckpt-dir holding checkpoints belongs to another one, and
+ * the library refuses the first save there (unless --ckpt-overwrite). Say so before training. */
+static int check_ckpt_dir(const train_config *c, char *err, size_t cap) {
+    char path[4096], who[160] = "";
+    int64_t step;
+    if (!c->ckpt_dir || c->resume || c->ckpt_overwrite) return 0;
+    if (fsc_ckpt_latest(c->ckpt_dir, path, sizeof path, &step) != FSC_OK)
+        return snprintf(err, cap, "--ckpt-dir: %s", fsc_last_error()), -1;
+    if (step < 0) return 0;
+    fsc_ckpt_meta *m = NULL;
+    if (fsc_ckpt_meta_read(path, &m) == FSC_OK)
+        snprintf(who, sizeof who, ": run %.8s, seed %llu, lr %g", m->run_id, (unsigned long long)m->seed,
+                 (double)m->optim.lr);
+    fsc_ckpt_meta_free(m);
+    return snprintf(err, cap, "--ckpt-dir %s holds the checkpoints of another run (newest step %lld%s): continue it "
+                    "with --resume %s, choose another --ckpt-dir, or give --ckpt-overwrite to start over (they are "
+                    "removed at the first save)", c->ckpt_dir, (long long)step, who, c->ckpt_dir), -1;
 }
 
 /* The data file: bytes are tokens. It is mapped read-only, not copied, so its size costs no memory of its
@@ -617,7 +643,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             fflush(stdout);
         }
         if (s == FSC_OK && c->save_every && (step + 1) % c->save_every == 0) {
-            fsc_ckpt_save_opts so = {.format = (fsc_ckpt_format)c->ckpt_format};
+            fsc_ckpt_save_opts so = {.format = (fsc_ckpt_format)c->ckpt_format, .start_over = c->ckpt_overwrite};
             s = fsc_ckpt_save(e, c->ckpt_dir, step + 1, &so);
             if (s == FSC_OK && r->rank == 0) printf("checkpoint %s/step-%08d\n", c->ckpt_dir, step + 1);
         }
@@ -888,6 +914,7 @@ int main(int argc, char **argv) {
     }
     if (rc == 0) rc = resolve_layout(&c, given, err, sizeof err);
     if (rc == 0) rc = check_config(&c, given, err, sizeof err);
+    if (rc == 0) rc = check_ckpt_dir(&c, err, sizeof err);
     if (rc != 0) {
         fprintf(stderr, "train_gpt: %s\n", err);
         return 2;

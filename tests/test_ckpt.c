@@ -141,8 +141,8 @@ static void test_ckpt_crash_leaves_last_good(void **state) {
     ct_free(&straight);
 }
 
-/* Directory handling: the newest of several, the same step saved twice, temporary names ignored,
- * nothing to resume from. */
+/* Directory handling: the newest of several, the same step saved twice (by the run that resumed it),
+ * temporary names ignored, nothing to resume from. */
 static void test_ckpt_latest_and_replace(void **state) {
     (void)state;
     char *dir = ct_tmpdir(), path[600], p[700];
@@ -156,9 +156,11 @@ static void test_ckpt_latest_and_replace(void **state) {
     a.to = 1;
     a.save_dir = dir;
     ct_run(&a);
-    a.from = 0;
+    a.resume = dir;
+    a.from = 1;
     a.to = 2;
     ct_run(&a);
+    a.from = 2;
     ct_run(&a); /* step 2 again: replaced */
     /* decoys: a temporary directory with a higher step, a directory without metadata, a stray file */
     snprintf(p, sizeof p, "%s/step-00000009.tmp-abcdef", dir);

@@ -10,10 +10,24 @@
 #define CK_CHUNK ((size_t)1 << 16)          /* floats per bounded host or device transfer (256 KiB) */
 #define CK_MAX_META ((size_t)256 << 20)     /* metadata.json above 256 MiB is refused */
 #define CK_META_NAME "metadata.json"
+#define CK_META_VERSION 2
 
 /* ---- ckpt_meta.c ---- */
-/* The metadata as JSON text (malloc'd), or NULL when out of memory. */
+/* The metadata as JSON text (sealed: metadata_crc32 first and correct; free it with cJSON_free), or NULL
+ * when out of memory. */
 char *ck_meta_json(const fsc_ckpt_meta *m);
+/* Write the crc32 of text into its metadata_crc32 member (which must come first); 0, or -1 when text does
+ * not start with one. */
+int ck_meta_seal(char *text, size_t len);
+
+/* ---- ckpt_meta_check.c ---- */
+/* Before parsing: metadata_crc32. */
+fsc_status ck_meta_check_text(const char *text, size_t len, const char *what);
+/* After parsing: every field against its second source (the model configuration for the tensors, the
+ * layout and world size for the files, the step for the counters, ...). */
+fsc_status ck_meta_check_sources(const fsc_ckpt_meta *m, const char *what);
+/* The step against the name of the checkpoint's directory path (when it is a step-NNNNNNNN name). */
+fsc_status ck_meta_check_dir(const fsc_ckpt_meta *m, const char *path, const char *what);
 /* "m", "v" (AdamW), "momentum" (SGD); NULL for a state the optimizer kind does not have. */
 const char *ck_state_name(fsc_optim_kind kind, int which);
 /* The global name of state `state` (0: the parameter) of a tensor: "optim.m.wte.weight". */

@@ -4,8 +4,9 @@
  * optimizer kind, every tensor present with its shape, nothing extra), then for each piece this rank
  * holds (the strategy's holdings, replicas included) reads the element ranges from whichever files hold
  * them: each overlapping piece is streamed through one CK_CHUNK host buffer, the overlaps are uploaded into
- * the optimizer's segments, and the piece's crc32 is checked. Then the optimizer's step count and the loss
- * scaler, and the strategy's after_load (refresh derived copies). Each phase ends in ck_agree.
+ * the optimizer's segments, and the piece's crc32 is checked. Then the optimizer's step count, the loss
+ * scaler and the run id, and the strategy's after_load (refresh derived copies). Each phase ends in
+ * ck_agree.
  * Resume: rank 0 removes leftover temporary directories (skipping what it may not remove) and picks the
  * newest complete checkpoint. */
 #include <stdio.h>
@@ -178,6 +179,7 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     if (s == FSC_OK) s = ck_agree(e, load_tensors(&L));
     if (s == FSC_OK) {
         restore_counters(&L);
+        memcpy(e->ckpt_run, L.m->run_id, sizeof e->ckpt_run); /* its saves continue that run */
         if (step) *step = L.m->step;
         s = ck_agree(e, e->st->after_load ? e->st->after_load(e) : FSC_OK);
     }

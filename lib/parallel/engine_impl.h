@@ -99,6 +99,7 @@ struct fsc_engine {
     fsc_optim_config oc;
     fsc_optim *opt;
     uint64_t seed;
+    char ckpt_run[FSC_CKPT_RUN_ID]; /* the checkpoint run it continues (lib/ckpt): "" until it loads or saves one */
     const fsc_strategy *st;
     void *sd;                 /* strategy data */
 

@@ -15,7 +15,12 @@
  *
  * A save writes into DIR/step-00000042.tmp-XXXXXX, fsyncs every file, and rank 0 renames the directory
  * once every rank is done, then fsyncs DIR: a crash at any point leaves the previous checkpoints intact and
- * at most a .tmp directory, which fsc_ckpt_resume ignores and removes. One run writes to a DIR at a time. */
+ * at most a .tmp directory, which fsc_ckpt_resume ignores and removes. One run writes to a DIR at a time.
+ *
+ * metadata.json carries its own checksum (metadata_crc32) and the id of the run that wrote it: a DIR
+ * belongs to one run. An engine continues the run of the checkpoint it loaded; a fresh engine starts a
+ * new one. A save into a DIR whose newest checkpoint belongs to another run is refused unless
+ * fsc_ckpt_save_opts.start_over says to remove that run's checkpoints (docs/checkpoints.md). */
 #ifndef FSC_CKPT_H
 #define FSC_CKPT_H
 #include "export.h"
@@ -45,21 +50,26 @@ typedef struct {
     fsc_ckpt_format format;
     fsc_ckpt_crash crash_at;      /* testing only; FSC_CKPT_CRASH_NONE in real runs */
     int crash_rank;
+    int start_over;               /* DIR holds another run's checkpoints: remove them (0: refuse the save) */
 } fsc_ckpt_save_opts;
-/* The defaults: the sharded format, no injected crash. */
+/* The defaults: the sharded format, no injected crash, no start over (another run's DIR is refused). */
 fsc_ckpt_save_opts fsc_ckpt_save_opts_default(void);
 
 /* Collective: write the engine's state as DIR/step-NNNNNNNN (step = the optimizer steps the caller has
- * taken: the data position). DIR is created if missing; an existing checkpoint of the same step is
- * replaced. opts may be NULL (sharded). Sharded: each rank writes only the pieces it owns, from device
- * memory through a bounded host buffer. Full: rank 0 writes, receiving one bounded chunk at a time.
- * FSC_ERR_NUMERIC, writing nothing, when a parameter or optimizer state is inf or NaN
- * (fsc_engine_check_finite). */
+ * taken: the data position; not fewer than the optimizer's own count). DIR is created if missing; an
+ * existing checkpoint of the same step is replaced. The checkpoint records the engine's run (the run of
+ * the checkpoint it loaded, else a new random id made at its first save). FSC_ERR_INVALID, writing
+ * nothing, if the newest checkpoint in DIR belongs to another run (or cannot be read), unless
+ * opts->start_over: then every checkpoint of another run in DIR is removed first. opts may be NULL
+ * (sharded). Sharded: each rank writes only the pieces it owns, from device memory through a bounded host
+ * buffer. Full: rank 0 writes, receiving one bounded chunk at a time. FSC_ERR_NUMERIC, writing nothing, when
+ * a parameter or optimizer state is inf or NaN (fsc_engine_check_finite). */
 fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts);
 /* Collective: load the checkpoint directory path (".../step-NNNNNNNN") into e, which may have another
  * world size and parallel setting than the writer; each rank reads the element ranges it holds and checks
- * the checksum of every piece it reads. The model configuration and optimizer kind must match. *step (may
- * be NULL) receives the checkpoint's step. After a failed load the engine's state is undefined. */
+ * the checksum of every piece it reads. The model configuration and optimizer kind must match. *step (may be NULL)
+ * receives the checkpoint's step; e continues the checkpoint's run. After a failed load the engine's state
+ * is undefined. */
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step);
 /* The newest complete checkpoint in dir: path (cap bytes) and *step; *step = -1 and path "" if there is
  * none (a missing dir has none). Temporary directories are ignored. */
@@ -80,7 +90,8 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host);
 
 /* ---- Reading checkpoints without an engine (inspection, verification, fuzzing) ---- */
 
-#define FSC_CKPT_MAX_FILE 64 /* bytes of a file name in a checkpoint, with the NUL */
+#define FSC_CKPT_MAX_FILE 64          /* bytes of a file name in a checkpoint, with the NUL */
+#define FSC_CKPT_RUN_ID 33            /* a run id: 32 lowercase hex digits and the NUL */
 
 typedef struct {
     int file;                      /* index into fsc_ckpt_meta.files */
@@ -101,6 +112,7 @@ typedef struct {
 
 typedef struct {
     fsc_ckpt_format format;
+    char run_id[FSC_CKPT_RUN_ID];  /* the run that wrote it (hex); a DIR holds one run's checkpoints */
     int64_t step;                  /* the data position: steps taken by the writer's training loop */
     int64_t optim_steps;           /* optimizer steps (fewer when f16 steps were skipped) */
     uint64_t seed;                 /* the keyed initialization's seed (fsc's only RNG state) */
@@ -109,7 +121,7 @@ typedef struct {
     /* the writer's parallel setting (for information; a load may use any other) */
     fsc_parallel_kind kind;
     fsc_shard_strategy shard;
-    int world, pp, hybrid_group, accum;
+    int world, tp, pp, hybrid_group, accum;
     fsc_dtype param_dtype, reduce_dtype;
     float clip;
     int scaler_enabled;            /* the writer used f16 loss scaling */
@@ -120,11 +132,16 @@ typedef struct {
     fsc_ckpt_tensor *tensors;
 } fsc_ckpt_meta;
 
-/* Parse and validate metadata.json text (len bytes); `what` names it in messages. Validated: every field's
- * type and range, plain file names, known dtypes, shapes, unique names, pieces that reference a file,
- * fit in their tensor and tile it without gap or overlap, unique (file, entry) pairs. */
+/* Parse and validate metadata.json text (len bytes); `what` names it in messages. Validated before
+ * parsing: metadata_crc32 (the first member: zlib's crc32 of the text with its 8 hex digits read as
+ * "00000000"). Then every field's type and range, and every field against its second source: optim_steps and
+ * the scaler's counts against step, the files against the layout and world size, the tensors (names,
+ * shapes, count) against the model configuration and the optimizer's states, entry names against their
+ * tensor and first element, pieces that reference a file, fit in their tensor and tile it without gap or
+ * overlap, unique (file, entry) pairs. Messages name the field. */
 fsc_status fsc_ckpt_meta_parse(const char *text, size_t len, const char *what, fsc_ckpt_meta **out);
-/* Read path/metadata.json. */
+/* Read path/metadata.json; when path's last component is a checkpoint name (step-NNNNNNNN), its step must
+ * be the metadata's. */
 fsc_status fsc_ckpt_meta_read(const char *path, fsc_ckpt_meta **out);
 void fsc_ckpt_meta_free(fsc_ckpt_meta *m);
 const fsc_ckpt_tensor *fsc_ckpt_meta_find(const fsc_ckpt_meta *m, const char *name);

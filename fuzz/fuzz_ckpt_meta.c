@@ -3,7 +3,8 @@
  * the fuzzer reaches past the checksum. Each is either refused with a status and a message, or parses into
  * metadata whose invariants hold (file indices in range, pieces sorted and tiling each tensor exactly,
  * names found by fsc_ckpt_meta_find, a correct checksum) and which survives a round trip through the
- * writer unchanged.
+ * writer unchanged. Either way cJSON allocated at most CK_PARSE_FACTOR bytes per byte of input (plus the
+ * bound's constant), counted by allocation hooks.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_ckpt_meta.c (or make fuzz). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,6 +13,23 @@
 #include "ckpt/ckpt_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* cJSON's allocations, counted (the fuzzer runs one input at a time) */
+static size_t cj_now, cj_peak;
+static void *cj_malloc(size_t n) {
+    size_t *p = malloc(n + 2 * sizeof(size_t));
+    if (!p) return NULL;
+    p[0] = n;
+    cj_now += n;
+    if (cj_now > cj_peak) cj_peak = cj_now;
+    return p + 2;
+}
+static void cj_free(void *q) {
+    if (!q) return;
+    size_t *p = (size_t *)q - 2;
+    cj_now -= p[0];
+    free(p);
+}
 
 static void check(const fsc_ckpt_meta *m) {
     if (m->nfiles < 0 || m->ntensors < 0) __builtin_trap();
@@ -33,8 +51,16 @@ static void check(const fsc_ckpt_meta *m) {
 }
 
 static void one(const char *in, size_t size) {
+    static int hooked;
+    if (!hooked) {
+        cJSON_Hooks h = { cj_malloc, cj_free };
+        cJSON_InitHooks(&h);
+        hooked = 1;
+    }
     fsc_ckpt_meta *m = NULL;
+    cj_peak = cj_now;
     fsc_status s = fsc_ckpt_meta_parse(in, size, "fuzz", &m);
+    if (cj_peak - cj_now > (size_t)CK_PARSE_FACTOR * (size + ((size_t)1 << 16))) __builtin_trap(); /* the bound */
     if (s != FSC_OK) {
         if (m != NULL || fsc_last_error()[0] == 0) __builtin_trap(); /* a refusal says why, returns nothing */
         return;

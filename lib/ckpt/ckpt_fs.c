@@ -177,7 +177,8 @@ fsc_status ck_read_all(const char *path, size_t max, char **out, size_t *len) {
     }
     if ((uint64_t)st.st_size > max) {
         close(fd);
-        return fsc_error(FSC_ERR_FORMAT, "%s: %lld bytes, above the limit of %zu", path, (long long)st.st_size, max);
+        return fsc_error(FSC_ERR_FORMAT, "%s: %lld bytes, above the limit of %zu bytes: too large", path,
+                         (long long)st.st_size, max);
     }
     size_t n = (size_t)st.st_size, got = 0;
     char *buf = malloc(n + 1);

@@ -8,7 +8,7 @@
 #include "parallel/engine_impl.h"
 
 #define CK_CHUNK ((size_t)1 << 16)          /* floats per bounded host or device transfer (256 KiB) */
-#define CK_MAX_META ((size_t)256 << 20)     /* metadata.json above 256 MiB is refused */
+#define CK_MAX_META ((size_t)FSC_CKPT_MAX_META)
 #define CK_META_NAME "metadata.json"
 #define CK_META_VERSION 2
 
@@ -21,7 +21,9 @@ char *ck_meta_json(const fsc_ckpt_meta *m);
 int ck_meta_seal(char *text, size_t len);
 
 /* ---- ckpt_meta_check.c ---- */
-/* Before parsing: metadata_crc32. */
+/* Before parsing: the size (at most CK_MAX_META: "too large"), metadata_crc32, and what parsing would
+ * allocate (at most CK_PARSE_FACTOR bytes per byte of text). */
+#define CK_PARSE_FACTOR 12
 fsc_status ck_meta_check_text(const char *text, size_t len, const char *what);
 /* After parsing: every field against its second source (the model configuration for the tensors, the
  * layout and world size for the files, the step for the counters, ...). */
@@ -60,7 +62,8 @@ fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tenso
 /* Every rank of the world returns the same verdict: FSC_OK if every rank passed FSC_OK, else the status
  * and message of the lowest failing rank ("rank 2: ..." on the others). */
 fsc_status ck_agree(fsc_engine *e, fsc_status mine);
-/* Broadcast len bytes of host memory from world rank 0. */
+/* Broadcast len bytes of host memory from world rank 0 (any size: bounded chunks through one device
+ * buffer). */
 fsc_status ck_bcast_host(fsc_engine *e, void *host, size_t len);
 
 /* One piece a rank writes: elements [first, first + n) of GPT tensor t (every state of the optimizer). */

@@ -1,6 +1,9 @@
 /* What makes checkpoint metadata trustworthy beyond its syntax (ckpt_meta.c parses the syntax):
  *   - its checksum: metadata_crc32, the first member, is zlib's crc32 of the whole text with those 8 hex
  *     digits read as "00000000" (so an edit by hand, or by a JSON tool, is refused);
+ *   - a bound on reading it: at most CK_MAX_META bytes, and the cJSON tree that parsing builds at most
+ *     CK_PARSE_FACTOR bytes per byte of text (a real checkpoint's takes about 7), both checked before
+ *     anything is allocated;
  *   - every field against its second source: optim_steps and the scaler's counts against step, the files
  *     against the layout and world size, the tensors against the model configuration and the optimizer's
  *     states, entry names against their tensor and element, step against the directory name.
@@ -8,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cjson/cJSON.h>
 #include <zlib.h>
 #include "ckpt_impl.h"
 
@@ -51,7 +55,31 @@ int ck_meta_seal(char *text, size_t len) {
     return 0;
 }
 
+/* An upper bound of what cJSON allocates to parse text: a node per value (a value follows the start, a
+ * '[' or '{', or a ','), a copy of every string (keys included) with an allocator's overhead. */
+static size_t parse_cost(const char *t, size_t len, size_t *values) {
+    size_t nodes = 1, strings = 0;
+    int in = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = t[i];
+        if (in) {
+            if (c == '\\') i++;
+            else if (c == '"') in = 0;
+        } else if (c == '"') {
+            in = 1;
+            strings++;
+        } else if (c == ',' || c == '[' || c == '{') {
+            nodes++;
+        }
+    }
+    *values = nodes;
+    return nodes * (sizeof(cJSON) + 16) + strings * 16 + len;
+}
+
 fsc_status ck_meta_check_text(const char *text, size_t len, const char *what) {
+    if (len > CK_MAX_META)
+        return fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes, above the limit of %zu bytes: too large for checkpoint "
+                         "metadata", what, len, CK_MAX_META);
     long at = crc_digits(text, len);
     if (at < 0)
         return fsc_error(FSC_ERR_FORMAT, "%s: does not begin with its checksum {\"metadata_crc32\": \"<8 hex digits>\" "
@@ -63,6 +91,11 @@ fsc_status ck_meta_check_text(const char *text, size_t len, const char *what) {
     if (memcmp(want, text + at, 8) != 0)
         return fsc_error(FSC_ERR_FORMAT, "%s: metadata_crc32 is %.8s but the text's crc32 is %s: the metadata was "
                          "edited or corrupted", what, text + at, want);
+    size_t values, cost = parse_cost(text, len, &values);
+    if (cost / CK_PARSE_FACTOR > len + ((size_t)1 << 16))
+        return fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes holding %zu JSON values would take about %zu MiB to parse, "
+                         "more than %d bytes per byte: too large for checkpoint metadata", what, len, values,
+                         cost >> 20, CK_PARSE_FACTOR);
     return FSC_OK;
 }
 

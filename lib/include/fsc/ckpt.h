@@ -66,8 +66,9 @@ fsc_ckpt_save_opts fsc_ckpt_save_opts_default(void);
  * a parameter or optimizer state is inf or NaN (fsc_engine_check_finite). */
 fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts);
 /* Collective: load the checkpoint directory path (".../step-NNNNNNNN") into e, which may have another
- * world size and parallel setting than the writer; each rank reads the element ranges it holds and checks
- * the checksum of every piece it reads. The model configuration and optimizer kind must match. *step (may be NULL)
+ * world size and parallel setting than the writer; world rank 0 reads and validates metadata.json once and
+ * sends every rank the part it needs, each rank reads the element ranges it holds and checks the checksum
+ * of every piece it reads. The model configuration and optimizer kind must match. *step (may be NULL)
  * receives the checkpoint's step; e continues the checkpoint's run. After a failed load the engine's state
  * is undefined. */
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step);
@@ -92,6 +93,7 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host);
 
 #define FSC_CKPT_MAX_FILE 64          /* bytes of a file name in a checkpoint, with the NUL */
 #define FSC_CKPT_RUN_ID 33            /* a run id: 32 lowercase hex digits and the NUL */
+#define FSC_CKPT_MAX_META (64u << 20) /* metadata.json above 64 MiB is refused as too large */
 
 typedef struct {
     int file;                      /* index into fsc_ckpt_meta.files */
@@ -132,9 +134,10 @@ typedef struct {
     fsc_ckpt_tensor *tensors;
 } fsc_ckpt_meta;
 
-/* Parse and validate metadata.json text (len bytes); `what` names it in messages. Validated before
- * parsing: metadata_crc32 (the first member: zlib's crc32 of the text with its 8 hex digits read as
- * "00000000"). Then every field's type and range, and every field against its second source: optim_steps and
+/* Parse and validate metadata.json text (len bytes, at most FSC_CKPT_MAX_META); `what` names it in
+ * messages. Validated before parsing: the size, metadata_crc32 (the first member: zlib's crc32 of the text
+ * with its 8 hex digits read as "00000000"), and that parsing allocates at most about 12 bytes per byte of
+ * text. Then every field's type and range, and every field against its second source: optim_steps and
  * the scaler's counts against step, the files against the layout and world size, the tensors (names,
  * shapes, count) against the model configuration and the optimizer's states, entry names against their
  * tensor and first element, pieces that reference a file, fit in their tensor and tile it without gap or

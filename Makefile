@@ -43,8 +43,8 @@ PUBLIC_HEADERS := $(wildcard lib/include/fsc/*.h)
 PLUGIN_HEADERS := $(wildcard lib/include/fsc/plugin/*.h)
 HEADERS  := $(PUBLIC_HEADERS) $(PLUGIN_HEADERS) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
 
-.PHONY: all lib deps test check demo bench fuzz install clean cuda
-all: lib $(EXAMPLES) $(BENCHES) $(TESTS) cuda
+.PHONY: all lib deps test check demo bench fuzz install clean cuda mpi
+all: lib $(EXAMPLES) $(BENCHES) $(TESTS) cuda mpi
 lib: $(BUILD)/libfsc.a $(BUILD)/libfsc.so
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
@@ -116,6 +116,20 @@ cuda:
 	@echo "nvcc not found: skipping the CUDA plug-in"
 endif
 
+# The MPI plug-in (one process per rank on the cpu device), whenever mpicc is present. Programs load it with
+# dlopen, so only this file links MPI.
+MPICC   ?= $(shell command -v mpicc 2>/dev/null)
+MPI_SRC := $(sort $(wildcard backends/mpi/*.c))
+ifneq ($(MPICC),)
+mpi: $(BUILD)/libfsc_mpi.so
+$(BUILD)/libfsc_mpi.so: $(MPI_SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	OMPI_CC=$(CC) $(MPICC) $(CFLAGS) -shared $(LDFLAGS) $(if $(SAN),,-Wl,-z,defs) -o $@ $(MPI_SRC) -lm
+else
+mpi:
+	@echo "mpicc not found: skipping the MPI plug-in (apt-get install libopenmpi-dev openmpi-bin)"
+endif
+
 deps:
 	@sh ci/deps.sh
 
@@ -125,7 +139,7 @@ test: deps
 	@sh ci/test.sh
 
 # Run the suite of one build variant (used by ci/test.sh).
-check: $(TESTS) $(EXAMPLES)
+check: $(TESTS) $(EXAMPLES) mpi
 	@sh ci/run_tests.sh $(BUILD)/tests "$(TESTS_FILTER)"
 
 demo: deps

@@ -58,6 +58,7 @@ typedef struct {
     float moe_capacity, moe_aux;
     int nonfinite;      /* fsc_nonfinite_policy */
     int max_skipped_steps;
+    int reduce;         /* processes: 0 ordered (the simulator's bits), 1 native (MPI's/NCCL's own sums) */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -100,7 +101,8 @@ static const option options[] = {
     {"ckpt-overwrite", NULL, NULL, "start over in a --ckpt-dir holding another run's checkpoints: they are removed at the first save (without it: refused)", K_FLAG, F(ckpt_overwrite), 0, 0, NULL},
     {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR (any --world and --parallel) up to --steps", K_STR, F(resume), 0, 0, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
-    {"world", "N", "1", "simulated ranks (threads)", K_INT, F(world), 1, 1024, NULL},
+    {"world", "N", "1", "simulated ranks (threads); under a launcher (mpirun, srun, torchrun) one rank per process: omit it or give the launcher's number", K_INT, F(world), 1, 1024, NULL},
+    {"reduce", "MODE", "ordered", "processes started by a launcher: ordered (sums in rank order, the simulated ranks' bits)|native (MPI's or NCCL's own all-reduce, faster, bits may differ)", K_CHOICE, F(reduce), 0, 0, "ordered|native"},
     {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage; "
      "the others compose with --pp too)", K_CHOICE, F(parallel), 0, 0, "none|ddp|fsdp|zero1|zero2|pipe"},
     {"shard", "KIND", "full", "fsdp sharding: full|grad_op|none|hybrid", K_CHOICE, F(shard), 0, 0, "full|grad_op|none|hybrid"},
@@ -507,6 +509,7 @@ typedef struct {
     fsc_layout *lay;        /* (world) every rank's place in dp x tp x pp */
     double *aux;            /* (steps) MoE: rank 0's fsc_step_info.aux_loss */
     int64_t *assigned, *dropped; /* (steps) MoE: token-to-expert assignments and drops over the global batch */
+    int procs;              /* one rank per process (a launcher): the per-rank slots are gathered at the end */
 } run_state;
 
 /* The result buffers of a run, zeroed: 0, or -1 when out of memory (results_free frees what was made). */
@@ -553,6 +556,27 @@ static void fill_batch(const run_state *st, int d, int s, int32_t *tok, int32_t 
             tgt[(size_t)j * T + t] = st->data[start + (uint64_t)t + 1];
         }
     }
+}
+
+/* One rank per process: every rank's slots of the per-rank results (peak memory, layout, pipeline
+ * measurements) to every rank, so rank 0 reports them as a single process does. Agrees on s first, so no rank
+ * waits in a gather for one that failed. */
+static fsc_status share_per_rank(fsc_rank *r, run_state *st, fsc_status s) {
+    FSC_TRY(fsc_comm_agree(r->comm, r->dev, s));
+    struct { void *base; size_t bytes; } slot[] = {
+        {st->peak, sizeof *st->peak}, {st->lay, sizeof *st->lay}, {st->pstats, sizeof *st->pstats}};
+    for (size_t i = 0; i < sizeof slot / sizeof slot[0]; i++) {
+        if (!slot[i].base) continue;
+        size_t b = slot[i].bytes, mine = (size_t)r->rank * b;
+        uint8_t *d = NULL, *host = slot[i].base;
+        FSC_TRY(fsc_device_alloc(r->dev, FSC_TAG_COMM, b * (size_t)r->world, (void **)&d));
+        s = fsc_device_upload(r->dev, d + mine, host + mine, b);
+        if (s == FSC_OK) s = fsc_comm_all_gather(r->comm, d + mine, d, b, FSC_U8);
+        if (s == FSC_OK) s = fsc_device_download(r->dev, host, d, b * (size_t)r->world);
+        fsc_device_release(r->dev, d);
+        FSC_TRY(s);
+    }
+    return FSC_OK;
 }
 
 static fsc_status train_fn(fsc_rank *r, void *arg) {
@@ -658,6 +682,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     if (s == FSC_OK && c->save) s = fsc_engine_save_weights(e, c->save);
     for (int t = 0; t < FSC_TAG_COUNT; t++) st->peak[r->rank][t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
     st->peak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
+    if (st->procs) s = share_per_rank(r, st, s);
     free(tok);
     free(tgt);
     fsc_engine_free(e);
@@ -903,6 +928,64 @@ static void print_comparison(const run_state *ddp, const run_state *run, const d
            chk->losses_same ? "equal" : "differ", chk->params_same ? "equal" : "differ");
 }
 
+/* One rank per process: the run and, with --check-ddp, its DDP oracle on the first dp x tp ranks (the others
+ * wait), in one launch (MPI starts once per process). */
+typedef struct {
+    run_state *st, *ddp;
+} proc_job;
+
+static fsc_status proc_fn(fsc_rank *r, void *arg) {
+    proc_job *j = arg;
+    FSC_TRY(train_fn(r, j->st));
+    if (!j->ddp) return FSC_OK;
+    const int w = j->ddp->cfg->world;
+    if (r->rank == 0) {
+        if (j->st->pstats) print_pipeline(j->st);
+        printf("--check-ddp: the same training with DDP\n");
+        fflush(stdout);
+    }
+    fsc_comm *sub = NULL;
+    FSC_TRY(fsc_comm_split(r->comm, r->rank < w ? 0 : 1, r->rank, &sub));
+    fsc_status s = FSC_OK;
+    if (r->rank < w) {
+        fsc_comm_set_name(sub, "world");
+        fsc_rank in = *r;
+        in.world = w;
+        in.comm = sub;
+        s = train_fn(&in, j->ddp);
+    }
+    fsc_comm_free(sub);
+    return fsc_comm_agree(r->comm, r->dev, s);
+}
+
+/* The launcher's processes (mpirun, srun, torchrun): --world must be theirs or be left out. me is this
+ * process's rank (0 without a launcher); *procs is 1 when the ranks are processes. */
+static int check_launcher(train_config *c, int *given, int *me, int *procs, char *err, size_t cap) {
+    fsc_launch_env env;
+    *me = 0, *procs = 0;
+    if (fsc_launch_env_parse(NULL, NULL, &env) != FSC_OK) return snprintf(err, cap, "%s", fsc_last_error()), -1;
+    int gw = option_index("world");
+    if (env.launcher == FSC_LAUNCHER_NONE) {
+        if (c->reduce)
+            return snprintf(err, cap, "--reduce native applies to processes started by a launcher (mpirun -n N); "
+                            "simulated ranks always sum in rank order"), -1;
+        return 0;
+    }
+    const char *l = fsc_launcher_name(env.launcher);
+    if (given[gw] && c->world != env.world)
+        return snprintf(err, cap, "--world %d, but the launcher (%s) started %d process%s: each process is one rank, "
+                        "so start %d (mpirun -n %d ...) or leave --world out; for %d simulated ranks in one process "
+                        "run without a launcher (or set FSC_LAUNCHER=none)", c->world, l, env.world,
+                        env.world == 1 ? "" : "es", c->world, c->world, c->world), -1;
+    c->world = env.world;
+    given[gw] = 1;
+    *me = env.rank;
+    *procs = env.world > 1;
+    if (!*procs && c->reduce)
+        return snprintf(err, cap, "--reduce native applies to several processes; this launcher started one"), -1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     train_config c;
     int given[NOPT];
@@ -912,6 +995,8 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    int me = 0, procs = 0;
+    if (rc == 0) rc = check_launcher(&c, given, &me, &procs, err, sizeof err);
     if (rc == 0) rc = resolve_layout(&c, given, err, sizeof err);
     if (rc == 0) rc = check_config(&c, given, err, sizeof err);
     if (rc == 0) rc = check_ckpt_dir(&c, err, sizeof err);
@@ -924,7 +1009,7 @@ int main(int argc, char **argv) {
                         "--parallel fsdp, zero1 or zero2, --pp 2 or more, or --ep 2 or more\n");
         return 2;
     }
-    run_state st = {.cfg = &c};
+    run_state st = {.cfg = &c, .procs = procs};
     const uint8_t *data = NULL;
     if (load_data(&c, &data, &st.ntok, err, sizeof err) != 0) {
         fprintf(stderr, "train_gpt: %s\n", err);
@@ -938,6 +1023,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     char pbuf[32];
+    if (me != 0) freopen("/dev/null", "w", stdout); /* only rank 0 prints (errors still go to stderr) */
     printf("model: %d layers, width %d, %d heads, context %d, vocab %d: %zu parameters | data: %s, %zu tokens | "
            "world %d, parallel %s, %s\n",
            c.layers, c.dim, c.heads, c.seq, c.vocab, st.nparams, c.data, st.ntok, c.world,
@@ -947,10 +1033,14 @@ int main(int argc, char **argv) {
         printf("moe: %d of %d blocks (--moe-every %d) with %d experts, top-%d, capacity factor %g, aux %g; expert "
                "groups of %d ranks (%d experts per rank)\n", fsc_gpt_num_moe_blocks(&gc), c.layers, c.moe_every,
                c.moe_experts, c.moe_top_k, (double)c.moe_capacity, (double)c.moe_aux, c.ep, c.moe_experts / c.ep);
+    if (procs)
+        printf("processes: %d, one rank each, %s\n", c.world, c.reduce ? "--reduce native: the communicator's own "
+               "sums (bits may differ from simulated ranks)" : "--reduce ordered: sums in rank order (the simulated "
+               "ranks' bits)");
     fflush(stdout);
     char dbuf[16];
     fsc_cluster_opts co = {.world = c.world, .device = option_choice("device", c.device, dbuf, sizeof dbuf),
-                           .threads_per_rank = c.threads};
+                           .threads_per_rank = c.threads, .reduce_native = c.reduce};
     if (c.check_ddp && !(st.params = calloc(st.nparams, sizeof(float)))) {
         fprintf(stderr, "train_gpt: out of memory\n");
         return 1;
@@ -961,12 +1051,33 @@ int main(int argc, char **argv) {
                c.accum, c.schedule ? "1f1b" : "gpipe",
                option_choice("checkpoint", c.pipe_ckpt, pbuf, sizeof pbuf));
     }
-    fsc_status s = fsc_cluster_run(&co, train_fn, &st);
-    if (s == FSC_OK && st.pstats) print_pipeline(&st);
     ddp_check chk = {0};
     train_config cd = c;
     run_state sd = st;
-    if (s == FSC_OK && c.check_ddp) {
+    fsc_status s = FSC_OK;
+    if (procs) { /* the DDP oracle runs inside the same launch */
+        cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = 1;
+        if (c.check_ddp) sd.pstats = NULL, sd.cfg = &cd; /* (results_free frees sd's buffers when it has its own) */
+        if (c.check_ddp && ((sd.params = calloc(st.nparams, sizeof(float))) == NULL ||
+                            results_alloc(&sd, c.steps, c.world) != 0)) {
+            fprintf(stderr, "train_gpt: out of memory\n");
+            return 1;
+        }
+        proc_job job = {.st = &st, .ddp = c.check_ddp ? &sd : NULL};
+        s = fsc_cluster_run_from_env_opts(&co, proc_fn, &job);
+        if (s == FSC_OK && st.pstats && !c.check_ddp) print_pipeline(&st);
+        if (s == FSC_OK && c.check_ddp) {
+            chk.done = 1;
+            chk.ddp = &sd;
+            chk.losses_same = memcmp(st.losses, sd.losses, (size_t)c.steps * sizeof(double)) == 0;
+            chk.params_same = memcmp(st.params, sd.params, st.nparams * sizeof(float)) == 0;
+            print_comparison(&sd, &st, &chk);
+        }
+    } else {
+        s = fsc_cluster_run(&co, train_fn, &st);
+    }
+    if (!procs && s == FSC_OK && st.pstats) print_pipeline(&st);
+    if (!procs && s == FSC_OK && c.check_ddp) {
         cd.parallel = FSC_PAR_DDP;
         cd.pp = 1; /* the oracle of a pipeline: DDP over its data-parallel ranks, the same micro-batches; */
         cd.world = c.dp * c.tp; /* with tensor parallelism on the same tensor groups */
@@ -997,7 +1108,7 @@ int main(int argc, char **argv) {
     } else if (c.json) {
         print_json(&st, &chk);
     }
-    if (chk.done && !(chk.losses_same && chk.params_same)) rc = 3;
+    if (chk.done && !(chk.losses_same && chk.params_same) && me == 0) rc = 3;
     if (sd.cfg == &cd) results_free(&sd);
     results_free(&st);
     unload_data(data, st.ntok);

@@ -49,6 +49,9 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
     if (o->stage_through_host != 0 && o->stage_through_host != 1)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: stage_through_host %d must be 0 or 1",
                          o->stage_through_host);
+    if (o->reduce_native)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: reduce_native applies to processes started by a launcher "
+                         "(MPI, NCCL); simulated ranks always sum in rank order");
     return FSC_OK;
 }
 

@@ -317,7 +317,8 @@ extern "C" __attribute__((visibility("default"))) fsc_status fsc_nccl_get_unique
 extern "C" __attribute__((visibility("default"))) fsc_status fsc_nccl_comm_open(int abi_version, const void *id,
                                                                               size_t bytes, int rank, int world,
                                                                               void *device_ctx, double timeout_s,
-                                                                              const fsc_comm_ops **ops, void **ctx) {
+                                                                              int native, const fsc_comm_ops **ops,
+                                                                              void **ctx) {
     if (abi_version != FSC_COMM_ABI_VERSION)
         return cu_err(FSC_ERR_UNSUPPORTED, "nccl communicator: built for interface version %d, the library asks for %d",
                       FSC_COMM_ABI_VERSION, abi_version);

@@ -8,6 +8,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,12 +287,11 @@ static const char *no_token_reason(fsc_launcher l) {
     }
 }
 
-fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
-    if (!fn) return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: fn is NULL");
-    fsc_launch_env env;
-    FSC_TRY(fsc_launch_env_parse(NULL, NULL, &env));
-    char who[96];
-    snprintf(who, sizeof who, "rank %d of %d (%s)", env.rank, env.world, fsc_launcher_name(env.launcher));
+/* One process per GPU: the cuda device and the NCCL communicator of the cuda plug-in. */
+static fsc_status run_nccl(const fsc_launch_env *envp, const char *who, double timeout_s, int native, fsc_rank_fn fn,
+                           void *arg) {
+    fsc_launch_env env = *envp;
+    env.comm_timeout_s = timeout_s;
     if (env.world > 1 && !env.rendezvous_file[0] && (!env.master_addr[0] || !env.master_port))
         return fsc_error(FSC_ERR_INVALID, "%s: a world of %d processes needs a rendezvous: set MASTER_ADDR and "
                          "MASTER_PORT (rank 0's host and a free port) or FSC_RENDEZVOUS_FILE (a path every rank sees)",
@@ -327,8 +328,8 @@ fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
     const fsc_comm_ops *cops = NULL;
     void *cctx = NULL;
     if (s == FSC_OK)
-        s = comm_open(FSC_COMM_ABI_VERSION, id, sizeof id, env.rank, env.world, dev->ctx, env.comm_timeout_s, &cops,
-                      &cctx);
+        s = comm_open(FSC_COMM_ABI_VERSION, id, sizeof id, env.rank, env.world, dev->ctx, env.comm_timeout_s, native,
+                      &cops, &cctx);
     /* the communicator is up only once every rank has joined, so every rank has read the file */
     if (s == FSC_OK && env.rank == 0 && env.world > 1 && env.rendezvous_file[0]) unlink(env.rendezvous_file);
     fsc_comm *comm = NULL;
@@ -347,4 +348,115 @@ fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
     if (s == FSC_OK) return FSC_OK;
     fsc_error(s, "%s", msg[0] ? msg : fsc_status_str(s));
     return fsc_error_rank(s, "%s", who); /* a failure agreed from another rank keeps that rank's name */
+}
+
+/* ---- one process per rank on the cpu device: the MPI plug-in ---- */
+
+/* $FSC_MPI_PLUGIN alone when set (a file or a folder holding libfsc_mpi.so), else the executable's folder,
+ * then the loader's path. RTLD_GLOBAL: Open MPI's own components resolve symbols of libmpi. */
+static fsc_status load_mpi(const char *who, int world, char *path, size_t cap, void **out) {
+    const char *env = getenv("FSC_MPI_PLUGIN");
+    char tried[1024] = "", exe[PATH_MAX + 32];
+    const char *cands[2];
+    int nc = 0;
+    if (env && *env) {
+        struct stat st;
+        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(exe, sizeof exe, "%s/libfsc_mpi.so", env);
+        else snprintf(exe, sizeof exe, "%s", env);
+        cands[nc++] = exe;
+    } else {
+        ssize_t len = readlink("/proc/self/exe", exe, PATH_MAX);
+        char *slash = len > 0 ? (exe[len] = '\0', strrchr(exe, '/')) : NULL;
+        if (slash) strcpy(slash + 1, "libfsc_mpi.so"), cands[nc++] = exe;
+        cands[nc++] = "libfsc_mpi.so";
+    }
+    size_t used = 0;
+    for (int i = 0; i < nc; i++) {
+        snprintf(path, cap, "%s", cands[i]);
+        if ((*out = dlopen(path, RTLD_NOW | RTLD_GLOBAL))) return FSC_OK;
+        const char *e = dlerror();
+        int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
+        if (n > 0) used = (used + (size_t)n < sizeof tried) ? used + (size_t)n : sizeof tried - 1;
+    }
+    int no_runtime = strstr(tried, "libmpi") != NULL;
+    return fsc_error(FSC_ERR_UNSUPPORTED, "%s: %d processes on the cpu device talk through MPI, and %s (tried: %s). "
+                     "Build the plug-in with `make` where mpicc is installed (apt-get install libopenmpi-dev "
+                     "openmpi-bin), set FSC_MPI_PLUGIN to build/libfsc_mpi.so, and start the program with "
+                     "mpirun -n N; or run simulated ranks in one process instead (no launcher variables)", who,
+                     world, no_runtime ? "the MPI runtime (libmpi) is not installed" : "the MPI plug-in libfsc_mpi.so "
+                     "was not found", tried);
+}
+
+static fsc_status run_mpi(const fsc_launch_env *env, const char *who, const fsc_cluster_opts *o, double timeout_s,
+                          fsc_rank_fn fn, void *arg) {
+    if (env->launcher != FSC_LAUNCHER_OPENMPI && env->launcher != FSC_LAUNCHER_SLURM)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: processes on the cpu device talk through MPI, which %s cannot "
+                         "start: use mpirun -n %d <program> (or srun --mpi=pmix -n %d)", who,
+                         fsc_launcher_name(env->launcher), env->world, env->world);
+    char path[PATH_MAX + 32];
+    void *h = NULL;
+    FSC_TRY(load_mpi(who, env->world, path, sizeof path, &h));
+    void *sym = dlsym(h, "fsc_mpi_comm_open");
+    fsc_mpi_comm_open_fn open_fn;
+    memcpy(&open_fn, &sym, sizeof open_fn);
+    if (!sym) {
+        dlclose(h);
+        return fsc_error(FSC_ERR_INVALID, "%s: %s is not the fsc MPI plug-in (no fsc_mpi_comm_open)", who, path);
+    }
+    const fsc_comm_ops *cops = NULL;
+    void *cctx = NULL;
+    fsc_clear_error();
+    fsc_status s = open_fn(FSC_COMM_ABI_VERSION, fsc_error, env->rank, env->world, timeout_s, o->reduce_native, &cops, &cctx);
+    fsc_comm *comm = NULL;
+    if (s == FSC_OK) s = fsc_comm_wrap(cops, cctx, env->rank, env->world, "world", &comm);
+    fsc_device *dev = NULL;
+    fsc_device_opts dopts = {.threads = o->threads_per_rank ? o->threads_per_rank : 1};
+    if (s == FSC_OK) s = fsc_device_create("cpu", &dopts, &dev);
+    if (s != FSC_OK) {
+        s = fsc_error_rank(s, "%s", who);
+        fsc_comm_free(comm); /* the plug-in stays loaded: MPI cannot be initialized twice in a process */
+        return s;
+    }
+    fsc_rank r = {.rank = env->rank, .world = env->world, .local_rank = env->local_rank, .dev = dev, .comm = comm};
+    s = fn(&r, arg);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", fsc_last_error());
+    fsc_device_free(dev);
+    fsc_comm_free(comm); /* the last communicator finalizes MPI (unless it broke) */
+    if (s == FSC_OK) return FSC_OK;
+    fsc_error(s, "%s", msg[0] ? msg : fsc_status_str(s));
+    return fsc_error_rank(s, "%s", who);
+}
+
+fsc_status fsc_cluster_run_from_env_opts(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg) {
+    if (!fn) return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: fn is NULL");
+    fsc_cluster_opts o = opts ? *opts : fsc_cluster_opts_default();
+    const char *device = o.device ? o.device : "cpu";
+    if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: unknown device \"%s\" (cpu or cuda)", device);
+    if (o.reduce_native != 0 && o.reduce_native != 1)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: reduce_native %d must be 0 or 1", o.reduce_native);
+    if (o.threads_per_rank < 0)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: threads_per_rank %d is negative", o.threads_per_rank);
+    fsc_launch_env env;
+    FSC_TRY(fsc_launch_env_parse(NULL, NULL, &env));
+    char who[96];
+    snprintf(who, sizeof who, "rank %d of %d (%s)", env.rank, env.world, fsc_launcher_name(env.launcher));
+    double timeout = o.timeout_s > 0 && !getenv("FSC_COMM_TIMEOUT") ? o.timeout_s : env.comm_timeout_s;
+    if (strcmp(device, "cuda") == 0) return run_nccl(&env, who, timeout, o.reduce_native, fn, arg);
+    if (env.world == 1) { /* one process: the simulated cluster of one rank, no MPI needed */
+        o.world = 1;
+        o.reduce_native = 0;
+        o.timeout_s = timeout;
+        return fsc_cluster_run(&o, fn, arg);
+    }
+    return run_mpi(&env, who, &o, timeout, fn, arg);
+}
+
+fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
+    fsc_cluster_opts o = fsc_cluster_opts_default();
+    const char *d = getenv("FSC_DEVICE");
+    o.device = d && *d ? d : "cuda";
+    o.timeout_s = 0;
+    return fsc_cluster_run_from_env_opts(&o, fn, arg);
 }

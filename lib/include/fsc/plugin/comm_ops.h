@@ -10,7 +10,7 @@
 
 FSC_BEGIN_DECLS
 
-#define FSC_COMM_ABI_VERSION 1
+#define FSC_COMM_ABI_VERSION 2 /* 2: fsc_nccl_comm_open takes native; fsc_mpi_comm_open */
 
 typedef struct fsc_comm_ops {
     int abi_version;
@@ -33,11 +33,22 @@ typedef struct fsc_comm_ops {
  * "fsc_nccl_get_unique_id" fills the opaque id (bytes = 128) on the rank that creates it;
  * "fsc_nccl_comm_open" joins rank of world with that id on the plug-in device whose ctx is device_ctx
  * (collectives run on that device's current stream); a collective or barrier stuck longer than
- * timeout_s fails instead of hanging. */
+ * timeout_s fails instead of hanging. native 0: reductions in rank order (all-to-all of blocks, then a local
+ * sum: the simulator's bits); 1: ncclAllReduce / ncclReduceScatter (NCCL's ring/tree order). */
 typedef fsc_status (*fsc_nccl_get_unique_id_fn)(void *id, size_t bytes);
 typedef fsc_status (*fsc_nccl_comm_open_fn)(int abi_version, const void *id, size_t bytes, int rank, int world,
-                                            void *device_ctx, double timeout_s, const fsc_comm_ops **ops,
-                                            void **ctx);
+                                            void *device_ctx, double timeout_s, int native,
+                                            const fsc_comm_ops **ops, void **ctx);
+
+/* The entry point of the MPI plug-in libfsc_mpi.so (backends/mpi, found with dlsym by the launcher for the
+ * cpu device): "fsc_mpi_comm_open" initializes MPI when nobody has, checks that MPI's world is the
+ * launcher's (rank of world), and opens the world communicator on host memory. error is the core's
+ * fsc_error (the plug-in's messages reach the caller's thread). A call stuck longer than timeout_s fails
+ * naming the rank it waits for. native 0: reductions in rank order (the simulator's bits); 1: MPI's own
+ * MPI_Iallreduce / MPI_Ireduce_scatter_block. */
+typedef fsc_status (*fsc_mpi_error_fn)(fsc_status s, const char *fmt, ...);
+typedef fsc_status (*fsc_mpi_comm_open_fn)(int abi_version, fsc_mpi_error_fn error, int rank, int world,
+                                           double timeout_s, int native, const fsc_comm_ops **ops, void **ctx);
 
 FSC_END_DECLS
 

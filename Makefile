@@ -10,7 +10,8 @@ OPT      ?= -O2
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
-CFLAGS   += -std=c11 $(OPT) -g -fPIC -pthread -D_GNU_SOURCE $(WARN) -Ilib/include -Ilib
+# -fvisibility=hidden: the library exports only what its public headers declare (lib/include/fsc/export.h)
+CFLAGS   += -std=c11 $(OPT) -g -fPIC -fvisibility=hidden -pthread -D_GNU_SOURCE $(WARN) -Ilib/include -Ilib
 LDLIBS   += -lcjson -lz -lopenblas -lm -lpthread -ldl
 ifneq ($(SAN),)
 CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -21,34 +22,69 @@ CFLAGS   += --coverage
 LDFLAGS  += --coverage
 endif
 
+# The version, from its one place (lib/include/fsc/version.h): libfsc.so.MAJOR.MINOR.PATCH, SONAME libfsc.so.MAJOR
+version   = $(shell sed -n 's/^\#define FSC_VERSION_$(1) \([0-9]*\).*/\1/p' lib/include/fsc/version.h)
+VERSION  := $(call version,MAJOR).$(call version,MINOR).$(call version,PATCH)
+SONAME   := libfsc.so.$(call version,MAJOR)
+LIB_SO   := $(BUILD)/libfsc.so.$(VERSION)
+
 LIB_SRC  := $(filter-out $(EXCLUDE),$(sort $(wildcard lib/*/*.c) $(wildcard backends/cpu/*.c) $(wildcard sim/*.c)))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# Code only tests use (oracles such as tests/tp_trainer.c), linked into every test
+TESTLIB_SRC := $(sort $(filter-out tests/test_%,$(wildcard tests/*.c)))
+TESTLIB_OBJ := $(TESTLIB_SRC:%.c=$(BUILD)/obj/%.o)
 EX_SRC   := $(sort $(wildcard examples/*.c))
 EXAMPLES := $(EX_SRC:examples/%.c=$(BUILD)/%)
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
-HEADERS  := $(wildcard lib/include/fsc/*.h) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
+PUBLIC_HEADERS := $(wildcard lib/include/fsc/*.h)
+PLUGIN_HEADERS := $(wildcard lib/include/fsc/plugin/*.h)
+HEADERS  := $(PUBLIC_HEADERS) $(PLUGIN_HEADERS) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
 
-.PHONY: all lib deps test check demo bench fuzz install clean cuda
-all: lib $(EXAMPLES) $(BENCHES) $(TESTS) cuda
+.PHONY: all lib deps test check demo bench fuzz install clean cuda mpi
+all: lib $(EXAMPLES) $(BENCHES) $(TESTS) cuda mpi
 lib: $(BUILD)/libfsc.a $(BUILD)/libfsc.so
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/libfsc.a: $(LIB_OBJ)
+# libfsc.a holds one relocatable object: the library partially linked (ld -r), its hidden symbols then made
+# local, so that a program's own cpu_gemm or sim_barrier neither collides with nor replaces the library's.
+$(BUILD)/obj/libfsc.o: $(LIB_OBJ)
+	$(LD) -r -o $@ $^
+	objcopy --localize-hidden $@
+
+$(BUILD)/libfsc.a: $(BUILD)/obj/libfsc.o
+	@rm -f $@
+	ar rcs $@ $<
+
+# The shared library, with its SONAME and the two links to it (-z defs: no undefined symbol left)
+$(LIB_SO): $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SONAME) $(if $(SAN),,-Wl,-z,defs) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libfsc.so: $(LIB_SO)
+	ln -sf libfsc.so.$(VERSION) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
+
+# The tests call internal functions: they link every object as it was compiled, with the tests' own code.
+$(BUILD)/libfsc_internal.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libfsc.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
-
-$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libfsc.a
+$(BUILD)/obj/tests/%.o: tests/%.c $(wildcard tests/*.h) $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a -lcmocka $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+$(BUILD)/libfsc_tests.a: $(TESTLIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libfsc_tests.a $(BUILD)/libfsc_internal.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< -o $@ $(LDFLAGS) $(BUILD)/libfsc_tests.a $(BUILD)/libfsc_internal.a -lcmocka $(LDLIBS)
 
 $(BUILD)/%: examples/%.c $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
@@ -80,6 +116,20 @@ cuda:
 	@echo "nvcc not found: skipping the CUDA plug-in"
 endif
 
+# The MPI plug-in (one process per rank on the cpu device), whenever mpicc is present. Programs load it with
+# dlopen, so only this file links MPI.
+MPICC   ?= $(shell command -v mpicc 2>/dev/null)
+MPI_SRC := $(sort $(wildcard backends/mpi/*.c))
+ifneq ($(MPICC),)
+mpi: $(BUILD)/libfsc_mpi.so
+$(BUILD)/libfsc_mpi.so: $(MPI_SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	OMPI_CC=$(CC) $(MPICC) $(CFLAGS) -shared $(LDFLAGS) $(if $(SAN),,-Wl,-z,defs) -o $@ $(MPI_SRC) -lm
+else
+mpi:
+	@echo "mpicc not found: skipping the MPI plug-in (apt-get install libopenmpi-dev openmpi-bin)"
+endif
+
 deps:
 	@sh ci/deps.sh
 
@@ -89,7 +139,7 @@ test: deps
 	@sh ci/test.sh
 
 # Run the suite of one build variant (used by ci/test.sh).
-check: $(TESTS) $(EXAMPLES)
+check: $(TESTS) $(EXAMPLES) mpi
 	@sh ci/run_tests.sh $(BUILD)/tests "$(TESTS_FILTER)"
 
 demo: deps
@@ -105,12 +155,18 @@ FUZZ_SECONDS ?= 20
 fuzz: deps
 	@sh ci/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_SRC)
 
+# The public headers, the plug-in ABI headers in include/fsc/plugin/, both libraries (the shared one as
+# libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA plug-in when built, fsc.pc.
 install: lib
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/fsc $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/fsc/plugin $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/libfsc.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libfsc.so $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 lib/include/fsc/*.h $(DESTDIR)$(PREFIX)/include/fsc/
-	sed -e 's|@PREFIX@|$(PREFIX)|' ci/fsc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fsc.pc
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libfsc.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libfsc.so
+	if [ -f $(BUILD)/libfsc_cuda.so ]; then install -m 755 $(BUILD)/libfsc_cuda.so $(DESTDIR)$(PREFIX)/lib/; fi
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/
+	install -m 644 $(PLUGIN_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/plugin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ci/fsc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fsc.pc
 
 clean:
 	rm -rf build

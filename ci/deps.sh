@@ -4,7 +4,10 @@
 set -e
 need=""
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in libopenblas-dev libcmocka-dev gcovr clang pkg-config libclang-rt-dev libcjson-dev zlib1g-dev; do
+# g++ and binutils (readelf, objcopy): ci/check_install.sh's C++ program and ci/check_exports.sh;
+# Open MPI (mpicc, mpirun): the MPI plug-in backends/mpi and the multi-process tests (tests/test_mpi.c)
+for p in libopenblas-dev libcmocka-dev gcovr clang pkg-config libclang-rt-dev libcjson-dev zlib1g-dev g++ binutils \
+         libopenmpi-dev openmpi-bin; do
   have "$p" || need="$need $p"
 done
 [ -z "$need" ] && exit 0

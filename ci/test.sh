@@ -1,7 +1,8 @@
 #!/bin/sh
-# make test: the suite three times (plain with coverage counters, ASan+UBSan, TSan on the threaded code)
-# and a coverage summary. Tests that use the simulated cluster are named test_sim*, test_ddp*, test_fsdp*,
-# test_zero*, test_pipe*, test_tp*, test_moe*, test_ckpt*; those run under TSan.
+# make test: the suite three times (plain with coverage counters, ASan+UBSan, TSan on the threaded code),
+# the library as installed (ci/check_exports.sh, ci/check_install.sh) and a coverage summary. Tests that
+# use the simulated cluster are named test_sim*, test_ddp*, test_fsdp*, test_zero*, test_pipe*, test_tp*,
+# test_moe*, test_ckpt*; those run under TSan.
 set -e
 J=${JOBS:-2}
 echo "== build and run (coverage counters)"
@@ -17,6 +18,10 @@ echo "== ThreadSanitizer (threaded simulator)"
 # caller (reports with one side in sgemm_beta_* on machines whose OpenBLAS threads its gemms). Under TSan
 # every gemm runs in the calling thread; fsc's own threads (ranks, the CPU device's pool) stay instrumented.
 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 GOTO_NUM_THREADS=1 make -s -j$J BUILD=build/tsan SAN=thread OPT=-O1 TESTS_FILTER='test_(sim|ddp|fsdp|zero|pipe|tp|moe|ckpt|cluster)' check
+echo "== the installed library: exported names, C and C++ programs against the installed headers"
+make -s -j$J BUILD=build/install-check lib
+sh ci/check_exports.sh build/install-check
+sh ci/check_install.sh build/install-check
 echo "== line coverage (lib/, backends/, sim/)"
 gcovr -r . --object-directory build/cov -f lib -f backends -f sim --print-summary -o build/cov/coverage.txt >/dev/null 2>&1 || true
 grep -E '^(lines|TOTAL)' build/cov/coverage.txt 2>/dev/null || gcovr -r . --object-directory build/cov -f lib -f backends -f sim --print-summary | tail -3

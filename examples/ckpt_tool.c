@@ -49,6 +49,7 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
     char shape[96];
     printf("checkpoint %s: %s format, step %lld (optimizer steps %lld), seed %llu\n", path,
            fsc_ckpt_format_name(m->format), (long long)m->step, (long long)m->optim_steps, (unsigned long long)m->seed);
+    printf("run: %s\n", m->run_id);
     printf("model: %d layers, width %d, %d heads, context %d, vocab %d\n", m->model.layers, m->model.dim,
            m->model.heads, m->model.seq, m->model.vocab);
     if (m->optim.kind == FSC_OPT_ADAMW)
@@ -59,7 +60,7 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
                (double)m->optim.weight_decay);
     printf("written by: %s", kind_name(m->kind));
     if (m->kind == FSC_PAR_FSDP) printf(" (%s)", shard_name(m->shard));
-    printf(" on %d ranks, pp %d, accum %d, parameters %s, reduction %s, clip %g\n", m->world,
+    printf(" on %d ranks, tp %d, pp %d, accum %d, parameters %s, reduction %s, clip %g\n", m->world, m->tp,
            m->pp > 1 ? m->pp : 1, m->accum, fsc_dtype_name(m->param_dtype), fsc_dtype_name(m->reduce_dtype),
            (double)m->clip);
     if (m->scaler_enabled)
@@ -100,7 +101,7 @@ static int cmd_list(const char *dir) {
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         n++;
         if (strstr(de->d_name, ".tmp-")) {
-            printf("%-32s leftover of an interrupted save (removed on resume)\n", de->d_name);
+            printf("%-32s leftover of an interrupted save (resume removes it if a save made it)\n", de->d_name);
             continue;
         }
         fsc_ckpt_meta *m = NULL;
@@ -108,8 +109,8 @@ static int cmd_list(const char *dir) {
             printf("%-32s unreadable: %s\n", de->d_name, fsc_last_error());
             continue;
         }
-        printf("%-32s step %lld, %s, %d files, written by %s on %d ranks%s\n", de->d_name, (long long)m->step,
-               fsc_ckpt_format_name(m->format), m->nfiles, kind_name(m->kind), m->world,
+        printf("%-32s step %lld, run %.8s, %s, %d files, written by %s on %d ranks%s\n", de->d_name,
+               (long long)m->step, m->run_id, fsc_ckpt_format_name(m->format), m->nfiles, kind_name(m->kind), m->world,
                !strcmp(path, newest) ? "  (newest)" : "");
         fsc_ckpt_meta_free(m);
     }

@@ -10,6 +10,7 @@
  * The training function runs on every rank (SPMD); rank 0 prints one line per step and, with --json, the
  * last line of output is one JSON object with every loss, throughput, memory and communication. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <cjson/cJSON.h>
 #include "fsc/fsc.h"
 #include "fsc/llama.h"
@@ -51,10 +55,14 @@ typedef struct {
     int save_every;     /* training checkpoints (docs/checkpoints.md) */
     const char *ckpt_dir, *resume;
     int ckpt_format;    /* fsc_ckpt_format */
+    int ckpt_overwrite; /* a new run may take over --ckpt-dir from another run */
     int tp, sequence_parallel; /* tensor parallelism (docs/tensor_parallel.md) */
     const char *order;  /* rank order of dp x tp x pp, fastest first */
     int moe_experts, moe_top_k, moe_every, ep; /* mixture of experts (docs/tensor_parallel.md) */
     float moe_capacity, moe_aux;
+    int nonfinite;      /* fsc_nonfinite_policy */
+    int max_skipped_steps;
+    int reduce;         /* processes: 0 ordered (the simulator's bits), 1 native (MPI's/NCCL's own sums) */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -91,6 +99,8 @@ static const option options[] = {
     {"momentum", "X", "0.9", "SGD momentum (0: plain SGD)", K_FLOAT, F(momentum), 0, 1, NULL},
     {"weight-decay", "X", "0", "weight decay (SGD: L2 in the gradient; AdamW: decoupled)", K_FLOAT, F(weight_decay), 0, INFINITY, NULL},
     {"clip", "X", "1", "clip gradients to this global L2 norm (0: off)", K_FLOAT, F(clip), 0, INFINITY, NULL},
+    {"nonfinite", "MODE", "stop", "a step with inf/NaN loss or gradients (fp32, bf16): stop with an error|skip it", K_CHOICE, F(nonfinite), 0, 0, "stop|skip"},
+    {"max-skipped-steps", "N", "100", "fail after N steps in a row skipped for inf/NaN (fp16 overflows included)", K_INT, F(max_skipped_steps), 1, 1e9, NULL},
     {"seed", "N", "1", "seed of the keyed parameter initialization", K_U64, F(seed), 0, 0, NULL},
     {"init-save", "PATH", NULL, "write the weights before the first step (safetensors)", K_STR, F(init_save), 0, 0, NULL},
     {"save", "PATH", NULL, "write the weights after the last step (safetensors)", K_STR, F(save), 0, 0, NULL},
@@ -98,9 +108,11 @@ static const option options[] = {
     {"save-every", "K", "0", "write a training checkpoint every K steps into --ckpt-dir (0: never)", K_INT, F(save_every), 0, 1e9, NULL},
     {"ckpt-dir", "DIR", NULL, "where --save-every writes checkpoints: DIR/step-NNNNNNNN, atomically", K_STR, F(ckpt_dir), 0, 0, NULL},
     {"ckpt-format", "F", "sharded", "checkpoint format: sharded (a file per rank)|full (single-rank weights layout)", K_CHOICE, F(ckpt_format), 0, 0, "sharded|full"},
+    {"ckpt-overwrite", NULL, NULL, "start over in a --ckpt-dir holding another run's checkpoints: they are removed at the first save (without it: refused)", K_FLAG, F(ckpt_overwrite), 0, 0, NULL},
     {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR (any --world and --parallel) up to --steps", K_STR, F(resume), 0, 0, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
-    {"world", "N", "1", "simulated ranks (threads)", K_INT, F(world), 1, 1024, NULL},
+    {"world", "N", "1", "simulated ranks (threads); under a launcher (mpirun, srun, torchrun) one rank per process: omit it or give the launcher's number", K_INT, F(world), 1, 1024, NULL},
+    {"reduce", "MODE", "ordered", "processes started by a launcher: ordered (sums in rank order, the simulated ranks' bits)|native (MPI's or NCCL's own all-reduce, faster, bits may differ)", K_CHOICE, F(reduce), 0, 0, "ordered|native"},
     {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage; "
      "the others compose with --pp too)", K_CHOICE, F(parallel), 0, 0, "none|ddp|fsdp|zero1|zero2|pipe"},
     {"shard", "KIND", "full", "fsdp sharding: full|grad_op|none|hybrid", K_CHOICE, F(shard), 0, 0, "full|grad_op|none|hybrid"},
@@ -433,12 +445,20 @@ static int check_config(const train_config *c, const int *given, char *err, size
         if (given[option_index("shard")]) return snprintf(err, cap, "--shard applies to --parallel fsdp only"), -1;
         if (given[option_index("wrap")]) return snprintf(err, cap, "--wrap applies to --parallel fsdp only"), -1;
     }
+    if (precision_dtype[c->precision] == FSC_F16 && given[option_index("nonfinite")])
+        return snprintf(err, cap, "--nonfinite applies to fp32 and bf16: fp16 loss scaling always skips a step with "
+                        "inf/NaN and backs off the scale (up to --max-skipped-steps in a row)"), -1;
     if (c->optimizer != FSC_OPT_SGD && given[option_index("momentum")])
         return snprintf(err, cap, "--momentum applies to --optimizer sgd only"), -1;
     if (c->save_every && !c->ckpt_dir) return snprintf(err, cap, "--save-every needs --ckpt-dir DIR"), -1;
     if (c->ckpt_dir && !c->save_every) return snprintf(err, cap, "--ckpt-dir needs --save-every K"), -1;
     if (given[option_index("ckpt-format")] && !c->ckpt_dir)
         return snprintf(err, cap, "--ckpt-format applies to --save-every/--ckpt-dir only"), -1;
+    if (c->ckpt_overwrite && !c->ckpt_dir)
+        return snprintf(err, cap, "--ckpt-overwrite applies to --save-every/--ckpt-dir only"), -1;
+    if (c->ckpt_overwrite && c->resume && strcmp(c->resume, c->ckpt_dir) == 0)
+        return snprintf(err, cap, "--ckpt-overwrite starts a new run in --ckpt-dir, --resume continues the one there: "
+                        "give one"), -1;
     if (c->resume && c->load) return snprintf(err, cap, "--resume and --load both give the starting weights: give one"), -1;
     if (c->check_ddp && c->save_every)
         return snprintf(err, cap, "--check-ddp runs twice and both runs would write the same checkpoints: drop "
@@ -446,42 +466,73 @@ static int check_config(const train_config *c, const int *given, char *err, size
     return 0;
 }
 
-/* The data file: bytes are tokens. */
-static int load_data(const train_config *c, uint8_t **out, size_t *n, char *err, size_t cap) {
-    FILE *f = fopen(c->data, "rb");
-    if (!f) return snprintf(err, cap, "--data %s: cannot open: %s", c->data, strerror(errno)), -1;
-    size_t n_alloc = 1 << 16, len = 0;
-    uint8_t *buf = malloc(n_alloc);
-    for (;;) {
-        if (!buf) break;
-        if (len == n_alloc) {
-            uint8_t *b2 = realloc(buf, n_alloc *= 2);
-            if (!b2) { free(buf); buf = NULL; break; }
-            buf = b2;
-        }
-        size_t got = fread(buf + len, 1, n_alloc - len, f);
-        len += got;
-        if (got == 0) break;
+/* A run without --resume starts a new run: a --ckpt-dir holding checkpoints belongs to another one, and
+ * the library refuses the first save there (unless --ckpt-overwrite). Say so before training. */
+static int check_ckpt_dir(const train_config *c, char *err, size_t cap) {
+    char path[4096], who[160] = "";
+    int64_t step;
+    if (!c->ckpt_dir || c->resume || c->ckpt_overwrite) return 0;
+    if (fsc_ckpt_latest(c->ckpt_dir, path, sizeof path, &step) != FSC_OK)
+        return snprintf(err, cap, "--ckpt-dir: %s", fsc_last_error()), -1;
+    if (step < 0) return 0;
+    fsc_ckpt_meta *m = NULL;
+    if (fsc_ckpt_meta_read(path, &m) == FSC_OK)
+        snprintf(who, sizeof who, ": run %.8s, seed %llu, lr %g", m->run_id, (unsigned long long)m->seed,
+                 (double)m->optim.lr);
+    fsc_ckpt_meta_free(m);
+    return snprintf(err, cap, "--ckpt-dir %s holds the checkpoints of another run (newest step %lld%s): continue it "
+                    "with --resume %s, choose another --ckpt-dir, or give --ckpt-overwrite to start over (they are "
+                    "removed at the first save)", c->ckpt_dir, (long long)step, who, c->ckpt_dir), -1;
+}
+
+/* The data file: bytes are tokens. It is mapped read-only, not copied, so its size costs no memory of its
+ * own; it must be a regular file of at least --seq + 1 bytes (a device such as /dev/zero, a FIFO or a
+ * directory is refused before anything is read), and must not shrink while training. */
+static int load_data(const train_config *c, const uint8_t **out, size_t *n, char *err, size_t cap) {
+    int fd = open(c->data, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: refused below */
+    if (fd < 0) return snprintf(err, cap, "--data %s: cannot open: %s", c->data, strerror(errno)), -1;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return snprintf(err, cap, "--data %s: cannot stat: %s", c->data, strerror(e)), -1;
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return snprintf(err, cap, "--data %s: out of memory", c->data), -1;
-    if (bad) { free(buf); return snprintf(err, cap, "--data %s: read error", c->data), -1; }
-    if (len <= (size_t)c->seq) {
-        free(buf);
-        return snprintf(err, cap, "--data %s: %zu tokens, but --seq %d needs at least %d", c->data, len, c->seq,
-                        c->seq + 1), -1;
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        const char *kind = S_ISDIR(sb.st_mode) ? "a directory" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                         : S_ISFIFO(sb.st_mode) ? "a FIFO" : "not a file";
+        return snprintf(err, cap, "--data %s is %s: give a regular file whose bytes are the tokens", c->data, kind), -1;
     }
+    if ((uint64_t)sb.st_size <= (uint64_t)c->seq) {
+        close(fd);
+        return snprintf(err, cap, "--data %s: %s%lld tokens, but --seq %d needs at least %d", c->data,
+                        sb.st_size ? "" : "the file is empty: ", (long long)sb.st_size, c->seq, c->seq + 1), -1;
+    }
+    if ((uint64_t)sb.st_size > SIZE_MAX) {
+        close(fd);
+        return snprintf(err, cap, "--data %s: %lld bytes do not fit this machine's address space", c->data,
+                        (long long)sb.st_size), -1;
+    }
+    size_t len = (size_t)sb.st_size;
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED) return snprintf(err, cap, "--data %s: cannot map %zu bytes: %s", c->data, len, strerror(e)), -1;
+    const uint8_t *buf = map;
     for (size_t i = 0; i < len; i++) {
         if (buf[i] >= c->vocab) {
             snprintf(err, cap, "--data %s: byte %u at offset %zu is not below --vocab %d", c->data, buf[i], i, c->vocab);
-            free(buf);
+            munmap(map, len);
             return -1;
         }
     }
     *out = buf;
     *n = len;
     return 0;
+}
+
+static void unload_data(const uint8_t *data, size_t n) {
+    if (data) munmap((void *)(uintptr_t)data, n);
 }
 
 /* What the ranks share: inputs (read-only) and results (each rank writes only its own slots). */
@@ -501,6 +552,7 @@ typedef struct {
     fsc_layout *lay;        /* (world) every rank's place in dp x tp x pp */
     double *aux;            /* (steps) MoE: rank 0's fsc_step_info.aux_loss */
     int64_t *assigned, *dropped; /* (steps) MoE: token-to-expert assignments and drops over the global batch */
+    int procs;              /* one rank per process (a launcher): the per-rank slots are gathered at the end */
 } run_state;
 
 /* The result buffers of a run, zeroed: 0, or -1 when out of memory (results_free frees what was made). */
@@ -549,35 +601,59 @@ static void fill_batch(const run_state *st, int d, int s, int32_t *tok, int32_t 
     }
 }
 
+/* One rank per process: every rank's slots of the per-rank results (peak memory, layout, pipeline
+ * measurements) to every rank, so rank 0 reports them as a single process does. Agrees on s first, so no rank
+ * waits in a gather for one that failed. */
+static fsc_status share_per_rank(fsc_rank *r, run_state *st, fsc_status s) {
+    FSC_TRY(fsc_comm_agree(r->comm, r->dev, s));
+    struct { void *base; size_t bytes; } slot[] = {
+        {st->peak, sizeof *st->peak}, {st->lay, sizeof *st->lay}, {st->pstats, sizeof *st->pstats}};
+    for (size_t i = 0; i < sizeof slot / sizeof slot[0]; i++) {
+        if (!slot[i].base) continue;
+        size_t b = slot[i].bytes, mine = (size_t)r->rank * b;
+        uint8_t *d = NULL, *host = slot[i].base;
+        FSC_TRY(fsc_device_alloc(r->dev, FSC_TAG_COMM, b * (size_t)r->world, (void **)&d));
+        s = fsc_device_upload(r->dev, d + mine, host + mine, b);
+        if (s == FSC_OK) s = fsc_comm_all_gather(r->comm, d + mine, d, b, FSC_U8);
+        if (s == FSC_OK) s = fsc_device_download(r->dev, host, d, b * (size_t)r->world);
+        fsc_device_release(r->dev, d);
+        FSC_TRY(s);
+    }
+    return FSC_OK;
+}
+
 static fsc_status train_fn(fsc_rank *r, void *arg) {
     run_state *st = arg;
     const train_config *c = st->cfg;
     fsc_gpt_config gc = model_config(c);
-    fsc_parallel_opts po = {
-        .kind = strategy(c),
-        .shard = (fsc_shard_strategy)c->shard,
-        .wrap = (fsc_wrap_policy)c->wrap,
-        .wrap_min_params = c->wrap_min_params,
-        .reshard_after_forward = -1,
-        .param_dtype = precision_dtype[c->precision],
-        .reduce_dtype = precision_dtype[c->precision],
-        .accum = c->accum,
-        .no_sync = 1,
-        .clip = c->clip,
-        .pp = c->pp,
-        .schedule = (fsc_pipe_schedule)c->schedule,
-        .pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt],
-        .tp = c->tp,
-        .sequence_parallel = c->sequence_parallel,
-        .order = c->order,
-        .ep = c->ep,
-    };
+    /* the library's defaults, then what the options set (an option the table lacks keeps its default) */
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = strategy(c);
+    po.shard = (fsc_shard_strategy)c->shard;
+    po.wrap = (fsc_wrap_policy)c->wrap;
+    po.wrap_min_params = c->wrap_min_params;
+    po.param_dtype = precision_dtype[c->precision];
+    po.reduce_dtype = precision_dtype[c->precision];
+    po.accum = c->accum;
+    po.clip = c->clip;
+    po.nonfinite = (fsc_nonfinite_policy)c->nonfinite;
+    po.max_skipped_steps = c->max_skipped_steps;
+    po.pp = c->pp;
+    po.schedule = (fsc_pipe_schedule)c->schedule;
+    po.pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt];
+    po.tp = c->tp;
+    po.sequence_parallel = c->sequence_parallel;
+    po.order = c->order;
+    po.ep = c->ep;
     int balance[1024];
     if (c->balance) {
         FSC_TRY(fsc_balance_parse(c->balance, &gc, c->pp, balance));
         po.balance = balance;
     }
-    fsc_optim_config oc = {.kind = (fsc_optim_kind)c->optimizer, .lr = c->lr, .weight_decay = c->weight_decay};
+    fsc_optim_config oc = fsc_optim_config_default(); /* AdamW's betas and eps; the rest from the options */
+    oc.kind = (fsc_optim_kind)c->optimizer;
+    oc.lr = c->lr;
+    oc.weight_decay = c->weight_decay;
     if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
     fsc_engine *e = NULL;
     fsc_model *lm = NULL; /* --model llama: the model the engine runs (the GPT's engine owns its own) */
@@ -608,6 +684,11 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     int start = 0; /* a resumed run continues at the checkpoint's step (the data order is a function of it) */
     if (s == FSC_OK && c->resume) {
         int64_t at = 0;
+        int left = 0;
+        char rep[1024];
+        if (r->rank == 0 && fsc_ckpt_clean(c->resume, &left, rep, sizeof rep) == FSC_OK && left) /* resume skips them */
+            fprintf(stderr, "train_gpt: warning: %d leftover%s of interrupted saves not removed: %s\n", left,
+                    left == 1 ? "" : "s", rep);
         s = fsc_ckpt_resume(e, c->resume, &at);
         start = at < c->steps ? (int)at : c->steps;
         if (s == FSC_OK && r->rank == 0) {
@@ -623,6 +704,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         double t0 = now_ms();
         fsc_step_info info = {0};
         s = lm ? fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info) : fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
+        if (s != FSC_OK) fsc_error_prefix(s, "step %d/%d", step + 1, c->steps);
         double ms = now_ms() - t0;
         if (s == FSC_OK && r->rank == 0) {
             st->losses[step] = info.loss;
@@ -635,11 +717,11 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             }
             printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB%s%s\n", step + 1, c->steps,
                    info.loss, ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0, moe,
-                   info.skipped ? " | skipped (inf/nan gradients)" : "");
+                   info.skipped ? " | skipped (inf/nan loss or gradients)" : "");
             fflush(stdout);
         }
         if (s == FSC_OK && c->save_every && (step + 1) % c->save_every == 0) {
-            fsc_ckpt_save_opts so = {.format = (fsc_ckpt_format)c->ckpt_format};
+            fsc_ckpt_save_opts so = {.format = (fsc_ckpt_format)c->ckpt_format, .start_over = c->ckpt_overwrite};
             s = fsc_ckpt_save(e, c->ckpt_dir, step + 1, &so);
             if (s == FSC_OK && r->rank == 0) printf("checkpoint %s/step-%08d\n", c->ckpt_dir, step + 1);
         }
@@ -654,6 +736,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     if (s == FSC_OK && c->save) s = fsc_engine_save_weights(e, c->save);
     for (int t = 0; t < FSC_TAG_COUNT; t++) st->peak[r->rank][t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
     st->peak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
+    if (st->procs) s = share_per_rank(r, st, s);
     free(tok);
     free(tgt);
     fsc_engine_free(e);
@@ -900,6 +983,64 @@ static void print_comparison(const run_state *ddp, const run_state *run, const d
            chk->losses_same ? "equal" : "differ", chk->params_same ? "equal" : "differ");
 }
 
+/* One rank per process: the run and, with --check-ddp, its DDP oracle on the first dp x tp ranks (the others
+ * wait), in one launch (MPI starts once per process). */
+typedef struct {
+    run_state *st, *ddp;
+} proc_job;
+
+static fsc_status proc_fn(fsc_rank *r, void *arg) {
+    proc_job *j = arg;
+    FSC_TRY(train_fn(r, j->st));
+    if (!j->ddp) return FSC_OK;
+    const int w = j->ddp->cfg->world;
+    if (r->rank == 0) {
+        if (j->st->pstats) print_pipeline(j->st);
+        printf("--check-ddp: the same training with DDP\n");
+        fflush(stdout);
+    }
+    fsc_comm *sub = NULL;
+    FSC_TRY(fsc_comm_split(r->comm, r->rank < w ? 0 : 1, r->rank, &sub));
+    fsc_status s = FSC_OK;
+    if (r->rank < w) {
+        fsc_comm_set_name(sub, "world");
+        fsc_rank in = *r;
+        in.world = w;
+        in.comm = sub;
+        s = train_fn(&in, j->ddp);
+    }
+    fsc_comm_free(sub);
+    return fsc_comm_agree(r->comm, r->dev, s);
+}
+
+/* The launcher's processes (mpirun, srun, torchrun): --world must be theirs or be left out. me is this
+ * process's rank (0 without a launcher); *procs is 1 when the ranks are processes. */
+static int check_launcher(train_config *c, int *given, int *me, int *procs, char *err, size_t cap) {
+    fsc_launch_env env;
+    *me = 0, *procs = 0;
+    if (fsc_launch_env_parse(NULL, NULL, &env) != FSC_OK) return snprintf(err, cap, "%s", fsc_last_error()), -1;
+    int gw = option_index("world");
+    if (env.launcher == FSC_LAUNCHER_NONE) {
+        if (c->reduce)
+            return snprintf(err, cap, "--reduce native applies to processes started by a launcher (mpirun -n N); "
+                            "simulated ranks always sum in rank order"), -1;
+        return 0;
+    }
+    const char *l = fsc_launcher_name(env.launcher);
+    if (given[gw] && c->world != env.world)
+        return snprintf(err, cap, "--world %d, but the launcher (%s) started %d process%s: each process is one rank, "
+                        "so start %d (mpirun -n %d ...) or leave --world out; for %d simulated ranks in one process "
+                        "run without a launcher (or set FSC_LAUNCHER=none)", c->world, l, env.world,
+                        env.world == 1 ? "" : "es", c->world, c->world, c->world), -1;
+    c->world = env.world;
+    given[gw] = 1;
+    *me = env.rank;
+    *procs = env.world > 1;
+    if (!*procs && c->reduce)
+        return snprintf(err, cap, "--reduce native applies to several processes; this launcher started one"), -1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     train_config c;
     int given[NOPT];
@@ -909,9 +1050,12 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    int me = 0, procs = 0;
+    if (rc == 0) rc = check_launcher(&c, given, &me, &procs, err, sizeof err);
     if (rc == 0) rc = resolve_layout(&c, given, err, sizeof err);
     if (rc == 0) rc = resolve_model(&c, given, err, sizeof err);
     if (rc == 0) rc = check_config(&c, given, err, sizeof err);
+    if (rc == 0) rc = check_ckpt_dir(&c, err, sizeof err);
     if (rc != 0) {
         fprintf(stderr, "train_gpt: %s\n", err);
         return 2;
@@ -921,8 +1065,8 @@ int main(int argc, char **argv) {
                         "--parallel fsdp, zero1 or zero2, --pp 2 or more, or --ep 2 or more\n");
         return 2;
     }
-    run_state st = {.cfg = &c};
-    uint8_t *data = NULL;
+    run_state st = {.cfg = &c, .procs = procs};
+    const uint8_t *data = NULL;
     if (load_data(&c, &data, &st.ntok, err, sizeof err) != 0) {
         fprintf(stderr, "train_gpt: %s\n", err);
         return 2;
@@ -938,6 +1082,7 @@ int main(int argc, char **argv) {
     char pbuf[32];
     char kv[64] = "", mbuf[16];
     if (c.model == MODEL_LLAMA) snprintf(kv, sizeof kv, " (%d kv), ffn %d", c.kv_heads, c.ffn);
+    if (me != 0) freopen("/dev/null", "w", stdout); /* only rank 0 prints (errors still go to stderr) */
     printf("model: %s, %d layers, width %d, %d heads%s, context %d, vocab %d: %zu parameters | data: %s, %zu tokens | "
            "world %d, parallel %s, %s\n", option_choice("model", c.model, mbuf, sizeof mbuf),
            c.layers, c.dim, c.heads, kv, c.seq, c.vocab, st.nparams, c.data, st.ntok, c.world,
@@ -947,10 +1092,14 @@ int main(int argc, char **argv) {
         printf("moe: %d of %d blocks (--moe-every %d) with %d experts, top-%d, capacity factor %g, aux %g; expert "
                "groups of %d ranks (%d experts per rank)\n", fsc_gpt_num_moe_blocks(&gc), c.layers, c.moe_every,
                c.moe_experts, c.moe_top_k, (double)c.moe_capacity, (double)c.moe_aux, c.ep, c.moe_experts / c.ep);
+    if (procs)
+        printf("processes: %d, one rank each, %s\n", c.world, c.reduce ? "--reduce native: the communicator's own "
+               "sums (bits may differ from simulated ranks)" : "--reduce ordered: sums in rank order (the simulated "
+               "ranks' bits)");
     fflush(stdout);
     char dbuf[16];
     fsc_cluster_opts co = {.world = c.world, .device = option_choice("device", c.device, dbuf, sizeof dbuf),
-                           .threads_per_rank = c.threads};
+                           .threads_per_rank = c.threads, .reduce_native = c.reduce};
     if (c.check_ddp && !(st.params = calloc(st.nparams, sizeof(float)))) {
         fprintf(stderr, "train_gpt: out of memory\n");
         return 1;
@@ -961,12 +1110,33 @@ int main(int argc, char **argv) {
                c.accum, c.schedule ? "1f1b" : "gpipe",
                option_choice("checkpoint", c.pipe_ckpt, pbuf, sizeof pbuf));
     }
-    fsc_status s = fsc_cluster_run(&co, train_fn, &st);
-    if (s == FSC_OK && st.pstats) print_pipeline(&st);
     ddp_check chk = {0};
     train_config cd = c;
     run_state sd = st;
-    if (s == FSC_OK && c.check_ddp) {
+    fsc_status s = FSC_OK;
+    if (procs) { /* the DDP oracle runs inside the same launch */
+        cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = 1;
+        if (c.check_ddp) sd.pstats = NULL, sd.cfg = &cd; /* (results_free frees sd's buffers when it has its own) */
+        if (c.check_ddp && ((sd.params = calloc(st.nparams, sizeof(float))) == NULL ||
+                            results_alloc(&sd, c.steps, c.world) != 0)) {
+            fprintf(stderr, "train_gpt: out of memory\n");
+            return 1;
+        }
+        proc_job job = {.st = &st, .ddp = c.check_ddp ? &sd : NULL};
+        s = fsc_cluster_run_from_env_opts(&co, proc_fn, &job);
+        if (s == FSC_OK && st.pstats && !c.check_ddp) print_pipeline(&st);
+        if (s == FSC_OK && c.check_ddp) {
+            chk.done = 1;
+            chk.ddp = &sd;
+            chk.losses_same = memcmp(st.losses, sd.losses, (size_t)c.steps * sizeof(double)) == 0;
+            chk.params_same = memcmp(st.params, sd.params, st.nparams * sizeof(float)) == 0;
+            print_comparison(&sd, &st, &chk);
+        }
+    } else {
+        s = fsc_cluster_run(&co, train_fn, &st);
+    }
+    if (!procs && s == FSC_OK && st.pstats) print_pipeline(&st);
+    if (!procs && s == FSC_OK && c.check_ddp) {
         cd.parallel = FSC_PAR_DDP;
         cd.pp = 1; /* the oracle of a pipeline: DDP over its data-parallel ranks, the same micro-batches; */
         cd.world = c.dp * c.tp; /* with tensor parallelism on the same tensor groups */
@@ -997,9 +1167,9 @@ int main(int argc, char **argv) {
     } else if (c.json) {
         print_json(&st, &chk);
     }
-    if (chk.done && !(chk.losses_same && chk.params_same)) rc = 3;
+    if (chk.done && !(chk.losses_same && chk.params_same) && me == 0) rc = 3;
     if (sd.cfg == &cd) results_free(&sd);
     results_free(&st);
-    free(data);
+    unload_data(data, st.ntok);
     return rc;
 }

@@ -1,14 +1,35 @@
-/* libFuzzer harness for the checkpoint metadata reader (metadata.json): any byte string is either refused
- * with a status and a message, or parses into metadata whose invariants hold (file indices in range,
- * pieces sorted and tiling each tensor exactly, names found by fsc_ckpt_meta_find) and which survives a
- * round trip through the writer unchanged.
+/* libFuzzer harness for the checkpoint metadata reader (metadata.json). The input is parsed as it is and,
+ * when it begins with a metadata_crc32 member, once more with its checksum made right (ck_meta_seal), so
+ * the fuzzer reaches past the checksum. Each is either refused with a status and a message, or parses into
+ * metadata whose invariants hold (file indices in range, pieces sorted and tiling each tensor exactly,
+ * names found by fsc_ckpt_meta_find, a correct checksum) and which survives a round trip through the
+ * writer unchanged. Either way cJSON allocated at most CK_PARSE_FACTOR bytes per byte of input (plus the
+ * bound's constant), counted by allocation hooks.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_ckpt_meta.c (or make fuzz). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cjson/cJSON.h>
 #include "ckpt/ckpt_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* cJSON's allocations, counted (the fuzzer runs one input at a time) */
+static size_t cj_now, cj_peak;
+static void *cj_malloc(size_t n) {
+    size_t *p = malloc(n + 2 * sizeof(size_t));
+    if (!p) return NULL;
+    p[0] = n;
+    cj_now += n;
+    if (cj_now > cj_peak) cj_peak = cj_now;
+    return p + 2;
+}
+static void cj_free(void *q) {
+    if (!q) return;
+    size_t *p = (size_t *)q - 2;
+    cj_now -= p[0];
+    free(p);
+}
 
 static void check(const fsc_ckpt_meta *m) {
     if (m->nfiles < 0 || m->ntensors < 0) __builtin_trap();
@@ -29,19 +50,34 @@ static void check(const fsc_ckpt_meta *m) {
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+static void one(const char *in, size_t size) {
+    static int hooked;
+    if (!hooked) {
+        cJSON_Hooks h = { cj_malloc, cj_free };
+        cJSON_InitHooks(&h);
+        hooked = 1;
+    }
     fsc_ckpt_meta *m = NULL;
-    if (fsc_ckpt_meta_parse((const char *)data, size, "fuzz", &m) != FSC_OK) {
+    cj_peak = cj_now;
+    fsc_status s = fsc_ckpt_meta_parse(in, size, "fuzz", &m);
+    if (cj_peak - cj_now > (size_t)CK_PARSE_FACTOR * (size + ((size_t)1 << 16))) __builtin_trap(); /* the bound */
+    if (s != FSC_OK) {
         if (m != NULL || fsc_last_error()[0] == 0) __builtin_trap(); /* a refusal says why, returns nothing */
-        return 0;
+        return;
     }
     check(m);
+    char *copy = malloc(size + 1);
+    if (!copy) abort();
+    memcpy(copy, in, size);
+    if (ck_meta_seal(copy, size) != 0 || memcmp(copy, in, size) != 0) __builtin_trap(); /* its checksum was right */
+    free(copy);
     char *text = ck_meta_json(m);
     if (text) { /* what the writer makes of it reads back as the same metadata */
         fsc_ckpt_meta *b = NULL;
         if (fsc_ckpt_meta_parse(text, strlen(text), "fuzz round trip", &b) != FSC_OK) __builtin_trap();
         if (b->ntensors != m->ntensors || b->nfiles != m->nfiles || b->step != m->step || b->seed != m->seed ||
-            b->optim_steps != m->optim_steps || memcmp(&b->model, &m->model, sizeof m->model) != 0)
+            b->optim_steps != m->optim_steps || memcmp(&b->model, &m->model, sizeof m->model) != 0 ||
+            strcmp(b->run_id, m->run_id) != 0 || b->world != m->world || b->tp != m->tp)
             __builtin_trap();
         for (int i = 0; i < m->ntensors; i++) {
             const fsc_ckpt_tensor *x = &m->tensors[i], *y = &b->tensors[i];
@@ -50,8 +86,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (memcmp(&x->pieces[k], &y->pieces[k], sizeof x->pieces[k]) != 0) __builtin_trap();
         }
         fsc_ckpt_meta_free(b);
-        free(text);
+        cJSON_free(text);
     }
     fsc_ckpt_meta_free(m);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    one((const char *)data, size);
+    char *sealed = malloc(size + 1);
+    if (!sealed) abort();
+    memcpy(sealed, data, size);
+    if (ck_meta_seal(sealed, size) == 0) one(sealed, size); /* past the checksum */
+    free(sealed);
     return 0;
 }

@@ -1,13 +1,14 @@
 /* libFuzzer harness for reading a checkpoint shard against its metadata. Input: a 4-byte little-endian
- * length L, L bytes of metadata.json, then the image of the file the metadata calls file 0. Either the
- * metadata or the file is refused with a message, or fsc_ckpt_check_file accepts the file; then every
- * piece it places there reads completely and its bytes have the checksum the metadata gives.
+ * length L, L bytes of metadata.json (its metadata_crc32 made right by the harness, ck_meta_seal, so that
+ * mutations reach the shard), then the image of the file the metadata calls file 0. Either the metadata
+ * or the file is refused with a message, or fsc_ckpt_check_file accepts the file; then every piece it
+ * places there reads completely and its bytes have the checksum the metadata gives.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_ckpt_shard.c (or make fuzz). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
-#include "fsc/fsc.h"
+#include "ckpt/ckpt_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -16,7 +17,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t L = (size_t)data[0] | (size_t)data[1] << 8 | (size_t)data[2] << 16 | (size_t)data[3] << 24;
     if (L > size - 4) return 0;
     fsc_ckpt_meta *m = NULL;
-    if (fsc_ckpt_meta_parse((const char *)data + 4, L, "fuzz", &m) != FSC_OK || m->nfiles < 1) {
+    char *meta = malloc(L + 1);
+    if (!meta) abort();
+    memcpy(meta, data + 4, L);
+    ck_meta_seal(meta, L);
+    fsc_status ms = fsc_ckpt_meta_parse(meta, L, "fuzz", &m);
+    free(meta);
+    if (ms != FSC_OK || m->nfiles < 1) {
         fsc_ckpt_meta_free(m);
         return 0;
     }

@@ -49,6 +49,9 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
     if (o->stage_through_host != 0 && o->stage_through_host != 1)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: stage_through_host %d must be 0 or 1",
                          o->stage_through_host);
+    if (o->reduce_native)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: reduce_native applies to processes started by a launcher "
+                         "(MPI, NCCL); simulated ranks always sum in rank order");
     return FSC_OK;
 }
 
@@ -114,7 +117,10 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         fsc_status fs;
         const char *msg;
         int fr = sim_cluster_first_failure(cl, &fs, &msg);
-        if (fr >= 0) s = fsc_error(fs, "rank %d: %s", fr, msg);
+        if (fr >= 0) { /* named once: a rank that failed because another did reports that one */
+            fsc_error(fs, "%s", msg);
+            s = fsc_error_rank(fs, "rank %d", fr);
+        }
     }
     for (int r = 0; r < world; r++) {
         fsc_comm_free(ranks[r].r.comm);
@@ -123,4 +129,8 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     sim_cluster_free(cl);
     free(ranks);
     return s;
+}
+
+fsc_cluster_opts fsc_cluster_opts_default(void) {
+    return (fsc_cluster_opts){ .world = 1, .device = "cpu", .timeout_s = SIM_DEFAULT_TIMEOUT_S };
 }

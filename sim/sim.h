@@ -28,7 +28,7 @@
 #define FSC_SIM_H
 #include <pthread.h>
 #include <stdatomic.h>
-#include "fsc/comm_impl.h"
+#include "core/comm_impl.h"
 #include "fsc/device.h"
 
 #define SIM_MSG_CAP 400             /* bytes of a stored failure message */

@@ -62,7 +62,7 @@ static fsc_status ct_rank_fn(fsc_rank *r, void *arg) {
             }
         }
         fsc_step_info info;
-        s = fsc_engine_step(e, tok, tgt, lb, B, &info);
+        s = fsc_engine_step(e, tok, tgt, lb, lb * dp, &info); /* B / dp rounds down on 5 ranks */
         if (s == FSC_OK && r->rank == 0) j->loss[st] = info.loss;
     }
     free(tok);

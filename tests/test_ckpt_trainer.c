@@ -2,9 +2,13 @@
  * built (build/<x>/train_gpt and ckpt_tool, next to this binary's tests/ folder) on a tiny model.
  * Oracles: 6 steps straight equal 4 steps with --save-every 2 then --resume up to --steps 6 (losses of
  * steps 5 and 6 and the final weights file, bit for bit), also resuming with another --parallel on the same
- * world; bad combinations of options are refused with exit 2 and a message; ckpt_tool lists the newest
- * checkpoint, shows tensors, pieces and checksums, verifies a good checkpoint and refuses a damaged one,
- * naming the file. */
+ * world; bad combinations of options are refused with exit 2 and a message; a leftover named like an
+ * interrupted save that is a link to a folder elsewhere does not stop --resume and the folder keeps its
+ * file (a warning names the link); a new run (another seed and learning rate) into a --ckpt-dir holding a
+ * longer run's checkpoints is refused with exit 2, leaving them byte for byte, and with --ckpt-overwrite
+ * replaces them so that --resume continues the new run exactly; ckpt_tool lists the newest checkpoint,
+ * shows tensors, pieces and checksums, verifies a good checkpoint and refuses a damaged one, naming the
+ * file, and refuses metadata edited by hand (its checksum). */
 #include <cjson/cJSON.h>
 #include <libgen.h>
 #include <limits.h>
@@ -106,6 +110,8 @@ static void test_trainer_ckpt_options(void **st) {
         { TINY " --parallel ddp --ckpt-format half --save-every 1 --ckpt-dir /tmp/x", "sharded|full" },
         { TINY " --parallel ddp --resume /tmp/x --load /tmp/y", "give one" },
         { TINY " --parallel fsdp --check-ddp --save-every 1 --ckpt-dir /tmp/x", "--check-ddp" },
+        { TINY " --parallel ddp --ckpt-overwrite", "--ckpt-overwrite applies" },
+        { TINY " --parallel ddp --save-every 1 --ckpt-dir /tmp/x --resume /tmp/x --ckpt-overwrite", "give one" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(run("train_gpt", bad[i].args, NULL, &err), 2);
@@ -118,9 +124,82 @@ static void test_trainer_ckpt_options(void **st) {
     free(err);
     char *out = NULL;
     assert_int_equal(run("train_gpt", "--help", &out, NULL), 0);
-    const char *names[] = { "--save-every", "--ckpt-dir", "--ckpt-format", "--resume" };
-    for (int i = 0; i < 4; i++) assert_non_null(strstr(out, names[i]));
+    const char *names[] = { "--save-every", "--ckpt-dir", "--ckpt-format", "--resume", "--ckpt-overwrite" };
+    for (int i = 0; i < 5; i++) assert_non_null(strstr(out, names[i]));
     free(out);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *s = calloc(1, 1 << 20);
+    size_t n = fread(s, 1, (1 << 20) - 1, f);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* The report's reproduction: a link named like a leftover to a folder elsewhere. */
+static void test_trainer_resume_past_link(void **st) {
+    (void)st;
+    char args[1024], p[600], q[600], *err = NULL;
+    snprintf(args, sizeof args, TINY " --parallel fsdp --steps 3 --save-every 1 --ckpt-dir '%s/lk'", tmpdir);
+    double l[5];
+    train(args, l, 3);
+    snprintf(p, sizeof p, "%s/victim", tmpdir);
+    assert_int_equal(mkdir(p, 0777), 0);
+    snprintf(q, sizeof q, "%s/victim/a", tmpdir);
+    FILE *f = fopen(q, "w");
+    assert_non_null(f);
+    fputs("x\n", f);
+    fclose(f);
+    snprintf(q, sizeof q, "%s/lk/step-00000009.tmp-evil", tmpdir);
+    assert_int_equal(symlink(p, q), 0);
+    snprintf(args, sizeof args, TINY " --parallel fsdp --steps 5 --resume '%s/lk'", tmpdir);
+    assert_int_equal(run("train_gpt", args, NULL, &err), 0);
+    if (!strstr(err, "warning") || !strstr(err, "step-00000009.tmp-evil") || !strstr(err, "symbolic link"))
+        fail_msg("no warning about the link: %s", err);
+    free(err);
+    snprintf(q, sizeof q, "%s/victim/a", tmpdir);
+    char *x = slurp(q);
+    assert_non_null(x);
+    assert_string_equal(x, "x\n");
+    free(x);
+}
+
+/* Another run into a directory of checkpoints: refused, or with --ckpt-overwrite it starts over there. */
+static void test_trainer_one_run_per_dir(void **st) {
+    (void)st;
+    char args[1024], p[600], *err = NULL, *out = NULL;
+    double a[4], b[4], c[4];
+    snprintf(args, sizeof args, TINY " --parallel ddp --steps 4 --save-every 2 --ckpt-dir '%s/runs'", tmpdir);
+    train(args, a, 4);
+    snprintf(p, sizeof p, "%s/runs/step-00000004/metadata.json", tmpdir);
+    char *before = slurp(p);
+    assert_non_null(before);
+    const char *other = TINY " --parallel ddp --seed 2 --lr 0.01";
+    snprintf(args, sizeof args, "%s --steps 2 --save-every 2 --ckpt-dir '%s/runs'", other, tmpdir);
+    assert_int_equal(run("train_gpt", args, NULL, &err), 2);
+    if (!strstr(err, "another run") || !strstr(err, "--ckpt-overwrite")) fail_msg("message: %s", err);
+    free(err);
+    char *after = slurp(p);
+    assert_non_null(after);
+    assert_string_equal(before, after); /* the longer run's checkpoints are as they were */
+    free(after);
+    /* starting over: the first run's checkpoints go, --resume continues the new run */
+    snprintf(args, sizeof args, "%s --steps 2 --save-every 2 --ckpt-dir '%s/runs' --ckpt-overwrite", other, tmpdir);
+    train(args, b, 2);
+    assert_null(slurp(p));
+    snprintf(args, sizeof args, "%s --steps 4", other);
+    train(args, b, 4);
+    snprintf(args, sizeof args, "%s --steps 4 --resume '%s/runs'", other, tmpdir);
+    assert_int_equal(run("train_gpt", args, &out, &err), 0);
+    assert_non_null(strstr(out, "at step 2"));
+    losses(out, c, 4);
+    assert_memory_equal(&b[2], &c[2], 2 * sizeof(double));
+    free(out);
+    free(err);
+    free(before);
 }
 
 static void test_ckpt_tool(void **st) {
@@ -162,6 +241,24 @@ static void test_ckpt_tool(void **st) {
     assert_non_null(strstr(err, "optim.safetensors"));
     assert_non_null(strstr(err, "checksum"));
     free(err);
+    /* the step edited by hand in metadata.json: refused (its checksum), and so is resuming from it */
+    snprintf(p, sizeof p, "%s/tool/step-00000002/metadata.json", tmpdir);
+    char *meta = slurp(p), *at = strstr(meta, "\"step\":2,");
+    assert_non_null(at);
+    at[7] = '1';
+    f = fopen(p, "wb");
+    assert_non_null(f);
+    fputs(meta, f);
+    fclose(f);
+    free(meta);
+    snprintf(args, sizeof args, "verify '%s/tool'", tmpdir);
+    assert_int_equal(run("ckpt_tool", args, NULL, &err), 1);
+    assert_non_null(strstr(err, "metadata_crc32"));
+    free(err);
+    snprintf(args, sizeof args, TINY " --parallel zero1 --steps 3 --resume '%s/tool'", tmpdir);
+    assert_int_equal(run("train_gpt", args, NULL, &err), 1);
+    assert_non_null(strstr(err, "metadata_crc32"));
+    free(err);
     assert_int_equal(run("ckpt_tool", "frobnicate x", NULL, NULL), 2);
 }
 
@@ -181,6 +278,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trainer_resume),
         cmocka_unit_test(test_trainer_ckpt_options),
+        cmocka_unit_test(test_trainer_resume_past_link),
+        cmocka_unit_test(test_trainer_one_run_per_dir),
         cmocka_unit_test(test_ckpt_tool),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include "testutil.h"
 
 #define MAXW 64
@@ -169,12 +170,49 @@ static void test_agree(void **state) {
     }
 }
 
+/* A failure agreed on and passed from rank to rank names its rank once: the run's message is exactly
+ * "rank 0: disk full" whichever rank reports first (before: "rank 1: rank 0: disk full"). Rank 0 waits
+ * before returning so that a rank which only learned of the failure is the first to end. */
+static fsc_status rank0_fails_late(fsc_rank *r, void *arg) {
+    (void)arg;
+    fsc_status mine = r->rank == 0 ? fsc_error(FSC_ERR_IO, "disk full") : FSC_OK;
+    fsc_status s = fsc_comm_agree(r->comm, r->dev, mine);
+    if (r->rank == 0) nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    return s;
+}
+
+/* In a sub-group the failing rank is named by its place in the group, once. */
+static fsc_status pair_rank_fails(fsc_rank *r, void *arg) {
+    (void)arg;
+    fsc_comm *pair;
+    FSC_TRY(fsc_comm_split(r->comm, r->rank / 2, r->rank, &pair));
+    fsc_comm_set_name(pair, "pair");
+    fsc_status mine = r->rank == 3 ? fsc_error(FSC_ERR_IO, "disk full") : FSC_OK;
+    fsc_status s = fsc_comm_agree(pair, r->dev, mine);
+    if (r->rank == 3) nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    fsc_comm_free(pair);
+    return s;
+}
+
+static void test_agreed_failure_names_its_rank_once(void **state) {
+    (void)state;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(fsc_cluster_run(&(fsc_cluster_opts){.world = 3, .timeout_s = 10}, rank0_fails_late, NULL),
+                         FSC_ERR_IO);
+        assert_string_equal(fsc_last_error(), "rank 0: disk full");
+    }
+    assert_int_equal(fsc_cluster_run(&(fsc_cluster_opts){.world = 4, .timeout_s = 10}, pair_rank_fails, NULL),
+                     FSC_ERR_IO);
+    assert_string_equal(fsc_last_error(), "rank 1 of the 'pair' group: disk full");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rank_ids_and_devices),
         cmocka_unit_test(test_options_validation),
         cmocka_unit_test(test_failure_is_reported_with_rank),
         cmocka_unit_test(test_agree),
+        cmocka_unit_test(test_agreed_failure_names_its_rank_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "testutil.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 static fsc_device *dev;
 

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 #include "testutil.h"
-#include "fsc/device_impl.h"
-#include "fsc/comm_impl.h"
+#include "core/device_impl.h"
+#include "core/comm_impl.h"
 
 typedef struct {
     char plugin[1024];  /* path of libfsc_cuda.so, "" if none was found */
@@ -275,13 +275,13 @@ static void test_plugin_loads_and_refuses_cleanly(void **state) {
     uint32_t not_a_device[16] = {0};
     const fsc_comm_ops *cops = NULL;
     void *cctx = NULL;
-    assert_err(copen(FSC_COMM_ABI_VERSION + 1, id, sizeof id, 0, 1, not_a_device, 1.0, &cops, &cctx),
+    assert_err(copen(FSC_COMM_ABI_VERSION + 1, id, sizeof id, 0, 1, not_a_device, 1.0, 0, &cops, &cctx),
                FSC_ERR_UNSUPPORTED, "interface version");
-    assert_err(copen(FSC_COMM_ABI_VERSION, id, sizeof id, 0, 1, not_a_device, 1.0, &cops, &cctx), FSC_ERR_INVALID,
+    assert_err(copen(FSC_COMM_ABI_VERSION, id, sizeof id, 0, 1, not_a_device, 1.0, 0, &cops, &cctx), FSC_ERR_INVALID,
                "not a cuda device");
-    assert_err(copen(FSC_COMM_ABI_VERSION, id, sizeof id, 2, 2, not_a_device, 1.0, &cops, &cctx), FSC_ERR_INVALID,
+    assert_err(copen(FSC_COMM_ABI_VERSION, id, sizeof id, 2, 2, not_a_device, 1.0, 0, &cops, &cctx), FSC_ERR_INVALID,
                "rank 2 of world 2");
-    assert_err(copen(FSC_COMM_ABI_VERSION, id, 16, 0, 1, not_a_device, 1.0, &cops, &cctx), FSC_ERR_INVALID,
+    assert_err(copen(FSC_COMM_ABI_VERSION, id, 16, 0, 1, not_a_device, 1.0, 0, &cops, &cctx), FSC_ERR_INVALID,
                "16-byte id");
     assert_err(gid(id, 16), FSC_ERR_INVALID, "need 128");
     assert_null(cops);

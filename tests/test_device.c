@@ -1,9 +1,11 @@
 /* Tests for lib/core/device.c (and the memory side of backends/cpu/cpu_device.c).
  * Oracles: ledger numbers are sums of the byte counts the test allocated, worked out by hand;
- * bad names and a missing or broken cuda plug-in fail with the documented status and a message. */
+ * bad names and a missing or broken cuda plug-in fail with the documented status and a message; a plug-in
+ * named by FSC_CUDA_PLUGIN that is not one (a text file, a library without the entry point, another ABI
+ * version) is FSC_ERR_INVALID naming the file and the reason, and no other plug-in is tried instead. */
 #include <stdlib.h>
 #include "testutil.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 static void test_create_cpu(void **state) {
     (void)state;
@@ -37,12 +39,9 @@ static void test_cuda_without_plugin(void **state) {
     setenv("FSC_CUDA_PLUGIN", "/nonexistent/libfsc_cuda.so", 1);
     fsc_status s = fsc_device_create("cuda", NULL, &d);
     unsetenv("FSC_CUDA_PLUGIN");
-    if (s == FSC_OK) { /* a plug-in and a GPU are installed on this machine: nothing to check */
-        fsc_device_free(d);
-        skip();
-    }
-    assert_int_equal(s, FSC_ERR_UNSUPPORTED);
-    assert_non_null(strstr(fsc_last_error(), "cuda"));
+    /* only the named file is tried, so even a machine with a plug-in installed fails here */
+    assert_err(s, FSC_ERR_INVALID, "cannot load /nonexistent/libfsc_cuda.so as the cuda plug-in");
+    assert_non_null(strstr(fsc_last_error(), "FSC_CUDA_PLUGIN"));
     assert_null(d);
 }
 
@@ -52,22 +51,137 @@ static void test_cuda_plugin_directory(void **state) {
     setenv("FSC_CUDA_PLUGIN", "/proc", 1); /* a directory: the plug-in is looked for inside it */
     fsc_status s = fsc_device_create("cuda", NULL, &d);
     unsetenv("FSC_CUDA_PLUGIN");
-    if (s == FSC_OK) { /* found elsewhere, with a GPU */
-        fsc_device_free(d);
-        skip();
-    }
-    assert_int_equal(s, FSC_ERR_UNSUPPORTED);
-    assert_non_null(strstr(fsc_last_error(), "/proc/libfsc_cuda.so"));
+    assert_err(s, FSC_ERR_INVALID, "/proc/libfsc_cuda.so");
 }
 
-static void test_cuda_plugin_without_entry_point(void **state) {
-    (void)state;
+/* ---- FSC_CUDA_PLUGIN naming something that is not a plug-in: an error naming the file and the reason ----
+ * The fakes are small shared libraries this test compiles with the C compiler ($CC, else cc). */
+
+typedef struct {
+    char dir[64];
+    char text[128];  /* a regular file that is not a shared library */
+    char nosym[128]; /* a shared library without fsc_cuda_device_open */
+    char abi[128];   /* a plug-in whose table has another ABI version */
+    char fake[128];  /* dir/libfsc_cuda.so: a plug-in that refuses with "fake plug-in at <dir>" */
+} fakes;
+
+static int build_so(const char *dir, const char *name, const char *src, char *out, size_t cap) {
+    char c[160], cmd[512];
+    snprintf(c, sizeof c, "%s/%s.c", dir, name);
+    snprintf(out, cap, "%s/%s", dir, name);
+    FILE *f = fopen(c, "w");
+    if (!f) return -1;
+    fputs(src, f);
+    fclose(f);
+    const char *cc = getenv("CC");
+    snprintf(cmd, sizeof cmd, "%s -shared -fPIC -o %s %s 2>&1", cc && *cc ? cc : "cc", out, c);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int make_fakes(fakes *k) {
+    snprintf(k->dir, sizeof k->dir, "/tmp/fsc_test_device_XXXXXX");
+    if (!mkdtemp(k->dir)) return -1;
+    snprintf(k->text, sizeof k->text, "%s/notes.txt", k->dir);
+    FILE *f = fopen(k->text, "w");
+    if (!f) return -1;
+    fputs("not a shared library\n", f);
+    fclose(f);
+    char abi_src[512], fake_src[1024];
+    snprintf(abi_src, sizeof abi_src,
+             "static struct { int abi_version; void *rest[256]; } table = {%d, {0}};\n"
+             "int fsc_cuda_device_open(int abi, const void *opts, const void **ops, void **ctx) {\n"
+             "    (void)abi; (void)opts; *ops = &table; *ctx = 0; return 0;\n}\n", FSC_DEVICE_ABI_VERSION + 100);
+    snprintf(fake_src, sizeof fake_src,
+             "typedef int (*err_fn)(int, const char *, ...);\n"
+             "static err_fn err;\n"
+             "void fsc_plugin_init(int abi, err_fn e) { (void)abi; err = e; }\n"
+             "int fsc_cuda_device_open(int abi, const void *opts, const void **ops, void **ctx) {\n"
+             "    (void)abi; (void)opts; (void)ops; (void)ctx;\n"
+             "    return err ? err(%d, \"fake plug-in at %s\") : %d;\n}\n",
+             (int)FSC_ERR_UNSUPPORTED, k->dir, (int)FSC_ERR_UNSUPPORTED);
+    if (build_so(k->dir, "nosym.so", "int not_a_plugin(void) { return 1; }\n", k->nosym, sizeof k->nosym) ||
+        build_so(k->dir, "abi.so", abi_src, k->abi, sizeof k->abi) ||
+        build_so(k->dir, "libfsc_cuda.so", fake_src, k->fake, sizeof k->fake))
+        return -1;
+    return 0;
+}
+
+/* assert_err with a needle that is an array */
+static void expect_err(fsc_status got, fsc_status st, const char *needle) { assert_err(got, st, needle); }
+
+static fsc_status open_with(const char *plugin) {
     fsc_device *d = NULL;
-    setenv("FSC_CUDA_PLUGIN", "libm.so.6", 1); /* loads, but exports no fsc_cuda_device_open */
+    setenv("FSC_CUDA_PLUGIN", plugin, 1);
     fsc_status s = fsc_device_create("cuda", NULL, &d);
     unsetenv("FSC_CUDA_PLUGIN");
-    assert_int_equal(s, FSC_ERR_UNSUPPORTED);
-    assert_non_null(strstr(fsc_last_error(), "fsc_cuda_device_open"));
+    if (s == FSC_OK) fsc_device_free(d);
+    return s;
+}
+
+static void test_cuda_plugin_that_is_not_one(void **state) {
+    (void)state;
+    fakes k;
+    if (make_fakes(&k) != 0) {
+        test_rmtree(k.dir);
+        skip(); /* no C compiler to build the fakes with */
+    }
+    char want[300];
+    /* not loadable: a text file */
+    expect_err(open_with(k.text), FSC_ERR_INVALID, k.text);
+    assert_non_null(strstr(fsc_last_error(), "cannot load"));
+    /* loadable, no entry point: a library of this test, and one of the system's */
+    snprintf(want, sizeof want, "%s is not an fsc cuda plug-in: it has no symbol fsc_cuda_device_open", k.nosym);
+    expect_err(open_with(k.nosym), FSC_ERR_INVALID, want);
+    expect_err(open_with("libm.so.6"), FSC_ERR_INVALID, "libm.so.6 is not an fsc cuda plug-in");
+    /* a plug-in of another interface version */
+    snprintf(want, sizeof want, "%s is a cuda plug-in for device ABI version %d, this library needs %d", k.abi,
+             FSC_DEVICE_ABI_VERSION + 100, FSC_DEVICE_ABI_VERSION);
+    expect_err(open_with(k.abi), FSC_ERR_INVALID, want);
+    /* a working plug-in named by FSC_CUDA_PLUGIN (file or folder) is the one used: its own refusal comes back */
+    snprintf(want, sizeof want, "fake plug-in at %s", k.dir);
+    expect_err(open_with(k.fake), FSC_ERR_UNSUPPORTED, want);
+    expect_err(open_with(k.dir), FSC_ERR_UNSUPPORTED, want);
+    assert_non_null(strstr(fsc_last_error(), k.fake)); /* the message names the file */
+    test_rmtree(k.dir);
+}
+
+/* With FSC_CUDA_PLUGIN naming a file that is not a plug-in, the plug-in the search would find (here the
+ * fake, on the loader's path of a child process: LD_LIBRARY_PATH is read at start-up) is not used instead.
+ * The child is this program, run with --open-cuda. */
+static int child_open(const char *ld_path, const char *plugin, char *out, size_t cap) {
+    char exe[1024], cmd[2048];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return -1;
+    exe[n] = '\0';
+    snprintf(cmd, sizeof cmd, "env -u FSC_CUDA_PLUGIN LD_LIBRARY_PATH='%s' %s%s%s '%s' --open-cuda", ld_path,
+             plugin ? "FSC_CUDA_PLUGIN='" : "", plugin ? plugin : "", plugin ? "'" : "", exe);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t got = fread(out, 1, cap - 1, p);
+    out[got] = '\0';
+    return pclose(p) == 0 ? 0 : -1;
+}
+
+static void test_cuda_plugin_no_fallback(void **state) {
+    (void)state;
+    fakes k;
+    if (make_fakes(&k) != 0) {
+        test_rmtree(k.dir);
+        skip();
+    }
+    char out[2048], want[200];
+    snprintf(want, sizeof want, "fake plug-in at %s", k.dir);
+    /* the oracle is reachable: without FSC_CUDA_PLUGIN the search finds the fake on the loader's path */
+    assert_int_equal(child_open(k.dir, NULL, out, sizeof out), 0);
+    if (!strstr(out, want)) fail_msg("without FSC_CUDA_PLUGIN the child did not find the fake: %s", out);
+    /* with FSC_CUDA_PLUGIN naming a text file: that file's failure, and the fake is not tried */
+    assert_int_equal(child_open(k.dir, k.text, out, sizeof out), 0);
+    if (strstr(out, want) || !strstr(out, k.text) || !strstr(out, "cannot load"))
+        fail_msg("with FSC_CUDA_PLUGIN=%s: %s", k.text, out);
+    char code[16];
+    snprintf(code, sizeof code, "%d ", (int)FSC_ERR_INVALID);
+    assert_true(strncmp(out, code, strlen(code)) == 0);
+    test_rmtree(k.dir);
 }
 
 static void test_ledger(void **state) {
@@ -176,13 +290,21 @@ static void test_copies(void **state) {
     fsc_device_free(d);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--open-cuda") == 0) { /* the child of test_cuda_plugin_no_fallback */
+        fsc_device *d = NULL;
+        fsc_status s = fsc_device_create("cuda", NULL, &d);
+        printf("%d %s\n", (int)s, s == FSC_OK ? "opened" : fsc_last_error());
+        if (s == FSC_OK) fsc_device_free(d);
+        return 0;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_cpu),
         cmocka_unit_test(test_bad_names_and_opts),
         cmocka_unit_test(test_cuda_without_plugin),
         cmocka_unit_test(test_cuda_plugin_directory),
-        cmocka_unit_test(test_cuda_plugin_without_entry_point),
+        cmocka_unit_test(test_cuda_plugin_that_is_not_one),
+        cmocka_unit_test(test_cuda_plugin_no_fallback),
         cmocka_unit_test(test_ledger),
         cmocka_unit_test(test_release_unknown_pointer),
         cmocka_unit_test(test_many_allocations),

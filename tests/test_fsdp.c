@@ -1,8 +1,9 @@
 /* FSDP against DDP on the simulated cluster.
  * Oracle: DDP on the same world size with the same data. Every FSDP strategy, with and without
  * reshard_after_forward, flat and nested wrapping, gives bit-identical losses and parameters after
- * several AdamW steps with clipping. Communication and memory are checked against the formulas. */
-#include "partest.h"
+ * several AdamW steps with clipping. Communication and memory are checked against the formulas. A save
+ * whose write fails on rank 0 fails on every rank at once with the writer's message. */
+#include "savefail.h"
 
 static const int worlds[] = { 1, 2, 3, 4, 8 };
 
@@ -133,7 +134,8 @@ static void unit_sizes(const fsc_gpt_config *c, int N, size_t *root, size_t *blo
 }
 
 /* Bytes per rank and step, as a ring sends them: full_shard = 3 (N-1)/N x padded parameter bytes, less
- * the root's backward gather (FairScale keeps the root gathered); shard_grad_op and DDP 2 (N-1)/N x. */
+ * the root's backward gather (FairScale keeps the root gathered); shard_grad_op and DDP 2 (N-1)/N x; and
+ * every strategy's non-finite vote, one float all-reduced. */
 static void test_fsdp_comm_volume(void **state) {
     (void)state;
     for (int N = 2; N <= 4; N++) {
@@ -143,8 +145,9 @@ static void test_fsdp_comm_volume(void **state) {
         size_t P = fsc_gpt_num_params(&ddp.cfg), root, block;
         unit_sizes(&ddp.cfg, N, &root, &block);
         double f = (double)(N - 1) / N;
-        double loss_bytes = f * 8.0 * N; /* the loss: one double per rank, all-gathered */
-        assert_true(fabs(ddp.comm[0].bytes[FSC_OP_ALL_REDUCE] - 2 * f * 4.0 * P) < 1e-6);
+        double loss_bytes = f * 24.0 * N; /* the loss and the batch check: three doubles per rank, all-gathered */
+        double vote = 2 * f * 4.0; /* the non-finite vote: one float all-reduced */
+        assert_true(fabs(ddp.comm[0].bytes[FSC_OP_ALL_REDUCE] - 2 * f * 4.0 * P - vote) < 1e-6);
         assert_true(fabs(ddp.comm[0].bytes[FSC_OP_ALL_GATHER] - loss_bytes) < 1e-6);
 
         size_t padded = root + (size_t)ddp.cfg.layers * block;
@@ -154,7 +157,7 @@ static void test_fsdp_comm_volume(void **state) {
         double want_ag = f * 4.0 * (2.0 * padded - root) + loss_bytes;
         assert_true(fabs(fs.comm[0].bytes[FSC_OP_ALL_GATHER] - want_ag) < 1e-6);
         assert_true(fabs(fs.comm[0].bytes[FSC_OP_REDUCE_SCATTER] - f * 4.0 * padded) < 1e-6);
-        assert_true(fs.comm[0].bytes[FSC_OP_ALL_REDUCE] == 0);
+        assert_true(fabs(fs.comm[0].bytes[FSC_OP_ALL_REDUCE] - vote) < 1e-6);
 
         pt_run go = fsdp_run(N, FSC_SHARD_GRAD_OP, FSC_WRAP_BLOCK, -1);
         go.po.clip = 0;
@@ -257,6 +260,17 @@ static void test_fsdp_sync_from_rank0(void **state) {
     free(b.params);
 }
 
+/* ---- a write that fails on the writing rank (savefail.h) ---- */
+
+static void test_fsdp_save_fails_on_every_rank(void **state) {
+    (void)state;
+    check_save_fails_on_every_rank(fsdp_run(2, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1), 2, "full_shard, world 2");
+    check_save_fails_on_every_rank(fsdp_run(4, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 1), 4, "full_shard, world 4");
+    pt_run h = fsdp_run(4, FSC_SHARD_HYBRID, FSC_WRAP_BLOCK, 1);
+    h.po.hybrid_group = 2;
+    check_save_fails_on_every_rank(h, 4, "hybrid_shard 2, world 4");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fsdp_equals_ddp),
@@ -268,6 +282,7 @@ int main(void) {
         cmocka_unit_test(test_fsdp_bf16),
         cmocka_unit_test(test_fsdp_f16_loss_scaling),
         cmocka_unit_test(test_fsdp_sync_from_rank0),
+        cmocka_unit_test(test_fsdp_save_fails_on_every_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

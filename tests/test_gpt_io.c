@@ -1,6 +1,7 @@
 /* Tests of lib/model/gpt_io.c: GPT-2 weights saved and loaded as safetensors in the Hugging Face layout,
  * and files for another model refused with messages naming the problem. */
 #include <dirent.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -304,6 +305,40 @@ static void test_truncated(void **state) {
     expect_refused(path, "larger than the file");
 }
 
+/* Set element el of tensor `name` of a model to v (through the flat parameter buffer). */
+static void model_poke(model *mm, const char *name, size_t el, float v) {
+    int t = fsc_gpt_param_index(&mm->m->cfg, name);
+    assert_true(t >= 0);
+    size_t off = 0;
+    for (int i = 0; i < t; i++) off += mm->m->info[i].numel;
+    assert_ok(fsc_device_upload(mm->dev, mm->params + off + el, &v, sizeof v));
+}
+
+/* Oracle: a file holding inf or NaN is refused with FSC_ERR_NUMERIC naming the file, the tensor and the
+ * element, also past the first 2^20-float chunk of a tensor. */
+static void test_nonfinite_refused(void **state) {
+    (void)state;
+    char path[256];
+    path_in_dir(path, sizeof path, "nan.safetensors");
+    model a, b;
+    model_make(&a, &CFG, 1.0f);
+    model_make(&b, &CFG, 2.0f);
+    model_poke(&a, "h.1.attn.c_attn.bias", 3, NAN);
+    assert_ok(fsc_gpt_save(a.m, path));
+    assert_err(fsc_gpt_load(b.m, path), FSC_ERR_NUMERIC, "h.1.attn.c_attn.bias, element 3, is NaN");
+    assert_err(fsc_gpt_load(b.m, path), FSC_ERR_NUMERIC, "nan.safetensors");
+    model_free(&a);
+    model_free(&b);
+    fsc_gpt_config big = {.layers = 1, .dim = 32, .heads = 1, .seq = 8, .vocab = 33000};
+    model_make(&a, &big, 1.0f);
+    model_make(&b, &big, 2.0f);
+    model_poke(&a, "wte.weight", 1050000, -INFINITY);
+    assert_ok(fsc_gpt_save(a.m, path));
+    assert_err(fsc_gpt_load(b.m, path), FSC_ERR_NUMERIC, "wte.weight, element 1050000, is -inf");
+    model_free(&a);
+    model_free(&b);
+}
+
 /* Oracle: an unbound model cannot be saved or loaded, and a missing file is an I/O error. */
 static void test_misuse(void **state) {
     (void)state;
@@ -336,6 +371,7 @@ int main(void) {
         cmocka_unit_test(test_wrong_shape),
         cmocka_unit_test(test_wrong_dtype),
         cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_nonfinite_refused),
         cmocka_unit_test(test_misuse),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);

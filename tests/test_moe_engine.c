@@ -156,6 +156,7 @@ static void me_check_comm(const me_run *r, int ep) {
     double a2a = 4.0 * nmoe * r->po.accum * (G - 1.0) / G * c->moe_experts * cap * c->dim * 4;
     double ar = G > 1 ? 2.0 * (W - 1) / W * 4 * dense + 2.0 * (R - 1) / R * 4 * mine /* expert-data group */
                       : 2.0 * (W - 1) / W * 4 * (dense + experts); /* every expert is a replicated parameter */
+    ar += 2.0 * (W - 1) / W * 4; /* the non-finite vote: one float over the world, here the data group */
     for (int q = 0; q < W; q++) {
         assert_int_equal(r->expert[q].calls[FSC_OP_ALL_TO_ALL], G > 1 ? 4 * nmoe * r->po.accum : 0);
         if (fabs(r->expert[q].bytes[FSC_OP_ALL_TO_ALL] - a2a) > 1e-6)

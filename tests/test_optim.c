@@ -324,12 +324,35 @@ static void test_loss_scaler(void **st) {
     assert_true(s.scale == 3.0e38f && s.good_steps == 0);
 }
 
+/* Oracle: the floor (DeepSpeed's min_loss_scale; GradScaler has none): overflows back the scale off to
+ * min_scale (default 1) and no further, however many; a floor of 0 still never reaches 0; a step taken at
+ * the floor grows from it as usual. */
+static void test_loss_scaler_floor(void **st) {
+    (void)st;
+    fsc_loss_scaler s;
+    fsc_loss_scaler_init(&s, 0.0f, 2);
+    assert_true(s.min_scale == 1.0f);
+    for (int i = 0; i < 300; i++) fsc_loss_scaler_update(&s, 1);
+    assert_true(s.scale == 1.0f && s.skipped == 300);
+    fsc_loss_scaler_update(&s, 0);
+    fsc_loss_scaler_update(&s, 0);
+    assert_true(s.scale == 2.0f);
+    fsc_loss_scaler_init(&s, 1000.0f, 2);
+    s.min_scale = 3.0f;
+    for (int i = 0; i < 9; i++) fsc_loss_scaler_update(&s, 1);
+    assert_true(s.scale == 3.0f); /* 1000 / 2^8 = 3.9, then the floor, not 1.95 */
+    s.min_scale = 0.0f;           /* no floor given: never 0, which would zero every gradient for good */
+    for (int i = 0; i < 400; i++) fsc_loss_scaler_update(&s, 1);
+    assert_true(s.scale > 0.0f && isfinite(s.scale));
+}
+
 /* Over a simulated cluster: every rank holds a slice of one gradient (different sizes, one rank empty). */
 typedef struct {
     const float *h;
     size_t n;
     double norm[8];
     int found[8];
+    int vote[8];       /* fsc_nonfinite_vote with 2 from rank 0 when a rank is poisoned */
     int poison_rank;   /* rank that puts an inf into its slice, -1 none */
 } dist_arg;
 
@@ -348,6 +371,9 @@ static fsc_status dist_fn(fsc_rank *r, void *argp) {
     float *segs[2] = {g, g + len[0]};
     FSC_TRY(fsc_grad_norm(r->dev, r->comm, segs, len, 2, &a->norm[r->rank]));
     FSC_TRY(fsc_grads_nonfinite(r->dev, r->comm, segs, len, 2, &a->found[r->rank]));
+    /* the vote with a verdict of the rank's own (2 on rank 0: its loss, say) outweighs the gradients' 1 */
+    FSC_TRY(fsc_nonfinite_vote(r->dev, r->comm, segs, len, 2, r->rank == 0 && a->poison_rank >= 0 ? 2 : 0,
+                               &a->vote[r->rank]));
     fsc_device_release(r->dev, g);
     return FSC_OK;
 }
@@ -369,6 +395,7 @@ static void test_grad_norm_distributed(void **st) {
             if (memcmp(&a.norm[r], &whole, sizeof whole))
                 fail_msg("world %d rank %d: %.17g vs %.17g", w, r, a.norm[r], whole);
             assert_int_equal(a.found[r], 0);
+            assert_int_equal(a.vote[r], 0);
         }
         if (w < 2) continue;
         a.poison_rank = w - 1;
@@ -376,6 +403,7 @@ static void test_grad_norm_distributed(void **st) {
         for (int r = 0; r < w; r++) {
             assert_true(isinf(a.norm[r]));
             assert_int_equal(a.found[r], 1);
+            assert_int_equal(a.vote[r], 2);
         }
     }
     free(h);
@@ -393,6 +421,7 @@ int main(void) {
         cmocka_unit_test(test_grad_norm_special),
         cmocka_unit_test(test_grad_clip),
         cmocka_unit_test(test_loss_scaler),
+        cmocka_unit_test(test_loss_scaler_floor),
         cmocka_unit_test(test_grad_norm_distributed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -383,10 +383,36 @@ static void test_header_longer_than_file(void **state) {
     fsc_st_file *f;
     assert_err(fsc_st_parse_buffer(b, len, &f), FSC_ERR_FORMAT, "larger than the file");
     b[0] = 0; b[5] = 1; /* 2^40 */
-    assert_err(fsc_st_parse_buffer(b, len, &f), FSC_ERR_FORMAT, "larger than the limit");
+    assert_err(fsc_st_parse_buffer(b, len, &f), FSC_ERR_FORMAT, "too large");
     memset(b, 0xff, 8); /* 2^64 - 1 */
-    assert_err(fsc_st_parse_buffer(b, len, &f), FSC_ERR_FORMAT, "larger than the limit");
+    assert_err(fsc_st_parse_buffer(b, len, &f), FSC_ERR_FORMAT, "too large");
     free(b);
+}
+
+/* Oracle: Hugging Face's cap. A header of 100,000,001 bytes is refused as "too large", naming its size and
+ * the limit, before anything is read or allocated (the file is sparse: 100 MB of nothing); one of exactly
+ * 100,000,000 bytes passes the cap (and is then refused only as larger than this small image). */
+static void test_header_too_large(void **state) {
+    (void)state;
+    assert_int_equal(FSC_ST_MAX_HEADER, 100000000u);
+    uint8_t b[16] = {0};
+    uint64_t n = FSC_ST_MAX_HEADER + 1ull;
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(n >> (8 * i));
+    fsc_st_file *f;
+    assert_err(fsc_st_parse_buffer(b, sizeof b, &f), FSC_ERR_FORMAT, "too large: 100000001 bytes");
+    assert_err(fsc_st_parse_buffer(b, sizeof b, &f), FSC_ERR_FORMAT, "limit of 100000000 bytes");
+    char path[256];
+    path_in_dir(path, sizeof path, "huge_header.safetensors");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, b, 8), 8);
+    assert_int_equal(ftruncate(fd, (off_t)(8 + n)), 0);
+    close(fd);
+    assert_err(fsc_st_open(path, &f), FSC_ERR_FORMAT, "too large: 100000001 bytes");
+    unlink(path);
+    n = FSC_ST_MAX_HEADER;
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(n >> (8 * i));
+    assert_err(fsc_st_parse_buffer(b, sizeof b, &f), FSC_ERR_FORMAT, "larger than the file");
 }
 
 static void test_header_not_json(void **state) {
@@ -424,7 +450,10 @@ static void test_unknown_dtype(void **state) {
 static void test_bad_dims(void **state) {
     (void)state;
     expect_bad(E1("F32", "[-1]", 0, 4), 4, FSC_ERR_FORMAT, "negative dimension");
-    expect_bad(E1("F32", "[1e300]", 0, 4), 4, FSC_ERR_FORMAT, "huge dimension");
+    expect_bad(E1("F32", "[1e300]", 0, 4), 4, FSC_ERR_FORMAT, "other than an integer");
+    expect_bad(E1("F32", "[1e0]", 0, 4), 4, FSC_ERR_FORMAT, "other than an integer"); /* integers are written so */
+    expect_bad(E1("F32", "[1.0]", 0, 4), 4, FSC_ERR_FORMAT, "other than an integer");
+    expect_bad(E1("F32", "[99999999999999999999999]", 0, 4), 4, FSC_ERR_FORMAT, "huge dimension");
     expect_bad(E1("F32", "[9007199254740994]", 0, 4), 4, FSC_ERR_FORMAT, "huge dimension");
     expect_bad(E1("F32", "[1.5]", 0, 4), 4, FSC_ERR_FORMAT, "other than an integer");
     expect_bad(E1("F32", "[\"2\"]", 0, 4), 4, FSC_ERR_FORMAT, "other than an integer");
@@ -507,6 +536,181 @@ static void test_bad_metadata(void **state) {
     expect_bad("{\"__metadata__\":{\"k\":1}}", 0, FSC_ERR_FORMAT, "value of \"k\" is not a string");
 }
 
+/* Oracle: strict JSON as Hugging Face's parser reads it. Each malformed text is refused as not valid JSON
+ * (naming the problem), each hostile but valid one with its own message, and the neighbours parse. */
+static void test_strict_json(void **state) {
+    (void)state;
+#define ENTRY(name) "\"" name "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}"
+    expect_bad("{" ENTRY("a") ",}", 1, FSC_ERR_FORMAT, "not valid JSON (expected a string");   /* trailing comma */
+    expect_bad("{\"t\":{\"dtype\":\"U8\",\"shape\":[1,],\"data_offsets\":[0,1]}}", 1, FSC_ERR_FORMAT, "not valid JSON");
+    expect_bad("{\"t\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}", 1, FSC_ERR_FORMAT, "not valid JSON");
+    expect_bad("{\"t\":{\"dtype\":\"U8\",\"shape\":[+1],\"data_offsets\":[0,1]}}", 1, FSC_ERR_FORMAT, "not valid JSON");
+    expect_bad("{'t':1}", 0, FSC_ERR_FORMAT, "not valid JSON (expected a string at byte 1");
+    expect_bad("{" ENTRY("a\tb") "}", 1, FSC_ERR_FORMAT, "control character");  /* a raw tab in a name */
+    expect_bad("{" ENTRY("a\xff") "}", 1, FSC_ERR_FORMAT, "invalid UTF-8");
+    expect_bad("{" ENTRY("a\xc0\xaf") "}", 1, FSC_ERR_FORMAT, "invalid UTF-8"); /* overlong '/' */
+    expect_bad("{" ENTRY("a\xed\xa0\x80") "}", 1, FSC_ERR_FORMAT, "invalid UTF-8"); /* a surrogate as UTF-8 */
+    expect_bad("{" ENTRY("a\\ud800") "}", 1, FSC_ERR_FORMAT, "unpaired surrogate");
+    expect_bad("{" ENTRY("a\\udc00\\ud800") "}", 1, FSC_ERR_FORMAT, "unpaired surrogate");
+    expect_bad("{" ENTRY("a\\x") "}", 1, FSC_ERR_FORMAT, "invalid escape");
+    expect_bad("{" ENTRY("a\\u12") "}", 1, FSC_ERR_FORMAT, "invalid \\u escape");
+    expect_bad("{\"t\":tru}", 0, FSC_ERR_FORMAT, "not valid JSON (expected a value at byte 5");
+    /* names and metadata are C strings: an escaped NUL is refused rather than cut short */
+    expect_bad("{" ENTRY("a\\u0000b") "}", 1, FSC_ERR_FORMAT, "NUL character");
+    expect_bad("{\"__metadata__\":{\"k\":\"v\\u0000w\"}}", 0, FSC_ERR_FORMAT, "NUL character");
+    expect_bad("{\"t\":{\"dtype\":\"U8\\u0000\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, FSC_ERR_FORMAT, "unknown dtype");
+    /* a field given twice is refused (JSON parsers disagree on which one wins) */
+    expect_bad("{\"t\":{\"dtype\":\"U8\",\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, FSC_ERR_FORMAT,
+               "field dtype twice");
+    /* nesting: 128 levels are read (and skipped in an unknown field), 129 are refused */
+    char deep[600];
+    for (int levels = 128; levels <= 129; levels++) { /* the root, t, then levels - 2 arrays */
+        int k = snprintf(deep, sizeof deep, "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":");
+        for (int i = 0; i < levels - 2; i++) deep[k++] = '[';
+        for (int i = 0; i < levels - 2; i++) deep[k++] = ']';
+        snprintf(deep + k, sizeof deep - (size_t)k, "}}");
+        if (levels == 128) expect_bad(deep, 1, FSC_OK, NULL);
+        else expect_bad(deep, 1, FSC_ERR_FORMAT, "nested too deeply");
+    }
+    /* the neighbours: escapes and UTF-8 decode to the name, unknown fields of any type are skipped */
+    size_t len;
+    uint8_t *b = make_image("{\"a\\u00e9\\ud83d\\ude00\\n\\/\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],"
+                            "\"extra\":{\"k\":[1,-2.5e3,true,false,null,\"s\"]}},"
+                            "\"\xc3\xa9\":{\"data_offsets\":[1,2],\"shape\":[],\"dtype\":\"U8\"}}", 2, &len);
+    fsc_st_file *f;
+    assert_ok(fsc_st_parse_buffer(b, len, &f));
+    assert_non_null(fsc_st_find(f, "a\xc3\xa9\xf0\x9f\x98\x80\n/"));
+    assert_non_null(fsc_st_find(f, "\xc3\xa9"));
+    fsc_st_close(f);
+    free(b);
+#undef ENTRY
+}
+
+/* ---- memory: what parsing may allocate, in proportion to the bytes read ---- */
+
+/* The test's malloc family stands in for the C library's and counts the bytes the heap holds (sanitizer
+ * builds keep their own allocator and skip the measurement). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define COUNT_HEAP 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define COUNT_HEAP 0
+#endif
+#endif
+#ifndef COUNT_HEAP
+#define COUNT_HEAP 1
+#endif
+
+#if COUNT_HEAP
+#include <malloc.h>
+#include <stdatomic.h>
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+static _Atomic long long heap_now, heap_peak;
+
+static void heap_add(long long d) {
+    long long now = atomic_fetch_add(&heap_now, d) + d, peak = atomic_load(&heap_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&heap_peak, &peak, now)) {}
+}
+void *malloc(size_t n) {
+    void *p = __libc_malloc(n);
+    if (p) heap_add((long long)malloc_usable_size(p));
+    return p;
+}
+void *calloc(size_t a, size_t n) {
+    void *p = __libc_calloc(a, n);
+    if (p) heap_add((long long)malloc_usable_size(p));
+    return p;
+}
+void *realloc(void *p, size_t n) {
+    long long old = p ? (long long)malloc_usable_size(p) : 0;
+    void *q = __libc_realloc(p, n);
+    if (q) heap_add((long long)malloc_usable_size(q) - old);
+    else if (!n) heap_add(-old);
+    return q;
+}
+void free(void *p) {
+    if (p) heap_add(-(long long)malloc_usable_size(p));
+    __libc_free(p);
+}
+#endif
+
+/* The most the heap held above its level before, while parsing image b (len bytes). */
+static long long parse_peak(const uint8_t *b, size_t len, fsc_status *st) {
+#if COUNT_HEAP
+    atomic_store(&heap_peak, atomic_load(&heap_now));
+    long long base = atomic_load(&heap_now);
+#endif
+    fsc_st_file *f = NULL;
+    *st = fsc_st_parse_buffer(b, len, &f);
+#if COUNT_HEAP
+    long long peak = atomic_load(&heap_peak) - base;
+#else
+    long long peak = 0;
+#endif
+    fsc_st_close(f);
+    return peak;
+}
+
+/* A header of about `bytes` made of `unit` repeated (with "%d" replaced by a counter), between head and
+ * tail, as a file image with data_len bytes of data. */
+static uint8_t *hostile_image(const char *head, const char *unit, const char *tail, size_t bytes, size_t data_len,
+                              size_t *len, int *count) {
+    size_t cap = bytes + 256;
+    char *h = malloc(cap);
+    assert_non_null(h);
+    size_t k = (size_t)snprintf(h, cap, "%s", head);
+    int i = 0;
+    while (k + 64 + strlen(tail) < bytes) {
+        if (i) h[k++] = ',';
+        k += (size_t)snprintf(h + k, cap - k, unit, i, i);
+        i++;
+    }
+    snprintf(h + k, cap - k, "%s", tail);
+    uint8_t *b = make_image(h, data_len, len);
+    free(h);
+    *count = i;
+    return b;
+}
+
+/* Oracle: parsing an image of L bytes allocates at most 6 L (the copy the file keeps, entries of 216 bytes
+ * for at least 49 bytes of text each, their sort), whatever the header holds: arrays of numbers (a JSON
+ * tree takes 80 bytes for each 2), thousands of empty members (each once bought a 216-byte entry for 7
+ * bytes of text), metadata pairs and valid entries. Each hostile header is refused with its own message
+ * (or parses, for the valid entries), quickly. */
+static void test_hostile_headers_memory(void **state) {
+    (void)state;
+    const size_t MB = 1 << 20;
+    struct { const char *head, *unit, *tail; fsc_status st; const char *needle; } cases[] = {
+        { "{\"a\":[", "0", "]}", FSC_ERR_FORMAT, "entry a is not a JSON object" },
+        { "{\"a\":{\"x\":[", "[]", "]}}", FSC_ERR_FORMAT, "tensor a has no dtype" },
+        { "{", "\"%d\":{}", "}", FSC_ERR_FORMAT, "tensor 0 has no dtype" },
+        { "{", "\"%d\":{\"dtype\":\"U8\",\"shape\":[1]}", "}", FSC_ERR_FORMAT, "tensor 0 has no data_offsets" },
+        { "{\"__metadata__\":{", "\"%d\":\"\"", "}}", FSC_OK, NULL },
+        { "{", "\"%d\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}", "}", FSC_OK, NULL },
+        { "{", "\"%d\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[%d,0]}", "}", FSC_ERR_FORMAT, "data_offsets [1, 0] of tensor 1 end before" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t len;
+        int count;
+        uint8_t *b = hostile_image(cases[c].head, cases[c].unit, cases[c].tail, 8 * MB, 0, &len, &count);
+        assert_true(count > 1000);
+        fsc_status st;
+        long long peak = parse_peak(b, len, &st);
+        if (st != cases[c].st || (cases[c].needle && !strstr(fsc_last_error(), cases[c].needle)))
+            fail_msg("case %zu: %s: %s", c, fsc_status_str(st), st ? fsc_last_error() : "ok");
+        if (peak > 6 * (long long)len)
+            fail_msg("case %zu (\"%s\" x %d): parsing %zu bytes took %lld bytes of heap", c, cases[c].unit, count, len,
+                     peak);
+        free(b);
+    }
+#if !COUNT_HEAP
+    skip(); /* the parse results above were checked; the heap is not measured under a sanitizer */
+#endif
+}
+
 /* Oracle: a well-formed image with metadata, an empty tensor and trailing header whitespace parses, and
  * its data can be read after the caller's buffer is gone. */
 static void test_wellformed_neighbours(void **state) {
@@ -536,6 +740,7 @@ int main(void) {
         cmocka_unit_test(test_writer_misuse),
         cmocka_unit_test(test_short_file),
         cmocka_unit_test(test_header_longer_than_file),
+        cmocka_unit_test(test_header_too_large),
         cmocka_unit_test(test_header_not_json),
         cmocka_unit_test(test_header_not_object),
         cmocka_unit_test(test_missing_fields),
@@ -549,6 +754,8 @@ int main(void) {
         cmocka_unit_test(test_duplicate_names),
         cmocka_unit_test(test_name_too_long),
         cmocka_unit_test(test_bad_metadata),
+        cmocka_unit_test(test_strict_json),
+        cmocka_unit_test(test_hostile_headers_memory),
         cmocka_unit_test(test_wellformed_neighbours),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);

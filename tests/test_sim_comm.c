@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include "testutil.h"
-#include "fsc/comm_impl.h"
+#include "core/comm_impl.h"
 
 #define CHECK(cond, ...)                                              \
     do {                                                              \

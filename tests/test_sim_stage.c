@@ -10,8 +10,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include "partest.h"
-#include "fsc/comm_impl.h"
-#include "fsc/device_impl.h"
+#include "core/comm_impl.h"
+#include "core/device_impl.h"
 #include "../sim/sim.h"
 
 #define CHECK(cond, ...)                                              \

@@ -1,7 +1,7 @@
 /* Tests for lib/core/status.c: the thread-local error message.
  * Oracles: the message is exactly the printf formatting of the arguments; a message set on another
  * thread is not visible on this one; long messages are truncated, never overflow; a prefix goes before
- * the message with ": ". */
+ * the message with ": "; a rank prefix is added only to a message that does not already name a rank. */
 #include <pthread.h>
 #include "testutil.h"
 
@@ -22,9 +22,10 @@ static void test_status_names(void **state) {
     assert_string_equal(fsc_status_str(FSC_ERR_INVALID), "invalid argument");
     assert_string_equal(fsc_status_str(FSC_ERR_UNSUPPORTED), "unsupported");
     assert_string_equal(fsc_status_str(FSC_ERR_INTERNAL), "internal error");
-    /* every code has a distinct name */
-    for (int a = FSC_OK; a <= FSC_ERR_INTERNAL; a++)
-        for (int b = a + 1; b <= FSC_ERR_INTERNAL; b++)
+    assert_string_equal(fsc_status_str(FSC_ERR_NUMERIC), "non-finite values");
+    /* every code has a distinct name (FSC_ERR_NUMERIC is the last) */
+    for (int a = FSC_OK; a <= FSC_ERR_NUMERIC; a++)
+        for (int b = a + 1; b <= FSC_ERR_NUMERIC; b++)
             assert_string_not_equal(fsc_status_str((fsc_status)a), fsc_status_str((fsc_status)b));
     assert_string_equal(fsc_status_str((fsc_status)999), "unknown status");
 }
@@ -71,6 +72,30 @@ static void test_prefix_keeps_the_message(void **state) {
     assert_true(strlen(fsc_last_error()) < sizeof big - 1);
 }
 
+/* fsc_error_rank names a rank once: a message that already starts with one keeps it. */
+static void test_rank_named_once(void **state) {
+    (void)state;
+    fsc_error(FSC_ERR_IO, "disk full");
+    assert_int_equal(fsc_error_rank(FSC_ERR_IO, "rank %d", 0), FSC_ERR_IO);
+    assert_string_equal(fsc_last_error(), "rank 0: disk full");
+    fsc_error_rank(FSC_ERR_IO, "rank %d", 1); /* passed on by rank 1: still rank 0's */
+    assert_string_equal(fsc_last_error(), "rank 0: disk full");
+    fsc_error_rank(FSC_ERR_IO, "rank %d of %d (%s)", 1, 2, "torchrun");
+    assert_string_equal(fsc_last_error(), "rank 0: disk full");
+    fsc_error(FSC_ERR_IO, "rank 3 of the 'tensor' group: disk full");
+    fsc_error_rank(FSC_ERR_IO, "rank %d", 5);
+    assert_string_equal(fsc_last_error(), "rank 3 of the 'tensor' group: disk full");
+    /* messages that merely start with the word are not a rank's name */
+    static const char *not_a_rank[] = {"rankings differ", "rank x: y", "rank 3 could not get the id", "rank", ""};
+    for (int i = 0; i < 5; i++) {
+        fsc_error(FSC_ERR_IO, "%s", not_a_rank[i]);
+        fsc_error_rank(FSC_ERR_IO, "rank %d", 2);
+        char want[128];
+        snprintf(want, sizeof want, "rank 2: %s", not_a_rank[i][0] ? not_a_rank[i] : "i/o error");
+        assert_string_equal(fsc_last_error(), want);
+    }
+}
+
 static fsc_status fails(void) { return fsc_error(FSC_ERR_FORMAT, "bad"); }
 static fsc_status try_chain(int *reached) {
     FSC_TRY(fails());
@@ -93,6 +118,7 @@ int main(void) {
         cmocka_unit_test(test_message_is_thread_local),
         cmocka_unit_test(test_try_propagates),
         cmocka_unit_test(test_prefix_keeps_the_message),
+        cmocka_unit_test(test_rank_named_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
  *   1e-5 absolute (lr 1e-3); the data group carries exactly the gradient all-reduce and the loss
  *   all-gather, the tensor group the rest (printed per group). */
 #include "test_tp_util.h"
+#include "tp_trainer.h"
 
 #define STEPS 3
 

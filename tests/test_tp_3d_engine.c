@@ -18,6 +18,7 @@
  * - bad configurations are clear errors. */
 #include <unistd.h>
 #include "test_tp_util.h"
+#include "tp_trainer.h"
 
 #define STEPS 3
 #define W 8

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "trainertest.h"
@@ -83,7 +84,7 @@ static void test_help(void **st) {
     const char *names[] = {"--layers", "--dim", "--heads", "--seq", "--vocab", "--data", "--batch", "--steps",
                            "--lr", "--optimizer", "--momentum", "--weight-decay", "--clip", "--seed", "--init-save",
                            "--save", "--load", "--json", "--world", "--parallel", "--shard", "--wrap",
-                           "--precision", "--accum", "--check-ddp"};
+                           "--precision", "--accum", "--check-ddp", "--nonfinite", "--max-skipped-steps"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strstr(out, names[i])) fail_msg("--help lacks %s", names[i]);
     free(out);
@@ -139,6 +140,59 @@ static void test_data_vocab(void **st) {
     free(err);
     free(args);
     free(path);
+}
+
+/* Run the trainer on --data path with the tiny model, stopped after 10 s (and, outside sanitizer builds,
+ * held to 4 GB of address space), so that a trainer which waits on a FIFO or reads a device without end
+ * fails this test instead of hanging or filling the machine. Returns the exit code and stderr in *err. */
+static int run_data(const char *path, char **err) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    const char *limit = "";
+#else
+    const char *limit = "ulimit -v 4000000 2>/dev/null; ";
+#endif
+    char *args = fmt("-c \"%sexec timeout 10 '%s' " TINY " --data '%s'\"", limit, trainer, path);
+    int rc = prog_run("sh", args, tmpdir, NULL, err);
+    free(args);
+    return rc;
+}
+
+/* Oracle: --data must be a regular file of at least --seq + 1 bytes. A FIFO (which once blocked the
+ * trainer), a device (/dev/zero, read once until memory ran out), a directory, an empty file and one of
+ * --seq bytes are each refused at once with exit 2 and a message saying what is wrong; a file of exactly
+ * --seq + 1 bytes trains. */
+static void test_data_not_a_file(void **st) {
+    (void)st;
+    char *fifo = fmt("%s/fifo", tmpdir), *empty = fmt("%s/empty.txt", tmpdir), *shortf = fmt("%s/short.txt", tmpdir),
+         *exact = fmt("%s/exact.txt", tmpdir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    write_data(empty, 0, 26);
+    write_data(shortf, 8, 26);  /* --seq 8 */
+    write_data(exact, 9, 26);
+    struct { const char *path, *needle; } cases[] = {
+        {fifo, "is a FIFO"},
+        {"/dev/zero", "is a device"},
+        {tmpdir, "is a directory"},
+        {empty, "the file is empty: 0 tokens, but --seq 8 needs at least 9"},
+        {shortf, "8 tokens, but --seq 8 needs at least 9"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *err = NULL;
+        int rc = run_data(cases[i].path, &err);
+        if (rc != 2 || !strstr(err, cases[i].needle) || !strstr(err, cases[i].path))
+            fail_msg("--data %s: exit %d, message \"%s\" (expected 2 and \"%s\")", cases[i].path, rc, err,
+                     cases[i].needle);
+        free(err);
+    }
+    char *err = NULL;
+    int rc = run_data(exact, &err);
+    if (rc != 0) fail_msg("--data of exactly --seq + 1 bytes: exit %d: %s", rc, err);
+    free(err);
+    unlink(fifo);
+    free(fifo);
+    free(empty);
+    free(shortf);
+    free(exact);
 }
 
 /* The data-order contract, implemented here independently of the trainer. */
@@ -257,6 +311,84 @@ static void test_determinism_and_weights(void **st) {
     free(args);
 }
 
+/* Set element el of tensor `name` in a safetensors file to v. */
+static void patch_float(const char *path, const char *name, size_t el, float v) {
+    fsc_st_file *f = NULL;
+    assert_ok(fsc_st_open(path, &f));
+    const fsc_st_entry *en = fsc_st_find(f, name);
+    assert_non_null(en);
+    uint64_t begin = en->begin;
+    fsc_st_close(f);
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    unsigned char b8[8];
+    assert_int_equal(fread(b8, 1, 8, fp), 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b8[i];
+    assert_int_equal(fseek(fp, (long)(8 + hlen + begin + 4 * el), SEEK_SET), 0);
+    assert_int_equal(fwrite(&v, sizeof v, 1, fp), 1);
+    fclose(fp);
+}
+
+/* Run the trainer expecting exit status want and needles in its stderr. */
+static void expect_run(const char *args, int want, const char *const *needles, int n) {
+    char *out = NULL, *err = NULL;
+    int rc = run(args, &out, &err);
+    if (rc != want) fail_msg("'%s': exit %d (expected %d)\nstdout: %s\nstderr: %s", args, rc, want, out, err);
+    for (int i = 0; i < n; i++)
+        if (!strstr(err, needles[i])) fail_msg("'%s': stderr \"%s\" lacks \"%s\"", args, err, needles[i]);
+    free(out);
+    free(err);
+}
+
+/* Oracle (docs/fsdp.md, "Non-finite steps"): SGD with lr = weight decay = 1e30 makes every nonzero weight
+ * inf in step 1 (whose loss is finite). Then a checkpoint is refused and nothing is written; the next step
+ * stops the run (exit 1) naming it, on one rank and on an FSDP world; --nonfinite skip skips until
+ * --max-skipped-steps in a row; fp16 skips with the scale at its floor until the limit; --load of a file with
+ * one NaN is refused naming the tensor and element; --nonfinite with fp16 is an error. */
+static void test_nonfinite(void **st) {
+    (void)st;
+    const char *blow = TINY " --optimizer sgd --momentum 0 --lr 1e30 --weight-decay 1e30 --clip 0";
+    char *args = fmt("%s --data '%s/data.txt' --save-every 1 --ckpt-dir '%s/nfck'", blow, tmpdir, tmpdir);
+    expect_run(args, 1, (const char *const[]){"non-finite values", "checkpoint of step 1 not written", "inf"}, 3);
+    free(args);
+    args = fmt("%s/nfck/step-00000001", tmpdir);
+    assert_int_equal(access(args, F_OK), -1);
+    free(args);
+    const char *worlds[] = {"", "--world 2 --parallel fsdp"};
+    for (int w = 0; w < 2; w++) {
+        args = fmt("%s --data '%s/data.txt' %s", blow, tmpdir, worlds[w]);
+        expect_run(args, 1, (const char *const[]){"step 2/3: optimizer step 2: the loss is", "stopped before the update"}, 2);
+        free(args);
+    }
+    args = fmt("%s --data '%s/data.txt' --steps 5 --nonfinite skip --max-skipped-steps 2", blow, tmpdir);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(run(args, &out, &err), 1);
+    if (!strstr(out, "step    2/5") || !strstr(out, "skipped (inf/nan loss or gradients)") ||
+        strstr(out, "step    3/5") || !strstr(err, "step 3/5: optimizer step 2: 2 steps in a row skipped"))
+        fail_msg("'%s': step 2 skipped, step 3 the second in a row, expected; output:\n%s%s", args, out, err);
+    free(out);
+    free(err);
+    free(args);
+    args = fmt("%s --data '%s/data.txt' --steps 40 --precision fp16 --max-skipped-steps 20", blow, tmpdir);
+    expect_run(args, 1, (const char *const[]){"20 steps in a row skipped", "the loss scale is 1, its floor 1"}, 2);
+    free(args);
+    args = fmt(TINY " --data '%s/data.txt' --precision fp16 --nonfinite stop", tmpdir);
+    expect_run(args, 2, (const char *const[]){"--nonfinite applies to fp32 and bf16"}, 1);
+    free(args);
+    args = fmt(TINY " --data '%s/data.txt' --steps 0 --init-save '%s/nan.st'", tmpdir, tmpdir);
+    expect_run(args, 0, NULL, 0);
+    free(args);
+    args = fmt("%s/nan.st", tmpdir);
+    patch_float(args, "h.0.mlp.c_fc.bias", 2, NAN);
+    free(args);
+    for (int w = 0; w < 2; w++) {
+        args = fmt(TINY " --data '%s/data.txt' --load '%s/nan.st' %s", tmpdir, tmpdir, worlds[w]);
+        expect_run(args, 1, (const char *const[]){"nan.st: refusing non-finite weights", "h.0.mlp.c_fc.bias, element 2, is NaN"}, 2);
+        free(args);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char self[PATH_MAX];
@@ -277,9 +409,11 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_data_vocab),
+        cmocka_unit_test(test_data_not_a_file),
         cmocka_unit_test(test_data_order_and_losses),
         cmocka_unit_test(test_json_and_world),
         cmocka_unit_test(test_determinism_and_weights),
+        cmocka_unit_test(test_nonfinite),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     char cmd[128];

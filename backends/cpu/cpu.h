@@ -1,10 +1,10 @@
 /* Private to the CPU backend: the kernels that fill its fsc_device_ops table (cpu_device.c).
- * Every function here follows the contract written next to its table entry in device_impl.h. */
+ * Every function here follows the contract written next to its table entry in fsc/plugin/device_ops.h. */
 #ifndef FSC_CPU_H
 #define FSC_CPU_H
 #include <stddef.h>
 #include <stdint.h>
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 /* gcc at -O2 (the default build) vectorizes only loops whose trip count is a multiple of the vector
  * width; the kernels are written as plain loops for the vectorizer, so let it use its normal cost model

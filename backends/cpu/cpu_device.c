@@ -1,4 +1,4 @@
-/* The CPU device: host memory (64-byte aligned) and the kernel table (device_impl.h).
+/* The CPU device: host memory (64-byte aligned) and the kernel table (fsc/plugin/device_ops.h).
  * Device pointers are host pointers, so uploads and downloads are memcpy. Every call returns when its work
  * is done, so sync is a no-op and the stream/event entries are NULL.
  * opts->threads > 0 calls openblas_set_num_threads, which is PROCESS-GLOBAL in OpenBLAS: the last

@@ -1,5 +1,5 @@
 /* CPU kernels of today's language models beyond GPT-2, and of simple regressors: RMS norm, rotary position
- * embeddings, SiLU and SwiGLU, the elementwise product and the squared error (contracts in device_impl.h).
+ * embeddings, SiLU and SwiGLU, the elementwise product and the squared error (contracts in plugin/device_ops.h).
  * As in cpu_kernels.c, every sum runs in a fixed order, so the bits never depend on the thread count:
  * elementwise work is split anywhere, per-row work by rows, sums over rows (RMS norm's dw) by columns.
  * Rotary angles are computed in double from the position and theta^(-2i/D), once per call into a table of

@@ -1,7 +1,7 @@
 /* CPU reductions to the host (sum, absmax, exact fixed-point sum of squares) and the optimizer
  * updates. The float sum runs in ascending index order on one thread; max and the integer sum of squares
  * do not depend on order, so they are split over the device's threads (cpu_pool.c) and combined. The
- * optimizers are elementwise in float, exactly the formulas written in device_impl.h, so a shard of a
+ * optimizers are elementwise in float, exactly the formulas written in plugin/device_ops.h, so a shard of a
  * tensor (or a thread's range) updates exactly as the whole would. */
 #include <math.h>
 #include <string.h>

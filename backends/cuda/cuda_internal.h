@@ -1,6 +1,6 @@
 /* Private to the cuda plug-in (libfsc_cuda.so): the device context shared by its .cu files, error
  * helpers, launch helpers and the entry points each file contributes to the fsc_device_ops table.
- * Not a public interface: the core sees only the table (device_impl.h) and the exported functions.
+ * Not a public interface: the core sees only the table (fsc/plugin/device_ops.h) and the exported functions.
  *
  * Streams: every kernel, copy and cuBLAS call goes to the context's current stream (cu_stream_of);
  * the NCCL communicator enqueues on it too. Scratch memory belongs to a stream, so work on two streams
@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 extern "C" {
-#include "fsc/device_impl.h"
-#include "fsc/comm_impl.h"
+#include "fsc/plugin/device_ops.h"
+#include "fsc/plugin/comm_ops.h"
 }
 
 #define CU_MAGIC 0x66736375u /* "fscu" */
@@ -103,7 +103,7 @@ static inline unsigned cu_blocks(size_t n, unsigned threads) {
 }
 
 /* ---- kernels: the table entries (cuda_gemm.cu, cuda_elementwise.cu, cuda_norm.cu, cuda_attn.cu,
- * cuda_reduce.cu, cuda_modern.cu); signatures as in device_impl.h ---- */
+ * cuda_reduce.cu, cuda_modern.cu); signatures as in fsc/plugin/device_ops.h ---- */
 fsc_status cu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
                    int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
                    int batch);

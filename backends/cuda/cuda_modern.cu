@@ -1,10 +1,10 @@
 /* Kernels of the cuda device for today's language models beyond GPT-2 and for simple regressors: rotary
  * position embeddings, SiLU and SwiGLU, the elementwise product and the squared error (contracts in
- * device_impl.h; RMS norm is with layer norm in cuda_norm.cu). The CPU backend's float expressions, compiled
- * without FMA contraction: the product is bit-identical to it; SiLU/SwiGLU differ by expf's last bits; rotary
- * angles are computed in double (pow, sincos) and rounded to float as on the CPU, so they differ only where
- * the two libraries' double results round to different floats. The squared error sums a row in double,
- * a warp per row (lanes, then a butterfly): deterministic, not the CPU's order. No atomics. */
+ * fsc/plugin/device_ops.h; RMS norm is with layer norm in cuda_norm.cu). The CPU backend's float expressions,
+ * compiled without FMA contraction: the product is bit-identical to it; SiLU/SwiGLU differ by expf's last
+ * bits; rotary angles are computed in double (pow, sincos) and rounded to float as on the CPU, so they differ
+ * only where the two libraries' double results round to different floats. The squared error sums a row in
+ * double, a warp per row (lanes, then a butterfly): deterministic, not the CPU's order. No atomics. */
 #include "cuda_internal.h"
 
 #define GRID_STRIDE(i, n) for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \

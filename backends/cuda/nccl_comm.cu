@@ -1,4 +1,4 @@
-/* The NCCL communicator of the cuda plug-in (comm_impl.h): one process per GPU, created by the launcher
+/* The NCCL communicator of the cuda plug-in (fsc/plugin/comm_ops.h): one process per GPU, created by the launcher
  * (lib/core/launch.c) through the exported fsc_nccl_get_unique_id / fsc_nccl_comm_open.
  * Collectives are enqueued on the device's current stream, so they are ordered with the kernels around
  * them and overlap with compute on other streams. Semantics follow the simulated communicator where NCCL
@@ -317,7 +317,8 @@ extern "C" __attribute__((visibility("default"))) fsc_status fsc_nccl_get_unique
 extern "C" __attribute__((visibility("default"))) fsc_status fsc_nccl_comm_open(int abi_version, const void *id,
                                                                               size_t bytes, int rank, int world,
                                                                               void *device_ctx, double timeout_s,
-                                                                              const fsc_comm_ops **ops, void **ctx) {
+                                                                              int native, const fsc_comm_ops **ops,
+                                                                              void **ctx) {
     if (abi_version != FSC_COMM_ABI_VERSION)
         return cu_err(FSC_ERR_UNSUPPORTED, "nccl communicator: built for interface version %d, the library asks for %d",
                       FSC_COMM_ABI_VERSION, abi_version);

@@ -14,13 +14,19 @@ fsc_status ck_agree(fsc_engine *e, fsc_status mine) { return fsc_comm_agree(e->r
 
 fsc_status ck_bcast_host(fsc_engine *e, void *host, size_t len) {
     if (fsc_comm_size(e->r->comm) == 1 || len == 0) return FSC_OK;
-    void *d;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, len, &d));
-    fsc_status s = fsc_comm_rank(e->r->comm) == 0 ? fsc_device_upload(e->dev, d, host, len) : FSC_OK;
-    if (s == FSC_OK) s = fsc_comm_broadcast(e->r->comm, d, len, FSC_U8, 0);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, host, d, len);
+    const size_t chunk = CK_CHUNK * sizeof(float);
+    const int root = fsc_comm_rank(e->r->comm) == 0;
+    uint8_t *h = host, *d;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, len < chunk ? len : chunk, (void **)&d));
+    fsc_status s = FSC_OK, c = FSC_OK; /* a failed copy still takes part in every broadcast */
+    for (size_t off = 0; off < len && c == FSC_OK; off += chunk) {
+        size_t n = len - off < chunk ? len - off : chunk;
+        if (root && s == FSC_OK) s = fsc_device_upload(e->dev, d, h + off, n);
+        c = fsc_comm_broadcast(e->r->comm, d, n, FSC_U8, 0);
+        if (c == FSC_OK && !root && s == FSC_OK) s = fsc_device_download(e->dev, h + off, d, n);
+    }
     fsc_device_release(e->dev, d);
-    return s;
+    return c != FSC_OK ? c : s;
 }
 
 fsc_status ck_gather_recs(fsc_engine *e, const ck_rec *mine, int n, ck_rec **out, int *nout) {

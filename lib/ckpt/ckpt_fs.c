@@ -1,10 +1,13 @@
 /* Checkpoint files without an engine: directory names and listing (the newest complete checkpoint,
  * removal of what interrupted saves left), synced writes, reading pieces with their checksums, and the
  * structural and checksum verification behind fsc_ckpt_verify and the inspection tool.
- * Checksums are zlib's crc32 over the bytes of each piece as stored. */
+ * Checksums are zlib's crc32 over the bytes of each piece as stored.
+ * Removal never follows a symbolic link and removes only regular files of the names a save writes: a
+ * directory that holds anything else is left in place, and the caller is told what and why. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,23 +46,93 @@ static int is_tmp_name(const char *name) {
     return p > name + 5 && strncmp(p, ".tmp-", 5) == 0;
 }
 
-fsc_status ck_remove_dir(const char *path) {
-    char eb[128], file[4096];
-    DIR *d = opendir(path);
-    if (!d) {
-        if (errno == ENOENT) return FSC_OK;
-        return fsc_error(FSC_ERR_IO, "%s: cannot open the directory: %s", path, errstr(errno, eb, sizeof eb));
+/* Digits, at least one, from *p on; advances *p. */
+static int digits(const char **p) {
+    const char *q = *p;
+    while (**p >= '0' && **p <= '9') (*p)++;
+    return *p > q;
+}
+
+/* A file a save writes in its directory: metadata.json, model.safetensors, optim.safetensors,
+ * rank-NNNNN-of-NNNNN.safetensors, or one of these safetensors names with the writer's temporary suffix
+ * ".tmp.<pid>.<k>". */
+static int save_file_name(const char *name) {
+    if (!strcmp(name, CK_META_NAME)) return 1;
+    const char *p = name;
+    if (!strncmp(p, "model.", 6) || !strncmp(p, "optim.", 6)) {
+        p += 5;
+    } else {
+        if (strncmp(p, "rank-", 5) != 0) return 0;
+        p += 5;
+        if (!digits(&p) || strncmp(p, "-of-", 4) != 0) return 0;
+        p += 4;
+        if (!digits(&p)) return 0;
     }
-    fsc_status s = FSC_OK;
+    if (strncmp(p, ".safetensors", 12) != 0) return 0;
+    p += 12;
+    if (!*p) return 1;
+    if (strncmp(p, ".tmp.", 5) != 0) return 0;
+    p += 5;
+    if (!digits(&p) || *p++ != '.' || !digits(&p)) return 0;
+    return *p == 0;
+}
+
+/* Remove directory `name` of the directory open as dfd (`shown` in messages) as ck_remove_dir says. */
+static fsc_status remove_at(int dfd, const char *name, const char *shown) {
+    char eb[128], why[300] = "";
+    struct stat st, st2;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return FSC_OK;
+        return fsc_error(FSC_ERR_IO, "%s: cannot examine it: %s", shown, errstr(errno, eb, sizeof eb));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return fsc_error(FSC_ERR_IO, "%s: left in place: a %s, not a directory a save made", shown,
+                         S_ISLNK(st.st_mode) ? "symbolic link" : "file");
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return fsc_error(FSC_ERR_IO, "%s: left in place: cannot open it: %s", shown, errstr(errno, eb, sizeof eb));
+    DIR *d = NULL;
+    if (fstat(fd, &st2) != 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino || !(d = fdopendir(fd))) {
+        close(fd);
+        return fsc_error(FSC_ERR_IO, "%s: left in place: it changed while being removed", shown);
+    }
     for (struct dirent *de; (de = readdir(d)) != NULL;) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        if (ck_join(file, sizeof file, path, de->d_name) != FSC_OK) continue;
-        if (unlink(file) != 0 && errno != ENOENT && s == FSC_OK)
-            s = fsc_error(FSC_ERR_IO, "%s: cannot remove: %s", file, errstr(errno, eb, sizeof eb));
+        const char *f = de->d_name;
+        if (!strcmp(f, ".") || !strcmp(f, "..")) continue;
+        struct stat fs;
+        if (!save_file_name(f)) {
+            if (!why[0]) snprintf(why, sizeof why, "it holds %.100s, which a save does not write", f);
+        } else if (fstatat(fd, f, &fs, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno != ENOENT && !why[0])
+                snprintf(why, sizeof why, "cannot examine %.100s: %s", f, errstr(errno, eb, sizeof eb));
+        } else if (!S_ISREG(fs.st_mode)) {
+            if (!why[0]) snprintf(why, sizeof why, "its %.100s is not a regular file", f);
+        } else if (unlinkat(fd, f, 0) != 0 && errno != ENOENT) {
+            if (!why[0]) snprintf(why, sizeof why, "cannot remove %.100s: %s", f, errstr(errno, eb, sizeof eb));
+        }
     }
     closedir(d);
-    if (s == FSC_OK && rmdir(path) != 0 && errno != ENOENT)
-        s = fsc_error(FSC_ERR_IO, "%s: cannot remove the directory: %s", path, errstr(errno, eb, sizeof eb));
+    if (why[0]) return fsc_error(FSC_ERR_IO, "%s: left in place: %s", shown, why);
+    if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+        return fsc_error(FSC_ERR_IO, "%s: left in place: cannot remove the directory: %s", shown,
+                         errstr(errno, eb, sizeof eb));
+    return FSC_OK;
+}
+
+fsc_status ck_remove_dir(const char *path) {
+    char eb[128], parent[4096];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= sizeof parent || !*base) return fsc_error(FSC_ERR_INVALID, "%s: not a removable checkpoint path", path);
+    if (slash && n == 0) snprintf(parent, sizeof parent, "/");
+    else if (slash) snprintf(parent, sizeof parent, "%.*s", (int)n, path);
+    else snprintf(parent, sizeof parent, ".");
+    int dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        if (errno == ENOENT) return FSC_OK;
+        return fsc_error(FSC_ERR_IO, "%s: cannot open the directory: %s", parent, errstr(errno, eb, sizeof eb));
+    }
+    fsc_status s = remove_at(dfd, base, path);
+    close(dfd);
     return s;
 }
 
@@ -104,7 +177,8 @@ fsc_status ck_read_all(const char *path, size_t max, char **out, size_t *len) {
     }
     if ((uint64_t)st.st_size > max) {
         close(fd);
-        return fsc_error(FSC_ERR_FORMAT, "%s: %lld bytes, above the limit of %zu", path, (long long)st.st_size, max);
+        return fsc_error(FSC_ERR_FORMAT, "%s: %lld bytes, above the limit of %zu bytes: too large", path,
+                         (long long)st.st_size, max);
     }
     size_t n = (size_t)st.st_size, got = 0;
     char *buf = malloc(n + 1);
@@ -142,6 +216,8 @@ fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tenso
                          fname, p->entry, t->name, (unsigned long long)numel, fsc_dtype_name(en->dtype),
                          (unsigned long long)p->n);
     uLong crc = crc32(0L, Z_NULL, 0);
+    uint64_t bad = p->n; /* the first inf/NaN, reported after the checksum (corruption is the likelier cause) */
+    float bad_val = 0.0f;
     for (uint64_t off = 0; off < p->n;) {
         size_t k = p->n - off < CK_CHUNK ? (size_t)(p->n - off) : CK_CHUNK;
         fsc_status s = fsc_st_read(f, en, buf, off, k);
@@ -151,6 +227,8 @@ fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tenso
             return fsc_error(s, "tensor %s: %s", t->name, msg);
         }
         crc = crc32(crc, (const Bytef *)buf, (uInt)(k * sizeof(float)));
+        for (size_t i = 0; i < k && bad == p->n; i++)
+            if (!isfinite(buf[i])) bad = off + i, bad_val = buf[i];
         if (sink) FSC_TRY(sink(ctx, p->first + off, buf, k));
         off += k;
     }
@@ -158,6 +236,10 @@ fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tenso
         return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s, elements [%llu, %llu) (entry %s): checksum %08x does not match "
                          "the metadata's %08x: the file is corrupted", fname, t->name, (unsigned long long)p->first,
                          (unsigned long long)(p->first + p->n), p->entry, (unsigned)crc, (unsigned)p->crc32);
+    if (bad < p->n) /* fsc never writes one (fsc_engine_check_finite before a save) */
+        return fsc_error(FSC_ERR_NUMERIC, "%s: tensor %s, element %llu, is %s: refusing non-finite checkpoint values",
+                         fname, t->name, (unsigned long long)(p->first + bad),
+                         isnan(bad_val) ? "NaN" : bad_val > 0 ? "inf" : "-inf");
     return FSC_OK;
 }
 
@@ -254,20 +336,29 @@ fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *ste
     return s;
 }
 
-fsc_status fsc_ckpt_clean(const char *dir) {
+fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap) {
     char eb[128], p[4096];
+    int n = 0;
+    size_t used = 0;
+    if (left) *left = 0;
+    if (report && cap) report[0] = 0;
     if (!dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_clean: dir is NULL");
     DIR *d = opendir(dir);
     if (!d) {
         if (errno == ENOENT) return FSC_OK;
         return fsc_error(FSC_ERR_IO, "%s: cannot list the checkpoint directory: %s", dir, errstr(errno, eb, sizeof eb));
     }
-    fsc_status s = FSC_OK;
-    for (struct dirent *de; (de = readdir(d)) != NULL && s == FSC_OK;) {
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
         if (!is_tmp_name(de->d_name)) continue;
-        s = ck_join(p, sizeof p, dir, de->d_name);
-        if (s == FSC_OK) s = ck_remove_dir(p);
+        if (snprintf(p, sizeof p, "%s/%s", dir, de->d_name) >= (int)sizeof p) continue;
+        if (remove_at(dirfd(d), de->d_name, p) == FSC_OK) continue;
+        n++; /* left in place: say which and why, as far as report holds */
+        if (report && used + 1 < cap) {
+            int k = snprintf(report + used, cap - used, "%s%s", n > 1 ? "; " : "", fsc_last_error());
+            used = k < 0 ? used : used + (size_t)k < cap ? used + (size_t)k : cap - 1;
+        }
     }
     closedir(d);
-    return s;
+    if (left) *left = n;
+    return FSC_OK;
 }

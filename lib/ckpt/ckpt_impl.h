@@ -8,12 +8,28 @@
 #include "parallel/engine_impl.h"
 
 #define CK_CHUNK ((size_t)1 << 16)          /* floats per bounded host or device transfer (256 KiB) */
-#define CK_MAX_META ((size_t)256 << 20)     /* metadata.json above 256 MiB is refused */
+#define CK_MAX_META ((size_t)FSC_CKPT_MAX_META)
 #define CK_META_NAME "metadata.json"
+#define CK_META_VERSION 2
 
 /* ---- ckpt_meta.c ---- */
-/* The metadata as JSON text (malloc'd), or NULL when out of memory. */
+/* The metadata as JSON text (sealed: metadata_crc32 first and correct; free it with cJSON_free), or NULL
+ * when out of memory. */
 char *ck_meta_json(const fsc_ckpt_meta *m);
+/* Write the crc32 of text into its metadata_crc32 member (which must come first); 0, or -1 when text does
+ * not start with one. */
+int ck_meta_seal(char *text, size_t len);
+
+/* ---- ckpt_meta_check.c ---- */
+/* Before parsing: the size (at most CK_MAX_META: "too large"), metadata_crc32, and what parsing would
+ * allocate (at most CK_PARSE_FACTOR bytes per byte of text). */
+#define CK_PARSE_FACTOR 12
+fsc_status ck_meta_check_text(const char *text, size_t len, const char *what);
+/* After parsing: every field against its second source (the model configuration for the tensors, the
+ * layout and world size for the files, the step for the counters, ...). */
+fsc_status ck_meta_check_sources(const fsc_ckpt_meta *m, const char *what);
+/* The step against the name of the checkpoint's directory path (when it is a step-NNNNNNNN name). */
+fsc_status ck_meta_check_dir(const fsc_ckpt_meta *m, const char *path, const char *what);
 /* "m", "v" (AdamW), "momentum" (SGD); NULL for a state the optimizer kind does not have. */
 const char *ck_state_name(fsc_optim_kind kind, int which);
 /* The global name of state `state` (0: the parameter) of a tensor: "optim.m.wte.weight". */
@@ -24,7 +40,10 @@ void ck_global_name(char *buf, size_t cap, fsc_optim_kind kind, int state, const
 fsc_status ck_join(char *buf, size_t cap, const char *a, const char *b);
 /* Whether name is "step-" followed by 8 or more digits (*step set), nothing else. */
 int ck_parse_step_name(const char *name, int64_t *step);
-/* Remove a directory and the plain files in it. */
+/* Remove the checkpoint or temporary directory `path` that a save made, without following links: only
+ * regular files of the names a save writes, then the directory. FSC_OK when it is gone (or was not
+ * there); otherwise FSC_ERR_IO saying what was left in place and why (a link or file instead of a
+ * directory, a file a save does not write, a file that cannot be removed). */
 fsc_status ck_remove_dir(const char *path);
 fsc_status ck_fsync_dir(const char *path);
 /* Write len bytes to path (created, must not exist), fsync, close. */
@@ -43,7 +62,8 @@ fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tenso
 /* Every rank of the world returns the same verdict: FSC_OK if every rank passed FSC_OK, else the status
  * and message of the lowest failing rank ("rank 2: ..." on the others). */
 fsc_status ck_agree(fsc_engine *e, fsc_status mine);
-/* Broadcast len bytes of host memory from world rank 0. */
+/* Broadcast len bytes of host memory from world rank 0 (any size: bounded chunks through one device
+ * buffer). */
 fsc_status ck_bcast_host(fsc_engine *e, void *host, size_t len);
 
 /* One piece a rank writes: elements [first, first + n) of the model's tensor t (every state of the optimizer). */

@@ -1,12 +1,16 @@
 /* Loading training checkpoints into an engine of any world size and parallel setting (ckpt.h).
  *
- * Every rank reads and validates metadata.json, checks it against its engine (model configuration,
- * optimizer kind, every tensor present with its shape, nothing extra), then for each piece this rank
- * holds (the strategy's holdings, replicas included) reads the element ranges from whichever files hold
- * them: each overlapping piece is streamed through one CK_CHUNK host buffer, the overlaps are uploaded into
- * the optimizer's segments, and the piece's crc32 is checked. Then the optimizer's step count and the loss
- * scaler, and the strategy's after_load (refresh derived copies). Each phase ends in ck_agree.
- * Resume: rank 0 removes leftover temporary directories and picks the newest complete checkpoint. */
+ * World rank 0 reads and validates metadata.json, once, and broadcasts it: the head and the tensors to
+ * every rank, then each tensor's pieces, of which a rank keeps those it holds (so no rank but 0 parses
+ * JSON, and the others keep only their share of the piece table). Every rank checks it against its engine
+ * (model configuration, optimizer kind, every tensor present with its shape, nothing extra), then for each
+ * piece this rank holds (the strategy's holdings, replicas included) reads the element ranges from
+ * whichever files hold them: each overlapping piece is streamed through one CK_CHUNK host buffer, the
+ * overlaps are uploaded into the optimizer's segments, and the piece's crc32 is checked. Then the
+ * optimizer's step count, the loss scaler and the run id, and the strategy's after_load (refresh derived
+ * copies). Each phase ends in ck_agree.
+ * Resume: rank 0 removes leftover temporary directories (skipping what it may not remove) and picks the
+ * newest complete checkpoint. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +25,7 @@ typedef struct {
     fsc_holding *h;          /* sorted by (tensor, first) */
     int nh;
     int disjoint;            /* no two holdings of a tensor overlap: a search finds the first that can */
+    int *total;              /* ranks other than 0, while the metadata arrives: each tensor's piece count */
 } loader;
 
 /* The index from which holdings of tensor t may overlap elements from `first` on. */
@@ -136,6 +141,88 @@ static int needed(const loader *L, int t, const fsc_ckpt_piece *p) {
     return 0;
 }
 
+/* The engine's tensor that checkpoint tensor `name` belongs to (any state), or -1. */
+static int engine_tensor(const loader *L, const char *name) {
+    char g[FSC_ST_MAX_NAME];
+    const int nstates = fsc_optim_num_states(L->e->opt);
+    for (int st = 0; st <= nstates; st++)
+        for (int t = 0; t < L->e->m->n_tensors; t++) {
+            ck_global_name(g, sizeof g, L->e->oc.kind, st, ck_info(L->e, t)->name);
+            if (!strcmp(g, name)) return t;
+        }
+    return -1;
+}
+
+/* Collective: rank 0's metadata without the pieces to every other rank (each tensor's piece count in
+ * L->total, npieces 0 until share_pieces). */
+static fsc_status share_head(loader *L) {
+    fsc_engine *e = L->e;
+    const int root = e->r->rank == 0;
+    fsc_ckpt_meta head;
+    memset(&head, 0, sizeof head);
+    if (root) head = *L->m;
+    FSC_TRY(ck_agree(e, ck_bcast_host(e, &head, sizeof head)));
+    fsc_status s = FSC_OK;
+    if (!root) {
+        L->m = calloc(1, sizeof *L->m);
+        if (L->m) {
+            *L->m = head;
+            L->m->files = calloc((size_t)head.nfiles + 1, sizeof *L->m->files);
+            L->m->tensors = calloc((size_t)head.ntensors + 1, sizeof *L->m->tensors);
+            L->total = calloc((size_t)head.ntensors + 1, sizeof *L->total);
+            L->m->ntensors = 0; /* until the tensors are here: fsc_ckpt_meta_free frees what is */
+        }
+        if (!L->m || !L->m->files || !L->m->tensors || !L->total)
+            s = fsc_error(FSC_ERR_NOMEM, "%s: out of host memory for the metadata of %d tensors", L->path, head.ntensors);
+    }
+    FSC_TRY(ck_agree(e, s));
+    s = ck_bcast_host(e, L->m->files, (size_t)head.nfiles * sizeof *L->m->files);
+    if (s == FSC_OK) s = ck_bcast_host(e, L->m->tensors, (size_t)head.ntensors * sizeof *L->m->tensors);
+    if (!root) {
+        for (int i = 0; i < head.ntensors; i++) { /* rank 0's pointers: not ours */
+            L->total[i] = L->m->tensors[i].npieces;
+            L->m->tensors[i].pieces = NULL;
+            L->m->tensors[i].npieces = 0;
+        }
+        L->m->ntensors = head.ntensors;
+    }
+    return ck_agree(e, s);
+}
+
+/* Collective: each tensor's pieces from rank 0, in bounded chunks; a rank other than 0 keeps the pieces
+ * it holds part of (load_tensors reads no other). */
+static fsc_status share_pieces(loader *L) {
+    fsc_engine *e = L->e;
+    const int root = e->r->rank == 0;
+    const int per = (int)(CK_CHUNK * sizeof(float) / sizeof(fsc_ckpt_piece));
+    fsc_ckpt_piece *buf = root ? NULL : malloc((size_t)per * sizeof *buf);
+    FSC_TRY(ck_agree(e, root || buf ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "%s: out of host memory", L->path)));
+    fsc_status s = FSC_OK, mine = FSC_OK; /* a rank that ran out of memory still takes part to the end */
+    for (int i = 0; i < L->m->ntensors && s == FSC_OK; i++) {
+        fsc_ckpt_tensor *t = &L->m->tensors[i];
+        const int total = root ? t->npieces : L->total[i], et = root ? -1 : engine_tensor(L, t->name);
+        int cap = 0;
+        for (int k0 = 0; k0 < total && s == FSC_OK; k0 += per) {
+            const int n = total - k0 < per ? total - k0 : per;
+            s = ck_bcast_host(e, root ? t->pieces + k0 : buf, (size_t)n * sizeof *buf);
+            for (int j = 0; !root && s == FSC_OK && mine == FSC_OK && j < n; j++) {
+                if (et < 0 || !needed(L, et, &buf[j])) continue;
+                if (t->npieces == cap) {
+                    fsc_ckpt_piece *g = realloc(t->pieces, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *g);
+                    if (!g) {
+                        mine = fsc_error(FSC_ERR_NOMEM, "%s: out of host memory for the pieces of %s", L->path, t->name);
+                        break;
+                    }
+                    t->pieces = g;
+                }
+                t->pieces[t->npieces++] = buf[j];
+            }
+        }
+    }
+    free(buf);
+    return ck_agree(e, s != FSC_OK ? s : mine);
+}
+
 static fsc_status load_tensors(loader *L) {
     fsc_engine *e = L->e;
     const int nstates = fsc_optim_num_states(e->opt);
@@ -165,7 +252,10 @@ static void restore_counters(loader *L) {
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     if (!e || !path) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_load: no engine or no path");
     loader L = { .e = e, .path = path };
-    fsc_status s = fsc_ckpt_meta_read(path, &L.m);
+    const int shared = fsc_comm_size(e->r->comm) > 1;
+    fsc_status s = e->r->rank == 0 ? fsc_ckpt_meta_read(path, &L.m) : FSC_OK; /* read and parsed once */
+    s = ck_agree(e, s);
+    if (s == FSC_OK && shared) s = share_head(&L);
     if (s == FSC_OK) s = check_compat(&L);
     if (s == FSC_OK) s = ck_holdings(e, &L.h, &L.nh);
     L.disjoint = 1;
@@ -177,9 +267,11 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
         if (!L.files || !L.host) s = fsc_error(FSC_ERR_NOMEM, "%s: out of host memory", path);
     }
     s = ck_agree(e, s);
+    if (s == FSC_OK && shared) s = share_pieces(&L);
     if (s == FSC_OK) s = ck_agree(e, load_tensors(&L));
     if (s == FSC_OK) {
         restore_counters(&L);
+        memcpy(e->ckpt_run, L.m->run_id, sizeof e->ckpt_run); /* its saves continue that run */
         if (step) *step = L.m->step;
         s = ck_agree(e, e->st->after_load ? e->st->after_load(e) : FSC_OK);
     }
@@ -187,6 +279,7 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     free(L.files);
     free(L.host);
     free(L.h);
+    free(L.total);
     fsc_ckpt_meta_free(L.m);
     return s;
 }
@@ -197,7 +290,7 @@ fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step) {
     int64_t found = -1;
     fsc_status s = FSC_OK;
     if (e->r->rank == 0) {
-        s = fsc_ckpt_clean(dir);
+        s = fsc_ckpt_clean(dir, NULL, NULL, 0); /* what it must leave is skipped: fsc_ckpt_latest ignores it */
         if (s == FSC_OK) s = fsc_ckpt_latest(dir, path, sizeof path, &found);
         if (s == FSC_OK && found >= 0) {
             const char *slash = strrchr(path, '/');

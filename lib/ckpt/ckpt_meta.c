@@ -1,7 +1,8 @@
 /* Checkpoint metadata (metadata.json): the fsc_ckpt_meta structure to JSON text with cJSON, and back
  * with complete validation, since the text comes from disk: field types and ranges, plain file names,
  * dtypes, shapes, unique names, and pieces that tile every tensor exactly. Messages name the file
- * (`what`), the field and the tensor.
+ * (`what`), the field and the tensor. The checksum, the bound on parsing and the checks of each field
+ * against its second source are in ckpt_meta_check.c.
  * Not here: the data files (ckpt_fs.c reads pieces), or anything that needs an engine. */
 #include <math.h>
 #include <pthread.h>
@@ -73,8 +74,10 @@ char *ck_meta_json(const fsc_ckpt_meta *m) {
     if (!root) return NULL;
     char seed[24];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)m->seed);
+    cJSON_AddStringToObject(root, "metadata_crc32", "00000000"); /* first: ck_meta_seal fills it in */
     cJSON_AddStringToObject(root, "format", "fsc-checkpoint");
-    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddNumberToObject(root, "version", CK_META_VERSION);
+    cJSON_AddStringToObject(root, "run_id", m->run_id);
     cJSON_AddStringToObject(root, "layout", fsc_ckpt_format_name(m->format));
     cJSON_AddNumberToObject(root, "step", (double)m->step);
     cJSON_AddNumberToObject(root, "optim_steps", (double)m->optim_steps);
@@ -99,6 +102,7 @@ char *ck_meta_json(const fsc_ckpt_meta *m) {
     cJSON_AddStringToObject(pa, "kind", kind_names[m->kind]);
     cJSON_AddStringToObject(pa, "shard", shard_names[m->shard]);
     cJSON_AddNumberToObject(pa, "world", m->world);
+    cJSON_AddNumberToObject(pa, "tp", m->tp);
     cJSON_AddNumberToObject(pa, "pp", m->pp);
     cJSON_AddNumberToObject(pa, "hybrid_group", m->hybrid_group);
     cJSON_AddNumberToObject(pa, "accum", m->accum);
@@ -136,8 +140,12 @@ char *ck_meta_json(const fsc_ckpt_meta *m) {
             cJSON_AddNumberToObject(po, "crc32", (double)p->crc32);
         }
     }
-    char *text = cJSON_Print(root); /* NULL if any allocation above failed */
+    char *text = cJSON_PrintUnformatted(root); /* NULL if any allocation above failed */
     cJSON_Delete(root);
+    if (text && ck_meta_seal(text, strlen(text)) != 0) { /* cannot happen: metadata_crc32 comes first */
+        cJSON_free(text);
+        text = NULL;
+    }
     return text;
 }
 
@@ -210,9 +218,17 @@ static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
         return fsc_error(FSC_ERR_FORMAT, "%s: not an fsc checkpoint (\"format\" is not \"fsc-checkpoint\")", r->what);
     int64_t v;
     FSC_TRY(get_int(r, root, "", "version", 0, 1e9, &v));
-    if (v != 1)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: checkpoint version %lld; this fsc reads version 1", r->what,
-                         (long long)v);
+    if (v != CK_META_VERSION)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: checkpoint version %lld; this fsc reads version %d", r->what,
+                         (long long)v, CK_META_VERSION);
+    const cJSON *id = field(root, "run_id");
+    int hex = cJSON_IsString(id) && strlen(id->valuestring) == FSC_CKPT_RUN_ID - 1;
+    for (int i = 0; hex && i < FSC_CKPT_RUN_ID - 1; i++)
+        hex = (id->valuestring[i] >= '0' && id->valuestring[i] <= '9') || (id->valuestring[i] >= 'a' && id->valuestring[i] <= 'f');
+    if (!hex)
+        return fsc_error(FSC_ERR_FORMAT, "%s: \"run_id\" is missing or not %d lowercase hex digits", r->what,
+                         FSC_CKPT_RUN_ID - 1);
+    memcpy(m->run_id, id->valuestring, FSC_CKPT_RUN_ID);
     static const char *const layouts[] = { "sharded", "full" };
     int layout = 0;
     FSC_TRY(get_choice(r, root, "checkpoint", "layout", layouts, 2, &layout));
@@ -268,6 +284,7 @@ static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
     m->kind = (fsc_parallel_kind)pk;
     m->shard = (fsc_shard_strategy)sh;
     FSC_TRY(get_i32(r, pa, "parallel", "world", 1, &m->world));
+    FSC_TRY(get_i32(r, pa, "parallel", "tp", 1, &m->tp));
     FSC_TRY(get_i32(r, pa, "parallel", "pp", 0, &m->pp));
     FSC_TRY(get_i32(r, pa, "parallel", "hybrid_group", 0, &m->hybrid_group));
     FSC_TRY(get_i32(r, pa, "parallel", "accum", 1, &m->accum));
@@ -449,7 +466,8 @@ static fsc_status parse_root(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
     m->tensors = calloc((size_t)n + 1, sizeof *m->tensors);
     if (!m->tensors) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for %d tensors", r->what, n);
     for (const cJSON *x = ts->child; x; x = x->next) FSC_TRY(parse_tensor(r, m, x, &m->tensors[m->ntensors++]));
-    return check_unique(r, m);
+    FSC_TRY(check_unique(r, m));
+    return ck_meta_check_sources(m, r->what);
 }
 
 fsc_status fsc_ckpt_meta_parse(const char *text, size_t len, const char *what, fsc_ckpt_meta **out) {
@@ -457,6 +475,7 @@ fsc_status fsc_ckpt_meta_parse(const char *text, size_t len, const char *what, f
     *out = NULL;
     rd r = { what ? what : "checkpoint metadata" };
     if (!text) return fsc_error(FSC_ERR_INVALID, "%s: no text", r.what);
+    FSC_TRY(ck_meta_check_text(text, len, r.what)); /* size, checksum and parsing cost, before cJSON */
     fsc_ckpt_meta *m = calloc(1, sizeof *m);
     if (!m) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", r.what);
     const char *end = NULL;
@@ -489,6 +508,11 @@ fsc_status fsc_ckpt_meta_read(const char *path, fsc_ckpt_meta **out) {
     FSC_TRY(ck_read_all(file, CK_MAX_META, &text, &len));
     fsc_status s = fsc_ckpt_meta_parse(text, len, file, out);
     free(text);
+    if (s == FSC_OK) s = ck_meta_check_dir(*out, path, file);
+    if (s != FSC_OK) {
+        fsc_ckpt_meta_free(*out);
+        *out = NULL;
+    }
     return s;
 }
 

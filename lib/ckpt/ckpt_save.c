@@ -9,14 +9,21 @@
  *   full:    rank 0 writes model.safetensors (the single-rank weights layout) and optim.safetensors,
  *            receiving the other ranks' pieces one CK_CHUNK at a time.
  * A failed save removes its temporary directory; an injected crash (tests) leaves it, as a dead process
- * would. Not here: reading (ckpt_load.c), the metadata text (ckpt_meta.c). */
+ * would. Before anything is written rank 0 claims DIR for the engine's run: its newest checkpoint must be
+ * of the same run (or there is none); start_over removes every other run's checkpoint instead. A fresh
+ * engine gets a new random run id at its first save.
+ * Not here: reading (ckpt_load.c), the metadata text (ckpt_meta.c). */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <cjson/cJSON.h>
 #include "ckpt_impl.h"
 
 #define TMP_NAME 96
@@ -110,6 +117,7 @@ static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, in
 
 static fsc_status meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_ckpt_format fmt) {
     m->format = fmt;
+    memcpy(m->run_id, e->ckpt_run, sizeof m->run_id);
     m->step = step;
     m->optim_steps = fsc_optim_steps(e->opt);
     m->seed = e->seed;
@@ -123,6 +131,7 @@ static fsc_status meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_c
     m->kind = e->po.kind;
     m->shard = e->po.shard;
     m->world = e->r->world;
+    m->tp = e->po.tp > 1 ? e->po.tp : 1;
     m->pp = e->po.pp;
     m->hybrid_group = e->po.hybrid_group;
     m->accum = e->po.accum;
@@ -208,7 +217,7 @@ static fsc_status finish(fsc_engine *e, const fsc_ckpt_meta *m, const char *dir,
     if (s == FSC_OK && crashes(e, o, FSC_CKPT_CRASH_BEFORE_META)) s = crash(e, "before metadata.json");
     if (s == FSC_OK) s = ck_join(path, sizeof path, tmp, CK_META_NAME);
     if (s == FSC_OK) s = ck_write_synced(path, json, strlen(json));
-    free(json);
+    cJSON_free(json); /* cJSON's allocator: a program may have set its hooks */
     if (s == FSC_OK) s = ck_fsync_dir(tmp);
     if (s == FSC_OK && crashes(e, o, FSC_CKPT_CRASH_BEFORE_RENAME)) s = crash(e, "before the rename");
     if (s != FSC_OK) return s;
@@ -225,7 +234,7 @@ static fsc_status finish(fsc_engine *e, const fsc_ckpt_meta *m, const char *dir,
                              errstr(errno, eb, sizeof eb));
     }
     s = ck_fsync_dir(dir);
-    if (s == FSC_OK && old[0]) s = ck_remove_dir(old);
+    if (s == FSC_OK && old[0]) ck_remove_dir(old); /* best effort: the new one is in place; resume reports it */
     return s;
 }
 
@@ -344,6 +353,83 @@ static fsc_status save_in(fsc_engine *e, const char *dir, const char *tmp, const
     return s;
 }
 
+/* ---- whose directory ---- */
+
+/* A new random run id: 128 bits from getrandom, or (where it fails) from the clock, the process and an
+ * address through splitmix64. */
+static void new_run_id(char *out) {
+    uint64_t w[2] = { 0, 0 };
+    if (getrandom(w, sizeof w, GRND_NONBLOCK) != (ssize_t)sizeof w) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40) ^
+                     (uint64_t)(uintptr_t)out;
+        for (int i = 0; i < 2; i++) {
+            uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            w[i] = z ^ (z >> 31);
+        }
+    }
+    snprintf(out, FSC_CKPT_RUN_ID, "%016llx%016llx", (unsigned long long)w[0], (unsigned long long)w[1]);
+}
+
+/* Whether checkpoint directory path belongs to run `run` ("" matches none); *m (may be NULL) receives
+ * its metadata when readable. */
+static int of_run(const char *path, const char *run, fsc_ckpt_meta **m) {
+    fsc_ckpt_meta *x = NULL;
+    int same = fsc_ckpt_meta_read(path, &x) == FSC_OK && run[0] && !strcmp(x->run_id, run);
+    if (m) *m = x;
+    else fsc_ckpt_meta_free(x);
+    return same;
+}
+
+/* Rank 0, start over: remove every complete checkpoint in dir that is not of the engine's run. */
+static fsc_status remove_other_runs(fsc_engine *e, const char *dir) {
+    char eb[128], path[4096];
+    DIR *d = opendir(dir);
+    if (!d) return fsc_error(FSC_ERR_IO, "%s: cannot list it: %s", dir, errstr(errno, eb, sizeof eb));
+    fsc_status s = FSC_OK;
+    for (struct dirent *de; s == FSC_OK && (de = readdir(d)) != NULL;) {
+        int64_t st;
+        struct stat sb;
+        if (!ck_parse_step_name(de->d_name, &st) ||
+            snprintf(path, sizeof path, "%s/%s/%s", dir, de->d_name, CK_META_NAME) >= (int)sizeof path ||
+            stat(path, &sb) != 0)
+            continue; /* not a complete checkpoint */
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (!of_run(path, e->ckpt_run, NULL) && ck_remove_dir(path) != FSC_OK)
+            s = fsc_error_prefix(FSC_ERR_IO, "%s: cannot start over", dir);
+    }
+    closedir(d);
+    return s;
+}
+
+/* Rank 0: whether dir may take a checkpoint of the engine's run: its newest complete checkpoint is of
+ * that run, or it has none; with start_over the others' are removed instead of refusing. */
+static fsc_status claim_dir(fsc_engine *e, const char *dir, int start_over) {
+    char path[4096], who[400];
+    int64_t newest;
+    FSC_TRY(fsc_ckpt_latest(dir, path, sizeof path, &newest));
+    if (newest < 0) return FSC_OK;
+    fsc_ckpt_meta *m = NULL;
+    if (of_run(path, e->ckpt_run, &m)) {
+        fsc_ckpt_meta_free(m);
+        return FSC_OK;
+    }
+    if (m)
+        snprintf(who, sizeof who, "run %s, seed %llu, %s lr %g", m->run_id, (unsigned long long)m->seed,
+                 m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd", (double)m->optim.lr);
+    else
+        snprintf(who, sizeof who, "unreadable: %.300s", fsc_last_error());
+    fsc_ckpt_meta_free(m);
+    if (start_over) return remove_other_runs(e, dir);
+    return fsc_error(FSC_ERR_INVALID, "%s holds the checkpoints of another run (the newest, step-%08lld: %s), and "
+                     "this engine %s%s: resume from that run, save elsewhere, or start over (fsc_ckpt_save_opts."
+                     "start_over, train_gpt --ckpt-overwrite: its checkpoints are removed)", dir, (long long)newest, who,
+                     e->ckpt_run[0] ? "continues run " : "starts a new run", e->ckpt_run);
+}
+
 fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts) {
     if (!e || !dir || !*dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: no engine or no directory");
     if (step < 0 || step > 999999999999LL)
@@ -351,24 +437,38 @@ fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc
     fsc_ckpt_save_opts o = opts ? *opts : (fsc_ckpt_save_opts){ 0 };
     if (o.format != FSC_CKPT_SHARDED && o.format != FSC_CKPT_FULL)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: unknown format %d", (int)o.format);
-    char eb[128], base[TMP_NAME] = "", tmp[4096], final[4096];
-    fsc_status s = FSC_OK;
+    if (fsc_optim_steps(e->opt) > step) /* the same on every rank */
+        return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: step %lld, but the optimizer has taken %lld steps (step is "
+                         "the number of training steps taken: the data position)", (long long)step,
+                         (long long)fsc_optim_steps(e->opt));
+    struct {
+        char base[TMP_NAME];
+        char run[FSC_CKPT_RUN_ID];
+    } hd = { "", "" };
+    char eb[128], *base = hd.base, tmp[4096], final[4096];
+    fsc_status s = fsc_engine_check_finite(e); /* collective: never write inf or NaN */
+    if (s != FSC_OK) return fsc_error_prefix(s, "%s: checkpoint of step %lld not written", dir, (long long)step);
     if (e->r->rank == 0) {
         if (mkdir(dir, 0777) != 0 && errno != EEXIST)
             s = fsc_error(FSC_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, errstr(errno, eb, sizeof eb));
-        snprintf(base, sizeof base, "step-%08lld.tmp-XXXXXX", (long long)step);
+        if (s == FSC_OK) s = claim_dir(e, dir, o.start_over);
+        if (e->ckpt_run[0]) memcpy(hd.run, e->ckpt_run, sizeof hd.run);
+        else new_run_id(hd.run);
+        snprintf(base, TMP_NAME, "step-%08lld.tmp-XXXXXX", (long long)step);
         if (s == FSC_OK) s = ck_join(tmp, sizeof tmp, dir, base);
         if (s == FSC_OK && !mkdtemp(tmp))
             s = fsc_error(FSC_ERR_IO, "%s: cannot create a temporary directory in it: %s", dir,
                           errstr(errno, eb, sizeof eb));
         if (s == FSC_OK && chmod(tmp, 0755) != 0) /* mkdtemp's 0700 would hide the checkpoint from others */
             s = fsc_error(FSC_ERR_IO, "%s: cannot set its permissions: %s", tmp, errstr(errno, eb, sizeof eb));
-        if (s == FSC_OK) snprintf(base, sizeof base, "%s", strrchr(tmp, '/') + 1);
+        if (s == FSC_OK) snprintf(base, TMP_NAME, "%s", strrchr(tmp, '/') + 1);
     }
     s = ck_agree(e, s);
-    if (s == FSC_OK) s = ck_agree(e, ck_bcast_host(e, base, sizeof base));
+    if (s == FSC_OK) s = ck_agree(e, ck_bcast_host(e, &hd, sizeof hd));
     if (s != FSC_OK) return s;
     base[TMP_NAME - 1] = 0;
+    hd.run[FSC_CKPT_RUN_ID - 1] = 0;
+    memcpy(e->ckpt_run, hd.run, sizeof e->ckpt_run); /* this engine's run from now on */
     char fin[32];
     snprintf(fin, sizeof fin, "step-%08lld", (long long)step);
     s = ck_join(tmp, sizeof tmp, dir, base);
@@ -429,4 +529,8 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
     free(mine);
     held_free(&hd);
     return s;
+}
+
+fsc_ckpt_save_opts fsc_ckpt_save_opts_default(void) {
+    return (fsc_ckpt_save_opts){ .format = FSC_CKPT_SHARDED, .crash_at = FSC_CKPT_CRASH_NONE };
 }

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "fsc/comm_impl.h"
+#include "core/comm_impl.h"
 #include "fsc/device.h"
 
 static const char *const op_names[FSC_OP_COUNT] = {
@@ -290,6 +290,9 @@ fsc_status fsc_comm_agree(fsc_comm *c, fsc_device *dev, fsc_status mine) {
     fsc_device_release(dev, d);
     if (s != FSC_OK) return s;
     if (me == root) return fsc_error(mine, "%s", msg);
-    if (code <= FSC_OK || code > FSC_ERR_INTERNAL) code = FSC_ERR_INTERNAL;
-    return fsc_error((fsc_status)code, "rank %d: %s", root, msg);
+    if (code <= FSC_OK || code > FSC_ERR_NUMERIC) code = FSC_ERR_INTERNAL;
+    /* the failing rank named once, whatever it was passed on from */
+    fsc_error((fsc_status)code, "%s", msg);
+    if (strcmp(c->name, "world") == 0) return fsc_error_rank((fsc_status)code, "rank %d", root);
+    return fsc_error_rank((fsc_status)code, "rank %d of the '%s' group", root, c->name);
 }

@@ -1,8 +1,8 @@
-/* Devices by name, and the tagged memory ledger every backend shares (device.h, device_impl.h).
+/* Devices by name, and the tagged memory ledger every backend shares (device.h, plugin/device_ops.h, device_impl.h).
  * The core owns the ledger: a small open-addressing hash map pointer -> (bytes, tag), so backends
  * only allocate and free. "cpu" is linked in; "cuda" is the plug-in libfsc_cuda.so loaded with dlopen.
- * The plug-in is searched at $FSC_CUDA_PLUGIN (a file or a directory), next to the running executable,
- * then by soname through the dynamic loader.
+ * The plug-in is $FSC_CUDA_PLUGIN (a file or a directory) when that is set, and only that file; else it is
+ * searched next to the running executable, then by soname through the dynamic loader.
  * The map has a mutex so a device shared between threads (a rank and its helper) stays consistent. */
 #include <dlfcn.h>
 #include <limits.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 typedef struct {
     void *p;       /* NULL: empty slot */
@@ -82,53 +82,63 @@ static int map_take(struct fsc_alloc_map *m, const void *p, alloc_entry *out) {
 
 /* ---- loading backends ---- */
 
-static fsc_status open_cuda(const fsc_device_opts *opts, const fsc_device_ops **ops, void **ctx, void **handle) {
-    char tried[1024] = "", path[PATH_MAX + 32];
-    size_t used = 0;
-    const char *cands[3];
-    char exe_dir[PATH_MAX + 32];
-    int nc = 0;
-    char env_path[PATH_MAX + 32];
-    const char *env = getenv("FSC_CUDA_PLUGIN");
+/* The plug-in the search finds: $FSC_CUDA_PLUGIN alone when it is set (a file, or a directory holding
+ * libfsc_cuda.so: a named plug-in that fails is an error, never a silent fall back to another one), else
+ * the executable's folder, then the loader's path. On success path holds the file loaded. */
+static fsc_status load_cuda(const char *env, char *path, size_t cap, void **out) {
     struct stat st;
-    if (env && *env) { /* a file, or a directory holding libfsc_cuda.so */
-        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) {
-            snprintf(env_path, sizeof env_path, "%.*s/libfsc_cuda.so", PATH_MAX - 16, env);
-            cands[nc++] = env_path;
-        } else {
-            cands[nc++] = env;
+    if (env) {
+        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(path, cap, "%s/libfsc_cuda.so", env);
+        else snprintf(path, cap, "%s", env);
+        *out = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!*out) {
+            const char *e = dlerror();
+            return fsc_error(FSC_ERR_INVALID, "FSC_CUDA_PLUGIN: cannot load %s as the cuda plug-in: %s (while "
+                             "FSC_CUDA_PLUGIN is set, no other plug-in is tried)", path, e ? e : "dlopen failed");
         }
+        return FSC_OK;
     }
-    ssize_t len = readlink("/proc/self/exe", exe_dir, PATH_MAX);
+    char tried[1024] = "", exe[PATH_MAX + 32];
+    size_t used = 0;
+    const char *cands[2];
+    int nc = 0;
+    ssize_t len = readlink("/proc/self/exe", exe, PATH_MAX);
     if (len > 0) {
-        exe_dir[len] = '\0';
-        char *slash = strrchr(exe_dir, '/');
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
         if (slash) {
             strcpy(slash + 1, "libfsc_cuda.so");
-            cands[nc++] = exe_dir;
+            cands[nc++] = exe;
         }
     }
     cands[nc++] = "libfsc_cuda.so";
-    void *h = NULL;
-    for (int i = 0; i < nc && !h; i++) {
-        snprintf(path, sizeof path, "%s", cands[i]);
-        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (!h) {
-            const char *e = dlerror();
-            int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
-            if (n > 0) used = (used + (size_t)n < sizeof tried) ? used + (size_t)n : sizeof tried - 1;
-        }
+    for (int i = 0; i < nc; i++) {
+        snprintf(path, cap, "%s", cands[i]);
+        if ((*out = dlopen(path, RTLD_NOW | RTLD_LOCAL))) return FSC_OK;
+        const char *e = dlerror();
+        int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
+        if (n > 0) used = (used + (size_t)n < sizeof tried) ? used + (size_t)n : sizeof tried - 1;
     }
-    if (!h)
-        return fsc_error(FSC_ERR_UNSUPPORTED,
-                         "cuda device unavailable: the plug-in libfsc_cuda.so was not found or could not be "
-                         "loaded (set FSC_CUDA_PLUGIN to its path; build it with nvcc present). Tried: %s", tried);
+    return fsc_error(FSC_ERR_UNSUPPORTED, "cuda device unavailable: the plug-in libfsc_cuda.so was not found or "
+                     "could not be loaded (set FSC_CUDA_PLUGIN to its path; build it with nvcc present). Tried: %s",
+                     tried);
+}
+
+static fsc_status open_cuda(const fsc_device_opts *opts, const fsc_device_ops **ops, void **ctx, void **handle) {
+    char path[PATH_MAX + 32];
+    const char *env = getenv("FSC_CUDA_PLUGIN");
+    if (env && !*env) env = NULL;
+    void *h = NULL;
+    FSC_TRY(load_cuda(env, path, sizeof path, &h));
+    /* a file named by the user that is not a plug-in is their mistake; one found by the search is not */
+    fsc_status bad = env ? FSC_ERR_INVALID : FSC_ERR_UNSUPPORTED;
+    const char *who = env ? "FSC_CUDA_PLUGIN: " : "";
     fsc_device_open_fn open_fn;
     void *sym = dlsym(h, "fsc_cuda_device_open");
     memcpy(&open_fn, &sym, sizeof open_fn);
     if (!sym) {
         dlclose(h);
-        return fsc_error(FSC_ERR_UNSUPPORTED, "cuda device unavailable: %s has no symbol fsc_cuda_device_open", path);
+        return fsc_error(bad, "%s%s is not an fsc cuda plug-in: it has no symbol fsc_cuda_device_open", who, path);
     }
     /* hand the plug-in our error setter: a program linked with libfsc.a exports no symbols to it */
     void *isym = dlsym(h, "fsc_plugin_init");
@@ -138,19 +148,21 @@ static fsc_status open_cuda(const fsc_device_opts *opts, const fsc_device_ops **
         init(FSC_DEVICE_ABI_VERSION, fsc_error);
     }
     fsc_clear_error();
+    *ops = NULL;
     fsc_status s = open_fn(FSC_DEVICE_ABI_VERSION, opts, ops, ctx);
     if (s != FSC_OK) {
         char why[768];
         snprintf(why, sizeof why, "%s", fsc_last_error());
         dlclose(h);
-        return fsc_error(s, "cuda device unavailable: %s", why[0] ? why : "the plug-in refused to open");
+        return fsc_error(s, "cuda device unavailable (plug-in %s): %s", path,
+                         why[0] ? why : "the plug-in refused to open");
     }
     if (!*ops || (*ops)->abi_version != FSC_DEVICE_ABI_VERSION) {
-        int v = *ops ? (*ops)->abi_version : -1;
-        if (*ops && (*ops)->destroy) (*ops)->destroy(*ctx);
-        dlclose(h);
-        return fsc_error(FSC_ERR_UNSUPPORTED, "cuda plug-in %s has device ABI version %d, this library needs %d",
-                         path, v, FSC_DEVICE_ABI_VERSION);
+        /* a table of another version has another layout: nothing in it is safe to call, not even destroy, so
+         * the plug-in stays loaded (its threads, if any, may still run its code) */
+        return fsc_error(bad, "%s%s is a cuda plug-in for device ABI version %d, this library needs %d (rebuild "
+                         "the plug-in with this fsc)", who, path, *ops ? (*ops)->abi_version : -1,
+                         FSC_DEVICE_ABI_VERSION);
     }
     *handle = h;
     return FSC_OK;
@@ -306,3 +318,5 @@ fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes
 }
 
 fsc_status fsc_device_sync(fsc_device *dev) { return dev->ops->sync ? dev->ops->sync(dev->ctx) : FSC_OK; }
+
+fsc_device_opts fsc_device_opts_default(void) { return (fsc_device_opts){ .threads = 0, .ordinal = 0 }; }

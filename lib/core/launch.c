@@ -1,26 +1,24 @@
 /* One process per GPU: fsc_cluster_run_from_env and its parts (launch.h).
- * Reads the launcher's environment (torchrun, Slurm, Open MPI), hands the NCCL unique id from rank 0 to
- * the other ranks (TCP at MASTER_ADDR:MASTER_PORT, or a shared file), opens the cuda device and the NCCL
- * communicator that the cuda plug-in exports, and runs the training function once.
+ * Reads the launcher's environment (torchrun, Slurm, Open MPI) and the job's rendezvous token, hands the
+ * NCCL unique id from rank 0 to the other ranks (TCP at MASTER_ADDR:MASTER_PORT, in rendezvous.c, or a
+ * shared file, here), opens the cuda device and the NCCL communicator that the cuda plug-in exports, and
+ * runs the training function once.
  * No CUDA here: the GPU side lives in the plug-in (backends/cuda); without it, or without a GPU, the
  * run fails with FSC_ERR_UNSUPPORTED and a message. Not here: the simulated cluster (sim/). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include "fsc/fsc.h"
-#include "fsc/device_impl.h"
-#include "fsc/comm_impl.h"
+#include "core/device_impl.h"
+#include "core/comm_impl.h"
+#include "core/rendezvous_impl.h"
 
 /* ---- the launcher's environment ---- */
 
@@ -73,6 +71,40 @@ static fsc_status copy_string(const char *name, const char *v, char *dst, size_t
     if (!*v) return fsc_error(FSC_ERR_INVALID, "%s is set but empty", name);
     if (strlen(v) >= cap) return fsc_error(FSC_ERR_INVALID, "%s is %zu characters long (at most %zu)", name, strlen(v), cap - 1);
     memcpy(dst, v, strlen(v) + 1);
+    return FSC_OK;
+}
+
+/* Where each launcher names the job, first found wins (launch.h); torchrun's "none" is no name. */
+static const char *const job_ids[][3] = {
+    [FSC_LAUNCHER_TORCHRUN] = {"TORCHELASTIC_RUN_ID", NULL, NULL},
+    [FSC_LAUNCHER_SLURM] = {"SLURM_JOB_ID", NULL, NULL},
+    [FSC_LAUNCHER_OPENMPI] = {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid"},
+};
+
+/* The TCP rendezvous' job token: FSC_RENDEZVOUS_TOKEN, else "launcher:VARIABLE=value" of the job's name. */
+static fsc_status job_token(fsc_env_lookup lookup, void *ctx, fsc_launcher l, fsc_launch_env *out) {
+    const char *v = env_get(lookup, ctx, "FSC_RENDEZVOUS_TOKEN");
+    if (v) {
+        FSC_TRY(copy_string("FSC_RENDEZVOUS_TOKEN", v, out->token, sizeof out->token));
+        snprintf(out->token_source, sizeof out->token_source, "FSC_RENDEZVOUS_TOKEN");
+        return FSC_OK;
+    }
+    if (l == FSC_LAUNCHER_NONE) return FSC_OK;
+    for (int i = 0; i < 3 && job_ids[l][i]; i++) {
+        const char *name = job_ids[l][i];
+        if (!(v = env_get(lookup, ctx, name)) || !*v || (l == FSC_LAUNCHER_TORCHRUN && strcmp(v, "none") == 0))
+            continue;
+        const char *step = l == FSC_LAUNCHER_SLURM ? env_get(lookup, ctx, "SLURM_STEP_ID") : NULL;
+        int n = snprintf(out->token, sizeof out->token, "%s:%s=%s%s%s", fsc_launcher_name(l), name, v,
+                         step ? ";SLURM_STEP_ID=" : "", step ? step : "");
+        if (n < 0 || (size_t)n >= sizeof out->token) {
+            out->token[0] = '\0';
+            return fsc_error(FSC_ERR_INVALID, "%s%s is too long for a rendezvous token (%zu characters in all)", name,
+                             step ? " with SLURM_STEP_ID" : "", sizeof out->token - 1);
+        }
+        snprintf(out->token_source, sizeof out->token_source, "%s", name);
+        return FSC_OK;
+    }
     return FSC_OK;
 }
 
@@ -131,290 +163,16 @@ fsc_status fsc_launch_env_parse(fsc_env_lookup lookup, void *lookup_ctx, fsc_lau
         FSC_TRY(parse_seconds("FSC_RENDEZVOUS_TIMEOUT", v, &out->timeout_s));
     if ((v = env_get(lookup, lookup_ctx, "FSC_COMM_TIMEOUT")))
         FSC_TRY(parse_seconds("FSC_COMM_TIMEOUT", v, &out->comm_timeout_s));
-    return FSC_OK;
+    return job_token(lookup, lookup_ctx, out->launcher, out);
 }
 
-/* ---- TCP rendezvous ----
- * hello  (rank -> 0): magic[8] rank:u32 len:u32                       (big-endian)
- * answer (0 -> rank): magic[8] status:u32 len:u32 world:u32 blob[len] (blob only when status is 0) */
-
-static const char MAGIC[8] = {'F', 'S', 'C', 'R', 'D', 'V', '0', '1'};
-enum { RDV_OK = 0, RDV_BAD_LEN = 1, RDV_BAD_RANK = 2 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int ms_until(double deadline) {
-    double r = deadline - now_s();
-    return r <= 0 ? 0 : (r > 1e6 ? 1000000000 : (int)(r * 1000.0) + 1);
-}
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-}
-
-static void put_u32(unsigned char *p, uint32_t v) {
-    p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
-}
-static uint32_t get_u32(const unsigned char *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-
-/* Read or write exactly n bytes before deadline: 0 done, -1 timeout, -2 peer closed, -3 error (errno). */
-static int io_full(int fd, void *buf, size_t n, double deadline, int writing) {
-    unsigned char *p = buf;
-    while (n > 0) {
-        struct pollfd pfd = {fd, (short)(writing ? POLLOUT : POLLIN), 0};
-        int ms = ms_until(deadline);
-        if (ms == 0) return -1;
-        int pr = poll(&pfd, 1, ms);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr < 0) return -3;
-        if (pr == 0) return -1;
-        ssize_t r = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-        if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-        if (r < 0) return -3;
-        if (r == 0) return -2;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-struct fsc_rendezvous_server {
-    int fd;
-    int port;
-};
+/* The file's magic ("FSCRDV01": the file format is older than the TCP protocol's "FSCRDV02"). */
+static const unsigned char FILE_MAGIC[8] = {'F', 'S', 'C', 'R', 'D', 'V', '0', '1'};
 
 static fsc_status check_blob(const char *who, size_t len) {
     if (len == 0 || len > FSC_RENDEZVOUS_MAX_BLOB)
         return fsc_error(FSC_ERR_INVALID, "%s: blob of %zu bytes (1..%d allowed)", who, len, FSC_RENDEZVOUS_MAX_BLOB);
     return FSC_OK;
-}
-
-fsc_status fsc_rendezvous_listen(const char *addr, int port, fsc_rendezvous_server **out, int *bound_port) {
-    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_rendezvous_listen: out is NULL");
-    *out = NULL;
-    if (port < 0 || port > 65535) return fsc_error(FSC_ERR_INVALID, "rendezvous: port %d outside [0, 65535]", port);
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int rc = getaddrinfo(addr, ps, &hints, &res);
-    if (rc != 0)
-        return fsc_error(FSC_ERR_INVALID, "rendezvous: cannot resolve the address \"%s\" to listen on: %s",
-                         addr ? addr : "*", gai_strerror(rc));
-    int fd = -1, err = 0;
-    /* with no address, prefer the IPv6 wildcard in dual-stack mode so IPv4 peers reach it too */
-    for (int pass = 0; pass < 2 && fd < 0; pass++) {
-        for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-            if ((pass == 0) != (ai->ai_family == AF_INET6 && !addr)) continue;
-            int s = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-            if (s < 0) { err = errno; continue; }
-            int one = 1, zero = 0;
-            setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-            if (ai->ai_family == AF_INET6) setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-            if (bind(s, ai->ai_addr, ai->ai_addrlen) != 0 || listen(s, 256) != 0) {
-                err = errno;
-                close(s);
-                continue;
-            }
-            fd = s;
-        }
-    }
-    freeaddrinfo(res);
-    if (fd < 0)
-        return fsc_error(FSC_ERR_IO, "rendezvous: cannot listen on %s port %d: %s%s", addr ? addr : "every interface",
-                         port, strerror(err),
-                         err == EADDRINUSE ? " (another job holds it? set MASTER_PORT to a free port)" : "");
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    int bp = port;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-        bp = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
-    fsc_rendezvous_server *s = calloc(1, sizeof *s);
-    if (!s) {
-        close(fd);
-        return fsc_error(FSC_ERR_NOMEM, "rendezvous: out of memory");
-    }
-    s->fd = fd;
-    s->port = bp;
-    if (bound_port) *bound_port = bp;
-    *out = s;
-    return FSC_OK;
-}
-
-void fsc_rendezvous_close(fsc_rendezvous_server *s) {
-    if (!s) return;
-    close(s->fd);
-    free(s);
-}
-
-fsc_status fsc_rendezvous_serve(fsc_rendezvous_server *s, int world, const void *blob, size_t len, double timeout_s) {
-    if (!s || !blob) return fsc_error(FSC_ERR_INVALID, "fsc_rendezvous_serve: NULL server or blob");
-    FSC_TRY(check_blob("fsc_rendezvous_serve", len));
-    if (world < 1 || world > MAX_WORLD) return fsc_error(FSC_ERR_INVALID, "rendezvous: world size %d", world);
-    if (!(timeout_s > 0)) return fsc_error(FSC_ERR_INVALID, "rendezvous: timeout %g s must be positive", timeout_s);
-    unsigned char *served = calloc((size_t)world, 1);
-    unsigned char *answer = malloc(20 + len);
-    if (!served || !answer) {
-        free(served);
-        free(answer);
-        return fsc_error(FSC_ERR_NOMEM, "rendezvous: out of memory");
-    }
-    int need = world - 1, got = 0;
-    double deadline = now_s() + timeout_s;
-    fsc_status st = FSC_OK;
-    while (got < need) {
-        struct pollfd pfd = {s->fd, POLLIN, 0};
-        int ms = ms_until(deadline);
-        if (ms == 0) {
-            st = fsc_error(FSC_ERR_TIMEOUT, "rendezvous: rank 0 waited %g s on port %d but only %d of the %d other "
-                           "ranks connected (are they running with the same MASTER_ADDR/MASTER_PORT? "
-                           "FSC_RENDEZVOUS_TIMEOUT sets the wait)", timeout_s, s->port, got, need);
-            break;
-        }
-        int pr = poll(&pfd, 1, ms);
-        if (pr <= 0) continue; /* timeout is checked above; EINTR retries */
-        int c = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
-            st = fsc_error(FSC_ERR_IO, "rendezvous: accept on port %d failed: %s", s->port, strerror(errno));
-            break;
-        }
-        unsigned char hello[16];
-        double hs_deadline = now_s() + 5.0 < deadline ? now_s() + 5.0 : deadline;
-        if (io_full(c, hello, sizeof hello, hs_deadline, 0) == 0 && memcmp(hello, MAGIC, 8) == 0) {
-            uint32_t rank = get_u32(hello + 8), their_len = get_u32(hello + 12);
-            uint32_t status = their_len != len ? RDV_BAD_LEN : (rank < 1 || rank >= (uint32_t)world) ? RDV_BAD_RANK : RDV_OK;
-            memcpy(answer, MAGIC, 8);
-            put_u32(answer + 8, status);
-            put_u32(answer + 12, (uint32_t)len);
-            put_u32(answer + 16, (uint32_t)world);
-            memcpy(answer + 20, blob, len);
-            size_t n = 20 + (status == RDV_OK ? len : 0);
-            if (io_full(c, answer, n, hs_deadline, 1) == 0 && status == RDV_OK && !served[rank]) {
-                served[rank] = 1;
-                got++;
-            }
-        } /* anything else (a port scanner, a stale client) is dropped without counting */
-        close(c);
-    }
-    free(served);
-    free(answer);
-    return st;
-}
-
-/* One attempt on a connected socket: 0 done, 1 retry later (peer went away), or a final error status. */
-static fsc_status fetch_once(int fd, int rank, void *blob, size_t len, double deadline, const char *where, int *retry) {
-    unsigned char hello[16], head[20];
-    memcpy(hello, MAGIC, 8);
-    put_u32(hello + 8, (uint32_t)rank);
-    put_u32(hello + 12, (uint32_t)len);
-    *retry = 1;
-    if (io_full(fd, hello, sizeof hello, deadline, 1) != 0 || io_full(fd, head, sizeof head, deadline, 0) != 0)
-        return FSC_OK;
-    *retry = 0;
-    if (memcmp(head, MAGIC, 8) != 0)
-        return fsc_error(FSC_ERR_FORMAT, "rendezvous: %s does not speak the fsc rendezvous protocol "
-                         "(is MASTER_PORT used by another service?)", where);
-    uint32_t status = get_u32(head + 8), their_len = get_u32(head + 12), world = get_u32(head + 16);
-    if (status == RDV_BAD_LEN)
-        return fsc_error(FSC_ERR_FORMAT, "rendezvous: rank 0 at %s sends %u-byte ids, rank %d expects %zu "
-                         "(different fsc builds?)", where, their_len, rank, len);
-    if (status == RDV_BAD_RANK)
-        return fsc_error(FSC_ERR_INVALID, "rendezvous: rank 0 at %s has world size %u, rank %d is outside it", where,
-                         world, rank);
-    if (status != RDV_OK || their_len != len)
-        return fsc_error(FSC_ERR_FORMAT, "rendezvous: malformed answer from %s", where);
-    if (io_full(fd, blob, len, deadline, 0) != 0) *retry = 1;
-    return FSC_OK;
-}
-
-fsc_status fsc_rendezvous_fetch(const char *addr, int port, int rank, void *blob, size_t len, double timeout_s) {
-    if (!addr || !*addr) return fsc_error(FSC_ERR_INVALID, "rendezvous: no address of rank 0 (set MASTER_ADDR)");
-    if (!blob) return fsc_error(FSC_ERR_INVALID, "fsc_rendezvous_fetch: blob is NULL");
-    FSC_TRY(check_blob("fsc_rendezvous_fetch", len));
-    if (port < 1 || port > 65535) return fsc_error(FSC_ERR_INVALID, "rendezvous: port %d outside [1, 65535]", port);
-    if (rank < 1) return fsc_error(FSC_ERR_INVALID, "rendezvous: rank %d fetches; only ranks >= 1 do", rank);
-    if (!(timeout_s > 0)) return fsc_error(FSC_ERR_INVALID, "rendezvous: timeout %g s must be positive", timeout_s);
-    char ps[16], where[300], last[160] = "no attempt finished";
-    snprintf(ps, sizeof ps, "%d", port);
-    snprintf(where, sizeof where, "%s:%d", addr, port);
-    double deadline = now_s() + timeout_s;
-    for (;;) {
-        struct addrinfo hints = {0}, *res = NULL;
-        hints.ai_family = AF_UNSPEC;
-        hints.ai_socktype = SOCK_STREAM;
-        hints.ai_flags = AI_NUMERICSERV;
-        int rc = getaddrinfo(addr, ps, &hints, &res);
-        if (rc != 0 && rc != EAI_AGAIN)
-            return fsc_error(FSC_ERR_INVALID, "rendezvous: cannot resolve MASTER_ADDR \"%s\": %s", addr, gai_strerror(rc));
-        if (rc == EAI_AGAIN) snprintf(last, sizeof last, "resolving: %s", gai_strerror(rc));
-        for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-            int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-            if (fd < 0) {
-                snprintf(last, sizeof last, "socket: %s", strerror(errno));
-                continue;
-            }
-            int err = 0;
-            if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-                err = errno;
-                if (err == EINPROGRESS) {
-                    struct pollfd pfd = {fd, POLLOUT, 0};
-                    int ms = ms_until(deadline);
-                    int pr = poll(&pfd, 1, ms < 2000 ? ms : 2000);
-                    socklen_t sl = sizeof err;
-                    if (pr <= 0) err = ETIMEDOUT;
-                    else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0) err = errno;
-                }
-            }
-            if (err) {
-                snprintf(last, sizeof last, "%s", strerror(err));
-                close(fd);
-                continue;
-            }
-            int retry = 0;
-            fsc_status s = fetch_once(fd, rank, blob, len, deadline, where, &retry);
-            close(fd);
-            if (s != FSC_OK) {
-                freeaddrinfo(res);
-                return s;
-            }
-            if (!retry) {
-                freeaddrinfo(res);
-                return FSC_OK;
-            }
-            snprintf(last, sizeof last, "rank 0 closed the connection before answering");
-        }
-        if (res) freeaddrinfo(res);
-        if (ms_until(deadline) == 0)
-            return fsc_error(FSC_ERR_TIMEOUT, "rendezvous: rank %d could not get the id from rank 0 at %s within %g s "
-                             "(last error: %s); is rank 0 running, and are MASTER_ADDR/MASTER_PORT right? "
-                             "(FSC_RENDEZVOUS_TIMEOUT sets the wait)", rank, where, timeout_s, last);
-        double left = deadline - now_s();
-        sleep_s(left < 0.1 ? (left > 0 ? left : 0) : 0.1);
-    }
-}
-
-fsc_status fsc_rendezvous_tcp(const char *addr, int port, int rank, int world, void *blob, size_t len,
-                              double timeout_s) {
-    if (world < 1 || rank < 0 || rank >= world)
-        return fsc_error(FSC_ERR_INVALID, "rendezvous: rank %d of world %d", rank, world);
-    if (world == 1) return FSC_OK;
-    if (rank > 0) return fsc_rendezvous_fetch(addr, port, rank, blob, len, timeout_s);
-    if (port < 1 || port > 65535) return fsc_error(FSC_ERR_INVALID, "rendezvous: port %d outside [1, 65535]", port);
-    fsc_rendezvous_server *s;
-    FSC_TRY(fsc_rendezvous_listen(NULL, port, &s, NULL));
-    fsc_status st = fsc_rendezvous_serve(s, world, blob, len, timeout_s);
-    fsc_rendezvous_close(s);
-    return st;
 }
 
 /* ---- file rendezvous: magic[8] world:u32 len:u32 blob[len], written to a temporary name and renamed ---- */
@@ -424,9 +182,9 @@ static fsc_status file_publish(const char *path, int world, const void *blob, si
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return fsc_error(FSC_ERR_INVALID, "rendezvous file path too long: %s", path);
     unsigned char head[16];
-    memcpy(head, MAGIC, 8);
-    put_u32(head + 8, (uint32_t)world);
-    put_u32(head + 12, (uint32_t)len);
+    memcpy(head, FILE_MAGIC, 8);
+    fsc_rdv_put_u32(head + 8, (uint32_t)world);
+    fsc_rdv_put_u32(head + 12, (uint32_t)len);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return fsc_error(FSC_ERR_IO, "rendezvous: cannot create %s: %s", tmp, strerror(errno));
     int ok = write(fd, head, sizeof head) == (ssize_t)sizeof head && write(fd, blob, len) == (ssize_t)len &&
@@ -462,7 +220,7 @@ fsc_status fsc_rendezvous_file(const char *path, int rank, int world, void *blob
     if (rank == 0) return file_publish(path, world, blob, len);
     unsigned char *buf = malloc(16 + len + 1);
     if (!buf) return fsc_error(FSC_ERR_NOMEM, "rendezvous: out of memory");
-    double deadline = now_s() + timeout_s;
+    double deadline = fsc_rdv_now() + timeout_s;
     uint32_t stale_world = 0;
     fsc_status st = FSC_OK;
     for (;;) {
@@ -476,11 +234,11 @@ fsc_status fsc_rendezvous_file(const char *path, int rank, int world, void *blob
             ssize_t r;
             while (got < 16 + len + 1 && (r = read(fd, buf + got, 16 + len + 1 - got)) > 0) got += (size_t)r;
             close(fd);
-            if (got < 16 || memcmp(buf, MAGIC, 8) != 0) {
+            if (got < 16 || memcmp(buf, FILE_MAGIC, 8) != 0) {
                 st = fsc_error(FSC_ERR_FORMAT, "rendezvous: %s is not an fsc rendezvous file", path);
                 break;
             }
-            uint32_t w = get_u32(buf + 8), l = get_u32(buf + 12);
+            uint32_t w = fsc_rdv_get_u32(buf + 8), l = fsc_rdv_get_u32(buf + 12);
             if (l != len || got != 16 + len) {
                 st = fsc_error(FSC_ERR_FORMAT, "rendezvous: %s holds a %u-byte id, rank %d expects %zu", path, l, rank, len);
                 break;
@@ -491,7 +249,7 @@ fsc_status fsc_rendezvous_file(const char *path, int rank, int world, void *blob
             }
             stale_world = w; /* left by an earlier run of another size: wait for rank 0 to replace it */
         }
-        if (ms_until(deadline) == 0) {
+        if (fsc_rdv_ms_until(deadline) == 0) {
             if (stale_world)
                 st = fsc_error(FSC_ERR_TIMEOUT, "rendezvous: %s is for world size %u, not %d, and rank 0 did not "
                                "replace it within %g s (a file left by an earlier run? use a fresh path)", path,
@@ -501,7 +259,7 @@ fsc_status fsc_rendezvous_file(const char *path, int rank, int world, void *blob
                                "with the same FSC_RENDEZVOUS_FILE, on a filesystem every rank sees?)", path, timeout_s);
             break;
         }
-        sleep_s(0.02);
+        fsc_rdv_sleep(0.02);
     }
     free(buf);
     return st;
@@ -520,21 +278,34 @@ static int pick_ordinal(const fsc_launch_env *env) {
     return env->local_rank;
 }
 
-fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
-    if (!fn) return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: fn is NULL");
-    fsc_launch_env env;
-    FSC_TRY(fsc_launch_env_parse(NULL, NULL, &env));
-    char who[96];
-    snprintf(who, sizeof who, "rank %d of %d (%s)", env.rank, env.world, fsc_launcher_name(env.launcher));
+static const char *no_token_reason(fsc_launcher l) {
+    switch (l) {
+    case FSC_LAUNCHER_TORCHRUN: return "TORCHELASTIC_RUN_ID is unset or \"none\": torchrun without --rdzv-id or --standalone";
+    case FSC_LAUNCHER_SLURM: return "SLURM_JOB_ID is not set";
+    case FSC_LAUNCHER_OPENMPI: return "none of PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, OMPI_MCA_orte_ess_jobid is set";
+    default: return "no launcher names the job";
+    }
+}
+
+/* One process per GPU: the cuda device and the NCCL communicator of the cuda plug-in. */
+static fsc_status run_nccl(const fsc_launch_env *envp, const char *who, double timeout_s, int native, fsc_rank_fn fn,
+                           void *arg) {
+    fsc_launch_env env = *envp;
+    env.comm_timeout_s = timeout_s;
     if (env.world > 1 && !env.rendezvous_file[0] && (!env.master_addr[0] || !env.master_port))
         return fsc_error(FSC_ERR_INVALID, "%s: a world of %d processes needs a rendezvous: set MASTER_ADDR and "
                          "MASTER_PORT (rank 0's host and a free port) or FSC_RENDEZVOUS_FILE (a path every rank sees)",
                          who, env.world);
+    if (env.world > 1 && !env.rendezvous_file[0] && !env.token[0])
+        return fsc_error(FSC_ERR_INVALID, "%s: the TCP rendezvous admits only ranks that know the job's token, and "
+                         "there is none (%s): set FSC_RENDEZVOUS_TOKEN to the same secret on every rank (for example "
+                         "export FSC_RENDEZVOUS_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n') before "
+                         "launching), or use FSC_RENDEZVOUS_FILE", who, no_token_reason(env.launcher));
     fsc_device *dev = NULL;
     fsc_device_opts dopts = {0};
     dopts.ordinal = pick_ordinal(&env);
     fsc_status s = fsc_device_create("cuda", &dopts, &dev);
-    if (s != FSC_OK) return fsc_error_prefix(s, "%s", who);
+    if (s != FSC_OK) return fsc_error_rank(s, "%s", who);
     fsc_nccl_get_unique_id_fn get_id;
     fsc_nccl_comm_open_fn comm_open;
     void *p1 = plugin_sym(dev, "fsc_nccl_get_unique_id"), *p2 = plugin_sym(dev, "fsc_nccl_comm_open");
@@ -551,19 +322,20 @@ fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
         if (env.rendezvous_file[0])
             s = fsc_rendezvous_file(env.rendezvous_file, env.rank, env.world, id, sizeof id, env.timeout_s);
         else
-            s = fsc_rendezvous_tcp(env.master_addr, env.master_port, env.rank, env.world, id, sizeof id, env.timeout_s);
+            s = fsc_rendezvous_tcp(env.master_addr, env.master_port, env.token, env.rank, env.world, id, sizeof id,
+                                   env.timeout_s);
     }
     const fsc_comm_ops *cops = NULL;
     void *cctx = NULL;
     if (s == FSC_OK)
-        s = comm_open(FSC_COMM_ABI_VERSION, id, sizeof id, env.rank, env.world, dev->ctx, env.comm_timeout_s, &cops,
-                      &cctx);
+        s = comm_open(FSC_COMM_ABI_VERSION, id, sizeof id, env.rank, env.world, dev->ctx, env.comm_timeout_s, native,
+                      &cops, &cctx);
     /* the communicator is up only once every rank has joined, so every rank has read the file */
     if (s == FSC_OK && env.rank == 0 && env.world > 1 && env.rendezvous_file[0]) unlink(env.rendezvous_file);
     fsc_comm *comm = NULL;
     if (s == FSC_OK) s = fsc_comm_wrap(cops, cctx, env.rank, env.world, "world", &comm);
     if (s != FSC_OK) {
-        s = fsc_error_prefix(s, "%s", who);
+        s = fsc_error_rank(s, "%s", who);
         fsc_device_free(dev);
         return s;
     }
@@ -573,6 +345,118 @@ fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
     snprintf(msg, sizeof msg, "%s", fsc_last_error());
     fsc_comm_free(comm);
     fsc_device_free(dev);
-    if (s != FSC_OK) return fsc_error(s, "%s: %s", who, msg[0] ? msg : fsc_status_str(s));
-    return FSC_OK;
+    if (s == FSC_OK) return FSC_OK;
+    fsc_error(s, "%s", msg[0] ? msg : fsc_status_str(s));
+    return fsc_error_rank(s, "%s", who); /* a failure agreed from another rank keeps that rank's name */
+}
+
+/* ---- one process per rank on the cpu device: the MPI plug-in ---- */
+
+/* $FSC_MPI_PLUGIN alone when set (a file or a folder holding libfsc_mpi.so), else the executable's folder,
+ * then the loader's path. RTLD_GLOBAL: Open MPI's own components resolve symbols of libmpi. */
+static fsc_status load_mpi(const char *who, int world, char *path, size_t cap, void **out) {
+    const char *env = getenv("FSC_MPI_PLUGIN");
+    char tried[1024] = "", exe[PATH_MAX + 32];
+    const char *cands[2];
+    int nc = 0;
+    if (env && *env) {
+        struct stat st;
+        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(exe, sizeof exe, "%s/libfsc_mpi.so", env);
+        else snprintf(exe, sizeof exe, "%s", env);
+        cands[nc++] = exe;
+    } else {
+        ssize_t len = readlink("/proc/self/exe", exe, PATH_MAX);
+        char *slash = len > 0 ? (exe[len] = '\0', strrchr(exe, '/')) : NULL;
+        if (slash) strcpy(slash + 1, "libfsc_mpi.so"), cands[nc++] = exe;
+        cands[nc++] = "libfsc_mpi.so";
+    }
+    size_t used = 0;
+    for (int i = 0; i < nc; i++) {
+        snprintf(path, cap, "%s", cands[i]);
+        if ((*out = dlopen(path, RTLD_NOW | RTLD_GLOBAL))) return FSC_OK;
+        const char *e = dlerror();
+        int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
+        if (n > 0) used = (used + (size_t)n < sizeof tried) ? used + (size_t)n : sizeof tried - 1;
+    }
+    int no_runtime = strstr(tried, "libmpi") != NULL;
+    return fsc_error(FSC_ERR_UNSUPPORTED, "%s: %d processes on the cpu device talk through MPI, and %s (tried: %s). "
+                     "Build the plug-in with `make` where mpicc is installed (apt-get install libopenmpi-dev "
+                     "openmpi-bin), set FSC_MPI_PLUGIN to build/libfsc_mpi.so, and start the program with "
+                     "mpirun -n N; or run simulated ranks in one process instead (no launcher variables)", who,
+                     world, no_runtime ? "the MPI runtime (libmpi) is not installed" : "the MPI plug-in libfsc_mpi.so "
+                     "was not found", tried);
+}
+
+static fsc_status run_mpi(const fsc_launch_env *env, const char *who, const fsc_cluster_opts *o, double timeout_s,
+                          fsc_rank_fn fn, void *arg) {
+    if (env->launcher != FSC_LAUNCHER_OPENMPI && env->launcher != FSC_LAUNCHER_SLURM)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: processes on the cpu device talk through MPI, which %s cannot "
+                         "start: use mpirun -n %d <program> (or srun --mpi=pmix -n %d)", who,
+                         fsc_launcher_name(env->launcher), env->world, env->world);
+    char path[PATH_MAX + 32];
+    void *h = NULL;
+    FSC_TRY(load_mpi(who, env->world, path, sizeof path, &h));
+    void *sym = dlsym(h, "fsc_mpi_comm_open");
+    fsc_mpi_comm_open_fn open_fn;
+    memcpy(&open_fn, &sym, sizeof open_fn);
+    if (!sym) {
+        dlclose(h);
+        return fsc_error(FSC_ERR_INVALID, "%s: %s is not the fsc MPI plug-in (no fsc_mpi_comm_open)", who, path);
+    }
+    const fsc_comm_ops *cops = NULL;
+    void *cctx = NULL;
+    fsc_clear_error();
+    fsc_status s = open_fn(FSC_COMM_ABI_VERSION, fsc_error, env->rank, env->world, timeout_s, o->reduce_native, &cops, &cctx);
+    fsc_comm *comm = NULL;
+    if (s == FSC_OK) s = fsc_comm_wrap(cops, cctx, env->rank, env->world, "world", &comm);
+    fsc_device *dev = NULL;
+    fsc_device_opts dopts = {.threads = o->threads_per_rank ? o->threads_per_rank : 1};
+    if (s == FSC_OK) s = fsc_device_create("cpu", &dopts, &dev);
+    if (s != FSC_OK) {
+        s = fsc_error_rank(s, "%s", who);
+        fsc_comm_free(comm); /* the plug-in stays loaded: MPI cannot be initialized twice in a process */
+        return s;
+    }
+    fsc_rank r = {.rank = env->rank, .world = env->world, .local_rank = env->local_rank, .dev = dev, .comm = comm};
+    s = fn(&r, arg);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", fsc_last_error());
+    fsc_device_free(dev);
+    fsc_comm_free(comm); /* the last communicator finalizes MPI (unless it broke) */
+    if (s == FSC_OK) return FSC_OK;
+    fsc_error(s, "%s", msg[0] ? msg : fsc_status_str(s));
+    return fsc_error_rank(s, "%s", who);
+}
+
+fsc_status fsc_cluster_run_from_env_opts(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg) {
+    if (!fn) return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: fn is NULL");
+    fsc_cluster_opts o = opts ? *opts : fsc_cluster_opts_default();
+    const char *device = o.device ? o.device : "cpu";
+    if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: unknown device \"%s\" (cpu or cuda)", device);
+    if (o.reduce_native != 0 && o.reduce_native != 1)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: reduce_native %d must be 0 or 1", o.reduce_native);
+    if (o.threads_per_rank < 0)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: threads_per_rank %d is negative", o.threads_per_rank);
+    fsc_launch_env env;
+    FSC_TRY(fsc_launch_env_parse(NULL, NULL, &env));
+    char who[96];
+    snprintf(who, sizeof who, "rank %d of %d (%s)", env.rank, env.world, fsc_launcher_name(env.launcher));
+    double timeout = o.timeout_s > 0 && !getenv("FSC_COMM_TIMEOUT") ? o.timeout_s : env.comm_timeout_s;
+    if (strcmp(device, "cuda") == 0) return run_nccl(&env, who, timeout, o.reduce_native, fn, arg);
+    if (env.world == 1) { /* one process: the simulated cluster of one rank, no MPI needed */
+        o.world = 1;
+        o.reduce_native = 0;
+        o.timeout_s = timeout;
+        return fsc_cluster_run(&o, fn, arg);
+    }
+    return run_mpi(&env, who, &o, timeout, fn, arg);
+}
+
+fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
+    fsc_cluster_opts o = fsc_cluster_opts_default();
+    const char *d = getenv("FSC_DEVICE");
+    o.device = d && *d ? d : "cuda";
+    o.timeout_s = 0;
+    return fsc_cluster_run_from_env_opts(&o, fn, arg);
 }

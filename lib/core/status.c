@@ -1,8 +1,10 @@
 /* Status names and the thread-local error message (status.h).
  * Each thread (each simulated rank) has its own message buffer, so ranks never overwrite each
  * other's explanation. Not a logging facility: only the last message is kept. */
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include "fsc/status.h"
 
 #define FSC_MSG_CAP 1024
@@ -22,14 +24,37 @@ fsc_status fsc_error(fsc_status s, const char *fmt, ...) {
     return s;
 }
 
-fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...) {
+static fsc_status prefix_v(fsc_status s, const char *fmt, va_list ap) {
     char old[FSC_MSG_CAP], prefix[FSC_MSG_CAP];
     snprintf(old, sizeof old, "%s", msg[0] ? msg : fsc_status_str(s));
+    if (vsnprintf(prefix, sizeof prefix, fmt, ap) < 0) prefix[0] = '\0';
+    return fsc_error(s, "%s: %s", prefix, old);
+}
+
+fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    if (vsnprintf(prefix, sizeof prefix, fmt, ap) < 0) prefix[0] = '\0';
+    s = prefix_v(s, fmt, ap);
     va_end(ap);
-    return fsc_error(s, "%s: %s", prefix, old);
+    return s;
+}
+
+/* "rank N:" or "rank N of " at the start of m (the forms a rank's failure is reported in). */
+static int names_a_rank(const char *m) {
+    if (strncmp(m, "rank ", 5) != 0) return 0;
+    const char *p = m + 5;
+    if (!isdigit((unsigned char)*p)) return 0;
+    while (isdigit((unsigned char)*p)) p++;
+    return *p == ':' || strncmp(p, " of ", 4) == 0;
+}
+
+fsc_status fsc_error_rank(fsc_status s, const char *fmt, ...) {
+    if (names_a_rank(msg)) return s;
+    va_list ap;
+    va_start(ap, fmt);
+    s = prefix_v(s, fmt, ap);
+    va_end(ap);
+    return s;
 }
 
 const char *fsc_status_str(fsc_status s) {
@@ -44,6 +69,7 @@ const char *fsc_status_str(fsc_status s) {
     case FSC_ERR_STATE: return "wrong state";
     case FSC_ERR_UNSUPPORTED: return "unsupported";
     case FSC_ERR_INTERNAL: return "internal error";
+    case FSC_ERR_NUMERIC: return "non-finite values";
     }
     return "unknown status";
 }

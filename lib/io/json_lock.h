@@ -1,5 +1,5 @@
 /* Private: cJSON's parser writes a process-wide error pointer on every call, and simulated ranks parse
- * concurrently, so every cJSON_Parse* call in the library holds this lock (defined in safetensors.c). */
+ * concurrently, so every cJSON_Parse* call in the library holds this lock (defined in json_lock.c). */
 #ifndef FSC_JSON_LOCK_H
 #define FSC_JSON_LOCK_H
 #include <pthread.h>

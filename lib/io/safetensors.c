@@ -1,25 +1,24 @@
 /* safetensors reader (safetensors.h), and the dtype table and checks the writer (safetensors_write.c) shares
  * through safetensors_impl.h.
  *
- * The header is parsed with cJSON and validated completely before anything is used: the
- * header length against the file and FSC_ST_MAX_HEADER, every entry's dtype, shape and data_offsets,
- * byte counts against shapes (with overflow checks), offsets inside the data section, no overlaps, no
- * gaps, no trailing bytes, no duplicate names, names that fit FSC_ST_MAX_NAME. Tensor data is read on
- * demand by element range with pread (64-bit offsets), so a rank can load only its shard.
+ * The header is validated completely before anything is used: its length against the file and
+ * FSC_ST_MAX_HEADER (Hugging Face's cap), then each entry (safetensors_header.c: dtype, shape,
+ * data_offsets, byte counts against shapes with overflow checks, names that fit FSC_ST_MAX_NAME), then here
+ * the layout: offsets inside the data section, no overlaps, no gaps, no trailing bytes, no duplicate names.
+ * Memory is bounded by what is read: the header (at most the file) and a few bytes per header byte for
+ * the entries. Tensor data is read on demand by element range with pread (64-bit offsets), so a rank can
+ * load only its shard.
  *
- * Not here: writing (safetensors_write.c), dtype conversion (dtype.c), knowledge of any model's tensor
- * names (gpt_io.c). */
+ * Not here: parsing the header text (safetensors_header.c), writing (safetensors_write.c), dtype
+ * conversion (dtype.c), knowledge of any model's tensor names (gpt_io.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <cjson/cJSON.h>
-#include "json_lock.h"
 #include "safetensors_impl.h"
 
 /* safetensors dtype names: those fsc understands, and other valid ones it refuses as unsupported. */
@@ -40,17 +39,23 @@ const char *st_name(fsc_dtype dt) {
     return "?";
 }
 
+fsc_status st_dtype_of(const char *what, const char *name, const char *s, size_t len, fsc_dtype *dt) {
+    for (size_t i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
+        if (len == strlen(st_types[i].name) && !memcmp(s, st_types[i].name, len)) {
+            *dt = st_types[i].dt;
+            return FSC_OK;
+        }
+    for (size_t i = 0; i < sizeof st_other_types / sizeof st_other_types[0]; i++)
+        if (len == strlen(st_other_types[i]) && !memcmp(s, st_other_types[i], len))
+            return fsc_error(FSC_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s, which fsc does not support "
+                             "(F32, BF16, F16, I32, U8)", what, name, st_other_types[i]);
+    return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has unknown dtype \"%.32s\"", what, name, s);
+}
+
 static uint64_t le64_get(const uint8_t *p) {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
     return v;
-}
-
-static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
-    size_t k = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < ndim && k < cap; d++)
-        k += (size_t)snprintf(buf + k, cap - k, d ? ", %lld" : "%lld", (long long)shape[d]);
-    if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
 uint64_t st_shape_numel(int ndim, const int64_t *shape, int *overflow) {
@@ -85,24 +90,8 @@ struct fsc_st_file {
     fsc_st_entry *e;       /* header order */
     int *by_name;          /* indices of e sorted by name, for fsc_st_find */
     int n_meta;
-    char **meta;           /* key, value, key, value, ... sorted by key */
+    char **meta;           /* key, value, key, value, ... sorted by key; one allocation with the text */
 };
-
-/* cJSON resets a process-wide error pointer on every parse; ranks parse concurrently in one process.
- * The checkpoint metadata reader shares the lock (json_lock.h). */
-pthread_mutex_t fsc_json_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* A JSON number that is a non-negative integer below 2^53. 0 ok, -1 not an integer, -2 negative, -3 huge. */
-static int json_u53(const cJSON *x, uint64_t *out) {
-    if (!cJSON_IsNumber(x)) return -1;
-    double v = x->valuedouble;
-    if (v != v) return -1;
-    if (v < 0) return -2;
-    if (v > (double)MAX_JSON_INT) return -3;
-    if (v != (double)(uint64_t)v) return -1;
-    *out = (uint64_t)v;
-    return 0;
-}
 
 static int cmp_offsets(const void *a, const void *b, void *base) {
     const fsc_st_entry *e = base, *x = &e[*(const int *)a], *y = &e[*(const int *)b];
@@ -114,101 +103,6 @@ static int cmp_names(const void *a, const void *b, void *base) {
     const fsc_st_entry *e = base;
     return strcmp(e[*(const int *)a].name, e[*(const int *)b].name);
 }
-static int cmp_meta(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* Parse one tensor entry of the header into e. */
-static fsc_status parse_entry(const char *what, const cJSON *item, fsc_st_entry *e) {
-    const char *name = item->string;
-    size_t len = strlen(name);
-    if (len >= FSC_ST_MAX_NAME)
-        return fsc_error(FSC_ERR_FORMAT, "%s: tensor name of %zu bytes (\"%.40s...\") is longer than the limit of %d",
-                         what, len, name, FSC_ST_MAX_NAME - 1);
-    memcpy(e->name, name, len + 1);
-    if (!cJSON_IsObject(item)) return fsc_error(FSC_ERR_FORMAT, "%s: entry %s is not a JSON object", what, name);
-
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
-    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
-    const cJSON *off = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
-    if (!dt) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has no dtype", what, name);
-    if (!sh) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has no shape", what, name);
-    if (!off) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has no data_offsets", what, name);
-
-    if (!cJSON_IsString(dt)) return fsc_error(FSC_ERR_FORMAT, "%s: dtype of tensor %s is not a string", what, name);
-    size_t es = 0;
-    for (size_t i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
-        if (!strcmp(dt->valuestring, st_types[i].name)) { e->dtype = st_types[i].dt; es = st_types[i].size; }
-    if (!es) {
-        for (size_t i = 0; i < sizeof st_other_types / sizeof st_other_types[0]; i++)
-            if (!strcmp(dt->valuestring, st_other_types[i]))
-                return fsc_error(FSC_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s, which fsc does not support "
-                                 "(F32, BF16, F16, I32, U8)", what, name, st_other_types[i]);
-        return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has unknown dtype \"%.32s\"", what, name, dt->valuestring);
-    }
-
-    if (!cJSON_IsArray(sh)) return fsc_error(FSC_ERR_FORMAT, "%s: shape of tensor %s is not an array", what, name);
-    int nd = cJSON_GetArraySize(sh);
-    if (nd > 4)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: tensor %s has %d dimensions; fsc supports at most 4", what, name,
-                         nd);
-    e->ndim = nd;
-    int d = 0;
-    for (const cJSON *x = sh->child; x; x = x->next, d++) {
-        uint64_t v;
-        int r = json_u53(x, &v);
-        if (r == -2) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has a negative dimension", what, name);
-        if (r == -3) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has a huge dimension (above 2^53)", what, name);
-        if (r)
-            return fsc_error(FSC_ERR_FORMAT, "%s: shape of tensor %s holds something other than an integer", what,
-                             name);
-        e->shape[d] = (int64_t)v;
-    }
-    for (; d < 4; d++) e->shape[d] = 0;
-
-    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
-        return fsc_error(FSC_ERR_FORMAT, "%s: data_offsets of tensor %s is not an array of two integers", what, name);
-    int rb = json_u53(off->child, &e->begin), re = json_u53(off->child->next, &e->end);
-    if (rb || re)
-        return fsc_error(FSC_ERR_FORMAT, "%s: data_offsets of tensor %s are not integers in [0, 2^53]", what, name);
-    if (e->end < e->begin)
-        return fsc_error(FSC_ERR_FORMAT, "%s: data_offsets [%llu, %llu] of tensor %s end before they begin", what,
-                         (unsigned long long)e->begin, (unsigned long long)e->end, name);
-
-    int ovf;
-    uint64_t numel = st_shape_numel(e->ndim, e->shape, &ovf);
-    char s[160];
-    shape_str(s, sizeof s, e->ndim, e->shape);
-    if (ovf || numel > UINT64_MAX / es)
-        return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has shape %s, too large to address", what, name, s);
-    if (numel * es != e->end - e->begin)
-        return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has shape %s and dtype %s (%llu bytes) but data_offsets "
-                         "[%llu, %llu] span %llu bytes", what, name, s, dt->valuestring,
-                         (unsigned long long)(numel * es), (unsigned long long)e->begin,
-                         (unsigned long long)e->end, (unsigned long long)(e->end - e->begin));
-    return FSC_OK;
-}
-
-static fsc_status parse_metadata(fsc_st_file *f, const cJSON *item) {
-    if (!cJSON_IsObject(item)) return fsc_error(FSC_ERR_FORMAT, "%s: __metadata__ is not a JSON object", f->what);
-    int n = cJSON_GetArraySize(item);
-    if (f->meta) return fsc_error(FSC_ERR_FORMAT, "%s: __metadata__ appears twice", f->what);
-    f->meta = calloc((size_t)n * 2 + 1, sizeof(char *));
-    if (!f->meta) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for __metadata__", f->what);
-    for (const cJSON *x = item->child; x; x = x->next) {
-        if (!cJSON_IsString(x))
-            return fsc_error(FSC_ERR_FORMAT, "%s: __metadata__ value of \"%.60s\" is not a string", f->what, x->string);
-        char *k = strdup(x->string), *v = strdup(x->valuestring);
-        f->meta[2 * f->n_meta] = k;
-        f->meta[2 * f->n_meta + 1] = v;
-        f->n_meta++;
-        if (!k || !v) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for __metadata__", f->what);
-    }
-    qsort(f->meta, (size_t)f->n_meta, 2 * sizeof(char *), cmp_meta);
-    for (int i = 1; i < f->n_meta; i++)
-        if (!strcmp(f->meta[2 * i - 2], f->meta[2 * i]))
-            return fsc_error(FSC_ERR_FORMAT, "%s: __metadata__ key \"%.60s\" appears twice", f->what, f->meta[2 * i]);
-    return FSC_OK;
-}
-
 /* Check that entries tile the data section exactly and that names are unique. */
 static fsc_status check_layout(fsc_st_file *f) {
     int *ord = malloc(((size_t)f->n + 1) * sizeof(int));
@@ -246,35 +140,15 @@ static fsc_status check_layout(fsc_st_file *f) {
     return FSC_OK;
 }
 
-/* Parse and validate the header text (hlen bytes, not NUL-terminated). */
-static fsc_status parse_header(fsc_st_file *f, const char *hdr, size_t hlen) {
-    const char *end = NULL;
-    pthread_mutex_lock(&fsc_json_lock);
-    cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
-    pthread_mutex_unlock(&fsc_json_lock);
-    if (!root) return fsc_error(FSC_ERR_FORMAT, "%s: the header is not valid JSON", f->what);
-    fsc_status st = FSC_OK;
-    for (const char *p = end; p && p < hdr + hlen; p++)
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            st = fsc_error(FSC_ERR_FORMAT, "%s: the header has bytes after its JSON object", f->what);
-            break;
-        }
-    if (st == FSC_OK && !cJSON_IsObject(root))
-        st = fsc_error(FSC_ERR_FORMAT, "%s: the header is not a JSON object", f->what);
-    int n = 0;
-    if (st == FSC_OK)
-        for (const cJSON *x = root->child; x; x = x->next) n += strcmp(x->string, "__metadata__") != 0;
-    if (st == FSC_OK && !(f->e = calloc((size_t)n + 1, sizeof(fsc_st_entry))))
-        st = fsc_error(FSC_ERR_NOMEM, "%s: out of memory for %d header entries", f->what, n);
-    for (const cJSON *x = st == FSC_OK ? root->child : NULL; x && st == FSC_OK; x = x->next) {
-        if (!strcmp(x->string, "__metadata__")) st = parse_metadata(f, x);
-        else if ((st = parse_entry(f->what, x, &f->e[f->n])) == FSC_OK) f->n++;
-    }
-    pthread_mutex_lock(&fsc_json_lock);
-    cJSON_Delete(root);
-    pthread_mutex_unlock(&fsc_json_lock);
-    if (st == FSC_OK) st = check_layout(f);
-    return st;
+/* Parse and validate the header text (hlen bytes, modified in place) into f. */
+static fsc_status parse_header(fsc_st_file *f, char *hdr, size_t hlen) {
+    st_header h;
+    fsc_status st = st_parse_header(f->what, hdr, hlen, &h);
+    f->e = h.e;
+    f->n = h.n;
+    f->meta = h.meta;
+    f->n_meta = h.n_meta;
+    return st == FSC_OK ? check_layout(f) : st;
 }
 
 static fsc_st_file *file_new(const char *what) {
@@ -292,8 +166,9 @@ static fsc_status check_lengths(fsc_st_file *f, const uint8_t *head8, uint64_t s
                          f->what, (unsigned long long)size);
     uint64_t n = le64_get(head8);
     if (n > FSC_ST_MAX_HEADER)
-        return fsc_error(FSC_ERR_FORMAT, "%s: header length %llu is larger than the limit of %u bytes", f->what,
-                         (unsigned long long)n, (unsigned)FSC_ST_MAX_HEADER);
+        return fsc_error(FSC_ERR_FORMAT, "%s: the header is too large: %llu bytes, above the limit of %u bytes "
+                         "(Hugging Face's safetensors refuses such headers too)", f->what, (unsigned long long)n,
+                         (unsigned)FSC_ST_MAX_HEADER);
     if (n > size - 8)
         return fsc_error(FSC_ERR_FORMAT, "%s: header length %llu is larger than the file (%llu bytes); "
                          "truncated?", f->what, (unsigned long long)n, (unsigned long long)size);
@@ -361,11 +236,14 @@ fsc_status fsc_st_parse_buffer(const void *buf, size_t len, fsc_st_file **out) {
     uint64_t hlen = 0;
     const uint8_t *b = buf;
     fsc_status st = check_lengths(f, len >= 8 ? b : (const uint8_t *)"\0\0\0\0\0\0\0\0", len, &hlen);
-    if (st == FSC_OK) st = parse_header(f, (const char *)b + 8, hlen);
+    /* the copy the file keeps; its header is parsed in place (the data section stays as given) */
     if (st == FSC_OK && !(f->image = malloc(len)))
         st = fsc_error(FSC_ERR_NOMEM, "safetensors buffer: out of memory for a copy of %zu bytes", len);
+    if (st == FSC_OK) {
+        memcpy(f->image, buf, len);
+        st = parse_header(f, (char *)f->image + 8, hlen);
+    }
     if (st != FSC_OK) { fsc_st_close(f); return st; }
-    memcpy(f->image, buf, len);
     *out = f;
     return FSC_OK;
 }
@@ -373,8 +251,7 @@ fsc_status fsc_st_parse_buffer(const void *buf, size_t len, fsc_st_file **out) {
 void fsc_st_close(fsc_st_file *f) {
     if (!f) return;
     if (f->fd >= 0) close(f->fd);
-    for (int i = 0; i < 2 * f->n_meta; i++) free(f->meta[i]);
-    free(f->meta);
+    free(f->meta); /* one block: the pointers and the text */
     free(f->e);
     free(f->by_name);
     free(f->image);

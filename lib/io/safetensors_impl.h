@@ -16,6 +16,25 @@ uint64_t st_shape_numel(int ndim, const int64_t *shape, int *overflow);
 /* FSC_ERR_INVALID, naming what (a path), unless elements [first, first + n) lie inside tensor e. */
 fsc_status st_check_range(const char *what, const fsc_st_entry *e, uint64_t first, uint64_t n);
 
+/* The dtype named by s (len bytes) for tensor name of file what: FSC_ERR_UNSUPPORTED for a valid
+ * safetensors dtype fsc does not read, FSC_ERR_FORMAT for an unknown name. */
+fsc_status st_dtype_of(const char *what, const char *name, const char *s, size_t len, fsc_dtype *dt);
+
+/* A parsed header (safetensors_header.c): entries in header order, metadata as sorted key, value pairs
+ * (meta is one allocation holding the pointers and the text). */
+typedef struct {
+    fsc_st_entry *e;
+    int n;
+    char **meta;
+    int n_meta;
+} st_header;
+
+/* Parse and validate the header text hdr[0, hlen) of file what, each entry on its own (the layout across
+ * entries is the caller's). hdr is modified (strings are unescaped in place). On failure *h holds what was
+ * made so far: free it with st_header_free either way. */
+fsc_status st_parse_header(const char *what, char *hdr, size_t hlen, st_header *h);
+void st_header_free(st_header *h);
+
 static inline const char *errstr(int err, char *buf, size_t cap) { return strerror_r(err, buf, cap); }
 
 #endif

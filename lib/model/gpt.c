@@ -332,3 +332,11 @@ void fsc_gpt_bind_flat(fsc_gpt *m, float *params, float *grads) {
         off += m->info[i].numel;
     }
 }
+
+fsc_gpt_config fsc_gpt_config_default(void) {
+    return (fsc_gpt_config){ .layers = 12, .dim = 768, .heads = 12, .seq = 1024, .vocab = 50257 };
+}
+
+fsc_gpt_acts_opts fsc_gpt_acts_opts_default(const fsc_gpt_config *c, int B) {
+    return (fsc_gpt_acts_opts){ .B = B, .T = c ? c->seq : 0, .first = 0, .last = c ? c->layers + 1 : 0 };
+}

@@ -5,8 +5,10 @@
  * Save and load stream tensor by tensor through one bounded host buffer (IO_CHUNK floats): the whole
  * model is never in host memory. Load checks every key, dtype and shape before it uploads anything, so a
  * file for another configuration leaves the model untouched. Any other key is refused, except HF's
- * causal-mask buffers (h.{i}.attn.bias, h.{i}.attn.masked_bias), which are ignored.
+ * causal-mask buffers (h.{i}.attn.bias, h.{i}.attn.masked_bias), which are ignored. A value that is inf or
+ * NaN is refused with its tensor and element (the tensors before it are then already loaded).
  * Not here: sharded or optimizer-state checkpoints (lib/parallel), the safetensors format (lib/io). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -137,6 +139,10 @@ fsc_status fsc_gpt_load(fsc_gpt *m, const char *path) {
         for (size_t at = 0; at < numel && st == FSC_OK; at += IO_CHUNK) {
             size_t k = numel - at < IO_CHUNK ? numel - at : IO_CHUNK;
             st = fsc_st_read(f, e, buf, at, k);
+            for (size_t j = 0; j < k && st == FSC_OK; j++)
+                if (!isfinite(buf[j]))
+                    st = fsc_error(FSC_ERR_NUMERIC, "%s: tensor %s, element %zu, is %s: refusing non-finite weights",
+                                   path, m->info[i].name, at + j, isnan(buf[j]) ? "NaN" : buf[j] > 0 ? "inf" : "-inf");
             if (st == FSC_OK) st = fsc_device_upload(m->dev, m->param[i] + at, buf, k * sizeof(float));
         }
     }

@@ -3,7 +3,7 @@
  * index FSC_B_FC_W on (gpt.h), handed over as its parameter table.
  * Not here: the dense block (lib/nn/block.c), the layer itself (lib/moe/), the record layout (gpt_run.c). */
 #include "gpt_moe.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
 

@@ -18,7 +18,7 @@
 #include <string.h>
 #include "fsc/gpt.h"
 #include "fsc/nn.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 #include "gpt_moe.h"
 
 struct fsc_gpt_acts {

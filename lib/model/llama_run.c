@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/nn.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 #include "llama_impl.h"
 
 typedef struct {

@@ -24,7 +24,7 @@
 #include "moe_impl.h"
 #include "fsc/nn.h"
 #include "fsc/rng.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 struct fsc_moe {
     fsc_moe_config cfg;
@@ -453,4 +453,9 @@ fsc_status fsc_moe_routing(const fsc_moe_rec *r, int32_t *experts, float *gates,
         if (kept) kept[i] = r->route.slot[i] >= 0;
     }
     return FSC_OK;
+}
+
+fsc_moe_config fsc_moe_config_default(int dim, int experts) {
+    return (fsc_moe_config){ .dim = dim, .hidden = 4 * dim, .experts = experts, .top_k = 1,
+                             .capacity_factor = 1.0f, .expert = FSC_MOE_EXPERT_MLP, .name = "moe" };
 }

@@ -15,7 +15,7 @@
 #include <math.h>
 #include <limits.h>
 #include "fsc/nn.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 enum { ROWS = 32 }; /* queries per row block */
 

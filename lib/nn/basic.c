@@ -2,7 +2,7 @@
  * Each is a thin forward/backward pair over the device kernels that fills or reads its record.
  * Not here: linear (linear.c), attention (attention.c), the transformer block (block.c). */
 #include "fsc/nn.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 fsc_status fsc_embedding_forward(fsc_device *dev, float *out, fsc_embedding_rec *rec, const int32_t *tok,
                                  const float *wte, const float *wpe, int B, int T, int C) {

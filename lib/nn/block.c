@@ -4,7 +4,7 @@
  * Not here: the embedding and the head (lib/model/), parameter storage. */
 #include "fsc/nn.h"
 #include "fsc/gpt.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
 

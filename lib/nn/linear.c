@@ -2,7 +2,7 @@
  * Not here: parameter storage (the caller passes weights at the moment of use). */
 #include <limits.h>
 #include "fsc/nn.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 static fsc_status check_dims(size_t N, int C, int OC, const char *what) {
     if (C <= 0 || OC <= 0 || N > (size_t)INT_MAX)

@@ -1,10 +1,10 @@
 /* The SwiGLU MLP of Llama: out = down(silu(gate(x)) * up(x)), three linears without bias, weights stored
  * [out, in] as torch's nn.Linear. Forward saves the two projections and their product in the record;
  * backward recomputes nothing.
- * Not here: GPT-2's GELU MLP (block.c), the kernels (device_impl.h). */
+ * Not here: GPT-2's GELU MLP (block.c), the kernels (fsc/plugin/device_ops.h). */
 #include <limits.h>
 #include "fsc/nn.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
 

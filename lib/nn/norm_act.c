@@ -1,9 +1,9 @@
 /* The modules of today's language models that are one kernel each, and the squared-error loss: RMS norm,
  * rotary position embedding, SiLU, SwiGLU, the elementwise product, MSE. Each is a thin forward/backward
- * pair over the device kernels (device_impl.h) that fills or reads its record.
+ * pair over the device kernels (fsc/plugin/device_ops.h) that fills or reads its record.
  * Not here: the SwiGLU MLP with its projections (mlp.c), grouped-query attention (self_attention.c). */
 #include "fsc/nn.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 fsc_status fsc_rmsnorm_forward(fsc_device *dev, float *out, fsc_rmsnorm_rec *rec, float *rstd, const float *inp,
                                const float *w, size_t N, int C, float eps) {

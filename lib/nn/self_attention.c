@@ -3,10 +3,10 @@
  * query heads each, transformers' repeat_kv order: query head h reads kv head h / (NH / KVH)).
  * q, k, v live in their own (B, T, heads * HS) buffers in the record; the core product (attention.c) reads
  * them in place. Backward overwrites the input gradient; parameter gradients accumulate.
- * Not here: the packed-qkv attention of the GPT (attention.c), the kernels (device_impl.h). */
+ * Not here: the packed-qkv attention of the GPT (attention.c), the kernels (fsc/plugin/device_ops.h). */
 #include <limits.h>
 #include "fsc/nn.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
 

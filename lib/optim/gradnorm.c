@@ -10,11 +10,12 @@
  *   4. norm = sqrt(ldexp(acc, -shift)), in double.
  * Terms below 2^-shift (relative 2^-60 of M^2) are dropped; the result is within ~1e-15 relative of the
  * true norm. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/optim.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 /* Combine n floats over comm with MAX, going through a device buffer (comm buffers are device memory). */
 static fsc_status max_over_comm(fsc_device *dev, fsc_comm *comm, float *vals, size_t n) {
@@ -131,16 +132,26 @@ fsc_status fsc_grad_clip(fsc_device *dev, fsc_comm *comm, float *const *segs, co
     return FSC_OK;
 }
 
+fsc_status fsc_nonfinite_vote(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens,
+                              int nseg, int mine, int *found) {
+    FSC_TRY(check_args("fsc_nonfinite_vote", dev, segs, lens, nseg));
+    if (!found) return fsc_error(FSC_ERR_INVALID, "fsc_nonfinite_vote: NULL result");
+    if (mine < 0 || mine > (1 << 24))
+        return fsc_error(FSC_ERR_INVALID, "fsc_nonfinite_vote: verdict %d is not in [0, 2^24]", mine);
+    float mx[3];
+    FSC_TRY(local_absmax(dev, segs, lens, nseg, mx));
+    float flag = mx[1] != 0.0f || mx[2] != 0.0f ? 1.0f : 0.0f;
+    if ((float)mine > flag) flag = (float)mine;
+    FSC_TRY(max_over_comm(dev, comm, &flag, 1));
+    *found = (int)flag;
+    return FSC_OK;
+}
+
 fsc_status fsc_grads_nonfinite(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens,
                                int nseg, int *found) {
     FSC_TRY(check_args("fsc_grads_nonfinite", dev, segs, lens, nseg));
     if (!found) return fsc_error(FSC_ERR_INVALID, "fsc_grads_nonfinite: NULL result");
-    float mx[3];
-    FSC_TRY(local_absmax(dev, segs, lens, nseg, mx));
-    float flag = mx[1] != 0.0f || mx[2] != 0.0f ? 1.0f : 0.0f;
-    FSC_TRY(max_over_comm(dev, comm, &flag, 1));
-    *found = flag != 0.0f;
-    return FSC_OK;
+    return fsc_nonfinite_vote(dev, comm, segs, lens, nseg, 0, found);
 }
 
 void fsc_loss_scaler_init(fsc_loss_scaler *s, float init_scale, int growth_interval) {
@@ -150,13 +161,18 @@ void fsc_loss_scaler_init(fsc_loss_scaler *s, float init_scale, int growth_inter
     s->growth_interval = growth_interval > 0 ? growth_interval : 2000;
     s->good_steps = 0;
     s->skipped = 0;
+    s->min_scale = 1.0f;
 }
 
 /* torch.cuda.amp.GradScaler.update (_amp_update_scale_): back off on inf/NaN, grow after growth_interval
- * consecutive good steps, and never grow to a non-finite scale. */
+ * consecutive good steps, and never grow to a non-finite scale. Unlike GradScaler, never back off below
+ * min_scale (DeepSpeed's min_loss_scale): a scale that reached 0 would zero every gradient and could not
+ * grow back. */
 void fsc_loss_scaler_update(fsc_loss_scaler *s, int found) {
     if (found) {
-        s->scale *= s->backoff_factor;
+        float floor = s->min_scale > 0.0f && isfinite(s->min_scale) ? s->min_scale : FLT_MIN;
+        float backed = s->scale * s->backoff_factor;
+        s->scale = backed > floor ? backed : floor; /* a NaN scale (a corrupt state) also lands on the floor */
         s->good_steps = 0;
         s->skipped++;
         return;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/optim.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 typedef struct {
     float *param;       /* (n) device */
@@ -167,4 +167,9 @@ void fsc_optim_free(fsc_optim *o) {
         for (int k = 0; k < o->nstates; k++) fsc_device_release(o->dev, o->seg[i].state[k]);
     free(o->seg);
     free(o);
+}
+
+fsc_optim_config fsc_optim_config_default(void) {
+    return (fsc_optim_config){ .kind = FSC_OPT_ADAMW, .lr = 1e-3f, .weight_decay = 1e-2f, .beta1 = 0.9f,
+                               .beta2 = 0.999f, .eps = 1e-8f };
 }

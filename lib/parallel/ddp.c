@@ -209,20 +209,22 @@ static fsc_status ddp_write_full(fsc_engine *e, fsc_st_writer *w) {
     ddp_state *d = e->sd;
     int gathers = e->ep_data && fsc_comm_rank(e->ep_data) == 0; /* the expert group of data rank 0 */
     if (!w && !gathers) return FSC_OK;
-    fsc_status s = FSC_OK;
-    for (int i = d->t0; i < d->t1 && s == FSC_OK;) {
+    /* after a failed write rank 0 still takes part in every expert gather (writing nothing more), so its
+     * expert group never waits for it; the engine's agreement hands every rank the error */
+    fsc_status werr = FSC_OK;
+    for (int i = d->t0; i < d->t1;) {
         int n = 1;
         float *buf = NULL;
-        if (gathers) s = gather_experts(e, d, i, &n, &buf);
+        if (gathers) FSC_TRY(gather_experts(e, d, i, &n, &buf));
         const float *src = buf;
-        for (int t = i; t < i + n && s == FSC_OK && w; t++) {
-            s = fsc_engine_write_tensor(e, w, t, src ? src : d->master + d->off[t]);
+        for (int t = i; t < i + n && werr == FSC_OK && w; t++) {
+            werr = fsc_engine_write_tensor(e, w, t, src ? src : d->master + d->off[t]);
             if (src) src += e->m->info[t].numel;
         }
         fsc_device_release(e->dev, buf);
         i += n;
     }
-    return s;
+    return werr;
 }
 
 static fsc_status ddp_load_full(fsc_engine *e, fsc_st_file *f) {

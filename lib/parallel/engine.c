@@ -1,13 +1,19 @@
 /* The training engine: one optimizer step over micro-batches, the same on every parallel strategy.
  * Order (parallel.h): forward, backward with dloss = loss_scale / (global_batch * T), reductions by the
  * strategy (fsc_engine_reduce), unscale, non-finite vote, exact-norm clipping, optimizer step.
- * What differs between strategies (where parameters and gradients live) is behind fsc_strategy. */
+ * What differs between strategies (where parameters and gradients live) is behind fsc_strategy.
+ * The vote runs on every precision: a step with inf or NaN in its loss or gradients on any rank applies no
+ * update anywhere; weights are checked for inf/NaN when saved and loaded (fsc_engine_check_finite). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
 #include "pipe.h"
+
+#define FSC_DEFAULT_MAX_SKIPS 100 /* po.max_skipped_steps 0 */
+
+static const char *nonfinite_name(double x) { return isnan(x) ? "NaN" : x > 0 ? "inf" : "-inf"; }
 
 const char *fsc_parallel_kind_name(fsc_parallel_kind k) {
     switch (k) {
@@ -213,6 +219,18 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
         return fsc_error(FSC_ERR_INVALID, "gradient reduction dtype must be f32, bf16 or f16");
     if (po->clip < 0 || !isfinite(po->clip))
         return fsc_error(FSC_ERR_INVALID, "clip must be a finite number >= 0, not %g", (double)po->clip);
+    if (po->nonfinite != FSC_NONFINITE_STOP && po->nonfinite != FSC_NONFINITE_SKIP)
+        return fsc_error(FSC_ERR_INVALID, "nonfinite must be FSC_NONFINITE_STOP or FSC_NONFINITE_SKIP, not %d",
+                         (int)po->nonfinite);
+    if (po->max_skipped_steps < 0)
+        return fsc_error(FSC_ERR_INVALID, "max_skipped_steps must be >= 0 (0: the default %d), not %d",
+                         FSC_DEFAULT_MAX_SKIPS, po->max_skipped_steps);
+    if (!(po->min_loss_scale >= 0) || !isfinite(po->min_loss_scale))
+        return fsc_error(FSC_ERR_INVALID, "min_loss_scale must be a finite number >= 0 (0: the default 1), not %g",
+                         (double)po->min_loss_scale);
+    if (po->init_loss_scale > 0 && po->init_loss_scale < po->min_loss_scale)
+        return fsc_error(FSC_ERR_INVALID, "init_loss_scale %g is below min_loss_scale %g",
+                         (double)po->init_loss_scale, (double)po->min_loss_scale);
     if (!(oc->lr >= 0) || !isfinite(oc->lr)) return fsc_error(FSC_ERR_INVALID, "lr must be finite and >= 0");
     if (po->kind == FSC_PAR_FSDP && po->shard == FSC_SHARD_HYBRID) {
         int g = po->hybrid_group ? po->hybrid_group : (dp >= 2 ? dp / 2 : 1);
@@ -273,6 +291,7 @@ fsc_status fsc_engine_new(fsc_rank *r, int n_layers, int n_experts, const fsc_pa
     }
     e->use_scaler = po->param_dtype == FSC_F16 || po->reduce_dtype == FSC_F16;
     fsc_loss_scaler_init(&e->scaler, po->init_loss_scale > 0 ? po->init_loss_scale : 65536.0f, 2000);
+    e->scaler.min_scale = po->min_loss_scale > 0 ? po->min_loss_scale : 1.0f;
     e->lf = 0;
     e->ll = n_layers - 1;
     *out = e;
@@ -381,31 +400,94 @@ static fsc_status ensure_acts(fsc_engine *e, int B) {
     return FSC_OK;
 }
 
-/* Sums of m doubles per rank, each in rank order, identical on every rank (one all-gather). */
-static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, double *total) {
-    int n = fsc_comm_size(e->comm);
+fsc_status fsc_engine_check_batch(const double *pairs, int n) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += pairs[2 * i];
+    for (int i = 1; i < n; i++)
+        if (pairs[2 * i + 1] != pairs[1])
+            return fsc_error(FSC_ERR_INVALID, "the ranks of a data group passed different global batches (its rank 0: "
+                             "%.0f, its rank %d: %.0f)", pairs[1], i, pairs[2 * i + 1]);
+    if (sum != pairs[1])
+        return fsc_error(FSC_ERR_INVALID, "global batch %.0f is not the sum of the local batches over the data group "
+                         "of %d rank%s (%.0f): pass each rank's own sequences as local_batch and their total over the "
+                         "data group as global_batch", pairs[1], n, n == 1 ? "" : "s", sum);
+    return FSC_OK;
+}
+
+/* Sums of m (<= 4) doubles per rank, each in rank order, identical on every rank, and the batch check of
+ * the ranks' local and global batches into *batch (fsc_engine_check_batch, its message set when it fails):
+ * one all-gather of m + 2 doubles per rank. */
+static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
+                                 double *total, fsc_status *batch) {
+    const int n = fsc_comm_size(e->comm), w = m + 2;
+    double mine[6];
+    if (m > 4) return fsc_error(FSC_ERR_INTERNAL, "engine: %d sums per rank (at most 4)", m);
+    memcpy(mine, local, (size_t)m * sizeof(double));
+    mine[m] = local_batch, mine[m + 1] = global_batch;
     if (n == 1) {
         memcpy(total, local, (size_t)m * sizeof(double));
+        *batch = fsc_engine_check_batch(mine + m, 1);
         return FSC_OK;
     }
-    double *all = malloc((size_t)n * m * sizeof(double));
+    double *all = malloc((size_t)n * (w + 2) * sizeof(double)), *pairs = all ? all + (size_t)n * w : NULL;
     void *dsend = NULL, *drecv = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
-    size_t bytes = (size_t)m * sizeof(double);
+    size_t bytes = (size_t)w * sizeof(double);
     fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, bytes, &dsend);
     if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)n * bytes, &drecv);
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, local, bytes);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, bytes);
     if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, dsend, drecv, bytes, FSC_U8);
     if (s == FSC_OK) s = fsc_device_download(e->dev, all, drecv, (size_t)n * bytes);
     for (int j = 0; s == FSC_OK && j < m; j++) {
         double acc = all[j];
-        for (int i = 1; i < n; i++) acc += all[(size_t)i * m + j];
+        for (int i = 1; i < n; i++) acc += all[(size_t)i * w + j];
         total[j] = acc;
     }
+    for (int i = 0; s == FSC_OK && i < n; i++)
+        pairs[2 * i] = all[(size_t)i * w + m], pairs[2 * i + 1] = all[(size_t)i * w + m + 1];
+    if (s == FSC_OK) *batch = fsc_engine_check_batch(pairs, n);
     fsc_device_release(e->dev, dsend);
     fsc_device_release(e->dev, drecv);
     free(all);
     return s;
+}
+
+/* The loss scaler's update with the engine's floor (a checkpoint's scaler may have replaced e->scaler). */
+static void scaler_update(fsc_engine *e, int found) {
+    e->scaler.min_scale = e->po.min_loss_scale > 0 ? e->po.min_loss_scale : 1.0f;
+    fsc_loss_scaler_update(&e->scaler, found);
+}
+
+/* A step that the vote found non-finite (found: 2 the loss on some rank, 1 gradients only): no update on any
+ * rank. f16 backs the scale off and skips, as does nonfinite skip; stop fails. Every rank takes the same
+ * branch (the vote and the counters are the same on every rank). */
+static fsc_status nonfinite_step(fsc_engine *e, fsc_step_info *si, int found, fsc_step_info *info) {
+    const long long step = (long long)fsc_optim_steps(e->opt) + 1;
+    char what[160];
+    if (found >= 2 && !isfinite(si->loss))
+        snprintf(what, sizeof what, "the loss is %s", nonfinite_name(si->loss));
+    else if (found >= 2)
+        snprintf(what, sizeof what, "the loss of another rank's group is not finite");
+    else
+        snprintf(what, sizeof what, "gradients hold inf or NaN (loss %g%s)", si->loss,
+                 e->use_scaler ? ", an f16 overflow" : "");
+    if (!e->use_scaler && e->po.nonfinite == FSC_NONFINITE_STOP)
+        return fsc_error(FSC_ERR_NUMERIC, "optimizer step %lld: %s; stopped before the update (lower the learning "
+                         "rate, clip the gradients, or skip such steps with nonfinite skip)", step, what);
+    if (e->use_scaler) scaler_update(e, 1);
+    e->skips_in_row++;
+    si->skipped = 1;
+    if (info) *info = *si;
+    const int most = e->po.max_skipped_steps > 0 ? e->po.max_skipped_steps : FSC_DEFAULT_MAX_SKIPS;
+    if (e->skips_in_row >= most) {
+        char sc[64] = "";
+        if (e->use_scaler) snprintf(sc, sizeof sc, "; the loss scale is %g, its floor %g", (double)e->scaler.scale,
+                                    (double)e->scaler.min_scale);
+        return fsc_error(FSC_ERR_NUMERIC, "optimizer step %lld: %d steps in a row skipped (the limit, "
+                         "max_skipped_steps), the last because %s%s: the run has diverged", step, e->skips_in_row,
+                         what, sc);
+    }
+    return FSC_OK;
 }
 
 fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
@@ -420,9 +502,6 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     if (local_batch < 1 || local_batch % K != 0)
         return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
                          local_batch, K);
-    if (global_batch < local_batch)
-        return fsc_error(FSC_ERR_INVALID, "global batch %d is smaller than the local batch %d", global_batch,
-                         local_batch);
     const int mb = local_batch / K;
     if (!e->pipe) FSC_TRY(ensure_acts(e, mb));
     /* auxiliary statistics (MoE: the load-balancing losses, drops and assignments) of this rank's micro-batches
@@ -434,7 +513,11 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     float dscale = loss_scale / ((float)global_batch * (float)T);
     double loss_local = 0, total = 0;
     if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
-    if (e->pipe) FSC_TRY(fsc_pipe_run(e, inputs, targets, mb, dscale, &total));
+    /* the batch check: global_batch against the local batches of the data group, with the loss below; its
+     * verdict rides on the world's vote, so that every rank stops together */
+    fsc_status batch = FSC_OK;
+    char batch_why[512] = "";
+    if (e->pipe) FSC_TRY(fsc_pipe_run(e, inputs, targets, mb, global_batch, dscale, &total, &batch));
     for (int k = 0; k < K && !e->pipe; k++) {
         e->micro = k;
         e->sync = !e->po.no_sync || k == K - 1;
@@ -454,10 +537,11 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
 
     fsc_step_info si = { 0 };
-    if (!e->pipe && !aux) FSC_TRY(sum_over_ranks(e, &loss_local, 1, &total));
+    if (!e->pipe && !aux)
+        FSC_TRY(sum_over_ranks(e, &loss_local, 1, local_batch, global_batch, &total, &batch));
     if (!e->pipe && aux) {
         double local[4] = { loss_local, moe[0], moe[1], moe[2] }, sums[4];
-        FSC_TRY(sum_over_ranks(e, local, 4, sums));
+        FSC_TRY(sum_over_ranks(e, local, 4, local_batch, global_batch, sums, &batch));
         total = sums[0];
         memcpy(moe_total, sums + 1, sizeof moe_total);
         si.aux_loss = moe_total[0] / ((double)fsc_comm_size(e->comm) * K); /* one group per rank and micro-batch */
@@ -466,18 +550,22 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     }
     si.loss = total / ((double)global_batch * T);
     si.loss_scale = loss_scale;
-    if (e->use_scaler) {
+    if (e->use_scaler)
         for (int i = 0; i < e->ngsegs; i++) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], 1.0f / loss_scale, e->glens[i]));
-        int found = 0;
-        /* every rank votes, over the whole world: no rank may skip alone */
-        FSC_TRY(fsc_grads_nonfinite(e->dev, e->r->comm, e->gsegs, e->glens, e->ngsegs, &found));
-        fsc_loss_scaler_update(&e->scaler, found);
-        if (found) {
-            si.skipped = 1;
-            if (info) *info = si;
-            return FSC_OK;
-        }
-    }
+    if (batch != FSC_OK) snprintf(batch_why, sizeof batch_why, "%s", fsc_last_error());
+    /* every rank votes, over the whole world, on every precision: no rank may skip or stop alone. Verdicts:
+     * 1 gradients not finite, 2 the loss not finite, 3 the batch check failed (on some data group) */
+    int found = 0;
+    const int mine = batch != FSC_OK ? 3 : isfinite(si.loss) ? 0 : 2;
+    FSC_TRY(fsc_nonfinite_vote(e->dev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, &found));
+    if (found >= 3 && batch_why[0]) return fsc_error(FSC_ERR_INVALID, "%s", batch_why);
+    if (found >= 3)
+        return fsc_error(FSC_ERR_INVALID, "global batch %d: another rank found that the global batch is not the sum "
+                         "of the local batches over its data group (or that its data group disagrees on it); no "
+                         "update on any rank", global_batch);
+    if (found) return nonfinite_step(e, &si, found, info);
+    e->skips_in_row = 0;
+    if (e->use_scaler) scaler_update(e, 0);
     if (e->po.clip > 0) {
         /* the norm over the pieces that count each element once (with tensor or expert parallelism nsegs,
          * otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every reduced gradient */
@@ -500,6 +588,80 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
 
 /* Every rank returns the lowest failing rank's verdict, so no rank continues alone after a failed save. */
 static fsc_status agree(fsc_engine *e, fsc_status mine) { return fsc_comm_agree(e->r->comm, e->dev, mine); }
+
+/* Element `at` of optimizer segment seg as (tensor, element of the full tensor) through the strategy's
+ * holdings; *tensor = -1 when no holding covers it (padding). */
+static fsc_status locate(fsc_engine *e, int seg, size_t at, int *tensor, size_t *elem) {
+    *tensor = -1;
+    *elem = 0;
+    if (!e->st->holdings) return FSC_OK;
+    fsc_holding *h = NULL;
+    int nh = 0;
+    FSC_TRY(fsc_engine_holdings(e, &h, &nh)); /* with tensor parallelism, runs of the full tensors */
+    for (int k = 0; k < nh; k++)
+        if (h[k].seg == seg && at >= h[k].seg_off && at - h[k].seg_off < h[k].n) {
+            *tensor = h[k].tensor;
+            *elem = h[k].first + (at - h[k].seg_off);
+            break;
+        }
+    free(h);
+    return FSC_OK;
+}
+
+/* The first inf/NaN of n floats at device x: *at = n when there is none. */
+static fsc_status find_nonfinite(fsc_engine *e, const float *x, size_t n, size_t *at, float *val) {
+    enum { CHUNK = 1 << 16 };
+    *at = n;
+    float m = 0.0f;
+    int nf = 0;
+    FSC_TRY(FSC_K(e->dev, absmax, &m, &nf, x, n));
+    if (!nf) return FSC_OK;
+    float *h = malloc(CHUNK * sizeof(float));
+    if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
+    fsc_status s = FSC_OK;
+    for (size_t off = 0; off < n && *at == n && s == FSC_OK; off += CHUNK) {
+        size_t k = n - off < CHUNK ? n - off : CHUNK;
+        s = fsc_device_download(e->dev, h, x + off, k * sizeof(float));
+        for (size_t i = 0; s == FSC_OK && i < k; i++)
+            if (!isfinite(h[i])) {
+                *at = off + i;
+                *val = h[i];
+                break;
+            }
+    }
+    free(h);
+    return s;
+}
+
+/* This rank's parameters (the fp32 masters the optimizer steps), then its optimizer states. */
+static fsc_status check_local(fsc_engine *e) {
+    /* as torch.optim names the states */
+    const char *const state_name[] = { "parameter", e->oc.kind == FSC_OPT_ADAMW ? "exp_avg of" : "momentum_buffer of",
+                                       "exp_avg_sq of" };
+    const int nseg = fsc_optim_num_segments(e->opt), nst = fsc_optim_num_states(e->opt);
+    for (int st = 0; st <= nst && st < 3; st++)
+        for (int k = 0; k < nseg; k++) {
+            size_t n = fsc_optim_segment_len(e->opt, k), at = n;
+            const float *x = st == 0 ? fsc_optim_param(e->opt, k) : fsc_optim_state(e->opt, k, st - 1);
+            float val = 0.0f;
+            if (n && x) FSC_TRY(find_nonfinite(e, x, n, &at, &val));
+            if (at == n) continue;
+            int t;
+            size_t el;
+            FSC_TRY(locate(e, k, at, &t, &el));
+            if (t < 0)
+                return fsc_error(FSC_ERR_NUMERIC, "element %zu of optimizer segment %d (%s, in no tensor) is %s", at,
+                                 k, state_name[st], nonfinite_name(val));
+            return fsc_error(FSC_ERR_NUMERIC, "%s %s, element %zu, is %s", state_name[st],
+                             fsc_engine_full_info(e, t)->name, el, nonfinite_name(val));
+        }
+    return FSC_OK;
+}
+
+fsc_status fsc_engine_check_finite(fsc_engine *e) {
+    if (!e) return fsc_error(FSC_ERR_INVALID, "fsc_engine_check_finite: engine is NULL");
+    return agree(e, check_local(e));
+}
 
 const fsc_param_info *fsc_engine_full_info(const fsc_engine *e, int i) {
     return e->tpm ? fsc_tp_engine_full_info(e, i) : &e->m->info[i];
@@ -544,7 +706,8 @@ static fsc_status write_from_full(fsc_engine *e, fsc_st_writer *w) {
 
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
     fsc_st_writer *w = NULL;
-    fsc_status s = FSC_OK;
+    fsc_status s = fsc_engine_check_finite(e);
+    if (s != FSC_OK) return fsc_error_prefix(s, "%s: not saved", path);
     if (e->r->rank == 0) {
         s = fsc_st_writer_open(path, &w);
         if (s == FSC_OK) s = fsc_st_writer_meta(w, "format", "pt"); /* Hugging Face's loaders require it */
@@ -596,6 +759,9 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
     if (s == FSC_OK) s = agree(e, e->tpm ? fsc_tp_engine_load(e, f) : e->st->load_full(e, f));
     if (s == FSC_OK && e->tpm) s = agree(e, e->st->after_load ? e->st->after_load(e) : FSC_OK);
     if (f) fsc_st_close(f);
+    /* what every rank loaded, in full-tensor terms (the fresh optimizer states are zero) */
+    if (s == FSC_OK && (s = fsc_engine_check_finite(e)) != FSC_OK)
+        return fsc_error_prefix(s, "%s: refusing non-finite weights", path);
     return s;
 }
 
@@ -619,4 +785,13 @@ void fsc_engine_free(fsc_engine *e) {
     free(e->gsegs);
     free(e->glens);
     free(e);
+}
+
+fsc_parallel_opts fsc_parallel_opts_default(void) {
+    return (fsc_parallel_opts){ .kind = FSC_PAR_NONE, .shard = FSC_SHARD_FULL, .wrap = FSC_WRAP_BLOCK,
+                                .reshard_after_forward = -1, .param_dtype = FSC_F32, .reduce_dtype = FSC_F32,
+                                .accum = 1, .no_sync = 1, .pp = 1, .schedule = FSC_SCHED_GPIPE,
+                                .pipe_checkpoint = FSC_PIPE_CKPT_EXCEPT_LAST, .tp = 1, .ep = 1,
+                                .min_loss_scale = 1.0f, .nonfinite = FSC_NONFINITE_STOP,
+                                .max_skipped_steps = FSC_DEFAULT_MAX_SKIPS };
 }

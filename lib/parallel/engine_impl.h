@@ -4,7 +4,7 @@
 #ifndef FSC_ENGINE_IMPL_H
 #define FSC_ENGINE_IMPL_H
 #include "fsc/fsc.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 typedef struct fsc_engine fsc_engine;
 
@@ -78,6 +78,7 @@ struct fsc_engine {
     fsc_optim_config oc;
     fsc_optim *opt;
     uint64_t seed;
+    char ckpt_run[FSC_CKPT_RUN_ID]; /* the checkpoint run it continues (lib/ckpt): "" until it loads or saves one */
     const fsc_strategy *st;
     void *sd;                 /* strategy data */
 
@@ -87,7 +88,9 @@ struct fsc_engine {
     int sync;                 /* this micro-batch's backward reduces gradients */
 
     int use_scaler;
-    fsc_loss_scaler scaler;
+    fsc_loss_scaler scaler;   /* its floor is po.min_loss_scale, set again before every update: a
+                               * checkpoint's scaler replaces this one on load */
+    int skips_in_row;         /* steps skipped in a row (f16 overflows, or nonfinite skip) */
 
     /* this rank's reduced gradients, for unscaling, the non-finite vote and clipping */
     float **gsegs;
@@ -160,6 +163,10 @@ const fsc_param_info *fsc_engine_full_info(const fsc_engine *e, int i);
 fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n);
 /* Register a segment's gradient for unscaling/clipping. */
 fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
+/* The batch check of a step: pairs holds (local batch, global batch) of each of the n ranks of a data group,
+ * gathered with the loss (the same array on every rank, so every rank reaches the same verdict).
+ * FSC_ERR_INVALID unless every rank passed the same global batch and it is the sum of the local batches. */
+fsc_status fsc_engine_check_batch(const double *pairs, int n);
 
 /* Expert parallelism (ep.c): refuse what MoE models do not run with; after the pipeline, before the strategy,
  * split the expert groups (collective over the data group) and give the model its expert group; free them. */

@@ -323,6 +323,9 @@ static fsc_status fsdp_full_tensors(fsc_engine *e, int want, float *host) {
     return FSC_OK;
 }
 
+/* Collective over each shard group: unit by unit, gather, the rank with w writes, then the group agrees on
+ * the write, so a failed write (a full disk) stops every rank at once with the writer's message instead of
+ * leaving the others waiting in the next unit's gather. */
 static fsc_status fsdp_write_full(fsc_engine *e, fsc_st_writer *w) {
     fsdp_state *d = e->sd;
     for (int u = 0; u < d->nunits; u++) {
@@ -333,7 +336,7 @@ static fsc_status fsdp_write_full(fsc_engine *e, fsc_st_writer *w) {
         for (int k = 0; k < U->ntensors && s == FSC_OK && w; k++)
             s = fsc_engine_write_tensor(e, w, U->tensors[k], full + U->uoff[k]);
         fsc_device_release(e->dev, full);
-        FSC_TRY(s);
+        FSC_TRY(fsc_comm_agree(d->shard_comm, e->dev, s));
     }
     return FSC_OK;
 }

@@ -35,6 +35,7 @@
  * Full records and saved inputs come from pools, so the device ledger's FSC_TAG_ACTS peak is the most the
  * schedule held at once.
  * Not here: balance helpers (pipe_balance.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -408,29 +409,34 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     return FSC_OK;
 }
 
-/* Sum one double per rank of c in rank order, the same bits on every rank. */
-static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, double local, double *total) {
+/* Over the ranks of c, each passing mine = (loss, local batch, global batch): the sum of the losses in rank
+ * order (the same bits on every rank) into out[0], the sum of the local batches into out[2], and into out[1]
+ * 1 if the batch check (fsc_engine_check_batch) passes, else 0 with the message set. One all-gather. */
+static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, const double mine[3], double out[3]) {
     int n = fsc_comm_size(c);
-    double *all = malloc((size_t)n * sizeof(double));
+    double *all = malloc((size_t)n * 5 * sizeof(double)), *pairs = all ? all + (size_t)n * 3 : NULL;
     void *d = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(n + 1) * sizeof(double), &d);
-    double *dsend = (double *)d + n;
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, &local, sizeof(double));
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, dsend, d, sizeof(double), FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)n * sizeof(double));
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(n + 1) * 3 * sizeof(double), &d);
+    double *dsend = (double *)d + (size_t)n * 3;
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, 3 * sizeof(double));
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, dsend, d, 3 * sizeof(double), FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)n * 3 * sizeof(double));
     if (s == FSC_OK) {
-        double acc = all[0];
-        for (int i = 1; i < n; i++) acc += all[i];
-        *total = acc;
+        double acc = all[0], batches = all[1];
+        for (int i = 1; i < n; i++) acc += all[(size_t)i * 3], batches += all[(size_t)i * 3 + 1];
+        for (int i = 0; i < n; i++) pairs[2 * i] = all[(size_t)i * 3 + 1], pairs[2 * i + 1] = all[(size_t)i * 3 + 2];
+        out[0] = acc;
+        out[1] = fsc_engine_check_batch(pairs, n) == FSC_OK;
+        out[2] = batches;
     }
     fsc_device_release(e->dev, d);
     free(all);
     return s;
 }
 
-fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, float dscale,
-                        double *loss_total) {
+fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
+                        float dscale, double *loss_total, fsc_status *batch) {
     fsc_pipe *p = e->pipe;
     const int M = p->M, P = p->pp, s = p->stage;
     reset_pools(e, mb);
@@ -453,17 +459,32 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
         }
         for (int k = M - warm; k < M; k++) FSC_TRY(backward(e, k, dscale));
     }
-    /* the loss: summed over the last stage's data group, then sent to every stage */
+    /* the loss and the batch check: over the last stage's data group, then sent to every stage
+     * (sums[0] the loss, sums[1] the check passed, sums[2] the local batches' sum) */
     const double t1 = now_s();
-    double total = 0;
-    if (s == P - 1) FSC_TRY(sum_doubles(e, p->data_comm, loss_local, &total));
+    double sums[3] = { 0, 1, 0 };
+    char why[512] = "";
+    if (s == P - 1) {
+        const double mine[3] = { loss_local, (double)mb * M, (double)global_batch };
+        FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));
+        if (!sums[1]) snprintf(why, sizeof why, "%s", fsc_last_error());
+    }
     double *d;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof(double), (void **)&d));
-    fsc_status st = fsc_device_upload(e->dev, d, &total, sizeof total);
-    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, sizeof(double), FSC_U8, P - 1);
-    if (st == FSC_OK) st = fsc_device_download(e->dev, &total, d, sizeof total);
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof sums, (void **)&d));
+    fsc_status st = fsc_device_upload(e->dev, d, sums, sizeof sums);
+    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, sizeof sums, FSC_U8, P - 1);
+    if (st == FSC_OK) st = fsc_device_download(e->dev, sums, d, sizeof sums);
     fsc_device_release(e->dev, d);
     FSC_TRY(st);
+    *batch = FSC_OK;
+    if (!sums[1] && why[0]) *batch = fsc_error(FSC_ERR_INVALID, "%s", why);
+    else if (!sums[1])
+        *batch = fsc_error(FSC_ERR_INVALID, "global batch %d: the last pipeline stage's data group found the batch "
+                           "sizes inconsistent (its local batches sum to %.0f)", global_batch, sums[2]);
+    else if (sums[2] != (double)global_batch) /* an earlier stage's own argument */
+        *batch = fsc_error(FSC_ERR_INVALID, "global batch %d is not the sum of the local batches over the data group "
+                           "(%.0f, as the last pipeline stage counts them)", global_batch, sums[2]);
+    const double total = sums[0];
     const double t2 = now_s();
     p->wait += t2 - t1;
     *loss_total = total;

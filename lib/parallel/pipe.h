@@ -19,9 +19,12 @@ fsc_status fsc_pipe_create(fsc_engine *e);
 /* After the strategy's setup: the group over which the clipping norm is taken. */
 fsc_status fsc_pipe_after_setup(fsc_engine *e);
 /* The micro-batches of one step by the schedule (between the strategy's begin_step and end_backward):
- * *loss_total = the sum of loss terms over the global batch, the same on every rank. */
-fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, float dscale,
-                        double *loss_total);
+ * *loss_total = the sum of loss terms over the global batch, the same on every rank. The last stage's data
+ * group checks global_batch against its local batches (mb x chunks each) as it sums the loss; the verdict and
+ * the sum reach every stage with the loss, where each rank also compares its own global_batch: *batch is
+ * that rank's verdict (fsc_engine_check_batch, with its message). */
+fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
+                        float dscale, double *loss_total, fsc_status *batch);
 /* Collective over the world: full parameters into host (may be NULL on ranks that do not want them). */
 fsc_status fsc_pipe_full_params(fsc_engine *e, float *host);
 void fsc_pipe_free(fsc_engine *e);

@@ -289,20 +289,22 @@ static fsc_status zero_full_tensors(fsc_engine *e, int want, float *host) {
     return FSC_OK;
 }
 
+/* A failed write does not end the loop: the writer keeps taking part in every bucket's collective (and
+ * writes nothing more), so the other ranks never wait for it; the engine's agreement then hands every rank
+ * the writer's error. */
 static fsc_status zero_write_full(fsc_engine *e, fsc_st_writer *w) {
     zero_state *z = e->sd;
+    fsc_status werr = FSC_OK;
     for (int k = 0; k < z->nb; k++) {
         zero_bucket *b = &z->b[k];
         const float *src;
         float *tmp;
         FSC_TRY(bucket_fp32(e, z, b, &src, &tmp));
-        fsc_status s = FSC_OK;
-        for (int t = b->t0; t < b->t1 && s == FSC_OK && w; t++)
-            s = fsc_engine_write_tensor(e, w, t, src + (full_offset(e, z, b, t) - b->pstart));
+        for (int t = b->t0; t < b->t1 && werr == FSC_OK && w; t++)
+            werr = fsc_engine_write_tensor(e, w, t, src + (full_offset(e, z, b, t) - b->pstart));
         fsc_device_release(e->dev, tmp);
-        FSC_TRY(s);
     }
-    return FSC_OK;
+    return werr;
 }
 
 /* Every rank reads every held tensor (parameters are replicated); no collective, so a rank that fails

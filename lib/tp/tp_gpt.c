@@ -7,7 +7,7 @@
 #include <string.h>
 #include "tp_impl.h"
 #include "fsc/safetensors.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 fsc_status fsc_tp_check_config(const fsc_gpt_config *cfg, int T) {
     FSC_TRY(fsc_gpt_config_validate(cfg));
@@ -352,3 +352,5 @@ fsc_status fsc_tp_gpt_load(fsc_tp_gpt *m, const char *path) {
     if (f) fsc_st_close(f);
     return agree(m, s);
 }
+
+fsc_tp_opts fsc_tp_opts_default(void) { return (fsc_tp_opts){ .sequence_parallel = 0 }; }

@@ -3,7 +3,7 @@
  * the collective that makes it parallel; the collectives run over the tensor group in rank order.
  * Not here: the vocabulary-parallel embedding and cross entropy (tp_vocab.c), the GPT (tp_gpt*.c). */
 #include "fsc/tp.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 static fsc_status copy_if(fsc_device *dev, float *out, const float *inp, size_t n) {
     if (out == inp || n == 0) return FSC_OK;

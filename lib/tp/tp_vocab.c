@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/tp.h"
-#include "fsc/device_impl.h"
+#include "core/device_impl.h"
 
 static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
 

@@ -17,9 +17,12 @@
  * checkpoint, offload_inputs); the pipeline recomputes whole stages (parallel.h pipe_checkpoint). */
 #ifndef FSC_CHECKPOINT_WRAPPER_H
 #define FSC_CHECKPOINT_WRAPPER_H
+#include "export.h"
 #include <stddef.h>
 #include "status.h"
 #include "device.h"
+
+FSC_BEGIN_DECLS
 
 /* The wrapped module's forward: out = module(inp), its record written where ctx says. out is NULL in the
  * recomputation (a module may then skip work that only produces the output). */
@@ -43,5 +46,7 @@ void fsc_checkpoint_wrapper_release(fsc_checkpoint_wrapper *w);
 /* Device bytes the wrapper holds now. */
 size_t fsc_checkpoint_wrapper_device_bytes(const fsc_checkpoint_wrapper *w);
 void fsc_checkpoint_wrapper_free(fsc_checkpoint_wrapper *w);
+
+FSC_END_DECLS
 
 #endif

@@ -16,9 +16,15 @@
  *
  * A save writes into DIR/step-00000042.tmp-XXXXXX, fsyncs every file, and rank 0 renames the directory
  * once every rank is done, then fsyncs DIR: a crash at any point leaves the previous checkpoints intact and
- * at most a .tmp directory, which fsc_ckpt_resume ignores and removes. One run writes to a DIR at a time. */
+ * at most a .tmp directory, which fsc_ckpt_resume ignores and removes. One run writes to a DIR at a time.
+ *
+ * metadata.json carries its own checksum (metadata_crc32) and the id of the run that wrote it: a DIR
+ * belongs to one run. An engine continues the run of the checkpoint it loaded; a fresh engine starts a
+ * new one. A save into a DIR whose newest checkpoint belongs to another run is refused unless
+ * fsc_ckpt_save_opts.start_over says to remove that run's checkpoints (docs/checkpoints.md). */
 #ifndef FSC_CKPT_H
 #define FSC_CKPT_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
@@ -27,6 +33,8 @@
 #include "optim.h"
 #include "parallel.h"
 #include "safetensors.h"
+
+FSC_BEGIN_DECLS
 
 typedef enum { FSC_CKPT_SHARDED = 0, FSC_CKPT_FULL } fsc_ckpt_format;
 
@@ -43,25 +51,39 @@ typedef struct {
     fsc_ckpt_format format;
     fsc_ckpt_crash crash_at;      /* testing only; FSC_CKPT_CRASH_NONE in real runs */
     int crash_rank;
+    int start_over;               /* DIR holds another run's checkpoints: remove them (0: refuse the save) */
 } fsc_ckpt_save_opts;
+/* The defaults: the sharded format, no injected crash, no start over (another run's DIR is refused). */
+fsc_ckpt_save_opts fsc_ckpt_save_opts_default(void);
 
 /* Collective: write the engine's state as DIR/step-NNNNNNNN (step = the optimizer steps the caller has
- * taken: the data position). DIR is created if missing; an existing checkpoint of the same step is
- * replaced. opts may be NULL (sharded). Sharded: each rank writes only the pieces it owns, from device
- * memory through a bounded host buffer. Full: rank 0 writes, receiving one bounded chunk at a time. */
+ * taken: the data position; not fewer than the optimizer's own count). DIR is created if missing; an
+ * existing checkpoint of the same step is replaced. The checkpoint records the engine's run (the run of
+ * the checkpoint it loaded, else a new random id made at its first save). FSC_ERR_INVALID, writing
+ * nothing, if the newest checkpoint in DIR belongs to another run (or cannot be read), unless
+ * opts->start_over: then every checkpoint of another run in DIR is removed first. opts may be NULL
+ * (sharded). Sharded: each rank writes only the pieces it owns, from device memory through a bounded host
+ * buffer. Full: rank 0 writes, receiving one bounded chunk at a time. FSC_ERR_NUMERIC, writing nothing, when
+ * a parameter or optimizer state is inf or NaN (fsc_engine_check_finite). */
 fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts);
 /* Collective: load the checkpoint directory path (".../step-NNNNNNNN") into e, which may have another
- * world size and parallel setting than the writer; each rank reads the element ranges it holds and checks
- * the checksum of every piece it reads. The model configuration and optimizer kind must match. *step (may
- * be NULL) receives the checkpoint's step. After a failed load the engine's state is undefined. */
+ * world size and parallel setting than the writer; world rank 0 reads and validates metadata.json once and
+ * sends every rank the part it needs, each rank reads the element ranges it holds and checks the checksum
+ * of every piece it reads. The model configuration and optimizer kind must match. *step (may be NULL)
+ * receives the checkpoint's step; e continues the checkpoint's run. After a failed load the engine's state
+ * is undefined. */
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step);
 /* The newest complete checkpoint in dir: path (cap bytes) and *step; *step = -1 and path "" if there is
  * none (a missing dir has none). Temporary directories are ignored. */
 fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *step);
-/* Remove the temporary directories (step-*.tmp-*) an interrupted save left in dir. */
-fsc_status fsc_ckpt_clean(const char *dir);
-/* Collective: rank 0 removes leftover temporary directories, then every rank loads the newest complete
- * checkpoint in dir. FSC_ERR_IO (every rank) if dir holds none. */
+/* Remove the temporary directories (step-*.tmp-*) an interrupted save left in dir, never following a
+ * symbolic link and removing only files of the names a save writes. A leftover that cannot be removed (a
+ * link or a file, other files inside it, read-only media) is left in place: *left (may be NULL) counts
+ * them and report (cap bytes, may be NULL) says which and why ("" when none). FSC_ERR_IO only when dir
+ * cannot be listed. */
+fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap);
+/* Collective: rank 0 removes leftover temporary directories (what fsc_ckpt_clean leaves is skipped), then
+ * every rank loads the newest complete checkpoint in dir. FSC_ERR_IO (every rank) if dir holds none. */
 fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step);
 /* Collective: optimizer state `which` (0: SGD momentum or AdamW m, 1: AdamW v) of every parameter in
  * tensor order, gathered into host (fsc_gpt_num_params floats) on rank 0 one bounded chunk at a time;
@@ -70,7 +92,9 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host);
 
 /* ---- Reading checkpoints without an engine (inspection, verification, fuzzing) ---- */
 
-#define FSC_CKPT_MAX_FILE 64 /* bytes of a file name in a checkpoint, with the NUL */
+#define FSC_CKPT_MAX_FILE 64          /* bytes of a file name in a checkpoint, with the NUL */
+#define FSC_CKPT_RUN_ID 33            /* a run id: 32 lowercase hex digits and the NUL */
+#define FSC_CKPT_MAX_META (64u << 20) /* metadata.json above 64 MiB is refused as too large */
 
 typedef struct {
     int file;                      /* index into fsc_ckpt_meta.files */
@@ -91,6 +115,7 @@ typedef struct {
 
 typedef struct {
     fsc_ckpt_format format;
+    char run_id[FSC_CKPT_RUN_ID];  /* the run that wrote it (hex); a DIR holds one run's checkpoints */
     int64_t step;                  /* the data position: steps taken by the writer's training loop */
     int64_t optim_steps;           /* optimizer steps (fewer when f16 steps were skipped) */
     uint64_t seed;                 /* the keyed initialization's seed (fsc's only RNG state) */
@@ -100,7 +125,7 @@ typedef struct {
     /* the writer's parallel setting (for information; a load may use any other) */
     fsc_parallel_kind kind;
     fsc_shard_strategy shard;
-    int world, pp, hybrid_group, accum;
+    int world, tp, pp, hybrid_group, accum;
     fsc_dtype param_dtype, reduce_dtype;
     float clip;
     int scaler_enabled;            /* the writer used f16 loss scaling */
@@ -111,22 +136,32 @@ typedef struct {
     fsc_ckpt_tensor *tensors;
 } fsc_ckpt_meta;
 
-/* Parse and validate metadata.json text (len bytes); `what` names it in messages. Validated: every field's
- * type and range, plain file names, known dtypes, shapes, unique names, pieces that reference a file,
- * fit in their tensor and tile it without gap or overlap, unique (file, entry) pairs. */
+/* Parse and validate metadata.json text (len bytes, at most FSC_CKPT_MAX_META); `what` names it in
+ * messages. Validated before parsing: the size, metadata_crc32 (the first member: zlib's crc32 of the text
+ * with its 8 hex digits read as "00000000"), and that parsing allocates at most about 12 bytes per byte of
+ * text. Then every field's type and range, and every field against its second source: optim_steps and
+ * the scaler's counts against step, the files against the layout and world size, the tensors (names,
+ * shapes, count) against the model configuration and the optimizer's states, entry names against their
+ * tensor and first element, pieces that reference a file, fit in their tensor and tile it without gap or
+ * overlap, unique (file, entry) pairs. Messages name the field. */
 fsc_status fsc_ckpt_meta_parse(const char *text, size_t len, const char *what, fsc_ckpt_meta **out);
-/* Read path/metadata.json. */
+/* Read path/metadata.json; when path's last component is a checkpoint name (step-NNNNNNNN), its step must
+ * be the metadata's. */
 fsc_status fsc_ckpt_meta_read(const char *path, fsc_ckpt_meta **out);
 void fsc_ckpt_meta_free(fsc_ckpt_meta *m);
 const fsc_ckpt_tensor *fsc_ckpt_meta_find(const fsc_ckpt_meta *m, const char *name);
 const char *fsc_ckpt_format_name(fsc_ckpt_format f); /* "sharded", "full" */
 
 /* Check an opened file against the metadata's pieces for file index `file`: each piece's entry exists with
- * dtype F32 and n elements, the file has no other entries, and with check_data every piece's checksum. The
- * message names the file and the tensor. */
+ * dtype F32 and n elements, the file has no other entries, and with check_data every piece's checksum and
+ * then that every value is finite (FSC_ERR_NUMERIC otherwise, naming the element; loads check the same).
+ * The message names the file and the tensor. */
 fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f, int check_data);
-/* Verify a checkpoint directory: its metadata, every file's structure and every checksum. *out (may be
+/* Verify a checkpoint directory: its metadata, every file's structure, every checksum and that every value
+ * is finite. *out (may be
  * NULL) receives the metadata on success. */
 fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out);
+
+FSC_END_DECLS
 
 #endif

@@ -1,12 +1,15 @@
 /* Running a training function on every rank (the SPMD model).
  *   fsc_cluster_run(&(fsc_cluster_opts){ .world = 4, .device = "cpu" }, train, &cfg);  simulated ranks (threads)
- *   fsc_cluster_run_from_env(train, &cfg);                                              one process per GPU
+ *   fsc_cluster_run_from_env(train, &cfg);                          one process per rank (MPI on cpu, NCCL on GPUs)
  * The function sees only its fsc_rank: nothing in it knows which of the two runs it. */
 #ifndef FSC_CLUSTER_H
 #define FSC_CLUSTER_H
+#include "export.h"
 #include "status.h"
 #include "device.h"
 #include "comm.h"
+
+FSC_BEGIN_DECLS
 
 typedef struct {
     int rank;          /* rank in the world */
@@ -26,7 +29,12 @@ typedef struct {
     int stage_through_host; /* 1: the communicator stages every buffer through host memory with the
                                device's copies even on cpu, as it always does on cuda (0: only where needed);
                                the results are the same bits, this exists to test that path without a GPU */
+    int reduce_native;      /* processes (fsc_cluster_run_from_env_opts) only: 1 reduces with MPI's or NCCL's own
+                               all-reduce/reduce-scatter (faster, bits may differ from the simulator's); 0 (default)
+                               sums in rank order as the simulated cluster does. Simulated ranks refuse 1. */
 } fsc_cluster_opts;
+/* The defaults: 1 rank, "cpu", timeout 60 s, threads and staging as 0 says. */
+fsc_cluster_opts fsc_cluster_opts_default(void);
 
 /* Run fn on opts->world ranks, each a thread with its own device and world communicator.
  * On "cuda" every rank opens GPU 0, so all ranks share one GPU, unless the environment sets FSC_SIM_GPUS=n
@@ -37,7 +45,17 @@ typedef struct {
 fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg);
 
 /* Run fn once in this process as the rank the launcher's environment names (torchrun, Slurm or
- * Open MPI variables), on a cuda device with the NCCL communicator. */
+ * Open MPI variables; launch.h). The device picks the communicator between processes:
+ *   "cpu"   MPI, from the plug-in libfsc_mpi.so ($FSC_MPI_PLUGIN, next to the executable, the loader's path),
+ *           for processes started by mpirun (or srun --mpi=pmix); a world of 1 needs no MPI;
+ *   "cuda"  NCCL, from the cuda plug-in, one GPU per process.
+ * From opts: device (NULL: "cpu"), threads_per_rank, reduce_native, timeout_s (> 0: a collective stuck this
+ * long fails; FSC_COMM_TIMEOUT overrides; 0: FSC_COMM_TIMEOUT or 600 s). The world is the launcher's;
+ * opts->world is not used. Without plug-in, launcher or MPI runtime the error says what is missing. */
+fsc_status fsc_cluster_run_from_env_opts(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg);
+/* The same with the device $FSC_DEVICE (default "cuda") and the other options' defaults. */
 fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg);
+
+FSC_END_DECLS
 
 #endif

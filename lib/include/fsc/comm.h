@@ -6,10 +6,13 @@
  * simulated communicator, so element i of a reduce-scatter equals element i of an all-reduce bit for bit. */
 #ifndef FSC_COMM_H
 #define FSC_COMM_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "dtype.h"
+
+FSC_BEGIN_DECLS
 
 typedef struct fsc_comm fsc_comm;
 typedef struct fsc_device fsc_device;
@@ -70,5 +73,7 @@ fsc_status fsc_comm_all_reduce_host(fsc_comm *c, fsc_device *dev, float *value, 
 /* Collective over c: ranks with the same color form a new group, ordered by (key, rank). */
 fsc_status fsc_comm_split(fsc_comm *c, int color, int key, fsc_comm **out);
 void fsc_comm_free(fsc_comm *c);
+
+FSC_END_DECLS
 
 #endif

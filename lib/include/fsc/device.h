@@ -1,12 +1,15 @@
 /* The device: memory with a tagged ledger, and the kernels the modules need.
  * Programs get a device by name ("cpu", or "cuda" when the plug-in and a GPU are present).
  * Device memory is opaque: the core touches it only through these functions and the kernel table
- * (device_impl.h), so the same core code runs on every backend. */
+ * (plugin/device_ops.h), so the same core code runs on every backend. */
 #ifndef FSC_DEVICE_H
 #define FSC_DEVICE_H
+#include "export.h"
 #include <stddef.h>
 #include "status.h"
 #include "dtype.h"
+
+FSC_BEGIN_DECLS
 
 typedef struct fsc_device fsc_device;
 
@@ -27,6 +30,8 @@ typedef struct {
     int threads;     /* CPU: BLAS and kernel threads (0 = library default) */
     int ordinal;     /* CUDA: which GPU (default 0) */
 } fsc_device_opts;
+/* The defaults: the library's thread count, GPU 0. */
+fsc_device_opts fsc_device_opts_default(void);
 
 /* Create a device by name: "cpu" or "cuda". opts may be NULL. */
 fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_device **out);
@@ -53,5 +58,7 @@ fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t b
 fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes);
 /* Wait until all work queued on the device is done. */
 fsc_status fsc_device_sync(fsc_device *dev);
+
+FSC_END_DECLS
 
 #endif

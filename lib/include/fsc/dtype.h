@@ -1,8 +1,11 @@
 /* Element types and host-side conversions (round to nearest, ties to even). */
 #ifndef FSC_DTYPE_H
 #define FSC_DTYPE_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
+
+FSC_BEGIN_DECLS
 
 typedef enum { FSC_F32 = 0, FSC_BF16, FSC_F16, FSC_I32, FSC_U8, FSC_DTYPE_COUNT } fsc_dtype;
 
@@ -16,5 +19,7 @@ uint16_t fsc_f32_to_f16(float x);    /* RNE; overflow to inf, subnormals kept */
 float fsc_f16_to_f32(uint16_t h);
 /* n elements from src (type st) to dst (type dt); float types only (f32, bf16, f16). */
 void fsc_convert_host(void *dst, fsc_dtype dt, const void *src, fsc_dtype st, size_t n);
+
+FSC_END_DECLS
 
 #endif

@@ -1,6 +1,7 @@
 /* fsc: sharded, pipelined and tensor-parallel training for C programs. Include this header. */
 #ifndef FSC_H
 #define FSC_H
+#include "version.h"
 #include "status.h"
 #include "dtype.h"
 #include "tensor.h"

@@ -29,12 +29,15 @@
  * rest. E = 0 is the dense GPT, unchanged. */
 #ifndef FSC_GPT_H
 #define FSC_GPT_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
 #include "moe.h"
 #include "model.h"
+
+FSC_BEGIN_DECLS
 
 typedef struct {
     int layers, dim, heads, seq, vocab;
@@ -45,6 +48,9 @@ typedef struct {
     float moe_capacity;      /* capacity factor; 0: 1.0 */
     float moe_aux;           /* coefficient of the load-balancing loss in the objective (0: not trained) */
 } fsc_gpt_config;
+/* GPT-2 small, the HF GPT2Config defaults: 12 layers, width 768, 12 heads, context 1024, vocabulary
+ * 50257; dense (no experts). */
+fsc_gpt_config fsc_gpt_config_default(void);
 
 /* Parameters per block, in HF order. */
 #define FSC_GPT_BLOCK_PARAMS 12
@@ -129,6 +135,8 @@ typedef struct {
     int checkpoint;      /* recompute blocks in backward */
     int offload_inputs;  /* with checkpoint: keep block inputs in host memory */
 } fsc_gpt_acts_opts;
+/* The whole model (layers 0 .. L+1) for B sequences of c->seq tokens, no checkpointing. */
+fsc_gpt_acts_opts fsc_gpt_acts_opts_default(const fsc_gpt_config *c, int B);
 fsc_status fsc_gpt_acts_create(fsc_gpt *m, const fsc_gpt_acts_opts *o, fsc_gpt_acts **out);
 void fsc_gpt_acts_free(fsc_gpt_acts *a);
 
@@ -168,5 +176,7 @@ fsc_status fsc_gpt_save(fsc_gpt *m, const char *path);
 fsc_status fsc_gpt_load(fsc_gpt *m, const char *path);
 /* Check a file's keys, dtypes and shapes against cfg; the message names the first problem. */
 fsc_status fsc_gpt_check_file(const fsc_gpt_config *cfg, const char *path);
+
+FSC_END_DECLS
 
 #endif

@@ -40,11 +40,14 @@
  * every call (the GPT's MoE blocks). */
 #ifndef FSC_MOE_H
 #define FSC_MOE_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
 #include "comm.h"
+
+FSC_BEGIN_DECLS
 
 typedef enum {
     FSC_MOE_EXPERT_MLP = 0,  /* C -> H -> GELU -> C */
@@ -60,6 +63,9 @@ typedef struct {
     fsc_moe_expert expert;
     const char *name;        /* parameter name prefix (NULL: "moe") */
 } fsc_moe_config;
+/* A layer of `experts` MLP experts of width dim and hidden 4 dim, top-1 routing, capacity factor 1, named
+ * "moe". */
+fsc_moe_config fsc_moe_config_default(int dim, int experts);
 
 typedef struct {
     double aux_loss;   /* mean over this rank's groups of E sum_e f_e P_e */
@@ -110,5 +116,7 @@ fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, float *const *g, fsc_moe_re
 /* The record's forward routing, host arrays of S x k: the chosen experts, and the combine weight of each
  * choice (0 when the assignment was dropped); kept: 1 if the assignment got a slot. */
 fsc_status fsc_moe_routing(const fsc_moe_rec *rec, int32_t *experts, float *gates, int32_t *kept);
+
+FSC_END_DECLS
 
 #endif

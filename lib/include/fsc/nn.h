@@ -7,16 +7,19 @@
  * memory, FSC_TAG_ACTS); a record that refers to an input (`inp`) requires the caller to keep that input
  * unchanged until backward. Parameters are passed at the moment of use, never stored.
  *
- * Every pointer is a device pointer of dev. Conventions for gradients, as in device_impl.h:
+ * Every pointer is a device pointer of dev. Conventions for gradients, as in plugin/device_ops.h:
  * parameter gradients always accumulate (+=); input gradients overwrite (=) or accumulate (+=) as each
  * function documents. Linear weights are stored [in, out] (HF Conv1D) unless w_out_in is set
  * ([out, in], torch Linear and the tied output head). */
 #ifndef FSC_NN_H
 #define FSC_NN_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
+
+FSC_BEGIN_DECLS
 
 /* ---- linear: out (N, OC) = inp (N, C) @ W + b ---------------------------------------------------- */
 typedef struct {
@@ -131,7 +134,7 @@ fsc_status fsc_rmsnorm_backward(fsc_device *dev, float *dinp, float *dw, const f
 
 /* ---- rotary position embedding (transformers' apply_rotary_pos_emb with rotate_half) ---------------
  * H heads of D columns in rows of stride ld (row (b, t) at (b T + t) ld), positions t = 0..T-1, inv_freq
- * theta^(-2i/D) (device_impl.h gives the formula). Angles are computed in double; transformers computes
+ * theta^(-2i/D) (fsc/plugin/device_ops.h gives the formula). Angles are computed in double; transformers computes
  * them in float32, so at position t the two differ by up to about t * 6e-8 radians (1e-6 at t = 16).
  * No record: backward needs only the sizes.
  * out may be inp; backward: dinp = (overwrites) the transposed rotation of dout, dinp may be dout. */
@@ -292,5 +295,7 @@ fsc_status fsc_block_attn_forward(fsc_device *dev, fsc_block_rec *rec, const flo
                                   float *proj, float *attn_work);
 fsc_status fsc_block_attn_backward(fsc_device *dev, float *dres, float *const *g, const fsc_block_rec *rec,
                                    const float *const *p, float *dln2, float *dqkv, float *attn_work);
+
+FSC_END_DECLS
 
 #endif

@@ -4,11 +4,14 @@
  * FSC_TAG_OPTIM. Weight decay applies to every element (as torch.optim.AdamW on all parameters). */
 #ifndef FSC_OPTIM_H
 #define FSC_OPTIM_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
 #include "comm.h"
+
+FSC_BEGIN_DECLS
 
 typedef enum { FSC_OPT_SGD = 0, FSC_OPT_ADAMW } fsc_optim_kind;
 
@@ -19,6 +22,8 @@ typedef struct {
     float weight_decay;  /* SGD: L2 added to the gradient; AdamW: decoupled */
     float beta1, beta2, eps; /* AdamW (defaults 0.9, 0.999, 1e-8 when all zero) */
 } fsc_optim_config;
+/* The defaults of torch.optim.AdamW: lr 1e-3, betas 0.9 and 0.999, eps 1e-8, weight decay 1e-2. */
+fsc_optim_config fsc_optim_config_default(void);
 
 typedef struct fsc_optim fsc_optim;
 
@@ -53,7 +58,8 @@ fsc_status fsc_grad_norm(fsc_device *dev, fsc_comm *comm, float *const *segs, co
 fsc_status fsc_grad_clip(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens, int nseg,
                          float max_norm, double *norm);
 
-/* Dynamic loss scaling for f16 (PyTorch GradScaler semantics). */
+/* Dynamic loss scaling for f16 (PyTorch GradScaler semantics, with a floor as DeepSpeed's min_loss_scale:
+ * GradScaler backs off without bound, and a run whose every step overflows reaches a scale of 0). */
 typedef struct {
     float scale;          /* current scale (default 65536) */
     float growth_factor;  /* 2 */
@@ -61,13 +67,22 @@ typedef struct {
     int growth_interval;  /* 2000 */
     int good_steps;       /* steps since the last overflow */
     int64_t skipped;      /* steps skipped so far */
+    float min_scale;      /* the scale never backs off below this (init: 1; 0 or less: FLT_MIN, never 0) */
 } fsc_loss_scaler;
 
 void fsc_loss_scaler_init(fsc_loss_scaler *s, float init_scale, int growth_interval);
 /* Whether any gradient element is inf/NaN on any rank of comm (NULL: local); all ranks get the same answer. */
 fsc_status fsc_grads_nonfinite(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens,
                                int nseg, int *found);
-/* After a step's gradients: found != 0 -> skip and back off; else count and maybe grow. */
+/* The same vote with a verdict of the caller's own (e.g. 2 when its loss is not finite): every rank of comm
+ * receives *found = the largest over the ranks of max(mine, 1 if any of its elements is inf/NaN else 0).
+ * One MAX all-reduce of one float, as fsc_grads_nonfinite (which is this with mine = 0). */
+fsc_status fsc_nonfinite_vote(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens,
+                              int nseg, int mine, int *found);
+/* After a step's gradients: found != 0 -> skip and back off (not below min_scale); else count and maybe
+ * grow. */
 void fsc_loss_scaler_update(fsc_loss_scaler *s, int found);
+
+FSC_END_DECLS
 
 #endif

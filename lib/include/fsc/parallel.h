@@ -12,6 +12,7 @@
  *   clip by the exact global norm; optimizer step. */
 #ifndef FSC_PARALLEL_H
 #define FSC_PARALLEL_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
@@ -22,6 +23,8 @@
 #include "optim.h"
 #include "comm.h"
 
+FSC_BEGIN_DECLS
+
 typedef enum { FSC_PAR_NONE = 0, FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2 } fsc_parallel_kind;
 typedef enum { FSC_SHARD_FULL = 0, FSC_SHARD_GRAD_OP, FSC_SHARD_NONE, FSC_SHARD_HYBRID } fsc_shard_strategy;
 typedef enum { FSC_WRAP_BLOCK = 0, FSC_WRAP_MODEL, FSC_WRAP_MIN_PARAMS } fsc_wrap_policy;
@@ -30,6 +33,9 @@ typedef enum { FSC_SCHED_GPIPE = 0, FSC_SCHED_1F1B } fsc_pipe_schedule;
 /* Which micro-batches keep only their stage input and recompute the stage in backward (FairScale's
  * checkpoint option; except_last is its default). */
 typedef enum { FSC_PIPE_CKPT_EXCEPT_LAST = 0, FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKPT_NEVER } fsc_pipe_checkpoint;
+/* What a step does when its loss or gradients hold inf or NaN on any rank (f32 and bf16; f16 loss scaling
+ * always skips such a step and backs off). Either way the step applies no update, on every rank. */
+typedef enum { FSC_NONFINITE_STOP = 0, FSC_NONFINITE_SKIP } fsc_nonfinite_policy;
 
 typedef struct {
     fsc_parallel_kind kind;
@@ -43,6 +49,11 @@ typedef struct {
     fsc_dtype param_dtype;
     fsc_dtype reduce_dtype;
     float init_loss_scale;        /* f16: initial dynamic loss scale (default 65536) */
+    float min_loss_scale;         /* f16: the scale never backs off below this (0: default 1) */
+    /* non-finite steps (docs/fsdp.md): every step, every rank votes on its loss and reduced gradients */
+    fsc_nonfinite_policy nonfinite; /* f32/bf16: stop (default: the step fails with FSC_ERR_NUMERIC) or skip */
+    int max_skipped_steps;        /* a step fails after this many skipped in a row, f16 overflows included
+                                   * (0: default 100) */
     /* common */
     int accum;                    /* micro-batches per step (>= 1) */
     int no_sync;                  /* accumulate locally and reduce once per step (1) or every micro-batch (0) */
@@ -71,6 +82,12 @@ typedef struct {
      * with ddp (or none); MoE models do not run with pp > 1, tp > 1 or checkpoint yet. */
     int ep;                       /* expert-parallel ranks (0 or 1: every rank holds every expert) */
 } fsc_parallel_opts;
+/* Valid options for one rank without any parallelism: kind none, every other field its documented default
+ * (full_shard, block wrapping, reshard by strategy, f32, accum 1, no_sync 1, no clipping, pp 1, gpipe,
+ * except_last, tp 1, ep 1, min_loss_scale 1, nonfinite stop, max_skipped_steps 100). Start from these and
+ * set what the run needs: a zero-initialised struct is not valid (accum 0 is refused, reshard_after_forward
+ * 0 means never reshard). */
+fsc_parallel_opts fsc_parallel_opts_default(void);
 
 /* ---- the 3D layout: world = dp x tp x pp ------------------------------------------------------------
  * Megatron's rank order by default: tensor ranks adjacent (fastest), then data, then pipeline:
@@ -104,7 +121,7 @@ typedef struct fsc_engine fsc_engine;
 typedef struct {
     double loss;          /* mean loss over the global batch (same on every rank) */
     double grad_norm;     /* before clipping (0 if clipping off) */
-    int skipped;          /* f16: step skipped for inf/NaN gradients */
+    int skipped;          /* no update: inf/NaN loss or gradients (f16 overflow, or nonfinite skip) */
     float loss_scale;
     /* MoE models (0 otherwise). aux_loss: the load-balancing loss, summed over the MoE blocks, each the mean
      * over the global batch's dispatch groups (one per rank and micro-batch): the objective is
@@ -127,18 +144,30 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
                              const fsc_optim_config *oc, uint64_t seed, fsc_engine **out);
 /* One optimizer step. inputs/targets: this rank's local_batch samples (host, the model's format:
  * sample_input_bytes and sample_target_bytes each, contiguous). global_batch: samples over the whole
- * data-parallel group. The loss is the mean of the loss terms over the global batch. */
+ * data-parallel group, the same on every rank and the sum of the local batches over the data group; checked
+ * with the loss's all-gather (in a pipeline by the last stage's data group, the verdict sent with the loss),
+ * the verdict carried by the world's non-finite vote: a mismatch anywhere fails the step with
+ * FSC_ERR_INVALID on every rank, before any update. The loss is the mean of the loss terms over the global
+ * batch. A step whose loss or gradients are not finite on some rank applies no update on any rank; it fails
+ * with FSC_ERR_NUMERIC (po.nonfinite stop, or po.max_skipped_steps skipped in a row) or returns with
+ * info->skipped set. */
 fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                                  int global_batch, fsc_step_info *info);
 /* The same for the GPT: tokens/targets are local_batch sequences of T tokens (int32). */
 fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
                            int global_batch, fsc_step_info *info);
 /* Full weights as safetensors under the model's tensor names (for the GPT: HF GPT-2, as a single-rank run
- * writes them); written by rank 0 only, one unit gathered at a time. Collective: every rank calls it. */
+ * writes them); written by rank 0 only, one unit gathered at a time. Collective: every rank calls it.
+ * Refuses (FSC_ERR_NUMERIC, nothing written) when a parameter or optimizer state is not finite
+ * (fsc_engine_check_finite). */
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path);
 /* Load full weights; each rank reads only what it holds. Every tensor of the model must be there with its
- * shape, in F32; other entries are ignored. Collective. */
+ * shape, in F32; other entries are ignored. Collective. Refuses a file holding inf or NaN (FSC_ERR_NUMERIC
+ * naming the tensor and element; the engine's parameters are then undefined). */
 fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path);
+/* Collective over the world: FSC_OK when every parameter and optimizer state held by any rank is finite;
+ * otherwise FSC_ERR_NUMERIC on every rank, naming the first tensor and element of the lowest such rank. */
+fsc_status fsc_engine_check_finite(fsc_engine *e);
 /* Copy the full (unsharded) fp32 parameters in tensor order into host memory (fsc_model_num_params floats).
  * Collective ("summon full params"). With tensor parallelism only ranks of tensor index 0 receive them. */
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host);
@@ -148,9 +177,10 @@ fsc_model *fsc_engine_model(fsc_engine *e);
 /* This rank's place in world = dp x tp x pp (tp and pp 1 without tensor or pipeline parallelism). */
 const fsc_layout *fsc_engine_layout(const fsc_engine *e);
 /* Communication of this rank summed over the world communicator and every group the engine made.
- * Besides the gradient and parameter traffic, each step all-gathers one double per rank (the loss) and,
- * with clipping, one float (max) and 16 bytes per rank (the exact norm), and with f16 one float (the
- * non-finite vote). */
+ * Besides the gradient and parameter traffic, each step all-gathers three doubles per rank (the loss, and
+ * the local and global batch for the batch check),
+ * all-reduces one float over the world (the non-finite vote) and, with clipping, one float (max) and 16
+ * bytes per rank (the exact norm). */
 void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out);
 void fsc_engine_reset_comm_stats(fsc_engine *e);
 /* The same traffic by kind of group: data (the strategy's reductions and gathers, the loss, with expert
@@ -158,7 +188,7 @@ void fsc_engine_reset_comm_stats(fsc_engine *e);
  * tensor (the tensor-parallel layers' collectives), pipeline (activations, their gradients and the tied
  * embedding between stages, the loss broadcast), expert (mixture-of-experts all-to-alls, and with clipping
  * the norm's two small collectives over the expert group), world (collectives over ranks of several groups: the clipping norm of a pipeline or
- * tensor-parallel run, the f16 skip vote, agreement when saving). The kinds sum to fsc_engine_comm_stats.
+ * tensor-parallel run, the non-finite vote, agreement when saving). The kinds sum to fsc_engine_comm_stats.
  * Returns how many communicators of that kind the engine has (0: none, *out is zero). */
 typedef enum {
     FSC_GROUP_DATA = 0, FSC_GROUP_TENSOR, FSC_GROUP_PIPELINE, FSC_GROUP_EXPERT, FSC_GROUP_WORLD, FSC_GROUP_COUNT
@@ -198,5 +228,7 @@ fsc_status fsc_balance_by_time(fsc_device *dev, const fsc_gpt_config *cfg, int p
 /* Parse "2,3,1" into out[pp]; checks the count, the sum against the model's blocks and empty stages. */
 fsc_status fsc_balance_parse(const char *text, const fsc_gpt_config *cfg, int pp, int *out);
 void fsc_engine_free(fsc_engine *e);
+
+FSC_END_DECLS
 
 #endif

@@ -1,17 +1,22 @@
 /* safetensors files (https://github.com/huggingface/safetensors): 8-byte little-endian header length,
  * a JSON header {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
  * then the data. The reader validates everything before use: lengths, offsets inside the file, offsets
- * that do not overlap and cover the data, shapes that match the byte counts, known dtypes, no duplicates.
+ * that do not overlap and cover the data, shapes that match the byte counts, known dtypes, no duplicates,
+ * strict JSON. A header above FSC_ST_MAX_HEADER is refused as too large before it is read, and parsing one
+ * allocates at most about 6 bytes per byte read, whatever the header holds.
  * The writer writes to "<path>.tmp", fsyncs and renames, so a crash never leaves half a file at path. */
 #ifndef FSC_SAFETENSORS_H
 #define FSC_SAFETENSORS_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "dtype.h"
 
+FSC_BEGIN_DECLS
+
 #define FSC_ST_MAX_NAME 160
-#define FSC_ST_MAX_HEADER (100u << 20) /* headers above 100 MiB are refused */
+#define FSC_ST_MAX_HEADER 100000000u /* headers above 100 MB are refused, as Hugging Face's safetensors does */
 
 typedef struct {
     char name[FSC_ST_MAX_NAME];
@@ -49,5 +54,7 @@ fsc_status fsc_st_writer_write(fsc_st_writer *w, int i, const void *src, uint64_
 fsc_status fsc_st_writer_commit(fsc_st_writer *w);
 /* Abandon: removes the temporary file (also frees w after a failed commit). */
 void fsc_st_writer_abort(fsc_st_writer *w);
+
+FSC_END_DECLS
 
 #endif

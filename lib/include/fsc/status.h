@@ -3,6 +3,9 @@
  * message (fsc_last_error) says what was wrong in words a user can act on. */
 #ifndef FSC_STATUS_H
 #define FSC_STATUS_H
+#include "export.h"
+
+FSC_BEGIN_DECLS
 
 typedef enum {
     FSC_OK = 0,
@@ -14,7 +17,8 @@ typedef enum {
     FSC_ERR_TIMEOUT,     /* a collective waited longer than its timeout */
     FSC_ERR_STATE,       /* a call in the wrong state (e.g. backward before forward) */
     FSC_ERR_UNSUPPORTED, /* a valid request this build or backend cannot serve */
-    FSC_ERR_INTERNAL     /* a broken internal invariant: a bug in fsc */
+    FSC_ERR_INTERNAL,    /* a broken internal invariant: a bug in fsc */
+    FSC_ERR_NUMERIC      /* inf or NaN where finite numbers are needed (a diverged step, weights on load/save) */
 } fsc_status;
 
 /* The message of the last error set on this thread ("" if none). */
@@ -34,6 +38,14 @@ fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Say which rank the message is about, once: like fsc_error_prefix with fmt naming a rank ("rank %d"),
+ * but a message that already starts by naming one ("rank 3: ...", "rank 3 of 8 ...") is left as it is,
+ * since a failure passed on from rank to rank (fsc_comm_agree, the cluster's report) keeps its origin. */
+fsc_status fsc_error_rank(fsc_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 /* Forget this thread's message. */
 void fsc_clear_error(void);
 
@@ -43,5 +55,7 @@ void fsc_clear_error(void);
         fsc_status fsc_try_s_ = (expr);    \
         if (fsc_try_s_ != FSC_OK) return fsc_try_s_; \
     } while (0)
+
+FSC_END_DECLS
 
 #endif

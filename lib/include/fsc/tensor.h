@@ -2,9 +2,12 @@
  * views share it. Strides are in elements; a tensor made by fsc_tensor_make is contiguous, row-major. */
 #ifndef FSC_TENSOR_H
 #define FSC_TENSOR_H
+#include "export.h"
 #include <stdint.h>
 #include "status.h"
 #include "dtype.h"
+
+FSC_BEGIN_DECLS
 
 #define FSC_MAX_DIMS 4
 
@@ -32,5 +35,7 @@ fsc_status fsc_tensor_reshape(const fsc_tensor *t, int ndim, const int64_t *shap
 fsc_status fsc_tensor_transpose(const fsc_tensor *t, int d0, int d1, fsc_tensor *out);
 /* Writes "[2, 3, 4]" into buf. */
 void fsc_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
+
+FSC_END_DECLS
 
 #endif

@@ -22,6 +22,7 @@
  * model's slices under any strategy and pipeline schedule. Not here: mixture of experts (moe.h). */
 #ifndef FSC_TP_H
 #define FSC_TP_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
@@ -31,6 +32,8 @@
 #include "nn.h"
 #include "cluster.h"
 #include "parallel.h"
+
+FSC_BEGIN_DECLS
 
 /* ---- conjugate operators and sequence-parallel regions (in place allowed: out == inp) ---------------- */
 /* f forward: out = inp. */
@@ -148,6 +151,8 @@ typedef struct fsc_tp_gpt fsc_tp_gpt;
 typedef struct {
     int sequence_parallel;
 } fsc_tp_opts;
+/* The defaults: no sequence parallelism. */
+fsc_tp_opts fsc_tp_opts_default(void);
 
 /* Collective over tp (checks that every rank has the same configuration). opts may be NULL. */
 fsc_status fsc_tp_gpt_create(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config *cfg, const fsc_tp_opts *opts,
@@ -184,33 +189,6 @@ fsc_status fsc_tp_gpt_load(fsc_tp_gpt *m, const char *path);
 
 /* ---- 3D layout: fsc_layout in parallel.h (the engine lays out world = dp x tp x pp) ---------------- */
 
-/* ---- training with data x tensor parallelism ------------------------------------------------------------
- * The first composition, kept as a small independent oracle of the engine's (parallel.h, tp > 1): it
- * equals the engine with DDP over the data group and no pipeline bit for bit.
- * A tensor-parallel GPT on each tensor group, DDP over the data group: per step forward and backward with
- * dloss = 1 / (global_batch T) on this data rank's sequences, gradients summed over the data group in rank
- * order, optional clipping by the exact global norm (the tensor group's slices, replicated tensors
- * counted once), optimizer step; the same order as the engine (parallel.h), so dp x 1 equals DDP bit for
- * bit. Pipeline stages (pp > 1) are not supported with tensor parallelism yet. */
-typedef struct {
-    int tp, dp;               /* world = dp x tp (0: derive one from the world) */
-    int sequence_parallel;
-    float clip;               /* max global gradient norm; 0 = off */
-} fsc_tp_train_opts;
-
-typedef struct fsc_tp_trainer fsc_tp_trainer;
-
-fsc_status fsc_tp_trainer_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_tp_train_opts *o,
-                                 const fsc_optim_config *oc, uint64_t seed, fsc_tp_trainer **out);
-void fsc_tp_trainer_free(fsc_tp_trainer *t);
-const fsc_layout *fsc_tp_trainer_layout(const fsc_tp_trainer *t);
-fsc_tp_gpt *fsc_tp_trainer_model(fsc_tp_trainer *t);
-/* One step. tokens/targets: this data rank's local_batch sequences (the same on every rank of its tensor
- * group); global_batch: over the data group. info->loss: the mean over the global batch, on every rank. */
-fsc_status fsc_tp_trainer_step(fsc_tp_trainer *t, const int32_t *tokens, const int32_t *targets, int local_batch,
-                               int global_batch, fsc_step_info *info);
-/* This rank's traffic per group since creation or the last reset: tensor, data (either may be NULL). */
-void fsc_tp_trainer_comm_stats(const fsc_tp_trainer *t, fsc_comm_stats *tensor, fsc_comm_stats *data);
-void fsc_tp_trainer_reset_comm_stats(fsc_tp_trainer *t);
+FSC_END_DECLS
 
 #endif

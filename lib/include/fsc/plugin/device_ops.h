@@ -1,5 +1,15 @@
-/* The device interface for backend implementers (cpu in backends/cpu, cuda in the plug-in).
- * A backend fills an fsc_device_ops table; the core keeps the ledger and calls the table.
+/* The plug-in ABI, device half: what a device backend implements (cpu in backends/cpu, linked in; cuda in
+ * the plug-in libfsc_cuda.so, loaded with dlopen). Installed as <fsc/plugin/device_ops.h> for authors of
+ * backends; not part of the API a training program uses (fsc.h does not include it). Its version is
+ * FSC_DEVICE_ABI_VERSION, independent of the library's: the core passes it to every entry point and a
+ * plug-in built for another version refuses to open.
+ *
+ * A backend fills an fsc_device_ops table; the core keeps the memory ledger and calls the table.
+ * The one plug-in device today is "cuda": the core dlopens libfsc_cuda.so ($FSC_CUDA_PLUGIN, next to the
+ * executable, then the loader's path) and looks up, with C linkage and default visibility,
+ *   "fsc_cuda_device_open"  an fsc_device_open_fn
+ *   "fsc_plugin_init"       optional, an fsc_plugin_init_fn
+ * and, for the NCCL communicator, the entry points of <fsc/plugin/comm_ops.h>.
  *
  * Conventions for every kernel:
  * - all pointers are device pointers to f32 unless the type says otherwise; tokens are int32;
@@ -10,10 +20,13 @@
  *   (fixed order of every sum, no atomics in reductions);
  * - a kernel returns FSC_OK or an error with the message set (a launch failure on a GPU).
  * Optional entries may be NULL; the core falls back to a composition of other entries. */
-#ifndef FSC_DEVICE_IMPL_H
-#define FSC_DEVICE_IMPL_H
+#ifndef FSC_PLUGIN_DEVICE_OPS_H
+#define FSC_PLUGIN_DEVICE_OPS_H
+#include "../export.h"
 #include <stdint.h>
-#include "device.h"
+#include "../device.h"
+
+FSC_BEGIN_DECLS
 
 #define FSC_DEVICE_ABI_VERSION 3 /* 2: gemm_ex; 3: RMS norm, rotary, SiLU/SwiGLU, products, MSE */
 
@@ -155,19 +168,6 @@ typedef struct fsc_device_ops {
                                float scale);
 } fsc_device_ops;
 
-struct fsc_device {
-    const fsc_device_ops *ops;
-    void *ctx;
-    void *plugin;                  /* dlopen handle, if loaded from a plug-in */
-    size_t cur[FSC_TAG_COUNT];
-    size_t peak[FSC_TAG_COUNT];
-    size_t cur_total, peak_total;
-    struct fsc_alloc_map *live;    /* pointer -> (bytes, tag) of live allocations */
-};
-
-/* Call a kernel: FSC_K(dev, gelu_forward, out, inp, n) */
-#define FSC_K(dev, op, ...) ((dev)->ops->op((dev)->ctx, __VA_ARGS__))
-
 /* Entry point a backend exports: fills *ops and *ctx. The cuda plug-in exports it as
  * "fsc_cuda_device_open"; the cpu backend is linked in. */
 typedef fsc_status (*fsc_device_open_fn)(int abi_version, const fsc_device_opts *opts,
@@ -178,7 +178,6 @@ typedef fsc_status (*fsc_device_open_fn)(int abi_version, const fsc_device_opts 
 typedef fsc_status (*fsc_error_fn)(fsc_status s, const char *fmt, ...);
 typedef void (*fsc_plugin_init_fn)(int abi_version, fsc_error_fn error);
 
-fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, const fsc_device_ops **ops,
-                               void **ctx);
+FSC_END_DECLS
 
 #endif

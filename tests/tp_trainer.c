@@ -1,16 +1,17 @@
-/* Training with data x tensor parallelism (tp.h): a tensor-parallel GPT per tensor group, DDP over the
+/* Training with data x tensor parallelism (tp_trainer.h): a tensor-parallel GPT per tensor group, DDP over the
  * data group, in the engine's order of operations (parallel.h): forward, backward with
  * dloss = 1 / (global_batch T), sum of gradients over the data group in rank order, exact-norm clipping,
  * optimizer step. With a tensor group of 1 it is DDP bit for bit.
- * Kept only as an independent oracle for the tests (test_tp_3d.c, test_tp_3d_engine.c): the engine
+ * An independent oracle for the tests (test_tp_3d.c, test_tp_3d_engine.c), compiled into them only: the engine
  * (lib/tp/tp_engine.c) runs tensor parallelism for training, with every strategy and pipelines, and equals
  * this trainer bit for bit with DDP and no pipeline. Not here: the model itself (tp_gpt*.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "tp_impl.h"
-#include "fsc/device_impl.h"
+#include "tp/tp_impl.h"
+#include "tp_trainer.h"
+#include "core/device_impl.h"
 
 struct fsc_tp_trainer {
     fsc_rank *r;

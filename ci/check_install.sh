@@ -1,0 +1,51 @@
+#!/bin/sh
+# The library as other programs see it: install into a temporary PREFIX, check that only the public and
+# plug-in headers went in and that the shared library has its SONAME and links, then build and run with
+# pkg-config, using only the installed headers:
+#   tests/install/consumer.c     C, against libfsc.so and against libfsc.a
+#   tests/install/consumer.cpp   C++ (the headers' extern "C"), against libfsc.so
+#   tests/install/own_names.c    a program defining cpu_gemm, ck_remove_dir, ... itself: the library must
+#                                keep its own (against libfsc.so and libfsc.a)
+# Usage: ci/check_install.sh BUILD (a build folder holding the library: make BUILD=... lib).
+set -e
+B=${1:?usage: ci/check_install.sh BUILD}
+CC=${CC:-cc}
+CXX=${CXX:-c++}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+P=$tmp/prefix
+make -s --no-print-directory BUILD="$B" install PREFIX="$P" >/dev/null
+fail() { echo "check_install: $*" >&2; exit 1; }
+
+# what was installed
+ls "$P/include/fsc" | grep -v '^plugin$' > "$tmp/h"
+(cd lib/include/fsc && ls *.h) | diff - "$tmp/h" >/dev/null || fail "installed headers differ from lib/include/fsc/*.h: $(tr '\n' ' ' < "$tmp/h")"
+! grep -q '_impl\.h$' "$tmp/h" || fail "a private header was installed"
+[ "$(cd "$P/include/fsc/plugin" && ls)" = "$(cd lib/include/fsc/plugin && ls)" ] || fail "plug-in headers"
+v=$(pkg-config --modversion "$P/lib/pkgconfig/fsc.pc")
+major=${v%%.*}
+[ -f "$P/lib/libfsc.so.$v" ] && [ -L "$P/lib/libfsc.so.$major" ] && [ -L "$P/lib/libfsc.so" ] ||
+  fail "expected libfsc.so.$v with the links libfsc.so.$major and libfsc.so"
+readelf -d "$P/lib/libfsc.so.$v" | grep -q "SONAME.*\[libfsc.so.$major\]" || fail "no SONAME libfsc.so.$major"
+
+export PKG_CONFIG_PATH="$P/lib/pkgconfig"
+cflags=$(pkg-config --cflags fsc)
+shared="$(pkg-config --libs fsc) -Wl,-rpath,$P/lib"
+static="$(pkg-config --libs-only-L fsc) -Wl,-Bstatic -lfsc -Wl,-Bdynamic $(pkg-config --static --libs-only-l fsc | sed 's/-lfsc\b//')"
+W="-Wall -Wextra -Werror"
+build() { # name, compiler and flags... ; runs it after
+  out=$tmp/$1; shift
+  "$@" -o "$out" || fail "could not build $(basename "$out")"
+}
+build c_shared $CC -std=c11 $W $cflags tests/install/consumer.c $shared -lm
+build c_static $CC -std=c11 $W $cflags tests/install/consumer.c $static
+build cxx_shared $CXX -std=c++11 $W -pedantic $cflags tests/install/consumer.cpp $shared
+build own_shared $CC -std=c11 $W $cflags tests/install/own_names.c $shared -lm
+build own_static $CC -std=c11 $W $cflags tests/install/own_names.c $static
+readelf -d "$tmp/c_shared" | grep -q "NEEDED.*\[libfsc.so.$major\]" || fail "c_shared does not need libfsc.so.$major"
+! readelf -d "$tmp/c_static" | grep -q 'NEEDED.*libfsc' || fail "c_static needs the shared library"
+for t in c_shared c_static cxx_shared own_shared own_static; do
+  printf '%-11s ' "$t:"
+  "$tmp/$t" || fail "$t failed"
+done
+echo "check_install: fsc $v installed, C and C++ programs built from the installed headers and run"

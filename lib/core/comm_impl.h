@@ -1,0 +1,19 @@
+/* Private to the library: the communicator object the core builds around an implementation's table
+ * (plugin/comm_ops.h), and the wrapper sim/ and the launcher use. Not installed. */
+#ifndef FSC_CORE_COMM_IMPL_H
+#define FSC_CORE_COMM_IMPL_H
+#include "fsc/plugin/comm_ops.h"
+
+struct fsc_comm {
+    const fsc_comm_ops *ops;
+    void *ctx;
+    int rank, size;
+    char name[32];
+    fsc_comm_stats stats;
+};
+
+/* Wrap an implementation in an fsc_comm (takes ownership of ctx). */
+fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size, const char *name,
+                         fsc_comm **out);
+
+#endif

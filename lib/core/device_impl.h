@@ -1,0 +1,24 @@
+/* Private to the library: the device object the core builds around a backend's table (plugin/device_ops.h),
+ * the kernel-call macro and the linked-in cpu backend's entry point. Not installed. */
+#ifndef FSC_CORE_DEVICE_IMPL_H
+#define FSC_CORE_DEVICE_IMPL_H
+#include "fsc/plugin/device_ops.h"
+
+struct fsc_device {
+    const fsc_device_ops *ops;
+    void *ctx;
+    void *plugin;                  /* dlopen handle, if loaded from a plug-in */
+    size_t cur[FSC_TAG_COUNT];
+    size_t peak[FSC_TAG_COUNT];
+    size_t cur_total, peak_total;
+    struct fsc_alloc_map *live;    /* pointer -> (bytes, tag) of live allocations */
+};
+
+/* Call a kernel: FSC_K(dev, gelu_forward, out, inp, n) */
+#define FSC_K(dev, op, ...) ((dev)->ops->op((dev)->ctx, __VA_ARGS__))
+
+/* The cpu backend (backends/cpu), linked into the library: an fsc_device_open_fn. */
+fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, const fsc_device_ops **ops,
+                               void **ctx);
+
+#endif

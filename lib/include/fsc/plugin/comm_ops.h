@@ -1,0 +1,55 @@
+/* The plug-in ABI, communicator half: what a communicator implements (sim/, linked in; NCCL in the cuda
+ * plug-in). Installed as <fsc/plugin/comm_ops.h> for authors of backends; not part of the API a training
+ * program uses (fsc.h does not include it). Its version is FSC_COMM_ABI_VERSION: the core passes it to
+ * fsc_nccl_comm_open, and a plug-in built for another version refuses.
+ * The core wraps every call: it validates arguments, counts calls and bytes, then calls the table. */
+#ifndef FSC_PLUGIN_COMM_OPS_H
+#define FSC_PLUGIN_COMM_OPS_H
+#include "../export.h"
+#include "../comm.h"
+
+FSC_BEGIN_DECLS
+
+#define FSC_COMM_ABI_VERSION 2 /* 2: fsc_nccl_comm_open takes native; fsc_mpi_comm_open */
+
+typedef struct fsc_comm_ops {
+    int abi_version;
+    const char *name;
+    fsc_status (*all_reduce)(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt, fsc_redop op);
+    fsc_status (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t recvcount, fsc_dtype dt,
+                                 fsc_redop op);
+    fsc_status (*all_gather)(void *ctx, const void *send, void *recv, size_t sendcount, fsc_dtype dt);
+    fsc_status (*broadcast)(void *ctx, void *buf, size_t count, fsc_dtype dt, int root);
+    fsc_status (*send)(void *ctx, const void *buf, size_t count, fsc_dtype dt, int peer);
+    fsc_status (*recv)(void *ctx, void *buf, size_t count, fsc_dtype dt, int peer);
+    fsc_status (*all_to_all)(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt);
+    fsc_status (*barrier)(void *ctx);
+    /* returns the new group's ctx, rank and size */
+    fsc_status (*split)(void *ctx, int color, int key, void **new_ctx, int *new_rank, int *new_size);
+    void (*destroy)(void *ctx);
+} fsc_comm_ops;
+
+/* Entry points the cuda plug-in exports for its NCCL communicator (found with dlsym by the launcher):
+ * "fsc_nccl_get_unique_id" fills the opaque id (bytes = 128) on the rank that creates it;
+ * "fsc_nccl_comm_open" joins rank of world with that id on the plug-in device whose ctx is device_ctx
+ * (collectives run on that device's current stream); a collective or barrier stuck longer than
+ * timeout_s fails instead of hanging. native 0: reductions in rank order (all-to-all of blocks, then a local
+ * sum: the simulator's bits); 1: ncclAllReduce / ncclReduceScatter (NCCL's ring/tree order). */
+typedef fsc_status (*fsc_nccl_get_unique_id_fn)(void *id, size_t bytes);
+typedef fsc_status (*fsc_nccl_comm_open_fn)(int abi_version, const void *id, size_t bytes, int rank, int world,
+                                            void *device_ctx, double timeout_s, int native,
+                                            const fsc_comm_ops **ops, void **ctx);
+
+/* The entry point of the MPI plug-in libfsc_mpi.so (backends/mpi, found with dlsym by the launcher for the
+ * cpu device): "fsc_mpi_comm_open" initializes MPI when nobody has, checks that MPI's world is the
+ * launcher's (rank of world), and opens the world communicator on host memory. error is the core's
+ * fsc_error (the plug-in's messages reach the caller's thread). A call stuck longer than timeout_s fails
+ * naming the rank it waits for. native 0: reductions in rank order (the simulator's bits); 1: MPI's own
+ * MPI_Iallreduce / MPI_Ireduce_scatter_block. */
+typedef fsc_status (*fsc_mpi_error_fn)(fsc_status s, const char *fmt, ...);
+typedef fsc_status (*fsc_mpi_comm_open_fn)(int abi_version, fsc_mpi_error_fn error, int rank, int world,
+                                           double timeout_s, int native, const fsc_comm_ops **ops, void **ctx);
+
+FSC_END_DECLS
+
+#endif

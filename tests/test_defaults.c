@@ -1,0 +1,124 @@
+/* The defaults functions of the public options structs (fsc_*_default). The oracle: each returns options
+ * that the function consuming them accepts (device, cluster, optimizer, model, activation record, engine,
+ * checkpoint save, MoE layer, tensor-parallel model), with the values the headers document (torch.optim.AdamW's
+ * hyper-parameters, GPT-2 small's 124,439,808 parameters); and a zero-initialised fsc_parallel_opts, which
+ * the defaults function exists to replace, is refused. */
+#include "testutil.h"
+
+static fsc_gpt_config tiny(void) {
+    fsc_gpt_config c = fsc_gpt_config_default();
+    c.layers = 2, c.dim = 16, c.heads = 2, c.seq = 8, c.vocab = 32;
+    return c;
+}
+
+static void test_device_and_optim_defaults(void **state) {
+    (void)state;
+    fsc_device_opts dopts = fsc_device_opts_default();
+    fsc_device *dev = NULL;
+    assert_ok(fsc_device_create("cpu", &dopts, &dev));
+    fsc_optim_config oc = fsc_optim_config_default();
+    assert_int_equal(oc.kind, FSC_OPT_ADAMW);
+    assert_true(oc.lr == 1e-3f && oc.beta1 == 0.9f && oc.beta2 == 0.999f && oc.eps == 1e-8f &&
+                oc.weight_decay == 1e-2f);
+    fsc_optim *o = NULL;
+    assert_ok(fsc_optim_create(dev, &oc, &o));
+    fsc_optim_free(o);
+    fsc_device_free(dev);
+}
+
+static void test_model_defaults(void **state) {
+    (void)state;
+    fsc_gpt_config g = fsc_gpt_config_default();
+    assert_ok(fsc_gpt_config_validate(&g));
+    assert_int_equal(fsc_gpt_num_params(&g), 124439808); /* GPT-2 small, head tied to wte */
+    fsc_gpt_config c = tiny();
+    fsc_device *dev = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    fsc_gpt *m = NULL;
+    assert_ok(fsc_gpt_create(dev, &c, &m));
+    fsc_gpt_acts_opts ao = fsc_gpt_acts_opts_default(&c, 2);
+    assert_int_equal(ao.T, c.seq);
+    assert_int_equal(ao.last, c.layers + 1);
+    fsc_gpt_acts *a = NULL;
+    assert_ok(fsc_gpt_acts_create(m, &ao, &a));
+    fsc_gpt_acts_free(a);
+    fsc_gpt_free(m);
+    fsc_moe_config mc = fsc_moe_config_default(c.dim, 4);
+    fsc_moe *moe = NULL;
+    assert_ok(fsc_moe_create(dev, NULL, &mc, 1, &moe));
+    assert_int_equal(fsc_moe_num_tensors(&mc), 1 + 4 * 4);
+    fsc_moe_free(moe);
+    fsc_device_free(dev);
+}
+
+typedef struct {
+    fsc_parallel_opts po;
+    int steps_ok;
+    char dir[64];
+} engine_job;
+
+/* One engine step with the given options; with dir set, a checkpoint with the default save options. */
+static fsc_status engine_fn(fsc_rank *r, void *arg) {
+    engine_job *j = arg;
+    fsc_gpt_config c = tiny();
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &c, &j->po, &oc, 7, &e));
+    int32_t tok[2 * 8], tgt[2 * 8];
+    for (int i = 0; i < 16; i++) tok[i] = (i * 3 + r->rank) % 32, tgt[i] = (i * 5 + 1) % 32;
+    fsc_step_info info;
+    fsc_status s = fsc_engine_step(e, tok, tgt, 2, 2 * r->world, &info);
+    if (s == FSC_OK && r->rank == 0) j->steps_ok = 1;
+    if (s == FSC_OK && j->dir[0]) {
+        fsc_ckpt_save_opts so = fsc_ckpt_save_opts_default();
+        s = fsc_ckpt_save(e, j->dir, 1, &so);
+    }
+    if (s == FSC_OK && r->world == 1) {
+        fsc_tp_opts to = fsc_tp_opts_default();
+        fsc_tp_gpt *tm = NULL;
+        s = fsc_tp_gpt_create(r->dev, r->comm, &c, &to, 7, &tm);
+        fsc_tp_gpt_free(tm);
+    }
+    fsc_engine_free(e);
+    return s;
+}
+
+static void test_engine_and_cluster_defaults(void **state) {
+    (void)state;
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_int_equal(co.world, 1);
+    engine_job j = { .po = fsc_parallel_opts_default() };
+    snprintf(j.dir, sizeof j.dir, "/tmp/fsc_test_defaults_%d", (int)getpid());
+    test_rmtree(j.dir);
+    assert_ok(fsc_cluster_run(&co, engine_fn, &j));
+    assert_int_equal(j.steps_ok, 1);
+    fsc_ckpt_meta *m = NULL;
+    char path[128];
+    snprintf(path, sizeof path, "%s/step-00000001", j.dir);
+    assert_ok(fsc_ckpt_verify(path, &m));
+    assert_int_equal(m->format, FSC_CKPT_SHARDED);
+    fsc_ckpt_meta_free(m);
+    test_rmtree(j.dir);
+
+    /* the defaults with a strategy set, on two ranks */
+    co.world = 2;
+    engine_job d = { .po = fsc_parallel_opts_default() };
+    d.po.kind = FSC_PAR_FSDP;
+    assert_ok(fsc_cluster_run(&co, engine_fn, &d));
+    assert_int_equal(d.steps_ok, 1);
+
+    /* what the defaults replace: a zero-initialised struct is refused */
+    co.world = 1;
+    engine_job z;
+    memset(&z, 0, sizeof z);
+    assert_err(fsc_cluster_run(&co, engine_fn, &z), FSC_ERR_INVALID, "accum");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_and_optim_defaults),
+        cmocka_unit_test(test_model_defaults),
+        cmocka_unit_test(test_engine_and_cluster_defaults),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

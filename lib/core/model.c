@@ -59,6 +59,13 @@ fsc_status fsc_model_validate(const fsc_model *m) {
     return FSC_OK;
 }
 
+int fsc_param_used_by(const fsc_param_info *info, int l) {
+    if (info->layer == l) return 1;
+    for (int k = 0; k < info->nusers; k++)
+        if (info->users[k] == l) return 1;
+    return 0;
+}
+
 size_t fsc_model_num_params(const fsc_model *m) {
     size_t n = 0;
     for (int i = 0; i < m->n_tensors; i++) n += m->info[i].numel;

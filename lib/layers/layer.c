@@ -45,6 +45,9 @@ fsc_status fsc_layer_set_init(fsc_layer *l, const char *name, fsc_init init) {
                      name ? name : "(null)");
 }
 
+fsc_init fsc_init_normal(float std) { return (fsc_init){ .kind = FSC_INIT_NORMAL, .std = std }; }
+fsc_init fsc_init_const(float v) { return (fsc_init){ .kind = FSC_INIT_CONST, .value = v }; }
+
 void fsc_layer_free(fsc_layer *l) {
     if (!l) return;
     if (l->ops && l->ops->destroy) l->ops->destroy(l);

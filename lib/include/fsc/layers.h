@@ -11,11 +11,14 @@
  * Not here: the kernels (nn.h, the device), the engine (parallel.h). */
 #ifndef FSC_LAYERS_H
 #define FSC_LAYERS_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
 #include "model.h"
+
+FSC_BEGIN_DECLS
 
 #define FSC_LAYER_MAX_PARAMS 16
 
@@ -86,8 +89,9 @@ fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const i
 fsc_status fsc_layer_set_init(fsc_layer *l, const char *name, fsc_init init);
 /* ops->destroy, then free (NULL does nothing). */
 void fsc_layer_free(fsc_layer *l);
-static inline fsc_init fsc_init_normal(float std) { return (fsc_init){ .kind = FSC_INIT_NORMAL, .std = std }; }
-static inline fsc_init fsc_init_const(float v) { return (fsc_init){ .kind = FSC_INIT_CONST, .value = v }; }
+/* Initial values: mean 0 and standard deviation std (FSC_INIT_NORMAL), or the constant v (FSC_INIT_CONST). */
+fsc_init fsc_init_normal(float std);
+fsc_init fsc_init_const(float v);
 
 /* ---- built-in layers ------------------------------------------------------------------------------------
  * A sample is `rows` rows of features (a sequence of T tokens: rows = T; a feature vector: rows = 1; 0 means
@@ -146,5 +150,7 @@ typedef struct {
 fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *layers, int n, fsc_model **out);
 /* The layer l of a sequential model (NULL when m is not one or l is out of range). */
 fsc_layer *fsc_seq_model_layer(fsc_model *m, int l);
+
+FSC_END_DECLS
 
 #endif

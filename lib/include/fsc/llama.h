@@ -24,11 +24,14 @@
  * Not here: tensor parallelism (lib/tp runs the GPT only), mixture of experts. */
 #ifndef FSC_LLAMA_H
 #define FSC_LLAMA_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
 #include "model.h"
+
+FSC_BEGIN_DECLS
 
 typedef struct {
     int layers;       /* decoder layers (HF num_hidden_layers) */
@@ -64,5 +67,7 @@ void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap);
  * train with fsc_engine_step_model (inputs and targets int32 tokens); weight files (fsc_engine_save_weights /
  * load_weights) use the Hugging Face names above. */
 fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, fsc_model **out);
+
+FSC_END_DECLS
 
 #endif

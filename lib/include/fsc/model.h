@@ -30,11 +30,14 @@
  * dscale = loss_scale / (global_batch x loss_terms), the factor of each term's gradient. */
 #ifndef FSC_MODEL_H
 #define FSC_MODEL_H
+#include "export.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "status.h"
 #include "device.h"
 #include "comm.h"
+
+FSC_BEGIN_DECLS
 
 struct fsc_model;
 #define FSC_MODEL_MAX_USERS 4 /* layers other than the owner that use one tensor */
@@ -52,12 +55,7 @@ typedef struct {
 } fsc_param_info;
 
 /* Whether layer l uses tensor info (owns it or is one of its users). */
-static inline int fsc_param_used_by(const fsc_param_info *info, int l) {
-    if (info->layer == l) return 1;
-    for (int k = 0; k < info->nusers; k++)
-        if (info->users[k] == l) return 1;
-    return 0;
-}
+int fsc_param_used_by(const fsc_param_info *info, int l);
 
 /* Hooks the model calls around every layer of forward and backward (any may be NULL). Strategies gather
  * parameters in pre_*, free them and reduce gradients in post_*. */
@@ -156,5 +154,7 @@ size_t fsc_model_num_params(const fsc_model *m);
 int fsc_model_tensor_index(const fsc_model *m, const char *name);
 /* ops->destroy(m) when the model owns itself (fsc_gpt_model_create's); NULL does nothing. */
 void fsc_model_free(fsc_model *m);
+
+FSC_END_DECLS
 
 #endif

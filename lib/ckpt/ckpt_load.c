@@ -153,8 +153,8 @@ static int engine_tensor(const loader *L, const char *name) {
     return -1;
 }
 
-/* Collective: rank 0's metadata without the pieces to every other rank (each tensor's piece count in
- * L->total, npieces 0 until share_pieces). */
+/* Collective: rank 0's metadata without the pieces, its model configuration text included, to every
+ * other rank (each tensor's piece count in L->total, npieces 0 until share_pieces). */
 static fsc_status share_head(loader *L) {
     fsc_engine *e = L->e;
     const int root = e->r->rank == 0;
@@ -162,6 +162,7 @@ static fsc_status share_head(loader *L) {
     memset(&head, 0, sizeof head);
     if (root) head = *L->m;
     FSC_TRY(ck_agree(e, ck_bcast_host(e, &head, sizeof head)));
+    head.model_config = NULL; /* rank 0's pointer: its text follows */
     fsc_status s = FSC_OK;
     if (!root) {
         L->m = calloc(1, sizeof *L->m);
@@ -176,6 +177,14 @@ static fsc_status share_head(loader *L) {
             s = fsc_error(FSC_ERR_NOMEM, "%s: out of host memory for the metadata of %d tensors", L->path, head.ntensors);
     }
     FSC_TRY(ck_agree(e, s));
+    /* the model's configuration text (checked against every rank's model) */
+    uint64_t clen = root && L->m->model_config ? (uint64_t)strlen(L->m->model_config) + 1 : 0;
+    FSC_TRY(ck_agree(e, ck_bcast_host(e, &clen, sizeof clen)));
+    if (!root && clen && !(L->m->model_config = malloc((size_t)clen)))
+        s = fsc_error(FSC_ERR_NOMEM, "%s: out of host memory for the model configuration", L->path);
+    FSC_TRY(ck_agree(e, s));
+    if (clen) FSC_TRY(ck_agree(e, ck_bcast_host(e, L->m->model_config, (size_t)clen)));
+    if (!root && clen) L->m->model_config[clen - 1] = 0;
     s = ck_bcast_host(e, L->m->files, (size_t)head.nfiles * sizeof *L->m->files);
     if (s == FSC_OK) s = ck_bcast_host(e, L->m->tensors, (size_t)head.ntensors * sizeof *L->m->tensors);
     if (!root) {

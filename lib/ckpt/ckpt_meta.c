@@ -48,7 +48,8 @@ fsc_status ck_model_config(const fsc_engine *e, char **out) {
     fsc_status s = t ? FSC_OK : fsc_error(FSC_ERR_INVALID, "checkpoint: the model's configuration is not a JSON "
                                           "object: %.200s", buf);
     free(buf);
-    *out = t;
+    if (t && !(*out = strdup(t))) s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
+    cJSON_free(t); /* cJSON's allocator: a program may have set its hooks */
     return s;
 }
 
@@ -246,8 +247,10 @@ static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
 
     const cJSON *mo = field(root, "model");
     FSC_TRY(need_obj(r, mo, "model"));
-    if (!(m->model_config = cJSON_PrintUnformatted(mo)))
-        return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for the model configuration", r->what);
+    char *mtext = cJSON_PrintUnformatted(mo);
+    m->model_config = mtext ? strdup(mtext) : NULL; /* ours: fsc_ckpt_meta_free frees it with free */
+    cJSON_free(mtext);
+    if (!m->model_config) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for the model configuration", r->what);
     if (field(mo, "layers")) { /* the built-in GPT's fields */
         FSC_TRY(get_i32(r, mo, "model", "layers", 1, &m->model.layers));
         FSC_TRY(get_i32(r, mo, "model", "dim", 1, &m->model.dim));

@@ -9,7 +9,9 @@
  * ranges that do not cover a tensor or overlap, an unknown dtype, a wrong piece checksum, a path as a file
  * name, an unknown version, a swapped entry, the step against the directory name, optim_steps and the
  * scaler's counts against the step, file names against the world size, the world against tp. Checkpoints
- * of another model or optimizer verify but do not load into this engine. */
+ * of another model or optimizer verify but do not load into this engine. With a model configuration that
+ * is not the GPT's (model.h's config), the tensor set is checked against itself: every optimizer state
+ * of a parameter the checkpoint holds, with its shape, and every parameter with every state. */
 #include <cjson/cJSON.h>
 #include <zlib.h>
 #include "ckpttest.h"
@@ -334,6 +336,76 @@ static void test_ckpt_other_model_or_optimizer(void **state) {
     }
 }
 
+/* A model whose configuration the checkpoint cannot read (model.h's config of a Llama, a sequential model,
+ * a program's own): its tensors are checked against one another, every optimizer state against its
+ * parameter, and against the model itself at load. The good checkpoint with another model's configuration
+ * (sealed) verifies but loads into no GPT; each edit below is refused by verify and load. */
+static void m_other(cJSON *r) {
+    cJSON_ReplaceItemInObject(r, "model", cJSON_Parse("{\"family\":\"mine\",\"layers\":2,\"width\":24}"));
+}
+static void m_no_state(cJSON *r) { m_other(r), e_no_tensor(r); }
+static void m_state_shape(cJSON *r) {
+    m_other(r);
+    cJSON *sh = cJSON_GetObjectItem(tensor_named(r, "optim.m.wte.weight"), "shape");
+    double a = cJSON_GetArrayItem(sh, 0)->valuedouble, b = cJSON_GetArrayItem(sh, 1)->valuedouble;
+    cJSON_SetNumberValue(cJSON_GetArrayItem(sh, 0), b);
+    cJSON_SetNumberValue(cJSON_GetArrayItem(sh, 1), a);
+}
+static void m_no_param(cJSON *r) {
+    m_other(r);
+    cJSON *ts = cJSON_GetObjectItem(r, "tensors"), *t;
+    int i = 0;
+    cJSON_ArrayForEach(t, ts) {
+        if (!strcmp(cJSON_GetObjectItem(t, "name")->valuestring, "ln_f.bias")) break;
+        i++;
+    }
+    cJSON_DeleteItemFromArray(ts, i);
+}
+static void m_unknown_state(cJSON *r) {
+    m_other(r);
+    cJSON_ReplaceItemInObject(tensor_named(r, "ln_f.bias"), "name", cJSON_CreateString("optim.w.ln_f.bias"));
+}
+
+static void test_ckpt_other_model_config(void **state) {
+    fixture *f = *state;
+    const struct { edit_fn fn; const char *n1, *n2; } cases[] = {
+        { m_other, NULL, NULL },
+        { m_no_state, "has no tensor optim.v.ln_f.weight", "parameter ln_f.weight" },
+        { m_state_shape, "optim.m.wte.weight has shape [24, 50]", "its parameter wte.weight has [50, 24]" },
+        { m_no_param, "optim.m.ln_f.bias is a state of parameter ln_f.bias", "does not hold" },
+        { m_unknown_state, "optim.w.ln_f.bias", "neither a parameter nor a state of optimizer adamw" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char ck[600], p[700];
+        char *dir = copy_good(f, ck, sizeof ck);
+        snprintf(p, sizeof p, "%s/metadata.json", ck);
+        size_t n;
+        char *text = slurp(p, &n);
+        cJSON *root = cJSON_ParseWithLength(text, n);
+        assert_non_null(root);
+        cases[c].fn(root);
+        char *out = cJSON_Print(root);
+        reseal(out);
+        spit(p, out, strlen(out));
+        if (cases[c].n1) {
+            expect_refused(ck, FSC_ERR_FORMAT, cases[c].n1, cases[c].n2);
+        } else {
+            fsc_ckpt_meta *m = NULL;
+            assert_ok(fsc_ckpt_verify(ck, &m));
+            assert_non_null(strstr(m->model_config, "\"family\":\"mine\""));
+            fsc_ckpt_meta_free(m);
+            ct_job j = job();
+            j.load = ck;
+            assert_err(ct_try(&j), FSC_ERR_INVALID, "written for a model of 2 layers, width 0");
+            ct_free(&j);
+        }
+        free(out);
+        cJSON_Delete(root);
+        free(text);
+        ct_rmtree(dir);
+    }
+}
+
 static void test_ckpt_truncated_metadata(void **state) {
     char ck[600], p[700];
     char *dir = copy_good(*state, ck, sizeof ck);
@@ -360,6 +432,7 @@ int main(void) {
         cmocka_unit_test(test_ckpt_missing_shard),
         cmocka_unit_test(test_ckpt_bad_metadata),
         cmocka_unit_test(test_ckpt_other_model_or_optimizer),
+        cmocka_unit_test(test_ckpt_other_model_config),
         cmocka_unit_test(test_ckpt_truncated_metadata),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

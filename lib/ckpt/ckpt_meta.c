@@ -213,6 +213,22 @@ static fsc_status get_dtype(const rd *r, const cJSON *o, const char *obj, const 
     return FSC_OK;
 }
 
+/* Whether a recorded model configuration is the built-in GPT's (fsc_gpt_config_json: "layers" and no key
+ * but its own), which alone describes the model's tensors. Any other model's (model.h's config: the Llama's,
+ * a sequential model's, a program's own) is text only that model reads, even with a "layers" key. */
+static int gpt_record(const cJSON *mo) {
+    static const char *const keys[] = { "layers", "dim", "heads", "seq", "vocab", "moe_experts", "moe_top_k",
+                                        "moe_every", "moe_capacity", "moe_aux" };
+    if (!field(mo, "layers")) return 0;
+    for (const cJSON *x = mo->child; x; x = x->next) {
+        int known = 0;
+        for (size_t k = 0; k < sizeof keys / sizeof *keys && !known; k++)
+            known = x->string && !strcmp(x->string, keys[k]);
+        if (!known) return 0;
+    }
+    return 1;
+}
+
 static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
     const cJSON *f = field(root, "format");
     if (!cJSON_IsString(f) || strcmp(f->valuestring, "fsc-checkpoint") != 0)
@@ -251,14 +267,15 @@ static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
     m->model_config = mtext ? strdup(mtext) : NULL; /* ours: fsc_ckpt_meta_free frees it with free */
     cJSON_free(mtext);
     if (!m->model_config) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for the model configuration", r->what);
-    if (field(mo, "layers")) { /* the built-in GPT's fields */
+    const int gpt = gpt_record(mo);
+    if (gpt) { /* the built-in GPT's fields */
         FSC_TRY(get_i32(r, mo, "model", "layers", 1, &m->model.layers));
         FSC_TRY(get_i32(r, mo, "model", "dim", 1, &m->model.dim));
         FSC_TRY(get_i32(r, mo, "model", "heads", 1, &m->model.heads));
         FSC_TRY(get_i32(r, mo, "model", "seq", 1, &m->model.seq));
         FSC_TRY(get_i32(r, mo, "model", "vocab", 1, &m->model.vocab));
     }
-    if (field(mo, "layers") && field(mo, "moe_experts")) { /* written for MoE models only */
+    if (gpt && field(mo, "moe_experts")) { /* written for MoE models only */
         FSC_TRY(get_i32(r, mo, "model", "moe_experts", 0, &m->model.moe_experts));
         FSC_TRY(get_i32(r, mo, "model", "moe_top_k", 0, &m->model.moe_top_k));
         FSC_TRY(get_i32(r, mo, "model", "moe_every", 0, &m->model.moe_every));

@@ -5,7 +5,8 @@
  *     CK_PARSE_FACTOR bytes per byte of text (a real checkpoint's takes about 7), both checked before
  *     anything is allocated;
  *   - every field against its second source: optim_steps and the scaler's counts against step, the files
- *     against the layout and world size, the tensors against the model configuration and the optimizer's
+ *     against the layout and world size, the tensors against the model configuration (the built-in GPT's;
+ *     another model's tensors against one another here, against the model at load) and the optimizer's
  *     states, entry names against their tensor and element, step against the directory name.
  * Not here: the data files (ckpt_fs.c), or anything that needs an engine (ckpt_load.c). */
 #include <stdio.h>
@@ -181,12 +182,71 @@ static int cmp_i64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static int cmp_name(const void *a, const void *b) {
+    return strcmp((*(const fsc_ckpt_tensor *const *)a)->name, (*(const fsc_ckpt_tensor *const *)b)->name);
+}
+
+/* In the tensors sorted by name (n of them): the one named name, or NULL. */
+static const fsc_ckpt_tensor *find_sorted(const fsc_ckpt_tensor *const *by, int n, const char *name) {
+    fsc_ckpt_tensor key;
+    const fsc_ckpt_tensor *kp = &key;
+    snprintf(key.name, sizeof key.name, "%s", name);
+    const fsc_ckpt_tensor *const *f = bsearch(&kp, by, (size_t)n, sizeof *by, cmp_name);
+    return f ? *f : NULL;
+}
+
+/* Any other model: every tensor a parameter or a state of the optimizer of a parameter the checkpoint
+ * holds, with the parameter's shape, and every parameter with every state of the optimizer. */
+static fsc_status check_states(const fsc_ckpt_meta *m, const char *what, int nstates) {
+    const fsc_ckpt_tensor **by = malloc(((size_t)m->ntensors + 1) * sizeof *by);
+    if (!by) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", what);
+    for (int i = 0; i < m->ntensors; i++) by[i] = &m->tensors[i];
+    qsort(by, (size_t)m->ntensors, sizeof *by, cmp_name);
+    fsc_status s = FSC_OK;
+    char name[FSC_ST_MAX_NAME], s1[96], s2[96];
+    for (int i = 0; i < m->ntensors && s == FSC_OK; i++) {
+        const fsc_ckpt_tensor *t = &m->tensors[i], *pt;
+        const char *param;
+        int st = split_name(m, t->name, &param);
+        if (st < 0)
+            s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is neither a parameter nor a state of optimizer %s", what,
+                          t->name, m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
+        else if (st > 0 && (!(pt = find_sorted(by, m->ntensors, param)) || split_name(m, pt->name, &param) != 0))
+            s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is a state of parameter %s, which the checkpoint does not "
+                          "hold", what, t->name, param);
+        else if (st > 0) {
+            int same = t->ndim == pt->ndim;
+            for (int d = 0; same && d < pt->ndim; d++) same = t->shape[d] == pt->shape[d];
+            if (!same) {
+                fsc_shape_str(s1, sizeof s1, t->ndim, t->shape);
+                fsc_shape_str(s2, sizeof s2, pt->ndim, pt->shape);
+                s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has shape %s; its parameter %s has %s", what, t->name, s1,
+                              pt->name, s2);
+            }
+        } else {
+            for (int k = 1; k <= nstates && s == FSC_OK; k++) {
+                ck_global_name(name, sizeof name, m->optim.kind, k, t->name);
+                if (!find_sorted(by, m->ntensors, name))
+                    s = fsc_error(FSC_ERR_FORMAT, "%s: has no tensor %s, which its optimizer %s keeps for parameter %s",
+                                  what, name, m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd with momentum", t->name);
+            }
+        }
+    }
+    free(by);
+    return s;
+}
+
 /* Every tensor a parameter or optimizer state of the model with its shape, each once (names are unique:
- * ckpt_meta.c), every entry named for its tensor and first element, every file used. */
+ * ckpt_meta.c), every entry named for its tensor and first element, every file used. The built-in GPT's
+ * tensors are checked against its configuration; any other model's (model.h: the Llama, sequential models,
+ * a program's own), whose configuration only the model reads, against one another (check_states) here
+ * and against the model when loaded (ckpt_load.c). */
 static fsc_status check_tensors(const fsc_ckpt_meta *m, const char *what, int nstates) {
-    fsc_status s = fsc_gpt_config_validate(&m->model);
-    if (s != FSC_OK) return fsc_error_prefix(FSC_ERR_FORMAT, "%s: model", what);
-    const int T = fsc_gpt_num_tensors(&m->model);
+    const int gpt = m->model.layers > 0; /* the configuration is the built-in GPT's (ckpt_meta.c) */
+    fsc_status s = gpt ? fsc_gpt_config_validate(&m->model) : check_states(m, what, nstates);
+    if (gpt && s != FSC_OK) return fsc_error_prefix(FSC_ERR_FORMAT, "%s: model", what);
+    if (s != FSC_OK) return s;
+    const int T = gpt ? fsc_gpt_num_tensors(&m->model) : 0;
     char *used = calloc((size_t)m->nfiles + 1, 1);
     int64_t *gnum = malloc(((size_t)m->ntensors + 1) * sizeof *gnum); /* state * T + index of each tensor */
     if (!used || !gnum) {
@@ -198,23 +258,26 @@ static fsc_status check_tensors(const fsc_ckpt_meta *m, const char *what, int ns
     for (int i = 0; i < m->ntensors && s == FSC_OK; i++) {
         const fsc_ckpt_tensor *t = &m->tensors[i];
         const char *param;
-        int st = split_name(m, t->name, &param), idx = st < 0 ? -1 : fsc_gpt_param_index(&m->model, param);
-        fsc_param_info pi;
-        if (idx < 0 || fsc_gpt_param_info(&m->model, idx, &pi) != FSC_OK) {
-            s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is neither a parameter of its model nor a state of optimizer "
-                          "%s", what, t->name, m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
-            break;
-        }
-        gnum[i] = (int64_t)st * T + idx;
-        int same = t->ndim == pi.ndim;
-        for (int d = 0; same && d < pi.ndim; d++) same = t->shape[d] == pi.shape[d];
-        if (!same) {
-            fsc_shape_str(s1, sizeof s1, t->ndim, t->shape);
-            fsc_shape_str(s2, sizeof s2, pi.ndim, pi.shape);
-            s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has shape %s; its model (layers %d, dim %d, vocab %d, seq %d) "
-                          "makes it %s", what, t->name, s1, m->model.layers, m->model.dim, m->model.vocab, m->model.seq,
-                          s2);
-            break;
+        int st = split_name(m, t->name, &param);
+        if (gpt) {
+            int idx = st < 0 ? -1 : fsc_gpt_param_index(&m->model, param);
+            fsc_param_info pi;
+            if (idx < 0 || fsc_gpt_param_info(&m->model, idx, &pi) != FSC_OK) {
+                s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is neither a parameter of its model nor a state of "
+                              "optimizer %s", what, t->name, m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
+                break;
+            }
+            gnum[i] = (int64_t)st * T + idx;
+            int same = t->ndim == pi.ndim;
+            for (int d = 0; same && d < pi.ndim; d++) same = t->shape[d] == pi.shape[d];
+            if (!same) {
+                fsc_shape_str(s1, sizeof s1, t->ndim, t->shape);
+                fsc_shape_str(s2, sizeof s2, pi.ndim, pi.shape);
+                s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has shape %s; its model (layers %d, dim %d, vocab %d, seq "
+                              "%d) makes it %s", what, t->name, s1, m->model.layers, m->model.dim, m->model.vocab,
+                              m->model.seq, s2);
+                break;
+            }
         }
         for (int k = 0; k < t->npieces && s == FSC_OK; k++) {
             const fsc_ckpt_piece *p = &t->pieces[k];
@@ -238,7 +301,7 @@ static fsc_status check_tensors(const fsc_ckpt_meta *m, const char *what, int ns
     free(used);
     /* each tensor is one of the model's, once (names are unique): fewer than (nstates + 1) T means some
      * are missing; the first gap in the sorted global numbers names one */
-    if (s == FSC_OK && (int64_t)m->ntensors < (int64_t)(nstates + 1) * T) {
+    if (gpt && s == FSC_OK && (int64_t)m->ntensors < (int64_t)(nstates + 1) * T) {
         int64_t g = 0;
         if (m->ntensors > 0) {
             qsort(gnum, (size_t)m->ntensors, sizeof *gnum, cmp_i64);

@@ -120,7 +120,8 @@ typedef struct {
     int64_t optim_steps;           /* optimizer steps (fewer when f16 steps were skipped) */
     uint64_t seed;                 /* the keyed initialization's seed (fsc's only RNG state) */
     char *model_config;            /* the model's configuration, a JSON object's text (model.h's config) */
-    fsc_gpt_config model;          /* the built-in GPT's fields of it when it has them ("layers" ...); else 0 */
+    fsc_gpt_config model;          /* when model_config is the built-in GPT's ("layers" and no key but the
+                                    * GPT's), its fields; else 0 */
     fsc_optim_config optim;
     /* the writer's parallel setting (for information; a load may use any other) */
     fsc_parallel_kind kind;
@@ -141,8 +142,9 @@ typedef struct {
  * with its 8 hex digits read as "00000000"), and that parsing allocates at most about 12 bytes per byte of
  * text. Then every field's type and range, and every field against its second source: optim_steps and
  * the scaler's counts against step, the files against the layout and world size, the tensors (names,
- * shapes, count) against the model configuration and the optimizer's states, entry names against their
- * tensor and first element, pieces that reference a file, fit in their tensor and tile it without gap or
+ * shapes, count) against the model configuration (the built-in GPT's; another model's tensors against one
+ * another, every optimizer state with its parameter's shape, and against the model at load) and the
+ * optimizer's states, entry names against their tensor and first element, pieces that reference a file, fit in their tensor and tile it without gap or
  * overlap, unique (file, entry) pairs. Messages name the field. */
 fsc_status fsc_ckpt_meta_parse(const char *text, size_t len, const char *what, fsc_ckpt_meta **out);
 /* Read path/metadata.json; when path's last component is a checkpoint name (step-NNNNNNNN), its step must

@@ -1,8 +1,9 @@
 /* The defaults functions of the public options structs (fsc_*_default). The oracle: each returns options
- * that the function consuming them accepts (device, cluster, optimizer, model, activation record, engine,
- * checkpoint save, MoE layer, tensor-parallel model), with the values the headers document (torch.optim.AdamW's
- * hyper-parameters, GPT-2 small's 124,439,808 parameters); and a zero-initialised fsc_parallel_opts, which
- * the defaults function exists to replace, is refused. */
+ * that the function consuming them accepts (device, cluster, optimizer, model, activation record (the GPT's,
+ * and model.h's for the GPT and the Llama), engine, checkpoint save, MoE layer, tensor-parallel model), with
+ * the values the headers document (torch.optim.AdamW's hyper-parameters, GPT-2 small's 124,439,808
+ * parameters); and a zero-initialised fsc_parallel_opts, which the defaults function exists to replace, is
+ * refused. */
 #include "testutil.h"
 
 static fsc_gpt_config tiny(void) {
@@ -43,6 +44,29 @@ static void test_model_defaults(void **state) {
     assert_ok(fsc_gpt_acts_create(m, &ao, &a));
     fsc_gpt_acts_free(a);
     fsc_gpt_free(m);
+    /* models of model.h: the GPT and the Llama, a record over the whole model */
+    fsc_model *gm = NULL;
+    assert_ok(fsc_gpt_model_create(dev, &c, &gm));
+    fsc_model_acts_opts mo = fsc_model_acts_opts_default(gm, 2);
+    assert_int_equal(mo.B, 2);
+    assert_int_equal(mo.first, 0);
+    assert_int_equal(mo.last, c.layers + 1);
+    assert_int_equal(mo.checkpoint, 0);
+    fsc_model_acts *ma = NULL;
+    assert_ok(gm->ops->acts_create(gm->ctx, &mo, &ma));
+    gm->ops->acts_free(gm->ctx, ma);
+    fsc_model_free(gm);
+    fsc_llama_config lc = fsc_llama_config_default();
+    assert_ok(fsc_llama_config_validate(&lc));
+    lc.layers = 2, lc.dim = 16, lc.heads = 2, lc.kv_heads = 1, lc.ffn = fsc_llama_default_ffn(16), lc.seq = 8,
+    lc.vocab = 32;
+    fsc_model *lm = NULL;
+    assert_ok(fsc_llama_model_create(dev, &lc, &lm));
+    mo = fsc_model_acts_opts_default(lm, 2);
+    assert_int_equal(mo.last, lc.layers + 1);
+    assert_ok(lm->ops->acts_create(lm->ctx, &mo, &ma));
+    lm->ops->acts_free(lm->ctx, ma);
+    fsc_model_free(lm);
     fsc_moe_config mc = fsc_moe_config_default(c.dim, 4);
     fsc_moe *moe = NULL;
     assert_ok(fsc_moe_create(dev, NULL, &mc, 1, &moe));

@@ -66,6 +66,10 @@ int fsc_param_used_by(const fsc_param_info *info, int l) {
     return 0;
 }
 
+fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B) {
+    return (fsc_model_acts_opts){ .B = B, .first = 0, .last = m ? m->n_layers - 1 : 0 };
+}
+
 size_t fsc_model_num_params(const fsc_model *m) {
     size_t n = 0;
     for (int i = 0; i < m->n_tensors; i++) n += m->info[i].numel;

@@ -145,6 +145,10 @@ typedef struct fsc_model {
     void *ctx;
 } fsc_model;
 
+/* The options of a record (ops->acts_create) of B samples over the whole model (layers 0 .. n_layers-1),
+ * without checkpointing: start from these and set what differs. */
+fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B);
+
 /* Check a model's declaration (sizes, layers, tensor order, users, required operations); the message names the
  * first problem. */
 fsc_status fsc_model_validate(const fsc_model *m);

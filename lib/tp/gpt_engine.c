@@ -1,7 +1,9 @@
-/* The engine for the built-in GPT (parallel.h's fsc_engine_create): the GPT of gpt.h made a model of model.h
- * (fsc_gpt_model_create), or with tensor parallelism the tensor-parallel GPT (lib/tp/tp_engine.c), then the
- * engine of any model. This file and tensor parallelism are what lib/parallel still knows of the GPT. */
-#include "engine_impl.h"
+/* The engine for the built-in GPT (gpt_engine.h's fsc_engine_create): the GPT of gpt.h made a model of model.h
+ * (fsc_gpt_model_create), or with tensor parallelism the tensor-parallel GPT (tp_engine.c), then the engine of
+ * any model (lib/parallel). Here rather than in lib/parallel, which knows no particular model: tensor
+ * parallelism is the GPT's only so far. Not here: the engine (lib/parallel/engine.c). */
+#include "tp_impl.h"
+#include "parallel/engine_impl.h"
 
 static fsc_status tp_check(const void *arg, int tp) { return fsc_tp_check_config(arg, tp); }
 
@@ -20,4 +22,9 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     }
     *out = e;
     return FSC_OK;
+}
+
+fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
+                           int global_batch, fsc_step_info *info) {
+    return fsc_engine_step_model(e, tokens, targets, local_batch, global_batch, info);
 }

@@ -67,7 +67,11 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int P = cases[c][0], M = cases[c][1];
         int balance[16];
-        if (fsc_balance_by_time(dev, &cfg, P, 4, 3, balance) != FSC_OK) {
+        fsc_model *m = NULL;
+        fsc_status bs = fsc_gpt_model_create(dev, &cfg, &m);
+        if (bs == FSC_OK) bs = fsc_balance_by_time(dev, m, P, 4, 3, balance);
+        fsc_model_free(m);
+        if (bs != FSC_OK) {
             fprintf(stderr, "bench_pipe: %s\n", fsc_last_error());
             return 1;
         }

@@ -438,7 +438,7 @@ static int check_config(const train_config *c, const int *given, char *err, size
             return snprintf(err, cap, "--pp %d pipeline stages but the model has %d blocks (--layers): every stage "
                             "needs at least one", c->pp, c->layers), -1;
         int bal[1024];
-        if (c->balance && fsc_balance_parse(c->balance, &g, c->pp, bal) != FSC_OK)
+        if (c->balance && fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = g.layers + 2 }, c->pp, bal) != FSC_OK)
             return snprintf(err, cap, "--balance: %s", fsc_last_error()), -1;
     }
     if (c->parallel != FSC_PAR_FSDP) {
@@ -647,7 +647,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     po.ep = c->ep;
     int balance[1024];
     if (c->balance) {
-        FSC_TRY(fsc_balance_parse(c->balance, &gc, c->pp, balance));
+        /* both models have --layers blocks between the embedding and the head; parse reads only n_layers */
+        FSC_TRY(fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = gc.layers + 2 }, c->pp, balance));
         po.balance = balance;
     }
     fsc_optim_config oc = fsc_optim_config_default(); /* AdamW's betas and eps; the rest from the options */

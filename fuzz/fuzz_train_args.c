@@ -103,7 +103,8 @@ static void fz_check_accepted(const train_config *c) {
     }
     if (c->pp > 1 && c->balance) {
         int bal[1024], sum = 0;
-        if (fsc_balance_parse(c->balance, &g, c->pp, bal) != FSC_OK) __builtin_trap();
+        if (fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = g.layers + 2 }, c->pp, bal) != FSC_OK)
+            __builtin_trap();
         for (int s = 0; s < c->pp; s++) sum += bal[s];
         if (sum != c->layers) __builtin_trap();
     }

@@ -6,7 +6,8 @@
  * ranks (GPipe and 1F1B, every pipeline checkpoint mode) equals DDP on 2 ranks accumulating the same
  * micro-batches bit for bit; weights saved by FSDP on 4 ranks under the Hugging Face names load into a single
  * rank with the same bits; a training checkpoint written by FSDP on 4 ranks resumes on ZeRO-2 on 2 ranks bit for
- * bit as DDP on 2 ranks resumes it. Training lowers the loss. */
+ * bit as DDP on 2 ranks resumes it. Training lowers the loss. A GPT-2 of the same shape refuses the Llama's
+ * checkpoint and the Llama the GPT's, each with a message naming both families. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,11 +210,73 @@ static void test_weights_and_checkpoints(void **st) {
     test_rmtree(dir);
 }
 
+/* The GPT-2 of the Llama's shape on one rank: one step, then a checkpoint saved into save, or only a load. */
+typedef struct {
+    const char *save, *load;
+} gpt_job;
+
+static fsc_status gpt_rank(fsc_rank *r, void *arg) {
+    const gpt_job *g = arg;
+    const fsc_llama_config lc = tiny();
+    fsc_gpt_config c = { .layers = lc.layers, .dim = lc.dim, .heads = lc.heads, .seq = lc.seq, .vocab = lc.vocab };
+    fsc_parallel_opts po = { .kind = FSC_PAR_NONE, .accum = 1, .reshard_after_forward = -1 };
+    fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &c, &po, &oc, 7, &e));
+    int32_t tok[8], tgt[8];
+    sample(0, &lc, tok, tgt);
+    fsc_step_info info;
+    fsc_status s = g->load ? fsc_ckpt_load(e, g->load, NULL) : fsc_engine_step(e, tok, tgt, 1, 1, &info);
+    if (s == FSC_OK && g->save) s = fsc_ckpt_save(e, g->save, 1, NULL);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void test_family_refused(void **st) {
+    (void)st;
+    char dir[] = "/tmp/fsc_test_llama_family_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char ldir[256], gdir[256], lpath[300], gpath[300];
+    snprintf(ldir, sizeof ldir, "%s/llama", dir);
+    snprintf(gdir, sizeof gdir, "%s/gpt", dir);
+    snprintf(lpath, sizeof lpath, "%s/step-00000001", ldir);
+    snprintf(gpath, sizeof gpath, "%s/step-00000001", gdir);
+    job l = make(1, FSC_PAR_NONE); /* a Llama checkpoint */
+    l.steps = 1;
+    l.save_ckpt = ldir;
+    train(&l);
+    fsc_cluster_opts co = { .world = 1, .device = "cpu", .timeout_s = 60, .threads_per_rank = 1 };
+    gpt_job g = { .save = gdir }; /* a GPT checkpoint, which loads back into the GPT */
+    assert_ok(fsc_cluster_run(&co, gpt_rank, &g));
+    g = (gpt_job){ .load = gpath };
+    assert_ok(fsc_cluster_run(&co, gpt_rank, &g));
+    g = (gpt_job){ .load = lpath }; /* the GPT refuses the Llama's */
+    assert_err(fsc_cluster_run(&co, gpt_rank, &g), FSC_ERR_INVALID,
+               "written for a model of family 'llama' (load it into that model: train_gpt --model llama); this "
+               "engine's model is a GPT-2 (family gpt2)");
+    job back = make(1, FSC_PAR_NONE); /* the Llama refuses the GPT's */
+    back.steps = 0;
+    back.load_ckpt = gpath;
+    back.after = calloc(back.P, sizeof(float));
+    assert_non_null(back.after);
+    assert_err(fsc_cluster_run(&co, job_rank, &back), FSC_ERR_INVALID,
+               "written for a GPT-2 model (no family recorded; load it into the GPT: train_gpt --model gpt2); this "
+               "engine's model is a Llama (family llama)");
+    job same = make(1, FSC_PAR_NONE); /* and loads its own */
+    same.steps = 0;
+    same.load_ckpt = lpath;
+    train(&same);
+    assert_bits_equal(same.after, l.after, l.P, "the Llama's own checkpoint");
+    done(&l), done(&back), done(&same);
+    test_rmtree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strategies_equal_ddp),
         cmocka_unit_test(test_pipeline_equals_ddp_accumulating),
         cmocka_unit_test(test_weights_and_checkpoints),
+        cmocka_unit_test(test_family_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,12 +4,14 @@
  *  - every built-in layer's backward (input gradient and each parameter gradient) equals central finite
  *    differences of its float forward, within 2e-2 of the largest gradient (eps 1e-2; the function is
  *    sum(dout * out), for loss layers dscale * sum(losses)); input gradients overwrite (the buffer starts as NaN),
- *    parameter gradients accumulate (they start at 0.25);
+ *    parameter gradients accumulate (they start at 0.25); the transformer blocks (GPT-2 packed and separate,
+ *    Llama) and the token embedding likewise;
  *  - a sequential model (linear, GELU, a tied transposed linear, MSE) run through the model operations equals the
  *    same composition written with the nn.h modules bit for bit (loss and every gradient), with and without layer
  *    checkpointing, over two micro-batches accumulating (the tied buffer is overwritten per micro-batch), and
  *    calls the hooks around every layer in order;
- *  - bad declarations are refused with a message (chains that do not fit, a tie to no tensor, a shape mismatch). */
+ *  - bad declarations are refused with a message (chains that do not fit, a tie to no tensor, a shape mismatch,
+ *    block options of the other flavour or impossible shapes). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +212,15 @@ static void test_layer_gradients(void **st) {
     run_case(fsc_layer_embedding(4, 3, 5, &l), &l, 2, 5, 0);
     run_case(fsc_layer_lm_head(3, 4, 6, &l), &l, 2, 0, 6);
     run_case(fsc_layer_mse(4, &l), &l, 3, 0, 0);
+    run_case(fsc_layer_token_embedding(4, 3, 5, &l), &l, 2, 5, 0);
+    run_case(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_GPT2, .T = 3, .C = 8, .heads = 2 }, &l), &l, 2, 0,
+             0); /* packed c_attn: the GPT's block */
+    run_case(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_GPT2, .T = 3, .C = 8, .heads = 2, .F = 12,
+                                                .separate_qkv = 1 }, &l), &l, 2, 0, 0);
+    run_case(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_LLAMA, .T = 4, .C = 8, .heads = 4, .kv_heads = 2,
+                                                .F = 12, .rope_theta = 10000.0f, .eps = 1e-5f }, &l), &l, 2, 0, 0);
+    run_case(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_LLAMA, .T = 3, .C = 6, .heads = 2, .F = 5,
+                                                .eps = 1e-6f }, &l), &l, 1, 0, 0); /* no rotation, heads = kv */
 }
 
 /* ---- the sequential model against the same composition of nn.h modules ------------------------------------- */
@@ -329,6 +340,18 @@ static void test_bad_declarations(void **st) {
     (void)st;
     fsc_layer *a, *b;
     fsc_model *m = NULL;
+    /* blocks: options of the other flavour or impossible shapes */
+    assert_err(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_GPT2, .T = 2, .C = 8, .heads = 2,
+                                                  .rope_theta = 1e4f }, &a), FSC_ERR_INVALID, "rotary");
+    assert_err(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_GPT2, .T = 2, .C = 8, .heads = 2, .F = 12 }, &a),
+               FSC_ERR_INVALID, "F = 4 C = 32, not 12");
+    assert_err(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_LLAMA, .T = 2, .C = 8, .heads = 2, .eps = 1e-5f },
+                               &a), FSC_ERR_INVALID, "F >= 1");
+    assert_err(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_LLAMA, .T = 2, .C = 8, .heads = 3, .F = 4,
+                                                  .eps = 1e-5f }, &a), FSC_ERR_INVALID, "heads dividing C");
+    assert_err(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_LLAMA, .T = 2, .C = 6, .heads = 2, .F = 4,
+                                                  .eps = 1e-5f, .rope_theta = 1e4f }, &a), FSC_ERR_INVALID,
+               "even head size");
     /* a chain that does not fit: 5 features into a layer of 6 */
     assert_ok(fsc_layer_linear(&(fsc_linear_opts){ .in = 4, .out = 5 }, &a));
     assert_ok(fsc_layer_mse(6, &b));

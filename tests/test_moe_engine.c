@@ -373,7 +373,7 @@ static void test_moe_engine_errors(void **state) {
     me_expect(&r, FSC_ERR_INVALID, "6 experts do not split over ep 4");
     r = me_make(2, 2);
     r.cfg = pt_small_config();
-    me_expect(&r, FSC_ERR_INVALID, "needs an MoE model");
+    me_expect(&r, FSC_ERR_INVALID, "needs a model with experts");
     r = me_make(2, 2);
     r.po.kind = FSC_PAR_FSDP;
     me_expect(&r, FSC_ERR_UNSUPPORTED, "fsdp is not supported with it yet");

@@ -363,7 +363,7 @@ static void test_pipe_bad_options(void **state) {
     r.po.pp = -2;
     expect_error(&r, "must be >= 1");
 
-    fsc_gpt_config c = five_blocks();
+    const fsc_model c = { .n_layers = five_blocks().layers + 2 }; /* parse reads only the layer count */
     int out[4];
     assert_ok(fsc_balance_parse("1,3,1", &c, 3, out));
     assert_int_equal(out[1], 3);
@@ -374,30 +374,101 @@ static void test_pipe_bad_options(void **state) {
     assert_err(fsc_balance_parse("5,0", &c, 2, out), FSC_ERR_INVALID, "stage 1 would have no block");
     assert_err(fsc_balance_parse("", &c, 2, out), FSC_ERR_INVALID, "empty");
     assert_err(fsc_balance_parse("2 3", &c, 1, out), FSC_ERR_INVALID, "comma-separated");
+    const fsc_model two = { .n_layers = 2 };
+    assert_err(fsc_balance_parse("1", &two, 1, out), FSC_ERR_INVALID, "at least 3 layers");
+}
+
+/* A model that declares one tensor of n[l] floats per layer and has no layer_cost: balance by size counts
+ * its parameter bytes (it is never run). */
+static fsc_status st_acts(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+    (void)ctx, (void)o, (void)out;
+    return fsc_error(FSC_ERR_UNSUPPORTED, "not run");
+}
+static void st_free(void *ctx, fsc_model_acts *a) { (void)ctx, (void)a; }
+static size_t st_bytes(void *ctx, const fsc_model_acts *a) { return (void)ctx, (void)a, 0; }
+static fsc_status st_batch(void *ctx, fsc_model_acts *a, const void *i, const void *t) {
+    return (void)ctx, (void)a, (void)i, (void)t, FSC_OK;
+}
+static float *st_stream(void *ctx, fsc_model_acts *a, fsc_stream w) { return (void)ctx, (void)a, (void)w, NULL; }
+static size_t st_floats(void *ctx, int B) { return (void)ctx, (size_t)B; }
+static fsc_status st_fwd(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *l) {
+    return (void)ctx, (void)a, (void)h, (void)l, FSC_OK;
+}
+static fsc_status st_bwd(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float d) {
+    return (void)ctx, (void)a, (void)h, (void)d, FSC_OK;
+}
+static void st_init(void *ctx, uint64_t s, int i, size_t f, size_t n, float *o) {
+    (void)ctx, (void)s, (void)i, (void)f, (void)n, (void)o;
 }
 
 /* Balances by size and by time: valid, and by size follows the costs (a large vocabulary weighs on the
- * last stage, which then runs fewer blocks; the optimum of a known case). */
+ * last stage, which then runs fewer blocks; the optimum of a known case; a model without layer_cost by its
+ * declared parameter bytes). */
 static void test_pipe_balance_helpers(void **state) {
     (void)state;
-    fsc_gpt_config c = { .layers = 8, .dim = 32, .heads = 2, .seq = 16, .vocab = 64 };
-    int out[8];
-    assert_ok(fsc_balance_by_size(&c, 4, 2, 4.0f, out));
-    for (int s = 0; s < 4; s++) assert_int_equal(out[s], 2); /* small embedding and head: even */
-    c.vocab = 4096;
-    assert_ok(fsc_balance_by_size(&c, 4, 2, 4.0f, out));
-    assert_ok(fsc_pipe_check_balance(out, 4, 8));
-    assert_true(out[3] < 2 && out[0] < 2); /* wte weighs on both ends (the head's replica and logits) */
-    assert_ok(fsc_balance_by_size(&c, 1, 2, 4.0f, out));
-    assert_int_equal(out[0], 8);
-    assert_err(fsc_balance_by_size(&c, 9, 2, 4.0f, out), FSC_ERR_INVALID, "9 pipeline stages for 8 blocks");
     fsc_device *dev;
     assert_ok(fsc_device_create("cpu", &(fsc_device_opts){ .threads = 1 }, &dev));
+    fsc_gpt_config c = { .layers = 8, .dim = 32, .heads = 2, .seq = 16, .vocab = 64 };
+    fsc_model *m;
+    int out[8];
+    assert_ok(fsc_gpt_model_create(dev, &c, &m));
+    assert_ok(fsc_balance_by_size(m, 4, 2, 4.0f, out));
+    for (int s = 0; s < 4; s++) assert_int_equal(out[s], 2); /* small embedding and head: even */
+    fsc_model_free(m);
+    c.vocab = 4096;
+    assert_ok(fsc_gpt_model_create(dev, &c, &m));
+    assert_ok(fsc_balance_by_size(m, 4, 2, 4.0f, out));
+    assert_ok(fsc_pipe_check_balance(out, 4, 8));
+    assert_true(out[3] < 2 && out[0] < 2); /* wte weighs on both ends (the head's replica and logits) */
+    assert_ok(fsc_balance_by_size(m, 1, 2, 4.0f, out));
+    assert_int_equal(out[0], 8);
+    assert_err(fsc_balance_by_size(m, 9, 2, 4.0f, out), FSC_ERR_INVALID, "9 pipeline stages for 8 blocks");
+    fsc_model_free(m);
+
+    /* no layer_cost: 6 layers of 10, 1, 1, 1, 7 and 10 floats (blocks 1, 1, 1, 7; the ends count with the first
+     * and last stage): over 2 stages 10+1+1+1 | 7+10 (largest 17 floats) beats 10+1+1 | 1+7+10 (18) */
+    static const size_t n[6] = { 10, 1, 1, 1, 7, 10 };
+    fsc_param_info info[6];
+    float *pp[6] = { 0 }, *gg[6] = { 0 };
+    for (int l = 0; l < 6; l++) {
+        info[l] = (fsc_param_info){ .ndim = 1, .shape = { (int64_t)n[l] }, .numel = n[l], .layer = l, .expert = -1 };
+        snprintf(info[l].name, sizeof info[l].name, "t%d", l);
+    }
+    static const fsc_model_ops ops = { .acts_create = st_acts, .acts_free = st_free, .acts_bytes = st_bytes,
+                                       .set_batch = st_batch, .stream = st_stream, .stream_floats = st_floats,
+                                       .forward = st_fwd, .backward = st_bwd, .init_values = st_init };
+    fsc_model sized = { .n_layers = 6, .n_tensors = 6, .info = info, .param = pp, .grad = gg,
+                        .sample_input_bytes = 4, .sample_target_bytes = 4, .loss_terms = 1, .ops = &ops };
+    int two[2];
+    assert_ok(fsc_balance_by_size(&sized, 2, 1, 1.0f, two));
+    assert_int_equal(two[0], 3); /* stage costs 4 x (10+1+1+1) = 52 and 4 x (7+10) = 68 */
+    assert_int_equal(two[1], 1);
+    assert_ok(fsc_balance_by_size(&sized, 2, 1, 0.0f, two)); /* nothing weighs: the greedy cut, as even */
+    assert_ok(fsc_pipe_check_balance(two, 2, 4));
+
     c = (fsc_gpt_config){ .layers = 4, .dim = 16, .heads = 2, .seq = 8, .vocab = 32 };
-    assert_ok(fsc_balance_by_time(dev, &c, 2, 1, 2, out));
+    assert_ok(fsc_gpt_model_create(dev, &c, &m));
+    assert_ok(fsc_balance_by_time(dev, m, 2, 1, 2, out));
     assert_ok(fsc_pipe_check_balance(out, 2, 4));
     assert_int_equal(fsc_device_current_bytes(dev, FSC_TAG_ACTS), 0); /* nothing left behind */
-    assert_err(fsc_balance_by_time(dev, &c, 2, 1, 0, out), FSC_ERR_INVALID, "repeats");
+    assert_int_equal(fsc_device_current_bytes(dev, FSC_TAG_PARAMS), 0);
+    assert_err(fsc_balance_by_time(dev, m, 2, 1, 0, out), FSC_ERR_INVALID, "repeats");
+    fsc_model_free(m);
+    /* a model of layers: the same call times any model */
+    fsc_layer *ls[5];
+    assert_ok(fsc_layer_linear(&(fsc_linear_opts){ .in = 4, .out = 8, .bias = 1 }, &ls[0]));
+    assert_ok(fsc_layer_gelu(8, &ls[1]));
+    assert_ok(fsc_layer_linear(&(fsc_linear_opts){ .in = 8, .out = 8, .bias = 1 }, &ls[2]));
+    assert_ok(fsc_layer_linear(&(fsc_linear_opts){ .in = 8, .out = 2 }, &ls[3]));
+    assert_ok(fsc_layer_mse(2, &ls[4]));
+    fsc_seq_layer sl[5];
+    static const char *const pre[5] = { "a.", "b.", "c.", "d.", "e." };
+    for (int l = 0; l < 5; l++) sl[l] = (fsc_seq_layer){ .layer = ls[l], .prefix = pre[l] };
+    assert_ok(fsc_seq_model_create(dev, sl, 5, &m));
+    assert_ok(fsc_balance_by_time(dev, m, 3, 2, 1, out));
+    assert_ok(fsc_pipe_check_balance(out, 3, 3));
+    assert_int_equal(out[0], 1);
+    fsc_model_free(m);
     fsc_device_free(dev);
 }
 

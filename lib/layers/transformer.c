@@ -1,6 +1,7 @@
-/* Built-in layers of language models: token + position embedding, GELU MLP (GPT-2), SwiGLU MLP (Llama), causal
- * self-attention (rotary embeddings, grouped-query heads) and the LM head with cross entropy, each over the nn.h
- * modules; the MLPs and attention optionally add their input (residual). Not here: linear, norms, MSE (basic.c). */
+/* Built-in layers of language models: token + position embedding, token embedding alone, GELU MLP (GPT-2),
+ * SwiGLU MLP (Llama), causal self-attention (rotary embeddings, grouped-query heads) and the LM head with cross
+ * entropy, each over the nn.h modules; the MLPs and attention optionally add their input (residual). Not here: linear, norms, MSE (basic.c),
+ * transformer blocks (block.c). */
 #include "layers_impl.h"
 
 /* ---- token + position embedding ---- */
@@ -38,6 +39,41 @@ fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out) {
     y->l.out_floats = (size_t)T * C;
     FSC_TRY(layer_param(out, "wte.weight", V, C, fsc_init_normal(LAYER_STD)));
     return layer_param(out, "wpe.weight", T, C, fsc_init_normal(0.01f));
+}
+
+/* ---- token embedding without positions: the embedding kernel with a zero position table in scratch (the
+ * Llama's own way, so the bits are its) ---- */
+static size_t te_work(const fsc_layer *l, int B) {
+    (void)B;
+    return r256(l->out_floats * sizeof(float));
+}
+
+static fsc_status te_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    const embed_layer *y = (const embed_layer *)l;
+    FSC_TRY(fsc_device_memset(c->dev, c->work, 0, l->out_floats * sizeof(float)));
+    return fsc_embedding_forward(c->dev, out, NULL, in, c->param[0], c->work, c->B, y->T, y->C);
+}
+
+static fsc_status te_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
+                         const void *in) {
+    (void)dinp; /* tokens have no gradient */
+    const embed_layer *y = (const embed_layer *)l;
+    FSC_TRY(fsc_device_memset(c->dev, c->work, 0, l->out_floats * sizeof(float))); /* the discarded dpos */
+    fsc_embedding_rec r = { .tok = in, .B = c->B, .T = y->T, .C = y->C };
+    return fsc_embedding_backward(c->dev, c->grad[0], c->work, &r, dout);
+}
+
+static const fsc_layer_ops te_ops = { .work_bytes = te_work, .forward = te_fwd, .backward = te_bwd,
+                                      .config = emb_config };
+
+fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out) {
+    if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "token embedding layer: need T, C, V >= 1");
+    FSC_TRY(layer_new(sizeof(embed_layer), "token_embedding", &te_ops, out));
+    embed_layer *y = (embed_layer *)*out;
+    y->T = T, y->C = C, y->V = V;
+    y->l.in_bytes = (size_t)T * sizeof(int32_t);
+    y->l.out_floats = (size_t)T * C;
+    return layer_param(out, "weight", V, C, fsc_init_normal(LAYER_STD));
 }
 
 /* ---- the MLPs: record and scratch sizes; the residual adds the input (its gradient: dinp += dout) ---- */

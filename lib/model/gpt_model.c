@@ -129,6 +129,17 @@ fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *record
         cJSON_Delete(o);
         return fsc_error(FSC_ERR_FORMAT, "the recorded model configuration is not a JSON object");
     }
+    /* the GPT records no family (its configuration text predates the Llama); any other family is refused */
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(o, "family");
+    if (fam && !(cJSON_IsString(fam) && !strcmp(fam->valuestring, "gpt2"))) {
+        fsc_status s = cJSON_IsString(fam)
+            ? fsc_error(FSC_ERR_INVALID, "written for a model of family '%.40s' (load it into that model: "
+                        "train_gpt --model %.40s); this engine's model is a GPT-2 (family gpt2)", fam->valuestring,
+                        fam->valuestring)
+            : fsc_error(FSC_ERR_FORMAT, "the recorded model configuration has a family that is not a string");
+        cJSON_Delete(o);
+        return s;
+    }
     fsc_gpt_config a = { .layers = num(o, "layers"), .dim = num(o, "dim"), .heads = num(o, "heads"),
                          .seq = num(o, "seq"), .vocab = num(o, "vocab"), .moe_experts = num(o, "moe_experts"),
                          .moe_every = num(o, "moe_every") };

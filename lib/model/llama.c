@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cjson/cJSON.h>
 #include "fsc/llama.h"
 #include "fsc/rng.h"
 #include "llama_impl.h"
@@ -132,6 +133,32 @@ void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
              c->kv_heads, c->ffn, c->seq, c->vocab, (double)c->rope_theta, (double)c->norm_eps);
 }
 
+fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *recorded) {
+    cJSON *o = cJSON_Parse(recorded);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return fsc_error(FSC_ERR_FORMAT, "the recorded model configuration is not a JSON object");
+    }
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(o, "family");
+    fsc_status s = FSC_OK;
+    if (!fam) /* the GPT records no family */
+        s = fsc_error(FSC_ERR_INVALID, "written for a GPT-2 model (no family recorded; load it into the GPT: "
+                      "train_gpt --model gpt2); this engine's model is a Llama (family llama)");
+    else if (!cJSON_IsString(fam))
+        s = fsc_error(FSC_ERR_FORMAT, "the recorded model configuration has a family that is not a string");
+    else if (strcmp(fam->valuestring, "llama") != 0)
+        s = fsc_error(FSC_ERR_INVALID, "written for a model of family '%.40s'; this engine's model is a Llama "
+                      "(family llama)", fam->valuestring);
+    cJSON_Delete(o);
+    FSC_TRY(s);
+    char own[512];
+    fsc_llama_config_json(c, own, sizeof own);
+    if (strcmp(own, recorded) != 0)
+        return fsc_error(FSC_ERR_INVALID, "written for a Llama of configuration %.300s; this engine's model has "
+                         "%.300s", recorded, own);
+    return FSC_OK;
+}
+
 /* ---- the model object ----------------------------------------------------------------------------- */
 
 static void l_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out) {
@@ -139,6 +166,9 @@ static void l_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, floa
 }
 
 static void l_config(void *ctx, char *buf, size_t cap) { fsc_llama_config_json(&((llama *)ctx)->cfg, buf, cap); }
+static fsc_status l_config_check(void *ctx, const char *recorded) {
+    return fsc_llama_config_check_json(&((llama *)ctx)->cfg, recorded);
+}
 
 /* Bytes of parameters (x param_scale) and of one micro-batch's saved activations. */
 static double l_layer_cost(void *ctx, int l, int B, float param_scale) {
@@ -166,7 +196,7 @@ static const fsc_model_ops llama_ops = {
     .acts_create = llama_acts_create, .acts_free = llama_acts_free, .acts_bytes = llama_acts_bytes,
     .set_batch = llama_set_batch, .stream = llama_stream, .stream_floats = llama_stream_floats,
     .forward = llama_forward, .backward = llama_backward, .init_values = l_init, .layer_cost = l_layer_cost,
-    .config = l_config, .destroy = l_destroy,
+    .config = l_config, .config_check = l_config_check, .destroy = l_destroy,
 };
 
 fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, fsc_model **out) {

@@ -490,11 +490,6 @@ static fsc_status nonfinite_step(fsc_engine *e, fsc_step_info *si, int found, fs
     return FSC_OK;
 }
 
-fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
-                           int global_batch, fsc_step_info *info) {
-    return fsc_engine_step_model(e, tokens, targets, local_batch, global_batch, info);
-}
-
 fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                                  int global_batch, fsc_step_info *info) {
     const fsc_model *m = e->m;

@@ -3,7 +3,16 @@
  * A strategy owns where parameters and gradients live and every gradient reduction. */
 #ifndef FSC_ENGINE_IMPL_H
 #define FSC_ENGINE_IMPL_H
-#include "fsc/fsc.h"
+#include "fsc/status.h"
+#include "fsc/tensor.h"
+#include "fsc/device.h"
+#include "fsc/comm.h"
+#include "fsc/cluster.h"
+#include "fsc/model.h"
+#include "fsc/optim.h"
+#include "fsc/parallel.h"
+#include "fsc/safetensors.h"
+#include "fsc/ckpt.h"
 #include "core/device_impl.h"
 
 typedef struct fsc_engine fsc_engine;
@@ -108,7 +117,7 @@ struct fsc_engine {
     int ngroups;
 };
 
-/* Engine creation in two halves, for fsc_engine_create_model and the GPT's fsc_engine_create (engine_gpt.c):
+/* Engine creation in two halves, for fsc_engine_create_model and the GPT's fsc_engine_create (lib/tp/gpt_engine.c):
  * fsc_engine_new validates the options against a model of n_layers layers and n_experts experts (tp_check,
  * with its arg, accepts or refuses tensor parallelism over tp ranks; NULL refuses it) and makes the engine
  * without a model; the caller sets e->m (and own_model), then fsc_engine_finish makes the optimizer, the
@@ -174,10 +183,8 @@ fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_paralle
 fsc_status fsc_ep_create(fsc_engine *e);
 void fsc_ep_free(fsc_engine *e);
 
-/* Tensor parallelism inside the engine (lib/tp/tp_engine.c; the GPT only). */
-/* Before the strategy's setup: the tensor group (and the data group without a pipeline), the
- * tensor-parallel GPT on it and e->m the model of its slices (owned by the engine). */
-fsc_status fsc_tp_engine_create(fsc_engine *e, const fsc_gpt_config *cfg);
+/* Tensor parallelism inside the engine (lib/tp/tp_engine.c; the GPT only, made by fsc_tp_engine_create of
+ * lib/tp/tp_impl.h). */
 /* After the strategy's setup: the clipping norm's group and gradient pieces. */
 fsc_status fsc_tp_engine_after_setup(fsc_engine *e);
 /* Collective over the world: the full parameters on tensor rank 0 (host may be NULL elsewhere). */

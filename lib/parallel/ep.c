@@ -1,7 +1,7 @@
 /* Expert parallelism in the engine (parallel.h, ep): what runs with MoE models, and the expert group and
  * expert-data group split from the data-parallel group. Where expert parameters live and how their gradients
- * are reduced is the strategy's business (ddp.c). Not here: the MoE layer (lib/moe/), the MoE blocks
- * (lib/model/gpt_moe.c). */
+ * are reduced is the strategy's business (ddp.c); the model spreads its experts (model.h's n_experts and
+ * set_expert_group). Not here: the MoE layer (lib/moe/), the models that use it (lib/model/). */
 #include "engine_impl.h"
 
 /* What runs with MoE models and expert parallelism. */
@@ -10,7 +10,7 @@ fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_paralle
     const int ep = po->ep > 1 ? po->ep : 1;
     if (!n_experts) {
         if (ep > 1)
-            return fsc_error(FSC_ERR_INVALID, "ep %d: expert parallelism needs an MoE model (moe_experts > 0)", ep);
+            return fsc_error(FSC_ERR_INVALID, "ep %d: expert parallelism needs a model with experts (its n_experts is 0)", ep);
         return FSC_OK;
     }
     if (l->pp > 1)

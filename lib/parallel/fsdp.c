@@ -3,8 +3,8 @@
  *
  * Units: each wrapped layer (parallel.h's wrap policies: block wraps every layer but the first and the last,
  * min_params those of them with enough parameters) is a unit nested in the root; the root owns the tensors of
- * every other layer (for the GPT: wte, wpe, ln_f and the blocks not wrapped). A tied tensor's unit is used by
- * its owner and its users (the GPT's wte: the embedding and the head).
+ * every other layer (for a language model: the embedding, the final norm and head, the blocks not wrapped). A
+ * tied tensor's unit is used by its owner and its users (a tied embedding: the embedding and the head).
  * The root stays gathered from the first forward layer to the end of backward (as FairScale's
  * root); other units are freed after forward when reshard_after_forward, re-gathered for backward.
  *

@@ -6,16 +6,16 @@
  * Layout (the engine's fsc_layout; Megatron's by default): world = dp x tp x pp, without tensor parallelism
  * rank = stage * dp + dp_index, data-parallel ranks adjacent. The pipeline group holds the ranks of one
  * (dp_index, tensor rank), ordered by stage, the data group the ranks of one (stage, tensor rank) (e->comm:
- * the strategy reduces over it). For the GPT stage 0 runs the embedding and its blocks, the last stage its
- * blocks and the head. With tensor parallelism (tp_engine.c) every stage runs its layers of the tensor-parallel GPT:
- * boundary activations (a sequence shard under sequence parallelism), the wte slice and its head
- * gradient travel between the same tensor rank of two stages; the engine's model operations hide which
- * model runs.
+ * the strategy reduces over it). For a language model stage 0 runs the embedding and its blocks, the last
+ * stage its blocks and the head. With tensor parallelism (lib/tp/tp_engine.c) every stage runs its layers of
+ * the model of this rank's slices: boundary activations (a sequence shard under sequence parallelism), tied
+ * slices and their gradients travel between the same tensor rank of two stages; the model's operations hide
+ * which model runs.
  *
  * Equality with DDP (accum = M, no_sync): every stage runs its layers with the same kernels on the same
  * inputs; backward goes through the micro-batches in ascending order on every stage, so each gradient
  * accumulates in the same order; the strategy reduces once, in the last micro-batch's backward. Tied tensors
- * (model.h; the GPT's wte, owned by the embedding and used by the head) whose users run on another stage than
+ * (model.h; a tied embedding, owned by the embedding layer and used by the head) whose users run on another stage than
  * their owner: the user stage sends the tied gradient of micro-batch k (m->tied_grad[i]) to the owner stage,
  * which puts it in its tied_grad[i] before its backward of k (the owner's backward adds it first, as on one
  * rank). The owner stage sends the values it computes with (its compute copy: rounded when param_dtype is not
@@ -31,7 +31,7 @@
  *   user -> owner     a tied tensor's gradient of micro-batch k, after the gradient of k
  *
  * Checkpointing (FairScale's): a checkpointed micro-batch keeps only its stage input (stage 0: its
- * tokens, in the caller's host memory) and runs the whole stage forward again just before its backward.
+ * inputs, in the caller's host memory) and runs the whole stage forward again just before its backward.
  * Full records and saved inputs come from pools, so the device ledger's FSC_TAG_ACTS peak is the most the
  * schedule held at once.
  * Not here: balance helpers (pipe_balance.c). */
@@ -43,7 +43,7 @@
 
 typedef struct {
     fsc_model_acts *rec; /* full record, NULL while checkpointed */
-    float *saved;        /* checkpointed on a stage > 0: the stage input (B, T, C) */
+    float *saved;        /* checkpointed on a stage > 0: the stage input (stream_floats(B)) */
     int ckpt;
 } mb_slot;
 

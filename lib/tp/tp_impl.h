@@ -5,6 +5,11 @@
 #include "fsc/tp.h"
 #include "fsc/safetensors.h"
 
+/* Tensor parallelism inside the engine (tp_engine.c, the rest in parallel/engine_impl.h), called by the GPT's
+ * fsc_engine_create (gpt_engine.c) before the strategy's setup: the tensor group (and the data group without a
+ * pipeline), the tensor-parallel GPT on it and e->m the model of its slices (owned by the engine). */
+fsc_status fsc_tp_engine_create(fsc_engine *e, const fsc_gpt_config *cfg);
+
 enum { TP_REPLICATED = 0, TP_SPLIT_ROWS, TP_SPLIT_COLS };
 
 /* A tensor and this rank's slice of it. Column splits cut the last dimension into `parts` equal parts

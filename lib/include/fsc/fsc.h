@@ -19,6 +19,7 @@
 #include "nn.h"
 #include "checkpoint_wrapper.h"
 #include "parallel.h"
+#include "gpt_engine.h"
 #include "tp.h"
 #include "moe.h"
 #include "ckpt.h"

@@ -108,7 +108,8 @@ fsc_status fsc_gpt_model_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_
 fsc_gpt *fsc_gpt_model_gpt(fsc_model *m);
 /* The configuration as the JSON object checkpoints record (cap bytes with the NUL), and whether a recorded one
  * loads into a model of configuration c: the shape (layers, width, heads, context, vocabulary), the experts and
- * the blocks holding them must match (top-k, capacity and moe_aux are hyperparameters a run may change). */
+ * the blocks holding them must match (top-k, capacity and moe_aux are hyperparameters a run may change). The GPT
+ * records no "family"; a configuration naming another family than "gpt2" (the Llama's "llama") is refused. */
 void fsc_gpt_config_json(const fsc_gpt_config *c, char *buf, size_t cap);
 fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *c, const char *recorded);
 void fsc_gpt_free(fsc_gpt *m);

@@ -121,6 +121,27 @@ typedef struct { int T, C, heads, kv_heads, bias, residual; float rope_theta; } 
 fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out);
 /* out (T, C) = wte[token] + wpe[t] of T int32 tokens per sample: "wte.weight" (V, C), "wpe.weight" (T, C). */
 fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out);
+/* out (T, C) = weight[token] of T int32 tokens per sample, no positions (Llama's embed_tokens): "weight" (V, C). */
+fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out);
+/* A pre-norm transformer block, out = h + mlp(norm2(h)) with h = in + attn(norm1(in)), over T rows of width C:
+ *   FSC_BLOCK_GPT2: LayerNorm (eps 1e-5), attention with biases, GELU MLP (F 0: 4 C), GPT2Block's names:
+ *     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight" (C, 3C) packed q|k|v [in, out] and "attn.c_attn.bias",
+ *     "attn.c_proj.weight" (C, C), "attn.c_proj.bias", "ln_2.*", "mlp.c_fc.weight" (C, F), "mlp.c_fc.bias",
+ *     "mlp.c_proj.weight" (F, C), "mlp.c_proj.bias": the GPT's own block (nn.h's fsc_block_*, F = 4 C). With
+ *     separate_qkv: "attn.{q,k,v,o}_proj.weight" [out, in] and their biases in place of c_attn and c_proj
+ *     (nn.h's fsc_self_attn_*), any F. No rotary embeddings or grouped-query heads.
+ *   FSC_BLOCK_LLAMA: RMSNorm (eps), attention without biases (rotary when rope_theta > 0, kv_heads dividing
+ *     heads, 0: heads), SwiGLU MLP of width F (required), LlamaDecoderLayer's names: "self_attn.{q,k,v,o}_proj.
+ *     weight", "mlp.{gate,up,down}_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight";
+ *     the kernels of lib/model/llama_run.c in its order, so it computes the Llama's decoder layer bit for bit. */
+typedef enum { FSC_BLOCK_GPT2 = 0, FSC_BLOCK_LLAMA } fsc_block_kind;
+typedef struct {
+    fsc_block_kind kind;
+    int T, C, heads, kv_heads, F;
+    float rope_theta, eps;
+    int separate_qkv;
+} fsc_block_opts;
+fsc_status fsc_layer_block(const fsc_block_opts *o, fsc_layer **out);
 /* The loss layer of a language model: logits = in W^T with W "weight" (V, C), loss = cross entropy against
  * T int32 targets per sample (T loss terms). Tie "weight" to an embedding's wte (fsc_seq_layer.tie). */
 fsc_status fsc_layer_lm_head(int T, int C, int V, fsc_layer **out);

@@ -62,6 +62,9 @@ fsc_status fsc_llama_param_info(const fsc_llama_config *c, int i, fsc_param_info
 void fsc_llama_init_values(const fsc_llama_config *c, uint64_t seed, int i, size_t first, size_t n, float *out);
 /* The configuration as a JSON object ({"family":"llama","layers":..}), the text checkpoints record. */
 void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap);
+/* Whether a checkpoint that recorded configuration `recorded` loads into a Llama of c: its family must be
+ * "llama" (a GPT's, which records none, is refused by name) and the text equal to c's. */
+fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *recorded);
 
 /* The model on dev (validates cfg). It owns itself: fsc_model_free. Hand it to fsc_engine_create_model and
  * train with fsc_engine_step_model (inputs and targets int32 tokens); weight files (fsc_engine_save_weights /

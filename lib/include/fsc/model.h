@@ -112,7 +112,7 @@ typedef struct {
      * rank can initialize any shard and get the values the whole tensor would have (fsc_rng_*). Host out. */
     void (*init_values)(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out);
     /* Optional. */
-    /* Cost of layer l for balancing pipeline stages by size (fsc_model_balance_by_size): bytes of parameters
+    /* Cost of layer l for balancing pipeline stages by size (parallel.h's fsc_balance_by_size): bytes of parameters
      * and of a micro-batch of B samples' activations. NULL: parameter bytes only. */
     double (*layer_cost)(void *ctx, int l, int B, float param_scale);
     /* Auxiliary statistics of the record's last forward; NULL: none. */

@@ -1,15 +1,16 @@
 /* The training engine: one model, one optimizer and one parallel strategy on one rank.
- * Every rank of a group creates an engine with the same arguments and calls fsc_engine_step with its own
+ * Every rank of a group creates an engine with the same arguments and calls fsc_engine_step_model with its own
  * part of the global batch; the engine runs forward/backward over the micro-batches, reduces gradients
  * (one function of the parallel layer does every reduction), clips by the global norm, applies loss
  * scaling and steps the optimizer. Strategies: none (single rank), ddp, fsdp (full_shard, shard_grad_op,
  * no_shard, hybrid_shard), zero1, zero2.
  *
  * Order of operations, the same on every path (this is what makes them bit-identical):
- *   per micro-batch: forward; backward with dloss = loss_scale / (global_batch * T) into local gradients;
- *   reduce: sum over the data-parallel group in rank order (no division: the 1/(global_batch*T) factor is
- *   already in the loss gradient); unscale (x 1/loss_scale) when scaling; non-finite check (all ranks agree);
- *   clip by the exact global norm; optimizer step. */
+ *   per micro-batch: forward; backward with dloss = loss_scale / (global_batch * loss_terms) into local
+ *   gradients; reduce: sum over the data-parallel group in rank order (no division: the 1/(global_batch *
+ *   loss_terms) factor is already in the loss gradient); unscale (x 1/loss_scale) when scaling; non-finite
+ *   check (all ranks agree); clip by the exact global norm; optimizer step.
+ * The built-in GPT's engine (fsc_engine_create, with tensor parallelism) is declared in gpt_engine.h. */
 #ifndef FSC_PARALLEL_H
 #define FSC_PARALLEL_H
 #include "export.h"
@@ -18,7 +19,6 @@
 #include "status.h"
 #include "dtype.h"
 #include "cluster.h"
-#include "gpt.h"
 #include "model.h"
 #include "optim.h"
 #include "comm.h"
@@ -139,9 +139,6 @@ typedef struct {
  * first runs on stage 0, the last on the last stage). Tensor parallelism is the built-in GPT's only. */
 fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel_opts *po,
                                    const fsc_optim_config *oc, uint64_t seed, fsc_engine **out);
-/* The engine for the built-in GPT (fsc_gpt_model_create, or its tensor-parallel form with tp > 1). */
-fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
-                             const fsc_optim_config *oc, uint64_t seed, fsc_engine **out);
 /* One optimizer step. inputs/targets: this rank's local_batch samples (host, the model's format:
  * sample_input_bytes and sample_target_bytes each, contiguous). global_batch: samples over the whole
  * data-parallel group, the same on every rank and the sum of the local batches over the data group; checked
@@ -153,9 +150,6 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
  * info->skipped set. */
 fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                                  int global_batch, fsc_step_info *info);
-/* The same for the GPT: tokens/targets are local_batch sequences of T tokens (int32). */
-fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
-                           int global_batch, fsc_step_info *info);
 /* Full weights as safetensors under the model's tensor names (for the GPT: HF GPT-2, as a single-rank run
  * writes them); written by rank 0 only, one unit gathered at a time. Collective: every rank calls it.
  * Refuses (FSC_ERR_NUMERIC, nothing written) when a parameter or optimizer state is not finite
@@ -201,7 +195,8 @@ const char *fsc_parallel_kind_name(fsc_parallel_kind k);
  * fsc_engine_reset_pipe_stats. Without a pipeline: pp 1, the whole model, zero times. */
 typedef struct {
     int pp, dp, stage, dp_index;  /* this rank's place (fsc_engine_layout: pipe, data) */
-    int first_layer, last_layer;  /* layers of this stage: 0 embedding, 1..L blocks, L+1 head */
+    int first_layer, last_layer;  /* layers of this stage (0 .. n_layers-1: for a language model 0 the embedding,
+                                   * then the blocks, n_layers-1 the head) */
     int micro_batches;            /* M of the last step */
     int steps;
     double wall_s;                /* schedule time: from the pipeline barrier opening a step to the loss
@@ -216,17 +211,21 @@ typedef struct {
 fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out);
 void fsc_engine_reset_pipe_stats(fsc_engine *e);
 
-/* Balances (blocks per stage, out[pp]) that minimize the largest stage cost over contiguous splits; the
- * embedding counts with stage 0, the head with the last stage.
- * by_size (torchgpipe's balance_by_size): cost = param_scale x parameter bytes (2 for SGD, 4 for Adam:
- * the copies training keeps) + bytes of the activations a micro-batch of B sequences saves.
- * by_time: forward + backward time of every layer measured on dev, min over `repeats` runs after one
- * warm-up, with a micro-batch of B sequences (needs the whole model on dev). */
-fsc_status fsc_balance_by_size(const fsc_gpt_config *cfg, int pp, int B, float param_scale, int *out);
-fsc_status fsc_balance_by_time(fsc_device *dev, const fsc_gpt_config *cfg, int pp, int B, int repeats,
-                               int *out);
-/* Parse "2,3,1" into out[pp]; checks the count, the sum against the model's blocks and empty stages. */
-fsc_status fsc_balance_parse(const char *text, const fsc_gpt_config *cfg, int pp, int *out);
+/* Balances of any model (blocks per stage, out[pp]; the blocks are the layers between the first and the last)
+ * that minimize the largest stage cost over contiguous splits; the first layer counts with stage 0, the last
+ * with the last stage.
+ * by_size (torchgpipe's balance_by_size): the model's layer_cost (model.h; for the built-in models
+ * param_scale x parameter bytes (2 for SGD, 4 for Adam: the copies training keeps) + bytes of the activations
+ * a micro-batch of B samples saves); without one, param_scale x the bytes of the tensors each layer uses.
+ * by_time: forward + backward time of every layer measured on dev (the device m was created on), min over
+ * `repeats` runs after one warm-up, with a micro-batch of B samples of zero bytes (token 0, features 0.0); it
+ * binds m's param/grad to buffers of its own holding the keyed initial values (seed 1) and restores them (needs
+ * the whole model on dev; not while an engine runs m). */
+fsc_status fsc_balance_by_size(const fsc_model *m, int pp, int B, float param_scale, int *out);
+fsc_status fsc_balance_by_time(fsc_device *dev, fsc_model *m, int pp, int B, int repeats, int *out);
+/* Parse "2,3,1" into out[pp]; checks the count, the sum against the model's blocks (n_layers - 2, the only
+ * field of m it reads) and empty stages. */
+fsc_status fsc_balance_parse(const char *text, const fsc_model *m, int pp, int *out);
 void fsc_engine_free(fsc_engine *e);
 
 FSC_END_DECLS

@@ -1,0 +1,289 @@
+/* Built-in transformer block layers (layers.h's fsc_layer_block): a pre-norm block
+ *   h = in + attn(norm1(in));   out = h + mlp(norm2(h))
+ * in three forms:
+ *   - GPT-2, packed: LayerNorm, c_attn (C, 3C) with bias, GELU MLP; nn.h's fsc_block_* (the GPT's own block);
+ *   - GPT-2, separate: LayerNorm, q/k/v/o projections [out, in] with biases, GELU MLP (Conv1D weights);
+ *   - Llama: RMSNorm, rotary / grouped-query attention without biases, SwiGLU MLP, in the kernel order of
+ *     lib/model/llama_run.c, so a block computes the Llama's decoder layer bit for bit.
+ * The two composed forms share one record layout and one forward/backward below. Parameter names follow
+ * Hugging Face (GPT2Block, LlamaDecoderLayer) under the block's prefix ("h.3.", "model.layers.3.").
+ * Not here: the modules (lib/nn), the sequential model (seq.c). */
+#include "layers_impl.h"
+
+/* What each parameter of a composed block is; ix[role] its index among the layer's parameters (-1: none). */
+enum { R_N1W = 0, R_N1B, R_Q, R_K, R_V, R_O, R_BQ, R_BK, R_BV, R_BO, R_N2W, R_N2B, R_M0, R_M1, R_M2, R_M3, R_COUNT };
+
+typedef struct {
+    fsc_layer l;
+    fsc_block_opts o;  /* kv_heads and F resolved */
+    int packed;        /* GPT-2 through fsc_block_* */
+    int rms, swiglu;   /* the composed forms: RMSNorm, SwiGLU (else LayerNorm, GELU) */
+    int ix[R_COUNT];
+} block_layer;
+
+/* Record and scratch of a composed block for B samples (byte offsets, 256-aligned). */
+typedef struct {
+    size_t ln1, st1a, st1b, h, ln2, st2a, st2b, attn, mlp, total; /* record */
+    size_t s0, s1, inner, wtotal;                                  /* scratch */
+} block_map;
+
+static fsc_self_attn_config attn_cfg(const block_layer *y, int B) {
+    return (fsc_self_attn_config){ .B = B, .T = y->o.T, .C = y->o.C, .NH = y->o.heads, .KVH = y->o.kv_heads,
+                                   .HS = y->o.C / y->o.heads, .rope_theta = y->o.rope_theta };
+}
+
+static block_map map_of(const block_layer *y, int B) {
+    const size_t N = (size_t)B * y->o.T, NC = N * (size_t)y->o.C, NF = N * (size_t)y->o.F, f = sizeof(float);
+    fsc_self_attn_config cf = attn_cfg(y, B);
+    block_map m;
+    size_t at = 0;
+#define PUT(field, bytes) (m.field = at, at += r256(bytes))
+    PUT(ln1, NC * f), PUT(st1a, N * f), PUT(st1b, y->rms ? 0 : N * f);
+    PUT(h, NC * f);
+    PUT(ln2, NC * f), PUT(st2a, N * f), PUT(st2b, y->rms ? 0 : N * f);
+    PUT(attn, fsc_self_attn_saved_floats(&cf) * f);
+    PUT(mlp, y->swiglu ? fsc_swiglu_mlp_saved_floats(N, y->o.F) * f : 2 * r256(NF * f));
+    m.total = at;
+    at = 0;
+    PUT(s0, NC * f), PUT(s1, NC * f);
+    size_t aw = fsc_self_attn_work_floats(&cf) * f,
+           mw = y->swiglu ? fsc_swiglu_mlp_work_floats(N, y->o.F) * f : 2 * r256(NF * f);
+    PUT(inner, aw > mw ? aw : mw);
+    m.wtotal = at;
+#undef PUT
+    return m;
+}
+
+static size_t bk_rec(const fsc_layer *l, int B) {
+    const block_layer *y = (const block_layer *)l;
+    if (y->packed) return fsc_block_saved_floats(B, y->o.T, y->o.C, y->o.heads) * sizeof(float);
+    return map_of(y, B).total;
+}
+
+static size_t bk_work(const fsc_layer *l, int B) {
+    const block_layer *y = (const block_layer *)l;
+    const size_t NC = (size_t)B * y->o.T * (size_t)y->o.C * sizeof(float);
+    if (y->packed) return r256(fsc_block_work_floats(B, y->o.T, y->o.C, y->o.heads) * sizeof(float)) + r256(NC);
+    return map_of(y, B).wtotal;
+}
+
+#define AT(base, off) ((float *)((char *)(base) + (off)))
+
+static const float *P(const block_layer *y, const fsc_layer_call *c, int role) {
+    return y->ix[role] >= 0 ? c->param[y->ix[role]] : NULL;
+}
+static float *G(const block_layer *y, const fsc_layer_call *c, int role) {
+    return y->ix[role] >= 0 ? c->grad[y->ix[role]] : NULL;
+}
+
+static fsc_status norm_fwd(const block_layer *y, const fsc_layer_call *c, float *out, float *sa, float *sb,
+                           const float *in, int w, size_t N) {
+    if (y->rms) return fsc_rmsnorm_forward(c->dev, out, NULL, sa, in, P(y, c, w), N, y->o.C, y->o.eps);
+    return fsc_layernorm_forward(c->dev, out, NULL, sa, sb, in, P(y, c, w), P(y, c, w + 1), N, y->o.C);
+}
+
+/* dinp += the gradient through the norm of in (saved statistics sa, sb) given dout */
+static fsc_status norm_bwd(const block_layer *y, const fsc_layer_call *c, float *dinp, const float *dout,
+                           const float *in, float *sa, float *sb, int w, size_t N) {
+    if (y->rms) {
+        fsc_rmsnorm_rec r = { .inp = in, .rstd = sa, .N = N, .C = y->o.C };
+        return fsc_rmsnorm_backward(c->dev, dinp, G(y, c, w), &r, dout, P(y, c, w));
+    }
+    fsc_layernorm_rec r = { .inp = in, .mean = sa, .rstd = sb, .N = N, .C = y->o.C };
+    return fsc_layernorm_backward(c->dev, dinp, G(y, c, w), G(y, c, w + 1), &r, dout, P(y, c, w));
+}
+
+static void attn_params(const block_layer *y, const fsc_layer_call *c, fsc_self_attn_params *p,
+                        fsc_self_attn_grads *g) {
+    *p = (fsc_self_attn_params){ P(y, c, R_Q), P(y, c, R_K), P(y, c, R_V), P(y, c, R_O),
+                                 P(y, c, R_BQ), P(y, c, R_BK), P(y, c, R_BV), P(y, c, R_BO) };
+    *g = (fsc_self_attn_grads){ G(y, c, R_Q), G(y, c, R_K), G(y, c, R_V), G(y, c, R_O),
+                                G(y, c, R_BQ), G(y, c, R_BK), G(y, c, R_BV), G(y, c, R_BO) };
+}
+
+static fsc_status bk_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    const block_layer *y = (const block_layer *)l;
+    const int C = y->o.C, F = y->o.F;
+    const size_t N = (size_t)c->B * y->o.T, NC = N * (size_t)C, NF = N * (size_t)F;
+    if (y->packed) {
+        fsc_block_rec r;
+        fsc_block_rec_bind(&r, c->rec, c->B, y->o.T, C, y->o.heads);
+        return fsc_block_forward(c->dev, out, &r, in, c->param, c->work);
+    }
+    const block_map m = map_of(y, c->B);
+    const float *x = in;
+    float *ln1 = AT(c->rec, m.ln1), *h = AT(c->rec, m.h), *ln2 = AT(c->rec, m.ln2), *proj = AT(c->work, m.s0);
+    float *inner = AT(c->work, m.inner);
+    fsc_self_attn_config cf = attn_cfg(y, c->B);
+    fsc_self_attn_rec ar;
+    fsc_self_attn_rec_bind(&ar, AT(c->rec, m.attn), &cf);
+    fsc_self_attn_params ap;
+    fsc_self_attn_grads ag;
+    attn_params(y, c, &ap, &ag);
+    FSC_TRY(norm_fwd(y, c, ln1, AT(c->rec, m.st1a), AT(c->rec, m.st1b), x, R_N1W, N));
+    FSC_TRY(fsc_self_attn_forward(c->dev, proj, &ar, ln1, &ap, inner));
+    FSC_TRY(fsc_residual_forward(c->dev, h, x, proj, NC));
+    FSC_TRY(norm_fwd(y, c, ln2, AT(c->rec, m.st2a), AT(c->rec, m.st2b), h, R_N2W, N));
+    if (y->swiglu) {
+        fsc_swiglu_mlp_rec mr;
+        fsc_swiglu_mlp_rec_bind(&mr, AT(c->rec, m.mlp), N, C, F);
+        FSC_TRY(fsc_swiglu_mlp_forward(c->dev, proj, &mr, ln2, P(y, c, R_M0), P(y, c, R_M1), P(y, c, R_M2)));
+    } else {
+        float *fch = AT(c->rec, m.mlp), *fcg = AT(c->rec, m.mlp + r256(NF * sizeof(float)));
+        FSC_TRY(fsc_linear_forward(c->dev, fch, NULL, ln2, P(y, c, R_M0), P(y, c, R_M1), N, C, F, 0));
+        FSC_TRY(fsc_gelu_forward(c->dev, fcg, NULL, fch, NF));
+        FSC_TRY(fsc_linear_forward(c->dev, proj, NULL, fcg, P(y, c, R_M2), P(y, c, R_M3), N, F, C, 0));
+    }
+    return fsc_residual_forward(c->dev, out, h, proj, NC);
+}
+
+static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
+                         const void *in) {
+    const block_layer *y = (const block_layer *)l;
+    const int C = y->o.C, F = y->o.F;
+    const size_t N = (size_t)c->B * y->o.T, NC = N * (size_t)C, NF = N * (size_t)F;
+    if (y->packed) { /* the residual stream's gradient in place: dout, then the block's input gradient */
+        float *d = dinp ? dinp
+                        : AT(c->work, r256(fsc_block_work_floats(c->B, y->o.T, C, y->o.heads) * sizeof(float)));
+        FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float)));
+        fsc_block_rec r;
+        fsc_block_rec_bind(&r, c->rec, c->B, y->o.T, C, y->o.heads);
+        r.inp = in;
+        return fsc_block_backward(c->dev, d, c->grad, &r, c->param, c->work);
+    }
+    const block_map m = map_of(y, c->B);
+    const float *x = in;
+    float *ln1 = AT(c->rec, m.ln1), *h = AT(c->rec, m.h), *ln2 = AT(c->rec, m.ln2);
+    float *dln = AT(c->work, m.s0), *inner = AT(c->work, m.inner), *d = dinp ? dinp : AT(c->work, m.s1);
+    FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float))); /* d: the gradient w.r.t. out, then h, then x */
+    if (y->swiglu) {
+        fsc_swiglu_mlp_rec mr;
+        fsc_swiglu_mlp_rec_bind(&mr, AT(c->rec, m.mlp), N, C, F);
+        mr.inp = ln2;
+        FSC_TRY(fsc_swiglu_mlp_backward(c->dev, dln, G(y, c, R_M0), G(y, c, R_M1), G(y, c, R_M2), &mr, d,
+                                        P(y, c, R_M0), P(y, c, R_M1), P(y, c, R_M2), inner));
+    } else {
+        float *fch = AT(c->rec, m.mlp), *fcg = AT(c->rec, m.mlp + r256(NF * sizeof(float)));
+        float *da = inner, *dh = AT(inner, r256(NF * sizeof(float)));
+        fsc_linear_rec pr = { .inp = fcg, .N = N, .C = F, .OC = C };
+        FSC_TRY(fsc_linear_backward(c->dev, da, G(y, c, R_M2), G(y, c, R_M3), &pr, d, P(y, c, R_M2), 0.0f, 1.0f));
+        fsc_gelu_rec gr = { .inp = fch, .n = NF };
+        FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
+        fsc_linear_rec fr = { .inp = ln2, .N = N, .C = C, .OC = F };
+        FSC_TRY(fsc_linear_backward(c->dev, dln, G(y, c, R_M0), G(y, c, R_M1), &fr, dh, P(y, c, R_M0), 0.0f, 1.0f));
+    }
+    FSC_TRY(norm_bwd(y, c, d, dln, h, AT(c->rec, m.st2a), AT(c->rec, m.st2b), R_N2W, N)); /* d = d h */
+    fsc_self_attn_config cf = attn_cfg(y, c->B);
+    fsc_self_attn_rec ar;
+    fsc_self_attn_rec_bind(&ar, AT(c->rec, m.attn), &cf);
+    ar.inp = ln1;
+    fsc_self_attn_params ap;
+    fsc_self_attn_grads ag;
+    attn_params(y, c, &ap, &ag);
+    FSC_TRY(fsc_self_attn_backward(c->dev, dln, &ag, &ar, d, &ap, inner));
+    return norm_bwd(y, c, d, dln, x, AT(c->rec, m.st1a), AT(c->rec, m.st1b), R_N1W, N); /* d = d x */
+}
+
+static void bk_config(const fsc_layer *l, char *buf, size_t cap) {
+    const block_layer *y = (const block_layer *)l;
+    snprintf(buf, cap, "{\"kind\":\"%s\",\"T\":%d,\"C\":%d,\"heads\":%d,\"kv_heads\":%d,\"F\":%d,"
+             "\"rope_theta\":%.9g,\"eps\":%.9g,\"separate_qkv\":%d}", y->o.kind == FSC_BLOCK_LLAMA ? "llama" : "gpt2",
+             y->o.T, y->o.C, y->o.heads, y->o.kv_heads, y->o.F, (double)y->o.rope_theta, (double)y->o.eps,
+             y->o.separate_qkv);
+}
+
+static const fsc_layer_ops bk_ops = { .rec_bytes = bk_rec, .work_bytes = bk_work, .forward = bk_fwd,
+                                      .backward = bk_bwd, .config = bk_config };
+
+/* Declare parameter `name` for `role` (d1 0: a vector). */
+static fsc_status role_param(fsc_layer **out, int role, const char *name, int64_t d0, int64_t d1, fsc_init init) {
+    block_layer *y = (block_layer *)*out;
+    const int k = y->l.n_params;
+    FSC_TRY(layer_param(out, name, d0, d1, init));
+    if (role >= 0) y->ix[role] = k;
+    return FSC_OK;
+}
+
+static fsc_status check_opts(const fsc_block_opts *o) {
+    if (!o || (o->kind != FSC_BLOCK_GPT2 && o->kind != FSC_BLOCK_LLAMA))
+        return fsc_error(FSC_ERR_INVALID, "block layer: kind must be FSC_BLOCK_GPT2 or FSC_BLOCK_LLAMA");
+    if (o->T < 1 || o->C < 1 || o->heads < 1 || o->C % o->heads != 0 || o->F < 0 || o->kv_heads < 0 ||
+        (o->kv_heads > 0 && o->heads % o->kv_heads != 0))
+        return fsc_error(FSC_ERR_INVALID, "block layer: need T, C >= 1, heads dividing C, kv_heads dividing heads "
+                         "(0: heads), F >= 0 (0: the flavour's default)");
+    if (o->kind == FSC_BLOCK_GPT2) {
+        if ((o->kv_heads && o->kv_heads != o->heads) || o->rope_theta != 0.0f)
+            return fsc_error(FSC_ERR_INVALID, "block layer: the GPT-2 block has neither grouped-query heads nor "
+                             "rotary embeddings (kv_heads %d, rope_theta %g)", o->kv_heads, (double)o->rope_theta);
+        if (o->eps != 0.0f && o->eps != 1e-5f)
+            return fsc_error(FSC_ERR_INVALID, "block layer: the GPT-2 block's LayerNorm has eps 1e-5, not %g",
+                             (double)o->eps);
+        if (!o->separate_qkv && o->F && o->F != 4 * o->C)
+            return fsc_error(FSC_ERR_INVALID, "block layer: the packed GPT-2 block has F = 4 C = %d, not %d (set "
+                             "separate_qkv for another width)", 4 * o->C, o->F);
+        return FSC_OK;
+    }
+    if (o->separate_qkv)
+        return fsc_error(FSC_ERR_INVALID, "block layer: separate_qkv applies to the GPT-2 block (the Llama's "
+                         "projections are always separate)");
+    if (!(o->eps > 0.0f) || o->rope_theta < 0.0f || o->F < 1)
+        return fsc_error(FSC_ERR_INVALID, "block layer: the Llama block needs eps > 0, rope_theta >= 0 and the MLP "
+                         "width F >= 1 (llama.h's fsc_llama_default_ffn gives the Llama rule)");
+    if (o->rope_theta > 0.0f && (o->C / o->heads) % 2)
+        return fsc_error(FSC_ERR_INVALID, "block layer: rotary embeddings need an even head size, got %d",
+                         o->C / o->heads);
+    return FSC_OK;
+}
+
+fsc_status fsc_layer_block(const fsc_block_opts *o, fsc_layer **out) {
+    *out = NULL;
+    FSC_TRY(check_opts(o));
+    const int llama = o->kind == FSC_BLOCK_LLAMA;
+    FSC_TRY(layer_new(sizeof(block_layer), llama ? "llama_block" : "gpt2_block", &bk_ops, out));
+    block_layer *y = (block_layer *)*out;
+    y->o = *o;
+    y->o.kv_heads = o->kv_heads ? o->kv_heads : o->heads;
+    y->o.F = o->F ? o->F : 4 * o->C; /* the Llama's is given */
+    y->o.eps = llama ? o->eps : 1e-5f;
+    y->packed = !llama && !o->separate_qkv;
+    y->rms = y->swiglu = llama;
+    for (int r = 0; r < R_COUNT; r++) y->ix[r] = -1;
+    y->l.in_bytes = (size_t)o->T * o->C * sizeof(float);
+    y->l.out_floats = (size_t)o->T * o->C;
+    const int64_t C = o->C, F = y->o.F, HS = C / o->heads, Q = (int64_t)o->heads * HS, KV = y->o.kv_heads * HS;
+    const fsc_init w = fsc_init_normal(LAYER_STD), one = fsc_init_const(1.0f), zero = fsc_init_const(0.0f);
+    if (llama) { /* LlamaDecoderLayer's state dict order, as llama.h lists it */
+        FSC_TRY(role_param(out, R_Q, "self_attn.q_proj.weight", Q, C, w));
+        FSC_TRY(role_param(out, R_K, "self_attn.k_proj.weight", KV, C, w));
+        FSC_TRY(role_param(out, R_V, "self_attn.v_proj.weight", KV, C, w));
+        FSC_TRY(role_param(out, R_O, "self_attn.o_proj.weight", C, Q, w));
+        FSC_TRY(role_param(out, R_M0, "mlp.gate_proj.weight", F, C, w));
+        FSC_TRY(role_param(out, R_M1, "mlp.up_proj.weight", F, C, w));
+        FSC_TRY(role_param(out, R_M2, "mlp.down_proj.weight", C, F, w));
+        FSC_TRY(role_param(out, R_N1W, "input_layernorm.weight", C, 0, one));
+        return role_param(out, R_N2W, "post_attention_layernorm.weight", C, 0, one);
+    }
+    FSC_TRY(role_param(out, R_N1W, "ln_1.weight", C, 0, one));
+    FSC_TRY(role_param(out, R_N1B, "ln_1.bias", C, 0, zero));
+    if (y->packed) { /* GPT2Block's order (nn.h's fsc_block_* parameters) */
+        FSC_TRY(role_param(out, -1, "attn.c_attn.weight", C, 3 * C, w));
+        FSC_TRY(role_param(out, -1, "attn.c_attn.bias", 3 * C, 0, zero));
+        FSC_TRY(role_param(out, -1, "attn.c_proj.weight", C, C, w));
+        FSC_TRY(role_param(out, -1, "attn.c_proj.bias", C, 0, zero));
+    } else {
+        FSC_TRY(role_param(out, R_Q, "attn.q_proj.weight", Q, C, w));
+        FSC_TRY(role_param(out, R_BQ, "attn.q_proj.bias", Q, 0, zero));
+        FSC_TRY(role_param(out, R_K, "attn.k_proj.weight", KV, C, w));
+        FSC_TRY(role_param(out, R_BK, "attn.k_proj.bias", KV, 0, zero));
+        FSC_TRY(role_param(out, R_V, "attn.v_proj.weight", KV, C, w));
+        FSC_TRY(role_param(out, R_BV, "attn.v_proj.bias", KV, 0, zero));
+        FSC_TRY(role_param(out, R_O, "attn.o_proj.weight", C, Q, w));
+        FSC_TRY(role_param(out, R_BO, "attn.o_proj.bias", C, 0, zero));
+    }
+    FSC_TRY(role_param(out, R_N2W, "ln_2.weight", C, 0, one));
+    FSC_TRY(role_param(out, R_N2B, "ln_2.bias", C, 0, zero));
+    FSC_TRY(role_param(out, R_M0, "mlp.c_fc.weight", C, F, w));
+    FSC_TRY(role_param(out, R_M1, "mlp.c_fc.bias", F, 0, zero));
+    FSC_TRY(role_param(out, R_M2, "mlp.c_proj.weight", F, C, w));
+    return role_param(out, R_M3, "mlp.c_proj.bias", C, 0, zero);
+}

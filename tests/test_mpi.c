@@ -1,0 +1,345 @@
+/* Tests of the MPI communicator (backends/mpi/mpi_comm.c) through the trainer run as processes by mpirun,
+ * and of fsc_cluster_run_from_env_opts / train_gpt under launcher variables.
+ * Oracles:
+ * - the trainer as 2, 3 and 4 MPI processes equals the same job on as many simulated ranks bit for bit: the
+ *   --save files are byte-equal and the --json losses are the same text (every strategy, pipelines, tensor
+ *   parallelism, --check-ddp);
+ * - a checkpoint written by 4 processes, resumed on 2 simulated ranks, gives the weights of the same
+ *   checkpoint written by 4 simulated ranks and resumed the same way (and 2 simulated -> 4 processes);
+ * - a killed or stopped rank ends the whole job (every process gone) within the communicator timeout plus
+ *   a margin, and the output names the rank;
+ * - launcher mismatches are refused with messages that say how to start the job.
+ * Skipped, with the reason, only where mpirun is not installed (ci/deps.sh installs Open MPI). */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "trainertest.h"
+
+static char trainer[PATH_MAX], mpirun[PATH_MAX], tmpdir[64];
+static const char *why_skip; /* non-NULL: no MPI here */
+
+#define MODEL "--layers 2 --dim 32 --heads 2 --seq 16 --batch 12 --steps 3 --lr 0.01"
+#define MPIRUN_FLAGS "--oversubscribe --bind-to none --allow-run-as-root"
+
+static char *fmt(const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    char *s = NULL;
+    if (vasprintf(&s, f, ap) < 0) fail_msg("out of memory");
+    va_end(ap);
+    return s;
+}
+
+#define SKIP_WITHOUT_MPI()                            \
+    do {                                              \
+        if (why_skip) {                               \
+            print_message("skipped: %s\n", why_skip); \
+            skip();                                   \
+        }                                             \
+    } while (0)
+
+/* The "losses" array of the JSON line that ends out, as text ("" if none). */
+static char *losses_of(const char *out) {
+    cJSON *j = prog_last_json(out);
+    char *t = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "losses"));
+    cJSON_Delete(j);
+    return t ? t : strdup("");
+}
+
+static int files_equal(const char *a, const char *b) {
+    char *cmd = fmt("cmp -s '%s' '%s'", a, b);
+    int rc = system(cmd);
+    free(cmd);
+    return rc == 0;
+}
+
+/* Run mpirun -n procs train_gpt args (exit status, output in *out). */
+static int run_mpi(int procs, const char *args, char **out) {
+    char *full = fmt("-n %d " MPIRUN_FLAGS " '%s' %s", procs, trainer, args);
+    int rc = prog_run(mpirun, full, tmpdir, out, NULL);
+    free(full);
+    return rc;
+}
+
+static int run_sim(const char *args, char **out) { return prog_run(trainer, args, tmpdir, out, NULL); }
+
+/* The job as procs processes and as procs simulated ranks: both succeed, same weights file, same losses. */
+static void same_bits(int procs, const char *par) {
+    char *a = fmt("%s/mpi.st", tmpdir), *b = fmt("%s/sim.st", tmpdir), *out1 = NULL, *out2 = NULL;
+    unlink(a), unlink(b);
+    char *args1 = fmt(MODEL " --data '%s/data.txt' --parallel %s --save '%s' --json", tmpdir, par, a);
+    char *args2 = fmt(MODEL " --data '%s/data.txt' --parallel %s --world %d --save '%s' --json", tmpdir, par, procs, b);
+    int rc1 = run_mpi(procs, args1, &out1);
+    if (rc1 != 0) fail_msg("mpirun -n %d train_gpt %s: exit %d\n%s", procs, args1, rc1, out1);
+    int rc2 = run_sim(args2, &out2);
+    if (rc2 != 0) fail_msg("train_gpt %s: exit %d\n%s", args2, rc2, out2);
+    char *l1 = losses_of(out1), *l2 = losses_of(out2);
+    if (strcmp(l1, l2) != 0) fail_msg("%d processes, --parallel %s: losses %s, simulated %s", procs, par, l1, l2);
+    if (!files_equal(a, b)) fail_msg("%d processes, --parallel %s: --save files differ", procs, par);
+    assert_non_null(strstr(out1, "--reduce ordered"));
+    print_message("%d processes = %d simulated ranks: --parallel %s\n", procs, procs, par);
+    free(l1), free(l2), free(args1), free(args2), free(out1), free(out2), free(a), free(b);
+}
+
+static void test_strategies_equal_simulated(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    const char *par[] = {"ddp", "fsdp --shard full", "fsdp --shard grad_op", "fsdp --shard none", "zero1", "zero2"};
+    for (int n = 2; n <= 4; n++)
+        for (size_t i = 0; i < sizeof par / sizeof par[0]; i++) same_bits(n, par[i]);
+    same_bits(4, "fsdp --shard hybrid");
+}
+
+static void test_pipeline_and_tensor_parallel(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    same_bits(2, "pipe --pp 2");
+    same_bits(4, "pipe --pp 2 --schedule 1f1b");
+    same_bits(2, "ddp --tp 2");
+    same_bits(4, "fsdp --tp 2 --sequence-parallel");
+    same_bits(3, "fsdp --check-ddp");
+    same_bits(4, "zero2 --pp 2 --check-ddp");
+}
+
+/* Save at step 2 on `from`, resume to step 4 on `to`; returns the resumed weights' path. */
+static char *save_resume(const char *tag, int from_procs, int from_world, int to_procs, int to_world) {
+    char *dir = fmt("%s/ck_%s", tmpdir, tag), *w = fmt("%s/%s.st", tmpdir, tag), *out = NULL;
+    char *cmd = fmt("rm -rf '%s' '%s'", dir, w);
+    assert_int_equal(system(cmd), 0);
+    free(cmd);
+    char *a = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --steps 2 --save-every 2 --ckpt-dir '%s'%s", tmpdir, dir,
+                  from_procs ? "" : (from_world == 4 ? " --world 4" : " --world 2"));
+    int rc = from_procs ? run_mpi(from_world, a, &out) : run_sim(a, &out);
+    if (rc != 0) fail_msg("%s: saving: exit %d\n%s", tag, rc, out);
+    free(out), free(a);
+    a = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --steps 4 --resume '%s' --save '%s'%s", tmpdir, dir, w,
+            to_procs ? "" : (to_world == 4 ? " --world 4" : " --world 2"));
+    rc = to_procs ? run_mpi(to_world, a, &out) : run_sim(a, &out);
+    if (rc != 0) fail_msg("%s: resuming: exit %d\n%s", tag, rc, out);
+    assert_non_null(strstr(out, "resumed from"));
+    free(out), free(a), free(dir);
+    return w;
+}
+
+static void test_checkpoint_resharding(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    /* 4 processes save, 2 simulated ranks resume = 4 simulated ranks save, 2 simulated ranks resume */
+    char *p = save_resume("p4_s2", 1, 4, 0, 2), *s = save_resume("s4_s2", 0, 4, 0, 2);
+    if (!files_equal(p, s)) fail_msg("a checkpoint of 4 processes resumed on 2 ranks differs from one of 4 ranks");
+    free(p), free(s);
+    /* 2 simulated ranks save, 4 processes resume = 2 simulated ranks save, 4 simulated ranks resume */
+    p = save_resume("s2_p4", 0, 2, 1, 4), s = save_resume("s2_s4", 0, 2, 0, 4);
+    if (!files_equal(p, s)) fail_msg("a checkpoint of 2 ranks resumed on 4 processes differs from 4 ranks");
+    free(p), free(s);
+}
+
+/* ---- faults ---- */
+
+/* Pids of processes whose environment holds marker=value and, if rank >= 0, OMPI_COMM_WORLD_RANK=rank. */
+static int find_procs(const char *marker, int rank, pid_t *pids, int cap) {
+    DIR *d = opendir("/proc");
+    int n = 0;
+    struct dirent *e;
+    char want[64];
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    while (d && (e = readdir(d)) && n < cap) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char path[64], buf[65536];
+        snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        int has_marker = 0, has_rank = rank < 0;
+        for (size_t i = 0; i < len; i += strlen(buf + i) + 1) {
+            if (strcmp(buf + i, marker) == 0) has_marker = 1;
+            if (rank >= 0 && strcmp(buf + i, want) == 0) has_rank = 1;
+        }
+        /* the ranks only (mpirun holds the marker too, but no rank) */
+        if (has_marker && has_rank && (rank >= 0 || strstr(buf, "OMPI_COMM_WORLD_RANK="))) pids[n++] = (pid_t)pid;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Start a long 3-process job, hit rank 1 with sig once rank 0 has trained a step, and check that the whole
+ * job ends within limit_s with a failure naming rank 1. */
+static void fault(int sig, double timeout_s, double limit_s, const char *expect) {
+    char marker[64];
+    snprintf(marker, sizeof marker, "FSC_TEST_MPI_JOB=%ld-%d", (long)getpid(), sig);
+    char *out = fmt("%s/fault.out", tmpdir);
+    unlink(out);
+    char *cmd = fmt("%s FSC_COMM_TIMEOUT=%g exec '%s' -n 3 " MPIRUN_FLAGS " '%s' " MODEL
+                    " --steps 1000000 --data '%s/data.txt' --parallel fsdp > '%s' 2>&1",
+                    marker, timeout_s, mpirun, trainer, tmpdir, out);
+    pid_t job = fork();
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    assert_true(job > 0);
+    /* wait for rank 0's second step line */
+    double t0 = now_s();
+    int started = 0;
+    while (!started && now_s() - t0 < 60) {
+        char *text = prog_slurp(out);
+        started = strstr(text, "step    2/") != NULL;
+        free(text);
+        if (!started) usleep(50000);
+    }
+    pid_t victim[4];
+    int nv = find_procs(marker, 1, victim, 4);
+    if (!started || nv != 1) {
+        kill(job, SIGKILL);
+        fail_msg("the job did not start (%d processes of rank 1 found)", nv);
+    }
+    kill(victim[0], sig);
+    double hit = now_s();
+    int status = 0;
+    pid_t got = 0;
+    while ((got = waitpid(job, &status, WNOHANG)) == 0 && now_s() - hit < limit_s) usleep(50000);
+    double took = now_s() - hit;
+    pid_t left[8];
+    int nl = find_procs(marker, -1, left, 8);
+    if (got != job) kill(job, SIGKILL), waitpid(job, &status, 0);
+    for (int i = 0; i < nl; i++) kill(left[i], SIGKILL);
+    char *text = prog_slurp(out);
+    if (got != job) fail_msg("the job still ran %.1f s after rank 1 got signal %d\n%s", took, sig, text);
+    if (nl) fail_msg("%d process(es) of the job survived it\n%s", nl, text);
+    assert_false(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!strstr(text, expect)) fail_msg("the output does not say \"%s\":\n%s", expect, text);
+    print_message("signal %d to rank 1: the job ended %.1f s later\n", sig, took);
+    free(text), free(cmd), free(out);
+}
+
+static void test_killed_rank_ends_the_job(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    /* mpirun notices a rank that dies and ends the others ("process rank 1 ... exited on signal 9") */
+    fault(SIGKILL, 5, 20, "rank 1");
+}
+
+static void test_stopped_rank_times_out(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    /* a rank that stops answering: the others time out naming it, exit, and mpirun ends the stopped one */
+    fault(SIGSTOP, 3, 25, "waiting for rank 1");
+}
+
+/* ---- launchers ---- */
+
+static void expect(int rc_want, const char *env, const char *args, const char *msg) {
+    char *full = fmt("%s '%s' " MODEL " --data '%s/data.txt' %s", env, trainer, tmpdir, args), *out = NULL;
+    char *cmd = fmt("-c \"%s\"", full);
+    int rc = prog_run("/bin/sh", cmd, tmpdir, &out, NULL);
+    if (rc != rc_want || !strstr(out, msg)) fail_msg("%s: exit %d (want %d), output:\n%s\n(want \"%s\")", full, rc,
+                                                     rc_want, out, msg);
+    free(full), free(cmd), free(out);
+}
+
+static void test_launcher_checks(void **state) {
+    (void)state;
+    const char *ompi1 = "env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_LOCAL_RANK=0";
+    const char *torch2 = "env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0";
+    /* a world-1 job started by a launcher with --world 4 is refused, never run as 4 simulated ranks */
+    expect(2, ompi1, "--parallel ddp --world 4", "--world 4, but the launcher (openmpi) started 1 process");
+    /* with --world left out, a world-1 launch is one rank */
+    expect(0, ompi1, "--steps 1", "step    1/1");
+    expect(2, "env FSC_LAUNCHER=none", "--parallel ddp --world 2 --reduce native", "--reduce native applies to processes");
+    /* torchrun cannot start MPI processes: say what can */
+    expect(1, torch2, "--parallel ddp", "use mpirun -n 2");
+    if (why_skip) return;
+    /* processes without the plug-in: the error names what is missing and how to get it */
+    char *args = fmt("-x FSC_MPI_PLUGIN=%s/none.so '%s' " MODEL " --data '%s/data.txt' --parallel ddp", tmpdir, trainer,
+                     tmpdir);
+    char *full = fmt("-n 2 " MPIRUN_FLAGS " %s", args), *out = NULL;
+    int rc = prog_run(mpirun, full, tmpdir, &out, NULL);
+    if (rc == 0 || !strstr(out, "libfsc_mpi.so was not found") || !strstr(out, "apt-get install libopenmpi-dev"))
+        fail_msg("mpirun %s: exit %d\n%s", full, rc, out);
+    free(args), free(full), free(out);
+    /* --world must be the launcher's */
+    args = fmt(MODEL " --data '%s/data.txt' --parallel ddp --world 4", tmpdir);
+    rc = run_mpi(2, args, &out);
+    if (rc == 0 || !strstr(out, "--world 4, but the launcher (openmpi) started 2 processes"))
+        fail_msg("mpirun -n 2 --world 4: exit %d\n%s", rc, out);
+    free(args), free(out);
+    /* native reductions run and say that the bits may differ */
+    args = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --reduce native --json", tmpdir);
+    rc = run_mpi(2, args, &out);
+    if (rc != 0 || !strstr(out, "bits may differ")) fail_msg("mpirun --reduce native: exit %d\n%s", rc, out);
+    free(args), free(out);
+}
+
+static int setup(void **state) {
+    (void)state;
+    char *path = fmt("%s/data.txt", tmpdir);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    uint32_t x = 12345;
+    for (int i = 0; i < 20000; i++) {
+        x = x * 1103515245u + 12345u;
+        fputc('a' + (int)((x >> 16) % 26), f);
+    }
+    fclose(f);
+    free(path);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char self[PATH_MAX];
+    if (!realpath(argv[0], self)) return 1;
+    char *dir = dirname(self);
+    snprintf(trainer, sizeof trainer, "%s/../train_gpt", dir);
+    if (access(trainer, X_OK) != 0) {
+        fprintf(stderr, "test_mpi: %s not found: build it first\n", trainer);
+        return 1;
+    }
+    FILE *p = popen("command -v mpirun 2>/dev/null", "r");
+    if (!p || !fgets(mpirun, sizeof mpirun, p)) mpirun[0] = 0;
+    if (p) pclose(p);
+    mpirun[strcspn(mpirun, "\n")] = 0;
+    char plugin[PATH_MAX + 32];
+    snprintf(plugin, sizeof plugin, "%s/../libfsc_mpi.so", dir);
+    if (!mpirun[0]) why_skip = "mpirun not found: Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev)";
+    else if (access(plugin, R_OK) != 0) {
+        fprintf(stderr, "test_mpi: mpirun is installed but %s was not built (make mpi)\n", plugin);
+        return 1;
+    }
+    /* Open MPI's own allocations are not freed at exit: leak reports from it are not ours */
+    setenv("ASAN_OPTIONS", "detect_leaks=0", 0);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    strcpy(tmpdir, "/tmp/fsc_test_mpi_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_launcher_checks),
+        cmocka_unit_test(test_strategies_equal_simulated),
+        cmocka_unit_test(test_pipeline_and_tensor_parallel),
+        cmocka_unit_test(test_checkpoint_resharding),
+        cmocka_unit_test(test_killed_rank_ends_the_job),
+        cmocka_unit_test(test_stopped_rank_times_out),
+    };
+    int rc = cmocka_run_group_tests(tests, setup, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "test_mpi: could not remove %s\n", tmpdir);
+    return rc;
+}

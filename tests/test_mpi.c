@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -21,9 +22,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "fsc/fsc.h"
 #include "trainertest.h"
 
-static char trainer[PATH_MAX], mpirun[PATH_MAX], tmpdir[64];
+static char trainer[PATH_MAX], mpirun[PATH_MAX], tmpdir[64], plugin[PATH_MAX + 32], self_path[PATH_MAX];
 static const char *why_skip; /* non-NULL: no MPI here */
 
 #define MODEL "--layers 2 --dim 32 --heads 2 --seq 16 --batch 12 --steps 3 --lr 0.01"
@@ -244,6 +246,197 @@ static void test_stopped_rank_times_out(void **state) {
     fault(SIGSTOP, 3, 25, "waiting for rank 1");
 }
 
+/* ---- the communicator itself: every operation, against the simulated communicator ---- */
+
+/* Element i of rank r's input: values over many exponents and signs, so the order of a sum shows in its bits;
+ * a NaN on rank 1 at one index (MAX keeps it). */
+static float input(int r, size_t i, fsc_dtype dt) {
+    uint32_t h = (uint32_t)(r * 2654435761u) ^ (uint32_t)(i * 40503u + 17u);
+    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+    if (dt == FSC_I32) return (float)(int32_t)(h % 2000001u) - 1000000.0f;
+    if (r == 1 && i == 5) return NAN;
+    float v = ldexpf((float)(h % 8192u) - 4096.0f, (int)(h >> 27) - 12); /* +-4096 x 2^-12..2^19 */
+    return dt == FSC_F16 ? fminf(fmaxf(v, -60000.0f), 60000.0f) : v;
+}
+
+typedef struct {
+    unsigned char *out; /* what this rank's calls produced, appended in order */
+    size_t len, cap;
+    fsc_comm_stats stats;
+} script_out;
+
+static fsc_status room(script_out *o, size_t bytes) {
+    if (o->len + bytes > o->cap) {
+        o->cap = (o->len + bytes) * 2;
+        o->out = realloc(o->out, o->cap);
+        if (!o->out) return fsc_error(FSC_ERR_NOMEM, "script: out of memory");
+    }
+    return FSC_OK;
+}
+
+static fsc_status keep(script_out *o, fsc_device *dev, const void *p, size_t bytes) {
+    FSC_TRY(room(o, bytes));
+    FSC_TRY(fsc_device_download(dev, o->out + o->len, p, bytes));
+    o->len += bytes;
+    return FSC_OK;
+}
+
+static fsc_status keep_host(script_out *o, const void *p, size_t bytes) {
+    FSC_TRY(room(o, bytes));
+    memcpy(o->out + o->len, p, bytes);
+    o->len += bytes;
+    return FSC_OK;
+}
+
+/* Fill n elements of dt for rank r, offset by `salt` (host, then to the device buffer d). */
+static fsc_status fill(fsc_device *dev, void *d, int r, size_t n, fsc_dtype dt, size_t salt) {
+    size_t es = fsc_dtype_size(dt);
+    unsigned char *h = malloc(n * es + 4);
+    float *f = malloc(n * sizeof(float) + 4);
+    if (!h || !f) return free(h), free(f), fsc_error(FSC_ERR_NOMEM, "script: out of memory");
+    for (size_t i = 0; i < n; i++) f[i] = input(r, i + salt, dt);
+    if (dt == FSC_I32)
+        for (size_t i = 0; i < n; i++) ((int32_t *)h)[i] = (int32_t)f[i];
+    else if (dt == FSC_U8)
+        for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(i + salt + (size_t)r);
+    else
+        fsc_convert_host(h, dt, f, FSC_F32, n);
+    fsc_status s = fsc_device_upload(dev, d, h, n * es);
+    free(h), free(f);
+    return s;
+}
+
+/* The same calls on every rank, each result kept: reductions of every dtype and operation, in and out of
+ * place, of sizes that do and do not divide by the group; all-gather, broadcast, all-to-all, send/recv in a
+ * ring, barrier, split and a reduction on the halves, agreement. */
+static fsc_status script(fsc_rank *rk, script_out *o) {
+    fsc_comm *c = rk->comm;
+    fsc_device *dev = rk->dev;
+    const int N = rk->world, me = rk->rank;
+    const size_t big = 1000 * (size_t)N + 7;
+    void *a = NULL, *b = NULL;
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 4 * (size_t)N, &a));
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 4 * (size_t)N, &b));
+    const fsc_dtype dts[] = {FSC_F32, FSC_BF16, FSC_F16, FSC_I32};
+    const size_t counts[] = {1, 5, 6, (size_t)N * 3 + 1, big};
+    fsc_status s = FSC_OK;
+    for (int d = 0; d < 4 && s == FSC_OK; d++) {
+        size_t es = fsc_dtype_size(dts[d]);
+        for (int op = FSC_SUM; op <= FSC_MAX && s == FSC_OK; op++) {
+            if (dts[d] == FSC_I32 && op == FSC_AVG) continue;
+            for (int k = 0; k < 5 && s == FSC_OK; k++) {
+                size_t n = counts[k], salt = (size_t)(d * 7 + op * 3 + k) * 1000;
+                s = fill(dev, a, me, n, dts[d], salt);
+                if (s == FSC_OK) s = fsc_comm_all_reduce(c, a, b, n, dts[d], (fsc_redop)op);
+                if (s == FSC_OK) s = keep(o, dev, b, n * es);
+                if (s == FSC_OK) s = fsc_comm_all_reduce(c, a, a, n, dts[d], (fsc_redop)op); /* in place */
+                if (s == FSC_OK) s = keep(o, dev, a, n * es);
+                if (s == FSC_OK) s = fill(dev, a, me, n * (size_t)N, dts[d], salt);
+                if (s == FSC_OK) s = fsc_comm_reduce_scatter(c, a, b, n, dts[d], (fsc_redop)op);
+                if (s == FSC_OK) s = keep(o, dev, b, n * es);
+                unsigned char *mine = (unsigned char *)a + (size_t)me * n * es;
+                if (s == FSC_OK) s = fsc_comm_reduce_scatter(c, a, mine, n, dts[d], (fsc_redop)op); /* in place */
+                if (s == FSC_OK) s = keep(o, dev, mine, n * es);
+            }
+        }
+    }
+    const size_t n = 333;
+    if (s == FSC_OK) s = fill(dev, a, me, n, FSC_BF16, 1);
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, a, b, n, FSC_BF16);
+    if (s == FSC_OK) s = keep(o, dev, b, n * 2 * (size_t)N);
+    if (s == FSC_OK) s = fill(dev, a, me, n, FSC_F32, 2);
+    if (s == FSC_OK) s = fsc_comm_broadcast(c, a, n, FSC_F32, N - 1);
+    if (s == FSC_OK) s = keep(o, dev, a, n * 4);
+    if (s == FSC_OK) s = fill(dev, a, me, n * (size_t)N, FSC_U8, 3);
+    if (s == FSC_OK) s = fsc_comm_all_to_all(c, a, b, n, FSC_U8);
+    if (s == FSC_OK) s = keep(o, dev, b, n * (size_t)N);
+    /* a ring: everyone sends first, then receives (buffered sends do not deadlock) */
+    if (s == FSC_OK) s = fill(dev, a, me, n, FSC_F32, 4);
+    if (s == FSC_OK) s = fsc_comm_send(c, a, n, FSC_F32, (me + 1) % N);
+    if (s == FSC_OK) s = fsc_comm_send(c, a, 0, FSC_F32, (me + 1) % N);
+    if (s == FSC_OK) s = fsc_comm_recv(c, b, n, FSC_F32, (me + N - 1) % N);
+    if (s == FSC_OK) s = fsc_comm_recv(c, b, 0, FSC_F32, (me + N - 1) % N);
+    if (s == FSC_OK) s = keep(o, dev, b, n * 4);
+    if (s == FSC_OK) s = fsc_comm_barrier(c);
+    fsc_comm *half = NULL;
+    if (s == FSC_OK) s = fsc_comm_split(c, me % 2, N - me, &half); /* keys reverse the order */
+    if (s == FSC_OK) {
+        int32_t who[2] = {fsc_comm_rank(half), fsc_comm_size(half)};
+        s = keep_host(o, who, sizeof who);
+        if (s == FSC_OK) s = fill(dev, a, me, 100, FSC_F32, 5);
+        if (s == FSC_OK) s = fsc_comm_all_reduce(half, a, a, 100, FSC_F32, FSC_SUM);
+        if (s == FSC_OK) s = keep(o, dev, a, 400);
+    }
+    fsc_comm_free(half);
+    if (s == FSC_OK) {
+        fsc_clear_error();
+        fsc_status v = fsc_comm_agree(c, dev, me == N - 1 ? fsc_error(FSC_ERR_INVALID, "rank-%d-says-no", me) : FSC_OK);
+        int32_t code = (int32_t)v;
+        s = keep_host(o, &code, sizeof code);
+        if (s == FSC_OK && (v == FSC_OK || !strstr(fsc_last_error(), "rank-"))) s = fsc_error(FSC_ERR_INTERNAL, "agree lost the failure");
+    }
+    if (s == FSC_OK) o->stats = *fsc_comm_get_stats(c);
+    fsc_device_release(dev, a);
+    fsc_device_release(dev, b);
+    return s;
+}
+
+static fsc_status sim_script(fsc_rank *rk, void *arg) { return script(rk, &((script_out *)arg)[rk->rank]); }
+static fsc_status mpi_script(fsc_rank *rk, void *arg) { return script(rk, arg); }
+
+/* Under mpirun: run the script on the MPI communicator and on a simulated cluster of as many ranks in this
+ * process, and compare this rank's results byte for byte (and the call and byte counters). */
+static int worker(void) {
+    script_out got = {0};
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.device = "cpu";
+    if (fsc_cluster_run_from_env_opts(&co, mpi_script, &got) != FSC_OK) {
+        fprintf(stderr, "worker: %s\n", fsc_last_error());
+        return 1;
+    }
+    const char *rv = getenv("OMPI_COMM_WORLD_RANK"), *nv = getenv("OMPI_COMM_WORLD_SIZE");
+    int me = rv ? atoi(rv) : 0, N = nv ? atoi(nv) : 1;
+    script_out *want = calloc((size_t)N, sizeof *want);
+    co.world = N;
+    if (fsc_cluster_run(&co, sim_script, want) != FSC_OK) {
+        fprintf(stderr, "worker: simulated: %s\n", fsc_last_error());
+        return 1;
+    }
+    int rc = 0;
+    if (got.len != want[me].len) {
+        fprintf(stderr, "rank %d: %zu result bytes, simulated %zu\n", me, got.len, want[me].len);
+        rc = 1;
+    } else {
+        for (size_t i = 0; i < got.len; i++)
+            if (got.out[i] != want[me].out[i]) {
+                fprintf(stderr, "rank %d: result byte %zu differs from the simulated communicator's\n", me, i);
+                rc = 1;
+                break;
+            }
+    }
+    if (memcmp(&got.stats, &want[me].stats, sizeof got.stats) != 0) {
+        fprintf(stderr, "rank %d: the call/byte counters differ from the simulated communicator's\n", me);
+        rc = 1;
+    }
+    if (rc == 0) printf("rank %d of %d: %zu result bytes equal the simulated communicator's\n", me, N, got.len);
+    for (int r = 0; r < N; r++) free(want[r].out);
+    free(want), free(got.out);
+    return rc;
+}
+
+static void test_communicator_equals_simulated(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    for (int n = 2; n <= 4; n++) {
+        char *args = fmt("-n %d " MPIRUN_FLAGS " -x FSC_MPI_PLUGIN=%s -x FSC_COMM_TIMEOUT=30 '%s' --worker", n,
+                         plugin, self_path), *out = NULL;
+        int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
+        if (rc != 0 || !strstr(out, "equal the simulated")) fail_msg("mpirun %s: exit %d\n%s", args, rc, out);
+        print_message("the MPI communicator on %d processes = the simulated one\n", n);
+        free(args), free(out);
+    }
+}
+
 /* ---- launchers ---- */
 
 static void expect(int rc_want, const char *env, const char *args, const char *msg) {
@@ -304,9 +497,10 @@ static int setup(void **state) {
 }
 
 int main(int argc, char **argv) {
-    (void)argc;
+    if (argc == 2 && strcmp(argv[1], "--worker") == 0) return worker();
     char self[PATH_MAX];
     if (!realpath(argv[0], self)) return 1;
+    snprintf(self_path, sizeof self_path, "%s", self);
     char *dir = dirname(self);
     snprintf(trainer, sizeof trainer, "%s/../train_gpt", dir);
     if (access(trainer, X_OK) != 0) {
@@ -317,7 +511,6 @@ int main(int argc, char **argv) {
     if (!p || !fgets(mpirun, sizeof mpirun, p)) mpirun[0] = 0;
     if (p) pclose(p);
     mpirun[strcspn(mpirun, "\n")] = 0;
-    char plugin[PATH_MAX + 32];
     snprintf(plugin, sizeof plugin, "%s/../libfsc_mpi.so", dir);
     if (!mpirun[0]) why_skip = "mpirun not found: Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev)";
     else if (access(plugin, R_OK) != 0) {
@@ -331,6 +524,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(tmpdir)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_launcher_checks),
+        cmocka_unit_test(test_communicator_equals_simulated),
         cmocka_unit_test(test_strategies_equal_simulated),
         cmocka_unit_test(test_pipeline_and_tensor_parallel),
         cmocka_unit_test(test_checkpoint_resharding),

@@ -448,6 +448,55 @@ static void expect(int rc_want, const char *env, const char *args, const char *m
     free(full), free(cmd), free(out);
 }
 
+static fsc_status count_calls(fsc_rank *r, void *arg) {
+    int *calls = arg;
+    (*calls)++;
+    return r->world == 1 && r->comm && r->dev ? FSC_OK : fsc_error(FSC_ERR_INTERNAL, "not a world of 1");
+}
+
+/* fsc_cluster_run_from_env_opts: the device picks the communicator; what is missing is said. */
+static void test_run_from_env_opts(void **state) {
+    (void)state;
+    const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL};
+    char *saved[16] = {0};
+    for (int i = 0; vars[i]; i++) {
+        if (getenv(vars[i])) saved[i] = strdup(getenv(vars[i]));
+        unsetenv(vars[i]);
+    }
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    int calls = 0;
+    /* no launcher on cpu: one rank in this process, no MPI needed */
+    assert_int_equal(fsc_cluster_run_from_env_opts(&co, count_calls, &calls), FSC_OK);
+    assert_int_equal(calls, 1);
+    co.device = "tpu";
+    assert_int_equal(fsc_cluster_run_from_env_opts(&co, count_calls, &calls), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "unknown device \"tpu\""));
+    /* simulated ranks refuse native reductions rather than ignore them */
+    co = fsc_cluster_opts_default();
+    co.world = 2, co.reduce_native = 1;
+    assert_int_equal(fsc_cluster_run(&co, count_calls, &calls), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "simulated ranks always sum in rank order"));
+    /* torchrun's processes cannot form an MPI world */
+    setenv("RANK", "1", 1), setenv("WORLD_SIZE", "2", 1), setenv("LOCAL_RANK", "1", 1);
+    co = fsc_cluster_opts_default();
+    assert_int_equal(fsc_cluster_run_from_env_opts(&co, count_calls, &calls), FSC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fsc_last_error(), "rank 1 of 2 (torchrun)"));
+    assert_non_null(strstr(fsc_last_error(), "use mpirun -n 2"));
+    unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("LOCAL_RANK");
+    /* Open MPI's variables without the plug-in: what is missing and how to get it */
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1), setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1), setenv("FSC_MPI_PLUGIN", "/nonexistent/libfsc_mpi.so", 1);
+    assert_int_equal(fsc_cluster_run_from_env_opts(&co, count_calls, &calls), FSC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fsc_last_error(), "2 processes on the cpu device talk through MPI"));
+    assert_non_null(strstr(fsc_last_error(), "libfsc_mpi.so was not found"));
+    assert_int_equal(calls, 1);
+    unsetenv("OMPI_COMM_WORLD_RANK"), unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("FSC_MPI_PLUGIN");
+    for (int i = 0; vars[i]; i++)
+        if (saved[i]) setenv(vars[i], saved[i], 1), free(saved[i]);
+}
+
 static void test_launcher_checks(void **state) {
     (void)state;
     const char *ompi1 = "env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_LOCAL_RANK=0";
@@ -523,6 +572,7 @@ int main(int argc, char **argv) {
     strcpy(tmpdir, "/tmp/fsc_test_mpi_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_run_from_env_opts),
         cmocka_unit_test(test_launcher_checks),
         cmocka_unit_test(test_communicator_equals_simulated),
         cmocka_unit_test(test_strategies_equal_simulated),

@@ -147,7 +147,7 @@ demo: deps
 	@sh ci/demo.sh $(BUILD)
 
 bench: deps
-	@$(MAKE) --no-print-directory OPT="-O3 -march=native" BUILD=build/bench lib $(BENCHES:$(BUILD)/%=build/bench/%) build/bench/train_gpt
+	@$(MAKE) --no-print-directory OPT="-O3 -march=native" BUILD=build/bench lib $(BENCHES:$(BUILD)/%=build/bench/%) build/bench/train_gpt mpi
 	@sh ci/bench.sh build/bench
 
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))

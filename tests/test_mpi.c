@@ -7,7 +7,7 @@
  * - a checkpoint written by 4 processes, resumed on 2 simulated ranks, gives the weights of the same
  *   checkpoint written by 4 simulated ranks and resumed the same way (and 2 simulated -> 4 processes);
  * - a killed or stopped rank ends the whole job (every process gone) within the communicator timeout plus
- *   a margin, and the output names the rank;
+ *   a margin, the output names the rank, and the newest checkpoint written before resumes;
  * - launcher mismatches are refused with messages that say how to start the job.
  * Skipped, with the reason, only where mpirun is not installed (ci/deps.sh installs Open MPI). */
 #include <cjson/cJSON.h>
@@ -189,21 +189,22 @@ static void fault(int sig, double timeout_s, double limit_s, const char *expect)
     snprintf(marker, sizeof marker, "FSC_TEST_MPI_JOB=%ld-%d", (long)getpid(), sig);
     char *out = fmt("%s/fault.out", tmpdir);
     unlink(out);
+    char *ck = fmt("%s/fault_ck%d", tmpdir, sig);
     char *cmd = fmt("%s FSC_COMM_TIMEOUT=%g exec '%s' -n 3 " MPIRUN_FLAGS " '%s' " MODEL
-                    " --steps 1000000 --data '%s/data.txt' --parallel fsdp > '%s' 2>&1",
-                    marker, timeout_s, mpirun, trainer, tmpdir, out);
+                    " --steps 1000000 --data '%s/data.txt' --parallel fsdp --save-every 3 --ckpt-dir '%s' > '%s' 2>&1",
+                    marker, timeout_s, mpirun, trainer, tmpdir, ck, out);
     pid_t job = fork();
     if (job == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
     assert_true(job > 0);
-    /* wait for rank 0's second step line */
+    /* wait until rank 0 has trained past the first checkpoint */
     double t0 = now_s();
     int started = 0;
     while (!started && now_s() - t0 < 60) {
         char *text = prog_slurp(out);
-        started = strstr(text, "step    2/") != NULL;
+        started = strstr(text, "step    4/") != NULL; /* after the checkpoint of step 3 */
         free(text);
         if (!started) usleep(50000);
     }
@@ -229,6 +230,16 @@ static void fault(int sig, double timeout_s, double limit_s, const char *expect)
     assert_false(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!strstr(text, expect)) fail_msg("the output does not say \"%s\":\n%s", expect, text);
     print_message("signal %d to rank 1: the job ended %.1f s later\n", sig, took);
+    /* the checkpoints written before the fault stay loadable: the newest resumes on 3 simulated ranks */
+    char latest[4096];
+    int64_t step = -1;
+    assert_int_equal(fsc_ckpt_latest(ck, latest, sizeof latest, &step), FSC_OK);
+    if (step < 3) fail_msg("no complete checkpoint in %s after the fault\n%s", ck, text);
+    char *args = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --world 3 --steps %lld --resume '%s'", tmpdir,
+                     (long long)step + 1, ck), *rout = NULL;
+    int rc = run_sim(args, &rout);
+    if (rc != 0 || !strstr(rout, "resumed from")) fail_msg("resuming %s: exit %d\n%s", ck, rc, rout);
+    free(args), free(rout), free(ck);
     free(text), free(cmd), free(out);
 }
 
@@ -243,7 +254,7 @@ static void test_stopped_rank_times_out(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
     /* a rank that stops answering: the others time out naming it, exit, and mpirun ends the stopped one */
-    fault(SIGSTOP, 3, 25, "waiting for rank 1");
+    fault(SIGSTOP, 5, 30, "waiting for rank 1");
 }
 
 /* ---- the communicator itself: every operation, against the simulated communicator ---- */

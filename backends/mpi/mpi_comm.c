@@ -45,7 +45,7 @@ typedef unsigned char u8;
 
 static fsc_mpi_error_fn host_error; /* the core's fsc_error, handed over at open (one per process, like the core) */
 
-static char last_msg[1000]; /* the last message, for a communicator that breaks (calls are serialized) */
+static _Thread_local char last_msg[1000]; /* the last message, repeated once a communicator breaks */
 
 static fsc_status mp_err(fsc_status s, const char *fmt, ...) {
     va_list ap;
@@ -695,7 +695,11 @@ MP_EXPORT fsc_status fsc_mpi_comm_open(int abi_version, fsc_mpi_error_fn error, 
         return mp_err(FSC_ERR_UNSUPPORTED, "mpi communicator: built for interface version %d, the library asks "
                       "for %d (rebuild libfsc_mpi.so with this fsc)", FSC_COMM_ABI_VERSION, abi_version);
     if (!ops || !ctx) return mp_err(FSC_ERR_INVALID, "fsc_mpi_comm_open: ops or ctx is NULL");
-    int inited = 0, provided = 0;
+    int inited = 0, provided = 0, finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return mp_err(FSC_ERR_STATE, "MPI was already finalized in this process: a process runs one MPI job (call "
+                      "fsc_cluster_run_from_env_opts once per process)");
     MPI_Initialized(&inited);
     mp_shared *sh = calloc(1, sizeof *sh);
     if (!sh) return mp_err(FSC_ERR_NOMEM, "mpi: out of memory");

@@ -147,7 +147,7 @@ demo: deps
 	@sh ci/demo.sh $(BUILD)
 
 bench: deps
-	@$(MAKE) --no-print-directory OPT="-O3 -march=native" BUILD=build/bench lib $(BENCHES:$(BUILD)/%=build/bench/%) build/bench/train_gpt
+	@$(MAKE) --no-print-directory OPT="-O3 -march=native" BUILD=build/bench lib $(BENCHES:$(BUILD)/%=build/bench/%) build/bench/train_gpt mpi
 	@sh ci/bench.sh build/bench
 
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
@@ -164,6 +164,7 @@ install: lib
 	ln -sf libfsc.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libfsc.so
 	if [ -f $(BUILD)/libfsc_cuda.so ]; then install -m 755 $(BUILD)/libfsc_cuda.so $(DESTDIR)$(PREFIX)/lib/; fi
+	if [ -f $(BUILD)/libfsc_mpi.so ]; then install -m 755 $(BUILD)/libfsc_mpi.so $(DESTDIR)$(PREFIX)/lib/; fi
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/
 	install -m 644 $(PLUGIN_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/plugin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ci/fsc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fsc.pc

@@ -74,3 +74,22 @@ echo "== fsc: pipeline bubble, measured vs ideal (P-1)/(M+P-1)"; "$B/bench_pipe"
 echo
 echo "== fsc: the Llama beside the GPT-2 of the same shape, 1 rank (alternating steps; no PyTorch Llama baseline yet)"
 "$B/bench_llama"
+
+# DDP and FSDP as 2 MPI processes beside the same job on 2 simulated ranks (1 BLAS thread per rank on both
+# sides), reductions in rank order (the simulator's bits) and MPI's native ones. Skipped without mpirun.
+echo
+echo "== fsc: 2 MPI processes vs 2 simulated ranks (train_gpt, 4 layers, width 256, context 128, batch 8)"
+if command -v mpirun >/dev/null 2>&1 && [ -f "$B/libfsc_mpi.so" ]; then
+  M="--layers 4 --dim 256 --heads 4 --seq 128 --batch 8 --steps ${MPI_STEPS:-8} --threads 1 --json"
+  tps() { tail -1 "$1" | sed -n 's/.*"tokens_per_s":\([0-9.e+]*\).*/\1/p'; }
+  printf "%-6s %14s %16s %8s %16s %8s\n" "" "simulated" "mpi ordered" "ratio" "mpi native" "ratio"
+  for par in ddp fsdp; do
+    "$B/train_gpt" $M --parallel $par --world 2 > "$B/mpi_sim.out"
+    mpirun -n 2 --oversubscribe --bind-to none --allow-run-as-root "$B/train_gpt" $M --parallel $par > "$B/mpi_ord.out"
+    mpirun -n 2 --oversubscribe --bind-to none --allow-run-as-root "$B/train_gpt" $M --parallel $par --reduce native > "$B/mpi_nat.out"
+    s=$(tps "$B/mpi_sim.out"); o=$(tps "$B/mpi_ord.out"); n=$(tps "$B/mpi_nat.out")
+    awk -v p=$par -v s="$s" -v o="$o" -v n="$n" 'BEGIN { printf "%-6s %8.0f tok/s %10.0f tok/s %8.2f %10.0f tok/s %8.2f\n", p, s, o, o / s, n, n / s }'
+  done
+else
+  echo "mpirun or $B/libfsc_mpi.so missing: skipped (apt-get install libopenmpi-dev openmpi-bin, then make)"
+fi

@@ -24,6 +24,7 @@ struct nc_ctx {
     int rank, world;
     double timeout_s;
     int blocking;  /* wait for every collective (FSC_NCCL_BLOCKING=1) */
+    int native;    /* 1: ncclAllReduce/ncclReduceScatter; 0: rank-order sums (the simulator's bits) */
     int aborted;
     void *scratch; /* f32 staging for bf16/f16 sums */
     size_t scratch_cap;
@@ -137,9 +138,139 @@ static fsc_status nc_scratch_done(nc_ctx *n) {
 
 static int widen(fsc_dtype dt, fsc_redop op) { return (dt == FSC_BF16 || dt == FSC_F16) && op != FSC_MAX; }
 
+/* ---- rank-order reductions (--reduce ordered): the simulated communicator's bits ----
+ * An all-to-all of blocks (ncclSend/ncclRecv in a group: each rank sends (N-1)/N of its buffer, as a ring
+ * reduce-scatter does), then one kernel that sums, per element, block 0 + block 1 + ... in f32 (bf16/f16
+ * widened exactly, rounded once at the end RNE with lib/core/dtype.c's bit arithmetic; AVG divides the f32
+ * sum by N; MAX keeps NaN; i32 wraps), as sim/sim_comm.c does. All-reduce: that on chunks of
+ * ceil(count / N) elements, then every rank sends its reduced chunk to every other.
+ * Compiled (nvcc, --fmad=false) but not yet run: the machine it was written on had no GPU. */
+
+__device__ static float ld_f32(const void *p, int dt, size_t i) {
+    if (dt == FSC_F32) return ((const float *)p)[i];
+    unsigned h = ((const unsigned short *)p)[i];
+    if (dt == FSC_BF16) return __uint_as_float(h << 16);
+    unsigned sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float v = (float)m * 5.9604644775390625e-8f; /* m x 2^-24, exact */
+        return sign ? -v : v;
+    }
+    if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    return __uint_as_float(sign | ((e + 112) << 23) | (m << 13));
+}
+
+__device__ static void st_f32(void *p, int dt, size_t i, float x) {
+    if (dt == FSC_F32) {
+        ((float *)p)[i] = x;
+        return;
+    }
+    unsigned u = __float_as_uint(x);
+    unsigned short h;
+    if (dt == FSC_BF16) {
+        if ((u & 0x7fffffffu) > 0x7f800000u) h = (unsigned short)((u >> 16) | 0x0040u);
+        else h = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    } else {
+        unsigned short sign = (unsigned short)((u >> 16) & 0x8000u);
+        unsigned a = u & 0x7fffffffu;
+        if (a > 0x7f800000u) h = (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+        else if (a >= 0x477ff000u) h = (unsigned short)(sign | 0x7c00u);
+        else if (a >= 0x38800000u) {
+            unsigned r = a - 0x38000000u;
+            r += 0x0fffu + ((r >> 13) & 1u);
+            h = (unsigned short)(sign | (r >> 13));
+        } else {
+            unsigned e = a >> 23;
+            if (e < 102) h = sign;
+            else {
+                unsigned m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
+                unsigned q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+                if (rem > half || (rem == half && (q & 1u))) q++;
+                h = (unsigned short)(sign | q);
+            }
+        }
+    }
+    ((unsigned short *)p)[i] = h;
+}
+
+/* out[i] = op over j < N, in order, of in[j * stride + i], for i < n */
+__global__ void rank_order_kernel(void *out, const void *in, int N, size_t n, size_t stride, int dt, int op) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        if (dt == FSC_I32) {
+            const int *x = (const int *)in;
+            int acc = x[i];
+            for (int j = 1; j < N; j++) {
+                int y = x[(size_t)j * stride + i];
+                acc = op == FSC_MAX ? (y > acc ? y : acc) : (int)((unsigned)acc + (unsigned)y);
+            }
+            ((int *)out)[i] = acc;
+            continue;
+        }
+        float acc = ld_f32(in, dt, i);
+        for (int j = 1; j < N; j++) {
+            float x = ld_f32(in, dt, (size_t)j * stride + i);
+            if (op == FSC_MAX) {
+                if (isnan(x) || x > acc) acc = isnan(acc) ? acc : x;
+            } else {
+                acc = __fadd_rn(acc, x);
+            }
+        }
+        if (op == FSC_AVG) acc = __fdiv_rn(acc, (float)N);
+        st_f32(out, dt, i, acc);
+    }
+}
+
+static size_t clampz(size_t x, size_t n) { return x < n ? x : n; }
+
+/* out (this rank's n elements) := rank-order reduction of elements [lo, lo + n) of every rank's send of count
+ * elements cut in chunks of chunk (rank j's range starts at j x chunk). */
+static fsc_status nc_ordered_part(nc_ctx *n, const char *what, const void *send, size_t count, size_t chunk,
+                                  fsc_dtype dt, ncclDataType_t nt, fsc_redop op, void *out) {
+    cudaStream_t st = cu_stream_of(n->dev);
+    const size_t es = nc_size(dt), lo = clampz((size_t)n->rank * chunk, count), len = clampz(lo + chunk, count) - lo;
+    float *f;
+    FSC_TRY(nc_scratch(n, (size_t)n->world * len * es + 16, &f));
+    unsigned char *tmp = (unsigned char *)f;
+    if (len) FSC_TRY(cu_check(cudaMemcpyAsync(tmp + (size_t)n->rank * len * es, (const unsigned char *)send + lo * es,
+                                              len * es, cudaMemcpyDeviceToDevice, st), what));
+    ncclResult_t r = ncclGroupStart();
+    for (int j = 0; j < n->world && r == ncclSuccess; j++) {
+        if (j == n->rank) continue;
+        size_t jlo = clampz((size_t)j * chunk, count), jn = clampz(jlo + chunk, count) - jlo;
+        if (jn) r = ncclSend((const unsigned char *)send + jlo * es, jn, nt, j, n->comm, st);
+        if (r == ncclSuccess && len) r = ncclRecv(tmp + (size_t)j * len * es, len, nt, j, n->comm, st);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    FSC_TRY(nc_check(n, r != ncclSuccess ? r : e, what));
+    if (len) {
+        rank_order_kernel<<<cu_blocks(len, CU_THREADS), CU_THREADS, 0, st>>>(out, tmp, n->world, len, len, (int)dt,
+                                                                            (int)op);
+        FSC_TRY(cu_launched("rank_order"));
+    }
+    return nc_scratch_done(n);
+}
+
+static fsc_status nc_ordered_all_reduce(nc_ctx *n, const void *send, void *recv, size_t count, fsc_dtype dt,
+                                        ncclDataType_t nt, fsc_redop op) {
+    cudaStream_t st = cu_stream_of(n->dev);
+    const size_t es = nc_size(dt), N = (size_t)n->world, chunk = (count + N - 1) / N;
+    const size_t lo = clampz((size_t)n->rank * chunk, count), len = clampz(lo + chunk, count) - lo;
+    /* every rank's inputs are in scratch before the kernel writes recv, so send == recv is safe */
+    FSC_TRY(nc_ordered_part(n, "all_reduce", send, count, chunk, dt, nt, op, (unsigned char *)recv + lo * es));
+    ncclResult_t r = ncclGroupStart();
+    for (int j = 0; j < n->world && r == ncclSuccess; j++) {
+        if (j == n->rank) continue;
+        size_t jlo = clampz((size_t)j * chunk, count), jn = clampz(jlo + chunk, count) - jlo;
+        if (len) r = ncclSend((const unsigned char *)recv + lo * es, len, nt, j, n->comm, st);
+        if (r == ncclSuccess && jn) r = ncclRecv((unsigned char *)recv + jlo * es, jn, nt, j, n->comm, st);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    return nc_done(n, r != ncclSuccess ? r : e, "all_reduce");
+}
+
 static fsc_status nc_all_reduce(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt, fsc_redop op) {
     NC_HEAD("all_reduce", dt);
     if (count == 0) return FSC_OK;
+    if (!n->native) return nc_ordered_all_reduce(n, send, recv, count, dt, nt, op);
     ncclRedOp_t ro = op == FSC_MAX ? ncclMax : ncclSum;
     if (widen(dt, op)) {
         float *f;
@@ -160,6 +291,10 @@ static fsc_status nc_reduce_scatter(void *ctx, const void *send, void *recv, siz
                                     fsc_redop op) {
     NC_HEAD("reduce_scatter", dt);
     if (recvcount == 0) return FSC_OK;
+    if (!n->native) {
+        FSC_TRY(nc_ordered_part(n, "reduce_scatter", send, recvcount * (size_t)n->world, recvcount, dt, nt, op, recv));
+        return nc_done(n, ncclSuccess, "reduce_scatter");
+    }
     ncclRedOp_t ro = op == FSC_MAX ? ncclMax : ncclSum;
     if (widen(dt, op)) {
         size_t total = recvcount * (size_t)n->world;
@@ -244,7 +379,7 @@ static void nc_destroy(void *ctx) {
 }
 
 static fsc_status nc_open_ctx(nc_ctx *n, ncclComm_t comm, cu_ctx *dev, int rank, int world, double timeout_s,
-                              int blocking);
+                              int blocking, int native);
 
 static fsc_status nc_split(void *ctx, int color, int key, void **new_ctx, int *new_rank, int *new_size) {
     nc_ctx *n = (nc_ctx *)ctx;
@@ -262,7 +397,7 @@ static fsc_status nc_split(void *ctx, int color, int key, void **new_ctx, int *n
         ncclCommDestroy(nc);
         return s;
     }
-    nc_open_ctx(m, nc, n->dev, r, sz, n->timeout_s, n->blocking);
+    nc_open_ctx(m, nc, n->dev, r, sz, n->timeout_s, n->blocking, n->native);
     *new_ctx = m;
     *new_rank = r;
     *new_size = sz;
@@ -293,7 +428,8 @@ static const fsc_comm_ops *nc_ops(void) {
 }
 
 static fsc_status nc_open_ctx(nc_ctx *n, ncclComm_t comm, cu_ctx *dev, int rank, int world, double timeout_s,
-                              int blocking) {
+                              int blocking, int native) {
+    n->native = native;
     n->magic = NC_MAGIC;
     n->comm = comm;
     n->dev = dev;
@@ -340,7 +476,7 @@ extern "C" __attribute__((visibility("default"))) fsc_status fsc_nccl_comm_open(
         return cu_err(FSC_ERR_NOMEM, "nccl: out of host memory");
     }
     const char *b = getenv("FSC_NCCL_BLOCKING");
-    nc_open_ctx(n, comm, dev, rank, world, timeout_s > 0 ? timeout_s : 600.0, b && *b && strcmp(b, "0") != 0);
+    nc_open_ctx(n, comm, dev, rank, world, timeout_s > 0 ? timeout_s : 600.0, b && *b && strcmp(b, "0") != 0, native);
     *ops = nc_ops();
     *ctx = n;
     return FSC_OK;

@@ -45,13 +45,14 @@ typedef unsigned char u8;
 
 static fsc_mpi_error_fn host_error; /* the core's fsc_error, handed over at open (one per process, like the core) */
 
+static _Thread_local char last_msg[1000]; /* the last message, repeated once a communicator breaks */
+
 static fsc_status mp_err(fsc_status s, const char *fmt, ...) {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
     va_end(ap);
-    if (host_error) host_error(s, "%s", msg);
+    if (host_error) host_error(s, "%s", last_msg);
     return s;
 }
 
@@ -62,6 +63,7 @@ typedef struct {
     int initialized; /* this plug-in called MPI_Init_thread */
     double timeout_s;
     int native;      /* reductions with MPI's own algorithms */
+    char why[1024];  /* the failure that broke it, repeated by every later call */
 } mp_shared;
 
 /* A send still under way (buffered send). */
@@ -209,8 +211,9 @@ static const char *mpi_msg(int code, char *buf) {
 }
 
 static fsc_status broken(mp_ctx *m, const char *what) {
-    return mp_err(FSC_ERR_COMM, "%s: the MPI communicator is unusable after an earlier failure (a rank died, "
-                  "stopped answering or called something else)", what);
+    if (!m->sh->why[0]) snprintf(m->sh->why, sizeof m->sh->why, "%s", last_msg);
+    return mp_err(FSC_ERR_COMM, "%s: the MPI communicator is unusable after an earlier failure: %s", what,
+                  m->sh->why);
 }
 
 static fsc_status grow_req(mp_ctx *m, int need) {
@@ -692,7 +695,11 @@ MP_EXPORT fsc_status fsc_mpi_comm_open(int abi_version, fsc_mpi_error_fn error, 
         return mp_err(FSC_ERR_UNSUPPORTED, "mpi communicator: built for interface version %d, the library asks "
                       "for %d (rebuild libfsc_mpi.so with this fsc)", FSC_COMM_ABI_VERSION, abi_version);
     if (!ops || !ctx) return mp_err(FSC_ERR_INVALID, "fsc_mpi_comm_open: ops or ctx is NULL");
-    int inited = 0, provided = 0;
+    int inited = 0, provided = 0, finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return mp_err(FSC_ERR_STATE, "MPI was already finalized in this process: a process runs one MPI job (call "
+                      "fsc_cluster_run_from_env_opts once per process)");
     MPI_Initialized(&inited);
     mp_shared *sh = calloc(1, sizeof *sh);
     if (!sh) return mp_err(FSC_ERR_NOMEM, "mpi: out of memory");

@@ -1,4 +1,5 @@
-/* One process per GPU: fsc_cluster_run_from_env and its parts (launch.h).
+/* One process per rank: fsc_cluster_run_from_env(_opts) and its parts (launch.h). On cuda: NCCL (below); on
+ * cpu: the MPI plug-in libfsc_mpi.so (run_mpi, at the end), or a simulated world of 1 for a single process.
  * Reads the launcher's environment (torchrun, Slurm, Open MPI) and the job's rendezvous token, hands the
  * NCCL unique id from rank 0 to the other ranks (TCP at MASTER_ADDR:MASTER_PORT, in rendezvous.c, or a
  * shared file, here), opens the cuda device and the NCCL communicator that the cuda plug-in exports, and

@@ -3,7 +3,8 @@
  * make the same calls in the same order with the same counts and dtype; a mismatch, a failed rank or a
  * timeout fails the call on every rank with a message naming the rank and the operation.
  * Reductions of bf16/f16 accumulate in f32. Sums are taken in rank order (rank 0 + rank 1 + ...) in the
- * simulated communicator, so element i of a reduce-scatter equals element i of an all-reduce bit for bit. */
+ * simulated communicator, and by default in the MPI and NCCL ones too (reduce_native opts out), so element i of
+ * a reduce-scatter equals element i of an all-reduce bit for bit, and processes give the threads' bits. */
 #ifndef FSC_COMM_H
 #define FSC_COMM_H
 #include "export.h"

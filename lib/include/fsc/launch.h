@@ -1,7 +1,8 @@
-/* Launching one process per GPU (what fsc_cluster_run_from_env is made of, exposed so it can be tested
+/* Launching one process per rank (what fsc_cluster_run_from_env is made of, exposed so it can be tested
  * and reused): reading the launcher's environment, and the rendezvous that hands the communicator's
  * opaque id (the NCCL unique id, FSC_UNIQUE_ID_BYTES) from rank 0 to every other rank, over TCP at
- * MASTER_ADDR:MASTER_PORT or through a shared file. Nothing here needs a GPU.
+ * MASTER_ADDR:MASTER_PORT or through a shared file. Nothing here needs a GPU. On the cpu device the
+ * processes use MPI (libfsc_mpi.so), which needs no rendezvous of ours: mpirun (or srun) wires it up.
  *
  * Environment, first launcher found wins (FSC_LAUNCHER=torchrun|slurm|openmpi forces one):
  *   torchrun   RANK, WORLD_SIZE, LOCAL_RANK

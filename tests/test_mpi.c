@@ -1,0 +1,600 @@
+/* Tests of the MPI communicator (backends/mpi/mpi_comm.c) through the trainer run as processes by mpirun,
+ * and of fsc_cluster_run_from_env_opts / train_gpt under launcher variables.
+ * Oracles:
+ * - the trainer as 2, 3 and 4 MPI processes equals the same job on as many simulated ranks bit for bit: the
+ *   --save files are byte-equal and the --json losses are the same text (every strategy, pipelines, tensor
+ *   parallelism, --check-ddp);
+ * - a checkpoint written by 4 processes, resumed on 2 simulated ranks, gives the weights of the same
+ *   checkpoint written by 4 simulated ranks and resumed the same way (and 2 simulated -> 4 processes);
+ * - a killed or stopped rank ends the whole job (every process gone) within the communicator timeout plus
+ *   a margin, the output names the rank, and the newest checkpoint written before resumes;
+ * - launcher mismatches are refused with messages that say how to start the job.
+ * Skipped, with the reason, only where mpirun is not installed (ci/deps.sh installs Open MPI). */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "fsc/fsc.h"
+#include "trainertest.h"
+
+static char trainer[PATH_MAX], mpirun[PATH_MAX], tmpdir[64], plugin[PATH_MAX + 32], self_path[PATH_MAX];
+static const char *why_skip; /* non-NULL: no MPI here */
+
+#define MODEL "--layers 2 --dim 32 --heads 2 --seq 16 --batch 12 --steps 3 --lr 0.01"
+#define MPIRUN_FLAGS "--oversubscribe --bind-to none --allow-run-as-root"
+
+static char *fmt(const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    char *s = NULL;
+    if (vasprintf(&s, f, ap) < 0) fail_msg("out of memory");
+    va_end(ap);
+    return s;
+}
+
+#define SKIP_WITHOUT_MPI()                            \
+    do {                                              \
+        if (why_skip) {                               \
+            print_message("skipped: %s\n", why_skip); \
+            skip();                                   \
+        }                                             \
+    } while (0)
+
+/* The "losses" array of the JSON line that ends out, as text ("" if none). */
+static char *losses_of(const char *out) {
+    cJSON *j = prog_last_json(out);
+    char *t = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "losses"));
+    cJSON_Delete(j);
+    return t ? t : strdup("");
+}
+
+static int files_equal(const char *a, const char *b) {
+    char *cmd = fmt("cmp -s '%s' '%s'", a, b);
+    int rc = system(cmd);
+    free(cmd);
+    return rc == 0;
+}
+
+/* Run mpirun -n procs train_gpt args (exit status, output in *out). */
+static int run_mpi(int procs, const char *args, char **out) {
+    char *full = fmt("-n %d " MPIRUN_FLAGS " '%s' %s", procs, trainer, args);
+    int rc = prog_run(mpirun, full, tmpdir, out, NULL);
+    free(full);
+    return rc;
+}
+
+static int run_sim(const char *args, char **out) { return prog_run(trainer, args, tmpdir, out, NULL); }
+
+/* The job as procs processes and as procs simulated ranks: both succeed, same weights file, same losses. */
+static void same_bits(int procs, const char *par) {
+    char *a = fmt("%s/mpi.st", tmpdir), *b = fmt("%s/sim.st", tmpdir), *out1 = NULL, *out2 = NULL;
+    unlink(a), unlink(b);
+    char *args1 = fmt(MODEL " --data '%s/data.txt' --parallel %s --save '%s' --json", tmpdir, par, a);
+    char *args2 = fmt(MODEL " --data '%s/data.txt' --parallel %s --world %d --save '%s' --json", tmpdir, par, procs, b);
+    int rc1 = run_mpi(procs, args1, &out1);
+    if (rc1 != 0) fail_msg("mpirun -n %d train_gpt %s: exit %d\n%s", procs, args1, rc1, out1);
+    int rc2 = run_sim(args2, &out2);
+    if (rc2 != 0) fail_msg("train_gpt %s: exit %d\n%s", args2, rc2, out2);
+    char *l1 = losses_of(out1), *l2 = losses_of(out2);
+    if (strcmp(l1, l2) != 0) fail_msg("%d processes, --parallel %s: losses %s, simulated %s", procs, par, l1, l2);
+    if (!files_equal(a, b)) fail_msg("%d processes, --parallel %s: --save files differ", procs, par);
+    assert_non_null(strstr(out1, "--reduce ordered"));
+    print_message("%d processes = %d simulated ranks: --parallel %s\n", procs, procs, par);
+    free(l1), free(l2), free(args1), free(args2), free(out1), free(out2), free(a), free(b);
+}
+
+static void test_strategies_equal_simulated(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    const char *par[] = {"ddp", "fsdp --shard full", "fsdp --shard grad_op", "fsdp --shard none", "zero1", "zero2"};
+    for (int n = 2; n <= 4; n++)
+        for (size_t i = 0; i < sizeof par / sizeof par[0]; i++) same_bits(n, par[i]);
+    same_bits(4, "fsdp --shard hybrid");
+}
+
+static void test_pipeline_and_tensor_parallel(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    same_bits(2, "pipe --pp 2");
+    same_bits(4, "pipe --pp 2 --schedule 1f1b");
+    same_bits(2, "ddp --tp 2");
+    same_bits(4, "fsdp --tp 2 --sequence-parallel");
+    same_bits(3, "fsdp --check-ddp");
+    same_bits(4, "zero2 --pp 2 --check-ddp");
+}
+
+/* Save at step 2 on `from`, resume to step 4 on `to`; returns the resumed weights' path. */
+static char *save_resume(const char *tag, int from_procs, int from_world, int to_procs, int to_world) {
+    char *dir = fmt("%s/ck_%s", tmpdir, tag), *w = fmt("%s/%s.st", tmpdir, tag), *out = NULL;
+    char *cmd = fmt("rm -rf '%s' '%s'", dir, w);
+    assert_int_equal(system(cmd), 0);
+    free(cmd);
+    char *a = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --steps 2 --save-every 2 --ckpt-dir '%s'%s", tmpdir, dir,
+                  from_procs ? "" : (from_world == 4 ? " --world 4" : " --world 2"));
+    int rc = from_procs ? run_mpi(from_world, a, &out) : run_sim(a, &out);
+    if (rc != 0) fail_msg("%s: saving: exit %d\n%s", tag, rc, out);
+    free(out), free(a);
+    a = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --steps 4 --resume '%s' --save '%s'%s", tmpdir, dir, w,
+            to_procs ? "" : (to_world == 4 ? " --world 4" : " --world 2"));
+    rc = to_procs ? run_mpi(to_world, a, &out) : run_sim(a, &out);
+    if (rc != 0) fail_msg("%s: resuming: exit %d\n%s", tag, rc, out);
+    assert_non_null(strstr(out, "resumed from"));
+    free(out), free(a), free(dir);
+    return w;
+}
+
+static void test_checkpoint_resharding(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    /* 4 processes save, 2 simulated ranks resume = 4 simulated ranks save, 2 simulated ranks resume */
+    char *p = save_resume("p4_s2", 1, 4, 0, 2), *s = save_resume("s4_s2", 0, 4, 0, 2);
+    if (!files_equal(p, s)) fail_msg("a checkpoint of 4 processes resumed on 2 ranks differs from one of 4 ranks");
+    free(p), free(s);
+    /* 2 simulated ranks save, 4 processes resume = 2 simulated ranks save, 4 simulated ranks resume */
+    p = save_resume("s2_p4", 0, 2, 1, 4), s = save_resume("s2_s4", 0, 2, 0, 4);
+    if (!files_equal(p, s)) fail_msg("a checkpoint of 2 ranks resumed on 4 processes differs from 4 ranks");
+    free(p), free(s);
+}
+
+/* ---- faults ---- */
+
+/* Pids of processes whose environment holds marker=value and, if rank >= 0, OMPI_COMM_WORLD_RANK=rank. */
+static int find_procs(const char *marker, int rank, pid_t *pids, int cap) {
+    DIR *d = opendir("/proc");
+    int n = 0;
+    struct dirent *e;
+    char want[64];
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    while (d && (e = readdir(d)) && n < cap) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char path[64], buf[65536];
+        snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        int has_marker = 0, has_rank = rank < 0;
+        for (size_t i = 0; i < len; i += strlen(buf + i) + 1) {
+            if (strcmp(buf + i, marker) == 0) has_marker = 1;
+            if (rank >= 0 && strcmp(buf + i, want) == 0) has_rank = 1;
+        }
+        /* the ranks only (mpirun holds the marker too, but no rank) */
+        if (has_marker && has_rank && (rank >= 0 || strstr(buf, "OMPI_COMM_WORLD_RANK="))) pids[n++] = (pid_t)pid;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Start a long 3-process job, hit rank 1 with sig once rank 0 has trained a step, and check that the whole
+ * job ends within limit_s with a failure naming rank 1. */
+static void fault(int sig, double timeout_s, double limit_s, const char *expect) {
+    char marker[64];
+    snprintf(marker, sizeof marker, "FSC_TEST_MPI_JOB=%ld-%d", (long)getpid(), sig);
+    char *out = fmt("%s/fault.out", tmpdir);
+    unlink(out);
+    char *ck = fmt("%s/fault_ck%d", tmpdir, sig);
+    char *cmd = fmt("%s FSC_COMM_TIMEOUT=%g exec '%s' -n 3 " MPIRUN_FLAGS " '%s' " MODEL
+                    " --steps 1000000 --data '%s/data.txt' --parallel fsdp --save-every 3 --ckpt-dir '%s' > '%s' 2>&1",
+                    marker, timeout_s, mpirun, trainer, tmpdir, ck, out);
+    pid_t job = fork();
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    assert_true(job > 0);
+    /* wait until rank 0 has trained past the first checkpoint */
+    double t0 = now_s();
+    int started = 0;
+    while (!started && now_s() - t0 < 60) {
+        char *text = prog_slurp(out);
+        started = strstr(text, "step    4/") != NULL; /* after the checkpoint of step 3 */
+        free(text);
+        if (!started) usleep(50000);
+    }
+    pid_t victim[4];
+    int nv = find_procs(marker, 1, victim, 4);
+    if (!started || nv != 1) {
+        kill(job, SIGKILL);
+        fail_msg("the job did not start (%d processes of rank 1 found)", nv);
+    }
+    kill(victim[0], sig);
+    double hit = now_s();
+    int status = 0;
+    pid_t got = 0;
+    while ((got = waitpid(job, &status, WNOHANG)) == 0 && now_s() - hit < limit_s) usleep(50000);
+    double took = now_s() - hit;
+    pid_t left[8];
+    int nl = find_procs(marker, -1, left, 8);
+    if (got != job) kill(job, SIGKILL), waitpid(job, &status, 0);
+    for (int i = 0; i < nl; i++) kill(left[i], SIGKILL);
+    char *text = prog_slurp(out);
+    if (got != job) fail_msg("the job still ran %.1f s after rank 1 got signal %d\n%s", took, sig, text);
+    if (nl) fail_msg("%d process(es) of the job survived it\n%s", nl, text);
+    assert_false(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!strstr(text, expect)) fail_msg("the output does not say \"%s\":\n%s", expect, text);
+    print_message("signal %d to rank 1: the job ended %.1f s later\n", sig, took);
+    /* the checkpoints written before the fault stay loadable: the newest resumes on 3 simulated ranks */
+    char latest[4096];
+    int64_t step = -1;
+    assert_int_equal(fsc_ckpt_latest(ck, latest, sizeof latest, &step), FSC_OK);
+    if (step < 3) fail_msg("no complete checkpoint in %s after the fault\n%s", ck, text);
+    char *args = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --world 3 --steps %lld --resume '%s'", tmpdir,
+                     (long long)step + 1, ck), *rout = NULL;
+    int rc = run_sim(args, &rout);
+    if (rc != 0 || !strstr(rout, "resumed from")) fail_msg("resuming %s: exit %d\n%s", ck, rc, rout);
+    free(args), free(rout), free(ck);
+    free(text), free(cmd), free(out);
+}
+
+static void test_killed_rank_ends_the_job(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    /* mpirun notices a rank that dies and ends the others ("process rank 1 ... exited on signal 9") */
+    fault(SIGKILL, 5, 20, "rank 1");
+}
+
+static void test_stopped_rank_times_out(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    /* a rank that stops answering: the others time out naming it, exit, and mpirun ends the stopped one */
+    fault(SIGSTOP, 5, 30, "waiting for rank 1");
+}
+
+/* ---- the communicator itself: every operation, against the simulated communicator ---- */
+
+/* Element i of rank r's input: values over many exponents and signs, so the order of a sum shows in its bits;
+ * a NaN on rank 1 at one index (MAX keeps it). */
+static float input(int r, size_t i, fsc_dtype dt) {
+    uint32_t h = (uint32_t)(r * 2654435761u) ^ (uint32_t)(i * 40503u + 17u);
+    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+    if (dt == FSC_I32) return (float)(int32_t)(h % 2000001u) - 1000000.0f;
+    if (r == 1 && i == 5) return NAN;
+    float v = ldexpf((float)(h % 8192u) - 4096.0f, (int)(h >> 27) - 12); /* +-4096 x 2^-12..2^19 */
+    return dt == FSC_F16 ? fminf(fmaxf(v, -60000.0f), 60000.0f) : v;
+}
+
+typedef struct {
+    unsigned char *out; /* what this rank's calls produced, appended in order */
+    size_t len, cap;
+    fsc_comm_stats stats;
+} script_out;
+
+static fsc_status room(script_out *o, size_t bytes) {
+    if (o->len + bytes > o->cap) {
+        o->cap = (o->len + bytes) * 2;
+        o->out = realloc(o->out, o->cap);
+        if (!o->out) return fsc_error(FSC_ERR_NOMEM, "script: out of memory");
+    }
+    return FSC_OK;
+}
+
+static fsc_status keep(script_out *o, fsc_device *dev, const void *p, size_t bytes) {
+    FSC_TRY(room(o, bytes));
+    FSC_TRY(fsc_device_download(dev, o->out + o->len, p, bytes));
+    o->len += bytes;
+    return FSC_OK;
+}
+
+static fsc_status keep_host(script_out *o, const void *p, size_t bytes) {
+    FSC_TRY(room(o, bytes));
+    memcpy(o->out + o->len, p, bytes);
+    o->len += bytes;
+    return FSC_OK;
+}
+
+/* Fill n elements of dt for rank r, offset by `salt` (host, then to the device buffer d). */
+static fsc_status fill(fsc_device *dev, void *d, int r, size_t n, fsc_dtype dt, size_t salt) {
+    size_t es = fsc_dtype_size(dt);
+    unsigned char *h = malloc(n * es + 4);
+    float *f = malloc(n * sizeof(float) + 4);
+    if (!h || !f) return free(h), free(f), fsc_error(FSC_ERR_NOMEM, "script: out of memory");
+    for (size_t i = 0; i < n; i++) f[i] = input(r, i + salt, dt);
+    if (dt == FSC_I32)
+        for (size_t i = 0; i < n; i++) ((int32_t *)h)[i] = (int32_t)f[i];
+    else if (dt == FSC_U8)
+        for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(i + salt + (size_t)r);
+    else
+        fsc_convert_host(h, dt, f, FSC_F32, n);
+    fsc_status s = fsc_device_upload(dev, d, h, n * es);
+    free(h), free(f);
+    return s;
+}
+
+/* The same calls on every rank, each result kept: reductions of every dtype and operation, in and out of
+ * place, of sizes that do and do not divide by the group; all-gather, broadcast, all-to-all, send/recv in a
+ * ring, barrier, split and a reduction on the halves, agreement. */
+static fsc_status script(fsc_rank *rk, script_out *o) {
+    fsc_comm *c = rk->comm;
+    fsc_device *dev = rk->dev;
+    const int N = rk->world, me = rk->rank;
+    const size_t big = 1000 * (size_t)N + 7;
+    void *a = NULL, *b = NULL;
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 4 * (size_t)N, &a));
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 4 * (size_t)N, &b));
+    const fsc_dtype dts[] = {FSC_F32, FSC_BF16, FSC_F16, FSC_I32};
+    const size_t counts[] = {1, 5, 6, (size_t)N * 3 + 1, big};
+    fsc_status s = FSC_OK;
+    for (int d = 0; d < 4 && s == FSC_OK; d++) {
+        size_t es = fsc_dtype_size(dts[d]);
+        for (int op = FSC_SUM; op <= FSC_MAX && s == FSC_OK; op++) {
+            if (dts[d] == FSC_I32 && op == FSC_AVG) continue;
+            for (int k = 0; k < 5 && s == FSC_OK; k++) {
+                size_t n = counts[k], salt = (size_t)(d * 7 + op * 3 + k) * 1000;
+                s = fill(dev, a, me, n, dts[d], salt);
+                if (s == FSC_OK) s = fsc_comm_all_reduce(c, a, b, n, dts[d], (fsc_redop)op);
+                if (s == FSC_OK) s = keep(o, dev, b, n * es);
+                if (s == FSC_OK) s = fsc_comm_all_reduce(c, a, a, n, dts[d], (fsc_redop)op); /* in place */
+                if (s == FSC_OK) s = keep(o, dev, a, n * es);
+                if (s == FSC_OK) s = fill(dev, a, me, n * (size_t)N, dts[d], salt);
+                if (s == FSC_OK) s = fsc_comm_reduce_scatter(c, a, b, n, dts[d], (fsc_redop)op);
+                if (s == FSC_OK) s = keep(o, dev, b, n * es);
+                unsigned char *mine = (unsigned char *)a + (size_t)me * n * es;
+                if (s == FSC_OK) s = fsc_comm_reduce_scatter(c, a, mine, n, dts[d], (fsc_redop)op); /* in place */
+                if (s == FSC_OK) s = keep(o, dev, mine, n * es);
+            }
+        }
+    }
+    const size_t n = 333;
+    if (s == FSC_OK) s = fill(dev, a, me, n, FSC_BF16, 1);
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, a, b, n, FSC_BF16);
+    if (s == FSC_OK) s = keep(o, dev, b, n * 2 * (size_t)N);
+    if (s == FSC_OK) s = fill(dev, a, me, n, FSC_F32, 2);
+    if (s == FSC_OK) s = fsc_comm_broadcast(c, a, n, FSC_F32, N - 1);
+    if (s == FSC_OK) s = keep(o, dev, a, n * 4);
+    if (s == FSC_OK) s = fill(dev, a, me, n * (size_t)N, FSC_U8, 3);
+    if (s == FSC_OK) s = fsc_comm_all_to_all(c, a, b, n, FSC_U8);
+    if (s == FSC_OK) s = keep(o, dev, b, n * (size_t)N);
+    /* a ring: everyone sends first, then receives (buffered sends do not deadlock) */
+    if (s == FSC_OK) s = fill(dev, a, me, n, FSC_F32, 4);
+    if (s == FSC_OK) s = fsc_comm_send(c, a, n, FSC_F32, (me + 1) % N);
+    if (s == FSC_OK) s = fsc_comm_send(c, a, 0, FSC_F32, (me + 1) % N);
+    if (s == FSC_OK) s = fsc_comm_recv(c, b, n, FSC_F32, (me + N - 1) % N);
+    if (s == FSC_OK) s = fsc_comm_recv(c, b, 0, FSC_F32, (me + N - 1) % N);
+    if (s == FSC_OK) s = keep(o, dev, b, n * 4);
+    if (s == FSC_OK) s = fsc_comm_barrier(c);
+    fsc_comm *half = NULL;
+    if (s == FSC_OK) s = fsc_comm_split(c, me % 2, N - me, &half); /* keys reverse the order */
+    if (s == FSC_OK) {
+        int32_t who[2] = {fsc_comm_rank(half), fsc_comm_size(half)};
+        s = keep_host(o, who, sizeof who);
+        if (s == FSC_OK) s = fill(dev, a, me, 100, FSC_F32, 5);
+        if (s == FSC_OK) s = fsc_comm_all_reduce(half, a, a, 100, FSC_F32, FSC_SUM);
+        if (s == FSC_OK) s = keep(o, dev, a, 400);
+    }
+    fsc_comm_free(half);
+    if (s == FSC_OK) {
+        fsc_clear_error();
+        fsc_status v = fsc_comm_agree(c, dev, me == N - 1 ? fsc_error(FSC_ERR_INVALID, "rank-%d-says-no", me) : FSC_OK);
+        int32_t code = (int32_t)v;
+        s = keep_host(o, &code, sizeof code);
+        if (s == FSC_OK && (v == FSC_OK || !strstr(fsc_last_error(), "rank-"))) s = fsc_error(FSC_ERR_INTERNAL, "agree lost the failure");
+    }
+    if (s == FSC_OK) o->stats = *fsc_comm_get_stats(c);
+    fsc_device_release(dev, a);
+    fsc_device_release(dev, b);
+    return s;
+}
+
+static fsc_status sim_script(fsc_rank *rk, void *arg) { return script(rk, &((script_out *)arg)[rk->rank]); }
+static fsc_status mpi_script(fsc_rank *rk, void *arg) { return script(rk, arg); }
+
+/* Under mpirun: run the script on the MPI communicator and on a simulated cluster of as many ranks in this
+ * process, and compare this rank's results byte for byte (and the call and byte counters). */
+static int worker(void) {
+    script_out got = {0};
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.device = "cpu";
+    if (fsc_cluster_run_from_env_opts(&co, mpi_script, &got) != FSC_OK) {
+        fprintf(stderr, "worker: %s\n", fsc_last_error());
+        return 1;
+    }
+    const char *rv = getenv("OMPI_COMM_WORLD_RANK"), *nv = getenv("OMPI_COMM_WORLD_SIZE");
+    int me = rv ? atoi(rv) : 0, N = nv ? atoi(nv) : 1;
+    script_out *want = calloc((size_t)N, sizeof *want);
+    co.world = N;
+    if (fsc_cluster_run(&co, sim_script, want) != FSC_OK) {
+        fprintf(stderr, "worker: simulated: %s\n", fsc_last_error());
+        return 1;
+    }
+    int rc = 0;
+    if (got.len != want[me].len) {
+        fprintf(stderr, "rank %d: %zu result bytes, simulated %zu\n", me, got.len, want[me].len);
+        rc = 1;
+    } else {
+        for (size_t i = 0; i < got.len; i++)
+            if (got.out[i] != want[me].out[i]) {
+                fprintf(stderr, "rank %d: result byte %zu differs from the simulated communicator's\n", me, i);
+                rc = 1;
+                break;
+            }
+    }
+    if (memcmp(&got.stats, &want[me].stats, sizeof got.stats) != 0) {
+        fprintf(stderr, "rank %d: the call/byte counters differ from the simulated communicator's\n", me);
+        rc = 1;
+    }
+    if (rc == 0) printf("rank %d of %d: %zu result bytes equal the simulated communicator's\n", me, N, got.len);
+    for (int r = 0; r < N; r++) free(want[r].out);
+    free(want), free(got.out);
+    return rc;
+}
+
+static void test_communicator_equals_simulated(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    for (int n = 2; n <= 4; n++) {
+        char *args = fmt("-n %d " MPIRUN_FLAGS " -x FSC_MPI_PLUGIN=%s -x FSC_COMM_TIMEOUT=30 '%s' --worker", n,
+                         plugin, self_path), *out = NULL;
+        int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
+        if (rc != 0 || !strstr(out, "equal the simulated")) fail_msg("mpirun %s: exit %d\n%s", args, rc, out);
+        print_message("the MPI communicator on %d processes = the simulated one\n", n);
+        free(args), free(out);
+    }
+}
+
+/* ---- launchers ---- */
+
+static void expect(int rc_want, const char *env, const char *args, const char *msg) {
+    char *full = fmt("%s '%s' " MODEL " --data '%s/data.txt' %s", env, trainer, tmpdir, args), *out = NULL;
+    char *cmd = fmt("-c \"%s\"", full);
+    int rc = prog_run("/bin/sh", cmd, tmpdir, &out, NULL);
+    if (rc != rc_want || !strstr(out, msg)) fail_msg("%s: exit %d (want %d), output:\n%s\n(want \"%s\")", full, rc,
+                                                     rc_want, out, msg);
+    free(full), free(cmd), free(out);
+}
+
+static fsc_status count_calls(fsc_rank *r, void *arg) {
+    int *calls = arg;
+    (*calls)++;
+    return r->world == 1 && r->comm && r->dev ? FSC_OK : fsc_error(FSC_ERR_INTERNAL, "not a world of 1");
+}
+
+/* fsc_cluster_run_from_env_opts: the device picks the communicator; what is missing is said. */
+static void test_run_from_env_opts(void **state) {
+    (void)state;
+    const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL};
+    char *saved[16] = {0};
+    for (int i = 0; vars[i]; i++) {
+        if (getenv(vars[i])) saved[i] = strdup(getenv(vars[i]));
+        unsetenv(vars[i]);
+    }
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    int calls = 0;
+    /* no launcher on cpu: one rank in this process, no MPI needed */
+    assert_int_equal(fsc_cluster_run_from_env_opts(&co, count_calls, &calls), FSC_OK);
+    assert_int_equal(calls, 1);
+    co.device = "tpu";
+    assert_int_equal(fsc_cluster_run_from_env_opts(&co, count_calls, &calls), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "unknown device \"tpu\""));
+    /* simulated ranks refuse native reductions rather than ignore them */
+    co = fsc_cluster_opts_default();
+    co.world = 2, co.reduce_native = 1;
+    assert_int_equal(fsc_cluster_run(&co, count_calls, &calls), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "simulated ranks always sum in rank order"));
+    /* torchrun's processes cannot form an MPI world */
+    setenv("RANK", "1", 1), setenv("WORLD_SIZE", "2", 1), setenv("LOCAL_RANK", "1", 1);
+    co = fsc_cluster_opts_default();
+    assert_int_equal(fsc_cluster_run_from_env_opts(&co, count_calls, &calls), FSC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fsc_last_error(), "rank 1 of 2 (torchrun)"));
+    assert_non_null(strstr(fsc_last_error(), "use mpirun -n 2"));
+    unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("LOCAL_RANK");
+    /* Open MPI's variables without the plug-in: what is missing and how to get it */
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1), setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1), setenv("FSC_MPI_PLUGIN", "/nonexistent/libfsc_mpi.so", 1);
+    assert_int_equal(fsc_cluster_run_from_env_opts(&co, count_calls, &calls), FSC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(fsc_last_error(), "2 processes on the cpu device talk through MPI"));
+    assert_non_null(strstr(fsc_last_error(), "libfsc_mpi.so was not found"));
+    assert_int_equal(calls, 1);
+    unsetenv("OMPI_COMM_WORLD_RANK"), unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("FSC_MPI_PLUGIN");
+    for (int i = 0; vars[i]; i++)
+        if (saved[i]) setenv(vars[i], saved[i], 1), free(saved[i]);
+}
+
+static void test_launcher_checks(void **state) {
+    (void)state;
+    const char *ompi1 = "env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_LOCAL_RANK=0";
+    const char *torch2 = "env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0";
+    /* a world-1 job started by a launcher with --world 4 is refused, never run as 4 simulated ranks */
+    expect(2, ompi1, "--parallel ddp --world 4", "--world 4, but the launcher (openmpi) started 1 process");
+    /* with --world left out, a world-1 launch is one rank */
+    expect(0, ompi1, "--steps 1", "step    1/1");
+    expect(2, "env FSC_LAUNCHER=none", "--parallel ddp --world 2 --reduce native", "--reduce native applies to processes");
+    /* torchrun cannot start MPI processes: say what can */
+    expect(1, torch2, "--parallel ddp", "use mpirun -n 2");
+    if (why_skip) return;
+    /* processes without the plug-in: the error names what is missing and how to get it */
+    char *args = fmt("-x FSC_MPI_PLUGIN=%s/none.so '%s' " MODEL " --data '%s/data.txt' --parallel ddp", tmpdir, trainer,
+                     tmpdir);
+    char *full = fmt("-n 2 " MPIRUN_FLAGS " %s", args), *out = NULL;
+    int rc = prog_run(mpirun, full, tmpdir, &out, NULL);
+    if (rc == 0 || !strstr(out, "libfsc_mpi.so was not found") || !strstr(out, "apt-get install libopenmpi-dev"))
+        fail_msg("mpirun %s: exit %d\n%s", full, rc, out);
+    free(args), free(full), free(out);
+    /* --world must be the launcher's */
+    args = fmt(MODEL " --data '%s/data.txt' --parallel ddp --world 4", tmpdir);
+    rc = run_mpi(2, args, &out);
+    if (rc == 0 || !strstr(out, "--world 4, but the launcher (openmpi) started 2 processes"))
+        fail_msg("mpirun -n 2 --world 4: exit %d\n%s", rc, out);
+    free(args), free(out);
+    /* native reductions run and say that the bits may differ */
+    args = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --reduce native --json", tmpdir);
+    rc = run_mpi(2, args, &out);
+    if (rc != 0 || !strstr(out, "bits may differ")) fail_msg("mpirun --reduce native: exit %d\n%s", rc, out);
+    free(args), free(out);
+}
+
+static int setup(void **state) {
+    (void)state;
+    char *path = fmt("%s/data.txt", tmpdir);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    uint32_t x = 12345;
+    for (int i = 0; i < 20000; i++) {
+        x = x * 1103515245u + 12345u;
+        fputc('a' + (int)((x >> 16) % 26), f);
+    }
+    fclose(f);
+    free(path);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--worker") == 0) return worker();
+    char self[PATH_MAX];
+    if (!realpath(argv[0], self)) return 1;
+    snprintf(self_path, sizeof self_path, "%s", self);
+    char *dir = dirname(self);
+    snprintf(trainer, sizeof trainer, "%s/../train_gpt", dir);
+    if (access(trainer, X_OK) != 0) {
+        fprintf(stderr, "test_mpi: %s not found: build it first\n", trainer);
+        return 1;
+    }
+    FILE *p = popen("command -v mpirun 2>/dev/null", "r");
+    if (!p || !fgets(mpirun, sizeof mpirun, p)) mpirun[0] = 0;
+    if (p) pclose(p);
+    mpirun[strcspn(mpirun, "\n")] = 0;
+    snprintf(plugin, sizeof plugin, "%s/../libfsc_mpi.so", dir);
+    if (!mpirun[0]) why_skip = "mpirun not found: Open MPI is not installed (apt-get install openmpi-bin libopenmpi-dev)";
+    else if (access(plugin, R_OK) != 0) {
+        fprintf(stderr, "test_mpi: mpirun is installed but %s was not built (make mpi)\n", plugin);
+        return 1;
+    }
+    /* Open MPI's own allocations are not freed at exit: leak reports from it are not ours */
+    setenv("ASAN_OPTIONS", "detect_leaks=0", 0);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    strcpy(tmpdir, "/tmp/fsc_test_mpi_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_run_from_env_opts),
+        cmocka_unit_test(test_launcher_checks),
+        cmocka_unit_test(test_communicator_equals_simulated),
+        cmocka_unit_test(test_strategies_equal_simulated),
+        cmocka_unit_test(test_pipeline_and_tensor_parallel),
+        cmocka_unit_test(test_checkpoint_resharding),
+        cmocka_unit_test(test_killed_rank_ends_the_job),
+        cmocka_unit_test(test_stopped_rank_times_out),
+    };
+    int rc = cmocka_run_group_tests(tests, setup, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "test_mpi: could not remove %s\n", tmpdir);
+    return rc;
+}

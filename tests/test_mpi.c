@@ -6,6 +6,8 @@
  *   parallelism, --check-ddp);
  * - a checkpoint written by 4 processes, resumed on 2 simulated ranks, gives the weights of the same
  *   checkpoint written by 4 simulated ranks and resumed the same way (and 2 simulated -> 4 processes);
+ * - the same for the Llama (--model llama): strategies, a balanced pipeline, a checkpoint of 4 processes
+ *   resumed on 2 ranks, which the GPT refuses by family;
  * - a killed or stopped rank ends the whole job (every process gone) within the communicator timeout plus
  *   a margin, the output names the rank, and the newest checkpoint written before resumes;
  * - launcher mismatches are refused with messages that say how to start the job.
@@ -111,19 +113,21 @@ static void test_pipeline_and_tensor_parallel(void **state) {
     same_bits(4, "zero2 --pp 2 --check-ddp");
 }
 
-/* Save at step 2 on `from`, resume to step 4 on `to`; returns the resumed weights' path. */
-static char *save_resume(const char *tag, int from_procs, int from_world, int to_procs, int to_world) {
+/* Save at step 2 on `from`, resume to step 4 on `to` (model: options after MODEL, "" for the GPT); returns the
+ * resumed weights' path. */
+static char *save_resume(const char *tag, const char *model, int from_procs, int from_world, int to_procs,
+                         int to_world) {
     char *dir = fmt("%s/ck_%s", tmpdir, tag), *w = fmt("%s/%s.st", tmpdir, tag), *out = NULL;
     char *cmd = fmt("rm -rf '%s' '%s'", dir, w);
     assert_int_equal(system(cmd), 0);
     free(cmd);
-    char *a = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --steps 2 --save-every 2 --ckpt-dir '%s'%s", tmpdir, dir,
-                  from_procs ? "" : (from_world == 4 ? " --world 4" : " --world 2"));
+    char *a = fmt(MODEL "%s --data '%s/data.txt' --parallel fsdp --steps 2 --save-every 2 --ckpt-dir '%s'%s", model,
+                  tmpdir, dir, from_procs ? "" : (from_world == 4 ? " --world 4" : " --world 2"));
     int rc = from_procs ? run_mpi(from_world, a, &out) : run_sim(a, &out);
     if (rc != 0) fail_msg("%s: saving: exit %d\n%s", tag, rc, out);
     free(out), free(a);
-    a = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --steps 4 --resume '%s' --save '%s'%s", tmpdir, dir, w,
-            to_procs ? "" : (to_world == 4 ? " --world 4" : " --world 2"));
+    a = fmt(MODEL "%s --data '%s/data.txt' --parallel fsdp --steps 4 --resume '%s' --save '%s'%s", model, tmpdir, dir,
+            w, to_procs ? "" : (to_world == 4 ? " --world 4" : " --world 2"));
     rc = to_procs ? run_mpi(to_world, a, &out) : run_sim(a, &out);
     if (rc != 0) fail_msg("%s: resuming: exit %d\n%s", tag, rc, out);
     assert_non_null(strstr(out, "resumed from"));
@@ -135,13 +139,35 @@ static void test_checkpoint_resharding(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
     /* 4 processes save, 2 simulated ranks resume = 4 simulated ranks save, 2 simulated ranks resume */
-    char *p = save_resume("p4_s2", 1, 4, 0, 2), *s = save_resume("s4_s2", 0, 4, 0, 2);
+    char *p = save_resume("p4_s2", "", 1, 4, 0, 2), *s = save_resume("s4_s2", "", 0, 4, 0, 2);
     if (!files_equal(p, s)) fail_msg("a checkpoint of 4 processes resumed on 2 ranks differs from one of 4 ranks");
     free(p), free(s);
     /* 2 simulated ranks save, 4 processes resume = 2 simulated ranks save, 4 simulated ranks resume */
-    p = save_resume("s2_p4", 0, 2, 1, 4), s = save_resume("s2_s4", 0, 2, 0, 4);
+    p = save_resume("s2_p4", "", 0, 2, 1, 4), s = save_resume("s2_s4", "", 0, 2, 0, 4);
     if (!files_equal(p, s)) fail_msg("a checkpoint of 2 ranks resumed on 4 processes differs from 4 ranks");
     free(p), free(s);
+}
+
+/* The Llama (--model llama, grouped-query attention) as processes equals it on simulated ranks: strategies, a
+ * balanced pipeline beside DDP, and a checkpoint of 4 processes resumed on 2 ranks; the GPT refuses that
+ * checkpoint under mpirun, naming the family. */
+#define LLAMA " --model llama --kv-heads 1"
+static void test_llama(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    same_bits(2, "ddp" LLAMA);
+    same_bits(3, "fsdp --shard full" LLAMA);
+    same_bits(2, "zero2" LLAMA);
+    same_bits(4, "zero2 --pp 2 --balance 1,1 --check-ddp" LLAMA);
+    char *p = save_resume("llama_p4_s2", LLAMA, 1, 4, 0, 2), *s = save_resume("llama_s4_s2", LLAMA, 0, 4, 0, 2);
+    if (!files_equal(p, s)) fail_msg("a Llama checkpoint of 4 processes resumed on 2 ranks differs from one of 4 ranks");
+    free(p), free(s);
+    char *out = NULL, *a = fmt(MODEL " --data '%s/data.txt' --parallel fsdp --steps 4 --resume '%s/ck_llama_p4_s2'",
+                               tmpdir, tmpdir);
+    int rc = run_mpi(2, a, &out);
+    if (rc == 0 || !strstr(out, "written for a model of family 'llama'"))
+        fail_msg("the GPT under mpirun resuming a Llama checkpoint: exit %d\n%s", rc, out);
+    free(out), free(a);
 }
 
 /* ---- faults ---- */
@@ -589,6 +615,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_strategies_equal_simulated),
         cmocka_unit_test(test_pipeline_and_tensor_parallel),
         cmocka_unit_test(test_checkpoint_resharding),
+        cmocka_unit_test(test_llama),
         cmocka_unit_test(test_killed_rank_ends_the_job),
         cmocka_unit_test(test_stopped_rank_times_out),
     };

@@ -1,9 +1,11 @@
 /* libFuzzer harness for the trainer's command line (examples/train_gpt.c, compiled here with its main
- * renamed): the input split at NUL bytes is argv[1..]. The options go through parse_args, resolve_layout
- * and check_config as in main. A refusal says why; an accepted configuration holds together (world =
- * dp x tp x pp within [1, 1024], the batch splits over the data-parallel ranks and micro-batches, the model,
- * the rank order, the layout of every rank and the balance are valid), and its --json record (config_object)
- * fed back to the parser as options gives the same configuration.
+ * renamed): the input split at NUL bytes is argv[1..]. The options go through parse_args, check_launcher (no
+ * launcher's variables under the fuzzer: simulated ranks), resolve_layout, resolve_model and check_config as
+ * in main. A refusal says why; an accepted configuration holds together (world = dp x tp x pp within
+ * [1, 1024], the batch splits over the data-parallel ranks and micro-batches, the model of either family
+ * (--model gpt2: --ffn 4 x --dim, --kv-heads --heads; --model llama: a valid Llama without tensor parallelism
+ * or experts), the rank order, the layout of every rank and the balance are valid), and its --json record
+ * (config_object) fed back to the parser as options gives the same configuration.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_train_args.c (or make fuzz). */
 #define main train_gpt_main
 #include "../examples/train_gpt.c"
@@ -94,6 +96,14 @@ static void fz_check_accepted(const train_config *c) {
     if (c->pp > c->layers || c->ep < 1 || c->seq < 1) __builtin_trap();
     fsc_gpt_config g = model_config(c);
     if (fsc_gpt_config_validate(&g) != FSC_OK) __builtin_trap();
+    if (c->kv_heads < 1 || c->ffn < 1) __builtin_trap(); /* resolve_model filled in the defaults */
+    if (c->model == MODEL_LLAMA) {
+        fsc_llama_config l = llama_config(c);
+        if (fsc_llama_config_validate(&l) != FSC_OK || c->tp != 1 || c->moe_experts) __builtin_trap();
+    } else if (c->ffn != 4 * c->dim || c->kv_heads != c->heads) {
+        __builtin_trap();
+    }
+    if (c->reduce) __builtin_trap(); /* --reduce native needs a launcher's processes */
     int order[3];
     if (fsc_layout_parse_order(c->order, order) != FSC_OK) __builtin_trap();
     for (int r = 0; r < c->world; r += c->world > 1 ? c->world - 1 : 1) {
@@ -121,7 +131,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int given[NOPT];
     char err[512] = "";
     int rc = parse_args(argc, argv, &c, given, err, sizeof err);
+    int me = 0, procs = 0;
+    if (rc == 0) rc = check_launcher(&c, given, &me, &procs, err, sizeof err);
     if (rc == 0) rc = resolve_layout(&c, given, err, sizeof err);
+    if (rc == 0) rc = resolve_model(&c, given, err, sizeof err);
     if (rc == 0) rc = check_config(&c, given, err, sizeof err);
     if (rc != 0 && rc != 1) {
         if (rc != -1 || err[0] == 0) __builtin_trap(); /* a refusal says why */

@@ -3,7 +3,10 @@
  * and model.h's for the GPT and the Llama), engine, checkpoint save, MoE layer, tensor-parallel model), with
  * the values the headers document (torch.optim.AdamW's hyper-parameters, GPT-2 small's 124,439,808
  * parameters); and a zero-initialised fsc_parallel_opts, which the defaults function exists to replace, is
- * refused. */
+ * refused. The layer options of layers.h (linear, MLP, attention, transformer block) from their defaults
+ * functions make layers with the parameters the header documents; a GPT-2 and a Llama strung from default blocks
+ * declare the tensors (names and shapes, in order) of the built-in GPT and of the Llama of
+ * fsc_llama_config_default's hyper-parameters. */
 #include "testutil.h"
 
 static fsc_gpt_config tiny(void) {
@@ -75,6 +78,111 @@ static void test_model_defaults(void **state) {
     fsc_device_free(dev);
 }
 
+static void assert_param(const fsc_layer *l, int i, const char *name, int64_t d0, int64_t d1) {
+    assert_true(i < l->n_params);
+    assert_string_equal(l->params[i].name, name);
+    assert_int_equal(l->params[i].shape[0], d0);
+    assert_int_equal(l->params[i].shape[1], d1);
+}
+
+static void test_layer_defaults(void **state) {
+    (void)state;
+    fsc_device *dev = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    fsc_layer *l = NULL;
+    /* linear: one row, a bias, W [in, out] */
+    fsc_linear_opts lo = fsc_linear_opts_default(3, 5);
+    assert_true(lo.rows == 1 && lo.in == 3 && lo.out == 5 && lo.bias == 1 && lo.out_in == 0);
+    assert_ok(fsc_layer_linear(&lo, &l));
+    assert_int_equal(l->n_params, 2);
+    assert_param(l, 0, "weight", 3, 5);
+    assert_param(l, 1, "bias", 5, 0);
+    assert_int_equal(l->out_floats, 5);
+    fsc_layer_free(l);
+    /* MLPs: F = 4 C, one row, no residual */
+    fsc_mlp_opts mo = fsc_mlp_opts_default(8);
+    assert_true(mo.rows == 1 && mo.C == 8 && mo.F == 32 && mo.residual == 0);
+    assert_ok(fsc_layer_gelu_mlp(&mo, &l));
+    assert_int_equal(l->n_params, 4);
+    assert_param(l, 0, "c_fc.weight", 8, 32);
+    fsc_layer_free(l);
+    assert_ok(fsc_layer_swiglu_mlp(&mo, &l));
+    assert_int_equal(l->n_params, 3);
+    assert_param(l, 0, "gate_proj.weight", 32, 8);
+    fsc_layer_free(l);
+    /* attention: kv_heads = heads, no biases, no residual, no rotation */
+    fsc_attention_opts ao = fsc_attention_opts_default(4, 8, 2);
+    assert_true(ao.T == 4 && ao.C == 8 && ao.heads == 2 && ao.kv_heads == 2 && ao.bias == 0 && ao.residual == 0 &&
+                ao.rope_theta == 0.0f);
+    assert_ok(fsc_layer_attention(&ao, &l));
+    assert_int_equal(l->n_params, 4);
+    assert_param(l, 1, "k_proj.weight", 8, 8);
+    fsc_layer_free(l);
+    /* blocks */
+    fsc_block_opts go = fsc_block_opts_default(FSC_BLOCK_GPT2, 8, 16, 2);
+    assert_true(go.kind == FSC_BLOCK_GPT2 && go.T == 8 && go.C == 16 && go.heads == 2 && go.kv_heads == 2 &&
+                go.F == 64 && go.rope_theta == 0.0f && go.eps == 1e-5f && go.separate_qkv == 0);
+    fsc_block_opts ko = fsc_block_opts_default(FSC_BLOCK_LLAMA, 8, 16, 2);
+    assert_true(ko.kind == FSC_BLOCK_LLAMA && ko.kv_heads == 2 && ko.F == fsc_llama_default_ffn(16) &&
+                ko.rope_theta == 10000.0f && ko.eps == 1e-5f && ko.separate_qkv == 0);
+
+    /* the GPT-2 of default blocks: the built-in GPT's tensors */
+    fsc_gpt_config gc = tiny();
+    enum { L = 2 };
+    static char prefix[L][16];
+    fsc_seq_layer sl[L + 3];
+    assert_ok(fsc_layer_embedding(gc.seq, gc.dim, gc.vocab, &l));
+    sl[0] = (fsc_seq_layer){ .layer = l };
+    for (int i = 0; i < L; i++) {
+        go = fsc_block_opts_default(FSC_BLOCK_GPT2, gc.seq, gc.dim, gc.heads);
+        assert_ok(fsc_layer_block(&go, &l));
+        snprintf(prefix[i], sizeof prefix[i], "h.%d.", i);
+        sl[1 + i] = (fsc_seq_layer){ .layer = l, .prefix = prefix[i] };
+    }
+    assert_ok(fsc_layer_layernorm(gc.seq, gc.dim, &l));
+    sl[L + 1] = (fsc_seq_layer){ .layer = l, .prefix = "ln_f." };
+    assert_ok(fsc_layer_lm_head(gc.seq, gc.dim, gc.vocab, &l));
+    sl[L + 2] = (fsc_seq_layer){ .layer = l, .prefix = "lm_head.", .tie = { { "weight", "wte.weight" } } };
+    fsc_model *seq = NULL, *ref = NULL;
+    assert_ok(fsc_seq_model_create(dev, sl, L + 3, &seq));
+    assert_ok(fsc_gpt_model_create(dev, &gc, &ref));
+    assert_int_equal(ref->n_layers, L + 2); /* the GPT's final LayerNorm is in its head layer */
+    assert_int_equal(seq->n_tensors, ref->n_tensors);
+    for (int i = 0; i < ref->n_tensors; i++) {
+        assert_string_equal(seq->info[i].name, ref->info[i].name);
+        for (int d = 0; d < ref->info[i].ndim; d++) assert_int_equal(seq->info[i].shape[d], ref->info[i].shape[d]);
+    }
+    fsc_model_free(seq), fsc_model_free(ref);
+
+    /* the Llama of default blocks: the tensors of the Llama of fsc_llama_config_default's hyper-parameters
+     * (kv heads = heads, the ffn rule, theta 10000, eps 1e-5), smaller */
+    fsc_llama_config lc = fsc_llama_config_default();
+    lc.layers = L, lc.dim = 16, lc.heads = 2, lc.kv_heads = 2, lc.ffn = fsc_llama_default_ffn(16), lc.seq = 8;
+    lc.vocab = 32;
+    assert_ok(fsc_layer_token_embedding(lc.seq, lc.dim, lc.vocab, &l));
+    sl[0] = (fsc_seq_layer){ .layer = l, .prefix = "model.embed_tokens." };
+    for (int i = 0; i < L; i++) {
+        ko = fsc_block_opts_default(FSC_BLOCK_LLAMA, lc.seq, lc.dim, lc.heads);
+        assert_true(ko.rope_theta == lc.rope_theta && ko.eps == lc.norm_eps && ko.F == lc.ffn);
+        assert_ok(fsc_layer_block(&ko, &l));
+        snprintf(prefix[i], sizeof prefix[i], "model.layers.%d.", i);
+        sl[1 + i] = (fsc_seq_layer){ .layer = l, .prefix = prefix[i] };
+    }
+    assert_ok(fsc_layer_rmsnorm(lc.seq, lc.dim, lc.norm_eps, &l));
+    sl[L + 1] = (fsc_seq_layer){ .layer = l, .prefix = "model.norm." };
+    assert_ok(fsc_layer_lm_head(lc.seq, lc.dim, lc.vocab, &l));
+    sl[L + 2] = (fsc_seq_layer){ .layer = l, .prefix = "lm_head." };
+    assert_ok(fsc_seq_model_create(dev, sl, L + 3, &seq));
+    assert_ok(fsc_llama_model_create(dev, &lc, &ref));
+    assert_int_equal(seq->n_tensors, ref->n_tensors);
+    for (int i = 0; i < ref->n_tensors; i++) {
+        assert_string_equal(seq->info[i].name, ref->info[i].name);
+        for (int d = 0; d < ref->info[i].ndim; d++) assert_int_equal(seq->info[i].shape[d], ref->info[i].shape[d]);
+    }
+    fsc_model_free(seq), fsc_model_free(ref);
+    fsc_device_free(dev);
+}
+
 typedef struct {
     fsc_parallel_opts po;
     int steps_ok;
@@ -142,6 +250,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_and_optim_defaults),
         cmocka_unit_test(test_model_defaults),
+        cmocka_unit_test(test_layer_defaults),
         cmocka_unit_test(test_engine_and_cluster_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,6 +34,10 @@ static void lin_config(const fsc_layer *l, char *buf, size_t cap) {
 
 static const fsc_layer_ops lin_ops = { .forward = lin_fwd, .backward = lin_bwd, .config = lin_config };
 
+fsc_linear_opts fsc_linear_opts_default(int in, int out) {
+    return (fsc_linear_opts){ .rows = 1, .in = in, .out = out, .bias = 1, .out_in = 0 };
+}
+
 fsc_status fsc_layer_linear(const fsc_linear_opts *o, fsc_layer **out) {
     if (!o || o->in < 1 || o->out < 1 || o->rows < 0)
         return fsc_error(FSC_ERR_INVALID, "linear layer: need in, out >= 1 and rows >= 0");

@@ -8,6 +8,7 @@
  * The two composed forms share one record layout and one forward/backward below. Parameter names follow
  * Hugging Face (GPT2Block, LlamaDecoderLayer) under the block's prefix ("h.3.", "model.layers.3.").
  * Not here: the modules (lib/nn), the sequential model (seq.c). */
+#include "fsc/llama.h"
 #include "layers_impl.h"
 
 /* What each parameter of a composed block is; ix[role] its index among the layer's parameters (-1: none). */
@@ -233,6 +234,13 @@ static fsc_status check_opts(const fsc_block_opts *o) {
         return fsc_error(FSC_ERR_INVALID, "block layer: rotary embeddings need an even head size, got %d",
                          o->C / o->heads);
     return FSC_OK;
+}
+
+fsc_block_opts fsc_block_opts_default(fsc_block_kind kind, int T, int C, int heads) {
+    const int llama = kind == FSC_BLOCK_LLAMA;
+    return (fsc_block_opts){ .kind = kind, .T = T, .C = C, .heads = heads, .kv_heads = heads,
+                             .F = llama ? fsc_llama_default_ffn(C) : 4 * C, .rope_theta = llama ? 10000.0f : 0.0f,
+                             .eps = 1e-5f, .separate_qkv = 0 };
 }
 
 fsc_status fsc_layer_block(const fsc_block_opts *o, fsc_layer **out) {

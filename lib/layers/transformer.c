@@ -132,6 +132,10 @@ static void mlp_config(const fsc_layer *l, char *buf, size_t cap) {
 static const fsc_layer_ops gm_ops = { .rec_bytes = gm_rec, .work_bytes = gm_work, .forward = gm_fwd,
                                       .backward = gm_bwd, .config = mlp_config };
 
+fsc_mlp_opts fsc_mlp_opts_default(int C) {
+    return (fsc_mlp_opts){ .rows = 1, .C = C, .F = 4 * C, .residual = 0 };
+}
+
 static fsc_status mlp_new(const fsc_mlp_opts *o, const char *kind, const fsc_layer_ops *ops, fsc_layer **out) {
     if (!o || o->rows < 0 || o->C < 1 || o->F < 1)
         return fsc_error(FSC_ERR_INVALID, "%s layer: need C, F >= 1 and rows >= 0", kind);
@@ -262,6 +266,11 @@ static void at_config(const fsc_layer *l, char *buf, size_t cap) {
 
 static const fsc_layer_ops at_ops = { .rec_bytes = at_rec, .work_bytes = at_work, .forward = at_fwd,
                                       .backward = at_bwd, .config = at_config };
+
+fsc_attention_opts fsc_attention_opts_default(int T, int C, int heads) {
+    return (fsc_attention_opts){ .T = T, .C = C, .heads = heads, .kv_heads = heads, .bias = 0, .residual = 0,
+                                 .rope_theta = 0.0f };
+}
 
 fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
     if (!o || o->T < 1 || o->C < 1 || o->heads < 1 || o->C % o->heads != 0 || o->kv_heads < 0 ||

@@ -100,6 +100,8 @@ fsc_init fsc_init_const(float v);
 
 /* out = in W + b, W "weight" [in, out] (out_in: [out, in] as torch's nn.Linear), b "bias" (with bias). */
 typedef struct { int rows, in, out, bias, out_in; } fsc_linear_opts;
+/* The defaults: one row per sample, a bias (as torch's nn.Linear), W [in, out]. */
+fsc_linear_opts fsc_linear_opts_default(int in, int out);
 fsc_status fsc_layer_linear(const fsc_linear_opts *o, fsc_layer **out);
 /* GELU (tanh approximation) over n floats per sample. */
 fsc_status fsc_layer_gelu(size_t n, fsc_layer **out);
@@ -110,6 +112,9 @@ fsc_status fsc_layer_rmsnorm(int rows, int C, float eps, fsc_layer **out);
 /* out = [in +] c_proj(gelu(c_fc(in))) (GPT-2's MLP, weights [in, out] as GPT-2's Conv1D): "c_fc.weight" (C, F),
  * "c_fc.bias", "c_proj.weight" (F, C), "c_proj.bias". */
 typedef struct { int rows, C, F, residual; } fsc_mlp_opts;
+/* The defaults of both MLPs: one row per sample, F = 4 C (GPT-2's width; the Llama's rule is llama.h's
+ * fsc_llama_default_ffn), no residual. */
+fsc_mlp_opts fsc_mlp_opts_default(int C);
 fsc_status fsc_layer_gelu_mlp(const fsc_mlp_opts *o, fsc_layer **out);
 /* out = [in +] down(silu(gate(in)) * up(in)) (Llama's MLP, no biases): "gate_proj.weight", "up_proj.weight"
  * (F, C), "down_proj.weight" (C, F). */
@@ -118,6 +123,8 @@ fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out);
  * heads, 0: heads): "q_proj.weight" (heads x HS, C), "k_proj.weight", "v_proj.weight" (kv_heads x HS, C),
  * "o_proj.weight" (C, heads x HS), and "{q,k,v,o}_proj.bias" with bias. HS = C / heads. */
 typedef struct { int T, C, heads, kv_heads, bias, residual; float rope_theta; } fsc_attention_opts;
+/* The defaults: plain multi-head attention (kv_heads = heads), no biases, no residual, no rotary embedding. */
+fsc_attention_opts fsc_attention_opts_default(int T, int C, int heads);
 fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out);
 /* out (T, C) = wte[token] + wpe[t] of T int32 tokens per sample: "wte.weight" (V, C), "wpe.weight" (T, C). */
 fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out);
@@ -141,6 +148,10 @@ typedef struct {
     float rope_theta, eps;
     int separate_qkv;
 } fsc_block_opts;
+/* The defaults of a block of that kind: kv_heads = heads, eps 1e-5; FSC_BLOCK_GPT2 packed (separate_qkv 0) with
+ * F = 4 C and no rotary embedding; FSC_BLOCK_LLAMA with F = fsc_llama_default_ffn(C) and rope_theta 10000
+ * (llama.h's fsc_llama_config_default). */
+fsc_block_opts fsc_block_opts_default(fsc_block_kind kind, int T, int C, int heads);
 fsc_status fsc_layer_block(const fsc_block_opts *o, fsc_layer **out);
 /* The loss layer of a language model: logits = in W^T with W "weight" (V, C), loss = cross entropy against
  * T int32 targets per sample (T loss terms). Tie "weight" to an embedding's wte (fsc_seq_layer.tie). */

@@ -339,9 +339,14 @@ static void test_ckpt_other_model_or_optimizer(void **state) {
 /* A model whose configuration the checkpoint cannot read (model.h's config of a Llama, a sequential model,
  * a program's own): its tensors are checked against one another, every optimizer state against its
  * parameter, and against the model itself at load. The good checkpoint with another model's configuration
- * (sealed) verifies but loads into no GPT; each edit below is refused by verify and load. */
+ * (sealed) verifies but loads into no GPT, which names the recorded family; each edit below is refused by
+ * verify and load. */
 static void m_other(cJSON *r) {
     cJSON_ReplaceItemInObject(r, "model", cJSON_Parse("{\"family\":\"mine\",\"layers\":2,\"width\":24}"));
+}
+/* another model that names no family (as the GPT does not) */
+static void m_other_unnamed(cJSON *r) {
+    cJSON_ReplaceItemInObject(r, "model", cJSON_Parse("{\"layers\":2,\"width\":24}"));
 }
 static void m_no_state(cJSON *r) { m_other(r), e_no_tensor(r); }
 static void m_state_shape(cJSON *r) {
@@ -370,6 +375,7 @@ static void test_ckpt_other_model_config(void **state) {
     fixture *f = *state;
     const struct { edit_fn fn; const char *n1, *n2; } cases[] = {
         { m_other, NULL, NULL },
+        { m_other_unnamed, NULL, NULL },
         { m_no_state, "has no tensor optim.v.ln_f.weight", "parameter ln_f.weight" },
         { m_state_shape, "optim.m.wte.weight has shape [24, 50]", "its parameter wte.weight has [50, 24]" },
         { m_no_param, "optim.m.ln_f.bias is a state of parameter ln_f.bias", "does not hold" },
@@ -392,11 +398,15 @@ static void test_ckpt_other_model_config(void **state) {
         } else {
             fsc_ckpt_meta *m = NULL;
             assert_ok(fsc_ckpt_verify(ck, &m));
-            assert_non_null(strstr(m->model_config, "\"family\":\"mine\""));
+            const int named = cases[c].fn == m_other;
+            assert_non_null(strstr(m->model_config, named ? "\"family\":\"mine\"" : "\"width\":24"));
             fsc_ckpt_meta_free(m);
             ct_job j = job();
             j.load = ck;
-            assert_err(ct_try(&j), FSC_ERR_INVALID, "written for a model of 2 layers, width 0");
+            assert_err(ct_try(&j), FSC_ERR_INVALID,
+                       named ? "written for a model of family 'mine' (load it into that model); this engine's model "
+                               "is a GPT-2 (family gpt2)"
+                             : "written for a model of 2 layers, width 0");
             ct_free(&j);
         }
         free(out);

@@ -132,10 +132,12 @@ fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *record
     /* the GPT records no family (its configuration text predates the Llama); any other family is refused */
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(o, "family");
     if (fam && !(cJSON_IsString(fam) && !strcmp(fam->valuestring, "gpt2"))) {
+        /* the trainer's other family gets its option; a program's own model, none */
+        const int llama = cJSON_IsString(fam) && !strcmp(fam->valuestring, "llama");
         fsc_status s = cJSON_IsString(fam)
-            ? fsc_error(FSC_ERR_INVALID, "written for a model of family '%.40s' (load it into that model: "
-                        "train_gpt --model %.40s); this engine's model is a GPT-2 (family gpt2)", fam->valuestring,
-                        fam->valuestring)
+            ? fsc_error(FSC_ERR_INVALID, "written for a model of family '%.40s' (load it into that model%s); this "
+                        "engine's model is a GPT-2 (family gpt2)", fam->valuestring,
+                        llama ? ": train_gpt --model llama" : "")
             : fsc_error(FSC_ERR_FORMAT, "the recorded model configuration has a family that is not a string");
         cJSON_Delete(o);
         return s;

@@ -129,7 +129,7 @@ static void test_layer_defaults(void **state) {
     /* the GPT-2 of default blocks: the built-in GPT's tensors */
     fsc_gpt_config gc = tiny();
     enum { L = 2 };
-    static char prefix[L][16];
+    static char prefix[L][32];
     fsc_seq_layer sl[L + 3];
     assert_ok(fsc_layer_embedding(gc.seq, gc.dim, gc.vocab, &l));
     sl[0] = (fsc_seq_layer){ .layer = l };

@@ -4,7 +4,7 @@
  *
  * Models: 4 layers, width 256, 4 heads, context 128, batch 8, vocabulary 256; the Llama with 2 key/value heads
  * and Llama's ffn rule (768 for width 256; the GPT's MLP is 1024 wide). Tokens/s is the median over the
- * measured steps. No PyTorch baseline for the Llama yet (bench/torch_gpt.py runs the GPT).
+ * measured steps. bench/torch_llama.py is the PyTorch baseline of the same Llama (ci/bench.sh runs both).
  * Usage: bench_llama [--steps N] [--warmup N] [--threads N] */
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,13 +5,14 @@
  *    differences of its float forward, within 2e-2 of the largest gradient (eps 1e-2; the function is
  *    sum(dout * out), for loss layers dscale * sum(losses)); input gradients overwrite (the buffer starts as NaN),
  *    parameter gradients accumulate (they start at 0.25); the transformer blocks (GPT-2 packed and separate,
- *    Llama) and the token embedding likewise;
+ *    Llama), the token embedding and the LM head after a final RMSNorm or LayerNorm likewise;
  *  - a sequential model (linear, GELU, a tied transposed linear, MSE) run through the model operations equals the
  *    same composition written with the nn.h modules bit for bit (loss and every gradient), with and without layer
  *    checkpointing, over two micro-batches accumulating (the tied buffer is overwritten per micro-batch), and
  *    calls the hooks around every layer in order;
  *  - bad declarations are refused with a message (chains that do not fit, a tie to no tensor, a shape mismatch,
- *    block options of the other flavour or impossible shapes). */
+ *    block options of the other flavour or impossible shapes); set_batch refuses a token or a target outside the
+ *    vocabulary, naming the element (the layers' check_input / check_target). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,10 @@ static void test_layer_gradients(void **st) {
     run_case(fsc_layer_attention(&(fsc_attention_opts){ .T = 3, .C = 6, .heads = 2 }, &l), &l, 2, 0, 0);
     run_case(fsc_layer_embedding(4, 3, 5, &l), &l, 2, 5, 0);
     run_case(fsc_layer_lm_head(3, 4, 6, &l), &l, 2, 0, 6);
+    run_case(fsc_layer_lm_head_opts(&(fsc_lm_head_opts){ .T = 3, .C = 4, .V = 6, .norm = FSC_HEAD_NORM_RMSNORM,
+                                                         .eps = 1e-5f }, &l), &l, 2, 0, 6);
+    run_case(fsc_layer_lm_head_opts(&(fsc_lm_head_opts){ .T = 3, .C = 4, .V = 6, .norm = FSC_HEAD_NORM_LAYERNORM },
+                                    &l), &l, 2, 0, 6);
     run_case(fsc_layer_mse(4, &l), &l, 3, 0, 0);
     run_case(fsc_layer_token_embedding(4, 3, 5, &l), &l, 2, 5, 0);
     run_case(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_GPT2, .T = 3, .C = 8, .heads = 2 }, &l), &l, 2, 0,
@@ -379,6 +384,27 @@ static void test_bad_declarations(void **st) {
     assert_ok(fsc_layer_mse(4, &c));
     fsc_seq_layer l4[3] = { { a, NULL, { { 0 } } }, { b, NULL, { { 0 } } }, { c, NULL, { { 0 } } } };
     assert_err(fsc_seq_model_create(g_dev, l4, 3, &m), FSC_ERR_INVALID, "two tensors are called weight");
+    /* host data the layers check before upload: a token and a target outside the vocabulary [0, 5) */
+    assert_ok(fsc_layer_token_embedding(2, 4, 5, &a));
+    assert_ok(fsc_layer_lm_head_opts(&(fsc_lm_head_opts){ .T = 2, .C = 4, .V = 5, .norm = FSC_HEAD_NORM_RMSNORM,
+                                                         .eps = 1e-5f, .norm_name = "ln_f.", .head_name = "head" },
+                                     &b));
+    assert_string_equal(b->params[0].name, "ln_f.weight");
+    assert_string_equal(b->params[1].name, "head");
+    fsc_seq_layer l5[2] = { { a, "wte.", { { 0 } } }, { b, NULL, { { 0 } } } };
+    assert_ok(fsc_seq_model_create(g_dev, l5, 2, &m));
+    fsc_model_acts *acts;
+    assert_ok(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = 2, .last = 1 }, &acts));
+    const int32_t good[4] = { 0, 4, 2, 3 }, bad_tok[4] = { 0, 4, 5, 3 }, bad_tgt[4] = { 1, -1, 2, 3 };
+    assert_ok(m->ops->set_batch(m->ctx, acts, good, good));
+    assert_err(m->ops->set_batch(m->ctx, acts, bad_tok, good), FSC_ERR_INVALID,
+               "tokens[2] = 5 is outside the vocabulary [0, 5)");
+    assert_err(m->ops->set_batch(m->ctx, acts, good, bad_tgt), FSC_ERR_INVALID,
+               "targets[1] = -1 is outside the vocabulary [0, 5)");
+    m->ops->acts_free(m->ctx, acts);
+    fsc_model_free(m);
+    assert_err(fsc_layer_lm_head_opts(&(fsc_lm_head_opts){ .T = 2, .C = 4, .V = 5, .norm = FSC_HEAD_NORM_RMSNORM },
+                                      &a), FSC_ERR_INVALID, "eps must be > 0");
     /* layer-level checks */
     assert_err(fsc_layer_attention(&(fsc_attention_opts){ .T = 2, .C = 6, .heads = 4 }, &a), FSC_ERR_INVALID,
                "heads dividing C");

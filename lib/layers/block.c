@@ -3,8 +3,8 @@
  * in three forms:
  *   - GPT-2, packed: LayerNorm, c_attn (C, 3C) with bias, GELU MLP; nn.h's fsc_block_* (the GPT's own block);
  *   - GPT-2, separate: LayerNorm, q/k/v/o projections [out, in] with biases, GELU MLP (Conv1D weights);
- *   - Llama: RMSNorm, rotary / grouped-query attention without biases, SwiGLU MLP, in the kernel order of
- *     lib/model/llama_run.c, so a block computes the Llama's decoder layer bit for bit.
+ *   - Llama: RMSNorm, rotary / grouped-query attention without biases, SwiGLU MLP: the built-in Llama's
+ *     decoder layer (lib/model/llama.c builds the Llama from these blocks).
  * The two composed forms share one record layout and one forward/backward below. Parameter names follow
  * Hugging Face (GPT2Block, LlamaDecoderLayer) under the block's prefix ("h.3.", "model.layers.3.").
  * Not here: the modules (lib/nn), the sequential model (seq.c). */

@@ -2,7 +2,8 @@
  * every layer's output, the layers' records (one shared record with layer checkpointing: each layer's input is
  * kept and its forward runs again right after its pre_backward hook), scratch, the targets and the gradient
  * buffers; forward and backward over the range with the hooks around every layer; the tied-gradient contract
- * of model.h (a user layer's gradient goes to the zeroed tied buffer, the owner adds it before its own).
+ * of model.h (a user layer's gradient goes to the zeroed tied buffer, the owner adds it before its own); the
+ * layers' checks of host inputs and targets before upload.
  * Not here: the declaration (seq.c). */
 #include <stdlib.h>
 #include <string.h>
@@ -105,10 +106,13 @@ fsc_status fsc_seq_set_batch(void *ctx, fsc_model_acts *am, const void *inputs, 
     const size_t B = (size_t)a->B;
     if (a->first == 0) {
         if (!inputs) return fsc_error(FSC_ERR_INVALID, "sequential model: the first layer needs inputs");
+        if (s->layers[0]->ops->check_input) FSC_TRY(s->layers[0]->ops->check_input(s->layers[0], inputs, a->B));
         FSC_TRY(fsc_device_upload(s->dev, a->in, inputs, B * s->layers[0]->in_bytes));
     }
     if (a->last == s->n - 1) {
         if (!targets) return fsc_error(FSC_ERR_INVALID, "sequential model: the loss layer needs targets");
+        const fsc_layer *y = s->layers[a->last];
+        if (y->ops->check_target) FSC_TRY(y->ops->check_target(y, targets, a->B));
         FSC_TRY(fsc_device_upload(s->dev, a->target, targets, B * s->layers[a->last]->target_bytes));
     }
     return FSC_OK;

@@ -1,6 +1,6 @@
 /* Built-in layers of language models: token + position embedding, token embedding alone, GELU MLP (GPT-2),
  * SwiGLU MLP (Llama), causal self-attention (rotary embeddings, grouped-query heads) and the LM head with cross
- * entropy, each over the nn.h modules; the MLPs and attention optionally add their input (residual). Not here: linear, norms, MSE (basic.c),
+ * entropy (optionally after a final LayerNorm or RMSNorm), each over the nn.h modules; the MLPs and attention optionally add their input (residual). Not here: linear, norms, MSE (basic.c),
  * transformer blocks (block.c). */
 #include "layers_impl.h"
 
@@ -28,7 +28,22 @@ static void emb_config(const fsc_layer *l, char *buf, size_t cap) {
     snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d}", y->T, y->C, y->V);
 }
 
-static const fsc_layer_ops emb_ops = { .forward = emb_fwd, .backward = emb_bwd, .config = emb_config };
+/* int32 tokens (or targets) of B samples of T must lie in [0, V): the kernels index tables with them. */
+static fsc_status check_tokens(const void *host, int B, int T, int V, const char *what) {
+    const int32_t *t = host;
+    for (size_t i = 0, n = (size_t)B * (size_t)T; i < n; i++)
+        if (t[i] < 0 || t[i] >= V)
+            return fsc_error(FSC_ERR_INVALID, "%s[%zu] = %d is outside the vocabulary [0, %d)", what, i, (int)t[i], V);
+    return FSC_OK;
+}
+
+static fsc_status emb_check(const fsc_layer *l, const void *host, int B) {
+    const embed_layer *y = (const embed_layer *)l;
+    return check_tokens(host, B, y->T, y->V, "tokens");
+}
+
+static const fsc_layer_ops emb_ops = { .forward = emb_fwd, .backward = emb_bwd, .config = emb_config,
+                                       .check_input = emb_check };
 
 fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out) {
     if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "embedding layer: need T, C, V >= 1");
@@ -64,7 +79,7 @@ static fsc_status te_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
 }
 
 static const fsc_layer_ops te_ops = { .work_bytes = te_work, .forward = te_fwd, .backward = te_bwd,
-                                      .config = emb_config };
+                                      .config = emb_config, .check_input = emb_check };
 
 fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out) {
     if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "token embedding layer: need T, C, V >= 1");
@@ -295,51 +310,133 @@ fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
     return FSC_OK;
 }
 
-/* ---- LM head with cross entropy: record the logits (N, V), scratch their gradient ---- */
+/* ---- LM head with cross entropy, optionally after a final norm. Record: the logits (N, V), then with a norm
+ * its output (N, C) and statistics (rstd, or mean and rstd); scratch: dlogits (N, V), then dnorm (N, C) and the
+ * input gradient nobody needs when the head is the model's first layer. ---- */
 typedef struct {
     fsc_layer l;
     int T, C, V;
+    fsc_head_norm norm;
+    float eps;
 } head_layer;
 
-static size_t hd_bytes(const fsc_layer *l, int B) {
+static size_t hd_N(const head_layer *y, int B) { return (size_t)B * (size_t)y->T; }
+
+static size_t hd_rec(const fsc_layer *l, int B) {
     const head_layer *y = (const head_layer *)l;
-    return (size_t)B * y->T * (size_t)y->V * sizeof(float);
+    const size_t N = hd_N(y, B), logits = N * (size_t)y->V * sizeof(float);
+    if (y->norm == FSC_HEAD_NORM_NONE) return logits;
+    const int stats = y->norm == FSC_HEAD_NORM_LAYERNORM ? 2 : 1;
+    return r256(logits) + r256(N * (size_t)y->C * sizeof(float)) + (size_t)stats * r256(N * sizeof(float));
+}
+
+static size_t hd_work(const fsc_layer *l, int B) {
+    const head_layer *y = (const head_layer *)l;
+    const size_t N = hd_N(y, B), logits = N * (size_t)y->V * sizeof(float);
+    return y->norm == FSC_HEAD_NORM_NONE ? logits : r256(logits) + 2 * r256(N * (size_t)y->C * sizeof(float));
+}
+
+/* The record's parts: logits, and with a norm its output, mean (LayerNorm) and rstd. */
+typedef struct { float *logits, *normed, *mean, *rstd; } head_rec;
+static head_rec hd_parts(const head_layer *y, void *rec, int B) {
+    const size_t N = hd_N(y, B);
+    char *at = rec;
+    head_rec r = { .logits = rec };
+    at += r256(N * (size_t)y->V * sizeof(float));
+    r.normed = (float *)at, at += r256(N * (size_t)y->C * sizeof(float));
+    if (y->norm == FSC_HEAD_NORM_LAYERNORM) r.mean = (float *)at, at += r256(N * sizeof(float));
+    r.rstd = (float *)at;
+    return r;
 }
 
 static fsc_status hd_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
     const head_layer *y = (const head_layer *)l;
-    const size_t N = (size_t)c->B * y->T;
-    FSC_TRY(fsc_linear_forward(c->dev, c->rec, NULL, in, c->param[0], NULL, N, y->C, y->V, 1));
-    return fsc_xent_forward(c->dev, out, NULL, c->rec, c->target, N, y->V, y->V);
+    const size_t N = hd_N(y, c->B);
+    const float *x = in, *const *p = c->param;
+    const head_rec r = hd_parts(y, c->rec, c->B);
+    if (y->norm == FSC_HEAD_NORM_RMSNORM) {
+        FSC_TRY(fsc_rmsnorm_forward(c->dev, r.normed, NULL, r.rstd, in, p[0], N, y->C, y->eps));
+        x = r.normed;
+    } else if (y->norm == FSC_HEAD_NORM_LAYERNORM) {
+        FSC_TRY(fsc_layernorm_forward(c->dev, r.normed, NULL, r.mean, r.rstd, in, p[0], p[1], N, y->C));
+        x = r.normed;
+    }
+    FSC_TRY(fsc_linear_forward(c->dev, r.logits, NULL, x, p[l->n_params - 1], NULL, N, y->C, y->V, 1));
+    return fsc_xent_forward(c->dev, out, NULL, r.logits, c->target, N, y->V, y->V);
 }
 
 static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     (void)dout;
     const head_layer *y = (const head_layer *)l;
-    const size_t N = (size_t)c->B * y->T;
-    fsc_xent_rec xr = { .logits = c->rec, .targets = c->target, .N = N, .V = y->V, .ld = y->V };
-    FSC_TRY(fsc_xent_backward(c->dev, c->work, &xr, c->dscale));
-    fsc_linear_rec lr = { .inp = in, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
-    return fsc_linear_backward(c->dev, dinp, c->grad[0], NULL, &lr, c->work, c->param[0], 0.0f, 1.0f);
+    const size_t N = hd_N(y, c->B), NC = N * (size_t)y->C;
+    const int w = l->n_params - 1;
+    const head_rec r = hd_parts(y, c->rec, c->B);
+    float *dlogits = c->work;
+    fsc_xent_rec xr = { .logits = r.logits, .targets = c->target, .N = N, .V = y->V, .ld = y->V };
+    FSC_TRY(fsc_xent_backward(c->dev, dlogits, &xr, c->dscale));
+    if (y->norm == FSC_HEAD_NORM_NONE) {
+        fsc_linear_rec lr = { .inp = in, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
+        return fsc_linear_backward(c->dev, dinp, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f, 1.0f);
+    }
+    float *dnormed = (float *)((char *)c->work + r256(N * (size_t)y->V * sizeof(float))); /* (N, C) */
+    float *d = dinp ? dinp : (float *)((char *)dnormed + r256(NC * sizeof(float)));
+    fsc_linear_rec lr = { .inp = r.normed, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
+    FSC_TRY(fsc_linear_backward(c->dev, dnormed, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f, 1.0f));
+    FSC_TRY(fsc_device_memset(c->dev, d, 0, NC * sizeof(float)));
+    if (y->norm == FSC_HEAD_NORM_RMSNORM) {
+        fsc_rmsnorm_rec nr = { .inp = in, .rstd = r.rstd, .N = N, .C = y->C };
+        return fsc_rmsnorm_backward(c->dev, d, c->grad[0], &nr, dnormed, c->param[0]);
+    }
+    fsc_layernorm_rec nr = { .inp = in, .mean = r.mean, .rstd = r.rstd, .N = N, .C = y->C };
+    return fsc_layernorm_backward(c->dev, d, c->grad[0], c->grad[1], &nr, dnormed, c->param[0]);
 }
 
 static void hd_config(const fsc_layer *l, char *buf, size_t cap) {
     const head_layer *y = (const head_layer *)l;
-    snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d}", y->T, y->C, y->V);
+    if (y->norm == FSC_HEAD_NORM_NONE)
+        snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d}", y->T, y->C, y->V);
+    else
+        snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d,\"norm\":\"%s\",\"eps\":%.9g}", y->T, y->C, y->V,
+                 y->norm == FSC_HEAD_NORM_RMSNORM ? "rmsnorm" : "layernorm", (double)y->eps);
 }
 
-static const fsc_layer_ops hd_ops = { .rec_bytes = hd_bytes, .work_bytes = hd_bytes, .forward = hd_fwd,
-                                      .backward = hd_bwd, .config = hd_config };
+static fsc_status hd_check(const fsc_layer *l, const void *host, int B) {
+    const head_layer *y = (const head_layer *)l;
+    return check_tokens(host, B, y->T, y->V, "targets");
+}
 
-fsc_status fsc_layer_lm_head(int T, int C, int V, fsc_layer **out) {
-    if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "lm head layer: need T, C, V >= 1");
+static const fsc_layer_ops hd_ops = { .rec_bytes = hd_rec, .work_bytes = hd_work, .forward = hd_fwd,
+                                      .backward = hd_bwd, .config = hd_config, .check_target = hd_check };
+
+fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {
+    *out = NULL;
+    if (!o || o->T < 1 || o->C < 1 || o->V < 1) return fsc_error(FSC_ERR_INVALID, "lm head layer: need T, C, V >= 1");
+    if (o->norm < FSC_HEAD_NORM_NONE || o->norm > FSC_HEAD_NORM_RMSNORM)
+        return fsc_error(FSC_ERR_INVALID, "lm head layer: unknown final norm %d", (int)o->norm);
+    if (o->norm == FSC_HEAD_NORM_RMSNORM && !(o->eps > 0.0f))
+        return fsc_error(FSC_ERR_INVALID, "lm head layer: the RMSNorm's eps must be > 0");
     FSC_TRY(layer_new(sizeof(head_layer), "lm_head", &hd_ops, out));
     head_layer *y = (head_layer *)*out;
-    y->T = T, y->C = C, y->V = V;
-    y->l.in_bytes = (size_t)T * C * sizeof(float);
-    y->l.out_floats = (size_t)T;
-    y->l.loss_terms = T;
-    y->l.target_bytes = (size_t)T * sizeof(int32_t);
-    return layer_param(out, "weight", V, C, fsc_init_normal(LAYER_STD));
+    y->T = o->T, y->C = o->C, y->V = o->V, y->norm = o->norm;
+    y->eps = o->norm == FSC_HEAD_NORM_LAYERNORM ? 1e-5f : o->eps;
+    y->l.in_bytes = (size_t)o->T * o->C * sizeof(float);
+    y->l.out_floats = (size_t)o->T;
+    y->l.loss_terms = o->T;
+    y->l.target_bytes = (size_t)o->T * sizeof(int32_t);
+    if (o->norm != FSC_HEAD_NORM_NONE) {
+        char name[64];
+        const char *np = o->norm_name ? o->norm_name : "norm.";
+        snprintf(name, sizeof name, "%sweight", np);
+        FSC_TRY(layer_param(out, name, o->C, 0, fsc_init_const(1.0f)));
+        if (o->norm == FSC_HEAD_NORM_LAYERNORM) {
+            snprintf(name, sizeof name, "%sbias", np);
+            FSC_TRY(layer_param(out, name, o->C, 0, fsc_init_const(0.0f)));
+        }
+    }
+    return layer_param(out, o->head_name ? o->head_name : "weight", o->V, o->C, fsc_init_normal(LAYER_STD));
+}
+
+fsc_status fsc_layer_lm_head(int T, int C, int V, fsc_layer **out) {
+    return fsc_layer_lm_head_opts(&(fsc_lm_head_opts){ .T = T, .C = C, .V = V }, out);
 }

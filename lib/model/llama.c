@@ -1,14 +1,21 @@
-/* The Llama model's description (llama.h): configuration checks and defaults, the tensors in Hugging Face
- * LlamaForCausalLM names and shapes, initial values from the keyed RNG, the configuration text checkpoints
- * record, and the model object handed to the engine (model.h). Not here: running it (llama_run.c). */
+/* The Llama model (llama.h): configuration checks and defaults, the tensors in Hugging Face LlamaForCausalLM
+ * names and shapes, initial values from the keyed RNG, the configuration text checkpoints record, and the model
+ * handed to the engine (model.h): a sequential model of layers (layers.h: the token embedding, a Llama block
+ * per decoder layer, the LM head with its final RMSNorm), wrapped to keep the Llama's own configuration
+ * record, its check and its per-layer cost. Not here: the layers and the records, passes and hooks (lib/layers). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "fsc/llama.h"
+#include "fsc/layers.h"
+#include "fsc/nn.h"
 #include "fsc/rng.h"
-#include "llama_impl.h"
+
+/* Tensors per decoder layer, in the order of llama.h (Hugging Face's state dict order). */
+#define LLAMA_LAYER_PARAMS 9
+enum { LL_Q = 0, LL_K, LL_V, LL_O, LL_GATE, LL_UP, LL_DOWN, LL_NORM1, LL_NORM2 };
 
 /* Limits that keep every size and gemm dimension inside int and the names inside 64 bytes. */
 #define MAX_LAYERS 100000
@@ -159,7 +166,59 @@ fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *re
     return FSC_OK;
 }
 
-/* ---- the model object ----------------------------------------------------------------------------- */
+/* ---- the model object: the layers' model, wrapped ------------------------------------------------------- */
+
+typedef struct {
+    fsc_model m;           /* first: the model handed out; shares the tensor tables of seq */
+    fsc_llama_config cfg;
+    fsc_model *seq;        /* the sequential model of the Llama's layers: records, passes, streams, values */
+} llama;
+
+static fsc_model *seq_of(void *ctx) { return ((llama *)ctx)->seq; }
+
+/* The Llama's own limit on a record (every size inside int), then the layers' record. */
+static fsc_status l_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+    const fsc_llama_config *c = &((llama *)ctx)->cfg;
+    const int L = c->layers;
+    *out = NULL;
+    if (o->B < 1) return fsc_error(FSC_ERR_INVALID, "llama acts: batch B=%d; need B >= 1", o->B);
+    if (o->first < 0 || o->last > L + 1 || o->first > o->last)
+        return fsc_error(FSC_ERR_INVALID, "llama acts: layer range [%d, %d] is not inside [0, %d] (%d decoder layers)",
+                         o->first, o->last, L + 1, L);
+    double est = (double)o->B * c->seq * ((double)c->heads * c->seq * 3 + (double)c->dim * 8 * (L + 2) +
+                                          (double)c->ffn * 3 * L + (double)c->vocab * 2);
+    if ((double)o->B * c->seq > 2147483647.0 || (double)o->B * c->heads > 2147483647.0 || est > 1e15)
+        return fsc_error(FSC_ERR_INVALID, "llama acts: B=%d is too large for this model", o->B);
+    fsc_model *s = seq_of(ctx);
+    return s->ops->acts_create(s->ctx, o, out);
+}
+
+static void l_acts_free(void *ctx, fsc_model_acts *a) { seq_of(ctx)->ops->acts_free(seq_of(ctx)->ctx, a); }
+static size_t l_acts_bytes(void *ctx, const fsc_model_acts *a) {
+    return a ? seq_of(ctx)->ops->acts_bytes(seq_of(ctx)->ctx, a) : 0;
+}
+
+/* The layers check tokens and targets against the vocabulary; their messages name the Llama. */
+static fsc_status l_set_batch(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets) {
+    fsc_status st = seq_of(ctx)->ops->set_batch(seq_of(ctx)->ctx, a, inputs, targets);
+    if (st == FSC_OK) return st;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", fsc_last_error());
+    return fsc_error(st, "llama: %s", msg);
+}
+
+static float *l_stream(void *ctx, fsc_model_acts *a, fsc_stream which) {
+    return seq_of(ctx)->ops->stream(seq_of(ctx)->ctx, a, which);
+}
+static size_t l_stream_floats(void *ctx, int B) { return seq_of(ctx)->ops->stream_floats(seq_of(ctx)->ctx, B); }
+
+static const fsc_model_hooks no_hooks = { 0 };
+static fsc_status l_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum) {
+    return seq_of(ctx)->ops->forward(seq_of(ctx)->ctx, a, h ? h : &no_hooks, loss_sum);
+}
+static fsc_status l_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale) {
+    return seq_of(ctx)->ops->backward(seq_of(ctx)->ctx, a, h ? h : &no_hooks, dscale);
+}
 
 static void l_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out) {
     fsc_llama_init_values(&((llama *)ctx)->cfg, seed, i, first, n, out);
@@ -170,34 +229,70 @@ static fsc_status l_config_check(void *ctx, const char *recorded) {
     return fsc_llama_config_check_json(&((llama *)ctx)->cfg, recorded);
 }
 
+/* Floats a decoder layer's record keeps for a micro-batch of B sequences: the two norms' outputs and rstd, h,
+ * attention and MLP records (a block's record, counted in 64-float pieces). */
+static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
+static size_t layer_saved_floats(const fsc_llama_config *c, int B) {
+    size_t N = (size_t)B * c->seq, NC = N * (size_t)c->dim;
+    fsc_self_attn_config ac = { .B = B, .T = c->seq, .C = c->dim, .NH = c->heads, .KVH = c->kv_heads,
+                                .HS = c->dim / c->heads, .rope_theta = c->rope_theta };
+    return 3 * r64(NC) + 2 * r64(N) + fsc_self_attn_saved_floats(&ac) + fsc_swiglu_mlp_saved_floats(N, c->ffn);
+}
+
 /* Bytes of parameters (x param_scale) and of one micro-batch's saved activations. */
 static double l_layer_cost(void *ctx, int l, int B, float param_scale) {
     const llama *m = ctx;
     const fsc_llama_config *c = &m->cfg;
     double P = 0;
     for (int i = 0; i < m->m.n_tensors; i++)
-        if (m->info[i].layer == l) P += (double)m->info[i].numel;
+        if (m->m.info[i].layer == l) P += (double)m->m.info[i].numel;
     double N = (double)B * c->seq, acts = N * c->dim;
     if (l == c->layers + 1) acts += N * c->vocab + N * c->dim + 2 * N;
-    else if (l > 0) acts += (double)llama_layer_saved_floats(c, B);
+    else if (l > 0) acts += (double)layer_saved_floats(c, B);
     return 4.0 * (param_scale * P + acts);
 }
 
 static void l_destroy(fsc_model *fm) {
     llama *m = (llama *)fm;
-    fsc_device_release(m->dev, m->zero_pos);
-    free(m->info);
-    free(m->param);
-    free(m->grad);
+    fsc_model_free(m->seq);
     free(m);
 }
 
 static const fsc_model_ops llama_ops = {
-    .acts_create = llama_acts_create, .acts_free = llama_acts_free, .acts_bytes = llama_acts_bytes,
-    .set_batch = llama_set_batch, .stream = llama_stream, .stream_floats = llama_stream_floats,
-    .forward = llama_forward, .backward = llama_backward, .init_values = l_init, .layer_cost = l_layer_cost,
-    .config = l_config, .config_check = l_config_check, .destroy = l_destroy,
+    .acts_create = l_acts_create, .acts_free = l_acts_free, .acts_bytes = l_acts_bytes, .set_batch = l_set_batch,
+    .stream = l_stream, .stream_floats = l_stream_floats, .forward = l_forward, .backward = l_backward,
+    .init_values = l_init, .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
+    .destroy = l_destroy,
 };
+
+/* Layers 0 the token embedding, 1..L the blocks, L+1 the final RMSNorm and the untied LM head. */
+static fsc_status build_layers(fsc_device *dev, const fsc_llama_config *c, fsc_model **out) {
+    const int L = c->layers, n = L + 2;
+    fsc_seq_layer *sl = calloc((size_t)n, sizeof *sl);
+    char(*prefix)[32] = calloc((size_t)n, sizeof *prefix);
+    fsc_status st = sl && prefix ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "llama create: out of host memory");
+    fsc_layer *y = NULL;
+    if (st == FSC_OK) st = fsc_layer_token_embedding(c->seq, c->dim, c->vocab, &y);
+    if (st == FSC_OK) sl[0] = (fsc_seq_layer){ .layer = y, .prefix = "model.embed_tokens." };
+    for (int i = 0; i < L && st == FSC_OK; i++) {
+        fsc_block_opts o = { .kind = FSC_BLOCK_LLAMA, .T = c->seq, .C = c->dim, .heads = c->heads,
+                             .kv_heads = c->kv_heads, .F = c->ffn, .rope_theta = c->rope_theta, .eps = c->norm_eps };
+        st = fsc_layer_block(&o, &y);
+        snprintf(prefix[i], sizeof prefix[i], "model.layers.%d.", i);
+        if (st == FSC_OK) sl[1 + i] = (fsc_seq_layer){ .layer = y, .prefix = prefix[i] };
+    }
+    fsc_lm_head_opts ho = { .T = c->seq, .C = c->dim, .V = c->vocab, .norm = FSC_HEAD_NORM_RMSNORM,
+                            .eps = c->norm_eps, .norm_name = "model.norm.", .head_name = "lm_head.weight" };
+    if (st == FSC_OK) st = fsc_layer_lm_head_opts(&ho, &y);
+    if (st == FSC_OK) sl[n - 1] = (fsc_seq_layer){ .layer = y };
+    if (st == FSC_OK) {
+        st = fsc_seq_model_create(dev, sl, n, out); /* takes the layers, also when it fails */
+    } else {
+        for (int l = 0; sl && l < n; l++) fsc_layer_free(sl[l].layer);
+    }
+    free(sl), free(prefix);
+    return st;
+}
 
 fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, fsc_model **out) {
     *out = NULL;
@@ -205,25 +300,25 @@ fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, 
     FSC_TRY(fsc_llama_config_validate(cfg));
     llama *m = calloc(1, sizeof *m);
     if (!m) return fsc_error(FSC_ERR_NOMEM, "llama create: out of host memory");
-    int n = fsc_llama_num_tensors(cfg);
     m->cfg = *cfg;
-    m->dev = dev;
-    m->info = calloc((size_t)n, sizeof *m->info);
-    m->param = calloc((size_t)n, sizeof *m->param);
-    m->grad = calloc((size_t)n, sizeof *m->grad);
-    m->m = (fsc_model){ .n_layers = cfg->layers + 2, .n_tensors = n, .info = m->info, .param = m->param,
-                        .grad = m->grad, .sample_input_bytes = (size_t)cfg->seq * sizeof(int32_t),
-                        .sample_target_bytes = (size_t)cfg->seq * sizeof(int32_t), .loss_terms = cfg->seq,
-                        .ops = &llama_ops, .ctx = m };
-    fsc_status s = m->info && m->param && m->grad ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "llama create: out of host memory");
-    for (int i = 0; i < n && s == FSC_OK; i++) s = fsc_llama_param_info(cfg, i, &m->info[i]);
-    /* the embedding kernel adds a position table: Llama's is zeros (exact: x + 0 = x) */
-    if (s == FSC_OK)
-        s = fsc_device_calloc(dev, FSC_TAG_WORKSPACE, (size_t)cfg->seq * cfg->dim * sizeof(float), (void **)&m->zero_pos);
-    if (s != FSC_OK) {
-        l_destroy(&m->m);
-        return s;
+    fsc_status st = build_layers(dev, cfg, &m->seq);
+    /* the layers' model names the tensors as fsc_llama_param_info does, in its order: check it */
+    for (int i = 0; st == FSC_OK && i < m->seq->n_tensors; i++) {
+        fsc_param_info want;
+        st = fsc_llama_param_info(cfg, i, &want);
+        const fsc_param_info *got = &m->seq->info[i];
+        if (st == FSC_OK && (strcmp(got->name, want.name) != 0 || got->layer != want.layer || got->numel != want.numel))
+            st = fsc_error(FSC_ERR_INTERNAL, "llama create: tensor %d is %s of layer %d, expected %s of layer %d", i,
+                           got->name, got->layer, want.name, want.layer);
     }
+    if (st != FSC_OK) {
+        fsc_model_free(m->seq);
+        free(m);
+        return st;
+    }
+    m->m = *m->seq; /* the same tensors, parameter and gradient tables: the engine's pointers reach the layers */
+    m->m.ops = &llama_ops;
+    m->m.ctx = m;
     *out = &m->m;
     return FSC_OK;
 }

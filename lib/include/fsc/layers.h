@@ -68,6 +68,11 @@ typedef struct {
     void (*config)(const struct fsc_layer *l, char *buf, size_t cap);
     /* Optional: free what the layer owns beyond the struct (the struct itself is freed with free()). */
     void (*destroy)(struct fsc_layer *l);
+    /* Optional: check B samples of host data before the model uploads them (set_batch): check_input is asked for
+     * the model's first layer and its inputs, check_target for the loss layer and its targets. A refusal
+     * (FSC_ERR_INVALID) names the element, and set_batch returns it. NULL: any bytes are accepted. */
+    fsc_status (*check_input)(const struct fsc_layer *l, const void *host, int B);
+    fsc_status (*check_target)(const struct fsc_layer *l, const void *host, int B);
 } fsc_layer_ops;
 
 /* A layer: allocate it with malloc/calloc (the model frees it with free() after ops->destroy). A user layer
@@ -126,7 +131,8 @@ typedef struct { int T, C, heads, kv_heads, bias, residual; float rope_theta; } 
 /* The defaults: plain multi-head attention (kv_heads = heads), no biases, no residual, no rotary embedding. */
 fsc_attention_opts fsc_attention_opts_default(int T, int C, int heads);
 fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out);
-/* out (T, C) = wte[token] + wpe[t] of T int32 tokens per sample: "wte.weight" (V, C), "wpe.weight" (T, C). */
+/* out (T, C) = wte[token] + wpe[t] of T int32 tokens per sample: "wte.weight" (V, C), "wpe.weight" (T, C).
+ * Both embeddings refuse tokens outside [0, V) (check_input). */
 fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out);
 /* out (T, C) = weight[token] of T int32 tokens per sample, no positions (Llama's embed_tokens): "weight" (V, C). */
 fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out);
@@ -140,7 +146,7 @@ fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out);
  *   FSC_BLOCK_LLAMA: RMSNorm (eps), attention without biases (rotary when rope_theta > 0, kv_heads dividing
  *     heads, 0: heads), SwiGLU MLP of width F (required), LlamaDecoderLayer's names: "self_attn.{q,k,v,o}_proj.
  *     weight", "mlp.{gate,up,down}_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight";
- *     the kernels of lib/model/llama_run.c in its order, so it computes the Llama's decoder layer bit for bit. */
+ *     the built-in Llama's decoder layer (llama.h's fsc_llama_model_create is built from these blocks). */
 typedef enum { FSC_BLOCK_GPT2 = 0, FSC_BLOCK_LLAMA } fsc_block_kind;
 typedef struct {
     fsc_block_kind kind;
@@ -154,8 +160,22 @@ typedef struct {
 fsc_block_opts fsc_block_opts_default(fsc_block_kind kind, int T, int C, int heads);
 fsc_status fsc_layer_block(const fsc_block_opts *o, fsc_layer **out);
 /* The loss layer of a language model: logits = in W^T with W "weight" (V, C), loss = cross entropy against
- * T int32 targets per sample (T loss terms). Tie "weight" to an embedding's wte (fsc_seq_layer.tie). */
+ * T int32 targets per sample (T loss terms; targets outside [0, V) are refused). Tie "weight" to an embedding's
+ * wte (fsc_seq_layer.tie). */
 fsc_status fsc_layer_lm_head(int T, int C, int V, fsc_layer **out);
+/* The same with an optional final norm inside the layer, logits = norm(in) W^T, so a model's final norm and its
+ * head are one layer (one pipeline stage, one FSDP unit; the Llama's head). The norm's parameters come first:
+ * "<norm_name>weight" (and "<norm_name>bias" for LayerNorm) of width C starting at 1 (0), then head_name (V, C).
+ * LayerNorm's eps is 1e-5 (nn.h's); eps is RMSNorm's (> 0). */
+typedef enum { FSC_HEAD_NORM_NONE = 0, FSC_HEAD_NORM_LAYERNORM, FSC_HEAD_NORM_RMSNORM } fsc_head_norm;
+typedef struct {
+    int T, C, V;
+    fsc_head_norm norm;
+    float eps;
+    const char *norm_name;  /* prefix of the norm's parameters (NULL: "norm."; the Llama: "model.norm.") */
+    const char *head_name;  /* the head weight's name (NULL: "weight"; the Llama: "lm_head.weight") */
+} fsc_lm_head_opts;
+fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out);
 /* The loss layer of a regressor: loss = sum over the n outputs of (in - target)^2, n float targets per sample
  * (n loss terms: the engine reports the mean squared error). */
 fsc_status fsc_layer_mse(size_t n, fsc_layer **out);

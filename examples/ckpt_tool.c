@@ -3,7 +3,8 @@
  *                           and leftovers of interrupted saves
  *   ckpt_tool show CKPT     configuration, step, loss scaler, files, and every tensor: dtype, shape and
  *                           pieces (file, element range, crc32)
- *   ckpt_tool verify CKPT   check the metadata, every file's structure and every checksum
+ *   ckpt_tool verify CKPT   check the metadata, every file's structure and every checksum, and the
+ *                           parameters against the recorded configuration when it is the GPT's
  * CKPT is a checkpoint directory (DIR/step-NNNNNNNN) or a DIR, meaning its newest complete checkpoint.
  * Exit status: 0 fine, 1 a damaged or missing checkpoint (the message names the file and tensor), 2 usage. */
 #include <dirent.h>
@@ -50,11 +51,7 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
     printf("checkpoint %s: %s format, step %lld (optimizer steps %lld), seed %llu\n", path,
            fsc_ckpt_format_name(m->format), (long long)m->step, (long long)m->optim_steps, (unsigned long long)m->seed);
     printf("run: %s\n", m->run_id);
-    if (m->model.layers) /* the built-in GPT */
-        printf("model: %d layers, width %d, %d heads, context %d, vocab %d\n", m->model.layers, m->model.dim,
-               m->model.heads, m->model.seq, m->model.vocab);
-    else /* another model of model.h: its own configuration */
-        printf("model: %.400s\n", m->model_config ? m->model_config : "{}");
+    printf("model: %.400s\n", m->model_config ? m->model_config : "{}"); /* its config (model.h), as recorded */
     if (m->optim.kind == FSC_OPT_ADAMW)
         printf("optimizer: adamw, lr %g, betas %g %g, eps %g, weight decay %g\n", (double)m->optim.lr,
                (double)m->optim.beta1, (double)m->optim.beta2, (double)m->optim.eps, (double)m->optim.weight_decay);
@@ -122,6 +119,17 @@ static int cmd_list(const char *dir) {
     return 0;
 }
 
+/* The parameters against the recorded configuration, for the built-in models that can tell (the GPT's;
+ * FSC_OK for a configuration that is not its own). */
+static fsc_status verify_model(const char *path, const fsc_ckpt_meta *m) {
+    fsc_param_info *p = NULL;
+    int n = 0;
+    fsc_status s = fsc_ckpt_meta_params(m, &p, &n);
+    if (s == FSC_OK) s = fsc_gpt_check_tensors(m->model_config ? m->model_config : "{}", p, n);
+    free(p);
+    return s == FSC_OK ? s : fsc_error_prefix(s, "%s/metadata.json", path);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         usage(stdout);
@@ -150,8 +158,9 @@ int main(int argc, char **argv) {
         fsc_ckpt_meta_free(m);
         return 0;
     }
-    if (fsc_ckpt_verify(path, &m) != FSC_OK) {
+    if (fsc_ckpt_verify(path, &m) != FSC_OK || verify_model(path, m) != FSC_OK) {
         fprintf(stderr, "ckpt_tool: %s: damaged: %s\n", path, fsc_last_error());
+        fsc_ckpt_meta_free(m);
         return 1;
     }
     size_t pieces = 0;

@@ -3,7 +3,8 @@
  * the fuzzer reaches past the checksum. Each is either refused with a status and a message, or parses into
  * metadata whose invariants hold (file indices in range, pieces sorted and tiling each tensor exactly,
  * names found by fsc_ckpt_meta_find, a correct checksum) and which survives a round trip through the
- * writer unchanged. Either way cJSON allocated at most CK_PARSE_FACTOR bytes per byte of input (plus the
+ * writer unchanged; the GPT's check of its parameters against the recorded configuration (fsc_gpt_check_tensors)
+ * accepts them or says why. Either way cJSON allocated at most CK_PARSE_FACTOR bytes per byte of input (plus the
  * bound's constant), counted by allocation hooks.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_ckpt_meta.c (or make fuzz). */
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "ckpt/ckpt_impl.h"
+#include "fsc/gpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -66,6 +68,11 @@ static void one(const char *in, size_t size) {
         return;
     }
     check(m);
+    fsc_param_info *params = NULL; /* the GPT's strict check of the parameters against its configuration */
+    int np = 0;
+    if (fsc_ckpt_meta_params(m, &params, &np) != FSC_OK) __builtin_trap();
+    if (fsc_gpt_check_tensors(m->model_config, params, np) != FSC_OK && fsc_last_error()[0] == 0) __builtin_trap();
+    free(params);
     char *copy = malloc(size + 1);
     if (!copy) abort();
     memcpy(copy, in, size);
@@ -76,7 +83,7 @@ static void one(const char *in, size_t size) {
         fsc_ckpt_meta *b = NULL;
         if (fsc_ckpt_meta_parse(text, strlen(text), "fuzz round trip", &b) != FSC_OK) __builtin_trap();
         if (b->ntensors != m->ntensors || b->nfiles != m->nfiles || b->step != m->step || b->seed != m->seed ||
-            b->optim_steps != m->optim_steps || memcmp(&b->model, &m->model, sizeof m->model) != 0 ||
+            b->optim_steps != m->optim_steps || strcmp(b->model_config, m->model_config) != 0 ||
             strcmp(b->run_id, m->run_id) != 0 || b->world != m->world || b->tp != m->tp)
             __builtin_trap();
         for (int i = 0; i < m->ntensors; i++) {

@@ -1,10 +1,11 @@
 /* Corrupted, truncated, malformed and edited checkpoints are refused with a message naming the file, the
  * field and the tensor.
  * Oracle: a good checkpoint (fsdp full_shard on 2 ranks: two shard files) verifies and loads; each damage
- * below makes fsc_ckpt_verify and fsc_ckpt_load (on every rank of a new engine) fail with the stated
- * status and a message that contains the damaged file's name and, where one is involved, the tensor's or
- * the field's: truncated files, a flipped data byte, a missing shard, metadata.json truncated or missing,
- * any edit of metadata.json that does not recompute its checksum (metadata_crc32), and edits that do,
+ * below makes verify (fsc_ckpt_verify, then the GPT's fsc_gpt_check_tensors, as ckpt_tool verify does) and
+ * fsc_ckpt_load (on every rank of a new engine) fail with the stated status and a message that contains the
+ * damaged file's name and, where one is involved, the tensor's or the field's: truncated files, a flipped
+ * data byte, a missing shard, metadata.json truncated or missing, any edit of metadata.json that does not
+ * recompute its checksum (metadata_crc32), and edits that do,
  * each caught by the field's second source: wrong shapes and tensor sets against the model configuration,
  * ranges that do not cover a tensor or overlap, an unknown dtype, a wrong piece checksum, a path as a file
  * name, an unknown version, a swapped entry, the step against the directory name, optim_steps and the
@@ -83,9 +84,28 @@ static char *copy_good(const fixture *f, char *ck, size_t cap) {
     return dir;
 }
 
-/* verify and load must both fail with st and a message holding every needle */
+/* What ckpt_tool verify runs without a model: fsc_ckpt_verify, then the GPT's check of the parameters against
+ * the recorded configuration (fsc_gpt_check_tensors; FSC_OK for another model's). */
+static fsc_status verify(const char *ck, fsc_ckpt_meta **out) {
+    fsc_ckpt_meta *m = NULL;
+    fsc_status s = fsc_ckpt_verify(ck, &m);
+    if (s == FSC_OK) {
+        fsc_param_info *p = NULL;
+        int n = 0;
+        s = fsc_ckpt_meta_params(m, &p, &n);
+        if (s == FSC_OK) s = fsc_gpt_check_tensors(m->model_config, p, n);
+        if (s != FSC_OK) fsc_error_prefix(s, "%s/metadata.json", ck);
+        free(p);
+    }
+    if (out && s == FSC_OK) *out = m;
+    else fsc_ckpt_meta_free(m);
+    return s;
+}
+
+/* verify (the library's and the GPT's checks) and load must both fail with st and a message holding every
+ * needle */
 static void expect_refused(const char *ck, fsc_status st, const char *n1, const char *n2) {
-    fsc_status s = fsc_ckpt_verify(ck, NULL);
+    fsc_status s = verify(ck, NULL);
     if (s != st) fail_msg("verify: %s (expected %s): %s", fsc_status_str(s), fsc_status_str(st), fsc_last_error());
     if (!strstr(fsc_last_error(), n1) || (n2 && !strstr(fsc_last_error(), n2)))
         fail_msg("verify: message \"%s\" lacks \"%s\" or \"%s\"", fsc_last_error(), n1, n2 ? n2 : "");
@@ -101,9 +121,10 @@ static void expect_refused(const char *ck, fsc_status st, const char *n1, const 
 static void test_ckpt_good_verifies_and_loads(void **state) {
     fixture *f = *state;
     fsc_ckpt_meta *m = NULL;
-    assert_ok(fsc_ckpt_verify(f->path, &m));
+    assert_ok(verify(f->path, &m));
     assert_int_equal(m->nfiles, 2);
-    assert_int_equal(m->ntensors, 3 * fsc_gpt_num_tensors(&m->model));
+    const ct_job g = job();
+    assert_int_equal(m->ntensors, 3 * fsc_gpt_num_tensors(&g.run.cfg));
     fsc_ckpt_meta_free(m);
     ct_job j = job();
     j.load = f->path;
@@ -273,7 +294,7 @@ static void test_ckpt_bad_metadata(void **state) {
     const struct { edit_fn fn; fsc_status st; const char *n1, *n2; int sealed; } cases[] = {
         { e_step, FSC_ERR_FORMAT, "metadata.json", "metadata_crc32", 0 }, /* any edit by hand */
         { e_optim_steps, FSC_ERR_FORMAT, "metadata.json", "metadata_crc32", 0 },
-        { e_shape, FSC_ERR_FORMAT, "wte.weight", "has shape [24, 50]", 1 },
+        { e_shape, FSC_ERR_FORMAT, "wte.weight", "has [24, 50]", 1 }, /* against its states, first */
         { e_gap, FSC_ERR_FORMAT, split_name, "in no piece", 1 },
         { e_overlap, FSC_ERR_FORMAT, split_name, "overlap", 1 },
         { e_dtype, FSC_ERR_FORMAT, "ln_f.bias", "F64", 1 },
@@ -326,7 +347,7 @@ static void test_ckpt_other_model_or_optimizer(void **state) {
         o.save_dir = dir;
         ct_run(&o);
         ct_step_path(ck, sizeof ck, dir, 1);
-        assert_ok(fsc_ckpt_verify(ck, NULL));
+        assert_ok(verify(ck, NULL));
         ct_job j = job();
         j.load = ck;
         assert_err(ct_try(&j), FSC_ERR_INVALID, k == 0 ? "written for a model of 3 layers" : "written with optimizer sgd");
@@ -397,7 +418,7 @@ static void test_ckpt_other_model_config(void **state) {
             expect_refused(ck, FSC_ERR_FORMAT, cases[c].n1, cases[c].n2);
         } else {
             fsc_ckpt_meta *m = NULL;
-            assert_ok(fsc_ckpt_verify(ck, &m));
+            assert_ok(verify(ck, &m));
             const int named = cases[c].fn == m_other;
             assert_non_null(strstr(m->model_config, named ? "\"family\":\"mine\"" : "\"width\":24"));
             fsc_ckpt_meta_free(m);

@@ -80,6 +80,9 @@ fsc_status ck_gather_recs(fsc_engine *e, const ck_rec *mine, int n, ck_rec **out
 fsc_status ck_holdings(fsc_engine *e, fsc_holding **out, int *n);
 /* The engine's model configuration (model.h's config; "{}" without one) as compact JSON, *out from malloc. */
 fsc_status ck_model_config(const fsc_engine *e, char **out);
+/* The model's check of the checkpoint's parameters against its recorded configuration (model.h's
+ * check_tensors; FSC_OK without one); the message starts with what. */
+fsc_status ck_check_model_tensors(const fsc_engine *e, const fsc_ckpt_meta *m, const char *what);
 /* In holdings sorted by (tensor, first): the index of the first with (tensor, first) >= (t, first). */
 int ck_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first);
 /* Tensor t as the checkpoint stores it: the full tensor (with tensor parallelism not this rank's slice). */

@@ -45,6 +45,9 @@ static fsc_status check_compat(loader *L) {
     const fsc_ckpt_meta *m = L->m;
     /* the model's configuration: the model judges (config_check), or the texts must be equal */
     const char *rec = m->model_config ? m->model_config : "{}";
+    char what[4200]; /* the recorded tensors against the recorded configuration: the metadata's integrity */
+    snprintf(what, sizeof what, "%s/%s", L->path, CK_META_NAME);
+    FSC_TRY(ck_check_model_tensors(e, m, what));
     if (e->m->ops->config_check) {
         fsc_status s = e->m->ops->config_check(e->m->ctx, rec);
         if (s != FSC_OK) return fsc_error_prefix(s, "%s", L->path);

@@ -53,21 +53,14 @@ fsc_status ck_model_config(const fsc_engine *e, char **out) {
     return s;
 }
 
-/* A metadata without the model's configuration text (built by hand): the GPT's fields. */
-static void write_gpt_model(cJSON *root, const fsc_gpt_config *c) {
-    cJSON *mo = cJSON_AddObjectToObject(root, "model");
-    cJSON_AddNumberToObject(mo, "layers", c->layers);
-    cJSON_AddNumberToObject(mo, "dim", c->dim);
-    cJSON_AddNumberToObject(mo, "heads", c->heads);
-    cJSON_AddNumberToObject(mo, "seq", c->seq);
-    cJSON_AddNumberToObject(mo, "vocab", c->vocab);
-    if (c->moe_experts) { /* MoE models only: a dense model's metadata stays as it was */
-        cJSON_AddNumberToObject(mo, "moe_experts", c->moe_experts);
-        cJSON_AddNumberToObject(mo, "moe_top_k", c->moe_top_k);
-        cJSON_AddNumberToObject(mo, "moe_every", c->moe_every);
-        cJSON_AddNumberToObject(mo, "moe_capacity", c->moe_capacity);
-        cJSON_AddNumberToObject(mo, "moe_aux", c->moe_aux);
-    }
+fsc_status ck_check_model_tensors(const fsc_engine *e, const fsc_ckpt_meta *m, const char *what) {
+    if (!e->m->ops->check_tensors) return FSC_OK;
+    fsc_param_info *p = NULL;
+    int n = 0;
+    FSC_TRY(fsc_ckpt_meta_params(m, &p, &n));
+    fsc_status s = e->m->ops->check_tensors(e->m->ctx, m->model_config ? m->model_config : "{}", p, n);
+    free(p);
+    return s == FSC_OK ? s : fsc_error_prefix(s, "%s", what);
 }
 
 char *ck_meta_json(const fsc_ckpt_meta *m) {
@@ -84,13 +77,11 @@ char *ck_meta_json(const fsc_ckpt_meta *m) {
     cJSON_AddNumberToObject(root, "optim_steps", (double)m->optim_steps);
     cJSON_AddStringToObject(root, "seed", seed);
     cJSON *mc = m->model_config ? cJSON_Parse(m->model_config) : NULL;
-    if (cJSON_IsObject(mc)) { /* the model's own configuration */
-        cJSON_AddItemToObject(root, "model", mc);
-        mc = NULL;
-    } else { /* none given: the GPT's fields */
-        write_gpt_model(root, &m->model);
+    if (!cJSON_IsObject(mc)) { /* none given (or not an object): the empty configuration */
+        cJSON_Delete(mc);
+        mc = cJSON_CreateObject();
     }
-    cJSON_Delete(mc);
+    cJSON_AddItemToObject(root, "model", mc); /* the model's own configuration, as its config op wrote it */
     cJSON *op = cJSON_AddObjectToObject(root, "optimizer");
     cJSON_AddStringToObject(op, "kind", m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
     cJSON_AddNumberToObject(op, "lr", m->optim.lr);
@@ -213,22 +204,6 @@ static fsc_status get_dtype(const rd *r, const cJSON *o, const char *obj, const 
     return FSC_OK;
 }
 
-/* Whether a recorded model configuration is the built-in GPT's (fsc_gpt_config_json: "layers" and no key
- * but its own), which alone describes the model's tensors. Any other model's (model.h's config: the Llama's,
- * a sequential model's, a program's own) is text only that model reads, even with a "layers" key. */
-static int gpt_record(const cJSON *mo) {
-    static const char *const keys[] = { "layers", "dim", "heads", "seq", "vocab", "moe_experts", "moe_top_k",
-                                        "moe_every", "moe_capacity", "moe_aux" };
-    if (!field(mo, "layers")) return 0;
-    for (const cJSON *x = mo->child; x; x = x->next) {
-        int known = 0;
-        for (size_t k = 0; k < sizeof keys / sizeof *keys && !known; k++)
-            known = x->string && !strcmp(x->string, keys[k]);
-        if (!known) return 0;
-    }
-    return 1;
-}
-
 static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
     const cJSON *f = field(root, "format");
     if (!cJSON_IsString(f) || strcmp(f->valuestring, "fsc-checkpoint") != 0)
@@ -267,21 +242,6 @@ static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
     m->model_config = mtext ? strdup(mtext) : NULL; /* ours: fsc_ckpt_meta_free frees it with free */
     cJSON_free(mtext);
     if (!m->model_config) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for the model configuration", r->what);
-    const int gpt = gpt_record(mo);
-    if (gpt) { /* the built-in GPT's fields */
-        FSC_TRY(get_i32(r, mo, "model", "layers", 1, &m->model.layers));
-        FSC_TRY(get_i32(r, mo, "model", "dim", 1, &m->model.dim));
-        FSC_TRY(get_i32(r, mo, "model", "heads", 1, &m->model.heads));
-        FSC_TRY(get_i32(r, mo, "model", "seq", 1, &m->model.seq));
-        FSC_TRY(get_i32(r, mo, "model", "vocab", 1, &m->model.vocab));
-    }
-    if (gpt && field(mo, "moe_experts")) { /* written for MoE models only */
-        FSC_TRY(get_i32(r, mo, "model", "moe_experts", 0, &m->model.moe_experts));
-        FSC_TRY(get_i32(r, mo, "model", "moe_top_k", 0, &m->model.moe_top_k));
-        FSC_TRY(get_i32(r, mo, "model", "moe_every", 0, &m->model.moe_every));
-        FSC_TRY(get_float(r, mo, "model", "moe_capacity", &m->model.moe_capacity));
-        FSC_TRY(get_float(r, mo, "model", "moe_aux", &m->model.moe_aux));
-    }
 
     const cJSON *op = field(root, "optimizer");
     FSC_TRY(need_obj(r, op, "optimizer"));

@@ -5,10 +5,11 @@
  *     CK_PARSE_FACTOR bytes per byte of text (a real checkpoint's takes about 7), both checked before
  *     anything is allocated;
  *   - every field against its second source: optim_steps and the scaler's counts against step, the files
- *     against the layout and world size, the tensors against the model configuration (the built-in GPT's;
- *     another model's tensors against one another here, against the model at load) and the optimizer's
- *     states, entry names against their tensor and element, step against the directory name.
- * Not here: the data files (ckpt_fs.c), or anything that needs an engine (ckpt_load.c). */
+ *     against the layout and world size, the tensors against one another (every optimizer state with its
+ *     parameter's shape, every parameter with every state), entry names against their tensor and element,
+ *     step against the directory name.
+ * Not here: the data files (ckpt_fs.c), the tensors against the model or its recorded configuration (the
+ * model's check_tensors and the load, ckpt_load.c), or anything else that needs an engine. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,11 +178,6 @@ static fsc_status check_files(const fsc_ckpt_meta *m, const char *what, int nsta
     return FSC_OK;
 }
 
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int cmp_name(const void *a, const void *b) {
     return strcmp((*(const fsc_ckpt_tensor *const *)a)->name, (*(const fsc_ckpt_tensor *const *)b)->name);
 }
@@ -195,8 +191,8 @@ static const fsc_ckpt_tensor *find_sorted(const fsc_ckpt_tensor *const *by, int 
     return f ? *f : NULL;
 }
 
-/* Any other model: every tensor a parameter or a state of the optimizer of a parameter the checkpoint
- * holds, with the parameter's shape, and every parameter with every state of the optimizer. */
+/* Every tensor a parameter or a state of the optimizer of a parameter the checkpoint holds, with the
+ * parameter's shape, and every parameter with every state of the optimizer. */
 static fsc_status check_states(const fsc_ckpt_meta *m, const char *what, int nstates) {
     const fsc_ckpt_tensor **by = malloc(((size_t)m->ntensors + 1) * sizeof *by);
     if (!by) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", what);
@@ -236,49 +232,20 @@ static fsc_status check_states(const fsc_ckpt_meta *m, const char *what, int nst
     return s;
 }
 
-/* Every tensor a parameter or optimizer state of the model with its shape, each once (names are unique:
- * ckpt_meta.c), every entry named for its tensor and first element, every file used. The built-in GPT's
- * tensors are checked against its configuration; any other model's (model.h: the Llama, sequential models,
- * a program's own), whose configuration only the model reads, against one another (check_states) here
- * and against the model when loaded (ckpt_load.c). */
+/* Every tensor a parameter or optimizer state of a parameter with its shape, each once (names are unique:
+ * ckpt_meta.c), every entry named for its tensor and first element, every file used. The tensors against
+ * the model's recorded configuration: the model's check_tensors (model.h); against the model itself: the
+ * load (ckpt_load.c). */
 static fsc_status check_tensors(const fsc_ckpt_meta *m, const char *what, int nstates) {
-    const int gpt = m->model.layers > 0; /* the configuration is the built-in GPT's (ckpt_meta.c) */
-    fsc_status s = gpt ? fsc_gpt_config_validate(&m->model) : check_states(m, what, nstates);
-    if (gpt && s != FSC_OK) return fsc_error_prefix(FSC_ERR_FORMAT, "%s: model", what);
-    if (s != FSC_OK) return s;
-    const int T = gpt ? fsc_gpt_num_tensors(&m->model) : 0;
+    FSC_TRY(check_states(m, what, nstates));
+    fsc_status s = FSC_OK;
     char *used = calloc((size_t)m->nfiles + 1, 1);
-    int64_t *gnum = malloc(((size_t)m->ntensors + 1) * sizeof *gnum); /* state * T + index of each tensor */
-    if (!used || !gnum) {
-        free(used);
-        free(gnum);
-        return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", what);
-    }
-    char entry[FSC_ST_MAX_NAME + 32], s1[96], s2[96];
+    if (!used) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", what);
+    char entry[FSC_ST_MAX_NAME + 32];
     for (int i = 0; i < m->ntensors && s == FSC_OK; i++) {
         const fsc_ckpt_tensor *t = &m->tensors[i];
         const char *param;
         int st = split_name(m, t->name, &param);
-        if (gpt) {
-            int idx = st < 0 ? -1 : fsc_gpt_param_index(&m->model, param);
-            fsc_param_info pi;
-            if (idx < 0 || fsc_gpt_param_info(&m->model, idx, &pi) != FSC_OK) {
-                s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is neither a parameter of its model nor a state of "
-                              "optimizer %s", what, t->name, m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
-                break;
-            }
-            gnum[i] = (int64_t)st * T + idx;
-            int same = t->ndim == pi.ndim;
-            for (int d = 0; same && d < pi.ndim; d++) same = t->shape[d] == pi.shape[d];
-            if (!same) {
-                fsc_shape_str(s1, sizeof s1, t->ndim, t->shape);
-                fsc_shape_str(s2, sizeof s2, pi.ndim, pi.shape);
-                s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has shape %s; its model (layers %d, dim %d, vocab %d, seq "
-                              "%d) makes it %s", what, t->name, s1, m->model.layers, m->model.dim, m->model.vocab,
-                              m->model.seq, s2);
-                break;
-            }
-        }
         for (int k = 0; k < t->npieces && s == FSC_OK; k++) {
             const fsc_ckpt_piece *p = &t->pieces[k];
             used[p->file] = 1;
@@ -299,22 +266,6 @@ static fsc_status check_tensors(const fsc_ckpt_meta *m, const char *what, int ns
     for (int f = 0; f < m->nfiles && s == FSC_OK; f++)
         if (!used[f]) s = fsc_error(FSC_ERR_FORMAT, "%s: file %s holds no piece", what, m->files[f]);
     free(used);
-    /* each tensor is one of the model's, once (names are unique): fewer than (nstates + 1) T means some
-     * are missing; the first gap in the sorted global numbers names one */
-    if (gpt && s == FSC_OK && (int64_t)m->ntensors < (int64_t)(nstates + 1) * T) {
-        int64_t g = 0;
-        if (m->ntensors > 0) {
-            qsort(gnum, (size_t)m->ntensors, sizeof *gnum, cmp_i64);
-            while (g < m->ntensors && gnum[g] == g) g++;
-        }
-        fsc_param_info pi;
-        char name[FSC_ST_MAX_NAME];
-        fsc_gpt_param_info(&m->model, (int)(g % T), &pi);
-        ck_global_name(name, sizeof name, m->optim.kind, (int)(g / T), pi.name);
-        s = fsc_error(FSC_ERR_FORMAT, "%s: has no tensor %s, which its model (%d layers) and optimizer %s have", what,
-                      name, m->model.layers, m->optim.kind == FSC_OPT_ADAMW ? "adamw" : nstates ? "sgd with momentum" : "sgd");
-    }
-    free(gnum);
     return s;
 }
 
@@ -338,5 +289,28 @@ fsc_status ck_meta_check_dir(const fsc_ckpt_meta *m, const char *path, const cha
     if (ck_parse_step_name(base, &step) && step != m->step)
         return fsc_error(FSC_ERR_FORMAT, "%s: step = %lld but its directory is %s: the metadata or the directory was "
                          "changed", what, (long long)m->step, base);
+    return FSC_OK;
+}
+
+fsc_status fsc_ckpt_meta_params(const fsc_ckpt_meta *m, fsc_param_info **out, int *n) {
+    if (!m || !out || !n) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_meta_params: NULL argument");
+    *out = NULL;
+    *n = 0;
+    fsc_param_info *p = calloc((size_t)m->ntensors + 1, sizeof *p);
+    if (!p) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of memory for %d parameters", m->ntensors);
+    for (int i = 0; i < m->ntensors; i++) {
+        const fsc_ckpt_tensor *t = &m->tensors[i];
+        const char *param;
+        if (split_name(m, t->name, &param) != 0) continue; /* an optimizer state */
+        fsc_param_info *q = &p[(*n)++];
+        size_t len = strnlen(t->name, sizeof q->name - 1); /* cut: no model's name is this long */
+        memcpy(q->name, t->name, len);
+        q->name[len] = 0;
+        q->ndim = t->ndim;
+        memcpy(q->shape, t->shape, sizeof q->shape);
+        q->numel = (size_t)t->numel;
+        q->expert = -1;
+    }
+    *out = p;
     return FSC_OK;
 }

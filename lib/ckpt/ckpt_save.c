@@ -213,6 +213,7 @@ static fsc_status finish(fsc_engine *e, const fsc_ckpt_meta *m, const char *dir,
     if (!json) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of memory for metadata.json");
     fsc_ckpt_meta *back = NULL; /* what a reader will see must validate */
     fsc_status s = fsc_ckpt_meta_parse(json, strlen(json), "checkpoint metadata (as written)", &back);
+    if (s == FSC_OK) s = ck_check_model_tensors(e, back, "checkpoint metadata (as written)");
     fsc_ckpt_meta_free(back);
     if (s == FSC_OK && crashes(e, o, FSC_CKPT_CRASH_BEFORE_META)) s = crash(e, "before metadata.json");
     if (s == FSC_OK) s = ck_join(path, sizeof path, tmp, CK_META_NAME);
@@ -426,8 +427,8 @@ static fsc_status claim_dir(fsc_engine *e, const char *dir, int start_over) {
     if (start_over) return remove_other_runs(e, dir);
     return fsc_error(FSC_ERR_INVALID, "%s holds the checkpoints of another run (the newest, step-%08lld: %s), and "
                      "this engine %s%s: resume from that run, save elsewhere, or start over (fsc_ckpt_save_opts."
-                     "start_over, train_gpt --ckpt-overwrite: its checkpoints are removed)", dir, (long long)newest, who,
-                     e->ckpt_run[0] ? "continues run " : "starts a new run", e->ckpt_run);
+                     "start_over, the trainer's --ckpt-overwrite: its checkpoints are removed)", dir,
+                     (long long)newest, who, e->ckpt_run[0] ? "continues run " : "starts a new run", e->ckpt_run);
 }
 
 fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts) {

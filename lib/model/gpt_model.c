@@ -162,6 +162,11 @@ static fsc_status g_config_check(void *ctx, const char *recorded) {
     return fsc_gpt_config_check_json(&G(ctx)->cfg, recorded);
 }
 
+static fsc_status g_check_tensors(void *ctx, const char *recorded, const fsc_param_info *params, int n) {
+    (void)ctx; /* the recorded configuration describes the tensors, whatever this model's own */
+    return fsc_gpt_check_tensors(recorded, params, n);
+}
+
 static fsc_status g_set_ep(void *ctx, fsc_comm *ep) { return fsc_gpt_set_expert_group(G(ctx), ep); }
 
 static void g_destroy(fsc_model *m) {
@@ -175,7 +180,8 @@ static void g_destroy(fsc_model *m) {
     { .acts_create = g_create, .acts_free = g_free, .acts_bytes = g_bytes, .set_batch = g_set_batch,                \
       .stream = g_stream, .stream_floats = g_stream_floats, .forward = g_forward, .backward = g_backward,           \
       .init_values = g_init, .layer_cost = g_layer_cost, .aux_stats = aux, .config = g_config,                      \
-      .config_check = g_config_check, .set_expert_group = ep, .destroy = g_destroy }
+      .config_check = g_config_check, .check_tensors = g_check_tensors, .set_expert_group = ep,                   \
+      .destroy = g_destroy }
 static const fsc_model_ops dense_ops = GPT_OPS(NULL, NULL);
 static const fsc_model_ops moe_ops = GPT_OPS(g_aux, g_set_ep);
 

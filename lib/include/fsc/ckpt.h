@@ -11,7 +11,7 @@
  *                                      named "<tensor>@<first element>"
  *   model.safetensors                  full format: the weights in the single-rank layout (loadable by
  *   optim.safetensors                  fsc_engine_load_weights) and the optimizer state, same shapes
- * Tensors: the parameters by the model's names (GPT-2: "h.0.attn.c_attn.weight"), the optimizer state as
+ * Tensors: the parameters by the model's names (model.h's tensor names), the optimizer state as
  * "optim.m.<name>", "optim.v.<name>" (AdamW) or "optim.momentum.<name>" (SGD with momentum), all F32.
  *
  * A save writes into DIR/step-00000042.tmp-XXXXXX, fsyncs every file, and rank 0 renames the directory
@@ -29,7 +29,7 @@
 #include <stdint.h>
 #include "status.h"
 #include "dtype.h"
-#include "gpt.h"
+#include "model.h"
 #include "optim.h"
 #include "parallel.h"
 #include "safetensors.h"
@@ -86,8 +86,8 @@ fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap);
  * every rank loads the newest complete checkpoint in dir. FSC_ERR_IO (every rank) if dir holds none. */
 fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step);
 /* Collective: optimizer state `which` (0: SGD momentum or AdamW m, 1: AdamW v) of every parameter in
- * tensor order, gathered into host (fsc_gpt_num_params floats) on rank 0 one bounded chunk at a time;
- * host may be NULL on other ranks. FSC_ERR_INVALID if the optimizer has no such state. */
+ * tensor order, gathered into host (one float per element of the model's parameters) on rank 0 one bounded
+ * chunk at a time; host may be NULL on other ranks. FSC_ERR_INVALID if the optimizer has no such state. */
 fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host);
 
 /* ---- Reading checkpoints without an engine (inspection, verification, fuzzing) ---- */
@@ -120,8 +120,6 @@ typedef struct {
     int64_t optim_steps;           /* optimizer steps (fewer when f16 steps were skipped) */
     uint64_t seed;                 /* the keyed initialization's seed (fsc's only RNG state) */
     char *model_config;            /* the model's configuration, a JSON object's text (model.h's config) */
-    fsc_gpt_config model;          /* when model_config is the built-in GPT's ("layers" and no key but the
-                                    * GPT's), its fields; else 0 */
     fsc_optim_config optim;
     /* the writer's parallel setting (for information; a load may use any other) */
     fsc_parallel_kind kind;
@@ -141,17 +139,23 @@ typedef struct {
  * messages. Validated before parsing: the size, metadata_crc32 (the first member: zlib's crc32 of the text
  * with its 8 hex digits read as "00000000"), and that parsing allocates at most about 12 bytes per byte of
  * text. Then every field's type and range, and every field against its second source: optim_steps and
- * the scaler's counts against step, the files against the layout and world size, the tensors (names,
- * shapes, count) against the model configuration (the built-in GPT's; another model's tensors against one
- * another, every optimizer state with its parameter's shape, and against the model at load) and the
- * optimizer's states, entry names against their tensor and first element, pieces that reference a file, fit in their tensor and tile it without gap or
- * overlap, unique (file, entry) pairs. Messages name the field. */
+ * the scaler's counts against step, the files against the layout and world size, the tensors against one
+ * another and the optimizer (every optimizer state with its parameter's shape, every parameter with every
+ * state), entry names against their tensor and first element, pieces that reference a file, fit in their
+ * tensor and tile it without gap or overlap, unique (file, entry) pairs. Messages name the field. The
+ * tensors against the recorded model configuration are the model's to check (model.h's check_tensors, run
+ * at save and load; fsc_ckpt_meta_params gives a reader without a model what to pass such a check), and
+ * against the model itself the load's. */
 fsc_status fsc_ckpt_meta_parse(const char *text, size_t len, const char *what, fsc_ckpt_meta **out);
 /* Read path/metadata.json; when path's last component is a checkpoint name (step-NNNNNNNN), its step must
  * be the metadata's. */
 fsc_status fsc_ckpt_meta_read(const char *path, fsc_ckpt_meta **out);
 void fsc_ckpt_meta_free(fsc_ckpt_meta *m);
 const fsc_ckpt_tensor *fsc_ckpt_meta_find(const fsc_ckpt_meta *m, const char *name);
+/* The checkpoint's parameters (its tensors that are no optimizer state) in file order: name, ndim, shape and
+ * numel of *n of them into *out (free with free; names longer than fsc_param_info's are cut), for a model's
+ * check of its recorded configuration (model.h's check_tensors) by a reader without the model. */
+fsc_status fsc_ckpt_meta_params(const fsc_ckpt_meta *m, fsc_param_info **out, int *n);
 const char *fsc_ckpt_format_name(fsc_ckpt_format f); /* "sharded", "full" */
 
 /* Check an opened file against the metadata's pieces for file index `file`: each piece's entry exists with

@@ -112,6 +112,12 @@ fsc_gpt *fsc_gpt_model_gpt(fsc_model *m);
  * records no "family"; a configuration naming another family than "gpt2" (the Llama's "llama") is refused. */
 void fsc_gpt_config_json(const fsc_gpt_config *c, char *buf, size_t cap);
 fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *c, const char *recorded);
+/* Whether the n parameters a checkpoint holds (name and shape; ckpt.h's fsc_ckpt_meta_params) are exactly those
+ * of the configuration `recorded`, when it is the GPT's ("layers" and no key but the GPT's; FSC_OK for any other
+ * model's): its fields integers in range, the configuration valid, every tensor once with its shape. FSC_ERR_FORMAT
+ * otherwise, the message naming the field or the tensor. The GPT model's check_tensors; ckpt_tool verify calls
+ * it on a checkpoint read without a model. */
+fsc_status fsc_gpt_check_tensors(const char *recorded, const fsc_param_info *params, int n);
 void fsc_gpt_free(fsc_gpt *m);
 /* Spread the experts over an expert-parallel group (moe.h): rank r of ep holds experts [r E/G, (r+1) E/G).
  * Collective over ep when the model runs; call before creating activation records. ep must outlive m. */

@@ -128,6 +128,10 @@ typedef struct {
     fsc_status (*set_expert_group)(void *ctx, fsc_comm *ep);
     /* Free what the model owns (fsc_model_free); NULL: the caller owns everything. */
     void (*destroy)(struct fsc_model *m);
+    /* Whether the n parameters a checkpoint holds (name and shape) are those configuration `recorded` (config's
+     * text) makes: the metadata's integrity, asked before config_check at load and after writing at save; the
+     * message names the tensor or the field. NULL: the tensors are checked against this model's own at load. */
+    fsc_status (*check_tensors)(void *ctx, const char *recorded, const fsc_param_info *params, int n);
 } fsc_model_ops;
 
 typedef struct fsc_model {

@@ -130,4 +130,47 @@ static inline void ct_step_path(char *buf, size_t cap, const char *dir, int64_t 
     snprintf(buf, cap, "%s/step-%08lld", dir, (long long)step);
 }
 
+/* The fixture of the tests that damage or measure one saved checkpoint: DIR holds a checkpoint of one step
+ * of fsdp full_shard on 2 ranks, at path (DIR/step-00000001). */
+typedef struct {
+    char *dir;
+    char path[600];
+} ct_fixture;
+
+static inline int ct_fixture_setup(void **state) {
+    ct_fixture *f = calloc(1, sizeof *f);
+    f->dir = ct_tmpdir();
+    ct_job j = ct_fsdp(2, FSC_SHARD_FULL);
+    j.to = 1;
+    j.save_dir = f->dir;
+    ct_run(&j);
+    ct_free(&j);
+    ct_step_path(f->path, sizeof f->path, f->dir, 1);
+    *state = f;
+    return 0;
+}
+
+static inline int ct_fixture_teardown(void **state) {
+    ct_fixture *f = *state;
+    ct_rmtree(f->dir);
+    free(f);
+    return 0;
+}
+
+/* A whole file (NUL-terminated; its length in *len), or NULL (*len 0) if it cannot be opened. */
+static inline char *ct_slurp(const char *path, size_t *len) {
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
+    b[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
 #endif

@@ -17,46 +17,9 @@
 #include <zlib.h>
 #include "ckpttest.h"
 
-typedef struct {
-    char *good; /* DIR of the good checkpoint */
-    char path[600];
-} fixture;
+typedef ct_fixture fixture;
 
 static ct_job job(void) { return ct_fsdp(2, FSC_SHARD_FULL); }
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    f->good = ct_tmpdir();
-    ct_job j = job();
-    j.to = 1;
-    j.save_dir = f->good;
-    ct_run(&j);
-    ct_free(&j);
-    ct_step_path(f->path, sizeof f->path, f->good, 1);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    ct_rmtree(f->good);
-    free(f);
-    return 0;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    b[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
 
 static void spit(const char *path, const void *b, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -76,7 +39,7 @@ static char *copy_good(const fixture *f, char *ck, size_t cap) {
         size_t n;
         snprintf(a, sizeof a, "%s/%s", f->path, names[i]);
         snprintf(b, sizeof b, "%s/%s", ck, names[i]);
-        char *data = slurp(a, &n);
+        char *data = ct_slurp(a, &n);
         assert_non_null(data);
         spit(b, data, n);
         free(data);
@@ -137,7 +100,7 @@ static void test_ckpt_truncated_shard(void **state) {
     char *dir = copy_good(*state, ck, sizeof ck);
     snprintf(p, sizeof p, "%s/rank-00001-of-00002.safetensors", ck);
     size_t n;
-    char *b = slurp(p, &n);
+    char *b = ct_slurp(p, &n);
     spit(p, b, n - 100); /* the tail of the last tensor's data is gone */
     expect_refused(ck, FSC_ERR_FORMAT, "rank-00001-of-00002.safetensors", "optim.v.");
     spit(p, b, 5); /* not even the header length */
@@ -160,7 +123,7 @@ static void test_ckpt_flipped_byte(void **state) {
     uint64_t begin = e->begin;
     fsc_st_close(sf);
     size_t n;
-    char *b = slurp(p, &n);
+    char *b = ct_slurp(p, &n);
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)(uint8_t)b[i] << (8 * i);
     b[8 + hlen + begin + 3] ^= 0x10;
@@ -320,7 +283,7 @@ static void test_ckpt_bad_metadata(void **state) {
         char *dir = copy_good(f, ck, sizeof ck);
         snprintf(p, sizeof p, "%s/metadata.json", ck);
         size_t n;
-        char *text = slurp(p, &n);
+        char *text = ct_slurp(p, &n);
         cJSON *root = cJSON_ParseWithLength(text, n);
         assert_non_null(root);
         cases[c].fn(root);
@@ -407,7 +370,7 @@ static void test_ckpt_other_model_config(void **state) {
         char *dir = copy_good(f, ck, sizeof ck);
         snprintf(p, sizeof p, "%s/metadata.json", ck);
         size_t n;
-        char *text = slurp(p, &n);
+        char *text = ct_slurp(p, &n);
         cJSON *root = cJSON_ParseWithLength(text, n);
         assert_non_null(root);
         cases[c].fn(root);
@@ -442,7 +405,7 @@ static void test_ckpt_truncated_metadata(void **state) {
     char *dir = copy_good(*state, ck, sizeof ck);
     snprintf(p, sizeof p, "%s/metadata.json", ck);
     size_t n;
-    char *b = slurp(p, &n);
+    char *b = ct_slurp(p, &n);
     spit(p, b, n / 2);
     expect_refused(ck, FSC_ERR_FORMAT, "metadata.json", "metadata_crc32");
     b[n / 2] = 0; /* the same half with its checksum recomputed: then the JSON itself is broken */
@@ -466,5 +429,5 @@ int main(void) {
         cmocka_unit_test(test_ckpt_other_model_config),
         cmocka_unit_test(test_ckpt_truncated_metadata),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, ct_fixture_setup, ct_fixture_teardown);
 }

@@ -68,46 +68,9 @@ static void cj_count(int on) {
     cJSON_InitHooks(on ? &h : NULL);
 }
 
-typedef struct {
-    char *dir;
-    char path[600]; /* dir/step-00000001 */
-} fixture;
+typedef ct_fixture fixture;
 
 static ct_job job(int world) { return ct_fsdp(world, FSC_SHARD_FULL); }
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    f->dir = ct_tmpdir();
-    ct_job j = job(2);
-    j.to = 1;
-    j.save_dir = f->dir;
-    ct_run(&j);
-    ct_free(&j);
-    ct_step_path(f->path, sizeof f->path, f->dir, 1);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    ct_rmtree(f->dir);
-    free(f);
-    return 0;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    b[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
 
 /* The rule of docs/checkpoints.md: metadata_crc32 = crc32 of the text with its digits read as zeros. */
 static void reseal(char *text, size_t len) {
@@ -169,7 +132,7 @@ static void test_ckpt_meta_parse_bound(void **state) {
     size_t len = 0;
     /* a real checkpoint's metadata: parsed within the bound */
     snprintf(p, sizeof p, "%s/metadata.json", f->path);
-    char *text = slurp(p, &len);
+    char *text = ct_slurp(p, &len);
     assert_non_null(text);
     cj_count(1);
     fsc_status s = fsc_ckpt_meta_parse(text, len, "real", &m);
@@ -231,5 +194,5 @@ int main(void) {
         cmocka_unit_test(test_ckpt_meta_parse_bound),
         cmocka_unit_test(test_ckpt_meta_read_once),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, ct_fixture_setup, ct_fixture_teardown);
 }

@@ -14,7 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "testutil.h"
+#include "modeltest.h"
 
 /* ---- a user layer: out = in + gelu(in W + b), W "weight" (H, H), b "bias" (H) ------------------------------- */
 typedef struct {
@@ -156,12 +156,7 @@ static job make(int is_lm, int world, fsc_parallel_kind kind) {
     job j;
     memset(&j, 0, sizeof j);
     j.is_lm = is_lm, j.world = world, j.steps = MAXSTEPS;
-    j.po.kind = kind;
-    j.po.accum = 1;
-    j.po.reshard_after_forward = -1;
-    j.po.param_dtype = FSC_F32;
-    j.po.reduce_dtype = FSC_F32;
-    j.po.clip = 1.0f;
+    j.po = mt_opts(kind, 1.0f);
     fsc_device *dev = NULL;
     fsc_model *m = NULL;
     assert_ok(fsc_device_create("cpu", NULL, &dev));
@@ -173,17 +168,11 @@ static job make(int is_lm, int world, fsc_parallel_kind kind) {
 }
 
 static void train(job *j) {
-    free(j->after);
-    j->after = calloc(j->P, sizeof(float));
-    fsc_cluster_opts co = { .world = j->world, .device = "cpu", .timeout_s = 60, .threads_per_rank = 1 };
-    assert_ok(fsc_cluster_run(&co, job_rank, j));
+    mt_train(j->world, 60, j->P, &j->after, job_rank, j);
 }
 
 static void assert_same(const job *a, const job *b, const char *what) {
-    for (int s = 0; s < a->steps; s++)
-        if (memcmp(&a->loss[s], &b->loss[s], sizeof(double)) != 0)
-            fail_msg("%s: loss of step %d differs: %.17g vs %.17g", what, s, a->loss[s], b->loss[s]);
-    assert_bits_equal(a->after, b->after, a->P, what);
+    mt_assert_same(a->loss, b->loss, a->steps, a->after, b->after, a->P, what);
 }
 
 /* ---- tests ------------------------------------------------------------------------------------------------ */
@@ -191,13 +180,7 @@ static void strategies_equal_ddp(int is_lm) {
     job ddp = make(is_lm, 4, FSC_PAR_DDP);
     train(&ddp);
     assert_true(ddp.loss[MAXSTEPS - 1] < ddp.loss[0]); /* it learns */
-    struct {
-        fsc_parallel_kind kind;
-        fsc_shard_strategy shard;
-        fsc_wrap_policy wrap;
-        int checkpoint;
-        const char *what;
-    } cases[] = {
+    const mt_strategy cases[] = {
         { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 0, "fsdp full_shard" },
         { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, FSC_WRAP_BLOCK, 0, "fsdp shard_grad_op" },
         { FSC_PAR_FSDP, FSC_SHARD_HYBRID, FSC_WRAP_BLOCK, 0, "fsdp hybrid_shard" },
@@ -210,10 +193,7 @@ static void strategies_equal_ddp(int is_lm) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         job j = make(is_lm, 4, cases[k].kind);
-        j.po.shard = cases[k].shard;
-        j.po.wrap = cases[k].wrap;
-        j.po.wrap_min_params = 80;
-        j.po.checkpoint = cases[k].checkpoint;
+        mt_apply(&j.po, &cases[k], 80);
         train(&j);
         assert_same(&ddp, &j, cases[k].what);
         free(j.after);
@@ -223,19 +203,13 @@ static void strategies_equal_ddp(int is_lm) {
 
 static void pipeline_equals_ddp(int is_lm, const int *balance) {
     job ddp = make(is_lm, 2, FSC_PAR_DDP);
-    ddp.po.accum = 2;
-    ddp.po.no_sync = 1;
+    mt_accumulate(&ddp.po, 2);
     train(&ddp);
     const fsc_pipe_checkpoint modes[3] = { FSC_PIPE_CKPT_EXCEPT_LAST, FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKPT_NEVER };
     for (int sched = 0; sched < 2; sched++)
         for (int c = 0; c < 3; c++) {
             job p = make(is_lm, 4, sched ? FSC_PAR_FSDP : FSC_PAR_DDP);
-            p.po.pp = 2;
-            p.po.accum = 2;
-            p.po.no_sync = 1;
-            p.po.schedule = sched ? FSC_SCHED_1F1B : FSC_SCHED_GPIPE;
-            p.po.pipe_checkpoint = modes[c];
-            p.po.balance = balance;
+            mt_pipeline(&p.po, sched, modes[c], balance);
             train(&p);
             assert_same(&ddp, &p, sched ? "pipeline 1f1b with fsdp" : "pipeline gpipe");
             free(p.after);

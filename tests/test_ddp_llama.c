@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "testutil.h"
+#include "modeltest.h"
 #include "fsc/llama.h"
 
 enum { GB = 8, MAXSTEPS = 4 };
@@ -79,23 +79,14 @@ static job make(int world, fsc_parallel_kind kind) {
     memset(&j, 0, sizeof j);
     fsc_llama_config c = tiny();
     j.world = world;
-    j.po.kind = kind;
-    j.po.accum = 1;
-    j.po.reshard_after_forward = -1;
-    j.po.param_dtype = FSC_F32;
-    j.po.reduce_dtype = FSC_F32;
-    j.po.clip = 0.5f;
+    j.po = mt_opts(kind, 0.5f);
     j.steps = 3;
     j.P = fsc_llama_num_params(&c);
     return j;
 }
 
 static void train(job *j) {
-    free(j->after);
-    j->after = calloc(j->P, sizeof(float));
-    assert_non_null(j->after);
-    fsc_cluster_opts co = { .world = j->world, .device = "cpu", .timeout_s = 60, .threads_per_rank = 1 };
-    assert_ok(fsc_cluster_run(&co, job_rank, j));
+    mt_train(j->world, 60, j->P, &j->after, job_rank, j);
 }
 
 static void done(job *j) {
@@ -104,10 +95,7 @@ static void done(job *j) {
 }
 
 static void assert_same(const job *a, const job *b, const char *what) {
-    for (int s = 0; s < a->steps; s++)
-        if (memcmp(&a->loss[s], &b->loss[s], sizeof(double)) != 0)
-            fail_msg("%s: loss of step %d differs: %.17g vs %.17g", what, s, a->loss[s], b->loss[s]);
-    assert_bits_equal(a->after, b->after, a->P, what);
+    mt_assert_same(a->loss, b->loss, a->steps, a->after, b->after, a->P, what);
 }
 
 static void test_strategies_equal_ddp(void **st) {
@@ -116,13 +104,7 @@ static void test_strategies_equal_ddp(void **st) {
     train(&ddp);
     assert_true(ddp.loss[2] < ddp.loss[0]); /* it learns */
     assert_true(fabs(ddp.loss[0] - log(32.0)) < 0.1); /* starts near uniform over the vocabulary */
-    struct {
-        fsc_parallel_kind kind;
-        fsc_shard_strategy shard;
-        fsc_wrap_policy wrap;
-        int checkpoint;
-        const char *what;
-    } cases[] = {
+    const mt_strategy cases[] = {
         { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 0, "fsdp full_shard" },
         { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, FSC_WRAP_BLOCK, 0, "fsdp shard_grad_op" },
         { FSC_PAR_FSDP, FSC_SHARD_HYBRID, FSC_WRAP_BLOCK, 0, "fsdp hybrid_shard" },
@@ -136,10 +118,7 @@ static void test_strategies_equal_ddp(void **st) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         job j = make(4, cases[k].kind);
-        j.po.shard = cases[k].shard;
-        j.po.wrap = cases[k].wrap;
-        j.po.wrap_min_params = 2000;
-        j.po.checkpoint = cases[k].checkpoint;
+        mt_apply(&j.po, &cases[k], 2000);
         train(&j);
         assert_same(&ddp, &j, cases[k].what);
         done(&j);
@@ -150,19 +129,13 @@ static void test_strategies_equal_ddp(void **st) {
 static void test_pipeline_equals_ddp_accumulating(void **st) {
     (void)st;
     job ddp = make(2, FSC_PAR_DDP);
-    ddp.po.accum = 2;
-    ddp.po.no_sync = 1;
+    mt_accumulate(&ddp.po, 2);
     train(&ddp);
     const fsc_pipe_checkpoint modes[3] = { FSC_PIPE_CKPT_EXCEPT_LAST, FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKPT_NEVER };
     for (int k = 0; k < 4; k++) {
         job p = make(4, k == 3 ? FSC_PAR_FSDP : FSC_PAR_DDP);
-        p.po.pp = 2;
-        p.po.accum = 2;
-        p.po.no_sync = 1;
-        p.po.schedule = k == 1 ? FSC_SCHED_1F1B : FSC_SCHED_GPIPE;
-        p.po.pipe_checkpoint = modes[k % 3];
         const int balance[2] = { 1, 2 }; /* layer 0 on stage 0 (with the embedding), 1 and 2 with the head */
-        p.po.balance = balance;
+        mt_pipeline(&p.po, k == 1, modes[k % 3], balance);
         train(&p);
         char what[64];
         snprintf(what, sizeof what, "pipeline case %d", k);

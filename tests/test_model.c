@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "testutil.h"
+#include "modeltest.h"
 
 /* ---- the model -------------------------------------------------------------------------------------- */
 
@@ -286,24 +286,16 @@ static job make(int world, fsc_parallel_kind kind) {
     job j;
     memset(&j, 0, sizeof j);
     j.world = world;
-    j.po.kind = kind;
-    j.po.accum = 1;
-    j.po.reshard_after_forward = -1;
-    j.po.param_dtype = FSC_F32;
-    j.po.reduce_dtype = FSC_F32;
-    j.po.clip = 0.5f;
+    j.po = mt_opts(kind, 0.5f);
     j.steps = 3;
     j.P = num_params();
     return j;
 }
 
 static void train(job *j) {
-    free(j->after);
     free(j->full);
-    j->after = calloc(j->P, sizeof(float));
     j->full = calloc(j->P, sizeof(float));
-    fsc_cluster_opts co = { .world = j->world, .device = "cpu", .timeout_s = 30, .threads_per_rank = 1 };
-    assert_ok(fsc_cluster_run(&co, job_rank, j));
+    mt_train(j->world, 30, j->P, &j->after, job_rank, j);
 }
 
 static void done(job *j) {
@@ -313,10 +305,7 @@ static void done(job *j) {
 }
 
 static void assert_same(const job *a, const job *b, const char *what) {
-    for (int s = 0; s < a->steps; s++)
-        if (memcmp(&a->loss[s], &b->loss[s], sizeof(double)) != 0)
-            fail_msg("%s: loss of step %d differs: %.17g vs %.17g", what, s, a->loss[s], b->loss[s]);
-    assert_bits_equal(a->after, b->after, a->P, what);
+    mt_assert_same(a->loss, b->loss, a->steps, a->after, b->after, a->P, what);
 }
 
 /* ---- tests ------------------------------------------------------------------------------------------- */
@@ -345,34 +334,26 @@ static void test_strategies_equal_ddp(void **st) {
     job ddp = make(4, FSC_PAR_DDP);
     train(&ddp);
     assert_true(ddp.loss[2] < ddp.loss[0]); /* it learns */
-    struct {
-        fsc_parallel_kind kind;
-        fsc_shard_strategy shard;
-        fsc_wrap_policy wrap;
-        const char *what;
-    } cases[] = {
-        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_BLOCK, "fsdp full_shard" },
-        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, FSC_WRAP_BLOCK, "fsdp shard_grad_op" },
-        { FSC_PAR_FSDP, FSC_SHARD_HYBRID, FSC_WRAP_BLOCK, "fsdp hybrid_shard" },
-        { FSC_PAR_FSDP, FSC_SHARD_NONE, FSC_WRAP_BLOCK, "fsdp no_shard" },
-        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_MODEL, "fsdp full_shard, one unit" },
-        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_MIN_PARAMS, "fsdp full_shard, min_params" },
-        { FSC_PAR_ZERO1, 0, 0, "zero1" },
-        { FSC_PAR_ZERO2, 0, 0, "zero2" },
+    const mt_strategy cases[] = {
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 0, "fsdp full_shard" },
+        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, FSC_WRAP_BLOCK, 0, "fsdp shard_grad_op" },
+        { FSC_PAR_FSDP, FSC_SHARD_HYBRID, FSC_WRAP_BLOCK, 0, "fsdp hybrid_shard" },
+        { FSC_PAR_FSDP, FSC_SHARD_NONE, FSC_WRAP_BLOCK, 0, "fsdp no_shard" },
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_MODEL, 0, "fsdp full_shard, one unit" },
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_MIN_PARAMS, 0, "fsdp full_shard, min_params" },
+        { FSC_PAR_ZERO1, 0, 0, 0, "zero1" },
+        { FSC_PAR_ZERO2, 0, 0, 0, "zero2" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         job j = make(4, cases[k].kind);
-        j.po.shard = cases[k].shard;
-        j.po.wrap = cases[k].wrap;
-        j.po.wrap_min_params = 50;
+        mt_apply(&j.po, &cases[k], 50);
         train(&j);
         assert_same(&ddp, &j, cases[k].what);
         done(&j);
     }
     /* one rank accumulating the four ranks' micro-batches */
     job one = make(1, FSC_PAR_NONE);
-    one.po.accum = 4;
-    one.po.no_sync = 1;
+    mt_accumulate(&one.po, 4);
     train(&one);
     for (int s = 0; s < 3; s++) assert_true(fabs(one.loss[s] - ddp.loss[s]) <= 1e-6 * fabs(ddp.loss[s]));
     for (size_t i = 0; i < one.P; i++) assert_true(fabsf(one.after[i] - ddp.after[i]) <= 1e-5f);
@@ -383,18 +364,12 @@ static void test_strategies_equal_ddp(void **st) {
 static void test_pipeline_equals_ddp_accumulating(void **st) {
     (void)st;
     job ddp = make(2, FSC_PAR_DDP);
-    ddp.po.accum = 2;
-    ddp.po.no_sync = 1;
+    mt_accumulate(&ddp.po, 2);
     train(&ddp);
     for (int sched = 0; sched < 2; sched++) {
         job p = make(4, FSC_PAR_DDP);
-        p.po.pp = 2;
-        p.po.accum = 2;
-        p.po.no_sync = 1;
-        p.po.schedule = sched ? FSC_SCHED_1F1B : FSC_SCHED_GPIPE;
-        p.po.pipe_checkpoint = FSC_PIPE_CKPT_EXCEPT_LAST;
         const int balance[2] = { 1, 1 }; /* hidden.0 on stage 0, hidden.1 and the tied output on stage 1 */
-        p.po.balance = balance;
+        mt_pipeline(&p.po, sched, FSC_PIPE_CKPT_EXCEPT_LAST, balance);
         train(&p);
         assert_same(&ddp, &p, sched ? "pipeline 1f1b" : "pipeline gpipe");
         done(&p);

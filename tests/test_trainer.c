@@ -391,20 +391,7 @@ static void test_nonfinite(void **st) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    char self[PATH_MAX];
-    if (!realpath(argv[0], self)) {
-        fprintf(stderr, "test_trainer: cannot resolve %s\n", argv[0]);
-        return 1;
-    }
-    char *t = fmt("%s/../train_gpt", dirname(self));
-    snprintf(trainer, sizeof trainer, "%s", t);
-    free(t);
-    if (access(trainer, X_OK) != 0) {
-        fprintf(stderr, "test_trainer: %s not found: build it first (make ... %s)\n", trainer, "train_gpt");
-        return 1;
-    }
-    strcpy(tmpdir, "/tmp/fsc_test_trainer_XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (prog_setup(argv[0], "test_trainer", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_bad_options),

@@ -112,20 +112,7 @@ static void test_refused(void **st) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    char self[PATH_MAX];
-    if (!realpath(argv[0], self)) {
-        fprintf(stderr, "test_trainer_llama: cannot resolve %s\n", argv[0]);
-        return 1;
-    }
-    char *t = fmt("%s/../train_gpt", dirname(self));
-    snprintf(trainer, sizeof trainer, "%s", t);
-    free(t);
-    if (access(trainer, X_OK) != 0) {
-        fprintf(stderr, "test_trainer_llama: %s not found: build it first (make ... train_gpt)\n", trainer);
-        return 1;
-    }
-    strcpy(tmpdir, "/tmp/fsc_test_trainer_llama_XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
+    if (prog_setup(argv[0], "test_trainer_llama", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
     char *path = fmt("%s/data.txt", tmpdir);
     FILE *f = fopen(path, "wb");
     free(path);

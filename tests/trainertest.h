@@ -2,10 +2,13 @@
  * captured in files of a temporary folder, read them back, and parse the JSON line that ends the output. */
 #ifndef FSC_TRAINERTEST_H
 #define FSC_TRAINERTEST_H
+#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 #include "testutil.h"
 
@@ -62,6 +65,25 @@ static inline cJSON *prog_json(const char *prog, const char *dir, const char *mo
     free(out);
     free(full);
     return j;
+}
+
+/* The start of such a test's main: the program `prog` built next to the test (argv0's folder/../prog) into
+ * path, and a fresh temporary folder /tmp/fsc_<test>_XXXXXX into tmpdir. Returns 0, or 1 after saying on
+ * stderr what is missing. */
+static inline int prog_setup(const char *argv0, const char *test, const char *prog, char *path, size_t cap,
+                             char *tmpdir, size_t tcap) {
+    char self[PATH_MAX];
+    if (!realpath(argv0, self)) {
+        fprintf(stderr, "%s: cannot resolve %s\n", test, argv0);
+        return 1;
+    }
+    snprintf(path, cap, "%s/../%s", dirname(self), prog);
+    if (access(path, X_OK) != 0) {
+        fprintf(stderr, "%s: %s not found: build it first (make ... %s)\n", test, path, prog);
+        return 1;
+    }
+    snprintf(tmpdir, tcap, "/tmp/fsc_%s_XXXXXX", test);
+    return mkdtemp(tmpdir) ? 0 : 1;
 }
 
 #endif

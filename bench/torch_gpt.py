@@ -101,13 +101,19 @@ def run(threads, steps, warmup, data_path):
         data = bytes((i * 2654435761 >> 24) & 255 for i in range(1 << 20))
     data = torch.tensor(list(data), dtype=torch.long) % V
     n = data.numel()
-    model = build_model(torch)
+    def batch(step):
+        starts = [((step * B + i) * T) % (n - T) for i in range(B)]  # the trainer's data order
+        return (torch.stack([data[s:s + T] for s in starts]), torch.stack([data[s + 1:s + T + 1] for s in starts]))
+    train_and_report(torch, build_model(torch), [batch(s) for s in range(warmup + steps)], warmup, threads, "",
+                     "torch")
+
+
+def train_and_report(torch, model, batches, warmup, threads, what, tag):
+    """AdamW (lr 1e-3) with clipping at 1 over the (inputs, targets) batches, timing each step; prints the median
+    over the steps after `warmup` and a RESULT line (shared by torch_gpt.py and torch_llama.py)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     times = []
-    for step in range(warmup + steps):
-        starts = [((step * B + i) * T) % (n - T) for i in range(B)]  # the trainer's data order
-        x = torch.stack([data[s:s + T] for s in starts])
-        y = torch.stack([data[s + 1:s + T + 1] for s in starts])
+    for step, (x, y) in enumerate(batches):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = model(x, y)
@@ -119,10 +125,11 @@ def run(threads, steps, warmup, data_path):
             times.append(dt)
     med = statistics.median(times)
     params = sum(p.numel() for p in model.parameters())
+    tokens = batches[0][0].numel()
     nb = blas_threads()
-    print("torch %s, %d threads (OpenBLAS %s threads): %d params, loss %.4f, median %.1f ms/step, %.0f tokens/s"
-          % (torch.__version__, threads, nb, params, loss.item(), med * 1e3, B * T / med))
-    print("RESULT torch threads %d tokens_per_s %.1f blas_threads %s" % (threads, B * T / med, nb))
+    print("torch %s%s, %d threads (OpenBLAS %s threads): %d params, loss %.4f, median %.1f ms/step, %.0f tokens/s"
+          % (torch.__version__, what, threads, nb, params, loss.item(), med * 1e3, tokens / med))
+    print("RESULT %s threads %d tokens_per_s %.1f blas_threads %s" % (tag, threads, tokens / med, nb))
 
 
 def main():

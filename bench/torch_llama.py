@@ -13,13 +13,11 @@ and (2), each in its own process, and the BLAS threads OpenBLAS had (torch.set_n
 Usage: torch_llama.py [--threads N] [--steps N] [--warmup N]
 """
 import argparse
-import statistics
 import subprocess
 import sys
-import time
 
 sys.dont_write_bytecode = True  # no bench/__pycache__ from the import below
-from torch_gpt import blas_threads  # noqa: E402
+from torch_gpt import train_and_report  # noqa: E402
 
 L, C, NH, KVH, T, B, V = 4, 256, 4, 2, 128, 8, 256
 F = (8 * C // 3 + 255) // 256 * 256  # Llama's ffn rule, fsc_llama_default_ffn: 768
@@ -122,26 +120,8 @@ def lcg_batches(n_steps):
 def run(threads, steps, warmup):
     import torch
     torch.set_num_threads(threads)
-    model = build_model(torch)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     batches = [(torch.tensor(a).view(B, T) % V, torch.tensor(b).view(B, T) % V) for a, b in lcg_batches(warmup + steps)]
-    times = []
-    for step, (x, y) in enumerate(batches):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        dt = time.perf_counter() - t0
-        if step >= warmup:
-            times.append(dt)
-    med = statistics.median(times)
-    params = sum(p.numel() for p in model.parameters())
-    nb = blas_threads()
-    print("torch %s llama, %d threads (OpenBLAS %s threads): %d params, loss %.4f, median %.1f ms/step, %.0f tokens/s"
-          % (torch.__version__, threads, nb, params, loss.item(), med * 1e3, B * T / med))
-    print("RESULT torch_llama threads %d tokens_per_s %.1f blas_threads %s" % (threads, B * T / med, nb))
+    train_and_report(torch, build_model(torch), batches, warmup, threads, " llama", "torch_llama")
 
 
 def main():

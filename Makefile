@@ -37,6 +37,8 @@ TESTLIB_SRC := $(sort $(filter-out tests/test_%,$(wildcard tests/*.c)))
 TESTLIB_OBJ := $(TESTLIB_SRC:%.c=$(BUILD)/obj/%.o)
 EX_SRC   := $(sort $(wildcard examples/*.c))
 EXAMPLES := $(EX_SRC:examples/%.c=$(BUILD)/%)
+# The sampler (examples/sample.c): generates text from a model file the trainer saved; make install installs it
+SAMPLER  := $(BUILD)/sample
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 PUBLIC_HEADERS := $(wildcard lib/include/fsc/*.h)

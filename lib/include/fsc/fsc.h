@@ -11,6 +11,7 @@
 #include "cluster.h"
 #include "launch.h"
 #include "safetensors.h"
+#include "data.h"
 #include "optim.h"
 #include "model.h"
 #include "layers.h"
@@ -23,4 +24,6 @@
 #include "tp.h"
 #include "moe.h"
 #include "ckpt.h"
+#include "schedule.h"
+#include "eval.h"
 #endif

@@ -1,0 +1,307 @@
+/* Tests of lib/io/data.c (fsc/data.h): each format read back to the tokens written, format detection, one
+ * case per refusal with its message, streams of several files across their boundaries (glob order and list
+ * order), and batches equal to the data-order formula computed here over the concatenated tokens. */
+#include <sys/stat.h>
+#include "testutil.h"
+
+static char g_dir[64];
+
+static int setup_dir(void **state) {
+    (void)state;
+    snprintf(g_dir, sizeof g_dir, "/tmp/fsc_test_data_XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state) {
+    (void)state;
+    test_rmtree(g_dir);
+    return 0;
+}
+
+static char *path_of(const char *name) {
+    static char p[64][256]; /* a pool: a table of cases holds many at once */
+    static int k;
+    k = (k + 1) % 64;
+    snprintf(p[k], sizeof p[k], "%s/%s", g_dir, name);
+    return p[k];
+}
+
+static void write_file(const char *name, const void *buf, size_t len) {
+    FILE *f = fopen(path_of(name), "wb");
+    assert_non_null(f);
+    if (len) assert_int_equal(fwrite(buf, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
+static void put32(uint8_t *p, uint32_t v) { put16(p, v), put16(p + 2, v >> 16); }
+
+/* A headerless uint16 image of tokens tok[0..n) (little-endian); *len set; caller frees. */
+static uint8_t *u16_image(const uint32_t *tok, size_t n, size_t *len) {
+    uint8_t *b = malloc(2 * n + 1);
+    assert_non_null(b);
+    for (size_t i = 0; i < n; i++) put16(b + 2 * i, tok[i]);
+    *len = 2 * n;
+    return b;
+}
+
+/* An llm.c shard image as llm.c's write_datafile makes it: 256 int32 (magic, version, count, zeros), then
+ * the tokens as uint16. count and version as given (to make bad headers). */
+static uint8_t *llmc_image(const uint32_t *tok, size_t n, uint32_t version, uint32_t count, size_t *len) {
+    uint8_t *b = calloc(1, 1024 + 2 * n);
+    assert_non_null(b);
+    put32(b, FSC_DATA_LLMC_MAGIC), put32(b + 4, version), put32(b + 8, count);
+    for (size_t i = 0; i < n; i++) put16(b + 1024 + 2 * i, tok[i]);
+    *len = 1024 + 2 * n;
+    return b;
+}
+
+/* Read the whole stream and compare with want[0..n). */
+static void assert_stream(const fsc_data *d, const uint32_t *want, size_t n) {
+    assert_int_equal(fsc_data_tokens(d), n);
+    int32_t *got = malloc((n + 1) * sizeof *got);
+    assert_non_null(got);
+    assert_ok(fsc_data_read(d, 0, n, got));
+    for (size_t i = 0; i < n; i++)
+        if ((uint32_t)got[i] != want[i]) fail_msg("token %zu: %d, written %u", i, got[i], want[i]);
+    free(got);
+}
+
+/* Oracle: each format reads back exactly the tokens written (bytes: the bytes; u16 and llmc: the
+ * little-endian uint16 values, the llm.c header skipped), and says which format it read. */
+static void test_formats(void **state) {
+    (void)state;
+    uint32_t tok[300];
+    for (int i = 0; i < 300; i++) tok[i] = (uint32_t)(i * 2654435761u) % 50257;
+    uint8_t bytes[300];
+    uint32_t btok[300];
+    for (int i = 0; i < 300; i++) bytes[i] = (uint8_t)(i * 7), btok[i] = bytes[i];
+    write_file("b.txt", bytes, sizeof bytes);
+    size_t lu, ll;
+    uint8_t *u = u16_image(tok, 300, &lu), *l = llmc_image(tok, 300, 1, 300, &ll);
+    write_file("t.bin", u, lu);
+    write_file("s.bin", l, ll);
+    struct { const char *name; fsc_data_format fmt, want; int vocab; const uint32_t *tok; } cases[] = {
+        {"b.txt", FSC_DATA_BYTES, FSC_DATA_BYTES, 256, btok},
+        {"b.txt", FSC_DATA_AUTO, FSC_DATA_BYTES, 256, btok},
+        {"t.bin", FSC_DATA_U16, FSC_DATA_U16, 50257, tok},
+        {"s.bin", FSC_DATA_LLMC, FSC_DATA_LLMC, 50257, tok},
+        {"s.bin", FSC_DATA_AUTO, FSC_DATA_LLMC, 50257, tok}, /* detected by its magic */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        fsc_data *d = NULL;
+        assert_ok(fsc_data_open(&d, path_of(cases[c].name), cases[c].fmt, cases[c].vocab));
+        assert_int_equal(fsc_data_format_of(d), cases[c].want);
+        assert_int_equal(fsc_data_files(d), 1);
+        assert_string_equal(fsc_data_file(d, 0), path_of(cases[c].name));
+        assert_stream(d, cases[c].tok, 300);
+        assert_ok(fsc_data_check(d));
+        fsc_data_free(d);
+    }
+    /* the same images from memory read the same */
+    fsc_data *d = NULL;
+    const void *bufs[] = {l};
+    assert_ok(fsc_data_open_memory(&d, 1, bufs, &ll, FSC_DATA_AUTO, 50257));
+    assert_int_equal(fsc_data_format_of(d), FSC_DATA_LLMC);
+    assert_stream(d, tok, 300);
+    fsc_data_free(d);
+    free(u);
+    free(l);
+}
+
+/* Oracle: format names parse to their enum and back; another name is refused with the list. */
+static void test_format_names(void **state) {
+    (void)state;
+    for (int f = FSC_DATA_AUTO; f <= FSC_DATA_U16; f++) {
+        fsc_data_format got;
+        assert_ok(fsc_data_format_parse(fsc_data_format_name((fsc_data_format)f), &got));
+        assert_int_equal(got, f);
+    }
+    fsc_data_format got;
+    assert_err(fsc_data_format_parse("uint16", &got), FSC_ERR_INVALID, "give auto, bytes, llmc or u16");
+}
+
+static void open_err(const char *spec, fsc_data_format fmt, int vocab, fsc_status st, const char *needle) {
+    fsc_data *d = (fsc_data *)&d;
+    fsc_status s = fsc_data_open(&d, spec, fmt, vocab);
+    if (s != st || !strstr(fsc_last_error(), needle))
+        fail_msg("open %s as %s: %s \"%s\" (expected %s and \"%s\")", spec, fsc_data_format_name(fmt),
+                 fsc_status_str(s), fsc_last_error(), fsc_status_str(st), needle);
+    assert_null(d);
+}
+
+/* Oracle: every malformed or mismatched file is refused at open with a message naming the file and the
+ * problem: an odd-sized u16 file, an llm.c header whose count disagrees with the size (short or long), a
+ * short header, version 2, no magic for llmc, a shard given as bytes or u16, auto on a headerless file with
+ * a vocabulary above 256, a missing file, a directory, a FIFO, a glob that matches nothing, an empty item. */
+static void test_refusals(void **state) {
+    (void)state;
+    uint32_t tok[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    size_t len;
+    uint8_t *b = llmc_image(tok, 10, 1, 10, &len);
+    write_file("odd.bin", b + 1024, 19);
+    write_file("long.bin", b, len); /* count 10 */
+    put32(b + 8, 11);
+    write_file("short.bin", b, len); /* says 11, holds 10 */
+    put32(b + 8, 9);
+    write_file("extra.bin", b, len); /* says 9, holds 10 */
+    put32(b + 8, 0x80000000u);
+    write_file("neg.bin", b, len);
+    put32(b + 8, 10), put32(b + 4, 2);
+    write_file("v2.bin", b, len);
+    put32(b + 4, 7);
+    write_file("v7.bin", b, len);
+    write_file("hdr.bin", b, 500);
+    write_file("plain.bin", b + 1024, 20);
+    free(b);
+    mkdir(path_of("dir"), 0700);
+    assert_int_equal(mkfifo(path_of("fifo"), 0600), 0);
+    char two[600];
+    snprintf(two, sizeof two, "%s,%s", path_of("long.bin"), path_of("plain.bin"));
+    char empty_item[600];
+    snprintf(empty_item, sizeof empty_item, "%s,,%s", path_of("long.bin"), path_of("long.bin"));
+    struct { const char *spec; fsc_data_format fmt; int vocab; fsc_status st; const char *needle; } cases[] = {
+        {path_of("odd.bin"), FSC_DATA_U16, 100, FSC_ERR_FORMAT, "odd.bin: 19 bytes, not a multiple of 2"},
+        {path_of("short.bin"), FSC_DATA_LLMC, 100, FSC_ERR_FORMAT,
+         "the header says 11 tokens (22 bytes after the 1024-byte header), but the file holds 20 bytes after it (truncated?)"},
+        {path_of("extra.bin"), FSC_DATA_AUTO, 100, FSC_ERR_FORMAT, "the header says 9 tokens (18 bytes"},
+        {path_of("neg.bin"), FSC_DATA_LLMC, 100, FSC_ERR_FORMAT, "token count -2147483648 is negative"},
+        {path_of("v2.bin"), FSC_DATA_LLMC, 100, FSC_ERR_UNSUPPORTED, "llm.c shard version 2: fsc reads version 1"},
+        {path_of("v7.bin"), FSC_DATA_AUTO, 100, FSC_ERR_FORMAT, "v7.bin: llm.c shard version 7"},
+        {path_of("hdr.bin"), FSC_DATA_LLMC, 100, FSC_ERR_FORMAT, "500 bytes, shorter than llm.c's 1024-byte header"},
+        {path_of("plain.bin"), FSC_DATA_LLMC, 100, FSC_ERR_FORMAT, "plain.bin is not an llm.c token shard"},
+        {path_of("long.bin"), FSC_DATA_BYTES, 256, FSC_ERR_FORMAT, "long.bin begins with llm.c's magic 20240520: it is an llm.c token shard, not bytes"},
+        {path_of("long.bin"), FSC_DATA_U16, 100, FSC_ERR_FORMAT, "not headerless uint16 tokens (give the format llmc, or auto)"},
+        {two, FSC_DATA_AUTO, 100, FSC_ERR_FORMAT, "plain.bin is not an llm.c token shard"}, /* a list is one format */
+        {path_of("plain.bin"), FSC_DATA_AUTO, 50257, FSC_ERR_INVALID, "give the format u16 for headerless uint16 tokens"},
+        {path_of("missing.bin"), FSC_DATA_AUTO, 256, FSC_ERR_IO, "missing.bin: cannot open"},
+        {path_of("dir"), FSC_DATA_AUTO, 256, FSC_ERR_INVALID, "dir is a directory"},
+        {path_of("fifo"), FSC_DATA_U16, 256, FSC_ERR_INVALID, "fifo is a FIFO"},
+        {"/dev/zero", FSC_DATA_BYTES, 256, FSC_ERR_INVALID, "/dev/zero is a device"},
+        {path_of("nomatch*.bin"), FSC_DATA_AUTO, 256, FSC_ERR_INVALID, "nomatch*.bin matches no file"},
+        {empty_item, FSC_DATA_AUTO, 256, FSC_ERR_INVALID, "an empty path in the list"},
+        {path_of("long.bin"), FSC_DATA_AUTO, 0, FSC_ERR_INVALID, "vocabulary size 0"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        open_err(cases[c].spec, cases[c].fmt, cases[c].vocab, cases[c].st, cases[c].needle);
+    unlink(path_of("fifo"));
+}
+
+/* Oracle: a token not below the vocabulary is refused by the read that meets it and by fsc_data_check,
+ * naming the file, its token offset, its byte offset in the file and its value; tokens before it read. */
+static void test_vocab(void **state) {
+    (void)state;
+    uint32_t tok[40];
+    for (int i = 0; i < 40; i++) tok[i] = (uint32_t)i;
+    tok[33] = 1000;
+    size_t len;
+    uint8_t *b = llmc_image(tok, 40, 1, 40, &len);
+    write_file("v.bin", b, len);
+    fsc_data *d = NULL;
+    assert_ok(fsc_data_open(&d, path_of("v.bin"), FSC_DATA_AUTO, 1000)); /* values are checked as read */
+    int32_t out[40];
+    assert_ok(fsc_data_read(d, 0, 33, out));
+    assert_err(fsc_data_read(d, 30, 5, out), FSC_ERR_FORMAT,
+               "v.bin: token 1000 at offset 33 (byte 1090 of the file) is not below the vocabulary size 1000");
+    assert_err(fsc_data_check(d), FSC_ERR_FORMAT, "token 1000 at offset 33");
+    assert_err(fsc_data_read(d, 35, 6, out), FSC_ERR_INVALID, "tokens 35 .. 41 asked for, but the stream holds 40");
+    fsc_data_free(d);
+    assert_ok(fsc_data_open(&d, path_of("v.bin"), FSC_DATA_AUTO, 1001));
+    assert_ok(fsc_data_check(d));
+    fsc_data_free(d);
+    uint8_t bytes[100];
+    for (int i = 0; i < 100; i++) bytes[i] = (uint8_t)(i == 57 ? 200 : 'a' + i % 20);
+    write_file("v.txt", bytes, sizeof bytes);
+    assert_ok(fsc_data_open(&d, path_of("v.txt"), FSC_DATA_AUTO, 128));
+    assert_err(fsc_data_check(d), FSC_ERR_FORMAT, "token 200 at offset 57 (byte 57 of the file)");
+    fsc_data_free(d);
+    free(b);
+}
+
+/* Oracle: the shards of a glob (sorted by name, whatever order they were made in) or a comma list (in its
+ * order) are one stream: reading every window that crosses a boundary, and the whole stream, gives the
+ * concatenation; an empty shard in between contributes nothing. */
+static void test_shards(void **state) {
+    (void)state;
+    const size_t n[4] = {5, 0, 7, 4}; /* shard_1 is empty */
+    uint32_t all[16];
+    size_t k = 0;
+    for (int s = 3; s >= 0; s--) { /* made last to first */
+        uint32_t tok[8];
+        for (size_t i = 0; i < n[s]; i++) tok[i] = (uint32_t)(100 * s + (int)i);
+        size_t len;
+        uint8_t *b = llmc_image(tok, n[s], 1, (uint32_t)n[s], &len);
+        char name[32];
+        snprintf(name, sizeof name, "shard_%d.bin", s);
+        write_file(name, b, len);
+        free(b);
+    }
+    for (int s = 0; s < 4; s++)
+        for (size_t i = 0; i < n[s]; i++) all[k++] = (uint32_t)(100 * s + (int)i);
+    fsc_data *d = NULL;
+    assert_ok(fsc_data_open(&d, path_of("shard_*.bin"), FSC_DATA_AUTO, 1000));
+    assert_int_equal(fsc_data_files(d), 4);
+    assert_non_null(strstr(fsc_data_file(d, 2), "shard_2.bin"));
+    assert_int_equal(fsc_data_file_tokens(d, 2), 7);
+    assert_stream(d, all, 16);
+    for (size_t pos = 0; pos < 16; pos++)
+        for (size_t m = 0; pos + m <= 16; m++) {
+            int32_t out[16];
+            assert_ok(fsc_data_read(d, pos, m, out));
+            for (size_t i = 0; i < m; i++) assert_int_equal(out[i], all[pos + i]);
+        }
+    fsc_data_free(d);
+    /* a list keeps its order: shard 3 then shard 0 */
+    char spec[600];
+    snprintf(spec, sizeof spec, "%s,%s", path_of("shard_3.bin"), path_of("shard_0.bin"));
+    assert_ok(fsc_data_open(&d, spec, FSC_DATA_LLMC, 1000));
+    uint32_t want[9] = {300, 301, 302, 303, 0, 1, 2, 3, 4};
+    assert_stream(d, want, 9);
+    fsc_data_free(d);
+}
+
+/* Oracle: fsc_data_batch gives, for every step and sequence, the T tokens at ((s*B + i) * T) mod (N - T)
+ * of the concatenated stream and the T after them, computed here directly; a batch split over ranks
+ * (first, count) gives the same rows; a stream of T tokens or fewer is refused. */
+static void test_order(void **state) {
+    (void)state;
+    enum { N0 = 97, N1 = 61, N = N0 + N1, B = 6, T = 9 };
+    uint32_t all[N];
+    for (int i = 0; i < N; i++) all[i] = (uint32_t)((i * 37 + 11) % 5000);
+    size_t l0, l1;
+    uint8_t *a = u16_image(all, N0, &l0), *b = u16_image(all + N0, N1, &l1);
+    write_file("o0.bin", a, l0);
+    write_file("o1.bin", b, l1);
+    char spec[600];
+    snprintf(spec, sizeof spec, "%s,%s", path_of("o0.bin"), path_of("o1.bin"));
+    fsc_data *d = NULL;
+    assert_ok(fsc_data_open(&d, spec, FSC_DATA_U16, 5000));
+    int32_t tok[B * T], tgt[B * T], half[3 * T], halft[3 * T];
+    for (int s = 0; s < 40; s++) {
+        assert_ok(fsc_data_batch(d, s, B, T, 0, B, tok, tgt));
+        for (int i = 0; i < B; i++) {
+            uint64_t start = ((uint64_t)(s * B + i) * T) % (N - T);
+            assert_int_equal(fsc_data_seq_start(N, s, B, T, i), start);
+            for (int t = 0; t < T; t++) {
+                assert_int_equal(tok[i * T + t], all[start + (uint64_t)t]);
+                assert_int_equal(tgt[i * T + t], all[start + (uint64_t)t + 1]);
+            }
+        }
+        assert_ok(fsc_data_batch(d, s, B, T, 3, 3, half, halft));
+        assert_memory_equal(half, tok + 3 * T, sizeof half);
+        assert_memory_equal(halft, tgt + 3 * T, sizeof halft);
+    }
+    assert_err(fsc_data_batch(d, 0, B, T, 4, 3, tok, tgt), FSC_ERR_INVALID, "sequences 4 .. 6 of a batch of 6");
+    assert_err(fsc_data_batch(d, 0, B, N, 0, 1, tok, tgt), FSC_ERR_INVALID, "158 tokens, but a context of 158 needs at least 159");
+    fsc_data_free(d);
+    free(a);
+    free(b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_formats), cmocka_unit_test(test_format_names), cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_vocab),   cmocka_unit_test(test_shards),       cmocka_unit_test(test_order),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}

@@ -24,6 +24,4 @@
 #include "tp.h"
 #include "moe.h"
 #include "ckpt.h"
-#include "schedule.h"
-#include "eval.h"
 #endif

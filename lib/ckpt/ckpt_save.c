@@ -431,8 +431,18 @@ static fsc_status claim_dir(fsc_engine *e, const char *dir, int start_over) {
                      (long long)newest, who, e->ckpt_run[0] ? "continues run " : "starts a new run", e->ckpt_run);
 }
 
+static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts);
+
+/* The save, as one span of the engine's trace (trace.h) */
 fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts) {
     if (!e || !dir || !*dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: no engine or no directory");
+    fsc_trace_begin(e->trace, "ckpt", "checkpoint save");
+    fsc_status s = save(e, dir, step, opts);
+    fsc_trace_end(e->trace);
+    return s;
+}
+
+static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts) {
     if (step < 0 || step > 999999999999LL)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: step %lld out of range", (long long)step);
     fsc_ckpt_save_opts o = opts ? *opts : (fsc_ckpt_save_opts){ 0 };

@@ -34,6 +34,12 @@ void fsc_comm_set_name(fsc_comm *c, const char *name) {
     c->name[n] = '\0';
 }
 
+void fsc_comm_set_trace(fsc_comm *c, fsc_trace *t) {
+    if (c) c->trace = t;
+}
+
+fsc_trace *fsc_comm_get_trace(const fsc_comm *c) { return c ? c->trace : NULL; }
+
 const fsc_comm_stats *fsc_comm_get_stats(const fsc_comm *c) { return c ? &c->stats : NULL; }
 
 void fsc_comm_reset_stats(fsc_comm *c) {
@@ -140,8 +146,15 @@ static fsc_status check_rank(const fsc_comm *c, fsc_comm_op op, const char *name
     return FSC_OK;
 }
 
-/* Count a call that returned s; prefix an implementation's error with the comm's name and rank. */
-static fsc_status account(fsc_comm *c, fsc_comm_op op, fsc_status s, double bytes) {
+/* When a call started, for its trace span (0 without a recorder: no clock read). */
+static double started(const fsc_comm *c) { return c->trace ? fsc_trace_now_us() : 0; }
+
+/* Count a call that started at t0 and returned s (and record it in the trace); prefix an implementation's error
+ * with the comm's name and rank. */
+static fsc_status account(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes) {
+    if (c->trace)
+        fsc_trace_span(c->trace, op == FSC_OP_BARRIER ? "wait" : "comm", fsc_comm_op_name(op), t0,
+                       c->size > 1 ? bytes : 0, c->name);
     if (s == FSC_OK) {
         c->stats.calls[op]++;
         c->stats.bytes[op] += c->size > 1 ? bytes : 0;
@@ -166,7 +179,8 @@ fsc_status fsc_comm_all_reduce(fsc_comm *c, const void *send, void *recv, size_t
     FSC_TRY(check_buf(o, "recv", recv, count));
     size_t bytes = count * fsc_dtype_size(dt);
     FSC_TRY(check_alias(o, send, bytes, recv, bytes, 0, "send == recv"));
-    return account(c, o, c->ops->all_reduce(c->ctx, send, recv, count, dt, op), 2.0 * ring(c, bytes));
+    const double t0 = started(c);
+    return account(c, o, t0, c->ops->all_reduce(c->ctx, send, recv, count, dt, op), 2.0 * ring(c, bytes));
 }
 
 fsc_status fsc_comm_reduce_scatter(fsc_comm *c, const void *send, void *recv, size_t recvcount, fsc_dtype dt,
@@ -181,7 +195,8 @@ fsc_status fsc_comm_reduce_scatter(fsc_comm *c, const void *send, void *recv, si
     if (overlap(send, full, recv, bytes) && (const unsigned char *)send + (size_t)c->rank * bytes != recv)
         return fsc_error(FSC_ERR_INVALID, "reduce_scatter: send overlaps recv; in place needs recv == send + "
                                           "rank x recvcount");
-    return account(c, o, c->ops->reduce_scatter(c->ctx, send, recv, recvcount, dt, op), ring(c, full));
+    const double t0 = started(c);
+    return account(c, o, t0, c->ops->reduce_scatter(c->ctx, send, recv, recvcount, dt, op), ring(c, full));
 }
 
 fsc_status fsc_comm_all_gather(fsc_comm *c, const void *send, void *recv, size_t sendcount, fsc_dtype dt) {
@@ -191,7 +206,8 @@ fsc_status fsc_comm_all_gather(fsc_comm *c, const void *send, void *recv, size_t
     FSC_TRY(check_buf(o, "recv", recv, sendcount));
     size_t bytes = sendcount * fsc_dtype_size(dt), full = bytes * (size_t)c->size;
     FSC_TRY(check_alias(o, send, bytes, recv, full, (size_t)c->rank * bytes, "send == recv + rank x sendcount"));
-    return account(c, o, c->ops->all_gather(c->ctx, send, recv, sendcount, dt), ring(c, full));
+    const double t0 = started(c);
+    return account(c, o, t0, c->ops->all_gather(c->ctx, send, recv, sendcount, dt), ring(c, full));
 }
 
 fsc_status fsc_comm_broadcast(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int root) {
@@ -200,7 +216,8 @@ fsc_status fsc_comm_broadcast(fsc_comm *c, void *buf, size_t count, fsc_dtype dt
     FSC_TRY(check_buf(o, "buf", buf, count));
     FSC_TRY(check_rank(c, o, "root", root));
     size_t bytes = count * fsc_dtype_size(dt);
-    return account(c, o, c->ops->broadcast(c->ctx, buf, count, dt, root), (double)bytes);
+    const double t0 = started(c);
+    return account(c, o, t0, c->ops->broadcast(c->ctx, buf, count, dt, root), (double)bytes);
 }
 
 fsc_status fsc_comm_send(fsc_comm *c, const void *buf, size_t count, fsc_dtype dt, int peer) {
@@ -209,7 +226,8 @@ fsc_status fsc_comm_send(fsc_comm *c, const void *buf, size_t count, fsc_dtype d
     FSC_TRY(check_buf(o, "buf", buf, count));
     FSC_TRY(check_rank(c, o, "peer", peer));
     size_t bytes = count * fsc_dtype_size(dt);
-    return account(c, o, c->ops->send(c->ctx, buf, count, dt, peer), peer == c->rank ? 0.0 : (double)bytes);
+    const double t0 = started(c);
+    return account(c, o, t0, c->ops->send(c->ctx, buf, count, dt, peer), peer == c->rank ? 0.0 : (double)bytes);
 }
 
 fsc_status fsc_comm_recv(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int peer) {
@@ -218,7 +236,8 @@ fsc_status fsc_comm_recv(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int
     FSC_TRY(check_buf(o, "buf", buf, count));
     FSC_TRY(check_rank(c, o, "peer", peer));
     size_t bytes = count * fsc_dtype_size(dt);
-    return account(c, o, c->ops->recv(c->ctx, buf, count, dt, peer), peer == c->rank ? 0.0 : (double)bytes);
+    const double t0 = started(c);
+    return account(c, o, t0, c->ops->recv(c->ctx, buf, count, dt, peer), peer == c->rank ? 0.0 : (double)bytes);
 }
 
 fsc_status fsc_comm_all_to_all(fsc_comm *c, const void *send, void *recv, size_t count, fsc_dtype dt) {
@@ -228,12 +247,14 @@ fsc_status fsc_comm_all_to_all(fsc_comm *c, const void *send, void *recv, size_t
     FSC_TRY(check_buf(o, "recv", recv, count));
     size_t full = count * fsc_dtype_size(dt) * (size_t)c->size;
     FSC_TRY(check_alias(o, send, full, recv, full, 0, NULL));
-    return account(c, o, c->ops->all_to_all(c->ctx, send, recv, count, dt), ring(c, full));
+    const double t0 = started(c);
+    return account(c, o, t0, c->ops->all_to_all(c->ctx, send, recv, count, dt), ring(c, full));
 }
 
 fsc_status fsc_comm_barrier(fsc_comm *c) {
     if (!c) return fsc_error(FSC_ERR_INVALID, "barrier: comm is NULL");
-    return account(c, FSC_OP_BARRIER, c->ops->barrier(c->ctx), 0.0);
+    const double t0 = started(c);
+    return account(c, FSC_OP_BARRIER, t0, c->ops->barrier(c->ctx), 0.0);
 }
 
 fsc_status fsc_comm_split(fsc_comm *c, int color, int key, fsc_comm **out) {
@@ -247,7 +268,9 @@ fsc_status fsc_comm_split(fsc_comm *c, int color, int key, fsc_comm **out) {
     if (s != FSC_OK) return fsc_error_prefix(s, "split of comm '%s' (rank %d of %d)", c->name, c->rank, c->size);
     char name[sizeof(c->name) + 16];
     snprintf(name, sizeof(name), "%s/%d", c->name, color);
-    return fsc_comm_wrap(c->ops, ctx, rank, size, name, out);
+    FSC_TRY(fsc_comm_wrap(c->ops, ctx, rank, size, name, out));
+    (*out)->trace = c->trace;
+    return FSC_OK;
 }
 
 fsc_status fsc_comm_all_reduce_host(fsc_comm *c, fsc_device *dev, float *value, fsc_redop op) {

@@ -10,6 +10,7 @@ struct fsc_comm {
     int rank, size;
     char name[32];
     fsc_comm_stats stats;
+    fsc_trace *trace;         /* trace.h: NULL records nothing */
 };
 
 /* Wrap an implementation in an fsc_comm (takes ownership of ctx). */

@@ -180,23 +180,41 @@ fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n) {
     return FSC_OK;
 }
 
-/* hooks: route the model's layer callbacks to the strategy */
+/* hooks: route the model's layer callbacks to the strategy; with a trace, each layer's forward and backward is a
+ * span around the strategy's hooks (an FSDP gather or a gradient reduction nests inside its layer's span) */
 static fsc_status hook_pre_fwd(void *ctx, int l) {
     fsc_engine *e = ctx;
+    fsc_trace_begin(e->trace, "layer", "forward %d", l);
     return e->st->pre_forward ? e->st->pre_forward(e, l) : FSC_OK;
 }
-static fsc_status hook_post_fwd(void *ctx, int l) {
-    fsc_engine *e = ctx;
-    return e->st->post_forward ? e->st->post_forward(e, l) : FSC_OK;
+fsc_status fsc_engine_post_forward(fsc_engine *e, int l) {
+    fsc_status s = e->st->post_forward ? e->st->post_forward(e, l) : FSC_OK;
+    fsc_trace_end(e->trace);
+    return s;
 }
+static fsc_status hook_post_fwd(void *ctx, int l) { return fsc_engine_post_forward(ctx, l); }
 static fsc_status hook_pre_bwd(void *ctx, int l) {
     fsc_engine *e = ctx;
+    fsc_trace_begin(e->trace, "layer", "backward %d", l);
     return e->st->pre_backward ? e->st->pre_backward(e, l) : FSC_OK;
 }
 static fsc_status hook_post_bwd(void *ctx, int l) {
     fsc_engine *e = ctx;
-    return e->st->post_backward ? e->st->post_backward(e, l) : FSC_OK;
+    fsc_status s = e->st->post_backward ? e->st->post_backward(e, l) : FSC_OK;
+    fsc_trace_end(e->trace);
+    return s;
 }
+
+void fsc_engine_set_trace(fsc_engine *e, fsc_trace *t) {
+    if (!e) return;
+    e->trace = t;
+    fsc_comm *const named[] = { e->r->comm, e->comm, e->tensor_comm, e->own_data, e->own_norm, e->norm_comm,
+                                e->ep_comm, e->ep_data };
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) fsc_comm_set_trace(named[i], t);
+    for (int g = 0; g < e->ngroups; g++) fsc_comm_set_trace(e->groups[g], t);
+}
+
+fsc_trace *fsc_engine_get_trace(const fsc_engine *e) { return e ? e->trace : NULL; }
 
 fsc_model_hooks fsc_engine_hooks(fsc_engine *e) {
     return (fsc_model_hooks){ e, hook_pre_fwd, hook_post_fwd, hook_pre_bwd, hook_post_bwd };
@@ -490,8 +508,20 @@ static fsc_status nonfinite_step(fsc_engine *e, fsc_step_info *si, int found, fs
     return FSC_OK;
 }
 
+static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
+                             int global_batch, fsc_step_info *info);
+
 fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                                  int global_batch, fsc_step_info *info) {
+    fsc_trace *tr = e->trace; /* one span per step, closed on every return */
+    fsc_trace_begin(tr, "step", "step %lld", (long long)fsc_optim_steps(e->opt) + 1);
+    fsc_status s = step_model(e, inputs, targets, local_batch, global_batch, info);
+    fsc_trace_end(tr);
+    return s;
+}
+
+static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
+                             int global_batch, fsc_step_info *info) {
     const fsc_model *m = e->m;
     const int T = m->loss_terms, K = e->po.accum;
     if (local_batch < 1 || local_batch % K != 0)
@@ -575,8 +605,11 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
         }
         si.grad_norm = norm;
     }
-    FSC_TRY(fsc_optim_step(e->opt));
-    if (e->st->after_step) FSC_TRY(e->st->after_step(e));
+    fsc_trace_begin(e->trace, "optim", "optimizer");
+    fsc_status os = fsc_optim_step(e->opt);
+    if (os == FSC_OK && e->st->after_step) os = e->st->after_step(e);
+    fsc_trace_end(e->trace);
+    FSC_TRY(os);
     if (info) *info = si;
     return FSC_OK;
 }

@@ -115,6 +115,7 @@ struct fsc_engine {
     fsc_comm *groups[FSC_ENGINE_MAX_GROUPS]; /* communicators counted in fsc_engine_comm_stats besides comm */
     int group_kind[FSC_ENGINE_MAX_GROUPS];   /* fsc_group_kind of each */
     int ngroups;
+    fsc_trace *trace;         /* trace.h (fsc_engine_set_trace): layers, steps, optimizer, checkpoints; NULL: none */
 };
 
 /* Engine creation in two halves, for fsc_engine_create_model and the GPT's fsc_engine_create (lib/tp/gpt_engine.c):
@@ -161,6 +162,9 @@ void fsc_engine_add_group(fsc_engine *e, fsc_comm *c);
 void fsc_engine_add_group_kind(fsc_engine *e, fsc_comm *c, fsc_group_kind kind);
 /* The model's layer hooks routed to the strategy's (ctx = e; a NULL strategy hook does nothing). */
 fsc_model_hooks fsc_engine_hooks(fsc_engine *e);
+/* The engine's post_forward hook (the strategy's, and the end of the layer's trace span), for a caller that
+ * replaces hooks.post_forward with its own (pipe.c) and calls this at its end. */
+fsc_status fsc_engine_post_forward(fsc_engine *e, int layer);
 /* The experts this rank holds with expert parallelism: [first, first + count) (model.h's contract: rank r of
  * the expert group holds [r E/G, (r+1) E/G)); every expert without it, 0, 0 without experts. */
 void fsc_engine_local_experts(const fsc_engine *e, int *first, int *count);

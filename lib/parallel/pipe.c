@@ -302,7 +302,7 @@ static fsc_status h_post_fwd(void *ctx, int l) {
         FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->param[i], e->m->info[i].numel, FSC_F32, p->tied[x][2]));
     }
     if (l == e->ll && !p->recompute) p->send_tied = 0;
-    return e->st->post_forward ? e->st->post_forward(e, l) : FSC_OK;
+    return fsc_engine_post_forward(e, l);
 }
 
 static fsc_status recv_timed(fsc_pipe *p, float *buf, size_t n, int peer) {

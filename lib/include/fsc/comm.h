@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include "status.h"
 #include "dtype.h"
+#include "trace.h"
 
 FSC_BEGIN_DECLS
 
@@ -47,6 +48,10 @@ int fsc_comm_size(const fsc_comm *c);
 /* A label for messages and stats ("world", "data", "tensor", ...). */
 const char *fsc_comm_name(const fsc_comm *c);
 void fsc_comm_set_name(fsc_comm *c, const char *name);
+/* Record every collective of c (its bytes and c's name) into t (trace.h; NULL: stop); communicators split from c
+ * afterwards record into the same t. The caller keeps t alive while c records. */
+void fsc_comm_set_trace(fsc_comm *c, fsc_trace *t);
+fsc_trace *fsc_comm_get_trace(const fsc_comm *c);
 const fsc_comm_stats *fsc_comm_get_stats(const fsc_comm *c);
 void fsc_comm_reset_stats(fsc_comm *c);
 double fsc_comm_total_bytes(const fsc_comm *c);

@@ -1,0 +1,256 @@
+/* Tests of lib/core/trace.c and its recorders in comm.c, engine.c and lib/ckpt: the files parse as JSON (cJSON)
+ * in Chrome's trace event format, and say what happened.
+ * Oracles: spans nest as they were opened (a child's [ts, ts + dur] lies inside its parent's); the bytes of the
+ * traced collectives of each operation sum to the communicator's own counters (fsc_engine_comm_stats, counted
+ * independently in comm.c's account); an FSDP step shows forward L and backward L for every layer of the model,
+ * all-gathers inside forward spans and reduce-scatters inside backward spans, the optimizer inside the step;
+ * a full recorder keeps exactly max_events events and says how many it dropped. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include "testutil.h"
+#include "fsc/trace.h"
+
+static cJSON *read_json(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = 0;
+    fclose(f);
+    cJSON *j = cJSON_Parse(buf);
+    if (!j) fail_msg("%s is not JSON near: %.60s", path, cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "?");
+    free(buf);
+    return j;
+}
+
+/* The n-th "X" event called name (n from 0), NULL if none. */
+static const cJSON *find_event(const cJSON *root, const char *name, int nth) {
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(root, "traceEvents")) {
+        const cJSON *nm = cJSON_GetObjectItem(ev, "name"), *ph = cJSON_GetObjectItem(ev, "ph");
+        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0 && cJSON_IsString(ph) &&
+            strcmp(ph->valuestring, "X") == 0 && nth-- == 0)
+            return ev;
+    }
+    return NULL;
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItem(o, k);
+    if (!cJSON_IsNumber(x)) fail_msg("field %s is not a number", k);
+    return x->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItem(o, k);
+    if (!cJSON_IsString(x)) fail_msg("field %s is not a string", k);
+    return x->valuestring;
+}
+
+/* Whether a's span lies inside b's (timestamps are written to 1 ns: allow that rounding). */
+static int inside(const cJSON *a, const cJSON *b) {
+    return num(a, "ts") >= num(b, "ts") - 1e-3 && num(a, "ts") + num(a, "dur") <= num(b, "ts") + num(b, "dur") + 2e-3;
+}
+
+static void tmp_path(char *buf, size_t cap, const char *name) {
+    snprintf(buf, cap, "/tmp/fsc_test_trace_%d_%s", (int)getpid(), name);
+}
+
+static void test_nesting_and_args(void **state) {
+    (void)state;
+    fsc_trace *t = NULL;
+    assert_ok(fsc_trace_create(&(fsc_trace_opts){ .rank = 3 }, &t));
+    fsc_trace_begin(t, "step", "outer %d", 1);
+    double t0 = fsc_trace_now_us();
+    fsc_trace_begin(t, "layer", "inner");
+    fsc_trace_span(t, "comm", "all_gather", t0, 1234, "data \"q\"");
+    fsc_trace_end(t);
+    fsc_trace_end(t);
+    fsc_trace_end(t); /* one end too many: ignored */
+    assert_int_equal(fsc_trace_count(t), 3);
+    assert_int_equal(fsc_trace_dropped(t), 0);
+    char p[256];
+    tmp_path(p, sizeof p, "nest.json");
+    assert_ok(fsc_trace_write(t, p));
+    fsc_trace_free(t);
+    cJSON *j = read_json(p);
+    const cJSON *outer = find_event(j, "outer 1", 0), *inner = find_event(j, "inner", 0),
+                *ag = find_event(j, "all_gather", 0);
+    assert_non_null(outer);
+    assert_non_null(inner);
+    assert_non_null(ag);
+    assert_string_equal(str(outer, "cat"), "step");
+    assert_int_equal((int)num(outer, "pid"), 3);
+    assert_true(inside(inner, outer));
+    assert_true(inside(ag, outer));
+    assert_true(num(ag, "ts") <= num(inner, "ts") + 1e-3); /* started before inner, ended inside it */
+    const cJSON *args = cJSON_GetObjectItem(ag, "args");
+    assert_non_null(args);
+    assert_int_equal((int)num(args, "bytes"), 1234);
+    assert_string_equal(str(args, "group"), "data \"q\""); /* escaped in the file, read back whole */
+    assert_int_equal((int)num(cJSON_GetObjectItem(j, "otherData"), "dropped"), 0);
+    cJSON_Delete(j);
+    unlink(p);
+}
+
+/* max_events 4: the first four events are kept, the rest counted; the file says so. */
+static void test_bounded(void **state) {
+    (void)state;
+    fsc_trace *t = NULL;
+    assert_ok(fsc_trace_create(&(fsc_trace_opts){ .max_events = 4 }, &t));
+    for (int i = 0; i < 10; i++) {
+        fsc_trace_begin(t, "x", "e%d", i);
+        fsc_trace_end(t);
+    }
+    assert_int_equal(fsc_trace_count(t), 4);
+    assert_int_equal(fsc_trace_dropped(t), 6);
+    assert_int_equal(fsc_trace_capacity(t), 4);
+    char p[256];
+    tmp_path(p, sizeof p, "full.json");
+    assert_ok(fsc_trace_write(t, p));
+    fsc_trace_free(t);
+    cJSON *j = read_json(p);
+    assert_non_null(find_event(j, "e3", 0));
+    assert_null(find_event(j, "e4", 0));
+    const cJSON *od = cJSON_GetObjectItem(j, "otherData");
+    assert_int_equal((int)num(od, "dropped"), 6);
+    assert_int_equal((int)num(od, "max_events"), 4);
+    int full = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(j, "traceEvents"))
+        if (strcmp(str(ev, "name"), "trace full") == 0) full++;
+    assert_int_equal(full, 1);
+    cJSON_Delete(j);
+    unlink(p);
+    /* NULL recorders do nothing; bad arguments are refused with a message */
+    fsc_trace_begin(NULL, "x", "y");
+    fsc_trace_end(NULL);
+    fsc_trace_span(NULL, "x", "y", 0, 0, NULL);
+    assert_int_equal(fsc_trace_count(NULL), 0);
+    assert_err(fsc_trace_write(NULL, p), FSC_ERR_INVALID, "no recorder");
+    assert_err(fsc_trace_create(&(fsc_trace_opts){ .rank = -1 }, &t), FSC_ERR_INVALID, "rank");
+    assert_ok(fsc_trace_create(NULL, &t));
+    assert_err(fsc_trace_write(t, "/nonexistent_dir_fsc/x.json"), FSC_ERR_IO, "cannot create");
+    fsc_trace_free(t);
+}
+
+/* Two FSDP ranks train a GPT one step and save a checkpoint, each recording its own trace. */
+typedef struct {
+    char dir[256];
+    fsc_comm_stats stats[2];
+} run_arg;
+
+static fsc_status rank_fn(fsc_rank *r, void *arg) {
+    run_arg *ra = arg;
+    fsc_trace *t = NULL;
+    FSC_TRY(fsc_trace_create(&(fsc_trace_opts){ .rank = r->rank }, &t));
+    fsc_comm_set_trace(r->comm, t); /* before the engine: its groups are split from the world */
+    fsc_gpt_config g = { .layers = 2, .dim = 16, .heads = 2, .seq = 8, .vocab = 32 };
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = FSC_PAR_FSDP;
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create(r, &g, &po, &oc, 1, &e);
+    if (s == FSC_OK) {
+        fsc_engine_set_trace(e, t);
+        fsc_engine_reset_comm_stats(e);
+        int32_t tok[2 * 8], tgt[2 * 8];
+        for (int i = 0; i < 16; i++) tok[i] = (i * 7 + r->rank) % 32, tgt[i] = (i * 5 + 1) % 32;
+        s = fsc_engine_step(e, tok, tgt, 2, 4, NULL);
+        if (s == FSC_OK) fsc_engine_comm_stats(e, &ra->stats[r->rank]);
+    }
+    if (s == FSC_OK) s = fsc_ckpt_save(e, ra->dir, 1, NULL);
+    char p[300];
+    snprintf(p, sizeof p, "%s/rank%d.json", ra->dir, r->rank);
+    if (s == FSC_OK) s = fsc_trace_write(t, p);
+    fsc_engine_free(e);
+    fsc_comm_set_trace(r->comm, NULL);
+    fsc_trace_free(t);
+    return s;
+}
+
+static void test_engine_trace(void **state) {
+    (void)state;
+    run_arg ra;
+    memset(&ra, 0, sizeof ra);
+    tmp_path(ra.dir, sizeof ra.dir, "run");
+    assert_int_equal(mkdir(ra.dir, 0777), 0);
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.world = 2;
+    assert_ok(fsc_cluster_run(&co, rank_fn, &ra));
+    for (int rank = 0; rank < 2; rank++) {
+        char p[300];
+        snprintf(p, sizeof p, "%s/rank%d.json", ra.dir, rank);
+        cJSON *j = read_json(p);
+        const cJSON *step = find_event(j, "step 1", 0), *opt = find_event(j, "optimizer", 0);
+        assert_non_null(step);
+        assert_non_null(opt);
+        assert_true(inside(opt, step));
+        assert_int_equal((int)num(step, "pid"), rank);
+        /* every layer of the model (embedding, 2 blocks, head) forward and backward, inside the step */
+        const cJSON *fwd[4], *bwd[4];
+        for (int l = 0; l < 4; l++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "forward %d", l);
+            fwd[l] = find_event(j, nm, 0);
+            snprintf(nm, sizeof nm, "backward %d", l);
+            bwd[l] = find_event(j, nm, 0);
+            if (!fwd[l] || !bwd[l]) fail_msg("rank %d: layer %d lacks its forward or backward span", rank, l);
+            assert_string_equal(str(fwd[l], "cat"), "layer");
+            assert_true(inside(fwd[l], step));
+            assert_true(inside(bwd[l], step));
+        }
+        /* the traced bytes per operation sum to the communicator's counters; gathers and reduce-scatters of
+         * FSDP sit inside the layer spans of their direction */
+        double bytes[FSC_OP_COUNT] = { 0 };
+        int calls[FSC_OP_COUNT] = { 0 }, gathers_in_fwd = 0, scatters_in_bwd = 0;
+        const cJSON *ev;
+        cJSON_ArrayForEach(ev, cJSON_GetObjectItem(j, "traceEvents")) {
+            const cJSON *cat = cJSON_GetObjectItem(ev, "cat");
+            if (!cJSON_IsString(cat) || (strcmp(cat->valuestring, "comm") && strcmp(cat->valuestring, "wait")))
+                continue;
+            if (!inside(ev, step)) continue; /* creation's and the checkpoint's collectives */
+            int op = -1;
+            for (int o = 0; o < FSC_OP_COUNT; o++)
+                if (strcmp(str(ev, "name"), fsc_comm_op_name((fsc_comm_op)o)) == 0) op = o;
+            assert_true(op >= 0);
+            const cJSON *args = cJSON_GetObjectItem(ev, "args");
+            assert_non_null(args);
+            assert_true(strlen(str(args, "group")) > 0);
+            bytes[op] += num(args, "bytes");
+            calls[op]++;
+            for (int l = 0; l < 4; l++) {
+                if (op == FSC_OP_ALL_GATHER && inside(ev, fwd[l])) gathers_in_fwd++;
+                if (op == FSC_OP_REDUCE_SCATTER && inside(ev, bwd[l])) scatters_in_bwd++;
+            }
+        }
+        for (int o = 0; o < FSC_OP_COUNT; o++) {
+            if (calls[o] != (int)ra.stats[rank].calls[o] || fabs(bytes[o] - ra.stats[rank].bytes[o]) > 0.5)
+                fail_msg("rank %d %s: traced %d calls, %.0f bytes; counted %d calls, %.0f bytes", rank,
+                         fsc_comm_op_name((fsc_comm_op)o), calls[o], bytes[o], (int)ra.stats[rank].calls[o],
+                         ra.stats[rank].bytes[o]);
+        }
+        assert_true(bytes[FSC_OP_ALL_GATHER] > 0);
+        assert_true(gathers_in_fwd > 0);
+        assert_true(scatters_in_bwd > 0);
+        const cJSON *ck = find_event(j, "checkpoint save", 0);
+        assert_non_null(ck);
+        assert_string_equal(str(ck, "cat"), "ckpt");
+        assert_true(num(ck, "ts") >= num(step, "ts") + num(step, "dur") - 1e-3);
+        cJSON_Delete(j);
+    }
+    test_rmtree(ra.dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nesting_and_args),
+        cmocka_unit_test(test_bounded),
+        cmocka_unit_test(test_engine_trace),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -274,6 +274,12 @@ static fsc_status ddp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     return FSC_OK;
 }
 
+/* Before a forward-only pass (eval.c): the compute copy rounded from the master, as begin_step does. */
+static fsc_status ddp_begin_eval(fsc_engine *e) {
+    ddp_state *d = e->sd;
+    return d->compute ? fsc_engine_round_to(e, d->compute, d->master, d->P, e->po.param_dtype) : FSC_OK;
+}
+
 /* The compute copy is rounded from master at every begin_step: nothing is derived between steps. */
 static fsc_status ddp_after_load(fsc_engine *e) {
     (void)e;
@@ -310,4 +316,5 @@ const fsc_strategy fsc_strategy_ddp = {
     .holdings = ddp_holdings,
     .after_load = ddp_after_load,
     .destroy = ddp_destroy,
+    .begin_eval = ddp_begin_eval,
 };

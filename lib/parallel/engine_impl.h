@@ -55,6 +55,10 @@ typedef struct {
     fsc_status (*holdings)(fsc_engine *e, fsc_holding **out, int *n);
     fsc_status (*after_load)(fsc_engine *e);
     void (*destroy)(fsc_engine *e);
+    /* around a forward-only pass (eval.c; may be NULL): refresh derived copies of the parameters (DDP's
+     * low-precision copy), then free what the forward gathered (FSDP's units); never touch gradients */
+    fsc_status (*begin_eval)(fsc_engine *e);
+    fsc_status (*end_eval)(fsc_engine *e);
 } fsc_strategy;
 
 #define FSC_ENGINE_MAX_GROUPS 12

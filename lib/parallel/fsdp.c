@@ -429,4 +429,5 @@ const fsc_strategy fsc_strategy_fsdp = {
     .holdings = fsdp_holdings,
     .after_load = fsdp_after_load,
     .destroy = fsdp_destroy,
+    .end_eval = fsdp_after_load, /* every gathered unit freed, as after a step's backward */
 };

@@ -495,6 +495,32 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     return FSC_OK;
 }
 
+fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
+                         double out[3]) {
+    fsc_pipe *p = e->pipe;
+    reset_pools(e, mb);
+    p->in = inputs;
+    p->tgt = targets;
+    p->send_tied = 1;
+    double loss_local = 0, sums[3] = { 0, 1, 0 };
+    for (int k = 0; k < p->M; k++) {
+        FSC_TRY(forward(e, k, &loss_local));
+        reset_pools(e, mb); /* this micro-batch's record and saved input back to the pools */
+    }
+    if (p->stage == p->pp - 1) {
+        const double mine[3] = { loss_local, (double)mb * p->M, (double)global_batch };
+        FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));
+    }
+    double *d;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof sums, (void **)&d));
+    fsc_status st = fsc_device_upload(e->dev, d, sums, sizeof sums);
+    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, sizeof sums, FSC_U8, p->pp - 1);
+    if (st == FSC_OK) st = fsc_device_download(e->dev, sums, d, sizeof sums);
+    fsc_device_release(e->dev, d);
+    memcpy(out, sums, sizeof sums);
+    return st;
+}
+
 fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
     memset(out, 0, sizeof *out);
     if (!e->pipe) {

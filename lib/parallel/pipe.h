@@ -25,6 +25,12 @@ fsc_status fsc_pipe_after_setup(fsc_engine *e);
  * that rank's verdict (fsc_engine_check_batch, with its message). */
 fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
                         float dscale, double *loss_total, fsc_status *batch);
+/* Forward only (fsc_engine_eval, eval.c): the M micro-batches of mb samples through the stages in order, each
+ * record returned as soon as its stage forward is done, tied tensors sent to their users' stage as in a step.
+ * out[0] = the sum of loss terms over the last stage's data group in rank order, out[1] = 1 if its batch check
+ * passed (else 0, and out[2] the sum of its local batches): the same on every rank of the pipeline group. */
+fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
+                         double out[3]);
 /* Collective over the world: full parameters into host (may be NULL on ranks that do not want them). */
 fsc_status fsc_pipe_full_params(fsc_engine *e, float *host);
 void fsc_pipe_free(fsc_engine *e);

@@ -24,4 +24,5 @@
 #include "tp.h"
 #include "moe.h"
 #include "ckpt.h"
+#include "eval.h"
 #endif

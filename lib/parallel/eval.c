@@ -1,0 +1,91 @@
+/* fsc_engine_eval (eval.h): a forward-only pass of the engine's model over a batch, through the strategy's
+ * hooks and, with a pipeline, through the stages (pipe.c's fsc_pipe_eval). Not here: training (engine.c).
+ * Order and arithmetic are a step's: micro-batch losses summed in order on each rank, the ranks' sums in rank
+ * order over the data group, divided by global_batch x loss_terms in double. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine_impl.h"
+#include "pipe.h"
+#include "fsc/eval.h"
+
+/* Over the data group: out[0] the sum of the ranks' loss sums in rank order, out[1] 1 if the batch check
+ * passes (else 0 with the message set). One all-gather of three doubles per rank. */
+static fsc_status sum_loss(fsc_engine *e, double loss, int local_batch, int global_batch, double out[2]) {
+    const int n = fsc_comm_size(e->comm);
+    const double mine[3] = { loss, (double)local_batch, (double)global_batch };
+    double *all = malloc((size_t)n * 5 * sizeof(double)), *pairs = all ? all + (size_t)n * 3 : NULL;
+    void *d = NULL;
+    if (!all) return fsc_error(FSC_ERR_NOMEM, "eval: out of memory");
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(n + 1) * sizeof mine, &d);
+    double *dsend = (double *)d + (size_t)n * 3;
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, sizeof mine);
+    if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, dsend, d, sizeof mine, FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)n * sizeof mine);
+    if (s == FSC_OK) {
+        double acc = all[0];
+        for (int i = 1; i < n; i++) acc += all[(size_t)i * 3];
+        for (int i = 0; i < n; i++) pairs[2 * i] = all[(size_t)i * 3 + 1], pairs[2 * i + 1] = all[(size_t)i * 3 + 2];
+        out[0] = acc;
+        out[1] = fsc_engine_check_batch(pairs, n) == FSC_OK;
+    }
+    fsc_device_release(e->dev, d);
+    free(all);
+    return s;
+}
+
+/* This rank's micro-batches forward (no pipeline): *loss_local the sum of their loss terms. */
+static fsc_status forward_local(fsc_engine *e, const char *in, const char *tg, int mb, double *loss_local) {
+    const fsc_model *m = e->m;
+    fsc_model_acts *a = e->acts && e->acts_B == mb ? e->acts : NULL, *own = NULL;
+    if (!a) {
+        fsc_model_acts_opts o = { .B = mb, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
+        FSC_TRY(m->ops->acts_create(m->ctx, &o, &own));
+        a = own;
+    }
+    fsc_model_hooks hooks = fsc_engine_hooks(e);
+    fsc_status s = FSC_OK;
+    *loss_local = 0;
+    for (int k = 0; k < e->po.accum && s == FSC_OK; k++) {
+        double ls = 0;
+        s = m->ops->set_batch(m->ctx, a, in + (size_t)k * mb * m->sample_input_bytes,
+                              tg + (size_t)k * mb * m->sample_target_bytes);
+        if (s == FSC_OK) s = m->ops->forward(m->ctx, a, &hooks, &ls);
+        *loss_local += ls;
+    }
+    if (own) m->ops->acts_free(m->ctx, own);
+    return s;
+}
+
+fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
+                           int global_batch, double *loss) {
+    if (!e || !inputs || !targets || !loss) return fsc_error(FSC_ERR_INVALID, "fsc_engine_eval: NULL argument");
+    const int K = e->po.accum;
+    if (local_batch < 1 || local_batch % K != 0)
+        return fsc_error(FSC_ERR_INVALID, "eval: the local batch of %d sequences does not split into %d "
+                         "micro-batches", local_batch, K);
+    const int mb = local_batch / K, micro = e->micro, sync = e->sync;
+    e->micro = 0; /* the strategies' forward hooks as in a step's first micro-batch; no reduction */
+    e->sync = 0;
+    double sums[3] = { 0, 1, 0 };
+    fsc_status s = e->st->begin_eval ? e->st->begin_eval(e) : FSC_OK;
+    if (s == FSC_OK && e->pipe) {
+        s = fsc_pipe_eval(e, inputs, targets, mb, global_batch, sums);
+    } else if (s == FSC_OK) {
+        double local = 0;
+        s = forward_local(e, inputs, targets, mb, &local);
+        if (s == FSC_OK) s = sum_loss(e, local, local_batch, global_batch, sums);
+    }
+    char why[512] = "";
+    if (s == FSC_OK && !sums[1]) snprintf(why, sizeof why, "%s", fsc_last_error());
+    if (s == FSC_OK && e->st->end_eval) s = e->st->end_eval(e);
+    e->micro = micro;
+    e->sync = sync;
+    FSC_TRY(s);
+    /* every rank stops together when any data group found the batch inconsistent */
+    fsc_status batch = sums[1] ? FSC_OK : fsc_error(FSC_ERR_INVALID, "eval: %s", why[0] ? why : "global batch "
+                                                    "inconsistent with the local batches of the data group");
+    FSC_TRY(fsc_comm_agree(e->r->comm, e->dev, batch));
+    *loss = sums[0] / ((double)global_batch * (double)e->m->loss_terms);
+    return FSC_OK;
+}

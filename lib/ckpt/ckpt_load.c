@@ -258,6 +258,7 @@ static fsc_status load_tensors(loader *L) {
 static void restore_counters(loader *L) {
     fsc_engine *e = L->e;
     fsc_optim_set_steps(e->opt, L->m->optim_steps);
+    (void)fsc_engine_set_lr(e, L->m->optim.lr); /* the rate of its last step (schedule.h); checked when read */
     if (e->use_scaler && L->m->scaler_enabled) e->scaler = L->m->scaler;
 }
 

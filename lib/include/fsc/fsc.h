@@ -24,5 +24,6 @@
 #include "tp.h"
 #include "moe.h"
 #include "ckpt.h"
+#include "schedule.h"
 #include "eval.h"
 #endif

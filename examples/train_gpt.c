@@ -1,12 +1,13 @@
-/* train_gpt: train a GPT on the bytes of a file, on one rank or on a simulated cluster, with the public
- * fsc API only. One table of options is the parser, the defaults and the --help text.
+/* train_gpt: train a GPT-2 or a Llama on a file of tokens (bytes, llm.c shards, uint16), on one rank or on
+ * a simulated cluster, with the public fsc API only. One table of options is the parser, the defaults and
+ * the --help text.
  *
- * Data order (a contract, the same for every world size and strategy): with N tokens, global batch B and
- * context T, sequence i of step s starts at ((s*B + i) * T) mod (N - T); its inputs are the T tokens from
- * there and its targets the next T. With --world W, rank r takes sequences [r*B/W, (r+1)*B/W); with a
- * pipeline (--pp P) or tensor parallelism (--tp T), world = dp x tp x pp laid out by --order (Megatron's:
- * rank = (stage * dp + d) * tp + tensor index), every rank of data-parallel index d takes the sequences
- * [d*B/dp, (d+1)*B/dp).
+ * Data order (a contract, the same for every world size, strategy and --data-format): with N tokens in the
+ * stream of --data (its files concatenated in order), global batch B and context T, sequence i of step s
+ * starts at ((s*B + i) * T) mod (N - T); its inputs are the T tokens from there and its targets the next T.
+ * With --world W, rank r takes sequences [r*B/W, (r+1)*B/W); with a pipeline (--pp P) or tensor
+ * parallelism (--tp T), world = dp x tp x pp laid out by --order (Megatron's: rank = (stage * dp + d) * tp
+ * + tensor index), every rank of data-parallel index d takes the sequences [d*B/dp, (d+1)*B/dp).
  * The training function runs on every rank (SPMD); rank 0 prints one line per step and, with --json, the
  * last line of output is one JSON object with every loss, throughput, memory and communication. */
 #include <errno.h>
@@ -31,6 +32,7 @@ typedef struct {
     int kv_heads, ffn;            /* llama: 0 gives --heads and Llama's rule */
     float rope_theta, norm_eps;   /* llama */
     const char *data;
+    int data_format;    /* fsc_data_format */
     int batch, steps;
     float lr;
     int optimizer;  /* fsc_optim_kind */
@@ -85,13 +87,14 @@ static const option options[] = {
     {"dim", "C", "128", "model width (channels)", K_INT, F(dim), 1, 65536, NULL},
     {"heads", "H", "4", "attention heads (must divide --dim)", K_INT, F(heads), 1, 65536, NULL},
     {"seq", "T", "64", "context length (tokens per sequence)", K_INT, F(seq), 1, 1 << 20, NULL},
-    {"vocab", "V", "256", "vocabulary size; every byte of --data must be below it", K_INT, F(vocab), 1, 1 << 24, NULL},
+    {"vocab", "V", "256", "vocabulary size; every token of --data must be below it", K_INT, F(vocab), 1, 1 << 24, NULL},
     {"kv-heads", "K", NULL, "llama: key/value heads, grouped-query attention below --heads (default: --heads)", K_INT, F(kv_heads), 1, 65536, NULL},
     {"ffn", "N", NULL, "MLP hidden width (default: 4 x --dim for gpt2, the only width it has; for llama "
      "2/3 x 4 x --dim rounded up to a multiple of 256)", K_INT, F(ffn), 1, 1 << 20, NULL},
     {"rope-theta", "X", "10000", "llama: rotary embedding base", K_FLOAT, F(rope_theta), 0, INFINITY, NULL},
     {"norm-eps", "X", "1e-5", "llama: RMSNorm epsilon", K_FLOAT, F(norm_eps), 0, INFINITY, NULL},
-    {"data", "PATH", "examples/data/coriolanus.txt", "training text: each byte is one token", K_STR, F(data), 0, 0, NULL},
+    {"data", "PATH", "examples/data/coriolanus.txt", "training tokens: a file, or a comma list or glob of files read as one stream in order", K_STR, F(data), 0, 0, NULL},
+    {"data-format", "F", "auto", "auto (llmc when a file begins with llm.c's magic, else bytes; refused above --vocab 256)|bytes (a byte a token)|llmc (llm.c shards)|u16 (headerless uint16, nanoGPT's .bin)", K_CHOICE, F(data_format), 0, 0, "auto|bytes|llmc|u16"},
     {"batch", "B", "8", "sequences per step (global batch over all ranks)", K_INT, F(batch), 1, 1 << 20, NULL},
     {"steps", "S", "30", "optimizer steps", K_INT, F(steps), 0, 1e9, NULL},
     {"lr", "X", "0.003", "learning rate", K_FLOAT, F(lr), 0, INFINITY, NULL},
@@ -184,7 +187,7 @@ static int resolve_layout(train_config *c, const int *given, char *err, size_t c
 
 static void usage(FILE *f) {
     fprintf(f, "usage: train_gpt [options]\n"
-               "Train a GPT-2 or a Llama on the bytes of a file with fsc, on one rank or a simulated cluster.\n\n");
+               "Train a GPT-2 or a Llama on a file of tokens with fsc, on one rank or a simulated cluster.\n\n");
     for (int i = 0; i < NOPT; i++) {
         const option *o = &options[i];
         char lhs[64];
@@ -485,60 +488,36 @@ static int check_ckpt_dir(const train_config *c, char *err, size_t cap) {
                     "removed at the first save)", c->ckpt_dir, (long long)step, who, c->ckpt_dir), -1;
 }
 
-/* The data file: bytes are tokens. It is mapped read-only, not copied, so its size costs no memory of its
- * own; it must be a regular file of at least --seq + 1 bytes (a device such as /dev/zero, a FIFO or a
- * directory is refused before anything is read), and must not shrink while training. */
-static int load_data(const train_config *c, const uint8_t **out, size_t *n, char *err, size_t cap) {
-    int fd = open(c->data, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: refused below */
-    if (fd < 0) return snprintf(err, cap, "--data %s: cannot open: %s", c->data, strerror(errno)), -1;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return snprintf(err, cap, "--data %s: cannot stat: %s", c->data, strerror(e)), -1;
+/* The data (fsc/data.h): the files of --data mapped read-only, not copied, so their size costs no memory
+ * of their own; regular files (a device such as /dev/zero, a FIFO or a directory is refused before anything
+ * is read) of --data-format, holding at least --seq + 1 tokens, every one below --vocab (checked here in one
+ * pass over the maps), that must not change while training. */
+static int load_data(const train_config *c, fsc_data **out, size_t *n, char *err, size_t cap) {
+    fsc_data *d = NULL;
+    fsc_status s = fsc_data_open(&d, c->data, (fsc_data_format)c->data_format, c->vocab);
+    if (s == FSC_OK && fsc_data_tokens(d) <= (uint64_t)c->seq) {
+        uint64_t nt = fsc_data_tokens(d);
+        snprintf(err, cap, "--data %s: %s%llu tokens, but --seq %d needs at least %d", c->data,
+                 nt ? "" : "the file is empty: ", (unsigned long long)nt, c->seq, c->seq + 1);
+        fsc_data_free(d);
+        return -1;
     }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        const char *kind = S_ISDIR(sb.st_mode) ? "a directory" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
-                         : S_ISFIFO(sb.st_mode) ? "a FIFO" : "not a file";
-        return snprintf(err, cap, "--data %s is %s: give a regular file whose bytes are the tokens", c->data, kind), -1;
+    if (s == FSC_OK) s = fsc_data_check(d);
+    if (s != FSC_OK) {
+        snprintf(err, cap, "--data %s%s", fsc_last_error(),
+                 strstr(fsc_last_error(), "vocabulary size") ? " (--vocab; is --data-format right?)" : "");
+        fsc_data_free(d);
+        return -1;
     }
-    if ((uint64_t)sb.st_size <= (uint64_t)c->seq) {
-        close(fd);
-        return snprintf(err, cap, "--data %s: %s%lld tokens, but --seq %d needs at least %d", c->data,
-                        sb.st_size ? "" : "the file is empty: ", (long long)sb.st_size, c->seq, c->seq + 1), -1;
-    }
-    if ((uint64_t)sb.st_size > SIZE_MAX) {
-        close(fd);
-        return snprintf(err, cap, "--data %s: %lld bytes do not fit this machine's address space", c->data,
-                        (long long)sb.st_size), -1;
-    }
-    size_t len = (size_t)sb.st_size;
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return snprintf(err, cap, "--data %s: cannot map %zu bytes: %s", c->data, len, strerror(e)), -1;
-    const uint8_t *buf = map;
-    for (size_t i = 0; i < len; i++) {
-        if (buf[i] >= c->vocab) {
-            snprintf(err, cap, "--data %s: byte %u at offset %zu is not below --vocab %d", c->data, buf[i], i, c->vocab);
-            munmap(map, len);
-            return -1;
-        }
-    }
-    *out = buf;
-    *n = len;
+    *out = d;
+    *n = (size_t)fsc_data_tokens(d);
     return 0;
-}
-
-static void unload_data(const uint8_t *data, size_t n) {
-    if (data) munmap((void *)(uintptr_t)data, n);
 }
 
 /* What the ranks share: inputs (read-only) and results (each rank writes only its own slots). */
 typedef struct {
     const train_config *cfg;
-    const uint8_t *data;
+    const fsc_data *data;
     size_t ntok;
     double *losses;      /* (steps) rank 0 */
     double *step_ms;     /* (steps) rank 0 */
@@ -586,19 +565,12 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-/* The sequences of data-parallel index d for step s, per the data-order contract (every stage and tensor
- * rank of that index sees the same sequences). */
-static void fill_batch(const run_state *st, int d, int s, int32_t *tok, int32_t *tgt) {
+/* The sequences of data-parallel index d for step s, per the data-order contract (fsc_data_batch; every
+ * stage and tensor rank of that index sees the same sequences). */
+static fsc_status fill_batch(const run_state *st, int d, int s, int32_t *tok, int32_t *tgt) {
     const train_config *c = st->cfg;
-    int T = c->seq, B = c->batch, bl = B / c->dp;
-    for (int j = 0; j < bl; j++) {
-        uint64_t i = (uint64_t)d * (uint64_t)bl + (uint64_t)j;
-        uint64_t start = (((uint64_t)s * (uint64_t)B + i) * (uint64_t)T) % (uint64_t)(st->ntok - (size_t)T);
-        for (int t = 0; t < T; t++) {
-            tok[(size_t)j * T + t] = st->data[start + (uint64_t)t];
-            tgt[(size_t)j * T + t] = st->data[start + (uint64_t)t + 1];
-        }
-    }
+    int bl = c->batch / c->dp;
+    return fsc_data_batch(st->data, s, c->batch, c->seq, d * bl, bl, tok, tgt);
 }
 
 /* One rank per process: every rank's slots of the per-rank results (peak memory, layout, pipeline
@@ -701,7 +673,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     fsc_engine_reset_comm_stats(e);
     double tokens = (double)c->batch * (double)c->seq;
     for (int step = start; step < c->steps && s == FSC_OK; step++) {
-        fill_batch(st, lay->data, step, tok, tgt);
+        if ((s = fill_batch(st, lay->data, step, tok, tgt)) != FSC_OK) break;
         double t0 = now_ms();
         fsc_step_info info = {0};
         s = lm ? fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info) : fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
@@ -1067,7 +1039,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     run_state st = {.cfg = &c, .procs = procs};
-    const uint8_t *data = NULL;
+    fsc_data *data = NULL;
     if (load_data(&c, &data, &st.ntok, err, sizeof err) != 0) {
         fprintf(stderr, "train_gpt: %s\n", err);
         return 2;
@@ -1084,9 +1056,10 @@ int main(int argc, char **argv) {
     char kv[64] = "", mbuf[16];
     if (c.model == MODEL_LLAMA) snprintf(kv, sizeof kv, " (%d kv), ffn %d", c.kv_heads, c.ffn);
     if (me != 0) freopen("/dev/null", "w", stdout); /* only rank 0 prints (errors still go to stderr) */
-    printf("model: %s, %d layers, width %d, %d heads%s, context %d, vocab %d: %zu parameters | data: %s, %zu tokens | "
+    printf("model: %s, %d layers, width %d, %d heads%s, context %d, vocab %d: %zu parameters | data: %s, %zu tokens (%s, %d file%s) | "
            "world %d, parallel %s, %s\n", option_choice("model", c.model, mbuf, sizeof mbuf),
-           c.layers, c.dim, c.heads, kv, c.seq, c.vocab, st.nparams, c.data, st.ntok, c.world,
+           c.layers, c.dim, c.heads, kv, c.seq, c.vocab, st.nparams, c.data, st.ntok,
+           fsc_data_format_name(fsc_data_format_of(data)), fsc_data_files(data), fsc_data_files(data) == 1 ? "" : "s", c.world,
            c.parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c.parallel),
            option_choice("precision", c.precision, pbuf, sizeof pbuf));
     if (c.moe_experts)
@@ -1171,6 +1144,6 @@ int main(int argc, char **argv) {
     if (chk.done && !(chk.losses_same && chk.params_same) && me == 0) rc = 3;
     if (sd.cfg == &cd) results_free(&sd);
     results_free(&st);
-    unload_data(data, st.ntok);
+    fsc_data_free(data);
     return rc;
 }

@@ -1,0 +1,176 @@
+/* Tests of the trainer's --data and --data-format (examples/train_gpt.c over lib/io/data.c): the same tokens
+ * as bytes, as a headerless uint16 file, as an llm.c shard and as several shards (a glob and a comma list)
+ * train to the same losses; a vocabulary above 256 trains from uint16 tokens; mismatches are refused at
+ * start-up with exit 2 and the library's message. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include "trainertest.h"
+
+static char trainer[PATH_MAX];
+static char tmpdir[64];
+
+#define TINY "--layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --steps 6"
+enum { NTOK = 601, CUT = 283 }; /* the tokens, and where the shards split them (inside a sequence) */
+static uint32_t toks[NTOK];
+
+static char *fmt(const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    char *s = NULL;
+    if (vasprintf(&s, f, ap) < 0) s = NULL;
+    va_end(ap);
+    if (!s) fail_msg("out of memory");
+    return s;
+}
+
+static void put16(FILE *f, uint32_t v) {
+    fputc((int)(v & 255), f);
+    fputc((int)(v >> 8 & 255), f);
+}
+
+/* tok[0..n) into tmpdir/name as bytes, u16 or an llm.c shard (count as given, to make a bad header). */
+static void write_tokens(const char *name, const char *format, const uint32_t *tok, size_t n, uint32_t count) {
+    char *p = fmt("%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    if (!strcmp(format, "llmc")) {
+        uint32_t hdr[256] = {20240520, 1, count};
+        for (int i = 0; i < 256; i++) put16(f, hdr[i] & 0xffff), put16(f, hdr[i] >> 16);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(format, "bytes")) fputc((int)tok[i], f);
+        else put16(f, tok[i]);
+    }
+    assert_int_equal(fclose(f), 0);
+    free(p);
+}
+
+static int setup(void **state) {
+    (void)state;
+    uint32_t x = 11;
+    for (int i = 0; i < NTOK; i++) x = x * 1664525u + 1013904223u, toks[i] = 'a' + (x >> 24) % 26;
+    write_tokens("data.txt", "bytes", toks, NTOK, 0);
+    write_tokens("data.u16", "u16", toks, NTOK, 0);
+    write_tokens("data.llmc", "llmc", toks, NTOK, NTOK);
+    write_tokens("part_0.u16", "u16", toks, CUT, 0);
+    write_tokens("part_1.u16", "u16", toks + CUT, NTOK - CUT, 0);
+    char *dir = fmt("%s/shards", tmpdir);
+    mkdir(dir, 0700);
+    free(dir);
+    write_tokens("shards/s_000001.bin", "llmc", toks + CUT, NTOK - CUT, NTOK - CUT); /* written first */
+    write_tokens("shards/s_000000.bin", "llmc", toks, CUT, CUT);
+    return 0;
+}
+
+/* The losses of a run of TINY with args (exit 0 required). */
+static void losses(const char *args, double *l, int n) {
+    char *full = fmt(TINY " %s", args);
+    cJSON *j = prog_json(trainer, tmpdir, "", full);
+    cJSON *a = cJSON_GetObjectItem(j, "losses");
+    assert_int_equal(cJSON_GetArraySize(a), n);
+    for (int i = 0; i < n; i++) l[i] = cJSON_GetArrayItem(a, i)->valuedouble;
+    cJSON_Delete(j);
+    free(full);
+}
+
+/* Oracle: the data order is a function of the token stream only, so the same tokens train to bit-identical
+ * losses whatever holds them: bytes (the reference, on as many ranks), a uint16 file, an llm.c shard (given and detected), two
+ * llm.c shards by a glob (sorted by name, though written in the other order), two uint16 files by a comma
+ * list, and the uint16 list on 2 FSDP ranks. A shard list in the wrong order trains differently (the test
+ * can tell streams apart). */
+static void test_formats_train_alike(void **state) {
+    (void)state;
+    double ref[6], ref2[6], l[6]; /* the bytes file on one rank, and on 2 FSDP ranks */
+    char *a = fmt("--data '%s/data.txt'", tmpdir);
+    losses(a, ref, 6);
+    free(a);
+    a = fmt("--data '%s/data.txt' --world 2 --parallel fsdp", tmpdir);
+    losses(a, ref2, 6);
+    free(a);
+    const char *cases[] = {
+        "--data '%s/data.u16' --data-format u16",
+        "--data '%s/data.llmc' --data-format llmc",
+        "--data '%s/data.llmc'",
+        "--data '%s/shards/s_*.bin'",
+        "--data '%s/part_0.u16,%s/part_1.u16' --data-format u16",
+        "--data '%s/part_0.u16,%s/part_1.u16' --data-format u16 --world 2 --parallel fsdp",
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        a = fmt(cases[c], tmpdir, tmpdir);
+        losses(a, l, 6);
+        const double *r = strstr(a, "--world 2") ? ref2 : ref;
+        for (int i = 0; i < 6; i++)
+            if (memcmp(&l[i], &r[i], sizeof l[i]))
+                fail_msg("%s: loss %d is %.17g, the bytes file's %.17g", a, i, l[i], r[i]);
+        free(a);
+    }
+    a = fmt("--data '%s/part_1.u16,%s/part_0.u16' --data-format u16", tmpdir, tmpdir);
+    losses(a, l, 6);
+    assert_true(memcmp(l, ref, sizeof l) != 0);
+    free(a);
+}
+
+/* Oracle: uint16 tokens up to 49999 train a model of --vocab 50000 (finite losses, the first near
+ * ln 50000 = 10.8 for an untrained model), in both token formats. */
+static void test_big_vocab(void **state) {
+    (void)state;
+    uint32_t big[NTOK];
+    for (int i = 0; i < NTOK; i++) big[i] = (toks[i] * 1931u + (uint32_t)i) % 50000;
+    big[77] = 49999;
+    write_tokens("big.u16", "u16", big, NTOK, 0);
+    write_tokens("big.llmc", "llmc", big, NTOK, NTOK);
+    const char *files[] = {"big.u16' --data-format 'u16", "big.llmc"};
+    for (int k = 0; k < 2; k++) {
+        double l[6];
+        char *a = fmt("--vocab 50000 --data '%s/%s'", tmpdir, files[k]);
+        losses(a, l, 6);
+        for (int i = 0; i < 6; i++) assert_true(isfinite(l[i]));
+        if (fabs(l[0] - log(50000.0)) > 1.0) fail_msg("%s: first loss %g, not near ln 50000", a, l[0]);
+        free(a);
+    }
+}
+
+/* Oracle: each mismatch is refused at start-up, exit 2, with a message naming the file and the problem. */
+static void test_refusals(void **state) {
+    (void)state;
+    write_tokens("odd.u16", "bytes", toks, 99, 0);
+    write_tokens("bad.llmc", "llmc", toks, 100, 101);
+    uint32_t big[NTOK];
+    memcpy(big, toks, sizeof big);
+    big[500] = 300;
+    write_tokens("over.u16", "u16", big, NTOK, 0);
+    struct { const char *args, *needle; } cases[] = {
+        {"--data '%s/odd.u16' --data-format u16", "odd.u16: 99 bytes, not a multiple of 2"},
+        {"--data '%s/bad.llmc'", "bad.llmc: the header says 101 tokens (202 bytes after the 1024-byte header), but the file holds 200"},
+        {"--data '%s/data.llmc' --data-format u16", "data.llmc begins with llm.c's magic 20240520"},
+        {"--data '%s/data.u16' --vocab 50000", "give the format u16"},
+        {"--data '%s/data.txt' --data-format llmc", "data.txt is not an llm.c token shard"},
+        {"--data '%s/over.u16' --data-format u16", "token 300 at offset 500 (byte 1000 of the file) is not below the vocabulary size 256"},
+        {"--data '%s/nothing_*.bin'", "nothing_*.bin matches no file"},
+        {"--data '%s/data.txt' --data-format u32", "--data-format"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char *a = fmt(cases[c].args, tmpdir), *full = fmt(TINY " %s", a), *err = NULL;
+        int rc = prog_run(trainer, full, tmpdir, NULL, &err);
+        if (rc != 2 || !strstr(err, cases[c].needle))
+            fail_msg("%s: exit %d, \"%s\" (expected 2 and \"%s\")", a, rc, err, cases[c].needle);
+        free(err);
+        free(full);
+        free(a);
+    }
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prog_setup(argv[0], "test_trainer_data", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_formats_train_alike),
+        cmocka_unit_test(test_big_vocab),
+        cmocka_unit_test(test_refusals),
+    };
+    int rc = cmocka_run_group_tests(tests, setup, NULL);
+    test_rmtree(tmpdir);
+    return rc;
+}

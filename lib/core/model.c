@@ -70,6 +70,14 @@ fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B) {
     return (fsc_model_acts_opts){ .B = B, .first = 0, .last = m ? m->n_layers - 1 : 0 };
 }
 
+double fsc_model_flops(const fsc_model *m, int B) {
+    return m && m->ops && m->ops->flops && B > 0 ? m->ops->flops(m->ctx, B) : 0;
+}
+
+double fsc_lm_flops_per_token(double matmul_params, int layers, int dim, int T) {
+    return 6.0 * matmul_params + 12.0 * (double)layers * (double)dim * (double)T;
+}
+
 size_t fsc_model_num_params(const fsc_model *m) {
     size_t n = 0;
     for (int i = 0; i < m->n_tensors; i++) n += m->info[i].numel;

@@ -167,6 +167,19 @@ static fsc_status g_check_tensors(void *ctx, const char *recorded, const fsc_par
     return fsc_gpt_check_tensors(recorded, params, n);
 }
 
+double fsc_gpt_flops_per_token(const fsc_gpt_config *c) {
+    const double C = c->dim, T = c->seq;
+    double mm = (double)fsc_gpt_num_params(c) - T * C; /* wpe is looked up, not multiplied */
+    if (c->moe_experts > c->moe_top_k) /* each token runs top-k of the E experts, each 4C x C twice plus biases */
+        mm -= (double)(c->moe_experts - c->moe_top_k) * (8.0 * C * C + 5.0 * C) * fsc_gpt_num_moe_blocks(c);
+    return fsc_lm_flops_per_token(mm, c->layers, c->dim, c->seq);
+}
+
+static double g_flops(void *ctx, int B) {
+    const fsc_gpt_config *c = &G(ctx)->cfg;
+    return fsc_gpt_flops_per_token(c) * (double)B * (double)c->seq;
+}
+
 static fsc_status g_set_ep(void *ctx, fsc_comm *ep) { return fsc_gpt_set_expert_group(G(ctx), ep); }
 
 static void g_destroy(fsc_model *m) {
@@ -181,7 +194,7 @@ static void g_destroy(fsc_model *m) {
       .stream = g_stream, .stream_floats = g_stream_floats, .forward = g_forward, .backward = g_backward,           \
       .init_values = g_init, .layer_cost = g_layer_cost, .aux_stats = aux, .config = g_config,                      \
       .config_check = g_config_check, .check_tensors = g_check_tensors, .set_expert_group = ep,                   \
-      .destroy = g_destroy }
+      .destroy = g_destroy, .flops = g_flops }
 static const fsc_model_ops dense_ops = GPT_OPS(NULL, NULL);
 static const fsc_model_ops moe_ops = GPT_OPS(g_aux, g_set_ep);
 

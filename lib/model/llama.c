@@ -258,11 +258,19 @@ static void l_destroy(fsc_model *fm) {
     free(m);
 }
 
+/* 6 x every parameter but the (untied) token embedding per token, plus attention (model.h's estimate) */
+static double l_flops(void *ctx, int B) {
+    const fsc_llama_config *c = &((llama *)ctx)->cfg;
+    double mm = (double)fsc_llama_num_params(c) - (double)c->vocab * c->dim;
+    return fsc_lm_flops_per_token(mm, c->layers, c->dim, c->seq) * (double)B * c->seq;
+}
+
 static const fsc_model_ops llama_ops = {
     .acts_create = l_acts_create, .acts_free = l_acts_free, .acts_bytes = l_acts_bytes, .set_batch = l_set_batch,
     .stream = l_stream, .stream_floats = l_stream_floats, .forward = l_forward, .backward = l_backward,
     .init_values = l_init, .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
     .destroy = l_destroy,
+    .flops = l_flops,
 };
 
 /* Layers 0 the token embedding, 1..L the blocks, L+1 the final RMSNorm and the untied LM head. */

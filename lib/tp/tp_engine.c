@@ -89,6 +89,12 @@ static fsc_status t_config_check(void *ctx, const char *recorded) {
     return fsc_gpt_config_check_json(&M(ctx)->cfg, recorded);
 }
 
+/* the full model's, as a GPT of the same configuration: every rank reports the step's FLOPs, not its share */
+static double t_flops(void *ctx, int B) {
+    const fsc_gpt_config *c = &M(ctx)->cfg;
+    return fsc_gpt_flops_per_token(c) * (double)B * c->seq;
+}
+
 static void t_destroy(fsc_model *m) {
     tp_model *tm = (tp_model *)m;
     free(tm->tied);
@@ -108,6 +114,7 @@ static const fsc_model_ops tp_ops = {
     .config = t_config,
     .config_check = t_config_check,
     .destroy = t_destroy,
+    .flops = t_flops,
 };
 
 fsc_status fsc_tp_engine_create(fsc_engine *e, const fsc_gpt_config *cfg) {

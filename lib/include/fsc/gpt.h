@@ -78,6 +78,9 @@ int fsc_gpt_block_is_moe(const fsc_gpt_config *c, int b);
 int fsc_gpt_block_num_tensors(const fsc_gpt_config *c, int b);
 /* MoE blocks of the model. */
 int fsc_gpt_num_moe_blocks(const fsc_gpt_config *c);
+/* Training FLOPs per token (forward and backward; model.h's fsc_lm_flops_per_token): the parameters that multiply
+ * are all but the position embedding, with experts only the top-k experts of each MoE block. */
+double fsc_gpt_flops_per_token(const fsc_gpt_config *c);
 
 /* Initial values of elements [first, first+n) of tensor i, from the keyed RNG (seed, name, index):
  * weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj, mlp.experts.{e}.c_proj) N(0, 0.02/sqrt(2L)),

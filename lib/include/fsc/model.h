@@ -132,6 +132,11 @@ typedef struct {
      * text) makes: the metadata's integrity, asked before config_check at load and after writing at save; the
      * message names the tensor or the field. NULL: the tensors are checked against this model's own at load. */
     fsc_status (*check_tensors)(void *ctx, const char *recorded, const fsc_param_info *params, int n);
+    /* Floating-point operations of one training step (forward and backward) of a micro-batch of B samples over
+     * the whole model, for MFU (fsc_model_flops). NULL: unknown. The built-in language models count 6 x the
+     * parameters that multiply (all but the position and untied input embeddings; with experts only the top-k
+     * ones) per token, plus attention's 12 x layers x dim x T per token (PaLM's and nanoGPT's estimate). */
+    double (*flops)(void *ctx, int B);
 } fsc_model_ops;
 
 typedef struct fsc_model {
@@ -158,6 +163,10 @@ fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B);
 fsc_status fsc_model_validate(const fsc_model *m);
 /* Total parameters (sum of numel). */
 size_t fsc_model_num_params(const fsc_model *m);
+/* The model's ops->flops(B): training FLOPs of B samples (0 when the model does not say). */
+double fsc_model_flops(const fsc_model *m, int B);
+/* The estimate of the built-in language models, per token of context T: 6 x matmul_params + 12 x layers x dim x T. */
+double fsc_lm_flops_per_token(double matmul_params, int layers, int dim, int T);
 /* Index of the tensor called name, -1 if none. */
 int fsc_model_tensor_index(const fsc_model *m, const char *name);
 /* ops->destroy(m) when the model owns itself (fsc_gpt_model_create's); NULL does nothing. */

@@ -151,8 +151,8 @@ static void test_hf_layout(void **state) {
 }
 
 /* Write a file in the HF layout for CFG, except: tensor `skip` left out, tensor `rename` called
- * `new_name`, tensor `reshape` given shape [2*d0, d1/2], tensor `f16` stored as F16, an extra tensor. */
-typedef struct { int skip, rename, reshape, f16; const char *new_name, *extra; } variant;
+ * `new_name`, tensor `reshape` given shape [2*d0, d1/2], tensor `i32` stored as I32, an extra tensor. */
+typedef struct { int skip, rename, reshape, i32; const char *new_name, *extra; } variant;
 
 static void write_variant(const char *path, variant v) {
     fsc_st_writer *w;
@@ -165,7 +165,7 @@ static void write_variant(const char *path, variant v) {
         hf_layout(&CFG, i, name, &ndim, shape);
         if (i == v.skip) continue;
         if (i == v.reshape) { shape[0] *= 2; shape[1] /= 2; }
-        assert_ok(fsc_st_writer_add(w, i == v.rename ? v.new_name : name, i == v.f16 ? FSC_F16 : FSC_F32, ndim,
+        assert_ok(fsc_st_writer_add(w, i == v.rename ? v.new_name : name, i == v.i32 ? FSC_I32 : FSC_F32, ndim,
                                     shape));
         idx[k++] = i;
     }
@@ -223,8 +223,11 @@ static void test_wrong_key(void **state) {
     (void)state;
     char path[256];
     path_in_dir(path, sizeof path, "wrong.safetensors");
-    write_variant(path, (variant){NONE, 1, NONE, NONE, "transformer.wpe.weight", NULL});
+    write_variant(path, (variant){NONE, 1, NONE, NONE, "transformer.wpe.weights", NULL});
     expect_refused(path, "tensor wpe.weight is missing");
+    /* GPT2LMHeadModel's name for it (the base model's prefix) is the tensor itself */
+    write_variant(path, (variant){NONE, 1, NONE, NONE, "transformer.wpe.weight", NULL});
+    assert_ok(fsc_gpt_check_file(&CFG, path));
 }
 
 static void test_extra_key(void **state) {
@@ -233,8 +236,10 @@ static void test_extra_key(void **state) {
     path_in_dir(path, sizeof path, "extra.safetensors");
     write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "h.2.ln_1.weight"});
     expect_refused(path, "unexpected tensor h.2.ln_1.weight");
-    write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "lm_head.weight"});
-    expect_refused(path, "unexpected tensor lm_head.weight");
+    write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "lm_head.weight"}); /* the tied head, wrong shape */
+    expect_refused(path, "lm_head.weight, the model's tied copy of wte.weight, has another shape");
+    write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "transformer.lm_head.weight"});
+    expect_refused(path, "unexpected tensor transformer.lm_head.weight");
     write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "h.2.attn.bias"});
     expect_refused(path, "unexpected tensor h.2.attn.bias");
     write_variant(path, (variant){NONE, NONE, NONE, NONE, NULL, "h.01.attn.bias"});
@@ -283,7 +288,7 @@ static void test_wrong_dtype(void **state) {
     char path[256];
     path_in_dir(path, sizeof path, "dtype.safetensors");
     write_variant(path, (variant){NONE, NONE, NONE, 2 + 12 + FSC_B_FC_W, NULL, NULL});
-    expect_refused(path, "h.1.mlp.c_fc.weight has dtype F16 but the model expects F32");
+    expect_refused(path, "h.1.mlp.c_fc.weight has dtype I32 but the model expects floats (F32, BF16 or F16)");
 }
 
 /* Oracle: a truncated file is refused before any parameter changes, naming the file. */

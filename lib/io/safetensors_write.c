@@ -247,6 +247,23 @@ fsc_status fsc_st_writer_write(fsc_st_writer *w, int i, const void *src, uint64_
     return FSC_OK;
 }
 
+fsc_status fsc_st_writer_write_f32(fsc_st_writer *w, int i, const float *src, uint64_t first, uint64_t n) {
+    if (!w || i < 0 || i >= w->n || w->e[i].dtype == FSC_F32 || n == 0 || !src)
+        return fsc_st_writer_write(w, i, src, first, n); /* its checks and messages */
+    const fsc_dtype dt = w->e[i].dtype;
+    if (dt != FSC_BF16 && dt != FSC_F16)
+        return fsc_error(FSC_ERR_INVALID, "%s: tensor %s has dtype %s: float32 values are written as F32, BF16 or "
+                         "F16 only", w->path, w->e[i].name, st_name(dt));
+    enum { CHUNK = 4096 };
+    uint16_t h[CHUNK];
+    for (uint64_t at = 0; at < n; at += CHUNK) {
+        uint64_t k = n - at < CHUNK ? n - at : CHUNK;
+        fsc_convert_host(h, dt, src + at, FSC_F32, (size_t)k);
+        FSC_TRY(fsc_st_writer_write(w, i, h, first + at, k));
+    }
+    return FSC_OK;
+}
+
 /* fsync the directory holding path, so the rename is durable. */
 static fsc_status sync_dir(const char *path) {
     char eb[128];

@@ -130,6 +130,7 @@ fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *ou
         out->layer = 0;
         out->nusers = 1; /* tied: the head's output projection */
         out->users[0] = L + 1;
+        snprintf(out->alias, sizeof out->alias, "lm_head.weight"); /* GPT2LMHeadModel's copy of the tied head */
     } else if (i == FSC_P_WPE) {
         snprintf(out->name, sizeof out->name, "wpe.weight");
         set_shape(out, 2, T, C);

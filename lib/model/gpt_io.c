@@ -1,5 +1,7 @@
 /* GPT-2 weights as safetensors files in the Hugging Face layout: keys "wte.weight" [V, C],
- * "wpe.weight" [T, C], "h.{i}.ln_1.weight" ... "ln_f.bias", all F32, in HF order (fsc_gpt_param_info).
+ * "wpe.weight" [T, C], "h.{i}.ln_1.weight" ... "ln_f.bias", in HF order (fsc_gpt_param_info); saved as F32,
+ * loaded from F32, BF16 or F16, under these names or GPT2LMHeadModel's ("transformer." + name, with its tied
+ * "lm_head.weight", which must equal wte: fsc_st_find_weight, fsc_st_check_copy).
  * Linear weights are [in, out] as HF's Conv1D, so the file layout is the memory layout.
  *
  * Save and load stream tensor by tensor through one bounded host buffer (IO_CHUNK floats): the whole
@@ -46,19 +48,19 @@ static int hf_mask_buffer(const fsc_gpt_config *cfg, const char *name) {
     return !strcmp(p, ".attn.bias") || !strcmp(p, ".attn.masked_bias");
 }
 
-/* Every tensor the config expects is in f with dtype F32 and its HF shape, and nothing else is. */
-static fsc_status check_entries(const fsc_gpt_config *cfg, const fsc_st_file *f, const char *path) {
+/* Every tensor the config expects is in f with a float dtype and its HF shape, and nothing else is. */
+static fsc_status check_entries(const fsc_gpt_config *cfg, fsc_st_file *f, const char *path) {
     int n = fsc_gpt_num_tensors(cfg);
     for (int i = 0; i < n; i++) {
         fsc_param_info p;
         FSC_TRY(fsc_gpt_param_info(cfg, i, &p));
-        const fsc_st_entry *e = fsc_st_find(f, p.name);
+        const fsc_st_entry *e = fsc_st_find_weight(f, p.name);
         if (!e)
             return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is missing (the model has %d layers)", path, p.name,
                              cfg->layers);
-        if (e->dtype != FSC_F32)
-            return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects F32", path, p.name,
-                             st_dtype_name(e->dtype));
+        if (e->dtype != FSC_F32 && e->dtype != FSC_BF16 && e->dtype != FSC_F16)
+            return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects floats (F32, BF16 or F16)",
+                             path, p.name, st_dtype_name(e->dtype));
         int same = e->ndim == p.ndim;
         for (int d = 0; same && d < p.ndim; d++) same = e->shape[d] == p.shape[d];
         if (!same) {
@@ -67,11 +69,15 @@ static fsc_status check_entries(const fsc_gpt_config *cfg, const fsc_st_file *f,
             shape_text(want, sizeof want, p.ndim, p.shape);
             return fsc_error(FSC_ERR_FORMAT, "%s: %s has shape %s but the model expects %s", path, p.name, have, want);
         }
+        if (p.alias[0]) FSC_TRY(fsc_st_check_copy(f, p.name, p.alias, path));
     }
     if (fsc_st_count(f) != n) /* every expected name was found, so something else is there too */
         for (int k = 0; k < fsc_st_count(f); k++) {
             const fsc_st_entry *e = fsc_st_entry_at(f, k);
-            if (fsc_gpt_param_index(cfg, e->name) < 0 && !hf_mask_buffer(cfg, e->name))
+            const char *own = fsc_st_weight_name(e->name);
+            fsc_param_info wte;
+            if (fsc_gpt_param_info(cfg, FSC_P_WTE, &wte) == FSC_OK && !strcmp(e->name, wte.alias)) continue;
+            if (fsc_gpt_param_index(cfg, own) < 0 && !hf_mask_buffer(cfg, own))
                 return fsc_error(FSC_ERR_FORMAT, "%s: unexpected tensor %s (not part of a GPT-2 with %d layers)",
                                  path, e->name, cfg->layers);
         }
@@ -134,11 +140,11 @@ fsc_status fsc_gpt_load(fsc_gpt *m, const char *path) {
     if (st == FSC_OK && !(buf = malloc(IO_CHUNK * sizeof(float))))
         st = fsc_error(FSC_ERR_NOMEM, "gpt load: out of host memory for a %zu-byte buffer", IO_CHUNK * 4);
     for (int i = 0; i < m->n_tensors && st == FSC_OK; i++) {
-        const fsc_st_entry *e = fsc_st_find(f, m->info[i].name);
+        const fsc_st_entry *e = fsc_st_find_weight(f, m->info[i].name);
         size_t numel = m->info[i].numel;
         for (size_t at = 0; at < numel && st == FSC_OK; at += IO_CHUNK) {
             size_t k = numel - at < IO_CHUNK ? numel - at : IO_CHUNK;
-            st = fsc_st_read(f, e, buf, at, k);
+            st = fsc_st_read_f32(f, e, buf, at, k);
             for (size_t j = 0; j < k && st == FSC_OK; j++)
                 if (!isfinite(buf[j]))
                     st = fsc_error(FSC_ERR_NUMERIC, "%s: tensor %s, element %zu, is %s: refusing non-finite weights",

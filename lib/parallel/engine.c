@@ -98,18 +98,18 @@ fsc_status fsc_engine_write_tensor(fsc_engine *e, fsc_st_writer *w, int i, const
     float *h = malloc(n * sizeof(float));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory writing %s", e->m->info[i].name);
     fsc_status s = fsc_device_download(e->dev, h, src, n * sizeof(float));
-    if (s == FSC_OK) s = fsc_st_writer_write(w, i, h, 0, n);
+    if (s == FSC_OK) s = fsc_st_writer_write_f32(w, i, h, 0, n);
     free(h);
     return s;
 }
 
 fsc_status fsc_engine_read_tensor(fsc_engine *e, fsc_st_file *f, int i, size_t first, size_t n, float *dst) {
     const char *name = e->m->info[i].name;
-    const fsc_st_entry *en = fsc_st_find(f, name);
+    const fsc_st_entry *en = fsc_st_find_weight(f, name);
     if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", name);
     float *h = malloc(n * sizeof(float));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory reading %s", name);
-    fsc_status s = fsc_st_read(f, en, h, first, n);
+    fsc_status s = fsc_st_read_f32(f, en, h, first, n);
     if (s == FSC_OK) s = fsc_device_upload(e->dev, dst, h, n * sizeof(float));
     free(h);
     return s;
@@ -727,21 +727,41 @@ static fsc_status write_from_full(fsc_engine *e, fsc_st_writer *w) {
     fsc_status s = fsc_engine_full_params(e, host);
     size_t off = 0;
     for (int i = 0; i < e->m->n_tensors && s == FSC_OK && w; off += fsc_engine_full_info(e, i)->numel, i++)
-        s = fsc_st_writer_write(w, i, host + off, 0, fsc_engine_full_info(e, i)->numel);
+        s = fsc_st_writer_write_f32(w, i, host + off, 0, fsc_engine_full_info(e, i)->numel);
     free(host);
     return s;
 }
 
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
+    return fsc_engine_save_weights_dtype(e, path, FSC_F32);
+}
+
+/* The model's configuration text (model.h's config) as the weights file records it (FSC_ST_META_MODEL). */
+static fsc_status model_config_text(const fsc_engine *e, char **out) {
+    enum { CAP = 1 << 16 };
+    if (!(*out = malloc(CAP))) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
+    snprintf(*out, CAP, "{}");
+    if (e->m->ops->config) e->m->ops->config(e->m->ctx, *out, CAP);
+    return FSC_OK;
+}
+
+fsc_status fsc_engine_save_weights_dtype(fsc_engine *e, const char *path, fsc_dtype dt) {
     fsc_st_writer *w = NULL;
+    if (dt != FSC_F32 && dt != FSC_BF16 && dt != FSC_F16)
+        return fsc_error(FSC_ERR_INVALID, "%s: weights are saved as f32, bf16 or f16, not %s", path,
+                         fsc_dtype_name(dt) ? fsc_dtype_name(dt) : "?");
     fsc_status s = fsc_engine_check_finite(e);
     if (s != FSC_OK) return fsc_error_prefix(s, "%s: not saved", path);
     if (e->r->rank == 0) {
-        s = fsc_st_writer_open(path, &w);
+        char *cfg = NULL;
+        s = model_config_text(e, &cfg);
+        if (s == FSC_OK) s = fsc_st_writer_open(path, &w);
         if (s == FSC_OK) s = fsc_st_writer_meta(w, "format", "pt"); /* Hugging Face's loaders require it */
+        if (s == FSC_OK) s = fsc_st_writer_meta(w, FSC_ST_META_MODEL, cfg);
+        free(cfg);
         for (int i = 0; s == FSC_OK && i < e->m->n_tensors; i++) {
             const fsc_param_info *pi = fsc_engine_full_info(e, i);
-            s = fsc_st_writer_add(w, pi->name, FSC_F32, pi->ndim, pi->shape);
+            s = fsc_st_writer_add(w, pi->name, dt, pi->ndim, pi->shape);
         }
         if (s == FSC_OK) s = fsc_st_writer_begin_data(w);
     }
@@ -756,16 +776,17 @@ fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
     return agree(e, s);
 }
 
-/* Every tensor of the model is in f with dtype F32 and its shape (entries the model does not declare, such
- * as Hugging Face's buffers, are ignored). */
-static fsc_status check_weights(const fsc_engine *e, const fsc_st_file *f, const char *path) {
+/* Every tensor of the model is in f (under its name or Hugging Face's prefix: fsc_st_find_weight) as F32, BF16
+ * or F16 with its shape, and a copy under its alias (a tied head) equals it; entries the model does not declare,
+ * such as Hugging Face's buffers, are ignored. */
+static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char *path) {
     for (int i = 0; i < e->m->n_tensors; i++) {
         const fsc_param_info *p = fsc_engine_full_info(e, i);
-        const fsc_st_entry *en = fsc_st_find(f, p->name);
+        const fsc_st_entry *en = fsc_st_find_weight(f, p->name);
         if (!en) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is missing", path, p->name);
-        if (en->dtype != FSC_F32)
-            return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects F32", path, p->name,
-                             fsc_dtype_name(en->dtype));
+        if (en->dtype != FSC_F32 && en->dtype != FSC_BF16 && en->dtype != FSC_F16)
+            return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects floats (F32, BF16 or F16)",
+                             path, p->name, fsc_dtype_name(en->dtype));
         int same = en->ndim == p->ndim;
         for (int d = 0; same && d < p->ndim; d++) same = en->shape[d] == p->shape[d];
         if (!same) {
@@ -775,6 +796,7 @@ static fsc_status check_weights(const fsc_engine *e, const fsc_st_file *f, const
             return fsc_error(FSC_ERR_FORMAT, "%s: %s has shape %s but the model expects %s", path, p->name, have,
                              want);
         }
+        if (p->alias[0]) FSC_TRY(fsc_st_check_copy(f, p->name, p->alias, path));
     }
     return FSC_OK;
 }

@@ -223,7 +223,7 @@ fsc_status fsc_tp_engine_load(fsc_engine *e, fsc_st_file *f) {
     fsc_status s = host ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory loading weights");
     for (int k = 0; k < n && s == FSC_OK; k++) {
         const tp_tensor *t = &e->tpm->t[h[k].tensor];
-        const fsc_st_entry *en = fsc_st_find(f, t->full.name);
+        const fsc_st_entry *en = fsc_st_find_weight(f, t->full.name);
         if (!en) s = fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", t->full.name);
         if (s == FSC_OK) s = tp_read_local(e->tpm, f, en, h[k].tensor, h[k].first, h[k].n, host);
         if (s == FSC_OK)

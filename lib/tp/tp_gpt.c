@@ -104,7 +104,7 @@ fsc_status tp_read_local(const fsc_tp_gpt *m, fsc_st_file *f, const fsc_st_entry
     tp_run run;
     for (size_t k = 0; k < tp_num_runs(t); k++)
         if (run_clip(t, m->rank, m->size, k, first, n, &run))
-            FSC_TRY(fsc_st_read(f, e, out + (run.local - first), run.full, run.n));
+            FSC_TRY(fsc_st_read_f32(f, e, out + (run.local - first), run.full, run.n));
     return FSC_OK;
 }
 
@@ -344,7 +344,7 @@ fsc_status fsc_tp_gpt_load(fsc_tp_gpt *m, const char *path) {
         s = fsc_error(FSC_ERR_NOMEM, "tensor parallel gpt load: out of host memory");
     for (int i = 0; i < m->n_tensors && s == FSC_OK; i++) {
         const tp_tensor *t = &m->t[i];
-        const fsc_st_entry *e = fsc_st_find(f, t->full.name);
+        const fsc_st_entry *e = fsc_st_find_weight(f, t->full.name);
         s = tp_read_local(m, f, e, i, 0, t->local.numel, host);
         if (s == FSC_OK) s = fsc_device_upload(m->dev, m->param[i], host, t->local.numel * sizeof(float));
     }

@@ -181,7 +181,9 @@ void fsc_gpt_acts_moe_stats(const fsc_gpt_acts *a, fsc_moe_stats *out);
  * dense or outside the range. */
 const fsc_moe_rec *fsc_gpt_acts_moe_rec(const fsc_gpt_acts *a, int b);
 
-/* Full weights as safetensors in the HF GPT-2 layout (float32). Single-rank: reads/writes m->param. */
+/* Full weights as safetensors in the HF GPT-2 layout. Single-rank: reads/writes m->param. Save writes float32;
+ * load reads F32, BF16 or F16 under GPT2Model's names or GPT2LMHeadModel's ("transformer." prefix, its
+ * lm_head.weight accepted when it equals wte and refused when it differs). */
 fsc_status fsc_gpt_save(fsc_gpt *m, const char *path);
 fsc_status fsc_gpt_load(fsc_gpt *m, const char *path);
 /* Check a file's keys, dtypes and shapes against cfg; the message names the first problem. */

@@ -52,6 +52,10 @@ typedef struct {
     int expert;          /* the expert it belongs to (mixture of experts), -1 for every other tensor */
     int nusers;          /* other layers that use it (tied tensors), 0 for most */
     int users[FSC_MODEL_MAX_USERS];
+    /* Another name a weights file may hold a copy of this tensor under, "" for none: a tied tensor's other use
+     * (Hugging Face's GPT-2 saves the tied head as lm_head.weight beside wte.weight). Loading accepts the copy
+     * when it equals the tensor and refuses the file when it differs; saving writes the tensor once. */
+    char alias[32];
 } fsc_param_info;
 
 /* Whether layer l uses tensor info (owns it or is one of its users). */

@@ -155,8 +155,13 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
  * Refuses (FSC_ERR_NUMERIC, nothing written) when a parameter or optimizer state is not finite
  * (fsc_engine_check_finite). */
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path);
+/* The same with the tensors stored as dt (FSC_F32, FSC_BF16 or FSC_F16; rounded to nearest even). Both record the
+ * model's configuration text in the metadata (safetensors.h's FSC_ST_META_MODEL). */
+fsc_status fsc_engine_save_weights_dtype(fsc_engine *e, const char *path, fsc_dtype dt);
 /* Load full weights; each rank reads only what it holds. Every tensor of the model must be there with its
- * shape, in F32; other entries are ignored. Collective. Refuses a file holding inf or NaN (FSC_ERR_NUMERIC
+ * shape, in F32, BF16 or F16 (converted to float32), under its name or Hugging Face's base-model prefix
+ * ("transformer." + name: GPT2LMHeadModel's state dict); a copy under a tensor's alias (model.h: GPT-2's
+ * lm_head.weight) must equal it, or the file is refused; other entries are ignored. Collective. Refuses a file holding inf or NaN (FSC_ERR_NUMERIC
  * naming the tensor and element; the engine's parameters are then undefined). */
 fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path);
 /* Collective over the world: FSC_OK when every parameter and optimizer state held by any rank is finite;

@@ -16,6 +16,10 @@
 FSC_BEGIN_DECLS
 
 #define FSC_ST_MAX_NAME 160
+/* The "__metadata__" key under which fsc's full-weights files record the model's configuration (model.h's config
+ * text), so a program can build the model a file holds (generate.h's fsc_model_from_config). */
+#define FSC_ST_META_MODEL "fsc_model"
+
 #define FSC_ST_MAX_HEADER 100000000u /* headers above 100 MB are refused, as Hugging Face's safetensors does */
 
 typedef struct {
@@ -41,6 +45,21 @@ const char *fsc_st_metadata(const fsc_st_file *f, const char *key);
 /* Read elements [first, first+n) of entry e into host memory dst. */
 fsc_status fsc_st_read(fsc_st_file *f, const fsc_st_entry *e, void *dst, uint64_t first, uint64_t n);
 
+/* Full-weights files of other programs (safetensors_weights.c). The entry of a model's tensor called name: name
+ * itself, else name under the base-model prefix of Hugging Face's head classes ("transformer." + name, as
+ * GPT2LMHeadModel's state dict holds GPT2Model's tensors); NULL if neither is there. fsc_st_weight_name: an
+ * entry's name without such a prefix (the entry name itself when it has none). */
+const fsc_st_entry *fsc_st_find_weight(const fsc_st_file *f, const char *name);
+const char *fsc_st_weight_name(const char *entry_name);
+/* Read elements [first, first+n) of a float entry (F32, BF16 or F16) as float32 (exact: every BF16 and F16 value
+ * is a float32); FSC_ERR_FORMAT for any other dtype. */
+fsc_status fsc_st_read_f32(fsc_st_file *f, const fsc_st_entry *e, float *dst, uint64_t first, uint64_t n);
+/* When f holds both the tensor `name` (found as fsc_st_find_weight does) and `copy` (exactly that name: another
+ * name of the same values, such as a tied head: model.h's alias), the copy must have its shape and equal values after conversion
+ * to float32; FSC_ERR_FORMAT naming the first differing element otherwise (path names the file). FSC_OK when
+ * either is absent. */
+fsc_status fsc_st_check_copy(fsc_st_file *f, const char *name, const char *copy, const char *path);
+
 /* Writing: declare every tensor (name, dtype, shape) and optional metadata, then write the data of each
  * tensor in any order and in pieces, then commit. */
 typedef struct fsc_st_writer fsc_st_writer;
@@ -50,6 +69,8 @@ fsc_status fsc_st_writer_meta(fsc_st_writer *w, const char *key, const char *val
 /* After the last add: writes the header. Then write elements [first, first+n) of tensor index i. */
 fsc_status fsc_st_writer_begin_data(fsc_st_writer *w);
 fsc_status fsc_st_writer_write(fsc_st_writer *w, int i, const void *src, uint64_t first, uint64_t n);
+/* The same from float32 values, rounded (to nearest, ties to even) to the tensor's dtype: F32, BF16 or F16. */
+fsc_status fsc_st_writer_write_f32(fsc_st_writer *w, int i, const float *src, uint64_t first, uint64_t n);
 /* fsync, rename to path, fsync the directory. */
 fsc_status fsc_st_writer_commit(fsc_st_writer *w);
 /* Abandon: removes the temporary file (also frees w after a failed commit). */

@@ -65,8 +65,10 @@ def main():
         st = [opt.state[p][k].tolist() for k in keys]
         while len(st) < 2:
             st.append([0.0] * N)
-        print("  {\"%s\", {%s, %s}," % (name, c["kind"], ", ".join(
-            lit(torch.tensor(c[k], dtype=torch.float32).item()) for k in ("lr", "momentum", "wd", "b1", "b2", "eps"))))
+        fields = (("lr", "lr"), ("momentum", "momentum"), ("weight_decay", "wd"), ("beta1", "b1"), ("beta2", "b2"),
+                  ("eps", "eps"))  # designated: fields fsc_optim_config gains later stay zero
+        print("  {\"%s\", {.kind = %s, %s}," % (name, c["kind"], ", ".join(
+            ".%s = %s" % (f, lit(torch.tensor(c[k], dtype=torch.float32).item())) for f, k in fields)))
         print("   {%s}," % ", ".join(arr(a) for a in after))
         print("   %d, {%s}}," % (len(keys), ", ".join(arr(s) for s in st)))
     print("};")

@@ -70,6 +70,9 @@ fsc_status fsc_tp_trainer_create(fsc_rank *r, const fsc_gpt_config *cfg, const f
     if (s == FSC_OK) s = fsc_tp_gpt_create(r->dev, t->tensor, cfg, &to, seed, &t->m);
     if (s == FSC_OK) s = fsc_optim_create(r->dev, oc, &t->opt);
     if (s == FSC_OK) s = fsc_optim_add(t->opt, t->m->params, t->m->grads, t->m->P, NULL);
+    /* the engine's weight-decay rule (model.h's fsc_param_decays) over the flat slices, in tensor order */
+    for (int i = 0, off = 0; s == FSC_OK && !oc->decay_all && i < t->m->n_tensors; off += (int)t->m->linfo[i].numel, i++)
+        if (!fsc_param_decays(&t->m->linfo[i])) s = fsc_optim_no_decay(t->opt, 0, (size_t)off, t->m->linfo[i].numel);
     if (s == FSC_OK) s = norm_segments(t);
     if (s != FSC_OK) {
         fsc_tp_trainer_free(t);

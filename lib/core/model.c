@@ -66,6 +66,8 @@ int fsc_param_used_by(const fsc_param_info *info, int l) {
     return 0;
 }
 
+int fsc_param_decays(const fsc_param_info *info) { return info->decay > 0 || (info->decay == 0 && info->ndim >= 2); }
+
 fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B) {
     return (fsc_model_acts_opts){ .B = B, .first = 0, .last = m ? m->n_layers - 1 : 0 };
 }

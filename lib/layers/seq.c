@@ -156,6 +156,7 @@ static fsc_status declare(seq_model *s, const fsc_seq_layer *ls) {
             ti->numel = a->params[k].numel;
             ti->layer = l;
             ti->expert = -1;
+            ti->decay = a->params[k].decay;
             s->tensor[l][k] = nt++;
             s->m.n_tensors = nt;
             for (int j = 0; j < nt - 1; j++)

@@ -53,7 +53,9 @@ fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out) {
     y->l.in_bytes = (size_t)T * sizeof(int32_t);
     y->l.out_floats = (size_t)T * C;
     FSC_TRY(layer_param(out, "wte.weight", V, C, fsc_init_normal(LAYER_STD)));
-    return layer_param(out, "wpe.weight", T, C, fsc_init_normal(0.01f));
+    FSC_TRY(layer_param(out, "wpe.weight", T, C, fsc_init_normal(0.01f)));
+    (*out)->params[0].decay = (*out)->params[1].decay = -1; /* embeddings: no weight decay by default */
+    return FSC_OK;
 }
 
 /* ---- token embedding without positions: the embedding kernel with a zero position table in scratch (the
@@ -88,7 +90,9 @@ fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out) {
     y->T = T, y->C = C, y->V = V;
     y->l.in_bytes = (size_t)T * sizeof(int32_t);
     y->l.out_floats = (size_t)T * C;
-    return layer_param(out, "weight", V, C, fsc_init_normal(LAYER_STD));
+    FSC_TRY(layer_param(out, "weight", V, C, fsc_init_normal(LAYER_STD)));
+    (*out)->params[0].decay = -1; /* an embedding: no weight decay by default */
+    return FSC_OK;
 }
 
 /* ---- the MLPs: record and scratch sizes; the residual adds the input (its gradient: dinp += dout) ---- */

@@ -128,6 +128,7 @@ fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *ou
         snprintf(out->name, sizeof out->name, "wte.weight");
         set_shape(out, 2, V, C);
         out->layer = 0;
+        out->decay = -1; /* an embedding: no weight decay by default (model.h) */
         out->nusers = 1; /* tied: the head's output projection */
         out->users[0] = L + 1;
         snprintf(out->alias, sizeof out->alias, "lm_head.weight"); /* GPT2LMHeadModel's copy of the tied head */
@@ -135,6 +136,7 @@ fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *ou
         snprintf(out->name, sizeof out->name, "wpe.weight");
         set_shape(out, 2, T, C);
         out->layer = 0;
+        out->decay = -1;
     } else if (i >= n - 2) {
         snprintf(out->name, sizeof out->name, "ln_f.%s", i == n - 2 ? "weight" : "bias");
         set_shape(out, 1, C, 0);

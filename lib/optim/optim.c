@@ -14,6 +14,8 @@ typedef struct {
     const float *grad;  /* (n) device */
     size_t n;
     float *state[2];    /* (n) each: SGD momentum buffer, or AdamW m and v; NULL when unused */
+    size_t (*nd)[2];    /* (nnd) ranges [off, end) without weight decay: sorted, disjoint, not adjacent */
+    int nnd;
 } optim_segment;
 
 struct fsc_optim {
@@ -93,6 +95,58 @@ fsc_status fsc_optim_add(fsc_optim *o, float *param, const float *grad, size_t n
     return FSC_OK;
 }
 
+fsc_status fsc_optim_no_decay(fsc_optim *o, int idx, size_t off, size_t n) {
+    if (!o || idx < 0 || idx >= o->nseg)
+        return fsc_error(FSC_ERR_INVALID, "fsc_optim_no_decay: segment %d does not exist (%d registered)", idx,
+                         o ? o->nseg : 0);
+    optim_segment *s = &o->seg[idx];
+    if (off > s->n || n > s->n - off)
+        return fsc_error(FSC_ERR_INVALID, "fsc_optim_no_decay: elements [%zu, %zu + %zu) are not in segment %d of "
+                         "%zu", off, off, n, idx, s->n);
+    if (n == 0) return FSC_OK;
+    size_t(*r)[2] = realloc(s->nd, (size_t)(s->nnd + 1) * sizeof *r);
+    if (!r) return fsc_error(FSC_ERR_NOMEM, "fsc_optim_no_decay: out of host memory");
+    s->nd = r;
+    /* insert in order of off, then merge what overlaps or touches */
+    int k = s->nnd++;
+    while (k > 0 && r[k - 1][0] > off) r[k][0] = r[k - 1][0], r[k][1] = r[k - 1][1], k--;
+    r[k][0] = off, r[k][1] = off + n;
+    int w = 0;
+    for (int i = 1; i < s->nnd; i++) {
+        if (r[i][0] <= r[w][1]) {
+            if (r[i][1] > r[w][1]) r[w][1] = r[i][1];
+        } else {
+            w++;
+            r[w][0] = r[i][0], r[w][1] = r[i][1];
+        }
+    }
+    s->nnd = w + 1;
+    return FSC_OK;
+}
+
+/* Elements [a, b) of segment s with weight decay wd. */
+static fsc_status step_range(fsc_optim *o, optim_segment *s, size_t a, size_t b, float wd, float bc1, float bc2,
+                             int first) {
+    const fsc_optim_config *c = &o->cfg;
+    if (b <= a) return FSC_OK;
+    if (c->kind == FSC_OPT_ADAMW)
+        return FSC_K(o->dev, adamw, s->param + a, s->grad + a, s->state[0] + a, s->state[1] + a, b - a, c->lr,
+                     c->beta1, c->beta2, c->eps, wd, bc1, bc2);
+    return FSC_K(o->dev, sgd, s->param + a, s->grad + a, s->state[0] ? s->state[0] + a : NULL, b - a, c->lr,
+                 c->momentum, wd, first);
+}
+
+/* One segment: the ranges without weight decay and those between them. */
+static fsc_status step_segment(fsc_optim *o, optim_segment *s, float bc1, float bc2, int first) {
+    size_t at = 0;
+    for (int k = 0; k < s->nnd; k++) {
+        FSC_TRY(step_range(o, s, at, s->nd[k][0], o->cfg.weight_decay, bc1, bc2, first));
+        FSC_TRY(step_range(o, s, s->nd[k][0], s->nd[k][1], 0.0f, bc1, bc2, first));
+        at = s->nd[k][1];
+    }
+    return step_range(o, s, at, s->n, o->cfg.weight_decay, bc1, bc2, first);
+}
+
 fsc_status fsc_optim_rebind(fsc_optim *o, int idx, float *param, const float *grad) {
     if (!o || idx < 0 || idx >= o->nseg)
         return fsc_error(FSC_ERR_INVALID, "fsc_optim_rebind: segment %d does not exist (%d registered)", idx,
@@ -107,26 +161,13 @@ fsc_status fsc_optim_rebind(fsc_optim *o, int idx, float *param, const float *gr
 fsc_status fsc_optim_step(fsc_optim *o) {
     if (!o) return fsc_error(FSC_ERR_INVALID, "fsc_optim_step: NULL optimizer");
     const fsc_optim_config *c = &o->cfg;
-    if (c->kind == FSC_OPT_ADAMW) {
-        /* bias corrections in double, then rounded once to float (the kernel's arguments) */
-        double t = (double)(o->steps + 1);
-        float bc1 = (float)(1.0 - pow((double)c->beta1, t));
-        float bc2 = (float)(1.0 - pow((double)c->beta2, t));
-        for (int i = 0; i < o->nseg; i++) {
-            optim_segment *s = &o->seg[i];
-            if (s->n == 0) continue;
-            FSC_TRY(FSC_K(o->dev, adamw, s->param, s->grad, s->state[0], s->state[1], s->n, c->lr, c->beta1,
-                          c->beta2, c->eps, c->weight_decay, bc1, bc2));
-        }
-    } else {
-        int first = o->steps == 0;
-        for (int i = 0; i < o->nseg; i++) {
-            optim_segment *s = &o->seg[i];
-            if (s->n == 0) continue;
-            FSC_TRY(FSC_K(o->dev, sgd, s->param, s->grad, s->state[0], s->n, c->lr, c->momentum,
-                          c->weight_decay, first));
-        }
-    }
+    /* AdamW's bias corrections in double, then rounded once to float (the kernel's arguments) */
+    const double t = (double)(o->steps + 1);
+    const float bc1 = c->kind == FSC_OPT_ADAMW ? (float)(1.0 - pow((double)c->beta1, t)) : 0.0f;
+    const float bc2 = c->kind == FSC_OPT_ADAMW ? (float)(1.0 - pow((double)c->beta2, t)) : 0.0f;
+    const int first = o->steps == 0; /* SGD: the momentum buffer starts as the gradient */
+    for (int i = 0; i < o->nseg; i++)
+        if (o->seg[i].n) FSC_TRY(step_segment(o, &o->seg[i], bc1, bc2, first));
     o->steps++;
     return FSC_OK;
 }
@@ -163,8 +204,10 @@ size_t fsc_optim_segment_len(const fsc_optim *o, int seg) {
 
 void fsc_optim_free(fsc_optim *o) {
     if (!o) return;
-    for (int i = 0; i < o->nseg; i++)
+    for (int i = 0; i < o->nseg; i++) {
         for (int k = 0; k < o->nstates; k++) fsc_device_release(o->dev, o->seg[i].state[k]);
+        free(o->seg[i].nd);
+    }
     free(o->seg);
     free(o);
 }

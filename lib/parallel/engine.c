@@ -343,6 +343,7 @@ fsc_status fsc_engine_finish(fsc_engine *e) {
     if (s == FSC_OK) s = e->st->setup(e);
     if (s == FSC_OK) s = e->tpm ? fsc_tp_engine_after_setup(e) : fsc_pipe_after_setup(e);
     if (s == FSC_OK) s = make_tied_copies(e);
+    if (s == FSC_OK) s = fsc_engine_apply_decay(e);
     return s;
 }
 

@@ -132,6 +132,9 @@ fsc_status fsc_engine_new(fsc_rank *r, int n_layers, int n_experts, const fsc_pa
                           const fsc_optim_config *oc, uint64_t seed, fsc_engine_tp_check tp_check,
                           const void *tp_arg, fsc_engine **out);
 fsc_status fsc_engine_finish(fsc_engine *e);
+/* After the strategy's setup (decay.c): no weight decay on the held tensors fsc_param_decays excludes, unless
+ * oc.decay_all. */
+fsc_status fsc_engine_apply_decay(fsc_engine *e);
 
 extern const fsc_strategy fsc_strategy_ddp;   /* also used for FSC_PAR_NONE */
 extern const fsc_strategy fsc_strategy_fsdp;

@@ -37,6 +37,7 @@ typedef struct {
     int64_t shape[4];
     size_t numel;
     fsc_init init;
+    int decay;         /* weight decay: fsc_param_info's (model.h): 0 by ndim, 1 always, -1 never (embeddings) */
 } fsc_layer_param;
 
 /* What one call of a layer sees. Device pointers of dev. */

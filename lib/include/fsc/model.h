@@ -50,6 +50,8 @@ typedef struct {
     size_t numel;
     int layer;           /* the layer that owns it (whose FSDP unit, pipeline stage and checkpoint shard hold it) */
     int expert;          /* the expert it belongs to (mixture of experts), -1 for every other tensor */
+    int decay;           /* weight decay (fsc_param_decays): 0 the default rule, decayed when ndim >= 2 (matrices,
+                          * not biases or norms); 1 decayed; -1 never (embeddings: the layers owning them say so) */
     int nusers;          /* other layers that use it (tied tensors), 0 for most */
     int users[FSC_MODEL_MAX_USERS];
     /* Another name a weights file may hold a copy of this tensor under, "" for none: a tied tensor's other use
@@ -60,6 +62,10 @@ typedef struct {
 
 /* Whether layer l uses tensor info (owns it or is one of its users). */
 int fsc_param_used_by(const fsc_param_info *info, int l);
+/* Whether the optimizer's weight decay applies to the tensor by default (GPT-2's and minGPT's convention:
+ * matrices of linear layers, not biases, norms or embeddings): decay 1, or decay 0 and ndim >= 2. An
+ * optimizer configuration with decay_all (optim.h) decays every tensor instead. */
+int fsc_param_decays(const fsc_param_info *info);
 
 /* Hooks the model calls around every layer of forward and backward (any may be NULL). Strategies gather
  * parameters in pre_*, free them and reduce gradients in post_*. */

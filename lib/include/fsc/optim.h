@@ -1,7 +1,9 @@
 /* Optimizers, gradient clipping and loss scaling.
  * An optimizer steps a list of flat segments (param, grad, n): a single-rank model registers its one
  * flat buffer; FSDP registers each unit's local shard. State (moments) is allocated per segment under
- * FSC_TAG_OPTIM. Weight decay applies to every element (as torch.optim.AdamW on all parameters). */
+ * FSC_TAG_OPTIM. Weight decay applies to every element of a segment (as torch.optim.AdamW on all parameters)
+ * except the ranges fsc_optim_no_decay excludes: the engine (parallel.h) excludes the tensors that
+ * fsc_param_decays (model.h) does not decay, unless the configuration says decay_all. */
 #ifndef FSC_OPTIM_H
 #define FSC_OPTIM_H
 #include "export.h"
@@ -21,6 +23,8 @@ typedef struct {
     float momentum;      /* SGD */
     float weight_decay;  /* SGD: L2 added to the gradient; AdamW: decoupled */
     float beta1, beta2, eps; /* AdamW (defaults 0.9, 0.999, 1e-8 when all zero) */
+    int decay_all;       /* engines: 1 decays every tensor; 0 (default) the tensors fsc_param_decays names (model.h:
+                          * matrices, not biases, norms or embeddings) */
 } fsc_optim_config;
 /* The defaults of torch.optim.AdamW: lr 1e-3, betas 0.9 and 0.999, eps 1e-8, weight decay 1e-2. */
 fsc_optim_config fsc_optim_config_default(void);
@@ -30,6 +34,9 @@ typedef struct fsc_optim fsc_optim;
 fsc_status fsc_optim_create(fsc_device *dev, const fsc_optim_config *cfg, fsc_optim **out);
 /* Register a segment; its state is zeroed. Returns the segment index in *idx (may be NULL). */
 fsc_status fsc_optim_add(fsc_optim *o, float *param, const float *grad, size_t n, int *idx);
+/* Apply no weight decay to elements [off, off + n) of segment idx (the other elements keep it); ranges may come in
+ * any order and overlap. Each element's arithmetic is the same as in a segment without exclusions. */
+fsc_status fsc_optim_no_decay(fsc_optim *o, int idx, size_t off, size_t n);
 /* Re-point a segment (the same size) to other buffers. */
 fsc_status fsc_optim_rebind(fsc_optim *o, int idx, float *param, const float *grad);
 /* One step over every segment; increments the step count. */

@@ -1,8 +1,213 @@
-/* sample: generate tokens from a model file the trainer saved (--save). Work in progress: the options and the
- * generation land in the next commits (issue 13). */
+/* sample: generate tokens from a model file the trainer saved (train_gpt --save, or a Hugging Face GPT-2/Llama
+ * state dict with --model-config). The file's metadata records the model's configuration (safetensors.h's
+ * FSC_ST_META_MODEL); the program builds that model (generate.h's fsc_model_from_config), loads the weights into
+ * an engine of one rank (the library's loader: Hugging Face names, F32/BF16/F16) and generates with generate.h.
+ * A byte model (vocabulary 256) reads the prompt as text and prints text; any other reads and prints token ids.
+ * Deterministic: the same file, prompt, options and seed give the same tokens.
+ * Not here: tokenizers, the model code (lib/model), the sampling rule (lib/core/generate.c). */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/fsc.h"
 
-int main(void) {
-    fprintf(stderr, "sample: not implemented yet\n");
-    return 2;
+typedef struct {
+    const char *model, *config, *prompt, *device;
+    int tokens, top_k, ids;
+    float temperature;
+    long long seed;
+} sample_config;
+
+typedef enum { K_STR, K_INT, K_FLOAT, K_LL, K_FLAG } kind;
+typedef struct {
+    const char *name, *arg, *dflt, *help;
+    kind k;
+    size_t off;
+    double lo, hi;
+} option;
+#define F(x) offsetof(sample_config, x)
+static const option options[] = {
+    {"model", "FILE", NULL, "the weights file (train_gpt --save: safetensors recording the model)", K_STR, F(model), 0, 0},
+    {"model-config", "JSON", NULL, "the model's configuration when the file records none (a Hugging Face file), as "
+     "checkpoints record it: '{\"layers\":2,\"dim\":64,\"heads\":4,\"seq\":64,\"vocab\":256}' (GPT-2) or "
+     "'{\"family\":\"llama\",...}'", K_STR, F(config), 0, 0},
+    {"prompt", "TEXT", NULL, "the start: its bytes for a byte model (vocab 256; default a newline), else "
+     "comma-separated token ids (default 0)", K_STR, F(prompt), 0, 0},
+    {"tokens", "N", "64", "tokens to generate", K_INT, F(tokens), 0, 1e7},
+    {"temperature", "X", "1", "softmax temperature; 0 is greedy (the most likely token)", K_FLOAT, F(temperature), 0, 1e6},
+    {"top-k", "K", "0", "sample among the K most likely tokens only (0: all)", K_INT, F(top_k), 0, 1e9},
+    {"seed", "N", "1", "seed of the draws: the same seed gives the same tokens", K_LL, F(seed), 0, 9.007199254740992e15},
+    {"ids", NULL, NULL, "print token ids (comma-separated) also for a byte model", K_FLAG, F(ids), 0, 0},
+    {"device", "NAME", "cpu", "cpu|cuda", K_STR, F(device), 0, 0},
+};
+#define N_OPTIONS (sizeof options / sizeof *options)
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: sample --model FILE [options]\n"
+                 "Generate tokens from a model file the trainer saved (GPT-2 or Llama).\n\n");
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const option *o = &options[i];
+        char head[64];
+        snprintf(head, sizeof head, "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        fprintf(out, "  %-20s %s%s%s%s\n", head, o->help, o->dflt ? " (default " : "", o->dflt ? o->dflt : "",
+                o->dflt ? ")" : "");
+    }
+    fprintf(out, "  %-20s %s\n", "--help", "this text");
+}
+
+static int set_option(sample_config *c, const option *o, const char *v, char *err, size_t cap) {
+    char *end = NULL;
+    void *at = (char *)c + o->off;
+    errno = 0;
+    if (o->k == K_STR) return *(const char **)at = v, 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !(x >= o->lo && x <= o->hi) ||
+        (o->k != K_FLOAT && x != floor(x)))
+        return snprintf(err, cap, "--%s %s: expected %s in [%g, %g]", o->name, v,
+                        o->k == K_FLOAT ? "a number" : "an integer", o->lo, o->hi), -1;
+    if (o->k == K_INT) *(int *)at = (int)x;
+    else if (o->k == K_LL) *(long long *)at = (long long)x;
+    else *(float *)at = (float)x;
+    return 0;
+}
+
+/* 0 ok, 1 help printed, -1 error in err. */
+static int parse_args(int argc, char **argv, sample_config *c, char *err, size_t cap) {
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (options[i].dflt && set_option(c, &options[i], options[i].dflt, err, cap)) return -1;
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) return usage(stdout), 1;
+        const option *o = NULL;
+        for (size_t i = 0; i < N_OPTIONS && !o; i++)
+            if (!strncmp(argv[a], "--", 2) && !strcmp(argv[a] + 2, options[i].name)) o = &options[i];
+        if (!o) return snprintf(err, cap, "unknown argument '%s' (see --help)", argv[a]), -1;
+        if (o->k == K_FLAG) {
+            *(int *)((char *)c + o->off) = 1;
+            continue;
+        }
+        if (a + 1 >= argc) return snprintf(err, cap, "--%s needs a value", o->name), -1;
+        if (set_option(c, o, argv[++a], err, cap)) return -1;
+    }
+    if (!c->model) return snprintf(err, cap, "--model FILE is required (the weights file to sample from)"), -1;
+    if (strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
+        return snprintf(err, cap, "--device %s: expected cpu or cuda", c->device), -1;
+    return 0;
+}
+
+/* The prompt as tokens: bytes for a byte model, else comma-separated ids in [0, V). */
+static int parse_prompt(const sample_config *c, int V, int32_t **out, int *n, char *err, size_t cap) {
+    const int bytes = V == 256; /* --ids changes the output only */
+    const char *p = c->prompt ? c->prompt : bytes ? "\n" : "0";
+    size_t len = strlen(p);
+    int32_t *t = malloc((len + 1 + (size_t)c->tokens) * sizeof *t);
+    if (!t) return snprintf(err, cap, "out of memory"), -1;
+    int k = 0;
+    if (bytes) {
+        for (size_t i = 0; i < len; i++) t[k++] = (unsigned char)p[i];
+    } else {
+        const char *s = p;
+        while (*s) {
+            char *end;
+            errno = 0;
+            long v = strtol(s, &end, 10);
+            if (end == s || errno || v < 0 || v >= V) {
+                free(t);
+                return snprintf(err, cap, "--prompt '%s': expected comma-separated token ids in [0, %d)", p, V), -1;
+            }
+            t[k++] = (int32_t)v;
+            s = end;
+            if (*s == ',') s++;
+            else if (*s) {
+                free(t);
+                return snprintf(err, cap, "--prompt '%s': expected comma-separated token ids in [0, %d)", p, V), -1;
+            }
+        }
+    }
+    if (k == 0) {
+        free(t);
+        return snprintf(err, cap, "--prompt is empty: give at least one token"), -1;
+    }
+    *out = t, *n = k;
+    return 0;
+}
+
+typedef struct {
+    const sample_config *c;
+    const char *config;   /* the model's configuration text */
+} run_arg;
+
+static fsc_status run(fsc_rank *r, void *arg) {
+    const run_arg *ra = arg;
+    const sample_config *c = ra->c;
+    fsc_model *m = NULL;
+    fsc_engine *e = NULL;
+    fsc_generator *g = NULL;
+    int32_t *tok = NULL;
+    FSC_TRY(fsc_model_from_config(r->dev, ra->config, &m));
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    oc.kind = FSC_OPT_SGD; /* no optimizer state: the engine only holds the weights */
+    fsc_status s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    if (s == FSC_OK) s = fsc_engine_load_weights(e, c->model);
+    if (s == FSC_OK) s = fsc_generator_create(r->dev, fsc_engine_model(e), &g);
+    int n = 0, V = 0;
+    const float *lg;
+    /* the vocabulary: one forward over a token 0 */
+    if (s == FSC_OK) s = fsc_generator_next(g, &(int32_t){ 0 }, 1, &lg, &V);
+    char err[512];
+    if (s == FSC_OK && parse_prompt(c, V, &tok, &n, err, sizeof err) != 0) s = fsc_error(FSC_ERR_INVALID, "%s", err);
+    fsc_sample_opts so = { .temperature = c->temperature, .top_k = c->top_k, .seed = (uint64_t)c->seed };
+    if (s == FSC_OK) s = fsc_generate(g, tok, n, c->tokens, &so);
+    if (s == FSC_OK) {
+        const int bytes = V == 256 && !c->ids;
+        for (int i = 0; i < n + c->tokens; i++) {
+            if (bytes) putchar(tok[i]);
+            else printf(i ? ",%d" : "%d", (int)tok[i]);
+        }
+        if (!bytes) putchar('\n');
+        fflush(stdout);
+    }
+    free(tok);
+    fsc_generator_free(g);
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    sample_config c;
+    char err[512];
+    int rc = parse_args(argc, argv, &c, err, sizeof err);
+    if (rc == 1) return 0;
+    if (rc < 0) {
+        fprintf(stderr, "sample: %s\n", err);
+        return 2;
+    }
+    /* the model's configuration: --config, else the file's record */
+    fsc_st_file *f = NULL;
+    fsc_status s = fsc_st_open(c.model, &f);
+    if (s != FSC_OK) {
+        fprintf(stderr, "sample: %s\n", fsc_last_error());
+        return 1;
+    }
+    const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
+    char *config = c.config ? strdup(c.config) : rec ? strdup(rec) : NULL;
+    fsc_st_close(f);
+    if (!config) {
+        fprintf(stderr, "sample: %s records no model configuration (a file not written by train_gpt --save): give "
+                "it with --model-config JSON (see --help)\n", c.model);
+        return 2;
+    }
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.device = c.device;
+    run_arg ra = { .c = &c, .config = config };
+    s = fsc_cluster_run(&co, run, &ra);
+    free(config);
+    if (s != FSC_OK) {
+        fprintf(stderr, "sample: %s\n", fsc_last_error());
+        return 1;
+    }
+    return 0;
 }

@@ -39,6 +39,7 @@ typedef struct {
     float momentum, weight_decay, clip;
     uint64_t seed;
     const char *init_save, *save, *load;
+    int save_dtype;     /* --save/--init-save element type: index into "f32|bf16|f16" */
     int json;
     int world;
     int parallel;   /* fsc_parallel_kind */
@@ -106,8 +107,9 @@ static const option options[] = {
     {"max-skipped-steps", "N", "100", "fail after N steps in a row skipped for inf/NaN (fp16 overflows included)", K_INT, F(max_skipped_steps), 1, 1e9, NULL},
     {"seed", "N", "1", "seed of the keyed parameter initialization", K_U64, F(seed), 0, 0, NULL},
     {"init-save", "PATH", NULL, "write the weights before the first step (safetensors)", K_STR, F(init_save), 0, 0, NULL},
-    {"save", "PATH", NULL, "write the weights after the last step (safetensors)", K_STR, F(save), 0, 0, NULL},
-    {"load", "PATH", NULL, "load weights (safetensors, the Hugging Face layout of --model) before training", K_STR, F(load), 0, 0, NULL},
+    {"save", "PATH", NULL, "write the weights after the last step (safetensors recording the model: build/sample reads it)", K_STR, F(save), 0, 0, NULL},
+    {"save-dtype", "T", "f32", "element type of --save and --init-save files: f32|bf16|f16 (rounded to nearest even)", K_CHOICE, F(save_dtype), 0, 0, "f32|bf16|f16"},
+    {"load", "PATH", NULL, "load weights before training: safetensors in the Hugging Face layout of --model (GPT2LMHeadModel's or LlamaForCausalLM's state dict too), F32, BF16 or F16", K_STR, F(load), 0, 0, NULL},
     {"save-every", "K", "0", "write a training checkpoint every K steps into --ckpt-dir (0: never)", K_INT, F(save_every), 0, 1e9, NULL},
     {"ckpt-dir", "DIR", NULL, "where --save-every writes checkpoints: DIR/step-NNNNNNNN, atomically", K_STR, F(ckpt_dir), 0, 0, NULL},
     {"ckpt-format", "F", "sharded", "checkpoint format: sharded (a file per rank)|full (single-rank weights layout)", K_CHOICE, F(ckpt_format), 0, 0, "sharded|full"},
@@ -404,6 +406,8 @@ static int check_moe(const train_config *c, const int *given, char *err, size_t 
 
 /* Checks that need several options together. */
 static int check_config(const train_config *c, const int *given, char *err, size_t cap) {
+    if (given[option_index("save-dtype")] && !c->save && !c->init_save)
+        return snprintf(err, cap, "--save-dtype applies to --save and --init-save only"), -1;
     fsc_gpt_config g = model_config(c);
     if (check_moe(c, given, err, cap) != 0) return -1;
     if (fsc_gpt_config_validate(&g) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
@@ -669,7 +673,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             printf("resumed from %s at step %lld\n", c->resume, (long long)at);
         }
     }
-    if (s == FSC_OK && c->init_save) s = fsc_engine_save_weights(e, c->init_save);
+    static const fsc_dtype save_dt[] = { FSC_F32, FSC_BF16, FSC_F16 }; /* --save-dtype */
+    if (s == FSC_OK && c->init_save) s = fsc_engine_save_weights_dtype(e, c->init_save, save_dt[c->save_dtype]);
     fsc_engine_reset_comm_stats(e);
     double tokens = (double)c->batch * (double)c->seq;
     for (int step = start; step < c->steps && s == FSC_OK; step++) {
@@ -706,7 +711,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     }
     if (st->pstats) fsc_engine_pipe_stats(e, &st->pstats[r->rank]);
     if (s == FSC_OK && st->params) s = fsc_engine_full_params(e, r->rank == 0 ? st->params : NULL);
-    if (s == FSC_OK && c->save) s = fsc_engine_save_weights(e, c->save);
+    if (s == FSC_OK && c->save) s = fsc_engine_save_weights_dtype(e, c->save, save_dt[c->save_dtype]);
     for (int t = 0; t < FSC_TAG_COUNT; t++) st->peak[r->rank][t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
     st->peak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
     if (st->procs) s = share_per_rank(r, st, s);

@@ -25,5 +25,6 @@ fsc_status fsc_seq_set_batch(void *ctx, fsc_model_acts *a, const void *inputs, c
 float *fsc_seq_stream(void *ctx, fsc_model_acts *a, fsc_stream which);
 fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum);
 fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+const float *fsc_seq_logits(void *ctx, const fsc_model_acts *a, int *vocab);
 
 #endif

@@ -208,3 +208,12 @@ fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *am, const fsc_model_hooks
     }
     return FSC_OK;
 }
+
+const float *fsc_seq_logits(void *ctx, const fsc_model_acts *ma, int *vocab) {
+    const seq_model *s = ctx;
+    const seq_acts *a = (const seq_acts *)ma;
+    const fsc_layer *y = s->layers[s->n - 1];
+    *vocab = 0;
+    if (!a || a->last != s->n - 1 || !y->ops->logits) return NULL;
+    return y->ops->logits(y, a->rec[a->last - a->first], a->B, vocab);
+}

@@ -167,6 +167,11 @@ static fsc_status g_check_tensors(void *ctx, const char *recorded, const fsc_par
     return fsc_gpt_check_tensors(recorded, params, n);
 }
 
+static const float *g_logits(void *ctx, const fsc_model_acts *a, int *vocab) {
+    *vocab = G(ctx)->cfg.vocab;
+    return fsc_gpt_acts_logits((const fsc_gpt_acts *)a);
+}
+
 double fsc_gpt_flops_per_token(const fsc_gpt_config *c) {
     const double C = c->dim, T = c->seq;
     double mm = (double)fsc_gpt_num_params(c) - T * C; /* wpe is looked up, not multiplied */
@@ -194,7 +199,7 @@ static void g_destroy(fsc_model *m) {
       .stream = g_stream, .stream_floats = g_stream_floats, .forward = g_forward, .backward = g_backward,           \
       .init_values = g_init, .layer_cost = g_layer_cost, .aux_stats = aux, .config = g_config,                      \
       .config_check = g_config_check, .check_tensors = g_check_tensors, .set_expert_group = ep,                   \
-      .destroy = g_destroy, .flops = g_flops }
+      .destroy = g_destroy, .logits = g_logits, .flops = g_flops }
 static const fsc_model_ops dense_ops = GPT_OPS(NULL, NULL);
 static const fsc_model_ops moe_ops = GPT_OPS(g_aux, g_set_ep);
 

@@ -380,3 +380,5 @@ fsc_status fsc_gpt_backward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h,
     }
     return FSC_OK;
 }
+
+const float *fsc_gpt_acts_logits(const fsc_gpt_acts *a) { return a && a->has_head ? a->logits : NULL; }

@@ -224,6 +224,10 @@ static void l_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, floa
     fsc_llama_init_values(&((llama *)ctx)->cfg, seed, i, first, n, out);
 }
 
+static const float *l_logits(void *ctx, const fsc_model_acts *a, int *vocab) {
+    return seq_of(ctx)->ops->logits(seq_of(ctx)->ctx, a, vocab);
+}
+
 static void l_config(void *ctx, char *buf, size_t cap) { fsc_llama_config_json(&((llama *)ctx)->cfg, buf, cap); }
 static fsc_status l_config_check(void *ctx, const char *recorded) {
     return fsc_llama_config_check_json(&((llama *)ctx)->cfg, recorded);
@@ -269,7 +273,7 @@ static const fsc_model_ops llama_ops = {
     .acts_create = l_acts_create, .acts_free = l_acts_free, .acts_bytes = l_acts_bytes, .set_batch = l_set_batch,
     .stream = l_stream, .stream_floats = l_stream_floats, .forward = l_forward, .backward = l_backward,
     .init_values = l_init, .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
-    .destroy = l_destroy,
+    .destroy = l_destroy, .logits = l_logits,
     .flops = l_flops,
 };
 

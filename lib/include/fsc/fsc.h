@@ -17,6 +17,7 @@
 #include "layers.h"
 #include "gpt.h"
 #include "llama.h"
+#include "generate.h"
 #include "nn.h"
 #include "checkpoint_wrapper.h"
 #include "parallel.h"

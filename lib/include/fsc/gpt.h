@@ -171,6 +171,9 @@ fsc_status fsc_gpt_forward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h, 
  * load-balancing loss gets moe_aux x dscale x B T (its share of the mean over the global batch's groups).
  * Backward runs once per forward (FSC_ERR_STATE otherwise). */
 fsc_status fsc_gpt_backward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h, float dscale);
+/* After a forward of a record holding the head: its logits, device floats (B, T, V), valid until the next forward;
+ * NULL when the head is not in range. */
+const float *fsc_gpt_acts_logits(const fsc_gpt_acts *a);
 /* Peak activation bytes this record holds on the device (for reports); offloaded host copies excluded. */
 size_t fsc_gpt_acts_bytes(const fsc_gpt_acts *a);
 /* The MoE blocks in the record's range, summed over them, from its last forward: aux_loss the sum of the

@@ -1,0 +1,314 @@
+/* Tests of reading other programs' full-weights files (lib/io/safetensors_weights.c) through the library's
+ * loaders (fsc_engine_load_weights, fsc_gpt_load) and of saving weights as bf16/f16 (fsc_engine_save_weights_dtype).
+ *
+ * Oracles (tests/gen_golden_hf.py: a tiny GPT-2 and a tiny Llama in float64 PyTorch, independent of fsc, their
+ * weights written as the state dicts of transformers' GPT2LMHeadModel and LlamaForCausalLM, with the
+ * "transformer." prefix, GPT-2's causal-mask buffers and tied lm_head.weight, the Llama's rotary buffers):
+ * - each file (F32, F16, BF16) loads, and the model's loss on the golden batch equals PyTorch's loss computed
+ *   with the file's values, to 1e-5 relative (fsc computes in float32, the reference in float64);
+ * - F16 and BF16 values are converted exactly: each loaded tensor's float64 sum, in element order, equals the
+ *   sum PyTorch computed of its rounded values, bit for bit (also through the GPT's own fsc_gpt_load);
+ * - a GPT-2 file whose lm_head.weight differs from wte in one element is refused (FSC_ERR_FORMAT naming both);
+ * - a file saved as bf16 or f16 holds those dtypes, each value the round-to-nearest-even of the model's
+ *   (fsc_f32_to_bf16/f16, tested against hand values in test_dtype), records the model's configuration
+ *   (FSC_ST_META_MODEL, from which fsc_model_from_config builds the same model), and loads back to the same bits;
+ * - fsc_st_find_weight prefers a name to its prefixed form; fsc_st_read_f32 refuses an integer entry. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "fsc/fsc.h"
+#include "golden/hf_golden.h"
+
+static char tmpdir[128];
+
+static void golden_path(char *buf, size_t cap, const char *file) {
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    snprintf(buf, cap, "%.*sgolden/%s", slash ? (int)(slash - src + 1) : 0, src, file);
+}
+
+static fsc_status make_model(fsc_device *dev, int llama, fsc_model **m) {
+    if (llama) {
+        fsc_llama_config c = { .layers = HG_LLAMA_LAYERS, .dim = HG_LLAMA_DIM, .heads = HG_LLAMA_HEADS,
+                               .kv_heads = HG_LLAMA_KV_HEADS, .ffn = HG_LLAMA_FFN, .seq = HG_LLAMA_SEQ,
+                               .vocab = HG_LLAMA_VOCAB, .rope_theta = (float)HG_LLAMA_THETA,
+                               .norm_eps = (float)HG_LLAMA_EPS };
+        return fsc_llama_model_create(dev, &c, m);
+    }
+    fsc_gpt_config c = { .layers = HG_GPT_LAYERS, .dim = HG_GPT_DIM, .heads = HG_GPT_HEADS, .seq = HG_GPT_SEQ,
+                         .vocab = HG_GPT_VOCAB };
+    return fsc_gpt_model_create(dev, &c, m);
+}
+
+typedef struct {
+    int llama;
+    const char *path;       /* loaded */
+    const char *save;       /* when set: saved there as save_dt after loading */
+    fsc_dtype save_dt;
+    double loss;
+    float *params;          /* (P) the loaded parameters */
+    size_t P;
+} run;
+
+static fsc_status load_rank(fsc_rank *r, void *arg) {
+    run *g = arg;
+    fsc_model *m = NULL;
+    FSC_TRY(make_model(r->dev, g->llama, &m));
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    oc.kind = FSC_OPT_SGD, oc.lr = 0.0f;
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    if (s == FSC_OK) s = fsc_engine_load_weights(e, g->path);
+    g->P = fsc_model_num_params(m);
+    if (s == FSC_OK && !(g->params = malloc(g->P * sizeof(float)))) s = fsc_error(FSC_ERR_NOMEM, "out of memory");
+    if (s == FSC_OK) s = fsc_engine_full_params(e, g->params);
+    if (s == FSC_OK && g->save) s = fsc_engine_save_weights_dtype(e, g->save, g->save_dt);
+    const int T = g->llama ? HG_LLAMA_SEQ : HG_GPT_SEQ, V = g->llama ? HG_LLAMA_VOCAB : HG_GPT_VOCAB;
+    int32_t tok[HG_BATCH * 8], tgt[HG_BATCH * 8];
+    for (int b = 0; b < HG_BATCH; b++)
+        for (int t = 0; t < T; t++) { /* gen_golden_hf.py's tokens() */
+            tok[b * T + t] = (7 * b + 3 * t + 1) % V;
+            tgt[b * T + t] = (5 * b + 11 * t + 2) % V;
+        }
+    fsc_step_info info;
+    if (s == FSC_OK) s = fsc_engine_step_model(e, tok, tgt, HG_BATCH, HG_BATCH, &info);
+    g->loss = info.loss;
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+static void load(run *g) {
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&co, load_rank, g));
+}
+
+/* Each tensor's sum in element order (float64), as gen_golden_hf.py computes it. */
+static void assert_sums(const float *p, int llama, const double *want, int n_tensors, const char *what) {
+    fsc_device *dev;
+    fsc_model *m;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    assert_ok(make_model(dev, llama, &m));
+    assert_int_equal(m->n_tensors, n_tensors);
+    size_t off = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        double s = 0;
+        for (size_t j = 0; j < m->info[i].numel; j++) s += (double)p[off + j];
+        if (s != want[i]) fail_msg("%s: tensor %s sums to %.17g, PyTorch's values to %.17g", what, m->info[i].name, s,
+                                   want[i]);
+        off += m->info[i].numel;
+    }
+    fsc_model_free(m);
+    fsc_device_free(dev);
+}
+
+static void check_file(int llama, const char *file, double want_loss, const double *sums, int n_sums) {
+    char path[512];
+    golden_path(path, sizeof path, file);
+    run g = { .llama = llama, .path = path };
+    load(&g);
+    assert_sums(g.params, llama, sums, n_sums, file);
+    if (fabs(g.loss - want_loss) > 1e-5 * fabs(want_loss))
+        fail_msg("%s: loss %.9g, PyTorch's %.9g", file, g.loss, want_loss);
+    free(g.params);
+}
+
+#define NSUMS(a) ((int)(sizeof(a) / sizeof *(a)))
+
+static void test_gpt2_files(void **st) {
+    (void)st;
+    check_file(0, "hf_gpt2.safetensors", hg_loss_gpt2_f32, hg_sums_gpt2_f32, NSUMS(hg_sums_gpt2_f32));
+    check_file(0, "hf_gpt2_f16.safetensors", hg_loss_gpt2_f16, hg_sums_gpt2_f16, NSUMS(hg_sums_gpt2_f16));
+    check_file(0, "hf_gpt2_bf16.safetensors", hg_loss_gpt2_bf16, hg_sums_gpt2_bf16, NSUMS(hg_sums_gpt2_bf16));
+}
+
+static void test_llama_files(void **st) {
+    (void)st;
+    check_file(1, "hf_llama.safetensors", hg_loss_llama_f32, hg_sums_llama_f32, NSUMS(hg_sums_llama_f32));
+    check_file(1, "hf_llama_bf16.safetensors", hg_loss_llama_bf16, hg_sums_llama_bf16, NSUMS(hg_sums_llama_bf16));
+    check_file(1, "hf_llama_f16.safetensors", hg_loss_llama_f16, hg_sums_llama_f16, NSUMS(hg_sums_llama_f16));
+}
+
+/* The GPT's own single-rank loader reads the same files. */
+static void test_gpt_load(void **st) {
+    (void)st;
+    fsc_device *dev;
+    fsc_gpt *m;
+    fsc_gpt_config c = { .layers = HG_GPT_LAYERS, .dim = HG_GPT_DIM, .heads = HG_GPT_HEADS, .seq = HG_GPT_SEQ,
+                         .vocab = HG_GPT_VOCAB };
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    assert_ok(fsc_gpt_create(dev, &c, &m));
+    size_t P = fsc_gpt_num_params(&c);
+    void *flat;
+    assert_ok(fsc_device_alloc(dev, FSC_TAG_PARAMS, P * sizeof(float), &flat));
+    fsc_gpt_bind_flat(m, flat, NULL);
+    float *host = malloc(P * sizeof(float));
+    char path[512];
+    golden_path(path, sizeof path, "hf_gpt2_bf16.safetensors");
+    assert_ok(fsc_gpt_check_file(&c, path));
+    assert_ok(fsc_gpt_load(m, path));
+    assert_ok(fsc_device_download(dev, host, flat, P * sizeof(float)));
+    assert_sums(host, 0, hg_sums_gpt2_bf16, NSUMS(hg_sums_gpt2_bf16), "fsc_gpt_load bf16");
+    free(host);
+    fsc_device_release(dev, flat);
+    fsc_gpt_free(m);
+    fsc_device_free(dev);
+}
+
+/* A copy of the golden GPT-2 file with element 5 of lm_head.weight changed: refused by both loaders. */
+static void test_untied_head_refused(void **st) {
+    (void)st;
+    char src[512], dst[600];
+    golden_path(src, sizeof src, "hf_gpt2.safetensors");
+    snprintf(dst, sizeof dst, "%s/untied.safetensors", tmpdir);
+    FILE *f = fopen(src, "rb");
+    assert_non_null(f);
+    static unsigned char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_true(n > 8 && n < sizeof buf);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i];
+    fsc_st_file *sf;
+    assert_ok(fsc_st_open(src, &sf));
+    const fsc_st_entry *e = fsc_st_find(sf, "lm_head.weight");
+    assert_non_null(e);
+    assert_int_equal(e->dtype, FSC_F32);
+    size_t at = 8 + (size_t)hlen + (size_t)e->begin + 5 * sizeof(float);
+    fsc_st_close(sf);
+    float v;
+    memcpy(&v, buf + at, sizeof v);
+    v += 0.25f;
+    memcpy(buf + at, &v, sizeof v);
+    f = fopen(dst, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    fclose(f);
+    run g = { .llama = 0, .path = dst };
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_err(fsc_cluster_run(&co, load_rank, &g), FSC_ERR_FORMAT,
+               "lm_head.weight differs from transformer.wte.weight at element 5");
+    free(g.params);
+    fsc_gpt_config c = { .layers = HG_GPT_LAYERS, .dim = HG_GPT_DIM, .heads = HG_GPT_HEADS, .seq = HG_GPT_SEQ,
+                         .vocab = HG_GPT_VOCAB };
+    assert_err(fsc_gpt_check_file(&c, dst), FSC_ERR_FORMAT, "a separate output head is not supported");
+    unlink(dst);
+}
+
+/* Saving as bf16/f16: dtypes, rounded values, the configuration record, and the reload. */
+static void check_save(int llama, fsc_dtype dt) {
+    char src[512], out[600], cfg[512];
+    golden_path(src, sizeof src, llama ? "hf_llama.safetensors" : "hf_gpt2.safetensors");
+    snprintf(out, sizeof out, "%s/saved_%s.safetensors", tmpdir, fsc_dtype_name(dt));
+    run g = { .llama = llama, .path = src, .save = out, .save_dt = dt };
+    load(&g);
+    fsc_device *dev;
+    fsc_model *m, *m2;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    assert_ok(make_model(dev, llama, &m));
+    fsc_st_file *f;
+    assert_ok(fsc_st_open(out, &f));
+    assert_int_equal(fsc_st_count(f), m->n_tensors);
+    const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
+    assert_non_null(rec);
+    m->ops->config(m->ctx, cfg, sizeof cfg);
+    assert_string_equal(rec, cfg);
+    assert_ok(fsc_model_from_config(dev, rec, &m2)); /* the record builds the same model */
+    m2->ops->config(m2->ctx, cfg, sizeof cfg);
+    assert_string_equal(rec, cfg);
+    float *want = malloc(g.P * sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const fsc_st_entry *e = fsc_st_find(f, m->info[i].name);
+        assert_non_null(e);
+        assert_int_equal(e->dtype, dt);
+        uint16_t h[4096];
+        assert_true(m->info[i].numel <= 4096);
+        assert_ok(fsc_st_read(f, e, h, 0, m->info[i].numel));
+        for (size_t j = 0; j < m->info[i].numel; j++) {
+            float x = g.params[off + j];
+            uint16_t r = dt == FSC_BF16 ? fsc_f32_to_bf16(x) : fsc_f32_to_f16(x);
+            if (h[j] != r) fail_msg("%s element %zu: stored %#x, round(%.9g) is %#x", m->info[i].name, j, h[j], x, r);
+            want[off + j] = dt == FSC_BF16 ? fsc_bf16_to_f32(r) : fsc_f16_to_f32(r);
+        }
+        off += m->info[i].numel;
+    }
+    fsc_st_close(f);
+    run back = { .llama = llama, .path = out };
+    load(&back);
+    assert_bits_equal(back.params, want, g.P, "weights reloaded from the bf16/f16 file");
+    free(want), free(back.params), free(g.params);
+    fsc_model_free(m2);
+    fsc_model_free(m);
+    fsc_device_free(dev);
+    unlink(out);
+}
+
+static void test_save_dtype(void **st) {
+    (void)st;
+    check_save(0, FSC_BF16);
+    check_save(0, FSC_F16);
+    check_save(1, FSC_BF16);
+}
+
+static void test_find_and_read(void **st) {
+    (void)st;
+    char path[600];
+    snprintf(path, sizeof path, "%s/names.safetensors", tmpdir);
+    fsc_st_writer *w;
+    int64_t two = 2;
+    assert_ok(fsc_st_writer_open(path, &w));
+    assert_ok(fsc_st_writer_add(w, "transformer.a", FSC_F32, 1, &two));
+    assert_ok(fsc_st_writer_add(w, "a", FSC_BF16, 1, &two));
+    assert_ok(fsc_st_writer_add(w, "transformer.b", FSC_F16, 1, &two));
+    assert_ok(fsc_st_writer_add(w, "i", FSC_I32, 1, &two));
+    assert_ok(fsc_st_writer_begin_data(w));
+    const float fa[2] = { 1.0f, 2.0f }, ab[2] = { 3.0f, -0.5f }, fb[2] = { 0.25f, 65504.0f };
+    const int32_t iv[2] = { 1, 2 };
+    assert_ok(fsc_st_writer_write(w, 0, fa, 0, 2));
+    assert_ok(fsc_st_writer_write_f32(w, 1, ab, 0, 2));
+    assert_ok(fsc_st_writer_write_f32(w, 2, fb, 0, 2));
+    assert_ok(fsc_st_writer_write(w, 3, iv, 0, 2));
+    assert_err(fsc_st_writer_write_f32(w, 3, fa, 0, 2), FSC_ERR_INVALID, "F32, BF16 or F16 only");
+    assert_ok(fsc_st_writer_commit(w));
+    fsc_st_file *f;
+    assert_ok(fsc_st_open(path, &f));
+    assert_string_equal(fsc_st_find_weight(f, "a")->name, "a"); /* the name itself first */
+    assert_string_equal(fsc_st_find_weight(f, "b")->name, "transformer.b");
+    assert_null(fsc_st_find_weight(f, "c"));
+    assert_string_equal(fsc_st_weight_name("transformer.h.0.attn.bias"), "h.0.attn.bias");
+    assert_string_equal(fsc_st_weight_name("lm_head.weight"), "lm_head.weight");
+    float out[2];
+    assert_ok(fsc_st_read_f32(f, fsc_st_find_weight(f, "a"), out, 0, 2));
+    assert_bits_equal(out, ab, 2, "bf16 read as f32");
+    assert_ok(fsc_st_read_f32(f, fsc_st_find_weight(f, "b"), out, 1, 1));
+    assert_true(out[0] == 65504.0f);
+    assert_err(fsc_st_read_f32(f, fsc_st_find(f, "i"), out, 0, 2), FSC_ERR_FORMAT, "i has dtype I32");
+    assert_err(fsc_st_read_f32(f, fsc_st_find(f, "a"), out, 1, 2), FSC_ERR_INVALID, "");
+    fsc_st_close(f);
+    unlink(path);
+}
+
+static int setup(void **st) {
+    (void)st;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fsc_test_stw_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **st) {
+    (void)st;
+    test_rmtree(tmpdir);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_find_and_read),  cmocka_unit_test(test_gpt2_files),
+        cmocka_unit_test(test_llama_files),    cmocka_unit_test(test_gpt_load),
+        cmocka_unit_test(test_untied_head_refused), cmocka_unit_test(test_save_dtype),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

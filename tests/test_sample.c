@@ -1,0 +1,165 @@
+/* Tests of sampling (lib/core/generate.c, the sampler examples/sample.c).
+ *
+ * Oracles:
+ * - greedy generation (--temperature 0) from the weights of tests/golden/hf_gpt2.safetensors and
+ *   hf_llama.safetensors (Hugging Face state dicts, the configuration given with --model-config) gives exactly the
+ *   tokens the float64 PyTorch references choose (tests/gen_golden_sample.py; every choice leads the runner-up by
+ *   at least 1e-3, so float32 cannot flip it), over more tokens than the context window (the window slides);
+ * - the same seed gives the same text, another seed another text (temperature 1), top-k 1 is greedy;
+ * - fsc_sample_token draws token v with probability softmax(logits / temperature)[v] (frequencies over 4000
+ *   keyed draws within 0.03), never outside the top k, and greedy takes the lowest index of the maximum;
+ * - a file the trainer saved records its model: the sampler needs no --model-config and reads a byte model's prompt as
+ *   text; a file without a record, an out-of-range token id and a missing --model are refused with a message. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "trainertest.h"
+#include "fsc/generate.h"
+#include "golden/sample_golden.h"
+
+static char sampler[PATH_MAX], trainer[PATH_MAX], tmpdir[256];
+
+static void golden_path(char *buf, size_t cap, const char *file) {
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    snprintf(buf, cap, "%.*sgolden/%s", slash ? (int)(slash - src + 1) : 0, src, file);
+}
+
+/* The sampler's stdout for a model file and options; fails the test when it exits non-zero. */
+static char *sample(const char *file, const char *config, const char *opts) {
+    char path[PATH_MAX], *args = NULL, *out = NULL, *err = NULL;
+    golden_path(path, sizeof path, file);
+    if (asprintf(&args, "--model '%s' %s%s%s %s", file[0] == '/' ? file : path, config ? "--model-config '" : "",
+                 config ? config : "", config ? "'" : "", opts) < 0)
+        fail_msg("out of memory");
+    int rc = prog_run(sampler, args, tmpdir, &out, &err);
+    if (rc != 0) fail_msg("sample %s: exit %d\n%s", args, rc, err);
+    free(args), free(err);
+    char *nl = strrchr(out, '\n');
+    if (nl && nl[1] == 0) *nl = 0;
+    return out;
+}
+
+static void test_greedy_matches_pytorch(void **st) {
+    (void)st;
+    char opts[256];
+    snprintf(opts, sizeof opts, "--prompt %s --tokens %d --temperature 0", SG_PROMPT, SG_NEW);
+    char *g = sample("hf_gpt2.safetensors", SG_GPT_CONFIG, opts);
+    assert_string_equal(g, SG_GPT_TOKENS);
+    char *l = sample("hf_llama.safetensors", SG_LLAMA_CONFIG, opts);
+    assert_string_equal(l, SG_LLAMA_TOKENS);
+    /* top-k 1 at any temperature is greedy */
+    snprintf(opts, sizeof opts, "--prompt %s --tokens %d --temperature 1.5 --top-k 1 --seed 9", SG_PROMPT, SG_NEW);
+    char *k1 = sample("hf_gpt2.safetensors", SG_GPT_CONFIG, opts);
+    assert_string_equal(k1, SG_GPT_TOKENS);
+    free(g), free(l), free(k1);
+}
+
+static void test_seeds(void **st) {
+    (void)st;
+    char *a = sample("hf_gpt2.safetensors", SG_GPT_CONFIG, "--prompt 5 --tokens 24 --temperature 1 --seed 1");
+    char *b = sample("hf_gpt2.safetensors", SG_GPT_CONFIG, "--prompt 5 --tokens 24 --temperature 1 --seed 1");
+    char *c = sample("hf_gpt2.safetensors", SG_GPT_CONFIG, "--prompt 5 --tokens 24 --temperature 1 --seed 2");
+    assert_string_equal(a, b);
+    if (!strcmp(a, c)) fail_msg("seeds 1 and 2 gave the same 24 tokens: %s", a);
+    free(a), free(b), free(c);
+}
+
+/* Frequencies of keyed draws against softmax(logits / temperature). */
+static void test_sample_token(void **st) {
+    (void)st;
+    const float lg[4] = { logf(0.1f), logf(0.3f), logf(0.6f), logf(0.6f) - 30.0f };
+    float scratch[4];
+    fsc_sample_opts o = { .temperature = 1.0f, .seed = 7 };
+    int count[4] = { 0 };
+    const int N = 4000;
+    for (int s = 0; s < N; s++) {
+        int32_t v = fsc_sample_token(lg, 4, &o, (uint64_t)s, scratch);
+        assert_true(v >= 0 && v < 4);
+        count[v]++;
+    }
+    const double p[3] = { 0.1, 0.3, 0.6 };
+    for (int v = 0; v < 3; v++)
+        if (fabs(count[v] / (double)N - p[v]) > 0.03) fail_msg("token %d drawn %d of %d times, p = %g", v, count[v], N, p[v]);
+    /* temperature 2: p ~ sqrt(p) normalized */
+    o.temperature = 2.0f;
+    memset(count, 0, sizeof count);
+    for (int s = 0; s < N; s++) count[fsc_sample_token(lg, 4, &o, (uint64_t)s, scratch)]++;
+    double z = sqrt(0.1) + sqrt(0.3) + sqrt(0.6);
+    for (int v = 0; v < 3; v++)
+        if (fabs(count[v] / (double)N - sqrt(p[v]) / z) > 0.03) fail_msg("T=2: token %d drawn %d times", v, count[v]);
+    /* top-k 2 never draws the third */
+    o.temperature = 1.0f, o.top_k = 2;
+    for (int s = 0; s < N; s++) {
+        int32_t v = fsc_sample_token(lg, 4, &o, (uint64_t)s, scratch);
+        assert_true(v == 1 || v == 2);
+    }
+    /* the same (seed, step) draws the same token; greedy takes the lowest index of the maximum */
+    o.top_k = 0;
+    assert_int_equal(fsc_sample_token(lg, 4, &o, 17, scratch), fsc_sample_token(lg, 4, &o, 17, scratch));
+    const float tie[3] = { 1.0f, 2.0f, 2.0f };
+    o.temperature = 0.0f;
+    assert_int_equal(fsc_sample_token(tie, 3, &o, 0, scratch), 1);
+    o.temperature = -1.0f;
+    assert_int_equal(fsc_sample_token(tie, 3, &o, 0, scratch), -1);
+}
+
+/* A model the trainer saved records its configuration; a byte model prints text. */
+static void test_trained_file(void **st) {
+    (void)st;
+    char args[4 * PATH_MAX], file[300], *out = NULL;
+    snprintf(file, sizeof file, "%s/llama.safetensors", tmpdir);
+    snprintf(args, sizeof args, "--model llama --layers 1 --dim 16 --heads 2 --seq 16 --batch 2 --steps 2 --save '%s' "
+             "--save-dtype bf16", file);
+    char data[PATH_MAX];
+    golden_path(data, sizeof data, "../../examples/data/coriolanus.txt");
+    size_t k = strlen(args);
+    snprintf(args + k, sizeof args - k, " --data '%s'", data);
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d\n%s", args, rc, out);
+    free(out);
+    char *a = sample(file, NULL, "--prompt 'To be' --tokens 20 --seed 3");
+    char *b = sample(file, NULL, "--prompt 'To be' --tokens 20 --seed 3");
+    assert_string_equal(a, b);
+    assert_int_equal(strncmp(a, "To be", 5), 0); /* the prompt, as text, then 20 bytes */
+    assert_int_equal(strlen(a) <= 25 ? 1 : 0, 1);
+    char *ids = sample(file, NULL, "--prompt 'To be' --tokens 3 --ids --temperature 0");
+    assert_int_equal(strncmp(ids, "84,111,32,98,101,", 17), 0); /* "To be" as byte ids */
+    free(a), free(b), free(ids);
+}
+
+static void test_refusals(void **st) {
+    (void)st;
+    char args[PATH_MAX + 256], path[PATH_MAX], *out = NULL, *err = NULL;
+    golden_path(path, sizeof path, "hf_gpt2.safetensors");
+    snprintf(args, sizeof args, "--model '%s'", path);
+    assert_int_equal(prog_run(sampler, args, tmpdir, &out, &err), 2);
+    assert_non_null(strstr(err, "records no model configuration"));
+    free(out), free(err);
+    snprintf(args, sizeof args, "--model '%s' --model-config '%s' --prompt 1,32", path, SG_GPT_CONFIG);
+    assert_int_equal(prog_run(sampler, args, tmpdir, &out, &err), 1);
+    assert_non_null(strstr(err, "token ids in [0, 32)"));
+    free(out), free(err);
+    assert_int_equal(prog_run(sampler, "--tokens 3", tmpdir, &out, &err), 2);
+    assert_non_null(strstr(err, "--model FILE is required"));
+    free(out), free(err);
+    assert_int_equal(prog_run(sampler, "--help", tmpdir, &out, &err), 0);
+    assert_non_null(strstr(out, "usage: sample"));
+    free(out), free(err);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prog_setup(argv[0], "test_sample", "sample", sampler, sizeof sampler, tmpdir, sizeof tmpdir)) return 1;
+    char self[PATH_MAX];
+    if (!realpath(argv[0], self)) return 1;
+    snprintf(trainer, sizeof trainer, "%s/../train_gpt", dirname(self));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sample_token), cmocka_unit_test(test_greedy_matches_pytorch),
+        cmocka_unit_test(test_seeds),        cmocka_unit_test(test_trained_file),
+        cmocka_unit_test(test_refusals),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    test_rmtree(tmpdir);
+    return rc;
+}

@@ -81,7 +81,7 @@ const fsc_model_ops fsc_seq_ops_ = {
     .acts_create = fsc_seq_acts_create, .acts_free = fsc_seq_acts_free, .acts_bytes = fsc_seq_acts_bytes,
     .set_batch = fsc_seq_set_batch, .stream = fsc_seq_stream, .stream_floats = seq_stream_floats,
     .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
-    .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy,
+    .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy, .logits = fsc_seq_logits,
 };
 
 /* Check that the layers fit together (each takes its predecessor's output, the last is the only loss layer). */

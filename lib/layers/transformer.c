@@ -410,8 +410,15 @@ static fsc_status hd_check(const fsc_layer *l, const void *host, int B) {
     return check_tokens(host, B, y->T, y->V, "targets");
 }
 
+static const float *hd_logits(const fsc_layer *l, const void *rec, int B, int *vocab) {
+    (void)B;
+    *vocab = ((const head_layer *)l)->V;
+    return rec; /* the record starts with the logits (hd_parts) */
+}
+
 static const fsc_layer_ops hd_ops = { .rec_bytes = hd_rec, .work_bytes = hd_work, .forward = hd_fwd,
-                                      .backward = hd_bwd, .config = hd_config, .check_target = hd_check };
+                                      .backward = hd_bwd, .config = hd_config, .check_target = hd_check,
+                                      .logits = hd_logits };
 
 fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {
     *out = NULL;

@@ -74,6 +74,9 @@ typedef struct {
      * (FSC_ERR_INVALID) names the element, and set_batch returns it. NULL: any bytes are accepted. */
     fsc_status (*check_input)(const struct fsc_layer *l, const void *host, int B);
     fsc_status (*check_target)(const struct fsc_layer *l, const void *host, int B);
+    /* Optional, loss layers of language models: the logits the last forward wrote into rec (B samples), device
+     * floats (B, loss_terms, *vocab); the sequential model's logits (model.h). */
+    const float *(*logits)(const struct fsc_layer *l, const void *rec, int B, int *vocab);
 } fsc_layer_ops;
 
 /* A layer: allocate it with malloc/calloc (the model frees it with free() after ops->destroy). A user layer

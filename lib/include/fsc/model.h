@@ -142,6 +142,10 @@ typedef struct {
      * text) makes: the metadata's integrity, asked before config_check at load and after writing at save; the
      * message names the tensor or the field. NULL: the tensors are checked against this model's own at load. */
     fsc_status (*check_tensors)(void *ctx, const char *recorded, const fsc_param_info *params, int n);
+    /* Language models: after a forward of a record holding the last layer, the logits that forward computed,
+     * device floats (B, loss_terms, *vocab) valid until the record's next forward or free; NULL when the record
+     * has none. NULL operation: the model gives no logits (generate.h refuses it). */
+    const float *(*logits)(void *ctx, const fsc_model_acts *a, int *vocab);
     /* Floating-point operations of one training step (forward and backward) of a micro-batch of B samples over
      * the whole model, for MFU (fsc_model_flops). NULL: unknown. The built-in language models count 6 x the
      * parameters that multiply (all but the position and untied input embeddings; with experts only the top-k

@@ -82,6 +82,10 @@ fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *ste
  * them and report (cap bytes, may be NULL) says which and why ("" when none). FSC_ERR_IO only when dir
  * cannot be listed. */
 fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap);
+/* Write dir/name (len bytes; dir is created if absent, one level) as checkpoints are written: a temporary,
+ * fsync, rename, fsync of dir. For files that travel with the checkpoints (the trainer's config.json); name is
+ * a plain name, not step-*. Not collective: call it on one rank. */
+fsc_status fsc_ckpt_write_file(const char *dir, const char *name, const void *data, size_t len);
 /* Collective: rank 0 removes leftover temporary directories (what fsc_ckpt_clean leaves is skipped), then
  * every rank loads the newest complete checkpoint in dir. FSC_ERR_IO (every rank) if dir holds none. */
 fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step);

@@ -59,7 +59,7 @@ fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes
 /* Wait until all work queued on the device is done. */
 fsc_status fsc_device_sync(fsc_device *dev);
 /* The device's measured float32 gemm rate in TFLOP/s (1e12 FLOP/s): square n x n products (n <= 0: 512) with
- * the device's own gemm, best of 3 timed rounds of about 50 ms after a warm-up (lib/core/peak.c). A reference for
+ * the device's own gemm, best of 2 timed rounds of about 20 ms after a warm-up (lib/core/peak.c). A reference for
  * MFU when the datasheet peak is not known; it reads below a datasheet peak. */
 fsc_status fsc_device_measure_tflops(fsc_device *dev, int n, double *tflops);
 

@@ -37,6 +37,12 @@ typedef struct {
     float lr;
     int optimizer;  /* fsc_optim_kind */
     float momentum, weight_decay, clip;
+    int decay_all;      /* weight decay on every tensor (fsc_optim_config.decay_all) */
+    int lr_schedule;    /* fsc_lr_kind */
+    int warmup;         /* steps of learning-rate warmup */
+    float min_lr;       /* where cosine and linear decay end */
+    const char *val_data; /* validation tokens (--data-format) */
+    int val_every, val_batches;
     uint64_t seed;
     const char *init_save, *save, *load;
     int save_dtype;     /* --save/--init-save element type: index into "f32|bf16|f16" */
@@ -102,6 +108,13 @@ static const option options[] = {
     {"optimizer", "NAME", "adamw", "sgd|adamw", K_CHOICE, F(optimizer), 0, 0, "sgd|adamw"},
     {"momentum", "X", "0.9", "SGD momentum (0: plain SGD)", K_FLOAT, F(momentum), 0, 1, NULL},
     {"weight-decay", "X", "0", "weight decay (SGD: L2 in the gradient; AdamW: decoupled)", K_FLOAT, F(weight_decay), 0, INFINITY, NULL},
+    {"decay-all", NULL, NULL, "weight decay on every tensor (default: matrices only, not biases, norms or embeddings)", K_FLAG, F(decay_all), 0, 0, NULL},
+    {"lr-schedule", "S", "constant", "learning rate by step: constant|cosine|linear (after --warmup steps, cosine or linear decay from --lr to --min-lr at --steps)", K_CHOICE, F(lr_schedule), 0, 0, "constant|cosine|linear"},
+    {"warmup", "N", "0", "steps of linear learning-rate warmup: step k (from 0) takes --lr x (k+1)/N", K_INT, F(warmup), 0, 1e9, NULL},
+    {"min-lr", "X", "0", "the learning rate cosine and linear decay reach at --steps", K_FLOAT, F(min_lr), 0, INFINITY, NULL},
+    {"val-data", "PATH", NULL, "validation tokens (files as --data, in --data-format): the mean loss of --val-batches batches, every --val-every steps", K_STR, F(val_data), 0, 0, NULL},
+    {"val-every", "K", "0", "validate after every K steps and after the last (0: after the last only)", K_INT, F(val_every), 0, 1e9, NULL},
+    {"val-batches", "N", "4", "validation batches of --batch sequences: steps 0..N-1 of --val-data by the data order, the same every time", K_INT, F(val_batches), 1, 1e6, NULL},
     {"clip", "X", "1", "clip gradients to this global L2 norm (0: off)", K_FLOAT, F(clip), 0, INFINITY, NULL},
     {"nonfinite", "MODE", "stop", "a step with inf/NaN loss or gradients (fp32, bf16): stop with an error|skip it", K_CHOICE, F(nonfinite), 0, 0, "stop|skip"},
     {"max-skipped-steps", "N", "100", "fail after N steps in a row skipped for inf/NaN (fp16 overflows included)", K_INT, F(max_skipped_steps), 1, 1e9, NULL},
@@ -457,6 +470,15 @@ static int check_config(const train_config *c, const int *given, char *err, size
                         "inf/NaN and backs off the scale (up to --max-skipped-steps in a row)"), -1;
     if (c->optimizer != FSC_OPT_SGD && given[option_index("momentum")])
         return snprintf(err, cap, "--momentum applies to --optimizer sgd only"), -1;
+    if (c->lr_schedule == FSC_LR_CONSTANT && given[option_index("min-lr")])
+        return snprintf(err, cap, "--min-lr applies to --lr-schedule cosine and linear"), -1;
+    if (c->lr_schedule != FSC_LR_CONSTANT && c->steps <= c->warmup)
+        return snprintf(err, cap, "--lr-schedule %s decays after the --warmup %d steps: give more --steps than that (%d)",
+                        c->lr_schedule == FSC_LR_COSINE ? "cosine" : "linear", c->warmup, c->steps), -1;
+    if (c->lr_schedule != FSC_LR_CONSTANT && c->min_lr > c->lr)
+        return snprintf(err, cap, "--min-lr %g is above --lr %g", (double)c->min_lr, (double)c->lr), -1;
+    if (!c->val_data && (given[option_index("val-every")] || given[option_index("val-batches")]))
+        return snprintf(err, cap, "--%s needs --val-data", given[option_index("val-every")] ? "val-every" : "val-batches"), -1;
     if (c->save_every && !c->ckpt_dir) return snprintf(err, cap, "--save-every needs --ckpt-dir DIR"), -1;
     if (c->ckpt_dir && !c->save_every) return snprintf(err, cap, "--ckpt-dir needs --save-every K"), -1;
     if (given[option_index("ckpt-format")] && !c->ckpt_dir)
@@ -523,6 +545,9 @@ typedef struct {
     const train_config *cfg;
     const fsc_data *data;
     size_t ntok;
+    const fsc_data *val;  /* --val-data, NULL without */
+    double *lr;           /* (steps) the learning rate of each step, rank 0 */
+    double *val_loss;     /* (steps) validation loss after each step, NAN where none was computed, rank 0 */
     double *losses;      /* (steps) rank 0 */
     double *step_ms;     /* (steps) rank 0 */
     size_t (*peak)[FSC_TAG_COUNT + 1]; /* (world) per tag, then the total */
@@ -548,6 +573,10 @@ static int results_alloc(run_state *st, int steps, int world) {
     st->dropped = calloc(ns, sizeof *st->dropped);
     st->peak = calloc(nw, sizeof *st->peak);
     st->lay = calloc(nw, sizeof *st->lay);
+    st->lr = calloc(ns, sizeof *st->lr);
+    st->val_loss = malloc(ns * sizeof *st->val_loss);
+    for (size_t i = 0; st->val_loss && i < ns; i++) st->val_loss[i] = NAN;
+    if (!st->lr || !st->val_loss) return -1;
     return st->losses && st->step_ms && st->aux && st->assigned && st->dropped && st->peak && st->lay ? 0 : -1;
 }
 
@@ -559,6 +588,8 @@ static void results_free(run_state *st) {
     free(st->dropped);
     free(st->peak);
     free(st->lay);
+    free(st->lr);
+    free(st->val_loss);
     free(st->params);
     free(st->pstats);
 }
@@ -598,6 +629,56 @@ static fsc_status share_per_rank(fsc_rank *r, run_state *st, fsc_status s) {
     return FSC_OK;
 }
 
+/* --val-data: the files as --data's (fsc/data.h, --data-format), at least --seq + 1 tokens, all below --vocab. */
+static int load_val_data(const train_config *c, fsc_data **out, char *err, size_t cap) {
+    fsc_status s = fsc_data_open(out, c->val_data, (fsc_data_format)c->data_format, c->vocab);
+    if (s == FSC_OK && fsc_data_tokens(*out) <= (uint64_t)c->seq)
+        s = fsc_error(FSC_ERR_INVALID, "%llu tokens, but --seq %d needs at least %d",
+                      (unsigned long long)fsc_data_tokens(*out), c->seq, c->seq + 1);
+    if (s == FSC_OK) s = fsc_data_check(*out);
+    if (s == FSC_OK) return 0;
+    snprintf(err, cap, "--val-data %s: %s", c->val_data, fsc_last_error());
+    fsc_data_free(*out);
+    *out = NULL;
+    return -1;
+}
+
+/* Whether the run validates after step (from 0): every --val-every steps and after the last. */
+static int val_due(const train_config *c, int step) {
+    return (c->val_every > 0 && (step + 1) % c->val_every == 0) || step + 1 == c->steps;
+}
+
+/* The validation loss (collective): the mean of fsc_engine_eval over --val-batches batches of --batch sequences,
+ * batch j being the sequences of step j of --val-data by the data order (this rank's part: those of data-parallel
+ * index d), the same batches every time. tok and tgt hold this rank's part of a batch. */
+static fsc_status validate(const run_state *st, fsc_engine *e, int d, int32_t *tok, int32_t *tgt, double *loss) {
+    const train_config *c = st->cfg;
+    const int bl = c->batch / c->dp;
+    double sum = 0;
+    for (int j = 0; j < c->val_batches; j++) {
+        double l = 0;
+        FSC_TRY(fsc_data_batch(st->val, j, c->batch, c->seq, d * bl, bl, tok, tgt));
+        FSC_TRY(fsc_engine_eval(e, tok, tgt, bl, c->batch, &l));
+        sum += l;
+    }
+    *loss = sum / c->val_batches;
+    return FSC_OK;
+}
+
+/* --json: the learning rate of every step and the validation losses (null for steps not run here or not
+ * validated after). */
+static void add_schedule_json(cJSON *root, const run_state *st) {
+    const train_config *c = st->cfg;
+    cJSON *lr = cJSON_AddArrayToObject(root, "lr"), *val = cJSON_AddArrayToObject(root, "val_loss");
+    char buf[64];
+    for (int s = 0; s < c->steps; s++) {
+        snprintf(buf, sizeof buf, "%.9g", st->lr[s]);
+        cJSON_AddItemToArray(lr, isfinite(st->losses[s]) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
+        snprintf(buf, sizeof buf, "%.17g", st->val_loss[s]);
+        cJSON_AddItemToArray(val, isfinite(st->val_loss[s]) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
+    }
+}
+
 static fsc_status train_fn(fsc_rank *r, void *arg) {
     run_state *st = arg;
     const train_config *c = st->cfg;
@@ -631,7 +712,11 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     oc.kind = (fsc_optim_kind)c->optimizer;
     oc.lr = c->lr;
     oc.weight_decay = c->weight_decay;
+    oc.decay_all = c->decay_all;
     if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
+    /* the rate of each step (fsc/schedule.h), a function of the step: a resumed run takes the same rates */
+    const fsc_lr_schedule sched = { .kind = (fsc_lr_kind)c->lr_schedule, .lr = c->lr, .min_lr = c->min_lr,
+                                    .warmup = c->warmup, .total = c->steps };
     fsc_engine *e = NULL;
     fsc_model *lm = NULL; /* --model llama: the model the engine runs (the GPT's engine owns its own) */
     if (c->model == MODEL_LLAMA) {
@@ -681,20 +766,27 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         if ((s = fill_batch(st, lay->data, step, tok, tgt)) != FSC_OK) break;
         double t0 = now_ms();
         fsc_step_info info = {0};
+        s = fsc_engine_set_lr(e, fsc_lr_at(&sched, step));
+        if (s != FSC_OK) break;
         s = lm ? fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info) : fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
         if (s != FSC_OK) fsc_error_prefix(s, "step %d/%d", step + 1, c->steps);
-        double ms = now_ms() - t0;
+        double ms = now_ms() - t0, val_loss = NAN;
+        if (s == FSC_OK && st->val && val_due(c, step)) s = validate(st, e, lay->data, tok, tgt, &val_loss);
+        if (s == FSC_OK && r->rank == 0) st->val_loss[step] = val_loss;
         if (s == FSC_OK && r->rank == 0) {
             st->losses[step] = info.loss;
             st->step_ms[step] = ms;
+            st->lr[step] = fsc_engine_lr(e);
             char moe[96] = "";
             if (c->moe_experts) {
                 st->aux[step] = info.aux_loss, st->assigned[step] = info.moe_assigned, st->dropped[step] = info.moe_dropped;
                 snprintf(moe, sizeof moe, " | aux %.4f | dropped %lld/%lld", info.aux_loss, (long long)info.moe_dropped,
                          (long long)info.moe_assigned);
             }
-            printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB%s%s\n", step + 1, c->steps,
-                   info.loss, ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0, moe,
+            char val[48] = "";
+            if (isfinite(val_loss)) snprintf(val, sizeof val, " | val %.6f", val_loss);
+            printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB%s%s%s\n", step + 1, c->steps,
+                   info.loss, ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0, moe, val,
                    info.skipped ? " | skipped (inf/nan loss or gradients)" : "");
             fflush(stdout);
         }
@@ -882,6 +974,7 @@ static void print_json(const run_state *st, const ddp_check *chk) {
     const train_config *c = st->cfg;
     cJSON *root = cJSON_CreateObject();
     cJSON *losses = cJSON_AddArrayToObject(root, "losses");
+    add_schedule_json(root, st);
     char buf[64];
     /* time the steps this run executed (a resumed run starts later), leaving out the first (warm-up)
      * unless it is the only one */
@@ -1050,6 +1143,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     st.data = data;
+    fsc_data *val = NULL;
+    if (c.val_data && load_val_data(&c, &val, err, sizeof err) != 0) {
+        fprintf(stderr, "train_gpt: %s\n", err);
+        fsc_data_free(data);
+        return 2;
+    }
+    st.val = val;
     fsc_gpt_config gc = model_config(&c);
     fsc_llama_config lc = llama_config(&c);
     st.nparams = c.model == MODEL_LLAMA ? fsc_llama_num_params(&lc) : fsc_gpt_num_params(&gc);
@@ -1150,5 +1250,6 @@ int main(int argc, char **argv) {
     if (sd.cfg == &cd) results_free(&sd);
     results_free(&st);
     fsc_data_free(data);
+    fsc_data_free(val);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* libFuzzer harness for the safetensors reader: any byte string either is refused with a status and a
- * message, or parses into entries that can all be found by name and read completely and in pieces; and
+ * message, or parses into entries that can all be found by name and read completely and in pieces, also as
+ * weights (fsc_st_find_weight, fsc_st_read_f32 of float entries, fsc_st_check_copy); and
  * parsing it never holds more than 6 bytes of heap per input byte (plus a few KB), whatever it holds.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_safetensors.c (or make fuzz). */
 #include <sanitizer/allocator_interface.h>
@@ -63,6 +64,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (memcmp(part, all + h * es, (size_t)((numel - h) * es)) != 0) __builtin_trap();
         }
         if (fsc_st_read(f, e, part, numel, 1) == FSC_OK) __builtin_trap(); /* one past the end */
+        /* as weights (safetensors_weights.c): found by name, or by the name without Hugging Face's prefix; float
+         * entries read as float32 in pieces equal to the whole; others refused; a copy check never fails to end */
+        if (fsc_st_find_weight(f, e->name) != e || fsc_st_find_weight(f, fsc_st_weight_name(e->name)) == NULL)
+            __builtin_trap();
+        float *fa = malloc((size_t)numel * sizeof(float) + 4), *fp = malloc((size_t)numel * sizeof(float) + 4);
+        if (!fa || !fp) abort();
+        const int is_float = e->dtype == FSC_F32 || e->dtype == FSC_BF16 || e->dtype == FSC_F16;
+        if ((fsc_st_read_f32(f, e, fa, 0, numel) == FSC_OK) != is_float) __builtin_trap();
+        if (is_float && numel > 1) {
+            uint64_t h = numel / 3;
+            if (fsc_st_read_f32(f, e, fp, h, numel - h) != FSC_OK) __builtin_trap();
+            if (memcmp(fp, fa + h, (size_t)(numel - h) * sizeof(float)) != 0) __builtin_trap();
+        }
+        if (is_float && fsc_st_read_f32(f, e, fp, numel, 1) == FSC_OK) __builtin_trap();
+        if (i > 0) (void)fsc_st_check_copy(f, fsc_st_entry_at(f, i - 1)->name, e->name, "fuzz");
+        free(fa);
+        free(fp);
         free(all);
         free(part);
     }

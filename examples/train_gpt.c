@@ -63,6 +63,7 @@ typedef struct {
     const char *balance;
     int save_every;     /* training checkpoints (docs/checkpoints.md) */
     const char *ckpt_dir, *resume;
+    int keep_last;      /* checkpoints --ckpt-dir keeps (0: all) */
     int ckpt_format;    /* fsc_ckpt_format */
     int ckpt_overwrite; /* a new run may take over --ckpt-dir from another run */
     int tp, sequence_parallel; /* tensor parallelism (docs/tensor_parallel.md) */
@@ -127,7 +128,8 @@ static const option options[] = {
     {"ckpt-dir", "DIR", NULL, "where --save-every writes checkpoints: DIR/step-NNNNNNNN, atomically", K_STR, F(ckpt_dir), 0, 0, NULL},
     {"ckpt-format", "F", "sharded", "checkpoint format: sharded (a file per rank)|full (single-rank weights layout)", K_CHOICE, F(ckpt_format), 0, 0, "sharded|full"},
     {"ckpt-overwrite", NULL, NULL, "start over in a --ckpt-dir holding another run's checkpoints: they are removed at the first save (without it: refused)", K_FLAG, F(ckpt_overwrite), 0, 0, NULL},
-    {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR (any --world and --parallel) up to --steps", K_STR, F(resume), 0, 0, NULL},
+    {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR that loads (any --world and --parallel) up to --steps; a damaged one is skipped, with a message; none there (or no DIR): start a new run", K_STR, F(resume), 0, 0, NULL},
+    {"keep-last", "K", "0", "after each checkpoint is written, remove the older ones of --ckpt-dir beyond the newest K (0: keep all)", K_INT, F(keep_last), 0, 1e9, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
     {"world", "N", "1", "simulated ranks (threads); under a launcher (mpirun, srun, torchrun) one rank per process: omit it or give the launcher's number", K_INT, F(world), 1, 1024, NULL},
     {"reduce", "MODE", "ordered", "processes started by a launcher: ordered (sums in rank order, the simulated ranks' bits)|native (MPI's or NCCL's own all-reduce, faster, bits may differ)", K_CHOICE, F(reduce), 0, 0, "ordered|native"},
@@ -485,6 +487,7 @@ static int check_config(const train_config *c, const int *given, char *err, size
         return snprintf(err, cap, "--ckpt-format applies to --save-every/--ckpt-dir only"), -1;
     if (c->ckpt_overwrite && !c->ckpt_dir)
         return snprintf(err, cap, "--ckpt-overwrite applies to --save-every/--ckpt-dir only"), -1;
+    if (c->keep_last && !c->ckpt_dir) return snprintf(err, cap, "--keep-last applies to --save-every/--ckpt-dir only"), -1;
     if (c->ckpt_overwrite && c->resume && strcmp(c->resume, c->ckpt_dir) == 0)
         return snprintf(err, cap, "--ckpt-overwrite starts a new run in --ckpt-dir, --resume continues the one there: "
                         "give one"), -1;
@@ -751,11 +754,17 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         if (r->rank == 0 && fsc_ckpt_clean(c->resume, &left, rep, sizeof rep) == FSC_OK && left) /* resume skips them */
             fprintf(stderr, "train_gpt: warning: %d leftover%s of interrupted saves not removed: %s\n", left,
                     left == 1 ? "" : "s", rep);
-        s = fsc_ckpt_resume(e, c->resume, &at);
+        char from[4096], skipped[4096];
+        s = fsc_ckpt_try_resume(e, c->resume, &at, from, sizeof from, skipped, sizeof skipped);
+        if (s == FSC_OK && r->rank == 0 && skipped[0]) fprintf(stderr, "train_gpt: warning: %s\n", skipped);
+        if (s == FSC_OK && at < 0) { /* nothing to resume: a first run (README's save-every/resume example) */
+            at = 0;
+            if (r->rank == 0) printf("no checkpoint in %s to resume from: starting a new run at step 0\n", c->resume);
+        }
         start = at < c->steps ? (int)at : c->steps;
-        if (s == FSC_OK && r->rank == 0) {
+        if (s == FSC_OK && r->rank == 0 && from[0]) {
             for (int i = 0; i < start; i++) st->losses[i] = NAN; /* not run here: null in --json */
-            printf("resumed from %s at step %lld\n", c->resume, (long long)at);
+            printf("resumed from %s at step %lld\n", from, (long long)at);
         }
     }
     static const fsc_dtype save_dt[] = { FSC_F32, FSC_BF16, FSC_F16 }; /* --save-dtype */
@@ -794,6 +803,12 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             fsc_ckpt_save_opts so = {.format = (fsc_ckpt_format)c->ckpt_format, .start_over = c->ckpt_overwrite};
             s = fsc_ckpt_save(e, c->ckpt_dir, step + 1, &so);
             if (s == FSC_OK && r->rank == 0) printf("checkpoint %s/step-%08d\n", c->ckpt_dir, step + 1);
+            char left[2048];
+            if (s == FSC_OK && r->rank == 0 && c->keep_last) { /* durable on every rank: older ones may go */
+                if (fsc_ckpt_prune(c->ckpt_dir, step + 1, c->keep_last, NULL, left, sizeof left) != FSC_OK)
+                    snprintf(left, sizeof left, "%s", fsc_last_error());
+                if (left[0]) fprintf(stderr, "train_gpt: warning: --keep-last %d: %s\n", c->keep_last, left);
+            }
         }
     }
     if (r->rank == 0) {

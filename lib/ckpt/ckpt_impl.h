@@ -46,6 +46,10 @@ int ck_parse_step_name(const char *name, int64_t *step);
  * directory, a file a save does not write, a file that cannot be removed). */
 fsc_status ck_remove_dir(const char *path);
 fsc_status ck_fsync_dir(const char *path);
+/* ---- ckpt_keep.c ---- */
+/* Whether the newest complete checkpoint of dir whose metadata reads is of run `run` (damaged newer ones
+ * skipped, as fsc_ckpt_try_resume skips them); 0 when none reads or run is "". */
+int ck_newest_readable_of_run(const char *dir, const char *run);
 /* Write len bytes to path (created, must not exist), fsync, close. */
 fsc_status ck_write_synced(const char *path, const void *buf, size_t len);
 /* Read a whole file of at most max bytes (malloc'd, NUL-terminated). */

@@ -418,6 +418,8 @@ static fsc_status claim_dir(fsc_engine *e, const char *dir, int start_over) {
         fsc_ckpt_meta_free(m);
         return FSC_OK;
     }
+    if (!m && ck_newest_readable_of_run(dir, e->ckpt_run)) /* a damaged newest one, skipped by the resume */
+        return FSC_OK;
     if (m)
         snprintf(who, sizeof who, "run %s, seed %llu, %s lr %g", m->run_id, (unsigned long long)m->seed,
                  m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd", (double)m->optim.lr);

@@ -89,6 +89,23 @@ fsc_status fsc_ckpt_write_file(const char *dir, const char *name, const void *da
 /* Collective: rank 0 removes leftover temporary directories (what fsc_ckpt_clean leaves is skipped), then
  * every rank loads the newest complete checkpoint in dir. FSC_ERR_IO (every rank) if dir holds none. */
 fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step);
+/* Collective: resume a run that may be starting, from the newest complete checkpoint of dir that loads.
+ * A missing dir, or one without a complete checkpoint, is no error: *step = -1 and e is untouched (a fresh
+ * start). When a checkpoint fails to load and rank 0 finds it damaged (fsc_ckpt_verify fails: unreadable
+ * metadata, a missing, truncated or corrupted file), it is skipped for the next older one; skipped (scap
+ * bytes, every rank, may be NULL) names each skipped checkpoint and why ("" when none). A checkpoint that is
+ * sound but refused (another model or optimizer) is that error. Every checkpoint damaged: FSC_ERR_FORMAT
+ * naming them (e's state undefined). loaded (lcap bytes, may be NULL) receives the loaded path. */
+fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, char *loaded, size_t lcap,
+                               char *skipped, size_t scap);
+/* Retention (not collective: one process, after a save returned FSC_OK on every rank): remove dir's complete
+ * checkpoints older than step `written` beyond the newest keep - 1 of them, so that keep remain counting
+ * step `written`, which must be complete (FSC_ERR_STATE otherwise, nothing removed). Never removed: step
+ * `written`, any newer one, anything not complete (temporary directories of interrupted saves, a step
+ * directory without metadata.json), any file a save does not write (such a directory is left in place).
+ * *removed (may be NULL) counts the removed checkpoints; report (cap bytes, may be NULL) says what was left
+ * in place and why ("" when nothing). */
+fsc_status fsc_ckpt_prune(const char *dir, int64_t written, int keep, int *removed, char *report, size_t cap);
 /* Collective: optimizer state `which` (0: SGD momentum or AdamW m, 1: AdamW v) of every parameter in
  * tensor order, gathered into host (one float per element of the model's parameters) on rank 0 one bounded
  * chunk at a time; host may be NULL on other ranks. FSC_ERR_INVALID if the optimizer has no such state. */

@@ -1,0 +1,170 @@
+/* Which checkpoints a run keeps and which it resumes from: the complete checkpoints of a directory newest
+ * first, removal of those older than the newest K after a save (fsc_ckpt_prune), and a resume that may be
+ * a run's first and that skips a damaged newest checkpoint for the one before (fsc_ckpt_try_resume).
+ * A complete checkpoint is a directory step-NNNNNNNN holding metadata.json (fsc_ckpt_latest's rule);
+ * removal goes through ck_remove_dir, so only files of the names a save writes are ever removed.
+ *
+ * Not here: writing (ckpt_save.c), loading (ckpt_load.c), leftovers of interrupted saves (fsc_ckpt_clean). */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "ckpt_impl.h"
+
+/* The steps of dir's complete checkpoints, newest first (*steps malloc'd; *n = 0 for a missing dir). */
+static fsc_status list_complete(const char *dir, int64_t **steps, int *n) {
+    char eb[128], meta[4096];
+    *steps = NULL, *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return FSC_OK;
+        return fsc_error(FSC_ERR_IO, "%s: cannot list the checkpoint directory: %s", dir,
+                         strerror_r(errno, eb, sizeof eb));
+    }
+    int cap = 0;
+    fsc_status s = FSC_OK;
+    for (struct dirent *de; s == FSC_OK && (de = readdir(d)) != NULL;) {
+        int64_t step;
+        struct stat st;
+        if (!ck_parse_step_name(de->d_name, &step)) continue;
+        int k = snprintf(meta, sizeof meta, "%s/%s/%s", dir, de->d_name, CK_META_NAME);
+        if (k < 0 || (size_t)k >= sizeof meta || stat(meta, &st) != 0) continue; /* not complete */
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *p = realloc(*steps, (size_t)cap * sizeof *p);
+            if (!p) {
+                s = fsc_error(FSC_ERR_NOMEM, "%s: out of memory listing checkpoints", dir);
+                break;
+            }
+            *steps = p;
+        }
+        (*steps)[(*n)++] = step;
+    }
+    closedir(d);
+    for (int i = 1; i < *n; i++) /* newest first: insertion sort (a handful of checkpoints) */
+        for (int j = i; j > 0 && (*steps)[j] > (*steps)[j - 1]; j--) {
+            int64_t t = (*steps)[j];
+            (*steps)[j] = (*steps)[j - 1], (*steps)[j - 1] = t;
+        }
+    if (s != FSC_OK) free(*steps), *steps = NULL, *n = 0;
+    return s;
+}
+
+int ck_newest_readable_of_run(const char *dir, const char *run) {
+    int64_t *steps;
+    int n, same = 0;
+    char path[4096];
+    if (!run[0] || list_complete(dir, &steps, &n) != FSC_OK) return 0;
+    for (int i = 0; i < n; i++) {
+        fsc_ckpt_meta *m = NULL;
+        snprintf(path, sizeof path, "%s/step-%08lld", dir, (long long)steps[i]);
+        if (fsc_ckpt_meta_read(path, &m) != FSC_OK) continue; /* unreadable: damaged */
+        same = !strcmp(m->run_id, run);
+        fsc_ckpt_meta_free(m);
+        break;
+    }
+    free(steps);
+    return same;
+}
+
+static void step_path(char *buf, size_t cap, const char *dir, int64_t step) {
+    snprintf(buf, cap, "%s/step-%08lld", dir, (long long)step);
+}
+
+/* Append "; " and text to report (cap bytes), as far as it holds. */
+static void append(char *report, size_t cap, const char *text) {
+    if (!report || !cap) return;
+    size_t used = strlen(report);
+    if (used + 1 < cap) snprintf(report + used, cap - used, "%s%s", used ? "; " : "", text);
+}
+
+fsc_status fsc_ckpt_prune(const char *dir, int64_t written, int keep, int *removed, char *report, size_t cap) {
+    char path[4096], meta[4200];
+    struct stat st;
+    if (removed) *removed = 0;
+    if (report && cap) report[0] = 0;
+    if (!dir || keep < 1) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_prune: no directory, or keep %d below 1", keep);
+    step_path(path, sizeof path, dir, written);
+    snprintf(meta, sizeof meta, "%s/%s", path, CK_META_NAME);
+    if (stat(meta, &st) != 0) /* only after a save that is complete and durable */
+        return fsc_error(FSC_ERR_STATE, "%s is not a complete checkpoint: nothing removed", path);
+    int64_t *steps;
+    int n;
+    FSC_TRY(list_complete(dir, &steps, &n));
+    int kept = 1; /* the one written */
+    for (int i = 0; i < n; i++) {
+        if (steps[i] >= written) continue; /* it, and any newer one (another timeline): never removed here */
+        if (kept < keep) {
+            kept++;
+            continue;
+        }
+        step_path(path, sizeof path, dir, steps[i]);
+        if (ck_remove_dir(path) == FSC_OK) {
+            if (removed) (*removed)++;
+        } else {
+            append(report, cap, fsc_last_error());
+        }
+    }
+    free(steps);
+    (void)ck_fsync_dir(dir); /* the removals are done; a failed sync of the directory loses nothing kept */
+    return FSC_OK;
+}
+
+fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, char *loaded, size_t lcap,
+                               char *skipped, size_t scap) {
+    if (step) *step = -1;
+    if (loaded && lcap) loaded[0] = 0;
+    if (skipped && scap) skipped[0] = 0;
+    if (!e || !dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_try_resume: no engine or no directory");
+    int root = e->r->rank == 0, nskipped = 0;
+    int64_t *steps = NULL;
+    int n = 0;
+    fsc_status s = FSC_OK;
+    if (root) {
+        s = fsc_ckpt_clean(dir, NULL, NULL, 0); /* what it must leave is not complete: never listed */
+        if (s == FSC_OK) s = list_complete(dir, &steps, &n);
+    }
+    s = ck_agree(e, s);
+    if (s == FSC_OK) s = ck_agree(e, ck_bcast_host(e, &n, sizeof n));
+    if (s != FSC_OK) {
+        free(steps);
+        return s;
+    }
+    char path[4096], why[5200], msg[1200], all[8192] = "";
+    for (int i = 0; i < n; i++) {
+        int64_t at = root ? steps[i] : 0;
+        FSC_TRY(ck_agree(e, ck_bcast_host(e, &at, sizeof at)));
+        step_path(path, sizeof path, dir, at);
+        s = fsc_ckpt_load(e, path, step);
+        if (s == FSC_OK) {
+            if (loaded && lcap) snprintf(loaded, lcap, "%s", path);
+            free(steps);
+            return FSC_OK;
+        }
+        /* Damaged, or refused for another reason (another model or optimizer)? Rank 0 verifies the files and
+         * tells every rank why (why[0] != 0: damaged), so that any rank's message can say it. */
+        snprintf(msg, sizeof msg, "%s", fsc_last_error());
+        why[0] = 0;
+        if (root && fsc_ckpt_verify(path, NULL) != FSC_OK)
+            snprintf(why, sizeof why, "%s skipped, damaged: %.1000s", path, fsc_last_error());
+        fsc_status b = ck_agree(e, ck_bcast_host(e, why, sizeof why));
+        int damaged = why[0] != 0;
+        if (b != FSC_OK) {
+            free(steps);
+            return b;
+        }
+        if (!damaged) {
+            free(steps);
+            return fsc_error(s, "%s", msg);
+        }
+        nskipped++;
+        why[sizeof why - 1] = 0;
+        append(all, sizeof all, why);
+        append(skipped, scap, why);
+    }
+    free(steps);
+    if (nskipped) return fsc_error(FSC_ERR_FORMAT, "%s: every complete checkpoint (%d) is damaged: %s", dir, nskipped, all);
+    return FSC_OK; /* none: a fresh start, e untouched */
+}

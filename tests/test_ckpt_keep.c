@@ -1,0 +1,250 @@
+/* Tests of lib/ckpt/ckpt_keep.c: retention (fsc_ckpt_prune) and the resume that may be a run's first and
+ * skips damaged checkpoints (fsc_ckpt_try_resume), on real checkpoints of the small GPT (ckpttest.h) on 2
+ * simulated FSDP ranks, and the save after such a resume (claim_dir in ckpt_save.c). */
+#include <fcntl.h>
+#include "ckpttest.h"
+
+/* DIR with complete checkpoints of steps 1 .. n of one run (each resumed from the one before). */
+static char *make_run(int n) {
+    char *dir = ct_tmpdir();
+    for (int k = 1; k <= n; k++) {
+        ct_job j = ct_fsdp(2, FSC_SHARD_FULL);
+        j.from = k - 1, j.to = k;
+        j.resume = k > 1 ? dir : NULL;
+        j.save_dir = dir;
+        ct_run(&j);
+        ct_free(&j);
+    }
+    return dir;
+}
+
+static int exists(const char *dir, const char *name) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+static void touch(const char *dir, const char *name, const char *text) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void make_dir(const char *dir, const char *name) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    assert_int_equal(mkdir(p, 0700), 0);
+}
+
+/* Oracle: keeping K after writing step w removes exactly the complete checkpoints older than w beyond the
+ * newest K - 1 of them; never step w, a newer one, an incomplete step directory, a leftover of an
+ * interrupted save, or a directory holding a file a save does not write (reported); a step w that is not
+ * complete removes nothing. */
+static void test_prune(void **state) {
+    (void)state;
+    char *dir = make_run(5);
+    make_dir(dir, "step-00000000");            /* incomplete: no metadata.json */
+    touch(dir, "step-00000000/rank-00000-of-00002.safetensors", "x");
+    make_dir(dir, "step-00000002.tmp-abcdef"); /* an interrupted save */
+    touch(dir, "step-00000001/notes.txt", "mine");
+    make_dir(dir, "step-00000009");            /* newer than the one written, complete */
+    touch(dir, "step-00000009/metadata.json", "{}");
+    int removed = -1;
+    char rep[1024];
+    assert_err(fsc_ckpt_prune(dir, 7, 2, &removed, rep, sizeof rep), FSC_ERR_STATE, "step-00000007 is not a complete checkpoint");
+    assert_int_equal(removed, 0);
+    assert_true(exists(dir, "step-00000001") && exists(dir, "step-00000002") && exists(dir, "step-00000003"));
+    assert_ok(fsc_ckpt_prune(dir, 4, 2, &removed, rep, sizeof rep)); /* keeps 4 and 3 */
+    assert_int_equal(removed, 1);                                   /* 2; 1 holds notes.txt */
+    assert_non_null(strstr(rep, "step-00000001: left in place: it holds notes.txt"));
+    assert_false(exists(dir, "step-00000002"));
+    assert_true(exists(dir, "step-00000001/notes.txt") && exists(dir, "step-00000003") && exists(dir, "step-00000004"));
+    assert_true(exists(dir, "step-00000005") && exists(dir, "step-00000009")); /* newer than 4 */
+    assert_ok(fsc_ckpt_prune(dir, 5, 1, &removed, rep, sizeof rep));
+    assert_int_equal(removed, 2); /* 4 and 3 */
+    assert_false(exists(dir, "step-00000003") || exists(dir, "step-00000004"));
+    assert_true(exists(dir, "step-00000005") && exists(dir, "step-00000009"));
+    assert_true(exists(dir, "step-00000000/rank-00000-of-00002.safetensors") && exists(dir, "step-00000002.tmp-abcdef"));
+    char p[700];
+    ct_step_path(p, sizeof p, dir, 5);
+    assert_ok(fsc_ckpt_verify(p, NULL)); /* the one kept is intact */
+    assert_err(fsc_ckpt_prune(dir, 5, 0, NULL, NULL, 0), FSC_ERR_INVALID, "keep 0");
+    ct_rmtree(dir);
+}
+
+/* A job that resumes with fsc_ckpt_try_resume from dir on 2 FSDP ranks, then optionally saves. */
+typedef struct {
+    ct_job j;
+    const char *dir;
+    int64_t step;
+    char loaded[4096], skipped[8192];
+    const char *save_dir;
+    int64_t save_step;
+} tr_job;
+
+static fsc_status tr_rank_fn(fsc_rank *r, void *arg) {
+    tr_job *t = arg;
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &t->j.run.cfg, &t->j.run.po, &t->j.run.oc, t->j.run.seed, &e));
+    int64_t step = -2;
+    char loaded[4096], skipped[8192];
+    fsc_status s = fsc_ckpt_try_resume(e, t->dir, &step, loaded, sizeof loaded, skipped, sizeof skipped);
+    if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? t->j.params : NULL);
+    if (s == FSC_OK && t->save_dir) s = fsc_ckpt_save(e, t->save_dir, t->save_step, NULL);
+    if (r->rank == 0) {
+        t->step = step;
+        snprintf(t->loaded, sizeof t->loaded, "%s", loaded);
+        snprintf(t->skipped, sizeof t->skipped, "%s", skipped);
+    }
+    fsc_engine_free(e);
+    return s;
+}
+
+static fsc_status tr_try(tr_job *t, const char *dir) {
+    t->dir = dir;
+    free(t->j.params);
+    t->j.params = calloc(fsc_gpt_num_params(&t->j.run.cfg), sizeof(float));
+    fsc_cluster_opts co = { .world = 2, .device = "cpu", .timeout_s = 30 };
+    return fsc_cluster_run(&co, tr_rank_fn, t);
+}
+
+static tr_job tr_make(void) {
+    tr_job t;
+    memset(&t, 0, sizeof t);
+    t.j = ct_fsdp(2, FSC_SHARD_FULL);
+    return t;
+}
+
+/* The parameters of checkpoint `path` loaded directly (the oracle of what a resume loads). */
+static float *params_of(const char *path) {
+    ct_job j = ct_fsdp(2, FSC_SHARD_FULL);
+    j.load = path;
+    ct_run(&j);
+    float *p = j.params;
+    j.params = NULL;
+    ct_free(&j);
+    return p;
+}
+
+/* Flip one byte in the middle of file name of checkpoint dir/step. */
+static void corrupt(const char *dir, int64_t step, const char *name) {
+    char p[800];
+    snprintf(p, sizeof p, "%s/step-%08lld/%s", dir, (long long)step, name);
+    int fd = open(p, O_RDWR);
+    assert_true(fd >= 0);
+    off_t n = lseek(fd, 0, SEEK_END);
+    unsigned char c;
+    assert_int_equal(pread(fd, &c, 1, n - 5), 1);
+    c ^= 0x40;
+    assert_int_equal(pwrite(fd, &c, 1, n - 5), 1);
+    close(fd);
+}
+
+/* Oracle: an absent or empty DIR is a fresh start (step -1, nothing loaded, the engine's parameters those
+ * of a fresh engine of the seed, bit for bit); a sound newest checkpoint is loaded (parameters equal a
+ * direct load of it). */
+static void test_try_resume_fresh_and_newest(void **state) {
+    (void)state;
+    char *dir = make_run(2), absent[700];
+    snprintf(absent, sizeof absent, "%s/absent", dir);
+    char *empty = ct_tmpdir();
+    ct_job fresh = ct_fsdp(2, FSC_SHARD_FULL); /* no steps: the initial parameters */
+    ct_run(&fresh);
+    size_t P = fsc_gpt_num_params(&fresh.run.cfg);
+    const char *none[] = {absent, empty};
+    for (int k = 0; k < 2; k++) {
+        tr_job t = tr_make();
+        assert_ok(tr_try(&t, none[k]));
+        assert_int_equal(t.step, -1);
+        assert_string_equal(t.loaded, "");
+        assert_string_equal(t.skipped, "");
+        assert_bits_equal(t.j.params, fresh.params, P, "a fresh start");
+        ct_free(&t.j);
+    }
+    tr_job t = tr_make();
+    assert_ok(tr_try(&t, dir));
+    assert_int_equal(t.step, 2);
+    assert_non_null(strstr(t.loaded, "step-00000002"));
+    char p[700];
+    ct_step_path(p, sizeof p, dir, 2);
+    float *want = params_of(p);
+    assert_bits_equal(t.j.params, want, P, "resumed from step 2");
+    free(want);
+    ct_free(&t.j);
+    ct_free(&fresh);
+    ct_rmtree(empty);
+    ct_rmtree(dir);
+}
+
+/* Oracle: a damaged newest checkpoint (a corrupted shard; then also unreadable metadata in the one before)
+ * is skipped with a message naming it and why, and the newest sound one is loaded (parameters equal a
+ * direct load); every one damaged is FSC_ERR_FORMAT naming the count; a sound checkpoint of another model
+ * is that refusal, with nothing skipped. */
+static void test_try_resume_skips_damaged(void **state) {
+    (void)state;
+    char *dir = make_run(3), p[700];
+    corrupt(dir, 3, "rank-00001-of-00002.safetensors");
+    tr_job t = tr_make();
+    assert_ok(tr_try(&t, dir));
+    assert_int_equal(t.step, 2);
+    if (!strstr(t.skipped, "step-00000003 skipped, damaged") || !strstr(t.skipped, "checksum"))
+        fail_msg("skipped: \"%s\"", t.skipped);
+    ct_step_path(p, sizeof p, dir, 2);
+    float *want = params_of(p);
+    assert_bits_equal(t.j.params, want, fsc_gpt_num_params(&t.j.run.cfg), "resumed from step 2");
+    free(want);
+    touch(dir, "step-00000002/metadata.json", "not json");
+    assert_ok(tr_try(&t, dir));
+    assert_int_equal(t.step, 1);
+    assert_non_null(strstr(t.skipped, "step-00000003 skipped"));
+    assert_non_null(strstr(t.skipped, "step-00000002 skipped"));
+    corrupt(dir, 1, "metadata.json");
+    assert_err(tr_try(&t, dir), FSC_ERR_FORMAT, "every complete checkpoint (3) is damaged");
+    ct_free(&t.j);
+    ct_rmtree(dir);
+    /* another model: refused as such, nothing skipped */
+    dir = make_run(1);
+    tr_job o = tr_make();
+    o.j.run.cfg.dim = 32;
+    fsc_status s = tr_try(&o, dir);
+    if (s == FSC_OK || strstr(fsc_last_error(), "damaged")) fail_msg("another model: %s", fsc_last_error());
+    assert_string_equal(o.skipped, "");
+    ct_free(&o.j);
+    ct_rmtree(dir);
+}
+
+/* Oracle: after a resume that skipped a newest checkpoint whose metadata cannot be read, the run's next
+ * save into the same DIR is accepted (the newest readable checkpoint is its own run's) and replaces the
+ * damaged one with a sound one; a fresh engine (another run) is still refused there. */
+static void test_save_after_skip(void **state) {
+    (void)state;
+    char *dir = make_run(2), p[700];
+    touch(dir, "step-00000002/metadata.json", "garbage");
+    tr_job t = tr_make();
+    t.save_dir = dir, t.save_step = 2;
+    assert_ok(tr_try(&t, dir));
+    assert_int_equal(t.step, 1);
+    ct_step_path(p, sizeof p, dir, 2);
+    assert_ok(fsc_ckpt_verify(p, NULL));
+    ct_free(&t.j);
+    touch(dir, "step-00000002/metadata.json", "garbage");
+    ct_job fresh = ct_fsdp(2, FSC_SHARD_FULL);
+    fresh.to = 0, fresh.save_dir = dir;
+    assert_err(ct_try(&fresh), FSC_ERR_INVALID, "another run");
+    ct_free(&fresh);
+    ct_rmtree(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prune),
+        cmocka_unit_test(test_try_resume_fresh_and_newest),
+        cmocka_unit_test(test_try_resume_skips_damaged),
+        cmocka_unit_test(test_save_after_skip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,132 @@
+/* Tests of the trainer's --resume and --keep-last (examples/train_gpt.c over lib/ckpt/ckpt_keep.c): README's
+ * save-every/resume command works on a first run and after it, --keep-last leaves the newest K checkpoints,
+ * and a damaged newest checkpoint is skipped with a message for the one before, the losses still those of
+ * an uninterrupted run. */
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include "trainertest.h"
+
+static char trainer[PATH_MAX];
+static char tmpdir[64];
+
+#define TINY "--layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --parallel fsdp --world 2"
+
+static char *fmt(const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    char *s = NULL;
+    if (vasprintf(&s, f, ap) < 0) s = NULL;
+    va_end(ap);
+    if (!s) fail_msg("out of memory");
+    return s;
+}
+
+/* Run TINY with args: exit 0 required; stdout+stderr in *out (caller frees), losses (null: NAN) in l. */
+static void train(const char *args, double *l, int n, char **out) {
+    char *full = fmt(TINY " %s --json", args), *o = NULL;
+    int rc = prog_run(trainer, full, tmpdir, &o, NULL);
+    if (rc != 0) fail_msg("%s: exit %d\n%s", full, rc, o);
+    cJSON *j = prog_last_json(o);
+    cJSON *a = cJSON_GetObjectItem(j, "losses");
+    assert_int_equal(cJSON_GetArraySize(a), n);
+    for (int i = 0; i < n; i++) {
+        cJSON *x = cJSON_GetArrayItem(a, i);
+        l[i] = cJSON_IsNumber(x) ? x->valuedouble : -1.0;
+    }
+    cJSON_Delete(j);
+    free(full);
+    if (out) *out = o;
+    else free(o);
+}
+
+static int exists(const char *dir, const char *name) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static void assert_same_from(const double *a, const double *ref, int from, int n, const char *what) {
+    for (int i = from; i < n; i++)
+        if (memcmp(&a[i], &ref[i], sizeof a[i])) fail_msg("%s: loss %d is %.17g, uninterrupted %.17g", what, i, a[i], ref[i]);
+}
+
+/* Oracle: README's `--save-every K --ckpt-dir D --resume D` on an absent D trains from step 0 (the losses of
+ * a run without --resume, bit for bit) and says it starts a new run; run again with more steps it resumes
+ * at the last checkpoint and its later losses equal an uninterrupted run's. --keep-last 2 leaves exactly
+ * the newest 2 checkpoints. */
+static void test_first_run_and_keep_last(void **state) {
+    (void)state;
+    double ref[6], l[6];
+    train("--steps 6", ref, 6, NULL); /* uninterrupted, no checkpoints */
+    char *dir = fmt("%s/ck", tmpdir), *a = fmt("--steps 4 --save-every 1 --ckpt-dir '%s' --resume '%s' --keep-last 2", dir, dir), *out;
+    train(a, l, 4, &out);
+    char *said = fmt("no checkpoint in %s to resume from: starting a new run at step 0", dir);
+    if (!strstr(out, said)) fail_msg("first run: \"%s\" not in\n%s", said, out);
+    assert_same_from(l, ref, 0, 4, "first run");
+    assert_true(exists(dir, "step-00000003") && exists(dir, "step-00000004"));
+    assert_false(exists(dir, "step-00000001") || exists(dir, "step-00000002"));
+    free(out);
+    free(a);
+    a = fmt("--steps 6 --save-every 1 --ckpt-dir '%s' --resume '%s' --keep-last 2", dir, dir);
+    train(a, l, 6, &out);
+    char *from = fmt("resumed from %s/step-00000004 at step 4", dir);
+    if (!strstr(out, from)) fail_msg("second run: \"%s\" not in\n%s", from, out);
+    assert_same_from(l, ref, 4, 6, "resumed run");
+    assert_true(exists(dir, "step-00000005") && exists(dir, "step-00000006"));
+    assert_false(exists(dir, "step-00000003") || exists(dir, "step-00000004"));
+    free(out);
+    free(a);
+    free(from);
+    free(said);
+    free(dir);
+}
+
+/* Oracle: with the newest checkpoint's metadata damaged, the run says which checkpoint it skipped and why,
+ * resumes from the one before, and its losses from there equal an uninterrupted run's. */
+static void test_damaged_newest(void **state) {
+    (void)state;
+    double ref[5], l[5];
+    train("--steps 5", ref, 5, NULL);
+    char *dir = fmt("%s/dmg", tmpdir), *a = fmt("--steps 3 --save-every 1 --ckpt-dir '%s'", dir), *out;
+    train(a, l, 3, NULL);
+    free(a);
+    char *meta = fmt("%s/step-00000003/metadata.json", dir);
+    FILE *f = fopen(meta, "w");
+    assert_non_null(f);
+    fputs("{\"broken\": true}", f);
+    fclose(f);
+    a = fmt("--steps 5 --save-every 1 --ckpt-dir '%s' --resume '%s'", dir, dir);
+    train(a, l, 5, &out);
+    if (!strstr(out, "step-00000003 skipped, damaged") || !strstr(out, "resumed from") ||
+        !strstr(out, "step-00000002 at step 2"))
+        fail_msg("damaged newest: %s", out);
+    assert_same_from(l, ref, 2, 5, "resumed past a damaged checkpoint");
+    free(out);
+    free(a);
+    free(meta);
+    free(dir);
+}
+
+/* Oracle: --keep-last needs a checkpoint directory (exit 2 naming it). */
+static void test_keep_last_needs_dir(void **state) {
+    (void)state;
+    char *err = NULL;
+    int rc = prog_run(trainer, TINY " --keep-last 2", tmpdir, NULL, &err);
+    if (rc != 2 || !strstr(err, "--keep-last applies to --save-every/--ckpt-dir")) fail_msg("exit %d: %s", rc, err);
+    free(err);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prog_setup(argv[0], "test_trainer_resume", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_first_run_and_keep_last),
+        cmocka_unit_test(test_damaged_newest),
+        cmocka_unit_test(test_keep_last_needs_dir),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    test_rmtree(tmpdir);
+    return rc;
+}

@@ -1,7 +1,9 @@
 /* sample: generate tokens from a model file the trainer saved (train_gpt --save, or a Hugging Face GPT-2/Llama
- * state dict with --model-config). The file's metadata records the model's configuration (safetensors.h's
- * FSC_ST_META_MODEL); the program builds that model (generate.h's fsc_model_from_config), loads the weights into
- * an engine of one rank (the library's loader: Hugging Face names, F32/BF16/F16) and generates with generate.h.
+ * state dict with --model-config) or from a training checkpoint (a --ckpt-dir, its newest complete checkpoint, or
+ * one step-NNNNNNNN directory). The file's metadata records the model's configuration (safetensors.h's
+ * FSC_ST_META_MODEL; a checkpoint's metadata.json its "model"); the program builds that model (generate.h's
+ * fsc_model_from_config), loads the weights into an engine of one rank (the library's loader: Hugging Face names,
+ * F32/BF16/F16; or fsc_ckpt_load, any world and layout the run had) and generates with generate.h.
  * A byte model (vocabulary 256) reads the prompt as text and prints text; any other reads and prints token ids.
  * Deterministic: the same file, prompt, options and seed give the same tokens.
  * Not here: tokenizers, the model code (lib/model), the sampling rule (lib/core/generate.c). */
@@ -10,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "fsc/fsc.h"
 
 typedef struct {
@@ -28,7 +32,8 @@ typedef struct {
 } option;
 #define F(x) offsetof(sample_config, x)
 static const option options[] = {
-    {"model", "FILE", NULL, "the weights file (train_gpt --save: safetensors recording the model)", K_STR, F(model), 0, 0},
+    {"model", "PATH", NULL, "the weights file (train_gpt --save: safetensors recording the model), or a checkpoint: "
+     "a --ckpt-dir (its newest) or a step-NNNNNNNN directory", K_STR, F(model), 0, 0},
     {"model-config", "JSON", NULL, "the model's configuration when the file records none (a Hugging Face file), as "
      "checkpoints record it: '{\"layers\":2,\"dim\":64,\"heads\":4,\"seq\":64,\"vocab\":256}' (GPT-2) or "
      "'{\"family\":\"llama\",...}'", K_STR, F(config), 0, 0},
@@ -44,7 +49,7 @@ static const option options[] = {
 #define N_OPTIONS (sizeof options / sizeof *options)
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: sample --model FILE [options]\n"
+    fprintf(out, "usage: sample --model PATH [options]\n"
                  "Generate tokens from a model file the trainer saved (GPT-2 or Llama).\n\n");
     for (size_t i = 0; i < N_OPTIONS; i++) {
         const option *o = &options[i];
@@ -90,7 +95,7 @@ static int parse_args(int argc, char **argv, sample_config *c, char *err, size_t
         if (a + 1 >= argc) return snprintf(err, cap, "--%s needs a value", o->name), -1;
         if (set_option(c, o, argv[++a], err, cap)) return -1;
     }
-    if (!c->model) return snprintf(err, cap, "--model FILE is required (the weights file to sample from)"), -1;
+    if (!c->model) return snprintf(err, cap, "--model PATH is required (the weights file or checkpoint to sample from)"), -1;
     if (strcmp(c->device, "cpu") && strcmp(c->device, "cuda"))
         return snprintf(err, cap, "--device %s: expected cpu or cuda", c->device), -1;
     return 0;
@@ -135,7 +140,9 @@ static int parse_prompt(const sample_config *c, int V, int32_t **out, int *n, ch
 
 typedef struct {
     const sample_config *c;
-    const char *config;   /* the model's configuration text */
+    const char *config;        /* the model's configuration text */
+    const char *ckpt;          /* a checkpoint directory to load instead of the weights file, or NULL */
+    fsc_optim_config optim;    /* the checkpoint's optimizer (its state loads with it) */
 } run_arg;
 
 static fsc_status run(fsc_rank *r, void *arg) {
@@ -149,8 +156,9 @@ static fsc_status run(fsc_rank *r, void *arg) {
     fsc_parallel_opts po = fsc_parallel_opts_default();
     fsc_optim_config oc = fsc_optim_config_default();
     oc.kind = FSC_OPT_SGD; /* no optimizer state: the engine only holds the weights */
+    if (ra->ckpt) oc = ra->optim;
     fsc_status s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
-    if (s == FSC_OK) s = fsc_engine_load_weights(e, c->model);
+    if (s == FSC_OK) s = ra->ckpt ? fsc_ckpt_load(e, ra->ckpt, NULL) : fsc_engine_load_weights(e, c->model);
     if (s == FSC_OK) s = fsc_generator_create(r->dev, fsc_engine_model(e), &g);
     int n = 0, V = 0;
     const float *lg;
@@ -185,16 +193,39 @@ int main(int argc, char **argv) {
         fprintf(stderr, "sample: %s\n", err);
         return 2;
     }
-    /* the model's configuration: --config, else the file's record */
-    fsc_st_file *f = NULL;
-    fsc_status s = fsc_st_open(c.model, &f);
-    if (s != FSC_OK) {
-        fprintf(stderr, "sample: %s\n", fsc_last_error());
-        return 1;
+    /* the model's configuration: --model-config, else the file's or the checkpoint's record */
+    run_arg ra = { .c = &c };
+    char ckpt[4096];
+    char *config = NULL;
+    fsc_status s;
+    struct stat sb;
+    if (stat(c.model, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char meta[4200];
+        int64_t step = -1;
+        snprintf(meta, sizeof meta, "%s/metadata.json", c.model);
+        if (access(meta, F_OK) == 0) snprintf(ckpt, sizeof ckpt, "%s", c.model); /* one checkpoint */
+        else if ((s = fsc_ckpt_latest(c.model, ckpt, sizeof ckpt, &step)) != FSC_OK || step < 0) {
+            fprintf(stderr, "sample: %s\n", s != FSC_OK ? fsc_last_error() : "no complete checkpoint in --model");
+            return 1;
+        }
+        fsc_ckpt_meta *m = NULL;
+        if ((s = fsc_ckpt_meta_read(ckpt, &m)) != FSC_OK) {
+            fprintf(stderr, "sample: %s\n", fsc_last_error());
+            return 1;
+        }
+        config = strdup(c.config ? c.config : m->model_config);
+        ra.ckpt = ckpt, ra.optim = m->optim;
+        fsc_ckpt_meta_free(m);
+    } else {
+        fsc_st_file *f = NULL;
+        if ((s = fsc_st_open(c.model, &f)) != FSC_OK) {
+            fprintf(stderr, "sample: %s\n", fsc_last_error());
+            return 1;
+        }
+        const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
+        config = c.config ? strdup(c.config) : rec ? strdup(rec) : NULL;
+        fsc_st_close(f);
     }
-    const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
-    char *config = c.config ? strdup(c.config) : rec ? strdup(rec) : NULL;
-    fsc_st_close(f);
     if (!config) {
         fprintf(stderr, "sample: %s records no model configuration (a file not written by train_gpt --save): give "
                 "it with --model-config JSON (see --help)\n", c.model);
@@ -202,7 +233,7 @@ int main(int argc, char **argv) {
     }
     fsc_cluster_opts co = fsc_cluster_opts_default();
     co.device = c.device;
-    run_arg ra = { .c = &c, .config = config };
+    ra.config = config;
     s = fsc_cluster_run(&co, run, &ra);
     free(config);
     if (s != FSC_OK) {

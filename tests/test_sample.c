@@ -128,6 +128,28 @@ static void test_trained_file(void **st) {
     free(a), free(b), free(ids);
 }
 
+/* A checkpoint directory (written by 2 FSDP ranks) samples as the weights the same run saved at its end. */
+static void test_checkpoint(void **st) {
+    (void)st;
+    char args[4 * PATH_MAX], file[300], dir[300], data[PATH_MAX], *out = NULL;
+    snprintf(file, sizeof file, "%s/final.safetensors", tmpdir);
+    snprintf(dir, sizeof dir, "%s/ck", tmpdir);
+    golden_path(data, sizeof data, "../../examples/data/coriolanus.txt");
+    snprintf(args, sizeof args, "--layers 1 --dim 16 --heads 2 --seq 16 --batch 4 --steps 4 --world 2 --parallel fsdp "
+             "--save-every 2 --ckpt-dir '%s' --save '%s' --data '%s'", dir, file, data);
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d\n%s", args, rc, out);
+    free(out);
+    char *a = sample(file, NULL, "--prompt 'To be' --tokens 16 --seed 5 --ids");
+    char *b = sample(dir, NULL, "--prompt 'To be' --tokens 16 --seed 5 --ids"); /* its newest: step 4 */
+    assert_string_equal(a, b);
+    char step2[400];
+    snprintf(step2, sizeof step2, "%s/step-00000002", dir);
+    char *c = sample(step2, NULL, "--prompt 'To be' --tokens 16 --seed 5 --ids");
+    if (!strcmp(a, c)) fail_msg("step 2 and step 4 sampled the same tokens: %s", a);
+    free(a), free(b), free(c);
+}
+
 static void test_refusals(void **st) {
     (void)st;
     char args[PATH_MAX + 256], path[PATH_MAX], *out = NULL, *err = NULL;
@@ -141,7 +163,7 @@ static void test_refusals(void **st) {
     assert_non_null(strstr(err, "token ids in [0, 32)"));
     free(out), free(err);
     assert_int_equal(prog_run(sampler, "--tokens 3", tmpdir, &out, &err), 2);
-    assert_non_null(strstr(err, "--model FILE is required"));
+    assert_non_null(strstr(err, "--model PATH is required"));
     free(out), free(err);
     assert_int_equal(prog_run(sampler, "--help", tmpdir, &out, &err), 0);
     assert_non_null(strstr(out, "usage: sample"));
@@ -157,7 +179,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_token), cmocka_unit_test(test_greedy_matches_pytorch),
         cmocka_unit_test(test_seeds),        cmocka_unit_test(test_trained_file),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

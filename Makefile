@@ -45,8 +45,8 @@ PUBLIC_HEADERS := $(wildcard lib/include/fsc/*.h)
 PLUGIN_HEADERS := $(wildcard lib/include/fsc/plugin/*.h)
 HEADERS  := $(PUBLIC_HEADERS) $(PLUGIN_HEADERS) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
 
-.PHONY: all lib deps test check demo bench fuzz install clean cuda mpi
-all: lib $(EXAMPLES) $(BENCHES) $(TESTS) cuda mpi
+.PHONY: all lib deps test check demo bench fuzz install clean cuda mpi plot
+all: lib $(TRAINER) $(EXAMPLES) $(BENCHES) $(TESTS) cuda mpi
 lib: $(BUILD)/libfsc.a $(BUILD)/libfsc.so
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
@@ -88,8 +88,16 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libfsc_tests.a $(BUIL
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< -o $@ $(LDFLAGS) $(BUILD)/libfsc_tests.a $(BUILD)/libfsc_internal.a -lcmocka $(LDLIBS)
 
-$(BUILD)/%: examples/%.c $(BUILD)/libfsc.a
+$(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
+
+# The trainer is fsc-train (examples/train_gpt.c: a GPT-2 or a Llama on token files); build/train_gpt stays,
+# a link to it, for the scripts and tests that name it.
+TRAINER  := $(BUILD)/fsc-train
+$(TRAINER): examples/train_gpt.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
+$(BUILD)/train_gpt: $(TRAINER)
+	ln -sf fsc-train $@
 
 $(BUILD)/%: bench/%.c $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
@@ -151,6 +159,13 @@ demo: deps
 bench: deps
 	@$(MAKE) --no-print-directory OPT="-O3 -march=native" BUILD=build/bench lib $(BENCHES:$(BUILD)/%=build/bench/%) build/bench/train_gpt mpi
 	@sh ci/bench.sh build/bench
+
+# The trainer's --log as a picture (tools/plot; gnuplot, installed here, not needed by make test):
+#   make plot LOG=run.jsonl OUT=run.png
+plot:
+	@test -n "$(LOG)" -a -n "$(OUT)" || { echo "usage: make plot LOG=run.jsonl OUT=run.png|run.svg"; exit 2; }
+	@sh ci/deps.sh plot
+	@sh tools/plot "$(LOG)" "$(OUT)"
 
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_SECONDS ?= 20

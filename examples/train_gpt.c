@@ -25,6 +25,7 @@
 #include <cjson/cJSON.h>
 #include "fsc/fsc.h"
 #include "fsc/llama.h"
+#include "train_log.h"
 
 typedef struct {
     int model;      /* index into "gpt2|llama" */
@@ -73,6 +74,11 @@ typedef struct {
     int nonfinite;      /* fsc_nonfinite_policy */
     int max_skipped_steps;
     int reduce;         /* processes: 0 ordered (the simulator's bits), 1 native (MPI's/NCCL's own sums) */
+    const char *config, *log, *trace; /* --config FILE.json, --log FILE.jsonl, --trace DIR (train_log.h, trace.h) */
+    char strs[16384];   /* the text of --config's string values (the options point into it) */
+    size_t nstrs;
+    int trace_events;
+    float peak_tflops;  /* per rank, for MFU; 0: measured */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -131,6 +137,11 @@ static const option options[] = {
     {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR that loads (any --world and --parallel) up to --steps; a damaged one is skipped, with a message; none there (or no DIR): start a new run", K_STR, F(resume), 0, 0, NULL},
     {"keep-last", "K", "0", "after each checkpoint is written, remove the older ones of --ckpt-dir beyond the newest K (0: keep all)", K_INT, F(keep_last), 0, 1e9, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
+    {"config", "FILE", NULL, "options from a JSON object {\"option\": value, ...} (names as here; the command line wins)", K_STR, F(config), 0, 0, NULL},
+    {"log", "FILE", NULL, "write one JSON object per line to FILE (.jsonl): the config, then every step and validation, flushed as they come", K_STR, F(log), 0, 0, NULL},
+    {"trace", "DIR", NULL, "write a Chrome/Perfetto trace per rank, DIR/rank-N.json (open in ui.perfetto.dev)", K_STR, F(trace), 0, 0, NULL},
+    {"trace-events", "N", "262144", "events each rank's trace keeps at most (about 120 bytes each); later ones are counted, not kept", K_INT, F(trace_events), 1, 1 << 26, NULL},
+    {"peak-tflops", "X", "0", "peak TFLOP/s of one rank's device for MFU (0: measure its fp32 gemm at start)", K_FLOAT, F(peak_tflops), 0, 1e9, NULL},
     {"world", "N", "1", "simulated ranks (threads); under a launcher (mpirun, srun, torchrun) one rank per process: omit it or give the launcher's number", K_INT, F(world), 1, 1024, NULL},
     {"reduce", "MODE", "ordered", "processes started by a launcher: ordered (sums in rank order, the simulated ranks' bits)|native (MPI's or NCCL's own all-reduce, faster, bits may differ)", K_CHOICE, F(reduce), 0, 0, "ordered|native"},
     {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage; "
@@ -299,14 +310,176 @@ static int set_option(train_config *c, const option *o, const char *v, char *err
     return snprintf(err, cap, "--%s: internal error", o->name), -1;
 }
 
-/* Defaults, then argv. Returns 0 to run, 1 if --help was printed, -1 on error (message in err).
- * given[i] says whether option i appeared on the command line. */
-static int parse_args(int argc, char **argv, train_config *c, int *given, char *err, size_t cap) {
+/* Every option at its default, none given. */
+static int set_defaults(train_config *c, int *given, char *err, size_t cap) {
     memset(c, 0, sizeof *c);
     for (int i = 0; i < NOPT; i++) {
         given[i] = 0;
         if (options[i].def && set_option(c, &options[i], options[i].def, err, cap) != 0) return -1;
     }
+    return 0;
+}
+
+/* Whether option o holds the same value in a and b. */
+static int same_value(const option *o, const train_config *a, const train_config *b) {
+    const char *x = (const char *)a + o->off, *y = (const char *)b + o->off;
+    switch (o->kind) {
+    case K_U64: return memcmp(x, y, sizeof(uint64_t)) == 0;
+    case K_FLOAT: return memcmp(x, y, sizeof(float)) == 0;
+    case K_STR: {
+        const char *s = *(const char *const *)x, *t = *(const char *const *)y;
+        return (!s && !t) || (s && t && strcmp(s, t) == 0);
+    }
+    case K_WRAP: return a->wrap == b->wrap && a->wrap_min_params == b->wrap_min_params;
+    default: return memcmp(x, y, sizeof(int)) == 0;
+    }
+}
+
+/* The options of a JSON object (text, len bytes; `name` for messages: "--config FILE") over c: keys are option
+ * names without "--", values of the option's kind (integer options: integral numbers; --seed also a string of
+ * digits; floats: numbers; paths and choices: strings; flags: true or false). null, false and 0 for a count
+ * without a default leave an option as it is (the run's config.json writes them for options not set). A key whose value differs from the default marks
+ * the option given, as on the command line. String values are copied into c->strs. Returns 0 or -1 (err). */
+static int apply_config_text(train_config *c, int *given, const char *text, size_t len, const char *name, char *err,
+                             size_t cap) {
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root) return snprintf(err, cap, "%s: not JSON (near byte %ld)", name,
+                               cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - text) : 0L), -1;
+    int rc = 0;
+    train_config def;
+    int dgiven[NOPT];
+    if (!cJSON_IsObject(root)) rc = (snprintf(err, cap, "%s: expected a JSON object {\"option\": value, ...}", name), -1);
+    if (rc == 0) rc = set_defaults(&def, dgiven, err, cap);
+    int seen[NOPT] = {0};
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        if (rc != 0) break;
+        const char *key = it->string ? it->string : "";
+        int k = option_index(key);
+        if (k < 0) {
+            rc = (snprintf(err, cap, "%s: unknown option \"%.64s\" (keys are the options of --help without --)", name, key), -1);
+            break;
+        }
+        const option *o = &options[k];
+        if (seen[k]++) {
+            rc = (snprintf(err, cap, "%s: \"%s\" appears twice", name, key), -1);
+            break;
+        }
+        /* null, false, and 0 for a count without a default (--kv-heads, --ffn): not set, as the run's config.json
+         * writes options that were not given */
+        if (!o->def && o->kind == K_INT && cJSON_IsNumber(it) && it->valuedouble == 0) continue;
+        if (cJSON_IsNull(it) || cJSON_IsFalse(it)) {
+            if (cJSON_IsFalse(it) && o->kind != K_FLAG)
+                rc = (snprintf(err, cap, "%s: \"%s\" takes %s, not false", name, key, o->arg), -1);
+            continue;
+        }
+        if (k == option_index("config")) {
+            rc = (snprintf(err, cap, "%s: \"config\": a config file cannot name another", name), -1);
+            break;
+        }
+        char num[64];
+        const char *v = NULL, *want = NULL;
+        double x = cJSON_IsNumber(it) ? it->valuedouble : 0;
+        int integral = cJSON_IsNumber(it) && isfinite(x) && x == floor(x) && fabs(x) <= 9007199254740992.0;
+        switch (o->kind) {
+        case K_INT:
+            if (integral) v = (snprintf(num, sizeof num, "%.0f", x), num);
+            else want = "an integer";
+            break;
+        case K_U64:
+            if (integral) v = (snprintf(num, sizeof num, "%.0f", x), num);
+            else if (cJSON_IsString(it)) v = it->valuestring;
+            else want = "a non-negative integer (a string of digits above 2^53)";
+            break;
+        case K_FLOAT:
+            if (cJSON_IsNumber(it)) v = (snprintf(num, sizeof num, "%.17g", x), num);
+            else want = "a number";
+            break;
+        case K_FLAG:
+            if (cJSON_IsTrue(it)) v = "1";
+            else want = "true or false";
+            break;
+        default: /* paths, choices, the wrap policy */
+            if (cJSON_IsString(it)) v = it->valuestring;
+            else want = "a string";
+        }
+        if (want) {
+            char gotn[48];
+            snprintf(gotn, sizeof gotn, "%.17g", x);
+            const char *got = cJSON_IsString(it) ? "a string" : cJSON_IsNumber(it) ? gotn : cJSON_IsBool(it) ? "a boolean"
+                            : cJSON_IsArray(it) ? "an array" : "an object";
+            rc = (snprintf(err, cap, "%s: \"%s\" must be %s, not %s", name, key, want, got), -1);
+            break;
+        }
+        if (o->kind == K_STR) { /* the option keeps a pointer: copy the text where it lives as long as c */
+            size_t n = strlen(v) + 1;
+            if (n > sizeof c->strs - c->nstrs) {
+                rc = (snprintf(err, cap, "%s: its paths hold more than %zu bytes of text", name, sizeof c->strs), -1);
+                break;
+            }
+            memcpy(c->strs + c->nstrs, v, n);
+            v = c->strs + c->nstrs;
+            c->nstrs += n;
+        }
+        char e2[400];
+        if (set_option(c, o, v, e2, sizeof e2) != 0) {
+            rc = (snprintf(err, cap, "%s: %s", name, e2), -1);
+            break;
+        }
+        if (!same_value(o, c, &def)) given[k] = 1;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* --config FILE: a regular file of at most 1 MiB holding one JSON object (apply_config_text). */
+static int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap) {
+    char name[300];
+    snprintf(name, sizeof name, "--config %.280s", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return snprintf(err, cap, "%s: cannot open: %s", name, strerror(errno)), -1;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (1 << 20)) {
+        close(fd);
+        return snprintf(err, cap, "%s: not a regular file of at most 1 MiB", name), -1;
+    }
+    size_t n = (size_t)sb.st_size, got = 0;
+    char *text = malloc(n + 1);
+    while (text && got < n) {
+        ssize_t r = read(fd, text + got, n - got);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!text || got != n) {
+        free(text);
+        return snprintf(err, cap, "%s: cannot read it", name), -1;
+    }
+    text[n] = 0;
+    int rc = apply_config_text(c, given, text, n, name, err, cap);
+    free(text);
+    return rc;
+}
+
+static int parse_argv(int argc, char **argv, train_config *c, int *given, char *err, size_t cap);
+
+/* Defaults, then --config's file, then argv (the command line wins). Returns 0 to run, 1 if --help was
+ * printed, -1 on error (message in err). given[i] says whether option i was set on the command line or to
+ * another value than its default by the config file. */
+static int parse_args(int argc, char **argv, train_config *c, int *given, char *err, size_t cap) {
+    if (set_defaults(c, given, err, cap) != 0) return -1;
+    int rc = parse_argv(argc, argv, c, given, err, cap); /* finds --config (and --help, and bad options) */
+    if (rc != 0 || !c->config) return rc;
+    const char *path = c->config;
+    int cgiven[NOPT] = {0};
+    if (set_defaults(c, given, err, cap) != 0 || apply_config_file(c, cgiven, path, err, cap) != 0) return -1;
+    rc = parse_argv(argc, argv, c, given, err, cap);
+    for (int i = 0; i < NOPT; i++) given[i] |= cgiven[i];
+    return rc;
+}
+
+/* The options of argv over c. */
+static int parse_argv(int argc, char **argv, train_config *c, int *given, char *err, size_t cap) {
     for (int a = 1; a < argc; a++) {
         const char *s = argv[a];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) return 1;
@@ -564,6 +737,9 @@ typedef struct {
     double *aux;            /* (steps) MoE: rank 0's fsc_step_info.aux_loss */
     int64_t *assigned, *dropped; /* (steps) MoE: token-to-expert assignments and drops over the global batch */
     int procs;              /* one rank per process (a launcher): the per-rank slots are gathered at the end */
+    FILE *log;              /* --log, rank 0's process only (NULL: none) */
+    double tflops;          /* rank 0: one rank's peak for MFU (--peak-tflops or measured; 0: unknown) */
+    double trace_origin;    /* --trace: the time every rank's timestamps count from (fsc_trace_now_us) */
 } run_state;
 
 /* The result buffers of a run, zeroed: 0, or -1 when out of memory (results_free frees what was made). */
@@ -722,17 +898,30 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
                                     .warmup = c->warmup, .total = c->steps };
     fsc_engine *e = NULL;
     fsc_model *lm = NULL; /* --model llama: the model the engine runs (the GPT's engine owns its own) */
+    fsc_trace *tr = NULL; /* --trace: this rank's recorder, attached to the world before the engine splits groups */
+    if (r->rank == 0) st->tflops = c->peak_tflops;
+    if (r->rank == 0 && !(c->peak_tflops > 0) && fsc_device_measure_tflops(r->dev, 512, &st->tflops) != FSC_OK)
+        st->tflops = 0; /* no MFU then */
+    if (c->trace) {
+        FSC_TRY(fsc_trace_create(&(fsc_trace_opts){.rank = r->rank, .max_events = (size_t)c->trace_events,
+                                                   .origin_us = st->trace_origin}, &tr));
+        fsc_comm_set_trace(r->comm, tr);
+    }
+    fsc_status cs = FSC_OK;
     if (c->model == MODEL_LLAMA) {
         fsc_llama_config lc = llama_config(c);
-        FSC_TRY(fsc_llama_model_create(r->dev, &lc, &lm));
-        fsc_status cs = fsc_engine_create_model(r, lm, &po, &oc, c->seed, &e);
-        if (cs != FSC_OK) {
-            fsc_model_free(lm);
-            return cs;
-        }
+        cs = fsc_llama_model_create(r->dev, &lc, &lm);
+        if (cs == FSC_OK) cs = fsc_engine_create_model(r, lm, &po, &oc, c->seed, &e);
     } else {
-        FSC_TRY(fsc_engine_create(r, &gc, &po, &oc, c->seed, &e));
+        cs = fsc_engine_create(r, &gc, &po, &oc, c->seed, &e);
     }
+    if (cs != FSC_OK) {
+        fsc_model_free(lm);
+        fsc_comm_set_trace(r->comm, NULL);
+        fsc_trace_free(tr);
+        return cs;
+    }
+    fsc_engine_set_trace(e, tr);
     const fsc_layout *lay = fsc_engine_layout(e);
     st->lay[r->rank] = *lay;
     if (r->rank == 0 && r->world > 1) {
@@ -771,6 +960,13 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     if (s == FSC_OK && c->init_save) s = fsc_engine_save_weights_dtype(e, c->init_save, save_dt[c->save_dtype]);
     fsc_engine_reset_comm_stats(e);
     double tokens = (double)c->batch * (double)c->seq;
+    /* the report's measures (train_log.h): FLOPs of a step of the global batch, the peak of all ranks, the mean
+     * step time for the ETA (leaving out the first step of this run, the warm-up, once there are others) */
+    const double step_flops = fsc_model_flops(fsc_engine_model(e), c->batch);
+    const double peak_flops = r->rank == 0 ? (double)r->world * st->tflops * 1e12 : 0, run_t0 = now_ms();
+    double sum_ms = 0, first_ms = 0;
+    int timed = 0;
+    size_t peak[FSC_TAG_COUNT + 1];
     for (int step = start; step < c->steps && s == FSC_OK; step++) {
         if ((s = fill_batch(st, lay->data, step, tok, tgt)) != FSC_OK) break;
         double t0 = now_ms();
@@ -792,12 +988,20 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
                 snprintf(moe, sizeof moe, " | aux %.4f | dropped %lld/%lld", info.aux_loss, (long long)info.moe_dropped,
                          (long long)info.moe_assigned);
             }
-            char val[48] = "";
-            if (isfinite(val_loss)) snprintf(val, sizeof val, " | val %.6f", val_loss);
-            printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB%s%s%s\n", step + 1, c->steps,
-                   info.loss, ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0, moe, val,
-                   info.skipped ? " | skipped (inf/nan loss or gradients)" : "");
-            fflush(stdout);
+            char extra[160];
+            snprintf(extra, sizeof extra, "%s%s", moe, info.skipped ? " | skipped (inf/nan loss or gradients)" : "");
+            if (timed++ == 0) first_ms = ms;
+            else sum_ms += ms;
+            double mean = timed > 1 ? sum_ms / (timed - 1) : first_ms;
+            for (int t = 0; t < FSC_TAG_COUNT; t++) peak[t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
+            peak[FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
+            step_record rec = {.step = step + 1, .steps = c->steps, .loss = info.loss, .lr = fsc_engine_lr(e),
+                               .val_loss = val_loss, .ms = ms, .tokens = tokens, .flops = step_flops,
+                               .peak_flops = peak_flops, .eta_s = mean * 1e-3 * (c->steps - step - 1),
+                               .elapsed_s = (now_ms() - run_t0) * 1e-3, .peak = peak, .extra = extra};
+            print_progress(stdout, &rec);
+            if (st->log && log_step(st->log, &rec) != 0)
+                s = fsc_error(FSC_ERR_IO, "--log %s: cannot write: %s", c->log, strerror(errno));
         }
         if (s == FSC_OK && c->save_every && (step + 1) % c->save_every == 0) {
             fsc_ckpt_save_opts so = {.format = (fsc_ckpt_format)c->ckpt_format, .start_over = c->ckpt_overwrite};
@@ -824,8 +1028,19 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     if (st->procs) s = share_per_rank(r, st, s);
     free(tok);
     free(tgt);
+    if (tr) { /* DIR/rank-N.json; a full recorder said so on stderr (the file says how many events it dropped) */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/rank-%d.json", c->trace, r->rank);
+        fsc_status ts = fsc_trace_write(tr, path);
+        if (ts == FSC_OK && fsc_trace_dropped(tr))
+            fprintf(stderr, "fsc-train: warning: rank %d's trace filled up at %zu events and dropped %zu later ones "
+                    "(raise --trace-events)\n", r->rank, fsc_trace_count(tr), fsc_trace_dropped(tr));
+        if (s == FSC_OK) s = ts;
+    }
     fsc_engine_free(e);
     fsc_model_free(lm);
+    fsc_comm_set_trace(r->comm, NULL);
+    fsc_trace_free(tr);
     return s;
 }
 
@@ -845,9 +1060,10 @@ static cJSON *config_object(const train_config *c) {
         const char *field = (const char *)c + op->off;
         switch (op->kind) {
         case K_INT: cJSON_AddNumberToObject(o, op->name, *(const int *)field); break;
-        case K_U64:
+        case K_U64: /* a number, exactly; above 2^53 (where a JSON reader's double rounds) a string of digits */
             snprintf(buf, sizeof buf, "%llu", (unsigned long long)*(const uint64_t *)field);
-            cJSON_AddRawToObject(o, op->name, buf);
+            if (*(const uint64_t *)field > (1ull << 53)) cJSON_AddStringToObject(o, op->name, buf);
+            else cJSON_AddRawToObject(o, op->name, buf);
             break;
         case K_FLOAT: { /* the shortest decimal that reads back as the same float */
             float x = *(const float *)field;
@@ -1127,6 +1343,35 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
     return 0;
 }
 
+/* What the run writes besides checkpoints, on rank 0's process: --log (from the start, or appended to with
+ * --resume) with the config as its first line; --ckpt-dir/config.json, the options as asked (loadable with
+ * --config; durable as checkpoints are); --trace's directory (every process makes it). */
+static int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
+    *log = NULL;
+    if (c->trace && mkdir(c->trace, 0777) != 0 && errno != EEXIST)
+        return snprintf(err, cap, "--trace %s: cannot create the directory: %s", c->trace, strerror(errno)), -1;
+    if (me != 0) return 0;
+    if (c->ckpt_dir) {
+        cJSON *o = config_object(asked);
+        char *text = o ? cJSON_Print(o) : NULL;
+        cJSON_Delete(o);
+        fsc_status s = text ? fsc_ckpt_write_file(c->ckpt_dir, "config.json", text, strlen(text))
+                            : fsc_error(FSC_ERR_NOMEM, "out of memory");
+        free(text);
+        if (s != FSC_OK) return snprintf(err, cap, "--ckpt-dir: config.json: %s", fsc_last_error()), -1;
+    }
+    if (c->log) {
+        if (!(*log = fopen(c->log, c->resume ? "a" : "w")))
+            return snprintf(err, cap, "--log %s: cannot open: %s", c->log, strerror(errno)), -1;
+        if (log_config(*log, config_object(asked)) != 0) {
+            fclose(*log);
+            *log = NULL;
+            return snprintf(err, cap, "--log %s: cannot write: %s", c->log, strerror(errno)), -1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     train_config c;
     int given[NOPT];
@@ -1136,6 +1381,8 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    train_config asked = c; /* the options as given, before anything derives from them: the run's config.json */
+    asked.config = NULL;    /* (its content is in) */
     int me = 0, procs = 0;
     if (rc == 0) rc = check_launcher(&c, given, &me, &procs, err, sizeof err);
     if (rc == 0) rc = resolve_layout(&c, given, err, sizeof err);
@@ -1151,7 +1398,11 @@ int main(int argc, char **argv) {
                         "--parallel fsdp, zero1 or zero2, --pp 2 or more, or --ep 2 or more\n");
         return 2;
     }
-    run_state st = {.cfg = &c, .procs = procs};
+    run_state st = {.cfg = &c, .procs = procs, .trace_origin = fsc_trace_now_us()};
+    if (open_outputs(&c, &asked, me, &st.log, err, sizeof err) != 0) {
+        fprintf(stderr, "train_gpt: %s\n", err);
+        return 2;
+    }
     fsc_data *data = NULL;
     if (load_data(&c, &data, &st.ntok, err, sizeof err) != 0) {
         fprintf(stderr, "train_gpt: %s\n", err);
@@ -1206,7 +1457,9 @@ int main(int argc, char **argv) {
     }
     ddp_check chk = {0};
     train_config cd = c;
+    cd.trace = NULL; /* the DDP oracle of --check-ddp is neither traced nor logged */
     run_state sd = st;
+    sd.log = NULL;
     fsc_status s = FSC_OK;
     if (procs) { /* the DDP oracle runs inside the same launch */
         cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = 1;
@@ -1266,5 +1519,9 @@ int main(int argc, char **argv) {
     results_free(&st);
     fsc_data_free(data);
     fsc_data_free(val);
+    if (st.log && fclose(st.log) != 0 && rc == 0) {
+        fprintf(stderr, "train_gpt: --log %s: cannot write: %s\n", c.log, strerror(errno));
+        rc = 1;
+    }
     return rc;
 }

@@ -1,0 +1,117 @@
+/* The trainer's per-step report (examples/train_gpt.c): one record per step that rank 0 fills (the step's loss,
+ * its learning rate and validation loss when known, time, FLOPs, memory) and turns into the progress line on
+ * stdout and, with --log FILE.jsonl, one JSON object per line, flushed as it goes:
+ *   {"type":"train","step":3,"loss":5.1,"lr":0.003,"ms":41.2,"tokens_per_s":12427,"mfu":0.012,"eta_s":1.1,
+ *    "elapsed_s":0.2,"peak_bytes":{"params":..,"grads":..,..,"total":..}}         (one per step)
+ *   {"type":"val","step":3,"val_loss":5.3}                                      (one per validation)
+ * The first line of a log is {"type":"config", "config":{...}} (the options of the run, as --json names them).
+ * lr, val_loss, mfu and eta_s are left out when not known. tools/plot reads these lines.
+ * Only what is here formats; the training loop and its measurements stay in train_gpt.c. */
+#ifndef TRAIN_LOG_H
+#define TRAIN_LOG_H
+#include <math.h>
+#include <stdio.h>
+#include <cjson/cJSON.h>
+#include "fsc/fsc.h"
+
+typedef struct {
+    int step, steps;    /* the step just taken (1-based), of steps */
+    double loss;
+    double lr;          /* the learning rate the step used; NAN: not known */
+    double val_loss;    /* the validation loss computed after this step; NAN: none this step */
+    double ms;          /* the step's wall time */
+    double tokens;      /* tokens of the step (global batch x context) */
+    double flops;       /* FLOPs of the step over all ranks (fsc_model_flops); 0: unknown */
+    double peak_flops;  /* FLOP/s of all ranks together (world x --peak-tflops or the measured rate); 0: unknown */
+    double eta_s;       /* time left at the mean step time so far; < 0: not known yet */
+    double elapsed_s;   /* since the first step began */
+    const size_t *peak; /* (FSC_TAG_COUNT + 1) rank 0's peak device bytes by tag, then the total */
+    const char *extra;  /* appended to the progress line (MoE statistics, a skipped step); may be NULL */
+} step_record;
+
+static double record_mfu(const step_record *r) {
+    return r->flops > 0 && r->peak_flops > 0 && r->ms > 0 ? r->flops / (r->ms * 1e-3) / r->peak_flops : NAN;
+}
+
+/* "1h02m", "3m07s", "12.4s" */
+static void format_duration(char *buf, size_t cap, double s) {
+    if (!(s >= 0) || !isfinite(s)) snprintf(buf, cap, "?");
+    else if (s < 60) snprintf(buf, cap, "%.1fs", s);
+    else if (s < 3600) snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
+/* The progress line: step, loss, validation loss (when computed), lr, ms/step, tokens/s, MFU, peak memory, ETA. */
+static void print_progress(FILE *f, const step_record *r) {
+    char val[32] = "", lr[32] = "", mfu[32] = "", eta[32] = "";
+    if (isfinite(r->val_loss)) snprintf(val, sizeof val, " | val %.6f", r->val_loss);
+    if (isfinite(r->lr)) snprintf(lr, sizeof lr, " | lr %.3e", r->lr);
+    double m = record_mfu(r);
+    if (isfinite(m)) snprintf(mfu, sizeof mfu, " | MFU %5.2f%%", 100.0 * m);
+    if (r->eta_s >= 0) {
+        char d[16];
+        format_duration(d, sizeof d, r->eta_s);
+        snprintf(eta, sizeof eta, " | ETA %s", d);
+    }
+    fprintf(f, "step %4d/%d | loss %.6f%s%s | %8.1f ms | %9.0f tok/s%s | peak %.1f MiB%s%s\n", r->step, r->steps,
+            r->loss, val, lr, r->ms, r->ms > 0 ? r->tokens / (r->ms * 1e-3) : 0.0, mfu,
+            r->peak ? (double)r->peak[FSC_TAG_COUNT] / 1048576.0 : 0.0, eta, r->extra ? r->extra : "");
+    fflush(f);
+}
+
+/* A number that reads back as the same double (%.17g); JSON has no inf or NaN: those become null. */
+static void add_exact(cJSON *o, const char *k, double x) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.17g", x);
+    cJSON_AddItemToObject(o, k, isfinite(x) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
+}
+
+/* Write o as one line and flush it; 0, or -1 when the write failed. Takes o. */
+static int log_line(FILE *f, cJSON *o) {
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    int bad = !text || fputs(text, f) < 0 || fputc('\n', f) == EOF || fflush(f) != 0;
+    free(text);
+    cJSON_Delete(o);
+    return bad ? -1 : 0;
+}
+
+/* The --log record of a validation after step (0: before the first). */
+static int log_val(FILE *f, int step, double val_loss) {
+    cJSON *v = cJSON_CreateObject();
+    cJSON_AddStringToObject(v, "type", "val");
+    cJSON_AddNumberToObject(v, "step", step);
+    add_exact(v, "val_loss", val_loss);
+    return log_line(f, v);
+}
+
+/* The --log record of a step (and, when it has one, of its validation after it). */
+static int log_step(FILE *f, const step_record *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "train");
+    cJSON_AddNumberToObject(o, "step", r->step);
+    add_exact(o, "loss", r->loss);
+    if (isfinite(r->lr)) add_exact(o, "lr", r->lr);
+    cJSON_AddNumberToObject(o, "ms", r->ms);
+    cJSON_AddNumberToObject(o, "tokens_per_s", r->ms > 0 ? r->tokens / (r->ms * 1e-3) : 0);
+    double m = record_mfu(r);
+    if (isfinite(m)) cJSON_AddNumberToObject(o, "mfu", m);
+    if (r->eta_s >= 0) cJSON_AddNumberToObject(o, "eta_s", r->eta_s);
+    cJSON_AddNumberToObject(o, "elapsed_s", r->elapsed_s);
+    if (r->peak) {
+        cJSON *p = cJSON_AddObjectToObject(o, "peak_bytes");
+        for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(p, fsc_tag_name((fsc_tag)t), (double)r->peak[t]);
+        cJSON_AddNumberToObject(p, "total", (double)r->peak[FSC_TAG_COUNT]);
+    }
+    if (log_line(f, o) != 0) return -1;
+    return isfinite(r->val_loss) ? log_val(f, r->step, r->val_loss) : 0;
+}
+
+/* The first line of a log: the run's options (takes config). */
+static int log_config(FILE *f, cJSON *config) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "config");
+    cJSON_AddItemToObject(o, "config", config);
+    return log_line(f, o);
+}
+
+#endif

@@ -1,0 +1,96 @@
+/* Tests of tools/plot's data extraction (tools/plot --data, awk only: no gnuplot needed, and none is run here).
+ * Oracles: for a log written out by hand below (a config line, train records with and without lr and mfu, a
+ * validation record, a resumed run's second config line and records), the tables are exactly the ones written out
+ * by hand; a log the trainer wrote (--log) gives one row per step whose loss is --json's loss to the digit
+ * (%.17g both ways) and whose memory columns are the tags of the record; bad usage and a missing file fail. */
+#include <limits.h>
+#include <stdlib.h>
+#include "trainertest.h"
+
+static char trainer[PATH_MAX], plot[PATH_MAX];
+static char tmpdir[64];
+
+static void test_hand_written(void **state) {
+    (void)state;
+    char log[128];
+    snprintf(log, sizeof log, "%s/hand.jsonl", tmpdir);
+    FILE *f = fopen(log, "w");
+    assert_non_null(f);
+    fputs("{\"type\":\"config\",\"config\":{\"steps\":3,\"lr\":0.5}}\n"
+          "{\"type\":\"train\",\"step\":1,\"loss\":5.25,\"lr\":0.001,\"ms\":10,\"tokens_per_s\":1000,\"mfu\":0.25,"
+          "\"eta_s\":2,\"elapsed_s\":0.01,\"peak_bytes\":{\"params\":1048576,\"acts\":2097152,\"total\":3145728}}\n"
+          "{\"type\":\"val\",\"step\":1,\"val_loss\":5.5}\n"
+          "{\"type\":\"train\",\"step\":2,\"loss\":4.5e-1,\"ms\":5,\"tokens_per_s\":2000,\"elapsed_s\":0.02,"
+          "\"peak_bytes\":{\"params\":1048576,\"acts\":524288,\"total\":3145728}}\n"
+          "{\"type\":\"config\",\"config\":{\"steps\":4}}\n"
+          "{\"type\":\"train\",\"step\":3,\"loss\":-1,\"lr\":1e-05,\"ms\":5,\"tokens_per_s\":3000,\"mfu\":0.5,"
+          "\"elapsed_s\":0.01,\"peak_bytes\":{\"params\":0,\"acts\":0,\"total\":0}}\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    char *args = NULL, *out = NULL;
+    assert_true(asprintf(&args, "--data '%s'", log) > 0);
+    assert_int_equal(prog_run(plot, args, tmpdir, &out, NULL), 0);
+    const char *want = "# train\n"
+                       "step\tloss\tlr\ttokens_per_s\tmfu\tparams_mib\tacts_mib\ttotal_mib\n"
+                       "1\t5.25\t0.001\t1000\t0.25\t1\t2\t3\n"
+                       "2\t4.5e-1\tNaN\t2000\tNaN\t1\t0.5\t3\n"
+                       "3\t-1\t1e-05\t3000\t0.5\t0\t0\t0\n"
+                       "\n\n# val\n"
+                       "step\tval_loss\n"
+                       "1\t5.5\n";
+    if (strcmp(out, want) != 0) fail_msg("tools/plot --data gave:\n%s\nexpected:\n%s", out, want);
+    free(out), free(args);
+    assert_int_equal(prog_run(plot, "", tmpdir, NULL, NULL), 2);
+    assert_int_equal(prog_run(plot, "--data", tmpdir, NULL, NULL), 2);
+    assert_int_equal(prog_run(plot, "--data /nonexistent/x.jsonl", tmpdir, NULL, NULL), 1);
+    assert_int_equal(prog_run(plot, "a.jsonl b.gif", tmpdir, NULL, NULL), 1); /* a.jsonl unreadable first */
+}
+
+static void test_trainer_log(void **state) {
+    (void)state;
+    char *args = NULL, *out = NULL;
+    assert_true(asprintf(&args, "--layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --steps 3 --log '%s/t.jsonl' --json",
+                         tmpdir) > 0);
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("trainer: exit %d\n%s", rc, out);
+    cJSON *j = prog_last_json(out);
+    free(out), free(args);
+    assert_true(asprintf(&args, "--data '%s/t.jsonl'", tmpdir) > 0);
+    assert_int_equal(prog_run(plot, args, tmpdir, &out, NULL), 0);
+    char *line = strtok(out, "\n");
+    assert_string_equal(line, "# train");
+    line = strtok(NULL, "\n");
+    assert_non_null(strstr(line, "step\tloss\tlr\ttokens_per_s\tmfu\tparams_mib\tgrads_mib\t"));
+    for (int s = 0; s < 3; s++) {
+        line = strtok(NULL, "\n");
+        assert_non_null(line);
+        int step = 0;
+        char loss[64];
+        assert_int_equal(sscanf(line, "%d\t%63[^\t]", &step, loss), 2);
+        assert_int_equal(step, s + 1);
+        char want[64];
+        snprintf(want, sizeof want, "%.17g", cJSON_GetArrayItem(cJSON_GetObjectItem(j, "losses"), s)->valuedouble);
+        assert_string_equal(loss, want);
+    }
+    assert_string_equal(strtok(NULL, "\n"), "# val");
+    cJSON_Delete(j);
+    free(out), free(args);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prog_setup(argv[0], "test_plot", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
+    const char *src = __FILE__, *slash = strrchr(src, '/'); /* tools/ beside tests/ */
+    snprintf(plot, sizeof plot, "%.*s../tools/plot", slash ? (int)(slash - src + 1) : 0, src);
+    if (access(plot, X_OK) != 0) {
+        fprintf(stderr, "test_plot: %s not found (run from the repository root)\n", plot);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hand_written),
+        cmocka_unit_test(test_trainer_log),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    test_rmtree(tmpdir);
+    return rc;
+}

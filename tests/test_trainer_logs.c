@@ -1,0 +1,298 @@
+/* Tests of the trainer's config file, logs and traces (examples/train_gpt.c, examples/train_log.h):
+ * --config, --ckpt-dir/config.json, --log, the progress line, --peak-tflops, --trace.
+ * Oracles: the --json record of the same run (its config, its losses, learning rates and validation losses, to
+ * the bit); an MFU recomputed here from the record's own ms and fsc_gpt_flops_per_token (test_flops checks that
+ * count against nanoGPT's); the run's config.json, read back with --config, trains to the same losses bit for
+ * bit; refusals name the key and exit 2; each rank's trace file parses (cJSON) with a span per step and layer and
+ * collectives naming their group, and a full one says so. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include "trainertest.h"
+
+static char trainer[PATH_MAX];
+static char tmpdir[64];
+
+#define TINY "--layers 1 --dim 32 --heads 2 --seq 16 --batch 4"
+
+static char *fmt(const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    char *s = NULL;
+    if (vasprintf(&s, f, ap) < 0) s = NULL;
+    va_end(ap);
+    if (!s) fail_msg("out of memory");
+    return s;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+static const cJSON *get(const cJSON *o, const char *k) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!x) fail_msg("no \"%s\"", k);
+    return x;
+}
+
+/* The lines of a JSONL file, each parsed (NULL-terminated array; the caller frees with free_lines). */
+static cJSON **read_lines(const char *path, int *n) {
+    char *text = prog_slurp(path);
+    cJSON **v = calloc(4096, sizeof *v);
+    *n = 0;
+    for (char *line = strtok(text, "\n"); line && *n < 4095; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        if (!j) fail_msg("%s line %d is not JSON: %.80s", path, *n + 1, line);
+        v[(*n)++] = j;
+    }
+    free(text);
+    return v;
+}
+
+static void free_lines(cJSON **v, int n) {
+    for (int i = 0; i < n; i++) cJSON_Delete(v[i]);
+    free(v);
+}
+
+/* A config file sets options, the command line wins, and the refusals name what is wrong. */
+static void test_config_file(void **state) {
+    (void)state;
+    char *cfg = fmt("%s/c.json", tmpdir);
+    write_text(cfg, "{\"layers\": 1, \"dim\": 32, \"heads\": 2, \"seq\": 16, \"batch\": 4, \"steps\": 3, \"lr\": 0.01,"
+                    " \"optimizer\": \"sgd\", \"seed\": 7, \"clip\": 0}");
+    char *args = fmt("--config %s --steps 2 --lr 0.02", cfg);
+    cJSON *j = prog_json(trainer, tmpdir, "", args);
+    const cJSON *c = get(j, "config");
+    assert_int_equal(get(c, "steps")->valueint, 2); /* the command line wins */
+    assert_true(fabs(get(c, "lr")->valuedouble - 0.02) < 1e-9);
+    assert_int_equal(get(c, "layers")->valueint, 1); /* the file's */
+    assert_string_equal(get(c, "optimizer")->valuestring, "sgd");
+    assert_int_equal(get(c, "seed")->valueint, 7);
+    assert_int_equal(cJSON_GetArraySize(get(j, "losses")), 2);
+    cJSON_Delete(j);
+    free(args);
+    struct { const char *text, *says; } bad[] = {
+        { "{\"stepz\": 2}", "unknown option \"stepz\"" },
+        { "{\"steps\": \"2\"}", "\"steps\" must be an integer, not a string" },
+        { "{\"layers\": 2.5}", "\"layers\" must be an integer, not 2.5" },
+        { "{\"lr\": \"fast\"}", "\"lr\" must be a number" },
+        { "{\"json\": 1}", "\"json\" must be true or false" },
+        { "{\"parallel\": \"fsdq\"}", "--parallel: unknown value 'fsdq'" },
+        { "{\"steps\": 2, \"steps\": 3}", "\"steps\" appears twice" },
+        { "{\"config\": \"other.json\"}", "cannot name another" },
+        { "[1, 2]", "expected a JSON object" },
+        { "{\"steps\": 2", "not JSON" },
+        { "{\"shard\": \"grad_op\"}", "--shard applies to --parallel fsdp only" }, /* given by the file */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text(cfg, bad[i].text);
+        char *out = NULL, *a = fmt("--config %s", cfg);
+        int rc = prog_run(trainer, a, tmpdir, &out, NULL);
+        if (rc != 2 || !strstr(out, bad[i].says))
+            fail_msg("%s: exit %d (expected 2), output lacks \"%s\":\n%s", bad[i].text, rc, bad[i].says, out);
+        free(out);
+        free(a);
+    }
+    char *out = NULL;
+    assert_int_equal(prog_run(trainer, "--config /dev/null/x.json", tmpdir, &out, NULL), 2);
+    assert_non_null(strstr(out, "cannot open"));
+    free(out);
+    free(cfg);
+}
+
+/* --ckpt-dir/config.json: the options as asked, read back with --config, trains the same losses bit for bit. */
+static void test_config_json_reproduces(void **state) {
+    (void)state;
+    char *d1 = fmt("%s/run1", tmpdir), *d2 = fmt("%s/run2", tmpdir);
+    char *a1 = fmt(TINY " --steps 3 --world 2 --parallel zero2 --lr 0.004 --seed 3 --save-every 3 --ckpt-dir %s", d1);
+    cJSON *j1 = prog_json(trainer, tmpdir, "", a1);
+    char *cj = fmt("%s/config.json", d1);
+    struct stat sb;
+    assert_int_equal(stat(cj, &sb), 0);
+    char *a2 = fmt("--config %s --ckpt-dir %s", cj, d2);
+    cJSON *j2 = prog_json(trainer, tmpdir, "", a2);
+    const cJSON *l1 = get(j1, "losses"), *l2 = get(j2, "losses");
+    assert_int_equal(cJSON_GetArraySize(l1), 3);
+    assert_int_equal(cJSON_GetArraySize(l2), 3);
+    for (int i = 0; i < 3; i++)
+        if (memcmp(&cJSON_GetArrayItem(l1, i)->valuedouble, &cJSON_GetArrayItem(l2, i)->valuedouble, sizeof(double)))
+            fail_msg("step %d: %.17g from the command line, %.17g from config.json", i + 1,
+                     cJSON_GetArrayItem(l1, i)->valuedouble, cJSON_GetArrayItem(l2, i)->valuedouble);
+    assert_string_equal(get(get(j2, "config"), "parallel")->valuestring, "zero2");
+    cJSON_Delete(j1), cJSON_Delete(j2);
+    free(a1), free(a2), free(cj), free(d1), free(d2);
+}
+
+/* --log: the config, then a record per step and per validation, equal to --json's; the progress line. */
+static void test_log(void **state) {
+    (void)state;
+    char *val = fmt("%s/val.txt", tmpdir), *log = fmt("%s/run.jsonl", tmpdir);
+    char text[3000];
+    for (size_t i = 0; i < sizeof text - 1; i++) text[i] = (char)('a' + (i * 7 + i / 13) % 26);
+    text[sizeof text - 1] = 0;
+    write_text(val, text);
+    char *args = fmt(TINY " --steps 4 --lr-schedule cosine --warmup 1 --val-data %s --val-every 2 --val-batches 1 "
+                     "--peak-tflops 0.5 --log %s --json", val, log);
+    char *out = NULL;
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    cJSON *j = prog_last_json(out);
+    int n = 0;
+    cJSON **v = read_lines(log, &n);
+    assert_int_equal(n, 1 + 4 + 2); /* config, 4 steps, validations after steps 2 and 4 */
+    assert_string_equal(get(v[0], "type")->valuestring, "config");
+    assert_int_equal(get(get(v[0], "config"), "steps")->valueint, 4);
+    const cJSON *losses = get(j, "losses"), *lrs = get(j, "lr"), *vals = get(j, "val_loss");
+    fsc_gpt_config g = { .layers = 1, .dim = 32, .heads = 2, .seq = 16, .vocab = 256 };
+    const double flops = fsc_gpt_flops_per_token(&g) * 4 * 16;
+    int step = 0, nval = 0;
+    for (int i = 1; i < n; i++) {
+        const char *type = get(v[i], "type")->valuestring;
+        if (!strcmp(type, "val")) {
+            int s = get(v[i], "step")->valueint;
+            assert_int_equal(s, step);
+            double x = get(v[i], "val_loss")->valuedouble, y = cJSON_GetArrayItem(vals, s - 1)->valuedouble;
+            if (memcmp(&x, &y, sizeof x)) fail_msg("validation after step %d: log %.17g, --json %.17g", s, x, y);
+            nval++;
+            continue;
+        }
+        assert_string_equal(type, "train");
+        assert_int_equal(get(v[i], "step")->valueint, ++step);
+        double x = get(v[i], "loss")->valuedouble, y = cJSON_GetArrayItem(losses, step - 1)->valuedouble;
+        if (memcmp(&x, &y, sizeof x)) fail_msg("step %d: log loss %.17g, --json %.17g", step, x, y);
+        x = get(v[i], "lr")->valuedouble, y = cJSON_GetArrayItem(lrs, step - 1)->valuedouble;
+        if (fabs(x - y) > 1e-7 * y) fail_msg("step %d: log lr %.17g, --json %.17g", step, x, y);
+        double ms = get(v[i], "ms")->valuedouble, mfu = get(v[i], "mfu")->valuedouble;
+        double want = flops / (ms * 1e-3) / 0.5e12;
+        if (fabs(mfu - want) > 1e-9 * want) fail_msg("step %d: mfu %.17g, recomputed %.17g", step, mfu, want);
+        assert_true(get(v[i], "tokens_per_s")->valuedouble > 0);
+        assert_true(get(get(v[i], "peak_bytes"), "total")->valuedouble > 0);
+        assert_true(get(get(v[i], "peak_bytes"), "params")->valuedouble > 0);
+        assert_true(get(v[i], "eta_s")->valuedouble >= 0);
+    }
+    assert_int_equal(step, 4);
+    assert_int_equal(nval, 2);
+    /* the progress line: validation loss where computed, lr, MFU, ETA */
+    assert_non_null(strstr(out, "step    2/4 | loss "));
+    const char *l2 = strstr(out, "step    2/4"), *l3 = strstr(out, "step    3/4");
+    assert_non_null(l3);
+    char line2[400];
+    snprintf(line2, sizeof line2, "%.*s", (int)(l3 - l2), l2);
+    assert_non_null(strstr(line2, "| val "));
+    assert_non_null(strstr(line2, "| lr "));
+    assert_non_null(strstr(line2, "| MFU "));
+    assert_non_null(strstr(line2, "| ETA "));
+    char line3[400];
+    snprintf(line3, sizeof line3, "%.*s", (int)strcspn(l3, "\n"), l3);
+    assert_null(strstr(line3, "| val ")); /* no validation after step 3 */
+    free_lines(v, n);
+    cJSON_Delete(j);
+    free(out), free(args), free(val), free(log);
+}
+
+/* --resume appends to the log; --check-ddp's DDP run is not logged. */
+static void test_log_resume_and_check_ddp(void **state) {
+    (void)state;
+    char *log = fmt("%s/r.jsonl", tmpdir), *ck = fmt("%s/ck", tmpdir);
+    char *a1 = fmt(TINY " --steps 2 --save-every 2 --ckpt-dir %s --log %s", ck, log);
+    char *out = NULL;
+    assert_int_equal(prog_run(trainer, a1, tmpdir, &out, NULL), 0);
+    free(out);
+    char *a2 = fmt(TINY " --steps 4 --save-every 2 --ckpt-dir %s --resume %s --log %s", ck, ck, log);
+    int rc = prog_run(trainer, a2, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("resume: exit %d\n%s", rc, out);
+    free(out);
+    int n = 0;
+    cJSON **v = read_lines(log, &n);
+    const char *want[] = { "config", "train", "train", "config", "train", "train" };
+    const int steps[] = { 0, 1, 2, 0, 3, 4 };
+    assert_int_equal(n, 6);
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(get(v[i], "type")->valuestring, want[i]);
+        if (steps[i]) assert_int_equal(get(v[i], "step")->valueint, steps[i]);
+    }
+    free_lines(v, n);
+    char *a3 = fmt(TINY " --steps 2 --world 2 --parallel fsdp --check-ddp --log %s", log);
+    rc = prog_run(trainer, a3, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("check-ddp: exit %d\n%s", rc, out);
+    free(out);
+    v = read_lines(log, &n);
+    assert_int_equal(n, 3); /* the config and the fsdp run's two steps */
+    assert_string_equal(get(get(v[0], "config"), "parallel")->valuestring, "fsdp");
+    free_lines(v, n);
+    free(a1), free(a2), free(a3), free(log), free(ck);
+}
+
+static int has_event(const cJSON *root, const char *name, const char *group) {
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(root, "traceEvents")) {
+        const cJSON *nm = cJSON_GetObjectItem(ev, "name"), *args = cJSON_GetObjectItem(ev, "args");
+        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, name)) continue;
+        if (!group) return 1;
+        const cJSON *g = args ? cJSON_GetObjectItem(args, "group") : NULL;
+        if (cJSON_IsString(g) && strcmp(g->valuestring, group) == 0) return 1;
+    }
+    return 0;
+}
+
+/* --trace DIR: a file per rank with the steps, the layers, the collectives; a small --trace-events says so. */
+static void test_trace(void **state) {
+    (void)state;
+    char *dir = fmt("%s/trace", tmpdir);
+    char *args = fmt(TINY " --steps 2 --world 2 --parallel ddp --trace %s", dir);
+    char *out = NULL;
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("exit %d\n%s", rc, out);
+    free(out);
+    for (int r = 0; r < 2; r++) {
+        char *p = fmt("%s/rank-%d.json", dir, r);
+        char *text = prog_slurp(p);
+        cJSON *j = cJSON_Parse(text);
+        if (!j) fail_msg("%s is not JSON", p);
+        assert_true(has_event(j, "step 1", NULL) && has_event(j, "step 2", NULL));
+        for (int l = 0; l < 3; l++) { /* embedding, the block, the head */
+            char nm[32];
+            snprintf(nm, sizeof nm, "forward %d", l);
+            assert_true(has_event(j, nm, NULL));
+            snprintf(nm, sizeof nm, "backward %d", l);
+            assert_true(has_event(j, nm, NULL));
+        }
+        assert_true(has_event(j, "optimizer", NULL));
+        assert_true(has_event(j, "all_reduce", "world")); /* DDP's gradients over the world */
+        assert_int_equal((int)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "otherData"), "dropped")->valuedouble, 0);
+        cJSON_Delete(j);
+        free(text), free(p);
+    }
+    free(args);
+    char *err = NULL;
+    args = fmt(TINY " --steps 2 --trace %s --trace-events 10", dir);
+    rc = prog_run(trainer, args, tmpdir, &out, &err);
+    if (rc != 0) fail_msg("exit %d\n%s%s", rc, out, err);
+    assert_non_null(strstr(err, "rank 0's trace filled up at 10 events"));
+    char *p = fmt("%s/rank-0.json", dir), *text = prog_slurp(p);
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    assert_true(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "otherData"), "dropped")->valuedouble > 0);
+    assert_true(has_event(j, "trace full", NULL));
+    cJSON_Delete(j);
+    free(text), free(p), free(out), free(err), free(args), free(dir);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prog_setup(argv[0], "test_trainer_logs", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_config_json_reproduces),
+        cmocka_unit_test(test_log),
+        cmocka_unit_test(test_log_resume_and_check_ddp),
+        cmocka_unit_test(test_trace),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    test_rmtree(tmpdir);
+    return rc;
+}

@@ -145,6 +145,51 @@ static void test_validation_every_layout(void **state) {
     free(val);
 }
 
+/* The Llama through the trainer (a pipeline and FSDP against DDP), mixture-of-experts blocks with expert
+ * parallelism against every expert on every rank, and the validation tokens as uint16 files (training tokens
+ * too: --data-format is theirs) against the same tokens as bytes. */
+static void test_models_and_formats(void **state) {
+    (void)state;
+    char *val = fmt("--val-data %s/val.txt --val-every 3 --val-batches 2", tmpdir), *args = NULL;
+    double ref[6], x[6];
+    const char *llama[] = { "--model llama --world 2 --parallel ddp --accum 2", "--model llama --world 2 --parallel fsdp --accum 2",
+                            "--model llama --pp 2 --dp 2 --parallel ddp --chunks 2" };
+    for (int k = 0; k < 3; k++) {
+        free(args);
+        args = fmt("%s %s", val, llama[k]);
+        array(args, "val_loss", k ? x : ref, 6);
+        if (k) assert_same(ref, x, 6, llama[k]);
+    }
+    free(args);
+    args = fmt("%s --moe-experts 4 --world 2 --parallel ddp", val);
+    array(args, "val_loss", ref, 6);
+    free(args);
+    args = fmt("%s --moe-experts 4 --world 2 --parallel ddp --ep 2", val);
+    array(args, "val_loss", x, 6);
+    assert_same(ref, x, 6, "--ep 2");
+    /* the same tokens as uint16 */
+    const char *names[2] = { "examples/data/coriolanus.txt", "val.txt" };
+    for (int f = 0; f < 2; f++) {
+        char *in = f ? fmt("%s/%s", tmpdir, names[f]) : fmt("%s", names[f]), *out = fmt("%s/%d.u16", tmpdir, f);
+        FILE *a = fopen(in, "rb"), *b = fopen(out, "wb");
+        assert_non_null(a);
+        assert_non_null(b);
+        for (int c; (c = fgetc(a)) != EOF;) fputc(c, b), fputc(0, b);
+        fclose(a), fclose(b);
+        free(in), free(out);
+    }
+    free(args);
+    args = fmt("--val-data %s/val.txt --val-every 3", tmpdir);
+    array(args, "val_loss", ref, 6);
+    free(args);
+    args = fmt("--data %s/0.u16 --val-data %s/1.u16 --data-format u16 --val-every 3", tmpdir, tmpdir);
+    array(args, "val_loss", x, 6);
+    assert_same(ref, x, 6, "uint16 files against bytes");
+    if (isnan(x[2]) || isnan(x[5]) || !isnan(x[0])) fail_msg("validation after steps 3 and 6 only");
+    free(args);
+    free(val);
+}
+
 static void test_progress_line(void **state) {
     (void)state;
     char *args = fmt(TINY " --val-data %s/val.txt --val-every 4", tmpdir), *out = NULL;
@@ -211,7 +256,8 @@ int main(int argc, char **argv) {
     free(p);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rates),          cmocka_unit_test(test_resume_exact),
-        cmocka_unit_test(test_validation_every_layout), cmocka_unit_test(test_progress_line),
+        cmocka_unit_test(test_validation_every_layout), cmocka_unit_test(test_models_and_formats),
+        cmocka_unit_test(test_progress_line),
         cmocka_unit_test(test_decay_switch),   cmocka_unit_test(test_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

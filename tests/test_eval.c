@@ -1,7 +1,7 @@
 /* fsc_engine_eval (lib/parallel/eval.c): the mean loss of a batch by a forward pass, on every strategy and layout.
  * Oracles:
  * - eval of a step's batch before the step equals the loss the step reports, bit for bit (the same forwards, the
- *   same sums), on DDP, FSDP (full_shard, shard_grad_op, no_shard, hybrid), ZeRO-1/2, bf16, pipelines (GPipe,
+ *   same sums), on DDP, FSDP (full_shard, shard_grad_op, no_shard, hybrid), ZeRO-1/2, bf16, checkpointed blocks, pipelines (GPipe,
  *   1F1B, checkpoint modes), tensor parallelism and the Llama;
  * - the validation loss of a fixed batch equals DDP's bit for bit at every step on every strategy and pipeline
  *   of equal data-parallel layout (the engines train bit-identically, so their forwards must agree), and a tp
@@ -190,10 +190,13 @@ static void test_strategies_equal_ddp(void **state) {
         fsc_parallel_kind kind;
         fsc_shard_strategy shard;
         const char *what;
+        int checkpoint; /* recompute blocks in backward (the forward keeps layer inputs only) */
     } cases[] = {
-        { FSC_PAR_FSDP, FSC_SHARD_FULL, "fsdp full_shard" }, { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, "fsdp shard_grad_op" },
-        { FSC_PAR_FSDP, FSC_SHARD_NONE, "fsdp no_shard" },   { FSC_PAR_FSDP, FSC_SHARD_HYBRID, "fsdp hybrid_shard" },
-        { FSC_PAR_ZERO1, FSC_SHARD_FULL, "zero1" },          { FSC_PAR_ZERO2, FSC_SHARD_FULL, "zero2" },
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, "fsdp full_shard", 0 },   { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, "fsdp shard_grad_op", 0 },
+        { FSC_PAR_FSDP, FSC_SHARD_NONE, "fsdp no_shard", 0 },     { FSC_PAR_FSDP, FSC_SHARD_HYBRID, "fsdp hybrid_shard", 0 },
+        { FSC_PAR_ZERO1, FSC_SHARD_FULL, "zero1", 0 },            { FSC_PAR_ZERO2, FSC_SHARD_FULL, "zero2", 0 },
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, "fsdp full_shard, checkpointed blocks", 1 },
+        { FSC_PAR_DDP, FSC_SHARD_FULL, "ddp, checkpointed blocks", 1 },
     };
     for (int bf = 0; bf < 2; bf++) {
         erun ddp = make(4, FSC_PAR_DDP, 1), quiet = make(4, FSC_PAR_DDP, 0);
@@ -204,6 +207,7 @@ static void test_strategies_equal_ddp(void **state) {
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             erun x = make(4, cases[i].kind, 1);
             x.po.shard = cases[i].shard;
+            x.po.checkpoint = cases[i].checkpoint;
             x.po.param_dtype = ddp.po.param_dtype;
             run(&x);
             assert_same(&x, &ddp, cases[i].what);

@@ -1,8 +1,8 @@
 /* fsc_engine_eval (lib/parallel/eval.c): the mean loss of a batch by a forward pass, on every strategy and layout.
  * Oracles:
  * - eval of a step's batch before the step equals the loss the step reports, bit for bit (the same forwards, the
- *   same sums), on DDP, FSDP (full_shard, shard_grad_op, no_shard, hybrid), ZeRO-1/2, bf16, checkpointed blocks, pipelines (GPipe,
- *   1F1B, checkpoint modes), tensor parallelism and the Llama;
+ *   same sums), on DDP, FSDP (full_shard, shard_grad_op, no_shard, hybrid), ZeRO-1/2, bf16, checkpointed blocks,
+ *   pipelines (GPipe, 1F1B, checkpoint modes), tensor parallelism and the Llama;
  * - the validation loss of a fixed batch equals DDP's bit for bit at every step on every strategy and pipeline
  *   of equal data-parallel layout (the engines train bit-identically, so their forwards must agree), and a tp
  *   run's equals the same tp run with FSDP or a pipeline;

@@ -149,7 +149,7 @@ test: deps
 	@sh ci/test.sh
 
 # Run the suite of one build variant (used by ci/test.sh).
-check: $(TESTS) $(EXAMPLES) mpi
+check: $(TESTS) $(TRAINER) $(EXAMPLES) mpi
 	@sh ci/run_tests.sh $(BUILD)/tests "$(TESTS_FILTER)"
 
 demo: deps
@@ -173,8 +173,14 @@ fuzz: deps
 	@sh ci/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_SRC)
 
 # The public headers, the plug-in ABI headers in include/fsc/plugin/, both libraries (the shared one as
-# libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA plug-in when built, fsc.pc.
-install: lib
+# libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA and MPI plug-ins when built, fsc.pc;
+# the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample), the default corpus in
+# share/fsc/ (where an installed fsc-train finds it without --data; plug-ins are looked up in ../lib).
+INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample
+install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p))))
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/fsc
+	$(foreach p,$(INSTALL_PROGRAMS),install -m 755 $(firstword $(subst :, ,$(p))) $(DESTDIR)$(PREFIX)/bin/$(lastword $(subst :, ,$(p)));)
+	install -m 644 examples/data/coriolanus.txt $(DESTDIR)$(PREFIX)/share/fsc/
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/fsc/plugin $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/libfsc.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/

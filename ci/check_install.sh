@@ -6,7 +6,12 @@
 #   tests/install/consumer.cpp   C++ (the headers' extern "C"), against libfsc.so
 #   tests/install/own_names.c    a program defining cpu_gemm, ck_remove_dir, ... itself: the library must
 #                                keep its own (against libfsc.so and libfsc.a)
-# Usage: ci/check_install.sh BUILD (a build folder holding the library: make BUILD=... lib).
+#   bin/fsc-train, bin/fsc-ckpt, bin/fsc-sample and share/fsc/coriolanus.txt are installed, the plug-ins
+#                                built in BUILD (libfsc_cuda.so, libfsc_mpi.so) are in lib/, and the installed
+#                                fsc-train trains from another directory without --data (the default corpus),
+#                                and, with the MPI plug-in and mpirun, as 2 processes finding the plug-in in lib/
+# Usage: ci/check_install.sh BUILD (a build folder holding the library: make BUILD=... lib; make install
+# builds the programs it installs).
 set -e
 B=${1:?usage: ci/check_install.sh BUILD}
 CC=${CC:-cc}
@@ -27,6 +32,23 @@ major=${v%%.*}
 [ -f "$P/lib/libfsc.so.$v" ] && [ -L "$P/lib/libfsc.so.$major" ] && [ -L "$P/lib/libfsc.so" ] ||
   fail "expected libfsc.so.$v with the links libfsc.so.$major and libfsc.so"
 readelf -d "$P/lib/libfsc.so.$v" | grep -q "SONAME.*\[libfsc.so.$major\]" || fail "no SONAME libfsc.so.$major"
+for prog in fsc-train fsc-ckpt fsc-sample; do
+  [ -x "$P/bin/$prog" ] || fail "bin/$prog was not installed"
+  "$P/bin/$prog" --help > "$tmp/help" 2>&1 || fail "bin/$prog --help failed: $(head -3 "$tmp/help")"
+done
+for plugin in libfsc_cuda.so libfsc_mpi.so; do
+  if [ -f "$B/$plugin" ]; then [ -f "$P/lib/$plugin" ] || fail "$B/$plugin was built but not installed"; fi
+done
+cmp -s examples/data/coriolanus.txt "$P/share/fsc/coriolanus.txt" || fail "share/fsc/coriolanus.txt was not installed"
+mkdir "$tmp/elsewhere"
+(cd "$tmp/elsewhere" && "$P/bin/fsc-train" --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 2 > "$tmp/train.out" 2>&1) ||
+  fail "the installed fsc-train did not train from another directory without --data: $(tail -3 "$tmp/train.out")"
+grep -q "data: $P/bin/../share/fsc/coriolanus.txt" "$tmp/train.out" || fail "the installed fsc-train did not read share/fsc: $(head -2 "$tmp/train.out")"
+if [ -f "$P/lib/libfsc_mpi.so" ] && command -v mpirun >/dev/null; then # the plug-in from ../lib, not build/
+  (cd "$tmp/elsewhere" && mpirun -n 2 --oversubscribe --bind-to none --allow-run-as-root "$P/bin/fsc-train" --layers 1 \
+     --dim 16 --heads 2 --seq 8 --batch 2 --steps 1 --parallel ddp > "$tmp/mpi.out" 2>&1) && grep -q "world 2" "$tmp/mpi.out" ||
+    fail "the installed fsc-train as 2 MPI processes (plug-in in lib/): $(tail -3 "$tmp/mpi.out")"
+fi
 
 export PKG_CONFIG_PATH="$P/lib/pkgconfig"
 cflags=$(pkg-config --cflags fsc)
@@ -48,4 +70,4 @@ for t in c_shared c_static cxx_shared own_shared own_static; do
   printf '%-11s ' "$t:"
   "$tmp/$t" || fail "$t failed"
 done
-echo "check_install: fsc $v installed, C and C++ programs built from the installed headers and run"
+echo "check_install: fsc $v installed (fsc-train, fsc-ckpt, fsc-sample, the default corpus$(ls "$P/lib" | grep -o 'libfsc_[a-z]*\.so' | sed 's/^/, /' | tr -d '\n')), C and C++ programs built from the installed headers and run"

@@ -1,12 +1,12 @@
 #!/bin/sh
-# README pastes `train_gpt --help` and `sample --help`; fail when they drift apart (each option table is the one source).
+# README pastes `fsc-train --help` and `sample --help`; fail when they drift apart (each option table is the one source).
 # usage: ci/check_readme_help.sh BUILD_DIR
 set -e
 B=${1:-build}
-"$B/train_gpt" --help > "$B/help.txt"
-awk '/^usage: train_gpt/ { on = 1 } on && /^```/ { exit } on { print }' README.md > "$B/readme_help.txt"
+"$B/fsc-train" --help > "$B/help.txt"
+awk '/^usage: fsc-train/ { on = 1 } on && /^```/ { exit } on { print }' README.md > "$B/readme_help.txt"
 if ! diff -u "$B/readme_help.txt" "$B/help.txt"; then
-  echo "README.md's train_gpt --help text differs from the binary's (above): paste the binary's"
+  echo "README.md's fsc-train --help text differs from the binary's (above): paste the binary's"
   exit 1
 fi
 # and the sampler's

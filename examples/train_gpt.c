@@ -1,6 +1,6 @@
-/* train_gpt: train a GPT-2 or a Llama on a file of tokens (bytes, llm.c shards, uint16), on one rank or on
- * a simulated cluster, with the public fsc API only. One table of options is the parser, the defaults and
- * the --help text.
+/* fsc-train (built from this file; build/train_gpt is a link to it): train a GPT-2 or a Llama on a file of
+ * tokens (bytes, llm.c shards, uint16), on one rank or on a simulated cluster, with the public fsc API
+ * only. One table of options is the parser, the defaults and the --help text.
  *
  * Data order (a contract, the same for every world size, strategy and --data-format): with N tokens in the
  * stream of --data (its files concatenated in order), global batch B and context T, sequence i of step s
@@ -107,7 +107,7 @@ static const option options[] = {
      "2/3 x 4 x --dim rounded up to a multiple of 256)", K_INT, F(ffn), 1, 1 << 20, NULL},
     {"rope-theta", "X", "10000", "llama: rotary embedding base", K_FLOAT, F(rope_theta), 0, INFINITY, NULL},
     {"norm-eps", "X", "1e-5", "llama: RMSNorm epsilon", K_FLOAT, F(norm_eps), 0, INFINITY, NULL},
-    {"data", "PATH", "examples/data/coriolanus.txt", "training tokens: a file, or a comma list or glob of files read as one stream in order", K_STR, F(data), 0, 0, NULL},
+    {"data", "PATH", "examples/data/coriolanus.txt", "training tokens: a file, or a comma list or glob of files read as one stream in order (the default is also found from any directory: beside the program, or installed in share/fsc)", K_STR, F(data), 0, 0, NULL},
     {"data-format", "F", "auto", "auto (llmc when a file begins with llm.c's magic, else bytes; refused above --vocab 256)|bytes (a byte a token)|llmc (llm.c shards)|u16 (headerless uint16, nanoGPT's .bin)", K_CHOICE, F(data_format), 0, 0, "auto|bytes|llmc|u16"},
     {"batch", "B", "8", "sequences per step (global batch over all ranks)", K_INT, F(batch), 1, 1 << 20, NULL},
     {"steps", "S", "30", "optimizer steps", K_INT, F(steps), 0, 1e9, NULL},
@@ -214,7 +214,7 @@ static int resolve_layout(train_config *c, const int *given, char *err, size_t c
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: train_gpt [options]\n"
+    fprintf(f, "usage: fsc-train [options]   (build/fsc-train; build/train_gpt is the same program)\n"
                "Train a GPT-2 or a Llama on a file of tokens with fsc, on one rank or a simulated cluster.\n\n");
     for (int i = 0; i < NOPT; i++) {
         const option *o = &options[i];
@@ -690,6 +690,35 @@ static int check_ckpt_dir(const train_config *c, char *err, size_t cap) {
                     "removed at the first save)", c->ckpt_dir, (long long)step, who, c->ckpt_dir), -1;
 }
 
+/* The default corpus from any directory: without --data, when examples/data/coriolanus.txt is not found from
+ * the working directory, it is looked up beside the program (the link /proc/self/exe names): in
+ * ../share/fsc/ (an installed bin/fsc-train), ../examples/data/ and ../../examples/data/ (build/ and
+ * build/<variant>/ of the source tree). buf (cap bytes) holds the path found. 0, or -1 with err saying what
+ * to pass. */
+static int find_default_data(train_config *c, const int *given, char *buf, size_t cap, char *err, size_t ecap) {
+    if (given[option_index("data")] || access(c->data, F_OK) == 0) return 0;
+    char exe[4096], tried[1024] = "";
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+    if (slash) {
+        *slash = '\0';
+        const char *base = strrchr(c->data, '/') ? strrchr(c->data, '/') + 1 : c->data;
+        const char *where[] = {"../share/fsc", "../examples/data", "../../examples/data"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(buf, cap, "%s/%s/%s", exe, where[i], base);
+            if (access(buf, R_OK) == 0) {
+                c->data = buf;
+                return 0;
+            }
+            size_t used = strlen(tried);
+            snprintf(tried + used, sizeof tried - used, "%s%.300s", used ? ", " : "", buf);
+        }
+    }
+    return snprintf(err, ecap, "--data not given, and the default corpus %s is neither in this directory nor beside "
+                    "the program (%s): give --data PATH (a text file, llm.c token shards or a uint16 token file)",
+                    c->data, tried[0] ? tried : "its folder is unknown"), -1;
+}
+
 /* The data (fsc/data.h): the files of --data mapped read-only, not copied, so their size costs no memory
  * of their own; regular files (a device such as /dev/zero, a FIFO or a directory is refused before anything
  * is read) of --data-format, holding at least --seq + 1 tokens, every one below --vocab (checked here in one
@@ -941,11 +970,11 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         int left = 0;
         char rep[1024];
         if (r->rank == 0 && fsc_ckpt_clean(c->resume, &left, rep, sizeof rep) == FSC_OK && left) /* resume skips them */
-            fprintf(stderr, "train_gpt: warning: %d leftover%s of interrupted saves not removed: %s\n", left,
+            fprintf(stderr, "fsc-train: warning: %d leftover%s of interrupted saves not removed: %s\n", left,
                     left == 1 ? "" : "s", rep);
         char from[4096], skipped[4096];
         s = fsc_ckpt_try_resume(e, c->resume, &at, from, sizeof from, skipped, sizeof skipped);
-        if (s == FSC_OK && r->rank == 0 && skipped[0]) fprintf(stderr, "train_gpt: warning: %s\n", skipped);
+        if (s == FSC_OK && r->rank == 0 && skipped[0]) fprintf(stderr, "fsc-train: warning: %s\n", skipped);
         if (s == FSC_OK && at < 0) { /* nothing to resume: a first run (README's save-every/resume example) */
             at = 0;
             if (r->rank == 0) printf("no checkpoint in %s to resume from: starting a new run at step 0\n", c->resume);
@@ -1011,7 +1040,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             if (s == FSC_OK && r->rank == 0 && c->keep_last) { /* durable on every rank: older ones may go */
                 if (fsc_ckpt_prune(c->ckpt_dir, step + 1, c->keep_last, NULL, left, sizeof left) != FSC_OK)
                     snprintf(left, sizeof left, "%s", fsc_last_error());
-                if (left[0]) fprintf(stderr, "train_gpt: warning: --keep-last %d: %s\n", c->keep_last, left);
+                if (left[0]) fprintf(stderr, "fsc-train: warning: --keep-last %d: %s\n", c->keep_last, left);
             }
         }
     }
@@ -1389,29 +1418,31 @@ int main(int argc, char **argv) {
     if (rc == 0) rc = resolve_model(&c, given, err, sizeof err);
     if (rc == 0) rc = check_config(&c, given, err, sizeof err);
     if (rc == 0) rc = check_ckpt_dir(&c, err, sizeof err);
+    char data_path[4200];
+    if (rc == 0) rc = find_default_data(&c, given, data_path, sizeof data_path, err, sizeof err);
     if (rc != 0) {
-        fprintf(stderr, "train_gpt: %s\n", err);
+        fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }
     if (c.check_ddp && c.pp == 1 && c.ep == 1 && (c.parallel == FSC_PAR_NONE || c.parallel == FSC_PAR_DDP)) {
-        fprintf(stderr, "train_gpt: --check-ddp compares a sharded, pipelined or expert-parallel run with DDP: give "
+        fprintf(stderr, "fsc-train: --check-ddp compares a sharded, pipelined or expert-parallel run with DDP: give "
                         "--parallel fsdp, zero1 or zero2, --pp 2 or more, or --ep 2 or more\n");
         return 2;
     }
     run_state st = {.cfg = &c, .procs = procs, .trace_origin = fsc_trace_now_us()};
     if (open_outputs(&c, &asked, me, &st.log, err, sizeof err) != 0) {
-        fprintf(stderr, "train_gpt: %s\n", err);
+        fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }
     fsc_data *data = NULL;
     if (load_data(&c, &data, &st.ntok, err, sizeof err) != 0) {
-        fprintf(stderr, "train_gpt: %s\n", err);
+        fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }
     st.data = data;
     fsc_data *val = NULL;
     if (c.val_data && load_val_data(&c, &val, err, sizeof err) != 0) {
-        fprintf(stderr, "train_gpt: %s\n", err);
+        fprintf(stderr, "fsc-train: %s\n", err);
         fsc_data_free(data);
         return 2;
     }
@@ -1420,7 +1451,7 @@ int main(int argc, char **argv) {
     fsc_llama_config lc = llama_config(&c);
     st.nparams = c.model == MODEL_LLAMA ? fsc_llama_num_params(&lc) : fsc_gpt_num_params(&gc);
     if (results_alloc(&st, c.steps, c.world) != 0) {
-        fprintf(stderr, "train_gpt: out of memory\n");
+        fprintf(stderr, "fsc-train: out of memory\n");
         return 1;
     }
     char pbuf[32];
@@ -1446,7 +1477,7 @@ int main(int argc, char **argv) {
     fsc_cluster_opts co = {.world = c.world, .device = option_choice("device", c.device, dbuf, sizeof dbuf),
                            .threads_per_rank = c.threads, .reduce_native = c.reduce};
     if (c.check_ddp && !(st.params = calloc(st.nparams, sizeof(float)))) {
-        fprintf(stderr, "train_gpt: out of memory\n");
+        fprintf(stderr, "fsc-train: out of memory\n");
         return 1;
     }
     if (c.pp > 1) {
@@ -1466,7 +1497,7 @@ int main(int argc, char **argv) {
         if (c.check_ddp) sd.pstats = NULL, sd.cfg = &cd; /* (results_free frees sd's buffers when it has its own) */
         if (c.check_ddp && ((sd.params = calloc(st.nparams, sizeof(float))) == NULL ||
                             results_alloc(&sd, c.steps, c.world) != 0)) {
-            fprintf(stderr, "train_gpt: out of memory\n");
+            fprintf(stderr, "fsc-train: out of memory\n");
             return 1;
         }
         proc_job job = {.st = &st, .ddp = c.check_ddp ? &sd : NULL};
@@ -1494,7 +1525,7 @@ int main(int argc, char **argv) {
         sd.cfg = &cd;
         sd.params = calloc(st.nparams, sizeof(float));
         if (results_alloc(&sd, c.steps, c.world) != 0 || !sd.params) {
-            fprintf(stderr, "train_gpt: out of memory\n");
+            fprintf(stderr, "fsc-train: out of memory\n");
             return 1;
         }
         printf("--check-ddp: the same training with DDP\n");
@@ -1509,7 +1540,7 @@ int main(int argc, char **argv) {
         }
     }
     if (s != FSC_OK) {
-        fprintf(stderr, "train_gpt: %s: %s\n", fsc_status_str(s), fsc_last_error());
+        fprintf(stderr, "fsc-train: %s: %s\n", fsc_status_str(s), fsc_last_error());
         rc = 1;
     } else if (c.json) {
         print_json(&st, &chk);
@@ -1520,7 +1551,7 @@ int main(int argc, char **argv) {
     fsc_data_free(data);
     fsc_data_free(val);
     if (st.log && fclose(st.log) != 0 && rc == 0) {
-        fprintf(stderr, "train_gpt: --log %s: cannot write: %s\n", c.log, strerror(errno));
+        fprintf(stderr, "fsc-train: --log %s: cannot write: %s\n", c.log, strerror(errno));
         rc = 1;
     }
     return rc;

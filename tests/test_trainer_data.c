@@ -162,6 +162,25 @@ static void test_refusals(void **state) {
     }
 }
 
+/* Oracle: without --data, the default corpus is found from any working directory (beside the program in the
+ * source tree: the run reads examples/data/coriolanus.txt's 15991 tokens), and a copy of the program where
+ * no corpus is near it says what to pass (exit 2). */
+static void test_default_data(void **state) {
+    (void)state;
+    char *cmd = fmt("-c \"cd '%s' && exec '%s' " TINY " --steps 1\"", tmpdir, trainer), *out = NULL;
+    int rc = prog_run("sh", cmd, tmpdir, &out, NULL);
+    if (rc != 0 || !strstr(out, "examples/data/coriolanus.txt, 15991 tokens")) fail_msg("from %s: exit %d\n%s", tmpdir, rc, out);
+    free(out);
+    free(cmd);
+    cmd = fmt("-c \"cp '%s' '%s/lonely' && cd '%s' && exec ./lonely " TINY "\"", trainer, tmpdir, tmpdir);
+    char *err = NULL;
+    rc = prog_run("sh", cmd, tmpdir, NULL, &err);
+    if (rc != 2 || !strstr(err, "--data not given, and the default corpus") || !strstr(err, "give --data PATH"))
+        fail_msg("a lonely copy: exit %d: %s", rc, err);
+    free(err);
+    free(cmd);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_data", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -169,6 +188,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_formats_train_alike),
         cmocka_unit_test(test_big_vocab),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_default_data),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     test_rmtree(tmpdir);

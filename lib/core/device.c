@@ -2,7 +2,8 @@
  * The core owns the ledger: a small open-addressing hash map pointer -> (bytes, tag), so backends
  * only allocate and free. "cpu" is linked in; "cuda" is the plug-in libfsc_cuda.so loaded with dlopen.
  * The plug-in is $FSC_CUDA_PLUGIN (a file or a directory) when that is set, and only that file; else it is
- * searched next to the running executable, then by soname through the dynamic loader.
+ * searched next to the running executable, in its ../lib (an installed program), then by soname through
+ * the dynamic loader.
  * The map has a mutex so a device shared between threads (a rank and its helper) stays consistent. */
 #include <dlfcn.h>
 #include <limits.h>
@@ -84,7 +85,7 @@ static int map_take(struct fsc_alloc_map *m, const void *p, alloc_entry *out) {
 
 /* The plug-in the search finds: $FSC_CUDA_PLUGIN alone when it is set (a file, or a directory holding
  * libfsc_cuda.so: a named plug-in that fails is an error, never a silent fall back to another one), else
- * the executable's folder, then the loader's path. On success path holds the file loaded. */
+ * the executable's folder, its ../lib, then the loader's path. On success path holds the file loaded. */
 static fsc_status load_cuda(const char *env, char *path, size_t cap, void **out) {
     struct stat st;
     if (env) {
@@ -98,17 +99,20 @@ static fsc_status load_cuda(const char *env, char *path, size_t cap, void **out)
         }
         return FSC_OK;
     }
-    char tried[1024] = "", exe[PATH_MAX + 32];
+    char tried[1024] = "", exe[PATH_MAX + 32], lib[PATH_MAX + 64];
     size_t used = 0;
-    const char *cands[2];
+    const char *cands[3];
     int nc = 0;
     ssize_t len = readlink("/proc/self/exe", exe, PATH_MAX);
     if (len > 0) {
         exe[len] = '\0';
         char *slash = strrchr(exe, '/');
-        if (slash) {
-            strcpy(slash + 1, "libfsc_cuda.so");
+        if (slash) { /* beside the program (build/), then ../lib (an installed bin/fsc-train) */
+            *slash = '\0';
+            snprintf(lib, sizeof lib, "%s/../lib/libfsc_cuda.so", exe);
+            strcpy(slash, "/libfsc_cuda.so");
             cands[nc++] = exe;
+            cands[nc++] = lib;
         }
     }
     cands[nc++] = "libfsc_cuda.so";

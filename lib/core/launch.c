@@ -354,11 +354,11 @@ static fsc_status run_nccl(const fsc_launch_env *envp, const char *who, double t
 /* ---- one process per rank on the cpu device: the MPI plug-in ---- */
 
 /* $FSC_MPI_PLUGIN alone when set (a file or a folder holding libfsc_mpi.so), else the executable's folder,
- * then the loader's path. RTLD_GLOBAL: Open MPI's own components resolve symbols of libmpi. */
+ * its ../lib (an installed program), then the loader's path. RTLD_GLOBAL: Open MPI's own components resolve symbols of libmpi. */
 static fsc_status load_mpi(const char *who, int world, char *path, size_t cap, void **out) {
     const char *env = getenv("FSC_MPI_PLUGIN");
-    char tried[1024] = "", exe[PATH_MAX + 32];
-    const char *cands[2];
+    char tried[1024] = "", exe[PATH_MAX + 32], lib[PATH_MAX + 64];
+    const char *cands[3];
     int nc = 0;
     if (env && *env) {
         struct stat st;
@@ -368,7 +368,13 @@ static fsc_status load_mpi(const char *who, int world, char *path, size_t cap, v
     } else {
         ssize_t len = readlink("/proc/self/exe", exe, PATH_MAX);
         char *slash = len > 0 ? (exe[len] = '\0', strrchr(exe, '/')) : NULL;
-        if (slash) strcpy(slash + 1, "libfsc_mpi.so"), cands[nc++] = exe;
+        if (slash) { /* beside the program (build/), then ../lib (an installed bin/fsc-train) */
+            *slash = '\0';
+            snprintf(lib, sizeof lib, "%s/../lib/libfsc_mpi.so", exe);
+            strcpy(slash, "/libfsc_mpi.so");
+            cands[nc++] = exe;
+            cands[nc++] = lib;
+        }
         cands[nc++] = "libfsc_mpi.so";
     }
     size_t used = 0;

@@ -25,7 +25,7 @@ typedef struct {
     double loss[STEPS], ev_train[STEPS], val[STEPS + 1];
     float *params;                /* (P) after the last step, rank 0 */
     size_t P;
-    int changed;                  /* an eval changed parameters or gradients on some rank */
+    int changed[8];               /* per rank: an eval changed its parameters or gradients */
     fsc_status bad_status[8];
 } erun;
 
@@ -75,7 +75,7 @@ static fsc_status eval_checked(fsc_engine *e, fsc_rank *r, erun *run, const int3
     fsc_status s = snapshot(e, r, run->P, &before);
     if (s == FSC_OK) s = fsc_engine_eval(e, tok, tgt, lb, GB, loss);
     if (s == FSC_OK) s = snapshot(e, r, run->P, &after);
-    if (s == FSC_OK && memcmp(before, after, (run->P + G) * sizeof(float)) != 0) run->changed = 1;
+    if (s == FSC_OK && memcmp(before, after, (run->P + G) * sizeof(float)) != 0) run->changed[r->rank] = 1;
     free(before);
     free(after);
     return s;
@@ -162,7 +162,8 @@ static void run(erun *r) {
     assert_non_null(r->params);
     fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 60, .threads_per_rank = 1 };
     assert_ok(fsc_cluster_run(&co, rank_fn, r));
-    if (r->changed) fail_msg("an evaluation changed the parameters or the gradients");
+    for (int k = 0; k < r->world; k++)
+        if (r->changed[k]) fail_msg("an evaluation changed the parameters or the gradients of rank %d", k);
     for (int s = 0; s < STEPS && r->evals; s++)
         if (memcmp(&r->ev_train[s], &r->loss[s], sizeof(double)) != 0)
             fail_msg("step %d: eval of the step's batch %.17g, the step's loss %.17g", s, r->ev_train[s], r->loss[s]);

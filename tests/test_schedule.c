@@ -99,13 +99,14 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
     int32_t tok[GB * T], tgt[GB * T];
     fsc_status s = FSC_OK;
     int start = 0;
-    run->bad_set = fsc_engine_set_lr(e, -1.0f);
+    const fsc_status bad = fsc_engine_set_lr(e, -1.0f);
+    if (r->rank == 0) run->bad_set = bad; /* each rank's result is its own; rank 0 reports */
     if (fsc_engine_lr(e) != run->lr) s = fsc_error(FSC_ERR_INTERNAL, "a refused rate changed the engine's");
     if (s == FSC_OK && run->resume) {
         int64_t at = 0;
         s = fsc_ckpt_resume(e, run->resume, &at);
         start = (int)at;
-        run->lr_after_load = fsc_engine_lr(e);
+        if (r->rank == 0) run->lr_after_load = fsc_engine_lr(e);
     }
     for (int step = start; step < run->steps && s == FSC_OK; step++) {
         batch(step, r->rank * lb, lb, tok, tgt);

@@ -697,7 +697,7 @@ static int check_ckpt_dir(const train_config *c, char *err, size_t cap) {
  * to pass. */
 static int find_default_data(train_config *c, const int *given, char *buf, size_t cap, char *err, size_t ecap) {
     if (given[option_index("data")] || access(c->data, F_OK) == 0) return 0;
-    char exe[4096], tried[1024] = "";
+    char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
     if (slash) {
@@ -710,13 +710,11 @@ static int find_default_data(train_config *c, const int *given, char *buf, size_
                 c->data = buf;
                 return 0;
             }
-            size_t used = strlen(tried);
-            snprintf(tried + used, sizeof tried - used, "%s%.300s", used ? ", " : "", buf);
         }
     }
-    return snprintf(err, ecap, "--data not given, and the default corpus %s is neither in this directory nor beside "
-                    "the program (%s): give --data PATH (a text file, llm.c token shards or a uint16 token file)",
-                    c->data, tried[0] ? tried : "its folder is unknown"), -1;
+    return snprintf(err, ecap, "--data not given, and the default corpus %.80s is neither in this directory nor beside "
+                    "the program (%.200s/../share/fsc, ../examples/data or ../../examples/data): give --data PATH (a "
+                    "text file, llm.c token shards or a uint16 token file)", c->data, slash ? exe : "?"), -1;
 }
 
 /* The data (fsc/data.h): the files of --data mapped read-only, not copied, so their size costs no memory

@@ -165,6 +165,10 @@ static void test_refusals(void **st) {
     assert_int_equal(prog_run(sampler, "--tokens 3", tmpdir, &out, &err), 2);
     assert_non_null(strstr(err, "--model PATH is required"));
     free(out), free(err);
+    /* the trainer's --save-dtype without a file to save */
+    assert_int_equal(prog_run(trainer, "--steps 1 --save-dtype bf16", tmpdir, &out, &err), 2);
+    assert_non_null(strstr(err, "--save-dtype applies to --save and --init-save only"));
+    free(out), free(err);
     assert_int_equal(prog_run(sampler, "--help", tmpdir, &out, &err), 0);
     assert_non_null(strstr(out, "usage: sample"));
     free(out), free(err);

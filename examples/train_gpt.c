@@ -421,9 +421,15 @@ static int apply_config_text(train_config *c, int *given, const char *text, size
             v = c->strs + c->nstrs;
             c->nstrs += n;
         }
-        char e2[400];
-        if (set_option(c, o, v, e2, sizeof e2) != 0) {
-            rc = (snprintf(err, cap, "%s: %s", name, e2), -1);
+        if (set_option(c, o, v, err, cap) != 0) { /* its message, after the file's name */
+            size_t ln = strlen(name) + 2, lm = strlen(err) + 1;
+            if (ln < cap) {
+                memmove(err + ln, err, lm < cap - ln ? lm : cap - ln);
+                err[cap - 1] = '\0';
+                memcpy(err, name, ln - 2);
+                memcpy(err + ln - 2, ": ", 2);
+            }
+            rc = -1;
             break;
         }
         if (!same_value(o, c, &def)) given[k] = 1;

@@ -94,6 +94,8 @@ static fsc_status tr_rank_fn(fsc_rank *r, void *arg) {
     char loaded[4096], skipped[8192];
     fsc_status s = fsc_ckpt_try_resume(e, t->dir, &step, loaded, sizeof loaded, skipped, sizeof skipped);
     if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? t->j.params : NULL);
+    for (int k = 0; k < 2 && s == FSC_OK && step >= 0; k++) /* AdamW's m and v */
+        s = fsc_ckpt_full_state(e, k, r->rank == 0 ? t->j.state[k] : NULL);
     if (s == FSC_OK && t->save_dir) s = fsc_ckpt_save(e, t->save_dir, t->save_step, NULL);
     if (r->rank == 0) {
         t->step = step;
@@ -106,8 +108,11 @@ static fsc_status tr_rank_fn(fsc_rank *r, void *arg) {
 
 static fsc_status tr_try(tr_job *t, const char *dir) {
     t->dir = dir;
-    free(t->j.params);
-    t->j.params = calloc(fsc_gpt_num_params(&t->j.run.cfg), sizeof(float));
+    size_t P = fsc_gpt_num_params(&t->j.run.cfg);
+    ct_free(&t->j);
+    t->j.params = calloc(P, sizeof(float));
+    t->j.state[0] = calloc(P, sizeof(float));
+    t->j.state[1] = calloc(P, sizeof(float));
     fsc_cluster_opts co = { .world = 2, .device = "cpu", .timeout_s = 30 };
     return fsc_cluster_run(&co, tr_rank_fn, t);
 }
@@ -119,15 +124,14 @@ static tr_job tr_make(void) {
     return t;
 }
 
-/* The parameters of checkpoint `path` loaded directly (the oracle of what a resume loads). */
-static float *params_of(const char *path) {
+/* Checkpoint `path` loaded directly (the oracle of what a resume loads): its parameters and optimizer state
+ * equal the resumed engine's, bit for bit. */
+static void assert_loaded(const tr_job *t, const char *path, const char *what) {
     ct_job j = ct_fsdp(2, FSC_SHARD_FULL);
     j.load = path;
     ct_run(&j);
-    float *p = j.params;
-    j.params = NULL;
+    ct_assert_state_equal(&t->j, &j, what);
     ct_free(&j);
-    return p;
 }
 
 /* Flip one byte in the middle of file name of checkpoint dir/step. */
@@ -145,8 +149,8 @@ static void corrupt(const char *dir, int64_t step, const char *name) {
 }
 
 /* Oracle: an absent or empty DIR is a fresh start (step -1, nothing loaded, the engine's parameters those
- * of a fresh engine of the seed, bit for bit); a sound newest checkpoint is loaded (parameters equal a
- * direct load of it). */
+ * of a fresh engine of the seed, bit for bit); a sound newest checkpoint is loaded (parameters and AdamW
+ * state equal a direct load of it). */
 static void test_try_resume_fresh_and_newest(void **state) {
     (void)state;
     char *dir = make_run(2), absent[700];
@@ -171,9 +175,7 @@ static void test_try_resume_fresh_and_newest(void **state) {
     assert_non_null(strstr(t.loaded, "step-00000002"));
     char p[700];
     ct_step_path(p, sizeof p, dir, 2);
-    float *want = params_of(p);
-    assert_bits_equal(t.j.params, want, P, "resumed from step 2");
-    free(want);
+    assert_loaded(&t, p, "resumed from step 2");
     ct_free(&t.j);
     ct_free(&fresh);
     ct_rmtree(empty);
@@ -181,9 +183,10 @@ static void test_try_resume_fresh_and_newest(void **state) {
 }
 
 /* Oracle: a damaged newest checkpoint (a corrupted shard; then also unreadable metadata in the one before)
- * is skipped with a message naming it and why, and the newest sound one is loaded (parameters equal a
- * direct load); every one damaged is FSC_ERR_FORMAT naming the count; a sound checkpoint of another model
- * is that refusal, with nothing skipped. */
+ * is skipped with a message naming it and why, and the newest sound one is loaded (parameters and
+ * optimizer state equal a direct load, though the failed load may have written part of the state); every
+ * one damaged is FSC_ERR_FORMAT naming the count; a sound checkpoint of another model is that refusal, with
+ * nothing skipped. */
 static void test_try_resume_skips_damaged(void **state) {
     (void)state;
     char *dir = make_run(3), p[700];
@@ -193,13 +196,13 @@ static void test_try_resume_skips_damaged(void **state) {
     assert_int_equal(t.step, 2);
     if (!strstr(t.skipped, "step-00000003 skipped, damaged") || !strstr(t.skipped, "checksum"))
         fail_msg("skipped: \"%s\"", t.skipped);
-    ct_step_path(p, sizeof p, dir, 2);
-    float *want = params_of(p);
-    assert_bits_equal(t.j.params, want, fsc_gpt_num_params(&t.j.run.cfg), "resumed from step 2");
-    free(want);
+    ct_step_path(p, sizeof p, dir, 2); /* whatever the failed load of step 3 wrote is step 2's now */
+    assert_loaded(&t, p, "resumed from step 2 past a corrupted step 3");
     touch(dir, "step-00000002/metadata.json", "not json");
     assert_ok(tr_try(&t, dir));
     assert_int_equal(t.step, 1);
+    ct_step_path(p, sizeof p, dir, 1);
+    assert_loaded(&t, p, "resumed from step 1");
     assert_non_null(strstr(t.skipped, "step-00000003 skipped"));
     assert_non_null(strstr(t.skipped, "step-00000002 skipped"));
     corrupt(dir, 1, "metadata.json");

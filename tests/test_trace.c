@@ -3,7 +3,8 @@
  * Oracles: spans nest as they were opened (a child's [ts, ts + dur] lies inside its parent's); the bytes of the
  * traced collectives of each operation sum to the communicator's own counters (fsc_engine_comm_stats, counted
  * independently in comm.c's account); an FSDP step shows forward L and backward L for every layer of the model,
- * all-gathers inside forward spans and reduce-scatters inside backward spans, the optimizer inside the step;
+ * all-gathers inside forward spans and reduce-scatters inside backward spans, the optimizer inside the step,
+ * a checkpoint save and a weights save after it;
  * a full recorder keeps exactly max_events events and says how many it dropped. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -165,6 +166,8 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
     }
     if (s == FSC_OK) s = fsc_ckpt_save(e, ra->dir, 1, NULL);
     char p[300];
+    snprintf(p, sizeof p, "%s/weights.safetensors", ra->dir);
+    if (s == FSC_OK) s = fsc_engine_save_weights(e, p);
     snprintf(p, sizeof p, "%s/rank%d.json", ra->dir, r->rank);
     if (s == FSC_OK) s = fsc_trace_write(t, p);
     fsc_engine_free(e);
@@ -241,6 +244,10 @@ static void test_engine_trace(void **state) {
         assert_non_null(ck);
         assert_string_equal(str(ck, "cat"), "ckpt");
         assert_true(num(ck, "ts") >= num(step, "ts") + num(step, "dur") - 1e-3);
+        const cJSON *ws = find_event(j, "weights save", 0);
+        assert_non_null(ws);
+        assert_string_equal(str(ws, "cat"), "ckpt");
+        assert_true(num(ws, "ts") >= num(ck, "ts") + num(ck, "dur") - 1e-3);
         cJSON_Delete(j);
     }
     test_rmtree(ra.dir);

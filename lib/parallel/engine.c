@@ -746,7 +746,17 @@ static fsc_status model_config_text(const fsc_engine *e, char **out) {
     return FSC_OK;
 }
 
+static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt);
+
+/* The save, as one span of the engine's trace (trace.h) */
 fsc_status fsc_engine_save_weights_dtype(fsc_engine *e, const char *path, fsc_dtype dt) {
+    fsc_trace_begin(e ? e->trace : NULL, "ckpt", "weights save");
+    fsc_status s = save_weights(e, path, dt);
+    fsc_trace_end(e ? e->trace : NULL);
+    return s;
+}
+
+static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt) {
     fsc_st_writer *w = NULL;
     if (dt != FSC_F32 && dt != FSC_BF16 && dt != FSC_F16)
         return fsc_error(FSC_ERR_INVALID, "%s: weights are saved as f32, bf16 or f16, not %s", path,

@@ -175,9 +175,10 @@ fsc_status fsc_engine_full_params(fsc_engine *e, float *host);
 fsc_model *fsc_engine_model(fsc_engine *e);
 /* Record into t (trace.h; NULL: stop) each layer's forward and backward (spans "forward L", "backward L" around
  * the strategy's gathers and reductions), each step ("step N", from the first forward to the end of the
- * optimizer), the optimizer ("optimizer") and checkpoint saves ("checkpoint save"), and every collective of
- * the engine's communicators (fsc_comm_set_trace on each). Attach t to the world communicator before creating
- * the engine as well (fsc_comm_set_trace(r->comm, t)) to also record what creation sends. */
+ * optimizer), the optimizer ("optimizer"), checkpoint and weights saves ("checkpoint save", "weights save"), and
+ * every collective of the engine's communicators (fsc_comm_set_trace on each). Attach t to the world
+ * communicator before creating the engine as well (fsc_comm_set_trace(r->comm, t)) to also record what creation
+ * sends. */
 void fsc_engine_set_trace(fsc_engine *e, fsc_trace *t);
 fsc_trace *fsc_engine_get_trace(const fsc_engine *e);
 /* This rank's place in world = dp x tp x pp (tp and pp 1 without tensor or pipeline parallelism). */

@@ -4,7 +4,8 @@
  * the bit); an MFU recomputed here from the record's own ms and fsc_gpt_flops_per_token (test_flops checks that
  * count against nanoGPT's); the run's config.json, read back with --config, trains to the same losses bit for
  * bit; refusals name the key and exit 2; each rank's trace file parses (cJSON) with a span per step and layer and
- * collectives naming their group, and a full one says so. */
+ * collectives naming their group, tools/trace_merge puts every event of both in one file under its rank's pid, and a
+ * full trace says so. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -245,6 +246,7 @@ static void test_trace(void **state) {
     char *dir = fmt("%s/trace", tmpdir);
     char *args = fmt(TINY " --steps 2 --world 2 --parallel ddp --trace %s", dir);
     char *out = NULL;
+    int nev[2] = {0, 0};
     int rc = prog_run(trainer, args, tmpdir, &out, NULL);
     if (rc != 0) fail_msg("exit %d\n%s", rc, out);
     free(out);
@@ -264,10 +266,29 @@ static void test_trace(void **state) {
         assert_true(has_event(j, "optimizer", NULL));
         assert_true(has_event(j, "all_reduce", "world")); /* DDP's gradients over the world */
         assert_int_equal((int)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "otherData"), "dropped")->valuedouble, 0);
+        nev[r] = cJSON_GetArraySize(cJSON_GetObjectItem(j, "traceEvents"));
         cJSON_Delete(j);
         free(text), free(p);
     }
     free(args);
+    /* tools/trace_merge: both ranks' events in one file, a process per rank */
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    char *merge = fmt("'%.*s../tools/trace_merge' '%s' > '%s/all.json'", slash ? (int)(slash - src + 1) : 0, src, dir, dir);
+    assert_int_equal(system(merge), 0);
+    char *all = fmt("%s/all.json", dir), *merged = prog_slurp(all);
+    cJSON *m = cJSON_Parse(merged);
+    if (!m) fail_msg("tools/trace_merge wrote no JSON: %.200s", merged);
+    int per_pid[2] = {0, 0};
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(m, "traceEvents")) {
+        int pid = (int)cJSON_GetObjectItem(ev, "pid")->valuedouble;
+        assert_true(pid == 0 || pid == 1);
+        per_pid[pid]++;
+    }
+    assert_int_equal(per_pid[0], nev[0]);
+    assert_int_equal(per_pid[1], nev[1]);
+    cJSON_Delete(m);
+    free(merged), free(all), free(merge);
     char *err = NULL;
     args = fmt(TINY " --steps 2 --trace %s --trace-events 10", dir);
     rc = prog_run(trainer, args, tmpdir, &out, &err);

@@ -13,9 +13,13 @@
 #include <string.h>
 #include "fsc/fsc.h"
 
+/* The name the program was run as (fsc-ckpt when installed, ckpt_tool in build/): its usage and messages use it. */
+static const char *prog = "ckpt_tool";
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: ckpt_tool list DIR | show CKPT | verify CKPT\n"
-               "Inspect and verify fsc training checkpoints. CKPT: DIR/step-NNNNNNNN, or DIR for its newest.\n");
+    fprintf(f, "usage: %s list DIR | show CKPT | verify CKPT\n"
+               "Inspect and verify fsc training checkpoints. CKPT: DIR/step-NNNNNNNN, or DIR for its newest.\n",
+            prog);
 }
 
 /* CKPT as given, or the newest complete checkpoint of a DIR. */
@@ -30,11 +34,11 @@ static int resolve(const char *arg, char *path, size_t cap) {
     }
     int64_t step;
     if (fsc_ckpt_latest(arg, path, cap, &step) != FSC_OK) {
-        fprintf(stderr, "ckpt_tool: %s\n", fsc_last_error());
+        fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
         return 1;
     }
     if (step < 0) {
-        fprintf(stderr, "ckpt_tool: %s holds no complete checkpoint (no metadata.json)\n", arg);
+        fprintf(stderr, "%s: %s holds no complete checkpoint (no metadata.json)\n", prog, arg);
         return 1;
     }
     return 0;
@@ -88,12 +92,12 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
 static int cmd_list(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) {
-        fprintf(stderr, "ckpt_tool: cannot list %s\n", dir);
+        fprintf(stderr, "%s: cannot list %s\n", prog, dir);
         return 1;
     }
     char newest[4096] = "";
     int64_t step = -1;
-    if (fsc_ckpt_latest(dir, newest, sizeof newest, &step) != FSC_OK) fprintf(stderr, "ckpt_tool: %s\n", fsc_last_error());
+    if (fsc_ckpt_latest(dir, newest, sizeof newest, &step) != FSC_OK) fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
     int n = 0;
     for (struct dirent *de; (de = readdir(d)) != NULL;) {
         if (strncmp(de->d_name, "step-", 5) != 0) continue;
@@ -131,6 +135,10 @@ static fsc_status verify_model(const char *path, const fsc_ckpt_meta *m) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 0 && argv[0] && argv[0][0]) {
+        const char *slash = strrchr(argv[0], '/');
+        prog = slash ? slash + 1 : argv[0];
+    }
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         usage(stdout);
         return 0;
@@ -142,7 +150,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "list")) return cmd_list(argv[2]);
     if (strcmp(cmd, "show") != 0 && strcmp(cmd, "verify") != 0) {
-        fprintf(stderr, "ckpt_tool: unknown command '%s'\n", cmd);
+        fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
         usage(stderr);
         return 2;
     }
@@ -151,7 +159,7 @@ int main(int argc, char **argv) {
     fsc_ckpt_meta *m = NULL;
     if (!strcmp(cmd, "show")) {
         if (fsc_ckpt_meta_read(path, &m) != FSC_OK) {
-            fprintf(stderr, "ckpt_tool: %s\n", fsc_last_error());
+            fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
             return 1;
         }
         print_meta(path, m);
@@ -159,7 +167,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (fsc_ckpt_verify(path, &m) != FSC_OK || verify_model(path, m) != FSC_OK) {
-        fprintf(stderr, "ckpt_tool: %s: damaged: %s\n", path, fsc_last_error());
+        fprintf(stderr, "%s: %s: damaged: %s\n", prog, path, fsc_last_error());
         fsc_ckpt_meta_free(m);
         return 1;
     }

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "testutil.h"
+#include "trainertest.h"
 
 static char bindir[PATH_MAX];
 static char tmpdir[64];
@@ -264,6 +264,37 @@ static void test_ckpt_tool(void **st) {
     assert_int_equal(run("ckpt_tool", "frobnicate x", NULL, NULL), 2);
 }
 
+/* Installed as fsc-ckpt (make install copies it under that name) the program names itself so: the usage
+ * line and the messages say the name it was run as, not ckpt_tool. Oracle: the text of stderr. */
+static void test_ckpt_tool_name(void **st) {
+    (void)st;
+    char link[PATH_MAX + 64], target[PATH_MAX + 32], *err = NULL, *out = NULL, args[PATH_MAX + 96];
+    snprintf(link, sizeof link, "%s/fsc-ckpt", tmpdir);
+    snprintf(target, sizeof target, "%s/ckpt_tool", bindir);
+    unlink(link);
+    assert_int_equal(symlink(target, link), 0);
+    char *cmd = NULL;
+    assert_true(asprintf(&cmd, "'%s' > '%s/out' 2> '%s/err'", link, tmpdir, tmpdir) > 0);
+    int stat = system(cmd);
+    free(cmd);
+    assert_true(WIFEXITED(stat) && WEXITSTATUS(stat) == 2);
+    snprintf(args, sizeof args, "%s/err", tmpdir);
+    err = prog_slurp(args);
+    if (strncmp(err, "usage: fsc-ckpt list DIR", 24) != 0) fail_msg("usage as fsc-ckpt: %s", err);
+    free(err);
+    assert_true(asprintf(&cmd, "'%s' verify '%s/none' > '%s/out' 2> '%s/err'", link, tmpdir, tmpdir, tmpdir) > 0);
+    stat = system(cmd);
+    free(cmd);
+    assert_true(WIFEXITED(stat) && WEXITSTATUS(stat) == 1);
+    err = prog_slurp(args);
+    if (strncmp(err, "fsc-ckpt: ", 10) != 0 || strstr(err, "ckpt_tool")) fail_msg("error as fsc-ckpt: %s", err);
+    free(err);
+    /* and under its build name it stays ckpt_tool */
+    assert_int_equal(run("ckpt_tool", "", &out, &err), 2);
+    assert_non_null(strstr(err, "usage: ckpt_tool list DIR"));
+    free(out), free(err);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char self[PATH_MAX];
@@ -283,6 +314,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_resume_past_link),
         cmocka_unit_test(test_trainer_one_run_per_dir),
         cmocka_unit_test(test_ckpt_tool),
+        cmocka_unit_test(test_ckpt_tool_name),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];

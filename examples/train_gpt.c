@@ -987,6 +987,9 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         if (s == FSC_OK && r->rank == 0 && from[0]) {
             for (int i = 0; i < start; i++) st->losses[i] = NAN; /* not run here: null in --json */
             printf("resumed from %s at step %lld\n", from, (long long)at);
+            if (at >= c->steps)
+                fprintf(stderr, "fsc-train: warning: the checkpoint is at step %lld, --steps is %d: no step left to train "
+                                "(give a larger --steps to continue)\n", (long long)at, c->steps);
         }
     }
     static const fsc_dtype save_dt[] = { FSC_F32, FSC_BF16, FSC_F16 }; /* --save-dtype */
@@ -1405,6 +1408,48 @@ static int open_outputs(const train_config *c, const train_config *asked, int me
     return 0;
 }
 
+/* --resume DIR: the options of DIR/config.json (the run that wrote the checkpoints) that decide the updates after
+ * a checkpoint, against this run's. A difference is allowed (lowering the rate or extending a run is often meant)
+ * but said, once per option, on stderr: the resumed run is then not the recorded run continued bit for bit
+ * (docs/checkpoints.md). No config.json (checkpoints from elsewhere): nothing to compare. Returns the count. */
+static int check_resume_config(const train_config *asked, const char *dir) {
+    static const char *const keys[] = { "lr", "lr-schedule", "warmup", "min-lr", "steps", "optimizer", "momentum",
+                                        "weight-decay", "decay-all", "clip", "batch", "seq", "data", "data-format" };
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cJSON *was = cJSON_Parse(text), *now = config_object(asked);
+    int differ = 0;
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(was, "lr-schedule");
+    const int decays = (cJSON_IsString(ws) && strcmp(ws->valuestring, "constant") != 0) ||
+                       asked->lr_schedule != FSC_LR_CONSTANT; /* --steps sets where a decay ends */
+    for (size_t i = 0; was && now && i < sizeof keys / sizeof *keys; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(was, keys[i]), *b = cJSON_GetObjectItemCaseSensitive(now, keys[i]);
+        if (!a || !b || (!strcmp(keys[i], "steps") && !decays)) continue;
+        /* this run's numbers are raw text (config_object), the file's parsed: compared as the floats they set */
+        char *sa = cJSON_PrintUnformatted(a), *sb = cJSON_PrintUnformatted(b), *ea = NULL, *eb = NULL;
+        const int same = sa && sb && (!strcmp(sa, sb) || (strtof(sa, &ea) == strtof(sb, &eb) && ea != sa && !*ea &&
+                                                          eb != sb && !*eb));
+        if (same || !sa || !sb) {
+            free(sa), free(sb);
+            continue;
+        }
+        fprintf(stderr, "fsc-train: warning: --resume %s: --%s is %s, the run that wrote the checkpoints had %s "
+                        "(%s): the steps from here differ from that run's\n", dir, keys[i], sb ? sb : "?",
+                sa ? sa : "?", path);
+        free(sa), free(sb);
+        differ++;
+    }
+    if (!was && n > 0) fprintf(stderr, "fsc-train: warning: --resume %s: %s is not JSON: options not compared\n", dir, path);
+    cJSON_Delete(was), cJSON_Delete(now);
+    return differ;
+}
+
 int main(int argc, char **argv) {
     train_config c;
     int given[NOPT];
@@ -1434,6 +1479,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     run_state st = {.cfg = &c, .procs = procs, .trace_origin = fsc_trace_now_us()};
+    if (c.resume && me == 0) check_resume_config(&asked, c.resume); /* before config.json is rewritten */
     if (open_outputs(&c, &asked, me, &st.log, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;

@@ -118,6 +118,58 @@ static void test_keep_last_needs_dir(void **state) {
     free(err);
 }
 
+/* The schedule and the decay rule are recorded in --ckpt-dir/config.json; --resume with options that change the
+ * steps after the checkpoint (the rate, its schedule, --steps of a decaying schedule, the decay rule) warns,
+ * naming each option with both values, and still resumes; the same options, or --steps of a constant schedule,
+ * say nothing; a checkpoint at or past --steps says no step is left. Oracle: the text of the output. */
+static void test_resume_options_differ(void **state) {
+    (void)state;
+    char *ck = fmt("%s/differ", tmpdir), *args, *out = NULL;
+    double l[8];
+    args = fmt("--steps 4 --lr-schedule cosine --warmup 1 --weight-decay 0.1 --save-every 2 --ckpt-dir %s --resume %s",
+               ck, ck);
+    train(args, l, 4, &out);
+    assert_null(strstr(out, "warning"));
+    free(out), free(args);
+    char *conf = fmt("%s/config.json", ck), *text = prog_slurp(conf);
+    assert_non_null(strstr(text, "\"lr-schedule\":\t\"cosine\""));
+    assert_non_null(strstr(text, "\"decay-all\":\tfalse"));
+    free(text), free(conf);
+    /* the same options: resumed at 4, nothing to train, no option warning */
+    args = fmt("--steps 4 --lr-schedule cosine --warmup 1 --weight-decay 0.1 --save-every 2 --ckpt-dir %s --resume %s",
+               ck, ck);
+    train(args, l, 4, &out);
+    assert_null(strstr(out, "warning: --resume"));
+    assert_non_null(strstr(out, "the checkpoint is at step 4, --steps is 4: no step left to train"));
+    free(out), free(args);
+    /* a longer cosine and the decay on every tensor: both named, and the run goes on from step 4 */
+    args = fmt("--steps 6 --lr-schedule cosine --warmup 1 --weight-decay 0.1 --decay-all --save-every 2 "
+               "--ckpt-dir %s --resume %s", ck, ck);
+    train(args, l, 6, &out);
+    if (!strstr(out, "--steps is 6, the run that wrote the checkpoints had 4") ||
+        !strstr(out, "--decay-all is true, the run that wrote the checkpoints had false"))
+        fail_msg("no warning of the changed options:\n%s", out);
+    assert_null(strstr(out, "--lr is"));
+    assert_non_null(strstr(out, "resumed from"));
+    assert_true(l[3] == -1.0); /* null: not run here */
+    assert_true(l[4] > 0 && l[5] > 0);
+    free(out), free(args);
+    /* a constant rate: --steps only says where the run stops; a lower --lr is named */
+    char *ck2 = fmt("%s/differ2", tmpdir);
+    args = fmt("--steps 2 --save-every 2 --ckpt-dir %s --resume %s", ck2, ck2);
+    train(args, l, 2, NULL);
+    free(args);
+    args = fmt("--steps 4 --save-every 2 --ckpt-dir %s --resume %s", ck2, ck2);
+    train(args, l, 4, &out);
+    assert_null(strstr(out, "warning"));
+    free(out), free(args);
+    args = fmt("--steps 6 --lr 0.001 --save-every 2 --ckpt-dir %s --resume %s", ck2, ck2);
+    train(args, l, 6, &out);
+    assert_non_null(strstr(out, "--lr is 0.001, the run that wrote the checkpoints had 0.003"));
+    assert_null(strstr(out, "--steps is"));
+    free(out), free(args), free(ck), free(ck2);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_resume", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -125,6 +177,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_first_run_and_keep_last),
         cmocka_unit_test(test_damaged_newest),
         cmocka_unit_test(test_keep_last_needs_dir),
+        cmocka_unit_test(test_resume_options_differ),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

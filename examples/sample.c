@@ -1,4 +1,4 @@
-/* sample: generate tokens from a model file the trainer saved (train_gpt --save, or a Hugging Face GPT-2/Llama
+/* sample: generate tokens from a model file the trainer saved (fsc-train --save, or a Hugging Face GPT-2/Llama
  * state dict with --model-config) or from a training checkpoint (a --ckpt-dir, its newest complete checkpoint, or
  * one step-NNNNNNNN directory). The file's metadata records the model's configuration (safetensors.h's
  * FSC_ST_META_MODEL; a checkpoint's metadata.json its "model"); the program builds that model (generate.h's
@@ -32,7 +32,7 @@ typedef struct {
 } option;
 #define F(x) offsetof(sample_config, x)
 static const option options[] = {
-    {"model", "PATH", NULL, "the weights file (train_gpt --save: safetensors recording the model), or a checkpoint: "
+    {"model", "PATH", NULL, "the weights file (fsc-train --save: safetensors recording the model), or a checkpoint: "
      "a --ckpt-dir (its newest) or a step-NNNNNNNN directory", K_STR, F(model), 0, 0},
     {"model-config", "JSON", NULL, "the model's configuration when the file records none (a Hugging Face file), as "
      "checkpoints record it: '{\"layers\":2,\"dim\":64,\"heads\":4,\"seq\":64,\"vocab\":256}' (GPT-2) or "
@@ -227,7 +227,7 @@ int main(int argc, char **argv) {
         fsc_st_close(f);
     }
     if (!config) {
-        fprintf(stderr, "sample: %s records no model configuration (a file not written by train_gpt --save): give "
+        fprintf(stderr, "sample: %s records no model configuration (a file not written by fsc-train --save): give "
                 "it with --model-config JSON (see --help)\n", c.model);
         return 2;
     }

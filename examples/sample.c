@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "fsc/fsc.h"
+#include "tied_head.h"
 
 typedef struct {
     const char *model, *config, *prompt, *device;
@@ -225,6 +226,11 @@ int main(int argc, char **argv) {
         const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
         config = c.config ? strdup(c.config) : rec ? strdup(rec) : NULL;
         fsc_st_close(f);
+        if (tied_llama_head(c.model, err, sizeof err)) { /* a Hugging Face Llama with tie_word_embeddings */
+            fprintf(stderr, "sample: %s\n", err);
+            free(config);
+            return 1;
+        }
     }
     if (!config) {
         fprintf(stderr, "sample: %s records no model configuration (a file not written by fsc-train --save): give "

@@ -25,6 +25,7 @@
 #include <cjson/cJSON.h>
 #include "fsc/fsc.h"
 #include "fsc/llama.h"
+#include "tied_head.h"
 #include "train_log.h"
 
 typedef struct {
@@ -1472,6 +1473,10 @@ int main(int argc, char **argv) {
     if (rc != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
+    }
+    if (c.load && c.model == MODEL_LLAMA && tied_llama_head(c.load, err, sizeof err)) { /* as a failed load */
+        fprintf(stderr, "fsc-train: --load %s\n", err);
+        return 1;
     }
     if (c.check_ddp && c.pp == 1 && c.ep == 1 && (c.parallel == FSC_PAR_NONE || c.parallel == FSC_PAR_DDP)) {
         fprintf(stderr, "fsc-train: --check-ddp compares a sharded, pipelined or expert-parallel run with DDP: give "

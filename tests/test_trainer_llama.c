@@ -110,6 +110,57 @@ static void test_refused(void **st) {
     free(out);
 }
 
+/* A Llama file without lm_head.weight (Hugging Face's state dict of a LlamaForCausalLM with tie_word_embeddings)
+ * is refused by the trainer's --load and by the sampler with exit 1 and a message saying why: the embeddings are
+ * tied and fsc's Llama is untied, so lm_head.weight is needed. The same file with the head loads. */
+static void test_tied_head_refused(void **st) {
+    (void)st;
+    char *full = fmt("%s/full.safetensors", tmpdir), *tied = fmt("%s/tied.safetensors", tmpdir);
+    char *extra = fmt("--save '%s'", full);
+    cJSON_Delete(run_json(extra));
+    free(extra);
+    fsc_st_file *f = NULL;
+    fsc_st_writer *w = NULL;
+    assert_ok(fsc_st_open(full, &f));
+    assert_ok(fsc_st_writer_open(tied, &w));
+    int keep[64], nk = 0;
+    for (int i = 0; i < fsc_st_count(f) && nk < 64; i++) {
+        const fsc_st_entry *e = fsc_st_entry_at(f, i);
+        if (strcmp(e->name, "lm_head.weight") == 0) continue;
+        assert_ok(fsc_st_writer_add(w, e->name, e->dtype, e->ndim, e->shape));
+        keep[nk++] = i;
+    }
+    assert_int_equal(nk, fsc_st_count(f) - 1);
+    assert_ok(fsc_st_writer_begin_data(w));
+    for (int k = 0; k < nk; k++) {
+        const fsc_st_entry *e = fsc_st_entry_at(f, keep[k]);
+        uint64_t n = (e->end - e->begin) / 4;
+        float *buf = malloc(n * sizeof *buf);
+        assert_non_null(buf);
+        assert_ok(fsc_st_read(f, e, buf, 0, n));
+        assert_ok(fsc_st_writer_write_f32(w, k, buf, 0, n));
+        free(buf);
+    }
+    assert_ok(fsc_st_writer_commit(w));
+    fsc_st_close(f);
+    const char *why = "lm_head.weight is missing: the file holds a Llama with tied embeddings";
+    char *args = fmt(TINY " --data '%s/data.txt' --load '%s'", tmpdir, tied), *err = NULL;
+    int rc = prog_run(trainer, args, tmpdir, NULL, &err);
+    if (rc != 1 || !strstr(err, why) || !strstr(err, "fsc's Llama is untied"))
+        fail_msg("--load of a tied file: exit %d, \"%s\"", rc, err);
+    free(err), free(args);
+    char sampler[PATH_MAX + 16];
+    snprintf(sampler, sizeof sampler, "%.*s/sample", (int)(strrchr(trainer, '/') - trainer), trainer);
+    args = fmt("--model '%s' --model-config '{\"family\":\"llama\",\"layers\":2,\"dim\":16,\"heads\":4,"
+               "\"kv_heads\":2,\"seq\":8,\"vocab\":256}'", tied);
+    rc = prog_run(sampler, args, tmpdir, NULL, &err);
+    if (rc != 1 || !strstr(err, why)) fail_msg("sample of a tied file: exit %d, \"%s\"", rc, err);
+    free(err), free(args);
+    args = fmt("--model '%s' --tokens 2", full);
+    assert_int_equal(prog_run(sampler, args, tmpdir, NULL, NULL), 0);
+    free(args), free(full), free(tied);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_llama", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -123,6 +174,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_fsdp_and_pipeline_equal_ddp),
         cmocka_unit_test(test_weights_in_hf_names),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_tied_head_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

@@ -2,7 +2,7 @@
  * marker line is taken from README.md, a few of its words replaced (each replacement must find its text, so a
  * README that drifts fails here), and run by /bin/sh -e in a temporary folder whose build/, tools/ and examples/
  * are this build's programs and the repository's folders. The replacements: no make (the programs are built);
- * a tiny model and 80 steps by command-line options after --config (the command line wins); the 20 s timeout
+ * a tiny model and 80 steps by command-line options after --config (the command line wins); the 10 s timeout
  * becomes a kill -9 right after the first complete checkpoint, failing if the run ended first; make plot becomes
  * tools/plot (its --data tables without gnuplot, so nothing is installed); fewer sampled tokens.
  * Oracles: the script exits 0; the second run says it resumed from a checkpoint; the killed-and-resumed run's
@@ -80,7 +80,7 @@ static void test_walkthrough(void **state) {
     char *block = readme_block();
     block = replace(block, "make lib build/fsc-train build/sample\n", "", 1);
     block = replace(block, "build/fsc-train --config run/llama.json", "build/fsc-train --config run/llama.json " TINY, 2);
-    block = replace(block, "timeout -s KILL 20 ", "kill_after_checkpoint ", 1);
+    block = replace(block, "timeout -s KILL 10 ", "kill_after_checkpoint ", 1);
     block = replace(block, "--tokens 200", "--tokens 20", 1);
     block = replace(block, "make plot LOG=run/log.jsonl OUT=run/loss.png", "plot run/log.jsonl run/loss.png", 1);
 

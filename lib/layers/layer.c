@@ -35,6 +35,37 @@ fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const i
     return FSC_OK;
 }
 
+fsc_status fsc_layer_add_param_split(fsc_layer *l, const char *name, int ndim, const int64_t *full_shape, int split,
+                                     int parts, int tp_rank, int tp_size, fsc_init init) {
+    if (!l || !name || !full_shape || ndim < 1 || ndim > 4)
+        return fsc_error(FSC_ERR_INVALID, "layer: a split parameter needs a layer, a name and a shape of 1 to 4 "
+                         "dimensions");
+    if (split < FSC_SPLIT_NONE || split > FSC_SPLIT_COLS)
+        return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s has split %d (FSC_SPLIT_NONE, _ROWS or _COLS)",
+                         l->kind, name, split);
+    const int P = parts > 1 ? parts : 1, T = tp_size > 1 ? tp_size : 1;
+    if (parts < 0 || tp_size < 0 || tp_rank < 0 || tp_rank >= T || (split == FSC_SPLIT_NONE && P > 1))
+        return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s has %d parts on tensor rank %d of %d", l->kind,
+                         name, parts, tp_rank, tp_size);
+    int64_t shape[4] = { 0, 0, 0, 0 };
+    memcpy(shape, full_shape, (size_t)ndim * sizeof *shape);
+    if (split != FSC_SPLIT_NONE) {
+        const int d = split == FSC_SPLIT_ROWS ? 0 : ndim - 1;
+        if (full_shape[d] < 1 || full_shape[d] % ((int64_t)P * T) != 0)
+            return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s: dimension %d (%lld) does not split into %d "
+                             "parts of %d slices", l->kind, name, d, (long long)full_shape[d], P, T);
+        shape[d] = full_shape[d] / T;
+    }
+    FSC_TRY(fsc_layer_add_param(l, name, ndim, shape, init));
+    fsc_layer_param *p = &l->params[l->n_params - 1];
+    p->split = split;
+    p->parts = split == FSC_SPLIT_NONE ? 0 : parts;
+    p->tp_rank = T > 1 ? tp_rank : 0;
+    p->tp_size = tp_size;
+    memcpy(p->full_shape, full_shape, (size_t)ndim * sizeof *p->full_shape);
+    return FSC_OK;
+}
+
 fsc_status fsc_layer_set_init(fsc_layer *l, const char *name, fsc_init init) {
     for (int k = 0; l && name && k < l->n_params; k++)
         if (!strcmp(l->params[k].name, name)) {

@@ -36,11 +36,17 @@ static void seq_init(void *ctx, uint64_t seed, int t, size_t first, size_t n, fl
     const seq_model *s = ctx;
     const fsc_layer *lay = NULL;
     const fsc_layer_param *p = param_of(s, t, &lay);
-    if (p && p->init.kind == FSC_INIT_NORMAL) {
-        fsc_rng_fill_normal(out, n, seed, s->info[t].name, first, p->init.mean, p->init.std);
-    } else {
-        const float v = p ? p->init.value : 0.0f;
-        for (size_t i = 0; i < n; i++) out[i] = v;
+    const fsc_param_info *ti = &s->info[t];
+    /* a tensor-parallel slice draws the full tensor's values at its elements (run by run) */
+    for (size_t k = 0; k < fsc_param_num_runs(ti); k++) {
+        const fsc_param_run r = fsc_param_run_at(ti, k, first, n);
+        float *o = out + (r.local - first);
+        if (r.n && p && p->init.kind == FSC_INIT_NORMAL) {
+            fsc_rng_fill_normal(o, r.n, seed, ti->name, r.full, p->init.mean, p->init.std);
+        } else {
+            const float v = p ? p->init.value : 0.0f;
+            for (size_t i = 0; i < r.n; i++) o[i] = v;
+        }
     }
 }
 
@@ -107,11 +113,28 @@ static fsc_status check_chain(const fsc_seq_layer *ls, int n) {
     return FSC_OK;
 }
 
+/* Same shape and the same slice of the same full shape (a tie of a tensor-parallel slice is a tie of slices). */
 static int same_shape(const fsc_param_info *t, const fsc_layer_param *p) {
-    if (t->ndim != p->ndim) return 0;
+    if (t->ndim != p->ndim || t->split != p->split || (t->parts > 1 ? t->parts : 1) != (p->parts > 1 ? p->parts : 1) ||
+        t->tp_rank != p->tp_rank || (t->tp_size > 1 ? t->tp_size : 1) != (p->tp_size > 1 ? p->tp_size : 1))
+        return 0;
     for (int d = 0; d < p->ndim; d++)
-        if (t->shape[d] != p->shape[d]) return 0;
+        if (t->shape[d] != p->shape[d] || (t->split && t->full_shape[d] != p->full_shape[d])) return 0;
     return 1;
+}
+
+/* The split fields of a layer parameter as model.h's (full_numel from full_shape; 0 for an unsplit tensor). */
+static void copy_split(fsc_param_info *ti, const fsc_layer_param *p) {
+    ti->split = p->split;
+    ti->parts = p->parts;
+    ti->tp_rank = p->tp_rank;
+    ti->tp_size = p->tp_size;
+    memcpy(ti->full_shape, p->full_shape, sizeof ti->full_shape);
+    ti->full_numel = 0;
+    if (p->split != FSC_SPLIT_NONE) {
+        ti->full_numel = 1;
+        for (int d = 0; d < p->ndim; d++) ti->full_numel *= (size_t)p->full_shape[d];
+    }
 }
 
 /* Name the tensors and resolve the ties. */
@@ -154,6 +177,7 @@ static fsc_status declare(seq_model *s, const fsc_seq_layer *ls) {
             ti->ndim = a->params[k].ndim;
             memcpy(ti->shape, a->params[k].shape, sizeof ti->shape);
             ti->numel = a->params[k].numel;
+            copy_split(ti, &a->params[k]);
             ti->layer = l;
             ti->expert = -1;
             s->tensor[l][k] = nt++;

@@ -30,13 +30,18 @@ typedef struct {
     float value;       /* FSC_INIT_CONST */
 } fsc_init;
 
-/* One parameter of a layer. */
+/* One parameter of a layer. A tensor-parallel layer's parameter may be this rank's slice of a full tensor
+ * (model.h's split fields: fsc_layer_add_param_split); shape and numel are then the slice's. */
 typedef struct {
     char name[48];     /* relative to the layer ("weight", "q_proj.weight"); the model prefixes it */
     int ndim;
     int64_t shape[4];
     size_t numel;
     fsc_init init;
+    int split;         /* FSC_SPLIT_NONE (0), FSC_SPLIT_ROWS or FSC_SPLIT_COLS (model.h) */
+    int parts;         /* equal parts of the split dimension, each sliced (0 or 1: one) */
+    int tp_rank, tp_size; /* this rank's place in the tensor group (0, 0 or 1: none) */
+    int64_t full_shape[4]; /* the full tensor (all 0 for an unsplit parameter) */
 } fsc_layer_param;
 
 /* What one call of a layer sees. Device pointers of dev. */
@@ -90,6 +95,13 @@ typedef struct fsc_layer {
 
 /* Declare parameter `name` of the given shape (ndim 1..4, unused dimensions 0) starting as init. */
 fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const int64_t *shape, fsc_init init);
+/* Declare parameter `name` as this rank's slice of a full tensor of full_shape: split (FSC_SPLIT_ROWS: dimension
+ * 0, FSC_SPLIT_COLS: the last) cuts the split dimension in `parts` equal parts (0 or 1: one) and each in tp_size
+ * slices, of which this rank (tp_rank) takes one per part. The slice's shape is computed; FSC_ERR_INVALID when
+ * parts x tp_size does not divide the split dimension. FSC_SPLIT_NONE declares a parameter replicated over the
+ * group (full_shape is its shape). The sequential model initializes a slice with the full tensor's values. */
+fsc_status fsc_layer_add_param_split(fsc_layer *l, const char *name, int ndim, const int64_t *full_shape, int split,
+                                     int parts, int tp_rank, int tp_size, fsc_init init);
 /* Change the initial values of the layer's parameter `name` (defaults are the constructors'). */
 fsc_status fsc_layer_set_init(fsc_layer *l, const char *name, fsc_init init);
 /* ops->destroy, then free (NULL does nothing). */

@@ -220,8 +220,9 @@ static fsc_status l_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks
     return seq_of(ctx)->ops->backward(seq_of(ctx)->ctx, a, h ? h : &no_hooks, dscale);
 }
 
+/* The layers' values: fsc_llama_init_values' for a whole tensor, the full tensor's at a slice's elements */
 static void l_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out) {
-    fsc_llama_init_values(&((llama *)ctx)->cfg, seed, i, first, n, out);
+    seq_of(ctx)->ops->init_values(seq_of(ctx)->ctx, seed, i, first, n, out);
 }
 
 static void l_config(void *ctx, char *buf, size_t cap) { fsc_llama_config_json(&((llama *)ctx)->cfg, buf, cap); }
@@ -266,23 +267,26 @@ static const fsc_model_ops llama_ops = {
 };
 
 /* Layers 0 the token embedding, 1..L the blocks, L+1 the final RMSNorm and the untied LM head. */
-static fsc_status build_layers(fsc_device *dev, const fsc_llama_config *c, fsc_model **out) {
+static fsc_status build_layers(fsc_device *dev, const fsc_llama_config *c, fsc_comm *tp, int sp, fsc_model **out) {
     const int L = c->layers, n = L + 2;
     fsc_seq_layer *sl = calloc((size_t)n, sizeof *sl);
     char(*prefix)[32] = calloc((size_t)n, sizeof *prefix);
     fsc_status st = sl && prefix ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "llama create: out of host memory");
     fsc_layer *y = NULL;
-    if (st == FSC_OK) st = fsc_layer_token_embedding(c->seq, c->dim, c->vocab, &y);
+    fsc_embedding_opts eo = { .T = c->seq, .C = c->dim, .V = c->vocab, .tp = tp, .sp = sp };
+    if (st == FSC_OK) st = fsc_layer_embedding_opts(&eo, &y);
     if (st == FSC_OK) sl[0] = (fsc_seq_layer){ .layer = y, .prefix = "model.embed_tokens." };
     for (int i = 0; i < L && st == FSC_OK; i++) {
         fsc_block_opts o = { .kind = FSC_BLOCK_LLAMA, .T = c->seq, .C = c->dim, .heads = c->heads,
-                             .kv_heads = c->kv_heads, .F = c->ffn, .rope_theta = c->rope_theta, .eps = c->norm_eps };
+                             .kv_heads = c->kv_heads, .F = c->ffn, .rope_theta = c->rope_theta, .eps = c->norm_eps,
+                             .tp = tp, .sp = sp };
         st = fsc_layer_block(&o, &y);
         snprintf(prefix[i], sizeof prefix[i], "model.layers.%d.", i);
         if (st == FSC_OK) sl[1 + i] = (fsc_seq_layer){ .layer = y, .prefix = prefix[i] };
     }
     fsc_lm_head_opts ho = { .T = c->seq, .C = c->dim, .V = c->vocab, .norm = FSC_HEAD_NORM_RMSNORM,
-                            .eps = c->norm_eps, .norm_name = "model.norm.", .head_name = "lm_head.weight" };
+                            .eps = c->norm_eps, .norm_name = "model.norm.", .head_name = "lm_head.weight",
+                            .tp = tp, .sp = sp };
     if (st == FSC_OK) st = fsc_layer_lm_head_opts(&ho, &y);
     if (st == FSC_OK) sl[n - 1] = (fsc_seq_layer){ .layer = y };
     if (st == FSC_OK) {
@@ -295,19 +299,31 @@ static fsc_status build_layers(fsc_device *dev, const fsc_llama_config *c, fsc_m
 }
 
 fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, fsc_model **out) {
+    return fsc_llama_model_create_tp(dev, cfg, NULL, 0, out);
+}
+
+fsc_status fsc_llama_build(void *arg, fsc_device *dev, fsc_comm *tp, fsc_model **out) {
+    const fsc_llama_build_arg *a = arg;
+    if (!a) return fsc_error(FSC_ERR_INVALID, "llama build: no fsc_llama_build_arg");
+    return fsc_llama_model_create_tp(dev, &a->cfg, tp, tp ? a->sp : 0, out);
+}
+
+fsc_status fsc_llama_model_create_tp(fsc_device *dev, const fsc_llama_config *cfg, fsc_comm *tp, int sp,
+                                     fsc_model **out) {
     *out = NULL;
     if (!dev) return fsc_error(FSC_ERR_INVALID, "llama create: device is NULL");
     FSC_TRY(fsc_llama_config_validate(cfg));
     llama *m = calloc(1, sizeof *m);
     if (!m) return fsc_error(FSC_ERR_NOMEM, "llama create: out of host memory");
     m->cfg = *cfg;
-    fsc_status st = build_layers(dev, cfg, &m->seq);
+    fsc_status st = build_layers(dev, cfg, tp, sp, &m->seq);
     /* the layers' model names the tensors as fsc_llama_param_info does, in its order: check it */
     for (int i = 0; st == FSC_OK && i < m->seq->n_tensors; i++) {
         fsc_param_info want;
         st = fsc_llama_param_info(cfg, i, &want);
         const fsc_param_info *got = &m->seq->info[i];
-        if (st == FSC_OK && (strcmp(got->name, want.name) != 0 || got->layer != want.layer || got->numel != want.numel))
+        if (st == FSC_OK && (strcmp(got->name, want.name) != 0 || got->layer != want.layer ||
+                             fsc_param_full_numel(got) != want.numel))
             st = fsc_error(FSC_ERR_INTERNAL, "llama create: tensor %d is %s of layer %d, expected %s of layer %d", i,
                            got->name, got->layer, want.name, want.layer);
     }

@@ -17,6 +17,7 @@
 #include "status.h"
 #include "device.h"
 #include "model.h"
+#include "comm.h"
 
 FSC_BEGIN_DECLS
 
@@ -113,10 +114,33 @@ fsc_init fsc_init_const(float v);
 /* ---- built-in layers ------------------------------------------------------------------------------------
  * A sample is `rows` rows of features (a sequence of T tokens: rows = T; a feature vector: rows = 1; 0 means
  * 1). Defaults: weights normal(0, 0.02), biases 0, norm weights 1 (change them with fsc_layer_set_init).
- * Parameter names follow Hugging Face where one exists. */
+ * Parameter names follow Hugging Face where one exists.
+ *
+ * Tensor parallelism (docs/tensor_parallel.md). The options of linear, the embeddings, attention, the MLPs, the
+ * blocks and the LM head take `tp`, a tensor group (NULL: none): the layer is then built on this rank's slices
+ * (declared with fsc_layer_add_param_split under the full tensors' names, so every tensor-parallel size starts
+ * from the same full tensors) and runs Megatron's column/row-parallel products with tp.h's building blocks:
+ * attention splits its heads (and kv heads: kv_heads must divide by the group size), q/k/v column-parallel, o
+ * row-parallel; the MLPs split their hidden width (column, then row); the embeddings and the head split the
+ * vocabulary (the head's loss is tp.h's vocab-parallel cross entropy, and a head tied to a vocab-parallel
+ * embedding's wte ties equal slices); norms, position embeddings and the biases after a row-parallel product
+ * are replicated. Every rank of the group builds the same layer and calls it together. `sp` (embeddings,
+ * attention, MLPs, blocks, head; needs tp) turns on sequence parallelism: the stream between layers is this
+ * rank's contiguous B*T/size rows of the (B*T, C) stream (out_floats per sample T*C/size; T must divide by the
+ * group size), gathered before the column-parallel products and reduce-scattered after the row-parallel ones;
+ * the norms' parameter gradients are then partial and the layer sums them over the group itself. */
+/* The two forms of a tensor-parallel linear (fsc_linear_opts.tp_mode). */
+typedef enum { FSC_TP_NONE = 0, FSC_TP_COLUMN, FSC_TP_ROW } fsc_tp_mode;
 
-/* out = in W + b, W "weight" [in, out] (out_in: [out, in] as torch's nn.Linear), b "bias" (with bias). */
-typedef struct { int rows, in, out, bias, out_in; } fsc_linear_opts;
+/* out = in W + b, W "weight" [in, out] (out_in: [out, in] as torch's nn.Linear), b "bias" (with bias).
+ * With tp: FSC_TP_COLUMN splits the output features (input replicated, output this rank's out / size columns,
+ * bias split), FSC_TP_ROW the input features (input this rank's in / size columns, partial products summed over
+ * the group, the replicated bias added once after the sum). No sequence parallelism. */
+typedef struct {
+    int rows, in, out, bias, out_in;
+    fsc_comm *tp;        /* NULL: no tensor parallelism */
+    fsc_tp_mode tp_mode; /* with tp: FSC_TP_COLUMN or FSC_TP_ROW */
+} fsc_linear_opts;
 /* The defaults: one row per sample, a bias (as torch's nn.Linear), W [in, out]. */
 fsc_linear_opts fsc_linear_opts_default(int in, int out);
 fsc_status fsc_layer_linear(const fsc_linear_opts *o, fsc_layer **out);
@@ -128,7 +152,11 @@ fsc_status fsc_layer_layernorm(int rows, int C, fsc_layer **out);
 fsc_status fsc_layer_rmsnorm(int rows, int C, float eps, fsc_layer **out);
 /* out = [in +] c_proj(gelu(c_fc(in))) (GPT-2's MLP, weights [in, out] as GPT-2's Conv1D): "c_fc.weight" (C, F),
  * "c_fc.bias", "c_proj.weight" (F, C), "c_proj.bias". */
-typedef struct { int rows, C, F, residual; } fsc_mlp_opts;
+typedef struct {
+    int rows, C, F, residual;
+    fsc_comm *tp;        /* NULL: none; else F split over the group (c_fc / gate, up column; c_proj / down row) */
+    int sp;              /* sequence parallelism (needs tp; rows divide by the group size) */
+} fsc_mlp_opts;
 /* The defaults of both MLPs: one row per sample, F = 4 C (GPT-2's width; the Llama's rule is llama.h's
  * fsc_llama_default_ffn), no residual. */
 fsc_mlp_opts fsc_mlp_opts_default(int C);
@@ -139,7 +167,12 @@ fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out);
 /* out = [in +] causal self-attention (nn.h's fsc_self_attn_*: rotary when rope_theta > 0, kv_heads dividing
  * heads, 0: heads): "q_proj.weight" (heads x HS, C), "k_proj.weight", "v_proj.weight" (kv_heads x HS, C),
  * "o_proj.weight" (C, heads x HS), and "{q,k,v,o}_proj.bias" with bias. HS = C / heads. */
-typedef struct { int T, C, heads, kv_heads, bias, residual; float rope_theta; } fsc_attention_opts;
+typedef struct {
+    int T, C, heads, kv_heads, bias, residual;
+    float rope_theta;
+    fsc_comm *tp;        /* NULL: none; else heads and kv heads split over the group */
+    int sp;              /* sequence parallelism (needs tp; T divides by the group size) */
+} fsc_attention_opts;
 /* The defaults: plain multi-head attention (kv_heads = heads), no biases, no residual, no rotary embedding. */
 fsc_attention_opts fsc_attention_opts_default(int T, int C, int heads);
 fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out);
@@ -148,6 +181,16 @@ fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out);
 fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out);
 /* out (T, C) = weight[token] of T int32 tokens per sample, no positions (Llama's embed_tokens): "weight" (V, C). */
 fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out);
+/* Either embedding with options: positions 1 is fsc_layer_embedding's ("wte.weight", "wpe.weight"), 0
+ * fsc_layer_token_embedding's ("weight"). With tp the vocabulary is split (rank r holds rows [r V/size,
+ * (r+1) V/size) of the token table; V divides by the group size; the output is the unsplit one bit for bit),
+ * wpe replicated; with sp the output is this rank's B*T/size rows. */
+typedef struct {
+    int T, C, V, positions;
+    fsc_comm *tp;
+    int sp;
+} fsc_embedding_opts;
+fsc_status fsc_layer_embedding_opts(const fsc_embedding_opts *o, fsc_layer **out);
 /* A pre-norm transformer block, out = h + mlp(norm2(h)) with h = in + attn(norm1(in)), over T rows of width C:
  *   FSC_BLOCK_GPT2: LayerNorm (eps 1e-5), attention with biases, GELU MLP (F 0: 4 C), GPT2Block's names:
  *     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight" (C, 3C) packed q|k|v [in, out] and "attn.c_attn.bias",
@@ -165,6 +208,9 @@ typedef struct {
     int T, C, heads, kv_heads, F;
     float rope_theta, eps;
     int separate_qkv;
+    fsc_comm *tp;        /* NULL: none; else attention's heads and the MLP's width split (GPT-2's packed c_attn
+                          * in 3 parts q|k|v), norms replicated */
+    int sp;              /* sequence parallelism (needs tp; T divides by the group size) */
 } fsc_block_opts;
 /* The defaults of a block of that kind: kv_heads = heads, eps 1e-5; FSC_BLOCK_GPT2 packed (separate_qkv 0) with
  * F = 4 C and no rotary embedding; FSC_BLOCK_LLAMA with F = fsc_llama_default_ffn(C) and rope_theta 10000
@@ -186,6 +232,9 @@ typedef struct {
     float eps;
     const char *norm_name;  /* prefix of the norm's parameters (NULL: "norm."; the Llama: "model.norm.") */
     const char *head_name;  /* the head weight's name (NULL: "weight"; the Llama: "lm_head.weight") */
+    fsc_comm *tp;           /* NULL: none; else the vocabulary split (V divides by the group size): this rank's
+                             * logits only, tp.h's vocab-parallel cross entropy; the norm replicated */
+    int sp;                 /* sequence parallelism (needs tp; T divides by the group size) */
 } fsc_lm_head_opts;
 fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out);
 /* The loss layer of a regressor: loss = sum over the n outputs of (in - target)^2, n float targets per sample

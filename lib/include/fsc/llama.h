@@ -30,6 +30,7 @@
 #include "status.h"
 #include "device.h"
 #include "model.h"
+#include "comm.h"
 
 FSC_BEGIN_DECLS
 
@@ -70,6 +71,20 @@ fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *re
  * train with fsc_engine_step_model (inputs and targets int32 tokens); weight files (fsc_engine_save_weights /
  * load_weights) use the Hugging Face names above. */
 fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, fsc_model **out);
+/* The tensor-parallel form on the tensor group tp (NULL: fsc_llama_model_create's model): the layers of layers.h
+ * with tp (docs/tensor_parallel.md): heads, kv heads, the MLP width and the vocabulary split over the group (each
+ * must divide by its size), norms replicated; sp: sequence parallelism (seq divides by the group size). The
+ * tensors keep their full names and declare their slices; they start from the full model's values. Every rank of
+ * the group calls it. */
+fsc_status fsc_llama_model_create_tp(fsc_device *dev, const fsc_llama_config *cfg, fsc_comm *tp, int sp,
+                                     fsc_model **out);
+/* The Llama's builder for parallel.h's fsc_engine_create_built (fsc_model_build_fn): arg is a
+ * fsc_llama_build_arg; the engine hands it the tensor group (NULL without tensor parallelism). */
+typedef struct {
+    fsc_llama_config cfg;
+    int sp;             /* sequence parallelism under a tensor group */
+} fsc_llama_build_arg;
+fsc_status fsc_llama_build(void *arg, fsc_device *dev, fsc_comm *tp, fsc_model **out);
 
 FSC_END_DECLS
 

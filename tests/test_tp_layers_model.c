@@ -10,7 +10,8 @@
  *     pieces in another order, so bits differ by nature. Models: the Llama's layers (GQA, rotary, RMSNorm, SwiGLU,
  *     final norm in the head), GPT-2's (packed c_attn in 3 parts, separate q/k/v, LayerNorm, GELU, head tied to the
  *     vocab-parallel wte), standalone attention and MLP layers with residuals and biases, column- and row-parallel
- *     linears around a GELU with an MSE loss;
+ *     linears around a GELU with an MSE loss; llama.h's fsc_llama_model_create_tp (2 layers, dim 32, 4 heads, 2 kv
+ *     heads at tp 2; 4 kv heads at tp 2 and 4: kv heads must divide by the group size);
  *   - the initial slices are the full tensors' values (checked through the same gathering);
  *   - bad options are refused with a message: sp without tp, heads / kv heads / vocabulary / F not dividing, T not
  *     dividing under sp, tp_mode without tp. */
@@ -19,8 +20,9 @@
 #include <string.h>
 #include "test_tp_util.h"
 #include "fsc/layers.h"
+#include "fsc/llama.h"
 
-enum { M_LLAMA = 0, M_GPT, M_PARTS, M_LINEAR, M_COUNT };
+enum { M_LLAMA = 0, M_GPT, M_PARTS, M_LINEAR, M_LLAMA_MODEL, M_LLAMA_MODEL4, M_COUNT };
 enum { B = 2, T = 4, C = 16, V = 32, H = 4, KVH = 2, F = 24, IN = 8, HID = 16 };
 
 /* The model of kind `kind` on tensor group tp (NULL: the unsplit layers). */
@@ -35,6 +37,11 @@ static fsc_status build(fsc_device *dev, fsc_comm *tp, int sp, int kind, fsc_mod
         FSC_TRY(call);                                         \
         sl[n++] = (fsc_seq_layer){ .layer = l, .prefix = pre }; \
     } while (0)
+    if (kind == M_LLAMA_MODEL || kind == M_LLAMA_MODEL4) { /* llama.h's model: 2 layers, dim 32, 4 heads */
+        fsc_llama_config lc = { .layers = 2, .dim = 32, .heads = 4, .kv_heads = kind == M_LLAMA_MODEL ? 2 : 4,
+                                .ffn = 64, .seq = T, .vocab = V, .rope_theta = 10000.0f, .norm_eps = 1e-5f };
+        return fsc_llama_model_create_tp(dev, &lc, tp, sp, out);
+    }
     if (kind == M_LLAMA) {
         ADD(fsc_layer_embedding_opts(&(fsc_embedding_opts){ .T = T, .C = C, .V = V, .tp = tp, .sp = sp }, &l),
             "model.embed_tokens.");
@@ -193,12 +200,13 @@ static fsc_status compare(const result *got, const result *want, const char *wha
 
 static void test_tp_layer_models_match_tp1(void **state) {
     (void)state;
-    static const char *names[M_COUNT] = { "llama layers", "gpt2 layers (tied head)", "attention + mlps", "linears" };
+    static const char *names[M_COUNT] = { "llama layers", "gpt2 layers (tied head)", "attention + mlps", "linears",
+                                          "llama model (2 kv heads)", "llama model (4 kv heads)" };
     for (int kind = 0; kind < M_COUNT; kind++) {
         result want;
         run_model(kind, 0, 1, &want);
         for (int world = 2; world <= 4; world *= 2) {
-            if (world == 4 && kind != M_GPT && kind != M_LINEAR) continue; /* kv heads 2 */
+            if (world == 4 && (kind == M_LLAMA || kind == M_PARTS || kind == M_LLAMA_MODEL)) continue; /* 2 kv heads */
             for (int sp = 0; sp < (kind == M_LINEAR ? 1 : 2); sp++) {
                 result got;
                 run_model(kind, sp, world, &got);

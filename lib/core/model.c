@@ -84,6 +84,12 @@ size_t fsc_model_num_params(const fsc_model *m) {
     return n;
 }
 
+size_t fsc_model_num_full_params(const fsc_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_tensors; i++) n += fsc_param_full_numel(&m->info[i]);
+    return n;
+}
+
 int fsc_model_tensor_index(const fsc_model *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)
         if (!strcmp(m->info[i].name, name)) return i;

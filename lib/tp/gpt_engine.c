@@ -1,28 +1,27 @@
-/* The engine for the built-in GPT (gpt_engine.h's fsc_engine_create): the GPT of gpt.h made a model of model.h
- * (fsc_gpt_model_create), or with tensor parallelism the tensor-parallel GPT (tp_engine.c), then the engine of
- * any model (lib/parallel). Here rather than in lib/parallel, which knows no particular model: tensor
- * parallelism is the GPT's only so far. Not here: the engine (lib/parallel/engine.c). */
+/* The engine for the built-in GPT (gpt_engine.h's fsc_engine_create): fsc_engine_create_built with the GPT's
+ * builder, which makes the GPT of gpt.h as a model of model.h (fsc_gpt_model_create), or on a tensor group the
+ * tensor-parallel GPT of this rank's slices (tp_engine.c). Here rather than in lib/parallel, which knows no
+ * particular model. Not here: the engine (lib/parallel/engine.c), its tensor parallelism (tensor.c). */
 #include "fsc/gpt_engine.h"
 #include "tp_impl.h"
-#include "parallel/engine_impl.h"
 
-static fsc_status tp_check(const void *arg, int tp) { return fsc_tp_check_config(arg, tp); }
+typedef struct {
+    const fsc_gpt_config *cfg;
+    int sp; /* sequence parallelism */
+} gpt_build;
+
+static fsc_status build(void *arg, fsc_device *dev, fsc_comm *tensor, fsc_model **out) {
+    const gpt_build *b = arg;
+    return tensor ? tp_gpt_model_create(dev, tensor, b->cfg, b->sp, out) : fsc_gpt_model_create(dev, b->cfg, out);
+}
 
 fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
                              const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
     *out = NULL;
     FSC_TRY(fsc_gpt_config_validate(cfg));
-    fsc_engine *e;
-    FSC_TRY(fsc_engine_new(r, cfg->layers + 2, cfg->moe_experts, po, oc, seed, tp_check, cfg, &e));
-    fsc_status s = e->lay.tp > 1 ? fsc_tp_engine_create(e, cfg) : fsc_gpt_model_create(e->dev, cfg, &e->m);
-    e->own_model = e->m != NULL;
-    if (s == FSC_OK) s = fsc_engine_finish(e);
-    if (s != FSC_OK) {
-        fsc_engine_free(e);
-        return s;
-    }
-    *out = e;
-    return FSC_OK;
+    if (po && po->tp > 1) FSC_TRY(fsc_tp_check_config(cfg, po->tp));
+    gpt_build b = { cfg, po ? po->sequence_parallel : 0 };
+    return fsc_engine_create_built(r, build, &b, po, oc, seed, out);
 }
 
 fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,

@@ -156,6 +156,15 @@ static fsc_status create(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config *cf
         s = fsc_gpt_param_info(cfg, i, &m->t[i].full);
         describe(&m->t[i], cfg, i, T);
         m->linfo[i] = m->t[i].local;
+        /* the slice declared as model.h's split fields (TP_SPLIT_* are FSC_SPLIT_*) */
+        m->linfo[i].split = m->t[i].split;
+        m->linfo[i].parts = m->t[i].split == TP_REPLICATED ? 0 : m->t[i].parts;
+        m->linfo[i].tp_rank = T > 1 ? m->rank : 0;
+        m->linfo[i].tp_size = T;
+        if (m->t[i].split != TP_REPLICATED) {
+            memcpy(m->linfo[i].full_shape, m->t[i].full.shape, sizeof m->linfo[i].full_shape);
+            m->linfo[i].full_numel = m->t[i].full.numel;
+        }
         m->t[i].off = m->P;
         m->P += m->t[i].local.numel;
         m->roff[i] = SIZE_MAX;

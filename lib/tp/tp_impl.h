@@ -5,12 +5,11 @@
 #include "fsc/tp.h"
 #include "fsc/safetensors.h"
 
-/* Tensor parallelism inside the engine (tp_engine.c, the rest in parallel/engine_impl.h), called by the GPT's
- * fsc_engine_create (gpt_engine.c) before the strategy's setup: the tensor group (and the data group without a
- * pipeline), the tensor-parallel GPT on it and e->m the model of its slices (owned by the engine). */
-fsc_status fsc_tp_engine_create(fsc_engine *e, const fsc_gpt_config *cfg);
+/* The tensor-parallel GPT on group tp as a model of model.h (tp_engine.c): its tensors this rank's slices with
+ * model.h's split fields; it owns the GPT (fsc_model_free). Built by the GPT's engine builder (gpt_engine.c). */
+fsc_status tp_gpt_model_create(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config *cfg, int sp, fsc_model **out);
 
-enum { TP_REPLICATED = 0, TP_SPLIT_ROWS, TP_SPLIT_COLS };
+enum { TP_REPLICATED = FSC_SPLIT_NONE, TP_SPLIT_ROWS = FSC_SPLIT_ROWS, TP_SPLIT_COLS = FSC_SPLIT_COLS };
 
 /* A tensor and this rank's slice of it. Column splits cut the last dimension into `parts` equal parts
  * (3 for c_attn: Q, K, V) and take slice `rank` of each, so a rank's Q, K and V columns are its heads. */

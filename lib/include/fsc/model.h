@@ -188,8 +188,11 @@ fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B);
  * full_shape consistent with shape, split, parts and tp_size, one tensor group for every tensor); the message
  * names the first problem and the tensor. */
 fsc_status fsc_model_validate(const fsc_model *m);
-/* Total parameters (sum of numel). */
+/* Total parameters (sum of numel: with tensor parallelism this rank's slices). */
 size_t fsc_model_num_params(const fsc_model *m);
+/* Total parameters of the full tensors (sum of fsc_param_full_numel; fsc_model_num_params without tensor
+ * parallelism). */
+size_t fsc_model_num_full_params(const fsc_model *m);
 /* Index of the tensor called name, -1 if none. */
 int fsc_model_tensor_index(const fsc_model *m, const char *name);
 /* ops->destroy(m) when the model owns itself (fsc_gpt_model_create's); NULL does nothing. */

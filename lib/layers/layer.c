@@ -8,10 +8,14 @@
 fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const int64_t *shape, fsc_init init) {
     if (!l || !name || !name[0] || !shape)
         return fsc_error(FSC_ERR_INVALID, "layer: a parameter needs a layer, a name and a shape");
-    if (l->n_params >= FSC_LAYER_MAX_PARAMS)
-        return fsc_error(FSC_ERR_INVALID, "layer %s: more than %d parameters", l->kind, FSC_LAYER_MAX_PARAMS);
     if (ndim < 1 || ndim > 4)
         return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s has %d dimensions (1 to 4)", l->kind, name, ndim);
+    if (l->n_params >= l->cap_params) { /* the table grows: an MoE layer declares 1 + 4 E parameters */
+        const int cap = l->cap_params ? 2 * l->cap_params : FSC_LAYER_MAX_PARAMS;
+        fsc_layer_param *t = cap > l->n_params ? realloc(l->params, (size_t)cap * sizeof *t) : NULL;
+        if (!t) return fsc_error(FSC_ERR_NOMEM, "layer %s: out of host memory for %d parameters", l->kind, cap);
+        l->params = t, l->cap_params = cap;
+    }
     fsc_layer_param *p = &l->params[l->n_params];
     memset(p, 0, sizeof *p);
     if (strlen(name) >= sizeof p->name)
@@ -82,5 +86,6 @@ fsc_init fsc_init_const(float v) { return (fsc_init){ .kind = FSC_INIT_CONST, .v
 void fsc_layer_free(fsc_layer *l) {
     if (!l) return;
     if (l->ops && l->ops->destroy) l->ops->destroy(l);
+    free(l->params);
     free(l);
 }

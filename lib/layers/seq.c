@@ -12,7 +12,9 @@ static void seq_destroy(fsc_model *m) {
     seq_model *s = (seq_model *)m;
     for (int l = 0; l < s->n; l++) fsc_layer_free(s->layers[l]);
     for (int t = 0; t < s->m.n_tensors && s->tied_grad; t++) fsc_device_release(s->dev, s->tied_grad[t]);
-    free(s->layers), free(s->prefix), free(s->tensor), free(s->tied);
+    for (int l = 0; l < s->n && s->tensor; l++) free(s->tensor[l]);
+    for (int l = 0; l < s->n && s->tied; l++) free(s->tied[l]);
+    free(s->layers), free(s->prefix), free(s->tensor), free(s->tied), free(s->cparam), free(s->cgrad);
     free(s->info), free(s->param), free(s->grad), free(s->tied_grad);
     free(s);
 }
@@ -88,6 +90,13 @@ const fsc_model_ops fsc_seq_ops_ = {
     .set_batch = fsc_seq_set_batch, .stream = fsc_seq_stream, .stream_floats = seq_stream_floats,
     .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
     .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy,
+};
+const fsc_model_ops fsc_seq_moe_ops_ = {
+    .acts_create = fsc_seq_acts_create, .acts_free = fsc_seq_acts_free, .acts_bytes = fsc_seq_acts_bytes,
+    .set_batch = fsc_seq_set_batch, .stream = fsc_seq_stream, .stream_floats = seq_stream_floats,
+    .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
+    .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy,
+    .aux_stats = fsc_seq_aux_stats, .set_expert_group = fsc_seq_set_expert_group,
 };
 
 /* Check that the layers fit together (each takes its predecessor's output, the last is the only loss layer). */
@@ -179,7 +188,8 @@ static fsc_status declare(seq_model *s, const fsc_seq_layer *ls) {
             ti->numel = a->params[k].numel;
             copy_split(ti, &a->params[k]);
             ti->layer = l;
-            ti->expert = -1;
+            ti->expert = a->ops->param_expert ? a->ops->param_expert(a, k) : -1;
+            if (ti->expert + 1 > s->m.n_experts) s->m.n_experts = ti->expert + 1;
             s->tensor[l][k] = nt++;
             s->m.n_tensors = nt;
             for (int j = 0; j < nt - 1; j++)
@@ -223,10 +233,23 @@ fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n,
         if (s) s->n = 0, seq_destroy(&s->m);
         return st;
     }
+    int maxp = 1;
     for (int l = 0; l < n; l++) {
         s->layers[l] = ls[l].layer;
         snprintf(s->prefix[l], sizeof s->prefix[l], "%s", ls[l].prefix ? ls[l].prefix : "");
         if (l < n - 1 && ls[l].layer->out_floats > s->max_stream) s->max_stream = ls[l].layer->out_floats;
+        const size_t np = ls[l].layer->n_params > 0 ? (size_t)ls[l].layer->n_params : 1;
+        s->tensor[l] = calloc(np, sizeof **s->tensor);
+        s->tied[l] = calloc(np, sizeof **s->tied);
+        if (!s->tensor[l] || !s->tied[l]) st = fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
+        if (ls[l].layer->n_params > maxp) maxp = ls[l].layer->n_params;
+    }
+    s->cparam = calloc((size_t)maxp, sizeof *s->cparam);
+    s->cgrad = calloc((size_t)maxp, sizeof *s->cgrad);
+    if (st == FSC_OK && (!s->cparam || !s->cgrad)) st = fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
+    if (st != FSC_OK) {
+        seq_destroy(&s->m);
+        return st;
     }
     const fsc_layer *first = ls[0].layer, *last = ls[n - 1].layer;
     s->m = (fsc_model){ .n_layers = n, .info = s->info, .param = s->param, .grad = s->grad,
@@ -234,6 +257,7 @@ fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n,
                         .sample_target_bytes = last->target_bytes, .loss_terms = last->loss_terms,
                         .ops = &fsc_seq_ops_, .ctx = s };
     st = declare(s, ls);
+    if (s->m.n_experts) s->m.ops = &fsc_seq_moe_ops_; /* aux statistics and expert parallelism */
     if (st == FSC_OK) st = fsc_model_validate(&s->m);
     if (st != FSC_OK) {
         seq_destroy(&s->m);
@@ -244,7 +268,7 @@ fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n,
 }
 
 fsc_layer *fsc_seq_model_layer(fsc_model *m, int l) {
-    if (!m || m->ops != &fsc_seq_ops_) return NULL;
+    if (!m || (m->ops != &fsc_seq_ops_ && m->ops != &fsc_seq_moe_ops_)) return NULL;
     seq_model *s = m->ctx;
     return l >= 0 && l < s->n ? s->layers[l] : NULL;
 }

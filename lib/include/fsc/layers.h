@@ -21,6 +21,7 @@
 
 FSC_BEGIN_DECLS
 
+/* Parameters of a dense built-in layer at most (a layer may declare more: an MoE layer has 1 + 4 E). */
 #define FSC_LAYER_MAX_PARAMS 16
 
 /* How a parameter starts: mean + std x normal(seed, full name, element) or the constant `value`. */
@@ -54,7 +55,9 @@ typedef struct {
     void *rec;                   /* rec_bytes(B) bytes: forward writes what backward needs, backward reads it */
     void *work;                  /* work_bytes(B) bytes of scratch, not kept between calls */
     const void *target;          /* loss layers: the B samples' targets (target_bytes each) */
-    float dscale;                /* loss layers' backward: the gradient factor of each loss term */
+    float dscale;                /* backward: the gradient factor of each loss term (MoE layers scale their
+                                  * load-balancing loss by it) */
+    void *state;                 /* the record's host state (ops->state_create), NULL without */
 } fsc_layer_call;
 
 struct fsc_layer;
@@ -79,6 +82,17 @@ typedef struct {
      * (FSC_ERR_INVALID) names the element, and set_batch returns it. NULL: any bytes are accepted. */
     fsc_status (*check_input)(const struct fsc_layer *l, const void *host, int B);
     fsc_status (*check_target)(const struct fsc_layer *l, const void *host, int B);
+    /* Optional (mixture of experts): host state of one record for B samples on dev, made and freed with the record
+     * and handed to every call as c->state (the MoE layer's routing record and its last statistics). */
+    fsc_status (*state_create)(struct fsc_layer *l, fsc_device *dev, int B, void **state);
+    void (*state_free)(const struct fsc_layer *l, void *state);
+    /* Optional: add the statistics of the state's last forward into *sum (model.h's aux_stats). */
+    void (*aux)(const struct fsc_layer *l, const void *state, fsc_model_aux *sum);
+    /* Optional: spread the layer's experts over ep (model.h's set_expert_group), before records are made. */
+    fsc_status (*set_expert_group)(struct fsc_layer *l, fsc_comm *ep);
+    /* Optional: the expert of parameter k (model.h's fsc_param_info.expert), -1 for none. NULL: no experts. A
+     * rank's call may see NULL pointers for other ranks' experts (the model does not check those). */
+    int (*param_expert)(const struct fsc_layer *l, int k);
 } fsc_layer_ops;
 
 /* A layer: allocate it with malloc/calloc (the model frees it with free() after ops->destroy). A user layer
@@ -86,7 +100,8 @@ typedef struct {
 typedef struct fsc_layer {
     char kind[32];                 /* "linear", "layernorm", ... or the user's name */
     int n_params;
-    fsc_layer_param params[FSC_LAYER_MAX_PARAMS];
+    fsc_layer_param *params;       /* (n_params) grown by fsc_layer_add_param, freed by fsc_layer_free */
+    int cap_params;
     size_t in_bytes;               /* device bytes of one sample's input (floats x 4; int32 tokens: T x 4) */
     size_t out_floats;             /* floats of one sample's output (a loss layer: its loss values) */
     int loss_terms;                /* > 0: a loss layer (the last), with this many loss terms per sample */
@@ -208,6 +223,11 @@ typedef struct {
     int T, C, heads, kv_heads, F;
     float rope_theta, eps;
     int separate_qkv;
+    /* Mixture of experts (moe_experts E > 0): the MLP is an MoE MLP (fsc_layer_moe_mlp) of E GELU experts of
+     * width F under "mlp." ("mlp.gate.weight", "mlp.experts.{e}.c_fc.weight", ...), in place of the block's MLP
+     * parameters; the Llama's experts are GELU MLPs too (lib/moe has no SwiGLU experts). */
+    int moe_experts, moe_top_k;   /* top-k: 1 or 2 (0: 1) */
+    float moe_capacity, moe_aux;  /* capacity factor (0: 1.0); the load-balancing loss coefficient */
     fsc_comm *tp;        /* NULL: none; else attention's heads and the MLP's width split (GPT-2's packed c_attn
                           * in 3 parts q|k|v), norms replicated */
     int sp;              /* sequence parallelism (needs tp; T divides by the group size) */
@@ -237,6 +257,20 @@ typedef struct {
     int sp;                 /* sequence parallelism (needs tp; T divides by the group size) */
 } fsc_lm_head_opts;
 fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out);
+/* out = [in +] moe(in): a mixture-of-experts MLP (moe.h) over `rows` rows of width C per sample, E GELU experts
+ * of width F (0: 4 C), top-k routing with the capacity factor, one dispatch group per micro-batch and rank;
+ * parameters "gate.weight" (C, E) and per expert "experts.{e}.c_fc.weight" (C, F), ".c_fc.bias",
+ * ".c_proj.weight" (F, C), ".c_proj.bias" (HF [in, out]; model.h's expert set). Backward adds aux x dscale x
+ * (B rows) times the gradient of the load-balancing loss (the objective's share of the mean over the global
+ * batch's groups); the model's aux_stats report its aux loss, assignments and drops; the experts spread over an
+ * expert-parallel group with the model's set_expert_group (before records are made). */
+typedef struct {
+    int rows, C, F, experts, top_k;
+    float capacity, aux;
+    int residual;
+} fsc_moe_mlp_opts;
+fsc_status fsc_layer_moe_mlp(const fsc_moe_mlp_opts *o, fsc_layer **out);
+
 /* The loss layer of a regressor: loss = sum over the n outputs of (in - target)^2, n float targets per sample
  * (n loss terms: the engine reports the mean squared error). */
 fsc_status fsc_layer_mse(size_t n, fsc_layer **out);

@@ -13,6 +13,8 @@
  *     linears around a GELU with an MSE loss; llama.h's fsc_llama_model_create_tp (2 layers, dim 32, 4 heads, 2 kv
  *     heads at tp 2; 4 kv heads at tp 2 and 4: kv heads must divide by the group size);
  *   - the initial slices are the full tensors' values (checked through the same gathering);
+ *   - GPT-2's layers at tp 2 with sp: gradients of split and replicated tensors against central finite differences
+ *     of the loss (2e-2 relative or 2e-4 absolute);
  *   - bad options are refused with a message: sp without tp, heads / kv heads / vocabulary / F not dividing, T not
  *     dividing under sp, tp_mode without tp. */
 #include <math.h>
@@ -95,6 +97,12 @@ static fsc_status build(fsc_device *dev, fsc_comm *tp, int sp, int kind, fsc_mod
 typedef struct {
     int kind, sp;
     double loss;
+    int nfd;                  /* finite differences: elements (tensor, full index) to perturb, and their results */
+    int fd_tensor[4];
+    size_t fd_index[4];
+    double fd[4];
+    size_t tbase[32];         /* where each tensor starts in init and grad */
+    char tname[32][64];
     float *init, *grad; /* (total full elements) */
     size_t total;
 } result;
@@ -143,6 +151,7 @@ static fsc_status model_rank(fsc_rank *r, void *arg) {
             s = fsc_device_download(r->dev, h, p[i], t->numel * sizeof(float));
             if (s == FSC_OK && (t->split != FSC_SPLIT_NONE || r->rank == 0))
                 for (size_t e = 0; e < t->numel; e++) res->init[base + fsc_param_full_index(t, e)] = h[e];
+            if (r->rank == 0 && i < 32) res->tbase[i] = base, snprintf(res->tname[i], 64, "%s", t->name);
             base += fsc_param_full_numel(t);
         }
     }
@@ -158,6 +167,27 @@ static fsc_status model_rank(fsc_rank *r, void *arg) {
     if (s == FSC_OK) s = m->ops->forward(m->ctx, a, &(fsc_model_hooks){ 0 }, &loss);
     if (s == FSC_OK) s = m->ops->backward(m->ctx, a, &(fsc_model_hooks){ 0 }, 1.0f / (B * T));
     if (s == FSC_OK && r->rank == 0) res->loss = loss;
+    /* central finite differences of the mean loss: every rank holding the element (its slice's owner, or every
+     * rank for a replicated tensor) moves it by +-eps, and the group runs forward together */
+    for (int k = 0; k < res->nfd && s == FSC_OK; k++) {
+        const int i = res->fd_tensor[k];
+        const fsc_param_info *t = &m->info[i];
+        size_t at = SIZE_MAX;
+        for (size_t e = 0; e < t->numel; e++)
+            if (fsc_param_full_index(t, e) == res->fd_index[k]) at = e;
+        const float eps = 1e-2f;
+        double l2[2] = { 0, 0 };
+        float v = 0;
+        if (at != SIZE_MAX) s = fsc_device_download(r->dev, &v, p[i] + at, sizeof v);
+        for (int sign = 0; sign < 2 && s == FSC_OK; sign++) {
+            const float moved = v + (sign ? -eps : eps);
+            if (at != SIZE_MAX) s = fsc_device_upload(r->dev, p[i] + at, &moved, sizeof moved);
+            if (s == FSC_OK) s = m->ops->set_batch(m->ctx, a, lin ? (const void *)x : tok, lin ? (const void *)y : tgt);
+            if (s == FSC_OK) s = m->ops->forward(m->ctx, a, &(fsc_model_hooks){ 0 }, &l2[sign]);
+        }
+        if (s == FSC_OK && at != SIZE_MAX) s = fsc_device_upload(r->dev, p[i] + at, &v, sizeof v);
+        if (r->rank == 0) res->fd[k] = (l2[0] - l2[1]) / (2.0 * eps) / (B * T);
+    }
     for (int pass = 1; pass < 2 && s == FSC_OK; pass++) {
         size_t base = 0;
         for (int i = 0; i < nt && s == FSC_OK; i++) {
@@ -338,6 +368,31 @@ static fsc_status refuse_rank(fsc_rank *r, void *arg) {
     return FSC_OK;
 }
 
+/* The gradients of the GPT-2 layers at tp 2 with sequence parallelism against central finite differences of the
+ * loss (float32 forward, eps 1e-2: within 2e-2 relative or 2e-4 absolute): an element of each kind of tensor,
+ * split (c_attn's v part on rank 1, k_proj rows, the vocab-parallel wte tied to the head) and replicated (a norm
+ * weight whose gradient is summed over the group under sp). */
+static void test_tp_gradients_finite_differences(void **state) {
+    (void)state;
+    result *r = calloc(1, sizeof *r);
+    r->kind = M_GPT, r->sp = 1;
+    /* tensors of the GPT model: 0 wte, 1 wpe, 2.. block h.0 (ln_1.w, ln_1.b, c_attn.w, ...) */
+    const int tensors[4] = { 0, 2, 4, 18 };
+    const size_t index[4] = { 31 * C + 5, 7, 3 * C * 3 - 2, 40 };
+    r->nfd = 4;
+    for (int k = 0; k < 4; k++) r->fd_tensor[k] = tensors[k], r->fd_index[k] = index[k];
+    assert_ok(tt_run(2, model_rank, r));
+    for (int k = 0; k < 4; k++) {
+        const char *name = r->tname[tensors[k]];
+        const double g = r->grad[r->tbase[tensors[k]] + index[k]], fd = r->fd[k];
+        if (getenv("FSC_TEST_VERBOSE"))
+            fprintf(stderr, "  %s[%zu]: gradient %.6g, finite difference %.6g\n", name, index[k], g, fd);
+        if (!(fabs(g - fd) <= 2e-2 * fabs(fd) + 2e-4))
+            fail_msg("%s[%zu]: gradient %.9g, finite difference %.9g", name, index[k], g, fd);
+    }
+    free(r->init), free(r->grad), free(r);
+}
+
 static void test_tp_layer_refusals(void **state) {
     (void)state;
     refusals *r = calloc(1, sizeof *r);
@@ -357,6 +412,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp_embeddings_bit_exact),
         cmocka_unit_test(test_tp_layer_models_match_tp1),
+        cmocka_unit_test(test_tp_gradients_finite_differences),
         cmocka_unit_test(test_tp_layer_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,4 @@
-/* The 3D layout and data x tensor-parallel training (lib/tp/tp_layout.c, tp_train.c).
+/* The 3D layout and data x tensor-parallel training (lib/parallel/layout.c, tp_train.c).
  * Oracles:
  * - layout: Megatron's rank order written out by hand (rank = (pipe dp + data) tp + tensor) for
  *   dp 2 x tp 2 x pp 2, every group's members found by all-gathering world ranks over it, and the errors;

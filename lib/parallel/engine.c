@@ -319,6 +319,36 @@ static fsc_status make_tied_copies(fsc_engine *e) {
     return FSC_OK;
 }
 
+/* The groups of layout l, once for the whole engine: none when the world is not split; otherwise the data group
+ * and, with tp > 1 or pp > 1, the tensor or pipeline group (fsc_layout_split; the trivial ones freed). */
+typedef struct {
+    fsc_comm *tensor, *data, *pipe;
+} groups;
+
+static fsc_status make_groups(fsc_comm *world, const fsc_layout *l, groups *g) {
+    *g = (groups){ 0 };
+    if (l->tp == 1 && l->pp == 1) return FSC_OK;
+    FSC_TRY(fsc_layout_split(world, l, &g->tensor, &g->data, &g->pipe));
+    if (l->tp == 1) fsc_comm_free(g->tensor), g->tensor = NULL;
+    if (l->pp == 1) fsc_comm_free(g->pipe), g->pipe = NULL;
+    return FSC_OK;
+}
+
+static void free_groups(groups *g) {
+    fsc_comm_free(g->pipe), fsc_comm_free(g->data), fsc_comm_free(g->tensor);
+    *g = (groups){ 0 };
+}
+
+/* The engine takes the groups: the data group is e->comm, the others are counted by kind. */
+static void attach_groups(fsc_engine *e, groups *g) {
+    e->tensor_comm = g->tensor, e->own_data = g->data, e->pipe_comm = g->pipe;
+    if (g->data) e->comm = g->data;
+    if (g->tensor) fsc_engine_add_group_kind(e, g->tensor, FSC_GROUP_TENSOR);
+    if (g->pipe) fsc_engine_add_group_kind(e, g->pipe, FSC_GROUP_PIPELINE);
+    if (g->data) fsc_engine_add_group_kind(e, e->r->comm, FSC_GROUP_WORLD); /* the vote, saving and loading */
+    *g = (groups){ 0 };
+}
+
 static fsc_status engine_finish(fsc_engine *e) {
     fsc_status s = make_offsets(e);
     if (s == FSC_OK) s = fsc_tensor_check_model(e->m, &e->lay);
@@ -339,7 +369,10 @@ fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel
     fsc_engine *e;
     FSC_TRY(engine_new(r, m->n_layers, m->n_experts, po, oc, seed, 0, &e));
     e->m = m;
-    fsc_status s = engine_finish(e);
+    groups g;
+    fsc_status s = make_groups(r->comm, &e->lay, &g);
+    if (s == FSC_OK) attach_groups(e, &g);
+    if (s == FSC_OK) s = engine_finish(e);
     if (s != FSC_OK) {
         fsc_engine_free(e);
         return s;
@@ -353,41 +386,31 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
     if (out) *out = NULL;
     if (!r || !build || !po || !oc || !out)
         return fsc_error(FSC_ERR_INVALID, "fsc_engine_create_built: rank, builder, options and output are required");
-    /* the groups tensor parallelism needs before the model: the tensor group (the colors of fsc_layout_split),
-     * and the data group without a pipeline (pipe.c makes it with one); without it engine_new checks the
-     * options in its order (the pipeline's first) */
-    fsc_layout lay = { .tp = 1 };
-    if (po->tp > 1) FSC_TRY(make_layout(r, po, 1, &lay));
-    fsc_comm *tensor = NULL, *data = NULL;
+    /* with tensor parallelism the groups come before the model, built on the tensor group; without it
+     * engine_new checks the options in its order (the pipeline's first) and the groups come after */
+    groups g = { 0 };
     fsc_status s = FSC_OK;
-    if (lay.tp > 1) {
-        s = fsc_comm_split(r->comm, lay.pipe * lay.dp + lay.data, lay.tensor, &tensor);
-        if (s == FSC_OK) fsc_comm_set_name(tensor, "tensor");
-        if (s == FSC_OK && lay.pp == 1) s = fsc_comm_split(r->comm, lay.pipe * lay.tp + lay.tensor, lay.data, &data);
-        if (s == FSC_OK && data) fsc_comm_set_name(data, "data");
+    if (po->tp > 1) {
+        fsc_layout lay;
+        FSC_TRY(make_layout(r, po, 1, &lay));
+        FSC_TRY(make_groups(r->comm, &lay, &g));
     }
     fsc_model *m = NULL;
-    if (s == FSC_OK) s = build(arg, r->dev, tensor, &m);
+    if (s == FSC_OK) s = build(arg, r->dev, g.tensor, &m);
     if (s == FSC_OK && !m) s = fsc_error(FSC_ERR_INVALID, "fsc_engine_create_built: the builder made no model");
     if (s == FSC_OK) s = fsc_model_validate(m);
     fsc_engine *e = NULL;
     if (s == FSC_OK) s = engine_new(r, m->n_layers, m->n_experts, po, oc, seed, 1, &e);
     if (s != FSC_OK) {
         fsc_model_free(m);
-        fsc_comm_free(data);
-        fsc_comm_free(tensor);
+        free_groups(&g);
         return s;
     }
     e->m = m;
     e->own_model = 1;
-    e->tensor_comm = tensor;
-    e->own_data = data;
-    if (data) e->comm = data;
-    if (tensor) {
-        fsc_engine_add_group_kind(e, tensor, FSC_GROUP_TENSOR);
-        fsc_engine_add_group_kind(e, r->comm, FSC_GROUP_WORLD); /* the f16 vote, saving and loading agree over it */
-    }
-    s = engine_finish(e);
+    if (po->tp <= 1) s = make_groups(r->comm, &e->lay, &g);
+    if (s == FSC_OK) attach_groups(e, &g);
+    if (s == FSC_OK) s = engine_finish(e);
     if (s != FSC_OK) {
         fsc_engine_free(e);
         return s;
@@ -825,7 +848,9 @@ void fsc_engine_free(fsc_engine *e) {
     free(e->tied_copy);
     fsc_optim_free(e->opt);
     if (e->own_model) fsc_model_free(e->m);
-    fsc_tensor_free(e); /* after the model, which may use the tensor group until it is freed */
+    fsc_tensor_free(e);
+    groups g = { e->tensor_comm, e->own_data, e->pipe_comm }; /* after the model, which may use the tensor group */
+    free_groups(&g);
     free(e->toff);
     free(e->gsegs);
     free(e->glens);

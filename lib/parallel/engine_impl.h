@@ -70,8 +70,10 @@ struct fsc_engine {
     int own_model;            /* the engine frees m (fsc_model_free) */
     size_t *toff;             /* (n_tensors + 1) prefix sums of m's numel: fsc_engine_tensor_offset */
     fsc_param_info *full;     /* (n_tensors) each tensor as files name and shape it: fsc_engine_full_info */
-    fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group */
-    fsc_comm *own_data;       /* the data group when the engine split it (tensor parallelism, no pipeline) */
+    /* The groups of the layout (fsc_layout_split, made once by engine.c, freed by it): */
+    fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group (NULL with tp 1) */
+    fsc_comm *own_data;       /* the data group (e->comm) when the world is split (tp or pp > 1) */
+    fsc_comm *pipe_comm;      /* the pipeline group (NULL with pp 1) */
     fsc_comm *own_norm;       /* the clipping norm's group when tensor.c split it */
     /* tensor parallelism: the pieces of the reduced gradients the clipping norm counts (every split
      * tensor, replicated tensors on tensor rank 0 only) over norm_comm */
@@ -187,7 +189,7 @@ fsc_status fsc_tensor_load(fsc_engine *e, fsc_st_file *f);
 /* A strategy's holdings of this rank's slices (in, n) as holdings of the full tensors (element ranges of the
  * full tensor, one per contiguous run; replicated tensors written by tensor rank 0 only), *out from malloc. */
 fsc_status fsc_tensor_holdings(fsc_engine *e, const fsc_holding *in, int n, fsc_holding **out, int *nout);
-/* Free e->full, the norm pieces and the groups tensor parallelism made. */
+/* Free e->full, the norm pieces and the norm group tensor parallelism made. */
 void fsc_tensor_free(fsc_engine *e);
 
 #endif

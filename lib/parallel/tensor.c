@@ -200,7 +200,5 @@ void fsc_tensor_free(fsc_engine *e) {
         e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
     }
     if (e->own_norm) fsc_comm_free(e->own_norm);
-    if (e->own_data) fsc_comm_free(e->own_data);
-    if (e->tensor_comm) fsc_comm_free(e->tensor_comm);
-    e->own_norm = e->own_data = e->tensor_comm = NULL;
+    e->own_norm = NULL;
 }

@@ -131,7 +131,7 @@ static const option options[] = {
     {"sequence-parallel", NULL, NULL, "with --tp: layer norms and residuals on sequence shards", K_FLAG, F(sequence_parallel), 0, 0, NULL},
     {"order", "O", "tp,dp,pp", "rank order of dp x tp x pp, fastest first (tp,dp,pp: Megatron's, tensor ranks adjacent)", K_STR, F(order), 0, 0, NULL},
     {"checkpoint", "MODE", "except_last", "pipeline micro-batches that keep only their stage input: always|except_last|never", K_CHOICE, F(pipe_ckpt), 0, 0, "always|except_last|never"},
-    {"moe-experts", "E", "0", "experts of each MoE block, each an MLP of the dense one's shape (0: a dense GPT)", K_INT, F(moe_experts), 0, 4096, NULL},
+    {"moe-experts", "E", "0", "experts of each MoE block, GELU MLPs of the block's MLP width (llama: --ffn) (0: dense)", K_INT, F(moe_experts), 0, 4096, NULL},
     {"moe-top-k", "K", "1", "experts per token: 1 (Switch) or 2 (GShard)", K_INT, F(moe_top_k), 1, 2, NULL},
     {"moe-every", "N", "1", "blocks N-1, 2N-1, ... get an MoE MLP (1: every block)", K_INT, F(moe_every), 1, 1024, NULL},
     {"moe-capacity", "F", "1.25", "capacity factor: ceil(F x K x tokens / E) slots per expert, rank and micro-batch", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
@@ -339,9 +339,14 @@ static fsc_gpt_config model_config(const train_config *c) {
 
 /* The Llama the options describe (after resolve_model). */
 static fsc_llama_config llama_config(const train_config *c) {
-    return (fsc_llama_config){.layers = c->layers, .dim = c->dim, .heads = c->heads, .kv_heads = c->kv_heads,
-                              .ffn = c->ffn, .seq = c->seq, .vocab = c->vocab, .rope_theta = c->rope_theta,
-                              .norm_eps = c->norm_eps};
+    fsc_llama_config l = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .kv_heads = c->kv_heads,
+                          .ffn = c->ffn, .seq = c->seq, .vocab = c->vocab, .rope_theta = c->rope_theta,
+                          .norm_eps = c->norm_eps};
+    if (c->moe_experts) { /* MoE decoder layers of GELU experts of width --ffn */
+        l.moe_experts = c->moe_experts, l.moe_top_k = c->moe_top_k, l.moe_every = c->moe_every;
+        l.moe_capacity = c->moe_capacity, l.moe_aux = c->moe_aux;
+    }
+    return l;
 }
 
 /* The model options together: their defaults (--kv-heads: --heads; --ffn: the family's rule), the options of
@@ -363,8 +368,6 @@ static int resolve_model(train_config *c, const int *given, char *err, size_t ca
     if (c->tp > 1)
         return snprintf(err, cap, "--tp %d: tensor parallelism runs --model gpt2 only for now (the Llama has no "
                         "tensor-parallel form yet)", c->tp), -1;
-    if (c->moe_experts)
-        return snprintf(err, cap, "--moe-experts: mixture of experts runs --model gpt2 only for now"), -1;
     return 0;
 }
 
@@ -875,7 +878,8 @@ static cJSON *moe_object(const run_state *st) {
     cJSON_AddNumberToObject(o, "experts", c->moe_experts);
     cJSON_AddNumberToObject(o, "top_k", c->moe_top_k);
     cJSON_AddNumberToObject(o, "every", c->moe_every);
-    cJSON_AddNumberToObject(o, "moe_blocks", fsc_gpt_num_moe_blocks(&g));
+    cJSON_AddNumberToObject(o, "moe_blocks", c->model == MODEL_LLAMA ? fsc_llama_num_moe_layers(&(fsc_llama_config){
+        .layers = c->layers, .moe_experts = c->moe_experts, .moe_every = c->moe_every }) : fsc_gpt_num_moe_blocks(&g));
     cJSON_AddNumberToObject(o, "ep", c->ep);
     cJSON *aux = cJSON_AddArrayToObject(o, "aux_losses");
     cJSON *dr = cJSON_AddArrayToObject(o, "dropped"), *as = cJSON_AddArrayToObject(o, "assigned");

@@ -4,7 +4,7 @@
  * Oracles: FSDP on 2 ranks and a 2-stage pipeline with ZeRO-2 inside each stage report bit-identical losses and
  * weights against DDP (--check-ddp, the trainer's own bitwise comparison; exit 3 otherwise); the parameter count
  * is the Llama's; the saved weights carry the Hugging Face names and shapes (--ffn defaulting to Llama's rule)
- * and load back; what the Llama does not run yet (--tp, MoE) and the options of one family given to the other
+ * and load back; what the Llama does not run yet (--tp) and the options of one family given to the other
  * are refused with exit 2 and a message naming the option. */
 #include <libgen.h>
 #include <limits.h>
@@ -86,7 +86,7 @@ static void test_refused(void **st) {
     (void)st;
     struct { const char *args, *needle; } cases[] = {
         { TINY " --world 2 --tp 2 --parallel none", "--tp 2: tensor parallelism runs --model gpt2 only" },
-        { TINY " --moe-experts 2", "--moe-experts" },
+        { TINY " --moe-experts 2 --moe-top-k 3", "--moe-top-k" },
         { TINY " --kv-heads 3", "kv_heads 3 must divide heads 4" },
         { TINY " --norm-eps 0", "norm_eps" },
         { "--model gpt2 --kv-heads 2", "--kv-heads applies to --model llama only" },

@@ -365,9 +365,17 @@ static int resolve_model(train_config *c, const int *given, char *err, size_t ca
     }
     fsc_llama_config l = llama_config(c);
     if (fsc_llama_config_validate(&l) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
-    if (c->tp > 1)
-        return snprintf(err, cap, "--tp %d: tensor parallelism runs --model gpt2 only for now (the Llama has no "
-                        "tensor-parallel form yet)", c->tp), -1;
+    if (c->tp > 1) { /* the tensor-parallel layers split heads, kv heads, the MLP width and the vocabulary */
+        const char *what[4] = {"--heads", "--kv-heads", "--ffn", "--vocab"};
+        const int n[4] = {c->heads, c->kv_heads, c->ffn, c->vocab};
+        for (int i = 0; i < 4; i++)
+            if (n[i] % c->tp != 0)
+                return snprintf(err, cap, "--tp %d: %s %d does not divide over the tensor group (tensor parallelism "
+                                "splits it)", c->tp, what[i], n[i]), -1;
+        if (c->sequence_parallel && c->seq % c->tp != 0)
+            return snprintf(err, cap, "--sequence-parallel: --seq %d does not divide by --tp %d (each rank holds "
+                            "seq / tp rows of every sequence)", c->seq, c->tp), -1;
+    }
     return 0;
 }
 
@@ -410,7 +418,7 @@ static int check_config(const train_config *c, const int *given, char *err, size
     int order[3];
     if (fsc_layout_parse_order(c->order, order) != FSC_OK) return snprintf(err, cap, "--order: %s", fsc_last_error()), -1;
     if (c->sequence_parallel && c->tp < 2) return snprintf(err, cap, "--sequence-parallel needs --tp 2 or more"), -1;
-    if (c->tp > 1) {
+    if (c->tp > 1 && c->model != MODEL_LLAMA) { /* the Llama's: resolve_model */
         if (fsc_tp_check_config(&g, c->tp) != FSC_OK) return snprintf(err, cap, "--tp: %s", fsc_last_error()), -1;
     }
     if (c->tp > 1 && c->batch % c->dp == 0 && (c->batch / c->dp) % c->accum == 0 && c->sequence_parallel &&
@@ -661,7 +669,10 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
     fsc_engine *e = NULL;
     fsc_model *lm = NULL; /* --model llama: the model the engine runs (the GPT's engine owns its own) */
-    if (c->model == MODEL_LLAMA) {
+    if (c->model == MODEL_LLAMA && c->tp > 1) { /* the engine builds its tensor-parallel form on the group */
+        fsc_llama_build_arg ba = {.cfg = llama_config(c), .sp = c->sequence_parallel};
+        FSC_TRY(fsc_engine_create_built(r, fsc_llama_build, &ba, &po, &oc, c->seed, &e));
+    } else if (c->model == MODEL_LLAMA) {
         fsc_llama_config lc = llama_config(c);
         FSC_TRY(fsc_llama_model_create(r->dev, &lc, &lm));
         fsc_status cs = fsc_engine_create_model(r, lm, &po, &oc, c->seed, &e);
@@ -707,7 +718,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         fill_batch(st, lay->data, step, tok, tgt);
         double t0 = now_ms();
         fsc_step_info info = {0};
-        s = lm ? fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info) : fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
+        s = c->model == MODEL_LLAMA ? fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info)
+                                    : fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
         if (s != FSC_OK) fsc_error_prefix(s, "step %d/%d", step + 1, c->steps);
         double ms = now_ms() - t0;
         if (s == FSC_OK && r->rank == 0) {

@@ -8,6 +8,10 @@
  * - expert parallelism: ep = world (2 and 4 ranks) equals ep = 1 with DDP bit for bit: every step's loss,
  *   load-balancing loss, gradient norm, assignments and drops, and the final parameters (the expert layer adds
  *   its weight gradients source rank by source rank, DDP's order; tests/test_moe_engine.c says why);
+ * - gradients: the model's gradient of the mean loss equals central finite differences (eps 1e-2) of its float
+ *   forward within 2e-2 of the tensor's largest difference plus 1e-4, at sampled elements of every tensor of an MoE
+ *   decoder layer (attention, norms, the gate, both experts), with 2 experts, top-2 and capacity factor 1 (every
+ *   token keeps both choices, so the objective is smooth: no routing decision can flip) and moe_aux 0;
  * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with every expert on every rank;
  * - the trainer runs --model llama --moe-experts 4 --ep 2 on 2 ranks with the losses of --ep 1, bit for bit as
  *   printed (17 digits), and reports the MoE layers in its JSON. */
@@ -72,6 +76,70 @@ static void test_description(void **st) {
     fsc_model_free(m);
     d.moe_top_k = 2;
     assert_err(fsc_llama_config_validate(&d), FSC_ERR_INVALID, "apply to MoE models only");
+}
+
+/* The gradient check above, on one device through the model's operations. */
+static void test_gradients(void **st) {
+    fsc_device *dev = *st;
+    fsc_llama_config c = { .layers = 1, .dim = 8, .heads = 2, .kv_heads = 1, .ffn = 12, .seq = 4, .vocab = 11,
+                           .rope_theta = 10000.0f, .norm_eps = 1e-5f, .moe_experts = 2, .moe_top_k = 2,
+                           .moe_every = 1, .moe_capacity = 1.0f, .moe_aux = 0.0f };
+    enum { B = 2 };
+    const int N = B * c.seq;
+    fsc_model *m;
+    assert_ok(fsc_llama_model_create(dev, &c, &m));
+    const size_t P = fsc_model_num_params(m);
+    float *hp = malloc(P * sizeof(float)), *hg = malloc(P * sizeof(float)), *dp, *dg;
+    assert_ok(fsc_device_alloc(dev, FSC_TAG_PARAMS, P * sizeof(float), (void **)&dp));
+    assert_ok(fsc_device_calloc(dev, FSC_TAG_GRADS, P * sizeof(float), (void **)&dg));
+    size_t *off = calloc((size_t)m->n_tensors + 1, sizeof *off);
+    for (int i = 0; i < m->n_tensors; i++) {
+        off[i + 1] = off[i] + m->info[i].numel;
+        m->param[i] = dp + off[i], m->grad[i] = dg + off[i];
+        m->ops->init_values(m->ctx, 3, i, 0, m->info[i].numel, hp + off[i]);
+        for (size_t k = 0; k < m->info[i].numel; k++) hp[off[i] + k] += 0.1f * sinf((float)(off[i] + k)); /* biases too */
+    }
+    assert_ok(fsc_device_upload(dev, dp, hp, P * sizeof(float)));
+    int32_t tok[B * 4], tgt[B * 4];
+    for (int k = 0; k < N; k++) tok[k] = (k * 7 + 3) % c.vocab, tgt[k] = (k * 5 + 1) % c.vocab;
+    fsc_model_acts *a;
+    assert_ok(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = B, .last = m->n_layers - 1 }, &a));
+    assert_ok(m->ops->set_batch(m->ctx, a, tok, tgt));
+    double loss;
+    assert_ok(m->ops->forward(m->ctx, a, NULL, &loss));
+    assert_ok(m->ops->backward(m->ctx, a, NULL, 1.0f / (float)N));
+    assert_ok(fsc_device_download(dev, hg, dg, P * sizeof(float)));
+    int checked = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        if (m->info[i].layer != 1) continue; /* the MoE decoder layer */
+        const size_t n = m->info[i].numel;
+        size_t idx[6] = { 0, n - 1, n / 2, n / 3, (2 * n) / 3, n / 5 };
+        double fd[6], mx = 0;
+        for (int k = 0; k < 6; k++) {
+            float *x = hp + off[i] + idx[k];
+            const float v = *x, eps = 1e-2f;
+            double f[2];
+            for (int sgn = 0; sgn < 2; sgn++) {
+                *x = v + (sgn ? -eps : eps);
+                assert_ok(fsc_device_upload(dev, dp + off[i] + idx[k], x, sizeof(float)));
+                assert_ok(m->ops->forward(m->ctx, a, NULL, &f[sgn]));
+            }
+            *x = v;
+            assert_ok(fsc_device_upload(dev, dp + off[i] + idx[k], x, sizeof(float)));
+            fd[k] = (f[0] - f[1]) / (2.0 * eps * N);
+            mx = fmax(mx, fabs(fd[k]));
+        }
+        for (int k = 0; k < 6; k++)
+            if (!(fabs(hg[off[i] + idx[k]] - fd[k]) <= 2e-2 * mx + 1e-4))
+                fail_msg("%s[%zu]: gradient %.7g, finite difference %.7g (max |fd| %.3g)", m->info[i].name, idx[k],
+                         (double)hg[off[i] + idx[k]], fd[k], mx);
+        checked++;
+    }
+    assert_int_equal(checked, 7 + 4 * 2); /* q k v o, the gate, 2 experts x 4, two norms */
+    m->ops->acts_free(m->ctx, a);
+    fsc_device_release(dev, dp), fsc_device_release(dev, dg);
+    free(hp), free(hg), free(off);
+    fsc_model_free(m);
 }
 
 typedef struct {
@@ -206,6 +274,7 @@ int main(int argc, char **argv) {
     if (prog_setup(argv[0], "test_moe_llama", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_description, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gradients, setup, teardown),
         cmocka_unit_test(test_ep_equals_ep1),
         cmocka_unit_test(test_sharded_equals_ddp),
         cmocka_unit_test(test_trainer),

@@ -191,19 +191,21 @@ static const fsc_model_ops moe_ops = GPT_OPS(g_aux, g_set_ep);
 /* Layers 0 the embedding, 1..L the blocks (h.{i}.), L+1 the final LayerNorm (ln_f.) and the head tied to wte. The
  * residual projections start at N(0, 0.02 / sqrt(2 L)) (GPT-2's), wpe at N(0, 0.02) as every other weight (fsc's
  * GPT has always drawn it so), the rest at the layers' defaults (biases 0, norm weights 1). */
-static fsc_status build_layers(fsc_device *dev, const fsc_gpt_config *c, fsc_model **out) {
+static fsc_status build_layers(fsc_device *dev, const fsc_gpt_config *c, fsc_comm *tp, int sp, fsc_model **out) {
     const int L = c->layers, n = L + 2;
     fsc_seq_layer *sl = calloc((size_t)n, sizeof *sl);
     char(*prefix)[32] = calloc((size_t)n, sizeof *prefix);
     fsc_status st = sl && prefix ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "gpt create: out of host memory");
     const fsc_init proj = fsc_init_normal(0.02f / sqrtf(2.0f * (float)L));
     fsc_layer *y = NULL;
-    if (st == FSC_OK) st = fsc_layer_embedding(c->seq, c->dim, c->vocab, &y);
+    fsc_embedding_opts eo = { .T = c->seq, .C = c->dim, .V = c->vocab, .positions = 1, .tp = tp, .sp = sp };
+    if (st == FSC_OK) st = fsc_layer_embedding_opts(&eo, &y);
     if (st == FSC_OK) st = fsc_layer_set_init(y, "wpe.weight", fsc_init_normal(0.02f)); /* the layer's: 0.01 */
     if (st == FSC_OK) sl[0] = (fsc_seq_layer){ .layer = y };
     for (int b = 0; b < L && st == FSC_OK; b++) {
         const int moe = fsc_gpt_block_is_moe(c, b);
         fsc_block_opts o = fsc_block_opts_default(FSC_BLOCK_GPT2, c->seq, c->dim, c->heads);
+        o.tp = tp, o.sp = sp;
         if (moe)
             o.moe_experts = c->moe_experts, o.moe_top_k = c->moe_top_k ? c->moe_top_k : 1,
             o.moe_capacity = c->moe_capacity, o.moe_aux = c->moe_aux;
@@ -220,7 +222,7 @@ static fsc_status build_layers(fsc_device *dev, const fsc_gpt_config *c, fsc_mod
         y = NULL;
     }
     fsc_lm_head_opts ho = { .T = c->seq, .C = c->dim, .V = c->vocab, .norm = FSC_HEAD_NORM_LAYERNORM,
-                            .norm_name = "ln_f." };
+                            .norm_name = "ln_f.", .tp = tp, .sp = sp };
     if (st == FSC_OK) st = fsc_layer_lm_head_opts(&ho, &y);
     if (st == FSC_OK)
         sl[n - 1] = (fsc_seq_layer){ .layer = y, .tie = { { .param = "weight", .to = "wte.weight" } } };
@@ -233,7 +235,7 @@ static fsc_status build_layers(fsc_device *dev, const fsc_gpt_config *c, fsc_mod
     return st;
 }
 
-/* The layers' tensors are fsc_gpt_param_info's, in its order. */
+/* The layers' tensors are fsc_gpt_param_info's, in its order (full shapes: a tensor-parallel slice's full tensor). */
 static fsc_status check_tensors(const fsc_gpt_config *c, const fsc_model *seq) {
     if (seq->n_tensors != fsc_gpt_num_tensors(c))
         return fsc_error(FSC_ERR_INTERNAL, "gpt create: the layers declare %d tensors, the GPT has %d", seq->n_tensors,
@@ -244,7 +246,8 @@ static fsc_status check_tensors(const fsc_gpt_config *c, const fsc_model *seq) {
         const fsc_param_info *got = &seq->info[i];
         int same = !strcmp(got->name, want.name) && got->layer == want.layer && got->ndim == want.ndim &&
                    got->expert == want.expert && got->nusers == want.nusers;
-        for (int d = 0; d < want.ndim; d++) same = same && got->shape[d] == want.shape[d];
+        for (int d = 0; d < want.ndim; d++)
+            same = same && (got->split && got->tp_size > 1 ? got->full_shape[d] : got->shape[d]) == want.shape[d];
         if (!same)
             return fsc_error(FSC_ERR_INTERNAL, "gpt create: tensor %d is %s of layer %d, expected %s of layer %d", i,
                              got->name, got->layer, want.name, want.layer);
@@ -253,12 +256,20 @@ static fsc_status check_tensors(const fsc_gpt_config *c, const fsc_model *seq) {
 }
 
 fsc_status fsc_gpt_model_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_model **out) {
+    return fsc_gpt_model_create_tp(dev, cfg, NULL, 0, out);
+}
+
+fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, fsc_comm *tp, int sp,
+                                   fsc_model **out) {
     *out = NULL;
     if (!dev) return fsc_error(FSC_ERR_INVALID, "gpt create: device is NULL");
     FSC_TRY(fsc_gpt_config_validate(cfg));
+    if (tp && cfg->moe_experts > 0)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a GPT with MoE blocks (moe_experts %d) is not "
+                         "supported with tensor parallelism yet", cfg->moe_experts);
     gpt_model *gm = calloc(1, sizeof *gm);
     if (!gm) return fsc_error(FSC_ERR_NOMEM, "gpt model: out of host memory");
-    fsc_status st = build_layers(dev, cfg, &gm->seq);
+    fsc_status st = build_layers(dev, cfg, tp, sp, &gm->seq);
     if (st == FSC_OK) st = check_tensors(cfg, gm->seq);
     if (st != FSC_OK) {
         fsc_model_free(gm->seq);

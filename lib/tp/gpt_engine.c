@@ -1,6 +1,6 @@
 /* The engine for the built-in GPT (gpt_engine.h's fsc_engine_create): fsc_engine_create_built with the GPT's
- * builder, which makes the GPT of gpt.h as a model of model.h (fsc_gpt_model_create), or on a tensor group the
- * tensor-parallel GPT of this rank's slices (tp_engine.c). Here rather than in lib/parallel, which knows no
+ * builder, which makes the GPT of gpt.h from layers as a model of model.h, on the tensor group when there is one
+ * (fsc_gpt_model_create_tp). Here rather than in lib/parallel, which knows no
  * particular model. Not here: the engine (lib/parallel/engine.c), its tensor parallelism (tensor.c). */
 #include "fsc/gpt_engine.h"
 #include "tp_impl.h"
@@ -12,7 +12,7 @@ typedef struct {
 
 static fsc_status build(void *arg, fsc_device *dev, fsc_comm *tensor, fsc_model **out) {
     const gpt_build *b = arg;
-    return tensor ? tp_gpt_model_create(dev, tensor, b->cfg, b->sp, out) : fsc_gpt_model_create(dev, b->cfg, out);
+    return fsc_gpt_model_create_tp(dev, b->cfg, tensor, tensor ? b->sp : 0, out);
 }
 
 fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,

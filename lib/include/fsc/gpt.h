@@ -108,6 +108,13 @@ fsc_status fsc_gpt_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_gpt **
  * the configuration JSON {"layers", "dim", "heads", "seq", "vocab"[, MoE fields]}. fsc_gpt_model_gpt: the
  * fsc_gpt inside such a model (NULL for any other model). */
 fsc_status fsc_gpt_model_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_model **out);
+/* The same GPT on tensor group tp (NULL: fsc_gpt_model_create) from the layers' tensor-parallel forms: heads, the
+ * MLP width and the vocabulary split (c_attn in 3 parts q|k|v), norms, wpe and row-parallel biases replicated,
+ * the head tied to the rank's slice of wte; sp: sequence parallelism (seq divides by the group size). The tensors
+ * keep their full names and declare their slices (model.h), starting from the full model's values. No MoE
+ * blocks. Every rank of the group calls it (parallel.h's fsc_engine_create_built with the GPT's builder). */
+fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, fsc_comm *tp, int sp,
+                                   fsc_model **out);
 fsc_gpt *fsc_gpt_model_gpt(fsc_model *m);
 /* The configuration as the JSON object checkpoints record (cap bytes with the NUL), and whether a recorded one
  * loads into a model of configuration c: the shape (layers, width, heads, context, vocabulary), the experts and

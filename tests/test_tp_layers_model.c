@@ -16,7 +16,7 @@
  *   - GPT-2's layers at tp 2 with sp: gradients of split and replicated tensors against central finite differences
  *     of the loss (2e-2 relative or 2e-4 absolute);
  *   - bad options are refused with a message: sp without tp, heads / kv heads / vocabulary / F not dividing, T not
- *     dividing under sp, tp_mode without tp. */
+ *     dividing under sp, tp_mode without tp, an MoE block with tp. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -328,13 +328,13 @@ static void test_tp_embeddings_bit_exact(void **state) {
 
 /* ---- refusals ---- */
 typedef struct {
-    char msg[8][256];
+    char msg[9][256];
 } refusals;
 
 static fsc_status refuse_rank(fsc_rank *r, void *arg) {
     refusals *out = arg;
     fsc_layer *l = NULL;
-    fsc_status st[8];
+    fsc_status st[9];
     fsc_attention_opts ao = fsc_attention_opts_default(T, C, H);
     ao.sp = 1; /* no tp */
     st[0] = fsc_layer_attention(&ao, &l);
@@ -363,7 +363,11 @@ static fsc_status refuse_rank(fsc_rank *r, void *arg) {
     lo.tp = r->comm, lo.tp_mode = FSC_TP_NONE;
     st[7] = fsc_layer_linear(&lo, &l);
     snprintf(out->msg[7], 256, "%s", fsc_last_error());
-    for (int k = 0; k < 8; k++)
+    bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, H);
+    bo.moe_experts = 2, bo.moe_top_k = 1, bo.moe_capacity = 1.0f, bo.tp = r->comm;
+    st[8] = fsc_layer_block(&bo, &l);
+    snprintf(out->msg[8], 256, "%s", fsc_last_error());
+    for (int k = 0; k < 9; k++)
         if (st[k] != FSC_ERR_INVALID) return fsc_error(FSC_ERR_INTERNAL, "refusal %d was not refused", k);
     return FSC_OK;
 }
@@ -405,6 +409,7 @@ static void test_tp_layer_refusals(void **state) {
     assert_non_null(strstr(r->msg[5], "F = 25"));
     assert_non_null(strstr(r->msg[6], "tp_mode needs a tensor group"));
     assert_non_null(strstr(r->msg[7], "FSC_TP_COLUMN"));
+    assert_non_null(strstr(r->msg[8], "MoE block has no tensor-parallel form"));
     free(r);
 }
 

@@ -249,6 +249,9 @@ fsc_status fsc_layer_block(const fsc_block_opts *o, fsc_layer **out) {
     *out = NULL;
     FSC_TRY(check_opts(o));
     const int llama = o->kind == FSC_BLOCK_LLAMA;
+    if (o->moe_experts && (o->tp || o->sp))
+        return fsc_error(FSC_ERR_INVALID, "block layer: an MoE block has no tensor-parallel form yet (tp, sp): "
+                         "its experts spread over an expert group instead");
     if (o->moe_experts) { /* block_moe.c, with kv_heads, F and eps resolved */
         fsc_block_opts r = *o;
         r.kv_heads = o->kv_heads ? o->kv_heads : o->heads;

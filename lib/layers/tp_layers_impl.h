@@ -90,13 +90,6 @@ static inline fsc_status tp_reduce_grad(const tp_group *g, fsc_device *dev, floa
     return fsc_tp_f_backward(dev, g->tp, out, p, N * (size_t)C);
 }
 
-/* sp: the partial gradients of replicated parameters (norm weights) that this rank's rows gave, pg (n floats,
- * zeroed before the backward), summed over the group and added into grad; pg is left zeroed. */
-static inline fsc_status tp_sum_partial(const tp_group *g, fsc_device *dev, float *grad, float *pg, size_t n) {
-    FSC_TRY(fsc_comm_all_reduce(g->tp, pg, pg, n, FSC_F32, FSC_SUM));
-    return fsc_residual_backward(dev, grad, NULL, pg, n);
-}
-
 static inline size_t r64f(size_t n) { return (n + 63) / 64 * 64; }
 
 #endif

@@ -76,7 +76,7 @@ static void moe_layer_info(const fsc_llama_config *c, int b, int k, fsc_param_in
         snprintf(rel, sizeof rel, "%s", k == 5 + 4 * E ? "input_layernorm.weight" : "post_attention_layernorm.weight");
         shape2(out, C, 0);
     }
-    snprintf(out->name, sizeof out->name, "model.layers.%d.%.40s", b, rel);
+    snprintf(out->name, sizeof out->name, "model.layers.%d.%.36s", b, rel);
 }
 
 fsc_status llama_moe_param_info(const fsc_llama_config *c, int i, fsc_param_info *out) {

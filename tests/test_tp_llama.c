@@ -12,8 +12,8 @@
  *     too (the engine's layer checkpointing is refused with tensor parallelism for now);
  *   - 3D: dp 2 x tp 2 x pp 2 on 8 ranks (GPipe and 1F1B without recomputation, GPipe recomputing every stage's
  *     forward in backward) equals dp 2 x tp 2 DDP accumulating the same 2 micro-batches bit for bit;
- *   - a training checkpoint written at tp 2 (FSDP, 4 ranks; sharded and full) loads at tp 1 (1 rank) with bit-equal
- *     full parameters. */
+ *   - a training checkpoint written at tp 2 (FSDP, 4 ranks; sharded and full) loads at tp 1 (1 rank) and at tp 2 x
+ *     pp 2 (4 ranks) with bit-equal full parameters. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,7 +191,15 @@ static void test_checkpoint_tp2_loads_at_tp1(void **st) {
         train(&l);
         assert_bits_equal(l.after, w.after, w.P, full ? "full checkpoint of tp 2 loaded at tp 1"
                                                        : "sharded checkpoint of tp 2 loaded at tp 1");
-        done(&w), done(&l);
+        job q = make(1, 2, 0, 2, FSC_PAR_DDP); /* tp 2 x pp 2 on 4 ranks */
+        q.world = 4;
+        const int balance[2] = { 1, 1 };
+        mt_pipeline(&q.po, 0, FSC_PIPE_CKPT_NEVER, balance);
+        q.steps = 0;
+        q.load_ckpt = step;
+        train(&q);
+        assert_bits_equal(q.after, w.after, w.P, "checkpoint of dp 2 x tp 2 loaded at tp 2 x pp 2");
+        done(&w), done(&l), done(&q);
     }
     test_rmtree(dir);
 }

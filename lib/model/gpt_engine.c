@@ -3,7 +3,7 @@
  * (fsc_gpt_model_create_tp). Here rather than in lib/parallel, which knows no
  * particular model. Not here: the engine (lib/parallel/engine.c), its tensor parallelism (tensor.c). */
 #include "fsc/gpt_engine.h"
-#include "tp_impl.h"
+#include "tp/tp_impl.h"
 
 typedef struct {
     const fsc_gpt_config *cfg;

@@ -332,7 +332,7 @@ typedef struct {
 } refusals;
 
 static fsc_status refuse_rank(fsc_rank *r, void *arg) {
-    refusals *out = arg;
+    refusals mine, *out = &mine; /* every rank's own messages; rank 0 hands them back */
     fsc_layer *l = NULL;
     fsc_status st[9];
     fsc_attention_opts ao = fsc_attention_opts_default(T, C, H);
@@ -369,6 +369,7 @@ static fsc_status refuse_rank(fsc_rank *r, void *arg) {
     snprintf(out->msg[8], 256, "%s", fsc_last_error());
     for (int k = 0; k < 9; k++)
         if (st[k] != FSC_ERR_INVALID) return fsc_error(FSC_ERR_INTERNAL, "refusal %d was not refused", k);
+    if (r->rank == 0) memcpy(arg, &mine, sizeof mine);
     return FSC_OK;
 }
 

@@ -12,8 +12,8 @@
  *     too (the engine's layer checkpointing is refused with tensor parallelism for now);
  *   - 3D: dp 2 x tp 2 x pp 2 on 8 ranks (GPipe and 1F1B without recomputation, GPipe recomputing every stage's
  *     forward in backward) equals dp 2 x tp 2 DDP accumulating the same 2 micro-batches bit for bit;
- *   - a training checkpoint written at tp 2 (FSDP, 4 ranks; sharded and full) loads at tp 1 (1 rank) and at tp 2 x
- *     pp 2 (4 ranks) with bit-equal full parameters. */
+ *   - a training checkpoint written at tp 2 (FSDP, 4 ranks; sharded and full; 4 kv heads) loads at tp 1 (1 rank),
+ *     at tp 2 x pp 2 and at tp 4 (4 ranks) with bit-equal full parameters. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,18 +180,18 @@ static void test_checkpoint_tp2_loads_at_tp1(void **st) {
         char path[600], step[640];
         snprintf(path, sizeof path, "%s/%s", dir, full ? "full" : "sharded");
         snprintf(step, sizeof step, "%s/step-%08d", path, 2);
-        job w = make(2, 2, 0, 2, FSC_PAR_FSDP);
+        job w = make(2, 2, 0, 4, FSC_PAR_FSDP); /* 4 kv heads: it loads at tp 4 too */
         w.steps = 2;
         w.save_ckpt = path;
         w.save_full = full;
         train(&w);
-        job l = make(1, 1, 0, 2, FSC_PAR_DDP);
+        job l = make(1, 1, 0, 4, FSC_PAR_DDP);
         l.steps = 0;
         l.load_ckpt = step;
         train(&l);
         assert_bits_equal(l.after, w.after, w.P, full ? "full checkpoint of tp 2 loaded at tp 1"
                                                        : "sharded checkpoint of tp 2 loaded at tp 1");
-        job q = make(1, 2, 0, 2, FSC_PAR_DDP); /* tp 2 x pp 2 on 4 ranks */
+        job q = make(1, 2, 0, 4, FSC_PAR_DDP); /* tp 2 x pp 2 on 4 ranks */
         q.world = 4;
         const int balance[2] = { 1, 1 };
         mt_pipeline(&q.po, 0, FSC_PIPE_CKPT_NEVER, balance);
@@ -199,7 +199,12 @@ static void test_checkpoint_tp2_loads_at_tp1(void **st) {
         q.load_ckpt = step;
         train(&q);
         assert_bits_equal(q.after, w.after, w.P, "checkpoint of dp 2 x tp 2 loaded at tp 2 x pp 2");
-        done(&w), done(&l), done(&q);
+        job f = make(1, 4, 0, 4, FSC_PAR_FSDP); /* tp 4 */
+        f.steps = 0;
+        f.load_ckpt = step;
+        train(&f);
+        assert_bits_equal(f.after, w.after, w.P, "checkpoint of dp 2 x tp 2 loaded at tp 4");
+        done(&w), done(&l), done(&q), done(&f);
     }
     test_rmtree(dir);
 }

@@ -242,6 +242,7 @@ static void test_validate(void **st) {
     assert_int_equal(l.params[0].shape[1], 5);
     assert_int_equal(l.params[0].numel, 20);
     assert_int_equal(l.params[0].full_shape[1], 10);
+    free(l.params); /* the layer's parameter table (a layer on the stack: not fsc_layer_free) */
 }
 
 /* A tie of slices must tie the same slice of the same full tensor. */

@@ -17,8 +17,8 @@
  *   - tp 2 equals tp 1 within 2e-5 relative in every step's loss and 1e-4 (absolute, the parameters are O(1))
  *     in the full parameters after 4 AdamW steps (a row-parallel product sums its inner dimension in two
  *     pieces: not bitwise by nature), and the initial full parameters are bit-equal;
- *   - a checkpoint written at tp 2 (sharded and full) loads at tp 1 and at tp 2 x pp 2: the full parameters equal
- *     the writer's bit for bit;
+ *   - a checkpoint written at tp 2 (sharded and full) loads at tp 1, at tp 2 x pp 2 and at tp 4: the full
+ *     parameters equal the writer's bit for bit;
  *   - a model built for another tensor group, or not split at all, is refused at tp 2 naming the reason. */
 #include <math.h>
 #include "modeltest.h"
@@ -311,16 +311,18 @@ static void test_checkpoint_across_tp(void **st) {
         w.save_dir = sub, w.save_format = f ? FSC_CKPT_FULL : FSC_CKPT_SHARDED;
         train(&w);
         snprintf(path, sizeof path, "%s/step-%08d", sub, STEPS);
-        /* tp 1 on 2 ranks (ddp), and dp 1 x tp 2 x pp 2 (zero1 in each stage) */
-        job a = make(2, 1, FSC_PAR_DDP), b = make(4, 2, FSC_PAR_ZERO1);
+        /* tp 1 on 2 ranks (ddp), dp 1 x tp 2 x pp 2 (zero1 in each stage), tp 4 (fsdp) */
+        job a = make(2, 1, FSC_PAR_DDP), b = make(4, 2, FSC_PAR_ZERO1), c = make(4, 4, FSC_PAR_FSDP);
         mt_pipeline(&b.po, 0, FSC_PIPE_CKPT_NEVER, NULL);
-        a.steps = b.steps = 0;
-        a.load_path = b.load_path = path;
+        a.steps = b.steps = c.steps = 0;
+        a.load_path = b.load_path = c.load_path = path;
         train(&a);
         train(&b);
+        train(&c);
         assert_bits_equal(w.after, a.before, w.P, f ? "full checkpoint of tp 2 at tp 1" : "sharded, tp 2 at tp 1");
         assert_bits_equal(w.after, b.before, w.P, f ? "full checkpoint of tp 2 at tp 2 x pp 2" : "sharded, at 3d");
-        job_free(&w), job_free(&a), job_free(&b);
+        assert_bits_equal(w.after, c.before, w.P, f ? "full checkpoint of tp 2 at tp 4" : "sharded, tp 2 at tp 4");
+        job_free(&w), job_free(&a), job_free(&b), job_free(&c);
     }
     test_rmtree(dir);
     free(dir);

@@ -92,9 +92,8 @@ typedef struct fsc_gpt {
     float **param;          /* n_tensors device pointers, NULL while not materialized */
     float **grad;           /* n_tensors device pointers, NULL while not materialized */
     float *dwte_head;       /* (V, C) head part of the wte gradient, FSC_TAG_GRADS */
-    /* MoE: the expert-parallel group ep (NULL: one rank holds every expert). A rank reads its experts' tensors
-     * only: the others' param/grad pointers may stay NULL. */
-    fsc_moe **moe;          /* unused (NULL): the MoE blocks (layers.h) hold their moe.h layers */
+    /* MoE: the expert-parallel group ep (NULL: one rank holds every expert; the MoE blocks of layers.h hold
+     * their moe.h layers). A rank reads its experts' tensors only: the others' param/grad pointers may stay NULL. */
     fsc_comm *ep;
     fsc_model *model;       /* the model these are the tables of (fsc_gpt_create's; NULL for another view) */
 } fsc_gpt;

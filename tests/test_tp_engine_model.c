@@ -19,7 +19,8 @@
  *     pieces: not bitwise by nature), and the initial full parameters are bit-equal;
  *   - a checkpoint written at tp 2 (sharded and full) loads at tp 1, at tp 2 x pp 2 and at tp 4: the full
  *     parameters equal the writer's bit for bit;
- *   - a model built for another tensor group, or not split at all, is refused at tp 2 naming the reason. */
+ *   - a model built for another tensor group, or not split at all, is refused at tp 2 naming the reason; a
+ *     builder failing on one tensor rank fails every rank's creation with its message. */
 #include <math.h>
 #include "modeltest.h"
 
@@ -153,9 +154,11 @@ static fsc_status make_row(fsc_comm *tp, fsc_layer **out) {
 }
 
 /* The builder (parallel.h's fsc_model_build_fn): the same model on any tensor group. arg: which variant. */
-enum { BUILD_OK = 0, BUILD_NO_SPLIT, BUILD_WRONG_GROUP };
+enum { BUILD_OK = 0, BUILD_NO_SPLIT, BUILD_WRONG_GROUP, BUILD_FAILS_ON_RANK1 };
 static fsc_status build(void *arg, fsc_device *dev, fsc_comm *tensor, fsc_model **out) {
     const int how = arg ? *(const int *)arg : BUILD_OK;
+    if (how == BUILD_FAILS_ON_RANK1 && tensor && fsc_comm_rank(tensor) == 1)
+        return fsc_error(FSC_ERR_INVALID, "test builder: refused on tensor rank 1");
     fsc_seq_layer ls[5] = { { .prefix = "col.0." }, { .prefix = "row.0." }, { .prefix = "col.1." },
                             { .prefix = "row.1." }, { .prefix = "mse." } };
     fsc_status s = FSC_OK;
@@ -187,6 +190,7 @@ typedef struct {
     fsc_ckpt_format save_format;
     const char *load_path; /* load this checkpoint before the steps (NULL: none) */
     int build_how;
+    char create_msg[MAXW][160]; /* each rank's message when the engine is not made */
 } job;
 
 static void sample(size_t i, float *x, float *y) {
@@ -202,7 +206,9 @@ static fsc_status job_rank(fsc_rank *r, void *arg) {
     fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-2f, .weight_decay = 0.01f, .beta1 = 0.9f,
                             .beta2 = 0.999f, .eps = 1e-8f };
     fsc_engine *e = NULL;
-    FSC_TRY(fsc_engine_create_built(r, build, &j->build_how, &j->po, &oc, 5, &e));
+    fsc_status cs = fsc_engine_create_built(r, build, &j->build_how, &j->po, &oc, 5, &e);
+    if (cs != FSC_OK) snprintf(j->create_msg[r->rank], sizeof j->create_msg[r->rank], "%s", fsc_last_error());
+    FSC_TRY(cs);
     const fsc_layout *l = fsc_engine_layout(e);
     const int lb = GB / l->dp;
     float x[GB * D_], y[GB * D_];
@@ -338,6 +344,15 @@ static void test_refusals(void **st) {
     assert_err(fsc_cluster_run(&co, job_rank, &j), FSC_ERR_INVALID, "declares no split tensor");
     j.build_how = BUILD_WRONG_GROUP;
     assert_err(fsc_cluster_run(&co, job_rank, &j), FSC_ERR_INVALID, "tensor col.0.weight is a slice for tensor rank");
+    /* a builder failing on some ranks only: every rank stops at creation with that message (the engine agrees
+     * over the world after building; the simulated cluster would also abort a collective a failed rank left,
+     * so this cannot tell the two apart: the agreement is for communicators that would wait) */
+    j.build_how = BUILD_FAILS_ON_RANK1;
+    memset(j.create_msg, 0, sizeof j.create_msg);
+    assert_err(fsc_cluster_run(&co, job_rank, &j), FSC_ERR_INVALID, "refused on tensor rank 1");
+    for (int r = 0; r < 4; r++)
+        if (!strstr(j.create_msg[r], "refused on tensor rank 1"))
+            fail_msg("rank %d: the engine's creation says \"%s\"", r, j.create_msg[r]);
     job_free(&j);
 }
 

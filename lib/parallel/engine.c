@@ -390,8 +390,8 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
      * engine_new checks the options in its order (the pipeline's first) and the groups come after */
     groups g = { 0 };
     fsc_status s = FSC_OK;
+    fsc_layout lay = { .tp = 1 };
     if (po->tp > 1) {
-        fsc_layout lay;
         FSC_TRY(make_layout(r, po, 1, &lay));
         FSC_TRY(make_groups(r->comm, &lay, &g));
     }
@@ -399,6 +399,10 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
     if (s == FSC_OK) s = build(arg, r->dev, g.tensor, &m);
     if (s == FSC_OK && !m) s = fsc_error(FSC_ERR_INVALID, "fsc_engine_create_built: the builder made no model");
     if (s == FSC_OK) s = fsc_model_validate(m);
+    if (s == FSC_OK) s = fsc_tensor_check_model(m, &lay);
+    /* a builder may fail, or declare other slices, on some ranks only: every rank stops here, with the lowest
+     * failing rank's message, rather than some waiting in the collectives that follow */
+    s = fsc_comm_agree(r->comm, r->dev, s);
     fsc_engine *e = NULL;
     if (s == FSC_OK) s = engine_new(r, m->n_layers, m->n_experts, po, oc, seed, 1, &e);
     if (s != FSC_OK) {

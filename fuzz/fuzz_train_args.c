@@ -4,8 +4,9 @@
  * in main. A refusal says why; an accepted configuration holds together (world = dp x tp x pp within
  * [1, 1024], the batch splits over the data-parallel ranks and micro-batches, the model of either family
  * (--model gpt2: --ffn 4 x --dim, --kv-heads --heads; --model llama: a valid Llama, MoE fields included, whose
- * heads, kv heads, ffn and vocabulary split over --tp), the rank order, the layout of every rank and the balance are valid), and its --json record
- * (config_object) fed back to the parser as options gives the same configuration.
+ * heads, kv heads, ffn and vocabulary split over --tp), the rank order, the layout of every rank and the balance
+ * are valid), and its --json record (config_object) fed back to the parser as options gives the same
+ * configuration.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_train_args.c (or make fuzz). */
 #define main train_gpt_main
 #include "../examples/train_gpt.c"

@@ -101,7 +101,8 @@ static void fz_check_accepted(const train_config *c) {
     if (c->model == MODEL_LLAMA) {
         fsc_llama_config l = llama_config(c);
         if (fsc_llama_config_validate(&l) != FSC_OK) __builtin_trap();
-        if (c->tp > 1 && (c->heads % c->tp || c->kv_heads % c->tp || c->ffn % c->tp || c->vocab % c->tp)) __builtin_trap();
+        if (c->tp > 1 && (c->heads % c->tp || c->kv_heads % c->tp || c->ffn % c->tp || c->vocab % c->tp))
+            __builtin_trap();
     } else if (c->ffn != 4 * c->dim || c->kv_heads != c->heads) {
         __builtin_trap();
     }

@@ -97,7 +97,8 @@ static void test_gradients(void **st) {
         off[i + 1] = off[i] + m->info[i].numel;
         m->param[i] = dp + off[i], m->grad[i] = dg + off[i];
         m->ops->init_values(m->ctx, 3, i, 0, m->info[i].numel, hp + off[i]);
-        for (size_t k = 0; k < m->info[i].numel; k++) hp[off[i] + k] += 0.1f * sinf((float)(off[i] + k)); /* biases too */
+        for (size_t k = 0; k < m->info[i].numel; k++) /* biases too */
+            hp[off[i] + k] += 0.1f * sinf((float)(off[i] + k));
     }
     assert_ok(fsc_device_upload(dev, dp, hp, P * sizeof(float)));
     int32_t tok[B * 4], tgt[B * 4];
@@ -152,7 +153,8 @@ typedef struct {
 
 static void sample(size_t i, const fsc_llama_config *c, int32_t *tok, int32_t *tgt) {
     for (int t = 0; t < c->seq; t++) {
-        uint64_t h = (i * 1009 + (size_t)t) * 0x9E3779B97F4A7C15ull, h2 = (i * 1009 + (size_t)t + 1) * 0x9E3779B97F4A7C15ull;
+        const uint64_t h = (i * 1009 + (size_t)t) * 0x9E3779B97F4A7C15ull,
+                       h2 = (i * 1009 + (size_t)t + 1) * 0x9E3779B97F4A7C15ull;
         tok[t] = (int32_t)((h >> 33) % (uint64_t)c->vocab);
         tgt[t] = (int32_t)((h2 >> 33) % (uint64_t)c->vocab);
     }

@@ -106,7 +106,9 @@ fsc_status fsc_gpt_acts_set_batch(fsc_gpt_acts *a, const int32_t *tokens, const 
     return FSC_OK;
 }
 
-static float *stream(fsc_gpt_acts *a, fsc_stream which) { return a->m->model->ops->stream(a->m->model->ctx, a->a, which); }
+static float *stream(fsc_gpt_acts *a, fsc_stream which) {
+    return a->m->model->ops->stream(a->m->model->ctx, a->a, which);
+}
 float *fsc_gpt_acts_input(fsc_gpt_acts *a) { return stream(a, FSC_STREAM_INPUT); }
 float *fsc_gpt_acts_output(fsc_gpt_acts *a) { return stream(a, FSC_STREAM_OUTPUT); }
 float *fsc_gpt_acts_grad_output(fsc_gpt_acts *a) { return stream(a, FSC_STREAM_GRAD_OUTPUT); }

@@ -32,7 +32,7 @@ LIB_SRC  := $(filter-out $(EXCLUDE),$(sort $(wildcard lib/*/*.c) $(wildcard back
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-# Code only tests use (oracles such as tests/tp_trainer.c), linked into every test
+# Code only tests use (tests/*.c other than test_*.c; none at the moment), linked into every test
 TESTLIB_SRC := $(sort $(filter-out tests/test_%,$(wildcard tests/*.c)))
 TESTLIB_OBJ := $(TESTLIB_SRC:%.c=$(BUILD)/obj/%.o)
 EX_SRC   := $(sort $(wildcard examples/*.c))
@@ -82,6 +82,7 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(wildcard tests/*.h) $(HEADERS)
 
 $(BUILD)/libfsc_tests.a: $(TESTLIB_OBJ)
 	@rm -f $@
+	@mkdir -p $(@D)
 	ar rcs $@ $^
 
 $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libfsc_tests.a $(BUILD)/libfsc_internal.a

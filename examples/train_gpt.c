@@ -163,7 +163,7 @@ static const option options[] = {
     {"sequence-parallel", NULL, NULL, "with --tp: layer norms and residuals on sequence shards", K_FLAG, F(sequence_parallel), 0, 0, NULL},
     {"order", "O", "tp,dp,pp", "rank order of dp x tp x pp, fastest first (tp,dp,pp: Megatron's, tensor ranks adjacent)", K_STR, F(order), 0, 0, NULL},
     {"checkpoint", "MODE", "except_last", "pipeline micro-batches that keep only their stage input: always|except_last|never", K_CHOICE, F(pipe_ckpt), 0, 0, "always|except_last|never"},
-    {"moe-experts", "E", "0", "experts of each MoE block, each an MLP of the dense one's shape (0: a dense GPT)", K_INT, F(moe_experts), 0, 4096, NULL},
+    {"moe-experts", "E", "0", "experts of each MoE block, GELU MLPs of the block's MLP width (llama: --ffn) (0: dense)", K_INT, F(moe_experts), 0, 4096, NULL},
     {"moe-top-k", "K", "1", "experts per token: 1 (Switch) or 2 (GShard)", K_INT, F(moe_top_k), 1, 2, NULL},
     {"moe-every", "N", "1", "blocks N-1, 2N-1, ... get an MoE MLP (1: every block)", K_INT, F(moe_every), 1, 1024, NULL},
     {"moe-capacity", "F", "1.25", "capacity factor: ceil(F x K x tokens / E) slots per expert, rank and micro-batch", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
@@ -539,9 +539,14 @@ static fsc_gpt_config model_config(const train_config *c) {
 
 /* The Llama the options describe (after resolve_model). */
 static fsc_llama_config llama_config(const train_config *c) {
-    return (fsc_llama_config){.layers = c->layers, .dim = c->dim, .heads = c->heads, .kv_heads = c->kv_heads,
-                              .ffn = c->ffn, .seq = c->seq, .vocab = c->vocab, .rope_theta = c->rope_theta,
-                              .norm_eps = c->norm_eps};
+    fsc_llama_config l = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .kv_heads = c->kv_heads,
+                          .ffn = c->ffn, .seq = c->seq, .vocab = c->vocab, .rope_theta = c->rope_theta,
+                          .norm_eps = c->norm_eps};
+    if (c->moe_experts) { /* MoE decoder layers of GELU experts of width --ffn */
+        l.moe_experts = c->moe_experts, l.moe_top_k = c->moe_top_k, l.moe_every = c->moe_every;
+        l.moe_capacity = c->moe_capacity, l.moe_aux = c->moe_aux;
+    }
+    return l;
 }
 
 /* The model options together: their defaults (--kv-heads: --heads; --ffn: the family's rule), the options of
@@ -560,11 +565,17 @@ static int resolve_model(train_config *c, const int *given, char *err, size_t ca
     }
     fsc_llama_config l = llama_config(c);
     if (fsc_llama_config_validate(&l) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
-    if (c->tp > 1)
-        return snprintf(err, cap, "--tp %d: tensor parallelism runs --model gpt2 only for now (the Llama has no "
-                        "tensor-parallel form yet)", c->tp), -1;
-    if (c->moe_experts)
-        return snprintf(err, cap, "--moe-experts: mixture of experts runs --model gpt2 only for now"), -1;
+    if (c->tp > 1) { /* the tensor-parallel layers split heads, kv heads, the MLP width and the vocabulary */
+        const char *what[4] = {"--heads", "--kv-heads", "--ffn", "--vocab"};
+        const int n[4] = {c->heads, c->kv_heads, c->ffn, c->vocab};
+        for (int i = 0; i < 4; i++)
+            if (n[i] % c->tp != 0)
+                return snprintf(err, cap, "--tp %d: %s %d does not divide over the tensor group (tensor parallelism "
+                                "splits it)", c->tp, what[i], n[i]), -1;
+        if (c->sequence_parallel && c->seq % c->tp != 0)
+            return snprintf(err, cap, "--sequence-parallel: --seq %d does not divide by --tp %d (each rank holds "
+                            "seq / tp rows of every sequence)", c->seq, c->tp), -1;
+    }
     return 0;
 }
 
@@ -609,7 +620,7 @@ static int check_config(const train_config *c, const int *given, char *err, size
     int order[3];
     if (fsc_layout_parse_order(c->order, order) != FSC_OK) return snprintf(err, cap, "--order: %s", fsc_last_error()), -1;
     if (c->sequence_parallel && c->tp < 2) return snprintf(err, cap, "--sequence-parallel needs --tp 2 or more"), -1;
-    if (c->tp > 1) {
+    if (c->tp > 1 && c->model != MODEL_LLAMA) { /* the Llama's: resolve_model */
         if (fsc_tp_check_config(&g, c->tp) != FSC_OK) return snprintf(err, cap, "--tp: %s", fsc_last_error()), -1;
     }
     if (c->tp > 1 && c->batch % c->dp == 0 && (c->batch / c->dp) % c->accum == 0 && c->sequence_parallel &&
@@ -942,7 +953,10 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         fsc_comm_set_trace(r->comm, tr);
     }
     fsc_status cs = FSC_OK;
-    if (c->model == MODEL_LLAMA) {
+    if (c->model == MODEL_LLAMA && c->tp > 1) { /* the engine builds its tensor-parallel form on the group */
+        fsc_llama_build_arg ba = {.cfg = llama_config(c), .sp = c->sequence_parallel};
+        cs = fsc_engine_create_built(r, fsc_llama_build, &ba, &po, &oc, c->seed, &e);
+    } else if (c->model == MODEL_LLAMA) {
         fsc_llama_config lc = llama_config(c);
         cs = fsc_llama_model_create(r->dev, &lc, &lm);
         if (cs == FSC_OK) cs = fsc_engine_create_model(r, lm, &po, &oc, c->seed, &e);
@@ -1010,7 +1024,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         fsc_step_info info = {0};
         s = fsc_engine_set_lr(e, fsc_lr_at(&sched, step));
         if (s != FSC_OK) break;
-        s = lm ? fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info) : fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
+        s = c->model == MODEL_LLAMA ? fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info)
+                                    : fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
         if (s != FSC_OK) fsc_error_prefix(s, "step %d/%d", step + 1, c->steps);
         double ms = now_ms() - t0, val_loss = NAN;
         if (s == FSC_OK && st->val && val_due(c, step)) s = validate(st, e, lay->data, tok, tgt, &val_loss);
@@ -1212,7 +1227,8 @@ static cJSON *moe_object(const run_state *st) {
     cJSON_AddNumberToObject(o, "experts", c->moe_experts);
     cJSON_AddNumberToObject(o, "top_k", c->moe_top_k);
     cJSON_AddNumberToObject(o, "every", c->moe_every);
-    cJSON_AddNumberToObject(o, "moe_blocks", fsc_gpt_num_moe_blocks(&g));
+    cJSON_AddNumberToObject(o, "moe_blocks", c->model == MODEL_LLAMA ? fsc_llama_num_moe_layers(&(fsc_llama_config){
+        .layers = c->layers, .moe_experts = c->moe_experts, .moe_every = c->moe_every }) : fsc_gpt_num_moe_blocks(&g));
     cJSON_AddNumberToObject(o, "ep", c->ep);
     cJSON *aux = cJSON_AddArrayToObject(o, "aux_losses");
     cJSON *dr = cJSON_AddArrayToObject(o, "dropped"), *as = cJSON_AddArrayToObject(o, "assigned");

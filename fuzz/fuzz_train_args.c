@@ -3,9 +3,10 @@
  * launcher's variables under the fuzzer: simulated ranks), resolve_layout, resolve_model and check_config as
  * in main. A refusal says why; an accepted configuration holds together (world = dp x tp x pp within
  * [1, 1024], the batch splits over the data-parallel ranks and micro-batches, the model of either family
- * (--model gpt2: --ffn 4 x --dim, --kv-heads --heads; --model llama: a valid Llama without tensor parallelism
- * or experts), the rank order, the layout of every rank and the balance are valid), and its --json record
- * (config_object) fed back to the parser as options gives the same configuration.
+ * (--model gpt2: --ffn 4 x --dim, --kv-heads --heads; --model llama: a valid Llama, MoE fields included, whose
+ * heads, kv heads, ffn and vocabulary split over --tp), the rank order, the layout of every rank and the balance
+ * are valid), and its --json record (config_object) fed back to the parser as options gives the same
+ * configuration.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_train_args.c (or make fuzz). */
 #define main train_gpt_main
 #include "../examples/train_gpt.c"
@@ -99,7 +100,9 @@ static void fz_check_accepted(const train_config *c) {
     if (c->kv_heads < 1 || c->ffn < 1) __builtin_trap(); /* resolve_model filled in the defaults */
     if (c->model == MODEL_LLAMA) {
         fsc_llama_config l = llama_config(c);
-        if (fsc_llama_config_validate(&l) != FSC_OK || c->tp != 1 || c->moe_experts) __builtin_trap();
+        if (fsc_llama_config_validate(&l) != FSC_OK) __builtin_trap();
+        if (c->tp > 1 && (c->heads % c->tp || c->kv_heads % c->tp || c->ffn % c->tp || c->vocab % c->tp))
+            __builtin_trap();
     } else if (c->ffn != 4 * c->dim || c->kv_heads != c->heads) {
         __builtin_trap();
     }

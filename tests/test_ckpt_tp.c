@@ -1,4 +1,4 @@
-/* Training checkpoints with tensor parallelism (lib/ckpt with lib/tp/tp_engine.c's holdings in full-tensor
+/* Training checkpoints with tensor parallelism (lib/ckpt with lib/parallel/tensor.c's holdings in full-tensor
  * coordinates). Oracles:
  * - resume is exact at the same layout: dp 2 x tp 2 (DDP) and dp 2 x tp 2 x pp 2 (ZeRO-1) trained 2 steps,
  *   saved, loaded into a new engine and trained 2 more give the bits of 4 steps straight: losses, full

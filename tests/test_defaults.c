@@ -1,6 +1,6 @@
 /* The defaults functions of the public options structs (fsc_*_default). The oracle: each returns options
  * that the function consuming them accepts (device, cluster, optimizer, model, activation record (the GPT's,
- * and model.h's for the GPT and the Llama), engine, checkpoint save, MoE layer, tensor-parallel model), with
+ * and model.h's for the GPT and the Llama), engine, checkpoint save, MoE layer), with
  * the values the headers document (torch.optim.AdamW's hyper-parameters, GPT-2 small's 124,439,808
  * parameters); and a zero-initialised fsc_parallel_opts, which the defaults function exists to replace, is
  * refused. The layer options of layers.h (linear, MLP, attention, transformer block) from their defaults
@@ -204,12 +204,6 @@ static fsc_status engine_fn(fsc_rank *r, void *arg) {
     if (s == FSC_OK && j->dir[0]) {
         fsc_ckpt_save_opts so = fsc_ckpt_save_opts_default();
         s = fsc_ckpt_save(e, j->dir, 1, &so);
-    }
-    if (s == FSC_OK && r->world == 1) {
-        fsc_tp_opts to = fsc_tp_opts_default();
-        fsc_tp_gpt *tm = NULL;
-        s = fsc_tp_gpt_create(r->dev, r->comm, &c, &to, 7, &tm);
-        fsc_tp_gpt_free(tm);
     }
     fsc_engine_free(e);
     return s;

@@ -2,7 +2,8 @@
  * Oracles:
  * - eval of a step's batch before the step equals the loss the step reports, bit for bit (the same forwards, the
  *   same sums), on DDP, FSDP (full_shard, shard_grad_op, no_shard, hybrid), ZeRO-1/2, bf16, checkpointed blocks,
- *   pipelines (GPipe, 1F1B, checkpoint modes), tensor parallelism and the Llama;
+ *   pipelines (GPipe, 1F1B, checkpoint modes), tensor parallelism (with sequence parallelism at T = 8) and the
+ *   Llama;
  * - the validation loss of a fixed batch equals DDP's bit for bit at every step on every strategy and pipeline
  *   of equal data-parallel layout (the engines train bit-identically, so their forwards must agree), and a tp
  *   run's equals the same tp run with FSDP or a pipeline;
@@ -16,11 +17,13 @@
 #include "testutil.h"
 
 #define STEPS 3
-enum { GB = 8, T = 7, V = 50 };
+/* T = 7 (odd) for every run but sequence parallelism's, whose layers split the sequence over the tensor group */
+enum { GB = 8, T7 = 7, TSP = 8, V = 50 };
 
 typedef struct {
     fsc_parallel_opts po;
     int world, evals, llama;
+    int T;                        /* the context: T7, or TSP with sequence parallelism */
     int bad;                      /* 1: a local batch that does not split, 2: a wrong global batch on rank 1 */
     double loss[STEPS], ev_train[STEPS], val[STEPS + 1];
     float *params;                /* (P) after the last step, rank 0 */
@@ -36,16 +39,18 @@ static int32_t token(size_t i) {
 }
 
 /* sequences [first, first + n) of step s (s < 0: the validation batch, a region training never reads) */
-static void batch(int s, int first, int n, int32_t *tok, int32_t *tgt) {
+static void batch(int s, int first, int n, int T, int32_t *tok, int32_t *tgt) {
     for (int i = 0; i < n; i++) {
         size_t start = s < 0 ? 100000 + (size_t)(first + i) * T : ((size_t)(s * GB + first + i) * T) % 4000;
         for (int t = 0; t < T; t++) tok[i * T + t] = token(start + t), tgt[i * T + t] = token(start + t + 1);
     }
 }
 
-static fsc_gpt_config gcfg(void) { return (fsc_gpt_config){ .layers = 2, .dim = 24, .heads = 4, .seq = T, .vocab = V }; }
+static fsc_gpt_config gcfg(int T) {
+    return (fsc_gpt_config){ .layers = 2, .dim = 24, .heads = 4, .seq = T, .vocab = V };
+}
 
-static fsc_llama_config lcfg(void) {
+static fsc_llama_config lcfg(int T) {
     fsc_llama_config c = fsc_llama_config_default();
     c.layers = 2, c.dim = 24, c.heads = 4, c.kv_heads = 2, c.ffn = 40, c.seq = T, c.vocab = V;
     return c;
@@ -88,19 +93,19 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
     fsc_engine *e = NULL;
     fsc_model *lm = NULL;
     if (run->llama) {
-        fsc_llama_config c = lcfg();
+        fsc_llama_config c = lcfg(run->T);
         FSC_TRY(fsc_llama_model_create(r->dev, &c, &lm));
         fsc_status cs = fsc_engine_create_model(r, lm, &run->po, &oc, 5, &e);
         if (cs != FSC_OK) fsc_model_free(lm);
         FSC_TRY(cs);
     } else {
-        fsc_gpt_config c = gcfg();
+        fsc_gpt_config c = gcfg(run->T);
         FSC_TRY(fsc_engine_create(r, &c, &run->po, &oc, 5, &e));
     }
     const fsc_layout *l = fsc_engine_layout(e);
     const int lb = GB / l->dp, first = l->data * lb;
-    int32_t tok[GB * T], tgt[GB * T], vtok[GB * T], vtgt[GB * T];
-    batch(-1, first, lb, vtok, vtgt);
+    int32_t tok[GB * TSP], tgt[GB * TSP], vtok[GB * TSP], vtgt[GB * TSP];
+    batch(-1, first, lb, run->T, vtok, vtgt);
     fsc_status s = FSC_OK;
     if (run->bad) {
         double x = 0;
@@ -112,7 +117,7 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
         return FSC_OK;
     }
     for (int step = 0; step < STEPS && s == FSC_OK; step++) {
-        batch(step, first, lb, tok, tgt);
+        batch(step, first, lb, run->T, tok, tgt);
         double v = 0, et = 0;
         if (run->evals) s = eval_checked(e, r, run, vtok, vtgt, lb, &v);
         if (s == FSC_OK && run->evals) s = eval_checked(e, r, run, tok, tgt, lb, &et);
@@ -129,12 +134,12 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
     return s;
 }
 
-static size_t num_params(int llama) {
+static size_t num_params(int llama, int T) {
     if (!llama) {
-        fsc_gpt_config c = gcfg();
+        fsc_gpt_config c = gcfg(T);
         return fsc_gpt_num_params(&c);
     }
-    fsc_llama_config c = lcfg();
+    fsc_llama_config c = lcfg(T);
     fsc_model *m = NULL;
     fsc_device *d = NULL;
     assert_ok(fsc_device_create("cpu", NULL, &d));
@@ -152,12 +157,13 @@ static erun make(int world, fsc_parallel_kind kind, int evals) {
     r.po.kind = kind;
     r.po.clip = 0.5f;
     r.world = world;
+    r.T = T7;
     r.evals = evals;
     return r;
 }
 
 static void run(erun *r) {
-    r->P = num_params(r->llama);
+    r->P = num_params(r->llama, r->T);
     r->params = calloc(r->P, sizeof(float));
     assert_non_null(r->params);
     fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 60, .threads_per_rank = 1 };
@@ -269,6 +275,7 @@ static void test_tensor_parallel(void **state) {
     run(&p);
     assert_same(&p, &ref, "tp 2 x dp 2 x pp 2 against tp 2 x dp 2");
     erun sp = p;
+    sp.T = TSP; /* the layers split the sequence over the tensor group: T divides by tp */
     sp.po.sequence_parallel = 1;
     run(&sp);
     done(&ref), done(&quiet), done(&f), done(&p), done(&sp);

@@ -1,4 +1,4 @@
-/* Tests of the GPT-2 model (lib/model/gpt.c, gpt_run.c): description, initial values, gradients, and the
+/* Tests of the GPT-2 model (lib/model/gpt.c, gpt_model.c, gpt_acts.c: the GPT built from layers): description, initial values, gradients, and the
  * bit-exactness properties the parallel layers rely on (checkpointing, split layer ranges, determinism),
  * and that the model learns. Each test states its oracle. */
 #include <math.h>
@@ -138,6 +138,31 @@ static void test_init_values(void **state) {
             assert_true(memcmp(all, part, n * sizeof(float)) != 0);
         }
         free(all), free(part);
+    }
+}
+
+/* Oracle: the GPT model built from layers (fsc_gpt_model_create) starts every tensor at exactly the values of
+ * fsc_gpt_init_values (the GPT's description), bit for bit, dense and with MoE blocks, at any element range. */
+static void test_model_init_values(void **state) {
+    fsc_device *dev = *state;
+    const fsc_gpt_config cs[2] = { { .layers = 3, .dim = 16, .heads = 2, .seq = 8, .vocab = 32 },
+                                   { .layers = 3, .dim = 8, .heads = 2, .seq = 4, .vocab = 11, .moe_experts = 3,
+                                     .moe_top_k = 2, .moe_every = 2, .moe_capacity = 1.0f, .moe_aux = 0.01f } };
+    for (int k = 0; k < 2; k++) {
+        fsc_model *m;
+        assert_ok(fsc_gpt_model_create(dev, &cs[k], &m));
+        assert_int_equal(m->n_tensors, fsc_gpt_num_tensors(&cs[k]));
+        for (int i = 0; i < m->n_tensors; i++) {
+            size_t n = m->info[i].numel, a = n / 3, len = n - a;
+            float *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+            fsc_gpt_init_values(&cs[k], 11, i, 0, n, want);
+            m->ops->init_values(m->ctx, 11, i, 0, n, got);
+            assert_bits_equal(want, got, n, m->info[i].name);
+            m->ops->init_values(m->ctx, 11, i, a, len, got);
+            assert_bits_equal(want + a, got, len, m->info[i].name);
+            free(want), free(got);
+        }
+        fsc_model_free(m);
     }
 }
 
@@ -485,7 +510,7 @@ static fsc_status post_b(void *ctx, int l) { return log_ev(ctx, 400 + l); }
 static void test_hooks_and_errors(void **state) {
     fsc_device *dev = *state;
     const fsc_gpt_config *c = &TINY;
-    enum { B = 1, T = 4 };
+    enum { B = 1, T = 8 }; /* records run the context (T = seq) */
     int L = c->layers;
     int32_t tok[B * T], tgt[B * T];
     make_batch(tok, tgt, B, T, c->vocab, 40);
@@ -600,6 +625,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_and_info),
         cmocka_unit_test(test_init_values),
+        cmocka_unit_test(test_model_init_values),
         cmocka_unit_test(test_gradients),
         cmocka_unit_test(test_initial_loss),
         cmocka_unit_test(test_checkpoint_bits),

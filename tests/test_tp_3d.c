@@ -1,15 +1,13 @@
-/* The 3D layout and data x tensor-parallel training (lib/tp/tp_layout.c, tp_train.c).
+/* The 3D layout (lib/parallel/layout.c) and data x tensor-parallel training of the GPT in the engine (its
+ * tensor-parallel form from the layers).
  * Oracles:
  * - layout: Megatron's rank order written out by hand (rank = (pipe dp + data) tp + tensor) for
  *   dp 2 x tp 2 x pp 2, every group's members found by all-gathering world ranks over it, and the errors;
- * - dp x 1 (a tensor group of 1) equals the engine's DDP on dp ranks bit for bit: losses, gradient norms
- *   and weights after STEPS AdamW steps with clipping (the same order of operations);
  * - dp 2 x tp 2 and dp 1 x tp 4, with and without sequence parallelism, equal the single-rank engine on the
  *   whole batch within the tensor-parallel tolerances (docs/tensor_parallel.md): loss 1e-6 relative, weights
  *   1e-5 absolute (lr 1e-3); the data group carries exactly the gradient all-reduce and the loss
  *   all-gather, the tensor group the rest (printed per group). */
 #include "test_tp_util.h"
-#include "tp_trainer.h"
 
 #define STEPS 3
 
@@ -82,15 +80,14 @@ static void test_layout_groups(void **state) {
     assert_ok(tt_run(8, groups_rank, NULL));
 }
 
-/* ---- training ---- */
+/* ---- training: the GPT in the engine over data x tensor ---- */
 typedef struct {
-    int engine;          /* 1: the engine (kind below), 0: the tensor-parallel trainer */
     fsc_parallel_kind kind;
-    fsc_tp_train_opts o;
+    int tp, sp;
     double loss[STEPS], norm[STEPS];
     float *params;
-    fsc_comm_stats tensor, data;
-    size_t plocal;       /* rank 0's local parameters (trainer) */
+    fsc_comm_stats tensor, data; /* rank 0, the last step */
+    size_t plocal;               /* rank 0's local parameters (its slices) */
 } tr_run;
 
 static fsc_optim_config adamw(void) {
@@ -113,76 +110,51 @@ static fsc_status train_rank(fsc_rank *r, void *arg) {
     fsc_optim_config oc = adamw();
     int32_t tok[GB * 8], tgt[GB * 8];
     fsc_engine *e = NULL;
-    fsc_tp_trainer *t = NULL;
-    int dp, data;
-    if (run->engine) {
-        fsc_parallel_opts po = { .kind = run->kind, .accum = 1, .reshard_after_forward = -1, .param_dtype = FSC_F32,
-                                 .reduce_dtype = FSC_F32, .clip = run->o.clip };
-        FSC_TRY(fsc_engine_create(r, &c, &po, &oc, 9, &e));
-        dp = r->world, data = r->rank;
-    } else {
-        FSC_TRY(fsc_tp_trainer_create(r, &c, &run->o, &oc, 9, &t));
-        dp = fsc_tp_trainer_layout(t)->dp, data = fsc_tp_trainer_layout(t)->data;
-        if (r->rank == 0 && getenv("FSC_TEST_VERBOSE")) {
-            char buf[160];
-            fsc_layout_describe(fsc_tp_trainer_layout(t), buf, sizeof buf);
-            fprintf(stderr, "  %s\n", buf);
-        }
+    fsc_parallel_opts po = { .kind = run->kind, .accum = 1, .reshard_after_forward = -1, .param_dtype = FSC_F32,
+                             .reduce_dtype = FSC_F32, .clip = 0.5f, .tp = run->tp, .sequence_parallel = run->sp };
+    FSC_TRY(fsc_engine_create(r, &c, &po, &oc, 9, &e));
+    const fsc_layout *l = fsc_engine_layout(e);
+    if (r->rank == 0 && getenv("FSC_TEST_VERBOSE")) {
+        char buf[160];
+        fsc_layout_describe(l, buf, sizeof buf);
+        fprintf(stderr, "  %s\n", buf);
     }
-    int lb = GB / dp;
+    int lb = GB / l->dp;
     fsc_status s = FSC_OK;
     for (int step = 0; step < STEPS && s == FSC_OK; step++) {
-        batch(step, data * lb, lb, tok, tgt);
+        batch(step, l->data * lb, lb, tok, tgt);
         fsc_step_info info;
-        if (t) fsc_tp_trainer_reset_comm_stats(t);
-        s = e ? fsc_engine_step(e, tok, tgt, lb, GB, &info) : fsc_tp_trainer_step(t, tok, tgt, lb, GB, &info);
+        fsc_engine_reset_comm_stats(e);
+        s = fsc_engine_step(e, tok, tgt, lb, GB, &info);
         if (s == FSC_OK && r->rank == 0) run->loss[step] = info.loss, run->norm[step] = info.grad_norm;
     }
-    if (s == FSC_OK && e) s = fsc_engine_full_params(e, r->rank == 0 ? run->params : NULL);
-    if (s == FSC_OK && t) s = fsc_tp_gpt_full_params(fsc_tp_trainer_model(t), r->rank == 0 ? run->params : NULL);
-    if (s == FSC_OK && t && r->rank == 0) {
-        fsc_tp_trainer_comm_stats(t, &run->tensor, &run->data);
-        run->plocal = fsc_tp_gpt_num_local(fsc_tp_trainer_model(t));
+    if (s == FSC_OK && r->rank == 0) {
+        fsc_engine_comm_stats_group(e, FSC_GROUP_TENSOR, &run->tensor);
+        fsc_engine_comm_stats_group(e, FSC_GROUP_DATA, &run->data);
+        run->plocal = fsc_model_num_params(fsc_engine_model(e));
     }
+    if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? run->params : NULL);
     fsc_engine_free(e);
-    fsc_tp_trainer_free(t);
     return s;
 }
 
-static tr_run make(int engine, fsc_parallel_kind kind, int tp, int dp, int sp) {
-    tr_run x = { .engine = engine, .kind = kind, .o = { .tp = tp, .dp = dp, .sequence_parallel = sp, .clip = 0.5f } };
+static tr_run make(fsc_parallel_kind kind, int tp, int sp) {
+    tr_run x = { .kind = kind, .tp = tp, .sp = sp };
     fsc_gpt_config c = cfg();
     x.params = calloc(fsc_gpt_num_params(&c), sizeof(float));
     return x;
 }
 
-static void test_tp_trainer_dp_only_equals_ddp(void **state) {
+static void test_tp_matches_single_rank(void **state) {
     (void)state;
     fsc_gpt_config c = cfg();
     size_t P = fsc_gpt_num_params(&c);
-    for (int dp = 1; dp <= 2; dp++) {
-        tr_run ddp = make(1, dp == 1 ? FSC_PAR_NONE : FSC_PAR_DDP, 0, 0, 0), tp = make(0, 0, 1, dp, 0);
-        assert_ok(tt_run(dp, train_rank, &ddp));
-        assert_ok(tt_run(dp, train_rank, &tp));
-        assert_true(ddp.norm[0] > 0.5); /* clipping happened */
-        for (int s = 0; s < STEPS; s++) {
-            assert_memory_equal(&ddp.loss[s], &tp.loss[s], sizeof(double));
-            assert_memory_equal(&ddp.norm[s], &tp.norm[s], sizeof(double));
-        }
-        assert_bits_equal(tp.params, ddp.params, P, "dp x 1 against DDP");
-        free(ddp.params), free(tp.params);
-    }
-}
-
-static void test_tp_trainer_matches_single_rank(void **state) {
-    (void)state;
-    fsc_gpt_config c = cfg();
-    size_t P = fsc_gpt_num_params(&c);
-    tr_run ref = make(1, FSC_PAR_NONE, 0, 0, 0);
+    tr_run ref = make(FSC_PAR_NONE, 1, 0);
     assert_ok(tt_run(1, train_rank, &ref));
+    assert_true(ref.norm[0] > 0.5); /* clipping happened */
     struct { int tp, dp, sp; } cases[] = { { 2, 2, 0 }, { 2, 2, 1 }, { 4, 1, 0 }, { 4, 1, 1 } };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        tr_run x = make(0, 0, cases[k].tp, cases[k].dp, cases[k].sp);
+        tr_run x = make(cases[k].dp > 1 ? FSC_PAR_DDP : FSC_PAR_NONE, cases[k].tp, cases[k].sp);
         assert_ok(tt_run(cases[k].tp * cases[k].dp, train_rank, &x));
         for (int s = 0; s < STEPS; s++) {
             double e = fabs(x.loss[s] - ref.loss[s]) / ref.loss[s];
@@ -194,17 +166,13 @@ static void test_tp_trainer_matches_single_rank(void **state) {
         for (size_t i = 0; i < P; i++) worst = fmax(worst, fabs((double)x.params[i] - ref.params[i]));
         if (!(worst <= 1e-5)) fail_msg("dp %d x tp %d sp %d: weights differ by %.3g", cases[k].dp, cases[k].tp,
                                        cases[k].sp, worst);
-        /* the data group: the gradient all-reduce (local slice) and the loss all-gather; the tensor group: the rest */
+        /* the data group: the gradient all-reduce of the rank's slices and the step's all-gather of the loss and
+         * the batch check (three doubles per rank); the tensor group: the layers' collectives */
         int dp = cases[k].dp, tp = cases[k].tp;
         double f = (dp - 1.0) / dp;
-        if (dp > 1) {
-            assert_int_equal(x.data.calls[FSC_OP_ALL_REDUCE], 1);
-            assert_int_equal(x.data.calls[FSC_OP_ALL_GATHER], 1);
-            assert_true(fabs(x.data.bytes[FSC_OP_ALL_GATHER] - f * 8.0 * dp) < 1e-9);
-            assert_true(fabs(x.data.bytes[FSC_OP_ALL_REDUCE] - 2.0 * f * 4.0 * (double)x.plocal) < 1e-6);
-        } else {
-            for (int op = 0; op < FSC_OP_COUNT; op++) assert_int_equal(x.data.calls[op], 0);
-        }
+        assert_true(x.plocal < P);
+        assert_true(fabs(x.data.bytes[FSC_OP_ALL_GATHER] - f * 24.0 * dp) < 1e-9);
+        assert_true(fabs(x.data.bytes[FSC_OP_ALL_REDUCE] - 2.0 * f * 4.0 * (double)x.plocal) < 1e-6);
         assert_true(x.tensor.calls[cases[k].sp ? FSC_OP_REDUCE_SCATTER : FSC_OP_ALL_REDUCE] > 0);
         double tbytes = 0;
         for (int op = 0; op < FSC_OP_COUNT; op++) tbytes += x.tensor.bytes[op];
@@ -218,31 +186,11 @@ static void test_tp_trainer_matches_single_rank(void **state) {
     free(ref.params);
 }
 
-static fsc_status bad_rank(fsc_rank *r, void *arg) {
-    const int *mode = arg;
-    fsc_gpt_config c = cfg();
-    fsc_optim_config oc = adamw();
-    fsc_tp_train_opts o = { .tp = 3, .dp = 0 };
-    if (*mode == 1) o.tp = 2, o.dp = 3;
-    fsc_tp_trainer *t;
-    return fsc_tp_trainer_create(r, &c, &o, &oc, 1, &t);
-}
-
-static void test_tp_trainer_errors(void **state) {
-    (void)state;
-    int mode = 0; /* 4 heads over 3 */
-    assert_err(tt_run(3, bad_rank, &mode), FSC_ERR_INVALID, "4 heads do not split over a tensor group of 3");
-    mode = 1;
-    assert_err(tt_run(4, bad_rank, &mode), FSC_ERR_INVALID, "world 4 is not dp 3 x tp 2 x pp 1");
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_order_and_errors),
         cmocka_unit_test(test_layout_groups),
-        cmocka_unit_test(test_tp_trainer_dp_only_equals_ddp),
-        cmocka_unit_test(test_tp_trainer_matches_single_rank),
-        cmocka_unit_test(test_tp_trainer_errors),
+        cmocka_unit_test(test_tp_matches_single_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

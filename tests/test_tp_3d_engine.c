@@ -1,4 +1,5 @@
-/* 3D parallelism in the engine: tensor parallelism (lib/tp/tp_engine.c) composed with pipeline stages
+/* 3D parallelism in the engine: tensor parallelism (the GPT built on the tensor group from the layers'
+ * tensor-parallel forms, lib/parallel/tensor.c) composed with pipeline stages
  * (lib/parallel/pipe.c) and every data-parallel strategy, world = dp x tp x pp.
  * Oracles:
  * - dp 2 x tp 2 x pp 2 on 8 ranks, GPipe and 1F1B, with and without sequence parallelism, matches the
@@ -9,8 +10,7 @@
  * - bit for bit, because nothing in between is left to chance: the pipeline equals the same dp x tp run
  *   without pipeline (accumulating the same micro-batches); ZeRO-1, ZeRO-2 and FSDP (full_shard,
  *   shard_grad_op, hybrid_shard) over the data group equal DDP over it (the same slices, rank-order sums,
- *   the exact clipping norm), in bf16 too; any rank order gives the same bits as Megatron's; the engine
- *   with tp equals the earlier fsc_tp_trainer;
+ *   the exact clipping norm), in bf16 too; any rank order gives the same bits as Megatron's;
  * - the pipeline group carries exactly the tensor rank's slices: per step stage 0 sends M activations of
  *   (B T / (sp ? T_tp : 1), C) floats and the wte slice (V/T_tp, C), the last stage M activation gradients
  *   and M head gradients of the wte slice; the kinds of group sum to the total;
@@ -18,7 +18,6 @@
  * - bad configurations are clear errors. */
 #include <unistd.h>
 #include "test_tp_util.h"
-#include "tp_trainer.h"
 
 #define STEPS 3
 #define W 8
@@ -36,7 +35,6 @@ static fsc_optim_config adamw(void) {
 typedef struct {
     fsc_parallel_opts po;
     int world;
-    int trainer;                 /* 1: fsc_tp_trainer instead of the engine */
     int steps;
     const char *save, *load;     /* weights written after training / read before it */
     double loss[STEPS], norm[STEPS];
@@ -86,28 +84,6 @@ static fsc_status engine_rank(fsc_rank *r, void *arg) {
     return s;
 }
 
-static fsc_status trainer_rank(fsc_rank *r, void *arg) {
-    run3 *run = arg;
-    fsc_gpt_config c = cfg();
-    fsc_optim_config oc = adamw();
-    fsc_tp_train_opts o = { .tp = run->po.tp, .sequence_parallel = run->po.sequence_parallel, .clip = run->po.clip };
-    fsc_tp_trainer *t = NULL;
-    FSC_TRY(fsc_tp_trainer_create(r, &c, &o, &oc, 9, &t));
-    const fsc_layout *l = fsc_tp_trainer_layout(t);
-    const int lb = GB / l->dp;
-    int32_t tok[GB * 8], tgt[GB * 8];
-    fsc_status s = FSC_OK;
-    for (int step = 0; step < STEPS && s == FSC_OK; step++) {
-        batch(step, l->data * lb, lb, tok, tgt);
-        fsc_step_info info;
-        s = fsc_tp_trainer_step(t, tok, tgt, lb, GB, &info);
-        if (s == FSC_OK && r->rank == 0) run->loss[step] = info.loss, run->norm[step] = info.grad_norm;
-    }
-    if (s == FSC_OK) s = fsc_tp_gpt_full_params(fsc_tp_trainer_model(t), r->rank == 0 ? run->params : NULL);
-    fsc_tp_trainer_free(t);
-    return s;
-}
-
 /* dp x tp x pp with strategy kind and M micro-batches (accum M, no_sync) */
 static run3 make(int dp, int tp, int pp, fsc_parallel_kind kind, int accum) {
     run3 x;
@@ -122,7 +98,7 @@ static run3 make(int dp, int tp, int pp, fsc_parallel_kind kind, int accum) {
     return x;
 }
 
-static void train(run3 *x) { assert_ok(tt_run(x->world, x->trainer ? trainer_rank : engine_rank, x)); }
+static void train(run3 *x) { assert_ok(tt_run(x->world, engine_rank, x)); }
 
 static size_t nparams(void) {
     fsc_gpt_config c = cfg();
@@ -230,7 +206,7 @@ static void test_3d_sharded_strategies_equal_ddp(void **state) {
     free(d2.params), free(z2.params), free(ddp.params);
 }
 
-static void test_3d_any_rank_order_and_trainer(void **state) {
+static void test_3d_any_rank_order(void **state) {
     (void)state;
     run3 meg = make(2, 2, 2, FSC_PAR_ZERO1, M), other = make(2, 2, 2, FSC_PAR_ZERO1, M);
     other.po.order = "dp,pp,tp";
@@ -243,13 +219,7 @@ static void test_3d_any_rank_order_and_trainer(void **state) {
     char buf[160];
     fsc_layout_describe(&other.lay[5], buf, sizeof buf);
     assert_string_equal(buf, "world 8 = tp 2 x pp 2 x dp 2 (data fastest); rank 5: pipe 0, data 1, tensor 1");
-    /* the engine with tensor parallelism equals the earlier data x tensor trainer */
-    run3 eng = make(2, 2, 1, FSC_PAR_DDP, 1), tr = make(2, 2, 1, FSC_PAR_DDP, 1);
-    tr.trainer = 1;
-    train(&eng);
-    train(&tr);
-    assert_same(&eng, &tr, "engine dp 2 x tp 2 against fsc_tp_trainer");
-    free(meg.params), free(other.params), free(eng.params), free(tr.params);
+    free(meg.params), free(other.params);
 }
 
 static double sum_bytes(const fsc_comm_stats *s) {
@@ -369,7 +339,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_3d_matches_single_rank),
         cmocka_unit_test(test_3d_sharded_strategies_equal_ddp),
-        cmocka_unit_test(test_3d_any_rank_order_and_trainer),
+        cmocka_unit_test(test_3d_any_rank_order),
         cmocka_unit_test(test_3d_comm_by_group),
         cmocka_unit_test(test_3d_save_and_load),
         cmocka_unit_test(test_3d_errors),

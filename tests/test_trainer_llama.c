@@ -4,8 +4,10 @@
  * Oracles: FSDP on 2 ranks and a 2-stage pipeline with ZeRO-2 inside each stage report bit-identical losses and
  * weights against DDP (--check-ddp, the trainer's own bitwise comparison; exit 3 otherwise); the parameter count
  * is the Llama's; the saved weights carry the Hugging Face names and shapes (--ffn defaulting to Llama's rule)
- * and load back; what the Llama does not run yet (--tp, MoE) and the options of one family given to the other
- * are refused with exit 2 and a message naming the option. */
+ * and load back; tensor parallelism: FSDP at dp 2 x tp 2, ZeRO-2 with sequence parallelism and dp 2 x tp 2 x pp 2
+ * equal DDP at the same tp bit for bit (--check-ddp), and tp 2 reports the losses of tp 1 within 1e-4 relative;
+ * sizes that do not split over --tp and the options of one family given to the other are refused with exit 2 and
+ * a message naming the option. */
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
@@ -82,11 +84,41 @@ static void test_weights_in_hf_names(void **st) {
     free(path);
 }
 
+/* The losses of a run's JSON. */
+static void losses_of(cJSON *j, double *out, int n) {
+    cJSON *a = cJSON_GetObjectItem(j, "losses");
+    assert_non_null(a);
+    assert_int_equal(cJSON_GetArraySize(a), n);
+    for (int i = 0; i < n; i++) out[i] = cJSON_GetArrayItem(a, i)->valuedouble;
+}
+
+static void test_tensor_parallel(void **st) {
+    (void)st;
+    cJSON *j = run_json("--world 4 --tp 2 --parallel fsdp --check-ddp");
+    assert_bit_identical(j, "fsdp at dp 2 x tp 2");
+    double tp2[3], tp1[3];
+    losses_of(j, tp2, 3);
+    cJSON_Delete(j);
+    j = run_json("--world 2 --parallel ddp");
+    losses_of(j, tp1, 3);
+    cJSON_Delete(j);
+    for (int i = 0; i < 3; i++)
+        if (!(fabs(tp2[i] - tp1[i]) <= 1e-4 * fabs(tp1[i])))
+            fail_msg("step %d: loss %.9g at tp 2, %.9g at tp 1", i, tp2[i], tp1[i]);
+    j = run_json("--world 4 --tp 2 --sequence-parallel --parallel zero2 --check-ddp");
+    assert_bit_identical(j, "zero2 at dp 2 x tp 2 with sequence parallelism");
+    cJSON_Delete(j);
+    j = run_json("--world 8 --tp 2 --pp 2 --parallel ddp --accum 2 --check-ddp");
+    assert_bit_identical(j, "dp 2 x tp 2 x pp 2");
+    cJSON_Delete(j);
+}
+
 static void test_refused(void **st) {
     (void)st;
     struct { const char *args, *needle; } cases[] = {
-        { TINY " --world 2 --tp 2 --parallel none", "--tp 2: tensor parallelism runs --model gpt2 only" },
-        { TINY " --moe-experts 2", "--moe-experts" },
+        { TINY " --world 4 --tp 4 --parallel none", "--tp 4: --kv-heads 2 does not divide over the tensor group" },
+        { TINY " --world 2 --tp 2 --seq 9 --sequence-parallel", "--seq 9 does not divide by --tp 2" },
+        { TINY " --moe-experts 2 --moe-top-k 3", "--moe-top-k" },
         { TINY " --kv-heads 3", "kv_heads 3 must divide heads 4" },
         { TINY " --norm-eps 0", "norm_eps" },
         { "--model gpt2 --kv-heads 2", "--kv-heads applies to --model llama only" },
@@ -173,6 +205,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fsdp_and_pipeline_equal_ddp),
         cmocka_unit_test(test_weights_in_hf_names),
+        cmocka_unit_test(test_tensor_parallel),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_tied_head_refused),
     };

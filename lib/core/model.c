@@ -2,6 +2,7 @@
  * shards, pipelines or checkpoints it. Not here: any model (lib/model), the engine (lib/parallel). */
 #include <string.h>
 #include "fsc/model.h"
+#include "core/param_split.h"
 
 fsc_status fsc_model_validate(const fsc_model *m) {
     if (!m) return fsc_error(FSC_ERR_INVALID, "model is NULL");
@@ -17,6 +18,7 @@ fsc_status fsc_model_validate(const fsc_model *m) {
         !o->stream_floats || !o->forward || !o->backward || !o->init_values)
         return fsc_error(FSC_ERR_INVALID, "model: an operation every model needs is missing (acts_create, acts_free, "
                          "acts_bytes, set_batch, stream, stream_floats, forward, backward, init_values)");
+    int tp_first = 0; /* the first tensor that names a tensor group (tp_size > 1) */
     for (int i = 0; i < m->n_tensors; i++) {
         const fsc_param_info *p = &m->info[i];
         if (!p->name[0] || !memchr(p->name, 0, sizeof p->name))
@@ -55,6 +57,12 @@ fsc_status fsc_model_validate(const fsc_model *m) {
         for (int j = 0; j < i; j++)
             if (!strcmp(m->info[j].name, p->name))
                 return fsc_error(FSC_ERR_INVALID, "model: two tensors are called %s", p->name);
+        FSC_TRY(fsc_param_check_split(p));
+        if (p->tp_size > 1 && m->info[tp_first].tp_size <= 1) tp_first = i;
+        if (p->tp_size > 1 && (p->tp_size != m->info[tp_first].tp_size || p->tp_rank != m->info[tp_first].tp_rank))
+            return fsc_error(FSC_ERR_INVALID, "model: tensor %s is on tensor rank %d of %d but %s on rank %d of %d: "
+                             "one model is built on one tensor group", p->name, p->tp_rank, p->tp_size,
+                             m->info[tp_first].name, m->info[tp_first].tp_rank, m->info[tp_first].tp_size);
     }
     return FSC_OK;
 }
@@ -83,6 +91,12 @@ double fsc_lm_flops_per_token(double matmul_params, int layers, int dim, int T) 
 size_t fsc_model_num_params(const fsc_model *m) {
     size_t n = 0;
     for (int i = 0; i < m->n_tensors; i++) n += m->info[i].numel;
+    return n;
+}
+
+size_t fsc_model_num_full_params(const fsc_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_tensors; i++) n += fsc_param_full_numel(&m->info[i]);
     return n;
 }
 

@@ -2,6 +2,7 @@
  * over the nn.h modules. Records hold only what the module saves besides the layer's input (the model keeps the
  * input). Not here: embeddings, MLPs, attention and the LM head (transformer.c). */
 #include "layers_impl.h"
+#include "tp_layers.h"
 
 /* ---- linear ---- */
 typedef struct {
@@ -41,6 +42,7 @@ fsc_linear_opts fsc_linear_opts_default(int in, int out) {
 fsc_status fsc_layer_linear(const fsc_linear_opts *o, fsc_layer **out) {
     if (!o || o->in < 1 || o->out < 1 || o->rows < 0)
         return fsc_error(FSC_ERR_INVALID, "linear layer: need in, out >= 1 and rows >= 0");
+    if (o->tp || o->tp_mode) return fsc_tp_layer_linear(o, out); /* tp_basic.c */
     FSC_TRY(layer_new(sizeof(linear_layer), "linear", &lin_ops, out));
     linear_layer *y = (linear_layer *)*out;
     y->o = *o;

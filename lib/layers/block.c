@@ -10,6 +10,8 @@
  * Not here: the modules (lib/nn), the sequential model (seq.c). */
 #include "fsc/llama.h"
 #include "layers_impl.h"
+#include "tp_layers.h"
+#include "moe_impl.h"
 
 /* What each parameter of a composed block is; ix[role] its index among the layer's parameters (-1: none). */
 enum { R_N1W = 0, R_N1B, R_Q, R_K, R_V, R_O, R_BQ, R_BK, R_BV, R_BO, R_N2W, R_N2B, R_M0, R_M1, R_M2, R_M3, R_COUNT };
@@ -247,6 +249,23 @@ fsc_status fsc_layer_block(const fsc_block_opts *o, fsc_layer **out) {
     *out = NULL;
     FSC_TRY(check_opts(o));
     const int llama = o->kind == FSC_BLOCK_LLAMA;
+    if (o->moe_experts && (o->tp || o->sp))
+        return fsc_error(FSC_ERR_INVALID, "block layer: an MoE block has no tensor-parallel form yet (tp, sp): "
+                         "its experts spread over an expert group instead");
+    if (o->moe_experts) { /* block_moe.c, with kv_heads, F and eps resolved */
+        fsc_block_opts r = *o;
+        r.kv_heads = o->kv_heads ? o->kv_heads : o->heads;
+        r.F = o->F ? o->F : 4 * o->C;
+        r.eps = llama ? o->eps : 1e-5f;
+        return fsc_layer_block_moe(&r, out);
+    }
+    if (o->tp || o->sp) { /* tp_transformer.c, with kv_heads, F and eps resolved */
+        fsc_block_opts r = *o;
+        r.kv_heads = o->kv_heads ? o->kv_heads : o->heads;
+        r.F = o->F ? o->F : 4 * o->C;
+        r.eps = llama ? o->eps : 1e-5f;
+        return fsc_tp_layer_block(&r, out);
+    }
     FSC_TRY(layer_new(sizeof(block_layer), llama ? "llama_block" : "gpt2_block", &bk_ops, out));
     block_layer *y = (block_layer *)*out;
     y->o = *o;

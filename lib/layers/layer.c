@@ -8,10 +8,14 @@
 fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const int64_t *shape, fsc_init init) {
     if (!l || !name || !name[0] || !shape)
         return fsc_error(FSC_ERR_INVALID, "layer: a parameter needs a layer, a name and a shape");
-    if (l->n_params >= FSC_LAYER_MAX_PARAMS)
-        return fsc_error(FSC_ERR_INVALID, "layer %s: more than %d parameters", l->kind, FSC_LAYER_MAX_PARAMS);
     if (ndim < 1 || ndim > 4)
         return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s has %d dimensions (1 to 4)", l->kind, name, ndim);
+    if (l->n_params >= l->cap_params) { /* the table grows: an MoE layer declares 1 + 4 E parameters */
+        const int cap = l->cap_params ? 2 * l->cap_params : FSC_LAYER_MAX_PARAMS;
+        fsc_layer_param *t = cap > l->n_params ? realloc(l->params, (size_t)cap * sizeof *t) : NULL;
+        if (!t) return fsc_error(FSC_ERR_NOMEM, "layer %s: out of host memory for %d parameters", l->kind, cap);
+        l->params = t, l->cap_params = cap;
+    }
     fsc_layer_param *p = &l->params[l->n_params];
     memset(p, 0, sizeof *p);
     if (strlen(name) >= sizeof p->name)
@@ -35,6 +39,37 @@ fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const i
     return FSC_OK;
 }
 
+fsc_status fsc_layer_add_param_split(fsc_layer *l, const char *name, int ndim, const int64_t *full_shape, int split,
+                                     int parts, int tp_rank, int tp_size, fsc_init init) {
+    if (!l || !name || !full_shape || ndim < 1 || ndim > 4)
+        return fsc_error(FSC_ERR_INVALID, "layer: a split parameter needs a layer, a name and a shape of 1 to 4 "
+                         "dimensions");
+    if (split < FSC_SPLIT_NONE || split > FSC_SPLIT_COLS)
+        return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s has split %d (FSC_SPLIT_NONE, _ROWS or _COLS)",
+                         l->kind, name, split);
+    const int P = parts > 1 ? parts : 1, T = tp_size > 1 ? tp_size : 1;
+    if (parts < 0 || tp_size < 0 || tp_rank < 0 || tp_rank >= T || (split == FSC_SPLIT_NONE && P > 1))
+        return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s has %d parts on tensor rank %d of %d", l->kind,
+                         name, parts, tp_rank, tp_size);
+    int64_t shape[4] = { 0, 0, 0, 0 };
+    memcpy(shape, full_shape, (size_t)ndim * sizeof *shape);
+    if (split != FSC_SPLIT_NONE) {
+        const int d = split == FSC_SPLIT_ROWS ? 0 : ndim - 1;
+        if (full_shape[d] < 1 || full_shape[d] % ((int64_t)P * T) != 0)
+            return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s: dimension %d (%lld) does not split into %d "
+                             "parts of %d slices", l->kind, name, d, (long long)full_shape[d], P, T);
+        shape[d] = full_shape[d] / T;
+    }
+    FSC_TRY(fsc_layer_add_param(l, name, ndim, shape, init));
+    fsc_layer_param *p = &l->params[l->n_params - 1];
+    p->split = split;
+    p->parts = split == FSC_SPLIT_NONE ? 0 : parts;
+    p->tp_rank = T > 1 ? tp_rank : 0;
+    p->tp_size = tp_size;
+    memcpy(p->full_shape, full_shape, (size_t)ndim * sizeof *p->full_shape);
+    return FSC_OK;
+}
+
 fsc_status fsc_layer_set_init(fsc_layer *l, const char *name, fsc_init init) {
     for (int k = 0; l && name && k < l->n_params; k++)
         if (!strcmp(l->params[k].name, name)) {
@@ -51,5 +86,6 @@ fsc_init fsc_init_const(float v) { return (fsc_init){ .kind = FSC_INIT_CONST, .v
 void fsc_layer_free(fsc_layer *l) {
     if (!l) return;
     if (l->ops && l->ops->destroy) l->ops->destroy(l);
+    free(l->params);
     free(l);
 }

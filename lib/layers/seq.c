@@ -12,7 +12,9 @@ static void seq_destroy(fsc_model *m) {
     seq_model *s = (seq_model *)m;
     for (int l = 0; l < s->n; l++) fsc_layer_free(s->layers[l]);
     for (int t = 0; t < s->m.n_tensors && s->tied_grad; t++) fsc_device_release(s->dev, s->tied_grad[t]);
-    free(s->layers), free(s->prefix), free(s->tensor), free(s->tied);
+    for (int l = 0; l < s->n && s->tensor; l++) free(s->tensor[l]);
+    for (int l = 0; l < s->n && s->tied; l++) free(s->tied[l]);
+    free(s->layers), free(s->prefix), free(s->tensor), free(s->tied), free(s->cparam), free(s->cgrad);
     free(s->info), free(s->param), free(s->grad), free(s->tied_grad);
     free(s);
 }
@@ -36,11 +38,17 @@ static void seq_init(void *ctx, uint64_t seed, int t, size_t first, size_t n, fl
     const seq_model *s = ctx;
     const fsc_layer *lay = NULL;
     const fsc_layer_param *p = param_of(s, t, &lay);
-    if (p && p->init.kind == FSC_INIT_NORMAL) {
-        fsc_rng_fill_normal(out, n, seed, s->info[t].name, first, p->init.mean, p->init.std);
-    } else {
-        const float v = p ? p->init.value : 0.0f;
-        for (size_t i = 0; i < n; i++) out[i] = v;
+    const fsc_param_info *ti = &s->info[t];
+    /* a tensor-parallel slice draws the full tensor's values at its elements (run by run) */
+    for (size_t k = 0; k < fsc_param_num_runs(ti); k++) {
+        const fsc_param_run r = fsc_param_run_at(ti, k, first, n);
+        float *o = out + (r.local - first);
+        if (r.n && p && p->init.kind == FSC_INIT_NORMAL) {
+            fsc_rng_fill_normal(o, r.n, seed, ti->name, r.full, p->init.mean, p->init.std);
+        } else {
+            const float v = p ? p->init.value : 0.0f;
+            for (size_t i = 0; i < r.n; i++) o[i] = v;
+        }
     }
 }
 
@@ -83,6 +91,13 @@ const fsc_model_ops fsc_seq_ops_ = {
     .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
     .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy, .logits = fsc_seq_logits,
 };
+const fsc_model_ops fsc_seq_moe_ops_ = {
+    .acts_create = fsc_seq_acts_create, .acts_free = fsc_seq_acts_free, .acts_bytes = fsc_seq_acts_bytes,
+    .set_batch = fsc_seq_set_batch, .stream = fsc_seq_stream, .stream_floats = seq_stream_floats,
+    .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
+    .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy,
+    .aux_stats = fsc_seq_aux_stats, .set_expert_group = fsc_seq_set_expert_group, .logits = fsc_seq_logits,
+};
 
 /* Check that the layers fit together (each takes its predecessor's output, the last is the only loss layer). */
 static fsc_status check_chain(const fsc_seq_layer *ls, int n) {
@@ -107,11 +122,28 @@ static fsc_status check_chain(const fsc_seq_layer *ls, int n) {
     return FSC_OK;
 }
 
+/* Same shape and the same slice of the same full shape (a tie of a tensor-parallel slice is a tie of slices). */
 static int same_shape(const fsc_param_info *t, const fsc_layer_param *p) {
-    if (t->ndim != p->ndim) return 0;
+    if (t->ndim != p->ndim || t->split != p->split || (t->parts > 1 ? t->parts : 1) != (p->parts > 1 ? p->parts : 1) ||
+        t->tp_rank != p->tp_rank || (t->tp_size > 1 ? t->tp_size : 1) != (p->tp_size > 1 ? p->tp_size : 1))
+        return 0;
     for (int d = 0; d < p->ndim; d++)
-        if (t->shape[d] != p->shape[d]) return 0;
+        if (t->shape[d] != p->shape[d] || (t->split && t->full_shape[d] != p->full_shape[d])) return 0;
     return 1;
+}
+
+/* The split fields of a layer parameter as model.h's (full_numel from full_shape; 0 for an unsplit tensor). */
+static void copy_split(fsc_param_info *ti, const fsc_layer_param *p) {
+    ti->split = p->split;
+    ti->parts = p->parts;
+    ti->tp_rank = p->tp_rank;
+    ti->tp_size = p->tp_size;
+    memcpy(ti->full_shape, p->full_shape, sizeof ti->full_shape);
+    ti->full_numel = 0;
+    if (p->split != FSC_SPLIT_NONE) {
+        ti->full_numel = 1;
+        for (int d = 0; d < p->ndim; d++) ti->full_numel *= (size_t)p->full_shape[d];
+    }
 }
 
 /* Name the tensors and resolve the ties. */
@@ -154,8 +186,10 @@ static fsc_status declare(seq_model *s, const fsc_seq_layer *ls) {
             ti->ndim = a->params[k].ndim;
             memcpy(ti->shape, a->params[k].shape, sizeof ti->shape);
             ti->numel = a->params[k].numel;
+            copy_split(ti, &a->params[k]);
             ti->layer = l;
-            ti->expert = -1;
+            ti->expert = a->ops->param_expert ? a->ops->param_expert(a, k) : -1;
+            if (ti->expert + 1 > s->m.n_experts) s->m.n_experts = ti->expert + 1;
             ti->decay = a->params[k].decay;
             s->tensor[l][k] = nt++;
             s->m.n_tensors = nt;
@@ -200,10 +234,23 @@ fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n,
         if (s) s->n = 0, seq_destroy(&s->m);
         return st;
     }
+    int maxp = 1;
     for (int l = 0; l < n; l++) {
         s->layers[l] = ls[l].layer;
         snprintf(s->prefix[l], sizeof s->prefix[l], "%s", ls[l].prefix ? ls[l].prefix : "");
         if (l < n - 1 && ls[l].layer->out_floats > s->max_stream) s->max_stream = ls[l].layer->out_floats;
+        const size_t np = ls[l].layer->n_params > 0 ? (size_t)ls[l].layer->n_params : 1;
+        s->tensor[l] = calloc(np, sizeof **s->tensor);
+        s->tied[l] = calloc(np, sizeof **s->tied);
+        if (!s->tensor[l] || !s->tied[l]) st = fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
+        if (ls[l].layer->n_params > maxp) maxp = ls[l].layer->n_params;
+    }
+    s->cparam = calloc((size_t)maxp, sizeof *s->cparam);
+    s->cgrad = calloc((size_t)maxp, sizeof *s->cgrad);
+    if (st == FSC_OK && (!s->cparam || !s->cgrad)) st = fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
+    if (st != FSC_OK) {
+        seq_destroy(&s->m);
+        return st;
     }
     const fsc_layer *first = ls[0].layer, *last = ls[n - 1].layer;
     s->m = (fsc_model){ .n_layers = n, .info = s->info, .param = s->param, .grad = s->grad,
@@ -211,6 +258,7 @@ fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n,
                         .sample_target_bytes = last->target_bytes, .loss_terms = last->loss_terms,
                         .ops = &fsc_seq_ops_, .ctx = s };
     st = declare(s, ls);
+    if (s->m.n_experts) s->m.ops = &fsc_seq_moe_ops_; /* aux statistics and expert parallelism */
     if (st == FSC_OK) st = fsc_model_validate(&s->m);
     if (st != FSC_OK) {
         seq_destroy(&s->m);
@@ -221,7 +269,7 @@ fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n,
 }
 
 fsc_layer *fsc_seq_model_layer(fsc_model *m, int l) {
-    if (!m || m->ops != &fsc_seq_ops_) return NULL;
+    if (!m || (m->ops != &fsc_seq_ops_ && m->ops != &fsc_seq_moe_ops_)) return NULL;
     seq_model *s = m->ctx;
     return l >= 0 && l < s->n ? s->layers[l] : NULL;
 }

@@ -9,15 +9,17 @@ typedef struct {
     int n;                   /* layers */
     fsc_layer **layers;      /* (n) owned */
     char (*prefix)[48];      /* (n) */
-    int (*tensor)[FSC_LAYER_MAX_PARAMS]; /* (n) the model tensor of each layer parameter */
-    unsigned char (*tied)[FSC_LAYER_MAX_PARAMS]; /* (n) 1: the parameter is an earlier layer's tensor */
+    int **tensor;            /* (n) (the layer's n_params) the model tensor of each layer parameter */
+    unsigned char **tied;    /* (n) (n_params) 1: the parameter is an earlier layer's tensor */
+    const float **cparam;    /* (max n_params) a call's parameter table (one call at a time) */
+    float **cgrad;           /* (max n_params) its gradient table */
     fsc_param_info *info;    /* (n_tensors) */
     float **param, **grad;   /* (n_tensors) set by the engine */
     float **tied_grad;       /* (n_tensors) device buffers of tied tensors, NULL elsewhere */
     size_t max_stream;       /* floats per sample of the largest output between two layers */
 } seq_model;
 
-extern const fsc_model_ops fsc_seq_ops_;
+extern const fsc_model_ops fsc_seq_ops_, fsc_seq_moe_ops_; /* the second for models with experts */
 fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out);
 void fsc_seq_acts_free(void *ctx, fsc_model_acts *a);
 size_t fsc_seq_acts_bytes(void *ctx, const fsc_model_acts *a);
@@ -26,5 +28,9 @@ float *fsc_seq_stream(void *ctx, fsc_model_acts *a, fsc_stream which);
 fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum);
 fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
 const float *fsc_seq_logits(void *ctx, const fsc_model_acts *a, int *vocab);
+void fsc_seq_aux_stats(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
+fsc_status fsc_seq_set_expert_group(void *ctx, fsc_comm *ep);
+/* The host state of layer l in record a (NULL when l is outside its range or the layer keeps none). */
+void *fsc_seq_acts_state(const fsc_model_acts *a, int l);
 
 #endif

@@ -3,7 +3,11 @@
  * kept and its forward runs again right after its pre_backward hook), scratch, the targets and the gradient
  * buffers; forward and backward over the range with the hooks around every layer; the tied-gradient contract
  * of model.h (a user layer's gradient goes to the zeroed tied buffer, the owner adds it before its own); the
- * layers' checks of host inputs and targets before upload.
+ * layers' checks of host inputs and targets before upload; the layers' host state per record (MoE routing), their
+ * auxiliary statistics and expert groups. With checkpoint and offload_inputs, the outputs that are some layer's
+ * input inside the range live in two alternating device buffers with a host copy each, uploaded again for the
+ * recomputation. A layer's parameters (and gradients in backward) must be materialized when it runs, except other
+ * ranks' experts.
  * Not here: the declaration (seq.c). */
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,8 @@ typedef struct {
     float *gout, *gin;   /* gradient streams: w.r.t. the output of `last`, the input of `first` */
     float *g[2];         /* gradients between layers, alternating */
     float *host_loss;    /* (B x the loss layer's out_floats) */
+    void **state;        /* (last - first + 1) the layers' host state (NULL for most) */
+    float **host;        /* (last - first + 1) offload: host copy of out[l], NULL where it stays on the device */
 } seq_acts;
 
 static size_t up(size_t b) { return (b + 255) / 256 * 256; }
@@ -34,11 +40,15 @@ static size_t layout(const seq_model *s, seq_acts *a, char *base) {
     size_t at = 0, maxrec = 0, maxwork = 0, maxout = 0;
 #define TAKE(ptr, bytes) (ptr = (void *)(base ? base + at : NULL), at += up(bytes))
     TAKE(a->in, a->first == 0 ? B * s->layers[0]->in_bytes : S);
+    for (int l = a->first; l < a->last; l++)
+        if (s->layers[l]->out_floats > maxout) maxout = s->layers[l]->out_floats;
+    void *pp[2] = { NULL, NULL }; /* offload: the alternating buffers of the outputs inside the range */
+    if (a->host) TAKE(pp[0], B * maxout * sizeof(float)), TAKE(pp[1], B * maxout * sizeof(float));
     for (int l = a->first; l <= a->last; l++) {
         const fsc_layer *y = s->layers[l];
         const size_t ob = l == a->last && l < s->n - 1 ? S : B * y->out_floats * sizeof(float);
-        TAKE(a->out[l - a->first], ob);
-        if (l < a->last && y->out_floats > maxout) maxout = y->out_floats;
+        if (a->host && l < a->last) a->out[l - a->first] = pp[l & 1];
+        else TAKE(a->out[l - a->first], ob);
         size_t rb = rec_bytes(y, a->B), wb = work_bytes(y, a->B);
         if (!a->ckpt) TAKE(a->rec[l - a->first], rb);
         if (rb > maxrec) maxrec = rb;
@@ -66,17 +76,31 @@ fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mode
         return fsc_error(FSC_ERR_INVALID, "sequential model: record for layers %d..%d of %d and %d samples", o->first,
                          o->last, s->n, o->B);
     seq_acts *a = calloc(1, sizeof *a);
-    const int nl = o->last - o->first + 1;
-    if (a) a->out = calloc((size_t)nl, sizeof *a->out), a->rec = calloc((size_t)nl, sizeof *a->rec);
+    const int nl = o->last - o->first + 1, offload = o->checkpoint && o->offload_inputs;
+    if (a) {
+        a->out = calloc((size_t)nl, sizeof *a->out), a->rec = calloc((size_t)nl, sizeof *a->rec);
+        a->state = calloc((size_t)nl, sizeof *a->state);
+        a->first = o->first, a->last = o->last; /* for fsc_seq_acts_free */
+        if (offload) a->host = calloc((size_t)nl, sizeof *a->host);
+    }
     if (a && o->last == s->n - 1)
         a->host_loss = malloc((size_t)o->B * s->layers[o->last]->out_floats * sizeof(float) + 1);
-    if (!a || !a->out || !a->rec || (o->last == s->n - 1 && !a->host_loss)) {
+    fsc_status st = FSC_OK;
+    for (int l = o->first; a && a->host && l < o->last && st == FSC_OK; l++)
+        if (!(a->host[l - o->first] = malloc((size_t)o->B * s->layers[l]->out_floats * sizeof(float))))
+            st = FSC_ERR_NOMEM;
+    if (!a || !a->out || !a->rec || !a->state || (offload && !a->host) || st != FSC_OK ||
+        (o->last == s->n - 1 && !a->host_loss)) {
         fsc_seq_acts_free(ctx, (fsc_model_acts *)a);
         return fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
     }
-    a->B = o->B, a->first = o->first, a->last = o->last, a->ckpt = o->checkpoint;
+    a->B = o->B, a->ckpt = o->checkpoint;
     a->bytes = layout(s, a, NULL);
-    fsc_status st = fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->bytes, &a->mem);
+    st = fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->bytes, &a->mem);
+    for (int l = o->first; l <= o->last && st == FSC_OK; l++) {
+        fsc_layer *y = s->layers[l];
+        if (y->ops->state_create) st = y->ops->state_create(y, s->dev, o->B, &a->state[l - o->first]);
+    }
     if (st != FSC_OK) {
         fsc_seq_acts_free(ctx, (fsc_model_acts *)a);
         return st;
@@ -91,7 +115,12 @@ void fsc_seq_acts_free(void *ctx, fsc_model_acts *am) {
     seq_acts *a = (seq_acts *)am;
     if (!a) return;
     fsc_device_release(s->dev, a->mem);
-    free(a->out), free(a->rec), free(a->host_loss);
+    for (int l = a->first; a->state && l <= a->last; l++) {
+        const fsc_layer *y = s->layers[l];
+        if (a->state[l - a->first] && y->ops->state_free) y->ops->state_free(y, a->state[l - a->first]);
+    }
+    for (int l = a->first; a->host && l <= a->last; l++) free(a->host[l - a->first]);
+    free(a->out), free(a->rec), free(a->host_loss), free(a->state), free(a->host);
     free(a);
 }
 
@@ -130,22 +159,26 @@ float *fsc_seq_stream(void *ctx, fsc_model_acts *am, fsc_stream which) {
 }
 
 /* The call of layer l: its parameters and gradients as the engine has them now (a user of a tied tensor
- * accumulates into the tied buffer). */
-typedef struct {
-    const float *param[FSC_LAYER_MAX_PARAMS];
-    float *grad[FSC_LAYER_MAX_PARAMS];
-    fsc_layer_call c;
-} call_buf;
-
-static void make_call(const seq_model *s, const seq_acts *a, int l, call_buf *cb) {
+ * accumulates into the tied buffer), in the model's call tables (one call at a time). Every parameter but other
+ * ranks' experts must be materialized, and with grads its gradient bound. */
+static fsc_status make_call(const seq_model *s, const seq_acts *a, int l, int grads, fsc_layer_call *c) {
     const fsc_layer *y = s->layers[l];
     for (int k = 0; k < y->n_params; k++) {
         const int t = s->tensor[l][k];
-        cb->param[k] = s->param[t];
-        cb->grad[k] = s->tied[l][k] ? s->tied_grad[t] : s->grad[t];
+        s->cparam[k] = s->param[t];
+        s->cgrad[k] = s->tied[l][k] ? s->tied_grad[t] : s->grad[t];
+        if (s->info[t].expert >= 0) continue; /* the layer knows which experts it holds */
+        if (!s->cparam[k])
+            return fsc_error(FSC_ERR_STATE, "sequential model: parameter %s is not materialized (NULL) when layer %d "
+                             "runs", s->info[t].name, l);
+        if (grads && !s->cgrad[k])
+            return fsc_error(FSC_ERR_STATE, "sequential model: gradient of %s is not bound (NULL) when layer %d runs "
+                             "backward", s->info[t].name, l);
     }
-    cb->c = (fsc_layer_call){ .dev = s->dev, .B = a->B, .param = cb->param, .grad = cb->grad,
-                              .rec = a->rec[l - a->first], .work = a->work, .target = a->target };
+    *c = (fsc_layer_call){ .dev = s->dev, .B = a->B, .param = s->cparam, .grad = s->cgrad,
+                           .rec = a->rec[l - a->first], .work = a->work, .target = a->target,
+                           .state = a->state[l - a->first] };
+    return FSC_OK;
 }
 
 static const void *input_of(const seq_acts *a, int l) { return l == a->first ? a->in : a->out[l - 1 - a->first]; }
@@ -153,9 +186,18 @@ static const void *input_of(const seq_acts *a, int l) { return l == a->first ? a
 static fsc_status hook(fsc_status (*f)(void *, int), void *ctx, int l) { return f ? f(ctx, l) : FSC_OK; }
 
 static fsc_status layer_forward(const seq_model *s, seq_acts *a, int l) {
-    call_buf cb;
-    make_call(s, a, l, &cb);
-    return s->layers[l]->ops->forward(s->layers[l], &cb.c, a->out[l - a->first], input_of(a, l));
+    fsc_layer_call c;
+    FSC_TRY(make_call(s, a, l, 0, &c));
+    return s->layers[l]->ops->forward(s->layers[l], &c, a->out[l - a->first], input_of(a, l));
+}
+
+/* Offload: the output of l to its host copy, or the host copy back (for the recomputation of l + 1). */
+static fsc_status offload(const seq_model *s, seq_acts *a, int l, int back) {
+    float *h = a->host && l >= a->first && l < a->last ? a->host[l - a->first] : NULL;
+    if (!h) return FSC_OK;
+    const size_t bytes = (size_t)a->B * s->layers[l]->out_floats * sizeof(float);
+    return back ? fsc_device_upload(s->dev, a->out[l - a->first], h, bytes)
+                : fsc_device_download(s->dev, h, a->out[l - a->first], bytes);
 }
 
 fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, double *loss_sum) {
@@ -165,6 +207,7 @@ fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *am, const fsc_model_hooks 
     for (int l = a->first; l <= a->last; l++) {
         FSC_TRY(hook(h->pre_forward, h->ctx, l));
         FSC_TRY(layer_forward(s, a, l));
+        FSC_TRY(offload(s, a, l, 0));
         if (l == s->n - 1 && loss_sum) { /* the loss: every loss value of the micro-batch, summed in order */
             const size_t nv = (size_t)a->B * s->layers[l]->out_floats;
             FSC_TRY(fsc_device_download(s->dev, a->host_loss, a->out[l - a->first], nv * sizeof(float)));
@@ -192,18 +235,21 @@ fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *am, const fsc_model_hooks
     for (int l = a->last; l >= a->first; l--) {
         const fsc_layer *y = s->layers[l];
         FSC_TRY(hook(h->pre_backward, h->ctx, l));
-        if (a->ckpt) FSC_TRY(layer_forward(s, a, l)); /* the same kernels on the same input: the same record */
+        if (a->ckpt) { /* the same kernels on the same input: the same record */
+            FSC_TRY(offload(s, a, l - 1, 1));
+            FSC_TRY(layer_forward(s, a, l));
+        }
+        fsc_layer_call c;
+        FSC_TRY(make_call(s, a, l, 1, &c));
         for (int k = 0; k < y->n_params; k++) { /* an owner adds its users' gradient before its own */
             const int t = s->tensor[l][k];
             if (!s->tied[l][k] && s->info[t].nusers > 0)
                 FSC_TRY(fsc_residual_backward(s->dev, s->grad[t], NULL, s->tied_grad[t], s->info[t].numel));
         }
-        call_buf cb;
-        make_call(s, a, l, &cb);
-        cb.c.dscale = dscale;
+        c.dscale = dscale;
         const float *dout = l == s->n - 1 ? NULL : l == a->last ? a->gout : a->g[(l + 1) & 1];
         float *dinp = l == a->first ? a->gin : a->g[l & 1];
-        FSC_TRY(y->ops->backward(y, &cb.c, dinp, dout, input_of(a, l)));
+        FSC_TRY(y->ops->backward(y, &c, dinp, dout, input_of(a, l)));
         FSC_TRY(hook(h->post_backward, h->ctx, l));
     }
     return FSC_OK;
@@ -216,4 +262,24 @@ const float *fsc_seq_logits(void *ctx, const fsc_model_acts *ma, int *vocab) {
     *vocab = 0;
     if (!a || a->last != s->n - 1 || !y->ops->logits) return NULL;
     return y->ops->logits(y, a->rec[a->last - a->first], a->B, vocab);
+}
+
+void fsc_seq_aux_stats(void *ctx, const fsc_model_acts *am, fsc_model_aux *out) {
+    const seq_model *s = ctx;
+    const seq_acts *a = (const seq_acts *)am;
+    memset(out, 0, sizeof *out);
+    for (int l = a->first; l <= a->last; l++) /* in layer order */
+        if (s->layers[l]->ops->aux) s->layers[l]->ops->aux(s->layers[l], a->state[l - a->first], out);
+}
+
+fsc_status fsc_seq_set_expert_group(void *ctx, fsc_comm *ep) {
+    seq_model *s = ctx;
+    for (int l = 0; l < s->n; l++)
+        if (s->layers[l]->ops->set_expert_group) FSC_TRY(s->layers[l]->ops->set_expert_group(s->layers[l], ep));
+    return FSC_OK;
+}
+
+void *fsc_seq_acts_state(const fsc_model_acts *am, int l) {
+    const seq_acts *a = (const seq_acts *)am;
+    return a && l >= a->first && l <= a->last ? a->state[l - a->first] : NULL;
 }

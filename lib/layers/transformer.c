@@ -3,6 +3,7 @@
  * entropy (optionally after a final LayerNorm or RMSNorm), each over the nn.h modules; the MLPs and attention optionally add their input (residual). Not here: linear, norms, MSE (basic.c),
  * transformer blocks (block.c). */
 #include "layers_impl.h"
+#include "tp_layers.h"
 
 /* ---- token + position embedding ---- */
 typedef struct {
@@ -168,6 +169,7 @@ static fsc_status mlp_new(const fsc_mlp_opts *o, const char *kind, const fsc_lay
 }
 
 fsc_status fsc_layer_gelu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
+    if (o && (o->tp || o->sp) && o->C >= 1 && o->F >= 1 && o->rows >= 0) return fsc_tp_layer_mlp(o, 0, out);
     FSC_TRY(mlp_new(o, "gelu_mlp", &gm_ops, out));
     FSC_TRY(layer_param(out, "c_fc.weight", o->C, o->F, fsc_init_normal(LAYER_STD)));
     FSC_TRY(layer_param(out, "c_fc.bias", o->F, 0, fsc_init_const(0.0f)));
@@ -212,6 +214,7 @@ static const fsc_layer_ops sm_ops = { .rec_bytes = sm_rec, .work_bytes = sm_work
                                       .backward = sm_bwd, .config = mlp_config };
 
 fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
+    if (o && (o->tp || o->sp) && o->C >= 1 && o->F >= 1 && o->rows >= 0) return fsc_tp_layer_mlp(o, 1, out);
     FSC_TRY(mlp_new(o, "swiglu_mlp", &sm_ops, out));
     FSC_TRY(layer_param(out, "gate_proj.weight", o->F, o->C, fsc_init_normal(LAYER_STD)));
     FSC_TRY(layer_param(out, "up_proj.weight", o->F, o->C, fsc_init_normal(LAYER_STD)));
@@ -299,6 +302,7 @@ fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
     const int HS = o->C / o->heads, KVH = o->kv_heads ? o->kv_heads : o->heads;
     if (o->rope_theta > 0 && HS % 2)
         return fsc_error(FSC_ERR_INVALID, "attention layer: rotary embeddings need an even head size, got %d", HS);
+    if (o->tp || o->sp) return fsc_tp_layer_attention(o, out); /* tp_transformer.c */
     FSC_TRY(layer_new(sizeof(attn_layer), "attention", &at_ops, out));
     attn_layer *y = (attn_layer *)*out;
     y->o = *o;
@@ -427,6 +431,7 @@ fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {
         return fsc_error(FSC_ERR_INVALID, "lm head layer: unknown final norm %d", (int)o->norm);
     if (o->norm == FSC_HEAD_NORM_RMSNORM && !(o->eps > 0.0f))
         return fsc_error(FSC_ERR_INVALID, "lm head layer: the RMSNorm's eps must be > 0");
+    if (o->tp || o->sp) return fsc_tp_layer_lm_head(o, out); /* tp_basic.c */
     FSC_TRY(layer_new(sizeof(head_layer), "lm_head", &hd_ops, out));
     head_layer *y = (head_layer *)*out;
     y->T = o->T, y->C = o->C, y->V = o->V, y->norm = o->norm;

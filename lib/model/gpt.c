@@ -1,6 +1,7 @@
 /* The GPT-2 model's description: configuration checks, parameter tensors in Hugging Face order with
- * names and shapes (MoE blocks included), initial values from the keyed RNG, and the model object (pointer
- * tables and the MoE layers). Not here: running the model (gpt_run.c, gpt_moe.c) and files (gpt_io.c). */
+ * names and shapes (MoE blocks included), initial values from the keyed RNG, binding the tables to flat buffers.
+ * Not here: the model built from layers (gpt_model.c), gpt.h's fsc_gpt view and records (gpt_acts.c), files
+ * (gpt_io.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,88 +244,6 @@ void fsc_gpt_init_values(const fsc_gpt_config *c, uint64_t seed, int i, size_t f
     float std = 0.02f;
     if (in_block && (k == FSC_B_APROJ_W || k == FSC_B_MPROJ_W)) std = 0.02f / sqrtf(2.0f * (float)c->layers);
     fsc_rng_fill_normal(out, n, seed, p.name, first, 0.0f, std);
-}
-
-fsc_status fsc_gpt_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_gpt **out) {
-    *out = NULL;
-    if (!dev) return fsc_error(FSC_ERR_INVALID, "gpt create: device is NULL");
-    FSC_TRY(fsc_gpt_config_validate(cfg));
-    fsc_gpt *m = calloc(1, sizeof *m);
-    if (!m) return fsc_error(FSC_ERR_NOMEM, "gpt create: out of host memory");
-    m->cfg = *cfg;
-    m->dev = dev;
-    m->n_tensors = fsc_gpt_num_tensors(cfg);
-    m->info = calloc((size_t)m->n_tensors, sizeof *m->info);
-    m->param = calloc((size_t)m->n_tensors, sizeof *m->param);
-    m->grad = calloc((size_t)m->n_tensors, sizeof *m->grad);
-    if (!m->info || !m->param || !m->grad) {
-        fsc_gpt_free(m);
-        return fsc_error(FSC_ERR_NOMEM, "gpt create: out of host memory");
-    }
-    for (int i = 0; i < m->n_tensors; i++) fsc_gpt_param_info(cfg, i, &m->info[i]);
-    size_t wte_bytes = (size_t)cfg->vocab * cfg->dim * sizeof(float);
-    fsc_status s = fsc_device_calloc(dev, FSC_TAG_GRADS, wte_bytes, (void **)&m->dwte_head);
-    if (s == FSC_OK && cfg->moe_experts) s = fsc_gpt_set_expert_group(m, NULL);
-    if (s != FSC_OK) {
-        fsc_gpt_free(m);
-        return s;
-    }
-    *out = m;
-    return FSC_OK;
-}
-
-static void free_moe(fsc_gpt *m) {
-    if (!m->moe) return;
-    for (int b = 0; b < m->cfg.layers; b++) fsc_moe_free(m->moe[b]);
-    free(m->moe);
-    m->moe = NULL;
-}
-
-fsc_status fsc_gpt_set_expert_group(fsc_gpt *m, fsc_comm *ep) {
-    const fsc_gpt_config *c = &m->cfg;
-    if (!c->moe_experts) return fsc_error(FSC_ERR_INVALID, "gpt: an expert-parallel group needs an MoE model "
-                                          "(moe_experts > 0)");
-    int G = ep ? fsc_comm_size(ep) : 1;
-    if (c->moe_experts % G != 0)
-        return fsc_error(FSC_ERR_INVALID, "gpt: %d experts do not split over an expert-parallel group of %d",
-                         c->moe_experts, G);
-    free_moe(m);
-    m->ep = ep;
-    m->moe = calloc((size_t)c->layers, sizeof *m->moe);
-    if (!m->moe) return fsc_error(FSC_ERR_NOMEM, "gpt: out of host memory");
-    for (int b = 0; b < c->layers; b++) {
-        if (!fsc_gpt_block_is_moe(c, b)) continue;
-        char name[64];
-        snprintf(name, sizeof name, "h.%d.mlp", b);
-        fsc_moe_config mc = { .dim = c->dim, .hidden = 4 * c->dim, .experts = c->moe_experts,
-                              .top_k = c->moe_top_k ? c->moe_top_k : 1, .capacity_factor = c->moe_capacity,
-                              .expert = FSC_MOE_EXPERT_MLP, .name = name };
-        fsc_status s = fsc_moe_create_view(m->dev, ep, &mc, &m->moe[b]);
-        if (s != FSC_OK) {
-            free_moe(m);
-            return s;
-        }
-    }
-    return FSC_OK;
-}
-
-void fsc_gpt_local_experts(const fsc_gpt *m, int *first, int *count) {
-    *first = *count = 0;
-    for (int b = 0; m->moe && b < m->cfg.layers; b++)
-        if (m->moe[b]) {
-            fsc_moe_local_experts(m->moe[b], first, count);
-            return;
-        }
-}
-
-void fsc_gpt_free(fsc_gpt *m) {
-    if (!m) return;
-    free_moe(m);
-    fsc_device_release(m->dev, m->dwte_head);
-    free(m->info);
-    free(m->param);
-    free(m->grad);
-    free(m);
 }
 
 void fsc_gpt_bind_flat(fsc_gpt *m, float *params, float *grads) {

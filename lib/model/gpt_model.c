@@ -1,80 +1,87 @@
-/* The GPT of gpt.h as a model of model.h: the engine, strategies, pipelines and checkpoints run it through the
- * model interface only. Layers 0 (embedding), 1..L (blocks), L+1 (head); wte is tied (owned by layer 0, used by
- * the head) with m->dwte_head as its tied-gradient buffer; inputs and targets are int32 tokens, seq per sample,
- * one loss term per token. The configuration recorded in checkpoints is the JSON object checkpoints have always
- * held ({"layers", "dim", "heads", "seq", "vocab"} and the MoE fields for MoE models).
- * Not here: the layers (gpt_run.c), the tensor-parallel GPT (lib/tp/tp_engine.c). */
+/* The GPT of gpt.h as a model of model.h, built from layers (layers.h): a sequential model of the embedding
+ * (wte, wpe), L GPT-2 blocks (FSC_BLOCK_GPT2: packed c_attn and nn.h's fsc_block_*; MoE blocks with an MoE MLP)
+ * and the LM head with its final LayerNorm (ln_f), its weight tied to wte. The layers name the tensors as
+ * fsc_gpt_param_info does, in its order (checked at creation), so checkpoints and weight files are the same. The
+ * model wraps the layers' model (its tables, records, passes) to keep the GPT's own limits on a record, token
+ * messages, configuration record and its checks, and per-layer cost; gpt.h's fsc_gpt is a view of the same tables
+ * (fsc_gpt_create, gpt_acts.c). Inputs and targets are int32 tokens, seq per sample, one loss term per token.
+ * Its logits are the LM head layer's, its FLOPs the full configuration's (also on a tensor group), and wte.weight
+ * declares lm_head.weight as its alias (GPT2LMHeadModel's copy of the tied head).
+ * Not here: the layers and the records, passes and hooks (lib/layers), the description (gpt.c). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "fsc/gpt.h"
+#include "fsc/layers.h"
 #include "fsc/nn.h"
 
 typedef struct {
-    fsc_model m;      /* first: the model handed out */
-    fsc_gpt *g;
-    float **tied;     /* (n_tensors): dwte_head for wte, NULL elsewhere */
+    fsc_model m;      /* first: the model handed out; the layers' tables */
+    fsc_gpt g;        /* gpt.h's view of the same tables */
+    fsc_model *seq;   /* the sequential model of the GPT's layers */
 } gpt_model;
 
-static fsc_gpt *G(void *ctx) { return ((gpt_model *)ctx)->g; }
+static gpt_model *GM(void *ctx) { return ctx; }
+static fsc_model *S(void *ctx) { return GM(ctx)->seq; }
 
+/* The GPT's limits on a record (every gemm dimension inside int, no MoE block checkpointed), then the layers'. */
 static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
-    fsc_gpt *g = G(ctx);
-    fsc_gpt_acts_opts go = { .B = o->B, .T = g->cfg.seq, .first = o->first, .last = o->last,
-                             .checkpoint = o->checkpoint, .offload_inputs = o->offload_inputs };
-    fsc_gpt_acts *a = NULL;
-    FSC_TRY(fsc_gpt_acts_create(g, &go, &a));
-    *out = (fsc_model_acts *)a;
-    return FSC_OK;
+    const fsc_gpt_config *c = &GM(ctx)->g.cfg;
+    const int L = c->layers;
+    *out = NULL;
+    if (o->B < 1) return fsc_error(FSC_ERR_INVALID, "gpt acts: batch B=%d; need B >= 1", o->B);
+    if (o->first < 0 || o->last > L + 1 || o->first > o->last)
+        return fsc_error(FSC_ERR_INVALID, "gpt acts: layer range [%d, %d] is not inside [0, %d] (%d blocks)",
+                         o->first, o->last, L + 1, L);
+    if (o->offload_inputs && !o->checkpoint)
+        return fsc_error(FSC_ERR_INVALID, "gpt acts: offload_inputs needs checkpoint (only checkpointed layer "
+                         "inputs are offloaded)");
+    for (int l = o->first > 1 ? o->first : 1; o->checkpoint && l <= o->last && l <= L; l++)
+        if (fsc_gpt_block_is_moe(c, l - 1))
+            return fsc_error(FSC_ERR_INVALID, "gpt acts: activation checkpointing of MoE blocks is not supported "
+                             "yet (block %d is one)", l - 1);
+    double est = (double)o->B * c->seq * ((double)c->heads * c->seq * 3 + (double)c->dim * 16 * (L + 2) +
+                                          (double)c->vocab * 2);
+    if ((double)o->B * c->seq > 2147483647.0 || (double)o->B * c->heads > 2147483647.0 || est > 1e15)
+        return fsc_error(FSC_ERR_INVALID, "gpt acts: B=%d T=%d is too large for this model", o->B, c->seq);
+    return S(ctx)->ops->acts_create(S(ctx)->ctx, o, out);
 }
 
-static void g_free(void *ctx, fsc_model_acts *a) {
-    (void)ctx;
-    fsc_gpt_acts_free((fsc_gpt_acts *)a);
-}
+static void g_free(void *ctx, fsc_model_acts *a) { S(ctx)->ops->acts_free(S(ctx)->ctx, a); }
+static size_t g_bytes(void *ctx, const fsc_model_acts *a) { return a ? S(ctx)->ops->acts_bytes(S(ctx)->ctx, a) : 0; }
 
-static size_t g_bytes(void *ctx, const fsc_model_acts *a) {
-    (void)ctx;
-    return fsc_gpt_acts_bytes((const fsc_gpt_acts *)a);
-}
-
+/* The layers check tokens and targets against the vocabulary; their messages name the GPT. */
 static fsc_status g_set_batch(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets) {
-    (void)ctx;
-    return fsc_gpt_acts_set_batch((fsc_gpt_acts *)a, inputs, targets);
+    fsc_status st = S(ctx)->ops->set_batch(S(ctx)->ctx, a, inputs, targets);
+    if (st == FSC_OK) return st;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", fsc_last_error());
+    return fsc_error(st, "gpt: %s", msg);
 }
 
-static float *g_stream(void *ctx, fsc_model_acts *am, fsc_stream which) {
-    (void)ctx;
-    fsc_gpt_acts *a = (fsc_gpt_acts *)am;
-    switch (which) {
-    case FSC_STREAM_INPUT: return fsc_gpt_acts_input(a);
-    case FSC_STREAM_OUTPUT: return fsc_gpt_acts_output(a);
-    case FSC_STREAM_GRAD_OUTPUT: return fsc_gpt_acts_grad_output(a);
-    default: return fsc_gpt_acts_grad_input(a);
-    }
+static float *g_stream(void *ctx, fsc_model_acts *a, fsc_stream which) {
+    return S(ctx)->ops->stream(S(ctx)->ctx, a, which);
 }
+static size_t g_stream_floats(void *ctx, int B) { return S(ctx)->ops->stream_floats(S(ctx)->ctx, B); }
 
-static size_t g_stream_floats(void *ctx, int B) {
-    const fsc_gpt *g = G(ctx);
-    return (size_t)B * g->cfg.seq * g->cfg.dim;
-}
-
+static const fsc_model_hooks no_hooks = { 0 };
 static fsc_status g_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum) {
-    return fsc_gpt_forward(G(ctx), (fsc_gpt_acts *)a, h, loss_sum);
+    return S(ctx)->ops->forward(S(ctx)->ctx, a, h ? h : &no_hooks, loss_sum);
 }
-
 static fsc_status g_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale) {
-    return fsc_gpt_backward(G(ctx), (fsc_gpt_acts *)a, h, dscale);
+    return S(ctx)->ops->backward(S(ctx)->ctx, a, h ? h : &no_hooks, dscale);
 }
 
+/* The layers' initial values: the keyed RNG by full name with the GPT's standard deviations (set at creation). */
 static void g_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out) {
-    fsc_gpt_init_values(&G(ctx)->cfg, seed, i, first, n, out);
+    S(ctx)->ops->init_values(S(ctx)->ctx, seed, i, first, n, out);
 }
 
 /* Bytes of parameters (x param_scale) and of one micro-batch's saved activations, as fsc_balance_by_size. */
 static double g_layer_cost(void *ctx, int l, int B, float param_scale) {
-    const fsc_gpt_config *c = &G(ctx)->cfg;
+    const fsc_gpt_config *c = &GM(ctx)->g.cfg;
     const double C = c->dim, V = c->vocab, T = c->seq, N = (double)B * c->seq, ps = param_scale;
     if (l == 0) return 4.0 * (ps * (V * C + T * C) + N * C);
     if (l == c->layers + 1) return 4.0 * (ps * 2 * C + V * C + N * V + N * C + 3 * N);
@@ -82,12 +89,7 @@ static double g_layer_cost(void *ctx, int l, int B, float param_scale) {
 }
 
 static void g_aux(void *ctx, const fsc_model_acts *a, fsc_model_aux *out) {
-    (void)ctx;
-    fsc_moe_stats ms;
-    fsc_gpt_acts_moe_stats((const fsc_gpt_acts *)a, &ms);
-    out->aux_loss = ms.aux_loss;
-    out->assigned = (double)ms.assigned;
-    out->dropped = (double)ms.dropped;
+    S(ctx)->ops->aux_stats(S(ctx)->ctx, a, out);
 }
 
 static cJSON *config_json(const fsc_gpt_config *c) {
@@ -121,7 +123,7 @@ static int num(const cJSON *o, const char *k) {
     return cJSON_IsNumber(v) ? (int)v->valuedouble : 0;
 }
 
-static void g_config(void *ctx, char *buf, size_t cap) { fsc_gpt_config_json(&G(ctx)->cfg, buf, cap); }
+static void g_config(void *ctx, char *buf, size_t cap) { fsc_gpt_config_json(&GM(ctx)->g.cfg, buf, cap); }
 
 fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *recorded) {
     cJSON *o = cJSON_Parse(recorded);
@@ -159,7 +161,7 @@ fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *record
 }
 
 static fsc_status g_config_check(void *ctx, const char *recorded) {
-    return fsc_gpt_config_check_json(&G(ctx)->cfg, recorded);
+    return fsc_gpt_config_check_json(&GM(ctx)->g.cfg, recorded);
 }
 
 static fsc_status g_check_tensors(void *ctx, const char *recorded, const fsc_param_info *params, int n) {
@@ -167,9 +169,10 @@ static fsc_status g_check_tensors(void *ctx, const char *recorded, const fsc_par
     return fsc_gpt_check_tensors(recorded, params, n);
 }
 
+/* The LM head layer's logits (layers.h), device floats (B, T, V); NULL when the record does not hold the head or
+ * the head keeps them split over a tensor group. */
 static const float *g_logits(void *ctx, const fsc_model_acts *a, int *vocab) {
-    *vocab = G(ctx)->cfg.vocab;
-    return fsc_gpt_acts_logits((const fsc_gpt_acts *)a);
+    return S(ctx)->ops->logits(S(ctx)->ctx, a, vocab);
 }
 
 double fsc_gpt_flops_per_token(const fsc_gpt_config *c) {
@@ -180,17 +183,22 @@ double fsc_gpt_flops_per_token(const fsc_gpt_config *c) {
     return fsc_lm_flops_per_token(mm, c->layers, c->dim, c->seq);
 }
 
+/* The full model's (the configuration's), also when built on a tensor group: every rank reports the step's FLOPs,
+ * not its share. */
 static double g_flops(void *ctx, int B) {
-    const fsc_gpt_config *c = &G(ctx)->cfg;
+    const fsc_gpt_config *c = &GM(ctx)->g.cfg;
     return fsc_gpt_flops_per_token(c) * (double)B * (double)c->seq;
 }
 
-static fsc_status g_set_ep(void *ctx, fsc_comm *ep) { return fsc_gpt_set_expert_group(G(ctx), ep); }
+static fsc_status g_set_ep(void *ctx, fsc_comm *ep) {
+    FSC_TRY(S(ctx)->ops->set_expert_group(S(ctx)->ctx, ep));
+    GM(ctx)->g.ep = ep;
+    return FSC_OK;
+}
 
 static void g_destroy(fsc_model *m) {
     gpt_model *gm = (gpt_model *)m;
-    fsc_gpt_free(gm->g);
-    free(gm->tied);
+    fsc_model_free(gm->seq);
     free(gm);
 }
 
@@ -203,29 +211,108 @@ static void g_destroy(fsc_model *m) {
 static const fsc_model_ops dense_ops = GPT_OPS(NULL, NULL);
 static const fsc_model_ops moe_ops = GPT_OPS(g_aux, g_set_ep);
 
+/* Layers 0 the embedding, 1..L the blocks (h.{i}.), L+1 the final LayerNorm (ln_f.) and the head tied to wte. The
+ * residual projections start at N(0, 0.02 / sqrt(2 L)) (GPT-2's), wpe at N(0, 0.02) as every other weight (fsc's
+ * GPT has always drawn it so), the rest at the layers' defaults (biases 0, norm weights 1). */
+static fsc_status build_layers(fsc_device *dev, const fsc_gpt_config *c, fsc_comm *tp, int sp, fsc_model **out) {
+    const int L = c->layers, n = L + 2;
+    fsc_seq_layer *sl = calloc((size_t)n, sizeof *sl);
+    char(*prefix)[32] = calloc((size_t)n, sizeof *prefix);
+    fsc_status st = sl && prefix ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "gpt create: out of host memory");
+    const fsc_init proj = fsc_init_normal(0.02f / sqrtf(2.0f * (float)L));
+    fsc_layer *y = NULL;
+    fsc_embedding_opts eo = { .T = c->seq, .C = c->dim, .V = c->vocab, .positions = 1, .tp = tp, .sp = sp };
+    if (st == FSC_OK) st = fsc_layer_embedding_opts(&eo, &y);
+    if (st == FSC_OK) st = fsc_layer_set_init(y, "wpe.weight", fsc_init_normal(0.02f)); /* the layer's: 0.01 */
+    if (st == FSC_OK) sl[0] = (fsc_seq_layer){ .layer = y };
+    for (int b = 0; b < L && st == FSC_OK; b++) {
+        const int moe = fsc_gpt_block_is_moe(c, b);
+        fsc_block_opts o = fsc_block_opts_default(FSC_BLOCK_GPT2, c->seq, c->dim, c->heads);
+        o.tp = tp, o.sp = sp;
+        if (moe)
+            o.moe_experts = c->moe_experts, o.moe_top_k = c->moe_top_k ? c->moe_top_k : 1,
+            o.moe_capacity = c->moe_capacity, o.moe_aux = c->moe_aux;
+        st = fsc_layer_block(&o, &y);
+        if (st == FSC_OK) st = fsc_layer_set_init(y, "attn.c_proj.weight", proj);
+        if (st == FSC_OK && !moe) st = fsc_layer_set_init(y, "mlp.c_proj.weight", proj);
+        for (int e = 0; moe && e < c->moe_experts && st == FSC_OK; e++) {
+            char name[48];
+            snprintf(name, sizeof name, "mlp.experts.%d.c_proj.weight", e);
+            st = fsc_layer_set_init(y, name, proj);
+        }
+        snprintf(prefix[b], sizeof prefix[b], "h.%d.", b);
+        if (y) sl[1 + b] = (fsc_seq_layer){ .layer = y, .prefix = prefix[b] };
+        y = NULL;
+    }
+    fsc_lm_head_opts ho = { .T = c->seq, .C = c->dim, .V = c->vocab, .norm = FSC_HEAD_NORM_LAYERNORM,
+                            .norm_name = "ln_f.", .tp = tp, .sp = sp };
+    if (st == FSC_OK) st = fsc_layer_lm_head_opts(&ho, &y);
+    if (st == FSC_OK)
+        sl[n - 1] = (fsc_seq_layer){ .layer = y, .tie = { { .param = "weight", .to = "wte.weight" } } };
+    if (st == FSC_OK) {
+        st = fsc_seq_model_create(dev, sl, n, out); /* takes the layers, also when it fails */
+    } else {
+        for (int l = 0; sl && l < n; l++) fsc_layer_free(sl[l].layer);
+    }
+    free(sl), free(prefix);
+    return st;
+}
+
+/* The layers' tensors are fsc_gpt_param_info's, in its order (full shapes: a tensor-parallel slice's full tensor). */
+static fsc_status check_tensors(const fsc_gpt_config *c, const fsc_model *seq) {
+    if (seq->n_tensors != fsc_gpt_num_tensors(c))
+        return fsc_error(FSC_ERR_INTERNAL, "gpt create: the layers declare %d tensors, the GPT has %d", seq->n_tensors,
+                         fsc_gpt_num_tensors(c));
+    for (int i = 0; i < seq->n_tensors; i++) {
+        fsc_param_info want;
+        FSC_TRY(fsc_gpt_param_info(c, i, &want));
+        const fsc_param_info *got = &seq->info[i];
+        int same = !strcmp(got->name, want.name) && got->layer == want.layer && got->ndim == want.ndim &&
+                   got->expert == want.expert && got->nusers == want.nusers &&
+                   got->decay == want.decay;
+        for (int d = 0; d < want.ndim; d++)
+            same = same && (got->split && got->tp_size > 1 ? got->full_shape[d] : got->shape[d]) == want.shape[d];
+        if (!same)
+            return fsc_error(FSC_ERR_INTERNAL, "gpt create: tensor %d is %s of layer %d (decay %d), expected %s of "
+                             "layer %d (decay %d)", i, got->name, got->layer, got->decay, want.name, want.layer,
+                             want.decay);
+    }
+    return FSC_OK;
+}
+
 fsc_status fsc_gpt_model_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_model **out) {
+    return fsc_gpt_model_create_tp(dev, cfg, NULL, 0, out);
+}
+
+fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, fsc_comm *tp, int sp,
+                                   fsc_model **out) {
     *out = NULL;
+    if (!dev) return fsc_error(FSC_ERR_INVALID, "gpt create: device is NULL");
+    FSC_TRY(fsc_gpt_config_validate(cfg));
+    if (tp && cfg->moe_experts > 0)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a GPT with MoE blocks (moe_experts %d) is not "
+                         "supported with tensor parallelism yet", cfg->moe_experts);
     gpt_model *gm = calloc(1, sizeof *gm);
     if (!gm) return fsc_error(FSC_ERR_NOMEM, "gpt model: out of host memory");
-    fsc_status s = fsc_gpt_create(dev, cfg, &gm->g);
-    if (s == FSC_OK && !(gm->tied = calloc((size_t)gm->g->n_tensors, sizeof *gm->tied)))
-        s = fsc_error(FSC_ERR_NOMEM, "gpt model: out of host memory");
-    if (s != FSC_OK) {
-        fsc_gpt_free(gm->g);
+    fsc_status st = build_layers(dev, cfg, tp, sp, &gm->seq);
+    if (st == FSC_OK) st = check_tensors(cfg, gm->seq);
+    if (st != FSC_OK) {
+        fsc_model_free(gm->seq);
         free(gm);
-        return s;
+        return st;
     }
-    fsc_gpt *g = gm->g;
-    gm->tied[FSC_P_WTE] = g->dwte_head;
-    gm->m = (fsc_model){ .n_layers = cfg->layers + 2, .n_tensors = g->n_tensors, .info = g->info,
-                         .param = g->param, .grad = g->grad, .tied_grad = gm->tied,
-                         .sample_input_bytes = (size_t)cfg->seq * sizeof(int32_t),
-                         .sample_target_bytes = (size_t)cfg->seq * sizeof(int32_t), .loss_terms = cfg->seq,
-                         .n_experts = cfg->moe_experts, .ops = cfg->moe_experts ? &moe_ops : &dense_ops, .ctx = gm };
+    fsc_model *q = gm->seq;
+    /* GPT2LMHeadModel's copy of the tied head (fsc_gpt_param_info's alias; the layers name no other file) */
+    snprintf(((fsc_param_info *)q->info)[FSC_P_WTE].alias, sizeof q->info[FSC_P_WTE].alias, "lm_head.weight");
+    gm->m = *q; /* the same tensors, parameter and gradient tables: the engine's pointers reach the layers */
+    gm->m.ops = cfg->moe_experts ? &moe_ops : &dense_ops;
+    gm->m.ctx = gm;
+    gm->g = (fsc_gpt){ .cfg = *cfg, .dev = dev, .n_tensors = q->n_tensors, .info = (fsc_param_info *)q->info,
+                       .param = q->param, .grad = q->grad, .dwte_head = q->tied_grad[FSC_P_WTE], .model = &gm->m };
     *out = &gm->m;
     return FSC_OK;
 }
 
 fsc_gpt *fsc_gpt_model_gpt(fsc_model *m) {
-    return m && m->ops && (m->ops == &dense_ops || m->ops == &moe_ops) ? ((gpt_model *)m->ctx)->g : NULL;
+    return m && m->ops && (m->ops == &dense_ops || m->ops == &moe_ops) ? &((gpt_model *)m->ctx)->g : NULL;
 }

@@ -12,6 +12,7 @@
 #include "fsc/layers.h"
 #include "fsc/nn.h"
 #include "fsc/rng.h"
+#include "llama_impl.h"
 
 /* Tensors per decoder layer, in the order of llama.h (Hugging Face's state dict order). */
 #define LLAMA_LAYER_PARAMS 9
@@ -65,15 +66,19 @@ fsc_status fsc_llama_config_validate(const fsc_llama_config *c) {
     if (!(c->norm_eps > 0.0f) || !isfinite(c->norm_eps))
         return fsc_error(FSC_ERR_INVALID, "llama config: norm_eps %g must be a positive number (Llama: 1e-5)",
                          (double)c->norm_eps);
-    return FSC_OK;
+    return llama_moe_validate(c);
 }
 
-int fsc_llama_num_tensors(const fsc_llama_config *c) { return 1 + LLAMA_LAYER_PARAMS * c->layers + 2; }
+int fsc_llama_num_tensors(const fsc_llama_config *c) { /* an MoE layer trades the 3 MLP tensors for 1 + 4 E */
+    return 1 + LLAMA_LAYER_PARAMS * c->layers + 2 + fsc_llama_num_moe_layers(c) * (4 * c->moe_experts - 2);
+}
 
 size_t fsc_llama_num_params(const fsc_llama_config *c) {
     size_t C = (size_t)c->dim, HD = C / (size_t)c->heads, KV = HD * (size_t)c->kv_heads, F = (size_t)c->ffn;
     size_t layer = 2 * C * C + 2 * KV * C + 3 * F * C + 2 * C; /* q, o; k, v; gate, up, down; two norms */
-    return 2 * (size_t)c->vocab * C + (size_t)c->layers * layer + C;
+    const size_t M = (size_t)fsc_llama_num_moe_layers(c), E = (size_t)c->moe_experts; /* MoE: gate and experts */
+    const size_t moe = M ? M * (C * E + E * (2 * C * F + F + C) - 3 * F * C) : 0;
+    return 2 * (size_t)c->vocab * C + (size_t)c->layers * layer + C + moe;
 }
 
 static const char *const layer_names[LLAMA_LAYER_PARAMS] = {
@@ -91,7 +96,11 @@ static void set_shape(fsc_param_info *p, int ndim, int64_t d0, int64_t d1) {
 
 fsc_status fsc_llama_param_info(const fsc_llama_config *c, int i, fsc_param_info *out) {
     FSC_TRY(fsc_llama_config_validate(c));
-    int n = fsc_llama_num_tensors(c), L = c->layers;
+    return c->moe_experts ? llama_moe_param_info(c, i, out) : llama_dense_param_info(c, i, out);
+}
+
+fsc_status llama_dense_param_info(const fsc_llama_config *c, int i, fsc_param_info *out) {
+    int n = 1 + LLAMA_LAYER_PARAMS * c->layers + 2, L = c->layers;
     int64_t C = c->dim, V = c->vocab, F = c->ffn, HD = c->dim / c->heads, Q = HD * c->heads, KV = HD * c->kv_heads;
     if (i < 0 || i >= n) return fsc_error(FSC_ERR_INVALID, "llama: tensor index %d out of range [0, %d)", i, n);
     memset(out, 0, sizeof *out);
@@ -127,17 +136,22 @@ fsc_status fsc_llama_param_info(const fsc_llama_config *c, int i, fsc_param_info
 void fsc_llama_init_values(const fsc_llama_config *c, uint64_t seed, int i, size_t first, size_t n, float *out) {
     fsc_param_info p;
     if (fsc_llama_param_info(c, i, &p) != FSC_OK) return;
-    if (p.ndim == 1) { /* RMSNorm weights */
-        for (size_t j = 0; j < n; j++) out[j] = 1.0f;
+    if (p.ndim == 1) { /* RMSNorm weights 1, the MoE experts' biases 0 */
+        const float v = p.expert >= 0 ? 0.0f : 1.0f;
+        for (size_t j = 0; j < n; j++) out[j] = v;
         return;
     }
     fsc_rng_fill_normal(out, n, seed, p.name, first, 0.0f, 0.02f);
 }
 
 void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
-    snprintf(buf, cap, "{\"family\":\"llama\",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"kv_heads\":%d,\"ffn\":%d,"
+    const int w = snprintf(buf, cap, "{\"family\":\"llama\",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"kv_heads\":%d,\"ffn\":%d,"
              "\"seq\":%d,\"vocab\":%d,\"rope_theta\":%.9g,\"norm_eps\":%.9g}", c->layers, c->dim, c->heads,
              c->kv_heads, c->ffn, c->seq, c->vocab, (double)c->rope_theta, (double)c->norm_eps);
+    if (c->moe_experts && w > 0 && (size_t)w < cap) /* MoE models only: a dense Llama's text stays as it was */
+        snprintf(buf + w - 1, cap - (size_t)w + 1, ",\"moe_experts\":%d,\"moe_top_k\":%d,\"moe_every\":%d,"
+                 "\"moe_capacity\":%.9g,\"moe_aux\":%.9g}", c->moe_experts, c->moe_top_k, c->moe_every,
+                 (double)c->moe_capacity, (double)c->moe_aux);
 }
 
 fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *recorded) {
@@ -220,8 +234,9 @@ static fsc_status l_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks
     return seq_of(ctx)->ops->backward(seq_of(ctx)->ctx, a, h ? h : &no_hooks, dscale);
 }
 
+/* The layers' values: fsc_llama_init_values' for a whole tensor, the full tensor's at a slice's elements */
 static void l_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out) {
-    fsc_llama_init_values(&((llama *)ctx)->cfg, seed, i, first, n, out);
+    seq_of(ctx)->ops->init_values(seq_of(ctx)->ctx, seed, i, first, n, out);
 }
 
 static const float *l_logits(void *ctx, const fsc_model_acts *a, int *vocab) {
@@ -262,39 +277,61 @@ static void l_destroy(fsc_model *fm) {
     free(m);
 }
 
-/* 6 x every parameter but the (untied) token embedding per token, plus attention (model.h's estimate) */
+/* 6 x every parameter but the (untied) token embedding per token, plus attention (model.h's estimate); with MoE
+ * layers only the top-k experts of each (each GELU expert 2 C F weights plus F + C biases). The configuration is
+ * the full model's, also on a tensor group: every rank reports the step's FLOPs, not its share. */
 static double l_flops(void *ctx, int B) {
     const fsc_llama_config *c = &((llama *)ctx)->cfg;
+    const double C = c->dim, F = c->ffn;
+    const int k = c->moe_top_k ? c->moe_top_k : 1;
     double mm = (double)fsc_llama_num_params(c) - (double)c->vocab * c->dim;
+    if (c->moe_experts > k)
+        mm -= (double)(c->moe_experts - k) * (2.0 * C * F + F + C) * fsc_llama_num_moe_layers(c);
     return fsc_lm_flops_per_token(mm, c->layers, c->dim, c->seq) * (double)B * c->seq;
 }
+
+static void l_aux(void *ctx, const fsc_model_acts *a, fsc_model_aux *out) {
+    seq_of(ctx)->ops->aux_stats(seq_of(ctx)->ctx, a, out);
+}
+static fsc_status l_set_ep(void *ctx, fsc_comm *ep) { return seq_of(ctx)->ops->set_expert_group(seq_of(ctx)->ctx, ep); }
 
 static const fsc_model_ops llama_ops = {
     .acts_create = l_acts_create, .acts_free = l_acts_free, .acts_bytes = l_acts_bytes, .set_batch = l_set_batch,
     .stream = l_stream, .stream_floats = l_stream_floats, .forward = l_forward, .backward = l_backward,
     .init_values = l_init, .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
-    .destroy = l_destroy, .logits = l_logits,
-    .flops = l_flops,
+    .destroy = l_destroy, .logits = l_logits, .flops = l_flops,
+};
+static const fsc_model_ops llama_moe_ops = { /* with MoE layers: their statistics and expert group */
+    .acts_create = l_acts_create, .acts_free = l_acts_free, .acts_bytes = l_acts_bytes, .set_batch = l_set_batch,
+    .stream = l_stream, .stream_floats = l_stream_floats, .forward = l_forward, .backward = l_backward,
+    .init_values = l_init, .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
+    .destroy = l_destroy, .aux_stats = l_aux, .set_expert_group = l_set_ep, .logits = l_logits, .flops = l_flops,
 };
 
 /* Layers 0 the token embedding, 1..L the blocks, L+1 the final RMSNorm and the untied LM head. */
-static fsc_status build_layers(fsc_device *dev, const fsc_llama_config *c, fsc_model **out) {
+static fsc_status build_layers(fsc_device *dev, const fsc_llama_config *c, fsc_comm *tp, int sp, fsc_model **out) {
     const int L = c->layers, n = L + 2;
     fsc_seq_layer *sl = calloc((size_t)n, sizeof *sl);
     char(*prefix)[32] = calloc((size_t)n, sizeof *prefix);
     fsc_status st = sl && prefix ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "llama create: out of host memory");
     fsc_layer *y = NULL;
-    if (st == FSC_OK) st = fsc_layer_token_embedding(c->seq, c->dim, c->vocab, &y);
+    fsc_embedding_opts eo = { .T = c->seq, .C = c->dim, .V = c->vocab, .tp = tp, .sp = sp };
+    if (st == FSC_OK) st = fsc_layer_embedding_opts(&eo, &y);
     if (st == FSC_OK) sl[0] = (fsc_seq_layer){ .layer = y, .prefix = "model.embed_tokens." };
     for (int i = 0; i < L && st == FSC_OK; i++) {
         fsc_block_opts o = { .kind = FSC_BLOCK_LLAMA, .T = c->seq, .C = c->dim, .heads = c->heads,
-                             .kv_heads = c->kv_heads, .F = c->ffn, .rope_theta = c->rope_theta, .eps = c->norm_eps };
+                             .kv_heads = c->kv_heads, .F = c->ffn, .rope_theta = c->rope_theta, .eps = c->norm_eps,
+                             .tp = tp, .sp = sp };
+        if (fsc_llama_layer_is_moe(c, i)) /* an MoE MLP of GELU experts of width ffn (block_moe.c) */
+            o.moe_experts = c->moe_experts, o.moe_top_k = c->moe_top_k, o.moe_capacity = c->moe_capacity,
+            o.moe_aux = c->moe_aux;
         st = fsc_layer_block(&o, &y);
         snprintf(prefix[i], sizeof prefix[i], "model.layers.%d.", i);
         if (st == FSC_OK) sl[1 + i] = (fsc_seq_layer){ .layer = y, .prefix = prefix[i] };
     }
     fsc_lm_head_opts ho = { .T = c->seq, .C = c->dim, .V = c->vocab, .norm = FSC_HEAD_NORM_RMSNORM,
-                            .eps = c->norm_eps, .norm_name = "model.norm.", .head_name = "lm_head.weight" };
+                            .eps = c->norm_eps, .norm_name = "model.norm.", .head_name = "lm_head.weight",
+                            .tp = tp, .sp = sp };
     if (st == FSC_OK) st = fsc_layer_lm_head_opts(&ho, &y);
     if (st == FSC_OK) sl[n - 1] = (fsc_seq_layer){ .layer = y };
     if (st == FSC_OK) {
@@ -307,19 +344,31 @@ static fsc_status build_layers(fsc_device *dev, const fsc_llama_config *c, fsc_m
 }
 
 fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, fsc_model **out) {
+    return fsc_llama_model_create_tp(dev, cfg, NULL, 0, out);
+}
+
+fsc_status fsc_llama_build(void *arg, fsc_device *dev, fsc_comm *tp, fsc_model **out) {
+    const fsc_llama_build_arg *a = arg;
+    if (!a) return fsc_error(FSC_ERR_INVALID, "llama build: no fsc_llama_build_arg");
+    return fsc_llama_model_create_tp(dev, &a->cfg, tp, tp ? a->sp : 0, out);
+}
+
+fsc_status fsc_llama_model_create_tp(fsc_device *dev, const fsc_llama_config *cfg, fsc_comm *tp, int sp,
+                                     fsc_model **out) {
     *out = NULL;
     if (!dev) return fsc_error(FSC_ERR_INVALID, "llama create: device is NULL");
     FSC_TRY(fsc_llama_config_validate(cfg));
     llama *m = calloc(1, sizeof *m);
     if (!m) return fsc_error(FSC_ERR_NOMEM, "llama create: out of host memory");
     m->cfg = *cfg;
-    fsc_status st = build_layers(dev, cfg, &m->seq);
+    fsc_status st = build_layers(dev, cfg, tp, sp, &m->seq);
     /* the layers' model names the tensors as fsc_llama_param_info does, in its order: check it */
     for (int i = 0; st == FSC_OK && i < m->seq->n_tensors; i++) {
         fsc_param_info want;
         st = fsc_llama_param_info(cfg, i, &want);
         const fsc_param_info *got = &m->seq->info[i];
-        if (st == FSC_OK && (strcmp(got->name, want.name) != 0 || got->layer != want.layer || got->numel != want.numel))
+        if (st == FSC_OK && (strcmp(got->name, want.name) != 0 || got->layer != want.layer ||
+                             fsc_param_full_numel(got) != want.numel))
             st = fsc_error(FSC_ERR_INTERNAL, "llama create: tensor %d is %s of layer %d, expected %s of layer %d", i,
                            got->name, got->layer, want.name, want.layer);
     }
@@ -329,7 +378,7 @@ fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, 
         return st;
     }
     m->m = *m->seq; /* the same tensors, parameter and gradient tables: the engine's pointers reach the layers */
-    m->m.ops = &llama_ops;
+    m->m.ops = cfg->moe_experts ? &llama_moe_ops : &llama_ops;
     m->m.ctx = m;
     *out = &m->m;
     return FSC_OK;

@@ -1,6 +1,6 @@
 /* Activation checkpointing for any module: keep the input of a call (on the device or in host memory),
  * run the module's forward again before its backward. See fsc/checkpoint_wrapper.h.
- * Not here: the model's built-in block checkpointing (lib/model/gpt_run.c) and the pipeline's stage
+ * Not here: the sequential model's layer checkpointing (lib/layers/seq_run.c) and the pipeline's stage
  * recomputation (lib/parallel/pipe.c). */
 #include <stdlib.h>
 #include "fsc/checkpoint_wrapper.h"

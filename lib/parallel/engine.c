@@ -265,8 +265,7 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
 }
 
 /* world = dp x tp x pp in the options' rank order, with clear messages. */
-static fsc_status make_layout(const fsc_rank *r, const fsc_parallel_opts *po, fsc_engine_tp_check tp_check,
-                              const void *arg, fsc_layout *l) {
+static fsc_status make_layout(const fsc_rank *r, const fsc_parallel_opts *po, int built, fsc_layout *l) {
     if (po->tp < 0) return fsc_error(FSC_ERR_INVALID, "tp (tensor-parallel ranks) must be >= 1, not %d", po->tp);
     const int tp = po->tp > 1 ? po->tp : 1, pp = fsc_pipe_stages(po);
     int order[3];
@@ -274,20 +273,23 @@ static fsc_status make_layout(const fsc_rank *r, const fsc_parallel_opts *po, fs
     if (r->world % (tp * pp) != 0)
         return fsc_error(FSC_ERR_INVALID, "a world of %d ranks does not split into tp %d x pp %d (world = dp x tp x "
                          "pp)", r->world, tp, pp);
-    if (tp > 1 && !tp_check)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallelism (tp %d) runs the built-in GPT only "
-                         "(fsc_engine_create), not yet a model of model.h", tp);
-    if (tp > 1) FSC_TRY(tp_check(arg, tp));
+    if (tp > 1 && !built)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallelism (tp %d) needs a model built on the tensor group: "
+                         "fsc_engine_create_built (fsc_engine_create_model takes a model built without it)", tp);
     return fsc_layout_make_ordered(r->world, tp, 0, pp, order, r->rank, l);
 }
 
-fsc_status fsc_engine_new(fsc_rank *r, int n_layers, int n_experts, const fsc_parallel_opts *po,
-                          const fsc_optim_config *oc, uint64_t seed, fsc_engine_tp_check tp_check,
-                          const void *tp_arg, fsc_engine **out) {
+/* Engine creation in two halves: engine_new validates the options against a model of n_layers layers and
+ * n_experts experts (built: the model was built on the tensor group, so tensor parallelism is allowed) and
+ * makes the engine without a model; the caller sets e->m (and own_model, the groups), then engine_finish makes
+ * the optimizer, the pipeline, the expert groups, the strategy and the tied replicas. On failure of finish,
+ * fsc_engine_free. */
+static fsc_status engine_new(fsc_rank *r, int n_layers, int n_experts, const fsc_parallel_opts *po,
+                             const fsc_optim_config *oc, uint64_t seed, int built, fsc_engine **out) {
     *out = NULL;
     FSC_TRY(fsc_pipe_validate(r, n_layers, po));
     fsc_layout lay;
-    FSC_TRY(make_layout(r, po, tp_check, tp_arg, &lay));
+    FSC_TRY(make_layout(r, po, built, &lay));
     FSC_TRY(validate(r, &lay, po, oc));
     FSC_TRY(fsc_ep_validate(&lay, n_experts, po));
     fsc_engine *e = calloc(1, sizeof(*e));
@@ -335,13 +337,45 @@ static fsc_status make_tied_copies(fsc_engine *e) {
     return FSC_OK;
 }
 
-fsc_status fsc_engine_finish(fsc_engine *e) {
+/* The groups of layout l, once for the whole engine: none when the world is not split; otherwise the data group
+ * and, with tp > 1 or pp > 1, the tensor or pipeline group (fsc_layout_split; the trivial ones freed). */
+typedef struct {
+    fsc_comm *tensor, *data, *pipe;
+} groups;
+
+static fsc_status make_groups(fsc_comm *world, const fsc_layout *l, groups *g) {
+    *g = (groups){ 0 };
+    if (l->tp == 1 && l->pp == 1) return FSC_OK;
+    FSC_TRY(fsc_layout_split(world, l, &g->tensor, &g->data, &g->pipe));
+    if (l->tp == 1) fsc_comm_free(g->tensor), g->tensor = NULL;
+    if (l->pp == 1) fsc_comm_free(g->pipe), g->pipe = NULL;
+    return FSC_OK;
+}
+
+static void free_groups(groups *g) {
+    fsc_comm_free(g->pipe), fsc_comm_free(g->data), fsc_comm_free(g->tensor);
+    *g = (groups){ 0 };
+}
+
+/* The engine takes the groups: the data group is e->comm, the others are counted by kind. */
+static void attach_groups(fsc_engine *e, groups *g) {
+    e->tensor_comm = g->tensor, e->own_data = g->data, e->pipe_comm = g->pipe;
+    if (g->data) e->comm = g->data;
+    if (g->tensor) fsc_engine_add_group_kind(e, g->tensor, FSC_GROUP_TENSOR);
+    if (g->pipe) fsc_engine_add_group_kind(e, g->pipe, FSC_GROUP_PIPELINE);
+    if (g->data) fsc_engine_add_group_kind(e, e->r->comm, FSC_GROUP_WORLD); /* the vote, saving and loading */
+    *g = (groups){ 0 };
+}
+
+static fsc_status engine_finish(fsc_engine *e) {
     fsc_status s = make_offsets(e);
+    if (s == FSC_OK) s = fsc_tensor_check_model(e->m, &e->lay);
+    if (s == FSC_OK) s = fsc_tensor_make_full_info(e);
     if (s == FSC_OK) s = fsc_optim_create(e->dev, &e->oc, &e->opt);
     if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
     if (s == FSC_OK) s = fsc_ep_create(e);
     if (s == FSC_OK) s = e->st->setup(e);
-    if (s == FSC_OK) s = e->tpm ? fsc_tp_engine_after_setup(e) : fsc_pipe_after_setup(e);
+    if (s == FSC_OK) s = e->lay.tp > 1 ? fsc_tensor_after_setup(e) : fsc_pipe_after_setup(e);
     if (s == FSC_OK) s = make_tied_copies(e);
     if (s == FSC_OK) s = fsc_engine_apply_decay(e);
     return s;
@@ -352,9 +386,54 @@ fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel
     *out = NULL;
     FSC_TRY(fsc_model_validate(m));
     fsc_engine *e;
-    FSC_TRY(fsc_engine_new(r, m->n_layers, m->n_experts, po, oc, seed, NULL, NULL, &e));
+    FSC_TRY(engine_new(r, m->n_layers, m->n_experts, po, oc, seed, 0, &e));
     e->m = m;
-    fsc_status s = fsc_engine_finish(e);
+    groups g;
+    fsc_status s = make_groups(r->comm, &e->lay, &g);
+    if (s == FSC_OK) attach_groups(e, &g);
+    if (s == FSC_OK) s = engine_finish(e);
+    if (s != FSC_OK) {
+        fsc_engine_free(e);
+        return s;
+    }
+    *out = e;
+    return FSC_OK;
+}
+
+fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *arg, const fsc_parallel_opts *po,
+                                   const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
+    if (out) *out = NULL;
+    if (!r || !build || !po || !oc || !out)
+        return fsc_error(FSC_ERR_INVALID, "fsc_engine_create_built: rank, builder, options and output are required");
+    /* with tensor parallelism the groups come before the model, built on the tensor group; without it
+     * engine_new checks the options in its order (the pipeline's first) and the groups come after */
+    groups g = { 0 };
+    fsc_status s = FSC_OK;
+    fsc_layout lay = { .tp = 1 };
+    if (po->tp > 1) {
+        FSC_TRY(make_layout(r, po, 1, &lay));
+        FSC_TRY(make_groups(r->comm, &lay, &g));
+    }
+    fsc_model *m = NULL;
+    if (s == FSC_OK) s = build(arg, r->dev, g.tensor, &m);
+    if (s == FSC_OK && !m) s = fsc_error(FSC_ERR_INVALID, "fsc_engine_create_built: the builder made no model");
+    if (s == FSC_OK) s = fsc_model_validate(m);
+    if (s == FSC_OK) s = fsc_tensor_check_model(m, &lay);
+    /* a builder may fail, or declare other slices, on some ranks only: every rank stops here, with the lowest
+     * failing rank's message, rather than some waiting in the collectives that follow */
+    s = fsc_comm_agree(r->comm, r->dev, s);
+    fsc_engine *e = NULL;
+    if (s == FSC_OK) s = engine_new(r, m->n_layers, m->n_experts, po, oc, seed, 1, &e);
+    if (s != FSC_OK) {
+        fsc_model_free(m);
+        free_groups(&g);
+        return s;
+    }
+    e->m = m;
+    e->own_model = 1;
+    if (po->tp <= 1) s = make_groups(r->comm, &e->lay, &g);
+    if (s == FSC_OK) attach_groups(e, &g);
+    if (s == FSC_OK) s = engine_finish(e);
     if (s != FSC_OK) {
         fsc_engine_free(e);
         return s;
@@ -692,9 +771,7 @@ fsc_status fsc_engine_check_finite(fsc_engine *e) {
     return agree(e, check_local(e));
 }
 
-const fsc_param_info *fsc_engine_full_info(const fsc_engine *e, int i) {
-    return e->tpm ? fsc_tp_engine_full_info(e, i) : &e->m->info[i];
-}
+const fsc_param_info *fsc_engine_full_info(const fsc_engine *e, int i) { return &e->full[i]; }
 
 fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     *out = NULL;
@@ -703,10 +780,10 @@ fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n) {
         return fsc_error(FSC_ERR_UNSUPPORTED, "checkpoint: the %s strategy does not declare what each rank holds",
                          e->st->name);
     FSC_TRY(e->st->holdings(e, out, n));
-    if (!e->tpm) return FSC_OK;
+    if (e->lay.tp == 1) return FSC_OK;
     fsc_holding *g = NULL; /* the slices' holdings as runs of the full tensors */
     int ng = 0;
-    fsc_status s = fsc_tp_engine_holdings(e, *out, *n, &g, &ng);
+    fsc_status s = fsc_tensor_holdings(e, *out, *n, &g, &ng);
     free(*out);
     *out = NULL;
     *n = 0;
@@ -778,7 +855,7 @@ static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt) {
     }
     s = agree(e, s);
     if (s == FSC_OK)
-        s = agree(e, e->tpm || e->pipe ? write_from_full(e, w) : e->st->write_full(e, w));
+        s = agree(e, e->lay.tp > 1 || e->pipe ? write_from_full(e, w) : e->st->write_full(e, w));
     if (s == FSC_OK && w) {
         s = fsc_st_writer_commit(w);
         w = NULL;
@@ -817,8 +894,8 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
     fsc_status s = fsc_st_open(path, &f);
     if (s == FSC_OK) s = check_weights(e, f, path);
     s = agree(e, s);
-    if (s == FSC_OK) s = agree(e, e->tpm ? fsc_tp_engine_load(e, f) : e->st->load_full(e, f));
-    if (s == FSC_OK && e->tpm) s = agree(e, e->st->after_load ? e->st->after_load(e) : FSC_OK);
+    if (s == FSC_OK) s = agree(e, e->lay.tp > 1 ? fsc_tensor_load(e, f) : e->st->load_full(e, f));
+    if (s == FSC_OK && e->lay.tp > 1) s = agree(e, e->st->after_load ? e->st->after_load(e) : FSC_OK);
     if (f) fsc_st_close(f);
     /* what every rank loaded, in full-tensor terms (the fresh optimizer states are zero) */
     if (s == FSC_OK && (s = fsc_engine_check_finite(e)) != FSC_OK)
@@ -827,7 +904,7 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
 }
 
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
-    if (e->tpm) return fsc_tp_engine_full_params(e, host);
+    if (e->lay.tp > 1) return fsc_tensor_full_params(e, host);
     return e->pipe ? fsc_pipe_full_params(e, host) : e->st->full_tensors(e, 1, host);
 }
 
@@ -840,8 +917,10 @@ void fsc_engine_free(fsc_engine *e) {
     for (int i = 0; e->tied_copy && i < e->m->n_tensors; i++) fsc_device_release(e->dev, e->tied_copy[i]);
     free(e->tied_copy);
     fsc_optim_free(e->opt);
-    if (e->tpm) fsc_tp_engine_free(e);
     if (e->own_model) fsc_model_free(e->m);
+    fsc_tensor_free(e);
+    groups g = { e->tensor_comm, e->own_data, e->pipe_comm }; /* after the model, which may use the tensor group */
+    free_groups(&g);
     free(e->toff);
     free(e->gsegs);
     free(e->glens);

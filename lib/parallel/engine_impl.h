@@ -70,13 +70,15 @@ struct fsc_engine {
                                * this (stage, tensor rank)'s ranks */
     fsc_layout lay;           /* this rank's place in world = dp x tp x pp */
     fsc_model *m;             /* the model (model.h) the strategies shard and the engine runs (with tensor
-                               * parallelism: this rank's slices, a model made by tp_engine.c) */
+                               * parallelism: built on the tensor group, its tensors this rank's slices) */
     int own_model;            /* the engine frees m (fsc_model_free) */
     size_t *toff;             /* (n_tensors + 1) prefix sums of m's numel: fsc_engine_tensor_offset */
-    struct fsc_tp_gpt *tpm;   /* tensor parallelism: the model that runs, NULL otherwise */
-    fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group */
-    fsc_comm *own_data;       /* the data group when the engine split it (tensor parallelism, no pipeline) */
-    fsc_comm *own_norm;       /* the clipping norm's group when tp_engine.c split it */
+    fsc_param_info *full;     /* (n_tensors) each tensor as files name and shape it: fsc_engine_full_info */
+    /* The groups of the layout (fsc_layout_split, made once by engine.c, freed by it): */
+    fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group (NULL with tp 1) */
+    fsc_comm *own_data;       /* the data group (e->comm) when the world is split (tp or pp > 1) */
+    fsc_comm *pipe_comm;      /* the pipeline group (NULL with pp 1) */
+    fsc_comm *own_norm;       /* the clipping norm's group when tensor.c split it */
     /* tensor parallelism: the pieces of the reduced gradients the clipping norm counts (every split
      * tensor, replicated tensors on tensor rank 0 only) over norm_comm */
     float **nsegs;
@@ -122,16 +124,6 @@ struct fsc_engine {
     fsc_trace *trace;         /* trace.h (fsc_engine_set_trace): layers, steps, optimizer, checkpoints; NULL: none */
 };
 
-/* Engine creation in two halves, for fsc_engine_create_model and the GPT's fsc_engine_create (lib/tp/gpt_engine.c):
- * fsc_engine_new validates the options against a model of n_layers layers and n_experts experts (tp_check,
- * with its arg, accepts or refuses tensor parallelism over tp ranks; NULL refuses it) and makes the engine
- * without a model; the caller sets e->m (and own_model), then fsc_engine_finish makes the optimizer, the
- * pipeline, the expert groups, the strategy and the tied replicas. On failure of finish, fsc_engine_free. */
-typedef fsc_status (*fsc_engine_tp_check)(const void *arg, int tp);
-fsc_status fsc_engine_new(fsc_rank *r, int n_layers, int n_experts, const fsc_parallel_opts *po,
-                          const fsc_optim_config *oc, uint64_t seed, fsc_engine_tp_check tp_check,
-                          const void *tp_arg, fsc_engine **out);
-fsc_status fsc_engine_finish(fsc_engine *e);
 /* After the strategy's setup (decay.c): no weight decay on the held tensors fsc_param_decays excludes, unless
  * oc.decay_all. */
 fsc_status fsc_engine_apply_decay(fsc_engine *e);
@@ -194,19 +186,22 @@ fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_paralle
 fsc_status fsc_ep_create(fsc_engine *e);
 void fsc_ep_free(fsc_engine *e);
 
-/* Tensor parallelism inside the engine (lib/tp/tp_engine.c; the GPT only, made by fsc_tp_engine_create of
- * lib/tp/tp_impl.h). */
-/* After the strategy's setup: the clipping norm's group and gradient pieces. */
-fsc_status fsc_tp_engine_after_setup(fsc_engine *e);
+/* Tensor parallelism inside the engine (tensor.c), generic over the model's split fields (model.h). */
+/* e->full: each tensor with its full shape (every engine; the model's own info where nothing is split). */
+fsc_status fsc_tensor_make_full_info(fsc_engine *e);
+/* The model's tensors are slices for this rank's place in the tensor group l (tp_size and tp_rank); with tp > 1
+ * at least one tensor is split. */
+fsc_status fsc_tensor_check_model(const fsc_model *m, const fsc_layout *l);
+/* After the strategy's setup (tp > 1): the clipping norm's group and gradient pieces. */
+fsc_status fsc_tensor_after_setup(fsc_engine *e);
 /* Collective over the world: the full parameters on tensor rank 0 (host may be NULL elsewhere). */
-fsc_status fsc_tp_engine_full_params(fsc_engine *e, float *host);
+fsc_status fsc_tensor_full_params(fsc_engine *e, float *host);
 /* Every rank reads its slices of what it holds from a validated full-weights file (no collective). */
-fsc_status fsc_tp_engine_load(fsc_engine *e, fsc_st_file *f);
-void fsc_tp_engine_free(fsc_engine *e);
-/* Checkpoints: tensor i's full name and shape; a strategy's holdings of this rank's slices (in, n) as
- * holdings of the full tensors (element ranges of the full tensor, one per contiguous run; replicated
- * tensors written by tensor rank 0 only), *out from malloc. */
-const fsc_param_info *fsc_tp_engine_full_info(const fsc_engine *e, int i);
-fsc_status fsc_tp_engine_holdings(fsc_engine *e, const fsc_holding *in, int n, fsc_holding **out, int *nout);
+fsc_status fsc_tensor_load(fsc_engine *e, fsc_st_file *f);
+/* A strategy's holdings of this rank's slices (in, n) as holdings of the full tensors (element ranges of the
+ * full tensor, one per contiguous run; replicated tensors written by tensor rank 0 only), *out from malloc. */
+fsc_status fsc_tensor_holdings(fsc_engine *e, const fsc_holding *in, int n, fsc_holding **out, int *nout);
+/* Free e->full, the norm pieces and the norm group tensor parallelism made. */
+void fsc_tensor_free(fsc_engine *e);
 
 #endif

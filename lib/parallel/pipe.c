@@ -7,7 +7,7 @@
  * rank = stage * dp + dp_index, data-parallel ranks adjacent. The pipeline group holds the ranks of one
  * (dp_index, tensor rank), ordered by stage, the data group the ranks of one (stage, tensor rank) (e->comm:
  * the strategy reduces over it). For a language model stage 0 runs the embedding and its blocks, the last
- * stage its blocks and the head. With tensor parallelism (lib/tp/tp_engine.c) every stage runs its layers of
+ * stage its blocks and the head. With tensor parallelism (tensor.c) every stage runs its layers of
  * the model of this rank's slices: boundary activations (a sequence shard under sequence parallelism), tied
  * slices and their gradients travel between the same tensor rank of two stages; the model's operations hide
  * which model runs.
@@ -50,8 +50,8 @@ typedef struct {
 struct fsc_pipe {
     int pp, dp, stage, dpi;
     int *lf, *ll;             /* (pp) layer range of every stage */
-    fsc_comm *pipe_comm;      /* the ranks of this dp_index, by stage */
-    fsc_comm *data_comm;      /* the ranks of this stage, by dp_index (e->comm) */
+    fsc_comm *pipe_comm;      /* the ranks of this dp_index, by stage (the engine's) */
+    fsc_comm *data_comm;      /* the ranks of this stage, by dp_index (e->comm, the engine's) */
     fsc_comm *norm_comm;      /* clipping over every stage, when made here */
     /* pools of records and saved inputs not in use, kept allocated between steps */
     int B;
@@ -182,14 +182,10 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
         first += n;
     }
     FSC_TRY(find_tied(e));
-    /* the colors of fsc_layout_split: the ranks sharing the other two coordinates */
-    FSC_TRY(fsc_comm_split(e->r->comm, l->data * l->tp + l->tensor, p->stage, &p->pipe_comm));
-    fsc_comm_set_name(p->pipe_comm, "pipe");
-    FSC_TRY(fsc_comm_split(e->r->comm, p->stage * l->tp + l->tensor, p->dpi, &p->data_comm));
-    fsc_comm_set_name(p->data_comm, "data");
-    e->comm = p->data_comm;
-    fsc_engine_add_group_kind(e, p->pipe_comm, FSC_GROUP_PIPELINE);
-    fsc_engine_add_group_kind(e, e->r->comm, FSC_GROUP_WORLD); /* the non-finite vote and saving */
+    /* the engine's groups (engine.c, fsc_layout_split) */
+    p->pipe_comm = e->pipe_comm;
+    p->data_comm = e->comm;
+    if (!p->pipe_comm) return fsc_error(FSC_ERR_INTERNAL, "pipe: the engine made no pipeline group");
     e->lf = p->lf[p->stage];
     e->ll = p->ll[p->stage];
     p->st.pp = pp;
@@ -597,8 +593,6 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->ll);
     free(p->tied);
     if (p->norm_comm) fsc_comm_free(p->norm_comm);
-    if (p->pipe_comm) fsc_comm_free(p->pipe_comm);
-    if (p->data_comm) fsc_comm_free(p->data_comm);
     free(p);
     e->pipe = NULL;
 }

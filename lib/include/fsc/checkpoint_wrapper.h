@@ -13,8 +13,8 @@
  *       ...the module's backward, reading inp...
  *       fsc_checkpoint_wrapper_release(w[l]);
  *   }
- * The gpt model's activation record has the same mechanism built in for its blocks (fsc_gpt_acts_opts
- * checkpoint, offload_inputs); the pipeline recomputes whole stages (parallel.h pipe_checkpoint). */
+ * The sequential model's records (layers.h; the GPT's and the Llama's) have the same mechanism built in for their
+ * layers (model.h's checkpoint, offload_inputs); the pipeline recomputes whole stages (parallel.h pipe_checkpoint). */
 #ifndef FSC_CHECKPOINT_WRAPPER_H
 #define FSC_CHECKPOINT_WRAPPER_H
 #include "export.h"

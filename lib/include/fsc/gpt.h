@@ -95,19 +95,28 @@ typedef struct fsc_gpt {
     float **param;          /* n_tensors device pointers, NULL while not materialized */
     float **grad;           /* n_tensors device pointers, NULL while not materialized */
     float *dwte_head;       /* (V, C) head part of the wte gradient, FSC_TAG_GRADS */
-    /* MoE: the layer of each block (NULL for dense blocks; layers entries, NULL when E = 0), over the
-     * expert-parallel group ep (NULL: one rank holds every expert). A rank reads its experts' tensors only:
-     * the others' param/grad pointers may stay NULL. */
-    fsc_moe **moe;
+    /* MoE: the expert-parallel group ep (NULL: one rank holds every expert; the MoE blocks of layers.h hold
+     * their moe.h layers). A rank reads its experts' tensors only: the others' param/grad pointers may stay NULL. */
     fsc_comm *ep;
+    fsc_model *model;       /* the model these are the tables of (fsc_gpt_create's; NULL for another view) */
 } fsc_gpt;
 
+/* The GPT is built from layers (layers.h: embedding, FSC_BLOCK_GPT2 blocks, LM head with ln_f tied to wte) by
+ * fsc_gpt_model_create; fsc_gpt_create makes that model and returns its fsc_gpt view (same tables, dwte_head the
+ * model's tied-gradient buffer of wte); fsc_gpt_free frees the model. */
 fsc_status fsc_gpt_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_gpt **out);
 /* The GPT as a model of model.h, owning its fsc_gpt (free with fsc_model_free): layers 0 .. L+1, wte tied with
  * dwte_head as its tied gradient, inputs and targets int32 tokens (seq per sample), one loss term per token,
  * the configuration JSON {"layers", "dim", "heads", "seq", "vocab"[, MoE fields]}. fsc_gpt_model_gpt: the
  * fsc_gpt inside such a model (NULL for any other model). */
 fsc_status fsc_gpt_model_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_model **out);
+/* The same GPT on tensor group tp (NULL: fsc_gpt_model_create) from the layers' tensor-parallel forms: heads, the
+ * MLP width and the vocabulary split (c_attn in 3 parts q|k|v), norms, wpe and row-parallel biases replicated,
+ * the head tied to the rank's slice of wte; sp: sequence parallelism (seq divides by the group size). The tensors
+ * keep their full names and declare their slices (model.h), starting from the full model's values. No MoE
+ * blocks. Every rank of the group calls it (parallel.h's fsc_engine_create_built with the GPT's builder). */
+fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, fsc_comm *tp, int sp,
+                                   fsc_model **out);
 fsc_gpt *fsc_gpt_model_gpt(fsc_model *m);
 /* The configuration as the JSON object checkpoints record (cap bytes with the NUL), and whether a recorded one
  * loads into a model of configuration c: the shape (layers, width, heads, context, vocabulary), the experts and
@@ -134,16 +143,17 @@ void fsc_gpt_bind_flat(fsc_gpt *m, float *params, float *grads);
 /* Hooks called around every layer by fsc_gpt_forward/fsc_gpt_backward (any may be NULL). */
 typedef fsc_model_hooks fsc_gpt_hooks;
 
-/* Activations of one micro-batch (B sequences of T tokens) for layers [first, last]: the per-call saved
- * record, one device allocation under FSC_TAG_ACTS (scratch for backward included). With checkpoint set,
- * blocks keep only their input and recompute their forward in backward, bit-identically, right after the
- * block's pre_backward hook (no forward hooks are called for the recomputation). */
+/* Activations of one micro-batch (B sequences of T = seq tokens: the layers are built for the context) for layers
+ * [first, last]: the model's record, one device allocation under FSC_TAG_ACTS (scratch for backward included).
+ * With checkpoint set, layers keep only their input and recompute their forward in backward, bit-identically,
+ * right after the layer's pre_backward hook (no forward hooks are called for the recomputation); offload_inputs
+ * keeps those inputs in host memory. MoE blocks are not checkpointed. */
 typedef struct fsc_gpt_acts fsc_gpt_acts;
 typedef struct {
     int B, T;
     int first, last;     /* layer range; 0 and L+1 for the whole model */
-    int checkpoint;      /* recompute blocks in backward */
-    int offload_inputs;  /* with checkpoint: keep block inputs in host memory */
+    int checkpoint;      /* recompute layers in backward */
+    int offload_inputs;  /* with checkpoint: keep layer inputs in host memory */
 } fsc_gpt_acts_opts;
 /* The whole model (layers 0 .. L+1) for B sequences of c->seq tokens, no checkpointing. */
 fsc_gpt_acts_opts fsc_gpt_acts_opts_default(const fsc_gpt_config *c, int B);

@@ -17,9 +17,11 @@
 #include "status.h"
 #include "device.h"
 #include "model.h"
+#include "comm.h"
 
 FSC_BEGIN_DECLS
 
+/* Parameters of a dense built-in layer at most (a layer may declare more: an MoE layer has 1 + 4 E). */
 #define FSC_LAYER_MAX_PARAMS 16
 
 /* How a parameter starts: mean + std x normal(seed, full name, element) or the constant `value`. */
@@ -30,7 +32,8 @@ typedef struct {
     float value;       /* FSC_INIT_CONST */
 } fsc_init;
 
-/* One parameter of a layer. */
+/* One parameter of a layer. A tensor-parallel layer's parameter may be this rank's slice of a full tensor
+ * (model.h's split fields: fsc_layer_add_param_split); shape and numel are then the slice's. */
 typedef struct {
     char name[48];     /* relative to the layer ("weight", "q_proj.weight"); the model prefixes it */
     int ndim;
@@ -38,6 +41,10 @@ typedef struct {
     size_t numel;
     fsc_init init;
     int decay;         /* weight decay: fsc_param_info's (model.h): 0 by ndim, 1 always, -1 never (embeddings) */
+    int split;         /* FSC_SPLIT_NONE (0), FSC_SPLIT_ROWS or FSC_SPLIT_COLS (model.h) */
+    int parts;         /* equal parts of the split dimension, each sliced (0 or 1: one) */
+    int tp_rank, tp_size; /* this rank's place in the tensor group (0, 0 or 1: none) */
+    int64_t full_shape[4]; /* the full tensor (all 0 for an unsplit parameter) */
 } fsc_layer_param;
 
 /* What one call of a layer sees. Device pointers of dev. */
@@ -49,7 +56,9 @@ typedef struct {
     void *rec;                   /* rec_bytes(B) bytes: forward writes what backward needs, backward reads it */
     void *work;                  /* work_bytes(B) bytes of scratch, not kept between calls */
     const void *target;          /* loss layers: the B samples' targets (target_bytes each) */
-    float dscale;                /* loss layers' backward: the gradient factor of each loss term */
+    float dscale;                /* backward: the gradient factor of each loss term (MoE layers scale their
+                                  * load-balancing loss by it) */
+    void *state;                 /* the record's host state (ops->state_create), NULL without */
 } fsc_layer_call;
 
 struct fsc_layer;
@@ -75,8 +84,20 @@ typedef struct {
     fsc_status (*check_input)(const struct fsc_layer *l, const void *host, int B);
     fsc_status (*check_target)(const struct fsc_layer *l, const void *host, int B);
     /* Optional, loss layers of language models: the logits the last forward wrote into rec (B samples), device
-     * floats (B, loss_terms, *vocab); the sequential model's logits (model.h). */
+     * floats (B, loss_terms, *vocab); the sequential model's logits (model.h). The vocab-parallel head (tp) has
+     * none: each rank holds only its slice. */
     const float *(*logits)(const struct fsc_layer *l, const void *rec, int B, int *vocab);
+    /* Optional (mixture of experts): host state of one record for B samples on dev, made and freed with the record
+     * and handed to every call as c->state (the MoE layer's routing record and its last statistics). */
+    fsc_status (*state_create)(struct fsc_layer *l, fsc_device *dev, int B, void **state);
+    void (*state_free)(const struct fsc_layer *l, void *state);
+    /* Optional: add the statistics of the state's last forward into *sum (model.h's aux_stats). */
+    void (*aux)(const struct fsc_layer *l, const void *state, fsc_model_aux *sum);
+    /* Optional: spread the layer's experts over ep (model.h's set_expert_group), before records are made. */
+    fsc_status (*set_expert_group)(struct fsc_layer *l, fsc_comm *ep);
+    /* Optional: the expert of parameter k (model.h's fsc_param_info.expert), -1 for none. NULL: no experts. A
+     * rank's call may see NULL pointers for other ranks' experts (the model does not check those). */
+    int (*param_expert)(const struct fsc_layer *l, int k);
 } fsc_layer_ops;
 
 /* A layer: allocate it with malloc/calloc (the model frees it with free() after ops->destroy). A user layer
@@ -84,7 +105,8 @@ typedef struct {
 typedef struct fsc_layer {
     char kind[32];                 /* "linear", "layernorm", ... or the user's name */
     int n_params;
-    fsc_layer_param params[FSC_LAYER_MAX_PARAMS];
+    fsc_layer_param *params;       /* (n_params) grown by fsc_layer_add_param, freed by fsc_layer_free */
+    int cap_params;
     size_t in_bytes;               /* device bytes of one sample's input (floats x 4; int32 tokens: T x 4) */
     size_t out_floats;             /* floats of one sample's output (a loss layer: its loss values) */
     int loss_terms;                /* > 0: a loss layer (the last), with this many loss terms per sample */
@@ -94,6 +116,13 @@ typedef struct fsc_layer {
 
 /* Declare parameter `name` of the given shape (ndim 1..4, unused dimensions 0) starting as init. */
 fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const int64_t *shape, fsc_init init);
+/* Declare parameter `name` as this rank's slice of a full tensor of full_shape: split (FSC_SPLIT_ROWS: dimension
+ * 0, FSC_SPLIT_COLS: the last) cuts the split dimension in `parts` equal parts (0 or 1: one) and each in tp_size
+ * slices, of which this rank (tp_rank) takes one per part. The slice's shape is computed; FSC_ERR_INVALID when
+ * parts x tp_size does not divide the split dimension. FSC_SPLIT_NONE declares a parameter replicated over the
+ * group (full_shape is its shape). The sequential model initializes a slice with the full tensor's values. */
+fsc_status fsc_layer_add_param_split(fsc_layer *l, const char *name, int ndim, const int64_t *full_shape, int split,
+                                     int parts, int tp_rank, int tp_size, fsc_init init);
 /* Change the initial values of the layer's parameter `name` (defaults are the constructors'). */
 fsc_status fsc_layer_set_init(fsc_layer *l, const char *name, fsc_init init);
 /* ops->destroy, then free (NULL does nothing). */
@@ -105,10 +134,33 @@ fsc_init fsc_init_const(float v);
 /* ---- built-in layers ------------------------------------------------------------------------------------
  * A sample is `rows` rows of features (a sequence of T tokens: rows = T; a feature vector: rows = 1; 0 means
  * 1). Defaults: weights normal(0, 0.02), biases 0, norm weights 1 (change them with fsc_layer_set_init).
- * Parameter names follow Hugging Face where one exists. */
+ * Parameter names follow Hugging Face where one exists.
+ *
+ * Tensor parallelism (docs/tensor_parallel.md). The options of linear, the embeddings, attention, the MLPs, the
+ * blocks and the LM head take `tp`, a tensor group (NULL: none): the layer is then built on this rank's slices
+ * (declared with fsc_layer_add_param_split under the full tensors' names, so every tensor-parallel size starts
+ * from the same full tensors) and runs Megatron's column/row-parallel products with tp.h's building blocks:
+ * attention splits its heads (and kv heads: kv_heads must divide by the group size), q/k/v column-parallel, o
+ * row-parallel; the MLPs split their hidden width (column, then row); the embeddings and the head split the
+ * vocabulary (the head's loss is tp.h's vocab-parallel cross entropy, and a head tied to a vocab-parallel
+ * embedding's wte ties equal slices); norms, position embeddings and the biases after a row-parallel product
+ * are replicated. Every rank of the group builds the same layer and calls it together. `sp` (embeddings,
+ * attention, MLPs, blocks, head; needs tp) turns on sequence parallelism: the stream between layers is this
+ * rank's contiguous B*T/size rows of the (B*T, C) stream (out_floats per sample T*C/size; T must divide by the
+ * group size), gathered before the column-parallel products and reduce-scattered after the row-parallel ones;
+ * the norms' parameter gradients are then partial and the layer sums them over the group itself. */
+/* The two forms of a tensor-parallel linear (fsc_linear_opts.tp_mode). */
+typedef enum { FSC_TP_NONE = 0, FSC_TP_COLUMN, FSC_TP_ROW } fsc_tp_mode;
 
-/* out = in W + b, W "weight" [in, out] (out_in: [out, in] as torch's nn.Linear), b "bias" (with bias). */
-typedef struct { int rows, in, out, bias, out_in; } fsc_linear_opts;
+/* out = in W + b, W "weight" [in, out] (out_in: [out, in] as torch's nn.Linear), b "bias" (with bias).
+ * With tp: FSC_TP_COLUMN splits the output features (input replicated, output this rank's out / size columns,
+ * bias split), FSC_TP_ROW the input features (input this rank's in / size columns, partial products summed over
+ * the group, the replicated bias added once after the sum). No sequence parallelism. */
+typedef struct {
+    int rows, in, out, bias, out_in;
+    fsc_comm *tp;        /* NULL: no tensor parallelism */
+    fsc_tp_mode tp_mode; /* with tp: FSC_TP_COLUMN or FSC_TP_ROW */
+} fsc_linear_opts;
 /* The defaults: one row per sample, a bias (as torch's nn.Linear), W [in, out]. */
 fsc_linear_opts fsc_linear_opts_default(int in, int out);
 fsc_status fsc_layer_linear(const fsc_linear_opts *o, fsc_layer **out);
@@ -120,7 +172,11 @@ fsc_status fsc_layer_layernorm(int rows, int C, fsc_layer **out);
 fsc_status fsc_layer_rmsnorm(int rows, int C, float eps, fsc_layer **out);
 /* out = [in +] c_proj(gelu(c_fc(in))) (GPT-2's MLP, weights [in, out] as GPT-2's Conv1D): "c_fc.weight" (C, F),
  * "c_fc.bias", "c_proj.weight" (F, C), "c_proj.bias". */
-typedef struct { int rows, C, F, residual; } fsc_mlp_opts;
+typedef struct {
+    int rows, C, F, residual;
+    fsc_comm *tp;        /* NULL: none; else F split over the group (c_fc / gate, up column; c_proj / down row) */
+    int sp;              /* sequence parallelism (needs tp; rows divide by the group size) */
+} fsc_mlp_opts;
 /* The defaults of both MLPs: one row per sample, F = 4 C (GPT-2's width; the Llama's rule is llama.h's
  * fsc_llama_default_ffn), no residual. */
 fsc_mlp_opts fsc_mlp_opts_default(int C);
@@ -131,7 +187,12 @@ fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out);
 /* out = [in +] causal self-attention (nn.h's fsc_self_attn_*: rotary when rope_theta > 0, kv_heads dividing
  * heads, 0: heads): "q_proj.weight" (heads x HS, C), "k_proj.weight", "v_proj.weight" (kv_heads x HS, C),
  * "o_proj.weight" (C, heads x HS), and "{q,k,v,o}_proj.bias" with bias. HS = C / heads. */
-typedef struct { int T, C, heads, kv_heads, bias, residual; float rope_theta; } fsc_attention_opts;
+typedef struct {
+    int T, C, heads, kv_heads, bias, residual;
+    float rope_theta;
+    fsc_comm *tp;        /* NULL: none; else heads and kv heads split over the group */
+    int sp;              /* sequence parallelism (needs tp; T divides by the group size) */
+} fsc_attention_opts;
 /* The defaults: plain multi-head attention (kv_heads = heads), no biases, no residual, no rotary embedding. */
 fsc_attention_opts fsc_attention_opts_default(int T, int C, int heads);
 fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out);
@@ -140,6 +201,16 @@ fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out);
 fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out);
 /* out (T, C) = weight[token] of T int32 tokens per sample, no positions (Llama's embed_tokens): "weight" (V, C). */
 fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out);
+/* Either embedding with options: positions 1 is fsc_layer_embedding's ("wte.weight", "wpe.weight"), 0
+ * fsc_layer_token_embedding's ("weight"). With tp the vocabulary is split (rank r holds rows [r V/size,
+ * (r+1) V/size) of the token table; V divides by the group size; the output is the unsplit one bit for bit),
+ * wpe replicated; with sp the output is this rank's B*T/size rows. */
+typedef struct {
+    int T, C, V, positions;
+    fsc_comm *tp;
+    int sp;
+} fsc_embedding_opts;
+fsc_status fsc_layer_embedding_opts(const fsc_embedding_opts *o, fsc_layer **out);
 /* A pre-norm transformer block, out = h + mlp(norm2(h)) with h = in + attn(norm1(in)), over T rows of width C:
  *   FSC_BLOCK_GPT2: LayerNorm (eps 1e-5), attention with biases, GELU MLP (F 0: 4 C), GPT2Block's names:
  *     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight" (C, 3C) packed q|k|v [in, out] and "attn.c_attn.bias",
@@ -157,6 +228,14 @@ typedef struct {
     int T, C, heads, kv_heads, F;
     float rope_theta, eps;
     int separate_qkv;
+    /* Mixture of experts (moe_experts E > 0): the MLP is an MoE MLP (fsc_layer_moe_mlp) of E GELU experts of
+     * width F under "mlp." ("mlp.gate.weight", "mlp.experts.{e}.c_fc.weight", ...), in place of the block's MLP
+     * parameters; the Llama's experts are GELU MLPs too (lib/moe has no SwiGLU experts). */
+    int moe_experts, moe_top_k;   /* top-k: 1 or 2 (0: 1) */
+    float moe_capacity, moe_aux;  /* capacity factor (0: 1.0); the load-balancing loss coefficient */
+    fsc_comm *tp;        /* NULL: none; else attention's heads and the MLP's width split (GPT-2's packed c_attn
+                          * in 3 parts q|k|v), norms replicated */
+    int sp;              /* sequence parallelism (needs tp; T divides by the group size) */
 } fsc_block_opts;
 /* The defaults of a block of that kind: kv_heads = heads, eps 1e-5; FSC_BLOCK_GPT2 packed (separate_qkv 0) with
  * F = 4 C and no rotary embedding; FSC_BLOCK_LLAMA with F = fsc_llama_default_ffn(C) and rope_theta 10000
@@ -178,8 +257,25 @@ typedef struct {
     float eps;
     const char *norm_name;  /* prefix of the norm's parameters (NULL: "norm."; the Llama: "model.norm.") */
     const char *head_name;  /* the head weight's name (NULL: "weight"; the Llama: "lm_head.weight") */
+    fsc_comm *tp;           /* NULL: none; else the vocabulary split (V divides by the group size): this rank's
+                             * logits only, tp.h's vocab-parallel cross entropy; the norm replicated */
+    int sp;                 /* sequence parallelism (needs tp; T divides by the group size) */
 } fsc_lm_head_opts;
 fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out);
+/* out = [in +] moe(in): a mixture-of-experts MLP (moe.h) over `rows` rows of width C per sample, E GELU experts
+ * of width F (0: 4 C), top-k routing with the capacity factor, one dispatch group per micro-batch and rank;
+ * parameters "gate.weight" (C, E) and per expert "experts.{e}.c_fc.weight" (C, F), ".c_fc.bias",
+ * ".c_proj.weight" (F, C), ".c_proj.bias" (HF [in, out]; model.h's expert set). Backward adds aux x dscale x
+ * (B rows) times the gradient of the load-balancing loss (the objective's share of the mean over the global
+ * batch's groups); the model's aux_stats report its aux loss, assignments and drops; the experts spread over an
+ * expert-parallel group with the model's set_expert_group (before records are made). */
+typedef struct {
+    int rows, C, F, experts, top_k;
+    float capacity, aux;
+    int residual;
+} fsc_moe_mlp_opts;
+fsc_status fsc_layer_moe_mlp(const fsc_moe_mlp_opts *o, fsc_layer **out);
+
 /* The loss layer of a regressor: loss = sum over the n outputs of (in - target)^2, n float targets per sample
  * (n loss terms: the engine reports the mean squared error). */
 fsc_status fsc_layer_mse(size_t n, fsc_layer **out);

@@ -21,7 +21,7 @@
  *   model.norm.weight (dim), lm_head.weight (vocab, dim)                 layer L + 1
  * Initial values keyed by name (fsc_rng): linears and the embedding N(0, 0.02) (HF's initializer_range), norms 1.
  * Inputs and targets are int32 tokens, seq per sample; one loss term per token.
- * Not here: tensor parallelism (lib/tp runs the GPT only), mixture of experts. */
+ * Mixture of experts: the moe_* fields of the configuration (below). */
 #ifndef FSC_LLAMA_H
 #define FSC_LLAMA_H
 #include "export.h"
@@ -30,6 +30,7 @@
 #include "status.h"
 #include "device.h"
 #include "model.h"
+#include "comm.h"
 
 FSC_BEGIN_DECLS
 
@@ -43,6 +44,15 @@ typedef struct {
     int vocab;        /* vocabulary size */
     float rope_theta; /* rotary base (> 0) */
     float norm_eps;   /* RMSNorm epsilon (rms_norm_eps, > 0) */
+    /* Mixture of experts, as the GPT's (gpt.h); moe_experts 0: a dense Llama (the other moe fields must then be
+     * 0). Decoder layers N-1, 2N-1, ... (N = moe_every) replace their SwiGLU MLP with an MoE MLP (layers.h's
+     * fsc_layer_moe_mlp) of E GELU experts of width ffn (lib/moe has no SwiGLU experts): such a layer's tensors
+     * are q, k, v, o, then model.layers.{i}.mlp.gate.weight (dim, E) and per expert e
+     * model.layers.{i}.mlp.experts.{e}.c_fc.weight (dim, ffn), .c_fc.bias (ffn), .c_proj.weight (ffn, dim),
+     * .c_proj.bias (dim) ([in, out]), then the two norms. Weights N(0, 0.02), biases 0. The objective adds
+     * moe_aux times the load-balancing losses; the experts spread over the engine's expert group (--ep). */
+    int moe_experts, moe_top_k, moe_every;
+    float moe_capacity, moe_aux;
 } fsc_llama_config;
 
 /* Llama's MLP width rule (Meta's reference code): 2/3 x 4 x dim rounded up to a multiple of 256
@@ -54,7 +64,10 @@ fsc_llama_config fsc_llama_config_default(void);
 /* Clear error for impossible configurations (sizes out of range, dim % heads, heads % kv_heads, odd head
  * size, theta or eps not positive). */
 fsc_status fsc_llama_config_validate(const fsc_llama_config *c);
-int fsc_llama_num_tensors(const fsc_llama_config *c);   /* 1 + 9 L + 2 */
+int fsc_llama_num_tensors(const fsc_llama_config *c);   /* 1 + 9 L + 2 (+ 4 E - 2 per MoE layer) */
+/* Whether decoder layer b (0-based) has an MoE MLP, and how many do. */
+int fsc_llama_layer_is_moe(const fsc_llama_config *c, int b);
+int fsc_llama_num_moe_layers(const fsc_llama_config *c);
 size_t fsc_llama_num_params(const fsc_llama_config *c); /* total elements */
 /* The description of tensor i (name, shape, owning layer). */
 fsc_status fsc_llama_param_info(const fsc_llama_config *c, int i, fsc_param_info *out);
@@ -70,6 +83,20 @@ fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *re
  * train with fsc_engine_step_model (inputs and targets int32 tokens); weight files (fsc_engine_save_weights /
  * load_weights) use the Hugging Face names above. */
 fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, fsc_model **out);
+/* The tensor-parallel form on the tensor group tp (NULL: fsc_llama_model_create's model): the layers of layers.h
+ * with tp (docs/tensor_parallel.md): heads, kv heads, the MLP width and the vocabulary split over the group (each
+ * must divide by its size), norms replicated; sp: sequence parallelism (seq divides by the group size). The
+ * tensors keep their full names and declare their slices; they start from the full model's values. Every rank of
+ * the group calls it. */
+fsc_status fsc_llama_model_create_tp(fsc_device *dev, const fsc_llama_config *cfg, fsc_comm *tp, int sp,
+                                     fsc_model **out);
+/* The Llama's builder for parallel.h's fsc_engine_create_built (fsc_model_build_fn): arg is a
+ * fsc_llama_build_arg; the engine hands it the tensor group (NULL without tensor parallelism). */
+typedef struct {
+    fsc_llama_config cfg;
+    int sp;             /* sequence parallelism under a tensor group */
+} fsc_llama_build_arg;
+fsc_status fsc_llama_build(void *arg, fsc_device *dev, fsc_comm *tp, fsc_model **out);
 
 FSC_END_DECLS
 

@@ -42,7 +42,17 @@ FSC_BEGIN_DECLS
 struct fsc_model;
 #define FSC_MODEL_MAX_USERS 4 /* layers other than the owner that use one tensor */
 
-/* One declared tensor. */
+/* How a tensor is split over the tensor-parallel group the model was built on (fsc_param_info.split). */
+enum { FSC_SPLIT_NONE = 0, /* replicated: every rank of the tensor group holds all of it */
+       FSC_SPLIT_ROWS,     /* dimension 0 cut in slices */
+       FSC_SPLIT_COLS };   /* the last dimension cut in slices */
+
+/* One declared tensor. With tensor parallelism (a model built on a tensor group, parallel.h's
+ * fsc_engine_create_built) a tensor may be this rank's slice of a full tensor: shape[] and numel are the
+ * slice's, full_shape[] and full_numel the full tensor's, name the full tensor's. The split dimension is
+ * `parts` equal parts (GPT-2's packed q|k|v: 3), each cut in tp_size equal slices, and the rank takes slice
+ * tp_rank of each part, in order. Zero-initialised fields mean "not split": every model without tensor
+ * parallelism leaves them 0. */
 typedef struct {
     char name[64];       /* stable hierarchical name: "h.3.attn.c_attn.weight", "layers.1.weight" */
     int ndim;
@@ -58,7 +68,28 @@ typedef struct {
      * (Hugging Face's GPT-2 saves the tied head as lm_head.weight beside wte.weight). Loading accepts the copy
      * when it equals the tensor and refuses the file when it differs; saving writes the tensor once. */
     char alias[32];
+    int split;           /* FSC_SPLIT_NONE, FSC_SPLIT_ROWS or FSC_SPLIT_COLS */
+    int parts;           /* equal parts of the split dimension, each sliced (0 or 1: one) */
+    int tp_rank, tp_size;/* this rank's place in the tensor group the model was built on (0, 0 or 1: none) */
+    int64_t full_shape[4]; /* the full tensor (split tensors; unsplit: all 0 or equal to shape) */
+    size_t full_numel;   /* elements of the full tensor (0 for an unsplit tensor: numel) */
 } fsc_param_info;
+
+/* A run of a slice: local elements [local, local + n) are the full tensor's elements [full, full + n). */
+typedef struct {
+    size_t local, full, n;
+} fsc_param_run;
+
+/* Elements of the full tensor p is a slice of (numel when p is not split). */
+size_t fsc_param_full_numel(const fsc_param_info *p);
+/* Element of the full tensor that local element `local` of p is (local itself when p is not split). */
+size_t fsc_param_full_index(const fsc_param_info *p, size_t local);
+/* The slice as runs of local elements that are contiguous in the full tensor, in local order: one for an
+ * unsplit tensor, `parts` for a row split, (rows of the full tensor) x parts for a column split. */
+size_t fsc_param_num_runs(const fsc_param_info *p);
+/* Run k (0 .. fsc_param_num_runs(p) - 1) clipped to local elements [first, first + n); n = 0 in the result
+ * when the run lies outside them. */
+fsc_param_run fsc_param_run_at(const fsc_param_info *p, size_t k, size_t first, size_t n);
 
 /* Whether layer l uses tensor info (owns it or is one of its users). */
 int fsc_param_used_by(const fsc_param_info *info, int l);
@@ -172,15 +203,19 @@ typedef struct fsc_model {
  * without checkpointing: start from these and set what differs. */
 fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B);
 
-/* Check a model's declaration (sizes, layers, tensor order, users, required operations); the message names the
- * first problem. */
+/* Check a model's declaration (sizes, layers, tensor order, users, required operations, and the split fields:
+ * full_shape consistent with shape, split, parts and tp_size, one tensor group for every tensor); the message
+ * names the first problem and the tensor. */
 fsc_status fsc_model_validate(const fsc_model *m);
-/* Total parameters (sum of numel). */
+/* Total parameters (sum of numel: with tensor parallelism this rank's slices). */
 size_t fsc_model_num_params(const fsc_model *m);
 /* The model's ops->flops(B): training FLOPs of B samples (0 when the model does not say). */
 double fsc_model_flops(const fsc_model *m, int B);
 /* The estimate of the built-in language models, per token of context T: 6 x matmul_params + 12 x layers x dim x T. */
 double fsc_lm_flops_per_token(double matmul_params, int layers, int dim, int T);
+/* Total parameters of the full tensors (sum of fsc_param_full_numel; fsc_model_num_params without tensor
+ * parallelism). */
+size_t fsc_model_num_full_params(const fsc_model *m);
 /* Index of the tensor called name, -1 if none. */
 int fsc_model_tensor_index(const fsc_model *m, const char *name);
 /* ops->destroy(m) when the model owns itself (fsc_gpt_model_create's); NULL does nothing. */

@@ -283,7 +283,7 @@ fsc_status fsc_block_forward(fsc_device *dev, float *out, fsc_block_rec *rec, co
 fsc_status fsc_block_backward(fsc_device *dev, float *dres, float *const *g, const fsc_block_rec *rec,
                               const float *const *p, float *work);
 
-/* The attention half alone, for blocks with another MLP (lib/model/gpt_moe.c), and the dense block's own:
+/* The attention half alone, for blocks with another MLP (lib/layers/block_moe.c), and the dense block's own:
  *   res2 = x + c_proj(attention(c_attn(ln_1(x))));   ln2 = ln_2(res2)
  * Its record holds the fields up to ln2_rstd (fch and fch_gelu NULL): 4 B T C + 4 B T + the attention's.
  * Forward: proj (B, T, C) and attn_work (fsc_attention_work_floats) are scratch. Backward: dres holds the

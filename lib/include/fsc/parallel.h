@@ -69,10 +69,11 @@ typedef struct {
     fsc_pipe_schedule schedule;   /* gpipe (default) or 1f1b */
     fsc_pipe_checkpoint pipe_checkpoint; /* except_last (default), always, never */
     const int *balance;           /* pp entries, blocks per stage (copied); NULL: as even as possible */
-    /* tensor parallelism (docs/tensor_parallel.md): tp ranks split every layer as Megatron does, world =
-     * dp x tp x pp. The strategy runs over the data group of each (stage, tensor rank): a tensor rank's
-     * slices are a model of their own, sharded, reduced and stepped over the ranks holding the same
-     * slices. Not with checkpoint (block recomputation); pipeline checkpoint modes work. */
+    /* tensor parallelism (docs/tensor_parallel.md): tp ranks split the layers of a model built on the tensor
+     * group (fsc_engine_create_built) as Megatron does, world = dp x tp x pp. The strategy runs over the data
+     * group of each (stage, tensor rank): a tensor rank's slices are a model of their own, sharded, reduced
+     * and stepped over the ranks holding the same slices. Not with checkpoint (block recomputation); pipeline
+     * checkpoint modes work. */
     int tp;                       /* tensor-parallel ranks (0 or 1: none) */
     int sequence_parallel;        /* with tp > 1: layer norms and residuals on sequence shards */
     const char *order;            /* rank order, fastest first (fsc_layout_parse_order); NULL: "tp,dp,pp" */
@@ -136,8 +137,21 @@ typedef struct {
  * FSDP's wrap policies count layers: block wraps every layer but the first and the last (those stay in the
  * root unit, with the layers not wrapped), min_params the layers between with at least wrap_min_params
  * parameters, model none. A pipeline's balance counts the same layers between the first and the last (the
- * first runs on stage 0, the last on the last stage). Tensor parallelism is the built-in GPT's only. */
+ * first runs on stage 0, the last on the last stage). A model built without tensor parallelism: po->tp 1
+ * (fsc_engine_create_built takes any). */
 fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel_opts *po,
+                                   const fsc_optim_config *oc, uint64_t seed, fsc_engine **out);
+/* Builds this rank's model on dev: with tensor parallelism (tensor non-NULL, the tensor group of po->tp ranks)
+ * its layers split their tensors over the group and declare their slices (model.h's split fields, tp_size the
+ * group's size and tp_rank this rank's place in it); tensor NULL: the model without tensor parallelism. Every
+ * rank of the tensor group builds an equal model. *out is the engine's (freed with it). */
+typedef fsc_status (*fsc_model_build_fn)(void *arg, fsc_device *dev, fsc_comm *tensor, fsc_model **out);
+/* An engine for the model `build` makes (any po->tp; otherwise as fsc_engine_create_model): the engine makes the
+ * layout world = dp x tp x pp and its tensor group, calls build(arg, dev, tensor group or NULL, &m), checks that
+ * the model's slices are for this rank's place in the group, and owns the model. With tensor parallelism the
+ * strategies shard this rank's slices over the ranks holding the same slices; weights files, checkpoints and
+ * fsc_engine_full_params see the full tensors (docs/tensor_parallel.md). */
+fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *arg, const fsc_parallel_opts *po,
                                    const fsc_optim_config *oc, uint64_t seed, fsc_engine **out);
 /* One optimizer step. inputs/targets: this rank's local_batch samples (host, the model's format:
  * sample_input_bytes and sample_target_bytes each, contiguous). global_batch: samples over the whole
@@ -167,8 +181,9 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path);
 /* Collective over the world: FSC_OK when every parameter and optimizer state held by any rank is finite;
  * otherwise FSC_ERR_NUMERIC on every rank, naming the first tensor and element of the lowest such rank. */
 fsc_status fsc_engine_check_finite(fsc_engine *e);
-/* Copy the full (unsharded) fp32 parameters in tensor order into host memory (fsc_model_num_params floats).
- * Collective ("summon full params"). With tensor parallelism only ranks of tensor index 0 receive them. */
+/* Copy the full (unsharded) fp32 parameters in tensor order into host memory (fsc_model_num_full_params floats:
+ * with tensor parallelism the full tensors'). Collective ("summon full params"). With tensor parallelism only
+ * ranks of tensor index 0 receive them (host may be NULL elsewhere). */
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host);
 /* The model as the strategies see it: with tensor parallelism, this rank's slices (local shapes under the
  * full tensors' names; running it is the engine's business). */

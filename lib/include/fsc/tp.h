@@ -1,4 +1,4 @@
-/* Megatron-style tensor parallelism: the building blocks and the tensor-parallel GPT-2.
+/* Megatron-style tensor parallelism: the building blocks the layers' tensor-parallel forms are made of.
  *
  * A tensor group (fsc_comm *tp, T ranks) shares every layer: column-parallel linears split output
  * features, row-parallel linears split input features and sum partial products, the vocabulary is split
@@ -18,8 +18,10 @@
  * order, and OpenBLAS's sgemm rounds an element differently depending on where it falls in the matrix, so
  * even a column slice of a product is not bit-equal to the same columns of the full product. Pure data
  * movement (f, g on one rank, the gathers, the vocab-parallel embedding) is bit-exact.
- * Composition with data and pipeline parallelism: the engine (parallel.h, fsc_parallel_opts.tp) runs this
- * model's slices under any strategy and pipeline schedule. Not here: mixture of experts (moe.h). */
+ * Tensor parallelism is a property of layers: layers.h's layers take a tensor group in their options and are
+ * built from these blocks (a user's layer can be too: docs/tensor_parallel.md); the engine runs a model built on
+ * the tensor group under any strategy and pipeline schedule (parallel.h's fsc_engine_create_built). Not here:
+ * mixture of experts (moe.h). */
 #ifndef FSC_TP_H
 #define FSC_TP_H
 #include "export.h"
@@ -28,7 +30,6 @@
 #include "status.h"
 #include "device.h"
 #include "comm.h"
-#include "gpt.h"
 #include "nn.h"
 #include "cluster.h"
 #include "parallel.h"
@@ -133,59 +134,6 @@ fsc_status fsc_tp_xent_forward(fsc_device *dev, fsc_comm *tp, float *losses, fsc
 /* dlogits (N, ld) = (overwrites columns [0, Vl]) dscale (softmax - onehot); column Vl is garbage. */
 fsc_status fsc_tp_xent_backward(fsc_device *dev, float *dlogits, const fsc_tp_xent_rec *rec, float dscale,
                                 float *work);
-
-/* ---- the tensor-parallel GPT-2 ------------------------------------------------------------------------------
- * The GPT of gpt.h split over a tensor group: attention heads split (c_attn column-parallel with Q, K and V
- * split per head, attn.c_proj row-parallel), MLP c_fc column-parallel -> GELU -> mlp.c_proj row-parallel,
- * vocab-parallel embedding and cross entropy with the head tied to the embedding's slice. Layer norms,
- * wpe and the row-parallel biases are replicated. With sequence parallelism, layer norms and residuals
- * run on shards of B T / size token rows; their parameters' gradients are then partial and summed over the
- * group at the end of every backward (one all-reduce).
- *
- * Each rank holds its slice of every tensor, in HF tensor order, in one flat buffer (and one for
- * gradients) initialized from the keyed RNG at the full tensor's element indices, so the model starts
- * from exactly the unsharded weights. Requirements: heads and vocab divide by the group size; with
- * sequence parallelism B T too. */
-typedef struct fsc_tp_gpt fsc_tp_gpt;
-
-typedef struct {
-    int sequence_parallel;
-} fsc_tp_opts;
-/* The defaults: no sequence parallelism. */
-fsc_tp_opts fsc_tp_opts_default(void);
-
-/* Collective over tp (checks that every rank has the same configuration). opts may be NULL. */
-fsc_status fsc_tp_gpt_create(fsc_device *dev, fsc_comm *tp, const fsc_gpt_config *cfg, const fsc_tp_opts *opts,
-                             uint64_t seed, fsc_tp_gpt **out);
-void fsc_tp_gpt_free(fsc_tp_gpt *m);
-/* Check a configuration against a tensor group size (clear error otherwise). */
-fsc_status fsc_tp_check_config(const fsc_gpt_config *cfg, int tp_size);
-/* This rank's flat parameters and gradients (device) and their length: register them with an optimizer. */
-float *fsc_tp_gpt_params(fsc_tp_gpt *m);
-float *fsc_tp_gpt_grads(fsc_tp_gpt *m);
-size_t fsc_tp_gpt_num_local(const fsc_tp_gpt *m);
-/* Shape of this rank's slice of tensor i (the HF shape with the split dimension divided). */
-fsc_status fsc_tp_gpt_local_info(const fsc_tp_gpt *m, int i, fsc_param_info *out);
-fsc_status fsc_tp_gpt_zero_grads(fsc_tp_gpt *m);
-
-/* Forward of B sequences of cfg->seq tokens (host tokens and targets, B*seq each, the same on every rank of
- * the group). *loss_sum: the sum over the B*seq per-token losses (double, ascending), the same on every
- * rank. Collective. */
-fsc_status fsc_tp_gpt_forward(fsc_tp_gpt *m, const int32_t *tokens, const int32_t *targets, int B,
-                              double *loss_sum);
-/* Backward of the last forward; gradients accumulate (+=). dscale multiplies the per-token loss gradient
- * (1 / (B T) for the mean). Collective. */
-fsc_status fsc_tp_gpt_backward(fsc_tp_gpt *m, float dscale);
-
-/* Collective: the full fp32 parameters (or gradients) in tensor order (fsc_gpt_num_params floats) into
- * host on tensor rank 0 (host may be NULL elsewhere). */
-fsc_status fsc_tp_gpt_full_params(fsc_tp_gpt *m, float *host);
-fsc_status fsc_tp_gpt_full_grads(fsc_tp_gpt *m, float *host);
-/* Collective: the full weights as the HF GPT-2 safetensors a single-rank fsc_gpt_save writes, written by
- * tensor rank 0, gathered one tensor at a time. */
-fsc_status fsc_tp_gpt_save(fsc_tp_gpt *m, const char *path);
-/* Collective: every rank reads its slices from a full-weights file (any tensor-parallel size wrote it). */
-fsc_status fsc_tp_gpt_load(fsc_tp_gpt *m, const char *path);
 
 /* ---- 3D layout: fsc_layout in parallel.h (the engine lays out world = dp x tp x pp) ---------------- */
 

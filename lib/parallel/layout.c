@@ -1,10 +1,10 @@
 /* The 3D layout (parallel.h): world = dp x tp x pp in Megatron's rank order (tensor fastest, then data,
  * then pipeline) or another given order, its validation, a one-line description for start-up logs, and
- * the three communicators.
- * Not here: training over the groups (the engine, tp_engine.c; tp_train.c). */
+ * the three communicators (the engine makes its groups with fsc_layout_split, once).
+ * Not here: training over the groups (engine.c, tensor.c, pipe.c). */
 #include <stdio.h>
 #include <string.h>
-#include "fsc/tp.h"
+#include "fsc/parallel.h"
 
 static const int megatron[3] = { FSC_DIM_TENSOR, FSC_DIM_DATA, FSC_DIM_PIPE };
 static const char *const dim_flag[3] = { "tp", "dp", "pp" };

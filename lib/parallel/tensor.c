@@ -1,0 +1,204 @@
+/* Tensor parallelism inside the engine, for any model whose tensors declare how they are split (model.h's split
+ * fields): the model's layers run the tensor group's collectives between the strategy's hooks, and the strategies
+ * shard, reduce and step this rank's slices over the data group of ranks holding the same slices as if they were a
+ * model of their own. What the engine adds here, driven by the split fields only:
+ *   - full_info: each tensor as weights files and checkpoints see it (the full tensor's shape);
+ *   - holdings: what a rank holds as runs of the full tensors (fsc_param_run_at); a replicated tensor is held
+ *     whole by every tensor rank and written by tensor rank 0;
+ *   - loading a full-weights file: each rank reads its slices' runs;
+ *   - full parameters: each tensor rank's slices gathered to tensor rank 0 and put in place;
+ *   - the clipping norm: every split tensor counted on every tensor rank and each replicated one on tensor rank 0,
+ *     over the ranks that split this data rank's gradients across data, tensor and pipeline (the exact norm).
+ * Not here: the layers (lib/layers, tp.h's building blocks), the groups (engine.c), the pipeline (pipe.c). */
+#include <stdlib.h>
+#include <string.h>
+#include "parallel/engine_impl.h"
+#include "parallel/pipe.h"
+
+/* Whether tensor p is a slice: split over a group of more than one rank (split at tp_size 1, it is whole, held
+ * like a replicated tensor). */
+static int sliced(const fsc_param_info *p) { return p->split != FSC_SPLIT_NONE && p->tp_size > 1; }
+
+fsc_status fsc_tensor_make_full_info(fsc_engine *e) {
+    const fsc_model *m = e->m;
+    e->full = calloc((size_t)m->n_tensors, sizeof *e->full);
+    if (!e->full) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
+    for (int i = 0; i < m->n_tensors; i++) {
+        fsc_param_info *f = &e->full[i];
+        *f = m->info[i];
+        if (f->split == FSC_SPLIT_NONE) continue;
+        memcpy(f->shape, f->full_shape, sizeof f->shape);
+        f->numel = f->full_numel;
+        f->split = FSC_SPLIT_NONE, f->parts = 0;
+    }
+    return FSC_OK;
+}
+
+fsc_status fsc_tensor_check_model(const fsc_model *m, const fsc_layout *l) {
+    int slices = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const fsc_param_info *p = &m->info[i];
+        const int size = p->tp_size > 1 ? p->tp_size : 1;
+        if (size == 1) continue; /* whole */
+        if (size != l->tp || p->tp_rank != l->tensor)
+            return fsc_error(FSC_ERR_INVALID, "engine: tensor %s is a slice for tensor rank %d of %d, but this rank is "
+                             "tensor rank %d of %d (build the model on the tensor group the engine passes)", p->name,
+                             p->tp_rank, size, l->tensor, l->tp);
+        slices += sliced(p);
+    }
+    if (l->tp > 1 && !slices)
+        return fsc_error(FSC_ERR_INVALID, "engine: tensor parallelism over %d ranks, but the model declares no split "
+                         "tensor (its layers were not built on the tensor group)", l->tp);
+    return FSC_OK;
+}
+
+fsc_status fsc_tensor_after_setup(fsc_engine *e) {
+    /* The group: every rank holding a part of the gradient this data rank's strategy group splits. The
+     * strategy splits it over e->norm_comm (a part of the data group; NULL: it does not split it), named
+     * here by its lowest data rank; across tensor ranks and stages the gradient is split further. */
+    float v = -(float)e->lay.data;
+    if (e->norm_comm) {
+        v = -(float)fsc_comm_rank(e->comm);
+        FSC_TRY(fsc_comm_all_reduce_host(e->norm_comm, e->dev, &v, FSC_MAX));
+    }
+    FSC_TRY(fsc_comm_split(e->r->comm, (int)-v, e->r->rank, &e->own_norm));
+    fsc_comm_set_name(e->own_norm, "norm");
+    fsc_engine_add_group_kind(e, e->own_norm, FSC_GROUP_WORLD);
+    e->norm_comm = e->own_norm;
+    /* the pieces: what this rank holds (the strategy's holdings), replicated tensors on tensor rank 0 only */
+    if (!e->st->holdings)
+        return fsc_error(FSC_ERR_INTERNAL, "tensor parallelism: strategy %s does not describe its holdings", e->st->name);
+    fsc_holding *h = NULL;
+    int n = 0;
+    FSC_TRY(e->st->holdings(e, &h, &n));
+    free(e->nsegs), free(e->nlens);
+    e->nnsegs = 0;
+    e->nsegs = calloc((size_t)n + 1, sizeof *e->nsegs);
+    e->nlens = calloc((size_t)n + 1, sizeof *e->nlens);
+    if (!e->nsegs || !e->nlens) {
+        free(h);
+        return fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory");
+    }
+    for (int k = 0; k < n; k++) {
+        if (!sliced(&e->m->info[h[k].tensor]) && e->lay.tensor != 0) continue;
+        e->nsegs[e->nnsegs] = (float *)fsc_optim_grad(e->opt, h[k].seg) + h[k].seg_off;
+        e->nlens[e->nnsegs] = h[k].n;
+        e->nnsegs++;
+    }
+    free(h);
+    return FSC_OK;
+}
+
+fsc_status fsc_tensor_holdings(fsc_engine *e, const fsc_holding *in, int nin, fsc_holding **out, int *nout) {
+    *out = NULL;
+    *nout = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t c = 0;
+        for (int k = 0; k < nin; k++) {
+            const fsc_holding *h = &in[k];
+            const fsc_param_info *p = &e->m->info[h->tensor];
+            const int wr = h->write && (sliced(p) || e->lay.tensor == 0);
+            for (size_t r = 0; r < fsc_param_num_runs(p); r++) {
+                const fsc_param_run run = fsc_param_run_at(p, r, h->first, h->n);
+                if (!run.n) continue;
+                if (pass == 1)
+                    (*out)[c] = (fsc_holding){ .tensor = h->tensor, .first = run.full, .n = run.n, .seg = h->seg,
+                                               .seg_off = h->seg_off + (run.local - h->first), .write = wr };
+                c++;
+            }
+        }
+        if (pass == 1) {
+            *nout = (int)c;
+            return FSC_OK;
+        }
+        if (c > ((size_t)1 << 24))
+            return fsc_error(FSC_ERR_UNSUPPORTED, "checkpoint: tensor rank %d holds %zu runs of full tensors, above "
+                             "the limit of %d", e->lay.tensor, c, 1 << 24);
+        if (!(*out = malloc((c + 1) * sizeof **out)))
+            return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory for %zu holdings", c);
+    }
+    return FSC_OK;
+}
+
+fsc_status fsc_tensor_load(fsc_engine *e, fsc_st_file *f) {
+    fsc_holding *h = NULL;
+    int n = 0;
+    FSC_TRY(e->st->holdings(e, &h, &n));
+    size_t most = 1;
+    for (int k = 0; k < n; k++)
+        if (h[k].n > most) most = h[k].n;
+    float *host = malloc(most * sizeof(float));
+    fsc_status s = host ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory loading weights");
+    for (int k = 0; k < n && s == FSC_OK; k++) {
+        const fsc_param_info *p = &e->m->info[h[k].tensor];
+        const fsc_st_entry *en = fsc_st_find_weight(f, p->name);
+        if (!en) s = fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", p->name);
+        for (size_t r = 0; s == FSC_OK && r < fsc_param_num_runs(p); r++) {
+            const fsc_param_run run = fsc_param_run_at(p, r, h[k].first, h[k].n);
+            if (run.n) s = fsc_st_read_f32(f, en, host + (run.local - h[k].first), run.full, run.n);
+        }
+        if (s == FSC_OK)
+            s = fsc_device_upload(e->dev, fsc_optim_param(e->opt, h[k].seg) + h[k].seg_off, host,
+                                  h[k].n * sizeof(float));
+    }
+    free(host);
+    free(h);
+    return s;
+}
+
+/* Tensor rank r's local flat vector (slices in tensor order) put into the full flat vector out (full tensor
+ * order); replicated tensors come from rank 0's. */
+static void place(const fsc_engine *e, int r, const float *local, float *out) {
+    size_t lo = 0, fo = 0;
+    for (int i = 0; i < e->m->n_tensors; i++) {
+        fsc_param_info p = e->m->info[i];
+        if (p.tp_size > 1) p.tp_rank = r;
+        if (sliced(&p) || r == 0)
+            for (size_t k = 0; k < fsc_param_num_runs(&p); k++) {
+                const fsc_param_run run = fsc_param_run_at(&p, k, 0, p.numel);
+                memcpy(out + fo + run.full, local + lo + run.local, run.n * sizeof(float));
+            }
+        lo += p.numel;
+        fo += fsc_param_full_numel(&p);
+    }
+}
+
+fsc_status fsc_tensor_full_params(fsc_engine *e, float *host) {
+    const size_t P = fsc_engine_tensor_offset(e, e->m->n_tensors);
+    const int T = e->lay.tp, me = e->lay.tensor;
+    float *loc = malloc(P * sizeof(float)), *d = NULL;
+    fsc_status s = loc ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory");
+    /* this tensor rank's slices, whole (collective over the data group, and the stages) */
+    if (s == FSC_OK) s = e->pipe ? fsc_pipe_full_params(e, loc) : e->st->full_tensors(e, 1, loc);
+    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, P * sizeof(float), (void **)&d);
+    if (s == FSC_OK && me != 0) s = fsc_device_upload(e->dev, d, loc, P * sizeof(float));
+    float *slice = me == 0 && host ? malloc(P * sizeof(float)) : NULL;
+    if (s == FSC_OK && me == 0 && host && !slice) s = fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory");
+    /* every rank reaches the tensor group's sends and receives, or none does */
+    s = fsc_comm_agree(e->tensor_comm, e->dev, s);
+    if (s == FSC_OK && me != 0) s = fsc_comm_send(e->tensor_comm, d, P, FSC_F32, 0);
+    if (s == FSC_OK && me == 0) {
+        if (host) place(e, 0, loc, host);
+        for (int r = 1; r < T && s == FSC_OK; r++) {
+            s = fsc_comm_recv(e->tensor_comm, d, P, FSC_F32, r);
+            if (s == FSC_OK && host) s = fsc_device_download(e->dev, slice, d, P * sizeof(float));
+            if (s == FSC_OK && host) place(e, r, slice, host);
+        }
+    }
+    free(slice);
+    fsc_device_release(e->dev, d);
+    free(loc);
+    return fsc_comm_agree(e->tensor_comm, e->dev, s);
+}
+
+void fsc_tensor_free(fsc_engine *e) {
+    free(e->full);
+    e->full = NULL;
+    if (e->tensor_comm) { /* the clipping pieces made by fsc_tensor_after_setup */
+        free(e->nsegs);
+        free(e->nlens);
+        e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
+    }
+    if (e->own_norm) fsc_comm_free(e->own_norm);
+    e->own_norm = NULL;
+}

@@ -4,7 +4,8 @@
  * - description: the model's tensors are fsc_llama_param_info's (names, shapes, owners, experts), the MoE layers
  *   hold mlp.gate.weight and mlp.experts.{e}.{c_fc,c_proj}.{weight,bias} in place of the SwiGLU MLP, sizes sum
  *   to fsc_llama_num_params; the model's initial values are fsc_llama_init_values' bit for bit (experts' biases
- *   0, norms 1); the configuration text records the MoE fields, a dense Llama's text has none;
+ *   0, norms 1); the configuration text records the MoE fields, a dense Llama's text has none, and the text
+ *   builds the same model (fsc_model_from_config);
  * - expert parallelism: ep = world (2 and 4 ranks) equals ep = 1 with DDP bit for bit: every step's loss,
  *   load-balancing loss, gradient norm, assignments and drops, and the final parameters (the expert layer adds
  *   its weight gradients source rank by source rank, DDP's order; tests/test_moe_engine.c says why);
@@ -69,6 +70,14 @@ static void test_description(void **st) {
     fsc_llama_config_json(&c, txt, sizeof txt);
     assert_non_null(strstr(txt, "\"moe_experts\":3"));
     assert_ok(fsc_llama_config_check_json(&c, txt));
+    fsc_model *m2; /* the record builds the same model (fsc_model_from_config: the sampler's and weights files') */
+    assert_ok(fsc_model_from_config(dev, txt, &m2));
+    char txt2[512];
+    m2->ops->config(m2->ctx, txt2, sizeof txt2);
+    assert_string_equal(txt2, txt);
+    assert_int_equal(m2->n_tensors, m->n_tensors);
+    assert_int_equal(m2->n_experts, 3);
+    fsc_model_free(m2);
     fsc_llama_config d = moe_llama();
     d.moe_experts = d.moe_top_k = d.moe_every = 0, d.moe_capacity = d.moe_aux = 0;
     fsc_llama_config_json(&d, txt, sizeof txt);

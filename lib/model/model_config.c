@@ -59,6 +59,11 @@ static fsc_status make_llama(fsc_device *dev, const cJSON *o, fsc_model **out) {
     FSC_TRY(get_int(o, "vocab", 1, 0, 0, &c.vocab));
     FSC_TRY(get_float(o, "rope_theta", 1, c.rope_theta, &c.rope_theta));
     FSC_TRY(get_float(o, "norm_eps", 1, c.norm_eps, &c.norm_eps));
+    FSC_TRY(get_int(o, "moe_experts", 0, 1, 0, &c.moe_experts)); /* an MoE Llama's record only (llama.h) */
+    FSC_TRY(get_int(o, "moe_top_k", 0, 1, 0, &c.moe_top_k));
+    FSC_TRY(get_int(o, "moe_every", 0, 1, 0, &c.moe_every));
+    FSC_TRY(get_float(o, "moe_capacity", 1, 0.0f, &c.moe_capacity));
+    FSC_TRY(get_float(o, "moe_aux", 1, 0.0f, &c.moe_aux));
     return fsc_llama_model_create(dev, &c, out);
 }
 

@@ -80,7 +80,10 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
     fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-2f, .weight_decay = run->wd, .decay_all = run->decay_all };
     fsc_engine *e = NULL;
     fsc_model *lm = NULL;
-    if (run->llama) {
+    if (run->llama && run->po.tp > 1) { /* its tensor-parallel layers, built on the engine's tensor group */
+        fsc_llama_build_arg ba = { .cfg = lcfg() };
+        FSC_TRY(fsc_engine_create_built(r, fsc_llama_build, &ba, &run->po, &oc, 11, &e));
+    } else if (run->llama) {
         fsc_llama_config c = lcfg();
         FSC_TRY(fsc_llama_model_create(r->dev, &c, &lm));
         fsc_status s = fsc_engine_create_model(r, lm, &run->po, &oc, 11, &e);
@@ -173,6 +176,7 @@ static void test_engine_rule(void **state) {
     check_layout(4, 0, tp, "gpt, tp 2 x fsdp 2");
     check_layout(1, 1, opts(FSC_PAR_NONE), "llama, one rank");
     check_layout(2, 1, opts(FSC_PAR_ZERO1), "llama, zero1 on 2 ranks");
+    check_layout(4, 1, tp, "llama, tp 2 x fsdp 2");
 }
 
 int main(void) {

@@ -292,7 +292,8 @@ static fsc_status emb_rank(fsc_rank *r, void *arg) {
     if (s == FSC_OK) s = l->ops->forward(l, &c, out, tok);
     if (s == FSC_OK) s = l->ops->backward(l, &c, NULL, dout, tok);
     if (s == FSC_OK) s = fsc_device_download(r->dev, hd, out, rows * C * sizeof(float));
-    if (s == FSC_OK) memcpy(res->out + r0 * C, hd, rows * C * sizeof(float));
+    /* with sp each rank writes its rows; without, every rank holds the whole output and rank 0 writes it */
+    if (s == FSC_OK && ((tp && res->sp) || r->rank == 0)) memcpy(res->out + r0 * C, hd, rows * C * sizeof(float));
     if (s == FSC_OK) s = fsc_device_download(r->dev, host, dw[0], (size_t)Vl * C * sizeof(float));
     if (s == FSC_OK) memcpy(res->dwte + (tp ? (size_t)r->rank * Vl * C : 0), host, (size_t)Vl * C * sizeof(float));
     if (s == FSC_OK && np > 1 && r->rank == 0) s = fsc_device_download(r->dev, res->dwpe, dw[1], sizeof res->dwpe);

@@ -3,8 +3,8 @@
  * README that drifts fails here), and run by /bin/sh -e in a temporary folder whose build/, tools/ and examples/
  * are this build's programs and the repository's folders. The replacements: no make (the programs are built);
  * a tiny model and 200 steps by command-line options after --config (the command line wins); the 10 s timeout
- * becomes a kill -9 right after the first complete checkpoint (step 5 of 200), failing if the run ended first; make plot becomes
- * tools/plot (its --data tables without gnuplot, so nothing is installed); fewer sampled tokens.
+ * becomes a kill -9 right after the first complete checkpoint (step 5 of 200), failing if the run ended first;
+ * make plot becomes tools/plot (its --data tables without gnuplot, so nothing is installed); fewer sampled tokens.
  * Oracles: the script exits 0; the second run says it resumed from a checkpoint; the killed-and-resumed run's
  * final weights file equals, byte for byte, the one of the same command run through without a kill; the sampler
  * printed the prompt; the log holds validation records; the merged trace has a process for rank 3. */

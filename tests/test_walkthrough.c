@@ -2,9 +2,9 @@
  * marker line is taken from README.md, a few of its words replaced (each replacement must find its text, so a
  * README that drifts fails here), and run by /bin/sh -e in a temporary folder whose build/, tools/ and examples/
  * are this build's programs and the repository's folders. The replacements: no make (the programs are built);
- * a tiny model and 80 steps by command-line options after --config (the command line wins); the 10 s timeout
- * becomes a kill -9 right after the first complete checkpoint, failing if the run ended first; make plot becomes
- * tools/plot (its --data tables without gnuplot, so nothing is installed); fewer sampled tokens.
+ * a tiny model and 200 steps by command-line options after --config (the command line wins); the 10 s timeout
+ * becomes a kill -9 right after the first complete checkpoint (step 5 of 200), failing if the run ended first;
+ * make plot becomes tools/plot (its --data tables without gnuplot, so nothing is installed); fewer sampled tokens.
  * Oracles: the script exits 0; the second run says it resumed from a checkpoint; the killed-and-resumed run's
  * final weights file equals, byte for byte, the one of the same command run through without a kill; the sampler
  * printed the prompt; the log holds validation records; the merged trace has a process for rank 3. */
@@ -16,7 +16,7 @@ static char trainer[PATH_MAX], bindir[PATH_MAX], root[PATH_MAX];
 static char tmpdir[64];
 
 #define MARKER "<!-- walkthrough: tests/test_walkthrough.c runs the next block -->"
-#define TINY "--layers 2 --dim 32 --batch 8 --steps 80 --warmup 4 --val-every 10 --val-batches 2 --save-every 5"
+#define TINY "--layers 2 --dim 32 --batch 8 --steps 200 --warmup 4 --val-every 10 --val-batches 2 --save-every 5"
 
 /* s with every `from` replaced by `to` (a new string); fails the test unless there were exactly `count`. */
 static char *replace(char *s, const char *from, const char *to, int count) {

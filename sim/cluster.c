@@ -49,6 +49,12 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
     if (o->stage_through_host != 0 && o->stage_through_host != 1)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: stage_through_host %d must be 0 or 1",
                          o->stage_through_host);
+    if (!(o->sim_bandwidth_gbps >= 0) || isinf(o->sim_bandwidth_gbps))
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_bandwidth_gbps %g must be a finite number of GB/s "
+                                          "(0: the network costs no time)", o->sim_bandwidth_gbps);
+    if (!(o->sim_latency_us >= 0) || isinf(o->sim_latency_us))
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_latency_us %g must be a finite number of "
+                                          "microseconds (0: none)", o->sim_latency_us);
     if (o->reduce_native)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: reduce_native applies to processes started by a launcher "
                          "(MPI, NCCL); simulated ranks always sum in rank order");
@@ -81,6 +87,10 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     if (!ranks) return fsc_error(FSC_ERR_NOMEM, "fsc_cluster_run: out of memory for %d ranks", world);
     sim_cluster *cl = NULL;
     fsc_status s = sim_cluster_create(world, timeout, &cl);
+    if (s == FSC_OK) {
+        cl->net_latency_s = opts->sim_latency_us * 1e-6;
+        cl->net_bytes_per_s = opts->sim_bandwidth_gbps * 1e9;
+    }
     for (int r = 0; r < world && s == FSC_OK; r++) {
         rank_ctx *rc = &ranks[r];
         rc->r.rank = rc->r.local_rank = r;

@@ -371,6 +371,7 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
     unsigned gen = g->arrive_gen;
     if (++g->arrived == g->size) {
         complete_arrive(g);
+        if (g->cl->net_latency_s > 0 || g->cl->net_bytes_per_s > 0) clock_gettime(CLOCK_MONOTONIC, &g->commit_t);
         for (int j = 0; j < g->size; j++) g->slots[j].posted = 0;
         g->arrived = 0;
         g->arrive_gen++;
@@ -379,6 +380,7 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
     int timed_out = 0;
     for (;;) {
         if (g->arrive_gen != gen) { /* committed: every rank arrived */
+            h->t_commit = g->commit_t;
             s = g->verdict == FSC_OK ? FSC_OK : fsc_error(g->verdict, "%s", g->verdict_msg);
             break;
         }

@@ -222,6 +222,9 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
     if (po->nonfinite != FSC_NONFINITE_STOP && po->nonfinite != FSC_NONFINITE_SKIP)
         return fsc_error(FSC_ERR_INVALID, "nonfinite must be FSC_NONFINITE_STOP or FSC_NONFINITE_SKIP, not %d",
                          (int)po->nonfinite);
+    if ((po->prefetch != 0 && po->prefetch != 1) || po->prefetch_limit < 0)
+        return fsc_error(FSC_ERR_INVALID, "prefetch must be 0 or 1 (not %d) and prefetch_limit >= 0 (0: 2), not %d",
+                         po->prefetch, po->prefetch_limit);
     if (po->max_skipped_steps < 0)
         return fsc_error(FSC_ERR_INVALID, "max_skipped_steps must be >= 0 (0: the default %d), not %d",
                          FSC_DEFAULT_MAX_SKIPS, po->max_skipped_steps);
@@ -788,5 +791,5 @@ fsc_parallel_opts fsc_parallel_opts_default(void) {
                                 .accum = 1, .no_sync = 1, .pp = 1, .schedule = FSC_SCHED_GPIPE,
                                 .pipe_checkpoint = FSC_PIPE_CKPT_EXCEPT_LAST, .tp = 1, .ep = 1,
                                 .min_loss_scale = 1.0f, .nonfinite = FSC_NONFINITE_STOP,
-                                .max_skipped_steps = FSC_DEFAULT_MAX_SKIPS };
+                                .max_skipped_steps = FSC_DEFAULT_MAX_SKIPS, .prefetch = 1, .prefetch_limit = 2 };
 }

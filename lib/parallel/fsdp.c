@@ -21,6 +21,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+#include "overlap.h"
+
+/* An all-gather of a unit's masters in flight (prefetch) or about to be waited for. */
+typedef struct {
+    fsc_comm_req *req;  /* NULL: none in flight */
+    float *full;        /* (padded) fp32 result */
+    void *lo, *lofull;  /* low-precision shard and gathered buffer (FSC_TAG_COMM), NULL for f32 */
+    fsc_dtype dt;
+} fsdp_gather;
 
 typedef struct {
     int *tensors;     /* tensor indices, ascending */
@@ -34,6 +43,7 @@ typedef struct {
     float *full;      /* (padded) gathered params, NULL when resharded */
     float *fgrad;     /* (padded) full gradients during backward */
     int seg;          /* optimizer segment of master */
+    fsdp_gather g;    /* its all-gather while in flight (prefetch) */
 } fsdp_unit;
 
 typedef struct {
@@ -44,6 +54,11 @@ typedef struct {
     int reshard;
     fsc_comm *shard_comm;   /* ranks that split a unit (size G) */
     fsc_comm *replica_comm; /* ranks holding the same shard (size N/G) */
+    /* overlap (po.prefetch, docs/overlap.md) */
+    int prefetch;
+    int limit;              /* gathered units in flight at most, the one computing included */
+    int inflight;           /* units whose all-gather was started ahead and not yet waited for */
+    fsc_reduce_queue rq;    /* reduce-scatters in flight, each owning its unit's full gradient */
 } fsdp_state;
 
 static int layer_uses_unit(const fsc_engine *e, const fsdp_state *d, int layer, int u) {
@@ -133,41 +148,85 @@ static void bind_grads(fsc_engine *e, const fsdp_unit *U, float *base) {
     for (int k = 0; k < U->ntensors; k++) e->m->grad[U->tensors[k]] = base ? base + U->uoff[k] : NULL;
 }
 
-/* All-gather the unit's master shards into a new (padded) fp32 buffer, through dtype dt. */
-static fsc_status gather(fsc_engine *e, fsdp_unit *U, fsc_dtype dt, float **out) {
-    fsdp_state *d = e->sd;
-    float *full;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, U->padded * sizeof(float), (void **)&full));
-    fsc_status s;
-    if (dt == FSC_F32) {
-        s = fsc_comm_all_gather(d->shard_comm, U->master, full, U->shard, FSC_F32);
-    } else {
-        size_t es = fsc_dtype_size(dt);
-        void *lo = NULL, *lofull = NULL;
-        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * es, &lo);
-        if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * es, &lofull);
-        if (s == FSC_OK) s = FSC_K(e->dev, convert, lo, dt, U->master, FSC_F32, U->shard);
-        if (s == FSC_OK) s = fsc_comm_all_gather(d->shard_comm, lo, lofull, U->shard, dt);
-        if (s == FSC_OK) s = FSC_K(e->dev, convert, full, FSC_F32, lofull, dt, U->padded);
-        fsc_device_release(e->dev, lo);
-        fsc_device_release(e->dev, lofull);
-    }
-    if (s != FSC_OK) {
-        fsc_device_release(e->dev, full);
-        return s;
-    }
-    *out = full;
-    return FSC_OK;
+static void gather_release(fsc_engine *e, fsdp_gather *g, int keep_full) {
+    fsc_device_release(e->dev, g->lo);
+    fsc_device_release(e->dev, g->lofull);
+    if (!keep_full) fsc_device_release(e->dev, g->full);
+    *g = (fsdp_gather){0};
 }
 
+/* Start the all-gather of the unit's master shards into a new (padded) fp32 buffer, through dtype dt. */
+static fsc_status gather_start(fsc_engine *e, fsdp_unit *U, fsc_dtype dt, fsdp_gather *g) {
+    fsdp_state *d = e->sd;
+    *g = (fsdp_gather){.dt = dt};
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_PARAMS, U->padded * sizeof(float), (void **)&g->full);
+    if (s == FSC_OK && dt == FSC_F32) {
+        s = fsc_comm_iall_gather(d->shard_comm, U->master, g->full, U->shard, FSC_F32, &g->req);
+    } else if (s == FSC_OK) {
+        size_t es = fsc_dtype_size(dt);
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * es, &g->lo);
+        if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * es, &g->lofull);
+        if (s == FSC_OK) s = FSC_K(e->dev, convert, g->lo, dt, U->master, FSC_F32, U->shard);
+        if (s == FSC_OK) s = fsc_comm_iall_gather(d->shard_comm, g->lo, g->lofull, U->shard, dt, &g->req);
+    }
+    if (s != FSC_OK) gather_release(e, g, 0);
+    return s;
+}
+
+/* Wait for g; *out is its fp32 result (the caller owns it). */
+static fsc_status gather_finish(fsc_engine *e, fsdp_unit *U, fsdp_gather *g, float **out) {
+    fsc_status s = fsc_comm_wait(g->req);
+    fsc_comm_req_free(g->req);
+    g->req = NULL;
+    if (s == FSC_OK && g->dt != FSC_F32) s = FSC_K(e->dev, convert, g->full, FSC_F32, g->lofull, g->dt, U->padded);
+    *out = s == FSC_OK ? g->full : NULL;
+    gather_release(e, g, s == FSC_OK);
+    return s;
+}
+
+/* All-gather the unit's master shards into a new (padded) fp32 buffer, through dtype dt. */
+static fsc_status gather(fsc_engine *e, fsdp_unit *U, fsc_dtype dt, float **out) {
+    fsdp_gather g;
+    FSC_TRY(gather_start(e, U, dt, &g));
+    return gather_finish(e, U, &g, out);
+}
+
+/* The unit's parameters gathered and bound: waits for its prefetch, or gathers it now. */
 static fsc_status unit_gather(fsc_engine *e, fsdp_unit *U) {
+    fsdp_state *d = e->sd;
+    if (U->g.req) {
+        d->inflight--;
+        FSC_TRY(gather_finish(e, U, &U->g, &U->full));
+        bind_params(e, U, U->full);
+        return FSC_OK;
+    }
     if (U->full) return FSC_OK;
     FSC_TRY(gather(e, U, e->po.param_dtype, &U->full));
     bind_params(e, U, U->full);
     return FSC_OK;
 }
 
+/* Prefetch: start the all-gathers of the units the layers after `layer` (dir +1, forward) or before it
+ * (dir -1, backward) use, nearest first, while fewer than limit - 1 are in flight. The order is the same on
+ * every rank, so the shard group's calls match. */
+static void prefetch(fsc_engine *e, int layer, int dir) {
+    fsdp_state *d = e->sd;
+    for (int l = layer + dir; d->prefetch && l >= e->lf && l <= e->ll && d->inflight < d->limit - 1; l += dir) {
+        for (int u = 1; u < d->nunits && d->inflight < d->limit - 1; u++) {
+            fsdp_unit *U = &d->u[u];
+            if (U->full || U->g.req || !layer_uses_unit(e, d, l, u)) continue;
+            if (gather_start(e, U, e->po.param_dtype, &U->g) != FSC_OK) return; /* gathered when needed */
+            d->inflight++;
+        }
+    }
+}
+
 static void unit_reshard(fsc_engine *e, fsdp_unit *U) {
+    if (U->g.req) { /* a prefetch no layer used: wait for it, then drop it */
+        float *full = NULL;
+        if (gather_finish(e, U, &U->g, &full) == FSC_OK) fsc_device_release(e->dev, full);
+        ((fsdp_state *)e->sd)->inflight--;
+    }
     fsc_device_release(e->dev, U->full);
     U->full = NULL;
     bind_params(e, U, NULL);
@@ -224,6 +283,8 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     fsc_comm_set_name(d->replica_comm, "replica");
     fsc_engine_add_group(e, d->shard_comm);
     fsc_engine_add_group(e, d->replica_comm);
+    d->prefetch = e->po.prefetch;
+    d->limit = e->po.prefetch_limit ? e->po.prefetch_limit : 2;
     FSC_TRY(build_units(e, d));
     const int j = fsc_comm_rank(d->shard_comm);
     for (int u = 0; u < d->nunits; u++) {
@@ -254,6 +315,7 @@ static fsc_status fsdp_setup(fsc_engine *e) {
 
 static fsc_status fsdp_begin_step(fsc_engine *e) {
     fsdp_state *d = e->sd;
+    FSC_TRY(fsc_reduce_drain(e, &d->rq)); /* left by a failed step */
     for (int u = 0; u < d->nunits; u++)
         FSC_TRY(fsc_device_memset(e->dev, d->u[u].sgrad, 0, d->u[u].shard * sizeof(float)));
     return FSC_OK;
@@ -263,6 +325,7 @@ static fsc_status fsdp_pre_forward(fsc_engine *e, int layer) {
     fsdp_state *d = e->sd;
     for (int u = 0; u < d->nunits; u++)
         if (layer_uses_unit(e, d, layer, u)) FSC_TRY(unit_gather(e, &d->u[u]));
+    prefetch(e, layer, +1);
     return FSC_OK;
 }
 
@@ -284,6 +347,7 @@ static fsc_status fsdp_pre_backward(fsc_engine *e, int layer) {
             bind_grads(e, U, U->fgrad);
         }
     }
+    prefetch(e, layer, -1);
     return FSC_OK;
 }
 
@@ -295,14 +359,31 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
         if (e->sync) {
             /* each micro-batch that reduces adds to the shard after the first */
             int accumulate = !e->po.no_sync && e->micro > 0;
-            FSC_TRY(unit_reduce(e, U, accumulate));
-            fsc_device_release(e->dev, U->fgrad);
-            U->fgrad = NULL;
-            bind_grads(e, U, NULL);
+            if (d->prefetch && (d->G == d->N || d->G == 1)) {
+                /* overlap: the previous unit's reduction is waited for, this one runs during the next backward;
+                 * the reduction owns the full gradient from here on */
+                FSC_TRY(fsc_reduce_drain(e, &d->rq));
+                float *fg = U->fgrad;
+                U->fgrad = NULL;
+                bind_grads(e, U, NULL);
+                FSC_TRY(fsc_reduce_start(e, &d->rq, e->comm, d->G == d->N, fg, U->sgrad, U->padded, accumulate, fg,
+                                         NULL, 0));
+            } else {
+                FSC_TRY(unit_reduce(e, U, accumulate));
+                fsc_device_release(e->dev, U->fgrad);
+                U->fgrad = NULL;
+                bind_grads(e, U, NULL);
+            }
         }
         unit_reshard(e, U);
     }
     return FSC_OK;
+}
+
+/* After the last backward of a step: the reductions in flight are done before anyone reads the shards. */
+static fsc_status fsdp_end_backward(fsc_engine *e) {
+    fsdp_state *d = e->sd;
+    return fsc_reduce_drain(e, &d->rq);
 }
 
 static fsc_status fsdp_full_tensors(fsc_engine *e, int want, float *host) {
@@ -398,8 +479,10 @@ static fsc_status fsdp_after_load(fsc_engine *e) {
 static void fsdp_destroy(fsc_engine *e) {
     fsdp_state *d = e->sd;
     if (!d) return;
+    fsc_reduce_queue_free(e, &d->rq);
     for (int u = 0; d->u && u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
+        if (U->g.req) unit_reshard(e, U);
         fsc_device_release(e->dev, U->master);
         fsc_device_release(e->dev, U->sgrad);
         fsc_device_release(e->dev, U->full);
@@ -423,6 +506,7 @@ const fsc_strategy fsc_strategy_fsdp = {
     .pre_backward = fsdp_pre_backward,
     .post_backward = fsdp_post_backward,
     .begin_step = fsdp_begin_step,
+    .end_backward = fsdp_end_backward,
     .full_tensors = fsdp_full_tensors,
     .write_full = fsdp_write_full,
     .load_full = fsdp_load_full,

@@ -61,6 +61,12 @@ typedef struct {
     float clip;                   /* max global grad norm; 0 = no clipping */
     int sync_from_rank0;          /* ddp: broadcast rank 0's initial weights instead of keyed init */
     int checkpoint;               /* recompute blocks in backward */
+    /* overlap of communication with computation (docs/overlap.md); the same bits either way */
+    int prefetch;                 /* 1: fsdp starts the next unit's all-gather before the current unit computes
+                                   * (forward and backward) and reduce-scatters a unit while the previous one's
+                                   * backward runs; ddp and zero start each bucket's reduction as soon as its
+                                   * gradients are ready. 0 (a zeroed struct): every collective synchronous */
+    int prefetch_limit;           /* fsdp: gathered units in flight at most, the one computing included (0: 2) */
     /* pipeline (docs/pipeline.md): pp stages, world = dp x tp x pp laid out by fsc_layout (without tensor
      * parallelism and another order: rank = stage * dp + dp_index, data-parallel ranks adjacent). The
      * strategy above runs inside each stage's data group; accum is the number of micro-batches (chunks).
@@ -84,7 +90,8 @@ typedef struct {
 } fsc_parallel_opts;
 /* Valid options for one rank without any parallelism: kind none, every other field its documented default
  * (full_shard, block wrapping, reshard by strategy, f32, accum 1, no_sync 1, no clipping, pp 1, gpipe,
- * except_last, tp 1, ep 1, min_loss_scale 1, nonfinite stop, max_skipped_steps 100). Start from these and
+ * except_last, tp 1, ep 1, min_loss_scale 1, nonfinite stop, max_skipped_steps 100, prefetch 1 with limit 2).
+ * Start from these and
  * set what the run needs: a zero-initialised struct is not valid (accum 0 is refused, reshard_after_forward
  * 0 means never reshard). */
 fsc_parallel_opts fsc_parallel_opts_default(void);

@@ -1,0 +1,100 @@
+/* Gradient reductions in flight (overlap.h): fsc_engine_reduce of engine.c as a start and a finish, so that
+ * a strategy reduces a bucket or unit while the backward of the layers before it computes. The finish does
+ * what fsc_engine_reduce does after its collective, in the same order and with the same kernels: the same
+ * bits whether a reduction overlapped or not. Not here: when to reduce (the strategies). */
+#include <stdio.h>
+#include <stdlib.h>
+#include "overlap.h"
+
+static void release(fsc_engine *e, fsc_reduce_pending *p) {
+    fsc_device_release(e->dev, p->send);
+    fsc_device_release(e->dev, p->recv);
+    fsc_device_release(e->dev, p->owned);
+    p->send = p->recv = NULL;
+    p->owned = NULL;
+}
+
+fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in, float *out,
+                            size_t n, int accumulate, float *owned, float *clear, size_t clear_n) {
+    if (q->n == q->cap) {
+        int cap = q->cap ? 2 * q->cap : 8;
+        fsc_reduce_pending *v = realloc(q->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            fsc_device_release(e->dev, owned);
+            return fsc_error(FSC_ERR_NOMEM, "engine: out of memory for reductions in flight");
+        }
+        q->v = v;
+        q->cap = cap;
+    }
+    const size_t nout = rs ? n / (size_t)fsc_comm_size(c) : n;
+    const fsc_dtype dt = e->po.reduce_dtype;
+    fsc_reduce_pending p = {.out = out, .nout = nout, .dt = dt, .accumulate = accumulate, .owned = owned,
+                            .clear = clear, .clear_n = clear_n};
+    fsc_status s = FSC_OK;
+    const void *sendp = in;
+    void *recvp = out;
+    if (dt != FSC_F32) {
+        size_t es = fsc_dtype_size(dt);
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n * es, &p.send);
+        if (s == FSC_OK) s = FSC_K(e->dev, convert, p.send, dt, in, FSC_F32, n);
+        sendp = p.send;
+    }
+    if (s == FSC_OK && (dt != FSC_F32 || accumulate)) {
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, nout * fsc_dtype_size(dt), &p.recv);
+        recvp = p.recv;
+    }
+    if (s == FSC_OK)
+        s = rs ? fsc_comm_ireduce_scatter(c, sendp, recvp, nout, dt, FSC_SUM, &p.req)
+               : fsc_comm_iall_reduce(c, sendp, recvp, n, dt, FSC_SUM, &p.req);
+    if (s != FSC_OK) {
+        release(e, &p);
+        return s;
+    }
+    q->v[q->n++] = p;
+    return FSC_OK;
+}
+
+/* fsc_engine_reduce's work after the collective, for one pending reduction. */
+static fsc_status finish(fsc_engine *e, fsc_reduce_pending *p) {
+    fsc_device *dev = e->dev;
+    fsc_status s = fsc_comm_wait(p->req);
+    fsc_comm_req_free(p->req);
+    p->req = NULL;
+    if (s == FSC_OK && p->recv) {
+        if (!p->accumulate) {
+            s = FSC_K(dev, convert, p->out, FSC_F32, p->recv, p->dt, p->nout);
+        } else if (p->dt == FSC_F32) {
+            s = FSC_K(dev, axpy, p->out, 1.0f, p->recv, p->nout);
+        } else {
+            float *tmp;
+            s = fsc_device_alloc(dev, FSC_TAG_COMM, p->nout * sizeof(float), (void **)&tmp);
+            if (s == FSC_OK) s = FSC_K(dev, convert, tmp, FSC_F32, p->recv, p->dt, p->nout);
+            if (s == FSC_OK) s = FSC_K(dev, axpy, p->out, 1.0f, tmp, p->nout);
+            fsc_device_release(dev, tmp);
+        }
+    }
+    if (s == FSC_OK && p->clear) s = fsc_device_memset(dev, p->clear, 0, p->clear_n * sizeof(float));
+    release(e, p);
+    return s;
+}
+
+fsc_status fsc_reduce_drain(fsc_engine *e, fsc_reduce_queue *q) {
+    fsc_status first = FSC_OK;
+    char msg[512] = "";
+    for (int i = 0; i < q->n; i++) {
+        fsc_status s = finish(e, &q->v[i]);
+        if (s != FSC_OK && first == FSC_OK) {
+            first = s;
+            snprintf(msg, sizeof msg, "%s", fsc_last_error());
+        }
+    }
+    q->n = 0;
+    return first == FSC_OK ? FSC_OK : fsc_error(first, "%s", msg);
+}
+
+void fsc_reduce_queue_free(fsc_engine *e, fsc_reduce_queue *q) {
+    (void)fsc_reduce_drain(e, q);
+    free(q->v);
+    q->v = NULL;
+    q->cap = 0;
+}

@@ -63,6 +63,8 @@ typedef struct {
     int nonfinite;      /* fsc_nonfinite_policy */
     int max_skipped_steps;
     int reduce;         /* processes: 0 ordered (the simulator's bits), 1 native (MPI's/NCCL's own sums) */
+    float sim_bandwidth, sim_latency; /* simulated ranks: the network (GB/s, us; 0: no cost) */
+    int prefetch;       /* overlap communication with computation (docs/overlap.md) */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -113,6 +115,9 @@ static const option options[] = {
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
     {"world", "N", "1", "simulated ranks (threads); under a launcher (mpirun, srun, torchrun) one rank per process: omit it or give the launcher's number", K_INT, F(world), 1, 1024, NULL},
     {"reduce", "MODE", "ordered", "processes started by a launcher: ordered (sums in rank order, the simulated ranks' bits)|native (MPI's or NCCL's own all-reduce, faster, bits may differ)", K_CHOICE, F(reduce), 0, 0, "ordered|native"},
+    {"sim-bandwidth", "GBPS", "0", "simulated ranks: every link's bandwidth in GB/s; a collective then takes a ring algorithm's time (docs/overlap.md) (0: no cost)", K_FLOAT, F(sim_bandwidth), 0, 1e9, NULL},
+    {"sim-latency", "US", "0", "simulated ranks: every link's latency in microseconds (0: none)", K_FLOAT, F(sim_latency), 0, 1e9, NULL},
+    {"prefetch", "0|1", "1", "overlap communication with computation: fsdp gathers the next unit ahead and reduce-scatters during backward; ddp and zero reduce buckets during backward (the same bits either way)", K_INT, F(prefetch), 0, 1, NULL},
     {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage; "
      "the others compose with --pp too)", K_CHOICE, F(parallel), 0, 0, "none|ddp|fsdp|zero1|zero2|pipe"},
     {"shard", "KIND", "full", "fsdp sharding: full|grad_op|none|hybrid", K_CHOICE, F(shard), 0, 0, "full|grad_op|none|hybrid"},
@@ -635,6 +640,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     po.param_dtype = precision_dtype[c->precision];
     po.reduce_dtype = precision_dtype[c->precision];
     po.accum = c->accum;
+    po.prefetch = c->prefetch;
     po.clip = c->clip;
     po.nonfinite = (fsc_nonfinite_policy)c->nonfinite;
     po.max_skipped_steps = c->max_skipped_steps;
@@ -1021,6 +1027,9 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
     *me = 0, *procs = 0;
     if (fsc_launch_env_parse(NULL, NULL, &env) != FSC_OK) return snprintf(err, cap, "%s", fsc_last_error()), -1;
     int gw = option_index("world");
+    if (env.launcher != FSC_LAUNCHER_NONE && (c->sim_bandwidth > 0 || c->sim_latency > 0))
+        return snprintf(err, cap, "--sim-bandwidth and --sim-latency apply to simulated ranks; processes started by a "
+                        "launcher use the real network"), -1;
     if (env.launcher == FSC_LAUNCHER_NONE) {
         if (c->reduce)
             return snprintf(err, cap, "--reduce native applies to processes started by a launcher (mpirun -n N); "
@@ -1100,7 +1109,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
     char dbuf[16];
     fsc_cluster_opts co = {.world = c.world, .device = option_choice("device", c.device, dbuf, sizeof dbuf),
-                           .threads_per_rank = c.threads, .reduce_native = c.reduce};
+                           .threads_per_rank = c.threads, .reduce_native = c.reduce,
+                           .sim_bandwidth_gbps = c.sim_bandwidth, .sim_latency_us = c.sim_latency};
     if (c.check_ddp && !(st.params = calloc(st.nparams, sizeof(float)))) {
         fprintf(stderr, "train_gpt: out of memory\n");
         return 1;

@@ -90,6 +90,11 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     if (s == FSC_OK) {
         cl->net_latency_s = opts->sim_latency_us * 1e-6;
         cl->net_bytes_per_s = opts->sim_bandwidth_gbps * 1e9;
+        if (cl->net_latency_s > 0 || cl->net_bytes_per_s > 0) { /* the links' bookings (sim_net.c) */
+            pthread_mutex_init(&cl->net_mu, NULL);
+            cl->link_free = calloc((size_t)world, sizeof *cl->link_free);
+            if (!cl->link_free) s = fsc_error(FSC_ERR_NOMEM, "fsc_cluster_run: out of memory for the network");
+        }
     }
     for (int r = 0; r < world && s == FSC_OK; r++) {
         rank_ctx *rc = &ranks[r];
@@ -135,6 +140,10 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     for (int r = 0; r < world; r++) {
         fsc_comm_free(ranks[r].r.comm);
         if (ranks[r].r.dev) fsc_device_free(ranks[r].r.dev);
+    }
+    if (cl && cl->link_free) {
+        free(cl->link_free);
+        pthread_mutex_destroy(&cl->net_mu);
     }
     sim_cluster_free(cl);
     free(ranks);

@@ -76,7 +76,7 @@ struct sim_group {
     char verdict_msg[SIM_MSG_CAP];
     fsc_status fail;          /* sticky: after a timeout every call on the group fails */
     char fail_msg[SIM_MSG_CAP];
-    struct timespec commit_t; /* when the last arrive rendezvous completed */
+    double t_done;            /* network: when the last committed collective ends (sim_net.c) */
     sim_msg **inbox;          /* (size) messages queued for each rank, oldest first */
     atomic_int refs;          /* handles pointing here */
     sim_group *next;          /* cluster registry, guarded by cl->mu */
@@ -92,7 +92,7 @@ struct sim_handle {
     size_t cap;
     char stage_err[SIM_MSG_CAP]; /* why staging failed, for the slot's stage_err */
     struct sim_async *async;  /* the handle's progress thread (sim_async.c), NULL until the first start */
-    struct timespec t_commit; /* when this rank's last collective committed (every rank arrived) */
+    double t_done;            /* network: when this rank's last committed collective ends */
 };
 
 struct sim_cluster {
@@ -109,6 +109,8 @@ struct sim_cluster {
     sim_group *world_group;
     /* the network (sim_net.c): every link's latency (s) and bandwidth (bytes/s); 0: collectives cost no time */
     double net_latency_s, net_bytes_per_s;
+    pthread_mutex_t net_mu;   /* guards link_free; taken under a group's mu, never the other way */
+    double *link_free;        /* (world) when each rank's link is free again (sim_now seconds), or NULL */
 };
 
 /* sim_group.c: the cluster, groups and the rendezvous. */
@@ -164,8 +166,17 @@ void sim_async_free(sim_handle *h);
 
 /* sim_net.c: the network's cost model. Seconds call k takes on a group of n ranks (0 without a network). */
 double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n);
-/* Sleep until `from` + seconds (from NULL: now + seconds). */
-void sim_net_sleep(const struct timespec *from, double seconds);
+/* Whether the cluster has a network (cl->link_free is set). */
+int sim_net_on(const sim_cluster *cl);
+/* The monotonic clock in seconds. */
+double sim_now(void);
+/* Book `cost` seconds on the links of the n world ranks: from when all of them are free (and not before
+ * now) on; returns when it ends. */
+double sim_net_reserve(sim_cluster *cl, const int *world_rank, int n, double cost);
+/* Under g->mu, by the rank completing an arrive: book the committed collective's time (g->t_done). */
+void sim_net_commit(sim_group *g);
+/* Sleep until t (sim_now seconds). */
+void sim_net_sleep_until(double t);
 
 /* sim_stage.c: staging through host memory (called only when h->stage is set). A rank whose staging fails
  * before the rendezvous still arrives, with its slot's stage_err set, so the collective fails on every rank

@@ -326,10 +326,10 @@ static void sim_destroy(void *ctx) {
 /* ---- one call, then the network's time; the table's synchronous entries ---- */
 
 fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
-    double cost = sim_net_cost(h->g->cl, k, h->g->size);
-    if (k->op == FSC_OP_SEND) { /* the sender pays the transfer before the message is there */
-        sim_net_sleep(NULL, k->peer == h->rank ? 0 : cost);
-        cost = 0;
+    const int net = sim_net_on(h->g->cl);
+    if (net && k->op == FSC_OP_SEND && k->peer != h->rank) { /* the sender's link carries it before it is there */
+        int me = h->g->world_rank[h->rank];
+        sim_net_sleep_until(sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g->cl, k, h->g->size)));
     }
     fsc_status s;
     switch (k->op) {
@@ -343,7 +343,8 @@ fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
     case FSC_OP_BARRIER: s = sim_barrier(h); break;
     default: return fsc_error(FSC_ERR_INTERNAL, "sim: no operation %d", (int)k->op);
     }
-    if (s == FSC_OK && cost > 0) sim_net_sleep(&h->t_commit, cost); /* from the moment all ranks arrived */
+    if (s == FSC_OK && net && k->op != FSC_OP_SEND && k->op != FSC_OP_RECV)
+        sim_net_sleep_until(h->t_done); /* booked when every rank had arrived */
     return s;
 }
 

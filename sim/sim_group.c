@@ -371,7 +371,7 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
     unsigned gen = g->arrive_gen;
     if (++g->arrived == g->size) {
         complete_arrive(g);
-        if (g->cl->net_latency_s > 0 || g->cl->net_bytes_per_s > 0) clock_gettime(CLOCK_MONOTONIC, &g->commit_t);
+        if (sim_net_on(g->cl) && g->verdict == FSC_OK) sim_net_commit(g);
         for (int j = 0; j < g->size; j++) g->slots[j].posted = 0;
         g->arrived = 0;
         g->arrive_gen++;
@@ -380,7 +380,7 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
     int timed_out = 0;
     for (;;) {
         if (g->arrive_gen != gen) { /* committed: every rank arrived */
-            h->t_commit = g->commit_t;
+            h->t_done = g->t_done;
             s = g->verdict == FSC_OK ? FSC_OK : fsc_error(g->verdict, "%s", g->verdict_msg);
             break;
         }

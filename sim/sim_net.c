@@ -6,10 +6,12 @@
  *   broadcast (pipelined ring)                      (N-1) a + B / b    (B = size)
  *   send (the message, paid by the sender)               a + B / b
  *   recv, barrier (a barrier is latency only)       0,  2(N-1) a
- * A group of one rank costs nothing. A collective's time starts when every rank has arrived (the commit),
- * so every rank of the group leaves it at the same moment; calls on one handle run one after another, as
- * on one NCCL stream, while calls on different groups overlap. Without a network (the default) no call
- * costs time. */
+ * A group of one rank costs nothing. Each rank has one link, shared by all its groups: a collective starts
+ * when every rank of the group has arrived and all their links are free, and books them until it ends, so
+ * every rank of the group leaves it at the same moment and a rank's communication never takes less than
+ * the sum of its calls' times, whichever groups they run on. Calls on one handle run one after another, as
+ * on one NCCL stream; the rank's computation goes on meanwhile (asynchronous calls). Without a network
+ * (the default) no call costs time. */
 #include <errno.h>
 #include "sim.h"
 
@@ -31,18 +33,45 @@ double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n) {
     return steps * a + (cl->net_bytes_per_s > 0 ? bytes / cl->net_bytes_per_s : 0);
 }
 
-void sim_net_sleep(const struct timespec *from, double seconds) {
-    if (seconds <= 0) return;
+int sim_net_on(const sim_cluster *cl) { return cl->link_free != NULL; }
+
+double sim_now(void) {
     struct timespec t;
-    if (from) t = *from;
-    else clock_gettime(CLOCK_MONOTONIC, &t);
-    long long whole = (long long)seconds;
-    t.tv_sec += (time_t)whole;
-    t.tv_nsec += (long)((seconds - (double)whole) * 1e9);
-    while (t.tv_nsec >= 1000000000L) {
-        t.tv_sec += 1;
-        t.tv_nsec -= 1000000000L;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+double sim_net_reserve(sim_cluster *cl, const int *world_rank, int n, double cost) {
+    pthread_mutex_lock(&cl->net_mu);
+    double start = sim_now();
+    for (int j = 0; j < n; j++)
+        if (cl->link_free[world_rank[j]] > start) start = cl->link_free[world_rank[j]];
+    double end = start + cost;
+    for (int j = 0; j < n; j++) cl->link_free[world_rank[j]] = end;
+    pthread_mutex_unlock(&cl->net_mu);
+    return end;
+}
+
+void sim_net_commit(sim_group *g) {
+    const sim_slot *s = &g->slots[0];
+    fsc_comm_call k = {.op = (fsc_comm_op)s->op, .count = s->count, .dt = s->dt};
+    double cost = s->op == SIM_OP_SPLIT ? 0 : sim_net_cost(g->cl, &k, g->size);
+    g->t_done = cost > 0 ? sim_net_reserve(g->cl, g->world_rank, g->size, cost) : sim_now();
+}
+
+void sim_net_sleep_until(double t) {
+    double now = sim_now();
+    if (t <= now) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double d = t - now;
+    long long whole = (long long)d;
+    ts.tv_sec += (time_t)whole;
+    ts.tv_nsec += (long)((d - (double)whole) * 1e9);
+    while (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec += 1;
+        ts.tv_nsec -= 1000000000L;
     }
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR) {
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
 }

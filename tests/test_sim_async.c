@@ -5,7 +5,7 @@
  * complete in issue order (a chain of in-place all-reduces on one buffer gives N^k x; a synchronous call
  * sees what was started before it); a rank computes while its collective runs (start returns long before
  * the network's time is spent, test says not done, wait returns after it); a collective with a network
- * takes at least the ring formula's time; misuse (waiting twice, freeing in flight, NULL arguments,
+ * takes at least the ring formula's time, and collectives of different groups share a rank's link; misuse (waiting twice, freeing in flight, NULL arguments,
  * mismatched calls) fails with a message naming it; a table without start runs the call at start.
  * Rank functions never call cmocka (not thread-safe): they return an error saying what differed. */
 #include <math.h>
@@ -239,6 +239,35 @@ static void test_network_cost_follows_ring_formula(void **state) {
                FSC_ERR_INVALID, "sim_latency_us");
 }
 
+static fsc_status rank_shared_link(fsc_rank *r, void *arg) {
+    double *t = arg;
+    fsc_comm *twin = NULL;
+    float x[8] = {0}, y[8] = {0};
+    FSC_TRY(fsc_comm_split(r->comm, 0, r->rank, &twin)); /* the same ranks, another group */
+    fsc_status s = fsc_comm_barrier(r->comm);
+    double t0 = now_s();
+    fsc_comm_req *a = NULL, *b = NULL;
+    if (s == FSC_OK) s = fsc_comm_iall_reduce(r->comm, x, x, 8, FSC_F32, FSC_SUM, &a);
+    if (s == FSC_OK) s = fsc_comm_iall_reduce(twin, y, y, 8, FSC_F32, FSC_SUM, &b);
+    if (a) s = fsc_comm_wait(a) != FSC_OK ? FSC_ERR_COMM : s;
+    if (b) s = fsc_comm_wait(b) != FSC_OK ? FSC_ERR_COMM : s;
+    if (r->rank == 0) *t = now_s() - t0;
+    fsc_comm_req_free(a);
+    fsc_comm_req_free(b);
+    fsc_comm_free(twin);
+    return s;
+}
+
+/* Oracle: a rank has one link: two all-reduces of 2 x 50 ms on two groups of the same ranks take 200 ms
+ * together, not 100 ms (they would if groups had links of their own). */
+static void test_groups_share_a_rank_link(void **state) {
+    (void)state;
+    double t = 0;
+    assert_ok(fsc_cluster_run(&(fsc_cluster_opts){.world = 2, .timeout_s = 30, .sim_latency_us = 50000},
+                              rank_shared_link, &t));
+    if (t < 0.2 - 1e-3) fail_msg("two all-reduces on one link took %.3f s, under 0.2 s", t);
+}
+
 typedef struct {
     fsc_status st[6];
     char msg[6][200];
@@ -333,6 +362,7 @@ int main(void) {
         cmocka_unit_test(test_issue_order),
         cmocka_unit_test(test_rank_computes_while_collective_runs),
         cmocka_unit_test(test_network_cost_follows_ring_formula),
+        cmocka_unit_test(test_groups_share_a_rank_link),
         cmocka_unit_test(test_misuse_gives_clear_errors),
         cmocka_unit_test(test_table_without_start_runs_at_start),
     };

@@ -58,6 +58,7 @@ typedef struct {
     int prefetch;
     int limit;              /* gathered units in flight at most, the one computing included */
     int inflight;           /* units whose all-gather was started ahead and not yet waited for */
+    int keep;               /* the unit backward needs first: not resharded after forward (-1: none) */
     fsc_reduce_queue rq;    /* reduce-scatters in flight, each owning its unit's full gradient */
 } fsdp_state;
 
@@ -286,6 +287,9 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     d->prefetch = e->po.prefetch;
     d->limit = e->po.prefetch_limit ? e->po.prefetch_limit : 2;
     FSC_TRY(build_units(e, d));
+    d->keep = -1; /* with prefetch, the last unit forward uses stays gathered for backward, which starts there */
+    for (int u = 1; d->prefetch && u < d->nunits; u++)
+        if (d->keep < 0 || d->u[u].last_layer > d->u[d->keep].last_layer) d->keep = u;
     const int j = fsc_comm_rank(d->shard_comm);
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
@@ -332,7 +336,7 @@ static fsc_status fsdp_pre_forward(fsc_engine *e, int layer) {
 static fsc_status fsdp_post_forward(fsc_engine *e, int layer) {
     fsdp_state *d = e->sd;
     for (int u = 1; u < d->nunits; u++) /* the root keeps its parameters */
-        if (d->reshard && d->u[u].last_layer == layer) unit_reshard(e, &d->u[u]);
+        if (d->reshard && d->u[u].last_layer == layer && u != d->keep) unit_reshard(e, &d->u[u]);
     return FSC_OK;
 }
 
@@ -360,9 +364,9 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
             /* each micro-batch that reduces adds to the shard after the first */
             int accumulate = !e->po.no_sync && e->micro > 0;
             if (d->prefetch && (d->G == d->N || d->G == 1)) {
-                /* overlap: the previous unit's reduction is waited for, this one runs during the next backward;
-                 * the reduction owns the full gradient from here on */
-                FSC_TRY(fsc_reduce_drain(e, &d->rq));
+                /* overlap: this unit's reduction runs during the next units' backward, with at most limit - 1
+                 * older ones still in flight (oldest waited for first); it owns the full gradient from here on */
+                FSC_TRY(fsc_reduce_drain_to(e, &d->rq, d->limit - 2));
                 float *fg = U->fgrad;
                 U->fgrad = NULL;
                 bind_grads(e, U, NULL);

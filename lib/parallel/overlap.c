@@ -4,6 +4,7 @@
  * bits whether a reduction overlapped or not. Not here: when to reduce (the strategies). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "overlap.h"
 
 static void release(fsc_engine *e, fsc_reduce_pending *p) {
@@ -78,19 +79,25 @@ static fsc_status finish(fsc_engine *e, fsc_reduce_pending *p) {
     return s;
 }
 
-fsc_status fsc_reduce_drain(fsc_engine *e, fsc_reduce_queue *q) {
+fsc_status fsc_reduce_drain_to(fsc_engine *e, fsc_reduce_queue *q, int keep) {
+    if (keep < 0) keep = 0;
+    if (q->n <= keep) return FSC_OK;
+    const int done = q->n - keep;
     fsc_status first = FSC_OK;
     char msg[512] = "";
-    for (int i = 0; i < q->n; i++) {
+    for (int i = 0; i < done; i++) {
         fsc_status s = finish(e, &q->v[i]);
         if (s != FSC_OK && first == FSC_OK) {
             first = s;
             snprintf(msg, sizeof msg, "%s", fsc_last_error());
         }
     }
-    q->n = 0;
+    memmove(q->v, q->v + done, (size_t)keep * sizeof *q->v);
+    q->n = keep;
     return first == FSC_OK ? FSC_OK : fsc_error(first, "%s", msg);
 }
+
+fsc_status fsc_reduce_drain(fsc_engine *e, fsc_reduce_queue *q) { return fsc_reduce_drain_to(e, q, 0); }
 
 void fsc_reduce_queue_free(fsc_engine *e, fsc_reduce_queue *q) {
     (void)fsc_reduce_drain(e, q);

@@ -31,6 +31,8 @@ fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int
                             size_t n, int accumulate, float *owned, float *clear, size_t clear_n);
 /* Finish every reduction of q, oldest first; the first failure is returned after all were waited for. */
 fsc_status fsc_reduce_drain(fsc_engine *e, fsc_reduce_queue *q);
+/* Finish the oldest reductions of q until at most keep (>= 0; less counts as 0) are in flight. */
+fsc_status fsc_reduce_drain_to(fsc_engine *e, fsc_reduce_queue *q, int keep);
 /* Drain (errors ignored: the step failed already) and free the queue's array. */
 void fsc_reduce_queue_free(fsc_engine *e, fsc_reduce_queue *q);
 

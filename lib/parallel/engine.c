@@ -275,6 +275,7 @@ fsc_status fsc_engine_new(fsc_rank *r, int n_layers, int n_experts, const fsc_pa
     FSC_TRY(make_layout(r, po, tp_check, tp_arg, &lay));
     FSC_TRY(validate(r, &lay, po, oc));
     FSC_TRY(fsc_ep_validate(&lay, n_experts, po));
+    FSC_TRY(fsc_offload_validate(&lay, po));
     fsc_engine *e = calloc(1, sizeof(*e));
     if (!e) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
     e->r = r;
@@ -322,10 +323,12 @@ static fsc_status make_tied_copies(fsc_engine *e) {
 
 fsc_status fsc_engine_finish(fsc_engine *e) {
     fsc_status s = make_offsets(e);
-    if (s == FSC_OK) s = fsc_optim_create(e->dev, &e->oc, &e->opt);
+    if (s == FSC_OK) s = fsc_offload_create(e); /* offload: the optimizer lives on the host */
+    if (s == FSC_OK) s = fsc_optim_create(e->host ? e->host : e->dev, &e->oc, &e->opt);
     if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
     if (s == FSC_OK) s = fsc_ep_create(e);
     if (s == FSC_OK) s = e->st->setup(e);
+    if (s == FSC_OK) s = fsc_offload_after_setup(e);
     if (s == FSC_OK) s = e->tpm ? fsc_tp_engine_after_setup(e) : fsc_pipe_after_setup(e);
     if (s == FSC_OK) s = make_tied_copies(e);
     return s;
@@ -549,13 +552,13 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     si.loss = total / ((double)global_batch * T);
     si.loss_scale = loss_scale;
     if (e->use_scaler)
-        for (int i = 0; i < e->ngsegs; i++) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], 1.0f / loss_scale, e->glens[i]));
+        for (int i = 0; i < e->ngsegs; i++) FSC_TRY(FSC_K(e->gdev, scale, e->gsegs[i], 1.0f / loss_scale, e->glens[i]));
     if (batch != FSC_OK) snprintf(batch_why, sizeof batch_why, "%s", fsc_last_error());
     /* every rank votes, over the whole world, on every precision: no rank may skip or stop alone. Verdicts:
      * 1 gradients not finite, 2 the loss not finite, 3 the batch check failed (on some data group) */
     int found = 0;
     const int mine = batch != FSC_OK ? 3 : isfinite(si.loss) ? 0 : 2;
-    FSC_TRY(fsc_nonfinite_vote(e->dev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, &found));
+    FSC_TRY(fsc_nonfinite_vote(e->gdev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, &found));
     if (found >= 3 && batch_why[0]) return fsc_error(FSC_ERR_INVALID, "%s", batch_why);
     if (found >= 3)
         return fsc_error(FSC_ERR_INVALID, "global batch %d: another rank found that the global batch is not the sum "
@@ -569,16 +572,16 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
          * otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every reduced gradient */
         const int own = e->nsegs != NULL;
         double norm = 0;
-        FSC_TRY(fsc_grad_norm(e->dev, e->norm_comm, own ? e->nsegs : e->gsegs, own ? e->nlens : e->glens,
+        FSC_TRY(fsc_grad_norm(e->gdev, e->norm_comm, own ? e->nsegs : e->gsegs, own ? e->nlens : e->glens,
                               own ? e->nnsegs : e->ngsegs, &norm));
         if (norm > (double)e->po.clip) {
             float factor = (float)((double)e->po.clip / (norm + 1e-6));
             for (int i = 0; i < e->ngsegs; i++)
-                if (e->glens[i]) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], factor, e->glens[i]));
+                if (e->glens[i]) FSC_TRY(FSC_K(e->gdev, scale, e->gsegs[i], factor, e->glens[i]));
         }
         si.grad_norm = norm;
     }
-    FSC_TRY(fsc_optim_step(e->opt));
+    FSC_TRY(fsc_offload_step(e)); /* with offload optim: on the host copies */
     if (e->st->after_step) FSC_TRY(e->st->after_step(e));
     if (info) *info = si;
     return FSC_OK;
@@ -777,6 +780,7 @@ void fsc_engine_free(fsc_engine *e) {
     for (int i = 0; e->tied_copy && i < e->m->n_tensors; i++) fsc_device_release(e->dev, e->tied_copy[i]);
     free(e->tied_copy);
     fsc_optim_free(e->opt);
+    fsc_offload_free(e); /* after the optimizer and the strategy: their host buffers came from it */
     if (e->tpm) fsc_tp_engine_free(e);
     if (e->own_model) fsc_model_free(e->m);
     free(e->toff);
@@ -791,5 +795,6 @@ fsc_parallel_opts fsc_parallel_opts_default(void) {
                                 .accum = 1, .no_sync = 1, .pp = 1, .schedule = FSC_SCHED_GPIPE,
                                 .pipe_checkpoint = FSC_PIPE_CKPT_EXCEPT_LAST, .tp = 1, .ep = 1,
                                 .min_loss_scale = 1.0f, .nonfinite = FSC_NONFINITE_STOP,
-                                .max_skipped_steps = FSC_DEFAULT_MAX_SKIPS, .prefetch = 1, .prefetch_limit = 2 };
+                                .max_skipped_steps = FSC_DEFAULT_MAX_SKIPS, .prefetch = 1, .prefetch_limit = 2,
+                                .offload = FSC_OFFLOAD_NONE };
 }

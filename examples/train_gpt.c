@@ -65,6 +65,7 @@ typedef struct {
     int reduce;         /* processes: 0 ordered (the simulator's bits), 1 native (MPI's/NCCL's own sums) */
     float sim_bandwidth, sim_latency; /* simulated ranks: the network (GB/s, us; 0: no cost) */
     int prefetch;       /* overlap communication with computation (docs/overlap.md) */
+    int offload;        /* fsc_offload_mode (docs/offload.md) */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -118,6 +119,7 @@ static const option options[] = {
     {"sim-bandwidth", "GBPS", "0", "simulated ranks: every link's bandwidth in GB/s; a collective then takes a ring algorithm's time (docs/overlap.md) (0: no cost)", K_FLOAT, F(sim_bandwidth), 0, 1e9, NULL},
     {"sim-latency", "US", "0", "simulated ranks: every link's latency in microseconds (0: none)", K_FLOAT, F(sim_latency), 0, 1e9, NULL},
     {"prefetch", "0|1", "1", "overlap communication with computation: fsdp gathers the next unit ahead and reduce-scatters during backward; ddp and zero reduce buckets during backward (the same bits either way)", K_INT, F(prefetch), 0, 1, NULL},
+    {"offload", "MODE", "none", "host memory: none|optim (optimizer state and step on the host; fsdp, zero1, zero2)|all (also fsdp's fp32 master parameters and reduced gradients); the same bits (docs/offload.md)", K_CHOICE, F(offload), 0, 0, "none|optim|all"},
     {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage; "
      "the others compose with --pp too)", K_CHOICE, F(parallel), 0, 0, "none|ddp|fsdp|zero1|zero2|pipe"},
     {"shard", "KIND", "full", "fsdp sharding: full|grad_op|none|hybrid", K_CHOICE, F(shard), 0, 0, "full|grad_op|none|hybrid"},
@@ -641,6 +643,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     po.reduce_dtype = precision_dtype[c->precision];
     po.accum = c->accum;
     po.prefetch = c->prefetch;
+    po.offload = (fsc_offload_mode)c->offload;
     po.clip = c->clip;
     po.nonfinite = (fsc_nonfinite_policy)c->nonfinite;
     po.max_skipped_steps = c->max_skipped_steps;
@@ -722,6 +725,10 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
                 snprintf(moe, sizeof moe, " | aux %.4f | dropped %lld/%lld", info.aux_loss, (long long)info.moe_dropped,
                          (long long)info.moe_assigned);
             }
+            fsc_device *host = fsc_engine_host_device(e); /* offload: host memory has its own ledger */
+            if (host)
+                snprintf(moe + strlen(moe), sizeof moe - strlen(moe), " | host peak %.1f MiB",
+                         (double)fsc_device_peak_total(host) / 1048576.0);
             printf("step %4d/%d | loss %.6f | %8.1f ms | %9.0f tok/s | peak %.1f MiB%s%s\n", step + 1, c->steps,
                    info.loss, ms, tokens / (ms * 1e-3), (double)fsc_device_peak_total(r->dev) / 1048576.0, moe,
                    info.skipped ? " | skipped (inf/nan loss or gradients)" : "");

@@ -5,7 +5,8 @@
  *    same run without offload bit for bit, after 3 steps of AdamW with clipping; with f32 and bf16, with
  *    accumulation (reducing every micro-batch, and once under no_sync), with prefetch 0 and 1;
  *  - checkpoints: a run saved with offload and resumed without (and the reverse) equals the run without a
- *    break bit for bit (parameters and optimizer states);
+ *    break bit for bit (parameters and optimizer states); weights saved with offload all load into engines
+ *    with every mode as the saver's parameters, bit for bit;
  *  - memory: the device ledger holds no optimizer state with optim or all, and with all its parameters and
  *    gradients peak below the run without offload by at least the master and reduced-gradient shards, which
  *    the host ledger holds instead;
@@ -112,6 +113,61 @@ static void test_offload_checkpoint_resumes_without(void **state) {
         ct_free(&second);
         ct_rmtree(dir);
     }
+}
+
+/* Weights files: saved by an offloaded engine after 2 steps, loaded into engines with offload none, optim and
+ * all: every one returns the saver's full parameters bit for bit (the masters were read into host memory
+ * under all). */
+typedef struct {
+    pt_run run;
+    const char *path;
+    int save;     /* 1: train 2 steps and save; 0: load */
+    float *params;
+} of_weights;
+
+static fsc_status weights_rank_fn(fsc_rank *r, void *arg) {
+    of_weights *w = arg;
+    pt_run *run = &w->run;
+    const int T = run->cfg.seq, lb = run->batch / r->world;
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e));
+    int32_t *tok = calloc((size_t)lb * T, sizeof(int32_t));
+    fsc_status s = tok ? FSC_OK : FSC_ERR_NOMEM;
+    for (int i = 0; i < lb * T && s == FSC_OK; i++) tok[i] = pt_token((size_t)(r->rank * lb * T + i), run->cfg.vocab);
+    for (int st = 0; st < 2 && w->save && s == FSC_OK; st++) s = fsc_engine_step(e, tok, tok, lb, run->batch, NULL);
+    if (s == FSC_OK) s = w->save ? fsc_engine_save_weights(e, w->path) : fsc_engine_load_weights(e, w->path);
+    if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? w->params : NULL);
+    free(tok);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void weights_run(of_weights *w, fsc_offload_mode off, int save) {
+    w->run = pt_make(2, FSC_PAR_FSDP);
+    w->run.po.offload = off;
+    w->save = save;
+    w->params = calloc(fsc_gpt_num_params(&w->run.cfg), sizeof(float));
+    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30};
+    assert_ok(fsc_cluster_run(&co, weights_rank_fn, w));
+}
+
+static void test_offload_weights_save_and_load(void **state) {
+    (void)state;
+    char *dir = ct_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    of_weights saved = {.path = path};
+    weights_run(&saved, FSC_OFFLOAD_ALL, 1);
+    for (int m = FSC_OFFLOAD_NONE; m <= FSC_OFFLOAD_ALL; m++) {
+        of_weights loaded = {.path = path};
+        weights_run(&loaded, (fsc_offload_mode)m, 0);
+        char what[64];
+        snprintf(what, sizeof what, "weights saved with offload all, loaded with %s",
+                 fsc_offload_mode_name((fsc_offload_mode)m));
+        assert_bits_equal(saved.params, loaded.params, fsc_gpt_num_params(&saved.run.cfg), what);
+        free(loaded.params);
+    }
+    free(saved.params);
+    ct_rmtree(dir);
 }
 
 /* ---- memory: both ledgers of every rank after training ---- */
@@ -228,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_offload_same_bits_f32),
         cmocka_unit_test(test_offload_same_bits_accum_bf16),
         cmocka_unit_test(test_offload_checkpoint_resumes_without),
+        cmocka_unit_test(test_offload_weights_save_and_load),
         cmocka_unit_test(test_offload_moves_memory_to_host),
         cmocka_unit_test(test_offload_refuses_what_it_does_not_run),
     };

@@ -207,7 +207,8 @@ void fsc_device_free(fsc_device *dev) {
     struct fsc_alloc_map *m = dev->live;
     /* memory still live at free time is returned to the backend (a leak in the caller, not a crash) */
     for (size_t i = 0; i < m->cap; i++)
-        if (m->slots[i].p) dev->ops->free(dev->ctx, m->slots[i].p);
+        if (m->slots[i].p && dev->mem_ops) dev->mem_ops->host_free(dev->mem_ctx, m->slots[i].p);
+        else if (m->slots[i].p) dev->ops->free(dev->ctx, m->slots[i].p);
     free(m->slots);
     pthread_mutex_destroy(&m->mu);
     free(m);
@@ -229,7 +230,7 @@ fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **o
         pthread_mutex_unlock(&m->mu);
         return fsc_error(FSC_ERR_NOMEM, "out of host memory for the allocation ledger");
     }
-    void *p = dev->ops->alloc(dev->ctx, bytes);
+    void *p = dev->mem_ops ? dev->mem_ops->host_alloc(dev->mem_ctx, bytes) : dev->ops->alloc(dev->ctx, bytes);
     if (!p) {
         pthread_mutex_unlock(&m->mu);
         return fsc_error(FSC_ERR_NOMEM, "%s device: cannot allocate %zu bytes for %s (%zu bytes live in all)",
@@ -273,7 +274,17 @@ void fsc_device_release(fsc_device *dev, void *p) {
                   "(double release or foreign pointer)", dev->ops->name, p);
         return;
     }
-    dev->ops->free(dev->ctx, p);
+    if (dev->mem_ops) dev->mem_ops->host_free(dev->mem_ctx, p);
+    else dev->ops->free(dev->ctx, p);
+}
+
+fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out) {
+    FSC_TRY(fsc_device_create("cpu", NULL, out));
+    if (accel && accel->ops->host_alloc && accel->ops->host_free) {
+        (*out)->mem_ops = accel->ops;
+        (*out)->mem_ctx = accel->ctx;
+    }
+    return FSC_OK;
 }
 
 size_t fsc_device_current_bytes(const fsc_device *dev, fsc_tag tag) {

@@ -12,7 +12,15 @@ struct fsc_device {
     size_t peak[FSC_TAG_COUNT];
     size_t cur_total, peak_total;
     struct fsc_alloc_map *live;    /* pointer -> (bytes, tag) of live allocations */
+    /* a host device (fsc_device_create_host) of an accelerator with host_alloc: memory comes from it */
+    const fsc_device_ops *mem_ops;
+    void *mem_ctx;
 };
+
+/* Host memory as a device of its own (offload, docs/offload.md): the cpu backend's kernels and a ledger of its
+ * own; its memory comes from accel's host_alloc (pinned) when accel has one, else from the cpu backend.
+ * accel (may be NULL) must outlive it. */
+fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out);
 
 /* Call a kernel: FSC_K(dev, gelu_forward, out, inp, n) */
 #define FSC_K(dev, op, ...) ((dev)->ops->op((dev)->ctx, __VA_ARGS__))

@@ -610,19 +610,19 @@ static fsc_status locate(fsc_engine *e, int seg, size_t at, int *tensor, size_t 
 }
 
 /* The first inf/NaN of n floats at device x: *at = n when there is none. */
-static fsc_status find_nonfinite(fsc_engine *e, const float *x, size_t n, size_t *at, float *val) {
+static fsc_status find_nonfinite(fsc_device *dev, const float *x, size_t n, size_t *at, float *val) {
     enum { CHUNK = 1 << 16 };
     *at = n;
     float m = 0.0f;
     int nf = 0;
-    FSC_TRY(FSC_K(e->dev, absmax, &m, &nf, x, n));
+    FSC_TRY(FSC_K(dev, absmax, &m, &nf, x, n));
     if (!nf) return FSC_OK;
     float *h = malloc(CHUNK * sizeof(float));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
     fsc_status s = FSC_OK;
     for (size_t off = 0; off < n && *at == n && s == FSC_OK; off += CHUNK) {
         size_t k = n - off < CHUNK ? n - off : CHUNK;
-        s = fsc_device_download(e->dev, h, x + off, k * sizeof(float));
+        s = fsc_device_download(dev, h, x + off, k * sizeof(float));
         for (size_t i = 0; s == FSC_OK && i < k; i++)
             if (!isfinite(h[i])) {
                 *at = off + i;
@@ -645,7 +645,7 @@ static fsc_status check_local(fsc_engine *e) {
             size_t n = fsc_optim_segment_len(e->opt, k), at = n;
             const float *x = st == 0 ? fsc_optim_param(e->opt, k) : fsc_optim_state(e->opt, k, st - 1);
             float val = 0.0f;
-            if (n && x) FSC_TRY(find_nonfinite(e, x, n, &at, &val));
+            if (n && x) FSC_TRY(find_nonfinite(fsc_offload_seg_dev(e, st), x, n, &at, &val));
             if (at == n) continue;
             int t;
             size_t el;

@@ -190,6 +190,9 @@ fsc_status fsc_offload_validate(const fsc_layout *l, const fsc_parallel_opts *po
 fsc_status fsc_offload_create(fsc_engine *e);
 fsc_status fsc_offload_after_setup(fsc_engine *e);
 fsc_status fsc_offload_step(fsc_engine *e);
+/* The device whose memory holds the optimizer's state `state` of every segment (0: the parameters, the
+ * masters it steps; 1, 2: the moments) between steps: e->dev, or e->host when offloaded. */
+fsc_device *fsc_offload_seg_dev(const fsc_engine *e, int state);
 void fsc_offload_free(fsc_engine *e);
 
 /* Expert parallelism (ep.c): refuse what MoE models do not run with; after the pipeline, before the strategy,

@@ -473,7 +473,14 @@ static fsc_status fsdp_load_full(fsc_engine *e, fsc_st_file *f) {
             const fsc_param_info *pi = &e->m->info[U->tensors[k]];
             size_t lo = U->uoff[k], hi = lo + pi->numel;
             size_t a = lo > first ? lo : first, b = hi < last ? hi : last;
-            if (a < b) FSC_TRY(fsc_engine_read_tensor(e, f, U->tensors[k], a - lo, b - a, U->master + (a - first)));
+            if (a >= b) continue;
+            if (d->mdev == e->dev) {
+                FSC_TRY(fsc_engine_read_tensor(e, f, U->tensors[k], a - lo, b - a, U->master + (a - first)));
+                continue;
+            }
+            const fsc_st_entry *en = fsc_st_find(f, pi->name); /* offload all: the host master, read in place */
+            if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", pi->name);
+            FSC_TRY(fsc_st_read(f, en, U->master + (a - first), a - lo, b - a));
         }
     }
     return FSC_OK;

@@ -32,6 +32,11 @@ const char *fsc_offload_mode_name(fsc_offload_mode m) {
 
 fsc_device *fsc_engine_host_device(const fsc_engine *e) { return e ? e->host : NULL; }
 
+fsc_device *fsc_offload_seg_dev(const fsc_engine *e, int state) {
+    if (!e->host) return e->dev;
+    return state == 0 && e->po.offload != FSC_OFFLOAD_ALL ? e->dev : e->host; /* optim: the device masters */
+}
+
 fsc_status fsc_offload_validate(const fsc_layout *l, const fsc_parallel_opts *po) {
     const fsc_offload_mode m = po->offload;
     if (m == FSC_OFFLOAD_NONE) return FSC_OK;
@@ -54,7 +59,7 @@ fsc_status fsc_offload_validate(const fsc_layout *l, const fsc_parallel_opts *po
 fsc_status fsc_offload_create(fsc_engine *e) {
     e->gdev = e->dev;
     if (e->po.offload == FSC_OFFLOAD_NONE) return FSC_OK;
-    fsc_status s = fsc_device_create("cpu", NULL, &e->host);
+    fsc_status s = fsc_device_create_host(e->dev, &e->host); /* pinned where the device offers it */
     return s == FSC_OK ? FSC_OK : fsc_error_prefix(s, "offload: host memory");
 }
 

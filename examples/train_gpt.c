@@ -1133,7 +1133,7 @@ int main(int argc, char **argv) {
     run_state sd = st;
     fsc_status s = FSC_OK;
     if (procs) { /* the DDP oracle runs inside the same launch */
-        cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = 1;
+        cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = 1, cd.offload = 0;
         if (c.check_ddp) sd.pstats = NULL, sd.cfg = &cd; /* (results_free frees sd's buffers when it has its own) */
         if (c.check_ddp && ((sd.params = calloc(st.nparams, sizeof(float))) == NULL ||
                             results_alloc(&sd, c.steps, c.world) != 0)) {
@@ -1160,6 +1160,7 @@ int main(int argc, char **argv) {
         cd.world = c.dp * c.tp; /* with tensor parallelism on the same tensor groups */
         cd.balance = NULL;
         cd.ep = 1; /* the oracle of expert parallelism: every expert on every rank */
+        cd.offload = 0; /* and of offload: everything on the device (ddp does not offload) */
         co.world = cd.world;
         sd.pstats = NULL;
         sd.cfg = &cd;

@@ -130,10 +130,14 @@ int main(int argc, char **argv) {
                    fsc_offload_mode_name((fsc_offload_mode)m), mib(p), mib(g), mib(o), mib(p + g + o),
                    mib(most(R.host, world, FSC_TAG_PARAMS)), mib(most(R.host, world, FSC_TAG_GRADS)),
                    mib(most(R.host, world, FSC_TAG_OPTIM)), R.sec * 1e3, base ? (double)(p + g + o) / base : 0.0);
+            size_t hosted = most(R.host, world, FSC_TAG_PARAMS) + most(R.host, world, FSC_TAG_GRADS) +
+                            most(R.host, world, FSC_TAG_OPTIM);
             if (m == FSC_OFFLOAD_ALL)
-                printf("RESULT offload all: device params+grads+optim %.2f MiB = %.2fx none; the working set of the "
-                       "gathered units (the root and 2 blocks, parameters and full gradients) %.2f MiB\n",
-                       mib(p + g + o), base ? (double)(p + g + o) / base : 0.0, mib(working));
+                printf("RESULT offload all: device params+grads+optim %.2f MiB = %.2fx none; none's %.2f MiB less the "
+                       "%.2f MiB now on the host is %.2f MiB (the rest: reduced shards in transit); the gathered units "
+                       "(the root and 2 blocks, parameters and full gradients) are %.2f MiB\n", mib(p + g + o),
+                       base ? (double)(p + g + o) / base : 0.0, mib(base), mib(hosted),
+                       mib(base > hosted ? base - hosted : 0), mib(working));
         }
     }
     return 0;

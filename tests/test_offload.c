@@ -198,22 +198,23 @@ static fsc_status mem_rank_fn(fsc_rank *r, void *arg) {
     return s;
 }
 
-static void measure(of_mem *m, fsc_parallel_kind kind, fsc_offload_mode off) {
+static void measure(of_mem *m, fsc_parallel_kind kind, fsc_offload_mode off, int prefetch) {
     memset(m, 0, sizeof *m);
     m->run = pt_make(4, kind);
     m->run.cfg.layers = 4;
     m->run.po.offload = off;
+    m->run.po.prefetch = prefetch;
     fsc_cluster_opts co = {.world = 4, .device = "cpu", .timeout_s = 30};
     assert_ok(fsc_cluster_run(&co, mem_rank_fn, m));
 }
 
-static void test_offload_moves_memory_to_host(void **state) {
-    (void)state;
+/* with prefetch 0 and 1 (1: the reduce-scatters overlap, each in flight holding its unit's device shard) */
+static void check_memory(int prefetch) {
     static of_mem none, optim, all, z;
-    measure(&none, FSC_PAR_FSDP, FSC_OFFLOAD_NONE);
-    measure(&optim, FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM);
-    measure(&all, FSC_PAR_FSDP, FSC_OFFLOAD_ALL);
-    measure(&z, FSC_PAR_ZERO1, FSC_OFFLOAD_OPTIM);
+    measure(&none, FSC_PAR_FSDP, FSC_OFFLOAD_NONE, prefetch);
+    measure(&optim, FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM, prefetch);
+    measure(&all, FSC_PAR_FSDP, FSC_OFFLOAD_ALL, prefetch);
+    measure(&z, FSC_PAR_ZERO1, FSC_OFFLOAD_OPTIM, prefetch);
     const int N = 4;
     const size_t shard = (fsc_gpt_num_params(&none.run.cfg) / N) * sizeof(float); /* at least this per rank */
     /* the largest unit's shard: the root (every tensor outside the wrapped blocks) or a block */
@@ -244,9 +245,16 @@ static void test_offload_moves_memory_to_host(void **state) {
         /* and the reduced gradients: on the device only the units' full gradients and one reduced shard */
         assert_true(all.host[r][FSC_TAG_GRADS] >= shard);
         if (all.dev[r][FSC_TAG_GRADS] + all.host[r][FSC_TAG_GRADS] > none.dev[r][FSC_TAG_GRADS] + big)
-            fail_msg("rank %d: offload all peak grads %zu on the device + %zu on the host, none %zu, a unit's shard "
-                     "%zu", r, all.dev[r][FSC_TAG_GRADS], all.host[r][FSC_TAG_GRADS], none.dev[r][FSC_TAG_GRADS], big);
+            fail_msg("prefetch %d, rank %d: offload all peak grads %zu on the device + %zu on the host, none %zu, a unit's "
+                     "shard %zu", prefetch, r, all.dev[r][FSC_TAG_GRADS], all.host[r][FSC_TAG_GRADS],
+                     none.dev[r][FSC_TAG_GRADS], big);
     }
+}
+
+static void test_offload_moves_memory_to_host(void **state) {
+    (void)state;
+    check_memory(0);
+    check_memory(1);
 }
 
 static fsc_status create_only(fsc_rank *r, void *arg) {

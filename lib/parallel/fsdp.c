@@ -22,7 +22,8 @@
  * Offload all (docs/offload.md): masters and reduced gradients live on the host (e->host); a unit's shard is
  * uploaded just before its all-gather starts (so a prefetch copies ahead too) and its reduced gradient is
  * reduced into a device buffer, then downloaded (added on the host under accumulation, as the device's
- * accumulation adds). Its reduce-scatter runs synchronously. */
+ * accumulation adds). With prefetch its reduce-scatter overlaps the backward as without offload, the download
+ * happening when the reduction is finished (overlap.c, fsc_reduce_start_host). */
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
@@ -399,15 +400,19 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
         if (e->sync) {
             /* each micro-batch that reduces adds to the shard after the first */
             int accumulate = !e->po.no_sync && e->micro > 0;
-            if (d->prefetch && (d->G == d->N || d->G == 1) && d->mdev == e->dev) {
+            if (d->prefetch && (d->G == d->N || d->G == 1)) {
                 /* overlap: this unit's reduction runs during the next units' backward, with at most limit - 1
                  * older ones still in flight (oldest waited for first); it owns the full gradient from here on */
                 FSC_TRY(fsc_reduce_drain_to(e, &d->rq, d->limit - 2));
                 float *fg = U->fgrad;
                 U->fgrad = NULL;
                 bind_grads(e, U, NULL);
-                FSC_TRY(fsc_reduce_start(e, &d->rq, e->comm, d->G == d->N, fg, U->sgrad, U->padded, accumulate, fg,
-                                         NULL, 0));
+                if (d->mdev != e->dev) /* offload all: into a device shard, downloaded at the finish */
+                    FSC_TRY(fsc_reduce_start_host(e, &d->rq, e->comm, d->G == d->N, fg, U->sgrad, d->mdev, U->padded,
+                                                  accumulate, fg));
+                else
+                    FSC_TRY(fsc_reduce_start(e, &d->rq, e->comm, d->G == d->N, fg, U->sgrad, U->padded, accumulate,
+                                             fg, NULL, 0));
             } else {
                 FSC_TRY(unit_reduce(e, U, accumulate));
                 fsc_device_release(e->dev, U->fgrad);

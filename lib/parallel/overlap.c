@@ -11,8 +11,10 @@ static void release(fsc_engine *e, fsc_reduce_pending *p) {
     fsc_device_release(e->dev, p->send);
     fsc_device_release(e->dev, p->recv);
     fsc_device_release(e->dev, p->owned);
+    if (p->host) fsc_device_release(e->dev, p->out); /* offload all: the device copy of the result */
     p->send = p->recv = NULL;
     p->owned = NULL;
+    p->host = NULL;
 }
 
 fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in, float *out,
@@ -55,6 +57,39 @@ fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int
     return FSC_OK;
 }
 
+fsc_status fsc_reduce_start_host(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in,
+                                 float *host, fsc_device *hdev, size_t n, int accumulate, float *owned) {
+    const size_t nout = rs ? n / (size_t)fsc_comm_size(c) : n;
+    float *out = NULL;
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_GRADS, nout * sizeof(float), (void **)&out);
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, owned);
+        return s;
+    }
+    s = fsc_reduce_start(e, q, c, rs, in, out, n, 0, owned, NULL, 0);
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, out);
+        return s;
+    }
+    fsc_reduce_pending *p = &q->v[q->n - 1];
+    p->host = host;
+    p->hdev = hdev;
+    p->host_accumulate = accumulate;
+    return FSC_OK;
+}
+
+/* Offload all: the device result of p into its host shard, copied or added. */
+static fsc_status to_host(fsc_engine *e, fsc_reduce_pending *p) {
+    const size_t bytes = p->nout * sizeof(float);
+    if (!p->host_accumulate) return fsc_device_download(e->dev, p->host, p->out, bytes);
+    float *tmp = NULL;
+    fsc_status s = fsc_device_alloc(p->hdev, FSC_TAG_COMM, bytes, (void **)&tmp);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, tmp, p->out, bytes);
+    if (s == FSC_OK) s = FSC_K(p->hdev, axpy, p->host, 1.0f, tmp, p->nout);
+    fsc_device_release(p->hdev, tmp);
+    return s;
+}
+
 /* fsc_engine_reduce's work after the collective, for one pending reduction. */
 static fsc_status finish(fsc_engine *e, fsc_reduce_pending *p) {
     fsc_device *dev = e->dev;
@@ -75,6 +110,7 @@ static fsc_status finish(fsc_engine *e, fsc_reduce_pending *p) {
         }
     }
     if (s == FSC_OK && p->clear) s = fsc_device_memset(dev, p->clear, 0, p->clear_n * sizeof(float));
+    if (s == FSC_OK && p->host) s = to_host(e, p);
     release(e, p);
     return s;
 }

@@ -17,6 +17,11 @@ typedef struct {
     float *owned;       /* released at the finish (a gradient buffer handed over by the strategy), or NULL */
     float *clear;       /* zeroed at the finish (clear_n floats), or NULL */
     size_t clear_n;
+    /* offload all (fsc_reduce_start_host): out is a device buffer of the reduction's own (released at the
+     * finish), whose result the finish downloads into host, memory of hdev (added to it when host_accumulate) */
+    float *host;
+    fsc_device *hdev;
+    int host_accumulate;
 } fsc_reduce_pending;
 
 typedef struct {
@@ -29,6 +34,11 @@ typedef struct {
  * (clear_n floats, may be NULL) is zeroed then. */
 fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in, float *out,
                             size_t n, int accumulate, float *owned, float *clear, size_t clear_n);
+/* Offload all (docs/offload.md): the same reduction into a device buffer of its own (FSC_TAG_GRADS), whose
+ * result the finish downloads into host (host memory of hdev), or adds to it there when accumulate (the axpy
+ * the device's accumulation does): the bits of fsc_engine_reduce into host. owned as above. */
+fsc_status fsc_reduce_start_host(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in,
+                                 float *host, fsc_device *hdev, size_t n, int accumulate, float *owned);
 /* Finish every reduction of q, oldest first; the first failure is returned after all were waited for. */
 fsc_status fsc_reduce_drain(fsc_engine *e, fsc_reduce_queue *q);
 /* Finish the oldest reductions of q until at most keep (>= 0; less counts as 0) are in flight. */

@@ -6,7 +6,8 @@
  * simulated network (so collectives really run while layers compute) as without. Prefetch moves no extra
  * bytes (same calls and bytes per operation, but for full_shard's one all-gather less per micro-batch: the
  * last unit stays gathered for backward) and the ledger's peak parameter memory grows by at most
- * (limit - 1) gathered blocks. */
+ * (limit - 1) gathered blocks. Pipelines whose stages send their outputs asynchronously give the bits of
+ * synchronous sends. */
 #include "partest.h"
 
 /* pt_train with a network of lat_us per link: the collectives take time, so they overlap for real */
@@ -104,6 +105,29 @@ static void test_prefetch_same_bits_on_network(void **state) {
     check_all(4, 2, FSC_F32, 300);
 }
 
+/* Pipelines (2 stages x 2 data ranks, 4 micro-batches, each checkpoint mode): the stage outputs are sent
+ * while the next micro-batches compute; with fsdp and ddp inside, on a network, prefetch 1 equals 0. */
+static void test_prefetch_pipeline_same_bits(void **state) {
+    (void)state;
+    const fsc_pipe_checkpoint modes[] = {FSC_PIPE_CKPT_NEVER, FSC_PIPE_CKPT_EXCEPT_LAST};
+    for (int c = 0; c < 2; c++) {
+        for (int m = 0; m < 2; m++) {
+            const pf_case *k = &cases[c == 0 ? 0 : 3];
+            pt_run a = make(4, k, 0, 4, FSC_F32), b = make(4, k, 1, 4, FSC_F32);
+            a.po.pp = b.po.pp = 2;
+            a.po.no_sync = b.po.no_sync = 1; /* pipelines reduce once per step */
+            a.po.pipe_checkpoint = b.po.pipe_checkpoint = modes[m];
+            train_net(&a, 0);
+            train_net(&b, 200);
+            char what[96];
+            snprintf(what, sizeof what, "pipeline with %s inside, checkpoint mode %d", k->what, m);
+            pt_assert_same(&a, &b, what);
+            free(a.params);
+            free(b.params);
+        }
+    }
+}
+
 /* The ledger's peak parameter bytes: prefetching keeps at most limit - 1 more blocks gathered. */
 static void test_prefetch_memory_is_bounded(void **state) {
     (void)state;
@@ -146,6 +170,7 @@ int main(void) {
         cmocka_unit_test(test_prefetch_same_bits_f32),
         cmocka_unit_test(test_prefetch_same_bits_accum_bf16),
         cmocka_unit_test(test_prefetch_same_bits_on_network),
+        cmocka_unit_test(test_prefetch_pipeline_same_bits),
         cmocka_unit_test(test_prefetch_memory_is_bounded),
         cmocka_unit_test(test_prefetch_options_checked),
     };

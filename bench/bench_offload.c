@@ -4,9 +4,10 @@
  * A GPT trained for a few steps on the simulated cluster with fsdp full_shard (block units), zero1 and zero2,
  * each with --offload none, optim and all (all: fsdp only). For every run: the largest per-rank peak of the
  * device's ledger per tag (params, grads, optim; the sum of those three peaks), the host ledger's peaks
- * (e->host), the step time, and the device sum against none's. The ideal of offload all is the working set of
+ * (e->host), the step time without and with a host<->device copy cost (fsc_cluster_opts.sim_copy_gbps: what
+ * offload's copies cost where they are not hidden), and the device sum against none's. The ideal of offload all is the working set of
  * the gathered units: the units gathered at once (prefetch: 2) and their full gradients, printed beside it.
- * Usage: bench_offload [--world N] [--layers L] [--dim C] [--steps N] */
+ * Usage: bench_offload [--world N] [--layers L] [--dim C] [--steps N] [--copy-gbps G] (default 0.5) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,17 +72,19 @@ static double mib(size_t b) { return (double)b / 1048576.0; }
 
 int main(int argc, char **argv) {
     int world = 4, layers = 8, dim = 256, steps = 3;
+    double copy_gbps = 0.5;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && !strcmp(argv[i], "--world")) world = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--layers")) layers = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--dim")) dim = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--steps")) steps = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--copy-gbps")) copy_gbps = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_offload [--world N] [--layers L] [--dim C] [--steps N]\n");
+            fprintf(stderr, "usage: bench_offload [--world N] [--layers L] [--dim C] [--steps N] [--copy-gbps G]\n");
             return 2;
         }
     }
-    if (world < 1 || world > MAX_WORLD || layers < 1 || dim < 8 || steps < 2) {
+    if (world < 1 || world > MAX_WORLD || layers < 1 || dim < 8 || steps < 2 || !(copy_gbps > 0)) {
         fprintf(stderr, "bench_offload: world 1..%d, layers >= 1, dim >= 8, steps >= 2\n", MAX_WORLD);
         return 2;
     }
@@ -106,8 +109,9 @@ int main(int argc, char **argv) {
            "world %d, AdamW, %d steps\n", layers, dim, R.gc.vocab, (double)P / 1e6, mib(P * 4), mib(block * 4),
            world, steps);
     printf("per-rank peak MiB (the largest rank), device ledger | host ledger\n");
-    printf("%-20s %-6s %8s %8s %8s %9s | %8s %8s %8s | %8s %9s\n", "strategy", "mode", "params", "grads", "optim",
-           "p+g+o", "h.params", "h.grads", "h.optim", "ms/step", "vs none");
+    printf("ms/step: without a copy cost, and with host<->device copies at %g GB/s\n", copy_gbps);
+    printf("%-20s %-6s %8s %8s %8s %9s | %8s %8s %8s | %8s %9s | %8s\n", "strategy", "mode", "params", "grads", "optim",
+           "p+g+o", "h.params", "h.grads", "h.optim", "ms/step", "copies", "vs none");
     const struct { fsc_parallel_kind kind; const char *name; int all; } strat[] = {
         {FSC_PAR_FSDP, "fsdp full_shard", 1}, {FSC_PAR_ZERO1, "zero1", 0}, {FSC_PAR_ZERO2, "zero2", 0}};
     for (size_t k = 0; k < sizeof strat / sizeof strat[0]; k++) {
@@ -123,13 +127,22 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_offload: %s\n", fsc_last_error());
                 return 1;
             }
+            const double sec = R.sec;
+            static run C; /* the same run with a copy cost (its memory is the same) */
+            C = R;
+            co.sim_copy_gbps = copy_gbps;
+            if (fsc_cluster_run(&co, rank_fn, &C) != FSC_OK) {
+                fprintf(stderr, "bench_offload: %s\n", fsc_last_error());
+                return 1;
+            }
             size_t p = most(R.dev, world, FSC_TAG_PARAMS), g = most(R.dev, world, FSC_TAG_GRADS),
                    o = most(R.dev, world, FSC_TAG_OPTIM);
             if (m == FSC_OFFLOAD_NONE) base = p + g + o;
-            printf("%-20s %-6s %8.2f %8.2f %8.2f %9.2f | %8.2f %8.2f %8.2f | %8.1f %8.2fx\n", strat[k].name,
+            printf("%-20s %-6s %8.2f %8.2f %8.2f %9.2f | %8.2f %8.2f %8.2f | %8.1f %9.1f | %7.2fx\n", strat[k].name,
                    fsc_offload_mode_name((fsc_offload_mode)m), mib(p), mib(g), mib(o), mib(p + g + o),
                    mib(most(R.host, world, FSC_TAG_PARAMS)), mib(most(R.host, world, FSC_TAG_GRADS)),
-                   mib(most(R.host, world, FSC_TAG_OPTIM)), R.sec * 1e3, base ? (double)(p + g + o) / base : 0.0);
+                   mib(most(R.host, world, FSC_TAG_OPTIM)), sec * 1e3, C.sec * 1e3,
+                   base ? (double)(p + g + o) / base : 0.0);
             size_t hosted = most(R.host, world, FSC_TAG_PARAMS) + most(R.host, world, FSC_TAG_GRADS) +
                             most(R.host, world, FSC_TAG_OPTIM);
             if (m == FSC_OFFLOAD_ALL)

@@ -66,6 +66,7 @@ typedef struct {
     float sim_bandwidth, sim_latency; /* simulated ranks: the network (GB/s, us; 0: no cost) */
     int prefetch;       /* overlap communication with computation (docs/overlap.md) */
     int offload;        /* fsc_offload_mode (docs/offload.md) */
+    float sim_copy;     /* simulated ranks: host<->device copy bandwidth (GB/s; 0: no cost) */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -119,6 +120,7 @@ static const option options[] = {
     {"sim-bandwidth", "GBPS", "0", "simulated ranks: every link's bandwidth in GB/s; a collective then takes a ring algorithm's time (docs/overlap.md) (0: no cost)", K_FLOAT, F(sim_bandwidth), 0, 1e9, NULL},
     {"sim-latency", "US", "0", "simulated ranks: every link's latency in microseconds (0: none)", K_FLOAT, F(sim_latency), 0, 1e9, NULL},
     {"prefetch", "0|1", "1", "overlap communication with computation: fsdp gathers the next unit ahead and reduce-scatters during backward; ddp and zero reduce buckets during backward (the same bits either way)", K_INT, F(prefetch), 0, 1, NULL},
+    {"sim-copy-bandwidth", "GBPS", "0", "simulated ranks: host<->device copies (offload's among them) take bytes / GBPS of the rank's time, as over PCIe (docs/offload.md) (0: no cost)", K_FLOAT, F(sim_copy), 0, 1e9, NULL},
     {"offload", "MODE", "none", "host memory: none|optim (optimizer state and step on the host; fsdp, zero1, zero2)|all (also fsdp's fp32 master parameters and reduced gradients); the same bits (docs/offload.md)", K_CHOICE, F(offload), 0, 0, "none|optim|all"},
     {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage; "
      "the others compose with --pp too)", K_CHOICE, F(parallel), 0, 0, "none|ddp|fsdp|zero1|zero2|pipe"},
@@ -1034,9 +1036,9 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
     *me = 0, *procs = 0;
     if (fsc_launch_env_parse(NULL, NULL, &env) != FSC_OK) return snprintf(err, cap, "%s", fsc_last_error()), -1;
     int gw = option_index("world");
-    if (env.launcher != FSC_LAUNCHER_NONE && (c->sim_bandwidth > 0 || c->sim_latency > 0))
-        return snprintf(err, cap, "--sim-bandwidth and --sim-latency apply to simulated ranks; processes started by a "
-                        "launcher use the real network"), -1;
+    if (env.launcher != FSC_LAUNCHER_NONE && (c->sim_bandwidth > 0 || c->sim_latency > 0 || c->sim_copy > 0))
+        return snprintf(err, cap, "--sim-bandwidth, --sim-latency and --sim-copy-bandwidth apply to simulated ranks; "
+                        "processes started by a launcher use the real network and copies"), -1;
     if (env.launcher == FSC_LAUNCHER_NONE) {
         if (c->reduce)
             return snprintf(err, cap, "--reduce native applies to processes started by a launcher (mpirun -n N); "
@@ -1117,7 +1119,8 @@ int main(int argc, char **argv) {
     char dbuf[16];
     fsc_cluster_opts co = {.world = c.world, .device = option_choice("device", c.device, dbuf, sizeof dbuf),
                            .threads_per_rank = c.threads, .reduce_native = c.reduce,
-                           .sim_bandwidth_gbps = c.sim_bandwidth, .sim_latency_us = c.sim_latency};
+                           .sim_bandwidth_gbps = c.sim_bandwidth, .sim_latency_us = c.sim_latency,
+                           .sim_copy_gbps = c.sim_copy};
     if (c.check_ddp && !(st.params = calloc(st.nparams, sizeof(float)))) {
         fprintf(stderr, "train_gpt: out of memory\n");
         return 1;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include "fsc/cluster.h"
 #include "sim.h"
+#include "core/device_impl.h" /* fsc_device_set_copy_cost */
 
 #define SIM_MAX_WORLD 1024
 #define SIM_DEFAULT_TIMEOUT_S 60.0
@@ -55,6 +56,9 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
     if (!(o->sim_latency_us >= 0) || isinf(o->sim_latency_us))
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_latency_us %g must be a finite number of "
                                           "microseconds (0: none)", o->sim_latency_us);
+    if (!(o->sim_copy_gbps >= 0) || isinf(o->sim_copy_gbps))
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_copy_gbps %g must be a finite number of GB/s (0: "
+                                          "host<->device copies cost no time)", o->sim_copy_gbps);
     if (o->reduce_native)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: reduce_native applies to processes started by a launcher "
                          "(MPI, NCCL); simulated ranks always sum in rank order");
@@ -105,6 +109,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         rc->cl = cl;
         if (strcmp(devname, "cpu") != 0) s = sim_gpu_ordinal(r, &dopts.ordinal);
         if (s == FSC_OK) s = fsc_device_create(devname, &dopts, &rc->r.dev);
+        if (s == FSC_OK) fsc_device_set_copy_cost(rc->r.dev, opts->sim_copy_gbps);
         if (s != FSC_OK) {
             s = fsc_error_prefix(s, "rank %d: could not create its '%s' device", r, devname);
             break;

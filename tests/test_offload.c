@@ -10,7 +10,9 @@
  *  - memory: the device ledger holds no optimizer state with optim or all, and with all its parameters and
  *    gradients peak below the run without offload by at least the master and reduced-gradient shards, which
  *    the host ledger holds instead;
- *  - refusals: ddp, zero with all, pipelines and a bad mode fail with FSC_ERR_UNSUPPORTED / FSC_ERR_INVALID. */
+ *  - refusals: ddp, zero with all, pipelines and a bad mode fail with FSC_ERR_UNSUPPORTED / FSC_ERR_INVALID;
+ *  - the simulator's copy bandwidth: copies take at least bytes / bandwidth, and offload keeps its bits. */
+#include <time.h>
 #include "ckpttest.h"
 
 typedef struct {
@@ -257,6 +259,53 @@ static void test_offload_moves_memory_to_host(void **state) {
     check_memory(1);
 }
 
+/* The simulator's host<->device copy bandwidth (fsc_cluster_opts.sim_copy_gbps): an upload and a download of
+ * 8 MiB at 1 GB/s each take at least 8.39 ms of the rank's time; a bad value is refused. Oracle: the wall clock from below (a loaded machine only makes it longer). */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static fsc_status copy_rank_fn(fsc_rank *r, void *arg) {
+    double *took = arg;
+    const size_t bytes = (size_t)8 << 20;
+    void *d = NULL, *h = malloc(bytes);
+    fsc_status s = h ? fsc_device_alloc(r->dev, FSC_TAG_WORKSPACE, bytes, &d) : FSC_ERR_NOMEM;
+    if (s == FSC_OK) memset(h, 1, bytes);
+    double t0 = now_s();
+    if (s == FSC_OK) s = fsc_device_upload(r->dev, d, h, bytes);
+    if (s == FSC_OK) took[2 * r->rank] = now_s() - t0;
+    t0 = now_s();
+    if (s == FSC_OK) s = fsc_device_download(r->dev, h, d, bytes);
+    if (s == FSC_OK) took[2 * r->rank + 1] = now_s() - t0;
+    fsc_device_release(r->dev, d);
+    free(h);
+    return s;
+}
+
+static void test_simulated_copy_bandwidth(void **state) {
+    (void)state;
+    double took[4] = {0};
+    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30, .sim_copy_gbps = 1.0};
+    assert_ok(fsc_cluster_run(&co, copy_rank_fn, took));
+    const double want = (double)((size_t)8 << 20) / 1e9;
+    for (int k = 0; k < 4; k++)
+        if (took[k] < want) fail_msg("copy %d took %.6f s, less than %.6f s at 1 GB/s", k, took[k], want);
+    co.sim_copy_gbps = -1;
+    assert_err(fsc_cluster_run(&co, copy_rank_fn, took), FSC_ERR_INVALID, "sim_copy_gbps");
+    /* and offload keeps its bits under a copy cost */
+    pt_run a = make(2, &cases[2], FSC_OFFLOAD_NONE, 1, 1, FSC_F32, 1), b = make(2, &cases[2], FSC_OFFLOAD_ALL, 1, 1,
+                                                                                 FSC_F32, 1);
+    pt_train(&a);
+    b.params = calloc(fsc_gpt_num_params(&b.cfg), sizeof(float));
+    co = (fsc_cluster_opts){.world = 2, .device = "cpu", .timeout_s = 30, .sim_copy_gbps = 5.0};
+    assert_ok(fsc_cluster_run(&co, pt_rank_fn, &b));
+    pt_assert_same(&a, &b, "offload all with a copy cost against none");
+    free(a.params);
+    free(b.params);
+}
+
 static fsc_status create_only(fsc_rank *r, void *arg) {
     pt_run *run = arg;
     fsc_engine *e = NULL;
@@ -295,6 +344,7 @@ int main(void) {
         cmocka_unit_test(test_offload_weights_save_and_load),
         cmocka_unit_test(test_offload_moves_memory_to_host),
         cmocka_unit_test(test_offload_refuses_what_it_does_not_run),
+        cmocka_unit_test(test_simulated_copy_bandwidth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

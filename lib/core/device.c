@@ -5,6 +5,7 @@
  * searched next to the running executable, then by soname through the dynamic loader.
  * The map has a mutex so a device shared between threads (a rank and its helper) stays consistent. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "core/device_impl.h"
 
@@ -304,16 +306,32 @@ void fsc_device_reset_peak(fsc_device *dev) {
     pthread_mutex_unlock(&dev->live->mu);
 }
 
+void fsc_device_set_copy_cost(fsc_device *dev, double gbps) {
+    if (dev) dev->copy_s_per_byte = gbps > 0 ? 1.0 / (gbps * 1e9) : 0.0;
+}
+
+/* The simulated time of a copy of bytes: the calling thread sleeps it (nanosleep resumes after a signal). */
+static void copy_wait(const fsc_device *dev, size_t bytes) {
+    double t = (double)bytes * dev->copy_s_per_byte;
+    struct timespec ts = {.tv_sec = (time_t)t, .tv_nsec = (long)((t - (double)(time_t)t) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
 fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, size_t bytes) {
     if (bytes == 0) return FSC_OK;
     if (!dst || !host_src) return fsc_error(FSC_ERR_INVALID, "fsc_device_upload: NULL pointer for %zu bytes", bytes);
-    return dev->ops->upload(dev->ctx, dst, host_src, bytes);
+    fsc_status s = dev->ops->upload(dev->ctx, dst, host_src, bytes);
+    if (s == FSC_OK && dev->copy_s_per_byte > 0) copy_wait(dev, bytes);
+    return s;
 }
 
 fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src, size_t bytes) {
     if (bytes == 0) return FSC_OK;
     if (!host_dst || !src) return fsc_error(FSC_ERR_INVALID, "fsc_device_download: NULL pointer for %zu bytes", bytes);
-    return dev->ops->download(dev->ctx, host_dst, src, bytes);
+    fsc_status s = dev->ops->download(dev->ctx, host_dst, src, bytes);
+    if (s == FSC_OK && dev->copy_s_per_byte > 0) copy_wait(dev, bytes);
+    return s;
 }
 
 fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t bytes) {

@@ -15,7 +15,12 @@ struct fsc_device {
     /* a host device (fsc_device_create_host) of an accelerator with host_alloc: memory comes from it */
     const fsc_device_ops *mem_ops;
     void *mem_ctx;
+    double copy_s_per_byte;        /* simulated copy cost of upload/download (fsc_device_set_copy_cost), 0: none */
 };
+
+/* The simulator's host<->device copy bandwidth (fsc_cluster_opts.sim_copy_gbps): every upload and download of
+ * dev then also takes bytes / (gbps 1e9) seconds of the calling thread (0: no cost). */
+void fsc_device_set_copy_cost(fsc_device *dev, double gbps);
 
 /* Host memory as a device of its own (offload, docs/offload.md): the cpu backend's kernels and a ledger of its
  * own; its memory comes from accel's host_alloc (pinned) when accel has one, else from the cpu backend.

@@ -35,6 +35,9 @@ typedef struct {
     double sim_bandwidth_gbps; /* simulated ranks only: every link's bandwidth in GB/s (1e9 bytes/s); a collective
                                   then takes a ring algorithm's time (docs/overlap.md). 0 (default): no cost */
     double sim_latency_us;     /* simulated ranks only: every link's latency in microseconds (0: none) */
+    double sim_copy_gbps;      /* simulated ranks only: a copy between host memory and a rank's device (upload,
+                                  download) takes bytes / this GB/s of the rank's time, as over PCIe (offload,
+                                  docs/offload.md). 0 (default): no cost */
 } fsc_cluster_opts;
 /* The defaults: 1 rank, "cpu", timeout 60 s, threads and staging as 0 says. */
 fsc_cluster_opts fsc_cluster_opts_default(void);

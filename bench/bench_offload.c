@@ -22,6 +22,7 @@ typedef struct {
     int B, steps;
     size_t dev[MAX_WORLD][FSC_TAG_COUNT], host[MAX_WORLD][FSC_TAG_COUNT];
     double sec;         /* rank 0, the steps after the first */
+    size_t up[MAX_WORLD], down[MAX_WORLD]; /* bytes uploaded and downloaded by each rank over the steps after the first */
 } run;
 
 static double now_s(void) {
@@ -45,10 +46,17 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
             tok[i] = (int32_t)(x >> 24) % R->gc.vocab;
             tgt[i] = (int32_t)((x >> 16) & 255) % R->gc.vocab;
         }
-        if (step == 1) t0 = now_s();
+        if (step == 1) {
+            t0 = now_s();
+            fsc_device_reset_copied(r->dev);
+        }
         s = fsc_engine_step(e, tok, tgt, lb, R->B, NULL);
     }
     if (r->rank == 0) R->sec = R->steps > 1 ? (now_s() - t0) / (R->steps - 1) : 0;
+    if (r->rank < MAX_WORLD) {
+        R->up[r->rank] = fsc_device_copied_bytes(r->dev, 1);
+        R->down[r->rank] = fsc_device_copied_bytes(r->dev, 0);
+    }
     fsc_device *h = s == FSC_OK ? fsc_engine_host_device(e) : NULL;
     for (int t = 0; t < FSC_TAG_COUNT && r->rank < MAX_WORLD; t++) {
         R->dev[r->rank][t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
@@ -110,8 +118,8 @@ int main(int argc, char **argv) {
            world, steps);
     printf("per-rank peak MiB (the largest rank), device ledger | host ledger\n");
     printf("ms/step: without a copy cost, and with host<->device copies at %g GB/s\n", copy_gbps);
-    printf("%-20s %-6s %8s %8s %8s %9s | %8s %8s %8s | %8s %9s | %8s\n", "strategy", "mode", "params", "grads", "optim",
-           "p+g+o", "h.params", "h.grads", "h.optim", "ms/step", "copies", "vs none");
+    printf("%-20s %-6s %8s %8s %8s %9s | %8s %8s %8s | %8s %9s | %8s | %s\n", "strategy", "mode", "params", "grads",
+           "optim", "p+g+o", "h.params", "h.grads", "h.optim", "ms/step", "copies", "vs none", "MiB/step up, down");
     const struct { fsc_parallel_kind kind; const char *name; int all; } strat[] = {
         {FSC_PAR_FSDP, "fsdp full_shard", 1}, {FSC_PAR_ZERO1, "zero1", 0}, {FSC_PAR_ZERO2, "zero2", 0}};
     for (size_t k = 0; k < sizeof strat / sizeof strat[0]; k++) {
@@ -138,11 +146,16 @@ int main(int argc, char **argv) {
             size_t p = most(R.dev, world, FSC_TAG_PARAMS), g = most(R.dev, world, FSC_TAG_GRADS),
                    o = most(R.dev, world, FSC_TAG_OPTIM);
             if (m == FSC_OFFLOAD_NONE) base = p + g + o;
-            printf("%-20s %-6s %8.2f %8.2f %8.2f %9.2f | %8.2f %8.2f %8.2f | %8.1f %9.1f | %7.2fx\n", strat[k].name,
-                   fsc_offload_mode_name((fsc_offload_mode)m), mib(p), mib(g), mib(o), mib(p + g + o),
+            size_t up = 0, down = 0; /* the largest rank's */
+            for (int r = 0; r < world && r < MAX_WORLD; r++) {
+                if (R.up[r] > up) up = R.up[r];
+                if (R.down[r] > down) down = R.down[r];
+            }
+            printf("%-20s %-6s %8.2f %8.2f %8.2f %9.2f | %8.2f %8.2f %8.2f | %8.1f %9.1f | %7.2fx | %6.2f, %6.2f\n",
+                   strat[k].name, fsc_offload_mode_name((fsc_offload_mode)m), mib(p), mib(g), mib(o), mib(p + g + o),
                    mib(most(R.host, world, FSC_TAG_PARAMS)), mib(most(R.host, world, FSC_TAG_GRADS)),
                    mib(most(R.host, world, FSC_TAG_OPTIM)), sec * 1e3, C.sec * 1e3,
-                   base ? (double)(p + g + o) / base : 0.0);
+                   base ? (double)(p + g + o) / base : 0.0, mib(up) / (steps - 1), mib(down) / (steps - 1));
             size_t hosted = most(R.host, world, FSC_TAG_PARAMS) + most(R.host, world, FSC_TAG_GRADS) +
                             most(R.host, world, FSC_TAG_OPTIM);
             if (m == FSC_OFFLOAD_ALL)

@@ -334,6 +334,30 @@ static void test_host_device(void **state) {
     fsc_device_free(cpu);
 }
 
+/* fsc_device_copied_bytes counts uploads and downloads apart (copies on the device are not counted) until
+ * reset. Oracle: the byte counts of the calls. */
+static void test_copied_bytes(void **state) {
+    (void)state;
+    fsc_device *d = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &d));
+    char host[100] = {0};
+    void *a = NULL, *b = NULL;
+    assert_ok(fsc_device_alloc(d, FSC_TAG_WORKSPACE, 100, &a));
+    assert_ok(fsc_device_alloc(d, FSC_TAG_WORKSPACE, 100, &b));
+    assert_ok(fsc_device_upload(d, a, host, 100));
+    assert_ok(fsc_device_upload(d, a, host, 7));
+    assert_ok(fsc_device_download(d, host, a, 50));
+    assert_ok(fsc_device_copy(d, b, a, 100));
+    assert_int_equal(fsc_device_copied_bytes(d, 1), 107);
+    assert_int_equal(fsc_device_copied_bytes(d, 0), 50);
+    fsc_device_reset_copied(d);
+    assert_int_equal(fsc_device_copied_bytes(d, 1), 0);
+    assert_int_equal(fsc_device_copied_bytes(d, 0), 0);
+    fsc_device_release(d, a);
+    fsc_device_release(d, b);
+    fsc_device_free(d);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--open-cuda") == 0) { /* the child of test_cuda_plugin_no_fallback */
         fsc_device *d = NULL;
@@ -354,6 +378,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_many_allocations),
         cmocka_unit_test(test_copies),
         cmocka_unit_test(test_host_device),
+        cmocka_unit_test(test_copied_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -176,6 +176,7 @@ static void test_offload_weights_save_and_load(void **state) {
 typedef struct {
     pt_run run;
     size_t dev[PT_MAX_WORLD][FSC_TAG_COUNT], host[PT_MAX_WORLD][FSC_TAG_COUNT];
+    size_t up[PT_MAX_WORLD], down[PT_MAX_WORLD]; /* bytes copied to and from the device in the last step */
 } of_mem;
 
 static fsc_status mem_rank_fn(fsc_rank *r, void *arg) {
@@ -187,7 +188,12 @@ static fsc_status mem_rank_fn(fsc_rank *r, void *arg) {
     int32_t *tok = calloc((size_t)lb * T, sizeof(int32_t)), *tgt = calloc((size_t)lb * T, sizeof(int32_t));
     fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
     for (int i = 0; i < lb * T && s == FSC_OK; i++) tok[i] = pt_token((size_t)i, run->cfg.vocab), tgt[i] = tok[i];
-    for (int st = 0; st < 2 && s == FSC_OK; st++) s = fsc_engine_step(e, tok, tgt, lb, run->batch, NULL);
+    for (int st = 0; st < 2 && s == FSC_OK; st++) {
+        fsc_device_reset_copied(r->dev);
+        s = fsc_engine_step(e, tok, tgt, lb, run->batch, NULL);
+    }
+    m->up[r->rank] = fsc_device_copied_bytes(r->dev, 1);
+    m->down[r->rank] = fsc_device_copied_bytes(r->dev, 0);
     fsc_device *h = fsc_engine_host_device(e);
     if (run->po.offload != FSC_OFFLOAD_NONE && !h) s = fsc_error(FSC_ERR_INTERNAL, "offload without a host device");
     for (int t = 0; t < FSC_TAG_COUNT; t++) {
@@ -236,6 +242,19 @@ static void check_memory(int prefetch) {
         assert_int_equal(optim.host[r][FSC_TAG_OPTIM], none.dev[r][FSC_TAG_OPTIM]);
         assert_int_equal(all.host[r][FSC_TAG_OPTIM], none.dev[r][FSC_TAG_OPTIM]);
         assert_true(z.host[r][FSC_TAG_OPTIM] >= 2 * shard);
+        /* optim copies per step exactly the rank's masters and reduced gradients down and the masters up (the
+         * host copies of the masters are its host params); all copies every reduced shard down and every master
+         * up at least once (less the few bytes of the vote and the norm, which run on the host under all) */
+        if (optim.down[r] - none.down[r] != 2 * optim.host[r][FSC_TAG_PARAMS] ||
+            optim.up[r] - none.up[r] != optim.host[r][FSC_TAG_PARAMS])
+            fail_msg("rank %d: offload optim copied %zu down and %zu up per step beyond none's, not 2 x %zu and %zu", r,
+                     optim.down[r] - none.down[r], optim.up[r] - none.up[r], optim.host[r][FSC_TAG_PARAMS],
+                     optim.host[r][FSC_TAG_PARAMS]);
+        if (all.down[r] + 4096 < none.down[r] + all.host[r][FSC_TAG_GRADS] ||
+            all.up[r] + 4096 < none.up[r] + all.host[r][FSC_TAG_PARAMS])
+            fail_msg("rank %d: offload all copied %zu down and %zu up, none %zu and %zu, host shards %zu and %zu", r,
+                     all.down[r], all.up[r], none.down[r], none.up[r], all.host[r][FSC_TAG_GRADS],
+                     all.host[r][FSC_TAG_PARAMS]);
         /* optim keeps masters and reduced gradients on the device */
         assert_int_equal(optim.dev[r][FSC_TAG_PARAMS], none.dev[r][FSC_TAG_PARAMS]);
         assert_int_equal(optim.dev[r][FSC_TAG_GRADS], none.dev[r][FSC_TAG_GRADS]);

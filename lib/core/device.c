@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,6 +307,16 @@ void fsc_device_reset_peak(fsc_device *dev) {
     pthread_mutex_unlock(&dev->live->mu);
 }
 
+size_t fsc_device_copied_bytes(const fsc_device *dev, int to_device) {
+    return dev ? atomic_load_explicit(&((fsc_device *)dev)->copied[to_device ? 1 : 0], memory_order_relaxed) : 0;
+}
+
+void fsc_device_reset_copied(fsc_device *dev) {
+    if (!dev) return;
+    atomic_store(&dev->copied[0], 0);
+    atomic_store(&dev->copied[1], 0);
+}
+
 void fsc_device_set_copy_cost(fsc_device *dev, double gbps) {
     if (dev) dev->copy_s_per_byte = gbps > 0 ? 1.0 / (gbps * 1e9) : 0.0;
 }
@@ -322,6 +333,7 @@ fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, s
     if (bytes == 0) return FSC_OK;
     if (!dst || !host_src) return fsc_error(FSC_ERR_INVALID, "fsc_device_upload: NULL pointer for %zu bytes", bytes);
     fsc_status s = dev->ops->upload(dev->ctx, dst, host_src, bytes);
+    if (s == FSC_OK) atomic_fetch_add_explicit(&dev->copied[1], bytes, memory_order_relaxed);
     if (s == FSC_OK && dev->copy_s_per_byte > 0) copy_wait(dev, bytes);
     return s;
 }
@@ -330,6 +342,7 @@ fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src,
     if (bytes == 0) return FSC_OK;
     if (!host_dst || !src) return fsc_error(FSC_ERR_INVALID, "fsc_device_download: NULL pointer for %zu bytes", bytes);
     fsc_status s = dev->ops->download(dev->ctx, host_dst, src, bytes);
+    if (s == FSC_OK) atomic_fetch_add_explicit(&dev->copied[0], bytes, memory_order_relaxed);
     if (s == FSC_OK && dev->copy_s_per_byte > 0) copy_wait(dev, bytes);
     return s;
 }

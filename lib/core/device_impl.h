@@ -16,6 +16,7 @@ struct fsc_device {
     const fsc_device_ops *mem_ops;
     void *mem_ctx;
     double copy_s_per_byte;        /* simulated copy cost of upload/download (fsc_device_set_copy_cost), 0: none */
+    _Atomic size_t copied[2];      /* bytes downloaded [0] and uploaded [1] (fsc_device_copied_bytes) */
 };
 
 /* The simulator's host<->device copy bandwidth (fsc_cluster_opts.sim_copy_gbps): every upload and download of

@@ -311,6 +311,7 @@ static void test_host_device(void **state) {
     assert_ok(fsc_device_create("cpu", NULL, &cpu));
     assert_ok(fsc_device_create_host(cpu, &h)); /* the cpu backend has no host_alloc: plain memory */
     assert_null(h->mem_ops);
+    assert_ptr_equal(h->comm_dev, cpu); /* its collectives' buffers: the accelerator's memory */
     fsc_device_free(h);
     fsc_device_ops ops = *cpu->ops; /* an accelerator with pinned host memory */
     ops.host_alloc = fake_host_alloc;

@@ -283,6 +283,7 @@ void fsc_device_release(fsc_device *dev, void *p) {
 
 fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out) {
     FSC_TRY(fsc_device_create("cpu", NULL, out));
+    (*out)->comm_dev = accel;
     if (accel && accel->ops->host_alloc && accel->ops->host_free) {
         (*out)->mem_ops = accel->ops;
         (*out)->mem_ctx = accel->ctx;

@@ -15,6 +15,9 @@ struct fsc_device {
     /* a host device (fsc_device_create_host) of an accelerator with host_alloc: memory comes from it */
     const fsc_device_ops *mem_ops;
     void *mem_ctx;
+    /* a host device: the accelerator whose memory its collectives go through (communicators send device
+     * memory; fsc_grad_norm and the non-finite vote stage through it), NULL otherwise */
+    struct fsc_device *comm_dev;
     double copy_s_per_byte;        /* simulated copy cost of upload/download (fsc_device_set_copy_cost), 0: none */
     _Atomic size_t copied[2];      /* bytes downloaded [0] and uploaded [1] (fsc_device_copied_bytes) */
 };

@@ -79,6 +79,14 @@ echo
 echo "== fsc: pipeline bubble, measured vs ideal (P-1)/(M+P-1)"; "$B/bench_pipe" | tee "$B/bench_pipe.out"
 
 echo
+echo "== fsc: overlap of communication with computation on a simulated network (communication = computation)"
+"$B/bench_overlap" | tee "$B/bench_overlap.out"
+
+echo
+echo "== fsc: offload to host memory, per-rank peak device memory with --offload none, optim and all"
+"$B/bench_offload" | tee "$B/bench_offload.out"
+
+echo
 echo "== the Llama (4 layers, width 256, 4 heads, 2 kv heads, ffn 768, context 128, batch 8), 1 rank: fsc's"
 echo "   bench_llama (alternating steps with the GPT-2 of the same shape) and PyTorch on the same Llama ($R rounds)"
 L="$B/bench_llama_summary.txt"

@@ -80,6 +80,10 @@ typedef struct {
     size_t nstrs;
     int trace_events;
     float peak_tflops;  /* per rank, for MFU; 0: measured */
+    float sim_bandwidth, sim_latency; /* simulated ranks: the network (GB/s, us; 0: no cost) */
+    int prefetch;       /* overlap communication with computation (docs/overlap.md) */
+    int offload;        /* fsc_offload_mode (docs/offload.md) */
+    float sim_copy;     /* simulated ranks: host<->device copy bandwidth (GB/s; 0: no cost) */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -145,6 +149,11 @@ static const option options[] = {
     {"peak-tflops", "X", "0", "peak TFLOP/s of one rank's device for MFU (0: measure its fp32 gemm at start)", K_FLOAT, F(peak_tflops), 0, 1e9, NULL},
     {"world", "N", "1", "simulated ranks (threads); under a launcher (mpirun, srun, torchrun) one rank per process: omit it or give the launcher's number", K_INT, F(world), 1, 1024, NULL},
     {"reduce", "MODE", "ordered", "processes started by a launcher: ordered (sums in rank order, the simulated ranks' bits)|native (MPI's or NCCL's own all-reduce, faster, bits may differ)", K_CHOICE, F(reduce), 0, 0, "ordered|native"},
+    {"sim-bandwidth", "GBPS", "0", "simulated ranks: every link's bandwidth in GB/s; a collective then takes a ring algorithm's time (docs/overlap.md) (0: no cost)", K_FLOAT, F(sim_bandwidth), 0, 1e9, NULL},
+    {"sim-latency", "US", "0", "simulated ranks: every link's latency in microseconds (0: none)", K_FLOAT, F(sim_latency), 0, 1e9, NULL},
+    {"prefetch", "0|1", "1", "overlap communication with computation: fsdp gathers the next unit ahead and reduce-scatters during backward; ddp and zero reduce buckets during backward (the same bits either way)", K_INT, F(prefetch), 0, 1, NULL},
+    {"sim-copy-bandwidth", "GBPS", "0", "simulated ranks: host<->device copies (offload's among them) take bytes / GBPS of the rank's time, as over PCIe (docs/offload.md) (0: no cost)", K_FLOAT, F(sim_copy), 0, 1e9, NULL},
+    {"offload", "MODE", "none", "host memory: none|optim (optimizer state and step on the host; fsdp, zero1, zero2)|all (also fsdp's fp32 master parameters and reduced gradients); the same bits (docs/offload.md)", K_CHOICE, F(offload), 0, 0, "none|optim|all"},
     {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage; "
      "the others compose with --pp too)", K_CHOICE, F(parallel), 0, 0, "none|ddp|fsdp|zero1|zero2|pipe"},
     {"shard", "KIND", "full", "fsdp sharding: full|grad_op|none|hybrid", K_CHOICE, F(shard), 0, 0, "full|grad_op|none|hybrid"},
@@ -916,6 +925,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     po.param_dtype = precision_dtype[c->precision];
     po.reduce_dtype = precision_dtype[c->precision];
     po.accum = c->accum;
+    po.prefetch = c->prefetch;
+    po.offload = (fsc_offload_mode)c->offload;
     po.clip = c->clip;
     po.nonfinite = (fsc_nonfinite_policy)c->nonfinite;
     po.max_skipped_steps = c->max_skipped_steps;
@@ -1034,13 +1045,17 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             st->losses[step] = info.loss;
             st->step_ms[step] = ms;
             st->lr[step] = fsc_engine_lr(e);
-            char moe[96] = "";
+            char moe[128] = "";
             if (c->moe_experts) {
                 st->aux[step] = info.aux_loss, st->assigned[step] = info.moe_assigned, st->dropped[step] = info.moe_dropped;
                 snprintf(moe, sizeof moe, " | aux %.4f | dropped %lld/%lld", info.aux_loss, (long long)info.moe_dropped,
                          (long long)info.moe_assigned);
             }
-            char extra[160];
+            fsc_device *host = fsc_engine_host_device(e); /* offload: host memory has its own ledger */
+            if (host)
+                snprintf(moe + strlen(moe), sizeof moe - strlen(moe), " | host peak %.1f MiB",
+                         (double)fsc_device_peak_total(host) / 1048576.0);
+            char extra[192];
             snprintf(extra, sizeof extra, "%s%s", moe, info.skipped ? " | skipped (inf/nan loss or gradients)" : "");
             if (timed++ == 0) first_ms = ms;
             else sum_ms += ms;
@@ -1375,6 +1390,9 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
     *me = 0, *procs = 0;
     if (fsc_launch_env_parse(NULL, NULL, &env) != FSC_OK) return snprintf(err, cap, "%s", fsc_last_error()), -1;
     int gw = option_index("world");
+    if (env.launcher != FSC_LAUNCHER_NONE && (c->sim_bandwidth > 0 || c->sim_latency > 0 || c->sim_copy > 0))
+        return snprintf(err, cap, "--sim-bandwidth, --sim-latency and --sim-copy-bandwidth apply to simulated ranks; "
+                        "processes started by a launcher use the real network and copies"), -1;
     if (env.launcher == FSC_LAUNCHER_NONE) {
         if (c->reduce)
             return snprintf(err, cap, "--reduce native applies to processes started by a launcher (mpirun -n N); "
@@ -1546,7 +1564,9 @@ int main(int argc, char **argv) {
     fflush(stdout);
     char dbuf[16];
     fsc_cluster_opts co = {.world = c.world, .device = option_choice("device", c.device, dbuf, sizeof dbuf),
-                           .threads_per_rank = c.threads, .reduce_native = c.reduce};
+                           .threads_per_rank = c.threads, .reduce_native = c.reduce,
+                           .sim_bandwidth_gbps = c.sim_bandwidth, .sim_latency_us = c.sim_latency,
+                           .sim_copy_gbps = c.sim_copy};
     if (c.check_ddp && !(st.params = calloc(st.nparams, sizeof(float)))) {
         fprintf(stderr, "fsc-train: out of memory\n");
         return 1;
@@ -1564,7 +1584,7 @@ int main(int argc, char **argv) {
     sd.log = NULL;
     fsc_status s = FSC_OK;
     if (procs) { /* the DDP oracle runs inside the same launch */
-        cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = 1;
+        cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = 1, cd.offload = 0;
         if (c.check_ddp) sd.pstats = NULL, sd.cfg = &cd; /* (results_free frees sd's buffers when it has its own) */
         if (c.check_ddp && ((sd.params = calloc(st.nparams, sizeof(float))) == NULL ||
                             results_alloc(&sd, c.steps, c.world) != 0)) {
@@ -1591,6 +1611,7 @@ int main(int argc, char **argv) {
         cd.world = c.dp * c.tp; /* with tensor parallelism on the same tensor groups */
         cd.balance = NULL;
         cd.ep = 1; /* the oracle of expert parallelism: every expert on every rank */
+        cd.offload = 0; /* and of offload: everything on the device (ddp does not offload) */
         co.world = cd.world;
         sd.pstats = NULL;
         sd.cfg = &cd;

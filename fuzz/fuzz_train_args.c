@@ -107,6 +107,9 @@ static void fz_check_accepted(const train_config *c) {
         __builtin_trap();
     }
     if (c->reduce) __builtin_trap(); /* --reduce native needs a launcher's processes */
+    if ((c->prefetch != 0 && c->prefetch != 1) || !(c->sim_bandwidth >= 0) || !(c->sim_latency >= 0))
+        __builtin_trap(); /* --prefetch 0|1, the network's values finite and >= 0 */
+    if (c->offload < 0 || c->offload > 2 || !(c->sim_copy >= 0)) __builtin_trap(); /* --offload, copy bandwidth */
     int order[3];
     if (fsc_layout_parse_order(c->order, order) != FSC_OK) __builtin_trap();
     for (int r = 0; r < c->world; r += c->world > 1 ? c->world - 1 : 1) {

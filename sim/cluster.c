@@ -12,6 +12,7 @@
 #include <string.h>
 #include "fsc/cluster.h"
 #include "sim.h"
+#include "core/device_impl.h" /* fsc_device_set_copy_cost */
 
 #define SIM_MAX_WORLD 1024
 #define SIM_DEFAULT_TIMEOUT_S 60.0
@@ -49,6 +50,15 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
     if (o->stage_through_host != 0 && o->stage_through_host != 1)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: stage_through_host %d must be 0 or 1",
                          o->stage_through_host);
+    if (!(o->sim_bandwidth_gbps >= 0) || isinf(o->sim_bandwidth_gbps))
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_bandwidth_gbps %g must be a finite number of GB/s "
+                                          "(0: the network costs no time)", o->sim_bandwidth_gbps);
+    if (!(o->sim_latency_us >= 0) || isinf(o->sim_latency_us))
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_latency_us %g must be a finite number of "
+                                          "microseconds (0: none)", o->sim_latency_us);
+    if (!(o->sim_copy_gbps >= 0) || isinf(o->sim_copy_gbps))
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_copy_gbps %g must be a finite number of GB/s (0: "
+                                          "host<->device copies cost no time)", o->sim_copy_gbps);
     if (o->reduce_native)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: reduce_native applies to processes started by a launcher "
                          "(MPI, NCCL); simulated ranks always sum in rank order");
@@ -81,6 +91,15 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     if (!ranks) return fsc_error(FSC_ERR_NOMEM, "fsc_cluster_run: out of memory for %d ranks", world);
     sim_cluster *cl = NULL;
     fsc_status s = sim_cluster_create(world, timeout, &cl);
+    if (s == FSC_OK) {
+        cl->net_latency_s = opts->sim_latency_us * 1e-6;
+        cl->net_bytes_per_s = opts->sim_bandwidth_gbps * 1e9;
+        if (cl->net_latency_s > 0 || cl->net_bytes_per_s > 0) { /* the links' bookings (sim_net.c) */
+            pthread_mutex_init(&cl->net_mu, NULL);
+            cl->link_free = calloc((size_t)world, sizeof *cl->link_free);
+            if (!cl->link_free) s = fsc_error(FSC_ERR_NOMEM, "fsc_cluster_run: out of memory for the network");
+        }
+    }
     for (int r = 0; r < world && s == FSC_OK; r++) {
         rank_ctx *rc = &ranks[r];
         rc->r.rank = rc->r.local_rank = r;
@@ -90,6 +109,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         rc->cl = cl;
         if (strcmp(devname, "cpu") != 0) s = sim_gpu_ordinal(r, &dopts.ordinal);
         if (s == FSC_OK) s = fsc_device_create(devname, &dopts, &rc->r.dev);
+        if (s == FSC_OK) fsc_device_set_copy_cost(rc->r.dev, opts->sim_copy_gbps);
         if (s != FSC_OK) {
             s = fsc_error_prefix(s, "rank %d: could not create its '%s' device", r, devname);
             break;
@@ -125,6 +145,10 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     for (int r = 0; r < world; r++) {
         fsc_comm_free(ranks[r].r.comm);
         if (ranks[r].r.dev) fsc_device_free(ranks[r].r.dev);
+    }
+    if (cl && cl->link_free) {
+        free(cl->link_free);
+        pthread_mutex_destroy(&cl->net_mu);
     }
     sim_cluster_free(cl);
     free(ranks);

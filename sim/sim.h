@@ -28,6 +28,7 @@
 #define FSC_SIM_H
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 #include "core/comm_impl.h"
 #include "fsc/device.h"
 
@@ -75,6 +76,7 @@ struct sim_group {
     char verdict_msg[SIM_MSG_CAP];
     fsc_status fail;          /* sticky: after a timeout every call on the group fails */
     char fail_msg[SIM_MSG_CAP];
+    double t_done;            /* network: when the last committed collective ends (sim_net.c) */
     sim_msg **inbox;          /* (size) messages queued for each rank, oldest first */
     atomic_int refs;          /* handles pointing here */
     sim_group *next;          /* cluster registry, guarded by cl->mu */
@@ -89,6 +91,8 @@ struct sim_handle {
     unsigned char *buf;       /* (cap) host staging buffer, read by the group's ranks between arrive and depart */
     size_t cap;
     char stage_err[SIM_MSG_CAP]; /* why staging failed, for the slot's stage_err */
+    struct sim_async *async;  /* the handle's progress thread (sim_async.c), NULL until the first start */
+    double t_done;            /* network: when this rank's last committed collective ends */
 };
 
 struct sim_cluster {
@@ -103,6 +107,10 @@ struct sim_cluster {
     fsc_status fail_status;
     char fail_msg[SIM_MSG_CAP];
     sim_group *world_group;
+    /* the network (sim_net.c): every link's latency (s) and bandwidth (bytes/s); 0: collectives cost no time */
+    double net_latency_s, net_bytes_per_s;
+    pthread_mutex_t net_mu;   /* guards link_free; taken under a group's mu, never the other way */
+    double *link_free;        /* (world) when each rank's link is free again (sim_now seconds), or NULL */
 };
 
 /* sim_group.c: the cluster, groups and the rendezvous. */
@@ -141,6 +149,34 @@ extern const fsc_comm_ops sim_comm_ops;
 /* The world communicator of `rank` on dev (NULL: buffers are host memory). Buffers are staged through host
  * memory when dev is not the cpu device, or when force_stage is set (dev must then be given). */
 fsc_status sim_comm_open(sim_cluster *cl, int rank, fsc_device *dev, int force_stage, fsc_comm **out);
+
+/* sim_comm.c: run one call with the synchronous implementation on the calling thread, then let the
+ * network's time pass (sim_net.c); the caller has drained the handle's queue or is its progress thread. */
+fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k);
+
+/* sim_async.c: a progress thread per handle, started by the first asynchronous call, runs the handle's
+ * calls in issue order, so a rank computes while its collectives run. Synchronous calls first wait until
+ * the queue is empty (sim_async_drain) and then run on the rank's thread. */
+fsc_status sim_async_start(void *ctx, const fsc_comm_call *k, void **req);
+fsc_status sim_async_wait(void *ctx, void *req);
+fsc_status sim_async_test(void *ctx, void *req, int *done);
+void sim_async_drain(sim_handle *h);
+/* Stop the thread (it finishes what is queued first); before the handle is freed. */
+void sim_async_free(sim_handle *h);
+
+/* sim_net.c: the network's cost model. Seconds call k takes on a group of n ranks (0 without a network). */
+double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n);
+/* Whether the cluster has a network (cl->link_free is set). */
+int sim_net_on(const sim_cluster *cl);
+/* The monotonic clock in seconds. */
+double sim_now(void);
+/* Book `cost` seconds on the links of the n world ranks: from when all of them are free (and not before
+ * now) on; returns when it ends. */
+double sim_net_reserve(sim_cluster *cl, const int *world_rank, int n, double cost);
+/* Under g->mu, by the rank completing an arrive: book the committed collective's time (g->t_done). */
+void sim_net_commit(sim_group *g);
+/* Sleep until t (sim_now seconds). */
+void sim_net_sleep_until(double t);
 
 /* sim_stage.c: staging through host memory (called only when h->stage is set). A rank whose staging fails
  * before the rendezvous still arrives, with its slot's stage_err set, so the collective fails on every rank

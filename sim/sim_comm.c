@@ -317,24 +317,97 @@ static fsc_status sim_split(void *ctx, int color, int key, void **new_ctx, int *
 static void sim_destroy(void *ctx) {
     sim_handle *h = ctx;
     if (!h) return;
+    sim_async_free(h);
     sim_group_unref(h->g);
     free(h->buf);
     free(h);
 }
 
+/* ---- one call, then the network's time; the table's synchronous entries ---- */
+
+fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
+    const int net = sim_net_on(h->g->cl);
+    if (net && k->op == FSC_OP_SEND && k->peer != h->rank) { /* the sender's link carries it before it is there */
+        int me = h->g->world_rank[h->rank];
+        sim_net_sleep_until(sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g->cl, k, h->g->size)));
+    }
+    fsc_status s;
+    switch (k->op) {
+    case FSC_OP_ALL_REDUCE: s = sim_all_reduce(h, k->send, k->recv, k->count, k->dt, k->redop); break;
+    case FSC_OP_REDUCE_SCATTER: s = sim_reduce_scatter(h, k->send, k->recv, k->count, k->dt, k->redop); break;
+    case FSC_OP_ALL_GATHER: s = sim_all_gather(h, k->send, k->recv, k->count, k->dt); break;
+    case FSC_OP_BROADCAST: s = sim_broadcast(h, k->recv, k->count, k->dt, k->peer); break;
+    case FSC_OP_SEND: s = sim_send(h, k->send, k->count, k->dt, k->peer); break;
+    case FSC_OP_RECV: s = sim_recv(h, k->recv, k->count, k->dt, k->peer); break;
+    case FSC_OP_ALL_TO_ALL: s = sim_all_to_all(h, k->send, k->recv, k->count, k->dt); break;
+    case FSC_OP_BARRIER: s = sim_barrier(h); break;
+    default: return fsc_error(FSC_ERR_INTERNAL, "sim: no operation %d", (int)k->op);
+    }
+    if (s == FSC_OK && net && k->op != FSC_OP_SEND && k->op != FSC_OP_RECV)
+        sim_net_sleep_until(h->t_done); /* booked when every rank had arrived */
+    return s;
+}
+
+static fsc_status sync_call(void *ctx, const fsc_comm_call *k) {
+    sim_async_drain(ctx); /* issue order: what was started before runs first */
+    return sim_run_call(ctx, k);
+}
+
+static fsc_status op_all_reduce(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt, fsc_redop op) {
+    fsc_comm_call k = {.op = FSC_OP_ALL_REDUCE, .send = send, .recv = recv, .count = count, .dt = dt, .redop = op};
+    return sync_call(ctx, &k);
+}
+static fsc_status op_reduce_scatter(void *ctx, const void *send, void *recv, size_t recvcount, fsc_dtype dt,
+                                    fsc_redop op) {
+    fsc_comm_call k = {.op = FSC_OP_REDUCE_SCATTER, .send = send, .recv = recv, .count = recvcount, .dt = dt,
+                       .redop = op};
+    return sync_call(ctx, &k);
+}
+static fsc_status op_all_gather(void *ctx, const void *send, void *recv, size_t sendcount, fsc_dtype dt) {
+    fsc_comm_call k = {.op = FSC_OP_ALL_GATHER, .send = send, .recv = recv, .count = sendcount, .dt = dt};
+    return sync_call(ctx, &k);
+}
+static fsc_status op_broadcast(void *ctx, void *buf, size_t count, fsc_dtype dt, int root) {
+    fsc_comm_call k = {.op = FSC_OP_BROADCAST, .send = buf, .recv = buf, .count = count, .dt = dt, .peer = root};
+    return sync_call(ctx, &k);
+}
+static fsc_status op_send(void *ctx, const void *buf, size_t count, fsc_dtype dt, int peer) {
+    fsc_comm_call k = {.op = FSC_OP_SEND, .send = buf, .count = count, .dt = dt, .peer = peer};
+    return sync_call(ctx, &k);
+}
+static fsc_status op_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int peer) {
+    fsc_comm_call k = {.op = FSC_OP_RECV, .recv = buf, .count = count, .dt = dt, .peer = peer};
+    return sync_call(ctx, &k);
+}
+static fsc_status op_all_to_all(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt) {
+    fsc_comm_call k = {.op = FSC_OP_ALL_TO_ALL, .send = send, .recv = recv, .count = count, .dt = dt};
+    return sync_call(ctx, &k);
+}
+static fsc_status op_barrier(void *ctx) {
+    fsc_comm_call k = {.op = FSC_OP_BARRIER};
+    return sync_call(ctx, &k);
+}
+static fsc_status op_split(void *ctx, int color, int key, void **new_ctx, int *new_rank, int *new_size) {
+    sim_async_drain(ctx);
+    return sim_split(ctx, color, key, new_ctx, new_rank, new_size);
+}
+
 const fsc_comm_ops sim_comm_ops = {
     .abi_version = FSC_COMM_ABI_VERSION,
     .name = "sim",
-    .all_reduce = sim_all_reduce,
-    .reduce_scatter = sim_reduce_scatter,
-    .all_gather = sim_all_gather,
-    .broadcast = sim_broadcast,
-    .send = sim_send,
-    .recv = sim_recv,
-    .all_to_all = sim_all_to_all,
-    .barrier = sim_barrier,
-    .split = sim_split,
+    .all_reduce = op_all_reduce,
+    .reduce_scatter = op_reduce_scatter,
+    .all_gather = op_all_gather,
+    .broadcast = op_broadcast,
+    .send = op_send,
+    .recv = op_recv,
+    .all_to_all = op_all_to_all,
+    .barrier = op_barrier,
+    .split = op_split,
     .destroy = sim_destroy,
+    .start = sim_async_start,
+    .wait = sim_async_wait,
+    .test = sim_async_test,
 };
 
 fsc_status sim_comm_open(sim_cluster *cl, int rank, fsc_device *dev, int force_stage, fsc_comm **out) {

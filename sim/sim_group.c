@@ -371,6 +371,7 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
     unsigned gen = g->arrive_gen;
     if (++g->arrived == g->size) {
         complete_arrive(g);
+        if (sim_net_on(g->cl) && g->verdict == FSC_OK) sim_net_commit(g);
         for (int j = 0; j < g->size; j++) g->slots[j].posted = 0;
         g->arrived = 0;
         g->arrive_gen++;
@@ -379,6 +380,7 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
     int timed_out = 0;
     for (;;) {
         if (g->arrive_gen != gen) { /* committed: every rank arrived */
+            h->t_done = g->t_done;
             s = g->verdict == FSC_OK ? FSC_OK : fsc_error(g->verdict, "%s", g->verdict_msg);
             break;
         }

@@ -46,7 +46,8 @@ static inline int32_t pt_token(size_t i, int vocab) {
 static fsc_status pt_rank_fn(fsc_rank *r, void *arg) {
     pt_run *run = arg;
     const int T = run->cfg.seq, B = run->batch, N = r->world;
-    const int lb = B / N;
+    const int dp = run->po.pp > 1 ? N / run->po.pp : N, data = r->rank % dp; /* pipelines: stages of dp ranks */
+    const int lb = B / dp;
     const size_t ntok = 4096;
     fsc_engine *e = NULL;
     fsc_status s = fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e);
@@ -54,7 +55,7 @@ static fsc_status pt_rank_fn(fsc_rank *r, void *arg) {
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     for (int step = 0; step < run->steps && s == FSC_OK; step++) {
         for (int i = 0; i < lb; i++) {
-            size_t start = ((size_t)(step * B + r->rank * lb + i) * T) % (ntok - T);
+            size_t start = ((size_t)(step * B + data * lb + i) * T) % (ntok - T);
             for (int t = 0; t < T; t++) {
                 tok[i * T + t] = pt_token(start + t, run->cfg.vocab);
                 tgt[i * T + t] = pt_token(start + t + 1, run->cfg.vocab);

@@ -252,7 +252,7 @@ static void test_plugin_loads_and_refuses_cleanly(void **state) {
         assert_int_equal(ops->abi_version, FSC_DEVICE_ABI_VERSION);
         assert_string_equal(ops->name, "cuda");
         const char *base = (const char *)&ops->alloc; /* from alloc to the last entry: function pointers only */
-        size_t nf = (size_t)((const char *)(&ops->mse_backward + 1) - base) / sizeof(void (*)(void));
+        size_t nf = (size_t)((const char *)(&ops->host_free + 1) - base) / sizeof(void (*)(void));
         for (size_t i = 0; i < nf; i++) {
             void (*fp)(void);
             memcpy(&fp, base + i * sizeof fp, sizeof fp);
@@ -311,6 +311,32 @@ static void test_device_create_reports_reason(void **state) {
 }
 
 /* ---- memory ---- */
+
+/* Offload's host memory (docs/offload.md): a host device of the GPU takes pinned memory from the plug-in's
+ * host_alloc, the GPU uploads from it and downloads into it (unstaged), and its ledger is its own. Oracle: the
+ * bytes round-trip unchanged; the GPU's ledger does not count the host bytes. */
+static void test_pinned_host_memory(void **state) {
+    H *h = *state;
+    NEED_GPU(h);
+    fsc_device *host = NULL;
+    assert_ok(fsc_device_create_host(h->gpu, &host));
+    assert_non_null(host->mem_ops);
+    size_t bytes = ((size_t)3 << 22) + 123, before = fsc_device_current_bytes(h->gpu, FSC_TAG_OPTIM);
+    unsigned char *src = NULL, *back = NULL;
+    void *d = NULL;
+    assert_ok(fsc_device_alloc(host, FSC_TAG_OPTIM, bytes, (void **)&src));
+    assert_ok(fsc_device_alloc(host, FSC_TAG_OPTIM, bytes, (void **)&back));
+    assert_int_equal(fsc_device_current_bytes(h->gpu, FSC_TAG_OPTIM), before);
+    for (size_t i = 0; i < bytes; i++) src[i] = (unsigned char)(next_u64(h) >> 56);
+    assert_ok(fsc_device_alloc(h->gpu, FSC_TAG_COMM, bytes, &d));
+    assert_ok(fsc_device_upload(h->gpu, d, src, bytes));
+    assert_ok(fsc_device_download(h->gpu, back, d, bytes));
+    assert_memory_equal(back, src, bytes);
+    fsc_device_release(h->gpu, d);
+    fsc_device_release(host, src);
+    fsc_device_release(host, back);
+    fsc_device_free(host);
+}
 
 static void test_memory_and_copies(void **state) {
     H *h = *state;
@@ -893,6 +919,7 @@ int main(void) {
         cmocka_unit_test(test_plugin_loads_and_refuses_cleanly),
         cmocka_unit_test(test_device_create_reports_reason),
         cmocka_unit_test(test_memory_and_copies),
+        cmocka_unit_test(test_pinned_host_memory),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_ex),
         cmocka_unit_test(test_convert),

@@ -290,6 +290,75 @@ static void test_copies(void **state) {
     fsc_device_free(d);
 }
 
+/* A host device (offload) takes its memory from the accelerator's host_alloc when it has one (pinned memory
+ * on CUDA), keeps its own ledger, and returns the memory with host_free; without one it is the cpu backend's.
+ * Oracle: the fake accelerator's counters and the host ledger's bytes, worked out by hand. */
+static int host_allocs, host_frees;
+static void *fake_host_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    host_allocs++;
+    return malloc(bytes);
+}
+static void fake_host_free(void *ctx, void *p) {
+    (void)ctx;
+    host_frees++;
+    free(p);
+}
+
+static void test_host_device(void **state) {
+    (void)state;
+    fsc_device *cpu = NULL, *h = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &cpu));
+    assert_ok(fsc_device_create_host(cpu, &h)); /* the cpu backend has no host_alloc: plain memory */
+    assert_null(h->mem_ops);
+    assert_ptr_equal(h->comm_dev, cpu); /* its collectives' buffers: the accelerator's memory */
+    fsc_device_free(h);
+    fsc_device_ops ops = *cpu->ops; /* an accelerator with pinned host memory */
+    ops.host_alloc = fake_host_alloc;
+    ops.host_free = fake_host_free;
+    fsc_device accel = *cpu;
+    accel.ops = &ops;
+    host_allocs = host_frees = 0;
+    assert_ok(fsc_device_create_host(&accel, &h));
+    void *a = NULL, *b = NULL;
+    assert_ok(fsc_device_alloc(h, FSC_TAG_OPTIM, 1000, &a));
+    assert_ok(fsc_device_calloc(h, FSC_TAG_PARAMS, 24, &b));
+    assert_int_equal(host_allocs, 2);
+    assert_int_equal(fsc_device_current_bytes(h, FSC_TAG_OPTIM), 1000);
+    assert_int_equal(fsc_device_current_bytes(cpu, FSC_TAG_OPTIM), 0); /* the accelerator's ledger is apart */
+    assert_int_equal(((unsigned char *)b)[23], 0);
+    fsc_device_release(h, a);
+    assert_int_equal(host_frees, 1);
+    assert_int_equal(fsc_device_peak_bytes(h, FSC_TAG_OPTIM), 1000);
+    fsc_device_free(h); /* b still live: returned with host_free */
+    assert_int_equal(host_frees, 2);
+    fsc_device_free(cpu);
+}
+
+/* fsc_device_copied_bytes counts uploads and downloads apart (copies on the device are not counted) until
+ * reset. Oracle: the byte counts of the calls. */
+static void test_copied_bytes(void **state) {
+    (void)state;
+    fsc_device *d = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &d));
+    char host[100] = {0};
+    void *a = NULL, *b = NULL;
+    assert_ok(fsc_device_alloc(d, FSC_TAG_WORKSPACE, 100, &a));
+    assert_ok(fsc_device_alloc(d, FSC_TAG_WORKSPACE, 100, &b));
+    assert_ok(fsc_device_upload(d, a, host, 100));
+    assert_ok(fsc_device_upload(d, a, host, 7));
+    assert_ok(fsc_device_download(d, host, a, 50));
+    assert_ok(fsc_device_copy(d, b, a, 100));
+    assert_int_equal(fsc_device_copied_bytes(d, 1), 107);
+    assert_int_equal(fsc_device_copied_bytes(d, 0), 50);
+    fsc_device_reset_copied(d);
+    assert_int_equal(fsc_device_copied_bytes(d, 1), 0);
+    assert_int_equal(fsc_device_copied_bytes(d, 0), 0);
+    fsc_device_release(d, a);
+    fsc_device_release(d, b);
+    fsc_device_free(d);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--open-cuda") == 0) { /* the child of test_cuda_plugin_no_fallback */
         fsc_device *d = NULL;
@@ -309,6 +378,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_release_unknown_pointer),
         cmocka_unit_test(test_many_allocations),
         cmocka_unit_test(test_copies),
+        cmocka_unit_test(test_host_device),
+        cmocka_unit_test(test_copied_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

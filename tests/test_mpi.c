@@ -345,7 +345,8 @@ static fsc_status fill(fsc_device *dev, void *d, int r, size_t n, fsc_dtype dt, 
 
 /* The same calls on every rank, each result kept: reductions of every dtype and operation, in and out of
  * place, of sizes that do and do not divide by the group; all-gather, broadcast, all-to-all, send/recv in a
- * ring, barrier, split and a reduction on the halves, agreement. */
+ * ring, barrier, split and a reduction on the halves, started (asynchronous) calls in flight together,
+ * agreement. */
 static fsc_status script(fsc_rank *rk, script_out *o) {
     fsc_comm *c = rk->comm;
     fsc_device *dev = rk->dev;
@@ -405,6 +406,21 @@ static fsc_status script(fsc_rank *rk, script_out *o) {
         if (s == FSC_OK) s = keep(o, dev, a, 400);
     }
     fsc_comm_free(half);
+    /* started calls in flight together (docs/overlap.md), waited for in reverse: the same bits */
+    fsc_comm_req *q[5] = {0};
+    float *bf = b;
+    if (s == FSC_OK) s = fill(dev, a, me, n * (size_t)N, FSC_F32, 6);
+    if (s == FSC_OK) s = fsc_comm_iall_reduce(c, a, bf, n, FSC_F32, FSC_SUM, &q[0]);
+    if (s == FSC_OK) s = fsc_comm_ireduce_scatter(c, a, bf + n, n, FSC_F32, FSC_SUM, &q[1]);
+    if (s == FSC_OK) s = fsc_comm_iall_gather(c, a, bf + 2 * n, n, FSC_F32, &q[2]);
+    if (s == FSC_OK) s = fsc_comm_isend(c, a, n, FSC_F32, (me + 1) % N, &q[3]);
+    if (s == FSC_OK) s = fsc_comm_irecv(c, bf + 2 * n + n * (size_t)N, n, FSC_F32, (me + N - 1) % N, &q[4]);
+    for (int k = 4; k >= 0; k--) {
+        fsc_status w = q[k] ? fsc_comm_wait(q[k]) : FSC_OK;
+        if (s == FSC_OK) s = w;
+        fsc_comm_req_free(q[k]);
+    }
+    if (s == FSC_OK) s = keep(o, dev, bf, (3 * n + n * (size_t)N) * 4);
     if (s == FSC_OK) {
         fsc_clear_error();
         fsc_status v = fsc_comm_agree(c, dev, me == N - 1 ? fsc_error(FSC_ERR_INVALID, "rank-%d-says-no", me) : FSC_OK);

@@ -276,6 +276,8 @@ static fsc_device_ops make_ops(void) {
     t.name = "cuda";
     t.alloc = cu_alloc;
     t.free = cu_free;
+    t.host_alloc = cu_host_alloc;
+    t.host_free = cu_host_free;
     t.upload = cu_upload;
     t.download = cu_download;
     t.copy = cu_copy;

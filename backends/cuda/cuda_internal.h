@@ -89,6 +89,9 @@ fsc_status cu_cache_create(cu_ctx *c);
 void cu_cache_destroy(cu_ctx *c);
 void *cu_alloc(void *ctx, size_t bytes);
 void cu_free(void *ctx, void *p);
+/* pinned host memory for offloaded state (cudaHostAlloc, portable): upload/download copy it without staging */
+void *cu_host_alloc(void *ctx, size_t bytes);
+void cu_host_free(void *ctx, void *p);
 fsc_status cu_upload(void *ctx, void *dst, const void *host_src, size_t bytes);
 fsc_status cu_download(void *ctx, void *host_dst, const void *src, size_t bytes);
 fsc_status cu_copy(void *ctx, void *dst, const void *src, size_t bytes);

@@ -123,6 +123,24 @@ void *cu_alloc(void *ctx, size_t bytes) {
     }
 }
 
+void *cu_host_alloc(void *ctx, size_t bytes) {
+    cu_ctx *c = cu_of(ctx);
+    void *p = NULL;
+    if (cu_enter(c) != FSC_OK || bytes == 0) return NULL;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+void cu_host_free(void *ctx, void *p) {
+    cu_ctx *c = cu_of(ctx);
+    if (!p || cu_enter(c) != FSC_OK) return;
+    cudaFreeHost(p); /* synchronizes with the device: no copy from or to it is left in flight */
+    (void)cudaGetLastError();
+}
+
 void cu_free(void *ctx, void *p) {
     cu_ctx *c = cu_of(ctx);
     if (!p || cu_enter(c) != FSC_OK) return;

@@ -29,7 +29,16 @@ struct nc_ctx {
     void *scratch; /* f32 staging for bf16/f16 sums */
     size_t scratch_cap;
     cudaEvent_t scratch_ev; /* after the last work that used scratch (it may have run on another stream) */
+    /* asynchronous calls (start/wait): enqueued on a communication stream of their own, after what the
+     * device's stream had enqueued when they started; synchronous calls wait for the last of them (tail) */
+    cudaStream_t comm_stream; /* created by the first start */
+    cudaStream_t on;          /* non-NULL while a start enqueues: the stream every call below uses */
+    cudaEvent_t tail;         /* recorded on comm_stream after each start */
+    int tail_live;
 };
+
+/* The stream a call enqueues on: the communication stream inside a start, else the device's. */
+static cudaStream_t nc_stream(nc_ctx *n) { return n->on ? n->on : cu_stream_of(n->dev); }
 
 static double now_s(void) {
     struct timespec ts;
@@ -51,6 +60,8 @@ static fsc_status nc_enter(nc_ctx *n, const char *what) {
         return cu_err(FSC_ERR_COMM, "nccl: %s on rank %d: the communicator was aborted after an earlier failure",
                       what, n->rank);
     FSC_TRY(cu_enter(n->dev));
+    if (!n->on && n->tail_live) /* issue order: after every call started before this one */
+        FSC_TRY(cu_check(cudaStreamWaitEvent(cu_stream_of(n->dev), n->tail, 0), what));
     ncclResult_t async = ncclSuccess;
     FSC_TRY(nc_check(n, ncclCommGetAsyncError(n->comm, &async), what));
     if (async != ncclSuccess) {
@@ -64,7 +75,7 @@ static fsc_status nc_enter(nc_ctx *n, const char *what) {
 
 /* Wait for the current stream, at most timeout_s, watching for NCCL errors. */
 static fsc_status nc_wait(nc_ctx *n, const char *what) {
-    cudaStream_t s = cu_stream_of(n->dev);
+    cudaStream_t s = nc_stream(n);
     double deadline = now_s() + n->timeout_s;
     for (;;) {
         cudaError_t e = cudaStreamQuery(s);
@@ -107,7 +118,7 @@ static size_t nc_size(fsc_dtype dt) { return dt == FSC_F32 || dt == FSC_I32 ? 4 
 /* f32 scratch of at least bytes, usable on the current stream once earlier users are done;
  * nc_scratch_done marks the end of this use. */
 static fsc_status nc_scratch(nc_ctx *n, size_t bytes, float **out) {
-    cudaStream_t st = cu_stream_of(n->dev);
+    cudaStream_t st = nc_stream(n);
     if (!n->scratch_ev)
         FSC_TRY(cu_check(cudaEventCreateWithFlags(&n->scratch_ev, cudaEventDisableTiming), "nccl scratch"));
     if (bytes > n->scratch_cap) {
@@ -126,7 +137,7 @@ static fsc_status nc_scratch(nc_ctx *n, size_t bytes, float **out) {
 }
 
 static fsc_status nc_scratch_done(nc_ctx *n) {
-    return cu_check(cudaEventRecord(n->scratch_ev, cu_stream_of(n->dev)), "nccl scratch");
+    return cu_check(cudaEventRecord(n->scratch_ev, nc_stream(n)), "nccl scratch");
 }
 
 #define NC_HEAD(what, dt)                                                                  \
@@ -134,7 +145,7 @@ static fsc_status nc_scratch_done(nc_ctx *n) {
     ncclDataType_t nt;                                                                     \
     if (!nc_type(dt, &nt)) return cu_err(FSC_ERR_INVALID, "nccl: %s: unknown dtype %d", what, (int)(dt)); \
     FSC_TRY(nc_enter(n, what));                                                            \
-    cudaStream_t st = cu_stream_of(n->dev);
+    cudaStream_t st = nc_stream(n);
 
 static int widen(fsc_dtype dt, fsc_redop op) { return (dt == FSC_BF16 || dt == FSC_F16) && op != FSC_MAX; }
 
@@ -225,7 +236,7 @@ static size_t clampz(size_t x, size_t n) { return x < n ? x : n; }
  * elements cut in chunks of chunk (rank j's range starts at j x chunk). */
 static fsc_status nc_ordered_part(nc_ctx *n, const char *what, const void *send, size_t count, size_t chunk,
                                   fsc_dtype dt, ncclDataType_t nt, fsc_redop op, void *out) {
-    cudaStream_t st = cu_stream_of(n->dev);
+    cudaStream_t st = nc_stream(n);
     const size_t es = nc_size(dt), lo = clampz((size_t)n->rank * chunk, count), len = clampz(lo + chunk, count) - lo;
     float *f;
     FSC_TRY(nc_scratch(n, (size_t)n->world * len * es + 16, &f));
@@ -251,7 +262,7 @@ static fsc_status nc_ordered_part(nc_ctx *n, const char *what, const void *send,
 
 static fsc_status nc_ordered_all_reduce(nc_ctx *n, const void *send, void *recv, size_t count, fsc_dtype dt,
                                         ncclDataType_t nt, fsc_redop op) {
-    cudaStream_t st = cu_stream_of(n->dev);
+    cudaStream_t st = nc_stream(n);
     const size_t es = nc_size(dt), N = (size_t)n->world, chunk = (count + N - 1) / N;
     const size_t lo = clampz((size_t)n->rank * chunk, count), len = clampz(lo + chunk, count) - lo;
     /* every rank's inputs are in scratch before the kernel writes recv, so send == recv is safe */
@@ -369,11 +380,14 @@ static void nc_destroy(void *ctx) {
             /* ncclCommAbort already freed it */
         } else {
             cudaStreamSynchronize(cu_stream_of(n->dev));
+            if (n->comm_stream) cudaStreamSynchronize(n->comm_stream);
             ncclCommDestroy(n->comm);
         }
     }
     cudaFree(n->scratch);
     if (n->scratch_ev) cudaEventDestroy(n->scratch_ev);
+    if (n->tail) cudaEventDestroy(n->tail);
+    if (n->comm_stream) cudaStreamDestroy(n->comm_stream);
     n->magic = 0;
     free(n);
 }
@@ -404,6 +418,108 @@ static fsc_status nc_split(void *ctx, int color, int key, void **new_ctx, int *n
     return FSC_OK;
 }
 
+/* ---- asynchronous calls: the synchronous code enqueued on the communication stream ---- */
+
+typedef struct {
+    cudaEvent_t done; /* recorded on the communication stream after the call */
+    char what[32];
+} nc_req;
+
+static fsc_status nc_start(void *ctx, const fsc_comm_call *k, void **req) {
+    nc_ctx *n = (nc_ctx *)ctx;
+    *req = NULL;
+    const char *what = "start";
+    FSC_TRY(cu_enter(n->dev));
+    if (!n->comm_stream) {
+        FSC_TRY(cu_check(cudaStreamCreateWithFlags(&n->comm_stream, cudaStreamNonBlocking), "nccl: start"));
+        FSC_TRY(cu_check(cudaEventCreateWithFlags(&n->tail, cudaEventDisableTiming), "nccl: start"));
+    }
+    nc_req *q = (nc_req *)calloc(1, sizeof *q);
+    if (!q) return cu_err(FSC_ERR_NOMEM, "nccl: out of host memory for a request");
+    snprintf(q->what, sizeof q->what, "%s", k->op == FSC_OP_ALL_REDUCE ? "all_reduce" : k->op == FSC_OP_REDUCE_SCATTER
+             ? "reduce_scatter" : k->op == FSC_OP_ALL_GATHER ? "all_gather" : k->op == FSC_OP_BROADCAST ? "broadcast"
+             : k->op == FSC_OP_SEND ? "send" : k->op == FSC_OP_RECV ? "recv" : "all_to_all");
+    /* after what the device's stream holds now (the kernels that wrote send) */
+    cudaEvent_t ready = NULL;
+    fsc_status s = cu_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what);
+    if (s == FSC_OK) s = cu_check(cudaEventRecord(ready, cu_stream_of(n->dev)), what);
+    if (s == FSC_OK) s = cu_check(cudaStreamWaitEvent(n->comm_stream, ready, 0), what);
+    if (ready) cudaEventDestroy(ready);
+    if (s == FSC_OK) {
+        n->on = n->comm_stream;
+        int blocking = n->blocking;
+        n->blocking = 0; /* the wait polls */
+        switch (k->op) {
+        case FSC_OP_ALL_REDUCE: s = nc_all_reduce(n, k->send, k->recv, k->count, k->dt, k->redop); break;
+        case FSC_OP_REDUCE_SCATTER: s = nc_reduce_scatter(n, k->send, k->recv, k->count, k->dt, k->redop); break;
+        case FSC_OP_ALL_GATHER: s = nc_all_gather(n, k->send, k->recv, k->count, k->dt); break;
+        case FSC_OP_BROADCAST: s = nc_broadcast(n, k->recv, k->count, k->dt, k->peer); break;
+        case FSC_OP_SEND: s = nc_send(n, k->send, k->count, k->dt, k->peer); break;
+        case FSC_OP_RECV: s = nc_recv(n, k->recv, k->count, k->dt, k->peer); break;
+        case FSC_OP_ALL_TO_ALL: s = nc_all_to_all(n, k->send, k->recv, k->count, k->dt); break;
+        default: s = cu_err(FSC_ERR_INVALID, "nccl: operation %d cannot be started", (int)k->op); break;
+        }
+        n->blocking = blocking;
+        n->on = NULL;
+    }
+    if (s == FSC_OK) s = cu_check(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming), what);
+    if (s == FSC_OK) s = cu_check(cudaEventRecord(q->done, n->comm_stream), what);
+    if (s == FSC_OK) s = cu_check(cudaEventRecord(n->tail, n->comm_stream), what);
+    if (s != FSC_OK) {
+        if (q->done) cudaEventDestroy(q->done);
+        free(q);
+        return s;
+    }
+    n->tail_live = 1;
+    *req = q;
+    return FSC_OK;
+}
+
+/* Wait for the call's event, at most timeout_s, watching for NCCL errors (as nc_wait does for a stream);
+ * then the device's stream continues after it. */
+static fsc_status nc_req_wait(void *ctx, void *req) {
+    nc_ctx *n = (nc_ctx *)ctx;
+    nc_req *q = (nc_req *)req;
+    fsc_status st = cu_enter(n->dev);
+    double deadline = now_s() + n->timeout_s;
+    while (st == FSC_OK) {
+        cudaError_t e = cudaEventQuery(q->done);
+        if (e == cudaSuccess) {
+            st = cu_check(cudaStreamWaitEvent(cu_stream_of(n->dev), q->done, 0), q->what);
+            break;
+        }
+        if (e != cudaErrorNotReady) {
+            st = cu_check(e, q->what);
+            break;
+        }
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(n->comm, &async);
+        if (async != ncclSuccess || now_s() > deadline) {
+            st = async != ncclSuccess
+                     ? nc_check(n, async, q->what)
+                     : cu_err(FSC_ERR_TIMEOUT, "nccl: %s on rank %d did not finish within %g s (a rank died or is "
+                              "stuck?); the communicator is aborted", q->what, n->rank, n->timeout_s);
+            ncclCommAbort(n->comm);
+            n->aborted = 1;
+            break;
+        }
+        struct timespec ts = {0, 100 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    cudaEventDestroy(q->done);
+    free(q);
+    return st;
+}
+
+static fsc_status nc_req_test(void *ctx, void *req, int *done) {
+    nc_ctx *n = (nc_ctx *)ctx;
+    nc_req *q = (nc_req *)req;
+    FSC_TRY(cu_enter(n->dev));
+    cudaError_t e = cudaEventQuery(q->done);
+    *done = e == cudaSuccess;
+    return e == cudaSuccess || e == cudaErrorNotReady ? FSC_OK : cu_check(e, q->what);
+}
+
 static fsc_comm_ops make_ops(void) {
     fsc_comm_ops t;
     memset(&t, 0, sizeof t);
@@ -419,6 +535,9 @@ static fsc_comm_ops make_ops(void) {
     t.barrier = nc_barrier;
     t.split = nc_split;
     t.destroy = nc_destroy;
+    t.start = nc_start;
+    t.wait = nc_req_wait;
+    t.test = nc_req_test;
     return t;
 }
 

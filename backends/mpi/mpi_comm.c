@@ -34,6 +34,7 @@
 #include <string.h>
 #include <time.h>
 #include "fsc/plugin/comm_ops.h"
+#include "mpi_async.h"
 
 #define MP_EXPORT __attribute__((visibility("default")))
 #define TAG_COLL 11
@@ -55,6 +56,9 @@ static fsc_status mp_err(fsc_status s, const char *fmt, ...) {
     if (host_error) host_error(s, "%s", last_msg);
     return s;
 }
+
+fsc_status mp_host_error(fsc_status s, const char *msg) { return mp_err(s, "%s", msg); }
+const char *mp_last_msg(void) { return last_msg; }
 
 /* What every communicator of the process shares. */
 typedef struct {
@@ -87,6 +91,7 @@ typedef struct {
     u8 *tmp;          /* scratch: received blocks, widened floats */
     size_t tmp_cap;
     mp_pending *pending;
+    mp_async *async;  /* started calls' progress thread (mpi_async.c), NULL until the first start */
 } mp_ctx;
 
 /* ---- f32 <-> bf16/f16, exactly as lib/core/dtype.c (the plug-in cannot call into the core) ---- */
@@ -333,7 +338,9 @@ static fsc_status wait_posted(mp_ctx *m, const char *what) {
         /* spin briefly (latency), then sleep in growing naps (ranks may share cores) */
         if (++spins > 64) {
             sleep_ns = sleep_ns ? (sleep_ns * 2 > 500000 ? 500000 : sleep_ns * 2) : 2000;
+            mp_unlock(); /* let another thread post meanwhile (mpi_async.h) */
             nap(sleep_ns);
+            mp_lock();
         }
     }
     m->nreq = 0;
@@ -651,7 +658,11 @@ static void mp_destroy(void *ctx) {
             sh->broken = 1;
             break;
         }
-        if (m->pending) nap(20000);
+        if (m->pending) {
+            mp_unlock();
+            nap(20000);
+            mp_lock();
+        }
     }
     if (sh->broken) {
         /* requests may still point into these buffers: leak them rather than let MPI write into freed memory */
@@ -673,19 +684,101 @@ static void mp_destroy(void *ctx) {
     free(sh);
 }
 
+/* ---- the table's entries: issue order after started calls, one thread in MPI (mpi_async.h) ---- */
+
+/* Call k with the synchronous code under the lock (the caller drained the ctx's started calls, or is its
+ * progress thread). */
+static fsc_status mp_run(void *ctx, const fsc_comm_call *k) {
+    mp_lock();
+    fsc_status s;
+    switch (k->op) {
+    case FSC_OP_ALL_REDUCE: s = mp_all_reduce(ctx, k->send, k->recv, k->count, k->dt, k->redop); break;
+    case FSC_OP_REDUCE_SCATTER: s = mp_reduce_scatter(ctx, k->send, k->recv, k->count, k->dt, k->redop); break;
+    case FSC_OP_ALL_GATHER: s = mp_all_gather(ctx, k->send, k->recv, k->count, k->dt); break;
+    case FSC_OP_BROADCAST: s = mp_broadcast(ctx, k->recv, k->count, k->dt, k->peer); break;
+    case FSC_OP_SEND: s = mp_send(ctx, k->send, k->count, k->dt, k->peer); break;
+    case FSC_OP_RECV: s = mp_recv(ctx, k->recv, k->count, k->dt, k->peer); break;
+    case FSC_OP_ALL_TO_ALL: s = mp_all_to_all(ctx, k->send, k->recv, k->count, k->dt); break;
+    case FSC_OP_BARRIER: s = mp_barrier(ctx); break;
+    default: s = mp_err(FSC_ERR_INVALID, "mpi: operation %d cannot run here", (int)k->op); break;
+    }
+    mp_unlock();
+    return s;
+}
+
+static fsc_status sync_call(void *ctx, const fsc_comm_call *k) {
+    mp_async_drain(((mp_ctx *)ctx)->async);
+    return mp_run(ctx, k);
+}
+
+static fsc_status e_all_reduce(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt, fsc_redop op) {
+    fsc_comm_call k = {.op = FSC_OP_ALL_REDUCE, .send = send, .recv = recv, .count = count, .dt = dt, .redop = op};
+    return sync_call(ctx, &k);
+}
+static fsc_status e_reduce_scatter(void *ctx, const void *send, void *recv, size_t rc, fsc_dtype dt, fsc_redop op) {
+    fsc_comm_call k = {.op = FSC_OP_REDUCE_SCATTER, .send = send, .recv = recv, .count = rc, .dt = dt, .redop = op};
+    return sync_call(ctx, &k);
+}
+static fsc_status e_all_gather(void *ctx, const void *send, void *recv, size_t sendcount, fsc_dtype dt) {
+    fsc_comm_call k = {.op = FSC_OP_ALL_GATHER, .send = send, .recv = recv, .count = sendcount, .dt = dt};
+    return sync_call(ctx, &k);
+}
+static fsc_status e_broadcast(void *ctx, void *buf, size_t count, fsc_dtype dt, int root) {
+    fsc_comm_call k = {.op = FSC_OP_BROADCAST, .send = buf, .recv = buf, .count = count, .dt = dt, .peer = root};
+    return sync_call(ctx, &k);
+}
+static fsc_status e_send(void *ctx, const void *buf, size_t count, fsc_dtype dt, int peer) {
+    fsc_comm_call k = {.op = FSC_OP_SEND, .send = buf, .count = count, .dt = dt, .peer = peer};
+    return sync_call(ctx, &k);
+}
+static fsc_status e_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int peer) {
+    fsc_comm_call k = {.op = FSC_OP_RECV, .recv = buf, .count = count, .dt = dt, .peer = peer};
+    return sync_call(ctx, &k);
+}
+static fsc_status e_all_to_all(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt) {
+    fsc_comm_call k = {.op = FSC_OP_ALL_TO_ALL, .send = send, .recv = recv, .count = count, .dt = dt};
+    return sync_call(ctx, &k);
+}
+static fsc_status e_barrier(void *ctx) {
+    fsc_comm_call k = {.op = FSC_OP_BARRIER};
+    return sync_call(ctx, &k);
+}
+static fsc_status e_split(void *ctx, int color, int key, void **new_ctx, int *new_rank, int *new_size) {
+    mp_async_drain(((mp_ctx *)ctx)->async);
+    mp_lock();
+    fsc_status s = mp_split(ctx, color, key, new_ctx, new_rank, new_size);
+    mp_unlock();
+    return s;
+}
+static void e_destroy(void *ctx) {
+    if (!ctx) return;
+    mp_async_free(((mp_ctx *)ctx)->async);
+    mp_lock();
+    mp_destroy(ctx);
+    mp_unlock();
+}
+static fsc_status e_start(void *ctx, const fsc_comm_call *k, void **req) {
+    return mp_async_start(&((mp_ctx *)ctx)->async, ctx, mp_run, k, req);
+}
+static fsc_status e_wait(void *ctx, void *req) { return mp_async_wait(((mp_ctx *)ctx)->async, req); }
+static fsc_status e_test(void *ctx, void *req, int *done) { return mp_async_test(((mp_ctx *)ctx)->async, req, done); }
+
 static const fsc_comm_ops mp_ops = {
     .abi_version = FSC_COMM_ABI_VERSION,
     .name = "mpi",
-    .all_reduce = mp_all_reduce,
-    .reduce_scatter = mp_reduce_scatter,
-    .all_gather = mp_all_gather,
-    .broadcast = mp_broadcast,
-    .send = mp_send,
-    .recv = mp_recv,
-    .all_to_all = mp_all_to_all,
-    .barrier = mp_barrier,
-    .split = mp_split,
-    .destroy = mp_destroy,
+    .all_reduce = e_all_reduce,
+    .reduce_scatter = e_reduce_scatter,
+    .all_gather = e_all_gather,
+    .broadcast = e_broadcast,
+    .send = e_send,
+    .recv = e_recv,
+    .all_to_all = e_all_to_all,
+    .barrier = e_barrier,
+    .split = e_split,
+    .destroy = e_destroy,
+    .start = e_start,
+    .wait = e_wait,
+    .test = e_test,
 };
 
 MP_EXPORT fsc_status fsc_mpi_comm_open(int abi_version, fsc_mpi_error_fn error, int rank, int world,

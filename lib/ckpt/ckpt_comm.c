@@ -101,6 +101,8 @@ int ck_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first) {
     return lo;
 }
 
+fsc_device *ck_seg_dev(fsc_engine *e, int state) { return fsc_offload_seg_dev(e, state); }
+
 float *ck_seg_ptr(fsc_engine *e, int state, int seg) {
     return state == 0 ? fsc_optim_param(e->opt, seg) : fsc_optim_state(e->opt, seg, state - 1);
 }
@@ -163,10 +165,18 @@ fsc_status ck_stream_tensor(fsc_engine *e, const ck_rec *recs, int nrecs, const 
         for (uint64_t off = 0; off < rec->n; off += CK_CHUNK) {
             size_t n = rec->n - off < CK_CHUNK ? (size_t)(rec->n - off) : CK_CHUNK;
             if (me == 0 && rec->rank == 0) {
-                FSC_TRY(fsc_device_download(e->dev, host, src + off, n * sizeof(float)));
+                FSC_TRY(fsc_device_download(ck_seg_dev(e, state), host, src + off, n * sizeof(float)));
             } else if (me == 0) {
                 FSC_TRY(fsc_comm_recv(c, dbuf, n, FSC_F32, rec->rank));
                 FSC_TRY(fsc_device_download(e->dev, host, dbuf, n * sizeof(float)));
+            } else if (ck_seg_dev(e, state) != e->dev) { /* offloaded: the communicator sends device memory */
+                float *d = NULL;
+                fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(float), (void **)&d);
+                if (s == FSC_OK) s = fsc_device_upload(e->dev, d, src + off, n * sizeof(float));
+                if (s == FSC_OK) s = fsc_comm_send(c, d, n, FSC_F32, 0);
+                fsc_device_release(e->dev, d);
+                FSC_TRY(s);
+                continue;
             } else {
                 FSC_TRY(fsc_comm_send(c, src + off, n, FSC_F32, 0));
                 continue;

@@ -91,8 +91,10 @@ fsc_status ck_check_model_tensors(const fsc_engine *e, const fsc_ckpt_meta *m, c
 int ck_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first);
 /* Tensor t as the checkpoint stores it: the full tensor (with tensor parallelism not this rank's slice). */
 const fsc_param_info *ck_info(const fsc_engine *e, int t);
-/* Device pointer of state `state` (0: parameters) of segment seg. */
+/* Device pointer of state `state` (0: parameters) of segment seg, and the device whose memory holds it: the
+ * rank's, or with offload (docs/offload.md) the host device for optimizer states and offload all's masters. */
 float *ck_seg_ptr(fsc_engine *e, int state, int seg);
+fsc_device *ck_seg_dev(fsc_engine *e, int state);
 /* Collective: the pieces of tensor t in state `state` (recs sorted by (t, first) as ck_check_recs leaves
  * them, on every rank) to rank 0, which passes them to sink in element order, one chunk at a time through
  * host (CK_CHUNK floats) and, for pieces of other ranks, device buffer dbuf (CK_CHUNK floats); h/nh: this

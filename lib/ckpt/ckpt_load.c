@@ -130,7 +130,7 @@ static fsc_status upload(void *ctx, uint64_t first, const float *host, size_t n)
         uint64_t b = first + n < h->first + h->n ? first + n : h->first + h->n;
         if (a >= b) continue;
         float *dst = ck_seg_ptr(L->e, c->state, h->seg) + h->seg_off + (a - h->first);
-        FSC_TRY(fsc_device_upload(L->e->dev, dst, host + (a - first), (size_t)(b - a) * sizeof(float)));
+        FSC_TRY(fsc_device_upload(ck_seg_dev(L->e, c->state), dst, host + (a - first), (size_t)(b - a) * sizeof(float)));
     }
     return FSC_OK;
 }

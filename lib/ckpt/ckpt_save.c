@@ -97,7 +97,7 @@ static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, in
             uLong crc = crc32(0L, Z_NULL, 0);
             for (size_t off = 0; off < h->n && s == FSC_OK; off += CK_CHUNK) {
                 size_t n = h->n - off < CK_CHUNK ? h->n - off : CK_CHUNK;
-                s = fsc_device_download(e->dev, host, src + off, n * sizeof(float));
+                s = fsc_device_download(ck_seg_dev(e, st), host, src + off, n * sizeof(float));
                 if (s == FSC_OK) crc = crc32(crc, (const Bytef *)host, (uInt)(n * sizeof(float)));
                 if (s == FSC_OK) s = fsc_st_writer_write(w, entry, host, off, n);
             }

@@ -319,3 +319,62 @@ fsc_status fsc_comm_agree(fsc_comm *c, fsc_device *dev, fsc_status mine) {
     if (strcmp(c->name, "world") == 0) return fsc_error_rank((fsc_status)code, "rank %d", root);
     return fsc_error_rank((fsc_status)code, "rank %d of the '%s' group", root, c->name);
 }
+
+/* ---- for the asynchronous calls (comm_async.c): the synchronous calls' checks and accounting ---- */
+
+fsc_status fsc_comm_check_call(const fsc_comm *c, const fsc_comm_call *k, double *bytes) {
+    const fsc_comm_op o = k->op;
+    *bytes = 0;
+    if (!c) return fsc_error(FSC_ERR_INVALID, "%s: comm is NULL", fsc_comm_op_name(o));
+    const int blocks = o == FSC_OP_REDUCE_SCATTER || o == FSC_OP_ALL_GATHER || o == FSC_OP_ALL_TO_ALL;
+    FSC_TRY(check_common(c, o, k->count, blocks, k->dt));
+    size_t bytes1 = k->count * fsc_dtype_size(k->dt), full = bytes1 * (size_t)c->size;
+    switch (o) {
+    case FSC_OP_ALL_REDUCE:
+        FSC_TRY(check_redop(o, k->dt, k->redop));
+        FSC_TRY(check_buf(o, "send", k->send, k->count));
+        FSC_TRY(check_buf(o, "recv", k->recv, k->count));
+        FSC_TRY(check_alias(o, k->send, bytes1, k->recv, bytes1, 0, "send == recv"));
+        *bytes = 2.0 * ring(c, bytes1);
+        return FSC_OK;
+    case FSC_OP_REDUCE_SCATTER:
+        FSC_TRY(check_redop(o, k->dt, k->redop));
+        FSC_TRY(check_buf(o, "send", k->send, k->count));
+        FSC_TRY(check_buf(o, "recv", k->recv, k->count));
+        if (overlap(k->send, full, k->recv, bytes1) &&
+            (const unsigned char *)k->send + (size_t)c->rank * bytes1 != k->recv)
+            return fsc_error(FSC_ERR_INVALID, "reduce_scatter: send overlaps recv; in place needs recv == send + "
+                                              "rank x recvcount");
+        *bytes = ring(c, full);
+        return FSC_OK;
+    case FSC_OP_ALL_GATHER:
+        FSC_TRY(check_buf(o, "send", k->send, k->count));
+        FSC_TRY(check_buf(o, "recv", k->recv, k->count));
+        FSC_TRY(check_alias(o, k->send, bytes1, k->recv, full, (size_t)c->rank * bytes1,
+                            "send == recv + rank x sendcount"));
+        *bytes = ring(c, full);
+        return FSC_OK;
+    case FSC_OP_BROADCAST:
+        FSC_TRY(check_buf(o, "buf", k->recv, k->count));
+        FSC_TRY(check_rank(c, o, "root", k->peer));
+        *bytes = (double)bytes1;
+        return FSC_OK;
+    case FSC_OP_SEND:
+    case FSC_OP_RECV:
+        FSC_TRY(check_buf(o, "buf", o == FSC_OP_SEND ? k->send : k->recv, k->count));
+        FSC_TRY(check_rank(c, o, "peer", k->peer));
+        *bytes = k->peer == c->rank ? 0.0 : (double)bytes1;
+        return FSC_OK;
+    case FSC_OP_ALL_TO_ALL:
+        FSC_TRY(check_buf(o, "send", k->send, k->count));
+        FSC_TRY(check_buf(o, "recv", k->recv, k->count));
+        FSC_TRY(check_alias(o, k->send, full, k->recv, full, 0, NULL));
+        *bytes = ring(c, full);
+        return FSC_OK;
+    default: return fsc_error(FSC_ERR_INVALID, "%s cannot be started asynchronously", fsc_comm_op_name(o));
+    }
+}
+
+fsc_status fsc_comm_account_call(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes) {
+    return account(c, op, t0, s, bytes);
+}

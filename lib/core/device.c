@@ -6,13 +6,16 @@
  * the dynamic loader.
  * The map has a mutex so a device shared between threads (a rank and its helper) stays consistent. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "core/device_impl.h"
 
@@ -211,7 +214,8 @@ void fsc_device_free(fsc_device *dev) {
     struct fsc_alloc_map *m = dev->live;
     /* memory still live at free time is returned to the backend (a leak in the caller, not a crash) */
     for (size_t i = 0; i < m->cap; i++)
-        if (m->slots[i].p) dev->ops->free(dev->ctx, m->slots[i].p);
+        if (m->slots[i].p && dev->mem_ops) dev->mem_ops->host_free(dev->mem_ctx, m->slots[i].p);
+        else if (m->slots[i].p) dev->ops->free(dev->ctx, m->slots[i].p);
     free(m->slots);
     pthread_mutex_destroy(&m->mu);
     free(m);
@@ -233,7 +237,7 @@ fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **o
         pthread_mutex_unlock(&m->mu);
         return fsc_error(FSC_ERR_NOMEM, "out of host memory for the allocation ledger");
     }
-    void *p = dev->ops->alloc(dev->ctx, bytes);
+    void *p = dev->mem_ops ? dev->mem_ops->host_alloc(dev->mem_ctx, bytes) : dev->ops->alloc(dev->ctx, bytes);
     if (!p) {
         pthread_mutex_unlock(&m->mu);
         return fsc_error(FSC_ERR_NOMEM, "%s device: cannot allocate %zu bytes for %s (%zu bytes live in all)",
@@ -277,7 +281,18 @@ void fsc_device_release(fsc_device *dev, void *p) {
                   "(double release or foreign pointer)", dev->ops->name, p);
         return;
     }
-    dev->ops->free(dev->ctx, p);
+    if (dev->mem_ops) dev->mem_ops->host_free(dev->mem_ctx, p);
+    else dev->ops->free(dev->ctx, p);
+}
+
+fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out) {
+    FSC_TRY(fsc_device_create("cpu", NULL, out));
+    (*out)->comm_dev = accel;
+    if (accel && accel->ops->host_alloc && accel->ops->host_free) {
+        (*out)->mem_ops = accel->ops;
+        (*out)->mem_ctx = accel->ctx;
+    }
+    return FSC_OK;
 }
 
 size_t fsc_device_current_bytes(const fsc_device *dev, fsc_tag tag) {
@@ -297,16 +312,44 @@ void fsc_device_reset_peak(fsc_device *dev) {
     pthread_mutex_unlock(&dev->live->mu);
 }
 
+size_t fsc_device_copied_bytes(const fsc_device *dev, int to_device) {
+    return dev ? atomic_load_explicit(&((fsc_device *)dev)->copied[to_device ? 1 : 0], memory_order_relaxed) : 0;
+}
+
+void fsc_device_reset_copied(fsc_device *dev) {
+    if (!dev) return;
+    atomic_store(&dev->copied[0], 0);
+    atomic_store(&dev->copied[1], 0);
+}
+
+void fsc_device_set_copy_cost(fsc_device *dev, double gbps) {
+    if (dev) dev->copy_s_per_byte = gbps > 0 ? 1.0 / (gbps * 1e9) : 0.0;
+}
+
+/* The simulated time of a copy of bytes: the calling thread sleeps it (nanosleep resumes after a signal). */
+static void copy_wait(const fsc_device *dev, size_t bytes) {
+    double t = (double)bytes * dev->copy_s_per_byte;
+    struct timespec ts = {.tv_sec = (time_t)t, .tv_nsec = (long)((t - (double)(time_t)t) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
 fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, size_t bytes) {
     if (bytes == 0) return FSC_OK;
     if (!dst || !host_src) return fsc_error(FSC_ERR_INVALID, "fsc_device_upload: NULL pointer for %zu bytes", bytes);
-    return dev->ops->upload(dev->ctx, dst, host_src, bytes);
+    fsc_status s = dev->ops->upload(dev->ctx, dst, host_src, bytes);
+    if (s == FSC_OK) atomic_fetch_add_explicit(&dev->copied[1], bytes, memory_order_relaxed);
+    if (s == FSC_OK && dev->copy_s_per_byte > 0) copy_wait(dev, bytes);
+    return s;
 }
 
 fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src, size_t bytes) {
     if (bytes == 0) return FSC_OK;
     if (!host_dst || !src) return fsc_error(FSC_ERR_INVALID, "fsc_device_download: NULL pointer for %zu bytes", bytes);
-    return dev->ops->download(dev->ctx, host_dst, src, bytes);
+    fsc_status s = dev->ops->download(dev->ctx, host_dst, src, bytes);
+    if (s == FSC_OK) atomic_fetch_add_explicit(&dev->copied[0], bytes, memory_order_relaxed);
+    if (s == FSC_OK && dev->copy_s_per_byte > 0) copy_wait(dev, bytes);
+    return s;
 }
 
 fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t bytes) {

@@ -12,7 +12,24 @@ struct fsc_device {
     size_t peak[FSC_TAG_COUNT];
     size_t cur_total, peak_total;
     struct fsc_alloc_map *live;    /* pointer -> (bytes, tag) of live allocations */
+    /* a host device (fsc_device_create_host) of an accelerator with host_alloc: memory comes from it */
+    const fsc_device_ops *mem_ops;
+    void *mem_ctx;
+    /* a host device: the accelerator whose memory its collectives go through (communicators send device
+     * memory; fsc_grad_norm and the non-finite vote stage through it), NULL otherwise */
+    struct fsc_device *comm_dev;
+    double copy_s_per_byte;        /* simulated copy cost of upload/download (fsc_device_set_copy_cost), 0: none */
+    _Atomic size_t copied[2];      /* bytes downloaded [0] and uploaded [1] (fsc_device_copied_bytes) */
 };
+
+/* The simulator's host<->device copy bandwidth (fsc_cluster_opts.sim_copy_gbps): every upload and download of
+ * dev then also takes bytes / (gbps 1e9) seconds of the calling thread (0: no cost). */
+void fsc_device_set_copy_cost(fsc_device *dev, double gbps);
+
+/* Host memory as a device of its own (offload, docs/offload.md): the cpu backend's kernels and a ledger of its
+ * own; its memory comes from accel's host_alloc (pinned) when accel has one, else from the cpu backend.
+ * accel (may be NULL) must outlive it. */
+fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out);
 
 /* Call a kernel: FSC_K(dev, gelu_forward, out, inp, n) */
 #define FSC_K(dev, op, ...) ((dev)->ops->op((dev)->ctx, __VA_ARGS__))

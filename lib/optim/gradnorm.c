@@ -20,6 +20,7 @@
 /* Combine n floats over comm with MAX, going through a device buffer (comm buffers are device memory). */
 static fsc_status max_over_comm(fsc_device *dev, fsc_comm *comm, float *vals, size_t n) {
     if (!comm || fsc_comm_size(comm) <= 1) return FSC_OK;
+    if (dev->comm_dev) dev = dev->comm_dev; /* a host device (offload): through its accelerator's memory */
     float *buf = NULL;
     FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, n * sizeof(float), (void **)&buf));
     fsc_status st = fsc_device_upload(dev, buf, vals, n * sizeof(float));
@@ -65,6 +66,7 @@ static void add128(uint64_t acc[2], const uint64_t b[2]) {
 /* Sum every rank's 128-bit accumulator: all-gather 16 bytes per rank, add in rank order. */
 static fsc_status sum128_over_comm(fsc_device *dev, fsc_comm *comm, uint64_t acc[2]) {
     if (!comm || fsc_comm_size(comm) <= 1) return FSC_OK;
+    if (dev->comm_dev) dev = dev->comm_dev; /* a host device (offload): through its accelerator's memory */
     int n = fsc_comm_size(comm);
     uint8_t *buf = NULL;
     FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, 16 * (size_t)(n + 1), (void **)&buf));

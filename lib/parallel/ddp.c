@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+#include "overlap.h"
 
 /* A maximal span of the local layout whose tensors are all dense or all experts. */
 typedef struct {
@@ -34,6 +35,7 @@ typedef struct {
     float *master, *compute, *grad, *acc;
     int seg;          /* optimizer segment of master */
     size_t pend_lo, pend_hi; /* gradient elements [lo, hi) complete but not yet reduced */
+    fsc_reduce_queue rq;     /* po.prefetch: bucket reductions in flight, waited for at the end of backward */
 } ddp_state;
 
 static fsc_comm *run_comm(const fsc_engine *e, const ddp_run *r) { return r->expert ? e->ep_data : e->comm; }
@@ -114,6 +116,7 @@ static fsc_status ddp_setup(fsc_engine *e) {
 
 static fsc_status ddp_begin_step(fsc_engine *e) {
     ddp_state *d = e->sd;
+    FSC_TRY(fsc_reduce_drain(e, &d->rq)); /* left by a failed step */
     FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
     if (d->compute) FSC_TRY(fsc_engine_round_to(e, d->compute, d->master, d->P, e->po.param_dtype));
     d->pend_lo = d->pend_hi = d->P;
@@ -139,8 +142,10 @@ static fsc_status flush(fsc_engine *e) {
         if (b > hi) b = hi;
         if (a >= b) continue;
         fsc_comm *c = run_comm(e, &d->runs[k]);
-        if (d->acc) FSC_TRY(fsc_engine_reduce(e, c, 0, d->grad + a, d->acc + a, b - a, e->micro > 0));
-        else FSC_TRY(fsc_engine_reduce(e, c, 0, d->grad + a, d->grad + a, b - a, 0));
+        float *out = d->acc ? d->acc + a : d->grad + a;
+        int accumulate = d->acc && e->micro > 0;
+        if (e->po.prefetch) FSC_TRY(fsc_reduce_start(e, &d->rq, c, 0, d->grad + a, out, b - a, accumulate, NULL, NULL, 0));
+        else FSC_TRY(fsc_engine_reduce(e, c, 0, d->grad + a, out, b - a, accumulate));
     }
     return FSC_OK;
 }
@@ -155,6 +160,8 @@ static fsc_status ddp_post_backward(fsc_engine *e, int layer) {
     }
     size_t bucket = e->po.bucket_bytes ? e->po.bucket_bytes : (25u << 20);
     if ((d->pend_hi - d->pend_lo) * sizeof(float) >= bucket || layer == e->lf) FSC_TRY(flush(e));
+    /* the micro-batch's backward is over: its reductions are done before the next one rewrites grad */
+    if (layer == e->lf) FSC_TRY(fsc_reduce_drain(e, &d->rq));
     return FSC_OK;
 }
 
@@ -289,6 +296,7 @@ static fsc_status ddp_after_load(fsc_engine *e) {
 static void ddp_destroy(fsc_engine *e) {
     ddp_state *d = e->sd;
     if (!d) return;
+    fsc_reduce_queue_free(e, &d->rq);
     fsc_device_release(e->dev, d->master);
     fsc_device_release(e->dev, d->compute);
     fsc_device_release(e->dev, d->grad);

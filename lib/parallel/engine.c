@@ -240,6 +240,9 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
     if (po->nonfinite != FSC_NONFINITE_STOP && po->nonfinite != FSC_NONFINITE_SKIP)
         return fsc_error(FSC_ERR_INVALID, "nonfinite must be FSC_NONFINITE_STOP or FSC_NONFINITE_SKIP, not %d",
                          (int)po->nonfinite);
+    if ((po->prefetch != 0 && po->prefetch != 1) || po->prefetch_limit < 0)
+        return fsc_error(FSC_ERR_INVALID, "prefetch must be 0 or 1 (not %d) and prefetch_limit >= 0 (0: 2), not %d",
+                         po->prefetch, po->prefetch_limit);
     if (po->max_skipped_steps < 0)
         return fsc_error(FSC_ERR_INVALID, "max_skipped_steps must be >= 0 (0: the default %d), not %d",
                          FSC_DEFAULT_MAX_SKIPS, po->max_skipped_steps);
@@ -292,6 +295,7 @@ static fsc_status engine_new(fsc_rank *r, int n_layers, int n_experts, const fsc
     FSC_TRY(make_layout(r, po, built, &lay));
     FSC_TRY(validate(r, &lay, po, oc));
     FSC_TRY(fsc_ep_validate(&lay, n_experts, po));
+    FSC_TRY(fsc_offload_validate(&lay, po));
     fsc_engine *e = calloc(1, sizeof(*e));
     if (!e) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
     e->r = r;
@@ -371,10 +375,12 @@ static fsc_status engine_finish(fsc_engine *e) {
     fsc_status s = make_offsets(e);
     if (s == FSC_OK) s = fsc_tensor_check_model(e->m, &e->lay);
     if (s == FSC_OK) s = fsc_tensor_make_full_info(e);
-    if (s == FSC_OK) s = fsc_optim_create(e->dev, &e->oc, &e->opt);
+    if (s == FSC_OK) s = fsc_offload_create(e); /* offload: the optimizer lives on the host */
+    if (s == FSC_OK) s = fsc_optim_create(e->host ? e->host : e->dev, &e->oc, &e->opt);
     if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
     if (s == FSC_OK) s = fsc_ep_create(e);
     if (s == FSC_OK) s = e->st->setup(e);
+    if (s == FSC_OK) s = fsc_offload_after_setup(e);
     if (s == FSC_OK) s = e->lay.tp > 1 ? fsc_tensor_after_setup(e) : fsc_pipe_after_setup(e);
     if (s == FSC_OK) s = make_tied_copies(e);
     if (s == FSC_OK) s = fsc_engine_apply_decay(e);
@@ -656,13 +662,13 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
     si.loss = total / ((double)global_batch * T);
     si.loss_scale = loss_scale;
     if (e->use_scaler)
-        for (int i = 0; i < e->ngsegs; i++) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], 1.0f / loss_scale, e->glens[i]));
+        for (int i = 0; i < e->ngsegs; i++) FSC_TRY(FSC_K(e->gdev, scale, e->gsegs[i], 1.0f / loss_scale, e->glens[i]));
     if (batch != FSC_OK) snprintf(batch_why, sizeof batch_why, "%s", fsc_last_error());
     /* every rank votes, over the whole world, on every precision: no rank may skip or stop alone. Verdicts:
      * 1 gradients not finite, 2 the loss not finite, 3 the batch check failed (on some data group) */
     int found = 0;
     const int mine = batch != FSC_OK ? 3 : isfinite(si.loss) ? 0 : 2;
-    FSC_TRY(fsc_nonfinite_vote(e->dev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, &found));
+    FSC_TRY(fsc_nonfinite_vote(e->gdev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, &found));
     if (found >= 3 && batch_why[0]) return fsc_error(FSC_ERR_INVALID, "%s", batch_why);
     if (found >= 3)
         return fsc_error(FSC_ERR_INVALID, "global batch %d: another rank found that the global batch is not the sum "
@@ -676,17 +682,17 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
          * otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every reduced gradient */
         const int own = e->nsegs != NULL;
         double norm = 0;
-        FSC_TRY(fsc_grad_norm(e->dev, e->norm_comm, own ? e->nsegs : e->gsegs, own ? e->nlens : e->glens,
+        FSC_TRY(fsc_grad_norm(e->gdev, e->norm_comm, own ? e->nsegs : e->gsegs, own ? e->nlens : e->glens,
                               own ? e->nnsegs : e->ngsegs, &norm));
         if (norm > (double)e->po.clip) {
             float factor = (float)((double)e->po.clip / (norm + 1e-6));
             for (int i = 0; i < e->ngsegs; i++)
-                if (e->glens[i]) FSC_TRY(FSC_K(e->dev, scale, e->gsegs[i], factor, e->glens[i]));
+                if (e->glens[i]) FSC_TRY(FSC_K(e->gdev, scale, e->gsegs[i], factor, e->glens[i]));
         }
         si.grad_norm = norm;
     }
     fsc_trace_begin(e->trace, "optim", "optimizer");
-    fsc_status os = fsc_optim_step(e->opt);
+    fsc_status os = fsc_offload_step(e); /* with offload optim: on the host copies */
     if (os == FSC_OK && e->st->after_step) os = e->st->after_step(e);
     fsc_trace_end(e->trace);
     FSC_TRY(os);
@@ -717,19 +723,19 @@ static fsc_status locate(fsc_engine *e, int seg, size_t at, int *tensor, size_t 
 }
 
 /* The first inf/NaN of n floats at device x: *at = n when there is none. */
-static fsc_status find_nonfinite(fsc_engine *e, const float *x, size_t n, size_t *at, float *val) {
+static fsc_status find_nonfinite(fsc_device *dev, const float *x, size_t n, size_t *at, float *val) {
     enum { CHUNK = 1 << 16 };
     *at = n;
     float m = 0.0f;
     int nf = 0;
-    FSC_TRY(FSC_K(e->dev, absmax, &m, &nf, x, n));
+    FSC_TRY(FSC_K(dev, absmax, &m, &nf, x, n));
     if (!nf) return FSC_OK;
     float *h = malloc(CHUNK * sizeof(float));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
     fsc_status s = FSC_OK;
     for (size_t off = 0; off < n && *at == n && s == FSC_OK; off += CHUNK) {
         size_t k = n - off < CHUNK ? n - off : CHUNK;
-        s = fsc_device_download(e->dev, h, x + off, k * sizeof(float));
+        s = fsc_device_download(dev, h, x + off, k * sizeof(float));
         for (size_t i = 0; s == FSC_OK && i < k; i++)
             if (!isfinite(h[i])) {
                 *at = off + i;
@@ -752,7 +758,7 @@ static fsc_status check_local(fsc_engine *e) {
             size_t n = fsc_optim_segment_len(e->opt, k), at = n;
             const float *x = st == 0 ? fsc_optim_param(e->opt, k) : fsc_optim_state(e->opt, k, st - 1);
             float val = 0.0f;
-            if (n && x) FSC_TRY(find_nonfinite(e, x, n, &at, &val));
+            if (n && x) FSC_TRY(find_nonfinite(fsc_offload_seg_dev(e, st), x, n, &at, &val));
             if (at == n) continue;
             int t;
             size_t el;
@@ -917,6 +923,7 @@ void fsc_engine_free(fsc_engine *e) {
     for (int i = 0; e->tied_copy && i < e->m->n_tensors; i++) fsc_device_release(e->dev, e->tied_copy[i]);
     free(e->tied_copy);
     fsc_optim_free(e->opt);
+    fsc_offload_free(e); /* after the optimizer and the strategy: their host buffers came from it */
     if (e->own_model) fsc_model_free(e->m);
     fsc_tensor_free(e);
     groups g = { e->tensor_comm, e->own_data, e->pipe_comm }; /* after the model, which may use the tensor group */
@@ -933,5 +940,6 @@ fsc_parallel_opts fsc_parallel_opts_default(void) {
                                 .accum = 1, .no_sync = 1, .pp = 1, .schedule = FSC_SCHED_GPIPE,
                                 .pipe_checkpoint = FSC_PIPE_CKPT_EXCEPT_LAST, .tp = 1, .ep = 1,
                                 .min_loss_scale = 1.0f, .nonfinite = FSC_NONFINITE_STOP,
-                                .max_skipped_steps = FSC_DEFAULT_MAX_SKIPS };
+                                .max_skipped_steps = FSC_DEFAULT_MAX_SKIPS, .prefetch = 1, .prefetch_limit = 2,
+                                .offload = FSC_OFFLOAD_NONE };
 }

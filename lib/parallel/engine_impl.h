@@ -112,6 +112,11 @@ struct fsc_engine {
     size_t *glens;
     int ngsegs;
     fsc_comm *norm_comm;      /* group over which gsegs are split (NULL: each rank holds all) */
+    fsc_device *gdev;         /* the device gsegs live on: dev, or host with offload all */
+    /* offload (offload.c, docs/offload.md): host memory as a device of its own (its ledger counts host bytes),
+     * NULL without offload; the optimizer's staging with offload optim */
+    fsc_device *host;
+    struct fsc_offload *off;
 
     struct fsc_pipe *pipe;    /* pipeline state (pipe.c), NULL without a pipeline */
     /* expert parallelism (po.ep > 1, MoE models): the expert group (ep consecutive data ranks, experts split
@@ -179,6 +184,19 @@ fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
  * gathered with the loss (the same array on every rank, so every rank reaches the same verdict).
  * FSC_ERR_INVALID unless every rank passed the same global batch and it is the sum of the local batches. */
 fsc_status fsc_engine_check_batch(const double *pairs, int n);
+
+/* Offload (offload.c): refuse what offload does not run with; make the host device (before the optimizer,
+ * which lives there); after the strategy's setup, stage the optimizer's segments on the host (offload optim);
+ * the optimizer step (with offload optim: gradients and parameters to the host, step, parameters back);
+ * free. */
+fsc_status fsc_offload_validate(const fsc_layout *l, const fsc_parallel_opts *po);
+fsc_status fsc_offload_create(fsc_engine *e);
+fsc_status fsc_offload_after_setup(fsc_engine *e);
+fsc_status fsc_offload_step(fsc_engine *e);
+/* The device whose memory holds the optimizer's state `state` of every segment (0: the parameters, the
+ * masters it steps; 1, 2: the moments) between steps: e->dev, or e->host when offloaded. */
+fsc_device *fsc_offload_seg_dev(const fsc_engine *e, int state);
+void fsc_offload_free(fsc_engine *e);
 
 /* Expert parallelism (ep.c): refuse what MoE models do not run with; after the pipeline, before the strategy,
  * split the expert groups (collective over the data group) and give the model its expert group; free them. */

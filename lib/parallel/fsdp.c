@@ -17,10 +17,26 @@
  *   reduce-scatter in the group + all-reduce across groups: (N + N/G - 2)/N x unit size.
  *
  * Per unit: shard (S) master params and reduced grads; full (padded) params while gathered; full grads
- * during its backward (kept across micro-batches under no_sync). */
+ * during its backward (kept across micro-batches under no_sync).
+ *
+ * Offload all (docs/offload.md): masters and reduced gradients live on the host (e->host); a unit's shard is
+ * uploaded just before its all-gather starts (so a prefetch copies ahead too) and its reduced gradient is
+ * reduced into a device buffer, then downloaded (added on the host under accumulation, as the device's
+ * accumulation adds). With prefetch its reduce-scatter overlaps the backward as without offload, the download
+ * happening when the reduction is finished (overlap.c, fsc_reduce_start_host). */
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+#include "overlap.h"
+
+/* An all-gather of a unit's masters in flight (prefetch) or about to be waited for. */
+typedef struct {
+    fsc_comm_req *req;  /* NULL: none in flight */
+    float *full;        /* (padded) fp32 result */
+    void *lo, *lofull;  /* low-precision shard and gathered buffer (FSC_TAG_COMM), NULL for f32 */
+    float *dm;          /* offload all: the shard uploaded from the host (FSC_TAG_COMM) */
+    fsc_dtype dt;
+} fsdp_gather;
 
 typedef struct {
     int *tensors;     /* tensor indices, ascending */
@@ -34,6 +50,7 @@ typedef struct {
     float *full;      /* (padded) gathered params, NULL when resharded */
     float *fgrad;     /* (padded) full gradients during backward */
     int seg;          /* optimizer segment of master */
+    fsdp_gather g;    /* its all-gather while in flight (prefetch) */
 } fsdp_unit;
 
 typedef struct {
@@ -44,6 +61,13 @@ typedef struct {
     int reshard;
     fsc_comm *shard_comm;   /* ranks that split a unit (size G) */
     fsc_comm *replica_comm; /* ranks holding the same shard (size N/G) */
+    /* overlap (po.prefetch, docs/overlap.md) */
+    int prefetch;
+    int limit;              /* gathered units in flight at most, the one computing included */
+    int inflight;           /* units whose all-gather was started ahead and not yet waited for */
+    int keep;               /* the unit backward needs first: not resharded after forward (-1: none) */
+    fsc_reduce_queue rq;    /* reduce-scatters in flight, each owning its unit's full gradient */
+    fsc_device *mdev;       /* where master and sgrad live: e->dev, or e->host with offload all */
 } fsdp_state;
 
 static int layer_uses_unit(const fsc_engine *e, const fsdp_state *d, int layer, int u) {
@@ -107,8 +131,9 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
 }
 
 /* Initial values of the unit's flat elements [first, first + n) into device dst. */
-static fsc_status init_unit_range(fsc_engine *e, const fsdp_unit *U, float *dst, size_t first, size_t n) {
-    FSC_TRY(fsc_device_memset(e->dev, dst, 0, n * sizeof(float)));
+static fsc_status init_unit_range(fsc_engine *e, fsc_device *dev, const fsdp_unit *U, float *dst, size_t first,
+                                  size_t n) {
+    FSC_TRY(fsc_device_memset(dev, dst, 0, n * sizeof(float)));
     enum { CHUNK = 1 << 16 };
     float *host = malloc(CHUNK * sizeof(float));
     if (!host) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of host memory");
@@ -119,7 +144,7 @@ static fsc_status init_unit_range(fsc_engine *e, const fsdp_unit *U, float *dst,
         for (size_t p = a; p < b && s == FSC_OK; p += CHUNK) {
             size_t c = b - p < CHUNK ? b - p : CHUNK;
             e->m->ops->init_values(e->m->ctx, e->seed, U->tensors[k], p - lo, c, host);
-            s = fsc_device_upload(e->dev, dst + (p - first), host, c * sizeof(float));
+            s = fsc_device_upload(dev, dst + (p - first), host, c * sizeof(float));
         }
     }
     free(host);
@@ -133,51 +158,102 @@ static void bind_grads(fsc_engine *e, const fsdp_unit *U, float *base) {
     for (int k = 0; k < U->ntensors; k++) e->m->grad[U->tensors[k]] = base ? base + U->uoff[k] : NULL;
 }
 
-/* All-gather the unit's master shards into a new (padded) fp32 buffer, through dtype dt. */
-static fsc_status gather(fsc_engine *e, fsdp_unit *U, fsc_dtype dt, float **out) {
-    fsdp_state *d = e->sd;
-    float *full;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, U->padded * sizeof(float), (void **)&full));
-    fsc_status s;
-    if (dt == FSC_F32) {
-        s = fsc_comm_all_gather(d->shard_comm, U->master, full, U->shard, FSC_F32);
-    } else {
-        size_t es = fsc_dtype_size(dt);
-        void *lo = NULL, *lofull = NULL;
-        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * es, &lo);
-        if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * es, &lofull);
-        if (s == FSC_OK) s = FSC_K(e->dev, convert, lo, dt, U->master, FSC_F32, U->shard);
-        if (s == FSC_OK) s = fsc_comm_all_gather(d->shard_comm, lo, lofull, U->shard, dt);
-        if (s == FSC_OK) s = FSC_K(e->dev, convert, full, FSC_F32, lofull, dt, U->padded);
-        fsc_device_release(e->dev, lo);
-        fsc_device_release(e->dev, lofull);
-    }
-    if (s != FSC_OK) {
-        fsc_device_release(e->dev, full);
-        return s;
-    }
-    *out = full;
-    return FSC_OK;
+static void gather_release(fsc_engine *e, fsdp_gather *g, int keep_full) {
+    fsc_device_release(e->dev, g->lo);
+    fsc_device_release(e->dev, g->lofull);
+    fsc_device_release(e->dev, g->dm);
+    if (!keep_full) fsc_device_release(e->dev, g->full);
+    *g = (fsdp_gather){0};
 }
 
+/* Start the all-gather of the unit's master shards into a new (padded) fp32 buffer, through dtype dt. */
+static fsc_status gather_start(fsc_engine *e, fsdp_unit *U, fsc_dtype dt, fsdp_gather *g) {
+    fsdp_state *d = e->sd;
+    *g = (fsdp_gather){.dt = dt};
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_PARAMS, U->padded * sizeof(float), (void **)&g->full);
+    const float *master = U->master;
+    if (s == FSC_OK && d->mdev != e->dev) { /* offload all: the shard to the device first */
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * sizeof(float), (void **)&g->dm);
+        if (s == FSC_OK) s = fsc_device_upload(e->dev, g->dm, U->master, U->shard * sizeof(float));
+        master = g->dm;
+    }
+    if (s == FSC_OK && dt == FSC_F32) {
+        s = fsc_comm_iall_gather(d->shard_comm, master, g->full, U->shard, FSC_F32, &g->req);
+    } else if (s == FSC_OK) {
+        size_t es = fsc_dtype_size(dt);
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * es, &g->lo);
+        if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * es, &g->lofull);
+        if (s == FSC_OK) s = FSC_K(e->dev, convert, g->lo, dt, master, FSC_F32, U->shard);
+        if (s == FSC_OK) s = fsc_comm_iall_gather(d->shard_comm, g->lo, g->lofull, U->shard, dt, &g->req);
+    }
+    if (s != FSC_OK) gather_release(e, g, 0);
+    return s;
+}
+
+/* Wait for g; *out is its fp32 result (the caller owns it). */
+static fsc_status gather_finish(fsc_engine *e, fsdp_unit *U, fsdp_gather *g, float **out) {
+    fsc_status s = fsc_comm_wait(g->req);
+    fsc_comm_req_free(g->req);
+    g->req = NULL;
+    if (s == FSC_OK && g->dt != FSC_F32) s = FSC_K(e->dev, convert, g->full, FSC_F32, g->lofull, g->dt, U->padded);
+    *out = s == FSC_OK ? g->full : NULL;
+    gather_release(e, g, s == FSC_OK);
+    return s;
+}
+
+/* All-gather the unit's master shards into a new (padded) fp32 buffer, through dtype dt. */
+static fsc_status gather(fsc_engine *e, fsdp_unit *U, fsc_dtype dt, float **out) {
+    fsdp_gather g;
+    FSC_TRY(gather_start(e, U, dt, &g));
+    return gather_finish(e, U, &g, out);
+}
+
+/* The unit's parameters gathered and bound: waits for its prefetch, or gathers it now. */
 static fsc_status unit_gather(fsc_engine *e, fsdp_unit *U) {
+    fsdp_state *d = e->sd;
+    if (U->g.req) {
+        d->inflight--;
+        FSC_TRY(gather_finish(e, U, &U->g, &U->full));
+        bind_params(e, U, U->full);
+        return FSC_OK;
+    }
     if (U->full) return FSC_OK;
     FSC_TRY(gather(e, U, e->po.param_dtype, &U->full));
     bind_params(e, U, U->full);
     return FSC_OK;
 }
 
+/* Prefetch: start the all-gathers of the units the layers after `layer` (dir +1, forward) or before it
+ * (dir -1, backward) use, nearest first, while fewer than limit - 1 are in flight. The order is the same on
+ * every rank, so the shard group's calls match. */
+static void prefetch(fsc_engine *e, int layer, int dir) {
+    fsdp_state *d = e->sd;
+    for (int l = layer + dir; d->prefetch && l >= e->lf && l <= e->ll && d->inflight < d->limit - 1; l += dir) {
+        for (int u = 1; u < d->nunits && d->inflight < d->limit - 1; u++) {
+            fsdp_unit *U = &d->u[u];
+            if (U->full || U->g.req || !layer_uses_unit(e, d, l, u)) continue;
+            if (gather_start(e, U, e->po.param_dtype, &U->g) != FSC_OK) return; /* gathered when needed */
+            d->inflight++;
+        }
+    }
+}
+
 static void unit_reshard(fsc_engine *e, fsdp_unit *U) {
+    if (U->g.req) { /* a prefetch no layer used: wait for it, then drop it */
+        float *full = NULL;
+        if (gather_finish(e, U, &U->g, &full) == FSC_OK) fsc_device_release(e->dev, full);
+        ((fsdp_state *)e->sd)->inflight--;
+    }
     fsc_device_release(e->dev, U->full);
     U->full = NULL;
     bind_params(e, U, NULL);
 }
 
-/* Reduce the unit's full gradient into its shard (sum over the world in rank order). */
-static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
+/* Reduce the unit's full gradient into sgrad (device, U->shard floats; sum over the world in rank order). */
+static fsc_status unit_reduce_into(fsc_engine *e, fsdp_unit *U, float *sgrad, int accumulate) {
     fsdp_state *d = e->sd;
-    if (d->G == d->N) return fsc_engine_reduce(e, e->comm, 1, U->fgrad, U->sgrad, U->padded, accumulate);
-    if (d->G == 1) return fsc_engine_reduce(e, e->comm, 0, U->fgrad, U->sgrad, U->padded, accumulate);
+    if (d->G == d->N) return fsc_engine_reduce(e, e->comm, 1, U->fgrad, sgrad, U->padded, accumulate);
+    if (d->G == 1) return fsc_engine_reduce(e, e->comm, 0, U->fgrad, sgrad, U->padded, accumulate);
     /* hybrid: permute so world block r = sub-piece g of shard j (r = g*G + j), reduce-scatter, all-gather */
     const size_t sN = U->padded / (size_t)d->N;
     float *perm = NULL, *piece = NULL, *tmp = NULL;
@@ -190,11 +266,11 @@ static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
     if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, sN * sizeof(float), (void **)&piece);
     if (s == FSC_OK) s = fsc_engine_reduce(e, e->comm, 1, perm, piece, U->padded, 0);
     if (s == FSC_OK && !accumulate) {
-        s = fsc_comm_all_gather(d->replica_comm, piece, U->sgrad, sN, FSC_F32);
+        s = fsc_comm_all_gather(d->replica_comm, piece, sgrad, sN, FSC_F32);
     } else if (s == FSC_OK) {
         s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * sizeof(float), (void **)&tmp);
         if (s == FSC_OK) s = fsc_comm_all_gather(d->replica_comm, piece, tmp, sN, FSC_F32);
-        if (s == FSC_OK) s = FSC_K(e->dev, axpy, U->sgrad, 1.0f, tmp, U->shard);
+        if (s == FSC_OK) s = FSC_K(e->dev, axpy, sgrad, 1.0f, tmp, U->shard);
     }
     fsc_device_release(e->dev, perm);
     fsc_device_release(e->dev, piece);
@@ -202,10 +278,29 @@ static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
     return s;
 }
 
+/* Reduce the unit's full gradient into its shard. Offload all: into a device buffer, downloaded into the host
+ * shard, or added to it on the host (the device's accumulation adds the reduced value with axpy too). */
+static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
+    fsdp_state *d = e->sd;
+    if (d->mdev == e->dev) return unit_reduce_into(e, U, U->sgrad, accumulate);
+    const size_t bytes = U->shard * sizeof(float);
+    float *dg = NULL, *hg = NULL;
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_GRADS, bytes, (void **)&dg);
+    if (s == FSC_OK) s = unit_reduce_into(e, U, dg, 0);
+    if (s == FSC_OK && !accumulate) s = fsc_device_download(e->dev, U->sgrad, dg, bytes);
+    if (s == FSC_OK && accumulate) s = fsc_device_alloc(d->mdev, FSC_TAG_COMM, bytes, (void **)&hg);
+    if (s == FSC_OK && accumulate) s = fsc_device_download(e->dev, hg, dg, bytes);
+    if (s == FSC_OK && accumulate) s = FSC_K(d->mdev, axpy, U->sgrad, 1.0f, hg, U->shard);
+    fsc_device_release(d->mdev, hg);
+    fsc_device_release(e->dev, dg);
+    return s;
+}
+
 static fsc_status fsdp_setup(fsc_engine *e) {
     fsdp_state *d = calloc(1, sizeof(*d));
     if (!d) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
     e->sd = d;
+    d->mdev = e->po.offload == FSC_OFFLOAD_ALL ? e->host : e->dev;
     d->N = fsc_comm_size(e->comm); /* the data group: the world, or a pipeline stage's ranks */
     d->rank = fsc_comm_rank(e->comm);
     switch (e->po.shard) {
@@ -224,24 +319,31 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     fsc_comm_set_name(d->replica_comm, "replica");
     fsc_engine_add_group(e, d->shard_comm);
     fsc_engine_add_group(e, d->replica_comm);
+    d->prefetch = e->po.prefetch;
+    d->limit = e->po.prefetch_limit ? e->po.prefetch_limit : 2;
     FSC_TRY(build_units(e, d));
+    d->keep = -1; /* with prefetch, the last unit forward uses stays gathered for backward, which starts there */
+    for (int u = 1; d->prefetch && u < d->nunits; u++)
+        if (d->keep < 0 || d->u[u].last_layer > d->u[d->keep].last_layer) d->keep = u;
     const int j = fsc_comm_rank(d->shard_comm);
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
-        FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, U->shard * sizeof(float), (void **)&U->master));
-        FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, U->shard * sizeof(float), (void **)&U->sgrad));
+        FSC_TRY(fsc_device_alloc(d->mdev, FSC_TAG_PARAMS, U->shard * sizeof(float), (void **)&U->master));
+        FSC_TRY(fsc_device_calloc(d->mdev, FSC_TAG_GRADS, U->shard * sizeof(float), (void **)&U->sgrad));
         if (e->po.sync_from_rank0 && d->N > 1) {
             /* sync_module_states: rank 0's values, broadcast unit by unit */
             float *tmp;
             FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * sizeof(float), (void **)&tmp));
-            fsc_status s = d->rank == 0 ? init_unit_range(e, U, tmp, 0, U->padded) : FSC_OK;
+            fsc_status s = d->rank == 0 ? init_unit_range(e, e->dev, U, tmp, 0, U->padded) : FSC_OK;
             if (s == FSC_OK) s = fsc_comm_broadcast(e->comm, tmp, U->padded, FSC_F32, 0);
-            if (s == FSC_OK)
+            if (s == FSC_OK && d->mdev != e->dev)
+                s = fsc_device_download(e->dev, U->master, tmp + (size_t)j * U->shard, U->shard * sizeof(float));
+            else if (s == FSC_OK)
                 s = fsc_device_copy(e->dev, U->master, tmp + (size_t)j * U->shard, U->shard * sizeof(float));
             fsc_device_release(e->dev, tmp);
             FSC_TRY(s);
         } else {
-            FSC_TRY(init_unit_range(e, U, U->master, (size_t)j * U->shard, U->shard));
+            FSC_TRY(init_unit_range(e, d->mdev, U, U->master, (size_t)j * U->shard, U->shard));
         }
         FSC_TRY(fsc_optim_add(e->opt, U->master, U->sgrad, U->shard, &U->seg));
         FSC_TRY(fsc_engine_add_gseg(e, U->sgrad, U->shard));
@@ -254,8 +356,9 @@ static fsc_status fsdp_setup(fsc_engine *e) {
 
 static fsc_status fsdp_begin_step(fsc_engine *e) {
     fsdp_state *d = e->sd;
+    FSC_TRY(fsc_reduce_drain(e, &d->rq)); /* left by a failed step */
     for (int u = 0; u < d->nunits; u++)
-        FSC_TRY(fsc_device_memset(e->dev, d->u[u].sgrad, 0, d->u[u].shard * sizeof(float)));
+        FSC_TRY(fsc_device_memset(d->mdev, d->u[u].sgrad, 0, d->u[u].shard * sizeof(float)));
     return FSC_OK;
 }
 
@@ -263,13 +366,14 @@ static fsc_status fsdp_pre_forward(fsc_engine *e, int layer) {
     fsdp_state *d = e->sd;
     for (int u = 0; u < d->nunits; u++)
         if (layer_uses_unit(e, d, layer, u)) FSC_TRY(unit_gather(e, &d->u[u]));
+    prefetch(e, layer, +1);
     return FSC_OK;
 }
 
 static fsc_status fsdp_post_forward(fsc_engine *e, int layer) {
     fsdp_state *d = e->sd;
     for (int u = 1; u < d->nunits; u++) /* the root keeps its parameters */
-        if (d->reshard && d->u[u].last_layer == layer) unit_reshard(e, &d->u[u]);
+        if (d->reshard && d->u[u].last_layer == layer && u != d->keep) unit_reshard(e, &d->u[u]);
     return FSC_OK;
 }
 
@@ -284,6 +388,7 @@ static fsc_status fsdp_pre_backward(fsc_engine *e, int layer) {
             bind_grads(e, U, U->fgrad);
         }
     }
+    prefetch(e, layer, -1);
     return FSC_OK;
 }
 
@@ -295,14 +400,35 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
         if (e->sync) {
             /* each micro-batch that reduces adds to the shard after the first */
             int accumulate = !e->po.no_sync && e->micro > 0;
-            FSC_TRY(unit_reduce(e, U, accumulate));
-            fsc_device_release(e->dev, U->fgrad);
-            U->fgrad = NULL;
-            bind_grads(e, U, NULL);
+            if (d->prefetch && (d->G == d->N || d->G == 1)) {
+                /* overlap: this unit's reduction runs during the next units' backward, with at most limit - 1
+                 * older ones still in flight (oldest waited for first); it owns the full gradient from here on */
+                FSC_TRY(fsc_reduce_drain_to(e, &d->rq, d->limit - 2));
+                float *fg = U->fgrad;
+                U->fgrad = NULL;
+                bind_grads(e, U, NULL);
+                if (d->mdev != e->dev) /* offload all: into a device shard, downloaded at the finish */
+                    FSC_TRY(fsc_reduce_start_host(e, &d->rq, e->comm, d->G == d->N, fg, U->sgrad, d->mdev, U->padded,
+                                                  accumulate, fg));
+                else
+                    FSC_TRY(fsc_reduce_start(e, &d->rq, e->comm, d->G == d->N, fg, U->sgrad, U->padded, accumulate,
+                                             fg, NULL, 0));
+            } else {
+                FSC_TRY(unit_reduce(e, U, accumulate));
+                fsc_device_release(e->dev, U->fgrad);
+                U->fgrad = NULL;
+                bind_grads(e, U, NULL);
+            }
         }
         unit_reshard(e, U);
     }
     return FSC_OK;
+}
+
+/* After the last backward of a step: the reductions in flight are done before anyone reads the shards. */
+static fsc_status fsdp_end_backward(fsc_engine *e) {
+    fsdp_state *d = e->sd;
+    return fsc_reduce_drain(e, &d->rq);
 }
 
 static fsc_status fsdp_full_tensors(fsc_engine *e, int want, float *host) {
@@ -347,12 +473,19 @@ static fsc_status fsdp_load_full(fsc_engine *e, fsc_st_file *f) {
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
         size_t first = j * U->shard, last = first + U->shard;
-        FSC_TRY(fsc_device_memset(e->dev, U->master, 0, U->shard * sizeof(float)));
+        FSC_TRY(fsc_device_memset(d->mdev, U->master, 0, U->shard * sizeof(float)));
         for (int k = 0; k < U->ntensors; k++) {
             const fsc_param_info *pi = &e->m->info[U->tensors[k]];
             size_t lo = U->uoff[k], hi = lo + pi->numel;
             size_t a = lo > first ? lo : first, b = hi < last ? hi : last;
-            if (a < b) FSC_TRY(fsc_engine_read_tensor(e, f, U->tensors[k], a - lo, b - a, U->master + (a - first)));
+            if (a >= b) continue;
+            if (d->mdev == e->dev) {
+                FSC_TRY(fsc_engine_read_tensor(e, f, U->tensors[k], a - lo, b - a, U->master + (a - first)));
+                continue;
+            }
+            const fsc_st_entry *en = fsc_st_find(f, pi->name); /* offload all: the host master, read in place */
+            if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", pi->name);
+            FSC_TRY(fsc_st_read(f, en, U->master + (a - first), a - lo, b - a));
         }
     }
     return FSC_OK;
@@ -398,10 +531,12 @@ static fsc_status fsdp_after_load(fsc_engine *e) {
 static void fsdp_destroy(fsc_engine *e) {
     fsdp_state *d = e->sd;
     if (!d) return;
+    fsc_reduce_queue_free(e, &d->rq);
     for (int u = 0; d->u && u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
-        fsc_device_release(e->dev, U->master);
-        fsc_device_release(e->dev, U->sgrad);
+        if (U->g.req) unit_reshard(e, U);
+        fsc_device_release(d->mdev, U->master);
+        fsc_device_release(d->mdev, U->sgrad);
         fsc_device_release(e->dev, U->full);
         fsc_device_release(e->dev, U->fgrad);
         free(U->tensors);
@@ -423,6 +558,7 @@ const fsc_strategy fsc_strategy_fsdp = {
     .pre_backward = fsdp_pre_backward,
     .post_backward = fsdp_post_backward,
     .begin_step = fsdp_begin_step,
+    .end_backward = fsdp_end_backward,
     .full_tensors = fsdp_full_tensors,
     .write_full = fsdp_write_full,
     .load_full = fsdp_load_full,

@@ -45,6 +45,8 @@ typedef struct {
     fsc_model_acts *rec; /* full record, NULL while checkpointed */
     float *saved;        /* checkpointed on a stage > 0: the stage input (stream_floats(B)) */
     int ckpt;
+    fsc_comm_req *send;  /* po.prefetch: the send of the stage output in flight, waited for before the record
+                          * is reused or its backward runs (docs/overlap.md) */
 } mb_slot;
 
 struct fsc_pipe {
@@ -271,9 +273,19 @@ static void give_in(fsc_engine *e, float *x) {
 }
 
 /* Return every micro-batch's memory (after a failed step) and, for another micro-batch size, free the pools. */
+/* Wait for the slot's output send (if one is in flight). */
+static fsc_status send_done(mb_slot *sl) {
+    if (!sl->send) return FSC_OK;
+    fsc_status s = fsc_comm_wait(sl->send);
+    fsc_comm_req_free(sl->send);
+    sl->send = NULL;
+    return s;
+}
+
 static void reset_pools(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
     for (int k = 0; k < p->M; k++) {
+        (void)send_done(&p->slots[k]); /* left by a failed step: its buffer must not be reused before */
         if (p->slots[k].rec) give_rec(e, p->slots[k].rec);
         if (p->slots[k].saved) give_in(e, p->slots[k].saved);
         p->slots[k] = (mb_slot){ 0 };
@@ -346,9 +358,11 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
     FSC_TRY(set_batch(e, a, k));
     double ls = 0;
     FSC_TRY(e->m->ops->forward(e->m->ctx, a, &hooks, &ls));
-    if (last) *loss_local += ls;
-    else FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
     sl->ckpt = is_checkpointed(e, k);
+    if (last) *loss_local += ls;
+    else if (e->po.prefetch && !sl->ckpt) /* sent while the next micro-batches compute */
+        FSC_TRY(fsc_comm_isend(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1, &sl->send));
+    else FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
     if (sl->ckpt) { /* keep the stage input only */
         if (p->stage > 0) {
             FSC_TRY(take_in(e, &sl->saved));
@@ -369,6 +383,7 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     hooks.post_forward = h_post_fwd;
     e->micro = k;
     e->sync = 0;
+    FSC_TRY(send_done(sl));
     if (sl->ckpt) { /* recompute the stage from its input: the same kernels on the same input */
         FSC_TRY(take_rec(e, &sl->rec));
         if (sl->saved) {

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+#include "overlap.h"
 
 typedef struct {
     int llo, lhi;         /* layers whose tensors it holds; reduced after the backward of llo */
@@ -47,6 +48,7 @@ typedef struct {
     size_t Pp, S;         /* padded total; elements owned by this rank */
     float *full, *master, *sgrad, *grad;
     int sgrad_own;        /* sgrad is its own allocation (not a view into grad) */
+    fsc_reduce_queue rq;  /* po.prefetch: bucket reductions in flight, waited for at the end of backward */
 } zero_state;
 
 /* offset of tensor t inside full */
@@ -213,6 +215,7 @@ static void release_bucket_grad(fsc_engine *e, zero_state *z, zero_bucket *b) {
 
 static fsc_status zero_begin_step(fsc_engine *e) {
     zero_state *z = e->sd;
+    FSC_TRY(fsc_reduce_drain(e, &z->rq)); /* left by a failed step */
     if (z->grad) return fsc_device_memset(e->dev, z->grad, 0, z->Pp * sizeof(float));
     for (int k = 0; k < z->nb; k++) release_bucket_grad(e, z, &z->b[k]); /* left by a failed step */
     return FSC_OK;
@@ -241,6 +244,19 @@ static fsc_status zero_post_backward(fsc_engine *e, int layer) {
                                                 "allocated (pre_backward not called)", layer);
         /* each micro-batch that reduces adds to the shard after the first */
         int accumulate = !e->po.no_sync && e->micro > 0;
+        if (e->po.prefetch) {
+            /* overlap: reduced while the layers below compute; stage 2 hands the bucket's gradient to the
+             * reduction, stage 1 zeroes it once reduced when another micro-batch follows */
+            float *own = z->stage2 ? g : NULL;
+            float *clear = !z->stage2 && e->micro < e->po.accum - 1 ? g : NULL;
+            if (own) {
+                b->grad = NULL;
+                bind_grads(e, z, b, NULL);
+            }
+            FSC_TRY(fsc_reduce_start(e, &z->rq, e->comm, 1, g, owned_grad(z, b), b->padded, accumulate, own, clear,
+                                     b->padded));
+            continue;
+        }
         FSC_TRY(fsc_engine_reduce(e, e->comm, 1, g, owned_grad(z, b), b->padded, accumulate));
         if (z->stage2) {
             release_bucket_grad(e, z, b);
@@ -249,6 +265,8 @@ static fsc_status zero_post_backward(fsc_engine *e, int layer) {
             FSC_TRY(fsc_device_memset(e->dev, g, 0, b->padded * sizeof(float)));
         }
     }
+    /* the micro-batch's backward is over: its reductions are done before the next one writes gradients */
+    if (layer == e->lf) FSC_TRY(fsc_reduce_drain(e, &z->rq));
     return FSC_OK;
 }
 
@@ -348,6 +366,7 @@ static fsc_status zero_after_load(fsc_engine *e) { return gather_all(e); }
 static void zero_destroy(fsc_engine *e) {
     zero_state *z = e->sd;
     if (!z) return;
+    fsc_reduce_queue_free(e, &z->rq);
     for (int k = 0; z->b && k < z->nb; k++) fsc_device_release(e->dev, z->b[k].grad);
     fsc_device_release(e->dev, z->full);
     fsc_device_release(e->dev, z->master);

@@ -32,6 +32,12 @@ typedef struct {
     int reduce_native;      /* processes (fsc_cluster_run_from_env_opts) only: 1 reduces with MPI's or NCCL's own
                                all-reduce/reduce-scatter (faster, bits may differ from the simulator's); 0 (default)
                                sums in rank order as the simulated cluster does. Simulated ranks refuse 1. */
+    double sim_bandwidth_gbps; /* simulated ranks only: every link's bandwidth in GB/s (1e9 bytes/s); a collective
+                                  then takes a ring algorithm's time (docs/overlap.md). 0 (default): no cost */
+    double sim_latency_us;     /* simulated ranks only: every link's latency in microseconds (0: none) */
+    double sim_copy_gbps;      /* simulated ranks only: a copy between host memory and a rank's device (upload,
+                                  download) takes bytes / this GB/s of the rank's time, as over PCIe (offload,
+                                  docs/offload.md). 0 (default): no cost */
 } fsc_cluster_opts;
 /* The defaults: 1 rank, "cpu", timeout 60 s, threads and staging as 0 says. */
 fsc_cluster_opts fsc_cluster_opts_default(void);

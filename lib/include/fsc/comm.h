@@ -70,6 +70,32 @@ fsc_status fsc_comm_recv(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int
 /* send holds size blocks of count elements, block j goes to rank j; recv block j comes from rank j */
 fsc_status fsc_comm_all_to_all(fsc_comm *c, const void *send, void *recv, size_t count, fsc_dtype dt);
 fsc_status fsc_comm_barrier(fsc_comm *c);
+/* Asynchronous collectives: fsc_comm_i<op> starts the operation and returns a request; fsc_comm_wait blocks
+ * until it completed and returns its status (once: waiting again is an error), fsc_comm_test says whether
+ * it has (it never blocks), fsc_comm_req_free frees a request that was waited for. Operations of one
+ * communicator run in issue order, synchronous calls included (NCCL's rule), so every rank must start the
+ * same operations on a communicator in the same order; different communicators progress independently.
+ * Until the wait returns, the buffers belong to the operation: do not read recv or write send. The results
+ * are the bits of the synchronous call. Calls and bytes are counted when the wait succeeds. A communicator
+ * whose implementation has no asynchronous path (the table's start is NULL) runs the call at start. Free
+ * every request before its communicator. A request freed while in flight is waited for first and the free
+ * returns FSC_ERR_STATE saying so (its buffers were in use until then). */
+typedef struct fsc_comm_req fsc_comm_req;
+fsc_status fsc_comm_iall_reduce(fsc_comm *c, const void *send, void *recv, size_t count, fsc_dtype dt,
+                                fsc_redop op, fsc_comm_req **req);
+fsc_status fsc_comm_ireduce_scatter(fsc_comm *c, const void *send, void *recv, size_t recvcount, fsc_dtype dt,
+                                    fsc_redop op, fsc_comm_req **req);
+fsc_status fsc_comm_iall_gather(fsc_comm *c, const void *send, void *recv, size_t sendcount, fsc_dtype dt,
+                                fsc_comm_req **req);
+fsc_status fsc_comm_ibroadcast(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int root, fsc_comm_req **req);
+fsc_status fsc_comm_isend(fsc_comm *c, const void *buf, size_t count, fsc_dtype dt, int peer, fsc_comm_req **req);
+fsc_status fsc_comm_irecv(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int peer, fsc_comm_req **req);
+fsc_status fsc_comm_iall_to_all(fsc_comm *c, const void *send, void *recv, size_t count, fsc_dtype dt,
+                                fsc_comm_req **req);
+fsc_status fsc_comm_wait(fsc_comm_req *req);
+fsc_status fsc_comm_test(fsc_comm_req *req, int *done);
+fsc_status fsc_comm_req_free(fsc_comm_req *req);
+
 /* Collective agreement: every rank passes its own status; all return FSC_OK only if every rank passed
  * FSC_OK, otherwise every rank returns the status and message of the lowest failing rank (other ranks see
  * "rank R: <message>"), so no rank goes on alone after a failure. dev stages the exchange. */

@@ -51,6 +51,11 @@ size_t fsc_device_peak_bytes(const fsc_device *dev, fsc_tag tag);
 size_t fsc_device_peak_total(const fsc_device *dev);  /* peak of the sum over tags */
 void fsc_device_reset_peak(fsc_device *dev);          /* peaks := current */
 
+/* Bytes copied between host memory and the device since creation or the last reset: to_device 1 counts
+ * fsc_device_upload, 0 fsc_device_download (what offload moves over PCIe is measured, docs/offload.md). */
+size_t fsc_device_copied_bytes(const fsc_device *dev, int to_device);
+void fsc_device_reset_copied(fsc_device *dev);
+
 /* Copies. dst/src are device pointers except where named host. */
 fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, size_t bytes);
 fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src, size_t bytes);

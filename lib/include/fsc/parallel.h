@@ -36,6 +36,12 @@ typedef enum { FSC_PIPE_CKPT_EXCEPT_LAST = 0, FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKP
 /* What a step does when its loss or gradients hold inf or NaN on any rank (f32 and bf16; f16 loss scaling
  * always skips such a step and backs off). Either way the step applies no update, on every rank. */
 typedef enum { FSC_NONFINITE_STOP = 0, FSC_NONFINITE_SKIP } fsc_nonfinite_policy;
+/* Offload to host memory (docs/offload.md): none; optim (ZeRO-Offload: the optimizer state and the optimizer
+ * step on the host, reduced gradients copied there and updated parameters copied back); all (FSDP's
+ * cpu_offload: also the fp32 master parameters and the reduced gradients live on the host, each unit's shard
+ * copied to the device before its all-gather and its reduced gradient copied back after its reduce-scatter).
+ * The same bits as without. */
+typedef enum { FSC_OFFLOAD_NONE = 0, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_ALL } fsc_offload_mode;
 
 typedef struct {
     fsc_parallel_kind kind;
@@ -61,6 +67,15 @@ typedef struct {
     float clip;                   /* max global grad norm; 0 = no clipping */
     int sync_from_rank0;          /* ddp: broadcast rank 0's initial weights instead of keyed init */
     int checkpoint;               /* recompute blocks in backward */
+    /* overlap of communication with computation (docs/overlap.md); the same bits either way */
+    int prefetch;                 /* 1: fsdp starts the next unit's all-gather before the current unit computes
+                                   * (forward and backward) and reduce-scatters a unit while the previous one's
+                                   * backward runs; ddp and zero start each bucket's reduction as soon as its
+                                   * gradients are ready. 0 (a zeroed struct): every collective synchronous */
+    int prefetch_limit;           /* fsdp: gathered units in flight at most, the one computing included (0: 2) */
+    /* offload to host memory (docs/offload.md): optim with fsdp (every strategy), zero1 and zero2; all with
+     * fsdp only (zero keeps parameters replicated on every device). Not with ddp, none, pp, tp or ep. */
+    fsc_offload_mode offload;     /* none (default), optim or all */
     /* pipeline (docs/pipeline.md): pp stages, world = dp x tp x pp laid out by fsc_layout (without tensor
      * parallelism and another order: rank = stage * dp + dp_index, data-parallel ranks adjacent). The
      * strategy above runs inside each stage's data group; accum is the number of micro-batches (chunks).
@@ -85,7 +100,9 @@ typedef struct {
 } fsc_parallel_opts;
 /* Valid options for one rank without any parallelism: kind none, every other field its documented default
  * (full_shard, block wrapping, reshard by strategy, f32, accum 1, no_sync 1, no clipping, pp 1, gpipe,
- * except_last, tp 1, ep 1, min_loss_scale 1, nonfinite stop, max_skipped_steps 100). Start from these and
+ * except_last, tp 1, ep 1, min_loss_scale 1, nonfinite stop, max_skipped_steps 100, prefetch 1 with limit 2,
+ * offload none).
+ * Start from these and
  * set what the run needs: a zero-initialised struct is not valid (accum 0 is refused, reshard_after_forward
  * 0 means never reshard). */
 fsc_parallel_opts fsc_parallel_opts_default(void);
@@ -218,6 +235,10 @@ typedef enum {
 const char *fsc_group_kind_name(fsc_group_kind g); /* "data", "tensor", "pipeline", "expert", "world" */
 int fsc_engine_comm_stats_group(const fsc_engine *e, fsc_group_kind g, fsc_comm_stats *out);
 const char *fsc_parallel_kind_name(fsc_parallel_kind k);
+const char *fsc_offload_mode_name(fsc_offload_mode m); /* "none", "optim", "all" */
+/* With offload: the host memory the engine's offloaded state lives in, as a device of its own whose ledger
+ * (fsc_device_peak_bytes per tag) counts the host bytes apart from the rank's device; NULL without offload. */
+fsc_device *fsc_engine_host_device(const fsc_engine *e);
 
 /* Pipeline measurements of this rank, summed over the steps since the engine was created or
  * fsc_engine_reset_pipe_stats. Without a pipeline: pp 1, the whole model, zero times. */

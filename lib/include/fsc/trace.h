@@ -10,7 +10,8 @@
  * "wait", "step", "optim", "ckpt" or the caller's), a name, and for collectives the bytes (comm.h's count: what
  * a ring algorithm sends per rank) and the group's name. Spans nest: begin/end pairs on one rank form a stack.
  * A collective's span lasts from the call to its return, so it includes the time spent waiting for the other
- * ranks of the group to arrive; barriers are recorded in the "wait" category.
+ * ranks of the group to arrive; barriers are recorded in the "wait" category. An asynchronous collective
+ * (fsc_comm_i<op>) is recorded when it is waited for, its span the wait alone (what was not overlapped).
  *
  * Memory is bounded: a recorder keeps at most max_events events (about 120 bytes each, allocated as they come);
  * later events are dropped and counted (fsc_trace_dropped), and the file says how many (otherData.dropped and an

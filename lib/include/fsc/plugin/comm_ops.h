@@ -10,7 +10,18 @@
 
 FSC_BEGIN_DECLS
 
-#define FSC_COMM_ABI_VERSION 2 /* 2: fsc_nccl_comm_open takes native; fsc_mpi_comm_open */
+#define FSC_COMM_ABI_VERSION 3 /* 2: fsc_nccl_comm_open takes native; fsc_mpi_comm_open; 3: start/wait/test */
+
+/* One call of a collective or point-to-point operation, as the core passes it to start (validated). */
+typedef struct {
+    fsc_comm_op op;   /* not FSC_OP_BARRIER */
+    const void *send; /* broadcast and send: the buffer */
+    void *recv;       /* broadcast: the buffer too; recv: the buffer */
+    size_t count;     /* as the synchronous call takes it (recvcount, sendcount, ...) */
+    fsc_dtype dt;
+    fsc_redop redop;  /* reductions */
+    int peer;         /* broadcast: the root; send and recv: the peer */
+} fsc_comm_call;
 
 typedef struct fsc_comm_ops {
     int abi_version;
@@ -27,6 +38,13 @@ typedef struct fsc_comm_ops {
     /* returns the new group's ctx, rank and size */
     fsc_status (*split)(void *ctx, int color, int key, void **new_ctx, int *new_rank, int *new_size);
     void (*destroy)(void *ctx);
+    /* Asynchronous operations (optional: start NULL makes the core run the synchronous entry at start).
+     * start queues the call behind every earlier call of ctx (synchronous ones included: they wait for
+     * what is queued) and returns a request; wait blocks until it completed, frees it and returns its
+     * status, with the message in the calling thread; test sets *done without blocking (optional). */
+    fsc_status (*start)(void *ctx, const fsc_comm_call *call, void **req);
+    fsc_status (*wait)(void *ctx, void *req);
+    fsc_status (*test)(void *ctx, void *req, int *done);
 } fsc_comm_ops;
 
 /* Entry points the cuda plug-in exports for its NCCL communicator (found with dlsym by the launcher):

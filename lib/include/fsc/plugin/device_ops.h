@@ -28,7 +28,7 @@
 
 FSC_BEGIN_DECLS
 
-#define FSC_DEVICE_ABI_VERSION 3 /* 2: gemm_ex; 3: RMS norm, rotary, SiLU/SwiGLU, products, MSE */
+#define FSC_DEVICE_ABI_VERSION 4 /* 2: gemm_ex; 3: RMS norm, rotary, SiLU/SwiGLU, products, MSE; 4: host_alloc */
 
 typedef struct fsc_device_ops {
     int abi_version; /* FSC_DEVICE_ABI_VERSION */
@@ -166,6 +166,11 @@ typedef struct fsc_device_ops {
     /* dpred (N, C) = (overwrites) 2 scale (pred - target): the gradient of scale * sum_n losses[n] */
     fsc_status (*mse_backward)(void *ctx, float *dpred, const float *pred, const float *target, size_t N, int C,
                                float scale);
+
+    /* ---- ABI 4, optional: page-locked (pinned) host memory for offloaded state (docs/offload.md), which this
+     * device's upload and download copy without staging. NULL: host memory is plain malloc'd memory. */
+    void *(*host_alloc)(void *ctx, size_t bytes);            /* NULL on failure */
+    void (*host_free)(void *ctx, void *p);
 } fsc_device_ops;
 
 /* Entry point a backend exports: fills *ops and *ctx. The cuda plug-in exports it as

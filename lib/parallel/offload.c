@@ -1,0 +1,131 @@
+/* Offload to host memory (docs/offload.md): the engine's half. Host memory is a device of its own (a "cpu"
+ * device the engine makes, e->host), so its ledger counts host bytes per tag apart from the rank's device and
+ * the optimizer's kernels run on the host with the cpu backend's code.
+ *
+ * offload optim (ZeRO-Offload): the optimizer is made on the host device, so its state (moments) lives there.
+ * The strategy registers its device segments (fp32 master shard, reduced gradient shard) as without offload;
+ * here each segment gets a host copy of both. A step downloads the reduced (unscaled, clipped) gradients and
+ * the masters, runs the optimizer on the host copies and uploads the updated masters. Between steps the
+ * segments point at the device buffers again, so checkpoints and weight loading see the device masters.
+ * offload all (FSDP's cpu_offload): fsdp.c keeps masters and reduced gradients on the host itself and
+ * registers them; nothing to stage here.
+ * Not here: the strategies' parts of offload all (fsdp.c), host<->device copy time on the simulator. */
+#include <stdlib.h>
+#include "engine_impl.h"
+
+struct fsc_offload {
+    int nseg;
+    float **dparam;      /* (nseg) the device buffers the strategy registered */
+    const float **dgrad;
+    float **hparam;      /* (nseg) their host copies (host device: params, grads) */
+    float **hgrad;
+};
+
+const char *fsc_offload_mode_name(fsc_offload_mode m) {
+    switch (m) {
+    case FSC_OFFLOAD_NONE: return "none";
+    case FSC_OFFLOAD_OPTIM: return "optim";
+    case FSC_OFFLOAD_ALL: return "all";
+    }
+    return "?";
+}
+
+fsc_device *fsc_engine_host_device(const fsc_engine *e) { return e ? e->host : NULL; }
+
+fsc_device *fsc_offload_seg_dev(const fsc_engine *e, int state) {
+    if (!e->host) return e->dev;
+    return state == 0 && e->po.offload != FSC_OFFLOAD_ALL ? e->dev : e->host; /* optim: the device masters */
+}
+
+fsc_status fsc_offload_validate(const fsc_layout *l, const fsc_parallel_opts *po) {
+    const fsc_offload_mode m = po->offload;
+    if (m == FSC_OFFLOAD_NONE) return FSC_OK;
+    if (m != FSC_OFFLOAD_OPTIM && m != FSC_OFFLOAD_ALL)
+        return fsc_error(FSC_ERR_INVALID, "offload must be none, optim or all, not %d", (int)m);
+    const char *name = fsc_offload_mode_name(m);
+    if (po->kind == FSC_PAR_NONE || po->kind == FSC_PAR_DDP)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s runs with fsdp, zero1 or zero2, not %s (zero1 is ddp with "
+                         "the optimizer state sharded: use it with offload optim)", name,
+                         fsc_parallel_kind_name(po->kind));
+    if (m == FSC_OFFLOAD_ALL && po->kind != FSC_PAR_FSDP)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "offload all runs with fsdp only: %s keeps the parameters replicated "
+                         "on every device (use offload optim with it, or fsdp)", fsc_parallel_kind_name(po->kind));
+    if (l->pp > 1 || l->tp > 1 || po->ep > 1)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s does not run with pipelines, tensor or expert parallelism "
+                         "yet (pp %d, tp %d, ep %d)", name, l->pp, l->tp, po->ep > 1 ? po->ep : 1);
+    return FSC_OK;
+}
+
+fsc_status fsc_offload_create(fsc_engine *e) {
+    e->gdev = e->dev;
+    if (e->po.offload == FSC_OFFLOAD_NONE) return FSC_OK;
+    fsc_status s = fsc_device_create_host(e->dev, &e->host); /* pinned where the device offers it */
+    return s == FSC_OK ? FSC_OK : fsc_error_prefix(s, "offload: host memory");
+}
+
+fsc_status fsc_offload_after_setup(fsc_engine *e) {
+    if (e->po.offload == FSC_OFFLOAD_ALL) e->gdev = e->host; /* fsdp's reduced gradients live there */
+    if (e->po.offload != FSC_OFFLOAD_OPTIM) return FSC_OK;
+    struct fsc_offload *o = calloc(1, sizeof *o);
+    if (!o) return fsc_error(FSC_ERR_NOMEM, "offload: out of memory");
+    e->off = o;
+    o->nseg = fsc_optim_num_segments(e->opt);
+    size_t ns = (size_t)(o->nseg > 0 ? o->nseg : 1);
+    o->dparam = calloc(ns, sizeof *o->dparam);
+    o->dgrad = calloc(ns, sizeof *o->dgrad);
+    o->hparam = calloc(ns, sizeof *o->hparam);
+    o->hgrad = calloc(ns, sizeof *o->hgrad);
+    if (!o->dparam || !o->dgrad || !o->hparam || !o->hgrad) return fsc_error(FSC_ERR_NOMEM, "offload: out of memory");
+    for (int k = 0; k < o->nseg; k++) {
+        size_t bytes = fsc_optim_segment_len(e->opt, k) * sizeof(float);
+        o->dparam[k] = fsc_optim_param(e->opt, k);
+        o->dgrad[k] = fsc_optim_grad(e->opt, k);
+        FSC_TRY(fsc_device_alloc(e->host, FSC_TAG_PARAMS, bytes, (void **)&o->hparam[k]));
+        FSC_TRY(fsc_device_alloc(e->host, FSC_TAG_GRADS, bytes, (void **)&o->hgrad[k]));
+    }
+    return FSC_OK;
+}
+
+/* Point every segment at the host copies (host 1) or back at the device buffers (0). */
+static fsc_status rebind(fsc_engine *e, int host) {
+    struct fsc_offload *o = e->off;
+    for (int k = 0; k < o->nseg; k++)
+        FSC_TRY(fsc_optim_rebind(e->opt, k, host ? o->hparam[k] : o->dparam[k], host ? o->hgrad[k] : o->dgrad[k]));
+    return FSC_OK;
+}
+
+fsc_status fsc_offload_step(fsc_engine *e) {
+    struct fsc_offload *o = e->off;
+    if (!o) return fsc_optim_step(e->opt); /* no offload, or offload all: the optimizer's buffers are its own */
+    for (int k = 0; k < o->nseg; k++) {
+        size_t bytes = fsc_optim_segment_len(e->opt, k) * sizeof(float);
+        FSC_TRY(fsc_device_download(e->dev, o->hgrad[k], o->dgrad[k], bytes));
+        FSC_TRY(fsc_device_download(e->dev, o->hparam[k], o->dparam[k], bytes));
+    }
+    FSC_TRY(rebind(e, 1));
+    fsc_status s = fsc_optim_step(e->opt);
+    fsc_status r = rebind(e, 0);
+    FSC_TRY(s);
+    FSC_TRY(r);
+    for (int k = 0; k < o->nseg; k++)
+        FSC_TRY(fsc_device_upload(e->dev, o->dparam[k], o->hparam[k], fsc_optim_segment_len(e->opt, k) * sizeof(float)));
+    return FSC_OK;
+}
+
+void fsc_offload_free(fsc_engine *e) {
+    struct fsc_offload *o = e->off;
+    if (o) {
+        for (int k = 0; k < o->nseg; k++) {
+            if (o->hparam) fsc_device_release(e->host, o->hparam[k]);
+            if (o->hgrad) fsc_device_release(e->host, o->hgrad[k]);
+        }
+        free(o->dparam);
+        free(o->dgrad);
+        free(o->hparam);
+        free(o->hgrad);
+        free(o);
+        e->off = NULL;
+    }
+    if (e->host) fsc_device_free(e->host);
+    e->host = NULL;
+}

@@ -1,0 +1,143 @@
+/* Gradient reductions in flight (overlap.h): fsc_engine_reduce of engine.c as a start and a finish, so that
+ * a strategy reduces a bucket or unit while the backward of the layers before it computes. The finish does
+ * what fsc_engine_reduce does after its collective, in the same order and with the same kernels: the same
+ * bits whether a reduction overlapped or not. Not here: when to reduce (the strategies). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "overlap.h"
+
+static void release(fsc_engine *e, fsc_reduce_pending *p) {
+    fsc_device_release(e->dev, p->send);
+    fsc_device_release(e->dev, p->recv);
+    fsc_device_release(e->dev, p->owned);
+    if (p->host) fsc_device_release(e->dev, p->out); /* offload all: the device copy of the result */
+    p->send = p->recv = NULL;
+    p->owned = NULL;
+    p->host = NULL;
+}
+
+fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in, float *out,
+                            size_t n, int accumulate, float *owned, float *clear, size_t clear_n) {
+    if (q->n == q->cap) {
+        int cap = q->cap ? 2 * q->cap : 8;
+        fsc_reduce_pending *v = realloc(q->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            fsc_device_release(e->dev, owned);
+            return fsc_error(FSC_ERR_NOMEM, "engine: out of memory for reductions in flight");
+        }
+        q->v = v;
+        q->cap = cap;
+    }
+    const size_t nout = rs ? n / (size_t)fsc_comm_size(c) : n;
+    const fsc_dtype dt = e->po.reduce_dtype;
+    fsc_reduce_pending p = {.out = out, .nout = nout, .dt = dt, .accumulate = accumulate, .owned = owned,
+                            .clear = clear, .clear_n = clear_n};
+    fsc_status s = FSC_OK;
+    const void *sendp = in;
+    void *recvp = out;
+    if (dt != FSC_F32) {
+        size_t es = fsc_dtype_size(dt);
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n * es, &p.send);
+        if (s == FSC_OK) s = FSC_K(e->dev, convert, p.send, dt, in, FSC_F32, n);
+        sendp = p.send;
+    }
+    if (s == FSC_OK && (dt != FSC_F32 || accumulate)) {
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, nout * fsc_dtype_size(dt), &p.recv);
+        recvp = p.recv;
+    }
+    if (s == FSC_OK)
+        s = rs ? fsc_comm_ireduce_scatter(c, sendp, recvp, nout, dt, FSC_SUM, &p.req)
+               : fsc_comm_iall_reduce(c, sendp, recvp, n, dt, FSC_SUM, &p.req);
+    if (s != FSC_OK) {
+        release(e, &p);
+        return s;
+    }
+    q->v[q->n++] = p;
+    return FSC_OK;
+}
+
+fsc_status fsc_reduce_start_host(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in,
+                                 float *host, fsc_device *hdev, size_t n, int accumulate, float *owned) {
+    const size_t nout = rs ? n / (size_t)fsc_comm_size(c) : n;
+    float *out = NULL;
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_GRADS, nout * sizeof(float), (void **)&out);
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, owned);
+        return s;
+    }
+    s = fsc_reduce_start(e, q, c, rs, in, out, n, 0, owned, NULL, 0);
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, out);
+        return s;
+    }
+    fsc_reduce_pending *p = &q->v[q->n - 1];
+    p->host = host;
+    p->hdev = hdev;
+    p->host_accumulate = accumulate;
+    return FSC_OK;
+}
+
+/* Offload all: the device result of p into its host shard, copied or added. */
+static fsc_status to_host(fsc_engine *e, fsc_reduce_pending *p) {
+    const size_t bytes = p->nout * sizeof(float);
+    if (!p->host_accumulate) return fsc_device_download(e->dev, p->host, p->out, bytes);
+    float *tmp = NULL;
+    fsc_status s = fsc_device_alloc(p->hdev, FSC_TAG_COMM, bytes, (void **)&tmp);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, tmp, p->out, bytes);
+    if (s == FSC_OK) s = FSC_K(p->hdev, axpy, p->host, 1.0f, tmp, p->nout);
+    fsc_device_release(p->hdev, tmp);
+    return s;
+}
+
+/* fsc_engine_reduce's work after the collective, for one pending reduction. */
+static fsc_status finish(fsc_engine *e, fsc_reduce_pending *p) {
+    fsc_device *dev = e->dev;
+    fsc_status s = fsc_comm_wait(p->req);
+    fsc_comm_req_free(p->req);
+    p->req = NULL;
+    if (s == FSC_OK && p->recv) {
+        if (!p->accumulate) {
+            s = FSC_K(dev, convert, p->out, FSC_F32, p->recv, p->dt, p->nout);
+        } else if (p->dt == FSC_F32) {
+            s = FSC_K(dev, axpy, p->out, 1.0f, p->recv, p->nout);
+        } else {
+            float *tmp;
+            s = fsc_device_alloc(dev, FSC_TAG_COMM, p->nout * sizeof(float), (void **)&tmp);
+            if (s == FSC_OK) s = FSC_K(dev, convert, tmp, FSC_F32, p->recv, p->dt, p->nout);
+            if (s == FSC_OK) s = FSC_K(dev, axpy, p->out, 1.0f, tmp, p->nout);
+            fsc_device_release(dev, tmp);
+        }
+    }
+    if (s == FSC_OK && p->clear) s = fsc_device_memset(dev, p->clear, 0, p->clear_n * sizeof(float));
+    if (s == FSC_OK && p->host) s = to_host(e, p);
+    release(e, p);
+    return s;
+}
+
+fsc_status fsc_reduce_drain_to(fsc_engine *e, fsc_reduce_queue *q, int keep) {
+    if (keep < 0) keep = 0;
+    if (q->n <= keep) return FSC_OK;
+    const int done = q->n - keep;
+    fsc_status first = FSC_OK;
+    char msg[512] = "";
+    for (int i = 0; i < done; i++) {
+        fsc_status s = finish(e, &q->v[i]);
+        if (s != FSC_OK && first == FSC_OK) {
+            first = s;
+            snprintf(msg, sizeof msg, "%s", fsc_last_error());
+        }
+    }
+    memmove(q->v, q->v + done, (size_t)keep * sizeof *q->v);
+    q->n = keep;
+    return first == FSC_OK ? FSC_OK : fsc_error(first, "%s", msg);
+}
+
+fsc_status fsc_reduce_drain(fsc_engine *e, fsc_reduce_queue *q) { return fsc_reduce_drain_to(e, q, 0); }
+
+void fsc_reduce_queue_free(fsc_engine *e, fsc_reduce_queue *q) {
+    (void)fsc_reduce_drain(e, q);
+    free(q->v);
+    q->v = NULL;
+    q->cap = 0;
+}

@@ -1,0 +1,49 @@
+/* Private: gradient reductions started asynchronously (overlap.c), for the strategies that reduce during
+ * backward (ddp.c, zero.c, fsdp.c) when po.prefetch is set. A queue of reductions in flight: each is what
+ * fsc_engine_reduce does, split into a start (convert to the reduction dtype, start the collective) and a
+ * finish (wait, then convert or accumulate into out exactly as fsc_engine_reduce does, so the bits are the
+ * same). Finished in the order started. */
+#ifndef FSC_OVERLAP_H
+#define FSC_OVERLAP_H
+#include "engine_impl.h"
+
+typedef struct {
+    fsc_comm_req *req;
+    void *send, *recv;  /* temporaries of the reduction dtype (FSC_TAG_COMM), NULL when not needed */
+    float *out;
+    size_t nout;
+    fsc_dtype dt;
+    int accumulate;
+    float *owned;       /* released at the finish (a gradient buffer handed over by the strategy), or NULL */
+    float *clear;       /* zeroed at the finish (clear_n floats), or NULL */
+    size_t clear_n;
+    /* offload all (fsc_reduce_start_host): out is a device buffer of the reduction's own (released at the
+     * finish), whose result the finish downloads into host, memory of hdev (added to it when host_accumulate) */
+    float *host;
+    fsc_device *hdev;
+    int host_accumulate;
+} fsc_reduce_pending;
+
+typedef struct {
+    fsc_reduce_pending *v;
+    int n, cap;
+} fsc_reduce_queue;
+
+/* Start fsc_engine_reduce(e, c, rs, in, out, n, accumulate) (engine_impl.h) without waiting for it. in must
+ * stay unchanged and out unread until the finish. owned (may be NULL) is released at the finish; clear
+ * (clear_n floats, may be NULL) is zeroed then. */
+fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in, float *out,
+                            size_t n, int accumulate, float *owned, float *clear, size_t clear_n);
+/* Offload all (docs/offload.md): the same reduction into a device buffer of its own (FSC_TAG_GRADS), whose
+ * result the finish downloads into host (host memory of hdev), or adds to it there when accumulate (the axpy
+ * the device's accumulation does): the bits of fsc_engine_reduce into host. owned as above. */
+fsc_status fsc_reduce_start_host(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in,
+                                 float *host, fsc_device *hdev, size_t n, int accumulate, float *owned);
+/* Finish every reduction of q, oldest first; the first failure is returned after all were waited for. */
+fsc_status fsc_reduce_drain(fsc_engine *e, fsc_reduce_queue *q);
+/* Finish the oldest reductions of q until at most keep (>= 0; less counts as 0) are in flight. */
+fsc_status fsc_reduce_drain_to(fsc_engine *e, fsc_reduce_queue *q, int keep);
+/* Drain (errors ignored: the step failed already) and free the queue's array. */
+void fsc_reduce_queue_free(fsc_engine *e, fsc_reduce_queue *q);
+
+#endif

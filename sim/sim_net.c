@@ -1,0 +1,77 @@
+/* The simulated network (sim.h; docs/overlap.md): a collective takes the time a ring algorithm needs on
+ * links of latency a (seconds) and bandwidth b (bytes/s), every link alike. With N ranks in the group and
+ * B the bytes comm.c counts for the call (what a ring sends per rank):
+ *   all-reduce                                     2(N-1) a + B / b    (B = 2(N-1)/N x size)
+ *   reduce-scatter, all-gather, all-to-all          (N-1) a + B / b    (B = (N-1)/N x full size)
+ *   broadcast (pipelined ring)                      (N-1) a + B / b    (B = size)
+ *   send (the message, paid by the sender)               a + B / b
+ *   recv, barrier (a barrier is latency only)       0,  2(N-1) a
+ * A group of one rank costs nothing. Each rank has one link, shared by all its groups: a collective starts
+ * when every rank of the group has arrived and all their links are free, and books them until it ends, so
+ * every rank of the group leaves it at the same moment and a rank's communication never takes less than
+ * the sum of its calls' times, whichever groups they run on. Calls on one handle run one after another, as
+ * on one NCCL stream; the rank's computation goes on meanwhile (asynchronous calls). Without a network
+ * (the default) no call costs time. */
+#include <errno.h>
+#include "sim.h"
+
+double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n) {
+    if (n <= 1 || (cl->net_latency_s <= 0 && cl->net_bytes_per_s <= 0)) return 0;
+    const double a = cl->net_latency_s, N = n;
+    const double size = (double)k->count * (double)fsc_dtype_size(k->dt);
+    double steps = 0, bytes = 0;
+    switch (k->op) {
+    case FSC_OP_ALL_REDUCE: steps = 2 * (N - 1); bytes = 2 * (N - 1) / N * size; break;
+    case FSC_OP_REDUCE_SCATTER:
+    case FSC_OP_ALL_GATHER:
+    case FSC_OP_ALL_TO_ALL: steps = N - 1; bytes = (N - 1) * size; break; /* (N-1)/N x (N x count) */
+    case FSC_OP_BROADCAST: steps = N - 1; bytes = size; break;
+    case FSC_OP_SEND: steps = 1; bytes = size; break;
+    case FSC_OP_BARRIER: steps = 2 * (N - 1); break;
+    default: break; /* recv waits for the message; split is free */
+    }
+    return steps * a + (cl->net_bytes_per_s > 0 ? bytes / cl->net_bytes_per_s : 0);
+}
+
+int sim_net_on(const sim_cluster *cl) { return cl->link_free != NULL; }
+
+double sim_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+double sim_net_reserve(sim_cluster *cl, const int *world_rank, int n, double cost) {
+    pthread_mutex_lock(&cl->net_mu);
+    double start = sim_now();
+    for (int j = 0; j < n; j++)
+        if (cl->link_free[world_rank[j]] > start) start = cl->link_free[world_rank[j]];
+    double end = start + cost;
+    for (int j = 0; j < n; j++) cl->link_free[world_rank[j]] = end;
+    pthread_mutex_unlock(&cl->net_mu);
+    return end;
+}
+
+void sim_net_commit(sim_group *g) {
+    const sim_slot *s = &g->slots[0];
+    fsc_comm_call k = {.op = (fsc_comm_op)s->op, .count = s->count, .dt = s->dt};
+    double cost = s->op == SIM_OP_SPLIT ? 0 : sim_net_cost(g->cl, &k, g->size);
+    g->t_done = cost > 0 ? sim_net_reserve(g->cl, g->world_rank, g->size, cost) : sim_now();
+}
+
+void sim_net_sleep_until(double t) {
+    double now = sim_now();
+    if (t <= now) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double d = t - now;
+    long long whole = (long long)d;
+    ts.tv_sec += (time_t)whole;
+    ts.tv_nsec += (long)((d - (double)whole) * 1e9);
+    while (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec += 1;
+        ts.tv_nsec -= 1000000000L;
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}

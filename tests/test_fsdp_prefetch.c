@@ -1,0 +1,178 @@
+/* Overlap of communication with computation (po.prefetch, docs/overlap.md): FSDP's all-gather prefetch and
+ * overlapped reduce-scatter, DDP's and ZeRO's bucket reductions during backward.
+ * Oracles: every strategy (ddp, zero1, zero2, fsdp full_shard with and without reshard, shard_grad_op,
+ * no_shard, hybrid_shard) with prefetch 1 gives the losses and parameters of the same run with prefetch 0
+ * bit for bit, and of DDP; with gradient accumulation reducing every micro-batch and with bf16 too; on a
+ * simulated network (so collectives really run while layers compute) as without. Prefetch moves no extra
+ * bytes (same calls and bytes per operation, but for full_shard's one all-gather less per micro-batch: the
+ * last unit stays gathered for backward) and the ledger's peak parameter memory grows by at most
+ * (limit - 1) gathered blocks. Pipelines whose stages send their outputs asynchronously give the bits of
+ * synchronous sends. */
+#include "partest.h"
+
+/* pt_train with a network of lat_us per link: the collectives take time, so they overlap for real */
+static void train_net(pt_run *run, double lat_us) {
+    size_t P = fsc_gpt_num_params(&run->cfg);
+    free(run->params);
+    run->params = calloc(P, sizeof(float));
+    fsc_cluster_opts co = {.world = run->world, .device = "cpu", .timeout_s = 60, .sim_latency_us = lat_us};
+    assert_ok(fsc_cluster_run(&co, pt_rank_fn, run));
+}
+
+typedef struct {
+    fsc_parallel_kind kind;
+    fsc_shard_strategy sh;
+    int reshard;
+    int hybrid;
+    const char *what;
+} pf_case;
+
+static const pf_case cases[] = {
+    {FSC_PAR_DDP, 0, -1, 0, "ddp"},
+    {FSC_PAR_ZERO1, 0, -1, 0, "zero1"},
+    {FSC_PAR_ZERO2, 0, -1, 0, "zero2"},
+    {FSC_PAR_FSDP, FSC_SHARD_FULL, 1, 0, "fsdp full_shard"},
+    {FSC_PAR_FSDP, FSC_SHARD_FULL, 0, 0, "fsdp full_shard, no reshard"},
+    {FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, -1, 0, "fsdp shard_grad_op"},
+    {FSC_PAR_FSDP, FSC_SHARD_NONE, -1, 0, "fsdp no_shard"},
+    {FSC_PAR_FSDP, FSC_SHARD_HYBRID, -1, 2, "fsdp hybrid_shard"},
+};
+
+static pt_run make(int N, const pf_case *c, int prefetch, int accum, fsc_dtype dt) {
+    pt_run r = pt_make(N, c->kind);
+    r.cfg.layers = 4; /* several units, so that prefetching has something ahead */
+    r.po.shard = c->sh;
+    r.po.reshard_after_forward = c->reshard;
+    r.po.hybrid_group = c->hybrid;
+    r.po.prefetch = prefetch;
+    r.po.accum = accum;
+    r.po.no_sync = 0; /* with accum > 1: every micro-batch reduces (accumulating) */
+    r.po.param_dtype = r.po.reduce_dtype = dt;
+    r.po.bucket_bytes = 2048; /* ddp/zero: several buckets */
+    return r;
+}
+
+static void check_all(int N, int accum, fsc_dtype dt, double lat_us) {
+    pt_run ddp = make(N, &cases[0], 0, accum, dt);
+    train_net(&ddp, 0);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (cases[k].hybrid && N < 4) continue;
+        pt_run a = make(N, &cases[k], 0, accum, dt), b = make(N, &cases[k], 1, accum, dt);
+        train_net(&a, 0);
+        train_net(&b, lat_us);
+        char what[160];
+        snprintf(what, sizeof what, "%s, world %d, accum %d, %s: prefetch 1 against 0", cases[k].what, N, accum,
+                 fsc_dtype_name(dt));
+        pt_assert_same(&a, &b, what);
+        snprintf(what, sizeof what, "%s, world %d, accum %d, %s with prefetch: against ddp", cases[k].what, N, accum,
+                 fsc_dtype_name(dt));
+        if (dt == FSC_F32) pt_assert_same(&ddp, &b, what); /* bf16 rounds shards and buckets differently */
+        for (int op = 0; op < FSC_OP_COUNT; op++) { /* the same calls and bytes: prefetch moves nothing more */
+            /* (but full_shard and hybrid keep the last unit gathered for backward: one all-gather less per micro-batch) */
+            int fewer = op == FSC_OP_ALL_GATHER && cases[k].kind == FSC_PAR_FSDP &&
+                        (cases[k].sh == FSC_SHARD_FULL || cases[k].sh == FSC_SHARD_HYBRID) &&
+                        cases[k].reshard != 0;
+            if (fewer && b.comm[0].calls[op] == a.comm[0].calls[op] - (unsigned long long)accum) continue;
+            if (a.comm[0].calls[op] != b.comm[0].calls[op] || a.comm[0].bytes[op] != b.comm[0].bytes[op])
+                fail_msg("%s: %s calls %llu vs %llu", what, fsc_comm_op_name((fsc_comm_op)op),
+                         (unsigned long long)a.comm[0].calls[op], (unsigned long long)b.comm[0].calls[op]);
+        }
+        free(a.params);
+        free(b.params);
+    }
+    free(ddp.params);
+}
+
+static void test_prefetch_same_bits_f32(void **state) {
+    (void)state;
+    check_all(2, 1, FSC_F32, 0);
+    check_all(4, 1, FSC_F32, 0);
+    check_all(3, 2, FSC_F32, 0);
+}
+
+/* accumulation over micro-batches that each reduce, bf16 compute and reduction */
+static void test_prefetch_same_bits_accum_bf16(void **state) {
+    (void)state;
+    check_all(4, 2, FSC_F32, 0);
+    check_all(2, 1, FSC_BF16, 0);
+    check_all(4, 2, FSC_BF16, 0);
+}
+
+/* with a network (300 us per link and step): the collectives run on the progress threads while the rank
+ * computes the next layers */
+static void test_prefetch_same_bits_on_network(void **state) {
+    (void)state;
+    check_all(4, 2, FSC_F32, 300);
+}
+
+/* Pipelines (2 stages x 2 data ranks, 4 micro-batches, each checkpoint mode): the stage outputs are sent
+ * while the next micro-batches compute; with fsdp and ddp inside, on a network, prefetch 1 equals 0. */
+static void test_prefetch_pipeline_same_bits(void **state) {
+    (void)state;
+    const fsc_pipe_checkpoint modes[] = {FSC_PIPE_CKPT_NEVER, FSC_PIPE_CKPT_EXCEPT_LAST};
+    for (int c = 0; c < 2; c++) {
+        for (int m = 0; m < 2; m++) {
+            const pf_case *k = &cases[c == 0 ? 0 : 3];
+            pt_run a = make(4, k, 0, 4, FSC_F32), b = make(4, k, 1, 4, FSC_F32);
+            a.po.pp = b.po.pp = 2;
+            a.po.no_sync = b.po.no_sync = 1; /* pipelines reduce once per step */
+            a.po.pipe_checkpoint = b.po.pipe_checkpoint = modes[m];
+            train_net(&a, 0);
+            train_net(&b, 200);
+            char what[96];
+            snprintf(what, sizeof what, "pipeline with %s inside, checkpoint mode %d", k->what, m);
+            pt_assert_same(&a, &b, what);
+            free(a.params);
+            free(b.params);
+        }
+    }
+}
+
+/* The ledger's peak parameter bytes: prefetching keeps at most limit - 1 more blocks gathered. */
+static void test_prefetch_memory_is_bounded(void **state) {
+    (void)state;
+    const int N = 4;
+    pt_run base = make(N, &cases[3], 0, 1, FSC_F32);
+    train_net(&base, 0);
+    size_t block = 0; /* padded elements of one block's unit */
+    fsc_param_info pi;
+    for (int i = 0; i < fsc_gpt_num_tensors(&base.cfg); i++) {
+        assert_ok(fsc_gpt_param_info(&base.cfg, i, &pi));
+        if (pi.layer == 1) block += pi.numel;
+    }
+    block = (block + N - 1) / N * N;
+    for (int limit = 2; limit <= 3; limit++) {
+        pt_run p = make(N, &cases[3], 1, 1, FSC_F32);
+        p.po.prefetch_limit = limit;
+        train_net(&p, 200);
+        pt_assert_same(&base, &p, "prefetch with a limit");
+        for (int r = 0; r < N; r++) {
+            size_t a = base.peak[r][FSC_TAG_PARAMS], b = p.peak[r][FSC_TAG_PARAMS];
+            size_t bound = a + (size_t)(limit - 1) * block * sizeof(float);
+            if (b > bound) fail_msg("rank %d, limit %d: peak params %zu > %zu + %d blocks", r, limit, b, a, limit - 1);
+            /* and it did prefetch: one more block gathered at the peak than without */
+            if (b < a + block * sizeof(float)) fail_msg("rank %d, limit %d: peak params %zu, not above %zu + a block", r, limit, b, a);
+        }
+        free(p.params);
+    }
+    free(base.params);
+}
+
+static void test_prefetch_options_checked(void **state) {
+    (void)state;
+    fsc_parallel_opts d = fsc_parallel_opts_default();
+    assert_int_equal(d.prefetch, 1);
+    assert_int_equal(d.prefetch_limit, 2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefetch_same_bits_f32),
+        cmocka_unit_test(test_prefetch_same_bits_accum_bf16),
+        cmocka_unit_test(test_prefetch_same_bits_on_network),
+        cmocka_unit_test(test_prefetch_pipeline_same_bits),
+        cmocka_unit_test(test_prefetch_memory_is_bounded),
+        cmocka_unit_test(test_prefetch_options_checked),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

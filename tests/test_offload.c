@@ -1,0 +1,369 @@
+/* Offload to host memory (po.offload, docs/offload.md; lib/parallel/offload.c and fsdp.c's offload all).
+ * Oracles:
+ *  - bits: every strategy that offloads (zero1 and zero2 with optim; fsdp full_shard with and without reshard,
+ *    shard_grad_op, no_shard and hybrid_shard with optim and all) gives the losses and final parameters of the
+ *    same run without offload bit for bit, after 3 steps of AdamW with clipping; with f32 and bf16, with
+ *    accumulation (reducing every micro-batch, and once under no_sync), with prefetch 0 and 1;
+ *  - checkpoints: a run saved with offload and resumed without (and the reverse) equals the run without a
+ *    break bit for bit (parameters and optimizer states); weights saved with offload all load into engines
+ *    with every mode as the saver's parameters, bit for bit;
+ *  - memory: the device ledger holds no optimizer state with optim or all, and with all its parameters and
+ *    gradients peak below the run without offload by at least the master and reduced-gradient shards, which
+ *    the host ledger holds instead;
+ *  - refusals: ddp, zero with all, pipelines and a bad mode fail with FSC_ERR_UNSUPPORTED / FSC_ERR_INVALID;
+ *  - the simulator's copy bandwidth: copies take at least bytes / bandwidth, and offload keeps its bits. */
+#include <time.h>
+#include "ckpttest.h"
+
+typedef struct {
+    fsc_parallel_kind kind;
+    fsc_shard_strategy sh;
+    int reshard, hybrid, all; /* all: offload all runs with it too */
+    const char *what;
+} of_case;
+
+static const of_case cases[] = {
+    {FSC_PAR_ZERO1, 0, -1, 0, 0, "zero1"},
+    {FSC_PAR_ZERO2, 0, -1, 0, 0, "zero2"},
+    {FSC_PAR_FSDP, FSC_SHARD_FULL, 1, 0, 1, "fsdp full_shard"},
+    {FSC_PAR_FSDP, FSC_SHARD_FULL, 0, 0, 1, "fsdp full_shard, no reshard"},
+    {FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, -1, 0, 1, "fsdp shard_grad_op"},
+    {FSC_PAR_FSDP, FSC_SHARD_NONE, -1, 0, 1, "fsdp no_shard"},
+    {FSC_PAR_FSDP, FSC_SHARD_HYBRID, -1, 2, 1, "fsdp hybrid_shard"},
+};
+
+static pt_run make(int N, const of_case *c, fsc_offload_mode off, int accum, int no_sync, fsc_dtype dt, int pf) {
+    pt_run r = pt_make(N, c->kind);
+    r.cfg.layers = 3;
+    r.po.shard = c->sh;
+    r.po.reshard_after_forward = c->reshard;
+    r.po.hybrid_group = c->hybrid;
+    r.po.offload = off;
+    r.po.accum = accum;
+    r.po.no_sync = no_sync;
+    r.po.prefetch = pf;
+    r.po.param_dtype = r.po.reduce_dtype = dt;
+    r.po.bucket_bytes = 2048; /* zero2: several buckets, so several optimizer segments */
+    return r;
+}
+
+static void check_all(int N, int accum, int no_sync, fsc_dtype dt, int pf) {
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (cases[k].hybrid && N < 4) continue;
+        pt_run base = make(N, &cases[k], FSC_OFFLOAD_NONE, accum, no_sync, dt, pf);
+        pt_train(&base);
+        for (int m = FSC_OFFLOAD_OPTIM; m <= (cases[k].all ? FSC_OFFLOAD_ALL : FSC_OFFLOAD_OPTIM); m++) {
+            pt_run o = make(N, &cases[k], (fsc_offload_mode)m, accum, no_sync, dt, pf);
+            pt_train(&o);
+            char what[200];
+            snprintf(what, sizeof what, "%s, world %d, accum %d%s, %s, prefetch %d: offload %s against none",
+                     cases[k].what, N, accum, no_sync ? " (no_sync)" : "", fsc_dtype_name(dt), pf,
+                     fsc_offload_mode_name((fsc_offload_mode)m));
+            pt_assert_same(&base, &o, what);
+            for (int s = 0; s < base.steps; s++) /* clipping was active: the norms are the same too */
+                if (memcmp(&base.info[s].grad_norm, &o.info[s].grad_norm, sizeof(double)) != 0)
+                    fail_msg("%s: grad norm of step %d differs", what, s);
+            free(o.params);
+        }
+        free(base.params);
+    }
+}
+
+static void test_offload_same_bits_f32(void **state) {
+    (void)state;
+    check_all(2, 1, 1, FSC_F32, 1);
+    check_all(4, 1, 1, FSC_F32, 0);
+    check_all(3, 1, 1, FSC_F32, 1);
+}
+
+static void test_offload_same_bits_accum_bf16(void **state) {
+    (void)state;
+    check_all(4, 2, 0, FSC_F32, 1); /* every micro-batch reduces, accumulating into the (host) shard */
+    check_all(2, 2, 1, FSC_F32, 1);
+    check_all(4, 1, 1, FSC_BF16, 1);
+    check_all(2, 2, 0, FSC_BF16, 0);
+}
+
+/* Saved with offload, resumed without (and the reverse): the state of the run without a break. */
+static void test_offload_checkpoint_resumes_without(void **state) {
+    (void)state;
+    const struct { fsc_parallel_kind kind; fsc_offload_mode a, b; } pairs[] = {
+        {FSC_PAR_FSDP, FSC_OFFLOAD_ALL, FSC_OFFLOAD_NONE},
+        {FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_NONE},
+        {FSC_PAR_FSDP, FSC_OFFLOAD_NONE, FSC_OFFLOAD_ALL},
+        {FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_NONE},
+    };
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        ct_job whole = ct_make(2, pairs[k].kind);
+        whole.from = 0, whole.to = 4;
+        ct_run(&whole);
+        char *dir = ct_tmpdir(), path[700];
+        ct_job first = ct_make(2, pairs[k].kind), second = ct_make(2, pairs[k].kind);
+        first.run.po.offload = pairs[k].a;
+        first.from = 0, first.to = 2, first.save_dir = dir;
+        ct_run(&first);
+        ct_step_path(path, sizeof path, dir, 2);
+        second.run.po.offload = pairs[k].b;
+        second.from = 2, second.to = 4, second.load = path;
+        ct_run(&second);
+        char what[80];
+        snprintf(what, sizeof what, "%s: saved with offload %s, resumed with %s", fsc_parallel_kind_name(pairs[k].kind),
+                 fsc_offload_mode_name(pairs[k].a), fsc_offload_mode_name(pairs[k].b));
+        ct_assert_state_equal(&whole, &second, what);
+        ct_free(&whole);
+        ct_free(&first);
+        ct_free(&second);
+        ct_rmtree(dir);
+    }
+}
+
+/* Weights files: saved by an offloaded engine after 2 steps, loaded into engines with offload none, optim and
+ * all: every one returns the saver's full parameters bit for bit (the masters were read into host memory
+ * under all). */
+typedef struct {
+    pt_run run;
+    const char *path;
+    int save;     /* 1: train 2 steps and save; 0: load */
+    float *params;
+} of_weights;
+
+static fsc_status weights_rank_fn(fsc_rank *r, void *arg) {
+    of_weights *w = arg;
+    pt_run *run = &w->run;
+    const int T = run->cfg.seq, lb = run->batch / r->world;
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e));
+    int32_t *tok = calloc((size_t)lb * T, sizeof(int32_t));
+    fsc_status s = tok ? FSC_OK : FSC_ERR_NOMEM;
+    for (int i = 0; i < lb * T && s == FSC_OK; i++) tok[i] = pt_token((size_t)(r->rank * lb * T + i), run->cfg.vocab);
+    for (int st = 0; st < 2 && w->save && s == FSC_OK; st++) s = fsc_engine_step(e, tok, tok, lb, run->batch, NULL);
+    if (s == FSC_OK) s = w->save ? fsc_engine_save_weights(e, w->path) : fsc_engine_load_weights(e, w->path);
+    if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? w->params : NULL);
+    free(tok);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void weights_run(of_weights *w, fsc_offload_mode off, int save) {
+    w->run = pt_make(2, FSC_PAR_FSDP);
+    w->run.po.offload = off;
+    w->save = save;
+    w->params = calloc(fsc_gpt_num_params(&w->run.cfg), sizeof(float));
+    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30};
+    assert_ok(fsc_cluster_run(&co, weights_rank_fn, w));
+}
+
+static void test_offload_weights_save_and_load(void **state) {
+    (void)state;
+    char *dir = ct_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    of_weights saved = {.path = path};
+    weights_run(&saved, FSC_OFFLOAD_ALL, 1);
+    for (int m = FSC_OFFLOAD_NONE; m <= FSC_OFFLOAD_ALL; m++) {
+        of_weights loaded = {.path = path};
+        weights_run(&loaded, (fsc_offload_mode)m, 0);
+        char what[64];
+        snprintf(what, sizeof what, "weights saved with offload all, loaded with %s",
+                 fsc_offload_mode_name((fsc_offload_mode)m));
+        assert_bits_equal(saved.params, loaded.params, fsc_gpt_num_params(&saved.run.cfg), what);
+        free(loaded.params);
+    }
+    free(saved.params);
+    ct_rmtree(dir);
+}
+
+/* ---- memory: both ledgers of every rank after training ---- */
+typedef struct {
+    pt_run run;
+    size_t dev[PT_MAX_WORLD][FSC_TAG_COUNT], host[PT_MAX_WORLD][FSC_TAG_COUNT];
+    size_t up[PT_MAX_WORLD], down[PT_MAX_WORLD]; /* bytes copied to and from the device in the last step */
+} of_mem;
+
+static fsc_status mem_rank_fn(fsc_rank *r, void *arg) {
+    of_mem *m = arg;
+    pt_run *run = &m->run;
+    const int T = run->cfg.seq, lb = run->batch / r->world;
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e));
+    int32_t *tok = calloc((size_t)lb * T, sizeof(int32_t)), *tgt = calloc((size_t)lb * T, sizeof(int32_t));
+    fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
+    for (int i = 0; i < lb * T && s == FSC_OK; i++) tok[i] = pt_token((size_t)i, run->cfg.vocab), tgt[i] = tok[i];
+    for (int st = 0; st < 2 && s == FSC_OK; st++) {
+        fsc_device_reset_copied(r->dev);
+        s = fsc_engine_step(e, tok, tgt, lb, run->batch, NULL);
+    }
+    m->up[r->rank] = fsc_device_copied_bytes(r->dev, 1);
+    m->down[r->rank] = fsc_device_copied_bytes(r->dev, 0);
+    fsc_device *h = fsc_engine_host_device(e);
+    if (run->po.offload != FSC_OFFLOAD_NONE && !h) s = fsc_error(FSC_ERR_INTERNAL, "offload without a host device");
+    for (int t = 0; t < FSC_TAG_COUNT; t++) {
+        m->dev[r->rank][t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
+        m->host[r->rank][t] = h ? fsc_device_peak_bytes(h, (fsc_tag)t) : 0;
+    }
+    free(tok);
+    free(tgt);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void measure(of_mem *m, fsc_parallel_kind kind, fsc_offload_mode off, int prefetch) {
+    memset(m, 0, sizeof *m);
+    m->run = pt_make(4, kind);
+    m->run.cfg.layers = 4;
+    m->run.po.offload = off;
+    m->run.po.prefetch = prefetch;
+    fsc_cluster_opts co = {.world = 4, .device = "cpu", .timeout_s = 30};
+    assert_ok(fsc_cluster_run(&co, mem_rank_fn, m));
+}
+
+/* with prefetch 0 and 1 (1: the reduce-scatters overlap, each in flight holding its unit's device shard) */
+static void check_memory(int prefetch) {
+    static of_mem none, optim, all, z;
+    measure(&none, FSC_PAR_FSDP, FSC_OFFLOAD_NONE, prefetch);
+    measure(&optim, FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM, prefetch);
+    measure(&all, FSC_PAR_FSDP, FSC_OFFLOAD_ALL, prefetch);
+    measure(&z, FSC_PAR_ZERO1, FSC_OFFLOAD_OPTIM, prefetch);
+    const int N = 4;
+    const size_t shard = (fsc_gpt_num_params(&none.run.cfg) / N) * sizeof(float); /* at least this per rank */
+    /* the largest unit's shard: the root (every tensor outside the wrapped blocks) or a block */
+    size_t root = 0, block = 0;
+    fsc_param_info pi;
+    for (int i = 0; i < fsc_gpt_num_tensors(&none.run.cfg); i++) {
+        assert_ok(fsc_gpt_param_info(&none.run.cfg, i, &pi));
+        if (pi.layer == 1) block += pi.numel;
+        if (pi.layer == 0 || pi.layer == none.run.cfg.layers + 1) root += pi.numel;
+    }
+    size_t big = ((root > block ? root : block) + N - 1) / N * sizeof(float);
+    for (int r = 0; r < N; r++) {
+        assert_true(none.dev[r][FSC_TAG_OPTIM] >= 2 * shard); /* AdamW's two moments */
+        assert_int_equal(optim.dev[r][FSC_TAG_OPTIM], 0);
+        assert_int_equal(all.dev[r][FSC_TAG_OPTIM], 0);
+        assert_int_equal(z.dev[r][FSC_TAG_OPTIM], 0);
+        assert_int_equal(optim.host[r][FSC_TAG_OPTIM], none.dev[r][FSC_TAG_OPTIM]);
+        assert_int_equal(all.host[r][FSC_TAG_OPTIM], none.dev[r][FSC_TAG_OPTIM]);
+        assert_true(z.host[r][FSC_TAG_OPTIM] >= 2 * shard);
+        /* optim copies per step exactly the rank's masters and reduced gradients down and the masters up (the
+         * host copies of the masters are its host params); all copies every reduced shard down and every master
+         * up at least once (less the few bytes of the vote and the norm, which run on the host under all) */
+        if (optim.down[r] - none.down[r] != 2 * optim.host[r][FSC_TAG_PARAMS] ||
+            optim.up[r] - none.up[r] != optim.host[r][FSC_TAG_PARAMS])
+            fail_msg("rank %d: offload optim copied %zu down and %zu up per step beyond none's, not 2 x %zu and %zu", r,
+                     optim.down[r] - none.down[r], optim.up[r] - none.up[r], optim.host[r][FSC_TAG_PARAMS],
+                     optim.host[r][FSC_TAG_PARAMS]);
+        if (all.down[r] + 4096 < none.down[r] + all.host[r][FSC_TAG_GRADS] ||
+            all.up[r] + 4096 < none.up[r] + all.host[r][FSC_TAG_PARAMS])
+            fail_msg("rank %d: offload all copied %zu down and %zu up, none %zu and %zu, host shards %zu and %zu", r,
+                     all.down[r], all.up[r], none.down[r], none.up[r], all.host[r][FSC_TAG_GRADS],
+                     all.host[r][FSC_TAG_PARAMS]);
+        /* optim keeps masters and reduced gradients on the device */
+        assert_int_equal(optim.dev[r][FSC_TAG_PARAMS], none.dev[r][FSC_TAG_PARAMS]);
+        assert_int_equal(optim.dev[r][FSC_TAG_GRADS], none.dev[r][FSC_TAG_GRADS]);
+        /* all: the masters left the device (what remains is the gathered units), the host holds them */
+        assert_true(all.host[r][FSC_TAG_PARAMS] >= shard);
+        if (all.dev[r][FSC_TAG_PARAMS] + all.host[r][FSC_TAG_PARAMS] != none.dev[r][FSC_TAG_PARAMS])
+            fail_msg("rank %d: offload all peak params %zu on the device + %zu on the host, none %zu", r,
+                     all.dev[r][FSC_TAG_PARAMS], all.host[r][FSC_TAG_PARAMS], none.dev[r][FSC_TAG_PARAMS]);
+        /* and the reduced gradients: on the device only the units' full gradients and one reduced shard */
+        assert_true(all.host[r][FSC_TAG_GRADS] >= shard);
+        if (all.dev[r][FSC_TAG_GRADS] + all.host[r][FSC_TAG_GRADS] > none.dev[r][FSC_TAG_GRADS] + big)
+            fail_msg("prefetch %d, rank %d: offload all peak grads %zu on the device + %zu on the host, none %zu, a unit's "
+                     "shard %zu", prefetch, r, all.dev[r][FSC_TAG_GRADS], all.host[r][FSC_TAG_GRADS],
+                     none.dev[r][FSC_TAG_GRADS], big);
+    }
+}
+
+static void test_offload_moves_memory_to_host(void **state) {
+    (void)state;
+    check_memory(0);
+    check_memory(1);
+}
+
+/* The simulator's host<->device copy bandwidth (fsc_cluster_opts.sim_copy_gbps): an upload and a download of
+ * 8 MiB at 1 GB/s each take at least 8.39 ms of the rank's time; a bad value is refused. Oracle: the wall clock from below (a loaded machine only makes it longer). */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static fsc_status copy_rank_fn(fsc_rank *r, void *arg) {
+    double *took = arg;
+    const size_t bytes = (size_t)8 << 20;
+    void *d = NULL, *h = malloc(bytes);
+    fsc_status s = h ? fsc_device_alloc(r->dev, FSC_TAG_WORKSPACE, bytes, &d) : FSC_ERR_NOMEM;
+    if (s == FSC_OK) memset(h, 1, bytes);
+    double t0 = now_s();
+    if (s == FSC_OK) s = fsc_device_upload(r->dev, d, h, bytes);
+    if (s == FSC_OK) took[2 * r->rank] = now_s() - t0;
+    t0 = now_s();
+    if (s == FSC_OK) s = fsc_device_download(r->dev, h, d, bytes);
+    if (s == FSC_OK) took[2 * r->rank + 1] = now_s() - t0;
+    fsc_device_release(r->dev, d);
+    free(h);
+    return s;
+}
+
+static void test_simulated_copy_bandwidth(void **state) {
+    (void)state;
+    double took[4] = {0};
+    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30, .sim_copy_gbps = 1.0};
+    assert_ok(fsc_cluster_run(&co, copy_rank_fn, took));
+    const double want = (double)((size_t)8 << 20) / 1e9;
+    for (int k = 0; k < 4; k++)
+        if (took[k] < want) fail_msg("copy %d took %.6f s, less than %.6f s at 1 GB/s", k, took[k], want);
+    co.sim_copy_gbps = -1;
+    assert_err(fsc_cluster_run(&co, copy_rank_fn, took), FSC_ERR_INVALID, "sim_copy_gbps");
+    /* and offload keeps its bits under a copy cost */
+    pt_run a = make(2, &cases[2], FSC_OFFLOAD_NONE, 1, 1, FSC_F32, 1), b = make(2, &cases[2], FSC_OFFLOAD_ALL, 1, 1,
+                                                                                 FSC_F32, 1);
+    pt_train(&a);
+    b.params = calloc(fsc_gpt_num_params(&b.cfg), sizeof(float));
+    co = (fsc_cluster_opts){.world = 2, .device = "cpu", .timeout_s = 30, .sim_copy_gbps = 5.0};
+    assert_ok(fsc_cluster_run(&co, pt_rank_fn, &b));
+    pt_assert_same(&a, &b, "offload all with a copy cost against none");
+    free(a.params);
+    free(b.params);
+}
+
+static fsc_status create_only(fsc_rank *r, void *arg) {
+    pt_run *run = arg;
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void expect_refused(fsc_parallel_kind kind, fsc_offload_mode off, int pp, fsc_status want, const char *needle) {
+    pt_run run = pt_make(2, kind);
+    run.po.offload = off;
+    run.po.pp = pp;
+    run.po.no_sync = 1;
+    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30};
+    fsc_status s = fsc_cluster_run(&co, create_only, &run);
+    assert_int_equal(s, want);
+    if (!strstr(fsc_last_error(), needle)) fail_msg("message \"%s\" lacks \"%s\"", fsc_last_error(), needle);
+}
+
+static void test_offload_refuses_what_it_does_not_run(void **state) {
+    (void)state;
+    expect_refused(FSC_PAR_DDP, FSC_OFFLOAD_OPTIM, 1, FSC_ERR_UNSUPPORTED, "fsdp, zero1 or zero2");
+    expect_refused(FSC_PAR_ZERO1, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "fsdp only");
+    expect_refused(FSC_PAR_ZERO2, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "fsdp only");
+    expect_refused(FSC_PAR_FSDP, FSC_OFFLOAD_ALL, 2, FSC_ERR_UNSUPPORTED, "pipelines");
+    expect_refused(FSC_PAR_FSDP, (fsc_offload_mode)7, 1, FSC_ERR_INVALID, "none, optim or all");
+    assert_int_equal(fsc_parallel_opts_default().offload, FSC_OFFLOAD_NONE);
+    assert_string_equal(fsc_offload_mode_name(FSC_OFFLOAD_ALL), "all");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_offload_same_bits_f32),
+        cmocka_unit_test(test_offload_same_bits_accum_bf16),
+        cmocka_unit_test(test_offload_checkpoint_resumes_without),
+        cmocka_unit_test(test_offload_weights_save_and_load),
+        cmocka_unit_test(test_offload_moves_memory_to_host),
+        cmocka_unit_test(test_offload_refuses_what_it_does_not_run),
+        cmocka_unit_test(test_simulated_copy_bandwidth),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

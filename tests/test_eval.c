@@ -7,10 +7,13 @@
  * - the validation loss of a fixed batch equals DDP's bit for bit at every step on every strategy and pipeline
  *   of equal data-parallel layout (the engines train bit-identically, so their forwards must agree), and a tp
  *   run's equals the same tp run with FSDP or a pipeline;
- * - eval touches nothing: the full parameters and every bound gradient buffer are the same bits after it, and
+ * - eval touches nothing: the full parameters and every bound gradient buffer are the same bits after it, the
+ *   device holds as many parameter and communication bytes as before it, and
  *   a run evaluating before and after every step ends with the same step losses and parameters, bit for bit,
  *   as the same run without evaluations (optimizer state, step count and gradients included, since they
  *   decide the next step's bits);
+ * - the same with FSDP's prefetch off and with a deeper limit, and with offload optim (fsdp, zero1, zero2) and
+ *   offload all (fsdp): DDP's bits, and eval changes nothing;
  * - a local batch that does not split into the micro-batches, or a global batch that is not the sum of the
  *   local ones, is refused on every rank. */
 #include <math.h>
@@ -78,7 +81,13 @@ static fsc_status eval_checked(fsc_engine *e, fsc_rank *r, erun *run, const int3
     size_t G = 0;
     for (int i = 0; i < m->n_tensors; i++) G += m->info[i].numel;
     fsc_status s = snapshot(e, r, run->P, &before);
+    const size_t held[2] = { fsc_device_current_bytes(r->dev, FSC_TAG_PARAMS),
+                             fsc_device_current_bytes(r->dev, FSC_TAG_COMM) };
     if (s == FSC_OK) s = fsc_engine_eval(e, tok, tgt, lb, GB, loss);
+    /* nothing gathered or in flight outlives it (FSDP's unit kept for backward, prefetched gathers) */
+    if (s == FSC_OK && (fsc_device_current_bytes(r->dev, FSC_TAG_PARAMS) != held[0] ||
+                        fsc_device_current_bytes(r->dev, FSC_TAG_COMM) != held[1]))
+        run->changed[r->rank] = 1;
     if (s == FSC_OK) s = snapshot(e, r, run->P, &after);
     if (s == FSC_OK && memcmp(before, after, (run->P + G) * sizeof(float)) != 0) run->changed[r->rank] = 1;
     free(before);
@@ -169,7 +178,7 @@ static void run(erun *r) {
     fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 60, .threads_per_rank = 1 };
     assert_ok(fsc_cluster_run(&co, rank_fn, r));
     for (int k = 0; k < r->world; k++)
-        if (r->changed[k]) fail_msg("an evaluation changed the parameters or the gradients of rank %d", k);
+        if (r->changed[k]) fail_msg("an evaluation changed the parameters or the gradients of rank %d, or left memory held", k);
     for (int s = 0; s < STEPS && r->evals; s++)
         if (memcmp(&r->ev_train[s], &r->loss[s], sizeof(double)) != 0)
             fail_msg("step %d: eval of the step's batch %.17g, the step's loss %.17g", s, r->ev_train[s], r->loss[s]);
@@ -222,6 +231,46 @@ static void test_strategies_equal_ddp(void **state) {
         }
         done(&ddp);
         done(&quiet);
+    }
+}
+
+/* Overlap and offload (docs/overlap.md, docs/offload.md): eval with FSDP's prefetch on and off (units kept for
+ * backward or still in flight when the forward ends are settled by end_eval), DDP/ZeRO without bucket overlap,
+ * and with the optimizer state, or FSDP's masters and reduced gradients, on the host: DDP's bits, and evaluating
+ * changes nothing. */
+static void test_overlap_and_offload(void **state) {
+    (void)state;
+    const struct {
+        fsc_parallel_kind kind;
+        int prefetch, limit, accum;
+        fsc_offload_mode offload;
+        const char *what;
+    } cases[] = {
+        { FSC_PAR_FSDP, 0, 0, 1, FSC_OFFLOAD_NONE, "fsdp, prefetch 0" },
+        { FSC_PAR_FSDP, 1, 3, 2, FSC_OFFLOAD_NONE, "fsdp, prefetch limit 3, 2 micro-batches" },
+        { FSC_PAR_ZERO2, 0, 0, 1, FSC_OFFLOAD_NONE, "zero2, prefetch 0" },
+        { FSC_PAR_FSDP, 1, 0, 1, FSC_OFFLOAD_OPTIM, "fsdp, offload optim" },
+        { FSC_PAR_FSDP, 1, 0, 2, FSC_OFFLOAD_ALL, "fsdp, offload all, 2 micro-batches" },
+        { FSC_PAR_FSDP, 0, 0, 1, FSC_OFFLOAD_ALL, "fsdp, offload all, prefetch 0" },
+        { FSC_PAR_ZERO1, 1, 0, 1, FSC_OFFLOAD_OPTIM, "zero1, offload optim" },
+        { FSC_PAR_ZERO2, 1, 0, 1, FSC_OFFLOAD_OPTIM, "zero2, offload optim" },
+    };
+    for (int accum = 1; accum <= 2; accum++) {
+        erun ddp = make(4, FSC_PAR_DDP, 1);
+        ddp.po.accum = accum;
+        run(&ddp);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            if (cases[i].accum != accum) continue;
+            erun x = make(4, cases[i].kind, 1);
+            x.po.accum = accum;
+            x.po.prefetch = cases[i].prefetch;
+            x.po.prefetch_limit = cases[i].limit;
+            x.po.offload = cases[i].offload;
+            run(&x);
+            assert_same(&x, &ddp, cases[i].what);
+            done(&x);
+        }
+        done(&ddp);
     }
 }
 
@@ -319,7 +368,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strategies_equal_ddp), cmocka_unit_test(test_pipelines_equal_ddp),
         cmocka_unit_test(test_tensor_parallel),      cmocka_unit_test(test_llama),
-        cmocka_unit_test(test_bad_batches),
+        cmocka_unit_test(test_bad_batches),          cmocka_unit_test(test_overlap_and_offload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -520,11 +520,12 @@ static fsc_status fsdp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     return FSC_OK;
 }
 
-/* Gathered copies are made from the masters when next needed: drop any that outlived a step. */
+/* Gathered copies are made from the masters when next needed: drop any that outlived a step or an eval (the
+ * unit kept for backward, prefetches still in flight: waited for, then dropped). */
 static fsc_status fsdp_after_load(fsc_engine *e) {
     fsdp_state *d = e->sd;
     for (int u = 0; u < d->nunits; u++)
-        if (d->u[u].full) unit_reshard(e, &d->u[u]);
+        if (d->u[u].full || d->u[u].g.req) unit_reshard(e, &d->u[u]);
     return FSC_OK;
 }
 
@@ -565,5 +566,5 @@ const fsc_strategy fsc_strategy_fsdp = {
     .holdings = fsdp_holdings,
     .after_load = fsdp_after_load,
     .destroy = fsdp_destroy,
-    .end_eval = fsdp_after_load, /* every gathered unit freed, as after a step's backward */
+    .end_eval = fsdp_after_load, /* every gathered unit freed (and prefetches settled), as after a backward */
 };

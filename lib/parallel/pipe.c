@@ -516,6 +516,7 @@ fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets,
     double loss_local = 0, sums[3] = { 0, 1, 0 };
     for (int k = 0; k < p->M; k++) {
         FSC_TRY(forward(e, k, &loss_local));
+        FSC_TRY(send_done(&p->slots[k])); /* po.prefetch: its output's send, before the record is reused */
         reset_pools(e, mb); /* this micro-batch's record and saved input back to the pools */
     }
     if (p->stage == p->pp - 1) {

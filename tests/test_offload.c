@@ -10,7 +10,7 @@
  *  - memory: the device ledger holds no optimizer state with optim or all, and with all its parameters and
  *    gradients peak below the run without offload by at least the master and reduced-gradient shards, which
  *    the host ledger holds instead;
- *  - refusals: ddp, zero with all, pipelines and a bad mode fail with FSC_ERR_UNSUPPORTED / FSC_ERR_INVALID;
+ *  - refusals: ddp, zero with all, pipelines, tensor parallelism and a bad mode fail with FSC_ERR_UNSUPPORTED / FSC_ERR_INVALID;
  *  - the simulator's copy bandwidth: copies take at least bytes / bandwidth, and offload keeps its bits. */
 #include <time.h>
 #include "ckpttest.h"
@@ -344,6 +344,16 @@ static void expect_refused(fsc_parallel_kind kind, fsc_offload_mode off, int pp,
     if (!strstr(fsc_last_error(), needle)) fail_msg("message \"%s\" lacks \"%s\"", fsc_last_error(), needle);
 }
 
+/* Tensor parallelism (the GPT built on a tensor group of 2, am2's layers): refused before anything is built. */
+static void expect_refused_tp(fsc_offload_mode off) {
+    pt_run run = pt_make(2, FSC_PAR_FSDP);
+    run.po.offload = off;
+    run.po.tp = 2;
+    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30};
+    assert_int_equal(fsc_cluster_run(&co, create_only, &run), FSC_ERR_UNSUPPORTED);
+    if (!strstr(fsc_last_error(), "tensor")) fail_msg("message \"%s\" lacks \"tensor\"", fsc_last_error());
+}
+
 static void test_offload_refuses_what_it_does_not_run(void **state) {
     (void)state;
     expect_refused(FSC_PAR_DDP, FSC_OFFLOAD_OPTIM, 1, FSC_ERR_UNSUPPORTED, "fsdp, zero1 or zero2");
@@ -351,6 +361,8 @@ static void test_offload_refuses_what_it_does_not_run(void **state) {
     expect_refused(FSC_PAR_ZERO2, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "fsdp only");
     expect_refused(FSC_PAR_FSDP, FSC_OFFLOAD_ALL, 2, FSC_ERR_UNSUPPORTED, "pipelines");
     expect_refused(FSC_PAR_FSDP, (fsc_offload_mode)7, 1, FSC_ERR_INVALID, "none, optim or all");
+    expect_refused_tp(FSC_OFFLOAD_OPTIM);
+    expect_refused_tp(FSC_OFFLOAD_ALL);
     assert_int_equal(fsc_parallel_opts_default().offload, FSC_OFFLOAD_NONE);
     assert_string_equal(fsc_offload_mode_name(FSC_OFFLOAD_ALL), "all");
 }

@@ -1,8 +1,8 @@
 /* The trainer's --offload option (examples/train_gpt.c; docs/offload.md), run as the built program.
  * Oracles: fsdp (full_shard, hybrid) with --offload optim and all, zero1 and zero2 with optim, report
  * "bit-identical: yes" against DDP (--check-ddp) and print the losses of the same run without offload; the
- * per-step line reports the host ledger's peak only with offload; ddp with offload, zero1 with all and a
- * mode that is not one are refused with a message that says why. */
+ * per-step line reports the host ledger's peak only with offload; ddp with offload, zero1 with all, tensor
+ * parallelism and a mode that is not one are refused with a message that says why. */
 #include <stdarg.h>
 #include "trainertest.h"
 
@@ -60,8 +60,9 @@ static void test_unsupported_refused(void **state) {
         {"--parallel ddp --offload optim", "fsdp, zero1 or zero2"},
         {"--parallel zero1 --offload all", "fsdp only"},
         {"--parallel fsdp --offload cpu", "--offload"},
+        {"--tp 2 --parallel fsdp --offload optim", "tensor"},
     };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         char *args = fmt(TINY " --data '%s/data.txt' %s", tmpdir, bad[k][0]), *out = NULL, *err = NULL;
         int rc = prog_run(trainer, args, tmpdir, &out, &err);
         if (rc == 0) fail_msg("%s: accepted", args);

@@ -6,11 +6,13 @@
  *    accumulation (reducing every micro-batch, and once under no_sync), with prefetch 0 and 1;
  *  - checkpoints: a run saved with offload and resumed without (and the reverse) equals the run without a
  *    break bit for bit (parameters and optimizer states); weights saved with offload all load into engines
- *    with every mode as the saver's parameters, bit for bit;
+ *    with every mode as the saver's parameters, bit for bit, and a bf16 weights file loads with optim and all
+ *    as without offload;
  *  - memory: the device ledger holds no optimizer state with optim or all, and with all its parameters and
  *    gradients peak below the run without offload by at least the master and reduced-gradient shards, which
  *    the host ledger holds instead;
- *  - refusals: ddp, zero with all, pipelines, tensor parallelism and a bad mode fail with FSC_ERR_UNSUPPORTED / FSC_ERR_INVALID;
+ *  - refusals: ddp, zero with all, pipelines, tensor parallelism and a bad mode fail with FSC_ERR_UNSUPPORTED /
+ *    FSC_ERR_INVALID;
  *  - the simulator's copy bandwidth: copies take at least bytes / bandwidth, and offload keeps its bits. */
 #include <time.h>
 #include "ckpttest.h"
@@ -124,6 +126,7 @@ typedef struct {
     pt_run run;
     const char *path;
     int save;     /* 1: train 2 steps and save; 0: load */
+    fsc_dtype dt; /* the saved file's dtype (FSC_F32: fsc_engine_save_weights) */
     float *params;
 } of_weights;
 
@@ -137,7 +140,9 @@ static fsc_status weights_rank_fn(fsc_rank *r, void *arg) {
     fsc_status s = tok ? FSC_OK : FSC_ERR_NOMEM;
     for (int i = 0; i < lb * T && s == FSC_OK; i++) tok[i] = pt_token((size_t)(r->rank * lb * T + i), run->cfg.vocab);
     for (int st = 0; st < 2 && w->save && s == FSC_OK; st++) s = fsc_engine_step(e, tok, tok, lb, run->batch, NULL);
-    if (s == FSC_OK) s = w->save ? fsc_engine_save_weights(e, w->path) : fsc_engine_load_weights(e, w->path);
+    if (s == FSC_OK && w->save)
+        s = w->dt == FSC_F32 ? fsc_engine_save_weights(e, w->path) : fsc_engine_save_weights_dtype(e, w->path, w->dt);
+    else if (s == FSC_OK) s = fsc_engine_load_weights(e, w->path);
     if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? w->params : NULL);
     free(tok);
     fsc_engine_free(e);
@@ -168,6 +173,30 @@ static void test_offload_weights_save_and_load(void **state) {
         assert_bits_equal(saved.params, loaded.params, fsc_gpt_num_params(&saved.run.cfg), what);
         free(loaded.params);
     }
+    free(saved.params);
+    ct_rmtree(dir);
+}
+
+/* A bf16 weights file (main's fsc_engine_save_weights_dtype, converted on load as Hugging Face files are), saved
+ * without offload: offload all reads it into the host masters converted as the device path does, so every mode
+ * loads the bits offload none loads. */
+static void test_offload_loads_bf16_weights(void **state) {
+    (void)state;
+    char *dir = ct_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/w16.safetensors", dir);
+    of_weights saved = {.path = path, .dt = FSC_BF16};
+    weights_run(&saved, FSC_OFFLOAD_NONE, 1);
+    of_weights ref = {.path = path};
+    weights_run(&ref, FSC_OFFLOAD_NONE, 0);
+    for (int m = FSC_OFFLOAD_OPTIM; m <= FSC_OFFLOAD_ALL; m++) {
+        of_weights loaded = {.path = path};
+        weights_run(&loaded, (fsc_offload_mode)m, 0);
+        char what[64];
+        snprintf(what, sizeof what, "bf16 weights loaded with offload %s", fsc_offload_mode_name((fsc_offload_mode)m));
+        assert_bits_equal(ref.params, loaded.params, fsc_gpt_num_params(&ref.run.cfg), what);
+        free(loaded.params);
+    }
+    free(ref.params);
     free(saved.params);
     ct_rmtree(dir);
 }
@@ -373,6 +402,7 @@ int main(void) {
         cmocka_unit_test(test_offload_same_bits_accum_bf16),
         cmocka_unit_test(test_offload_checkpoint_resumes_without),
         cmocka_unit_test(test_offload_weights_save_and_load),
+        cmocka_unit_test(test_offload_loads_bf16_weights),
         cmocka_unit_test(test_offload_moves_memory_to_host),
         cmocka_unit_test(test_offload_refuses_what_it_does_not_run),
         cmocka_unit_test(test_simulated_copy_bandwidth),

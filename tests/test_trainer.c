@@ -13,17 +13,6 @@
 static char trainer[PATH_MAX];
 static char tmpdir[64];
 
-/* printf into a new string (the caller frees). */
-static char *fmt(const char *f, ...) {
-    va_list ap;
-    va_start(ap, f);
-    char *s = NULL;
-    if (vasprintf(&s, f, ap) < 0) s = NULL;
-    va_end(ap);
-    if (!s) fail_msg("out of memory");
-    return s;
-}
-
 #define TINY "--layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --steps 3"
 
 /* A small deterministic text file of bytes < 128. */
@@ -56,7 +45,7 @@ static void losses_of(cJSON *j, double *l, int n) {
 
 /* Run a tiny training with extra args, return its losses. */
 static void train_losses(const char *extra, double *l, int n) {
-    char *args = fmt(TINY " --data '%s/data.txt' --json %s", tmpdir, extra), *out = NULL, *err = NULL;
+    char *args = prog_fmt(TINY " --data '%s/data.txt' --json %s", tmpdir, extra), *out = NULL, *err = NULL;
     int rc = run(args, &out, &err);
     if (rc != 0) fail_msg("trainer %s failed (%d): %s", args, rc, err);
     cJSON *j = prog_last_json(out);
@@ -69,7 +58,7 @@ static void train_losses(const char *extra, double *l, int n) {
 
 static int setup(void **st) {
     (void)st;
-    char *path = fmt("%s/data.txt", tmpdir);
+    char *path = prog_fmt("%s/data.txt", tmpdir);
     write_data(path, 61, 26); /* short, so the data order wraps around within 3 steps */
     free(path);
     return 0;
@@ -130,11 +119,11 @@ static void test_bad_options(void **st) {
 /* Oracle: a byte >= --vocab is an error naming its offset. */
 static void test_data_vocab(void **st) {
     (void)st;
-    char *path = fmt("%s/bytes.bin", tmpdir);
+    char *path = prog_fmt("%s/bytes.bin", tmpdir);
     FILE *f = fopen(path, "wb");
     for (int i = 0; i < 100; i++) fputc(i == 57 ? 200 : 'a' + i % 20, f);
     fclose(f);
-    char *args = fmt(TINY " --vocab 128 --data '%s'", path), *err = NULL;
+    char *args = prog_fmt(TINY " --vocab 128 --data '%s'", path), *err = NULL;
     assert_int_equal(run(args, NULL, &err), 2);
     assert_non_null(strstr(err, "offset 57"));
     free(err);
@@ -151,7 +140,7 @@ static int run_data(const char *path, char **err) {
 #else
     const char *limit = "ulimit -v 4000000 2>/dev/null; ";
 #endif
-    char *args = fmt("-c \"%sexec timeout 10 '%s' " TINY " --data '%s'\"", limit, trainer, path);
+    char *args = prog_fmt("-c \"%sexec timeout 10 '%s' " TINY " --data '%s'\"", limit, trainer, path);
     int rc = prog_run("sh", args, tmpdir, NULL, err);
     free(args);
     return rc;
@@ -163,8 +152,8 @@ static int run_data(const char *path, char **err) {
  * --seq + 1 bytes trains. */
 static void test_data_not_a_file(void **st) {
     (void)st;
-    char *fifo = fmt("%s/fifo", tmpdir), *empty = fmt("%s/empty.txt", tmpdir), *shortf = fmt("%s/short.txt", tmpdir),
-         *exact = fmt("%s/exact.txt", tmpdir);
+    char *fifo = prog_fmt("%s/fifo", tmpdir), *empty = prog_fmt("%s/empty.txt", tmpdir), *shortf = prog_fmt("%s/short.txt", tmpdir),
+         *exact = prog_fmt("%s/exact.txt", tmpdir);
     assert_int_equal(mkfifo(fifo, 0600), 0);
     write_data(empty, 0, 26);
     write_data(shortf, 8, 26);  /* --seq 8 */
@@ -234,7 +223,7 @@ static fsc_status ref_fn(fsc_rank *r, void *argp) {
  * (AdamW, lr 0.003, clip 1, seed 1). Losses in the JSON round-trip the doubles exactly. */
 static void test_data_order_and_losses(void **st) {
     (void)st;
-    char *path = fmt("%s/data.txt", tmpdir);
+    char *path = prog_fmt("%s/data.txt", tmpdir);
     ref_arg a = {0};
     char *text = prog_slurp(path);
     free(path);
@@ -254,7 +243,7 @@ static void test_data_order_and_losses(void **st) {
  * losses agree with one rank's to rounding (1e-5 relative); FSDP equals DDP bit for bit. */
 static void test_json_and_world(void **st) {
     (void)st;
-    char *args = fmt(TINY " --data '%s/data.txt' --json --world 2 --parallel ddp --optimizer sgd "
+    char *args = prog_fmt(TINY " --data '%s/data.txt' --json --world 2 --parallel ddp --optimizer sgd "
                      "--lr 0.05 --momentum 0.5 --seed 9", tmpdir), *out = NULL;
     assert_int_equal(run(args, &out, NULL), 0);
     free(args);
@@ -290,20 +279,20 @@ static void test_json_and_world(void **st) {
 static void test_determinism_and_weights(void **st) {
     (void)st;
     double a[3], b[3], c[3];
-    char *extra = fmt("--init-save '%s/init.st' --save '%s/final.st'", tmpdir, tmpdir);
+    char *extra = prog_fmt("--init-save '%s/init.st' --save '%s/final.st'", tmpdir, tmpdir);
     train_losses(extra, a, 3);
     free(extra);
     train_losses("", b, 3);
     assert_memory_equal(a, b, sizeof a);
-    extra = fmt("--seed 5 --load '%s/init.st'", tmpdir);
+    extra = prog_fmt("--seed 5 --load '%s/init.st'", tmpdir);
     train_losses(extra, c, 3);
     free(extra);
     assert_memory_equal(a, c, sizeof a);
-    extra = fmt("--load '%s/final.st'", tmpdir);
+    extra = prog_fmt("--load '%s/final.st'", tmpdir);
     train_losses(extra, c, 3);
     free(extra);
     assert_true(c[0] < a[0]);  /* trained weights start lower */
-    char *args = fmt("--layers 2 --dim 16 --heads 2 --seq 8 --batch 4 --steps 1 --data '%s/data.txt' "
+    char *args = prog_fmt("--layers 2 --dim 16 --heads 2 --seq 8 --batch 4 --steps 1 --data '%s/data.txt' "
                      "--load '%s/init.st'", tmpdir, tmpdir), *err = NULL;
     assert_int_equal(run(args, NULL, &err), 1);  /* a file of another shape is refused */
     assert_non_null(strstr(err, "init.st"));
@@ -349,19 +338,19 @@ static void expect_run(const char *args, int want, const char *const *needles, i
 static void test_nonfinite(void **st) {
     (void)st;
     const char *blow = TINY " --optimizer sgd --momentum 0 --lr 1e30 --weight-decay 1e30 --clip 0";
-    char *args = fmt("%s --data '%s/data.txt' --save-every 1 --ckpt-dir '%s/nfck'", blow, tmpdir, tmpdir);
+    char *args = prog_fmt("%s --data '%s/data.txt' --save-every 1 --ckpt-dir '%s/nfck'", blow, tmpdir, tmpdir);
     expect_run(args, 1, (const char *const[]){"non-finite values", "checkpoint of step 1 not written", "inf"}, 3);
     free(args);
-    args = fmt("%s/nfck/step-00000001", tmpdir);
+    args = prog_fmt("%s/nfck/step-00000001", tmpdir);
     assert_int_equal(access(args, F_OK), -1);
     free(args);
     const char *worlds[] = {"", "--world 2 --parallel fsdp"};
     for (int w = 0; w < 2; w++) {
-        args = fmt("%s --data '%s/data.txt' %s", blow, tmpdir, worlds[w]);
+        args = prog_fmt("%s --data '%s/data.txt' %s", blow, tmpdir, worlds[w]);
         expect_run(args, 1, (const char *const[]){"step 2/3: optimizer step 2: the loss is", "stopped before the update"}, 2);
         free(args);
     }
-    args = fmt("%s --data '%s/data.txt' --steps 5 --nonfinite skip --max-skipped-steps 2", blow, tmpdir);
+    args = prog_fmt("%s --data '%s/data.txt' --steps 5 --nonfinite skip --max-skipped-steps 2", blow, tmpdir);
     char *out = NULL, *err = NULL;
     assert_int_equal(run(args, &out, &err), 1);
     if (!strstr(out, "step    2/5") || !strstr(out, "skipped (inf/nan loss or gradients)") ||
@@ -370,20 +359,20 @@ static void test_nonfinite(void **st) {
     free(out);
     free(err);
     free(args);
-    args = fmt("%s --data '%s/data.txt' --steps 40 --precision fp16 --max-skipped-steps 20", blow, tmpdir);
+    args = prog_fmt("%s --data '%s/data.txt' --steps 40 --precision fp16 --max-skipped-steps 20", blow, tmpdir);
     expect_run(args, 1, (const char *const[]){"20 steps in a row skipped", "the loss scale is 1, its floor 1"}, 2);
     free(args);
-    args = fmt(TINY " --data '%s/data.txt' --precision fp16 --nonfinite stop", tmpdir);
+    args = prog_fmt(TINY " --data '%s/data.txt' --precision fp16 --nonfinite stop", tmpdir);
     expect_run(args, 2, (const char *const[]){"--nonfinite applies to fp32 and bf16"}, 1);
     free(args);
-    args = fmt(TINY " --data '%s/data.txt' --steps 0 --init-save '%s/nan.st'", tmpdir, tmpdir);
+    args = prog_fmt(TINY " --data '%s/data.txt' --steps 0 --init-save '%s/nan.st'", tmpdir, tmpdir);
     expect_run(args, 0, NULL, 0);
     free(args);
-    args = fmt("%s/nan.st", tmpdir);
+    args = prog_fmt("%s/nan.st", tmpdir);
     patch_float(args, "h.0.mlp.c_fc.bias", 2, NAN);
     free(args);
     for (int w = 0; w < 2; w++) {
-        args = fmt(TINY " --data '%s/data.txt' --load '%s/nan.st' %s", tmpdir, tmpdir, worlds[w]);
+        args = prog_fmt(TINY " --data '%s/data.txt' --load '%s/nan.st' %s", tmpdir, tmpdir, worlds[w]);
         expect_run(args, 1, (const char *const[]){"nan.st: refusing non-finite weights", "h.0.mlp.c_fc.bias, element 2, is NaN"}, 2);
         free(args);
     }

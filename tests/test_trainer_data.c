@@ -15,16 +15,6 @@ static char tmpdir[64];
 enum { NTOK = 601, CUT = 283 }; /* the tokens, and where the shards split them (inside a sequence) */
 static uint32_t toks[NTOK];
 
-static char *fmt(const char *f, ...) {
-    va_list ap;
-    va_start(ap, f);
-    char *s = NULL;
-    if (vasprintf(&s, f, ap) < 0) s = NULL;
-    va_end(ap);
-    if (!s) fail_msg("out of memory");
-    return s;
-}
-
 static void put16(FILE *f, uint32_t v) {
     fputc((int)(v & 255), f);
     fputc((int)(v >> 8 & 255), f);
@@ -32,7 +22,7 @@ static void put16(FILE *f, uint32_t v) {
 
 /* tok[0..n) into tmpdir/name as bytes, u16 or an llm.c shard (count as given, to make a bad header). */
 static void write_tokens(const char *name, const char *format, const uint32_t *tok, size_t n, uint32_t count) {
-    char *p = fmt("%s/%s", tmpdir, name);
+    char *p = prog_fmt("%s/%s", tmpdir, name);
     FILE *f = fopen(p, "wb");
     assert_non_null(f);
     if (!strcmp(format, "llmc")) {
@@ -56,7 +46,7 @@ static int setup(void **state) {
     write_tokens("data.llmc", "llmc", toks, NTOK, NTOK);
     write_tokens("part_0.u16", "u16", toks, CUT, 0);
     write_tokens("part_1.u16", "u16", toks + CUT, NTOK - CUT, 0);
-    char *dir = fmt("%s/shards", tmpdir);
+    char *dir = prog_fmt("%s/shards", tmpdir);
     mkdir(dir, 0700);
     free(dir);
     write_tokens("shards/s_000001.bin", "llmc", toks + CUT, NTOK - CUT, NTOK - CUT); /* written first */
@@ -66,7 +56,7 @@ static int setup(void **state) {
 
 /* The losses of a run of TINY with args (exit 0 required). */
 static void losses(const char *args, double *l, int n) {
-    char *full = fmt(TINY " %s", args);
+    char *full = prog_fmt(TINY " %s", args);
     cJSON *j = prog_json(trainer, tmpdir, "", full);
     cJSON *a = cJSON_GetObjectItem(j, "losses");
     assert_int_equal(cJSON_GetArraySize(a), n);
@@ -83,10 +73,10 @@ static void losses(const char *args, double *l, int n) {
 static void test_formats_train_alike(void **state) {
     (void)state;
     double ref[6], ref2[6], l[6]; /* the bytes file on one rank, and on 2 FSDP ranks */
-    char *a = fmt("--data '%s/data.txt'", tmpdir);
+    char *a = prog_fmt("--data '%s/data.txt'", tmpdir);
     losses(a, ref, 6);
     free(a);
-    a = fmt("--data '%s/data.txt' --world 2 --parallel fsdp", tmpdir);
+    a = prog_fmt("--data '%s/data.txt' --world 2 --parallel fsdp", tmpdir);
     losses(a, ref2, 6);
     free(a);
     const char *cases[] = {
@@ -98,7 +88,7 @@ static void test_formats_train_alike(void **state) {
         "--data '%s/part_0.u16,%s/part_1.u16' --data-format u16 --world 2 --parallel fsdp",
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        a = fmt(cases[c], tmpdir, tmpdir);
+        a = prog_fmt(cases[c], tmpdir, tmpdir);
         losses(a, l, 6);
         const double *r = strstr(a, "--world 2") ? ref2 : ref;
         for (int i = 0; i < 6; i++)
@@ -106,7 +96,7 @@ static void test_formats_train_alike(void **state) {
                 fail_msg("%s: loss %d is %.17g, the bytes file's %.17g", a, i, l[i], r[i]);
         free(a);
     }
-    a = fmt("--data '%s/part_1.u16,%s/part_0.u16' --data-format u16", tmpdir, tmpdir);
+    a = prog_fmt("--data '%s/part_1.u16,%s/part_0.u16' --data-format u16", tmpdir, tmpdir);
     losses(a, l, 6);
     assert_true(memcmp(l, ref, sizeof l) != 0);
     free(a);
@@ -124,7 +114,7 @@ static void test_big_vocab(void **state) {
     const char *files[] = {"big.u16' --data-format 'u16", "big.llmc"};
     for (int k = 0; k < 2; k++) {
         double l[6];
-        char *a = fmt("--vocab 50000 --data '%s/%s'", tmpdir, files[k]);
+        char *a = prog_fmt("--vocab 50000 --data '%s/%s'", tmpdir, files[k]);
         losses(a, l, 6);
         for (int i = 0; i < 6; i++) assert_true(isfinite(l[i]));
         if (fabs(l[0] - log(50000.0)) > 1.0) fail_msg("%s: first loss %g, not near ln 50000", a, l[0]);
@@ -152,11 +142,8 @@ static void test_refusals(void **state) {
         {"--data '%s/data.txt' --data-format u32", "--data-format"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char *a = fmt(cases[c].args, tmpdir), *full = fmt(TINY " %s", a), *err = NULL;
-        int rc = prog_run(trainer, full, tmpdir, NULL, &err);
-        if (rc != 2 || !strstr(err, cases[c].needle))
-            fail_msg("%s: exit %d, \"%s\" (expected 2 and \"%s\")", a, rc, err, cases[c].needle);
-        free(err);
+        char *a = prog_fmt(cases[c].args, tmpdir), *full = prog_fmt(TINY " %s", a);
+        prog_refused(trainer, full, tmpdir, 2, cases[c].needle);
         free(full);
         free(a);
     }
@@ -167,12 +154,12 @@ static void test_refusals(void **state) {
  * no corpus is near it says what to pass (exit 2). */
 static void test_default_data(void **state) {
     (void)state;
-    char *cmd = fmt("-c \"cd '%s' && exec '%s' " TINY " --steps 1\"", tmpdir, trainer), *out = NULL;
+    char *cmd = prog_fmt("-c \"cd '%s' && exec '%s' " TINY " --steps 1\"", tmpdir, trainer), *out = NULL;
     int rc = prog_run("sh", cmd, tmpdir, &out, NULL);
     if (rc != 0 || !strstr(out, "examples/data/coriolanus.txt, 15991 tokens")) fail_msg("from %s: exit %d\n%s", tmpdir, rc, out);
     free(out);
     free(cmd);
-    cmd = fmt("-c \"cp '%s' '%s/lonely' && cd '%s' && exec ./lonely " TINY "\"", trainer, tmpdir, tmpdir);
+    cmd = prog_fmt("-c \"cp '%s' '%s/lonely' && cd '%s' && exec ./lonely " TINY "\"", trainer, tmpdir, tmpdir);
     char *err = NULL;
     rc = prog_run("sh", cmd, tmpdir, NULL, &err);
     if (rc != 2 || !strstr(err, "--data not given, and the default corpus") || !strstr(err, "give --data PATH"))

@@ -21,19 +21,9 @@ static char tmpdir[64];
 
 #define TINY "--model llama --layers 2 --dim 16 --heads 4 --kv-heads 2 --seq 8 --batch 4 --steps 3"
 
-static char *fmt(const char *f, ...) {
-    va_list ap;
-    va_start(ap, f);
-    char *s = NULL;
-    if (vasprintf(&s, f, ap) < 0) s = NULL;
-    va_end(ap);
-    if (!s) fail_msg("out of memory");
-    return s;
-}
-
 /* The JSON of a tiny run with extra args (fails the test if the run fails). */
 static cJSON *run_json(const char *extra) {
-    char *args = fmt(TINY " --data '%s/data.txt' %s", tmpdir, extra);
+    char *args = prog_fmt(TINY " --data '%s/data.txt' %s", tmpdir, extra);
     cJSON *j = prog_json(trainer, tmpdir, "", args);
     free(args);
     return j;
@@ -62,7 +52,7 @@ static void test_fsdp_and_pipeline_equal_ddp(void **st) {
 
 static void test_weights_in_hf_names(void **st) {
     (void)st;
-    char *path = fmt("%s/w.safetensors", tmpdir), *extra = fmt("--save '%s'", path);
+    char *path = prog_fmt("%s/w.safetensors", tmpdir), *extra = prog_fmt("--save '%s'", path);
     cJSON_Delete(run_json(extra));
     fsc_st_file *f = NULL;
     assert_ok(fsc_st_open(path, &f));
@@ -78,7 +68,7 @@ static void test_weights_in_hf_names(void **st) {
     assert_int_equal(fsc_st_count(f), 1 + 9 * 2 + 2);
     fsc_st_close(f);
     free(extra);
-    extra = fmt("--load '%s' --world 2 --parallel zero1", path);
+    extra = prog_fmt("--load '%s' --world 2 --parallel zero1", path);
     cJSON_Delete(run_json(extra));
     free(extra);
     free(path);
@@ -127,12 +117,7 @@ static void test_refused(void **st) {
         { "--model bert", "--model" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *err = NULL;
-        int rc = prog_run(trainer, cases[i].args, tmpdir, NULL, &err);
-        if (rc != 2 || !strstr(err, cases[i].needle))
-            fail_msg("%s: exit %d (expected 2), message \"%s\" (expected \"%s\")", cases[i].args, rc, err,
-                     cases[i].needle);
-        free(err);
+        prog_refused(trainer, cases[i].args, tmpdir, 2, cases[i].needle);
     }
     char *out = NULL; /* the options are in --help */
     assert_int_equal(prog_run(trainer, "--help", tmpdir, &out, NULL), 0);
@@ -147,8 +132,8 @@ static void test_refused(void **st) {
  * tied and fsc's Llama is untied, so lm_head.weight is needed. The same file with the head loads. */
 static void test_tied_head_refused(void **st) {
     (void)st;
-    char *full = fmt("%s/full.safetensors", tmpdir), *tied = fmt("%s/tied.safetensors", tmpdir);
-    char *extra = fmt("--save '%s'", full);
+    char *full = prog_fmt("%s/full.safetensors", tmpdir), *tied = prog_fmt("%s/tied.safetensors", tmpdir);
+    char *extra = prog_fmt("--save '%s'", full);
     cJSON_Delete(run_json(extra));
     free(extra);
     fsc_st_file *f = NULL;
@@ -176,19 +161,19 @@ static void test_tied_head_refused(void **st) {
     assert_ok(fsc_st_writer_commit(w));
     fsc_st_close(f);
     const char *why = "lm_head.weight is missing: the file holds a Llama with tied embeddings";
-    char *args = fmt(TINY " --data '%s/data.txt' --load '%s'", tmpdir, tied), *err = NULL;
+    char *args = prog_fmt(TINY " --data '%s/data.txt' --load '%s'", tmpdir, tied), *err = NULL;
     int rc = prog_run(trainer, args, tmpdir, NULL, &err);
     if (rc != 1 || !strstr(err, why) || !strstr(err, "fsc's Llama is untied"))
         fail_msg("--load of a tied file: exit %d, \"%s\"", rc, err);
     free(err), free(args);
     char sampler[PATH_MAX + 16];
     snprintf(sampler, sizeof sampler, "%.*s/sample", (int)(strrchr(trainer, '/') - trainer), trainer);
-    args = fmt("--model '%s' --model-config '{\"family\":\"llama\",\"layers\":2,\"dim\":16,\"heads\":4,"
+    args = prog_fmt("--model '%s' --model-config '{\"family\":\"llama\",\"layers\":2,\"dim\":16,\"heads\":4,"
                "\"kv_heads\":2,\"seq\":8,\"vocab\":256}'", tied);
     rc = prog_run(sampler, args, tmpdir, NULL, &err);
     if (rc != 1 || !strstr(err, why)) fail_msg("sample of a tied file: exit %d, \"%s\"", rc, err);
     free(err), free(args);
-    args = fmt("--model '%s' --tokens 2", full);
+    args = prog_fmt("--model '%s' --tokens 2", full);
     assert_int_equal(prog_run(sampler, args, tmpdir, NULL, NULL), 0);
     free(args), free(full), free(tied);
 }
@@ -196,12 +181,7 @@ static void test_tied_head_refused(void **st) {
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_llama", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
-    char *path = fmt("%s/data.txt", tmpdir);
-    FILE *f = fopen(path, "wb");
-    free(path);
-    if (!f) return 1;
-    for (int i = 0; i < 400; i++) fputc('a' + (i * 7 + i / 13) % 26, f); /* bytes below --vocab 256 */
-    fclose(f);
+    if (prog_write_letters(tmpdir, "data.txt", 400)) return 1; /* bytes below --vocab 256 */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fsdp_and_pipeline_equal_ddp),
         cmocka_unit_test(test_weights_in_hf_names),

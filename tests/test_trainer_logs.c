@@ -17,16 +17,6 @@ static char tmpdir[64];
 
 #define TINY "--layers 1 --dim 32 --heads 2 --seq 16 --batch 4"
 
-static char *fmt(const char *f, ...) {
-    va_list ap;
-    va_start(ap, f);
-    char *s = NULL;
-    if (vasprintf(&s, f, ap) < 0) s = NULL;
-    va_end(ap);
-    if (!s) fail_msg("out of memory");
-    return s;
-}
-
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     assert_non_null(f);
@@ -62,10 +52,10 @@ static void free_lines(cJSON **v, int n) {
 /* A config file sets options, the command line wins, and the refusals name what is wrong. */
 static void test_config_file(void **state) {
     (void)state;
-    char *cfg = fmt("%s/c.json", tmpdir);
+    char *cfg = prog_fmt("%s/c.json", tmpdir);
     write_text(cfg, "{\"layers\": 1, \"dim\": 32, \"heads\": 2, \"seq\": 16, \"batch\": 4, \"steps\": 3, \"lr\": 0.01,"
                     " \"optimizer\": \"sgd\", \"seed\": 7, \"clip\": 0}");
-    char *args = fmt("--config %s --steps 2 --lr 0.02", cfg);
+    char *args = prog_fmt("--config %s --steps 2 --lr 0.02", cfg);
     cJSON *j = prog_json(trainer, tmpdir, "", args);
     const cJSON *c = get(j, "config");
     assert_int_equal(get(c, "steps")->valueint, 2); /* the command line wins */
@@ -91,7 +81,7 @@ static void test_config_file(void **state) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(cfg, bad[i].text);
-        char *out = NULL, *a = fmt("--config %s", cfg);
+        char *out = NULL, *a = prog_fmt("--config %s", cfg);
         int rc = prog_run(trainer, a, tmpdir, &out, NULL);
         if (rc != 2 || !strstr(out, bad[i].says))
             fail_msg("%s: exit %d (expected 2), output lacks \"%s\":\n%s", bad[i].text, rc, bad[i].says, out);
@@ -108,13 +98,13 @@ static void test_config_file(void **state) {
 /* --ckpt-dir/config.json: the options as asked, read back with --config, trains the same losses bit for bit. */
 static void test_config_json_reproduces(void **state) {
     (void)state;
-    char *d1 = fmt("%s/run1", tmpdir), *d2 = fmt("%s/run2", tmpdir);
-    char *a1 = fmt(TINY " --steps 3 --world 2 --parallel zero2 --lr 0.004 --seed 3 --save-every 3 --ckpt-dir %s", d1);
+    char *d1 = prog_fmt("%s/run1", tmpdir), *d2 = prog_fmt("%s/run2", tmpdir);
+    char *a1 = prog_fmt(TINY " --steps 3 --world 2 --parallel zero2 --lr 0.004 --seed 3 --save-every 3 --ckpt-dir %s", d1);
     cJSON *j1 = prog_json(trainer, tmpdir, "", a1);
-    char *cj = fmt("%s/config.json", d1);
+    char *cj = prog_fmt("%s/config.json", d1);
     struct stat sb;
     assert_int_equal(stat(cj, &sb), 0);
-    char *a2 = fmt("--config %s --ckpt-dir %s", cj, d2);
+    char *a2 = prog_fmt("--config %s --ckpt-dir %s", cj, d2);
     cJSON *j2 = prog_json(trainer, tmpdir, "", a2);
     const cJSON *l1 = get(j1, "losses"), *l2 = get(j2, "losses");
     assert_int_equal(cJSON_GetArraySize(l1), 3);
@@ -131,12 +121,12 @@ static void test_config_json_reproduces(void **state) {
 /* --log: the config, then a record per step and per validation, equal to --json's; the progress line. */
 static void test_log(void **state) {
     (void)state;
-    char *val = fmt("%s/val.txt", tmpdir), *log = fmt("%s/run.jsonl", tmpdir);
+    char *val = prog_fmt("%s/val.txt", tmpdir), *log = prog_fmt("%s/run.jsonl", tmpdir);
     char text[3000];
     for (size_t i = 0; i < sizeof text - 1; i++) text[i] = (char)('a' + (i * 7 + i / 13) % 26);
     text[sizeof text - 1] = 0;
     write_text(val, text);
-    char *args = fmt(TINY " --steps 4 --lr-schedule cosine --warmup 1 --val-data %s --val-every 2 --val-batches 1 "
+    char *args = prog_fmt(TINY " --steps 4 --lr-schedule cosine --warmup 1 --val-data %s --val-every 2 --val-batches 1 "
                      "--peak-tflops 0.5 --log %s --json", val, log);
     char *out = NULL;
     int rc = prog_run(trainer, args, tmpdir, &out, NULL);
@@ -198,12 +188,12 @@ static void test_log(void **state) {
 /* --resume appends to the log; --check-ddp's DDP run is not logged. */
 static void test_log_resume_and_check_ddp(void **state) {
     (void)state;
-    char *log = fmt("%s/r.jsonl", tmpdir), *ck = fmt("%s/ck", tmpdir);
-    char *a1 = fmt(TINY " --steps 2 --save-every 2 --ckpt-dir %s --log %s", ck, log);
+    char *log = prog_fmt("%s/r.jsonl", tmpdir), *ck = prog_fmt("%s/ck", tmpdir);
+    char *a1 = prog_fmt(TINY " --steps 2 --save-every 2 --ckpt-dir %s --log %s", ck, log);
     char *out = NULL;
     assert_int_equal(prog_run(trainer, a1, tmpdir, &out, NULL), 0);
     free(out);
-    char *a2 = fmt(TINY " --steps 4 --save-every 2 --ckpt-dir %s --resume %s --log %s", ck, ck, log);
+    char *a2 = prog_fmt(TINY " --steps 4 --save-every 2 --ckpt-dir %s --resume %s --log %s", ck, ck, log);
     int rc = prog_run(trainer, a2, tmpdir, &out, NULL);
     if (rc != 0) fail_msg("resume: exit %d\n%s", rc, out);
     free(out);
@@ -217,7 +207,7 @@ static void test_log_resume_and_check_ddp(void **state) {
         if (steps[i]) assert_int_equal(get(v[i], "step")->valueint, steps[i]);
     }
     free_lines(v, n);
-    char *a3 = fmt(TINY " --steps 2 --world 2 --parallel fsdp --check-ddp --log %s", log);
+    char *a3 = prog_fmt(TINY " --steps 2 --world 2 --parallel fsdp --check-ddp --log %s", log);
     rc = prog_run(trainer, a3, tmpdir, &out, NULL);
     if (rc != 0) fail_msg("check-ddp: exit %d\n%s", rc, out);
     free(out);
@@ -243,15 +233,15 @@ static int has_event(const cJSON *root, const char *name, const char *group) {
 /* --trace DIR: a file per rank with the steps, the layers, the collectives; a small --trace-events says so. */
 static void test_trace(void **state) {
     (void)state;
-    char *dir = fmt("%s/trace", tmpdir);
-    char *args = fmt(TINY " --steps 2 --world 2 --parallel ddp --trace %s", dir);
+    char *dir = prog_fmt("%s/trace", tmpdir);
+    char *args = prog_fmt(TINY " --steps 2 --world 2 --parallel ddp --trace %s", dir);
     char *out = NULL;
     int nev[2] = {0, 0};
     int rc = prog_run(trainer, args, tmpdir, &out, NULL);
     if (rc != 0) fail_msg("exit %d\n%s", rc, out);
     free(out);
     for (int r = 0; r < 2; r++) {
-        char *p = fmt("%s/rank-%d.json", dir, r);
+        char *p = prog_fmt("%s/rank-%d.json", dir, r);
         char *text = prog_slurp(p);
         cJSON *j = cJSON_Parse(text);
         if (!j) fail_msg("%s is not JSON", p);
@@ -273,9 +263,9 @@ static void test_trace(void **state) {
     free(args);
     /* tools/trace_merge: both ranks' events in one file, a process per rank */
     const char *src = __FILE__, *slash = strrchr(src, '/');
-    char *merge = fmt("'%.*s../tools/trace_merge' '%s' > '%s/all.json'", slash ? (int)(slash - src + 1) : 0, src, dir, dir);
+    char *merge = prog_fmt("'%.*s../tools/trace_merge' '%s' > '%s/all.json'", slash ? (int)(slash - src + 1) : 0, src, dir, dir);
     assert_int_equal(system(merge), 0);
-    char *all = fmt("%s/all.json", dir), *merged = prog_slurp(all);
+    char *all = prog_fmt("%s/all.json", dir), *merged = prog_slurp(all);
     cJSON *m = cJSON_Parse(merged);
     if (!m) fail_msg("tools/trace_merge wrote no JSON: %.200s", merged);
     int per_pid[2] = {0, 0};
@@ -290,11 +280,11 @@ static void test_trace(void **state) {
     cJSON_Delete(m);
     free(merged), free(all), free(merge);
     char *err = NULL;
-    args = fmt(TINY " --steps 2 --trace %s --trace-events 10", dir);
+    args = prog_fmt(TINY " --steps 2 --trace %s --trace-events 10", dir);
     rc = prog_run(trainer, args, tmpdir, &out, &err);
     if (rc != 0) fail_msg("exit %d\n%s%s", rc, out, err);
     assert_non_null(strstr(err, "rank 0's trace filled up at 10 events"));
-    char *p = fmt("%s/rank-0.json", dir), *text = prog_slurp(p);
+    char *p = prog_fmt("%s/rank-0.json", dir), *text = prog_slurp(p);
     cJSON *j = cJSON_Parse(text);
     assert_non_null(j);
     assert_true(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "otherData"), "dropped")->valuedouble > 0);

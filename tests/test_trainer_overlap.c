@@ -3,23 +3,12 @@
  * Oracles: fsdp (full_shard), zero1 and zero2 with --prefetch 1 and 0 on a simulated network report
  * "bit-identical: yes" against DDP (--check-ddp), and they and ddp print the same losses either way; bad values are refused with a
  * message naming the option. */
-#include <stdarg.h>
 #include "trainertest.h"
 
 static char trainer[PATH_MAX];
 static char tmpdir[64];
 
 #define TINY "--layers 3 --dim 16 --heads 2 --seq 8 --batch 8 --steps 3 --world 4"
-
-static char *fmt(const char *f, ...) {
-    va_list ap;
-    va_start(ap, f);
-    char *s = NULL;
-    if (vasprintf(&s, f, ap) < 0) s = NULL;
-    va_end(ap);
-    if (!s) fail_msg("out of memory");
-    return s;
-}
 
 static void test_prefetch_is_bit_identical_to_ddp(void **state) {
     (void)state;
@@ -28,16 +17,9 @@ static void test_prefetch_is_bit_identical_to_ddp(void **state) {
         const int ddp = k == 3; /* --check-ddp compares other strategies with it */
         char *losses[2] = {NULL, NULL};
         for (int p = 0; p <= 1; p++) {
-            char *args = fmt(TINY " --data '%s/data.txt' --parallel %s --prefetch %d --sim-latency 100 "
+            char *args = prog_fmt(TINY " --data '%s/data.txt' --parallel %s --prefetch %d --sim-latency 100 "
                              "--sim-bandwidth 2 %s --json", tmpdir, kinds[k], p, ddp ? "" : "--check-ddp");
-            char *out = NULL;
-            int rc = prog_run(trainer, args, tmpdir, &out, NULL);
-            if (rc != 0) fail_msg("%s: exit %d\n%s", args, rc, out);
-            if (!ddp && !strstr(out, "bit-identical: yes")) fail_msg("%s: not bit-identical to ddp\n%s", args, out);
-            cJSON *j = prog_last_json(out);
-            losses[p] = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "losses"));
-            cJSON_Delete(j);
-            free(out);
+            losses[p] = prog_losses(trainer, args, tmpdir, ddp ? NULL : "bit-identical: yes", NULL);
             free(args);
         }
         if (strcmp(losses[0], losses[1]) != 0)
@@ -55,12 +37,8 @@ static void test_bad_values_refused(void **state) {
         {"--sim-latency x", "--sim-latency"},
     };
     for (int k = 0; k < 3; k++) {
-        char *args = fmt(TINY " --data '%s/data.txt' %s", tmpdir, bad[k][0]), *out = NULL, *err = NULL;
-        int rc = prog_run(trainer, args, tmpdir, &out, &err);
-        if (rc == 0) fail_msg("%s: accepted", args);
-        if (!strstr(err, bad[k][1])) fail_msg("%s: the message does not name %s: %s", args, bad[k][1], err);
-        free(out);
-        free(err);
+        char *args = prog_fmt(TINY " --data '%s/data.txt' %s", tmpdir, bad[k][0]);
+        prog_refused(trainer, args, tmpdir, -1, bad[k][1]);
         free(args);
     }
 }
@@ -69,12 +47,7 @@ int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_overlap", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir))
         return 1;
-    char *path = fmt("%s/data.txt", tmpdir);
-    FILE *f = fopen(path, "wb");
-    free(path);
-    if (!f) return 1;
-    for (int i = 0; i < 600; i++) fputc('a' + (i * 7 + i / 13) % 26, f);
-    fclose(f);
+    if (prog_write_letters(tmpdir, "data.txt", 600)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefetch_is_bit_identical_to_ddp),
         cmocka_unit_test(test_bad_values_refused),

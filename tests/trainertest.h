@@ -4,6 +4,7 @@
 #define FSC_TRAINERTEST_H
 #include <libgen.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,57 @@ static inline cJSON *prog_json(const char *prog, const char *dir, const char *mo
     free(out);
     free(full);
     return j;
+}
+
+/* printf into a new string (the caller frees); fails the test when out of memory. */
+static inline char *prog_fmt(const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    char *s = NULL;
+    if (vasprintf(&s, f, ap) < 0) s = NULL;
+    va_end(ap);
+    if (!s) fail_msg("out of memory");
+    return s;
+}
+
+/* Write n deterministic letters ('a' + (i*7 + i/13) % 26) to dir/name: a small corpus of bytes below any
+ * vocabulary. Returns 0, or 1 if the file cannot be written. */
+static inline int prog_write_letters(const char *dir, const char *name, int n) {
+    char *path = prog_fmt("%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    free(path);
+    if (!f) return 1;
+    for (int i = 0; i < n; i++) fputc('a' + (i * 7 + i / 13) % 26, f);
+    return fclose(f) != 0;
+}
+
+/* Run `'prog' args` expecting it refused: exit status want (any but 0 when want < 0) and needle in its
+ * stderr; fails the test otherwise. */
+static inline void prog_refused(const char *prog, const char *args, const char *dir, int want, const char *needle) {
+    char *out = NULL, *err = NULL;
+    int rc = prog_run(prog, args, dir, &out, &err);
+    if (want < 0 ? rc == 0 : rc != want)
+        fail_msg("%s: exit %d (expected %s%d)\n%s%s", args, rc, want < 0 ? "not " : "", want < 0 ? 0 : want, out, err);
+    if (!strstr(err, needle)) fail_msg("%s: the message lacks \"%s\": %s", args, needle, err);
+    free(out);
+    free(err);
+}
+
+/* Run `'prog' args` (stdout and stderr together; args should hold --json): exit 0 required, and must (unless
+ * NULL) in the output. Returns the JSON line's "losses" as text (the caller frees); the output in *out unless
+ * out is NULL (caller frees). */
+static inline char *prog_losses(const char *prog, const char *args, const char *dir, const char *must, char **out) {
+    char *o = NULL;
+    int rc = prog_run(prog, args, dir, &o, NULL);
+    if (rc != 0) fail_msg("%s: exit %d\n%s", args, rc, o);
+    if (must && !strstr(o, must)) fail_msg("%s: the output lacks \"%s\"\n%s", args, must, o);
+    cJSON *j = prog_last_json(o);
+    char *losses = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "losses"));
+    cJSON_Delete(j);
+    if (!losses) fail_msg("%s: no losses in the JSON line", args);
+    if (out) *out = o;
+    else free(o);
+    return losses;
 }
 
 /* The start of such a test's main: the program `prog` built next to the test (argv0's folder/../prog) into

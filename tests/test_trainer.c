@@ -36,20 +36,13 @@ static int run(const char *args, char **out, char **err) {
     return rc;
 }
 
-static void losses_of(cJSON *j, double *l, int n) {
-    cJSON *a = cJSON_GetObjectItem(j, "losses");
-    assert_true(cJSON_IsArray(a));
-    assert_int_equal(cJSON_GetArraySize(a), n);
-    for (int i = 0; i < n; i++) l[i] = cJSON_GetArrayItem(a, i)->valuedouble;
-}
-
 /* Run a tiny training with extra args, return its losses. */
 static void train_losses(const char *extra, double *l, int n) {
     char *args = prog_fmt(TINY " --data '%s/data.txt' --json %s", tmpdir, extra), *out = NULL, *err = NULL;
     int rc = run(args, &out, &err);
     if (rc != 0) fail_msg("trainer %s failed (%d): %s", args, rc, err);
     cJSON *j = prog_last_json(out);
-    losses_of(j, l, n);
+    prog_doubles(j, "losses", l, n, 0.0);
     cJSON_Delete(j);
     free(out);
     free(err);
@@ -249,7 +242,7 @@ static void test_json_and_world(void **st) {
     free(args);
     cJSON *j = prog_last_json(out);
     double ddp[3];
-    losses_of(j, ddp, 3);
+    prog_doubles(j, "losses", ddp, 3, 0.0);
     assert_true(cJSON_GetObjectItem(j, "tokens_per_s")->valuedouble > 0);
     cJSON *peak = cJSON_GetObjectItem(j, "peak_bytes");
     for (int t = 0; t < FSC_TAG_COUNT; t++) assert_non_null(cJSON_GetObjectItem(peak, fsc_tag_name((fsc_tag)t)));

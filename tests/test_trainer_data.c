@@ -58,9 +58,7 @@ static int setup(void **state) {
 static void losses(const char *args, double *l, int n) {
     char *full = prog_fmt(TINY " %s", args);
     cJSON *j = prog_json(trainer, tmpdir, "", full);
-    cJSON *a = cJSON_GetObjectItem(j, "losses");
-    assert_int_equal(cJSON_GetArraySize(a), n);
-    for (int i = 0; i < n; i++) l[i] = cJSON_GetArrayItem(a, i)->valuedouble;
+    prog_doubles(j, "losses", l, n, 0.0);
     cJSON_Delete(j);
     free(full);
 }

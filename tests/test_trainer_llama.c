@@ -74,23 +74,15 @@ static void test_weights_in_hf_names(void **st) {
     free(path);
 }
 
-/* The losses of a run's JSON. */
-static void losses_of(cJSON *j, double *out, int n) {
-    cJSON *a = cJSON_GetObjectItem(j, "losses");
-    assert_non_null(a);
-    assert_int_equal(cJSON_GetArraySize(a), n);
-    for (int i = 0; i < n; i++) out[i] = cJSON_GetArrayItem(a, i)->valuedouble;
-}
-
 static void test_tensor_parallel(void **st) {
     (void)st;
     cJSON *j = run_json("--world 4 --tp 2 --parallel fsdp --check-ddp");
     assert_bit_identical(j, "fsdp at dp 2 x tp 2");
     double tp2[3], tp1[3];
-    losses_of(j, tp2, 3);
+    prog_doubles(j, "losses", tp2, 3, 0.0);
     cJSON_Delete(j);
     j = run_json("--world 2 --parallel ddp");
-    losses_of(j, tp1, 3);
+    prog_doubles(j, "losses", tp1, 3, 0.0);
     cJSON_Delete(j);
     for (int i = 0; i < 3; i++)
         if (!(fabs(tp2[i] - tp1[i]) <= 1e-4 * fabs(tp1[i])))

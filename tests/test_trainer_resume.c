@@ -12,18 +12,13 @@ static char tmpdir[64];
 
 #define TINY "--layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --parallel fsdp --world 2"
 
-/* Run TINY with args: exit 0 required; stdout+stderr in *out (caller frees), losses (null: NAN) in l. */
+/* Run TINY with args: exit 0 required; stdout+stderr in *out (caller frees), losses (null: -1) in l. */
 static void train(const char *args, double *l, int n, char **out) {
     char *full = prog_fmt(TINY " %s --json", args), *o = NULL;
     int rc = prog_run(trainer, full, tmpdir, &o, NULL);
     if (rc != 0) fail_msg("%s: exit %d\n%s", full, rc, o);
     cJSON *j = prog_last_json(o);
-    cJSON *a = cJSON_GetObjectItem(j, "losses");
-    assert_int_equal(cJSON_GetArraySize(a), n);
-    for (int i = 0; i < n; i++) {
-        cJSON *x = cJSON_GetArrayItem(a, i);
-        l[i] = cJSON_IsNumber(x) ? x->valuedouble : -1.0;
-    }
+    prog_doubles(j, "losses", l, n, -1.0);
     cJSON_Delete(j);
     free(full);
     if (out) *out = o;

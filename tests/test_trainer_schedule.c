@@ -28,13 +28,7 @@ static void arrays(const char *args, const char *k1, double *v1, const char *k2,
         const char *key = w ? k2 : k1;
         double *v = w ? v2 : v1;
         if (!key) continue;
-        cJSON *a = cJSON_GetObjectItem(j, key);
-        if (!a) fail_msg("%s: no \"%s\" in --json", full, key);
-        assert_int_equal(cJSON_GetArraySize(a), n);
-        for (int i = 0; i < n; i++) {
-            cJSON *x = cJSON_GetArrayItem(a, i);
-            v[i] = cJSON_IsNull(x) ? NAN : x->valuedouble;
-        }
+        prog_doubles(j, key, v, n, NAN);
     }
     cJSON_Delete(j);
     free(full);

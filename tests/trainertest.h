@@ -102,6 +102,18 @@ static inline void prog_refused(const char *prog, const char *args, const char *
     free(err);
 }
 
+/* The n numbers of the array j[key] into v (a null entry as null_as); fails the test if key is not an array of
+ * n entries. */
+static inline void prog_doubles(const cJSON *j, const char *key, double *v, int n, double null_as) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsArray(a)) fail_msg("no array \"%s\" in the JSON line", key);
+    assert_int_equal(cJSON_GetArraySize(a), n);
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(a, i);
+        v[i] = cJSON_IsNull(x) ? null_as : x->valuedouble;
+    }
+}
+
 /* Run `'prog' args` (stdout and stderr together; args should hold --json): exit 0 required, and must (unless
  * NULL) in the output. Returns the JSON line's "losses" as text (the caller frees); the output in *out unless
  * out is NULL (caller frees). */

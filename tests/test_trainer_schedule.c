@@ -87,6 +87,16 @@ static void test_resume_exact(void **state) {
     free(a), free(b), free(cmd), free(pa), free(pb);
 }
 
+/* Oracle: the validation losses of the runs `val ref_args` and `val args` are the same bits (6 steps). */
+static void assert_same_val(const char *val, const char *ref_args, const char *args, const char *what) {
+    double ref[6], x[6];
+    char *a = prog_fmt("%s %s", val, ref_args), *b = prog_fmt("%s %s", val, args);
+    array(a, "val_loss", ref, 6);
+    array(b, "val_loss", x, 6);
+    assert_same(ref, x, 6, what);
+    free(a), free(b);
+}
+
 static void test_validation_every_layout(void **state) {
     (void)state;
     char *val = prog_fmt("--val-data %s/val.txt --val-every 2 --val-batches 3", tmpdir);
@@ -104,21 +114,9 @@ static void test_validation_every_layout(void **state) {
         assert_same(ref, x, 6, same[k]);
     }
     /* a pipeline of 2 stages x 2 data ranks against DDP on 2 ranks, both with 2 micro-batches */
-    free(args);
-    args = prog_fmt("%s --world 2 --parallel ddp --accum 2", val);
-    array(args, "val_loss", ref, 6);
-    free(args);
-    args = prog_fmt("%s --pp 2 --dp 2 --parallel ddp --chunks 2", val);
-    array(args, "val_loss", x, 6);
-    assert_same(ref, x, 6, "--pp 2 --dp 2");
+    assert_same_val(val, "--world 2 --parallel ddp --accum 2", "--pp 2 --dp 2 --parallel ddp --chunks 2", "--pp 2 --dp 2");
     /* tensor parallelism: FSDP over the data group against DDP over it */
-    free(args);
-    args = prog_fmt("%s --tp 2 --dp 2 --parallel ddp", val);
-    array(args, "val_loss", ref, 6);
-    free(args);
-    args = prog_fmt("%s --tp 2 --dp 2 --parallel fsdp", val);
-    array(args, "val_loss", x, 6);
-    assert_same(ref, x, 6, "--tp 2 with fsdp");
+    assert_same_val(val, "--tp 2 --dp 2 --parallel ddp", "--tp 2 --dp 2 --parallel fsdp", "--tp 2 with fsdp");
     /* validating after every step does not change training */
     free(args);
     args = prog_fmt("--val-data %s/val.txt --val-every 1 --world 2 --parallel fsdp", tmpdir);
@@ -144,13 +142,8 @@ static void test_models_and_formats(void **state) {
         array(args, "val_loss", k ? x : ref, 6);
         if (k) assert_same(ref, x, 6, llama[k]);
     }
-    free(args);
-    args = prog_fmt("%s --moe-experts 4 --world 2 --parallel ddp", val);
-    array(args, "val_loss", ref, 6);
-    free(args);
-    args = prog_fmt("%s --moe-experts 4 --world 2 --parallel ddp --ep 2", val);
-    array(args, "val_loss", x, 6);
-    assert_same(ref, x, 6, "--ep 2");
+    assert_same_val(val, "--moe-experts 4 --world 2 --parallel ddp", "--moe-experts 4 --world 2 --parallel ddp --ep 2",
+                    "--ep 2");
     /* the same tokens as uint16 */
     const char *names[2] = { "examples/data/coriolanus.txt", "val.txt" };
     for (int f = 0; f < 2; f++) {

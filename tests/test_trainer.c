@@ -237,7 +237,7 @@ static void test_data_order_and_losses(void **st) {
 static void test_json_and_world(void **st) {
     (void)st;
     char *args = prog_fmt(TINY " --data '%s/data.txt' --json --world 2 --parallel ddp --optimizer sgd "
-                     "--lr 0.05 --momentum 0.5 --seed 9", tmpdir), *out = NULL;
+                          "--lr 0.05 --momentum 0.5 --seed 9", tmpdir), *out = NULL;
     assert_int_equal(run(args, &out, NULL), 0);
     free(args);
     cJSON *j = prog_last_json(out);
@@ -286,7 +286,7 @@ static void test_determinism_and_weights(void **st) {
     free(extra);
     assert_true(c[0] < a[0]);  /* trained weights start lower */
     char *args = prog_fmt("--layers 2 --dim 16 --heads 2 --seq 8 --batch 4 --steps 1 --data '%s/data.txt' "
-                     "--load '%s/init.st'", tmpdir, tmpdir), *err = NULL;
+                          "--load '%s/init.st'", tmpdir, tmpdir), *err = NULL;
     assert_int_equal(run(args, NULL, &err), 1);  /* a file of another shape is refused */
     assert_non_null(strstr(err, "init.st"));
     free(err);

@@ -161,7 +161,7 @@ static void test_tied_head_refused(void **st) {
     char sampler[PATH_MAX + 16];
     snprintf(sampler, sizeof sampler, "%.*s/sample", (int)(strrchr(trainer, '/') - trainer), trainer);
     args = prog_fmt("--model '%s' --model-config '{\"family\":\"llama\",\"layers\":2,\"dim\":16,\"heads\":4,"
-               "\"kv_heads\":2,\"seq\":8,\"vocab\":256}'", tied);
+                    "\"kv_heads\":2,\"seq\":8,\"vocab\":256}'", tied);
     rc = prog_run(sampler, args, tmpdir, NULL, &err);
     if (rc != 1 || !strstr(err, why)) fail_msg("sample of a tied file: exit %d, \"%s\"", rc, err);
     free(err), free(args);

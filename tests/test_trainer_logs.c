@@ -127,7 +127,7 @@ static void test_log(void **state) {
     text[sizeof text - 1] = 0;
     write_text(val, text);
     char *args = prog_fmt(TINY " --steps 4 --lr-schedule cosine --warmup 1 --val-data %s --val-every 2 --val-batches 1 "
-                     "--peak-tflops 0.5 --log %s --json", val, log);
+                          "--peak-tflops 0.5 --log %s --json", val, log);
     char *out = NULL;
     int rc = prog_run(trainer, args, tmpdir, &out, NULL);
     if (rc != 0) fail_msg("exit %d:\n%s", rc, out);

@@ -18,7 +18,7 @@ static void test_prefetch_is_bit_identical_to_ddp(void **state) {
         char *losses[2] = {NULL, NULL};
         for (int p = 0; p <= 1; p++) {
             char *args = prog_fmt(TINY " --data '%s/data.txt' --parallel %s --prefetch %d --sim-latency 100 "
-                             "--sim-bandwidth 2 %s --json", tmpdir, kinds[k], p, ddp ? "" : "--check-ddp");
+                                  "--sim-bandwidth 2 %s --json", tmpdir, kinds[k], p, ddp ? "" : "--check-ddp");
             losses[p] = prog_losses(trainer, args, tmpdir, ddp ? NULL : "bit-identical: yes", NULL);
             free(args);
         }

@@ -109,7 +109,7 @@ static void test_resume_options_differ(void **state) {
     char *ck = prog_fmt("%s/differ", tmpdir), *args, *out = NULL;
     double l[8];
     args = prog_fmt("--steps 4 --lr-schedule cosine --warmup 1 --weight-decay 0.1 --save-every 2 --ckpt-dir %s --resume %s",
-               ck, ck);
+                    ck, ck);
     train(args, l, 4, &out);
     assert_null(strstr(out, "warning"));
     free(out), free(args);
@@ -119,14 +119,14 @@ static void test_resume_options_differ(void **state) {
     free(text), free(conf);
     /* the same options: resumed at 4, nothing to train, no option warning */
     args = prog_fmt("--steps 4 --lr-schedule cosine --warmup 1 --weight-decay 0.1 --save-every 2 --ckpt-dir %s --resume %s",
-               ck, ck);
+                    ck, ck);
     train(args, l, 4, &out);
     assert_null(strstr(out, "warning: --resume"));
     assert_non_null(strstr(out, "the checkpoint is at step 4, --steps is 4: no step left to train"));
     free(out), free(args);
     /* a longer cosine and the decay on every tensor: both named, and the run goes on from step 4 */
     args = prog_fmt("--steps 6 --lr-schedule cosine --warmup 1 --weight-decay 0.1 --decay-all --save-every 2 "
-               "--ckpt-dir %s --resume %s", ck, ck);
+                    "--ckpt-dir %s --resume %s", ck, ck);
     train(args, l, 6, &out);
     if (!strstr(out, "--steps is 6, the run that wrote the checkpoints had 4") ||
         !strstr(out, "--decay-all is true, the run that wrote the checkpoints had false"))

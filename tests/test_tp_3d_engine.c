@@ -327,8 +327,6 @@ static void test_3d_errors(void **state) {
     assert_err(tt_run(6, bad_rank, &po), FSC_ERR_INVALID, "a world of 6 ranks does not split into tp 2 x pp 2");
     po.tp = 1, po.pp = 1, po.sequence_parallel = 1;
     assert_err(tt_run(2, bad_rank, &po), FSC_ERR_INVALID, "sequence_parallel needs tensor parallelism");
-    po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .accum = 1, .tp = 2, .checkpoint = 1 };
-    assert_err(tt_run(2, bad_rank, &po), FSC_ERR_UNSUPPORTED, "checkpoint (recomputing blocks)");
     po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .accum = 1, .tp = 2, .order = "tp,dp" };
     assert_err(tt_run(2, bad_rank, &po), FSC_ERR_INVALID, "must name tp, dp and pp once each");
     po.order = "tp,tp,pp";

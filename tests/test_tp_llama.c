@@ -9,7 +9,7 @@
  *     parameters before any step bit-equal (each slice starts from the full tensor's keyed values);
  *   - at tp 2 on 4 ranks (dp 2 x tp 2): FSDP (full_shard, shard_grad_op, no_shard; block and model wrapping),
  *     ZeRO-1 and ZeRO-2 equal DDP bit for bit (every step's loss, the full parameters), with sequence parallelism
- *     too (the engine's layer checkpointing is refused with tensor parallelism for now);
+ *     too, and DDP and FSDP with the engine's layer checkpointing (layers recomputed in backward);
  *   - 3D: dp 2 x tp 2 x pp 2 on 8 ranks (GPipe and 1F1B without recomputation, GPipe recomputing every stage's
  *     forward in backward) equals dp 2 x tp 2 DDP accumulating the same 2 micro-batches bit for bit;
  *   - a training checkpoint written at tp 2 (FSDP, 4 ranks; sharded and full; 4 kv heads) loads at tp 1 (1 rank),
@@ -146,6 +146,17 @@ static void test_strategies_equal_ddp_at_tp2(void **st) {
             train(&j);
             char what[96];
             snprintf(what, sizeof what, "%s at dp 2 x tp 2%s", cases[k].what, sp ? " sp" : "");
+            mt_assert_same(ddp.loss, j.loss, MAXSTEPS, ddp.after, j.after, j.P, what);
+            done(&j);
+        }
+        /* layer checkpointing: each layer recomputed in backward (its collectives again, in the same order) */
+        for (int k = 0; k < 2; k++) {
+            job j = make(2, 2, sp, 2, k ? FSC_PAR_FSDP : FSC_PAR_DDP);
+            j.po.checkpoint = 1;
+            train(&j);
+            char what[96];
+            snprintf(what, sizeof what, "%s with layer checkpointing at dp 2 x tp 2%s", k ? "fsdp" : "ddp",
+                     sp ? " sp" : "");
             mt_assert_same(ddp.loss, j.loss, MAXSTEPS, ddp.after, j.after, j.P, what);
             done(&j);
         }

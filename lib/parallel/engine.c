@@ -259,9 +259,6 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
             return fsc_error(FSC_ERR_INVALID, "hybrid_shard: group of %d ranks does not divide the data group of %d",
                              g, dp);
     }
-    if (po->tp > 1 && po->checkpoint)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallelism does not support checkpoint (recomputing blocks) "
-                         "yet; a pipeline's checkpoint modes work");
     if (po->sequence_parallel && po->tp < 2)
         return fsc_error(FSC_ERR_INVALID, "sequence_parallel needs tensor parallelism (tp 2 or more, not %d)", po->tp);
     return FSC_OK;

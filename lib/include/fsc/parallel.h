@@ -87,8 +87,8 @@ typedef struct {
     /* tensor parallelism (docs/tensor_parallel.md): tp ranks split the layers of a model built on the tensor
      * group (fsc_engine_create_built) as Megatron does, world = dp x tp x pp. The strategy runs over the data
      * group of each (stage, tensor rank): a tensor rank's slices are a model of their own, sharded, reduced
-     * and stepped over the ranks holding the same slices. Not with checkpoint (block recomputation); pipeline
-     * checkpoint modes work. */
+     * and stepped over the ranks holding the same slices. Layer checkpointing (checkpoint) and the pipeline
+     * checkpoint modes work with it. */
     int tp;                       /* tensor-parallel ranks (0 or 1: none) */
     int sequence_parallel;        /* with tp > 1: layer norms and residuals on sequence shards */
     const char *order;            /* rank order, fastest first (fsc_layout_parse_order); NULL: "tp,dp,pp" */

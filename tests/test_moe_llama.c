@@ -14,6 +14,7 @@
  *   decoder layer (attention, norms, the gate, both experts), with 2 experts, top-2 and capacity factor 1 (every
  *   token keeps both choices, so the objective is smooth: no routing decision can flip) and moe_aux 0;
  * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with every expert on every rank;
+ * - layer checkpointing equals none bit for bit (losses, aux loss, drops, norms, parameters), ep 1 and ep 2;
  * - the trainer runs --model llama --moe-experts 4 --ep 2 on 2 ranks with the losses of --ep 1, bit for bit as
  *   printed (17 digits), and reports the MoE layers in its JSON. */
 #include <libgen.h>
@@ -250,6 +251,22 @@ static void test_sharded_equals_ddp(void **st) {
     free(ddp.after);
 }
 
+/* Layer checkpointing (each layer recomputed in backward, the MoE layers' routing and all-to-alls again) equals
+ * none bit for bit, with ep 1 and ep 2 on 2 ranks. */
+static void test_checkpoint_equals_none(void **st) {
+    (void)st;
+    for (int ep = 1; ep <= 2; ep++) {
+        job a = make(2, FSC_PAR_DDP, ep), b = make(2, FSC_PAR_DDP, ep);
+        b.po.checkpoint = 1;
+        train(&a), train(&b);
+        char what[64];
+        snprintf(what, sizeof what, "llama: checkpoint vs none, ep %d", ep);
+        assert_same(&a, &b, what);
+        assert_true(a.info[0].moe_dropped > 0 && a.info[0].aux_loss > 0);
+        free(a.after), free(b.after);
+    }
+}
+
 static char trainer[PATH_MAX], tmpdir[64];
 
 static void test_trainer(void **st) {
@@ -288,6 +305,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_gradients, setup, teardown),
         cmocka_unit_test(test_ep_equals_ep1),
         cmocka_unit_test(test_sharded_equals_ddp),
+        cmocka_unit_test(test_checkpoint_equals_none),
         cmocka_unit_test(test_trainer),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

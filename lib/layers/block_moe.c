@@ -5,8 +5,9 @@
  *   FSC_BLOCK_LLAMA: RMSNorm, rotary / grouped-query attention without biases (nn.h's fsc_self_attn_*), RMSNorm
  *     and the MoE MLP (GELU experts: lib/moe has no SwiGLU experts), tensors self_attn.{q,k,v,o}_proj.weight,
  *     mlp.gate.weight, mlp.experts.{e}.*, input_layernorm.weight, post_attention_layernorm.weight.
- * The MoE part (moe_mlp.c) keeps its routing record in the record's host state. Not checkpointed by the models
- * that use them (their forward is collective over the expert group and routes on the host).
+ * The MoE part (moe_mlp.c) keeps its routing record in the record's host state (its own, so a checkpointed
+ * recomputation routes again into it: routing is deterministic and every rank of the expert group recomputes its
+ * layers in the same order, so the collective forward gives the same record and statistics bit for bit).
  * Not here: the dense blocks (block.c), the MoE part (moe_mlp.c), routing and experts (lib/moe). */
 #include "moe_impl.h"
 

@@ -26,7 +26,7 @@ typedef struct {
 static gpt_model *GM(void *ctx) { return ctx; }
 static fsc_model *S(void *ctx) { return GM(ctx)->seq; }
 
-/* The GPT's limits on a record (every gemm dimension inside int, no MoE block checkpointed), then the layers'. */
+/* The GPT's limits on a record (every gemm dimension inside int), then the layers'. */
 static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
     const fsc_gpt_config *c = &GM(ctx)->g.cfg;
     const int L = c->layers;
@@ -38,10 +38,6 @@ static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_ac
     if (o->offload_inputs && !o->checkpoint)
         return fsc_error(FSC_ERR_INVALID, "gpt acts: offload_inputs needs checkpoint (only checkpointed layer "
                          "inputs are offloaded)");
-    for (int l = o->first > 1 ? o->first : 1; o->checkpoint && l <= o->last && l <= L; l++)
-        if (fsc_gpt_block_is_moe(c, l - 1))
-            return fsc_error(FSC_ERR_INVALID, "gpt acts: activation checkpointing of MoE blocks is not supported "
-                             "yet (block %d is one)", l - 1);
     double est = (double)o->B * c->seq * ((double)c->heads * c->seq * 3 + (double)c->dim * 16 * (L + 2) +
                                           (double)c->vocab * 2);
     if ((double)o->B * c->seq > 2147483647.0 || (double)o->B * c->heads > 2147483647.0 || est > 1e15)

@@ -19,9 +19,6 @@ fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_paralle
     if (l->tp > 1)
         return fsc_error(FSC_ERR_UNSUPPORTED, "MoE models with tensor parallelism (tp %d) are not supported yet",
                          l->tp);
-    if (po->checkpoint)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "activation checkpointing (recomputing blocks) of MoE models is not "
-                         "supported yet");
     if (l->dp % ep != 0)
         return fsc_error(FSC_ERR_INVALID, "ep %d does not divide the data-parallel group of %d ranks (the expert "
                          "group is part of it)", ep, l->dp);

@@ -147,7 +147,7 @@ typedef fsc_model_hooks fsc_gpt_hooks;
  * [first, last]: the model's record, one device allocation under FSC_TAG_ACTS (scratch for backward included).
  * With checkpoint set, layers keep only their input and recompute their forward in backward, bit-identically,
  * right after the layer's pre_backward hook (no forward hooks are called for the recomputation); offload_inputs
- * keeps those inputs in host memory. MoE blocks are not checkpointed. */
+ * keeps those inputs in host memory. MoE blocks are checkpointed too (routing recomputes deterministically). */
 typedef struct fsc_gpt_acts fsc_gpt_acts;
 typedef struct {
     int B, T;

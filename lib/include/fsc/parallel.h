@@ -95,7 +95,7 @@ typedef struct {
     /* expert parallelism (MoE models, docs/tensor_parallel.md): ep consecutive ranks of the data group split
      * the experts (E / ep each) and exchange tokens with all-to-alls; the dense parameters stay with the
      * strategy, the expert parameters are summed over the data ranks holding the same experts. ep > 1 runs
-     * with ddp (or none); MoE models do not run with pp > 1, tp > 1 or checkpoint yet. */
+     * with ddp (or none); MoE models do not run with pp > 1 or tp > 1 yet (they do with checkpoint). */
     int ep;                       /* expert-parallel ranks (0 or 1: every rank holds every expert) */
 } fsc_parallel_opts;
 /* Valid options for one rank without any parallelism: kind none, every other field its documented default

@@ -13,6 +13,9 @@ fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_paralle
             return fsc_error(FSC_ERR_INVALID, "ep %d: expert parallelism needs a model with experts (its n_experts is 0)", ep);
         return FSC_OK;
     }
+    /* pipelines: the step's MoE statistics would come from every stage (fsc_pipe_run gathers only the loss),
+     * and the aux loss equal to DDP's bits needs each micro-batch's blocks added in DDP's order across stages.
+     * Layer checkpointing runs (the MoE forward recomputes bit for bit: test_moe_engine). */
     if (l->pp > 1)
         return fsc_error(FSC_ERR_UNSUPPORTED, "MoE models with pipeline parallelism (pp %d) are not supported yet",
                          l->pp);

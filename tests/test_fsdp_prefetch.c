@@ -105,22 +105,26 @@ static void test_prefetch_same_bits_on_network(void **state) {
     check_all(4, 2, FSC_F32, 300);
 }
 
-/* Pipelines (2 stages x 2 data ranks, 4 micro-batches, each checkpoint mode): the stage outputs are sent
- * while the next micro-batches compute; with fsdp and ddp inside, on a network, prefetch 1 equals 0. */
+/* Pipelines (2 stages x 2 data ranks, 4 micro-batches, GPipe and 1F1B, each checkpoint mode): the stage
+ * outputs and the input gradients are sent while the stage goes on; with fsdp and ddp inside, on a network,
+ * prefetch 1 equals 0. */
 static void test_prefetch_pipeline_same_bits(void **state) {
     (void)state;
-    const fsc_pipe_checkpoint modes[] = {FSC_PIPE_CKPT_NEVER, FSC_PIPE_CKPT_EXCEPT_LAST};
+    const fsc_pipe_checkpoint modes[] = {FSC_PIPE_CKPT_NEVER, FSC_PIPE_CKPT_EXCEPT_LAST, FSC_PIPE_CKPT_ALWAYS};
+    const fsc_pipe_schedule scheds[] = {FSC_SCHED_GPIPE, FSC_SCHED_1F1B};
     for (int c = 0; c < 2; c++) {
-        for (int m = 0; m < 2; m++) {
+        for (int m = 0; m < 3 * 2; m++) {
             const pf_case *k = &cases[c == 0 ? 0 : 3];
             pt_run a = make(4, k, 0, 4, FSC_F32), b = make(4, k, 1, 4, FSC_F32);
             a.po.pp = b.po.pp = 2;
             a.po.no_sync = b.po.no_sync = 1; /* pipelines reduce once per step */
-            a.po.pipe_checkpoint = b.po.pipe_checkpoint = modes[m];
+            a.po.pipe_checkpoint = b.po.pipe_checkpoint = modes[m % 3];
+            a.po.schedule = b.po.schedule = scheds[m / 3];
             train_net(&a, 0);
             train_net(&b, 200);
             char what[96];
-            snprintf(what, sizeof what, "pipeline with %s inside, checkpoint mode %d", k->what, m);
+            snprintf(what, sizeof what, "pipeline with %s inside, checkpoint mode %d, schedule %d", k->what, m % 3,
+                     m / 3);
             pt_assert_same(&a, &b, what);
             free(a.params);
             free(b.params);

@@ -65,6 +65,11 @@ struct fsc_pipe {
     size_t bytes_in_use;
     mb_slot *slots;           /* (M) */
     int M;
+    /* po.prefetch: records whose input gradient's send is in flight (their bytes already given back), back
+     * to the pool (recs) once waited for: before the pool hands out a record, and at the end of a step */
+    fsc_model_acts **gp_rec;
+    fsc_comm_req **gp_req;    /* (M + 2) */
+    int ngp;
     /* tied tensors whose owner and users run on different stages: tensor, owner stage, user stage */
     int ntied;
     int (*tied)[3];
@@ -174,7 +179,9 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->slots = calloc((size_t)p->M, sizeof *p->slots);
     p->recs = calloc((size_t)p->M + 2, sizeof *p->recs);
     p->ins = calloc((size_t)p->M + 2, sizeof *p->ins);
-    if (!p->lf || !p->ll || !p->slots || !p->recs || !p->ins) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    p->gp_rec = calloc((size_t)p->M + 2, sizeof *p->gp_rec);
+    p->gp_req = calloc((size_t)p->M + 2, sizeof *p->gp_req);
+    if (!p->lf || !p->ll || !p->slots || !p->recs || !p->ins || !p->gp_rec || !p->gp_req) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* stage s runs blocks [first, first + balance[s]); even: the first L % pp stages take one more */
     int first = 1;
     for (int s = 0; s < pp; s++) {
@@ -225,8 +232,23 @@ static void note_use(fsc_pipe *p) {
     if (p->bytes_in_use > p->st.peak_acts_bytes) p->st.peak_acts_bytes = p->bytes_in_use;
 }
 
+/* Wait for every gradient send in flight (oldest first) and put their records back in the pool; the first
+ * failure is returned, every request is waited for. */
+static fsc_status grad_sends_done(fsc_pipe *p) {
+    fsc_status s = FSC_OK;
+    for (int i = 0; i < p->ngp; i++) {
+        fsc_status w = fsc_comm_wait(p->gp_req[i]);
+        fsc_comm_req_free(p->gp_req[i]);
+        if (s == FSC_OK) s = w;
+        p->recs[p->nrecs++] = p->gp_rec[i];
+    }
+    p->ngp = 0;
+    return s;
+}
+
 static fsc_status take_rec(fsc_engine *e, fsc_model_acts **out) {
     fsc_pipe *p = e->pipe;
+    if (p->nrecs == 0 && p->ngp > 0) FSC_TRY(grad_sends_done(p)); /* a record whose send finished, not a new one */
     if (p->nrecs > 0) {
         *out = p->recs[--p->nrecs];
     } else {
@@ -284,6 +306,7 @@ static fsc_status send_done(mb_slot *sl) {
 
 static void reset_pools(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
+    (void)grad_sends_done(p); /* left by a failed step */
     for (int k = 0; k < p->M; k++) {
         (void)send_done(&p->slots[k]); /* left by a failed step: its buffer must not be reused before */
         if (p->slots[k].rec) give_rec(e, p->slots[k].rec);
@@ -407,15 +430,26 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     e->sync = k == p->M - 1; /* the strategy reduces in the last backward only (no_sync) */
     FSC_TRY(e->m->ops->backward(e->m->ctx, a, &hooks, dscale));
     e->sync = 0;
-    if (p->stage > 0)
+    fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
+    if (p->stage > 0 && e->po.prefetch)
+        FSC_TRY(fsc_comm_isend(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1,
+                               &gsend));
+    else if (p->stage > 0)
         FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
-    for (int x = 0; x < p->ntied; x++)
+    sl->rec = NULL;
+    if (gsend) { /* the record is free for the ledger's count now, for reuse once the send is waited for */
+        p->gp_rec[p->ngp] = a;
+        p->gp_req[p->ngp++] = gsend;
+        p->full_in_use--;
+        p->bytes_in_use -= e->m->ops->acts_bytes(e->m->ctx, a);
+    } else {
+        give_rec(e, a);
+    }
+    for (int x = 0; x < p->ntied; x++) /* after the gradient of k, in issue order on the pipeline group */
         if (p->tied[x][2] == p->stage) {
             const int i = p->tied[x][0];
             FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32, p->tied[x][1]));
         }
-    give_rec(e, a);
-    sl->rec = NULL;
     p->in_flight--;
     return FSC_OK;
 }
@@ -470,6 +504,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
         }
         for (int k = M - warm; k < M; k++) FSC_TRY(backward(e, k, dscale));
     }
+    FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
     /* the loss and the batch check: over the last stage's data group, then sent to every stage
      * (sums[0] the loss, sums[1] the check passed, sums[2] the local batches' sum) */
     const double t1 = now_s();
@@ -605,6 +640,8 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->slots);
     free(p->recs);
     free(p->ins);
+    free(p->gp_rec);
+    free(p->gp_req);
     free(p->lf);
     free(p->ll);
     free(p->tied);

@@ -407,6 +407,7 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     e->micro = k;
     e->sync = 0;
     FSC_TRY(send_done(sl));
+    fsc_comm_req *grecv = NULL; /* po.prefetch: the output gradient arrives while the stage recomputes */
     if (sl->ckpt) { /* recompute the stage from its input: the same kernels on the same input */
         FSC_TRY(take_rec(e, &sl->rec));
         if (sl->saved) {
@@ -415,13 +416,25 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
             sl->saved = NULL;
         }
         FSC_TRY(set_batch(e, sl->rec, k));
+        /* the recompute issues nothing on the pipeline group (tied sends skip it) and never touches the
+         * output gradient's stream, so the receive, next on this group in either order, runs meanwhile */
+        if (!last && e->po.prefetch)
+            FSC_TRY(fsc_comm_irecv(p->pipe_comm, stream(e, sl->rec, FSC_STREAM_GRAD_OUTPUT), btc, FSC_F32,
+                                   p->stage + 1, &grecv));
         p->recompute = 1;
         fsc_status s = e->m->ops->forward(e->m->ctx, sl->rec, &hooks, NULL);
         p->recompute = 0;
+        if (grecv) { /* waited for even when the recompute failed: its buffer is the record's */
+            double t0 = now_s();
+            fsc_status w = fsc_comm_wait(grecv);
+            p->wait += now_s() - t0;
+            fsc_comm_req_free(grecv);
+            if (s == FSC_OK) s = w;
+        }
         FSC_TRY(s);
     }
     fsc_model_acts *a = sl->rec;
-    if (!last) FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_GRAD_OUTPUT), btc, p->stage + 1));
+    if (!last && !grecv) FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_GRAD_OUTPUT), btc, p->stage + 1));
     for (int x = 0; x < p->ntied; x++) /* the users' gradient of micro-batch k, added first by the owner */
         if (p->tied[x][1] == p->stage) {
             const int i = p->tied[x][0];

@@ -119,7 +119,8 @@ static void assert_same(const run *ref, const run *p, const char *what) {
 static const char *sched_name[] = { "gpipe", "1f1b" };
 static const char *ckpt_name[] = { "except_last", "always", "never" };
 
-/* P in {2, 3, 4}, uneven balances, both schedules, every checkpoint mode: DDP's bits */
+/* P in {2, 3, 4}, uneven balances, both schedules, every checkpoint mode, prefetch 0 and 1 (asynchronous
+ * sends and receives, docs/overlap.md): DDP's bits */
 static void test_pipe_equals_ddp(void **state) {
     (void)state;
     static const int b2[] = { 3, 2 }, b3a[] = { 1, 3, 1 }, b3b[] = { 2, 1, 2 }, b4[] = { 1, 1, 2, 1 };
@@ -130,16 +131,17 @@ static void test_pipe_equals_ddp(void **state) {
     assert_true(ref.info[0].grad_norm > base.po.clip); /* clipping clips: the norm over every stage counts */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int sc = 0; sc < 2; sc++) {
-            for (int ck = 0; ck < 3; ck++) {
+            for (int ck = 0; ck < 3 * 2; ck++) {
                 run p = make(1, cases[c].pp, FSC_PAR_DDP, 4, 1);
                 p.steps = base.steps;
                 p.po.balance = cases[c].bal;
                 p.po.schedule = (fsc_pipe_schedule)sc;
-                p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+                p.po.pipe_checkpoint = (fsc_pipe_checkpoint)(ck % 3);
+                p.po.prefetch = ck / 3;
                 train(&p);
                 char what[96];
-                snprintf(what, sizeof what, "pp %d (balance %s), %s, checkpoint %s", cases[c].pp,
-                         cases[c].bal ? "uneven" : "even", sched_name[sc], ckpt_name[ck]);
+                snprintf(what, sizeof what, "pp %d (balance %s), %s, checkpoint %s, prefetch %d", cases[c].pp,
+                         cases[c].bal ? "uneven" : "even", sched_name[sc], ckpt_name[ck % 3], ck / 3);
                 assert_same(&ref, &p, what);
                 free(p.params);
             }

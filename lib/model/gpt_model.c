@@ -16,15 +16,15 @@
 #include "fsc/gpt.h"
 #include "fsc/layers.h"
 #include "fsc/nn.h"
+#include "seq_wrap.h"
 
 typedef struct {
-    fsc_model m;      /* first: the model handed out; the layers' tables */
+    seq_wrap w;       /* first: the model handed out, over the sequential model of the GPT's layers */
     fsc_gpt g;        /* gpt.h's view of the same tables */
-    fsc_model *seq;   /* the sequential model of the GPT's layers */
 } gpt_model;
 
 static gpt_model *GM(void *ctx) { return ctx; }
-static fsc_model *S(void *ctx) { return GM(ctx)->seq; }
+static fsc_model *S(void *ctx) { return GM(ctx)->w.seq; }
 
 /* The GPT's limits on a record (every gemm dimension inside int), then the layers'. */
 static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
@@ -45,36 +45,6 @@ static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_ac
     return S(ctx)->ops->acts_create(S(ctx)->ctx, o, out);
 }
 
-static void g_free(void *ctx, fsc_model_acts *a) { S(ctx)->ops->acts_free(S(ctx)->ctx, a); }
-static size_t g_bytes(void *ctx, const fsc_model_acts *a) { return a ? S(ctx)->ops->acts_bytes(S(ctx)->ctx, a) : 0; }
-
-/* The layers check tokens and targets against the vocabulary; their messages name the GPT. */
-static fsc_status g_set_batch(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets) {
-    fsc_status st = S(ctx)->ops->set_batch(S(ctx)->ctx, a, inputs, targets);
-    if (st == FSC_OK) return st;
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", fsc_last_error());
-    return fsc_error(st, "gpt: %s", msg);
-}
-
-static float *g_stream(void *ctx, fsc_model_acts *a, fsc_stream which) {
-    return S(ctx)->ops->stream(S(ctx)->ctx, a, which);
-}
-static size_t g_stream_floats(void *ctx, int B) { return S(ctx)->ops->stream_floats(S(ctx)->ctx, B); }
-
-static const fsc_model_hooks no_hooks = { 0 };
-static fsc_status g_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum) {
-    return S(ctx)->ops->forward(S(ctx)->ctx, a, h ? h : &no_hooks, loss_sum);
-}
-static fsc_status g_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale) {
-    return S(ctx)->ops->backward(S(ctx)->ctx, a, h ? h : &no_hooks, dscale);
-}
-
-/* The layers' initial values: the keyed RNG by full name with the GPT's standard deviations (set at creation). */
-static void g_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out) {
-    S(ctx)->ops->init_values(S(ctx)->ctx, seed, i, first, n, out);
-}
-
 /* Bytes of parameters (x param_scale) and of one micro-batch's saved activations, as fsc_balance_by_size. */
 static double g_layer_cost(void *ctx, int l, int B, float param_scale) {
     const fsc_gpt_config *c = &GM(ctx)->g.cfg;
@@ -82,10 +52,6 @@ static double g_layer_cost(void *ctx, int l, int B, float param_scale) {
     if (l == 0) return 4.0 * (ps * (V * C + T * C) + N * C);
     if (l == c->layers + 1) return 4.0 * (ps * 2 * C + V * C + N * V + N * C + 3 * N);
     return 4.0 * (ps * (12 * C * C + 13 * C) + (double)fsc_block_saved_floats(B, c->seq, c->dim, c->heads) + N * C);
-}
-
-static void g_aux(void *ctx, const fsc_model_acts *a, fsc_model_aux *out) {
-    S(ctx)->ops->aux_stats(S(ctx)->ctx, a, out);
 }
 
 static cJSON *config_json(const fsc_gpt_config *c) {
@@ -167,10 +133,6 @@ static fsc_status g_check_tensors(void *ctx, const char *recorded, const fsc_par
 
 /* The LM head layer's logits (layers.h), device floats (B, T, V); NULL when the record does not hold the head or
  * the head keeps them split over a tensor group. */
-static const float *g_logits(void *ctx, const fsc_model_acts *a, int *vocab) {
-    return S(ctx)->ops->logits(S(ctx)->ctx, a, vocab);
-}
-
 double fsc_gpt_flops_per_token(const fsc_gpt_config *c) {
     const double C = c->dim, T = c->seq;
     double mm = (double)fsc_gpt_num_params(c) - T * C; /* wpe is looked up, not multiplied */
@@ -187,25 +149,22 @@ static double g_flops(void *ctx, int B) {
 }
 
 static fsc_status g_set_ep(void *ctx, fsc_comm *ep) {
-    FSC_TRY(S(ctx)->ops->set_expert_group(S(ctx)->ctx, ep));
+    FSC_TRY(seq_wrap_set_expert_group(ctx, ep));
     GM(ctx)->g.ep = ep;
     return FSC_OK;
 }
 
-static void g_destroy(fsc_model *m) {
-    gpt_model *gm = (gpt_model *)m;
-    fsc_model_free(gm->seq);
-    free(gm);
-}
+static void g_destroy(fsc_model *m) { seq_wrap_free((seq_wrap *)m); }
 
 #define GPT_OPS(aux, ep)                                                                                            \
-    { .acts_create = g_create, .acts_free = g_free, .acts_bytes = g_bytes, .set_batch = g_set_batch,                \
-      .stream = g_stream, .stream_floats = g_stream_floats, .forward = g_forward, .backward = g_backward,           \
-      .init_values = g_init, .layer_cost = g_layer_cost, .aux_stats = aux, .config = g_config,                      \
-      .config_check = g_config_check, .check_tensors = g_check_tensors, .set_expert_group = ep,                   \
-      .destroy = g_destroy, .logits = g_logits, .flops = g_flops }
+    { .acts_create = g_create, .acts_free = seq_wrap_acts_free, .acts_bytes = seq_wrap_acts_bytes,                 \
+      .set_batch = seq_wrap_set_batch, .stream = seq_wrap_stream, .stream_floats = seq_wrap_stream_floats,          \
+      .forward = seq_wrap_forward, .backward = seq_wrap_backward, .init_values = seq_wrap_init,                     \
+      .layer_cost = g_layer_cost, .aux_stats = aux, .config = g_config, .config_check = g_config_check,            \
+      .check_tensors = g_check_tensors, .set_expert_group = ep, .destroy = g_destroy, .logits = seq_wrap_logits,   \
+      .flops = g_flops }
 static const fsc_model_ops dense_ops = GPT_OPS(NULL, NULL);
-static const fsc_model_ops moe_ops = GPT_OPS(g_aux, g_set_ep);
+static const fsc_model_ops moe_ops = GPT_OPS(seq_wrap_aux, g_set_ep);
 
 /* Layers 0 the embedding, 1..L the blocks (h.{i}.), L+1 the final LayerNorm (ln_f.) and the head tied to wte. The
  * residual projections start at N(0, 0.02 / sqrt(2 L)) (GPT-2's), wpe at N(0, 0.02) as every other weight (fsc's
@@ -290,22 +249,20 @@ fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, f
                          "supported with tensor parallelism yet", cfg->moe_experts);
     gpt_model *gm = calloc(1, sizeof *gm);
     if (!gm) return fsc_error(FSC_ERR_NOMEM, "gpt model: out of host memory");
-    fsc_status st = build_layers(dev, cfg, tp, sp, &gm->seq);
-    if (st == FSC_OK) st = check_tensors(cfg, gm->seq);
+    fsc_status st = build_layers(dev, cfg, tp, sp, &gm->w.seq);
+    if (st == FSC_OK) st = check_tensors(cfg, gm->w.seq);
     if (st != FSC_OK) {
-        fsc_model_free(gm->seq);
-        free(gm);
+        seq_wrap_free(&gm->w);
         return st;
     }
-    fsc_model *q = gm->seq;
+    fsc_model *q = gm->w.seq;
+    gm->w.name = "gpt";
     /* GPT2LMHeadModel's copy of the tied head (fsc_gpt_param_info's alias; the layers name no other file) */
     snprintf(((fsc_param_info *)q->info)[FSC_P_WTE].alias, sizeof q->info[FSC_P_WTE].alias, "lm_head.weight");
-    gm->m = *q; /* the same tensors, parameter and gradient tables: the engine's pointers reach the layers */
-    gm->m.ops = cfg->moe_experts ? &moe_ops : &dense_ops;
-    gm->m.ctx = gm;
+    seq_wrap_bind(&gm->w, cfg->moe_experts ? &moe_ops : &dense_ops);
     gm->g = (fsc_gpt){ .cfg = *cfg, .dev = dev, .n_tensors = q->n_tensors, .info = (fsc_param_info *)q->info,
-                       .param = q->param, .grad = q->grad, .dwte_head = q->tied_grad[FSC_P_WTE], .model = &gm->m };
-    *out = &gm->m;
+                       .param = q->param, .grad = q->grad, .dwte_head = q->tied_grad[FSC_P_WTE], .model = &gm->w.m };
+    *out = &gm->w.m;
     return FSC_OK;
 }
 

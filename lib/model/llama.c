@@ -13,6 +13,7 @@
 #include "fsc/nn.h"
 #include "fsc/rng.h"
 #include "llama_impl.h"
+#include "seq_wrap.h"
 
 /* Tensors per decoder layer, in the order of llama.h (Hugging Face's state dict order). */
 #define LLAMA_LAYER_PARAMS 9
@@ -183,12 +184,11 @@ fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *re
 /* ---- the model object: the layers' model, wrapped ------------------------------------------------------- */
 
 typedef struct {
-    fsc_model m;           /* first: the model handed out; shares the tensor tables of seq */
+    seq_wrap w;            /* first: the model handed out, over the sequential model of the Llama's layers */
     fsc_llama_config cfg;
-    fsc_model *seq;        /* the sequential model of the Llama's layers: records, passes, streams, values */
 } llama;
 
-static fsc_model *seq_of(void *ctx) { return ((llama *)ctx)->seq; }
+static fsc_model *seq_of(void *ctx) { return ((llama *)ctx)->w.seq; }
 
 /* The Llama's own limit on a record (every size inside int), then the layers' record. */
 static fsc_status l_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
@@ -205,42 +205,6 @@ static fsc_status l_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mod
         return fsc_error(FSC_ERR_INVALID, "llama acts: B=%d is too large for this model", o->B);
     fsc_model *s = seq_of(ctx);
     return s->ops->acts_create(s->ctx, o, out);
-}
-
-static void l_acts_free(void *ctx, fsc_model_acts *a) { seq_of(ctx)->ops->acts_free(seq_of(ctx)->ctx, a); }
-static size_t l_acts_bytes(void *ctx, const fsc_model_acts *a) {
-    return a ? seq_of(ctx)->ops->acts_bytes(seq_of(ctx)->ctx, a) : 0;
-}
-
-/* The layers check tokens and targets against the vocabulary; their messages name the Llama. */
-static fsc_status l_set_batch(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets) {
-    fsc_status st = seq_of(ctx)->ops->set_batch(seq_of(ctx)->ctx, a, inputs, targets);
-    if (st == FSC_OK) return st;
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", fsc_last_error());
-    return fsc_error(st, "llama: %s", msg);
-}
-
-static float *l_stream(void *ctx, fsc_model_acts *a, fsc_stream which) {
-    return seq_of(ctx)->ops->stream(seq_of(ctx)->ctx, a, which);
-}
-static size_t l_stream_floats(void *ctx, int B) { return seq_of(ctx)->ops->stream_floats(seq_of(ctx)->ctx, B); }
-
-static const fsc_model_hooks no_hooks = { 0 };
-static fsc_status l_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum) {
-    return seq_of(ctx)->ops->forward(seq_of(ctx)->ctx, a, h ? h : &no_hooks, loss_sum);
-}
-static fsc_status l_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale) {
-    return seq_of(ctx)->ops->backward(seq_of(ctx)->ctx, a, h ? h : &no_hooks, dscale);
-}
-
-/* The layers' values: fsc_llama_init_values' for a whole tensor, the full tensor's at a slice's elements */
-static void l_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out) {
-    seq_of(ctx)->ops->init_values(seq_of(ctx)->ctx, seed, i, first, n, out);
-}
-
-static const float *l_logits(void *ctx, const fsc_model_acts *a, int *vocab) {
-    return seq_of(ctx)->ops->logits(seq_of(ctx)->ctx, a, vocab);
 }
 
 static void l_config(void *ctx, char *buf, size_t cap) { fsc_llama_config_json(&((llama *)ctx)->cfg, buf, cap); }
@@ -263,19 +227,15 @@ static double l_layer_cost(void *ctx, int l, int B, float param_scale) {
     const llama *m = ctx;
     const fsc_llama_config *c = &m->cfg;
     double P = 0;
-    for (int i = 0; i < m->m.n_tensors; i++)
-        if (m->m.info[i].layer == l) P += (double)m->m.info[i].numel;
+    for (int i = 0; i < m->w.m.n_tensors; i++)
+        if (m->w.m.info[i].layer == l) P += (double)m->w.m.info[i].numel;
     double N = (double)B * c->seq, acts = N * c->dim;
     if (l == c->layers + 1) acts += N * c->vocab + N * c->dim + 2 * N;
     else if (l > 0) acts += (double)layer_saved_floats(c, B);
     return 4.0 * (param_scale * P + acts);
 }
 
-static void l_destroy(fsc_model *fm) {
-    llama *m = (llama *)fm;
-    fsc_model_free(m->seq);
-    free(m);
-}
+static void l_destroy(fsc_model *fm) { seq_wrap_free((seq_wrap *)fm); }
 
 /* 6 x every parameter but the (untied) token embedding per token, plus attention (model.h's estimate); with MoE
  * layers only the top-k experts of each (each GELU expert 2 C F weights plus F + C biases). The configuration is
@@ -290,22 +250,21 @@ static double l_flops(void *ctx, int B) {
     return fsc_lm_flops_per_token(mm, c->layers, c->dim, c->seq) * (double)B * c->seq;
 }
 
-static void l_aux(void *ctx, const fsc_model_acts *a, fsc_model_aux *out) {
-    seq_of(ctx)->ops->aux_stats(seq_of(ctx)->ctx, a, out);
-}
-static fsc_status l_set_ep(void *ctx, fsc_comm *ep) { return seq_of(ctx)->ops->set_expert_group(seq_of(ctx)->ctx, ep); }
 
 static const fsc_model_ops llama_ops = {
-    .acts_create = l_acts_create, .acts_free = l_acts_free, .acts_bytes = l_acts_bytes, .set_batch = l_set_batch,
-    .stream = l_stream, .stream_floats = l_stream_floats, .forward = l_forward, .backward = l_backward,
-    .init_values = l_init, .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
-    .destroy = l_destroy, .logits = l_logits, .flops = l_flops,
+    .acts_create = l_acts_create, .acts_free = seq_wrap_acts_free, .acts_bytes = seq_wrap_acts_bytes,
+    .set_batch = seq_wrap_set_batch, .stream = seq_wrap_stream, .stream_floats = seq_wrap_stream_floats,
+    .forward = seq_wrap_forward, .backward = seq_wrap_backward, .init_values = seq_wrap_init,
+    .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
+    .destroy = l_destroy, .logits = seq_wrap_logits, .flops = l_flops,
 };
 static const fsc_model_ops llama_moe_ops = { /* with MoE layers: their statistics and expert group */
-    .acts_create = l_acts_create, .acts_free = l_acts_free, .acts_bytes = l_acts_bytes, .set_batch = l_set_batch,
-    .stream = l_stream, .stream_floats = l_stream_floats, .forward = l_forward, .backward = l_backward,
-    .init_values = l_init, .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
-    .destroy = l_destroy, .aux_stats = l_aux, .set_expert_group = l_set_ep, .logits = l_logits, .flops = l_flops,
+    .acts_create = l_acts_create, .acts_free = seq_wrap_acts_free, .acts_bytes = seq_wrap_acts_bytes,
+    .set_batch = seq_wrap_set_batch, .stream = seq_wrap_stream, .stream_floats = seq_wrap_stream_floats,
+    .forward = seq_wrap_forward, .backward = seq_wrap_backward, .init_values = seq_wrap_init,
+    .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
+    .destroy = l_destroy, .aux_stats = seq_wrap_aux,
+    .set_expert_group = seq_wrap_set_expert_group, .logits = seq_wrap_logits, .flops = l_flops,
 };
 
 /* Layers 0 the token embedding, 1..L the blocks, L+1 the final RMSNorm and the untied LM head. */
@@ -361,25 +320,23 @@ fsc_status fsc_llama_model_create_tp(fsc_device *dev, const fsc_llama_config *cf
     llama *m = calloc(1, sizeof *m);
     if (!m) return fsc_error(FSC_ERR_NOMEM, "llama create: out of host memory");
     m->cfg = *cfg;
-    fsc_status st = build_layers(dev, cfg, tp, sp, &m->seq);
+    fsc_status st = build_layers(dev, cfg, tp, sp, &m->w.seq);
+    m->w.name = "llama";
     /* the layers' model names the tensors as fsc_llama_param_info does, in its order: check it */
-    for (int i = 0; st == FSC_OK && i < m->seq->n_tensors; i++) {
+    for (int i = 0; st == FSC_OK && i < m->w.seq->n_tensors; i++) {
         fsc_param_info want;
         st = fsc_llama_param_info(cfg, i, &want);
-        const fsc_param_info *got = &m->seq->info[i];
+        const fsc_param_info *got = &m->w.seq->info[i];
         if (st == FSC_OK && (strcmp(got->name, want.name) != 0 || got->layer != want.layer ||
                              fsc_param_full_numel(got) != want.numel))
             st = fsc_error(FSC_ERR_INTERNAL, "llama create: tensor %d is %s of layer %d, expected %s of layer %d", i,
                            got->name, got->layer, want.name, want.layer);
     }
     if (st != FSC_OK) {
-        fsc_model_free(m->seq);
-        free(m);
+        seq_wrap_free(&m->w);
         return st;
     }
-    m->m = *m->seq; /* the same tensors, parameter and gradient tables: the engine's pointers reach the layers */
-    m->m.ops = cfg->moe_experts ? &llama_moe_ops : &llama_ops;
-    m->m.ctx = m;
-    *out = &m->m;
+    seq_wrap_bind(&m->w, cfg->moe_experts ? &llama_moe_ops : &llama_ops);
+    *out = &m->w.m;
     return FSC_OK;
 }

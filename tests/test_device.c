@@ -2,8 +2,13 @@
  * Oracles: ledger numbers are sums of the byte counts the test allocated, worked out by hand;
  * bad names and a missing or broken cuda plug-in fail with the documented status and a message; a plug-in
  * named by FSC_CUDA_PLUGIN that is not one (a text file, a library without the entry point, another ABI
- * version) is FSC_ERR_INVALID naming the file and the reason, and no other plug-in is tried instead. */
+ * version) is FSC_ERR_INVALID naming the file and the reason, and no other plug-in is tried instead.
+ * Asynchronous copies: the data is the source's once waited for, copies complete in issue order, the cpu device
+ * makes them at the wait (so early readers are caught), a backend without them copies at the start, and the
+ * simulated link runs a copy while the caller continues and queues copies one behind the other (wall clock from
+ * below and start latency from above, with a modelled time far above any scheduling delay). */
 #include <stdlib.h>
+#include <time.h>
 #include "testutil.h"
 #include "core/device_impl.h"
 
@@ -359,6 +364,88 @@ static void test_copied_bytes(void **state) {
     fsc_device_free(d);
 }
 
+/* Asynchronous copies on the cpu device: made at the wait, in issue order; bytes counted at the start. */
+static void test_async_copies(void **state) {
+    (void)state;
+    fsc_device *d = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &d));
+    float src[64], src2[64], back[64];
+    for (int i = 0; i < 64; i++) src[i] = (float)i, src2[i] = (float)(100 + i), back[i] = -1.0f;
+    float *a = NULL;
+    assert_ok(fsc_device_calloc(d, FSC_TAG_WORKSPACE, sizeof src, (void **)&a));
+    fsc_copy *up = NULL, *up2 = NULL, *down = NULL, *none = (fsc_copy *)1;
+    assert_ok(fsc_device_upload_async(d, a, src, 0, &none));
+    assert_null(none); /* 0 bytes: nothing to wait for */
+    assert_ok(fsc_device_copy_wait(NULL));
+    assert_ok(fsc_device_upload_async(d, a, src, sizeof src, &up));
+    assert_non_null(up);
+    assert_true(a[5] == 0.0f); /* not made before the wait on the cpu device */
+    assert_ok(fsc_device_upload_async(d, a, src2, sizeof src2, &up2));
+    assert_ok(fsc_device_download_async(d, back, a, sizeof back, &down));
+    assert_int_equal(fsc_device_copied_bytes(d, 1), 2 * sizeof src);
+    assert_int_equal(fsc_device_copied_bytes(d, 0), sizeof back);
+    assert_ok(fsc_device_copy_wait(down)); /* completes the two uploads before it, in order */
+    for (int i = 0; i < 64; i++) assert_true(back[i] == src2[i] && a[i] == src2[i]);
+    assert_ok(fsc_device_copy_wait(up)); /* made already: the later upload's data stays */
+    assert_ok(fsc_device_copy_wait(up2));
+    assert_true(a[7] == src2[7]);
+    /* fsc_device_sync makes queued copies; the handle still needs its wait */
+    assert_ok(fsc_device_upload_async(d, a, src, sizeof src, &up));
+    assert_ok(fsc_device_sync(d));
+    assert_true(a[9] == src[9]);
+    assert_ok(fsc_device_copy_wait(up));
+    assert_err(fsc_device_upload_async(d, NULL, src, 4, &up), FSC_ERR_INVALID, "NULL pointer");
+    assert_null(up);
+    /* a backend without asynchronous copies: the core copies at the start */
+    fsc_device_ops plain = *d->ops;
+    plain.upload_async = NULL;
+    const fsc_device_ops *own = d->ops;
+    d->ops = &plain;
+    assert_ok(fsc_device_upload_async(d, a, src2, sizeof src2, &up));
+    assert_true(a[3] == src2[3]);
+    assert_ok(fsc_device_copy_wait(up));
+    d->ops = own;
+    fsc_device_release(d, a);
+    fsc_device_free(d);
+}
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The simulated link (fsc_device_set_copy_cost): 1 MiB at 0.01 GB/s is 104.9 ms. An asynchronous copy returns at
+ * once (well under that) and its wait not before its modelled end; a second copy queues behind the first (its wait
+ * not before twice that); a synchronous copy after them queues too. */
+static void test_async_copy_time(void **state) {
+    (void)state;
+    fsc_device *d = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &d));
+    fsc_device_set_copy_cost(d, 0.01);
+    const size_t bytes = (size_t)1 << 20;
+    const double t = (double)bytes / 0.01e9;
+    char *h = calloc(bytes, 1);
+    void *a = NULL;
+    assert_non_null(h);
+    assert_ok(fsc_device_alloc(d, FSC_TAG_WORKSPACE, bytes, &a));
+    fsc_copy *c1 = NULL, *c2 = NULL;
+    const double t0 = mono_s();
+    assert_ok(fsc_device_upload_async(d, a, h, bytes, &c1));
+    assert_ok(fsc_device_download_async(d, h, a, bytes, &c2));
+    const double started = mono_s() - t0;
+    if (started > t / 2) fail_msg("starting two copies took %.4f s, the caller should continue at once", started);
+    assert_ok(fsc_device_copy_wait(c1));
+    if (mono_s() - t0 < t) fail_msg("the first copy ended after %.4f s, before its %.4f s", mono_s() - t0, t);
+    assert_ok(fsc_device_copy_wait(c2));
+    if (mono_s() - t0 < 2 * t) fail_msg("the second copy ended after %.4f s, before 2 x %.4f s", mono_s() - t0, t);
+    assert_ok(fsc_device_upload(d, a, h, bytes));
+    if (mono_s() - t0 < 3 * t) fail_msg("a synchronous copy behind them ended after %.4f s", mono_s() - t0);
+    fsc_device_release(d, a);
+    free(h);
+    fsc_device_free(d);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--open-cuda") == 0) { /* the child of test_cuda_plugin_no_fallback */
         fsc_device *d = NULL;
@@ -380,6 +467,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_copies),
         cmocka_unit_test(test_host_device),
         cmocka_unit_test(test_copied_bytes),
+        cmocka_unit_test(test_async_copies),
+        cmocka_unit_test(test_async_copy_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
  * Every function here follows the contract written next to its table entry in fsc/plugin/device_ops.h. */
 #ifndef FSC_CPU_H
 #define FSC_CPU_H
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "core/device_impl.h"
@@ -16,8 +17,11 @@
 
 /* cpu_pool.c: the device's worker threads. ctx of every kernel is a cpu_ctx (or NULL: no pool). */
 typedef struct cpu_pool cpu_pool;
+typedef struct cpu_async_copy cpu_async_copy; /* an asynchronous copy not yet waited for (cpu_device.c) */
 typedef struct {
     cpu_pool *pool; /* NULL with one thread */
+    pthread_mutex_t copy_mu;        /* guards the queue of asynchronous copies */
+    cpu_async_copy *copy_head, *copy_tail; /* in issue order */
 } cpu_ctx;
 typedef void (*cpu_range_fn)(void *arg, size_t lo, size_t hi);
 /* fn(arg, lo, hi) over ranges that cover [0, n): a few per thread, run by whichever thread is free, bounds

@@ -1,6 +1,9 @@
 /* The CPU device: host memory (64-byte aligned) and the kernel table (fsc/plugin/device_ops.h).
  * Device pointers are host pointers, so uploads and downloads are memcpy. Every call returns when its work
- * is done, so sync is a no-op and the stream/event entries are NULL.
+ * is done, so the stream/event entries are NULL; but an asynchronous copy (upload_async, download_async) is
+ * made as late as its contract allows, when it (or a copy started after it) is waited for or the device is
+ * synchronized: code that reads a destination or changes a source before the wait then computes other bits,
+ * which the bitwise tests catch (on a GPU such code would race with the copy).
  * opts->threads > 0 calls openblas_set_num_threads, which is PROCESS-GLOBAL in OpenBLAS: the last
  * device created with a thread count sets it for every device (and every simulated rank). sgemm bits
  * depend on that count (cpu_kernels.c), so runs compared bit for bit must use the same one.
@@ -57,11 +60,72 @@ static fsc_status cpu_memset(void *ctx, void *dst, int value, size_t bytes) {
     return FSC_OK;
 }
 
-static fsc_status cpu_sync(void *ctx) { return FSC_OK; }
+/* ---- asynchronous copies: a queue in issue order, each made when it or a later one is waited for ---- */
+struct cpu_async_copy {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    int done;
+    cpu_async_copy *next;
+};
+
+static fsc_status cpu_copy_start(void *ctx, void *dst, const void *src, size_t bytes, void **copy) {
+    cpu_ctx *c = ctx;
+    cpu_async_copy *q = calloc(1, sizeof *q);
+    if (!q) return fsc_error(FSC_ERR_NOMEM, "cpu device: out of host memory for a copy");
+    q->dst = dst;
+    q->src = src;
+    q->bytes = bytes;
+    pthread_mutex_lock(&c->copy_mu);
+    if (c->copy_tail) c->copy_tail->next = q;
+    else c->copy_head = q;
+    c->copy_tail = q;
+    pthread_mutex_unlock(&c->copy_mu);
+    *copy = q;
+    return FSC_OK;
+}
+
+/* Make the queued copies up to and including upto (NULL: all) that are not made yet. Under copy_mu. */
+static void copies_make(cpu_ctx *c, const cpu_async_copy *upto) {
+    for (cpu_async_copy *q = c->copy_head; q; q = q->next) {
+        if (!q->done) memcpy(q->dst, q->src, q->bytes);
+        q->done = 1;
+        if (q == upto) break;
+    }
+}
+
+static fsc_status cpu_copy_wait(void *ctx, void *copy) {
+    cpu_ctx *c = ctx;
+    cpu_async_copy *x = copy, *prev = NULL;
+    pthread_mutex_lock(&c->copy_mu);
+    copies_make(c, x);
+    for (cpu_async_copy *q = c->copy_head; q && q != x; q = q->next) prev = q;
+    if (prev) prev->next = x->next;
+    else if (c->copy_head == x) c->copy_head = x->next;
+    if (c->copy_tail == x) c->copy_tail = prev;
+    pthread_mutex_unlock(&c->copy_mu);
+    free(x);
+    return FSC_OK;
+}
+
+/* Every queued copy made (their handles stay valid until waited for). */
+static fsc_status cpu_sync(void *ctx) {
+    cpu_ctx *c = ctx;
+    if (!c) return FSC_OK;
+    pthread_mutex_lock(&c->copy_mu);
+    copies_make(c, NULL);
+    pthread_mutex_unlock(&c->copy_mu);
+    return FSC_OK;
+}
 
 static void cpu_destroy(void *ctx) {
     cpu_ctx *c = ctx;
     if (!c) return;
+    for (cpu_async_copy *q = c->copy_head, *n; q; q = n) { /* never waited for: dropped, not made */
+        n = q->next;
+        free(q);
+    }
+    pthread_mutex_destroy(&c->copy_mu);
     cpu_pool_free(c->pool);
     free(c);
 }
@@ -116,6 +180,9 @@ static const fsc_device_ops cpu_ops = {
     .mse_forward = cpu_mse_forward,
     .mse_backward = cpu_mse_backward,
     /* streams and events: NULL, everything runs in order on the calling thread */
+    .upload_async = cpu_copy_start,
+    .download_async = cpu_copy_start,
+    .copy_wait = cpu_copy_wait,
 };
 
 fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, const fsc_device_ops **ops,
@@ -125,7 +192,10 @@ fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, con
                          abi_version, FSC_DEVICE_ABI_VERSION);
     if (opts && opts->threads > 0) openblas_set_num_threads(opts->threads);
     cpu_ctx *c = calloc(1, sizeof *c);
-    if (!c) return fsc_error(FSC_ERR_NOMEM, "cpu device: out of memory");
+    if (!c || pthread_mutex_init(&c->copy_mu, NULL) != 0) {
+        free(c);
+        return fsc_error(FSC_ERR_NOMEM, "cpu device: out of memory");
+    }
     c->pool = cpu_pool_create(opts && opts->threads > 0 ? opts->threads : openblas_get_num_threads());
     *ops = &cpu_ops;
     *ctx = c;

@@ -6,7 +6,6 @@
  * the dynamic loader.
  * The map has a mutex so a device shared between threads (a rank and its helper) stays consistent. */
 #include <dlfcn.h>
-#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include "core/device_impl.h"
 
@@ -326,20 +324,12 @@ void fsc_device_set_copy_cost(fsc_device *dev, double gbps) {
     if (dev) dev->copy_s_per_byte = gbps > 0 ? 1.0 / (gbps * 1e9) : 0.0;
 }
 
-/* The simulated time of a copy of bytes: the calling thread sleeps it (nanosleep resumes after a signal). */
-static void copy_wait(const fsc_device *dev, size_t bytes) {
-    double t = (double)bytes * dev->copy_s_per_byte;
-    struct timespec ts = {.tv_sec = (time_t)t, .tv_nsec = (long)((t - (double)(time_t)t) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, size_t bytes) {
     if (bytes == 0) return FSC_OK;
     if (!dst || !host_src) return fsc_error(FSC_ERR_INVALID, "fsc_device_upload: NULL pointer for %zu bytes", bytes);
     fsc_status s = dev->ops->upload(dev->ctx, dst, host_src, bytes);
     if (s == FSC_OK) atomic_fetch_add_explicit(&dev->copied[1], bytes, memory_order_relaxed);
-    if (s == FSC_OK && dev->copy_s_per_byte > 0) copy_wait(dev, bytes);
+    if (s == FSC_OK && dev->copy_s_per_byte > 0) fsc_device_copy_sleep_until(fsc_device_copy_reserve(dev, bytes));
     return s;
 }
 
@@ -348,7 +338,7 @@ fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src,
     if (!host_dst || !src) return fsc_error(FSC_ERR_INVALID, "fsc_device_download: NULL pointer for %zu bytes", bytes);
     fsc_status s = dev->ops->download(dev->ctx, host_dst, src, bytes);
     if (s == FSC_OK) atomic_fetch_add_explicit(&dev->copied[0], bytes, memory_order_relaxed);
-    if (s == FSC_OK && dev->copy_s_per_byte > 0) copy_wait(dev, bytes);
+    if (s == FSC_OK && dev->copy_s_per_byte > 0) fsc_device_copy_sleep_until(fsc_device_copy_reserve(dev, bytes));
     return s;
 }
 

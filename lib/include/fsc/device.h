@@ -61,6 +61,18 @@ fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, s
 fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src, size_t bytes);
 fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t bytes);
 fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes);
+/* Asynchronous copies (offload's overlap, docs/offload.md): start an upload or a download and get a handle in *out
+ * (NULL for 0 bytes); the caller keeps computing. Once fsc_device_copy_wait(handle) returns, the destination is
+ * readable (by the host after a download, by the device's later work after an upload) and the source may change;
+ * until then neither is touched nor released. Copies started this way complete in issue order, one at a time
+ * (one link: the simulator's copy cost, fsc_cluster_opts.sim_copy_gbps, runs while the caller computes and the
+ * wait blocks until the modelled end). Their bytes count in fsc_device_copied_bytes when started. A backend
+ * without them copies at the start. Every started copy is waited for; the wait frees the handle. */
+typedef struct fsc_copy fsc_copy;
+fsc_status fsc_device_upload_async(fsc_device *dev, void *dst, const void *host_src, size_t bytes, fsc_copy **out);
+fsc_status fsc_device_download_async(fsc_device *dev, void *host_dst, const void *src, size_t bytes, fsc_copy **out);
+/* Wait for a copy and free its handle (NULL: nothing to wait for). */
+fsc_status fsc_device_copy_wait(fsc_copy *copy);
 /* Wait until all work queued on the device is done. */
 fsc_status fsc_device_sync(fsc_device *dev);
 /* The device's measured float32 gemm rate in TFLOP/s (1e12 FLOP/s): square n x n products (n <= 0: 512) with

@@ -28,7 +28,8 @@
 
 FSC_BEGIN_DECLS
 
-#define FSC_DEVICE_ABI_VERSION 4 /* 2: gemm_ex; 3: RMS norm, rotary, SiLU/SwiGLU, products, MSE; 4: host_alloc */
+#define FSC_DEVICE_ABI_VERSION 5 /* 2: gemm_ex; 3: RMS norm, rotary, SiLU/SwiGLU, products, MSE; 4: host_alloc;
+                                  * 5: asynchronous copies */
 
 typedef struct fsc_device_ops {
     int abi_version; /* FSC_DEVICE_ABI_VERSION */
@@ -171,6 +172,16 @@ typedef struct fsc_device_ops {
      * device's upload and download copy without staging. NULL: host memory is plain malloc'd memory. */
     void *(*host_alloc)(void *ctx, size_t bytes);            /* NULL on failure */
     void (*host_free)(void *ctx, void *p);
+
+    /* ---- ABI 5, optional: asynchronous copies (fsc_device_upload_async, docs/offload.md). upload_async and
+     * download_async start a copy and set *copy to a handle of the backend's; copy_wait blocks until that copy is
+     * complete (its destination readable by the host or by the device's later work, its source reusable) and
+     * frees the handle. Copies started this way complete in issue order (a wait completes every one started
+     * before it); they need not be ordered with the synchronous entries. Memory a copy reads or writes is not
+     * released before its wait. NULL (any of the three): the core copies with upload/download at the start. */
+    fsc_status (*upload_async)(void *ctx, void *dst, const void *host_src, size_t bytes, void **copy);
+    fsc_status (*download_async)(void *ctx, void *host_dst, const void *src, size_t bytes, void **copy);
+    fsc_status (*copy_wait)(void *ctx, void *copy);
 } fsc_device_ops;
 
 /* Entry point a backend exports: fills *ops and *ctx. The cuda plug-in exports it as

@@ -158,18 +158,33 @@ fsc_status fsc_optim_rebind(fsc_optim *o, int idx, float *param, const float *gr
     return FSC_OK;
 }
 
-fsc_status fsc_optim_step(fsc_optim *o) {
-    if (!o) return fsc_error(FSC_ERR_INVALID, "fsc_optim_step: NULL optimizer");
+/* Segment i of the step after o->steps. */
+static fsc_status step_one(fsc_optim *o, int i) {
     const fsc_optim_config *c = &o->cfg;
     /* AdamW's bias corrections in double, then rounded once to float (the kernel's arguments) */
     const double t = (double)(o->steps + 1);
     const float bc1 = c->kind == FSC_OPT_ADAMW ? (float)(1.0 - pow((double)c->beta1, t)) : 0.0f;
     const float bc2 = c->kind == FSC_OPT_ADAMW ? (float)(1.0 - pow((double)c->beta2, t)) : 0.0f;
     const int first = o->steps == 0; /* SGD: the momentum buffer starts as the gradient */
-    for (int i = 0; i < o->nseg; i++)
-        if (o->seg[i].n) FSC_TRY(step_segment(o, &o->seg[i], bc1, bc2, first));
+    return o->seg[i].n ? step_segment(o, &o->seg[i], bc1, bc2, first) : FSC_OK;
+}
+
+fsc_status fsc_optim_step(fsc_optim *o) {
+    if (!o) return fsc_error(FSC_ERR_INVALID, "fsc_optim_step: NULL optimizer");
+    for (int i = 0; i < o->nseg; i++) FSC_TRY(step_one(o, i));
     o->steps++;
     return FSC_OK;
+}
+
+fsc_status fsc_optim_step_segment(fsc_optim *o, int seg) {
+    if (!o || seg < 0 || seg >= o->nseg)
+        return fsc_error(FSC_ERR_INVALID, "fsc_optim_step_segment: segment %d does not exist (%d registered)", seg,
+                         o ? o->nseg : 0);
+    return step_one(o, seg);
+}
+
+void fsc_optim_step_end(fsc_optim *o) {
+    if (o) o->steps++;
 }
 
 int64_t fsc_optim_steps(const fsc_optim *o) { return o ? o->steps : 0; }

@@ -5,11 +5,13 @@
  * offload optim (ZeRO-Offload): the optimizer is made on the host device, so its state (moments) lives there.
  * The strategy registers its device segments (fp32 master shard, reduced gradient shard) as without offload;
  * here each segment gets a host copy of both. A step downloads the reduced (unscaled, clipped) gradients and
- * the masters, runs the optimizer on the host copies and uploads the updated masters. Between steps the
+ * the masters, runs the optimizer on the host copies and uploads the updated masters, segment by segment as a
+ * pipeline with po.prefetch (asynchronous copies, device.h): segment k+1 is downloaded and segment k-1 uploaded
+ * while the optimizer steps segment k; with prefetch 0 each copy is waited for where it starts. Between steps the
  * segments point at the device buffers again, so checkpoints and weight loading see the device masters.
  * offload all (FSDP's cpu_offload): fsdp.c keeps masters and reduced gradients on the host itself and
  * registers them; nothing to stage here.
- * Not here: the strategies' parts of offload all (fsdp.c), host<->device copy time on the simulator. */
+ * Not here: the strategies' parts of offload all (fsdp.c), the copies and their simulated time (lib/core). */
 #include <stdlib.h>
 #include "engine_impl.h"
 
@@ -19,6 +21,8 @@ struct fsc_offload {
     const float **dgrad;
     float **hparam;      /* (nseg) their host copies (host device: params, grads) */
     float **hgrad;
+    fsc_copy **down;     /* (2 nseg) a step's downloads in flight: gradient 2k, master 2k + 1 */
+    fsc_copy **up;       /* (nseg) its uploads in flight */
 };
 
 const char *fsc_offload_mode_name(fsc_offload_mode m) {
@@ -75,7 +79,10 @@ fsc_status fsc_offload_after_setup(fsc_engine *e) {
     o->dgrad = calloc(ns, sizeof *o->dgrad);
     o->hparam = calloc(ns, sizeof *o->hparam);
     o->hgrad = calloc(ns, sizeof *o->hgrad);
-    if (!o->dparam || !o->dgrad || !o->hparam || !o->hgrad) return fsc_error(FSC_ERR_NOMEM, "offload: out of memory");
+    o->down = calloc(2 * ns, sizeof *o->down);
+    o->up = calloc(ns, sizeof *o->up);
+    if (!o->dparam || !o->dgrad || !o->hparam || !o->hgrad || !o->down || !o->up)
+        return fsc_error(FSC_ERR_NOMEM, "offload: out of memory");
     for (int k = 0; k < o->nseg; k++) {
         size_t bytes = fsc_optim_segment_len(e->opt, k) * sizeof(float);
         o->dparam[k] = fsc_optim_param(e->opt, k);
@@ -94,27 +101,75 @@ static fsc_status rebind(fsc_engine *e, int host) {
     return FSC_OK;
 }
 
+/* Start segment k's downloads (gradient, master); with sync, wait for them at once. */
+static fsc_status down_start(fsc_engine *e, int k, int sync) {
+    struct fsc_offload *o = e->off;
+    size_t bytes = fsc_optim_segment_len(e->opt, k) * sizeof(float);
+    FSC_TRY(fsc_device_download_async(e->dev, o->hgrad[k], o->dgrad[k], bytes, &o->down[2 * k]));
+    FSC_TRY(fsc_device_download_async(e->dev, o->hparam[k], o->dparam[k], bytes, &o->down[2 * k + 1]));
+    if (!sync) return FSC_OK;
+    fsc_status s = fsc_device_copy_wait(o->down[2 * k]);
+    fsc_status t = fsc_device_copy_wait(o->down[2 * k + 1]);
+    o->down[2 * k] = o->down[2 * k + 1] = NULL;
+    return s != FSC_OK ? s : t;
+}
+
+/* Wait for every copy still in flight (a failed step's too: the copies' memory outlives it); the first error. */
+static fsc_status copies_settle(struct fsc_offload *o) {
+    fsc_status first = FSC_OK;
+    for (int k = 0; k < 2 * o->nseg; k++) {
+        fsc_status s = fsc_device_copy_wait(o->down[k]);
+        o->down[k] = NULL;
+        if (first == FSC_OK) first = s;
+    }
+    for (int k = 0; k < o->nseg; k++) {
+        fsc_status s = fsc_device_copy_wait(o->up[k]);
+        o->up[k] = NULL;
+        if (first == FSC_OK) first = s;
+    }
+    return first;
+}
+
+/* The pipeline: wait for segment k's downloads, start k+1's, step k on the host, start k's upload. */
+static fsc_status step_pipelined(fsc_engine *e) {
+    struct fsc_offload *o = e->off;
+    const int sync = !e->po.prefetch;
+    if (o->nseg > 0) FSC_TRY(down_start(e, 0, sync));
+    for (int k = 0; k < o->nseg; k++) {
+        fsc_status s = fsc_device_copy_wait(o->down[2 * k]);
+        fsc_status t = fsc_device_copy_wait(o->down[2 * k + 1]);
+        o->down[2 * k] = o->down[2 * k + 1] = NULL;
+        FSC_TRY(s);
+        FSC_TRY(t);
+        if (k + 1 < o->nseg) FSC_TRY(down_start(e, k + 1, sync));
+        FSC_TRY(fsc_optim_step_segment(e->opt, k));
+        FSC_TRY(fsc_device_upload_async(e->dev, o->dparam[k], o->hparam[k],
+                                        fsc_optim_segment_len(e->opt, k) * sizeof(float), &o->up[k]));
+        if (sync) {
+            s = fsc_device_copy_wait(o->up[k]);
+            o->up[k] = NULL;
+            FSC_TRY(s);
+        }
+    }
+    return FSC_OK;
+}
+
 fsc_status fsc_offload_step(fsc_engine *e) {
     struct fsc_offload *o = e->off;
     if (!o) return fsc_optim_step(e->opt); /* no offload, or offload all: the optimizer's buffers are its own */
-    for (int k = 0; k < o->nseg; k++) {
-        size_t bytes = fsc_optim_segment_len(e->opt, k) * sizeof(float);
-        FSC_TRY(fsc_device_download(e->dev, o->hgrad[k], o->dgrad[k], bytes));
-        FSC_TRY(fsc_device_download(e->dev, o->hparam[k], o->dparam[k], bytes));
-    }
     FSC_TRY(rebind(e, 1));
-    fsc_status s = fsc_optim_step(e->opt);
+    fsc_status s = step_pipelined(e);
+    fsc_status c = copies_settle(o); /* every upload done before the device masters are read */
     fsc_status r = rebind(e, 0);
-    FSC_TRY(s);
-    FSC_TRY(r);
-    for (int k = 0; k < o->nseg; k++)
-        FSC_TRY(fsc_device_upload(e->dev, o->dparam[k], o->hparam[k], fsc_optim_segment_len(e->opt, k) * sizeof(float)));
-    return FSC_OK;
+    if (s == FSC_OK) s = c != FSC_OK ? c : r;
+    if (s == FSC_OK) fsc_optim_step_end(e->opt);
+    return s;
 }
 
 void fsc_offload_free(fsc_engine *e) {
     struct fsc_offload *o = e->off;
     if (o) {
+        if (o->down && o->up) (void)copies_settle(o); /* before their memory goes */
         for (int k = 0; k < o->nseg; k++) {
             if (o->hparam) fsc_device_release(e->host, o->hparam[k]);
             if (o->hgrad) fsc_device_release(e->host, o->hgrad[k]);
@@ -123,6 +178,8 @@ void fsc_offload_free(fsc_engine *e) {
         free(o->dgrad);
         free(o->hparam);
         free(o->hgrad);
+        free(o->down);
+        free(o->up);
         free(o);
         e->off = NULL;
     }

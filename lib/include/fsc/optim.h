@@ -41,6 +41,10 @@ fsc_status fsc_optim_no_decay(fsc_optim *o, int idx, size_t off, size_t n);
 fsc_status fsc_optim_rebind(fsc_optim *o, int idx, float *param, const float *grad);
 /* One step over every segment; increments the step count. */
 fsc_status fsc_optim_step(fsc_optim *o);
+/* The same step one segment at a time (offload's pipeline, docs/offload.md): fsc_optim_step_segment for every
+ * segment, then fsc_optim_step_end, which increments the step count; the bits of fsc_optim_step. */
+fsc_status fsc_optim_step_segment(fsc_optim *o, int seg);
+void fsc_optim_step_end(fsc_optim *o);
 int64_t fsc_optim_steps(const fsc_optim *o);
 void fsc_optim_set_steps(fsc_optim *o, int64_t steps);
 void fsc_optim_set_lr(fsc_optim *o, float lr);

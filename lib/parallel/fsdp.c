@@ -20,10 +20,13 @@
  * during its backward (kept across micro-batches under no_sync).
  *
  * Offload all (docs/offload.md): masters and reduced gradients live on the host (e->host); a unit's shard is
- * uploaded just before its all-gather starts (so a prefetch copies ahead too) and its reduced gradient is
- * reduced into a device buffer, then downloaded (added on the host under accumulation, as the device's
- * accumulation adds). With prefetch its reduce-scatter overlaps the backward as without offload, the download
- * happening when the reduction is finished (overlap.c, fsc_reduce_start_host). */
+ * uploaded before its all-gather starts and its reduced gradient is reduced into a device buffer, then
+ * downloaded (added on the host under accumulation, as the device's accumulation adds). With prefetch the
+ * copies are asynchronous (device.h): the uploads run one prefetch ahead of the all-gathers (started for the units
+ * the next prefetch gathers, so a copy overlaps the compute of the unit before), the reduce-scatter overlaps the
+ * backward as without offload, and the download starts when the reduction is finished and is waited for when
+ * limit - 1 newer ones are in flight or at the end of the backward (overlap.c). Without prefetch every copy is
+ * waited for where it starts. */
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
@@ -51,6 +54,8 @@ typedef struct {
     float *fgrad;     /* (padded) full gradients during backward */
     int seg;          /* optimizer segment of master */
     fsdp_gather g;    /* its all-gather while in flight (prefetch) */
+    float *dm;        /* offload all with prefetch: its master shard uploaded ahead (FSC_TAG_COMM), or NULL */
+    fsc_copy *up;     /* that upload while in flight */
 } fsdp_unit;
 
 typedef struct {
@@ -65,6 +70,7 @@ typedef struct {
     int prefetch;
     int limit;              /* gathered units in flight at most, the one computing included */
     int inflight;           /* units whose all-gather was started ahead and not yet waited for */
+    int uploading;          /* offload all: units whose master shard was uploaded ahead (U->dm) */
     int keep;               /* the unit backward needs first: not resharded after forward (-1: none) */
     fsc_reduce_queue rq;    /* reduce-scatters in flight, each owning its unit's full gradient */
     fsc_device *mdev;       /* where master and sgrad live: e->dev, or e->host with offload all */
@@ -172,7 +178,14 @@ static fsc_status gather_start(fsc_engine *e, fsdp_unit *U, fsc_dtype dt, fsdp_g
     *g = (fsdp_gather){.dt = dt};
     fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_PARAMS, U->padded * sizeof(float), (void **)&g->full);
     const float *master = U->master;
-    if (s == FSC_OK && d->mdev != e->dev) { /* offload all: the shard to the device first */
+    if (s == FSC_OK && U->dm) { /* offload all: uploaded ahead */
+        g->dm = U->dm;
+        s = fsc_device_copy_wait(U->up);
+        U->dm = NULL;
+        U->up = NULL;
+        d->uploading--;
+        master = g->dm;
+    } else if (s == FSC_OK && d->mdev != e->dev) { /* offload all: the shard to the device first */
         s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * sizeof(float), (void **)&g->dm);
         if (s == FSC_OK) s = fsc_device_upload(e->dev, g->dm, U->master, U->shard * sizeof(float));
         master = g->dm;
@@ -223,17 +236,61 @@ static fsc_status unit_gather(fsc_engine *e, fsdp_unit *U) {
     return FSC_OK;
 }
 
+/* Offload all: start the upload of the unit's master shard for its next all-gather. */
+static fsc_status upload_ahead(fsc_engine *e, fsdp_unit *U) {
+    fsdp_state *d = e->sd;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * sizeof(float), (void **)&U->dm));
+    fsc_status s = fsc_device_upload_async(e->dev, U->dm, U->master, U->shard * sizeof(float), &U->up);
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, U->dm);
+        U->dm = NULL;
+        return s;
+    }
+    d->uploading++;
+    return FSC_OK;
+}
+
+/* Offload all: the uploads ahead waited for and dropped (the masters change in the step, or were loaded). */
+static fsc_status uploads_drop(fsc_engine *e) {
+    fsdp_state *d = e->sd;
+    fsc_status first = FSC_OK;
+    for (int u = 0; u < d->nunits; u++) {
+        fsdp_unit *U = &d->u[u];
+        if (!U->dm) continue;
+        fsc_status s = fsc_device_copy_wait(U->up);
+        if (first == FSC_OK) first = s;
+        fsc_device_release(e->dev, U->dm);
+        U->dm = NULL;
+        U->up = NULL;
+        d->uploading--;
+    }
+    return first;
+}
+
 /* Prefetch: start the all-gathers of the units the layers after `layer` (dir +1, forward) or before it
  * (dir -1, backward) use, nearest first, while fewer than limit - 1 are in flight. The order is the same on
- * every rank, so the shard group's calls match. */
+ * every rank, so the shard group's calls match. Offload all: then the uploads of the units after those, as many
+ * again, so the next prefetch finds their shards on the device. */
 static void prefetch(fsc_engine *e, int layer, int dir) {
     fsdp_state *d = e->sd;
-    for (int l = layer + dir; d->prefetch && l >= e->lf && l <= e->ll && d->inflight < d->limit - 1; l += dir) {
+    int ok = 1;
+    for (int l = layer + dir; ok && d->prefetch && l >= e->lf && l <= e->ll && d->inflight < d->limit - 1; l += dir) {
         for (int u = 1; u < d->nunits && d->inflight < d->limit - 1; u++) {
             fsdp_unit *U = &d->u[u];
             if (U->full || U->g.req || !layer_uses_unit(e, d, l, u)) continue;
-            if (gather_start(e, U, e->po.param_dtype, &U->g) != FSC_OK) return; /* gathered when needed */
+            if (gather_start(e, U, e->po.param_dtype, &U->g) != FSC_OK) { /* gathered when needed */
+                ok = 0;
+                break;
+            }
             d->inflight++;
+        }
+    }
+    if (!ok || d->mdev == e->dev) return;
+    for (int l = layer + dir; d->prefetch && l >= e->lf && l <= e->ll && d->uploading < d->limit - 1; l += dir) {
+        for (int u = 1; u < d->nunits && d->uploading < d->limit - 1; u++) {
+            fsdp_unit *U = &d->u[u];
+            if (U->full || U->g.req || U->dm || !layer_uses_unit(e, d, l, u)) continue;
+            if (upload_ahead(e, U) != FSC_OK) return; /* uploaded when gathered */
         }
     }
 }
@@ -283,17 +340,14 @@ static fsc_status unit_reduce_into(fsc_engine *e, fsdp_unit *U, float *sgrad, in
 static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
     fsdp_state *d = e->sd;
     if (d->mdev == e->dev) return unit_reduce_into(e, U, U->sgrad, accumulate);
-    const size_t bytes = U->shard * sizeof(float);
-    float *dg = NULL, *hg = NULL;
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_GRADS, bytes, (void **)&dg);
+    float *dg = NULL;
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_GRADS, U->shard * sizeof(float), (void **)&dg);
     if (s == FSC_OK) s = unit_reduce_into(e, U, dg, 0);
-    if (s == FSC_OK && !accumulate) s = fsc_device_download(e->dev, U->sgrad, dg, bytes);
-    if (s == FSC_OK && accumulate) s = fsc_device_alloc(d->mdev, FSC_TAG_COMM, bytes, (void **)&hg);
-    if (s == FSC_OK && accumulate) s = fsc_device_download(e->dev, hg, dg, bytes);
-    if (s == FSC_OK && accumulate) s = FSC_K(d->mdev, axpy, U->sgrad, 1.0f, hg, U->shard);
-    fsc_device_release(d->mdev, hg);
-    fsc_device_release(e->dev, dg);
-    return s;
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, dg);
+        return s;
+    }
+    return fsc_download_start(e, &d->rq, dg, U->sgrad, d->mdev, U->shard, accumulate); /* owns dg */
 }
 
 static fsc_status fsdp_setup(fsc_engine *e) {
@@ -321,6 +375,7 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     fsc_engine_add_group(e, d->replica_comm);
     d->prefetch = e->po.prefetch;
     d->limit = e->po.prefetch_limit ? e->po.prefetch_limit : 2;
+    d->rq.dl_keep = d->prefetch ? d->limit - 1 : 0; /* offload all: downloads of reduced shards in flight */
     FSC_TRY(build_units(e, d));
     d->keep = -1; /* with prefetch, the last unit forward uses stays gathered for backward, which starts there */
     for (int u = 1; d->prefetch && u < d->nunits; u++)
@@ -357,6 +412,7 @@ static fsc_status fsdp_setup(fsc_engine *e) {
 static fsc_status fsdp_begin_step(fsc_engine *e) {
     fsdp_state *d = e->sd;
     FSC_TRY(fsc_reduce_drain(e, &d->rq)); /* left by a failed step */
+    FSC_TRY(uploads_drop(e));
     for (int u = 0; u < d->nunits; u++)
         FSC_TRY(fsc_device_memset(d->mdev, d->u[u].sgrad, 0, d->u[u].shard * sizeof(float)));
     return FSC_OK;
@@ -425,10 +481,13 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
     return FSC_OK;
 }
 
-/* After the last backward of a step: the reductions in flight are done before anyone reads the shards. */
+/* After the last backward of a step: the reductions and downloads in flight are done before anyone reads the
+ * shards; uploads started ahead are dropped (the step changes the masters). */
 static fsc_status fsdp_end_backward(fsc_engine *e) {
     fsdp_state *d = e->sd;
-    return fsc_reduce_drain(e, &d->rq);
+    fsc_status s = fsc_reduce_drain(e, &d->rq);
+    fsc_status u = uploads_drop(e);
+    return s != FSC_OK ? s : u;
 }
 
 static fsc_status fsdp_full_tensors(fsc_engine *e, int want, float *host) {
@@ -527,13 +586,14 @@ static fsc_status fsdp_after_load(fsc_engine *e) {
     fsdp_state *d = e->sd;
     for (int u = 0; u < d->nunits; u++)
         if (d->u[u].full || d->u[u].g.req) unit_reshard(e, &d->u[u]);
-    return FSC_OK;
+    return uploads_drop(e);
 }
 
 static void fsdp_destroy(fsc_engine *e) {
     fsdp_state *d = e->sd;
     if (!d) return;
     fsc_reduce_queue_free(e, &d->rq);
+    if (d->u) (void)uploads_drop(e);
     for (int u = 0; d->u && u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
         if (U->g.req) unit_reshard(e, U);

@@ -2,7 +2,8 @@
  * backward (ddp.c, zero.c, fsdp.c) when po.prefetch is set. A queue of reductions in flight: each is what
  * fsc_engine_reduce does, split into a start (convert to the reduction dtype, start the collective) and a
  * finish (wait, then convert or accumulate into out exactly as fsc_engine_reduce does, so the bits are the
- * same). Finished in the order started. */
+ * same). Finished in the order started. Offload all: the downloads of reduced shards to the host, asynchronous
+ * (device.h), with at most dl_keep of them in flight. */
 #ifndef FSC_OVERLAP_H
 #define FSC_OVERLAP_H
 #include "engine_impl.h"
@@ -24,9 +25,22 @@ typedef struct {
     int host_accumulate;
 } fsc_reduce_pending;
 
+/* Offload all: a reduced shard on its way to the host. */
+typedef struct {
+    fsc_copy *copy;
+    float *dev;        /* the device shard the copy reads (FSC_TAG_GRADS of e->dev), released after it */
+    float *host;       /* the host shard (memory of hdev) */
+    float *tmp;        /* accumulating: the copy's host destination (FSC_TAG_COMM of hdev), added to host after it */
+    fsc_device *hdev;
+    size_t n;
+} fsc_download_pending;
+
 typedef struct {
     fsc_reduce_pending *v;
     int n, cap;
+    fsc_download_pending *dl; /* downloads in flight, oldest first */
+    int ndl, capdl;
+    int dl_keep;              /* downloads left in flight when one starts (0: each is waited for at once) */
 } fsc_reduce_queue;
 
 /* Start fsc_engine_reduce(e, c, rs, in, out, n, accumulate) (engine_impl.h) without waiting for it. in must
@@ -39,11 +53,18 @@ fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int
  * the device's accumulation does): the bits of fsc_engine_reduce into host. owned as above. */
 fsc_status fsc_reduce_start_host(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in,
                                  float *host, fsc_device *hdev, size_t n, int accumulate, float *owned);
-/* Finish every reduction of q, oldest first; the first failure is returned after all were waited for. */
+/* Offload all: start the download of the device shard dev (n floats, owned: released once copied) into host
+ * (memory of hdev), or its addition to host when accumulate (a copy into a host buffer, then the axpy the
+ * device's accumulation does); then finish the oldest downloads until at most q->dl_keep are in flight. */
+fsc_status fsc_download_start(fsc_engine *e, fsc_reduce_queue *q, float *dev, float *host, fsc_device *hdev, size_t n,
+                              int accumulate);
+/* Finish every reduction of q, oldest first, then every download; the first failure is returned after all were
+ * waited for. */
 fsc_status fsc_reduce_drain(fsc_engine *e, fsc_reduce_queue *q);
-/* Finish the oldest reductions of q until at most keep (>= 0; less counts as 0) are in flight. */
+/* Finish the oldest reductions of q until at most keep (>= 0; less counts as 0) are in flight (downloads they
+ * start may stay in flight). */
 fsc_status fsc_reduce_drain_to(fsc_engine *e, fsc_reduce_queue *q, int keep);
-/* Drain (errors ignored: the step failed already) and free the queue's array. */
+/* Drain (errors ignored: the step failed already) and free the queue's arrays. */
 void fsc_reduce_queue_free(fsc_engine *e, fsc_reduce_queue *q);
 
 #endif

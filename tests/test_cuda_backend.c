@@ -338,6 +338,42 @@ static void test_pinned_host_memory(void **state) {
     fsc_device_free(host);
 }
 
+/* Asynchronous copies (ABI 5) with pinned host memory: an upload, a kernel on the main stream that reads it
+ * (scale by 2 after the wait made the stream wait for the copy), a download of the result and a second upload
+ * queued behind it; waited in reverse order. Oracle: the bytes read back are the source's, doubled exactly. */
+static void test_async_copies(void **state) {
+    H *h = *state;
+    NEED_GPU(h);
+    assert_non_null(h->gpu->ops->upload_async);
+    fsc_device *host = NULL;
+    assert_ok(fsc_device_create_host(h->gpu, &host));
+    const size_t n = ((size_t)3 << 20) + 17, bytes = n * sizeof(float);
+    float *src = NULL, *back = NULL, *d = NULL, *d2 = NULL;
+    assert_ok(fsc_device_alloc(host, FSC_TAG_PARAMS, bytes, (void **)&src));
+    assert_ok(fsc_device_alloc(host, FSC_TAG_PARAMS, bytes, (void **)&back));
+    for (size_t i = 0; i < n; i++) src[i] = (float)(next_u64(h) >> 40) * 0x1p-20f;
+    assert_ok(fsc_device_alloc(h->gpu, FSC_TAG_COMM, bytes, (void **)&d));
+    assert_ok(fsc_device_alloc(h->gpu, FSC_TAG_COMM, bytes, (void **)&d2));
+    fsc_copy *up = NULL, *up2 = NULL, *down = NULL;
+    assert_ok(fsc_device_upload_async(h->gpu, d, src, bytes, &up));
+    assert_ok(fsc_device_copy_wait(up));
+    assert_ok(FSC_K(h->gpu, scale, d, 2.0f, n));
+    assert_ok(fsc_device_download_async(h->gpu, back, d, bytes, &down)); /* after the kernel */
+    assert_ok(fsc_device_upload_async(h->gpu, d2, src, bytes, &up2));
+    assert_ok(fsc_device_copy_wait(up2)); /* completes the download before it too */
+    assert_ok(fsc_device_copy_wait(down));
+    for (size_t i = 0; i < n; i++)
+        if (back[i] != 2.0f * src[i]) fail_msg("element %zu: %g, want %g", i, (double)back[i], 2.0 * src[i]);
+    memset(back, 0, bytes);
+    assert_ok(fsc_device_download(h->gpu, back, d2, bytes));
+    assert_memory_equal(back, src, bytes);
+    fsc_device_release(h->gpu, d);
+    fsc_device_release(h->gpu, d2);
+    fsc_device_release(host, src);
+    fsc_device_release(host, back);
+    fsc_device_free(host);
+}
+
 static void test_memory_and_copies(void **state) {
     H *h = *state;
     NEED_GPU(h);
@@ -920,6 +956,7 @@ int main(void) {
         cmocka_unit_test(test_device_create_reports_reason),
         cmocka_unit_test(test_memory_and_copies),
         cmocka_unit_test(test_pinned_host_memory),
+        cmocka_unit_test(test_async_copies),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_ex),
         cmocka_unit_test(test_convert),

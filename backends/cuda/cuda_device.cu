@@ -190,6 +190,7 @@ static fsc_status cu_stream_destroy(void *ctx, void *stream) {
     if (!st) return cu_err(FSC_ERR_INVALID, "cuda: stream_destroy: %p is not a stream of this device", stream);
     if (st == c->streams[0]) return cu_err(FSC_ERR_INVALID, "cuda: stream_destroy: the main stream is not destroyable");
     FSC_TRY(cu_enter(c));
+    if (st == c->copy) return cu_err(FSC_ERR_INVALID, "cuda: stream_destroy: the copy stream is not destroyable");
     if (c->cur == st) c->cur = c->streams[0];
     if (c->blas_bound == st) c->blas_bound = NULL;
     int j = 0;
@@ -328,6 +329,9 @@ static fsc_device_ops make_ops(void) {
     t.mul_backward = cu_mul_backward;
     t.mse_forward = cu_mse_forward;
     t.mse_backward = cu_mse_backward;
+    t.upload_async = cu_upload_async;
+    t.download_async = cu_download_async;
+    t.copy_wait = cu_copy_wait;
     return t;
 }
 
@@ -340,6 +344,8 @@ static fsc_status open_ctx(cu_ctx *c) {
     cu_stream *main_stream;
     FSC_TRY(stream_new(c, &main_stream));
     c->cur = main_stream;
+    /* the copy stream is one of streams[]: a freed block waits for it too (cu_free), and sync covers it */
+    FSC_TRY(stream_new(c, &c->copy));
     FSC_TRY(cu_blas_check(cublasCreate(&c->blas), "cublasCreate"));
     FSC_TRY(cu_blas_check(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode"));
     /* default math keeps at least the requested precision (f32 sgemm never becomes TF32); 16-bit outputs

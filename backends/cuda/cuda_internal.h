@@ -37,6 +37,7 @@ struct cu_ctx {
     cu_stream *streams[CU_MAX_STREAMS]; /* streams[0] is the main stream, owned */
     int nstreams;
     cu_stream *cur;                      /* current stream */
+    cu_stream *copy;                     /* asynchronous host<->device copies (upload_async), one of streams[] */
     cudaEvent_t *events;                 /* events handed out by event_record, destroyed with the ctx */
     int nevents, cap_events;
     cublasHandle_t blas;
@@ -96,6 +97,11 @@ fsc_status cu_upload(void *ctx, void *dst, const void *host_src, size_t bytes);
 fsc_status cu_download(void *ctx, void *host_dst, const void *src, size_t bytes);
 fsc_status cu_copy(void *ctx, void *dst, const void *src, size_t bytes);
 fsc_status cu_memset(void *ctx, void *dst, int value, size_t bytes);
+/* asynchronous copies (ABI 5) on the copy stream, each after the work queued before it on the current stream;
+ * copy_wait makes the current stream wait for the copy's event, then the host (cudaEventSynchronize) */
+fsc_status cu_upload_async(void *ctx, void *dst, const void *host_src, size_t bytes, void **copy);
+fsc_status cu_download_async(void *ctx, void *host_dst, const void *src, size_t bytes, void **copy);
+fsc_status cu_copy_wait(void *ctx, void *copy);
 
 /* ---- launch geometry ---- */
 #define CU_THREADS 256

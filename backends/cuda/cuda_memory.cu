@@ -10,7 +10,17 @@
  *
  * Copies: uploads go through two pinned staging buffers (the host returns once the data is staged, and
  * the copy overlaps the next chunk's memcpy); downloads are pipelined the same way and wait for the data.
- * Pinned host buffers are copied directly. */
+ * Pinned host buffers are copied directly.
+ *
+ * Asynchronous copies (upload_async, download_async, copy_wait; docs/offload.md): one cudaMemcpyAsync on the
+ * device's copy stream, ordered after the work already queued on the current stream (an event it waits for),
+ * and an event recorded after it. The wait makes the current stream wait for that event (cudaStreamWaitEvent:
+ * kernels and collectives queued later see the data) and then the host (cudaEventSynchronize: a download is
+ * readable, an upload's source reusable). Pinned host memory (the host device's, cu_host_alloc) makes the copy a
+ * DMA that overlaps the kernels; pageable memory still copies correctly, with CUDA's staging. One stream: the
+ * copies complete in issue order. Memory freed after its copy was waited for is safe; a block freed earlier still
+ * waits for every stream, the copy stream included, before the cache hands it out again (cu_free).
+ * Compiled, never run: no GPU where this was written. */
 #include <stdlib.h>
 #include <string.h>
 #include <map>
@@ -270,4 +280,75 @@ fsc_status cu_memset(void *ctx, void *dst, int value, size_t bytes) {
     cu_ctx *c = cu_of(ctx);
     FSC_TRY(cu_enter(c));
     return cu_check(cudaMemsetAsync(dst, value, bytes, cu_stream_of(c)), "memset");
+}
+
+/* ---- asynchronous copies ---- */
+
+struct cu_async_copy {
+    cudaEvent_t done;
+};
+
+static fsc_status event_get(cu_ctx *c, cudaEvent_t *e) {
+    cu_alloc_cache *a = c->cache;
+    if (!a->event_pool.empty()) {
+        *e = a->event_pool.back();
+        a->event_pool.pop_back();
+        return FSC_OK;
+    }
+    return cu_check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+}
+
+static void event_put(cu_ctx *c, cudaEvent_t e) {
+    try {
+        c->cache->event_pool.push_back(e);
+    } catch (...) {
+        cudaEventDestroy(e);
+    }
+}
+
+static fsc_status copy_start(cu_ctx *c, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, void **copy) {
+    *copy = NULL;
+    FSC_TRY(cu_enter(c));
+    cu_async_copy *h = (cu_async_copy *)calloc(1, sizeof *h);
+    if (!h) return cu_err(FSC_ERR_NOMEM, "cuda: out of host memory for a copy");
+    cudaEvent_t before = NULL;
+    fsc_status s = event_get(c, &before);
+    if (s == FSC_OK) s = event_get(c, &h->done);
+    /* after what the current stream has queued (the kernels that wrote a gradient, or still read a buffer) */
+    if (s == FSC_OK) s = cu_check(cudaEventRecord(before, cu_stream_of(c)), "copy: cudaEventRecord");
+    if (s == FSC_OK) s = cu_check(cudaStreamWaitEvent(c->copy->s, before, 0), "copy: cudaStreamWaitEvent");
+    if (s == FSC_OK) s = cu_check(cudaMemcpyAsync(dst, src, bytes, kind, c->copy->s), "copy: cudaMemcpyAsync");
+    if (s == FSC_OK) s = cu_check(cudaEventRecord(h->done, c->copy->s), "copy: cudaEventRecord");
+    if (before) event_put(c, before); /* reusable once recorded and waited on: CUDA captured its state */
+    if (s != FSC_OK) {
+        if (h->done) {
+            cudaStreamSynchronize(c->copy->s);
+            event_put(c, h->done);
+        }
+        free(h);
+        return s;
+    }
+    *copy = h;
+    return FSC_OK;
+}
+
+fsc_status cu_upload_async(void *ctx, void *dst, const void *host_src, size_t bytes, void **copy) {
+    return copy_start(cu_of(ctx), dst, host_src, bytes, cudaMemcpyHostToDevice, copy);
+}
+
+fsc_status cu_download_async(void *ctx, void *host_dst, const void *src, size_t bytes, void **copy) {
+    return copy_start(cu_of(ctx), host_dst, src, bytes, cudaMemcpyDeviceToHost, copy);
+}
+
+fsc_status cu_copy_wait(void *ctx, void *copy) {
+    cu_ctx *c = cu_of(ctx);
+    cu_async_copy *h = (cu_async_copy *)copy;
+    if (!h) return FSC_OK;
+    fsc_status s = cu_enter(c);
+    /* the device's later work on the current stream sees the data; then the host does */
+    if (s == FSC_OK) s = cu_check(cudaStreamWaitEvent(cu_stream_of(c), h->done, 0), "copy wait: cudaStreamWaitEvent");
+    fsc_status w = cu_check(cudaEventSynchronize(h->done), "copy wait: cudaEventSynchronize");
+    event_put(c, h->done);
+    free(h);
+    return s != FSC_OK ? s : w;
 }

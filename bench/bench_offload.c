@@ -7,6 +7,11 @@
  * (e->host), the step time without and with a host<->device copy cost (fsc_cluster_opts.sim_copy_gbps: what
  * offload's copies cost where they are not hidden), and the device sum against none's. The ideal of offload all is the working set of
  * the gathered units: the units gathered at once (prefetch: 2) and their full gradients, printed beside it.
+ * Then the overlap of the copies (asynchronous with prefetch 1, each waited for where it starts with prefetch 0):
+ * fsdp with offload all and optim, zero2 with optim, each with the copy bandwidth set so that a step's copies take
+ * as long as its compute (bytes copied per step / the step time without a copy cost). Per run the median step time
+ * of rank 0 with prefetch 0 and 1, without and with the copy cost; the copy time exposed (with - without) and the
+ * fraction of it prefetch 1 hides, and the same-run ratio of the steps.
  * Usage: bench_offload [--world N] [--layers L] [--dim C] [--steps N] [--copy-gbps G] (default 0.5) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +27,7 @@ typedef struct {
     int B, steps;
     size_t dev[MAX_WORLD][FSC_TAG_COUNT], host[MAX_WORLD][FSC_TAG_COUNT];
     double sec;         /* rank 0, the steps after the first */
+    double step_s[64];  /* rank 0, each step's time */
     size_t up[MAX_WORLD], down[MAX_WORLD]; /* bytes uploaded and downloaded by each rank over the steps after the first */
 } run;
 
@@ -50,7 +56,9 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
             t0 = now_s();
             fsc_device_reset_copied(r->dev);
         }
+        double ts = now_s();
         s = fsc_engine_step(e, tok, tgt, lb, R->B, NULL);
+        if (r->rank == 0 && step < 64) R->step_s[step] = now_s() - ts;
     }
     if (r->rank == 0) R->sec = R->steps > 1 ? (now_s() - t0) / (R->steps - 1) : 0;
     if (r->rank < MAX_WORLD) {
@@ -77,6 +85,63 @@ static size_t most(size_t (*v)[FSC_TAG_COUNT], int world, fsc_tag t) {
 }
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of rank 0's step times after the first. */
+static double median_step(const run *R) {
+    double v[64];
+    int n = 0;
+    for (int k = 1; k < R->steps && k < 64; k++) v[n++] = R->step_s[k];
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0.0;
+}
+
+/* One training run of R's configuration with prefetch pf and copy bandwidth gbps (0: free): median step time. */
+static int timed(run *R, int world, int pf, double gbps, double *sec) {
+    R->po.prefetch = pf;
+    fsc_cluster_opts co = {.world = world, .device = "cpu", .threads_per_rank = 1, .timeout_s = 600,
+                           .sim_copy_gbps = gbps};
+    if (fsc_cluster_run(&co, rank_fn, R) != FSC_OK) {
+        fprintf(stderr, "bench_offload: %s\n", fsc_last_error());
+        return 1;
+    }
+    *sec = median_step(R);
+    return 0;
+}
+
+/* The copies' overlap: prefetch 0 (every copy waited for where it starts) against 1 (asynchronous), with the copy
+ * bandwidth at which a step's copies take as long as the step computes. */
+static int overlap_rows(run *R, int world, int steps) {
+    const struct { fsc_parallel_kind kind; fsc_offload_mode m; const char *name; } cfg[] = {
+        {FSC_PAR_FSDP, FSC_OFFLOAD_ALL, "fsdp full_shard"}, {FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM, "fsdp full_shard"},
+        {FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM, "zero2"}};
+    printf("\ncopy overlap: median ms/step of rank 0 over %d steps; copy GB/s set so a step's copies take its compute "
+           "time; exposed = with copies - without\n", steps - 1);
+    printf("%-16s %-6s %9s %7s | %9s %9s %9s | %9s %9s %9s | %7s %9s\n", "strategy", "mode", "MiB/step", "GB/s",
+           "pf0 free", "pf0 copy", "exposed", "pf1 free", "pf1 copy", "exposed", "hidden", "pf0/pf1");
+    for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
+        R->po = fsc_parallel_opts_default();
+        R->po.kind = cfg[k].kind;
+        R->po.offload = cfg[k].m;
+        R->steps = steps;
+        double free1, free0, copy0, copy1;
+        if (timed(R, world, 1, 0, &free1)) return 1;
+        size_t bytes = R->up[0] + R->down[0]; /* rank 0, over the steps after the first */
+        double per_step = (double)bytes / (steps - 1);
+        double gbps = free1 > 0 ? per_step / free1 / 1e9 : 1.0;
+        if (timed(R, world, 0, 0, &free0) || timed(R, world, 0, gbps, &copy0) || timed(R, world, 1, gbps, &copy1))
+            return 1;
+        double x0 = copy0 - free0, x1 = copy1 - free1;
+        printf("%-16s %-6s %9.2f %7.3f | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f | %6.0f%% %8.2fx\n", cfg[k].name,
+               fsc_offload_mode_name(cfg[k].m), mib((size_t)per_step), gbps, free0 * 1e3, copy0 * 1e3, x0 * 1e3,
+               free1 * 1e3, copy1 * 1e3, x1 * 1e3, x0 > 0 ? 100.0 * (1.0 - x1 / x0) : 0.0, copy1 > 0 ? copy0 / copy1 : 0);
+    }
+    return 0;
+}
 
 int main(int argc, char **argv) {
     int world = 4, layers = 8, dim = 256, steps = 3;
@@ -166,5 +231,5 @@ int main(int argc, char **argv) {
                        mib(base > hosted ? base - hosted : 0), mib(working));
         }
     }
-    return 0;
+    return overlap_rows(&R, world, steps > 5 ? steps : 5);
 }

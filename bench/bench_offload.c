@@ -12,7 +12,8 @@
  * as long as its compute (bytes copied per step / the step time without a copy cost). Per run the median step time
  * of rank 0 with prefetch 0 and 1, without and with the copy cost; the copy time exposed (with - without) and the
  * fraction of it prefetch 1 hides, and the same-run ratio of the steps.
- * Usage: bench_offload [--world N] [--layers L] [--dim C] [--steps N] [--copy-gbps G] (default 0.5) */
+ * Usage: bench_offload [--world N] [--layers L] [--dim C] [--steps N] [--copy-gbps G] (default 0.5)
+ *                      [--overlap-world N] (the copy overlap rows' world, default 1) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,14 +114,21 @@ static int timed(run *R, int world, int pf, double gbps, double *sec) {
     return 0;
 }
 
+static double median3(double a, double b, double c) {
+    return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
 /* The copies' overlap: prefetch 0 (every copy waited for where it starts) against 1 (asynchronous), with the copy
- * bandwidth at which a step's copies take as long as the step computes. */
+ * bandwidth at which a step's copies take as long as the step computes. Each of the four runs three times,
+ * interleaved, and the median of the three medians is printed (the shared machine's load drifts between runs).
+ * world 1 by default: a simulated rank that sleeps through a modelled copy frees its core for the others, so with
+ * more rank threads than free cores even synchronous copies would look partly hidden. */
 static int overlap_rows(run *R, int world, int steps) {
     const struct { fsc_parallel_kind kind; fsc_offload_mode m; const char *name; } cfg[] = {
         {FSC_PAR_FSDP, FSC_OFFLOAD_ALL, "fsdp full_shard"}, {FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM, "fsdp full_shard"},
         {FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM, "zero2"}};
-    printf("\ncopy overlap: median ms/step of rank 0 over %d steps; copy GB/s set so a step's copies take its compute "
-           "time; exposed = with copies - without\n", steps - 1);
+    printf("\ncopy overlap, world %d: ms/step of rank 0 (median over %d steps, median of 3 runs); copy GB/s set so a "
+           "step's copies take its compute time; exposed = with copies - without\n", world, steps - 1);
     printf("%-16s %-6s %9s %7s | %9s %9s %9s | %9s %9s %9s | %7s %9s\n", "strategy", "mode", "MiB/step", "GB/s",
            "pf0 free", "pf0 copy", "exposed", "pf1 free", "pf1 copy", "exposed", "hidden", "pf0/pf1");
     for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
@@ -128,13 +136,17 @@ static int overlap_rows(run *R, int world, int steps) {
         R->po.kind = cfg[k].kind;
         R->po.offload = cfg[k].m;
         R->steps = steps;
-        double free1, free0, copy0, copy1;
-        if (timed(R, world, 1, 0, &free1)) return 1;
+        double f1[3], f0[3], c0[3], c1[3];
+        if (timed(R, world, 1, 0, &f1[0])) return 1;
         size_t bytes = R->up[0] + R->down[0]; /* rank 0, over the steps after the first */
         double per_step = (double)bytes / (steps - 1);
-        double gbps = free1 > 0 ? per_step / free1 / 1e9 : 1.0;
-        if (timed(R, world, 0, 0, &free0) || timed(R, world, 0, gbps, &copy0) || timed(R, world, 1, gbps, &copy1))
-            return 1;
+        double gbps = f1[0] > 0 ? per_step / f1[0] / 1e9 : 1.0;
+        for (int i = 0; i < 3; i++)
+            if ((i > 0 && timed(R, world, 1, 0, &f1[i])) || timed(R, world, 0, 0, &f0[i]) ||
+                timed(R, world, 0, gbps, &c0[i]) || timed(R, world, 1, gbps, &c1[i]))
+                return 1;
+        double free1 = median3(f1[0], f1[1], f1[2]), free0 = median3(f0[0], f0[1], f0[2]);
+        double copy0 = median3(c0[0], c0[1], c0[2]), copy1 = median3(c1[0], c1[1], c1[2]);
         double x0 = copy0 - free0, x1 = copy1 - free1;
         printf("%-16s %-6s %9.2f %7.3f | %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f | %6.0f%% %8.2fx\n", cfg[k].name,
                fsc_offload_mode_name(cfg[k].m), mib((size_t)per_step), gbps, free0 * 1e3, copy0 * 1e3, x0 * 1e3,
@@ -144,7 +156,7 @@ static int overlap_rows(run *R, int world, int steps) {
 }
 
 int main(int argc, char **argv) {
-    int world = 4, layers = 8, dim = 256, steps = 3;
+    int world = 4, layers = 8, dim = 256, steps = 3, overlap_world = 1;
     double copy_gbps = 0.5;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && !strcmp(argv[i], "--world")) world = atoi(argv[++i]);
@@ -152,13 +164,16 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--dim")) dim = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--steps")) steps = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--copy-gbps")) copy_gbps = atof(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--overlap-world")) overlap_world = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_offload [--world N] [--layers L] [--dim C] [--steps N] [--copy-gbps G]\n");
+            fprintf(stderr, "usage: bench_offload [--world N] [--layers L] [--dim C] [--steps N] [--copy-gbps G] "
+                            "[--overlap-world N]\n");
             return 2;
         }
     }
-    if (world < 1 || world > MAX_WORLD || layers < 1 || dim < 8 || steps < 2 || !(copy_gbps > 0)) {
-        fprintf(stderr, "bench_offload: world 1..%d, layers >= 1, dim >= 8, steps >= 2\n", MAX_WORLD);
+    if (world < 1 || world > MAX_WORLD || overlap_world < 1 || overlap_world > MAX_WORLD || layers < 1 || dim < 8 ||
+        steps < 2 || !(copy_gbps > 0)) {
+        fprintf(stderr, "bench_offload: world and overlap world 1..%d, layers >= 1, dim >= 8, steps >= 2\n", MAX_WORLD);
         return 2;
     }
     static run R;
@@ -231,5 +246,6 @@ int main(int argc, char **argv) {
                        mib(base > hosted ? base - hosted : 0), mib(working));
         }
     }
-    return overlap_rows(&R, world, steps > 5 ? steps : 5);
+    R.B = 2 * overlap_world;
+    return overlap_rows(&R, overlap_world, steps > 5 ? steps : 5);
 }

@@ -14,9 +14,9 @@
  *  - refusals: ddp, zero with all, pipelines, tensor parallelism and a bad mode fail with FSC_ERR_UNSUPPORTED /
  *    FSC_ERR_INVALID;
  *  - the simulator's copy bandwidth: copies take at least bytes / bandwidth, and offload keeps its bits with it
- *    (fsdp, zero1 and zero2, optim and all, prefetch 0 and 1, with accumulation). The asynchronous copies are
- *    made at their wait on the cpu device (device.h), so a strategy that read a copy's destination early would
- *    compute other bits here. */
+ *    (fsdp, zero1 and zero2, optim and all, prefetch 0 and 1 with limits 2 and 3, with accumulation). The
+ *    asynchronous copies are made at their wait on the cpu device (device.h), so a strategy that read a copy's
+ *    destination early would compute other bits here. */
 #include <time.h>
 #include "ckpttest.h"
 
@@ -349,22 +349,25 @@ static void test_simulated_copy_bandwidth(void **state) {
     assert_err(fsc_cluster_run(&co, copy_rank_fn, took), FSC_ERR_INVALID, "sim_copy_gbps");
     /* and offload keeps its bits under a copy cost (the copies then end in another order relative to the compute
      * and the collectives): synchronous (prefetch 0) and asynchronous, with accumulation */
-    const struct { int c; fsc_offload_mode m; int accum, no_sync, pf; } runs[] = {
-        {2, FSC_OFFLOAD_ALL, 1, 1, 1}, {2, FSC_OFFLOAD_ALL, 2, 0, 1}, {2, FSC_OFFLOAD_ALL, 2, 0, 0},
-        {4, FSC_OFFLOAD_ALL, 1, 1, 1}, {0, FSC_OFFLOAD_OPTIM, 2, 0, 1}, {1, FSC_OFFLOAD_OPTIM, 1, 1, 1},
-        {1, FSC_OFFLOAD_OPTIM, 1, 1, 0}, {2, FSC_OFFLOAD_OPTIM, 2, 1, 1},
+    const struct { int c; fsc_offload_mode m; int accum, no_sync, pf, limit; } runs[] = {
+        {2, FSC_OFFLOAD_ALL, 1, 1, 1, 0}, {2, FSC_OFFLOAD_ALL, 2, 0, 1, 0}, {2, FSC_OFFLOAD_ALL, 2, 0, 0, 0},
+        {2, FSC_OFFLOAD_ALL, 2, 0, 1, 3}, {4, FSC_OFFLOAD_ALL, 1, 1, 1, 0}, {3, FSC_OFFLOAD_ALL, 2, 0, 1, 3},
+        {0, FSC_OFFLOAD_OPTIM, 2, 0, 1, 0}, {1, FSC_OFFLOAD_OPTIM, 1, 1, 1, 0}, {1, FSC_OFFLOAD_OPTIM, 1, 1, 0, 0},
+        {2, FSC_OFFLOAD_OPTIM, 2, 1, 1, 0},
     };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         const of_case *c = &cases[runs[k].c];
         pt_run a = make(2, c, FSC_OFFLOAD_NONE, runs[k].accum, runs[k].no_sync, FSC_F32, runs[k].pf);
         pt_run b = make(2, c, runs[k].m, runs[k].accum, runs[k].no_sync, FSC_F32, runs[k].pf);
+        a.cfg.layers = b.cfg.layers = 4; /* several blocks: uploads ahead of more than one prefetch */
+        a.po.prefetch_limit = b.po.prefetch_limit = runs[k].limit;
         pt_train(&a);
         b.params = calloc(fsc_gpt_num_params(&b.cfg), sizeof(float));
         co = (fsc_cluster_opts){.world = 2, .device = "cpu", .timeout_s = 30, .sim_copy_gbps = 5.0};
         assert_ok(fsc_cluster_run(&co, pt_rank_fn, &b));
         char what[160];
-        snprintf(what, sizeof what, "%s, offload %s, accum %d, prefetch %d, copies at 5 GB/s: against none", c->what,
-                 fsc_offload_mode_name(runs[k].m), runs[k].accum, runs[k].pf);
+        snprintf(what, sizeof what, "%s, offload %s, accum %d, prefetch %d (limit %d), copies at 5 GB/s: against none",
+                 c->what, fsc_offload_mode_name(runs[k].m), runs[k].accum, runs[k].pf, runs[k].limit);
         pt_assert_same(&a, &b, what);
         free(a.params);
         free(b.params);

@@ -3,7 +3,9 @@
  * Oracles: every strategy (ddp, zero1, zero2, fsdp full_shard with and without reshard, shard_grad_op,
  * no_shard, hybrid_shard) with prefetch 1 gives the losses and parameters of the same run with prefetch 0
  * bit for bit, and of DDP; with gradient accumulation reducing every micro-batch and with bf16 too; on a
- * simulated network (so collectives really run while layers compute) as without. Prefetch moves no extra
+ * simulated network (so collectives really run while layers compute) as without. Hybrid sharding (whose
+ * reduction is a reduce-scatter over the world then an all-gather across replicas, both overlapped) on 4 and 8
+ * ranks with groups of 2 and 4, with accumulation, no_sync and offload all. Prefetch moves no extra
  * bytes (same calls and bytes per operation, but for full_shard's one all-gather less per micro-batch: the
  * last unit stays gathered for backward) and the ledger's peak parameter memory grows by at most
  * (limit - 1) gathered blocks. Pipelines whose stages send their outputs asynchronously give the bits of
@@ -52,6 +54,19 @@ static pt_run make(int N, const pf_case *c, int prefetch, int accum, fsc_dtype d
     return r;
 }
 
+/* The same calls and bytes (rank 0): prefetch moves nothing more (but full_shard and hybrid keep the last unit
+ * gathered for backward: one all-gather less per micro-batch). */
+static void check_same_traffic(const pt_run *a, const pt_run *b, const pf_case *c, int accum, const char *what) {
+    for (int op = 0; op < FSC_OP_COUNT; op++) {
+        int fewer = op == FSC_OP_ALL_GATHER && c->kind == FSC_PAR_FSDP &&
+                    (c->sh == FSC_SHARD_FULL || c->sh == FSC_SHARD_HYBRID) && c->reshard != 0;
+        if (fewer && b->comm[0].calls[op] == a->comm[0].calls[op] - (unsigned long long)accum) continue;
+        if (a->comm[0].calls[op] != b->comm[0].calls[op] || a->comm[0].bytes[op] != b->comm[0].bytes[op])
+            fail_msg("%s: %s calls %llu vs %llu", what, fsc_comm_op_name((fsc_comm_op)op),
+                     (unsigned long long)a->comm[0].calls[op], (unsigned long long)b->comm[0].calls[op]);
+    }
+}
+
 static void check_all(int N, int accum, fsc_dtype dt, double lat_us) {
     pt_run ddp = make(N, &cases[0], 0, accum, dt);
     train_net(&ddp, 0);
@@ -67,16 +82,7 @@ static void check_all(int N, int accum, fsc_dtype dt, double lat_us) {
         snprintf(what, sizeof what, "%s, world %d, accum %d, %s with prefetch: against ddp", cases[k].what, N, accum,
                  fsc_dtype_name(dt));
         if (dt == FSC_F32) pt_assert_same(&ddp, &b, what); /* bf16 rounds shards and buckets differently */
-        for (int op = 0; op < FSC_OP_COUNT; op++) { /* the same calls and bytes: prefetch moves nothing more */
-            /* (but full_shard and hybrid keep the last unit gathered for backward: one all-gather less per micro-batch) */
-            int fewer = op == FSC_OP_ALL_GATHER && cases[k].kind == FSC_PAR_FSDP &&
-                        (cases[k].sh == FSC_SHARD_FULL || cases[k].sh == FSC_SHARD_HYBRID) &&
-                        cases[k].reshard != 0;
-            if (fewer && b.comm[0].calls[op] == a.comm[0].calls[op] - (unsigned long long)accum) continue;
-            if (a.comm[0].calls[op] != b.comm[0].calls[op] || a.comm[0].bytes[op] != b.comm[0].bytes[op])
-                fail_msg("%s: %s calls %llu vs %llu", what, fsc_comm_op_name((fsc_comm_op)op),
-                         (unsigned long long)a.comm[0].calls[op], (unsigned long long)b.comm[0].calls[op]);
-        }
+        check_same_traffic(&a, &b, &cases[k], accum, what);
         free(a.params);
         free(b.params);
     }
@@ -103,6 +109,47 @@ static void test_prefetch_same_bits_accum_bf16(void **state) {
 static void test_prefetch_same_bits_on_network(void **state) {
     (void)state;
     check_all(4, 2, FSC_F32, 300);
+}
+
+/* Hybrid sharding (the reduce-scatter over the world, then the all-gather across replicas, both during the
+ * earlier units' backward): prefetch 1 equals prefetch 0 and DDP bit for bit on 4 ranks (groups of 2) and 8
+ * (groups of 2 and 4), with and without a network, with accumulation reducing every micro-batch and under
+ * no_sync, with offload all, and with 3 units in flight. */
+static void check_hybrid(int N, int G, int accum, int no_sync, fsc_offload_mode off, int limit, double lat_us) {
+    const pf_case c = {FSC_PAR_FSDP, FSC_SHARD_HYBRID, -1, G, "fsdp hybrid_shard"};
+    pt_run ddp = make(N, &cases[0], 0, accum, FSC_F32), a = make(N, &c, 0, accum, FSC_F32),
+           b = make(N, &c, 1, accum, FSC_F32);
+    pt_run *all[] = {&ddp, &a, &b};
+    for (int k = 0; k < 3; k++) {
+        all[k]->batch = 48; /* 8 ranks x 2 micro-batches x 3 */
+        all[k]->po.no_sync = no_sync;
+    }
+    b.po.offload = off;
+    b.po.prefetch_limit = limit;
+    train_net(&ddp, 0);
+    train_net(&a, 0);
+    train_net(&b, lat_us);
+    char what[200];
+    snprintf(what, sizeof what, "hybrid_shard %d, world %d, accum %d%s, offload %s, limit %d, latency %g us", G, N,
+             accum, no_sync ? " (no_sync)" : "", fsc_offload_mode_name(off), limit, lat_us);
+    pt_assert_same(&a, &b, what);
+    pt_assert_same(&ddp, &b, what);
+    check_same_traffic(&a, &b, &c, accum, what);
+    for (int k = 0; k < 3; k++) free(all[k]->params);
+}
+
+static void test_prefetch_hybrid_same_bits(void **state) {
+    (void)state;
+    const int groups[][2] = {{4, 2}, {8, 2}, {8, 4}};
+    for (int k = 0; k < 3; k++) {
+        const int N = groups[k][0], G = groups[k][1];
+        check_hybrid(N, G, 1, 0, FSC_OFFLOAD_NONE, 2, 0);
+        check_hybrid(N, G, 1, 0, FSC_OFFLOAD_NONE, 2, 300);
+        check_hybrid(N, G, 2, 0, FSC_OFFLOAD_NONE, 2, 300);
+        check_hybrid(N, G, 2, 1, FSC_OFFLOAD_NONE, 2, 0);
+        check_hybrid(N, G, 2, 0, FSC_OFFLOAD_ALL, 2, 300);
+        check_hybrid(N, G, 2, 0, FSC_OFFLOAD_NONE, 3, 200);
+    }
 }
 
 /* Pipelines (2 stages x 2 data ranks, 4 micro-batches, GPipe and 1F1B, each checkpoint mode): the stage
@@ -174,6 +221,7 @@ int main(void) {
         cmocka_unit_test(test_prefetch_same_bits_f32),
         cmocka_unit_test(test_prefetch_same_bits_accum_bf16),
         cmocka_unit_test(test_prefetch_same_bits_on_network),
+        cmocka_unit_test(test_prefetch_hybrid_same_bits),
         cmocka_unit_test(test_prefetch_pipeline_same_bits),
         cmocka_unit_test(test_prefetch_memory_is_bounded),
         cmocka_unit_test(test_prefetch_options_checked),

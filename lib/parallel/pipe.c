@@ -24,7 +24,9 @@
  * and after loading weights. The users must come after the owner and run on one stage.
  *
  * Messages between two ranks keep their order (sends are buffered, FIFO per peer; a communicator whose
- * send blocks until the matching recv would need grouped send/recv here):
+ * send blocks until the matching recv would need grouped send/recv here). With po.prefetch the outputs and
+ * input gradients travel on a communicator per link and direction, their receives posted ahead, and the
+ * sends but checkpointed outputs' are asynchronous (pipe_link.c says why this cannot deadlock):
  *   owner -> user     a tied tensor, once per step, before the owner's output of micro-batch 0
  *   s -> s+1          output of micro-batch k (forward)
  *   s+1 -> s          gradient w.r.t. the input of micro-batch k (backward)
@@ -74,6 +76,8 @@ struct fsc_pipe {
     /* tied tensors whose owner and users run on different stages: tensor, owner stage, user stage */
     int ntied;
     int (*tied)[3];
+    fsc_comm_req **tied_send; /* (ntied) po.prefetch: a user stage's send of a tied gradient in flight, waited for
+                               * before its next backward overwrites the buffer and at the end of the step */
     /* the step */
     const char *in, *tgt;
     int send_tied;            /* owner stage: the owner layers' next forward sends their tied tensors */
@@ -182,7 +186,8 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->ins = calloc((size_t)p->M + 2, sizeof *p->ins);
     p->gp_rec = calloc((size_t)p->M + 2, sizeof *p->gp_rec);
     p->gp_req = calloc((size_t)p->M + 2, sizeof *p->gp_req);
-    if (!p->lf || !p->ll || !p->slots || !p->recs || !p->ins || !p->gp_rec || !p->gp_req) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    if (!p->lf || !p->ll || !p->slots || !p->recs || !p->ins || !p->gp_rec || !p->gp_req)
+        return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* stage s runs blocks [first, first + balance[s]); even: the first L % pp stages take one more */
     int first = 1;
     for (int s = 0; s < pp; s++) {
@@ -192,6 +197,8 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
         first += n;
     }
     FSC_TRY(find_tied(e));
+    if (p->ntied && !(p->tied_send = calloc((size_t)p->ntied, sizeof *p->tied_send)))
+        return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     if (e->po.prefetch) FSC_TRY(fsc_pipe_links_create(e, e->pipe_comm, p->stage, &p->lk));
     /* the engine's groups (engine.c, fsc_layout_split) */
     p->pipe_comm = e->pipe_comm;
@@ -245,6 +252,21 @@ static fsc_status grad_sends_done(fsc_pipe *p) {
         p->recs[p->nrecs++] = p->gp_rec[i];
     }
     p->ngp = 0;
+    return s;
+}
+
+/* Wait for the tied gradients' sends in flight; the first failure is returned, every request is waited for. */
+static fsc_status tied_sends_done(fsc_pipe *p) {
+    fsc_status s = FSC_OK;
+    for (int x = 0; x < p->ntied && p->tied_send; x++) {
+        if (!p->tied_send[x]) continue;
+        const double t0 = now_s();
+        fsc_status w = fsc_comm_wait(p->tied_send[x]);
+        p->wait += now_s() - t0;
+        fsc_comm_req_free(p->tied_send[x]);
+        p->tied_send[x] = NULL;
+        if (s == FSC_OK) s = w;
+    }
     return s;
 }
 
@@ -309,6 +331,7 @@ static fsc_status send_done(mb_slot *sl) {
 static void reset_pools(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
     (void)grad_sends_done(p); /* left by a failed step */
+    (void)tied_sends_done(p);
     for (int k = 0; k < p->M; k++) {
         (void)send_done(&p->slots[k]); /* left by a failed step: its buffer must not be reused before */
         if (p->slots[k].rec) give_rec(e, p->slots[k].rec);
@@ -452,6 +475,7 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
             const int i = p->tied[x][0];
             FSC_TRY(recv_timed(p, e->m->tied_grad[i], e->m->info[i].numel, p->tied[x][2]));
         }
+    FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
     e->sync = k == p->M - 1; /* the strategy reduces in the last backward only (no_sync) */
     FSC_TRY(e->m->ops->backward(e->m->ctx, a, &hooks, dscale));
     e->sync = 0;
@@ -472,7 +496,12 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     for (int x = 0; x < p->ntied; x++) /* after the gradient of k, in issue order on the pipeline group */
         if (p->tied[x][2] == p->stage) {
             const int i = p->tied[x][0];
-            FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32, p->tied[x][1]));
+            if (e->po.prefetch) /* sent while the next micro-batches compute */
+                FSC_TRY(fsc_comm_isend(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32,
+                                       p->tied[x][1], &p->tied_send[x]));
+            else
+                FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32,
+                                      p->tied[x][1]));
         }
     p->in_flight--;
     return FSC_OK;
@@ -532,6 +561,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
         for (int k = M - warm; k < M; k++) FSC_TRY(backward(e, k, dscale));
     }
     FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
+    FSC_TRY(tied_sends_done(p));
     /* the loss and the batch check: over the last stage's data group, then sent to every stage
      * (sums[0] the loss, sums[1] the check passed, sums[2] the local batches' sum) */
     const double t1 = now_s();
@@ -674,6 +704,7 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->lf);
     free(p->ll);
     free(p->tied);
+    free(p->tied_send);
     if (p->norm_comm) fsc_comm_free(p->norm_comm);
     free(p);
     e->pipe = NULL;

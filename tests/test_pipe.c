@@ -261,7 +261,8 @@ static void test_pipe_low_precision(void **state) {
     }
 }
 
-/* 1F1B: at most P - stage micro-batches alive on stage s (P on the first); GPipe: M. The ledger agrees. */
+/* 1F1B: at most P - stage micro-batches alive on stage s (P on the first); GPipe: M. The ledger agrees, with
+ * prefetch 1 too, which holds exactly one receive buffer per direction more. */
 static void test_pipe_in_flight(void **state) {
     (void)state;
     const int P = 3, M = 6;
@@ -280,8 +281,26 @@ static void test_pipe_in_flight(void **state) {
         assert_int_equal(f.acts_peak[s], f.stats[s].peak_acts_bytes);
         assert_int_equal(f.acts_peak[s] * M, g.acts_peak[s] * (size_t)(P - s));
     }
+    /* receives posted ahead (prefetch 1): one buffer per direction more, in the ledger and the stats alike */
+    run g1 = g, f1 = f;
+    g1.params = f1.params = NULL;
+    g1.po.prefetch = f1.po.prefetch = 1;
+    train(&g1);
+    train(&f1);
+    const size_t buf = (size_t)g.cfg.seq * g.cfg.dim * sizeof(float); /* one sequence per micro-batch */
+    for (int s = 0; s < P; s++) {
+        const size_t extra = buf * (size_t)((s > 0) + (s < P - 1));
+        assert_int_equal(g1.stats[s].max_full_records, M);
+        assert_int_equal(f1.stats[s].max_in_flight, P - s);
+        assert_int_equal(g1.acts_peak[s], g1.stats[s].peak_acts_bytes);
+        assert_int_equal(f1.acts_peak[s], f1.stats[s].peak_acts_bytes);
+        assert_int_equal(g1.acts_peak[s], g.acts_peak[s] + extra);
+        assert_int_equal(f1.acts_peak[s], f.acts_peak[s] + extra);
+    }
     free(g.params);
     free(f.params);
+    free(g1.params);
+    free(f1.params);
 }
 
 /* Checkpointing lowers the activation peak (ledger) on every stage: always < except_last < never */

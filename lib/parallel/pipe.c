@@ -199,11 +199,11 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     FSC_TRY(find_tied(e));
     if (p->ntied && !(p->tied_send = calloc((size_t)p->ntied, sizeof *p->tied_send)))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
-    if (e->po.prefetch) FSC_TRY(fsc_pipe_links_create(e, e->pipe_comm, p->stage, &p->lk));
     /* the engine's groups (engine.c, fsc_layout_split) */
     p->pipe_comm = e->pipe_comm;
     p->data_comm = e->comm;
     if (!p->pipe_comm) return fsc_error(FSC_ERR_INTERNAL, "pipe: the engine made no pipeline group");
+    if (e->po.prefetch) FSC_TRY(fsc_pipe_links_create(e, p->pipe_comm, p->stage, &p->lk));
     e->lf = p->lf[p->stage];
     e->ll = p->ll[p->stage];
     p->st.pp = pp;

@@ -6,16 +6,20 @@
  * simulator's progress thread per handle, the MPI plug-in's per communicator, NCCL's stream): a receive
  * posted early blocks every later operation of that communicator until its message arrives. On the pipeline
  * group that would hold back this stage's sends (its output to s+1, its input gradient to s-1) until the
- * neighbour sent the next message, a dependency the synchronous schedule does not have and which 1F1B
- * can close into a cycle. So each link (s, s+1) gets two communicators of two ranks, split from the pipeline
+ * neighbour sent the next message, a dependency the synchronous schedule does not have. It closes into a
+ * cycle at once: stage s waiting to receive the first output gradient from s+1 before its own first output
+ * can leave, while s+1 needs that output to produce the gradient (one communicator for both directions of a
+ * link, tried, times out so in test_pipe). A communicator per direction shared by both links would still put a
+ * middle stage's receive from s-1 before its send to s+1, a dependency on s-1's progress that is harder to
+ * rule out. So each link (s, s+1) gets two communicators of two ranks, split from the pipeline
  * group: "act", on which only s sends (outputs, in micro-batch order) and only s+1 receives, and "grad", on
  * which only s+1 sends (input gradients, in backward order) and only s receives. Every communicator then
  * carries one stream of messages from one sender to one receiver, issued in the same order on both sides;
  * a posted receive can only precede later receives of the same stream, never a send, so posting it at any
  * time adds no dependency. The sends are issued where the synchronous schedule issues them and each receive
  * is waited for where it received, so every wait depends on what it depended on there: GPipe and 1F1B stay
- * free of deadlock for every balance, checkpoint mode and micro-batch count. Tied tensors stay synchronous
- * on the pipeline group, which no posted receive touches.
+ * free of deadlock for every balance, checkpoint mode and micro-batch count. Tied tensors and their
+ * gradients stay on the pipeline group (pipe.c), which no posted receive touches.
  *
  * Memory: one receive buffer per direction (stream_floats(B) floats each), so a receive never holds an
  * activation record; the data are copied into the record when they are needed. They are boundary activations:

@@ -198,6 +198,46 @@ static void test_pipe_prefetch_receives(void **state) {
     }
 }
 
+/* Every balance of the 5 blocks over 2, 3 and 4 stages, 1 to 6 micro-batches, both schedules, every checkpoint
+ * mode, with the receives posted ahead (prefetch 1): one step of DDP's bits (and no deadlock, which would time out). */
+static void test_pipe_prefetch_every_balance(void **state) {
+    (void)state;
+    for (int M = 1; M <= 6; M++) {
+        run base = make(1, 2, FSC_PAR_DDP, M, 1);
+        base.steps = 1;
+        run ref = reference(&base);
+        for (int P = 2; P <= 4; P++) {
+            int bal[4] = { 1, 1, 1, 1 };
+            for (;;) { /* the balances of 5 blocks over P stages, in lexicographic order */
+                int sum = 0;
+                for (int i = 0; i < P - 1; i++) sum += bal[i];
+                if (sum < 5) {
+                    bal[P - 1] = 5 - sum;
+                    for (int sc = 0; sc < 2 * 3; sc++) {
+                        run p = make(1, P, FSC_PAR_DDP, M, 1);
+                        p.steps = 1;
+                        p.po.balance = bal;
+                        p.po.schedule = (fsc_pipe_schedule)(sc / 3);
+                        p.po.pipe_checkpoint = (fsc_pipe_checkpoint)(sc % 3);
+                        p.po.prefetch = 1;
+                        train(&p);
+                        char what[112];
+                        snprintf(what, sizeof what, "balance %d,%d,%d,%d (pp %d), %d micro-batches, %s, checkpoint %s",
+                                 bal[0], bal[1], P > 2 ? bal[2] : 0, P > 3 ? bal[3] : 0, P, M, sched_name[sc / 3],
+                                 ckpt_name[sc % 3]);
+                        assert_same(&ref, &p, what);
+                        free(p.params);
+                    }
+                }
+                int i = P - 2; /* next: the last of the first P - 1 entries that can grow */
+                while (i >= 0 && ++bal[i] > 5 - (P - 1)) bal[i--] = 1;
+                if (i < 0) break;
+            }
+        }
+        free(ref.params);
+    }
+}
+
 /* dp x pp: DDP, FSDP (full_shard, shard_grad_op, hybrid) and ZeRO-1/2 inside each stage's data group, prefetch 0
  * and 1 */
 static void test_pipe_dp_x_pp(void **state) {
@@ -549,6 +589,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipe_equals_ddp),
         cmocka_unit_test(test_pipe_prefetch_receives),
+        cmocka_unit_test(test_pipe_prefetch_every_balance),
         cmocka_unit_test(test_pipe_dp_x_pp),
         cmocka_unit_test(test_pipe_low_precision),
         cmocka_unit_test(test_pipe_in_flight),

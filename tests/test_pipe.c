@@ -5,7 +5,11 @@
  * stage groups give bit-identical losses (on every rank) and parameters after several AdamW steps with
  * clipping that clips; bf16 and f16 with loss scaling too. Memory: 1F1B holds at most P micro-batches of
  * activations on the first stage where GPipe holds M (counts and the device ledger), and checkpointing
- * lowers the ledger's activation peak. Messages per step are counted. Bad options are clear errors. */
+ * lowers the ledger's activation peak. Messages per step are counted. Bad options are clear errors.
+ * With prefetch 1 (asynchronous sends, receives posted ahead on a communicator per link and direction) the same
+ * oracle over every balance of the 5 blocks on 2 to 4 stages and 1 to 6 micro-batches, with evaluations
+ * (equal to the step's loss) and a failed step; the ledger then holds exactly one receive buffer per direction
+ * more. */
 #include <unistd.h>
 #include "partest.h"
 #include "parallel/pipe.h"

@@ -8,8 +8,9 @@
  * ranks with groups of 2 and 4, with accumulation, no_sync and offload all. Prefetch moves no extra
  * bytes (same calls and bytes per operation, but for full_shard's one all-gather less per micro-batch: the
  * last unit stays gathered for backward) and the ledger's peak parameter memory grows by at most
- * (limit - 1) gathered blocks. Pipelines whose stages send their outputs asynchronously give the bits of
- * synchronous sends. */
+ * (limit - 1) gathered blocks. Pipelines whose stages send asynchronously and post their receives ahead give
+ * the bits of synchronous sends and receives, on a network too, for 2 to 4 stages and 1 to 5 micro-batches,
+ * with one receive buffer per direction in the ledger. */
 #include "partest.h"
 
 /* pt_train with a network of lat_us per link: the collectives take time, so they overlap for real */
@@ -179,6 +180,52 @@ static void test_prefetch_pipeline_same_bits(void **state) {
     }
 }
 
+/* Pipelines whose receives are posted ahead (the next input, the next output gradient: docs/overlap.md) on a
+ * network with latency and bandwidth, so that messages arrive late and the stages run at different paces:
+ * 3 stages (uneven balance) and 4, 1, 2, 3 and 5 micro-batches of 2 sequences, GPipe and 1F1B, every
+ * checkpoint mode; prefetch 1 equals prefetch 0 bit for bit, and (ledger) holds exactly one receive buffer
+ * per direction more activation memory: one on the first and the last stage, two on the others. */
+static void test_prefetch_pipeline_receives_on_network(void **state) {
+    (void)state;
+    static const int b3[] = {1, 2, 1};
+    const struct { int pp; const int *bal; } shapes[] = {{3, b3}, {4, NULL}};
+    const int Ms[] = {1, 2, 3, 5};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            for (int m = 0; m < 3 * 2; m++) {
+                const int P = shapes[sh].pp, M = Ms[mi];
+                pt_run a = make(P, &cases[0], 0, M, FSC_F32), b = make(P, &cases[0], 1, M, FSC_F32);
+                a.po.pp = b.po.pp = P;
+                a.po.balance = b.po.balance = shapes[sh].bal;
+                a.po.no_sync = b.po.no_sync = 1;
+                a.po.pipe_checkpoint = b.po.pipe_checkpoint = (fsc_pipe_checkpoint)(m % 3);
+                a.po.schedule = b.po.schedule = (fsc_pipe_schedule)(m / 3);
+                a.batch = b.batch = 2 * M;
+                a.steps = b.steps = 2;
+                train_net(&a, 0);
+                size_t Pn = fsc_gpt_num_params(&b.cfg);
+                b.params = calloc(Pn, sizeof(float));
+                fsc_cluster_opts co = {.world = P, .device = "cpu", .timeout_s = 60, .sim_latency_us = 150,
+                                       .sim_bandwidth_gbps = 0.2};
+                assert_ok(fsc_cluster_run(&co, pt_rank_fn, &b));
+                char what[128];
+                snprintf(what, sizeof what, "pipeline pp %d, %d micro-batches, checkpoint mode %d, schedule %d", P, M,
+                         m % 3, m / 3);
+                pt_assert_same(&a, &b, what);
+                const size_t buf = 2 * (size_t)a.cfg.seq * a.cfg.dim * sizeof(float);
+                for (int r = 0; r < P; r++) {
+                    const size_t want = a.peak[r][FSC_TAG_ACTS] + buf * (size_t)((r > 0) + (r < P - 1));
+                    if (b.peak[r][FSC_TAG_ACTS] != want)
+                        fail_msg("%s: rank %d holds %zu activation bytes at peak, prefetch 0 %zu + buffers %zu", what,
+                                 r, b.peak[r][FSC_TAG_ACTS], a.peak[r][FSC_TAG_ACTS], want - a.peak[r][FSC_TAG_ACTS]);
+                }
+                free(a.params);
+                free(b.params);
+            }
+        }
+    }
+}
+
 /* The ledger's peak parameter bytes: prefetching keeps at most limit - 1 more blocks gathered. */
 static void test_prefetch_memory_is_bounded(void **state) {
     (void)state;
@@ -223,6 +270,7 @@ int main(void) {
         cmocka_unit_test(test_prefetch_same_bits_on_network),
         cmocka_unit_test(test_prefetch_hybrid_same_bits),
         cmocka_unit_test(test_prefetch_pipeline_same_bits),
+        cmocka_unit_test(test_prefetch_pipeline_receives_on_network),
         cmocka_unit_test(test_prefetch_memory_is_bounded),
         cmocka_unit_test(test_prefetch_options_checked),
     };

@@ -107,6 +107,9 @@ static void test_pipeline_and_tensor_parallel(void **state) {
     SKIP_WITHOUT_MPI();
     same_bits(2, "pipe --pp 2");
     same_bits(4, "pipe --pp 2 --schedule 1f1b");
+    /* middle stages: receives posted ahead on both links (docs/overlap.md), 1f1b and gpipe */
+    same_bits(4, "pipe --pp 4 --layers 4 --chunks 3 --schedule 1f1b");
+    same_bits(3, "pipe --pp 3 --layers 3 --chunks 4 --checkpoint never");
     same_bits(2, "ddp --tp 2");
     same_bits(4, "fsdp --tp 2 --sequence-parallel");
     same_bits(3, "fsdp --check-ddp");

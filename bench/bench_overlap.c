@@ -1,7 +1,8 @@
 /* bench_overlap: how much communication prefetching hides (docs/overlap.md), on the simulated cluster with
  * a network. A benchmark, not a test: it prints numbers.
  *
- * For FSDP per block (full_shard) and DDP on a GPT: first the step without a network (compute: T_c, the
+ * For FSDP per block (full_shard), DDP and, on 4 or 8 ranks, FSDP hybrid_shard (groups of world / 2) on a GPT:
+ * first the step without a network (compute: T_c, the
  * median step time) and the bytes a rank sends per step (B, fsc_engine_comm_stats); then a link bandwidth
  * b = B / T_c so that communication takes as long as computation (T_m = B / b = T_c, latency 0); then the
  * step on that network with prefetch 0 and 1. Printed against the ideal max(T_c, T_m) and the serial sum
@@ -130,10 +131,14 @@ int main(int argc, char **argv) {
     const struct {
         const char *name;
         fsc_parallel_kind kind;
-    } cases[] = {{"fsdp per block", FSC_PAR_FSDP}, {"ddp", FSC_PAR_DDP}};
-    for (int c = 0; c < 2; c++) {
+        fsc_shard_strategy shard;
+    } cases[] = {{"fsdp per block", FSC_PAR_FSDP, FSC_SHARD_FULL}, {"ddp", FSC_PAR_DDP, FSC_SHARD_FULL},
+                 {"fsdp hybrid", FSC_PAR_FSDP, FSC_SHARD_HYBRID}};
+    for (int c = 0; c < 3; c++) {
+        if (cases[c].shard == FSC_SHARD_HYBRID && world < 4) continue; /* groups of world / 2 ranks, 2 replicas */
         fsc_parallel_opts po = fsc_parallel_opts_default();
         po.kind = cases[c].kind;
+        po.shard = cases[c].shard;
         po.clip = 1.0f;
         po.prefetch = 0;
         po.bucket_bytes = 1u << 20; /* ddp: buckets of 1 MiB, so that reductions can start during backward */

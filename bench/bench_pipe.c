@@ -4,7 +4,12 @@
  * The bubble of a stage is its idle fraction: time waiting in recv and in the closing loss broadcast over
  * the schedule's wall time (fsc_engine_pipe_stats). The ideal assumes equal stages, free communication
  * and a core per stage: with more stages than cores the stages share cores and the numbers mean less.
- * Balances come from fsc_balance_by_time. Usage: bench_pipe [steps] (default 4; the first is not timed). */
+ * Balances come from fsc_balance_by_time.
+ * Then, on a simulated network (--sim-bandwidth/--sim-latency's options) on which sending one micro-batch's
+ * boundary activations takes about as long as a stage's compute of it: the step time with prefetch 0 (every
+ * boundary message synchronous) and 1 (sends asynchronous, receives posted a micro-batch ahead;
+ * docs/overlap.md), in alternating rounds, and their ratio per round (same run; the median is printed).
+ * Usage: bench_pipe [steps] [rounds] (default 4 and 3; the first step is not timed). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -15,6 +20,7 @@ typedef struct {
     fsc_gpt_config cfg;
     fsc_parallel_opts po;
     int steps, mb;
+    double gbps, lat_us; /* the simulated network (0: none) */
     fsc_pipe_stats st[16];
     double ms;        /* per timed step, rank 0 */
 } bench;
@@ -49,9 +55,67 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
     return s;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One configuration's ms per step, or < 0 after printing the error. */
+static double step_ms(bench *b, int P) {
+    fsc_cluster_opts co = { .world = P, .device = "cpu", .threads_per_rank = 1, .timeout_s = 600,
+                            .sim_bandwidth_gbps = b->gbps, .sim_latency_us = b->lat_us };
+    if (fsc_cluster_run(&co, rank_fn, b) != FSC_OK) {
+        fprintf(stderr, "bench_pipe: %s\n", fsc_last_error());
+        return -1;
+    }
+    return b->ms;
+}
+
+/* Prefetch 0 against 1 on a network: 2 stages, 8 micro-batches of 4 sequences, never checkpointed. */
+static int network(const fsc_gpt_config *cfg, const int *balance, int steps, int rounds) {
+    const int P = 2, M = 8, mb = 4;
+    const double bytes = (double)mb * cfg->seq * cfg->dim * sizeof(float);
+    bench c = { .cfg = *cfg, .steps = steps, .mb = mb };
+    c.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = P, .accum = M, .no_sync = 1,
+                                .schedule = FSC_SCHED_1F1B, .pipe_checkpoint = FSC_PIPE_CKPT_NEVER,
+                                .balance = balance };
+    double t_c = step_ms(&c, P); /* compute alone: one micro-batch's stage forward+backward ~ t_c / (M + 1) */
+    if (t_c < 0) return 1;
+    /* a message (a + bytes / b) about one stage forward: a third of a micro-batch's forward + backward */
+    const double msg_ms = t_c / (M + P - 1) / 3, lat_us = msg_ms * 1e3 / 4 < 20 ? msg_ms * 1e3 / 4 : 20;
+    const double gbps = bytes / ((msg_ms - lat_us * 1e-3) * 1e-3) / 1e9;
+    printf("\nnetwork: %.3f GB/s, %.0f us per link (a boundary message %.2f ms, %.0f KiB); P %d, M %d, 1f1b and "
+           "gpipe; compute alone %.1f ms/step\n", gbps, lat_us, msg_ms, bytes / 1024, P, M, t_c);
+    printf("%-6s %12s %12s %10s\n", "sched", "pf0 ms", "pf1 ms", "pf1/pf0");
+    for (int sc = 0; sc < 2; sc++) {
+        double r[16], t0s = 0, t1s = 0;
+        if (rounds > 16) rounds = 16;
+        for (int k = 0; k < rounds; k++) {
+            double t[2];
+            for (int pf = 0; pf < 2; pf++) {
+                bench b = c;
+                b.gbps = gbps;
+                b.lat_us = lat_us;
+                b.po.schedule = (fsc_pipe_schedule)sc;
+                b.po.prefetch = pf;
+                if ((t[pf] = step_ms(&b, P)) < 0) return 1;
+            }
+            r[k] = t[1] / t[0];
+            t0s += t[0] / rounds, t1s += t[1] / rounds;
+        }
+        qsort(r, (size_t)rounds, sizeof r[0], cmp_double);
+        printf("%-6s %12.1f %12.1f %10.3f\n", sc ? "1f1b" : "gpipe", t0s, t1s, r[rounds / 2]);
+        printf("RESULT pipe_net %s pf0_ms %.2f pf1_ms %.2f ratio %.4f\n", sc ? "1f1b" : "gpipe", t0s, t1s,
+               r[rounds / 2]);
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int steps = argc > 1 ? atoi(argv[1]) : 4;
+    int steps = argc > 1 ? atoi(argv[1]) : 4, rounds = argc > 2 ? atoi(argv[2]) : 3;
     if (steps < 2) steps = 2;
+    if (rounds < 1) rounds = 1;
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fsc_gpt_config cfg = { .layers = 8, .dim = 128, .heads = 4, .seq = 64, .vocab = 256 };
@@ -80,11 +144,7 @@ int main(int argc, char **argv) {
             b.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = P, .accum = M, .no_sync = 1,
                                         .schedule = (fsc_pipe_schedule)sc,
                                         .pipe_checkpoint = FSC_PIPE_CKPT_NEVER, .balance = balance };
-            fsc_cluster_opts co = { .world = P, .device = "cpu", .threads_per_rank = 1, .timeout_s = 600 };
-            if (fsc_cluster_run(&co, rank_fn, &b) != FSC_OK) {
-                fprintf(stderr, "bench_pipe: %s\n", fsc_last_error());
-                return 1;
-            }
+            if (step_ms(&b, P) < 0) return 1;
             double mean = 0;
             char per[64] = "", *w = per;
             for (int s = 0; s < P; s++) {
@@ -99,6 +159,15 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
+    int balance[2];
+    fsc_model *m = NULL;
+    fsc_status bs = fsc_gpt_model_create(dev, &cfg, &m);
+    if (bs == FSC_OK) bs = fsc_balance_by_time(dev, m, 2, 4, 3, balance);
+    fsc_model_free(m);
     fsc_device_free(dev);
-    return 0;
+    if (bs != FSC_OK) {
+        fprintf(stderr, "bench_pipe: %s\n", fsc_last_error());
+        return 1;
+    }
+    return network(&cfg, balance, steps, rounds);
 }

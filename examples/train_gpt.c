@@ -151,7 +151,7 @@ static const option options[] = {
     {"reduce", "MODE", "ordered", "processes started by a launcher: ordered (sums in rank order, the simulated ranks' bits)|native (MPI's or NCCL's own all-reduce, faster, bits may differ)", K_CHOICE, F(reduce), 0, 0, "ordered|native"},
     {"sim-bandwidth", "GBPS", "0", "simulated ranks: every link's bandwidth in GB/s; a collective then takes a ring algorithm's time (docs/overlap.md) (0: no cost)", K_FLOAT, F(sim_bandwidth), 0, 1e9, NULL},
     {"sim-latency", "US", "0", "simulated ranks: every link's latency in microseconds (0: none)", K_FLOAT, F(sim_latency), 0, 1e9, NULL},
-    {"prefetch", "0|1", "1", "overlap communication with computation: fsdp gathers the next unit ahead and reduce-scatters during backward; ddp and zero reduce buckets during backward (the same bits either way)", K_INT, F(prefetch), 0, 1, NULL},
+    {"prefetch", "0|1", "1", "overlap communication with computation: fsdp gathers the next unit ahead and reduce-scatters during backward; ddp and zero reduce buckets during backward; pipelines send and receive stage boundaries asynchronously, receives posted a micro-batch ahead (the same bits either way)", K_INT, F(prefetch), 0, 1, NULL},
     {"sim-copy-bandwidth", "GBPS", "0", "simulated ranks: host<->device copies (offload's among them) take bytes / GBPS of the rank's time, as over PCIe (docs/offload.md) (0: no cost)", K_FLOAT, F(sim_copy), 0, 1e9, NULL},
     {"offload", "MODE", "none", "host memory: none|optim (optimizer state and step on the host; fsdp, zero1, zero2)|all (also fsdp's fp32 master parameters and reduced gradients); the same bits (docs/offload.md)", K_CHOICE, F(offload), 0, 0, "none|optim|all"},
     {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage; "
@@ -781,6 +781,7 @@ typedef struct {
     double *losses;      /* (steps) rank 0 */
     double *step_ms;     /* (steps) rank 0 */
     size_t (*peak)[FSC_TAG_COUNT + 1]; /* (world) per tag, then the total */
+    size_t (*hpeak)[FSC_TAG_COUNT + 1]; /* (world) the same of the host ledger (--offload; zeros without) */
     fsc_comm_stats comm; /* rank 0's communication (all the engine's groups), training steps only */
     size_t nparams;
     float *params;       /* (nparams) final full parameters from rank 0, when asked for (--check-ddp) */
@@ -805,12 +806,13 @@ static int results_alloc(run_state *st, int steps, int world) {
     st->assigned = calloc(ns, sizeof *st->assigned);
     st->dropped = calloc(ns, sizeof *st->dropped);
     st->peak = calloc(nw, sizeof *st->peak);
+    st->hpeak = calloc(nw, sizeof *st->hpeak);
     st->lay = calloc(nw, sizeof *st->lay);
     st->lr = calloc(ns, sizeof *st->lr);
     st->val_loss = malloc(ns * sizeof *st->val_loss);
     for (size_t i = 0; st->val_loss && i < ns; i++) st->val_loss[i] = NAN;
     if (!st->lr || !st->val_loss) return -1;
-    return st->losses && st->step_ms && st->aux && st->assigned && st->dropped && st->peak && st->lay ? 0 : -1;
+    return st->losses && st->step_ms && st->aux && st->assigned && st->dropped && st->peak && st->hpeak && st->lay ? 0 : -1;
 }
 
 static void results_free(run_state *st) {
@@ -820,6 +822,7 @@ static void results_free(run_state *st) {
     free(st->assigned);
     free(st->dropped);
     free(st->peak);
+    free(st->hpeak);
     free(st->lay);
     free(st->lr);
     free(st->val_loss);
@@ -847,7 +850,8 @@ static fsc_status fill_batch(const run_state *st, int d, int s, int32_t *tok, in
 static fsc_status share_per_rank(fsc_rank *r, run_state *st, fsc_status s) {
     FSC_TRY(fsc_comm_agree(r->comm, r->dev, s));
     struct { void *base; size_t bytes; } slot[] = {
-        {st->peak, sizeof *st->peak}, {st->lay, sizeof *st->lay}, {st->pstats, sizeof *st->pstats}};
+        {st->peak, sizeof *st->peak}, {st->hpeak, sizeof *st->hpeak}, {st->lay, sizeof *st->lay},
+        {st->pstats, sizeof *st->pstats}};
     for (size_t i = 0; i < sizeof slot / sizeof slot[0]; i++) {
         if (!slot[i].base) continue;
         size_t b = slot[i].bytes, mine = (size_t)r->rank * b;
@@ -1028,7 +1032,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     const double peak_flops = r->rank == 0 ? (double)r->world * st->tflops * 1e12 : 0, run_t0 = now_ms();
     double sum_ms = 0, first_ms = 0;
     int timed = 0;
-    size_t peak[FSC_TAG_COUNT + 1];
+    size_t peak[FSC_TAG_COUNT + 1], hpeak[FSC_TAG_COUNT + 1];
     for (int step = start; step < c->steps && s == FSC_OK; step++) {
         if ((s = fill_batch(st, lay->data, step, tok, tgt)) != FSC_OK) break;
         double t0 = now_ms();
@@ -1052,9 +1056,11 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
                          (long long)info.moe_assigned);
             }
             fsc_device *host = fsc_engine_host_device(e); /* offload: host memory has its own ledger */
+            for (int t = 0; host && t < FSC_TAG_COUNT; t++) hpeak[t] = fsc_device_peak_bytes(host, (fsc_tag)t);
+            if (host) hpeak[FSC_TAG_COUNT] = fsc_device_peak_total(host);
             if (host)
                 snprintf(moe + strlen(moe), sizeof moe - strlen(moe), " | host peak %.1f MiB",
-                         (double)fsc_device_peak_total(host) / 1048576.0);
+                         (double)hpeak[FSC_TAG_COUNT] / 1048576.0);
             char extra[192];
             snprintf(extra, sizeof extra, "%s%s", moe, info.skipped ? " | skipped (inf/nan loss or gradients)" : "");
             if (timed++ == 0) first_ms = ms;
@@ -1065,7 +1071,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             step_record rec = {.step = step + 1, .steps = c->steps, .loss = info.loss, .lr = fsc_engine_lr(e),
                                .val_loss = val_loss, .ms = ms, .tokens = tokens, .flops = step_flops,
                                .peak_flops = peak_flops, .eta_s = mean * 1e-3 * (c->steps - step - 1),
-                               .elapsed_s = (now_ms() - run_t0) * 1e-3, .peak = peak, .extra = extra};
+                               .elapsed_s = (now_ms() - run_t0) * 1e-3, .peak = peak,
+                               .host_peak = host ? hpeak : NULL, .extra = extra};
             print_progress(stdout, &rec);
             if (st->log && log_step(st->log, &rec) != 0)
                 s = fsc_error(FSC_ERR_IO, "--log %s: cannot write: %s", c->log, strerror(errno));
@@ -1092,6 +1099,9 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     if (s == FSC_OK && c->save) s = fsc_engine_save_weights_dtype(e, c->save, save_dt[c->save_dtype]);
     for (int t = 0; t < FSC_TAG_COUNT; t++) st->peak[r->rank][t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
     st->peak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
+    fsc_device *hdev = fsc_engine_host_device(e);
+    for (int t = 0; hdev && t < FSC_TAG_COUNT; t++) st->hpeak[r->rank][t] = fsc_device_peak_bytes(hdev, (fsc_tag)t);
+    if (hdev) st->hpeak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(hdev);
     if (st->procs) s = share_per_rank(r, st, s);
     free(tok);
     free(tgt);
@@ -1297,6 +1307,11 @@ static void print_json(const run_state *st, const ddp_check *chk) {
     cJSON_AddItemToObject(root, "peak_bytes", tag_object(st->peak[0]));
     cJSON *pr = cJSON_AddArrayToObject(root, "per_rank");
     for (int r = 0; r < c->world; r++) cJSON_AddItemToArray(pr, tag_object(st->peak[r]));
+    if (c->offload) { /* the host ledger (docs/offload.md) */
+        cJSON_AddItemToObject(root, "host_peak_bytes", tag_object(st->hpeak[0]));
+        cJSON *hr = cJSON_AddArrayToObject(root, "host_per_rank");
+        for (int r = 0; r < c->world; r++) cJSON_AddItemToArray(hr, tag_object(st->hpeak[r]));
+    }
     cJSON *comm = cJSON_AddObjectToObject(root, "comm");
     double total = 0;
     for (int op = 0; op < FSC_OP_COUNT; op++) {

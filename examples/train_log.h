@@ -2,10 +2,12 @@
  * its learning rate and validation loss when known, time, FLOPs, memory) and turns into the progress line on
  * stdout and, with --log FILE.jsonl, one JSON object per line, flushed as it goes:
  *   {"type":"train","step":3,"loss":5.1,"lr":0.003,"ms":41.2,"tokens_per_s":12427,"mfu":0.012,"eta_s":1.1,
- *    "elapsed_s":0.2,"peak_bytes":{"params":..,"grads":..,..,"total":..}}         (one per step)
+ *    "elapsed_s":0.2,"peak_bytes":{"params":..,"grads":..,..,"total":..},
+ *    "host_peak_bytes":{"params":..,..,"total":..}}                             (one per step)
  *   {"type":"val","step":3,"val_loss":5.3}                                      (one per validation)
  * The first line of a log is {"type":"config", "config":{...}} (the options of the run, as --json names them).
- * lr, val_loss, mfu and eta_s are left out when not known. tools/plot reads these lines.
+ * lr, val_loss, mfu and eta_s are left out when not known, host_peak_bytes without --offload. tools/plot reads
+ * these lines.
  * Only what is here formats; the training loop and its measurements stay in train_gpt.c. */
 #ifndef TRAIN_LOG_H
 #define TRAIN_LOG_H
@@ -26,6 +28,7 @@ typedef struct {
     double eta_s;       /* time left at the mean step time so far; < 0: not known yet */
     double elapsed_s;   /* since the first step began */
     const size_t *peak; /* (FSC_TAG_COUNT + 1) rank 0's peak device bytes by tag, then the total */
+    const size_t *host_peak; /* (FSC_TAG_COUNT + 1) the same of rank 0's host ledger (offload); NULL: none */
     const char *extra;  /* appended to the progress line (MoE statistics, a skipped step); may be NULL */
 } step_record;
 
@@ -75,6 +78,13 @@ static int log_line(FILE *f, cJSON *o) {
     return bad ? -1 : 0;
 }
 
+/* {"params":..,"grads":..,..,"total":..} as o's k: peak (FSC_TAG_COUNT + 1) bytes by tag, then the total. */
+static void add_peaks(cJSON *o, const char *k, const size_t *peak) {
+    cJSON *p = cJSON_AddObjectToObject(o, k);
+    for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(p, fsc_tag_name((fsc_tag)t), (double)peak[t]);
+    cJSON_AddNumberToObject(p, "total", (double)peak[FSC_TAG_COUNT]);
+}
+
 /* The --log record of a validation after step (0: before the first). */
 static int log_val(FILE *f, int step, double val_loss) {
     cJSON *v = cJSON_CreateObject();
@@ -97,11 +107,8 @@ static int log_step(FILE *f, const step_record *r) {
     if (isfinite(m)) cJSON_AddNumberToObject(o, "mfu", m);
     if (r->eta_s >= 0) cJSON_AddNumberToObject(o, "eta_s", r->eta_s);
     cJSON_AddNumberToObject(o, "elapsed_s", r->elapsed_s);
-    if (r->peak) {
-        cJSON *p = cJSON_AddObjectToObject(o, "peak_bytes");
-        for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(p, fsc_tag_name((fsc_tag)t), (double)r->peak[t]);
-        cJSON_AddNumberToObject(p, "total", (double)r->peak[FSC_TAG_COUNT]);
-    }
+    if (r->peak) add_peaks(o, "peak_bytes", r->peak);
+    if (r->host_peak) add_peaks(o, "host_peak_bytes", r->host_peak);
     if (log_line(f, o) != 0) return -1;
     return isfinite(r->val_loss) ? log_val(f, r->step, r->val_loss) : 0;
 }

@@ -3,11 +3,14 @@
  * Oracles: every strategy (ddp, zero1, zero2, fsdp full_shard with and without reshard, shard_grad_op,
  * no_shard, hybrid_shard) with prefetch 1 gives the losses and parameters of the same run with prefetch 0
  * bit for bit, and of DDP; with gradient accumulation reducing every micro-batch and with bf16 too; on a
- * simulated network (so collectives really run while layers compute) as without. Prefetch moves no extra
+ * simulated network (so collectives really run while layers compute) as without. Hybrid sharding (whose
+ * reduction is a reduce-scatter over the world then an all-gather across replicas, both overlapped) on 4 and 8
+ * ranks with groups of 2 and 4, with accumulation, no_sync and offload all. Prefetch moves no extra
  * bytes (same calls and bytes per operation, but for full_shard's one all-gather less per micro-batch: the
  * last unit stays gathered for backward) and the ledger's peak parameter memory grows by at most
- * (limit - 1) gathered blocks. Pipelines whose stages send their outputs asynchronously give the bits of
- * synchronous sends. */
+ * (limit - 1) gathered blocks. Pipelines whose stages send asynchronously and post their receives ahead give
+ * the bits of synchronous sends and receives, on a network too, for 2 to 4 stages and 1 to 5 micro-batches,
+ * with one receive buffer per direction in the ledger. */
 #include "partest.h"
 
 /* pt_train with a network of lat_us per link: the collectives take time, so they overlap for real */
@@ -52,6 +55,19 @@ static pt_run make(int N, const pf_case *c, int prefetch, int accum, fsc_dtype d
     return r;
 }
 
+/* The same calls and bytes (rank 0): prefetch moves nothing more (but full_shard and hybrid keep the last unit
+ * gathered for backward: one all-gather less per micro-batch). */
+static void check_same_traffic(const pt_run *a, const pt_run *b, const pf_case *c, int accum, const char *what) {
+    for (int op = 0; op < FSC_OP_COUNT; op++) {
+        int fewer = op == FSC_OP_ALL_GATHER && c->kind == FSC_PAR_FSDP &&
+                    (c->sh == FSC_SHARD_FULL || c->sh == FSC_SHARD_HYBRID) && c->reshard != 0;
+        if (fewer && b->comm[0].calls[op] == a->comm[0].calls[op] - (unsigned long long)accum) continue;
+        if (a->comm[0].calls[op] != b->comm[0].calls[op] || a->comm[0].bytes[op] != b->comm[0].bytes[op])
+            fail_msg("%s: %s calls %llu vs %llu", what, fsc_comm_op_name((fsc_comm_op)op),
+                     (unsigned long long)a->comm[0].calls[op], (unsigned long long)b->comm[0].calls[op]);
+    }
+}
+
 static void check_all(int N, int accum, fsc_dtype dt, double lat_us) {
     pt_run ddp = make(N, &cases[0], 0, accum, dt);
     train_net(&ddp, 0);
@@ -67,16 +83,7 @@ static void check_all(int N, int accum, fsc_dtype dt, double lat_us) {
         snprintf(what, sizeof what, "%s, world %d, accum %d, %s with prefetch: against ddp", cases[k].what, N, accum,
                  fsc_dtype_name(dt));
         if (dt == FSC_F32) pt_assert_same(&ddp, &b, what); /* bf16 rounds shards and buckets differently */
-        for (int op = 0; op < FSC_OP_COUNT; op++) { /* the same calls and bytes: prefetch moves nothing more */
-            /* (but full_shard and hybrid keep the last unit gathered for backward: one all-gather less per micro-batch) */
-            int fewer = op == FSC_OP_ALL_GATHER && cases[k].kind == FSC_PAR_FSDP &&
-                        (cases[k].sh == FSC_SHARD_FULL || cases[k].sh == FSC_SHARD_HYBRID) &&
-                        cases[k].reshard != 0;
-            if (fewer && b.comm[0].calls[op] == a.comm[0].calls[op] - (unsigned long long)accum) continue;
-            if (a.comm[0].calls[op] != b.comm[0].calls[op] || a.comm[0].bytes[op] != b.comm[0].bytes[op])
-                fail_msg("%s: %s calls %llu vs %llu", what, fsc_comm_op_name((fsc_comm_op)op),
-                         (unsigned long long)a.comm[0].calls[op], (unsigned long long)b.comm[0].calls[op]);
-        }
+        check_same_traffic(&a, &b, &cases[k], accum, what);
         free(a.params);
         free(b.params);
     }
@@ -105,6 +112,47 @@ static void test_prefetch_same_bits_on_network(void **state) {
     check_all(4, 2, FSC_F32, 300);
 }
 
+/* Hybrid sharding (the reduce-scatter over the world, then the all-gather across replicas, both during the
+ * earlier units' backward): prefetch 1 equals prefetch 0 and DDP bit for bit on 4 ranks (groups of 2) and 8
+ * (groups of 2 and 4), with and without a network, with accumulation reducing every micro-batch and under
+ * no_sync, with offload all, and with 3 units in flight. */
+static void check_hybrid(int N, int G, int accum, int no_sync, fsc_offload_mode off, int limit, double lat_us) {
+    const pf_case c = {FSC_PAR_FSDP, FSC_SHARD_HYBRID, -1, G, "fsdp hybrid_shard"};
+    pt_run ddp = make(N, &cases[0], 0, accum, FSC_F32), a = make(N, &c, 0, accum, FSC_F32),
+           b = make(N, &c, 1, accum, FSC_F32);
+    pt_run *all[] = {&ddp, &a, &b};
+    for (int k = 0; k < 3; k++) {
+        all[k]->batch = 48; /* 8 ranks x 2 micro-batches x 3 */
+        all[k]->po.no_sync = no_sync;
+    }
+    b.po.offload = off;
+    b.po.prefetch_limit = limit;
+    train_net(&ddp, 0);
+    train_net(&a, 0);
+    train_net(&b, lat_us);
+    char what[200];
+    snprintf(what, sizeof what, "hybrid_shard %d, world %d, accum %d%s, offload %s, limit %d, latency %g us", G, N,
+             accum, no_sync ? " (no_sync)" : "", fsc_offload_mode_name(off), limit, lat_us);
+    pt_assert_same(&a, &b, what);
+    pt_assert_same(&ddp, &b, what);
+    check_same_traffic(&a, &b, &c, accum, what);
+    for (int k = 0; k < 3; k++) free(all[k]->params);
+}
+
+static void test_prefetch_hybrid_same_bits(void **state) {
+    (void)state;
+    const int groups[][2] = {{4, 2}, {8, 2}, {8, 4}};
+    for (int k = 0; k < 3; k++) {
+        const int N = groups[k][0], G = groups[k][1];
+        check_hybrid(N, G, 1, 0, FSC_OFFLOAD_NONE, 2, 0);
+        check_hybrid(N, G, 1, 0, FSC_OFFLOAD_NONE, 2, 300);
+        check_hybrid(N, G, 2, 0, FSC_OFFLOAD_NONE, 2, 300);
+        check_hybrid(N, G, 2, 1, FSC_OFFLOAD_NONE, 2, 0);
+        check_hybrid(N, G, 2, 0, FSC_OFFLOAD_ALL, 2, 300);
+        check_hybrid(N, G, 2, 0, FSC_OFFLOAD_NONE, 3, 200);
+    }
+}
+
 /* Pipelines (2 stages x 2 data ranks, 4 micro-batches, GPipe and 1F1B, each checkpoint mode): the stage
  * outputs and the input gradients are sent while the stage goes on; with fsdp and ddp inside, on a network,
  * prefetch 1 equals 0. */
@@ -128,6 +176,52 @@ static void test_prefetch_pipeline_same_bits(void **state) {
             pt_assert_same(&a, &b, what);
             free(a.params);
             free(b.params);
+        }
+    }
+}
+
+/* Pipelines whose receives are posted ahead (the next input, the next output gradient: docs/overlap.md) on a
+ * network with latency and bandwidth, so that messages arrive late and the stages run at different paces:
+ * 3 stages (uneven balance) and 4, 1, 2, 3 and 5 micro-batches of 2 sequences, GPipe and 1F1B, every
+ * checkpoint mode; prefetch 1 equals prefetch 0 bit for bit, and (ledger) holds exactly one receive buffer
+ * per direction more activation memory: one on the first and the last stage, two on the others. */
+static void test_prefetch_pipeline_receives_on_network(void **state) {
+    (void)state;
+    static const int b3[] = {1, 2, 1};
+    const struct { int pp; const int *bal; } shapes[] = {{3, b3}, {4, NULL}};
+    const int Ms[] = {1, 2, 3, 5};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            for (int m = 0; m < 3 * 2; m++) {
+                const int P = shapes[sh].pp, M = Ms[mi];
+                pt_run a = make(P, &cases[0], 0, M, FSC_F32), b = make(P, &cases[0], 1, M, FSC_F32);
+                a.po.pp = b.po.pp = P;
+                a.po.balance = b.po.balance = shapes[sh].bal;
+                a.po.no_sync = b.po.no_sync = 1;
+                a.po.pipe_checkpoint = b.po.pipe_checkpoint = (fsc_pipe_checkpoint)(m % 3);
+                a.po.schedule = b.po.schedule = (fsc_pipe_schedule)(m / 3);
+                a.batch = b.batch = 2 * M;
+                a.steps = b.steps = 2;
+                train_net(&a, 0);
+                size_t Pn = fsc_gpt_num_params(&b.cfg);
+                b.params = calloc(Pn, sizeof(float));
+                fsc_cluster_opts co = {.world = P, .device = "cpu", .timeout_s = 60, .sim_latency_us = 150,
+                                       .sim_bandwidth_gbps = 0.2};
+                assert_ok(fsc_cluster_run(&co, pt_rank_fn, &b));
+                char what[128];
+                snprintf(what, sizeof what, "pipeline pp %d, %d micro-batches, checkpoint mode %d, schedule %d", P, M,
+                         m % 3, m / 3);
+                pt_assert_same(&a, &b, what);
+                const size_t buf = 2 * (size_t)a.cfg.seq * a.cfg.dim * sizeof(float);
+                for (int r = 0; r < P; r++) {
+                    const size_t want = a.peak[r][FSC_TAG_ACTS] + buf * (size_t)((r > 0) + (r < P - 1));
+                    if (b.peak[r][FSC_TAG_ACTS] != want)
+                        fail_msg("%s: rank %d holds %zu activation bytes at peak, prefetch 0 %zu + buffers %zu", what,
+                                 r, b.peak[r][FSC_TAG_ACTS], a.peak[r][FSC_TAG_ACTS], want - a.peak[r][FSC_TAG_ACTS]);
+                }
+                free(a.params);
+                free(b.params);
+            }
         }
     }
 }
@@ -174,7 +268,9 @@ int main(void) {
         cmocka_unit_test(test_prefetch_same_bits_f32),
         cmocka_unit_test(test_prefetch_same_bits_accum_bf16),
         cmocka_unit_test(test_prefetch_same_bits_on_network),
+        cmocka_unit_test(test_prefetch_hybrid_same_bits),
         cmocka_unit_test(test_prefetch_pipeline_same_bits),
+        cmocka_unit_test(test_prefetch_pipeline_receives_on_network),
         cmocka_unit_test(test_prefetch_memory_is_bounded),
         cmocka_unit_test(test_prefetch_options_checked),
     };

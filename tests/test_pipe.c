@@ -5,7 +5,11 @@
  * stage groups give bit-identical losses (on every rank) and parameters after several AdamW steps with
  * clipping that clips; bf16 and f16 with loss scaling too. Memory: 1F1B holds at most P micro-batches of
  * activations on the first stage where GPipe holds M (counts and the device ledger), and checkpointing
- * lowers the ledger's activation peak. Messages per step are counted. Bad options are clear errors. */
+ * lowers the ledger's activation peak. Messages per step are counted. Bad options are clear errors.
+ * With prefetch 1 (asynchronous sends, receives posted ahead on a communicator per link and direction) the same
+ * oracle over every balance of the 5 blocks on 2 to 4 stages and 1 to 6 micro-batches, with evaluations
+ * (equal to the step's loss) and a failed step; the ledger then holds exactly one receive buffer per direction
+ * more. */
 #include <unistd.h>
 #include "partest.h"
 #include "parallel/pipe.h"
@@ -20,6 +24,9 @@ typedef struct {
     int world, batch, steps;
     const char *save;                 /* write the final weights there (collective) */
     const char *load;                 /* read the initial weights from there (collective) */
+    int eval;                         /* fsc_engine_eval of each step's batch before the step, into ev */
+    int bad_first;                    /* a first step with a wrong global batch, which must fail on every rank */
+    double ev[MAXW][MAXS];
     double loss[MAXW][MAXS];          /* every rank's loss of every step */
     fsc_step_info info[MAXS];         /* rank 0 */
     float *params;                    /* (P) full parameters after the last step, rank 0 */
@@ -72,7 +79,10 @@ static fsc_status rank_fn(fsc_rank *rk, void *arg) {
         }
         fsc_engine_reset_comm_stats(e);
         fsc_step_info info;
-        s = fsc_engine_step(e, tok, tgt, lb, B, &info);
+        if (r->bad_first && step == 0 && fsc_engine_step(e, tok, tgt, lb, B + 1, &info) != FSC_ERR_INVALID)
+            s = fsc_error(FSC_ERR_INTERNAL, "a step with a wrong global batch did not fail");
+        if (s == FSC_OK && r->eval) s = fsc_engine_eval(e, tok, tgt, lb, B, &r->ev[rk->rank][step]);
+        if (s == FSC_OK) s = fsc_engine_step(e, tok, tgt, lb, B, &info);
         if (s == FSC_OK) r->loss[rk->rank][step] = info.loss;
         if (s == FSC_OK && rk->rank == 0) r->info[step] = info;
     }
@@ -150,7 +160,90 @@ static void test_pipe_equals_ddp(void **state) {
     free(ref.params);
 }
 
-/* dp x pp: DDP, FSDP (full_shard, shard_grad_op, hybrid) and ZeRO-1/2 inside each stage's data group */
+/* The receives posted ahead (po.prefetch 1, docs/overlap.md) on the paths the test above leaves out: 1, 2 (of 2
+ * sequences each: accumulation over micro-batches of several samples) and 5 micro-batches, 2 to 4 stages with
+ * uneven balances, both schedules, every checkpoint mode, an evaluation (fsc_engine_eval) before every step and a
+ * first step that fails (wrong global batch) after its micro-batches ran. Oracle: DDP's bits, doing the same;
+ * every rank's evaluation of a step's batch equals that step's loss. */
+static void test_pipe_prefetch_receives(void **state) {
+    (void)state;
+    static const int b2[] = { 3, 2 }, b3[] = { 1, 3, 1 }, b4[] = { 1, 1, 2, 1 };
+    struct { int pp; const int *bal; } cases[] = { { 2, b2 }, { 3, b3 }, { 4, b4 } };
+    const int Ms[] = { 1, 2, 5 };
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+        const int M = Ms[mi], mb = M == 2 ? 2 : 1;
+        run base = make(1, 2, FSC_PAR_DDP, M, mb);
+        base.steps = 2;
+        base.eval = base.bad_first = 1;
+        run ref = reference(&base);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            for (int sc = 0; sc < 2 * 3; sc++) {
+                run p = make(1, cases[c].pp, FSC_PAR_DDP, M, mb);
+                p.steps = base.steps;
+                p.eval = p.bad_first = 1;
+                p.po.balance = cases[c].bal;
+                p.po.schedule = (fsc_pipe_schedule)(sc / 3);
+                p.po.pipe_checkpoint = (fsc_pipe_checkpoint)(sc % 3);
+                p.po.prefetch = 1;
+                train(&p);
+                char what[112];
+                snprintf(what, sizeof what, "pp %d, %d micro-batches of %d, %s, checkpoint %s, prefetch 1",
+                         cases[c].pp, M, mb, sched_name[sc / 3], ckpt_name[sc % 3]);
+                assert_same(&ref, &p, what);
+                for (int st = 0; st < p.steps; st++)
+                    for (int rk = 0; rk < p.world; rk++)
+                        if (memcmp(&p.ev[rk][st], &p.loss[rk][st], sizeof(double)) != 0)
+                            fail_msg("%s: rank %d's eval before step %d gives %.17g, the step %.17g", what, rk, st,
+                                     p.ev[rk][st], p.loss[rk][st]);
+                free(p.params);
+            }
+        }
+        free(ref.params);
+    }
+}
+
+/* Every balance of the 5 blocks over 2, 3 and 4 stages, 1 to 6 micro-batches, both schedules, every checkpoint
+ * mode, with the receives posted ahead (prefetch 1): one step of DDP's bits (and no deadlock, which would time out). */
+static void test_pipe_prefetch_every_balance(void **state) {
+    (void)state;
+    for (int M = 1; M <= 6; M++) {
+        run base = make(1, 2, FSC_PAR_DDP, M, 1);
+        base.steps = 1;
+        run ref = reference(&base);
+        for (int P = 2; P <= 4; P++) {
+            int bal[4] = { 1, 1, 1, 1 };
+            for (;;) { /* the balances of 5 blocks over P stages, in lexicographic order */
+                int sum = 0;
+                for (int i = 0; i < P - 1; i++) sum += bal[i];
+                if (sum < 5) {
+                    bal[P - 1] = 5 - sum;
+                    for (int sc = 0; sc < 2 * 3; sc++) {
+                        run p = make(1, P, FSC_PAR_DDP, M, 1);
+                        p.steps = 1;
+                        p.po.balance = bal;
+                        p.po.schedule = (fsc_pipe_schedule)(sc / 3);
+                        p.po.pipe_checkpoint = (fsc_pipe_checkpoint)(sc % 3);
+                        p.po.prefetch = 1;
+                        train(&p);
+                        char what[112];
+                        snprintf(what, sizeof what, "balance %d,%d,%d,%d (pp %d), %d micro-batches, %s, checkpoint %s",
+                                 bal[0], bal[1], P > 2 ? bal[2] : 0, P > 3 ? bal[3] : 0, P, M, sched_name[sc / 3],
+                                 ckpt_name[sc % 3]);
+                        assert_same(&ref, &p, what);
+                        free(p.params);
+                    }
+                }
+                int i = P - 2; /* next: the last of the first P - 1 entries that can grow */
+                while (i >= 0 && ++bal[i] > 5 - (P - 1)) bal[i--] = 1;
+                if (i < 0) break;
+            }
+        }
+        free(ref.params);
+    }
+}
+
+/* dp x pp: DDP, FSDP (full_shard, shard_grad_op, hybrid) and ZeRO-1/2 inside each stage's data group, prefetch 0
+ * and 1 */
 static void test_pipe_dp_x_pp(void **state) {
     (void)state;
     struct { int dp, pp; fsc_parallel_kind kind; fsc_shard_strategy sh; int sched; const char *what; } cases[] = {
@@ -164,8 +257,11 @@ static void test_pipe_dp_x_pp(void **state) {
         { 4, 2, FSC_PAR_FSDP, FSC_SHARD_HYBRID, FSC_SCHED_1F1B, "fsdp hybrid_shard, dp 4" },
     };
     run refs[5] = { 0 };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t i = 0; i < 2 * sizeof cases / sizeof cases[0]; i++) {
+        const size_t c = i / 2;
+        const int pf = (int)(i % 2); /* prefetch 0 and 1 */
         run p = make(cases[c].dp, cases[c].pp, cases[c].kind, 3, 1);
+        p.po.prefetch = pf;
         p.po.shard = cases[c].sh;
         p.po.hybrid_group = 2;
         p.po.schedule = (fsc_pipe_schedule)cases[c].sched;
@@ -173,7 +269,7 @@ static void test_pipe_dp_x_pp(void **state) {
         if (!ref->params) *ref = reference(&p);
         train(&p);
         char what[96];
-        snprintf(what, sizeof what, "dp %d x pp %d, %s", cases[c].dp, cases[c].pp, cases[c].what);
+        snprintf(what, sizeof what, "dp %d x pp %d, %s, prefetch %d", cases[c].dp, cases[c].pp, cases[c].what, pf);
         assert_same(ref, &p, what);
         /* rank = stage * dp + dp_index */
         for (int rk = 0; rk < p.world; rk++) {
@@ -209,7 +305,8 @@ static void test_pipe_low_precision(void **state) {
     }
 }
 
-/* 1F1B: at most P - stage micro-batches alive on stage s (P on the first); GPipe: M. The ledger agrees. */
+/* 1F1B: at most P - stage micro-batches alive on stage s (P on the first); GPipe: M. The ledger agrees, with
+ * prefetch 1 too, which holds exactly one receive buffer per direction more. */
 static void test_pipe_in_flight(void **state) {
     (void)state;
     const int P = 3, M = 6;
@@ -228,8 +325,26 @@ static void test_pipe_in_flight(void **state) {
         assert_int_equal(f.acts_peak[s], f.stats[s].peak_acts_bytes);
         assert_int_equal(f.acts_peak[s] * M, g.acts_peak[s] * (size_t)(P - s));
     }
+    /* receives posted ahead (prefetch 1): one buffer per direction more, in the ledger and the stats alike */
+    run g1 = g, f1 = f;
+    g1.params = f1.params = NULL;
+    g1.po.prefetch = f1.po.prefetch = 1;
+    train(&g1);
+    train(&f1);
+    const size_t buf = (size_t)g.cfg.seq * g.cfg.dim * sizeof(float); /* one sequence per micro-batch */
+    for (int s = 0; s < P; s++) {
+        const size_t extra = buf * (size_t)((s > 0) + (s < P - 1));
+        assert_int_equal(g1.stats[s].max_full_records, M);
+        assert_int_equal(f1.stats[s].max_in_flight, P - s);
+        assert_int_equal(g1.acts_peak[s], g1.stats[s].peak_acts_bytes);
+        assert_int_equal(f1.acts_peak[s], f1.stats[s].peak_acts_bytes);
+        assert_int_equal(g1.acts_peak[s], g.acts_peak[s] + extra);
+        assert_int_equal(f1.acts_peak[s], f.acts_peak[s] + extra);
+    }
     free(g.params);
     free(f.params);
+    free(g1.params);
+    free(f1.params);
 }
 
 /* Checkpointing lowers the activation peak (ledger) on every stage: always < except_last < never */
@@ -477,6 +592,8 @@ static void test_pipe_balance_helpers(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipe_equals_ddp),
+        cmocka_unit_test(test_pipe_prefetch_receives),
+        cmocka_unit_test(test_pipe_prefetch_every_balance),
         cmocka_unit_test(test_pipe_dp_x_pp),
         cmocka_unit_test(test_pipe_low_precision),
         cmocka_unit_test(test_pipe_in_flight),

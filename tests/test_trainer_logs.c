@@ -1,5 +1,6 @@
 /* Tests of the trainer's config file, logs and traces (examples/train_gpt.c, examples/train_log.h):
- * --config, --ckpt-dir/config.json, --log, the progress line, --peak-tflops, --trace.
+ * --config, --ckpt-dir/config.json, --log (with the host ledger's peaks under --offload), the progress line,
+ * --peak-tflops, --trace.
  * Oracles: the --json record of the same run (its config, its losses, learning rates and validation losses, to
  * the bit); an MFU recomputed here from the record's own ms and fsc_gpt_flops_per_token (test_flops checks that
  * count against nanoGPT's); the run's config.json, read back with --config, trains to the same losses bit for
@@ -167,6 +168,9 @@ static void test_log(void **state) {
     }
     assert_int_equal(step, 4);
     assert_int_equal(nval, 2);
+    for (int i = 1; i < n; i++) /* no offload: no host ledger */
+        assert_null(cJSON_GetObjectItem(v[i], "host_peak_bytes"));
+    assert_null(cJSON_GetObjectItem(j, "host_peak_bytes"));
     /* the progress line: validation loss where computed, lr, MFU, ETA */
     assert_non_null(strstr(out, "step    2/4 | loss "));
     const char *l2 = strstr(out, "step    2/4"), *l3 = strstr(out, "step    3/4");
@@ -183,6 +187,37 @@ static void test_log(void **state) {
     free_lines(v, n);
     cJSON_Delete(j);
     free(out), free(args), free(val), free(log);
+}
+
+/* --offload optim: every step's record has the host ledger's peaks (optimizer state there, the total at least
+ * that), as --json has for each rank; the last record's and --json's optimizer bytes agree (allocated once). */
+static void test_log_host_peak(void **state) {
+    (void)state;
+    char *log = prog_fmt("%s/host.jsonl", tmpdir);
+    char *args = prog_fmt(TINY " --steps 3 --parallel fsdp --world 2 --offload optim --log %s --json", log);
+    char *out = NULL;
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    cJSON *j = prog_last_json(out);
+    int n = 0;
+    cJSON **v = read_lines(log, &n);
+    assert_int_equal(n, 1 + 3);
+    double optim = 0;
+    for (int i = 1; i < n; i++) {
+        const cJSON *h = get(v[i], "host_peak_bytes");
+        optim = get(h, "optim")->valuedouble;
+        if (!(optim > 0) || get(h, "total")->valuedouble < optim)
+            fail_msg("step %d: host optim %g, total %g", i, optim, get(h, "total")->valuedouble);
+        assert_true(get(get(v[i], "peak_bytes"), "optim")->valuedouble == 0); /* none on the device */
+    }
+    const cJSON *hj = get(j, "host_peak_bytes");
+    if (get(hj, "optim")->valuedouble != optim)
+        fail_msg("--json host optim %g, the log's last %g", get(hj, "optim")->valuedouble, optim);
+    assert_int_equal(cJSON_GetArraySize(get(j, "host_per_rank")), 2);
+    assert_true(get(cJSON_GetArrayItem(get(j, "host_per_rank"), 1), "optim")->valuedouble > 0);
+    free_lines(v, n);
+    cJSON_Delete(j);
+    free(out), free(args), free(log);
 }
 
 /* --resume appends to the log; --check-ddp's DDP run is not logged. */
@@ -300,6 +335,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_config_json_reproduces),
         cmocka_unit_test(test_log),
+        cmocka_unit_test(test_log_host_peak),
         cmocka_unit_test(test_log_resume_and_check_ddp),
         cmocka_unit_test(test_trace),
     };

@@ -61,7 +61,7 @@ typedef struct {
     fsc_status (*end_eval)(fsc_engine *e);
 } fsc_strategy;
 
-#define FSC_ENGINE_MAX_GROUPS 12
+#define FSC_ENGINE_MAX_GROUPS 16
 
 struct fsc_engine {
     fsc_rank *r;

@@ -24,9 +24,14 @@
  * downloaded (added on the host under accumulation, as the device's accumulation adds). With prefetch the
  * copies are asynchronous (device.h): the uploads run one prefetch ahead of the all-gathers (started for the units
  * the next prefetch gathers, so a copy overlaps the compute of the unit before), the reduce-scatter overlaps the
- * backward as without offload, and the download starts when the reduction is finished and is waited for when
- * limit - 1 newer ones are in flight or at the end of the backward (overlap.c). Without prefetch every copy is
- * waited for where it starts. */
+ * backward as without offload, and the download starts when the reduction is finished (under hybrid_shard: its
+ * all-gather across replicas) and is waited for when limit - 1 newer ones are in flight or at the end of the
+ * backward (overlap.c). Without prefetch every copy is waited for where it starts.
+ *
+ * Overlap under hybrid_shard (prefetch): the reduce-scatter over the world starts when a unit's backward is
+ * complete; the all-gather across replicas (the second phase, which needs its result) starts when the next
+ * unit's backward is complete, and is waited for one unit later: both run during earlier units' backward
+ * (overlap.c, fsc_reduce_start_gather and fsc_reduce_advance). */
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
@@ -72,7 +77,8 @@ typedef struct {
     int inflight;           /* units whose all-gather was started ahead and not yet waited for */
     int uploading;          /* offload all: units whose master shard was uploaded ahead (U->dm) */
     int keep;               /* the unit backward needs first: not resharded after forward (-1: none) */
-    fsc_reduce_queue rq;    /* reduce-scatters in flight, each owning its unit's full gradient */
+    fsc_reduce_queue rq;    /* reduce-scatters in flight, each owning its unit's full gradient (hybrid: a
+                             * permuted copy), and hybrid's all-gathers across replicas */
     fsc_device *mdev;       /* where master and sgrad live: e->dev, or e->host with offload all */
 } fsdp_state;
 
@@ -306,20 +312,33 @@ static void unit_reshard(fsc_engine *e, fsdp_unit *U) {
     bind_params(e, U, NULL);
 }
 
-/* Reduce the unit's full gradient into sgrad (device, U->shard floats; sum over the world in rank order). */
-static fsc_status unit_reduce_into(fsc_engine *e, fsdp_unit *U, float *sgrad, int accumulate) {
-    fsdp_state *d = e->sd;
-    if (d->G == d->N) return fsc_engine_reduce(e, e->comm, 1, U->fgrad, sgrad, U->padded, accumulate);
-    if (d->G == 1) return fsc_engine_reduce(e, e->comm, 0, U->fgrad, sgrad, U->padded, accumulate);
-    /* hybrid: permute so world block r = sub-piece g of shard j (r = g*G + j), reduce-scatter, all-gather */
+/* Hybrid: the unit's full gradient permuted into a new buffer (FSC_TAG_COMM, padded floats) so that world block
+ * r is sub-piece g of shard j (r = g*G + j): a reduce-scatter over the world then hands rank r that piece,
+ * summed over every rank in rank order, and an all-gather across the replicas of j assembles shard j. */
+static fsc_status hybrid_permute(fsc_engine *e, const fsdp_unit *U, float **out) {
+    const fsdp_state *d = e->sd;
     const size_t sN = U->padded / (size_t)d->N;
-    float *perm = NULL, *piece = NULL, *tmp = NULL;
+    float *perm = NULL;
     fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * sizeof(float), (void **)&perm);
     for (int r = 0; r < d->N && s == FSC_OK; r++) {
         int g = r / d->G, j = r % d->G;
         s = fsc_device_copy(e->dev, perm + (size_t)r * sN, U->fgrad + (size_t)j * U->shard + (size_t)g * sN,
                             sN * sizeof(float));
     }
+    if (s != FSC_OK) fsc_device_release(e->dev, perm);
+    *out = s == FSC_OK ? perm : NULL;
+    return s;
+}
+
+/* Reduce the unit's full gradient into sgrad (device, U->shard floats; sum over the world in rank order). */
+static fsc_status unit_reduce_into(fsc_engine *e, fsdp_unit *U, float *sgrad, int accumulate) {
+    fsdp_state *d = e->sd;
+    if (d->G == d->N) return fsc_engine_reduce(e, e->comm, 1, U->fgrad, sgrad, U->padded, accumulate);
+    if (d->G == 1) return fsc_engine_reduce(e, e->comm, 0, U->fgrad, sgrad, U->padded, accumulate);
+    /* hybrid: permute, reduce-scatter over the world, all-gather across the replicas */
+    const size_t sN = U->padded / (size_t)d->N;
+    float *perm = NULL, *piece = NULL, *tmp = NULL;
+    fsc_status s = hybrid_permute(e, U, &perm);
     if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, sN * sizeof(float), (void **)&piece);
     if (s == FSC_OK) s = fsc_engine_reduce(e, e->comm, 1, perm, piece, U->padded, 0);
     if (s == FSC_OK && !accumulate) {
@@ -456,7 +475,22 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
         if (e->sync) {
             /* each micro-batch that reduces adds to the shard after the first */
             int accumulate = !e->po.no_sync && e->micro > 0;
-            if (d->prefetch && (d->G == d->N || d->G == 1)) {
+            if (d->prefetch && d->G != d->N && d->G != 1) {
+                /* hybrid overlap: the all-gathers of older units whose reduce-scatter was waited for at an earlier
+                 * unit are waited for, the oldest reduce-scatters waited for (their all-gathers started) until
+                 * at most limit - 2 remain, then this unit's reduce-scatter starts, from a permuted copy of the
+                 * full gradient (freed at once). Every rank advances at the same units, so the world's and the
+                 * replica group's operations are issued in the same order everywhere. */
+                FSC_TRY(fsc_reduce_advance(e, &d->rq, d->limit - 2));
+                float *perm = NULL;
+                fsc_status s = hybrid_permute(e, U, &perm);
+                fsc_device_release(e->dev, U->fgrad);
+                U->fgrad = NULL;
+                bind_grads(e, U, NULL);
+                FSC_TRY(s);
+                FSC_TRY(fsc_reduce_start_gather(e, &d->rq, e->comm, perm, d->replica_comm, U->sgrad,
+                                                d->mdev != e->dev ? d->mdev : NULL, U->padded, accumulate, perm));
+            } else if (d->prefetch) {
                 /* overlap: this unit's reduction runs during the next units' backward, with at most limit - 1
                  * older ones still in flight (oldest waited for first); it owns the full gradient from here on */
                 FSC_TRY(fsc_reduce_drain_to(e, &d->rq, d->limit - 2));

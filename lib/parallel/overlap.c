@@ -1,9 +1,11 @@
 /* Gradient reductions in flight (overlap.h): fsc_engine_reduce of engine.c as a start and a finish, so that
  * a strategy reduces a bucket or unit while the backward of the layers before it computes. The finish does
  * what fsc_engine_reduce does after its collective, in the same order and with the same kernels: the same
- * bits whether a reduction overlapped or not. Offload all: the reduced shard then goes to the host with an
- * asynchronous download, waited for when dl_keep newer ones are in flight or the queue drains. Not here: when to
- * reduce (the strategies). */
+ * bits whether a reduction overlapped or not. A two-phase reduction (hybrid sharding's reduce-scatter, then
+ * all-gather across replicas) is one pending whose second collective replaces the first when advanced.
+ * Offload all: the reduced shard (for a two-phase reduction, the result of its all-gather) then goes to the host
+ * with an asynchronous download, waited for when dl_keep newer ones are in flight or the queue drains. Not here:
+ * when to reduce (the strategies). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +15,12 @@ static void release(fsc_engine *e, fsc_reduce_pending *p) {
     fsc_device_release(e->dev, p->send);
     fsc_device_release(e->dev, p->recv);
     fsc_device_release(e->dev, p->owned);
-    if (p->host) fsc_device_release(e->dev, p->out); /* offload all: the device copy of the result */
+    /* offload all: the device copy of the result; a first phase: its piece */
+    if (p->host || p->then.c) fsc_device_release(e->dev, p->out);
     p->send = p->recv = NULL;
     p->owned = NULL;
     p->host = NULL;
+    p->then.c = NULL;
 }
 
 fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in, float *out,
@@ -131,9 +135,11 @@ fsc_status fsc_download_start(fsc_engine *e, fsc_reduce_queue *q, float *dev, fl
     return download_drain_to(e, q, q->dl_keep);
 }
 
-/* fsc_engine_reduce's work after the collective, for one pending reduction. */
-static fsc_status finish(fsc_engine *e, fsc_reduce_queue *q, fsc_reduce_pending *p) {
+/* fsc_engine_reduce's work after the collective, for one pending reduction (its buffers kept; offload all: the
+ * device result handed to a download). A pending whose second phase failed to start has nothing left to do. */
+static fsc_status complete(fsc_engine *e, fsc_reduce_queue *q, fsc_reduce_pending *p) {
     fsc_device *dev = e->dev;
+    if (!p->req) return FSC_OK;
     fsc_status s = fsc_comm_wait(p->req);
     fsc_comm_req_free(p->req);
     p->req = NULL;
@@ -156,8 +162,71 @@ static fsc_status finish(fsc_engine *e, fsc_reduce_queue *q, fsc_reduce_pending 
         p->host = NULL;
         p->out = NULL;
     }
+    return s;
+}
+
+static fsc_status finish(fsc_engine *e, fsc_reduce_queue *q, fsc_reduce_pending *p) {
+    fsc_status s = complete(e, q, p);
     release(e, p);
     return s;
+}
+
+/* A first phase finished, the second started: the piece (out) all-gathered over then.c, p describing that
+ * all-gather from here on (the piece released at its finish). On failure nothing is left in flight. */
+static fsc_status advance_one(fsc_engine *e, fsc_reduce_queue *q, fsc_reduce_pending *p) {
+    fsc_status s = complete(e, q, p);
+    fsc_device_release(e->dev, p->send);
+    fsc_device_release(e->dev, p->recv);
+    fsc_device_release(e->dev, p->owned);
+    float *piece = p->out;
+    const size_t np = p->nout, n2 = np * (size_t)fsc_comm_size(p->then.c);
+    fsc_reduce_pending nx = {.send = piece, .nout = n2, .dt = FSC_F32, .second = 1};
+    void *recvp = p->then.out;
+    if (s == FSC_OK && p->then.hdev) { /* offload all: into a device buffer, downloaded from the finish on */
+        nx.host = p->then.out;
+        nx.hdev = p->then.hdev;
+        nx.host_accumulate = p->then.accumulate;
+        s = fsc_device_alloc(e->dev, FSC_TAG_GRADS, n2 * sizeof(float), (void **)&nx.out);
+        recvp = nx.out;
+    } else if (s == FSC_OK) {
+        nx.out = p->then.out;
+        nx.accumulate = p->then.accumulate;
+        if (nx.accumulate) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n2 * sizeof(float), &nx.recv);
+        if (nx.accumulate) recvp = nx.recv;
+    }
+    if (s == FSC_OK) s = fsc_comm_iall_gather(p->then.c, piece, recvp, np, FSC_F32, &nx.req);
+    *p = nx;
+    if (s != FSC_OK) release(e, p); /* req NULL: finished as nothing */
+    return s;
+}
+
+fsc_status fsc_reduce_start_gather(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, const float *in, fsc_comm *c2,
+                                   float *out, fsc_device *hdev, size_t n, int accumulate, float *owned) {
+    const size_t np = n / (size_t)fsc_comm_size(c);
+    float *piece = NULL;
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, np * sizeof(float), (void **)&piece);
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, owned);
+        return s;
+    }
+    s = fsc_reduce_start(e, q, c, 1, in, piece, n, 0, owned, NULL, 0);
+    if (s != FSC_OK) {
+        fsc_device_release(e->dev, piece);
+        return s;
+    }
+    fsc_reduce_pending *p = &q->v[q->n - 1];
+    p->then.c = c2;
+    p->then.out = out;
+    p->then.hdev = hdev;
+    p->then.accumulate = accumulate;
+    return FSC_OK;
+}
+
+/* Keeps the first failure (status and message) of several. */
+static void note(fsc_status s, fsc_status *first, char *msg, size_t cap) {
+    if (s == FSC_OK || *first != FSC_OK) return;
+    *first = s;
+    snprintf(msg, cap, "%s", fsc_last_error());
 }
 
 fsc_status fsc_reduce_drain_to(fsc_engine *e, fsc_reduce_queue *q, int keep) {
@@ -166,18 +235,42 @@ fsc_status fsc_reduce_drain_to(fsc_engine *e, fsc_reduce_queue *q, int keep) {
     const int done = q->n - keep;
     fsc_status first = FSC_OK;
     char msg[512] = "";
-    for (int i = 0; i < done; i++) {
-        fsc_status s = finish(e, q, &q->v[i]);
-        if (s != FSC_OK && first == FSC_OK) {
-            first = s;
-            snprintf(msg, sizeof msg, "%s", fsc_last_error());
-        }
-    }
+    /* second phases first started, oldest first (each runs while the next first phase is waited for) */
+    for (int i = 0; i < done; i++)
+        if (q->v[i].then.c) note(advance_one(e, q, &q->v[i]), &first, msg, sizeof msg);
+    for (int i = 0; i < done; i++) note(finish(e, q, &q->v[i]), &first, msg, sizeof msg);
     memmove(q->v, q->v + done, (size_t)keep * sizeof *q->v);
     q->n = keep;
     return first == FSC_OK ? FSC_OK : fsc_error(first, "%s", msg);
 }
 
+fsc_status fsc_reduce_advance(fsc_engine *e, fsc_reduce_queue *q, int keep) {
+    if (keep < 0) keep = 0;
+    int firsts = 0;
+    for (int i = 0; i < q->n; i++) firsts += !q->v[i].second;
+    int adv = firsts - keep;
+    fsc_status first = FSC_OK;
+    char msg[512] = "";
+    int w = 0;
+    /* second phases precede first phases in q (they are advanced oldest first): one pass in queue order */
+    for (int i = 0; i < q->n; i++) {
+        fsc_reduce_pending *p = &q->v[i];
+        int stays = 1;
+        if (p->second) {
+            note(finish(e, q, p), &first, msg, sizeof msg);
+            stays = 0;
+        } else if (adv > 0) {
+            adv--;
+            note(p->then.c ? advance_one(e, q, p) : finish(e, q, p), &first, msg, sizeof msg);
+            stays = p->second && p->req;
+        }
+        if (stays) q->v[w++] = *p;
+    }
+    q->n = w;
+    return first == FSC_OK ? FSC_OK : fsc_error(first, "%s", msg);
+}
+
+/* Every reduction (both phases, which may start downloads) before every download. */
 fsc_status fsc_reduce_drain(fsc_engine *e, fsc_reduce_queue *q) {
     fsc_status s = fsc_reduce_drain_to(e, q, 0);
     char msg[512] = "";

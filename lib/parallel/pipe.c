@@ -24,7 +24,9 @@
  * and after loading weights. The users must come after the owner and run on one stage.
  *
  * Messages between two ranks keep their order (sends are buffered, FIFO per peer; a communicator whose
- * send blocks until the matching recv would need grouped send/recv here):
+ * send blocks until the matching recv would need grouped send/recv here). With po.prefetch the outputs and
+ * input gradients travel on a communicator per link and direction, their receives posted ahead, and the
+ * sends but checkpointed outputs' are asynchronous (pipe_link.c says why this cannot deadlock):
  *   owner -> user     a tied tensor, once per step, before the owner's output of micro-batch 0
  *   s -> s+1          output of micro-batch k (forward)
  *   s+1 -> s          gradient w.r.t. the input of micro-batch k (backward)
@@ -70,9 +72,12 @@ struct fsc_pipe {
     fsc_model_acts **gp_rec;
     fsc_comm_req **gp_req;    /* (M + 2) */
     int ngp;
+    fsc_pipe_links lk;        /* po.prefetch: the links and the receives posted ahead (pipe_link.c) */
     /* tied tensors whose owner and users run on different stages: tensor, owner stage, user stage */
     int ntied;
     int (*tied)[3];
+    fsc_comm_req **tied_send; /* (ntied) po.prefetch: a user stage's send of a tied gradient in flight, waited for
+                               * before its next backward overwrites the buffer and at the end of the step */
     /* the step */
     const char *in, *tgt;
     int send_tied;            /* owner stage: the owner layers' next forward sends their tied tensors */
@@ -181,7 +186,8 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->ins = calloc((size_t)p->M + 2, sizeof *p->ins);
     p->gp_rec = calloc((size_t)p->M + 2, sizeof *p->gp_rec);
     p->gp_req = calloc((size_t)p->M + 2, sizeof *p->gp_req);
-    if (!p->lf || !p->ll || !p->slots || !p->recs || !p->ins || !p->gp_rec || !p->gp_req) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    if (!p->lf || !p->ll || !p->slots || !p->recs || !p->ins || !p->gp_rec || !p->gp_req)
+        return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* stage s runs blocks [first, first + balance[s]); even: the first L % pp stages take one more */
     int first = 1;
     for (int s = 0; s < pp; s++) {
@@ -191,10 +197,13 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
         first += n;
     }
     FSC_TRY(find_tied(e));
+    if (p->ntied && !(p->tied_send = calloc((size_t)p->ntied, sizeof *p->tied_send)))
+        return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* the engine's groups (engine.c, fsc_layout_split) */
     p->pipe_comm = e->pipe_comm;
     p->data_comm = e->comm;
     if (!p->pipe_comm) return fsc_error(FSC_ERR_INTERNAL, "pipe: the engine made no pipeline group");
+    if (e->po.prefetch) FSC_TRY(fsc_pipe_links_create(e, p->pipe_comm, p->stage, &p->lk));
     e->lf = p->lf[p->stage];
     e->ll = p->ll[p->stage];
     p->st.pp = pp;
@@ -246,6 +255,21 @@ static fsc_status grad_sends_done(fsc_pipe *p) {
     return s;
 }
 
+/* Wait for the tied gradients' sends in flight; the first failure is returned, every request is waited for. */
+static fsc_status tied_sends_done(fsc_pipe *p) {
+    fsc_status s = FSC_OK;
+    for (int x = 0; x < p->ntied && p->tied_send; x++) {
+        if (!p->tied_send[x]) continue;
+        const double t0 = now_s();
+        fsc_status w = fsc_comm_wait(p->tied_send[x]);
+        p->wait += now_s() - t0;
+        fsc_comm_req_free(p->tied_send[x]);
+        p->tied_send[x] = NULL;
+        if (s == FSC_OK) s = w;
+    }
+    return s;
+}
+
 static fsc_status take_rec(fsc_engine *e, fsc_model_acts **out) {
     fsc_pipe *p = e->pipe;
     if (p->nrecs == 0 && p->ngp > 0) FSC_TRY(grad_sends_done(p)); /* a record whose send finished, not a new one */
@@ -294,7 +318,6 @@ static void give_in(fsc_engine *e, float *x) {
     p->bytes_in_use -= in_floats(e) * sizeof(float);
 }
 
-/* Return every micro-batch's memory (after a failed step) and, for another micro-batch size, free the pools. */
 /* Wait for the slot's output send (if one is in flight). */
 static fsc_status send_done(mb_slot *sl) {
     if (!sl->send) return FSC_OK;
@@ -304,9 +327,11 @@ static fsc_status send_done(mb_slot *sl) {
     return s;
 }
 
+/* Return every micro-batch's memory (after a failed step) and, for another micro-batch size, free the pools. */
 static void reset_pools(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
     (void)grad_sends_done(p); /* left by a failed step */
+    (void)tied_sends_done(p);
     for (int k = 0; k < p->M; k++) {
         (void)send_done(&p->slots[k]); /* left by a failed step: its buffer must not be reused before */
         if (p->slots[k].rec) give_rec(e, p->slots[k].rec);
@@ -319,6 +344,17 @@ static void reset_pools(fsc_engine *e, int B) {
     while (p->nins > 0) fsc_device_release(e->dev, p->ins[--p->nins]);
     p->nrecs_made = p->nins_made = 0;
     p->B = B;
+}
+
+/* reset_pools(e, B), then the receive buffers for B (po.prefetch), counted in the activation bytes. */
+static fsc_status ready(fsc_engine *e, int B) {
+    fsc_pipe *p = e->pipe;
+    reset_pools(e, B);
+    const size_t had = fsc_pipe_links_bytes(&p->lk);
+    fsc_status s = fsc_pipe_links_buffers(&p->lk, e->dev, in_floats(e));
+    p->bytes_in_use = p->bytes_in_use - had + fsc_pipe_links_bytes(&p->lk);
+    note_use(p);
+    return s;
 }
 
 /* ---- hooks: the engine's (fsc_engine_hooks), and the owner stage hands tied tensors to their users' stage
@@ -377,14 +413,21 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
             const int i = p->tied[x][0];
             FSC_TRY(recv_timed(p, e->tied_copy[i], e->m->info[i].numel, p->tied[x][1]));
         }
-    if (p->stage > 0) FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_INPUT), btc, p->stage - 1));
+    if (p->lk.act_prev) { /* posted ahead; the next one is posted before this micro-batch computes */
+        FSC_TRY(fsc_pipe_links_take_input(&p->lk, e->dev, stream(e, a, FSC_STREAM_INPUT), &p->wait));
+        if (k + 1 < p->M) FSC_TRY(fsc_pipe_links_post_input(&p->lk));
+    } else if (p->stage > 0) {
+        FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_INPUT), btc, p->stage - 1));
+    }
     FSC_TRY(set_batch(e, a, k));
     double ls = 0;
     FSC_TRY(e->m->ops->forward(e->m->ctx, a, &hooks, &ls));
     sl->ckpt = is_checkpointed(e, k);
     if (last) *loss_local += ls;
-    else if (e->po.prefetch && !sl->ckpt) /* sent while the next micro-batches compute */
-        FSC_TRY(fsc_comm_isend(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1, &sl->send));
+    else if (p->lk.act_next && !sl->ckpt) /* sent while the next micro-batches compute */
+        FSC_TRY(fsc_comm_isend(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, 1, &sl->send));
+    else if (p->lk.act_next) /* its record is reused at once */
+        FSC_TRY(fsc_comm_send(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, 1));
     else FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
     if (sl->ckpt) { /* keep the stage input only */
         if (p->stage > 0) {
@@ -407,7 +450,6 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     e->micro = k;
     e->sync = 0;
     FSC_TRY(send_done(sl));
-    fsc_comm_req *grecv = NULL; /* po.prefetch: the output gradient arrives while the stage recomputes */
     if (sl->ckpt) { /* recompute the stage from its input: the same kernels on the same input */
         FSC_TRY(take_rec(e, &sl->rec));
         if (sl->saved) {
@@ -416,37 +458,30 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
             sl->saved = NULL;
         }
         FSC_TRY(set_batch(e, sl->rec, k));
-        /* the recompute issues nothing on the pipeline group (tied sends skip it) and never touches the
-         * output gradient's stream, so the receive, next on this group in either order, runs meanwhile */
-        if (!last && e->po.prefetch)
-            FSC_TRY(fsc_comm_irecv(p->pipe_comm, stream(e, sl->rec, FSC_STREAM_GRAD_OUTPUT), btc, FSC_F32,
-                                   p->stage + 1, &grecv));
-        p->recompute = 1;
+        p->recompute = 1; /* po.prefetch: the output gradient, posted ahead, arrives meanwhile */
         fsc_status s = e->m->ops->forward(e->m->ctx, sl->rec, &hooks, NULL);
         p->recompute = 0;
-        if (grecv) { /* waited for even when the recompute failed: its buffer is the record's */
-            double t0 = now_s();
-            fsc_status w = fsc_comm_wait(grecv);
-            p->wait += now_s() - t0;
-            fsc_comm_req_free(grecv);
-            if (s == FSC_OK) s = w;
-        }
         FSC_TRY(s);
     }
     fsc_model_acts *a = sl->rec;
-    if (!last && !grecv) FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_GRAD_OUTPUT), btc, p->stage + 1));
+    if (p->lk.grad_next) { /* posted ahead; the next backward's is posted before this one computes */
+        FSC_TRY(fsc_pipe_links_take_grad(&p->lk, e->dev, stream(e, a, FSC_STREAM_GRAD_OUTPUT), &p->wait));
+        if (k + 1 < p->M) FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
+    } else if (!last) {
+        FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_GRAD_OUTPUT), btc, p->stage + 1));
+    }
     for (int x = 0; x < p->ntied; x++) /* the users' gradient of micro-batch k, added first by the owner */
         if (p->tied[x][1] == p->stage) {
             const int i = p->tied[x][0];
             FSC_TRY(recv_timed(p, e->m->tied_grad[i], e->m->info[i].numel, p->tied[x][2]));
         }
+    FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
     e->sync = k == p->M - 1; /* the strategy reduces in the last backward only (no_sync) */
     FSC_TRY(e->m->ops->backward(e->m->ctx, a, &hooks, dscale));
     e->sync = 0;
     fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
-    if (p->stage > 0 && e->po.prefetch)
-        FSC_TRY(fsc_comm_isend(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1,
-                               &gsend));
+    if (p->lk.grad_prev)
+        FSC_TRY(fsc_comm_isend(p->lk.grad_prev, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, 0, &gsend));
     else if (p->stage > 0)
         FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
     sl->rec = NULL;
@@ -461,7 +496,12 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     for (int x = 0; x < p->ntied; x++) /* after the gradient of k, in issue order on the pipeline group */
         if (p->tied[x][2] == p->stage) {
             const int i = p->tied[x][0];
-            FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32, p->tied[x][1]));
+            if (e->po.prefetch) /* sent while the next micro-batches compute */
+                FSC_TRY(fsc_comm_isend(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32,
+                                       p->tied[x][1], &p->tied_send[x]));
+            else
+                FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32,
+                                      p->tied[x][1]));
         }
     p->in_flight--;
     return FSC_OK;
@@ -497,13 +537,16 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
                         float dscale, double *loss_total, fsc_status *batch) {
     fsc_pipe *p = e->pipe;
     const int M = p->M, P = p->pp, s = p->stage;
-    reset_pools(e, mb);
+    FSC_TRY(ready(e, mb));
     p->in = inputs;
     p->tgt = targets;
     p->send_tied = 1;
     p->wait = 0;
     FSC_TRY(fsc_comm_barrier(p->pipe_comm)); /* a common start: the bubble is measured from here */
     const double t0 = now_s();
+    /* po.prefetch: the first input and the first output gradient are received while the stage works */
+    FSC_TRY(fsc_pipe_links_post_input(&p->lk));
+    FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
     double loss_local = 0;
     if (e->po.schedule == FSC_SCHED_GPIPE) {
         for (int k = 0; k < M; k++) FSC_TRY(forward(e, k, &loss_local));
@@ -518,6 +561,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
         for (int k = M - warm; k < M; k++) FSC_TRY(backward(e, k, dscale));
     }
     FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
+    FSC_TRY(tied_sends_done(p));
     /* the loss and the batch check: over the last stage's data group, then sent to every stage
      * (sums[0] the loss, sums[1] the check passed, sums[2] the local batches' sum) */
     const double t1 = now_s();
@@ -557,7 +601,8 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
 fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
                          double out[3]) {
     fsc_pipe *p = e->pipe;
-    reset_pools(e, mb);
+    FSC_TRY(ready(e, mb));
+    FSC_TRY(fsc_pipe_links_post_input(&p->lk)); /* po.prefetch: received ahead as in a step */
     p->in = inputs;
     p->tgt = targets;
     p->send_tied = 1;
@@ -650,6 +695,7 @@ void fsc_pipe_free(fsc_engine *e) {
     fsc_pipe *p = e->pipe;
     if (!p) return;
     if (p->slots) reset_pools(e, -1);
+    fsc_pipe_links_free(&p->lk, e->dev);
     free(p->slots);
     free(p->recs);
     free(p->ins);
@@ -658,6 +704,7 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->lf);
     free(p->ll);
     free(p->tied);
+    free(p->tied_send);
     if (p->norm_comm) fsc_comm_free(p->norm_comm);
     free(p);
     e->pipe = NULL;

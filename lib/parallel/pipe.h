@@ -8,6 +8,34 @@
 
 typedef struct fsc_pipe fsc_pipe;
 
+/* po.prefetch (pipe_link.c, which says why): the stage's links, one communicator of two ranks per link and
+ * direction (NULL where the stage has no such neighbour), and the receives posted ahead into one buffer per
+ * direction (n floats each, FSC_TAG_ACTS). */
+typedef struct {
+    fsc_comm *act_prev, *act_next;   /* outputs s-1 -> s (received here), s -> s+1 (sent here) */
+    fsc_comm *grad_prev, *grad_next; /* input gradients s -> s-1 (sent here), s+1 -> s (received here) */
+    float *inbuf, *gbuf;             /* (n) the next input, the next output gradient */
+    size_t n;
+    fsc_comm_req *inreq, *greq;      /* the receives posted into them, or NULL */
+} fsc_pipe_links;
+
+/* Collective over pipe_comm: split the links of this stage and count them as pipeline groups of e. */
+fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, fsc_pipe_links *l);
+/* Drop the posted receives (waited for, data and errors ignored: left by a failed step), then make the
+ * buffers n floats each. */
+fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n);
+void fsc_pipe_links_drop(fsc_pipe_links *l);
+/* The bytes of the buffers allocated. */
+size_t fsc_pipe_links_bytes(const fsc_pipe_links *l);
+/* Post the receive of the next input (of the next output gradient) unless one is posted or there is no
+ * previous (next) stage. */
+fsc_status fsc_pipe_links_post_input(fsc_pipe_links *l);
+fsc_status fsc_pipe_links_post_grad(fsc_pipe_links *l);
+/* Wait for the posted receive (posted now if none is; *waited += the seconds waited) and copy it to dst. */
+fsc_status fsc_pipe_links_take_input(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited);
+fsc_status fsc_pipe_links_take_grad(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited);
+void fsc_pipe_links_free(fsc_pipe_links *l, fsc_device *dev);
+
 /* Stages of the options (pp 0 means 1). */
 int fsc_pipe_stages(const fsc_parallel_opts *po);
 /* Options of a pipeline against the world and the model; clear messages. */

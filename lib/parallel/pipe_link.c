@@ -1,0 +1,146 @@
+/* A pipeline stage's asynchronous receives (po.prefetch; pipe.h, docs/overlap.md): the communicators of its
+ * two links and the two receive buffers into which the next micro-batch's input and the next backward's
+ * output gradient arrive while the stage computes the current one.
+ *
+ * Why one communicator per link and direction. Operations of one communicator complete in issue order (the
+ * simulator's progress thread per handle, the MPI plug-in's per communicator, NCCL's stream): a receive
+ * posted early blocks every later operation of that communicator until its message arrives. On the pipeline
+ * group that would hold back this stage's sends (its output to s+1, its input gradient to s-1) until the
+ * neighbour sent the next message, a dependency the synchronous schedule does not have. It closes into a
+ * cycle at once: stage s waiting to receive the first output gradient from s+1 before its own first output
+ * can leave, while s+1 needs that output to produce the gradient (one communicator for both directions of a
+ * link, tried, times out so in test_pipe). A communicator per direction shared by both links would still put a
+ * middle stage's receive from s-1 before its send to s+1, a dependency on s-1's progress that is harder to
+ * rule out. So each link (s, s+1) gets two communicators of two ranks, split from the pipeline
+ * group: "act", on which only s sends (outputs, in micro-batch order) and only s+1 receives, and "grad", on
+ * which only s+1 sends (input gradients, in backward order) and only s receives. Every communicator then
+ * carries one stream of messages from one sender to one receiver, issued in the same order on both sides;
+ * a posted receive can only precede later receives of the same stream, never a send, so posting it at any
+ * time adds no dependency. The sends are issued where the synchronous schedule issues them and each receive
+ * is waited for where it received, so every wait depends on what it depended on there: GPipe and 1F1B stay
+ * free of deadlock for every balance, checkpoint mode and micro-batch count. Tied tensors and their
+ * gradients stay on the pipeline group (pipe.c), which no posted receive touches.
+ *
+ * Memory: one receive buffer per direction (stream_floats(B) floats each), so a receive never holds an
+ * activation record; the data are copied into the record when they are needed. They are boundary activations:
+ * FSC_TAG_ACTS in the ledger, kept between steps like the record pools, and counted by pipe.c in the
+ * pipeline's activation bytes (fsc_pipe_stats.peak_acts_bytes), so the ledger and the stats still agree.
+ * Not here: the schedule (pipe.c). */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include "pipe.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One split of the pipeline group into the links (2i + odd, 2i + odd + 1) of stage order; a stage alone in
+ * its part (the first stage for odd, the last when it ends a pair) gets NULL. */
+static fsc_status split_links(fsc_comm *pipe_comm, int stage, int odd, const char *name, fsc_comm **out) {
+    *out = NULL;
+    fsc_comm *c = NULL;
+    FSC_TRY(fsc_comm_split(pipe_comm, (stage + odd) / 2, stage, &c));
+    if (fsc_comm_size(c) < 2) {
+        fsc_comm_free(c);
+        return FSC_OK;
+    }
+    fsc_comm_set_name(c, name);
+    *out = c;
+    return FSC_OK;
+}
+
+fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, fsc_pipe_links *l) {
+    memset(l, 0, sizeof *l);
+    fsc_comm *act[2] = { NULL, NULL }, *grad[2] = { NULL, NULL }; /* [0] links (2i, 2i+1), [1] (2i+1, 2i+2) */
+    fsc_status s = FSC_OK;
+    for (int odd = 0; odd < 2 && s == FSC_OK; odd++) {
+        s = split_links(pipe_comm, stage, odd, "pipe-act", &act[odd]);
+        if (s == FSC_OK) s = split_links(pipe_comm, stage, odd, "pipe-grad", &grad[odd]);
+    }
+    if (s != FSC_OK) {
+        for (int i = 0; i < 2; i++) {
+            if (act[i]) fsc_comm_free(act[i]);
+            if (grad[i]) fsc_comm_free(grad[i]);
+        }
+        return s;
+    }
+    const int next = stage % 2, prev = 1 - next; /* the part holding the link to s+1, to s-1 */
+    l->act_next = act[next], l->grad_next = grad[next];
+    l->act_prev = act[prev], l->grad_prev = grad[prev];
+    fsc_comm *all[4] = { l->act_prev, l->act_next, l->grad_prev, l->grad_next };
+    for (int i = 0; i < 4; i++) fsc_engine_add_group_kind(e, all[i], FSC_GROUP_PIPELINE);
+    return FSC_OK;
+}
+
+/* Wait for a posted receive whose data nobody will read (a failed step left it); errors are dropped. */
+static void drop(fsc_comm_req **r) {
+    if (!*r) return;
+    (void)fsc_comm_wait(*r);
+    (void)fsc_comm_req_free(*r);
+    *r = NULL;
+}
+
+void fsc_pipe_links_drop(fsc_pipe_links *l) {
+    drop(&l->inreq);
+    drop(&l->greq);
+}
+
+fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n) {
+    fsc_pipe_links_drop(l);
+    if (n == l->n && (!l->act_prev || l->inbuf) && (!l->grad_next || l->gbuf)) return FSC_OK;
+    fsc_device_release(dev, l->inbuf);
+    fsc_device_release(dev, l->gbuf);
+    l->inbuf = l->gbuf = NULL;
+    l->n = n;
+    if (l->act_prev) FSC_TRY(fsc_device_alloc(dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&l->inbuf));
+    if (l->grad_next) FSC_TRY(fsc_device_alloc(dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&l->gbuf));
+    return FSC_OK;
+}
+
+size_t fsc_pipe_links_bytes(const fsc_pipe_links *l) {
+    return (size_t)((l->inbuf != NULL) + (l->gbuf != NULL)) * l->n * sizeof(float);
+}
+
+fsc_status fsc_pipe_links_post_input(fsc_pipe_links *l) {
+    if (!l->act_prev || l->inreq) return FSC_OK;
+    return fsc_comm_irecv(l->act_prev, l->inbuf, l->n, FSC_F32, 0, &l->inreq);
+}
+
+fsc_status fsc_pipe_links_post_grad(fsc_pipe_links *l) {
+    if (!l->grad_next || l->greq) return FSC_OK;
+    return fsc_comm_irecv(l->grad_next, l->gbuf, l->n, FSC_F32, 1, &l->greq);
+}
+
+/* Wait for the posted receive *r (posting it now if none is), then copy its buffer into dst. */
+static fsc_status take(fsc_comm_req **r, fsc_status (*post)(fsc_pipe_links *), fsc_pipe_links *l,
+                       const float *buf, fsc_device *dev, float *dst, double *waited) {
+    if (!*r) FSC_TRY(post(l));
+    const double t0 = now_s();
+    fsc_status s = fsc_comm_wait(*r);
+    *waited += now_s() - t0;
+    fsc_comm_req_free(*r);
+    *r = NULL;
+    FSC_TRY(s);
+    return fsc_device_copy(dev, dst, buf, l->n * sizeof(float));
+}
+
+fsc_status fsc_pipe_links_take_input(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited) {
+    return take(&l->inreq, fsc_pipe_links_post_input, l, l->inbuf, dev, dst, waited);
+}
+
+fsc_status fsc_pipe_links_take_grad(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited) {
+    return take(&l->greq, fsc_pipe_links_post_grad, l, l->gbuf, dev, dst, waited);
+}
+
+void fsc_pipe_links_free(fsc_pipe_links *l, fsc_device *dev) {
+    fsc_pipe_links_drop(l);
+    fsc_device_release(dev, l->inbuf);
+    fsc_device_release(dev, l->gbuf);
+    fsc_comm *all[4] = { l->act_prev, l->act_next, l->grad_prev, l->grad_next };
+    for (int i = 0; i < 4; i++)
+        if (all[i]) fsc_comm_free(all[i]);
+    memset(l, 0, sizeof *l);
+}

@@ -1,5 +1,5 @@
 /* MoE GPTs in the training engine on the simulated cluster: expert parallelism (parallel.h, ep) inside the
- * data-parallel group, with DDP; FSDP and ZeRO with every expert on every rank.
+ * data-parallel group, with DDP, ZeRO and FSDP.
  * Oracles:
  * - ep = world (one expert group: the experts' data-parallel replicas are one rank each) equals ep = 1 (every
  *   rank holds every expert, DDP sums the expert gradients over the world) bit for bit: losses, the
@@ -13,6 +13,11 @@
  *   routing the same (equal drops); measured: losses ~1e-8, parameters 5e-6 (9e-6 with two micro-batches,
  *   whose sums are associated differently too);
  * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with ep = 1 (MoE blocks are units like dense ones);
+ * - with ep = 2 of 4 ranks, zero1, zero2 and fsdp (full_shard, shard_grad_op) equal DDP with ep = 2 bit for bit,
+ *   with two accumulating micro-batches and prefetch 0 and 1: their expert shards are summed over the
+ *   expert-data group as DDP's expert runs (summed over the data group, other experts' gradients would add
+ *   in); zero1's parameter bytes are exactly the padded dense tensors and its E/ep experts, and a gathered FSDP
+ *   MoE block holds its rank's experts only (its peak is below ep 1's);
  * - DDP's sync_from_rank0 with ep = 2 equals the keyed initialization on every rank bit for bit;
  * - memory: a rank's parameter bytes are exactly (dense + its E/ep experts) x 4;
  * - communication per step and rank (the comm stats): the expert group's all-to-alls are 4 per MoE block
@@ -27,8 +32,8 @@
  * - training checkpoints (sharded and full) written with ep = 2 resume bit for bit on the writer's layout and
  *   give the writer's parameters with ep = 1 on 2 ranks and ep = 4 on 4; a model with other MoE blocks is
  *   refused;
- * - errors: ep not dividing the data group or the experts, ep without MoE, ep with FSDP, MoE with pipelines
- *   are refused with messages;
+ * - errors: ep not dividing the data group or the experts, ep without MoE, ep with FSDP's hybrid_shard or
+ *   no_shard, MoE with pipelines are refused with messages;
  * - layer checkpointing (each block recomputed in backward, the MoE forward and its expert-group all-to-alls
  *   again) equals no checkpointing bit for bit (losses, aux loss, assignments, drops, norms, parameters) with
  *   ep 1 and ep 2, DDP accumulating 2 micro-batches. */
@@ -275,6 +280,52 @@ static void test_moe_engine_sharded_equals_ddp(void **state) {
     free(ddp.params);
 }
 
+/* Expert parallelism under the sharding strategies: ep 2 of 4 ranks with zero1, zero2 and fsdp (full_shard,
+ * shard_grad_op) equals DDP with ep 2 bit for bit (losses, aux losses, clipped gradient norms, final full
+ * parameters), one micro-batch or two that each reduce, prefetch 0 and 1. Expert gradients reduced over the
+ * whole data group instead of the expert-data group would sum other experts' gradients in: not equal. */
+static void test_moe_engine_sharded_ep_equals_ddp(void **state) {
+    (void)state;
+    struct { fsc_parallel_kind kind; fsc_shard_strategy shard; } kinds[] = {
+        { FSC_PAR_ZERO1, FSC_SHARD_FULL }, { FSC_PAR_ZERO2, FSC_SHARD_FULL }, { FSC_PAR_FSDP, FSC_SHARD_FULL },
+        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP } };
+    for (int accum = 1; accum <= 2; accum++) {
+        me_run ddp = me_make(4, 2);
+        ddp.po.accum = accum, ddp.po.no_sync = 0;
+        me_train(&ddp);
+        for (int k = 0; k < 4; k++)
+            for (int pf = 0; pf <= 1; pf++) {
+                me_run r = me_make(4, 2);
+                r.po.accum = accum, r.po.no_sync = 0;
+                r.po.kind = kinds[k].kind, r.po.shard = kinds[k].shard, r.po.prefetch = pf;
+                r.po.bucket_bytes = 4096; /* zero2: several buckets */
+                me_train(&r);
+                char what[96];
+                snprintf(what, sizeof what, "%s%s ep 2, accum %d, prefetch %d vs ddp ep 2",
+                         fsc_parallel_kind_name(kinds[k].kind),
+                         kinds[k].shard == FSC_SHARD_GRAD_OP ? " shard_grad_op" : "", accum, pf);
+                me_assert_same(&ddp, &r, what);
+                if (kinds[k].kind == FSC_PAR_ZERO1 && accum == 1) {
+                    /* memory: the dense tensors padded to 4 shards, this rank's E/2 experts to 2 (one bucket each) */
+                    size_t dense, experts;
+                    me_sizes(&r.cfg, &dense, &experts);
+                    size_t want = ((dense + 3) / 4 * 4 + (experts / 2 + 1) / 2 * 2) * sizeof(float);
+                    for (int q = 0; q < 4; q++) assert_int_equal(r.param_bytes[q], want);
+                }
+                if (kinds[k].kind == FSC_PAR_FSDP && accum == 1 && pf == 0) {
+                    /* a gathered MoE block holds its rank's experts only: less than with every expert on it */
+                    me_run one = me_make(4, 1);
+                    one.po.kind = FSC_PAR_FSDP, one.po.shard = kinds[k].shard, one.steps = 1;
+                    me_train(&one);
+                    assert_true(r.param_bytes[0] < one.param_bytes[0]);
+                    free(one.params);
+                }
+                free(r.params);
+            }
+        free(ddp.params);
+    }
+}
+
 static void test_moe_engine_capacity(void **state) {
     (void)state;
     me_run r = me_make(2, 2);
@@ -400,9 +451,12 @@ static void test_moe_engine_errors(void **state) {
     r = me_make(2, 2);
     r.cfg = pt_small_config();
     me_expect(&r, FSC_ERR_INVALID, "needs a model with experts");
-    r = me_make(2, 2);
+    r = me_make(4, 2);
     r.po.kind = FSC_PAR_FSDP;
-    me_expect(&r, FSC_ERR_UNSUPPORTED, "fsdp is not supported with it yet");
+    r.po.shard = FSC_SHARD_HYBRID;
+    me_expect(&r, FSC_ERR_UNSUPPORTED, "full_shard and shard_grad_op; hybrid_shard is not supported with it yet");
+    r.po.shard = FSC_SHARD_NONE;
+    me_expect(&r, FSC_ERR_UNSUPPORTED, "no_shard is not supported with it yet");
     r = me_make(2, 1);
     r.po.pp = 2;
     r.po.accum = 2;
@@ -417,6 +471,7 @@ int main(void) {
         cmocka_unit_test(test_moe_engine_ep_inside_data_parallel),
         cmocka_unit_test(test_moe_engine_sync_from_rank0),
         cmocka_unit_test(test_moe_engine_sharded_equals_ddp),
+        cmocka_unit_test(test_moe_engine_sharded_ep_equals_ddp),
         cmocka_unit_test(test_moe_engine_capacity),
         cmocka_unit_test(test_moe_engine_weights),
         cmocka_unit_test(test_moe_engine_checkpoint),

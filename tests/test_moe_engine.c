@@ -27,11 +27,11 @@
  *   R = W / ep); ep = 1 has no expert traffic;
  * - capacity: dropped assignments are reported and drop to 0 with a large capacity factor; assignments are
  *   k x tokens x MoE blocks;
- * - weights: the file saved with ep = 2 is byte-identical to the one saved with ep = 1, and loading it into
- *   an ep = 2 engine gives back the same full parameters;
- * - training checkpoints (sharded and full) written with ep = 2 resume bit for bit on the writer's layout and
- *   give the writer's parameters with ep = 1 on 2 ranks and ep = 4 on 4; a model with other MoE blocks is
- *   refused;
+ * - weights: the file saved with ep = 2 (by ddp, zero1 and fsdp) is byte-identical to the one saved with
+ *   ep = 1, and loading that into an ep = 2 engine of each gives back the same full parameters;
+ * - training checkpoints (sharded and full) written with ep = 2 by ddp, fsdp and zero2 resume bit for bit on
+ *   the writer's layout and give the writer's parameters with other ep and strategies (ddp ep 1 and 4, fsdp ep
+ *   4 and 1, zero1 ep 2); a model with other MoE blocks is refused;
  * - errors: ep not dividing the data group or the experts, ep without MoE, ep with FSDP's hybrid_shard or
  *   no_shard, MoE with pipelines are refused with messages;
  * - layer checkpointing (each block recomputed in backward, the MoE forward and its expert-group all-to-alls
@@ -343,17 +343,8 @@ static void test_moe_engine_capacity(void **state) {
     free(r.params);
 }
 
-static void test_moe_engine_weights(void **state) {
-    (void)state;
-    char p1[] = "/tmp/fsc_moe_w1_XXXXXX", p2[] = "/tmp/fsc_moe_w2_XXXXXX";
-    int f1 = mkstemp(p1), f2 = mkstemp(p2);
-    assert_true(f1 >= 0 && f2 >= 0);
-    close(f1), close(f2);
-    me_run a = me_make(2, 1), b = me_make(4, 2);
-    a.steps = b.steps = 0;
-    a.save = p1, b.save = p2;
-    me_train(&a);
-    me_train(&b);
+/* Whether files a and b hold the same bytes. */
+static void me_same_file(const char *p1, const char *p2, const char *what) {
     FILE *x = fopen(p1, "rb"), *y = fopen(p2, "rb");
     assert_non_null(x);
     assert_non_null(y);
@@ -364,28 +355,57 @@ static void test_moe_engine_weights(void **state) {
         same &= cx == cy;
     } while (cx != EOF && cy != EOF);
     fclose(x), fclose(y);
-    if (!same) fail_msg("the weights saved with ep 2 differ from those saved with ep 1 (%ld bytes compared)", n);
-    assert_bits_equal(a.params, b.params, fsc_gpt_num_params(&a.cfg), "initial parameters, ep 1 vs ep 2");
-    /* the ep 1 file loaded into an ep 2 engine of 4 ranks: the same full parameters */
-    me_run d = me_make(4, 2);
-    d.steps = 0;
-    d.load = p1;
-    me_train(&d);
-    assert_bits_equal(a.params, d.params, fsc_gpt_num_params(&a.cfg), "parameters loaded into ep 2");
-    unlink(p1), unlink(p2);
-    free(a.params), free(b.params), free(d.params);
+    if (!same) fail_msg("the weights saved with %s differ from those saved with ep 1 (%ld bytes compared)", what, n);
 }
 
-/* A checkpoint written with ep 2 on 4 ranks, resumed with ep 2 on 4 ranks, ep 1 on 2 ranks and ep 4 on 4
- * ranks: the resumed parameters equal the writer's bit for bit, and the run resumed on the writer's layout
- * continues exactly as the uninterrupted run (parameters and losses bit for bit). Sharded and full
- * formats. */
+static void test_moe_engine_weights(void **state) {
+    (void)state;
+    char p1[] = "/tmp/fsc_moe_w1_XXXXXX", p2[] = "/tmp/fsc_moe_w2_XXXXXX";
+    int f1 = mkstemp(p1), f2 = mkstemp(p2);
+    assert_true(f1 >= 0 && f2 >= 0);
+    close(f1), close(f2);
+    me_run a = me_make(2, 1);
+    a.steps = 0;
+    a.save = p1;
+    me_train(&a);
+    /* written with ep 2 by ddp, zero1 and fsdp (these gather their experts over the expert group on the host) */
+    fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO1, FSC_PAR_FSDP };
+    for (int k = 0; k < 3; k++) {
+        me_run b = me_make(4, 2);
+        b.po.kind = kinds[k];
+        b.steps = 0;
+        b.save = p2;
+        me_train(&b);
+        char what[64];
+        snprintf(what, sizeof what, "%s ep 2", fsc_parallel_kind_name(kinds[k]));
+        me_same_file(p1, p2, what);
+        assert_bits_equal(a.params, b.params, fsc_gpt_num_params(&a.cfg), what);
+        /* the ep 1 file loaded into an ep 2 engine of 4 ranks: the same full parameters */
+        me_run d = me_make(4, 2);
+        d.po.kind = kinds[k];
+        d.steps = 0;
+        d.load = p1;
+        me_train(&d);
+        assert_bits_equal(a.params, d.params, fsc_gpt_num_params(&a.cfg), "parameters loaded into ep 2");
+        free(b.params), free(d.params);
+    }
+    unlink(p1), unlink(p2);
+    free(a.params);
+}
+
+/* A checkpoint written with ep 2 on 4 ranks by ddp, fsdp and zero2, resumed on the writer's layout and by ddp
+ * with ep 1 on 2 ranks and ep 4 on 4, fsdp with ep 4 on 4 and ep 1 on 2, zero1 with ep 2 on 4: the resumed
+ * parameters equal the writer's bit for bit, and the run resumed on the writer's layout continues exactly as the
+ * uninterrupted run (parameters and losses bit for bit). Sharded and full formats. */
 static void test_moe_engine_checkpoint(void **state) {
     (void)state;
+    const fsc_parallel_kind writers[] = { FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO2 };
+    for (int wk = 0; wk < 3; wk++)
     for (int fmt = 0; fmt < 2; fmt++) {
         char dir[] = "/tmp/fsc_moe_ckpt_XXXXXX";
         assert_non_null(mkdtemp(dir));
         me_run full = me_make(4, 2), w = me_make(4, 2);
+        full.po.kind = w.po.kind = writers[wk];
         full.steps = 2;
         me_train(&full);
         w.steps = 1;
@@ -393,19 +413,25 @@ static void test_moe_engine_checkpoint(void **state) {
         w.ckpt_format = (fsc_ckpt_format)fmt;
         me_train(&w);
         me_run r = me_make(4, 2);
+        r.po.kind = writers[wk];
         r.steps = 2;
         r.ckpt_in = dir;
         me_train(&r);
         for (int s = 1; s < 2; s++) assert_true(memcmp(&r.info[s].loss, &full.info[s].loss, sizeof(double)) == 0);
         assert_bits_equal(r.params, full.params, fsc_gpt_num_params(&r.cfg), "resumed on the writer's layout");
-        int layouts[2][2] = { { 2, 1 }, { 4, 4 } };
-        for (int k = 0; k < 2; k++) {
+        /* world, ep, strategy */
+        const int layouts[5][3] = { { 2, 1, FSC_PAR_DDP }, { 4, 4, FSC_PAR_DDP }, { 4, 4, FSC_PAR_FSDP },
+                                    { 2, 1, FSC_PAR_FSDP }, { 4, 2, FSC_PAR_ZERO1 } };
+        for (int k = 0; k < 5; k++) {
             me_run o = me_make(layouts[k][0], layouts[k][1]);
+            o.po.kind = (fsc_parallel_kind)layouts[k][2];
             o.steps = 1; /* the checkpoint's step: nothing more to run */
             o.ckpt_in = dir;
             me_train(&o);
-            char what[64];
-            snprintf(what, sizeof what, "resumed with ep %d on %d ranks", layouts[k][1], layouts[k][0]);
+            char what[128];
+            snprintf(what, sizeof what, "written by %s ep 2, resumed by %s with ep %d on %d ranks",
+                     fsc_parallel_kind_name(writers[wk]), fsc_parallel_kind_name(o.po.kind), layouts[k][1],
+                     layouts[k][0]);
             assert_bits_equal(o.params, w.params, fsc_gpt_num_params(&o.cfg), what);
             free(o.params);
         }

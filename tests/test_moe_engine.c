@@ -326,6 +326,31 @@ static void test_moe_engine_sharded_ep_equals_ddp(void **state) {
     }
 }
 
+/* Offload with expert parallelism: zero1 and zero2 with offload optim, fsdp with offload optim and all, ep 2 of
+ * 4 ranks, equal DDP with ep 2 bit for bit (prefetch 0 and 1, two micro-batches). */
+static void test_moe_engine_offload_ep(void **state) {
+    (void)state;
+    me_run ddp = me_make(4, 2);
+    ddp.po.accum = 2, ddp.po.no_sync = 0;
+    me_train(&ddp);
+    struct { fsc_parallel_kind kind; fsc_offload_mode off; } runs[] = {
+        { FSC_PAR_ZERO1, FSC_OFFLOAD_OPTIM }, { FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM }, { FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM },
+        { FSC_PAR_FSDP, FSC_OFFLOAD_ALL } };
+    for (int k = 0; k < 4; k++)
+        for (int pf = 0; pf <= 1; pf++) {
+            me_run r = me_make(4, 2);
+            r.po.accum = 2, r.po.no_sync = 0;
+            r.po.kind = runs[k].kind, r.po.offload = runs[k].off, r.po.prefetch = pf;
+            me_train(&r);
+            char what[96];
+            snprintf(what, sizeof what, "%s offload %s ep 2, prefetch %d vs ddp ep 2", fsc_parallel_kind_name(r.po.kind),
+                     fsc_offload_mode_name(runs[k].off), pf);
+            me_assert_same(&ddp, &r, what);
+            free(r.params);
+        }
+    free(ddp.params);
+}
+
 static void test_moe_engine_capacity(void **state) {
     (void)state;
     me_run r = me_make(2, 2);
@@ -498,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_moe_engine_sync_from_rank0),
         cmocka_unit_test(test_moe_engine_sharded_equals_ddp),
         cmocka_unit_test(test_moe_engine_sharded_ep_equals_ddp),
+        cmocka_unit_test(test_moe_engine_offload_ep),
         cmocka_unit_test(test_moe_engine_capacity),
         cmocka_unit_test(test_moe_engine_weights),
         cmocka_unit_test(test_moe_engine_checkpoint),

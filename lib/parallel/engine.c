@@ -675,7 +675,7 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
     e->skips_in_row = 0;
     if (e->use_scaler) scaler_update(e, 0);
     if (e->po.clip > 0) {
-        /* the norm over the pieces that count each element once (with tensor or expert parallelism nsegs,
+        /* the norm over the pieces that count each element once (with tensor parallelism or DDP's experts nsegs,
          * otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every reduced gradient */
         const int own = e->nsegs != NULL;
         double norm = 0;

@@ -14,7 +14,8 @@
  *   whose sums are associated differently too);
  * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with ep = 1 (MoE blocks are units like dense ones);
  * - with ep = 2 of 4 ranks, zero1, zero2 and fsdp (full_shard, shard_grad_op) equal DDP with ep = 2 bit for bit,
- *   with two accumulating micro-batches and prefetch 0 and 1: their expert shards are summed over the
+ *   with two accumulating micro-batches and prefetch 0 and 1 (zero2 and fsdp also with ep 2 and 4 of 8 ranks),
+ *   and with offload optim (fsdp: and all): their expert shards are summed over the
  *   expert-data group as DDP's expert runs (summed over the data group, other experts' gradients would add
  *   in); zero1's parameter bytes are exactly the padded dense tensors and its E/ep experts, and a gathered FSDP
  *   MoE block holds its rank's experts only (its peak is below ep 1's);
@@ -322,6 +323,21 @@ static void test_moe_engine_sharded_ep_equals_ddp(void **state) {
                 }
                 free(r.params);
             }
+        free(ddp.params);
+    }
+    /* 8 ranks: ep 2 (4 ranks per expert-data group) and ep 4 */
+    for (int ep = 2; ep <= 4; ep *= 2) {
+        me_run ddp = me_make(8, ep);
+        me_train(&ddp);
+        for (int k = 1; k < 3; k++) {
+            me_run r = me_make(8, ep);
+            r.po.kind = kinds[k].kind, r.po.prefetch = 1;
+            me_train(&r);
+            char what[96];
+            snprintf(what, sizeof what, "%s ep %d of 8 ranks vs ddp", fsc_parallel_kind_name(kinds[k].kind), ep);
+            me_assert_same(&ddp, &r, what);
+            free(r.params);
+        }
         free(ddp.params);
     }
 }

@@ -19,7 +19,8 @@
  *   expert-data group as DDP's expert runs (summed over the data group, other experts' gradients would add
  *   in); zero1's parameter bytes are exactly the padded dense tensors and its E/ep experts, and a gathered FSDP
  *   MoE block holds its rank's experts only (its peak is below ep 1's);
- * - DDP's sync_from_rank0 with ep = 2 equals the keyed initialization on every rank bit for bit;
+ * - sync_from_rank0 with ep = 2 (DDP, ZeRO-2, FSDP) equals DDP's keyed initialization on every rank bit for
+ *   bit;
  * - memory: a rank's parameter bytes are exactly (dense + its E/ep experts) x 4;
  * - communication per step and rank (the comm stats): the expert group's all-to-alls are 4 per MoE block
  *   and micro-batch, each (G-1)/G x E x cap x C x 4 bytes with cap = max(1, ceil(cf k B T / E)) (one dispatch
@@ -257,13 +258,22 @@ static void test_moe_engine_ep_inside_data_parallel(void **state) {
  * group) equals every rank initializing its own from the keyed RNG, bit for bit. */
 static void test_moe_engine_sync_from_rank0(void **state) {
     (void)state;
-    me_run a = me_make(4, 2), b = me_make(4, 2);
-    b.po.sync_from_rank0 = 1;
-    a.steps = b.steps = 1;
+    me_run a = me_make(4, 2);
+    a.steps = 1;
     me_train(&a);
-    me_train(&b);
-    me_assert_same(&a, &b, "sync from rank 0 with ep 2");
-    free(a.params), free(b.params);
+    const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO2, FSC_PAR_FSDP };
+    for (int k = 0; k < 3; k++) {
+        me_run b = me_make(4, 2);
+        b.po.kind = kinds[k];
+        b.po.sync_from_rank0 = 1;
+        b.steps = 1;
+        me_train(&b);
+        char what[64];
+        snprintf(what, sizeof what, "%s sync from rank 0 with ep 2", fsc_parallel_kind_name(kinds[k]));
+        me_assert_same(&a, &b, what);
+        free(b.params);
+    }
+    free(a.params);
 }
 
 static void test_moe_engine_sharded_equals_ddp(void **state) {
@@ -325,6 +335,17 @@ static void test_moe_engine_sharded_ep_equals_ddp(void **state) {
             }
         free(ddp.params);
     }
+    /* fsdp wrapping the whole model: the root's experts are a unit of their own, gathered and freed as others */
+    me_run ref = me_make(4, 2);
+    me_train(&ref);
+    for (int pf = 0; pf <= 1; pf++) {
+        me_run r = me_make(4, 2);
+        r.po.kind = FSC_PAR_FSDP, r.po.wrap = FSC_WRAP_MODEL, r.po.prefetch = pf, r.po.reshard_after_forward = 1;
+        me_train(&r);
+        me_assert_same(&ref, &r, pf ? "fsdp wrap model ep 2, prefetch 1" : "fsdp wrap model ep 2");
+        free(r.params);
+    }
+    free(ref.params);
     /* 8 ranks: ep 2 (4 ranks per expert-data group) and ep 4 */
     for (int ep = 2; ep <= 4; ep *= 2) {
         me_run ddp = me_make(8, ep);

@@ -13,7 +13,8 @@
  *   routing the same (equal drops); measured: losses ~1e-8, parameters 5e-6 (9e-6 with two micro-batches,
  *   whose sums are associated differently too);
  * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with ep = 1 (MoE blocks are units like dense ones);
- * - with ep = 2 of 4 ranks, zero1, zero2 and fsdp (full_shard, shard_grad_op) equal DDP with ep = 2 bit for bit,
+ * - with ep = 2 of 4 ranks, zero1, zero2 and fsdp (full_shard, shard_grad_op) equal DDP with ep = 2 bit for bit
+ *   (and so does a forward-only fsc_engine_eval after training),
  *   with two accumulating micro-batches and prefetch 0 and 1 (zero2 and fsdp also with ep 2 and 4 of 8 ranks),
  *   and with offload optim (fsdp: and all): their expert shards are summed over the
  *   expert-data group as DDP's expert runs (summed over the data group, other experts' gradients would add
@@ -41,6 +42,7 @@
  *   ep 1 and ep 2, DDP accumulating 2 micro-batches. */
 #include <unistd.h>
 #include "partest.h"
+#include "fsc/eval.h"
 
 #define MS 4 /* steps */
 
@@ -57,6 +59,7 @@ typedef struct {
     const char *ckpt_out;     /* a training checkpoint written after the last step */
     const char *ckpt_in;      /* resume from this directory before training (steps continue from it) */
     fsc_ckpt_format ckpt_format;
+    double eval_loss;         /* fsc_engine_eval of the last step's batch after training */
 } me_run;
 
 static fsc_gpt_config me_config(void) {
@@ -115,6 +118,11 @@ static fsc_status me_rank(fsc_rank *r, void *arg) {
         fsc_ckpt_save_opts so = { .format = run->ckpt_format };
         s = fsc_ckpt_save(e, run->ckpt_out, run->steps, &so);
     }
+    if (s == FSC_OK && from < run->steps) { /* the last batch again, forward only */
+        double l = 0;
+        s = fsc_engine_eval(e, tok, tgt, lb, B, &l);
+        if (s == FSC_OK && r->rank == 0) run->eval_loss = l;
+    }
     if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? run->params : NULL);
     free(tok);
     free(tgt);
@@ -139,6 +147,8 @@ static void me_assert_same(const me_run *a, const me_run *b, const char *what) {
                      "%lld vs %lld", what, s, x->loss, y->loss, x->aux_loss, y->aux_loss, x->grad_norm, y->grad_norm,
                      (long long)x->moe_dropped, (long long)y->moe_dropped);
     }
+    if (memcmp(&a->eval_loss, &b->eval_loss, sizeof(double)))
+        fail_msg("%s: eval loss %.17g vs %.17g", what, a->eval_loss, b->eval_loss);
     assert_bits_equal(a->params, b->params, fsc_gpt_num_params(&a->cfg), what);
 }
 

@@ -13,12 +13,11 @@
  *   routing the same (equal drops); measured: losses ~1e-8, parameters 5e-6 (9e-6 with two micro-batches,
  *   whose sums are associated differently too);
  * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with ep = 1 (MoE blocks are units like dense ones);
- * - with ep = 2 of 4 ranks, zero1, zero2 and fsdp (full_shard, shard_grad_op) equal DDP with ep = 2 bit for bit
- *   (and so does a forward-only fsc_engine_eval after training),
- *   with two accumulating micro-batches and prefetch 0 and 1 (zero2 and fsdp also with ep 2 and 4 of 8 ranks),
- *   and with offload optim (fsdp: and all): their expert shards are summed over the
- *   expert-data group as DDP's expert runs (summed over the data group, other experts' gradients would add
- *   in); zero1's parameter bytes are exactly the padded dense tensors and its E/ep experts, and a gathered FSDP
+ * - with ep = 2 of 4 ranks, zero1, zero2 and fsdp (full_shard, shard_grad_op, no_shard) equal DDP with ep = 2 bit
+ *   for bit (and so does a forward-only fsc_engine_eval after training), with two accumulating micro-batches
+ *   and prefetch 0 and 1 (zero2 and fsdp also with ep 2 and 4 of 8 ranks; fsdp also wrapping the whole model),
+ *   and with offload optim (fsdp: and all): their expert shards are summed over the expert-data group as DDP's
+ *   expert runs (summed over the data group, other experts' gradients would add in); zero1's parameter bytes are exactly the padded dense tensors and its E/ep experts, and a gathered FSDP
  *   MoE block holds its rank's experts only (its peak is below ep 1's);
  * - sync_from_rank0 with ep = 2 (DDP, ZeRO-2, FSDP) equals DDP's keyed initialization on every rank bit for
  *   bit;
@@ -32,11 +31,11 @@
  *   k x tokens x MoE blocks;
  * - weights: the file saved with ep = 2 (by ddp, zero1 and fsdp) is byte-identical to the one saved with
  *   ep = 1, and loading that into an ep = 2 engine of each gives back the same full parameters;
- * - training checkpoints (sharded and full) written with ep = 2 by ddp, fsdp and zero2 resume bit for bit on
- *   the writer's layout and give the writer's parameters with other ep and strategies (ddp ep 1 and 4, fsdp ep
- *   4 and 1, zero1 ep 2); a model with other MoE blocks is refused;
- * - errors: ep not dividing the data group or the experts, ep without MoE, ep with FSDP's hybrid_shard or
- *   no_shard, MoE with pipelines are refused with messages;
+ * - training checkpoints (sharded and full) written with ep = 2 by ddp, fsdp (full_shard, no_shard) and zero2
+ *   resume bit for bit on the writer's layout and give the writer's parameters with other ep and strategies
+ *   (ddp ep 1 and 4, fsdp ep 4 and 1, zero1 ep 2); a model with other MoE blocks is refused;
+ * - errors: ep not dividing the data group or the experts, ep without MoE, ep with FSDP's hybrid_shard, MoE
+ *   with pipelines are refused with messages;
  * - layer checkpointing (each block recomputed in backward, the MoE forward and its expert-group all-to-alls
  *   again) equals no checkpointing bit for bit (losses, aux loss, assignments, drops, norms, parameters) with
  *   ep 1 and ep 2, DDP accumulating 2 micro-batches. */
@@ -302,19 +301,19 @@ static void test_moe_engine_sharded_equals_ddp(void **state) {
 }
 
 /* Expert parallelism under the sharding strategies: ep 2 of 4 ranks with zero1, zero2 and fsdp (full_shard,
- * shard_grad_op) equals DDP with ep 2 bit for bit (losses, aux losses, clipped gradient norms, final full
+ * shard_grad_op, no_shard) equals DDP with ep 2 bit for bit (losses, aux losses, clipped gradient norms, final full
  * parameters), one micro-batch or two that each reduce, prefetch 0 and 1. Expert gradients reduced over the
  * whole data group instead of the expert-data group would sum other experts' gradients in: not equal. */
 static void test_moe_engine_sharded_ep_equals_ddp(void **state) {
     (void)state;
     struct { fsc_parallel_kind kind; fsc_shard_strategy shard; } kinds[] = {
         { FSC_PAR_ZERO1, FSC_SHARD_FULL }, { FSC_PAR_ZERO2, FSC_SHARD_FULL }, { FSC_PAR_FSDP, FSC_SHARD_FULL },
-        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP } };
+        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP }, { FSC_PAR_FSDP, FSC_SHARD_NONE } };
     for (int accum = 1; accum <= 2; accum++) {
         me_run ddp = me_make(4, 2);
         ddp.po.accum = accum, ddp.po.no_sync = 0;
         me_train(&ddp);
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 5; k++)
             for (int pf = 0; pf <= 1; pf++) {
                 me_run r = me_make(4, 2);
                 r.po.accum = accum, r.po.no_sync = 0;
@@ -324,7 +323,8 @@ static void test_moe_engine_sharded_ep_equals_ddp(void **state) {
                 char what[96];
                 snprintf(what, sizeof what, "%s%s ep 2, accum %d, prefetch %d vs ddp ep 2",
                          fsc_parallel_kind_name(kinds[k].kind),
-                         kinds[k].shard == FSC_SHARD_GRAD_OP ? " shard_grad_op" : "", accum, pf);
+                         kinds[k].shard == FSC_SHARD_GRAD_OP ? " shard_grad_op"
+                         : kinds[k].shard == FSC_SHARD_NONE  ? " no_shard" : "", accum, pf);
                 me_assert_same(&ddp, &r, what);
                 if (kinds[k].kind == FSC_PAR_ZERO1 && accum == 1) {
                     /* memory: the dense tensors padded to 4 shards, this rank's E/2 experts to 2 (one bucket each) */
@@ -465,19 +465,22 @@ static void test_moe_engine_weights(void **state) {
     free(a.params);
 }
 
-/* A checkpoint written with ep 2 on 4 ranks by ddp, fsdp and zero2, resumed on the writer's layout and by ddp
- * with ep 1 on 2 ranks and ep 4 on 4, fsdp with ep 4 on 4 and ep 1 on 2, zero1 with ep 2 on 4: the resumed
+/* A checkpoint written with ep 2 on 4 ranks by ddp, fsdp (full_shard, no_shard) and zero2, resumed on the
+ * writer's layout and by ddp with ep 1 on 2 ranks and ep 4 on 4, fsdp with ep 4 on 4 and ep 1 on 2, zero1 with
+ * ep 2 on 4: the resumed
  * parameters equal the writer's bit for bit, and the run resumed on the writer's layout continues exactly as the
  * uninterrupted run (parameters and losses bit for bit). Sharded and full formats. */
 static void test_moe_engine_checkpoint(void **state) {
     (void)state;
-    const fsc_parallel_kind writers[] = { FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO2 };
-    for (int wk = 0; wk < 3; wk++)
+    /* the last: fsdp no_shard (its expert units whole on every rank of the expert-data group) */
+    const fsc_parallel_kind writers[] = { FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO2, FSC_PAR_FSDP };
+    for (int wk = 0; wk < 4; wk++)
     for (int fmt = 0; fmt < 2; fmt++) {
         char dir[] = "/tmp/fsc_moe_ckpt_XXXXXX";
         assert_non_null(mkdtemp(dir));
         me_run full = me_make(4, 2), w = me_make(4, 2);
         full.po.kind = w.po.kind = writers[wk];
+        full.po.shard = w.po.shard = wk == 3 ? FSC_SHARD_NONE : FSC_SHARD_FULL;
         full.steps = 2;
         me_train(&full);
         w.steps = 1;
@@ -486,6 +489,7 @@ static void test_moe_engine_checkpoint(void **state) {
         me_train(&w);
         me_run r = me_make(4, 2);
         r.po.kind = writers[wk];
+        r.po.shard = w.po.shard;
         r.steps = 2;
         r.ckpt_in = dir;
         me_train(&r);
@@ -552,9 +556,7 @@ static void test_moe_engine_errors(void **state) {
     r = me_make(4, 2);
     r.po.kind = FSC_PAR_FSDP;
     r.po.shard = FSC_SHARD_HYBRID;
-    me_expect(&r, FSC_ERR_UNSUPPORTED, "full_shard and shard_grad_op; hybrid_shard is not supported with it yet");
-    r.po.shard = FSC_SHARD_NONE;
-    me_expect(&r, FSC_ERR_UNSUPPORTED, "no_shard is not supported with it yet");
+    me_expect(&r, FSC_ERR_UNSUPPORTED, "shard_grad_op and no_shard; hybrid_shard is not supported with it yet");
     r = me_make(2, 1);
     r.po.pp = 2;
     r.po.accum = 2;

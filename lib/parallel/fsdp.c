@@ -16,12 +16,12 @@
  *   all-gather across the replicas of j assembles the shard. Same bytes per rank as the usual
  *   reduce-scatter in the group + all-reduce across groups: (N + N/G - 2)/N x unit size.
  *
- * Expert parallelism (po.ep > 1, full_shard and shard_grad_op): a rank holds the dense tensors and its experts
- * only. A unit's expert tensors (this rank's experts of its layers) form a unit of their own, padded to and
- * sharded over e->ep_data (the data ranks holding the same experts), its gradients reduce-scattered over it: the
- * sums of DDP's expert runs. Each element's reduced gradient still has one owner in the data group, so the
- * clipping norm is taken over it as without experts; full parameters gather the experts over the expert group
- * (ep.c).
+ * Expert parallelism (po.ep > 1; full_shard, shard_grad_op, no_shard): a rank holds the dense tensors and its
+ * experts only. A unit's expert tensors (this rank's experts of its layers) form a unit of their own, padded to
+ * and sharded over e->ep_data (the data ranks holding the same experts), its gradients reduce-scattered over it
+ * (no_shard: whole, all-reduced over it): the sums of DDP's expert runs. Each element's reduced gradient still
+ * has one owner in the data group, so the clipping norm is taken over it as without experts (no_shard: over the
+ * expert group, as DDP's); full parameters gather the experts over the expert group (ep.c).
  *
  * Per unit: shard (S) master params and reduced grads; full (padded) params while gathered; full grads
  * during its backward (kept across micro-batches under no_sync).
@@ -139,9 +139,9 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
         U->is_root = u == 0;
-        U->sc = U->expert ? e->ep_data : d->shard_comm;
+        U->sc = U->expert && d->G != 1 ? e->ep_data : d->shard_comm; /* no_shard: unsplit */
         U->rc = U->expert ? e->ep_data : e->comm;
-        U->rs = U->expert || d->G == d->N;
+        U->rs = U->expert ? d->G != 1 : d->G == d->N;
         const size_t N = (size_t)fsc_comm_size(U->rc), G = (size_t)fsc_comm_size(U->sc);
         U->tensors = calloc((size_t)nt, sizeof(int));
         U->uoff = calloc((size_t)nt, sizeof(size_t));
@@ -392,6 +392,22 @@ static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
     return fsc_download_start(e, &d->rq, dg, U->sgrad, d->mdev, U->shard, accumulate); /* owns dg */
 }
 
+/* no_shard with expert parallelism: every rank holds whole reduced gradients, the dense ones replicated over the
+ * data group, its experts' over the expert-data group; the clipping norm counts dense units on rank 0 of the
+ * expert group and expert units everywhere, over the expert group (as DDP's runs). */
+static fsc_status norm_pieces(fsc_engine *e, fsdp_state *d) {
+    e->nsegs = calloc((size_t)d->nunits, sizeof *e->nsegs);
+    e->nlens = calloc((size_t)d->nunits, sizeof *e->nlens);
+    if (!e->nsegs || !e->nlens) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
+    for (int u = 0; u < d->nunits; u++) {
+        if (!d->u[u].expert && fsc_comm_rank(e->ep_comm) != 0) continue;
+        e->nsegs[e->nnsegs] = d->u[u].sgrad;
+        e->nlens[e->nnsegs++] = d->u[u].shard;
+    }
+    e->norm_comm = e->ep_comm;
+    return FSC_OK;
+}
+
 static fsc_status fsdp_setup(fsc_engine *e) {
     fsdp_state *d = calloc(1, sizeof(*d));
     if (!d) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
@@ -449,6 +465,7 @@ static fsc_status fsdp_setup(fsc_engine *e) {
         bind_grads(e, U, NULL);
     }
     e->norm_comm = d->shard_comm;
+    if (e->ep_data && d->G == 1) FSC_TRY(norm_pieces(e, d));
     return FSC_OK;
 }
 
@@ -623,8 +640,9 @@ static fsc_status fsdp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     int c = 0;
     for (int u = 0; u < d->nunits; u++) {
         const fsdp_unit *U = &d->u[u];
-        /* expert units: their shard group is every rank holding those experts */
-        const int writer = U->expert || fsc_comm_rank(d->replica_comm) == 0;
+        /* expert units: split over every rank holding those experts, or (no_shard) written by the first */
+        const int writer = U->expert ? U->sc == e->ep_data || fsc_comm_rank(e->ep_data) == 0
+                                     : fsc_comm_rank(d->replica_comm) == 0;
         size_t own_lo = (size_t)fsc_comm_rank(U->sc) * U->shard, own_hi = own_lo + U->shard;
         for (int k = 0; k < U->ntensors; k++) {
             size_t lo = U->uoff[k], hi = lo + e->m->info[U->tensors[k]].numel;
@@ -665,6 +683,11 @@ static void fsdp_destroy(fsc_engine *e) {
     }
     free(d->u);
     free(d->unit_of);
+    if (e->ep_data && d->G == 1) { /* the clipping pieces made here */
+        free(e->nsegs);
+        free(e->nlens);
+        e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
+    }
     if (d->shard_comm) fsc_comm_free(d->shard_comm);
     if (d->replica_comm) fsc_comm_free(d->replica_comm);
     free(d);

@@ -13,12 +13,13 @@
  *   routing the same (equal drops); measured: losses ~1e-8, parameters 5e-6 (9e-6 with two micro-batches,
  *   whose sums are associated differently too);
  * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with ep = 1 (MoE blocks are units like dense ones);
- * - with ep = 2 of 4 ranks, zero1, zero2 and fsdp (full_shard, shard_grad_op, no_shard) equal DDP with ep = 2 bit
- *   for bit (and so does a forward-only fsc_engine_eval after training), with two accumulating micro-batches
- *   and prefetch 0 and 1 (zero2 and fsdp also with ep 2 and 4 of 8 ranks; fsdp also wrapping the whole model),
- *   and with offload optim (fsdp: and all): their expert shards are summed over the expert-data group as DDP's
- *   expert runs (summed over the data group, other experts' gradients would add in); zero1's parameter bytes are exactly the padded dense tensors and its E/ep experts, and a gathered FSDP
- *   MoE block holds its rank's experts only (its peak is below ep 1's);
+ * - with ep = 2 of 4 ranks, zero1, zero2 and fsdp (every shard strategy) equal DDP with ep = 2 bit for bit (and
+ *   so does a forward-only fsc_engine_eval after training), with two accumulating micro-batches and prefetch 0
+ *   and 1 (zero2 and fsdp also with ep 2 and 4 of 8 ranks; fsdp also wrapping the whole model), and with offload
+ *   optim (fsdp: and all): their expert shards are summed over the expert-data group as DDP's expert runs (summed
+ *   over the data group, other experts' gradients would add in); zero1's parameter bytes are exactly the padded
+ *   dense tensors and its E/ep experts, and a gathered FSDP MoE block holds its rank's experts only (its peak is
+ *   below ep 1's);
  * - sync_from_rank0 with ep = 2 (DDP, ZeRO-2, FSDP) equals DDP's keyed initialization on every rank bit for
  *   bit;
  * - memory: a rank's parameter bytes are exactly (dense + its E/ep experts) x 4;
@@ -31,11 +32,11 @@
  *   k x tokens x MoE blocks;
  * - weights: the file saved with ep = 2 (by ddp, zero1 and fsdp) is byte-identical to the one saved with
  *   ep = 1, and loading that into an ep = 2 engine of each gives back the same full parameters;
- * - training checkpoints (sharded and full) written with ep = 2 by ddp, fsdp (full_shard, no_shard) and zero2
+ * - training checkpoints (sharded and full) written with ep = 2 by ddp, fsdp (full, no, hybrid shard) and zero2
  *   resume bit for bit on the writer's layout and give the writer's parameters with other ep and strategies
  *   (ddp ep 1 and 4, fsdp ep 4 and 1, zero1 ep 2); a model with other MoE blocks is refused;
- * - errors: ep not dividing the data group or the experts, ep without MoE, ep with FSDP's hybrid_shard, MoE
- *   with pipelines are refused with messages;
+ * - errors: ep not dividing the data group or the experts, ep without MoE, MoE with pipelines are refused with
+ *   messages;
  * - layer checkpointing (each block recomputed in backward, the MoE forward and its expert-group all-to-alls
  *   again) equals no checkpointing bit for bit (losses, aux loss, assignments, drops, norms, parameters) with
  *   ep 1 and ep 2, DDP accumulating 2 micro-batches. */
@@ -301,19 +302,20 @@ static void test_moe_engine_sharded_equals_ddp(void **state) {
 }
 
 /* Expert parallelism under the sharding strategies: ep 2 of 4 ranks with zero1, zero2 and fsdp (full_shard,
- * shard_grad_op, no_shard) equals DDP with ep 2 bit for bit (losses, aux losses, clipped gradient norms, final full
- * parameters), one micro-batch or two that each reduce, prefetch 0 and 1. Expert gradients reduced over the
- * whole data group instead of the expert-data group would sum other experts' gradients in: not equal. */
+ * shard_grad_op, no_shard, hybrid_shard) equals DDP with ep 2 bit for bit (losses, aux losses, clipped gradient
+ * norms, final full parameters), one micro-batch or two that each reduce, prefetch 0 and 1. Expert gradients
+ * reduced over the whole data group instead of the expert-data group would sum other experts' gradients in: not
+ * equal. */
 static void test_moe_engine_sharded_ep_equals_ddp(void **state) {
     (void)state;
     struct { fsc_parallel_kind kind; fsc_shard_strategy shard; } kinds[] = {
         { FSC_PAR_ZERO1, FSC_SHARD_FULL }, { FSC_PAR_ZERO2, FSC_SHARD_FULL }, { FSC_PAR_FSDP, FSC_SHARD_FULL },
-        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP }, { FSC_PAR_FSDP, FSC_SHARD_NONE } };
+        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP }, { FSC_PAR_FSDP, FSC_SHARD_NONE }, { FSC_PAR_FSDP, FSC_SHARD_HYBRID } };
     for (int accum = 1; accum <= 2; accum++) {
         me_run ddp = me_make(4, 2);
         ddp.po.accum = accum, ddp.po.no_sync = 0;
         me_train(&ddp);
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < 6; k++)
             for (int pf = 0; pf <= 1; pf++) {
                 me_run r = me_make(4, 2);
                 r.po.accum = accum, r.po.no_sync = 0;
@@ -324,7 +326,8 @@ static void test_moe_engine_sharded_ep_equals_ddp(void **state) {
                 snprintf(what, sizeof what, "%s%s ep 2, accum %d, prefetch %d vs ddp ep 2",
                          fsc_parallel_kind_name(kinds[k].kind),
                          kinds[k].shard == FSC_SHARD_GRAD_OP ? " shard_grad_op"
-                         : kinds[k].shard == FSC_SHARD_NONE  ? " no_shard" : "", accum, pf);
+                         : kinds[k].shard == FSC_SHARD_NONE  ? " no_shard"
+                         : kinds[k].shard == FSC_SHARD_HYBRID ? " hybrid_shard" : "", accum, pf);
                 me_assert_same(&ddp, &r, what);
                 if (kinds[k].kind == FSC_PAR_ZERO1 && accum == 1) {
                     /* memory: the dense tensors padded to 4 shards, this rank's E/2 experts to 2 (one bucket each) */
@@ -360,12 +363,15 @@ static void test_moe_engine_sharded_ep_equals_ddp(void **state) {
     for (int ep = 2; ep <= 4; ep *= 2) {
         me_run ddp = me_make(8, ep);
         me_train(&ddp);
-        for (int k = 1; k < 3; k++) {
+        const int ks[] = { 1, 2, 5 }; /* zero2, fsdp full_shard, hybrid_shard (groups of 4) */
+        for (int i = 0; i < 3; i++) {
+            const int k = ks[i];
             me_run r = me_make(8, ep);
-            r.po.kind = kinds[k].kind, r.po.prefetch = 1;
+            r.po.kind = kinds[k].kind, r.po.shard = kinds[k].shard, r.po.prefetch = 1;
             me_train(&r);
             char what[96];
-            snprintf(what, sizeof what, "%s ep %d of 8 ranks vs ddp", fsc_parallel_kind_name(kinds[k].kind), ep);
+            snprintf(what, sizeof what, "%s%s ep %d of 8 ranks vs ddp", fsc_parallel_kind_name(kinds[k].kind),
+                     k == 5 ? " hybrid_shard" : "", ep);
             me_assert_same(&ddp, &r, what);
             free(r.params);
         }
@@ -380,18 +386,20 @@ static void test_moe_engine_offload_ep(void **state) {
     me_run ddp = me_make(4, 2);
     ddp.po.accum = 2, ddp.po.no_sync = 0;
     me_train(&ddp);
-    struct { fsc_parallel_kind kind; fsc_offload_mode off; } runs[] = {
-        { FSC_PAR_ZERO1, FSC_OFFLOAD_OPTIM }, { FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM }, { FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM },
-        { FSC_PAR_FSDP, FSC_OFFLOAD_ALL } };
-    for (int k = 0; k < 4; k++)
+    struct { fsc_parallel_kind kind; fsc_offload_mode off; fsc_shard_strategy shard; } runs[] = {
+        { FSC_PAR_ZERO1, FSC_OFFLOAD_OPTIM, FSC_SHARD_FULL }, { FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM, FSC_SHARD_FULL },
+        { FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM, FSC_SHARD_FULL }, { FSC_PAR_FSDP, FSC_OFFLOAD_ALL, FSC_SHARD_FULL },
+        { FSC_PAR_FSDP, FSC_OFFLOAD_ALL, FSC_SHARD_HYBRID } };
+    for (int k = 0; k < 5; k++)
         for (int pf = 0; pf <= 1; pf++) {
             me_run r = me_make(4, 2);
             r.po.accum = 2, r.po.no_sync = 0;
-            r.po.kind = runs[k].kind, r.po.offload = runs[k].off, r.po.prefetch = pf;
+            r.po.kind = runs[k].kind, r.po.offload = runs[k].off, r.po.shard = runs[k].shard, r.po.prefetch = pf;
             me_train(&r);
             char what[96];
-            snprintf(what, sizeof what, "%s offload %s ep 2, prefetch %d vs ddp ep 2", fsc_parallel_kind_name(r.po.kind),
-                     fsc_offload_mode_name(runs[k].off), pf);
+            snprintf(what, sizeof what, "%s%s offload %s ep 2, prefetch %d vs ddp ep 2",
+                     fsc_parallel_kind_name(r.po.kind), k == 4 ? " hybrid_shard" : "", fsc_offload_mode_name(runs[k].off),
+                     pf);
             me_assert_same(&ddp, &r, what);
             free(r.params);
         }
@@ -465,22 +473,24 @@ static void test_moe_engine_weights(void **state) {
     free(a.params);
 }
 
-/* A checkpoint written with ep 2 on 4 ranks by ddp, fsdp (full_shard, no_shard) and zero2, resumed on the
+/* A checkpoint written with ep 2 on 4 ranks by ddp, fsdp (full, no and hybrid shard) and zero2, resumed on the
  * writer's layout and by ddp with ep 1 on 2 ranks and ep 4 on 4, fsdp with ep 4 on 4 and ep 1 on 2, zero1 with
  * ep 2 on 4: the resumed
  * parameters equal the writer's bit for bit, and the run resumed on the writer's layout continues exactly as the
  * uninterrupted run (parameters and losses bit for bit). Sharded and full formats. */
 static void test_moe_engine_checkpoint(void **state) {
     (void)state;
-    /* the last: fsdp no_shard (its expert units whole on every rank of the expert-data group) */
-    const fsc_parallel_kind writers[] = { FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO2, FSC_PAR_FSDP };
-    for (int wk = 0; wk < 4; wk++)
+    /* fsdp also no_shard (its expert units whole on every rank of the expert-data group) and hybrid_shard */
+    const fsc_parallel_kind writers[] = { FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO2, FSC_PAR_FSDP, FSC_PAR_FSDP };
+    const fsc_shard_strategy shards[] = { FSC_SHARD_FULL, FSC_SHARD_FULL, FSC_SHARD_FULL, FSC_SHARD_NONE,
+                                          FSC_SHARD_HYBRID };
+    for (int wk = 0; wk < 5; wk++)
     for (int fmt = 0; fmt < 2; fmt++) {
         char dir[] = "/tmp/fsc_moe_ckpt_XXXXXX";
         assert_non_null(mkdtemp(dir));
         me_run full = me_make(4, 2), w = me_make(4, 2);
         full.po.kind = w.po.kind = writers[wk];
-        full.po.shard = w.po.shard = wk == 3 ? FSC_SHARD_NONE : FSC_SHARD_FULL;
+        full.po.shard = w.po.shard = shards[wk];
         full.steps = 2;
         me_train(&full);
         w.steps = 1;
@@ -553,10 +563,6 @@ static void test_moe_engine_errors(void **state) {
     r = me_make(2, 2);
     r.cfg = pt_small_config();
     me_expect(&r, FSC_ERR_INVALID, "needs a model with experts");
-    r = me_make(4, 2);
-    r.po.kind = FSC_PAR_FSDP;
-    r.po.shard = FSC_SHARD_HYBRID;
-    me_expect(&r, FSC_ERR_UNSUPPORTED, "shard_grad_op and no_shard; hybrid_shard is not supported with it yet");
     r = me_make(2, 1);
     r.po.pp = 2;
     r.po.accum = 2;

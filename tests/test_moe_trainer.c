@@ -3,7 +3,7 @@
  * Oracles:
  * - --check-ddp of an expert-parallel run with one expert group (--ep 4 on 4 ranks) reports weights and losses
  *   bit-identical to DDP with every expert on every rank (tests/test_moe_engine.c says why); --check-ddp of
- *   zero1, zero2 and fsdp (full, grad_op, none) with --ep 2 on 4 ranks, --accum 2 and --prefetch 1 reports them
+ *   zero1, zero2 and fsdp (every --shard) with --ep 2 on 4 ranks, --accum 2 and --prefetch 1 reports them
  *   bit-identical to DDP with --ep 2;
  * - --ep 2 on 4 ranks: losses within 1e-6 relative of --ep 1 (the expert gradients' sums associate
  *   differently), the same drops;
@@ -63,8 +63,9 @@ static void test_moe_trainer_check_ddp(void **state) {
     assert_true(cJSON_IsTrue(cJSON_GetObjectItem(k, "bit_identical")));
     cJSON_Delete(j);
     /* zero1, zero2 and fsdp with --ep 2 on 4 ranks against DDP with --ep 2, prefetch on */
-    const char *sharded[] = { "zero1", "zero2", "fsdp", "fsdp --shard grad_op", "fsdp --shard none" };
-    for (int i = 0; i < 5; i++) {
+    const char *sharded[] = { "zero1", "zero2", "fsdp", "fsdp --shard grad_op", "fsdp --shard none",
+                              "fsdp --shard hybrid" };
+    for (int i = 0; i < 6; i++) {
         snprintf(args, sizeof args, "%s --ep 2 --check-ddp --prefetch 1 --accum 2", moe);
         char *p = strstr(args, "--parallel ddp");
         assert_non_null(p);
@@ -153,8 +154,6 @@ static void test_moe_trainer_refusals(void **state) {
         { "--moe-experts 4 --moe-every 3", "--moe-every 3 but the model has 2 blocks" },
         { "--moe-experts 6 --ep 4 --world 4 --parallel ddp", "--ep 4 does not divide --moe-experts 6" },
         { "--moe-experts 4 --ep 4 --world 2 --parallel ddp", "--ep 4 does not divide the 2 data-parallel ranks" },
-        { "--moe-experts 4 --ep 2 --world 2 --parallel fsdp --shard hybrid",
-          "--ep 2 with --parallel fsdp needs --shard full, grad_op or none (not hybrid yet)" },
         { "--moe-experts 4 --pp 2 --world 2 --parallel ddp", "--moe-experts with --pp > 1 is not supported yet" },
         { "--moe-experts 4 --tp 2 --world 2 --parallel ddp", "--moe-experts with --tp > 1 is not supported yet" },
         { "--moe-experts 4 --moe-capacity 0", "--moe-capacity must be positive" },

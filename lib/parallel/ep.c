@@ -30,10 +30,6 @@ fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_paralle
                          "group is part of it)", ep, l->dp);
     if (n_experts % ep != 0)
         return fsc_error(FSC_ERR_INVALID, "%d experts do not split over ep %d ranks", n_experts, ep);
-    /* hybrid_shard's sum over the world permuted into replica groups has no expert-data counterpart yet */
-    if (ep > 1 && po->kind == FSC_PAR_FSDP && po->shard == FSC_SHARD_HYBRID)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "expert parallelism (ep %d) runs with fsdp's full_shard, "
-                         "shard_grad_op and no_shard; hybrid_shard is not supported with it yet", ep);
     return FSC_OK;
 }
 

@@ -16,12 +16,13 @@
  *   all-gather across the replicas of j assembles the shard. Same bytes per rank as the usual
  *   reduce-scatter in the group + all-reduce across groups: (N + N/G - 2)/N x unit size.
  *
- * Expert parallelism (po.ep > 1; full_shard, shard_grad_op, no_shard): a rank holds the dense tensors and its
- * experts only. A unit's expert tensors (this rank's experts of its layers) form a unit of their own, padded to
- * and sharded over e->ep_data (the data ranks holding the same experts), its gradients reduce-scattered over it
- * (no_shard: whole, all-reduced over it): the sums of DDP's expert runs. Each element's reduced gradient still
- * has one owner in the data group, so the clipping norm is taken over it as without experts (no_shard: over the
- * expert group, as DDP's); full parameters gather the experts over the expert group (ep.c).
+ * Expert parallelism (po.ep > 1, every sharding strategy): a rank holds the dense tensors and its experts only.
+ * A unit's expert tensors (this rank's experts of its layers) form a unit of their own, padded to and sharded
+ * over e->ep_data (the data ranks holding the same experts), its gradients reduce-scattered over it (no_shard:
+ * whole, all-reduced over it; hybrid_shard: split over all of it too): the sums of DDP's expert runs. With
+ * full_shard and shard_grad_op each element's reduced gradient has one owner in the data group, so the clipping
+ * norm is taken over it as without experts (no_shard, hybrid_shard: norm_pieces); full parameters gather the
+ * experts over the expert group (ep.c).
  *
  * Per unit: shard (S) master params and reduced grads; full (padded) params while gathered; full grads
  * during its backward (kept across micro-batches under no_sync).
@@ -392,19 +393,21 @@ static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
     return fsc_download_start(e, &d->rq, dg, U->sgrad, d->mdev, U->shard, accumulate); /* owns dg */
 }
 
-/* no_shard with expert parallelism: every rank holds whole reduced gradients, the dense ones replicated over the
- * data group, its experts' over the expert-data group; the clipping norm counts dense units on rank 0 of the
- * expert group and expert units everywhere, over the expert group (as DDP's runs). */
+/* no_shard and hybrid_shard with expert parallelism: the dense shards are replicated (no_shard: over the data
+ * group; hybrid: over the replica group), the expert units split over the expert-data group (no_shard: whole on
+ * each of its ranks). The clipping norm counts each element once: no_shard over the expert group, dense units on
+ * its rank 0 (as DDP's runs); hybrid over the data group, dense units on replica rank 0; expert units everywhere. */
 static fsc_status norm_pieces(fsc_engine *e, fsdp_state *d) {
     e->nsegs = calloc((size_t)d->nunits, sizeof *e->nsegs);
     e->nlens = calloc((size_t)d->nunits, sizeof *e->nlens);
     if (!e->nsegs || !e->nlens) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
+    const int dense_here = fsc_comm_rank(d->G == 1 ? e->ep_comm : d->replica_comm) == 0;
     for (int u = 0; u < d->nunits; u++) {
-        if (!d->u[u].expert && fsc_comm_rank(e->ep_comm) != 0) continue;
+        if (!d->u[u].expert && !dense_here) continue;
         e->nsegs[e->nnsegs] = d->u[u].sgrad;
         e->nlens[e->nnsegs++] = d->u[u].shard;
     }
-    e->norm_comm = e->ep_comm;
+    e->norm_comm = d->G == 1 ? e->ep_comm : e->comm;
     return FSC_OK;
 }
 
@@ -465,7 +468,7 @@ static fsc_status fsdp_setup(fsc_engine *e) {
         bind_grads(e, U, NULL);
     }
     e->norm_comm = d->shard_comm;
-    if (e->ep_data && d->G == 1) FSC_TRY(norm_pieces(e, d));
+    if (e->ep_data && d->G != d->N) FSC_TRY(norm_pieces(e, d));
     return FSC_OK;
 }
 
@@ -518,7 +521,19 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
         if (e->sync) {
             /* each micro-batch that reduces adds to the shard after the first */
             int accumulate = !e->po.no_sync && e->micro > 0;
-            if (d->prefetch && !U->rs && d->G != 1) {
+            if (d->prefetch && d->G != d->N && d->G != 1 && U->expert) {
+                /* hybrid's expert units: one-phase reduce-scatters over the expert-data group, in the same queue
+                 * (advanced at the same units on every rank) */
+                FSC_TRY(fsc_reduce_advance(e, &d->rq, d->limit - 2));
+                float *fg = U->fgrad;
+                U->fgrad = NULL;
+                bind_grads(e, U, NULL);
+                if (d->mdev != e->dev)
+                    FSC_TRY(fsc_reduce_start_host(e, &d->rq, U->rc, 1, fg, U->sgrad, d->mdev, U->padded, accumulate,
+                                                  fg));
+                else
+                    FSC_TRY(fsc_reduce_start(e, &d->rq, U->rc, 1, fg, U->sgrad, U->padded, accumulate, fg, NULL, 0));
+            } else if (d->prefetch && !U->rs && d->G != 1) {
                 /* hybrid overlap: the all-gathers of older units whose reduce-scatter was waited for at an earlier
                  * unit are waited for, the oldest reduce-scatters waited for (their all-gathers started) until
                  * at most limit - 2 remain, then this unit's reduce-scatter starts, from a permuted copy of the
@@ -683,7 +698,7 @@ static void fsdp_destroy(fsc_engine *e) {
     }
     free(d->u);
     free(d->unit_of);
-    if (e->ep_data && d->G == 1) { /* the clipping pieces made here */
+    if (e->ep_data && d->G != d->N) { /* the clipping pieces made here */
         free(e->nsegs);
         free(e->nlens);
         e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;

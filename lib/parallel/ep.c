@@ -71,6 +71,10 @@ static fsc_status gather_blocks(fsc_engine *e, float *host) {
 }
 
 fsc_status fsc_ep_full_params(fsc_engine *e, float *host) {
+    /* an expert group none of whose ranks wants the parameters takes part in the strategy's gathers only */
+    float wanted = host ? 1.0f : 0.0f;
+    FSC_TRY(fsc_comm_all_reduce_host(e->ep_comm, e->dev, &wanted, FSC_MAX));
+    if (wanted == 0.0f) return e->st->full_tensors(e, 0, NULL);
     const size_t P = fsc_engine_tensor_offset(e, e->m->n_tensors);
     float *buf = host ? host : malloc(P * sizeof(float));
     if (!buf) return fsc_error(FSC_ERR_NOMEM, "ep: out of host memory for %zu full parameters", P);

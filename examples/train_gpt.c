@@ -177,7 +177,7 @@ static const option options[] = {
     {"moe-every", "N", "1", "blocks N-1, 2N-1, ... get an MoE MLP (1: every block)", K_INT, F(moe_every), 1, 1024, NULL},
     {"moe-capacity", "F", "1.25", "capacity factor: ceil(F x K x tokens / E) slots per expert, rank and micro-batch", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
     {"moe-aux", "X", "0.01", "coefficient of the load-balancing loss in the objective", K_FLOAT, F(moe_aux), 0, INFINITY, NULL},
-    {"ep", "G", "1", "expert-parallel ranks: G adjacent data-parallel ranks split the experts (--parallel ddp)", K_INT, F(ep), 1, 1024, NULL},
+    {"ep", "G", "1", "expert-parallel ranks: G adjacent data-parallel ranks split the experts (any --parallel)", K_INT, F(ep), 1, 1024, NULL},
 };
 #undef F
 #define NOPT ((int)(sizeof options / sizeof options[0]))
@@ -613,9 +613,6 @@ static int check_moe(const train_config *c, const int *given, char *err, size_t 
     if (c->dp % c->ep != 0)
         return snprintf(err, cap, "--ep %d does not divide the %d data-parallel ranks (the expert group is part of the "
                         "data group)", c->ep, c->dp), -1;
-    if (c->ep > 1 && c->parallel != FSC_PAR_DDP)
-        return snprintf(err, cap, "--ep %d needs --parallel ddp; with %s every rank holds every expert (use --ep 1)",
-                        c->ep, fsc_parallel_kind_name((fsc_parallel_kind)c->parallel)), -1;
     return 0;
 }
 
@@ -1168,6 +1165,10 @@ static cJSON *config_object(const train_config *c) {
 }
 
 /* --check-ddp: the same run with DDP, compared bit for bit */
+
+/* The oracle's --ep: for DDP every expert on every rank (bit-identical when G is the whole data group); for zero
+ * and fsdp, DDP with the same expert groups (the same sums of expert gradients). */
+static int oracle_ep(const train_config *c) { return c->parallel == FSC_PAR_DDP ? 1 : c->ep; }
 typedef struct {
     int done, losses_same, params_same;
     const run_state *ddp;
@@ -1599,7 +1600,8 @@ int main(int argc, char **argv) {
     sd.log = NULL;
     fsc_status s = FSC_OK;
     if (procs) { /* the DDP oracle runs inside the same launch */
-        cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = 1, cd.offload = 0;
+        cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = oracle_ep(&c);
+        cd.offload = 0;
         if (c.check_ddp) sd.pstats = NULL, sd.cfg = &cd; /* (results_free frees sd's buffers when it has its own) */
         if (c.check_ddp && ((sd.params = calloc(st.nparams, sizeof(float))) == NULL ||
                             results_alloc(&sd, c.steps, c.world) != 0)) {
@@ -1625,7 +1627,7 @@ int main(int argc, char **argv) {
         cd.pp = 1; /* the oracle of a pipeline: DDP over its data-parallel ranks, the same micro-batches; */
         cd.world = c.dp * c.tp; /* with tensor parallelism on the same tensor groups */
         cd.balance = NULL;
-        cd.ep = 1; /* the oracle of expert parallelism: every expert on every rank */
+        cd.ep = oracle_ep(&c); /* the oracle of expert parallelism */
         cd.offload = 0; /* and of offload: everything on the device (ddp does not offload) */
         co.world = cd.world;
         sd.pstats = NULL;

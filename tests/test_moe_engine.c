@@ -1,5 +1,5 @@
 /* MoE GPTs in the training engine on the simulated cluster: expert parallelism (parallel.h, ep) inside the
- * data-parallel group, with DDP; FSDP and ZeRO with every expert on every rank.
+ * data-parallel group, with DDP, ZeRO and FSDP.
  * Oracles:
  * - ep = world (one expert group: the experts' data-parallel replicas are one rank each) equals ep = 1 (every
  *   rank holds every expert, DDP sums the expert gradients over the world) bit for bit: losses, the
@@ -13,7 +13,15 @@
  *   routing the same (equal drops); measured: losses ~1e-8, parameters 5e-6 (9e-6 with two micro-batches,
  *   whose sums are associated differently too);
  * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with ep = 1 (MoE blocks are units like dense ones);
- * - DDP's sync_from_rank0 with ep = 2 equals the keyed initialization on every rank bit for bit;
+ * - with ep = 2 of 4 ranks, zero1, zero2 and fsdp (every shard strategy) equal DDP with ep = 2 bit for bit (and
+ *   so does a forward-only fsc_engine_eval after training), with two accumulating micro-batches and prefetch 0
+ *   and 1 (zero2 and fsdp also with ep 2 and 4 of 8 ranks; fsdp also wrapping the whole model), and with offload
+ *   optim (fsdp: and all): their expert shards are summed over the expert-data group as DDP's expert runs (summed
+ *   over the data group, other experts' gradients would add in); zero1's parameter bytes are exactly the padded
+ *   dense tensors and its E/ep experts, and a gathered FSDP MoE block holds its rank's experts only (its peak is
+ *   below ep 1's);
+ * - sync_from_rank0 with ep = 2 (DDP, ZeRO-2, FSDP) equals DDP's keyed initialization on every rank bit for
+ *   bit;
  * - memory: a rank's parameter bytes are exactly (dense + its E/ep experts) x 4;
  * - communication per step and rank (the comm stats): the expert group's all-to-alls are 4 per MoE block
  *   and micro-batch, each (G-1)/G x E x cap x C x 4 bytes with cap = max(1, ceil(cf k B T / E)) (one dispatch
@@ -22,18 +30,19 @@
  *   R = W / ep); ep = 1 has no expert traffic;
  * - capacity: dropped assignments are reported and drop to 0 with a large capacity factor; assignments are
  *   k x tokens x MoE blocks;
- * - weights: the file saved with ep = 2 is byte-identical to the one saved with ep = 1, and loading it into
- *   an ep = 2 engine gives back the same full parameters;
- * - training checkpoints (sharded and full) written with ep = 2 resume bit for bit on the writer's layout and
- *   give the writer's parameters with ep = 1 on 2 ranks and ep = 4 on 4; a model with other MoE blocks is
- *   refused;
- * - errors: ep not dividing the data group or the experts, ep without MoE, ep with FSDP, MoE with pipelines
- *   are refused with messages;
+ * - weights: the file saved with ep = 2 (by ddp, zero1 and fsdp) is byte-identical to the one saved with
+ *   ep = 1, and loading that into an ep = 2 engine of each gives back the same full parameters;
+ * - training checkpoints (sharded and full) written with ep = 2 by ddp, fsdp (full, no, hybrid shard) and zero2
+ *   resume bit for bit on the writer's layout and give the writer's parameters with other ep and strategies
+ *   (ddp ep 1 and 4, fsdp ep 4 and 1, zero1 ep 2); a model with other MoE blocks is refused;
+ * - errors: ep not dividing the data group or the experts, ep without MoE, MoE with pipelines are refused with
+ *   messages;
  * - layer checkpointing (each block recomputed in backward, the MoE forward and its expert-group all-to-alls
  *   again) equals no checkpointing bit for bit (losses, aux loss, assignments, drops, norms, parameters) with
  *   ep 1 and ep 2, DDP accumulating 2 micro-batches. */
 #include <unistd.h>
 #include "partest.h"
+#include "fsc/eval.h"
 
 #define MS 4 /* steps */
 
@@ -50,6 +59,7 @@ typedef struct {
     const char *ckpt_out;     /* a training checkpoint written after the last step */
     const char *ckpt_in;      /* resume from this directory before training (steps continue from it) */
     fsc_ckpt_format ckpt_format;
+    double eval_loss;         /* fsc_engine_eval of the last step's batch after training */
 } me_run;
 
 static fsc_gpt_config me_config(void) {
@@ -108,6 +118,11 @@ static fsc_status me_rank(fsc_rank *r, void *arg) {
         fsc_ckpt_save_opts so = { .format = run->ckpt_format };
         s = fsc_ckpt_save(e, run->ckpt_out, run->steps, &so);
     }
+    if (s == FSC_OK && from < run->steps) { /* the last batch again, forward only */
+        double l = 0;
+        s = fsc_engine_eval(e, tok, tgt, lb, B, &l);
+        if (s == FSC_OK && r->rank == 0) run->eval_loss = l;
+    }
     if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? run->params : NULL);
     free(tok);
     free(tgt);
@@ -132,6 +147,8 @@ static void me_assert_same(const me_run *a, const me_run *b, const char *what) {
                      "%lld vs %lld", what, s, x->loss, y->loss, x->aux_loss, y->aux_loss, x->grad_norm, y->grad_norm,
                      (long long)x->moe_dropped, (long long)y->moe_dropped);
     }
+    if (memcmp(&a->eval_loss, &b->eval_loss, sizeof(double)))
+        fail_msg("%s: eval loss %.17g vs %.17g", what, a->eval_loss, b->eval_loss);
     assert_bits_equal(a->params, b->params, fsc_gpt_num_params(&a->cfg), what);
 }
 
@@ -251,13 +268,22 @@ static void test_moe_engine_ep_inside_data_parallel(void **state) {
  * group) equals every rank initializing its own from the keyed RNG, bit for bit. */
 static void test_moe_engine_sync_from_rank0(void **state) {
     (void)state;
-    me_run a = me_make(4, 2), b = me_make(4, 2);
-    b.po.sync_from_rank0 = 1;
-    a.steps = b.steps = 1;
+    me_run a = me_make(4, 2);
+    a.steps = 1;
     me_train(&a);
-    me_train(&b);
-    me_assert_same(&a, &b, "sync from rank 0 with ep 2");
-    free(a.params), free(b.params);
+    const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO2, FSC_PAR_FSDP };
+    for (int k = 0; k < 3; k++) {
+        me_run b = me_make(4, 2);
+        b.po.kind = kinds[k];
+        b.po.sync_from_rank0 = 1;
+        b.steps = 1;
+        me_train(&b);
+        char what[64];
+        snprintf(what, sizeof what, "%s sync from rank 0 with ep 2", fsc_parallel_kind_name(kinds[k]));
+        me_assert_same(&a, &b, what);
+        free(b.params);
+    }
+    free(a.params);
 }
 
 static void test_moe_engine_sharded_equals_ddp(void **state) {
@@ -272,6 +298,111 @@ static void test_moe_engine_sharded_equals_ddp(void **state) {
         me_assert_same(&ddp, &r, fsc_parallel_kind_name(kinds[k]));
         free(r.params);
     }
+    free(ddp.params);
+}
+
+/* Expert parallelism under the sharding strategies: ep 2 of 4 ranks with zero1, zero2 and fsdp (full_shard,
+ * shard_grad_op, no_shard, hybrid_shard) equals DDP with ep 2 bit for bit (losses, aux losses, clipped gradient
+ * norms, final full parameters), one micro-batch or two that each reduce, prefetch 0 and 1. Expert gradients
+ * reduced over the whole data group instead of the expert-data group would sum other experts' gradients in: not
+ * equal. */
+static void test_moe_engine_sharded_ep_equals_ddp(void **state) {
+    (void)state;
+    struct { fsc_parallel_kind kind; fsc_shard_strategy shard; } kinds[] = {
+        { FSC_PAR_ZERO1, FSC_SHARD_FULL }, { FSC_PAR_ZERO2, FSC_SHARD_FULL }, { FSC_PAR_FSDP, FSC_SHARD_FULL },
+        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP }, { FSC_PAR_FSDP, FSC_SHARD_NONE }, { FSC_PAR_FSDP, FSC_SHARD_HYBRID } };
+    for (int accum = 1; accum <= 2; accum++) {
+        me_run ddp = me_make(4, 2);
+        ddp.po.accum = accum, ddp.po.no_sync = 0;
+        me_train(&ddp);
+        for (int k = 0; k < 6; k++)
+            for (int pf = 0; pf <= 1; pf++) {
+                me_run r = me_make(4, 2);
+                r.po.accum = accum, r.po.no_sync = 0;
+                r.po.kind = kinds[k].kind, r.po.shard = kinds[k].shard, r.po.prefetch = pf;
+                r.po.bucket_bytes = 4096; /* zero2: several buckets */
+                me_train(&r);
+                char what[96];
+                snprintf(what, sizeof what, "%s%s ep 2, accum %d, prefetch %d vs ddp ep 2",
+                         fsc_parallel_kind_name(kinds[k].kind),
+                         kinds[k].shard == FSC_SHARD_GRAD_OP ? " shard_grad_op"
+                         : kinds[k].shard == FSC_SHARD_NONE  ? " no_shard"
+                         : kinds[k].shard == FSC_SHARD_HYBRID ? " hybrid_shard" : "", accum, pf);
+                me_assert_same(&ddp, &r, what);
+                if (kinds[k].kind == FSC_PAR_ZERO1 && accum == 1) {
+                    /* memory: the dense tensors padded to 4 shards, this rank's E/2 experts to 2 (one bucket each) */
+                    size_t dense, experts;
+                    me_sizes(&r.cfg, &dense, &experts);
+                    size_t want = ((dense + 3) / 4 * 4 + (experts / 2 + 1) / 2 * 2) * sizeof(float);
+                    for (int q = 0; q < 4; q++) assert_int_equal(r.param_bytes[q], want);
+                }
+                if (kinds[k].kind == FSC_PAR_FSDP && accum == 1 && pf == 0) {
+                    /* a gathered MoE block holds its rank's experts only: less than with every expert on it */
+                    me_run one = me_make(4, 1);
+                    one.po.kind = FSC_PAR_FSDP, one.po.shard = kinds[k].shard, one.steps = 1;
+                    me_train(&one);
+                    assert_true(r.param_bytes[0] < one.param_bytes[0]);
+                    free(one.params);
+                }
+                free(r.params);
+            }
+        free(ddp.params);
+    }
+    /* fsdp wrapping the whole model: the root's experts are a unit of their own, gathered and freed as others */
+    me_run ref = me_make(4, 2);
+    me_train(&ref);
+    for (int pf = 0; pf <= 1; pf++) {
+        me_run r = me_make(4, 2);
+        r.po.kind = FSC_PAR_FSDP, r.po.wrap = FSC_WRAP_MODEL, r.po.prefetch = pf, r.po.reshard_after_forward = 1;
+        me_train(&r);
+        me_assert_same(&ref, &r, pf ? "fsdp wrap model ep 2, prefetch 1" : "fsdp wrap model ep 2");
+        free(r.params);
+    }
+    free(ref.params);
+    /* 8 ranks: ep 2 (4 ranks per expert-data group) and ep 4 */
+    for (int ep = 2; ep <= 4; ep *= 2) {
+        me_run ddp = me_make(8, ep);
+        me_train(&ddp);
+        const int ks[] = { 1, 2, 5 }; /* zero2, fsdp full_shard, hybrid_shard (groups of 4) */
+        for (int i = 0; i < 3; i++) {
+            const int k = ks[i];
+            me_run r = me_make(8, ep);
+            r.po.kind = kinds[k].kind, r.po.shard = kinds[k].shard, r.po.prefetch = 1;
+            me_train(&r);
+            char what[96];
+            snprintf(what, sizeof what, "%s%s ep %d of 8 ranks vs ddp", fsc_parallel_kind_name(kinds[k].kind),
+                     k == 5 ? " hybrid_shard" : "", ep);
+            me_assert_same(&ddp, &r, what);
+            free(r.params);
+        }
+        free(ddp.params);
+    }
+}
+
+/* Offload with expert parallelism: zero1 and zero2 with offload optim, fsdp with offload optim and all, ep 2 of
+ * 4 ranks, equal DDP with ep 2 bit for bit (prefetch 0 and 1, two micro-batches). */
+static void test_moe_engine_offload_ep(void **state) {
+    (void)state;
+    me_run ddp = me_make(4, 2);
+    ddp.po.accum = 2, ddp.po.no_sync = 0;
+    me_train(&ddp);
+    struct { fsc_parallel_kind kind; fsc_offload_mode off; fsc_shard_strategy shard; } runs[] = {
+        { FSC_PAR_ZERO1, FSC_OFFLOAD_OPTIM, FSC_SHARD_FULL }, { FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM, FSC_SHARD_FULL },
+        { FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM, FSC_SHARD_FULL }, { FSC_PAR_FSDP, FSC_OFFLOAD_ALL, FSC_SHARD_FULL },
+        { FSC_PAR_FSDP, FSC_OFFLOAD_ALL, FSC_SHARD_HYBRID } };
+    for (int k = 0; k < 5; k++)
+        for (int pf = 0; pf <= 1; pf++) {
+            me_run r = me_make(4, 2);
+            r.po.accum = 2, r.po.no_sync = 0;
+            r.po.kind = runs[k].kind, r.po.offload = runs[k].off, r.po.shard = runs[k].shard, r.po.prefetch = pf;
+            me_train(&r);
+            char what[96];
+            snprintf(what, sizeof what, "%s%s offload %s ep 2, prefetch %d vs ddp ep 2",
+                     fsc_parallel_kind_name(r.po.kind), k == 4 ? " hybrid_shard" : "", fsc_offload_mode_name(runs[k].off),
+                     pf);
+            me_assert_same(&ddp, &r, what);
+            free(r.params);
+        }
     free(ddp.params);
 }
 
@@ -292,17 +423,8 @@ static void test_moe_engine_capacity(void **state) {
     free(r.params);
 }
 
-static void test_moe_engine_weights(void **state) {
-    (void)state;
-    char p1[] = "/tmp/fsc_moe_w1_XXXXXX", p2[] = "/tmp/fsc_moe_w2_XXXXXX";
-    int f1 = mkstemp(p1), f2 = mkstemp(p2);
-    assert_true(f1 >= 0 && f2 >= 0);
-    close(f1), close(f2);
-    me_run a = me_make(2, 1), b = me_make(4, 2);
-    a.steps = b.steps = 0;
-    a.save = p1, b.save = p2;
-    me_train(&a);
-    me_train(&b);
+/* Whether files a and b hold the same bytes. */
+static void me_same_file(const char *p1, const char *p2, const char *what) {
     FILE *x = fopen(p1, "rb"), *y = fopen(p2, "rb");
     assert_non_null(x);
     assert_non_null(y);
@@ -313,28 +435,62 @@ static void test_moe_engine_weights(void **state) {
         same &= cx == cy;
     } while (cx != EOF && cy != EOF);
     fclose(x), fclose(y);
-    if (!same) fail_msg("the weights saved with ep 2 differ from those saved with ep 1 (%ld bytes compared)", n);
-    assert_bits_equal(a.params, b.params, fsc_gpt_num_params(&a.cfg), "initial parameters, ep 1 vs ep 2");
-    /* the ep 1 file loaded into an ep 2 engine of 4 ranks: the same full parameters */
-    me_run d = me_make(4, 2);
-    d.steps = 0;
-    d.load = p1;
-    me_train(&d);
-    assert_bits_equal(a.params, d.params, fsc_gpt_num_params(&a.cfg), "parameters loaded into ep 2");
-    unlink(p1), unlink(p2);
-    free(a.params), free(b.params), free(d.params);
+    if (!same) fail_msg("the weights saved with %s differ from those saved with ep 1 (%ld bytes compared)", what, n);
 }
 
-/* A checkpoint written with ep 2 on 4 ranks, resumed with ep 2 on 4 ranks, ep 1 on 2 ranks and ep 4 on 4
- * ranks: the resumed parameters equal the writer's bit for bit, and the run resumed on the writer's layout
- * continues exactly as the uninterrupted run (parameters and losses bit for bit). Sharded and full
- * formats. */
+static void test_moe_engine_weights(void **state) {
+    (void)state;
+    char p1[] = "/tmp/fsc_moe_w1_XXXXXX", p2[] = "/tmp/fsc_moe_w2_XXXXXX";
+    int f1 = mkstemp(p1), f2 = mkstemp(p2);
+    assert_true(f1 >= 0 && f2 >= 0);
+    close(f1), close(f2);
+    me_run a = me_make(2, 1);
+    a.steps = 0;
+    a.save = p1;
+    me_train(&a);
+    /* written with ep 2 by ddp, zero1 and fsdp (these gather their experts over the expert group on the host) */
+    fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO1, FSC_PAR_FSDP };
+    for (int k = 0; k < 3; k++) {
+        me_run b = me_make(4, 2);
+        b.po.kind = kinds[k];
+        b.steps = 0;
+        b.save = p2;
+        me_train(&b);
+        char what[64];
+        snprintf(what, sizeof what, "%s ep 2", fsc_parallel_kind_name(kinds[k]));
+        me_same_file(p1, p2, what);
+        assert_bits_equal(a.params, b.params, fsc_gpt_num_params(&a.cfg), what);
+        /* the ep 1 file loaded into an ep 2 engine of 4 ranks: the same full parameters */
+        me_run d = me_make(4, 2);
+        d.po.kind = kinds[k];
+        d.steps = 0;
+        d.load = p1;
+        me_train(&d);
+        assert_bits_equal(a.params, d.params, fsc_gpt_num_params(&a.cfg), "parameters loaded into ep 2");
+        free(b.params), free(d.params);
+    }
+    unlink(p1), unlink(p2);
+    free(a.params);
+}
+
+/* A checkpoint written with ep 2 on 4 ranks by ddp, fsdp (full, no and hybrid shard) and zero2, resumed on the
+ * writer's layout and by ddp with ep 1 on 2 ranks and ep 4 on 4, fsdp with ep 4 on 4 and ep 1 on 2, zero1 with
+ * ep 2 on 4: the resumed
+ * parameters equal the writer's bit for bit, and the run resumed on the writer's layout continues exactly as the
+ * uninterrupted run (parameters and losses bit for bit). Sharded and full formats. */
 static void test_moe_engine_checkpoint(void **state) {
     (void)state;
+    /* fsdp also no_shard (its expert units whole on every rank of the expert-data group) and hybrid_shard */
+    const fsc_parallel_kind writers[] = { FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO2, FSC_PAR_FSDP, FSC_PAR_FSDP };
+    const fsc_shard_strategy shards[] = { FSC_SHARD_FULL, FSC_SHARD_FULL, FSC_SHARD_FULL, FSC_SHARD_NONE,
+                                          FSC_SHARD_HYBRID };
+    for (int wk = 0; wk < 5; wk++)
     for (int fmt = 0; fmt < 2; fmt++) {
         char dir[] = "/tmp/fsc_moe_ckpt_XXXXXX";
         assert_non_null(mkdtemp(dir));
         me_run full = me_make(4, 2), w = me_make(4, 2);
+        full.po.kind = w.po.kind = writers[wk];
+        full.po.shard = w.po.shard = shards[wk];
         full.steps = 2;
         me_train(&full);
         w.steps = 1;
@@ -342,19 +498,26 @@ static void test_moe_engine_checkpoint(void **state) {
         w.ckpt_format = (fsc_ckpt_format)fmt;
         me_train(&w);
         me_run r = me_make(4, 2);
+        r.po.kind = writers[wk];
+        r.po.shard = w.po.shard;
         r.steps = 2;
         r.ckpt_in = dir;
         me_train(&r);
         for (int s = 1; s < 2; s++) assert_true(memcmp(&r.info[s].loss, &full.info[s].loss, sizeof(double)) == 0);
         assert_bits_equal(r.params, full.params, fsc_gpt_num_params(&r.cfg), "resumed on the writer's layout");
-        int layouts[2][2] = { { 2, 1 }, { 4, 4 } };
-        for (int k = 0; k < 2; k++) {
+        /* world, ep, strategy */
+        const int layouts[5][3] = { { 2, 1, FSC_PAR_DDP }, { 4, 4, FSC_PAR_DDP }, { 4, 4, FSC_PAR_FSDP },
+                                    { 2, 1, FSC_PAR_FSDP }, { 4, 2, FSC_PAR_ZERO1 } };
+        for (int k = 0; k < 5; k++) {
             me_run o = me_make(layouts[k][0], layouts[k][1]);
+            o.po.kind = (fsc_parallel_kind)layouts[k][2];
             o.steps = 1; /* the checkpoint's step: nothing more to run */
             o.ckpt_in = dir;
             me_train(&o);
-            char what[64];
-            snprintf(what, sizeof what, "resumed with ep %d on %d ranks", layouts[k][1], layouts[k][0]);
+            char what[128];
+            snprintf(what, sizeof what, "written by %s ep 2, resumed by %s with ep %d on %d ranks",
+                     fsc_parallel_kind_name(writers[wk]), fsc_parallel_kind_name(o.po.kind), layouts[k][1],
+                     layouts[k][0]);
             assert_bits_equal(o.params, w.params, fsc_gpt_num_params(&o.cfg), what);
             free(o.params);
         }
@@ -400,9 +563,6 @@ static void test_moe_engine_errors(void **state) {
     r = me_make(2, 2);
     r.cfg = pt_small_config();
     me_expect(&r, FSC_ERR_INVALID, "needs a model with experts");
-    r = me_make(2, 2);
-    r.po.kind = FSC_PAR_FSDP;
-    me_expect(&r, FSC_ERR_UNSUPPORTED, "fsdp is not supported with it yet");
     r = me_make(2, 1);
     r.po.pp = 2;
     r.po.accum = 2;
@@ -417,6 +577,8 @@ int main(void) {
         cmocka_unit_test(test_moe_engine_ep_inside_data_parallel),
         cmocka_unit_test(test_moe_engine_sync_from_rank0),
         cmocka_unit_test(test_moe_engine_sharded_equals_ddp),
+        cmocka_unit_test(test_moe_engine_sharded_ep_equals_ddp),
+        cmocka_unit_test(test_moe_engine_offload_ep),
         cmocka_unit_test(test_moe_engine_capacity),
         cmocka_unit_test(test_moe_engine_weights),
         cmocka_unit_test(test_moe_engine_checkpoint),

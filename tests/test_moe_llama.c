@@ -13,7 +13,8 @@
  *   forward within 2e-2 of the tensor's largest difference plus 1e-4, at sampled elements of every tensor of an MoE
  *   decoder layer (attention, norms, the gate, both experts), with 2 experts, top-2 and capacity factor 1 (every
  *   token keeps both choices, so the objective is smooth: no routing decision can flip) and moe_aux 0;
- * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with every expert on every rank;
+ * - FSDP (full_shard) and ZeRO-2 equal DDP bit for bit with every expert on every rank, and zero1, zero2 and
+ *   fsdp (also with prefetch and layer checkpointing) equal DDP bit for bit with ep 2 of 4 ranks;
  * - layer checkpointing equals none bit for bit (losses, aux loss, drops, norms, parameters), ep 1 and ep 2;
  * - the trainer runs --model llama --moe-experts 4 --ep 2 on 2 ranks with the losses of --ep 1, bit for bit as
  *   printed (17 digits), and reports the MoE layers in its JSON. */
@@ -246,6 +247,22 @@ static void test_sharded_equals_ddp(void **st) {
         job j = make(2, kinds[k], 1);
         train(&j);
         assert_same(&ddp, &j, fsc_parallel_kind_name(kinds[k]));
+        free(j.after);
+    }
+    free(ddp.after);
+    /* expert parallelism: ep 2 of 4 ranks, each strategy against DDP with ep 2; fsdp with prefetch and layer
+     * checkpointing too */
+    ddp = make(4, FSC_PAR_DDP, 2);
+    train(&ddp);
+    const fsc_parallel_kind ep_kinds[] = { FSC_PAR_ZERO1, FSC_PAR_ZERO2, FSC_PAR_FSDP, FSC_PAR_FSDP };
+    for (int k = 0; k < 4; k++) {
+        job j = make(4, ep_kinds[k], 2);
+        j.po.prefetch = k == 3, j.po.checkpoint = k == 3;
+        train(&j);
+        char what[64];
+        snprintf(what, sizeof what, "llama: %s ep 2%s vs ddp ep 2", fsc_parallel_kind_name(ep_kinds[k]),
+                 k == 3 ? ", prefetch, checkpoint" : "");
+        assert_same(&ddp, &j, what);
         free(j.after);
     }
     free(ddp.after);

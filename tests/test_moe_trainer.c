@@ -2,7 +2,9 @@
  * --ep in examples/train_gpt.c), run as a program (build/<x>/train_gpt next to this binary's folder).
  * Oracles:
  * - --check-ddp of an expert-parallel run with one expert group (--ep 4 on 4 ranks) reports weights and losses
- *   bit-identical to DDP with every expert on every rank (tests/test_moe_engine.c says why);
+ *   bit-identical to DDP with every expert on every rank (tests/test_moe_engine.c says why); --check-ddp of
+ *   zero1, zero2 and fsdp (every --shard) with --ep 2 on 4 ranks, --accum 2 and --prefetch 1 reports them
+ *   bit-identical to DDP with --ep 2;
  * - --ep 2 on 4 ranks: losses within 1e-6 relative of --ep 1 (the expert gradients' sums associate
  *   differently), the same drops;
  * - the --json summary's "moe" object: a load-balancing loss and drop count per step, assignments equal to
@@ -60,6 +62,22 @@ static void test_moe_trainer_check_ddp(void **state) {
     assert_non_null(k);
     assert_true(cJSON_IsTrue(cJSON_GetObjectItem(k, "bit_identical")));
     cJSON_Delete(j);
+    /* zero1, zero2 and fsdp with --ep 2 on 4 ranks against DDP with --ep 2, prefetch on */
+    const char *sharded[] = { "zero1", "zero2", "fsdp", "fsdp --shard grad_op", "fsdp --shard none",
+                              "fsdp --shard hybrid" };
+    for (int i = 0; i < 6; i++) {
+        snprintf(args, sizeof args, "%s --ep 2 --check-ddp --prefetch 1 --accum 2", moe);
+        char *p = strstr(args, "--parallel ddp");
+        assert_non_null(p);
+        char rest[512];
+        snprintf(rest, sizeof rest, "%s", p + strlen("--parallel ddp"));
+        snprintf(p, sizeof args - (size_t)(p - args), "--parallel %s%s", sharded[i], rest);
+        j = json_of(args);
+        k = cJSON_GetObjectItem(j, "check_ddp");
+        assert_non_null(k);
+        if (!cJSON_IsTrue(cJSON_GetObjectItem(k, "bit_identical"))) fail_msg("%s: not bit-identical with DDP", args);
+        cJSON_Delete(j);
+    }
 }
 
 static void test_moe_trainer_json(void **state) {
@@ -136,7 +154,6 @@ static void test_moe_trainer_refusals(void **state) {
         { "--moe-experts 4 --moe-every 3", "--moe-every 3 but the model has 2 blocks" },
         { "--moe-experts 6 --ep 4 --world 4 --parallel ddp", "--ep 4 does not divide --moe-experts 6" },
         { "--moe-experts 4 --ep 4 --world 2 --parallel ddp", "--ep 4 does not divide the 2 data-parallel ranks" },
-        { "--moe-experts 4 --ep 2 --world 2 --parallel fsdp", "--ep 2 needs --parallel ddp" },
         { "--moe-experts 4 --pp 2 --world 2 --parallel ddp", "--moe-experts with --pp > 1 is not supported yet" },
         { "--moe-experts 4 --tp 2 --world 2 --parallel ddp", "--moe-experts with --tp > 1 is not supported yet" },
         { "--moe-experts 4 --moe-capacity 0", "--moe-capacity must be positive" },

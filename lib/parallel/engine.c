@@ -675,7 +675,7 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
     e->skips_in_row = 0;
     if (e->use_scaler) scaler_update(e, 0);
     if (e->po.clip > 0) {
-        /* the norm over the pieces that count each element once (with tensor or expert parallelism nsegs,
+        /* the norm over the pieces that count each element once (with tensor parallelism or DDP's experts nsegs,
          * otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every reduced gradient */
         const int own = e->nsegs != NULL;
         double norm = 0;
@@ -796,9 +796,13 @@ fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     return FSC_OK;
 }
 
+/* Expert parallelism under a sharding strategy: full parameters through the host (ep.c; DDP gathers its experts
+ * itself). */
+static int ep_staged(const fsc_engine *e) { return e->ep_comm && e->st != &fsc_strategy_ddp; }
 
-/* Pipelines and tensor parallelism: collective, the full parameters (fsc_engine_full_params) written by the
- * rank with w. */
+/* Pipelines, tensor parallelism and ep_staged: collective, the full parameters (fsc_engine_full_params) written
+ * by the rank with w. */
+
 static fsc_status write_from_full(fsc_engine *e, fsc_st_writer *w) {
     size_t P = 0;
     for (int i = 0; i < e->m->n_tensors; i++) P += fsc_engine_full_info(e, i)->numel;
@@ -858,7 +862,7 @@ static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt) {
     }
     s = agree(e, s);
     if (s == FSC_OK)
-        s = agree(e, e->lay.tp > 1 || e->pipe ? write_from_full(e, w) : e->st->write_full(e, w));
+        s = agree(e, e->lay.tp > 1 || e->pipe || ep_staged(e) ? write_from_full(e, w) : e->st->write_full(e, w));
     if (s == FSC_OK && w) {
         s = fsc_st_writer_commit(w);
         w = NULL;
@@ -908,6 +912,7 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
 
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
     if (e->lay.tp > 1) return fsc_tensor_full_params(e, host);
+    if (ep_staged(e)) return fsc_ep_full_params(e, host);
     return e->pipe ? fsc_pipe_full_params(e, host) : e->st->full_tensors(e, 1, host);
 }
 

@@ -203,6 +203,11 @@ void fsc_offload_free(fsc_engine *e);
 fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_parallel_opts *po);
 fsc_status fsc_ep_create(fsc_engine *e);
 void fsc_ep_free(fsc_engine *e);
+/* The full parameters of a sharding strategy (zero, fsdp) with expert parallelism, collective over the data
+ * group: the strategy's full tensors of what each rank holds, then every MoE block's experts gathered over the
+ * expert group. Each rank of an expert group with a rank that wants them (host not NULL) stages the full vector
+ * in host (host NULL there: a temporary); the other expert groups stage nothing. */
+fsc_status fsc_ep_full_params(fsc_engine *e, float *host);
 
 /* Tensor parallelism inside the engine (tensor.c), generic over the model's split fields (model.h). */
 /* e->full: each tensor with its full shape (every engine; the model's own info where nothing is split). */

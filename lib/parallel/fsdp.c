@@ -16,6 +16,14 @@
  *   all-gather across the replicas of j assembles the shard. Same bytes per rank as the usual
  *   reduce-scatter in the group + all-reduce across groups: (N + N/G - 2)/N x unit size.
  *
+ * Expert parallelism (po.ep > 1, every sharding strategy): a rank holds the dense tensors and its experts only.
+ * A unit's expert tensors (this rank's experts of its layers) form a unit of their own, padded to and sharded
+ * over e->ep_data (the data ranks holding the same experts), its gradients reduce-scattered over it (no_shard:
+ * whole, all-reduced over it; hybrid_shard: split over all of it too): the sums of DDP's expert runs. With
+ * full_shard and shard_grad_op each element's reduced gradient has one owner in the data group, so the clipping
+ * norm is taken over it as without experts (no_shard, hybrid_shard: norm_pieces); full parameters gather the
+ * experts over the expert group (ep.c).
+ *
  * Per unit: shard (S) master params and reduced grads; full (padded) params while gathered; full grads
  * during its backward (kept across micro-batches under no_sync).
  *
@@ -53,6 +61,10 @@ typedef struct {
     size_t numel, padded, shard; /* shard = padded / G */
     int first_layer, last_layer; /* layers that use the unit */
     int is_root;
+    int expert;       /* expert parallelism: the expert tensors of a unit, split over e->ep_data */
+    fsc_comm *sc;     /* the group that splits it: the shard group, or e->ep_data */
+    fsc_comm *rc;     /* the group that sums its gradients: the data group, or e->ep_data */
+    int rs;           /* that sum is a reduce-scatter (its shards split over all of rc), not an all-reduce */
     float *master;    /* (shard) fp32 */
     float *sgrad;     /* (shard) reduced gradients */
     float *full;      /* (padded) gathered params, NULL when resharded */
@@ -76,7 +88,8 @@ typedef struct {
     int limit;              /* gathered units in flight at most, the one computing included */
     int inflight;           /* units whose all-gather was started ahead and not yet waited for */
     int uploading;          /* offload all: units whose master shard was uploaded ahead (U->dm) */
-    int keep;               /* the unit backward needs first: not resharded after forward (-1: none) */
+    int keep;               /* the unit backward needs first: not resharded after forward (-1: none); with
+                             * expert parallelism its expert unit (the same layers) neither */
     fsc_reduce_queue rq;    /* reduce-scatters in flight, each owning its unit's full gradient (hybrid: a
                              * permuted copy), and hybrid's all-gathers across replicas */
     fsc_device *mdev;       /* where master and sgrad live: e->dev, or e->host with offload all */
@@ -93,7 +106,7 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
     /* the layers' tensors: [lt[l], lt[l + 1]) (tensors are listed by owning layer) */
     int *lt = calloc((size_t)NL + 1, sizeof(int));
     d->unit_of = calloc((size_t)nt, sizeof(int));
-    d->u = calloc((size_t)NL + 1, sizeof(fsdp_unit));
+    d->u = calloc(2 * ((size_t)NL + 1), sizeof(fsdp_unit));
     if (!lt || !d->unit_of || !d->u) {
         free(lt);
         return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
@@ -112,13 +125,25 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
         int wrapped = e->po.wrap == FSC_WRAP_BLOCK || (e->po.wrap == FSC_WRAP_MIN_PARAMS &&
                                                        params >= e->po.wrap_min_params);
         if (!wrapped || lt[l] == lt[l + 1] || !fsc_engine_holds(e, lt[l])) continue;
-        for (int t = lt[l]; t < lt[l + 1]; t++) d->unit_of[t] = d->nunits;
+        for (int t = lt[l]; t < lt[l + 1]; t++)
+            if (fsc_engine_holds(e, t)) d->unit_of[t] = d->nunits;
         d->nunits++;
     }
     free(lt);
+    /* expert parallelism: each unit's expert tensors become a unit of their own */
+    for (int u = 0, n = d->nunits; e->ep_data && u < n; u++) {
+        int x = 0;
+        for (int t = 0; t < nt; t++)
+            if (d->unit_of[t] == u && e->m->info[t].expert >= 0) d->unit_of[t] = d->nunits, x = 1;
+        if (x) d->u[d->nunits++].expert = 1;
+    }
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
         U->is_root = u == 0;
+        U->sc = U->expert && d->G != 1 ? e->ep_data : d->shard_comm; /* no_shard: unsplit */
+        U->rc = U->expert ? e->ep_data : e->comm;
+        U->rs = U->expert ? d->G != 1 : d->G == d->N;
+        const size_t N = (size_t)fsc_comm_size(U->rc), G = (size_t)fsc_comm_size(U->sc);
         U->tensors = calloc((size_t)nt, sizeof(int));
         U->uoff = calloc((size_t)nt, sizeof(size_t));
         if (!U->tensors || !U->uoff) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
@@ -129,8 +154,8 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
             U->ntensors++;
             U->numel += e->m->info[t].numel;
         }
-        U->padded = (U->numel + (size_t)d->N - 1) / (size_t)d->N * (size_t)d->N;
-        U->shard = U->padded / (size_t)d->G;
+        U->padded = (U->numel + N - 1) / N * N;
+        U->shard = U->padded / G;
         U->first_layer = NL;
         U->last_layer = -1;
         for (int l = 0; l < NL; l++) {
@@ -197,13 +222,13 @@ static fsc_status gather_start(fsc_engine *e, fsdp_unit *U, fsc_dtype dt, fsdp_g
         master = g->dm;
     }
     if (s == FSC_OK && dt == FSC_F32) {
-        s = fsc_comm_iall_gather(d->shard_comm, master, g->full, U->shard, FSC_F32, &g->req);
+        s = fsc_comm_iall_gather(U->sc, master, g->full, U->shard, FSC_F32, &g->req);
     } else if (s == FSC_OK) {
         size_t es = fsc_dtype_size(dt);
         s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * es, &g->lo);
         if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * es, &g->lofull);
         if (s == FSC_OK) s = FSC_K(e->dev, convert, g->lo, dt, master, FSC_F32, U->shard);
-        if (s == FSC_OK) s = fsc_comm_iall_gather(d->shard_comm, g->lo, g->lofull, U->shard, dt, &g->req);
+        if (s == FSC_OK) s = fsc_comm_iall_gather(U->sc, g->lo, g->lofull, U->shard, dt, &g->req);
     }
     if (s != FSC_OK) gather_release(e, g, 0);
     return s;
@@ -333,8 +358,7 @@ static fsc_status hybrid_permute(fsc_engine *e, const fsdp_unit *U, float **out)
 /* Reduce the unit's full gradient into sgrad (device, U->shard floats; sum over the world in rank order). */
 static fsc_status unit_reduce_into(fsc_engine *e, fsdp_unit *U, float *sgrad, int accumulate) {
     fsdp_state *d = e->sd;
-    if (d->G == d->N) return fsc_engine_reduce(e, e->comm, 1, U->fgrad, sgrad, U->padded, accumulate);
-    if (d->G == 1) return fsc_engine_reduce(e, e->comm, 0, U->fgrad, sgrad, U->padded, accumulate);
+    if (U->rs || d->G == 1) return fsc_engine_reduce(e, U->rc, U->rs, U->fgrad, sgrad, U->padded, accumulate);
     /* hybrid: permute, reduce-scatter over the world, all-gather across the replicas */
     const size_t sN = U->padded / (size_t)d->N;
     float *perm = NULL, *piece = NULL, *tmp = NULL;
@@ -369,6 +393,24 @@ static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
     return fsc_download_start(e, &d->rq, dg, U->sgrad, d->mdev, U->shard, accumulate); /* owns dg */
 }
 
+/* no_shard and hybrid_shard with expert parallelism: the dense shards are replicated (no_shard: over the data
+ * group; hybrid: over the replica group), the expert units split over the expert-data group (no_shard: whole on
+ * each of its ranks). The clipping norm counts each element once: no_shard over the expert group, dense units on
+ * its rank 0 (as DDP's runs); hybrid over the data group, dense units on replica rank 0; expert units everywhere. */
+static fsc_status norm_pieces(fsc_engine *e, fsdp_state *d) {
+    e->nsegs = calloc((size_t)d->nunits, sizeof *e->nsegs);
+    e->nlens = calloc((size_t)d->nunits, sizeof *e->nlens);
+    if (!e->nsegs || !e->nlens) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
+    const int dense_here = fsc_comm_rank(d->G == 1 ? e->ep_comm : d->replica_comm) == 0;
+    for (int u = 0; u < d->nunits; u++) {
+        if (!d->u[u].expert && !dense_here) continue;
+        e->nsegs[e->nnsegs] = d->u[u].sgrad;
+        e->nlens[e->nnsegs++] = d->u[u].shard;
+    }
+    e->norm_comm = d->G == 1 ? e->ep_comm : e->comm;
+    return FSC_OK;
+}
+
 static fsc_status fsdp_setup(fsc_engine *e) {
     fsdp_state *d = calloc(1, sizeof(*d));
     if (!d) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
@@ -399,17 +441,18 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     d->keep = -1; /* with prefetch, the last unit forward uses stays gathered for backward, which starts there */
     for (int u = 1; d->prefetch && u < d->nunits; u++)
         if (d->keep < 0 || d->u[u].last_layer > d->u[d->keep].last_layer) d->keep = u;
-    const int j = fsc_comm_rank(d->shard_comm);
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
+        const int j = fsc_comm_rank(U->sc);
         FSC_TRY(fsc_device_alloc(d->mdev, FSC_TAG_PARAMS, U->shard * sizeof(float), (void **)&U->master));
         FSC_TRY(fsc_device_calloc(d->mdev, FSC_TAG_GRADS, U->shard * sizeof(float), (void **)&U->sgrad));
-        if (e->po.sync_from_rank0 && d->N > 1) {
-            /* sync_module_states: rank 0's values, broadcast unit by unit */
+        if (e->po.sync_from_rank0 && fsc_comm_size(U->rc) > 1) {
+            /* sync_module_states: rank 0's values, broadcast unit by unit (expert units: over the ranks holding
+             * the same experts) */
             float *tmp;
             FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * sizeof(float), (void **)&tmp));
-            fsc_status s = d->rank == 0 ? init_unit_range(e, e->dev, U, tmp, 0, U->padded) : FSC_OK;
-            if (s == FSC_OK) s = fsc_comm_broadcast(e->comm, tmp, U->padded, FSC_F32, 0);
+            fsc_status s = fsc_comm_rank(U->rc) == 0 ? init_unit_range(e, e->dev, U, tmp, 0, U->padded) : FSC_OK;
+            if (s == FSC_OK) s = fsc_comm_broadcast(U->rc, tmp, U->padded, FSC_F32, 0);
             if (s == FSC_OK && d->mdev != e->dev)
                 s = fsc_device_download(e->dev, U->master, tmp + (size_t)j * U->shard, U->shard * sizeof(float));
             else if (s == FSC_OK)
@@ -425,6 +468,7 @@ static fsc_status fsdp_setup(fsc_engine *e) {
         bind_grads(e, U, NULL);
     }
     e->norm_comm = d->shard_comm;
+    if (e->ep_data && d->G != d->N) FSC_TRY(norm_pieces(e, d));
     return FSC_OK;
 }
 
@@ -448,7 +492,9 @@ static fsc_status fsdp_pre_forward(fsc_engine *e, int layer) {
 static fsc_status fsdp_post_forward(fsc_engine *e, int layer) {
     fsdp_state *d = e->sd;
     for (int u = 1; u < d->nunits; u++) /* the root keeps its parameters */
-        if (d->reshard && d->u[u].last_layer == layer && u != d->keep) unit_reshard(e, &d->u[u]);
+        if (d->reshard && d->u[u].last_layer == layer &&
+            !(d->keep >= 0 && d->u[u].last_layer == d->u[d->keep].last_layer))
+            unit_reshard(e, &d->u[u]);
     return FSC_OK;
 }
 
@@ -475,7 +521,19 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
         if (e->sync) {
             /* each micro-batch that reduces adds to the shard after the first */
             int accumulate = !e->po.no_sync && e->micro > 0;
-            if (d->prefetch && d->G != d->N && d->G != 1) {
+            if (d->prefetch && d->G != d->N && d->G != 1 && U->expert) {
+                /* hybrid's expert units: one-phase reduce-scatters over the expert-data group, in the same queue
+                 * (advanced at the same units on every rank) */
+                FSC_TRY(fsc_reduce_advance(e, &d->rq, d->limit - 2));
+                float *fg = U->fgrad;
+                U->fgrad = NULL;
+                bind_grads(e, U, NULL);
+                if (d->mdev != e->dev)
+                    FSC_TRY(fsc_reduce_start_host(e, &d->rq, U->rc, 1, fg, U->sgrad, d->mdev, U->padded, accumulate,
+                                                  fg));
+                else
+                    FSC_TRY(fsc_reduce_start(e, &d->rq, U->rc, 1, fg, U->sgrad, U->padded, accumulate, fg, NULL, 0));
+            } else if (d->prefetch && !U->rs && d->G != 1) {
                 /* hybrid overlap: the all-gathers of older units whose reduce-scatter was waited for at an earlier
                  * unit are waited for, the oldest reduce-scatters waited for (their all-gathers started) until
                  * at most limit - 2 remain, then this unit's reduce-scatter starts, from a permuted copy of the
@@ -498,10 +556,10 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
                 U->fgrad = NULL;
                 bind_grads(e, U, NULL);
                 if (d->mdev != e->dev) /* offload all: into a device shard, downloaded at the finish */
-                    FSC_TRY(fsc_reduce_start_host(e, &d->rq, e->comm, d->G == d->N, fg, U->sgrad, d->mdev, U->padded,
+                    FSC_TRY(fsc_reduce_start_host(e, &d->rq, U->rc, U->rs, fg, U->sgrad, d->mdev, U->padded,
                                                   accumulate, fg));
                 else
-                    FSC_TRY(fsc_reduce_start(e, &d->rq, e->comm, d->G == d->N, fg, U->sgrad, U->padded, accumulate,
+                    FSC_TRY(fsc_reduce_start(e, &d->rq, U->rc, U->rs, fg, U->sgrad, U->padded, accumulate,
                                              fg, NULL, 0));
             } else {
                 FSC_TRY(unit_reduce(e, U, accumulate));
@@ -555,17 +613,16 @@ static fsc_status fsdp_write_full(fsc_engine *e, fsc_st_writer *w) {
         for (int k = 0; k < U->ntensors && s == FSC_OK && w; k++)
             s = fsc_engine_write_tensor(e, w, U->tensors[k], full + U->uoff[k]);
         fsc_device_release(e->dev, full);
-        FSC_TRY(fsc_comm_agree(d->shard_comm, e->dev, s));
+        FSC_TRY(fsc_comm_agree(U->sc, e->dev, s));
     }
     return FSC_OK;
 }
 
 static fsc_status fsdp_load_full(fsc_engine *e, fsc_st_file *f) {
     fsdp_state *d = e->sd;
-    const size_t j = (size_t)fsc_comm_rank(d->shard_comm);
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
-        size_t first = j * U->shard, last = first + U->shard;
+        size_t first = (size_t)fsc_comm_rank(U->sc) * U->shard, last = first + U->shard;
         FSC_TRY(fsc_device_memset(d->mdev, U->master, 0, U->shard * sizeof(float)));
         for (int k = 0; k < U->ntensors; k++) {
             const fsc_param_info *pi = &e->m->info[U->tensors[k]];
@@ -595,12 +652,13 @@ static fsc_status fsdp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     for (int u = 0; u < d->nunits; u++) cap += d->u[u].ntensors;
     fsc_holding *h = calloc((size_t)cap, sizeof(*h));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
-    const size_t j = (size_t)fsc_comm_rank(d->shard_comm);
-    const int writer = fsc_comm_rank(d->replica_comm) == 0;
     int c = 0;
     for (int u = 0; u < d->nunits; u++) {
         const fsdp_unit *U = &d->u[u];
-        size_t own_lo = j * U->shard, own_hi = own_lo + U->shard;
+        /* expert units: split over every rank holding those experts, or (no_shard) written by the first */
+        const int writer = U->expert ? U->sc == e->ep_data || fsc_comm_rank(e->ep_data) == 0
+                                     : fsc_comm_rank(d->replica_comm) == 0;
+        size_t own_lo = (size_t)fsc_comm_rank(U->sc) * U->shard, own_hi = own_lo + U->shard;
         for (int k = 0; k < U->ntensors; k++) {
             size_t lo = U->uoff[k], hi = lo + e->m->info[U->tensors[k]].numel;
             size_t a = lo > own_lo ? lo : own_lo, b = hi < own_hi ? hi : own_hi;
@@ -640,6 +698,11 @@ static void fsdp_destroy(fsc_engine *e) {
     }
     free(d->u);
     free(d->unit_of);
+    if (e->ep_data && d->G != d->N) { /* the clipping pieces made here */
+        free(e->nsegs);
+        free(e->nlens);
+        e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
+    }
     if (d->shard_comm) fsc_comm_free(d->shard_comm);
     if (d->replica_comm) fsc_comm_free(d->replica_comm);
     free(d);

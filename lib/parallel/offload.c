@@ -54,9 +54,9 @@ fsc_status fsc_offload_validate(const fsc_layout *l, const fsc_parallel_opts *po
     if (m == FSC_OFFLOAD_ALL && po->kind != FSC_PAR_FSDP)
         return fsc_error(FSC_ERR_UNSUPPORTED, "offload all runs with fsdp only: %s keeps the parameters replicated "
                          "on every device (use offload optim with it, or fsdp)", fsc_parallel_kind_name(po->kind));
-    if (l->pp > 1 || l->tp > 1 || po->ep > 1)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s does not run with pipelines, tensor or expert parallelism "
-                         "yet (pp %d, tp %d, ep %d)", name, l->pp, l->tp, po->ep > 1 ? po->ep : 1);
+    if (l->pp > 1 || l->tp > 1)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s does not run with pipelines or tensor parallelism yet "
+                         "(pp %d, tp %d)", name, l->pp, l->tp);
     return FSC_OK;
 }
 

@@ -9,6 +9,13 @@
  * count exactly (unlike OSS, which hands whole tensors to the least loaded rank), and reductions stay
  * elementwise: a reduce-scatter gives the owner the rank-order sum, bit for bit DDP's all-reduce.
  *
+ * Expert parallelism (po.ep > 1, MoE models): a rank holds the dense tensors and its experts only. Each layer
+ * range closes into two buckets, one of dense tensors sharded over the data group and one of this rank's expert
+ * tensors sharded over e->ep_data (the data ranks holding the same experts), as DDP sums them; a bucket lists
+ * its tensors (z->bk) with their offsets (z->off), in tensor order. Every element's reduced gradient still has
+ * exactly one owner in the data group, so the clipping norm is taken over it as without experts. Full
+ * parameters and weight files gather the experts over the expert group (ep.c).
+ *
  * Buffers:
  *   full    (Pp)  replicated parameters, padded layout; rounded to the parameter dtype    params
  *   master  (S)   fp32 owned shards (only when the parameter dtype is not f32; otherwise
@@ -30,8 +37,11 @@
 
 typedef struct {
     int llo, lhi;         /* layers whose tensors it holds; reduced after the backward of llo */
-    int t0, t1;           /* tensors [t0, t1) */
-    size_t lo, n;         /* flat range of the held vector (relative to the first held tensor) */
+    int t0, t1;           /* its tensors are those of [t0, t1) with z->bk[t] equal to its index */
+    int expert;           /* expert tensors (sharded over e->ep_data) rather than dense ones */
+    fsc_comm *comm;       /* the group its shards split over: e->comm, or e->ep_data for experts */
+    int N, rank;          /* that group's size and this rank's place in it */
+    size_t n;             /* elements of its tensors */
     size_t padded, shard; /* padded = N x shard */
     size_t pstart;        /* offset in full (and in ZeRO-1's grad) */
     size_t soff;          /* offset of this rank's shard in master and sgrad */
@@ -40,9 +50,10 @@ typedef struct {
 } zero_bucket;
 
 typedef struct {
-    int N, rank, stage2;
+    int stage2;
     int t0, t1;           /* held tensors */
-    size_t base;          /* flat offset of tensor t0 in the whole model */
+    int *bk;              /* (n_tensors) bucket of each held tensor, -1 for tensors this rank does not hold */
+    size_t *off;          /* (n_tensors) offset of each held tensor in its bucket's padded vector */
     int nb;
     zero_bucket *b;       /* ascending in memory (b[0] holds the lowest layers) */
     size_t Pp, S;         /* padded total; elements owned by this rank */
@@ -51,41 +62,43 @@ typedef struct {
     fsc_reduce_queue rq;  /* po.prefetch: bucket reductions in flight, waited for at the end of backward */
 } zero_state;
 
-/* offset of tensor t inside full */
-static size_t full_offset(const fsc_engine *e, const zero_state *z, const zero_bucket *b, int t) {
-    return b->pstart + (fsc_engine_tensor_offset(e, t) - z->base - b->lo);
-}
+/* Whether tensor t belongs to bucket b. */
+static int in_bucket(const zero_state *z, const zero_bucket *b, int t) { return z->bk[t] == (int)(b - z->b); }
 
-/* Whole layers in backward order, a bucket closed once it reaches cap bytes (as DDP's buckets). */
+/* Whether tensor t is an expert tensor sharded over the expert-data group. */
+static int is_expert(const fsc_engine *e, int t) { return e->ep_data && e->m->info[t].expert >= 0; }
+
+/* Whole layers in backward order, a bucket closed once it reaches cap bytes (as DDP's buckets); with expert
+ * parallelism a closed range gives a dense and an expert bucket (those with tensors). */
 static fsc_status build_buckets(fsc_engine *e, zero_state *z, size_t cap) {
-    int nl = e->ll - e->lf + 1;
-    z->b = calloc((size_t)(nl > 0 ? nl : 1), sizeof(zero_bucket));
-    if (!z->b) return fsc_error(FSC_ERR_NOMEM, "zero: out of memory");
-    zero_bucket cur = { 0 };
+    const int nl = e->ll - e->lf + 1, nt = e->m->n_tensors;
+    z->b = calloc((size_t)(nl > 0 ? 2 * nl : 1), sizeof(zero_bucket));
+    z->bk = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *z->bk);
+    z->off = calloc((size_t)(nt > 0 ? nt : 1), sizeof *z->off);
+    if (!z->b || !z->bk || !z->off) return fsc_error(FSC_ERR_NOMEM, "zero: out of memory");
+    for (int t = 0; t < nt; t++) z->bk[t] = -1;
+    zero_bucket cur[2];
     int open = 0;
     for (int l = e->ll; l >= e->lf; l--) {
-        int lt0 = -1, lt1 = -1;
-        for (int t = z->t0; t < z->t1; t++) {
-            if (e->m->info[t].layer != l) continue;
-            if (lt0 < 0) lt0 = t;
-            lt1 = t + 1;
-        }
         if (!open) {
-            memset(&cur, 0, sizeof cur);
-            cur.lhi = l;
+            memset(cur, 0, sizeof cur);
+            cur[0].lhi = cur[1].lhi = l;
+            cur[0].t0 = cur[1].t0 = nt;
+            cur[1].expert = 1;
             open = 1;
         }
-        cur.llo = l;
-        if (lt0 >= 0) {
-            size_t lo = fsc_engine_tensor_offset(e, lt0) - z->base;
-            size_t hi = fsc_engine_tensor_offset(e, lt1) - z->base;
-            if (cur.n == 0) cur.t1 = lt1;
-            cur.t0 = lt0;
-            cur.lo = lo;
-            cur.n += hi - lo;
+        cur[0].llo = cur[1].llo = l;
+        for (int t = z->t0; t < z->t1; t++) {
+            if (e->m->info[t].layer != l || !fsc_engine_holds(e, t)) continue;
+            zero_bucket *c = &cur[is_expert(e, t)];
+            if (t < c->t0) c->t0 = t;
+            if (t + 1 > c->t1) c->t1 = t + 1;
+            c->n += e->m->info[t].numel;
         }
-        if ((cur.n > 0 && cur.n >= cap / sizeof(float)) || l == e->lf) {
-            if (cur.n > 0) z->b[z->nb++] = cur;
+        size_t n = cur[0].n + cur[1].n;
+        if ((n > 0 && n >= cap / sizeof(float)) || l == e->lf) {
+            for (int x = 1; x >= 0; x--) /* reversed below: the dense bucket first in memory */
+                if (cur[x].n > 0) z->b[z->nb++] = cur[x];
             open = 0;
         }
     }
@@ -95,9 +108,19 @@ static fsc_status build_buckets(fsc_engine *e, zero_state *z, size_t cap) {
         z->b[i] = z->b[z->nb - 1 - i];
         z->b[z->nb - 1 - i] = t;
     }
-    size_t N = (size_t)z->N;
     for (int k = 0; k < z->nb; k++) {
         zero_bucket *b = &z->b[k];
+        b->comm = b->expert ? e->ep_data : e->comm;
+        b->N = fsc_comm_size(b->comm);
+        b->rank = fsc_comm_rank(b->comm);
+        size_t pos = 0, N = (size_t)b->N;
+        for (int t = b->t0; t < b->t1; t++) {
+            int l = e->m->info[t].layer;
+            if (l < b->llo || l > b->lhi || !fsc_engine_holds(e, t) || is_expert(e, t) != b->expert) continue;
+            z->bk[t] = k;
+            z->off[t] = pos;
+            pos += e->m->info[t].numel;
+        }
         b->padded = (b->n + N - 1) / N * N;
         b->shard = b->padded / N;
         b->pstart = z->Pp;
@@ -109,17 +132,18 @@ static fsc_status build_buckets(fsc_engine *e, zero_state *z, size_t cap) {
 }
 
 static void bind_grads(fsc_engine *e, zero_state *z, zero_bucket *b, float *g) {
-    for (int t = b->t0; t < b->t1; t++) e->m->grad[t] = g ? g + (full_offset(e, z, b, t) - b->pstart) : NULL;
+    for (int t = b->t0; t < b->t1; t++)
+        if (in_bucket(z, b, t)) e->m->grad[t] = g ? g + z->off[t] : NULL;
 }
 
 /* The reduced gradient of bucket b's owned shard. */
 static float *owned_grad(zero_state *z, zero_bucket *b) {
-    return z->sgrad_own ? z->sgrad + b->soff : z->grad + b->pstart + (size_t)z->rank * b->shard;
+    return z->sgrad_own ? z->sgrad + b->soff : z->grad + b->pstart + (size_t)b->rank * b->shard;
 }
 
 /* The owned shard of bucket b as the optimizer steps it. */
 static float *owned_params(zero_state *z, zero_bucket *b) {
-    return z->master ? z->master + b->soff : z->full + b->pstart + (size_t)z->rank * b->shard;
+    return z->master ? z->master + b->soff : z->full + b->pstart + (size_t)b->rank * b->shard;
 }
 
 /* After full was filled with fp32 values: take the owned fp32 shards into master, then round full. */
@@ -127,7 +151,7 @@ static fsc_status split_master(fsc_engine *e, zero_state *z) {
     if (!z->master) return FSC_OK;
     for (int k = 0; k < z->nb; k++) {
         zero_bucket *b = &z->b[k];
-        FSC_TRY(fsc_device_copy(e->dev, z->master + b->soff, z->full + b->pstart + (size_t)z->rank * b->shard,
+        FSC_TRY(fsc_device_copy(e->dev, z->master + b->soff, z->full + b->pstart + (size_t)b->rank * b->shard,
                                 b->shard * sizeof(float)));
     }
     return fsc_engine_round_to(e, z->full, z->full, z->Pp, e->po.param_dtype);
@@ -137,13 +161,13 @@ static fsc_status split_master(fsc_engine *e, zero_state *z) {
 static fsc_status gather_bucket(fsc_engine *e, zero_state *z, zero_bucket *b) {
     float *dst = z->full + b->pstart;
     fsc_dtype dt = e->po.param_dtype;
-    if (!z->master) return fsc_comm_all_gather(e->comm, dst + (size_t)z->rank * b->shard, dst, b->shard, FSC_F32);
+    if (!z->master) return fsc_comm_all_gather(b->comm, dst + (size_t)b->rank * b->shard, dst, b->shard, FSC_F32);
     size_t es = fsc_dtype_size(dt);
     void *lo = NULL, *lofull = NULL;
     fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, b->shard * es, &lo);
     if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, b->padded * es, &lofull);
     if (s == FSC_OK) s = FSC_K(e->dev, convert, lo, dt, z->master + b->soff, FSC_F32, b->shard);
-    if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, lo, lofull, b->shard, dt);
+    if (s == FSC_OK) s = fsc_comm_all_gather(b->comm, lo, lofull, b->shard, dt);
     if (s == FSC_OK) s = FSC_K(e->dev, convert, dst, FSC_F32, lofull, dt, b->padded);
     fsc_device_release(e->dev, lo);
     fsc_device_release(e->dev, lofull);
@@ -156,14 +180,14 @@ static fsc_status gather_all(fsc_engine *e) {
     return FSC_OK;
 }
 
-/* Initial values of every bucket into full (padding zero). */
-static fsc_status init_full(fsc_engine *e, zero_state *z) {
-    for (int k = 0; k < z->nb; k++) {
-        zero_bucket *b = &z->b[k];
-        FSC_TRY(fsc_engine_init_range(e, z->full + b->pstart, z->base + b->lo, b->n));
-        if (b->padded > b->n)
-            FSC_TRY(fsc_device_memset(e->dev, z->full + b->pstart + b->n, 0, (b->padded - b->n) * sizeof(float)));
-    }
+/* Initial values of bucket b into full (padding zero). */
+static fsc_status init_bucket(fsc_engine *e, zero_state *z, zero_bucket *b) {
+    if (b->padded > b->n)
+        FSC_TRY(fsc_device_memset(e->dev, z->full + b->pstart + b->n, 0, (b->padded - b->n) * sizeof(float)));
+    for (int t = b->t0; t < b->t1; t++)
+        if (in_bucket(z, b, t))
+            FSC_TRY(fsc_engine_init_range(e, z->full + b->pstart + z->off[t], fsc_engine_tensor_offset(e, t),
+                                          e->m->info[t].numel));
     return FSC_OK;
 }
 
@@ -171,38 +195,37 @@ static fsc_status zero_setup(fsc_engine *e) {
     zero_state *z = calloc(1, sizeof(*z));
     if (!z) return fsc_error(FSC_ERR_NOMEM, "zero: out of memory");
     e->sd = z;
-    z->N = fsc_comm_size(e->comm);
-    z->rank = fsc_comm_rank(e->comm);
     z->stage2 = e->po.kind == FSC_PAR_ZERO2;
     fsc_engine_held_range(e, &z->t0, &z->t1);
-    z->base = fsc_engine_tensor_offset(e, z->t0);
     size_t cap = z->stage2 ? (e->po.bucket_bytes ? e->po.bucket_bytes : (25u << 20)) : SIZE_MAX;
     FSC_TRY(build_buckets(e, z, cap));
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, z->Pp * sizeof(float), (void **)&z->full));
     if (e->po.param_dtype != FSC_F32)
         FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_PARAMS, z->S * sizeof(float), (void **)&z->master));
     if (!z->stage2) FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, z->Pp * sizeof(float), (void **)&z->grad));
+    /* otherwise each bucket reduces into its owned shard of grad (ZeRO-1: one bucket, or with expert
+     * parallelism a dense and an expert one) */
     z->sgrad_own = z->stage2 || (e->po.accum > 1 && !e->po.no_sync);
-    if (z->sgrad_own) {
-        FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, z->S * sizeof(float), (void **)&z->sgrad));
-    } else {
-        z->sgrad = z->grad + (size_t)z->rank * z->b[0].shard; /* one bucket: the owned shard of grad */
-    }
-    if (e->po.sync_from_rank0 && z->N > 1) {
-        if (z->rank == 0) FSC_TRY(init_full(e, z));
-        FSC_TRY(fsc_comm_broadcast(e->comm, z->full, z->Pp, FSC_F32, 0));
-    } else {
-        FSC_TRY(init_full(e, z));
+    if (z->sgrad_own) FSC_TRY(fsc_device_calloc(e->dev, FSC_TAG_GRADS, z->S * sizeof(float), (void **)&z->sgrad));
+    for (int k = 0; k < z->nb; k++) { /* sync_from_rank0: rank 0 of each bucket's group broadcasts */
+        zero_bucket *b = &z->b[k];
+        int sync = e->po.sync_from_rank0 && b->N > 1;
+        if (!sync || b->rank == 0) FSC_TRY(init_bucket(e, z, b));
+        if (sync) FSC_TRY(fsc_comm_broadcast(b->comm, z->full + b->pstart, b->padded, FSC_F32, 0));
     }
     FSC_TRY(split_master(e, z));
     for (int k = 0; k < z->nb; k++) {
         zero_bucket *b = &z->b[k];
         FSC_TRY(fsc_optim_add(e->opt, owned_params(z, b), owned_grad(z, b), b->shard, &b->seg));
-        for (int t = b->t0; t < b->t1; t++) e->m->param[t] = z->full + full_offset(e, z, b, t);
+        for (int t = b->t0; t < b->t1; t++)
+            if (in_bucket(z, b, t)) e->m->param[t] = z->full + b->pstart + z->off[t];
         bind_grads(e, z, b, z->grad ? z->grad + b->pstart : NULL);
+        if (!z->sgrad_own) FSC_TRY(fsc_engine_add_gseg(e, owned_grad(z, b), b->shard));
     }
-    FSC_TRY(fsc_engine_add_gseg(e, z->sgrad, z->S));
-    e->norm_comm = e->comm; /* shards are disjoint and padding gradients are zero */
+    if (z->sgrad_own) FSC_TRY(fsc_engine_add_gseg(e, z->sgrad, z->S));
+    /* shards are disjoint over the data group (expert shards: over the expert-data group, of experts no other
+     * expert group holds) and padding gradients are zero */
+    e->norm_comm = e->comm;
     return FSC_OK;
 }
 
@@ -253,11 +276,11 @@ static fsc_status zero_post_backward(fsc_engine *e, int layer) {
                 b->grad = NULL;
                 bind_grads(e, z, b, NULL);
             }
-            FSC_TRY(fsc_reduce_start(e, &z->rq, e->comm, 1, g, owned_grad(z, b), b->padded, accumulate, own, clear,
+            FSC_TRY(fsc_reduce_start(e, &z->rq, b->comm, 1, g, owned_grad(z, b), b->padded, accumulate, own, clear,
                                      b->padded));
             continue;
         }
-        FSC_TRY(fsc_engine_reduce(e, e->comm, 1, g, owned_grad(z, b), b->padded, accumulate));
+        FSC_TRY(fsc_engine_reduce(e, b->comm, 1, g, owned_grad(z, b), b->padded, accumulate));
         if (z->stage2) {
             release_bucket_grad(e, z, b);
         } else if (e->micro < e->po.accum - 1) {
@@ -280,7 +303,7 @@ static fsc_status bucket_fp32(fsc_engine *e, zero_state *z, zero_bucket *b, cons
         return FSC_OK;
     }
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, b->padded * sizeof(float), (void **)tmp));
-    fsc_status s = fsc_comm_all_gather(e->comm, z->master + b->soff, *tmp, b->shard, FSC_F32);
+    fsc_status s = fsc_comm_all_gather(b->comm, z->master + b->soff, *tmp, b->shard, FSC_F32);
     if (s != FSC_OK) {
         fsc_device_release(e->dev, *tmp);
         *tmp = NULL;
@@ -299,8 +322,9 @@ static fsc_status zero_full_tensors(fsc_engine *e, int want, float *host) {
         FSC_TRY(bucket_fp32(e, z, b, &src, &tmp));
         fsc_status s = FSC_OK;
         for (int t = b->t0; t < b->t1 && s == FSC_OK && want && host; t++)
-            s = fsc_device_download(e->dev, host + fsc_engine_tensor_offset(e, t),
-                                    src + (full_offset(e, z, b, t) - b->pstart), e->m->info[t].numel * sizeof(float));
+            if (in_bucket(z, b, t))
+                s = fsc_device_download(e->dev, host + fsc_engine_tensor_offset(e, t), src + z->off[t],
+                                        e->m->info[t].numel * sizeof(float));
         fsc_device_release(e->dev, tmp);
         FSC_TRY(s);
     }
@@ -319,7 +343,8 @@ static fsc_status zero_write_full(fsc_engine *e, fsc_st_writer *w) {
         float *tmp;
         FSC_TRY(bucket_fp32(e, z, b, &src, &tmp));
         for (int t = b->t0; t < b->t1 && werr == FSC_OK && w; t++)
-            werr = fsc_engine_write_tensor(e, w, t, src + (full_offset(e, z, b, t) - b->pstart));
+            if (in_bucket(z, b, t))
+                werr = fsc_engine_write_tensor(e, w, t, src + z->off[t]);
         fsc_device_release(e->dev, tmp);
     }
     return werr;
@@ -332,7 +357,8 @@ static fsc_status zero_load_full(fsc_engine *e, fsc_st_file *f) {
     for (int k = 0; k < z->nb; k++) {
         zero_bucket *b = &z->b[k];
         for (int t = b->t0; t < b->t1; t++)
-            FSC_TRY(fsc_engine_read_tensor(e, f, t, 0, e->m->info[t].numel, z->full + full_offset(e, z, b, t)));
+            if (in_bucket(z, b, t))
+                FSC_TRY(fsc_engine_read_tensor(e, f, t, 0, e->m->info[t].numel, z->full + b->pstart + z->off[t]));
     }
     return split_master(e, z);
 }
@@ -347,9 +373,10 @@ static fsc_status zero_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     int c = 0;
     for (int k = 0; k < z->nb; k++) {
         const zero_bucket *b = &z->b[k];
-        size_t own_lo = (size_t)z->rank * b->shard, own_hi = own_lo + b->shard;
+        size_t own_lo = (size_t)b->rank * b->shard, own_hi = own_lo + b->shard;
         for (int t = b->t0; t < b->t1; t++) {
-            size_t tlo = full_offset(e, z, b, t) - b->pstart, thi = tlo + e->m->info[t].numel;
+            if (!in_bucket(z, b, t)) continue;
+            size_t tlo = z->off[t], thi = tlo + e->m->info[t].numel;
             size_t a = tlo > own_lo ? tlo : own_lo, c_hi = thi < own_hi ? thi : own_hi;
             if (a >= c_hi) continue;
             h[c++] = (fsc_holding){ .tensor = t, .first = a - tlo, .n = c_hi - a, .seg = b->seg,
@@ -373,6 +400,8 @@ static void zero_destroy(fsc_engine *e) {
     if (z->sgrad_own) fsc_device_release(e->dev, z->sgrad);
     fsc_device_release(e->dev, z->grad);
     free(z->b);
+    free(z->bk);
+    free(z->off);
     free(z);
     e->sd = NULL;
 }

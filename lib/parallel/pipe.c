@@ -26,7 +26,8 @@
  * Messages between two ranks keep their order (sends are buffered, FIFO per peer; a communicator whose
  * send blocks until the matching recv would need grouped send/recv here). With po.prefetch the outputs and
  * input gradients travel on a communicator per link and direction, their receives posted ahead, and the
- * sends but checkpointed outputs' are asynchronous (pipe_link.c says why this cannot deadlock):
+ * sends are asynchronous, a checkpointed output's from a copy in a bounded ring of send buffers (pipe_link.c says
+ * why this cannot deadlock):
  *   owner -> user     a tied tensor, once per step, before the owner's output of micro-batch 0
  *   s -> s+1          output of micro-batch k (forward)
  *   s+1 -> s          gradient w.r.t. the input of micro-batch k (backward)
@@ -346,12 +347,25 @@ static void reset_pools(fsc_engine *e, int B) {
     p->B = B;
 }
 
-/* reset_pools(e, B), then the receive buffers for B (po.prefetch), counted in the activation bytes. */
+static int is_checkpointed(const fsc_engine *e, int k);
+
+/* po.prefetch: the send buffers of checkpointed outputs, min(po.prefetch_limit (0: 2), checkpointed
+ * micro-batches of a step); none on the last stage (pipe_link.c). */
+static int send_buffers(const fsc_engine *e) {
+    const fsc_pipe *p = e->pipe;
+    if (!e->po.prefetch || p->stage == p->pp - 1) return 0;
+    int ck = 0;
+    for (int k = 0; k < p->M; k++) ck += is_checkpointed(e, k);
+    const int limit = e->po.prefetch_limit > 0 ? e->po.prefetch_limit : 2;
+    return ck < limit ? ck : limit;
+}
+
+/* reset_pools(e, B), then the receive and send buffers for B (po.prefetch), counted in the activation bytes. */
 static fsc_status ready(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
     reset_pools(e, B);
     const size_t had = fsc_pipe_links_bytes(&p->lk);
-    fsc_status s = fsc_pipe_links_buffers(&p->lk, e->dev, in_floats(e));
+    fsc_status s = fsc_pipe_links_buffers(&p->lk, e->dev, in_floats(e), send_buffers(e));
     p->bytes_in_use = p->bytes_in_use - had + fsc_pipe_links_bytes(&p->lk);
     note_use(p);
     return s;
@@ -426,8 +440,8 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
     if (last) *loss_local += ls;
     else if (p->lk.act_next && !sl->ckpt) /* sent while the next micro-batches compute */
         FSC_TRY(fsc_comm_isend(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, 1, &sl->send));
-    else if (p->lk.act_next) /* its record is reused at once */
-        FSC_TRY(fsc_comm_send(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, 1));
+    else if (p->lk.act_next) /* its record is reused at once: sent from a copy (pipe_link.c's ring) */
+        FSC_TRY(fsc_pipe_links_send_output(&p->lk, e->dev, stream(e, a, FSC_STREAM_OUTPUT), &p->wait));
     else FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
     if (sl->ckpt) { /* keep the stage input only */
         if (p->stage > 0) {
@@ -562,6 +576,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     }
     FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
     FSC_TRY(tied_sends_done(p));
+    FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait));
     /* the loss and the batch check: over the last stage's data group, then sent to every stage
      * (sums[0] the loss, sums[1] the check passed, sums[2] the local batches' sum) */
     const double t1 = now_s();
@@ -612,6 +627,7 @@ fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets,
         FSC_TRY(send_done(&p->slots[k])); /* po.prefetch: its output's send, before the record is reused */
         reset_pools(e, mb); /* this micro-batch's record and saved input back to the pools */
     }
+    FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait)); /* the checkpointed outputs' sends */
     if (p->stage == p->pp - 1) {
         const double mine[3] = { loss_local, (double)mb * p->M, (double)global_batch };
         FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));

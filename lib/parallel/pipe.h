@@ -9,21 +9,26 @@
 typedef struct fsc_pipe fsc_pipe;
 
 /* po.prefetch (pipe_link.c, which says why): the stage's links, one communicator of two ranks per link and
- * direction (NULL where the stage has no such neighbour), and the receives posted ahead into one buffer per
- * direction (n floats each, FSC_TAG_ACTS). */
+ * direction (NULL where the stage has no such neighbour), the receives posted ahead into one buffer per
+ * direction, and a ring of send buffers from which checkpointed micro-batches' outputs leave (n floats each,
+ * FSC_TAG_ACTS). */
 typedef struct {
     fsc_comm *act_prev, *act_next;   /* outputs s-1 -> s (received here), s -> s+1 (sent here) */
     fsc_comm *grad_prev, *grad_next; /* input gradients s -> s-1 (sent here), s+1 -> s (received here) */
     float *inbuf, *gbuf;             /* (n) the next input, the next output gradient */
     size_t n;
     fsc_comm_req *inreq, *greq;      /* the receives posted into them, or NULL */
+    float **sbuf;                    /* (nsend) x (n) copies of checkpointed outputs being sent on act_next */
+    fsc_comm_req **sreq;             /* (nsend) their sends in flight, or NULL */
+    int nsend, snext;                /* ring size, the slot the next send uses */
 } fsc_pipe_links;
 
 /* Collective over pipe_comm: split the links of this stage and count them as pipeline groups of e. */
 fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, fsc_pipe_links *l);
-/* Drop the posted receives (waited for, data and errors ignored: left by a failed step), then make the
- * buffers n floats each. */
-fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n);
+/* Drop the posted receives and the sends in flight (waited for, data and errors ignored: left by a failed
+ * step), then make the buffers n floats each: the two receive buffers and nsend send buffers (none without a
+ * next stage). */
+fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n, int nsend);
 void fsc_pipe_links_drop(fsc_pipe_links *l);
 /* The bytes of the buffers allocated. */
 size_t fsc_pipe_links_bytes(const fsc_pipe_links *l);
@@ -34,6 +39,12 @@ fsc_status fsc_pipe_links_post_grad(fsc_pipe_links *l);
 /* Wait for the posted receive (posted now if none is; *waited += the seconds waited) and copy it to dst. */
 fsc_status fsc_pipe_links_take_input(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited);
 fsc_status fsc_pipe_links_take_grad(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited);
+/* Send src (n floats, a checkpointed output whose record is reused at once) to the next stage from the ring's
+ * next buffer, once the send that last used that buffer is waited for (*waited += the seconds waited);
+ * synchronously when the ring is empty. */
+fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const float *src, double *waited);
+/* Wait for every send of the ring in flight; the first failure is returned, every send is waited for. */
+fsc_status fsc_pipe_links_sends_done(fsc_pipe_links *l, double *waited);
 void fsc_pipe_links_free(fsc_pipe_links *l, fsc_device *dev);
 
 /* Stages of the options (pp 0 means 1). */

@@ -235,6 +235,43 @@ static void test_prefetch_pipeline_receives_on_network(void **state) {
     }
 }
 
+/* A tied tensor sent asynchronously (docs/overlap.md): a vocabulary of 4096 makes the wte the pipeline's
+ * largest message, so on a slow network (0.05 GB/s: about 8 ms for the wte, 30 us for a boundary message) the
+ * values reach the last stage well after micro-batch 0's input, and each micro-batch's tied gradient reaches
+ * stage 0 late too: the head must wait for the values where it reads them, and stage 0 for each gradient
+ * before its backward. 2 and 3 stages, GPipe and 1F1B, checkpoint never and except_last, 3 steps (a stale wte
+ * replica would show from the second). Oracle: prefetch 1 on the network equals prefetch 0 bit for bit.
+ * The simulated network books both ranks' links for a send, so the values (sent before stage 0's first output)
+ * reach the last stage before micro-batch 0's input: a missing wait for them shows only when the receiving
+ * progress thread runs late (it did in the TSan build: losses differ from step 1), not on every run. */
+static void test_prefetch_pipeline_tied_on_network(void **state) {
+    (void)state;
+    for (int P = 2; P <= 3; P++) {
+        for (int m = 0; m < 2 * 2; m++) {
+            const int M = 3;
+            pt_run a = make(P, &cases[0], 0, M, FSC_F32), b = make(P, &cases[0], 1, M, FSC_F32);
+            a.cfg.vocab = b.cfg.vocab = 4096;
+            a.cfg.layers = b.cfg.layers = 3;
+            a.po.pp = b.po.pp = P;
+            a.po.no_sync = b.po.no_sync = 1;
+            a.po.pipe_checkpoint = b.po.pipe_checkpoint = m < 2 ? FSC_PIPE_CKPT_NEVER : FSC_PIPE_CKPT_EXCEPT_LAST;
+            a.po.schedule = b.po.schedule = (fsc_pipe_schedule)(m % 2);
+            a.batch = b.batch = 2 * M;
+            train_net(&a, 0);
+            b.params = calloc(fsc_gpt_num_params(&b.cfg), sizeof(float));
+            fsc_cluster_opts co = {.world = P, .device = "cpu", .timeout_s = 60, .sim_latency_us = 20,
+                                   .sim_bandwidth_gbps = 0.05};
+            assert_ok(fsc_cluster_run(&co, pt_rank_fn, &b));
+            char what[128];
+            snprintf(what, sizeof what, "tied wte, pp %d, checkpoint %s, schedule %d", P,
+                     m < 2 ? "never" : "except_last", m % 2);
+            pt_assert_same(&a, &b, what);
+            free(a.params);
+            free(b.params);
+        }
+    }
+}
+
 /* The ledger's peak parameter bytes: prefetching keeps at most limit - 1 more blocks gathered. */
 static void test_prefetch_memory_is_bounded(void **state) {
     (void)state;
@@ -280,6 +317,7 @@ int main(void) {
         cmocka_unit_test(test_prefetch_hybrid_same_bits),
         cmocka_unit_test(test_prefetch_pipeline_same_bits),
         cmocka_unit_test(test_prefetch_pipeline_receives_on_network),
+        cmocka_unit_test(test_prefetch_pipeline_tied_on_network),
         cmocka_unit_test(test_prefetch_memory_is_bounded),
         cmocka_unit_test(test_prefetch_options_checked),
     };

@@ -281,11 +281,14 @@ static void test_pipe_dp_x_pp(void **state) {
     for (int i = 0; i < 5; i++) free(refs[i].params);
 }
 
-/* Mixed precision: the last stage's wte replica carries stage 0's rounded values; f16 votes over the world */
+/* Mixed precision: the last stage's wte replica carries stage 0's rounded values (prefetch 0, and 1: sent
+ * asynchronously from a copy); f16 votes over the world */
 static void test_pipe_low_precision(void **state) {
     (void)state;
-    for (int f16 = 0; f16 <= 1; f16++) {
+    for (int v = 0; v < 4; v++) {
+        const int f16 = v % 2;
         run p = make(2, 2, FSC_PAR_DDP, 2, 1);
+        p.po.prefetch = v / 2;
         p.po.param_dtype = p.po.reduce_dtype = f16 ? FSC_F16 : FSC_BF16;
         p.po.schedule = FSC_SCHED_1F1B;
         if (f16) {

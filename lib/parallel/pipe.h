@@ -47,6 +47,39 @@ fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const 
 fsc_status fsc_pipe_links_sends_done(fsc_pipe_links *l, double *waited);
 void fsc_pipe_links_free(fsc_pipe_links *l, fsc_device *dev);
 
+/* po.prefetch (pipe_tied.c, which says why): a tied tensor of n floats whose owner and users run on different
+ * stages, on this stage (one of the two; NULL communicators elsewhere). */
+typedef struct {
+    fsc_comm *val, *grad;     /* owner -> user values, user -> owner gradients: two ranks each, owner rank 0 */
+    int owner;                /* this stage owns the tensor */
+    size_t n;
+    float *vbuf, *gbuf;       /* owner: (n) the values being sent, the next gradient (FSC_TAG_COMM) */
+    fsc_comm_req *vreq;       /* owner: the values' send; user: their receive into the replica */
+    fsc_comm_req *greq;       /* owner: the next gradient's receive */
+    fsc_comm_req *gsend;      /* user: the last gradient's send */
+} fsc_pipe_tied;
+
+/* Collective over pipe_comm (every stage, in the same order of tensors): split the tensor's two streams and,
+ * on the owner, make its buffers. */
+fsc_status fsc_pipe_tied_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, int owner, int user, size_t n,
+                                fsc_pipe_tied *t);
+/* Owner: send a copy of src (n floats) to the user, once the previous send is waited for. */
+fsc_status fsc_pipe_tied_send_values(fsc_pipe_tied *t, fsc_device *dev, const float *src, double *waited);
+/* User: post the values' receive into dst (the replica) unless one is posted; owner: no-op. */
+fsc_status fsc_pipe_tied_post_values(fsc_pipe_tied *t, float *dst);
+/* Wait for the values' send (owner) or receive (user) if one is in flight. */
+fsc_status fsc_pipe_tied_values_done(fsc_pipe_tied *t, double *waited);
+/* Owner: post the next gradient's receive unless one is posted; user: no-op. */
+fsc_status fsc_pipe_tied_post_grad(fsc_pipe_tied *t);
+/* Owner: wait for the posted gradient (posted now if none is) and copy it to dst. */
+fsc_status fsc_pipe_tied_take_grad(fsc_pipe_tied *t, fsc_device *dev, float *dst, double *waited);
+/* User: send src (n floats, kept until fsc_pipe_tied_grad_sent) to the owner; wait for that send. */
+fsc_status fsc_pipe_tied_send_grad(fsc_pipe_tied *t, const float *src, double *waited);
+fsc_status fsc_pipe_tied_grad_sent(fsc_pipe_tied *t, double *waited);
+/* Wait for and drop every request in flight (a failed step left them; data and errors ignored). */
+void fsc_pipe_tied_drop(fsc_pipe_tied *t);
+void fsc_pipe_tied_free(fsc_pipe_tied *t, fsc_device *dev);
+
 /* Stages of the options (pp 0 means 1). */
 int fsc_pipe_stages(const fsc_parallel_opts *po);
 /* Options of a pipeline against the world and the model; clear messages. */

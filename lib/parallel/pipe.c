@@ -551,7 +551,7 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     } else {
         give_rec(e, a);
     }
-    for (int x = 0; x < p->ntied; x++) /* after the gradient of k, in issue order on the pipeline group */
+    for (int x = 0; x < p->ntied; x++) /* after the gradient of k (prefetch 0: in issue order on the pipeline group) */
         if (p->tied[x][2] == p->stage) {
             const int i = p->tied[x][0];
             if (p->tl) /* sent while the next micro-batches compute */

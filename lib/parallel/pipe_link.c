@@ -20,7 +20,7 @@
  * time adds no dependency. The sends are issued where the synchronous schedule issues them and each receive
  * is waited for where it received, so every wait depends on what it depended on there: GPipe and 1F1B stay
  * free of deadlock for every balance, checkpoint mode and micro-batch count. Tied tensors and their
- * gradients stay on the pipeline group (pipe.c), which no posted receive touches.
+ * gradients travel on streams of their own by the same rules (pipe_tied.c).
  *
  * Sends. An asynchronous send is issued where the synchronous schedule sends, and waited for no earlier than
  * the synchronous send returned: a wait moved later in a rank's program drops dependencies (what ran between

@@ -8,7 +8,8 @@
  * Then, on a simulated network (--sim-bandwidth/--sim-latency's options) on which sending one micro-batch's
  * boundary activations takes about as long as a stage's compute of it: the step time with prefetch 0 (every
  * boundary message synchronous) and 1 (sends asynchronous, receives posted a micro-batch ahead;
- * docs/overlap.md), in alternating rounds, and their ratio per round (same run; the median is printed).
+ * docs/overlap.md), in alternating rounds, and their ratio per round (same run; the median is printed), with
+ * checkpoint never and except_last.
  * Usage: bench_pipe [steps] [rounds] (default 4 and 3; the first step is not timed). */
 #include <stdio.h>
 #include <stdlib.h>

@@ -183,8 +183,11 @@ static void test_prefetch_pipeline_same_bits(void **state) {
 /* Pipelines whose receives are posted ahead (the next input, the next output gradient: docs/overlap.md) on a
  * network with latency and bandwidth, so that messages arrive late and the stages run at different paces:
  * 3 stages (uneven balance) and 4, 1, 2, 3 and 5 micro-batches of 2 sequences, GPipe and 1F1B, every
- * checkpoint mode; prefetch 1 equals prefetch 0 bit for bit, and (ledger) holds exactly one receive buffer
- * per direction more activation memory: one on the first and the last stage, two on the others. */
+ * checkpoint mode; checkpointed outputs leave from a ring of send buffers (a ring of 2, the default limit, on 3
+ * stages, of 1 on 4, reused by every next checkpointed micro-batch); prefetch 1 equals prefetch 0 bit for bit,
+ * and (ledger) holds exactly one receive buffer per direction more activation memory (one on the first and the
+ * last stage, two on the others), and on every stage but the last min(limit, checkpointed micro-batches) send
+ * buffers. */
 static void test_prefetch_pipeline_receives_on_network(void **state) {
     (void)state;
     static const int b3[] = {1, 2, 1};
@@ -200,6 +203,8 @@ static void test_prefetch_pipeline_receives_on_network(void **state) {
                 a.po.no_sync = b.po.no_sync = 1;
                 a.po.pipe_checkpoint = b.po.pipe_checkpoint = (fsc_pipe_checkpoint)(m % 3);
                 a.po.schedule = b.po.schedule = (fsc_pipe_schedule)(m / 3);
+                const int limit = P == 4 ? 1 : 2;
+                b.po.prefetch_limit = P == 4 ? 1 : 0; /* 0: 2 */
                 a.batch = b.batch = 2 * M;
                 a.steps = b.steps = 2;
                 train_net(&a, 0);
@@ -213,8 +218,12 @@ static void test_prefetch_pipeline_receives_on_network(void **state) {
                          m % 3, m / 3);
                 pt_assert_same(&a, &b, what);
                 const size_t buf = 2 * (size_t)a.cfg.seq * a.cfg.dim * sizeof(float);
+                const fsc_pipe_checkpoint ck = (fsc_pipe_checkpoint)(m % 3);
+                const int nck = ck == FSC_PIPE_CKPT_ALWAYS ? M : ck == FSC_PIPE_CKPT_EXCEPT_LAST ? M - 1 : 0;
+                const int ring = nck < limit ? nck : limit;
                 for (int r = 0; r < P; r++) {
-                    const size_t want = a.peak[r][FSC_TAG_ACTS] + buf * (size_t)((r > 0) + (r < P - 1));
+                    const size_t want = a.peak[r][FSC_TAG_ACTS] + buf * (size_t)((r > 0) + (r < P - 1)) +
+                                        buf * (size_t)(r < P - 1 ? ring : 0);
                     if (b.peak[r][FSC_TAG_ACTS] != want)
                         fail_msg("%s: rank %d holds %zu activation bytes at peak, prefetch 0 %zu + buffers %zu", what,
                                  r, b.peak[r][FSC_TAG_ACTS], a.peak[r][FSC_TAG_ACTS], want - a.peak[r][FSC_TAG_ACTS]);
@@ -222,6 +231,43 @@ static void test_prefetch_pipeline_receives_on_network(void **state) {
                 free(a.params);
                 free(b.params);
             }
+        }
+    }
+}
+
+/* A tied tensor sent asynchronously (docs/overlap.md): a vocabulary of 4096 makes the wte the pipeline's
+ * largest message, so on a slow network (0.05 GB/s: about 8 ms for the wte, 30 us for a boundary message) the
+ * values reach the last stage well after micro-batch 0's input, and each micro-batch's tied gradient reaches
+ * stage 0 late too: the head must wait for the values where it reads them, and stage 0 for each gradient
+ * before its backward. 2 and 3 stages, GPipe and 1F1B, checkpoint never and except_last, 3 steps (a stale wte
+ * replica would show from the second). Oracle: prefetch 1 on the network equals prefetch 0 bit for bit.
+ * The simulated network books both ranks' links for a send, so the values (sent before stage 0's first output)
+ * reach the last stage before micro-batch 0's input: a missing wait for them shows only when the receiving
+ * progress thread runs late (it did in the TSan build: losses differ from step 1), not on every run. */
+static void test_prefetch_pipeline_tied_on_network(void **state) {
+    (void)state;
+    for (int P = 2; P <= 3; P++) {
+        for (int m = 0; m < 2 * 2; m++) {
+            const int M = 3;
+            pt_run a = make(P, &cases[0], 0, M, FSC_F32), b = make(P, &cases[0], 1, M, FSC_F32);
+            a.cfg.vocab = b.cfg.vocab = 4096;
+            a.cfg.layers = b.cfg.layers = 3;
+            a.po.pp = b.po.pp = P;
+            a.po.no_sync = b.po.no_sync = 1;
+            a.po.pipe_checkpoint = b.po.pipe_checkpoint = m < 2 ? FSC_PIPE_CKPT_NEVER : FSC_PIPE_CKPT_EXCEPT_LAST;
+            a.po.schedule = b.po.schedule = (fsc_pipe_schedule)(m % 2);
+            a.batch = b.batch = 2 * M;
+            train_net(&a, 0);
+            b.params = calloc(fsc_gpt_num_params(&b.cfg), sizeof(float));
+            fsc_cluster_opts co = {.world = P, .device = "cpu", .timeout_s = 60, .sim_latency_us = 20,
+                                   .sim_bandwidth_gbps = 0.05};
+            assert_ok(fsc_cluster_run(&co, pt_rank_fn, &b));
+            char what[128];
+            snprintf(what, sizeof what, "tied wte, pp %d, checkpoint %s, schedule %d", P,
+                     m < 2 ? "never" : "except_last", m % 2);
+            pt_assert_same(&a, &b, what);
+            free(a.params);
+            free(b.params);
         }
     }
 }
@@ -271,6 +317,7 @@ int main(void) {
         cmocka_unit_test(test_prefetch_hybrid_same_bits),
         cmocka_unit_test(test_prefetch_pipeline_same_bits),
         cmocka_unit_test(test_prefetch_pipeline_receives_on_network),
+        cmocka_unit_test(test_prefetch_pipeline_tied_on_network),
         cmocka_unit_test(test_prefetch_memory_is_bounded),
         cmocka_unit_test(test_prefetch_options_checked),
     };

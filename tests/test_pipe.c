@@ -9,7 +9,7 @@
  * With prefetch 1 (asynchronous sends, receives posted ahead on a communicator per link and direction) the same
  * oracle over every balance of the 5 blocks on 2 to 4 stages and 1 to 6 micro-batches, with evaluations
  * (equal to the step's loss) and a failed step; the ledger then holds exactly one receive buffer per direction
- * more. */
+ * more, and the ring of send buffers of checkpointed outputs (min(prefetch_limit, checkpointed micro-batches)). */
 #include <unistd.h>
 #include "partest.h"
 #include "parallel/pipe.h"
@@ -281,11 +281,14 @@ static void test_pipe_dp_x_pp(void **state) {
     for (int i = 0; i < 5; i++) free(refs[i].params);
 }
 
-/* Mixed precision: the last stage's wte replica carries stage 0's rounded values; f16 votes over the world */
+/* Mixed precision: the last stage's wte replica carries stage 0's rounded values (prefetch 0, and 1: sent
+ * asynchronously from a copy); f16 votes over the world */
 static void test_pipe_low_precision(void **state) {
     (void)state;
-    for (int f16 = 0; f16 <= 1; f16++) {
+    for (int v = 0; v < 4; v++) {
+        const int f16 = v % 2;
         run p = make(2, 2, FSC_PAR_DDP, 2, 1);
+        p.po.prefetch = v / 2;
         p.po.param_dtype = p.po.reduce_dtype = f16 ? FSC_F16 : FSC_BF16;
         p.po.schedule = FSC_SCHED_1F1B;
         if (f16) {
@@ -345,6 +348,52 @@ static void test_pipe_in_flight(void **state) {
     free(f.params);
     free(g1.params);
     free(f1.params);
+}
+
+/* Checkpointed outputs leave from a ring of send buffers (prefetch 1, pipe_link.c): min(prefetch_limit (0: 2),
+ * checkpointed micro-batches) of them on every stage but the last, reused within the step when the limit is
+ * smaller. Oracle: DDP's bits; the ledger's activation peak and the stats' (peak_acts_bytes) are prefetch 0's
+ * plus the receive buffers and the ring, for limits 1, 2 (0) and 3, GPipe and 1F1B, checkpoint always and
+ * except_last. (The two peaks are compared with prefetch 0's, not with each other: under 1F1B with except_last
+ * a middle stage's ledger also holds a saved input idle in its pool, which the stats do not count.) */
+static void test_pipe_send_ring(void **state) {
+    (void)state;
+    const int P = 3, M = 5;
+    run base = make(1, 2, FSC_PAR_DDP, M, 1);
+    base.steps = 2;
+    run ref = reference(&base);
+    const size_t buf = (size_t)base.cfg.seq * base.cfg.dim * sizeof(float); /* one sequence per micro-batch */
+    for (int v = 0; v < 2 * 2; v++) {
+        run z = make(1, P, FSC_PAR_DDP, M, 1);
+        z.steps = base.steps;
+        z.po.schedule = (fsc_pipe_schedule)(v % 2);
+        z.po.pipe_checkpoint = v < 2 ? FSC_PIPE_CKPT_ALWAYS : FSC_PIPE_CKPT_EXCEPT_LAST;
+        train(&z); /* prefetch 0 */
+        const int nck = v < 2 ? M : M - 1;
+        for (int limit = 0; limit <= 3; limit++) {
+            run p = z;
+            p.params = NULL;
+            p.po.prefetch = 1;
+            p.po.prefetch_limit = limit;
+            train(&p);
+            char what[112];
+            snprintf(what, sizeof what, "%s, checkpoint %s, prefetch_limit %d", sched_name[v % 2],
+                     v < 2 ? "always" : "except_last", limit);
+            assert_same(&ref, &p, what);
+            const int lim = limit ? limit : 2, ring = nck < lim ? nck : lim;
+            for (int s = 0; s < P; s++) {
+                const size_t extra = buf * (size_t)((s > 0) + (s < P - 1) + (s < P - 1 ? ring : 0));
+                if (p.acts_peak[s] != z.acts_peak[s] + extra ||
+                    p.stats[s].peak_acts_bytes != z.stats[s].peak_acts_bytes + extra)
+                    fail_msg("%s: stage %d: ledger %zu, stats %zu; prefetch 0 %zu, %zu; buffers %zu", what, s,
+                             p.acts_peak[s], p.stats[s].peak_acts_bytes, z.acts_peak[s], z.stats[s].peak_acts_bytes,
+                             extra);
+            }
+            free(p.params);
+        }
+        free(z.params);
+    }
+    free(ref.params);
 }
 
 /* Checkpointing lowers the activation peak (ledger) on every stage: always < except_last < never */
@@ -597,6 +646,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_dp_x_pp),
         cmocka_unit_test(test_pipe_low_precision),
         cmocka_unit_test(test_pipe_in_flight),
+        cmocka_unit_test(test_pipe_send_ring),
         cmocka_unit_test(test_pipe_checkpoint_memory),
         cmocka_unit_test(test_pipe_messages_and_stats),
         cmocka_unit_test(test_pipe_save_weights),

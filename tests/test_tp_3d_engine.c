@@ -8,10 +8,11 @@
  *   absolute). Not bitwise: row-parallel layers and the vocab-parallel cross entropy split sums in T pieces
  *   added in rank order, and sgemm rounds a slice of a product differently from the whole product;
  * - bit for bit, because nothing in between is left to chance: the pipeline equals the same dp x tp run
- *   without pipeline (accumulating the same micro-batches); ZeRO-1, ZeRO-2 and FSDP (full_shard,
+ *   without pipeline (accumulating the same micro-batches), with prefetch 0 and 1; ZeRO-1, ZeRO-2 and FSDP (full_shard,
  *   shard_grad_op, hybrid_shard) over the data group equal DDP over it (the same slices, rank-order sums,
  *   the exact clipping norm), in bf16 too; any rank order gives the same bits as Megatron's;
- * - the pipeline group carries exactly the tensor rank's slices: per step stage 0 sends M activations of
+ * - the pipeline groups (with prefetch 1 also the links' and the wte slice's communicators, the same bytes)
+ *   carry exactly the tensor rank's slices: per step stage 0 sends M activations of
  *   (B T / (sp ? T_tp : 1), C) floats and the wte slice (V/T_tp, C), the last stage M activation gradients
  *   and M head gradients of the wte slice; the kinds of group sum to the total;
  * - weights written by the 3D engine are the single-rank file; loaded back, every rank holds its slices;
@@ -144,13 +145,16 @@ static void test_3d_matches_single_rank(void **state) {
         flat.po.sequence_parallel = sp;
         train(&flat);
         assert_close(&flat, &ref, "dp 2 x tp 2");
-        for (int sched = 0; sched <= 1; sched++) {
+        for (int v = 0; v < 4; v++) { /* both schedules, prefetch 0 and 1 (tied slices sent asynchronously) */
+            const int sched = v % 2, pf = v / 2;
             run3 x = make(2, 2, 2, FSC_PAR_DDP, M);
             x.po.sequence_parallel = sp;
             x.po.schedule = sched ? FSC_SCHED_1F1B : FSC_SCHED_GPIPE;
+            x.po.prefetch = pf;
             train(&x);
             char what[96];
-            snprintf(what, sizeof what, "dp 2 x tp 2 x pp 2 %s%s", sched ? "1f1b" : "gpipe", sp ? " sp" : "");
+            snprintf(what, sizeof what, "dp 2 x tp 2 x pp 2 %s%s, prefetch %d", sched ? "1f1b" : "gpipe",
+                     sp ? " sp" : "", pf);
             double worst = assert_close(&x, &ref, what);
             assert_same(&x, &flat, what); /* the pipeline is the same computation */
             printf("  %s: weights within %.2g of the single rank, bit-identical to dp 2 x tp 2 without pipeline\n",
@@ -231,12 +235,16 @@ static double sum_bytes(const fsc_comm_stats *s) {
 static void test_3d_comm_by_group(void **state) {
     (void)state;
     const fsc_gpt_config c = cfg();
-    for (int sp = 0; sp <= 1; sp++) {
+    for (int v = 0; v < 4; v++) {
+        /* prefetch 1: the pipeline group, its two links and the wte slice's two streams (pipe_link.c,
+         * pipe_tied.c), all pipeline groups, carry the same bytes */
+        const int sp = v % 2, pf = v / 2;
         run3 x = make(2, 2, 2, FSC_PAR_DDP, M);
         x.po.sequence_parallel = sp;
+        x.po.prefetch = pf;
         train(&x);
         assert_true(x.ngroups[FSC_GROUP_DATA] >= 1 && x.ngroups[FSC_GROUP_TENSOR] == 1 &&
-                    x.ngroups[FSC_GROUP_PIPELINE] == 1 && x.ngroups[FSC_GROUP_EXPERT] == 0);
+                    x.ngroups[FSC_GROUP_PIPELINE] == (pf ? 5 : 1) && x.ngroups[FSC_GROUP_EXPERT] == 0);
         const double act = 4.0 * (GB / 2 / M) * c.seq / (sp ? 2 : 1) * c.dim, wte = 4.0 * c.vocab / 2 * c.dim;
         for (int r = 0; r < W; r++) {
             const fsc_comm_stats *g = x.group[r];
@@ -250,7 +258,7 @@ static void test_3d_comm_by_group(void **state) {
                          sp ? " sp" : "", g[FSC_GROUP_PIPELINE].bytes[FSC_OP_SEND], want);
             assert_int_equal(g[FSC_GROUP_TENSOR].calls[FSC_OP_SEND], 0);
         }
-        if (sp) {
+        if (sp && !pf) {
             const fsc_comm_stats *g = x.group[0];
             printf("  dp 2 x tp 2 x pp 2 sp, rank 0 per step: data %.0f, tensor %.0f, pipeline %.0f, world %.0f bytes\n",
                    sum_bytes(&g[FSC_GROUP_DATA]), sum_bytes(&g[FSC_GROUP_TENSOR]), sum_bytes(&g[FSC_GROUP_PIPELINE]),

@@ -26,7 +26,10 @@
  * Messages between two ranks keep their order (sends are buffered, FIFO per peer; a communicator whose
  * send blocks until the matching recv would need grouped send/recv here). With po.prefetch the outputs and
  * input gradients travel on a communicator per link and direction, their receives posted ahead, and the
- * sends but checkpointed outputs' are asynchronous (pipe_link.c says why this cannot deadlock):
+ * sends are asynchronous, a checkpointed output's from a copy in a bounded ring of send buffers (pipe_link.c says
+ * why this cannot deadlock); a tied tensor's values and gradients travel on two communicators of their own, the
+ * user's receive of the values waited for where the first user layer reads them, the owner's receive of each
+ * gradient posted a micro-batch ahead (pipe_tied.c); the pipeline group then carries none of these:
  *   owner -> user     a tied tensor, once per step, before the owner's output of micro-batch 0
  *   s -> s+1          output of micro-batch k (forward)
  *   s+1 -> s          gradient w.r.t. the input of micro-batch k (backward)
@@ -76,8 +79,8 @@ struct fsc_pipe {
     /* tied tensors whose owner and users run on different stages: tensor, owner stage, user stage */
     int ntied;
     int (*tied)[3];
-    fsc_comm_req **tied_send; /* (ntied) po.prefetch: a user stage's send of a tied gradient in flight, waited for
-                               * before its next backward overwrites the buffer and at the end of the step */
+    fsc_pipe_tied *tl;        /* (ntied) po.prefetch: their streams (pipe_tied.c); a user stage's send of a tied
+                               * gradient is waited for before its next backward overwrites the buffer */
     /* the step */
     const char *in, *tgt;
     int send_tied;            /* owner stage: the owner layers' next forward sends their tied tensors */
@@ -197,13 +200,16 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
         first += n;
     }
     FSC_TRY(find_tied(e));
-    if (p->ntied && !(p->tied_send = calloc((size_t)p->ntied, sizeof *p->tied_send)))
+    if (e->po.prefetch && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* the engine's groups (engine.c, fsc_layout_split) */
     p->pipe_comm = e->pipe_comm;
     p->data_comm = e->comm;
     if (!p->pipe_comm) return fsc_error(FSC_ERR_INTERNAL, "pipe: the engine made no pipeline group");
     if (e->po.prefetch) FSC_TRY(fsc_pipe_links_create(e, p->pipe_comm, p->stage, &p->lk));
+    for (int x = 0; x < p->ntied && p->tl; x++)
+        FSC_TRY(fsc_pipe_tied_create(e, p->pipe_comm, p->stage, p->tied[x][1], p->tied[x][2],
+                                     e->m->info[p->tied[x][0]].numel, &p->tl[x]));
     e->lf = p->lf[p->stage];
     e->ll = p->ll[p->stage];
     p->st.pp = pp;
@@ -258,16 +264,33 @@ static fsc_status grad_sends_done(fsc_pipe *p) {
 /* Wait for the tied gradients' sends in flight; the first failure is returned, every request is waited for. */
 static fsc_status tied_sends_done(fsc_pipe *p) {
     fsc_status s = FSC_OK;
-    for (int x = 0; x < p->ntied && p->tied_send; x++) {
-        if (!p->tied_send[x]) continue;
-        const double t0 = now_s();
-        fsc_status w = fsc_comm_wait(p->tied_send[x]);
-        p->wait += now_s() - t0;
-        fsc_comm_req_free(p->tied_send[x]);
-        p->tied_send[x] = NULL;
+    for (int x = 0; x < p->ntied && p->tl; x++) {
+        fsc_status w = fsc_pipe_tied_grad_sent(&p->tl[x], &p->wait);
         if (s == FSC_OK) s = w;
     }
     return s;
+}
+
+/* The tied values' receives (user) and, unless users_only, sends (owner) in flight, as tied_sends_done. */
+static fsc_status tied_values_done(fsc_pipe *p, int users_only) {
+    fsc_status s = FSC_OK;
+    for (int x = 0; x < p->ntied && p->tl; x++) {
+        if (users_only && p->tied[x][2] != p->stage) continue;
+        fsc_status w = fsc_pipe_tied_values_done(&p->tl[x], &p->wait);
+        if (s == FSC_OK) s = w;
+    }
+    return s;
+}
+
+/* Post what a user stage receives of the tied values and, in a step (grads), what an owner stage receives of
+ * the first micro-batch's tied gradients. */
+static fsc_status tied_post(fsc_engine *e, int grads) {
+    fsc_pipe *p = e->pipe;
+    for (int x = 0; x < p->ntied && p->tl; x++) {
+        if (p->tied[x][2] == p->stage) FSC_TRY(fsc_pipe_tied_post_values(&p->tl[x], e->tied_copy[p->tied[x][0]]));
+        if (grads && p->tied[x][1] == p->stage) FSC_TRY(fsc_pipe_tied_post_grad(&p->tl[x]));
+    }
+    return FSC_OK;
 }
 
 static fsc_status take_rec(fsc_engine *e, fsc_model_acts **out) {
@@ -346,12 +369,26 @@ static void reset_pools(fsc_engine *e, int B) {
     p->B = B;
 }
 
-/* reset_pools(e, B), then the receive buffers for B (po.prefetch), counted in the activation bytes. */
+static int is_checkpointed(const fsc_engine *e, int k);
+
+/* po.prefetch: the send buffers of checkpointed outputs, min(po.prefetch_limit (0: 2), checkpointed
+ * micro-batches of a step); none on the last stage (pipe_link.c). */
+static int send_buffers(const fsc_engine *e) {
+    const fsc_pipe *p = e->pipe;
+    if (!e->po.prefetch || p->stage == p->pp - 1) return 0;
+    int ck = 0;
+    for (int k = 0; k < p->M; k++) ck += is_checkpointed(e, k);
+    const int limit = e->po.prefetch_limit > 0 ? e->po.prefetch_limit : 2;
+    return ck < limit ? ck : limit;
+}
+
+/* reset_pools(e, B), then the receive and send buffers for B (po.prefetch), counted in the activation bytes. */
 static fsc_status ready(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
     reset_pools(e, B);
+    for (int x = 0; x < p->ntied && p->tl; x++) fsc_pipe_tied_drop(&p->tl[x]); /* left by a failed step */
     const size_t had = fsc_pipe_links_bytes(&p->lk);
-    fsc_status s = fsc_pipe_links_buffers(&p->lk, e->dev, in_floats(e));
+    fsc_status s = fsc_pipe_links_buffers(&p->lk, e->dev, in_floats(e), send_buffers(e));
     p->bytes_in_use = p->bytes_in_use - had + fsc_pipe_links_bytes(&p->lk);
     note_use(p);
     return s;
@@ -360,13 +397,26 @@ static fsc_status ready(fsc_engine *e, int B) {
 /* ---- hooks: the engine's (fsc_engine_hooks), and the owner stage hands tied tensors to their users' stage
  * after their first use ---- */
 
+/* po.prefetch: a user stage waits for a tied tensor's values before the first layer that reads them. */
+static fsc_status h_pre_fwd(void *ctx, int l) {
+    fsc_engine *e = ctx;
+    fsc_pipe *p = e->pipe;
+    for (int x = 0; x < p->ntied && p->tl; x++)
+        if (p->tied[x][2] == p->stage && fsc_param_used_by(&e->m->info[p->tied[x][0]], l))
+            FSC_TRY(fsc_pipe_tied_values_done(&p->tl[x], &p->wait));
+    return fsc_engine_hooks(e).pre_forward(ctx, l);
+}
+
 static fsc_status h_post_fwd(void *ctx, int l) {
     fsc_engine *e = ctx;
     fsc_pipe *p = e->pipe;
     for (int x = 0; x < p->ntied && p->send_tied && !p->recompute; x++) {
         const int i = p->tied[x][0];
         if (p->tied[x][1] != p->stage || e->m->info[i].layer != l) continue;
-        FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->param[i], e->m->info[i].numel, FSC_F32, p->tied[x][2]));
+        if (p->tl) /* from a copy, sent while the stage goes on */
+            FSC_TRY(fsc_pipe_tied_send_values(&p->tl[x], e->dev, e->m->param[i], &p->wait));
+        else
+            FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->param[i], e->m->info[i].numel, FSC_F32, p->tied[x][2]));
     }
     if (l == e->ll && !p->recompute) p->send_tied = 0;
     return fsc_engine_post_forward(e, l);
@@ -402,13 +452,14 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
     const int last = p->stage == p->pp - 1;
     const size_t btc = in_floats(e);
     fsc_model_hooks hooks = fsc_engine_hooks(e);
+    hooks.pre_forward = h_pre_fwd;
     hooks.post_forward = h_post_fwd;
     e->micro = k;
     e->sync = 0;
     FSC_TRY(take_rec(e, &sl->rec));
     if (++p->in_flight > p->st.max_in_flight) p->st.max_in_flight = p->in_flight;
     fsc_model_acts *a = sl->rec;
-    for (int x = 0; x < p->ntied && k == 0; x++) /* this stage's replica of a tied tensor */
+    for (int x = 0; x < p->ntied && k == 0 && !p->tl; x++) /* this stage's replica of a tied tensor */
         if (p->tied[x][2] == p->stage) {
             const int i = p->tied[x][0];
             FSC_TRY(recv_timed(p, e->tied_copy[i], e->m->info[i].numel, p->tied[x][1]));
@@ -422,12 +473,13 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
     FSC_TRY(set_batch(e, a, k));
     double ls = 0;
     FSC_TRY(e->m->ops->forward(e->m->ctx, a, &hooks, &ls));
+    if (k == 0) FSC_TRY(tied_values_done(p, 1)); /* po.prefetch: h_pre_fwd waited for them already */
     sl->ckpt = is_checkpointed(e, k);
     if (last) *loss_local += ls;
     else if (p->lk.act_next && !sl->ckpt) /* sent while the next micro-batches compute */
         FSC_TRY(fsc_comm_isend(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, 1, &sl->send));
-    else if (p->lk.act_next) /* its record is reused at once */
-        FSC_TRY(fsc_comm_send(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, 1));
+    else if (p->lk.act_next) /* its record is reused at once: sent from a copy (pipe_link.c's ring) */
+        FSC_TRY(fsc_pipe_links_send_output(&p->lk, e->dev, stream(e, a, FSC_STREAM_OUTPUT), &p->wait));
     else FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
     if (sl->ckpt) { /* keep the stage input only */
         if (p->stage > 0) {
@@ -446,6 +498,7 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     const int last = p->stage == p->pp - 1;
     const size_t btc = in_floats(e);
     fsc_model_hooks hooks = fsc_engine_hooks(e);
+    hooks.pre_forward = h_pre_fwd;
     hooks.post_forward = h_post_fwd;
     e->micro = k;
     e->sync = 0;
@@ -473,7 +526,12 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     for (int x = 0; x < p->ntied; x++) /* the users' gradient of micro-batch k, added first by the owner */
         if (p->tied[x][1] == p->stage) {
             const int i = p->tied[x][0];
-            FSC_TRY(recv_timed(p, e->m->tied_grad[i], e->m->info[i].numel, p->tied[x][2]));
+            if (!p->tl) {
+                FSC_TRY(recv_timed(p, e->m->tied_grad[i], e->m->info[i].numel, p->tied[x][2]));
+                continue;
+            } /* po.prefetch: received ahead; the next one is posted before this backward computes */
+            FSC_TRY(fsc_pipe_tied_take_grad(&p->tl[x], e->dev, e->m->tied_grad[i], &p->wait));
+            if (k + 1 < p->M) FSC_TRY(fsc_pipe_tied_post_grad(&p->tl[x]));
         }
     FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
     e->sync = k == p->M - 1; /* the strategy reduces in the last backward only (no_sync) */
@@ -493,12 +551,11 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     } else {
         give_rec(e, a);
     }
-    for (int x = 0; x < p->ntied; x++) /* after the gradient of k, in issue order on the pipeline group */
+    for (int x = 0; x < p->ntied; x++) /* after the gradient of k (prefetch 0: in issue order on the pipeline group) */
         if (p->tied[x][2] == p->stage) {
             const int i = p->tied[x][0];
-            if (e->po.prefetch) /* sent while the next micro-batches compute */
-                FSC_TRY(fsc_comm_isend(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32,
-                                       p->tied[x][1], &p->tied_send[x]));
+            if (p->tl) /* sent while the next micro-batches compute */
+                FSC_TRY(fsc_pipe_tied_send_grad(&p->tl[x], e->m->tied_grad[i], &p->wait));
             else
                 FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32,
                                       p->tied[x][1]));
@@ -547,6 +604,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     /* po.prefetch: the first input and the first output gradient are received while the stage works */
     FSC_TRY(fsc_pipe_links_post_input(&p->lk));
     FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
+    FSC_TRY(tied_post(e, 1));
     double loss_local = 0;
     if (e->po.schedule == FSC_SCHED_GPIPE) {
         for (int k = 0; k < M; k++) FSC_TRY(forward(e, k, &loss_local));
@@ -562,6 +620,8 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     }
     FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
     FSC_TRY(tied_sends_done(p));
+    FSC_TRY(tied_values_done(p, 0));
+    FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait));
     /* the loss and the batch check: over the last stage's data group, then sent to every stage
      * (sums[0] the loss, sums[1] the check passed, sums[2] the local batches' sum) */
     const double t1 = now_s();
@@ -603,6 +663,7 @@ fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets,
     fsc_pipe *p = e->pipe;
     FSC_TRY(ready(e, mb));
     FSC_TRY(fsc_pipe_links_post_input(&p->lk)); /* po.prefetch: received ahead as in a step */
+    FSC_TRY(tied_post(e, 0));
     p->in = inputs;
     p->tgt = targets;
     p->send_tied = 1;
@@ -612,6 +673,8 @@ fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets,
         FSC_TRY(send_done(&p->slots[k])); /* po.prefetch: its output's send, before the record is reused */
         reset_pools(e, mb); /* this micro-batch's record and saved input back to the pools */
     }
+    FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait)); /* the checkpointed outputs' sends */
+    FSC_TRY(tied_values_done(p, 0));
     if (p->stage == p->pp - 1) {
         const double mine[3] = { loss_local, (double)mb * p->M, (double)global_batch };
         FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));
@@ -696,6 +759,8 @@ void fsc_pipe_free(fsc_engine *e) {
     if (!p) return;
     if (p->slots) reset_pools(e, -1);
     fsc_pipe_links_free(&p->lk, e->dev);
+    for (int x = 0; x < p->ntied && p->tl; x++) fsc_pipe_tied_free(&p->tl[x], e->dev);
+    free(p->tl);
     free(p->slots);
     free(p->recs);
     free(p->ins);
@@ -704,7 +769,6 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->lf);
     free(p->ll);
     free(p->tied);
-    free(p->tied_send);
     if (p->norm_comm) fsc_comm_free(p->norm_comm);
     free(p);
     e->pipe = NULL;

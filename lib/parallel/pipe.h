@@ -9,21 +9,26 @@
 typedef struct fsc_pipe fsc_pipe;
 
 /* po.prefetch (pipe_link.c, which says why): the stage's links, one communicator of two ranks per link and
- * direction (NULL where the stage has no such neighbour), and the receives posted ahead into one buffer per
- * direction (n floats each, FSC_TAG_ACTS). */
+ * direction (NULL where the stage has no such neighbour), the receives posted ahead into one buffer per
+ * direction, and a ring of send buffers from which checkpointed micro-batches' outputs leave (n floats each,
+ * FSC_TAG_ACTS). */
 typedef struct {
     fsc_comm *act_prev, *act_next;   /* outputs s-1 -> s (received here), s -> s+1 (sent here) */
     fsc_comm *grad_prev, *grad_next; /* input gradients s -> s-1 (sent here), s+1 -> s (received here) */
     float *inbuf, *gbuf;             /* (n) the next input, the next output gradient */
     size_t n;
     fsc_comm_req *inreq, *greq;      /* the receives posted into them, or NULL */
+    float **sbuf;                    /* (nsend) x (n) copies of checkpointed outputs being sent on act_next */
+    fsc_comm_req **sreq;             /* (nsend) their sends in flight, or NULL */
+    int nsend, snext;                /* ring size, the slot the next send uses */
 } fsc_pipe_links;
 
 /* Collective over pipe_comm: split the links of this stage and count them as pipeline groups of e. */
 fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, fsc_pipe_links *l);
-/* Drop the posted receives (waited for, data and errors ignored: left by a failed step), then make the
- * buffers n floats each. */
-fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n);
+/* Drop the posted receives and the sends in flight (waited for, data and errors ignored: left by a failed
+ * step), then make the buffers n floats each: the two receive buffers and nsend send buffers (none without a
+ * next stage). */
+fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n, int nsend);
 void fsc_pipe_links_drop(fsc_pipe_links *l);
 /* The bytes of the buffers allocated. */
 size_t fsc_pipe_links_bytes(const fsc_pipe_links *l);
@@ -34,7 +39,46 @@ fsc_status fsc_pipe_links_post_grad(fsc_pipe_links *l);
 /* Wait for the posted receive (posted now if none is; *waited += the seconds waited) and copy it to dst. */
 fsc_status fsc_pipe_links_take_input(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited);
 fsc_status fsc_pipe_links_take_grad(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited);
+/* Send src (n floats, a checkpointed output whose record is reused at once) to the next stage from the ring's
+ * next buffer, once the send that last used that buffer is waited for (*waited += the seconds waited);
+ * synchronously when the ring is empty. */
+fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const float *src, double *waited);
+/* Wait for every send of the ring in flight; the first failure is returned, every send is waited for. */
+fsc_status fsc_pipe_links_sends_done(fsc_pipe_links *l, double *waited);
 void fsc_pipe_links_free(fsc_pipe_links *l, fsc_device *dev);
+
+/* po.prefetch (pipe_tied.c, which says why): a tied tensor of n floats whose owner and users run on different
+ * stages, on this stage (one of the two; NULL communicators elsewhere). */
+typedef struct {
+    fsc_comm *val, *grad;     /* owner -> user values, user -> owner gradients: two ranks each, owner rank 0 */
+    int owner;                /* this stage owns the tensor */
+    size_t n;
+    float *vbuf, *gbuf;       /* owner: (n) the values being sent, the next gradient (FSC_TAG_COMM) */
+    fsc_comm_req *vreq;       /* owner: the values' send; user: their receive into the replica */
+    fsc_comm_req *greq;       /* owner: the next gradient's receive */
+    fsc_comm_req *gsend;      /* user: the last gradient's send */
+} fsc_pipe_tied;
+
+/* Collective over pipe_comm (every stage, in the same order of tensors): split the tensor's two streams and,
+ * on the owner, make its buffers. */
+fsc_status fsc_pipe_tied_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, int owner, int user, size_t n,
+                                fsc_pipe_tied *t);
+/* Owner: send a copy of src (n floats) to the user, once the previous send is waited for. */
+fsc_status fsc_pipe_tied_send_values(fsc_pipe_tied *t, fsc_device *dev, const float *src, double *waited);
+/* User: post the values' receive into dst (the replica) unless one is posted; owner: no-op. */
+fsc_status fsc_pipe_tied_post_values(fsc_pipe_tied *t, float *dst);
+/* Wait for the values' send (owner) or receive (user) if one is in flight. */
+fsc_status fsc_pipe_tied_values_done(fsc_pipe_tied *t, double *waited);
+/* Owner: post the next gradient's receive unless one is posted; user: no-op. */
+fsc_status fsc_pipe_tied_post_grad(fsc_pipe_tied *t);
+/* Owner: wait for the posted gradient (posted now if none is) and copy it to dst. */
+fsc_status fsc_pipe_tied_take_grad(fsc_pipe_tied *t, fsc_device *dev, float *dst, double *waited);
+/* User: send src (n floats, kept until fsc_pipe_tied_grad_sent) to the owner; wait for that send. */
+fsc_status fsc_pipe_tied_send_grad(fsc_pipe_tied *t, const float *src, double *waited);
+fsc_status fsc_pipe_tied_grad_sent(fsc_pipe_tied *t, double *waited);
+/* Wait for and drop every request in flight (a failed step left them; data and errors ignored). */
+void fsc_pipe_tied_drop(fsc_pipe_tied *t);
+void fsc_pipe_tied_free(fsc_pipe_tied *t, fsc_device *dev);
 
 /* Stages of the options (pp 0 means 1). */
 int fsc_pipe_stages(const fsc_parallel_opts *po);

@@ -1,6 +1,7 @@
-/* A pipeline stage's asynchronous receives (po.prefetch; pipe.h, docs/overlap.md): the communicators of its
- * two links and the two receive buffers into which the next micro-batch's input and the next backward's
- * output gradient arrive while the stage computes the current one.
+/* A pipeline stage's asynchronous receives and sends (po.prefetch; pipe.h, docs/overlap.md): the communicators
+ * of its two links, the two receive buffers into which the next micro-batch's input and the next backward's
+ * output gradient arrive while the stage computes the current one, and the ring of send buffers from which
+ * checkpointed micro-batches' outputs leave.
  *
  * Why one communicator per link and direction. Operations of one communicator complete in issue order (the
  * simulator's progress thread per handle, the MPI plug-in's per communicator, NCCL's stream): a receive
@@ -19,14 +20,26 @@
  * time adds no dependency. The sends are issued where the synchronous schedule issues them and each receive
  * is waited for where it received, so every wait depends on what it depended on there: GPipe and 1F1B stay
  * free of deadlock for every balance, checkpoint mode and micro-batch count. Tied tensors and their
- * gradients stay on the pipeline group (pipe.c), which no posted receive touches.
+ * gradients travel on streams of their own by the same rules (pipe_tied.c).
  *
- * Memory: one receive buffer per direction (stream_floats(B) floats each), so a receive never holds an
- * activation record; the data are copied into the record when they are needed. They are boundary activations:
- * FSC_TAG_ACTS in the ledger, kept between steps like the record pools, and counted by pipe.c in the
- * pipeline's activation bytes (fsc_pipe_stats.peak_acts_bytes), so the ledger and the stats still agree.
+ * Sends. An asynchronous send is issued where the synchronous schedule sends, and waited for no earlier than
+ * the synchronous send returned: a wait moved later in a rank's program drops dependencies (what ran between
+ * the two points no longer waits for the receiver) and adds none (what follows the new point followed the old
+ * one). A non-checkpointed output leaves from its record (pipe.c waits before its backward); a checkpointed
+ * micro-batch gives its record back at once, so its output is copied into the next buffer of a ring of
+ * nsend = min(po.prefetch_limit (0: 2), checkpointed micro-batches per step) and sent from there; the
+ * buffer's previous send is waited for just before the copy (the send nsend checkpointed micro-batches
+ * earlier on the same stream), and every send of the ring at the end of a step or an evaluation, before
+ * new buffers are made (a failed step) and when the links are freed.
+ *
+ * Memory: one receive buffer per direction and nsend send buffers (stream_floats(B) floats each), so a
+ * message never holds an activation record; received data are copied into the record when they are needed.
+ * They are boundary activations: FSC_TAG_ACTS in the ledger, kept between steps like the record pools, and
+ * counted by pipe.c in the pipeline's activation bytes (fsc_pipe_stats.peak_acts_bytes), so the ledger and
+ * the stats still agree.
  * Not here: the schedule (pipe.c). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "pipe.h"
@@ -75,7 +88,8 @@ fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, 
     return FSC_OK;
 }
 
-/* Wait for a posted receive whose data nobody will read (a failed step left it); errors are dropped. */
+/* Wait for a posted receive whose data nobody will read, or a send nobody waited for (a failed step left
+ * them); errors are dropped. */
 static void drop(fsc_comm_req **r) {
     if (!*r) return;
     (void)fsc_comm_wait(*r);
@@ -86,22 +100,49 @@ static void drop(fsc_comm_req **r) {
 void fsc_pipe_links_drop(fsc_pipe_links *l) {
     drop(&l->inreq);
     drop(&l->greq);
+    for (int i = 0; i < l->nsend; i++) drop(&l->sreq[i]);
+    l->snext = 0;
 }
 
-fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n) {
-    fsc_pipe_links_drop(l);
-    if (n == l->n && (!l->act_prev || l->inbuf) && (!l->grad_next || l->gbuf)) return FSC_OK;
+static void release_buffers(fsc_pipe_links *l, fsc_device *dev) {
     fsc_device_release(dev, l->inbuf);
     fsc_device_release(dev, l->gbuf);
     l->inbuf = l->gbuf = NULL;
+    for (int i = 0; i < l->nsend; i++) fsc_device_release(dev, l->sbuf[i]);
+    free(l->sbuf);
+    free(l->sreq);
+    l->sbuf = NULL;
+    l->sreq = NULL;
+    l->nsend = 0;
+}
+
+fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n, int nsend) {
+    fsc_pipe_links_drop(l);
+    if (!l->act_next || nsend < 0) nsend = 0;
+    if (n == l->n && nsend == l->nsend && (!l->act_prev || l->inbuf) && (!l->grad_next || l->gbuf) &&
+        (nsend == 0 || l->sbuf[nsend - 1])) /* allocated in order: the last one made means all were */
+        return FSC_OK;
+    release_buffers(l, dev);
     l->n = n;
     if (l->act_prev) FSC_TRY(fsc_device_alloc(dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&l->inbuf));
     if (l->grad_next) FSC_TRY(fsc_device_alloc(dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&l->gbuf));
+    if (nsend == 0) return FSC_OK;
+    l->sbuf = calloc((size_t)nsend, sizeof *l->sbuf);
+    l->sreq = calloc((size_t)nsend, sizeof *l->sreq);
+    if (!l->sbuf || !l->sreq) {
+        release_buffers(l, dev);
+        return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    }
+    l->nsend = nsend;
+    for (int i = 0; i < nsend; i++)
+        FSC_TRY(fsc_device_alloc(dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&l->sbuf[i]));
     return FSC_OK;
 }
 
 size_t fsc_pipe_links_bytes(const fsc_pipe_links *l) {
-    return (size_t)((l->inbuf != NULL) + (l->gbuf != NULL)) * l->n * sizeof(float);
+    size_t k = (size_t)(l->inbuf != NULL) + (size_t)(l->gbuf != NULL);
+    for (int i = 0; i < l->nsend; i++) k += l->sbuf[i] != NULL;
+    return k * l->n * sizeof(float);
 }
 
 fsc_status fsc_pipe_links_post_input(fsc_pipe_links *l) {
@@ -135,10 +176,40 @@ fsc_status fsc_pipe_links_take_grad(fsc_pipe_links *l, fsc_device *dev, float *d
     return take(&l->greq, fsc_pipe_links_post_grad, l, l->gbuf, dev, dst, waited);
 }
 
+/* Wait for the send *r if one is in flight (*waited += the seconds waited). */
+static fsc_status wait_send(fsc_comm_req **r, double *waited) {
+    if (!*r) return FSC_OK;
+    const double t0 = now_s();
+    fsc_status s = fsc_comm_wait(*r);
+    *waited += now_s() - t0;
+    fsc_comm_req_free(*r);
+    *r = NULL;
+    return s;
+}
+
+fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const float *src, double *waited) {
+    if (l->nsend == 0) return fsc_comm_send(l->act_next, src, l->n, FSC_F32, 1);
+    const int i = l->snext;
+    FSC_TRY(wait_send(&l->sreq[i], waited)); /* the buffer's last send, before it is overwritten */
+    FSC_TRY(fsc_device_copy(dev, l->sbuf[i], src, l->n * sizeof(float)));
+    FSC_TRY(fsc_comm_isend(l->act_next, l->sbuf[i], l->n, FSC_F32, 1, &l->sreq[i]));
+    l->snext = (i + 1) % l->nsend;
+    return FSC_OK;
+}
+
+fsc_status fsc_pipe_links_sends_done(fsc_pipe_links *l, double *waited) {
+    fsc_status s = FSC_OK;
+    for (int j = 0; j < l->nsend; j++) { /* oldest first */
+        fsc_status w = wait_send(&l->sreq[(l->snext + j) % l->nsend], waited);
+        if (s == FSC_OK) s = w;
+    }
+    l->snext = 0;
+    return s;
+}
+
 void fsc_pipe_links_free(fsc_pipe_links *l, fsc_device *dev) {
     fsc_pipe_links_drop(l);
-    fsc_device_release(dev, l->inbuf);
-    fsc_device_release(dev, l->gbuf);
+    release_buffers(l, dev);
     fsc_comm *all[4] = { l->act_prev, l->act_next, l->grad_prev, l->grad_next };
     for (int i = 0; i < 4; i++)
         if (all[i]) fsc_comm_free(all[i]);

@@ -72,7 +72,8 @@ typedef struct {
                                    * (forward and backward) and reduce-scatters a unit while the previous one's
                                    * backward runs; ddp and zero start each bucket's reduction as soon as its
                                    * gradients are ready. 0 (a zeroed struct): every collective synchronous */
-    int prefetch_limit;           /* fsdp: gathered units in flight at most, the one computing included (0: 2) */
+    int prefetch_limit;           /* fsdp: gathered units in flight at most, the one computing included (0: 2);
+                                   * pipelines: send buffers of checkpointed outputs at most (0: 2) */
     /* offload to host memory (docs/offload.md): optim with fsdp (every strategy), zero1 and zero2; all with
      * fsdp only (zero keeps parameters replicated on every device). Not with ddp, none, pp, tp or ep. */
     fsc_offload_mode offload;     /* none (default), optim or all */

@@ -11,17 +11,21 @@
 #include <unistd.h>
 #include "partest.h"
 #include "fsc/eval.h"
+#include "fsc/llama.h"
 
 #define MS 3 /* steps */
 #define MAXW 8
 
 typedef struct {
     fsc_gpt_config cfg;
+    int llama;                    /* the MoE Llama of lc instead (vocabulary and sequence as cfg's) */
+    fsc_llama_config lc;
     fsc_parallel_opts po;
     int world, batch, steps;
     fsc_step_info info[MAXW][MS]; /* every rank's */
     double eval[MAXW];            /* fsc_engine_eval of the last batch after training */
     float *params;                /* rank 0 */
+    size_t P;                     /* its floats */
 } mp_run;
 
 static fsc_gpt_config mp_config(int every) {
@@ -54,7 +58,15 @@ static fsc_status mp_rank(fsc_rank *rk, void *arg) {
     const int lb = B / dp, dpi = rk->rank % dp;
     fsc_optim_config oc = pt_adamw();
     fsc_engine *e = NULL;
-    FSC_TRY(fsc_engine_create(rk, &r->cfg, &r->po, &oc, 77, &e));
+    fsc_model *m = NULL;
+    if (r->llama) {
+        FSC_TRY(fsc_llama_model_create(rk->dev, &r->lc, &m));
+        fsc_status c = fsc_engine_create_model(rk, m, &r->po, &oc, 77, &e);
+        if (c != FSC_OK) fsc_model_free(m);
+        FSC_TRY(c);
+    } else {
+        FSC_TRY(fsc_engine_create(rk, &r->cfg, &r->po, &oc, 77, &e));
+    }
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
     for (int step = 0; step < r->steps && s == FSC_OK; step++) {
@@ -65,19 +77,31 @@ static fsc_status mp_rank(fsc_rank *rk, void *arg) {
                 tgt[i * T + t] = pt_token(start + t + 1, r->cfg.vocab);
             }
         }
-        s = fsc_engine_step(e, tok, tgt, lb, B, &r->info[rk->rank][step]);
+        s = fsc_engine_step_model(e, tok, tgt, lb, B, &r->info[rk->rank][step]);
     }
     if (s == FSC_OK) s = fsc_engine_eval(e, tok, tgt, lb, B, &r->eval[rk->rank]);
     if (s == FSC_OK) s = fsc_engine_full_params(e, rk->rank == 0 ? r->params : NULL);
     free(tok);
     free(tgt);
     fsc_engine_free(e);
+    fsc_model_free(m);
     return s;
 }
 
 static void mp_train(mp_run *r) {
     free(r->params);
-    r->params = calloc(fsc_gpt_num_params(&r->cfg), sizeof(float));
+    r->P = fsc_gpt_num_params(&r->cfg);
+    if (r->llama) {
+        fsc_device *dev = NULL;
+        fsc_model *m = NULL;
+        assert_ok(fsc_device_create("cpu", NULL, &dev));
+        assert_ok(fsc_llama_model_create(dev, &r->lc, &m));
+        r->P = 0;
+        for (int i = 0; i < m->n_tensors; i++) r->P += m->info[i].numel;
+        fsc_model_free(m);
+        fsc_device_free(dev);
+    }
+    r->params = calloc(r->P, sizeof(float));
     fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 60, .threads_per_rank = 1 };
     assert_ok(fsc_cluster_run(&co, mp_rank, r));
 }
@@ -115,7 +139,7 @@ static void mp_assert_same(const mp_run *ref, const mp_run *p, const char *what)
             fail_msg("%s: eval loss on rank %d %.17g vs DDP %.17g", what, rk, p->eval[rk], ref->eval[0]);
     if (!drops) fail_msg("%s: no dropped assignments (the capacity should drop some)", what);
     if (!(ref->info[0][0].aux_loss > 0)) fail_msg("%s: no aux loss", what);
-    assert_bits_equal(ref->params, p->params, fsc_gpt_num_params(&p->cfg), what);
+    assert_bits_equal(ref->params, p->params, p->P, what);
 }
 
 static const char *sched_name[] = { "gpipe", "1f1b" };
@@ -180,10 +204,36 @@ static void test_moe_pipe_data_parallel(void **state) {
         }
 }
 
+/* The MoE Llama (its blocks from the same MoE layer): pp 2 and 3, dp 1 and 2, ep 1 and 2 */
+static void test_moe_pipe_llama(void **state) {
+    (void)state;
+    static const int b3[] = { 2, 1, 1 };
+    struct { int dp, pp, ep; fsc_parallel_kind kind; const int *bal; } cases[] = {
+        { 1, 2, 1, FSC_PAR_DDP, NULL }, { 2, 2, 2, FSC_PAR_FSDP, NULL }, { 2, 3, 2, FSC_PAR_ZERO2, b3 },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mp_run p = mp_make(cases[c].dp, cases[c].pp, cases[c].kind, cases[c].ep, 3, 1);
+        p.llama = 1;
+        p.lc = (fsc_llama_config){ .layers = 4, .dim = 16, .heads = 4, .kv_heads = 2, .ffn = 24, .seq = 7,
+                                   .vocab = 50, .rope_theta = 10000.0f, .norm_eps = 1e-5f, .moe_experts = 4,
+                                   .moe_top_k = 2, .moe_every = 1, .moe_capacity = 0.75f, .moe_aux = 0.01f };
+        p.po.balance = cases[c].bal;
+        p.po.schedule = (fsc_pipe_schedule)(c % 2);
+        mp_run ref = mp_reference(&p);
+        mp_train(&p);
+        char what[160];
+        snprintf(what, sizeof what, "llama: dp %d x pp %d, ep %d", cases[c].dp, cases[c].pp, cases[c].ep);
+        mp_assert_same(&ref, &p, what);
+        free(p.params);
+        free(ref.params);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_moe_pipe_stages),
         cmocka_unit_test(test_moe_pipe_data_parallel),
+        cmocka_unit_test(test_moe_pipe_llama),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

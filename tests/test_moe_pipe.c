@@ -7,7 +7,8 @@
  * blocks everywhere and every other block, a small capacity (drops happen); dp 2 x pp 2 and 3 with DDP ep 1 and
  * 2, ZeRO-2, ZeRO-1 and FSDP ep 2, and layer checkpointing; prefetch 1. Each stage's blocks have partial sums
  * that differ from DDP's in the last bits when added stage by stage: summing the stages' statistics in another
- * order, or dropping one stage's, fails this test (checked by breaking pipe_stats.c). */
+ * order, or dropping one stage's, fails this test (checked by breaking pipe_stats.c). A model that reports
+ * statistics (aux_stats) but not per layer (aux_layers) is refused in a pipeline. */
 #include <unistd.h>
 #include "partest.h"
 #include "fsc/eval.h"
@@ -229,11 +230,38 @@ static void test_moe_pipe_llama(void **state) {
     }
 }
 
+/* A model with aux_stats but not aux_layers: a pipeline could not add its statistics in order, so it refuses */
+static fsc_status no_layers_rank(fsc_rank *rk, void *arg) {
+    (void)arg;
+    fsc_gpt_config c = mp_config(1);
+    fsc_model *m = NULL;
+    FSC_TRY(fsc_gpt_model_create(rk->dev, &c, &m));
+    fsc_model_ops ops = *m->ops;
+    const fsc_model_ops *own = m->ops;
+    ops.aux_layers = NULL;
+    m->ops = &ops;
+    fsc_parallel_opts po = { .kind = FSC_PAR_DDP, .pp = 2, .accum = 2, .no_sync = 1, .reshard_after_forward = -1 };
+    fsc_optim_config oc = pt_adamw();
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create_model(rk, m, &po, &oc, 1, &e);
+    fsc_engine_free(e);
+    m->ops = own;
+    fsc_model_free(m);
+    return s;
+}
+
+static void test_moe_pipe_refusal(void **state) {
+    (void)state;
+    fsc_cluster_opts co = { .world = 2, .device = "cpu", .timeout_s = 30, .threads_per_rank = 1 };
+    assert_err(fsc_cluster_run(&co, no_layers_rank, NULL), FSC_ERR_UNSUPPORTED, "but not per layer (aux_layers)");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_moe_pipe_stages),
         cmocka_unit_test(test_moe_pipe_data_parallel),
         cmocka_unit_test(test_moe_pipe_llama),
+        cmocka_unit_test(test_moe_pipe_refusal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

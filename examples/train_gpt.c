@@ -605,8 +605,7 @@ static int check_moe(const train_config *c, const int *given, char *err, size_t 
                         "block", c->moe_every, c->layers), -1;
     if (!(c->moe_capacity > 0))
         return snprintf(err, cap, "--moe-capacity must be positive (a capacity factor), not %g", (double)c->moe_capacity), -1;
-    if (c->tp > 1 || c->pp > 1)
-        return snprintf(err, cap, "--moe-experts with %s is not supported yet", c->tp > 1 ? "--tp > 1" : "--pp > 1"), -1;
+    if (c->tp > 1) return snprintf(err, cap, "--moe-experts with --tp > 1 is not supported yet"), -1;
     if (c->moe_experts % c->ep != 0)
         return snprintf(err, cap, "--ep %d does not divide --moe-experts %d (each rank of an expert group holds E / G "
                         "experts)", c->ep, c->moe_experts), -1;

@@ -35,8 +35,8 @@
  * - training checkpoints (sharded and full) written with ep = 2 by ddp, fsdp (full, no, hybrid shard) and zero2
  *   resume bit for bit on the writer's layout and give the writer's parameters with other ep and strategies
  *   (ddp ep 1 and 4, fsdp ep 4 and 1, zero1 ep 2); a model with other MoE blocks is refused;
- * - errors: ep not dividing the data group or the experts, ep without MoE, MoE with pipelines are refused with
- *   messages;
+ * - errors: ep not dividing the data group or the experts, ep without MoE, MoE with tensor parallelism are
+ *   refused with messages (pipelines run: test_moe_pipe);
  * - layer checkpointing (each block recomputed in backward, the MoE forward and its expert-group all-to-alls
  *   again) equals no checkpointing bit for bit (losses, aux loss, assignments, drops, norms, parameters) with
  *   ep 1 and ep 2, DDP accumulating 2 micro-batches. */
@@ -564,9 +564,8 @@ static void test_moe_engine_errors(void **state) {
     r.cfg = pt_small_config();
     me_expect(&r, FSC_ERR_INVALID, "needs a model with experts");
     r = me_make(2, 1);
-    r.po.pp = 2;
-    r.po.accum = 2;
-    me_expect(&r, FSC_ERR_UNSUPPORTED, "pipeline parallelism");
+    r.po.tp = 2;
+    me_expect(&r, FSC_ERR_UNSUPPORTED, "not supported with tensor parallelism");
     r = me_make(2, -1);
     me_expect(&r, FSC_ERR_INVALID, "ep (expert-parallel ranks) must be >= 1");
 }

@@ -5,6 +5,8 @@
  *   bit-identical to DDP with every expert on every rank (tests/test_moe_engine.c says why); --check-ddp of
  *   zero1, zero2 and fsdp (every --shard) with --ep 2 on 4 ranks, --accum 2 and --prefetch 1 reports them
  *   bit-identical to DDP with --ep 2;
+ * - --check-ddp of pipelines (--pp 2 and 4, ddp, zero2 and fsdp, --ep 2) reports them bit-identical to DDP over
+ *   the data-parallel ranks, and the --json aux losses and drops equal a DDP run's;
  * - --ep 2 on 4 ranks: losses within 1e-6 relative of --ep 1 (the expert gradients' sums associate
  *   differently), the same drops;
  * - the --json summary's "moe" object: a load-balancing loss and drop count per step, assignments equal to
@@ -77,6 +79,34 @@ static void test_moe_trainer_check_ddp(void **state) {
         assert_non_null(k);
         if (!cJSON_IsTrue(cJSON_GetObjectItem(k, "bit_identical"))) fail_msg("%s: not bit-identical with DDP", args);
         cJSON_Delete(j);
+    }
+    /* pipelines: --pp 2 of 4 ranks (ddp with --ep 2 and one micro-batch: an expert group of the whole data group,
+     * whose accumulated expert gradients would associate differently; zero2 and fsdp with --ep 2, --accum 2), and
+     * --pp 4 with 1f1b; the aux losses and drops of the --json summary equal those of DDP (with the sharded
+     * strategies' --ep, the oracle of --check-ddp) */
+    const char *piped[] = { "--parallel ddp --pp 2 --ep 2", "--parallel zero2 --pp 2 --ep 2 --accum 2",
+                            "--parallel fsdp --pp 2 --ep 2 --accum 2 --schedule 1f1b --prefetch 1",
+                            "--parallel ddp --pp 4 --accum 2 --schedule 1f1b --checkpoint always" };
+    for (int i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, "--moe-experts 4 --moe-top-k 2 --moe-capacity 1 --world 4 --layers 4 %s", piped[i]);
+        char dargs[512];
+        snprintf(dargs, sizeof dargs, "--moe-experts 4 --moe-top-k 2 --moe-capacity 1 --world %d --layers 4 "
+                 "--parallel ddp --accum %d --ep %d", i < 3 ? 2 : 1, i == 0 ? 1 : 2, i == 1 || i == 2 ? 2 : 1);
+        char full[600];
+        snprintf(full, sizeof full, "%s --check-ddp", args);
+        j = json_of(full);
+        cJSON *d = json_of(dargs);
+        k = cJSON_GetObjectItem(j, "check_ddp");
+        assert_non_null(k);
+        if (!cJSON_IsTrue(cJSON_GetObjectItem(k, "bit_identical"))) fail_msg("%s: not bit-identical with DDP", args);
+        const cJSON *m = cJSON_GetObjectItem(j, "moe"), *dm = cJSON_GetObjectItem(d, "moe");
+        for (int s = 0; s < 2; s++)
+            if (item(m, "aux_losses", s) != item(dm, "aux_losses", s) || item(m, "dropped", s) != item(dm, "dropped", s))
+                fail_msg("%s: step %d: aux loss %.17g, dropped %g; DDP's %.17g, %g", args, s,
+                         item(m, "aux_losses", s), item(m, "dropped", s), item(dm, "aux_losses", s),
+                         item(dm, "dropped", s));
+        cJSON_Delete(j);
+        cJSON_Delete(d);
     }
 }
 
@@ -154,7 +184,6 @@ static void test_moe_trainer_refusals(void **state) {
         { "--moe-experts 4 --moe-every 3", "--moe-every 3 but the model has 2 blocks" },
         { "--moe-experts 6 --ep 4 --world 4 --parallel ddp", "--ep 4 does not divide --moe-experts 6" },
         { "--moe-experts 4 --ep 4 --world 2 --parallel ddp", "--ep 4 does not divide the 2 data-parallel ranks" },
-        { "--moe-experts 4 --pp 2 --world 2 --parallel ddp", "--moe-experts with --pp > 1 is not supported yet" },
         { "--moe-experts 4 --tp 2 --world 2 --parallel ddp", "--moe-experts with --tp > 1 is not supported yet" },
         { "--moe-experts 4 --moe-capacity 0", "--moe-capacity must be positive" },
         { "--moe-experts 4 --moe-aux -1", "--moe-aux: -1 is out of range" },

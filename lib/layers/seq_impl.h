@@ -29,6 +29,7 @@ fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *
 fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
 const float *fsc_seq_logits(void *ctx, const fsc_model_acts *a, int *vocab);
 void fsc_seq_aux_stats(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
+void fsc_seq_aux_layers(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
 fsc_status fsc_seq_set_expert_group(void *ctx, fsc_comm *ep);
 /* The host state of layer l in record a (NULL when l is outside its range or the layer keeps none). */
 void *fsc_seq_acts_state(const fsc_model_acts *a, int l);

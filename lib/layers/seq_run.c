@@ -272,6 +272,15 @@ void fsc_seq_aux_stats(void *ctx, const fsc_model_acts *am, fsc_model_aux *out) 
         if (s->layers[l]->ops->aux) s->layers[l]->ops->aux(s->layers[l], a->state[l - a->first], out);
 }
 
+void fsc_seq_aux_layers(void *ctx, const fsc_model_acts *am, fsc_model_aux *out) {
+    const seq_model *s = ctx;
+    const seq_acts *a = (const seq_acts *)am;
+    for (int l = a->first; l <= a->last; l++) {
+        memset(&out[l - a->first], 0, sizeof *out);
+        if (s->layers[l]->ops->aux) s->layers[l]->ops->aux(s->layers[l], a->state[l - a->first], &out[l - a->first]);
+    }
+}
+
 fsc_status fsc_seq_set_expert_group(void *ctx, fsc_comm *ep) {
     seq_model *s = ctx;
     for (int l = 0; l < s->n; l++)

@@ -156,15 +156,15 @@ static fsc_status g_set_ep(void *ctx, fsc_comm *ep) {
 
 static void g_destroy(fsc_model *m) { seq_wrap_free((seq_wrap *)m); }
 
-#define GPT_OPS(aux, ep)                                                                                            \
+#define GPT_OPS(aux, auxl, ep)                                                                                      \
     { .acts_create = g_create, .acts_free = seq_wrap_acts_free, .acts_bytes = seq_wrap_acts_bytes,                 \
       .set_batch = seq_wrap_set_batch, .stream = seq_wrap_stream, .stream_floats = seq_wrap_stream_floats,          \
       .forward = seq_wrap_forward, .backward = seq_wrap_backward, .init_values = seq_wrap_init,                     \
-      .layer_cost = g_layer_cost, .aux_stats = aux, .config = g_config, .config_check = g_config_check,            \
-      .check_tensors = g_check_tensors, .set_expert_group = ep, .destroy = g_destroy, .logits = seq_wrap_logits,   \
-      .flops = g_flops }
-static const fsc_model_ops dense_ops = GPT_OPS(NULL, NULL);
-static const fsc_model_ops moe_ops = GPT_OPS(seq_wrap_aux, g_set_ep);
+      .layer_cost = g_layer_cost, .aux_stats = aux, .aux_layers = auxl, .config = g_config,                        \
+      .config_check = g_config_check, .check_tensors = g_check_tensors, .set_expert_group = ep,                   \
+      .destroy = g_destroy, .logits = seq_wrap_logits, .flops = g_flops }
+static const fsc_model_ops dense_ops = GPT_OPS(NULL, NULL, NULL);
+static const fsc_model_ops moe_ops = GPT_OPS(seq_wrap_aux, seq_wrap_aux_layers, g_set_ep);
 
 /* Layers 0 the embedding, 1..L the blocks (h.{i}.), L+1 the final LayerNorm (ln_f.) and the head tied to wte. The
  * residual projections start at N(0, 0.02 / sqrt(2 L)) (GPT-2's), wpe at N(0, 0.02) as every other weight (fsc's

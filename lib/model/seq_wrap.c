@@ -52,6 +52,9 @@ const float *seq_wrap_logits(void *ctx, const fsc_model_acts *a, int *vocab) {
 void seq_wrap_aux(void *ctx, const fsc_model_acts *a, fsc_model_aux *out) {
     S(ctx)->ops->aux_stats(S(ctx)->ctx, a, out);
 }
+void seq_wrap_aux_layers(void *ctx, const fsc_model_acts *a, fsc_model_aux *out) {
+    S(ctx)->ops->aux_layers(S(ctx)->ctx, a, out);
+}
 fsc_status seq_wrap_set_expert_group(void *ctx, fsc_comm *ep) {
     return S(ctx)->ops->set_expert_group(S(ctx)->ctx, ep);
 }

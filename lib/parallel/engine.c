@@ -613,7 +613,7 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
     const int mb = local_batch / K;
     if (!e->pipe) FSC_TRY(ensure_acts(e, mb));
     /* auxiliary statistics (MoE: the load-balancing losses, drops and assignments) of this rank's micro-batches
-     * (models with them refuse pipelines) */
+     * (a pipeline's stages keep theirs per layer and add them in this order: pipe_stats.c) */
     double moe[3] = { 0, 0, 0 }, moe_total[3] = { 0, 0, 0 };
     const int aux = m->ops->aux_stats != NULL;
     fsc_model_hooks hooks = fsc_engine_hooks(e);
@@ -647,11 +647,14 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
     fsc_step_info si = { 0 };
     if (!e->pipe && !aux)
         FSC_TRY(sum_over_ranks(e, &loss_local, 1, local_batch, global_batch, &total, &batch));
+    if (e->pipe && aux) FSC_TRY(fsc_pipe_aux_sum(fsc_pipe_aux_of(e), e, moe_total));
     if (!e->pipe && aux) {
         double local[4] = { loss_local, moe[0], moe[1], moe[2] }, sums[4];
         FSC_TRY(sum_over_ranks(e, local, 4, local_batch, global_batch, sums, &batch));
         total = sums[0];
         memcpy(moe_total, sums + 1, sizeof moe_total);
+    }
+    if (aux) {
         si.aux_loss = moe_total[0] / ((double)fsc_comm_size(e->comm) * K); /* one group per rank and micro-batch */
         si.moe_assigned = (int64_t)moe_total[1];
         si.moe_dropped = (int64_t)moe_total[2];
@@ -912,8 +915,12 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
 
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
     if (e->lay.tp > 1) return fsc_tensor_full_params(e, host);
-    if (ep_staged(e)) return fsc_ep_full_params(e, host);
-    return e->pipe ? fsc_pipe_full_params(e, host) : e->st->full_tensors(e, 1, host);
+    if (e->pipe) return fsc_pipe_full_params(e, host);
+    return fsc_engine_stage_params(e, host);
+}
+
+fsc_status fsc_engine_stage_params(fsc_engine *e, float *host) {
+    return ep_staged(e) ? fsc_ep_full_params(e, host) : e->st->full_tensors(e, 1, host);
 }
 
 void fsc_engine_free(fsc_engine *e) {

@@ -208,6 +208,9 @@ void fsc_ep_free(fsc_engine *e);
  * expert group. Each rank of an expert group with a rank that wants them (host not NULL) stages the full vector
  * in host (host NULL there: a temporary); the other expert groups stage nothing. */
 fsc_status fsc_ep_full_params(fsc_engine *e, float *host);
+/* This rank's tensors (a pipeline stage's, or all) in full, collective over the data group: fsc_ep_full_params
+ * with a sharding strategy and expert parallelism, the strategy's full tensors otherwise (engine.c). */
+fsc_status fsc_engine_stage_params(fsc_engine *e, float *host);
 
 /* Tensor parallelism inside the engine (tensor.c), generic over the model's split fields (model.h). */
 /* e->full: each tensor with its full shape (every engine; the model's own info where nothing is split). */

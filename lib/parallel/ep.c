@@ -16,12 +16,8 @@ fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_paralle
             return fsc_error(FSC_ERR_INVALID, "ep %d: expert parallelism needs a model with experts (its n_experts is 0)", ep);
         return FSC_OK;
     }
-    /* pipelines: the step's MoE statistics would come from every stage (fsc_pipe_run gathers only the loss),
-     * and the aux loss equal to DDP's bits needs each micro-batch's blocks added in DDP's order across stages.
-     * Layer checkpointing runs (the MoE forward recomputes bit for bit: test_moe_engine). */
-    if (l->pp > 1)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "MoE models with pipeline parallelism (pp %d) are not supported yet",
-                         l->pp);
+    /* pipelines run (the expert group inside each stage's data group; the stages' MoE statistics added in DDP's
+     * order: pipe_stats.c), and so does layer checkpointing (the MoE forward recomputes bit for bit) */
     if (l->tp > 1)
         return fsc_error(FSC_ERR_UNSUPPORTED, "MoE models with tensor parallelism (tp %d) are not supported yet",
                          l->tp);
@@ -43,7 +39,8 @@ static int block_first(const fsc_model *m, int i, int *k, size_t *per) {
 }
 
 /* The MoE blocks' experts of host (tensor order, this rank's experts filled in) gathered over the expert group:
- * each block's local experts are one span of the full vector, and rank r of the group holds the r-th span. */
+ * each block's local experts are one span of the full vector, and rank r of the group holds the r-th span. A
+ * pipeline stage gathers its own blocks'. */
 static fsc_status gather_blocks(fsc_engine *e, float *host) {
     const fsc_model *m = e->m;
     int first, count;
@@ -51,7 +48,7 @@ static fsc_status gather_blocks(fsc_engine *e, float *host) {
     for (int i = 0; i < m->n_tensors; i++) {
         int k;
         size_t per;
-        if (!block_first(m, i, &k, &per)) continue;
+        if (m->info[i].layer < e->lf || m->info[i].layer > e->ll || !block_first(m, i, &k, &per)) continue;
         float *loc = NULL, *all = NULL;
         size_t n = (size_t)count * per;
         fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(float), (void **)&loc);

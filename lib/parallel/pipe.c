@@ -87,6 +87,7 @@ struct fsc_pipe {
     int recompute;            /* a checkpointed forward runs again */
     double wait;              /* seconds waited in this step */
     fsc_pipe_stats st;
+    fsc_pipe_aux *aux;        /* the micro-batches' auxiliary statistics (pipe_stats.c), NULL without them */
 };
 
 static double now_s(void) {
@@ -218,8 +219,10 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->st.dp_index = p->dpi;
     p->st.first_layer = e->lf;
     p->st.last_layer = e->ll;
-    return FSC_OK;
+    return fsc_pipe_aux_create(e, p->M, &p->aux);
 }
+
+fsc_pipe_aux *fsc_pipe_aux_of(const fsc_engine *e) { return e->pipe ? e->pipe->aux : NULL; }
 
 /* The strategy clips over the ranks that split its gradients (NULL: none); across the stages the
  * gradients are split further, so the norm is taken over those ranks of every stage. */
@@ -474,6 +477,7 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
     double ls = 0;
     FSC_TRY(e->m->ops->forward(e->m->ctx, a, &hooks, &ls));
     if (k == 0) FSC_TRY(tied_values_done(p, 1)); /* po.prefetch: h_pre_fwd waited for them already */
+    fsc_pipe_aux_note(p->aux, e, k, a);
     sl->ckpt = is_checkpointed(e, k);
     if (last) *loss_local += ls;
     else if (p->lk.act_next && !sl->ckpt) /* sent while the next micro-batches compute */
@@ -733,7 +737,7 @@ fsc_status fsc_pipe_full_params(fsc_engine *e, float *host) {
     size_t P = fsc_engine_tensor_offset(e, e->m->n_tensors), most = 0; /* this tensor rank's slices */
     float *all = host ? host : malloc(P * sizeof(float)), *d = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of host memory for the full parameters");
-    fsc_status s = e->st->full_tensors(e, 1, all); /* this stage's tensors, collective over its data group */
+    fsc_status s = fsc_engine_stage_params(e, all); /* this stage's tensors, collective over its data group */
     for (int k = 0; k < p->pp; k++) {
         int t0, t1;
         stage_tensors(e, k, &t0, &t1);
@@ -769,6 +773,7 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->lf);
     free(p->ll);
     free(p->tied);
+    fsc_pipe_aux_free(p->aux);
     if (p->norm_comm) fsc_comm_free(p->norm_comm);
     free(p);
     e->pipe = NULL;

@@ -80,6 +80,19 @@ fsc_status fsc_pipe_tied_grad_sent(fsc_pipe_tied *t, double *waited);
 void fsc_pipe_tied_drop(fsc_pipe_tied *t);
 void fsc_pipe_tied_free(fsc_pipe_tied *t, fsc_device *dev);
 
+/* Auxiliary statistics (model.h's aux_stats, mixture of experts) of a pipeline, added in DDP's order
+ * (pipe_stats.c). create: for this stage's layers (e->lf..e->ll) and M micro-batches; *out NULL when the model
+ * has none. note: micro-batch k's statistics of record a after its first forward. sum: collective over the
+ * pipeline group and then the data group, at the step's end: out = (aux loss, assigned, dropped) of the data
+ * group's micro-batches, summed as one rank of each data index would (the same bits on every rank). */
+typedef struct fsc_pipe_aux fsc_pipe_aux;
+fsc_status fsc_pipe_aux_create(const fsc_engine *e, int M, fsc_pipe_aux **out);
+void fsc_pipe_aux_note(fsc_pipe_aux *x, const fsc_engine *e, int k, const fsc_model_acts *a);
+fsc_status fsc_pipe_aux_sum(fsc_pipe_aux *x, fsc_engine *e, double out[3]);
+void fsc_pipe_aux_free(fsc_pipe_aux *x);
+/* The pipeline's statistics (pipe.c; NULL without them). */
+fsc_pipe_aux *fsc_pipe_aux_of(const fsc_engine *e);
+
 /* Stages of the options (pp 0 means 1). */
 int fsc_pipe_stages(const fsc_parallel_opts *po);
 /* Options of a pipeline against the world and the model; clear messages. */

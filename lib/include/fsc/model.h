@@ -158,6 +158,10 @@ typedef struct {
     double (*layer_cost)(void *ctx, int l, int B, float param_scale);
     /* Auxiliary statistics of the record's last forward; NULL: none. */
     void (*aux_stats)(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
+    /* The same per layer: out[l - first] the statistics of layer l of the record's range (zero for a layer
+     * without them), so that a pipeline adds its stages' layers in aux_stats' order. NULL: a model with
+     * aux_stats does not run in a pipeline. */
+    void (*aux_layers)(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
     /* The model's configuration as a JSON object ("{\"layers\":2,...}"), recorded in checkpoints; NULL: "{}".
      * Writes at most cap bytes with the NUL. */
     void (*config)(void *ctx, char *buf, size_t cap);

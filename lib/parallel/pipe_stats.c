@@ -1,0 +1,102 @@
+/* A pipeline's auxiliary statistics (model.h's aux_stats: mixture of experts' load-balancing loss, assignments
+ * and drops) added as DDP adds them. On one rank the engine sums, per micro-batch, the statistics of the blocks
+ * in layer order from 0, adds those micro-batch sums in micro-batch order, then sums over the data group in rank
+ * order. In a pipeline each stage runs some of the blocks, so a stage keeps its layers' statistics of every
+ * micro-batch (one entry per layer, from the micro-batch's first forward: a checkpointed recompute gives the
+ * same bits), and at the step's end one all-gather over the pipeline group brings every layer's to every stage,
+ * which adds them in the single-rank order; one more over the data group sums the data ranks in rank order.
+ * Floating-point sums of the stages' partial sums would differ from DDP's in the last bits.
+ * The aux loss's gradient is local to each MoE layer (dscale times its coefficient): backward needs nothing.
+ * Not here: the schedule (pipe.c), the engine's single-rank sums (engine.c). */
+#include <stdlib.h>
+#include <string.h>
+#include "pipe.h"
+
+#define W 4 /* doubles per micro-batch and layer: aux loss, assigned, dropped, 1 where this stage runs the layer */
+
+struct fsc_pipe_aux {
+    int M, L;            /* micro-batches, layers of the model */
+    int first, last;     /* this stage's layers */
+    fsc_model_aux *tmp;  /* (last - first + 1) one forward's statistics per layer */
+    double *mine;        /* (M, L, W) this stage's layers filled in, zeros elsewhere */
+};
+
+fsc_status fsc_pipe_aux_create(const fsc_engine *e, int M, fsc_pipe_aux **out) {
+    *out = NULL;
+    const fsc_model *m = e->m;
+    if (!m->ops->aux_stats) return FSC_OK;
+    if (!m->ops->aux_layers)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "pipeline: the model reports auxiliary statistics (aux_stats) but not "
+                         "per layer (aux_layers), which a pipeline needs to add its stages' statistics in order");
+    fsc_pipe_aux *x = calloc(1, sizeof *x);
+    if (!x) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    x->M = M, x->L = m->n_layers, x->first = e->lf, x->last = e->ll;
+    x->tmp = calloc((size_t)(x->last - x->first + 1), sizeof *x->tmp);
+    x->mine = calloc((size_t)M * x->L * W, sizeof(double));
+    if (!x->tmp || !x->mine) {
+        fsc_pipe_aux_free(x);
+        return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    }
+    *out = x;
+    return FSC_OK;
+}
+
+void fsc_pipe_aux_note(fsc_pipe_aux *x, const fsc_engine *e, int k, const fsc_model_acts *a) {
+    if (!x || k < 0 || k >= x->M) return;
+    e->m->ops->aux_layers(e->m->ctx, a, x->tmp);
+    for (int l = x->first; l <= x->last; l++) {
+        double *d = x->mine + ((size_t)k * x->L + l) * W;
+        const fsc_model_aux *s = &x->tmp[l - x->first];
+        d[0] = s->aux_loss, d[1] = s->assigned, d[2] = s->dropped, d[3] = 1;
+    }
+}
+
+/* All-gather n bytes of mine over c into all (host, size(c) x n bytes), through device buffers. */
+static fsc_status gather_host(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all) {
+    const int P = fsc_comm_size(c);
+    char *d = NULL;
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(P + 1) * n, (void **)&d);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, d + (size_t)P * n, mine, n);
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + (size_t)P * n, d, n, FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)P * n);
+    fsc_device_release(e->dev, d);
+    return s;
+}
+
+fsc_status fsc_pipe_aux_sum(fsc_pipe_aux *x, fsc_engine *e, double out[3]) {
+    out[0] = out[1] = out[2] = 0;
+    if (!x) return FSC_OK;
+    const int P = fsc_comm_size(e->pipe_comm), n = fsc_comm_size(e->comm);
+    const size_t per = (size_t)x->M * x->L * W;
+    double *all = malloc(((size_t)P * per + (size_t)n * 3) * sizeof(double)), *dp = all + (size_t)P * per;
+    if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    fsc_status s = gather_host(e, e->pipe_comm, x->mine, per * sizeof(double), all);
+    double local[3] = { 0, 0, 0 }; /* this data rank's, as engine.c's moe[] on one rank */
+    for (int k = 0; s == FSC_OK && k < x->M; k++) {
+        fsc_model_aux ms = { 0 }; /* aux_stats of micro-batch k: its layers in order */
+        for (int l = 0; l < x->L; l++)
+            for (int st = 0; st < P; st++) {
+                const double *d = all + (size_t)st * per + ((size_t)k * x->L + l) * W;
+                if (d[3] == 0) continue;
+                ms.aux_loss += d[0], ms.assigned += d[1], ms.dropped += d[2];
+                break;
+            }
+        local[0] += ms.aux_loss, local[1] += ms.assigned, local[2] += ms.dropped;
+    }
+    memcpy(out, local, sizeof local);
+    if (s == FSC_OK && n > 1) s = gather_host(e, e->comm, local, sizeof local, dp);
+    for (int j = 0; s == FSC_OK && n > 1 && j < 3; j++) { /* the data group in rank order */
+        double acc = dp[j];
+        for (int i = 1; i < n; i++) acc += dp[(size_t)i * 3 + j];
+        out[j] = acc;
+    }
+    free(all);
+    return s;
+}
+
+void fsc_pipe_aux_free(fsc_pipe_aux *x) {
+    if (!x) return;
+    free(x->tmp);
+    free(x->mine);
+    free(x);
+}

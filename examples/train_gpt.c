@@ -177,7 +177,7 @@ static const option options[] = {
     {"moe-every", "N", "1", "blocks N-1, 2N-1, ... get an MoE MLP (1: every block)", K_INT, F(moe_every), 1, 1024, NULL},
     {"moe-capacity", "F", "1.25", "capacity factor: ceil(F x K x tokens / E) slots per expert, rank and micro-batch", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
     {"moe-aux", "X", "0.01", "coefficient of the load-balancing loss in the objective", K_FLOAT, F(moe_aux), 0, INFINITY, NULL},
-    {"ep", "G", "1", "expert-parallel ranks: G adjacent data-parallel ranks split the experts (any --parallel)", K_INT, F(ep), 1, 1024, NULL},
+    {"ep", "G", "1", "expert-parallel ranks: G adjacent data-parallel ranks split the experts (ddp, zero1, zero2, fsdp)", K_INT, F(ep), 1, 1024, NULL},
 };
 #undef F
 #define NOPT ((int)(sizeof options / sizeof options[0]))

@@ -409,6 +409,51 @@ static void test_async_copies(void **state) {
     fsc_device_free(d);
 }
 
+/* A backend's start that fails (as a CUDA copy stream might). */
+static fsc_status failing_copy_start(void *ctx, void *dst, const void *src, size_t bytes, void **copy) {
+    (void)ctx, (void)dst, (void)src, (void)bytes;
+    *copy = (void *)1; /* a backend may leave garbage: the core must not hand it out */
+    return fsc_error(FSC_ERR_IO, "test backend: copy refused");
+}
+
+/* Bad input to the asynchronous copies: each is an error with a message naming the call and the problem, *out is
+ * NULL after it (nothing to wait for), and nothing is counted; a zero-byte download and a NULL wait are no-ops; a
+ * backend's failure to start passes through with its message and leaves no handle. */
+static void test_async_copy_errors(void **state) {
+    (void)state;
+    fsc_device *d = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &d));
+    float h[8] = {0}, *a = NULL;
+    assert_ok(fsc_device_calloc(d, FSC_TAG_WORKSPACE, sizeof h, (void **)&a));
+    fsc_copy *c = (fsc_copy *)1;
+    assert_err(fsc_device_upload_async(d, a, h, sizeof h, NULL), FSC_ERR_INVALID, "fsc_device_upload_async: out is NULL");
+    assert_err(fsc_device_download_async(NULL, h, a, sizeof h, &c), FSC_ERR_INVALID,
+               "fsc_device_download_async: NULL device");
+    assert_null(c);
+    c = (fsc_copy *)1;
+    assert_err(fsc_device_download_async(d, NULL, a, sizeof h, &c), FSC_ERR_INVALID, "NULL pointer for 32 bytes");
+    assert_null(c);
+    c = (fsc_copy *)1;
+    assert_err(fsc_device_upload_async(d, a, NULL, sizeof h, &c), FSC_ERR_INVALID, "fsc_device_upload_async");
+    assert_null(c);
+    c = (fsc_copy *)1;
+    assert_ok(fsc_device_download_async(d, NULL, NULL, 0, &c)); /* 0 bytes: no pointers needed, no handle */
+    assert_null(c);
+    assert_ok(fsc_device_copy_wait(c));
+    assert_int_equal(fsc_device_copied_bytes(d, 0) + fsc_device_copied_bytes(d, 1), 0);
+    fsc_device_ops failing = *d->ops;
+    failing.upload_async = failing_copy_start;
+    const fsc_device_ops *own = d->ops;
+    d->ops = &failing;
+    c = (fsc_copy *)1;
+    assert_err(fsc_device_upload_async(d, a, h, sizeof h, &c), FSC_ERR_IO, "copy refused");
+    assert_null(c);
+    assert_int_equal(fsc_device_copied_bytes(d, 1), 0);
+    d->ops = own;
+    fsc_device_release(d, a);
+    fsc_device_free(d);
+}
+
 static double mono_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -469,6 +514,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_copied_bytes),
         cmocka_unit_test(test_async_copies),
         cmocka_unit_test(test_async_copy_time),
+        cmocka_unit_test(test_async_copy_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

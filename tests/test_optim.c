@@ -137,6 +137,48 @@ static void test_segments_and_state(void **st) {
     fsc_device_free(d);
 }
 
+/* Oracle: fsc_optim_step_segment over every segment (in reverse order) then fsc_optim_step_end gives
+ * fsc_optim_step's bits and step count over several AdamW steps (the bias corrections need the count); a
+ * segment that does not exist is FSC_ERR_INVALID naming it. */
+static void test_step_by_segment(void **st) {
+    (void)st;
+    fsc_device *d = cpu();
+    fsc_optim_config cfg = {.kind = FSC_OPT_ADAMW, .lr = 0.01f, .weight_decay = 0.1f};
+    fsc_optim *whole = NULL, *seg = NULL;
+    assert_ok(fsc_optim_create(d, &cfg, &whole));
+    assert_ok(fsc_optim_create(d, &cfg, &seg));
+    float *p1 = dev_upload(d, gold_p0, GOLD_N), *p2 = dev_upload(d, gold_p0, GOLD_N);
+    float *g = dev_upload(d, gold_grads[0], GOLD_N);
+    for (fsc_optim *o = whole; o; o = o == whole ? seg : NULL) {
+        float *p = o == whole ? p1 : p2;
+        assert_ok(fsc_optim_add(o, p, g, 4, NULL));
+        assert_ok(fsc_optim_add(o, p + 4, g + 4, 0, NULL)); /* an empty segment */
+        assert_ok(fsc_optim_add(o, p + 4, g + 4, GOLD_N - 4, NULL));
+    }
+    for (int s = 0; s < GOLD_STEPS; s++) {
+        assert_ok(fsc_device_upload(d, g, gold_grads[s], sizeof gold_grads[s]));
+        assert_ok(fsc_optim_step(whole));
+        for (int k = fsc_optim_num_segments(seg) - 1; k >= 0; k--) assert_ok(fsc_optim_step_segment(seg, k));
+        fsc_optim_step_end(seg);
+    }
+    assert_int_equal(fsc_optim_steps(seg), fsc_optim_steps(whole));
+    float a[GOLD_N], b[GOLD_N];
+    assert_ok(fsc_device_download(d, a, p1, sizeof a));
+    assert_ok(fsc_device_download(d, b, p2, sizeof b));
+    assert_bits_equal(b, a, GOLD_N, "segment by segment");
+    assert_err(fsc_optim_step_segment(seg, 3), FSC_ERR_INVALID, "segment 3 does not exist");
+    assert_err(fsc_optim_step_segment(seg, -1), FSC_ERR_INVALID, "segment -1");
+    assert_err(fsc_optim_step_segment(NULL, 0), FSC_ERR_INVALID, "fsc_optim_step_segment");
+    fsc_optim_step_end(NULL);
+    assert_int_equal(fsc_optim_steps(seg), GOLD_STEPS);
+    fsc_optim_free(whole);
+    fsc_optim_free(seg);
+    fsc_device_release(d, p1);
+    fsc_device_release(d, p2);
+    fsc_device_release(d, g);
+    fsc_device_free(d);
+}
+
 /* Oracle: invalid hyperparameters are rejected with a message naming them; state counts per kind. */
 static void test_config_errors(void **st) {
     (void)st;
@@ -416,6 +458,7 @@ int main(void) {
         cmocka_unit_test(test_golden_torch),
         cmocka_unit_test(test_adamw_defaults),
         cmocka_unit_test(test_segments_and_state),
+        cmocka_unit_test(test_step_by_segment),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_grad_norm_exact),
         cmocka_unit_test(test_grad_norm_special),

@@ -84,6 +84,13 @@ fsc_status fsc_reduce_start_host(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c
     return FSC_OK;
 }
 
+/* Keeps the first failure (status and message) of several. */
+static void note(fsc_status s, fsc_status *first, char *msg, size_t cap) {
+    if (s == FSC_OK || *first != FSC_OK) return;
+    *first = s;
+    snprintf(msg, cap, "%s", fsc_last_error());
+}
+
 /* Wait for the oldest download and add it to the host shard when accumulating. */
 static fsc_status download_finish(fsc_engine *e, fsc_download_pending *p) {
     fsc_status s = fsc_device_copy_wait(p->copy);
@@ -101,13 +108,7 @@ static fsc_status download_drain_to(fsc_engine *e, fsc_reduce_queue *q, int keep
     const int done = q->ndl - keep;
     fsc_status first = FSC_OK;
     char msg[512] = "";
-    for (int i = 0; i < done; i++) {
-        fsc_status s = download_finish(e, &q->dl[i]);
-        if (s != FSC_OK && first == FSC_OK) {
-            first = s;
-            snprintf(msg, sizeof msg, "%s", fsc_last_error());
-        }
-    }
+    for (int i = 0; i < done; i++) note(download_finish(e, &q->dl[i]), &first, msg, sizeof msg);
     memmove(q->dl, q->dl + done, (size_t)keep * sizeof *q->dl);
     q->ndl = keep;
     return first == FSC_OK ? FSC_OK : fsc_error(first, "%s", msg);
@@ -220,13 +221,6 @@ fsc_status fsc_reduce_start_gather(fsc_engine *e, fsc_reduce_queue *q, fsc_comm 
     p->then.hdev = hdev;
     p->then.accumulate = accumulate;
     return FSC_OK;
-}
-
-/* Keeps the first failure (status and message) of several. */
-static void note(fsc_status s, fsc_status *first, char *msg, size_t cap) {
-    if (s == FSC_OK || *first != FSC_OK) return;
-    *first = s;
-    snprintf(msg, cap, "%s", fsc_last_error());
 }
 
 fsc_status fsc_reduce_drain_to(fsc_engine *e, fsc_reduce_queue *q, int keep) {

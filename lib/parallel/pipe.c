@@ -90,7 +90,7 @@ struct fsc_pipe {
     fsc_pipe_aux *aux;        /* the micro-batches' auxiliary statistics (pipe_stats.c), NULL without them */
 };
 
-static double now_s(void) {
+double fsc_pipe_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -426,9 +426,9 @@ static fsc_status h_post_fwd(void *ctx, int l) {
 }
 
 static fsc_status recv_timed(fsc_pipe *p, float *buf, size_t n, int peer) {
-    double t0 = now_s();
+    double t0 = fsc_pipe_now_s();
     fsc_status s = fsc_comm_recv(p->pipe_comm, buf, n, FSC_F32, peer);
-    p->wait += now_s() - t0;
+    p->wait += fsc_pipe_now_s() - t0;
     return s;
 }
 
@@ -604,7 +604,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     p->send_tied = 1;
     p->wait = 0;
     FSC_TRY(fsc_comm_barrier(p->pipe_comm)); /* a common start: the bubble is measured from here */
-    const double t0 = now_s();
+    const double t0 = fsc_pipe_now_s();
     /* po.prefetch: the first input and the first output gradient are received while the stage works */
     FSC_TRY(fsc_pipe_links_post_input(&p->lk));
     FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
@@ -628,7 +628,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait));
     /* the loss and the batch check: over the last stage's data group, then sent to every stage
      * (sums[0] the loss, sums[1] the check passed, sums[2] the local batches' sum) */
-    const double t1 = now_s();
+    const double t1 = fsc_pipe_now_s();
     double sums[3] = { 0, 1, 0 };
     char why[512] = "";
     if (s == P - 1) {
@@ -652,7 +652,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
         *batch = fsc_error(FSC_ERR_INVALID, "global batch %d is not the sum of the local batches over the data group "
                            "(%.0f, as the last pipeline stage counts them)", global_batch, sums[2]);
     const double total = sums[0];
-    const double t2 = now_s();
+    const double t2 = fsc_pipe_now_s();
     p->wait += t2 - t1;
     *loss_total = total;
     p->st.steps++;

@@ -23,6 +23,8 @@ typedef struct {
     int nsend, snext;                /* ring size, the slot the next send uses */
 } fsc_pipe_links;
 
+/* CLOCK_MONOTONIC seconds (pipe.c): the stats' waits, here and in pipe_link.c. */
+double fsc_pipe_now_s(void);
 /* Collective over pipe_comm: split the links of this stage and count them as pipeline groups of e. */
 fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, fsc_pipe_links *l);
 /* Drop the posted receives and the sends in flight (waited for, data and errors ignored: left by a failed

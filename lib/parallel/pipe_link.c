@@ -41,14 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "pipe.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* One split of the pipeline group into the links (2i + odd, 2i + odd + 1) of stage order; a stage alone in
  * its part (the first stage for odd, the last when it ends a pair) gets NULL. */
@@ -159,9 +152,9 @@ fsc_status fsc_pipe_links_post_grad(fsc_pipe_links *l) {
 static fsc_status take(fsc_comm_req **r, fsc_status (*post)(fsc_pipe_links *), fsc_pipe_links *l,
                        const float *buf, fsc_device *dev, float *dst, double *waited) {
     if (!*r) FSC_TRY(post(l));
-    const double t0 = now_s();
+    const double t0 = fsc_pipe_now_s();
     fsc_status s = fsc_comm_wait(*r);
-    *waited += now_s() - t0;
+    *waited += fsc_pipe_now_s() - t0;
     fsc_comm_req_free(*r);
     *r = NULL;
     FSC_TRY(s);

@@ -52,7 +52,8 @@ size_t fsc_device_peak_total(const fsc_device *dev);  /* peak of the sum over ta
 void fsc_device_reset_peak(fsc_device *dev);          /* peaks := current */
 
 /* Bytes copied between host memory and the device since creation or the last reset: to_device 1 counts
- * fsc_device_upload, 0 fsc_device_download (what offload moves over PCIe is measured, docs/offload.md). */
+ * fsc_device_upload and fsc_device_upload_async, 0 the downloads (what offload moves over PCIe is measured,
+ * docs/offload.md). */
 size_t fsc_device_copied_bytes(const fsc_device *dev, int to_device);
 void fsc_device_reset_copied(fsc_device *dev);
 
@@ -64,14 +65,19 @@ fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes
 /* Asynchronous copies (offload's overlap, docs/offload.md): start an upload or a download and get a handle in *out
  * (NULL for 0 bytes); the caller keeps computing. Once fsc_device_copy_wait(handle) returns, the destination is
  * readable (by the host after a download, by the device's later work after an upload) and the source may change;
- * until then neither is touched nor released. Copies started this way complete in issue order, one at a time
- * (one link: the simulator's copy cost, fsc_cluster_opts.sim_copy_gbps, runs while the caller computes and the
- * wait blocks until the modelled end). Their bytes count in fsc_device_copied_bytes when started. A backend
- * without them copies at the start. Every started copy is waited for; the wait frees the handle. */
+ * until then the caller must neither read the destination, write the source nor release either (the cpu device
+ * makes the copy only at the wait, so such code computes other bits). Copies started this way complete in issue
+ * order, one at a time (one link: the simulator's copy cost, fsc_cluster_opts.sim_copy_gbps, runs while the caller
+ * computes and the wait blocks until the modelled end). Their bytes count in fsc_device_copied_bytes when started.
+ * A backend without them copies at the start. Errors: out NULL, dev NULL, or dst/src NULL with bytes > 0 are
+ * FSC_ERR_INVALID; on any error *out is NULL (when out is not), nothing is counted, the destination is undefined
+ * and there is nothing to wait for. Every started copy is waited for exactly once, before dev is freed. */
 typedef struct fsc_copy fsc_copy;
 fsc_status fsc_device_upload_async(fsc_device *dev, void *dst, const void *host_src, size_t bytes, fsc_copy **out);
 fsc_status fsc_device_download_async(fsc_device *dev, void *host_dst, const void *src, size_t bytes, fsc_copy **out);
-/* Wait for a copy and free its handle (NULL: nothing to wait for). */
+/* Wait for a copy and free its handle (NULL: nothing to wait for, FSC_OK). The handle is freed whatever the
+ * result, so waiting twice for one handle is a use after free, as calling free twice; keep the pointer NULL after
+ * the wait (a NULL wait is harmless). A failure (the backend's copy failed) leaves the destination undefined. */
 fsc_status fsc_device_copy_wait(fsc_copy *copy);
 /* Wait until all work queued on the device is done. */
 fsc_status fsc_device_sync(fsc_device *dev);

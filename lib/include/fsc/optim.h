@@ -42,7 +42,10 @@ fsc_status fsc_optim_rebind(fsc_optim *o, int idx, float *param, const float *gr
 /* One step over every segment; increments the step count. */
 fsc_status fsc_optim_step(fsc_optim *o);
 /* The same step one segment at a time (offload's pipeline, docs/offload.md): fsc_optim_step_segment for every
- * segment, then fsc_optim_step_end, which increments the step count; the bits of fsc_optim_step. */
+ * segment (in any order, each once), then fsc_optim_step_end, which increments the step count; the bits of
+ * fsc_optim_step. A segment index outside [0, segments) (or o NULL) is FSC_ERR_INVALID; nothing checks that each
+ * segment was stepped once. After a failure, as after a failed fsc_optim_step, the segments already stepped keep
+ * their update: do not call fsc_optim_step_end. fsc_optim_step_end(NULL) does nothing. */
 fsc_status fsc_optim_step_segment(fsc_optim *o, int seg);
 void fsc_optim_step_end(fsc_optim *o);
 int64_t fsc_optim_steps(const fsc_optim *o);

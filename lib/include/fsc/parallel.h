@@ -71,11 +71,13 @@ typedef struct {
     int prefetch;                 /* 1: fsdp starts the next unit's all-gather before the current unit computes
                                    * (forward and backward) and reduce-scatters a unit while the previous one's
                                    * backward runs; ddp and zero start each bucket's reduction as soon as its
-                                   * gradients are ready. 0 (a zeroed struct): every collective synchronous */
+                                   * gradients are ready; pipelines send stage boundaries asynchronously and post
+                                   * their receives a micro-batch ahead; offload copies asynchronously. 0 (a
+                                   * zeroed struct): every collective and copy synchronous */
     int prefetch_limit;           /* fsdp: gathered units in flight at most, the one computing included (0: 2);
                                    * pipelines: send buffers of checkpointed outputs at most (0: 2) */
     /* offload to host memory (docs/offload.md): optim with fsdp (every strategy), zero1 and zero2; all with
-     * fsdp only (zero keeps parameters replicated on every device). Not with ddp, none, pp, tp or ep. */
+     * fsdp only (zero keeps parameters replicated on every device). Not with ddp, none, pp or tp; with ep too. */
     fsc_offload_mode offload;     /* none (default), optim or all */
     /* pipeline (docs/pipeline.md): pp stages, world = dp x tp x pp laid out by fsc_layout (without tensor
      * parallelism and another order: rank = stage * dp + dp_index, data-parallel ranks adjacent). The
@@ -96,7 +98,9 @@ typedef struct {
     /* expert parallelism (MoE models, docs/tensor_parallel.md): ep consecutive ranks of the data group split
      * the experts (E / ep each) and exchange tokens with all-to-alls; the dense parameters stay with the
      * strategy, the expert parameters are summed over the data ranks holding the same experts. ep > 1 runs
-     * with ddp (or none); MoE models do not run with pp > 1 or tp > 1 yet (they do with checkpoint). */
+     * with ddp, zero1, zero2 and fsdp (every shard strategy; zero and fsdp reduce and shard the experts over
+     * the ranks holding the same experts); MoE models do not run with pp > 1 or tp > 1 yet (they do with
+     * checkpoint). */
     int ep;                       /* expert-parallel ranks (0 or 1: every rank holds every expert) */
 } fsc_parallel_opts;
 /* Valid options for one rank without any parallelism: kind none, every other field its documented default

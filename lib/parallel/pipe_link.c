@@ -172,9 +172,9 @@ fsc_status fsc_pipe_links_take_grad(fsc_pipe_links *l, fsc_device *dev, float *d
 /* Wait for the send *r if one is in flight (*waited += the seconds waited). */
 static fsc_status wait_send(fsc_comm_req **r, double *waited) {
     if (!*r) return FSC_OK;
-    const double t0 = now_s();
+    const double t0 = fsc_pipe_now_s();
     fsc_status s = fsc_comm_wait(*r);
-    *waited += now_s() - t0;
+    *waited += fsc_pipe_now_s() - t0;
     fsc_comm_req_free(*r);
     *r = NULL;
     return s;

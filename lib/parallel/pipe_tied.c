@@ -24,14 +24,7 @@
  * Not here: when the messages are issued (pipe.c). */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include "pipe.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* One split of the pipeline group: the owner and the user (owner rank 0, as owner < user) in one part, every
  * other stage alone (its part freed). */
@@ -67,9 +60,9 @@ fsc_status fsc_pipe_tied_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, i
 /* Wait for *r if it is in flight (*waited += the seconds waited, when waited is not NULL). */
 static fsc_status wait_req(fsc_comm_req **r, double *waited) {
     if (!*r) return FSC_OK;
-    const double t0 = now_s();
+    const double t0 = fsc_pipe_now_s();
     fsc_status s = fsc_comm_wait(*r);
-    if (waited) *waited += now_s() - t0;
+    if (waited) *waited += fsc_pipe_now_s() - t0;
     fsc_comm_req_free(*r);
     *r = NULL;
     return s;

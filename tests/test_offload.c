@@ -383,11 +383,12 @@ static fsc_status create_only(fsc_rank *r, void *arg) {
 }
 
 static void expect_refused(fsc_parallel_kind kind, fsc_offload_mode off, int pp, fsc_status want, const char *needle) {
-    pt_run run = pt_make(2, kind);
+    const int world = kind == FSC_PAR_NONE ? 1 : 2; /* none runs on one rank */
+    pt_run run = pt_make(world, kind);
     run.po.offload = off;
     run.po.pp = pp;
     run.po.no_sync = 1;
-    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30};
+    fsc_cluster_opts co = {.world = world, .device = "cpu", .timeout_s = 30};
     fsc_status s = fsc_cluster_run(&co, create_only, &run);
     assert_int_equal(s, want);
     if (!strstr(fsc_last_error(), needle)) fail_msg("message \"%s\" lacks \"%s\"", fsc_last_error(), needle);
@@ -406,6 +407,7 @@ static void expect_refused_tp(fsc_offload_mode off) {
 static void test_offload_refuses_what_it_does_not_run(void **state) {
     (void)state;
     expect_refused(FSC_PAR_DDP, FSC_OFFLOAD_OPTIM, 1, FSC_ERR_UNSUPPORTED, "fsdp, zero1 or zero2");
+    expect_refused(FSC_PAR_NONE, FSC_OFFLOAD_OPTIM, 1, FSC_ERR_UNSUPPORTED, "on one rank too");
     expect_refused(FSC_PAR_ZERO1, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "fsdp only");
     expect_refused(FSC_PAR_ZERO2, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "fsdp only");
     expect_refused(FSC_PAR_FSDP, FSC_OFFLOAD_ALL, 2, FSC_ERR_UNSUPPORTED, "pipelines");

@@ -345,13 +345,7 @@ static void give_in(fsc_engine *e, float *x) {
 }
 
 /* Wait for the slot's output send (if one is in flight). */
-static fsc_status send_done(mb_slot *sl) {
-    if (!sl->send) return FSC_OK;
-    fsc_status s = fsc_comm_wait(sl->send);
-    fsc_comm_req_free(sl->send);
-    sl->send = NULL;
-    return s;
-}
+static fsc_status send_done(mb_slot *sl) { return fsc_pipe_req_wait(&sl->send, NULL); }
 
 /* Return every micro-batch's memory (after a failed step) and, for another micro-batch size, free the pools. */
 static void reset_pools(fsc_engine *e, int B) {

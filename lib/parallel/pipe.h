@@ -25,6 +25,11 @@ typedef struct {
 
 /* CLOCK_MONOTONIC seconds (pipe.c): the stats' waits, here and in pipe_link.c. */
 double fsc_pipe_now_s(void);
+/* A request of the pipeline's links (pipe_link.c, pipe_tied.c): wait for and free *r if one is in flight
+ * (*waited += the seconds waited, when waited is not NULL; *r NULL after); drop: the same, errors ignored (what
+ * a failed step left). */
+fsc_status fsc_pipe_req_wait(fsc_comm_req **r, double *waited);
+void fsc_pipe_req_drop(fsc_comm_req **r);
 /* Collective over pipe_comm: split the links of this stage and count them as pipeline groups of e. */
 fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, fsc_pipe_links *l);
 /* Drop the posted receives and the sends in flight (waited for, data and errors ignored: left by a failed

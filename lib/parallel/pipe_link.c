@@ -81,9 +81,9 @@ fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, 
     return FSC_OK;
 }
 
-/* Wait for a posted receive whose data nobody will read, or a send nobody waited for (a failed step left
- * them); errors are dropped. */
-static void drop(fsc_comm_req **r) {
+/* pipe.h: a posted receive whose data nobody will read, or a send nobody waited for (a failed step left
+ * them), waited for and freed; errors are dropped. */
+void fsc_pipe_req_drop(fsc_comm_req **r) {
     if (!*r) return;
     (void)fsc_comm_wait(*r);
     (void)fsc_comm_req_free(*r);
@@ -91,9 +91,9 @@ static void drop(fsc_comm_req **r) {
 }
 
 void fsc_pipe_links_drop(fsc_pipe_links *l) {
-    drop(&l->inreq);
-    drop(&l->greq);
-    for (int i = 0; i < l->nsend; i++) drop(&l->sreq[i]);
+    fsc_pipe_req_drop(&l->inreq);
+    fsc_pipe_req_drop(&l->greq);
+    for (int i = 0; i < l->nsend; i++) fsc_pipe_req_drop(&l->sreq[i]);
     l->snext = 0;
 }
 
@@ -152,12 +152,7 @@ fsc_status fsc_pipe_links_post_grad(fsc_pipe_links *l) {
 static fsc_status take(fsc_comm_req **r, fsc_status (*post)(fsc_pipe_links *), fsc_pipe_links *l,
                        const float *buf, fsc_device *dev, float *dst, double *waited) {
     if (!*r) FSC_TRY(post(l));
-    const double t0 = fsc_pipe_now_s();
-    fsc_status s = fsc_comm_wait(*r);
-    *waited += fsc_pipe_now_s() - t0;
-    fsc_comm_req_free(*r);
-    *r = NULL;
-    FSC_TRY(s);
+    FSC_TRY(fsc_pipe_req_wait(r, waited));
     return fsc_device_copy(dev, dst, buf, l->n * sizeof(float));
 }
 
@@ -169,12 +164,12 @@ fsc_status fsc_pipe_links_take_grad(fsc_pipe_links *l, fsc_device *dev, float *d
     return take(&l->greq, fsc_pipe_links_post_grad, l, l->gbuf, dev, dst, waited);
 }
 
-/* Wait for the send *r if one is in flight (*waited += the seconds waited). */
-static fsc_status wait_send(fsc_comm_req **r, double *waited) {
+/* pipe.h: wait for and free *r if one is in flight (*waited += the seconds waited, when waited). */
+fsc_status fsc_pipe_req_wait(fsc_comm_req **r, double *waited) {
     if (!*r) return FSC_OK;
     const double t0 = fsc_pipe_now_s();
     fsc_status s = fsc_comm_wait(*r);
-    *waited += fsc_pipe_now_s() - t0;
+    if (waited) *waited += fsc_pipe_now_s() - t0;
     fsc_comm_req_free(*r);
     *r = NULL;
     return s;
@@ -183,7 +178,7 @@ static fsc_status wait_send(fsc_comm_req **r, double *waited) {
 fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const float *src, double *waited) {
     if (l->nsend == 0) return fsc_comm_send(l->act_next, src, l->n, FSC_F32, 1);
     const int i = l->snext;
-    FSC_TRY(wait_send(&l->sreq[i], waited)); /* the buffer's last send, before it is overwritten */
+    FSC_TRY(fsc_pipe_req_wait(&l->sreq[i], waited)); /* the buffer's last send, before it is overwritten */
     FSC_TRY(fsc_device_copy(dev, l->sbuf[i], src, l->n * sizeof(float)));
     FSC_TRY(fsc_comm_isend(l->act_next, l->sbuf[i], l->n, FSC_F32, 1, &l->sreq[i]));
     l->snext = (i + 1) % l->nsend;
@@ -193,7 +188,7 @@ fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const 
 fsc_status fsc_pipe_links_sends_done(fsc_pipe_links *l, double *waited) {
     fsc_status s = FSC_OK;
     for (int j = 0; j < l->nsend; j++) { /* oldest first */
-        fsc_status w = wait_send(&l->sreq[(l->snext + j) % l->nsend], waited);
+        fsc_status w = fsc_pipe_req_wait(&l->sreq[(l->snext + j) % l->nsend], waited);
         if (s == FSC_OK) s = w;
     }
     l->snext = 0;

@@ -58,18 +58,8 @@ fsc_status fsc_pipe_tied_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, i
 }
 
 /* Wait for *r if it is in flight (*waited += the seconds waited, when waited is not NULL). */
-static fsc_status wait_req(fsc_comm_req **r, double *waited) {
-    if (!*r) return FSC_OK;
-    const double t0 = fsc_pipe_now_s();
-    fsc_status s = fsc_comm_wait(*r);
-    if (waited) *waited += fsc_pipe_now_s() - t0;
-    fsc_comm_req_free(*r);
-    *r = NULL;
-    return s;
-}
-
 fsc_status fsc_pipe_tied_send_values(fsc_pipe_tied *t, fsc_device *dev, const float *src, double *waited) {
-    FSC_TRY(wait_req(&t->vreq, waited)); /* the last one's, before its buffer is overwritten */
+    FSC_TRY(fsc_pipe_req_wait(&t->vreq, waited)); /* the last one's, before its buffer is overwritten */
     FSC_TRY(fsc_device_copy(dev, t->vbuf, src, t->n * sizeof(float)));
     return fsc_comm_isend(t->val, t->vbuf, t->n, FSC_F32, 1, &t->vreq);
 }
@@ -79,7 +69,7 @@ fsc_status fsc_pipe_tied_post_values(fsc_pipe_tied *t, float *dst) {
     return fsc_comm_irecv(t->val, dst, t->n, FSC_F32, 0, &t->vreq);
 }
 
-fsc_status fsc_pipe_tied_values_done(fsc_pipe_tied *t, double *waited) { return wait_req(&t->vreq, waited); }
+fsc_status fsc_pipe_tied_values_done(fsc_pipe_tied *t, double *waited) { return fsc_pipe_req_wait(&t->vreq, waited); }
 
 fsc_status fsc_pipe_tied_post_grad(fsc_pipe_tied *t) {
     if (!t->owner || t->greq) return FSC_OK;
@@ -88,29 +78,21 @@ fsc_status fsc_pipe_tied_post_grad(fsc_pipe_tied *t) {
 
 fsc_status fsc_pipe_tied_take_grad(fsc_pipe_tied *t, fsc_device *dev, float *dst, double *waited) {
     if (!t->greq) FSC_TRY(fsc_pipe_tied_post_grad(t));
-    FSC_TRY(wait_req(&t->greq, waited));
+    FSC_TRY(fsc_pipe_req_wait(&t->greq, waited));
     return fsc_device_copy(dev, dst, t->gbuf, t->n * sizeof(float));
 }
 
 fsc_status fsc_pipe_tied_send_grad(fsc_pipe_tied *t, const float *src, double *waited) {
-    FSC_TRY(wait_req(&t->gsend, waited)); /* issued after the last backward; normally waited for already */
+    FSC_TRY(fsc_pipe_req_wait(&t->gsend, waited)); /* issued after the last backward; normally waited for already */
     return fsc_comm_isend(t->grad, src, t->n, FSC_F32, 0, &t->gsend);
 }
 
-fsc_status fsc_pipe_tied_grad_sent(fsc_pipe_tied *t, double *waited) { return wait_req(&t->gsend, waited); }
-
-/* Wait for a request nobody will use (a failed step left it); errors are dropped. */
-static void drop(fsc_comm_req **r) {
-    if (!*r) return;
-    (void)fsc_comm_wait(*r);
-    (void)fsc_comm_req_free(*r);
-    *r = NULL;
-}
+fsc_status fsc_pipe_tied_grad_sent(fsc_pipe_tied *t, double *waited) { return fsc_pipe_req_wait(&t->gsend, waited); }
 
 void fsc_pipe_tied_drop(fsc_pipe_tied *t) {
-    drop(&t->vreq);
-    drop(&t->greq);
-    drop(&t->gsend);
+    fsc_pipe_req_drop(&t->vreq);
+    fsc_pipe_req_drop(&t->greq);
+    fsc_pipe_req_drop(&t->gsend);
 }
 
 void fsc_pipe_tied_free(fsc_pipe_tied *t, fsc_device *dev) {

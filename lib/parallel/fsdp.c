@@ -513,6 +513,41 @@ static fsc_status fsdp_pre_backward(fsc_engine *e, int layer) {
     return FSC_OK;
 }
 
+/* The unit's full gradient, unbound from the model: the caller owns it from here on. */
+static float *take_fgrad(fsc_engine *e, fsdp_unit *U) {
+    float *fg = U->fgrad;
+    U->fgrad = NULL;
+    bind_grads(e, U, NULL);
+    return fg;
+}
+
+/* Overlap (prefetch): start the unit's reduction, which runs during the next units' backward and owns its full
+ * gradient from here on. Under hybrid_shard the queue is advanced: the all-gathers of older units whose
+ * reduce-scatter was waited for at an earlier unit are waited for, the oldest reduce-scatters waited for (their
+ * all-gathers started) until at most limit - 2 remain; every rank advances at the same units, so the world's and
+ * the replica group's operations are issued in the same order everywhere. Otherwise at most limit - 1 older
+ * reductions stay in flight (oldest waited for first). A dense unit under hybrid_shard reduce-scatters a permuted
+ * copy of its full gradient (freed at once) over the world, then all-gathers across the replicas; every other
+ * unit (hybrid's expert units too: over the expert-data group) is one phase. Offload all: into a device shard,
+ * downloaded at the finish. */
+static fsc_status unit_reduce_start(fsc_engine *e, fsdp_unit *U, int accumulate) {
+    fsdp_state *d = e->sd;
+    fsc_device *hdev = d->mdev != e->dev ? d->mdev : NULL;
+    if (d->G != d->N && d->G != 1) FSC_TRY(fsc_reduce_advance(e, &d->rq, d->limit - 2));
+    else FSC_TRY(fsc_reduce_drain_to(e, &d->rq, d->limit - 2));
+    if (!U->rs && d->G != 1) {
+        float *perm = NULL;
+        fsc_status s = hybrid_permute(e, U, &perm);
+        fsc_device_release(e->dev, take_fgrad(e, U));
+        FSC_TRY(s);
+        return fsc_reduce_start_gather(e, &d->rq, e->comm, perm, d->replica_comm, U->sgrad, hdev, U->padded,
+                                       accumulate, perm);
+    }
+    float *fg = take_fgrad(e, U);
+    if (hdev) return fsc_reduce_start_host(e, &d->rq, U->rc, U->rs, fg, U->sgrad, hdev, U->padded, accumulate, fg);
+    return fsc_reduce_start(e, &d->rq, U->rc, U->rs, fg, U->sgrad, U->padded, accumulate, fg, NULL, 0);
+}
+
 static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
     fsdp_state *d = e->sd;
     for (int u = 0; u < d->nunits; u++) {
@@ -521,51 +556,11 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
         if (e->sync) {
             /* each micro-batch that reduces adds to the shard after the first */
             int accumulate = !e->po.no_sync && e->micro > 0;
-            if (d->prefetch && d->G != d->N && d->G != 1 && U->expert) {
-                /* hybrid's expert units: one-phase reduce-scatters over the expert-data group, in the same queue
-                 * (advanced at the same units on every rank) */
-                FSC_TRY(fsc_reduce_advance(e, &d->rq, d->limit - 2));
-                float *fg = U->fgrad;
-                U->fgrad = NULL;
-                bind_grads(e, U, NULL);
-                if (d->mdev != e->dev)
-                    FSC_TRY(fsc_reduce_start_host(e, &d->rq, U->rc, 1, fg, U->sgrad, d->mdev, U->padded, accumulate,
-                                                  fg));
-                else
-                    FSC_TRY(fsc_reduce_start(e, &d->rq, U->rc, 1, fg, U->sgrad, U->padded, accumulate, fg, NULL, 0));
-            } else if (d->prefetch && !U->rs && d->G != 1) {
-                /* hybrid overlap: the all-gathers of older units whose reduce-scatter was waited for at an earlier
-                 * unit are waited for, the oldest reduce-scatters waited for (their all-gathers started) until
-                 * at most limit - 2 remain, then this unit's reduce-scatter starts, from a permuted copy of the
-                 * full gradient (freed at once). Every rank advances at the same units, so the world's and the
-                 * replica group's operations are issued in the same order everywhere. */
-                FSC_TRY(fsc_reduce_advance(e, &d->rq, d->limit - 2));
-                float *perm = NULL;
-                fsc_status s = hybrid_permute(e, U, &perm);
-                fsc_device_release(e->dev, U->fgrad);
-                U->fgrad = NULL;
-                bind_grads(e, U, NULL);
-                FSC_TRY(s);
-                FSC_TRY(fsc_reduce_start_gather(e, &d->rq, e->comm, perm, d->replica_comm, U->sgrad,
-                                                d->mdev != e->dev ? d->mdev : NULL, U->padded, accumulate, perm));
-            } else if (d->prefetch) {
-                /* overlap: this unit's reduction runs during the next units' backward, with at most limit - 1
-                 * older ones still in flight (oldest waited for first); it owns the full gradient from here on */
-                FSC_TRY(fsc_reduce_drain_to(e, &d->rq, d->limit - 2));
-                float *fg = U->fgrad;
-                U->fgrad = NULL;
-                bind_grads(e, U, NULL);
-                if (d->mdev != e->dev) /* offload all: into a device shard, downloaded at the finish */
-                    FSC_TRY(fsc_reduce_start_host(e, &d->rq, U->rc, U->rs, fg, U->sgrad, d->mdev, U->padded,
-                                                  accumulate, fg));
-                else
-                    FSC_TRY(fsc_reduce_start(e, &d->rq, U->rc, U->rs, fg, U->sgrad, U->padded, accumulate,
-                                             fg, NULL, 0));
+            if (d->prefetch) {
+                FSC_TRY(unit_reduce_start(e, U, accumulate));
             } else {
                 FSC_TRY(unit_reduce(e, U, accumulate));
-                fsc_device_release(e->dev, U->fgrad);
-                U->fgrad = NULL;
-                bind_grads(e, U, NULL);
+                fsc_device_release(e->dev, take_fgrad(e, U));
             }
         }
         unit_reshard(e, U);

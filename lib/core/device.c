@@ -207,13 +207,19 @@ fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_
     return FSC_OK;
 }
 
+/* Memory back to where fsc_device_alloc took it: the accelerator's pinned host memory for a host device made
+ * by fsc_device_create_host, else the backend. */
+static void backend_free(fsc_device *dev, void *p) {
+    if (dev->mem_ops) dev->mem_ops->host_free(dev->mem_ctx, p);
+    else dev->ops->free(dev->ctx, p);
+}
+
 void fsc_device_free(fsc_device *dev) {
     if (!dev) return;
     struct fsc_alloc_map *m = dev->live;
     /* memory still live at free time is returned to the backend (a leak in the caller, not a crash) */
     for (size_t i = 0; i < m->cap; i++)
-        if (m->slots[i].p && dev->mem_ops) dev->mem_ops->host_free(dev->mem_ctx, m->slots[i].p);
-        else if (m->slots[i].p) dev->ops->free(dev->ctx, m->slots[i].p);
+        if (m->slots[i].p) backend_free(dev, m->slots[i].p);
     free(m->slots);
     pthread_mutex_destroy(&m->mu);
     free(m);
@@ -279,8 +285,7 @@ void fsc_device_release(fsc_device *dev, void *p) {
                   "(double release or foreign pointer)", dev->ops->name, p);
         return;
     }
-    if (dev->mem_ops) dev->mem_ops->host_free(dev->mem_ctx, p);
-    else dev->ops->free(dev->ctx, p);
+    backend_free(dev, p);
 }
 
 fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out) {

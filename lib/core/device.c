@@ -329,12 +329,17 @@ void fsc_device_set_copy_cost(fsc_device *dev, double gbps) {
     if (dev) dev->copy_s_per_byte = gbps > 0 ? 1.0 / (gbps * 1e9) : 0.0;
 }
 
+/* A synchronous copy made: into the ledger, and with a copy cost, the modelled link time slept at once. */
+static void count_sync_copy(fsc_device *dev, int to_device, size_t bytes) {
+    atomic_fetch_add_explicit(&dev->copied[to_device], bytes, memory_order_relaxed);
+    if (dev->copy_s_per_byte > 0) fsc_device_copy_sleep_until(fsc_device_copy_reserve(dev, bytes));
+}
+
 fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, size_t bytes) {
     if (bytes == 0) return FSC_OK;
     if (!dst || !host_src) return fsc_error(FSC_ERR_INVALID, "fsc_device_upload: NULL pointer for %zu bytes", bytes);
     fsc_status s = dev->ops->upload(dev->ctx, dst, host_src, bytes);
-    if (s == FSC_OK) atomic_fetch_add_explicit(&dev->copied[1], bytes, memory_order_relaxed);
-    if (s == FSC_OK && dev->copy_s_per_byte > 0) fsc_device_copy_sleep_until(fsc_device_copy_reserve(dev, bytes));
+    if (s == FSC_OK) count_sync_copy(dev, 1, bytes);
     return s;
 }
 
@@ -342,8 +347,7 @@ fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src,
     if (bytes == 0) return FSC_OK;
     if (!host_dst || !src) return fsc_error(FSC_ERR_INVALID, "fsc_device_download: NULL pointer for %zu bytes", bytes);
     fsc_status s = dev->ops->download(dev->ctx, host_dst, src, bytes);
-    if (s == FSC_OK) atomic_fetch_add_explicit(&dev->copied[0], bytes, memory_order_relaxed);
-    if (s == FSC_OK && dev->copy_s_per_byte > 0) fsc_device_copy_sleep_until(fsc_device_copy_reserve(dev, bytes));
+    if (s == FSC_OK) count_sync_copy(dev, 0, bytes);
     return s;
 }
 

@@ -103,17 +103,21 @@ static fsc_status rebind(fsc_engine *e, int host) {
     return FSC_OK;
 }
 
+/* Wait for segment k's downloads (both, even when the first failed); the first error. */
+static fsc_status down_wait(struct fsc_offload *o, int k) {
+    fsc_status s = fsc_device_copy_wait(o->down[2 * k]);
+    fsc_status t = fsc_device_copy_wait(o->down[2 * k + 1]);
+    o->down[2 * k] = o->down[2 * k + 1] = NULL;
+    return s != FSC_OK ? s : t;
+}
+
 /* Start segment k's downloads (gradient, master); with sync, wait for them at once. */
 static fsc_status down_start(fsc_engine *e, int k, int sync) {
     struct fsc_offload *o = e->off;
     size_t bytes = fsc_optim_segment_len(e->opt, k) * sizeof(float);
     FSC_TRY(fsc_device_download_async(e->dev, o->hgrad[k], o->dgrad[k], bytes, &o->down[2 * k]));
     FSC_TRY(fsc_device_download_async(e->dev, o->hparam[k], o->dparam[k], bytes, &o->down[2 * k + 1]));
-    if (!sync) return FSC_OK;
-    fsc_status s = fsc_device_copy_wait(o->down[2 * k]);
-    fsc_status t = fsc_device_copy_wait(o->down[2 * k + 1]);
-    o->down[2 * k] = o->down[2 * k + 1] = NULL;
-    return s != FSC_OK ? s : t;
+    return sync ? down_wait(o, k) : FSC_OK;
 }
 
 /* Wait for every copy still in flight (a failed step's too: the copies' memory outlives it); the first error. */
@@ -138,17 +142,13 @@ static fsc_status step_pipelined(fsc_engine *e) {
     const int sync = !e->po.prefetch;
     if (o->nseg > 0) FSC_TRY(down_start(e, 0, sync));
     for (int k = 0; k < o->nseg; k++) {
-        fsc_status s = fsc_device_copy_wait(o->down[2 * k]);
-        fsc_status t = fsc_device_copy_wait(o->down[2 * k + 1]);
-        o->down[2 * k] = o->down[2 * k + 1] = NULL;
-        FSC_TRY(s);
-        FSC_TRY(t);
+        FSC_TRY(down_wait(o, k));
         if (k + 1 < o->nseg) FSC_TRY(down_start(e, k + 1, sync));
         FSC_TRY(fsc_optim_step_segment(e->opt, k));
         FSC_TRY(fsc_device_upload_async(e->dev, o->dparam[k], o->hparam[k],
                                         fsc_optim_segment_len(e->opt, k) * sizeof(float), &o->up[k]));
         if (sync) {
-            s = fsc_device_copy_wait(o->up[k]);
+            fsc_status s = fsc_device_copy_wait(o->up[k]);
             o->up[k] = NULL;
             FSC_TRY(s);
         }

@@ -91,8 +91,7 @@ static void mp_train(mp_run *r) {
         fsc_model *m = NULL;
         assert_ok(fsc_device_create("cpu", NULL, &dev));
         assert_ok(fsc_llama_model_create(dev, &r->lc, &m));
-        r->P = 0;
-        for (int i = 0; i < m->n_tensors; i++) r->P += m->info[i].numel;
+        r->P = fsc_model_num_params(m);
         fsc_model_free(m);
         fsc_device_free(dev);
     }

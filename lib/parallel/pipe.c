@@ -571,7 +571,7 @@ static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, const double mine[3], 
     void *d = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(n + 1) * 3 * sizeof(double), &d);
-    double *dsend = (double *)d + (size_t)n * 3;
+    double *dsend = s == FSC_OK ? (double *)d + (size_t)n * 3 : NULL;
     if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, 3 * sizeof(double));
     if (s == FSC_OK) s = fsc_comm_all_gather(c, dsend, d, 3 * sizeof(double), FSC_U8);
     if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)n * 3 * sizeof(double));

@@ -43,24 +43,28 @@ static inline int32_t pt_token(size_t i, int vocab) {
     return (int32_t)((x + (i / 3)) % (uint64_t)vocab);
 }
 
+/* The batch of data-parallel index data at step: its lb of the global B sequences of T tokens, and targets. */
+static inline void pt_batch(int32_t *tok, int32_t *tgt, int step, int B, int data, int lb, int T, int vocab) {
+    for (int i = 0; i < lb; i++) {
+        size_t start = ((size_t)(step * B + data * lb + i) * T) % (4096 - T);
+        for (int t = 0; t < T; t++) {
+            tok[i * T + t] = pt_token(start + t, vocab);
+            tgt[i * T + t] = pt_token(start + t + 1, vocab);
+        }
+    }
+}
+
 static fsc_status pt_rank_fn(fsc_rank *r, void *arg) {
     pt_run *run = arg;
     const int T = run->cfg.seq, B = run->batch, N = r->world;
     const int dp = run->po.pp > 1 ? N / run->po.pp : N, data = r->rank % dp; /* pipelines: stages of dp ranks */
     const int lb = B / dp;
-    const size_t ntok = 4096;
     fsc_engine *e = NULL;
     fsc_status s = fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e);
     if (s != FSC_OK) return s;
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     for (int step = 0; step < run->steps && s == FSC_OK; step++) {
-        for (int i = 0; i < lb; i++) {
-            size_t start = ((size_t)(step * B + data * lb + i) * T) % (ntok - T);
-            for (int t = 0; t < T; t++) {
-                tok[i * T + t] = pt_token(start + t, run->cfg.vocab);
-                tgt[i * T + t] = pt_token(start + t + 1, run->cfg.vocab);
-            }
-        }
+        pt_batch(tok, tgt, step, B, data, lb, T, run->cfg.vocab);
         fsc_engine_reset_comm_stats(e);
         fsc_step_info info;
         s = fsc_engine_step(e, tok, tgt, lb, B, &info);

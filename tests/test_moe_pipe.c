@@ -71,13 +71,7 @@ static fsc_status mp_rank(fsc_rank *rk, void *arg) {
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
     for (int step = 0; step < r->steps && s == FSC_OK; step++) {
-        for (int i = 0; i < lb; i++) { /* this data-parallel index's sequences, as DDP's rank dpi */
-            size_t start = ((size_t)(step * B + dpi * lb + i) * T) % (4096 - T);
-            for (int t = 0; t < T; t++) {
-                tok[i * T + t] = pt_token(start + t, r->cfg.vocab);
-                tgt[i * T + t] = pt_token(start + t + 1, r->cfg.vocab);
-            }
-        }
+        pt_batch(tok, tgt, step, B, dpi, lb, T, r->cfg.vocab); /* as DDP's rank dpi */
         s = fsc_engine_step_model(e, tok, tgt, lb, B, &r->info[rk->rank][step]);
     }
     if (s == FSC_OK) s = fsc_engine_eval(e, tok, tgt, lb, B, &r->eval[rk->rank]);
@@ -97,8 +91,7 @@ static void mp_train(mp_run *r) {
         fsc_model *m = NULL;
         assert_ok(fsc_device_create("cpu", NULL, &dev));
         assert_ok(fsc_llama_model_create(dev, &r->lc, &m));
-        r->P = 0;
-        for (int i = 0; i < m->n_tensors; i++) r->P += m->info[i].numel;
+        r->P = fsc_model_num_params(m);
         fsc_model_free(m);
         fsc_device_free(dev);
     }

@@ -70,13 +70,7 @@ static fsc_status rank_fn(fsc_rank *rk, void *arg) {
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
     for (int step = 0; step < r->steps && s == FSC_OK; step++) {
-        for (int i = 0; i < lb; i++) { /* this data-parallel index's sequences, as DDP's rank dpi */
-            size_t start = ((size_t)(step * B + dpi * lb + i) * T) % (4096 - T);
-            for (int t = 0; t < T; t++) {
-                tok[i * T + t] = pt_token(start + t, r->cfg.vocab);
-                tgt[i * T + t] = pt_token(start + t + 1, r->cfg.vocab);
-            }
-        }
+        pt_batch(tok, tgt, step, B, dpi, lb, T, r->cfg.vocab); /* as DDP's rank dpi */
         fsc_engine_reset_comm_stats(e);
         fsc_step_info info;
         if (r->bad_first && step == 0 && fsc_engine_step(e, tok, tgt, lb, B + 1, &info) != FSC_ERR_INVALID)

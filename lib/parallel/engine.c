@@ -515,11 +515,8 @@ fsc_status fsc_engine_check_batch(const double *pairs, int n) {
     return FSC_OK;
 }
 
-/* Sums of m (<= 4) doubles per rank, each in rank order, identical on every rank, and the batch check of
- * the ranks' local and global batches into *batch (fsc_engine_check_batch, its message set when it fails):
- * one all-gather of m + 2 doubles per rank. */
-static fsc_status sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
-                                 double *total, fsc_status *batch) {
+fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
+                                     double *total, fsc_status *batch) {
     const int n = fsc_comm_size(e->comm), w = m + 2;
     double mine[6];
     if (m > 4) return fsc_error(FSC_ERR_INTERNAL, "engine: %d sums per rank (at most 4)", m);
@@ -646,11 +643,11 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
 
     fsc_step_info si = { 0 };
     if (!e->pipe && !aux)
-        FSC_TRY(sum_over_ranks(e, &loss_local, 1, local_batch, global_batch, &total, &batch));
+        FSC_TRY(fsc_engine_sum_over_ranks(e, &loss_local, 1, local_batch, global_batch, &total, &batch));
     if (e->pipe && aux) FSC_TRY(fsc_pipe_aux_sum(fsc_pipe_aux_of(e), e, moe_total));
     if (!e->pipe && aux) {
         double local[4] = { loss_local, moe[0], moe[1], moe[2] }, sums[4];
-        FSC_TRY(sum_over_ranks(e, local, 4, local_batch, global_batch, sums, &batch));
+        FSC_TRY(fsc_engine_sum_over_ranks(e, local, 4, local_batch, global_batch, sums, &batch));
         total = sums[0];
         memcpy(moe_total, sums + 1, sizeof moe_total);
     }

@@ -184,6 +184,11 @@ fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
  * gathered with the loss (the same array on every rank, so every rank reaches the same verdict).
  * FSC_ERR_INVALID unless every rank passed the same global batch and it is the sum of the local batches. */
 fsc_status fsc_engine_check_batch(const double *pairs, int n);
+/* Over the data group (e->comm): sums of m (<= 4) doubles per rank, each in rank order, identical on every rank,
+ * and the batch check of the ranks' local and global batches into *batch (fsc_engine_check_batch, its message
+ * set when it fails): one all-gather of m + 2 doubles per rank (none on a group of one). */
+fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
+                                     double *total, fsc_status *batch);
 
 /* Offload (offload.c): refuse what offload does not run with; make the host device (before the optimizer,
  * which lives there); after the strategy's setup, stage the optimizer's segments on the host (offload optim);

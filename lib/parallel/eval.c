@@ -3,36 +3,9 @@
  * Order and arithmetic are a step's: micro-batch losses summed in order on each rank, the ranks' sums in rank
  * order over the data group, divided by global_batch x loss_terms in double. */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include "engine_impl.h"
 #include "pipe.h"
 #include "fsc/eval.h"
-
-/* Over the data group: out[0] the sum of the ranks' loss sums in rank order, out[1] 1 if the batch check
- * passes (else 0 with the message set). One all-gather of three doubles per rank. */
-static fsc_status sum_loss(fsc_engine *e, double loss, int local_batch, int global_batch, double out[2]) {
-    const int n = fsc_comm_size(e->comm);
-    const double mine[3] = { loss, (double)local_batch, (double)global_batch };
-    double *all = malloc((size_t)n * 5 * sizeof(double)), *pairs = all ? all + (size_t)n * 3 : NULL;
-    void *d = NULL;
-    if (!all) return fsc_error(FSC_ERR_NOMEM, "eval: out of memory");
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(n + 1) * sizeof mine, &d);
-    double *dsend = (double *)d + (size_t)n * 3;
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, sizeof mine);
-    if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, dsend, d, sizeof mine, FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)n * sizeof mine);
-    if (s == FSC_OK) {
-        double acc = all[0];
-        for (int i = 1; i < n; i++) acc += all[(size_t)i * 3];
-        for (int i = 0; i < n; i++) pairs[2 * i] = all[(size_t)i * 3 + 1], pairs[2 * i + 1] = all[(size_t)i * 3 + 2];
-        out[0] = acc;
-        out[1] = fsc_engine_check_batch(pairs, n) == FSC_OK;
-    }
-    fsc_device_release(e->dev, d);
-    free(all);
-    return s;
-}
 
 /* This rank's micro-batches forward (no pipeline): *loss_local the sum of their loss terms. */
 static fsc_status forward_local(fsc_engine *e, const char *in, const char *tg, int mb, double *loss_local) {
@@ -73,8 +46,10 @@ fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *target
         s = fsc_pipe_eval(e, inputs, targets, mb, global_batch, sums);
     } else if (s == FSC_OK) {
         double local = 0;
+        fsc_status batch = FSC_OK;
         s = forward_local(e, inputs, targets, mb, &local);
-        if (s == FSC_OK) s = sum_loss(e, local, local_batch, global_batch, sums);
+        if (s == FSC_OK) s = fsc_engine_sum_over_ranks(e, &local, 1, local_batch, global_batch, sums, &batch);
+        sums[1] = batch == FSC_OK;
     }
     char why[512] = "";
     if (s == FSC_OK && !sums[1]) snprintf(why, sizeof why, "%s", fsc_last_error());

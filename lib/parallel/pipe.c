@@ -571,7 +571,7 @@ static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, const double mine[3], 
     void *d = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(n + 1) * 3 * sizeof(double), &d);
-    double *dsend = (double *)d + (size_t)n * 3;
+    double *dsend = s == FSC_OK ? (double *)d + (size_t)n * 3 : NULL;
     if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, 3 * sizeof(double));
     if (s == FSC_OK) s = fsc_comm_all_gather(c, dsend, d, 3 * sizeof(double), FSC_U8);
     if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)n * 3 * sizeof(double));
@@ -586,6 +586,17 @@ static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, const double mine[3], 
     fsc_device_release(e->dev, d);
     free(all);
     return s;
+}
+
+/* The last stage's sums (the loss, the batch check, the local batches' sum) to every stage of the pipeline. */
+static fsc_status from_last_stage(fsc_pipe *p, fsc_device *dev, double sums[3]) {
+    double *d;
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, 3 * sizeof(double), (void **)&d));
+    fsc_status st = fsc_device_upload(dev, d, sums, 3 * sizeof(double));
+    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, 3 * sizeof(double), FSC_U8, p->pp - 1);
+    if (st == FSC_OK) st = fsc_device_download(dev, sums, d, 3 * sizeof(double));
+    fsc_device_release(dev, d);
+    return st;
 }
 
 fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
@@ -630,13 +641,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
         FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));
         if (!sums[1]) snprintf(why, sizeof why, "%s", fsc_last_error());
     }
-    double *d;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof sums, (void **)&d));
-    fsc_status st = fsc_device_upload(e->dev, d, sums, sizeof sums);
-    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, sizeof sums, FSC_U8, P - 1);
-    if (st == FSC_OK) st = fsc_device_download(e->dev, sums, d, sizeof sums);
-    fsc_device_release(e->dev, d);
-    FSC_TRY(st);
+    FSC_TRY(from_last_stage(p, e->dev, sums));
     *batch = FSC_OK;
     if (!sums[1] && why[0]) *batch = fsc_error(FSC_ERR_INVALID, "%s", why);
     else if (!sums[1])
@@ -677,12 +682,7 @@ fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets,
         const double mine[3] = { loss_local, (double)mb * p->M, (double)global_batch };
         FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));
     }
-    double *d;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof sums, (void **)&d));
-    fsc_status st = fsc_device_upload(e->dev, d, sums, sizeof sums);
-    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, sizeof sums, FSC_U8, p->pp - 1);
-    if (st == FSC_OK) st = fsc_device_download(e->dev, sums, d, sizeof sums);
-    fsc_device_release(e->dev, d);
+    fsc_status st = from_last_stage(p, e->dev, sums);
     memcpy(out, sums, sizeof sums);
     return st;
 }

@@ -68,8 +68,9 @@ fsc_status fsc_pipe_aux_sum(fsc_pipe_aux *x, fsc_engine *e, double out[3]) {
     if (!x) return FSC_OK;
     const int P = fsc_comm_size(e->pipe_comm), n = fsc_comm_size(e->comm);
     const size_t per = (size_t)x->M * x->L * W;
-    double *all = malloc(((size_t)P * per + (size_t)n * 3) * sizeof(double)), *dp = all + (size_t)P * per;
+    double *all = malloc(((size_t)P * per + (size_t)n * 3) * sizeof(double));
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    double *dp = all + (size_t)P * per;
     fsc_status s = gather_host(e, e->pipe_comm, x->mine, per * sizeof(double), all);
     double local[3] = { 0, 0, 0 }; /* this data rank's, as engine.c's moe[] on one rank */
     for (int k = 0; s == FSC_OK && k < x->M; k++) {

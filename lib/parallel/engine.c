@@ -125,6 +125,19 @@ fsc_status fsc_engine_round_to(fsc_engine *e, float *dst, const float *src, size
     return s;
 }
 
+fsc_status fsc_engine_reduce_result(fsc_engine *e, const void *recv, fsc_dtype dt, float *out, size_t nout,
+                                    int accumulate) {
+    fsc_device *dev = e->dev;
+    if (!accumulate) return FSC_K(dev, convert, out, FSC_F32, recv, dt, nout);
+    if (dt == FSC_F32) return FSC_K(dev, axpy, out, 1.0f, recv, nout);
+    float *tmp;
+    fsc_status s = fsc_device_alloc(dev, FSC_TAG_COMM, nout * sizeof(float), (void **)&tmp);
+    if (s == FSC_OK) s = FSC_K(dev, convert, tmp, FSC_F32, recv, dt, nout);
+    if (s == FSC_OK) s = FSC_K(dev, axpy, out, 1.0f, tmp, nout);
+    fsc_device_release(dev, tmp);
+    return s;
+}
+
 fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in, float *out, size_t n,
                              int accumulate) {
     int size = fsc_comm_size(c);
@@ -149,19 +162,7 @@ fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in
     if (s == FSC_OK)
         s = rs ? fsc_comm_reduce_scatter(c, sendp, recv, nout, dt, FSC_SUM)
                : fsc_comm_all_reduce(c, sendp, recv, n, dt, FSC_SUM);
-    if (s == FSC_OK) {
-        if (!accumulate) {
-            s = FSC_K(dev, convert, out, FSC_F32, recv, dt, nout);
-        } else if (dt == FSC_F32) {
-            s = FSC_K(dev, axpy, out, 1.0f, recv, nout);
-        } else {
-            float *tmp;
-            s = fsc_device_alloc(dev, FSC_TAG_COMM, nout * sizeof(float), (void **)&tmp);
-            if (s == FSC_OK) s = FSC_K(dev, convert, tmp, FSC_F32, recv, dt, nout);
-            if (s == FSC_OK) s = FSC_K(dev, axpy, out, 1.0f, tmp, nout);
-            fsc_device_release(dev, tmp);
-        }
-    }
+    if (s == FSC_OK) s = fsc_engine_reduce_result(e, recv, dt, out, nout, accumulate);
     fsc_device_release(dev, send);
     fsc_device_release(dev, recv);
     return s;

@@ -159,6 +159,10 @@ fsc_status fsc_engine_round_to(fsc_engine *e, float *dst, const float *src, size
  * accumulate: out += result instead of out = result. Every gradient reduction in fsc goes through here. */
 fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in, float *out, size_t n,
                              int accumulate);
+/* fsc_engine_reduce's last part (and the overlapped reductions', overlap.c): a reduced result recv (nout
+ * elements of dt, device) into out as f32, added to out when accumulate. */
+fsc_status fsc_engine_reduce_result(fsc_engine *e, const void *recv, fsc_dtype dt, float *out, size_t nout,
+                                    int accumulate);
 /* Count a group's traffic in fsc_engine_comm_stats (the caller still frees it): a data-parallel group
  * (fsc_engine_add_group) or one of another kind (fsc_group_kind). A communicator counted already is not
  * added twice. */

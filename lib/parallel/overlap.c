@@ -144,19 +144,7 @@ static fsc_status complete(fsc_engine *e, fsc_reduce_queue *q, fsc_reduce_pendin
     fsc_status s = fsc_comm_wait(p->req);
     fsc_comm_req_free(p->req);
     p->req = NULL;
-    if (s == FSC_OK && p->recv) {
-        if (!p->accumulate) {
-            s = FSC_K(dev, convert, p->out, FSC_F32, p->recv, p->dt, p->nout);
-        } else if (p->dt == FSC_F32) {
-            s = FSC_K(dev, axpy, p->out, 1.0f, p->recv, p->nout);
-        } else {
-            float *tmp;
-            s = fsc_device_alloc(dev, FSC_TAG_COMM, p->nout * sizeof(float), (void **)&tmp);
-            if (s == FSC_OK) s = FSC_K(dev, convert, tmp, FSC_F32, p->recv, p->dt, p->nout);
-            if (s == FSC_OK) s = FSC_K(dev, axpy, p->out, 1.0f, tmp, p->nout);
-            fsc_device_release(dev, tmp);
-        }
-    }
+    if (s == FSC_OK && p->recv) s = fsc_engine_reduce_result(e, p->recv, p->dt, p->out, p->nout, p->accumulate);
     if (s == FSC_OK && p->clear) s = fsc_device_memset(dev, p->clear, 0, p->clear_n * sizeof(float));
     if (s == FSC_OK && p->host) { /* offload all: the download owns the device result from here on */
         s = fsc_download_start(e, q, p->out, p->host, p->hdev, p->nout, p->host_accumulate);

@@ -13,6 +13,7 @@
  * on one NCCL stream; the rank's computation goes on meanwhile (asynchronous calls). Without a network
  * (the default) no call costs time. */
 #include <errno.h>
+#include <math.h>
 #include "sim.h"
 
 double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n) {
@@ -60,18 +61,10 @@ void sim_net_commit(sim_group *g) {
 }
 
 void sim_net_sleep_until(double t) {
-    double now = sim_now();
-    if (t <= now) return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double d = t - now;
-    long long whole = (long long)d;
-    ts.tv_sec += (time_t)whole;
-    ts.tv_nsec += (long)((d - (double)whole) * 1e9);
-    while (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec += 1;
-        ts.tv_nsec -= 1000000000L;
-    }
+    if (t <= sim_now()) return;
+    const double whole = floor(t); /* t is on sim_now's clock: CLOCK_MONOTONIC */
+    struct timespec ts = {.tv_sec = (time_t)whole, .tv_nsec = (long)((t - whole) * 1e9)};
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec += 1, ts.tv_nsec -= 1000000000L;
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
 }

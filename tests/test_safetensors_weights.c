@@ -12,7 +12,9 @@
  * - a file saved as bf16 or f16 holds those dtypes, each value the round-to-nearest-even of the model's
  *   (fsc_f32_to_bf16/f16, tested against hand values in test_dtype), records the model's configuration
  *   (FSC_ST_META_MODEL, from which fsc_model_from_config builds the same model), and loads back to the same bits;
- * - fsc_st_find_weight prefers a name to its prefixed form; fsc_st_read_f32 refuses an integer entry. */
+ * - fsc_st_find_weight prefers a name to its prefixed form; fsc_st_read_f32 refuses an integer entry;
+ * - a configuration record that is not a model (not an object, truncated, an unknown family, a field missing, of
+ *   the wrong type or out of range) is refused by fsc_model_from_config with a message naming it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -292,6 +294,35 @@ static void test_find_and_read(void **st) {
     unlink(path);
 }
 
+/* A configuration record that is not a model (fsc_model_from_config reads it from a file's metadata or the
+ * sampler's --model-config): refused with FSC_ERR_FORMAT saying which field, and no model returned. */
+static void test_bad_model_config(void **st) {
+    (void)st;
+    fsc_device *dev;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    static const struct { const char *text, *needle; } cases[] = {
+        { "", "not a JSON object" },
+        { "[1, 2]", "not a JSON object" },
+        { "{\"layers\":1,\"dim\":8", "not a JSON object" }, /* truncated */
+        { "{\"family\":7}", "family is not a string" },
+        { "{\"family\":\"bert\"}", "unknown family 'bert'" },
+        { "{\"dim\":8}", "names no built-in model" },
+        { "{\"layers\":0,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":16}", "layers = 0 is not an integer in [1," },
+        { "{\"layers\":1,\"dim\":8.5,\"heads\":2,\"seq\":4,\"vocab\":16}", "dim = 8.5 is not an integer" },
+        { "{\"layers\":1,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":1e300}", "vocab = 1.0000000000000001e+300 is not" },
+        { "{\"layers\":1,\"dim\":8,\"heads\":\"2\",\"seq\":4,\"vocab\":16}", "heads is missing or not a number" },
+        { "{\"layers\":1,\"dim\":8,\"heads\":2,\"seq\":4}", "vocab is missing or not a number" },
+        { "{\"family\":\"llama\",\"layers\":1,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":16,\"rope_theta\":1e39}",
+          "rope_theta is missing or not a finite number" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fsc_model *m = (fsc_model *)&m; /* must come back NULL */
+        assert_err(fsc_model_from_config(dev, cases[i].text, &m), FSC_ERR_FORMAT, cases[i].needle);
+        assert_null(m);
+    }
+    fsc_device_free(dev);
+}
+
 static int setup(void **st) {
     (void)st;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/fsc_test_stw_XXXXXX");
@@ -309,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_find_and_read),  cmocka_unit_test(test_gpt2_files),
         cmocka_unit_test(test_llama_files),    cmocka_unit_test(test_gpt_load),
         cmocka_unit_test(test_untied_head_refused), cmocka_unit_test(test_save_dtype),
+        cmocka_unit_test(test_bad_model_config),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -422,7 +422,7 @@ static fsc_status nc_split(void *ctx, int color, int key, void **new_ctx, int *n
 
 typedef struct {
     cudaEvent_t done; /* recorded on the communication stream after the call */
-    char what[32];
+    const char *what; /* the operation's name, for messages */
 } nc_req;
 
 static fsc_status nc_start(void *ctx, const fsc_comm_call *k, void **req) {
@@ -436,9 +436,9 @@ static fsc_status nc_start(void *ctx, const fsc_comm_call *k, void **req) {
     }
     nc_req *q = (nc_req *)calloc(1, sizeof *q);
     if (!q) return cu_err(FSC_ERR_NOMEM, "nccl: out of host memory for a request");
-    snprintf(q->what, sizeof q->what, "%s", k->op == FSC_OP_ALL_REDUCE ? "all_reduce" : k->op == FSC_OP_REDUCE_SCATTER
-             ? "reduce_scatter" : k->op == FSC_OP_ALL_GATHER ? "all_gather" : k->op == FSC_OP_BROADCAST ? "broadcast"
-             : k->op == FSC_OP_SEND ? "send" : k->op == FSC_OP_RECV ? "recv" : "all_to_all");
+    static const char *const names[FSC_OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                                     "send", "recv", "all_to_all", "barrier"};
+    q->what = (unsigned)k->op < FSC_OP_COUNT ? names[k->op] : "start";
     /* after what the device's stream holds now (the kernels that wrote send) */
     cudaEvent_t ready = NULL;
     fsc_status s = cu_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what);

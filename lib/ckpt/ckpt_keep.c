@@ -52,6 +52,10 @@ static fsc_status list_complete(const char *dir, int64_t **steps, int *n) {
     return s;
 }
 
+static void step_path(char *buf, size_t cap, const char *dir, int64_t step) {
+    snprintf(buf, cap, "%s/step-%08lld", dir, (long long)step);
+}
+
 int ck_newest_readable_of_run(const char *dir, const char *run) {
     int64_t *steps;
     int n, same = 0;
@@ -59,7 +63,7 @@ int ck_newest_readable_of_run(const char *dir, const char *run) {
     if (!run[0] || list_complete(dir, &steps, &n) != FSC_OK) return 0;
     for (int i = 0; i < n; i++) {
         fsc_ckpt_meta *m = NULL;
-        snprintf(path, sizeof path, "%s/step-%08lld", dir, (long long)steps[i]);
+        step_path(path, sizeof path, dir, steps[i]);
         if (fsc_ckpt_meta_read(path, &m) != FSC_OK) continue; /* unreadable: damaged */
         same = !strcmp(m->run_id, run);
         fsc_ckpt_meta_free(m);
@@ -67,10 +71,6 @@ int ck_newest_readable_of_run(const char *dir, const char *run) {
     }
     free(steps);
     return same;
-}
-
-static void step_path(char *buf, size_t cap, const char *dir, int64_t step) {
-    snprintf(buf, cap, "%s/step-%08lld", dir, (long long)step);
 }
 
 /* Append "; " and text to report (cap bytes), as far as it holds. */

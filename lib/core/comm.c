@@ -170,85 +170,50 @@ static double ring(const fsc_comm *c, size_t bytes) {
 
 /* ---- collectives ---- */
 
+/* A synchronous collective: the checks of k, the implementation's call, and its accounting. */
+static fsc_status run_checked(fsc_comm *c, const fsc_comm_call *k) {
+    double bytes = 0;
+    FSC_TRY(fsc_comm_check_call(c, k, &bytes));
+    const double t0 = started(c);
+    return account(c, k->op, t0, fsc_comm_run_call(c, k), bytes);
+}
+
 fsc_status fsc_comm_all_reduce(fsc_comm *c, const void *send, void *recv, size_t count, fsc_dtype dt,
                                fsc_redop op) {
-    const fsc_comm_op o = FSC_OP_ALL_REDUCE;
-    FSC_TRY(check_common(c, o, count, 0, dt));
-    FSC_TRY(check_redop(o, dt, op));
-    FSC_TRY(check_buf(o, "send", send, count));
-    FSC_TRY(check_buf(o, "recv", recv, count));
-    size_t bytes = count * fsc_dtype_size(dt);
-    FSC_TRY(check_alias(o, send, bytes, recv, bytes, 0, "send == recv"));
-    const double t0 = started(c);
-    return account(c, o, t0, c->ops->all_reduce(c->ctx, send, recv, count, dt, op), 2.0 * ring(c, bytes));
+    fsc_comm_call k = {.op = FSC_OP_ALL_REDUCE, .send = send, .recv = recv, .count = count, .dt = dt, .redop = op};
+    return run_checked(c, &k);
 }
 
 fsc_status fsc_comm_reduce_scatter(fsc_comm *c, const void *send, void *recv, size_t recvcount, fsc_dtype dt,
                                    fsc_redop op) {
-    const fsc_comm_op o = FSC_OP_REDUCE_SCATTER;
-    FSC_TRY(check_common(c, o, recvcount, 1, dt));
-    FSC_TRY(check_redop(o, dt, op));
-    FSC_TRY(check_buf(o, "send", send, recvcount));
-    FSC_TRY(check_buf(o, "recv", recv, recvcount));
-    size_t bytes = recvcount * fsc_dtype_size(dt), full = bytes * (size_t)c->size;
-    /* in place: recv is block rank of send */
-    if (overlap(send, full, recv, bytes) && (const unsigned char *)send + (size_t)c->rank * bytes != recv)
-        return fsc_error(FSC_ERR_INVALID, "reduce_scatter: send overlaps recv; in place needs recv == send + "
-                                          "rank x recvcount");
-    const double t0 = started(c);
-    return account(c, o, t0, c->ops->reduce_scatter(c->ctx, send, recv, recvcount, dt, op), ring(c, full));
+    fsc_comm_call k = {.op = FSC_OP_REDUCE_SCATTER, .send = send, .recv = recv, .count = recvcount, .dt = dt,
+                       .redop = op};
+    return run_checked(c, &k);
 }
 
 fsc_status fsc_comm_all_gather(fsc_comm *c, const void *send, void *recv, size_t sendcount, fsc_dtype dt) {
-    const fsc_comm_op o = FSC_OP_ALL_GATHER;
-    FSC_TRY(check_common(c, o, sendcount, 1, dt));
-    FSC_TRY(check_buf(o, "send", send, sendcount));
-    FSC_TRY(check_buf(o, "recv", recv, sendcount));
-    size_t bytes = sendcount * fsc_dtype_size(dt), full = bytes * (size_t)c->size;
-    FSC_TRY(check_alias(o, send, bytes, recv, full, (size_t)c->rank * bytes, "send == recv + rank x sendcount"));
-    const double t0 = started(c);
-    return account(c, o, t0, c->ops->all_gather(c->ctx, send, recv, sendcount, dt), ring(c, full));
+    fsc_comm_call k = {.op = FSC_OP_ALL_GATHER, .send = send, .recv = recv, .count = sendcount, .dt = dt};
+    return run_checked(c, &k);
 }
 
 fsc_status fsc_comm_broadcast(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int root) {
-    const fsc_comm_op o = FSC_OP_BROADCAST;
-    FSC_TRY(check_common(c, o, count, 0, dt));
-    FSC_TRY(check_buf(o, "buf", buf, count));
-    FSC_TRY(check_rank(c, o, "root", root));
-    size_t bytes = count * fsc_dtype_size(dt);
-    const double t0 = started(c);
-    return account(c, o, t0, c->ops->broadcast(c->ctx, buf, count, dt, root), (double)bytes);
+    fsc_comm_call k = {.op = FSC_OP_BROADCAST, .send = buf, .recv = buf, .count = count, .dt = dt, .peer = root};
+    return run_checked(c, &k);
 }
 
 fsc_status fsc_comm_send(fsc_comm *c, const void *buf, size_t count, fsc_dtype dt, int peer) {
-    const fsc_comm_op o = FSC_OP_SEND;
-    FSC_TRY(check_common(c, o, count, 0, dt));
-    FSC_TRY(check_buf(o, "buf", buf, count));
-    FSC_TRY(check_rank(c, o, "peer", peer));
-    size_t bytes = count * fsc_dtype_size(dt);
-    const double t0 = started(c);
-    return account(c, o, t0, c->ops->send(c->ctx, buf, count, dt, peer), peer == c->rank ? 0.0 : (double)bytes);
+    fsc_comm_call k = {.op = FSC_OP_SEND, .send = buf, .count = count, .dt = dt, .peer = peer};
+    return run_checked(c, &k);
 }
 
 fsc_status fsc_comm_recv(fsc_comm *c, void *buf, size_t count, fsc_dtype dt, int peer) {
-    const fsc_comm_op o = FSC_OP_RECV;
-    FSC_TRY(check_common(c, o, count, 0, dt));
-    FSC_TRY(check_buf(o, "buf", buf, count));
-    FSC_TRY(check_rank(c, o, "peer", peer));
-    size_t bytes = count * fsc_dtype_size(dt);
-    const double t0 = started(c);
-    return account(c, o, t0, c->ops->recv(c->ctx, buf, count, dt, peer), peer == c->rank ? 0.0 : (double)bytes);
+    fsc_comm_call k = {.op = FSC_OP_RECV, .recv = buf, .count = count, .dt = dt, .peer = peer};
+    return run_checked(c, &k);
 }
 
 fsc_status fsc_comm_all_to_all(fsc_comm *c, const void *send, void *recv, size_t count, fsc_dtype dt) {
-    const fsc_comm_op o = FSC_OP_ALL_TO_ALL;
-    FSC_TRY(check_common(c, o, count, 1, dt));
-    FSC_TRY(check_buf(o, "send", send, count));
-    FSC_TRY(check_buf(o, "recv", recv, count));
-    size_t full = count * fsc_dtype_size(dt) * (size_t)c->size;
-    FSC_TRY(check_alias(o, send, full, recv, full, 0, NULL));
-    const double t0 = started(c);
-    return account(c, o, t0, c->ops->all_to_all(c->ctx, send, recv, count, dt), ring(c, full));
+    fsc_comm_call k = {.op = FSC_OP_ALL_TO_ALL, .send = send, .recv = recv, .count = count, .dt = dt};
+    return run_checked(c, &k);
 }
 
 fsc_status fsc_comm_barrier(fsc_comm *c) {
@@ -320,7 +285,7 @@ fsc_status fsc_comm_agree(fsc_comm *c, fsc_device *dev, fsc_status mine) {
     return fsc_error_rank((fsc_status)code, "rank %d of the '%s' group", root, c->name);
 }
 
-/* ---- for the asynchronous calls (comm_async.c): the synchronous calls' checks and accounting ---- */
+/* ---- the checks, dispatch and accounting of a call (the synchronous calls above, comm_async.c) ---- */
 
 fsc_status fsc_comm_check_call(const fsc_comm *c, const fsc_comm_call *k, double *bytes) {
     const fsc_comm_op o = k->op;
@@ -377,4 +342,18 @@ fsc_status fsc_comm_check_call(const fsc_comm *c, const fsc_comm_call *k, double
 
 fsc_status fsc_comm_account_call(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes) {
     return account(c, op, t0, s, bytes);
+}
+
+fsc_status fsc_comm_run_call(fsc_comm *c, const fsc_comm_call *k) {
+    const fsc_comm_ops *o = c->ops;
+    switch (k->op) {
+    case FSC_OP_ALL_REDUCE: return o->all_reduce(c->ctx, k->send, k->recv, k->count, k->dt, k->redop);
+    case FSC_OP_REDUCE_SCATTER: return o->reduce_scatter(c->ctx, k->send, k->recv, k->count, k->dt, k->redop);
+    case FSC_OP_ALL_GATHER: return o->all_gather(c->ctx, k->send, k->recv, k->count, k->dt);
+    case FSC_OP_BROADCAST: return o->broadcast(c->ctx, k->recv, k->count, k->dt, k->peer);
+    case FSC_OP_SEND: return o->send(c->ctx, k->send, k->count, k->dt, k->peer);
+    case FSC_OP_RECV: return o->recv(c->ctx, k->recv, k->count, k->dt, k->peer);
+    case FSC_OP_ALL_TO_ALL: return o->all_to_all(c->ctx, k->send, k->recv, k->count, k->dt);
+    default: return fsc_error(FSC_ERR_INTERNAL, "%s is not a call the table runs", fsc_comm_op_name(k->op));
+    }
 }

@@ -25,21 +25,6 @@ struct fsc_comm_req {
     char msg[REQ_MSG];
 };
 
-/* Run k with the synchronous entry of the table. */
-static fsc_status run_sync(fsc_comm *c, const fsc_comm_call *k) {
-    const fsc_comm_ops *o = c->ops;
-    switch (k->op) {
-    case FSC_OP_ALL_REDUCE: return o->all_reduce(c->ctx, k->send, k->recv, k->count, k->dt, k->redop);
-    case FSC_OP_REDUCE_SCATTER: return o->reduce_scatter(c->ctx, k->send, k->recv, k->count, k->dt, k->redop);
-    case FSC_OP_ALL_GATHER: return o->all_gather(c->ctx, k->send, k->recv, k->count, k->dt);
-    case FSC_OP_BROADCAST: return o->broadcast(c->ctx, k->recv, k->count, k->dt, k->peer);
-    case FSC_OP_SEND: return o->send(c->ctx, k->send, k->count, k->dt, k->peer);
-    case FSC_OP_RECV: return o->recv(c->ctx, k->recv, k->count, k->dt, k->peer);
-    case FSC_OP_ALL_TO_ALL: return o->all_to_all(c->ctx, k->send, k->recv, k->count, k->dt);
-    default: return fsc_error(FSC_ERR_INTERNAL, "%s has no asynchronous form", fsc_comm_op_name(k->op));
-    }
-}
-
 static fsc_status start(fsc_comm *c, const fsc_comm_call *k, fsc_comm_req **out) {
     const char *what = fsc_comm_op_name(k->op);
     if (!out) return fsc_error(FSC_ERR_INVALID, "%s: req is NULL (where the request is returned)", what);
@@ -57,7 +42,7 @@ static fsc_status start(fsc_comm *c, const fsc_comm_call *k, fsc_comm_req **out)
             return fsc_comm_account_call(c, k->op, t0, s, 0);
         }
     } else {
-        r->status = run_sync(c, k);
+        r->status = fsc_comm_run_call(c, k);
         if (r->status != FSC_OK) snprintf(r->msg, sizeof r->msg, "%s", fsc_last_error());
         r->state = REQ_DONE;
     }

@@ -17,10 +17,12 @@ struct fsc_comm {
 fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size, const char *name,
                          fsc_comm **out);
 
-/* comm.c, for comm_async.c: the checks of the synchronous call k stands for (*bytes: what it counts), and
- * the accounting of a completed call (counts it if s is FSC_OK, else prefixes the message; with a trace, a
- * span from t0, a fsc_trace_now_us() value, to now). */
+/* comm.c, shared by the synchronous calls and comm_async.c: the checks of the call k stands for (*bytes:
+ * what it counts), k run through the table's synchronous entry, and the accounting of a completed call
+ * (counts it if s is FSC_OK, else prefixes the message; with a trace, a span from t0, a fsc_trace_now_us()
+ * value, to now). */
 fsc_status fsc_comm_check_call(const fsc_comm *c, const fsc_comm_call *k, double *bytes);
+fsc_status fsc_comm_run_call(fsc_comm *c, const fsc_comm_call *k);
 fsc_status fsc_comm_account_call(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes);
 
 #endif

@@ -22,9 +22,13 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
+/* A temperature finite and >= 0 and a top_k >= 0. */
+static int opts_ok(const fsc_sample_opts *o) {
+    return o && o->temperature >= 0.0f && isfinite(o->temperature) && o->top_k >= 0;
+}
+
 int32_t fsc_sample_token(const float *logits, int V, const fsc_sample_opts *o, uint64_t step, float *scratch) {
-    if (!logits || V < 1 || !o || !(o->temperature >= 0.0f) || !isfinite(o->temperature) || o->top_k < 0)
-        return -1;
+    if (!logits || V < 1 || !opts_ok(o)) return -1;
     int best = 0;
     for (int v = 1; v < V; v++)
         if (logits[v] > logits[best]) best = v;
@@ -105,8 +109,7 @@ fsc_status fsc_generator_next(fsc_generator *g, const int32_t *tokens, int n, co
 }
 
 fsc_status fsc_generate(fsc_generator *g, int32_t *tokens, int n, int n_new, const fsc_sample_opts *o) {
-    if (!o || !(o->temperature >= 0.0f) || !isfinite(o->temperature) || o->top_k < 0)
-        return fsc_error(FSC_ERR_INVALID, "generate: temperature must be finite and >= 0, top_k >= 0");
+    if (!opts_ok(o)) return fsc_error(FSC_ERR_INVALID, "generate: temperature must be finite and >= 0, top_k >= 0");
     if (n_new < 0) return fsc_error(FSC_ERR_INVALID, "generate: %d new tokens", n_new);
     float *scratch = NULL;
     fsc_status s = FSC_OK;

@@ -32,8 +32,6 @@ fsc_status fsc_device_measure_tflops(fsc_device *dev, int n, double *tflops) {
             reps++;
             if (s == FSC_OK && reps >= 2) s = fsc_device_sync(dev), dt = seconds() - t0;
         }
-        if (s == FSC_OK) s = fsc_device_sync(dev);
-        dt = seconds() - t0;
         double r = dt > 0 ? 2.0 * (double)n * (double)nn * reps / dt : 0;
         if (round > 0 && r > best) best = r;
     }

@@ -270,6 +270,11 @@ static int file_at(const fsc_data *d, uint64_t pos) {
     return lo;
 }
 
+/* Token k of file f: a byte, or a little-endian uint16 (llmc, u16). */
+static uint32_t token_at(const fsc_data *d, const data_file *f, uint64_t k) {
+    return d->fmt == FSC_DATA_BYTES ? f->tok[k] : (uint32_t)f->tok[2 * k] | (uint32_t)f->tok[2 * k + 1] << 8;
+}
+
 static fsc_status bad_token(const fsc_data *d, const data_file *f, uint64_t k, uint32_t v) {
     int w = d->fmt == FSC_DATA_BYTES ? 1 : 2;
     return fsc_error(FSC_ERR_FORMAT, "%s: token %u at offset %llu (byte %llu of the file) is not below the "
@@ -289,7 +294,7 @@ fsc_status fsc_data_read(const fsc_data *d, uint64_t pos, size_t n, int32_t *out
         uint64_t k = pos + got - f->first;
         size_t m = f->ntok - k < n - got ? (size_t)(f->ntok - k) : n - got;
         for (size_t j = 0; j < m; j++, k++) {
-            uint32_t v = d->fmt == FSC_DATA_BYTES ? f->tok[k] : (uint32_t)f->tok[2 * k] | (uint32_t)f->tok[2 * k + 1] << 8;
+            uint32_t v = token_at(d, f, k);
             if (v >= vocab) return bad_token(d, f, k, v);
             out[got + j] = (int32_t)v;
         }
@@ -306,7 +311,7 @@ fsc_status fsc_data_check(const fsc_data *d) {
         const data_file *f = &d->f[i];
         if (f->map) madvise(f->map, f->map_len, MADV_SEQUENTIAL);
         for (uint64_t k = 0; k < f->ntok; k++) {
-            uint32_t v = d->fmt == FSC_DATA_BYTES ? f->tok[k] : (uint32_t)f->tok[2 * k] | (uint32_t)f->tok[2 * k + 1] << 8;
+            uint32_t v = token_at(d, f, k);
             if (v >= (uint32_t)d->vocab) return bad_token(d, f, k, v);
         }
     }

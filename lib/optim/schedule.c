@@ -11,7 +11,7 @@ const char *fsc_lr_kind_name(fsc_lr_kind k) {
 }
 
 fsc_status fsc_lr_kind_parse(const char *name, fsc_lr_kind *out) {
-    for (int k = 0; name && k < 3; k++)
+    for (int k = 0; name && k < (int)(sizeof kind_names / sizeof *kind_names); k++)
         if (!strcmp(name, kind_names[k])) {
             *out = (fsc_lr_kind)k;
             return FSC_OK;

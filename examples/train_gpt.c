@@ -1117,13 +1117,6 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     return s;
 }
 
-static cJSON *tag_object(const size_t *peak) {
-    cJSON *o = cJSON_CreateObject();
-    for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(o, fsc_tag_name((fsc_tag)t), (double)peak[t]);
-    cJSON_AddNumberToObject(o, "total", (double)peak[FSC_TAG_COUNT]);
-    return o;
-}
-
 /* The configuration as the option table names it. */
 static cJSON *config_object(const train_config *c) {
     cJSON *o = cJSON_CreateObject();

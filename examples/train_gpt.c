@@ -826,11 +826,8 @@ static void results_free(run_state *st) {
     free(st->pstats);
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
+/* The trace's clock (fsc_trace_now_us), so --log times and --trace spans read on one clock. */
+static double now_ms(void) { return 1e-3 * fsc_trace_now_us(); }
 
 /* The sequences of data-parallel index d for step s, per the data-order contract (fsc_data_batch; every
  * stage and tensor rank of that index sees the same sequences). */

@@ -100,7 +100,7 @@ $(TRAINER): examples/train_gpt.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
 $(BUILD)/train_gpt: $(TRAINER)
 	ln -sf fsc-train $@
 
-$(BUILD)/%: bench/%.c $(BUILD)/libfsc.a
+$(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 
 # The CUDA plug-in, whenever nvcc is present: sm_90 code plus compute_90 PTX for newer GPUs

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "fsc/fsc.h"
+#include "bench_util.h"
 
 enum { NCASE = 3 };
 #define BENCH_GPT { .layers = 4, .dim = 256, .heads = 4, .seq = 128, .vocab = 256 }
@@ -36,22 +36,6 @@ typedef struct {
     size_t peak[FSC_TAG_COUNT];     /* memory run, rank 0 */
     double comm_bytes;              /* memory run, rank 0, per step */
 } run;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 static fsc_parallel_opts opts_of(int c) {
     return (fsc_parallel_opts){ .kind = cases[c].kind, .shard = FSC_SHARD_FULL, .wrap = cases[c].wrap,

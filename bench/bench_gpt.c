@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 #include "fsc/fsc.h"
+#include "bench_util.h"
 
 int openblas_get_num_threads(void);
 
@@ -38,12 +39,6 @@ static double clock_s(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* Best GFLOP/s of C = A B (row-major, M x K times K x N) over reps (0: a few, by size) repetitions. */
@@ -206,10 +201,7 @@ int main(int argc, char **argv) {
     double tokens = (double)b.B * T;
     double flop = 6.0 * (double)P * tokens + 6.0 * (double)L * b.B * (double)T * T * C;
     for (int i = 0; i < b.steps; i++) frac[i] = b.probe[i] > 0 ? flop / b.step_s[i] * 1e-9 / b.probe[i] : 0.0;
-    qsort(frac, (size_t)b.steps, sizeof(double), cmp_double);
-    double fmed = b.steps % 2 ? frac[b.steps / 2] : 0.5 * (frac[b.steps / 2 - 1] + frac[b.steps / 2]);
-    qsort(b.step_s, (size_t)b.steps, sizeof(double), cmp_double);
-    double med = b.steps % 2 ? b.step_s[b.steps / 2] : 0.5 * (b.step_s[b.steps / 2 - 1] + b.step_s[b.steps / 2]);
+    double fmed = median(frac, b.steps), med = median(b.step_s, b.steps);
     double gflops = flop / med * 1e-9;
     printf("FLOP per step = 6 x params x tokens + 6 x B x T^2 x C x layers = 6 x %zu x %.0f + 6 x %d x %d^2 x %d x %d"
            " = %.3f GFLOP\n", P, tokens, b.B, T, C, L, flop * 1e-9);

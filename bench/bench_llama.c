@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "fsc/fsc.h"
+#include "bench_util.h"
 
 typedef struct {
     int steps, warmup, threads, B;
@@ -18,22 +18,6 @@ typedef struct {
     fsc_llama_config lc;
     double *gpt_s, *llama_s; /* (steps) seconds per measured step */
 } bench;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static fsc_status bench_fn(fsc_rank *r, void *arg) {
     bench *b = arg;

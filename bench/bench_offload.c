@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "fsc/fsc.h"
+#include "bench_util.h"
 
 #define MAX_WORLD 64
 
@@ -31,12 +31,6 @@ typedef struct {
     double step_s[64];  /* rank 0, each step's time */
     size_t up[MAX_WORLD], down[MAX_WORLD]; /* bytes uploaded and downloaded by each rank over the steps after the first */
 } run;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static fsc_status rank_fn(fsc_rank *r, void *arg) {
     run *R = arg;
@@ -87,18 +81,12 @@ static size_t most(size_t (*v)[FSC_TAG_COUNT], int world, fsc_tag t) {
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The median of rank 0's step times after the first. */
 static double median_step(const run *R) {
     double v[64];
     int n = 0;
     for (int k = 1; k < R->steps && k < 64; k++) v[n++] = R->step_s[k];
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0.0;
+    return median(v, n);
 }
 
 /* One training run of R's configuration with prefetch pf and copy bandwidth gbps (0: free): median step time. */

@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "fsc/fsc.h"
+#include "bench_util.h"
 
 #define MAX_ROUNDS 15
 
@@ -27,22 +27,6 @@ typedef struct {
     double bytes;       /* rank 0, per step: what the network carries */
     size_t peak_params; /* rank 0 */
 } run;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 static fsc_status rank_fn(fsc_rank *r, void *arg) {
     run *R = arg;

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "fsc/fsc.h"
+#include "bench_util.h"
 
 typedef struct {
     fsc_gpt_config cfg;
@@ -25,12 +26,6 @@ typedef struct {
     fsc_pipe_stats st[16];
     double ms;        /* per timed step, rank 0 */
 } bench;
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
 static fsc_status rank_fn(fsc_rank *r, void *arg) {
     bench *b = arg;
@@ -45,20 +40,15 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
     for (int step = 0; step < b->steps && s == FSC_OK; step++) {
         if (step == 1) { /* the first step allocates the pools: not timed */
             fsc_engine_reset_pipe_stats(e);
-            t0 = now_ms();
+            t0 = 1e3 * now_s();
         }
         s = fsc_engine_step(e, tok, tok, B, B, NULL);
     }
-    if (s == FSC_OK && r->rank == 0) b->ms = (now_ms() - t0) / (b->steps - 1);
+    if (s == FSC_OK && r->rank == 0) b->ms = (1e3 * now_s() - t0) / (b->steps - 1);
     if (s == FSC_OK) s = fsc_engine_pipe_stats(e, &b->st[r->rank]);
     free(tok);
     fsc_engine_free(e);
     return s;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* One configuration's ms per step, or < 0 after printing the error. */

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -826,10 +825,13 @@ static void results_free(run_state *st) {
     free(st->pstats);
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+/* The trace's clock (fsc_trace_now_us), so --log times and --trace spans read on one clock. */
+static double now_ms(void) { return 1e-3 * fsc_trace_now_us(); }
+
+/* peak (FSC_TAG_COUNT + 1): dev's peak bytes by tag, then the peak of their sum (train_log.h's records). */
+static void read_peaks(const fsc_device *dev, size_t *peak) {
+    for (int t = 0; t < FSC_TAG_COUNT; t++) peak[t] = fsc_device_peak_bytes(dev, (fsc_tag)t);
+    peak[FSC_TAG_COUNT] = fsc_device_peak_total(dev);
 }
 
 /* The sequences of data-parallel index d for step s, per the data-order contract (fsc_data_batch; every
@@ -1052,18 +1054,17 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
                          (long long)info.moe_assigned);
             }
             fsc_device *host = fsc_engine_host_device(e); /* offload: host memory has its own ledger */
-            for (int t = 0; host && t < FSC_TAG_COUNT; t++) hpeak[t] = fsc_device_peak_bytes(host, (fsc_tag)t);
-            if (host) hpeak[FSC_TAG_COUNT] = fsc_device_peak_total(host);
-            if (host)
+            if (host) {
+                read_peaks(host, hpeak);
                 snprintf(moe + strlen(moe), sizeof moe - strlen(moe), " | host peak %.1f MiB",
                          (double)hpeak[FSC_TAG_COUNT] / 1048576.0);
+            }
             char extra[192];
             snprintf(extra, sizeof extra, "%s%s", moe, info.skipped ? " | skipped (inf/nan loss or gradients)" : "");
             if (timed++ == 0) first_ms = ms;
             else sum_ms += ms;
             double mean = timed > 1 ? sum_ms / (timed - 1) : first_ms;
-            for (int t = 0; t < FSC_TAG_COUNT; t++) peak[t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
-            peak[FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
+            read_peaks(r->dev, peak);
             step_record rec = {.step = step + 1, .steps = c->steps, .loss = info.loss, .lr = fsc_engine_lr(e),
                                .val_loss = val_loss, .ms = ms, .tokens = tokens, .flops = step_flops,
                                .peak_flops = peak_flops, .eta_s = mean * 1e-3 * (c->steps - step - 1),
@@ -1093,11 +1094,9 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     if (st->pstats) fsc_engine_pipe_stats(e, &st->pstats[r->rank]);
     if (s == FSC_OK && st->params) s = fsc_engine_full_params(e, r->rank == 0 ? st->params : NULL);
     if (s == FSC_OK && c->save) s = fsc_engine_save_weights_dtype(e, c->save, save_dt[c->save_dtype]);
-    for (int t = 0; t < FSC_TAG_COUNT; t++) st->peak[r->rank][t] = fsc_device_peak_bytes(r->dev, (fsc_tag)t);
-    st->peak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(r->dev);
+    read_peaks(r->dev, st->peak[r->rank]);
     fsc_device *hdev = fsc_engine_host_device(e);
-    for (int t = 0; hdev && t < FSC_TAG_COUNT; t++) st->hpeak[r->rank][t] = fsc_device_peak_bytes(hdev, (fsc_tag)t);
-    if (hdev) st->hpeak[r->rank][FSC_TAG_COUNT] = fsc_device_peak_total(hdev);
+    if (hdev) read_peaks(hdev, st->hpeak[r->rank]);
     if (st->procs) s = share_per_rank(r, st, s);
     free(tok);
     free(tgt);
@@ -1115,13 +1114,6 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     fsc_comm_set_trace(r->comm, NULL);
     fsc_trace_free(tr);
     return s;
-}
-
-static cJSON *tag_object(const size_t *peak) {
-    cJSON *o = cJSON_CreateObject();
-    for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(o, fsc_tag_name((fsc_tag)t), (double)peak[t]);
-    cJSON_AddNumberToObject(o, "total", (double)peak[FSC_TAG_COUNT]);
-    return o;
 }
 
 /* The configuration as the option table names it. */

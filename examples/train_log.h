@@ -78,11 +78,12 @@ static int log_line(FILE *f, cJSON *o) {
     return bad ? -1 : 0;
 }
 
-/* {"params":..,"grads":..,..,"total":..} as o's k: peak (FSC_TAG_COUNT + 1) bytes by tag, then the total. */
-static void add_peaks(cJSON *o, const char *k, const size_t *peak) {
-    cJSON *p = cJSON_AddObjectToObject(o, k);
-    for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(p, fsc_tag_name((fsc_tag)t), (double)peak[t]);
-    cJSON_AddNumberToObject(p, "total", (double)peak[FSC_TAG_COUNT]);
+/* {"params":..,"grads":..,..,"total":..}: peak (FSC_TAG_COUNT + 1) bytes by tag, then the total (--log and --json). */
+static cJSON *tag_object(const size_t *peak) {
+    cJSON *o = cJSON_CreateObject();
+    for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(o, fsc_tag_name((fsc_tag)t), (double)peak[t]);
+    cJSON_AddNumberToObject(o, "total", (double)peak[FSC_TAG_COUNT]);
+    return o;
 }
 
 /* The --log record of a validation after step (0: before the first). */
@@ -107,8 +108,8 @@ static int log_step(FILE *f, const step_record *r) {
     if (isfinite(m)) cJSON_AddNumberToObject(o, "mfu", m);
     if (r->eta_s >= 0) cJSON_AddNumberToObject(o, "eta_s", r->eta_s);
     cJSON_AddNumberToObject(o, "elapsed_s", r->elapsed_s);
-    if (r->peak) add_peaks(o, "peak_bytes", r->peak);
-    if (r->host_peak) add_peaks(o, "host_peak_bytes", r->host_peak);
+    if (r->peak) cJSON_AddItemToObject(o, "peak_bytes", tag_object(r->peak));
+    if (r->host_peak) cJSON_AddItemToObject(o, "host_peak_bytes", tag_object(r->host_peak));
     if (log_line(f, o) != 0) return -1;
     return isfinite(r->val_loss) ? log_val(f, r->step, r->val_loss) : 0;
 }

@@ -118,17 +118,14 @@ static int parse_prompt(const sample_config *c, int V, int32_t **out, int *n, ch
             char *end;
             errno = 0;
             long v = strtol(s, &end, 10);
-            if (end == s || errno || v < 0 || v >= V) {
+            /* an id, then a comma and another id, or the end ("1,,2", "1,2," and "1 x" are refused) */
+            int ok = end != s && !errno && v >= 0 && v < V && (*end == '\0' || (*end == ',' && end[1] != '\0'));
+            if (!ok) {
                 free(t);
                 return snprintf(err, cap, "--prompt '%s': expected comma-separated token ids in [0, %d)", p, V), -1;
             }
             t[k++] = (int32_t)v;
-            s = end;
-            if (*s == ',') s++;
-            else if (*s) {
-                free(t);
-                return snprintf(err, cap, "--prompt '%s': expected comma-separated token ids in [0, %d)", p, V), -1;
-            }
+            s = *end ? end + 1 : end;
         }
     }
     if (k == 0) {

@@ -162,6 +162,18 @@ static void test_refusals(void **st) {
     assert_int_equal(prog_run(sampler, args, tmpdir, &out, &err), 1);
     assert_non_null(strstr(err, "token ids in [0, 32)"));
     free(out), free(err);
+    /* malformed id lists: a letter, an empty id, a trailing comma, a negative or too large id, nothing at all */
+    const char *bad[] = {"1,x", "1,,2", "1,2,", "-1", "99999999999", "7 x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(args, sizeof args, "--model '%s' --model-config '%s' --prompt '%s'", path, SG_GPT_CONFIG, bad[i]);
+        prog_refused(sampler, args, tmpdir, 1, "expected comma-separated token ids in [0, 32)");
+    }
+    snprintf(args, sizeof args, "--model '%s' --model-config '%s' --prompt ''", path, SG_GPT_CONFIG);
+    prog_refused(sampler, args, tmpdir, 1, "--prompt is empty");
+    /* option values that are not numbers, or out of range */
+    prog_refused(sampler, "--model m --tokens x", tmpdir, 2, "--tokens x: expected an integer");
+    prog_refused(sampler, "--model m --top-k -1", tmpdir, 2, "--top-k -1: expected an integer");
+    prog_refused(sampler, "--model m --temperature -2", tmpdir, 2, "--temperature -2: expected a number");
     assert_int_equal(prog_run(sampler, "--tokens 3", tmpdir, &out, &err), 2);
     assert_non_null(strstr(err, "--model PATH is required"));
     free(out), free(err);

@@ -45,8 +45,8 @@ PUBLIC_HEADERS := $(wildcard lib/include/fsc/*.h)
 PLUGIN_HEADERS := $(wildcard lib/include/fsc/plugin/*.h)
 HEADERS  := $(PUBLIC_HEADERS) $(PLUGIN_HEADERS) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
 
-.PHONY: all lib deps test check demo bench fuzz install clean cuda mpi plot
-all: lib $(TRAINER) $(EXAMPLES) $(BENCHES) $(TESTS) cuda mpi
+.PHONY: all lib deps test check demo bench fuzz install clean cuda cuda-if-found mpi plot gpu-kit
+all: lib $(TRAINER) $(EXAMPLES) $(BENCHES) $(TESTS) cuda-if-found mpi
 lib: $(BUILD)/libfsc.a $(BUILD)/libfsc.so
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
@@ -105,26 +105,45 @@ $(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(BUILD)/libfsc.a
 
 # The CUDA plug-in, whenever nvcc is present: sm_90 code plus compute_90 PTX for newer GPUs
 # (CUDA_ARCH overrides). No FMA contraction, so elementwise kernels round exactly as the CPU backend.
+# cuBLAS and NCCL are found in either layout: the toolkit's (CUDA_HOME, NCCL_HOME, /usr/local/cuda) or the
+# pip wheels' (site-packages/nvidia/cu13/lib holding libcublas.so.13 only, nvidia/nccl/include). The plug-in
+# links cuBLAS (with a RUNPATH to the folder it was found in) and loads NCCL with dlopen when a communicator
+# is opened (backends/cuda/nccl_load.cu), so one GPU never needs NCCL. `make` skips the plug-in without
+# nvcc; `make cuda` asked for by name fails instead.
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NCCL_HOME ?=
+WHEELS    := $(wildcard /usr/lib/python3*/site-packages/nvidia /usr/local/lib/python3*/*-packages/nvidia \
+               /opt/*/.venv/lib/python3*/site-packages/nvidia $(HOME)/.local/lib/python3*/site-packages/nvidia)
+first_dir  = $(firstword $(foreach d,$(2),$(if $(wildcard $(d)/$(1)),$(d))))
+NCCL_INC  := $(call first_dir,nccl.h,$(NCCL_HOME)/include $(CUDA_HOME)/include /usr/include $(WHEELS:%=%/nccl/include))
+CUBLAS_DIR:= $(call first_dir,libcublas.so*,$(CUDA_HOME)/lib64 $(CUDA_HOME)/lib /usr/lib/x86_64-linux-gnu \
+               $(WHEELS:%=%/cu13/lib) $(WHEELS:%=%/cublas/lib))
+# -lcublas where the unversioned link exists, else the versioned file itself (the wheels ship only that)
+CUBLAS_LIB:= $(if $(wildcard $(CUBLAS_DIR)/libcublas.so),-lcublas,-l:$(notdir $(lastword $(sort $(wildcard $(CUBLAS_DIR)/libcublas.so.*[0-9])))))
 CUDA_SRC  := $(sort $(wildcard backends/cuda/*.cu))
 CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS := -O2 -g -std=c++17 --fmad=false -Werror all-warnings $(CUDA_ARCH) -Ilib/include -Ilib \
-             -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror,-Wno-unused-parameter
+             $(if $(NCCL_INC),-I$(NCCL_INC)) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror,-Wno-unused-parameter
+# cuda-if-found: what `make` and the test suite build (nothing, with a note, without nvcc)
 ifneq ($(NVCC),)
-ifneq ($(CUDA_SRC),)
+cuda-if-found: cuda
 cuda: $(BUILD)/libfsc_cuda.so
 $(BUILD)/obj/backends/cuda/%.o: backends/cuda/%.cu $(wildcard backends/cuda/*.h) $(HEADERS)
+	@test -n "$(NCCL_INC)" || { echo "make cuda: nccl.h not found (set NCCL_HOME, or CUDA_HOME to a toolkit holding it)"; exit 2; }
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 # -z nodelete: dlclose never unmaps it (NCCL and CUDA keep threads and state that outlive a handle)
 $(BUILD)/libfsc_cuda.so: $(CUDA_OBJ)
-	$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -lcublas -lnccl -Xlinker -z,defs -Xlinker -z,nodelete
+	@test -n "$(CUBLAS_DIR)" || { echo "make cuda: libcublas not found (set CUDA_HOME)"; exit 2; }
+	$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -L$(CUBLAS_DIR) $(CUBLAS_LIB) -ldl -Xlinker -z,defs -Xlinker -z,nodelete \
+	        -Xlinker -rpath,$(CUBLAS_DIR)
 else
-cuda: ;
-endif
-else
+cuda-if-found:
+	@echo "nvcc not found: skipping the CUDA plug-in (make cuda builds it, with NVCC=path or CUDA_HOME set)"
 cuda:
-	@echo "nvcc not found: skipping the CUDA plug-in"
+	@echo "make cuda: nvcc not found (on PATH or in /usr/local/cuda/bin); install the CUDA toolkit or set NVCC=path/to/nvcc" >&2
+	@exit 2
 endif
 
 # The MPI plug-in (one process per rank on the cpu device), whenever mpicc is present. Programs load it with
@@ -140,6 +159,10 @@ else
 mpi:
 	@echo "mpicc not found: skipping the MPI plug-in (apt-get install libopenmpi-dev openmpi-bin)"
 endif
+
+# The kit for a lent GPU machine (ci/gpu_kit.sh, into .gpu/); run there with ci/gpu_check.sh (backends/cuda/README.md)
+gpu-kit:
+	@sh ci/gpu_kit.sh
 
 deps:
 	@sh ci/deps.sh

@@ -8,7 +8,7 @@ J=${JOBS:-2}
 echo "== build and run (coverage counters)"
 rm -rf build/cov/obj/*.gcda build/cov/obj/*/*/*.gcda 2>/dev/null || true
 find build/cov -name '*.gcda' -delete 2>/dev/null || true
-make -s -j$J BUILD=build/cov COVERAGE=1 cuda check
+make -s -j$J BUILD=build/cov COVERAGE=1 cuda-if-found check
 sh ci/check_readme_help.sh build/cov
 echo "== examples/train_mlp.c built against the installed library (make install, pkg-config)"
 sh ci/test_installed.sh build/installed
@@ -23,6 +23,8 @@ echo "== the installed library: exported names, C and C++ programs against the i
 make -s -j$J BUILD=build/install-check lib
 sh ci/check_exports.sh build/install-check
 sh ci/check_install.sh build/install-check
+echo "== the GPU kit: built, then checked where the development packages are hidden (ci/gpu_dry_run.sh)"
+sh ci/gpu_dry_run.sh
 echo "== line coverage (lib/, backends/, sim/)"
 gcovr -r . --object-directory build/cov -f lib -f backends -f sim --print-summary -o build/cov/coverage.txt >/dev/null 2>&1 || true
 grep -E '^(lines|TOTAL)' build/cov/coverage.txt 2>/dev/null || gcovr -r . --object-directory build/cov -f lib -f backends -f sim --print-summary | tail -3

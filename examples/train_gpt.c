@@ -1415,7 +1415,7 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
     c->world = env.world;
     given[gw] = 1;
     *me = env.rank;
-    *procs = env.world > 1;
+    *procs = env.world > 1 || c->device == 1; /* --device cuda: NCCL even for one process (one per GPU) */
     if (!*procs && c->reduce)
         return snprintf(err, cap, "--reduce native applies to several processes; this launcher started one"), -1;
     return 0;

@@ -9,7 +9,10 @@
  *   softmax, SiLU/SwiGLU, rotary embeddings, ...);
  * - every cuda reduction gives the same bits when run twice (determinism).
  * Without the plug-in, a driver or a GPU the kernel tests report themselves skipped with the reason; the
- * plug-in tests still check that it loads, exports its entry points and refuses cleanly. */
+ * plug-in tests still check that it loads, exports its entry points and refuses cleanly.
+ * On a GPU machine (ci/gpu_check.sh): FSC_REQUIRE_GPU=1 turns every skip into a failure, and FSC_TEST_DIGEST=FILE
+ * writes a hash of every cuda result the harness compares, one line each, so that two runs with the same
+ * FSC_TEST_SEED can be compared for the same bits (every kernel deterministic, not only the reductions). */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -26,6 +29,25 @@ typedef struct {
     char why[1024];     /* why gpu is NULL */
     uint64_t rng;
 } H;
+
+static int require_gpu; /* FSC_REQUIRE_GPU=1: a skip is a failure (set once in group_setup) */
+static FILE *digest;    /* FSC_TEST_DIGEST: "what hash" of every cuda result compared, or NULL */
+
+/* 64-bit FNV-1a of a cuda result, written as one line of the digest file */
+static void digest_add(const char *what, const void *p, size_t bytes) {
+    if (!digest) return;
+    uint64_t x = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < bytes; i++) x = (x ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    fprintf(digest, "%s %zu %016llx\n", what, bytes, (unsigned long long)x);
+}
+
+/* A test that cannot run: skipped, or failed where a GPU is required */
+#define SKIP_OR_FAIL(...)                                          \
+    do {                                                           \
+        if (require_gpu) fail_msg("FSC_REQUIRE_GPU=1: " __VA_ARGS__); \
+        print_message("skipped: " __VA_ARGS__);                     \
+        skip();                                                    \
+    } while (0)
 
 /* ---- setup: find the plug-in, open both devices ---- */
 
@@ -58,6 +80,12 @@ static int find_plugin(char *out, size_t cap) {
 static int group_setup(void **state) {
     H *h = calloc(1, sizeof *h);
     if (!h) return -1;
+    const char *req = getenv("FSC_REQUIRE_GPU"), *dg = getenv("FSC_TEST_DIGEST");
+    require_gpu = req && *req && strcmp(req, "0") != 0;
+    if (dg && *dg && !(digest = fopen(dg, "w"))) {
+        fprintf(stderr, "FSC_TEST_DIGEST: cannot write %s\n", dg);
+        return -1;
+    }
     h->rng = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ 0x9e3779b97f4a7c15ull;
     print_message("seed %llu (FSC_TEST_SEED reproduces a run)\n", (unsigned long long)h->rng);
     const char *seed = getenv("FSC_TEST_SEED");
@@ -93,15 +121,14 @@ static int group_teardown(void **state) {
     fsc_device_free(h->cpu);
     if (h->handle) dlclose(h->handle);
     free(h);
+    if (digest && fclose(digest) != 0) return -1;
+    digest = NULL;
     return 0;
 }
 
 #define NEED_GPU(h)                                                  \
     do {                                                             \
-        if (!(h)->gpu) {                                             \
-            print_message("skipped: no cuda device: %s\n", (h)->why); \
-            skip();                                                  \
-        }                                                            \
+        if (!(h)->gpu) SKIP_OR_FAIL("no cuda device: %s\n", (h)->why); \
     } while (0)
 
 /* ---- random inputs, poisoned outputs, comparison ---- */
@@ -161,6 +188,7 @@ static void compare(H *h, const char *what, pair *p, size_t n, double bound) {
     float *c = malloc(n * sizeof *c + 1), *g = malloc(n * sizeof *g + 1);
     assert_ok(fsc_device_download(h->cpu, c, p->c, n * sizeof(float)));
     assert_ok(fsc_device_download(h->gpu, g, p->g, n * sizeof(float)));
+    digest_add(what, g, n * sizeof(float));
     double maxref = 0.0, maxerr = 0.0;
     size_t worst = 0;
     for (size_t i = 0; i < n; i++) {
@@ -183,6 +211,7 @@ static void compare(H *h, const char *what, pair *p, size_t n, double bound) {
 /* Run a cuda reduction twice from the same inputs: the same bits. */
 static void same_bits_twice(H *h, const char *what, const void *a, const void *b, size_t bytes) {
     if (memcmp(a, b, bytes) != 0) fail_msg("%s: two cuda runs on the same inputs differ", what);
+    digest_add(what, b, bytes);
 }
 
 /* Run a kernel on both devices: for (EACH(w)) assert_ok(FSC_K(DEV(h, w), op, P(x, w), ...)); */
@@ -194,6 +223,7 @@ static void same_bits_twice(H *h, const char *what, const void *a, const void *b
 /* Compare host arrays: max |g - c| / max |c| <= bound; equal values (infinities too) match, NaN must
  * match NaN. */
 static void compare_host(const char *what, const float *c, const float *g, size_t n, double bound) {
+    digest_add(what, g, n * sizeof(float));
     double maxref = 0.0, maxerr = 0.0;
     size_t worst = 0;
     for (size_t i = 0; i < n; i++) {
@@ -230,10 +260,7 @@ static void *sym(H *h, const char *name) {
 
 static void test_plugin_loads_and_refuses_cleanly(void **state) {
     H *h = *state;
-    if (!h->plugin[0]) {
-        print_message("skipped: %s\n", h->why);
-        skip();
-    }
+    if (!h->plugin[0]) SKIP_OR_FAIL("%s\n", h->why);
     if (!h->handle) {
         void *again = dlopen(h->plugin, RTLD_NOW | RTLD_LOCAL);
         fail_msg("dlopen %s: %s", h->plugin, again ? "(worked the second time)" : dlerror());
@@ -285,6 +312,11 @@ static void test_plugin_loads_and_refuses_cleanly(void **state) {
                "16-byte id");
     assert_err(gid(id, 16), FSC_ERR_INVALID, "need 128");
     assert_null(cops);
+    /* NCCL is loaded when a communicator is first needed, not linked: without it, an error naming the file (the
+     * plug-in itself loaded above without it; the first attempt decides for the process, so it comes last) */
+    setenv("FSC_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
+    assert_err(gid(id, sizeof id), FSC_ERR_UNSUPPORTED, "cannot load /nonexistent/libnccl.so.2 (FSC_NCCL_LIBRARY)");
+    unsetenv("FSC_NCCL_LIBRARY");
 }
 
 static void test_device_create_reports_reason(void **state) {

@@ -8,12 +8,15 @@
  * simulated communicator, and a reduce-scatter element need not equal the all-reduce element bit for bit.
  * Failures: an asynchronous NCCL error fails the next call; the barrier (and every call when
  * FSC_NCCL_BLOCKING=1) waits at most timeout_s, then aborts the communicator instead of hanging. */
-#include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "cuda_internal.h"
+#include "nccl_load.h"
+
+/* NCCL through the table of nccl_load.cu: filled before the first communicator exists */
+#define NC (nccl_loaded())
 
 #define NC_MAGIC 0x6e63636cu /* "nccl" */
 
@@ -48,9 +51,9 @@ static double now_s(void) {
 
 static fsc_status nc_check(nc_ctx *n, ncclResult_t r, const char *what) {
     if (r == ncclSuccess) return FSC_OK;
-    const char *detail = n && n->comm ? ncclGetLastError(n->comm) : ncclGetLastError(NULL);
+    const char *detail = n && n->comm ? NC->ncclGetLastError(n->comm) : NC->ncclGetLastError(NULL);
     fsc_status s = r == ncclInvalidArgument || r == ncclInvalidUsage ? FSC_ERR_INVALID : FSC_ERR_COMM;
-    return cu_err(s, "nccl: %s on rank %d: %s%s%s", what, n ? n->rank : -1, ncclGetErrorString(r),
+    return cu_err(s, "nccl: %s on rank %d: %s%s%s", what, n ? n->rank : -1, NC->ncclGetErrorString(r),
                   detail && *detail ? ": " : "", detail ? detail : "");
 }
 
@@ -63,10 +66,10 @@ static fsc_status nc_enter(nc_ctx *n, const char *what) {
     if (!n->on && n->tail_live) /* issue order: after every call started before this one */
         FSC_TRY(cu_check(cudaStreamWaitEvent(cu_stream_of(n->dev), n->tail, 0), what));
     ncclResult_t async = ncclSuccess;
-    FSC_TRY(nc_check(n, ncclCommGetAsyncError(n->comm, &async), what));
+    FSC_TRY(nc_check(n, NC->ncclCommGetAsyncError(n->comm, &async), what));
     if (async != ncclSuccess) {
         fsc_status s = nc_check(n, async, what);
-        ncclCommAbort(n->comm);
+        NC->ncclCommAbort(n->comm);
         n->aborted = 1;
         return s;
     }
@@ -82,13 +85,13 @@ static fsc_status nc_wait(nc_ctx *n, const char *what) {
         if (e == cudaSuccess) return FSC_OK;
         if (e != cudaErrorNotReady) return cu_check(e, what);
         ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(n->comm, &async);
+        NC->ncclCommGetAsyncError(n->comm, &async);
         if (async != ncclSuccess || now_s() > deadline) {
             fsc_status st = async != ncclSuccess
                                 ? nc_check(n, async, what)
                                 : cu_err(FSC_ERR_TIMEOUT, "nccl: %s on rank %d did not finish within %g s (a rank "
                                          "died or is stuck?); the communicator is aborted", what, n->rank, n->timeout_s);
-            ncclCommAbort(n->comm);
+            NC->ncclCommAbort(n->comm);
             n->aborted = 1;
             return st;
         }
@@ -243,14 +246,14 @@ static fsc_status nc_ordered_part(nc_ctx *n, const char *what, const void *send,
     unsigned char *tmp = (unsigned char *)f;
     if (len) FSC_TRY(cu_check(cudaMemcpyAsync(tmp + (size_t)n->rank * len * es, (const unsigned char *)send + lo * es,
                                               len * es, cudaMemcpyDeviceToDevice, st), what));
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = NC->ncclGroupStart();
     for (int j = 0; j < n->world && r == ncclSuccess; j++) {
         if (j == n->rank) continue;
         size_t jlo = clampz((size_t)j * chunk, count), jn = clampz(jlo + chunk, count) - jlo;
-        if (jn) r = ncclSend((const unsigned char *)send + jlo * es, jn, nt, j, n->comm, st);
-        if (r == ncclSuccess && len) r = ncclRecv(tmp + (size_t)j * len * es, len, nt, j, n->comm, st);
+        if (jn) r = NC->ncclSend((const unsigned char *)send + jlo * es, jn, nt, j, n->comm, st);
+        if (r == ncclSuccess && len) r = NC->ncclRecv(tmp + (size_t)j * len * es, len, nt, j, n->comm, st);
     }
-    ncclResult_t e = ncclGroupEnd();
+    ncclResult_t e = NC->ncclGroupEnd();
     FSC_TRY(nc_check(n, r != ncclSuccess ? r : e, what));
     if (len) {
         rank_order_kernel<<<cu_blocks(len, CU_THREADS), CU_THREADS, 0, st>>>(out, tmp, n->world, len, len, (int)dt,
@@ -267,14 +270,14 @@ static fsc_status nc_ordered_all_reduce(nc_ctx *n, const void *send, void *recv,
     const size_t lo = clampz((size_t)n->rank * chunk, count), len = clampz(lo + chunk, count) - lo;
     /* every rank's inputs are in scratch before the kernel writes recv, so send == recv is safe */
     FSC_TRY(nc_ordered_part(n, "all_reduce", send, count, chunk, dt, nt, op, (unsigned char *)recv + lo * es));
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = NC->ncclGroupStart();
     for (int j = 0; j < n->world && r == ncclSuccess; j++) {
         if (j == n->rank) continue;
         size_t jlo = clampz((size_t)j * chunk, count), jn = clampz(jlo + chunk, count) - jlo;
-        if (len) r = ncclSend((const unsigned char *)recv + lo * es, len, nt, j, n->comm, st);
-        if (r == ncclSuccess && jn) r = ncclRecv((unsigned char *)recv + jlo * es, jn, nt, j, n->comm, st);
+        if (len) r = NC->ncclSend((const unsigned char *)recv + lo * es, len, nt, j, n->comm, st);
+        if (r == ncclSuccess && jn) r = NC->ncclRecv((unsigned char *)recv + jlo * es, jn, nt, j, n->comm, st);
     }
-    ncclResult_t e = ncclGroupEnd();
+    ncclResult_t e = NC->ncclGroupEnd();
     return nc_done(n, r != ncclSuccess ? r : e, "all_reduce");
 }
 
@@ -287,13 +290,13 @@ static fsc_status nc_all_reduce(void *ctx, const void *send, void *recv, size_t 
         float *f;
         FSC_TRY(nc_scratch(n, count * sizeof(float), &f));
         FSC_TRY(cu_convert_on(st, f, FSC_F32, send, dt, count));
-        FSC_TRY(nc_check(n, ncclAllReduce(f, f, count, ncclFloat32, ncclSum, n->comm, st), "all_reduce"));
+        FSC_TRY(nc_check(n, NC->ncclAllReduce(f, f, count, ncclFloat32, ncclSum, n->comm, st), "all_reduce"));
         if (op == FSC_AVG) FSC_TRY(cu_divide_on(st, f, (float)n->world, count));
         FSC_TRY(cu_convert_on(st, recv, dt, f, FSC_F32, count));
         FSC_TRY(nc_scratch_done(n));
         return nc_done(n, ncclSuccess, "all_reduce");
     }
-    FSC_TRY(nc_check(n, ncclAllReduce(send, recv, count, nt, ro, n->comm, st), "all_reduce"));
+    FSC_TRY(nc_check(n, NC->ncclAllReduce(send, recv, count, nt, ro, n->comm, st), "all_reduce"));
     if (op == FSC_AVG) FSC_TRY(cu_divide_on(st, (float *)recv, (float)n->world, count));
     return nc_done(n, ncclSuccess, "all_reduce");
 }
@@ -312,14 +315,14 @@ static fsc_status nc_reduce_scatter(void *ctx, const void *send, void *recv, siz
         float *f;
         FSC_TRY(nc_scratch(n, (total + recvcount) * sizeof(float), &f));
         FSC_TRY(cu_convert_on(st, f, FSC_F32, send, dt, total));
-        FSC_TRY(nc_check(n, ncclReduceScatter(f, f + total, recvcount, ncclFloat32, ncclSum, n->comm, st),
+        FSC_TRY(nc_check(n, NC->ncclReduceScatter(f, f + total, recvcount, ncclFloat32, ncclSum, n->comm, st),
                          "reduce_scatter"));
         if (op == FSC_AVG) FSC_TRY(cu_divide_on(st, f + total, (float)n->world, recvcount));
         FSC_TRY(cu_convert_on(st, recv, dt, f + total, FSC_F32, recvcount));
         FSC_TRY(nc_scratch_done(n));
         return nc_done(n, ncclSuccess, "reduce_scatter");
     }
-    FSC_TRY(nc_check(n, ncclReduceScatter(send, recv, recvcount, nt, ro, n->comm, st), "reduce_scatter"));
+    FSC_TRY(nc_check(n, NC->ncclReduceScatter(send, recv, recvcount, nt, ro, n->comm, st), "reduce_scatter"));
     if (op == FSC_AVG) FSC_TRY(cu_divide_on(st, (float *)recv, (float)n->world, recvcount));
     return nc_done(n, ncclSuccess, "reduce_scatter");
 }
@@ -327,37 +330,37 @@ static fsc_status nc_reduce_scatter(void *ctx, const void *send, void *recv, siz
 static fsc_status nc_all_gather(void *ctx, const void *send, void *recv, size_t sendcount, fsc_dtype dt) {
     NC_HEAD("all_gather", dt);
     if (sendcount == 0) return FSC_OK;
-    return nc_done(n, ncclAllGather(send, recv, sendcount, nt, n->comm, st), "all_gather");
+    return nc_done(n, NC->ncclAllGather(send, recv, sendcount, nt, n->comm, st), "all_gather");
 }
 
 static fsc_status nc_broadcast(void *ctx, void *buf, size_t count, fsc_dtype dt, int root) {
     NC_HEAD("broadcast", dt);
     if (count == 0) return FSC_OK;
-    return nc_done(n, ncclBroadcast(buf, buf, count, nt, root, n->comm, st), "broadcast");
+    return nc_done(n, NC->ncclBroadcast(buf, buf, count, nt, root, n->comm, st), "broadcast");
 }
 
 static fsc_status nc_send(void *ctx, const void *buf, size_t count, fsc_dtype dt, int peer) {
     NC_HEAD("send", dt);
     if (count == 0) return FSC_OK;
-    return nc_done(n, ncclSend(buf, count, nt, peer, n->comm, st), "send");
+    return nc_done(n, NC->ncclSend(buf, count, nt, peer, n->comm, st), "send");
 }
 
 static fsc_status nc_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int peer) {
     NC_HEAD("recv", dt);
     if (count == 0) return FSC_OK;
-    return nc_done(n, ncclRecv(buf, count, nt, peer, n->comm, st), "recv");
+    return nc_done(n, NC->ncclRecv(buf, count, nt, peer, n->comm, st), "recv");
 }
 
 static fsc_status nc_all_to_all(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt) {
     NC_HEAD("all_to_all", dt);
     if (count == 0) return FSC_OK;
     size_t block = count * nc_size(dt);
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = NC->ncclGroupStart();
     for (int j = 0; j < n->world && r == ncclSuccess; j++) {
-        r = ncclSend((const char *)send + (size_t)j * block, count, nt, j, n->comm, st);
-        if (r == ncclSuccess) r = ncclRecv((char *)recv + (size_t)j * block, count, nt, j, n->comm, st);
+        r = NC->ncclSend((const char *)send + (size_t)j * block, count, nt, j, n->comm, st);
+        if (r == ncclSuccess) r = NC->ncclRecv((char *)recv + (size_t)j * block, count, nt, j, n->comm, st);
     }
-    ncclResult_t e = ncclGroupEnd();
+    ncclResult_t e = NC->ncclGroupEnd();
     return nc_done(n, r != ncclSuccess ? r : e, "all_to_all");
 }
 
@@ -365,7 +368,7 @@ static fsc_status nc_barrier(void *ctx) {
     NC_HEAD("barrier", FSC_F32);
     float *f;
     FSC_TRY(nc_scratch(n, sizeof(float), &f));
-    FSC_TRY(nc_check(n, ncclAllReduce(f, f, 1, ncclFloat32, ncclSum, n->comm, st), "barrier"));
+    FSC_TRY(nc_check(n, NC->ncclAllReduce(f, f, 1, ncclFloat32, ncclSum, n->comm, st), "barrier"));
     FSC_TRY(nc_scratch_done(n));
     (void)nt;
     return nc_wait(n, "barrier");
@@ -381,7 +384,7 @@ static void nc_destroy(void *ctx) {
         } else {
             cudaStreamSynchronize(cu_stream_of(n->dev));
             if (n->comm_stream) cudaStreamSynchronize(n->comm_stream);
-            ncclCommDestroy(n->comm);
+            NC->ncclCommDestroy(n->comm);
         }
     }
     cudaFree(n->scratch);
@@ -400,15 +403,15 @@ static fsc_status nc_split(void *ctx, int color, int key, void **new_ctx, int *n
     if (color < 0) return cu_err(FSC_ERR_INVALID, "nccl: split: color %d must be >= 0", color);
     FSC_TRY(nc_enter(n, "split"));
     ncclComm_t nc = NULL;
-    FSC_TRY(nc_check(n, ncclCommSplit(n->comm, color, key, &nc, NULL), "split"));
+    FSC_TRY(nc_check(n, NC->ncclCommSplit(n->comm, color, key, &nc, NULL), "split"));
     int r = 0, sz = 0;
-    fsc_status s = nc_check(n, ncclCommUserRank(nc, &r), "split");
-    if (s == FSC_OK) s = nc_check(n, ncclCommCount(nc, &sz), "split");
+    fsc_status s = nc_check(n, NC->ncclCommUserRank(nc, &r), "split");
+    if (s == FSC_OK) s = nc_check(n, NC->ncclCommCount(nc, &sz), "split");
     nc_ctx *m = (nc_ctx *)calloc(1, sizeof *m);
     if (s == FSC_OK && !m) s = cu_err(FSC_ERR_NOMEM, "nccl: split: out of host memory");
     if (s != FSC_OK) {
         free(m);
-        ncclCommDestroy(nc);
+        NC->ncclCommDestroy(nc);
         return s;
     }
     nc_open_ctx(m, nc, n->dev, r, sz, n->timeout_s, n->blocking, n->native);
@@ -493,13 +496,13 @@ static fsc_status nc_req_wait(void *ctx, void *req) {
             break;
         }
         ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(n->comm, &async);
+        NC->ncclCommGetAsyncError(n->comm, &async);
         if (async != ncclSuccess || now_s() > deadline) {
             st = async != ncclSuccess
                      ? nc_check(n, async, q->what)
                      : cu_err(FSC_ERR_TIMEOUT, "nccl: %s on rank %d did not finish within %g s (a rank died or is "
                               "stuck?); the communicator is aborted", q->what, n->rank, n->timeout_s);
-            ncclCommAbort(n->comm);
+            NC->ncclCommAbort(n->comm);
             n->aborted = 1;
             break;
         }
@@ -562,8 +565,10 @@ static fsc_status nc_open_ctx(nc_ctx *n, ncclComm_t comm, cu_ctx *dev, int rank,
 extern "C" __attribute__((visibility("default"))) fsc_status fsc_nccl_get_unique_id(void *id, size_t bytes) {
     if (!id || bytes < sizeof(ncclUniqueId))
         return cu_err(FSC_ERR_INVALID, "nccl: unique id buffer of %zu bytes (need %zu)", bytes, sizeof(ncclUniqueId));
+    const nccl_api *api;
+    FSC_TRY(nccl_load(&api));
     ncclUniqueId u;
-    FSC_TRY(nc_check(NULL, ncclGetUniqueId(&u), "ncclGetUniqueId"));
+    FSC_TRY(nc_check(NULL, api->ncclGetUniqueId(&u), "ncclGetUniqueId"));
     memset(id, 0, bytes);
     memcpy(id, &u, sizeof u);
     return FSC_OK;
@@ -584,14 +589,16 @@ extern "C" __attribute__((visibility("default"))) fsc_status fsc_nccl_comm_open(
     if (!cu_is_ctx(device_ctx))
         return cu_err(FSC_ERR_INVALID, "fsc_nccl_comm_open: device_ctx is not a cuda device of this plug-in");
     cu_ctx *dev = (cu_ctx *)device_ctx;
+    const nccl_api *api;
+    FSC_TRY(nccl_load(&api));
     FSC_TRY(cu_enter(dev));
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
     ncclComm_t comm = NULL;
-    FSC_TRY(nc_check(NULL, ncclCommInitRank(&comm, world, u, rank), "ncclCommInitRank"));
+    FSC_TRY(nc_check(NULL, api->ncclCommInitRank(&comm, world, u, rank), "ncclCommInitRank"));
     nc_ctx *n = (nc_ctx *)calloc(1, sizeof *n);
     if (!n) {
-        ncclCommDestroy(comm);
+        NC->ncclCommDestroy(comm);
         return cu_err(FSC_ERR_NOMEM, "nccl: out of host memory");
     }
     const char *b = getenv("FSC_NCCL_BLOCKING");

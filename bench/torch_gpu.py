@@ -57,6 +57,7 @@ class GPT(nn.Module):
 def rope(x, cos, sin):  # x: (B, H, T, D), rotating pairs (i, i + D/2) as Hugging Face's Llama does
     d = x.shape[-1] // 2
     x1, x2 = x[..., :d], x[..., d:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 

@@ -7,7 +7,7 @@
 #   versions  card, driver, CUDA, cuBLAS, NCCL, PyTorch
 #   gpu       a GPU is there (nvidia-smi, the driver library): without one, "no GPU" and stop (exit 3)
 #   a harness every device-table entry against the CPU, twice with one seed: the second run's bits equal the first's
-#   b models   GPT-2 and Llama, 20 steps on --device cuda against --device cpu, f32 and bf16, stated tolerances
+#   b models   GPT-2 and Llama, 20 steps on --device $DEV against --device cpu, f32 and bf16, stated tolerances
 #   c ranks    simulated ranks on the GPU (--world 4): fsdp with every shard strategy, zero1, zero2, a pipeline and
 #             offload optim/all equal to DDP bit for bit (--check-ddp)
 #   d launch   the launcher at world 1 with NCCL equals the simulated rank; checkpoints cross between GPU and CPU
@@ -18,7 +18,9 @@
 # Writes to $OUT (the device tool's folder; /tmp/fsc-gpu-out elsewhere): summary.txt (a line per step: ok or
 # FAILED, seconds, its key numbers) and logs.tar.gz (every step's log). Exit status: 0 when every step passed,
 # 3 when there is no GPU (after the steps that need none), 1 otherwise.
-# Environment: FSC_KIT (default .gpu), FSC_GPU_BUDGET (seconds), FSC_GPU_STEPS (names to run, default all).
+# Environment: FSC_KIT (default .gpu), FSC_GPU_BUDGET (seconds), FSC_GPU_STEPS (names to run, default all),
+# FSC_GPU_REHEARSE=1: a rehearsal on a machine without a GPU (--device cpu for cuda, tiny speed shapes, the
+# GPU-only steps skipped), to check this script itself before the GPU's minutes are spent.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -38,6 +40,7 @@ FAILS=0
 say() { echo "$*" | tee -a "$SUMMARY"; }
 finish() {
     tar -C "$W" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
+    rm -rf "$W"
     say "total: $(( $(date +%s) - START )) s, $FAILS step(s) failed"
     exit "$1"
 }
@@ -130,9 +133,13 @@ setup() {
         if ldconfig -p | grep -q "^[[:space:]]*$so "; then echo "$so: the machine has it"; else
             ln -sf "$f" "$K/syslib/$so"; echo "$so: from the kit"; fi
     done
-    { for d in $dirs; do echo "$d"; done; echo "$K/syslib"; } > /etc/ld.so.conf.d/zz-fsc-kit.conf
-    ldconfig
-    echo "registered with ldconfig:"; sed 's/^/  /' /etc/ld.so.conf.d/zz-fsc-kit.conf
+    if [ "$REHEARSE" = 1 ]; then  # leave this machine's loader alone
+        export LD_LIBRARY_PATH=$K/syslib
+    else
+        { for d in $dirs; do echo "$d"; done; echo "$K/syslib"; } > /etc/ld.so.conf.d/zz-fsc-kit.conf
+        ldconfig
+        echo "registered with ldconfig:"; sed 's/^/  /' /etc/ld.so.conf.d/zz-fsc-kit.conf
+    fi
     # every kit binary resolves every library, none from outside the system, CUDA or the kit
     local missing=0 b
     for b in "$K"/bin/* "$K/lib/libfsc_cuda.so"; do
@@ -196,7 +203,7 @@ models() {
     for m in gpt2 llama; do
         for p in fp32 bf16; do
             bound=1e-4; [ "$p" = bf16 ] && bound=2e-2
-            run_fsc "b-$m-$p-cuda" --model $m --precision $p --steps 20 --json --device cuda --data "$K/data/coriolanus.txt" || ok=1
+            run_fsc "b-$m-$p-cuda" --model $m --precision $p --steps 20 --json --device $DEV --data "$K/data/coriolanus.txt" || ok=1
             run_fsc "b-$m-$p-cpu" --model $m --precision $p --steps 20 --json --device cpu --data "$K/data/coriolanus.txt" || ok=1
             if e=$(loss_cmp "$L/b-$m-$p-cuda.json" "$L/b-$m-$p-cpu.json" $bound); then
                 echo "$m $p: $e (<= $bound)" >> "$KEYS"
@@ -210,7 +217,7 @@ models() {
 
 ranks() {
     local ok=0 name
-    local common=(--device cuda --world 4 --steps 4 --batch 8 --check-ddp --data "$K/data/coriolanus.txt")
+    local common=(--device $DEV --world 4 --steps 4 --batch 8 --check-ddp --data "$K/data/coriolanus.txt")
     for name in "fsdp --shard full" "fsdp --shard grad_op" "fsdp --shard none" "fsdp --shard hybrid" zero1 zero2 \
                 "fsdp --offload optim" "fsdp --offload all" "zero2 --offload optim" "pipe --pp 2" \
                 "fsdp --precision bf16"; do
@@ -226,23 +233,23 @@ ranks() {
 
 launch() {
     local ok=0 d="$K/data/coriolanus.txt"
-    run_fsc d-sim --device cuda --parallel ddp --steps 5 --json --data "$d" || ok=1
+    run_fsc d-sim --device $DEV --parallel ddp --steps 5 --json --data "$d" || ok=1
     FSC_LAUNCHER=torchrun RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
-        run_fsc d-nccl --device cuda --parallel ddp --steps 5 --json --data "$d" || ok=1
+        run_fsc d-nccl --device $DEV --parallel ddp --steps 5 --json --data "$d" || ok=1
     if python3 -c 'import json,sys; a,b=(json.load(open(p))["losses"] for p in sys.argv[1:]); sys.exit(a!=b)' \
         "$L/d-sim.json" "$L/d-nccl.json"; then echo "nccl world 1 = simulated rank, bit for bit" >> "$KEYS"
     else echo "nccl world 1 != simulated rank" >> "$KEYS"; ok=1; fi
-    FSC_LAUNCHER=torchrun RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
-        run_fsc d-native --device cuda --parallel fsdp --reduce native --steps 3 --json --data "$d" || ok=1
+    [ "$REHEARSE" = 1 ] || FSC_LAUNCHER=torchrun RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
+        run_fsc d-native --device $DEV --parallel fsdp --reduce native --steps 3 --json --data "$d" || ok=1
     # checkpoints: 4 steps on one device, resumed for 2 more on the other, against 6 uninterrupted on the second
     local from to
-    for from in cuda cpu; do
-        to=cpu; [ "$from" = cpu ] && to=cuda
+    for from in $DEV cpu; do
+        to=cpu; [ "$from" = cpu ] && to=$DEV
         rm -rf "$L/ck-$from"
         run_fsc "d-ck-$from" --device $from --parallel fsdp --world 2 --steps 4 --save-every 2 --ckpt-dir "$L/ck-$from" \
             --json --data "$d" || ok=1
         run_fsc "d-resume-$to" --device $to --parallel zero2 --world 2 --steps 6 --resume "$L/ck-$from" \
-            --ckpt-dir "$L/ck-$from" --json --data "$d" || ok=1
+            --ckpt-dir "$L/ck-$from" --save-every 2 --json --data "$d" || ok=1
         run_fsc "d-straight-$to" --device $to --parallel zero2 --world 2 --steps 6 --json --data "$d" || ok=1
         local e
         if e=$(python3 -c 'import json,sys
@@ -261,12 +268,17 @@ speed() {
     local ok=0 peak=989.4   # dense bf16 TFLOP/s of an H100/H200 SXM (the datasheet's)
     local gpt=(--model gpt2 --layers 12 --dim 768 --heads 12 --seq 1024 --vocab 50257 --batch 8)
     local llama=(--model llama --layers 22 --dim 2048 --heads 32 --kv-heads 4 --ffn 5632 --seq 1024 --vocab 32000 --batch 4)
+    if [ "$REHEARSE" = 1 ]; then
+        gpt=(--model gpt2 --layers 2 --dim 64 --heads 4 --seq 64 --vocab 50257 --batch 2)
+        llama=(--model llama --layers 2 --dim 64 --heads 4 --kv-heads 2 --ffn 192 --seq 64 --vocab 32000 --batch 2)
+    fi
     local m
     for m in gpt llama; do
         local -n a=$m
-        run_fsc "f-$m" "${a[@]}" --precision bf16 --device cuda --steps 8 --json --peak-tflops $peak \
+        run_fsc "f-$m" "${a[@]}" --precision bf16 --device $DEV --steps 8 --json --peak-tflops $peak \
             --data "$K/data/random32k.u16" --data-format u16 || ok=1
-        python3 "$K/bench/torch_gpu.py" "${a[@]}" --steps 6 --warmup 3 > "$L/f-$m-eager.json" 2> "$L/f-$m-eager.err" || ok=1
+        python3 "$K/bench/torch_gpu.py" "${a[@]}" --steps 6 --warmup 3 > "$L/f-$m-eager.json" 2> "$L/f-$m-eager.err" \
+            || { echo "torch eager did not run: $(tail -1 "$L/f-$m-eager.err")"; [ "$REHEARSE" = 1 ] || ok=1; }
         timeout 150 python3 "$K/bench/torch_gpu.py" "${a[@]}" --steps 6 --warmup 3 --compile > "$L/f-$m-compile.json" \
             2> "$L/f-$m-compile.err" || echo "torch.compile did not run: $(tail -1 "$L/f-$m-compile.err")"
         python3 - "$m" "$peak" "$L/f-$m.json" "$L/f-$m-eager.json" "$L/f-$m-compile.json" "${a[@]}" >> "$KEYS" <<'PY'
@@ -300,14 +312,15 @@ sanitize() {
         "$K/bin/test_cuda_backend" > "$L/memcheck.out" 2>&1 && echo "memcheck of the harness: clean" >> "$KEYS" \
         || { echo "memcheck: errors (rc $?)" >> "$KEYS"; ok=1; }
     tail -n 30 "$L/memcheck.out"
-    FSC_CUDA_NO_CACHE=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$K/bin/fsc-train" --device cuda \
+    FSC_CUDA_NO_CACHE=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$K/bin/fsc-train" --device $DEV \
         --steps 2 --layers 2 --data "$K/data/coriolanus.txt" > "$L/racecheck.out" 2>&1 \
         && echo "racecheck of 2 training steps: clean" >> "$KEYS" || { echo "racecheck: errors (rc $?)" >> "$KEYS"; ok=1; }
     tail -n 30 "$L/racecheck.out"
     return $ok
 }
 
-export K=$W/kit KIT
+export K=$W/kit KIT DEV=cuda REHEARSE=${FSC_GPU_REHEARSE:-0}
+[ "$REHEARSE" = 1 ] && DEV=cpu
 mkdir -p "$K"
 export FSC_CUDA_PLUGIN=$K/lib/libfsc_cuda.so OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-8}
 if [ ! -f "$KIT/kit.tar.gz" ]; then
@@ -318,6 +331,15 @@ fi
 say "fsc gpu_check on $(hostname) $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET}s"
 step setup 60 setup || finish 1
 step versions 30 versions
+if [ "$REHEARSE" = 1 ]; then
+    say "rehearsal: --device cpu for cuda; the gpu, harness and sanitize steps are skipped; tiny speed shapes"
+    step models 90 models
+    step ranks 90 ranks
+    step launch 60 launch
+    step speed 200 speed
+    [ "$FAILS" -eq 0 ] && finish 0
+    finish 1
+fi
 step gpu 30 gpu || { say "no GPU: the steps below need one (harness, models, ranks, launch, speed, sanitize)"; finish 3; }
 step harness 60 harness
 step models 90 models

@@ -160,7 +160,7 @@ static const option options[] = {
     {"precision", "P", "fp32", "parameters and gradient reduction: fp32|bf16|fp16", K_CHOICE, F(precision), 0, 0, "fp32|bf16|fp16"},
     {"accum", "K", "1", "micro-batches per step (gradient accumulation)", K_INT, F(accum), 1, 1 << 20, NULL},
     {"check-ddp", NULL, NULL, "also train with DDP and report whether the weights are bit-identical", K_FLAG, F(check_ddp), 0, 0, NULL},
-    {"device", "NAME", "cpu", "device of every rank: cpu|cuda (cuda needs build/libfsc_cuda.so and a GPU)", K_CHOICE, F(device), 0, 0, "cpu|cuda"},
+    {"device", "NAME", "cpu", "device of every rank: cpu|cuda (cuda needs build/libfsc_cuda.so and a GPU; under a launcher each process drives its GPU through NCCL, a single process too)", K_CHOICE, F(device), 0, 0, "cpu|cuda"},
     {"threads", "N", "0", "BLAS threads per rank (0: 1 with several ranks, else the library default)", K_INT, F(threads), 0, 1024, NULL},
     {"pp", "P", "1", "pipeline stages (world = dp x tp x pp, laid out by --order)", K_INT, F(pp), 1, 1024, NULL},
     {"dp", "D", "0", "data-parallel ranks (0: --world / (--tp x --pp); without --world, world = D x T x P)", K_INT, F(dp), 0, 1024, NULL},

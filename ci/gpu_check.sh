@@ -28,6 +28,7 @@ KIT=${FSC_KIT:-$ROOT/.gpu}
 OUT=${OUT:-/tmp/fsc-gpu-out}
 BUDGET=${FSC_GPU_BUDGET:-360}
 ONLY=${FSC_GPU_STEPS:-}
+export PATH=$PATH:/usr/local/nvidia/bin
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/fsc-kit.XXXXXX)
 L=$W/logs
@@ -174,8 +175,15 @@ gpu() {
     if ! command -v nvidia-smi >/dev/null; then echo "no GPU: nvidia-smi is not installed" | tee -a "$KEYS"; return 1; fi
     if ! nvidia-smi -L > "$L/gpus.txt" 2>&1 || ! grep -q '^GPU ' "$L/gpus.txt"; then
         echo "no GPU: nvidia-smi lists none: $(head -1 "$L/gpus.txt")" | tee -a "$KEYS"; return 1; fi
-    if ! ldconfig -p | grep -q 'libcuda.so.1 '; then
-        echo "no GPU: the driver library libcuda.so.1 is not on the loader path" | tee -a "$KEYS"; return 1; fi
+    # the driver's library: on the loader path already (cache or LD_LIBRARY_PATH), or registered from where it is
+    if ! python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null; then
+        local d
+        for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/cuda/compat; do
+            [ -e "$d/libcuda.so.1" ] && { echo "$d" >> /etc/ld.so.conf.d/zz-fsc-kit.conf; ldconfig; break; }
+        done
+        if ! python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null; then
+            echo "no GPU: the driver library libcuda.so.1 cannot be loaded" | tee -a "$KEYS"; return 1; fi
+    fi
     echo "$(grep -c '^GPU ' "$L/gpus.txt") GPU(s): $(head -1 "$L/gpus.txt")" | tee -a "$KEYS"
 }
 

@@ -12,7 +12,7 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 # -fvisibility=hidden: the library exports only what its public headers declare (lib/include/fsc/export.h)
 CFLAGS   += -std=c11 $(OPT) -g -fPIC -fvisibility=hidden -pthread -D_GNU_SOURCE $(WARN) -Ilib/include -Ilib
-LDLIBS   += -lcjson -lz -lopenblas -lm -lpthread -ldl
+LDLIBS   += -lcjson -lz -lnettle -lopenblas -lm -lpthread -ldl
 ifneq ($(SAN),)
 CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS  += -fsanitize=$(SAN)

@@ -10,7 +10,7 @@ if [ "$1" = plot ]; then
 else
 # g++ and binutils (readelf, objcopy): ci/check_install.sh's C++ program and ci/check_exports.sh;
 # Open MPI (mpicc, mpirun): the MPI plug-in backends/mpi and the multi-process tests (tests/test_mpi.c)
-for p in libopenblas-dev libcmocka-dev gcovr clang pkg-config libclang-rt-dev libcjson-dev zlib1g-dev g++ binutils \
+for p in libopenblas-dev libcmocka-dev gcovr clang pkg-config libclang-rt-dev libcjson-dev zlib1g-dev nettle-dev g++ binutils \
          libopenmpi-dev openmpi-bin; do
   have "$p" || need="$need $p"
 done

@@ -1,107 +1,25 @@
-/* SHA-256 and HMAC-SHA-256 (sha256.h): the rendezvous authenticates ranks with them.
- * A straight transcription of FIPS 180-4 section 6.2; checked against the FIPS and RFC 4231 vectors in
- * tests/test_sha256.c. Not here: anything needing speed or other digests. */
-#include <string.h>
+/* SHA-256 and HMAC-SHA-256 (sha256.h) through Nettle: the rendezvous authenticates ranks with them. Checked
+ * against the FIPS 180-4 and RFC 4231 vectors in tests/test_sha256.c. Not here: the rendezvous protocol. */
+#include <nettle/memops.h>
 #include "core/sha256.h"
 
-static const uint32_t K[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-};
-
-static uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-static void block(uint32_t h[8], const unsigned char *p) {
-    uint32_t w[64];
-    for (int t = 0; t < 16; t++)
-        w[t] = ((uint32_t)p[4 * t] << 24) | ((uint32_t)p[4 * t + 1] << 16) | ((uint32_t)p[4 * t + 2] << 8) |
-               (uint32_t)p[4 * t + 3];
-    for (int t = 16; t < 64; t++) {
-        uint32_t s0 = ror(w[t - 15], 7) ^ ror(w[t - 15], 18) ^ (w[t - 15] >> 3);
-        uint32_t s1 = ror(w[t - 2], 17) ^ ror(w[t - 2], 19) ^ (w[t - 2] >> 10);
-        w[t] = w[t - 16] + s0 + w[t - 7] + s1;
-    }
-    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
-    for (int t = 0; t < 64; t++) {
-        uint32_t t1 = k + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K[t] + w[t];
-        uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-        k = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
-    }
-    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
-}
-
-void fsc_sha256_init(fsc_sha256_ctx *c) {
-    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    memcpy(c->h, h0, sizeof h0);
-    c->bytes = 0;
-    c->fill = 0;
-}
-
-void fsc_sha256_update(fsc_sha256_ctx *c, const void *data, size_t n) {
-    const unsigned char *p = data;
-    c->bytes += n;
-    while (n > 0) {
-        size_t take = 64 - c->fill < n ? 64 - c->fill : n;
-        memcpy(c->buf + c->fill, p, take);
-        c->fill += take, p += take, n -= take;
-        if (c->fill == 64) {
-            block(c->h, c->buf);
-            c->fill = 0;
-        }
-    }
-}
-
+void fsc_sha256_init(fsc_sha256_ctx *c) { sha256_init(c); }
+void fsc_sha256_update(fsc_sha256_ctx *c, const void *data, size_t n) { sha256_update(c, n, data); }
 void fsc_sha256_final(fsc_sha256_ctx *c, unsigned char out[FSC_SHA256_BYTES]) {
-    uint64_t bits = c->bytes * 8;
-    unsigned char pad[72] = {0x80};
-    size_t npad = (c->fill < 56 ? 56 : 120) - c->fill; /* up to 56 mod 64, then the 8-byte length */
-    for (int i = 0; i < 8; i++) pad[npad + (size_t)i] = (unsigned char)(bits >> (56 - 8 * i));
-    fsc_sha256_update(c, pad, npad + 8);
-    for (int i = 0; i < 8; i++)
-        for (int j = 0; j < 4; j++) out[4 * i + j] = (unsigned char)(c->h[i] >> (24 - 8 * j));
-    memset(c, 0, sizeof *c);
+    sha256_digest(c, FSC_SHA256_BYTES, out);
 }
 
 void fsc_sha256(const void *data, size_t n, unsigned char out[FSC_SHA256_BYTES]) {
     fsc_sha256_ctx c;
-    fsc_sha256_init(&c);
-    fsc_sha256_update(&c, data, n);
-    fsc_sha256_final(&c, out);
+    sha256_init(&c);
+    sha256_update(&c, n, data);
+    sha256_digest(&c, FSC_SHA256_BYTES, out);
 }
 
-void fsc_hmac_init(fsc_hmac_ctx *c, const void *key, size_t key_len) {
-    unsigned char k[64] = {0}, pad[64];
-    if (key_len > 64) fsc_sha256(key, key_len, k);
-    else if (key_len > 0) memcpy(k, key, key_len);
-    for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x36;
-    fsc_sha256_init(&c->inner);
-    fsc_sha256_update(&c->inner, pad, 64);
-    for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x5c;
-    fsc_sha256_init(&c->outer);
-    fsc_sha256_update(&c->outer, pad, 64);
-    memset(k, 0, sizeof k);
-    memset(pad, 0, sizeof pad);
-}
-
-void fsc_hmac_update(fsc_hmac_ctx *c, const void *data, size_t n) { fsc_sha256_update(&c->inner, data, n); }
-
+void fsc_hmac_init(fsc_hmac_ctx *c, const void *key, size_t key_len) { hmac_sha256_set_key(c, key_len, key); }
+void fsc_hmac_update(fsc_hmac_ctx *c, const void *data, size_t n) { hmac_sha256_update(c, n, data); }
 void fsc_hmac_final(fsc_hmac_ctx *c, unsigned char out[FSC_SHA256_BYTES]) {
-    unsigned char inner[FSC_SHA256_BYTES];
-    fsc_sha256_final(&c->inner, inner);
-    fsc_sha256_update(&c->outer, inner, sizeof inner);
-    fsc_sha256_final(&c->outer, out);
+    hmac_sha256_digest(c, FSC_SHA256_BYTES, out);
 }
 
-int fsc_equal_const_time(const void *a, const void *b, size_t n) {
-    const volatile unsigned char *x = a, *y = b;
-    unsigned char d = 0;
-    for (size_t i = 0; i < n; i++) d |= (unsigned char)(x[i] ^ y[i]);
-    return d == 0;
-}
+int fsc_equal_const_time(const void *a, const void *b, size_t n) { return n == 0 || memeql_sec(a, b, n); }

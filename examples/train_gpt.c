@@ -739,10 +739,10 @@ static int find_default_data(train_config *c, const int *given, char *buf, size_
                     "text file, llm.c token shards or a uint16 token file)", c->data, slash ? exe : "?"), -1;
 }
 
-/* The data (fsc/data.h): the files of --data mapped read-only, not copied, so their size costs no memory
- * of their own; regular files (a device such as /dev/zero, a FIFO or a directory is refused before anything
- * is read) of --data-format, holding at least --seq + 1 tokens, every one below --vocab (checked here in one
- * pass over the maps), that must not change while training. */
+/* The data (fsc/data.h): the files of --data, read as batches need them, not copied, so their size costs no
+ * memory of their own; regular files (a device such as /dev/zero, a FIFO or a directory is refused before
+ * anything is read) of --data-format, holding at least --seq + 1 tokens, every one below --vocab (checked here
+ * in one pass), that must not change while training (a step that meets a changed file fails, naming it). */
 static int load_data(const train_config *c, fsc_data **out, size_t *n, char *err, size_t cap) {
     fsc_data *d = NULL;
     fsc_status s = fsc_data_open(&d, c->data, (fsc_data_format)c->data_format, c->vocab);

@@ -120,7 +120,8 @@ static void test_big_vocab(void **state) {
     }
 }
 
-/* Oracle: each mismatch is refused at start-up, exit 2, with a message naming the file and the problem. */
+/* Oracle: each mismatch is refused at start-up, exit 2, with a message naming the file and the problem (or the
+ * list, when it names no file or has an empty entry). */
 static void test_refusals(void **state) {
     (void)state;
     write_tokens("odd.u16", "bytes", toks, 99, 0);
@@ -138,6 +139,8 @@ static void test_refusals(void **state) {
         {"--data '%s/over.u16' --data-format u16", "token 300 at offset 500 (byte 1000 of the file) is not below the vocabulary size 256"},
         {"--data '%s/nothing_*.bin'", "nothing_*.bin matches no file"},
         {"--data '%s/data.txt' --data-format u32", "--data-format"},
+        {"--data ',,'", "--data \",,\": the list of files is empty"},
+        {"--data '%s/data.txt,'", "data.txt,\": entry 2 of 2 is an empty path in the list of files"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char *a = prog_fmt(cases[c].args, tmpdir), *full = prog_fmt(TINY " %s", a);

@@ -12,6 +12,7 @@
  * last line of output is one JSON object with every loss, throughput, memory and communication. */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -271,9 +272,14 @@ static int set_option(train_config *c, const option *o, const char *v, char *err
         *(uint64_t *)field = (uint64_t)x;
         return 0;
     }
-    case K_FLOAT: {
+    case K_FLOAT: { /* decimal only: strtod would also read 0x10 as 16 */
         double x = strtod(v, &end);
-        if (!*v || *end || errno || !isfinite(x) || !isfinite((float)x))
+        if (!*v || *end || strspn(v, "0123456789+-.eE") != strlen(v))
+            return snprintf(err, cap, "--%s: '%s' is not a decimal number", o->name, v), -1;
+        if ((errno == ERANGE && fabs(x) < 1) || (x != 0 && fabs(x) < FLT_MIN)) /* a float would hold 0 or a denormal */
+            return snprintf(err, cap, "--%s: %s is too small for a float (the smallest is %g; give 0 for none)", o->name,
+                            v, (double)FLT_MIN), -1;
+        if (errno || !isfinite(x) || !isfinite((float)x))
             return snprintf(err, cap, "--%s: '%s' is not a finite number", o->name, v), -1;
         if (x < o->lo || x > o->hi) {
             if (isinf(o->hi)) return snprintf(err, cap, "--%s: %s is out of range (must be >= %g)", o->name, v, o->lo), -1;
@@ -351,13 +357,18 @@ static int same_value(const option *o, const train_config *a, const train_config
  * the option given, as on the command line. String values are copied into c->strs. Returns 0 or -1 (err). */
 static int apply_config_text(train_config *c, int *given, const char *text, size_t len, const char *name, char *err,
                              size_t cap) {
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) return snprintf(err, cap, "%s: not JSON (near byte %ld)", name,
                                cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - text) : 0L), -1;
     int rc = 0;
+    while (end < text + len && strchr(" \t\r\n", *end) && *end) end++;
+    if (end < text + len) /* cJSON stops after the first value: {"steps":1}{"steps":100} must not run 1 step */
+        rc = (snprintf(err, cap, "%s: text after the JSON object at byte %ld (a file holds one object)", name,
+                       (long)(end - text)), -1);
     train_config def;
     int dgiven[NOPT];
-    if (!cJSON_IsObject(root)) rc = (snprintf(err, cap, "%s: expected a JSON object {\"option\": value, ...}", name), -1);
+    if (rc == 0 && !cJSON_IsObject(root)) rc = (snprintf(err, cap, "%s: expected a JSON object {\"option\": value, ...}", name), -1);
     if (rc == 0) rc = set_defaults(&def, dgiven, err, cap);
     int seen[NOPT] = {0};
     const cJSON *it;
@@ -1652,6 +1663,11 @@ int main(int argc, char **argv) {
     fsc_data_free(val);
     if (st.log && fclose(st.log) != 0 && rc == 0) {
         fprintf(stderr, "fsc-train: --log %s: cannot write: %s\n", c.log, strerror(errno));
+        rc = 1;
+    }
+    const int out_err = fflush(stdout) != 0 ? errno : ferror(stdout) ? EIO : 0;
+    if (out_err && (rc == 0 || rc == 3)) { /* the report (--json, the progress) was lost: not a success */
+        fprintf(stderr, "fsc-train: cannot write to standard output: %s\n", strerror(out_err));
         rc = 1;
     }
     return rc;

@@ -82,6 +82,9 @@ static void test_bad_options(void **st) {
         {"--steps", "--steps"},
         {"--lr -0.5", "--lr"},
         {"--lr nan", "--lr"},
+        {"--lr 0x10", "--lr: '0x10' is not a decimal number"}, /* not 16 */
+        {"--lr 1e-50", "--lr: 1e-50 is too small for a float"}, /* not 0 */
+        {"--clip 1e-400", "--clip: 1e-400 is too small for a float"},
         {"--momentum 2 --optimizer sgd", "--momentum"},
         {"--optimizer adam", "--optimizer"},
         {"--parallel magic", "--parallel"},
@@ -107,6 +110,20 @@ static void test_bad_options(void **st) {
             fail_msg("'%s': exit %d, message \"%s\" (expected 2 and \"%s\")", cases[i].args, rc, err, cases[i].needle);
         free(err);
     }
+}
+
+/* Oracle: a run whose standard output cannot be written (/dev/full) fails, saying so, instead of exiting 0 with
+ * its --json report lost. */
+static void test_full_stdout(void **st) {
+    (void)st;
+    char *cmd = prog_fmt("'%s' " TINY " --data '%s/data.txt' --json > /dev/full 2> '%s/err'", trainer, tmpdir, tmpdir);
+    int rc = system(cmd);
+    char *path = prog_fmt("%s/err", tmpdir), *err = prog_slurp(path);
+    if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 1 || !strstr(err, "cannot write to standard output: No space left"))
+        fail_msg("stdout to /dev/full: status %d, stderr \"%s\" (expected exit 1 and the message)", rc, err);
+    free(err);
+    free(path);
+    free(cmd);
 }
 
 /* Oracle: a byte >= --vocab is an error naming its offset. */
@@ -377,6 +394,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_full_stdout),
         cmocka_unit_test(test_data_vocab),
         cmocka_unit_test(test_data_not_a_file),
         cmocka_unit_test(test_data_order_and_losses),

@@ -69,8 +69,8 @@ static int set_option(sample_config *c, const option *o, const char *v, char *er
     void *at = (char *)c + o->off;
     errno = 0;
     if (o->k == K_STR) return *(const char **)at = v, 0;
-    double x = strtod(v, &end);
-    if (!*v || *end || errno || !(x >= o->lo && x <= o->hi) ||
+    double x = strtod(v, &end); /* decimal only: strtod would also read 0x10 as 16 */
+    if (!*v || *end || errno || strspn(v, "0123456789+-.eE") != strlen(v) || !(x >= o->lo && x <= o->hi) ||
         (o->k != K_FLOAT && x != floor(x)))
         return snprintf(err, cap, "--%s %s: expected %s in [%g, %g]", o->name, v,
                         o->k == K_FLOAT ? "a number" : "an integer", o->lo, o->hi), -1;

@@ -230,6 +230,7 @@ static void test_refusals(void **st) {
     prog_refused(sampler, "--model m --tokens x", tmpdir, 2, "--tokens x: expected an integer");
     prog_refused(sampler, "--model m --top-k -1", tmpdir, 2, "--top-k -1: expected an integer");
     prog_refused(sampler, "--model m --temperature -2", tmpdir, 2, "--temperature -2: expected a number");
+    prog_refused(sampler, "--model m --tokens 0x10", tmpdir, 2, "--tokens 0x10: expected an integer");
     assert_int_equal(prog_run(sampler, "--tokens 3", tmpdir, &out, &err), 2);
     assert_non_null(strstr(err, "--model PATH is required"));
     free(out), free(err);

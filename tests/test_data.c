@@ -265,8 +265,8 @@ static void test_shards(void **state) {
 }
 
 /* Oracle: fsc_data_batch gives, for every step and sequence, the T tokens at ((s*B + i) * T) mod (N - T)
- * of the concatenated stream and the T after them, computed here directly; a batch split over ranks
- * (first, count) gives the same rows; a stream of T tokens or fewer is refused. */
+ * of the concatenated stream and the T after them, computed here directly (also for a context above 1024); a
+ * batch split over ranks (first, count) gives the same rows; a stream of T tokens or fewer is refused. */
 static void test_order(void **state) {
     (void)state;
     enum { N0 = 97, N1 = 61, N = N0 + N1, B = 6, T = 9 };
@@ -295,6 +295,29 @@ static void test_order(void **state) {
         assert_memory_equal(half, tok + 3 * T, sizeof half);
         assert_memory_equal(halft, tgt + 3 * T, sizeof halft);
     }
+    /* a context longer than the batch reader's one-read row (1024 + 1 tokens): the same formula */
+    enum { LT = 1100 };
+    uint32_t *lall = malloc(3 * LT * sizeof *lall);
+    int32_t *ltok = malloc(2 * LT * sizeof *ltok), *ltgt = malloc(2 * LT * sizeof *ltgt);
+    assert_true(lall && ltok && ltgt);
+    for (int i = 0; i < 3 * LT; i++) lall[i] = (uint32_t)((i * 7 + 3) % 5000);
+    size_t ll;
+    uint8_t *lb = u16_image(lall, 3 * LT, &ll);
+    write_file("long.u16", lb, ll);
+    fsc_data *ld = NULL;
+    assert_ok(fsc_data_open(&ld, path_of("long.u16"), FSC_DATA_U16, 5000));
+    for (int s = 0; s < 3; s++) {
+        assert_ok(fsc_data_batch(ld, s, 2, LT, 0, 2, ltok, ltgt));
+        for (int i = 0; i < 2; i++) {
+            uint64_t start = ((uint64_t)(s * 2 + i) * LT) % (3 * LT - LT);
+            for (int t = 0; t < LT; t++) {
+                assert_int_equal(ltok[i * LT + t], lall[start + (uint64_t)t]);
+                assert_int_equal(ltgt[i * LT + t], lall[start + (uint64_t)t + 1]);
+            }
+        }
+    }
+    fsc_data_free(ld);
+    free(lb), free(lall), free(ltok), free(ltgt);
     assert_err(fsc_data_batch(d, 0, B, T, 4, 3, tok, tgt), FSC_ERR_INVALID, "sequences 4 .. 6 of a batch of 6");
     assert_err(fsc_data_batch(d, 0, B, N, 0, 1, tok, tgt), FSC_ERR_INVALID, "158 tokens, but a context of 158 needs at least 159");
     fsc_data_free(d);

@@ -381,9 +381,16 @@ fsc_status fsc_data_batch(const fsc_data *d, int64_t step, int batch, int seq, i
         return fsc_error(FSC_ERR_INVALID, "data: %llu tokens, but a context of %d needs at least %d",
                          (unsigned long long)d->ntok, seq, seq + 1);
     size_t T = (size_t)seq;
+    int32_t row[1025]; /* a context of up to 1024: its T + 1 tokens in one read (each read opens the file) */
     for (int j = 0; j < count; j++) {
         uint64_t start = fsc_data_seq_start(d->ntok, step, batch, seq, (int64_t)first + j);
         int32_t *x = tok + (size_t)j * T, *y = tgt + (size_t)j * T;
+        if (T < sizeof row / sizeof *row) {
+            FSC_TRY(fsc_data_read(d, start, T + 1, row));
+            memcpy(x, row, T * sizeof *x);
+            memcpy(y, row + 1, T * sizeof *y);
+            continue;
+        }
         FSC_TRY(fsc_data_read(d, start, T, x));
         memcpy(y, x + 1, (T - 1) * sizeof *y);
         FSC_TRY(fsc_data_read(d, start + T, 1, y + T - 1));

@@ -1,9 +1,11 @@
 /* sample: generate tokens from a model file the trainer saved (fsc-train --save, or a Hugging Face GPT-2/Llama
- * state dict with --model-config) or from a training checkpoint (a --ckpt-dir, its newest complete checkpoint, or
- * one step-NNNNNNNN directory). The file's metadata records the model's configuration (safetensors.h's
- * FSC_ST_META_MODEL; a checkpoint's metadata.json its "model"); the program builds that model (generate.h's
- * fsc_model_from_config), loads the weights into an engine of one rank (the library's loader: Hugging Face names,
- * F32/BF16/F16; or fsc_ckpt_load, any world and layout the run had) and generates with generate.h.
+ * state dict with --model-config) or from a training checkpoint (one step-NNNNNNNN directory, or a --ckpt-dir: its
+ * newest checkpoint that verifies, damaged newer ones skipped with a warning as --resume skips them). The file's
+ * metadata records the model's configuration (safetensors.h's FSC_ST_META_MODEL; a checkpoint's metadata.json its
+ * "model"); the program builds that model (generate.h's fsc_model_from_config), checks the shapes of the tensors it
+ * declares against the file's before anything is allocated, loads the weights into an engine of one rank (the
+ * library's loader: Hugging Face names, F32/BF16/F16; or fsc_ckpt_load, any world and layout the run had) and
+ * generates with generate.h.
  * A byte model (vocabulary 256) reads the prompt as text and prints text; any other reads and prints token ids.
  * Deterministic: the same file, prompt, options and seed give the same tokens.
  * Not here: tokenizers, the model code (lib/model), the sampling rule (lib/core/generate.c). */
@@ -67,8 +69,8 @@ static int set_option(sample_config *c, const option *o, const char *v, char *er
     void *at = (char *)c + o->off;
     errno = 0;
     if (o->k == K_STR) return *(const char **)at = v, 0;
-    double x = strtod(v, &end);
-    if (!*v || *end || errno || !(x >= o->lo && x <= o->hi) ||
+    double x = strtod(v, &end); /* decimal only: strtod would also read 0x10 as 16 */
+    if (!*v || *end || errno || strspn(v, "0123456789+-.eE") != strlen(v) || !(x >= o->lo && x <= o->hi) ||
         (o->k != K_FLOAT && x != floor(x)))
         return snprintf(err, cap, "--%s %s: expected %s in [%g, %g]", o->name, v,
                         o->k == K_FLOAT ? "a number" : "an integer", o->lo, o->hi), -1;
@@ -140,8 +142,41 @@ typedef struct {
     const sample_config *c;
     const char *config;        /* the model's configuration text */
     const char *ckpt;          /* a checkpoint directory to load instead of the weights file, or NULL */
+    const fsc_ckpt_meta *meta; /* its metadata (with ckpt) */
     fsc_optim_config optim;    /* the checkpoint's optimizer (its state loads with it) */
 } run_arg;
+
+/* Every tensor model m declares is in the weights file or the checkpoint with its shape: checked on the model's
+ * declarations, before the engine allocates and initializes it, so a configuration that does not describe the
+ * file (a record claiming a wider model or a longer context) costs nothing to refuse. The load checks the rest. */
+static fsc_status check_shapes(const fsc_model *m, const run_arg *ra) {
+    const char *path = ra->ckpt ? ra->ckpt : ra->c->model;
+    fsc_st_file *f = NULL;
+    if (!ra->ckpt) FSC_TRY(fsc_st_open(path, &f));
+    fsc_status s = FSC_OK;
+    for (int i = 0; s == FSC_OK && i < m->n_tensors; i++) {
+        const fsc_param_info *p = &m->info[i];
+        const fsc_st_entry *en = f ? fsc_st_find_weight(f, p->name) : NULL;
+        const fsc_ckpt_tensor *t = f ? NULL : fsc_ckpt_meta_find(ra->meta, p->name);
+        if (!en && !t) {
+            s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is missing (the model configuration: %.300s)", path, p->name,
+                          ra->config);
+            break;
+        }
+        const int nd = en ? en->ndim : t->ndim;
+        const int64_t *shape = en ? en->shape : t->shape;
+        int same = nd == p->ndim;
+        for (int d = 0; same && d < nd; d++) same = shape[d] == p->shape[d];
+        if (same) continue;
+        char have[96], want[96];
+        fsc_shape_str(have, sizeof have, nd, shape);
+        fsc_shape_str(want, sizeof want, p->ndim, p->shape);
+        s = fsc_error(FSC_ERR_FORMAT, "%s: %s has shape %s but the model expects %s (the model configuration: %.300s)",
+                      path, p->name, have, want, ra->config);
+    }
+    fsc_st_close(f);
+    return s;
+}
 
 static fsc_status run(fsc_rank *r, void *arg) {
     const run_arg *ra = arg;
@@ -151,11 +186,16 @@ static fsc_status run(fsc_rank *r, void *arg) {
     fsc_generator *g = NULL;
     int32_t *tok = NULL;
     FSC_TRY(fsc_model_from_config(r->dev, ra->config, &m));
+    fsc_status s = check_shapes(m, ra);
+    if (s != FSC_OK) {
+        fsc_model_free(m);
+        return s;
+    }
     fsc_parallel_opts po = fsc_parallel_opts_default();
     fsc_optim_config oc = fsc_optim_config_default();
     oc.kind = FSC_OPT_SGD; /* no optimizer state: the engine only holds the weights */
     if (ra->ckpt) oc = ra->optim;
-    fsc_status s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
     if (s == FSC_OK) s = ra->ckpt ? fsc_ckpt_load(e, ra->ckpt, NULL) : fsc_engine_load_weights(e, c->model);
     if (s == FSC_OK) s = fsc_generator_create(r->dev, fsc_engine_model(e), &g);
     int n = 0, V = 0;
@@ -195,25 +235,28 @@ int main(int argc, char **argv) {
     run_arg ra = { .c = &c };
     char ckpt[4096];
     char *config = NULL;
+    fsc_ckpt_meta *ckmeta = NULL; /* a checkpoint's metadata */
     fsc_status s;
     struct stat sb;
     if (stat(c.model, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         char meta[4200];
         int64_t step = -1;
         snprintf(meta, sizeof meta, "%s/metadata.json", c.model);
+        char skipped[8192];
         if (access(meta, F_OK) == 0) snprintf(ckpt, sizeof ckpt, "%s", c.model); /* one checkpoint */
-        else if ((s = fsc_ckpt_latest(c.model, ckpt, sizeof ckpt, &step)) != FSC_OK || step < 0) {
+        else if ((s = fsc_ckpt_latest_sound(c.model, ckpt, sizeof ckpt, &step, skipped, sizeof skipped)) != FSC_OK ||
+                 step < 0) { /* the newest that verifies, as --resume falls back past a damaged one */
             fprintf(stderr, "sample: %s\n", s != FSC_OK ? fsc_last_error() : "no complete checkpoint in --model");
             return 1;
+        } else if (skipped[0]) {
+            fprintf(stderr, "sample: warning: %s; sampling from %s\n", skipped, ckpt);
         }
-        fsc_ckpt_meta *m = NULL;
-        if ((s = fsc_ckpt_meta_read(ckpt, &m)) != FSC_OK) {
+        if ((s = fsc_ckpt_meta_read(ckpt, &ckmeta)) != FSC_OK) {
             fprintf(stderr, "sample: %s\n", fsc_last_error());
             return 1;
         }
-        config = strdup(c.config ? c.config : m->model_config);
-        ra.ckpt = ckpt, ra.optim = m->optim;
-        fsc_ckpt_meta_free(m);
+        config = strdup(c.config ? c.config : ckmeta->model_config);
+        ra.ckpt = ckpt, ra.meta = ckmeta, ra.optim = ckmeta->optim;
     } else {
         fsc_st_file *f = NULL;
         if ((s = fsc_st_open(c.model, &f)) != FSC_OK) {
@@ -232,6 +275,7 @@ int main(int argc, char **argv) {
     if (!config) {
         fprintf(stderr, "sample: %s records no model configuration (a file not written by fsc-train --save): give "
                 "it with --model-config JSON (see --help)\n", c.model);
+        fsc_ckpt_meta_free(ckmeta);
         return 2;
     }
     fsc_cluster_opts co = fsc_cluster_opts_default();
@@ -239,6 +283,7 @@ int main(int argc, char **argv) {
     ra.config = config;
     s = fsc_cluster_run(&co, run, &ra);
     free(config);
+    fsc_ckpt_meta_free(ckmeta);
     if (s != FSC_OK) {
         fprintf(stderr, "sample: %s\n", fsc_last_error());
         return 1;

@@ -12,6 +12,7 @@
  * last line of output is one JSON object with every loss, throughput, memory and communication. */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -271,9 +272,14 @@ static int set_option(train_config *c, const option *o, const char *v, char *err
         *(uint64_t *)field = (uint64_t)x;
         return 0;
     }
-    case K_FLOAT: {
+    case K_FLOAT: { /* decimal only: strtod would also read 0x10 as 16 */
         double x = strtod(v, &end);
-        if (!*v || *end || errno || !isfinite(x) || !isfinite((float)x))
+        if (!*v || *end || strspn(v, "0123456789+-.eE") != strlen(v))
+            return snprintf(err, cap, "--%s: '%s' is not a decimal number", o->name, v), -1;
+        if ((errno == ERANGE && fabs(x) < 1) || (x != 0 && fabs(x) < FLT_MIN)) /* a float would hold 0 or a denormal */
+            return snprintf(err, cap, "--%s: %s is too small for a float (the smallest is %g; give 0 for none)", o->name,
+                            v, (double)FLT_MIN), -1;
+        if (errno || !isfinite(x) || !isfinite((float)x))
             return snprintf(err, cap, "--%s: '%s' is not a finite number", o->name, v), -1;
         if (x < o->lo || x > o->hi) {
             if (isinf(o->hi)) return snprintf(err, cap, "--%s: %s is out of range (must be >= %g)", o->name, v, o->lo), -1;
@@ -351,13 +357,18 @@ static int same_value(const option *o, const train_config *a, const train_config
  * the option given, as on the command line. String values are copied into c->strs. Returns 0 or -1 (err). */
 static int apply_config_text(train_config *c, int *given, const char *text, size_t len, const char *name, char *err,
                              size_t cap) {
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) return snprintf(err, cap, "%s: not JSON (near byte %ld)", name,
                                cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - text) : 0L), -1;
     int rc = 0;
+    while (end < text + len && strchr(" \t\r\n", *end) && *end) end++;
+    if (end < text + len) /* cJSON stops after the first value: {"steps":1}{"steps":100} must not run 1 step */
+        rc = (snprintf(err, cap, "%s: text after the JSON object at byte %ld (a file holds one object)", name,
+                       (long)(end - text)), -1);
     train_config def;
     int dgiven[NOPT];
-    if (!cJSON_IsObject(root)) rc = (snprintf(err, cap, "%s: expected a JSON object {\"option\": value, ...}", name), -1);
+    if (rc == 0 && !cJSON_IsObject(root)) rc = (snprintf(err, cap, "%s: expected a JSON object {\"option\": value, ...}", name), -1);
     if (rc == 0) rc = set_defaults(&def, dgiven, err, cap);
     int seen[NOPT] = {0};
     const cJSON *it;
@@ -739,10 +750,10 @@ static int find_default_data(train_config *c, const int *given, char *buf, size_
                     "text file, llm.c token shards or a uint16 token file)", c->data, slash ? exe : "?"), -1;
 }
 
-/* The data (fsc/data.h): the files of --data mapped read-only, not copied, so their size costs no memory
- * of their own; regular files (a device such as /dev/zero, a FIFO or a directory is refused before anything
- * is read) of --data-format, holding at least --seq + 1 tokens, every one below --vocab (checked here in one
- * pass over the maps), that must not change while training. */
+/* The data (fsc/data.h): the files of --data, read as batches need them, not copied, so their size costs no
+ * memory of their own; regular files (a device such as /dev/zero, a FIFO or a directory is refused before
+ * anything is read) of --data-format, holding at least --seq + 1 tokens, every one below --vocab (checked here
+ * in one pass), that must not change while training (a step that meets a changed file fails, naming it). */
 static int load_data(const train_config *c, fsc_data **out, size_t *n, char *err, size_t cap) {
     fsc_data *d = NULL;
     fsc_status s = fsc_data_open(&d, c->data, (fsc_data_format)c->data_format, c->vocab);
@@ -765,16 +776,25 @@ static int load_data(const train_config *c, fsc_data **out, size_t *n, char *err
     return 0;
 }
 
+/* --json's per-step arrays hold at most the last RESULT_STEPS steps (with first_step, the step their first entry
+ * is), so a run's memory does not grow with --steps; the totals cover every step, --log every step's line. */
+enum { RESULT_STEPS = 100000 };
+
 /* What the ranks share: inputs (read-only) and results (each rank writes only its own slots). */
 typedef struct {
     const train_config *cfg;
     const fsc_data *data;
     size_t ntok;
     const fsc_data *val;  /* --val-data, NULL without */
-    double *lr;           /* (steps) the learning rate of each step, rank 0 */
-    double *val_loss;     /* (steps) validation loss after each step, NAN where none was computed, rank 0 */
-    double *losses;      /* (steps) rank 0 */
-    double *step_ms;     /* (steps) rank 0 */
+    int first;            /* the step (from 0) of the per-step arrays' first entry: the last RESULT_STEPS are kept */
+    double *lr;           /* (steps - first) the learning rate of each step, rank 0 */
+    double *val_loss;     /* (steps - first) validation loss after each step, NAN where none was computed, rank 0 */
+    double *losses;      /* (steps - first) rank 0; NAN for a step not run here */
+    double *step_ms;     /* (steps - first) rank 0 */
+    int timed;           /* rank 0's totals over every step run: steps, the first's time, the others' sum */
+    double first_ms, sum_ms;
+    double moe_dropped, moe_assigned; /* MoE: drops and assignments of the steps with a finite loss */
+    uint64_t loss_bits;  /* FNV-1a of every loss's bits in step order (--check-ddp compares runs of any length) */
     size_t (*peak)[FSC_TAG_COUNT + 1]; /* (world) per tag, then the total */
     size_t (*hpeak)[FSC_TAG_COUNT + 1]; /* (world) the same of the host ledger (--offload; zeros without) */
     fsc_comm_stats comm; /* rank 0's communication (all the engine's groups), training steps only */
@@ -784,17 +804,21 @@ typedef struct {
     fsc_comm_stats groups[FSC_GROUP_COUNT]; /* rank 0's traffic by kind of group */
     int ngroups[FSC_GROUP_COUNT];           /* communicators of each kind (0: the run has none) */
     fsc_layout *lay;        /* (world) every rank's place in dp x tp x pp */
-    double *aux;            /* (steps) MoE: rank 0's fsc_step_info.aux_loss */
-    int64_t *assigned, *dropped; /* (steps) MoE: token-to-expert assignments and drops over the global batch */
+    double *aux;            /* (steps - first) MoE: rank 0's fsc_step_info.aux_loss */
+    int64_t *assigned, *dropped; /* (steps - first) MoE: token-to-expert assignments and drops over the global batch */
     int procs;              /* one rank per process (a launcher): the per-rank slots are gathered at the end */
     FILE *log;              /* --log, rank 0's process only (NULL: none) */
     double tflops;          /* rank 0: one rank's peak for MFU (--peak-tflops or measured; 0: unknown) */
     double trace_origin;    /* --trace: the time every rank's timestamps count from (fsc_trace_now_us) */
 } run_state;
 
-/* The result buffers of a run, zeroed: 0, or -1 when out of memory (results_free frees what was made). */
+/* The result buffers of a run, zeroed (losses and validation losses NAN): 0, or -1 when out of memory
+ * (results_free frees what was made). The per-step ones hold the last RESULT_STEPS steps. */
 static int results_alloc(run_state *st, int steps, int world) {
-    size_t ns = (size_t)steps + 1, nw = (size_t)world;
+    st->first = steps > RESULT_STEPS ? steps - RESULT_STEPS : 0;
+    st->timed = 0, st->first_ms = st->sum_ms = st->moe_dropped = st->moe_assigned = 0;
+    st->loss_bits = 14695981039346656037ull;
+    size_t ns = (size_t)(steps - st->first) + 1, nw = (size_t)world;
     st->losses = calloc(ns, sizeof *st->losses);
     st->step_ms = calloc(ns, sizeof *st->step_ms);
     st->aux = calloc(ns, sizeof *st->aux);
@@ -806,6 +830,7 @@ static int results_alloc(run_state *st, int steps, int world) {
     st->lr = calloc(ns, sizeof *st->lr);
     st->val_loss = malloc(ns * sizeof *st->val_loss);
     for (size_t i = 0; st->val_loss && i < ns; i++) st->val_loss[i] = NAN;
+    for (size_t i = 0; st->losses && i < ns; i++) st->losses[i] = NAN; /* not run (a resumed run's first steps) */
     if (!st->lr || !st->val_loss) return -1;
     return st->losses && st->step_ms && st->aux && st->assigned && st->dropped && st->peak && st->hpeak && st->lay ? 0 : -1;
 }
@@ -823,6 +848,26 @@ static void results_free(run_state *st) {
     free(st->val_loss);
     free(st->params);
     free(st->pstats);
+}
+
+/* Rank 0's results of step (from 0): the totals of every step, and the values of one in the window. */
+static void record_step(run_state *st, int step, const fsc_step_info *info, double ms, double lr, double val_loss) {
+    if (st->timed++ == 0) st->first_ms = ms;
+    else st->sum_ms += ms;
+    if (isfinite(info->loss)) st->moe_dropped += (double)info->moe_dropped, st->moe_assigned += (double)info->moe_assigned;
+    uint64_t b;
+    memcpy(&b, &info->loss, sizeof b);
+    for (int i = 0; i < 8; i++) st->loss_bits = (st->loss_bits ^ (b >> 8 * i & 0xff)) * 1099511628211ull;
+    if (step < st->first) return;
+    size_t k = (size_t)(step - st->first);
+    st->losses[k] = info->loss, st->step_ms[k] = ms, st->lr[k] = lr, st->val_loss[k] = val_loss;
+    st->aux[k] = info->aux_loss, st->assigned[k] = info->moe_assigned, st->dropped[k] = info->moe_dropped;
+}
+
+/* --check-ddp: whether two runs had the same loss at every step, bit for bit. */
+static int same_losses(const run_state *a, const run_state *b) {
+    size_t n = (size_t)(a->cfg->steps - a->first);
+    return a->loss_bits == b->loss_bits && a->first == b->first && memcmp(a->losses, b->losses, n * sizeof(double)) == 0;
 }
 
 /* The trace's clock (fsc_trace_now_us), so --log times and --trace spans read on one clock. */
@@ -906,7 +951,7 @@ static void add_schedule_json(cJSON *root, const run_state *st) {
     const train_config *c = st->cfg;
     cJSON *lr = cJSON_AddArrayToObject(root, "lr"), *val = cJSON_AddArrayToObject(root, "val_loss");
     char buf[64];
-    for (int s = 0; s < c->steps; s++) {
+    for (int s = 0; s < c->steps - st->first; s++) {
         snprintf(buf, sizeof buf, "%.9g", st->lr[s]);
         cJSON_AddItemToArray(lr, isfinite(st->losses[s]) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
         snprintf(buf, sizeof buf, "%.17g", st->val_loss[s]);
@@ -1013,7 +1058,6 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         }
         start = at < c->steps ? (int)at : c->steps;
         if (s == FSC_OK && r->rank == 0 && from[0]) {
-            for (int i = 0; i < start; i++) st->losses[i] = NAN; /* not run here: null in --json */
             printf("resumed from %s at step %lld\n", from, (long long)at);
             if (at >= c->steps)
                 fprintf(stderr, "fsc-train: warning: the checkpoint is at step %lld, --steps is %d: no step left to train "
@@ -1028,8 +1072,6 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
      * step time for the ETA (leaving out the first step of this run, the warm-up, once there are others) */
     const double step_flops = fsc_model_flops(fsc_engine_model(e), c->batch);
     const double peak_flops = r->rank == 0 ? (double)r->world * st->tflops * 1e12 : 0, run_t0 = now_ms();
-    double sum_ms = 0, first_ms = 0;
-    int timed = 0;
     size_t peak[FSC_TAG_COUNT + 1], hpeak[FSC_TAG_COUNT + 1];
     for (int step = start; step < c->steps && s == FSC_OK; step++) {
         if ((s = fill_batch(st, lay->data, step, tok, tgt)) != FSC_OK) break;
@@ -1042,14 +1084,10 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
         if (s != FSC_OK) fsc_error_prefix(s, "step %d/%d", step + 1, c->steps);
         double ms = now_ms() - t0, val_loss = NAN;
         if (s == FSC_OK && st->val && val_due(c, step)) s = validate(st, e, lay->data, tok, tgt, &val_loss);
-        if (s == FSC_OK && r->rank == 0) st->val_loss[step] = val_loss;
         if (s == FSC_OK && r->rank == 0) {
-            st->losses[step] = info.loss;
-            st->step_ms[step] = ms;
-            st->lr[step] = fsc_engine_lr(e);
+            record_step(st, step, &info, ms, fsc_engine_lr(e), val_loss);
             char moe[128] = "";
             if (c->moe_experts) {
-                st->aux[step] = info.aux_loss, st->assigned[step] = info.moe_assigned, st->dropped[step] = info.moe_dropped;
                 snprintf(moe, sizeof moe, " | aux %.4f | dropped %lld/%lld", info.aux_loss, (long long)info.moe_dropped,
                          (long long)info.moe_assigned);
             }
@@ -1061,9 +1099,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
             }
             char extra[192];
             snprintf(extra, sizeof extra, "%s%s", moe, info.skipped ? " | skipped (inf/nan loss or gradients)" : "");
-            if (timed++ == 0) first_ms = ms;
-            else sum_ms += ms;
-            double mean = timed > 1 ? sum_ms / (timed - 1) : first_ms;
+            double mean = st->timed > 1 ? st->sum_ms / (st->timed - 1) : st->first_ms;
             read_peaks(r->dev, peak);
             step_record rec = {.step = step + 1, .steps = c->steps, .loss = info.loss, .lr = fsc_engine_lr(e),
                                .val_loss = val_loss, .ms = ms, .tokens = tokens, .flops = step_flops,
@@ -1250,16 +1286,14 @@ static cJSON *moe_object(const run_state *st) {
     cJSON *aux = cJSON_AddArrayToObject(o, "aux_losses");
     cJSON *dr = cJSON_AddArrayToObject(o, "dropped"), *as = cJSON_AddArrayToObject(o, "assigned");
     char buf[64];
-    double tot_d = 0, tot_a = 0;
-    for (int s = 0; s < c->steps; s++) {
+    for (int s = 0; s < c->steps - st->first; s++) {
         int ran = isfinite(st->losses[s]) && st->step_ms[s] > 0;
         snprintf(buf, sizeof buf, "%.17g", st->aux[s]);
         cJSON_AddItemToArray(aux, ran ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
         cJSON_AddItemToArray(dr, ran ? cJSON_CreateNumber((double)st->dropped[s]) : cJSON_CreateNull());
         cJSON_AddItemToArray(as, ran ? cJSON_CreateNumber((double)st->assigned[s]) : cJSON_CreateNull());
-        if (ran) tot_d += (double)st->dropped[s], tot_a += (double)st->assigned[s];
     }
-    cJSON_AddNumberToObject(o, "drop_fraction", tot_a > 0 ? tot_d / tot_a : 0);
+    cJSON_AddNumberToObject(o, "drop_fraction", st->moe_assigned > 0 ? st->moe_dropped / st->moe_assigned : 0);
     cJSON *eg = cJSON_AddObjectToObject(o, "expert_comm_per_step");
     const fsc_comm_stats *x = &st->groups[FSC_GROUP_EXPERT];
     for (int op = 0; op < FSC_OP_COUNT; op++) {
@@ -1277,20 +1311,16 @@ static void print_json(const run_state *st, const ddp_check *chk) {
     cJSON *losses = cJSON_AddArrayToObject(root, "losses");
     add_schedule_json(root, st);
     char buf[64];
-    /* time the steps this run executed (a resumed run starts later), leaving out the first (warm-up)
-     * unless it is the only one */
-    double ms = 0, first_ms = 0;
-    int ran = 0;
-    for (int s = 0; s < c->steps; s++) {
+    for (int s = 0; s < c->steps - st->first; s++) {
         /* %.17g round-trips the double exactly; JSON has no NaN/inf, those become null */
         snprintf(buf, sizeof buf, "%.17g", st->losses[s]);
         cJSON_AddItemToArray(losses, isfinite(st->losses[s]) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
-        if (st->step_ms[s] <= 0) continue;
-        if (ran++ == 0) first_ms = st->step_ms[s];
-        else ms += st->step_ms[s];
     }
-    int timed = ran > 1 ? ran - 1 : ran;
-    if (ran == 1) ms = first_ms;
+    cJSON_AddNumberToObject(root, "first_step", st->first + 1); /* the step of the arrays' first entries */
+    /* time the steps this run executed (a resumed run starts later), leaving out the first (warm-up)
+     * unless it is the only one */
+    int timed = st->timed > 1 ? st->timed - 1 : st->timed;
+    double ms = st->timed > 1 ? st->sum_ms : st->first_ms;
     double tps = ms > 0 ? (double)timed * c->batch * c->seq / (ms * 1e-3) : 0;
     cJSON_AddNumberToObject(root, "tokens_per_s", tps);
     cJSON_AddNumberToObject(root, "ms_per_step", timed ? ms / timed : 0);
@@ -1605,7 +1635,7 @@ int main(int argc, char **argv) {
         if (s == FSC_OK && c.check_ddp) {
             chk.done = 1;
             chk.ddp = &sd;
-            chk.losses_same = memcmp(st.losses, sd.losses, (size_t)c.steps * sizeof(double)) == 0;
+            chk.losses_same = same_losses(&st, &sd);
             chk.params_same = memcmp(st.params, sd.params, st.nparams * sizeof(float)) == 0;
             print_comparison(&sd, &st, &chk);
         }
@@ -1634,7 +1664,7 @@ int main(int argc, char **argv) {
         if (s == FSC_OK) {
             chk.done = 1;
             chk.ddp = &sd;
-            chk.losses_same = memcmp(st.losses, sd.losses, (size_t)c.steps * sizeof(double)) == 0;
+            chk.losses_same = same_losses(&st, &sd);
             chk.params_same = memcmp(st.params, sd.params, st.nparams * sizeof(float)) == 0;
             print_comparison(&sd, &st, &chk);
         }
@@ -1652,6 +1682,11 @@ int main(int argc, char **argv) {
     fsc_data_free(val);
     if (st.log && fclose(st.log) != 0 && rc == 0) {
         fprintf(stderr, "fsc-train: --log %s: cannot write: %s\n", c.log, strerror(errno));
+        rc = 1;
+    }
+    const int out_err = fflush(stdout) != 0 ? errno : ferror(stdout) ? EIO : 0;
+    if (out_err && (rc == 0 || rc == 3)) { /* the report (--json, the progress) was lost: not a success */
+        fprintf(stderr, "fsc-train: cannot write to standard output: %s\n", strerror(out_err));
         rc = 1;
     }
     return rc;

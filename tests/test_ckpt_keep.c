@@ -220,6 +220,40 @@ static void test_try_resume_skips_damaged(void **state) {
     ct_rmtree(dir);
 }
 
+/* Oracle: fsc_ckpt_latest_sound (a reader's fallback, without an engine) gives the newest checkpoint that
+ * verifies, naming each damaged newer one skipped and why, as try_resume does; none is step -1 and ""; every one
+ * damaged is FSC_ERR_FORMAT naming the count; nothing in the directory changes (a leftover temporary stays). */
+static void test_latest_sound(void **state) {
+    (void)state;
+    char *dir = make_run(3), path[700], skipped[4096];
+    int64_t step = 0;
+    assert_ok(fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped));
+    assert_int_equal(step, 3);
+    assert_non_null(strstr(path, "step-00000003"));
+    assert_string_equal(skipped, "");
+    corrupt(dir, 3, "rank-00001-of-00002.safetensors");
+    touch(dir, "step-00000002/metadata.json", "not json");
+    char tmp[800];
+    snprintf(tmp, sizeof tmp, "%s/step-00000004.tmp-1", dir);
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    assert_ok(fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped));
+    assert_int_equal(step, 1);
+    assert_non_null(strstr(path, "step-00000001"));
+    if (!strstr(skipped, "step-00000003 skipped, damaged") || !strstr(skipped, "checksum") ||
+        !strstr(skipped, "step-00000002 skipped, damaged"))
+        fail_msg("skipped: \"%s\"", skipped);
+    assert_int_equal(access(tmp, F_OK), 0); /* a reader removes nothing */
+    corrupt(dir, 1, "metadata.json");
+    assert_err(fsc_ckpt_latest_sound(dir, path, sizeof path, &step, NULL, 0), FSC_ERR_FORMAT,
+               "every complete checkpoint (3) is damaged");
+    char *empty = ct_tmpdir();
+    assert_ok(fsc_ckpt_latest_sound(empty, path, sizeof path, &step, skipped, sizeof skipped));
+    assert_int_equal(step, -1);
+    assert_string_equal(path, "");
+    ct_rmtree(empty);
+    ct_rmtree(dir);
+}
+
 /* Oracle: after a resume that skipped a newest checkpoint whose metadata cannot be read, the run's next
  * save into the same DIR is accepted (the newest readable checkpoint is its own run's) and replaces the
  * damaged one with a sound one; a fresh engine (another run) is still refused there. */
@@ -248,6 +282,7 @@ int main(void) {
         cmocka_unit_test(test_try_resume_fresh_and_newest),
         cmocka_unit_test(test_try_resume_skips_damaged),
         cmocka_unit_test(test_save_after_skip),
+        cmocka_unit_test(test_latest_sound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* Tests of lib/io/data.c (fsc/data.h): each format read back to the tokens written, format detection, one
  * case per refusal with its message, streams of several files across their boundaries (glob order and list
- * order), and batches equal to the data-order formula computed here over the concatenated tokens. */
+ * order), batches equal to the data-order formula computed here over the concatenated tokens, files that change
+ * after opening, and more files than a process may map. */
 #include <sys/stat.h>
 #include "testutil.h"
 
@@ -180,6 +181,9 @@ static void test_refusals(void **state) {
         {"/dev/zero", FSC_DATA_BYTES, 256, FSC_ERR_INVALID, "/dev/zero is a device"},
         {path_of("nomatch*.bin"), FSC_DATA_AUTO, 256, FSC_ERR_INVALID, "nomatch*.bin matches no file"},
         {empty_item, FSC_DATA_AUTO, 256, FSC_ERR_INVALID, "an empty path in the list"},
+        {empty_item, FSC_DATA_AUTO, 256, FSC_ERR_INVALID, "entry 2 of 3 is an empty path"},
+        {",,", FSC_DATA_AUTO, 256, FSC_ERR_INVALID, "\",,\": the list of files is empty"},
+        {"", FSC_DATA_AUTO, 256, FSC_ERR_INVALID, "\"\": the list of files is empty"},
         {path_of("long.bin"), FSC_DATA_AUTO, 0, FSC_ERR_INVALID, "vocabulary size 0"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -261,8 +265,8 @@ static void test_shards(void **state) {
 }
 
 /* Oracle: fsc_data_batch gives, for every step and sequence, the T tokens at ((s*B + i) * T) mod (N - T)
- * of the concatenated stream and the T after them, computed here directly; a batch split over ranks
- * (first, count) gives the same rows; a stream of T tokens or fewer is refused. */
+ * of the concatenated stream and the T after them, computed here directly (also for a context above 1024); a
+ * batch split over ranks (first, count) gives the same rows; a stream of T tokens or fewer is refused. */
 static void test_order(void **state) {
     (void)state;
     enum { N0 = 97, N1 = 61, N = N0 + N1, B = 6, T = 9 };
@@ -291,6 +295,29 @@ static void test_order(void **state) {
         assert_memory_equal(half, tok + 3 * T, sizeof half);
         assert_memory_equal(halft, tgt + 3 * T, sizeof halft);
     }
+    /* a context longer than the batch reader's one-read row (1024 + 1 tokens): the same formula */
+    enum { LT = 1100 };
+    uint32_t *lall = malloc(3 * LT * sizeof *lall);
+    int32_t *ltok = malloc(2 * LT * sizeof *ltok), *ltgt = malloc(2 * LT * sizeof *ltgt);
+    assert_true(lall && ltok && ltgt);
+    for (int i = 0; i < 3 * LT; i++) lall[i] = (uint32_t)((i * 7 + 3) % 5000);
+    size_t ll;
+    uint8_t *lb = u16_image(lall, 3 * LT, &ll);
+    write_file("long.u16", lb, ll);
+    fsc_data *ld = NULL;
+    assert_ok(fsc_data_open(&ld, path_of("long.u16"), FSC_DATA_U16, 5000));
+    for (int s = 0; s < 3; s++) {
+        assert_ok(fsc_data_batch(ld, s, 2, LT, 0, 2, ltok, ltgt));
+        for (int i = 0; i < 2; i++) {
+            uint64_t start = ((uint64_t)(s * 2 + i) * LT) % (3 * LT - LT);
+            for (int t = 0; t < LT; t++) {
+                assert_int_equal(ltok[i * LT + t], lall[start + (uint64_t)t]);
+                assert_int_equal(ltgt[i * LT + t], lall[start + (uint64_t)t + 1]);
+            }
+        }
+    }
+    fsc_data_free(ld);
+    free(lb), free(lall), free(ltok), free(ltgt);
     assert_err(fsc_data_batch(d, 0, B, T, 4, 3, tok, tgt), FSC_ERR_INVALID, "sequences 4 .. 6 of a batch of 6");
     assert_err(fsc_data_batch(d, 0, B, N, 0, 1, tok, tgt), FSC_ERR_INVALID, "158 tokens, but a context of 158 needs at least 159");
     fsc_data_free(d);
@@ -298,10 +325,73 @@ static void test_order(void **state) {
     free(b);
 }
 
+/* Oracle: a file that shrinks or is replaced after the stream was opened fails the read that meets it (and
+ * fsc_data_check) with an I/O error naming the file and what happened, never a signal: the file spans pages
+ * (a mapped read past the new end would fault). A file restored to its size and identity reads again. */
+static void test_changed_under_use(void **state) {
+    (void)state;
+    enum { N = 6000 }; /* 1024 + 12000 bytes: four pages */
+    uint32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)(i % 1000);
+    size_t len;
+    uint8_t *b = llmc_image(tok, N, 1, N, &len);
+    write_file("t.bin", b, len);
+    fsc_data *d = NULL;
+    assert_ok(fsc_data_open(&d, path_of("t.bin"), FSC_DATA_LLMC, 1000));
+    assert_int_equal(truncate(path_of("t.bin"), 1024), 0);
+    int32_t out[8];
+    assert_err(fsc_data_read(d, 5000, 8, out), FSC_ERR_IO, "t.bin changed while in use: it was truncated (13024 "
+               "bytes when opened, 1024 now)");
+    assert_err(fsc_data_check(d), FSC_ERR_IO, "t.bin changed while in use: it was truncated");
+    int32_t seq[16], tgt[16];
+    assert_err(fsc_data_batch(d, 3, 2, 16, 0, 2, seq, tgt), FSC_ERR_IO, "t.bin changed while in use");
+    write_file("t.bin", b, len); /* the same file again, its size restored */
+    assert_ok(fsc_data_read(d, 5000, 8, out));
+    for (int i = 0; i < 8; i++) assert_int_equal(out[i], tok[5000 + i]);
+    write_file("t2.bin", b, len);
+    assert_int_equal(rename(path_of("t2.bin"), path_of("t.bin")), 0);
+    assert_err(fsc_data_read(d, 0, 8, out), FSC_ERR_IO, "t.bin changed while in use: another file took its name");
+    unlink(path_of("t.bin"));
+    assert_err(fsc_data_read(d, 0, 8, out), FSC_ERR_IO, "t.bin: cannot open");
+    fsc_data_free(d);
+    free(b);
+}
+
+/* Oracle: a glob of more files than the kernel allows mappings per process (vm.max_map_count) opens and reads
+ * as one stream: files are not mapped. Skipped where that limit is above 100000 files. */
+static void test_many_files(void **state) {
+    (void)state;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    long limit = 0;
+    if (!f || fscanf(f, "%ld", &limit) != 1 || limit > 100000) {
+        if (f) fclose(f);
+        skip();
+    }
+    fclose(f);
+    const long n = limit + 16;
+    assert_int_equal(mkdir(path_of("many"), 0700), 0);
+    char name[64];
+    for (long i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "many/%06ld.txt", i);
+        uint8_t c = (uint8_t)('a' + i % 26);
+        write_file(name, &c, 1);
+    }
+    fsc_data *d = NULL;
+    assert_ok(fsc_data_open(&d, path_of("many/*.txt"), FSC_DATA_AUTO, 256));
+    assert_int_equal(fsc_data_files(d), n);
+    assert_ok(fsc_data_check(d));
+    int32_t out[3];
+    assert_ok(fsc_data_read(d, (uint64_t)n - 3, 3, out));
+    for (int i = 0; i < 3; i++) assert_int_equal(out[i], 'a' + (n - 3 + i) % 26);
+    fsc_data_free(d);
+    test_rmtree(path_of("many"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formats), cmocka_unit_test(test_format_names), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_vocab),   cmocka_unit_test(test_shards),       cmocka_unit_test(test_order),
+        cmocka_unit_test(test_changed_under_use), cmocka_unit_test(test_many_files),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

@@ -144,6 +144,35 @@ static fsc_status golden_rank(fsc_rank *r, void *arg) {
     return s;
 }
 
+/* Oracle: a recorded configuration that differs from the model's is refused naming the first differing field and
+ * both values (a field the record lacks, or one only the record has, as "absent"); the same values written
+ * otherwise (10000.0 for 10000, another key order) load. */
+static void test_config_check(void **st) {
+    (void)st;
+    fsc_llama_config c = fsc_llama_config_default();
+    c.layers = 2, c.dim = 16, c.heads = 4, c.kv_heads = 2, c.ffn = 32, c.seq = 8, c.vocab = 32;
+    char own[512];
+    fsc_llama_config_json(&c, own, sizeof own);
+    assert_ok(fsc_llama_config_check_json(&c, own));
+    assert_ok(fsc_llama_config_check_json(&c, "{\"family\":\"llama\",\"dim\":16,\"layers\":2,\"heads\":4,"
+                                             "\"kv_heads\":2,\"ffn\":32,\"seq\":8,\"vocab\":32,\"rope_theta\":10000.0,"
+                                             "\"norm_eps\":1e-05}"));
+    struct { const char *from, *to, *says; } cases[] = {
+        {"\"dim\":16", "\"dim\":32", "written for a Llama with dim 32; this engine's model has dim 16 (recorded "
+                                    "configuration: {\"family\":\"llama\",\"layers\":2,\"dim\":32"},
+        {"\"ffn\":32,", "", "written for a Llama with ffn absent; this engine's model has ffn 32"},
+        {"\"norm_eps\":9.99999975e-06", "\"norm_eps\":1e-06", "with norm_eps 1e-06; this engine's model has norm_eps 9.99999975e-06"},
+        {"}", ",\"moe_experts\":2}", "written for a Llama with moe_experts 2; this engine's model has moe_experts absent"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char rec[600];
+        const char *at = strstr(own, cases[i].from);
+        if (!at) fail_msg("%s not in %s", cases[i].from, own);
+        snprintf(rec, sizeof rec, "%.*s%s%s", (int)(at - own), own, cases[i].to, at + strlen(cases[i].from));
+        assert_err(fsc_llama_config_check_json(&c, rec), FSC_ERR_INVALID, cases[i].says);
+    }
+}
+
 static void test_matches_pytorch(void **st) {
     (void)st;
     golden_run g = { 0 };
@@ -255,6 +284,7 @@ static void test_gradient_finite_differences(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config),
+        cmocka_unit_test(test_config_check),
         cmocka_unit_test(test_matches_pytorch),
         cmocka_unit_test(test_gradient_finite_differences),
     };

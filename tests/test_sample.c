@@ -9,11 +9,14 @@
  * - fsc_sample_token draws token v with probability softmax(logits / temperature)[v] (frequencies over 4000
  *   keyed draws within 0.03), never outside the top k, and greedy takes the lowest index of the maximum;
  * - a file the trainer saved records its model: the sampler needs no --model-config and reads a byte model's prompt as
- *   text; a file without a record, an out-of-range token id and a missing --model are refused with a message. */
+ *   text; a file without a record, an out-of-range token id and a missing --model are refused with a message;
+ * - a recorded configuration that does not describe the file's tensors is refused before the model is allocated;
+ * - a checkpoint directory whose newest checkpoint is damaged samples as the one before, with a warning. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include "trainertest.h"
 #include "fsc/generate.h"
 #include "golden/sample_golden.h"
@@ -147,7 +150,60 @@ static void test_checkpoint(void **st) {
     snprintf(step2, sizeof step2, "%s/step-00000002", dir);
     char *c = sample(step2, NULL, "--prompt 'To be' --tokens 16 --seed 5 --ids");
     if (!strcmp(a, c)) fail_msg("step 2 and step 4 sampled the same tokens: %s", a);
+    /* the newest damaged (a byte of its data flipped): the directory samples as step 2, saying it skipped step 4 */
+    char rank0[500];
+    snprintf(rank0, sizeof rank0, "%s/step-00000004/rank-00000-of-00002.safetensors", dir);
+    FILE *f = fopen(rank0, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, -3, SEEK_END), 0);
+    int byte = fgetc(f);
+    assert_int_equal(fseek(f, -3, SEEK_END), 0);
+    fputc(byte ^ 0x40, f);
+    assert_int_equal(fclose(f), 0);
+    char *err = NULL;
+    snprintf(args, sizeof args, "--model '%s' --prompt 'To be' --tokens 16 --seed 5 --ids", dir);
+    rc = prog_run(sampler, args, tmpdir, &out, &err);
+    if (rc != 0 || !strstr(err, "step-00000004 skipped, damaged") || !strstr(err, "sampling from") ||
+        strncmp(out, c, strlen(c)) != 0)
+        fail_msg("a damaged newest checkpoint: exit %d, stderr \"%s\", tokens %s (step 2's: %s)", rc, err, out, c);
+    free(out), free(err);
     free(a), free(b), free(c);
+}
+
+/* A file whose recorded configuration does not describe its tensors (a 1-layer width-3072 model over a 256 x 16
+ * embedding) is refused naming the tensor, both shapes and the configuration, before the model is allocated: the
+ * sampler's peak resident size stays far below the 450 MB the claimed model's weights alone would take. */
+static void test_config_checked_first(void **st) {
+    (void)st;
+    char file[300];
+    snprintf(file, sizeof file, "%s/claims.safetensors", tmpdir);
+    static float wte[256 * 16];
+    const int64_t shape[2] = {256, 16};
+    fsc_st_writer *w = NULL;
+    assert_int_equal(fsc_st_writer_open(file, &w), FSC_OK);
+    assert_int_equal(fsc_st_writer_meta(w, FSC_ST_META_MODEL, "{\"layers\":1,\"dim\":3072,\"heads\":2,\"seq\":8,"
+                                        "\"vocab\":256}"), FSC_OK);
+    assert_int_equal(fsc_st_writer_add(w, "wte.weight", FSC_F32, 2, shape), FSC_OK);
+    assert_int_equal(fsc_st_writer_begin_data(w), FSC_OK);
+    assert_int_equal(fsc_st_writer_write_f32(w, 0, wte, 0, 256 * 16), FSC_OK);
+    assert_int_equal(fsc_st_writer_commit(w), FSC_OK);
+    char *cmd = prog_fmt("'%s' --model '%s' --tokens 1 > '%s/out' 2> '%s/err'", sampler, file, tmpdir, tmpdir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &status, 0, &ru), pid);
+    char *path = prog_fmt("%s/err", tmpdir), *err = prog_slurp(path);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 ||
+        !strstr(err, "wte.weight has shape [256, 16] but the model expects [256, 3072] (the model configuration: "
+                     "{\"layers\":1,\"dim\":3072"))
+        fail_msg("status %d, stderr \"%s\"", status, err);
+    if (ru.ru_maxrss > 256L * 1024L) fail_msg("peak resident size %ld KiB before refusing the file", ru.ru_maxrss);
+    free(err), free(path), free(cmd);
 }
 
 static void test_refusals(void **st) {
@@ -174,6 +230,7 @@ static void test_refusals(void **st) {
     prog_refused(sampler, "--model m --tokens x", tmpdir, 2, "--tokens x: expected an integer");
     prog_refused(sampler, "--model m --top-k -1", tmpdir, 2, "--top-k -1: expected an integer");
     prog_refused(sampler, "--model m --temperature -2", tmpdir, 2, "--temperature -2: expected a number");
+    prog_refused(sampler, "--model m --tokens 0x10", tmpdir, 2, "--tokens 0x10: expected an integer");
     assert_int_equal(prog_run(sampler, "--tokens 3", tmpdir, &out, &err), 2);
     assert_non_null(strstr(err, "--model PATH is required"));
     free(out), free(err);
@@ -196,6 +253,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sample_token), cmocka_unit_test(test_greedy_matches_pytorch),
         cmocka_unit_test(test_seeds),        cmocka_unit_test(test_trained_file),
         cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_config_checked_first),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "trainertest.h"
@@ -82,6 +83,9 @@ static void test_bad_options(void **st) {
         {"--steps", "--steps"},
         {"--lr -0.5", "--lr"},
         {"--lr nan", "--lr"},
+        {"--lr 0x10", "--lr: '0x10' is not a decimal number"}, /* not 16 */
+        {"--lr 1e-50", "--lr: 1e-50 is too small for a float"}, /* not 0 */
+        {"--clip 1e-400", "--clip: 1e-400 is too small for a float"},
         {"--momentum 2 --optimizer sgd", "--momentum"},
         {"--optimizer adam", "--optimizer"},
         {"--parallel magic", "--parallel"},
@@ -107,6 +111,53 @@ static void test_bad_options(void **st) {
             fail_msg("'%s': exit %d, message \"%s\" (expected 2 and \"%s\")", cases[i].args, rc, err, cases[i].needle);
         free(err);
     }
+}
+
+/* Oracle: a run whose standard output cannot be written (/dev/full) fails, saying so, instead of exiting 0 with
+ * its --json report lost. */
+static void test_full_stdout(void **st) {
+    (void)st;
+    char *cmd = prog_fmt("'%s' " TINY " --data '%s/data.txt' --json > /dev/full 2> '%s/err'", trainer, tmpdir, tmpdir);
+    int rc = system(cmd);
+    char *path = prog_fmt("%s/err", tmpdir), *err = prog_slurp(path);
+    if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 1 || !strstr(err, "cannot write to standard output: No space left"))
+        fail_msg("stdout to /dev/full: status %d, stderr \"%s\" (expected exit 1 and the message)", rc, err);
+    free(err);
+    free(path);
+    free(cmd);
+}
+
+/* Oracle: the trainer's memory does not grow with --steps: a run of --steps 1000000000 (the maximum) reaches
+ * step 2 (where a diverging SGD stops it) with a peak resident size under 1 GiB, where results kept for every
+ * step would take 8 GB before step 1; --json says the step its arrays start at (1 in a run of fewer than 100000). */
+static void test_steps_bounded(void **st) {
+    (void)st;
+    char *cmd = prog_fmt("'%s' " TINY " --steps 1000000000 --optimizer sgd --momentum 0 --lr 1e30 --weight-decay 1e30 "
+                         "--clip 0 --data '%s/data.txt' > '%s/out' 2> '%s/err'", trainer, tmpdir, tmpdir, tmpdir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &status, 0, &ru), pid);
+    char *path = prog_fmt("%s/err", tmpdir), *err = prog_slurp(path);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || !strstr(err, "step 2/1000000000: optimizer step 2"))
+        fail_msg("--steps 1000000000: status %d, stderr \"%s\" (expected exit 1 at step 2)", status, err);
+    if (ru.ru_maxrss > 1024L * 1024L) fail_msg("--steps 1000000000: peak resident size %ld KiB", ru.ru_maxrss);
+    free(err);
+    free(path);
+    free(cmd);
+    /* a run within the window: its arrays begin at step 1 */
+    char *args = prog_fmt(TINY " --data '%s/data.txt' --json", tmpdir), *out = NULL;
+    assert_int_equal(run(args, &out, NULL), 0);
+    cJSON *j = prog_last_json(out);
+    assert_int_equal(cJSON_GetObjectItem(j, "first_step")->valueint, 1);
+    cJSON_Delete(j);
+    free(out);
+    free(args);
 }
 
 /* Oracle: a byte >= --vocab is an error naming its offset. */
@@ -377,6 +428,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_full_stdout),
+        cmocka_unit_test(test_steps_bounded),
         cmocka_unit_test(test_data_vocab),
         cmocka_unit_test(test_data_not_a_file),
         cmocka_unit_test(test_data_order_and_losses),

@@ -120,7 +120,8 @@ static void test_big_vocab(void **state) {
     }
 }
 
-/* Oracle: each mismatch is refused at start-up, exit 2, with a message naming the file and the problem. */
+/* Oracle: each mismatch is refused at start-up, exit 2, with a message naming the file and the problem (or the
+ * list, when it names no file or has an empty entry). */
 static void test_refusals(void **state) {
     (void)state;
     write_tokens("odd.u16", "bytes", toks, 99, 0);
@@ -138,6 +139,8 @@ static void test_refusals(void **state) {
         {"--data '%s/over.u16' --data-format u16", "token 300 at offset 500 (byte 1000 of the file) is not below the vocabulary size 256"},
         {"--data '%s/nothing_*.bin'", "nothing_*.bin matches no file"},
         {"--data '%s/data.txt' --data-format u32", "--data-format"},
+        {"--data ',,'", "--data \",,\": the list of files is empty"},
+        {"--data '%s/data.txt,'", "data.txt,\": entry 2 of 2 is an empty path in the list of files"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char *a = prog_fmt(cases[c].args, tmpdir), *full = prog_fmt(TINY " %s", a);
@@ -145,6 +148,37 @@ static void test_refusals(void **state) {
         free(full);
         free(a);
     }
+}
+
+/* Oracle: tools/make_tokens refuses a directory, a missing file and a FIFO with a message of its own (exit 2 from
+ * Perl's die is 2 or more), no Perl warning; a text file makes files the trainer reads. */
+static void test_make_tokens(void **state) {
+    (void)state;
+    const char *src = __FILE__, *slash = strrchr(src, '/'); /* tools/ beside tests/ */
+    char *tool = prog_fmt("%.*s../tools/make_tokens", slash ? (int)(slash - src + 1) : 0, src);
+    char *fifo = prog_fmt("%s/fifo", tmpdir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    struct { const char *text, *says; } cases[] = {
+        {tmpdir, "is a directory: give a text file"},
+        {"/nonexistent/t.txt", "/nonexistent/t.txt does not exist"},
+        {fifo, "is not a regular file"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *args = prog_fmt("'%s' '%s/mt'", cases[i].text, tmpdir), *out = NULL, *err = NULL;
+        int rc = prog_run(tool, args, tmpdir, &out, &err);
+        if (rc == 0 || !strstr(err, cases[i].says) || strstr(err, "uninitialized") || strstr(err, " line "))
+            fail_msg("make_tokens %s: exit %d, stderr \"%s\" (expected \"%s\" and no Perl warning)", args, rc, err,
+                     cases[i].says);
+        free(args), free(out), free(err);
+    }
+    unlink(fifo);
+    char *args = prog_fmt("--format llmc '%s/data.txt' '%s/mt'", tmpdir, tmpdir), *out = NULL;
+    assert_int_equal(prog_run(tool, args, tmpdir, &out, NULL), 0);
+    free(args), free(out);
+    double l[6];
+    args = prog_fmt("--data '%s/mt_train.bin' --val-data '%s/mt_val.bin'", tmpdir, tmpdir);
+    losses(args, l, 6);
+    free(args), free(fifo), free(tool);
 }
 
 /* Oracle: without --data, the default corpus is found from any working directory (beside the program in the
@@ -174,6 +208,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_big_vocab),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_default_data),
+        cmocka_unit_test(test_make_tokens),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     test_rmtree(tmpdir);

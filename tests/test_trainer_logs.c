@@ -78,6 +78,9 @@ static void test_config_file(void **state) {
         { "{\"config\": \"other.json\"}", "cannot name another" },
         { "[1, 2]", "expected a JSON object" },
         { "{\"steps\": 2", "not JSON" },
+        { "{\"steps\": 1}{\"steps\": 100}", "text after the JSON object at byte 12" },
+        { "{\"steps\": 1} x", "text after the JSON object at byte 13" },
+        { "{\"lr\": 1e-50}", "--lr: 1e-50 is too small for a float" }, /* not 0 */
         { "{\"shard\": \"grad_op\"}", "--shard applies to --parallel fsdp only" }, /* given by the file */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -1,6 +1,7 @@
 /* Which checkpoints a run keeps and which it resumes from: the complete checkpoints of a directory newest
  * first, removal of those older than the newest K after a save (fsc_ckpt_prune), and a resume that may be
- * a run's first and that skips a damaged newest checkpoint for the one before (fsc_ckpt_try_resume).
+ * a run's first and that skips a damaged newest checkpoint for the one before (fsc_ckpt_try_resume), and the
+ * newest sound checkpoint for a reader without an engine (fsc_ckpt_latest_sound).
  * A complete checkpoint is a directory step-NNNNNNNN holding metadata.json (fsc_ckpt_latest's rule);
  * removal goes through ck_remove_dir, so only files of the names a save writes are ever removed.
  *
@@ -167,4 +168,30 @@ fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, ch
     free(steps);
     if (nskipped) return fsc_error(FSC_ERR_FORMAT, "%s: every complete checkpoint (%d) is damaged: %s", dir, nskipped, all);
     return FSC_OK; /* none: a fresh start, e untouched */
+}
+
+fsc_status fsc_ckpt_latest_sound(const char *dir, char *path, size_t cap, int64_t *step, char *skipped, size_t scap) {
+    if (!dir || !path || !cap || !step) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest_sound: NULL argument");
+    *step = -1, path[0] = 0;
+    if (skipped && scap) skipped[0] = 0;
+    int64_t *steps = NULL;
+    int n = 0;
+    FSC_TRY(list_complete(dir, &steps, &n));
+    char at[4096], all[8192] = "";
+    for (int i = 0; i < n; i++) {
+        step_path(at, sizeof at, dir, steps[i]);
+        if (fsc_ckpt_verify(at, NULL) == FSC_OK) {
+            snprintf(path, cap, "%s", at);
+            *step = steps[i];
+            free(steps);
+            return FSC_OK;
+        }
+        char why[5200];
+        snprintf(why, sizeof why, "%s skipped, damaged: %.1000s", at, fsc_last_error());
+        append(all, sizeof all, why);
+        append(skipped, scap, why);
+    }
+    free(steps);
+    if (n) return fsc_error(FSC_ERR_FORMAT, "%s: every complete checkpoint (%d) is damaged: %s", dir, n, all);
+    return FSC_OK;
 }

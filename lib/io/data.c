@@ -1,5 +1,7 @@
-/* Token datasets (data.h): the files of a spec mapped read-only, each checked for its format's structure
- * when opened, and read as one stream of tokens by position. Token values are checked as they are read.
+/* Token datasets (data.h): the files of a spec, each checked for its format's structure when opened, and read
+ * as one stream of tokens by position with pread (no mapping: a file that shrinks under a run is an error that
+ * names it, not a SIGBUS, and a stream of any number of files costs no mappings or descriptors between reads).
+ * Token values are checked as they are read.
  *
  * Not here: which sequences a step takes beyond the one formula of the data order (the trainer splits a
  * global batch over its ranks), tokenizers (the files hold token ids). */
@@ -9,16 +11,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "fsc/data.h"
 
 typedef struct {
     char *path;          /* name in messages */
-    void *map;           /* the mapping (NULL: memory image or empty file) */
-    size_t map_len;
-    const uint8_t *tok;  /* first token's byte */
+    const uint8_t *mem;  /* a memory image (fsc_data_open_memory); NULL: the file at path, read with pread */
+    uint64_t size;       /* its bytes when opened; every read checks the file still has them */
+    dev_t dev;           /* the file's identity when opened (a file renamed over it is refused) */
+    ino_t ino;
     uint64_t ntok;       /* tokens in this file */
     uint64_t first;      /* its first token's position in the stream */
     uint64_t tok_off;    /* byte offset of the first token in the file (the llm.c header) */
@@ -51,12 +53,12 @@ static uint32_t le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static int has_magic(const uint8_t *buf, size_t len) {
+static int has_magic(const uint8_t *buf, uint64_t len) {
     return len >= 4 && le32(buf) == FSC_DATA_LLMC_MAGIC;
 }
 
 /* Decide the format of the stream from its first file (AUTO only). */
-static fsc_status detect(const char *name, const uint8_t *buf, size_t len, int vocab, fsc_data_format *fmt) {
+static fsc_status detect(const char *name, const uint8_t *buf, uint64_t len, int vocab, fsc_data_format *fmt) {
     if (has_magic(buf, len)) *fmt = FSC_DATA_LLMC;
     else if (vocab <= 256) *fmt = FSC_DATA_BYTES;
     else
@@ -66,10 +68,11 @@ static fsc_status detect(const char *name, const uint8_t *buf, size_t len, int v
     return FSC_OK;
 }
 
-/* Check one file image against the stream's format and fill in where its tokens lie. */
-static fsc_status parse_file(data_file *f, const uint8_t *buf, size_t len, fsc_data_format fmt) {
+/* Check one file against the stream's format and fill in where its tokens lie: buf holds its first
+ * min(len, FSC_DATA_LLMC_HEADER) bytes (or all of a memory image), len is its size. */
+static fsc_status parse_file(data_file *f, const uint8_t *buf, uint64_t len, fsc_data_format fmt) {
     const char *name = f->path;
-    f->tok = buf, f->tok_off = 0;
+    f->tok_off = 0;
     if (fmt != FSC_DATA_LLMC && has_magic(buf, len))
         return fsc_error(FSC_ERR_FORMAT, "%s begins with llm.c's magic %d: it is an llm.c token shard, not %s "
                          "(give the format llmc, or auto)", name, FSC_DATA_LLMC_MAGIC,
@@ -80,8 +83,8 @@ static fsc_status parse_file(data_file *f, const uint8_t *buf, size_t len, fsc_d
     }
     if (fmt == FSC_DATA_U16) {
         if (len % 2)
-            return fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes, not a multiple of 2: not a file of uint16 tokens",
-                             name, len);
+            return fsc_error(FSC_ERR_FORMAT, "%s: %llu bytes, not a multiple of 2: not a file of uint16 tokens",
+                             name, (unsigned long long)len);
         f->ntok = len / 2;
         return FSC_OK;
     }
@@ -89,8 +92,8 @@ static fsc_status parse_file(data_file *f, const uint8_t *buf, size_t len, fsc_d
         return fsc_error(FSC_ERR_FORMAT, "%s is not an llm.c token shard: it does not begin with the magic %d%s",
                          name, FSC_DATA_LLMC_MAGIC, len < 4 ? " (shorter than 4 bytes)" : "");
     if (len < FSC_DATA_LLMC_HEADER)
-        return fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes, shorter than llm.c's %d-byte header", name, len,
-                         FSC_DATA_LLMC_HEADER);
+        return fsc_error(FSC_ERR_FORMAT, "%s: %llu bytes, shorter than llm.c's %d-byte header", name,
+                         (unsigned long long)len, FSC_DATA_LLMC_HEADER);
     uint32_t version = le32(buf + 4), count = le32(buf + 8);
     if (version != 1)
         return fsc_error(version == 2 ? FSC_ERR_UNSUPPORTED : FSC_ERR_FORMAT, "%s: llm.c shard version %u: fsc "
@@ -98,13 +101,13 @@ static fsc_status parse_file(data_file *f, const uint8_t *buf, size_t len, fsc_d
                          version == 2 ? "; version 2 holds uint32 tokens" : "");
     if (count > INT32_MAX)
         return fsc_error(FSC_ERR_FORMAT, "%s: the header's token count %d is negative", name, (int32_t)count);
-    uint64_t body = (uint64_t)len - FSC_DATA_LLMC_HEADER;
+    uint64_t body = len - FSC_DATA_LLMC_HEADER;
     if (body != 2 * (uint64_t)count)
         return fsc_error(FSC_ERR_FORMAT, "%s: the header says %u tokens (%llu bytes after the %d-byte header), but "
                          "the file holds %llu bytes after it%s", name, count, 2 * (unsigned long long)count,
                          FSC_DATA_LLMC_HEADER, (unsigned long long)body,
                          body < 2 * (uint64_t)count ? " (truncated?)" : "");
-    f->tok = buf + FSC_DATA_LLMC_HEADER, f->tok_off = FSC_DATA_LLMC_HEADER, f->ntok = count;
+    f->tok_off = FSC_DATA_LLMC_HEADER, f->ntok = count;
     return FSC_OK;
 }
 
@@ -122,40 +125,73 @@ static fsc_status add_file(fsc_data *d, const char *path) {
     return FSC_OK;
 }
 
-/* Map file f (a regular file, refused before anything is read otherwise). */
-static fsc_status map_file(data_file *f, const uint8_t **buf, size_t *len) {
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: refused below */
-    if (fd < 0) return fsc_error(FSC_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
+/* Open file f for reading into *fd, its status in *sb: a regular file (refused before anything is read
+ * otherwise; a kind named "now" when the file was opened before, as a replacement). */
+static fsc_status open_file(const data_file *f, int *fd, struct stat *sb, const char *now) {
+    int d = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: refused below */
+    if (d < 0) return fsc_error(FSC_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
+    if (fstat(d, sb) != 0) {
         int e = errno;
-        close(fd);
+        close(d);
         return fsc_error(FSC_ERR_IO, "%s: cannot stat: %s", f->path, strerror(e));
     }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        const char *kind = S_ISDIR(sb.st_mode) ? "a directory" : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
-                         : S_ISFIFO(sb.st_mode) ? "a FIFO" : "not a file";
-        return fsc_error(FSC_ERR_INVALID, "%s is %s: give a regular file of tokens", f->path, kind);
+    if (!S_ISREG(sb->st_mode)) {
+        close(d);
+        const char *kind = S_ISDIR(sb->st_mode) ? "a directory" : S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode)
+                         ? "a device" : S_ISFIFO(sb->st_mode) ? "a FIFO" : "not a file";
+        return fsc_error(*now ? FSC_ERR_IO : FSC_ERR_INVALID, "%s is %s%s: give a regular file of tokens", f->path,
+                         now, kind);
     }
-    if ((uint64_t)sb.st_size > SIZE_MAX) {
-        close(fd);
-        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: %lld bytes do not fit this machine's address space", f->path,
-                         (long long)sb.st_size);
+    *fd = d;
+    return FSC_OK;
+}
+
+/* Bytes [off, off + len) of open file f into dst; a file that ends early shrank after it was opened. */
+static fsc_status pread_all(const data_file *f, int fd, uint64_t off, size_t len, uint8_t *dst) {
+    for (size_t got = 0; got < len;) {
+        ssize_t r = pread(fd, dst + got, len - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return fsc_error(FSC_ERR_IO, "%s: cannot read: %s", f->path, strerror(errno));
+        if (r == 0)
+            return fsc_error(FSC_ERR_IO, "%s: the file ends at byte %llu, but it held %llu bytes when opened: it was "
+                             "truncated while in use", f->path, (unsigned long long)(off + got),
+                             (unsigned long long)f->size);
+        got += (size_t)r;
     }
-    *len = (size_t)sb.st_size;
-    *buf = (const uint8_t *)"";
-    if (*len == 0) {
-        close(fd);
+    return FSC_OK;
+}
+
+/* Bytes [off, off + len) of file f (its image, or the file opened for this read, which must still be the file
+ * opened first, of the same size) into dst. */
+static fsc_status read_bytes(const data_file *f, uint64_t off, size_t len, uint8_t *dst) {
+    if (f->mem) {
+        memcpy(dst, f->mem + off, len);
         return FSC_OK;
     }
-    void *map = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
+    int fd = -1;
+    struct stat sb;
+    FSC_TRY(open_file(f, &fd, &sb, "now "));
+    fsc_status s = FSC_OK;
+    if (sb.st_dev != f->dev || sb.st_ino != f->ino || (uint64_t)sb.st_size != f->size)
+        s = fsc_error(FSC_ERR_IO, "%s changed while in use: %s (%llu bytes when opened, %lld now); the files of a "
+                      "stream must not change while it is read", f->path, sb.st_dev != f->dev || sb.st_ino != f->ino
+                      ? "another file took its name" : (uint64_t)sb.st_size < f->size ? "it was truncated"
+                      : "its size changed", (unsigned long long)f->size, (long long)sb.st_size);
+    if (s == FSC_OK) s = pread_all(f, fd, off, len, dst);
     close(fd);
-    if (map == MAP_FAILED) return fsc_error(FSC_ERR_IO, "%s: cannot map %zu bytes: %s", f->path, *len, strerror(e));
-    f->map = map, f->map_len = *len;
-    *buf = map;
-    return FSC_OK;
+    return s;
+}
+
+/* Open file f, record its size and identity, and read its first bytes, up to an llm.c header, into head. */
+static fsc_status probe_file(data_file *f, uint8_t *head, size_t *hlen) {
+    int fd = -1;
+    struct stat sb;
+    FSC_TRY(open_file(f, &fd, &sb, ""));
+    f->size = (uint64_t)sb.st_size, f->dev = sb.st_dev, f->ino = sb.st_ino;
+    *hlen = f->size < FSC_DATA_LLMC_HEADER ? (size_t)f->size : FSC_DATA_LLMC_HEADER;
+    fsc_status s = pread_all(f, fd, 0, *hlen, head);
+    close(fd);
+    return s;
 }
 
 static fsc_status new_data(fsc_data **out, fsc_data_format format, int vocab) {
@@ -170,8 +206,8 @@ static fsc_status new_data(fsc_data **out, fsc_data_format format, int vocab) {
     return FSC_OK;
 }
 
-/* Parse file i (its image buf, len) into the stream: detect the format from the first file. */
-static fsc_status take(fsc_data *d, int i, const uint8_t *buf, size_t len) {
+/* Parse file i (its first bytes buf, its size len) into the stream: detect the format from the first file. */
+static fsc_status take(fsc_data *d, int i, const uint8_t *buf, uint64_t len) {
     if (d->fmt == FSC_DATA_AUTO) FSC_TRY(detect(d->f[i].path, buf, len, d->vocab, &d->fmt));
     FSC_TRY(parse_file(&d->f[i], buf, len, d->fmt));
     d->f[i].first = d->ntok;
@@ -181,7 +217,6 @@ static fsc_status take(fsc_data *d, int i, const uint8_t *buf, size_t len) {
 
 /* Add the paths of one item of a spec: a path, or a glob matching at least one file. */
 static fsc_status add_item(fsc_data *d, const char *item) {
-    if (!*item) return fsc_error(FSC_ERR_INVALID, "data: an empty path in the list of files");
     if (!strpbrk(item, "*?[")) return add_file(d, item);
     glob_t g;
     int rc = glob(item, GLOB_ERR, NULL, &g);
@@ -200,17 +235,22 @@ fsc_status fsc_data_open(fsc_data **out, const char *spec, fsc_data_format forma
     FSC_TRY(new_data(&d, format, vocab));
     char *list = strdup(spec);
     fsc_status s = list ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "data: out of memory");
-    for (char *p = list, *next; s == FSC_OK && p; p = next) {
+    int items = 1, item = 1;
+    for (const char *c = spec; *c; c++) items += *c == ',';
+    if (s == FSC_OK && strspn(spec, ",") == strlen(spec))
+        s = fsc_error(FSC_ERR_INVALID, "\"%s\": the list of files is empty", spec);
+    for (char *p = list, *next; s == FSC_OK && p; p = next, item++) {
         next = strchr(p, ',');
         if (next) *next++ = '\0';
-        s = add_item(d, p);
+        s = *p ? add_item(d, p) : fsc_error(FSC_ERR_INVALID, "\"%s\": entry %d of %d is an empty path in the list of "
+                                            "files (a comma too many?)", spec, item, items);
     }
     free(list);
     for (int i = 0; s == FSC_OK && i < d->n; i++) {
-        const uint8_t *buf = NULL;
-        size_t len = 0;
-        s = map_file(&d->f[i], &buf, &len);
-        if (s == FSC_OK) s = take(d, i, buf, len);
+        uint8_t head[FSC_DATA_LLMC_HEADER];
+        size_t hlen = 0;
+        s = probe_file(&d->f[i], head, &hlen);
+        if (s == FSC_OK) s = take(d, i, head, d->f[i].size);
     }
     if (s != FSC_OK) {
         fsc_data_free(d);
@@ -231,7 +271,10 @@ fsc_status fsc_data_open_memory(fsc_data **out, int n, const void *const *bufs, 
         char name[32];
         snprintf(name, sizeof name, "memory[%d]", i);
         s = add_file(d, name);
-        if (s == FSC_OK) s = take(d, i, bufs[i] ? bufs[i] : (const void *)"", bufs[i] ? lens[i] : 0);
+        if (s != FSC_OK) break;
+        d->f[i].mem = bufs[i] ? bufs[i] : (const uint8_t *)"";
+        d->f[i].size = bufs[i] ? lens[i] : 0;
+        s = take(d, i, d->f[i].mem, d->f[i].size);
     }
     if (s != FSC_OK) {
         fsc_data_free(d);
@@ -243,10 +286,7 @@ fsc_status fsc_data_open_memory(fsc_data **out, int n, const void *const *bufs, 
 
 void fsc_data_free(fsc_data *d) {
     if (!d) return;
-    for (int i = 0; i < d->n; i++) {
-        if (d->f[i].map) munmap(d->f[i].map, d->f[i].map_len);
-        free(d->f[i].path);
-    }
+    for (int i = 0; i < d->n; i++) free(d->f[i].path);
     free(d->f);
     free(d);
 }
@@ -270,11 +310,6 @@ static int file_at(const fsc_data *d, uint64_t pos) {
     return lo;
 }
 
-/* Token k of file f: a byte, or a little-endian uint16 (llmc, u16). */
-static uint32_t token_at(const fsc_data *d, const data_file *f, uint64_t k) {
-    return d->fmt == FSC_DATA_BYTES ? f->tok[k] : (uint32_t)f->tok[2 * k] | (uint32_t)f->tok[2 * k + 1] << 8;
-}
-
 static fsc_status bad_token(const fsc_data *d, const data_file *f, uint64_t k, uint32_t v) {
     int w = d->fmt == FSC_DATA_BYTES ? 1 : 2;
     return fsc_error(FSC_ERR_FORMAT, "%s: token %u at offset %llu (byte %llu of the file) is not below the "
@@ -282,22 +317,33 @@ static fsc_status bad_token(const fsc_data *d, const data_file *f, uint64_t k, u
                      (unsigned long long)(f->tok_off + k * (uint64_t)w), d->vocab);
 }
 
+/* Tokens k0 .. k0+m-1 of file f into out (m int32): a byte or a little-endian uint16 each (llmc, u16), read into
+ * the start of out and widened in place from the last (token j's int32 covers only bytes of tokens j and later,
+ * and token j is read before it is written); the first token not below the vocabulary is the error. */
+static fsc_status read_tokens(const fsc_data *d, const data_file *f, uint64_t k0, size_t m, int32_t *out) {
+    const size_t w = d->fmt == FSC_DATA_BYTES ? 1 : 2;
+    uint8_t *raw = (uint8_t *)out;
+    FSC_TRY(read_bytes(f, f->tok_off + k0 * w, m * w, raw));
+    size_t bad = m;
+    for (size_t j = m; j-- > 0;) {
+        uint32_t v = w == 1 ? raw[j] : (uint32_t)raw[2 * j] | (uint32_t)raw[2 * j + 1] << 8;
+        if (v >= (uint32_t)d->vocab) bad = j;
+        out[j] = (int32_t)v;
+    }
+    return bad < m ? bad_token(d, f, k0 + bad, (uint32_t)out[bad]) : FSC_OK;
+}
+
 fsc_status fsc_data_read(const fsc_data *d, uint64_t pos, size_t n, int32_t *out) {
     if (!d || (n && !out)) return fsc_error(FSC_ERR_INVALID, "fsc_data_read: NULL argument");
     if (pos > d->ntok || n > d->ntok - pos)
         return fsc_error(FSC_ERR_INVALID, "data: tokens %llu .. %llu asked for, but the stream holds %llu",
                          (unsigned long long)pos, (unsigned long long)pos + n, (unsigned long long)d->ntok);
-    uint32_t vocab = (uint32_t)d->vocab;
     int i = n ? file_at(d, pos) : 0;
     for (size_t got = 0; got < n; i++) {
         const data_file *f = &d->f[i];
         uint64_t k = pos + got - f->first;
         size_t m = f->ntok - k < n - got ? (size_t)(f->ntok - k) : n - got;
-        for (size_t j = 0; j < m; j++, k++) {
-            uint32_t v = token_at(d, f, k);
-            if (v >= vocab) return bad_token(d, f, k, v);
-            out[got + j] = (int32_t)v;
-        }
+        FSC_TRY(read_tokens(d, f, k, m, out + got));
         got += m;
     }
     return FSC_OK;
@@ -307,15 +353,17 @@ fsc_status fsc_data_check(const fsc_data *d) {
     if (!d) return fsc_error(FSC_ERR_INVALID, "fsc_data_check: NULL argument");
     if (d->fmt == FSC_DATA_BYTES && d->vocab >= 256) return FSC_OK;
     if (d->fmt != FSC_DATA_BYTES && d->vocab >= 65536) return FSC_OK;
-    for (int i = 0; i < d->n; i++) {
+    const size_t chunk = (size_t)1 << 20; /* tokens per read: 4 MiB, whatever the files' sizes */
+    int32_t *buf = malloc(chunk * sizeof *buf);
+    if (!buf) return fsc_error(FSC_ERR_NOMEM, "fsc_data_check: out of memory");
+    fsc_status s = FSC_OK;
+    for (int i = 0; i < d->n && s == FSC_OK; i++) {
         const data_file *f = &d->f[i];
-        if (f->map) madvise(f->map, f->map_len, MADV_SEQUENTIAL);
-        for (uint64_t k = 0; k < f->ntok; k++) {
-            uint32_t v = token_at(d, f, k);
-            if (v >= (uint32_t)d->vocab) return bad_token(d, f, k, v);
-        }
+        for (uint64_t k = 0; k < f->ntok && s == FSC_OK; k += chunk)
+            s = read_tokens(d, f, k, f->ntok - k < chunk ? (size_t)(f->ntok - k) : chunk, buf);
     }
-    return FSC_OK;
+    free(buf);
+    return s;
 }
 
 uint64_t fsc_data_seq_start(uint64_t ntokens, int64_t step, int batch, int seq, int64_t i) {
@@ -333,9 +381,16 @@ fsc_status fsc_data_batch(const fsc_data *d, int64_t step, int batch, int seq, i
         return fsc_error(FSC_ERR_INVALID, "data: %llu tokens, but a context of %d needs at least %d",
                          (unsigned long long)d->ntok, seq, seq + 1);
     size_t T = (size_t)seq;
+    int32_t row[1025]; /* a context of up to 1024: its T + 1 tokens in one read (each read opens the file) */
     for (int j = 0; j < count; j++) {
         uint64_t start = fsc_data_seq_start(d->ntok, step, batch, seq, (int64_t)first + j);
         int32_t *x = tok + (size_t)j * T, *y = tgt + (size_t)j * T;
+        if (T < sizeof row / sizeof *row) {
+            FSC_TRY(fsc_data_read(d, start, T + 1, row));
+            memcpy(x, row, T * sizeof *x);
+            memcpy(y, row + 1, T * sizeof *y);
+            continue;
+        }
         FSC_TRY(fsc_data_read(d, start, T, x));
         memcpy(y, x + 1, (T - 1) * sizeof *y);
         FSC_TRY(fsc_data_read(d, start + T, 1, y + T - 1));

@@ -155,6 +155,41 @@ void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
                  (double)c->moe_capacity, (double)c->moe_aux);
 }
 
+/* A recorded configuration whose text differs from this model's own (both JSON objects): FSC_OK when every field
+ * holds the same value (numbers compared as the floats and integers they set: 10000.0 is 10000), else the error
+ * naming the first field of own whose recorded value differs or is missing (or the first recorded field own
+ * lacks) with both values. */
+static fsc_status config_differs(const char *own, const char *recorded) {
+    cJSON *a = cJSON_Parse(own), *b = cJSON_Parse(recorded);
+    char field[64] = "", mine[64] = "", theirs[64] = "";
+    const cJSON *x;
+    cJSON_ArrayForEach(x, a) {
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
+        const int same = y && (cJSON_IsNumber(x) ? cJSON_IsNumber(y) && (float)x->valuedouble == (float)y->valuedouble
+                                                 : cJSON_Compare(x, y, 1));
+        if (same) continue;
+        char *t = y ? cJSON_PrintUnformatted(y) : NULL, *m = cJSON_PrintUnformatted(x);
+        snprintf(field, sizeof field, "%.40s", x->string);
+        snprintf(mine, sizeof mine, "%.40s", m ? m : "?");
+        snprintf(theirs, sizeof theirs, "%.40s", t ? t : "absent");
+        free(t), free(m);
+        break;
+    }
+    cJSON_ArrayForEach(x, b) {
+        if (field[0]) break;
+        if (cJSON_GetObjectItemCaseSensitive(a, x->string)) continue;
+        char *t = cJSON_PrintUnformatted(x);
+        snprintf(field, sizeof field, "%.40s", x->string);
+        snprintf(mine, sizeof mine, "absent");
+        snprintf(theirs, sizeof theirs, "%.40s", t ? t : "?");
+        free(t);
+    }
+    cJSON_Delete(a), cJSON_Delete(b);
+    if (!field[0]) return FSC_OK; /* the same values written otherwise (10000.0 for 10000) */
+    return fsc_error(FSC_ERR_INVALID, "written for a Llama with %s %s; this engine's model has %s %s (recorded "
+                     "configuration: %.300s)", field, theirs, field, mine, recorded);
+}
+
 fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *recorded) {
     cJSON *o = cJSON_Parse(recorded);
     if (!cJSON_IsObject(o)) {
@@ -175,10 +210,7 @@ fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *re
     FSC_TRY(s);
     char own[512];
     fsc_llama_config_json(c, own, sizeof own);
-    if (strcmp(own, recorded) != 0)
-        return fsc_error(FSC_ERR_INVALID, "written for a Llama of configuration %.300s; this engine's model has "
-                         "%.300s", recorded, own);
-    return FSC_OK;
+    return strcmp(own, recorded) != 0 ? config_differs(own, recorded) : FSC_OK;
 }
 
 /* ---- the model object: the layers' model, wrapped ------------------------------------------------------- */

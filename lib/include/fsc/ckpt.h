@@ -98,6 +98,13 @@ fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step);
  * naming them (e's state undefined). loaded (lcap bytes, may be NULL) receives the loaded path. */
 fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, char *loaded, size_t lcap,
                                char *skipped, size_t scap);
+/* Not collective, for readers that must not change dir (the sampler): the newest complete checkpoint of dir that
+ * verifies (fsc_ckpt_verify: its metadata, every file, every checksum), path (cap bytes) and *step; *step = -1 and
+ * path "" when dir holds no complete checkpoint (a missing dir holds none). Damaged newer ones are skipped and
+ * named with the reason in skipped (scap bytes, may be NULL; "" when none); every one damaged: FSC_ERR_FORMAT
+ * naming them. Reads every file of the checkpoints it tries; removes nothing (fsc_ckpt_try_resume's fallback
+ * for a program without an engine yet). */
+fsc_status fsc_ckpt_latest_sound(const char *dir, char *path, size_t cap, int64_t *step, char *skipped, size_t scap);
 /* Retention (not collective: one process, after a save returned FSC_OK on every rank): remove dir's complete
  * checkpoints older than step `written` beyond the newest keep - 1 of them, so that keep remain counting
  * step `written`, which must be complete (FSC_ERR_STATE otherwise, nothing removed). Never removed: step

@@ -1,5 +1,5 @@
-/* Token datasets: one stream of tokens from one or more files, memory-mapped read-only (nothing is copied
- * or read whole), in three formats:
+/* Token datasets: one stream of tokens from one or more files, read with pread as tokens are asked for
+ * (nothing is mapped, copied or read whole), in three formats:
  *   bytes  each byte is one token (vocabulary up to 256);
  *   llmc   llm.c's token shards: a 1024-byte header of 256 little-endian int32 (magic 20240520, version 1,
  *          token count), then that many little-endian uint16 tokens, nothing after them;
@@ -12,7 +12,9 @@
  * their tokens are one stream, in that order. Opening checks each file's structure (a regular file; for
  * u16 an even size; for llmc the magic, version and a count that agrees with the file's size). Token values
  * are checked against the vocabulary as they are read (fsc_data_read, fsc_data_batch), and all at once by
- * fsc_data_check (a sequential pass over the maps: pages come and go, nothing is held).
+ * fsc_data_check (a sequential pass in 4 MiB reads: nothing is held).
+ * The files must not change while the stream is open: each read opens the file again and refuses it (an I/O
+ * error naming it) when it is no longer the file of the size that was opened, or ends early.
  *
  * Data order (the trainer's contract): with N tokens, global batch B and context T, sequence i of step s
  * starts at ((s*B + i) * T) mod (N - T) of the stream (fsc_data_seq_start); its inputs are the T tokens
@@ -34,7 +36,7 @@ typedef enum { FSC_DATA_AUTO = 0, FSC_DATA_BYTES, FSC_DATA_LLMC, FSC_DATA_U16 } 
 typedef struct fsc_data fsc_data;
 
 /* Open the files of spec as one stream of tokens below vocab (1 .. 2^24). The message names the file and
- * what is wrong with it. */
+ * what is wrong with it, or the list when it is empty or has an empty entry. */
 fsc_status fsc_data_open(fsc_data **out, const char *spec, fsc_data_format format, int vocab);
 /* The same over n file images held in memory (the caller keeps them alive until fsc_data_free); file i is
  * named "memory[i]" in messages. For tests and the fuzz harness. */

@@ -176,7 +176,7 @@ static fsc_status open_cuda(const fsc_device_opts *opts, const fsc_device_ops **
 fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_device **out) {
     FSC_CHECK_ARG(out);
     *out = NULL;
-    FSC_CHECK_ARG(name);
+    if (!name) return fsc_error(FSC_ERR_INVALID, "fsc_device_create: name is NULL (use \"cpu\" or \"cuda\")");
     fsc_device_opts o = {0};
     if (opts) o = *opts;
     if (o.threads < 0) return fsc_error(FSC_ERR_INVALID, "device option threads is %d, must be >= 0", o.threads);

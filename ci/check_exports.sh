@@ -9,8 +9,7 @@ B=${1:?usage: ci/check_exports.sh BUILD}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # the public API: every prototype the public headers declare
-echo '#include "fsc/fsc.h"' | gcc -std=c11 -D_GNU_SOURCE -Ilib/include -aux-info "$tmp/aux" -fsyntax-only -x c -
-grep '/\* lib/include/fsc/' "$tmp/aux" | sed 's/^[^*]*\*\/ *//; s/ (.*//; s/.*[ *]//' | sort -u > "$tmp/api"
+sh ci/public_api.sh > "$tmp/api"
 nm -D --defined-only "$B/libfsc.so" | awk 'NF == 3 { print $3 }' | sed 's/@.*//' | sort -u > "$tmp/so"
 nm -g --defined-only "$B/libfsc.a" | awk 'NF == 3 { print $3 }' | sort -u > "$tmp/a"
 fail=0

@@ -80,6 +80,7 @@ fsc_status sim_gpu_ordinal(int rank, int *ordinal) {
 }
 
 fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg) {
+    FSC_CHECK_ARG(fn);
     FSC_TRY(check_opts(opts, fn));
     const int world = opts->world;
     const char *devname = opts->device ? opts->device : "cpu";

@@ -244,6 +244,8 @@ fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tenso
 }
 
 fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f, int check_data) {
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(f);
     if (!m || !f || file < 0 || file >= m->nfiles)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_check_file: no metadata, no file or file index %d out of range", file);
     const char *fname = m->files[file];
@@ -289,6 +291,7 @@ fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f,
 
 fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out) {
     if (out) *out = NULL;
+    FSC_CHECK_ARG(path);
     fsc_ckpt_meta *m;
     FSC_TRY(fsc_ckpt_meta_read(path, &m));
     fsc_status s = FSC_OK;
@@ -310,6 +313,9 @@ fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out) {
 }
 
 fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *step) {
+    FSC_CHECK_ARG(dir);
+    FSC_CHECK_ARG(path);
+    FSC_CHECK_ARG(step);
     char eb[128], meta[4096];
     if (!dir || !path || !step || cap == 0) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest: NULL argument");
     path[0] = 0;
@@ -337,6 +343,7 @@ fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *ste
 }
 
 fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap) {
+    FSC_CHECK_ARG(dir);
     char eb[128], p[4096];
     int n = 0;
     size_t used = 0;

@@ -82,6 +82,7 @@ static void append(char *report, size_t cap, const char *text) {
 }
 
 fsc_status fsc_ckpt_prune(const char *dir, int64_t written, int keep, int *removed, char *report, size_t cap) {
+    FSC_CHECK_ARG(dir);
     char path[4096], meta[4200];
     struct stat st;
     if (removed) *removed = 0;
@@ -116,6 +117,8 @@ fsc_status fsc_ckpt_prune(const char *dir, int64_t written, int keep, int *remov
 fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, char *loaded, size_t lcap,
                                char *skipped, size_t scap) {
     if (step) *step = -1;
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(dir);
     if (loaded && lcap) loaded[0] = 0;
     if (skipped && scap) skipped[0] = 0;
     if (!e || !dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_try_resume: no engine or no directory");

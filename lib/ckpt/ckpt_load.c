@@ -263,7 +263,8 @@ static void restore_counters(loader *L) {
 }
 
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
-    if (!e || !path) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_load: no engine or no path");
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(path);
     loader L = { .e = e, .path = path };
     const int shared = fsc_comm_size(e->r->comm) > 1;
     fsc_status s = e->r->rank == 0 ? fsc_ckpt_meta_read(path, &L.m) : FSC_OK; /* read and parsed once */
@@ -298,7 +299,8 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
 }
 
 fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step) {
-    if (!e || !dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_resume: no engine or no directory");
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(dir);
     char path[4096] = "", base[128] = "";
     int64_t found = -1;
     fsc_status s = FSC_OK;

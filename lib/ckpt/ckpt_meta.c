@@ -451,8 +451,9 @@ static fsc_status parse_root(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
 }
 
 fsc_status fsc_ckpt_meta_parse(const char *text, size_t len, const char *what, fsc_ckpt_meta **out) {
-    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_meta_parse: out is NULL");
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(text);
     rd r = { what ? what : "checkpoint metadata" };
     if (!text) return fsc_error(FSC_ERR_INVALID, "%s: no text", r.what);
     FSC_TRY(ck_meta_check_text(text, len, r.what)); /* size, checksum and parsing cost, before cJSON */
@@ -478,9 +479,9 @@ fsc_status fsc_ckpt_meta_parse(const char *text, size_t len, const char *what, f
 }
 
 fsc_status fsc_ckpt_meta_read(const char *path, fsc_ckpt_meta **out) {
-    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_meta_read: out is NULL");
+    FSC_CHECK_ARG(out);
     *out = NULL;
-    if (!path) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_meta_read: path is NULL");
+    FSC_CHECK_ARG(path);
     char file[4096];
     FSC_TRY(ck_join(file, sizeof file, path, CK_META_NAME));
     char *text;

@@ -293,8 +293,10 @@ fsc_status ck_meta_check_dir(const fsc_ckpt_meta *m, const char *path, const cha
 }
 
 fsc_status fsc_ckpt_meta_params(const fsc_ckpt_meta *m, fsc_param_info **out, int *n) {
-    if (!m || !out || !n) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_meta_params: NULL argument");
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(n);
     *n = 0;
     fsc_param_info *p = calloc((size_t)m->ntensors + 1, sizeof *p);
     if (!p) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of memory for %d parameters", m->ntensors);

@@ -437,6 +437,8 @@ static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_c
 
 /* The save, as one span of the engine's trace (trace.h) */
 fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts) {
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(dir);
     if (!e || !dir || !*dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: no engine or no directory");
     fsc_trace_begin(e->trace, "ckpt", "checkpoint save");
     fsc_status s = save(e, dir, step, opts);
@@ -510,7 +512,7 @@ static fsc_status to_host(void *ctx, uint64_t first, const float *host, size_t n
 }
 
 fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
-    if (!e) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_full_state: engine is NULL");
+    FSC_CHECK_ARG(e);
     const int nstates = fsc_optim_num_states(e->opt);
     if (which < 0 || which >= nstates)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_full_state: the optimizer keeps %d states, not state %d", nstates,

@@ -10,8 +10,9 @@
 #include "ckpt_impl.h"
 
 fsc_status fsc_ckpt_write_file(const char *dir, const char *name, const void *data, size_t len) {
-    if (!dir || !*dir || !name || !*name || (!data && len))
-        return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_write_file: no directory, name or data");
+    if (!dir || !*dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_write_file: no directory (dir is NULL or empty)");
+    if (!name || !*name) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_write_file: no file name (name is NULL or empty)");
+    FSC_CHECK_BUF(data, len);
     if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") || !strncmp(name, "step-", 5))
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_write_file: '%s' is not a plain file name beside the checkpoints "
                          "(no '/', not step-*)", name);

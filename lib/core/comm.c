@@ -239,6 +239,9 @@ fsc_status fsc_comm_split(fsc_comm *c, int color, int key, fsc_comm **out) {
 }
 
 fsc_status fsc_comm_all_reduce_host(fsc_comm *c, fsc_device *dev, float *value, fsc_redop op) {
+    FSC_CHECK_ARG_AS(c, "comm");
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(value);
     float *d;
     FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, sizeof(float), (void **)&d));
     fsc_status s = fsc_device_upload(dev, d, value, sizeof *value);
@@ -251,6 +254,8 @@ fsc_status fsc_comm_all_reduce_host(fsc_comm *c, fsc_device *dev, float *value, 
 #define AGREE_MSG 512
 
 fsc_status fsc_comm_agree(fsc_comm *c, fsc_device *dev, fsc_status mine) {
+    FSC_CHECK_ARG_AS(c, "comm");
+    FSC_CHECK_ARG(dev);
     const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
     if (N == 1) return mine;
     char msg[AGREE_MSG];

@@ -174,9 +174,9 @@ static fsc_status open_cuda(const fsc_device_opts *opts, const fsc_device_ops **
 }
 
 fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_device **out) {
-    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_device_create: out is NULL");
+    FSC_CHECK_ARG(out);
     *out = NULL;
-    if (!name) return fsc_error(FSC_ERR_INVALID, "fsc_device_create: device name is NULL (use \"cpu\" or \"cuda\")");
+    if (!name) return fsc_error(FSC_ERR_INVALID, "fsc_device_create: name is NULL (use \"cpu\" or \"cuda\")");
     fsc_device_opts o = {0};
     if (opts) o = *opts;
     if (o.threads < 0) return fsc_error(FSC_ERR_INVALID, "device option threads is %d, must be >= 0", o.threads);
@@ -231,8 +231,9 @@ void fsc_device_free(fsc_device *dev) {
 const char *fsc_device_name(const fsc_device *dev) { return dev ? dev->ops->name : "(null)"; }
 
 fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out) {
-    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_device_alloc: out is NULL");
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(dev);
     if ((unsigned)tag >= FSC_TAG_COUNT) return fsc_error(FSC_ERR_INVALID, "fsc_device_alloc: invalid tag %d", (int)tag);
     if (bytes == 0) return FSC_OK;
     struct fsc_alloc_map *m = dev->live;
@@ -259,6 +260,8 @@ fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **o
 }
 
 fsc_status fsc_device_calloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(out);
     FSC_TRY(fsc_device_alloc(dev, tag, bytes, out));
     if (bytes == 0) return FSC_OK;
     fsc_status s = dev->ops->memset(dev->ctx, *out, 0, bytes);
@@ -299,16 +302,22 @@ fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out) {
 }
 
 size_t fsc_device_current_bytes(const fsc_device *dev, fsc_tag tag) {
+    if (!dev) return 0;
     return ((unsigned)tag < FSC_TAG_COUNT) ? dev->cur[tag] : 0;
 }
 
 size_t fsc_device_peak_bytes(const fsc_device *dev, fsc_tag tag) {
+    if (!dev) return 0;
     return ((unsigned)tag < FSC_TAG_COUNT) ? dev->peak[tag] : 0;
 }
 
-size_t fsc_device_peak_total(const fsc_device *dev) { return dev->peak_total; }
+size_t fsc_device_peak_total(const fsc_device *dev) {
+    if (!dev) return 0;
+    return dev->peak_total;
+}
 
 void fsc_device_reset_peak(fsc_device *dev) {
+    if (!dev) return;
     pthread_mutex_lock(&dev->live->mu);
     for (int t = 0; t < FSC_TAG_COUNT; t++) dev->peak[t] = dev->cur[t];
     dev->peak_total = dev->cur_total;
@@ -336,33 +345,43 @@ static void count_sync_copy(fsc_device *dev, int to_device, size_t bytes) {
 }
 
 fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, size_t bytes) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_BUF(dst, bytes);
+    FSC_CHECK_BUF(host_src, bytes);
     if (bytes == 0) return FSC_OK;
-    if (!dst || !host_src) return fsc_error(FSC_ERR_INVALID, "fsc_device_upload: NULL pointer for %zu bytes", bytes);
     fsc_status s = dev->ops->upload(dev->ctx, dst, host_src, bytes);
     if (s == FSC_OK) count_sync_copy(dev, 1, bytes);
     return s;
 }
 
 fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src, size_t bytes) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_BUF(host_dst, bytes);
+    FSC_CHECK_BUF(src, bytes);
     if (bytes == 0) return FSC_OK;
-    if (!host_dst || !src) return fsc_error(FSC_ERR_INVALID, "fsc_device_download: NULL pointer for %zu bytes", bytes);
     fsc_status s = dev->ops->download(dev->ctx, host_dst, src, bytes);
     if (s == FSC_OK) count_sync_copy(dev, 0, bytes);
     return s;
 }
 
 fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t bytes) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_BUF(dst, bytes);
+    FSC_CHECK_BUF(src, bytes);
     if (bytes == 0) return FSC_OK;
-    if (!dst || !src) return fsc_error(FSC_ERR_INVALID, "fsc_device_copy: NULL pointer for %zu bytes", bytes);
     return dev->ops->copy(dev->ctx, dst, src, bytes);
 }
 
 fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_BUF(dst, bytes);
     if (bytes == 0) return FSC_OK;
-    if (!dst) return fsc_error(FSC_ERR_INVALID, "fsc_device_memset: NULL pointer for %zu bytes", bytes);
     return dev->ops->memset(dev->ctx, dst, value, bytes);
 }
 
-fsc_status fsc_device_sync(fsc_device *dev) { return dev->ops->sync ? dev->ops->sync(dev->ctx) : FSC_OK; }
+fsc_status fsc_device_sync(fsc_device *dev) {
+    FSC_CHECK_ARG(dev);
+    return dev->ops->sync ? dev->ops->sync(dev->ctx) : FSC_OK;
+}
 
 fsc_device_opts fsc_device_opts_default(void) { return (fsc_device_opts){ .threads = 0, .ordinal = 0 }; }

@@ -57,9 +57,11 @@ static fsc_status start(fsc_device *dev, int to_device, void *dst, const void *s
     const char *fn = to_device ? "fsc_device_upload_async" : "fsc_device_download_async";
     if (!out) return fsc_error(FSC_ERR_INVALID, "%s: out is NULL", fn);
     *out = NULL;
-    if (!dev) return fsc_error(FSC_ERR_INVALID, "%s: NULL device", fn);
+    if (!dev) return fsc_error(FSC_ERR_INVALID, "%s: NULL device (dev)", fn);
     if (bytes == 0) return FSC_OK;
-    if (!dst || !src) return fsc_error(FSC_ERR_INVALID, "%s: NULL pointer for %zu bytes", fn, bytes);
+    if (!dst || !src) /* named as the header names them */
+        return fsc_error(FSC_ERR_INVALID, "%s: NULL pointer for %zu bytes (%s)", fn, bytes,
+                         !dst ? (to_device ? "dst" : "host_dst") : (to_device ? "host_src" : "src"));
     fsc_copy *c = calloc(1, sizeof *c);
     if (!c) return fsc_error(FSC_ERR_NOMEM, "%s: out of host memory", fn);
     c->dev = dev;

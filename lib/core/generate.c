@@ -55,8 +55,10 @@ int32_t fsc_sample_token(const float *logits, int V, const fsc_sample_opts *o, u
 }
 
 fsc_status fsc_generator_create(fsc_device *dev, fsc_model *m, fsc_generator **out) {
-    if (!out) return fsc_error(FSC_ERR_INVALID, "generator: out is NULL");
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(m);
     if (!dev || !m || !m->ops) return fsc_error(FSC_ERR_INVALID, "generator: device or model is NULL");
     if (!m->ops->logits)
         return fsc_error(FSC_ERR_INVALID, "generator: the model gives no logits (model.h's logits operation): it "
@@ -85,6 +87,10 @@ fsc_status fsc_generator_create(fsc_device *dev, fsc_model *m, fsc_generator **o
 int fsc_generator_context(const fsc_generator *g) { return g ? g->T : 0; }
 
 fsc_status fsc_generator_next(fsc_generator *g, const int32_t *tokens, int n, const float **logits, int *vocab) {
+    FSC_CHECK_ARG(g);
+    FSC_CHECK_ARG(tokens);
+    FSC_CHECK_ARG(logits);
+    FSC_CHECK_ARG(vocab);
     if (!g || !tokens || n < 1 || !logits || !vocab)
         return fsc_error(FSC_ERR_INVALID, "generator: need a generator, at least one token and outputs");
     const int k = n < g->T ? n : g->T; /* the last k tokens, then padding */
@@ -109,6 +115,9 @@ fsc_status fsc_generator_next(fsc_generator *g, const int32_t *tokens, int n, co
 }
 
 fsc_status fsc_generate(fsc_generator *g, int32_t *tokens, int n, int n_new, const fsc_sample_opts *o) {
+    FSC_CHECK_ARG(g);
+    FSC_CHECK_ARG(tokens);
+    FSC_CHECK_ARG(o);
     if (!opts_ok(o)) return fsc_error(FSC_ERR_INVALID, "generate: temperature must be finite and >= 0, top_k >= 0");
     if (n_new < 0) return fsc_error(FSC_ERR_INVALID, "generate: %d new tokens", n_new);
     float *scratch = NULL;

@@ -110,7 +110,7 @@ static fsc_status job_token(fsc_env_lookup lookup, void *ctx, fsc_launcher l, fs
 }
 
 fsc_status fsc_launch_env_parse(fsc_env_lookup lookup, void *lookup_ctx, fsc_launch_env *out) {
-    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_launch_env_parse: out is NULL");
+    FSC_CHECK_ARG(out);
     memset(out, 0, sizeof *out);
     out->world = 1;
     out->timeout_s = 60.0;
@@ -212,6 +212,8 @@ static fsc_status file_publish(const char *path, int world, const void *blob, si
 }
 
 fsc_status fsc_rendezvous_file(const char *path, int rank, int world, void *blob, size_t len, double timeout_s) {
+    FSC_CHECK_ARG(path);
+    FSC_CHECK_BUF(blob, len);
     if (!path || !*path) return fsc_error(FSC_ERR_INVALID, "rendezvous: empty file path");
     if (!blob) return fsc_error(FSC_ERR_INVALID, "fsc_rendezvous_file: blob is NULL");
     FSC_TRY(check_blob("fsc_rendezvous_file", len));
@@ -436,7 +438,7 @@ static fsc_status run_mpi(const fsc_launch_env *env, const char *who, const fsc_
 }
 
 fsc_status fsc_cluster_run_from_env_opts(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg) {
-    if (!fn) return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: fn is NULL");
+    FSC_CHECK_ARG(fn);
     fsc_cluster_opts o = opts ? *opts : fsc_cluster_opts_default();
     const char *device = o.device ? o.device : "cpu";
     if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0)
@@ -461,6 +463,7 @@ fsc_status fsc_cluster_run_from_env_opts(const fsc_cluster_opts *opts, fsc_rank_
 }
 
 fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
+    FSC_CHECK_ARG(fn);
     fsc_cluster_opts o = fsc_cluster_opts_default();
     const char *d = getenv("FSC_DEVICE");
     o.device = d && *d ? d : "cuda";

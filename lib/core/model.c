@@ -5,7 +5,7 @@
 #include "core/param_split.h"
 
 fsc_status fsc_model_validate(const fsc_model *m) {
-    if (!m) return fsc_error(FSC_ERR_INVALID, "model is NULL");
+    FSC_CHECK_ARG(m);
     if (m->n_layers < 1) return fsc_error(FSC_ERR_INVALID, "model: %d layers (at least 1)", m->n_layers);
     if (m->n_tensors < 1) return fsc_error(FSC_ERR_INVALID, "model: %d tensors (at least 1)", m->n_tensors);
     if (!m->info || !m->param || !m->grad)
@@ -68,13 +68,17 @@ fsc_status fsc_model_validate(const fsc_model *m) {
 }
 
 int fsc_param_used_by(const fsc_param_info *info, int l) {
+    if (!info) return 0;
     if (info->layer == l) return 1;
     for (int k = 0; k < info->nusers; k++)
         if (info->users[k] == l) return 1;
     return 0;
 }
 
-int fsc_param_decays(const fsc_param_info *info) { return info->decay > 0 || (info->decay == 0 && info->ndim >= 2); }
+int fsc_param_decays(const fsc_param_info *info) {
+    if (!info) return 0;
+    return info->decay > 0 || (info->decay == 0 && info->ndim >= 2);
+}
 
 fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B) {
     return (fsc_model_acts_opts){ .B = B, .first = 0, .last = m ? m->n_layers - 1 : 0 };
@@ -89,18 +93,21 @@ double fsc_lm_flops_per_token(double matmul_params, int layers, int dim, int T) 
 }
 
 size_t fsc_model_num_params(const fsc_model *m) {
+    if (!m) return 0;
     size_t n = 0;
     for (int i = 0; i < m->n_tensors; i++) n += m->info[i].numel;
     return n;
 }
 
 size_t fsc_model_num_full_params(const fsc_model *m) {
+    if (!m) return 0;
     size_t n = 0;
     for (int i = 0; i < m->n_tensors; i++) n += fsc_param_full_numel(&m->info[i]);
     return n;
 }
 
 int fsc_model_tensor_index(const fsc_model *m, const char *name) {
+    if (!m || !name) return 0;
     for (int i = 0; i < m->n_tensors; i++)
         if (!strcmp(m->info[i].name, name)) return i;
     return -1;

@@ -11,10 +11,12 @@ static size_t parts_of(const fsc_param_info *p) { return p->parts > 1 ? (size_t)
 static size_t tp_rank_of(const fsc_param_info *p) { return p->tp_size > 1 ? (size_t)p->tp_rank : 0; }
 
 size_t fsc_param_full_numel(const fsc_param_info *p) {
+    if (!p) return 0;
     return p->split != FSC_SPLIT_NONE && p->full_numel ? p->full_numel : p->numel;
 }
 
 size_t fsc_param_full_index(const fsc_param_info *p, size_t local) {
+    if (!p) return 0;
     if (p->split == FSC_SPLIT_NONE) return local;
     const int d = split_dim(p);
     const size_t inner = p->split == FSC_SPLIT_ROWS ? p->numel / (size_t)p->shape[0] : 1;
@@ -27,12 +29,14 @@ size_t fsc_param_full_index(const fsc_param_info *p, size_t local) {
 }
 
 size_t fsc_param_num_runs(const fsc_param_info *p) {
+    if (!p) return 0;
     if (p->split == FSC_SPLIT_NONE) return 1;
     if (p->split == FSC_SPLIT_ROWS) return parts_of(p);
     return p->numel / (size_t)p->shape[p->ndim - 1] * parts_of(p);
 }
 
 fsc_param_run fsc_param_run_at(const fsc_param_info *p, size_t k, size_t first, size_t n) {
+    if (!p) return (fsc_param_run){0};
     fsc_param_run run = { 0, 0, p->numel };
     if (p->split != FSC_SPLIT_NONE) {
         const int d = split_dim(p);

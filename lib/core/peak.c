@@ -12,7 +12,8 @@ static double seconds(void) {
 }
 
 fsc_status fsc_device_measure_tflops(fsc_device *dev, int n, double *tflops) {
-    if (!tflops) return fsc_error(FSC_ERR_INVALID, "fsc_device_measure_tflops: tflops is NULL");
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tflops);
     *tflops = 0;
     if (!dev) return fsc_error(FSC_ERR_INVALID, "fsc_device_measure_tflops: device is NULL");
     if (n <= 0) n = 512;

@@ -16,6 +16,7 @@ const char *fsc_last_error(void) { return msg; }
 void fsc_clear_error(void) { msg[0] = '\0'; }
 
 fsc_status fsc_error(fsc_status s, const char *fmt, ...) {
+    if (!fmt) return fsc_error(s, "%s", fsc_status_str(s));
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(msg, sizeof msg, fmt, ap);
@@ -32,6 +33,7 @@ static fsc_status prefix_v(fsc_status s, const char *fmt, va_list ap) {
 }
 
 fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...) {
+    if (!fmt) return s;
     va_list ap;
     va_start(ap, fmt);
     s = prefix_v(s, fmt, ap);
@@ -49,7 +51,7 @@ static int names_a_rank(const char *m) {
 }
 
 fsc_status fsc_error_rank(fsc_status s, const char *fmt, ...) {
-    if (names_a_rank(msg)) return s;
+    if (!fmt || names_a_rank(msg)) return s;
     va_list ap;
     va_start(ap, fmt);
     s = prefix_v(s, fmt, ap);

@@ -21,16 +21,19 @@ fsc_tensor fsc_tensor_make(void *data, fsc_dtype dtype, int ndim, const int64_t 
 }
 
 int64_t fsc_tensor_numel(const fsc_tensor *t) {
+    if (!t) return 0;
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
 }
 
 size_t fsc_tensor_nbytes(const fsc_tensor *t) {
+    if (!t) return 0;
     return (size_t)fsc_tensor_numel(t) * fsc_dtype_size(t->dtype);
 }
 
 int fsc_tensor_is_contiguous(const fsc_tensor *t) {
+    if (!t) return 0;
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->stride[i] != s) return 0;
@@ -54,6 +57,8 @@ void fsc_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
 }
 
 fsc_status fsc_tensor_narrow(const fsc_tensor *t, int dim, int64_t start, int64_t len, fsc_tensor *out) {
+    FSC_CHECK_ARG(t);
+    FSC_CHECK_ARG(out);
     char s[96];
     if (dim < 0 || dim >= t->ndim)
         return fsc_error(FSC_ERR_INVALID, "narrow: dimension %d out of range for a %d-dim tensor", dim, t->ndim);
@@ -70,6 +75,9 @@ fsc_status fsc_tensor_narrow(const fsc_tensor *t, int dim, int64_t start, int64_
 }
 
 fsc_status fsc_tensor_reshape(const fsc_tensor *t, int ndim, const int64_t *shape, fsc_tensor *out) {
+    FSC_CHECK_ARG(t);
+    FSC_CHECK_ARG(shape);
+    FSC_CHECK_ARG(out);
     char s0[96], s1[96];
     if (ndim < 0 || ndim > FSC_MAX_DIMS)
         return fsc_error(FSC_ERR_INVALID, "reshape: %d dimensions (at most %d)", ndim, FSC_MAX_DIMS);
@@ -90,6 +98,8 @@ fsc_status fsc_tensor_reshape(const fsc_tensor *t, int ndim, const int64_t *shap
 }
 
 fsc_status fsc_tensor_transpose(const fsc_tensor *t, int d0, int d1, fsc_tensor *out) {
+    FSC_CHECK_ARG(t);
+    FSC_CHECK_ARG(out);
     if (d0 < 0 || d0 >= t->ndim || d1 < 0 || d1 >= t->ndim)
         return fsc_error(FSC_ERR_INVALID, "transpose: dimensions (%d, %d) out of range for a %d-dim tensor",
                          d0, d1, t->ndim);

@@ -37,7 +37,7 @@ double fsc_trace_now_us(void) {
 }
 
 fsc_status fsc_trace_create(const fsc_trace_opts *o, fsc_trace **out) {
-    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_trace_create: out is NULL");
+    FSC_CHECK_ARG(out);
     *out = NULL;
     fsc_trace_opts d = o ? *o : fsc_trace_opts_default();
     if (d.rank < 0) return fsc_error(FSC_ERR_INVALID, "fsc_trace_create: rank %d is negative", d.rank);
@@ -149,7 +149,8 @@ static void put_str(FILE *f, const char *s) {
 }
 
 fsc_status fsc_trace_write(const fsc_trace *t, const char *path) {
-    if (!t || !path || !*path) return fsc_error(FSC_ERR_INVALID, "fsc_trace_write: no recorder or no path");
+    if (!t) return fsc_error(FSC_ERR_INVALID, "fsc_trace_write: no recorder (t is NULL)");
+    if (!path || !*path) return fsc_error(FSC_ERR_INVALID, "fsc_trace_write: no path");
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 5);
     if (!tmp) return fsc_error(FSC_ERR_NOMEM, "fsc_trace_write: out of memory");

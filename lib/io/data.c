@@ -41,6 +41,8 @@ const char *fsc_data_format_name(fsc_data_format f) {
 }
 
 fsc_status fsc_data_format_parse(const char *name, fsc_data_format *out) {
+    FSC_CHECK_ARG(name);
+    FSC_CHECK_ARG(out);
     for (int i = 0; i < (int)(sizeof format_names / sizeof format_names[0]); i++)
         if (name && !strcmp(name, format_names[i])) {
             *out = (fsc_data_format)i;
@@ -229,6 +231,8 @@ static fsc_status add_item(fsc_data *d, const char *item) {
 }
 
 fsc_status fsc_data_open(fsc_data **out, const char *spec, fsc_data_format format, int vocab) {
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG(spec);
     fsc_data *d = NULL;
     if (!out || !spec) return fsc_error(FSC_ERR_INVALID, "fsc_data_open: NULL argument");
     *out = NULL;
@@ -262,6 +266,9 @@ fsc_status fsc_data_open(fsc_data **out, const char *spec, fsc_data_format forma
 
 fsc_status fsc_data_open_memory(fsc_data **out, int n, const void *const *bufs, const size_t *lens,
                                 fsc_data_format format, int vocab) {
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_BUF(bufs, n);
+    FSC_CHECK_BUF(lens, n);
     fsc_data *d = NULL;
     if (!out || n < 1 || !bufs || !lens) return fsc_error(FSC_ERR_INVALID, "fsc_data_open_memory: no files");
     *out = NULL;
@@ -334,6 +341,8 @@ static fsc_status read_tokens(const fsc_data *d, const data_file *f, uint64_t k0
 }
 
 fsc_status fsc_data_read(const fsc_data *d, uint64_t pos, size_t n, int32_t *out) {
+    FSC_CHECK_ARG(d);
+    FSC_CHECK_BUF(out, n);
     if (!d || (n && !out)) return fsc_error(FSC_ERR_INVALID, "fsc_data_read: NULL argument");
     if (pos > d->ntok || n > d->ntok - pos)
         return fsc_error(FSC_ERR_INVALID, "data: tokens %llu .. %llu asked for, but the stream holds %llu",
@@ -350,7 +359,7 @@ fsc_status fsc_data_read(const fsc_data *d, uint64_t pos, size_t n, int32_t *out
 }
 
 fsc_status fsc_data_check(const fsc_data *d) {
-    if (!d) return fsc_error(FSC_ERR_INVALID, "fsc_data_check: NULL argument");
+    FSC_CHECK_ARG(d);
     if (d->fmt == FSC_DATA_BYTES && d->vocab >= 256) return FSC_OK;
     if (d->fmt != FSC_DATA_BYTES && d->vocab >= 65536) return FSC_OK;
     const size_t chunk = (size_t)1 << 20; /* tokens per read: 4 MiB, whatever the files' sizes */
@@ -373,6 +382,9 @@ uint64_t fsc_data_seq_start(uint64_t ntokens, int64_t step, int batch, int seq, 
 
 fsc_status fsc_data_batch(const fsc_data *d, int64_t step, int batch, int seq, int first, int count,
                           int32_t *tok, int32_t *tgt) {
+    FSC_CHECK_ARG(d);
+    FSC_CHECK_BUF(tok, count);
+    FSC_CHECK_BUF(tgt, count);
     if (!d || ((!tok || !tgt) && count > 0)) return fsc_error(FSC_ERR_INVALID, "fsc_data_batch: NULL argument");
     if (step < 0 || batch < 1 || seq < 1 || first < 0 || count < 0 || count > batch - first)
         return fsc_error(FSC_ERR_INVALID, "data: sequences %d .. %d of a batch of %d (step %lld, context %d)", first,

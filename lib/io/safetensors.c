@@ -196,6 +196,8 @@ static fsc_status pread_all(int fd, const char *what, void *dst, uint64_t len, u
 }
 
 fsc_status fsc_st_open(const char *path, fsc_st_file **out) {
+    FSC_CHECK_ARG(path);
+    FSC_CHECK_ARG(out);
     char eb[128];
     if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_st_open: out is NULL");
     *out = NULL;
@@ -228,8 +230,9 @@ fsc_status fsc_st_open(const char *path, fsc_st_file **out) {
 }
 
 fsc_status fsc_st_parse_buffer(const void *buf, size_t len, fsc_st_file **out) {
-    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_st_parse_buffer: out is NULL");
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_BUF(buf, len);
     if (!buf && len) return fsc_error(FSC_ERR_INVALID, "fsc_st_parse_buffer: buf is NULL");
     fsc_st_file *f = file_new("safetensors buffer");
     if (!f) return fsc_error(FSC_ERR_NOMEM, "safetensors buffer: out of memory");
@@ -285,7 +288,9 @@ const char *fsc_st_metadata(const fsc_st_file *f, const char *key) {
 }
 
 fsc_status fsc_st_read(fsc_st_file *f, const fsc_st_entry *e, void *dst, uint64_t first, uint64_t n) {
-    if (!f || !e) return fsc_error(FSC_ERR_INVALID, "fsc_st_read: file or entry is NULL");
+    FSC_CHECK_ARG(f);
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_BUF(dst, n);
     if (e < f->e || e >= f->e + f->n)
         return fsc_error(FSC_ERR_INVALID, "%s: fsc_st_read: the entry does not belong to this file", f->what);
     FSC_TRY(st_check_range(f->what, e, first, n));

@@ -34,7 +34,9 @@ const char *fsc_st_weight_name(const char *entry_name) {
 #define CONV_CHUNK 4096 /* elements converted per read */
 
 fsc_status fsc_st_read_f32(fsc_st_file *f, const fsc_st_entry *e, float *dst, uint64_t first, uint64_t n) {
-    if (!e) return fsc_error(FSC_ERR_INVALID, "fsc_st_read_f32: entry is NULL");
+    FSC_CHECK_ARG(f);
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_BUF(dst, n);
     if (e->dtype == FSC_F32) return fsc_st_read(f, e, dst, first, n);
     if (e->dtype != FSC_BF16 && e->dtype != FSC_F16)
         return fsc_error(FSC_ERR_FORMAT, "%s has dtype %s: float weights must be F32, BF16 or F16", e->name,
@@ -50,6 +52,9 @@ fsc_status fsc_st_read_f32(fsc_st_file *f, const fsc_st_entry *e, float *dst, ui
 }
 
 fsc_status fsc_st_check_copy(fsc_st_file *f, const char *name, const char *copy, const char *path) {
+    FSC_CHECK_ARG(f);
+    FSC_CHECK_ARG(name);
+    FSC_CHECK_ARG(path);
     const fsc_st_entry *a = fsc_st_find_weight(f, name), *b = copy && copy[0] ? fsc_st_find(f, copy) : NULL;
     if (!a || !b || a == b) return FSC_OK;
     int same = a->ndim == b->ndim;

@@ -27,6 +27,8 @@ struct fsc_st_writer {
 };
 
 fsc_status fsc_st_writer_open(const char *path, fsc_st_writer **out) {
+    FSC_CHECK_ARG(path);
+    FSC_CHECK_ARG(out);
     char eb[128];
     if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_st_writer_open: out is NULL");
     *out = NULL;
@@ -54,7 +56,9 @@ fsc_status fsc_st_writer_open(const char *path, fsc_st_writer **out) {
 }
 
 fsc_status fsc_st_writer_add(fsc_st_writer *w, const char *name, fsc_dtype dt, int ndim, const int64_t *shape) {
-    if (!w || !name) return fsc_error(FSC_ERR_INVALID, "fsc_st_writer_add: writer or name is NULL");
+    FSC_CHECK_ARG(w);
+    FSC_CHECK_ARG(name);
+    FSC_CHECK_ARG(shape);
     if (w->state != 0)
         return fsc_error(FSC_ERR_STATE, "%s: tensor %s added after the data was begun", w->path, name);
     size_t len = strlen(name);
@@ -101,7 +105,9 @@ fsc_status fsc_st_writer_add(fsc_st_writer *w, const char *name, fsc_dtype dt, i
 }
 
 fsc_status fsc_st_writer_meta(fsc_st_writer *w, const char *key, const char *value) {
-    if (!w || !key || !value) return fsc_error(FSC_ERR_INVALID, "fsc_st_writer_meta: writer, key or value is NULL");
+    FSC_CHECK_ARG(w);
+    FSC_CHECK_ARG(key);
+    FSC_CHECK_ARG(value);
     if (w->state != 0)
         return fsc_error(FSC_ERR_STATE, "%s: metadata %s added after the data was begun", w->path, key);
     for (int i = 0; i < w->n_meta; i++)
@@ -175,6 +181,7 @@ static fsc_status pwrite_all(fsc_st_writer *w, const void *src, uint64_t len, ui
 }
 
 fsc_status fsc_st_writer_begin_data(fsc_st_writer *w) {
+    FSC_CHECK_ARG(w);
     char eb[128];
     if (!w) return fsc_error(FSC_ERR_INVALID, "fsc_st_writer_begin_data: writer is NULL");
     if (w->state != 0) return fsc_error(FSC_ERR_STATE, "%s: the data was already begun", w->path);
@@ -232,7 +239,8 @@ fsc_status fsc_st_writer_begin_data(fsc_st_writer *w) {
 }
 
 fsc_status fsc_st_writer_write(fsc_st_writer *w, int i, const void *src, uint64_t first, uint64_t n) {
-    if (!w) return fsc_error(FSC_ERR_INVALID, "fsc_st_writer_write: writer is NULL");
+    FSC_CHECK_ARG(w);
+    FSC_CHECK_BUF(src, n);
     if (w->state == 0) return fsc_error(FSC_ERR_STATE, "%s: data written before fsc_st_writer_begin_data", w->path);
     if (w->state >= 2) return fsc_error(FSC_ERR_STATE, "%s: an earlier write or commit failed", w->path);
     if (i < 0 || i >= w->n)
@@ -248,6 +256,8 @@ fsc_status fsc_st_writer_write(fsc_st_writer *w, int i, const void *src, uint64_
 }
 
 fsc_status fsc_st_writer_write_f32(fsc_st_writer *w, int i, const float *src, uint64_t first, uint64_t n) {
+    FSC_CHECK_ARG(w);
+    FSC_CHECK_BUF(src, n);
     if (!w || i < 0 || i >= w->n || w->e[i].dtype == FSC_F32 || n == 0 || !src)
         return fsc_st_writer_write(w, i, src, first, n); /* its checks and messages */
     const fsc_dtype dt = w->e[i].dtype;
@@ -294,6 +304,7 @@ static void writer_free(fsc_st_writer *w) {
 }
 
 fsc_status fsc_st_writer_commit(fsc_st_writer *w) {
+    FSC_CHECK_ARG(w);
     char eb[128];
     if (!w) return fsc_error(FSC_ERR_INVALID, "fsc_st_writer_commit: writer is NULL");
     if (w->state == 0) FSC_TRY(fsc_st_writer_begin_data(w));

@@ -246,7 +246,9 @@ fsc_block_opts fsc_block_opts_default(fsc_block_kind kind, int T, int C, int hea
 }
 
 fsc_status fsc_layer_block(const fsc_block_opts *o, fsc_layer **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(o);
     FSC_TRY(check_opts(o));
     const int llama = o->kind == FSC_BLOCK_LLAMA;
     if (o->moe_experts && (o->tp || o->sp))

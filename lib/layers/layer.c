@@ -6,6 +6,9 @@
 #include "fsc/layers.h"
 
 fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const int64_t *shape, fsc_init init) {
+    FSC_CHECK_ARG(l);
+    FSC_CHECK_ARG(name);
+    FSC_CHECK_ARG(shape);
     if (!l || !name || !name[0] || !shape)
         return fsc_error(FSC_ERR_INVALID, "layer: a parameter needs a layer, a name and a shape");
     if (ndim < 1 || ndim > 4)
@@ -41,6 +44,9 @@ fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const i
 
 fsc_status fsc_layer_add_param_split(fsc_layer *l, const char *name, int ndim, const int64_t *full_shape, int split,
                                      int parts, int tp_rank, int tp_size, fsc_init init) {
+    FSC_CHECK_ARG(l);
+    FSC_CHECK_ARG(name);
+    FSC_CHECK_ARG(full_shape);
     if (!l || !name || !full_shape || ndim < 1 || ndim > 4)
         return fsc_error(FSC_ERR_INVALID, "layer: a split parameter needs a layer, a name and a shape of 1 to 4 "
                          "dimensions");
@@ -71,6 +77,8 @@ fsc_status fsc_layer_add_param_split(fsc_layer *l, const char *name, int ndim, c
 }
 
 fsc_status fsc_layer_set_init(fsc_layer *l, const char *name, fsc_init init) {
+    FSC_CHECK_ARG(l);
+    FSC_CHECK_ARG(name);
     for (int k = 0; l && name && k < l->n_params; k++)
         if (!strcmp(l->params[k].name, name)) {
             l->params[k].init = init;

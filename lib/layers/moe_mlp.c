@@ -164,8 +164,9 @@ static const fsc_layer_ops mm_ops = { .work_bytes = mm_work, .forward = mm_fwd, 
                                       .set_expert_group = moe_set_expert_group, .param_expert = moe_param_expert };
 
 fsc_status fsc_layer_moe_mlp(const fsc_moe_mlp_opts *o, fsc_layer **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
-    if (!o) return fsc_error(FSC_ERR_INVALID, "moe mlp layer: options NULL");
+    FSC_CHECK_ARG(o);
     moe_part mp;
     FSC_TRY(moe_part_init(&mp, "moe mlp layer", o->rows > 0 ? o->rows : 1, o->C, o->F, o->experts, o->top_k,
                           o->capacity, o->aux));

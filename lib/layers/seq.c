@@ -207,7 +207,10 @@ fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n,
     if (out) *out = NULL;
     if (!dev || !ls || n < 1 || !out) {
         for (int l = 0; ls && l < n; l++) fsc_layer_free(ls[l].layer);
-        return fsc_error(FSC_ERR_INVALID, "sequential model: need a device, at least one layer and an output");
+        return fsc_error(FSC_ERR_INVALID, "fsc_seq_model_create: %s", !dev  ? "dev is NULL"
+                                                                    : !ls ? "layers is NULL"
+                                                                    : !out ? "out is NULL"
+                                                                           : "need at least one layer (n < 1)");
     }
     fsc_status st = check_chain(ls, n);
     seq_model *s = st == FSC_OK ? calloc(1, sizeof *s) : NULL;

@@ -354,6 +354,8 @@ fsc_status fsc_tp_layer_lm_head(const fsc_lm_head_opts *o, fsc_layer **out) {
 
 fsc_status fsc_layer_embedding_opts(const fsc_embedding_opts *o, fsc_layer **out) {
     if (out) *out = NULL;
+    FSC_CHECK_ARG(o);
+    FSC_CHECK_ARG(out);
     if (!o || !out || o->T < 1 || o->C < 1 || o->V < 1)
         return fsc_error(FSC_ERR_INVALID, "embedding layer: need options with T, C, V >= 1 and an output");
     if (o->tp || o->sp) return fsc_tp_layer_embedding(o, out);

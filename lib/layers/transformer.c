@@ -47,6 +47,7 @@ static const fsc_layer_ops emb_ops = { .forward = emb_fwd, .backward = emb_bwd, 
                                        .check_input = emb_check };
 
 fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out) {
+    FSC_CHECK_ARG(out);
     if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "embedding layer: need T, C, V >= 1");
     FSC_TRY(layer_new(sizeof(embed_layer), "embedding", &emb_ops, out));
     embed_layer *y = (embed_layer *)*out;
@@ -85,6 +86,7 @@ static const fsc_layer_ops te_ops = { .work_bytes = te_work, .forward = te_fwd, 
                                       .config = emb_config, .check_input = emb_check };
 
 fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out) {
+    FSC_CHECK_ARG(out);
     if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "token embedding layer: need T, C, V >= 1");
     FSC_TRY(layer_new(sizeof(embed_layer), "token_embedding", &te_ops, out));
     embed_layer *y = (embed_layer *)*out;
@@ -169,6 +171,8 @@ static fsc_status mlp_new(const fsc_mlp_opts *o, const char *kind, const fsc_lay
 }
 
 fsc_status fsc_layer_gelu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
+    FSC_CHECK_ARG(o);
+    FSC_CHECK_ARG(out);
     if (o && (o->tp || o->sp) && o->C >= 1 && o->F >= 1 && o->rows >= 0) return fsc_tp_layer_mlp(o, 0, out);
     FSC_TRY(mlp_new(o, "gelu_mlp", &gm_ops, out));
     FSC_TRY(layer_param(out, "c_fc.weight", o->C, o->F, fsc_init_normal(LAYER_STD)));
@@ -214,6 +218,8 @@ static const fsc_layer_ops sm_ops = { .rec_bytes = sm_rec, .work_bytes = sm_work
                                       .backward = sm_bwd, .config = mlp_config };
 
 fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
+    FSC_CHECK_ARG(o);
+    FSC_CHECK_ARG(out);
     if (o && (o->tp || o->sp) && o->C >= 1 && o->F >= 1 && o->rows >= 0) return fsc_tp_layer_mlp(o, 1, out);
     FSC_TRY(mlp_new(o, "swiglu_mlp", &sm_ops, out));
     FSC_TRY(layer_param(out, "gate_proj.weight", o->F, o->C, fsc_init_normal(LAYER_STD)));
@@ -295,6 +301,8 @@ fsc_attention_opts fsc_attention_opts_default(int T, int C, int heads) {
 }
 
 fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
+    FSC_CHECK_ARG(o);
+    FSC_CHECK_ARG(out);
     if (!o || o->T < 1 || o->C < 1 || o->heads < 1 || o->C % o->heads != 0 || o->kv_heads < 0 ||
         (o->kv_heads > 0 && o->heads % o->kv_heads != 0) || o->rope_theta < 0)
         return fsc_error(FSC_ERR_INVALID, "attention layer: need T, C >= 1, heads dividing C, kv_heads dividing "
@@ -425,7 +433,9 @@ static const fsc_layer_ops hd_ops = { .rec_bytes = hd_rec, .work_bytes = hd_work
                                       .logits = hd_logits };
 
 fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(o);
     if (!o || o->T < 1 || o->C < 1 || o->V < 1) return fsc_error(FSC_ERR_INVALID, "lm head layer: need T, C, V >= 1");
     if (o->norm < FSC_HEAD_NORM_NONE || o->norm > FSC_HEAD_NORM_RMSNORM)
         return fsc_error(FSC_ERR_INVALID, "lm head layer: unknown final norm %d", (int)o->norm);
@@ -454,5 +464,6 @@ fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {
 }
 
 fsc_status fsc_layer_lm_head(int T, int C, int V, fsc_layer **out) {
+    FSC_CHECK_ARG(out);
     return fsc_layer_lm_head_opts(&(fsc_lm_head_opts){ .T = T, .C = C, .V = V }, out);
 }

@@ -52,7 +52,7 @@ static fsc_status validate_moe(const fsc_gpt_config *c) {
 }
 
 fsc_status fsc_gpt_config_validate(const fsc_gpt_config *c) {
-    if (!c) return fsc_error(FSC_ERR_INVALID, "gpt config: NULL");
+    FSC_CHECK_ARG(c);
     if (c->layers < 1 || c->layers > MAX_LAYERS)
         return fsc_error(FSC_ERR_INVALID, "gpt config: layers is %d, must be in [1, %d]", c->layers, MAX_LAYERS);
     if (c->dim < 1 || c->dim > MAX_DIM)
@@ -73,21 +73,30 @@ fsc_status fsc_gpt_config_validate(const fsc_gpt_config *c) {
 static int moe_extra(const fsc_gpt_config *c) { return c->moe_experts ? 4 * c->moe_experts - 3 : 0; }
 
 int fsc_gpt_block_is_moe(const fsc_gpt_config *c, int b) {
+    if (!c) return 0;
     return c->moe_experts > 0 && b >= 0 && b < c->layers && (b + 1) % moe_every(c) == 0;
 }
 
-int fsc_gpt_num_moe_blocks(const fsc_gpt_config *c) { return c->moe_experts ? c->layers / moe_every(c) : 0; }
+int fsc_gpt_num_moe_blocks(const fsc_gpt_config *c) {
+    if (!c) return 0;
+    return c->moe_experts ? c->layers / moe_every(c) : 0;
+}
 
 int fsc_gpt_block_num_tensors(const fsc_gpt_config *c, int b) {
+    if (!c) return 0;
     return FSC_GPT_BLOCK_PARAMS + (fsc_gpt_block_is_moe(c, b) ? moe_extra(c) : 0);
 }
 
 int fsc_gpt_block_first_tensor(const fsc_gpt_config *c, int b) {
+    if (!c) return 0;
     int moe_before = c->moe_experts ? b / moe_every(c) : 0;
     return 2 + FSC_GPT_BLOCK_PARAMS * b + moe_before * moe_extra(c);
 }
 
-int fsc_gpt_num_tensors(const fsc_gpt_config *c) { return fsc_gpt_block_first_tensor(c, c->layers) + 2; }
+int fsc_gpt_num_tensors(const fsc_gpt_config *c) {
+    if (!c) return 0;
+    return fsc_gpt_block_first_tensor(c, c->layers) + 2;
+}
 
 /* The block holding tensor i (2 <= i < num_tensors - 2) and the index inside it. */
 static void locate(const fsc_gpt_config *c, int i, int *b, int *k) {
@@ -119,6 +128,8 @@ static void set_shape(fsc_param_info *p, int ndim, int64_t d0, int64_t d1) {
 }
 
 fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *out) {
+    FSC_CHECK_ARG(c);
+    FSC_CHECK_ARG(out);
     FSC_TRY(fsc_gpt_config_validate(c));
     int n = fsc_gpt_num_tensors(c), L = c->layers;
     int64_t C = c->dim, V = c->vocab, T = c->seq;
@@ -174,6 +185,7 @@ fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *ou
 }
 
 size_t fsc_gpt_num_params(const fsc_gpt_config *c) {
+    if (!c) return 0;
     size_t C = (size_t)c->dim, L = (size_t)c->layers, M = (size_t)fsc_gpt_num_moe_blocks(c), E = (size_t)c->moe_experts;
     /* an MoE block trades the MLP (8 C^2 + 5 C) for a gate (C E) and E such MLPs */
     size_t moe = M ? M * (C * E + (E - 1) * (8 * C * C + 5 * C)) : 0;
@@ -247,6 +259,7 @@ void fsc_gpt_init_values(const fsc_gpt_config *c, uint64_t seed, int i, size_t f
 }
 
 void fsc_gpt_bind_flat(fsc_gpt *m, float *params, float *grads) {
+    if (!m) return;
     size_t off = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         m->param[i] = params ? params + off : NULL;

@@ -19,7 +19,10 @@ struct fsc_gpt_acts {
 };
 
 fsc_status fsc_gpt_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_gpt **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(cfg);
     fsc_model *m;
     FSC_TRY(fsc_gpt_model_create(dev, cfg, &m));
     *out = fsc_gpt_model_gpt(m);
@@ -31,6 +34,7 @@ void fsc_gpt_free(fsc_gpt *m) {
 }
 
 fsc_status fsc_gpt_set_expert_group(fsc_gpt *m, fsc_comm *ep) {
+    FSC_CHECK_ARG(m);
     const fsc_gpt_config *c = &m->cfg;
     if (!c->moe_experts) return fsc_error(FSC_ERR_INVALID, "gpt: an expert-parallel group needs an MoE model "
                                           "(moe_experts > 0)");
@@ -42,13 +46,17 @@ fsc_status fsc_gpt_set_expert_group(fsc_gpt *m, fsc_comm *ep) {
 }
 
 void fsc_gpt_local_experts(const fsc_gpt *m, int *first, int *count) {
+    if (!m || !first || !count) return;
     const int E = m->cfg.moe_experts, G = m->ep ? fsc_comm_size(m->ep) : 1, r = m->ep ? fsc_comm_rank(m->ep) : 0;
     *first = E ? r * (E / G) : 0;
     *count = E / G;
 }
 
 fsc_status fsc_gpt_acts_create(fsc_gpt *m, const fsc_gpt_acts_opts *o, fsc_gpt_acts **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(o);
     if (!m || !o || !m->model) return fsc_error(FSC_ERR_INVALID, "gpt acts: model or options NULL");
     if (o->T != m->cfg.seq)
         return fsc_error(FSC_ERR_INVALID, "gpt acts: batch B=%d T=%d; the layers run T = seq %d", o->B, o->T,
@@ -89,6 +97,7 @@ static fsc_status check_tokens(const int32_t *t, size_t n, int V, const char *wh
 }
 
 fsc_status fsc_gpt_acts_set_batch(fsc_gpt_acts *a, const int32_t *tokens, const int32_t *targets) {
+    FSC_CHECK_ARG(a);
     const fsc_gpt_config *c = &a->m->cfg;
     const size_t N = (size_t)a->o.B * (size_t)a->o.T;
     a->fwd_done = 0;
@@ -109,13 +118,27 @@ fsc_status fsc_gpt_acts_set_batch(fsc_gpt_acts *a, const int32_t *tokens, const 
 static float *stream(fsc_gpt_acts *a, fsc_stream which) {
     return a->m->model->ops->stream(a->m->model->ctx, a->a, which);
 }
-float *fsc_gpt_acts_input(fsc_gpt_acts *a) { return stream(a, FSC_STREAM_INPUT); }
-float *fsc_gpt_acts_output(fsc_gpt_acts *a) { return stream(a, FSC_STREAM_OUTPUT); }
-float *fsc_gpt_acts_grad_output(fsc_gpt_acts *a) { return stream(a, FSC_STREAM_GRAD_OUTPUT); }
-float *fsc_gpt_acts_grad_input(fsc_gpt_acts *a) { return stream(a, FSC_STREAM_GRAD_INPUT); }
+float *fsc_gpt_acts_input(fsc_gpt_acts *a) {
+    if (!a) return NULL;
+    return stream(a, FSC_STREAM_INPUT);
+}
+float *fsc_gpt_acts_output(fsc_gpt_acts *a) {
+    if (!a) return NULL;
+    return stream(a, FSC_STREAM_OUTPUT);
+}
+float *fsc_gpt_acts_grad_output(fsc_gpt_acts *a) {
+    if (!a) return NULL;
+    return stream(a, FSC_STREAM_GRAD_OUTPUT);
+}
+float *fsc_gpt_acts_grad_input(fsc_gpt_acts *a) {
+    if (!a) return NULL;
+    return stream(a, FSC_STREAM_GRAD_INPUT);
+}
 
 fsc_status fsc_gpt_forward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h, double *loss_sum) {
     if (loss_sum) *loss_sum = 0.0;
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(a);
     if (a->m != m) return fsc_error(FSC_ERR_INVALID, "gpt forward: the record belongs to another model");
     if ((a->has_emb && !a->have_tok) || (a->has_head && !a->have_tgt))
         return fsc_error(FSC_ERR_STATE, "gpt forward: no micro-batch set (call fsc_gpt_acts_set_batch first)");
@@ -126,6 +149,8 @@ fsc_status fsc_gpt_forward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h, 
 }
 
 fsc_status fsc_gpt_backward(fsc_gpt *m, fsc_gpt_acts *a, const fsc_gpt_hooks *h, float dscale) {
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(a);
     if (a->m != m) return fsc_error(FSC_ERR_INVALID, "gpt backward: the record belongs to another model");
     if (!a->fwd_done)
         return fsc_error(FSC_ERR_STATE, "gpt backward: no forward to differentiate (backward runs once per "
@@ -148,6 +173,7 @@ static const moe_state *moe_of(const fsc_gpt_acts *a, int b) {
 }
 
 void fsc_gpt_acts_moe_stats(const fsc_gpt_acts *a, fsc_moe_stats *out) {
+    if (!a || !out) return;
     memset(out, 0, sizeof *out);
     for (int b = 0; a && b < a->m->cfg.layers; b++) {
         const moe_state *st = moe_of(a, b);

@@ -104,6 +104,8 @@ static fsc_status check_params(const fsc_gpt_config *c, const fsc_param_info *pa
 }
 
 fsc_status fsc_gpt_check_tensors(const char *recorded, const fsc_param_info *params, int n) {
+    FSC_CHECK_ARG(recorded);
+    FSC_CHECK_BUF(params, n);
     if (!recorded || (n > 0 && !params)) return fsc_error(FSC_ERR_INVALID, "fsc_gpt_check_tensors: NULL argument");
     cJSON *mo = cJSON_Parse(recorded);
     fsc_status s = FSC_OK;

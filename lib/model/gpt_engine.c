@@ -6,6 +6,7 @@
 #include "fsc/gpt_engine.h"
 
 fsc_status fsc_tp_check_config(const fsc_gpt_config *cfg, int T) {
+    FSC_CHECK_ARG(cfg);
     FSC_TRY(fsc_gpt_config_validate(cfg));
     if (T < 1) return fsc_error(FSC_ERR_INVALID, "tensor parallel: group size %d must be >= 1", T);
     if (cfg->moe_experts > 0)
@@ -32,7 +33,10 @@ static fsc_status build(void *arg, fsc_device *dev, fsc_comm *tensor, fsc_model 
 
 fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_parallel_opts *po,
                              const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(r);
+    FSC_CHECK_ARG(cfg);
     FSC_TRY(fsc_gpt_config_validate(cfg));
     if (po && po->tp > 1) FSC_TRY(fsc_tp_check_config(cfg, po->tp));
     gpt_build b = { cfg, po ? po->sequence_parallel : 0 };
@@ -41,5 +45,8 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
 
 fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
                            int global_batch, fsc_step_info *info) {
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(tokens);
+    FSC_CHECK_ARG(targets);
     return fsc_engine_step_model(e, tokens, targets, local_batch, global_batch, info);
 }

@@ -85,6 +85,8 @@ static fsc_status check_entries(const fsc_gpt_config *cfg, fsc_st_file *f, const
 }
 
 fsc_status fsc_gpt_check_file(const fsc_gpt_config *cfg, const char *path) {
+    FSC_CHECK_ARG(cfg);
+    FSC_CHECK_ARG(path);
     FSC_TRY(fsc_gpt_config_validate(cfg));
     fsc_st_file *f;
     FSC_TRY(fsc_st_open(path, &f));
@@ -102,7 +104,8 @@ static fsc_status check_materialized(const fsc_gpt *m, const char *what) {
 }
 
 fsc_status fsc_gpt_save(fsc_gpt *m, const char *path) {
-    if (!m || !path) return fsc_error(FSC_ERR_INVALID, "gpt save: model or path is NULL");
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(path);
     FSC_TRY(check_materialized(m, "save"));
     float *buf = malloc(IO_CHUNK * sizeof(float));
     if (!buf) return fsc_error(FSC_ERR_NOMEM, "gpt save: out of host memory for a %zu-byte buffer", IO_CHUNK * 4);
@@ -131,7 +134,8 @@ fsc_status fsc_gpt_save(fsc_gpt *m, const char *path) {
 }
 
 fsc_status fsc_gpt_load(fsc_gpt *m, const char *path) {
-    if (!m || !path) return fsc_error(FSC_ERR_INVALID, "gpt load: model or path is NULL");
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(path);
     FSC_TRY(check_materialized(m, "load"));
     fsc_st_file *f;
     FSC_TRY(fsc_st_open(path, &f));

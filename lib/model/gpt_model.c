@@ -73,6 +73,8 @@ static cJSON *config_json(const fsc_gpt_config *c) {
 }
 
 void fsc_gpt_config_json(const fsc_gpt_config *c, char *buf, size_t cap) {
+    if (buf && cap) buf[0] = '\0';
+    if (!c || !buf) return;
     cJSON *mo = config_json(c);
     char *t = mo ? cJSON_PrintUnformatted(mo) : NULL;
     snprintf(buf, cap, "%s", t ? t : "{}");
@@ -88,6 +90,8 @@ static int num(const cJSON *o, const char *k) {
 static void g_config(void *ctx, char *buf, size_t cap) { fsc_gpt_config_json(&GM(ctx)->g.cfg, buf, cap); }
 
 fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *recorded) {
+    FSC_CHECK_ARG_AS(b, "c");
+    FSC_CHECK_ARG(recorded);
     cJSON *o = cJSON_Parse(recorded);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
@@ -134,6 +138,7 @@ static fsc_status g_check_tensors(void *ctx, const char *recorded, const fsc_par
 /* The LM head layer's logits (layers.h), device floats (B, T, V); NULL when the record does not hold the head or
  * the head keeps them split over a tensor group. */
 double fsc_gpt_flops_per_token(const fsc_gpt_config *c) {
+    if (!c) return 0;
     const double C = c->dim, T = c->seq;
     double mm = (double)fsc_gpt_num_params(c) - T * C; /* wpe is looked up, not multiplied */
     if (c->moe_experts > c->moe_top_k) /* each token runs top-k of the E experts, each 4C x C twice plus biases */
@@ -236,13 +241,18 @@ static fsc_status check_tensors(const fsc_gpt_config *c, const fsc_model *seq) {
 }
 
 fsc_status fsc_gpt_model_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_model **out) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(cfg);
+    FSC_CHECK_ARG(out);
     return fsc_gpt_model_create_tp(dev, cfg, NULL, 0, out);
 }
 
 fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, fsc_comm *tp, int sp,
                                    fsc_model **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
-    if (!dev) return fsc_error(FSC_ERR_INVALID, "gpt create: device is NULL");
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(cfg);
     FSC_TRY(fsc_gpt_config_validate(cfg));
     if (tp && cfg->moe_experts > 0)
         return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a GPT with MoE blocks (moe_experts %d) is not "

@@ -37,7 +37,7 @@ fsc_llama_config fsc_llama_config_default(void) {
 }
 
 fsc_status fsc_llama_config_validate(const fsc_llama_config *c) {
-    if (!c) return fsc_error(FSC_ERR_INVALID, "llama config: NULL");
+    FSC_CHECK_ARG(c);
     if (c->layers < 1 || c->layers > MAX_LAYERS)
         return fsc_error(FSC_ERR_INVALID, "llama config: layers is %d, must be in [1, %d]", c->layers, MAX_LAYERS);
     if (c->dim < 1 || c->dim > MAX_DIM)
@@ -71,10 +71,12 @@ fsc_status fsc_llama_config_validate(const fsc_llama_config *c) {
 }
 
 int fsc_llama_num_tensors(const fsc_llama_config *c) { /* an MoE layer trades the 3 MLP tensors for 1 + 4 E */
+    if (!c) return 0;
     return 1 + LLAMA_LAYER_PARAMS * c->layers + 2 + fsc_llama_num_moe_layers(c) * (4 * c->moe_experts - 2);
 }
 
 size_t fsc_llama_num_params(const fsc_llama_config *c) {
+    if (!c) return 0;
     size_t C = (size_t)c->dim, HD = C / (size_t)c->heads, KV = HD * (size_t)c->kv_heads, F = (size_t)c->ffn;
     size_t layer = 2 * C * C + 2 * KV * C + 3 * F * C + 2 * C; /* q, o; k, v; gate, up, down; two norms */
     const size_t M = (size_t)fsc_llama_num_moe_layers(c), E = (size_t)c->moe_experts; /* MoE: gate and experts */
@@ -96,6 +98,8 @@ static void set_shape(fsc_param_info *p, int ndim, int64_t d0, int64_t d1) {
 }
 
 fsc_status fsc_llama_param_info(const fsc_llama_config *c, int i, fsc_param_info *out) {
+    FSC_CHECK_ARG(c);
+    FSC_CHECK_ARG(out);
     FSC_TRY(fsc_llama_config_validate(c));
     return c->moe_experts ? llama_moe_param_info(c, i, out) : llama_dense_param_info(c, i, out);
 }
@@ -146,6 +150,8 @@ void fsc_llama_init_values(const fsc_llama_config *c, uint64_t seed, int i, size
 }
 
 void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
+    if (buf && cap) buf[0] = '\0';
+    if (!c || !buf) return;
     const int w = snprintf(buf, cap, "{\"family\":\"llama\",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"kv_heads\":%d,\"ffn\":%d,"
              "\"seq\":%d,\"vocab\":%d,\"rope_theta\":%.9g,\"norm_eps\":%.9g}", c->layers, c->dim, c->heads,
              c->kv_heads, c->ffn, c->seq, c->vocab, (double)c->rope_theta, (double)c->norm_eps);
@@ -191,6 +197,8 @@ static fsc_status config_differs(const char *own, const char *recorded) {
 }
 
 fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *recorded) {
+    FSC_CHECK_ARG(c);
+    FSC_CHECK_ARG(recorded);
     cJSON *o = cJSON_Parse(recorded);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
@@ -335,10 +343,16 @@ static fsc_status build_layers(fsc_device *dev, const fsc_llama_config *c, fsc_c
 }
 
 fsc_status fsc_llama_model_create(fsc_device *dev, const fsc_llama_config *cfg, fsc_model **out) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(cfg);
+    FSC_CHECK_ARG(out);
     return fsc_llama_model_create_tp(dev, cfg, NULL, 0, out);
 }
 
 fsc_status fsc_llama_build(void *arg, fsc_device *dev, fsc_comm *tp, fsc_model **out) {
+    FSC_CHECK_ARG(arg);
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(out);
     const fsc_llama_build_arg *a = arg;
     if (!a) return fsc_error(FSC_ERR_INVALID, "llama build: no fsc_llama_build_arg");
     return fsc_llama_model_create_tp(dev, &a->cfg, tp, tp ? a->sp : 0, out);
@@ -346,8 +360,10 @@ fsc_status fsc_llama_build(void *arg, fsc_device *dev, fsc_comm *tp, fsc_model *
 
 fsc_status fsc_llama_model_create_tp(fsc_device *dev, const fsc_llama_config *cfg, fsc_comm *tp, int sp,
                                      fsc_model **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
-    if (!dev) return fsc_error(FSC_ERR_INVALID, "llama create: device is NULL");
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(cfg);
     FSC_TRY(fsc_llama_config_validate(cfg));
     llama *m = calloc(1, sizeof *m);
     if (!m) return fsc_error(FSC_ERR_NOMEM, "llama create: out of host memory");

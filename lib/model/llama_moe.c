@@ -12,10 +12,14 @@
 static int every(const fsc_llama_config *c) { return c->moe_every ? c->moe_every : 1; }
 
 int fsc_llama_layer_is_moe(const fsc_llama_config *c, int b) {
+    if (!c) return 0;
     return c->moe_experts > 0 && b >= 0 && b < c->layers && (b + 1) % every(c) == 0;
 }
 
-int fsc_llama_num_moe_layers(const fsc_llama_config *c) { return c->moe_experts ? c->layers / every(c) : 0; }
+int fsc_llama_num_moe_layers(const fsc_llama_config *c) {
+    if (!c) return 0;
+    return c->moe_experts ? c->layers / every(c) : 0;
+}
 
 fsc_status llama_moe_validate(const fsc_llama_config *c) {
     if (c->moe_experts == 0) {

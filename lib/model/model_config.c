@@ -68,9 +68,10 @@ static fsc_status make_llama(fsc_device *dev, const cJSON *o, fsc_model **out) {
 }
 
 fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model **out) {
-    if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_model_from_config: out is NULL");
+    FSC_CHECK_ARG(out);
     *out = NULL;
-    if (!dev || !config) return fsc_error(FSC_ERR_INVALID, "fsc_model_from_config: device or text is NULL");
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(config);
     cJSON *o = cJSON_Parse(config);
     fsc_status s;
     const cJSON *fam = cJSON_IsObject(o) ? field(o, "family") : NULL;

@@ -60,21 +60,36 @@ struct fsc_moe_rec {
 
 static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
 
-float *fsc_moe_params(fsc_moe *m) { return m->params; }
-float *fsc_moe_grads(fsc_moe *m) { return m->grads; }
-size_t fsc_moe_num_local(const fsc_moe *m) { return m->P; }
-size_t fsc_moe_expert_offset(const fsc_moe *m, int j) { return (size_t)m->C * m->E + (size_t)j * m->per_expert; }
+float *fsc_moe_params(fsc_moe *m) {
+    if (!m) return NULL;
+    return m->params;
+}
+float *fsc_moe_grads(fsc_moe *m) {
+    if (!m) return NULL;
+    return m->grads;
+}
+size_t fsc_moe_num_local(const fsc_moe *m) {
+    if (!m) return 0;
+    return m->P;
+}
+size_t fsc_moe_expert_offset(const fsc_moe *m, int j) {
+    if (!m) return 0;
+    return (size_t)m->C * m->E + (size_t)j * m->per_expert;
+}
 
 int fsc_moe_num_tensors(const fsc_moe_config *cfg) {
+    if (!cfg) return 0;
     return cfg->expert == FSC_MOE_EXPERT_IDENTITY ? 1 : 1 + 4 * cfg->experts;
 }
 
 void fsc_moe_local_experts(const fsc_moe *m, int *first, int *count) {
+    if (!m || !first || !count) return;
     *first = m->rank * m->El;
     *count = m->El;
 }
 
 int fsc_moe_capacity(const fsc_moe *m, int S, int groups) {
+    if (!m) return 0;
     return moe_capacity(S / groups, m->E, m->k, m->cfg.capacity_factor);
 }
 
@@ -156,10 +171,16 @@ static fsc_status create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cf
 }
 
 fsc_status fsc_moe_create_view(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, fsc_moe **out) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(cfg);
+    FSC_CHECK_ARG(out);
     return create(dev, ep, cfg, out);
 }
 
 fsc_status fsc_moe_create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, uint64_t seed, fsc_moe **out) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(cfg);
+    FSC_CHECK_ARG(out);
     fsc_moe *m;
     FSC_TRY(create(dev, ep, cfg, &m));
     fsc_status s = fsc_device_alloc(dev, FSC_TAG_PARAMS, m->P * sizeof(float), (void **)&m->params);
@@ -184,8 +205,9 @@ void fsc_moe_free(fsc_moe *m) {
 }
 
 fsc_status fsc_moe_rec_create(fsc_moe *m, int S, int groups, fsc_moe_rec **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
-    if (!m) return fsc_error(FSC_ERR_INVALID, "moe record: layer NULL");
+    FSC_CHECK_ARG(m);
     if (S < 1 || groups < 1 || S % groups != 0)
         return fsc_error(FSC_ERR_INVALID, "moe: %d tokens do not split into %d dispatch groups", S, groups);
     int cap = fsc_moe_capacity(m, S, groups);
@@ -365,7 +387,10 @@ static fsc_status forward_body(fsc_moe *m, fsc_moe_rec *r, float *out, const flo
 
 fsc_status fsc_moe_forward(fsc_moe *m, float *out, fsc_moe_rec *r, const float *inp, const float *const *p,
                            fsc_moe_stats *stats) {
-    if (!m || !r || !out || !inp) return fsc_error(FSC_ERR_INVALID, "moe forward: layer, record, output or input NULL");
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG_AS(r, "rec");
+    FSC_CHECK_ARG(inp);
     if (!p) p = m->ptab;
     FSC_TRY(check_table(m, p, "forward"));
     r->fwd_done = 0;
@@ -426,7 +451,10 @@ static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *
 
 fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, float *const *g, fsc_moe_rec *r, const float *dout,
                             const float *const *p, float daux) {
-    if (!m || !r || !dinp || !dout) return fsc_error(FSC_ERR_INVALID, "moe backward: layer, record or buffers NULL");
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(dinp);
+    FSC_CHECK_ARG_AS(r, "rec");
+    FSC_CHECK_ARG(dout);
     if (!r->fwd_done)
         return fsc_error(FSC_ERR_STATE, "moe backward: no forward to differentiate (backward runs once per forward)");
     if (!p) p = m->ptab;
@@ -445,6 +473,7 @@ fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, float *const *g, fsc_moe_re
 }
 
 fsc_status fsc_moe_routing(const fsc_moe_rec *r, int32_t *experts, float *gates, int32_t *kept) {
+    FSC_CHECK_ARG_AS(r, "rec");
     if (!r || !r->route.expert) return fsc_error(FSC_ERR_STATE, "moe routing: the record holds no forward");
     size_t n = (size_t)r->S * r->route.k;
     for (size_t i = 0; i < n; i++) {

@@ -32,6 +32,7 @@ size_t fsc_attention_work_floats(int B, int T, int C, int NH) {
 }
 
 void fsc_attention_rec_bind(fsc_attention_rec *rec, float *saved, int B, int T, int C, int NH) {
+    if (!rec) return;
     rec->qkv = saved;                                  /* (B, T, 3C) */
     rec->att = saved + r64(3 * (size_t)B * T * C);     /* (B, NH, T, T) */
     rec->B = B, rec->T = T, rec->C = C, rec->NH = NH;
@@ -101,6 +102,14 @@ static fsc_status check_core(const fsc_attn_core_dims *c, int ldo, int ldq, int 
 
 fsc_status fsc_attn_core_forward(fsc_device *dev, const fsc_attn_core_dims *c, float *out, int ldo, const float *q,
                                  int ldq, const float *k, int ldk, const float *v, int ldv, float *att, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG_AS(c, "d");
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG(q);
+    FSC_CHECK_ARG(k);
+    FSC_CHECK_ARG(v);
+    FSC_CHECK_ARG(att);
+    FSC_CHECK_ARG(work);
     FSC_TRY(check_core(c, ldo, ldq, ldk, ldv, "forward"));
     dims d = { c->B, c->T, c->HS, (int64_t)c->NH * c->T * c->T };
     int64_t T = c->T, rep = c->NH / c->KVH;
@@ -121,6 +130,17 @@ fsc_status fsc_attn_core_forward(fsc_device *dev, const fsc_attn_core_dims *c, f
 fsc_status fsc_attn_core_backward(fsc_device *dev, const fsc_attn_core_dims *c, float *dq, float *dk, float *dv,
                                   const float *dout, int ldo, const float *q, int ldq, const float *k, int ldk,
                                   const float *v, int ldv, const float *att, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG_AS(c, "d");
+    FSC_CHECK_ARG(dq);
+    FSC_CHECK_ARG(dk);
+    FSC_CHECK_ARG(dv);
+    FSC_CHECK_ARG(dout);
+    FSC_CHECK_ARG(q);
+    FSC_CHECK_ARG(k);
+    FSC_CHECK_ARG(v);
+    FSC_CHECK_ARG(att);
+    FSC_CHECK_ARG(work);
     FSC_TRY(check_core(c, ldo, ldq, ldk, ldv, "backward"));
     dims d = { c->B, c->T, c->HS, (int64_t)c->NH * c->T * c->T };
     int64_t T = c->T, rep = c->NH / c->KVH;
@@ -151,7 +171,12 @@ static fsc_attn_core_dims core_of(const fsc_attention_rec *r) {
 
 fsc_status fsc_attention_forward(fsc_device *dev, float *out, fsc_attention_rec *rec, const float *qkv,
                                  float *work) {
-    FSC_TRY(check_rec(rec, "forward"));
+    FSC_CHECK_ARG(rec);
+    FSC_TRY(check_rec(rec, "forward")); /* the record's dimensions first (bad ones are the likelier mistake) */
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG(qkv);
+    FSC_CHECK_ARG(work);
     int C = rec->C, ld3 = 3 * C;
     if (qkv != rec->qkv)
         FSC_TRY(fsc_device_copy(dev, rec->qkv, qkv, (size_t)rec->B * rec->T * ld3 * sizeof(float)));
@@ -162,6 +187,11 @@ fsc_status fsc_attention_forward(fsc_device *dev, float *out, fsc_attention_rec 
 
 fsc_status fsc_attention_backward(fsc_device *dev, float *dqkv, const fsc_attention_rec *rec, const float *dout,
                                   float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(dqkv);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(dout);
+    FSC_CHECK_ARG(work);
     FSC_TRY(check_rec(rec, "backward"));
     int C = rec->C, ld3 = 3 * C;
     fsc_attn_core_dims c = core_of(rec);

@@ -29,6 +29,7 @@ size_t fsc_block_work_floats(int B, int T, int C, int NH) {
 }
 
 void fsc_block_attn_rec_bind(fsc_block_rec *rec, float *saved, int B, int T, int C, int NH) {
+    if (!rec) return;
     size_t btc = r64((size_t)B * T * C), bt = r64((size_t)B * T);
     float *p = saved;
     rec->inp = NULL;
@@ -46,6 +47,7 @@ void fsc_block_attn_rec_bind(fsc_block_rec *rec, float *saved, int B, int T, int
 }
 
 void fsc_block_rec_bind(fsc_block_rec *rec, float *saved, int B, int T, int C, int NH) {
+    if (!rec) return;
     fsc_block_attn_rec_bind(rec, saved, B, T, C, NH);
     rec->fch = saved + fsc_block_attn_saved_floats(B, T, C, NH); /* (B, T, 4C) */
     rec->fch_gelu = rec->fch + r64(4 * (size_t)B * T * C);        /* (B, T, 4C) */
@@ -68,6 +70,12 @@ static block_work split_work(float *work, const fsc_block_rec *r) {
 
 fsc_status fsc_block_attn_forward(fsc_device *dev, fsc_block_rec *rec, const float *inp, const float *const *p,
                                   float *proj, float *attn_work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(inp);
+    FSC_CHECK_ARG(p);
+    FSC_CHECK_ARG(proj);
+    FSC_CHECK_ARG(attn_work);
     int C = rec->C;
     size_t N = (size_t)rec->B * rec->T;
     rec->inp = inp;
@@ -85,6 +93,14 @@ fsc_status fsc_block_attn_forward(fsc_device *dev, fsc_block_rec *rec, const flo
 
 fsc_status fsc_block_attn_backward(fsc_device *dev, float *dres, float *const *g, const fsc_block_rec *rec,
                                    const float *const *p, float *dln2, float *dqkv, float *attn_work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(dres);
+    FSC_CHECK_ARG(g);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(p);
+    FSC_CHECK_ARG(dln2);
+    FSC_CHECK_ARG(dqkv);
+    FSC_CHECK_ARG(attn_work);
     int C = rec->C;
     size_t N = (size_t)rec->B * rec->T;
     fsc_layernorm_rec ln2 = { rec->res2, rec->ln2_mean, rec->ln2_rstd, N, C };
@@ -104,6 +120,11 @@ fsc_status fsc_block_attn_backward(fsc_device *dev, float *dres, float *const *g
 
 fsc_status fsc_block_forward(fsc_device *dev, float *out, fsc_block_rec *rec, const float *inp,
                              const float *const *p, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(inp);
+    FSC_CHECK_ARG(p);
+    FSC_CHECK_ARG(work);
     int C = rec->C;
     size_t N = (size_t)rec->B * rec->T;
     if (N == 0 || C <= 0 || !rec->ln1)
@@ -120,6 +141,12 @@ fsc_status fsc_block_forward(fsc_device *dev, float *out, fsc_block_rec *rec, co
 
 fsc_status fsc_block_backward(fsc_device *dev, float *dres, float *const *g, const fsc_block_rec *rec,
                               const float *const *p, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(dres);
+    FSC_CHECK_ARG(g);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(p);
+    FSC_CHECK_ARG(work);
     int C = rec->C;
     size_t N = (size_t)rec->B * rec->T;
     if (N == 0 || C <= 0 || !rec->ln1 || !rec->inp)

@@ -16,8 +16,9 @@ struct fsc_checkpoint_wrapper {
 
 fsc_status fsc_checkpoint_wrapper_create(fsc_device *dev, size_t inp_floats, int offload,
                                          fsc_checkpoint_wrapper **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
-    if (!dev) return fsc_error(FSC_ERR_INVALID, "checkpoint_wrapper: device is NULL");
+    FSC_CHECK_ARG(dev);
     if (inp_floats == 0) return fsc_error(FSC_ERR_INVALID, "checkpoint_wrapper: the input has no elements");
     fsc_checkpoint_wrapper *w = calloc(1, sizeof *w);
     if (!w) return fsc_error(FSC_ERR_NOMEM, "checkpoint_wrapper: out of memory");
@@ -30,7 +31,10 @@ fsc_status fsc_checkpoint_wrapper_create(fsc_device *dev, size_t inp_floats, int
 
 fsc_status fsc_checkpoint_wrapper_forward(fsc_checkpoint_wrapper *w, fsc_module_forward_fn fn, void *ctx,
                                           float *out, const float *inp) {
-    if (!fn || !inp) return fsc_error(FSC_ERR_INVALID, "checkpoint_wrapper forward: function or input is NULL");
+    FSC_CHECK_ARG(w);
+    FSC_CHECK_ARG(fn);
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG(inp);
     if (w->kept)
         return fsc_error(FSC_ERR_STATE, "checkpoint_wrapper forward: an input is still kept (expected state "
                          "released, found forward done): call release after the backward");
@@ -54,7 +58,8 @@ fsc_status fsc_checkpoint_wrapper_forward(fsc_checkpoint_wrapper *w, fsc_module_
 
 fsc_status fsc_checkpoint_wrapper_recompute(fsc_checkpoint_wrapper *w, fsc_module_forward_fn fn, void *ctx,
                                             const float **inp) {
-    if (!fn) return fsc_error(FSC_ERR_INVALID, "checkpoint_wrapper recompute: function is NULL");
+    FSC_CHECK_ARG(w);
+    FSC_CHECK_ARG(fn);
     if (!w->kept)
         return fsc_error(FSC_ERR_STATE, "checkpoint_wrapper recompute: no kept input (expected state forward done, "
                          "found released): run forward first");

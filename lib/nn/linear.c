@@ -26,7 +26,11 @@ static fsc_status fill_rows(fsc_device *dev, float *out, const float *b, size_t 
 
 fsc_status fsc_linear_forward(fsc_device *dev, float *out, fsc_linear_rec *rec, const float *inp,
                               const float *w, const float *b, size_t N, int C, int OC, int w_out_in) {
-    FSC_TRY(check_dims(N, C, OC, "linear forward"));
+    FSC_TRY(check_dims(N, C, OC, "linear forward")); /* the dimensions first, then the pointers */
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG(inp);
+    FSC_CHECK_ARG(w);
     if (rec) *rec = (fsc_linear_rec){ .inp = inp, .N = N, .C = C, .OC = OC, .w_out_in = w_out_in };
     if (N == 0) return FSC_OK;
     /* out (N, OC) = inp (N, C) @ w (+ b), w (C, OC) or (OC, C) transposed. With a bias, every row of out
@@ -39,6 +43,10 @@ fsc_status fsc_linear_forward(fsc_device *dev, float *out, fsc_linear_rec *rec, 
 
 fsc_status fsc_linear_backward(fsc_device *dev, float *dinp, float *dw, float *db, const fsc_linear_rec *rec,
                                const float *dout, const float *w, float dinp_beta, float dw_beta) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(dout);
+    FSC_CHECK_ARG(w);
     size_t N = rec->N;
     int C = rec->C, OC = rec->OC;
     FSC_TRY(check_dims(N, C, OC, "linear backward"));
@@ -59,10 +67,16 @@ fsc_status fsc_linear_backward(fsc_device *dev, float *dinp, float *dw, float *d
 }
 
 fsc_status fsc_residual_forward(fsc_device *dev, float *out, const float *a, const float *b, size_t n) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_BUF(out, n);
+    FSC_CHECK_BUF(a, n);
+    FSC_CHECK_BUF(b, n);
     return FSC_K(dev, add, out, a, b, n);
 }
 
 fsc_status fsc_residual_backward(fsc_device *dev, float *da, float *db, const float *dout, size_t n) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_BUF(dout, n);
     if (da) FSC_TRY(FSC_K(dev, axpy, da, 1.0f, dout, n));
     if (db) FSC_TRY(FSC_K(dev, axpy, db, 1.0f, dout, n));
     return FSC_OK;

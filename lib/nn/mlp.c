@@ -12,6 +12,7 @@ size_t fsc_swiglu_mlp_saved_floats(size_t N, int F) { return 3 * r64(N * (size_t
 size_t fsc_swiglu_mlp_work_floats(size_t N, int F) { return 2 * r64(N * (size_t)F); }
 
 void fsc_swiglu_mlp_rec_bind(fsc_swiglu_mlp_rec *rec, float *saved, size_t N, int C, int F) {
+    if (!rec) return;
     size_t piece = r64(N * (size_t)F);
     *rec = (fsc_swiglu_mlp_rec){ .gate = saved, .up = saved + piece, .act = saved + 2 * piece, .N = N, .C = C, .F = F };
 }
@@ -26,6 +27,12 @@ static fsc_status check(const fsc_swiglu_mlp_rec *r, const char *what) {
 
 fsc_status fsc_swiglu_mlp_forward(fsc_device *dev, float *out, fsc_swiglu_mlp_rec *rec, const float *inp,
                                   const float *w_gate, const float *w_up, const float *w_down) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(inp);
+    FSC_CHECK_ARG(w_gate);
+    FSC_CHECK_ARG(w_up);
+    FSC_CHECK_ARG(w_down);
     FSC_TRY(check(rec, "forward"));
     rec->inp = inp;
     size_t N = rec->N;
@@ -41,6 +48,17 @@ fsc_status fsc_swiglu_mlp_forward(fsc_device *dev, float *out, fsc_swiglu_mlp_re
 fsc_status fsc_swiglu_mlp_backward(fsc_device *dev, float *dinp, float *dw_gate, float *dw_up, float *dw_down,
                                    const fsc_swiglu_mlp_rec *rec, const float *dout, const float *w_gate,
                                    const float *w_up, const float *w_down, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(dinp);
+    FSC_CHECK_ARG(dw_gate);
+    FSC_CHECK_ARG(dw_up);
+    FSC_CHECK_ARG(dw_down);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(dout);
+    FSC_CHECK_ARG(w_gate);
+    FSC_CHECK_ARG(w_up);
+    FSC_CHECK_ARG(w_down);
+    FSC_CHECK_ARG(work);
     FSC_TRY(check(rec, "backward"));
     size_t N = rec->N;
     int C = rec->C, F = rec->F;

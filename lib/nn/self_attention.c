@@ -16,14 +16,17 @@ static size_t kvsz(const fsc_self_attn_config *c) { return nbt(c) * c->KVH * c->
 static size_t ttsz(const fsc_self_attn_config *c) { return (size_t)c->B * c->NH * c->T * c->T; }
 
 size_t fsc_self_attn_saved_floats(const fsc_self_attn_config *c) {
+    if (!c) return 0;
     return 2 * r64(qsz(c)) + 2 * r64(kvsz(c)) + r64(ttsz(c));
 }
 
 size_t fsc_self_attn_work_floats(const fsc_self_attn_config *c) {
+    if (!c) return 0;
     return 2 * r64(ttsz(c)) + 2 * r64(qsz(c)) + 2 * r64(kvsz(c));
 }
 
 void fsc_self_attn_rec_bind(fsc_self_attn_rec *rec, float *saved, const fsc_self_attn_config *c) {
+    if (!rec || !c) return;
     *rec = (fsc_self_attn_rec){ .cfg = *c };
     rec->q = saved;                      /* (B, T, NH HS) */
     rec->k = rec->q + r64(qsz(c));       /* (B, T, KVH HS) */
@@ -48,6 +51,11 @@ static fsc_status check(const fsc_self_attn_rec *r, const char *what) {
 
 fsc_status fsc_self_attn_forward(fsc_device *dev, float *out, fsc_self_attn_rec *rec, const float *inp,
                                  const fsc_self_attn_params *p, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(inp);
+    FSC_CHECK_ARG(p);
+    FSC_CHECK_ARG(work);
     FSC_TRY(check(rec, "forward"));
     const fsc_self_attn_config *c = &rec->cfg;
     rec->inp = inp;
@@ -69,6 +77,13 @@ fsc_status fsc_self_attn_forward(fsc_device *dev, float *out, fsc_self_attn_rec 
 fsc_status fsc_self_attn_backward(fsc_device *dev, float *dinp, const fsc_self_attn_grads *g,
                                   const fsc_self_attn_rec *rec, const float *dout, const fsc_self_attn_params *p,
                                   float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(dinp);
+    FSC_CHECK_ARG(g);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(dout);
+    FSC_CHECK_ARG(p);
+    FSC_CHECK_ARG(work);
     FSC_TRY(check(rec, "backward"));
     const fsc_self_attn_config *c = &rec->cfg;
     size_t N = nbt(c);

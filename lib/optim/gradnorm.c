@@ -95,6 +95,10 @@ static fsc_status sum128_over_comm(fsc_device *dev, fsc_comm *comm, uint64_t acc
 
 fsc_status fsc_grad_norm(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens, int nseg,
                          double *norm) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_BUF(segs, nseg);
+    FSC_CHECK_BUF(lens, nseg);
+    FSC_CHECK_ARG(norm);
     FSC_TRY(check_args("fsc_grad_norm", dev, segs, lens, nseg));
     if (!norm) return fsc_error(FSC_ERR_INVALID, "fsc_grad_norm: NULL result");
     float mx[3];
@@ -119,6 +123,9 @@ fsc_status fsc_grad_norm(fsc_device *dev, fsc_comm *comm, float *const *segs, co
 
 fsc_status fsc_grad_clip(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens, int nseg,
                          float max_norm, double *norm) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_BUF(segs, nseg);
+    FSC_CHECK_BUF(lens, nseg);
     if (!(max_norm > 0.0f) || !isfinite(max_norm))
         return fsc_error(FSC_ERR_INVALID, "fsc_grad_clip: max norm %g must be finite and > 0", (double)max_norm);
     double nrm = 0.0;
@@ -136,6 +143,10 @@ fsc_status fsc_grad_clip(fsc_device *dev, fsc_comm *comm, float *const *segs, co
 
 fsc_status fsc_nonfinite_vote(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens,
                               int nseg, int mine, int *found) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_BUF(segs, nseg);
+    FSC_CHECK_BUF(lens, nseg);
+    FSC_CHECK_ARG(found);
     FSC_TRY(check_args("fsc_nonfinite_vote", dev, segs, lens, nseg));
     if (!found) return fsc_error(FSC_ERR_INVALID, "fsc_nonfinite_vote: NULL result");
     if (mine < 0 || mine > (1 << 24))
@@ -151,12 +162,17 @@ fsc_status fsc_nonfinite_vote(fsc_device *dev, fsc_comm *comm, float *const *seg
 
 fsc_status fsc_grads_nonfinite(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens,
                                int nseg, int *found) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_BUF(segs, nseg);
+    FSC_CHECK_BUF(lens, nseg);
+    FSC_CHECK_ARG(found);
     FSC_TRY(check_args("fsc_grads_nonfinite", dev, segs, lens, nseg));
     if (!found) return fsc_error(FSC_ERR_INVALID, "fsc_grads_nonfinite: NULL result");
     return fsc_nonfinite_vote(dev, comm, segs, lens, nseg, 0, found);
 }
 
 void fsc_loss_scaler_init(fsc_loss_scaler *s, float init_scale, int growth_interval) {
+    if (!s) return;
     s->scale = init_scale > 0.0f && isfinite(init_scale) ? init_scale : 65536.0f;
     s->growth_factor = 2.0f;
     s->backoff_factor = 0.5f;
@@ -171,6 +187,7 @@ void fsc_loss_scaler_init(fsc_loss_scaler *s, float init_scale, int growth_inter
  * min_scale (DeepSpeed's min_loss_scale): a scale that reached 0 would zero every gradient and could not
  * grow back. */
 void fsc_loss_scaler_update(fsc_loss_scaler *s, int found) {
+    if (!s) return;
     if (found) {
         float floor = s->min_scale > 0.0f && isfinite(s->min_scale) ? s->min_scale : FLT_MIN;
         float backed = s->scale * s->backoff_factor;

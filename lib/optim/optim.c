@@ -49,8 +49,10 @@ static fsc_status validate(const fsc_optim_config *c) {
 }
 
 fsc_status fsc_optim_create(fsc_device *dev, const fsc_optim_config *cfg, fsc_optim **out) {
-    if (!dev || !cfg || !out) return fsc_error(FSC_ERR_INVALID, "fsc_optim_create: NULL argument");
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(cfg);
     fsc_optim_config c = *cfg;
     if (c.kind == FSC_OPT_ADAMW && c.beta1 == 0.0f && c.beta2 == 0.0f && c.eps == 0.0f) {
         c.beta1 = 0.9f;
@@ -68,7 +70,9 @@ fsc_status fsc_optim_create(fsc_device *dev, const fsc_optim_config *cfg, fsc_op
 }
 
 fsc_status fsc_optim_add(fsc_optim *o, float *param, const float *grad, size_t n, int *idx) {
-    if (!o) return fsc_error(FSC_ERR_INVALID, "fsc_optim_add: NULL optimizer");
+    FSC_CHECK_ARG(o);
+    FSC_CHECK_BUF(param, n);
+    FSC_CHECK_BUF(grad, n);
     if (n > 0 && (!param || !grad))
         return fsc_error(FSC_ERR_INVALID, "fsc_optim_add: segment of %zu elements with a NULL buffer", n);
     if (o->nseg == o->cap) {
@@ -96,6 +100,7 @@ fsc_status fsc_optim_add(fsc_optim *o, float *param, const float *grad, size_t n
 }
 
 fsc_status fsc_optim_no_decay(fsc_optim *o, int idx, size_t off, size_t n) {
+    FSC_CHECK_ARG(o);
     if (!o || idx < 0 || idx >= o->nseg)
         return fsc_error(FSC_ERR_INVALID, "fsc_optim_no_decay: segment %d does not exist (%d registered)", idx,
                          o ? o->nseg : 0);
@@ -148,6 +153,9 @@ static fsc_status step_segment(fsc_optim *o, optim_segment *s, float bc1, float 
 }
 
 fsc_status fsc_optim_rebind(fsc_optim *o, int idx, float *param, const float *grad) {
+    FSC_CHECK_ARG(o);
+    FSC_CHECK_ARG(param);
+    FSC_CHECK_ARG(grad);
     if (!o || idx < 0 || idx >= o->nseg)
         return fsc_error(FSC_ERR_INVALID, "fsc_optim_rebind: segment %d does not exist (%d registered)", idx,
                          o ? o->nseg : 0);
@@ -170,13 +178,14 @@ static fsc_status step_one(fsc_optim *o, int i) {
 }
 
 fsc_status fsc_optim_step(fsc_optim *o) {
-    if (!o) return fsc_error(FSC_ERR_INVALID, "fsc_optim_step: NULL optimizer");
+    FSC_CHECK_ARG(o);
     for (int i = 0; i < o->nseg; i++) FSC_TRY(step_one(o, i));
     o->steps++;
     return FSC_OK;
 }
 
 fsc_status fsc_optim_step_segment(fsc_optim *o, int seg) {
+    FSC_CHECK_ARG(o);
     if (!o || seg < 0 || seg >= o->nseg)
         return fsc_error(FSC_ERR_INVALID, "fsc_optim_step_segment: segment %d does not exist (%d registered)", seg,
                          o ? o->nseg : 0);

@@ -11,6 +11,8 @@ const char *fsc_lr_kind_name(fsc_lr_kind k) {
 }
 
 fsc_status fsc_lr_kind_parse(const char *name, fsc_lr_kind *out) {
+    FSC_CHECK_ARG(name);
+    FSC_CHECK_ARG(out);
     for (int k = 0; name && k < (int)(sizeof kind_names / sizeof *kind_names); k++)
         if (!strcmp(name, kind_names[k])) {
             *out = (fsc_lr_kind)k;
@@ -21,7 +23,7 @@ fsc_status fsc_lr_kind_parse(const char *name, fsc_lr_kind *out) {
 }
 
 fsc_status fsc_lr_schedule_validate(const fsc_lr_schedule *s) {
-    if (!s) return fsc_error(FSC_ERR_INVALID, "learning-rate schedule: NULL");
+    FSC_CHECK_ARG(s);
     if (s->kind != FSC_LR_CONSTANT && s->kind != FSC_LR_COSINE && s->kind != FSC_LR_LINEAR)
         return fsc_error(FSC_ERR_INVALID, "learning-rate schedule: unknown kind %d", (int)s->kind);
     if (!(isfinite(s->lr) && s->lr >= 0.0f))
@@ -42,6 +44,7 @@ fsc_status fsc_lr_schedule_validate(const fsc_lr_schedule *s) {
 }
 
 float fsc_lr_at(const fsc_lr_schedule *s, int64_t step) {
+    if (!s) return 0;
     if (step < 0) step = 0;
     if (step < s->warmup) return (float)((double)s->lr * (double)(step + 1) / (double)s->warmup);
     if (s->kind == FSC_LR_CONSTANT) return s->lr;

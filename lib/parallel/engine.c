@@ -208,6 +208,7 @@ static fsc_status hook_post_bwd(void *ctx, int l) {
 
 void fsc_engine_set_trace(fsc_engine *e, fsc_trace *t) {
     if (!e) return;
+    if (!e) return;
     e->trace = t;
     fsc_comm *const named[] = { e->r->comm, e->comm, e->tensor_comm, e->own_data, e->own_norm, e->norm_comm,
                                 e->ep_comm, e->ep_data };
@@ -387,7 +388,10 @@ static fsc_status engine_finish(fsc_engine *e) {
 
 fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel_opts *po,
                                    const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
+    FSC_CHECK_ARG(out);
     *out = NULL;
+    FSC_CHECK_ARG(r);
+    FSC_CHECK_ARG(m);
     FSC_TRY(fsc_model_validate(m));
     fsc_engine *e;
     FSC_TRY(engine_new(r, m->n_layers, m->n_experts, po, oc, seed, 0, &e));
@@ -407,6 +411,9 @@ fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel
 fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *arg, const fsc_parallel_opts *po,
                                    const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
     if (out) *out = NULL;
+    FSC_CHECK_ARG(r);
+    FSC_CHECK_ARG(build);
+    FSC_CHECK_ARG(out);
     if (!r || !build || !po || !oc || !out)
         return fsc_error(FSC_ERR_INVALID, "fsc_engine_create_built: rank, builder, options and output are required");
     /* with tensor parallelism the groups come before the model, built on the tensor group; without it
@@ -446,8 +453,11 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
     return FSC_OK;
 }
 
-fsc_model *fsc_engine_model(fsc_engine *e) { return e->m; }
-const fsc_layout *fsc_engine_layout(const fsc_engine *e) { return &e->lay; }
+fsc_model *fsc_engine_model(fsc_engine *e) {
+    if (!e) return NULL;
+    return e->m;
+}
+const fsc_layout *fsc_engine_layout(const fsc_engine *e) { return e ? &e->lay : NULL; }
 
 const char *fsc_group_kind_name(fsc_group_kind g) {
     static const char *const names[FSC_GROUP_COUNT] = { "data", "tensor", "pipeline", "expert", "world" };
@@ -474,6 +484,7 @@ static void add_stats(fsc_comm_stats *out, const fsc_comm_stats *st) {
 }
 
 int fsc_engine_comm_stats_group(const fsc_engine *e, fsc_group_kind g, fsc_comm_stats *out) {
+    if (!e || !out) return 0;
     memset(out, 0, sizeof *out);
     int n = 0;
     if (g == FSC_GROUP_DATA) add_stats(out, fsc_comm_get_stats(e->comm)), n++;
@@ -483,11 +494,13 @@ int fsc_engine_comm_stats_group(const fsc_engine *e, fsc_group_kind g, fsc_comm_
 }
 
 void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out) {
+    if (!e || !out) return;
     *out = *fsc_comm_get_stats(e->comm);
     for (int g = 0; g < e->ngroups; g++) add_stats(out, fsc_comm_get_stats(e->groups[g]));
 }
 
 void fsc_engine_reset_comm_stats(fsc_engine *e) {
+    if (!e) return;
     fsc_comm_reset_stats(e->comm);
     for (int g = 0; g < e->ngroups; g++) fsc_comm_reset_stats(e->groups[g]);
 }
@@ -594,6 +607,9 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
 
 fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                                  int global_batch, fsc_step_info *info) {
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(inputs);
+    FSC_CHECK_ARG(targets);
     fsc_trace *tr = e->trace; /* one span per step, closed on every return */
     fsc_trace_begin(tr, "step", "step %lld", (long long)fsc_optim_steps(e->opt) + 1);
     fsc_status s = step_model(e, inputs, targets, local_batch, global_batch, info);
@@ -771,7 +787,7 @@ static fsc_status check_local(fsc_engine *e) {
 }
 
 fsc_status fsc_engine_check_finite(fsc_engine *e) {
-    if (!e) return fsc_error(FSC_ERR_INVALID, "fsc_engine_check_finite: engine is NULL");
+    FSC_CHECK_ARG(e);
     return agree(e, check_local(e));
 }
 
@@ -819,6 +835,8 @@ static fsc_status write_from_full(fsc_engine *e, fsc_st_writer *w) {
 }
 
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(path);
     return fsc_engine_save_weights_dtype(e, path, FSC_F32);
 }
 
@@ -835,6 +853,8 @@ static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt);
 
 /* The save, as one span of the engine's trace (trace.h) */
 fsc_status fsc_engine_save_weights_dtype(fsc_engine *e, const char *path, fsc_dtype dt) {
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(path);
     fsc_trace_begin(e ? e->trace : NULL, "ckpt", "weights save");
     fsc_status s = save_weights(e, path, dt);
     fsc_trace_end(e ? e->trace : NULL);
@@ -898,6 +918,8 @@ static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char 
 }
 
 fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(path);
     fsc_st_file *f = NULL;
     fsc_status s = fsc_st_open(path, &f);
     if (s == FSC_OK) s = check_weights(e, f, path);
@@ -912,6 +934,7 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
 }
 
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
+    FSC_CHECK_ARG(e);
     if (e->lay.tp > 1) return fsc_tensor_full_params(e, host);
     if (e->pipe) return fsc_pipe_full_params(e, host);
     return fsc_engine_stage_params(e, host);

@@ -32,7 +32,10 @@ static fsc_status forward_local(fsc_engine *e, const char *in, const char *tg, i
 
 fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                            int global_batch, double *loss) {
-    if (!e || !inputs || !targets || !loss) return fsc_error(FSC_ERR_INVALID, "fsc_engine_eval: NULL argument");
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(inputs);
+    FSC_CHECK_ARG(targets);
+    FSC_CHECK_ARG(loss);
     const int K = e->po.accum;
     if (local_batch < 1 || local_batch % K != 0)
         return fsc_error(FSC_ERR_INVALID, "eval: the local batch of %d sequences does not split into %d "

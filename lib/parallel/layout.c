@@ -11,6 +11,7 @@ static const char *const dim_flag[3] = { "tp", "dp", "pp" };
 static const char *const dim_word[3] = { "tensor", "data", "pipe" };
 
 fsc_status fsc_layout_parse_order(const char *text, int order[3]) {
+    FSC_CHECK_ARG(order);
     memcpy(order, megatron, sizeof megatron);
     if (!text || !*text) return FSC_OK;
     int seen[3] = { 0, 0, 0 }, n = 0;
@@ -36,6 +37,7 @@ fsc_status fsc_layout_parse_order(const char *text, int order[3]) {
 }
 
 fsc_status fsc_layout_make_ordered(int world, int tp, int dp, int pp, const int *order, int rank, fsc_layout *out) {
+    FSC_CHECK_ARG(out);
     if (world < 1) return fsc_error(FSC_ERR_INVALID, "layout: world of %d ranks", world);
     if (tp < 0 || dp < 0 || pp < 0)
         return fsc_error(FSC_ERR_INVALID, "layout: negative size (tp %d, dp %d, pp %d)", tp, dp, pp);
@@ -79,10 +81,13 @@ fsc_status fsc_layout_make_ordered(int world, int tp, int dp, int pp, const int 
 }
 
 fsc_status fsc_layout_make(int world, int tp, int dp, int pp, int rank, fsc_layout *out) {
+    FSC_CHECK_ARG(out);
     return fsc_layout_make_ordered(world, tp, dp, pp, megatron, rank, out);
 }
 
 void fsc_layout_describe(const fsc_layout *l, char *buf, size_t cap) {
+    if (buf && cap) buf[0] = '\0';
+    if (!l || !buf) return;
     const int size[3] = { l->tp, l->dp, l->pp };
     const int *o = l->order;
     snprintf(buf, cap, "world %d = %s %d x %s %d x %s %d (%s fastest); rank %d: pipe %d, data %d, tensor %d",
@@ -92,7 +97,12 @@ void fsc_layout_describe(const fsc_layout *l, char *buf, size_t cap) {
 
 fsc_status fsc_layout_split(fsc_comm *world, const fsc_layout *l, fsc_comm **tensor, fsc_comm **data,
                             fsc_comm **pipe) {
+    FSC_CHECK_ARG(tensor);
+    FSC_CHECK_ARG(data);
+    FSC_CHECK_ARG(pipe);
     *tensor = *data = *pipe = NULL;
+    FSC_CHECK_ARG(world);
+    FSC_CHECK_ARG(l);
     if (fsc_comm_size(world) != l->world || fsc_comm_rank(world) != l->rank)
         return fsc_error(FSC_ERR_INVALID, "layout: made for rank %d of %d, but the communicator is rank %d of %d",
                          l->rank, l->world, fsc_comm_rank(world), fsc_comm_size(world));

@@ -5,7 +5,7 @@
 #include "fsc/schedule.h"
 
 fsc_status fsc_engine_set_lr(fsc_engine *e, float lr) {
-    if (!e) return fsc_error(FSC_ERR_INVALID, "fsc_engine_set_lr: engine is NULL");
+    FSC_CHECK_ARG(e);
     if (!(isfinite(lr) && lr >= 0.0f))
         return fsc_error(FSC_ERR_INVALID, "learning rate %g must be finite and >= 0", (double)lr);
     e->oc.lr = lr;

@@ -688,6 +688,8 @@ fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets,
 }
 
 fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(out);
     memset(out, 0, sizeof *out);
     if (!e->pipe) {
         out->pp = 1;
@@ -706,6 +708,7 @@ fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
 }
 
 void fsc_engine_reset_pipe_stats(fsc_engine *e) {
+    if (!e) return;
     fsc_pipe *p = e->pipe;
     if (!p) return;
     p->st.steps = 0;

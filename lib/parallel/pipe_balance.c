@@ -20,6 +20,9 @@ static fsc_status check_layers(const fsc_model *m, const char *what) {
 }
 
 fsc_status fsc_balance_parse(const char *text, const fsc_model *m, int pp, int *out) {
+    FSC_CHECK_ARG(text);
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(out);
     if (!text || !*text) return fsc_error(FSC_ERR_INVALID, "balance: empty (expected blocks per stage, e.g. 2,2)");
     FSC_TRY(check_layers(m, "balance"));
     if (pp < 1) return fsc_error(FSC_ERR_INVALID, "balance: pp must be >= 1, not %d", pp);
@@ -83,6 +86,8 @@ static double layer_cost(const fsc_model *m, int l, int B, float param_scale) {
 }
 
 fsc_status fsc_balance_by_size(const fsc_model *m, int pp, int B, float param_scale, int *out) {
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(out);
     FSC_TRY(check_layers(m, "balance_by_size"));
     FSC_TRY(fsc_model_validate(m));
     if (B < 1) return fsc_error(FSC_ERR_INVALID, "balance_by_size: micro-batch of %d samples (need >= 1)", B);
@@ -148,6 +153,9 @@ static fsc_status bind_initial(fsc_device *dev, fsc_model *m, float *params, flo
 }
 
 fsc_status fsc_balance_by_time(fsc_device *dev, fsc_model *m, int pp, int B, int repeats, int *out) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(out);
     FSC_TRY(check_layers(m, "balance_by_time"));
     FSC_TRY(fsc_model_validate(m));
     if (!dev) return fsc_error(FSC_ERR_INVALID, "balance_by_time: device is NULL");

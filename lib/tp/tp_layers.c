@@ -11,30 +11,52 @@ static fsc_status copy_if(fsc_device *dev, float *out, const float *inp, size_t 
 }
 
 fsc_status fsc_tp_f_forward(fsc_device *dev, fsc_comm *tp, float *out, const float *inp, size_t n) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_BUF(out, n);
+    FSC_CHECK_BUF(inp, n);
     (void)tp;
     return copy_if(dev, out, inp, n);
 }
 
 fsc_status fsc_tp_f_backward(fsc_device *dev, fsc_comm *tp, float *dinp, const float *dout, size_t n) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_BUF(dinp, n);
+    FSC_CHECK_BUF(dout, n);
     (void)dev;
     return fsc_comm_all_reduce(tp, dout, dinp, n, FSC_F32, FSC_SUM);
 }
 
 fsc_status fsc_tp_g_forward(fsc_device *dev, fsc_comm *tp, float *out, const float *inp, size_t n) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_BUF(out, n);
+    FSC_CHECK_BUF(inp, n);
     (void)dev;
     return fsc_comm_all_reduce(tp, inp, out, n, FSC_F32, FSC_SUM);
 }
 
 fsc_status fsc_tp_g_backward(fsc_device *dev, fsc_comm *tp, float *dinp, const float *dout, size_t n) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_BUF(dinp, n);
+    FSC_CHECK_BUF(dout, n);
     (void)tp;
     return copy_if(dev, dinp, dout, n);
 }
 
 fsc_status fsc_tp_sp_gather(fsc_comm *tp, float *out, const float *inp, size_t n) {
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_BUF(out, n);
+    FSC_CHECK_BUF(inp, n);
     return fsc_comm_all_gather(tp, inp, out, n, FSC_F32);
 }
 
 fsc_status fsc_tp_sp_reduce_scatter(fsc_comm *tp, float *out, const float *inp, size_t n) {
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_BUF(out, n);
+    FSC_CHECK_BUF(inp, n);
     return fsc_comm_reduce_scatter(tp, inp, out, n, FSC_F32, FSC_SUM);
 }
 
@@ -47,6 +69,11 @@ size_t fsc_tp_column_work_floats(size_t N, int OCl, int T, int gather) {
 fsc_status fsc_tp_column_forward(fsc_device *dev, fsc_comm *tp, float *out, fsc_tp_linear_rec *rec,
                                  const float *inp, const float *w, const float *b, size_t N, int C, int OCl,
                                  int gather, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG(inp);
+    FSC_CHECK_ARG(w);
     int T = fsc_comm_size(tp);
     if (gather && !work) return fsc_error(FSC_ERR_INVALID, "column-parallel forward: gather needs a work buffer");
     if (gather && N > (size_t)INT32_MAX)
@@ -65,6 +92,12 @@ fsc_status fsc_tp_column_forward(fsc_device *dev, fsc_comm *tp, float *out, fsc_
 
 fsc_status fsc_tp_column_backward(fsc_device *dev, fsc_comm *tp, float *dinp, float *dw, float *db,
                                   const fsc_tp_linear_rec *rec, const float *dout, const float *w, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_ARG(dw);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(dout);
+    FSC_CHECK_ARG(w);
     int T = fsc_comm_size(tp), r = fsc_comm_rank(tp), OCl = rec->lin.OC;
     size_t N = rec->lin.N;
     const float *dl = dout; /* (N, OCl) this rank's columns */
@@ -81,6 +114,11 @@ fsc_status fsc_tp_column_backward(fsc_device *dev, fsc_comm *tp, float *dinp, fl
 
 fsc_status fsc_tp_row_forward(fsc_device *dev, fsc_comm *tp, float *out, fsc_linear_rec *rec, const float *inp,
                               const float *w, const float *b, size_t N, int Cl, int OC) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG(inp);
+    FSC_CHECK_ARG(w);
     FSC_TRY(fsc_linear_forward(dev, out, rec, inp, w, NULL, N, Cl, OC, 0));
     FSC_TRY(fsc_tp_g_forward(dev, tp, out, out, N * (size_t)OC));
     if (b && N > 0) FSC_TRY(FSC_K(dev, bias_add, out, b, N, OC));
@@ -89,6 +127,10 @@ fsc_status fsc_tp_row_forward(fsc_device *dev, fsc_comm *tp, float *out, fsc_lin
 
 fsc_status fsc_tp_row_backward(fsc_device *dev, fsc_comm *tp, float *dinp, float *dw, float *db,
                                const fsc_linear_rec *rec, const float *dout, const float *w) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(dout);
+    FSC_CHECK_ARG(w);
     (void)tp; /* g's backward is the identity: dout is already replicated */
     return fsc_linear_backward(dev, dinp, dw, db, rec, dout, w, 0.0f, 1.0f);
 }

@@ -52,6 +52,13 @@ static fsc_status add_positions(fsc_device *dev, float *out, const float *wpe, s
 fsc_status fsc_tp_embedding_forward(fsc_device *dev, fsc_comm *tp, float *out, fsc_tp_embedding_rec *rec,
                                     const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C,
                                     int Vl, int sp, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG(tok);
+    FSC_CHECK_ARG(wte);
+    FSC_CHECK_ARG(wpe);
+    FSC_CHECK_ARG(work);
     int size = fsc_comm_size(tp), r = fsc_comm_rank(tp);
     size_t N = (size_t)B * T;
     if (B < 0 || T < 1 || C < 1 || Vl < 1 || (size_t)T * C > INT32_MAX)
@@ -79,6 +86,13 @@ fsc_status fsc_tp_embedding_forward(fsc_device *dev, fsc_comm *tp, float *out, f
 
 fsc_status fsc_tp_embedding_backward(fsc_device *dev, fsc_comm *tp, float *dwte, float *dwpe,
                                      const fsc_tp_embedding_rec *rec, const float *dout, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_ARG(dwte);
+    FSC_CHECK_ARG(dwpe);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(dout);
+    FSC_CHECK_ARG(work);
     (void)tp;
     int Vl = rec->Vl, C = rec->C;
     if ((size_t)rec->B * rec->T == 0) return FSC_OK;
@@ -150,6 +164,14 @@ static fsc_status combine(fsc_comm *tp, fsc_device *dev, xent_host *h, float *st
 fsc_status fsc_tp_xent_forward(fsc_device *dev, fsc_comm *tp, float *losses, fsc_tp_xent_rec *rec,
                                float *logits, const int32_t *targets, int32_t *tgt, float *q, size_t N, int Vl,
                                int ld, int v0, float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(tp);
+    FSC_CHECK_ARG(losses);
+    FSC_CHECK_ARG(logits);
+    FSC_CHECK_ARG(targets);
+    FSC_CHECK_ARG(tgt);
+    FSC_CHECK_ARG(q);
+    FSC_CHECK_ARG(work);
     if (Vl < 1 || ld < Vl + 1 || N > (size_t)INT32_MAX)
         return fsc_error(FSC_ERR_INVALID, "vocab-parallel cross entropy: need 0 < Vl < ld (one scratch column) "
                          "and N <= %d rows, got Vl=%d ld=%d N=%zu", INT32_MAX, Vl, ld, N);
@@ -184,6 +206,10 @@ fsc_status fsc_tp_xent_forward(fsc_device *dev, fsc_comm *tp, float *losses, fsc
 
 fsc_status fsc_tp_xent_backward(fsc_device *dev, float *dlogits, const fsc_tp_xent_rec *rec, float dscale,
                                 float *work) {
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(dlogits);
+    FSC_CHECK_ARG(rec);
+    FSC_CHECK_ARG(work);
     size_t N = rec->N;
     if (N == 0) return FSC_OK;
     const float fone = 1.0f;

@@ -43,9 +43,10 @@ typedef struct {
     double bytes[FSC_OP_COUNT];
 } fsc_comm_stats;
 
+/* c's rank and size; NULL: -1 and 0. */
 int fsc_comm_rank(const fsc_comm *c);
 int fsc_comm_size(const fsc_comm *c);
-/* A label for messages and stats ("world", "data", "tensor", ...). */
+/* A label for messages and stats ("world", "data", "tensor", ...); "" for NULL. */
 const char *fsc_comm_name(const fsc_comm *c);
 void fsc_comm_set_name(fsc_comm *c, const char *name);
 /* Record every collective of c (its bytes and c's name) into t (trace.h; NULL: stop); communicators split from c

@@ -36,7 +36,7 @@ fsc_device_opts fsc_device_opts_default(void);
 /* Create a device by name: "cpu" or "cuda". opts may be NULL. */
 fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_device **out);
 void fsc_device_free(fsc_device *dev);
-const char *fsc_device_name(const fsc_device *dev);
+const char *fsc_device_name(const fsc_device *dev); /* "cpu", "cuda"; "(null)" for NULL */
 
 /* Allocate bytes of device memory under tag. Contents are undefined. bytes 0 gives NULL and FSC_OK. */
 fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out);

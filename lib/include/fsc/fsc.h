@@ -1,4 +1,5 @@
-/* fsc: sharded, pipelined and tensor-parallel training for C programs. Include this header. */
+/* fsc: sharded, pipelined and tensor-parallel training for C programs. Include this header.
+ * Errors and NULL arguments, for every function: status.h. */
 #ifndef FSC_H
 #define FSC_H
 #include "version.h"

@@ -70,7 +70,7 @@ fsc_status fsc_gpt_config_validate(const fsc_gpt_config *c);
 int fsc_gpt_num_tensors(const fsc_gpt_config *c);            /* 2 + 12 L + 2 for a dense GPT */
 fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *out);
 size_t fsc_gpt_num_params(const fsc_gpt_config *c);           /* total elements */
-int fsc_gpt_param_index(const fsc_gpt_config *c, const char *name); /* -1 if unknown */
+int fsc_gpt_param_index(const fsc_gpt_config *c, const char *name); /* -1 if unknown (or NULL) */
 /* Index of the first tensor of block b (0-based): 2 + 12 b in a dense GPT; of ln_f.weight: b = L. */
 int fsc_gpt_block_first_tensor(const fsc_gpt_config *c, int b);
 /* Whether block b (0-based) is an MoE block, and its number of tensors (12, or 9 + 4 E). */
@@ -118,10 +118,11 @@ fsc_status fsc_gpt_model_create(fsc_device *dev, const fsc_gpt_config *cfg, fsc_
 fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, fsc_comm *tp, int sp,
                                    fsc_model **out);
 fsc_gpt *fsc_gpt_model_gpt(fsc_model *m);
-/* The configuration as the JSON object checkpoints record (cap bytes with the NUL), and whether a recorded one
- * loads into a model of configuration c: the shape (layers, width, heads, context, vocabulary), the experts and
- * the blocks holding them must match (top-k, capacity and moe_aux are hyperparameters a run may change). The GPT
- * records no "family"; a configuration naming another family than "gpt2" (the Llama's "llama") is refused. */
+/* The configuration as the JSON object checkpoints record (cap bytes with the NUL; "" for c NULL), and whether
+ * a recorded one loads into a model of configuration c: the shape (layers, width, heads, context, vocabulary),
+ * the experts and the blocks holding them must match (top-k, capacity and moe_aux are hyperparameters a run may
+ * change). The GPT records no "family"; a configuration naming another family than "gpt2" (the Llama's "llama")
+ * is refused. */
 void fsc_gpt_config_json(const fsc_gpt_config *c, char *buf, size_t cap);
 fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *c, const char *recorded);
 /* Whether the n parameters a checkpoint holds (name and shape; ckpt.h's fsc_ckpt_meta_params) are exactly those
@@ -160,7 +161,8 @@ fsc_gpt_acts_opts fsc_gpt_acts_opts_default(const fsc_gpt_config *c, int B);
 fsc_status fsc_gpt_acts_create(fsc_gpt *m, const fsc_gpt_acts_opts *o, fsc_gpt_acts **out);
 void fsc_gpt_acts_free(fsc_gpt_acts *a);
 
-/* Set the micro-batch: host tokens and targets (B*T each; targets may be NULL if the head is not in range). */
+/* Set the micro-batch: host tokens and targets (B*T each; tokens may be NULL if the embedding is not in range,
+ * targets if the head is not). */
 fsc_status fsc_gpt_acts_set_batch(fsc_gpt_acts *a, const int32_t *tokens, const int32_t *targets);
 /* The stage boundary streams (device pointers, (B,T,C)): the input of layer `first` when first > 0,
  * the output of layer `last` when last < L+1, the gradient w.r.t. the output of `last` (set before

@@ -73,7 +73,7 @@ size_t fsc_llama_num_params(const fsc_llama_config *c); /* total elements */
 fsc_status fsc_llama_param_info(const fsc_llama_config *c, int i, fsc_param_info *out);
 /* Initial values of elements [first, first + n) of tensor i (host memory). */
 void fsc_llama_init_values(const fsc_llama_config *c, uint64_t seed, int i, size_t first, size_t n, float *out);
-/* The configuration as a JSON object ({"family":"llama","layers":..}), the text checkpoints record. */
+/* The configuration as a JSON object ({"family":"llama","layers":..}), the text checkpoints record ("" for c NULL). */
 void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap);
 /* Whether a checkpoint that recorded configuration `recorded` loads into a Llama of c: its family must be
  * "llama" (a GPT's, which records none, is refused by name) and every field hold c's value (the text of

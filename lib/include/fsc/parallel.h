@@ -132,7 +132,7 @@ fsc_status fsc_layout_make_ordered(int world, int tp, int dp, int pp, const int 
 /* "tp,dp,pp" (fastest first; names tp|dp|pp, each once) into order[3]; NULL or "" gives Megatron's. */
 fsc_status fsc_layout_parse_order(const char *text, int order[3]);
 /* One line: "world 8 = pp 2 x dp 2 x tp 2 (tensor fastest); rank 5: pipe 1, data 0, tensor 1" (the
- * dimensions slowest first). */
+ * dimensions slowest first); "" for l NULL. */
 void fsc_layout_describe(const fsc_layout *l, char *buf, size_t cap);
 /* Collective over world (l from fsc_layout_make with world's size and rank): the three groups, named
  * "tensor", "data" and "pipeline". Free them with fsc_comm_free. */

@@ -11,7 +11,7 @@ FSC_BEGIN_DECLS
 
 /* Philox-4x32-10 of counter ctr under key. */
 void fsc_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
-/* 64-bit key of a name (FNV-1a), mixed with the seed. */
+/* 64-bit key of a name (FNV-1a), mixed with the seed; NULL is the name "". */
 uint64_t fsc_rng_key(uint64_t seed, const char *name);
 /* Uniform [0, 1) float of element index under key. */
 float fsc_rng_uniform(uint64_t key, uint64_t index);

@@ -1,6 +1,13 @@
 /* fsc status codes and the thread-local error message.
  * Every library function that can fail returns fsc_status; on failure the calling thread's
- * message (fsc_last_error) says what was wrong in words a user can act on. */
+ * message (fsc_last_error) says what was wrong in words a user can act on.
+ *
+ * NULL arguments, for every public function: a function returning fsc_status refuses a NULL pointer
+ * argument with FSC_ERR_INVALID and a message naming the function and the argument ("fsc_engine_step:
+ * tokens is NULL"), unless its header says the argument may be NULL; a buffer with an element count may be
+ * NULL when the count is 0. A function returning anything else does nothing on a NULL object and returns
+ * 0, NULL or an empty string (its header says where it returns another value); the free functions accept
+ * NULL. tests/test_null_args.c holds every public function to this. */
 #ifndef FSC_STATUS_H
 #define FSC_STATUS_H
 #include "export.h"
@@ -25,14 +32,15 @@ typedef enum {
 const char *fsc_last_error(void);
 /* A short name for a status ("invalid argument", ...). */
 const char *fsc_status_str(fsc_status s);
-/* Set this thread's message (printf-style) and return s; for library and backend code. */
+/* Set this thread's message (printf-style) and return s; for library and backend code. fmt NULL: the message
+ * is fsc_status_str(s). */
 fsc_status fsc_error(fsc_status s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
 /* Put "<fmt>: " before this thread's message (or before fsc_status_str(s) when there is none) and return
- * s: how a caller adds what it was doing to a callee's explanation. */
+ * s: how a caller adds what it was doing to a callee's explanation. fmt NULL: the message stays as it is. */
 fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -54,6 +62,20 @@ void fsc_clear_error(void);
     do {                                   \
         fsc_status fsc_try_s_ = (expr);    \
         if (fsc_try_s_ != FSC_OK) return fsc_try_s_; \
+    } while (0)
+
+/* The argument checks atop a public function, one line per pointer: a NULL pointer is FSC_ERR_INVALID with a
+ * message naming the function and the argument ("fsc_engine_step: tokens is NULL"). FSC_CHECK_ARG_AS: the
+ * argument under the name its header gives it; FSC_CHECK_BUF: a buffer of n elements, NULL only when n is 0. */
+#define FSC_CHECK_ARG_AS(p, name)                                                               \
+    do {                                                                                        \
+        if (!(p)) return fsc_error(FSC_ERR_INVALID, "%s: %s is NULL", __func__, name);          \
+    } while (0)
+#define FSC_CHECK_ARG(p) FSC_CHECK_ARG_AS(p, #p)
+#define FSC_CHECK_BUF(p, n)                                                                     \
+    do {                                                                                        \
+        if (!(p) && (n) > 0)                                                                    \
+            return fsc_error(FSC_ERR_INVALID, "%s: %s is NULL for %zu elements", __func__, #p, (size_t)(n)); \
     } while (0)
 
 FSC_END_DECLS

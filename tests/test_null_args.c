@@ -160,6 +160,13 @@ static void null_fsc_ckpt_try_resume(void) {
     INVALID(fsc_ckpt_try_resume(P, NULL, P, P, 0, P, 0), "dir");
 }
 
+static void null_fsc_ckpt_latest_sound(void) {
+    char buf[64];
+    INVALID(fsc_ckpt_latest_sound(NULL, buf, sizeof buf, P, NULL, 0), "dir");
+    INVALID(fsc_ckpt_latest_sound(P, NULL, sizeof buf, P, NULL, 0), "path");
+    INVALID(fsc_ckpt_latest_sound(P, buf, sizeof buf, NULL, NULL, 0), "step");
+}
+
 static void null_fsc_ckpt_verify(void) {
     /* may be NULL: out */
     INVALID(fsc_ckpt_verify(NULL, P), "path");
@@ -2080,6 +2087,7 @@ static const struct row rows[] = {
     NONE(fsc_ckpt_format_name),
     ROW(fsc_ckpt_full_state),
     ROW(fsc_ckpt_latest),
+    ROW(fsc_ckpt_latest_sound),
     ROW(fsc_ckpt_load),
     ROW(fsc_ckpt_meta_find),
     ROW(fsc_ckpt_meta_free),

@@ -174,7 +174,10 @@ fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, ch
 }
 
 fsc_status fsc_ckpt_latest_sound(const char *dir, char *path, size_t cap, int64_t *step, char *skipped, size_t scap) {
-    if (!dir || !path || !cap || !step) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest_sound: NULL argument");
+    FSC_CHECK_ARG(dir);
+    FSC_CHECK_ARG(path);
+    FSC_CHECK_ARG(step);
+    if (!cap) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest_sound: cap is 0");
     *step = -1, path[0] = 0;
     if (skipped && scap) skipped[0] = 0;
     int64_t *steps = NULL;

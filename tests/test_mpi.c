@@ -480,6 +480,54 @@ static int worker(void) {
     return rc;
 }
 
+/* Ranks in different calls (as when their options differ): rank 0 starts a gather of 1 float per rank into the
+ * start of a buffer whose rest holds a pattern, rank 1 broadcasts BIG floats to it. Rank 0's call must fail
+ * saying that the ranks made different calls, with nothing written beyond its receive (Open MPI's shared-memory
+ * single copy writes a longer message past a posted receive instead of failing it), and a barrier called before
+ * the wait (the gather fails on the communicator's progress thread) must repeat that cause. Rank 1 only sends
+ * and waits: the job ends when rank 0 exits. */
+enum { BIG = 5000 };
+static fsc_status mismatch_script(fsc_rank *rk, void *arg) {
+    (void)arg;
+    float *buf = NULL, *host = malloc(BIG * sizeof(float));
+    if (!host) return fsc_error(FSC_ERR_NOMEM, "mismatch: out of memory");
+    for (int i = 0; i < BIG; i++) host[i] = (float)i + 0.5f;
+    fsc_status s = fsc_device_alloc(rk->dev, FSC_TAG_COMM, BIG * sizeof(float), (void **)&buf);
+    if (s == FSC_OK) s = fsc_device_upload(rk->dev, buf, host, BIG * sizeof(float));
+    if (s != FSC_OK || rk->rank != 0) {
+        if (s == FSC_OK && rk->rank == 1) s = fsc_comm_broadcast(rk->comm, buf, BIG, FSC_F32, 1);
+        fsc_device_release(rk->dev, buf);
+        free(host);
+        return s;
+    }
+    fsc_comm_req *q = NULL;
+    fsc_status got = fsc_comm_iall_gather(rk->comm, buf, buf, 1, FSC_F32, &q); /* in place: receives into buf[1] */
+    char why[1024] = "";
+    if (got == FSC_OK && fsc_comm_barrier(rk->comm) != FSC_OK) snprintf(why, sizeof why, "%s", fsc_last_error());
+    if (q) got = fsc_comm_wait(q);
+    fsc_comm_req_free(q);
+    s = fsc_device_download(rk->dev, host, buf, BIG * sizeof(float));
+    int kept = 0;
+    for (int i = 2; s == FSC_OK && i < BIG; i++) kept += host[i] == (float)i + 0.5f;
+    fsc_device_release(rk->dev, buf);
+    free(host);
+    FSC_TRY(s);
+    if (got == FSC_OK) return fsc_error(FSC_ERR_INTERNAL, "mismatch: rank 0's all_gather succeeded");
+    if (kept != BIG - 2) return fsc_error(FSC_ERR_INTERNAL, "mismatch: %d floats beyond the receive were overwritten "
+                                          "(%s)", BIG - 2 - kept, why);
+    printf("rank 0 refused the mismatch, nothing overwritten: %s\n", why);
+    fflush(stdout);
+    return got;
+}
+
+static int mismatch_worker(void) {
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.device = "cpu";
+    fsc_status s = fsc_cluster_run_from_env_opts(&co, mismatch_script, NULL);
+    fprintf(stderr, "mismatch worker: %s\n", s == FSC_OK ? "no failure" : fsc_last_error());
+    return s == FSC_OK ? 1 : 0;
+}
+
 static void test_communicator_equals_simulated(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
@@ -491,6 +539,21 @@ static void test_communicator_equals_simulated(void **state) {
         print_message("the MPI communicator on %d processes = the simulated one\n", n);
         free(args), free(out);
     }
+}
+
+/* A receive never takes a message of another length: the call fails on the rank that gets it, which goes on
+ * to free its buffers cleanly, and later calls repeat the cause (not an empty "after an earlier failure: "). */
+static void test_mismatched_calls_fail_cleanly(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    char *args = fmt("-n 2 " MPIRUN_FLAGS " -x FSC_MPI_PLUGIN=%s -x FSC_COMM_TIMEOUT=60 '%s' --worker-mismatch", plugin,
+                     self_path), *out = NULL;
+    int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
+    if (!strstr(out, "rank 0 refused the mismatch, nothing overwritten") ||
+        !strstr(out, "after an earlier failure: all_gather: rank 1 sent 20000 bytes where this rank expects 4 (the "
+                     "ranks made different calls)"))
+        fail_msg("mpirun %s: exit %d\n%s", args, rc, out);
+    free(args), free(out);
 }
 
 /* ---- launchers ---- */
@@ -603,6 +666,7 @@ static int setup(void **state) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--worker") == 0) return worker();
+    if (argc == 2 && strcmp(argv[1], "--worker-mismatch") == 0) return mismatch_worker();
     char self[PATH_MAX];
     if (!realpath(argv[0], self)) return 1;
     snprintf(self_path, sizeof self_path, "%s", self);
@@ -631,6 +695,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_run_from_env_opts),
         cmocka_unit_test(test_launcher_checks),
         cmocka_unit_test(test_communicator_equals_simulated),
+        cmocka_unit_test(test_mismatched_calls_fail_cleanly),
         cmocka_unit_test(test_strategies_equal_simulated),
         cmocka_unit_test(test_pipeline_and_tensor_parallel),
         cmocka_unit_test(test_checkpoint_resharding),

@@ -556,6 +556,56 @@ static void test_mismatched_calls_fail_cleanly(void **state) {
     free(args), free(out);
 }
 
+/* ---- ranks started with different options ---- */
+
+/* mpirun's MPMD form: rank 0 runs the trainer with `a`, rank 1 with `b` (each after MODEL --parallel fsdp), in
+ * the folders wa and wb (NULL: tmpdir). The ranks must refuse before training with msg (every rank returns it,
+ * tests/test_engine_settings.c checks that on simulated ranks; here mpirun ends the job once the first process
+ * exits with status 1, so the other may not have printed it yet). */
+static void refused(const char *wa, const char *a, const char *wb, const char *b, const char *msg) {
+    char *args = fmt(MPIRUN_FLAGS " -wdir '%s' -n 1 '%s' " MODEL " --parallel fsdp %s : -wdir '%s' -n 1 '%s' " MODEL
+                     " --parallel fsdp %s", wa ? wa : tmpdir, trainer, a, wb ? wb : tmpdir, trainer, b), *out = NULL;
+    int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
+    char *said = fmt("of 2 (openmpi): %s", msg);
+    if (rc == 0 || !strstr(out, said) || strstr(out, "step    1/"))
+        fail_msg("mpirun %s: exit %d, want a rank to say \"%s\":\n%s", args, rc, msg, out);
+    free(args), free(out), free(said);
+}
+
+/* Options and data that must agree, given differently to rank 1 (issue: ranks that disagree trained on, or
+ * corrupted the heap in a mismatched collective): every rank refuses, naming the option and both values. */
+static void test_ranks_that_disagree_refuse(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    char *data = fmt("--data '%s/data.txt'", tmpdir), *b = NULL;
+    refused(NULL, data, NULL, (b = fmt("%s --lr 0.001", data)), "ranks disagree on --lr: rank 0 has 0.01, rank 1 has "
+                                                                 "0.001");
+    free(b);
+    refused(NULL, data, NULL, (b = fmt("%s --seed 7", data)), "ranks disagree on --seed: rank 0 has 1, rank 1 has 7");
+    free(b);
+    refused(NULL, data, NULL, (b = fmt("%s --optimizer sgd", data)),
+            "ranks disagree on --optimizer: rank 0 has adamw, rank 1 has sgd");
+    free(b);
+    refused(NULL, data, NULL, (b = fmt("%s --clip 0", data)), "ranks disagree on --clip: rank 0 has 1, rank 1 has 0");
+    free(b);
+    refused(NULL, data, NULL, (b = fmt("%s --parallel zero2", data)),
+            "ranks disagree on --parallel: rank 0 has fsdp, rank 1 has zero2");
+    free(b);
+    /* another file: its path; the same path naming other bytes in each rank's folder: the content's sample */
+    char *other = fmt("%s/other.txt", tmpdir), *cmd = fmt("cp '%s/data.txt' '%s'", tmpdir, other);
+    assert_int_equal(system(cmd), 0);
+    b = fmt("--data '%s'", other);
+    char *want = fmt("ranks disagree on --data: rank 0 has %s/data.txt, rank 1 has %s", tmpdir, other);
+    refused(NULL, data, NULL, b, want);
+    free(want), free(b), free(cmd);
+    char *wa = fmt("%s/wa", tmpdir), *wb = fmt("%s/wb", tmpdir);
+    cmd = fmt("mkdir -p '%s' '%s' && cp '%s/data.txt' '%s/d.txt' && tr a b < '%s/data.txt' > '%s/d.txt'", wa, wb,
+              tmpdir, wa, tmpdir, wb);
+    assert_int_equal(system(cmd), 0);
+    refused(wa, "--data d.txt", wb, "--data d.txt", "ranks disagree on --data sample: rank 0 has ");
+    free(cmd), free(wa), free(wb), free(other), free(data);
+}
+
 /* ---- launchers ---- */
 
 static void expect(int rc_want, const char *env, const char *args, const char *msg) {
@@ -696,6 +746,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_launcher_checks),
         cmocka_unit_test(test_communicator_equals_simulated),
         cmocka_unit_test(test_mismatched_calls_fail_cleanly),
+        cmocka_unit_test(test_ranks_that_disagree_refuse),
         cmocka_unit_test(test_strategies_equal_simulated),
         cmocka_unit_test(test_pipeline_and_tensor_parallel),
         cmocka_unit_test(test_checkpoint_resharding),

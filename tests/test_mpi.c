@@ -483,39 +483,49 @@ static int worker(void) {
 /* Ranks in different calls (as when their options differ): rank 0 starts a gather of 1 float per rank into the
  * start of a buffer whose rest holds a pattern, rank 1 broadcasts BIG floats to it. Rank 0's call must fail
  * saying that the ranks made different calls, with nothing written beyond its receive (Open MPI's shared-memory
- * single copy writes a longer message past a posted receive instead of failing it), and a barrier called before
- * the wait (the gather fails on the communicator's progress thread) must repeat that cause. Rank 1 only sends
- * and waits: the job ends when rank 0 exits. */
+ * single copy writes a longer message past a posted receive instead of failing it), a barrier called before
+ * the wait (the gather fails on the communicator's progress thread) must repeat that cause, and so must a call
+ * started before on another communicator, still waiting for rank 1. Rank 1 only sends and waits: the job ends
+ * when rank 0 exits. */
 enum { BIG = 5000 };
 static fsc_status mismatch_script(fsc_rank *rk, void *arg) {
     (void)arg;
     float *buf = NULL, *host = malloc(BIG * sizeof(float));
     if (!host) return fsc_error(FSC_ERR_NOMEM, "mismatch: out of memory");
     for (int i = 0; i < BIG; i++) host[i] = (float)i + 0.5f;
+    fsc_comm *dup = NULL;
     fsc_status s = fsc_device_alloc(rk->dev, FSC_TAG_COMM, BIG * sizeof(float), (void **)&buf);
     if (s == FSC_OK) s = fsc_device_upload(rk->dev, buf, host, BIG * sizeof(float));
+    if (s == FSC_OK) s = fsc_comm_split(rk->comm, 0, rk->rank, &dup);
     if (s != FSC_OK || rk->rank != 0) {
         if (s == FSC_OK && rk->rank == 1) s = fsc_comm_broadcast(rk->comm, buf, BIG, FSC_F32, 1);
+        fsc_comm_free(dup);
         fsc_device_release(rk->dev, buf);
         free(host);
         return s;
     }
-    fsc_comm_req *q = NULL;
-    fsc_status got = fsc_comm_iall_gather(rk->comm, buf, buf, 1, FSC_F32, &q); /* in place: receives into buf[1] */
-    char why[1024] = "";
+    /* a call on another communicator, waiting on its progress thread for rank 1, which never makes it: the
+     * failure below must stop it too (MPI makes no more progress once a call failed) */
+    fsc_comm_req *q = NULL, *qd = NULL;
+    fsc_status got = fsc_comm_iall_reduce(dup, buf + BIG - 4, buf + BIG - 4, 4, FSC_F32, FSC_SUM, &qd);
+    if (got == FSC_OK) got = fsc_comm_iall_gather(rk->comm, buf, buf, 1, FSC_F32, &q); /* receives into buf[1] */
+    char why[1024] = "", other[1024] = "";
     if (got == FSC_OK && fsc_comm_barrier(rk->comm) != FSC_OK) snprintf(why, sizeof why, "%s", fsc_last_error());
     if (q) got = fsc_comm_wait(q);
+    if (qd && fsc_comm_wait(qd) != FSC_OK) snprintf(other, sizeof other, "%s", fsc_last_error());
     fsc_comm_req_free(q);
-    s = fsc_device_download(rk->dev, host, buf, BIG * sizeof(float));
+    fsc_comm_req_free(qd);
+    fsc_comm_free(dup);
+    s = fsc_device_download(rk->dev, host, buf, (BIG - 4) * sizeof(float));
     int kept = 0;
-    for (int i = 2; s == FSC_OK && i < BIG; i++) kept += host[i] == (float)i + 0.5f;
+    for (int i = 2; s == FSC_OK && i < BIG - 4; i++) kept += host[i] == (float)i + 0.5f;
     fsc_device_release(rk->dev, buf);
     free(host);
     FSC_TRY(s);
     if (got == FSC_OK) return fsc_error(FSC_ERR_INTERNAL, "mismatch: rank 0's all_gather succeeded");
-    if (kept != BIG - 2) return fsc_error(FSC_ERR_INTERNAL, "mismatch: %d floats beyond the receive were overwritten "
-                                          "(%s)", BIG - 2 - kept, why);
-    printf("rank 0 refused the mismatch, nothing overwritten: %s\n", why);
+    if (kept != BIG - 6) return fsc_error(FSC_ERR_INTERNAL, "mismatch: %d floats beyond the receive were overwritten "
+                                          "(%s)", BIG - 6 - kept, why);
+    printf("rank 0 refused the mismatch, nothing overwritten: %s\nthe other communicator's call: %s\n", why, other);
     fflush(stdout);
     return got;
 }
@@ -550,6 +560,8 @@ static void test_mismatched_calls_fail_cleanly(void **state) {
                      self_path), *out = NULL;
     int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
     if (!strstr(out, "rank 0 refused the mismatch, nothing overwritten") ||
+        !strstr(out, "the other communicator's call: all_reduce on comm 'world/0' (rank 0 of 2): all_reduce: the MPI "
+                     "communicator is unusable after an earlier failure: all_gather: rank 1 sent") ||
         !strstr(out, "after an earlier failure: all_gather: rank 1 sent 20000 bytes where this rank expects 4 (the "
                      "ranks made different calls)"))
         fail_msg("mpirun %s: exit %d\n%s", args, rc, out);

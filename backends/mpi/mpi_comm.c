@@ -363,6 +363,10 @@ static fsc_status wait_posted(mp_ctx *m, const char *what) {
     fsc_status s = FSC_OK;
     for (;;) {
         int done = 0, awaited = 0;
+        if (m->sh->broken) { /* another thread's call failed meanwhile: MPI makes no more progress for anyone */
+            s = broken(m, what);
+            break;
+        }
         s = match_arrived(m, what, &awaited);
         if (s != FSC_OK) break;
         int rc = m->nreq ? MPI_Testall(m->nreq, m->req, &done, m->st) : (done = 1, MPI_SUCCESS);

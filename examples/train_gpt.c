@@ -27,6 +27,7 @@
 #include "fsc/llama.h"
 #include "tied_head.h"
 #include "train_log.h"
+#include "train_same.h"
 
 typedef struct {
     int model;      /* index into "gpt2|llama" */
@@ -1398,6 +1399,10 @@ typedef struct {
 
 static fsc_status proc_fn(fsc_rank *r, void *arg) {
     proc_job *j = arg;
+    cJSON *cfg = config_object(j->st->cfg); /* each process parsed its own options: all the same, or all refuse */
+    fsc_status same = same_run(r, cfg, j->st->data, j->st->val);
+    cJSON_Delete(cfg);
+    FSC_TRY(same);
     FSC_TRY(train_fn(r, j->st));
     if (!j->ddp) return FSC_OK;
     const int w = j->ddp->cfg->world;

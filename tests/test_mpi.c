@@ -480,6 +480,64 @@ static int worker(void) {
     return rc;
 }
 
+/* Ranks in different calls (as when their options differ): rank 0 starts a gather of 1 float per rank into the
+ * start of a buffer whose rest holds a pattern, rank 1 broadcasts BIG floats to it. Rank 0's call must fail
+ * saying that the ranks made different calls, with nothing written beyond its receive (Open MPI's shared-memory
+ * single copy writes a longer message past a posted receive instead of failing it), a barrier called before
+ * the wait (the gather fails on the communicator's progress thread) must repeat that cause, and so must a call
+ * started before on another communicator, still waiting for rank 1. Rank 1 only sends and waits: the job ends
+ * when rank 0 exits. */
+enum { BIG = 5000 };
+static fsc_status mismatch_script(fsc_rank *rk, void *arg) {
+    (void)arg;
+    float *buf = NULL, *host = malloc(BIG * sizeof(float));
+    if (!host) return fsc_error(FSC_ERR_NOMEM, "mismatch: out of memory");
+    for (int i = 0; i < BIG; i++) host[i] = (float)i + 0.5f;
+    fsc_comm *dup = NULL;
+    fsc_status s = fsc_device_alloc(rk->dev, FSC_TAG_COMM, BIG * sizeof(float), (void **)&buf);
+    if (s == FSC_OK) s = fsc_device_upload(rk->dev, buf, host, BIG * sizeof(float));
+    if (s == FSC_OK) s = fsc_comm_split(rk->comm, 0, rk->rank, &dup);
+    if (s != FSC_OK || rk->rank != 0) {
+        if (s == FSC_OK && rk->rank == 1) s = fsc_comm_broadcast(rk->comm, buf, BIG, FSC_F32, 1);
+        fsc_comm_free(dup);
+        fsc_device_release(rk->dev, buf);
+        free(host);
+        return s;
+    }
+    /* a call on another communicator, waiting on its progress thread for rank 1, which never makes it: the
+     * failure below must stop it too (MPI makes no more progress once a call failed) */
+    fsc_comm_req *q = NULL, *qd = NULL;
+    fsc_status got = fsc_comm_iall_reduce(dup, buf + BIG - 4, buf + BIG - 4, 4, FSC_F32, FSC_SUM, &qd);
+    if (got == FSC_OK) got = fsc_comm_iall_gather(rk->comm, buf, buf, 1, FSC_F32, &q); /* receives into buf[1] */
+    char why[1024] = "", other[1024] = "";
+    if (got == FSC_OK && fsc_comm_barrier(rk->comm) != FSC_OK) snprintf(why, sizeof why, "%s", fsc_last_error());
+    if (q) got = fsc_comm_wait(q);
+    if (qd && fsc_comm_wait(qd) != FSC_OK) snprintf(other, sizeof other, "%s", fsc_last_error());
+    fsc_comm_req_free(q);
+    fsc_comm_req_free(qd);
+    fsc_comm_free(dup);
+    s = fsc_device_download(rk->dev, host, buf, (BIG - 4) * sizeof(float));
+    int kept = 0;
+    for (int i = 2; s == FSC_OK && i < BIG - 4; i++) kept += host[i] == (float)i + 0.5f;
+    fsc_device_release(rk->dev, buf);
+    free(host);
+    FSC_TRY(s);
+    if (got == FSC_OK) return fsc_error(FSC_ERR_INTERNAL, "mismatch: rank 0's all_gather succeeded");
+    if (kept != BIG - 6) return fsc_error(FSC_ERR_INTERNAL, "mismatch: %d floats beyond the receive were overwritten "
+                                          "(%s)", BIG - 6 - kept, why);
+    printf("rank 0 refused the mismatch, nothing overwritten: %s\nthe other communicator's call: %s\n", why, other);
+    fflush(stdout);
+    return got;
+}
+
+static int mismatch_worker(void) {
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.device = "cpu";
+    fsc_status s = fsc_cluster_run_from_env_opts(&co, mismatch_script, NULL);
+    fprintf(stderr, "mismatch worker: %s\n", s == FSC_OK ? "no failure" : fsc_last_error());
+    return s == FSC_OK ? 1 : 0;
+}
+
 static void test_communicator_equals_simulated(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
@@ -491,6 +549,73 @@ static void test_communicator_equals_simulated(void **state) {
         print_message("the MPI communicator on %d processes = the simulated one\n", n);
         free(args), free(out);
     }
+}
+
+/* A receive never takes a message of another length: the call fails on the rank that gets it, which goes on
+ * to free its buffers cleanly, and later calls repeat the cause (not an empty "after an earlier failure: "). */
+static void test_mismatched_calls_fail_cleanly(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    char *args = fmt("-n 2 " MPIRUN_FLAGS " -x FSC_MPI_PLUGIN=%s -x FSC_COMM_TIMEOUT=60 '%s' --worker-mismatch", plugin,
+                     self_path), *out = NULL;
+    int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
+    if (!strstr(out, "rank 0 refused the mismatch, nothing overwritten") ||
+        !strstr(out, "the other communicator's call: all_reduce on comm 'world/0' (rank 0 of 2): all_reduce: the MPI "
+                     "communicator is unusable after an earlier failure: all_gather: rank 1 sent") ||
+        !strstr(out, "after an earlier failure: all_gather: rank 1 sent 20000 bytes where this rank expects 4 (the "
+                     "ranks made different calls)"))
+        fail_msg("mpirun %s: exit %d\n%s", args, rc, out);
+    free(args), free(out);
+}
+
+/* ---- ranks started with different options ---- */
+
+/* mpirun's MPMD form: rank 0 runs the trainer with `a`, rank 1 with `b` (each after MODEL --parallel fsdp), in
+ * the folders wa and wb (NULL: tmpdir). The ranks must refuse before training with msg (every rank returns it,
+ * tests/test_engine_settings.c checks that on simulated ranks; here mpirun ends the job once the first process
+ * exits with status 1, so the other may not have printed it yet). */
+static void refused(const char *wa, const char *a, const char *wb, const char *b, const char *msg) {
+    char *args = fmt(MPIRUN_FLAGS " -wdir '%s' -n 1 '%s' " MODEL " --parallel fsdp %s : -wdir '%s' -n 1 '%s' " MODEL
+                     " --parallel fsdp %s", wa ? wa : tmpdir, trainer, a, wb ? wb : tmpdir, trainer, b), *out = NULL;
+    int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
+    char *said = fmt("of 2 (openmpi): %s", msg);
+    if (rc == 0 || !strstr(out, said) || strstr(out, "step    1/"))
+        fail_msg("mpirun %s: exit %d, want a rank to say \"%s\":\n%s", args, rc, msg, out);
+    free(args), free(out), free(said);
+}
+
+/* Options and data that must agree, given differently to rank 1 (issue: ranks that disagree trained on, or
+ * corrupted the heap in a mismatched collective): every rank refuses, naming the option and both values. */
+static void test_ranks_that_disagree_refuse(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    char *data = fmt("--data '%s/data.txt'", tmpdir), *b = NULL;
+    refused(NULL, data, NULL, (b = fmt("%s --lr 0.001", data)), "ranks disagree on --lr: rank 0 has 0.01, rank 1 has "
+                                                                 "0.001");
+    free(b);
+    refused(NULL, data, NULL, (b = fmt("%s --seed 7", data)), "ranks disagree on --seed: rank 0 has 1, rank 1 has 7");
+    free(b);
+    refused(NULL, data, NULL, (b = fmt("%s --optimizer sgd", data)),
+            "ranks disagree on --optimizer: rank 0 has adamw, rank 1 has sgd");
+    free(b);
+    refused(NULL, data, NULL, (b = fmt("%s --clip 0", data)), "ranks disagree on --clip: rank 0 has 1, rank 1 has 0");
+    free(b);
+    refused(NULL, data, NULL, (b = fmt("%s --parallel zero2", data)),
+            "ranks disagree on --parallel: rank 0 has fsdp, rank 1 has zero2");
+    free(b);
+    /* another file: its path; the same path naming other bytes in each rank's folder: the content's sample */
+    char *other = fmt("%s/other.txt", tmpdir), *cmd = fmt("cp '%s/data.txt' '%s'", tmpdir, other);
+    assert_int_equal(system(cmd), 0);
+    b = fmt("--data '%s'", other);
+    char *want = fmt("ranks disagree on --data: rank 0 has %s/data.txt, rank 1 has %s", tmpdir, other);
+    refused(NULL, data, NULL, b, want);
+    free(want), free(b), free(cmd);
+    char *wa = fmt("%s/wa", tmpdir), *wb = fmt("%s/wb", tmpdir);
+    cmd = fmt("mkdir -p '%s' '%s' && cp '%s/data.txt' '%s/d.txt' && tr a b < '%s/data.txt' > '%s/d.txt'", wa, wb,
+              tmpdir, wa, tmpdir, wb);
+    assert_int_equal(system(cmd), 0);
+    refused(wa, "--data d.txt", wb, "--data d.txt", "ranks disagree on --data sample: rank 0 has ");
+    free(cmd), free(wa), free(wb), free(other), free(data);
 }
 
 /* ---- launchers ---- */
@@ -603,6 +728,7 @@ static int setup(void **state) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--worker") == 0) return worker();
+    if (argc == 2 && strcmp(argv[1], "--worker-mismatch") == 0) return mismatch_worker();
     char self[PATH_MAX];
     if (!realpath(argv[0], self)) return 1;
     snprintf(self_path, sizeof self_path, "%s", self);
@@ -631,6 +757,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_run_from_env_opts),
         cmocka_unit_test(test_launcher_checks),
         cmocka_unit_test(test_communicator_equals_simulated),
+        cmocka_unit_test(test_mismatched_calls_fail_cleanly),
+        cmocka_unit_test(test_ranks_that_disagree_refuse),
         cmocka_unit_test(test_strategies_equal_simulated),
         cmocka_unit_test(test_pipeline_and_tensor_parallel),
         cmocka_unit_test(test_checkpoint_resharding),

@@ -167,6 +167,38 @@ static void null_fsc_ckpt_latest_sound(void) {
     INVALID(fsc_ckpt_latest_sound(P, buf, sizeof buf, NULL, NULL, 0), "step");
 }
 
+static void null_fsc_settings_create(void) {
+    INVALID(fsc_settings_create(NULL), "out");
+}
+
+static void null_fsc_settings_add(void) {
+    fsc_settings *set = NULL;
+    assert_int_equal(fsc_settings_create(&set), FSC_OK);
+    INVALID(fsc_settings_add(NULL, "a", "b"), "settings");
+    INVALID(fsc_settings_add(set, NULL, "b"), "name");
+    fsc_settings_free(set);
+    assert_int_equal(fsc_settings_create(&set), FSC_OK);
+    INVALID(fsc_settings_add(set, "a", NULL), "fmt");
+    fsc_settings_free(set);
+}
+
+static void null_fsc_settings_count(void) {
+    RET0(fsc_settings_count(NULL));
+}
+
+static void null_fsc_settings_agree(void) {
+    fsc_settings *set = NULL;
+    assert_int_equal(fsc_settings_create(&set), FSC_OK);
+    INVALID(fsc_settings_agree(NULL, COMM, DEV), "settings");
+    INVALID(fsc_settings_agree(set, NULL, DEV), "comm");
+    INVALID(fsc_settings_agree(set, COMM, NULL), "dev");
+    fsc_settings_free(set);
+}
+
+static void null_fsc_settings_free(void) {
+    CALL(fsc_settings_free(NULL));
+}
+
 static void null_fsc_ckpt_verify(void) {
     /* may be NULL: out */
     INVALID(fsc_ckpt_verify(NULL, P), "path");
@@ -2087,6 +2119,11 @@ static const struct row rows[] = {
     NONE(fsc_ckpt_format_name),
     ROW(fsc_ckpt_full_state),
     ROW(fsc_ckpt_latest),
+    ROW(fsc_settings_create),
+    ROW(fsc_settings_add),
+    ROW(fsc_settings_count),
+    ROW(fsc_settings_agree),
+    ROW(fsc_settings_free),
     ROW(fsc_ckpt_latest_sound),
     ROW(fsc_ckpt_load),
     ROW(fsc_ckpt_meta_find),

@@ -11,8 +11,9 @@
  *   either way, as in the simulator.
  * - native uses MPI_Iallreduce / MPI_Ireduce_scatter_block (MPI's own order: deterministic for one
  *   configuration, not the simulator's bits).
- * Everything else is point-to-point (MPI_Isend/MPI_Irecv on a communicator of its own, one tag for
- * collectives, another for send/recv, which MPI keeps in order per peer). Send is buffered like the
+ * Everything else is point-to-point (MPI_Isend, and MPI_Improbe/MPI_Imrecv so that a receive is posted only
+ * once its message has shown its length, on a communicator of its own, one tag for collectives, another for
+ * send/recv, which MPI keeps in order per peer). Send is buffered like the
  * simulator's: the message is copied and sent in the background, so neighbours that send to each other at
  * once never deadlock.
  *
@@ -78,16 +79,25 @@ typedef struct mp_pending {
     u8 *data;
 } mp_pending;
 
+/* One message of the call under way: a send (posted at once), or a receive awaited until its message has
+ * come and shown its length (then posted into buf). */
+enum { SEND = 0, AWAITED, RECEIVING };
+typedef struct {
+    u8 *buf;
+    size_t want;      /* bytes */
+    int peer, tag, kind;
+    int prev;         /* the receive from the same peer posted before it in this call, or -1 */
+} mp_slot;
+
 typedef struct {
     MPI_Comm comm;
     int rank, size;
     mp_shared *sh;
-    MPI_Request *req; /* (cap) requests of the call under way */
-    int *peer;        /* (cap) the peer of each request */
-    int *is_recv;
-    size_t *want;     /* (cap) bytes a receive expects */
+    MPI_Request *req; /* (cap) requests of the call under way; MPI_REQUEST_NULL for a receive still awaited */
+    mp_slot *slot;    /* (cap) what each is */
     MPI_Status *st;
     int nreq, cap;
+    int *last_recv;   /* (size) the newest receive slot from each peer (valid if < nreq and from that peer) */
     u8 *tmp;          /* scratch: received blocks, widened floats */
     size_t tmp_cap;
     mp_pending *pending;
@@ -215,10 +225,18 @@ static const char *mpi_msg(int code, char *buf) {
     return buf;
 }
 
-static fsc_status broken(mp_ctx *m, const char *what) {
+/* The failure s, whose message mp_err just set on this thread, left MPI in a state that cannot be undone: mark
+ * the communicator broken and keep the message, which every later call repeats, on whichever thread makes it
+ * (a started call fails on its communicator's progress thread, mpi_async.c). */
+static fsc_status breaks(mp_ctx *m, fsc_status s) {
+    m->sh->broken = 1;
     if (!m->sh->why[0]) snprintf(m->sh->why, sizeof m->sh->why, "%s", last_msg);
+    return s;
+}
+
+static fsc_status broken(mp_ctx *m, const char *what) {
     return mp_err(FSC_ERR_COMM, "%s: the MPI communicator is unusable after an earlier failure: %s", what,
-                  m->sh->why);
+                  m->sh->why[0] ? m->sh->why : "(its message was lost)");
 }
 
 static fsc_status grow_req(mp_ctx *m, int need) {
@@ -227,34 +245,45 @@ static fsc_status grow_req(mp_ctx *m, int need) {
     while (cap < need) cap *= 2;
     MPI_Request *r = realloc(m->req, (size_t)cap * sizeof *r);
     if (r) m->req = r;
-    int *p = realloc(m->peer, (size_t)cap * sizeof *p);
-    if (p) m->peer = p;
-    int *q = realloc(m->is_recv, (size_t)cap * sizeof *q);
-    if (q) m->is_recv = q;
-    size_t *w = realloc(m->want, (size_t)cap * sizeof *w);
-    if (w) m->want = w;
+    mp_slot *k = realloc(m->slot, (size_t)cap * sizeof *k);
+    if (k) m->slot = k;
     MPI_Status *s = realloc(m->st, (size_t)cap * sizeof *s);
     if (s) m->st = s;
-    if (!r || !p || !q || !w || !s) return mp_err(FSC_ERR_NOMEM, "mpi: out of memory for %d requests", need);
+    if (!r || !k || !s) return mp_err(FSC_ERR_NOMEM, "mpi: out of memory for %d requests", need);
     m->cap = cap;
     return FSC_OK;
 }
 
-/* Post a nonblocking send or receive of bytes with peer (in messages of at most CHUNK bytes). */
+/* The call's one request, an MPI collective (native reductions): the caller posts it into m->req[0]. */
+static void one_collective(mp_ctx *m) {
+    m->slot[0] = (mp_slot){.peer = -1, .kind = SEND, .prev = -1};
+    m->nreq = 1;
+}
+
+/* Post a nonblocking send of bytes to peer, or add a receive of bytes from it (awaited: wait_posted posts it
+ * once its message has come), in messages of at most CHUNK bytes. A call that fails here is half posted, so
+ * the failure breaks the communicator. */
 static fsc_status post(mp_ctx *m, const char *what, int recv, const void *buf, size_t bytes, int peer, int tag) {
     for (size_t off = 0; off < bytes; off += CHUNK) {
         size_t len = bytes - off < CHUNK ? bytes - off : CHUNK;
-        FSC_TRY(grow_req(m, m->nreq + 1));
-        int i = m->nreq;
-        int rc = recv ? MPI_Irecv((u8 *)buf + off, (int)len, MPI_BYTE, peer, tag, m->comm, &m->req[i])
-                      : MPI_Isend((const u8 *)buf + off, (int)len, MPI_BYTE, peer, tag, m->comm, &m->req[i]);
-        if (rc != MPI_SUCCESS) {
-            char e[MPI_MAX_ERROR_STRING];
-            m->sh->broken = 1;
-            return mp_err(FSC_ERR_COMM, "%s: MPI could not %s rank %d: %s", what, recv ? "receive from" : "send to",
-                          peer, mpi_msg(rc, e));
+        if (grow_req(m, m->nreq + 1) != FSC_OK) return breaks(m, FSC_ERR_NOMEM);
+        const int i = m->nreq;
+        mp_slot *k = &m->slot[i];
+        *k = (mp_slot){.buf = (u8 *)buf + off, .want = len, .peer = peer, .tag = tag, .kind = recv ? AWAITED : SEND,
+                       .prev = -1};
+        m->req[i] = MPI_REQUEST_NULL;
+        if (recv) {
+            const int j = m->last_recv[peer];
+            if (j >= 0 && j < i && m->slot[j].kind != SEND && m->slot[j].peer == peer) k->prev = j;
+            m->last_recv[peer] = i;
+        } else {
+            int rc = MPI_Isend(k->buf, (int)len, MPI_BYTE, peer, tag, m->comm, &m->req[i]);
+            if (rc != MPI_SUCCESS) {
+                char e[MPI_MAX_ERROR_STRING];
+                return breaks(m, mp_err(FSC_ERR_COMM, "%s: MPI could not send to rank %d: %s", what, peer,
+                                        mpi_msg(rc, e)));
+            }
         }
-        m->peer[i] = peer, m->is_recv[i] = recv, m->want[i] = len;
         m->nreq++;
     }
     return FSC_OK;
@@ -267,8 +296,8 @@ static fsc_status reap(mp_ctx *m, const char *what) {
         int rc = MPI_Testall((*p)->nreq, (*p)->req, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
             char e[MPI_MAX_ERROR_STRING];
-            m->sh->broken = 1;
-            return mp_err(FSC_ERR_COMM, "%s: an earlier send to rank %d failed: %s", what, (*p)->peer, mpi_msg(rc, e));
+            return breaks(m, mp_err(FSC_ERR_COMM, "%s: an earlier send to rank %d failed: %s", what, (*p)->peer,
+                                    mpi_msg(rc, e)));
         }
         if (!done) {
             p = &(*p)->next;
@@ -283,6 +312,49 @@ static fsc_status reap(mp_ctx *m, const char *what) {
     return FSC_OK;
 }
 
+/* Post the awaited receives whose messages have come (*awaited: how many still have none). MPI_Improbe shows a
+ * message's length before anything is written: one of another length (the ranks are in different calls) fails
+ * the call and is never received. Posting receives at once and letting MPI report MPI_ERR_TRUNCATE is not
+ * enough: Open MPI's shared-memory single copy (vader's CMA get, Open MPI 4.1) writes a longer message past
+ * the end of the receive's buffer. A peer's messages come in the order it sent them, so a receive waits for
+ * the one before it from the same peer. */
+static fsc_status match_arrived(mp_ctx *m, const char *what, int *awaited) {
+    *awaited = 0;
+    for (int i = 0; i < m->nreq; i++) {
+        mp_slot *k = &m->slot[i];
+        if (k->kind != AWAITED) continue;
+        int flag = 0, got = 0, rc = MPI_SUCCESS;
+        MPI_Message msg = MPI_MESSAGE_NULL;
+        MPI_Status st;
+        if (k->prev < 0 || m->slot[k->prev].kind != AWAITED)
+            rc = MPI_Improbe(k->peer, k->tag, m->comm, &flag, &msg, &st);
+        if (rc == MPI_SUCCESS && flag) rc = MPI_Get_count(&st, MPI_BYTE, &got);
+        if (rc == MPI_SUCCESS && flag && (size_t)got != k->want)
+            return breaks(m, mp_err(FSC_ERR_COMM, "%s: rank %d sent %d bytes where this rank expects %zu (the ranks "
+                                    "made different calls)", what, k->peer, got, k->want));
+        if (rc == MPI_SUCCESS && flag) rc = MPI_Imrecv(k->buf, (int)k->want, MPI_BYTE, &msg, &m->req[i]);
+        if (rc != MPI_SUCCESS) {
+            char e[MPI_MAX_ERROR_STRING];
+            return breaks(m, mp_err(FSC_ERR_COMM, "%s: MPI could not receive from rank %d: %s", what, k->peer,
+                                    mpi_msg(rc, e)));
+        }
+        if (flag) k->kind = RECEIVING;
+        else (*awaited)++;
+    }
+    return FSC_OK;
+}
+
+/* The peer a timed-out call waits for: the first receive without its data, else the first unfinished send. */
+static int waited_for(mp_ctx *m) {
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < m->nreq; i++) {
+            int flag = 0; /* an awaited receive has no request yet: its message has not come */
+            if (m->slot[i].kind != AWAITED) MPI_Request_get_status(m->req[i], &flag, MPI_STATUS_IGNORE);
+            if (!flag && (pass == 1 || m->slot[i].kind != SEND)) return m->slot[i].peer;
+        }
+    return -1;
+}
+
 /* Wait for every posted request, at most timeout_s; on failure name the peer whose data did not come. */
 static fsc_status wait_posted(mp_ctx *m, const char *what) {
     const double deadline = now_s() + m->sh->timeout_s;
@@ -290,49 +362,32 @@ static fsc_status wait_posted(mp_ctx *m, const char *what) {
     int spins = 0;
     fsc_status s = FSC_OK;
     for (;;) {
-        int done = 0;
+        int done = 0, awaited = 0;
+        if (m->sh->broken) { /* another thread's call failed meanwhile: MPI makes no more progress for anyone */
+            s = broken(m, what);
+            break;
+        }
+        s = match_arrived(m, what, &awaited);
+        if (s != FSC_OK) break;
         int rc = m->nreq ? MPI_Testall(m->nreq, m->req, &done, m->st) : (done = 1, MPI_SUCCESS);
         if (rc != MPI_SUCCESS) {
             int who = -1, code = rc;
             for (int i = 0; rc == MPI_ERR_IN_STATUS && i < m->nreq && who < 0; i++)
                 if (m->st[i].MPI_ERROR != MPI_SUCCESS && m->st[i].MPI_ERROR != MPI_ERR_PENDING)
-                    who = m->peer[i], code = m->st[i].MPI_ERROR;
+                    who = m->slot[i].peer, code = m->st[i].MPI_ERROR;
             char e[MPI_MAX_ERROR_STRING];
-            m->sh->broken = 1;
             s = who >= 0 ? mp_err(FSC_ERR_COMM, "%s: exchange with rank %d failed: %s (did it die?)", what, who,
                                   mpi_msg(code, e))
                          : mp_err(FSC_ERR_COMM, "%s: MPI failed: %s (did a rank die?)", what, mpi_msg(code, e));
+            s = breaks(m, s);
             break;
         }
-        if (done) {
-            for (int i = 0; i < m->nreq; i++) {
-                int got = 0;
-                if (!m->is_recv[i]) continue;
-                MPI_Get_count(&m->st[i], MPI_BYTE, &got);
-                if ((size_t)got != m->want[i]) {
-                    m->sh->broken = 1;
-                    s = mp_err(FSC_ERR_COMM, "%s: rank %d sent %d bytes where this rank expects %zu (the ranks made "
-                               "different calls)", what, m->peer[i], got, m->want[i]);
-                    break;
-                }
-            }
-            break;
-        }
-        if (now_s() > deadline) {
-            int who = -1;
-            for (int i = 0; i < m->nreq && who < 0; i++) {
-                int flag = 1;
-                MPI_Request_get_status(m->req[i], &flag, MPI_STATUS_IGNORE);
-                if (!flag && m->is_recv[i]) who = m->peer[i];
-            }
-            for (int i = 0; i < m->nreq && who < 0; i++) {
-                int flag = 1;
-                MPI_Request_get_status(m->req[i], &flag, MPI_STATUS_IGNORE);
-                if (!flag) who = m->peer[i];
-            }
-            m->sh->broken = 1;
-            s = mp_err(FSC_ERR_TIMEOUT, "%s timed out after %g s waiting for rank %d (it died, stopped answering or "
-                       "is in another call); the communicator is now unusable", what, m->sh->timeout_s, who);
+        if (done && !awaited) break;
+        const int who = now_s() > deadline ? waited_for(m) : -1;
+        if (who >= 0) { /* (none: everything came since the test above, as for a rank resumed after the deadline) */
+            s = breaks(m, mp_err(FSC_ERR_TIMEOUT, "%s timed out after %g s waiting for rank %d (it died, stopped "
+                                 "answering or is in another call); the communicator is now unusable", what,
+                                 m->sh->timeout_s, who));
             break;
         }
         /* spin briefly (latency), then sleep in growing naps (ranks may share cores) */
@@ -398,8 +453,7 @@ static fsc_status ordered_part(mp_ctx *m, const char *what, const void *send, si
 static fsc_status mpi_call(mp_ctx *m, const char *what, int rc) {
     if (rc == MPI_SUCCESS) return FSC_OK;
     char e[MPI_MAX_ERROR_STRING];
-    m->sh->broken = 1;
-    return mp_err(FSC_ERR_COMM, "%s: %s", what, mpi_msg(rc, e));
+    return breaks(m, mp_err(FSC_ERR_COMM, "%s: %s", what, mpi_msg(rc, e)));
 }
 
 static fsc_status native_all_reduce(mp_ctx *m, const void *send, void *recv, size_t count, fsc_dtype dt,
@@ -411,7 +465,7 @@ static fsc_status native_all_reduce(mp_ctx *m, const void *send, void *recv, siz
     if (dt == FSC_I32) {
         FSC_TRY(mpi_call(m, what, MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, MPI_INT32_T,
                                                  mop, m->comm, &m->req[0])));
-        m->peer[0] = -1, m->is_recv[0] = 0, m->nreq = 1;
+        one_collective(m);
         return wait_posted(m, what);
     }
     float *f = recv;
@@ -424,7 +478,7 @@ static fsc_status native_all_reduce(mp_ctx *m, const void *send, void *recv, siz
         memcpy(recv, send, count * sizeof(float));
     }
     FSC_TRY(mpi_call(m, what, MPI_Iallreduce(MPI_IN_PLACE, f, (int)count, MPI_FLOAT, mop, m->comm, &m->req[0])));
-    m->peer[0] = -1, m->is_recv[0] = 0, m->nreq = 1;
+    one_collective(m);
     FSC_TRY(wait_posted(m, what));
     if (op == FSC_AVG)
         for (size_t i = 0; i < count; i++) f[i] /= (float)m->size;
@@ -448,7 +502,7 @@ static fsc_status native_reduce_scatter(mp_ctx *m, const void *send, void *recv,
     u8 *out = t + in_bytes;
     FSC_TRY(mpi_call(m, what, MPI_Ireduce_scatter_block(t, out, (int)rc, dt == FSC_I32 ? MPI_INT32_T : MPI_FLOAT,
                                                         mop, m->comm, &m->req[0])));
-    m->peer[0] = -1, m->is_recv[0] = 0, m->nreq = 1;
+    one_collective(m);
     FSC_TRY(wait_posted(m, what));
     if (dt == FSC_I32) {
         memcpy(recv, out, rc * 4);
@@ -582,8 +636,8 @@ static fsc_status mp_send(void *ctx, const void *buf, size_t count, fsc_dtype dt
     p->req = malloc((size_t)m->nreq * sizeof *p->req);
     if (!p->req) {
         free(p);
-        m->sh->broken = 1; /* the send is posted and its buffer must stay: leak it, the communicator is broken */
-        return mp_err(FSC_ERR_NOMEM, "%s: out of memory", what);
+        /* the send is posted and its buffer must stay: leak it, the communicator is broken */
+        return breaks(m, mp_err(FSC_ERR_NOMEM, "%s: out of memory", what));
     }
     memcpy(p->req, m->req, (size_t)m->nreq * sizeof *p->req);
     p->nreq = m->nreq, p->peer = peer, p->data = data;
@@ -616,6 +670,11 @@ static fsc_status new_ctx(MPI_Comm comm, mp_shared *sh, mp_ctx **out) {
     m->sh = sh;
     MPI_Comm_rank(comm, &m->rank);
     MPI_Comm_size(comm, &m->size);
+    m->last_recv = calloc((size_t)m->size, sizeof *m->last_recv);
+    if (!m->last_recv) {
+        free(m);
+        return mp_err(FSC_ERR_NOMEM, "mpi: out of memory");
+    }
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     sh->refs++;
     *out = m;
@@ -655,7 +714,10 @@ static void mp_destroy(void *ctx) {
     while (m->pending && !sh->broken) {
         if (reap(m, "free") != FSC_OK) break;
         if (m->pending && now_s() > deadline) {
-            sh->broken = 1;
+            sh->broken = 1; /* said to no caller: a free has none, and the core's message is the caller's */
+            if (!sh->why[0])
+                snprintf(sh->why, sizeof sh->why, "sends to rank %d were still under way after %g s when a "
+                         "communicator was freed", m->pending->peer, sh->timeout_s);
             break;
         }
         if (m->pending) {
@@ -671,11 +733,10 @@ static void mp_destroy(void *ctx) {
         if (m->comm != MPI_COMM_WORLD && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
         free(m->tmp);
         free(m->req);
-        free(m->peer);
-        free(m->is_recv);
-        free(m->want);
         free(m->st);
     }
+    free(m->slot);
+    free(m->last_recv);
     free(m);
     if (--sh->refs > 0) return;
     int fin = 0;

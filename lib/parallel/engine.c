@@ -392,7 +392,9 @@ fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel
     *out = NULL;
     FSC_CHECK_ARG(r);
     FSC_CHECK_ARG(m);
-    FSC_TRY(fsc_model_validate(m));
+    /* every rank the same model, options, optimizer and seed, or all refuse before anything is split */
+    FSC_TRY(fsc_comm_agree(r->comm, r->dev, fsc_model_validate(m)));
+    FSC_TRY(fsc_engine_agree_settings(r, m, po, oc, seed));
     fsc_engine *e;
     FSC_TRY(engine_new(r, m->n_layers, m->n_experts, po, oc, seed, 0, &e));
     e->m = m;
@@ -422,6 +424,7 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
     fsc_status s = FSC_OK;
     fsc_layout lay = { .tp = 1 };
     if (po->tp > 1) {
+        FSC_TRY(fsc_engine_agree_settings(r, NULL, po, oc, seed)); /* the options before they split the world */
         FSC_TRY(make_layout(r, po, 1, &lay));
         FSC_TRY(make_groups(r->comm, &lay, &g));
     }
@@ -433,6 +436,7 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
     /* a builder may fail, or declare other slices, on some ranks only: every rank stops here, with the lowest
      * failing rank's message, rather than some waiting in the collectives that follow */
     s = fsc_comm_agree(r->comm, r->dev, s);
+    if (s == FSC_OK) s = fsc_engine_agree_settings(r, m, po->tp > 1 ? NULL : po, po->tp > 1 ? NULL : oc, seed);
     fsc_engine *e = NULL;
     if (s == FSC_OK) s = engine_new(r, m->n_layers, m->n_experts, po, oc, seed, 1, &e);
     if (s != FSC_OK) {

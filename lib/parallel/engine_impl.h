@@ -194,6 +194,12 @@ fsc_status fsc_engine_check_batch(const double *pairs, int n);
 fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
                                      double *total, fsc_status *batch);
 
+/* Collective over r's world, before creation's first other collective (engine_settings.c): every rank passes the
+ * same model (NULL: not checked here), options and optimizer (NULL: neither, nor the seed); otherwise
+ * FSC_ERR_INVALID on every rank naming the first setting that differs and two ranks' values (settings.h). */
+fsc_status fsc_engine_agree_settings(fsc_rank *r, const fsc_model *m, const fsc_parallel_opts *po,
+                                     const fsc_optim_config *oc, uint64_t seed);
+
 /* Offload (offload.c): refuse what offload does not run with; make the host device (before the optimizer,
  * which lives there); after the strategy's setup, stage the optimizer's segments on the host (offload optim);
  * the optimizer step (with offload optim: gradients and parameters to the host, step, parameters back);

@@ -9,6 +9,7 @@
 #include "rng.h"
 #include "device.h"
 #include "comm.h"
+#include "settings.h"
 #include "cluster.h"
 #include "launch.h"
 #include "safetensors.h"

@@ -8,6 +8,7 @@
 #include "rng.h"
 #include "device.h"
 #include "comm.h"
+#include "flight.h"
 #include "cluster.h"
 #include "launch.h"
 #include "safetensors.h"

@@ -347,6 +347,44 @@ static void test_damaged_records(void **state) {
     test_rmtree(dir);
 }
 
+#define CALL(rank, seq, state, status, end) \
+    "{\"fsc_flight\":1,\"rank\":" #rank ",\"world\":3,\"reason\":\"failure\",\"time_us\":9000000,\"comms\":[" \
+    "{\"name\":\"data\",\"group\":\"00000000000000aa\",\"rank\":" #rank ",\"size\":3,\"calls\":[" \
+    "{\"seq\":6,\"op\":\"all_reduce\",\"count\":4,\"dtype\":\"f32\",\"peer\":-1,\"state\":\"completed\"," \
+    "\"start_us\":1000000,\"end_us\":1000001}," \
+    "{\"seq\":" #seq ",\"op\":\"all_reduce\",\"count\":4,\"dtype\":\"f32\",\"peer\":-1,\"state\":\"" state "\"," \
+    "\"start_us\":2000000,\"end_us\":" #end ",\"status\":\"" status "\"}]}]}"
+
+/* Oracle: when every rank failed in the call, those that did not time out in it are what the others waited for
+ * (a rank stopped inside the call, failing only when it resumes); with a rank past the call, or one still
+ * waiting, nobody is blamed. Written by hand, as the ranks of an MPI job would leave them. */
+static void test_stopped_inside_the_call(void **state) {
+    (void)state;
+    char *dir = tmpdir(), report[REPORT];
+    put_file(dir, "flight-rank-0.json", CALL(0, 7, "failed", "timeout", 7000000));
+    put_file(dir, "flight-rank-1.json", CALL(1, 7, "failed", "communication failure", 7000000));
+    put_file(dir, "flight-rank-2.json", CALL(2, 7, "failed", "timeout", 7000000));
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "group data(0-2), call #7: ranks 0,2 timed out in it, waiting; rank 1 failed otherwise");
+    expect(report, "verdict: rank 1 waits in all_reduce #7 of group data(0-2) (5.0 s, then failed: communication "
+                   "failure); ranks 0,2 wait in all_reduce #7 of group data(0-2)\n");
+    put_file(dir, "flight-rank-1.json", CALL(1, 7, "completed", "", 7000000));
+    put_file(dir, "flight-rank-2.json", CALL(2, 7, "waiting", "", 7000000));
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "group data(0-2), call #7: ranks 0,2 are in all_reduce (4 x f32); rank 1 completed it\n");
+    expect(report, "verdict: no rank diverges");
+    /* all timed out, rank 1 only after the others had written their records (at 9 s): it was stopped inside */
+    put_file(dir, "flight-rank-1.json", CALL(1, 7, "failed", "timeout", 9500000));
+    put_file(dir, "flight-rank-2.json", CALL(2, 7, "failed", "timeout", 7000000));
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "ranks 0,2 timed out in it, waiting; rank 1 failed only after the others had given up");
+    expect(report, "verdict: rank 1 waits in all_reduce #7 of group data(0-2) (7.5 s, then failed: timeout)");
+    test_rmtree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clean_run_and_ring),
@@ -355,6 +393,7 @@ int main(void) {
         cmocka_unit_test(test_stopped_rank_is_named),
         cmocka_unit_test(test_signal_writes_records),
         cmocka_unit_test(test_damaged_records),
+        cmocka_unit_test(test_stopped_inside_the_call),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

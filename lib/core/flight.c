@@ -49,6 +49,7 @@ struct fsc_flight {
     pthread_mutex_t mu;
     atomic_int refs;
     atomic_int frozen;          /* a call failed: nothing more is recorded */
+    char first_error[512];      /* the failed call's message (written before frozen is set) */
     flight_ring *rings;         /* newest first */
     int nrings;
 };
@@ -172,6 +173,8 @@ void fsc_comm_set_flight(fsc_comm *c, fsc_flight *f) {
     c->flight = flight_ring_attach(f, c->gid, c->rank, c->size, c->name);
 }
 
+static const char *op_name(int op) { return op == FLIGHT_OP_SPLIT ? "split" : fsc_comm_op_name((fsc_comm_op)op); }
+
 size_t flight_begin(flight_ring *r, uint64_t seq, int op, size_t count, fsc_dtype dt, int peer, int waiting) {
     if (!r || LD(r->f->frozen)) return 0;
     const size_t slot = (size_t)((seq - 1) % r->depth);
@@ -201,7 +204,10 @@ void flight_end(flight_ring *r, size_t slot, uint64_t seq, fsc_status s) {
     ST(e->t1, now_us());
     ST(e->status, (int)s);
     atomic_store_explicit(&e->state, s == FSC_OK ? ST_COMPLETED : ST_FAILED, memory_order_release);
-    if (s != FSC_OK) atomic_store(&r->f->frozen, 1);
+    if (s == FSC_OK) return;
+    snprintf(r->f->first_error, sizeof r->f->first_error, "%s #%llu on comm '%s': %s", op_name(LD(e->op)),
+             (unsigned long long)seq, r->name, fsc_last_error());
+    atomic_store_explicit(&r->f->frozen, 1, memory_order_release);
 }
 
 /* ---- the record ---- */
@@ -234,8 +240,6 @@ static int copy_entry(fl_entry *e, fl_copy *c) {
     return LD(e->seq) == c->seq && c->state >= ST_ISSUED && c->state <= ST_FAILED;
 }
 
-static const char *op_name(int op) { return op == FLIGHT_OP_SPLIT ? "split" : fsc_comm_op_name((fsc_comm_op)op); }
-
 /* One ring, oldest call first. Under f->mu. */
 static void put_ring(FILE *o, flight_ring *r) {
     fprintf(o, "{\"name\":");
@@ -267,7 +271,12 @@ static fsc_status write_locked(fsc_flight *f, const char *path, const char *tmp,
     if (!o) return fsc_error(FSC_ERR_IO, "flight record %s: cannot create: %s", tmp, strerror(errno));
     fprintf(o, "{\"fsc_flight\":1,\"rank\":%d,\"world\":%d,\"reason\":", f->rank, f->world);
     put_str(o, reason ? reason : "");
-    fprintf(o, ",\"time_us\":%" PRId64 ",\"failed\":%s", now_us(), atomic_load(&f->frozen) ? "true" : "false");
+    const int failed = atomic_load_explicit(&f->frozen, memory_order_acquire);
+    fprintf(o, ",\"time_us\":%" PRId64 ",\"failed\":%s", now_us(), failed ? "true" : "false");
+    if (failed) {
+        fprintf(o, ",\"first_error\":");
+        put_str(o, f->first_error);
+    }
     if (msg && *msg) {
         fprintf(o, ",\"message\":");
         put_str(o, msg);

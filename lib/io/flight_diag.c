@@ -8,7 +8,8 @@
  *    is at s (started it, not completed), past it, behind (never called it) or silent (no record); members at s
  *    with different calls (operation, count, dtype, root) are a mismatch.
  * 4. Suspicion: in each stuck group the smaller side is suspect: of a mismatch, the ranks outside the largest
- *    kind of call; else silent ranks; else the ranks at s against those behind (a tie blames those behind). The
+ *    kind of call; else silent ranks; else the ranks at s against those behind (a tie blames those behind); when
+ *    all are at s, those that did not time out in it while others did (a rank stopped inside the call). The
  *    verdict names the most suspected ranks, where they are, and where the others are. A rank behind in one
  *    group and waiting in another (a deadlock: rank 3 in an all_gather the others never call, the others in a
  *    reduce_scatter rank 3 never reaches) is the minority in both. */
@@ -35,6 +36,8 @@ static void put(out_buf *o, const char *fmt, ...) {
     if (n > 0) o->len = o->len + (size_t)n < o->cap ? o->len + (size_t)n : o->cap - 1;
 }
 
+#define MAX_SLOTS (1 << 22) /* members of all groups together (a group of N ranks has N) */
+
 typedef struct {
     uint64_t gid;
     int w;              /* world rank */
@@ -55,6 +58,7 @@ typedef struct {
     group *g;
     int ng;
     int *suspect;       /* (world) times each rank was on the smaller side */
+    int *silent;        /* (world + 1) silent[w]: ranks below w without a record */
 } diag;
 
 static int by_gid(const void *a, const void *b) {
@@ -100,11 +104,10 @@ static void infer_silent(const diag *d, group *g) {
         if (g->wr[i] >= 0) continue;
         int j = i;
         while (j < g->size && g->wr[j] < 0) j++;
-        int lo = i ? g->wr[i - 1] : -1, hi = j < g->size ? g->wr[j] : d->world, fit = 0, first = -1;
-        for (int w = lo + 1; w < hi; w++)
-            if (!d->recs[w]) fit++, first = first < 0 ? w : first;
-        if (fit == j - i)
-            for (int k = i; k < j; k++) g->wr[k] = first++;
+        int lo = i ? g->wr[i - 1] : -1, hi = j < g->size ? g->wr[j] : d->world;
+        if (hi > lo && d->silent[hi] - d->silent[lo + 1] == j - i) /* exactly as many silent ranks between */
+            for (int k = i, w = lo + 1; k < j; w++)
+                if (!d->recs[w]) g->wr[k++] = w;
         i = j;
     }
 }
@@ -119,9 +122,17 @@ static int build_groups(diag *d, out_buf *o) {
         for (int i = 0; d->recs[w] && i < d->recs[w]->ncomms; i++)
             r[k++] = (ref){ d->recs[w]->comms[i].gid, w, &d->recs[w]->comms[i] };
     qsort(r, n, sizeof *r, by_gid);
+    size_t slots = 0;
     for (size_t a = 0; a < n;) {
         group *g = &d->g[d->ng++];
         g->gid = r[a].gid, g->size = r[a].c->size;
+        if ((slots += (size_t)g->size) > MAX_SLOTS) { /* memory by what the records justify, not what they claim */
+            put(o, "note: the groups' sizes add up to more than %d members: group of rank %d's comm '%s' left out\n",
+                MAX_SLOTS, r[a].w, r[a].c->name);
+            d->ng--, slots -= (size_t)g->size;
+            while (++a < n && r[a].gid == g->gid) {}
+            continue;
+        }
         g->m = calloc((size_t)g->size, sizeof *g->m);
         g->wr = malloc((size_t)g->size * sizeof *g->wr);
         if (!g->m || !g->wr) return free(r), -1;
@@ -196,7 +207,7 @@ static void where(const diag *d, int w, int pl, int detail, char *buf, size_t ca
     }
 }
 
-enum { AT = 1, PAST, BEHIND, SILENT };
+enum { AT = 1, PAST, BEHIND, SILENT, TIMED_OUT, NOT_TIMED_OUT };
 
 static int same_call(const flr_call *a, const flr_call *b) {
     if ((a->op == FSC_OP_SEND || a->op == FSC_OP_RECV) && (b->op == FSC_OP_SEND || b->op == FSC_OP_RECV)) return 1;
@@ -218,6 +229,38 @@ static void members_text(const group *g, const int *cls, int want, char *buf, si
     snprintf(buf, cap, "rank%s %s", n == 1 ? "" : "s", list);
 }
 
+/* Every member is in call s (none behind, none past it): when some failed in it by a timeout and the others
+ * failed otherwise (as a rank stopped inside the call does when it resumes to find the others gone), the others
+ * are what the ones that timed out waited for. Members still waiting say nothing either way. cls: rewritten. */
+static void timed_out_waiting(diag *d, const group *g, uint64_t s, int *cls, out_buf *o) {
+    int n[2] = {0, 0};
+    for (int i = 0; i < g->size; i++) {
+        if (cls[i] != AT) return;
+        const flr_call *k = call_at(g->m[i], s);
+        cls[i] = k->state != FLR_FAILED ? AT : !strcmp(k->status, "timeout") ? TIMED_OUT : NOT_TIMED_OUT;
+        if (cls[i] != AT) n[cls[i] == TIMED_OUT]++;
+    }
+    const char *how = "failed otherwise";
+    if (!n[0] && n[1] > 1) { /* all timed out: one that failed after every other member had written its record */
+        int64_t top[2] = {-1, -1}; /* the two latest record times, and whose the latest is */
+        int top_i = -1;
+        for (int i = 0; i < g->size; i++) {
+            int64_t t = d->recs[g->wr[i]]->time_us;
+            if (t > top[0]) top[1] = top[0], top[0] = t, top_i = i;
+            else if (t > top[1]) top[1] = t;
+        }
+        for (int i = 0; i < g->size; i++)
+            if (cls[i] == TIMED_OUT && call_at(g->m[i], s)->t1 > top[i == top_i]) cls[i] = NOT_TIMED_OUT, n[0]++, n[1]--;
+        how = "failed only after the others had given up (stopped or hung inside the call)";
+    }
+    if (!n[0] || !n[1]) return;
+    char a[192], b[192];
+    members_text(g, cls, TIMED_OUT, a, sizeof a);
+    members_text(g, cls, NOT_TIMED_OUT, b, sizeof b);
+    put(o, "group %s, call #%" PRIu64 ": %s timed out in it, waiting; %s %s\n", g->label, s, a, b, how);
+    blame(d, g, cls, NOT_TIMED_OUT);
+}
+
 /* A stuck group: its report line and suspects. cls: (size) scratch. */
 static void stuck_group(diag *d, const group *g, uint64_t s, int *cls, out_buf *o) {
     const flr_call *ref_call = NULL;
@@ -229,13 +272,17 @@ static void stuck_group(diag *d, const group *g, uint64_t s, int *cls, out_buf *
         else cls[i] = g->m[i]->ncalls && g->m[i]->calls[g->m[i]->ncalls - 1].seq > s ? PAST : BEHIND;
         n[cls[i]]++;
     }
-    for (int i = 0; i < g->size; i++) /* the most common call at s among those at it */
-        if (cls[i] == AT) {
-            const flr_call *k = call_at(g->m[i], s);
-            int same = 0;
-            for (int j = 0; j < g->size; j++) same += cls[j] == AT && same_call(k, call_at(g->m[j], s));
-            if (same > ref_n) ref_n = same, ref_call = k;
-        }
+    enum { KINDS = 16 }; /* the most common call at s among those at it, of the first KINDS kinds seen */
+    const flr_call *kind[KINDS];
+    int count[KINDS] = {0}, nk = 0;
+    for (int i = 0; i < g->size; i++) {
+        if (cls[i] != AT) continue;
+        const flr_call *k = call_at(g->m[i], s);
+        int j = 0;
+        while (j < nk && !same_call(kind[j], k)) j++;
+        if (j == nk && nk < KINDS) kind[nk++] = k;
+        if (j < nk && ++count[j] > ref_n) ref_n = count[j], ref_call = kind[j];
+    }
     for (int i = 0; i < g->size; i++)
         if (cls[i] == AT && !same_call(ref_call, call_at(g->m[i], s))) cls[i] = 0, kinds = 1; /* 0: mismatch */
     char a[192], b[192];
@@ -256,6 +303,7 @@ static void stuck_group(diag *d, const group *g, uint64_t s, int *cls, out_buf *
     if (n[SILENT]) blame(d, g, cls, SILENT); /* a rank that left no record stopped or died: blamed first */
     else if (n[BEHIND] && ref_n < n[BEHIND]) blame(d, g, cls, AT);
     else if (n[BEHIND]) blame(d, g, cls, BEHIND);
+    else timed_out_waiting(d, g, s, cls, o);
 }
 
 /* The lowest call number some member did not complete, 0 if none. */
@@ -281,6 +329,12 @@ static int by_place(const void *a, const void *b) {
     return c ? c : x->w - y->w;
 }
 
+typedef struct {
+    int start, w; /* a run of one place in the sorted places: where it starts, its first (lowest) rank */
+} run_start;
+
+static int by_first(const void *a, const void *b) { return ((const run_start *)a)->w - ((const run_start *)b)->w; }
+
 /* The ranks that are not suspects, grouped by where they are (in the order of each group's first rank). */
 static void others(diag *d, int most, out_buf *o) {
     place *p = calloc((size_t)d->world + 1, sizeof *p);
@@ -288,22 +342,25 @@ static void others(diag *d, int most, out_buf *o) {
     if (!p || !list) return free(p), free(list);
     for (int w = 0; w < d->world; w++)
         if (d->suspect[w] != most) p[n].w = w, where(d, w, 0, 0, p[n].at, sizeof p[n].at), n++;
-    qsort(p, (size_t)n, sizeof *p, by_place);
-    for (int printed = 0; printed < n; printed++) { /* each round prints the place of the lowest rank left */
-        int lo = -1;
-        for (int i = 0; i < n; i++)
-            if (p[i].w >= 0 && (lo < 0 || p[i].w < p[lo].w)) lo = i;
-        int a = lo, b = lo, k = 0;
-        while (a > 0 && !strcmp(p[a - 1].at, p[lo].at)) a--;
-        while (b + 1 < n && !strcmp(p[b + 1].at, p[lo].at)) b++;
-        for (int i = a; i <= b; i++) list[k++] = p[i].w, p[i].w = -1;
+    qsort(p, (size_t)n, sizeof *p, by_place); /* runs of one place, each run by rank */
+    int runs = 0;
+    for (int i = 0; i < n; i++) /* list: where each run starts, ordered by the run's first rank */
+        if (!i || strcmp(p[i - 1].at, p[i].at)) list[runs++] = i;
+    run_start *rs = calloc((size_t)runs + 1, sizeof *rs);
+    for (int i = 0; rs && i < runs; i++) rs[i] = (run_start){ list[i], p[list[i]].w };
+    if (rs) qsort(rs, (size_t)runs, sizeof *rs, by_first);
+    for (int i = 0; rs && i < runs; i++) list[i] = rs[i].start;
+    free(rs);
+    int *ranks = calloc((size_t)n + 1, sizeof *ranks);
+    for (int r = 0; ranks && r < runs; r++) {
+        int k = 0;
+        for (int i = list[r]; i < n && (i == list[r] || !strcmp(p[i].at, p[list[r]].at)); i++) ranks[k++] = p[i].w;
         char names[128], at[320];
-        rank_list(list, k, names, sizeof names);
-        where(d, list[0], k > 1, 0, at, sizeof at);
+        rank_list(ranks, k, names, sizeof names);
+        where(d, ranks[0], k > 1, 0, at, sizeof at);
         put(o, "; rank%s %s %s", k == 1 ? "" : "s", names, at);
-        printed += k - 1;
     }
-    free(p), free(list);
+    free(ranks), free(p), free(list);
 }
 
 static void verdict(diag *d, out_buf *o) {
@@ -332,8 +389,10 @@ void flr_diagnose(flr_record *const *recs, int world, const char *notes, char *r
     if (notes) put(&o, "%s", notes);
     diag d = {.recs = recs, .world = world};
     d.suspect = calloc((size_t)world + 1, sizeof *d.suspect);
+    d.silent = calloc((size_t)world + 1, sizeof *d.silent);
     int *cls = calloc((size_t)world + 1, sizeof *cls);
-    if (!d.suspect || !cls || build_groups(&d, &o) != 0) {
+    for (int w = 0; d.silent && w < world; w++) d.silent[w + 1] = d.silent[w] + !recs[w];
+    if (!d.suspect || !d.silent || !cls || build_groups(&d, &o) != 0) {
         put(&o, "out of memory for the diagnosis\n");
     } else {
         int nrec = 0;
@@ -346,5 +405,5 @@ void flr_diagnose(flr_record *const *recs, int world, const char *notes, char *r
         verdict(&d, &o);
     }
     for (int i = 0; i < d.ng; i++) free(d.g[i].m), free(d.g[i].wr);
-    free(d.g), free(d.suspect), free(cls);
+    free(d.g), free(d.suspect), free(d.silent), free(cls);
 }

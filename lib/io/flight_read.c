@@ -122,6 +122,7 @@ static fsc_status parse_root(const char *what, const cJSON *root, flr_record *r)
     FSC_TRY(get_int(what, root, "time_us", 0, 9007199254740992.0, &r->time_us));
     FSC_TRY(get_str(what, root, "reason", 0, r->reason, sizeof r->reason));
     FSC_TRY(get_str(what, root, "message", 1, r->message, sizeof r->message));
+    FSC_TRY(get_str(what, root, "first_error", 1, r->first_error, sizeof r->first_error));
     r->failed = cJSON_IsTrue(field(root, "failed"));
     const cJSON *comms = field(root, "comms");
     if (!cJSON_IsArray(comms)) return fsc_error(FSC_ERR_FORMAT, "%s: \"comms\" is missing or not an array", what);

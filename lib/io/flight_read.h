@@ -33,7 +33,7 @@ typedef struct {
 
 typedef struct {
     int rank, world, failed;
-    char reason[32], message[1024];
+    char reason[32], message[1024], first_error[1024];
     int64_t time_us;
     flr_comm *comms;    /* (ncomms) */
     int ncomms;

@@ -1529,7 +1529,8 @@ int main(int argc, char **argv) {
     }
     run_state st = {.cfg = &c, .procs = procs, .trace_origin = fsc_trace_now_us()};
     if (c.resume && me == 0) check_resume_config(&asked, c.resume); /* before config.json is rewritten */
-    if (open_outputs(&c, &asked, me, &st.log, err, sizeof err) != 0) {
+    const char *fdir = flight_dir(c.flight, c.ckpt_dir, c.trace);
+    if (open_outputs(&c, &asked, me, &st.log, err, sizeof err) != 0 || flight_start(fdir, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }
@@ -1593,11 +1594,6 @@ int main(int argc, char **argv) {
     run_state sd = st;
     sd.log = NULL;
     fsc_status s = FSC_OK;
-    const char *fdir = flight_dir(c.flight, c.ckpt_dir, c.trace);
-    if (flight_start(fdir, err, sizeof err) != 0) {
-        fprintf(stderr, "fsc-train: %s\n", err);
-        return 2;
-    }
     if (procs) { /* the DDP oracle runs inside the same launch */
         cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = oracle_ep(&c);
         cd.offload = 0;

@@ -181,6 +181,56 @@ static void test_clean_run_and_ring(void **state) {
     test_rmtree(t.dir);
 }
 
+/* Rank 0's record of dir, its world ring's calls' states as letters ("ci": completed, issued). */
+static void states_of(const char *dir, char *out) {
+    char path[256], text[1 << 14];
+    snprintf(path, sizeof path, "%s/flight-rank-0.json", dir);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(text, 1, sizeof text, f) : 0;
+    if (f) fclose(f);
+    flr_record *r = NULL;
+    out[0] = 0;
+    if (flr_parse(text, n, path, &r) != FSC_OK) return;
+    for (size_t k = 0; k < r->comms[0].ncalls && k < 15; k++)
+        out[k] = "?iwcf"[r->comms[0].calls[k].state], out[k + 1] = 0;
+    flr_free(r);
+}
+
+typedef struct {
+    const char *dir;
+    char before[16], after[16];
+} async_run;
+
+static fsc_status async_fn(fsc_rank *r, void *arg) {
+    async_run *a = arg;
+    fsc_flight *f = NULL;
+    FSC_TRY(fsc_flight_create(&(fsc_flight_opts){.rank = r->rank, .world = r->world, .dir = a->dir}, &f));
+    fsc_comm_set_flight(r->comm, f);
+    float x[8] = {0};
+    fsc_comm_req *q = NULL;
+    fsc_status s = fsc_comm_barrier(r->comm);
+    if (s == FSC_OK) s = fsc_comm_iall_reduce(r->comm, x, x, 8, FSC_F32, FSC_SUM, &q);
+    if (s == FSC_OK && r->rank == 0 && fsc_flight_write(f, "test", NULL) == FSC_OK) states_of(a->dir, a->before);
+    if (s == FSC_OK) s = fsc_comm_wait(q);
+    fsc_comm_req_free(q);
+    if (s == FSC_OK && r->rank == 0 && fsc_flight_write(f, "test", NULL) == FSC_OK) states_of(a->dir, a->after);
+    fsc_comm_set_flight(r->comm, NULL);
+    fsc_flight_free(f);
+    return s;
+}
+
+/* Oracle: an asynchronous call is recorded as issued when started and completed once waited for. */
+static void test_async_states(void **state) {
+    (void)state;
+    async_run a = {.dir = tmpdir()};
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.world = 2, co.timeout_s = 30;
+    assert_ok(fsc_cluster_run(&co, async_fn, &a));
+    assert_string_equal(a.before, "ci");
+    assert_string_equal(a.after, "cc");
+    test_rmtree(a.dir);
+}
+
 /* ---- the watcher ---- */
 
 static fsc_flight_watch *watch; /* the handler's: a signal handler reaches the program's state through a global */
@@ -391,6 +441,7 @@ int main(void) {
         cmocka_unit_test(test_extra_collective_is_named),
         cmocka_unit_test(test_mismatch_is_named),
         cmocka_unit_test(test_stopped_rank_is_named),
+        cmocka_unit_test(test_async_states),
         cmocka_unit_test(test_signal_writes_records),
         cmocka_unit_test(test_damaged_records),
         cmocka_unit_test(test_stopped_inside_the_call),

@@ -93,7 +93,8 @@ static void test_signal_writes_every_rank(void **state) {
 /* Oracle: a run that succeeds leaves no record; a directory that cannot be made is refused (exit 2). */
 static void test_clean_run_and_refusal(void **state) {
     (void)state;
-    char *fr = prog_fmt("%s/fr", tmpdir), *args = prog_fmt(TINY " --world 2 --parallel ddp --steps 2 --flight-recorder '%s'", fr);
+    char *fr = prog_fmt("%s/fr", tmpdir);
+    char *args = prog_fmt(TINY " --world 2 --parallel ddp --steps 2 --flight-recorder '%s'", fr);
     char *o = NULL;
     assert_int_equal(prog_run(trainer, args, tmpdir, &o, NULL), 0);
     assert_false(exists(fr, 0) || exists(fr, 1));

@@ -196,7 +196,8 @@ static void where(const diag *d, int w, int pl, int detail, char *buf, size_t ca
         double secs = 1e-6 * (double)((best->state == FLR_FAILED ? best->t1 : r->time_us) - best->t0);
         if (!detail) snprintf(buf, cap, "%s in %s", pl ? "wait" : "waits", what);
         else snprintf(buf, cap, "%s in %s (%.1f s%s%s)", pl ? "wait" : "waits", what, secs,
-                      best->state == FLR_FAILED ? ", then failed: " : "", best->state == FLR_FAILED ? best->status : "");
+                      best->state == FLR_FAILED ? ", then failed: " : "",
+                      best->state == FLR_FAILED ? best->status : "");
     } else if (last) {
         call_text(d, lc, last, what, sizeof what);
         if (!detail) snprintf(buf, cap, "%s not in a collective (the last call: %s)", pl ? "are" : "is", what);
@@ -211,7 +212,8 @@ enum { AT = 1, PAST, BEHIND, SILENT, TIMED_OUT, NOT_TIMED_OUT };
 
 static int same_call(const flr_call *a, const flr_call *b) {
     if ((a->op == FSC_OP_SEND || a->op == FSC_OP_RECV) && (b->op == FSC_OP_SEND || b->op == FSC_OP_RECV)) return 1;
-    return a->op == b->op && a->count == b->count && a->dt == b->dt && (a->op != FSC_OP_BROADCAST || a->peer == b->peer);
+    return a->op == b->op && a->count == b->count && a->dt == b->dt &&
+           (a->op != FSC_OP_BROADCAST || a->peer == b->peer);
 }
 
 /* Mark the world ranks of members i with cls[i] == want as suspects. */
@@ -250,7 +252,8 @@ static void timed_out_waiting(diag *d, const group *g, uint64_t s, int *cls, out
             else if (t > top[1]) top[1] = t;
         }
         for (int i = 0; i < g->size; i++)
-            if (cls[i] == TIMED_OUT && call_at(g->m[i], s)->t1 > top[i == top_i]) cls[i] = NOT_TIMED_OUT, n[0]++, n[1]--;
+            if (cls[i] == TIMED_OUT && call_at(g->m[i], s)->t1 > top[i == top_i])
+                cls[i] = NOT_TIMED_OUT, n[0]++, n[1]--;
         how = "failed only after the others had given up (stopped or hung inside the call)";
     }
     if (!n[0] || !n[1]) return;

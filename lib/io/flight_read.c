@@ -98,7 +98,8 @@ static fsc_status parse_comm(const char *what, const cJSON *o, int world, flr_co
     c->rank = (int)v;
     c->closed = cJSON_IsTrue(field(o, "closed"));
     const cJSON *calls = field(o, "calls");
-    if (!cJSON_IsArray(calls)) return fsc_error(FSC_ERR_FORMAT, "%s: comm '%s': \"calls\" is not an array", what, c->name);
+    if (!cJSON_IsArray(calls))
+        return fsc_error(FSC_ERR_FORMAT, "%s: comm '%s': \"calls\" is not an array", what, c->name);
     int n = cJSON_GetArraySize(calls);
     c->calls = calloc((size_t)n + 1, sizeof *c->calls);
     if (!c->calls) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for %d calls", what, n);

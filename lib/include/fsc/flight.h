@@ -7,7 +7,7 @@
  * Each communicator keeps its last `depth` calls in a ring allocated when it is attached (nothing is allocated
  * per call, and no lock is taken: a ring is written by its rank's thread only): the sequence number (the call's
  * place among its communicator's calls, from 1, split included: every rank numbers a group's calls alike), the
- * operation, count, dtype, peer or root, state (issued: an asynchronous call started, not yet waited for;
+ * operation, count, dtype, peer, root or split color, state (issued: an asynchronous call started, not waited for;
  * waiting: the rank blocks in it; completed; failed) and times. The first failed call freezes the recorder, so a
  * record shows the moment of the failure and not the calls a failing program makes afterwards.
  * Groups are told apart across ranks by an id derived from the splits (the parent's id, the split's number on
@@ -44,8 +44,8 @@ typedef struct {
 
 fsc_flight_opts fsc_flight_opts_default(void);
 fsc_status fsc_flight_create(const fsc_flight_opts *o, fsc_flight **out);
-/* Drops the caller's hold: the recorder's memory goes with the last communicator that records into it, so a
- * communicator may outlive it (it then records into a recorder nobody writes). Remove it from a watcher first. */
+/* Drops the caller's hold: the recorder's memory goes with its last holder (a communicator that records into it,
+ * a watcher that holds it), so a communicator may outlive the caller's hold. */
 void fsc_flight_free(fsc_flight *f);
 /* Record the calls of c into f (NULL: stop); communicators split from c afterwards record into f too. */
 void fsc_comm_set_flight(fsc_comm *c, fsc_flight *f);

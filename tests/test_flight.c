@@ -365,6 +365,9 @@ static void test_damaged_records(void **state) {
         { "{\"fsc_flight\":1,\"rank\":0,\"world\":1,\"time_us\":1,\"reason\":\"x\",\"comms\":[{\"name\":\"w\","
           "\"group\":\"0000000000000001\",\"rank\":0,\"size\":1,\"calls\":[{\"seq\":0.5,\"op\":\"barrier\"}]}]}",
           "\"seq\" is 0.5" },
+        { "{\"fsc_flight\":1,\"rank\":0,\"world\":1,\"time_us\":1,\"reason\":\"x\",\"comms\":[{\"name\":\"w\","
+          "\"group\":\"0000000000000001\",\"rank\":0,\"size\":1,\"calls\":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}",
+          "18 calls, more than a file of its size holds" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         flr_record *r = (flr_record *)1;

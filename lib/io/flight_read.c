@@ -1,8 +1,9 @@
 /* Reading a flight record back (flight_read.h): one rank's DIR/flight-rank-N.json as lib/core/flight.c writes it.
  * The file is outside data (a crashed job's, perhaps half written or edited), so every field is checked for
  * its type and range, and the cost of parsing is bounded before cJSON runs: at most FLR_MAX_BYTES, and no more
- * JSON values than a record of that size can hold (each costs cJSON some 64 bytes). Calls are sorted by their
- * sequence number, which must not repeat within a communicator. Not here: the diagnosis (flight_diag.c). */
+ * JSON values than a record of that size can hold (each costs cJSON some 64 bytes); the arrays of calls and
+ * communicators are no longer than the text's size allows (fuzz_flight checks the bound). Calls are sorted by
+ * their sequence number, which must not repeat within a communicator. Not here: the diagnosis (flight_diag.c). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <inttypes.h>
@@ -82,7 +83,12 @@ static int by_seq(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static fsc_status parse_comm(const char *what, const cJSON *o, int world, flr_comm *c) {
+/* What the text's size allows: a call as written takes at least MIN_CALL bytes, a communicator MIN_COMM, so the
+ * arrays allocated for them stay proportional to the input (cJSON's nodes are bounded by check_cost). */
+#define MIN_CALL 80
+#define MIN_COMM 64
+
+static fsc_status parse_comm(const char *what, const cJSON *o, int world, size_t *calls_left, flr_comm *c) {
     if (!cJSON_IsObject(o)) return fsc_error(FSC_ERR_FORMAT, "%s: a communicator is not an object", what);
     char gid[24];
     int64_t v;
@@ -101,6 +107,10 @@ static fsc_status parse_comm(const char *what, const cJSON *o, int world, flr_co
     if (!cJSON_IsArray(calls))
         return fsc_error(FSC_ERR_FORMAT, "%s: comm '%s': \"calls\" is not an array", what, c->name);
     int n = cJSON_GetArraySize(calls);
+    if ((size_t)n > *calls_left)
+        return fsc_error(FSC_ERR_FORMAT, "%s: comm '%s': %d calls, more than a file of its size holds", what,
+                         c->name, n);
+    *calls_left -= (size_t)n;
     c->calls = calloc((size_t)n + 1, sizeof *c->calls);
     if (!c->calls) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for %d calls", what, n);
     for (const cJSON *x = calls->child; x; x = x->next) FSC_TRY(parse_call(what, x, &c->calls[c->ncalls++]));
@@ -112,7 +122,7 @@ static fsc_status parse_comm(const char *what, const cJSON *o, int world, flr_co
     return FSC_OK;
 }
 
-static fsc_status parse_root(const char *what, const cJSON *root, flr_record *r) {
+static fsc_status parse_root(const char *what, const cJSON *root, size_t len, flr_record *r) {
     if (!cJSON_IsObject(root)) return fsc_error(FSC_ERR_FORMAT, "%s: not a JSON object", what);
     int64_t v;
     FSC_TRY(get_int(what, root, "fsc_flight", 1, 1, &v));
@@ -128,10 +138,14 @@ static fsc_status parse_root(const char *what, const cJSON *root, flr_record *r)
     const cJSON *comms = field(root, "comms");
     if (!cJSON_IsArray(comms)) return fsc_error(FSC_ERR_FORMAT, "%s: \"comms\" is missing or not an array", what);
     int n = cJSON_GetArraySize(comms);
-    if (n > FLR_MAX_COMMS) return fsc_error(FSC_ERR_FORMAT, "%s: %d communicators, above %d", what, n, FLR_MAX_COMMS);
+    if (n > FLR_MAX_COMMS || (size_t)n > len / MIN_COMM + 1)
+        return fsc_error(FSC_ERR_FORMAT, "%s: %d communicators, more than %s", what, n,
+                         n > FLR_MAX_COMMS ? "a record holds" : "a file of its size holds");
+    size_t calls_left = len / MIN_CALL + 1;
     r->comms = calloc((size_t)n + 1, sizeof *r->comms);
     if (!r->comms) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for %d communicators", what, n);
-    for (const cJSON *x = comms->child; x; x = x->next) FSC_TRY(parse_comm(what, x, r->world, &r->comms[r->ncomms++]));
+    for (const cJSON *x = comms->child; x; x = x->next)
+        FSC_TRY(parse_comm(what, x, r->world, &calls_left, &r->comms[r->ncomms++]));
     return FSC_OK;
 }
 
@@ -158,7 +172,7 @@ fsc_status flr_parse(const char *text, size_t len, const char *what, flr_record 
     pthread_mutex_lock(&fsc_json_lock);
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     pthread_mutex_unlock(&fsc_json_lock);
-    fsc_status s = root ? parse_root(what, root, r) : fsc_error(FSC_ERR_FORMAT, "%s: not valid JSON (cut short or "
+    fsc_status s = root ? parse_root(what, root, len, r) : fsc_error(FSC_ERR_FORMAT, "%s: not valid JSON (cut short or "
                                                                "damaged)", what);
     cJSON_Delete(root);
     if (s != FSC_OK) {

@@ -5,8 +5,11 @@
  *                           pieces (file, element range, crc32)
  *   ckpt_tool verify CKPT   check the metadata, every file's structure and every checksum, and the
  *                           parameters against the recorded configuration when it is the GPT's
+ *   ckpt_tool flight DIR    read the ranks' flight records (DIR/flight-rank-N.json, fsc/flight.h) and say
+ *                           where they diverge: the rank, the collective, its number and group
  * CKPT is a checkpoint directory (DIR/step-NNNNNNNN) or a DIR, meaning its newest complete checkpoint.
- * Exit status: 0 fine, 1 a damaged or missing checkpoint (the message names the file and tensor), 2 usage. */
+ * Exit status: 0 fine, 1 a damaged or missing checkpoint (the message names the file and tensor) or no
+ * readable flight record, 2 usage. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +20,9 @@
 static const char *prog = "ckpt_tool";
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: %s list DIR | show CKPT | verify CKPT\n"
-               "Inspect and verify fsc training checkpoints. CKPT: DIR/step-NNNNNNNN, or DIR for its newest.\n",
+    fprintf(f, "usage: %s list DIR | show CKPT | verify CKPT | flight DIR\n"
+               "Inspect and verify fsc training checkpoints. CKPT: DIR/step-NNNNNNNN, or DIR for its newest.\n"
+               "flight DIR: where the ranks of a failed or hung run diverge, from their flight records.\n",
             prog);
 }
 
@@ -134,6 +138,17 @@ static fsc_status verify_model(const char *path, const fsc_ckpt_meta *m) {
     return s == FSC_OK ? s : fsc_error_prefix(s, "%s/metadata.json", path);
 }
 
+/* The diagnosis of DIR's flight records. */
+static int cmd_flight(const char *dir) {
+    static char report[1 << 16];
+    if (fsc_flight_diagnose_dir(dir, report, sizeof report) != FSC_OK) {
+        fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
+        return 1;
+    }
+    fputs(report, stdout);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 0 && argv[0] && argv[0][0]) {
         const char *slash = strrchr(argv[0], '/');
@@ -149,6 +164,7 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "list")) return cmd_list(argv[2]);
+    if (!strcmp(cmd, "flight")) return cmd_flight(argv[2]);
     if (strcmp(cmd, "show") != 0 && strcmp(cmd, "verify") != 0) {
         fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
         usage(stderr);

@@ -26,6 +26,7 @@
 #include "fsc/fsc.h"
 #include "fsc/llama.h"
 #include "tied_head.h"
+#include "train_flight.h"
 #include "train_log.h"
 #include "train_same.h"
 
@@ -80,6 +81,7 @@ typedef struct {
     char strs[16384];   /* the text of --config's string values (the options point into it) */
     size_t nstrs;
     int trace_events;
+    const char *flight; /* --flight-recorder DIR (train_flight.h) */
     float peak_tflops;  /* per rank, for MFU; 0: measured */
     float sim_bandwidth, sim_latency; /* simulated ranks: the network (GB/s, us; 0: no cost) */
     int prefetch;       /* overlap communication with computation (docs/overlap.md) */
@@ -147,6 +149,7 @@ static const option options[] = {
     {"log", "FILE", NULL, "write one JSON object per line to FILE (.jsonl): the config, then every step and validation, flushed as they come", K_STR, F(log), 0, 0, NULL},
     {"trace", "DIR", NULL, "write a Chrome/Perfetto trace per rank, DIR/rank-N.json (open in ui.perfetto.dev)", K_STR, F(trace), 0, 0, NULL},
     {"trace-events", "N", "262144", "events each rank's trace keeps at most (about 120 bytes each); later ones are counted, not kept", K_INT, F(trace_events), 1, 1 << 26, NULL},
+    {"flight-recorder", "DIR", NULL, "on a failed collective or SIGUSR1, write each rank's last collectives to DIR/flight-rank-N.json (default: --ckpt-dir, else --trace); fsc-ckpt flight DIR names where the ranks diverge", K_STR, F(flight), 0, 0, NULL},
     {"peak-tflops", "X", "0", "peak TFLOP/s of one rank's device for MFU (0: measure its fp32 gemm at start)", K_FLOAT, F(peak_tflops), 0, 1e9, NULL},
     {"world", "N", "1", "simulated ranks (threads); under a launcher (mpirun, srun, torchrun) one rank per process: omit it or give the launcher's number", K_INT, F(world), 1, 1024, NULL},
     {"reduce", "MODE", "ordered", "processes started by a launcher: ordered (sums in rank order, the simulated ranks' bits)|native (MPI's or NCCL's own all-reduce, faster, bits may differ)", K_CHOICE, F(reduce), 0, 0, "ordered|native"},
@@ -1561,7 +1564,8 @@ int main(int argc, char **argv) {
     }
     run_state st = {.cfg = &c, .procs = procs, .trace_origin = fsc_trace_now_us()};
     if (c.resume && me == 0) check_resume_config(&asked, c.resume); /* before config.json is rewritten */
-    if (open_outputs(&c, &asked, me, &st.log, err, sizeof err) != 0) {
+    const char *fdir = flight_dir(c.flight, c.ckpt_dir, c.trace);
+    if (open_outputs(&c, &asked, me, &st.log, err, sizeof err) != 0 || flight_start(fdir, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }
@@ -1635,7 +1639,8 @@ int main(int argc, char **argv) {
             return 1;
         }
         proc_job job = {.st = &st, .ddp = c.check_ddp ? &sd : NULL};
-        s = fsc_cluster_run_from_env_opts(&co, proc_fn, &job);
+        flight_job fj = {proc_fn, &job, fdir};
+        s = fsc_cluster_run_from_env_opts(&co, flight_fn, &fj);
         if (s == FSC_OK && st.pstats && !c.check_ddp) print_pipeline(&st);
         if (s == FSC_OK && c.check_ddp) {
             chk.done = 1;
@@ -1645,7 +1650,7 @@ int main(int argc, char **argv) {
             print_comparison(&sd, &st, &chk);
         }
     } else {
-        s = fsc_cluster_run(&co, train_fn, &st);
+        s = fsc_cluster_run(&co, flight_fn, &(flight_job){train_fn, &st, fdir});
     }
     if (!procs && s == FSC_OK && st.pstats) print_pipeline(&st);
     if (!procs && s == FSC_OK && c.check_ddp) {
@@ -1665,7 +1670,7 @@ int main(int argc, char **argv) {
         }
         printf("--check-ddp: the same training with DDP\n");
         fflush(stdout);
-        s = fsc_cluster_run(&co, train_fn, &sd);
+        s = fsc_cluster_run(&co, flight_fn, &(flight_job){train_fn, &sd, fdir});
         if (s == FSC_OK) {
             chk.done = 1;
             chk.ddp = &sd;
@@ -1681,6 +1686,7 @@ int main(int argc, char **argv) {
         print_json(&st, &chk);
     }
     if (chk.done && !(chk.losses_same && chk.params_same) && me == 0) rc = 3;
+    flight_stop();
     if (sd.cfg == &cd) results_free(&sd);
     results_free(&st);
     fsc_data_free(data);

@@ -211,6 +211,18 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The flight records the ranks that timed out left beside the checkpoints (fsc/flight.h): the verdict names rank 1
+ * (stopped: it left no record, or, stopped inside the collective, one written when mpirun's SIGCONT woke it to
+ * find the others gone) and ranks 0 and 2 waiting in a collective (its number and group) for it. */
+static void check_flight(const char *ck, const char *out) {
+    char report[8192];
+    if (fsc_flight_diagnose_dir(ck, report, sizeof report) != FSC_OK) fail_msg("%s\n%s", fsc_last_error(), out);
+    print_message("%s", report);
+    if (!strstr(report, "verdict: rank 1 ") || !strstr(report, "; ranks 0,2 wait in ") || !strstr(report, " of group "))
+        fail_msg("the flight records do not name rank 1:\n%s", report);
+    if (!strstr(out, "collective #")) fail_msg("the timeout does not name the collective's number:\n%s", out);
+}
+
 /* Start a long 3-process job, hit rank 1 with sig once rank 0 has trained a step, and check that the whole
  * job ends within limit_s with a failure naming rank 1. */
 static void fault(int sig, double timeout_s, double limit_s, const char *expect) {
@@ -258,6 +270,7 @@ static void fault(int sig, double timeout_s, double limit_s, const char *expect)
     if (nl) fail_msg("%d process(es) of the job survived it\n%s", nl, text);
     assert_false(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!strstr(text, expect)) fail_msg("the output does not say \"%s\":\n%s", expect, text);
+    if (sig == SIGSTOP) check_flight(ck, text);
     print_message("signal %d to rank 1: the job ended %.1f s later\n", sig, took);
     /* the checkpoints written before the fault stay loadable: the newest resumes on 3 simulated ranks */
     char latest[4096];

@@ -199,6 +199,59 @@ static void null_fsc_settings_free(void) {
     CALL(fsc_settings_free(NULL));
 }
 
+static void null_fsc_flight_create(void) {
+    fsc_flight *f = NULL;
+    INVALID(fsc_flight_create(NULL, &f), "opts");
+    fsc_flight_opts o = fsc_flight_opts_default();
+    INVALID(fsc_flight_create(&o, NULL), "out");
+}
+
+static void null_fsc_flight_free(void) {
+    CALL(fsc_flight_free(NULL));
+}
+
+static void null_fsc_comm_set_flight(void) {
+    CALL(fsc_comm_set_flight(NULL, NULL)); /* f may be NULL: stop recording */
+}
+
+static void null_fsc_flight_failed(void) {
+    RET0(fsc_flight_failed(NULL));
+}
+
+static void null_fsc_flight_write(void) {
+    INVALID(fsc_flight_write(NULL, "x", NULL), "recorder"); /* msg may be NULL */
+}
+
+static void null_fsc_flight_watch_start(void) {
+    INVALID(fsc_flight_watch_start(NULL), "out");
+}
+
+static void null_fsc_flight_watch_add(void) {
+    INVALID(fsc_flight_watch_add(NULL, P), "watcher");
+}
+
+static void null_fsc_flight_watch_remove(void) {
+    CALL(fsc_flight_watch_remove(NULL, NULL));
+}
+
+static void null_fsc_flight_watch_signal(void) {
+    CALL(fsc_flight_watch_signal(NULL));
+}
+
+static void null_fsc_flight_watch_written(void) {
+    RET0(fsc_flight_watch_written(NULL));
+}
+
+static void null_fsc_flight_watch_stop(void) {
+    CALL(fsc_flight_watch_stop(NULL));
+}
+
+static void null_fsc_flight_diagnose_dir(void) {
+    char rep[64];
+    INVALID(fsc_flight_diagnose_dir(NULL, rep, sizeof rep), "dir");
+    INVALID(fsc_flight_diagnose_dir(".", NULL, 1), "report");
+}
+
 static void null_fsc_ckpt_verify(void) {
     /* may be NULL: out */
     INVALID(fsc_ckpt_verify(NULL, P), "path");
@@ -2119,6 +2172,18 @@ static const struct row rows[] = {
     NONE(fsc_ckpt_format_name),
     ROW(fsc_ckpt_full_state),
     ROW(fsc_ckpt_latest),
+    ROW(fsc_flight_create),
+    ROW(fsc_flight_free),
+    ROW(fsc_comm_set_flight),
+    ROW(fsc_flight_failed),
+    ROW(fsc_flight_write),
+    ROW(fsc_flight_watch_start),
+    ROW(fsc_flight_watch_add),
+    ROW(fsc_flight_watch_remove),
+    ROW(fsc_flight_watch_signal),
+    ROW(fsc_flight_watch_written),
+    ROW(fsc_flight_watch_stop),
+    ROW(fsc_flight_diagnose_dir),
     ROW(fsc_settings_create),
     ROW(fsc_settings_add),
     ROW(fsc_settings_count),
@@ -2135,6 +2200,7 @@ static const struct row rows[] = {
     ROW(fsc_ckpt_resume),
     ROW(fsc_ckpt_save),
     NONE(fsc_ckpt_save_opts_default),
+    NONE(fsc_flight_opts_default),
     ROW(fsc_ckpt_try_resume),
     ROW(fsc_ckpt_verify),
     ROW(fsc_ckpt_write_file),

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/comm_impl.h"
+#include "core/flight_impl.h"
 #include "fsc/device.h"
 
 static const char *const op_names[FSC_OP_COUNT] = {
@@ -32,6 +33,7 @@ void fsc_comm_set_name(fsc_comm *c, const char *name) {
     if (n >= sizeof(c->name)) n = sizeof(c->name) - 1;
     if (n) memcpy(c->name, name, n);
     c->name[n] = '\0';
+    flight_ring_rename(c->flight, c->name);
 }
 
 void fsc_comm_set_trace(fsc_comm *c, fsc_trace *t) {
@@ -77,6 +79,7 @@ fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size,
     c->ctx = ctx;
     c->rank = rank;
     c->size = size;
+    c->gid = FLIGHT_WORLD_GID;
     fsc_comm_set_name(c, name ? name : "comm");
     *out = c;
     return FSC_OK;
@@ -84,6 +87,7 @@ fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size,
 
 void fsc_comm_free(fsc_comm *c) {
     if (!c) return;
+    flight_ring_detach(c->flight);
     if (c->ops && c->ops->destroy) c->ops->destroy(c->ctx);
     free(c);
 }
@@ -149,9 +153,9 @@ static fsc_status check_rank(const fsc_comm *c, fsc_comm_op op, const char *name
 /* When a call started, for its trace span (0 without a recorder: no clock read). */
 static double started(const fsc_comm *c) { return c->trace ? fsc_trace_now_us() : 0; }
 
-/* Count a call that started at t0 and returned s (and record it in the trace); prefix an implementation's error
- * with the comm's name and rank. */
-static fsc_status account(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes) {
+/* Count call number seq that started at t0 and returned s (and record it in the trace); prefix an
+ * implementation's error with the call's number and the comm's name and rank. */
+static fsc_status account(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes, uint64_t seq) {
     if (c->trace)
         fsc_trace_span(c->trace, op == FSC_OP_BARRIER ? "wait" : "comm", fsc_comm_op_name(op), t0,
                        c->size > 1 ? bytes : 0, c->name);
@@ -160,7 +164,8 @@ static fsc_status account(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, 
         c->stats.bytes[op] += c->size > 1 ? bytes : 0;
         return FSC_OK;
     }
-    return fsc_error_prefix(s, "%s on comm '%s' (rank %d of %d)", fsc_comm_op_name(op), c->name, c->rank, c->size);
+    return fsc_error_prefix(s, "collective #%llu: %s on comm '%s' (rank %d of %d)", (unsigned long long)seq,
+                            fsc_comm_op_name(op), c->name, c->rank, c->size);
 }
 
 /* (N-1)/N x bytes, as a double */
@@ -175,7 +180,11 @@ static fsc_status run_checked(fsc_comm *c, const fsc_comm_call *k) {
     double bytes = 0;
     FSC_TRY(fsc_comm_check_call(c, k, &bytes));
     const double t0 = started(c);
-    return account(c, k->op, t0, fsc_comm_run_call(c, k), bytes);
+    const uint64_t seq = ++c->seq;
+    const size_t slot = flight_begin(c->flight, seq, k->op, k->count, k->dt, k->peer, 1);
+    fsc_status s = fsc_comm_run_call(c, k);
+    flight_end(c->flight, slot, seq, s);
+    return account(c, k->op, t0, s, bytes, seq);
 }
 
 fsc_status fsc_comm_all_reduce(fsc_comm *c, const void *send, void *recv, size_t count, fsc_dtype dt,
@@ -219,7 +228,11 @@ fsc_status fsc_comm_all_to_all(fsc_comm *c, const void *send, void *recv, size_t
 fsc_status fsc_comm_barrier(fsc_comm *c) {
     if (!c) return fsc_error(FSC_ERR_INVALID, "barrier: comm is NULL");
     const double t0 = started(c);
-    return account(c, FSC_OP_BARRIER, t0, c->ops->barrier(c->ctx), 0.0);
+    const uint64_t seq = ++c->seq;
+    const size_t slot = flight_begin(c->flight, seq, FSC_OP_BARRIER, 0, FSC_U8, -1, 1);
+    fsc_status s = c->ops->barrier(c->ctx);
+    flight_end(c->flight, slot, seq, s);
+    return account(c, FSC_OP_BARRIER, t0, s, 0.0, seq);
 }
 
 fsc_status fsc_comm_split(fsc_comm *c, int color, int key, fsc_comm **out) {
@@ -229,12 +242,19 @@ fsc_status fsc_comm_split(fsc_comm *c, int color, int key, fsc_comm **out) {
     if (color < 0) return fsc_error(FSC_ERR_INVALID, "split: color %d is negative; colors are >= 0", color);
     void *ctx = NULL;
     int rank = 0, size = 0;
+    const uint64_t seq = ++c->seq;
+    const size_t slot = flight_begin(c->flight, seq, FLIGHT_OP_SPLIT, 0, FSC_U8, color, 1);
     fsc_status s = c->ops->split(c->ctx, color, key, &ctx, &rank, &size);
-    if (s != FSC_OK) return fsc_error_prefix(s, "split of comm '%s' (rank %d of %d)", c->name, c->rank, c->size);
+    flight_end(c->flight, slot, seq, s);
+    if (s != FSC_OK)
+        return fsc_error_prefix(s, "collective #%llu: split of comm '%s' (rank %d of %d)", (unsigned long long)seq,
+                                c->name, c->rank, c->size);
     char name[sizeof(c->name) + 16];
     snprintf(name, sizeof(name), "%s/%d", c->name, color);
     FSC_TRY(fsc_comm_wrap(c->ops, ctx, rank, size, name, out));
     (*out)->trace = c->trace;
+    (*out)->gid = flight_child_gid(c->gid, ++c->splits, color);
+    fsc_comm_set_flight(*out, flight_ring_owner(c->flight));
     return FSC_OK;
 }
 
@@ -345,8 +365,8 @@ fsc_status fsc_comm_check_call(const fsc_comm *c, const fsc_comm_call *k, double
     }
 }
 
-fsc_status fsc_comm_account_call(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes) {
-    return account(c, op, t0, s, bytes);
+fsc_status fsc_comm_account_call(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes, uint64_t seq) {
+    return account(c, op, t0, s, bytes, seq);
 }
 
 fsc_status fsc_comm_run_call(fsc_comm *c, const fsc_comm_call *k) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/comm_impl.h"
+#include "core/flight_impl.h"
 #include "fsc/trace.h"
 
 enum { REQ_MSG = 400 };
@@ -19,6 +20,8 @@ struct fsc_comm_req {
     fsc_comm *c;
     fsc_comm_op op;
     double bytes;
+    uint64_t seq;         /* the call's number on c */
+    size_t slot;          /* its entry in c's flight ring */
     void *impl;           /* the implementation's request while in flight; NULL: ran at start */
     req_state state;
     fsc_status status;    /* of a call that ran at start */
@@ -34,17 +37,21 @@ static fsc_status start(fsc_comm *c, const fsc_comm_call *k, fsc_comm_req **out)
     const double t0 = c->trace ? fsc_trace_now_us() : 0;
     fsc_comm_req *r = calloc(1, sizeof *r);
     if (!r) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for a request", what);
-    *r = (fsc_comm_req){.c = c, .op = k->op, .bytes = bytes};
+    *r = (fsc_comm_req){.c = c, .op = k->op, .bytes = bytes, .seq = ++c->seq};
+    r->slot = flight_begin(c->flight, r->seq, k->op, k->count, k->dt, k->peer, 0);
     if (c->ops->start && c->ops->wait) {
         fsc_status s = c->ops->start(c->ctx, k, &r->impl);
         if (s != FSC_OK) {
+            flight_end(c->flight, r->slot, r->seq, s);
+            const uint64_t seq = r->seq;
             free(r);
-            return fsc_comm_account_call(c, k->op, t0, s, 0);
+            return fsc_comm_account_call(c, k->op, t0, s, 0, seq);
         }
     } else {
         r->status = fsc_comm_run_call(c, k);
         if (r->status != FSC_OK) snprintf(r->msg, sizeof r->msg, "%s", fsc_last_error());
         r->state = REQ_DONE;
+        flight_end(c->flight, r->slot, r->seq, r->status);
     }
     *out = r;
     return FSC_OK;
@@ -93,7 +100,9 @@ fsc_status fsc_comm_iall_to_all(fsc_comm *c, const void *send, void *recv, size_
 /* Complete r (blocking); sets its state to REQ_DONE with status and message kept. */
 static void complete(fsc_comm_req *r) {
     if (r->state != REQ_IN_FLIGHT) return;
+    flight_wait(r->c->flight, r->slot, r->seq);
     r->status = r->c->ops->wait(r->c->ctx, r->impl);
+    flight_end(r->c->flight, r->slot, r->seq, r->status);
     r->impl = NULL;
     if (r->status != FSC_OK) snprintf(r->msg, sizeof r->msg, "%s", fsc_last_error());
     r->state = REQ_DONE;
@@ -109,7 +118,7 @@ fsc_status fsc_comm_wait(fsc_comm_req *r) {
     r->state = REQ_WAITED;
     fsc_status s = r->status;
     if (s != FSC_OK) fsc_error(s, "%s", r->msg);
-    return fsc_comm_account_call(r->c, r->op, t0, s, r->bytes);
+    return fsc_comm_account_call(r->c, r->op, t0, s, r->bytes, r->seq);
 }
 
 fsc_status fsc_comm_test(fsc_comm_req *r, int *done) {

@@ -11,6 +11,10 @@ struct fsc_comm {
     char name[32];
     fsc_comm_stats stats;
     fsc_trace *trace;         /* trace.h: NULL records nothing */
+    uint64_t seq;             /* calls made to the implementation (split included): the last one's number */
+    uint64_t gid;             /* the group's id, alike on its ranks (flight_impl.h) */
+    unsigned splits;          /* splits of this communicator so far */
+    struct flight_ring *flight; /* flight.h: this communicator's ring, NULL records nothing */
 };
 
 /* Wrap an implementation in an fsc_comm (takes ownership of ctx). */
@@ -18,11 +22,11 @@ fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size,
                          fsc_comm **out);
 
 /* comm.c, shared by the synchronous calls and comm_async.c: the checks of the call k stands for (*bytes:
- * what it counts), k run through the table's synchronous entry, and the accounting of a completed call
- * (counts it if s is FSC_OK, else prefixes the message; with a trace, a span from t0, a fsc_trace_now_us()
- * value, to now). */
+ * what it counts), k run through the table's synchronous entry, and the accounting of completed call number
+ * seq (counts it if s is FSC_OK, else prefixes the message with its number; with a trace, a span from t0, a
+ * fsc_trace_now_us() value, to now). */
 fsc_status fsc_comm_check_call(const fsc_comm *c, const fsc_comm_call *k, double *bytes);
 fsc_status fsc_comm_run_call(fsc_comm *c, const fsc_comm_call *k);
-fsc_status fsc_comm_account_call(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes);
+fsc_status fsc_comm_account_call(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes, uint64_t seq);
 
 #endif

@@ -10,6 +10,7 @@
 #include "device.h"
 #include "comm.h"
 #include "settings.h"
+#include "flight.h"
 #include "cluster.h"
 #include "launch.h"
 #include "safetensors.h"

@@ -1,0 +1,122 @@
+/* Tests of the trainer's flight recorder (examples/train_flight.h, --flight-recorder) and of `ckpt_tool flight`.
+ * Oracles: SIGUSR1 to a running trainer of simulated ranks makes every rank write DIR/flight-rank-N.json while
+ * it keeps training (the records parse, with the world and the engine's data group, and the run goes on); the
+ * records' directory defaults to --ckpt-dir; a run that succeeds writes none; ckpt_tool flight reads them; a
+ * directory that cannot be made is refused with exit 2 naming the option. (The injected-fault diagnoses are
+ * test_flight's; a stopped MPI rank is test_mpi's.) */
+#include <limits.h>
+#include <signal.h>
+#include <time.h>
+#include "io/flight_read.h"
+#include "trainertest.h"
+
+static char trainer[PATH_MAX], tool[PATH_MAX];
+static char tmpdir[64];
+
+#define TINY "--layers 1 --dim 32 --heads 2 --seq 16 --batch 4"
+
+static void nap_ms(long ms) { nanosleep(&(struct timespec){0, ms * 1000000L}, NULL); }
+
+static int exists(const char *dir, int rank) {
+    char *p = prog_fmt("%s/flight-rank-%d.json", dir, rank);
+    int ok = access(p, R_OK) == 0;
+    free(p);
+    return ok;
+}
+
+/* The comm named name in dir's record of rank (NULL: none); the record in *rec (the caller frees). */
+static const flr_comm *comm_of(const char *dir, int rank, const char *name, flr_record **rec) {
+    char *p = prog_fmt("%s/flight-rank-%d.json", dir, rank), *text = prog_slurp(p);
+    assert_ok(flr_parse(text, strlen(text), p, rec));
+    free(text), free(p);
+    for (int i = 0; i < (*rec)->ncomms; i++)
+        if (!strcmp((*rec)->comms[i].name, name)) return &(*rec)->comms[i];
+    return NULL;
+}
+
+/* Oracle: SIGUSR1 to a training of 2 simulated ranks (FSDP) writes both ranks' records into --ckpt-dir (the
+ * default), each holding the world and FSDP's shard group (split from the data group) with calls, and the
+ * training goes on afterwards. */
+static void test_signal_writes_every_rank(void **state) {
+    (void)state;
+    char *ck = prog_fmt("%s/ck", tmpdir), *out = prog_fmt("%s/sig.out", tmpdir);
+    char *cmd = prog_fmt("exec '%s' " TINY " --world 2 --parallel fsdp --steps 1000000 --save-every 1000000 "
+                         "--ckpt-dir '%s' > '%s' 2>&1", trainer, ck, out);
+    pid_t job = fork();
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    assert_true(job > 0);
+    int started = 0;
+    for (int k = 0; k < 6000 && !started; k++) { /* bounded waits: a loaded machine may be slow */
+        char *text = prog_slurp(out);
+        started = strstr(text, "step    3/") != NULL;
+        free(text);
+        if (!started) nap_ms(10);
+    }
+    if (started) kill(job, SIGUSR1);
+    for (int k = 0; k < 6000 && started && !(exists(ck, 0) && exists(ck, 1)); k++) nap_ms(10);
+    char *text0 = prog_slurp(out);
+    size_t before = strlen(text0);
+    free(text0);
+    int going = 0;
+    for (int k = 0; k < 6000 && started && !going; k++) { /* it trains on after writing */
+        char *text = prog_slurp(out);
+        going = strlen(text) > before + 100;
+        free(text);
+        if (!going) nap_ms(10);
+    }
+    kill(job, SIGKILL);
+    waitpid(job, NULL, 0);
+    if (!started) fail_msg("the trainer did not start:\n%s", prog_slurp(out));
+    assert_true(exists(ck, 0) && exists(ck, 1));
+    assert_true(going);
+    for (int r = 0; r < 2; r++) {
+        flr_record *rec = NULL;
+        const flr_comm *w = comm_of(ck, r, "world", &rec), *d = NULL;
+        assert_non_null(w);
+        assert_string_equal(rec->reason, "signal");
+        assert_int_equal(rec->world, 2);
+        for (int i = 0; i < rec->ncomms; i++)
+            if (!strcmp(rec->comms[i].name, "shard") && rec->comms[i].ncalls) d = &rec->comms[i];
+        if (!d) fail_msg("rank %d's record has no shard group with calls", r);
+        assert_int_equal(d->size, 2);
+        flr_free(rec);
+    }
+    char *args = prog_fmt("flight '%s'", ck), *o = NULL;
+    assert_int_equal(prog_run(tool, args, tmpdir, &o, NULL), 0);
+    if (!strstr(o, "records of 2 of 2 ranks") || !strstr(o, "verdict: ")) fail_msg("ckpt_tool flight:\n%s", o);
+    free(o), free(args), free(cmd), free(out), free(ck);
+}
+
+/* Oracle: a run that succeeds leaves no record; a directory that cannot be made is refused (exit 2). */
+static void test_clean_run_and_refusal(void **state) {
+    (void)state;
+    char *fr = prog_fmt("%s/fr", tmpdir);
+    char *args = prog_fmt(TINY " --world 2 --parallel ddp --steps 2 --flight-recorder '%s'", fr);
+    char *o = NULL;
+    assert_int_equal(prog_run(trainer, args, tmpdir, &o, NULL), 0);
+    assert_false(exists(fr, 0) || exists(fr, 1));
+    free(o), free(args);
+    args = prog_fmt("flight '%s'", fr);
+    prog_refused(tool, args, tmpdir, 1, "holds no readable flight record");
+    free(args);
+    args = prog_fmt(TINY " --steps 1 --flight-recorder /dev/null/fr");
+    prog_refused(trainer, args, tmpdir, 2, "--flight-recorder /dev/null/fr: cannot create the directory");
+    free(args), free(fr);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prog_setup(argv[0], "test_trainer_flight", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir))
+        return 1;
+    snprintf(tool, sizeof tool, "%.*s/ckpt_tool", (int)(strrchr(trainer, '/') - trainer), trainer);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_signal_writes_every_rank),
+        cmocka_unit_test(test_clean_run_and_refusal),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    test_rmtree(tmpdir);
+    return rc;
+}

@@ -16,7 +16,8 @@
  *
  * A save writes into DIR/step-00000042.tmp-XXXXXX, fsyncs every file, and rank 0 renames the directory
  * once every rank is done, then fsyncs DIR: a crash at any point leaves the previous checkpoints intact and
- * at most a .tmp directory, which fsc_ckpt_resume ignores and removes. One run writes to a DIR at a time.
+ * at most a .tmp directory, which fsc_ckpt_resume ignores and removes. One run writes to a DIR at a time
+ * (fsc_ckpt_lock keeps a second one out).
  *
  * metadata.json carries its own checksum (metadata_crc32) and the id of the run that wrote it: a DIR
  * belongs to one run. An engine continues the run of the checkpoint it loaded; a fresh engine starts a
@@ -106,6 +107,18 @@ fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, ch
  * *removed (may be NULL) counts the removed checkpoints; report (cap bytes, may be NULL) says what was left
  * in place and why ("" when nothing). */
 fsc_status fsc_ckpt_prune(const char *dir, int64_t written, int keep, int *removed, char *report, size_t cap);
+/* One writer per directory: a lock on DIR/.lock, held until fsc_ckpt_unlock or the death of the process
+ * (the kernel releases it), so a second program writing checkpoints into DIR is refused before it writes.
+ * Collective: world rank 0 takes it (creating DIR, one level, and the file, which then names the holder: "pid P
+ * on host H since T"), and a rank in another process than rank 0's holds it too, so a run restarted after a
+ * kill is refused while any process of the old one still lives. Take it before anything is written into DIR
+ * (before fsc_ckpt_try_resume on DIR, which removes leftovers). FSC_ERR_STATE on every rank, naming the
+ * holder, when another holds it; FSC_ERR_UNSUPPORTED when the file system has no locks (flock). Saves do not
+ * take it themselves: a program that may run twice takes it first. */
+typedef struct fsc_ckpt_dir_lock fsc_ckpt_dir_lock;
+fsc_status fsc_ckpt_lock(fsc_engine *e, const char *dir, fsc_ckpt_dir_lock **out);
+/* Release the lock (not collective: each rank its own; NULL is ignored). DIR/.lock stays. */
+void fsc_ckpt_unlock(fsc_ckpt_dir_lock *l);
 /* Collective: optimizer state `which` (0: SGD momentum or AdamW m, 1: AdamW v) of every parameter in
  * tensor order, gathered into host (one float per element of the model's parameters) on rank 0 one bounded
  * chunk at a time; host may be NULL on other ranks. FSC_ERR_INVALID if the optimizer has no such state. */

@@ -768,6 +768,7 @@ static int load_data(const train_config *c, fsc_data **out, size_t *n, char *err
 /* What the ranks share: inputs (read-only) and results (each rank writes only its own slots). */
 typedef struct {
     const train_config *cfg;
+    const train_config *asked; /* the options as given: --ckpt-dir/config.json */
     const fsc_data *data;
     size_t ntok;
     const fsc_data *val;  /* --val-data, NULL without */
@@ -791,6 +792,34 @@ typedef struct {
     double tflops;          /* rank 0: one rank's peak for MFU (--peak-tflops or measured; 0: unknown) */
     double trace_origin;    /* --trace: the time every rank's timestamps count from (fsc_trace_now_us) */
 } run_state;
+
+/* --ckpt-dir: this run's alone while it lives (fsc_ckpt_lock, docs/checkpoints.md), taken before anything is
+ * written there; a file system without locks is said on stderr and the run goes on. Collective. */
+static fsc_status lock_ckpt_dir(fsc_rank *r, fsc_engine *e, const char *dir, fsc_ckpt_dir_lock **lock) {
+    fsc_status s = fsc_ckpt_lock(e, dir, lock);
+    if (s == FSC_ERR_UNSUPPORTED && r->rank == 0)
+        fprintf(stderr, "fsc-train: warning: --ckpt-dir %s: %s\n", dir, fsc_last_error());
+    return s == FSC_ERR_UNSUPPORTED ? FSC_OK : s == FSC_OK ? s : fsc_error_prefix(s, "--ckpt-dir");
+}
+
+static cJSON *config_object(const train_config *c);
+
+/* --ckpt-dir/config.json, the options as asked (loadable with --config; durable as checkpoints are): written by
+ * rank 0 once the run holds the directory and has resumed, so that a refused run leaves the record as it was.
+ * Collective. */
+static fsc_status write_run_config(fsc_rank *r, const run_state *st) {
+    fsc_status s = FSC_OK;
+    if (r->rank == 0) {
+        cJSON *o = config_object(st->asked);
+        char *text = o ? cJSON_Print(o) : NULL;
+        cJSON_Delete(o);
+        s = text ? fsc_ckpt_write_file(st->cfg->ckpt_dir, "config.json", text, strlen(text))
+                 : fsc_error(FSC_ERR_NOMEM, "out of memory");
+        free(text);
+        if (s != FSC_OK) fsc_error_prefix(s, "--ckpt-dir: config.json");
+    }
+    return fsc_comm_agree(r->comm, r->dev, s);
+}
 
 /* The result buffers of a run, zeroed: 0, or -1 when out of memory (results_free frees what was made). */
 static int results_alloc(run_state *st, int steps, int world) {
@@ -995,6 +1024,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     size_t n = (size_t)bl * (size_t)c->seq;
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
     fsc_status s = tok && tgt ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "train: out of host memory for the batch");
+    fsc_ckpt_dir_lock *lock = NULL;
+    if (s == FSC_OK && c->ckpt_dir) s = lock_ckpt_dir(r, e, c->ckpt_dir, &lock);
     if (s == FSC_OK && c->load) s = fsc_engine_load_weights(e, c->load);
     int start = 0; /* a resumed run continues at the checkpoint's step (the data order is a function of it) */
     if (s == FSC_OK && c->resume) {
@@ -1020,6 +1051,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
                                 "(give a larger --steps to continue)\n", (long long)at, c->steps);
         }
     }
+    if (s == FSC_OK && c->ckpt_dir) s = write_run_config(r, st);
     static const fsc_dtype save_dt[] = { FSC_F32, FSC_BF16, FSC_F16 }; /* --save-dtype */
     if (s == FSC_OK && c->init_save) s = fsc_engine_save_weights_dtype(e, c->init_save, save_dt[c->save_dtype]);
     fsc_engine_reset_comm_stats(e);
@@ -1109,6 +1141,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
                     "(raise --trace-events)\n", r->rank, fsc_trace_count(tr), fsc_trace_dropped(tr));
         if (s == FSC_OK) s = ts;
     }
+    fsc_ckpt_unlock(lock);
     fsc_engine_free(e);
     fsc_model_free(lm);
     fsc_comm_set_trace(r->comm, NULL);
@@ -1422,22 +1455,13 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
 }
 
 /* What the run writes besides checkpoints, on rank 0's process: --log (from the start, or appended to with
- * --resume) with the config as its first line; --ckpt-dir/config.json, the options as asked (loadable with
- * --config; durable as checkpoints are); --trace's directory (every process makes it). */
+ * --resume) with the config as its first line; --trace's directory (every process makes it). (--ckpt-dir's
+ * config.json: write_run_config.) */
 static int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
     *log = NULL;
     if (c->trace && mkdir(c->trace, 0777) != 0 && errno != EEXIST)
         return snprintf(err, cap, "--trace %s: cannot create the directory: %s", c->trace, strerror(errno)), -1;
     if (me != 0) return 0;
-    if (c->ckpt_dir) {
-        cJSON *o = config_object(asked);
-        char *text = o ? cJSON_Print(o) : NULL;
-        cJSON_Delete(o);
-        fsc_status s = text ? fsc_ckpt_write_file(c->ckpt_dir, "config.json", text, strlen(text))
-                            : fsc_error(FSC_ERR_NOMEM, "out of memory");
-        free(text);
-        if (s != FSC_OK) return snprintf(err, cap, "--ckpt-dir: config.json: %s", fsc_last_error()), -1;
-    }
     if (c->log) {
         if (!(*log = fopen(c->log, c->resume ? "a" : "w")))
             return snprintf(err, cap, "--log %s: cannot open: %s", c->log, strerror(errno)), -1;
@@ -1524,7 +1548,7 @@ int main(int argc, char **argv) {
                         "--parallel fsdp, zero1 or zero2, --pp 2 or more, or --ep 2 or more\n");
         return 2;
     }
-    run_state st = {.cfg = &c, .procs = procs, .trace_origin = fsc_trace_now_us()};
+    run_state st = {.cfg = &c, .asked = &asked, .procs = procs, .trace_origin = fsc_trace_now_us()};
     if (c.resume && me == 0) check_resume_config(&asked, c.resume); /* before config.json is rewritten */
     if (open_outputs(&c, &asked, me, &st.log, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);

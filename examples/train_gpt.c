@@ -75,8 +75,9 @@ typedef struct {
     int max_skipped_steps;
     int reduce;         /* processes: 0 ordered (the simulator's bits), 1 native (MPI's/NCCL's own sums) */
     const char *config, *log, *trace; /* --config FILE.json, --log FILE.jsonl, --trace DIR (train_log.h, trace.h) */
-    char strs[16384];   /* the text of --config's string values (the options point into it) */
-    size_t nstrs;
+    char *strs;         /* the text of --config's string values (the options point into it; malloc'd as large as
+                           the file, which holds them all; main frees it) */
+    size_t nstrs, strs_cap;
     int trace_events;
     float peak_tflops;  /* per rank, for MFU; 0: measured */
     float sim_bandwidth, sim_latency; /* simulated ranks: the network (GB/s, us; 0: no cost) */
@@ -422,8 +423,9 @@ static int apply_config_text(train_config *c, int *given, const char *text, size
         }
         if (o->kind == K_STR) { /* the option keeps a pointer: copy the text where it lives as long as c */
             size_t n = strlen(v) + 1;
-            if (n > sizeof c->strs - c->nstrs) {
-                rc = (snprintf(err, cap, "%s: its paths hold more than %zu bytes of text", name, sizeof c->strs), -1);
+            if (!c->strs && (c->strs = malloc(len + 1)) != NULL) c->strs_cap = len + 1, c->nstrs = 0;
+            if (n > c->strs_cap - c->nstrs) {
+                rc = (snprintf(err, cap, "%s: out of memory for its paths", name), -1);
                 break;
             }
             memcpy(c->strs + c->nstrs, v, n);
@@ -447,30 +449,43 @@ static int apply_config_text(train_config *c, int *given, const char *text, size
     return rc;
 }
 
-/* --config FILE: a regular file of at most 1 MiB holding one JSON object (apply_config_text). */
-static int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap) {
-    char name[300];
-    snprintf(name, sizeof name, "--config %.280s", path);
+#define CONFIG_MAX (1 << 20) /* bytes of a --config file, and of the config.json --resume compares */
+
+/* A regular file of at most CONFIG_MAX bytes (a FIFO or a device is refused without waiting on it) into *text
+ * (malloc'd, NUL-terminated) and *n. 0, or -1 with err saying why after `name`. */
+static int read_config_file(const char *path, const char *name, char **text, size_t *n, char *err, size_t cap) {
+    *text = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return snprintf(err, cap, "%s: cannot open: %s", name, strerror(errno)), -1;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (1 << 20)) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > CONFIG_MAX) {
         close(fd);
         return snprintf(err, cap, "%s: not a regular file of at most 1 MiB", name), -1;
     }
-    size_t n = (size_t)sb.st_size, got = 0;
-    char *text = malloc(n + 1);
-    while (text && got < n) {
-        ssize_t r = read(fd, text + got, n - got);
+    size_t got = 0;
+    *n = (size_t)sb.st_size;
+    *text = malloc(*n + 1);
+    while (*text && got < *n) {
+        ssize_t r = read(fd, *text + got, *n - got);
         if (r <= 0) break;
         got += (size_t)r;
     }
     close(fd);
-    if (!text || got != n) {
-        free(text);
+    if (!*text || got != *n) {
+        free(*text);
+        *text = NULL;
         return snprintf(err, cap, "%s: cannot read it", name), -1;
     }
-    text[n] = 0;
+    (*text)[*n] = 0;
+    return 0;
+}
+
+/* --config FILE: a regular file of at most 1 MiB holding one JSON object (apply_config_text). */
+static int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap) {
+    char name[300], *text;
+    size_t n;
+    snprintf(name, sizeof name, "--config %.280s", path);
+    if (read_config_file(path, name, &text, &n, err, cap) != 0) return -1;
     int rc = apply_config_text(c, given, text, n, name, err, cap);
     free(text);
     return rc;
@@ -1481,15 +1496,15 @@ static int open_outputs(const train_config *c, const train_config *asked, int me
 static int check_resume_config(const train_config *asked, const char *dir) {
     static const char *const keys[] = { "lr", "lr-schedule", "warmup", "min-lr", "steps", "optimizer", "momentum",
                                         "weight-decay", "decay-all", "clip", "batch", "seq", "data", "data-format" };
-    char path[4200];
+    char path[4200], why[512], *text = NULL;
+    size_t n = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    char text[65536];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    cJSON *was = cJSON_Parse(text), *now = config_object(asked);
+    if (access(path, F_OK) != 0) return 0;
+    if (read_config_file(path, path, &text, &n, why, sizeof why) != 0) {
+        fprintf(stderr, "fsc-train: warning: --resume %s: %s: options not compared\n", dir, why);
+        return 0;
+    }
+    cJSON *was = cJSON_ParseWithLength(text, n), *now = config_object(asked);
     int differ = 0;
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(was, "lr-schedule");
     const int decays = (cJSON_IsString(ws) && strcmp(ws->valuestring, "constant") != 0) ||
@@ -1513,14 +1528,16 @@ static int check_resume_config(const train_config *asked, const char *dir) {
     }
     if (!was && n > 0) fprintf(stderr, "fsc-train: warning: --resume %s: %s is not JSON: options not compared\n", dir, path);
     cJSON_Delete(was), cJSON_Delete(now);
+    free(text);
     return differ;
 }
 
-int main(int argc, char **argv) {
+static int train_main(int argc, char **argv, char **strs) {
     train_config c;
     int given[NOPT];
     char err[512];
     int rc = parse_args(argc, argv, &c, given, err, sizeof err);
+    *strs = c.strs; /* main frees it */
     if (rc == 1) {
         usage(stdout);
         return 0;
@@ -1678,5 +1695,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fsc-train: --log %s: cannot write: %s\n", c.log, strerror(errno));
         rc = 1;
     }
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    char *strs = NULL;
+    int rc = train_main(argc, argv, &strs);
+    free(strs);
     return rc;
 }

@@ -119,6 +119,32 @@ static void test_config_json_reproduces(void **state) {
     free(a1), free(a2), free(cj), free(d1), free(d2);
 }
 
+/* The run's config.json read back with --config when --data is a long list (1200 files, 18 KB of text and more:
+ * refused above 16 KB before): the same losses, and the data the same. */
+static void test_config_json_long_data(void **state) {
+    (void)state;
+    char *one = prog_fmt("%s/long.txt", tmpdir), *d1 = prog_fmt("%s/long1", tmpdir), *d2 = prog_fmt("%s/long2", tmpdir);
+    char text[400];
+    for (size_t i = 0; i < sizeof text - 1; i++) text[i] = (char)('a' + (i * 7 + i / 13) % 26);
+    text[sizeof text - 1] = 0;
+    write_text(one, text);
+    size_t n = 1200 * (strlen(one) + 1);
+    char *list = malloc(n + 1);
+    assert_non_null(list);
+    list[0] = 0;
+    for (int i = 0; i < 1200; i++) strcat(strcat(list, i ? "," : ""), one);
+    assert_true(strlen(list) > 16384);
+    char *a1 = prog_fmt(TINY " --steps 2 --data %s --save-every 2 --ckpt-dir %s", list, d1);
+    cJSON *j1 = prog_json(trainer, tmpdir, "", a1);
+    char *a2 = prog_fmt("--config %s/config.json --ckpt-dir %s", d1, d2);
+    cJSON *j2 = prog_json(trainer, tmpdir, "", a2);
+    char *l1 = cJSON_PrintUnformatted(get(j1, "losses")), *l2 = cJSON_PrintUnformatted(get(j2, "losses"));
+    assert_string_equal(l1, l2);
+    assert_string_equal(get(get(j2, "config"), "data")->valuestring, list);
+    cJSON_Delete(j1), cJSON_Delete(j2);
+    free(l1), free(l2), free(a1), free(a2), free(list), free(one), free(d1), free(d2);
+}
+
 /* --log: the config, then a record per step and per validation, equal to --json's; the progress line. */
 static void test_log(void **state) {
     (void)state;
@@ -334,6 +360,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_config_json_reproduces),
+        cmocka_unit_test(test_config_json_long_data),
         cmocka_unit_test(test_log),
         cmocka_unit_test(test_log_host_peak),
         cmocka_unit_test(test_log_resume_and_check_ddp),

@@ -139,7 +139,7 @@ static const option options[] = {
     {"ckpt-dir", "DIR", NULL, "where --save-every writes checkpoints: DIR/step-NNNNNNNN, atomically", K_STR, F(ckpt_dir), 0, 0, NULL},
     {"ckpt-format", "F", "sharded", "checkpoint format: sharded (a file per rank)|full (single-rank weights layout)", K_CHOICE, F(ckpt_format), 0, 0, "sharded|full"},
     {"ckpt-overwrite", NULL, NULL, "start over in a --ckpt-dir holding another run's checkpoints: they are removed at the first save (without it: refused)", K_FLAG, F(ckpt_overwrite), 0, 0, NULL},
-    {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR that loads (any --world and --parallel) up to --steps; a damaged one is skipped, with a message; none there (or no DIR): start a new run", K_STR, F(resume), 0, 0, NULL},
+    {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR that loads (any --world and --parallel) up to --steps; a damaged one is skipped, with a message; none there (or no DIR): start a new run; DIR/step-NNNNNNNN: from that checkpoint", K_STR, F(resume), 0, 0, NULL},
     {"keep-last", "K", "0", "after each checkpoint is written, remove the older ones of --ckpt-dir beyond the newest K (0: keep all)", K_INT, F(keep_last), 0, 1e9, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
     {"config", "FILE", NULL, "options from a JSON object {\"option\": value, ...} (names as here; the command line wins)", K_STR, F(config), 0, 0, NULL},

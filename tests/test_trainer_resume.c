@@ -152,6 +152,25 @@ static void test_resume_options_differ(void **state) {
     free(out), free(args), free(ck), free(ck2);
 }
 
+/* --resume DIR/step-00000002 (DIR holding steps 2 and 4) resumes from that step, says so, and the later losses
+ * are the uninterrupted run's; before, it started a new run at step 0 and exited 0. */
+static void test_resume_one_step(void **state) {
+    (void)state;
+    double ref[4], l[4];
+    train("--steps 4", ref, 4, NULL);
+    char *ck = prog_fmt("%s/onestep", tmpdir), *out = NULL;
+    char *args = prog_fmt("--steps 4 --save-every 2 --ckpt-dir %s", ck);
+    train(args, l, 4, NULL);
+    free(args);
+    args = prog_fmt("--steps 4 --resume %s/step-00000002", ck);
+    train(args, l, 4, &out);
+    char *said = prog_fmt("resumed from %s/step-00000002 at step 2", ck);
+    if (!strstr(out, said)) fail_msg("\"%s\" not in\n%s", said, out);
+    assert_true(l[1] == -1.0);
+    assert_same_from(l, ref, 2, 4, "resumed from the step given");
+    free(said), free(out), free(args), free(ck);
+}
+
 /* A refused resume leaves the run's record alone: --ckpt-dir/config.json byte for byte as the run that wrote the
  * checkpoints left it, whether the refusal comes before training (a missing --val-data) or from the checkpoint
  * (another --dim, --optimizer or --model). Before, config.json was rewritten first, recording the refused options. */
@@ -206,6 +225,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_keep_last_needs_dir),
         cmocka_unit_test(test_resume_options_differ),
         cmocka_unit_test(test_refused_keeps_record),
+        cmocka_unit_test(test_resume_one_step),
         cmocka_unit_test(test_resume_config_fifo),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -96,7 +96,9 @@ fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step);
  * metadata, a missing, truncated or corrupted file), it is skipped for the next older one; skipped (scap
  * bytes, every rank, may be NULL) names each skipped checkpoint and why ("" when none). A checkpoint that is
  * sound but refused (another model or optimizer) is that error. Every checkpoint damaged: FSC_ERR_FORMAT
- * naming them (e's state undefined). loaded (lcap bytes, may be NULL) receives the loaded path. */
+ * naming them (e's state undefined). loaded (lcap bytes, may be NULL) receives the loaded path. dir may also be
+ * one checkpoint (it holds metadata.json: DIR/step-NNNNNNNN): that one is loaded, without falling back; a
+ * directory named like a checkpoint (step-NNNNNNNN, step-N.tmp-*) that is not complete is FSC_ERR_IO. */
 fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, char *loaded, size_t lcap,
                                char *skipped, size_t scap);
 /* Retention (not collective: one process, after a save returned FSC_OK on every rank): remove dir's complete

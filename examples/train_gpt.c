@@ -1469,14 +1469,38 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
     return 0;
 }
 
-/* What the run writes besides checkpoints, on rank 0's process: --log (from the start, or appended to with
- * --resume) with the config as its first line; --trace's directory (every process makes it). (--ckpt-dir's
+/* --save or --init-save (opt), before training: the weights file can be written (path names a file, not a
+ * directory, and the writer creates its temporary beside it: made and removed here), so that the weights are not
+ * lost after the run; the temporaries a killed write of path left are removed first (fsc_st_remove_leftovers:
+ * only those names, of processes that are gone). */
+static int check_weights_path(const char *opt, const char *path, char *err, size_t cap) {
+    struct stat sb;
+    const char *slash = strrchr(path, '/');
+    if (!*path || (slash && !slash[1])) return snprintf(err, cap, "--%s '%s': not a file name", opt, path), -1;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return snprintf(err, cap, "--%s %s: is a directory: give a file name (%s/model.safetensors)", opt, path, path), -1;
+    int removed = 0;
+    if (fsc_st_remove_leftovers(path, &removed) == FSC_OK && removed)
+        fprintf(stderr, "fsc-train: --%s %s: removed %d temporary file%s of an interrupted write (%s.tmp.*)\n", opt,
+                path, removed, removed == 1 ? "" : "s", path);
+    fsc_st_writer *w = NULL;
+    if (fsc_st_writer_open(path, &w) != FSC_OK)
+        return snprintf(err, cap, "--%s %s (checked before training, so that the weights are not lost after it)",
+                        opt, fsc_last_error()), -1;
+    fsc_st_writer_abort(w);
+    return 0;
+}
+
+/* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked
+ * (check_weights_path); --log (from the start, or appended to with --resume) with the config as its first line; --trace's directory (every process makes it). (--ckpt-dir's
  * config.json: write_run_config.) */
 static int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
     *log = NULL;
     if (c->trace && mkdir(c->trace, 0777) != 0 && errno != EEXIST)
         return snprintf(err, cap, "--trace %s: cannot create the directory: %s", c->trace, strerror(errno)), -1;
     if (me != 0) return 0;
+    if (c->save && check_weights_path("save", c->save, err, cap) != 0) return -1;
+    if (c->init_save && check_weights_path("init-save", c->init_save, err, cap) != 0) return -1;
     if (c->log) {
         if (!(*log = fopen(c->log, c->resume ? "a" : "w")))
             return snprintf(err, cap, "--log %s: cannot open: %s", c->log, strerror(errno)), -1;

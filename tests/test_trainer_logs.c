@@ -11,6 +11,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "trainertest.h"
 
 static char trainer[PATH_MAX];
@@ -143,6 +145,37 @@ static void test_config_json_long_data(void **state) {
     assert_string_equal(get(get(j2, "config"), "data")->valuestring, list);
     cJSON_Delete(j1), cJSON_Delete(j2);
     free(l1), free(l2), free(a1), free(a2), free(list), free(one), free(d1), free(d2);
+}
+
+/* --save and --init-save are checked before training, as --log is: a path in a missing directory or a directory
+ * is refused with exit 2 before any step (before, the run trained and then lost the weights); the temporary file
+ * a killed --save left (its writer's name, a process that is gone) is removed by the next run, which says so. */
+static void test_save_checked_first(void **state) {
+    (void)state;
+    const char *bad[][2] = {
+        { "--save /nonexistent/dir/w.st", "--save /nonexistent/dir/w.st: cannot create" },
+        { "--init-save /nonexistent/dir/w.st", "--init-save /nonexistent/dir/w.st: cannot create" },
+        { "--save /tmp", "--save /tmp: is a directory" },
+    };
+    for (int i = 0; i < 3; i++) {
+        char *out = NULL, *a = prog_fmt(TINY " --steps 2 %s", bad[i][0]);
+        int rc = prog_run(trainer, a, tmpdir, &out, NULL);
+        if (rc != 2 || !strstr(out, bad[i][1]) || strstr(out, "step    1/"))
+            fail_msg("%s: exit %d (expected 2 before training), output lacks \"%s\":\n%s", a, rc, bad[i][1], out);
+        free(out), free(a);
+    }
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    assert_int_equal(waitpid(gone, NULL, 0), gone);
+    char *w = prog_fmt("%s/w.st", tmpdir), *left = prog_fmt("%s.tmp.%ld.0", w, (long)gone), *out = NULL;
+    write_text(left, "part of a model");
+    char *a = prog_fmt(TINY " --steps 1 --save %s", w);
+    assert_int_equal(prog_run(trainer, a, tmpdir, &out, NULL), 0);
+    if (!strstr(out, "removed 1 temporary file of an interrupted write")) fail_msg("no word of the leftover:\n%s", out);
+    struct stat sb;
+    assert_int_equal(stat(left, &sb), -1);
+    assert_int_equal(stat(w, &sb), 0);
+    free(out), free(a), free(left), free(w);
 }
 
 /* --log: the config, then a record per step and per validation, equal to --json's; the progress line. */
@@ -361,6 +394,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_config_json_reproduces),
         cmocka_unit_test(test_config_json_long_data),
+        cmocka_unit_test(test_save_checked_first),
         cmocka_unit_test(test_log),
         cmocka_unit_test(test_log_host_peak),
         cmocka_unit_test(test_log_resume_and_check_ddp),

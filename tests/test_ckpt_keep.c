@@ -42,8 +42,8 @@ static void make_dir(const char *dir, const char *name) {
 
 /* Oracle: keeping K after writing step w removes exactly the complete checkpoints older than w beyond the
  * newest K - 1 of them; never step w, a newer one, an incomplete step directory, a leftover of an
- * interrupted save, or a directory holding a file a save does not write (reported); a step w that is not
- * complete removes nothing. */
+ * interrupted save, or a directory holding a file a save does not write (reported, and left whole: it still
+ * verifies); a step w that is not complete removes nothing. */
 static void test_prune(void **state) {
     (void)state;
     char *dir = make_run(5);
@@ -63,6 +63,9 @@ static void test_prune(void **state) {
     assert_non_null(strstr(rep, "step-00000001: left in place: it holds notes.txt"));
     assert_false(exists(dir, "step-00000002"));
     assert_true(exists(dir, "step-00000001/notes.txt") && exists(dir, "step-00000003") && exists(dir, "step-00000004"));
+    char one[700]; /* "left in place" is true: the checkpoint is whole (before, its files were removed) */
+    ct_step_path(one, sizeof one, dir, 1);
+    assert_ok(fsc_ckpt_verify(one, NULL));
     assert_true(exists(dir, "step-00000005") && exists(dir, "step-00000009")); /* newer than 4 */
     assert_ok(fsc_ckpt_prune(dir, 5, 1, &removed, rep, sizeof rep));
     assert_int_equal(removed, 2); /* 4 and 3 */

@@ -4,9 +4,10 @@
  * naming the holder's pid (this process, or a child process that holds it), and succeeds once the holder has
  * unlocked or been killed (the kernel releases it); a process holding only the shared lock (a rank of a killed
  * job still exiting) keeps a new run out too; a .lock that is a symbolic link, a FIFO or a directory is refused
- * (no hang) and nothing outside is touched. */
+ * (no hang) and nothing outside is touched; fsc_ckpt_clean leaves a live run's temporary directories alone. */
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include "ckpttest.h"
@@ -81,9 +82,11 @@ static void test_lock_twice(void **state) {
 static pid_t start_holder(const char *dir, int shared_only) {
     int ready[2];
     assert_int_equal(pipe(ready), 0);
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test does not leave it holding */
+        if (getppid() != parent) _exit(1);
         close(ready[0]);
         char p[700];
         snprintf(p, sizeof p, "%s/.lock", dir);
@@ -144,6 +147,27 @@ static void test_lock_lingering_rank(void **state) {
     ct_rmtree(dir);
 }
 
+/* fsc_ckpt_clean while another process holds the lock (a live run, whose .tmp- directories are its saves in
+ * progress) removes nothing and says why; once that run is gone, the leftover is removed. Before, a resume from
+ * a live run's directory removed the files of its save in progress. */
+static void test_clean_spares_live_run(void **state) {
+    (void)state;
+    char *dir = ct_tmpdir(), p[700], rep[512];
+    snprintf(p, sizeof p, "%s/step-00000003.tmp-abcdef", dir);
+    assert_int_equal(mkdir(p, 0777), 0);
+    pid_t holder = start_holder(dir, 0);
+    int left = -1;
+    assert_ok(fsc_ckpt_clean(dir, &left, rep, sizeof rep));
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    if (!strstr(rep, "is in use by another run")) fail_msg("report: %s", rep);
+    kill_holder(holder);
+    assert_ok(fsc_ckpt_clean(dir, &left, rep, sizeof rep));
+    assert_int_equal(left, 0);
+    assert_int_equal(stat(p, &st), -1);
+    ct_rmtree(dir);
+}
+
 /* .lock that is no regular file: refused on every rank, without waiting on a FIFO or following a link. */
 static void test_lock_not_a_file(void **state) {
     (void)state;
@@ -173,6 +197,7 @@ int main(void) {
         cmocka_unit_test(test_lock_other_process),
         cmocka_unit_test(test_lock_lingering_rank),
         cmocka_unit_test(test_lock_not_a_file),
+        cmocka_unit_test(test_clean_spares_live_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -313,6 +314,7 @@ static void test_remove_leftovers(void **state) {
     int ready[2];
     assert_int_equal(pipe(ready), 0);
     if ((alive = fork()) == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* gone with this test, whatever happens to it */
         close(ready[0]);
         for (;;) pause();
     }

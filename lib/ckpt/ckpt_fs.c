@@ -350,6 +350,12 @@ fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap) 
     if (left) *left = 0;
     if (report && cap) report[0] = 0;
     if (!dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_clean: dir is NULL");
+    char who[200];
+    if (ck_dir_in_use(dir, who, sizeof who)) { /* its .tmp- directories are saves in progress */
+        if (report && cap) snprintf(report, cap, "%s is in use by another run (%s): its temporary directories are "
+                                    "left alone", dir, who);
+        return FSC_OK;
+    }
     DIR *d = opendir(dir);
     if (!d) {
         if (errno == ENOENT) return FSC_OK;

@@ -13,6 +13,9 @@
  * locks gives FSC_ERR_UNSUPPORTED on every rank. The file stays when the run ends (removing it would let two
  * runs lock two different files of one name).
  *
+ * ck_dir_in_use tells fsc_ckpt_clean that another live run holds DIR, whose .tmp- directories are then saves in
+ * progress, not leftovers.
+ *
  * Not here: which run's checkpoints a DIR holds (run ids: ckpt_save.c), what a save writes. */
 #include <errno.h>
 #include <fcntl.h>
@@ -73,23 +76,45 @@ static fsc_status refused(int err, int fd, const char *dir, const char *path) {
                      "until that one has ended, or choose another directory", dir, LOCK_NAME, who);
 }
 
+/* "pid P on host H" of this process, as lock_first writes it. */
+static void my_name(char *buf, size_t cap) {
+    char host[128] = "?";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = 0;
+    snprintf(buf, cap, "pid %ld on host %s since ", (long)getpid(), host);
+}
+
 /* Rank 0: the exclusive lock, the holder's line, then the shared lock. */
 static fsc_status lock_first(const char *dir, const char *path, int world, int *fd) {
     FSC_TRY(open_lock(dir, path, fd));
     if (flock(*fd, LOCK_EX | LOCK_NB) != 0) return refused(errno, *fd, dir, path);
-    char host[128] = "?", when[64] = "?", line[400], eb[128];
-    gethostname(host, sizeof host);
-    host[sizeof host - 1] = 0;
+    char me[200], when[64] = "?", line[400], eb[128];
+    my_name(me, sizeof me);
     struct tm tm;
     time_t now = time(NULL);
     if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
-    int n = snprintf(line, sizeof line, "pid %ld on host %s since %s (%d rank%s)\n", (long)getpid(), host, when, world,
-                     world == 1 ? "" : "s");
+    int n = snprintf(line, sizeof line, "%s%s (%d rank%s)\n", me, when, world, world == 1 ? "" : "s");
     if (ftruncate(*fd, 0) != 0 || pwrite(*fd, line, (size_t)n, 0) != n)
         return fsc_error(FSC_ERR_IO, "%s: cannot write the lock file: %s", path, strerror_r(errno, eb, sizeof eb));
     /* not atomic: a run that takes the exclusive lock in between makes this one fail, never both go on */
     if (flock(*fd, LOCK_SH | LOCK_NB) != 0) return refused(errno, *fd, dir, path);
     return FSC_OK;
+}
+
+int ck_dir_in_use(const char *dir, char *who, size_t cap) {
+    char path[4096], me[200];
+    if (ck_join(path, sizeof path, dir, LOCK_NAME) != FSC_OK) return 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC); /* no file: no run ever locked dir */
+    struct stat st;
+    if (fd < 0) return 0;
+    int held = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (held) {
+        read_holder(fd, who, cap);
+        my_name(me, sizeof me);
+        held = strncmp(who, me, strlen(me)) != 0; /* this process's own lock: not another run */
+    }
+    close(fd); /* also drops the exclusive lock if it was taken: nobody held it */
+    return held;
 }
 
 fsc_status fsc_ckpt_lock(fsc_engine *e, const char *dir, fsc_ckpt_dir_lock **out) {

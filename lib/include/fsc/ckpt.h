@@ -80,8 +80,9 @@ fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *ste
 /* Remove the temporary directories (step-*.tmp-*) an interrupted save left in dir, never following a
  * symbolic link and removing only files of the names a save writes. A leftover that cannot be removed (a
  * link or a file, other files inside it, read-only media) is left in place: *left (may be NULL) counts
- * them and report (cap bytes, may be NULL) says which and why ("" when none). FSC_ERR_IO only when dir
- * cannot be listed. */
+ * them and report (cap bytes, may be NULL) says which and why ("" when none). While another process holds dir's
+ * lock (fsc_ckpt_lock: a live run writes there) nothing is removed, its temporary directories being saves in
+ * progress (report says so; *left is 0). FSC_ERR_IO only when dir cannot be listed. */
 fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap);
 /* Write dir/name (len bytes; dir is created if absent, one level) as checkpoints are written: a temporary,
  * fsync, rename, fsync of dir. For files that travel with the checkpoints (the trainer's config.json); name is

@@ -1491,9 +1491,9 @@ static int check_weights_path(const char *opt, const char *path, char *err, size
     return 0;
 }
 
-/* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked
- * (check_weights_path); --log (from the start, or appended to with --resume) with the config as its first line; --trace's directory (every process makes it). (--ckpt-dir's
- * config.json: write_run_config.) */
+/* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
+ * --log (from the start, or appended to with --resume) with the config as its first line; --trace's directory
+ * (every process makes it). (--ckpt-dir's config.json: write_run_config, once the run is accepted.) */
 static int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
     *log = NULL;
     if (c->trace && mkdir(c->trace, 0777) != 0 && errno != EEXIST)

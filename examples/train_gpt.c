@@ -1513,16 +1513,22 @@ static int open_outputs(const train_config *c, const train_config *asked, int me
     return 0;
 }
 
-/* --resume DIR: the options of DIR/config.json (the run that wrote the checkpoints) that decide the updates after
- * a checkpoint, against this run's. A difference is allowed (lowering the rate or extending a run is often meant)
- * but said, once per option, on stderr: the resumed run is then not the recorded run continued bit for bit
- * (docs/checkpoints.md). No config.json (checkpoints from elsewhere): nothing to compare. Returns the count. */
+/* --resume DIR: the options of DIR/config.json (the run that wrote the checkpoints; when DIR is one checkpoint, its
+ * directory's) that decide the updates after a checkpoint, against this run's. A difference is allowed (lowering the
+ * rate or extending a run is often meant) but said, once per option, on stderr: the resumed run is then not the
+ * recorded run continued bit for bit (docs/checkpoints.md). No config.json (checkpoints from elsewhere): nothing to
+ * compare. Returns the count. */
 static int check_resume_config(const train_config *asked, const char *dir) {
     static const char *const keys[] = { "lr", "lr-schedule", "warmup", "min-lr", "steps", "optimizer", "momentum",
                                         "weight-decay", "decay-all", "clip", "batch", "seq", "data", "data-format" };
     char path[4200], why[512], *text = NULL;
     size_t n = 0;
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    const int one = access(path, F_OK) == 0; /* one checkpoint: its directory's config.json */
+    const char *slash = strrchr(dir, '/');
+    if (!one) snprintf(path, sizeof path, "%s/config.json", dir);
+    else if (slash) snprintf(path, sizeof path, "%.*s/config.json", (int)(slash - dir), dir);
+    else snprintf(path, sizeof path, "config.json");
     if (access(path, F_OK) != 0) return 0;
     if (read_config_file(path, path, &text, &n, why, sizeof why) != 0) {
         fprintf(stderr, "fsc-train: warning: --resume %s: %s: options not compared\n", dir, why);

@@ -168,6 +168,12 @@ static void test_resume_one_step(void **state) {
     if (!strstr(out, said)) fail_msg("\"%s\" not in\n%s", said, out);
     assert_true(l[1] == -1.0);
     assert_same_from(l, ref, 2, 4, "resumed from the step given");
+    assert_null(strstr(out, "warning"));
+    free(out), free(args);
+    /* its options are compared with the directory's config.json */
+    args = prog_fmt("--steps 4 --lr 0.001 --resume %s/step-00000002", ck);
+    train(args, l, 4, &out);
+    if (!strstr(out, "--lr is 0.001, the run that wrote the checkpoints had 0.003")) fail_msg("no --lr warning:\n%s", out);
     free(said), free(out), free(args), free(ck);
 }
 

@@ -107,11 +107,13 @@ int ck_dir_in_use(const char *dir, char *who, size_t cap) {
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC); /* no file: no run ever locked dir */
     struct stat st;
     if (fd < 0) return 0;
-    int held = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-    if (held) {
+    int held = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
         read_holder(fd, who, cap);
         my_name(me, sizeof me);
-        held = strncmp(who, me, strlen(me)) != 0; /* this process's own lock: not another run */
+        /* named by this process: its own lock, not tried (where flock is emulated by per-process fcntl locks, as
+         * on NFS, trying and closing would release it) */
+        held = strncmp(who, me, strlen(me)) != 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
     }
     close(fd); /* also drops the exclusive lock if it was taken: nobody held it */
     return held;

@@ -78,8 +78,9 @@ typedef struct {
     int max_skipped_steps;
     int reduce;         /* processes: 0 ordered (the simulator's bits), 1 native (MPI's/NCCL's own sums) */
     const char *config, *log, *trace; /* --config FILE.json, --log FILE.jsonl, --trace DIR (train_log.h, trace.h) */
-    char strs[16384];   /* the text of --config's string values (the options point into it) */
-    size_t nstrs;
+    char *strs;         /* the text of --config's string values (the options point into it; malloc'd as large as
+                           the file, which holds them all; main frees it) */
+    size_t nstrs, strs_cap;
     int trace_events;
     const char *flight; /* --flight-recorder DIR (train_flight.h) */
     float peak_tflops;  /* per rank, for MFU; 0: measured */
@@ -142,7 +143,7 @@ static const option options[] = {
     {"ckpt-dir", "DIR", NULL, "where --save-every writes checkpoints: DIR/step-NNNNNNNN, atomically", K_STR, F(ckpt_dir), 0, 0, NULL},
     {"ckpt-format", "F", "sharded", "checkpoint format: sharded (a file per rank)|full (single-rank weights layout)", K_CHOICE, F(ckpt_format), 0, 0, "sharded|full"},
     {"ckpt-overwrite", NULL, NULL, "start over in a --ckpt-dir holding another run's checkpoints: they are removed at the first save (without it: refused)", K_FLAG, F(ckpt_overwrite), 0, 0, NULL},
-    {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR that loads (any --world and --parallel) up to --steps; a damaged one is skipped, with a message; none there (or no DIR): start a new run", K_STR, F(resume), 0, 0, NULL},
+    {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR that loads (any --world and --parallel) up to --steps; a damaged one is skipped, with a message; none there (or no DIR): start a new run; DIR/step-NNNNNNNN: from that checkpoint", K_STR, F(resume), 0, 0, NULL},
     {"keep-last", "K", "0", "after each checkpoint is written, remove the older ones of --ckpt-dir beyond the newest K (0: keep all)", K_INT, F(keep_last), 0, 1e9, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
     {"config", "FILE", NULL, "options from a JSON object {\"option\": value, ...} (names as here; the command line wins)", K_STR, F(config), 0, 0, NULL},
@@ -437,8 +438,9 @@ static int apply_config_text(train_config *c, int *given, const char *text, size
         }
         if (o->kind == K_STR) { /* the option keeps a pointer: copy the text where it lives as long as c */
             size_t n = strlen(v) + 1;
-            if (n > sizeof c->strs - c->nstrs) {
-                rc = (snprintf(err, cap, "%s: its paths hold more than %zu bytes of text", name, sizeof c->strs), -1);
+            if (!c->strs && (c->strs = malloc(len + 1)) != NULL) c->strs_cap = len + 1, c->nstrs = 0;
+            if (n > c->strs_cap - c->nstrs) {
+                rc = (snprintf(err, cap, "%s: out of memory for its paths", name), -1);
                 break;
             }
             memcpy(c->strs + c->nstrs, v, n);
@@ -462,30 +464,43 @@ static int apply_config_text(train_config *c, int *given, const char *text, size
     return rc;
 }
 
-/* --config FILE: a regular file of at most 1 MiB holding one JSON object (apply_config_text). */
-static int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap) {
-    char name[300];
-    snprintf(name, sizeof name, "--config %.280s", path);
+#define CONFIG_MAX (1 << 20) /* bytes of a --config file, and of the config.json --resume compares */
+
+/* A regular file of at most CONFIG_MAX bytes (a FIFO or a device is refused without waiting on it) into *text
+ * (malloc'd, NUL-terminated) and *n. 0, or -1 with err saying why after `name`. */
+static int read_config_file(const char *path, const char *name, char **text, size_t *n, char *err, size_t cap) {
+    *text = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return snprintf(err, cap, "%s: cannot open: %s", name, strerror(errno)), -1;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (1 << 20)) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > CONFIG_MAX) {
         close(fd);
         return snprintf(err, cap, "%s: not a regular file of at most 1 MiB", name), -1;
     }
-    size_t n = (size_t)sb.st_size, got = 0;
-    char *text = malloc(n + 1);
-    while (text && got < n) {
-        ssize_t r = read(fd, text + got, n - got);
+    size_t got = 0;
+    *n = (size_t)sb.st_size;
+    *text = malloc(*n + 1);
+    while (*text && got < *n) {
+        ssize_t r = read(fd, *text + got, *n - got);
         if (r <= 0) break;
         got += (size_t)r;
     }
     close(fd);
-    if (!text || got != n) {
-        free(text);
+    if (!*text || got != *n) {
+        free(*text);
+        *text = NULL;
         return snprintf(err, cap, "%s: cannot read it", name), -1;
     }
-    text[n] = 0;
+    (*text)[*n] = 0;
+    return 0;
+}
+
+/* --config FILE: a regular file of at most 1 MiB holding one JSON object (apply_config_text). */
+static int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap) {
+    char name[300], *text;
+    size_t n;
+    snprintf(name, sizeof name, "--config %.280s", path);
+    if (read_config_file(path, name, &text, &n, err, cap) != 0) return -1;
     int rc = apply_config_text(c, given, text, n, name, err, cap);
     free(text);
     return rc;
@@ -787,6 +802,7 @@ enum { RESULT_STEPS = 100000 };
 /* What the ranks share: inputs (read-only) and results (each rank writes only its own slots). */
 typedef struct {
     const train_config *cfg;
+    const train_config *asked; /* the options as given: --ckpt-dir/config.json */
     const fsc_data *data;
     size_t ntok;
     const fsc_data *val;  /* --val-data, NULL without */
@@ -815,6 +831,34 @@ typedef struct {
     double tflops;          /* rank 0: one rank's peak for MFU (--peak-tflops or measured; 0: unknown) */
     double trace_origin;    /* --trace: the time every rank's timestamps count from (fsc_trace_now_us) */
 } run_state;
+
+/* --ckpt-dir: this run's alone while it lives (fsc_ckpt_lock, docs/checkpoints.md), taken before anything is
+ * written there; a file system without locks is said on stderr and the run goes on. Collective. */
+static fsc_status lock_ckpt_dir(fsc_rank *r, fsc_engine *e, const char *dir, fsc_ckpt_dir_lock **lock) {
+    fsc_status s = fsc_ckpt_lock(e, dir, lock);
+    if (s == FSC_ERR_UNSUPPORTED && r->rank == 0)
+        fprintf(stderr, "fsc-train: warning: --ckpt-dir %s: %s\n", dir, fsc_last_error());
+    return s == FSC_ERR_UNSUPPORTED ? FSC_OK : s == FSC_OK ? s : fsc_error_prefix(s, "--ckpt-dir");
+}
+
+static cJSON *config_object(const train_config *c);
+
+/* --ckpt-dir/config.json, the options as asked (loadable with --config; durable as checkpoints are): written by
+ * rank 0 once the run holds the directory and has resumed, so that a refused run leaves the record as it was.
+ * Collective. */
+static fsc_status write_run_config(fsc_rank *r, const run_state *st) {
+    fsc_status s = FSC_OK;
+    if (r->rank == 0) {
+        cJSON *o = config_object(st->asked);
+        char *text = o ? cJSON_Print(o) : NULL;
+        cJSON_Delete(o);
+        s = text ? fsc_ckpt_write_file(st->cfg->ckpt_dir, "config.json", text, strlen(text))
+                 : fsc_error(FSC_ERR_NOMEM, "out of memory");
+        free(text);
+        if (s != FSC_OK) fsc_error_prefix(s, "--ckpt-dir: config.json");
+    }
+    return fsc_comm_agree(r->comm, r->dev, s);
+}
 
 /* The result buffers of a run, zeroed (losses and validation losses NAN): 0, or -1 when out of memory
  * (results_free frees what was made). The per-step ones hold the last RESULT_STEPS steps. */
@@ -1044,6 +1088,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     size_t n = (size_t)bl * (size_t)c->seq;
     int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
     fsc_status s = tok && tgt ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "train: out of host memory for the batch");
+    fsc_ckpt_dir_lock *lock = NULL;
+    if (s == FSC_OK && c->ckpt_dir) s = lock_ckpt_dir(r, e, c->ckpt_dir, &lock);
     if (s == FSC_OK && c->load) s = fsc_engine_load_weights(e, c->load);
     int start = 0; /* a resumed run continues at the checkpoint's step (the data order is a function of it) */
     if (s == FSC_OK && c->resume) {
@@ -1068,6 +1114,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
                                 "(give a larger --steps to continue)\n", (long long)at, c->steps);
         }
     }
+    if (s == FSC_OK && c->ckpt_dir) s = write_run_config(r, st);
     static const fsc_dtype save_dt[] = { FSC_F32, FSC_BF16, FSC_F16 }; /* --save-dtype */
     if (s == FSC_OK && c->init_save) s = fsc_engine_save_weights_dtype(e, c->init_save, save_dt[c->save_dtype]);
     fsc_engine_reset_comm_stats(e);
@@ -1149,6 +1196,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
                     "(raise --trace-events)\n", r->rank, fsc_trace_count(tr), fsc_trace_dropped(tr));
         if (s == FSC_OK) s = ts;
     }
+    fsc_ckpt_unlock(lock);
     fsc_engine_free(e);
     fsc_model_free(lm);
     fsc_comm_set_trace(r->comm, NULL);
@@ -1459,23 +1507,38 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
     return 0;
 }
 
-/* What the run writes besides checkpoints, on rank 0's process: --log (from the start, or appended to with
- * --resume) with the config as its first line; --ckpt-dir/config.json, the options as asked (loadable with
- * --config; durable as checkpoints are); --trace's directory (every process makes it). */
+/* --save or --init-save (opt), before training: the weights file can be written (path names a file, not a
+ * directory, and the writer creates its temporary beside it: made and removed here), so that the weights are not
+ * lost after the run; the temporaries a killed write of path left are removed first (fsc_st_remove_leftovers:
+ * only those names, of processes that are gone). */
+static int check_weights_path(const char *opt, const char *path, char *err, size_t cap) {
+    struct stat sb;
+    const char *slash = strrchr(path, '/');
+    if (!*path || (slash && !slash[1])) return snprintf(err, cap, "--%s '%s': not a file name", opt, path), -1;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return snprintf(err, cap, "--%s %s: is a directory: give a file name (%s/model.safetensors)", opt, path, path), -1;
+    int removed = 0;
+    if (fsc_st_remove_leftovers(path, &removed) == FSC_OK && removed)
+        fprintf(stderr, "fsc-train: --%s %s: removed %d temporary file%s of an interrupted write (%s.tmp.*)\n", opt,
+                path, removed, removed == 1 ? "" : "s", path);
+    fsc_st_writer *w = NULL;
+    if (fsc_st_writer_open(path, &w) != FSC_OK)
+        return snprintf(err, cap, "--%s %s (checked before training, so that the weights are not lost after it)",
+                        opt, fsc_last_error()), -1;
+    fsc_st_writer_abort(w);
+    return 0;
+}
+
+/* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
+ * --log (from the start, or appended to with --resume) with the config as its first line; --trace's directory
+ * (every process makes it). (--ckpt-dir's config.json: write_run_config, once the run is accepted.) */
 static int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
     *log = NULL;
     if (c->trace && mkdir(c->trace, 0777) != 0 && errno != EEXIST)
         return snprintf(err, cap, "--trace %s: cannot create the directory: %s", c->trace, strerror(errno)), -1;
     if (me != 0) return 0;
-    if (c->ckpt_dir) {
-        cJSON *o = config_object(asked);
-        char *text = o ? cJSON_Print(o) : NULL;
-        cJSON_Delete(o);
-        fsc_status s = text ? fsc_ckpt_write_file(c->ckpt_dir, "config.json", text, strlen(text))
-                            : fsc_error(FSC_ERR_NOMEM, "out of memory");
-        free(text);
-        if (s != FSC_OK) return snprintf(err, cap, "--ckpt-dir: config.json: %s", fsc_last_error()), -1;
-    }
+    if (c->save && check_weights_path("save", c->save, err, cap) != 0) return -1;
+    if (c->init_save && check_weights_path("init-save", c->init_save, err, cap) != 0) return -1;
     if (c->log) {
         if (!(*log = fopen(c->log, c->resume ? "a" : "w")))
             return snprintf(err, cap, "--log %s: cannot open: %s", c->log, strerror(errno)), -1;
@@ -1488,22 +1551,28 @@ static int open_outputs(const train_config *c, const train_config *asked, int me
     return 0;
 }
 
-/* --resume DIR: the options of DIR/config.json (the run that wrote the checkpoints) that decide the updates after
- * a checkpoint, against this run's. A difference is allowed (lowering the rate or extending a run is often meant)
- * but said, once per option, on stderr: the resumed run is then not the recorded run continued bit for bit
- * (docs/checkpoints.md). No config.json (checkpoints from elsewhere): nothing to compare. Returns the count. */
+/* --resume DIR: the options of DIR/config.json (the run that wrote the checkpoints; when DIR is one checkpoint, its
+ * directory's) that decide the updates after a checkpoint, against this run's. A difference is allowed (lowering the
+ * rate or extending a run is often meant) but said, once per option, on stderr: the resumed run is then not the
+ * recorded run continued bit for bit (docs/checkpoints.md). No config.json (checkpoints from elsewhere): nothing to
+ * compare. Returns the count. */
 static int check_resume_config(const train_config *asked, const char *dir) {
     static const char *const keys[] = { "lr", "lr-schedule", "warmup", "min-lr", "steps", "optimizer", "momentum",
                                         "weight-decay", "decay-all", "clip", "batch", "seq", "data", "data-format" };
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    char text[65536];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    cJSON *was = cJSON_Parse(text), *now = config_object(asked);
+    char path[4200], why[512], *text = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    const int one = access(path, F_OK) == 0; /* one checkpoint: its directory's config.json */
+    const char *slash = strrchr(dir, '/');
+    if (!one) snprintf(path, sizeof path, "%s/config.json", dir);
+    else if (slash) snprintf(path, sizeof path, "%.*s/config.json", (int)(slash - dir), dir);
+    else snprintf(path, sizeof path, "config.json");
+    if (access(path, F_OK) != 0) return 0;
+    if (read_config_file(path, path, &text, &n, why, sizeof why) != 0) {
+        fprintf(stderr, "fsc-train: warning: --resume %s: %s: options not compared\n", dir, why);
+        return 0;
+    }
+    cJSON *was = cJSON_ParseWithLength(text, n), *now = config_object(asked);
     int differ = 0;
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(was, "lr-schedule");
     const int decays = (cJSON_IsString(ws) && strcmp(ws->valuestring, "constant") != 0) ||
@@ -1527,14 +1596,16 @@ static int check_resume_config(const train_config *asked, const char *dir) {
     }
     if (!was && n > 0) fprintf(stderr, "fsc-train: warning: --resume %s: %s is not JSON: options not compared\n", dir, path);
     cJSON_Delete(was), cJSON_Delete(now);
+    free(text);
     return differ;
 }
 
-int main(int argc, char **argv) {
+static int train_main(int argc, char **argv, char **strs) {
     train_config c;
     int given[NOPT];
     char err[512];
     int rc = parse_args(argc, argv, &c, given, err, sizeof err);
+    *strs = c.strs; /* main frees it */
     if (rc == 1) {
         usage(stdout);
         return 0;
@@ -1562,7 +1633,7 @@ int main(int argc, char **argv) {
                         "--parallel fsdp, zero1 or zero2, --pp 2 or more, or --ep 2 or more\n");
         return 2;
     }
-    run_state st = {.cfg = &c, .procs = procs, .trace_origin = fsc_trace_now_us()};
+    run_state st = {.cfg = &c, .asked = &asked, .procs = procs, .trace_origin = fsc_trace_now_us()};
     if (c.resume && me == 0) check_resume_config(&asked, c.resume); /* before config.json is rewritten */
     const char *fdir = flight_dir(c.flight, c.ckpt_dir, c.trace);
     if (open_outputs(&c, &asked, me, &st.log, err, sizeof err) != 0 || flight_start(fdir, err, sizeof err) != 0) {
@@ -1700,5 +1771,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fsc-train: cannot write to standard output: %s\n", strerror(out_err));
         rc = 1;
     }
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    char *strs = NULL;
+    int rc = train_main(argc, argv, &strs);
+    free(strs);
     return rc;
 }

@@ -86,6 +86,7 @@ static void fz_round_trip(const train_config *c) {
         if (!same) __builtin_trap();
     }
     for (int i = 0; i < argc; i++) free(argv[i]);
+    free(d.strs);
     cJSON_Delete(o);
 }
 
@@ -148,5 +149,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fz_check_accepted(&c);
     }
     for (int i = 0; i < argc; i++) free(argv[i]);
+    free(c.strs); /* --config's strings (apply_config_text) */
     return 0;
 }

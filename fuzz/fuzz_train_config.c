@@ -28,6 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc != 0) {
         if (rc != -1 || strncmp(err, "--config fuzz: ", 15) != 0 || !err[15]) __builtin_trap(); /* says why */
         free(text);
+        free(c.strs);
         return 0;
     }
     cJSON *root = cJSON_ParseWithLength(text, size);
@@ -56,5 +57,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(out);
     cJSON_Delete(o);
     free(text);
+    free(c.strs), free(d.strs); /* the options' strings (apply_config_text) */
     return 0;
 }

@@ -186,6 +186,34 @@ static void test_ckpt_latest_and_replace(void **state) {
     ct_rmtree(dir);
 }
 
+/* Saving a step whose DIR/step-N is a symbolic link (to a checkpoint of the same run elsewhere) is refused before
+ * anything is written, saying what is in the way (before: "cannot rename ... Not a directory" after writing the
+ * whole checkpoint); the link and what it points to stay. */
+static void test_ckpt_save_onto_link(void **state) {
+    (void)state;
+    char *dir = ct_tmpdir(), *other = ct_tmpdir(), p[700], q[700];
+    ct_job a = ct_make(2, FSC_PAR_DDP);
+    a.to = 1;
+    a.save_dir = other;
+    ct_run(&a);
+    ct_step_path(q, sizeof q, other, 1);
+    ct_step_path(p, sizeof p, dir, 1);
+    assert_int_equal(symlink(q, p), 0);
+    ct_job b = ct_make(2, FSC_PAR_DDP); /* the same run, saving step 1 again into dir */
+    b.load = q;
+    b.from = b.to = 1;
+    b.save_dir = dir;
+    assert_err(ct_try(&b), FSC_ERR_IO, "step-00000001 is a symbolic link, not a checkpoint directory");
+    assert_int_equal(count_tmp(dir), 0);
+    struct stat st;
+    assert_int_equal(lstat(p, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    assert_ok(fsc_ckpt_verify(q, NULL));
+    ct_free(&a), ct_free(&b);
+    unlink(p);
+    ct_rmtree(dir), ct_rmtree(other);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ckpt_resume_exact),
@@ -193,6 +221,7 @@ int main(void) {
         cmocka_unit_test(test_ckpt_resume_exact_sgd_f16),
         cmocka_unit_test(test_ckpt_crash_leaves_last_good),
         cmocka_unit_test(test_ckpt_latest_and_replace),
+        cmocka_unit_test(test_ckpt_save_onto_link),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,8 +42,8 @@ static void make_dir(const char *dir, const char *name) {
 
 /* Oracle: keeping K after writing step w removes exactly the complete checkpoints older than w beyond the
  * newest K - 1 of them; never step w, a newer one, an incomplete step directory, a leftover of an
- * interrupted save, or a directory holding a file a save does not write (reported); a step w that is not
- * complete removes nothing. */
+ * interrupted save, or a directory holding a file a save does not write (reported, and left whole: it still
+ * verifies); a step w that is not complete removes nothing. */
 static void test_prune(void **state) {
     (void)state;
     char *dir = make_run(5);
@@ -63,6 +63,9 @@ static void test_prune(void **state) {
     assert_non_null(strstr(rep, "step-00000001: left in place: it holds notes.txt"));
     assert_false(exists(dir, "step-00000002"));
     assert_true(exists(dir, "step-00000001/notes.txt") && exists(dir, "step-00000003") && exists(dir, "step-00000004"));
+    char one[700]; /* "left in place" is true: the checkpoint is whole (before, its files were removed) */
+    ct_step_path(one, sizeof one, dir, 1);
+    assert_ok(fsc_ckpt_verify(one, NULL));
     assert_true(exists(dir, "step-00000005") && exists(dir, "step-00000009")); /* newer than 4 */
     assert_ok(fsc_ckpt_prune(dir, 5, 1, &removed, rep, sizeof rep));
     assert_int_equal(removed, 2); /* 4 and 3 */
@@ -182,6 +185,32 @@ static void test_try_resume_fresh_and_newest(void **state) {
     ct_rmtree(dir);
 }
 
+/* Oracle: given one checkpoint (DIR/step-00000002, DIR holding a newer step 3), that one is loaded (equal to a
+ * direct load of it), also with a trailing slash; a directory named like a checkpoint without metadata.json is
+ * refused (FSC_ERR_IO naming it), never taken for an empty DIR and a fresh start. Before, both were a fresh
+ * start at step -1. */
+static void test_try_resume_one_checkpoint(void **state) {
+    (void)state;
+    char *dir = make_run(3), p[700], q[720];
+    ct_step_path(p, sizeof p, dir, 2);
+    snprintf(q, sizeof q, "%s/", p);
+    const char *given[] = {p, q};
+    for (int k = 0; k < 2; k++) {
+        tr_job t = tr_make();
+        assert_ok(tr_try(&t, given[k]));
+        assert_int_equal(t.step, 2);
+        assert_string_equal(t.loaded, given[k]);
+        assert_loaded(&t, p, "resumed from the step given");
+        ct_free(&t.j);
+    }
+    ct_step_path(p, sizeof p, dir, 9);
+    assert_int_equal(mkdir(p, 0700), 0);
+    tr_job t = tr_make();
+    assert_err(tr_try(&t, p), FSC_ERR_IO, "step-00000009 is named like a checkpoint but is not a complete one");
+    ct_free(&t.j);
+    ct_rmtree(dir);
+}
+
 /* Oracle: a damaged newest checkpoint (a corrupted shard; then also unreadable metadata in the one before)
  * is skipped with a message naming it and why, and the newest sound one is loaded (parameters and
  * optimizer state equal a direct load, though the failed load may have written part of the state); every
@@ -280,6 +309,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prune),
         cmocka_unit_test(test_try_resume_fresh_and_newest),
+        cmocka_unit_test(test_try_resume_one_checkpoint),
         cmocka_unit_test(test_try_resume_skips_damaged),
         cmocka_unit_test(test_save_after_skip),
         cmocka_unit_test(test_latest_sound),

@@ -204,6 +204,37 @@ static void test_trainer_one_run_per_dir(void **st) {
     free(before);
 }
 
+/* Two runs into one --ckpt-dir at once (the issue's: the second's --keep-last removed the first's checkpoints):
+ * while a trainer runs there, a second is refused on every rank (exit 1) naming the first's pid, before it writes
+ * anything (the first's checkpoints and config.json as they were); once the first is killed the directory is
+ * free again (the kernel released its lock). */
+static void test_trainer_one_writer(void **st) {
+    (void)st;
+    char prog[PATH_MAX + 16], *err = NULL, pid[64];
+    snprintf(prog, sizeof prog, "%s/train_gpt", bindir);
+    char *dir = prog_fmt("%s/busy", tmpdir), *cfg = prog_fmt("%s/config.json", dir);
+    char *first = prog_fmt(TINY " --parallel ddp --steps 100000 --save-every 2 --ckpt-dir '%s' --resume '%s'", dir, dir);
+    char *second = prog_fmt(TINY " --parallel ddp --steps 40 --save-every 1 --ckpt-dir '%s' --resume '%s' --lr 1e-4 "
+                            "--keep-last 3", dir, dir);
+    int fd;
+    pid_t a = prog_start_held(prog, first, tmpdir, 4, &fd); /* its config and steps 1-3: step-00000002 written */
+    char *before = slurp(cfg);
+    assert_non_null(before);
+    assert_int_equal(run("train_gpt", second, NULL, &err), 1);
+    snprintf(pid, sizeof pid, "held by pid %ld on host", (long)a);
+    if (!strstr(err, "--ckpt-dir") || !strstr(err, "is in use by another run") || !strstr(err, pid))
+        fail_msg("the second run's message lacks \"%s\": %s", pid, err);
+    free(err);
+    char *meta = prog_fmt("%s/step-00000002/metadata.json", dir), *after = slurp(cfg), *m = slurp(meta);
+    assert_non_null(m);
+    assert_string_equal(before, after);
+    prog_held_end(a, fd);
+    char *again = prog_fmt(TINY " --parallel ddp --steps 1 --save-every 1 --ckpt-dir '%s' --resume '%s'", dir, dir);
+    assert_int_equal(run("train_gpt", again, NULL, &err), 0);
+    free(err), free(again), free(meta), free(m), free(after), free(before), free(second), free(first), free(cfg);
+    free(dir);
+}
+
 static void test_ckpt_tool(void **st) {
     (void)st;
     char args[1024], *out = NULL, *err = NULL;
@@ -313,6 +344,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_ckpt_options),
         cmocka_unit_test(test_trainer_resume_past_link),
         cmocka_unit_test(test_trainer_one_run_per_dir),
+        cmocka_unit_test(test_trainer_one_writer),
         cmocka_unit_test(test_ckpt_tool),
         cmocka_unit_test(test_ckpt_tool_name),
     };

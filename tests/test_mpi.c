@@ -10,6 +10,8 @@
  *   resumed on 2 ranks, which the GPT refuses by family;
  * - a killed or stopped rank ends the whole job (every process gone) within the communicator timeout plus
  *   a margin, the output names the rank, and the newest checkpoint written before resumes;
+ * - a job of 2 processes into a --ckpt-dir another run holds is refused on both ranks naming the holder, and goes
+ *   ahead once it is gone;
  * - launcher mismatches are refused with messages that say how to start the job.
  * Skipped, with the reason, only where mpirun is not installed (ci/deps.sh installs Open MPI). */
 #include <cjson/cJSON.h>
@@ -297,6 +299,32 @@ static void test_stopped_rank_times_out(void **state) {
     SKIP_WITHOUT_MPI();
     /* a rank that stops answering: the others time out naming it, exit, and mpirun ends the stopped one */
     fault(SIGSTOP, 5, 60, "waiting for rank 1");
+}
+
+/* Two runs into one --ckpt-dir: while a simulated run trains there, a job of 2 processes is refused on both ranks
+ * with the same message naming the running one's pid (the lock, fsc_ckpt_lock, is collective), and goes ahead
+ * once that run is gone (killed: the kernel released its lock). */
+static void test_ckpt_dir_lock(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    char *ck = fmt("%s/locked", tmpdir), *out = NULL, pid[64];
+    char *first = fmt(MODEL " --data '%s/data.txt' --steps 100000 --save-every 2 --ckpt-dir '%s' --resume '%s'", tmpdir,
+                      ck, ck);
+    int fd;
+    pid_t a = prog_start_held(trainer, first, tmpdir, 4, &fd);
+    char *second = fmt(MODEL " --data '%s/data.txt' --parallel ddp --save-every 1 --ckpt-dir '%s' --resume '%s'",
+                       tmpdir, ck, ck);
+    int rc = run_mpi(2, second, &out);
+    snprintf(pid, sizeof pid, "is held by pid %ld on host", (long)a);
+    int said = 0;
+    for (const char *p = out; (p = strstr(p, pid)) != NULL; p++) said++;
+    if (rc == 0 || said != 2) fail_msg("mpirun -n 2 into a directory in use: exit %d, %d rank(s) named the holder\n%s", rc,
+                                      said, out);
+    free(out);
+    prog_held_end(a, fd);
+    rc = run_mpi(2, second, &out);
+    if (rc != 0) fail_msg("mpirun -n 2 after the holder ended: exit %d\n%s", rc, out);
+    free(out), free(second), free(first), free(ck);
 }
 
 /* ---- the communicator itself: every operation, against the simulated communicator ---- */
@@ -776,6 +804,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_pipeline_and_tensor_parallel),
         cmocka_unit_test(test_checkpoint_resharding),
         cmocka_unit_test(test_llama),
+        cmocka_unit_test(test_ckpt_dir_lock),
         cmocka_unit_test(test_killed_rank_ends_the_job),
         cmocka_unit_test(test_stopped_rank_times_out),
     };

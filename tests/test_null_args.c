@@ -252,6 +252,21 @@ static void null_fsc_flight_diagnose_dir(void) {
     INVALID(fsc_flight_diagnose_dir(".", NULL, 1), "report");
 }
 
+static void null_fsc_ckpt_lock(void) {
+    fsc_ckpt_dir_lock *l = NULL;
+    INVALID(fsc_ckpt_lock(NULL, "d", &l), "e");
+    INVALID(fsc_ckpt_lock(P, NULL, &l), "dir");
+    INVALID(fsc_ckpt_lock(P, "d", NULL), "out");
+}
+
+static void null_fsc_ckpt_unlock(void) {
+    CALL(fsc_ckpt_unlock(NULL));
+}
+
+static void null_fsc_st_remove_leftovers(void) {
+    INVALID(fsc_st_remove_leftovers(NULL, NULL), "path"); /* removed may be NULL */
+}
+
 static void null_fsc_ckpt_verify(void) {
     /* may be NULL: out */
     INVALID(fsc_ckpt_verify(NULL, P), "path");
@@ -2172,6 +2187,9 @@ static const struct row rows[] = {
     NONE(fsc_ckpt_format_name),
     ROW(fsc_ckpt_full_state),
     ROW(fsc_ckpt_latest),
+    ROW(fsc_ckpt_lock),
+    ROW(fsc_ckpt_unlock),
+    ROW(fsc_st_remove_leftovers),
     ROW(fsc_flight_create),
     ROW(fsc_flight_free),
     ROW(fsc_comm_set_flight),

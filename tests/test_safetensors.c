@@ -4,7 +4,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "testutil.h"
 
@@ -282,6 +285,70 @@ static void test_commit_is_atomic(void **state) {
     assert_non_null(fsc_st_find(f, "v"));
     fsc_st_close(f);
     unlink(path);
+}
+
+static void touch_file(const char *name) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%.200s", g_dir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("x", f);
+    fclose(f);
+}
+
+static int present(const char *name) {
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%.200s", g_dir, name);
+    return lstat(p, &st) == 0;
+}
+
+/* Oracle: of the temporary names of writers of w.st (a writer killed before its commit leaves one), exactly
+ * those of processes that are gone are removed: not this process's, not a live process's, not a link (its
+ * target stays), not another target's, not a name that only starts like one; w.st itself stays. */
+static void test_remove_leftovers(void **state) {
+    (void)state;
+    pid_t gone = fork(), alive;
+    if (gone == 0) _exit(0);
+    assert_int_equal(waitpid(gone, NULL, 0), gone); /* its pid is free now */
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    if ((alive = fork()) == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* gone with this test, whatever happens to it */
+        close(ready[0]);
+        for (;;) pause();
+    }
+    char name[11][96], p[512], target[300];
+    long me = (long)getpid();
+    snprintf(name[0], 96, "w.st.tmp.%ld.0", (long)gone);   /* removed */
+    snprintf(name[1], 96, "w.st.tmp.%ld.17", (long)gone);  /* removed */
+    snprintf(name[2], 96, "w.st.tmp.%ld.0", me);           /* this process's */
+    snprintf(name[3], 96, "w.st.tmp.%ld.0", (long)alive);  /* a live writer's */
+    snprintf(name[4], 96, "v.st.tmp.%ld.0", (long)gone);   /* another target */
+    snprintf(name[5], 96, "w.st.tmp.%ld.0.bak", (long)gone);
+    snprintf(name[6], 96, "w.st.tmp.%ldx.0", (long)gone);
+    snprintf(name[7], 96, "w.st.tmp.%ld", (long)gone);
+    snprintf(name[8], 96, "w.st");
+    snprintf(name[9], 96, "xw.st.tmp.%ld.0", (long)gone);
+    for (int i = 0; i < 10; i++) touch_file(name[i]);
+    snprintf(name[10], 96, "w.st.tmp.%ld.5", (long)gone); /* a link: stays, and so does its target */
+    snprintf(target, sizeof target, "%s/victim", g_dir);
+    touch_file("victim");
+    snprintf(p, sizeof p, "%s/%s", g_dir, name[10]);
+    assert_int_equal(symlink(target, p), 0);
+    int removed = -1;
+    snprintf(p, sizeof p, "%s/w.st", g_dir);
+    assert_ok(fsc_st_remove_leftovers(p, &removed));
+    assert_int_equal(removed, 2);
+    for (int i = 0; i < 11; i++)
+        if (present(name[i]) != (i >= 2)) fail_msg("%s: %s", name[i], i >= 2 ? "removed" : "left");
+    assert_true(present("victim"));
+    kill(alive, SIGKILL);
+    waitpid(alive, NULL, 0);
+    close(ready[0]), close(ready[1]);
+    char rel[] = "no-such-dir/w.st"; /* a missing directory holds none */
+    assert_ok(fsc_st_remove_leftovers(rel, &removed));
+    assert_int_equal(removed, 0);
 }
 
 /* Oracle: abort and a refused commit leave nothing behind; commit refuses tensors not fully written. */
@@ -739,6 +806,7 @@ int main(void) {
         cmocka_unit_test(test_golden_file),
         cmocka_unit_test(test_commit_is_atomic),
         cmocka_unit_test(test_abort_and_incomplete),
+        cmocka_unit_test(test_remove_leftovers),
         cmocka_unit_test(test_writer_misuse),
         cmocka_unit_test(test_short_file),
         cmocka_unit_test(test_header_longer_than_file),

@@ -15,9 +15,11 @@
  * - fsc_st_find_weight prefers a name to its prefixed form; fsc_st_read_f32 refuses an integer entry;
  * - a configuration record that is not a model (not an object, truncated, an unknown family, a field missing, of
  *   the wrong type or out of range) is refused by fsc_model_from_config with a message naming it. */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 #include "testutil.h"
@@ -256,6 +258,26 @@ static void test_save_dtype(void **st) {
     check_save(1, FSC_BF16);
 }
 
+/* A save whose rename fails (the path is a directory) fails with its message and leaves no temporary file
+ * (before, "<path>.tmp.<pid>.0" stayed, holding the whole model). */
+static void test_failed_save_leaves_nothing(void **st) {
+    (void)st;
+    char src[512], out[600];
+    golden_path(src, sizeof src, "hf_gpt2.safetensors");
+    snprintf(out, sizeof out, "%s/asdir", tmpdir);
+    assert_int_equal(mkdir(out, 0700), 0);
+    run g = { .path = src, .save = out, .save_dt = FSC_F32 };
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_err(fsc_cluster_run(&co, load_rank, &g), FSC_ERR_IO, "cannot rename");
+    free(g.params);
+    DIR *d = opendir(tmpdir);
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        if (!strncmp(de->d_name, "asdir.tmp.", 10)) fail_msg("left behind: %s", de->d_name);
+    closedir(d);
+    rmdir(out);
+}
+
 static void test_find_and_read(void **st) {
     (void)st;
     char path[600];
@@ -340,6 +362,7 @@ int main(void) {
         cmocka_unit_test(test_find_and_read),  cmocka_unit_test(test_gpt2_files),
         cmocka_unit_test(test_llama_files),    cmocka_unit_test(test_gpt_load),
         cmocka_unit_test(test_untied_head_refused), cmocka_unit_test(test_save_dtype),
+        cmocka_unit_test(test_failed_save_leaves_nothing),
         cmocka_unit_test(test_bad_model_config),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -11,6 +11,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "trainertest.h"
 
 static char trainer[PATH_MAX];
@@ -120,6 +122,63 @@ static void test_config_json_reproduces(void **state) {
     assert_string_equal(get(get(j2, "config"), "parallel")->valuestring, "zero2");
     cJSON_Delete(j1), cJSON_Delete(j2);
     free(a1), free(a2), free(cj), free(d1), free(d2);
+}
+
+/* The run's config.json read back with --config when --data is a long list (1200 files, 18 KB of text and more:
+ * refused above 16 KB before): the same losses, and the data the same. */
+static void test_config_json_long_data(void **state) {
+    (void)state;
+    char *one = prog_fmt("%s/long.txt", tmpdir), *d1 = prog_fmt("%s/long1", tmpdir), *d2 = prog_fmt("%s/long2", tmpdir);
+    char text[400];
+    for (size_t i = 0; i < sizeof text - 1; i++) text[i] = (char)('a' + (i * 7 + i / 13) % 26);
+    text[sizeof text - 1] = 0;
+    write_text(one, text);
+    size_t n = 1200 * (strlen(one) + 1);
+    char *list = malloc(n + 1);
+    assert_non_null(list);
+    list[0] = 0;
+    for (int i = 0; i < 1200; i++) strcat(strcat(list, i ? "," : ""), one);
+    assert_true(strlen(list) > 16384);
+    char *a1 = prog_fmt(TINY " --steps 2 --data %s --save-every 2 --ckpt-dir %s", list, d1);
+    cJSON *j1 = prog_json(trainer, tmpdir, "", a1);
+    char *a2 = prog_fmt("--config %s/config.json --ckpt-dir %s", d1, d2);
+    cJSON *j2 = prog_json(trainer, tmpdir, "", a2);
+    char *l1 = cJSON_PrintUnformatted(get(j1, "losses")), *l2 = cJSON_PrintUnformatted(get(j2, "losses"));
+    assert_string_equal(l1, l2);
+    assert_string_equal(get(get(j2, "config"), "data")->valuestring, list);
+    cJSON_Delete(j1), cJSON_Delete(j2);
+    free(l1), free(l2), free(a1), free(a2), free(list), free(one), free(d1), free(d2);
+}
+
+/* --save and --init-save are checked before training, as --log is: a path in a missing directory or a directory
+ * is refused with exit 2 before any step (before, the run trained and then lost the weights); the temporary file
+ * a killed --save left (its writer's name, a process that is gone) is removed by the next run, which says so. */
+static void test_save_checked_first(void **state) {
+    (void)state;
+    const char *bad[][2] = {
+        { "--save /nonexistent/dir/w.st", "--save /nonexistent/dir/w.st: cannot create" },
+        { "--init-save /nonexistent/dir/w.st", "--init-save /nonexistent/dir/w.st: cannot create" },
+        { "--save /tmp", "--save /tmp: is a directory" },
+    };
+    for (int i = 0; i < 3; i++) {
+        char *out = NULL, *a = prog_fmt(TINY " --steps 2 %s", bad[i][0]);
+        int rc = prog_run(trainer, a, tmpdir, &out, NULL);
+        if (rc != 2 || !strstr(out, bad[i][1]) || strstr(out, "step    1/"))
+            fail_msg("%s: exit %d (expected 2 before training), output lacks \"%s\":\n%s", a, rc, bad[i][1], out);
+        free(out), free(a);
+    }
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    assert_int_equal(waitpid(gone, NULL, 0), gone);
+    char *w = prog_fmt("%s/w.st", tmpdir), *left = prog_fmt("%s.tmp.%ld.0", w, (long)gone), *out = NULL;
+    write_text(left, "part of a model");
+    char *a = prog_fmt(TINY " --steps 1 --save %s", w);
+    assert_int_equal(prog_run(trainer, a, tmpdir, &out, NULL), 0);
+    if (!strstr(out, "removed 1 temporary file of an interrupted write")) fail_msg("no word of the leftover:\n%s", out);
+    struct stat sb;
+    assert_int_equal(stat(left, &sb), -1);
+    assert_int_equal(stat(w, &sb), 0);
+    free(out), free(a), free(left), free(w);
 }
 
 /* --log: the config, then a record per step and per validation, equal to --json's; the progress line. */
@@ -337,6 +396,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_config_json_reproduces),
+        cmocka_unit_test(test_config_json_long_data),
+        cmocka_unit_test(test_save_checked_first),
         cmocka_unit_test(test_log),
         cmocka_unit_test(test_log_host_peak),
         cmocka_unit_test(test_log_resume_and_check_ddp),

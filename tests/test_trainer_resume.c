@@ -152,6 +152,76 @@ static void test_resume_options_differ(void **state) {
     free(out), free(args), free(ck), free(ck2);
 }
 
+/* --resume DIR/step-00000002 (DIR holding steps 2 and 4) resumes from that step, says so, and the later losses
+ * are the uninterrupted run's; before, it started a new run at step 0 and exited 0. */
+static void test_resume_one_step(void **state) {
+    (void)state;
+    double ref[4], l[4];
+    train("--steps 4", ref, 4, NULL);
+    char *ck = prog_fmt("%s/onestep", tmpdir), *out = NULL;
+    char *args = prog_fmt("--steps 4 --save-every 2 --ckpt-dir %s", ck);
+    train(args, l, 4, NULL);
+    free(args);
+    args = prog_fmt("--steps 4 --resume %s/step-00000002", ck);
+    train(args, l, 4, &out);
+    char *said = prog_fmt("resumed from %s/step-00000002 at step 2", ck);
+    if (!strstr(out, said)) fail_msg("\"%s\" not in\n%s", said, out);
+    assert_true(l[1] == -1.0);
+    assert_same_from(l, ref, 2, 4, "resumed from the step given");
+    assert_null(strstr(out, "warning"));
+    free(out), free(args);
+    /* its options are compared with the directory's config.json */
+    args = prog_fmt("--steps 4 --lr 0.001 --resume %s/step-00000002", ck);
+    train(args, l, 4, &out);
+    if (!strstr(out, "--lr is 0.001, the run that wrote the checkpoints had 0.003")) fail_msg("no --lr warning:\n%s", out);
+    free(said), free(out), free(args), free(ck);
+}
+
+/* A refused resume leaves the run's record alone: --ckpt-dir/config.json byte for byte as the run that wrote the
+ * checkpoints left it, whether the refusal comes before training (a missing --val-data) or from the checkpoint
+ * (another --dim, --optimizer or --model). Before, config.json was rewritten first, recording the refused options. */
+static void test_refused_keeps_record(void **state) {
+    (void)state;
+    char *ck = prog_fmt("%s/record", tmpdir), *conf = prog_fmt("%s/config.json", ck);
+    char *args = prog_fmt("--steps 2 --save-every 2 --ckpt-dir %s --resume %s", ck, ck);
+    double l[4];
+    train(args, l, 2, NULL);
+    char *before = prog_slurp(conf);
+    assert_non_null(strstr(before, "\"lr\":\t0.003"));
+    const struct { const char *opts; int rc; const char *why; } bad[] = {
+        { "--lr 0.3 --val-data /nonexistent.bin", 2, "--val-data" },
+        { "--dim 32", 1, "" },
+        { "--optimizer sgd", 1, "" },
+        { "--model llama", 1, "" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *a = prog_fmt(TINY " --steps 4 --save-every 2 --ckpt-dir %s --resume %s %s", ck, ck, bad[i].opts);
+        prog_refused(trainer, a, tmpdir, bad[i].rc, bad[i].why);
+        char *after = prog_slurp(conf);
+        if (strcmp(before, after) != 0) fail_msg("%s rewrote config.json:\n%s", bad[i].opts, after);
+        free(after), free(a);
+    }
+    free(before), free(args), free(conf), free(ck);
+}
+
+/* DIR/config.json a FIFO (or anything but a regular file): --resume says it cannot compare the options and
+ * goes on, without waiting on it (before, it hung opening the FIFO). */
+static void test_resume_config_fifo(void **state) {
+    (void)state;
+    char *ck = prog_fmt("%s/fifo", tmpdir), *conf = prog_fmt("%s/config.json", ck), *out = NULL;
+    char *args = prog_fmt("--steps 2 --save-every 2 --ckpt-dir %s --resume %s", ck, ck);
+    double l[4];
+    train(args, l, 2, NULL);
+    assert_int_equal(unlink(conf), 0);
+    assert_int_equal(mkfifo(conf, 0600), 0);
+    free(args);
+    args = prog_fmt("--steps 4 --save-every 2 --ckpt-dir %s --resume %s", ck, ck);
+    train(args, l, 4, &out);
+    if (!strstr(out, "not a regular file") || !strstr(out, "options not compared") || !strstr(out, "resumed from"))
+        fail_msg("no word of the FIFO:\n%s", out);
+    free(out), free(args), free(conf), free(ck);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_resume", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -160,6 +230,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_damaged_newest),
         cmocka_unit_test(test_keep_last_needs_dir),
         cmocka_unit_test(test_resume_options_differ),
+        cmocka_unit_test(test_refused_keeps_record),
+        cmocka_unit_test(test_resume_one_step),
+        cmocka_unit_test(test_resume_config_fifo),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

@@ -2,12 +2,16 @@
  * captured in files of a temporary folder, read them back, and parse the JSON line that ends the output. */
 #ifndef FSC_TRAINERTEST_H
 #define FSC_TRAINERTEST_H
+#include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
@@ -148,6 +152,49 @@ static inline int prog_setup(const char *argv0, const char *test, const char *pr
     }
     snprintf(tmpdir, tcap, "/tmp/fsc_%s_XXXXXX", test);
     return mkdtemp(tmpdir) ? 0 : 1;
+}
+
+/* A trainer that is running, held in place: `'prog' args --log FIFO` started in the background (stdout and
+ * stderr to dir/bg.out), its --log a FIFO (dir/bg.fifo) of one page that this test reads until `lines` lines
+ * have come (its config line, then one per step) and then stops reading, so that the trainer blocks on its log
+ * once the page is full and holds whatever it holds (its --ckpt-dir lock) until prog_held_end. Returns its pid
+ * and the FIFO's read end in *fd; fails the test (with its output) if it exits first. */
+static inline pid_t prog_start_held(const char *prog, const char *args, const char *dir, int lines, int *fd) {
+    char *fifo = prog_fmt("%s/bg.fifo", dir), *cmd = prog_fmt("exec '%s' %s --log '%s' > '%s/bg.out' 2>&1", prog,
+                                                                 args, fifo, dir);
+    unlink(fifo);
+    if (mkfifo(fifo, 0600) != 0) fail_msg("mkfifo %s failed", fifo);
+    *fd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* before the writer: its open then does not wait */
+    if (*fd < 0) fail_msg("cannot open %s", fifo);
+    fcntl(*fd, F_SETPIPE_SZ, 4096);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    if (pid < 0) fail_msg("fork failed");
+    int seen = 0, st;
+    char c;
+    while (seen < lines) {
+        struct pollfd p = {.fd = *fd, .events = POLLIN};
+        int ready = poll(&p, 1, 1000); /* a second at a time, to notice a trainer that ended (not a limit) */
+        ssize_t n = ready > 0 ? read(*fd, &c, 1) : -1;
+        if (n == 1 && c == '\n') seen++;
+        if (n <= 0 && waitpid(pid, &st, WNOHANG) == pid) {
+            char *out = prog_fmt("%s/bg.out", dir), *text = prog_slurp(out);
+            fail_msg("'%s' %s ended before %d lines of its log:\n%s", prog, args, lines, text);
+        }
+    }
+    free(fifo), free(cmd);
+    return pid;
+}
+
+/* End a trainer of prog_start_held: its log's reader goes, so its next write kills it (SIGPIPE) or fails it;
+ * returns once it has exited. */
+static inline void prog_held_end(pid_t pid, int fd) {
+    int st;
+    close(fd);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) continue;
 }
 
 #endif

@@ -3,7 +3,7 @@
  * structural and checksum verification behind fsc_ckpt_verify and the inspection tool.
  * Checksums are zlib's crc32 over the bytes of each piece as stored.
  * Removal never follows a symbolic link and removes only regular files of the names a save writes: a
- * directory that holds anything else is left in place, and the caller is told what and why. */
+ * directory that holds anything else is left in place, whole, and the caller is told what and why. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -81,6 +81,7 @@ static int save_file_name(const char *name) {
 static fsc_status remove_at(int dfd, const char *name, const char *shown) {
     char eb[128], why[300] = "";
     struct stat st, st2;
+    int gone = 0; /* files removed */
     if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT) return FSC_OK;
         return fsc_error(FSC_ERR_IO, "%s: cannot examine it: %s", shown, errstr(errno, eb, sizeof eb));
@@ -95,25 +96,31 @@ static fsc_status remove_at(int dfd, const char *name, const char *shown) {
         close(fd);
         return fsc_error(FSC_ERR_IO, "%s: left in place: it changed while being removed", shown);
     }
-    for (struct dirent *de; (de = readdir(d)) != NULL;) {
-        const char *f = de->d_name;
-        if (!strcmp(f, ".") || !strcmp(f, "..")) continue;
-        struct stat fs;
-        if (!save_file_name(f)) {
-            if (!why[0]) snprintf(why, sizeof why, "it holds %.100s, which a save does not write", f);
-        } else if (fstatat(fd, f, &fs, AT_SYMLINK_NOFOLLOW) != 0) {
-            if (errno != ENOENT && !why[0])
-                snprintf(why, sizeof why, "cannot examine %.100s: %s", f, errstr(errno, eb, sizeof eb));
-        } else if (!S_ISREG(fs.st_mode)) {
-            if (!why[0]) snprintf(why, sizeof why, "its %.100s is not a regular file", f);
-        } else if (unlinkat(fd, f, 0) != 0 && errno != ENOENT) {
-            if (!why[0]) snprintf(why, sizeof why, "cannot remove %.100s: %s", f, errstr(errno, eb, sizeof eb));
+    /* Look, then remove: a directory holding anything else is left whole ("left in place" is then true); what
+     * appears in between is checked again and stops the removal ("partly removed"). */
+    for (int pass = 0; pass < 2 && !why[0]; pass++) {
+        rewinddir(d);
+        for (struct dirent *de; !why[0] && (de = readdir(d)) != NULL;) {
+            const char *f = de->d_name;
+            struct stat fs;
+            if (!strcmp(f, ".") || !strcmp(f, "..")) continue;
+            if (!save_file_name(f)) {
+                snprintf(why, sizeof why, "it holds %.100s, which a save does not write", f);
+            } else if (fstatat(fd, f, &fs, AT_SYMLINK_NOFOLLOW) != 0) {
+                if (errno != ENOENT) snprintf(why, sizeof why, "cannot examine %.100s: %s", f, errstr(errno, eb, sizeof eb));
+            } else if (!S_ISREG(fs.st_mode)) {
+                snprintf(why, sizeof why, "its %.100s is not a regular file", f);
+            } else if (pass == 1 && unlinkat(fd, f, 0) != 0 && errno != ENOENT) {
+                snprintf(why, sizeof why, "cannot remove %.100s: %s", f, errstr(errno, eb, sizeof eb));
+            } else if (pass == 1) {
+                gone++;
+            }
         }
     }
     closedir(d);
-    if (why[0]) return fsc_error(FSC_ERR_IO, "%s: left in place: %s", shown, why);
+    if (why[0]) return fsc_error(FSC_ERR_IO, "%s: %s: %s", shown, gone ? "partly removed" : "left in place", why);
     if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
-        return fsc_error(FSC_ERR_IO, "%s: left in place: cannot remove the directory: %s", shown,
+        return fsc_error(FSC_ERR_IO, "%s: emptied of a save's files but not removed: %s", shown,
                          errstr(errno, eb, sizeof eb));
     return FSC_OK;
 }
@@ -350,6 +357,12 @@ fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap) 
     if (left) *left = 0;
     if (report && cap) report[0] = 0;
     if (!dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_clean: dir is NULL");
+    char who[200];
+    if (ck_dir_in_use(dir, who, sizeof who)) { /* its .tmp- directories are saves in progress */
+        if (report && cap) snprintf(report, cap, "%s is in use by another run (%s): its temporary directories are "
+                                    "left alone", dir, who);
+        return FSC_OK;
+    }
     DIR *d = opendir(dir);
     if (!d) {
         if (errno == ENOENT) return FSC_OK;

@@ -46,6 +46,10 @@ int ck_parse_step_name(const char *name, int64_t *step);
  * directory, a file a save does not write, a file that cannot be removed). */
 fsc_status ck_remove_dir(const char *path);
 fsc_status ck_fsync_dir(const char *path);
+/* ---- ckpt_lock.c ---- */
+/* Whether another process than this one holds dir's lock (fsc_ckpt_lock): a live run writes there. who (cap bytes)
+ * then names it. Not collective. */
+int ck_dir_in_use(const char *dir, char *who, size_t cap);
 /* ---- ckpt_keep.c ---- */
 /* Whether the newest complete checkpoint of dir whose metadata reads is of run `run` (damaged newer ones
  * skipped, as fsc_ckpt_try_resume skips them); 0 when none reads or run is "". */

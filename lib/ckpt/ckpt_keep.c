@@ -3,7 +3,8 @@
  * a run's first and that skips a damaged newest checkpoint for the one before (fsc_ckpt_try_resume), and the
  * newest sound checkpoint for a reader without an engine (fsc_ckpt_latest_sound).
  * A complete checkpoint is a directory step-NNNNNNNN holding metadata.json (fsc_ckpt_latest's rule);
- * removal goes through ck_remove_dir, so only files of the names a save writes are ever removed.
+ * removal goes through ck_remove_dir, so only files of the names a save writes are ever removed. A resume
+ * may also be given one checkpoint (DIR/step-NNNNNNNN), as loads, the sampler and ckpt_tool are.
  *
  * Not here: writing (ckpt_save.c), loading (ckpt_load.c), leftovers of interrupted saves (fsc_ckpt_clean). */
 #include <dirent.h>
@@ -114,6 +115,35 @@ fsc_status fsc_ckpt_prune(const char *dir, int64_t written, int keep, int *remov
     return FSC_OK;
 }
 
+/* What dir names: 1, a checkpoint itself (it holds metadata.json); -1, a directory named like one
+ * (step-NNNNNNNN, or a leftover step-N.tmp-*) that is not complete; 0, a directory of checkpoints. */
+static int names_checkpoint(const char *dir) {
+    char meta[4200], base[64];
+    struct stat st;
+    if (snprintf(meta, sizeof meta, "%s/%s", dir, CK_META_NAME) < (int)sizeof meta && stat(meta, &st) == 0) return 1;
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    if (n - b >= sizeof base) return 0;
+    memcpy(base, dir + b, n - b);
+    base[n - b] = 0;
+    int64_t at;
+    char *tmp = strstr(base, ".tmp-");
+    if (tmp) *tmp = 0;
+    return ck_parse_step_name(base, &at) ? -1 : 0;
+}
+
+/* try_resume of dir that is one checkpoint: that one, loaded (no fallback: it was asked for). */
+static fsc_status resume_one(fsc_engine *e, const char *dir, int kind, int64_t *step, char *loaded, size_t lcap) {
+    if (kind < 0)
+        return fsc_error(FSC_ERR_IO, "%s is named like a checkpoint but is not a complete one (no %s): give the "
+                         "directory of checkpoints to resume from its newest complete one", dir, CK_META_NAME);
+    FSC_TRY(fsc_ckpt_load(e, dir, step));
+    if (loaded && lcap) snprintf(loaded, lcap, "%s", dir);
+    return FSC_OK;
+}
+
 fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, char *loaded, size_t lcap,
                                char *skipped, size_t scap) {
     if (step) *step = -1;
@@ -122,7 +152,9 @@ fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, ch
     if (loaded && lcap) loaded[0] = 0;
     if (skipped && scap) skipped[0] = 0;
     if (!e || !dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_try_resume: no engine or no directory");
-    int root = e->r->rank == 0, nskipped = 0;
+    int root = e->r->rank == 0, nskipped = 0, kind = root ? names_checkpoint(dir) : 0;
+    FSC_TRY(ck_agree(e, ck_bcast_host(e, &kind, sizeof kind)));
+    if (kind) return resume_one(e, dir, kind, step, loaded, lcap);
     int64_t *steps = NULL;
     int n = 0;
     fsc_status s = FSC_OK;

@@ -433,6 +433,18 @@ static fsc_status claim_dir(fsc_engine *e, const char *dir, int start_over) {
                      (long long)newest, who, e->ckpt_run[0] ? "continues run " : "starts a new run", e->ckpt_run);
 }
 
+/* DIR/step-N, which a save renames its directory onto, must be absent or a directory (a save replaces it): a link
+ * or a file there is refused before anything is written. */
+static fsc_status check_final(const char *dir, int64_t step) {
+    char path[4096];
+    struct stat st;
+    int n = snprintf(path, sizeof path, "%s/step-%08lld", dir, (long long)step);
+    if (n < 0 || (size_t)n >= sizeof path || lstat(path, &st) != 0 || S_ISDIR(st.st_mode)) return FSC_OK;
+    return fsc_error(FSC_ERR_IO, "%s is a %s, not a checkpoint directory a save made: the checkpoint of step %lld would "
+                     "replace it; remove it, or save into another directory", path,
+                     S_ISLNK(st.st_mode) ? "symbolic link" : "file", (long long)step);
+}
+
 static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_ckpt_save_opts *opts);
 
 /* The save, as one span of the engine's trace (trace.h) */
@@ -466,6 +478,7 @@ static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_c
     if (e->r->rank == 0) {
         if (mkdir(dir, 0777) != 0 && errno != EEXIST)
             s = fsc_error(FSC_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, errstr(errno, eb, sizeof eb));
+        if (s == FSC_OK) s = check_final(dir, step);
         if (s == FSC_OK) s = claim_dir(e, dir, o.start_over);
         if (e->ckpt_run[0]) memcpy(hd.run, e->ckpt_run, sizeof hd.run);
         else new_run_id(hd.run);

@@ -1,14 +1,18 @@
 /* safetensors writer (safetensors.h): declares tensors, lays them out in declaration order, writes the
  * header (padded with spaces to a multiple of 8 bytes, as the reference implementation does) into
  * "<path>.tmp.<pid>.<k>", then the data in pieces with pwrite; commit fsyncs, renames onto path and fsyncs
- * the directory.
+ * the directory. A writer killed before its commit leaves that temporary, which fsc_st_remove_leftovers removes
+ * once its process is gone.
  *
  * Not here: reading and the dtype table (safetensors.c), dtype conversion (dtype.c). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "safetensors_impl.h"
 
@@ -335,4 +339,43 @@ void fsc_st_writer_abort(fsc_st_writer *w) {
     if (w->fd >= 0) close(w->fd);
     if (w->state != 3) unlink(w->tmp);
     writer_free(w);
+}
+
+/* "<pid>.<k>" after "<name>.tmp.": both decimal, nothing after; *pid set. */
+static int leftover_suffix(const char *p, long *pid) {
+    char *end;
+    if (*p < '0' || *p > '9' || strspn(p, "0123456789") > 10) return 0;
+    *pid = strtol(p, &end, 10);
+    if (*end++ != '.' || *end < '0' || *end > '9') return 0;
+    return end[strspn(end, "0123456789")] == 0;
+}
+
+fsc_status fsc_st_remove_leftovers(const char *path, int *removed) {
+    char eb[128], dir[4096];
+    if (removed) *removed = 0;
+    FSC_CHECK_ARG(path);
+    if (!*path) return fsc_error(FSC_ERR_INVALID, "fsc_st_remove_leftovers: empty path");
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t dn = slash ? (size_t)(slash - path) : 1, bn = strlen(base);
+    if (dn >= sizeof dir || !bn) return fsc_error(FSC_ERR_INVALID, "%s: not a file path", path);
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (!dn) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)dn, path);
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return FSC_OK;
+        return fsc_error(FSC_ERR_IO, "%s: cannot list the directory: %s", dir, errstr(errno, eb, sizeof eb));
+    }
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        const char *f = de->d_name;
+        long pid;
+        struct stat st;
+        if (strncmp(f, base, bn) != 0 || strncmp(f + bn, ".tmp.", 5) != 0 || !leftover_suffix(f + bn + 5, &pid)) continue;
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive */
+        if (fstatat(dirfd(d), f, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        if (unlinkat(dirfd(d), f, 0) == 0 && removed) (*removed)++;
+    }
+    closedir(d);
+    return FSC_OK;
 }

@@ -890,7 +890,7 @@ static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt) {
         s = agree(e, e->lay.tp > 1 || e->pipe || ep_staged(e) ? write_from_full(e, w) : e->st->write_full(e, w));
     if (s == FSC_OK && w) {
         s = fsc_st_writer_commit(w);
-        w = NULL;
+        if (s == FSC_OK) w = NULL; /* a failed commit leaves w to abort: its temporary file goes */
     }
     if (w) fsc_st_writer_abort(w);
     return agree(e, s);

@@ -16,7 +16,8 @@
  *
  * A save writes into DIR/step-00000042.tmp-XXXXXX, fsyncs every file, and rank 0 renames the directory
  * once every rank is done, then fsyncs DIR: a crash at any point leaves the previous checkpoints intact and
- * at most a .tmp directory, which fsc_ckpt_resume ignores and removes. One run writes to a DIR at a time.
+ * at most a .tmp directory, which fsc_ckpt_resume ignores and removes. One run writes to a DIR at a time
+ * (fsc_ckpt_lock keeps a second one out).
  *
  * metadata.json carries its own checksum (metadata_crc32) and the id of the run that wrote it: a DIR
  * belongs to one run. An engine continues the run of the checkpoint it loaded; a fresh engine starts a
@@ -79,8 +80,9 @@ fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *ste
 /* Remove the temporary directories (step-*.tmp-*) an interrupted save left in dir, never following a
  * symbolic link and removing only files of the names a save writes. A leftover that cannot be removed (a
  * link or a file, other files inside it, read-only media) is left in place: *left (may be NULL) counts
- * them and report (cap bytes, may be NULL) says which and why ("" when none). FSC_ERR_IO only when dir
- * cannot be listed. */
+ * them and report (cap bytes, may be NULL) says which and why ("" when none). While another process holds dir's
+ * lock (fsc_ckpt_lock: a live run writes there) nothing is removed, its temporary directories being saves in
+ * progress (report says so; *left is 0). FSC_ERR_IO only when dir cannot be listed. */
 fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap);
 /* Write dir/name (len bytes; dir is created if absent, one level) as checkpoints are written: a temporary,
  * fsync, rename, fsync of dir. For files that travel with the checkpoints (the trainer's config.json); name is
@@ -95,7 +97,9 @@ fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step);
  * metadata, a missing, truncated or corrupted file), it is skipped for the next older one; skipped (scap
  * bytes, every rank, may be NULL) names each skipped checkpoint and why ("" when none). A checkpoint that is
  * sound but refused (another model or optimizer) is that error. Every checkpoint damaged: FSC_ERR_FORMAT
- * naming them (e's state undefined). loaded (lcap bytes, may be NULL) receives the loaded path. */
+ * naming them (e's state undefined). loaded (lcap bytes, may be NULL) receives the loaded path. dir may also be
+ * one checkpoint (it holds metadata.json: DIR/step-NNNNNNNN): that one is loaded, without falling back; a
+ * directory named like a checkpoint (step-NNNNNNNN, step-N.tmp-*) that is not complete is FSC_ERR_IO. */
 fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, char *loaded, size_t lcap,
                                char *skipped, size_t scap);
 /* Not collective, for readers that must not change dir (the sampler): the newest complete checkpoint of dir that
@@ -113,6 +117,18 @@ fsc_status fsc_ckpt_latest_sound(const char *dir, char *path, size_t cap, int64_
  * *removed (may be NULL) counts the removed checkpoints; report (cap bytes, may be NULL) says what was left
  * in place and why ("" when nothing). */
 fsc_status fsc_ckpt_prune(const char *dir, int64_t written, int keep, int *removed, char *report, size_t cap);
+/* One writer per directory: a lock on DIR/.lock, held until fsc_ckpt_unlock or the death of the process
+ * (the kernel releases it), so a second program writing checkpoints into DIR is refused before it writes.
+ * Collective: world rank 0 takes it (creating DIR, one level, and the file, which then names the holder: "pid P
+ * on host H since T"), and a rank in another process than rank 0's holds it too, so a run restarted after a
+ * kill is refused while any process of the old one still lives. Take it before anything is written into DIR
+ * (before fsc_ckpt_try_resume on DIR, which removes leftovers). FSC_ERR_STATE on every rank, naming the
+ * holder, when another holds it; FSC_ERR_UNSUPPORTED when the file system has no locks (flock). Saves do not
+ * take it themselves: a program that may run twice takes it first. */
+typedef struct fsc_ckpt_dir_lock fsc_ckpt_dir_lock;
+fsc_status fsc_ckpt_lock(fsc_engine *e, const char *dir, fsc_ckpt_dir_lock **out);
+/* Release the lock (not collective: each rank its own; NULL is ignored). DIR/.lock stays. */
+void fsc_ckpt_unlock(fsc_ckpt_dir_lock *l);
 /* Collective: optimizer state `which` (0: SGD momentum or AdamW m, 1: AdamW v) of every parameter in
  * tensor order, gathered into host (one float per element of the model's parameters) on rank 0 one bounded
  * chunk at a time; host may be NULL on other ranks. FSC_ERR_INVALID if the optimizer has no such state. */

@@ -75,6 +75,13 @@ fsc_status fsc_st_writer_write_f32(fsc_st_writer *w, int i, const float *src, ui
 fsc_status fsc_st_writer_commit(fsc_st_writer *w);
 /* Abandon: removes the temporary file (also frees w after a failed commit). */
 void fsc_st_writer_abort(fsc_st_writer *w);
+/* Remove what writers of path killed before their commit left (their temporary files): the files of path's
+ * directory named exactly "<name>.tmp.<pid>.<k>" (name: path's last component; pid and k decimal) that are
+ * regular files of this user whose process is no longer running on this machine. Never another name, a link,
+ * this process's own, or a live process's (a writer on another machine writing the same path is not seen:
+ * two writers of one path are a conflict anyway). *removed (may be NULL) counts them; FSC_ERR_IO only when the
+ * directory cannot be listed (a missing one holds none). */
+fsc_status fsc_st_remove_leftovers(const char *path, int *removed);
 
 FSC_END_DECLS
 

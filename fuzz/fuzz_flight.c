@@ -16,25 +16,10 @@
 #include <string.h>
 #include "fsc/fsc.h"
 #include "io/flight_read.h"
+#include "cjson_count.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* cJSON's allocations, counted (the fuzzer runs one input at a time) */
-static size_t cj_now, cj_peak;
-static void *cj_malloc(size_t n) {
-    size_t *p = malloc(n + 2 * sizeof(size_t));
-    if (!p) return NULL;
-    p[0] = n;
-    cj_now += n;
-    if (cj_now > cj_peak) cj_peak = cj_now;
-    return p + 2;
-}
-static void cj_free(void *q) {
-    if (!q) return;
-    size_t *p = (size_t *)q - 2;
-    cj_now -= p[0];
-    free(p);
-}
 
 static size_t record_bytes(const flr_record *r) {
     size_t b = sizeof *r + (size_t)r->ncomms * sizeof(flr_comm);

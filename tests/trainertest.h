@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,6 +82,20 @@ static inline char *prog_fmt(const char *f, ...) {
     va_end(ap);
     if (!s) fail_msg("out of memory");
     return s;
+}
+
+/* Run a shell command line; its exit status in *status and the peak resident size its process tree reached
+ * (getrusage's ru_maxrss, KiB) as the return value. */
+static inline long prog_run_maxrss(const char *cmd, int *status) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    struct rusage ru;
+    assert_int_equal(wait4(pid, status, 0, &ru), pid);
+    return ru.ru_maxrss;
 }
 
 /* Write n deterministic letters ('a' + (i*7 + i/13) % 26) to dir/name: a small corpus of bytes below any

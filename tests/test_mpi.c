@@ -601,7 +601,8 @@ static void test_mismatched_calls_fail_cleanly(void **state) {
                      self_path), *out = NULL;
     int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
     if (!strstr(out, "rank 0 refused the mismatch, nothing overwritten") ||
-        !strstr(out, "the other communicator's call: all_reduce on comm 'world/0' (rank 0 of 2): all_reduce: the MPI "
+        !strstr(out, "the other communicator's call: collective #1: all_reduce on comm 'world/0' (rank 0 of 2): "
+                     "all_reduce: the MPI "
                      "communicator is unusable after an earlier failure: all_gather: rank 1 sent") ||
         !strstr(out, "after an earlier failure: all_gather: rank 1 sent 20000 bytes where this rank expects 4 (the "
                      "ranks made different calls)"))

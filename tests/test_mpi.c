@@ -293,7 +293,7 @@ static void test_stopped_rank_times_out(void **state) {
 static float input(int r, size_t i, fsc_dtype dt) {
     uint32_t h = (uint32_t)(r * 2654435761u) ^ (uint32_t)(i * 40503u + 17u);
     h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-    if (dt == FSC_I32) return (float)(int32_t)(h % 2000001u) - 1000000.0f;
+    if (dt == FSC_I32 || dt == FSC_I64) return (float)(int32_t)(h % 2000001u) - 1000000.0f;
     if (r == 1 && i == 5) return NAN;
     float v = ldexpf((float)(h % 8192u) - 4096.0f, (int)(h >> 27) - 12); /* +-4096 x 2^-12..2^19 */
     return dt == FSC_F16 ? fminf(fmaxf(v, -60000.0f), 60000.0f) : v;
@@ -331,12 +331,14 @@ static fsc_status keep_host(script_out *o, const void *p, size_t bytes) {
 /* Fill n elements of dt for rank r, offset by `salt` (host, then to the device buffer d). */
 static fsc_status fill(fsc_device *dev, void *d, int r, size_t n, fsc_dtype dt, size_t salt) {
     size_t es = fsc_dtype_size(dt);
-    unsigned char *h = malloc(n * es + 4);
+    unsigned char *h = malloc(n * es + 8);
     float *f = malloc(n * sizeof(float) + 4);
     if (!h || !f) return free(h), free(f), fsc_error(FSC_ERR_NOMEM, "script: out of memory");
     for (size_t i = 0; i < n; i++) f[i] = input(r, i + salt, dt);
     if (dt == FSC_I32)
         for (size_t i = 0; i < n; i++) ((int32_t *)h)[i] = (int32_t)f[i];
+    else if (dt == FSC_I64) /* large, so that sums wrap */
+        for (size_t i = 0; i < n; i++) ((int64_t *)h)[i] = (int64_t)((uint64_t)(int64_t)f[i] * 0x9E3779B97F4A7C15ull);
     else if (dt == FSC_U8)
         for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(i + salt + (size_t)r);
     else
@@ -356,15 +358,15 @@ static fsc_status script(fsc_rank *rk, script_out *o) {
     const int N = rk->world, me = rk->rank;
     const size_t big = 1000 * (size_t)N + 7;
     void *a = NULL, *b = NULL;
-    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 4 * (size_t)N, &a));
-    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 4 * (size_t)N, &b));
-    const fsc_dtype dts[] = {FSC_F32, FSC_BF16, FSC_F16, FSC_I32};
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 8 * (size_t)N, &a));
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 8 * (size_t)N, &b));
+    const fsc_dtype dts[] = {FSC_F32, FSC_BF16, FSC_F16, FSC_I32, FSC_I64};
     const size_t counts[] = {1, 5, 6, (size_t)N * 3 + 1, big};
     fsc_status s = FSC_OK;
-    for (int d = 0; d < 4 && s == FSC_OK; d++) {
+    for (int d = 0; d < 5 && s == FSC_OK; d++) {
         size_t es = fsc_dtype_size(dts[d]);
         for (int op = FSC_SUM; op <= FSC_MAX && s == FSC_OK; op++) {
-            if (dts[d] == FSC_I32 && op == FSC_AVG) continue;
+            if ((dts[d] == FSC_I32 || dts[d] == FSC_I64) && op == FSC_AVG) continue;
             for (int k = 0; k < 5 && s == FSC_OK; k++) {
                 size_t n = counts[k], salt = (size_t)(d * 7 + op * 3 + k) * 1000;
                 s = fill(dev, a, me, n, dts[d], salt);

@@ -126,8 +126,9 @@ static fsc_status ddp_begin_step(fsc_engine *e) {
 static fsc_status ddp_pre_forward(fsc_engine *e, int layer) {
     ddp_state *d = e->sd;
     if (layer == e->lf) d->pend_lo = d->pend_hi = d->P; /* nothing pending in a new micro-batch */
-    /* each micro-batch reduces on its own: start it from zero local gradients */
-    if (layer == e->lf && e->micro > 0 && d->acc) FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
+    /* each micro-batch reduces on its own (every unit with the exact reduction): start it from zero local gradients */
+    if (layer == e->lf && e->micro > 0 && (d->acc || e->exact))
+        FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
     return FSC_OK;
 }
 

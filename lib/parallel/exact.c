@@ -1,0 +1,286 @@
+/* The engine's exact reduction mode (po.reduce_exact, docs/determinism.md): the same bits at any world size.
+ *
+ * A step runs its local batch as units of U sequences, each one micro-batch wherever it is placed, so a unit's
+ * gradient depends only on its data and the weights. Every gradient reduction of the step (fsc_engine_reduce,
+ * the strategies' buckets) then carries one unit's gradient on this rank: it is converted to int64 on the step's
+ * exponent E (fsc/exact.h), summed over the group as int64 (associative: no order matters) and added to an int64
+ * shadow of the reduced gradient it is for. After the last backward:
+ *   1. A = max over every unit gradient of every rank of |g| (an all-reduce of maxima over the world: exact);
+ *   2. E' = fsc_exact_exponent(A, units of the global batch): what every configuration computes;
+ *   3. E' = E: the shadows become the reduced f32 gradients, once. E' != E (the first step, a changed scale, or
+ *      a gradient out of E's range, which A shows): the step is recomputed on E'. The bits never depend on the
+ *      exponent a step started from, only on E', a function of the step's unit gradients.
+ *   A non-finite gradient (A = inf) poisons the reduced gradients, so the engine's vote skips or stops the step.
+ * The loss and the MoE statistics are sums of one double per unit: all units' values are gathered and added in
+ * ascending order (the sorted multiset is the same in every configuration).
+ * Not here: the integer arithmetic (lib/core/exact.c); pipelines, sharded strategies and expert parallelism
+ * (refused until they reduce this way). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/exact.h"
+#include "exact.h"
+
+typedef struct fsc_exact fsc_exact;
+
+struct fsc_exact {
+    int E;          /* this attempt's exponent: the last step's to start (a guess, never the bits) */
+    uint64_t terms; /* units in the global batch */
+    double amax;    /* largest |element| of the unit gradients this rank reduced in this attempt */
+    int64_t **acc;  /* (e->ngsegs) the reduced gradients as int64, host */
+    float *hf;      /* host staging of a reduction: f32 in, */
+    int64_t *hq;    /* its int64s */
+    size_t cap;
+};
+
+fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) {
+    if (po->reduce_exact != 0 && po->reduce_exact != 1)
+        return fsc_error(FSC_ERR_INVALID, "reduce_exact must be 0 or 1, not %d", po->reduce_exact);
+    if (po->unit < 0) return fsc_error(FSC_ERR_INVALID, "unit must be >= 1 sequences (0: the micro-batch), not %d",
+                                       po->unit);
+    if (!po->reduce_exact) {
+        if (po->unit) return fsc_error(FSC_ERR_INVALID, "unit %d applies to the exact reduction (reduce_exact)", po->unit);
+        return FSC_OK;
+    }
+    if (po->kind != FSC_PAR_NONE && po->kind != FSC_PAR_DDP)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact runs with ddp and none; not with %s yet",
+                         fsc_parallel_kind_name(po->kind));
+    if (l->pp > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with pipelines (pp %d) yet", l->pp);
+    if (l->tp > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with tensor parallelism (tp %d)",
+                                    l->tp);
+    if (po->ep > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with expert parallelism (ep %d) "
+                                     "yet", po->ep);
+    return FSC_OK;
+}
+
+fsc_status fsc_exact_create(fsc_engine *e) {
+    fsc_exact *x = calloc(1, sizeof *x);
+    if (!x) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    e->exact = x;
+    x->E = FSC_EXACT_ZERO_EXPONENT;
+    x->acc = calloc((size_t)e->ngsegs + 1, sizeof *x->acc);
+    if (!x->acc) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    for (int k = 0; k < e->ngsegs; k++) {
+        x->acc[k] = calloc(e->glens[k] + 1, sizeof(int64_t));
+        if (!x->acc[k]) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory for %zu gradients", e->glens[k]);
+    }
+    return FSC_OK;
+}
+
+void fsc_exact_free(fsc_engine *e) {
+    fsc_exact *x = e->exact;
+    if (!x) return;
+    for (int k = 0; x->acc && k < e->ngsegs; k++) free(x->acc[k]);
+    free(x->acc);
+    free(x->hf);
+    free(x->hq);
+    free(x);
+    e->exact = NULL;
+}
+
+static fsc_status reserve(fsc_exact *x, size_t n) {
+    if (n <= x->cap) return FSC_OK;
+    float *f = realloc(x->hf, n * sizeof *f);
+    if (f) x->hf = f;
+    int64_t *q = realloc(x->hq, n * sizeof *q);
+    if (q) x->hq = q;
+    if (!f || !q) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory for %zu elements", n);
+    x->cap = n;
+    return FSC_OK;
+}
+
+/* The gseg k holding out[0..n) and out's offset in it. */
+static fsc_status find_shadow(const fsc_engine *e, const float *out, size_t n, int *k, size_t *at) {
+    const uintptr_t p = (uintptr_t)out;
+    for (int i = 0; i < e->ngsegs; i++) {
+        const uintptr_t g = (uintptr_t)e->gsegs[i];
+        if (p >= g && p + n * sizeof(float) <= g + e->glens[i] * sizeof(float)) {
+            *k = i;
+            *at = (p - g) / sizeof(float);
+            return FSC_OK;
+        }
+    }
+    return fsc_error(FSC_ERR_INTERNAL, "reduce exact: a reduction of %zu elements is for no reduced gradient", n);
+}
+
+fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in, const float *out, size_t n) {
+    fsc_exact *x = e->exact;
+    const int N = fsc_comm_size(c);
+    const size_t nout = rs ? n / (size_t)N : n;
+    int k = 0;
+    size_t at = 0;
+    FSC_TRY(find_shadow(e, out, nout, &k, &at));
+    FSC_TRY(reserve(x, n));
+    FSC_TRY(fsc_device_download(e->dev, x->hf, in, n * sizeof(float)));
+    const double m = fsc_exact_absmax(x->hf, n);
+    if (m > x->amax) x->amax = m;
+    memset(x->hq, 0, n * sizeof(int64_t));
+    (void)fsc_exact_add_f32(x->hq, x->hf, n, x->E); /* out of range: amax shows it, and the step is redone */
+    if (N == 1) {
+        fsc_exact_add_i64(x->acc[k] + at, x->hq, nout);
+        return FSC_OK;
+    }
+    int64_t *d = NULL;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(int64_t), (void **)&d));
+    int64_t *mine = rs ? d + (size_t)fsc_comm_rank(c) * nout : d; /* in place */
+    fsc_status s = fsc_device_upload(e->dev, d, x->hq, n * sizeof(int64_t));
+    if (s == FSC_OK)
+        s = rs ? fsc_comm_reduce_scatter(c, d, mine, nout, FSC_I64, FSC_SUM) : fsc_comm_all_reduce(c, d, d, n, FSC_I64,
+                                                                                                    FSC_SUM);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, x->hq, mine, nout * sizeof(int64_t));
+    fsc_device_release(e->dev, d);
+    if (s == FSC_OK) fsc_exact_add_i64(x->acc[k] + at, x->hq, nout);
+    return s;
+}
+
+static void begin_attempt(fsc_engine *e) {
+    fsc_exact *x = e->exact;
+    x->amax = 0;
+    for (int k = 0; k < e->ngsegs; k++) memset(x->acc[k], 0, e->glens[k] * sizeof(int64_t));
+}
+
+/* After an attempt's last backward: the agreed exponent; *again when the step must be recomputed on it, else
+ * the reduced gradients from the shadows (poisoned with a NaN when some unit gradient was not finite). */
+static fsc_status finish_attempt(fsc_engine *e, int *again) {
+    fsc_exact *x = e->exact;
+    float a = (float)x->amax; /* an f32's magnitude, or inf: exact */
+    FSC_TRY(fsc_comm_all_reduce_host(e->r->comm, e->dev, &a, FSC_MAX));
+    const int E = fsc_exact_exponent((double)a, x->terms);
+    *again = E != INT32_MAX && E != x->E;
+    if (*again) {
+        x->E = E;
+        return FSC_OK;
+    }
+    int finite = E != INT32_MAX; /* else the first element becomes a NaN */
+    for (int k = 0; k < e->ngsegs; k++) {
+        if (!e->glens[k]) continue;
+        FSC_TRY(reserve(x, e->glens[k]));
+        fsc_exact_to_f32(x->hf, x->acc[k], e->glens[k], x->E);
+        if (!finite) x->hf[0] = NAN, finite = 1;
+        FSC_TRY(fsc_device_upload(e->gdev, e->gsegs[k], x->hf, e->glens[k] * sizeof(float)));
+    }
+    return FSC_OK;
+}
+
+/* ascending, NaN last, equal values by their bits: a total order, so the sorted multiset is unique */
+static int cmp_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    int na = isnan(a), nb = isnan(b);
+    if (na || nb) return na - nb;
+    if (a != b) return a < b ? -1 : 1;
+    uint64_t ua, ub;
+    memcpy(&ua, &a, 8), memcpy(&ub, &b, 8);
+    return (ua > ub) - (ua < ub);
+}
+
+/* n bytes of every rank of c into all (c's size x n), through device buffers. */
+static fsc_status gather_bytes(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all) {
+    const size_t N = (size_t)fsc_comm_size(c);
+    unsigned char *d = NULL;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, (N + 1) * n, (void **)&d));
+    fsc_status s = fsc_device_upload(e->dev, d + N * n, mine, n);
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + N * n, d, n, FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, N * n);
+    fsc_device_release(e->dev, d);
+    return s;
+}
+
+/* sums[r] = sum over the data group's units of vals[r K + k] (m rows of this rank's K units of U), added in
+ * ascending order; *batch: the batch check of the group's local and global batches. */
+static fsc_status sum_units(fsc_engine *e, const double *vals, int m, int K, int U, int local_batch,
+                            int global_batch, double *sums, fsc_status *batch) {
+    fsc_comm *c = e->comm;
+    const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
+    const size_t G = (size_t)e->exact->terms;
+    double mine[2] = { local_batch, global_batch }, *pairs = malloc((size_t)N * 2 * sizeof(double));
+    int64_t *slots = calloc((size_t)m * G + 1, sizeof(int64_t));
+    double *row = malloc((G + 1) * sizeof(double));
+    int64_t *d = NULL;
+    fsc_status s = pairs && slots && row ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    if (s == FSC_OK) s = gather_bytes(e, c, mine, sizeof mine, pairs);
+    if (s == FSC_OK) {
+        *batch = fsc_engine_check_batch(pairs, N);
+        size_t off = 0; /* this rank's first unit in the group */
+        for (int j = 0; j < me; j++) off += pairs[2 * j] > 0 ? (size_t)pairs[2 * j] / (size_t)U : 0;
+        for (int r = 0; r < m; r++)
+            for (int k = 0; k < K && off + (size_t)k < G; k++) memcpy(&slots[(size_t)r * G + off + k], &vals[r * K + k], 8);
+    }
+    /* every slot is written by one rank, zero on the others: the integer sum is its bits */
+    if (s == FSC_OK && N > 1) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)m * G * sizeof(int64_t), (void **)&d);
+    if (s == FSC_OK && N > 1) s = fsc_device_upload(e->dev, d, slots, (size_t)m * G * sizeof(int64_t));
+    if (s == FSC_OK && N > 1) s = fsc_comm_all_reduce(c, d, d, (size_t)m * G, FSC_I64, FSC_SUM);
+    if (s == FSC_OK && N > 1) s = fsc_device_download(e->dev, slots, d, (size_t)m * G * sizeof(int64_t));
+    for (int r = 0; s == FSC_OK && r < m; r++) {
+        memcpy(row, slots + (size_t)r * G, G * sizeof(double));
+        qsort(row, G, sizeof(double), cmp_double);
+        double acc = 0;
+        for (size_t i = 0; i < G; i++) acc += row[i];
+        sums[r] = acc;
+    }
+    fsc_device_release(e->dev, d);
+    free(pairs), free(slots), free(row);
+    return s;
+}
+
+/* The units of one attempt: forward and backward of each as its own micro-batch (vals: m rows of K). */
+static fsc_status run_units(fsc_engine *e, const void *inputs, const void *targets, int K, int U, float dscale,
+                            double *vals) {
+    const fsc_model *m = e->m;
+    fsc_model_hooks hooks = fsc_engine_hooks(e);
+    begin_attempt(e);
+    if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
+    for (int k = 0; k < K; k++) {
+        e->micro = k;
+        e->sync = 1; /* every unit reduces: its gradient is one term of the integer sums */
+        const char *in = (const char *)inputs + (size_t)k * U * m->sample_input_bytes;
+        const char *tg = (const char *)targets + (size_t)k * U * m->sample_target_bytes;
+        FSC_TRY(m->ops->set_batch(m->ctx, e->acts, in, tg));
+        FSC_TRY(m->ops->forward(m->ctx, e->acts, &hooks, &vals[k]));
+        if (m->ops->aux_stats) {
+            fsc_model_aux ms = { 0 };
+            m->ops->aux_stats(m->ctx, e->acts, &ms);
+            vals[K + k] = ms.aux_loss, vals[2 * K + k] = (double)ms.assigned, vals[3 * K + k] = (double)ms.dropped;
+        }
+        FSC_TRY(m->ops->backward(m->ctx, e->acts, &hooks, dscale));
+    }
+    return e->st->end_backward ? e->st->end_backward(e) : FSC_OK;
+}
+
+fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets, int local_batch, int global_batch,
+                         float dscale, double *total, double moe[3], fsc_status *batch, int *attempts) {
+    fsc_exact *x = e->exact;
+    const int U = e->po.unit > 0 ? e->po.unit : local_batch / e->po.accum;
+    if (e->po.unit == 0 && local_batch % e->po.accum != 0)
+        return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
+                         local_batch, e->po.accum);
+    if (U < 1 || local_batch % U != 0 || global_batch % U != 0)
+        return fsc_error(FSC_ERR_INVALID, "reduce exact: the local batch of %d sequences and the global batch of %d do "
+                         "not split into units of %d", local_batch, global_batch, U);
+    const int K = local_batch / U, m = e->m->ops->aux_stats ? 4 : 1;
+    x->terms = (uint64_t)(global_batch / U);
+    FSC_TRY(fsc_engine_ensure_acts(e, U));
+    double *vals = calloc((size_t)4 * K, sizeof *vals), sums[4] = { 0, 0, 0, 0 };
+    if (!vals) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    fsc_status s = FSC_OK;
+    *attempts = 0;
+    for (int again = 1; s == FSC_OK && again; ++*attempts) {
+        if (*attempts == 2) { /* E' depends on the unit gradients only, which do not depend on E */
+            s = fsc_error(FSC_ERR_INTERNAL, "reduce exact: the exponent did not settle in two attempts");
+            break;
+        }
+        s = run_units(e, inputs, targets, K, U, dscale, vals);
+        if (s == FSC_OK) s = finish_attempt(e, &again);
+    }
+    if (s == FSC_OK) s = sum_units(e, vals, m, K, U, local_batch, global_batch, sums, batch);
+    free(vals);
+    FSC_TRY(s);
+    *total = sums[0];
+    moe[0] = sums[1] / (double)x->terms, moe[1] = sums[2], moe[2] = sums[3];
+    return FSC_OK;
+}
+
+int fsc_exact_get_exponent(const fsc_engine *e) { return e->exact ? e->exact->E : 0; }
+
+void fsc_exact_set_exponent(fsc_engine *e, int E) {
+    if (e->exact) e->exact->E = E;
+}

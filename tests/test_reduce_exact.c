@@ -1,15 +1,17 @@
 /* Tests for the engine's exact reduction (lib/parallel/exact.c, docs/determinism.md).
  * Oracles:
  * - the same global batch of 12 in units of 1 gives the same losses and parameters bit for bit at (N, K) =
- *   (1,12), (2,6), (3,4), (4,3), (6,2), (12,1) with ddp (none at N 1), whatever the accumulation and the world;
+ *   (1,12), (2,6), (3,4), (4,3), (6,2), (12,1) with ddp, fsdp (full, grad_op, hybrid, no_shard), zero1 and zero2
+ *   (none at N 1);
  * - a step that starts on an exponent too fine for its gradients (they are out of range: never wrapped) or too
  *   coarse is recomputed (exact_attempts 2) and gives the bits of the run that started on the agreed exponent;
  * - the options exact mode does not run with, and units that do not split the batch, are refused by name. */
 #include "partest.h"
 #include "parallel/exact.h"
 
-static void run_exact(pt_run *r, int world, int accum) {
-    *r = pt_make(world, world == 1 ? FSC_PAR_NONE : FSC_PAR_DDP);
+static void run_exact(pt_run *r, int world, int accum, fsc_parallel_kind kind, fsc_shard_strategy shard) {
+    *r = pt_make(world, world == 1 ? FSC_PAR_NONE : kind);
+    r->po.shard = shard;
     r->po.reduce_exact = 1;
     r->po.accum = accum;
     r->po.no_sync = 1;
@@ -22,16 +24,23 @@ static void run_exact(pt_run *r, int world, int accum) {
 static void test_world_and_accumulation(void **state) {
     (void)state;
     static const int nk[][2] = { { 1, 12 }, { 2, 6 }, { 3, 4 }, { 4, 3 }, { 6, 2 }, { 12, 1 } };
+    static const struct { fsc_parallel_kind kind; fsc_shard_strategy shard; const char *name; } st[] = {
+        { FSC_PAR_DDP, FSC_SHARD_FULL, "ddp" },           { FSC_PAR_FSDP, FSC_SHARD_FULL, "fsdp full" },
+        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, "fsdp grad_op" }, { FSC_PAR_FSDP, FSC_SHARD_HYBRID, "fsdp hybrid" },
+        { FSC_PAR_FSDP, FSC_SHARD_NONE, "fsdp no_shard" }, { FSC_PAR_ZERO1, FSC_SHARD_FULL, "zero1" },
+        { FSC_PAR_ZERO2, FSC_SHARD_FULL, "zero2" },
+    };
     pt_run ref, r;
-    run_exact(&ref, 1, 12);
+    run_exact(&ref, 1, 12, FSC_PAR_NONE, FSC_SHARD_FULL);
     assert_int_equal(ref.info[0].exact_attempts, 2); /* the first step finds its exponent */
-    for (size_t i = 1; i < sizeof nk / sizeof nk[0]; i++) {
-        run_exact(&r, nk[i][0], nk[i][1]);
-        char what[64];
-        snprintf(what, sizeof what, "ddp exact at N %d, K %d against N 1, K 12", nk[i][0], nk[i][1]);
-        pt_assert_same(&ref, &r, what);
-        free(r.params);
-    }
+    for (size_t i = 1; i < sizeof nk / sizeof nk[0]; i++)
+        for (size_t k = 0; k < sizeof st / sizeof st[0]; k++) {
+            run_exact(&r, nk[i][0], nk[i][1], st[k].kind, st[k].shard);
+            char what[64];
+            snprintf(what, sizeof what, "%s exact at N %d, K %d against N 1, K 12", st[k].name, nk[i][0], nk[i][1]);
+            pt_assert_same(&ref, &r, what);
+            free(r.params);
+        }
     /* ordered mode differs across these (the premise of exact mode) */
     pt_run o1 = pt_make(1, FSC_PAR_NONE), o3 = pt_make(3, FSC_PAR_DDP);
     o1.batch = o3.batch = 12, o1.po.accum = 12, o3.po.accum = 4;
@@ -129,8 +138,9 @@ static void test_refusals(void **state) {
     refuse(po, 1, FSC_ERR_INVALID, "unit must be >= 1");
     po.unit = 0, po.reduce_exact = 2;
     refuse(po, 1, FSC_ERR_INVALID, "reduce_exact must be 0 or 1");
-    po.reduce_exact = 1, po.kind = FSC_PAR_FSDP;
-    refuse(po, 2, FSC_ERR_UNSUPPORTED, "reduce exact runs with ddp and none; not with fsdp");
+    po.reduce_exact = 1, po.kind = FSC_PAR_FSDP, po.offload = FSC_OFFLOAD_ALL;
+    refuse(po, 2, FSC_ERR_UNSUPPORTED, "reduce exact does not run with offload all");
+    po.offload = FSC_OFFLOAD_NONE;
     po.kind = FSC_PAR_DDP, po.pp = 2;
     refuse(po, 2, FSC_ERR_UNSUPPORTED, "pipelines");
 }

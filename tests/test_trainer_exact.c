@@ -1,18 +1,19 @@
 /* The trainer's --reduce exact and --unit (examples/train_gpt.c, lib/parallel/exact.c, docs/determinism.md).
  * Oracles: a global batch of 12 in units of 1 gives byte-identical --save files and the same --json losses
- * after 5 steps at (--world N, --accum K) = (1,12), (2,6), (3,4), (4,3), (6,2), (12,1) with ddp (none at N 1);
- * --unit 2 at (1,12)-(3,4) agrees likewise; what exact mode does not run with is refused naming the option. */
+ * after 5 steps at (--world N, --accum K) = (1,12), (2,6), (3,4), (4,3), (6,2), (12,1) with ddp, fsdp (full,
+ * grad_op, hybrid), zero1 and zero2 (none at N 1); --unit 2 at (1,12), (2,3), (3,1) agrees likewise; what exact mode does not run with is refused naming the option. */
 #include "trainertest.h"
 
 static char trainer[PATH_MAX], tmpdir[64];
 
 #define MODEL "--layers 2 --dim 16 --heads 2 --seq 8 --vocab 128 --batch 12 --steps 5 --lr 0.01 --clip 1"
 
-/* Train with args at world n, accum k; the --save file's bytes in *bytes (the caller frees), the losses as text. */
-static char *train(int n, int k, const char *args, char **bytes, size_t *len) {
+/* Train with args at world n, accum k with strategy par (at n 1: none); the --save file's bytes in *bytes (the
+ * caller frees), the losses as text. */
+static char *train(int n, int k, const char *par, const char *args, char **bytes, size_t *len) {
     char *save = prog_fmt("%s/w_%d_%d.st", tmpdir, n, k);
     char *full = prog_fmt(MODEL " --data '%s/data.txt' --world %d --accum %d --parallel %s --reduce exact %s --save "
-                          "'%s' --json", tmpdir, n, k, n == 1 ? "none" : "ddp", args, save);
+                          "'%s' --json", tmpdir, n, k, n == 1 ? "none" : par, args, save);
     char *losses = prog_losses(trainer, full, tmpdir, NULL, NULL);
     FILE *f = fopen(save, "rb");
     if (!f) fail_msg("%s: no --save file", full);
@@ -26,24 +27,29 @@ static char *train(int n, int k, const char *args, char **bytes, size_t *len) {
     return losses;
 }
 
+static const char *const strategies[] = { "ddp", "fsdp --shard full", "fsdp --shard grad_op",
+                                          "fsdp --shard hybrid", "zero1", "zero2" };
+
+/* Every (N, K) of nk with every strategy against nk[0] (N 1: none). */
 static void matrix(const char *args, const int (*nk)[2], int count) {
     char *ref_bytes = NULL, *bytes = NULL;
     size_t ref_len = 0, len = 0;
-    char *ref = train(nk[0][0], nk[0][1], args, &ref_bytes, &ref_len);
-    for (int i = 1; i < count; i++) {
-        char *l = train(nk[i][0], nk[i][1], args, &bytes, &len);
-        if (strcmp(l, ref))
-            fail_msg("%s at --world %d --accum %d: losses %s, at --world %d --accum %d: %s", args, nk[i][0], nk[i][1], l,
-                     nk[0][0], nk[0][1], ref);
-        if (len != ref_len || memcmp(bytes, ref_bytes, len))
-            fail_msg("%s: the --save file at --world %d --accum %d differs from --world %d --accum %d's", args,
-                     nk[i][0], nk[i][1], nk[0][0], nk[0][1]);
-        free(l), free(bytes);
-    }
+    char *ref = train(nk[0][0], nk[0][1], "none", args, &ref_bytes, &ref_len);
+    for (int i = 1; i < count; i++)
+        for (size_t p = 0; p < sizeof strategies / sizeof strategies[0]; p++) {
+            char *l = train(nk[i][0], nk[i][1], strategies[p], args, &bytes, &len);
+            if (strcmp(l, ref))
+                fail_msg("%s %s at --world %d --accum %d: losses %s, at --world %d --accum %d: %s", strategies[p], args,
+                         nk[i][0], nk[i][1], l, nk[0][0], nk[0][1], ref);
+            if (len != ref_len || memcmp(bytes, ref_bytes, len))
+                fail_msg("%s %s: the --save file at --world %d --accum %d differs from --world %d --accum %d's",
+                         strategies[p], args, nk[i][0], nk[i][1], nk[0][0], nk[0][1]);
+            free(l), free(bytes);
+        }
     free(ref), free(ref_bytes);
 }
 
-static void test_ddp_any_world_and_accumulation(void **state) {
+static void test_any_world_accumulation_and_strategy(void **state) {
     (void)state;
     static const int nk[][2] = { { 1, 12 }, { 2, 6 }, { 3, 4 }, { 4, 3 }, { 6, 2 }, { 12, 1 } };
     matrix("", nk, 6);
@@ -53,8 +59,8 @@ static void test_ddp_any_world_and_accumulation(void **state) {
 
 static void test_refusals(void **state) {
     (void)state;
-    char *a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel fsdp --reduce exact", tmpdir);
-    prog_refused(trainer, a, tmpdir, -1, "reduce exact runs with ddp and none; not with fsdp");
+    char *a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel fsdp --offload all --reduce exact", tmpdir);
+    prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run with offload all");
     free(a);
     a = prog_fmt(MODEL " --data '%s/data.txt' --unit 2", tmpdir);
     prog_refused(trainer, a, tmpdir, -1, "unit 2 applies to the exact reduction");
@@ -69,7 +75,7 @@ int main(int argc, char **argv) {
     if (prog_setup(argv[0], "test_trainer_exact", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
     if (prog_write_letters(tmpdir, "data.txt", 6000)) return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ddp_any_world_and_accumulation),
+        cmocka_unit_test(test_any_world_accumulation_and_strategy),
         cmocka_unit_test(test_refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

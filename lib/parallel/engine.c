@@ -141,7 +141,7 @@ fsc_status fsc_engine_reduce_result(fsc_engine *e, const void *recv, fsc_dtype d
 
 fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in, float *out, size_t n,
                              int accumulate) {
-    if (e->exact) return fsc_exact_reduce(e, c, rs, in, out, n); /* int64 sums; out is written once, at the end */
+    if (e->exact) return fsc_exact_reduce(e, c, rs, NULL, in, out, n); /* int64 sums; out is written once, at the end */
     int size = fsc_comm_size(c);
     size_t nout = rs ? n / (size_t)size : n;
     fsc_dtype dt = e->po.reduce_dtype;

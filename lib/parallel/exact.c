@@ -13,8 +13,9 @@
  *   A non-finite gradient (A = inf) poisons the reduced gradients, so the engine's vote skips or stops the step.
  * The loss and the MoE statistics are sums of one double per unit: all units' values are gathered and added in
  * ascending order (the sorted multiset is the same in every configuration).
- * Not here: the integer arithmetic (lib/core/exact.c); pipelines, sharded strategies and expert parallelism
- * (refused until they reduce this way). */
+ * Every strategy reduces this way (ddp, zero1/2 and fsdp: their reductions are fsc_engine_reduce's; hybrid
+ * sharding sums over the shard group, then across the replicas). Not here: the integer arithmetic
+ * (lib/core/exact.c); pipelines and expert parallelism (refused until they reduce this way). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +43,9 @@ fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) 
         if (po->unit) return fsc_error(FSC_ERR_INVALID, "unit %d applies to the exact reduction (reduce_exact)", po->unit);
         return FSC_OK;
     }
-    if (po->kind != FSC_PAR_NONE && po->kind != FSC_PAR_DDP)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact runs with ddp and none; not with %s yet",
-                         fsc_parallel_kind_name(po->kind));
+    if (po->offload == FSC_OFFLOAD_ALL)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with offload all (reduced gradients on the "
+                         "host) yet; offload optim does");
     if (l->pp > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with pipelines (pp %d) yet", l->pp);
     if (l->tp > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with tensor parallelism (tp %d)",
                                     l->tp);
@@ -103,7 +104,8 @@ static fsc_status find_shadow(const fsc_engine *e, const float *out, size_t n, i
     return fsc_error(FSC_ERR_INTERNAL, "reduce exact: a reduction of %zu elements is for no reduced gradient", n);
 }
 
-fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in, const float *out, size_t n) {
+fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, const float *in, const float *out,
+                            size_t n) {
     fsc_exact *x = e->exact;
     const int N = fsc_comm_size(c);
     const size_t nout = rs ? n / (size_t)N : n;
@@ -116,7 +118,8 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in,
     if (m > x->amax) x->amax = m;
     memset(x->hq, 0, n * sizeof(int64_t));
     (void)fsc_exact_add_f32(x->hq, x->hf, n, x->E); /* out of range: amax shows it, and the step is redone */
-    if (N == 1) {
+    const int M = then ? fsc_comm_size(then) : 1;
+    if (N == 1 && M == 1) {
         fsc_exact_add_i64(x->acc[k] + at, x->hq, nout);
         return FSC_OK;
     }
@@ -124,9 +127,10 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in,
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(int64_t), (void **)&d));
     int64_t *mine = rs ? d + (size_t)fsc_comm_rank(c) * nout : d; /* in place */
     fsc_status s = fsc_device_upload(e->dev, d, x->hq, n * sizeof(int64_t));
-    if (s == FSC_OK)
+    if (s == FSC_OK && N > 1)
         s = rs ? fsc_comm_reduce_scatter(c, d, mine, nout, FSC_I64, FSC_SUM) : fsc_comm_all_reduce(c, d, d, n, FSC_I64,
                                                                                                     FSC_SUM);
+    if (s == FSC_OK && M > 1) s = fsc_comm_all_reduce(then, mine, mine, nout, FSC_I64, FSC_SUM);
     if (s == FSC_OK) s = fsc_device_download(e->dev, x->hq, mine, nout * sizeof(int64_t));
     fsc_device_release(e->dev, d);
     if (s == FSC_OK) fsc_exact_add_i64(x->acc[k] + at, x->hq, nout);

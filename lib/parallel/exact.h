@@ -9,8 +9,10 @@ fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po);
 fsc_status fsc_exact_create(fsc_engine *e);
 void fsc_exact_free(fsc_engine *e);
 /* fsc_engine_reduce in exact mode: in (n f32, one unit's gradient on this rank) on the step's exponent, summed
- * over c as int64 (all-reduce, or block `rank` of it: rs), added to the shadow of out (inside a gseg). */
-fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in, const float *out, size_t n);
+ * over c as int64 (all-reduce, or block `rank` of it: rs), then over `then` when not NULL (an all-reduce of that
+ * result: hybrid sharding's replicas), added to the shadow of out (inside a gseg). */
+fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, const float *in, const float *out,
+                            size_t n);
 /* The forward and backward passes of a step in exact mode (no pipeline): local_batch / U units of U sequences,
  * each a micro-batch of its own, reduced exactly, the step recomputed on the agreed exponent when its first
  * attempt's was another; the reduced gradients in e->gsegs. *total: the loss summed over the data group,

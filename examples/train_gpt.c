@@ -1570,8 +1570,8 @@ int main(int argc, char **argv) {
                c.moe_experts, c.moe_top_k, (double)c.moe_capacity, (double)c.moe_aux, c.ep, c.moe_experts / c.ep);
     if (procs)
         printf("processes: %d, one rank each, %s\n", c.world, c.reduce == 1 ? "--reduce native: the communicator's own "
-               "sums (bits may differ from simulated ranks)" : "--reduce ordered: sums in rank order (the simulated "
-               "ranks' bits)");
+               "sums (bits may differ from simulated ranks)" : c.reduce == 2 ? "--reduce exact: int64 sums (the bits "
+               "of any world size)" : "--reduce ordered: sums in rank order (the simulated ranks' bits)");
     fflush(stdout);
     char dbuf[16];
     fsc_cluster_opts co = {.world = c.world, .device = option_choice("device", c.device, dbuf, sizeof dbuf),

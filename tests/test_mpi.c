@@ -10,7 +10,8 @@
  *   resumed on 2 ranks, which the GPT refuses by family;
  * - a killed or stopped rank ends the whole job (every process gone) within the communicator timeout plus
  *   a margin, the output names the rank, and the newest checkpoint written before resumes;
- * - launcher mismatches are refused with messages that say how to start the job.
+ * - launcher mismatches are refused with messages that say how to start the job;
+ * - --reduce exact on 2, 3 and 4 processes gives the bits of one simulated rank accumulating the same batch.
  * Skipped, with the reason, only where mpirun is not installed (ci/deps.sh installs Open MPI). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -114,6 +115,35 @@ static void test_pipeline_and_tensor_parallel(void **state) {
     same_bits(4, "fsdp --tp 2 --sequence-parallel");
     same_bits(3, "fsdp --check-ddp");
     same_bits(4, "zero2 --pp 2 --check-ddp");
+}
+
+/* --reduce exact (docs/determinism.md): 2, 3 and 4 processes accumulating 12 / N micro-batches give the bits of
+ * one simulated rank accumulating 12 (the --save file and the losses), with ddp, fsdp and zero2. */
+static void test_exact_any_process_count(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    char *ref = fmt("%s/exact_ref.st", tmpdir), *got = fmt("%s/exact_mpi.st", tmpdir), *out = NULL;
+    char *a = fmt(MODEL " --data '%s/data.txt' --reduce exact --accum 12 --save '%s' --json", tmpdir, ref);
+    int rc = run_sim(a, &out);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d\n%s", a, rc, out);
+    char *l0 = losses_of(out);
+    free(a), free(out);
+    const char *par[] = {"ddp", "fsdp", "zero2"};
+    for (int n = 2; n <= 4; n++)
+        for (size_t i = 0; i < sizeof par / sizeof par[0]; i++) {
+            unlink(got);
+            a = fmt(MODEL " --data '%s/data.txt' --reduce exact --accum %d --parallel %s --save '%s' --json", tmpdir,
+                    12 / n, par[i], got);
+            rc = run_mpi(n, a, &out);
+            if (rc != 0) fail_msg("mpirun -n %d train_gpt %s: exit %d\n%s", n, a, rc, out);
+            assert_non_null(strstr(out, "--reduce exact"));
+            char *l = losses_of(out);
+            if (strcmp(l, l0) != 0) fail_msg("%d processes, --parallel %s, exact: losses %s, one rank %s", n, par[i], l, l0);
+            if (!files_equal(ref, got)) fail_msg("%d processes, --parallel %s, exact: --save files differ", n, par[i]);
+            free(l), free(a), free(out);
+        }
+    print_message("--reduce exact: 2, 3 and 4 processes = one rank accumulating 12\n");
+    free(l0), free(ref), free(got);
 }
 
 /* Save at step 2 on `from`, resume to step 4 on `to` (model: options after MODEL, "" for the GPT); returns the
@@ -634,6 +664,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_launcher_checks),
         cmocka_unit_test(test_communicator_equals_simulated),
         cmocka_unit_test(test_strategies_equal_simulated),
+        cmocka_unit_test(test_exact_any_process_count),
         cmocka_unit_test(test_pipeline_and_tensor_parallel),
         cmocka_unit_test(test_checkpoint_resharding),
         cmocka_unit_test(test_llama),

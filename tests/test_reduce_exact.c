@@ -115,7 +115,7 @@ static fsc_status refuse_fn(fsc_rank *r, void *arg) {
     fsc_status s = fsc_engine_create(r, &c, po, &oc, 1, &e);
     if (s == FSC_OK) {
         int32_t tok[6 * 7] = { 0 }, tgt[6 * 7] = { 0 };
-        s = fsc_engine_step(e, tok, tgt, 6, 6 * r->world, NULL);
+        s = fsc_engine_step(e, tok, tgt, 6, 6 * fsc_engine_layout(e)->dp, NULL);
     }
     fsc_engine_free(e);
     return s;
@@ -141,8 +141,10 @@ static void test_refusals(void **state) {
     po.reduce_exact = 1, po.kind = FSC_PAR_FSDP, po.offload = FSC_OFFLOAD_ALL;
     refuse(po, 2, FSC_ERR_UNSUPPORTED, "reduce exact does not run with offload all");
     po.offload = FSC_OFFLOAD_NONE;
-    po.kind = FSC_PAR_DDP, po.pp = 2;
-    refuse(po, 2, FSC_ERR_UNSUPPORTED, "pipelines");
+    po.kind = FSC_PAR_DDP, po.tp = 2;
+    refuse(po, 2, FSC_ERR_UNSUPPORTED, "tensor parallelism");
+    po.tp = 1, po.pp = 2, po.accum = 2, po.unit = 1; /* a pipeline's unit is its micro-batch (6 / 2 here) */
+    refuse(po, 2, FSC_ERR_INVALID, "the unit is the pipeline's micro-batch");
 }
 
 int main(void) {

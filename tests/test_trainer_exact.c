@@ -57,6 +57,56 @@ static void test_any_world_accumulation_and_strategy(void **state) {
     matrix("--unit 2", nk2, 3);
 }
 
+/* Pipelines of 2 and 3 stages, GPipe and 1F1B, with ddp, fsdp and zero1 in the stages, at several data-parallel
+ * sizes: the bits of one rank accumulating 12 micro-batches. */
+static void test_pipelines(void **state) {
+    (void)state;
+    char *ref_bytes = NULL, *bytes = NULL;
+    size_t ref_len = 0, len = 0;
+    char *ref = train(1, 12, "none", "--layers 3", &ref_bytes, &ref_len);
+    static const int cfg[][3] = { { 2, 2, 12 }, { 4, 2, 6 }, { 6, 2, 4 }, { 3, 3, 12 }, { 6, 3, 6 }, { 12, 3, 3 } };
+    static const char *const sched[] = { "gpipe", "1f1b" }, *const inner[] = { "pipe", "fsdp", "zero1" };
+    for (int c = 0; c < 6; c++)
+        for (int k = 0; k < 2; k++) {
+            const char *par = inner[(c + k) % 3];
+            char *a = prog_fmt("--layers 3 --pp %d --schedule %s", cfg[c][1], sched[k]);
+            char *l = train(cfg[c][0], cfg[c][2], par, a, &bytes, &len);
+            if (strcmp(l, ref) || len != ref_len || memcmp(bytes, ref_bytes, len))
+                fail_msg("%s %s at --world %d --accum %d: not the bits of one rank (losses %s, one rank %s)", par, a,
+                         cfg[c][0], cfg[c][2], l, ref);
+            free(a), free(l), free(bytes);
+        }
+    free(ref), free(ref_bytes);
+}
+
+static void test_llama(void **state) {
+    (void)state;
+    static const int nk[][2] = { { 1, 12 }, { 2, 6 }, { 3, 4 }, { 4, 3 }, { 6, 2 }, { 12, 1 } };
+    matrix("--model llama --kv-heads 1", nk, 6);
+}
+
+/* A checkpoint saved by fsdp at N 2 (K 6) after 2 steps, resumed to step 5 by zero2 at N 6 (K 2) and by one rank
+ * (K 12): the --save file of an uninterrupted ddp run at N 6. */
+static void test_resume_on_another_world(void **state) {
+    (void)state;
+    char *ref = NULL, *got = NULL;
+    size_t ref_len = 0, len = 0;
+    free(train(6, 2, "ddp", "", &ref, &ref_len));
+    char *a = prog_fmt("--steps 2 --save-every 2 --ckpt-dir '%s/ck'", tmpdir);
+    free(train(2, 6, "fsdp", a, &got, &len));
+    free(got), free(a);
+    static const int to[][2] = { { 6, 2 }, { 1, 12 } };
+    for (int i = 0; i < 2; i++) {
+        a = prog_fmt("--resume '%s/ck'", tmpdir);
+        free(train(to[i][0], to[i][1], "zero2", a, &got, &len));
+        if (len != ref_len || memcmp(got, ref, len))
+            fail_msg("saved at --world 2, resumed at --world %d: the --save file differs from an uninterrupted run's",
+                     to[i][0]);
+        free(got), free(a);
+    }
+    free(ref);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     char *a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel fsdp --offload all --reduce exact", tmpdir);
@@ -76,6 +126,9 @@ int main(int argc, char **argv) {
     if (prog_write_letters(tmpdir, "data.txt", 6000)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_any_world_accumulation_and_strategy),
+        cmocka_unit_test(test_pipelines),
+        cmocka_unit_test(test_llama),
+        cmocka_unit_test(test_resume_on_another_world),
         cmocka_unit_test(test_refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,13 +14,15 @@
  * The loss and the MoE statistics are sums of one double per unit: all units' values are gathered and added in
  * ascending order (the sorted multiset is the same in every configuration).
  * Every strategy reduces this way (ddp, zero1/2 and fsdp: their reductions are fsc_engine_reduce's; hybrid
- * sharding sums over the shard group, then across the replicas). Not here: the integer arithmetic
- * (lib/core/exact.c); pipelines and expert parallelism (refused until they reduce this way). */
+ * sharding sums over the shard group, then across the replicas); a pipeline reduces every micro-batch's
+ * gradient of each stage, and its last stage's per-micro-batch losses are summed and sent to every stage. Not
+ * here: the integer arithmetic (lib/core/exact.c); expert parallelism (refused until it reduces this way). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/exact.h"
 #include "exact.h"
+#include "pipe.h"
 
 typedef struct fsc_exact fsc_exact;
 
@@ -46,7 +48,6 @@ fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) 
     if (po->offload == FSC_OFFLOAD_ALL)
         return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with offload all (reduced gradients on the "
                          "host) yet; offload optim does");
-    if (l->pp > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with pipelines (pp %d) yet", l->pp);
     if (l->tp > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with tensor parallelism (tp %d)",
                                     l->tp);
     if (po->ep > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with expert parallelism (ep %d) "
@@ -226,13 +227,17 @@ static fsc_status sum_units(fsc_engine *e, const double *vals, int m, int K, int
     return s;
 }
 
-/* The units of one attempt: forward and backward of each as its own micro-batch (vals: m rows of K). */
-static fsc_status run_units(fsc_engine *e, const void *inputs, const void *targets, int K, int U, float dscale,
-                            double *vals) {
+/* The units of one attempt: forward and backward of each as its own micro-batch (vals: m rows of K); with a
+ * pipeline, its schedule over the K micro-batches of U (the last stage writes the losses into vals). */
+static fsc_status run_units(fsc_engine *e, const void *inputs, const void *targets, int K, int U, int global_batch,
+                            float dscale, double *vals, fsc_status *batch) {
     const fsc_model *m = e->m;
     fsc_model_hooks hooks = fsc_engine_hooks(e);
     begin_attempt(e);
     if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
+    double total = 0;
+    if (e->pipe) FSC_TRY(fsc_pipe_run(e, inputs, targets, U, global_batch, dscale, &total, batch));
+    if (e->pipe) K = 0;
     for (int k = 0; k < K; k++) {
         e->micro = k;
         e->sync = 1; /* every unit reduces: its gradient is one term of the integer sums */
@@ -261,10 +266,14 @@ fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets,
         return fsc_error(FSC_ERR_INVALID, "reduce exact: the local batch of %d sequences and the global batch of %d do "
                          "not split into units of %d", local_batch, global_batch, U);
     const int K = local_batch / U, m = e->m->ops->aux_stats ? 4 : 1;
+    if (e->pipe && K != e->po.accum)
+        return fsc_error(FSC_ERR_INVALID, "reduce exact with a pipeline: the unit is the pipeline's micro-batch (the "
+                         "local batch of %d / %d chunks), not %d sequences", local_batch, e->po.accum, U);
     x->terms = (uint64_t)(global_batch / U);
-    FSC_TRY(fsc_engine_ensure_acts(e, U));
+    if (!e->pipe) FSC_TRY(fsc_engine_ensure_acts(e, U));
     double *vals = calloc((size_t)4 * K, sizeof *vals), sums[4] = { 0, 0, 0, 0 };
     if (!vals) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    if (e->pipe) fsc_pipe_set_unit_losses(e, vals);
     fsc_status s = FSC_OK;
     *attempts = 0;
     for (int again = 1; s == FSC_OK && again; ++*attempts) {
@@ -272,10 +281,14 @@ fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets,
             s = fsc_error(FSC_ERR_INTERNAL, "reduce exact: the exponent did not settle in two attempts");
             break;
         }
-        s = run_units(e, inputs, targets, K, U, dscale, vals);
+        s = run_units(e, inputs, targets, K, U, global_batch, dscale, vals, batch);
         if (s == FSC_OK) s = finish_attempt(e, &again);
     }
+    if (e->pipe) fsc_pipe_set_unit_losses(e, NULL);
+    fsc_status mine = *batch; /* a pipeline's check (each stage against the last stage's group) */
     if (s == FSC_OK) s = sum_units(e, vals, m, K, U, local_batch, global_batch, sums, batch);
+    if (s == FSC_OK && mine != FSC_OK) *batch = mine;
+    if (s == FSC_OK && e->pipe) s = fsc_pipe_from_last(e, sums); /* the last stage's loss to every stage */
     free(vals);
     FSC_TRY(s);
     *total = sums[0];

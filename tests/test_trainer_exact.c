@@ -79,6 +79,65 @@ static void test_pipelines(void **state) {
     free(ref), free(ref_bytes);
 }
 
+/* The validation loss (fsc_engine_eval): the same bits at every world size, accumulation, strategy and pipeline. */
+static void test_validation(void **state) {
+    (void)state;
+    static const char *const cfg[] = { "--world 1 --accum 12", "--world 3 --accum 4 --parallel ddp",
+                                       "--world 4 --accum 3 --parallel fsdp", "--world 6 --accum 2 --parallel zero2",
+                                       "--world 4 --pp 2 --accum 6 --parallel pipe --schedule 1f1b" };
+    char *ref = NULL;
+    for (int i = 0; i < 5; i++) {
+        char *a = prog_fmt(MODEL " --layers 3 --steps 4 --data '%s/data.txt' --val-data '%s/data.txt' --val-every 2 "
+                           "--val-batches 2 --reduce exact %s --json", tmpdir, tmpdir, cfg[i]);
+        char *out = NULL;
+        int rc = prog_run(trainer, a, tmpdir, &out, NULL);
+        if (rc != 0) fail_msg("%s: exit %d\n%s", a, rc, out);
+        cJSON *j = prog_last_json(out);
+        char *v = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "val_loss"));
+        if (!v || !strstr(v, "null,")) fail_msg("%s: no validation losses in %s", a, out);
+        if (!ref) ref = v;
+        else if (strcmp(v, ref)) fail_msg("%s: validation losses %s, at --world 1: %s", cfg[i], v, ref);
+        if (v != ref) free(v);
+        cJSON_Delete(j);
+        free(a), free(out);
+    }
+    free(ref);
+}
+
+/* A mixture of experts (no expert parallelism): the weights, the losses and the MoE statistics (the aux losses, the
+ * dropped tokens) are the same bits at every world size, accumulation and strategy. */
+static void test_moe(void **state) {
+    (void)state;
+    static const char *const cfg[] = { "--world 1 --accum 12", "--world 3 --accum 4 --parallel ddp",
+                                       "--world 4 --accum 3 --parallel fsdp", "--world 6 --accum 2 --parallel zero2" };
+    char *ref = NULL, *ref_w = NULL;
+    for (int i = 0; i < 4; i++) {
+        char *w = prog_fmt("%s/moe_%d.st", tmpdir, i);
+        char *a = prog_fmt(MODEL " --steps 4 --moe-experts 4 --moe-every 1 --data '%s/data.txt' --reduce exact %s "
+                           "--save '%s' --json", tmpdir, cfg[i], w);
+        char *out = NULL;
+        int rc = prog_run(trainer, a, tmpdir, &out, NULL);
+        if (rc != 0) fail_msg("%s: exit %d\n%s", a, rc, out);
+        cJSON *j = prog_last_json(out), *m = cJSON_GetObjectItem(j, "moe");
+        char *l = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "losses"));
+        char *aux = cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "aux_losses"));
+        char *drop = cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "dropped"));
+        if (!l || !aux || !drop) fail_msg("%s: no losses or MoE statistics in %s", a, out);
+        char *v = prog_fmt("%s %s %s", l, aux, drop);
+        if (!ref) {
+            ref = v, ref_w = w, w = NULL;
+        } else {
+            if (strcmp(v, ref)) fail_msg("%s: losses, aux losses, dropped %s; at --world 1: %s", cfg[i], v, ref);
+            char *cmp = prog_fmt("cmp -s '%s' '%s'", w, ref_w);
+            if (system(cmp) != 0) fail_msg("%s: the --save file differs from --world 1's", cfg[i]);
+            free(cmp), free(v);
+        }
+        cJSON_Delete(j);
+        free(l), free(aux), free(drop), free(a), free(out), free(w);
+    }
+    free(ref), free(ref_w);
+}
+
 static void test_llama(void **state) {
     (void)state;
     static const int nk[][2] = { { 1, 12 }, { 2, 6 }, { 3, 4 }, { 4, 3 }, { 6, 2 }, { 12, 1 } };
@@ -127,6 +186,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_any_world_accumulation_and_strategy),
         cmocka_unit_test(test_pipelines),
+        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_moe),
         cmocka_unit_test(test_llama),
         cmocka_unit_test(test_resume_on_another_world),
         cmocka_unit_test(test_refusals),

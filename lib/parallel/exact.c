@@ -296,6 +296,16 @@ fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets,
     return FSC_OK;
 }
 
+fsc_status fsc_exact_sum_losses(fsc_engine *e, const double *vals, int K, int U, int local_batch, int global_batch,
+                                double *sum, fsc_status *batch) {
+    e->exact->terms = (uint64_t)(global_batch / U); /* this batch's units (the next step sets its own) */
+    double sums[3] = { 0, 0, 0 };
+    FSC_TRY(sum_units(e, vals, 1, K, U, local_batch, global_batch, sums, batch));
+    if (e->pipe) FSC_TRY(fsc_pipe_from_last(e, sums));
+    *sum = sums[0];
+    return FSC_OK;
+}
+
 int fsc_exact_get_exponent(const fsc_engine *e) { return e->exact ? e->exact->E : 0; }
 
 void fsc_exact_set_exponent(fsc_engine *e, int E) {

@@ -19,6 +19,11 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, 
  * moe: the MoE statistics summed (moe[0] already divided by the number of units), *batch the batch check. */
 fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets, int local_batch, int global_batch,
                          float dscale, double *total, double moe[3], fsc_status *batch, int *attempts);
+/* fsc_engine_eval's sum in exact mode: *sum = the losses vals (K units of U on this rank; with a pipeline the last
+ * stage's) summed in ascending order over the data group (with a pipeline, the last stage's sum on every stage);
+ * *batch the data group's batch check. */
+fsc_status fsc_exact_sum_losses(fsc_engine *e, const double *vals, int K, int U, int local_batch, int global_batch,
+                                double *sum, fsc_status *batch);
 /* For tests: the exponent the next step's first attempt uses (the last step's agreed one), and setting it. */
 int fsc_exact_get_exponent(const fsc_engine *e);
 void fsc_exact_set_exponent(fsc_engine *e, int E);

@@ -3,7 +3,8 @@
  * order give the same int64s and the same f32 bits as the serial sum; the simulated communicator's i64
  * all-reduce and reduce-scatter over ranks holding a random split give those bits too; the sum is at least as
  * accurate as the ordered f32 sum against a float64 reference, within the stated bound (exact.h); a term out
- * of range is counted and adds nothing; the exponent keeps terms x amax within 2^62. */
+ * of range is counted and adds nothing; the exponent keeps terms x amax within 2^62; the engine's one-pass
+ * conversion equals the reference conversion bit for bit. */
 #include <math.h>
 #include <stdlib.h>
 #include "testutil.h"
@@ -238,6 +239,35 @@ static void test_range(void **state) {
     assert_true(fsc_exact_absmax(big + 3, 1) == 1.0 && isinf(fsc_exact_absmax(big, 3)));
 }
 
+/* fsc_exact_from_f32 (integer arithmetic on the bits) equals fsc_exact_add_f32 into zeros (llrint on doubles)
+ * element for element, with the same out-of-range count, on every family, on exponents from far too fine (out of
+ * range) to far too coarse (everything rounds to 0, ties included), and on inf, NaN, zeros and subnormals. */
+static void test_convert_equals_reference(void **state) {
+    (void)state;
+    for (uint64_t trial = 0; trial < 200; trial++) {
+        sum_case c;
+        make_case(&c, 9000 + trial, (int)(trial % 5));
+        const size_t n = (size_t)c.n * c.L;
+        if (trial % 7 == 0) c.x[0] = INFINITY, c.x[n - 1] = NAN;
+        if (trial % 11 == 0) c.x[0] = -0.0f, c.x[n / 2] = 1e-45f;
+        int64_t *a = calloc(n, sizeof(int64_t)), *b = malloc(n * sizeof(int64_t));
+        assert_true(a && b);
+        uint64_t s = trial;
+        const int E = c.E == INT32_MAX ? 0 : c.E + (int)(next(&s) % 161) - 80;
+        const size_t bad_a = fsc_exact_add_f32(a, c.x, n, E);
+        double amax = 0;
+        const size_t bad_b = fsc_exact_from_f32(b, c.x, n, E, &amax);
+        assert_int_equal(bad_a, bad_b);
+        for (size_t i = 0; i < n; i++)
+            if (a[i] != b[i]) fail_msg("trial %llu, E %d: element %zu = %a: %lld, the reference %lld",
+                                       (unsigned long long)trial, E, i, (double)c.x[i], (long long)b[i], (long long)a[i]);
+        const double want = fsc_exact_absmax(c.x, n);
+        assert_true(amax == want);
+        free(a), free(b);
+        free_case(&c);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_any_split_and_order),
@@ -245,6 +275,7 @@ int main(void) {
         cmocka_unit_test(test_comm_i64),
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_range),
+        cmocka_unit_test(test_convert_equals_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
  * range detection, wrapping integer sums and the one rounding back to f32. Host arrays only; where the engine
  * uses them and how every configuration agrees on the exponent is lib/parallel/exact.c. */
 #include <math.h>
+#include <string.h>
 #include "fsc/exact.h"
 
 /* Bits of n: the smallest h with n <= 2^h. */
@@ -50,6 +51,40 @@ size_t fsc_exact_add_f32(int64_t *acc, const float *x, size_t n, int E) {
         acc[i] = (int64_t)((uint64_t)acc[i] + (uint64_t)llrint(v)); /* to nearest, ties to even */
     }
     return out;
+}
+
+/* round(x 2^-E) from x's bits, ties to even (integer arithmetic only, so that the loop vectorizes): x = m 2^sh
+ * with m its 24-bit significand; *ok = 0 for |x| 2^-E >= 2^62, inf and NaN (the result is then 0). */
+static inline int64_t fixed_of(float x, int E, int *ok) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const int e = (int)((u >> 23) & 0xffu);
+    const uint64_t m = (u & 0x7fffffu) | (e ? 0x800000u : 0u);
+    const int sh = (e ? e : 1) - 150 - E;
+    const int r = sh < 0 ? (-sh > 63 ? 63 : -sh) : 0, l = sh > 0 ? (sh > 62 ? 62 : sh) : 0;
+    const uint64_t half = r ? (uint64_t)1 << (r - 1) : 0;
+    const uint64_t down = (m + (half ? half - 1 : 0) + ((m >> r) & 1u)) >> r; /* sh < 0: m 2^-r, to nearest even */
+    const uint64_t q = sh < 0 ? (r ? down : m) : m << l;
+    *ok = e != 255 && (sh <= 38 || (sh <= 62 && (m >> (62 - sh)) == 0) || m == 0);
+    const int64_t v = *ok ? (int64_t)q : 0;
+    return u >> 31 ? -v : v;
+}
+
+size_t fsc_exact_from_f32(int64_t *out, const float *x, size_t n, int E, double *amax) {
+    float m = 0.0f;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float a = fabsf(x[i]);
+        m = a > m ? a : m; /* NaN is never above m: found below */
+        int ok;
+        out[i] = fixed_of(x[i], E, &ok);
+        bad += !ok;
+    }
+    double mx = (double)m;
+    for (size_t i = 0; bad && i < n; i++)
+        if (!isfinite(x[i])) mx = INFINITY;
+    if (mx > *amax) *amax = mx;
+    return bad;
 }
 
 void fsc_exact_add_i64(int64_t *acc, const int64_t *x, size_t n) {

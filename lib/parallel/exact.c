@@ -26,14 +26,29 @@
 
 typedef struct fsc_exact fsc_exact;
 
+enum { INFLIGHT = 4 }; /* int64 reductions in flight at most (each with a buffer of its own) */
+
+/* A reduction in flight: its request, its int64 buffer (device) and where its result goes. */
+typedef struct {
+    fsc_comm_req *req;  /* NULL: the slot is free */
+    int64_t *buf;       /* device, cap elements, kept between steps */
+    size_t cap;
+    const int64_t *res; /* the result inside buf (nout) */
+    int k;              /* into shadow k from element at */
+    size_t at, nout;
+} flight;
+
 struct fsc_exact {
     int E;          /* this attempt's exponent: the last step's to start (a guess, never the bits) */
     uint64_t terms; /* units in the global batch */
     double amax;    /* largest |element| of the unit gradients this rank reduced in this attempt */
     int64_t **acc;  /* (e->ngsegs) the reduced gradients as int64, host */
+    int direct;     /* device memory is host memory (the cpu device, no modelled copy cost): no staging */
     float *hf;      /* host staging of a reduction: f32 in, */
     int64_t *hq;    /* its int64s */
     size_t cap;
+    flight fl[INFLIGHT];
+    int next;       /* the slot the next reduction takes (the oldest in flight when all are busy) */
 };
 
 fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) {
@@ -60,6 +75,7 @@ fsc_status fsc_exact_create(fsc_engine *e) {
     if (!x) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
     e->exact = x;
     x->E = FSC_EXACT_ZERO_EXPONENT;
+    x->direct = !strcmp(fsc_device_name(e->dev), "cpu") && e->dev->copy_s_per_byte == 0;
     x->acc = calloc((size_t)e->ngsegs + 1, sizeof *x->acc);
     if (!x->acc) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
     for (int k = 0; k < e->ngsegs; k++) {
@@ -72,6 +88,11 @@ fsc_status fsc_exact_create(fsc_engine *e) {
 void fsc_exact_free(fsc_engine *e) {
     fsc_exact *x = e->exact;
     if (!x) return;
+    for (int i = 0; i < INFLIGHT; i++) {
+        if (x->fl[i].req) (void)fsc_comm_wait(x->fl[i].req); /* left by a failed step */
+        fsc_comm_req_free(x->fl[i].req);
+        fsc_device_release(e->dev, x->fl[i].buf);
+    }
     for (int k = 0; x->acc && k < e->ngsegs; k++) free(x->acc[k]);
     free(x->acc);
     free(x->hf);
@@ -105,41 +126,89 @@ static fsc_status find_shadow(const fsc_engine *e, const float *out, size_t n, i
     return fsc_error(FSC_ERR_INTERNAL, "reduce exact: a reduction of %zu elements is for no reduced gradient", n);
 }
 
+/* Wait for the reduction in slot f and add its result to its shadow. */
+static fsc_status land(fsc_engine *e, flight *f) {
+    fsc_exact *x = e->exact;
+    if (!f->req) return FSC_OK;
+    fsc_status s = fsc_comm_wait(f->req);
+    fsc_comm_req_free(f->req);
+    f->req = NULL;
+    FSC_TRY(s);
+    const int64_t *r = f->res;
+    if (!x->direct) {
+        FSC_TRY(fsc_device_download(e->dev, x->hq, f->res, f->nout * sizeof(int64_t)));
+        r = x->hq;
+    }
+    fsc_exact_add_i64(x->acc[f->k] + f->at, r, f->nout);
+    return FSC_OK;
+}
+
+/* Every reduction in flight landed. */
+static fsc_status land_all(fsc_engine *e) {
+    fsc_status s = FSC_OK;
+    for (int i = 0; i < INFLIGHT; i++) {
+        fsc_status t = land(e, &e->exact->fl[i]);
+        if (s == FSC_OK) s = t;
+    }
+    return s;
+}
+
+/* in (n f32, device) on the exponent into dst (n int64, device), its magnitudes into amax. */
+static fsc_status convert(fsc_engine *e, int64_t *dst, const float *in, size_t n) {
+    fsc_exact *x = e->exact;
+    if (x->direct) { /* out of range: amax shows it, and the step is redone */
+        (void)fsc_exact_from_f32(dst, in, n, x->E, &x->amax);
+        return FSC_OK;
+    }
+    FSC_TRY(reserve(x, n));
+    FSC_TRY(fsc_device_download(e->dev, x->hf, in, n * sizeof(float)));
+    (void)fsc_exact_from_f32(x->hq, x->hf, n, x->E, &x->amax);
+    return fsc_device_upload(e->dev, dst, x->hq, n * sizeof(int64_t));
+}
+
 fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, const float *in, const float *out,
                             size_t n) {
     fsc_exact *x = e->exact;
-    const int N = fsc_comm_size(c);
+    const int N = fsc_comm_size(c), M = then ? fsc_comm_size(then) : 1;
     const size_t nout = rs ? n / (size_t)N : n;
     int k = 0;
     size_t at = 0;
     FSC_TRY(find_shadow(e, out, nout, &k, &at));
-    FSC_TRY(reserve(x, n));
-    FSC_TRY(fsc_device_download(e->dev, x->hf, in, n * sizeof(float)));
-    const double m = fsc_exact_absmax(x->hf, n);
-    if (m > x->amax) x->amax = m;
-    memset(x->hq, 0, n * sizeof(int64_t));
-    (void)fsc_exact_add_f32(x->hq, x->hf, n, x->E); /* out of range: amax shows it, and the step is redone */
-    const int M = then ? fsc_comm_size(then) : 1;
+    flight *f = &x->fl[x->next];
+    x->next = (x->next + 1) % INFLIGHT;
+    FSC_TRY(land(e, f)); /* the oldest in flight, when all slots are busy */
+    if (f->cap < n) {
+        fsc_device_release(e->dev, f->buf);
+        f->buf = NULL, f->cap = 0;
+        FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(int64_t), (void **)&f->buf));
+        f->cap = n;
+    }
+    FSC_TRY(convert(e, f->buf, in, n));
+    int64_t *mine = rs ? f->buf + (size_t)fsc_comm_rank(c) * nout : f->buf; /* in place */
+    f->res = mine, f->k = k, f->at = at, f->nout = nout;
     if (N == 1 && M == 1) {
-        fsc_exact_add_i64(x->acc[k] + at, x->hq, nout);
+        const int64_t *r = mine;
+        if (!x->direct) FSC_TRY(fsc_device_download(e->dev, x->hq, mine, nout * sizeof(int64_t)));
+        fsc_exact_add_i64(x->acc[k] + at, x->direct ? r : x->hq, nout);
         return FSC_OK;
     }
-    int64_t *d = NULL;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(int64_t), (void **)&d));
-    int64_t *mine = rs ? d + (size_t)fsc_comm_rank(c) * nout : d; /* in place */
-    fsc_status s = fsc_device_upload(e->dev, d, x->hq, n * sizeof(int64_t));
-    if (s == FSC_OK && N > 1)
-        s = rs ? fsc_comm_reduce_scatter(c, d, mine, nout, FSC_I64, FSC_SUM) : fsc_comm_all_reduce(c, d, d, n, FSC_I64,
-                                                                                                    FSC_SUM);
-    if (s == FSC_OK && M > 1) s = fsc_comm_all_reduce(then, mine, mine, nout, FSC_I64, FSC_SUM);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, x->hq, mine, nout * sizeof(int64_t));
-    fsc_device_release(e->dev, d);
-    if (s == FSC_OK) fsc_exact_add_i64(x->acc[k] + at, x->hq, nout);
-    return s;
+    if (M > 1) { /* hybrid: over the shard group, then across the replicas; landed at once */
+        FSC_TRY(fsc_comm_reduce_scatter(c, f->buf, mine, nout, FSC_I64, FSC_SUM));
+        FSC_TRY(fsc_comm_iall_reduce(then, mine, mine, nout, FSC_I64, FSC_SUM, &f->req));
+        return land(e, f);
+    }
+    /* in flight while the next layers' backward runs; landed when its slot is needed or the attempt ends */
+    return rs ? fsc_comm_ireduce_scatter(c, f->buf, mine, nout, FSC_I64, FSC_SUM, &f->req)
+              : fsc_comm_iall_reduce(c, f->buf, f->buf, n, FSC_I64, FSC_SUM, &f->req);
 }
 
 static void begin_attempt(fsc_engine *e) {
     fsc_exact *x = e->exact;
+    for (int i = 0; i < INFLIGHT; i++) { /* left by a failed step: waited for, dropped */
+        if (x->fl[i].req) (void)fsc_comm_wait(x->fl[i].req);
+        fsc_comm_req_free(x->fl[i].req);
+        x->fl[i].req = NULL;
+    }
     x->amax = 0;
     for (int k = 0; k < e->ngsegs; k++) memset(x->acc[k], 0, e->glens[k] * sizeof(int64_t));
 }
@@ -148,6 +217,7 @@ static void begin_attempt(fsc_engine *e) {
  * the reduced gradients from the shadows (poisoned with a NaN when some unit gradient was not finite). */
 static fsc_status finish_attempt(fsc_engine *e, int *again) {
     fsc_exact *x = e->exact;
+    FSC_TRY(land_all(e));
     float a = (float)x->amax; /* an f32's magnitude, or inf: exact */
     FSC_TRY(fsc_comm_all_reduce_host(e->r->comm, e->dev, &a, FSC_MAX));
     const int E = fsc_exact_exponent((double)a, x->terms);
@@ -159,10 +229,12 @@ static fsc_status finish_attempt(fsc_engine *e, int *again) {
     int finite = E != INT32_MAX; /* else the first element becomes a NaN */
     for (int k = 0; k < e->ngsegs; k++) {
         if (!e->glens[k]) continue;
-        FSC_TRY(reserve(x, e->glens[k]));
-        fsc_exact_to_f32(x->hf, x->acc[k], e->glens[k], x->E);
-        if (!finite) x->hf[0] = NAN, finite = 1;
-        FSC_TRY(fsc_device_upload(e->gdev, e->gsegs[k], x->hf, e->glens[k] * sizeof(float)));
+        const int direct = x->direct && e->gdev == e->dev;
+        if (!direct) FSC_TRY(reserve(x, e->glens[k]));
+        float *g = direct ? e->gsegs[k] : x->hf;
+        fsc_exact_to_f32(g, x->acc[k], e->glens[k], x->E);
+        if (!finite) g[0] = NAN, finite = 1;
+        if (!direct) FSC_TRY(fsc_device_upload(e->gdev, e->gsegs[k], x->hf, e->glens[k] * sizeof(float)));
     }
     return FSC_OK;
 }

@@ -10,7 +10,8 @@
  *   chunks of ceil(count / N) elements plus an all-gather. Element i is the same sequence of operations
  *   either way, as in the simulator.
  * - native uses MPI_Iallreduce / MPI_Ireduce_scatter_block (MPI's own order: deterministic for one
- *   configuration, not the simulator's bits).
+ *   configuration, not the simulator's bits). i64 sums (exact.h) run natively in both modes: integer sums give
+ *   the same bits in any order.
  * Everything else is point-to-point (MPI_Isend/MPI_Irecv on a communicator of its own, one tag for
  * collectives, another for send/recv, which MPI keeps in order per peer). Send is buffered like the
  * simulator's: the message is copied and sent in the background, so neighbours that send to each other at
@@ -488,10 +489,14 @@ static fsc_status native_reduce_scatter(mp_ctx *m, const void *send, void *recv,
 
 /* ---- the table ---- */
 
+/* i64 (the exact reductions' fixed point) sums are associative: MPI's own algorithms give the rank-order bits, so
+ * they run natively in either mode (up to MPI's int count). */
+static int native_i64(fsc_dtype dt, size_t count) { return dt == FSC_I64 && count <= (size_t)INT32_MAX; }
+
 static fsc_status mp_all_reduce(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt, fsc_redop op) {
     mp_ctx *m = ctx;
     FSC_TRY(enter(m, "all_reduce"));
-    if (m->sh->native) {
+    if (m->sh->native || native_i64(dt, count)) {
         FSC_TRY(grow_req(m, 1));
         return native_all_reduce(m, send, recv, count, dt, op);
     }
@@ -520,7 +525,7 @@ static fsc_status mp_reduce_scatter(void *ctx, const void *send, void *recv, siz
                                     fsc_redop op) {
     mp_ctx *m = ctx;
     FSC_TRY(enter(m, "reduce_scatter"));
-    if (m->sh->native) {
+    if (m->sh->native || native_i64(dt, recvcount * (size_t)m->size)) {
         FSC_TRY(grow_req(m, 1));
         return native_reduce_scatter(m, send, recv, recvcount, dt, op);
     }

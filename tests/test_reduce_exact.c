@@ -5,6 +5,7 @@
  *   (none at N 1);
  * - a step that starts on an exponent too fine for its gradients (they are out of range: never wrapped) or too
  *   coarse is recomputed (exact_attempts 2) and gives the bits of the run that started on the agreed exponent;
+ * - non-finite unit gradients are skipped alike in every configuration, which end with the same bits;
  * - the options exact mode does not run with, and units that do not split the batch, are refused by name. */
 #include "partest.h"
 #include "parallel/exact.h"
@@ -47,6 +48,35 @@ static void test_world_and_accumulation(void **state) {
     pt_train(&o1), pt_train(&o3);
     assert_true(memcmp(o1.params, o3.params, fsc_gpt_num_params(&o1.cfg) * sizeof(float)) != 0);
     free(o1.params), free(o3.params), free(ref.params);
+}
+
+/* Non-finite steps: one SGD step with lr = weight decay = 1e30 makes the weights +-inf (its own loss is finite);
+ * the next steps' unit gradients hold inf and NaN, which have no exponent: the reduced gradients carry a NaN and
+ * every configuration skips the same steps (nonfinite skip) and ends with the same bits. */
+static void test_nonfinite_skips_alike(void **state) {
+    (void)state;
+    static const int nk[][3] = { { 1, 12, FSC_PAR_NONE }, { 3, 4, FSC_PAR_DDP }, { 4, 3, FSC_PAR_FSDP },
+                                 { 6, 2, FSC_PAR_ZERO2 } };
+    pt_run ref;
+    for (int i = 0; i < 4; i++) {
+        pt_run r = pt_make(nk[i][0], (fsc_parallel_kind)nk[i][2]);
+        r.po.reduce_exact = 1, r.po.accum = nk[i][1], r.po.no_sync = 1;
+        r.po.nonfinite = FSC_NONFINITE_SKIP;
+        r.po.clip = 0;
+        r.oc = (fsc_optim_config){ .kind = FSC_OPT_SGD, .lr = 1e30f, .weight_decay = 1e30f };
+        r.batch = 12, r.steps = 3;
+        pt_train(&r);
+        if (r.info[0].skipped || !r.info[1].skipped || !r.info[2].skipped)
+            fail_msg("N %d: steps skipped %d %d %d, expected 0 1 1", nk[i][0], r.info[0].skipped, r.info[1].skipped,
+                     r.info[2].skipped);
+        if (i == 0) {
+            ref = r;
+            continue;
+        }
+        pt_assert_same(&ref, &r, "non-finite steps with the exact reduction");
+        free(r.params);
+    }
+    free(ref.params);
 }
 
 /* Two steps on 3 ranks (accum 2, units of 2); before each step the first attempt's exponent is shifted by
@@ -151,6 +181,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_world_and_accumulation),
         cmocka_unit_test(test_range_recomputes),
+        cmocka_unit_test(test_nonfinite_skips_alike),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -171,9 +171,7 @@ static void test_refusals(void **state) {
     po.reduce_exact = 1, po.kind = FSC_PAR_FSDP, po.offload = FSC_OFFLOAD_ALL;
     refuse(po, 2, FSC_ERR_UNSUPPORTED, "reduce exact does not run with offload all");
     po.offload = FSC_OFFLOAD_NONE;
-    po.kind = FSC_PAR_DDP, po.tp = 2;
-    refuse(po, 2, FSC_ERR_UNSUPPORTED, "tensor parallelism");
-    po.tp = 1, po.pp = 2, po.accum = 2, po.unit = 1; /* a pipeline's unit is its micro-batch (6 / 2 here) */
+    po.kind = FSC_PAR_DDP, po.pp = 2, po.accum = 2, po.unit = 1; /* a pipeline's unit is its micro-batch (6 / 2 here) */
     refuse(po, 2, FSC_ERR_INVALID, "the unit is the pipeline's micro-batch");
 }
 

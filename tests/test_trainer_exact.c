@@ -166,10 +166,40 @@ static void test_resume_on_another_world(void **state) {
     free(ref);
 }
 
+/* Tensor parallelism at a fixed degree (2, with and without sequence parallelism): the same bits at data-parallel
+ * sizes 1, 2 and 3, every strategy, and with a pipeline. */
+static void test_tensor_parallel(void **state) {
+    (void)state;
+    static const char *const cfg[] = { "--world 2 --accum 12 --parallel ddp", "--world 4 --accum 6 --parallel fsdp",
+                                       "--world 6 --accum 4 --parallel zero2", "--world 8 --pp 2 --accum 6 --parallel ddp" };
+    for (int sp = 0; sp < 2; sp++) {
+        char *ref = NULL, *ref_w = NULL;
+        for (int i = 0; i < 4; i++) {
+            char *w = prog_fmt("%s/tp_%d.st", tmpdir, i);
+            char *a = prog_fmt(MODEL " --data '%s/data.txt' --tp 2%s --reduce exact %s --save '%s' --json", tmpdir,
+                               sp ? " --sequence-parallel" : "", cfg[i], w);
+            char *l = prog_losses(trainer, a, tmpdir, NULL, NULL);
+            if (!ref) {
+                ref = l, ref_w = w, w = NULL;
+            } else {
+                if (strcmp(l, ref)) fail_msg("%s: losses %s, at dp 1: %s", a, l, ref);
+                char *cmp = prog_fmt("cmp -s '%s' '%s'", w, ref_w);
+                if (system(cmp) != 0) fail_msg("%s: the --save file differs from dp 1's", a);
+                free(cmp), free(l);
+            }
+            free(a), free(w);
+        }
+        free(ref), free(ref_w);
+    }
+}
+
 static void test_refusals(void **state) {
     (void)state;
     char *a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel fsdp --offload all --reduce exact", tmpdir);
     prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run with offload all");
+    free(a);
+    a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel ddp --moe-experts 4 --ep 2 --reduce exact", tmpdir);
+    prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run with expert parallelism");
     free(a);
     a = prog_fmt(MODEL " --data '%s/data.txt' --unit 2", tmpdir);
     prog_refused(trainer, a, tmpdir, -1, "unit 2 applies to the exact reduction");
@@ -190,6 +220,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_llama),
         cmocka_unit_test(test_resume_on_another_world),
+        cmocka_unit_test(test_tensor_parallel),
         cmocka_unit_test(test_refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

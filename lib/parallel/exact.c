@@ -63,8 +63,6 @@ fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) 
     if (po->offload == FSC_OFFLOAD_ALL)
         return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with offload all (reduced gradients on the "
                          "host) yet; offload optim does");
-    if (l->tp > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with tensor parallelism (tp %d)",
-                                    l->tp);
     if (po->ep > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with expert parallelism (ep %d) "
                                      "yet", po->ep);
     return FSC_OK;

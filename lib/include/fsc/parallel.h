@@ -106,8 +106,8 @@ typedef struct {
      * A step runs units of `unit` sequences, each one micro-batch wherever it is placed; every unit's gradient
      * is summed as int64 fixed point on an exponent every configuration agrees on (fsc/exact.h), the loss and
      * the MoE statistics as sorted sums of one value per unit. reduce_dtype and no_sync do not apply (each
-     * unit's gradient is converted and reduced as it completes). Every strategy and pipelines (the unit is then
-     * the pipeline's micro-batch); not with tp, ep or offload all. */
+     * unit's gradient is converted and reduced as it completes). Every strategy, pipelines (the unit is then the
+     * pipeline's micro-batch) and tensor parallelism (the bits then depend on tp); not with ep or offload all. */
     int reduce_exact;             /* 0: ordered (the default, the float sums in rank order), 1: exact */
     int unit;                     /* sequences per unit with reduce_exact (0: the micro-batch, local batch / accum) */
 } fsc_parallel_opts;

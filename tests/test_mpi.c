@@ -11,7 +11,8 @@
  * - a killed or stopped rank ends the whole job (every process gone) within the communicator timeout plus
  *   a margin, the output names the rank, and the newest checkpoint written before resumes;
  * - launcher mismatches are refused with messages that say how to start the job;
- * - --reduce exact on 2, 3 and 4 processes gives the bits of one simulated rank accumulating the same batch.
+ * - --reduce exact on 2, 3 and 4 processes (ddp, fsdp, zero2, a pipeline) gives the bits of one simulated rank
+ *   accumulating the same batch.
  * Skipped, with the reason, only where mpirun is not installed (ci/deps.sh installs Open MPI). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -142,6 +143,16 @@ static void test_exact_any_process_count(void **state) {
             if (!files_equal(ref, got)) fail_msg("%d processes, --parallel %s, exact: --save files differ", n, par[i]);
             free(l), free(a), free(out);
         }
+    /* a pipeline of 2 stages (1F1B) on 4 processes: 2 data ranks of 6 micro-batches */
+    unlink(got);
+    a = fmt(MODEL " --data '%s/data.txt' --reduce exact --accum 6 --parallel pipe --pp 2 --schedule 1f1b --save '%s' "
+            "--json", tmpdir, got);
+    rc = run_mpi(4, a, &out);
+    if (rc != 0) fail_msg("mpirun -n 4 train_gpt %s: exit %d\n%s", a, rc, out);
+    char *l = losses_of(out);
+    if (strcmp(l, l0) != 0 || !files_equal(ref, got))
+        fail_msg("4 processes, a pipeline, exact: losses %s, one rank %s (or the --save files differ)", l, l0);
+    free(l), free(a), free(out);
     print_message("--reduce exact: 2, 3 and 4 processes = one rank accumulating 12\n");
     free(l0), free(ref), free(got);
 }

@@ -76,6 +76,10 @@ echo "== fsc: 2 simulated ranks, DDP vs FSDP (flat and per block)"
 "$B/bench_dp"
 
 echo
+echo "== fsc: 2 simulated ranks, DDP, --reduce exact vs ordered (step time, bytes per step, gradient error vs float64)"
+"$B/bench_exact"
+
+echo
 echo "== fsc: pipeline bubble, measured vs ideal (P-1)/(M+P-1)"; "$B/bench_pipe" | tee "$B/bench_pipe.out"
 
 echo

@@ -76,7 +76,8 @@ typedef struct {
     float moe_capacity, moe_aux;
     int nonfinite;      /* fsc_nonfinite_policy */
     int max_skipped_steps;
-    int reduce;         /* processes: 0 ordered (the simulator's bits), 1 native (MPI's/NCCL's own sums) */
+    int reduce;         /* 0 ordered (the simulator's bits), 1 native (processes: MPI's/NCCL's own sums), 2 exact */
+    int unit;           /* --reduce exact: sequences per unit (0: the per-rank micro-batch) */
     const char *config, *log, *trace; /* --config FILE.json, --log FILE.jsonl, --trace DIR (train_log.h, trace.h) */
     char *strs;         /* the text of --config's string values (the options point into it; malloc'd as large as
                            the file, which holds them all; main frees it) */
@@ -153,7 +154,8 @@ static const option options[] = {
     {"flight-recorder", "DIR", NULL, "on a failed collective or SIGUSR1, write each rank's last collectives to DIR/flight-rank-N.json (default: --ckpt-dir, else --trace); fsc-ckpt flight DIR names where the ranks diverge", K_STR, F(flight), 0, 0, NULL},
     {"peak-tflops", "X", "0", "peak TFLOP/s of one rank's device for MFU (0: measure its fp32 gemm at start)", K_FLOAT, F(peak_tflops), 0, 1e9, NULL},
     {"world", "N", "1", "simulated ranks (threads); under a launcher (mpirun, srun, torchrun) one rank per process: omit it or give the launcher's number", K_INT, F(world), 1, 1024, NULL},
-    {"reduce", "MODE", "ordered", "processes started by a launcher: ordered (sums in rank order, the simulated ranks' bits)|native (MPI's or NCCL's own all-reduce, faster, bits may differ)", K_CHOICE, F(reduce), 0, 0, "ordered|native"},
+    {"reduce", "MODE", "ordered", "gradient sums: ordered (in rank order, the simulated ranks' bits)|native (processes started by a launcher: MPI's or NCCL's own all-reduce, faster, bits may differ)|exact (int64 fixed point: the same bits at any --world, --accum and --parallel; docs/determinism.md)", K_CHOICE, F(reduce), 0, 0, "ordered|native|exact"},
+    {"unit", "U", "0", "--reduce exact: sequences per unit of work, each run as one micro-batch wherever it is placed (0: the per-rank micro-batch)", K_INT, F(unit), 0, 1 << 20, NULL},
     {"sim-bandwidth", "GBPS", "0", "simulated ranks: every link's bandwidth in GB/s; a collective then takes a ring algorithm's time (docs/overlap.md) (0: no cost)", K_FLOAT, F(sim_bandwidth), 0, 1e9, NULL},
     {"sim-latency", "US", "0", "simulated ranks: every link's latency in microseconds (0: none)", K_FLOAT, F(sim_latency), 0, 1e9, NULL},
     {"prefetch", "0|1", "1", "overlap communication with computation: fsdp gathers the next unit ahead and reduce-scatters during backward; ddp and zero reduce buckets during backward; pipelines send and receive stage boundaries asynchronously, receives posted a micro-batch ahead (the same bits either way)", K_INT, F(prefetch), 0, 1, NULL},
@@ -1020,6 +1022,8 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     po.param_dtype = precision_dtype[c->precision];
     po.reduce_dtype = precision_dtype[c->precision];
     po.accum = c->accum;
+    po.reduce_exact = c->reduce == 2;
+    po.unit = c->unit;
     po.prefetch = c->prefetch;
     po.offload = (fsc_offload_mode)c->offload;
     po.clip = c->clip;
@@ -1487,7 +1491,7 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
         return snprintf(err, cap, "--sim-bandwidth, --sim-latency and --sim-copy-bandwidth apply to simulated ranks; "
                         "processes started by a launcher use the real network and copies"), -1;
     if (env.launcher == FSC_LAUNCHER_NONE) {
-        if (c->reduce)
+        if (c->reduce == 1)
             return snprintf(err, cap, "--reduce native applies to processes started by a launcher (mpirun -n N); "
                             "simulated ranks always sum in rank order"), -1;
         return 0;
@@ -1502,7 +1506,7 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
     given[gw] = 1;
     *me = env.rank;
     *procs = env.world > 1 || c->device == 1; /* --device cuda: NCCL even for one process (one per GPU) */
-    if (!*procs && c->reduce)
+    if (!*procs && c->reduce == 1)
         return snprintf(err, cap, "--reduce native applies to several processes; this launcher started one"), -1;
     return 0;
 }
@@ -1675,13 +1679,13 @@ static int train_main(int argc, char **argv, char **strs) {
                "groups of %d ranks (%d experts per rank)\n", fsc_gpt_num_moe_blocks(&gc), c.layers, c.moe_every,
                c.moe_experts, c.moe_top_k, (double)c.moe_capacity, (double)c.moe_aux, c.ep, c.moe_experts / c.ep);
     if (procs)
-        printf("processes: %d, one rank each, %s\n", c.world, c.reduce ? "--reduce native: the communicator's own "
-               "sums (bits may differ from simulated ranks)" : "--reduce ordered: sums in rank order (the simulated "
-               "ranks' bits)");
+        printf("processes: %d, one rank each, %s\n", c.world, c.reduce == 1 ? "--reduce native: the communicator's own "
+               "sums (bits may differ from simulated ranks)" : c.reduce == 2 ? "--reduce exact: int64 sums (the bits "
+               "of any world size)" : "--reduce ordered: sums in rank order (the simulated ranks' bits)");
     fflush(stdout);
     char dbuf[16];
     fsc_cluster_opts co = {.world = c.world, .device = option_choice("device", c.device, dbuf, sizeof dbuf),
-                           .threads_per_rank = c.threads, .reduce_native = c.reduce,
+                           .threads_per_rank = c.threads, .reduce_native = c.reduce == 1,
                            .sim_bandwidth_gbps = c.sim_bandwidth, .sim_latency_us = c.sim_latency,
                            .sim_copy_gbps = c.sim_copy};
     if (c.check_ddp && !(st.params = calloc(st.nparams, sizeof(float)))) {

@@ -1,7 +1,9 @@
 /* Your own model, outside the library: an MLP regressor on synthetic data, built from fsc's layers and one
  * layer this file writes itself, trained with FSDP on 4 simulated ranks. It checks what fsc promises and says
- * so: FSDP equals DDP bit for bit (every step's loss and every parameter), and a checkpoint saved by FSDP and
- * resumed continues bit for bit as an uninterrupted run. Exit status 1 on any mismatch.
+ * so: FSDP equals DDP bit for bit (every step's loss and every parameter), a checkpoint saved by FSDP and
+ * resumed continues bit for bit as an uninterrupted run, and with the exact reduction (reduce_exact,
+ * docs/determinism.md) one rank accumulating 16 micro-batches, FSDP on 2 ranks and ZeRO-2 on 4 give the same
+ * bits. Exit status 1 on any mismatch.
  *
  * Uses the public API only (#include <fsc/fsc.h>); the test suite builds it against the installed library:
  *   cc examples/train_mlp.c $(pkg-config --cflags --libs fsc) -o train_mlp
@@ -122,6 +124,7 @@ static void sample(size_t i, float *x, float *y) {
 /* ---- one training run ------------------------------------------------------------------------------------ */
 typedef struct {
     fsc_parallel_kind kind;
+    int world, accum, exact;  /* ranks (0: WORLD), micro-batches per step (0: 1), the exact reduction */
     int first, last;          /* steps [first, last) */
     const char *load;         /* checkpoint to start from, or NULL */
     const char *save_dir;     /* save after the last step, or NULL */
@@ -135,9 +138,9 @@ static fsc_status train_rank(fsc_rank *r, void *arg) {
     fsc_model *m = NULL;
     fsc_engine *e = NULL;
     fsc_status s = build_model(r->dev, &m);
-    fsc_parallel_opts po = { .kind = u->kind, .shard = FSC_SHARD_FULL, .wrap = FSC_WRAP_BLOCK, .accum = 1,
-                             .reshard_after_forward = -1, .param_dtype = FSC_F32, .reduce_dtype = FSC_F32,
-                             .clip = 1.0f };
+    fsc_parallel_opts po = { .kind = u->kind, .shard = FSC_SHARD_FULL, .wrap = FSC_WRAP_BLOCK,
+                             .accum = u->accum ? u->accum : 1, .reshard_after_forward = -1, .param_dtype = FSC_F32,
+                             .reduce_dtype = FSC_F32, .clip = 1.0f, .reduce_exact = u->exact };
     fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-2f, .weight_decay = 0.01f, .beta1 = 0.9f,
                             .beta2 = 0.999f, .eps = 1e-8f };
     if (s == FSC_OK) s = fsc_engine_create_model(r, m, &po, &oc, 1234, &e);
@@ -164,7 +167,7 @@ static fsc_status train_rank(fsc_rank *r, void *arg) {
 
 static int do_run(run *u, size_t P) {
     u->params = calloc(P, sizeof(float));
-    fsc_cluster_opts co = { .world = WORLD, .device = "cpu" };
+    fsc_cluster_opts co = { .world = u->world ? u->world : WORLD, .device = "cpu" };
     fsc_status s = u->params ? fsc_cluster_run(&co, train_rank, u) : FSC_ERR_NOMEM;
     if (s != FSC_OK) fprintf(stderr, "train_mlp: %s: %s\n", fsc_status_str(s), fsc_last_error());
     return s == FSC_OK;
@@ -205,13 +208,21 @@ int main(void) {
     char path[256];
     snprintf(path, sizeof path, "%s/step-%08d", dir, SAVE_AT);
     run resumed = { .kind = FSC_PAR_FSDP, .first = SAVE_AT, .last = STEPS, .load = path };
-    int ok = do_run(&ddp, P) && do_run(&fsdp, P) && do_run(&part, P) && do_run(&resumed, P);
+    run ex1 = { .kind = FSC_PAR_NONE, .world = 1, .accum = GLOBAL_BATCH, .exact = 1, .first = 0, .last = STEPS };
+    run ex2 = { .kind = FSC_PAR_FSDP, .world = 2, .accum = GLOBAL_BATCH / 2, .exact = 1, .first = 0, .last = STEPS };
+    run ex4 = { .kind = FSC_PAR_ZERO2, .world = 4, .accum = GLOBAL_BATCH / 4, .exact = 1, .first = 0, .last = STEPS };
+    int ok = do_run(&ddp, P) && do_run(&fsdp, P) && do_run(&part, P) && do_run(&resumed, P) && do_run(&ex1, P) &&
+             do_run(&ex2, P) && do_run(&ex4, P);
     if (ok) {
         for (int k = 0; k < STEPS; k++) printf("step %d  loss (mse) %.6f\n", k, fsdp.loss[k]);
         ok &= same_bits("FSDP (full_shard, 4 ranks) vs DDP (4 ranks)", ddp.loss, fsdp.loss, 0, STEPS, ddp.params,
                         fsdp.params, P);
         ok &= same_bits("FSDP saved at step 3, resumed to step 6, vs uninterrupted", fsdp.loss, resumed.loss,
                         SAVE_AT, STEPS, fsdp.params, resumed.params, P);
+        ok &= same_bits("exact: FSDP (2 ranks x 8) vs 1 rank x 16 micro-batches", ex1.loss, ex2.loss, 0, STEPS,
+                        ex1.params, ex2.params, P);
+        ok &= same_bits("exact: ZeRO-2 (4 ranks x 4) vs 1 rank x 16 micro-batches", ex1.loss, ex4.loss, 0, STEPS,
+                        ex1.params, ex4.params, P);
         const int learns = fsdp.loss[STEPS - 1] < fsdp.loss[0];
         printf("%-58s %s\n", "loss decreases", learns ? "yes" : "NO");
         ok &= learns;
@@ -221,6 +232,7 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "train_mlp: could not remove %s\n", dir);
     free(ddp.params), free(fsdp.params), free(part.params), free(resumed.params);
+    free(ex1.params), free(ex2.params), free(ex4.params);
     printf("%s\n", ok ? "all checks passed" : "CHECKS FAILED");
     return ok ? 0 : 1;
 }

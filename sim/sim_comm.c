@@ -1,7 +1,7 @@
 /* The simulated communicator: the fsc_comm_ops table over sim groups (sim.h, sim_group.c).
  * After the arrive rendezvous each rank computes its own part reading the other ranks' buffers directly:
  * - reductions in a fixed order, acc = x[rank 0]; acc += x[rank 1]; ... in f32 (bf16 and f16 are widened
- *   to f32 and rounded once at the end, RNE; i32 sums wrap), AVG divides the f32 sum by N, MAX keeps NaN.
+ *   to f32 and rounded once at the end, RNE; i32 and i64 sums wrap), AVG divides the f32 sum by N, MAX keeps NaN.
  *   All-reduce gives rank r a contiguous chunk of the elements, which it reduces and writes into every
  *   rank's recv; reduce-scatter reduces block r into rank r's recv. Element i is the same sequence of
  *   operations either way, so reduce-scatter equals all-reduce bit for bit.
@@ -80,6 +80,19 @@ static void reduce_tile_i32(int32_t *acc, const sim_slot *s, int N, size_t off, 
     }
 }
 
+/* i64 (the exact reductions' fixed point, exact.h): wrapping sums, which are associative, and maxima */
+static void reduce_tile_i64(int64_t *acc, const sim_slot *s, int N, size_t off, size_t n, fsc_redop op) {
+    memcpy(acc, (const int64_t *)s[0].send + off, n * sizeof(int64_t));
+    for (int j = 1; j < N; j++) {
+        const int64_t *x = (const int64_t *)s[j].send + off;
+        if (op == FSC_MAX) {
+            for (size_t i = 0; i < n; i++) acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+        } else {
+            for (size_t i = 0; i < n; i++) acc[i] = (int64_t)((uint64_t)acc[i] + (uint64_t)x[i]);
+        }
+    }
+}
+
 /* Reduce elements [src_off, src_off+len) of every rank's send and write them at dst_off of the recv of
  * rank dst_rank, or of every rank when dst_rank < 0. */
 static void reduce_range(const sim_group *g, size_t src_off, size_t len, int dst_rank, size_t dst_off,
@@ -88,10 +101,14 @@ static void reduce_range(const sim_group *g, size_t src_off, size_t len, int dst
     const size_t es = fsc_dtype_size(dt);
     float acc[TILE];
     int32_t iacc[TILE];
+    int64_t lacc[TILE];
     for (size_t t = 0; t < len; t += TILE) {
         size_t n = len - t < TILE ? len - t : TILE;
         const void *out = acc;
-        if (dt == FSC_I32) {
+        if (dt == FSC_I64) {
+            reduce_tile_i64(lacc, s, g->size, src_off + t, n, op);
+            out = lacc;
+        } else if (dt == FSC_I32) {
             reduce_tile_i32(iacc, s, g->size, src_off + t, n, op);
             out = iacc;
         } else {
@@ -100,7 +117,7 @@ static void reduce_range(const sim_group *g, size_t src_off, size_t len, int dst
         int j0 = dst_rank < 0 ? 0 : dst_rank, j1 = dst_rank < 0 ? g->size : dst_rank + 1;
         for (int j = j0; j < j1; j++) {
             u8 *dst = (u8 *)s[j].recv + (dst_off + t) * es;
-            if (dt == FSC_F32 || dt == FSC_I32) memcpy(dst, out, n * es);
+            if (dt == FSC_F32 || dt == FSC_I32 || dt == FSC_I64) memcpy(dst, out, n * es);
             else fsc_convert_host(dst, dt, acc, FSC_F32, n);
         }
     }

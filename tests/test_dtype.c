@@ -16,8 +16,10 @@ static void test_names_sizes(void **state) {
     assert_int_equal(fsc_dtype_size(FSC_F16), 2);
     assert_int_equal(fsc_dtype_size(FSC_I32), 4);
     assert_int_equal(fsc_dtype_size(FSC_U8), 1);
+    assert_int_equal(fsc_dtype_size(FSC_I64), 8);
     assert_int_equal(fsc_dtype_size((fsc_dtype)77), 0);
-    const char *names[] = {"f32", "bf16", "f16", "i32", "u8"};
+    const char *names[] = {"f32", "bf16", "f16", "i32", "u8", "i64"};
+    assert_int_equal(sizeof names / sizeof names[0], FSC_DTYPE_COUNT);
     for (int i = 0; i < FSC_DTYPE_COUNT; i++) {
         fsc_dtype t;
         assert_string_equal(fsc_dtype_name((fsc_dtype)i), names[i]);

@@ -12,7 +12,9 @@
  *   a margin, the output names the rank, and the newest checkpoint written before resumes;
  * - a job of 2 processes into a --ckpt-dir another run holds is refused on both ranks naming the holder, and goes
  *   ahead once it is gone;
- * - launcher mismatches are refused with messages that say how to start the job.
+ * - launcher mismatches are refused with messages that say how to start the job;
+ * - --reduce exact on 2, 3 and 4 processes (ddp, fsdp, zero2, a pipeline) gives the bits of one simulated rank
+ *   accumulating the same batch.
  * Skipped, with the reason, only where mpirun is not installed (ci/deps.sh installs Open MPI). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -116,6 +118,45 @@ static void test_pipeline_and_tensor_parallel(void **state) {
     same_bits(4, "fsdp --tp 2 --sequence-parallel");
     same_bits(3, "fsdp --check-ddp");
     same_bits(4, "zero2 --pp 2 --check-ddp");
+}
+
+/* --reduce exact (docs/determinism.md): 2, 3 and 4 processes accumulating 12 / N micro-batches give the bits of
+ * one simulated rank accumulating 12 (the --save file and the losses), with ddp, fsdp and zero2. */
+static void test_exact_any_process_count(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    char *ref = fmt("%s/exact_ref.st", tmpdir), *got = fmt("%s/exact_mpi.st", tmpdir), *out = NULL;
+    char *a = fmt(MODEL " --data '%s/data.txt' --reduce exact --accum 12 --save '%s' --json", tmpdir, ref);
+    int rc = run_sim(a, &out);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d\n%s", a, rc, out);
+    char *l0 = losses_of(out);
+    free(a), free(out);
+    const char *par[] = {"ddp", "fsdp", "zero2"};
+    for (int n = 2; n <= 4; n++)
+        for (size_t i = 0; i < sizeof par / sizeof par[0]; i++) {
+            unlink(got);
+            a = fmt(MODEL " --data '%s/data.txt' --reduce exact --accum %d --parallel %s --save '%s' --json", tmpdir,
+                    12 / n, par[i], got);
+            rc = run_mpi(n, a, &out);
+            if (rc != 0) fail_msg("mpirun -n %d train_gpt %s: exit %d\n%s", n, a, rc, out);
+            assert_non_null(strstr(out, "--reduce exact"));
+            char *l = losses_of(out);
+            if (strcmp(l, l0) != 0) fail_msg("%d processes, --parallel %s, exact: losses %s, one rank %s", n, par[i], l, l0);
+            if (!files_equal(ref, got)) fail_msg("%d processes, --parallel %s, exact: --save files differ", n, par[i]);
+            free(l), free(a), free(out);
+        }
+    /* a pipeline of 2 stages (1F1B) on 4 processes: 2 data ranks of 6 micro-batches */
+    unlink(got);
+    a = fmt(MODEL " --data '%s/data.txt' --reduce exact --accum 6 --parallel pipe --pp 2 --schedule 1f1b --save '%s' "
+            "--json", tmpdir, got);
+    rc = run_mpi(4, a, &out);
+    if (rc != 0) fail_msg("mpirun -n 4 train_gpt %s: exit %d\n%s", a, rc, out);
+    char *l = losses_of(out);
+    if (strcmp(l, l0) != 0 || !files_equal(ref, got))
+        fail_msg("4 processes, a pipeline, exact: losses %s, one rank %s (or the --save files differ)", l, l0);
+    free(l), free(a), free(out);
+    print_message("--reduce exact: 2, 3 and 4 processes = one rank accumulating 12\n");
+    free(l0), free(ref), free(got);
 }
 
 /* Save at step 2 on `from`, resume to step 4 on `to` (model: options after MODEL, "" for the GPT); returns the
@@ -334,7 +375,7 @@ static void test_ckpt_dir_lock(void **state) {
 static float input(int r, size_t i, fsc_dtype dt) {
     uint32_t h = (uint32_t)(r * 2654435761u) ^ (uint32_t)(i * 40503u + 17u);
     h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
-    if (dt == FSC_I32) return (float)(int32_t)(h % 2000001u) - 1000000.0f;
+    if (dt == FSC_I32 || dt == FSC_I64) return (float)(int32_t)(h % 2000001u) - 1000000.0f;
     if (r == 1 && i == 5) return NAN;
     float v = ldexpf((float)(h % 8192u) - 4096.0f, (int)(h >> 27) - 12); /* +-4096 x 2^-12..2^19 */
     return dt == FSC_F16 ? fminf(fmaxf(v, -60000.0f), 60000.0f) : v;
@@ -372,12 +413,14 @@ static fsc_status keep_host(script_out *o, const void *p, size_t bytes) {
 /* Fill n elements of dt for rank r, offset by `salt` (host, then to the device buffer d). */
 static fsc_status fill(fsc_device *dev, void *d, int r, size_t n, fsc_dtype dt, size_t salt) {
     size_t es = fsc_dtype_size(dt);
-    unsigned char *h = malloc(n * es + 4);
+    unsigned char *h = malloc(n * es + 8);
     float *f = malloc(n * sizeof(float) + 4);
     if (!h || !f) return free(h), free(f), fsc_error(FSC_ERR_NOMEM, "script: out of memory");
     for (size_t i = 0; i < n; i++) f[i] = input(r, i + salt, dt);
     if (dt == FSC_I32)
         for (size_t i = 0; i < n; i++) ((int32_t *)h)[i] = (int32_t)f[i];
+    else if (dt == FSC_I64) /* large, so that sums wrap */
+        for (size_t i = 0; i < n; i++) ((int64_t *)h)[i] = (int64_t)((uint64_t)(int64_t)f[i] * 0x9E3779B97F4A7C15ull);
     else if (dt == FSC_U8)
         for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(i + salt + (size_t)r);
     else
@@ -397,15 +440,15 @@ static fsc_status script(fsc_rank *rk, script_out *o) {
     const int N = rk->world, me = rk->rank;
     const size_t big = 1000 * (size_t)N + 7;
     void *a = NULL, *b = NULL;
-    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 4 * (size_t)N, &a));
-    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 4 * (size_t)N, &b));
-    const fsc_dtype dts[] = {FSC_F32, FSC_BF16, FSC_F16, FSC_I32};
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 8 * (size_t)N, &a));
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, big * 8 * (size_t)N, &b));
+    const fsc_dtype dts[] = {FSC_F32, FSC_BF16, FSC_F16, FSC_I32, FSC_I64};
     const size_t counts[] = {1, 5, 6, (size_t)N * 3 + 1, big};
     fsc_status s = FSC_OK;
-    for (int d = 0; d < 4 && s == FSC_OK; d++) {
+    for (int d = 0; d < 5 && s == FSC_OK; d++) {
         size_t es = fsc_dtype_size(dts[d]);
         for (int op = FSC_SUM; op <= FSC_MAX && s == FSC_OK; op++) {
-            if (dts[d] == FSC_I32 && op == FSC_AVG) continue;
+            if ((dts[d] == FSC_I32 || dts[d] == FSC_I64) && op == FSC_AVG) continue;
             for (int k = 0; k < 5 && s == FSC_OK; k++) {
                 size_t n = counts[k], salt = (size_t)(d * 7 + op * 3 + k) * 1000;
                 s = fill(dev, a, me, n, dts[d], salt);
@@ -802,6 +845,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_mismatched_calls_fail_cleanly),
         cmocka_unit_test(test_ranks_that_disagree_refuse),
         cmocka_unit_test(test_strategies_equal_simulated),
+        cmocka_unit_test(test_exact_any_process_count),
         cmocka_unit_test(test_pipeline_and_tensor_parallel),
         cmocka_unit_test(test_checkpoint_resharding),
         cmocka_unit_test(test_llama),

@@ -267,6 +267,32 @@ static void null_fsc_st_remove_leftovers(void) {
     INVALID(fsc_st_remove_leftovers(NULL, NULL), "path"); /* removed may be NULL */
 }
 
+static void null_fsc_exact_absmax(void) {
+    RETVAL(fsc_exact_absmax(NULL, 4), 0.0);
+}
+
+static void null_fsc_exact_add_f32(void) {
+    RETVAL(fsc_exact_add_f32(NULL, P, 4, 0), (size_t)4);
+    RETVAL(fsc_exact_add_f32(P, NULL, 4, 0), (size_t)4);
+}
+
+static void null_fsc_exact_from_f32(void) {
+    double amax = 0;
+    RETVAL(fsc_exact_from_f32(NULL, P, 4, 0, &amax), (size_t)4);
+    RETVAL(fsc_exact_from_f32(P, NULL, 4, 0, &amax), (size_t)4);
+    RETVAL(fsc_exact_from_f32(P, P, 4, 0, NULL), (size_t)4);
+}
+
+static void null_fsc_exact_add_i64(void) {
+    CALL(fsc_exact_add_i64(NULL, P, 4));
+    CALL(fsc_exact_add_i64(P, NULL, 4));
+}
+
+static void null_fsc_exact_to_f32(void) {
+    CALL(fsc_exact_to_f32(NULL, P, 4, 0));
+    CALL(fsc_exact_to_f32(P, NULL, 4, 0));
+}
+
 static void null_fsc_ckpt_verify(void) {
     /* may be NULL: out */
     INVALID(fsc_ckpt_verify(NULL, P), "path");
@@ -2187,6 +2213,11 @@ static const struct row rows[] = {
     NONE(fsc_ckpt_format_name),
     ROW(fsc_ckpt_full_state),
     ROW(fsc_ckpt_latest),
+    ROW(fsc_exact_absmax),
+    ROW(fsc_exact_add_f32),
+    ROW(fsc_exact_from_f32),
+    ROW(fsc_exact_add_i64),
+    ROW(fsc_exact_to_f32),
     ROW(fsc_ckpt_lock),
     ROW(fsc_ckpt_unlock),
     ROW(fsc_st_remove_leftovers),
@@ -2219,6 +2250,7 @@ static const struct row rows[] = {
     ROW(fsc_ckpt_save),
     NONE(fsc_ckpt_save_opts_default),
     NONE(fsc_flight_opts_default),
+    NONE(fsc_exact_exponent),
     ROW(fsc_ckpt_try_resume),
     ROW(fsc_ckpt_verify),
     ROW(fsc_ckpt_write_file),

@@ -112,11 +112,14 @@ static int nc_type(fsc_dtype dt, ncclDataType_t *out) {
     case FSC_F16: *out = ncclFloat16; return 1;
     case FSC_I32: *out = ncclInt32; return 1;
     case FSC_U8: *out = ncclUint8; return 1;
+    case FSC_I64: *out = ncclInt64; return 1;
     default: return 0;
     }
 }
 
-static size_t nc_size(fsc_dtype dt) { return dt == FSC_F32 || dt == FSC_I32 ? 4 : dt == FSC_U8 ? 1 : 2; }
+static size_t nc_size(fsc_dtype dt) {
+    return dt == FSC_I64 ? 8 : dt == FSC_F32 || dt == FSC_I32 ? 4 : dt == FSC_U8 ? 1 : 2;
+}
 
 /* f32 scratch of at least bytes, usable on the current stream once earlier users are done;
  * nc_scratch_done marks the end of this use. */
@@ -209,6 +212,16 @@ __device__ static void st_f32(void *p, int dt, size_t i, float x) {
 /* out[i] = op over j < N, in order, of in[j * stride + i], for i < n */
 __global__ void rank_order_kernel(void *out, const void *in, int N, size_t n, size_t stride, int dt, int op) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        if (dt == FSC_I64) { /* the exact reductions' fixed point: wrapping sums, any order gives these bits */
+            const long long *x = (const long long *)in;
+            long long acc = x[i];
+            for (int j = 1; j < N; j++) {
+                long long y = x[(size_t)j * stride + i];
+                acc = op == FSC_MAX ? (y > acc ? y : acc) : (long long)((unsigned long long)acc + (unsigned long long)y);
+            }
+            ((long long *)out)[i] = acc;
+            continue;
+        }
         if (dt == FSC_I32) {
             const int *x = (const int *)in;
             int acc = x[i];
@@ -284,7 +297,8 @@ static fsc_status nc_ordered_all_reduce(nc_ctx *n, const void *send, void *recv,
 static fsc_status nc_all_reduce(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt, fsc_redop op) {
     NC_HEAD("all_reduce", dt);
     if (count == 0) return FSC_OK;
-    if (!n->native) return nc_ordered_all_reduce(n, send, recv, count, dt, nt, op);
+    /* i64 (exact.h's fixed point) sums are associative: NCCL's own ring or tree gives the ordered bits */
+    if (!n->native && dt != FSC_I64) return nc_ordered_all_reduce(n, send, recv, count, dt, nt, op);
     ncclRedOp_t ro = op == FSC_MAX ? ncclMax : ncclSum;
     if (widen(dt, op)) {
         float *f;
@@ -305,7 +319,7 @@ static fsc_status nc_reduce_scatter(void *ctx, const void *send, void *recv, siz
                                     fsc_redop op) {
     NC_HEAD("reduce_scatter", dt);
     if (recvcount == 0) return FSC_OK;
-    if (!n->native) {
+    if (!n->native && dt != FSC_I64) {
         FSC_TRY(nc_ordered_part(n, "reduce_scatter", send, recvcount * (size_t)n->world, recvcount, dt, nt, op, recv));
         return nc_done(n, ncclSuccess, "reduce_scatter");
     }

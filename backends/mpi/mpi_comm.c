@@ -6,11 +6,12 @@
  * - ordered (the default) gives the simulated communicator's bits (sim/sim_comm.c): a reduce-scatter is an
  *   all-to-all exchange of blocks (each rank sends (N-1)/N of its buffer, as a ring would) followed by a
  *   local sum in rank order, acc = x[rank 0]; acc += x[rank 1]; ... in f32 (bf16/f16 widened, rounded once
- *   at the end, RNE; AVG divides the f32 sum by N; MAX keeps NaN; i32 sums wrap); an all-reduce is that on
+ *   at the end, RNE; AVG divides the f32 sum by N; MAX keeps NaN; i32 and i64 sums wrap); an all-reduce is that on
  *   chunks of ceil(count / N) elements plus an all-gather. Element i is the same sequence of operations
  *   either way, as in the simulator.
  * - native uses MPI_Iallreduce / MPI_Ireduce_scatter_block (MPI's own order: deterministic for one
- *   configuration, not the simulator's bits).
+ *   configuration, not the simulator's bits). i64 sums (exact.h) run natively in both modes: integer sums give
+ *   the same bits in any order.
  * Everything else is point-to-point (MPI_Isend, and MPI_Improbe/MPI_Imrecv so that a receive is posted only
  * once its message has shown its length, on a communicator of its own, one tag for collectives, another for
  * send/recv, which MPI keeps in order per peer). Send is buffered like the
@@ -148,7 +149,7 @@ static float from_f16(uint16_t h) {
 }
 
 static size_t dt_size(fsc_dtype dt) {
-    return dt == FSC_F32 || dt == FSC_I32 ? 4 : dt == FSC_BF16 || dt == FSC_F16 ? 2 : 1;
+    return dt == FSC_I64 ? 8 : dt == FSC_F32 || dt == FSC_I32 ? 4 : dt == FSC_BF16 || dt == FSC_F16 ? 2 : 1;
 }
 
 static void widen(float *dst, const void *src, fsc_dtype dt, size_t n) {
@@ -171,8 +172,31 @@ static void narrow(void *dst, fsc_dtype dt, const float *src, size_t n) {
 
 /* ---- the reduction of sim_comm.c: dst[0..n) = op over ranks, in rank order, of src[j][0..n) ---- */
 
+/* i64, the exact reductions' fixed point: wrapping sums (associative, so any order gives these bits) and maxima,
+ * tile by tile (dst may be one of src: in place) */
+static void reduce_i64(int64_t *dst, const void *const *src, int N, size_t n, fsc_redop op) {
+    int64_t acc[TILE];
+    for (size_t t = 0; N > 0 && t < n; t += TILE) {
+        size_t m = n - t < TILE ? n - t : TILE;
+        memcpy(acc, (const int64_t *)src[0] + t, m * sizeof(int64_t));
+        for (int j = 1; j < N; j++) {
+            const int64_t *y = (const int64_t *)src[j] + t;
+            if (op == FSC_MAX) {
+                for (size_t i = 0; i < m; i++) acc[i] = y[i] > acc[i] ? y[i] : acc[i];
+            } else {
+                for (size_t i = 0; i < m; i++) acc[i] = (int64_t)((uint64_t)acc[i] + (uint64_t)y[i]);
+            }
+        }
+        memcpy(dst + t, acc, m * sizeof(int64_t));
+    }
+}
+
 static void reduce_rank_order(void *dst, const void *const *src, int N, size_t n, fsc_dtype dt, fsc_redop op) {
     const size_t es = dt_size(dt);
+    if (dt == FSC_I64) {
+        reduce_i64(dst, src, N, n, op);
+        return;
+    }
     float acc[TILE], x[TILE];
     int32_t iacc[TILE];
     for (size_t t = 0; t < n; t += TILE) {
@@ -448,7 +472,7 @@ static fsc_status ordered_part(mp_ctx *m, const char *what, const void *send, si
     return FSC_OK;
 }
 
-/* ---- native reductions (MPI's algorithms), f32 and i32 on the wire ---- */
+/* ---- native reductions (MPI's algorithms), f32, i32 and i64 on the wire ---- */
 
 static fsc_status mpi_call(mp_ctx *m, const char *what, int rc) {
     if (rc == MPI_SUCCESS) return FSC_OK;
@@ -462,9 +486,10 @@ static fsc_status native_all_reduce(mp_ctx *m, const void *send, void *recv, siz
     MPI_Op mop = op == FSC_MAX ? MPI_MAX : MPI_SUM;
     if (count > (size_t)INT32_MAX) return mp_err(FSC_ERR_UNSUPPORTED, "%s: native reductions of more than 2^31 "
                                                  "elements are not supported (use --reduce ordered)", what);
-    if (dt == FSC_I32) {
-        FSC_TRY(mpi_call(m, what, MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, MPI_INT32_T,
-                                                 mop, m->comm, &m->req[0])));
+    if (dt == FSC_I32 || dt == FSC_I64) {
+        FSC_TRY(mpi_call(m, what, MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
+                                                 dt == FSC_I64 ? MPI_INT64_T : MPI_INT32_T, mop, m->comm,
+                                                 &m->req[0])));
         one_collective(m);
         return wait_posted(m, what);
     }
@@ -495,17 +520,18 @@ static fsc_status native_reduce_scatter(mp_ctx *m, const void *send, void *recv,
                                                  "elements are not supported (use --reduce ordered)", what);
     /* MPI's in-place form differs from ours: always reduce from a copy of the input */
     u8 *t = NULL;
-    size_t ib = 4, in_bytes = total * ib; /* i32 or f32 */
+    const int integer = dt == FSC_I32 || dt == FSC_I64;
+    size_t ib = dt == FSC_I64 ? 8 : 4, in_bytes = total * ib; /* i64, i32 or f32 */
     FSC_TRY(scratch(m, in_bytes + rc * ib, &t));
-    if (dt == FSC_I32 || dt == FSC_F32) memcpy(t, send, in_bytes);
+    if (integer || dt == FSC_F32) memcpy(t, send, in_bytes);
     else widen((float *)t, send, dt, total);
     u8 *out = t + in_bytes;
-    FSC_TRY(mpi_call(m, what, MPI_Ireduce_scatter_block(t, out, (int)rc, dt == FSC_I32 ? MPI_INT32_T : MPI_FLOAT,
-                                                        mop, m->comm, &m->req[0])));
+    MPI_Datatype mt = dt == FSC_I64 ? MPI_INT64_T : dt == FSC_I32 ? MPI_INT32_T : MPI_FLOAT;
+    FSC_TRY(mpi_call(m, what, MPI_Ireduce_scatter_block(t, out, (int)rc, mt, mop, m->comm, &m->req[0])));
     one_collective(m);
     FSC_TRY(wait_posted(m, what));
-    if (dt == FSC_I32) {
-        memcpy(recv, out, rc * 4);
+    if (integer) {
+        memcpy(recv, out, rc * ib);
         return FSC_OK;
     }
     float *f = (float *)out;
@@ -517,10 +543,14 @@ static fsc_status native_reduce_scatter(mp_ctx *m, const void *send, void *recv,
 
 /* ---- the table ---- */
 
+/* i64 (the exact reductions' fixed point) sums are associative: MPI's own algorithms give the rank-order bits, so
+ * they run natively in either mode (up to MPI's int count). */
+static int native_i64(fsc_dtype dt, size_t count) { return dt == FSC_I64 && count <= (size_t)INT32_MAX; }
+
 static fsc_status mp_all_reduce(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt, fsc_redop op) {
     mp_ctx *m = ctx;
     FSC_TRY(enter(m, "all_reduce"));
-    if (m->sh->native) {
+    if (m->sh->native || native_i64(dt, count)) {
         FSC_TRY(grow_req(m, 1));
         return native_all_reduce(m, send, recv, count, dt, op);
     }
@@ -549,7 +579,7 @@ static fsc_status mp_reduce_scatter(void *ctx, const void *send, void *recv, siz
                                     fsc_redop op) {
     mp_ctx *m = ctx;
     FSC_TRY(enter(m, "reduce_scatter"));
-    if (m->sh->native) {
+    if (m->sh->native || native_i64(dt, recvcount * (size_t)m->size)) {
         FSC_TRY(grow_req(m, 1));
         return native_reduce_scatter(m, send, recv, recvcount, dt, op);
     }

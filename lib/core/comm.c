@@ -113,10 +113,11 @@ static fsc_status check_redop(fsc_comm_op op, fsc_dtype dt, fsc_redop r) {
     const char *what = fsc_comm_op_name(op);
     if ((unsigned)r > FSC_MAX) return fsc_error(FSC_ERR_INVALID, "%s: %d is not a valid fsc_redop", what, (int)r);
     if (is_float(dt)) return FSC_OK;
-    if (dt == FSC_I32 && r != FSC_AVG) return FSC_OK;
-    if (dt == FSC_I32)
-        return fsc_error(FSC_ERR_INVALID, "%s: avg of i32 is not defined; use sum and divide", what);
-    return fsc_error(FSC_ERR_INVALID, "%s: reductions take f32, bf16, f16 or i32, not %s", what,
+    const int integer = dt == FSC_I32 || dt == FSC_I64;
+    if (integer && r != FSC_AVG) return FSC_OK;
+    if (integer)
+        return fsc_error(FSC_ERR_INVALID, "%s: avg of %s is not defined; use sum and divide", what, fsc_dtype_name(dt));
+    return fsc_error(FSC_ERR_INVALID, "%s: reductions take f32, bf16, f16, i32 or i64, not %s", what,
                      fsc_dtype_name(dt));
 }
 

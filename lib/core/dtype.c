@@ -7,7 +7,7 @@
 
 static const struct { const char *name; size_t size; } dtypes[FSC_DTYPE_COUNT] = {
     [FSC_F32] = {"f32", 4}, [FSC_BF16] = {"bf16", 2}, [FSC_F16] = {"f16", 2},
-    [FSC_I32] = {"i32", 4}, [FSC_U8] = {"u8", 1},
+    [FSC_I32] = {"i32", 4}, [FSC_U8] = {"u8", 1}, [FSC_I64] = {"i64", 8},
 };
 
 size_t fsc_dtype_size(fsc_dtype t) {

@@ -162,6 +162,12 @@ static fsc_status ddp_post_backward(fsc_engine *e, int layer) {
     if ((d->pend_hi - d->pend_lo) * sizeof(float) >= bucket || layer == e->lf) FSC_TRY(flush(e));
     /* the micro-batch's backward is over: its reductions are done before the next one rewrites grad */
     if (layer == e->lf) FSC_TRY(fsc_reduce_drain(e, &d->rq));
+    /* the exact reduction: every unit's gradient is a term of its own, the next one starts from zero (with a
+     * pipeline the next backward may follow without a forward in between: nothing pending either) */
+    if (layer == e->lf && e->exact) {
+        d->pend_lo = d->pend_hi = d->P;
+        FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
+    }
     return FSC_OK;
 }
 

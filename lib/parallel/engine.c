@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+#include "exact.h"
 #include "pipe.h"
 
 #define FSC_DEFAULT_MAX_SKIPS 100 /* po.max_skipped_steps 0 */
@@ -140,6 +141,7 @@ fsc_status fsc_engine_reduce_result(fsc_engine *e, const void *recv, fsc_dtype d
 
 fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in, float *out, size_t n,
                              int accumulate) {
+    if (e->exact) return fsc_exact_reduce(e, c, rs, NULL, in, out, n); /* int64 sums; out is written once, at the end */
     int size = fsc_comm_size(c);
     size_t nout = rs ? n / (size_t)size : n;
     fsc_dtype dt = e->po.reduce_dtype;
@@ -263,7 +265,7 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
     }
     if (po->sequence_parallel && po->tp < 2)
         return fsc_error(FSC_ERR_INVALID, "sequence_parallel needs tensor parallelism (tp 2 or more, not %d)", po->tp);
-    return FSC_OK;
+    return fsc_exact_validate(l, po);
 }
 
 /* world = dp x tp x pp in the options' rank order, with clear messages. */
@@ -383,6 +385,7 @@ static fsc_status engine_finish(fsc_engine *e) {
     if (s == FSC_OK) s = e->lay.tp > 1 ? fsc_tensor_after_setup(e) : fsc_pipe_after_setup(e);
     if (s == FSC_OK) s = make_tied_copies(e);
     if (s == FSC_OK) s = fsc_engine_apply_decay(e);
+    if (s == FSC_OK && e->po.reduce_exact) s = fsc_exact_create(e); /* shadows of the reduced gradients */
     return s;
 }
 
@@ -509,7 +512,7 @@ void fsc_engine_reset_comm_stats(fsc_engine *e) {
     for (int g = 0; g < e->ngroups; g++) fsc_comm_reset_stats(e->groups[g]);
 }
 
-static fsc_status ensure_acts(fsc_engine *e, int B) {
+fsc_status fsc_engine_ensure_acts(fsc_engine *e, int B) {
     if (e->acts && e->acts_B == B) return FSC_OK;
     if (e->acts) e->m->ops->acts_free(e->m->ctx, e->acts);
     e->acts = NULL;
@@ -621,29 +624,28 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     return s;
 }
 
-static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
-                             int global_batch, fsc_step_info *info) {
+/* The forward and backward passes of a step in ordered mode: accum micro-batches (or the pipeline's), the
+ * strategy reducing as it goes; *total the loss summed over the data group, moe the MoE statistics summed
+ * (moe[0] divided by the number of micro-batches of the group), *batch the batch check. */
+static fsc_status run_ordered(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
+                              int global_batch, float dscale, double *total, double moe_total[3], fsc_status *batch) {
     const fsc_model *m = e->m;
-    const int T = m->loss_terms, K = e->po.accum;
+    const int K = e->po.accum;
     if (local_batch < 1 || local_batch % K != 0)
         return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
                          local_batch, K);
     const int mb = local_batch / K;
-    if (!e->pipe) FSC_TRY(ensure_acts(e, mb));
+    if (!e->pipe) FSC_TRY(fsc_engine_ensure_acts(e, mb));
     /* auxiliary statistics (MoE: the load-balancing losses, drops and assignments) of this rank's micro-batches
      * (a pipeline's stages keep theirs per layer and add them in this order: pipe_stats.c) */
-    double moe[3] = { 0, 0, 0 }, moe_total[3] = { 0, 0, 0 };
+    double moe[3] = { 0, 0, 0 };
     const int aux = m->ops->aux_stats != NULL;
     fsc_model_hooks hooks = fsc_engine_hooks(e);
-    float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
-    float dscale = loss_scale / ((float)global_batch * (float)T);
-    double loss_local = 0, total = 0;
+    double loss_local = 0;
     if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
     /* the batch check: global_batch against the local batches of the data group, with the loss below; its
      * verdict rides on the world's vote, so that every rank stops together */
-    fsc_status batch = FSC_OK;
-    char batch_why[512] = "";
-    if (e->pipe) FSC_TRY(fsc_pipe_run(e, inputs, targets, mb, global_batch, dscale, &total, &batch));
+    if (e->pipe) FSC_TRY(fsc_pipe_run(e, inputs, targets, mb, global_batch, dscale, total, batch));
     for (int k = 0; k < K && !e->pipe; k++) {
         e->micro = k;
         e->sync = !e->po.no_sync || k == K - 1;
@@ -662,18 +664,38 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
     }
     if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
 
-    fsc_step_info si = { 0 };
     if (!e->pipe && !aux)
-        FSC_TRY(fsc_engine_sum_over_ranks(e, &loss_local, 1, local_batch, global_batch, &total, &batch));
+        FSC_TRY(fsc_engine_sum_over_ranks(e, &loss_local, 1, local_batch, global_batch, total, batch));
     if (e->pipe && aux) FSC_TRY(fsc_pipe_aux_sum(fsc_pipe_aux_of(e), e, moe_total));
     if (!e->pipe && aux) {
         double local[4] = { loss_local, moe[0], moe[1], moe[2] }, sums[4];
-        FSC_TRY(fsc_engine_sum_over_ranks(e, local, 4, local_batch, global_batch, sums, &batch));
-        total = sums[0];
-        memcpy(moe_total, sums + 1, sizeof moe_total);
+        FSC_TRY(fsc_engine_sum_over_ranks(e, local, 4, local_batch, global_batch, sums, batch));
+        *total = sums[0];
+        memcpy(moe_total, sums + 1, 3 * sizeof(double));
     }
+    moe_total[0] /= (double)fsc_comm_size(e->comm) * K; /* one group per rank and micro-batch */
+    return FSC_OK;
+}
+
+static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
+                             int global_batch, fsc_step_info *info) {
+    const fsc_model *m = e->m;
+    const int T = m->loss_terms;
+    const int aux = m->ops->aux_stats != NULL;
+    float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
+    float dscale = loss_scale / ((float)global_batch * (float)T);
+    double total = 0, moe_total[3] = { 0, 0, 0 };
+    fsc_status batch = FSC_OK;
+    char batch_why[512] = "";
+    int attempts = 0;
+    if (e->exact)
+        FSC_TRY(fsc_exact_run(e, inputs, targets, local_batch, global_batch, dscale, &total, moe_total, &batch,
+                              &attempts));
+    else FSC_TRY(run_ordered(e, inputs, targets, local_batch, global_batch, dscale, &total, moe_total, &batch));
+
+    fsc_step_info si = { .exact_attempts = attempts };
     if (aux) {
-        si.aux_loss = moe_total[0] / ((double)fsc_comm_size(e->comm) * K); /* one group per rank and micro-batch */
+        si.aux_loss = moe_total[0];
         si.moe_assigned = (int64_t)moe_total[1];
         si.moe_dropped = (int64_t)moe_total[2];
     }
@@ -950,6 +972,7 @@ fsc_status fsc_engine_stage_params(fsc_engine *e, float *host) {
 
 void fsc_engine_free(fsc_engine *e) {
     if (!e) return;
+    fsc_exact_free(e); /* before the strategy: it knows e->gsegs' count */
     if (e->st && e->st->destroy) e->st->destroy(e);
     fsc_ep_free(e);
     fsc_pipe_free(e); /* after the strategy: its groups were split from the data group */

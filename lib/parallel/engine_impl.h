@@ -127,6 +127,7 @@ struct fsc_engine {
     int group_kind[FSC_ENGINE_MAX_GROUPS];   /* fsc_group_kind of each */
     int ngroups;
     fsc_trace *trace;         /* trace.h (fsc_engine_set_trace): layers, steps, optimizer, checkpoints; NULL: none */
+    struct fsc_exact *exact;  /* the exact reduction (exact.c, po.reduce_exact), NULL in ordered mode */
 };
 
 /* After the strategy's setup (decay.c): no weight decay on the held tensors fsc_param_decays excludes, unless
@@ -182,6 +183,8 @@ const fsc_param_info *fsc_engine_full_info(const fsc_engine *e, int i);
 /* What this rank holds for checkpoints, as element ranges of the full tensors (the strategy's holdings,
  * mapped through tensor parallelism's slices); *out from malloc. */
 fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n);
+/* The micro-batch record for micro-batches of B sequences (made again when B changes). */
+fsc_status fsc_engine_ensure_acts(fsc_engine *e, int B);
 /* Register a segment's gradient for unscaling/clipping. */
 fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
 /* The batch check of a step: pairs holds (local batch, global batch) of each of the n ranks of a data group,

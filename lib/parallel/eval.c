@@ -1,14 +1,19 @@
 /* fsc_engine_eval (eval.h): a forward-only pass of the engine's model over a batch, through the strategy's
  * hooks and, with a pipeline, through the stages (pipe.c's fsc_pipe_eval). Not here: training (engine.c).
  * Order and arithmetic are a step's: micro-batch losses summed in order on each rank, the ranks' sums in rank
- * order over the data group, divided by global_batch x loss_terms in double. */
+ * order over the data group (with the exact reduction: units' losses in ascending order, exact.c), divided by
+ * global_batch x loss_terms in double. */
 #include <stdio.h>
+#include <stdlib.h>
 #include "engine_impl.h"
+#include "exact.h"
 #include "pipe.h"
 #include "fsc/eval.h"
 
-/* This rank's micro-batches forward (no pipeline): *loss_local the sum of their loss terms. */
-static fsc_status forward_local(fsc_engine *e, const char *in, const char *tg, int mb, double *loss_local) {
+/* This rank's n micro-batches of mb forward (no pipeline): *loss_local the sum of their loss terms, each
+ * micro-batch's in vals[k] (NULL: not kept). */
+static fsc_status forward_local(fsc_engine *e, const char *in, const char *tg, int mb, int n, double *vals,
+                                double *loss_local) {
     const fsc_model *m = e->m;
     fsc_model_acts *a = e->acts && e->acts_B == mb ? e->acts : NULL, *own = NULL;
     if (!a) {
@@ -19,14 +24,56 @@ static fsc_status forward_local(fsc_engine *e, const char *in, const char *tg, i
     fsc_model_hooks hooks = fsc_engine_hooks(e);
     fsc_status s = FSC_OK;
     *loss_local = 0;
-    for (int k = 0; k < e->po.accum && s == FSC_OK; k++) {
+    for (int k = 0; k < n && s == FSC_OK; k++) {
         double ls = 0;
         s = m->ops->set_batch(m->ctx, a, in + (size_t)k * mb * m->sample_input_bytes,
                               tg + (size_t)k * mb * m->sample_target_bytes);
         if (s == FSC_OK) s = m->ops->forward(m->ctx, a, &hooks, &ls);
         *loss_local += ls;
+        if (vals) vals[k] = ls;
     }
     if (own) m->ops->acts_free(m->ctx, own);
+    return s;
+}
+
+/* The micro-batches of an evaluation: n of mb sequences; a step's (the accumulation's, or with the exact
+ * reduction and no pipeline the units of po.unit). */
+static fsc_status split(const fsc_engine *e, int local_batch, int global_batch, int *mb, int *n) {
+    const int K = e->po.accum, unit = e->exact && !e->pipe ? e->po.unit : 0;
+    if (!unit && (local_batch < 1 || local_batch % K != 0))
+        return fsc_error(FSC_ERR_INVALID, "eval: the local batch of %d sequences does not split into %d "
+                         "micro-batches", local_batch, K);
+    *mb = unit ? unit : local_batch / K;
+    if (e->exact && (local_batch < 1 || local_batch % *mb != 0 || global_batch % *mb != 0))
+        return fsc_error(FSC_ERR_INVALID, "eval: reduce exact: the local batch of %d sequences and the global batch "
+                         "of %d do not split into units of %d", local_batch, global_batch, *mb);
+    *n = local_batch / *mb;
+    return FSC_OK;
+}
+
+/* The loss sum of the batch: the micro-batches forward, summed over the data group (with a pipeline over the
+ * last stage's, to every stage): sums[0] the sum, sums[1] 1 if the batch check passed. With the exact reduction
+ * the micro-batches' losses are added in ascending order (exact.c), as a step's. */
+static fsc_status loss_sum(fsc_engine *e, const void *inputs, const void *targets, int local_batch, int global_batch,
+                           int mb, int n, double sums[3]) {
+    double local = 0, *vals = NULL;
+    fsc_status batch = FSC_OK, s = FSC_OK;
+    if (e->exact && !(vals = calloc((size_t)n, sizeof *vals))) return fsc_error(FSC_ERR_NOMEM, "eval: out of memory");
+    if (e->pipe) {
+        if (vals) fsc_pipe_set_unit_losses(e, vals);
+        s = fsc_pipe_eval(e, inputs, targets, mb, global_batch, sums);
+        if (vals) fsc_pipe_set_unit_losses(e, NULL);
+    } else {
+        s = forward_local(e, inputs, targets, mb, n, vals, &local);
+        if (s == FSC_OK && !vals) s = fsc_engine_sum_over_ranks(e, &local, 1, local_batch, global_batch, sums, &batch);
+    }
+    if (s == FSC_OK && vals) {
+        fsc_status exact_batch = FSC_OK;
+        s = fsc_exact_sum_losses(e, vals, n, mb, local_batch, global_batch, &sums[0], &exact_batch);
+        if (!e->pipe) batch = exact_batch; /* a pipeline's check is fsc_pipe_eval's, in sums[1] */
+    }
+    if (s == FSC_OK && !e->pipe) sums[1] = batch == FSC_OK;
+    free(vals);
     return s;
 }
 
@@ -36,24 +83,14 @@ fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *target
     FSC_CHECK_ARG(inputs);
     FSC_CHECK_ARG(targets);
     FSC_CHECK_ARG(loss);
-    const int K = e->po.accum;
-    if (local_batch < 1 || local_batch % K != 0)
-        return fsc_error(FSC_ERR_INVALID, "eval: the local batch of %d sequences does not split into %d "
-                         "micro-batches", local_batch, K);
-    const int mb = local_batch / K, micro = e->micro, sync = e->sync;
+    int mb = 0, n = 0;
+    FSC_TRY(split(e, local_batch, global_batch, &mb, &n));
+    const int micro = e->micro, sync = e->sync;
     e->micro = 0; /* the strategies' forward hooks as in a step's first micro-batch; no reduction */
     e->sync = 0;
     double sums[3] = { 0, 1, 0 };
     fsc_status s = e->st->begin_eval ? e->st->begin_eval(e) : FSC_OK;
-    if (s == FSC_OK && e->pipe) {
-        s = fsc_pipe_eval(e, inputs, targets, mb, global_batch, sums);
-    } else if (s == FSC_OK) {
-        double local = 0;
-        fsc_status batch = FSC_OK;
-        s = forward_local(e, inputs, targets, mb, &local);
-        if (s == FSC_OK) s = fsc_engine_sum_over_ranks(e, &local, 1, local_batch, global_batch, sums, &batch);
-        sums[1] = batch == FSC_OK;
-    }
+    if (s == FSC_OK) s = loss_sum(e, inputs, targets, local_batch, global_batch, mb, n, sums);
     char why[512] = "";
     if (s == FSC_OK && !sums[1]) snprintf(why, sizeof why, "%s", fsc_last_error());
     if (s == FSC_OK && e->st->end_eval) s = e->st->end_eval(e);

@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+#include "exact.h"
 #include "overlap.h"
 
 /* An all-gather of a unit's masters in flight (prefetch) or about to be waited for. */
@@ -359,6 +360,8 @@ static fsc_status hybrid_permute(fsc_engine *e, const fsdp_unit *U, float **out)
 static fsc_status unit_reduce_into(fsc_engine *e, fsdp_unit *U, float *sgrad, int accumulate) {
     fsdp_state *d = e->sd;
     if (U->rs || d->G == 1) return fsc_engine_reduce(e, U->rc, U->rs, U->fgrad, sgrad, U->padded, accumulate);
+    /* the exact reduction: int64 sums in any order, over the shard group then across the replicas */
+    if (e->exact) return fsc_exact_reduce(e, d->shard_comm, 1, d->replica_comm, U->fgrad, sgrad, U->padded);
     /* hybrid: permute, reduce-scatter over the world, all-gather across the replicas */
     const size_t sN = U->padded / (size_t)d->N;
     float *perm = NULL, *piece = NULL, *tmp = NULL;
@@ -556,7 +559,7 @@ static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
         if (e->sync) {
             /* each micro-batch that reduces adds to the shard after the first */
             int accumulate = !e->po.no_sync && e->micro > 0;
-            if (d->prefetch) {
+            if (d->prefetch && !e->exact) { /* the exact reduction runs at once */
                 FSC_TRY(unit_reduce_start(e, U, accumulate));
             } else {
                 FSC_TRY(unit_reduce(e, U, accumulate));

@@ -25,6 +25,12 @@ static void release(fsc_engine *e, fsc_reduce_pending *p) {
 
 fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int rs, const float *in, float *out,
                             size_t n, int accumulate, float *owned, float *clear, size_t clear_n) {
+    if (e->exact) { /* the exact reduction (exact.c) runs at once: its sums go to int64 shadows */
+        fsc_status s = fsc_engine_reduce(e, c, rs, in, out, n, accumulate);
+        if (s == FSC_OK && clear) s = fsc_device_memset(e->dev, clear, 0, clear_n * sizeof(float));
+        fsc_device_release(e->dev, owned);
+        return s;
+    }
     if (q->n == q->cap) {
         int cap = q->cap ? 2 * q->cap : 8;
         fsc_reduce_pending *v = realloc(q->v, (size_t)cap * sizeof *v);

@@ -88,6 +88,7 @@ struct fsc_pipe {
     double wait;              /* seconds waited in this step */
     fsc_pipe_stats st;
     fsc_pipe_aux *aux;        /* the micro-batches' auxiliary statistics (pipe_stats.c), NULL without them */
+    double *unit_loss;        /* reduce_exact (exact.c): the last stage keeps each micro-batch's loss here, or NULL */
 };
 
 double fsc_pipe_now_s(void) {
@@ -473,6 +474,7 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
     if (k == 0) FSC_TRY(tied_values_done(p, 1)); /* po.prefetch: h_pre_fwd waited for them already */
     fsc_pipe_aux_note(p->aux, e, k, a);
     sl->ckpt = is_checkpointed(e, k);
+    if (last && p->unit_loss) p->unit_loss[k] = ls;
     if (last) *loss_local += ls;
     else if (p->lk.act_next && !sl->ckpt) /* sent while the next micro-batches compute */
         FSC_TRY(fsc_comm_isend(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, 1, &sl->send));
@@ -532,7 +534,9 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
             if (k + 1 < p->M) FSC_TRY(fsc_pipe_tied_post_grad(&p->tl[x]));
         }
     FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
-    e->sync = k == p->M - 1; /* the strategy reduces in the last backward only (no_sync) */
+    /* the strategy reduces in the last backward only (no_sync); with the exact reduction every micro-batch's
+     * gradient is a term of its own (exact.c) */
+    e->sync = k == p->M - 1 || e->exact;
     FSC_TRY(e->m->ops->backward(e->m->ctx, a, &hooks, dscale));
     e->sync = 0;
     fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
@@ -598,6 +602,10 @@ static fsc_status from_last_stage(fsc_pipe *p, fsc_device *dev, double sums[3]) 
     fsc_device_release(dev, d);
     return st;
 }
+
+void fsc_pipe_set_unit_losses(fsc_engine *e, double *vals) { e->pipe->unit_loss = vals; }
+
+fsc_status fsc_pipe_from_last(fsc_engine *e, double sums[3]) { return from_last_stage(e->pipe, e->dev, sums); }
 
 fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
                         float dscale, double *loss_total, fsc_status *batch) {

@@ -117,6 +117,10 @@ fsc_status fsc_pipe_after_setup(fsc_engine *e);
  * that rank's verdict (fsc_engine_check_batch, with its message). */
 fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
                         float dscale, double *loss_total, fsc_status *batch);
+/* The exact reduction (exact.c): the last stage writes each micro-batch's loss to vals[k] in fsc_pipe_run (NULL:
+ * nowhere); three sums of the last stage to every stage of the pipeline group. */
+void fsc_pipe_set_unit_losses(fsc_engine *e, double *vals);
+fsc_status fsc_pipe_from_last(fsc_engine *e, double sums[3]);
 /* Forward only (fsc_engine_eval, eval.c): the M micro-batches of mb samples through the stages in order, each
  * record returned as soon as its stage forward is done, tied tensors sent to their users' stage as in a step.
  * out[0] = the sum of loss terms over the last stage's data group in rank order, out[1] = 1 if its batch check

@@ -271,7 +271,7 @@ static fsc_status zero_post_backward(fsc_engine *e, int layer) {
             /* overlap: reduced while the layers below compute; stage 2 hands the bucket's gradient to the
              * reduction, stage 1 zeroes it once reduced when another micro-batch follows */
             float *own = z->stage2 ? g : NULL;
-            float *clear = !z->stage2 && e->micro < e->po.accum - 1 ? g : NULL;
+            float *clear = !z->stage2 && (e->micro < e->po.accum - 1 || e->exact) ? g : NULL;
             if (own) {
                 b->grad = NULL;
                 bind_grads(e, z, b, NULL);
@@ -283,8 +283,8 @@ static fsc_status zero_post_backward(fsc_engine *e, int layer) {
         FSC_TRY(fsc_engine_reduce(e, b->comm, 1, g, owned_grad(z, b), b->padded, accumulate));
         if (z->stage2) {
             release_bucket_grad(e, z, b);
-        } else if (e->micro < e->po.accum - 1) {
-            /* the next micro-batch reduces on its own: start it from zero */
+        } else if (e->micro < e->po.accum - 1 || e->exact) {
+            /* the next micro-batch (every unit with the exact reduction) reduces on its own: start it from zero */
             FSC_TRY(fsc_device_memset(e->dev, g, 0, b->padded * sizeof(float)));
         }
     }

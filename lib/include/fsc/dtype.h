@@ -7,10 +7,11 @@
 
 FSC_BEGIN_DECLS
 
-typedef enum { FSC_F32 = 0, FSC_BF16, FSC_F16, FSC_I32, FSC_U8, FSC_DTYPE_COUNT } fsc_dtype;
+/* FSC_I64: the exact reductions' fixed-point integers (exact.h); sums wrap, as i32's do. */
+typedef enum { FSC_F32 = 0, FSC_BF16, FSC_F16, FSC_I32, FSC_U8, FSC_I64, FSC_DTYPE_COUNT } fsc_dtype;
 
 size_t fsc_dtype_size(fsc_dtype t);          /* bytes per element; 0 for an invalid value */
-const char *fsc_dtype_name(fsc_dtype t);     /* "f32", "bf16", "f16", "i32", "u8" */
+const char *fsc_dtype_name(fsc_dtype t);     /* "f32", "bf16", "f16", "i32", "u8", "i64" */
 int fsc_dtype_parse(const char *s, fsc_dtype *out); /* 0 on success, -1 if unknown or NULL; out may be NULL */
 
 uint16_t fsc_f32_to_bf16(float x);   /* RNE; NaN stays NaN (quiet) */

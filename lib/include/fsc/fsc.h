@@ -30,4 +30,5 @@
 #include "ckpt.h"
 #include "schedule.h"
 #include "eval.h"
+#include "exact.h"
 #endif

@@ -102,6 +102,14 @@ typedef struct {
      * the ranks holding the same experts); MoE models do not run with pp > 1 or tp > 1 yet (they do with
      * checkpoint). */
     int ep;                       /* expert-parallel ranks (0 or 1: every rank holds every expert) */
+    /* the exact reduction (docs/determinism.md): the same bits at any world size, accumulation and strategy.
+     * A step runs units of `unit` sequences, each one micro-batch wherever it is placed; every unit's gradient
+     * is summed as int64 fixed point on an exponent every configuration agrees on (fsc/exact.h), the loss and
+     * the MoE statistics as sorted sums of one value per unit. reduce_dtype and no_sync do not apply (each
+     * unit's gradient is converted and reduced as it completes). Every strategy, pipelines (the unit is then the
+     * pipeline's micro-batch) and tensor parallelism (the bits then depend on tp); not with ep or offload all. */
+    int reduce_exact;             /* 0: ordered (the default, the float sums in rank order), 1: exact */
+    int unit;                     /* sequences per unit with reduce_exact (0: the micro-batch, local batch / accum) */
 } fsc_parallel_opts;
 /* Valid options for one rank without any parallelism: kind none, every other field its documented default
  * (full_shard, block wrapping, reshard by strategy, f32, accum 1, no_sync 1, no clipping, pp 1, gpipe,
@@ -152,6 +160,10 @@ typedef struct {
      * batch and every MoE block (k per token), moe_dropped: those beyond an expert's capacity. */
     double aux_loss;
     int64_t moe_assigned, moe_dropped;
+    /* reduce_exact: the forward and backward passes the step ran, 1, or 2 when it was recomputed on the exponent
+     * every configuration agrees on (the first step, a gradient scale that changed, or one out of range:
+     * docs/determinism.md); 0 in ordered mode */
+    int exact_attempts;
 } fsc_step_info;
 
 /* An engine for any model of model.h (docs/models.md). The model must outlive the engine, which points its

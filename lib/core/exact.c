@@ -1,0 +1,102 @@
+/* Exact, order-free sums on int64 fixed point (exact.h): the exponent of a sum, conversion of f32 terms with
+ * range detection, wrapping integer sums and the one rounding back to f32. Host arrays only; where the engine
+ * uses them and how every configuration agrees on the exponent is lib/parallel/exact.c. */
+#include <math.h>
+#include <string.h>
+#include "fsc/exact.h"
+
+/* Bits of n: the smallest h with n <= 2^h. */
+static int bits_of(uint64_t n) {
+    int h = 0;
+    while (h < 64 && (n >> h) > 1) h++;
+    return (n & (n - 1)) == 0 ? h : h + 1;
+}
+
+/* The smallest multiple of q at or above x. */
+static int ceil_to(int x, int q) {
+    int r = x % q;
+    if (r < 0) r += q;
+    return r ? x + (q - r) : x;
+}
+
+int fsc_exact_exponent(double amax, uint64_t terms) {
+    if (!isfinite(amax)) return INT32_MAX;
+    if (amax <= 0) return FSC_EXACT_ZERO_EXPONENT;
+    int k; /* amax < 2^k */
+    (void)frexp(amax, &k);
+    const int h = bits_of(terms ? terms : 1);
+    /* each term below 2^(k - E) <= 2^(62 - h), n of them below 2^62 */
+    return ceil_to(k + h - 62, FSC_EXACT_QUANTUM);
+}
+
+double fsc_exact_absmax(const float *x, size_t n) {
+    if (!x) return 0.0;
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (!isfinite(a)) return INFINITY;
+        if (a > m) m = a;
+    }
+    return (double)m;
+}
+
+size_t fsc_exact_add_f32(int64_t *acc, const float *x, size_t n, int E) {
+    if (!acc || !x) return n; /* nothing added */
+    const double scale = ldexp(1.0, -E), limit = ldexp(1.0, 62);
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = (double)x[i] * scale; /* exact: a power of two, in double's range */
+        if (!(fabs(v) < limit)) {
+            out++;
+            continue;
+        }
+        acc[i] = (int64_t)((uint64_t)acc[i] + (uint64_t)llrint(v)); /* to nearest, ties to even */
+    }
+    return out;
+}
+
+/* round(x 2^-E) from x's bits, ties to even (integer arithmetic only, so that the loop vectorizes): x = m 2^sh
+ * with m its 24-bit significand; *ok = 0 for |x| 2^-E >= 2^62, inf and NaN (the result is then 0). */
+static inline int64_t fixed_of(float x, int E, int *ok) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const int e = (int)((u >> 23) & 0xffu);
+    const uint64_t m = (u & 0x7fffffu) | (e ? 0x800000u : 0u);
+    const int sh = (e ? e : 1) - 150 - E;
+    const int r = sh < 0 ? (-sh > 63 ? 63 : -sh) : 0, l = sh > 0 ? (sh > 62 ? 62 : sh) : 0;
+    const uint64_t half = r ? (uint64_t)1 << (r - 1) : 0;
+    const uint64_t down = (m + (half ? half - 1 : 0) + ((m >> r) & 1u)) >> r; /* sh < 0: m 2^-r, to nearest even */
+    const uint64_t q = sh < 0 ? (r ? down : m) : m << l;
+    *ok = e != 255 && (sh <= 38 || (sh <= 62 && (m >> (62 - sh)) == 0) || m == 0);
+    const int64_t v = *ok ? (int64_t)q : 0;
+    return u >> 31 ? -v : v;
+}
+
+size_t fsc_exact_from_f32(int64_t *out, const float *x, size_t n, int E, double *amax) {
+    if (!out || !x || !amax) return n; /* nothing converted */
+    float m = 0.0f;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float a = fabsf(x[i]);
+        m = a > m ? a : m; /* NaN is never above m: found below */
+        int ok;
+        out[i] = fixed_of(x[i], E, &ok);
+        bad += !ok;
+    }
+    double mx = (double)m;
+    for (size_t i = 0; bad && i < n; i++)
+        if (!isfinite(x[i])) mx = INFINITY;
+    if (mx > *amax) *amax = mx;
+    return bad;
+}
+
+void fsc_exact_add_i64(int64_t *acc, const int64_t *x, size_t n) {
+    if (!acc || !x) return;
+    for (size_t i = 0; i < n; i++) acc[i] = (int64_t)((uint64_t)acc[i] + (uint64_t)x[i]);
+}
+
+void fsc_exact_to_f32(float *out, const int64_t *acc, size_t n, int E) {
+    if (!out || !acc) return;
+    const double scale = ldexp(1.0, E);
+    for (size_t i = 0; i < n; i++) out[i] = (float)((double)(float)acc[i] * scale);
+}

@@ -1,0 +1,383 @@
+/* The engine's exact reduction mode (po.reduce_exact, docs/determinism.md): the same bits at any world size.
+ *
+ * A step runs its local batch as units of U sequences, each one micro-batch wherever it is placed, so a unit's
+ * gradient depends only on its data and the weights. Every gradient reduction of the step (fsc_engine_reduce,
+ * the strategies' buckets) then carries one unit's gradient on this rank: it is converted to int64 on the step's
+ * exponent E (fsc/exact.h), summed over the group as int64 (associative: no order matters) and added to an int64
+ * shadow of the reduced gradient it is for. After the last backward:
+ *   1. A = max over every unit gradient of every rank of |g| (an all-reduce of maxima over the world: exact);
+ *   2. E' = fsc_exact_exponent(A, units of the global batch): what every configuration computes;
+ *   3. E' = E: the shadows become the reduced f32 gradients, once. E' != E (the first step, a changed scale, or
+ *      a gradient out of E's range, which A shows): the step is recomputed on E'. The bits never depend on the
+ *      exponent a step started from, only on E', a function of the step's unit gradients.
+ *   A non-finite gradient (A = inf) poisons the reduced gradients, so the engine's vote skips or stops the step.
+ * The loss and the MoE statistics are sums of one double per unit: all units' values are gathered and added in
+ * ascending order (the sorted multiset is the same in every configuration).
+ * Every strategy reduces this way (ddp, zero1/2 and fsdp: their reductions are fsc_engine_reduce's; hybrid
+ * sharding sums over the shard group, then across the replicas); a pipeline reduces every micro-batch's
+ * gradient of each stage, and its last stage's per-micro-batch losses are summed and sent to every stage. Not
+ * here: the integer arithmetic (lib/core/exact.c); expert parallelism (refused until it reduces this way). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/exact.h"
+#include "exact.h"
+#include "pipe.h"
+
+typedef struct fsc_exact fsc_exact;
+
+enum { INFLIGHT = 4 }; /* int64 reductions in flight at most (each with a buffer of its own) */
+
+/* A reduction in flight: its request, its int64 buffer (device) and where its result goes. */
+typedef struct {
+    fsc_comm_req *req;  /* NULL: the slot is free */
+    int64_t *buf;       /* device, cap elements, kept between steps */
+    size_t cap;
+    const int64_t *res; /* the result inside buf (nout) */
+    int k;              /* into shadow k from element at */
+    size_t at, nout;
+} flight;
+
+struct fsc_exact {
+    int E;          /* this attempt's exponent: the last step's to start (a guess, never the bits) */
+    uint64_t terms; /* units in the global batch */
+    double amax;    /* largest |element| of the unit gradients this rank reduced in this attempt */
+    int64_t **acc;  /* (e->ngsegs) the reduced gradients as int64, host */
+    int direct;     /* device memory is host memory (the cpu device, no modelled copy cost): no staging */
+    float *hf;      /* host staging of a reduction: f32 in, */
+    int64_t *hq;    /* its int64s */
+    size_t cap;
+    flight fl[INFLIGHT];
+    int next;       /* the slot the next reduction takes (the oldest in flight when all are busy) */
+};
+
+fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) {
+    if (po->reduce_exact != 0 && po->reduce_exact != 1)
+        return fsc_error(FSC_ERR_INVALID, "reduce_exact must be 0 or 1, not %d", po->reduce_exact);
+    if (po->unit < 0) return fsc_error(FSC_ERR_INVALID, "unit must be >= 1 sequences (0: the micro-batch), not %d",
+                                       po->unit);
+    if (!po->reduce_exact) {
+        if (po->unit) return fsc_error(FSC_ERR_INVALID, "unit %d applies to the exact reduction (reduce_exact)", po->unit);
+        return FSC_OK;
+    }
+    if (po->offload == FSC_OFFLOAD_ALL)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with offload all (reduced gradients on the "
+                         "host) yet; offload optim does");
+    if (po->ep > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with expert parallelism (ep %d) "
+                                     "yet", po->ep);
+    return FSC_OK;
+}
+
+fsc_status fsc_exact_create(fsc_engine *e) {
+    fsc_exact *x = calloc(1, sizeof *x);
+    if (!x) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    e->exact = x;
+    x->E = FSC_EXACT_ZERO_EXPONENT;
+    x->direct = !strcmp(fsc_device_name(e->dev), "cpu") && e->dev->copy_s_per_byte == 0;
+    x->acc = calloc((size_t)e->ngsegs + 1, sizeof *x->acc);
+    if (!x->acc) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    for (int k = 0; k < e->ngsegs; k++) {
+        x->acc[k] = calloc(e->glens[k] + 1, sizeof(int64_t));
+        if (!x->acc[k]) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory for %zu gradients", e->glens[k]);
+    }
+    return FSC_OK;
+}
+
+void fsc_exact_free(fsc_engine *e) {
+    fsc_exact *x = e->exact;
+    if (!x) return;
+    for (int i = 0; i < INFLIGHT; i++) {
+        if (x->fl[i].req) (void)fsc_comm_wait(x->fl[i].req); /* left by a failed step */
+        fsc_comm_req_free(x->fl[i].req);
+        fsc_device_release(e->dev, x->fl[i].buf);
+    }
+    for (int k = 0; x->acc && k < e->ngsegs; k++) free(x->acc[k]);
+    free(x->acc);
+    free(x->hf);
+    free(x->hq);
+    free(x);
+    e->exact = NULL;
+}
+
+static fsc_status reserve(fsc_exact *x, size_t n) {
+    if (n <= x->cap) return FSC_OK;
+    float *f = realloc(x->hf, n * sizeof *f);
+    if (f) x->hf = f;
+    int64_t *q = realloc(x->hq, n * sizeof *q);
+    if (q) x->hq = q;
+    if (!f || !q) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory for %zu elements", n);
+    x->cap = n;
+    return FSC_OK;
+}
+
+/* The gseg k holding out[0..n) and out's offset in it. */
+static fsc_status find_shadow(const fsc_engine *e, const float *out, size_t n, int *k, size_t *at) {
+    const uintptr_t p = (uintptr_t)out;
+    for (int i = 0; i < e->ngsegs; i++) {
+        const uintptr_t g = (uintptr_t)e->gsegs[i];
+        if (p >= g && p + n * sizeof(float) <= g + e->glens[i] * sizeof(float)) {
+            *k = i;
+            *at = (p - g) / sizeof(float);
+            return FSC_OK;
+        }
+    }
+    return fsc_error(FSC_ERR_INTERNAL, "reduce exact: a reduction of %zu elements is for no reduced gradient", n);
+}
+
+/* Wait for the reduction in slot f and add its result to its shadow. */
+static fsc_status land(fsc_engine *e, flight *f) {
+    fsc_exact *x = e->exact;
+    if (!f->req) return FSC_OK;
+    fsc_status s = fsc_comm_wait(f->req);
+    fsc_comm_req_free(f->req);
+    f->req = NULL;
+    FSC_TRY(s);
+    const int64_t *r = f->res;
+    if (!x->direct) {
+        FSC_TRY(fsc_device_download(e->dev, x->hq, f->res, f->nout * sizeof(int64_t)));
+        r = x->hq;
+    }
+    fsc_exact_add_i64(x->acc[f->k] + f->at, r, f->nout);
+    return FSC_OK;
+}
+
+/* Every reduction in flight landed. */
+static fsc_status land_all(fsc_engine *e) {
+    fsc_status s = FSC_OK;
+    for (int i = 0; i < INFLIGHT; i++) {
+        fsc_status t = land(e, &e->exact->fl[i]);
+        if (s == FSC_OK) s = t;
+    }
+    return s;
+}
+
+/* in (n f32, device) on the exponent into dst (n int64, device), its magnitudes into amax. */
+static fsc_status convert(fsc_engine *e, int64_t *dst, const float *in, size_t n) {
+    fsc_exact *x = e->exact;
+    if (x->direct) { /* out of range: amax shows it, and the step is redone */
+        (void)fsc_exact_from_f32(dst, in, n, x->E, &x->amax);
+        return FSC_OK;
+    }
+    FSC_TRY(reserve(x, n));
+    FSC_TRY(fsc_device_download(e->dev, x->hf, in, n * sizeof(float)));
+    (void)fsc_exact_from_f32(x->hq, x->hf, n, x->E, &x->amax);
+    return fsc_device_upload(e->dev, dst, x->hq, n * sizeof(int64_t));
+}
+
+fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, const float *in, const float *out,
+                            size_t n) {
+    fsc_exact *x = e->exact;
+    const int N = fsc_comm_size(c), M = then ? fsc_comm_size(then) : 1;
+    const size_t nout = rs ? n / (size_t)N : n;
+    int k = 0;
+    size_t at = 0;
+    FSC_TRY(find_shadow(e, out, nout, &k, &at));
+    flight *f = &x->fl[x->next];
+    x->next = (x->next + 1) % INFLIGHT;
+    FSC_TRY(land(e, f)); /* the oldest in flight, when all slots are busy */
+    if (f->cap < n) {
+        fsc_device_release(e->dev, f->buf);
+        f->buf = NULL, f->cap = 0;
+        FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(int64_t), (void **)&f->buf));
+        f->cap = n;
+    }
+    FSC_TRY(convert(e, f->buf, in, n));
+    int64_t *mine = rs ? f->buf + (size_t)fsc_comm_rank(c) * nout : f->buf; /* in place */
+    f->res = mine, f->k = k, f->at = at, f->nout = nout;
+    if (N == 1 && M == 1) {
+        const int64_t *r = mine;
+        if (!x->direct) FSC_TRY(fsc_device_download(e->dev, x->hq, mine, nout * sizeof(int64_t)));
+        fsc_exact_add_i64(x->acc[k] + at, x->direct ? r : x->hq, nout);
+        return FSC_OK;
+    }
+    if (M > 1) { /* hybrid: over the shard group, then across the replicas; landed at once */
+        FSC_TRY(fsc_comm_reduce_scatter(c, f->buf, mine, nout, FSC_I64, FSC_SUM));
+        FSC_TRY(fsc_comm_iall_reduce(then, mine, mine, nout, FSC_I64, FSC_SUM, &f->req));
+        return land(e, f);
+    }
+    /* in flight while the next layers' backward runs; landed when its slot is needed or the attempt ends */
+    return rs ? fsc_comm_ireduce_scatter(c, f->buf, mine, nout, FSC_I64, FSC_SUM, &f->req)
+              : fsc_comm_iall_reduce(c, f->buf, f->buf, n, FSC_I64, FSC_SUM, &f->req);
+}
+
+static void begin_attempt(fsc_engine *e) {
+    fsc_exact *x = e->exact;
+    for (int i = 0; i < INFLIGHT; i++) { /* left by a failed step: waited for, dropped */
+        if (x->fl[i].req) (void)fsc_comm_wait(x->fl[i].req);
+        fsc_comm_req_free(x->fl[i].req);
+        x->fl[i].req = NULL;
+    }
+    x->amax = 0;
+    for (int k = 0; k < e->ngsegs; k++) memset(x->acc[k], 0, e->glens[k] * sizeof(int64_t));
+}
+
+/* After an attempt's last backward: the agreed exponent; *again when the step must be recomputed on it, else
+ * the reduced gradients from the shadows (poisoned with a NaN when some unit gradient was not finite). */
+static fsc_status finish_attempt(fsc_engine *e, int *again) {
+    fsc_exact *x = e->exact;
+    FSC_TRY(land_all(e));
+    float a = (float)x->amax; /* an f32's magnitude, or inf: exact */
+    FSC_TRY(fsc_comm_all_reduce_host(e->r->comm, e->dev, &a, FSC_MAX));
+    const int E = fsc_exact_exponent((double)a, x->terms);
+    *again = E != INT32_MAX && E != x->E;
+    if (*again) {
+        x->E = E;
+        return FSC_OK;
+    }
+    int finite = E != INT32_MAX; /* else the first element becomes a NaN */
+    for (int k = 0; k < e->ngsegs; k++) {
+        if (!e->glens[k]) continue;
+        const int direct = x->direct && e->gdev == e->dev;
+        if (!direct) FSC_TRY(reserve(x, e->glens[k]));
+        float *g = direct ? e->gsegs[k] : x->hf;
+        fsc_exact_to_f32(g, x->acc[k], e->glens[k], x->E);
+        if (!finite) g[0] = NAN, finite = 1;
+        if (!direct) FSC_TRY(fsc_device_upload(e->gdev, e->gsegs[k], x->hf, e->glens[k] * sizeof(float)));
+    }
+    return FSC_OK;
+}
+
+/* ascending, NaN last, equal values by their bits: a total order, so the sorted multiset is unique */
+static int cmp_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    int na = isnan(a), nb = isnan(b);
+    if (na || nb) return na - nb;
+    if (a != b) return a < b ? -1 : 1;
+    uint64_t ua, ub;
+    memcpy(&ua, &a, 8), memcpy(&ub, &b, 8);
+    return (ua > ub) - (ua < ub);
+}
+
+/* n bytes of every rank of c into all (c's size x n), through device buffers. */
+static fsc_status gather_bytes(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all) {
+    const size_t N = (size_t)fsc_comm_size(c);
+    unsigned char *d = NULL;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, (N + 1) * n, (void **)&d));
+    fsc_status s = fsc_device_upload(e->dev, d + N * n, mine, n);
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + N * n, d, n, FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, N * n);
+    fsc_device_release(e->dev, d);
+    return s;
+}
+
+/* sums[r] = sum over the data group's units of vals[r K + k] (m rows of this rank's K units of U), added in
+ * ascending order; *batch: the batch check of the group's local and global batches. */
+static fsc_status sum_units(fsc_engine *e, const double *vals, int m, int K, int U, int local_batch,
+                            int global_batch, double *sums, fsc_status *batch) {
+    fsc_comm *c = e->comm;
+    const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
+    const size_t G = (size_t)e->exact->terms;
+    double mine[2] = { local_batch, global_batch }, *pairs = malloc((size_t)N * 2 * sizeof(double));
+    int64_t *slots = calloc((size_t)m * G + 1, sizeof(int64_t));
+    double *row = malloc((G + 1) * sizeof(double));
+    int64_t *d = NULL;
+    fsc_status s = pairs && slots && row ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    if (s == FSC_OK) s = gather_bytes(e, c, mine, sizeof mine, pairs);
+    if (s == FSC_OK) {
+        *batch = fsc_engine_check_batch(pairs, N);
+        size_t off = 0; /* this rank's first unit in the group */
+        for (int j = 0; j < me; j++) off += pairs[2 * j] > 0 ? (size_t)pairs[2 * j] / (size_t)U : 0;
+        for (int r = 0; r < m; r++)
+            for (int k = 0; k < K && off + (size_t)k < G; k++) memcpy(&slots[(size_t)r * G + off + k], &vals[r * K + k], 8);
+    }
+    /* every slot is written by one rank, zero on the others: the integer sum is its bits */
+    if (s == FSC_OK && N > 1) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)m * G * sizeof(int64_t), (void **)&d);
+    if (s == FSC_OK && N > 1) s = fsc_device_upload(e->dev, d, slots, (size_t)m * G * sizeof(int64_t));
+    if (s == FSC_OK && N > 1) s = fsc_comm_all_reduce(c, d, d, (size_t)m * G, FSC_I64, FSC_SUM);
+    if (s == FSC_OK && N > 1) s = fsc_device_download(e->dev, slots, d, (size_t)m * G * sizeof(int64_t));
+    for (int r = 0; s == FSC_OK && r < m; r++) {
+        memcpy(row, slots + (size_t)r * G, G * sizeof(double));
+        qsort(row, G, sizeof(double), cmp_double);
+        double acc = 0;
+        for (size_t i = 0; i < G; i++) acc += row[i];
+        sums[r] = acc;
+    }
+    fsc_device_release(e->dev, d);
+    free(pairs), free(slots), free(row);
+    return s;
+}
+
+/* The units of one attempt: forward and backward of each as its own micro-batch (vals: m rows of K); with a
+ * pipeline, its schedule over the K micro-batches of U (the last stage writes the losses into vals). */
+static fsc_status run_units(fsc_engine *e, const void *inputs, const void *targets, int K, int U, int global_batch,
+                            float dscale, double *vals, fsc_status *batch) {
+    const fsc_model *m = e->m;
+    fsc_model_hooks hooks = fsc_engine_hooks(e);
+    begin_attempt(e);
+    if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
+    double total = 0;
+    if (e->pipe) FSC_TRY(fsc_pipe_run(e, inputs, targets, U, global_batch, dscale, &total, batch));
+    if (e->pipe) K = 0;
+    for (int k = 0; k < K; k++) {
+        e->micro = k;
+        e->sync = 1; /* every unit reduces: its gradient is one term of the integer sums */
+        const char *in = (const char *)inputs + (size_t)k * U * m->sample_input_bytes;
+        const char *tg = (const char *)targets + (size_t)k * U * m->sample_target_bytes;
+        FSC_TRY(m->ops->set_batch(m->ctx, e->acts, in, tg));
+        FSC_TRY(m->ops->forward(m->ctx, e->acts, &hooks, &vals[k]));
+        if (m->ops->aux_stats) {
+            fsc_model_aux ms = { 0 };
+            m->ops->aux_stats(m->ctx, e->acts, &ms);
+            vals[K + k] = ms.aux_loss, vals[2 * K + k] = (double)ms.assigned, vals[3 * K + k] = (double)ms.dropped;
+        }
+        FSC_TRY(m->ops->backward(m->ctx, e->acts, &hooks, dscale));
+    }
+    return e->st->end_backward ? e->st->end_backward(e) : FSC_OK;
+}
+
+fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets, int local_batch, int global_batch,
+                         float dscale, double *total, double moe[3], fsc_status *batch, int *attempts) {
+    fsc_exact *x = e->exact;
+    const int U = e->po.unit > 0 ? e->po.unit : local_batch / e->po.accum;
+    if (e->po.unit == 0 && local_batch % e->po.accum != 0)
+        return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
+                         local_batch, e->po.accum);
+    if (U < 1 || local_batch % U != 0 || global_batch % U != 0)
+        return fsc_error(FSC_ERR_INVALID, "reduce exact: the local batch of %d sequences and the global batch of %d do "
+                         "not split into units of %d", local_batch, global_batch, U);
+    const int K = local_batch / U, m = e->m->ops->aux_stats ? 4 : 1;
+    if (e->pipe && K != e->po.accum)
+        return fsc_error(FSC_ERR_INVALID, "reduce exact with a pipeline: the unit is the pipeline's micro-batch (the "
+                         "local batch of %d / %d chunks), not %d sequences", local_batch, e->po.accum, U);
+    x->terms = (uint64_t)(global_batch / U);
+    if (!e->pipe) FSC_TRY(fsc_engine_ensure_acts(e, U));
+    double *vals = calloc((size_t)4 * K, sizeof *vals), sums[4] = { 0, 0, 0, 0 };
+    if (!vals) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    if (e->pipe) fsc_pipe_set_unit_losses(e, vals);
+    fsc_status s = FSC_OK;
+    *attempts = 0;
+    for (int again = 1; s == FSC_OK && again; ++*attempts) {
+        if (*attempts == 2) { /* E' depends on the unit gradients only, which do not depend on E */
+            s = fsc_error(FSC_ERR_INTERNAL, "reduce exact: the exponent did not settle in two attempts");
+            break;
+        }
+        s = run_units(e, inputs, targets, K, U, global_batch, dscale, vals, batch);
+        if (s == FSC_OK) s = finish_attempt(e, &again);
+    }
+    if (e->pipe) fsc_pipe_set_unit_losses(e, NULL);
+    fsc_status mine = *batch; /* a pipeline's check (each stage against the last stage's group) */
+    if (s == FSC_OK) s = sum_units(e, vals, m, K, U, local_batch, global_batch, sums, batch);
+    if (s == FSC_OK && mine != FSC_OK) *batch = mine;
+    if (s == FSC_OK && e->pipe) s = fsc_pipe_from_last(e, sums); /* the last stage's loss to every stage */
+    free(vals);
+    FSC_TRY(s);
+    *total = sums[0];
+    moe[0] = sums[1] / (double)x->terms, moe[1] = sums[2], moe[2] = sums[3];
+    return FSC_OK;
+}
+
+fsc_status fsc_exact_sum_losses(fsc_engine *e, const double *vals, int K, int U, int local_batch, int global_batch,
+                                double *sum, fsc_status *batch) {
+    e->exact->terms = (uint64_t)(global_batch / U); /* this batch's units (the next step sets its own) */
+    double sums[3] = { 0, 0, 0 };
+    FSC_TRY(sum_units(e, vals, 1, K, U, local_batch, global_batch, sums, batch));
+    if (e->pipe) FSC_TRY(fsc_pipe_from_last(e, sums));
+    *sum = sums[0];
+    return FSC_OK;
+}
+
+int fsc_exact_get_exponent(const fsc_engine *e) { return e->exact ? e->exact->E : 0; }
+
+void fsc_exact_set_exponent(fsc_engine *e, int E) {
+    if (e->exact) e->exact->E = E;
+}

@@ -1,0 +1,31 @@
+/* Private to lib/parallel: the engine's exact reduction mode (exact.c, docs/determinism.md). */
+#ifndef FSC_PARALLEL_EXACT_H
+#define FSC_PARALLEL_EXACT_H
+#include "engine_impl.h"
+
+/* Refuse what exact mode does not run with (po->reduce_exact set); unit >= 0. */
+fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po);
+/* After the strategy's setup (reduce_exact): the int64 shadows of the reduced gradients (e->gsegs). */
+fsc_status fsc_exact_create(fsc_engine *e);
+void fsc_exact_free(fsc_engine *e);
+/* fsc_engine_reduce in exact mode: in (n f32, one unit's gradient on this rank) on the step's exponent, summed
+ * over c as int64 (all-reduce, or block `rank` of it: rs), then over `then` when not NULL (an all-reduce of that
+ * result: hybrid sharding's replicas), added to the shadow of out (inside a gseg). */
+fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, const float *in, const float *out,
+                            size_t n);
+/* The forward and backward passes of a step in exact mode (no pipeline): local_batch / U units of U sequences,
+ * each a micro-batch of its own, reduced exactly, the step recomputed on the agreed exponent when its first
+ * attempt's was another; the reduced gradients in e->gsegs. *total: the loss summed over the data group,
+ * moe: the MoE statistics summed (moe[0] already divided by the number of units), *batch the batch check. */
+fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets, int local_batch, int global_batch,
+                         float dscale, double *total, double moe[3], fsc_status *batch, int *attempts);
+/* fsc_engine_eval's sum in exact mode: *sum = the losses vals (K units of U on this rank; with a pipeline the last
+ * stage's) summed in ascending order over the data group (with a pipeline, the last stage's sum on every stage);
+ * *batch the data group's batch check. */
+fsc_status fsc_exact_sum_losses(fsc_engine *e, const double *vals, int K, int U, int local_batch, int global_batch,
+                                double *sum, fsc_status *batch);
+/* For tests: the exponent the next step's first attempt uses (the last step's agreed one), and setting it. */
+int fsc_exact_get_exponent(const fsc_engine *e);
+void fsc_exact_set_exponent(fsc_engine *e, int E);
+
+#endif

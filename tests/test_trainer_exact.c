@@ -1,0 +1,231 @@
+/* The trainer's --reduce exact and --unit (examples/train_gpt.c, lib/parallel/exact.c, docs/determinism.md).
+ * Oracles: a global batch of 12 in units of 1 gives byte-identical --save files and the same --json losses
+ * after 5 steps at (--world N, --accum K) = (1,12), (2,6), (3,4), (4,3), (6,2), (12,1) with ddp, fsdp (full,
+ * grad_op, hybrid), zero1 and zero2 (none at N 1); --unit 2 at (1,12), (2,3), (3,1) agrees likewise; what exact mode does not run with is refused naming the option. */
+#include "trainertest.h"
+
+static char trainer[PATH_MAX], tmpdir[64];
+
+#define MODEL "--layers 2 --dim 16 --heads 2 --seq 8 --vocab 128 --batch 12 --steps 5 --lr 0.01 --clip 1"
+
+/* Train with args at world n, accum k with strategy par (at n 1: none); the --save file's bytes in *bytes (the
+ * caller frees), the losses as text. */
+static char *train(int n, int k, const char *par, const char *args, char **bytes, size_t *len) {
+    char *save = prog_fmt("%s/w_%d_%d.st", tmpdir, n, k);
+    char *full = prog_fmt(MODEL " --data '%s/data.txt' --world %d --accum %d --parallel %s --reduce exact %s --save "
+                          "'%s' --json", tmpdir, n, k, n == 1 ? "none" : par, args, save);
+    char *losses = prog_losses(trainer, full, tmpdir, NULL, NULL);
+    FILE *f = fopen(save, "rb");
+    if (!f) fail_msg("%s: no --save file", full);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *bytes = malloc(*len + 1);
+    if (!*bytes || fread(*bytes, 1, *len, f) != *len) fail_msg("%s: cannot read the --save file", full);
+    fclose(f);
+    free(save), free(full);
+    return losses;
+}
+
+static const char *const strategies[] = { "ddp", "fsdp --shard full", "fsdp --shard grad_op",
+                                          "fsdp --shard hybrid", "zero1", "zero2" };
+
+/* Every (N, K) of nk with every strategy against nk[0] (N 1: none). */
+static void matrix(const char *args, const int (*nk)[2], int count) {
+    char *ref_bytes = NULL, *bytes = NULL;
+    size_t ref_len = 0, len = 0;
+    char *ref = train(nk[0][0], nk[0][1], "none", args, &ref_bytes, &ref_len);
+    for (int i = 1; i < count; i++)
+        for (size_t p = 0; p < sizeof strategies / sizeof strategies[0]; p++) {
+            char *l = train(nk[i][0], nk[i][1], strategies[p], args, &bytes, &len);
+            if (strcmp(l, ref))
+                fail_msg("%s %s at --world %d --accum %d: losses %s, at --world %d --accum %d: %s", strategies[p], args,
+                         nk[i][0], nk[i][1], l, nk[0][0], nk[0][1], ref);
+            if (len != ref_len || memcmp(bytes, ref_bytes, len))
+                fail_msg("%s %s: the --save file at --world %d --accum %d differs from --world %d --accum %d's",
+                         strategies[p], args, nk[i][0], nk[i][1], nk[0][0], nk[0][1]);
+            free(l), free(bytes);
+        }
+    free(ref), free(ref_bytes);
+}
+
+static void test_any_world_accumulation_and_strategy(void **state) {
+    (void)state;
+    static const int nk[][2] = { { 1, 12 }, { 2, 6 }, { 3, 4 }, { 4, 3 }, { 6, 2 }, { 12, 1 } };
+    matrix("", nk, 6);
+    static const int nk2[][2] = { { 1, 12 }, { 2, 3 }, { 3, 1 } }; /* units of 2: 6 per step */
+    matrix("--unit 2", nk2, 3);
+}
+
+/* Pipelines of 2 and 3 stages, GPipe and 1F1B, with ddp, fsdp and zero1 in the stages, at several data-parallel
+ * sizes: the bits of one rank accumulating 12 micro-batches. */
+static void test_pipelines(void **state) {
+    (void)state;
+    char *ref_bytes = NULL, *bytes = NULL;
+    size_t ref_len = 0, len = 0;
+    char *ref = train(1, 12, "none", "--layers 3", &ref_bytes, &ref_len);
+    static const int cfg[][3] = { { 2, 2, 12 }, { 4, 2, 6 }, { 6, 2, 4 }, { 3, 3, 12 }, { 6, 3, 6 }, { 12, 3, 3 } };
+    static const char *const sched[] = { "gpipe", "1f1b" }, *const inner[] = { "pipe", "fsdp", "zero1" };
+    for (int c = 0; c < 6; c++)
+        for (int k = 0; k < 2; k++) {
+            const char *par = inner[(c + k) % 3];
+            char *a = prog_fmt("--layers 3 --pp %d --schedule %s", cfg[c][1], sched[k]);
+            char *l = train(cfg[c][0], cfg[c][2], par, a, &bytes, &len);
+            if (strcmp(l, ref) || len != ref_len || memcmp(bytes, ref_bytes, len))
+                fail_msg("%s %s at --world %d --accum %d: not the bits of one rank (losses %s, one rank %s)", par, a,
+                         cfg[c][0], cfg[c][2], l, ref);
+            free(a), free(l), free(bytes);
+        }
+    free(ref), free(ref_bytes);
+}
+
+/* The validation loss (fsc_engine_eval): the same bits at every world size, accumulation, strategy and pipeline. */
+static void test_validation(void **state) {
+    (void)state;
+    static const char *const cfg[] = { "--world 1 --accum 12", "--world 3 --accum 4 --parallel ddp",
+                                       "--world 4 --accum 3 --parallel fsdp", "--world 6 --accum 2 --parallel zero2",
+                                       "--world 4 --pp 2 --accum 6 --parallel pipe --schedule 1f1b" };
+    char *ref = NULL;
+    for (int i = 0; i < 5; i++) {
+        char *a = prog_fmt(MODEL " --layers 3 --steps 4 --data '%s/data.txt' --val-data '%s/data.txt' --val-every 2 "
+                           "--val-batches 2 --reduce exact %s --json", tmpdir, tmpdir, cfg[i]);
+        char *out = NULL;
+        int rc = prog_run(trainer, a, tmpdir, &out, NULL);
+        if (rc != 0) fail_msg("%s: exit %d\n%s", a, rc, out);
+        cJSON *j = prog_last_json(out);
+        char *v = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "val_loss"));
+        if (!v || !strstr(v, "null,")) fail_msg("%s: no validation losses in %s", a, out);
+        if (!ref) ref = v;
+        else if (strcmp(v, ref)) fail_msg("%s: validation losses %s, at --world 1: %s", cfg[i], v, ref);
+        if (v != ref) free(v);
+        cJSON_Delete(j);
+        free(a), free(out);
+    }
+    free(ref);
+}
+
+/* A mixture of experts (no expert parallelism): the weights, the losses and the MoE statistics (the aux losses, the
+ * dropped tokens) are the same bits at every world size, accumulation and strategy. */
+static void test_moe(void **state) {
+    (void)state;
+    static const char *const cfg[] = { "--world 1 --accum 12", "--world 3 --accum 4 --parallel ddp",
+                                       "--world 4 --accum 3 --parallel fsdp", "--world 6 --accum 2 --parallel zero2" };
+    char *ref = NULL, *ref_w = NULL;
+    for (int i = 0; i < 4; i++) {
+        char *w = prog_fmt("%s/moe_%d.st", tmpdir, i);
+        char *a = prog_fmt(MODEL " --steps 4 --moe-experts 4 --moe-every 1 --data '%s/data.txt' --reduce exact %s "
+                           "--save '%s' --json", tmpdir, cfg[i], w);
+        char *out = NULL;
+        int rc = prog_run(trainer, a, tmpdir, &out, NULL);
+        if (rc != 0) fail_msg("%s: exit %d\n%s", a, rc, out);
+        cJSON *j = prog_last_json(out), *m = cJSON_GetObjectItem(j, "moe");
+        char *l = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "losses"));
+        char *aux = cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "aux_losses"));
+        char *drop = cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "dropped"));
+        if (!l || !aux || !drop) fail_msg("%s: no losses or MoE statistics in %s", a, out);
+        char *v = prog_fmt("%s %s %s", l, aux, drop);
+        if (!ref) {
+            ref = v, ref_w = w, w = NULL;
+        } else {
+            if (strcmp(v, ref)) fail_msg("%s: losses, aux losses, dropped %s; at --world 1: %s", cfg[i], v, ref);
+            char *cmp = prog_fmt("cmp -s '%s' '%s'", w, ref_w);
+            if (system(cmp) != 0) fail_msg("%s: the --save file differs from --world 1's", cfg[i]);
+            free(cmp), free(v);
+        }
+        cJSON_Delete(j);
+        free(l), free(aux), free(drop), free(a), free(out), free(w);
+    }
+    free(ref), free(ref_w);
+}
+
+static void test_llama(void **state) {
+    (void)state;
+    static const int nk[][2] = { { 1, 12 }, { 2, 6 }, { 3, 4 }, { 4, 3 }, { 6, 2 }, { 12, 1 } };
+    matrix("--model llama --kv-heads 1", nk, 6);
+}
+
+/* A checkpoint saved by fsdp at N 2 (K 6) after 2 steps, resumed to step 5 by zero2 at N 6 (K 2) and by one rank
+ * (K 12): the --save file of an uninterrupted ddp run at N 6. */
+static void test_resume_on_another_world(void **state) {
+    (void)state;
+    char *ref = NULL, *got = NULL;
+    size_t ref_len = 0, len = 0;
+    free(train(6, 2, "ddp", "", &ref, &ref_len));
+    char *a = prog_fmt("--steps 2 --save-every 2 --ckpt-dir '%s/ck'", tmpdir);
+    free(train(2, 6, "fsdp", a, &got, &len));
+    free(got), free(a);
+    static const int to[][2] = { { 6, 2 }, { 1, 12 } };
+    for (int i = 0; i < 2; i++) {
+        a = prog_fmt("--resume '%s/ck'", tmpdir);
+        free(train(to[i][0], to[i][1], "zero2", a, &got, &len));
+        if (len != ref_len || memcmp(got, ref, len))
+            fail_msg("saved at --world 2, resumed at --world %d: the --save file differs from an uninterrupted run's",
+                     to[i][0]);
+        free(got), free(a);
+    }
+    free(ref);
+}
+
+/* Tensor parallelism at a fixed degree (2, with and without sequence parallelism): the same bits at data-parallel
+ * sizes 1, 2 and 3, every strategy, and with a pipeline. */
+static void test_tensor_parallel(void **state) {
+    (void)state;
+    static const char *const cfg[] = { "--world 2 --accum 12 --parallel ddp", "--world 4 --accum 6 --parallel fsdp",
+                                       "--world 6 --accum 4 --parallel zero2", "--world 8 --pp 2 --accum 6 --parallel ddp" };
+    for (int sp = 0; sp < 2; sp++) {
+        char *ref = NULL, *ref_w = NULL;
+        for (int i = 0; i < 4; i++) {
+            char *w = prog_fmt("%s/tp_%d.st", tmpdir, i);
+            char *a = prog_fmt(MODEL " --data '%s/data.txt' --tp 2%s --reduce exact %s --save '%s' --json", tmpdir,
+                               sp ? " --sequence-parallel" : "", cfg[i], w);
+            char *l = prog_losses(trainer, a, tmpdir, NULL, NULL);
+            if (!ref) {
+                ref = l, ref_w = w, w = NULL;
+            } else {
+                if (strcmp(l, ref)) fail_msg("%s: losses %s, at dp 1: %s", a, l, ref);
+                char *cmp = prog_fmt("cmp -s '%s' '%s'", w, ref_w);
+                if (system(cmp) != 0) fail_msg("%s: the --save file differs from dp 1's", a);
+                free(cmp), free(l);
+            }
+            free(a), free(w);
+        }
+        free(ref), free(ref_w);
+    }
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    char *a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel fsdp --offload all --reduce exact", tmpdir);
+    prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run with offload all");
+    free(a);
+    a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel ddp --moe-experts 4 --ep 2 --reduce exact", tmpdir);
+    prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run with expert parallelism");
+    free(a);
+    a = prog_fmt(MODEL " --data '%s/data.txt' --unit 2", tmpdir);
+    prog_refused(trainer, a, tmpdir, -1, "unit 2 applies to the exact reduction");
+    free(a);
+    a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel ddp --reduce exact --unit 5", tmpdir);
+    prog_refused(trainer, a, tmpdir, -1, "do not split into units of 5");
+    free(a);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prog_setup(argv[0], "test_trainer_exact", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
+    if (prog_write_letters(tmpdir, "data.txt", 6000)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_any_world_accumulation_and_strategy),
+        cmocka_unit_test(test_pipelines),
+        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_llama),
+        cmocka_unit_test(test_resume_on_another_world),
+        cmocka_unit_test(test_tensor_parallel),
+        cmocka_unit_test(test_refusals),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char *cmd = prog_fmt("rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "test_trainer_exact: could not remove %s\n", tmpdir);
+    free(cmd);
+    return rc;
+}

@@ -8,11 +8,14 @@
  *    is at s (started it, not completed), past it, behind (never called it) or silent (no record); members at s
  *    with different calls (operation, count, dtype, root) are a mismatch.
  * 4. Suspicion: in each stuck group the smaller side is suspect: of a mismatch, the ranks outside the largest
- *    kind of call; else silent ranks; else the ranks at s against those behind (a tie blames those behind); when
- *    all are at s, those that did not time out in it while others did (a rank stopped inside the call). The
- *    verdict names the most suspected ranks, where they are, and where the others are. A rank behind in one
- *    group and waiting in another (a deadlock: rank 3 in an all_gather the others never call, the others in a
- *    reduce_scatter rank 3 never reaches) is the minority in both. */
+ *    kind of call; else silent ranks; else the ranks at s against those behind (a tie blames those behind); else
+ *    the ranks at s against those past it (a tie blames those at s: a rank stopped inside the call once its part
+ *    had gone out, while the others completed it and wait further on); when all are at s, those that did not
+ *    time out in it while others did (a rank stopped inside the call). The verdict names the most suspected
+ *    ranks, where they are, and where the others are; with stuck groups but no suspect (every member in the
+ *    call: it hangs inside) it says so and where every rank is. A rank behind in one group and waiting in
+ *    another (a deadlock: rank 3 in an all_gather the others never call, the others in a reduce_scatter rank 3
+ *    never reaches) is the minority in both. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -59,6 +62,7 @@ typedef struct {
     int ng;
     int *suspect;       /* (world) times each rank was on the smaller side */
     int *silent;        /* (world + 1) silent[w]: ranks below w without a record */
+    int stuck;          /* stuck groups */
 } diag;
 
 static int by_gid(const void *a, const void *b) {
@@ -264,6 +268,21 @@ static void timed_out_waiting(diag *d, const group *g, uint64_t s, int *cls, out
     blame(d, g, cls, NOT_TIMED_OUT);
 }
 
+/* Every member is at call s or past it, some of each: the smaller side is suspect, a tie those at s. Those at s
+ * alone: stopped or hung inside the call once their part had gone out (the others completed it and wait further
+ * on, for them). Those past it alone: they went on while the others still wait in it (for their part). */
+static void went_past(diag *d, const group *g, uint64_t s, const int *cls, int at, int past, out_buf *o) {
+    char a[192], b[192];
+    members_text(g, cls, AT, a, sizeof a);
+    members_text(g, cls, PAST, b, sizeof b);
+    if (at <= past)
+        put(o, "group %s, call #%" PRIu64 ": %s did not complete it and %s did (stopped or hung inside the call once "
+            "its part had gone out)\n", g->label, s, a, b);
+    else
+        put(o, "group %s, call #%" PRIu64 ": %s went past it while %s still wait in it\n", g->label, s, b, a);
+    blame(d, g, cls, at <= past ? AT : PAST);
+}
+
 /* A stuck group: its report line and suspects. cls: (size) scratch. */
 static void stuck_group(diag *d, const group *g, uint64_t s, int *cls, out_buf *o) {
     const flr_call *ref_call = NULL;
@@ -306,6 +325,7 @@ static void stuck_group(diag *d, const group *g, uint64_t s, int *cls, out_buf *
     if (n[SILENT]) blame(d, g, cls, SILENT); /* a rank that left no record stopped or died: blamed first */
     else if (n[BEHIND] && ref_n < n[BEHIND]) blame(d, g, cls, AT);
     else if (n[BEHIND]) blame(d, g, cls, BEHIND);
+    else if (n[PAST]) went_past(d, g, s, cls, n[AT], n[PAST], o);
     else timed_out_waiting(d, g, s, cls, o);
 }
 
@@ -338,7 +358,8 @@ typedef struct {
 
 static int by_first(const void *a, const void *b) { return ((const run_start *)a)->w - ((const run_start *)b)->w; }
 
-/* The ranks that are not suspects, grouped by where they are (in the order of each group's first rank). */
+/* The ranks not suspected `most` times (-1: every rank), grouped by where they are (in the order of each group's
+ * first rank). */
 static void others(diag *d, int most, out_buf *o) {
     place *p = calloc((size_t)d->world + 1, sizeof *p);
     int *list = calloc((size_t)d->world + 1, sizeof *list), n = 0;
@@ -369,8 +390,15 @@ static void others(diag *d, int most, out_buf *o) {
 static void verdict(diag *d, out_buf *o) {
     int most = 0;
     for (int w = 0; w < d->world; w++) most = d->suspect[w] > most ? d->suspect[w] : most;
-    if (!most) {
+    if (!most && !d->stuck) {
         put(o, "verdict: no rank diverges: no group has a call that some of its ranks did not complete\n");
+        return;
+    }
+    if (!most) { /* every member of each stuck group is in its call: nobody went elsewhere */
+        put(o, "verdict: no rank holds the others up: the members of each stuck group are all in its call (the call "
+            "itself hangs, or the network failed)");
+        others(d, -1, o);
+        put(o, "\n");
         return;
     }
     char at[320];
@@ -403,7 +431,7 @@ void flr_diagnose(flr_record *const *recs, int world, const char *notes, char *r
         put(&o, "records of %d of %d ranks\n", nrec, world);
         for (int i = 0; i < d.ng; i++) {
             uint64_t s = first_pending(&d.g[i]);
-            if (s) stuck_group(&d, &d.g[i], s, cls, &o);
+            if (s) stuck_group(&d, &d.g[i], s, cls, &o), d.stuck++;
         }
         verdict(&d, &o);
     }

@@ -470,9 +470,11 @@ static void world_rank(const char *dir, int rank, const char *st89, const char *
 }
 
 /* Oracle: rank 1 stopped inside all_gather #89 once its part had gone out: ranks 0 and 2 completed it, went on
- * and timed out in all_reduce #90 waiting for it; rank 1, woken by mpirun, failed in #89 (its record comes last).
- * The verdict names rank 1 in #89 and where the others wait; it never says that no rank diverges. The same with
- * rank 1 silent (killed before it wrote) names it as silent. */
+ * and timed out in all_reduce #90 waiting for it; rank 1, woken by mpirun, failed in #89 after their records. Or
+ * its part reached rank 0 only: rank 2 timed out in #89 and rank 0 in #90 (then the smaller side, rank 0 past the
+ * call, is not the suspect: rank 1 failed last). Or rank 1's record was written while it still waited (a signal):
+ * the smaller side, rank 1 at the call the others completed. Or it left none. Each verdict names rank 1 in #89 and
+ * where the others wait, and none says that no rank diverges. As an MPI job's ranks leave them, by hand. */
 static void test_stopped_after_its_part(void **state) {
     (void)state;
     char *dir = tmpdir(), report[REPORT];
@@ -482,11 +484,25 @@ static void test_stopped_after_its_part(void **state) {
     assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
     print_message("%s", report);
     expect(report, "group world(0-2), call #89: rank 1 is in all_gather (24 x u8); ranks 0,2 completed it\n");
-    expect(report, "group world(0-2), call #89: rank 1 did not complete it and ranks 0,2 did (stopped or hung inside "
-                   "the call once its part had gone out)\n");
+    expect(report, "group world(0-2), call #89: rank 1 failed in it only after every other member had given up "
+                   "(stopped or hung inside the call)\n");
     expect(report, "verdict: rank 1 waits in all_gather #89 of group world(0-2) (7.5 s, then failed: timeout); ranks "
                    "0,2 wait in all_reduce #90 of group world(0-2)\n");
     assert_null(strstr(report, "no rank diverges"));
+    world_rank(dir, 2, "failed", "timeout", 8000000, NULL, NULL, 0);
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "group world(0-2), call #89: ranks 1,2 are in all_gather (24 x u8); rank 0 completed it\n");
+    expect(report, "verdict: rank 1 waits in all_gather #89 of group world(0-2) (7.5 s, then failed: timeout); rank 0 "
+                   "waits in all_reduce #90 of group world(0-2); rank 2 waits in all_gather #89 of group world(0-2)\n");
+    world_rank(dir, 1, "waiting", "", 9500000, NULL, NULL, 0);
+    world_rank(dir, 2, "completed", "", 2000001, "failed", "timeout", 8000000);
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "group world(0-2), call #89: rank 1 did not complete it and ranks 0,2 did (stopped or hung inside "
+                   "the call once its part had gone out)\n");
+    expect(report, "verdict: rank 1 waits in all_gather #89 of group world(0-2) (7.6 s); ranks 0,2 wait in all_reduce "
+                   "#90 of group world(0-2)\n");
     char path[256];
     snprintf(path, sizeof path, "%s/flight-rank-1.json", dir);
     assert_int_equal(remove(path), 0);
@@ -494,6 +510,36 @@ static void test_stopped_after_its_part(void **state) {
     print_message("%s", report);
     expect(report, "verdict: rank 1 left no record (stopped, killed, or never reached a failure); ranks 0,2 wait in "
                    "all_reduce #90 of group world(0-2)\n");
+    test_rmtree(dir);
+}
+
+#define SHARD_CALL(seq, state, status, end) \
+    "{\"seq\":" #seq ",\"op\":\"all_gather\",\"count\":4,\"dtype\":\"f32\",\"peer\":-1,\"state\":\"" state "\"," \
+    "\"start_us\":2000000,\"end_us\":" #end ",\"status\":\"" status "\"}"
+#define TWO_GROUPS(rank, time, shard, world) \
+    "{\"fsc_flight\":1,\"rank\":" #rank ",\"world\":3,\"reason\":\"failure\",\"time_us\":" #time ",\"comms\":[" \
+    "{\"name\":\"shard\",\"group\":\"00000000000000aa\",\"rank\":" #rank ",\"size\":3,\"calls\":[" shard "]}," \
+    "{\"name\":\"world\",\"group\":\"66736377726c6400\",\"rank\":" #rank ",\"size\":3,\"calls\":[" \
+    "{\"seq\":9,\"op\":\"all_reduce\",\"count\":1,\"dtype\":\"f32\",\"peer\":-1,\"state\":\"completed\"," \
+    "\"start_us\":1000000,\"end_us\":1000001}" world "]}]}"
+
+/* Oracle: as above on the group shard, where rank 0 completed #5 and waits in #6 while rank 2 waits in #5 and
+ * rank 1, stopped inside #5, failed last; rank 0 also issued a reduce_scatter on the world in the background (a
+ * call ahead that ranks 1 and 2 never reached): that does not make rank 0 a suspect. */
+static void test_issued_call_ahead(void **state) {
+    (void)state;
+    char *dir = tmpdir(), report[REPORT];
+    put_file(dir, "flight-rank-0.json", TWO_GROUPS(0, 8100000, SHARD_CALL(5, "completed", "", 2000001) ","
+                                                   SHARD_CALL(6, "failed", "timeout", 8000000),
+                                                   ",{\"seq\":10,\"op\":\"reduce_scatter\",\"count\":4,\"dtype\":"
+                                                   "\"f32\",\"peer\":-1,\"state\":\"issued\",\"start_us\":2000002}"));
+    put_file(dir, "flight-rank-1.json", TWO_GROUPS(1, 9600000, SHARD_CALL(5, "failed", "timeout", 9500000), ""));
+    put_file(dir, "flight-rank-2.json", TWO_GROUPS(2, 8100000, SHARD_CALL(5, "failed", "timeout", 8000000), ""));
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "group world(0-2), call #10: rank 0 is in reduce_scatter (4 x f32); ranks 1,2 never called it\n");
+    expect(report, "verdict: rank 1 waits in all_gather #5 of group shard(0-2) (7.5 s, then failed: timeout); rank 0 "
+                   "waits in all_gather #6 of group shard(0-2); rank 2 waits in all_gather #5 of group shard(0-2)\n");
     test_rmtree(dir);
 }
 
@@ -508,6 +554,7 @@ int main(void) {
         cmocka_unit_test(test_damaged_records),
         cmocka_unit_test(test_stopped_inside_the_call),
         cmocka_unit_test(test_stopped_after_its_part),
+        cmocka_unit_test(test_issued_call_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

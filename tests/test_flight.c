@@ -437,8 +437,8 @@ static void test_stopped_inside_the_call(void **state) {
     put_file(dir, "flight-rank-1.json", CALL(1, 7, "waiting", "", 7000000));
     assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
     print_message("%s", report);
-    expect(report, "verdict: no rank holds the others up: the members of each stuck group are all in its call (the "
-                   "call itself hangs, or the network failed); ranks 0-2 wait in all_reduce #7 of group data(0-2)\n");
+    expect(report, "verdict: no rank stands out in the stuck groups (their calls themselves may hang, or the network "
+                   "failed); ranks 0-2 wait in all_reduce #7 of group data(0-2)\n");
     put_file(dir, "flight-rank-0.json", CALL(0, 7, "failed", "timeout", 7000000));
     /* all timed out, rank 1 only after the others had written their records (at 9 s): it was stopped inside */
     put_file(dir, "flight-rank-1.json", CALL(1, 7, "failed", "timeout", 9500000));

@@ -15,7 +15,7 @@
  *    written its record, else the ranks at s against those past it (a tie blames those at s); when all are at s,
  *    those that did not time out in it while others did (a rank stopped inside the call). The verdict names the
  *    most suspected ranks, where they are, and where the others are; with stuck groups but no suspect (every
- *    member in the call: it hangs inside) it says so and where every rank is. A rank behind in one group and
+ *    member waits in the call: it hangs inside) it says so and where every rank is. A rank behind in one group and
  *    waiting in another (a deadlock: rank 3 in an all_gather the others never call, the others in a
  *    reduce_scatter rank 3 never reaches) is the minority in both. */
 #include <inttypes.h>
@@ -435,9 +435,9 @@ static void verdict(diag *d, out_buf *o) {
         put(o, "verdict: no rank diverges: no group has a call that some of its ranks did not complete\n");
         return;
     }
-    if (!most) { /* every member of each stuck group is in its call: nobody went elsewhere */
-        put(o, "verdict: no rank holds the others up: the members of each stuck group are all in its call (the call "
-            "itself hangs, or the network failed)");
+    if (!most) { /* e.g. every member of each stuck group waits in its call */
+        put(o, "verdict: no rank stands out in the stuck groups (their calls themselves may hang, or the network "
+            "failed)");
         others(d, -1, o);
         put(o, "\n");
         return;

@@ -409,8 +409,9 @@ static void test_damaged_records(void **state) {
     "\"start_us\":2000000,\"end_us\":" #end ",\"status\":\"" status "\"}]}]}"
 
 /* Oracle: when every rank failed in the call, those that did not time out in it are what the others waited for
- * (a rank stopped inside the call, failing only when it resumes); with a rank past the call, or one still
- * waiting, nobody is blamed. Written by hand, as the ranks of an MPI job would leave them. */
+ * (a rank stopped inside the call, failing only when it resumes); a rank past the call the others wait in is the
+ * smaller side; with every rank still waiting in it nobody is blamed, and the verdict says the call hangs. Written
+ * by hand, as the ranks of an MPI job would leave them. */
 static void test_stopped_inside_the_call(void **state) {
     (void)state;
     char *dir = tmpdir(), report[REPORT];
@@ -422,12 +423,23 @@ static void test_stopped_inside_the_call(void **state) {
     expect(report, "group data(0-2), call #7: ranks 0,2 timed out in it, waiting; rank 1 failed otherwise");
     expect(report, "verdict: rank 1 waits in all_reduce #7 of group data(0-2) (5.0 s, then failed: communication "
                    "failure); ranks 0,2 wait in all_reduce #7 of group data(0-2)\n");
+    /* rank 1 went past the call the others still wait in, and is in no collective: the smaller side */
     put_file(dir, "flight-rank-1.json", CALL(1, 7, "completed", "", 7000000));
     put_file(dir, "flight-rank-2.json", CALL(2, 7, "waiting", "", 7000000));
     assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
     print_message("%s", report);
     expect(report, "group data(0-2), call #7: ranks 0,2 are in all_reduce (4 x f32); rank 1 completed it\n");
-    expect(report, "verdict: no rank diverges");
+    expect(report, "group data(0-2), call #7: rank 1 went past it while ranks 0,2 still wait in it\n");
+    expect(report, "verdict: rank 1 is not in a collective (the last call, all_reduce #7 of group data(0-2), completed "
+                   "2.0 s before the record); ranks 0,2 wait in all_reduce #7 of group data(0-2)\n");
+    /* all still waiting in the call: nobody is behind or ahead, and the verdict does not claim all is well */
+    put_file(dir, "flight-rank-0.json", CALL(0, 7, "waiting", "", 7000000));
+    put_file(dir, "flight-rank-1.json", CALL(1, 7, "waiting", "", 7000000));
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "verdict: no rank stands out in the stuck groups (their calls themselves may hang, or the network "
+                   "failed); ranks 0-2 wait in all_reduce #7 of group data(0-2)\n");
+    put_file(dir, "flight-rank-0.json", CALL(0, 7, "failed", "timeout", 7000000));
     /* all timed out, rank 1 only after the others had written their records (at 9 s): it was stopped inside */
     put_file(dir, "flight-rank-1.json", CALL(1, 7, "failed", "timeout", 9500000));
     put_file(dir, "flight-rank-2.json", CALL(2, 7, "failed", "timeout", 7000000));
@@ -435,6 +447,99 @@ static void test_stopped_inside_the_call(void **state) {
     print_message("%s", report);
     expect(report, "ranks 0,2 timed out in it, waiting; rank 1 failed only after the others had given up");
     expect(report, "verdict: rank 1 waits in all_reduce #7 of group data(0-2) (7.5 s, then failed: timeout)");
+    test_rmtree(dir);
+}
+
+/* A rank of a 3-rank world: call #89, an all_gather (state, status, end), then #90, an all_reduce (state, ...;
+ * none when NULL), as an MPI job leaves them (the numbers, operations and sizes of a failing run's records). */
+static void world_rank(const char *dir, int rank, const char *st89, const char *status89, long end89,
+                       const char *st90, const char *status90, long end90) {
+    char name[32], text[2048], more[512] = "";
+    if (st90)
+        snprintf(more, sizeof more, ",{\"seq\":90,\"op\":\"all_reduce\",\"count\":1,\"dtype\":\"f32\",\"peer\":-1,"
+                 "\"state\":\"%s\",\"start_us\":3000000,\"end_us\":%ld,\"status\":\"%s\"}", st90, end90, status90);
+    snprintf(text, sizeof text, "{\"fsc_flight\":1,\"rank\":%d,\"world\":3,\"reason\":\"failure\",\"time_us\":%ld,"
+             "\"comms\":[{\"name\":\"world\",\"group\":\"66736377726c6400\",\"rank\":%d,\"size\":3,\"calls\":["
+             "{\"seq\":88,\"op\":\"reduce_scatter\",\"count\":2923,\"dtype\":\"f32\",\"peer\":-1,"
+             "\"state\":\"completed\",\"start_us\":1000000,\"end_us\":1000001},"
+             "{\"seq\":89,\"op\":\"all_gather\",\"count\":24,\"dtype\":\"u8\",\"peer\":-1,\"state\":\"%s\","
+             "\"start_us\":2000000,\"end_us\":%ld,\"status\":\"%s\"}%s]}]}", rank,
+             (st90 ? end90 : end89) + 100000, rank, st89, end89, status89, more);
+    snprintf(name, sizeof name, "flight-rank-%d.json", rank);
+    put_file(dir, name, text);
+}
+
+/* Oracle: rank 1 stopped inside all_gather #89 once its part had gone out: ranks 0 and 2 completed it, went on
+ * and timed out in all_reduce #90 waiting for it; rank 1, woken by mpirun, failed in #89 after their records. Or
+ * its part reached rank 0 only: rank 2 timed out in #89 and rank 0 in #90 (then the smaller side, rank 0 past the
+ * call, is not the suspect: rank 1 failed last). Or rank 1's record was written while it still waited (a signal):
+ * the smaller side, rank 1 at the call the others completed. Or it left none. Each verdict names rank 1 in #89 and
+ * where the others wait, and none says that no rank diverges. As an MPI job's ranks leave them, by hand. */
+static void test_stopped_after_its_part(void **state) {
+    (void)state;
+    char *dir = tmpdir(), report[REPORT];
+    world_rank(dir, 0, "completed", "", 2000001, "failed", "timeout", 8000000);
+    world_rank(dir, 1, "failed", "timeout", 9500000, NULL, NULL, 0);
+    world_rank(dir, 2, "completed", "", 2000001, "failed", "timeout", 8000000);
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "group world(0-2), call #89: rank 1 is in all_gather (24 x u8); ranks 0,2 completed it\n");
+    expect(report, "group world(0-2), call #89: rank 1 failed in it only after every other member had given up "
+                   "(stopped or hung inside the call)\n");
+    expect(report, "verdict: rank 1 waits in all_gather #89 of group world(0-2) (7.5 s, then failed: timeout); ranks "
+                   "0,2 wait in all_reduce #90 of group world(0-2)\n");
+    assert_null(strstr(report, "no rank diverges"));
+    world_rank(dir, 2, "failed", "timeout", 8000000, NULL, NULL, 0);
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "group world(0-2), call #89: ranks 1,2 are in all_gather (24 x u8); rank 0 completed it\n");
+    expect(report, "verdict: rank 1 waits in all_gather #89 of group world(0-2) (7.5 s, then failed: timeout); rank 0 "
+                   "waits in all_reduce #90 of group world(0-2); rank 2 waits in all_gather #89 of group world(0-2)\n");
+    world_rank(dir, 1, "waiting", "", 9500000, NULL, NULL, 0);
+    world_rank(dir, 2, "completed", "", 2000001, "failed", "timeout", 8000000);
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "group world(0-2), call #89: rank 1 did not complete it and ranks 0,2 did (stopped or hung inside "
+                   "the call once its part had gone out)\n");
+    expect(report, "verdict: rank 1 waits in all_gather #89 of group world(0-2) (7.6 s); ranks 0,2 wait in all_reduce "
+                   "#90 of group world(0-2)\n");
+    char path[256];
+    snprintf(path, sizeof path, "%s/flight-rank-1.json", dir);
+    assert_int_equal(remove(path), 0);
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "verdict: rank 1 left no record (stopped, killed, or never reached a failure); ranks 0,2 wait in "
+                   "all_reduce #90 of group world(0-2)\n");
+    test_rmtree(dir);
+}
+
+#define SHARD_CALL(seq, state, status, end) \
+    "{\"seq\":" #seq ",\"op\":\"all_gather\",\"count\":4,\"dtype\":\"f32\",\"peer\":-1,\"state\":\"" state "\"," \
+    "\"start_us\":2000000,\"end_us\":" #end ",\"status\":\"" status "\"}"
+#define TWO_GROUPS(rank, time, shard, world) \
+    "{\"fsc_flight\":1,\"rank\":" #rank ",\"world\":3,\"reason\":\"failure\",\"time_us\":" #time ",\"comms\":[" \
+    "{\"name\":\"shard\",\"group\":\"00000000000000aa\",\"rank\":" #rank ",\"size\":3,\"calls\":[" shard "]}," \
+    "{\"name\":\"world\",\"group\":\"66736377726c6400\",\"rank\":" #rank ",\"size\":3,\"calls\":[" \
+    "{\"seq\":9,\"op\":\"all_reduce\",\"count\":1,\"dtype\":\"f32\",\"peer\":-1,\"state\":\"completed\"," \
+    "\"start_us\":1000000,\"end_us\":1000001}" world "]}]}"
+
+/* Oracle: as above on the group shard, where rank 0 completed #5 and waits in #6 while rank 2 waits in #5 and
+ * rank 1, stopped inside #5, failed last; rank 0 also issued a reduce_scatter on the world in the background (a
+ * call ahead that ranks 1 and 2 never reached): that does not make rank 0 a suspect. */
+static void test_issued_call_ahead(void **state) {
+    (void)state;
+    char *dir = tmpdir(), report[REPORT];
+    put_file(dir, "flight-rank-0.json", TWO_GROUPS(0, 8100000, SHARD_CALL(5, "completed", "", 2000001) ","
+                                                   SHARD_CALL(6, "failed", "timeout", 8000000),
+                                                   ",{\"seq\":10,\"op\":\"reduce_scatter\",\"count\":4,\"dtype\":"
+                                                   "\"f32\",\"peer\":-1,\"state\":\"issued\",\"start_us\":2000002}"));
+    put_file(dir, "flight-rank-1.json", TWO_GROUPS(1, 9600000, SHARD_CALL(5, "failed", "timeout", 9500000), ""));
+    put_file(dir, "flight-rank-2.json", TWO_GROUPS(2, 8100000, SHARD_CALL(5, "failed", "timeout", 8000000), ""));
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "group world(0-2), call #10: rank 0 is in reduce_scatter (4 x f32); ranks 1,2 never called it\n");
+    expect(report, "verdict: rank 1 waits in all_gather #5 of group shard(0-2) (7.5 s, then failed: timeout); rank 0 "
+                   "waits in all_gather #6 of group shard(0-2); rank 2 waits in all_gather #5 of group shard(0-2)\n");
     test_rmtree(dir);
 }
 
@@ -448,6 +553,8 @@ int main(void) {
         cmocka_unit_test(test_signal_writes_records),
         cmocka_unit_test(test_damaged_records),
         cmocka_unit_test(test_stopped_inside_the_call),
+        cmocka_unit_test(test_stopped_after_its_part),
+        cmocka_unit_test(test_issued_call_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,10 +8,15 @@
  *    is at s (started it, not completed), past it, behind (never called it) or silent (no record); members at s
  *    with different calls (operation, count, dtype, root) are a mismatch.
  * 4. Suspicion: in each stuck group the smaller side is suspect: of a mismatch, the ranks outside the largest
- *    kind of call; else silent ranks; else the ranks at s against those behind (a tie blames those behind); when
- *    all are at s, those that did not time out in it while others did (a rank stopped inside the call). The
- *    verdict names the most suspected ranks, where they are, and where the others are. A rank behind in one
- *    group and waiting in another (a deadlock: rank 3 in an all_gather the others never call, the others in a
+ *    kind of call; else silent ranks; else the ranks at s against those behind (a tie blames those behind; of
+ *    those at s, only the ones that block in it: one that issued it in the background went ahead); with
+ *    some at s and the others past it (a rank stopped inside the call once its part had gone out: the others, or
+ *    some, completed it and wait further on), those at s that failed in it only after every other member had
+ *    written its record, else the ranks at s against those past it (a tie blames those at s); when all are at s,
+ *    those that did not time out in it while others did (a rank stopped inside the call). The verdict names the
+ *    most suspected ranks, where they are, and where the others are; with stuck groups but no suspect (every
+ *    member waits in the call: it hangs inside) it says so and where every rank is. A rank behind in one group and
+ *    waiting in another (a deadlock: rank 3 in an all_gather the others never call, the others in a
  *    reduce_scatter rank 3 never reaches) is the minority in both. */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -59,6 +64,7 @@ typedef struct {
     int ng;
     int *suspect;       /* (world) times each rank was on the smaller side */
     int *silent;        /* (world + 1) silent[w]: ranks below w without a record */
+    int stuck;          /* stuck groups */
 } diag;
 
 static int by_gid(const void *a, const void *b) {
@@ -208,7 +214,7 @@ static void where(const diag *d, int w, int pl, int detail, char *buf, size_t ca
     }
 }
 
-enum { AT = 1, PAST, BEHIND, SILENT, TIMED_OUT, NOT_TIMED_OUT };
+enum { AT = 1, PAST, BEHIND, SILENT, TIMED_OUT, NOT_TIMED_OUT, LATE, AHEAD };
 
 static int same_call(const flr_call *a, const flr_call *b) {
     if ((a->op == FSC_OP_SEND || a->op == FSC_OP_RECV) && (b->op == FSC_OP_SEND || b->op == FSC_OP_RECV)) return 1;
@@ -231,6 +237,23 @@ static void members_text(const group *g, const int *cls, int want, char *buf, si
     snprintf(buf, cap, "rank%s %s", n == 1 ? "" : "s", list);
 }
 
+/* The two latest record times of g's members (every member has one), and whose the latest is: the time the last
+ * member other than i wrote its record is t.top[i == t.top_i]. */
+typedef struct {
+    int64_t top[2];
+    int top_i;
+} last_records;
+
+static last_records records_of(const diag *d, const group *g) {
+    last_records t = {{-1, -1}, -1};
+    for (int i = 0; i < g->size; i++) {
+        int64_t x = d->recs[g->wr[i]]->time_us;
+        if (x > t.top[0]) t.top[1] = t.top[0], t.top[0] = x, t.top_i = i;
+        else if (x > t.top[1]) t.top[1] = x;
+    }
+    return t;
+}
+
 /* Every member is in call s (none behind, none past it): when some failed in it by a timeout and the others
  * failed otherwise (as a rank stopped inside the call does when it resumes to find the others gone), the others
  * are what the ones that timed out waited for. Members still waiting say nothing either way. cls: rewritten. */
@@ -244,15 +267,9 @@ static void timed_out_waiting(diag *d, const group *g, uint64_t s, int *cls, out
     }
     const char *how = "failed otherwise";
     if (!n[0] && n[1] > 1) { /* all timed out: one that failed after every other member had written its record */
-        int64_t top[2] = {-1, -1}; /* the two latest record times, and whose the latest is */
-        int top_i = -1;
-        for (int i = 0; i < g->size; i++) {
-            int64_t t = d->recs[g->wr[i]]->time_us;
-            if (t > top[0]) top[1] = top[0], top[0] = t, top_i = i;
-            else if (t > top[1]) top[1] = t;
-        }
+        const last_records t = records_of(d, g);
         for (int i = 0; i < g->size; i++)
-            if (cls[i] == TIMED_OUT && call_at(g->m[i], s)->t1 > top[i == top_i])
+            if (cls[i] == TIMED_OUT && call_at(g->m[i], s)->t1 > t.top[i == t.top_i])
                 cls[i] = NOT_TIMED_OUT, n[0]++, n[1]--;
         how = "failed only after the others had given up (stopped or hung inside the call)";
     }
@@ -262,6 +279,49 @@ static void timed_out_waiting(diag *d, const group *g, uint64_t s, int *cls, out
     members_text(g, cls, NOT_TIMED_OUT, b, sizeof b);
     put(o, "group %s, call #%" PRIu64 ": %s timed out in it, waiting; %s %s\n", g->label, s, a, b, how);
     blame(d, g, cls, NOT_TIMED_OUT);
+}
+
+/* Members at call s (cls AT) whose call failed only after every other member of g had written its record (a rank
+ * stopped or hung inside the call fails when it is woken to find the others gone): marked LATE; how many. */
+static int mark_late(const diag *d, const group *g, uint64_t s, int *cls) {
+    const last_records t = records_of(d, g);
+    int n = 0;
+    for (int i = 0; i < g->size; i++) {
+        const flr_call *k = cls[i] == AT ? call_at(g->m[i], s) : NULL;
+        if (k && k->state == FLR_FAILED && k->t1 > t.top[i == t.top_i]) cls[i] = LATE, n++;
+    }
+    return n;
+}
+
+/* Every member is at call s or past it, some of each (a rank stopped inside a call once its part had gone out:
+ * the others, or some, completed it and wait further on, for it). Suspect: those at s that failed in it only after
+ * every other member had given up; else the smaller side, a tie those at s (those past it alone went on while the
+ * others still wait in it, for their part). */
+static void went_past(diag *d, const group *g, uint64_t s, int *cls, int at, int past, out_buf *o) {
+    char a[192], b[192];
+    if (mark_late(d, g, s, cls)) {
+        members_text(g, cls, LATE, a, sizeof a);
+        put(o, "group %s, call #%" PRIu64 ": %s failed in it only after every other member had given up (stopped or "
+            "hung inside the call)\n", g->label, s, a);
+        blame(d, g, cls, LATE);
+        return;
+    }
+    members_text(g, cls, AT, a, sizeof a);
+    members_text(g, cls, PAST, b, sizeof b);
+    if (at <= past)
+        put(o, "group %s, call #%" PRIu64 ": %s did not complete it and %s did (stopped or hung inside the call once "
+            "its part had gone out)\n", g->label, s, a, b);
+    else
+        put(o, "group %s, call #%" PRIu64 ": %s went past it while %s still wait in it\n", g->label, s, b, a);
+    blame(d, g, cls, at <= past ? AT : PAST);
+}
+
+/* Blame the members at call s that block in it; those that only issued it (started in the background, not waited
+ * for) went ahead of the others and are not held there. */
+static void blame_blocked(diag *d, const group *g, uint64_t s, int *cls) {
+    for (int i = 0; i < g->size; i++)
+        if (cls[i] == AT && call_at(g->m[i], s)->state == FLR_ISSUED) cls[i] = AHEAD;
+    blame(d, g, cls, AT);
 }
 
 /* A stuck group: its report line and suspects. cls: (size) scratch. */
@@ -304,8 +364,9 @@ static void stuck_group(diag *d, const group *g, uint64_t s, int *cls, out_buf *
     put(o, "\n");
     if (kinds) return;
     if (n[SILENT]) blame(d, g, cls, SILENT); /* a rank that left no record stopped or died: blamed first */
-    else if (n[BEHIND] && ref_n < n[BEHIND]) blame(d, g, cls, AT);
+    else if (n[BEHIND] && ref_n < n[BEHIND]) blame_blocked(d, g, s, cls);
     else if (n[BEHIND]) blame(d, g, cls, BEHIND);
+    else if (n[PAST]) went_past(d, g, s, cls, n[AT], n[PAST], o);
     else timed_out_waiting(d, g, s, cls, o);
 }
 
@@ -338,7 +399,8 @@ typedef struct {
 
 static int by_first(const void *a, const void *b) { return ((const run_start *)a)->w - ((const run_start *)b)->w; }
 
-/* The ranks that are not suspects, grouped by where they are (in the order of each group's first rank). */
+/* The ranks not suspected `most` times (-1: every rank), grouped by where they are (in the order of each group's
+ * first rank). */
 static void others(diag *d, int most, out_buf *o) {
     place *p = calloc((size_t)d->world + 1, sizeof *p);
     int *list = calloc((size_t)d->world + 1, sizeof *list), n = 0;
@@ -369,8 +431,15 @@ static void others(diag *d, int most, out_buf *o) {
 static void verdict(diag *d, out_buf *o) {
     int most = 0;
     for (int w = 0; w < d->world; w++) most = d->suspect[w] > most ? d->suspect[w] : most;
-    if (!most) {
+    if (!most && !d->stuck) {
         put(o, "verdict: no rank diverges: no group has a call that some of its ranks did not complete\n");
+        return;
+    }
+    if (!most) { /* e.g. every member of each stuck group waits in its call */
+        put(o, "verdict: no rank stands out in the stuck groups (their calls themselves may hang, or the network "
+            "failed)");
+        others(d, -1, o);
+        put(o, "\n");
         return;
     }
     char at[320];
@@ -403,7 +472,7 @@ void flr_diagnose(flr_record *const *recs, int world, const char *notes, char *r
         put(&o, "records of %d of %d ranks\n", nrec, world);
         for (int i = 0; i < d.ng; i++) {
             uint64_t s = first_pending(&d.g[i]);
-            if (s) stuck_group(&d, &d.g[i], s, cls, &o);
+            if (s) stuck_group(&d, &d.g[i], s, cls, &o), d.stuck++;
         }
         verdict(&d, &o);
     }

@@ -381,9 +381,10 @@ static void test_stopped_rank_times_out(void **state) {
     fault(SIGSTOP, 5, 60, "waiting for rank 1");
 }
 
-/* Two runs into one --ckpt-dir: while a simulated run trains there, a job of 2 processes is refused on both ranks
- * with the same message naming the running one's pid (the lock, fsc_ckpt_lock, is collective), and goes ahead
- * once that run is gone (killed: the kernel released its lock). */
+/* Two runs into one --ckpt-dir: while a simulated run trains there, a job of 2 processes is refused with the message
+ * naming the running one's pid (the lock, fsc_ckpt_lock, is collective: every rank returns it, but mpirun ends the
+ * job when the first process exits, so the other may not get to print it), and goes ahead once that run is gone
+ * (killed: the kernel released its lock). That every rank refuses is test_ckpt_lock's, on simulated ranks. */
 static void test_ckpt_dir_lock(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
@@ -398,7 +399,7 @@ static void test_ckpt_dir_lock(void **state) {
     snprintf(pid, sizeof pid, "is held by pid %ld on host", (long)a);
     int said = 0;
     for (const char *p = out; (p = strstr(p, pid)) != NULL; p++) said++;
-    if (rc == 0 || said != 2) fail_msg("mpirun -n 2 into a directory in use: exit %d, %d rank(s) named the holder\n%s", rc,
+    if (rc == 0 || said < 1) fail_msg("mpirun -n 2 into a directory in use: exit %d, %d rank(s) named the holder\n%s", rc,
                                       said, out);
     free(out);
     prog_held_end(a, fd);

@@ -13,7 +13,9 @@
  *    some at s and the others past it (a rank stopped inside the call once its part had gone out: the others, or
  *    some, completed it and wait further on), those at s that failed in it only after every other member had
  *    written its record, else the ranks at s against those past it (a tie blames those at s); when all are at s,
- *    those that did not time out in it while others did (a rank stopped inside the call). The verdict names the
+ *    again those that failed in it only after every other member had written its record (a rank stopped inside
+ *    the call, woken to find the others gone, times out last), else those that did not time out in it while
+ *    others did (a rank stopped inside the call that failed otherwise when it resumed). The verdict names the
  *    most suspected ranks, where they are, and where the others are; with stuck groups but no suspect (every
  *    member waits in the call: it hangs inside) it says so and where every rank is. A rank behind in one group and
  *    waiting in another (a deadlock: rank 3 in an all_gather the others never call, the others in a
@@ -265,19 +267,11 @@ static void timed_out_waiting(diag *d, const group *g, uint64_t s, int *cls, out
         cls[i] = k->state != FLR_FAILED ? AT : !strcmp(k->status, "timeout") ? TIMED_OUT : NOT_TIMED_OUT;
         if (cls[i] != AT) n[cls[i] == TIMED_OUT]++;
     }
-    const char *how = "failed otherwise";
-    if (!n[0] && n[1] > 1) { /* all timed out: one that failed after every other member had written its record */
-        const last_records t = records_of(d, g);
-        for (int i = 0; i < g->size; i++)
-            if (cls[i] == TIMED_OUT && call_at(g->m[i], s)->t1 > t.top[i == t.top_i])
-                cls[i] = NOT_TIMED_OUT, n[0]++, n[1]--;
-        how = "failed only after the others had given up (stopped or hung inside the call)";
-    }
     if (!n[0] || !n[1]) return;
     char a[192], b[192];
     members_text(g, cls, TIMED_OUT, a, sizeof a);
     members_text(g, cls, NOT_TIMED_OUT, b, sizeof b);
-    put(o, "group %s, call #%" PRIu64 ": %s timed out in it, waiting; %s %s\n", g->label, s, a, b, how);
+    put(o, "group %s, call #%" PRIu64 ": %s timed out in it, waiting; %s failed otherwise\n", g->label, s, a, b);
     blame(d, g, cls, NOT_TIMED_OUT);
 }
 
@@ -293,19 +287,25 @@ static int mark_late(const diag *d, const group *g, uint64_t s, int *cls) {
     return n;
 }
 
+/* Those at call s that failed in it only after every other member had given up (mark_late): reported and blamed;
+ * 1 when there were any. */
+static int blame_late(diag *d, const group *g, uint64_t s, int *cls, out_buf *o) {
+    char a[192];
+    if (!mark_late(d, g, s, cls)) return 0;
+    members_text(g, cls, LATE, a, sizeof a);
+    put(o, "group %s, call #%" PRIu64 ": %s failed in it only after every other member had given up (stopped or "
+        "hung inside the call)\n", g->label, s, a);
+    blame(d, g, cls, LATE);
+    return 1;
+}
+
 /* Every member is at call s or past it, some of each (a rank stopped inside a call once its part had gone out:
  * the others, or some, completed it and wait further on, for it). Suspect: those at s that failed in it only after
  * every other member had given up; else the smaller side, a tie those at s (those past it alone went on while the
  * others still wait in it, for their part). */
 static void went_past(diag *d, const group *g, uint64_t s, int *cls, int at, int past, out_buf *o) {
     char a[192], b[192];
-    if (mark_late(d, g, s, cls)) {
-        members_text(g, cls, LATE, a, sizeof a);
-        put(o, "group %s, call #%" PRIu64 ": %s failed in it only after every other member had given up (stopped or "
-            "hung inside the call)\n", g->label, s, a);
-        blame(d, g, cls, LATE);
-        return;
-    }
+    if (blame_late(d, g, s, cls, o)) return;
     members_text(g, cls, AT, a, sizeof a);
     members_text(g, cls, PAST, b, sizeof b);
     if (at <= past)
@@ -367,7 +367,7 @@ static void stuck_group(diag *d, const group *g, uint64_t s, int *cls, out_buf *
     else if (n[BEHIND] && ref_n < n[BEHIND]) blame_blocked(d, g, s, cls);
     else if (n[BEHIND]) blame(d, g, cls, BEHIND);
     else if (n[PAST]) went_past(d, g, s, cls, n[AT], n[PAST], o);
-    else timed_out_waiting(d, g, s, cls, o);
+    else if (!blame_late(d, g, s, cls, o)) timed_out_waiting(d, g, s, cls, o);
 }
 
 /* The lowest call number some member did not complete, 0 if none. */

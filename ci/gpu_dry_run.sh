@@ -26,7 +26,13 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
     echo "gpu_dry_run: skipped: no nvcc here, so no kit can be built"
     exit 0
 fi
-sh ci/gpu_kit.sh "$KIT" | tail -1
+mkdir -p build
+if ! sh ci/gpu_kit.sh "$KIT" > build/gpu-kit.log 2>&1; then
+    cat build/gpu-kit.log >&2
+    echo "gpu_dry_run: FAILED: ci/gpu_kit.sh could not build the kit (above)" >&2
+    exit 1
+fi
+tail -1 build/gpu-kit.log
 # one GPU never needs NCCL: the plug-in loads it with dlopen when a communicator is opened
 if readelf -d build/gpu/libfsc_cuda.so | grep NEEDED | grep -q nccl; then
     echo "gpu_dry_run: libfsc_cuda.so links NCCL; it must load it only for a communicator" >&2

@@ -56,7 +56,7 @@ static const char *state_name(int i) { return states[i]; }
 static fsc_status parse_call(const char *what, const cJSON *o, flr_call *c) {
     if (!cJSON_IsObject(o)) return fsc_error(FSC_ERR_FORMAT, "%s: a call is not an object", what);
     char s[32];
-    int64_t v;
+    int64_t v = 0;
     FSC_TRY(get_int(what, o, "seq", 1, 9007199254740992.0, &v));
     c->seq = (uint64_t)v;
     FSC_TRY(get_int(what, o, "count", 0, 9007199254740992.0, &v));
@@ -91,7 +91,7 @@ static int by_seq(const void *a, const void *b) {
 static fsc_status parse_comm(const char *what, const cJSON *o, int world, size_t *calls_left, flr_comm *c) {
     if (!cJSON_IsObject(o)) return fsc_error(FSC_ERR_FORMAT, "%s: a communicator is not an object", what);
     char gid[24];
-    int64_t v;
+    int64_t v = 0;
     FSC_TRY(get_str(what, o, "name", 0, c->name, sizeof c->name));
     FSC_TRY(get_str(what, o, "group", 0, gid, sizeof gid));
     char *end = NULL;
@@ -124,7 +124,7 @@ static fsc_status parse_comm(const char *what, const cJSON *o, int world, size_t
 
 static fsc_status parse_root(const char *what, const cJSON *root, size_t len, flr_record *r) {
     if (!cJSON_IsObject(root)) return fsc_error(FSC_ERR_FORMAT, "%s: not a JSON object", what);
-    int64_t v;
+    int64_t v = 0;
     FSC_TRY(get_int(what, root, "fsc_flight", 1, 1, &v));
     FSC_TRY(get_int(what, root, "world", 1, FLR_MAX_WORLD, &v));
     r->world = (int)v;

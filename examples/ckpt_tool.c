@@ -20,7 +20,7 @@
 static const char *prog = "ckpt_tool";
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: %s list DIR | show CKPT | verify CKPT | flight DIR\n"
+    fprintf(f, "usage: %s list DIR | show CKPT | verify CKPT | flight DIR | --version\n"
                "Inspect and verify fsc training checkpoints. CKPT: DIR/step-NNNNNNNN, or DIR for its newest.\n"
                "flight DIR: where the ranks of a failed or hung run diverge, from their flight records.\n",
             prog);
@@ -156,6 +156,10 @@ int main(int argc, char **argv) {
     }
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         usage(stdout);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("%s %s\n", prog, fsc_version_string());
         return 0;
     }
     if (argc != 3) {

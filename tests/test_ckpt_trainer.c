@@ -324,6 +324,12 @@ static void test_ckpt_tool_name(void **st) {
     assert_int_equal(run("ckpt_tool", "", &out, &err), 2);
     assert_non_null(strstr(err, "usage: ckpt_tool list DIR"));
     free(out), free(err);
+    /* --version: the name it was run as and the library's version */
+    char *want = NULL;
+    assert_true(asprintf(&want, "ckpt_tool %s\n", fsc_version_string()) > 0);
+    assert_int_equal(run("ckpt_tool", "--version", &out, &err), 0);
+    assert_string_equal(out, want);
+    free(out), free(err), free(want);
 }
 
 int main(int argc, char **argv) {

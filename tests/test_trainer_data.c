@@ -151,7 +151,8 @@ static void test_refusals(void **state) {
 }
 
 /* Oracle: tools/make_tokens refuses a directory, a missing file and a FIFO with a message of its own (exit 2 from
- * Perl's die is 2 or more), no Perl warning; a text file makes files the trainer reads. */
+ * Perl's die is 2 or more), no Perl warning; --version prints the library's; a text file makes files the trainer
+ * reads. */
 static void test_make_tokens(void **state) {
     (void)state;
     const char *src = __FILE__, *slash = strrchr(src, '/'); /* tools/ beside tests/ */
@@ -172,6 +173,10 @@ static void test_make_tokens(void **state) {
         free(args), free(out), free(err);
     }
     unlink(fifo);
+    char *vout = NULL, *want = prog_fmt("make_tokens %s\n", fsc_version_string()); /* version.h's, as the library's */
+    assert_int_equal(prog_run(tool, "--version", tmpdir, &vout, NULL), 0);
+    assert_string_equal(vout, want);
+    free(vout), free(want);
     char *args = prog_fmt("--format llmc '%s/data.txt' '%s/mt'", tmpdir, tmpdir), *out = NULL;
     assert_int_equal(prog_run(tool, args, tmpdir, &out, NULL), 0);
     free(args), free(out);

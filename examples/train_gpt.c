@@ -29,6 +29,7 @@
 #include "train_flight.h"
 #include "train_log.h"
 #include "train_same.h"
+#include "suggest.h"
 
 typedef struct {
     int model;      /* index into "gpt2|llama" */
@@ -199,6 +200,7 @@ static fsc_parallel_kind strategy(const train_config *c) {
 }
 
 static int option_index(const char *name);
+static const char *option_near(const char *name, size_t len);
 
 /* The layout options together: world = dp x pp, --chunks names --accum. */
 static int resolve_layout(train_config *c, const int *given, char *err, size_t cap) {
@@ -242,6 +244,7 @@ static void usage(FILE *f) {
         fputc('\n', f);
     }
     fprintf(f, "  %-22s %s\n", "--help", "print this text");
+    fprintf(f, "  %-22s %s\n", "--version", "print the version and exit");
 }
 
 static const char *choice_name(const char *choices, int idx, char *buf, size_t cap) {
@@ -384,7 +387,9 @@ static int apply_config_text(train_config *c, int *given, const char *text, size
         const char *key = it->string ? it->string : "";
         int k = option_index(key);
         if (k < 0) {
-            rc = (snprintf(err, cap, "%s: unknown option \"%.64s\" (keys are the options of --help without --)", name, key), -1);
+            const char *near = option_near(key, strlen(key));
+            if (near) rc = (snprintf(err, cap, "%s: unknown option \"%.64s\" (did you mean \"%s\"?)", name, key, near), -1);
+            else rc = (snprintf(err, cap, "%s: unknown option \"%.64s\" (keys are the options of --help without --)", name, key), -1);
             break;
         }
         const option *o = &options[k];
@@ -510,8 +515,8 @@ static int apply_config_file(train_config *c, int *given, const char *path, char
 
 static int parse_argv(int argc, char **argv, train_config *c, int *given, char *err, size_t cap);
 
-/* Defaults, then --config's file, then argv (the command line wins). Returns 0 to run, 1 if --help was
- * printed, -1 on error (message in err). given[i] says whether option i was set on the command line or to
+/* Defaults, then --config's file, then argv (the command line wins). Returns 0 to run, 1 for --help, 2 for
+ * --version, -1 on error (message in err). given[i] says whether option i was set on the command line or to
  * another value than its default by the config file. */
 static int parse_args(int argc, char **argv, train_config *c, int *given, char *err, size_t cap) {
     if (set_defaults(c, given, err, cap) != 0) return -1;
@@ -530,6 +535,7 @@ static int parse_argv(int argc, char **argv, train_config *c, int *given, char *
     for (int a = 1; a < argc; a++) {
         const char *s = argv[a];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) return 1;
+        if (strcmp(s, "--version") == 0) return 2;
         if (strncmp(s, "--", 2) != 0)
             return snprintf(err, cap, "unexpected argument '%s' (options start with --; see --help)", s), -1;
         const char *name = s + 2, *eq = strchr(name, '=');
@@ -537,7 +543,11 @@ static int parse_argv(int argc, char **argv, train_config *c, int *given, char *
         int k = -1;
         for (int i = 0; i < NOPT; i++)
             if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0) k = i;
-        if (k < 0) return snprintf(err, cap, "unknown option '--%.*s' (see --help)", (int)len, name), -1;
+        if (k < 0) {
+            const char *near = option_near(name, len);
+            return snprintf(err, cap, "unknown option '--%.*s' (%s%s%s)", (int)len, name, near ? "did you mean --" : "see --help",
+                            near ? near : "", near ? "?" : ""), -1;
+        }
         const char *v;
         if (options[k].kind == K_FLAG) {
             if (eq) return snprintf(err, cap, "--%s takes no value", options[k].name), -1;
@@ -558,6 +568,13 @@ static int option_index(const char *name) {
     for (int i = 0; i < NOPT; i++)
         if (strcmp(options[i].name, name) == 0) return i;
     return -1;
+}
+
+/* The option a misspelt name[0..len) was likely meant to be (suggest.h), or NULL. */
+static const char *option_near(const char *name, size_t len) {
+    suggest s = {0};
+    for (int i = 0; i < NOPT; i++) suggest_try(&s, name, len, options[i].name);
+    return suggest_result(&s);
 }
 
 /* The name of choice idx of option opt, as its table entry spells it. */
@@ -1612,6 +1629,10 @@ static int train_main(int argc, char **argv, char **strs) {
     *strs = c.strs; /* main frees it */
     if (rc == 1) {
         usage(stdout);
+        return 0;
+    }
+    if (rc == 2) {
+        printf("fsc-train %s\n", fsc_version_string());
         return 0;
     }
     train_config asked = c; /* the options as given, before anything derives from them: the run's config.json */

@@ -52,6 +52,21 @@ static void free_lines(cJSON **v, int n) {
     free(v);
 }
 
+/* --version prints the library's version; a misspelt option names the one meant when one is close (edit distance
+ * at most 2, or a prefix of one option only), else points to --help. Oracle: fsc_version_string, the texts. */
+static void test_version_and_misspelt(void **state) {
+    (void)state;
+    char *out = NULL, *want = prog_fmt("fsc-train %s\n", fsc_version_string());
+    assert_int_equal(prog_run(trainer, "--steps 1 --version", tmpdir, &out, NULL), 0);
+    assert_string_equal(out, want);
+    free(out), free(want);
+    prog_refused(trainer, "--lrr 0.1", tmpdir, 2, "unknown option '--lrr' (did you mean --lr?)");
+    prog_refused(trainer, "--stesp=3", tmpdir, 2, "unknown option '--stesp' (did you mean --steps?)");
+    prog_refused(trainer, "--optim sgd", tmpdir, 2, "unknown option '--optim' (did you mean --optimizer?)");
+    prog_refused(trainer, "--zzzzzz 1", tmpdir, 2, "unknown option '--zzzzzz' (see --help)");
+    prog_refused(trainer, "--x 1", tmpdir, 2, "unknown option '--x' (see --help)"); /* 2 edits from --lr: too far */
+}
+
 /* A config file sets options, the command line wins, and the refusals name what is wrong. */
 static void test_config_file(void **state) {
     (void)state;
@@ -71,6 +86,8 @@ static void test_config_file(void **state) {
     free(args);
     struct { const char *text, *says; } bad[] = {
         { "{\"stepz\": 2}", "unknown option \"stepz\"" },
+        { "{\"lrr\": 2}", "unknown option \"lrr\" (did you mean \"lr\"?)" }, /* a close key is named */
+        { "{\"zzzzzz\": 2}", "unknown option \"zzzzzz\" (keys are the options of --help without --)" },
         { "{\"steps\": \"2\"}", "\"steps\" must be an integer, not a string" },
         { "{\"layers\": 2.5}", "\"layers\" must be an integer, not 2.5" },
         { "{\"lr\": \"fast\"}", "\"lr\" must be a number" },
@@ -394,6 +411,7 @@ int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_logs", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version_and_misspelt),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_config_json_reproduces),
         cmocka_unit_test(test_config_json_long_data),

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "fsc/fsc.h"
+#include "suggest.h"
 #include "tied_head.h"
 
 typedef struct {
@@ -51,9 +52,12 @@ static const option options[] = {
 };
 #define N_OPTIONS (sizeof options / sizeof *options)
 
+/* The name the program was run as (fsc-sample when installed, sample in build/): its usage says it. */
+static const char *prog = "sample";
+
 static void usage(FILE *out) {
-    fprintf(out, "usage: sample --model PATH [options]\n"
-                 "Generate tokens from a model file the trainer saved (GPT-2 or Llama).\n\n");
+    fprintf(out, "usage: %s --model PATH [options]\n"
+                 "Generate tokens from a model file the trainer saved (GPT-2 or Llama).\n\n", prog);
     for (size_t i = 0; i < N_OPTIONS; i++) {
         const option *o = &options[i];
         char head[64];
@@ -62,6 +66,7 @@ static void usage(FILE *out) {
                 o->dflt ? ")" : "");
     }
     fprintf(out, "  %-20s %s\n", "--help", "this text");
+    fprintf(out, "  %-20s %s\n", "--version", "print the version and exit");
 }
 
 static int set_option(sample_config *c, const option *o, const char *v, char *err, size_t cap) {
@@ -80,17 +85,28 @@ static int set_option(sample_config *c, const option *o, const char *v, char *er
     return 0;
 }
 
-/* 0 ok, 1 help printed, -1 error in err. */
+/* The option a misspelt argument ("--name") was likely meant to be (suggest.h), or NULL. */
+static const char *option_near(const char *arg) {
+    if (strncmp(arg, "--", 2) != 0) return NULL;
+    suggest s = {0};
+    for (size_t i = 0; i < N_OPTIONS; i++) suggest_try(&s, arg + 2, strlen(arg + 2), options[i].name);
+    return suggest_result(&s);
+}
+
+/* 0 ok, 1 help or version printed, -1 error in err. */
 static int parse_args(int argc, char **argv, sample_config *c, char *err, size_t cap) {
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < N_OPTIONS; i++)
         if (options[i].dflt && set_option(c, &options[i], options[i].dflt, err, cap)) return -1;
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) return usage(stdout), 1;
+        if (!strcmp(argv[a], "--version")) return printf("%s %s\n", prog, fsc_version_string()), 1;
         const option *o = NULL;
         for (size_t i = 0; i < N_OPTIONS && !o; i++)
             if (!strncmp(argv[a], "--", 2) && !strcmp(argv[a] + 2, options[i].name)) o = &options[i];
-        if (!o) return snprintf(err, cap, "unknown argument '%s' (see --help)", argv[a]), -1;
+        const char *near = o ? NULL : option_near(argv[a]);
+        if (!o) return snprintf(err, cap, "unknown argument '%s' (%s%s%s)", argv[a], near ? "did you mean --" : "see --help",
+                                near ? near : "", near ? "?" : ""), -1;
         if (o->k == K_FLAG) {
             *(int *)((char *)c + o->off) = 1;
             continue;
@@ -212,7 +228,7 @@ static fsc_status run(fsc_rank *r, void *arg) {
             if (bytes) putchar(tok[i]);
             else printf(i ? ",%d" : "%d", (int)tok[i]);
         }
-        if (!bytes) putchar('\n');
+        if (!bytes || (n + c->tokens > 0 && tok[n + c->tokens - 1] != '\n')) putchar('\n'); /* text ends a line */
         fflush(stdout);
     }
     free(tok);
@@ -225,6 +241,10 @@ static fsc_status run(fsc_rank *r, void *arg) {
 int main(int argc, char **argv) {
     sample_config c;
     char err[512];
+    if (argc > 0 && argv[0] && argv[0][0]) {
+        const char *slash = strrchr(argv[0], '/');
+        prog = slash ? slash + 1 : argv[0];
+    }
     int rc = parse_args(argc, argv, &c, err, sizeof err);
     if (rc == 1) return 0;
     if (rc < 0) {

@@ -126,6 +126,17 @@ static void test_trained_file(void **st) {
     assert_string_equal(a, b);
     assert_int_equal(strncmp(a, "To be", 5), 0); /* the prompt, as text, then 20 bytes */
     assert_true(strlen(a) <= 25); /* no more than 20 bytes after it (a generated NUL byte would end the string early) */
+    /* the text ends a line (the shell's prompt does not follow it on the same line) */
+    char *raw = NULL, *err = NULL, *sargs = prog_fmt("--model '%s' --prompt 'To be' --tokens 20 --seed 3", file);
+    assert_int_equal(prog_run(sampler, sargs, tmpdir, &raw, &err), 0);
+    size_t rn = strlen(raw);
+    if (rn == 0 || raw[rn - 1] != '\n') fail_msg("the text does not end with a newline: \"%s\"", raw);
+    free(raw), free(err), free(sargs);
+    /* one that already does gets no second one */
+    sargs = prog_fmt("--model '%s' --prompt 'To be\n' --tokens 0", file);
+    assert_int_equal(prog_run(sampler, sargs, tmpdir, &raw, &err), 0);
+    assert_string_equal(raw, "To be\n");
+    free(raw), free(err), free(sargs);
     char *ids = sample(file, NULL, "--prompt 'To be' --tokens 3 --ids --temperature 0");
     assert_int_equal(strncmp(ids, "84,111,32,98,101,", 17), 0); /* "To be" as byte ids */
     free(a), free(b), free(ids);
@@ -234,6 +245,33 @@ static void test_refusals(void **st) {
     assert_int_equal(prog_run(sampler, "--help", tmpdir, &out, &err), 0);
     assert_non_null(strstr(out, "usage: sample"));
     free(out), free(err);
+    /* a misspelt option names the one meant when one is close, else points to --help */
+    prog_refused(sampler, "--model m --tokns 3", tmpdir, 2, "unknown argument '--tokns' (did you mean --tokens?)");
+    prog_refused(sampler, "--model m --temp 0", tmpdir, 2, "unknown argument '--temp' (did you mean --temperature?)");
+    prog_refused(sampler, "--model m --zzzzzz 0", tmpdir, 2, "unknown argument '--zzzzzz' (see --help)");
+}
+
+/* Installed as fsc-sample (make install copies it under that name), its usage and --version say that name; as
+ * build/sample they say sample. Oracle: the texts, fsc_version_string. */
+static void test_program_name(void **st) {
+    (void)st;
+    char link[sizeof tmpdir + 16], *out = NULL, *err = NULL;
+    snprintf(link, sizeof link, "%s/fsc-sample", tmpdir);
+    unlink(link);
+    assert_int_equal(symlink(sampler, link), 0);
+    assert_int_equal(prog_run(link, "--help", tmpdir, &out, &err), 0);
+    if (strncmp(out, "usage: fsc-sample --model PATH", 30) != 0) fail_msg("usage as fsc-sample: %s", out);
+    free(out), free(err);
+    char *want = NULL;
+    assert_true(asprintf(&want, "fsc-sample %s\n", fsc_version_string()) > 0);
+    assert_int_equal(prog_run(link, "--version", tmpdir, &out, &err), 0);
+    assert_string_equal(out, want);
+    free(out), free(err), free(want);
+    assert_true(asprintf(&want, "sample %s\n", fsc_version_string()) > 0);
+    assert_int_equal(prog_run(sampler, "--version", tmpdir, &out, &err), 0);
+    assert_string_equal(out, want);
+    free(out), free(err), free(want);
+    unlink(link);
 }
 
 int main(int argc, char **argv) {
@@ -247,6 +285,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_seeds),        cmocka_unit_test(test_trained_file),
         cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_config_checked_first),
+        cmocka_unit_test(test_program_name),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

@@ -6,7 +6,8 @@
 #   tests/install/consumer.cpp   C++ (the headers' extern "C"), against libfsc.so
 #   tests/install/own_names.c    a program defining cpu_gemm, ck_remove_dir, ... itself: the library must
 #                                keep its own (against libfsc.so and libfsc.a)
-#   bin/fsc-train, bin/fsc-ckpt, bin/fsc-sample and share/fsc/coriolanus.txt are installed, the plug-ins
+#   bin/fsc-train, bin/fsc-ckpt, bin/fsc-sample (their --help and --version in their names) and
+#                                share/fsc/coriolanus.txt are installed, the plug-ins
 #                                built in BUILD (libfsc_cuda.so, libfsc_mpi.so) are in lib/, and the installed
 #                                fsc-train trains from another directory without --data (the default corpus),
 #                                and, with the MPI plug-in and mpirun, as 2 processes finding the plug-in in lib/
@@ -35,6 +36,8 @@ readelf -d "$P/lib/libfsc.so.$v" | grep -q "SONAME.*\[libfsc.so.$major\]" || fai
 for prog in fsc-train fsc-ckpt fsc-sample; do
   [ -x "$P/bin/$prog" ] || fail "bin/$prog was not installed"
   "$P/bin/$prog" --help > "$tmp/help" 2>&1 || fail "bin/$prog --help failed: $(head -3 "$tmp/help")"
+  [ "$("$P/bin/$prog" --version)" = "$prog $v" ] || fail "bin/$prog --version does not say $prog $v"
+  head -1 "$tmp/help" | grep -q "^usage: $prog " || fail "bin/$prog --help does not say usage: $prog"
 done
 for plugin in libfsc_cuda.so libfsc_mpi.so; do
   if [ -f "$B/$plugin" ]; then [ -f "$P/lib/$plugin" ] || fail "$B/$plugin was built but not installed"; fi

@@ -197,11 +197,12 @@ fuzz: deps
 	@sh ci/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_SRC)
 
 # The public headers, the plug-in ABI headers in include/fsc/plugin/, both libraries (the shared one as
-# libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA and MPI plug-ins when built, fsc.pc;
-# the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample), the default corpus in
-# share/fsc/ (where an installed fsc-train finds it without --data; plug-ins are looked up in ../lib).
+# libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA and MPI plug-ins when built (it builds
+# the MPI one when mpicc is found, not the CUDA one: make cuda first; it prints which it installed or skipped,
+# and why), fsc.pc; the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample), the default
+# corpus in share/fsc/ (where an installed fsc-train finds it without --data; plug-ins are looked up in ../lib).
 INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample
-install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p))))
+install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p)))) mpi
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/fsc
 	$(foreach p,$(INSTALL_PROGRAMS),install -m 755 $(firstword $(subst :, ,$(p))) $(DESTDIR)$(PREFIX)/bin/$(lastword $(subst :, ,$(p)));)
 	install -m 644 examples/data/coriolanus.txt $(DESTDIR)$(PREFIX)/share/fsc/

@@ -1,4 +1,4 @@
-# fsc: one entry point. make | make test | make demo | make bench | make fuzz | make install PREFIX=...
+# fsc: one entry point. make | make test | make demo | make bench | make fuzz | make install PREFIX=... | make uninstall PREFIX=...
 # (make test prints the line coverage of lib/, backends/ and sim/ at its end)
 # Variants build into their own folder: make BUILD=build/asan SAN=address,undefined
 CC       ?= cc
@@ -45,7 +45,7 @@ PUBLIC_HEADERS := $(wildcard lib/include/fsc/*.h)
 PLUGIN_HEADERS := $(wildcard lib/include/fsc/plugin/*.h)
 HEADERS  := $(PUBLIC_HEADERS) $(PLUGIN_HEADERS) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
 
-.PHONY: all lib deps test check demo bench fuzz install clean cuda cuda-if-found mpi plot gpu-kit
+.PHONY: all lib deps test check demo bench fuzz install uninstall clean cuda cuda-if-found mpi plot gpu-kit
 all: lib $(TRAINER) $(EXAMPLES) $(BENCHES) $(TESTS) cuda-if-found mpi
 lib: $(BUILD)/libfsc.a $(BUILD)/libfsc.so
 
@@ -177,7 +177,7 @@ check: $(TESTS) $(TRAINER) $(EXAMPLES) mpi
 	@sh ci/run_tests.sh $(BUILD)/tests "$(TESTS_FILTER)"
 
 demo: deps
-	@$(MAKE) --no-print-directory lib $(BUILD)/train_gpt
+	@$(MAKE) --no-print-directory lib $(BUILD)/train_gpt mpi
 	@sh ci/demo.sh $(BUILD)
 
 bench: deps
@@ -197,11 +197,12 @@ fuzz: deps
 	@sh ci/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_SRC)
 
 # The public headers, the plug-in ABI headers in include/fsc/plugin/, both libraries (the shared one as
-# libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA and MPI plug-ins when built, fsc.pc;
-# the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample), the default corpus in
-# share/fsc/ (where an installed fsc-train finds it without --data; plug-ins are looked up in ../lib).
+# libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA and MPI plug-ins when built (it builds
+# the MPI one when mpicc is found, not the CUDA one: make cuda first; it prints which it installed or skipped,
+# and why), fsc.pc; the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample), the default
+# corpus in share/fsc/ (where an installed fsc-train finds it without --data; plug-ins are looked up in ../lib).
 INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample
-install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p))))
+install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p)))) mpi
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/fsc
 	$(foreach p,$(INSTALL_PROGRAMS),install -m 755 $(firstword $(subst :, ,$(p))) $(DESTDIR)$(PREFIX)/bin/$(lastword $(subst :, ,$(p)));)
 	install -m 644 examples/data/coriolanus.txt $(DESTDIR)$(PREFIX)/share/fsc/
@@ -210,11 +211,21 @@ install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p))))
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libfsc.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libfsc.so
-	if [ -f $(BUILD)/libfsc_cuda.so ]; then install -m 755 $(BUILD)/libfsc_cuda.so $(DESTDIR)$(PREFIX)/lib/; fi
-	if [ -f $(BUILD)/libfsc_mpi.so ]; then install -m 755 $(BUILD)/libfsc_mpi.so $(DESTDIR)$(PREFIX)/lib/; fi
+	@for p in cuda:nvcc mpi:mpicc; do f=libfsc_$${p%%:*}.so; \
+	  if [ -f $(BUILD)/$$f ]; then install -m 755 $(BUILD)/$$f $(DESTDIR)$(PREFIX)/lib/ && echo "installed the plug-in lib/$$f"; \
+	  else echo "skipped the plug-in $$f: not built (make $${p%%:*}; it needs $${p#*:})"; fi; done
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/
 	install -m 644 $(PLUGIN_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/plugin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ci/fsc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fsc.pc
+	@echo "installed into $(DESTDIR)$(PREFIX): bin/fsc-train bin/fsc-ckpt bin/fsc-sample, lib/libfsc.a lib/libfsc.so*, include/fsc/, lib/pkgconfig/fsc.pc, share/fsc/coriolanus.txt"
+
+# Removes exactly what install puts there (the same PREFIX and DESTDIR), then the folders it made if empty.
+INSTALLED_FILES := $(foreach p,$(INSTALL_PROGRAMS),bin/$(lastword $(subst :, ,$(p)))) share/fsc/coriolanus.txt \
+                   lib/libfsc.a lib/libfsc.so.$(VERSION) lib/$(SONAME) lib/libfsc.so lib/libfsc_cuda.so lib/libfsc_mpi.so \
+                   $(PUBLIC_HEADERS:lib/include/%=include/%) $(PLUGIN_HEADERS:lib/include/%=include/%) lib/pkgconfig/fsc.pc
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED_FILES))
+	-rmdir $(addprefix $(DESTDIR)$(PREFIX)/,include/fsc/plugin include/fsc share/fsc lib/pkgconfig) 2>/dev/null
 
 clean:
 	rm -rf build

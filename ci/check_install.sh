@@ -6,6 +6,10 @@
 #   tests/install/consumer.cpp   C++ (the headers' extern "C"), against libfsc.so
 #   tests/install/own_names.c    a program defining cpu_gemm, ck_remove_dir, ... itself: the library must
 #                                keep its own (against libfsc.so and libfsc.a)
+#   tests/install/from_env.c     fsc_cluster_run_from_env, built with an rpath into a folder of its own and run
+#                                as 2 MPI processes with no FSC_ variable: the cpu device (no GPU here) and
+#                                the MPI plug-in found beside libfsc.so (when the plug-in and mpirun exist)
+#   make install says which plug-ins it installed or skipped; make uninstall removes every file it put there
 #   bin/fsc-train, bin/fsc-ckpt, bin/fsc-sample (their --help and --version in their names) and
 #                                share/fsc/coriolanus.txt are installed, the plug-ins
 #                                built in BUILD (libfsc_cuda.so, libfsc_mpi.so) are in lib/, and the installed
@@ -20,7 +24,7 @@ CXX=${CXX:-c++}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 P=$tmp/prefix
-make -s --no-print-directory BUILD="$B" install PREFIX="$P" >/dev/null
+make -s --no-print-directory BUILD="$B" install PREFIX="$P" > "$tmp/install.out"
 fail() { echo "check_install: $*" >&2; exit 1; }
 
 # what was installed
@@ -40,7 +44,10 @@ for prog in fsc-train fsc-ckpt fsc-sample; do
   head -1 "$tmp/help" | grep -q "^usage: $prog " || fail "bin/$prog --help does not say usage: $prog"
 done
 for plugin in libfsc_cuda.so libfsc_mpi.so; do
-  if [ -f "$B/$plugin" ]; then [ -f "$P/lib/$plugin" ] || fail "$B/$plugin was built but not installed"; fi
+  if [ -f "$B/$plugin" ]; then [ -f "$P/lib/$plugin" ] || fail "$B/$plugin was built but not installed"
+    grep -q "installed the plug-in lib/$plugin" "$tmp/install.out" || fail "make install did not say it installed $plugin"
+  else grep -q "skipped the plug-in $plugin: not built (make " "$tmp/install.out" || fail "make install did not say it skipped $plugin"
+  fi
 done
 cmp -s examples/data/coriolanus.txt "$P/share/fsc/coriolanus.txt" || fail "share/fsc/coriolanus.txt was not installed"
 mkdir "$tmp/elsewhere"
@@ -73,4 +80,21 @@ for t in c_shared c_static cxx_shared own_shared own_static; do
   printf '%-11s ' "$t:"
   "$tmp/$t" || fail "$t failed"
 done
-echo "check_install: fsc $v installed (fsc-train, fsc-ckpt, fsc-sample, the default corpus$(ls "$P/lib" | grep -o 'libfsc_[a-z]*\.so' | sed 's/^/, /' | tr -d '\n')), C and C++ programs built from the installed headers and run"
+mkdir "$tmp/own"
+build own/from_env $CC -std=c11 $W $cflags tests/install/from_env.c $shared
+(cd "$tmp/elsewhere" && env -u FSC_DEVICE -u FSC_MPI_PLUGIN "$tmp/own/from_env" > "$tmp/fe1.out" 2>&1) &&
+  grep -q "world 1 on cpu" "$tmp/fe1.out" ||
+  [ -e /dev/nvidia0 -o -e /proc/driver/nvidia/version ] || fail "from_env, one process: $(tail -2 "$tmp/fe1.out")"
+if [ -f "$P/lib/libfsc_mpi.so" ] && command -v mpirun >/dev/null && [ ! -e /dev/nvidia0 ] && [ ! -e /proc/driver/nvidia/version ]; then
+  (cd "$tmp/elsewhere" && env -u FSC_DEVICE -u FSC_MPI_PLUGIN mpirun -n 2 --oversubscribe --bind-to none \
+     --allow-run-as-root "$tmp/own/from_env" > "$tmp/fe2.out" 2>&1) && grep -q "world 2 on cpu, sum 3" "$tmp/fe2.out" ||
+    fail "a program linked against libfsc.so, as 2 MPI processes (plug-in beside libfsc.so): $(tail -3 "$tmp/fe2.out")"
+  echo "from_env:   2 MPI processes on the cpu, the plug-in found beside libfsc.so"
+fi
+
+plugins=$(ls "$P/lib" | grep -o 'libfsc_[a-z]*\.so' | sed 's/^/, /' | tr -d '\n')
+# make uninstall: exactly what install put there, nothing left behind
+make -s --no-print-directory BUILD="$B" uninstall PREFIX="$P" >/dev/null 2>&1 || fail "make uninstall failed"
+left=$(cd "$P" && find . ! -type d | sort | tr '\n' ' ')
+[ -z "$left" ] || fail "make uninstall left: $left"
+echo "check_install: fsc $v installed (fsc-train, fsc-ckpt, fsc-sample, the default corpus$plugins), C and C++ programs built from the installed headers and run, then uninstalled"

@@ -3,6 +3,7 @@
  * Oracles: parsed fields equal the variables set; every rank ends with rank 0's blob byte for byte;
  * bad variables, absent peers and strangers fail with the stated status and a message naming the cause,
  * within the timeout given. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 #include "testutil.h"
 #include "core/rendezvous_impl.h"
+#include "core/device_impl.h"
 
 /* ---- a fake environment: "NAME=value" strings, NULL-terminated ---- */
 
@@ -658,6 +660,7 @@ static void test_file_rendezvous(void **state) {
 typedef struct {
     int calls, rank, world;
     int has_dev, has_comm;
+    char dev[16];
 } run_seen;
 
 static fsc_status record_rank(fsc_rank *r, void *arg) {
@@ -665,6 +668,7 @@ static fsc_status record_rank(fsc_rank *r, void *arg) {
     s->calls++;
     s->rank = r->rank, s->world = r->world;
     s->has_dev = r->dev != NULL, s->has_comm = r->comm != NULL;
+    snprintf(s->dev, sizeof s->dev, "%s", fsc_device_name(r->dev));
     return FSC_OK;
 }
 
@@ -675,12 +679,53 @@ static const char *launch_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_P
                                     "FSC_RENDEZVOUS_TOKEN", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID",
                                     "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", NULL};
 
+/* The places a plug-in is looked for: beside the program, its ../lib, beside the code of libfsc (here the
+ * test program itself, linked statically: not listed twice), the loader's search. */
+static void test_plugin_places(void **state) {
+    char places[FSC_PLUGIN_PLACES][PATH_MAX + 64], exe[PATH_MAX + 1];
+    ssize_t n = readlink("/proc/self/exe", exe, PATH_MAX);
+    assert_true(n > 0);
+    exe[n] = '\0';
+    *strrchr(exe, '/') = '\0';
+    assert_int_equal(fsc_plugin_places("libfsc_mpi.so", places), 3);
+    char want[PATH_MAX + 64];
+    snprintf(want, sizeof want, "%s/libfsc_mpi.so", exe);
+    assert_string_equal(places[0], want);
+    snprintf(want, sizeof want, "%s/../lib/libfsc_mpi.so", exe);
+    assert_string_equal(places[1], want);
+    assert_string_equal(places[2], "libfsc_mpi.so");
+}
+
+/* A GPU is found only with an NVIDIA device node and the cuda plug-in's file both present */
+static void test_gpu_present(void **state) {
+    char *saved = getenv("FSC_CUDA_PLUGIN") ? strdup(getenv("FSC_CUDA_PLUGIN")) : NULL;
+    setenv("FSC_CUDA_PLUGIN", "/nonexistent/libfsc_cuda.so", 1);
+    assert_int_equal(fsc_gpu_present(), 0);
+    setenv("FSC_CUDA_PLUGIN", "/proc/self/exe", 1); /* a file that exists: the answer is then the device node's */
+    int node = access("/dev/nvidia0", F_OK) == 0 || access("/proc/driver/nvidia/version", F_OK) == 0;
+    assert_int_equal(fsc_gpu_present(), node);
+    if (saved) setenv("FSC_CUDA_PLUGIN", saved, 1);
+    else unsetenv("FSC_CUDA_PLUGIN");
+    free(saved);
+}
+
 static void test_from_env_without_gpu(void **state) {
     for (const char **v = launch_vars; *v; v++) unsetenv(*v);
     char *saved = getenv("FSC_CUDA_PLUGIN") ? strdup(getenv("FSC_CUDA_PLUGIN")) : NULL;
-    /* a plug-in path that does not exist: only that file is tried, so this fails on every machine */
+    char *saved_dev = getenv("FSC_DEVICE") ? strdup(getenv("FSC_DEVICE")) : NULL;
+    /* a plug-in path that does not exist: no GPU is found, so the default is the cpu, on every machine */
     setenv("FSC_CUDA_PLUGIN", "/nonexistent/libfsc_cuda.so", 1);
+    unsetenv("FSC_DEVICE");
     run_seen seen = {0};
+    assert_ok(fsc_cluster_run_from_env(record_rank, &seen));
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.world, 1);
+    assert_string_equal(seen.dev, "cpu");
+    setenv("FSC_DEVICE", "tpu", 1);
+    assert_err(fsc_cluster_run_from_env(record_rank, &seen), FSC_ERR_INVALID, "unknown device \"tpu\" (cpu or cuda)");
+    /* CUDA asked for: only the named plug-in file is tried, so this fails on every machine */
+    setenv("FSC_DEVICE", "cuda", 1);
+    memset(&seen, 0, sizeof seen);
     fsc_status s = fsc_cluster_run_from_env(record_rank, &seen);
     assert_err(s, FSC_ERR_INVALID, "rank 0 of 1 (none): FSC_CUDA_PLUGIN: cannot load /nonexistent/libfsc_cuda.so");
     assert_int_equal(seen.calls, 0);
@@ -712,6 +757,13 @@ static void test_from_env_without_gpu(void **state) {
     setenv("WORLD_SIZE", "2", 1);
     setenv("LOCAL_RANK", "1", 1);
     assert_err(fsc_cluster_run_from_env(record_rank, &seen), FSC_ERR_INVALID, "MASTER_ADDR and MASTER_PORT");
+    assert_non_null(strstr(fsc_last_error(), "on the cuda device (NCCL)"));
+    assert_non_null(strstr(fsc_last_error(), "FSC_DEVICE=cpu"));
+    /* the same without FSC_DEVICE and without a GPU: the cpu device, whose processes need MPI, not MASTER_ADDR */
+    unsetenv("FSC_DEVICE");
+    assert_err(fsc_cluster_run_from_env(record_rank, &seen), FSC_ERR_UNSUPPORTED, "cpu device talk through MPI");
+    assert_null(strstr(fsc_last_error(), "MASTER_ADDR"));
+    setenv("FSC_DEVICE", "cuda", 1);
     /* ... and a TCP rendezvous with no job token: refused before any GPU or socket is touched */
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     setenv("MASTER_PORT", "29500", 1);
@@ -731,6 +783,9 @@ static void test_from_env_without_gpu(void **state) {
     } else {
         unsetenv("FSC_CUDA_PLUGIN");
     }
+    if (saved_dev) setenv("FSC_DEVICE", saved_dev, 1);
+    else unsetenv("FSC_DEVICE");
+    free(saved_dev);
 }
 
 int main(void) {
@@ -754,6 +809,8 @@ int main(void) {
         cmocka_unit_test(test_tcp_duplicate_rank_refused),
         cmocka_unit_test(test_tcp_protocol_errors),
         cmocka_unit_test(test_file_rendezvous),
+        cmocka_unit_test(test_plugin_places),
+        cmocka_unit_test(test_gpu_present),
         cmocka_unit_test(test_from_env_without_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -796,6 +796,8 @@ static void test_run_from_env_opts(void **state) {
     assert_int_equal(fsc_cluster_run_from_env_opts(&co, count_calls, &calls), FSC_ERR_UNSUPPORTED);
     assert_non_null(strstr(fsc_last_error(), "2 processes on the cpu device talk through MPI"));
     assert_non_null(strstr(fsc_last_error(), "libfsc_mpi.so was not found"));
+    assert_non_null(strstr(fsc_last_error(), "`make mpi`")); /* the fix, and the variable, are named */
+    assert_non_null(strstr(fsc_last_error(), "set FSC_MPI_PLUGIN to its path"));
     assert_int_equal(calls, 1);
     unsetenv("OMPI_COMM_WORLD_RANK"), unsetenv("OMPI_COMM_WORLD_SIZE"), unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
     unsetenv("FSC_MPI_PLUGIN");

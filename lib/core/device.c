@@ -2,8 +2,8 @@
  * The core owns the ledger: a small open-addressing hash map pointer -> (bytes, tag), so backends
  * only allocate and free. "cpu" is linked in; "cuda" is the plug-in libfsc_cuda.so loaded with dlopen.
  * The plug-in is $FSC_CUDA_PLUGIN (a file or a directory) when that is set, and only that file; else it is
- * searched next to the running executable, in its ../lib (an installed program), then by soname through
- * the dynamic loader.
+ * searched next to the running executable, in its ../lib (an installed program), beside libfsc.so (a
+ * program linked against the shared library), then by soname through the dynamic loader (fsc_plugin_places).
  * The map has a mutex so a device shared between threads (a rank and its helper) stays consistent. */
 #include <dlfcn.h>
 #include <limits.h>
@@ -84,9 +84,50 @@ static int map_take(struct fsc_alloc_map *m, const void *p, alloc_entry *out) {
 
 /* ---- loading backends ---- */
 
+int fsc_plugin_places(const char *file, char (*out)[PATH_MAX + 64]) {
+    int n = 0;
+    char dir[PATH_MAX + 1];
+    ssize_t len = readlink("/proc/self/exe", dir, PATH_MAX);
+    char *slash = len > 0 ? (dir[len] = '\0', strrchr(dir, '/')) : NULL;
+    if (slash) { /* beside the program (build/), then ../lib (an installed bin/fsc-train) */
+        *slash = '\0';
+        snprintf(out[n++], PATH_MAX + 64, "%s/%s", dir, file);
+        snprintf(out[n++], PATH_MAX + 64, "%s/../lib/%s", dir, file);
+    }
+    /* beside the file holding this code: libfsc.so, found by the program's rpath or LD_LIBRARY_PATH, which
+     * dlopen of a bare name does not search (for a program linked with libfsc.a it is the program again) */
+    Dl_info info;
+    char lib[PATH_MAX + 1];
+    if (dladdr((void *)fsc_plugin_places, &info) && info.dli_fname && realpath(info.dli_fname, lib) &&
+        (slash = strrchr(lib, '/'))) {
+        *slash = '\0';
+        snprintf(out[n], PATH_MAX + 64, "%s/%s", lib, file);
+        if (n == 0 || strcmp(out[n], out[0]) != 0) n++;
+    }
+    snprintf(out[n++], PATH_MAX + 64, "%s", file); /* the loader's own search */
+    return n;
+}
+
+int fsc_gpu_present(void) {
+    if (access("/dev/nvidia0", F_OK) != 0 && access("/proc/driver/nvidia/version", F_OK) != 0) return 0;
+    const char *env = getenv("FSC_CUDA_PLUGIN");
+    char cands[FSC_PLUGIN_PLACES][PATH_MAX + 64];
+    int nc = 1;
+    if (env && *env) {
+        struct stat st;
+        int dir = stat(env, &st) == 0 && S_ISDIR(st.st_mode);
+        snprintf(cands[0], sizeof cands[0], dir ? "%s/libfsc_cuda.so" : "%s", env);
+    } else {
+        nc = fsc_plugin_places("libfsc_cuda.so", cands);
+    }
+    for (int i = 0; i < nc; i++) /* a file on disk (not loaded here); the loader's bare-name search is not tried */
+        if (strchr(cands[i], '/') && access(cands[i], R_OK) == 0) return 1;
+    return 0;
+}
+
 /* The plug-in the search finds: $FSC_CUDA_PLUGIN alone when it is set (a file, or a directory holding
  * libfsc_cuda.so: a named plug-in that fails is an error, never a silent fall back to another one), else
- * the executable's folder, its ../lib, then the loader's path. On success path holds the file loaded. */
+ * the places fsc_plugin_places lists. On success path holds the file loaded. */
 static fsc_status load_cuda(const char *env, char *path, size_t cap, void **out) {
     struct stat st;
     if (env) {
@@ -100,25 +141,13 @@ static fsc_status load_cuda(const char *env, char *path, size_t cap, void **out)
         }
         return FSC_OK;
     }
-    char tried[1024] = "", exe[PATH_MAX + 32], lib[PATH_MAX + 64];
+    char tried[1024] = "", cands[FSC_PLUGIN_PLACES][PATH_MAX + 64];
     size_t used = 0;
-    const char *cands[3];
-    int nc = 0;
-    ssize_t len = readlink("/proc/self/exe", exe, PATH_MAX);
-    if (len > 0) {
-        exe[len] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) { /* beside the program (build/), then ../lib (an installed bin/fsc-train) */
-            *slash = '\0';
-            snprintf(lib, sizeof lib, "%s/../lib/libfsc_cuda.so", exe);
-            strcpy(slash, "/libfsc_cuda.so");
-            cands[nc++] = exe;
-            cands[nc++] = lib;
-        }
-    }
-    cands[nc++] = "libfsc_cuda.so";
+    int nc = fsc_plugin_places("libfsc_cuda.so", cands);
     for (int i = 0; i < nc; i++) {
-        snprintf(path, cap, "%s", cands[i]);
+        size_t len = strlen(cands[i]);
+        if (len >= cap) continue;
+        memcpy(path, cands[i], len + 1);
         if ((*out = dlopen(path, RTLD_NOW | RTLD_LOCAL))) return FSC_OK;
         const char *e = dlerror();
         int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);

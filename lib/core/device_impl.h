@@ -2,6 +2,7 @@
  * the kernel-call macro and the linked-in cpu backend's entry point. Not installed. */
 #ifndef FSC_CORE_DEVICE_IMPL_H
 #define FSC_CORE_DEVICE_IMPL_H
+#include <limits.h>
 #include "fsc/plugin/device_ops.h"
 
 struct fsc_device {
@@ -42,5 +43,15 @@ fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out);
 /* The cpu backend (backends/cpu), linked into the library: an fsc_device_open_fn. */
 fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, const fsc_device_ops **ops,
                                void **ctx);
+
+/* The places a plug-in file (libfsc_cuda.so, libfsc_mpi.so) is looked for, in order: beside the executable,
+ * in its ../lib, beside the file holding libfsc's code (libfsc.so; dladdr), then the bare name for the
+ * loader's search. Writes at most FSC_PLUGIN_PLACES paths; returns how many. */
+#define FSC_PLUGIN_PLACES 4
+int fsc_plugin_places(const char *file, char (*out)[PATH_MAX + 64]);
+/* Whether a GPU is found, cheaply and without loading CUDA: an NVIDIA device node (/dev/nvidia0 or
+ * /proc/driver/nvidia/version) exists and the cuda plug-in file is there ($FSC_CUDA_PLUGIN when set, else
+ * a file in the places above). */
+int fsc_gpu_present(void);
 
 #endif

@@ -296,9 +296,10 @@ static fsc_status run_nccl(const fsc_launch_env *envp, const char *who, double t
     fsc_launch_env env = *envp;
     env.comm_timeout_s = timeout_s;
     if (env.world > 1 && !env.rendezvous_file[0] && (!env.master_addr[0] || !env.master_port))
-        return fsc_error(FSC_ERR_INVALID, "%s: a world of %d processes needs a rendezvous: set MASTER_ADDR and "
-                         "MASTER_PORT (rank 0's host and a free port) or FSC_RENDEZVOUS_FILE (a path every rank sees)",
-                         who, env.world);
+        return fsc_error(FSC_ERR_INVALID, "%s: a world of %d processes on the cuda device (NCCL) needs a "
+                         "rendezvous: set MASTER_ADDR and MASTER_PORT (rank 0's host and a free port) or "
+                         "FSC_RENDEZVOUS_FILE (a path every rank sees); for the cpu device under mpirun, set "
+                         "FSC_DEVICE=cpu", who, env.world);
     if (env.world > 1 && !env.rendezvous_file[0] && !env.token[0])
         return fsc_error(FSC_ERR_INVALID, "%s: the TCP rendezvous admits only ranks that know the job's token, and "
                          "there is none (%s): set FSC_RENDEZVOUS_TOKEN to the same secret on every rank (for example "
@@ -355,33 +356,25 @@ static fsc_status run_nccl(const fsc_launch_env *envp, const char *who, double t
 
 /* ---- one process per rank on the cpu device: the MPI plug-in ---- */
 
-/* $FSC_MPI_PLUGIN alone when set (a file or a folder holding libfsc_mpi.so), else the executable's folder,
- * its ../lib (an installed program), then the loader's path. RTLD_GLOBAL: Open MPI's own components resolve symbols of libmpi. */
+/* $FSC_MPI_PLUGIN alone when set (a file or a folder holding libfsc_mpi.so), else the places
+ * fsc_plugin_places lists (the executable's folder, its ../lib, beside libfsc.so, the loader's path).
+ * RTLD_GLOBAL: Open MPI's own components resolve symbols of libmpi. */
 static fsc_status load_mpi(const char *who, int world, char *path, size_t cap, void **out) {
     const char *env = getenv("FSC_MPI_PLUGIN");
-    char tried[1024] = "", exe[PATH_MAX + 32], lib[PATH_MAX + 64];
-    const char *cands[3];
-    int nc = 0;
+    char tried[1024] = "", cands[FSC_PLUGIN_PLACES][PATH_MAX + 64];
+    int nc = 1;
     if (env && *env) {
         struct stat st;
-        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(exe, sizeof exe, "%s/libfsc_mpi.so", env);
-        else snprintf(exe, sizeof exe, "%s", env);
-        cands[nc++] = exe;
+        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(cands[0], sizeof cands[0], "%s/libfsc_mpi.so", env);
+        else snprintf(cands[0], sizeof cands[0], "%s", env);
     } else {
-        ssize_t len = readlink("/proc/self/exe", exe, PATH_MAX);
-        char *slash = len > 0 ? (exe[len] = '\0', strrchr(exe, '/')) : NULL;
-        if (slash) { /* beside the program (build/), then ../lib (an installed bin/fsc-train) */
-            *slash = '\0';
-            snprintf(lib, sizeof lib, "%s/../lib/libfsc_mpi.so", exe);
-            strcpy(slash, "/libfsc_mpi.so");
-            cands[nc++] = exe;
-            cands[nc++] = lib;
-        }
-        cands[nc++] = "libfsc_mpi.so";
+        nc = fsc_plugin_places("libfsc_mpi.so", cands);
     }
     size_t used = 0;
     for (int i = 0; i < nc; i++) {
-        snprintf(path, cap, "%s", cands[i]);
+        size_t len = strlen(cands[i]);
+        if (len >= cap) continue;
+        memcpy(path, cands[i], len + 1);
         if ((*out = dlopen(path, RTLD_NOW | RTLD_GLOBAL))) return FSC_OK;
         const char *e = dlerror();
         int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
@@ -389,9 +382,9 @@ static fsc_status load_mpi(const char *who, int world, char *path, size_t cap, v
     }
     int no_runtime = strstr(tried, "libmpi") != NULL;
     return fsc_error(FSC_ERR_UNSUPPORTED, "%s: %d processes on the cpu device talk through MPI, and %s (tried: %s). "
-                     "Build the plug-in with `make` where mpicc is installed (apt-get install libopenmpi-dev "
-                     "openmpi-bin), set FSC_MPI_PLUGIN to build/libfsc_mpi.so, and start the program with "
-                     "mpirun -n N; or run simulated ranks in one process instead (no launcher variables)", who,
+                     "Build the plug-in with `make mpi` where mpicc is installed (apt-get install libopenmpi-dev "
+                     "openmpi-bin; `make install` then puts it beside libfsc.so), or set FSC_MPI_PLUGIN to its "
+                     "path (build/libfsc_mpi.so), and start the program with mpirun -n N; or run simulated ranks in one process instead (no launcher variables)", who,
                      world, no_runtime ? "the MPI runtime (libmpi) is not installed" : "the MPI plug-in libfsc_mpi.so "
                      "was not found", tried);
 }
@@ -466,7 +459,7 @@ fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
     FSC_CHECK_ARG(fn);
     fsc_cluster_opts o = fsc_cluster_opts_default();
     const char *d = getenv("FSC_DEVICE");
-    o.device = d && *d ? d : "cuda";
+    o.device = d && *d ? d : fsc_gpu_present() ? "cuda" : "cpu"; /* never CUDA by default on a CPU machine */
     o.timeout_s = 0;
     return fsc_cluster_run_from_env_opts(&o, fn, arg);
 }

@@ -52,14 +52,17 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
 
 /* Run fn once in this process as the rank the launcher's environment names (torchrun, Slurm or
  * Open MPI variables; launch.h). The device picks the communicator between processes:
- *   "cpu"   MPI, from the plug-in libfsc_mpi.so ($FSC_MPI_PLUGIN, next to the executable, the loader's path),
+ *   "cpu"   MPI, from the plug-in libfsc_mpi.so ($FSC_MPI_PLUGIN, next to the executable, its ../lib, next
+ *           to libfsc.so, the loader's path),
  *           for processes started by mpirun (or srun --mpi=pmix); a world of 1 needs no MPI;
  *   "cuda"  NCCL, from the cuda plug-in, one GPU per process.
  * From opts: device (NULL: "cpu"), threads_per_rank, reduce_native, timeout_s (> 0: a collective stuck this
  * long fails; FSC_COMM_TIMEOUT overrides; 0: FSC_COMM_TIMEOUT or 600 s). The world is the launcher's;
  * opts->world is not used. Without plug-in, launcher or MPI runtime the error says what is missing. */
 fsc_status fsc_cluster_run_from_env_opts(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg);
-/* The same with the device $FSC_DEVICE (default "cuda") and the other options' defaults. */
+/* The same with the device $FSC_DEVICE and the other options' defaults. Without FSC_DEVICE: "cuda" when a GPU
+ * is found (an NVIDIA device node, /dev/nvidia0 or /proc/driver/nvidia/version, and the cuda plug-in's file,
+ * $FSC_CUDA_PLUGIN or one in the plug-in places), else "cpu": the default never fails for want of CUDA. */
 fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg);
 
 FSC_END_DECLS

@@ -1,5 +1,6 @@
 #!/bin/sh
-# README pastes `fsc-train --help` and `sample --help`; fail when they drift apart (each option table is the one source).
+# README pastes `fsc-train --help` and `sample --help`, and the table `make demo` ends with; fail when they drift apart
+# (each option table is the one source; the demo's lines must each appear in what ci/demo.sh prints).
 # usage: ci/check_readme_help.sh BUILD_DIR
 set -e
 B=${1:-build}
@@ -16,4 +17,13 @@ if ! diff -u "$B/readme_help_sample.txt" "$B/help_sample.txt"; then
   echo "README.md's sample --help text differs from the binary's (above): paste the binary's"
   exit 1
 fi
-echo "check_readme_help: README's --help texts are the binaries'"
+# and the demo's table (README's lines of it, "..." for the ones it leaves out)
+awk '/^per rank \(max over ranks\)/ { on = 1 } on && /^```/ { exit } on && $0 != "..." { print }' README.md > "$B/readme_demo.txt"
+sh ci/demo.sh "$B" > "$B/demo.txt" 2>&1
+grep -Fxvf "$B/demo.txt" "$B/readme_demo.txt" > "$B/demo_missing.txt" || true
+if [ ! -s "$B/readme_demo.txt" ] || [ -s "$B/demo_missing.txt" ]; then
+  echo "README.md's make demo table differs from what ci/demo.sh prints; lines it does not print:"
+  cat "$B/demo_missing.txt"
+  exit 1
+fi
+echo "check_readme_help: README's --help texts and demo table are the programs'"

@@ -201,6 +201,9 @@ static void test_refusals(void **state) {
     a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel ddp --moe-experts 4 --ep 2 --reduce exact", tmpdir);
     prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run with expert parallelism");
     free(a);
+    a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --pp 2 --moe-experts 2 --reduce exact --unit 1", tmpdir);
+    prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run a pipeline of MoE blocks");
+    free(a);
     a = prog_fmt(MODEL " --data '%s/data.txt' --unit 2", tmpdir);
     prog_refused(trainer, a, tmpdir, -1, "unit 2 applies to the exact reduction");
     free(a);

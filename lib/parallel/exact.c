@@ -73,6 +73,9 @@ fsc_status fsc_exact_create(fsc_engine *e) {
     if (!x) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
     e->exact = x;
     x->E = FSC_EXACT_ZERO_EXPONENT;
+    if (e->pipe && e->m->n_experts > 0) /* the units' MoE statistics live on the last stage only */
+        return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run a pipeline of MoE blocks (its statistics are "
+                         "not summed exactly across stages) yet");
     x->direct = !strcmp(fsc_device_name(e->dev), "cpu") && e->dev->copy_s_per_byte == 0;
     x->acc = calloc((size_t)e->ngsegs + 1, sizeof *x->acc);
     if (!x->acc) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");

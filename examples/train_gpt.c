@@ -1522,7 +1522,9 @@ static int check_launcher(train_config *c, int *given, int *me, int *procs, char
     c->world = env.world;
     given[gw] = 1;
     *me = env.rank;
-    *procs = env.world > 1 || c->device == 1; /* --device cuda: NCCL even for one process (one per GPU) */
+    char dev[16];
+    /* --device cuda: NCCL even for one process (one per GPU), as fsc_cluster_run_from_env_opts runs it */
+    *procs = env.world > 1 || strcmp(option_choice("device", c->device, dev, sizeof dev), "cuda") == 0;
     if (!*procs && c->reduce == 1)
         return snprintf(err, cap, "--reduce native applies to several processes; this launcher started one"), -1;
     return 0;
@@ -1584,7 +1586,10 @@ static int check_resume_config(const train_config *asked, const char *dir) {
     size_t n = 0;
     snprintf(path, sizeof path, "%s/metadata.json", dir);
     const int one = access(path, F_OK) == 0; /* one checkpoint: its directory's config.json */
-    const char *slash = strrchr(dir, '/');
+    size_t dn = strlen(dir);
+    while (dn > 1 && dir[dn - 1] == '/') dn--; /* runs/step-00000004/ names runs/step-00000004 */
+    const char *slash = NULL;
+    for (size_t i = 0; i < dn; i++) slash = dir[i] == '/' ? dir + i : slash;
     if (!one) snprintf(path, sizeof path, "%s/config.json", dir);
     else if (slash) snprintf(path, sizeof path, "%.*s/config.json", (int)(slash - dir), dir);
     else snprintf(path, sizeof path, "config.json");

@@ -174,6 +174,11 @@ static void test_resume_one_step(void **state) {
     args = prog_fmt("--steps 4 --lr 0.001 --resume %s/step-00000002", ck);
     train(args, l, 4, &out);
     if (!strstr(out, "--lr is 0.001, the run that wrote the checkpoints had 0.003")) fail_msg("no --lr warning:\n%s", out);
+    free(out), free(args);
+    args = prog_fmt("--steps 4 --lr 0.001 --resume %s/step-00000002/", ck); /* a trailing slash: the same */
+    train(args, l, 4, &out);
+    if (!strstr(out, "--lr is 0.001, the run that wrote the checkpoints had 0.003"))
+        fail_msg("no --lr warning with a trailing slash:\n%s", out);
     free(said), free(out), free(args), free(ck);
 }
 

@@ -1906,7 +1906,7 @@ static void null_fsc_st_writer_abort(void) {
 static void null_fsc_st_writer_add(void) {
     INVALID(fsc_st_writer_add(NULL, P, 0, 0, P), "w");
     INVALID(fsc_st_writer_add(P, NULL, 0, 0, P), "name");
-    INVALID(fsc_st_writer_add(P, P, 0, 0, NULL), "shape");
+    INVALID(fsc_st_writer_add(P, P, 0, 1, NULL), "shape"); /* ndim 0 (a scalar) needs none */
 }
 
 static void null_fsc_st_writer_begin_data(void) {

@@ -62,7 +62,7 @@ fsc_status fsc_st_writer_open(const char *path, fsc_st_writer **out) {
 fsc_status fsc_st_writer_add(fsc_st_writer *w, const char *name, fsc_dtype dt, int ndim, const int64_t *shape) {
     FSC_CHECK_ARG(w);
     FSC_CHECK_ARG(name);
-    FSC_CHECK_ARG(shape);
+    FSC_CHECK_BUF(shape, ndim); /* a scalar (ndim 0) has no shape */
     if (w->state != 0)
         return fsc_error(FSC_ERR_STATE, "%s: tensor %s added after the data was begun", w->path, name);
     size_t len = strlen(name);
@@ -73,7 +73,7 @@ fsc_status fsc_st_writer_add(fsc_st_writer *w, const char *name, fsc_dtype dt, i
         return fsc_error(FSC_ERR_INVALID, "%s: __metadata__ is reserved and cannot name a tensor", w->path);
     size_t es = st_size(dt);
     if (!es) return fsc_error(FSC_ERR_INVALID, "%s: tensor %s has an invalid dtype %d", w->path, name, (int)dt);
-    if (ndim < 0 || ndim > 4 || (ndim > 0 && !shape))
+    if (ndim < 0 || ndim > 4)
         return fsc_error(FSC_ERR_INVALID, "%s: tensor %s has %d dimensions; 0 to 4 are supported", w->path, name, ndim);
     for (int d = 0; d < ndim; d++)
         if (shape[d] < 0 || (uint64_t)shape[d] > MAX_JSON_INT)

@@ -38,7 +38,8 @@ static fsc_status start(fsc_comm *c, const fsc_comm_call *k, fsc_comm_req **out)
     fsc_comm_req *r = calloc(1, sizeof *r);
     if (!r) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory for a request", what);
     *r = (fsc_comm_req){.c = c, .op = k->op, .bytes = bytes, .seq = ++c->seq};
-    r->slot = flight_begin(c->flight, r->seq, k->op, k->count, k->dt, k->peer, 0);
+    /* a backend without start/wait runs it here and now: the rank blocks in it (waiting, not issued) */
+    r->slot = flight_begin(c->flight, r->seq, k->op, k->count, k->dt, k->peer, !(c->ops->start && c->ops->wait));
     if (c->ops->start && c->ops->wait) {
         fsc_status s = c->ops->start(c->ctx, k, &r->impl);
         if (s != FSC_OK) {

@@ -2,7 +2,7 @@
  * One recorder per rank, owned by the caller and attached to the world communicator before groups are split:
  *   fsc_flight *f;  fsc_flight_create(&(fsc_flight_opts){ .rank = r->rank, .world = r->world, .dir = "fr" }, &f);
  *   fsc_comm_set_flight(r->comm, f);   the world and every group split from it later keep a ring of their calls
- *   ... train; when the rank fails (a timeout, a failed peer):  fsc_flight_write(f, "timeout");
+ *   ... train; when the rank fails (a timeout, a failed peer):  fsc_flight_write(f, "timeout", fsc_last_error());
  *   fsc_flight_free(f);
  * Each communicator keeps its last `depth` calls in a ring allocated when it is attached (nothing is allocated
  * per call, and no lock is taken: a ring is written by its rank's thread only): the sequence number (the call's

@@ -213,9 +213,8 @@ static fsc_status file_publish(const char *path, int world, const void *blob, si
 
 fsc_status fsc_rendezvous_file(const char *path, int rank, int world, void *blob, size_t len, double timeout_s) {
     FSC_CHECK_ARG(path);
-    FSC_CHECK_BUF(blob, len);
-    if (!path || !*path) return fsc_error(FSC_ERR_INVALID, "rendezvous: empty file path");
-    if (!blob) return fsc_error(FSC_ERR_INVALID, "fsc_rendezvous_file: blob is NULL");
+    FSC_CHECK_ARG(blob);
+    if (!*path) return fsc_error(FSC_ERR_INVALID, "rendezvous: empty file path");
     FSC_TRY(check_blob("fsc_rendezvous_file", len));
     if (world < 1 || world > MAX_WORLD || rank < 0 || rank >= world)
         return fsc_error(FSC_ERR_INVALID, "rendezvous: rank %d of world %d", rank, world);

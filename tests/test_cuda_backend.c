@@ -312,8 +312,18 @@ static void test_plugin_loads_and_refuses_cleanly(void **state) {
                "16-byte id");
     assert_err(gid(id, 16), FSC_ERR_INVALID, "need 128");
     assert_null(cops);
-    /* NCCL is loaded when a communicator is first needed, not linked: without it, an error naming the file (the
-     * plug-in itself loaded above without it; the first attempt decides for the process, so it comes last) */
+}
+
+/* NCCL is loaded when a communicator is first needed, not linked: without it, opening one is an error naming the
+ * library (the plug-in itself loaded without it in the test above). The first load decides for the process, so
+ * this test is registered last. */
+static void test_nccl_loaded_on_demand(void **state) {
+    H *h = *state;
+    if (!h->handle) SKIP_OR_FAIL("%s\n", h->why[0] ? h->why : "the plug-in did not load");
+    fsc_nccl_get_unique_id_fn gid;
+    void *p = sym(h, "fsc_nccl_get_unique_id");
+    memcpy(&gid, &p, sizeof gid);
+    unsigned char id[128] = {1};
     setenv("FSC_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
     assert_err(gid(id, sizeof id), FSC_ERR_UNSUPPORTED, "cannot load /nonexistent/libnccl.so.2 (FSC_NCCL_LIBRARY)");
     unsetenv("FSC_NCCL_LIBRARY");
@@ -1005,6 +1015,7 @@ int main(void) {
         cmocka_unit_test(test_deferred_errors),
         cmocka_unit_test(test_rmsnorm_rope),
         cmocka_unit_test(test_gated_mse),
+        cmocka_unit_test(test_nccl_loaded_on_demand), /* last: it leaves NCCL unloadable in this process */
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

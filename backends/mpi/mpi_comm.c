@@ -30,6 +30,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +66,9 @@ const char *mp_last_msg(void) { return last_msg; }
 /* What every communicator of the process shares. */
 typedef struct {
     int refs;
-    int broken;      /* a call failed in a way MPI cannot undo: every call fails, MPI_Finalize is skipped */
+    atomic_int broken; /* a call failed in a way MPI cannot undo: every call fails, MPI_Finalize is skipped; set
+                        * (release) after why is written, by the one thread that claimed it (claim) */
+    atomic_int claim;  /* 1 once a thread has taken the right to write why */
     int initialized; /* this plug-in called MPI_Init_thread */
     double timeout_s;
     int native;      /* reductions with MPI's own algorithms */
@@ -252,9 +255,15 @@ static const char *mpi_msg(int code, char *buf) {
 /* The failure s, whose message mp_err just set on this thread, left MPI in a state that cannot be undone: mark
  * the communicator broken and keep the message, which every later call repeats, on whichever thread makes it
  * (a started call fails on its communicator's progress thread, mpi_async.c). */
+static void mark_broken(mp_shared *sh, const char *why) {
+    if (atomic_exchange(&sh->claim, 1) == 0) { /* the first failure's message, written once */
+        snprintf(sh->why, sizeof sh->why, "%s", why);
+        atomic_store_explicit(&sh->broken, 1, memory_order_release);
+    }
+}
+
 static fsc_status breaks(mp_ctx *m, fsc_status s) {
-    m->sh->broken = 1;
-    if (!m->sh->why[0]) snprintf(m->sh->why, sizeof m->sh->why, "%s", last_msg);
+    mark_broken(m->sh, last_msg);
     return s;
 }
 
@@ -744,10 +753,10 @@ static void mp_destroy(void *ctx) {
     while (m->pending && !sh->broken) {
         if (reap(m, "free") != FSC_OK) break;
         if (m->pending && now_s() > deadline) {
-            sh->broken = 1; /* said to no caller: a free has none, and the core's message is the caller's */
-            if (!sh->why[0])
-                snprintf(sh->why, sizeof sh->why, "sends to rank %d were still under way after %g s when a "
-                         "communicator was freed", m->pending->peer, sh->timeout_s);
+            char why[256]; /* said to no caller: a free has none, and the core's message is the caller's */
+            snprintf(why, sizeof why, "sends to rank %d were still under way after %g s when a communicator was "
+                     "freed", m->pending->peer, sh->timeout_s);
+            mark_broken(sh, why);
             break;
         }
         if (m->pending) {

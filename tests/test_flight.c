@@ -11,6 +11,7 @@
  * Rank functions record what they saw; the test asserts after the run (cmocka is not thread-safe). */
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdatomic.h>
 #include <time.h>
 #include "io/flight_read.h"
@@ -396,6 +397,13 @@ static void test_damaged_records(void **state) {
     expect(report, "verdict: rank 1 left no record (stopped, killed, or never reached a failure); rank 2 left no "
                    "record");
     expect(report, "; rank 0 waits in all_reduce #7 of group world(0-2)\n");
+    /* a FIFO under a record's name is refused, never waited on */
+    char fifo[256];
+    snprintf(fifo, sizeof fifo, "%s/flight-rank-1.json", dir);
+    assert_int_equal(remove(fifo), 0);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    expect(report, "flight-rank-1.json: not a regular file (rank 1 counted as silent)");
     assert_err(fsc_flight_diagnose_dir("/nonexistent/fsc", report, sizeof report), FSC_ERR_IO, "cannot list");
     test_rmtree(dir);
 }

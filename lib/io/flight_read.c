@@ -6,11 +6,15 @@
  * their sequence number, which must not repeat within a communicator. Not here: the diagnosis (flight_diag.c). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "fsc/comm.h"
 #include "fsc/dtype.h"
 #include "fsc/flight.h"
@@ -215,20 +219,36 @@ static int rank_of_name(const char *name) {
     return strcmp(p, ".json") == 0 && r < FLR_MAX_WORLD ? (int)r : -1;
 }
 
+/* A record's text: a regular file (a FIFO or device under a record's name is refused, never waited on) of at
+ * most FLR_MAX_BYTES, in a buffer of its size. */
 static fsc_status read_file(const char *path, char **text, size_t *len) {
     *text = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return fsc_error(FSC_ERR_IO, "%s: cannot open it", path);
-    char *buf = malloc(FLR_MAX_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, FLR_MAX_BYTES + 1, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path);
-    if (bad || n > FLR_MAX_BYTES) {
-        free(buf);
-        return fsc_error(bad ? FSC_ERR_IO : FSC_ERR_FORMAT, "%s: %s", path,
-                         bad ? "cannot read it" : "larger than a flight record can be");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return fsc_error(FSC_ERR_IO, "%s: cannot open it: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return fsc_error(FSC_ERR_FORMAT, "%s: not a regular file", path);
     }
+    if ((uint64_t)sb.st_size > FLR_MAX_BYTES) {
+        close(fd);
+        return fsc_error(FSC_ERR_FORMAT, "%s: larger than a flight record can be", path);
+    }
+    size_t want = (size_t)sb.st_size, n = 0;
+    char *buf = malloc(want + 1);
+    while (buf && n < want) {
+        ssize_t r = read(fd, buf + n, want - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (!buf) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path);
+    if (n != want) {
+        free(buf);
+        return fsc_error(FSC_ERR_IO, "%s: cannot read it (%zu of %zu bytes)", path, n, want);
+    }
+    buf[n] = 0;
     *text = buf, *len = n;
     return FSC_OK;
 }

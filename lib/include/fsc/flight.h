@@ -65,7 +65,8 @@ void fsc_flight_watch_remove(fsc_flight_watch *w, fsc_flight *f);
 void fsc_flight_watch_signal(fsc_flight_watch *w);
 /* Records the watcher has written so far (a test waits for it to grow). */
 unsigned long fsc_flight_watch_written(fsc_flight_watch *w);
-/* Stops the thread (after a write in progress) and frees the watcher; the recorders stay the caller's. */
+/* Stops the thread (after a write in progress) and frees the watcher; the recorders stay the caller's. Restore
+ * (or block) the signal handler that calls fsc_flight_watch_signal(w) first: after this, w is gone. */
 void fsc_flight_watch_stop(fsc_flight_watch *w);
 
 /* Read every DIR/flight-rank-N.json and write into report (cap bytes, always terminated) what each group of

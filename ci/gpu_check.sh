@@ -19,9 +19,12 @@
 # FAILED, seconds, its key numbers) and logs.tar.gz (every step's log). Exit status: 0 when every step passed,
 # 3 when there is no GPU (after the steps that need none), 1 otherwise.
 # Environment: FSC_KIT (default .gpu), FSC_GPU_BUDGET (seconds), FSC_GPU_STEPS (names to run, default all),
+# FSC_GPU_SPEED_STEPS (fsc-train's steps in the speed step, default 8), FSC_GPU_COMPILE (the models torch.compile
+# is timed for, default "gpt llama": compiling the 1.1B model takes minutes),
 # FSC_GPU_REHEARSE=1: a rehearsal on a machine without a GPU (--device cpu for cuda, tiny speed shapes, the
 # GPU-only steps skipped), to check this script itself before the GPU's minutes are spent.
 set -u
+ulimit -c 0  # a crashing CUDA program dumps a core of its whole mapped address space, for minutes
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 KIT=${FSC_KIT:-$ROOT/.gpu}
@@ -40,7 +43,8 @@ FAILS=0
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 finish() {
-    tar -C "$W" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
+    # checkpoints stay behind: the device tool returns files of at most 16 MiB
+    tar -C "$W" --exclude='ck-*' --exclude='*.safetensors' -czf "$OUT/logs.tar.gz" logs 2>/dev/null
     rm -rf "$W"
     say "total: $(( $(date +%s) - START )) s, $FAILS step(s) failed"
     exit "$1"
@@ -189,7 +193,18 @@ harness() {
     local seed=$(( $(date +%s) % 1000000007 )) r
     for r in 1 2; do
         FSC_REQUIRE_GPU=1 FSC_TEST_SEED=$seed FSC_TEST_DIGEST=$L/digest$r.txt "$K/bin/test_cuda_backend" \
-            > "$L/harness$r.out" 2>&1 || { cat "$L/harness$r.out"; echo "run $r failed" >> "$KEYS"; return 1; }
+            > "$L/harness$r.out" 2>&1 && continue
+        local rc=$?
+        cat "$L/harness$r.out"
+        echo "run $r failed (rc $rc): $(grep -o 'FAILED  \] [a-z_0-9]*' "$L/harness$r.out" | sed 's/.* //' | tr '\n' ' ')" >> "$KEYS"
+        grep -m 3 'ERROR:\|double free\|corruption' "$L/harness$r.out" | cut -c1-200 >> "$KEYS"
+        if [ "$rc" -gt 128 ] && command -v cuda-gdb >/dev/null; then  # a crash: where, from the debugger
+            FSC_REQUIRE_GPU=1 FSC_TEST_SEED=$seed timeout 40 cuda-gdb -q -batch -ex run -ex bt \
+                --args "$K/bin/test_cuda_backend" > "$L/harness-bt.out" 2>&1
+            grep -A 14 'signal SIG' "$L/harness-bt.out"
+            grep -m 8 '^#' "$L/harness-bt.out" | cut -c1-160 >> "$KEYS"
+        fi
+        return 1
     done
     cat "$L/harness1.out"
     echo "seed $seed; $(grep -o 'PASSED.*' "$L/harness1.out" | head -1); $(wc -l < "$L/digest1.txt") results hashed" >> "$KEYS"
@@ -226,7 +241,7 @@ ranks() {
     local common=(--device $DEV --world 4 --steps 4 --batch 8 --check-ddp --data "$K/data/coriolanus.txt")
     for name in "fsdp --shard full" "fsdp --shard grad_op" "fsdp --shard none" "fsdp --shard hybrid" zero1 zero2 \
                 "fsdp --offload optim" "fsdp --offload all" "zero2 --offload optim" "pipe --pp 2" \
-                "fsdp --precision bf16"; do
+                "fsdp --precision bf16" "fsdp --prefetch 0"; do
         # shellcheck disable=SC2086
         if run_fsc "c-${name// /_}" "${common[@]}" --parallel $name; then
             echo "$name: =DDP" >> "$KEYS"
@@ -282,12 +297,16 @@ speed() {
     local m
     for m in gpt llama; do
         local -n a=$m
-        run_fsc "f-$m" "${a[@]}" --precision bf16 --device $DEV --steps 8 --json --peak-tflops $peak \
+        run_fsc "f-$m" "${a[@]}" --precision bf16 --device $DEV --steps "${FSC_GPU_SPEED_STEPS:-8}" --json --peak-tflops $peak \
             --data "$K/data/random32k.u16" --data-format u16 || ok=1
         python3 "$K/bench/torch_gpu.py" "${a[@]}" --steps 6 --warmup 3 > "$L/f-$m-eager.json" 2> "$L/f-$m-eager.err" \
             || { echo "torch eager did not run: $(tail -1 "$L/f-$m-eager.err")"; [ "$REHEARSE" = 1 ] || ok=1; }
-        timeout 150 python3 "$K/bench/torch_gpu.py" "${a[@]}" --steps 6 --warmup 3 --compile > "$L/f-$m-compile.json" \
-            2> "$L/f-$m-compile.err" || echo "torch.compile did not run: $(tail -1 "$L/f-$m-compile.err")"
+        if echo " ${FSC_GPU_COMPILE-gpt llama} " | grep -q " $m "; then
+            timeout 150 python3 "$K/bench/torch_gpu.py" "${a[@]}" --steps 6 --warmup 3 --compile > "$L/f-$m-compile.json" \
+                2> "$L/f-$m-compile.err" || echo "torch.compile did not run: $(tail -1 "$L/f-$m-compile.err")"
+        else
+            echo "torch.compile not run for $m (FSC_GPU_COMPILE)" > "$L/f-$m-compile.err"; : > "$L/f-$m-compile.json"
+        fi
         python3 - "$m" "$peak" "$L/f-$m.json" "$L/f-$m-eager.json" "$L/f-$m-compile.json" "${a[@]}" >> "$KEYS" <<'PY'
 import json, sys
 m, peak, files, args = sys.argv[1], float(sys.argv[2]), sys.argv[3:6], sys.argv[6:]

@@ -15,6 +15,7 @@
  * FSC_TEST_SEED can be compared for the same bits (every kernel deterministic, not only the reductions). */
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -414,6 +415,53 @@ static void test_async_copies(void **state) {
     fsc_device_release(host, src);
     fsc_device_release(host, back);
     fsc_device_free(host);
+}
+
+/* Copies from two host threads at once (device_ops.h: the simulated communicator's progress thread uploads
+ * and downloads a rank's buffers while the rank's thread copies too). Pageable memory goes through the device's
+ * two staging buffers; each thread round-trips its own bytes, several staging buffers long, many times.
+ * Oracle: every byte read back is the byte its own thread uploaded. */
+typedef struct {
+    fsc_device *gpu;
+    unsigned char *src, *back;
+    void *d;
+    size_t bytes;
+    int rounds, bad;
+} copier;
+
+static void *copy_rounds(void *p) {
+    copier *k = p;
+    for (int r = 0; r < k->rounds && !k->bad; r++) {
+        memset(k->back, 0, k->bytes);
+        if (fsc_device_upload(k->gpu, k->d, k->src, k->bytes) != FSC_OK ||
+            fsc_device_download(k->gpu, k->back, k->d, k->bytes) != FSC_OK || memcmp(k->back, k->src, k->bytes) != 0)
+            k->bad = r + 1;
+    }
+    return NULL;
+}
+
+static void test_copies_from_two_threads(void **state) {
+    H *h = *state;
+    NEED_GPU(h);
+    copier k[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        k[i] = (copier){.gpu = h->gpu, .bytes = ((size_t)9 << 20) + 4093 * (size_t)i, .rounds = 12};
+        k[i].src = malloc(k[i].bytes);
+        k[i].back = malloc(k[i].bytes);
+        assert_non_null(k[i].src);
+        assert_non_null(k[i].back);
+        for (size_t j = 0; j < k[i].bytes; j++) k[i].src[j] = (unsigned char)(next_u64(h) >> 56);
+        assert_ok(fsc_device_alloc(h->gpu, FSC_TAG_COMM, k[i].bytes, &k[i].d));
+    }
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&t[i], NULL, copy_rounds, &k[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        if (k[i].bad) fail_msg("thread %d: round %d read back other bytes than it uploaded", i, k[i].bad);
+        fsc_device_release(h->gpu, k[i].d);
+        free(k[i].src);
+        free(k[i].back);
+    }
 }
 
 static void test_memory_and_copies(void **state) {
@@ -952,6 +1000,9 @@ static void test_gated_mse(void **state) {
     compare(h, "swiglu_backward dup", &o2, n, 4e-6);
     for (EACH(w)) assert_ok(FSC_K(DEV(h, w), mul_forward, PF(o1, w), PF(x, w), PF(y, w), n));
     compare(h, "mul_forward", &o1, n, 0.0);
+    /* mul_backward accumulates: both sides start from the same bits (o2 held swiglu's dup, equal only to 4e-6) */
+    pair_free(h, &o2);
+    o2 = pair_rand(h, n, -1, 1);
     for (EACH(w)) assert_ok(FSC_K(DEV(h, w), mul_backward, PF(o1, w), PF(o2, w), PF(x, w), PF(y, w), PF(d, w), n));
     compare(h, "mul_backward da", &o1, n, 0.0);
     compare(h, "mul_backward db", &o2, n, 0.0);
@@ -999,6 +1050,7 @@ int main(void) {
         cmocka_unit_test(test_memory_and_copies),
         cmocka_unit_test(test_pinned_host_memory),
         cmocka_unit_test(test_async_copies),
+        cmocka_unit_test(test_copies_from_two_threads),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_ex),
         cmocka_unit_test(test_convert),

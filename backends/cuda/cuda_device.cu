@@ -260,6 +260,7 @@ static void cu_destroy(void *ctx) {
         if (c->stage[i]) cudaFreeHost(c->stage[i]);
         if (c->stage_ev[i]) cudaEventDestroy(c->stage_ev[i]);
     }
+    if (c->stage_mu_ok) pthread_mutex_destroy(&c->stage_mu);
     if (c->host_scratch) cudaFreeHost(c->host_scratch);
     if (c->host_ev) cudaEventDestroy(c->host_ev);
     if (c->derr_host) cudaFreeHost(c->derr_host);
@@ -355,6 +356,8 @@ static fsc_status open_ctx(cu_ctx *c) {
                           "cublasSetMathMode"));
     FSC_TRY(cu_blas_check(cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode"));
     FSC_TRY(cu_blas_bind(c));
+    if (pthread_mutex_init(&c->stage_mu, NULL) != 0) return cu_err(FSC_ERR_NOMEM, "cuda: cannot make the staging lock");
+    c->stage_mu_ok = 1;
     for (int i = 0; i < 2; i++) {
         FSC_TRY(cu_check(cudaHostAlloc(&c->stage[i], CU_STAGE_BYTES, cudaHostAllocDefault), "cudaHostAlloc (staging)"));
         FSC_TRY(cu_check(cudaEventCreateWithFlags(&c->stage_ev[i], cudaEventDisableTiming), "cudaEventCreate"));

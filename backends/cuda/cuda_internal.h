@@ -8,6 +8,7 @@
 #ifndef FSC_CUDA_INTERNAL_H
 #define FSC_CUDA_INTERNAL_H
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <cublas_v2.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,7 +43,12 @@ struct cu_ctx {
     int nevents, cap_events;
     cublasHandle_t blas;
     cu_stream *blas_bound;               /* stream the handle is bound to */
-    /* pinned staging for copies: two buffers, each guarded by the event of the last copy that used it */
+    /* pinned staging for copies: two buffers, each guarded by the event of the last copy that used it, and
+     * stage_mu over both (and stage_next): the simulated communicator's progress thread uploads and downloads
+     * a rank's buffers while the rank's own thread computes and copies (device_ops.h: upload and download may
+     * be called from two threads at once) */
+    pthread_mutex_t stage_mu;
+    int stage_mu_ok;
     void *stage[2];
     cudaEvent_t stage_ev[2];
     int stage_next;

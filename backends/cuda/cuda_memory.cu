@@ -202,15 +202,8 @@ static int is_pinned_host(const void *p) {
     return at.type == cudaMemoryTypeHost;
 }
 
-fsc_status cu_upload(void *ctx, void *dst, const void *host_src, size_t bytes) {
-    cu_ctx *c = cu_of(ctx);
-    FSC_TRY(cu_enter(c));
-    cudaStream_t s = cu_stream_of(c);
-    if (is_pinned_host(host_src)) { /* the caller may reuse its buffer once we return */
-        FSC_TRY(cu_check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s), "upload"));
-        return cu_check(cudaStreamSynchronize(s), "upload: cudaStreamSynchronize");
-    }
-    const char *src = (const char *)host_src;
+/* Pageable host memory goes through the two pinned staging buffers, under stage_mu (one copy at a time). */
+static fsc_status staged_upload(cu_ctx *c, cudaStream_t s, void *dst, const char *src, size_t bytes) {
     for (size_t off = 0; off < bytes;) {
         int k = c->stage_next;
         c->stage_next ^= 1;
@@ -224,16 +217,21 @@ fsc_status cu_upload(void *ctx, void *dst, const void *host_src, size_t bytes) {
     return FSC_OK;
 }
 
-fsc_status cu_download(void *ctx, void *host_dst, const void *src, size_t bytes) {
+fsc_status cu_upload(void *ctx, void *dst, const void *host_src, size_t bytes) {
     cu_ctx *c = cu_of(ctx);
     FSC_TRY(cu_enter(c));
     cudaStream_t s = cu_stream_of(c);
-    if (is_pinned_host(host_dst)) {
-        FSC_TRY(cu_check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s), "download"));
-        FSC_TRY(cu_check(cudaStreamSynchronize(s), "download: cudaStreamSynchronize"));
-        return cu_deferred_check(c);
+    if (is_pinned_host(host_src)) { /* the caller may reuse its buffer once we return */
+        FSC_TRY(cu_check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s), "upload"));
+        return cu_check(cudaStreamSynchronize(s), "upload: cudaStreamSynchronize");
     }
-    char *dst = (char *)host_dst;
+    pthread_mutex_lock(&c->stage_mu);
+    fsc_status st = staged_upload(c, s, dst, (const char *)host_src, bytes);
+    pthread_mutex_unlock(&c->stage_mu);
+    return st;
+}
+
+static fsc_status staged_download(cu_ctx *c, cudaStream_t s, char *dst, const void *src, size_t bytes) {
     /* chunk i goes through buffer k_i; chunk i+1 is in flight while chunk i is copied out */
     size_t off = 0, pend_off = 0, pend_len = 0;
     int pend_k = -1;
@@ -258,6 +256,22 @@ fsc_status cu_download(void *ctx, void *host_dst, const void *src, size_t bytes)
         pend_len = len;
         off += len;
     }
+    return FSC_OK;
+}
+
+fsc_status cu_download(void *ctx, void *host_dst, const void *src, size_t bytes) {
+    cu_ctx *c = cu_of(ctx);
+    FSC_TRY(cu_enter(c));
+    cudaStream_t s = cu_stream_of(c);
+    if (is_pinned_host(host_dst)) {
+        FSC_TRY(cu_check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s), "download"));
+        FSC_TRY(cu_check(cudaStreamSynchronize(s), "download: cudaStreamSynchronize"));
+        return cu_deferred_check(c);
+    }
+    pthread_mutex_lock(&c->stage_mu);
+    fsc_status st = staged_download(c, s, (char *)host_dst, src, bytes);
+    pthread_mutex_unlock(&c->stage_mu);
+    FSC_TRY(st);
     return cu_deferred_check(c);
 }
 

@@ -526,6 +526,18 @@ static void test_convert(void **state) {
         memcpy(&u, &swb[i], 4);
         assert_int_equal(u, (uint32_t)sb[i] << 16);
     }
+    /* in place (device_ops.h: as if through a temporary), widening and narrowing, over many elements (the
+     * kernels split the range across threads): the out-of-place results, bit for bit */
+    uint16_t *ip = malloc(S * sizeof(float));
+    memcpy(ip, sb, S * sizeof *sb);
+    assert_ok(FSC_K(dev, convert, ip, FSC_F32, ip, FSC_BF16, S));
+    assert_memory_equal(ip, swb, S * sizeof(float));
+    assert_ok(FSC_K(dev, convert, ip, FSC_F16, ip, FSC_F32, S));
+    assert_ok(FSC_K(dev, convert, ip, FSC_BF16, ip, FSC_F16, S));
+    for (uint32_t i = 0; i < S; i++)
+        if (ip[i] != fsc_f32_to_bf16(fsc_f16_to_f32(fsc_f32_to_f16(swb[i]))))
+            fail_msg("convert in place, element %u: 0x%04x", i, ip[i]);
+    free(ip);
     free(sw); free(swb); free(sb);
     int32_t ints[N];
     assert_err(FSC_K(dev, convert, ints, FSC_I32, x, FSC_F32, N), FSC_ERR_INVALID, "i32");

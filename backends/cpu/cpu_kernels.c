@@ -8,6 +8,7 @@
  * bit for bit must use the same count, as ranks of one process always do.
  * Plain loops the compiler can vectorize; no function pointers per element. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
 #include "cpu.h"
@@ -90,8 +91,16 @@ fsc_status cpu_convert(void *ctx, void *dst, fsc_dtype dt, const void *src, fsc_
         return fsc_error(FSC_ERR_INVALID, "convert: %s to %s (only f32, bf16 and f16 convert)", fsc_dtype_name(st),
                          fsc_dtype_name(dt));
     cvt_arg a = { dst, src };
+    size_t db = n * fsc_dtype_size(dt), sb = n * fsc_dtype_size(st);
+    const char *d = dst, *x = src;
     if (dt == st) {
-        if (dst != src) memmove(dst, src, n * fsc_dtype_size(dt));
+        if (dst != src) memmove(dst, src, db);
+    } else if (n && d < x + sb && x < d + db) { /* in place (or overlapping): as if through a temporary */
+        void *tmp = malloc(db);
+        if (!tmp) return fsc_error(FSC_ERR_NOMEM, "convert in place: out of host memory for %zu bytes", db);
+        fsc_convert_host(tmp, dt, src, st, n);
+        memcpy(dst, tmp, db);
+        free(tmp);
     } else if (st == FSC_F32 && dt == FSC_BF16) {
         cpu_parallel(ctx, n, CPU_STEP, CPU_GRAIN, to_bf16_range, &a);
     } else if (st == FSC_BF16 && dt == FSC_F32) {

@@ -53,7 +53,9 @@ typedef struct fsc_device_ops {
                        float beta, float *C, int ldc, int64_t sc, int batch);
 
     /* elementwise */
-    fsc_status (*convert)(void *ctx, void *dst, fsc_dtype dt, const void *src, fsc_dtype st, size_t n); /* RNE */
+    /* dst (n of dt) = src (n of st), rounded to nearest even. dst and src may overlap (in place: dst == src and the
+     * buffer holds n of the larger type); the result is then as if converted through a temporary. */
+    fsc_status (*convert)(void *ctx, void *dst, fsc_dtype dt, const void *src, fsc_dtype st, size_t n);
     fsc_status (*scale)(void *ctx, float *x, float a, size_t n);                  /* x = a*x */
     fsc_status (*axpy)(void *ctx, float *y, float a, const float *x, size_t n);   /* y += a*x */
     fsc_status (*add)(void *ctx, float *out, const float *a, const float *b, size_t n); /* out = a+b */

@@ -122,6 +122,13 @@ def main():
     torch.manual_seed(1)
     dev = torch.device("cuda")
     model = (GPT(a) if a.model == "gpt2" else Llama(a)).to(dev)
+    # GPT-2's initialization (as fsc's): weights N(0, 0.02), biases zero, norms one; PyTorch's defaults
+    # (embedding N(0, 1)) start the loss near 480 instead of ln(vocab)
+    for mod in model.modules():
+        if isinstance(mod, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(mod.weight, std=0.02)
+        if isinstance(mod, nn.Linear) and mod.bias is not None:
+            nn.init.zeros_(mod.bias)
     nparams = sum(t.numel() for t in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0, fused=True)
     fwd = torch.compile(model) if a.compile else model

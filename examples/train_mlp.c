@@ -93,13 +93,16 @@ static fsc_status scaled_tanh_create(int n, fsc_layer **out) {
 /* ---- the model ------------------------------------------------------------------------------------------- */
 static fsc_status build_model(fsc_device *dev, fsc_model **out) {
     fsc_layer *l[6] = { 0 };
-    fsc_status s = fsc_layer_linear(&(fsc_linear_opts){ .in = IN, .out = HID, .bias = 1 }, &l[0]);
+    /* options start from their _default() functions, so a field added to the library later gets its default */
+    fsc_linear_opts in = fsc_linear_opts_default(IN, HID), hid = fsc_linear_opts_default(HID, HID),
+                    out_ = fsc_linear_opts_default(HID, IN);
+    fsc_status s = fsc_layer_linear(&in, &l[0]);
     if (s == FSC_OK) s = fsc_layer_set_init(l[0], "weight", fsc_init_normal(0.5f));
     if (s == FSC_OK) s = scaled_tanh_create(HID, &l[1]);
-    if (s == FSC_OK) s = fsc_layer_linear(&(fsc_linear_opts){ .in = HID, .out = HID, .bias = 1 }, &l[2]);
+    if (s == FSC_OK) s = fsc_layer_linear(&hid, &l[2]);
     if (s == FSC_OK) s = fsc_layer_set_init(l[2], "weight", fsc_init_normal(0.25f));
     if (s == FSC_OK) s = scaled_tanh_create(HID, &l[3]);
-    if (s == FSC_OK) s = fsc_layer_linear(&(fsc_linear_opts){ .in = HID, .out = IN, .bias = 1 }, &l[4]);
+    if (s == FSC_OK) s = fsc_layer_linear(&out_, &l[4]);
     if (s == FSC_OK) s = fsc_layer_set_init(l[4], "weight", fsc_init_normal(0.25f));
     if (s == FSC_OK) s = fsc_layer_mse(IN, &l[5]);
     if (s != FSC_OK) {
@@ -138,11 +141,13 @@ static fsc_status train_rank(fsc_rank *r, void *arg) {
     fsc_model *m = NULL;
     fsc_engine *e = NULL;
     fsc_status s = build_model(r->dev, &m);
-    fsc_parallel_opts po = { .kind = u->kind, .shard = FSC_SHARD_FULL, .wrap = FSC_WRAP_BLOCK,
-                             .accum = u->accum ? u->accum : 1, .reshard_after_forward = -1, .param_dtype = FSC_F32,
-                             .reduce_dtype = FSC_F32, .clip = 1.0f, .reduce_exact = u->exact };
-    fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-2f, .weight_decay = 0.01f, .beta1 = 0.9f,
-                            .beta2 = 0.999f, .eps = 1e-8f };
+    fsc_parallel_opts po = fsc_parallel_opts_default(); /* full shard, block wrapping, prefetch, fp32 */
+    po.kind = u->kind;
+    po.accum = u->accum ? u->accum : 1;
+    po.clip = 1.0f;
+    po.reduce_exact = u->exact;
+    fsc_optim_config oc = fsc_optim_config_default(); /* AdamW */
+    oc.lr = 1e-2f;
     if (s == FSC_OK) s = fsc_engine_create_model(r, m, &po, &oc, 1234, &e);
     if (s == FSC_OK && u->load) s = fsc_ckpt_load(e, u->load, NULL);
     const int dp = s == FSC_OK ? fsc_engine_layout(e)->dp : 1, me = s == FSC_OK ? fsc_engine_layout(e)->data : 0;
@@ -167,7 +172,8 @@ static fsc_status train_rank(fsc_rank *r, void *arg) {
 
 static int do_run(run *u, size_t P) {
     u->params = calloc(P, sizeof(float));
-    fsc_cluster_opts co = { .world = u->world ? u->world : WORLD, .device = "cpu" };
+    fsc_cluster_opts co = fsc_cluster_opts_default(); /* simulated ranks on the cpu device */
+    co.world = u->world ? u->world : WORLD;
     fsc_status s = u->params ? fsc_cluster_run(&co, train_rank, u) : FSC_ERR_NOMEM;
     if (s != FSC_OK) fprintf(stderr, "train_mlp: %s: %s\n", fsc_status_str(s), fsc_last_error());
     return s == FSC_OK;

@@ -1,7 +1,7 @@
 #!/bin/bash
 # ci/gpu_check.sh: validate the CUDA plug-in on a lent GPU machine from the kit ci/gpu_kit.sh built (no build, no
 # network): one device call, `bash ci/gpu_check.sh` with carry [".gpu"] (backends/cuda/README.md). Each step runs
-# under its own timeout, all of it within FSC_GPU_BUDGET seconds (default 360):
+# under its own timeout, all of it within FSC_GPU_BUDGET seconds (default 400):
 #   setup     unpack the kit; find the CUDA libraries (/usr/local/cuda or the pip wheels); register with ldconfig
 #             the folders and the kit libraries the machine lacks; every kit binary must resolve every library
 #   versions  card, driver, CUDA, cuBLAS, NCCL, PyTorch
@@ -13,14 +13,16 @@
 #   d launch   the launcher at world 1 with NCCL equals the simulated rank; checkpoints cross between GPU and CPU
 #   f speed    GPT-2 124M and a Llama of 1.1B in bf16 with fp32 masters: tokens/s, MFU, memory per tag, beside
 #             PyTorch eager and torch.compile on the same card
+#   g profile  ncu's time of every kernel of a GPT-2 124M step, summed per kernel name (the top 15)
 #   e sanitize compute-sanitizer memcheck of the harness, racecheck of a short run
 # (e runs last: it is the slowest and the speed numbers matter more.) A GPU test that skips counts as a failure.
 # Writes to $OUT (the device tool's folder; /tmp/fsc-gpu-out elsewhere): summary.txt (a line per step: ok or
 # FAILED, seconds, its key numbers) and logs.tar.gz (every step's log). Exit status: 0 when every step passed,
 # 3 when there is no GPU (after the steps that need none), 1 otherwise.
 # Environment: FSC_KIT (default .gpu), FSC_GPU_BUDGET (seconds), FSC_GPU_STEPS (names to run, default all),
-# FSC_GPU_SPEED_STEPS (fsc-train's steps in the speed step, default 8), FSC_GPU_COMPILE (the models torch.compile
-# is timed for, default "gpt llama": compiling the 1.1B model takes minutes),
+# FSC_GPU_SPEED_STEPS (fsc-train's steps in the speed step, default 5), FSC_GPU_COMPILE (the models torch.compile
+# is timed for, default "gpt": the 1.1B model's compile and fsc's 8.5 s steps do not fit the budget together),
+# FSC_GPU_PROFILE_LAUNCHES (kernels ncu times in the profile step, default 3000),
 # FSC_GPU_REHEARSE=1: a rehearsal on a machine without a GPU (--device cpu for cuda, tiny speed shapes, the
 # GPU-only steps skipped), to check this script itself before the GPU's minutes are spent.
 set -u
@@ -29,7 +31,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 KIT=${FSC_KIT:-$ROOT/.gpu}
 OUT=${OUT:-/tmp/fsc-gpu-out}
-BUDGET=${FSC_GPU_BUDGET:-360}
+BUDGET=${FSC_GPU_BUDGET:-400}
 ONLY=${FSC_GPU_STEPS:-}
 export PATH=$PATH:/usr/local/nvidia/bin
 mkdir -p "$OUT"
@@ -297,11 +299,11 @@ speed() {
     local m
     for m in gpt llama; do
         local -n a=$m
-        run_fsc "f-$m" "${a[@]}" --precision bf16 --device $DEV --steps "${FSC_GPU_SPEED_STEPS:-8}" --json --peak-tflops $peak \
+        run_fsc "f-$m" "${a[@]}" --precision bf16 --device $DEV --steps "${FSC_GPU_SPEED_STEPS:-5}" --json --peak-tflops $peak \
             --data "$K/data/random32k.u16" --data-format u16 || ok=1
         python3 "$K/bench/torch_gpu.py" "${a[@]}" --steps 6 --warmup 3 > "$L/f-$m-eager.json" 2> "$L/f-$m-eager.err" \
             || { echo "torch eager did not run: $(tail -1 "$L/f-$m-eager.err")"; [ "$REHEARSE" = 1 ] || ok=1; }
-        if echo " ${FSC_GPU_COMPILE-gpt llama} " | grep -q " $m "; then
+        if echo " ${FSC_GPU_COMPILE-gpt} " | grep -q " $m "; then
             timeout 150 python3 "$K/bench/torch_gpu.py" "${a[@]}" --steps 6 --warmup 3 --compile > "$L/f-$m-compile.json" \
                 2> "$L/f-$m-compile.err" || echo "torch.compile did not run: $(tail -1 "$L/f-$m-compile.err")"
         else
@@ -332,6 +334,19 @@ PY
     return $ok
 }
 
+# Where the GPU time of a GPT-2 124M step goes: ncu times every kernel of the first launches of a 2-step run
+# (one metric, clocks left alone), summed per kernel name; the top ones go to the summary.
+profile() {
+    command -v ncu >/dev/null || { echo "no ncu on this machine" | tee -a "$KEYS"; return 1; }
+    local gpt=(--model gpt2 --layers 12 --dim 768 --heads 12 --seq 1024 --vocab 50257 --batch 8)
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+        --launch-count "${FSC_GPU_PROFILE_LAUNCHES:-3000}" "$K/bin/fsc-train" "${gpt[@]}" --precision bf16 \
+        --device $DEV --steps 2 --data "$K/data/random32k.u16" --data-format u16 > "$L/ncu.csv" 2> "$L/ncu.err"
+    local rc=$?
+    python3 "$ROOT/ci/ncu_summary.py" "$L/ncu.csv" 15 | tee -a "$KEYS"
+    [ "$rc" -eq 0 ] || { tail -5 "$L/ncu.err"; return 1; }
+}
+
 sanitize() {
     local ok=0
     FSC_REQUIRE_GPU=1 FSC_CUDA_NO_CACHE=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
@@ -345,7 +360,7 @@ sanitize() {
     return $ok
 }
 
-export K=$W/kit KIT DEV=cuda REHEARSE=${FSC_GPU_REHEARSE:-0}
+export K=$W/kit KIT ROOT DEV=cuda REHEARSE=${FSC_GPU_REHEARSE:-0}
 [ "$REHEARSE" = 1 ] && DEV=cpu
 mkdir -p "$K"
 export FSC_CUDA_PLUGIN=$K/lib/libfsc_cuda.so OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-8}
@@ -372,6 +387,7 @@ step models 90 models
 step ranks 90 ranks
 step launch 60 launch
 step speed 200 speed
+step profile 120 profile
 step sanitize 120 sanitize
 [ "$FAILS" -eq 0 ] && finish 0
 finish 1

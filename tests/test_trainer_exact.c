@@ -1,7 +1,8 @@
 /* The trainer's --reduce exact and --unit (examples/train_gpt.c, lib/parallel/exact.c, docs/determinism.md).
  * Oracles: a global batch of 12 in units of 1 gives byte-identical --save files and the same --json losses
  * after 5 steps at (--world N, --accum K) = (1,12), (2,6), (3,4), (4,3), (6,2), (12,1) with ddp, fsdp (full,
- * grad_op, hybrid), zero1 and zero2 (none at N 1); --unit 2 at (1,12), (2,3), (3,1) agrees likewise; what exact mode does not run with is refused naming the option. */
+ * grad_op, hybrid), zero1 and zero2 (none at N 1); --unit 2 at (1,12), (2,3), (3,1) agrees likewise; so does FSDP
+ * with offload all; what exact mode does not run with is refused naming the option. */
 #include "trainertest.h"
 
 static char trainer[PATH_MAX], tmpdir[64];
@@ -55,6 +56,27 @@ static void test_any_world_accumulation_and_strategy(void **state) {
     matrix("", nk, 6);
     static const int nk2[][2] = { { 1, 12 }, { 2, 3 }, { 3, 1 } }; /* units of 2: 6 per step */
     matrix("--unit 2", nk2, 3);
+}
+
+/* FSDP's offload all (masters and reduced gradients on the host; the exact sums land in host shadows): full,
+ * grad_op and hybrid sharding at three world sizes, prefetch on and off, give one rank's bits without offload. */
+static void test_offload_all(void **state) {
+    (void)state;
+    static const int nk[][2] = { { 2, 6 }, { 3, 4 }, { 4, 3 } };
+    static const char *const shard[] = { "full", "grad_op", "hybrid --prefetch 0", "hybrid" };
+    char *ref_bytes = NULL, *bytes = NULL;
+    size_t ref_len = 0, len = 0;
+    char *ref = train(1, 12, "none", "", &ref_bytes, &ref_len);
+    for (int i = 0; i < 3; i++)
+        for (int p = 0; p < 4; p++) {
+            char *par = prog_fmt("fsdp --offload all --shard %s", shard[p]);
+            char *l = train(nk[i][0], nk[i][1], par, "", &bytes, &len);
+            if (strcmp(l, ref)) fail_msg("%s at --world %d: losses %s, one rank: %s", par, nk[i][0], l, ref);
+            if (len != ref_len || memcmp(bytes, ref_bytes, len))
+                fail_msg("%s at --world %d: the --save file differs from one rank's", par, nk[i][0]);
+            free(l), free(bytes), free(par);
+        }
+    free(ref), free(ref_bytes);
 }
 
 /* Pipelines of 2 and 3 stages, GPipe and 1F1B, with ddp, fsdp and zero1 in the stages, at several data-parallel
@@ -195,10 +217,7 @@ static void test_tensor_parallel(void **state) {
 
 static void test_refusals(void **state) {
     (void)state;
-    char *a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel fsdp --offload all --reduce exact", tmpdir);
-    prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run with offload all");
-    free(a);
-    a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel ddp --moe-experts 4 --ep 2 --reduce exact", tmpdir);
+    char *a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel ddp --moe-experts 4 --ep 2 --reduce exact", tmpdir);
     prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run with expert parallelism");
     free(a);
     a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --pp 2 --moe-experts 2 --reduce exact --unit 1", tmpdir);
@@ -218,6 +237,7 @@ int main(int argc, char **argv) {
     if (prog_write_letters(tmpdir, "data.txt", 6000)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_any_world_accumulation_and_strategy),
+        cmocka_unit_test(test_offload_all),
         cmocka_unit_test(test_pipelines),
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_moe),

@@ -60,9 +60,6 @@ fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) 
         if (po->unit) return fsc_error(FSC_ERR_INVALID, "unit %d applies to the exact reduction (reduce_exact)", po->unit);
         return FSC_OK;
     }
-    if (po->offload == FSC_OFFLOAD_ALL)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with offload all (reduced gradients on the "
-                         "host) yet; offload optim does");
     if (po->ep > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with expert parallelism (ep %d) "
                                      "yet", po->ep);
     return FSC_OK;

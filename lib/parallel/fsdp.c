@@ -385,7 +385,9 @@ static fsc_status unit_reduce_into(fsc_engine *e, fsdp_unit *U, float *sgrad, in
  * shard, or added to it on the host (the device's accumulation adds the reduced value with axpy too). */
 static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
     fsdp_state *d = e->sd;
-    if (d->mdev == e->dev) return unit_reduce_into(e, U, U->sgrad, accumulate);
+    /* the exact reduction sums into the int64 shadow of the shard (on the host under offload all) and writes the
+     * shard once, after the step's last unit (exact.c): nothing to download here */
+    if (d->mdev == e->dev || e->exact) return unit_reduce_into(e, U, U->sgrad, accumulate);
     float *dg = NULL;
     fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_GRADS, U->shard * sizeof(float), (void **)&dg);
     if (s == FSC_OK) s = unit_reduce_into(e, U, dg, 0);

@@ -1,20 +1,20 @@
 #!/bin/sh
-# README pastes `fsc-train --help` and `sample --help`, and the table `make demo` ends with; fail when they drift apart
-# (each option table is the one source; the demo's lines must each appear in what ci/demo.sh prints).
+# docs/trainer.md pastes `fsc-train --help` and `sample --help`, and README the table `make demo` ends with; fail when
+# they drift apart (each option table is the one source; the demo's lines must each appear in what ci/demo.sh prints).
 # usage: ci/check_readme_help.sh BUILD_DIR
 set -e
 B=${1:-build}
 "$B/fsc-train" --help > "$B/help.txt"
-awk '/^usage: fsc-train/ { on = 1 } on && /^```/ { exit } on { print }' README.md > "$B/readme_help.txt"
+awk '/^usage: fsc-train/ { on = 1 } on && /^```/ { exit } on { print }' docs/trainer.md > "$B/readme_help.txt"
 if ! diff -u "$B/readme_help.txt" "$B/help.txt"; then
-  echo "README.md's fsc-train --help text differs from the binary's (above): paste the binary's"
+  echo "docs/trainer.md's fsc-train --help text differs from the binary's (above): paste the binary's"
   exit 1
 fi
 # and the sampler's
 "$B/sample" --help > "$B/help_sample.txt"
-awk '/^usage: sample/ { on = 1 } on && /^```/ { exit } on { print }' README.md > "$B/readme_help_sample.txt"
+awk '/^usage: sample/ { on = 1 } on && /^```/ { exit } on { print }' docs/trainer.md > "$B/readme_help_sample.txt"
 if ! diff -u "$B/readme_help_sample.txt" "$B/help_sample.txt"; then
-  echo "README.md's sample --help text differs from the binary's (above): paste the binary's"
+  echo "docs/trainer.md's sample --help text differs from the binary's (above): paste the binary's"
   exit 1
 fi
 # and the demo's table (README's lines of it, "..." for the ones it leaves out)
@@ -26,4 +26,4 @@ if [ ! -s "$B/readme_demo.txt" ] || [ -s "$B/demo_missing.txt" ]; then
   cat "$B/demo_missing.txt"
   exit 1
 fi
-echo "check_readme_help: README's --help texts and demo table are the programs'"
+echo "check_readme_help: docs/trainer.md's --help texts and README's demo table are the programs'"

@@ -1,17 +1,20 @@
 #!/bin/sh
-# Build examples/train_mlp.c against the INSTALLED library, as a user would: make install into a temporary
-# prefix, compile with pkg-config's flags only (no -Ilib, no build tree), run it (it checks FSDP against DDP bit for
-# bit and a resumed checkpoint, and exits non-zero on a mismatch), then make uninstall leaves no file. Usage: sh ci/test_installed.sh [build dir]
+# Build examples/train_mlp.c and examples/train_classifier.c against the INSTALLED library, as a user would: make
+# install into a temporary prefix, compile with pkg-config's flags only (no -Ilib, no build tree), run them (they
+# check FSDP against DDP bit for bit, a resumed checkpoint, a held-out accuracy, and exit non-zero on a failure), then
+# make uninstall leaves no file. Usage: sh ci/test_installed.sh [build dir]
 set -e
 B=${1:-build/installed}
 tmp=$(mktemp -d /tmp/fsc_installed_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 make -s -j${JOBS:-2} BUILD="$B" PREFIX="$tmp" install >/dev/null
 export PKG_CONFIG_PATH="$tmp/lib/pkgconfig"
-${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/train_mlp" examples/train_mlp.c $(pkg-config --cflags --libs fsc) -lm
-LD_LIBRARY_PATH="$tmp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/train_mlp"
+for ex in train_mlp train_classifier; do
+  ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/$ex" "examples/$ex.c" $(pkg-config --cflags --libs fsc) -lm
+  LD_LIBRARY_PATH="$tmp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/$ex"
+  rm -f "$tmp/$ex"
+done
 make -s BUILD="$B" PREFIX="$tmp" uninstall >/dev/null 2>&1
-rm -f "$tmp/train_mlp"
 left=$(cd "$tmp" && find . ! -type d)
 [ -z "$left" ] || { echo "FAIL make uninstall left:" $left >&2; exit 1; }
-echo "PASS train_mlp built against the installed library (pkg-config) and run; make uninstall removed it all"
+echo "PASS train_mlp and train_classifier built against the installed library (pkg-config) and run; make uninstall removed it all"

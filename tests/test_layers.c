@@ -217,6 +217,7 @@ static void test_layer_gradients(void **st) {
     run_case(fsc_layer_lm_head_opts(&(fsc_lm_head_opts){ .T = 3, .C = 4, .V = 6, .norm = FSC_HEAD_NORM_LAYERNORM },
                                     &l), &l, 2, 0, 6);
     run_case(fsc_layer_mse(4, &l), &l, 3, 0, 0);
+    run_case(fsc_layer_xent(5, &l), &l, 3, 0, 5);
     run_case(fsc_layer_token_embedding(4, 3, 5, &l), &l, 2, 5, 0);
     run_case(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_GPT2, .T = 3, .C = 8, .heads = 2 }, &l), &l, 2, 0,
              0); /* packed c_attn: the GPT's block */

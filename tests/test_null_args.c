@@ -647,6 +647,12 @@ static void null_fsc_dtype_parse(void) {
     RETVAL(fsc_dtype_parse("f32", NULL), 0); /* out may be NULL: a check of the name */
 }
 
+static void null_fsc_engine_predict(void) {
+    INVALID(fsc_engine_predict(NULL, P, 1, P, P), "e");
+    INVALID(fsc_engine_predict(P, NULL, 1, P, P), "inputs");
+    INVALID(fsc_engine_predict(P, P, 1, NULL, P), "out");
+    INVALID(fsc_engine_predict(P, P, 1, P, NULL), "per_sample");
+}
 static void null_fsc_engine_eval(void) {
     INVALID(fsc_engine_eval(NULL, P, P, 0, 0, P), "e");
     INVALID(fsc_engine_eval(P, NULL, P, 0, 0, P), "inputs");
@@ -1003,6 +1009,9 @@ static void null_fsc_layer_moe_mlp(void) {
     INVALID(fsc_layer_moe_mlp(P, NULL), "out");
 }
 
+static void null_fsc_layer_xent(void) {
+    INVALID(fsc_layer_xent(3, NULL), "out");
+}
 static void null_fsc_layer_mse(void) {
     INVALID(fsc_layer_mse(0, NULL), "out");
 }
@@ -2342,6 +2351,7 @@ static const struct row rows[] = {
     NONE(fsc_f32_to_f16),
     /* eval.h */
     ROW(fsc_engine_eval),
+    ROW(fsc_engine_predict),
     /* generate.h */
     ROW(fsc_generate),
     ROW(fsc_generator_context),
@@ -2424,6 +2434,7 @@ static const struct row rows[] = {
     ROW(fsc_layer_lm_head_opts),
     ROW(fsc_layer_moe_mlp),
     ROW(fsc_layer_mse),
+    ROW(fsc_layer_xent),
     ROW(fsc_layer_rmsnorm),
     ROW(fsc_layer_set_init),
     ROW(fsc_layer_swiglu_mlp),

@@ -167,8 +167,18 @@ fsc_status fsc_layer_rmsnorm(int rows, int C, float eps, fsc_layer **out) {
     return FSC_OK;
 }
 
-/* ---- squared error: one loss value per sample (the sum over its n outputs), n loss terms ---- */
+/* ---- squared error: one loss value per sample (the sum over its n outputs), n loss terms; the record keeps the
+ * predictions (its input) for fsc_engine_predict ---- */
+static size_t pred_rec(const fsc_layer *l, int B) { return (size_t)B * l->in_bytes; }
+
+static const float *pred_logits(const fsc_layer *l, const void *rec, int B, int *vocab) {
+    (void)B;
+    *vocab = (int)(l->in_bytes / sizeof(float)) / l->loss_terms;
+    return rec;
+}
+
 static fsc_status mse_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    FSC_TRY(fsc_device_copy(c->dev, c->rec, in, (size_t)c->B * l->in_bytes));
     return fsc_mse_forward(c->dev, out, NULL, in, c->target, (size_t)c->B, l->loss_terms);
 }
 
@@ -182,7 +192,8 @@ static fsc_status mse_bwd(const fsc_layer *l, const fsc_layer_call *c, float *di
 
 static void mse_config(const fsc_layer *l, char *buf, size_t cap) { snprintf(buf, cap, "{\"n\":%d}", l->loss_terms); }
 
-static const fsc_layer_ops mse_ops = { .forward = mse_fwd, .backward = mse_bwd, .config = mse_config };
+static const fsc_layer_ops mse_ops = { .rec_bytes = pred_rec, .forward = mse_fwd, .backward = mse_bwd,
+                                       .config = mse_config, .logits = pred_logits };
 
 fsc_status fsc_layer_mse(size_t n, fsc_layer **out) {
     FSC_CHECK_ARG(out);
@@ -192,5 +203,52 @@ fsc_status fsc_layer_mse(size_t n, fsc_layer **out) {
     (*out)->out_floats = 1;
     (*out)->loss_terms = (int)n;
     (*out)->target_bytes = n * sizeof(float);
+    return FSC_OK;
+}
+
+/* ---- softmax cross entropy over `classes` logits per sample, an int32 class per sample, one loss term; the record
+ * keeps the logits (its input) for fsc_engine_predict ---- */
+static fsc_status xent_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    const int K = (int)(l->in_bytes / sizeof(float));
+    FSC_TRY(fsc_device_copy(c->dev, c->rec, in, (size_t)c->B * l->in_bytes));
+    return fsc_xent_forward(c->dev, out, NULL, in, c->target, (size_t)c->B, K, K);
+}
+
+static fsc_status xent_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
+                           const void *in) {
+    (void)dout;
+    if (!dinp) return FSC_OK;
+    const int K = (int)(l->in_bytes / sizeof(float));
+    fsc_xent_rec r = { .logits = in, .targets = c->target, .N = (size_t)c->B, .V = K, .ld = K };
+    return fsc_xent_backward(c->dev, dinp, &r, c->dscale);
+}
+
+static fsc_status xent_check(const fsc_layer *l, const void *host, int B) {
+    const int K = (int)(l->in_bytes / sizeof(float));
+    const int32_t *t = host;
+    for (int i = 0; i < B; i++)
+        if (t[i] < 0 || t[i] >= K)
+            return fsc_error(FSC_ERR_INVALID, "xent layer: sample %d has class %d, not in [0, %d)", i, (int)t[i], K);
+    return FSC_OK;
+}
+
+static void xent_config(const fsc_layer *l, char *buf, size_t cap) {
+    snprintf(buf, cap, "{\"classes\":%d}", (int)(l->in_bytes / sizeof(float)));
+}
+
+static const fsc_layer_ops xent_ops = { .rec_bytes = pred_rec, .forward = xent_fwd, .backward = xent_bwd,
+                                        .config = xent_config, .check_target = xent_check,
+                                        .logits = pred_logits };
+
+fsc_status fsc_layer_xent(int classes, fsc_layer **out) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    if (classes < 2 || classes > (1 << 24))
+        return fsc_error(FSC_ERR_INVALID, "xent layer: need 2 <= classes <= 2^24, not %d", classes);
+    FSC_TRY(layer_new(sizeof(fsc_layer), "xent", &xent_ops, out));
+    (*out)->in_bytes = (size_t)classes * sizeof(float);
+    (*out)->out_floats = 1;
+    (*out)->loss_terms = 1;
+    (*out)->target_bytes = sizeof(int32_t);
     return FSC_OK;
 }

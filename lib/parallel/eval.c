@@ -1,5 +1,6 @@
 /* fsc_engine_eval (eval.h): a forward-only pass of the engine's model over a batch, through the strategy's
- * hooks and, with a pipeline, through the stages (pipe.c's fsc_pipe_eval). Not here: training (engine.c).
+ * hooks and, with a pipeline, through the stages (pipe.c's fsc_pipe_eval); fsc_engine_predict: the same pass's
+ * outputs (the model's logits) for this rank's samples. Not here: training (engine.c).
  * Order and arithmetic are a step's: micro-batch losses summed in order on each rank, the ranks' sums in rank
  * order over the data group (with the exact reduction: units' losses in ascending order, exact.c), divided by
  * global_batch x loss_terms in double. */
@@ -103,4 +104,66 @@ fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *target
     FSC_TRY(fsc_comm_agree(e->r->comm, e->dev, batch));
     *loss = sums[0] / ((double)global_batch * (double)e->m->loss_terms);
     return FSC_OK;
+}
+
+/* The outputs of n micro-batches of mb samples (no pipeline) into out (host), with zero targets (a loss layer's
+ * forward needs some; class 0 and a target of 0 are valid for every built-in loss). */
+static fsc_status predict_local(fsc_engine *e, const char *in, int mb, int n, float *out, size_t *per_sample) {
+    const fsc_model *m = e->m;
+    fsc_model_acts *a = e->acts && e->acts_B == mb ? e->acts : NULL, *own = NULL;
+    if (!a) {
+        fsc_model_acts_opts o = { .B = mb, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
+        FSC_TRY(m->ops->acts_create(m->ctx, &o, &own));
+        a = own;
+    }
+    void *zeros = calloc((size_t)mb, m->sample_target_bytes ? m->sample_target_bytes : 1);
+    fsc_status s = zeros ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "predict: out of host memory");
+    fsc_model_hooks hooks = fsc_engine_hooks(e);
+    for (int k = 0; k < n && s == FSC_OK; k++) {
+        double ls = 0;
+        int width = 0;
+        s = m->ops->set_batch(m->ctx, a, in + (size_t)k * mb * m->sample_input_bytes, zeros);
+        if (s == FSC_OK) s = m->ops->forward(m->ctx, a, &hooks, &ls);
+        const float *lg = s == FSC_OK ? m->ops->logits(m->ctx, a, &width) : NULL;
+        if (s == FSC_OK && !lg) s = fsc_error(FSC_ERR_UNSUPPORTED, "predict: the model's loss layer keeps no outputs");
+        if (s == FSC_OK) {
+            *per_sample = (size_t)m->loss_terms * (size_t)width;
+            s = fsc_device_download(e->dev, out + (size_t)k * mb * *per_sample, lg,
+                                    (size_t)mb * *per_sample * sizeof(float));
+        }
+    }
+    free(zeros);
+    if (own) m->ops->acts_free(m->ctx, own);
+    return s;
+}
+
+fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch, float *out, size_t *per_sample) {
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(inputs);
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG(per_sample);
+    *per_sample = 0;
+    if (!e->m->ops->logits)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "predict: the model gives no outputs (its ops have no logits)");
+    if (e->pipe)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "predict: not with a pipeline yet (the outputs are on the last stage)");
+    if (e->po.tp > 1)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "predict: not with tensor parallelism yet (each rank holds a slice of "
+                         "the outputs)");
+    const int K = e->po.accum;
+    if (local_batch < 1 || local_batch % K != 0)
+        return fsc_error(FSC_ERR_INVALID, "predict: the local batch of %d samples does not split into %d "
+                         "micro-batches", local_batch, K);
+    const int micro = e->micro, sync = e->sync;
+    e->micro = 0; /* the strategies' forward hooks as in evaluation: no reduction */
+    e->sync = 0;
+    fsc_status s = e->st->begin_eval ? e->st->begin_eval(e) : FSC_OK;
+    if (s == FSC_OK) s = predict_local(e, inputs, local_batch / K, K, out, per_sample);
+    if (e->st->end_eval) {
+        fsc_status t = e->st->end_eval(e);
+        if (s == FSC_OK) s = t;
+    }
+    e->micro = micro;
+    e->sync = sync;
+    return fsc_comm_agree(e->r->comm, e->dev, s); /* every rank fails together */
 }

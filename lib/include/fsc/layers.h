@@ -277,8 +277,14 @@ typedef struct {
 fsc_status fsc_layer_moe_mlp(const fsc_moe_mlp_opts *o, fsc_layer **out);
 
 /* The loss layer of a regressor: loss = sum over the n outputs of (in - target)^2, n float targets per sample
- * (n loss terms: the engine reports the mean squared error). */
+ * (n loss terms: the engine reports the mean squared error). Its predictions (its input) are the model's logits
+ * (model.h; fsc_engine_predict). */
 fsc_status fsc_layer_mse(size_t n, fsc_layer **out);
+/* The loss layer of a classifier: loss = -log softmax(in)[target] over `classes` logits per sample (a linear layer
+ * with a bias before it makes the usual classification head), one int32 class per sample in [0, classes) (checked
+ * before upload), one loss term: the engine reports the mean cross entropy. Its input is the model's logits
+ * (fsc_engine_predict). */
+fsc_status fsc_layer_xent(int classes, fsc_layer **out);
 
 /* ---- the sequential model ---------------------------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
-/* libFuzzer harness for the trainer's command line (examples/train_gpt.c, compiled here with its main
- * renamed): the input split at NUL bytes is argv[1..]. The options go through parse_args, check_launcher (no
+/* libFuzzer harness for the trainer's command line (examples/train/options.c, config.c and checks.c, compiled
+ * into the harness): the input split at NUL bytes is argv[1..]. The options go through parse_args, check_launcher (no
  * launcher's variables under the fuzzer: simulated ranks), resolve_layout, resolve_model and check_config as
  * in main. A refusal says why; an accepted configuration holds together (world = dp x tp x pp within
  * [1, 1024], the batch splits over the data-parallel ranks and micro-batches, the model of either family
@@ -8,9 +8,9 @@
  * are valid), and its --json record (config_object) fed back to the parser as options gives the same
  * configuration.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_train_args.c (or make fuzz). */
-#define main train_gpt_main
-#include "../examples/train_gpt.c"
-#undef main
+#include "../examples/train/options.c"
+#include "../examples/train/config.c"
+#include "../examples/train/checks.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

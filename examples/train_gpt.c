@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "train/train.h"
-#include "tied_head.h"
 #include "train_flight.h"
 
 /* What main holds: the options, the data, the run's results and, with --check-ddp, its DDP oracle's. */
@@ -69,7 +68,8 @@ static int parse(trainer *t, int argc, char **argv) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }
-    if (c->load && c->model == MODEL_LLAMA && tied_llama_head(c->load, err, sizeof err)) { /* as a failed load */
+    const model_family *f = model_family_of(c);
+    if (c->load && f->check_load && f->check_load(c->load, err, sizeof err)) { /* as a failed load */
         fprintf(stderr, "fsc-train: --load %s\n", err);
         return 1;
     }
@@ -103,9 +103,7 @@ static int build(trainer *t) {
         return 2;
     }
     t->st.val = t->val;
-    fsc_gpt_config gc = model_config(c);
-    fsc_llama_config lc = llama_config(c);
-    t->st.nparams = c->model == MODEL_LLAMA ? fsc_llama_num_params(&lc) : fsc_gpt_num_params(&gc);
+    t->st.nparams = model_family_of(c)->num_params(c);
     if (results_alloc(&t->st, c->steps, c->world) != 0) {
         fprintf(stderr, "fsc-train: out of memory\n");
         return 1;

@@ -41,60 +41,18 @@ int resolve_layout(train_config *c, const int *given, char *err, size_t cap) {
     return 0;
 }
 
-/* The model the options describe (the MoE fields zero for a dense GPT). */
-fsc_gpt_config model_config(const train_config *c) {
-    fsc_gpt_config g = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab};
-    if (c->moe_experts) {
-        g.moe_experts = c->moe_experts, g.moe_top_k = c->moe_top_k, g.moe_every = c->moe_every;
-        g.moe_capacity = c->moe_capacity, g.moe_aux = c->moe_aux;
-    }
-    return g;
-}
-
-/* The Llama the options describe (after resolve_model). */
-fsc_llama_config llama_config(const train_config *c) {
-    fsc_llama_config l = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .kv_heads = c->kv_heads,
-                          .ffn = c->ffn, .seq = c->seq, .vocab = c->vocab, .rope_theta = c->rope_theta,
-                          .norm_eps = c->norm_eps};
-    if (c->moe_experts) { /* MoE decoder layers of GELU experts of width --ffn */
-        l.moe_experts = c->moe_experts, l.moe_top_k = c->moe_top_k, l.moe_every = c->moe_every;
-        l.moe_capacity = c->moe_capacity, l.moe_aux = c->moe_aux;
-    }
-    return l;
-}
-
-/* The model options together: their defaults (--kv-heads: --heads; --ffn: the family's rule), the options of
- * one family only, what the Llama does not run yet. */
+/* The model options together: --kv-heads' default (--heads), the options of another family, then the family's
+ * defaults and checks (models.c). */
 int resolve_model(train_config *c, const int *given, char *err, size_t cap) {
+    const model_family *f = model_family_of(c);
+    if (!f) return snprintf(err, cap, "--model: the trainer has no such family"), -1;
     if (!c->kv_heads) c->kv_heads = c->heads;
-    if (!c->ffn) c->ffn = c->model == MODEL_LLAMA ? fsc_llama_default_ffn(c->dim) : 4 * c->dim;
-    if (c->model != MODEL_LLAMA) {
-        const char *only[] = {"kv-heads", "rope-theta", "norm-eps"};
-        for (int i = 0; i < 3; i++)
-            if (given[option_index(only[i])]) return snprintf(err, cap, "--%s applies to --model llama only", only[i]), -1;
-        if (c->ffn != 4 * c->dim)
-            return snprintf(err, cap, "--ffn %d: the gpt2 MLP is 4 x --dim = %d wide (other widths: --model llama)",
-                            c->ffn, 4 * c->dim), -1;
-        return 0;
-    }
-    fsc_llama_config l = llama_config(c);
-    if (fsc_llama_config_validate(&l) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
-    if (c->tp > 1) { /* the tensor-parallel layers split heads, kv heads, the MLP width and the vocabulary */
-        const char *what[4] = {"--heads", "--kv-heads", "--ffn", "--vocab"};
-        const int n[4] = {c->heads, c->kv_heads, c->ffn, c->vocab};
-        for (int i = 0; i < 4; i++)
-            if (n[i] % c->tp != 0)
-                return snprintf(err, cap, "--tp %d: %s %d does not divide over the tensor group (tensor parallelism "
-                                "splits it)", c->tp, what[i], n[i]), -1;
-        if (c->sequence_parallel && c->seq % c->tp != 0)
-            return snprintf(err, cap, "--sequence-parallel: --seq %d does not divide by --tp %d (each rank holds "
-                            "seq / tp rows of every sequence)", c->seq, c->tp), -1;
-    }
-    return 0;
+    if (check_family_options(c, given, err, cap) != 0) return -1;
+    return f->resolve(c, err, cap);
 }
 
 /* The mixture-of-experts options together. */
-int check_moe(const train_config *c, const int *given, char *err, size_t cap) {
+static int check_moe(const train_config *c, const int *given, char *err, size_t cap) {
     if (!c->moe_experts) {
         const char *only[] = {"moe-top-k", "moe-every", "moe-capacity", "moe-aux", "ep"};
         for (int i = 0; i < 5; i++)
@@ -130,9 +88,8 @@ int check_config(const train_config *c, const int *given, char *err, size_t cap)
     int order[3];
     if (fsc_layout_parse_order(c->order, order) != FSC_OK) return snprintf(err, cap, "--order: %s", fsc_last_error()), -1;
     if (c->sequence_parallel && c->tp < 2) return snprintf(err, cap, "--sequence-parallel needs --tp 2 or more"), -1;
-    if (c->tp > 1 && c->model != MODEL_LLAMA) { /* the Llama's: resolve_model */
-        if (fsc_tp_check_config(&g, c->tp) != FSC_OK) return snprintf(err, cap, "--tp: %s", fsc_last_error()), -1;
-    }
+    const model_family *f = model_family_of(c);
+    if (c->tp > 1 && f->check_tp && f->check_tp(c, err, cap) != 0) return -1;
     if (c->tp > 1 && c->batch % c->dp == 0 && (c->batch / c->dp) % c->accum == 0 && c->sequence_parallel &&
         ((long long)(c->batch / c->dp / c->accum) * c->seq) % c->tp != 0)
         return snprintf(err, cap, "--sequence-parallel: a micro-batch of %d x %d token rows does not split over --tp %d",

@@ -54,24 +54,6 @@ static fsc_optim_config optim_config(const train_config *c) {
     return oc;
 }
 
-/* The engine of --model's family. *lm: the model the engine runs when the program made it (a Llama on one tensor
- * rank; the GPT's engine owns its own, and so does the tensor-parallel Llama's); the caller frees it after the
- * engine. Collective. */
-static fsc_status build_engine(fsc_rank *r, const train_config *c, const fsc_parallel_opts *po,
-                               const fsc_optim_config *oc, fsc_engine **e, fsc_model **lm) {
-    if (c->model == MODEL_LLAMA && c->tp > 1) { /* the engine builds its tensor-parallel form on the group */
-        fsc_llama_build_arg ba = {.cfg = llama_config(c), .sp = c->sequence_parallel};
-        return fsc_engine_create_built(r, fsc_llama_build, &ba, po, oc, c->seed, e);
-    }
-    if (c->model == MODEL_LLAMA) {
-        fsc_llama_config lc = llama_config(c);
-        FSC_TRY(fsc_llama_model_create(r->dev, &lc, lm));
-        return fsc_engine_create_model(r, *lm, po, oc, c->seed, e);
-    }
-    fsc_gpt_config gc = model_config(c);
-    return fsc_engine_create(r, &gc, po, oc, c->seed, e);
-}
-
 /* Before the first step: this rank's place in the layout (rank 0 prints it), --ckpt-dir locked, --load's weights,
  * --resume's checkpoint (*start: the step to continue at), --ckpt-dir/config.json, --init-save. Collective. */
 static fsc_status start_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_ckpt_dir_lock **lock, int *start) {
@@ -106,8 +88,7 @@ static fsc_status train_step(fsc_rank *r, run_state *st, fsc_engine *e, const ru
     double t0 = now_ms();
     fsc_step_info info = {0};
     FSC_TRY(fsc_engine_set_lr(e, fsc_lr_at(&sched, step)));
-    fsc_status s = c->model == MODEL_LLAMA ? fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info)
-                                           : fsc_engine_step(e, tok, tgt, bl, c->batch, &info);
+    fsc_status s = fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info); /* every family's: int32 tokens */
     if (s != FSC_OK) return fsc_error_prefix(s, "step %d/%d", step + 1, c->steps);
     double ms = now_ms() - t0, val_loss = NAN;
     if (st->val && val_due(c, step)) FSC_TRY(validate(st, e, d, tok, tgt, &val_loss));
@@ -156,7 +137,7 @@ fsc_status train_fn(fsc_rank *r, void *arg) {
     FSC_TRY(parallel_opts(c, balance, &po));
     const fsc_optim_config oc = optim_config(c);
     fsc_engine *e = NULL;
-    fsc_model *lm = NULL; /* the model the engine runs, when this function made it (build_engine) */
+    fsc_model *lm = NULL; /* the model the engine runs, when the family's build made it for this function */
     fsc_trace *tr = NULL; /* --trace: this rank's recorder, attached to the world before the engine splits groups */
     if (r->rank == 0) st->tflops = c->peak_tflops;
     if (r->rank == 0 && !(c->peak_tflops > 0) && fsc_device_measure_tflops(r->dev, 512, &st->tflops) != FSC_OK)
@@ -166,7 +147,7 @@ fsc_status train_fn(fsc_rank *r, void *arg) {
                                                    .origin_us = st->trace_origin}, &tr));
         fsc_comm_set_trace(r->comm, tr);
     }
-    fsc_status s = build_engine(r, c, &po, &oc, &e, &lm);
+    fsc_status s = model_family_of(c)->build(r, c, &po, &oc, &e, &lm);
     const int built = s == FSC_OK;
     if (built) fsc_engine_set_trace(e, tr);
     const size_t n = (size_t)(c->batch / c->dp) * (size_t)c->seq;

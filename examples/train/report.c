@@ -157,10 +157,10 @@ int open_outputs(const train_config *c, const train_config *asked, int me, FILE 
 /* The lines before training: the model, the data, the ranks (rank 0's process prints; main silenced the others). */
 void print_banner(const run_state *st, const fsc_data *data) {
     const train_config *c = st->cfg;
-    fsc_gpt_config gc = model_config(c);
+    const model_family *f = model_family_of(c);
     char pbuf[32];
     char kv[64] = "", mbuf[16];
-    if (c->model == MODEL_LLAMA) snprintf(kv, sizeof kv, " (%d kv), ffn %d", c->kv_heads, c->ffn);
+    f->describe(c, kv, sizeof kv);
     printf("model: %s, %d layers, width %d, %d heads%s, context %d, vocab %d: %zu parameters | data: %s, %zu tokens (%s, %d file%s) | "
            "world %d, parallel %s, %s\n", option_choice("model", c->model, mbuf, sizeof mbuf),
            c->layers, c->dim, c->heads, kv, c->seq, c->vocab, st->nparams, c->data, st->ntok,
@@ -169,7 +169,7 @@ void print_banner(const run_state *st, const fsc_data *data) {
            option_choice("precision", c->precision, pbuf, sizeof pbuf));
     if (c->moe_experts)
         printf("moe: %d of %d blocks (--moe-every %d) with %d experts, top-%d, capacity factor %g, aux %g; expert "
-               "groups of %d ranks (%d experts per rank)\n", fsc_gpt_num_moe_blocks(&gc), c->layers, c->moe_every,
+               "groups of %d ranks (%d experts per rank)\n", f->moe_blocks(c), c->layers, c->moe_every,
                c->moe_experts, c->moe_top_k, (double)c->moe_capacity, (double)c->moe_aux, c->ep, c->moe_experts / c->ep);
     if (st->procs)
         printf("processes: %d, one rank each, %s\n", c->world, c->reduce == 1 ? "--reduce native: the communicator's own "

@@ -97,13 +97,11 @@ void print_pipeline(const run_state *st) {
  * expert group's communication per step and operation (rank 0's all-to-alls, and with clipping the norm). */
 static cJSON *moe_object(const run_state *st) {
     const train_config *c = st->cfg;
-    fsc_gpt_config g = model_config(c);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "experts", c->moe_experts);
     cJSON_AddNumberToObject(o, "top_k", c->moe_top_k);
     cJSON_AddNumberToObject(o, "every", c->moe_every);
-    cJSON_AddNumberToObject(o, "moe_blocks", c->model == MODEL_LLAMA ? fsc_llama_num_moe_layers(&(fsc_llama_config){
-        .layers = c->layers, .moe_experts = c->moe_experts, .moe_every = c->moe_every }) : fsc_gpt_num_moe_blocks(&g));
+    cJSON_AddNumberToObject(o, "moe_blocks", model_family_of(c)->moe_blocks(c));
     cJSON_AddNumberToObject(o, "ep", c->ep);
     cJSON *aux = cJSON_AddArrayToObject(o, "aux_losses");
     cJSON *dr = cJSON_AddArrayToObject(o, "dropped"), *as = cJSON_AddArrayToObject(o, "assigned");

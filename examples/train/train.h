@@ -2,6 +2,7 @@
  *   options.c  the option table: the parser, the defaults and the --help text
  *   config.c   --config FILE.json over the defaults, and the options as one JSON object (--json, config.json)
  *   checks.c   the options together (layout, model, MoE, the launcher's processes) before anything runs
+ *   models.c   the model families (gpt2, llama): one entry each, found by --model's name
  *   data.c     --data and --val-data: the files, each step's batch by the data order, the validation loss
  *   loop.c     what every rank runs: build the engine, train --steps steps, save
  *   ckpt.c     --ckpt-dir, --save-every, --resume, --keep-last and the weights files (--save, --init-save)
@@ -100,7 +101,7 @@ extern const option options[NOPT];
 extern const fsc_dtype precision_dtype[3];          /* --precision */
 extern const fsc_pipe_checkpoint pipe_ckpt_mode[3]; /* --checkpoint */
 #define PAR_PIPE 5    /* --parallel pipe: a pipeline with ddp in each stage */
-#define MODEL_LLAMA 1 /* --model llama */
+#define MODEL_LLAMA 1 /* --model llama (the fuzzer's checks; the trainer asks models.c) */
 #define CONFIG_MAX (1 << 20) /* bytes of a --config file, and of the config.json --resume compares */
 
 /* --json's per-step arrays hold at most the last RESULT_STEPS steps (with first_step, the step their first entry
@@ -170,6 +171,25 @@ int resolve_layout(train_config *c, const int *given, char *err, size_t cap);
 int resolve_model(train_config *c, const int *given, char *err, size_t cap);
 int check_config(const train_config *c, const int *given, char *err, size_t cap);
 fsc_parallel_kind strategy(const train_config *c);
+
+/* models.c: the model families, one entry each; nothing else asks which family a run trains */
+typedef struct {
+    const char *name;            /* --model NAME */
+    const char *const *options;  /* the options only this family takes (NULL-terminated; NULL: none) */
+    int (*resolve)(train_config *c, char *err, size_t cap);         /* --ffn's default, the family's checks */
+    int (*check_tp)(const train_config *c, char *err, size_t cap);  /* --tp > 1 (NULL: in resolve) */
+    size_t (*num_params)(const train_config *c);
+    int (*moe_blocks)(const train_config *c);                      /* blocks with an MoE MLP */
+    void (*describe)(const train_config *c, char *buf, size_t cap); /* the banner's words after the heads */
+    /* The engine of the family's model (collective); *m: a model the caller frees after the engine, or NULL. */
+    fsc_status (*build)(fsc_rank *r, const train_config *c, const fsc_parallel_opts *po, const fsc_optim_config *oc,
+                        fsc_engine **e, fsc_model **m);
+    /* 1 with err when --load's file cannot be this family's weights (NULL: the loader says) */
+    int (*check_load)(const char *path, char *err, size_t cap);
+} model_family;
+const model_family *model_family_find(const char *name);
+const model_family *model_family_of(const train_config *c);
+int check_family_options(const train_config *c, const int *given, char *err, size_t cap);
 fsc_gpt_config model_config(const train_config *c);
 fsc_llama_config llama_config(const train_config *c);
 

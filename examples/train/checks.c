@@ -78,13 +78,27 @@ static int check_moe(const train_config *c, const int *given, char *err, size_t 
     return 0;
 }
 
-/* Checks that need several options together. */
-int check_config(const train_config *c, const int *given, char *err, size_t cap) {
-    if (given[option_index("save-dtype")] && !c->save && !c->init_save)
-        return snprintf(err, cap, "--save-dtype applies to --save and --init-save only"), -1;
-    fsc_gpt_config g = model_config(c);
-    if (check_moe(c, given, err, cap) != 0) return -1;
-    if (fsc_gpt_config_validate(&g) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
+/* The pipeline's options: only with --pp 2 or more, a stage per block at least, --balance. */
+static int check_pipeline(const train_config *c, const int *given, char *err, size_t cap) {
+    if (c->pp < 2) {
+        const char *only[] = {"schedule", "balance", "checkpoint"};
+        for (int i = 0; i < 3; i++)
+            if (given[option_index(only[i])])
+                return snprintf(err, cap, "--%s applies to pipelines only (--pp 2 or more)", only[i]), -1;
+    } else {
+        if (c->pp > c->layers)
+            return snprintf(err, cap, "--pp %d pipeline stages but the model has %d blocks (--layers): every stage "
+                            "needs at least one", c->pp, c->layers), -1;
+        int bal[1024];
+        if (c->balance && fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = c->layers + 2 }, c->pp, bal) != FSC_OK)
+            return snprintf(err, cap, "--balance: %s", fsc_last_error()), -1;
+    }
+    return 0;
+}
+
+/* The layout options together: the rank order, tensor and sequence parallelism, the batch over the data-parallel
+ * ranks and micro-batches, the strategy, the pipeline's options, the options of fsdp only. */
+static int check_parallel(const train_config *c, const int *given, char *err, size_t cap) {
     int order[3];
     if (fsc_layout_parse_order(c->order, order) != FSC_OK) return snprintf(err, cap, "--order: %s", fsc_last_error()), -1;
     if (c->sequence_parallel && c->tp < 2) return snprintf(err, cap, "--sequence-parallel needs --tp 2 or more"), -1;
@@ -108,23 +122,16 @@ int check_config(const train_config *c, const int *given, char *err, size_t cap)
                    : snprintf(err, cap, "--parallel none runs on one rank; with --world %d choose ddp or fsdp", c->world), -1;
     if (c->parallel == PAR_PIPE && c->pp < 2)
         return snprintf(err, cap, "--parallel pipe needs --pp 2 or more pipeline stages"), -1;
-    if (c->pp < 2) {
-        const char *only[] = {"schedule", "balance", "checkpoint"};
-        for (int i = 0; i < 3; i++)
-            if (given[option_index(only[i])])
-                return snprintf(err, cap, "--%s applies to pipelines only (--pp 2 or more)", only[i]), -1;
-    } else {
-        if (c->pp > c->layers)
-            return snprintf(err, cap, "--pp %d pipeline stages but the model has %d blocks (--layers): every stage "
-                            "needs at least one", c->pp, c->layers), -1;
-        int bal[1024];
-        if (c->balance && fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = g.layers + 2 }, c->pp, bal) != FSC_OK)
-            return snprintf(err, cap, "--balance: %s", fsc_last_error()), -1;
-    }
+    if (check_pipeline(c, given, err, cap) != 0) return -1;
     if (c->parallel != FSC_PAR_FSDP) {
         if (given[option_index("shard")]) return snprintf(err, cap, "--shard applies to --parallel fsdp only"), -1;
         if (given[option_index("wrap")]) return snprintf(err, cap, "--wrap applies to --parallel fsdp only"), -1;
     }
+    return 0;
+}
+
+/* The step's options: loss scaling, the optimizer, the learning-rate schedule, validation. */
+static int check_training(const train_config *c, const int *given, char *err, size_t cap) {
     if (precision_dtype[c->precision] == FSC_F16 && given[option_index("nonfinite")])
         return snprintf(err, cap, "--nonfinite applies to fp32 and bf16: fp16 loss scaling always skips a step with "
                         "inf/NaN and backs off the scale (up to --max-skipped-steps in a row)"), -1;
@@ -139,6 +146,11 @@ int check_config(const train_config *c, const int *given, char *err, size_t cap)
         return snprintf(err, cap, "--min-lr %g is above --lr %g", (double)c->min_lr, (double)c->lr), -1;
     if (!c->val_data && (given[option_index("val-every")] || given[option_index("val-batches")]))
         return snprintf(err, cap, "--%s needs --val-data", given[option_index("val-every")] ? "val-every" : "val-batches"), -1;
+    return 0;
+}
+
+/* The checkpoint and weights options. */
+static int check_ckpt_options(const train_config *c, const int *given, char *err, size_t cap) {
     if (c->save_every && !c->ckpt_dir) return snprintf(err, cap, "--save-every needs --ckpt-dir DIR"), -1;
     if (c->ckpt_dir && !c->save_every) return snprintf(err, cap, "--ckpt-dir needs --save-every K"), -1;
     if (given[option_index("ckpt-format")] && !c->ckpt_dir)
@@ -154,6 +166,18 @@ int check_config(const train_config *c, const int *given, char *err, size_t cap)
         return snprintf(err, cap, "--check-ddp runs twice and both runs would write the same checkpoints: drop "
                         "--save-every"), -1;
     return 0;
+}
+
+/* Checks that need several options together, in this order (the first refusal is the one said). */
+int check_config(const train_config *c, const int *given, char *err, size_t cap) {
+    if (given[option_index("save-dtype")] && !c->save && !c->init_save)
+        return snprintf(err, cap, "--save-dtype applies to --save and --init-save only"), -1;
+    fsc_gpt_config g = model_config(c);
+    if (check_moe(c, given, err, cap) != 0) return -1;
+    if (fsc_gpt_config_validate(&g) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
+    if (check_parallel(c, given, err, cap) != 0) return -1;
+    if (check_training(c, given, err, cap) != 0) return -1;
+    return check_ckpt_options(c, given, err, cap);
 }
 
 /* The launcher's processes (mpirun, srun, torchrun): --world must be theirs or be left out. me is this

@@ -92,11 +92,12 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libfsc_tests.a $(BUIL
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 
-# The trainer is fsc-train (examples/train_gpt.c: a GPT-2 or a Llama on token files); build/train_gpt stays,
-# a link to it, for the scripts and tests that name it.
+# The trainer is fsc-train (a GPT-2 or a Llama on token files): its main, examples/train_gpt.c, and its parts,
+# examples/train/*.c (one header, train.h); build/train_gpt stays, a link to it, for the scripts and tests that name it.
 TRAINER  := $(BUILD)/fsc-train
-$(TRAINER): examples/train_gpt.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
-	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
+TRAIN_SRC := examples/train_gpt.c $(sort $(wildcard examples/train/*.c))
+$(TRAINER): $(TRAIN_SRC) $(wildcard examples/*.h examples/train/*.h) $(BUILD)/libfsc.a
+	$(CC) $(CFLAGS) $(TRAIN_SRC) -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 $(BUILD)/train_gpt: $(TRAINER)
 	ln -sf fsc-train $@
 

@@ -1,4 +1,4 @@
-/* The trainer's per-step report (examples/train_gpt.c): one record per step that rank 0 fills (the step's loss,
+/* The trainer's per-step report (examples/train/report.c): one record per step that rank 0 fills (the step's loss,
  * its learning rate and validation loss when known, time, FLOPs, memory) and turns into the progress line on
  * stdout and, with --log FILE.jsonl, one JSON object per line, flushed as it goes:
  *   {"type":"train","step":3,"loss":5.1,"lr":0.003,"ms":41.2,"tokens_per_s":12427,"mfu":0.012,"eta_s":1.1,
@@ -8,7 +8,7 @@
  * The first line of a log is {"type":"config", "config":{...}} (the options of the run, as --json names them).
  * lr, val_loss, mfu and eta_s are left out when not known, host_peak_bytes without --offload. tools/plot reads
  * these lines.
- * Only what is here formats; the training loop and its measurements stay in train_gpt.c. */
+ * Only what is here formats; the training loop and its measurements stay in examples/train/ (loop.c, report.c). */
 #ifndef TRAIN_LOG_H
 #define TRAIN_LOG_H
 #include <math.h>
@@ -32,12 +32,12 @@ typedef struct {
     const char *extra;  /* appended to the progress line (MoE statistics, a skipped step); may be NULL */
 } step_record;
 
-static double record_mfu(const step_record *r) {
+static inline double record_mfu(const step_record *r) {
     return r->flops > 0 && r->peak_flops > 0 && r->ms > 0 ? r->flops / (r->ms * 1e-3) / r->peak_flops : NAN;
 }
 
 /* "1h02m", "3m07s", "12.4s" */
-static void format_duration(char *buf, size_t cap, double s) {
+static inline void format_duration(char *buf, size_t cap, double s) {
     if (!(s >= 0) || !isfinite(s)) snprintf(buf, cap, "?");
     else if (s < 60) snprintf(buf, cap, "%.1fs", s);
     else if (s < 3600) snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
@@ -45,7 +45,7 @@ static void format_duration(char *buf, size_t cap, double s) {
 }
 
 /* The progress line: step, loss, validation loss (when computed), lr, ms/step, tokens/s, MFU, peak memory, ETA. */
-static void print_progress(FILE *f, const step_record *r) {
+static inline void print_progress(FILE *f, const step_record *r) {
     char val[32] = "", lr[32] = "", mfu[32] = "", eta[32] = "";
     if (isfinite(r->val_loss)) snprintf(val, sizeof val, " | val %.6f", r->val_loss);
     if (isfinite(r->lr)) snprintf(lr, sizeof lr, " | lr %.3e", r->lr);
@@ -63,14 +63,14 @@ static void print_progress(FILE *f, const step_record *r) {
 }
 
 /* A number that reads back as the same double (%.17g); JSON has no inf or NaN: those become null. */
-static void add_exact(cJSON *o, const char *k, double x) {
+static inline void add_exact(cJSON *o, const char *k, double x) {
     char buf[32];
     snprintf(buf, sizeof buf, "%.17g", x);
     cJSON_AddItemToObject(o, k, isfinite(x) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
 }
 
 /* Write o as one line and flush it; 0, or -1 when the write failed. Takes o. */
-static int log_line(FILE *f, cJSON *o) {
+static inline int log_line(FILE *f, cJSON *o) {
     char *text = o ? cJSON_PrintUnformatted(o) : NULL;
     int bad = !text || fputs(text, f) < 0 || fputc('\n', f) == EOF || fflush(f) != 0;
     free(text);
@@ -79,7 +79,7 @@ static int log_line(FILE *f, cJSON *o) {
 }
 
 /* {"params":..,"grads":..,..,"total":..}: peak (FSC_TAG_COUNT + 1) bytes by tag, then the total (--log and --json). */
-static cJSON *tag_object(const size_t *peak) {
+static inline cJSON *tag_object(const size_t *peak) {
     cJSON *o = cJSON_CreateObject();
     for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(o, fsc_tag_name((fsc_tag)t), (double)peak[t]);
     cJSON_AddNumberToObject(o, "total", (double)peak[FSC_TAG_COUNT]);
@@ -87,7 +87,7 @@ static cJSON *tag_object(const size_t *peak) {
 }
 
 /* The --log record of a validation after step (0: before the first). */
-static int log_val(FILE *f, int step, double val_loss) {
+static inline int log_val(FILE *f, int step, double val_loss) {
     cJSON *v = cJSON_CreateObject();
     cJSON_AddStringToObject(v, "type", "val");
     cJSON_AddNumberToObject(v, "step", step);
@@ -96,7 +96,7 @@ static int log_val(FILE *f, int step, double val_loss) {
 }
 
 /* The --log record of a step (and, when it has one, of its validation after it). */
-static int log_step(FILE *f, const step_record *r) {
+static inline int log_step(FILE *f, const step_record *r) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "type", "train");
     cJSON_AddNumberToObject(o, "step", r->step);
@@ -115,7 +115,7 @@ static int log_step(FILE *f, const step_record *r) {
 }
 
 /* The first line of a log: the run's options (takes config). */
-static int log_config(FILE *f, cJSON *config) {
+static inline int log_config(FILE *f, cJSON *config) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "type", "config");
     cJSON_AddItemToObject(o, "config", config);

@@ -4,7 +4,7 @@
  * those that are a process's own, and the identity of --data and --val-data: tokens, each file's path and
  * tokens, and a sample of the content (FNV-1a of 64 runs of 16 tokens spread over the stream). Ranks that
  * differ refuse together: "ranks disagree on --lr: rank 0 has 0.001, rank 1 has 0.0001".
- * Only what is here decides what is compared; where the check runs stays in train_gpt.c. */
+ * Only what is here decides what is compared; where the check runs stays in examples/train/loop.c (proc_fn). */
 #ifndef TRAIN_SAME_H
 #define TRAIN_SAME_H
 #include <stdint.h>

@@ -1,16 +1,16 @@
-/* libFuzzer harness for the trainer's command line (examples/train_gpt.c, compiled here with its main
- * renamed): the input split at NUL bytes is argv[1..]. The options go through parse_args, check_launcher (no
- * launcher's variables under the fuzzer: simulated ranks), resolve_layout, resolve_model and check_config as
- * in main. A refusal says why; an accepted configuration holds together (world = dp x tp x pp within
- * [1, 1024], the batch splits over the data-parallel ranks and micro-batches, the model of either family
+/* libFuzzer harness for the trainer's command line (examples/train/options.c, config.c, checks.c and models.c,
+ * compiled into the harness): the input split at NUL bytes is argv[1..]. The options go through parse_args,
+ * check_launcher (no launcher's variables under the fuzzer: simulated ranks), resolve_layout, resolve_model and
+ * check_config as in main. A refusal says why; an accepted configuration holds together (world = dp x tp x pp
+ * within [1, 1024], the batch splits over the data-parallel ranks and micro-batches, the model of either family
  * (--model gpt2: --ffn 4 x --dim, --kv-heads --heads; --model llama: a valid Llama, MoE fields included, whose
  * heads, kv heads, ffn and vocabulary split over --tp), the rank order, the layout of every rank and the balance
- * are valid), and its --json record (config_object) fed back to the parser as options gives the same
- * configuration.
+ * are valid), and its --json record (config_object) fed back to the parser as options gives the same configuration.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_train_args.c (or make fuzz). */
-#define main train_gpt_main
-#include "../examples/train_gpt.c"
-#undef main
+#include "../examples/train/options.c"
+#include "../examples/train/config.c"
+#include "../examples/train/checks.c"
+#include "../examples/train/models.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

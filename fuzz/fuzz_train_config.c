@@ -1,11 +1,13 @@
-/* libFuzzer harness for the trainer's --config parser (apply_config_text of examples/train_gpt.c, compiled in
- * with its main renamed): the input is the file's text. A refusal must say why; an accepted object holds only
- * option names, each once, and the configuration it gives, written as the run's config.json is (config_object)
- * and read back, is the same configuration (every option), with the same options marked given (those that differ
- * from their defaults). Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_train_config.c (or make fuzz). */
-#define main train_gpt_main
-#include "../examples/train_gpt.c"
-#undef main
+/* libFuzzer harness for the trainer's --config parser (apply_config_text of examples/train/config.c, compiled into
+ * the harness with the option table, the checks and the model families): the input is the file's text. A refusal
+ * must say why; an accepted object holds only option names, each once, and the configuration it gives, written as
+ * the run's config.json is (config_object) and read back, is the same configuration (every option), with the same
+ * options marked given (those that differ from their defaults). Build and run: ci/fuzz.sh SECONDS
+ * fuzz/fuzz_train_config.c (or make fuzz). */
+#include "../examples/train/options.c"
+#include "../examples/train/config.c"
+#include "../examples/train/checks.c"
+#include "../examples/train/models.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -687,6 +687,10 @@ static void null_fsc_generator_next(void) {
     INVALID(fsc_generator_next(P, P, 0, P, NULL), "vocab");
 }
 
+static void null_fsc_model_family_register(void) { INVALID(fsc_model_family_register(NULL), "f"); }
+
+static void null_fsc_model_family_find(void) { RETNULL(fsc_model_family_find(NULL)); }
+
 static void null_fsc_model_from_config(void) {
     INVALID(fsc_model_from_config(NULL, P, P), "dev");
     INVALID(fsc_model_from_config(DEV, NULL, P), "config");
@@ -2359,6 +2363,8 @@ static const struct row rows[] = {
     ROW(fsc_generator_free),
     ROW(fsc_generator_next),
     ROW(fsc_model_from_config),
+    ROW(fsc_model_family_register),
+    ROW(fsc_model_family_find),
     ROW(fsc_sample_token),
     /* gpt.h */
     ROW(fsc_gpt_acts_bytes),

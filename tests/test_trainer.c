@@ -415,11 +415,36 @@ static void test_nonfinite(void **st) {
     }
 }
 
+/* Oracle: every family --help names for --model ("model family: gpt2|llama ...") is one the trainer builds
+ * (examples/train/models.c finds its entry by that name): a step of each runs and the banner names it. */
+static void test_model_families(void **st) {
+    (void)st;
+    char *help = NULL;
+    assert_int_equal(prog_run(trainer, "--help", tmpdir, &help, NULL), 0);
+    const char *p = strstr(help, "model family: ");
+    assert_non_null(p);
+    p += strlen("model family: ");
+    int n = 0;
+    while (*p && *p != ' ') {
+        size_t len = strcspn(p, "| ");
+        char *args = prog_fmt(TINY " --data '%s/data.txt' --steps 1 --model %.*s", tmpdir, (int)len, p);
+        char *want = prog_fmt("model: %.*s, ", (int)len, p), *out = NULL, *err = NULL;
+        int rc = run(args, &out, &err);
+        if (rc != 0 || !strstr(out, want)) fail_msg("%s: exit %d, no '%s' line\n%s%s", args, rc, want, out, err);
+        free(args), free(want), free(out), free(err);
+        n++;
+        p += len + (p[len] == '|');
+    }
+    assert_true(n >= 2); /* gpt2 and llama at least */
+    free(help);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
+        cmocka_unit_test(test_model_families),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_full_stdout),
         cmocka_unit_test(test_steps_bounded),

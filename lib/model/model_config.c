@@ -1,10 +1,13 @@
-/* The built-in models from their configuration text (generate.h's fsc_model_from_config): the GPT-2 (gpt.h; no
- * "family" or "gpt2") and the Llama (llama.h; "family":"llama"), with every field checked as a number of its range.
- * A program that holds only a weights file (the sampler) builds the model the file records this way.
+/* Models from their configuration text (generate.h's fsc_model_from_config), by family (family.h): the built-in
+ * GPT-2 (gpt.h; no "family" or "gpt2") and Llama (llama.h; "family":"llama"), with every field checked as a number
+ * of its range, and the families a program registered. A program that holds only a weights file (the sampler)
+ * builds the model the file records this way.
  * Not here: checking a recorded configuration against a model (gpt_model.c, llama.c). */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <cjson/cJSON.h>
+#include "fsc/family.h"
 #include "fsc/generate.h"
 #include "fsc/gpt.h"
 #include "fsc/llama.h"
@@ -67,27 +70,88 @@ static fsc_status make_llama(fsc_device *dev, const cJSON *o, fsc_model **out) {
     return fsc_llama_model_create(dev, &c, out);
 }
 
+/* The built-in families take the text: parsed here again (a text the caller already parsed once). */
+static fsc_status from_text(fsc_device *dev, const char *config, fsc_model **out,
+                            fsc_status (*make)(fsc_device *, const cJSON *, fsc_model **)) {
+    cJSON *o = cJSON_Parse(config);
+    fsc_status s = cJSON_IsObject(o) ? make(dev, o, out)
+                                     : fsc_error(FSC_ERR_FORMAT, "model configuration is not a JSON object: %.200s", config);
+    cJSON_Delete(o);
+    return s;
+}
+
+static fsc_status gpt_from_config(fsc_device *dev, const char *config, fsc_model **out) {
+    return from_text(dev, config, out, make_gpt);
+}
+
+static fsc_status llama_from_config(fsc_device *dev, const char *config, fsc_model **out) {
+    return from_text(dev, config, out, make_llama);
+}
+
+/* The families: the built-in ones, then those registered (never removed, so a found pointer stays valid). */
+enum { MAX_REGISTERED = 32 };
+static const fsc_model_family builtin[] = { { "gpt2", gpt_from_config }, { "llama", llama_from_config } };
+static fsc_model_family registered[MAX_REGISTERED];
+static int nregistered;
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const fsc_model_family *fsc_model_family_find(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+        if (!strcmp(builtin[i].name, name)) return &builtin[i];
+    const fsc_model_family *f = NULL;
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < nregistered && !f; i++)
+        if (!strcmp(registered[i].name, name)) f = &registered[i];
+    pthread_mutex_unlock(&registry_lock);
+    return f;
+}
+
+fsc_status fsc_model_family_register(const fsc_model_family *f) {
+    FSC_CHECK_ARG(f);
+    if (!f->name || !f->from_config) return fsc_error(FSC_ERR_INVALID, "model family: name or from_config is NULL");
+    size_t n = strlen(f->name);
+    if (n == 0 || n > 31 || strspn(f->name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n)
+        return fsc_error(FSC_ERR_INVALID, "model family '%.40s': a name is 1 to 31 letters, digits, '_' or '-'", f->name);
+    fsc_status s = FSC_OK;
+    pthread_mutex_lock(&registry_lock);
+    int taken = 0;
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) taken |= !strcmp(builtin[i].name, f->name);
+    for (int i = 0; i < nregistered; i++) taken |= !strcmp(registered[i].name, f->name);
+    if (taken) s = fsc_error(FSC_ERR_INVALID, "model family '%s' is already registered", f->name);
+    else if (nregistered == MAX_REGISTERED)
+        s = fsc_error(FSC_ERR_UNSUPPORTED, "model family '%s': at most %d families can be registered", f->name,
+                      MAX_REGISTERED);
+    else registered[nregistered++] = *f;
+    pthread_mutex_unlock(&registry_lock);
+    return s;
+}
+
 fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model **out) {
     FSC_CHECK_ARG(out);
     *out = NULL;
     FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(config);
     cJSON *o = cJSON_Parse(config);
-    fsc_status s;
+    fsc_status s = FSC_OK;
     const cJSON *fam = cJSON_IsObject(o) ? field(o, "family") : NULL;
+    const fsc_model_family *f = NULL;
     if (!cJSON_IsObject(o))
         s = fsc_error(FSC_ERR_FORMAT, "model configuration is not a JSON object: %.200s", config);
     else if (fam && !cJSON_IsString(fam))
         s = fsc_error(FSC_ERR_FORMAT, "model configuration: family is not a string");
-    else if (!fam || !strcmp(fam->valuestring, "gpt2"))
-        s = field(o, "layers") ? make_gpt(dev, o, out)
-                               : fsc_error(FSC_ERR_FORMAT, "model configuration names no built-in model (neither "
-                                           "a GPT-2's fields nor a family): %.200s", config);
-    else if (!strcmp(fam->valuestring, "llama"))
-        s = make_llama(dev, o, out);
-    else
+    else if (!fam && !field(o, "layers"))
+        s = fsc_error(FSC_ERR_FORMAT, "model configuration names no built-in model (neither a GPT-2's fields nor a "
+                      "family): %.200s", config);
+    else if (!(f = fsc_model_family_find(fam ? fam->valuestring : "gpt2")))
         s = fsc_error(FSC_ERR_FORMAT, "model configuration: unknown family '%.40s' (built-in: gpt2, llama)",
                       fam->valuestring);
     cJSON_Delete(o);
+    if (s != FSC_OK) return s;
+    s = f->from_config(dev, config, out);
+    if (s != FSC_OK && *out) { /* a family's refusal leaves no model */
+        fsc_model_free(*out);
+        *out = NULL;
+    }
     return s;
 }

@@ -21,6 +21,7 @@
 #include "gpt.h"
 #include "llama.h"
 #include "generate.h"
+#include "family.h"
 #include "nn.h"
 #include "checkpoint_wrapper.h"
 #include "parallel.h"

@@ -23,9 +23,10 @@
 
 FSC_BEGIN_DECLS
 
-/* The built-in model a configuration text describes (model.h's config, as checkpoints and weights files record
- * it: safetensors.h's FSC_ST_META_MODEL): a GPT-2 (no "family", or "gpt2"; gpt.h) or a Llama ("family":"llama";
- * llama.h), on dev. FSC_ERR_FORMAT naming the field for a text that is neither. Free with fsc_model_free. */
+/* The model a configuration text describes (model.h's config, as checkpoints and weights files record it:
+ * safetensors.h's FSC_ST_META_MODEL): a GPT-2 (no "family", or "gpt2"; gpt.h), a Llama ("family":"llama";
+ * llama.h) or a family a program registered (family.h), on dev. FSC_ERR_FORMAT naming the field for a text of no
+ * known family or a bad field. Free with fsc_model_free. */
 fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model **out);
 
 typedef struct {

@@ -1,0 +1,177 @@
+/* Checkpoints and weights files: --ckpt-dir (another run's refused, locked while the run lives, its config.json),
+ * --save-every and --keep-last, --resume (the newest checkpoint that loads, the options it was written with
+ * compared), and the weights files --save and --init-save (checked writable before training).
+ * Not here: the checkpoint format and its reader (lib/ckpt, docs/checkpoints.md). */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include "train.h"
+
+/* A run without --resume starts a new run: a --ckpt-dir holding checkpoints belongs to another one, and
+ * the library refuses the first save there (unless --ckpt-overwrite). Say so before training. */
+int check_ckpt_dir(const train_config *c, char *err, size_t cap) {
+    char path[4096], who[160] = "";
+    int64_t step;
+    if (!c->ckpt_dir || c->resume || c->ckpt_overwrite) return 0;
+    if (fsc_ckpt_latest(c->ckpt_dir, path, sizeof path, &step) != FSC_OK)
+        return snprintf(err, cap, "--ckpt-dir: %s", fsc_last_error()), -1;
+    if (step < 0) return 0;
+    fsc_ckpt_meta *m = NULL;
+    if (fsc_ckpt_meta_read(path, &m) == FSC_OK)
+        snprintf(who, sizeof who, ": run %.8s, seed %llu, lr %g", m->run_id, (unsigned long long)m->seed,
+                 (double)m->optim.lr);
+    fsc_ckpt_meta_free(m);
+    return snprintf(err, cap, "--ckpt-dir %s holds the checkpoints of another run (newest step %lld%s): continue it "
+                    "with --resume %s, choose another --ckpt-dir, or give --ckpt-overwrite to start over (they are "
+                    "removed at the first save)", c->ckpt_dir, (long long)step, who, c->ckpt_dir), -1;
+}
+
+/* --ckpt-dir: this run's alone while it lives (fsc_ckpt_lock, docs/checkpoints.md), taken before anything is
+ * written there; a file system without locks is said on stderr and the run goes on. Collective. */
+fsc_status lock_ckpt_dir(fsc_rank *r, fsc_engine *e, const char *dir, fsc_ckpt_dir_lock **lock) {
+    fsc_status s = fsc_ckpt_lock(e, dir, lock);
+    if (s == FSC_ERR_UNSUPPORTED && r->rank == 0)
+        fprintf(stderr, "fsc-train: warning: --ckpt-dir %s: %s\n", dir, fsc_last_error());
+    return s == FSC_ERR_UNSUPPORTED ? FSC_OK : s == FSC_OK ? s : fsc_error_prefix(s, "--ckpt-dir");
+}
+
+/* --ckpt-dir/config.json, the options as asked (loadable with --config; durable as checkpoints are): written by
+ * rank 0 once the run holds the directory and has resumed, so that a refused run leaves the record as it was.
+ * Collective. */
+fsc_status write_run_config(fsc_rank *r, const run_state *st) {
+    fsc_status s = FSC_OK;
+    if (r->rank == 0) {
+        cJSON *o = config_object(st->asked);
+        char *text = o ? cJSON_Print(o) : NULL;
+        cJSON_Delete(o);
+        s = text ? fsc_ckpt_write_file(st->cfg->ckpt_dir, "config.json", text, strlen(text))
+                 : fsc_error(FSC_ERR_NOMEM, "out of memory");
+        free(text);
+        if (s != FSC_OK) fsc_error_prefix(s, "--ckpt-dir: config.json");
+    }
+    return fsc_comm_agree(r->comm, r->dev, s);
+}
+
+/* --resume: the engine's state from the newest checkpoint of c->resume that loads (leftovers of interrupted saves
+ * and damaged checkpoints said on stderr); *start is the step the run continues at (0 when there is none: a new
+ * run). Collective. */
+fsc_status resume_run(fsc_rank *r, const train_config *c, fsc_engine *e, int *start) {
+    int64_t at = 0;
+    int left = 0;
+    char rep[1024];
+    if (r->rank == 0 && fsc_ckpt_clean(c->resume, &left, rep, sizeof rep) == FSC_OK && left) /* resume skips them */
+        fprintf(stderr, "fsc-train: warning: %d leftover%s of interrupted saves not removed: %s\n", left,
+                left == 1 ? "" : "s", rep);
+    char from[4096], skipped[4096];
+    fsc_status s = fsc_ckpt_try_resume(e, c->resume, &at, from, sizeof from, skipped, sizeof skipped);
+    if (s == FSC_OK && r->rank == 0 && skipped[0]) fprintf(stderr, "fsc-train: warning: %s\n", skipped);
+    if (s == FSC_OK && at < 0) { /* nothing to resume: a first run (README's save-every/resume example) */
+        at = 0;
+        if (r->rank == 0) printf("no checkpoint in %s to resume from: starting a new run at step 0\n", c->resume);
+    }
+    *start = at < c->steps ? (int)at : c->steps;
+    if (s == FSC_OK && r->rank == 0 && from[0]) {
+        printf("resumed from %s at step %lld\n", from, (long long)at);
+        if (at >= c->steps)
+            fprintf(stderr, "fsc-train: warning: the checkpoint is at step %lld, --steps is %d: no step left to train "
+                            "(give a larger --steps to continue)\n", (long long)at, c->steps);
+    }
+    return s;
+}
+
+/* --save-every K: a checkpoint after step (from 0) when it is a multiple of K, then --keep-last's pruning.
+ * Collective. */
+fsc_status save_checkpoint(fsc_rank *r, const train_config *c, fsc_engine *e, int step) {
+    if (!c->save_every || (step + 1) % c->save_every != 0) return FSC_OK;
+    fsc_ckpt_save_opts so = {.format = (fsc_ckpt_format)c->ckpt_format, .start_over = c->ckpt_overwrite};
+    fsc_status s = fsc_ckpt_save(e, c->ckpt_dir, step + 1, &so);
+    if (s == FSC_OK && r->rank == 0) printf("checkpoint %s/step-%08d\n", c->ckpt_dir, step + 1);
+    char left[2048];
+    if (s == FSC_OK && r->rank == 0 && c->keep_last) { /* durable on every rank: older ones may go */
+        if (fsc_ckpt_prune(c->ckpt_dir, step + 1, c->keep_last, NULL, left, sizeof left) != FSC_OK)
+            snprintf(left, sizeof left, "%s", fsc_last_error());
+        if (left[0]) fprintf(stderr, "fsc-train: warning: --keep-last %d: %s\n", c->keep_last, left);
+    }
+    return s;
+}
+
+/* --save or --init-save: the engine's weights at path, in --save-dtype. Collective. */
+fsc_status save_weights(fsc_engine *e, const train_config *c, const char *path) {
+    static const fsc_dtype save_dt[] = { FSC_F32, FSC_BF16, FSC_F16 }; /* --save-dtype */
+    return fsc_engine_save_weights_dtype(e, path, save_dt[c->save_dtype]);
+}
+
+/* --save or --init-save (opt), before training: the weights file can be written (path names a file, not a
+ * directory, and the writer creates its temporary beside it: made and removed here), so that the weights are not
+ * lost after the run; the temporaries a killed write of path left are removed first (fsc_st_remove_leftovers:
+ * only those names, of processes that are gone). */
+int check_weights_path(const char *opt, const char *path, char *err, size_t cap) {
+    struct stat sb;
+    const char *slash = strrchr(path, '/');
+    if (!*path || (slash && !slash[1])) return snprintf(err, cap, "--%s '%s': not a file name", opt, path), -1;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return snprintf(err, cap, "--%s %s: is a directory: give a file name (%s/model.safetensors)", opt, path, path), -1;
+    int removed = 0;
+    if (fsc_st_remove_leftovers(path, &removed) == FSC_OK && removed)
+        fprintf(stderr, "fsc-train: --%s %s: removed %d temporary file%s of an interrupted write (%s.tmp.*)\n", opt,
+                path, removed, removed == 1 ? "" : "s", path);
+    fsc_st_writer *w = NULL;
+    if (fsc_st_writer_open(path, &w) != FSC_OK)
+        return snprintf(err, cap, "--%s %s (checked before training, so that the weights are not lost after it)",
+                        opt, fsc_last_error()), -1;
+    fsc_st_writer_abort(w);
+    return 0;
+}
+
+/* --resume DIR: the options of DIR/config.json (the run that wrote the checkpoints; when DIR is one checkpoint, its
+ * directory's) that decide the updates after a checkpoint, against this run's. A difference is allowed (lowering the
+ * rate or extending a run is often meant) but said, once per option, on stderr: the resumed run is then not the
+ * recorded run continued bit for bit (docs/checkpoints.md). No config.json (checkpoints from elsewhere): nothing to
+ * compare. Returns the count. */
+int check_resume_config(const train_config *asked, const char *dir) {
+    static const char *const keys[] = { "lr", "lr-schedule", "warmup", "min-lr", "steps", "optimizer", "momentum",
+                                        "weight-decay", "decay-all", "clip", "batch", "seq", "data", "data-format" };
+    char path[4200], why[512], *text = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    const int one = access(path, F_OK) == 0; /* one checkpoint: its directory's config.json */
+    size_t dn = strlen(dir);
+    while (dn > 1 && dir[dn - 1] == '/') dn--; /* runs/step-00000004/ names runs/step-00000004 */
+    const char *slash = NULL;
+    for (size_t i = 0; i < dn; i++) slash = dir[i] == '/' ? dir + i : slash;
+    if (!one) snprintf(path, sizeof path, "%s/config.json", dir);
+    else if (slash) snprintf(path, sizeof path, "%.*s/config.json", (int)(slash - dir), dir);
+    else snprintf(path, sizeof path, "config.json");
+    if (access(path, F_OK) != 0) return 0;
+    if (read_config_file(path, path, &text, &n, why, sizeof why) != 0) {
+        fprintf(stderr, "fsc-train: warning: --resume %s: %s: options not compared\n", dir, why);
+        return 0;
+    }
+    cJSON *was = cJSON_ParseWithLength(text, n), *now = config_object(asked);
+    int differ = 0;
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(was, "lr-schedule");
+    const int decays = (cJSON_IsString(ws) && strcmp(ws->valuestring, "constant") != 0) ||
+                       asked->lr_schedule != FSC_LR_CONSTANT; /* --steps sets where a decay ends */
+    for (size_t i = 0; was && now && i < sizeof keys / sizeof *keys; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(was, keys[i]), *b = cJSON_GetObjectItemCaseSensitive(now, keys[i]);
+        if (!a || !b || (!strcmp(keys[i], "steps") && !decays)) continue;
+        /* this run's numbers are raw text (config_object), the file's parsed: compared as the floats they set */
+        char *sa = cJSON_PrintUnformatted(a), *sb = cJSON_PrintUnformatted(b), *ea = NULL, *eb = NULL;
+        const int same = sa && sb && (!strcmp(sa, sb) || (strtof(sa, &ea) == strtof(sb, &eb) && ea != sa && !*ea &&
+                                                          eb != sb && !*eb));
+        if (same || !sa || !sb) {
+            free(sa), free(sb);
+            continue;
+        }
+        fprintf(stderr, "fsc-train: warning: --resume %s: --%s is %s, the run that wrote the checkpoints had %s "
+                        "(%s): the steps from here differ from that run's\n", dir, keys[i], sb ? sb : "?",
+                sa ? sa : "?", path);
+        free(sa), free(sb);
+        differ++;
+    }
+    if (!was && n > 0) fprintf(stderr, "fsc-train: warning: --resume %s: %s is not JSON: options not compared\n", dir, path);
+    cJSON_Delete(was), cJSON_Delete(now);
+    free(text);
+    return differ;
+}

@@ -1,0 +1,216 @@
+/* --config FILE.json: a JSON object {"option": value, ...} over the defaults (the command line then wins), and
+ * the other way, the options as one JSON object (--json's "config", --ckpt-dir/config.json, --log's first line),
+ * which --config reads back as the same options.
+ * Not here: the table itself (options.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include "train.h"
+
+/* The text option o reads from the JSON value it (num holds a number's text), or NULL with *want naming what o
+ * takes: integer options integral numbers (--seed also a string of digits), floats numbers, flags true, the others
+ * strings. */
+static const char *value_text(const option *o, const cJSON *it, char *num, size_t cap, const char **want) {
+    double x = cJSON_IsNumber(it) ? it->valuedouble : 0;
+    int integral = cJSON_IsNumber(it) && isfinite(x) && x == floor(x) && fabs(x) <= 9007199254740992.0;
+    switch (o->kind) {
+    case K_INT:
+        if (integral) return snprintf(num, cap, "%.0f", x), num;
+        *want = "an integer";
+        return NULL;
+    case K_U64:
+        if (integral) return snprintf(num, cap, "%.0f", x), num;
+        if (cJSON_IsString(it)) return it->valuestring;
+        *want = "a non-negative integer (a string of digits above 2^53)";
+        return NULL;
+    case K_FLOAT:
+        if (cJSON_IsNumber(it)) return snprintf(num, cap, "%.17g", x), num;
+        *want = "a number";
+        return NULL;
+    case K_FLAG:
+        if (cJSON_IsTrue(it)) return "1";
+        *want = "true or false";
+        return NULL;
+    default: /* paths, choices, the wrap policy */
+        if (cJSON_IsString(it)) return it->valuestring;
+        *want = "a string";
+        return NULL;
+    }
+}
+
+/* "FILE: "key" must be an integer, not a string". Returns -1. */
+static int type_error(const cJSON *it, const char *key, const char *want, const char *name, char *err, size_t cap) {
+    char gotn[48];
+    snprintf(gotn, sizeof gotn, "%.17g", cJSON_IsNumber(it) ? it->valuedouble : 0);
+    const char *got = cJSON_IsString(it) ? "a string" : cJSON_IsNumber(it) ? gotn : cJSON_IsBool(it) ? "a boolean"
+                    : cJSON_IsArray(it) ? "an array" : "an object";
+    return snprintf(err, cap, "%s: \"%s\" must be %s, not %s", name, key, want, got), -1;
+}
+
+/* A copy of v in c->strs, where it lives as long as c (an option keeps a pointer to its text): the buffer is
+ * made as large as the file (len bytes), which holds every value. NULL when out of memory. */
+static const char *keep_string(train_config *c, const char *v, size_t len) {
+    size_t n = strlen(v) + 1;
+    if (!c->strs && (c->strs = malloc(len + 1)) != NULL) c->strs_cap = len + 1, c->nstrs = 0;
+    if (n > c->strs_cap - c->nstrs) return NULL;
+    memcpy(c->strs + c->nstrs, v, n);
+    c->nstrs += n;
+    return c->strs + c->nstrs - n;
+}
+
+/* err (set_option's message) after the file's name. */
+static void prefix_error(const char *name, char *err, size_t cap) {
+    size_t ln = strlen(name) + 2, lm = strlen(err) + 1;
+    if (ln < cap) {
+        memmove(err + ln, err, lm < cap - ln ? lm : cap - ln);
+        err[cap - 1] = '\0';
+        memcpy(err, name, ln - 2);
+        memcpy(err + ln - 2, ": ", 2);
+    }
+}
+
+/* One key of the object (it) over c: 0, or -1 with err. seen counts the keys so far; def holds the defaults. */
+static int apply_key(train_config *c, int *given, int *seen, const train_config *def, const cJSON *it, size_t len,
+                     const char *name, char *err, size_t cap) {
+    const char *key = it->string ? it->string : "";
+    int k = option_index(key);
+    if (k < 0) {
+        const char *near = option_near(key, strlen(key));
+        if (near) return snprintf(err, cap, "%s: unknown option \"%.64s\" (did you mean \"%s\"?)", name, key, near), -1;
+        return snprintf(err, cap, "%s: unknown option \"%.64s\" (keys are the options of --help without --)", name, key), -1;
+    }
+    const option *o = &options[k];
+    if (seen[k]++) return snprintf(err, cap, "%s: \"%s\" appears twice", name, key), -1;
+    /* null, false, and 0 for a count without a default (--kv-heads, --ffn): not set, as the run's config.json
+     * writes options that were not given */
+    if (!o->def && o->kind == K_INT && cJSON_IsNumber(it) && it->valuedouble == 0) return 0;
+    if (cJSON_IsNull(it) || cJSON_IsFalse(it)) {
+        if (cJSON_IsFalse(it) && o->kind != K_FLAG)
+            return snprintf(err, cap, "%s: \"%s\" takes %s, not false", name, key, o->arg), -1;
+        return 0;
+    }
+    if (k == option_index("config"))
+        return snprintf(err, cap, "%s: \"config\": a config file cannot name another", name), -1;
+    char num[64];
+    const char *want = NULL, *v = value_text(o, it, num, sizeof num, &want);
+    if (!v) return type_error(it, key, want, name, err, cap);
+    if (o->kind == K_STR && !(v = keep_string(c, v, len)))
+        return snprintf(err, cap, "%s: out of memory for its paths", name), -1;
+    if (set_option(c, o, v, err, cap) != 0) return prefix_error(name, err, cap), -1;
+    if (!same_value(o, c, def)) given[k] = 1;
+    return 0;
+}
+
+/* The options of a JSON object (text, len bytes; `name` for messages: "--config FILE") over c: keys are option
+ * names without "--", values of the option's kind (integer options: integral numbers; --seed also a string of
+ * digits; floats: numbers; paths and choices: strings; flags: true or false). null, false and 0 for a count
+ * without a default leave an option as it is (the run's config.json writes them for options not set). A key whose
+ * value differs from the default marks the option given, as on the command line. String values are copied into
+ * c->strs. Returns 0 or -1 (err). */
+int apply_config_text(train_config *c, int *given, const char *text, size_t len, const char *name, char *err,
+                      size_t cap) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) return snprintf(err, cap, "%s: not JSON (near byte %ld)", name,
+                               cJSON_GetErrorPtr() ? (long)(cJSON_GetErrorPtr() - text) : 0L), -1;
+    int rc = 0;
+    while (end < text + len && strchr(" \t\r\n", *end) && *end) end++;
+    if (end < text + len) /* cJSON stops after the first value: {"steps":1}{"steps":100} must not run 1 step */
+        rc = (snprintf(err, cap, "%s: text after the JSON object at byte %ld (a file holds one object)", name,
+                       (long)(end - text)), -1);
+    train_config def;
+    int dgiven[NOPT];
+    if (rc == 0 && !cJSON_IsObject(root)) rc = (snprintf(err, cap, "%s: expected a JSON object {\"option\": value, ...}", name), -1);
+    if (rc == 0) rc = set_defaults(&def, dgiven, err, cap);
+    int seen[NOPT] = {0};
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        if (rc != 0) break;
+        rc = apply_key(c, given, seen, &def, it, len, name, err, cap);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* A regular file of at most CONFIG_MAX bytes (a FIFO or a device is refused without waiting on it) into *text
+ * (malloc'd, NUL-terminated) and *n. 0, or -1 with err saying why after `name`. */
+int read_config_file(const char *path, const char *name, char **text, size_t *n, char *err, size_t cap) {
+    *text = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return snprintf(err, cap, "%s: cannot open: %s", name, strerror(errno)), -1;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > CONFIG_MAX) {
+        close(fd);
+        return snprintf(err, cap, "%s: not a regular file of at most 1 MiB", name), -1;
+    }
+    size_t got = 0;
+    *n = (size_t)sb.st_size;
+    *text = malloc(*n + 1);
+    while (*text && got < *n) {
+        ssize_t r = read(fd, *text + got, *n - got);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!*text || got != *n) {
+        free(*text);
+        *text = NULL;
+        return snprintf(err, cap, "%s: cannot read it", name), -1;
+    }
+    (*text)[*n] = 0;
+    return 0;
+}
+
+/* --config FILE: a regular file of at most 1 MiB holding one JSON object (apply_config_text). */
+int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap) {
+    char name[300], *text;
+    size_t n;
+    snprintf(name, sizeof name, "--config %.280s", path);
+    if (read_config_file(path, name, &text, &n, err, cap) != 0) return -1;
+    int rc = apply_config_text(c, given, text, n, name, err, cap);
+    free(text);
+    return rc;
+}
+
+/* The configuration as the option table names it. */
+cJSON *config_object(const train_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    char buf[64];
+    for (int i = 0; i < NOPT; i++) {
+        const option *op = &options[i];
+        const char *field = (const char *)c + op->off;
+        switch (op->kind) {
+        case K_INT: cJSON_AddNumberToObject(o, op->name, *(const int *)field); break;
+        case K_U64: /* a number, exactly; above 2^53 (where a JSON reader's double rounds) a string of digits */
+            snprintf(buf, sizeof buf, "%llu", (unsigned long long)*(const uint64_t *)field);
+            if (*(const uint64_t *)field > (1ull << 53)) cJSON_AddStringToObject(o, op->name, buf);
+            else cJSON_AddRawToObject(o, op->name, buf);
+            break;
+        case K_FLOAT: { /* the shortest decimal that reads back as the same float */
+            float x = *(const float *)field;
+            for (int prec = 6; prec <= 9; prec++) {
+                snprintf(buf, sizeof buf, "%.*g", prec, (double)x);
+                if (strtof(buf, NULL) == x) break;
+            }
+            cJSON_AddRawToObject(o, op->name, buf);
+            break;
+        }
+        case K_STR:
+            if (*(const char *const *)field) cJSON_AddStringToObject(o, op->name, *(const char *const *)field);
+            else cJSON_AddNullToObject(o, op->name);
+            break;
+        case K_FLAG: cJSON_AddBoolToObject(o, op->name, *(const int *)field); break;
+        case K_CHOICE: cJSON_AddStringToObject(o, op->name, choice_name(op->choices, *(const int *)field, buf, sizeof buf)); break;
+        case K_WRAP:
+            if (c->wrap == FSC_WRAP_MIN_PARAMS) snprintf(buf, sizeof buf, "min-params:%zu", c->wrap_min_params);
+            else snprintf(buf, sizeof buf, "%s", c->wrap == FSC_WRAP_MODEL ? "model" : "block");
+            cJSON_AddStringToObject(o, op->name, buf);
+            break;
+        }
+    }
+    return o;
+}

@@ -1,0 +1,104 @@
+/* The data (fsc/data.h): --data and --val-data opened and checked before the ranks start, each step's batch by
+ * the data order (examples/train_gpt.c states it), and the validation loss.
+ * Not here: the files' formats and reading (lib/io/data.c). */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include "train.h"
+
+/* The default corpus from any directory: without --data, when examples/data/coriolanus.txt is not found from
+ * the working directory, it is looked up beside the program (the link /proc/self/exe names): in
+ * ../share/fsc/ (an installed bin/fsc-train), ../examples/data/ and ../../examples/data/ (build/ and
+ * build/<variant>/ of the source tree). buf (cap bytes) holds the path found. 0, or -1 with err saying what
+ * to pass. */
+int find_default_data(train_config *c, const int *given, char *buf, size_t cap, char *err, size_t ecap) {
+    if (given[option_index("data")] || access(c->data, F_OK) == 0) return 0;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+    if (slash) {
+        *slash = '\0';
+        const char *base = strrchr(c->data, '/') ? strrchr(c->data, '/') + 1 : c->data;
+        const char *where[] = {"../share/fsc", "../examples/data", "../../examples/data"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(buf, cap, "%s/%s/%s", exe, where[i], base);
+            if (access(buf, R_OK) == 0) {
+                c->data = buf;
+                return 0;
+            }
+        }
+    }
+    return snprintf(err, ecap, "--data not given, and the default corpus %.80s is neither in this directory nor beside "
+                    "the program (%.200s/../share/fsc, ../examples/data or ../../examples/data): give --data PATH (a "
+                    "text file, llm.c token shards or a uint16 token file)", c->data, slash ? exe : "?"), -1;
+}
+
+/* The data (fsc/data.h): the files of --data, read as batches need them, not copied, so their size costs no
+ * memory of their own; regular files (a device such as /dev/zero, a FIFO or a directory is refused before
+ * anything is read) of --data-format, holding at least --seq + 1 tokens, every one below --vocab (checked here
+ * in one pass), that must not change while training (a step that meets a changed file fails, naming it). */
+int load_data(const train_config *c, fsc_data **out, size_t *n, char *err, size_t cap) {
+    fsc_data *d = NULL;
+    fsc_status s = fsc_data_open(&d, c->data, (fsc_data_format)c->data_format, c->vocab);
+    if (s == FSC_OK && fsc_data_tokens(d) <= (uint64_t)c->seq) {
+        uint64_t nt = fsc_data_tokens(d);
+        snprintf(err, cap, "--data %s: %s%llu tokens, but --seq %d needs at least %d", c->data,
+                 nt ? "" : "the file is empty: ", (unsigned long long)nt, c->seq, c->seq + 1);
+        fsc_data_free(d);
+        return -1;
+    }
+    if (s == FSC_OK) s = fsc_data_check(d);
+    if (s != FSC_OK) {
+        snprintf(err, cap, "--data %s%s", fsc_last_error(),
+                 strstr(fsc_last_error(), "vocabulary size") ? " (--vocab; is --data-format right?)" : "");
+        fsc_data_free(d);
+        return -1;
+    }
+    *out = d;
+    *n = (size_t)fsc_data_tokens(d);
+    return 0;
+}
+
+/* The sequences of data-parallel index d for step s, per the data-order contract (fsc_data_batch; every
+ * stage and tensor rank of that index sees the same sequences). */
+fsc_status fill_batch(const run_state *st, int d, int s, int32_t *tok, int32_t *tgt) {
+    const train_config *c = st->cfg;
+    int bl = c->batch / c->dp;
+    return fsc_data_batch(st->data, s, c->batch, c->seq, d * bl, bl, tok, tgt);
+}
+
+/* --val-data: the files as --data's (fsc/data.h, --data-format), at least --seq + 1 tokens, all below --vocab. */
+int load_val_data(const train_config *c, fsc_data **out, char *err, size_t cap) {
+    fsc_status s = fsc_data_open(out, c->val_data, (fsc_data_format)c->data_format, c->vocab);
+    if (s == FSC_OK && fsc_data_tokens(*out) <= (uint64_t)c->seq)
+        s = fsc_error(FSC_ERR_INVALID, "%llu tokens, but --seq %d needs at least %d",
+                      (unsigned long long)fsc_data_tokens(*out), c->seq, c->seq + 1);
+    if (s == FSC_OK) s = fsc_data_check(*out);
+    if (s == FSC_OK) return 0;
+    snprintf(err, cap, "--val-data %s: %s", c->val_data, fsc_last_error());
+    fsc_data_free(*out);
+    *out = NULL;
+    return -1;
+}
+
+/* Whether the run validates after step (from 0): every --val-every steps and after the last. */
+int val_due(const train_config *c, int step) {
+    return (c->val_every > 0 && (step + 1) % c->val_every == 0) || step + 1 == c->steps;
+}
+
+/* The validation loss (collective): the mean of fsc_engine_eval over --val-batches batches of --batch sequences,
+ * batch j being the sequences of step j of --val-data by the data order (this rank's part: those of data-parallel
+ * index d), the same batches every time. tok and tgt hold this rank's part of a batch. */
+fsc_status validate(const run_state *st, fsc_engine *e, int d, int32_t *tok, int32_t *tgt, double *loss) {
+    const train_config *c = st->cfg;
+    const int bl = c->batch / c->dp;
+    double sum = 0;
+    for (int j = 0; j < c->val_batches; j++) {
+        double l = 0;
+        FSC_TRY(fsc_data_batch(st->val, j, c->batch, c->seq, d * bl, bl, tok, tgt));
+        FSC_TRY(fsc_engine_eval(e, tok, tgt, bl, c->batch, &l));
+        sum += l;
+    }
+    *loss = sum / c->val_batches;
+    return FSC_OK;
+}

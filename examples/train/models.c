@@ -1,0 +1,152 @@
+/* The model families the trainer knows, one entry each in families[] (--model NAME finds its entry by name): the
+ * options only it takes, its defaults and checks, its size, its line in the banner, the engine it trains and the
+ * weights files it refuses. Nothing else in the trainer asks which family it trains. Adding a family: its library
+ * code (lib/model, docs/models.md), an entry here, and its name in --model's choices (options.c).
+ * Not here: the models themselves (lib/model: gpt.h, llama.h). */
+#include <stdio.h>
+#include <string.h>
+#include "train.h"
+#include "../tied_head.h"
+
+/* The GPT the options describe (the MoE fields zero for a dense GPT). The options every family shares are checked
+ * as this GPT's (check_config). */
+fsc_gpt_config model_config(const train_config *c) {
+    fsc_gpt_config g = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab};
+    if (c->moe_experts) {
+        g.moe_experts = c->moe_experts, g.moe_top_k = c->moe_top_k, g.moe_every = c->moe_every;
+        g.moe_capacity = c->moe_capacity, g.moe_aux = c->moe_aux;
+    }
+    return g;
+}
+
+/* The Llama the options describe (after resolve_model). */
+fsc_llama_config llama_config(const train_config *c) {
+    fsc_llama_config l = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .kv_heads = c->kv_heads,
+                          .ffn = c->ffn, .seq = c->seq, .vocab = c->vocab, .rope_theta = c->rope_theta,
+                          .norm_eps = c->norm_eps};
+    if (c->moe_experts) { /* MoE decoder layers of GELU experts of width --ffn */
+        l.moe_experts = c->moe_experts, l.moe_top_k = c->moe_top_k, l.moe_every = c->moe_every;
+        l.moe_capacity = c->moe_capacity, l.moe_aux = c->moe_aux;
+    }
+    return l;
+}
+
+/* ---- gpt2: GPT-2 (gpt.h), its MLP 4 x --dim wide ------------------------------------------------------------- */
+
+static int gpt_resolve(train_config *c, char *err, size_t cap) {
+    if (!c->ffn) c->ffn = 4 * c->dim;
+    if (c->ffn != 4 * c->dim)
+        return snprintf(err, cap, "--ffn %d: the gpt2 MLP is 4 x --dim = %d wide (other widths: --model llama)",
+                        c->ffn, 4 * c->dim), -1;
+    return 0;
+}
+
+static int gpt_check_tp(const train_config *c, char *err, size_t cap) {
+    fsc_gpt_config g = model_config(c);
+    if (fsc_tp_check_config(&g, c->tp) != FSC_OK) return snprintf(err, cap, "--tp: %s", fsc_last_error()), -1;
+    return 0;
+}
+
+static size_t gpt_num_params(const train_config *c) {
+    fsc_gpt_config g = model_config(c);
+    return fsc_gpt_num_params(&g);
+}
+
+static int gpt_moe_blocks(const train_config *c) {
+    fsc_gpt_config g = model_config(c);
+    return fsc_gpt_num_moe_blocks(&g);
+}
+
+static void gpt_describe(const train_config *c, char *buf, size_t cap) { (void)c, snprintf(buf, cap, "%s", ""); }
+
+/* The GPT's engine owns its model (and builds its tensor-parallel form on the group). */
+static fsc_status gpt_build(fsc_rank *r, const train_config *c, const fsc_parallel_opts *po,
+                            const fsc_optim_config *oc, fsc_engine **e, fsc_model **m) {
+    fsc_gpt_config g = model_config(c);
+    (void)m;
+    return fsc_engine_create(r, &g, po, oc, c->seed, e);
+}
+
+/* ---- llama: Llama (llama.h, Hugging Face LlamaForCausalLM's layout) --------------------------------------------- */
+
+static const char *const llama_options[] = {"kv-heads", "rope-theta", "norm-eps", NULL};
+
+/* --ffn's default (Llama's rule), the Llama's own checks, and what tensor parallelism splits. */
+static int llama_resolve(train_config *c, char *err, size_t cap) {
+    if (!c->ffn) c->ffn = fsc_llama_default_ffn(c->dim);
+    fsc_llama_config l = llama_config(c);
+    if (fsc_llama_config_validate(&l) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
+    if (c->tp > 1) { /* the tensor-parallel layers split heads, kv heads, the MLP width and the vocabulary */
+        const char *what[4] = {"--heads", "--kv-heads", "--ffn", "--vocab"};
+        const int n[4] = {c->heads, c->kv_heads, c->ffn, c->vocab};
+        for (int i = 0; i < 4; i++)
+            if (n[i] % c->tp != 0)
+                return snprintf(err, cap, "--tp %d: %s %d does not divide over the tensor group (tensor parallelism "
+                                "splits it)", c->tp, what[i], n[i]), -1;
+        if (c->sequence_parallel && c->seq % c->tp != 0)
+            return snprintf(err, cap, "--sequence-parallel: --seq %d does not divide by --tp %d (each rank holds "
+                            "seq / tp rows of every sequence)", c->seq, c->tp), -1;
+    }
+    return 0;
+}
+
+static size_t llama_num_params(const train_config *c) {
+    fsc_llama_config l = llama_config(c);
+    return fsc_llama_num_params(&l);
+}
+
+static int llama_moe_blocks(const train_config *c) {
+    return fsc_llama_num_moe_layers(&(fsc_llama_config){ .layers = c->layers, .moe_experts = c->moe_experts,
+                                                         .moe_every = c->moe_every });
+}
+
+static void llama_describe(const train_config *c, char *buf, size_t cap) {
+    snprintf(buf, cap, " (%d kv), ffn %d", c->kv_heads, c->ffn);
+}
+
+/* With tensor parallelism the engine builds the Llama's tensor-parallel form on the group (and owns it); on one
+ * tensor rank this function makes the model (*m, freed after the engine). */
+static fsc_status llama_build(fsc_rank *r, const train_config *c, const fsc_parallel_opts *po,
+                              const fsc_optim_config *oc, fsc_engine **e, fsc_model **m) {
+    if (c->tp > 1) {
+        fsc_llama_build_arg ba = {.cfg = llama_config(c), .sp = c->sequence_parallel};
+        return fsc_engine_create_built(r, fsc_llama_build, &ba, po, oc, c->seed, e);
+    }
+    fsc_llama_config l = llama_config(c);
+    FSC_TRY(fsc_llama_model_create(r->dev, &l, m));
+    return fsc_engine_create_model(r, *m, po, oc, c->seed, e);
+}
+
+/* ---- the table ------------------------------------------------------------------------------------------------- */
+
+static const model_family families[] = {
+    {"gpt2", NULL, gpt_resolve, gpt_check_tp, gpt_num_params, gpt_moe_blocks, gpt_describe, gpt_build, NULL},
+    {"llama", llama_options, llama_resolve, NULL, llama_num_params, llama_moe_blocks, llama_describe, llama_build,
+     tied_llama_head},
+};
+enum { NFAMILIES = sizeof families / sizeof families[0] };
+
+const model_family *model_family_find(const char *name) {
+    for (int i = 0; i < NFAMILIES; i++)
+        if (strcmp(families[i].name, name) == 0) return &families[i];
+    return NULL;
+}
+
+/* --model's family: its name as the option table spells it, looked up. The table's choices name exactly these
+ * families (test_trainer runs each). */
+const model_family *model_family_of(const train_config *c) {
+    char name[32];
+    return model_family_find(option_choice("model", c->model, name, sizeof name));
+}
+
+/* An option another family owns, given for this one: "--kv-heads applies to --model llama only". */
+int check_family_options(const train_config *c, const int *given, char *err, size_t cap) {
+    const model_family *f = model_family_of(c);
+    for (int i = 0; i < NFAMILIES; i++) {
+        const model_family *g = &families[i];
+        for (int k = 0; g != f && g->options && g->options[k]; k++)
+            if (given[option_index(g->options[k])])
+                return snprintf(err, cap, "--%s applies to --model %s only", g->options[k], g->name), -1;
+    }
+    return 0;
+}

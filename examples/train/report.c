@@ -1,0 +1,191 @@
+/* What a run reports while it runs: the results the ranks share (run_state's buffers, gathered from every process
+ * under a launcher), the banner before the first step, rank 0's progress line and --log record of every step, and
+ * each rank's --trace file at the end.
+ * Not here: how a record is formatted (../train_log.h), the summary at the end of a run (summary.c). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "train.h"
+#include "../train_log.h"
+
+/* The result buffers of a run, zeroed (losses and validation losses NAN): 0, or -1 when out of memory
+ * (results_free frees what was made). The per-step ones hold the last RESULT_STEPS steps. */
+int results_alloc(run_state *st, int steps, int world) {
+    st->first = steps > RESULT_STEPS ? steps - RESULT_STEPS : 0;
+    st->timed = 0, st->first_ms = st->sum_ms = st->moe_dropped = st->moe_assigned = 0;
+    st->loss_bits = 14695981039346656037ull;
+    size_t ns = (size_t)(steps - st->first) + 1, nw = (size_t)world;
+    st->losses = calloc(ns, sizeof *st->losses);
+    st->step_ms = calloc(ns, sizeof *st->step_ms);
+    st->aux = calloc(ns, sizeof *st->aux);
+    st->assigned = calloc(ns, sizeof *st->assigned);
+    st->dropped = calloc(ns, sizeof *st->dropped);
+    st->peak = calloc(nw, sizeof *st->peak);
+    st->hpeak = calloc(nw, sizeof *st->hpeak);
+    st->lay = calloc(nw, sizeof *st->lay);
+    st->lr = calloc(ns, sizeof *st->lr);
+    st->val_loss = malloc(ns * sizeof *st->val_loss);
+    for (size_t i = 0; st->val_loss && i < ns; i++) st->val_loss[i] = NAN;
+    for (size_t i = 0; st->losses && i < ns; i++) st->losses[i] = NAN; /* not run (a resumed run's first steps) */
+    if (!st->lr || !st->val_loss) return -1;
+    return st->losses && st->step_ms && st->aux && st->assigned && st->dropped && st->peak && st->hpeak && st->lay ? 0 : -1;
+}
+
+void results_free(run_state *st) {
+    free(st->losses);
+    free(st->step_ms);
+    free(st->aux);
+    free(st->assigned);
+    free(st->dropped);
+    free(st->peak);
+    free(st->hpeak);
+    free(st->lay);
+    free(st->lr);
+    free(st->val_loss);
+    free(st->params);
+    free(st->pstats);
+}
+
+/* Rank 0's results of step (from 0): the totals of every step, and the values of one in the window. */
+static void record_step(run_state *st, int step, const fsc_step_info *info, double ms, double lr, double val_loss) {
+    if (st->timed++ == 0) st->first_ms = ms;
+    else st->sum_ms += ms;
+    if (isfinite(info->loss)) st->moe_dropped += (double)info->moe_dropped, st->moe_assigned += (double)info->moe_assigned;
+    uint64_t b;
+    memcpy(&b, &info->loss, sizeof b);
+    for (int i = 0; i < 8; i++) st->loss_bits = (st->loss_bits ^ (b >> 8 * i & 0xff)) * 1099511628211ull;
+    if (step < st->first) return;
+    size_t k = (size_t)(step - st->first);
+    st->losses[k] = info->loss, st->step_ms[k] = ms, st->lr[k] = lr, st->val_loss[k] = val_loss;
+    st->aux[k] = info->aux_loss, st->assigned[k] = info->moe_assigned, st->dropped[k] = info->moe_dropped;
+}
+
+/* --check-ddp: whether two runs had the same loss at every step, bit for bit. */
+int same_losses(const run_state *a, const run_state *b) {
+    size_t n = (size_t)(a->cfg->steps - a->first);
+    return a->loss_bits == b->loss_bits && a->first == b->first && memcmp(a->losses, b->losses, n * sizeof(double)) == 0;
+}
+
+/* The trace's clock (fsc_trace_now_us), so --log times and --trace spans read on one clock. */
+double now_ms(void) { return 1e-3 * fsc_trace_now_us(); }
+
+/* peak (FSC_TAG_COUNT + 1): dev's peak bytes by tag, then the peak of their sum (train_log.h's records). */
+void read_peaks(const fsc_device *dev, size_t *peak) {
+    for (int t = 0; t < FSC_TAG_COUNT; t++) peak[t] = fsc_device_peak_bytes(dev, (fsc_tag)t);
+    peak[FSC_TAG_COUNT] = fsc_device_peak_total(dev);
+}
+
+/* One rank per process: every rank's slots of the per-rank results (peak memory, layout, pipeline
+ * measurements) to every rank, so rank 0 reports them as a single process does. Agrees on s first, so no rank
+ * waits in a gather for one that failed. */
+fsc_status share_per_rank(fsc_rank *r, run_state *st, fsc_status s) {
+    FSC_TRY(fsc_comm_agree(r->comm, r->dev, s));
+    struct { void *base; size_t bytes; } slot[] = {
+        {st->peak, sizeof *st->peak}, {st->hpeak, sizeof *st->hpeak}, {st->lay, sizeof *st->lay},
+        {st->pstats, sizeof *st->pstats}};
+    for (size_t i = 0; i < sizeof slot / sizeof slot[0]; i++) {
+        if (!slot[i].base) continue;
+        size_t b = slot[i].bytes, mine = (size_t)r->rank * b;
+        uint8_t *d = NULL, *host = slot[i].base;
+        FSC_TRY(fsc_device_alloc(r->dev, FSC_TAG_COMM, b * (size_t)r->world, (void **)&d));
+        s = fsc_device_upload(r->dev, d + mine, host + mine, b);
+        if (s == FSC_OK) s = fsc_comm_all_gather(r->comm, d + mine, d, b, FSC_U8);
+        if (s == FSC_OK) s = fsc_device_download(r->dev, host, d, b * (size_t)r->world);
+        fsc_device_release(r->dev, d);
+        FSC_TRY(s);
+    }
+    return FSC_OK;
+}
+
+/* Rank 0, after step (from 0): its results recorded (record_step), the progress line on stdout and the step's --log
+ * record. A --log that cannot be written fails the run. */
+fsc_status report_step(run_state *st, fsc_rank *r, fsc_engine *e, const run_measures *m, int step,
+                       const fsc_step_info *info, double ms, double val_loss) {
+    const train_config *c = st->cfg;
+    size_t peak[FSC_TAG_COUNT + 1], hpeak[FSC_TAG_COUNT + 1];
+    record_step(st, step, info, ms, fsc_engine_lr(e), val_loss);
+    char moe[128] = "";
+    if (c->moe_experts) {
+        snprintf(moe, sizeof moe, " | aux %.4f | dropped %lld/%lld", info->aux_loss, (long long)info->moe_dropped,
+                 (long long)info->moe_assigned);
+    }
+    fsc_device *host = fsc_engine_host_device(e); /* offload: host memory has its own ledger */
+    if (host) {
+        read_peaks(host, hpeak);
+        snprintf(moe + strlen(moe), sizeof moe - strlen(moe), " | host peak %.1f MiB",
+                 (double)hpeak[FSC_TAG_COUNT] / 1048576.0);
+    }
+    char extra[192];
+    snprintf(extra, sizeof extra, "%s%s", moe, info->skipped ? " | skipped (inf/nan loss or gradients)" : "");
+    double mean = st->timed > 1 ? st->sum_ms / (st->timed - 1) : st->first_ms;
+    read_peaks(r->dev, peak);
+    step_record rec = {.step = step + 1, .steps = c->steps, .loss = info->loss, .lr = fsc_engine_lr(e),
+                       .val_loss = val_loss, .ms = ms, .tokens = m->tokens, .flops = m->flops,
+                       .peak_flops = m->peak_flops, .eta_s = mean * 1e-3 * (c->steps - step - 1),
+                       .elapsed_s = (now_ms() - m->t0_ms) * 1e-3, .peak = peak,
+                       .host_peak = host ? hpeak : NULL, .extra = extra};
+    print_progress(stdout, &rec);
+    if (st->log && log_step(st->log, &rec) != 0)
+        return fsc_error(FSC_ERR_IO, "--log %s: cannot write: %s", c->log, strerror(errno));
+    return FSC_OK;
+}
+
+/* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
+ * --log (from the start, or appended to with --resume) with the config as its first line; --trace's directory
+ * (every process makes it). (--ckpt-dir's config.json: write_run_config, once the run is accepted.) */
+int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
+    *log = NULL;
+    if (c->trace && mkdir(c->trace, 0777) != 0 && errno != EEXIST)
+        return snprintf(err, cap, "--trace %s: cannot create the directory: %s", c->trace, strerror(errno)), -1;
+    if (me != 0) return 0;
+    if (c->save && check_weights_path("save", c->save, err, cap) != 0) return -1;
+    if (c->init_save && check_weights_path("init-save", c->init_save, err, cap) != 0) return -1;
+    if (c->log) {
+        if (!(*log = fopen(c->log, c->resume ? "a" : "w")))
+            return snprintf(err, cap, "--log %s: cannot open: %s", c->log, strerror(errno)), -1;
+        if (log_config(*log, config_object(asked)) != 0) {
+            fclose(*log);
+            *log = NULL;
+            return snprintf(err, cap, "--log %s: cannot write: %s", c->log, strerror(errno)), -1;
+        }
+    }
+    return 0;
+}
+
+/* The lines before training: the model, the data, the ranks (rank 0's process prints; main silenced the others). */
+void print_banner(const run_state *st, const fsc_data *data) {
+    const train_config *c = st->cfg;
+    const model_family *f = model_family_of(c);
+    char pbuf[32];
+    char kv[64] = "", mbuf[16];
+    f->describe(c, kv, sizeof kv);
+    printf("model: %s, %d layers, width %d, %d heads%s, context %d, vocab %d: %zu parameters | data: %s, %zu tokens (%s, %d file%s) | "
+           "world %d, parallel %s, %s\n", option_choice("model", c->model, mbuf, sizeof mbuf),
+           c->layers, c->dim, c->heads, kv, c->seq, c->vocab, st->nparams, c->data, st->ntok,
+           fsc_data_format_name(fsc_data_format_of(data)), fsc_data_files(data), fsc_data_files(data) == 1 ? "" : "s", c->world,
+           c->parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c->parallel),
+           option_choice("precision", c->precision, pbuf, sizeof pbuf));
+    if (c->moe_experts)
+        printf("moe: %d of %d blocks (--moe-every %d) with %d experts, top-%d, capacity factor %g, aux %g; expert "
+               "groups of %d ranks (%d experts per rank)\n", f->moe_blocks(c), c->layers, c->moe_every,
+               c->moe_experts, c->moe_top_k, (double)c->moe_capacity, (double)c->moe_aux, c->ep, c->moe_experts / c->ep);
+    if (st->procs)
+        printf("processes: %d, one rank each, %s\n", c->world, c->reduce == 1 ? "--reduce native: the communicator's own "
+               "sums (bits may differ from simulated ranks)" : c->reduce == 2 ? "--reduce exact: int64 sums (the bits "
+               "of any world size)" : "--reduce ordered: sums in rank order (the simulated ranks' bits)");
+    fflush(stdout);
+}
+
+/* --trace: rank r's events in DIR/rank-N.json; a full recorder is said on stderr (the file says how many events it
+ * dropped). */
+fsc_status write_trace(fsc_rank *r, const train_config *c, fsc_trace *tr) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank-%d.json", c->trace, r->rank);
+    fsc_status ts = fsc_trace_write(tr, path);
+    if (ts == FSC_OK && fsc_trace_dropped(tr))
+        fprintf(stderr, "fsc-train: warning: rank %d's trace filled up at %zu events and dropped %zu later ones "
+                "(raise --trace-events)\n", r->rank, fsc_trace_count(tr), fsc_trace_dropped(tr));
+    return ts;
+}

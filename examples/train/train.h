@@ -1,0 +1,245 @@
+/* The trainer's parts (fsc-train; its main is examples/train_gpt.c, which reads as parse, build, loop, save):
+ *   options.c  the option table: the parser, the defaults and the --help text
+ *   config.c   --config FILE.json over the defaults, and the options as one JSON object (--json, config.json)
+ *   checks.c   the options together (layout, model, MoE, the launcher's processes) before anything runs
+ *   models.c   the model families (gpt2, llama): one entry each, found by --model's name
+ *   data.c     --data and --val-data: the files, each step's batch by the data order, the validation loss
+ *   loop.c     what every rank runs: build the engine, train --steps steps, save
+ *   ckpt.c     --ckpt-dir, --save-every, --resume, --keep-last and the weights files (--save, --init-save)
+ *   report.c   the results the ranks share, the progress line and --log, the banner
+ *   summary.c  the end of a run: --json, the pipeline's stages, the --check-ddp table
+ * The state is in two structs: train_config (the options, filled by the parser) and run_state (what the ranks
+ * share: inputs read-only, results each rank writes in its own slots). Public API only (fsc/fsc.h).
+ * Not here: the formatting of one step's record (../train_log.h), the flight recorder (../train_flight.h), the
+ * comparison of every process's options (../train_same.h). */
+#ifndef FSC_TRAIN_H
+#define FSC_TRAIN_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <cjson/cJSON.h>
+#include "fsc/fsc.h"
+#include "fsc/llama.h"
+
+typedef struct {
+    int model;      /* index into "gpt2|llama" */
+    int layers, dim, heads, seq, vocab;
+    int kv_heads, ffn;            /* llama: 0 gives --heads and Llama's rule */
+    float rope_theta, norm_eps;   /* llama */
+    const char *data;
+    int data_format;    /* fsc_data_format */
+    int batch, steps;
+    float lr;
+    int optimizer;  /* fsc_optim_kind */
+    float momentum, weight_decay, clip;
+    int decay_all;      /* weight decay on every tensor (fsc_optim_config.decay_all) */
+    int lr_schedule;    /* fsc_lr_kind */
+    int warmup;         /* steps of learning-rate warmup */
+    float min_lr;       /* where cosine and linear decay end */
+    const char *val_data; /* validation tokens (--data-format) */
+    int val_every, val_batches;
+    uint64_t seed;
+    const char *init_save, *save, *load;
+    int save_dtype;     /* --save/--init-save element type: index into "f32|bf16|f16" */
+    int json;
+    int world;
+    int parallel;   /* fsc_parallel_kind */
+    int shard;      /* fsc_shard_strategy */
+    int wrap;       /* fsc_wrap_policy */
+    size_t wrap_min_params;
+    int precision;  /* index into precision_dtype */
+    int accum;
+    int check_ddp;
+    int threads;
+    int device;         /* index into device_names */
+    int pp, dp, chunks; /* pipeline stages, data-parallel ranks (0: world / pp), micro-batches (0: --accum) */
+    int schedule;       /* fsc_pipe_schedule */
+    int pipe_ckpt;      /* index into pipe_ckpt_mode */
+    const char *balance;
+    int save_every;     /* training checkpoints (docs/checkpoints.md) */
+    const char *ckpt_dir, *resume;
+    int keep_last;      /* checkpoints --ckpt-dir keeps (0: all) */
+    int ckpt_format;    /* fsc_ckpt_format */
+    int ckpt_overwrite; /* a new run may take over --ckpt-dir from another run */
+    int tp, sequence_parallel; /* tensor parallelism (docs/tensor_parallel.md) */
+    const char *order;  /* rank order of dp x tp x pp, fastest first */
+    int moe_experts, moe_top_k, moe_every, ep; /* mixture of experts (docs/tensor_parallel.md) */
+    float moe_capacity, moe_aux;
+    int nonfinite;      /* fsc_nonfinite_policy */
+    int max_skipped_steps;
+    int reduce;         /* 0 ordered (the simulator's bits), 1 native (processes: MPI's/NCCL's own sums), 2 exact */
+    int unit;           /* --reduce exact: sequences per unit (0: the per-rank micro-batch) */
+    const char *config, *log, *trace; /* --config FILE.json, --log FILE.jsonl, --trace DIR (train_log.h, trace.h) */
+    char *strs;         /* the text of --config's string values (the options point into it; malloc'd as large as
+                           the file, which holds them all; main frees it) */
+    size_t nstrs, strs_cap;
+    int trace_events;
+    const char *flight; /* --flight-recorder DIR (train_flight.h) */
+    float peak_tflops;  /* per rank, for MFU; 0: measured */
+    float sim_bandwidth, sim_latency; /* simulated ranks: the network (GB/s, us; 0: no cost) */
+    int prefetch;       /* overlap communication with computation (docs/overlap.md) */
+    int offload;        /* fsc_offload_mode (docs/offload.md) */
+    float sim_copy;     /* simulated ranks: host<->device copy bandwidth (GB/s; 0: no cost) */
+} train_config;
+
+typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
+
+typedef struct {
+    const char *name;    /* without the leading "--" */
+    const char *arg;     /* placeholder in --help; NULL for a flag */
+    const char *def;     /* default, parsed like user input; NULL: none */
+    const char *help;
+    opt_kind kind;
+    size_t off;          /* offsetof(train_config, field) */
+    double lo, hi;       /* K_INT, K_FLOAT: allowed range */
+    const char *choices; /* K_CHOICE: "a|b|c", the value stored is the index */
+} option;
+
+enum { NOPT = 77 }; /* options in the table (options.c checks the count) */
+extern const option options[NOPT];
+
+extern const fsc_dtype precision_dtype[3];          /* --precision */
+extern const fsc_pipe_checkpoint pipe_ckpt_mode[3]; /* --checkpoint */
+#define PAR_PIPE 5    /* --parallel pipe: a pipeline with ddp in each stage */
+#define MODEL_LLAMA 1 /* --model llama (the fuzzer's checks; the trainer asks models.c) */
+#define CONFIG_MAX (1 << 20) /* bytes of a --config file, and of the config.json --resume compares */
+
+/* --json's per-step arrays hold at most the last RESULT_STEPS steps (with first_step, the step their first entry
+ * is), so a run's memory does not grow with --steps; the totals cover every step, --log every step's line. */
+enum { RESULT_STEPS = 100000 };
+
+/* What the ranks share: inputs (read-only) and results (each rank writes only its own slots). */
+typedef struct {
+    const train_config *cfg;
+    const train_config *asked; /* the options as given: --ckpt-dir/config.json */
+    const fsc_data *data;
+    size_t ntok;
+    const fsc_data *val;  /* --val-data, NULL without */
+    int first;            /* the step (from 0) of the per-step arrays' first entry: the last RESULT_STEPS are kept */
+    double *lr;           /* (steps - first) the learning rate of each step, rank 0 */
+    double *val_loss;     /* (steps - first) validation loss after each step, NAN where none was computed, rank 0 */
+    double *losses;      /* (steps - first) rank 0; NAN for a step not run here */
+    double *step_ms;     /* (steps - first) rank 0 */
+    int timed;           /* rank 0's totals over every step run: steps, the first's time, the others' sum */
+    double first_ms, sum_ms;
+    double moe_dropped, moe_assigned; /* MoE: drops and assignments of the steps with a finite loss */
+    uint64_t loss_bits;  /* FNV-1a of every loss's bits in step order (--check-ddp compares runs of any length) */
+    size_t (*peak)[FSC_TAG_COUNT + 1]; /* (world) per tag, then the total */
+    size_t (*hpeak)[FSC_TAG_COUNT + 1]; /* (world) the same of the host ledger (--offload; zeros without) */
+    fsc_comm_stats comm; /* rank 0's communication (all the engine's groups), training steps only */
+    size_t nparams;
+    float *params;       /* (nparams) final full parameters from rank 0, when asked for (--check-ddp) */
+    fsc_pipe_stats *pstats; /* (world) pipeline measurements, with --pp > 1 */
+    fsc_comm_stats groups[FSC_GROUP_COUNT]; /* rank 0's traffic by kind of group */
+    int ngroups[FSC_GROUP_COUNT];           /* communicators of each kind (0: the run has none) */
+    fsc_layout *lay;        /* (world) every rank's place in dp x tp x pp */
+    double *aux;            /* (steps - first) MoE: rank 0's fsc_step_info.aux_loss */
+    int64_t *assigned, *dropped; /* (steps - first) MoE: token-to-expert assignments and drops over the global batch */
+    int procs;              /* one rank per process (a launcher): the per-rank slots are gathered at the end */
+    FILE *log;              /* --log, rank 0's process only (NULL: none) */
+    double tflops;          /* rank 0: one rank's peak for MFU (--peak-tflops or measured; 0: unknown) */
+    double trace_origin;    /* --trace: the time every rank's timestamps count from (fsc_trace_now_us) */
+} run_state;
+
+/* --check-ddp: the run compared with its DDP oracle */
+typedef struct {
+    int done, losses_same, params_same;
+    const run_state *ddp;
+} ddp_check;
+
+/* options.c: the table, argv and --help. The parsers return 0, or -1 with a message naming the option in err. */
+int parse_args(int argc, char **argv, train_config *c, int *given, char *err, size_t cap);
+int set_option(train_config *c, const option *o, const char *v, char *err, size_t cap);
+int set_defaults(train_config *c, int *given, char *err, size_t cap);
+int same_value(const option *o, const train_config *a, const train_config *b);
+void usage(FILE *f);
+int option_index(const char *name);
+const char *option_near(const char *name, size_t len);
+const char *choice_name(const char *choices, int idx, char *buf, size_t cap);
+const char *option_choice(const char *opt, int idx, char *buf, size_t cap);
+
+/* config.c: JSON in and out */
+int apply_config_text(train_config *c, int *given, const char *text, size_t len, const char *name, char *err,
+                      size_t cap);
+int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap);
+int read_config_file(const char *path, const char *name, char **text, size_t *n, char *err, size_t cap);
+cJSON *config_object(const train_config *c);
+
+/* checks.c: the options together, in main's order (check_launcher, resolve_layout, resolve_model, check_config) */
+int check_launcher(train_config *c, int *given, int *me, int *procs, char *err, size_t cap);
+int resolve_layout(train_config *c, const int *given, char *err, size_t cap);
+int resolve_model(train_config *c, const int *given, char *err, size_t cap);
+int check_config(const train_config *c, const int *given, char *err, size_t cap);
+fsc_parallel_kind strategy(const train_config *c);
+
+/* models.c: the model families, one entry each; nothing else asks which family a run trains */
+typedef struct {
+    const char *name;            /* --model NAME */
+    const char *const *options;  /* the options only this family takes (NULL-terminated; NULL: none) */
+    int (*resolve)(train_config *c, char *err, size_t cap);         /* --ffn's default, the family's checks */
+    int (*check_tp)(const train_config *c, char *err, size_t cap);  /* --tp > 1 (NULL: in resolve) */
+    size_t (*num_params)(const train_config *c);
+    int (*moe_blocks)(const train_config *c);                      /* blocks with an MoE MLP */
+    void (*describe)(const train_config *c, char *buf, size_t cap); /* the banner's words after the heads */
+    /* The engine of the family's model (collective); *m: a model the caller frees after the engine, or NULL. */
+    fsc_status (*build)(fsc_rank *r, const train_config *c, const fsc_parallel_opts *po, const fsc_optim_config *oc,
+                        fsc_engine **e, fsc_model **m);
+    /* 1 with err when --load's file cannot be this family's weights (NULL: the loader says) */
+    int (*check_load)(const char *path, char *err, size_t cap);
+} model_family;
+const model_family *model_family_find(const char *name);
+const model_family *model_family_of(const train_config *c);
+int check_family_options(const train_config *c, const int *given, char *err, size_t cap);
+fsc_gpt_config model_config(const train_config *c);
+fsc_llama_config llama_config(const train_config *c);
+
+/* data.c */
+int find_default_data(train_config *c, const int *given, char *buf, size_t cap, char *err, size_t ecap);
+int load_data(const train_config *c, fsc_data **out, size_t *n, char *err, size_t cap);
+int load_val_data(const train_config *c, fsc_data **out, char *err, size_t cap);
+fsc_status fill_batch(const run_state *st, int d, int s, int32_t *tok, int32_t *tgt);
+int val_due(const train_config *c, int step);
+fsc_status validate(const run_state *st, fsc_engine *e, int d, int32_t *tok, int32_t *tgt, double *loss);
+
+/* loop.c: the functions every rank runs (fsc_cluster_run's) */
+fsc_status train_fn(fsc_rank *r, void *arg);
+typedef struct {
+    run_state *st, *ddp; /* ddp: --check-ddp's oracle, NULL without */
+} proc_job;
+fsc_status proc_fn(fsc_rank *r, void *arg);
+
+/* ckpt.c */
+int check_ckpt_dir(const train_config *c, char *err, size_t cap);
+int check_weights_path(const char *opt, const char *path, char *err, size_t cap);
+int check_resume_config(const train_config *asked, const char *dir);
+fsc_status lock_ckpt_dir(fsc_rank *r, fsc_engine *e, const char *dir, fsc_ckpt_dir_lock **lock);
+fsc_status write_run_config(fsc_rank *r, const run_state *st);
+fsc_status resume_run(fsc_rank *r, const train_config *c, fsc_engine *e, int *start);
+fsc_status save_checkpoint(fsc_rank *r, const train_config *c, fsc_engine *e, int step);
+fsc_status save_weights(fsc_engine *e, const train_config *c, const char *path);
+
+/* report.c */
+int results_alloc(run_state *st, int steps, int world);
+void results_free(run_state *st);
+int same_losses(const run_state *a, const run_state *b);
+double now_ms(void);
+void read_peaks(const fsc_device *dev, size_t *peak);
+fsc_status share_per_rank(fsc_rank *r, run_state *st, fsc_status s);
+int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap);
+void print_banner(const run_state *st, const fsc_data *data);
+typedef struct {         /* rank 0's measures for the progress line and --log */
+    double tokens;       /* of a step of the global batch */
+    double flops;        /* of a step of the global batch (fsc_model_flops) */
+    double peak_flops;   /* of all ranks together; 0: unknown */
+    double t0_ms;        /* when the run's first step began (now_ms) */
+} run_measures;
+fsc_status report_step(run_state *st, fsc_rank *r, fsc_engine *e, const run_measures *m, int step,
+                       const fsc_step_info *info, double ms, double val_loss);
+fsc_status write_trace(fsc_rank *r, const train_config *c, fsc_trace *tr);
+
+/* summary.c */
+void print_pipeline(const run_state *st);
+void print_json(const run_state *st, const ddp_check *chk);
+void print_comparison(const run_state *ddp, const run_state *run, const ddp_check *chk);
+
+#endif

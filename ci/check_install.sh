@@ -50,6 +50,7 @@ for plugin in libfsc_cuda.so libfsc_mpi.so; do
   fi
 done
 cmp -s examples/data/coriolanus.txt "$P/share/fsc/coriolanus.txt" || fail "share/fsc/coriolanus.txt was not installed"
+cmp -s examples/data/gpt2.tiktoken.gz "$P/share/fsc/gpt2.tiktoken.gz" || fail "share/fsc/gpt2.tiktoken.gz was not installed"
 mkdir "$tmp/elsewhere"
 (cd "$tmp/elsewhere" && "$P/bin/fsc-train" --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 2 > "$tmp/train.out" 2>&1) ||
   fail "the installed fsc-train did not train from another directory without --data: $(tail -3 "$tmp/train.out")"

@@ -121,9 +121,8 @@ static int parse_line(const char *name, size_t lineno, const uint8_t *p, size_t 
 
 /* The tables from the file's text: count the lines, size everything by them, then fill and check */
 static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc_bpe *b) {
-    size_t lines = 0;
-    for (size_t i = 0; i < len; i++) lines += t[i] == '\n';
-    lines += len > 0 && t[len - 1] != '\n';
+    size_t lines = 0; /* not empty */
+    for (size_t i = 0; i < len; i++) lines += t[i] != '\n' && (i + 1 == len || t[i + 1] == '\n');
     if (lines > (1u << 22)) return fsc_error(FSC_ERR_FORMAT, "%s: %zu lines: more tokens than 2^22", name, lines);
     uint32_t *len_of = calloc(lines + 1, sizeof *len_of);
     b->off = calloc(lines + 2, sizeof *b->off);
@@ -140,7 +139,7 @@ static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc
         uint32_t r;
         if (ll > 0 && parse_line(name, lineno, t + at, ll, *tok, &tl, &r) != 0) s = FSC_ERR_FORMAT;
         else if (ll > 0 && r >= lines) s = fsc_error(FSC_ERR_FORMAT, "%s: line %zu: rank %u, but the file has %zu "
-                                                     "lines: ranks must be 0 .. tokens-1", name, lineno, r, lines);
+                                                     "tokens: ranks must be 0 .. tokens-1", name, lineno, r, lines);
         else if (ll > 0 && len_of[r]) s = fsc_error(FSC_ERR_FORMAT, "%s: line %zu: rank %u a second time", name, lineno, r);
         else if (ll > 0) len_of[r] = (uint32_t)tl, n++;
         at += ll + 1;

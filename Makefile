@@ -199,10 +199,11 @@ fuzz: deps
 # The public headers, the plug-in ABI headers in include/fsc/plugin/, both libraries (the shared one as
 # libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA and MPI plug-ins when built (it builds
 # the MPI one when mpicc is found, not the CUDA one: make cuda first; it prints which it installed or skipped,
-# and why), fsc.pc; the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample), the default
+# and why), fsc.pc; the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample, fsc-tokenize:
+# examples/tokenize.c), the default
 # corpus and the GPT-2 vocabulary in share/fsc/ (where an installed fsc-train finds the corpus without --data and
 # fsc_bpe_load_default the vocabulary; plug-ins are looked up in ../lib).
-INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample
+INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample $(BUILD)/tokenize:fsc-tokenize
 install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p)))) mpi
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/fsc
 	$(foreach p,$(INSTALL_PROGRAMS),install -m 755 $(firstword $(subst :, ,$(p))) $(DESTDIR)$(PREFIX)/bin/$(lastword $(subst :, ,$(p)));)
@@ -218,7 +219,7 @@ install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p)))) mpi
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/
 	install -m 644 $(PLUGIN_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/plugin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ci/fsc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fsc.pc
-	@echo "installed into $(DESTDIR)$(PREFIX): bin/fsc-train bin/fsc-ckpt bin/fsc-sample, lib/libfsc.a lib/libfsc.so*, include/fsc/, lib/pkgconfig/fsc.pc, share/fsc/coriolanus.txt share/fsc/gpt2.tiktoken.gz"
+	@echo "installed into $(DESTDIR)$(PREFIX): bin/fsc-train bin/fsc-ckpt bin/fsc-sample bin/fsc-tokenize, lib/libfsc.a lib/libfsc.so*, include/fsc/, lib/pkgconfig/fsc.pc, share/fsc/coriolanus.txt share/fsc/gpt2.tiktoken.gz"
 
 # Removes exactly what install puts there (the same PREFIX and DESTDIR), then the folders it made if empty.
 INSTALLED_FILES := $(foreach p,$(INSTALL_PROGRAMS),bin/$(lastword $(subst :, ,$(p)))) share/fsc/coriolanus.txt share/fsc/gpt2.tiktoken.gz \

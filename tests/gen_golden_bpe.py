@@ -40,6 +40,7 @@ TEXTS = [
     "Cafe\u0301 nai\u0308ve re\u0301sume\u0301 \u1e9b\u0323 Zalgo: Z\u0351\u036b\u0343a\u0310\u0337l\u0303g\u0301o".encode(),
     "Ελληνικά και русский текст, עברית, العربية ١٢٣ ٤٥٦, हिन्दी ०१२".encode(),
     "Unicode spaces:\u00a0nbsp\u2003em\u3000ideographic\u0085nel\u2028ls\x1cfs \u200bzw".encode(),
+    "x \u180ey \u180e\u180e x \u0085y \u00a0z \u3000w \x1cv \u2028u\u0085\u0085 t \x1c\x1c s\t\u00a0\n".encode(),
     "Numbers of other scripts: \u2167 \u00bd \u2460 \uff11\uff12 superscript\u00b2".encode(),
     b"<|endoftext|> is text here, not the special token",
     b"Mixed: caf\xc3\xa9 na\xc3\xafve r\xc3\xa9sum\xc3\xa9 \xe2\x82\xac100 \xc2\xa3 \xc2\xa5",

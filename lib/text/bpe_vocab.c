@@ -17,7 +17,8 @@
 #define MAX_TOKEN 256                /* bytes of one token */
 #define EOT_TEXT "<|endoftext|>"
 
-/* GPT-2's pattern with \s spelled as the Unicode White_Space characters (tiktoken's regex reads \s so) */
+/* GPT-2's pattern with \s spelled as the Unicode White_Space characters, as tiktoken's regex reads \s (PCRE2
+ * 10.42's \s also matches U+180E, White_Space before Unicode 6.3) */
 #define WS "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
 static const char PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS
                               "])|[" WS "]+";

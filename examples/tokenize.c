@@ -1,6 +1,8 @@
 /* tokenize (installed as fsc-tokenize): a text file into the token file the trainer reads, with GPT-2's
  * tokenizer (fsc/bpe.h), and a token file back into text.
  *   tokenize [--vocab FILE] [--format u16|llmc] [--eot] TEXT OUT    encode: OUT holds TEXT's ids
+ *   tokenize --val F --val-out VAL ... TEXT OUT   the last F of the text (from the first place after that the ids
+ *                                                 do not change) into VAL instead (fsc-train --val-data VAL)
  *   tokenize --decode [--vocab FILE] [--format u16|llmc] TOKENS OUT  decode: OUT holds the tokens' text
  * u16: headerless little-endian uint16 (the trainer's --data-format u16); llmc: llm.c's shard, a 1024-byte
  * header then uint16 (the trainer detects it). Train on either with --vocab 50257 (or the padded 50304).
@@ -30,6 +32,9 @@ static const option options[] = {
                       " from examples/data/ or beside the program (share/fsc/ when installed)"},
     {"format", "u16|llmc", "the token file: headerless uint16 (default) or llm.c's shard with its header"},
     {"eot", NULL, "encode: put the end-of-text token (50256) before the text, as llm.c's shards begin documents"},
+    {"val", "F", "encode: the last fraction F (0 < F < 1) of the text goes to --val-out, cut where a line starts "
+                 "with a letter after a line that does not end in white space"},
+    {"val-out", "PATH", "the validation tokens' file (with --val)"},
     {"decode", NULL, "TOKENS to text instead of TEXT to tokens"},
     {"version", NULL, "print the version and exit"},
     {"help", NULL, "print this and exit"},
@@ -48,8 +53,9 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *vocab, *in, *out;
+    const char *vocab, *in, *out, *val_out;
     int llmc, eot, decode;
+    double val;
 } config;
 
 /* 0, 1 to exit 0 (--help, --version), or 2 with the message printed */
@@ -72,6 +78,13 @@ static int parse_args(int argc, char **argv, config *c) {
         if (!strcmp(options[k].name, "vocab")) c->vocab = v;
         if (!strcmp(options[k].name, "eot")) c->eot = 1;
         if (!strcmp(options[k].name, "decode")) c->decode = 1;
+        if (!strcmp(options[k].name, "val-out")) c->val_out = v;
+        if (!strcmp(options[k].name, "val")) {
+            char *end;
+            c->val = strtod(v, &end);
+            if (end == v || *end || !(c->val > 0 && c->val < 1))
+                return fprintf(stderr, "%s: --val must be a fraction in (0, 1), not '%s'\n", prog, v), 2;
+        }
         if (!strcmp(options[k].name, "format")) {
             if (strcmp(v, "u16") != 0 && strcmp(v, "llmc") != 0)
                 return fprintf(stderr, "%s: --format must be u16 or llmc, not '%s'\n", prog, v), 2;
@@ -79,7 +92,9 @@ static int parse_args(int argc, char **argv, config *c) {
         }
     }
     if (npos < 2) return fprintf(stderr, "%s: give %s and OUT\n", prog, c->decode ? "TOKENS" : "TEXT"), usage(stderr), 2;
-    if (c->decode && c->eot) return fprintf(stderr, "%s: --eot is for encoding, not with --decode\n", prog), 2;
+    if (c->decode && (c->eot || c->val > 0 || c->val_out))
+        return fprintf(stderr, "%s: --eot, --val and --val-out are for encoding, not with --decode\n", prog), 2;
+    if ((c->val > 0) != (c->val_out != NULL)) return fprintf(stderr, "%s: give --val F and --val-out PATH together\n", prog), 2;
     return 0;
 }
 
@@ -94,15 +109,16 @@ static int write_header(FILE *f, const char *path, uint64_t count) {
     return write_all(f, path, h, sizeof h);
 }
 
-static int encode_file(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, FILE *f) {
+/* len bytes of text as token ids into f (named out) */
+static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, const char *out, FILE *f) {
     enum { PIECE = 1 << 20 };
     int32_t *ids = NULL;
     uint16_t *u16 = NULL;
     size_t cap = 0;
     uint64_t count = 0;
-    if (c->llmc && write_header(f, c->out, 0) != 0) return 1;
+    if (c->llmc && write_header(f, out, 0) != 0) return 1;
     uint16_t eot = (uint16_t)fsc_bpe_eot(b);
-    if (c->eot && write_all(f, c->out, &eot, 2) != 0) return 1;
+    if (c->eot && write_all(f, out, &eot, 2) != 0) return 1;
     count += c->eot != 0;
     for (size_t at = 0; at < len;) {
         size_t end = fsc_bpe_split_point(text, len, at + PIECE < len ? at + PIECE : len), n;
@@ -115,16 +131,25 @@ static int encode_file(const fsc_bpe *b, const config *c, const uint8_t *text, s
         if (fsc_bpe_encode(b, text + at, end - at, ids, &n) != FSC_OK)
             return free(ids), free(u16), fprintf(stderr, "%s: %s: %s\n", prog, c->in, fsc_last_error()), 1;
         for (size_t i = 0; i < n; i++) u16[i] = (uint16_t)ids[i]; /* little-endian hosts, as the trainer reads */
-        if (write_all(f, c->out, u16, n * 2) != 0) return free(ids), free(u16), 1;
+        if (write_all(f, out, u16, n * 2) != 0) return free(ids), free(u16), 1;
         count += n, at = end;
     }
     free(ids), free(u16);
     if (c->llmc && count > INT32_MAX)
         return fprintf(stderr, "%s: %llu tokens: more than an llm.c shard holds (2^31 - 1): use --format u16 or split "
                        "the text\n", prog, (unsigned long long)count), 1;
-    if (c->llmc && (fseek(f, 0, SEEK_SET) != 0 || write_header(f, c->out, count) != 0)) return 1;
-    printf("%s: %zu bytes -> %llu tokens (%s) in %s\n", c->in, len, (unsigned long long)count, c->llmc ? "llmc" : "u16", c->out);
+    if (c->llmc && (fseek(f, 0, SEEK_SET) != 0 || write_header(f, out, count) != 0)) return 1;
+    printf("%s: %zu bytes -> %llu tokens (%s) in %s\n", c->in, len, (unsigned long long)count, c->llmc ? "llmc" : "u16", out);
     return 0;
+}
+
+/* len bytes of text into the token file out */
+static int encode_file(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, const char *out) {
+    FILE *f = fopen(out, "wb");
+    if (!f) return fprintf(stderr, "%s: cannot write %s: %s\n", prog, out, strerror(errno)), 1;
+    int rc = encode_into(b, c, text, len, out, f);
+    if (fclose(f) != 0 && rc == 0) rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, out, strerror(errno)), 1);
+    return rc;
 }
 
 static int decode_file(const fsc_bpe *b, const config *c, FILE *f) {
@@ -176,10 +201,20 @@ int main(int argc, char **argv) {
     const uint8_t *text = NULL;
     size_t len = 0;
     if (!c.decode && map_text(c.in, &text, &len) != 0) return fsc_bpe_free(b), 1;
-    FILE *f = fopen(c.out, "wb");
-    if (!f) rc = (fprintf(stderr, "%s: cannot write %s: %s\n", prog, c.out, strerror(errno)), 1);
-    else rc = c.decode ? decode_file(b, &c, f) : encode_file(b, &c, text, len, f);
-    if (f && fclose(f) != 0 && rc == 0) rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, c.out, strerror(errno)), 1);
+    if (c.decode) {
+        FILE *f = fopen(c.out, "wb");
+        if (!f) rc = (fprintf(stderr, "%s: cannot write %s: %s\n", prog, c.out, strerror(errno)), 1);
+        else rc = decode_file(b, &c, f);
+        if (f && fclose(f) != 0 && rc == 0) rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, c.out, strerror(errno)), 1);
+    } else {
+        /* --val: the first place at or after 1 - F of the text where the ids do not change */
+        size_t cut = c.val > 0 ? fsc_bpe_split_point(text, len, len - (size_t)((double)len * c.val)) : len;
+        if (c.val > 0 && (cut == len || cut == 0))
+            rc = (fprintf(stderr, "%s: --val %g: no place in the last %g of %s to cut it (a line that starts with a "
+                          "letter after a line that does not end in white space)\n", prog, c.val, c.val, c.in), 1);
+        else rc = encode_file(b, &c, text, cut, c.out);
+        if (rc == 0 && c.val > 0) rc = encode_file(b, &c, text + cut, len - cut, c.val_out);
+    }
     if (len) munmap((void *)text, len);
     fsc_bpe_free(b);
     return rc;

@@ -1,7 +1,7 @@
 /* Tests of the tokenize program (examples/tokenize.c, installed as fsc-tokenize) over lib/text/.
  * Oracles: its token file holds exactly fsc_bpe_encode's ids of the text (whose golden test is tiktoken's,
  * tests/test_bpe.c), as uint16 or as an llm.c shard whose header counts them; --decode gives the text back
- * byte for byte; the trainer trains on the file with --vocab 50257; bad options and files are refused with a
+ * byte for byte, also of the two files --val splits it into; the trainer trains on the file with --vocab 50257; bad options and files are refused with a
  * message naming them. Run from the repository root (the vocabulary is examples/data/gpt2.tiktoken.gz); the
  * program itself runs in a temporary folder, so it finds the vocabulary beside itself. */
 #include "trainertest.h"
@@ -80,6 +80,29 @@ static void test_encode_llmc_eot(void **state) {
     free(ids), free(args), free(path), free(file), free(back), free(s);
 }
 
+/* --val: the two files decode to the text's two parts, the second about the last 10% of it, cut at a line start */
+static void test_val_split(void **state) {
+    char *args = prog_fmt("--val 0.1 --val-out '%s/v.u16' '%s' '%s/t.u16'", tmpdir, corpus_abs, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    free(args);
+    size_t len, lt, lv;
+    uint8_t *text = slurp_bytes(corpus, &len);
+    const char *parts[] = {"t", "v"};
+    for (int i = 0; i < 2; i++) {
+        args = prog_fmt("--decode '%s/%s.u16' '%s/%s.txt'", tmpdir, parts[i], tmpdir, parts[i]);
+        assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+        free(args);
+    }
+    char *pt = prog_fmt("%s/t.txt", tmpdir), *pv = prog_fmt("%s/v.txt", tmpdir);
+    uint8_t *t = slurp_bytes(pt, &lt), *v = slurp_bytes(pv, &lv);
+    assert_int_equal(lt + lv, len);
+    assert_memory_equal(t, text, lt);
+    assert_memory_equal(v, text + lt, lv);
+    assert_true(lv > 0 && lv <= len / 10 && lv > len / 20);
+    assert_int_equal(t[lt - 1], '\n');
+    free(text), free(pt), free(pv), free(t), free(v);
+}
+
 /* The trainer reads the file as GPT-2 tokens */
 static void test_trainer_reads_it(void **state) {
     char *args = prog_fmt("'%s' '%s/t.u16'", corpus_abs, tmpdir);
@@ -98,7 +121,9 @@ static void test_refusals(void **state) {
     prog_refused(tokenize, "--frobnicate x y", tmpdir, 2, "unknown option '--frobnicate'");
     prog_refused(tokenize, "--format u32 x y", tmpdir, 2, "--format must be u16 or llmc, not 'u32'");
     prog_refused(tokenize, "only_one", tmpdir, 2, "give TEXT and OUT");
-    prog_refused(tokenize, "--decode --eot x y", tmpdir, 2, "--eot is for encoding");
+    prog_refused(tokenize, "--decode --eot x y", tmpdir, 2, "are for encoding, not with --decode");
+    prog_refused(tokenize, "--val 1.5 --val-out v x y", tmpdir, 2, "--val must be a fraction in (0, 1), not '1.5'");
+    prog_refused(tokenize, "--val 0.1 x y", tmpdir, 2, "give --val F and --val-out PATH together");
     a = prog_fmt("'%s/missing.txt' '%s/o.u16'", tmpdir, tmpdir);
     prog_refused(tokenize, a, tmpdir, 1, "missing.txt");
     free(a);
@@ -108,8 +133,15 @@ static void test_refusals(void **state) {
     a = prog_fmt("--vocab '%s' '%s' '%s/o.u16'", corpus_abs, corpus_abs, tmpdir); /* a text as the vocabulary */
     prog_refused(tokenize, a, tmpdir, 1, "coriolanus.txt: line 1");
     free(a);
+    char *one = prog_fmt("%s/one_line.txt", tmpdir);
+    FILE *f = fopen(one, "wb");
+    fputs("a single line and no place to cut it", f);
+    fclose(f);
+    a = prog_fmt("--val 0.5 --val-out '%s/v.u16' '%s' '%s/o.u16'", tmpdir, one, tmpdir);
+    prog_refused(tokenize, a, tmpdir, 1, "--val 0.5: no place in the last 0.5 of");
+    free(a), free(one);
     char *odd = prog_fmt("%s/odd.u16", tmpdir);
-    FILE *f = fopen(odd, "wb");
+    f = fopen(odd, "wb");
     fputs("abc", f);
     fclose(f);
     a = prog_fmt("--decode '%s' '%s/o.txt'", odd, tmpdir);
@@ -137,6 +169,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encode_u16_and_decode),
         cmocka_unit_test(test_encode_llmc_eot),
+        cmocka_unit_test(test_val_split),
         cmocka_unit_test(test_trainer_reads_it),
         cmocka_unit_test(test_refusals),
     };

@@ -12,7 +12,7 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2
 WARN     := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 # -fvisibility=hidden: the library exports only what its public headers declare (lib/include/fsc/export.h)
 CFLAGS   += -std=c11 $(OPT) -g -fPIC -fvisibility=hidden -pthread -D_GNU_SOURCE $(WARN) -Ilib/include -Ilib
-LDLIBS   += -lcjson -lz -lnettle -lopenblas -lm -lpthread -ldl
+LDLIBS   += -lcjson -lz -lnettle -lpcre2-8 -lopenblas -lm -lpthread -ldl
 ifneq ($(SAN),)
 CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS  += -fsanitize=$(SAN)
@@ -200,13 +200,15 @@ fuzz: deps
 # The public headers, the plug-in ABI headers in include/fsc/plugin/, both libraries (the shared one as
 # libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA and MPI plug-ins when built (it builds
 # the MPI one when mpicc is found, not the CUDA one: make cuda first; it prints which it installed or skipped,
-# and why), fsc.pc; the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample), the default
-# corpus in share/fsc/ (where an installed fsc-train finds it without --data; plug-ins are looked up in ../lib).
-INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample
+# and why), fsc.pc; the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample, fsc-tokenize:
+# examples/tokenize.c), the default
+# corpus and the GPT-2 vocabulary in share/fsc/ (where an installed fsc-train finds the corpus without --data and
+# fsc_bpe_load_default the vocabulary; plug-ins are looked up in ../lib).
+INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample $(BUILD)/tokenize:fsc-tokenize
 install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p)))) mpi
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/fsc
 	$(foreach p,$(INSTALL_PROGRAMS),install -m 755 $(firstword $(subst :, ,$(p))) $(DESTDIR)$(PREFIX)/bin/$(lastword $(subst :, ,$(p)));)
-	install -m 644 examples/data/coriolanus.txt $(DESTDIR)$(PREFIX)/share/fsc/
+	install -m 644 examples/data/coriolanus.txt examples/data/gpt2.tiktoken.gz $(DESTDIR)$(PREFIX)/share/fsc/
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/fsc/plugin $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(BUILD)/libfsc.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
@@ -218,10 +220,10 @@ install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p)))) mpi
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/
 	install -m 644 $(PLUGIN_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/plugin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ci/fsc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fsc.pc
-	@echo "installed into $(DESTDIR)$(PREFIX): bin/fsc-train bin/fsc-ckpt bin/fsc-sample, lib/libfsc.a lib/libfsc.so*, include/fsc/, lib/pkgconfig/fsc.pc, share/fsc/coriolanus.txt"
+	@echo "installed into $(DESTDIR)$(PREFIX): bin/fsc-train bin/fsc-ckpt bin/fsc-sample bin/fsc-tokenize, lib/libfsc.a lib/libfsc.so*, include/fsc/, lib/pkgconfig/fsc.pc, share/fsc/coriolanus.txt share/fsc/gpt2.tiktoken.gz"
 
 # Removes exactly what install puts there (the same PREFIX and DESTDIR), then the folders it made if empty.
-INSTALLED_FILES := $(foreach p,$(INSTALL_PROGRAMS),bin/$(lastword $(subst :, ,$(p)))) share/fsc/coriolanus.txt \
+INSTALLED_FILES := $(foreach p,$(INSTALL_PROGRAMS),bin/$(lastword $(subst :, ,$(p)))) share/fsc/coriolanus.txt share/fsc/gpt2.tiktoken.gz \
                    lib/libfsc.a lib/libfsc.so.$(VERSION) lib/$(SONAME) lib/libfsc.so lib/libfsc_cuda.so lib/libfsc_mpi.so \
                    $(PUBLIC_HEADERS:lib/include/%=include/%) $(PLUGIN_HEADERS:lib/include/%=include/%) lib/pkgconfig/fsc.pc
 uninstall:

@@ -10,8 +10,9 @@
 #                                as 2 MPI processes with no FSC_ variable: the cpu device (no GPU here) and
 #                                the MPI plug-in found beside libfsc.so (when the plug-in and mpirun exist)
 #   make install says which plug-ins it installed or skipped; make uninstall removes every file it put there
-#   bin/fsc-train, bin/fsc-ckpt, bin/fsc-sample (their --help and --version in their names) and
-#                                share/fsc/coriolanus.txt are installed, the plug-ins
+#   bin/fsc-train, bin/fsc-ckpt, bin/fsc-sample, bin/fsc-tokenize (their --help and --version in their
+#                                names), share/fsc/coriolanus.txt and gpt2.tiktoken.gz are installed (fsc-tokenize
+#                                encodes with the installed vocabulary from another directory), the plug-ins
 #                                built in BUILD (libfsc_cuda.so, libfsc_mpi.so) are in lib/, and the installed
 #                                fsc-train trains from another directory without --data (the default corpus),
 #                                and, with the MPI plug-in and mpirun, as 2 processes finding the plug-in in lib/
@@ -37,7 +38,7 @@ major=${v%%.*}
 [ -f "$P/lib/libfsc.so.$v" ] && [ -L "$P/lib/libfsc.so.$major" ] && [ -L "$P/lib/libfsc.so" ] ||
   fail "expected libfsc.so.$v with the links libfsc.so.$major and libfsc.so"
 readelf -d "$P/lib/libfsc.so.$v" | grep -q "SONAME.*\[libfsc.so.$major\]" || fail "no SONAME libfsc.so.$major"
-for prog in fsc-train fsc-ckpt fsc-sample; do
+for prog in fsc-train fsc-ckpt fsc-sample fsc-tokenize; do
   [ -x "$P/bin/$prog" ] || fail "bin/$prog was not installed"
   "$P/bin/$prog" --help > "$tmp/help" 2>&1 || fail "bin/$prog --help failed: $(head -3 "$tmp/help")"
   [ "$("$P/bin/$prog" --version)" = "$prog $v" ] || fail "bin/$prog --version does not say $prog $v"
@@ -50,6 +51,11 @@ for plugin in libfsc_cuda.so libfsc_mpi.so; do
   fi
 done
 cmp -s examples/data/coriolanus.txt "$P/share/fsc/coriolanus.txt" || fail "share/fsc/coriolanus.txt was not installed"
+cmp -s examples/data/gpt2.tiktoken.gz "$P/share/fsc/gpt2.tiktoken.gz" || fail "share/fsc/gpt2.tiktoken.gz was not installed"
+src=$(pwd)
+(cd "$tmp" && "$P/bin/fsc-tokenize" "$src/examples/data/coriolanus.txt" c.u16 > tok.out 2>&1) &&
+  grep -q "15991 bytes -> 4681 tokens" "$tmp/tok.out" ||
+  fail "the installed fsc-tokenize did not encode with share/fsc/gpt2.tiktoken.gz: $(tail -2 "$tmp/tok.out")"
 mkdir "$tmp/elsewhere"
 (cd "$tmp/elsewhere" && "$P/bin/fsc-train" --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 2 > "$tmp/train.out" 2>&1) ||
   fail "the installed fsc-train did not train from another directory without --data: $(tail -3 "$tmp/train.out")"
@@ -97,4 +103,4 @@ plugins=$(ls "$P/lib" | grep -o 'libfsc_[a-z]*\.so' | sed 's/^/, /' | tr -d '\n'
 make -s --no-print-directory BUILD="$B" uninstall PREFIX="$P" >/dev/null 2>&1 || fail "make uninstall failed"
 left=$(cd "$P" && find . ! -type d | sort | tr '\n' ' ')
 [ -z "$left" ] || fail "make uninstall left: $left"
-echo "check_install: fsc $v installed (fsc-train, fsc-ckpt, fsc-sample, the default corpus$plugins), C and C++ programs built from the installed headers and run, then uninstalled"
+echo "check_install: fsc $v installed (fsc-train, fsc-ckpt, fsc-sample, fsc-tokenize, the default corpus and GPT-2 vocabulary$plugins), C and C++ programs built from the installed headers and run, then uninstalled"

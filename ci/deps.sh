@@ -9,8 +9,9 @@ if [ "$1" = plot ]; then
   have gnuplot-nox || have gnuplot-qt || have gnuplot-x11 || need=" gnuplot-nox"
 else
 # g++ and binutils (readelf, objcopy): ci/check_install.sh's C++ program and ci/check_exports.sh;
+# libpcre2-dev: the GPT-2 tokenizer's pattern (lib/text/bpe.c, Unicode classes);
 # Open MPI (mpicc, mpirun): the MPI plug-in backends/mpi and the multi-process tests (tests/test_mpi.c)
-for p in libopenblas-dev libcmocka-dev gcovr clang pkg-config libclang-rt-dev libcjson-dev zlib1g-dev nettle-dev g++ binutils \
+for p in libopenblas-dev libcmocka-dev gcovr clang pkg-config libclang-rt-dev libcjson-dev zlib1g-dev nettle-dev libpcre2-dev g++ binutils \
          libopenmpi-dev openmpi-bin; do
   have "$p" || need="$need $p"
 done

@@ -40,7 +40,7 @@ for h in "$@"; do
   name=$(basename "$h" .c)
   short=${name#fuzz_}
   echo "== $name: building"
-  $CC $FLAGS $SAN -fsanitize=fuzzer "$h" -o $B/$name $B/libfsc_fuzz.a -lcjson -lz -lnettle -lopenblas -lm -lpthread -ldl
+  $CC $FLAGS $SAN -fsanitize=fuzzer "$h" -o $B/$name $B/libfsc_fuzz.a -lcjson -lz -lnettle -lpcre2-8 -lopenblas -lm -lpthread -ldl
   mkdir -p $B/corpus/$short
   seeds=""
   [ -d fuzz/corpus/$short ] && seeds=fuzz/corpus/$short

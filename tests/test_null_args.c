@@ -53,6 +53,55 @@ static void expect_invalid(fsc_status s, const char *call, const char *arg) {
 /* The NULL cases of each public function, by header: one call per pointer argument, the arguments the header
  * lets be NULL listed instead ("may be NULL"). A buffer with a count is tested with a count of 1. */
 
+static void null_fsc_bpe_decode(void) {
+    INVALID(fsc_bpe_decode(NULL, P, 0, P, 0, P), "b");
+    INVALID(fsc_bpe_decode(P, NULL, 1, P, 1, P), "ids");
+    INVALID(fsc_bpe_decode(P, P, 0, NULL, 1, P), "out");
+    INVALID(fsc_bpe_decode(P, P, 0, P, 0, NULL), "len");
+}
+
+static void null_fsc_bpe_encode(void) {
+    INVALID(fsc_bpe_encode(NULL, P, 0, P, P), "b");
+    INVALID(fsc_bpe_encode(P, NULL, 1, P, P), "text");
+    INVALID(fsc_bpe_encode(P, P, 1, NULL, P), "ids");
+    INVALID(fsc_bpe_encode(P, P, 0, P, NULL), "n");
+}
+
+static void null_fsc_bpe_eot(void) {
+    RETVAL(fsc_bpe_eot(NULL), -1);
+}
+
+static void null_fsc_bpe_free(void) {
+    CALL(fsc_bpe_free(NULL));
+}
+
+static void null_fsc_bpe_load(void) {
+    INVALID(fsc_bpe_load(NULL, P), "out");
+    INVALID(fsc_bpe_load(P, NULL), "path");
+}
+
+static void null_fsc_bpe_load_default(void) {
+    INVALID(fsc_bpe_load_default(NULL), "out");
+}
+
+static void null_fsc_bpe_load_memory(void) {
+    INVALID(fsc_bpe_load_memory(NULL, P, 0), "out");
+    INVALID(fsc_bpe_load_memory(P, NULL, 1), "buf");
+}
+
+static void null_fsc_bpe_split_point(void) {
+    RET0(fsc_bpe_split_point(NULL, 0, 0));
+}
+
+static void null_fsc_bpe_token(void) {
+    RETNULL(fsc_bpe_token(NULL, 0, P));
+    RETNULL(fsc_bpe_token(P, 0, NULL));
+}
+
+static void null_fsc_bpe_vocab(void) {
+    RET0(fsc_bpe_vocab(NULL));
+}
+
 static void null_fsc_checkpoint_wrapper_create(void) {
     INVALID(fsc_checkpoint_wrapper_create(NULL, 0, 0, P), "dev");
     INVALID(fsc_checkpoint_wrapper_create(DEV, 0, 0, NULL), "out");
@@ -2213,6 +2262,17 @@ struct row {
 #define ROW(f) { #f, null_##f }
 #define NONE(f) { #f, NULL }
 static const struct row rows[] = {
+    /* bpe.h */
+    ROW(fsc_bpe_decode),
+    ROW(fsc_bpe_encode),
+    ROW(fsc_bpe_eot),
+    ROW(fsc_bpe_free),
+    ROW(fsc_bpe_load),
+    ROW(fsc_bpe_load_default),
+    ROW(fsc_bpe_load_memory),
+    ROW(fsc_bpe_split_point),
+    ROW(fsc_bpe_token),
+    ROW(fsc_bpe_vocab),
     /* checkpoint_wrapper.h */
     ROW(fsc_checkpoint_wrapper_create),
     ROW(fsc_checkpoint_wrapper_device_bytes),

@@ -15,6 +15,7 @@
 #include "launch.h"
 #include "safetensors.h"
 #include "data.h"
+#include "bpe.h"
 #include "optim.h"
 #include "model.h"
 #include "layers.h"

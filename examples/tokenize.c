@@ -1,0 +1,221 @@
+/* tokenize (installed as fsc-tokenize): a text file into the token file the trainer reads, with GPT-2's
+ * tokenizer (fsc/bpe.h), and a token file back into text.
+ *   tokenize [--vocab FILE] [--format u16|llmc] [--eot] TEXT OUT    encode: OUT holds TEXT's ids
+ *   tokenize --val F --val-out VAL ... TEXT OUT   the last F of the text (from the first place after that the ids
+ *                                                 do not change) into VAL instead (fsc-train --val-data VAL)
+ *   tokenize --decode [--vocab FILE] [--format u16|llmc] TOKENS OUT  decode: OUT holds the tokens' text
+ * u16: headerless little-endian uint16 (the trainer's --data-format u16); llmc: llm.c's shard, a 1024-byte
+ * header then uint16 (the trainer detects it). Train on either with --vocab 50257 (or the padded 50304).
+ * The text is mapped, not read, and encoded in pieces of about 1 MiB cut where the ids do not change
+ * (fsc_bpe_split_point), so a file of any size needs memory for one piece's ids.
+ * Exit status: 0 done, 1 a file or the vocabulary could not be read or written (the message says which and
+ * why), 2 usage. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "fsc/fsc.h"
+
+static const char *prog = "tokenize";
+
+/* The options, one table for parsing and the usage text */
+typedef struct {
+    const char *name, *arg, *help;
+} option;
+static const option options[] = {
+    {"vocab", "FILE", "the tokenizer's ranks (tiktoken format, plain or .gz); default: GPT-2's " FSC_BPE_GPT2_FILE
+                      " from examples/data/ or beside the program (share/fsc/ when installed)"},
+    {"format", "u16|llmc", "the token file: headerless uint16 (default) or llm.c's shard with its header"},
+    {"eot", NULL, "encode: put the end-of-text token (50256) before the text, as llm.c's shards begin documents"},
+    {"val", "F", "encode: the last fraction F (0 < F < 1) of the text goes to --val-out, cut where a line starts "
+                 "with a letter after a line that does not end in white space"},
+    {"val-out", "PATH", "the validation tokens' file (with --val)"},
+    {"decode", NULL, "TOKENS to text instead of TEXT to tokens"},
+    {"version", NULL, "print the version and exit"},
+    {"help", NULL, "print this and exit"},
+};
+#define NOPT (sizeof options / sizeof options[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: %s [options] TEXT OUT | --decode [options] TOKENS OUT\n"
+               "Turn a text file into GPT-2 tokens the trainer reads (--data OUT --data-format u16 --vocab 50257),\n"
+               "or tokens back into text. Options:\n", prog);
+    for (size_t i = 0; i < NOPT; i++) {
+        char head[64];
+        snprintf(head, sizeof head, "--%s%s%s", options[i].name, options[i].arg ? " " : "", options[i].arg ? options[i].arg : "");
+        fprintf(f, "  %-20s %s\n", head, options[i].help);
+    }
+}
+
+typedef struct {
+    const char *vocab, *in, *out, *val_out;
+    int llmc, eot, decode;
+    double val;
+} config;
+
+/* 0, 1 to exit 0 (--help, --version), or 2 with the message printed */
+static int parse_args(int argc, char **argv, config *c) {
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            if (npos == 2) return fprintf(stderr, "%s: one TEXT and one OUT, not also '%s'\n", prog, a), 2;
+            *(npos++ ? &c->out : &c->in) = a;
+            continue;
+        }
+        size_t k = 0;
+        while (k < NOPT && strcmp(a + 2, options[k].name) != 0) k++;
+        if (k == NOPT) return fprintf(stderr, "%s: unknown option '%s' (--help lists them)\n", prog, a), 2;
+        if (options[k].arg && i + 1 == argc) return fprintf(stderr, "%s: %s needs %s\n", prog, a, options[k].arg), 2;
+        const char *v = options[k].arg ? argv[++i] : NULL;
+        if (!strcmp(options[k].name, "help")) return usage(stdout), 1;
+        if (!strcmp(options[k].name, "version")) return printf("%s %s\n", prog, fsc_version_string()), 1;
+        if (!strcmp(options[k].name, "vocab")) c->vocab = v;
+        if (!strcmp(options[k].name, "eot")) c->eot = 1;
+        if (!strcmp(options[k].name, "decode")) c->decode = 1;
+        if (!strcmp(options[k].name, "val-out")) c->val_out = v;
+        if (!strcmp(options[k].name, "val")) {
+            char *end;
+            c->val = strtod(v, &end);
+            if (end == v || *end || !(c->val > 0 && c->val < 1))
+                return fprintf(stderr, "%s: --val must be a fraction in (0, 1), not '%s'\n", prog, v), 2;
+        }
+        if (!strcmp(options[k].name, "format")) {
+            if (strcmp(v, "u16") != 0 && strcmp(v, "llmc") != 0)
+                return fprintf(stderr, "%s: --format must be u16 or llmc, not '%s'\n", prog, v), 2;
+            c->llmc = !strcmp(v, "llmc");
+        }
+    }
+    if (npos < 2) return fprintf(stderr, "%s: give %s and OUT\n", prog, c->decode ? "TOKENS" : "TEXT"), usage(stderr), 2;
+    if (c->decode && (c->eot || c->val > 0 || c->val_out))
+        return fprintf(stderr, "%s: --eot, --val and --val-out are for encoding, not with --decode\n", prog), 2;
+    if ((c->val > 0) != (c->val_out != NULL)) return fprintf(stderr, "%s: give --val F and --val-out PATH together\n", prog), 2;
+    return 0;
+}
+
+static int write_all(FILE *f, const char *path, const void *buf, size_t n) {
+    if (n && fwrite(buf, 1, n, f) != n) return fprintf(stderr, "%s: writing %s: %s\n", prog, path, strerror(errno)), 1;
+    return 0;
+}
+
+/* llm.c's header: magic, version 1, the token count, zeros to 1024 bytes */
+static int write_header(FILE *f, const char *path, uint64_t count) {
+    int32_t h[256] = {FSC_DATA_LLMC_MAGIC, 1, (int32_t)count};
+    return write_all(f, path, h, sizeof h);
+}
+
+/* len bytes of text as token ids into f (named out) */
+static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, const char *out, FILE *f) {
+    enum { PIECE = 1 << 20 };
+    int32_t *ids = NULL;
+    uint16_t *u16 = NULL;
+    size_t cap = 0;
+    uint64_t count = 0;
+    if (c->llmc && write_header(f, out, 0) != 0) return 1;
+    uint16_t eot = (uint16_t)fsc_bpe_eot(b);
+    if (c->eot && write_all(f, out, &eot, 2) != 0) return 1;
+    count += c->eot != 0;
+    for (size_t at = 0; at < len;) {
+        size_t end = fsc_bpe_split_point(text, len, at + PIECE < len ? at + PIECE : len), n;
+        if (end - at > cap) {
+            cap = end - at;
+            free(ids), free(u16);
+            ids = malloc(cap * sizeof *ids), u16 = malloc(cap * sizeof *u16);
+            if (!ids || !u16) return free(ids), free(u16), fprintf(stderr, "%s: out of memory for %zu bytes of text\n", prog, cap), 1;
+        }
+        if (fsc_bpe_encode(b, text + at, end - at, ids, &n) != FSC_OK)
+            return free(ids), free(u16), fprintf(stderr, "%s: %s: %s\n", prog, c->in, fsc_last_error()), 1;
+        for (size_t i = 0; i < n; i++) u16[i] = (uint16_t)ids[i]; /* little-endian hosts, as the trainer reads */
+        if (write_all(f, out, u16, n * 2) != 0) return free(ids), free(u16), 1;
+        count += n, at = end;
+    }
+    free(ids), free(u16);
+    if (c->llmc && count > INT32_MAX)
+        return fprintf(stderr, "%s: %llu tokens: more than an llm.c shard holds (2^31 - 1): use --format u16 or split "
+                       "the text\n", prog, (unsigned long long)count), 1;
+    if (c->llmc && (fseek(f, 0, SEEK_SET) != 0 || write_header(f, out, count) != 0)) return 1;
+    printf("%s: %zu bytes -> %llu tokens (%s) in %s\n", c->in, len, (unsigned long long)count, c->llmc ? "llmc" : "u16", out);
+    return 0;
+}
+
+/* len bytes of text into the token file out */
+static int encode_file(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, const char *out) {
+    FILE *f = fopen(out, "wb");
+    if (!f) return fprintf(stderr, "%s: cannot write %s: %s\n", prog, out, strerror(errno)), 1;
+    int rc = encode_into(b, c, text, len, out, f);
+    if (fclose(f) != 0 && rc == 0) rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, out, strerror(errno)), 1);
+    return rc;
+}
+
+static int decode_file(const fsc_bpe *b, const config *c, FILE *f) {
+    fsc_data *d = NULL;
+    if (fsc_data_open(&d, c->in, c->llmc ? FSC_DATA_LLMC : FSC_DATA_U16, (int)fsc_bpe_vocab(b)) != FSC_OK)
+        return fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1;
+    enum { CHUNK = 1 << 16 };
+    int32_t *ids = malloc(CHUNK * sizeof *ids);
+    char *text = malloc((size_t)CHUNK * 256);
+    int rc = ids && text ? 0 : (fprintf(stderr, "%s: out of memory\n", prog), 1);
+    uint64_t n = fsc_data_tokens(d), bytes = 0;
+    for (uint64_t at = 0; rc == 0 && at < n; at += CHUNK) {
+        size_t k = n - at < CHUNK ? (size_t)(n - at) : CHUNK, len;
+        if (fsc_data_read(d, at, k, ids) != FSC_OK || fsc_bpe_decode(b, ids, k, text, (size_t)CHUNK * 256, &len) != FSC_OK)
+            rc = (fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1);
+        else rc = write_all(f, c->out, text, len), bytes += len;
+    }
+    if (rc == 0) printf("%s: %llu tokens -> %llu bytes of text in %s\n", c->in, (unsigned long long)n, (unsigned long long)bytes, c->out);
+    free(ids), free(text);
+    fsc_data_free(d);
+    return rc;
+}
+
+/* TEXT mapped read-only (an empty file maps nothing) */
+static int map_text(const char *path, const uint8_t **text, size_t *len) {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) return fprintf(stderr, "%s: cannot read %s: %s\n", prog, path, strerror(errno)), (fd >= 0 ? close(fd) : 0), 1;
+    if (!S_ISREG(st.st_mode)) return close(fd), fprintf(stderr, "%s: %s is not a regular file: give a text file\n", prog, path), 1;
+    *len = (size_t)st.st_size, *text = (const uint8_t *)"";
+    void *m = *len ? mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (*len && m == MAP_FAILED) return fprintf(stderr, "%s: cannot map %s: %s\n", prog, path, strerror(errno)), 1;
+    if (*len) *text = m;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *base = strrchr(argv[0], '/');
+    prog = base ? base + 1 : argv[0];
+    config c = {0};
+    int rc = parse_args(argc, argv, &c);
+    if (rc) return rc == 1 ? 0 : rc;
+    fsc_bpe *b = NULL;
+    if ((c.vocab ? fsc_bpe_load(&b, c.vocab) : fsc_bpe_load_default(&b)) != FSC_OK)
+        return fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1;
+    if (fsc_bpe_vocab(b) > 65536)
+        return fprintf(stderr, "%s: a vocabulary of %zu tokens does not fit uint16 token files\n", prog, fsc_bpe_vocab(b)), fsc_bpe_free(b), 1;
+    const uint8_t *text = NULL;
+    size_t len = 0;
+    if (!c.decode && map_text(c.in, &text, &len) != 0) return fsc_bpe_free(b), 1;
+    if (c.decode) {
+        FILE *f = fopen(c.out, "wb");
+        if (!f) rc = (fprintf(stderr, "%s: cannot write %s: %s\n", prog, c.out, strerror(errno)), 1);
+        else rc = decode_file(b, &c, f);
+        if (f && fclose(f) != 0 && rc == 0) rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, c.out, strerror(errno)), 1);
+    } else {
+        /* --val: the first place at or after 1 - F of the text where the ids do not change */
+        size_t cut = c.val > 0 ? fsc_bpe_split_point(text, len, len - (size_t)((double)len * c.val)) : len;
+        if (c.val > 0 && (cut == len || cut == 0))
+            rc = (fprintf(stderr, "%s: --val %g: no place in the last %g of %s to cut it (a line that starts with a "
+                          "letter after a line that does not end in white space)\n", prog, c.val, c.val, c.in), 1);
+        else rc = encode_file(b, &c, text, cut, c.out);
+        if (rc == 0 && c.val > 0) rc = encode_file(b, &c, text + cut, len - cut, c.val_out);
+    }
+    if (len) munmap((void *)text, len);
+    fsc_bpe_free(b);
+    return rc;
+}

@@ -1,0 +1,293 @@
+/* The GPT-2 tokenizer's vocabulary (bpe.h): a tiktoken ranks file, plain or gzip, read into one buffer of
+ * token bytes by rank and a hash table from bytes to rank, and the pre-tokenization pattern compiled.
+ * Every allocation is bounded by the input: the inflated text by its own size (at most 64 MiB), the tables
+ * by its number of lines.
+ * Not here: encoding and decoding (bpe.c). */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+#include "bpe_impl.h"
+
+#define MAX_TEXT ((size_t)64 << 20)  /* a vocabulary file inflates to at most this */
+#define MAX_TOKEN 256                /* bytes of one token */
+#define EOT_TEXT "<|endoftext|>"
+
+/* GPT-2's pattern with \s spelled as the Unicode White_Space characters, as tiktoken's regex reads \s (PCRE2
+ * 10.42's \s also matches U+180E, White_Space before Unicode 6.3) */
+#define WS "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
+static const char PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS
+                              "])|[" WS "]+";
+
+static uint64_t hash_bytes(const uint8_t *p, size_t len) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h ^ h >> 29;
+}
+
+uint32_t bpe_rank(const fsc_bpe *b, const uint8_t *p, size_t len) {
+    size_t mask = b->nslots - 1;
+    for (size_t i = hash_bytes(p, len) & mask;; i = (i + 1) & mask) {
+        uint32_t r = b->slots[i];
+        if (r == BPE_NONE) return BPE_NONE;
+        if (b->off[r + 1] - b->off[r] == len && memcmp(b->bytes + b->off[r], p, len) == 0) return r;
+    }
+}
+
+/* Inflate a gzip image into *text (a buffer grown as the output needs, never past MAX_TEXT) */
+static fsc_status inflate_all(const char *name, const uint8_t *buf, size_t len, uint8_t **text, size_t *tlen) {
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return fsc_error(FSC_ERR_NOMEM, "%s: cannot start zlib", name);
+    size_t cap = 1 << 16, got = 0;
+    uint8_t *out = malloc(cap);
+    fsc_status s = out ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name);
+    z.next_in = (Bytef *)buf;
+    int rc = Z_OK;
+    while (s == FSC_OK && rc != Z_STREAM_END) {
+        if (got == cap) {
+            uint8_t *bigger = cap < MAX_TEXT ? realloc(out, cap * 2) : NULL;
+            if (!bigger) {
+                s = cap < MAX_TEXT ? fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name)
+                                   : fsc_error(FSC_ERR_FORMAT, "%s: inflates to more than %zu MiB: not a vocabulary",
+                                               name, MAX_TEXT >> 20);
+                break;
+            }
+            out = bigger, cap *= 2;
+        }
+        size_t in_left = len - (size_t)((const uint8_t *)z.next_in - buf);
+        z.avail_in = in_left > UINT32_MAX ? UINT32_MAX : (uInt)in_left;
+        z.next_out = out + got, z.avail_out = (uInt)(cap - got);
+        rc = inflate(&z, Z_NO_FLUSH);
+        got = cap - z.avail_out;
+        if (rc == Z_BUF_ERROR && in_left == 0) rc = Z_DATA_ERROR, z.msg = (char *)"the file ends early";
+        if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
+            s = fsc_error(FSC_ERR_FORMAT, "%s: damaged gzip data (%s)", name, z.msg ? z.msg : "zlib error");
+    }
+    if (s == FSC_OK && (size_t)((const uint8_t *)z.next_in - buf) != len)
+        s = fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes after the end of the gzip data", name,
+                      len - (size_t)((const uint8_t *)z.next_in - buf));
+    inflateEnd(&z);
+    if (s != FSC_OK) return free(out), s;
+    *text = out, *tlen = got;
+    return FSC_OK;
+}
+
+static int b64_value(uint8_t c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Standard base64 with padding (len a multiple of 4) into out; the bytes decoded, or -1 */
+static long b64_decode(const uint8_t *p, size_t len, uint8_t *out) {
+    if (len == 0 || len % 4) return -1;
+    size_t pad = p[len - 1] == '=' ? (p[len - 2] == '=' ? 2 : 1) : 0;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i += 4) {
+        uint32_t v = 0;
+        for (size_t k = 0; k < 4; k++) {
+            int d = i + k >= len - pad ? 0 : b64_value(p[i + k]);
+            if (d < 0) return -1;
+            v = v << 6 | (uint32_t)d;
+        }
+        out[n++] = (uint8_t)(v >> 16), out[n++] = (uint8_t)(v >> 8), out[n++] = (uint8_t)v;
+    }
+    return (long)(n - pad);
+}
+
+/* One line "BASE64 RANK": the token's bytes into tok (*tlen) and its rank; 0, or -1 with the message set */
+static int parse_line(const char *name, size_t lineno, const uint8_t *p, size_t len, uint8_t *tok, size_t *tlen,
+                      uint32_t *rank) {
+    const uint8_t *sp = memchr(p, ' ', len);
+    if (!sp) return fsc_error(FSC_ERR_FORMAT, "%s: line %zu: expected \"BASE64 RANK\"", name, lineno), -1;
+    size_t blen = (size_t)(sp - p);
+    long n = blen <= (MAX_TOKEN + 2) / 3 * 4 ? b64_decode(p, blen, tok) : -1;
+    if (n <= 0 || n > MAX_TOKEN) return fsc_error(FSC_ERR_FORMAT, "%s: line %zu: the token is not base64 of 1 to %d bytes", name,
+                                 lineno, MAX_TOKEN), -1;
+    uint64_t r = 0;
+    size_t digits = len - blen - 1;
+    for (size_t i = blen + 1; i < len; i++)
+        r = p[i] >= '0' && p[i] <= '9' && r <= UINT32_MAX ? r * 10 + (uint64_t)(p[i] - '0') : UINT64_MAX;
+    if (digits == 0 || r == UINT64_MAX)
+        return fsc_error(FSC_ERR_FORMAT, "%s: line %zu: the rank is not a number", name, lineno), -1;
+    *tlen = (size_t)n, *rank = r > UINT32_MAX ? BPE_NONE : (uint32_t)r;
+    return 0;
+}
+
+/* The tables from the file's text: count the lines, size everything by them, then fill and check */
+static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc_bpe *b) {
+    size_t lines = 0; /* not empty */
+    for (size_t i = 0; i < len; i++) lines += t[i] != '\n' && (i + 1 == len || t[i + 1] == '\n');
+    if (lines > (1u << 22)) return fsc_error(FSC_ERR_FORMAT, "%s: %zu lines: more tokens than 2^22", name, lines);
+    uint32_t *len_of = calloc(lines + 1, sizeof *len_of);
+    b->off = calloc(lines + 2, sizeof *b->off);
+    b->bytes = malloc(len / 4 * 3 + sizeof EOT_TEXT);
+    for (b->nslots = 512; b->nslots < 2 * (lines + 1);) b->nslots *= 2;
+    b->slots = malloc(b->nslots * sizeof *b->slots);
+    uint8_t (*tok)[MAX_TOKEN + 2] = malloc(sizeof *tok);
+    fsc_status s = len_of && b->off && b->bytes && b->slots && tok ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name);
+    /* pass 1: each rank's length (a rank at most once, each below the number of tokens) */
+    uint32_t n = 0;
+    for (size_t at = 0, lineno = 1; s == FSC_OK && at < len; lineno++) {
+        const uint8_t *nl = memchr(t + at, '\n', len - at);
+        size_t ll = nl ? (size_t)(nl - (t + at)) : len - at, tl;
+        uint32_t r;
+        if (ll > 0 && parse_line(name, lineno, t + at, ll, *tok, &tl, &r) != 0) s = FSC_ERR_FORMAT;
+        else if (ll > 0 && r >= lines) s = fsc_error(FSC_ERR_FORMAT, "%s: line %zu: rank %u, but the file has %zu "
+                                                     "tokens: ranks must be 0 .. tokens-1", name, lineno, r, lines);
+        else if (ll > 0 && len_of[r]) s = fsc_error(FSC_ERR_FORMAT, "%s: line %zu: rank %u a second time", name, lineno, r);
+        else if (ll > 0) len_of[r] = (uint32_t)tl, n++;
+        at += ll + 1;
+    }
+    for (uint32_t r = 0; s == FSC_OK && r < n; r++)
+        if (!len_of[r]) s = fsc_error(FSC_ERR_FORMAT, "%s: no token has rank %u (%u tokens): ranks must be 0 .. %u", name, r, n, n - 1);
+    if (s == FSC_OK && n < 256) s = fsc_error(FSC_ERR_FORMAT, "%s: %u tokens: every one of the 256 bytes must be a token", name, n);
+    for (uint32_t r = 0; s == FSC_OK && r < n; r++) b->off[r + 1] = b->off[r] + len_of[r];
+    /* pass 2: the bytes by rank, then the hash table (a token twice is refused) */
+    for (size_t at = 0; s == FSC_OK && at < len;) {
+        const uint8_t *nl = memchr(t + at, '\n', len - at);
+        size_t ll = nl ? (size_t)(nl - (t + at)) : len - at, tl;
+        uint32_t r;
+        if (ll > 0 && parse_line(name, 0, t + at, ll, *tok, &tl, &r) == 0) memcpy(b->bytes + b->off[r], *tok, tl);
+        at += ll + 1;
+    }
+    b->n = n;
+    if (s == FSC_OK) {
+        memcpy(b->bytes + b->off[n], EOT_TEXT, strlen(EOT_TEXT));
+        b->off[n + 1] = b->off[n] + (uint32_t)strlen(EOT_TEXT);
+        memset(b->slots, 0xff, b->nslots * sizeof *b->slots);
+    }
+    for (uint32_t r = 0; s == FSC_OK && r < n; r++) {
+        const uint8_t *p = b->bytes + b->off[r];
+        size_t tl = b->off[r + 1] - b->off[r];
+        if (bpe_rank(b, p, tl) != BPE_NONE) {
+            s = fsc_error(FSC_ERR_FORMAT, "%s: ranks %u and %u are the same token", name, bpe_rank(b, p, tl), r);
+            break;
+        }
+        size_t i = hash_bytes(p, tl) & (b->nslots - 1);
+        while (b->slots[i] != BPE_NONE) i = (i + 1) & (b->nslots - 1);
+        b->slots[i] = r;
+    }
+    for (int c = 0; s == FSC_OK && c < 256; c++) {
+        uint8_t byte = (uint8_t)c;
+        if (bpe_rank(b, &byte, 1) == BPE_NONE) s = fsc_error(FSC_ERR_FORMAT, "%s: the byte 0x%02x is no token: every "
+                                                             "byte must be one (a byte-level vocabulary)", name, c);
+    }
+    free(len_of);
+    free(tok);
+    return s;
+}
+
+static fsc_status compile_pattern(fsc_bpe *b) {
+    int err;
+    PCRE2_SIZE at;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)PATTERN, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
+    if (!re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof msg);
+        return fsc_error(FSC_ERR_INTERNAL, "the GPT-2 pattern does not compile with PCRE2 at %zu: %s", (size_t)at, msg);
+    }
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT (an error here), PCRE2 interprets: slower, the same */
+    b->re = re;
+    return FSC_OK;
+}
+
+static fsc_status load_named(fsc_bpe **out, const char *name, const uint8_t *buf, size_t len) {
+    fsc_bpe *b = calloc(1, sizeof *b);
+    if (!b) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name);
+    uint8_t *text = NULL;
+    size_t tlen = len;
+    fsc_status s = FSC_OK;
+    if (len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) s = inflate_all(name, buf, len, &text, &tlen);
+    else if (len > MAX_TEXT) s = fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes: more than a vocabulary's %zu MiB", name, len, MAX_TEXT >> 20);
+    if (s == FSC_OK) s = parse_text(name, text ? text : buf, tlen, b);
+    free(text);
+    if (s == FSC_OK) s = compile_pattern(b);
+    if (s != FSC_OK) return fsc_bpe_free(b), s;
+    *out = b;
+    return FSC_OK;
+}
+
+fsc_status fsc_bpe_load_memory(fsc_bpe **out, const void *buf, size_t len) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    FSC_CHECK_BUF(buf, len);
+    return load_named(out, "memory", buf, len);
+}
+
+fsc_status fsc_bpe_load(fsc_bpe **out, const char *path) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    FSC_CHECK_ARG(path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return fsc_error(FSC_ERR_IO, "%s: cannot open the vocabulary: %s", path, strerror(errno));
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    fsc_status s = FSC_OK;
+    while (s == FSC_OK) { /* read as it comes (a pipe has no size), never past MAX_TEXT */
+        if (len == cap) {
+            uint8_t *bigger = cap <= MAX_TEXT ? realloc(buf, cap ? cap * 2 : 1 << 16) : NULL;
+            if (!bigger) {
+                s = cap <= MAX_TEXT ? fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path)
+                                    : fsc_error(FSC_ERR_FORMAT, "%s: more than %zu MiB: not a vocabulary", path, MAX_TEXT >> 20);
+                break;
+            }
+            buf = bigger, cap = cap ? cap * 2 : 1 << 16;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0 && ferror(f)) s = fsc_error(FSC_ERR_IO, "%s: cannot read the vocabulary: %s", path, strerror(errno));
+        if (got == 0) break;
+    }
+    fclose(f);
+    if (s == FSC_OK) s = load_named(out, path, buf, len);
+    free(buf);
+    return s;
+}
+
+fsc_status fsc_bpe_load_default(fsc_bpe **out) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    const char *here = "examples/data/" FSC_BPE_GPT2_FILE;
+    if (access(here, R_OK) == 0) return fsc_bpe_load(out, here);
+    char exe[4096], path[4200];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+    if (slash) {
+        *slash = '\0';
+        const char *where[] = {"../share/fsc", "../examples/data", "../../examples/data"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s/%s", exe, where[i], FSC_BPE_GPT2_FILE);
+            if (access(path, R_OK) == 0) return fsc_bpe_load(out, path);
+        }
+    }
+    return fsc_error(FSC_ERR_IO, "the GPT-2 vocabulary %s is neither in %s nor beside the program (%.200s/../share/fsc, "
+                     "../examples/data or ../../examples/data): give its path", FSC_BPE_GPT2_FILE, "examples/data",
+                     slash ? exe : "?");
+}
+
+void fsc_bpe_free(fsc_bpe *b) {
+    if (!b) return;
+    pcre2_code_free((pcre2_code *)b->re);
+    free(b->off);
+    free(b->bytes);
+    free(b->slots);
+    free(b);
+}
+
+size_t fsc_bpe_vocab(const fsc_bpe *b) { return b ? (size_t)b->n + 1 : 0; }
+
+int32_t fsc_bpe_eot(const fsc_bpe *b) { return b ? (int32_t)b->n : -1; }
+
+const uint8_t *fsc_bpe_token(const fsc_bpe *b, int32_t id, size_t *len) {
+    if (len) *len = 0;
+    if (!b || !len || id < 0 || (uint32_t)id > b->n) return NULL;
+    *len = b->off[id + 1] - b->off[id];
+    return b->bytes + b->off[id];
+}

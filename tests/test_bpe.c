@@ -1,0 +1,251 @@
+/* Tests of lib/text/ (the GPT-2 tokenizer, fsc/bpe.h). Run from the repository root (the vocabulary is
+ * examples/data/gpt2.tiktoken.gz).
+ * Oracles: tiktoken's ids for GPT-2 (r50k_base) on a varied set of texts (tests/golden/bpe_golden.h, made by
+ * tests/gen_golden_bpe.py; no tiktoken at run time); decode(encode(x)) == x byte for byte; the heap merge
+ * equals tiktoken's scan on every piece; encoding in parts cut at fsc_bpe_split_point equals encoding the
+ * whole; damaged vocabularies are refused with a message naming what is wrong. */
+#include "testutil.h"
+#include <zlib.h>
+#include "golden/bpe_golden.h"
+#include "text/bpe_impl.h"
+
+#define VOCAB "examples/data/" FSC_BPE_GPT2_FILE
+
+static fsc_bpe *gpt2;
+
+static int setup(void **state) {
+    fsc_status s = fsc_bpe_load(&gpt2, VOCAB);
+    if (s != FSC_OK) fprintf(stderr, "cannot load %s: %s\n", VOCAB, fsc_last_error());
+    return s == FSC_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    fsc_bpe_free(gpt2);
+    return 0;
+}
+
+static void encode_all(const void *text, size_t len, int32_t **ids, size_t *n) {
+    *ids = malloc((len + 1) * sizeof **ids);
+    assert_non_null(*ids);
+    assert_ok(fsc_bpe_encode(gpt2, text, len, *ids, n));
+    assert_true(*n <= len);
+}
+
+static void assert_roundtrip(const void *text, size_t len, const int32_t *ids, size_t n) {
+    size_t need = 0;
+    assert_int_equal(fsc_bpe_decode(gpt2, ids, n, NULL, 0, &need), len ? FSC_ERR_INVALID : FSC_OK);
+    assert_int_equal(need, len);
+    char *back = malloc(len + 1);
+    assert_ok(fsc_bpe_decode(gpt2, ids, n, back, len + 1, &need));
+    assert_int_equal(need, len);
+    assert_memory_equal(back, text, len);
+    free(back);
+}
+
+static void test_bpe_vocab(void **state) {
+    assert_int_equal(fsc_bpe_vocab(gpt2), 50257);
+    assert_int_equal(fsc_bpe_eot(gpt2), 50256);
+    size_t len;
+    const uint8_t *t = fsc_bpe_token(gpt2, 50256, &len);
+    assert_int_equal(len, 13);
+    assert_memory_equal(t, "<|endoftext|>", 13);
+    t = fsc_bpe_token(gpt2, 15496, &len); /* "Hello" */
+    assert_int_equal(len, 5);
+    assert_memory_equal(t, "Hello", 5);
+    assert_null(fsc_bpe_token(gpt2, 50257, &len));
+    assert_int_equal(len, 0);
+    assert_null(fsc_bpe_token(gpt2, -1, &len));
+}
+
+/* encode equals tiktoken's ids exactly, and decode gives the bytes back */
+static void test_bpe_golden(void **state) {
+    for (size_t g = 0; g < sizeof bpe_golds / sizeof bpe_golds[0]; g++) {
+        const bpe_gold *w = &bpe_golds[g];
+        int32_t *ids;
+        size_t n;
+        encode_all(w->text, w->len, &ids, &n);
+        for (size_t i = 0; i < n && i < w->n; i++)
+            if (ids[i] != w->ids[i]) fail_msg("text %zu: id %zu is %d, tiktoken's %d", g, i, ids[i], w->ids[i]);
+        if (n != w->n) fail_msg("text %zu: %zu ids, tiktoken %zu", g, n, w->n);
+        assert_roundtrip(w->text, w->len, ids, n);
+        free(ids);
+    }
+}
+
+static uint64_t next_rand(uint64_t *x) {
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    return *x;
+}
+
+/* The heap merge equals tiktoken's scan on pieces of every length, from a small alphabet (many merges) */
+static void test_bpe_merge_heap_equals_scan(void **state) {
+    const char *alphabet[] = {"ab ", "e", " the", "\xe4\xb8\xad", "0123", "\xff", "=-", "aaaa"};
+    bpe_scratch s1 = {0}, s2 = {0};
+    uint64_t x = 88172645463325252ull;
+    uint8_t piece[700];
+    int32_t a[700], b[700];
+    for (int trial = 0; trial < 400; trial++) {
+        const char *al = alphabet[trial % 8];
+        size_t len = 2 + (size_t)(next_rand(&x) % (trial < 200 ? 64 : 698)), k = strlen(al);
+        for (size_t i = 0; i < len; i++) piece[i] = (uint8_t)al[next_rand(&x) % k];
+        if (bpe_rank(gpt2, piece, len) != BPE_NONE) continue;
+        size_t na = bpe_merge_scan(gpt2, piece, len, a, &s1), nb = bpe_merge_heap(gpt2, piece, len, b, &s2);
+        assert_int_equal(na, nb);
+        assert_memory_equal(a, b, na * sizeof *a);
+        assert_roundtrip(piece, len, a, na);
+    }
+    bpe_scratch_free(&s1);
+    bpe_scratch_free(&s2);
+}
+
+/* Long runs (one piece each, the heap's case) give tiktoken's ids and decode back: GPT-2 has no token of
+ * two spaces (so 199,999 spaces and "x" are 199,998 x 220 then " x"), and "aaaa" is 24794 */
+static void test_bpe_long_piece(void **state) {
+    size_t len = 200000;
+    char *text = malloc(len);
+    memset(text, ' ', len);
+    text[len - 1] = 'x';
+    int32_t *ids;
+    size_t n;
+    encode_all(text, len, &ids, &n);
+    assert_int_equal(n, len - 1);
+    for (size_t i = 0; i + 1 < n; i++) assert_int_equal(ids[i], 220);
+    assert_int_equal(ids[n - 1], 2124);
+    assert_roundtrip(text, len, ids, n);
+    free(ids);
+    memset(text, 'a', len);
+    encode_all(text, len, &ids, &n);
+    assert_int_equal(n, len / 4);
+    for (size_t i = 0; i < n; i++) assert_int_equal(ids[i], 24794);
+    free(ids);
+    free(text);
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc(*len + 1);
+    assert_int_equal(fread(buf, 1, *len, f), *len);
+    fclose(f);
+    return buf;
+}
+
+/* Encoding in parts cut at fsc_bpe_split_point gives the ids of the whole text */
+static void test_bpe_split_point(void **state) {
+    size_t len;
+    char *text = read_file("examples/data/coriolanus.txt", &len);
+    int32_t *whole, *parts = malloc(len * sizeof *parts);
+    size_t n, m = 0, cuts = 0;
+    encode_all(text, len, &whole, &n);
+    for (size_t at = 0; at < len;) {
+        size_t end = fsc_bpe_split_point(text, len, at + 1 + at % 97);
+        size_t k;
+        assert_ok(fsc_bpe_encode(gpt2, text + at, end - at, parts + m, &k));
+        m += k, at = end, cuts++;
+    }
+    assert_true(cuts > 50);
+    assert_int_equal(m, n);
+    assert_memory_equal(parts, whole, n * sizeof *whole);
+    /* never a cut after white space other than the newline, nor after a non-ASCII byte */
+    assert_int_equal(fsc_bpe_split_point("a \nb", 4, 0), 4);
+    assert_int_equal(fsc_bpe_split_point("\xe3\x80\x80\nb", 5, 0), 5);
+    assert_int_equal(fsc_bpe_split_point("a.\nb", 4, 0), 3);
+    free(text), free(whole), free(parts);
+}
+
+static void test_bpe_decode_refusals(void **state) {
+    int32_t ids[3] = {15496, 50257, 995};
+    size_t len = 99;
+    char out[64];
+    assert_err(fsc_bpe_decode(gpt2, ids, 3, out, sizeof out, &len), FSC_ERR_INVALID, "id 1 is 50257");
+    ids[1] = -5;
+    assert_err(fsc_bpe_decode(gpt2, ids, 3, out, sizeof out, &len), FSC_ERR_INVALID, "id 1 is -5");
+    ids[1] = 50256;
+    assert_err(fsc_bpe_decode(gpt2, ids, 3, out, 10, &len), FSC_ERR_INVALID, "needs 24 bytes");
+    assert_int_equal(len, 24);
+    assert_ok(fsc_bpe_decode(gpt2, ids, 3, out, 24, &len));
+    assert_memory_equal(out, "Hello<|endoftext|> world", 24);
+}
+
+static fsc_status load_text(const char *text) {
+    fsc_bpe *b = (fsc_bpe *)&b;
+    fsc_status s = fsc_bpe_load_memory(&b, text, strlen(text));
+    if (s != FSC_OK) assert_null(b);
+    fsc_bpe_free(s == FSC_OK ? b : NULL);
+    return s;
+}
+
+/* A vocabulary of the 256 bytes (ranks 0..255) then extra lines, as text */
+static char *byte_vocab(const char *extra) {
+    static char buf[8192];
+    size_t at = 0;
+    for (int c = 0; c < 256; c++) {
+        static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        at += (size_t)snprintf(buf + at, sizeof buf - at, "%c%c== %d\n", b64[c >> 2], b64[(c & 3) << 4], c);
+    }
+    snprintf(buf + at, sizeof buf - at, "%s", extra);
+    return buf;
+}
+
+static void test_bpe_load_refusals(void **state) {
+    assert_ok(load_text(byte_vocab("")));
+    assert_ok(load_text(byte_vocab("YWI= 256\n"))); /* "ab" */
+    assert_err(load_text(byte_vocab("YWI= 257\n")), FSC_ERR_FORMAT, "line 257: rank 257");
+    assert_err(load_text(byte_vocab("YWI= 3\n")), FSC_ERR_FORMAT, "line 257: rank 3 a second time");
+    assert_err(load_text(byte_vocab("YWI=256\n")), FSC_ERR_FORMAT, "line 257: expected \"BASE64 RANK\"");
+    assert_err(load_text(byte_vocab("Y!I= 256\n")), FSC_ERR_FORMAT, "line 257: the token is not base64");
+    assert_err(load_text(byte_vocab("YWI= 2x6\n")), FSC_ERR_FORMAT, "line 257: the rank is not a number");
+    assert_err(load_text(byte_vocab("YWI= 99999999999999999999\n")), FSC_ERR_FORMAT, "the rank is not a number");
+    assert_err(load_text(byte_vocab("YQ== 256\n")), FSC_ERR_FORMAT, "ranks 97 and 256 are the same token");
+    assert_err(load_text("YQ== 0\n"), FSC_ERR_FORMAT, "every one of the 256 bytes");
+    assert_err(load_text(""), FSC_ERR_FORMAT, "0 tokens");
+    char *v = byte_vocab("");
+    memcpy(strstr(v, "QQ== 65"), "YWI=", 4); /* byte 0x41 replaced by "ab": A is no token */
+    assert_err(load_text(v), FSC_ERR_FORMAT, "the byte 0x41 is no token");
+    fsc_bpe *none = NULL;
+    assert_err(fsc_bpe_load(&none, "no/such/vocab.gz"), FSC_ERR_IO, "no/such/vocab.gz");
+}
+
+/* gzip: the GPT-2 file cut short or with a flipped byte is refused, and a small file that inflates past the
+ * limit is refused before the buffer grows past it */
+static void test_bpe_load_gzip_refusals(void **state) {
+    size_t len;
+    char *gz = read_file(VOCAB, &len);
+    fsc_bpe *b = NULL;
+    assert_err(fsc_bpe_load_memory(&b, gz, len / 2), FSC_ERR_FORMAT, "the file ends early");
+    assert_null(b);
+    gz[len / 2] ^= 0x55;
+    fsc_status s = fsc_bpe_load_memory(&b, gz, len);
+    assert_int_equal(s, FSC_ERR_FORMAT);
+    assert_non_null(strstr(fsc_last_error(), "memory:"));
+    assert_null(b);
+    free(gz);
+    /* 100 MiB of zeros deflates to about 100 KiB */
+    size_t big = (size_t)100 << 20, cap = compressBound(big) + 64;
+    uint8_t *zeros = calloc(big, 1), *out = malloc(cap);
+    z_stream z = {0};
+    assert_int_equal(deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 9, Z_DEFAULT_STRATEGY), Z_OK);
+    z.next_in = zeros, z.avail_in = (uInt)big, z.next_out = out, z.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+    size_t zlen = z.total_out;
+    deflateEnd(&z);
+    assert_err(fsc_bpe_load_memory(&b, out, zlen), FSC_ERR_FORMAT, "inflates to more than 64 MiB");
+    free(zeros), free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bpe_vocab),
+        cmocka_unit_test(test_bpe_golden),
+        cmocka_unit_test(test_bpe_merge_heap_equals_scan),
+        cmocka_unit_test(test_bpe_long_piece),
+        cmocka_unit_test(test_bpe_split_point),
+        cmocka_unit_test(test_bpe_decode_refusals),
+        cmocka_unit_test(test_bpe_load_refusals),
+        cmocka_unit_test(test_bpe_load_gzip_refusals),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,179 @@
+/* Tests of the tokenize program (examples/tokenize.c, installed as fsc-tokenize) over lib/text/.
+ * Oracles: its token file holds exactly fsc_bpe_encode's ids of the text (whose golden test is tiktoken's,
+ * tests/test_bpe.c), as uint16 or as an llm.c shard whose header counts them; --decode gives the text back
+ * byte for byte, also of the two files --val splits it into; the trainer trains on the file with --vocab 50257; bad options and files are refused with a
+ * message naming them. Run from the repository root (the vocabulary is examples/data/gpt2.tiktoken.gz); the
+ * program itself runs in a temporary folder, so it finds the vocabulary beside itself. */
+#include "trainertest.h"
+
+static char tokenize[PATH_MAX], trainer[PATH_MAX + 32], tmpdir[64];
+static const char *const corpus = "examples/data/coriolanus.txt";
+static char corpus_abs[PATH_MAX];
+
+static uint8_t *slurp_bytes(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc(*len + 1);
+    assert_int_equal(fread(buf, 1, *len, f), *len);
+    fclose(f);
+    return buf;
+}
+
+/* The ids the library gives the corpus */
+static int32_t *corpus_ids(size_t *n) {
+    fsc_bpe *b;
+    assert_ok(fsc_bpe_load(&b, "examples/data/" FSC_BPE_GPT2_FILE));
+    size_t len;
+    uint8_t *text = slurp_bytes(corpus, &len);
+    int32_t *ids = malloc(len * sizeof *ids);
+    assert_ok(fsc_bpe_encode(b, text, len, ids, n));
+    free(text);
+    fsc_bpe_free(b);
+    return ids;
+}
+
+static void test_encode_u16_and_decode(void **state) {
+    size_t n, len, flen;
+    int32_t *ids = corpus_ids(&n);
+    char *out = NULL, *args = prog_fmt("'%s' '%s/c.u16'", corpus_abs, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, &out, NULL), 0);
+    char *want = prog_fmt("15991 bytes -> %zu tokens (u16)", n);
+    if (!strstr(out, want)) fail_msg("the output lacks \"%s\": %s", want, out);
+    char *path = prog_fmt("%s/c.u16", tmpdir);
+    uint8_t *file = slurp_bytes(path, &flen);
+    assert_int_equal(flen, 2 * n);
+    for (size_t i = 0; i < n; i++) assert_int_equal(file[2 * i] | file[2 * i + 1] << 8, ids[i]);
+    free(args), free(out), free(want);
+    args = prog_fmt("--decode '%s' '%s/back.txt'", path, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    char *back_path = prog_fmt("%s/back.txt", tmpdir);
+    uint8_t *text = slurp_bytes(corpus, &len), *back = slurp_bytes(back_path, &flen);
+    assert_int_equal(flen, len);
+    assert_memory_equal(back, text, len);
+    free(ids), free(args), free(path), free(file), free(back_path), free(text), free(back);
+}
+
+static void test_encode_llmc_eot(void **state) {
+    size_t n, flen;
+    int32_t *ids = corpus_ids(&n);
+    char *args = prog_fmt("--format llmc --eot '%s' '%s/c.bin'", corpus_abs, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    char *path = prog_fmt("%s/c.bin", tmpdir);
+    uint8_t *file = slurp_bytes(path, &flen);
+    assert_int_equal(flen, 1024 + 2 * (n + 1));
+    int32_t head[3];
+    memcpy(head, file, sizeof head);
+    assert_int_equal(head[0], 20240520);
+    assert_int_equal(head[1], 1);
+    assert_int_equal(head[2], (int32_t)(n + 1));
+    const uint8_t *t = file + 1024;
+    assert_int_equal(t[0] | t[1] << 8, 50256);
+    for (size_t i = 0; i < n; i++) assert_int_equal(t[2 * i + 2] | t[2 * i + 3] << 8, ids[i]);
+    free(args);
+    args = prog_fmt("--decode --format llmc '%s' '%s/back.txt'", path, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    char *back = prog_fmt("%s/back.txt", tmpdir), *s = prog_slurp(back);
+    assert_int_equal(strncmp(s, "<|endoftext|>First Citizen:\n", 28), 0);
+    free(ids), free(args), free(path), free(file), free(back), free(s);
+}
+
+/* --val: the two files decode to the text's two parts, the second about the last 10% of it, cut at a line start */
+static void test_val_split(void **state) {
+    char *args = prog_fmt("--val 0.1 --val-out '%s/v.u16' '%s' '%s/t.u16'", tmpdir, corpus_abs, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    free(args);
+    size_t len, lt, lv;
+    uint8_t *text = slurp_bytes(corpus, &len);
+    const char *parts[] = {"t", "v"};
+    for (int i = 0; i < 2; i++) {
+        args = prog_fmt("--decode '%s/%s.u16' '%s/%s.txt'", tmpdir, parts[i], tmpdir, parts[i]);
+        assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+        free(args);
+    }
+    char *pt = prog_fmt("%s/t.txt", tmpdir), *pv = prog_fmt("%s/v.txt", tmpdir);
+    uint8_t *t = slurp_bytes(pt, &lt), *v = slurp_bytes(pv, &lv);
+    assert_int_equal(lt + lv, len);
+    assert_memory_equal(t, text, lt);
+    assert_memory_equal(v, text + lt, lv);
+    assert_true(lv > 0 && lv <= len / 10 && lv > len / 20);
+    assert_int_equal(t[lt - 1], '\n');
+    free(text), free(pt), free(pv), free(t), free(v);
+}
+
+/* The trainer reads the file as GPT-2 tokens */
+static void test_trainer_reads_it(void **state) {
+    char *args = prog_fmt("'%s' '%s/t.u16'", corpus_abs, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    free(args);
+    args = prog_fmt("--data '%s/t.u16' --data-format u16 --vocab 50257 --layers 1 --dim 16 --heads 2 --seq 8 "
+                    "--batch 2 --steps 2", tmpdir);
+    char *out = NULL;
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("the trainer exited %d: %s", rc, out);
+    free(args), free(out);
+}
+
+static void test_refusals(void **state) {
+    char *a;
+    prog_refused(tokenize, "--frobnicate x y", tmpdir, 2, "unknown option '--frobnicate'");
+    prog_refused(tokenize, "--format u32 x y", tmpdir, 2, "--format must be u16 or llmc, not 'u32'");
+    prog_refused(tokenize, "only_one", tmpdir, 2, "give TEXT and OUT");
+    prog_refused(tokenize, "--decode --eot x y", tmpdir, 2, "are for encoding, not with --decode");
+    prog_refused(tokenize, "--val 1.5 --val-out v x y", tmpdir, 2, "--val must be a fraction in (0, 1), not '1.5'");
+    prog_refused(tokenize, "--val 0.1 x y", tmpdir, 2, "give --val F and --val-out PATH together");
+    a = prog_fmt("'%s/missing.txt' '%s/o.u16'", tmpdir, tmpdir);
+    prog_refused(tokenize, a, tmpdir, 1, "missing.txt");
+    free(a);
+    a = prog_fmt("'%s' '%s/o.u16'", tmpdir, tmpdir);
+    prog_refused(tokenize, a, tmpdir, 1, "is not a regular file");
+    free(a);
+    a = prog_fmt("--vocab '%s' '%s' '%s/o.u16'", corpus_abs, corpus_abs, tmpdir); /* a text as the vocabulary */
+    prog_refused(tokenize, a, tmpdir, 1, "coriolanus.txt: line 1");
+    free(a);
+    char *one = prog_fmt("%s/one_line.txt", tmpdir);
+    FILE *f = fopen(one, "wb");
+    fputs("a single line and no place to cut it", f);
+    fclose(f);
+    a = prog_fmt("--val 0.5 --val-out '%s/v.u16' '%s' '%s/o.u16'", tmpdir, one, tmpdir);
+    prog_refused(tokenize, a, tmpdir, 1, "--val 0.5: no place in the last 0.5 of");
+    free(a), free(one);
+    char *odd = prog_fmt("%s/odd.u16", tmpdir);
+    f = fopen(odd, "wb");
+    fputs("abc", f);
+    fclose(f);
+    a = prog_fmt("--decode '%s' '%s/o.txt'", odd, tmpdir);
+    prog_refused(tokenize, a, tmpdir, 1, "not a multiple of 2");
+    free(a);
+    f = fopen(odd, "wb");
+    fputs("\xff\xff", f); /* id 65535: past the vocabulary */
+    fclose(f);
+    a = prog_fmt("--decode '%s' '%s/o.txt'", odd, tmpdir);
+    prog_refused(tokenize, a, tmpdir, 1, "65535");
+    free(a), free(odd);
+    char *out = NULL;
+    assert_int_equal(prog_run(tokenize, "--version", tmpdir, &out, NULL), 0);
+    char *want = prog_fmt("tokenize %s\n", fsc_version_string());
+    assert_string_equal(out, want);
+    free(out), free(want);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prog_setup(argv[0], "test_tokenize", "tokenize", tokenize, sizeof tokenize, tmpdir, sizeof tmpdir)) return 1;
+    snprintf(trainer, sizeof trainer, "%s/fsc-train", dirname(tokenize)); /* dirname cuts tokenize itself */
+    snprintf(tokenize + strlen(tokenize), sizeof tokenize - strlen(tokenize), "/tokenize");
+    if (!realpath(corpus, corpus_abs)) return fprintf(stderr, "test_tokenize: run from the repository root\n"), 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_encode_u16_and_decode),
+        cmocka_unit_test(test_encode_llmc_eot),
+        cmocka_unit_test(test_val_split),
+        cmocka_unit_test(test_trainer_reads_it),
+        cmocka_unit_test(test_refusals),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    test_rmtree(tmpdir);
+    return rc;
+}

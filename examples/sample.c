@@ -21,7 +21,7 @@
 #include "tied_head.h"
 
 typedef struct {
-    const char *model, *config, *prompt, *device;
+    const char *model, *config, *prompt, *device, *tokenizer;
     int tokens, top_k, ids;
     float temperature;
     long long seed;
@@ -47,6 +47,9 @@ static const option options[] = {
     {"temperature", "X", "1", "softmax temperature; 0 is greedy (the most likely token)", K_FLOAT, F(temperature), 0, 1e6},
     {"top-k", "K", "0", "sample among the K most likely tokens only (0: all)", K_INT, F(top_k), 0, 1e9},
     {"seed", "N", "1", "seed of the draws: the same seed gives the same tokens", K_LL, F(seed), 0, 9.007199254740992e15},
+    {"tokenizer", "FILE", NULL, "text in and out with this BPE vocabulary (tiktoken's format, plain or .gz; 'gpt2': "
+     "GPT-2's, shipped in examples/data/ and share/fsc/): --prompt is text (default <|endoftext|>), the output text; "
+     "the model's vocabulary must hold it (50257, or padded to 50304)", K_STR, F(tokenizer), 0, 0},
     {"ids", NULL, NULL, "print token ids (comma-separated) also for a byte model", K_FLAG, F(ids), 0, 0},
     {"device", "NAME", "cpu", "cpu|cuda", K_STR, F(device), 0, 0},
 };
@@ -121,14 +124,21 @@ static int parse_args(int argc, char **argv, sample_config *c, char *err, size_t
 }
 
 /* The prompt as tokens: bytes for a byte model, else comma-separated ids in [0, V). */
-static int parse_prompt(const sample_config *c, int V, int32_t **out, int *n, char *err, size_t cap) {
+static int parse_prompt(const sample_config *c, int V, const fsc_bpe *bpe, int32_t **out, int *n, char *err, size_t cap) {
     const int bytes = V == 256; /* --ids changes the output only */
     const char *p = c->prompt ? c->prompt : bytes ? "\n" : "0";
     size_t len = strlen(p);
     int32_t *t = malloc((len + 1 + (size_t)c->tokens) * sizeof *t);
     if (!t) return snprintf(err, cap, "out of memory"), -1;
     int k = 0;
-    if (bytes) {
+    if (bpe && !c->prompt) {
+        t[k++] = fsc_bpe_eot(bpe); /* unconditional, as GPT-2 samples */
+    } else if (bpe) {
+        size_t nk;
+        if (fsc_bpe_encode(bpe, p, len, t, &nk) != FSC_OK)
+            return free(t), snprintf(err, cap, "--prompt: %s", fsc_last_error()), -1;
+        k = (int)nk;
+    } else if (bytes) {
         for (size_t i = 0; i < len; i++) t[k++] = (unsigned char)p[i];
     } else {
         const char *s = p;
@@ -201,8 +211,11 @@ static fsc_status run(fsc_rank *r, void *arg) {
     fsc_engine *e = NULL;
     fsc_generator *g = NULL;
     int32_t *tok = NULL;
+    fsc_bpe *bpe = NULL;
     FSC_TRY(fsc_model_from_config(r->dev, ra->config, &m));
     fsc_status s = check_shapes(m, ra);
+    if (s == FSC_OK && c->tokenizer)
+        s = !strcmp(c->tokenizer, "gpt2") ? fsc_bpe_load_default(&bpe) : fsc_bpe_load(&bpe, c->tokenizer);
     if (s != FSC_OK) {
         fsc_model_free(m);
         return s;
@@ -219,19 +232,28 @@ static fsc_status run(fsc_rank *r, void *arg) {
     /* the vocabulary: one forward over a token 0 */
     if (s == FSC_OK) s = fsc_generator_next(g, &(int32_t){ 0 }, 1, &lg, &V);
     char err[512];
-    if (s == FSC_OK && parse_prompt(c, V, &tok, &n, err, sizeof err) != 0) s = fsc_error(FSC_ERR_INVALID, "%s", err);
+    if (s == FSC_OK && bpe && (size_t)V < fsc_bpe_vocab(bpe))
+        s = fsc_error(FSC_ERR_INVALID, "--tokenizer %s has %zu tokens, more than the model's vocabulary %d", c->tokenizer,
+                      fsc_bpe_vocab(bpe), V);
+    if (s == FSC_OK && parse_prompt(c, V, bpe, &tok, &n, err, sizeof err) != 0) s = fsc_error(FSC_ERR_INVALID, "%s", err);
     fsc_sample_opts so = { .temperature = c->temperature, .top_k = c->top_k, .seed = (uint64_t)c->seed };
     if (s == FSC_OK) s = fsc_generate(g, tok, n, c->tokens, &so);
     if (s == FSC_OK) {
-        const int bytes = V == 256 && !c->ids;
+        const int bytes = V == 256 && !c->ids, text = bpe && !c->ids;
+        size_t tl;
+        const uint8_t *tb = NULL;
         for (int i = 0; i < n + c->tokens; i++) {
-            if (bytes) putchar(tok[i]);
+            if (text && (tb = fsc_bpe_token(bpe, tok[i], &tl)) != NULL) fwrite(tb, 1, tl, stdout);
+            else if (text) printf("<|%d|>", (int)tok[i]); /* a padding row's id: no text */
+            else if (bytes) putchar(tok[i]);
             else printf(i ? ",%d" : "%d", (int)tok[i]);
         }
-        if (!bytes || (n + c->tokens > 0 && tok[n + c->tokens - 1] != '\n')) putchar('\n'); /* text ends a line */
+        int nl = text ? tb && tl && tb[tl - 1] == '\n' : n + c->tokens > 0 && tok[n + c->tokens - 1] == '\n';
+        if (!(bytes || text) || !nl) putchar('\n'); /* text ends a line */
         fflush(stdout);
     }
     free(tok);
+    fsc_bpe_free(bpe);
     fsc_generator_free(g);
     fsc_engine_free(e);
     fsc_model_free(m);

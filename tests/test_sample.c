@@ -142,6 +142,30 @@ static void test_trained_file(void **st) {
     free(a), free(b), free(ids);
 }
 
+/* --tokenizer gpt2 (fsc/bpe.h): a model of GPT-2's vocabulary reads --prompt as text and prints text that starts
+ * with it; a tokenizer larger than the model's vocabulary is refused. */
+static void test_tokenizer(void **st) {
+    (void)st;
+    char file[300], small[300], *out = NULL;
+    snprintf(file, sizeof file, "%s/bpe.safetensors", tmpdir);
+    snprintf(small, sizeof small, "%s/bytes.safetensors", tmpdir);
+    char *args = prog_fmt("--layers 1 --dim 8 --heads 2 --seq 8 --vocab 50257 --data-format bytes --batch 2 --steps 0 --save '%s'", file);
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d\n%s", args, rc, out);
+    free(out), free(args);
+    char *a = sample(file, NULL, "--tokenizer gpt2 --prompt 'First Citizen:' --tokens 5 --seed 3");
+    if (strncmp(a, "First Citizen:", 14) != 0) fail_msg("the text does not start with the prompt: \"%s\"", a);
+    free(a);
+    args = prog_fmt("--layers 1 --dim 8 --heads 2 --seq 8 --batch 2 --steps 0 --save '%s'", small);
+    assert_int_equal(prog_run(trainer, args, tmpdir, &out, NULL), 0);
+    free(out), free(args);
+    char *err = NULL;
+    args = prog_fmt("--model '%s' --tokenizer gpt2 --prompt 'x'", small);
+    assert_int_equal(prog_run(sampler, args, tmpdir, &out, &err), 1);
+    assert_non_null(strstr(err, "more than the model's vocabulary 256"));
+    free(out), free(err), free(args);
+}
+
 /* A checkpoint directory (written by 2 FSDP ranks) samples as the weights the same run saved at its end. */
 static void test_checkpoint(void **st) {
     (void)st;
@@ -286,6 +310,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_config_checked_first),
         cmocka_unit_test(test_program_name),
+        cmocka_unit_test(test_tokenizer),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

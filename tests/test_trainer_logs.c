@@ -407,6 +407,65 @@ static void test_trace(void **state) {
     free(text), free(p), free(out), free(err), free(args), free(dir);
 }
 
+/* The peak MFU divides by (examples/train/peak.c). Oracles: with FSC_CACHE_DIR set, the first run measures and
+ * writes the cache, the second reads the same number; a cached peak below the steps' own rate is raised to the
+ * fastest step's, every logged MFU stays at most 1 and the cache holds the raised number; --peak-tflops is used as
+ * given (and a step above it is raised too); an empty FSC_CACHE_DIR caches nothing. */
+static const char *peak_of(const char *args, double *tflops) {
+    char *out = NULL, *full = prog_fmt("--layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --steps 3 --json --log '%s/pk.jsonl' %s",
+                                       tmpdir, args);
+    int rc = prog_run(trainer, full, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("fsc-train %s: exit %d\n%s", full, rc, out);
+    cJSON *j = prog_last_json(out);
+    *tflops = get(j, "peak_tflops")->valuedouble;
+    static char source[16];
+    snprintf(source, sizeof source, "%s", get(j, "peak_source")->valuestring);
+    cJSON_Delete(j);
+    free(out), free(full);
+    int n = 0;
+    char *path = prog_fmt("%s/pk.jsonl", tmpdir);
+    cJSON **v = read_lines(path, &n);
+    for (int i = 0; i < n; i++) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(v[i], "mfu");
+        if (m && m->valuedouble > 1.0) fail_msg("%s: a logged MFU of %g", args, m->valuedouble);
+    }
+    free_lines(v, n);
+    free(path);
+    return source;
+}
+
+static void test_mfu_peak(void **state) {
+    (void)state;
+    char *dir = prog_fmt("%s/cache", tmpdir), *file = prog_fmt("%s/peak-cpu-0threads.txt", dir);
+    setenv("FSC_CACHE_DIR", dir, 1);
+    double a = 0, b = 0;
+    assert_string_equal(peak_of("", &a), "measured");
+    assert_true(a > 0);
+    char *text = prog_slurp(file);
+    assert_true(fabs(strtod(text, NULL) - a) <= 1e-5 * a);
+    free(text);
+    assert_string_equal(peak_of("", &b), "cached");
+    assert_true(fabs(b - a) <= 1e-5 * a);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs("1e-9\n", f);
+    fclose(f);
+    assert_string_equal(peak_of("", &b), "raised");
+    assert_true(b > 1e-9);
+    text = prog_slurp(file);
+    assert_true(fabs(strtod(text, NULL) - b) <= 1e-5 * b);
+    free(text);
+    assert_string_equal(peak_of("--peak-tflops 1000", &b), "given");
+    assert_true(b == 1000.0);
+    assert_string_equal(peak_of("--peak-tflops 1e-9", &b), "raised");
+    setenv("FSC_CACHE_DIR", "", 1);
+    unlink(file);
+    assert_string_equal(peak_of("", &b), "measured");
+    assert_int_equal(access(file, F_OK), -1);
+    setenv("FSC_CACHE_DIR", "/tmp/fsc_test_cache", 1); /* as prog_setup left it */
+    free(dir), free(file);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_logs", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -420,6 +479,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_log_host_peak),
         cmocka_unit_test(test_log_resume_and_check_ddp),
         cmocka_unit_test(test_trace),
+        cmocka_unit_test(test_mfu_peak),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

@@ -77,7 +77,7 @@ static fsc_status start_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_ckpt_
 
 /* One step (from 0): its batch by the data order, the scheduled learning rate, the engine's step, validation when
  * due, rank 0's report, a checkpoint when due. tok and tgt hold this rank's part of a batch. Collective. */
-static fsc_status train_step(fsc_rank *r, run_state *st, fsc_engine *e, const run_measures *m, int step,
+static fsc_status train_step(fsc_rank *r, run_state *st, fsc_engine *e, run_measures *m, int step,
                              int32_t *tok, int32_t *tgt) {
     const train_config *c = st->cfg;
     const int d = fsc_engine_layout(e)->data, bl = c->batch / c->dp;
@@ -92,6 +92,7 @@ static fsc_status train_step(fsc_rank *r, run_state *st, fsc_engine *e, const ru
     if (s != FSC_OK) return fsc_error_prefix(s, "step %d/%d", step + 1, c->steps);
     double ms = now_ms() - t0, val_loss = NAN;
     if (st->val && val_due(c, step)) FSC_TRY(validate(st, e, d, tok, tgt, &val_loss));
+    if (r->rank == 0) peak_raise(st, m, ms);
     if (r->rank == 0) FSC_TRY(report_step(st, r, e, m, step, &info, ms, val_loss));
     return save_checkpoint(r, c, e, step);
 }
@@ -114,6 +115,7 @@ static fsc_status train_loop(fsc_rank *r, run_state *st, fsc_engine *e, int star
 static fsc_status end_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_status s) {
     const train_config *c = st->cfg;
     if (r->rank == 0) {
+        peak_keep(st, r->dev);
         fsc_engine_comm_stats(e, &st->comm);
         for (int g = 0; g < FSC_GROUP_COUNT; g++)
             st->ngroups[g] = fsc_engine_comm_stats_group(e, (fsc_group_kind)g, &st->groups[g]);
@@ -139,9 +141,7 @@ fsc_status train_fn(fsc_rank *r, void *arg) {
     fsc_engine *e = NULL;
     fsc_model *lm = NULL; /* the model the engine runs, when the family's build made it for this function */
     fsc_trace *tr = NULL; /* --trace: this rank's recorder, attached to the world before the engine splits groups */
-    if (r->rank == 0) st->tflops = c->peak_tflops;
-    if (r->rank == 0 && !(c->peak_tflops > 0) && fsc_device_measure_tflops(r->dev, 512, &st->tflops) != FSC_OK)
-        st->tflops = 0; /* no MFU then */
+    if (r->rank == 0) peak_choose(st, c, r->dev);
     if (c->trace) {
         FSC_TRY(fsc_trace_create(&(fsc_trace_opts){.rank = r->rank, .max_events = (size_t)c->trace_events,
                                                    .origin_us = st->trace_origin}, &tr));

@@ -145,6 +145,9 @@ void print_json(const run_state *st, const ddp_check *chk) {
     double tps = ms > 0 ? (double)timed * c->batch * c->seq / (ms * 1e-3) : 0;
     cJSON_AddNumberToObject(root, "tokens_per_s", tps);
     cJSON_AddNumberToObject(root, "ms_per_step", timed ? ms / timed : 0);
+    /* the peak MFU divides by, per rank, and where it came from (peak.c) */
+    cJSON_AddNumberToObject(root, "peak_tflops", st->tflops);
+    cJSON_AddStringToObject(root, "peak_source", st->peak_source[0] ? st->peak_source : "unknown");
     cJSON_AddNumberToObject(root, "params", (double)st->nparams);
     cJSON_AddNumberToObject(root, "data_tokens", (double)st->ntok);
     cJSON_AddItemToObject(root, "peak_bytes", tag_object(st->peak[0]));

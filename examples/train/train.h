@@ -8,6 +8,7 @@
  *   ckpt.c     --ckpt-dir, --save-every, --resume, --keep-last and the weights files (--save, --init-save)
  *   report.c   the results the ranks share, the progress line and --log, the banner
  *   summary.c  the end of a run: --json, the pipeline's stages, the --check-ddp table
+ *   peak.c     the peak FLOP rate MFU divides by: given, cached per machine, or measured; never below a step's
  * The state is in two structs: train_config (the options, filled by the parser) and run_state (what the ranks
  * share: inputs read-only, results each rank writes in its own slots). Public API only (fsc/fsc.h).
  * Not here: the formatting of one step's record (../train_log.h), the flight recorder (../train_flight.h), the
@@ -137,7 +138,8 @@ typedef struct {
     int64_t *assigned, *dropped; /* (steps - first) MoE: token-to-expert assignments and drops over the global batch */
     int procs;              /* one rank per process (a launcher): the per-rank slots are gathered at the end */
     FILE *log;              /* --log, rank 0's process only (NULL: none) */
-    double tflops;          /* rank 0: one rank's peak for MFU (--peak-tflops or measured; 0: unknown) */
+    double tflops;          /* rank 0: one rank's peak for MFU (peak.c; 0: unknown) */
+    char peak_source[16];   /* rank 0: where tflops came from: given, cached, measured, raised, unknown */
     double trace_origin;    /* --trace: the time every rank's timestamps count from (fsc_trace_now_us) */
 } run_state;
 
@@ -233,6 +235,11 @@ typedef struct {         /* rank 0's measures for the progress line and --log */
     double peak_flops;   /* of all ranks together; 0: unknown */
     double t0_ms;        /* when the run's first step began (now_ms) */
 } run_measures;
+/* peak.c: st->tflops and st->peak_source on rank 0 before the first step; a step faster than the peak raises it
+ * (so MFU stays at most 100%); at the end a raised peak goes to the cache. */
+void peak_choose(run_state *st, const train_config *c, fsc_device *dev);
+void peak_raise(run_state *st, run_measures *m, double ms);
+void peak_keep(const run_state *st, fsc_device *dev);
 fsc_status report_step(run_state *st, fsc_rank *r, fsc_engine *e, const run_measures *m, int step,
                        const fsc_step_info *info, double ms, double val_loss);
 fsc_status write_trace(fsc_rank *r, const train_config *c, fsc_trace *tr);

@@ -5,6 +5,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <math.h>
 #include "trainertest.h"
 
 static char trainer[PATH_MAX];
@@ -58,6 +60,26 @@ static void test_first_run_and_keep_last(void **state) {
     train(a, l, 6, &out);
     char *from = prog_fmt("resumed from %s/step-00000004 at step 4", dir);
     if (!strstr(out, from)) fail_msg("second run: \"%s\" not in\n%s", from, out);
+    /* saves and the resume say their size (the step directory's files) and time */
+    char *six = prog_fmt("%s/step-00000006", dir), *line = prog_fmt("checkpoint %s (", six);
+    const char *at = strstr(out, line);
+    if (!at) fail_msg("second run: \"%s\" not in\n%s", line, out);
+    double mib = -1, ms = -1;
+    assert_int_equal(sscanf(at + strlen(line), "%lf MiB in %lf ms)", &mib, &ms), 2);
+    assert_true(ms >= 0);
+    double bytes = 0;
+    DIR *d = opendir(six);
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        struct stat st;
+        char *f = prog_fmt("%s/%s", six, de->d_name);
+        if (stat(f, &st) == 0 && S_ISREG(st.st_mode)) bytes += (double)st.st_size;
+        free(f);
+    }
+    closedir(d);
+    if (fabs(mib - bytes / 1048576.0) > 0.051) fail_msg("the save said %.1f MiB, its files hold %.3f", mib, bytes / 1048576.0);
+    assert_non_null(strstr(strstr(out, from) + strlen(from), " MiB in "));
+    free(six), free(line);
     assert_same_from(l, ref, 4, 6, "resumed run");
     assert_true(exists(dir, "step-00000005") && exists(dir, "step-00000006"));
     assert_false(exists(dir, "step-00000003") || exists(dir, "step-00000004"));

@@ -5,8 +5,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include "train.h"
+
+/* " (12.3 MiB in 45 ms)": the bytes of the regular files in dir (a checkpoint's step directory) and the time. */
+static void size_and_time(const char *dir, double ms, char *buf, size_t cap) {
+    double bytes = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            bytes += (double)st.st_size;
+    }
+    if (d) closedir(d);
+    snprintf(buf, cap, " (%.1f MiB in %.0f ms)", bytes / 1048576.0, ms);
+}
 
 /* A run without --resume starts a new run: a --ckpt-dir holding checkpoints belongs to another one, and
  * the library refuses the first save there (unless --ckpt-overwrite). Say so before training. */
@@ -63,8 +78,10 @@ fsc_status resume_run(fsc_rank *r, const train_config *c, fsc_engine *e, int *st
     if (r->rank == 0 && fsc_ckpt_clean(c->resume, &left, rep, sizeof rep) == FSC_OK && left) /* resume skips them */
         fprintf(stderr, "fsc-train: warning: %d leftover%s of interrupted saves not removed: %s\n", left,
                 left == 1 ? "" : "s", rep);
-    char from[4096], skipped[4096];
+    char from[4096], skipped[4096], took[64] = "";
+    const double t0 = now_ms();
     fsc_status s = fsc_ckpt_try_resume(e, c->resume, &at, from, sizeof from, skipped, sizeof skipped);
+    if (s == FSC_OK && r->rank == 0 && from[0]) size_and_time(from, now_ms() - t0, took, sizeof took);
     if (s == FSC_OK && r->rank == 0 && skipped[0]) fprintf(stderr, "fsc-train: warning: %s\n", skipped);
     if (s == FSC_OK && at < 0) { /* nothing to resume: a first run (README's save-every/resume example) */
         at = 0;
@@ -72,7 +89,7 @@ fsc_status resume_run(fsc_rank *r, const train_config *c, fsc_engine *e, int *st
     }
     *start = at < c->steps ? (int)at : c->steps;
     if (s == FSC_OK && r->rank == 0 && from[0]) {
-        printf("resumed from %s at step %lld\n", from, (long long)at);
+        printf("resumed from %s at step %lld%s\n", from, (long long)at, took);
         if (at >= c->steps)
             fprintf(stderr, "fsc-train: warning: the checkpoint is at step %lld, --steps is %d: no step left to train "
                             "(give a larger --steps to continue)\n", (long long)at, c->steps);
@@ -85,8 +102,14 @@ fsc_status resume_run(fsc_rank *r, const train_config *c, fsc_engine *e, int *st
 fsc_status save_checkpoint(fsc_rank *r, const train_config *c, fsc_engine *e, int step) {
     if (!c->save_every || (step + 1) % c->save_every != 0) return FSC_OK;
     fsc_ckpt_save_opts so = {.format = (fsc_ckpt_format)c->ckpt_format, .start_over = c->ckpt_overwrite};
-    fsc_status s = fsc_ckpt_save(e, c->ckpt_dir, step + 1, &so);
-    if (s == FSC_OK && r->rank == 0) printf("checkpoint %s/step-%08d\n", c->ckpt_dir, step + 1);
+    const double t0 = now_ms();
+    fsc_status s = fsc_ckpt_save(e, c->ckpt_dir, step + 1, &so); /* durable on every rank when it returns */
+    if (s == FSC_OK && r->rank == 0) {
+        char dir[4200], took[64];
+        snprintf(dir, sizeof dir, "%s/step-%08d", c->ckpt_dir, step + 1);
+        size_and_time(dir, now_ms() - t0, took, sizeof took);
+        printf("checkpoint %s%s\n", dir, took);
+    }
     char left[2048];
     if (s == FSC_OK && r->rank == 0 && c->keep_last) { /* durable on every rank: older ones may go */
         if (fsc_ckpt_prune(c->ckpt_dir, step + 1, c->keep_last, NULL, left, sizeof left) != FSC_OK)

@@ -1,7 +1,7 @@
 /* Tests of tools/plot's data extraction (tools/plot --data, awk only: no gnuplot needed, and none is run here).
  * Oracles: for a log written out by hand below (a config line, train records with and without lr and mfu, a
  * validation record, a resumed run's second config line and records), the tables are exactly the ones written out
- * by hand; a log the trainer wrote (--log) gives one row per step whose loss is --json's loss to the digit
+ * by hand; a resumed run's repeated steps give one row each, the last record's, in step order; a log the trainer wrote (--log) gives one row per step whose loss is --json's loss to the digit
  * (%.17g both ways) and whose memory columns are the tags of the record; bad usage and a missing file fail. */
 #include <limits.h>
 #include <stdlib.h>
@@ -46,6 +46,43 @@ static void test_hand_written(void **state) {
     assert_int_equal(prog_run(plot, "a.jsonl b.gif", tmpdir, NULL, NULL), 1); /* a.jsonl unreadable first */
 }
 
+/* A resumed run's log holds steps 2 and 3 twice (the killed run's and the resumed run's): the last record of a step
+ * wins and rows come in step order, so the plot draws no line back in time; validation likewise. */
+static void test_resumed_log(void **state) {
+    (void)state;
+    char log[128];
+    snprintf(log, sizeof log, "%s/resumed.jsonl", tmpdir);
+    FILE *f = fopen(log, "w");
+    assert_non_null(f);
+    fputs("{\"type\":\"config\",\"config\":{\"model\":\"llama\",\"layers\":4,\"dim\":128,\"world\":4,"
+          "\"parallel\":\"fsdp\",\"precision\":\"fp32\"}}\n"
+          "{\"type\":\"train\",\"step\":1,\"loss\":5,\"tokens_per_s\":10}\n"
+          "{\"type\":\"train\",\"step\":2,\"loss\":4,\"tokens_per_s\":10}\n"
+          "{\"type\":\"val\",\"step\":2,\"val_loss\":4.5}\n"
+          "{\"type\":\"train\",\"step\":3,\"loss\":3,\"tokens_per_s\":10}\n"
+          "{\"type\":\"config\",\"config\":{\"model\":\"llama\"}}\n"
+          "{\"type\":\"train\",\"step\":2,\"loss\":4.25,\"tokens_per_s\":20}\n"
+          "{\"type\":\"val\",\"step\":2,\"val_loss\":4.75}\n"
+          "{\"type\":\"train\",\"step\":3,\"loss\":3.25,\"tokens_per_s\":20}\n"
+          "{\"type\":\"train\",\"step\":4,\"loss\":2,\"tokens_per_s\":20}\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    char *args = NULL, *out = NULL;
+    assert_true(asprintf(&args, "--data '%s'", log) > 0);
+    assert_int_equal(prog_run(plot, args, tmpdir, &out, NULL), 0);
+    const char *want = "# train\n"
+                       "step\tloss\tlr\ttokens_per_s\tmfu\n"
+                       "1\t5\tNaN\t10\tNaN\n"
+                       "2\t4.25\tNaN\t20\tNaN\n"
+                       "3\t3.25\tNaN\t20\tNaN\n"
+                       "4\t2\tNaN\t20\tNaN\n"
+                       "\n\n# val\n"
+                       "step\tval_loss\n"
+                       "2\t4.75\n";
+    if (strcmp(out, want) != 0) fail_msg("tools/plot --data gave:\n%s\nexpected:\n%s", out, want);
+    free(out), free(args);
+}
+
 static void test_trainer_log(void **state) {
     (void)state;
     char *args = NULL, *out = NULL;
@@ -88,6 +125,7 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_written),
+        cmocka_unit_test(test_resumed_log),
         cmocka_unit_test(test_trainer_log),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,8 @@
 /* Pipeline parallelism: a model (model.h) cut into stages by a balance (blocks per stage: the layers between
  * the first and the last; the first runs on stage 0, the last on the last stage), one stage per rank of a
- * pipeline group; micro-batches flow forward and their gradients backward over send/recv; GPipe and 1F1B
- * schedules; checkpoint modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
+ * pipeline group; micro-batches flow forward and their gradients backward over send/recv; one runner
+ * executes this rank's list of actions of the schedule (pipe_sched.c makes and validates them); checkpoint
+ * modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
  *
  * Layout (the engine's fsc_layout; Megatron's by default): world = dp x tp x pp, without tensor parallelism
  * rank = stage * dp + dp_index, data-parallel ranks adjacent. The pipeline group holds the ranks of one
@@ -39,12 +40,13 @@
  * inputs, in the caller's host memory) and runs the whole stage forward again just before its backward.
  * Full records and saved inputs come from pools, so the device ledger's FSC_TAG_ACTS peak is the most the
  * schedule held at once.
- * Not here: balance helpers (pipe_balance.c). */
+ * Not here: balance helpers (pipe_balance.c), the schedules' action lists and their validator (pipe_sched.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "pipe.h"
+#include "fsc/pipe_schedule.h"
 
 typedef struct {
     fsc_model_acts *rec; /* full record, NULL while checkpointed */
@@ -88,6 +90,8 @@ struct fsc_pipe {
     double wait;              /* seconds waited in this step */
     fsc_pipe_stats st;
     fsc_pipe_aux *aux;        /* the micro-batches' auxiliary statistics (pipe_stats.c), NULL without them */
+    fsc_pipe_action *acts;    /* (nacts) this rank's actions of a step, validated with every rank's (pipe_sched.c) */
+    int nacts;
     double *unit_loss;        /* reduce_exact (exact.c): the last stage keeps each micro-batch's loss here, or NULL */
 };
 
@@ -172,6 +176,22 @@ static fsc_status find_tied(fsc_engine *e) {
     return FSC_OK;
 }
 
+/* Every rank's actions of a step by the schedule, validated together; this rank's kept in p->acts. */
+static fsc_status make_schedule(fsc_pipe *p, fsc_pipe_schedule kind) {
+    fsc_pipe_action **lists = calloc((size_t)p->pp, sizeof *lists);
+    int *lens = calloc((size_t)p->pp, sizeof *lens);
+    fsc_status s = lists && lens ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    for (int r = 0; r < p->pp && s == FSC_OK; r++) s = fsc_pipe_schedule_make(kind, p->pp, 1, p->M, r, &lists[r], &lens[r]);
+    if (s == FSC_OK) s = fsc_pipe_schedule_validate(p->pp, 1, p->M, (const fsc_pipe_action *const *)lists, lens);
+    for (int r = 0; r < p->pp && lists; r++) {
+        if (r == p->stage && s == FSC_OK) p->acts = lists[r], p->nacts = lens[r];
+        else fsc_pipe_schedule_free(lists[r]);
+    }
+    free(lists);
+    free(lens);
+    return s;
+}
+
 fsc_status fsc_pipe_create(fsc_engine *e) {
     const int pp = fsc_pipe_stages(&e->po), L = e->m->n_layers - 2;
     if (pp == 1) return FSC_OK;
@@ -202,6 +222,7 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
         first += n;
     }
     FSC_TRY(find_tied(e));
+    FSC_TRY(make_schedule(p, e->po.schedule));
     if (e->po.prefetch && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* the engine's groups (engine.c, fsc_layout_split) */
@@ -623,17 +644,10 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
     FSC_TRY(tied_post(e, 1));
     double loss_local = 0;
-    if (e->po.schedule == FSC_SCHED_GPIPE) {
-        for (int k = 0; k < M; k++) FSC_TRY(forward(e, k, &loss_local));
-        for (int k = 0; k < M; k++) FSC_TRY(backward(e, k, dscale));
-    } else { /* 1F1B: warm-up forwards, then one forward one backward, then the remaining backwards */
-        int warm = P - s - 1 < M ? P - s - 1 : M;
-        for (int k = 0; k < warm; k++) FSC_TRY(forward(e, k, &loss_local));
-        for (int k = 0; k < M - warm; k++) {
-            FSC_TRY(forward(e, warm + k, &loss_local));
-            FSC_TRY(backward(e, k, dscale));
-        }
-        for (int k = M - warm; k < M; k++) FSC_TRY(backward(e, k, dscale));
+    for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c) */
+        const fsc_pipe_action *x = &p->acts[i];
+        if (x->kind == FSC_ACT_FORWARD) FSC_TRY(forward(e, x->micro, &loss_local));
+        else FSC_TRY(backward(e, x->micro, dscale));
     }
     FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
     FSC_TRY(tied_sends_done(p));
@@ -778,6 +792,7 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->lf);
     free(p->ll);
     free(p->tied);
+    fsc_pipe_schedule_free(p->acts);
     fsc_pipe_aux_free(p->aux);
     if (p->norm_comm) fsc_comm_free(p->norm_comm);
     free(p);

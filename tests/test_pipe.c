@@ -104,6 +104,8 @@ static run reference(const run *p) {
     d.params = NULL;
     d.save = NULL;
     d.po.pp = 1;
+    d.po.virtual_stages = 0;
+    d.po.schedule = FSC_SCHED_GPIPE;
     d.po.balance = NULL;
     d.po.kind = FSC_PAR_DDP;
     d.world = p->world / p->po.pp;
@@ -122,6 +124,72 @@ static void assert_same(const run *ref, const run *p, const char *what) {
 
 static const char *sched_name[] = { "gpipe", "1f1b" };
 static const char *ckpt_name[] = { "except_last", "always", "never" };
+
+/* Interleaved 1F1B (virtual stages): p = 2, 3, 4 ranks of v = 2 or 3 chunks of an 8-block GPT (its wte tied to
+ * the head, on stage 0 and the last stage: ranks 0 and p - 1), even and uneven balances over the p x v chunks,
+ * m = p, 2p micro-batches (m = p runs all forwards first), every checkpoint mode, an evaluation before each
+ * step, and dp 2 x pp 2. Oracle: DDP's bits over the same micro-batches, on every rank; the evaluation equals
+ * the step's loss. */
+static void test_pipe_interleaved_equals_ddp(void **state) {
+    (void)state;
+    static const int uneven[] = { 1, 3, 2, 2 }, uneven6[] = { 2, 1, 1, 1, 2, 1 };
+    struct { int dp, pp, v, m; const int *bal; } cases[] = {
+        { 1, 2, 2, 2, NULL }, { 1, 2, 2, 4, uneven }, { 1, 2, 3, 4, uneven6 }, { 1, 3, 2, 3, NULL },
+        { 1, 3, 2, 6, uneven6 }, { 1, 4, 2, 4, NULL }, { 1, 4, 2, 8, NULL }, { 2, 2, 2, 4, NULL },
+    };
+    run refs[2][9]; /* [dp - 1][m]: DDP over dp ranks, m micro-batches */
+    memset(refs, 0, sizeof refs);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int ck = 0; ck < 3; ck++) {
+            run p = make(cases[c].dp, cases[c].pp, FSC_PAR_DDP, cases[c].m, 1);
+            p.cfg.layers = 8;
+            p.steps = 2;
+            p.eval = 1;
+            p.po.prefetch = 1;
+            p.po.schedule = FSC_SCHED_INTERLEAVED;
+            p.po.virtual_stages = cases[c].v;
+            p.po.balance = cases[c].bal;
+            p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+            run *ref = &refs[cases[c].dp - 1][cases[c].m];
+            if (!ref->params) *ref = reference(&p);
+            train(&p);
+            char what[128];
+            snprintf(what, sizeof what, "dp %d x pp %d, %d chunks per rank (balance %s), %d micro-batches, checkpoint "
+                     "%s", cases[c].dp, cases[c].pp, cases[c].v, cases[c].bal ? "uneven" : "even", cases[c].m,
+                     ckpt_name[ck]);
+            assert_same(ref, &p, what);
+            for (int st = 0; st < p.steps; st++)
+                for (int rk = 0; rk < p.world; rk++)
+                    if (memcmp(&p.ev[rk][st], &p.loss[rk][st], sizeof(double)) != 0)
+                        fail_msg("%s: evaluation of step %d on rank %d %.17g, the step's loss %.17g", what, st, rk,
+                                 p.ev[rk][st], p.loss[rk][st]);
+            assert_true(p.stats[0].ideal_bubble > 0);
+            assert_true(fabs(p.stats[0].ideal_bubble -
+                             (double)(cases[c].pp - 1) / (cases[c].v * cases[c].m + cases[c].pp - 1)) < 1e-12);
+            free(p.params);
+        }
+    }
+    for (int d = 0; d < 2; d++)
+        for (int m = 0; m < 9; m++) free(refs[d][m].params);
+}
+
+/* Interleaved with layer checkpointing (po.checkpoint: every block recomputed in its backward) too. */
+static void test_pipe_interleaved_layer_checkpoint(void **state) {
+    (void)state;
+    run p = make(1, 2, FSC_PAR_DDP, 4, 1);
+    p.cfg.layers = 8;
+    p.steps = 2;
+    p.po.prefetch = 1;
+    p.po.checkpoint = 1;
+    p.po.schedule = FSC_SCHED_INTERLEAVED;
+    p.po.virtual_stages = 2;
+    run ref = reference(&p);
+    train(&p);
+    assert_same(&ref, &p, "interleaved, 2 x 2 chunks, layer checkpointing");
+    free(p.params);
+    free(ref.params);
+}
+
 
 /* P in {2, 3, 4}, uneven balances, both schedules, every checkpoint mode, prefetch 0 and 1 (asynchronous
  * sends and receives, docs/overlap.md): DDP's bits */
@@ -522,6 +590,34 @@ static void test_pipe_bad_options(void **state) {
     r = make(1, 2, FSC_PAR_DDP, 2, 1);
     r.po.pp = -2;
     expect_error(&r, "must be >= 1");
+    r = make(1, 4, FSC_PAR_DDP, 6, 1); /* interleaved: micro-batches in groups of the stages */
+    r.cfg.layers = 8;
+    r.po.prefetch = 1;
+    r.po.schedule = FSC_SCHED_INTERLEAVED;
+    r.po.virtual_stages = 2;
+    expect_error(&r, "micro-batches (accum 6) to be a multiple of the 4 pipeline stages");
+    r.po.accum = 4;
+    r.batch = 4;
+    r.po.virtual_stages = 3;
+    expect_error(&r, "4 pipeline stages x 3 virtual stages = 12 chunks but the model has 8 blocks");
+    r.po.virtual_stages = 2;
+    r.po.schedule = FSC_SCHED_1F1B;
+    expect_error(&r, "virtual_stages 2 needs the interleaved schedule");
+    r.po.schedule = FSC_SCHED_INTERLEAVED;
+    r.po.virtual_stages = -1;
+    expect_error(&r, "virtual_stages (chunks per pipeline rank) must be >= 1");
+    r = make(1, 1, FSC_PAR_DDP, 2, 1);
+    r.po.virtual_stages = 2;
+    expect_error(&r, "virtual_stages 2 but pp is 1");
+    r = make(1, 2, FSC_PAR_FSDP, 2, 1);
+    r.po.prefetch = 1;
+    r.po.schedule = FSC_SCHED_INTERLEAVED;
+    r.po.virtual_stages = 2;
+    fsc_cluster_opts co = { .world = r.world, .device = "cpu", .timeout_s = 30 };
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "ddp inside the stages only");
+    r.po.kind = FSC_PAR_DDP;
+    r.po.prefetch = 0;
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "interleaved stages need prefetch");
 
     const fsc_model c = { .n_layers = five_blocks().layers + 2 }; /* parse reads only the layer count */
     int out[4];
@@ -635,6 +731,8 @@ static void test_pipe_balance_helpers(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipe_equals_ddp),
+        cmocka_unit_test(test_pipe_interleaved_equals_ddp),
+        cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_prefetch_receives),
         cmocka_unit_test(test_pipe_prefetch_every_balance),
         cmocka_unit_test(test_pipe_dp_x_pp),

@@ -71,6 +71,62 @@ static void test_builtin_grid_valid(void **state) {
             }
 }
 
+/* Megatron's order for p = 2, v = 2, m = 4: "F0.0" is micro-batch 0 on chunk 0 */
+static void test_interleaved_order(void **state) {
+    (void)state;
+    lists l;
+    make_all(FSC_SCHED_INTERLEAVED, 2, 2, 4, &l);
+    const char *want[] = {
+        /* rank 0: warm-up (2 - 0 - 1) 2 + (2 - 1) 2 = 4 forwards, then pairs, then the backwards */
+        "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0",
+        /* rank 1: 2 warm-up forwards */
+        "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0",
+    };
+    for (int r = 0; r < 2; r++) {
+        char buf[256];
+        size_t at = 0;
+        for (int i = 0; i < l.n[r]; i++)
+            at += (size_t)snprintf(buf + at, sizeof buf - at, "%s%c%d.%d", i ? " " : "",
+                                   l.a[r][i].kind == FSC_ACT_FORWARD ? 'F' : 'B', l.a[r][i].micro, l.a[r][i].chunk);
+        assert_string_equal(buf, want[r]);
+    }
+    assert_ok(validate(2, 2, 4, &l));
+    free_all(2, &l);
+}
+
+/* Interleaved over a grid: p = 1..8, v = 1..4, m = p, 2p, 3p: valid, 2 v m actions per rank */
+static void test_interleaved_grid_valid(void **state) {
+    (void)state;
+    for (int p = 1; p <= MAXP; p++)
+        for (int v = 1; v <= 4; v++)
+            for (int m = p; m <= 3 * p; m += p) {
+                lists l;
+                make_all(FSC_SCHED_INTERLEAVED, p, v, m, &l);
+                for (int r = 0; r < p; r++) assert_int_equal(l.n[r], 2 * v * m);
+                fsc_status s = validate(p, v, m, &l);
+                if (s != FSC_OK) fail_msg("interleaved p %d v %d m %d: %s", p, v, m, fsc_last_error());
+                free_all(p, &l);
+            }
+}
+
+/* Every chunk in ascending order, yet rank 1 runs chunk 0's forwards 2 and 3 before chunk 1's first: rank 0
+ * sends it outputs F0.0 F1.0 F0.1 F1.1 F2.0 ... on one stream, so rank 1's F2.0 finds chunk 1's micro-batch 0
+ * at its head */
+static void test_stream_order_refused(void **state) {
+    (void)state;
+    lists l;
+    make_all(FSC_SCHED_INTERLEAVED, 2, 2, 4, &l);
+    fsc_pipe_action *r1 = l.a[1]; /* F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 ... */
+    static const fsc_pipe_action head[] = { { FSC_ACT_FORWARD, 2, 0 }, { FSC_ACT_FORWARD, 3, 0 },
+                                            { FSC_ACT_FORWARD, 0, 1 }, { FSC_ACT_BACKWARD, 0, 1 },
+                                            { FSC_ACT_FORWARD, 1, 1 }, { FSC_ACT_BACKWARD, 1, 1 },
+                                            { FSC_ACT_BACKWARD, 0, 0 }, { FSC_ACT_BACKWARD, 1, 0 } };
+    memcpy(r1 + 2, head, sizeof head);
+    assert_err(validate(2, 2, 4, &l), FSC_ERR_INVALID, "rank 1, action 2, F(mb 2, chunk 0) receives its input from "
+               "rank 0, but the next message on that stream is for F(mb 0, chunk 1)");
+    free_all(2, &l);
+}
+
 static void test_make_refuses(void **state) {
     (void)state;
     fsc_pipe_action *a = NULL;
@@ -80,6 +136,8 @@ static void test_make_refuses(void **state) {
     assert_err(fsc_pipe_schedule_make(FSC_SCHED_GPIPE, 2, 1, 4, 2, &a, &n), FSC_ERR_INVALID, "rank 2 of 2");
     assert_err(fsc_pipe_schedule_make(FSC_SCHED_GPIPE, 0, 1, 4, 0, &a, &n), FSC_ERR_INVALID, "pipeline ranks");
     assert_err(fsc_pipe_schedule_make(FSC_SCHED_GPIPE, 2, 1, 0, 0, &a, &n), FSC_ERR_INVALID, "micro-batches");
+    assert_err(fsc_pipe_schedule_make(FSC_SCHED_INTERLEAVED, 4, 2, 6, 0, &a, &n), FSC_ERR_INVALID,
+               "6 micro-batches are not a multiple of the 4 pipeline stages");
     assert_null(a);
 }
 
@@ -135,6 +193,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin_orders),
         cmocka_unit_test(test_builtin_grid_valid),
+        cmocka_unit_test(test_interleaved_order),
+        cmocka_unit_test(test_interleaved_grid_valid),
+        cmocka_unit_test(test_stream_order_refused),
         cmocka_unit_test(test_make_refuses),
         cmocka_unit_test(test_broken_lists_refused),
         cmocka_unit_test(test_deadlock_refused),

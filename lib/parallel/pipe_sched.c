@@ -4,6 +4,11 @@
  *
  * GPipe: F 0..m-1, then B 0..m-1. 1F1B (PipeDream-flush) on rank r: w = min(p - r - 1, m) warm-up forwards,
  * then m - w rounds of one forward and one backward, then the w remaining backwards.
+ * Interleaved 1F1B (Megatron-LM's forward_backward_pipelining_with_interleaving): rank r runs the v m virtual
+ * micro-batches i = 0 .. v m - 1 in groups of p: forward i is micro-batch (i / (p v)) p + i % p on chunk
+ * (i % (p v)) / p, backward i the same micro-batch on chunk v - 1 - (i % (p v)) / p; w = (p - r - 1) 2 +
+ * (v - 1) p warm-up forwards (all of them when m = p), capped at v m, then rounds of forward w + i and
+ * backward i, then the remaining backwards. It needs m to be a multiple of p, as Megatron does.
  *
  * The validator's simulation: every rank has a position in its list; an action can run when what it
  * receives is at the head of its stream (sends are buffered, as the simulated and MPI communicators buffer
@@ -51,6 +56,25 @@ static void make_1f1b(int p, int m, int rank, fsc_pipe_action *a, int *n) {
     for (int k = m - warm; k < m; k++) put(a, n, FSC_ACT_BACKWARD, k, 0);
 }
 
+/* Megatron's virtual micro-batch i: its micro-batch and chunk, forward or backward. */
+static fsc_pipe_action virtual_action(int p, int v, int i, int fwd) {
+    const int in_group = i % (p * v), chunk = in_group / p;
+    return (fsc_pipe_action){ fwd ? FSC_ACT_FORWARD : FSC_ACT_BACKWARD, (i / (p * v)) * p + i % p,
+                              fwd ? chunk : v - 1 - chunk };
+}
+
+static void make_interleaved(int p, int v, int m, int rank, fsc_pipe_action *a, int *n) {
+    const int total = v * m;
+    int warm = m == p ? total : (p - rank - 1) * 2 + (v - 1) * p;
+    if (warm > total) warm = total;
+    for (int i = 0; i < warm; i++) a[(*n)++] = virtual_action(p, v, i, 1);
+    for (int i = 0; i < total - warm; i++) {
+        a[(*n)++] = virtual_action(p, v, warm + i, 1);
+        a[(*n)++] = virtual_action(p, v, i, 0);
+    }
+    for (int i = total - warm; i < total; i++) a[(*n)++] = virtual_action(p, v, i, 0);
+}
+
 fsc_status fsc_pipe_schedule_make(fsc_pipe_schedule kind, int p, int v, int m, int rank, fsc_pipe_action **out,
                                   int *n) {
     FSC_CHECK_ARG(out);
@@ -60,15 +84,19 @@ fsc_status fsc_pipe_schedule_make(fsc_pipe_schedule kind, int p, int v, int m, i
     FSC_TRY(check_sizes("pipeline schedule", p, v, m));
     if (rank < 0 || rank >= p)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d of %d pipeline ranks", rank, p);
-    if (kind != FSC_SCHED_GPIPE && kind != FSC_SCHED_1F1B)
-        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe or 1f1b)", (int)kind);
-    if (v != 1)
+    if (kind != FSC_SCHED_GPIPE && kind != FSC_SCHED_1F1B && kind != FSC_SCHED_INTERLEAVED)
+        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b or interleaved)", (int)kind);
+    if (kind == FSC_SCHED_INTERLEAVED && m % p != 0)
+        return fsc_error(FSC_ERR_INVALID, "pipeline schedule interleaved: %d micro-batches are not a multiple of the "
+                         "%d pipeline stages (Megatron's interleaving runs micro-batches in groups of the stages)", m, p);
+    if (kind != FSC_SCHED_INTERLEAVED && v != 1)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule %s runs one chunk per rank, not %d",
                          kind == FSC_SCHED_GPIPE ? "gpipe" : "1f1b", v);
     fsc_pipe_action *a = malloc((size_t)2 * v * m * sizeof *a);
     if (!a) return fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory for %d actions", 2 * v * m);
     if (kind == FSC_SCHED_GPIPE) make_gpipe(m, a, n);
-    else make_1f1b(p, m, rank, a, n);
+    else if (kind == FSC_SCHED_1F1B) make_1f1b(p, m, rank, a, n);
+    else make_interleaved(p, v, m, rank, a, n);
     *out = a;
     return FSC_OK;
 }

@@ -222,6 +222,71 @@ static void test_pipe_equals_ddp(void **state) {
     free(ref.params);
 }
 
+/* A caller's own schedule (FSC_SCHED_CUSTOM): lists of F and B actions per rank, validated at engine creation.
+ * Two chunks per rank run depth-first (each micro-batch through both chunks, forwards, then each micro-batch's
+ * backwards), with 3 micro-batches (no multiple of the ranks: that rule is the interleaved schedule's), and one
+ * chunk per rank with more warm-up than 1F1B. Oracle: DDP's bits. A list that runs rank 1's backwards out of
+ * order is refused when the engine is made, the message naming the action. */
+static fsc_status create_fn(fsc_rank *rk, void *arg);
+
+static void depth_first(int v, int m, fsc_pipe_action *a) {
+    int n = 0;
+    for (int k = 0; k < m; k++)
+        for (int c = 0; c < v; c++) a[n++] = (fsc_pipe_action){ FSC_ACT_FORWARD, k, c };
+    for (int k = 0; k < m; k++)
+        for (int c = v - 1; c >= 0; c--) a[n++] = (fsc_pipe_action){ FSC_ACT_BACKWARD, k, c };
+}
+
+static void test_pipe_custom_schedule(void **state) {
+    (void)state;
+    fsc_pipe_action r0[12], r1[12];
+    depth_first(2, 3, r0);
+    depth_first(2, 3, r1);
+    const fsc_pipe_action *const lists[] = { r0, r1 };
+    const int n[] = { 12, 12 };
+    run p = make(1, 2, FSC_PAR_DDP, 3, 1);
+    p.cfg.layers = 8;
+    p.steps = 2;
+    p.eval = 1;
+    p.po.prefetch = 1;
+    p.po.schedule = FSC_SCHED_CUSTOM;
+    p.po.virtual_stages = 2;
+    p.po.actions = lists;
+    p.po.nactions = n;
+    run ref = reference(&p);
+    train(&p);
+    assert_same(&ref, &p, "custom: 2 chunks per rank, depth-first, 3 micro-batches");
+    free(p.params);
+    /* one chunk per rank, rank 0 with 3 warm-up forwards */
+    static const fsc_pipe_action w0[] = { { FSC_ACT_FORWARD, 0, 0 },  { FSC_ACT_FORWARD, 1, 0 },
+                                          { FSC_ACT_FORWARD, 2, 0 },  { FSC_ACT_BACKWARD, 0, 0 },
+                                          { FSC_ACT_BACKWARD, 1, 0 }, { FSC_ACT_BACKWARD, 2, 0 } };
+    static const fsc_pipe_action w1[] = { { FSC_ACT_FORWARD, 0, 0 },  { FSC_ACT_BACKWARD, 0, 0 },
+                                          { FSC_ACT_FORWARD, 1, 0 },  { FSC_ACT_BACKWARD, 1, 0 },
+                                          { FSC_ACT_FORWARD, 2, 0 },  { FSC_ACT_BACKWARD, 2, 0 } };
+    const fsc_pipe_action *const one[] = { w0, w1 };
+    const int n1[] = { 6, 6 };
+    run q = make(1, 2, FSC_PAR_DDP, 3, 1);
+    q.cfg.layers = 8;
+    q.steps = 2;
+    q.po.prefetch = 1;
+    q.po.schedule = FSC_SCHED_CUSTOM;
+    q.po.actions = one;
+    q.po.nactions = n1;
+    train(&q);
+    assert_same(&ref, &q, "custom: one chunk per rank");
+    free(q.params);
+    free(ref.params);
+    /* rank 1's backwards of micro-batches 0 and 1 on chunk 1 swapped: refused, naming the action */
+    fsc_pipe_action t = r1[6];
+    r1[6] = r1[8], r1[8] = t;
+    fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
+    assert_err(fsc_cluster_run(&co, create_fn, &p), FSC_ERR_INVALID,
+               "rank 1, action 6, B(mb 1, chunk 1) comes before micro-batch 0 of its chunk");
+    p.po.actions = NULL;
+    assert_err(fsc_cluster_run(&co, create_fn, &p), FSC_ERR_INVALID, "custom pipeline schedule needs actions");
+}
+
 /* The receives posted ahead (po.prefetch 1, docs/overlap.md) on the paths the test above leaves out: 1, 2 (of 2
  * sequences each: accumulation over micro-batches of several samples) and 5 micro-batches, 2 to 4 stages with
  * uneven balances, both schedules, every checkpoint mode, an evaluation (fsc_engine_eval) before every step and a
@@ -733,6 +798,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
+        cmocka_unit_test(test_pipe_custom_schedule),
         cmocka_unit_test(test_pipe_prefetch_receives),
         cmocka_unit_test(test_pipe_prefetch_every_balance),
         cmocka_unit_test(test_pipe_dp_x_pp),

@@ -132,9 +132,9 @@ fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers) {
 
 /* Interleaved stages (v > 1): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
-    if (po->schedule != FSC_SCHED_INTERLEAVED)
-        return fsc_error(FSC_ERR_INVALID, "virtual_stages %d needs the interleaved schedule (gpipe and 1f1b run one "
-                         "chunk per rank)", v);
+    if (po->schedule != FSC_SCHED_INTERLEAVED && po->schedule != FSC_SCHED_CUSTOM)
+        return fsc_error(FSC_ERR_INVALID, "virtual_stages %d needs the interleaved schedule or a custom one (gpipe "
+                         "and 1f1b run one chunk per rank)", v);
     if (po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
         return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages run with ddp inside the stages "
                          "only (not fsdp, zero1 or zero2 yet)", v);
@@ -167,9 +167,13 @@ fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel
     if (pp * v > L)
         return fsc_error(FSC_ERR_INVALID, "%d pipeline stages x %d virtual stages = %d chunks but the model has %d "
                          "blocks (every chunk needs at least one)", pp, v, pp * v, L);
-    if (po->schedule != FSC_SCHED_GPIPE && po->schedule != FSC_SCHED_1F1B && po->schedule != FSC_SCHED_INTERLEAVED)
-        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b or interleaved)",
+    if (po->schedule != FSC_SCHED_GPIPE && po->schedule != FSC_SCHED_1F1B && po->schedule != FSC_SCHED_INTERLEAVED &&
+        po->schedule != FSC_SCHED_CUSTOM)
+        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved or custom)",
                          (int)po->schedule);
+    if (po->schedule == FSC_SCHED_CUSTOM && (!po->actions || !po->nactions))
+        return fsc_error(FSC_ERR_INVALID, "the custom pipeline schedule needs actions and nactions (the action lists "
+                         "of every pipeline rank)");
     if (po->schedule == FSC_SCHED_INTERLEAVED && po->accum % pp != 0)
         return fsc_error(FSC_ERR_INVALID, "the interleaved schedule needs the micro-batches (accum %d) to be a "
                          "multiple of the %d pipeline stages, as Megatron's does", po->accum, pp);
@@ -229,8 +233,21 @@ static fsc_status find_tied(fsc_engine *e) {
     return FSC_OK;
 }
 
+/* A caller's lists (po.actions): validated; a copy of this rank's kept in p->acts. */
+static fsc_status take_custom(fsc_pipe *p, const fsc_parallel_opts *po) {
+    FSC_TRY(fsc_pipe_schedule_validate(p->pp, p->v, p->M, po->actions, po->nactions));
+    const int n = po->nactions[p->stage];
+    p->acts = malloc((size_t)n * sizeof *p->acts);
+    if (!p->acts) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    memcpy(p->acts, po->actions[p->stage], (size_t)n * sizeof *p->acts);
+    p->nacts = n;
+    return FSC_OK;
+}
+
 /* Every rank's actions of a step by the schedule, validated together; this rank's kept in p->acts. */
-static fsc_status make_schedule(fsc_pipe *p, fsc_pipe_schedule kind) {
+static fsc_status make_schedule(fsc_pipe *p, const fsc_parallel_opts *po) {
+    if (po->schedule == FSC_SCHED_CUSTOM) return take_custom(p, po);
+    const fsc_pipe_schedule kind = po->schedule;
     fsc_pipe_action **lists = calloc((size_t)p->pp, sizeof *lists);
     int *lens = calloc((size_t)p->pp, sizeof *lens);
     fsc_status s = lists && lens ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
@@ -283,7 +300,7 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
         first += n;
     }
     FSC_TRY(find_tied(e));
-    FSC_TRY(make_schedule(p, e->po.schedule));
+    FSC_TRY(make_schedule(p, &e->po));
     if (e->po.prefetch && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* the engine's groups (engine.c, fsc_layout_split) */

@@ -85,7 +85,8 @@ fsc_status fsc_pipe_schedule_make(fsc_pipe_schedule kind, int p, int v, int m, i
     if (rank < 0 || rank >= p)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d of %d pipeline ranks", rank, p);
     if (kind != FSC_SCHED_GPIPE && kind != FSC_SCHED_1F1B && kind != FSC_SCHED_INTERLEAVED)
-        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b or interleaved)", (int)kind);
+        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b or interleaved; a custom one is "
+                         "the caller's lists)", (int)kind);
     if (kind == FSC_SCHED_INTERLEAVED && m % p != 0)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule interleaved: %d micro-batches are not a multiple of the "
                          "%d pipeline stages (Megatron's interleaving runs micro-batches in groups of the stages)", m, p);

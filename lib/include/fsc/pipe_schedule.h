@@ -17,7 +17,11 @@
  *   - no rank can deadlock: all ranks' lists are run together with buffered sends and blocking receives,
  *     each stream (outputs into a rank, input gradients into a rank) first in, first out, and every receive
  *     must find its own message at the head of its stream.
- * The messages name the offending rank and action ("rank 1, action 3, B(mb 0, chunk 0)"). */
+ * The messages name the offending rank and action ("rank 1, action 3, B(mb 0, chunk 0)").
+ *
+ * A schedule of one's own: fsc_parallel_opts.schedule = FSC_SCHED_CUSTOM with actions[r] and nactions[r] the
+ * lists of every pipeline rank r (and virtual_stages for chunks); the engine validates them as above when it
+ * is made, and runs this rank's list in every step. */
 #ifndef FSC_PIPE_SCHEDULE_H
 #define FSC_PIPE_SCHEDULE_H
 #include "export.h"
@@ -28,7 +32,7 @@ FSC_BEGIN_DECLS
 
 typedef enum { FSC_ACT_FORWARD = 0, FSC_ACT_BACKWARD } fsc_pipe_action_kind;
 
-typedef struct {
+typedef struct fsc_pipe_action {
     fsc_pipe_action_kind kind;
     int micro; /* micro-batch, 0 .. m-1 */
     int chunk; /* this rank's chunk, 0 .. v-1 (stage chunk * p + rank) */

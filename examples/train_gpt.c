@@ -64,6 +64,7 @@ typedef struct {
     int device;         /* index into device_names */
     int pp, dp, chunks; /* pipeline stages, data-parallel ranks (0: world / pp), micro-batches (0: --accum) */
     int schedule;       /* fsc_pipe_schedule */
+    int virtual_stages; /* interleaved: chunks per pipeline rank */
     int pipe_ckpt;      /* index into pipe_ckpt_mode */
     const char *balance;
     int save_every;     /* training checkpoints (docs/checkpoints.md) */
@@ -174,7 +175,8 @@ static const option options[] = {
     {"pp", "P", "1", "pipeline stages (world = dp x tp x pp, laid out by --order)", K_INT, F(pp), 1, 1024, NULL},
     {"dp", "D", "0", "data-parallel ranks (0: --world / (--tp x --pp); without --world, world = D x T x P)", K_INT, F(dp), 0, 1024, NULL},
     {"chunks", "M", "0", "pipeline micro-batches per step (another name for --accum)", K_INT, F(chunks), 0, 1 << 20, NULL},
-    {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b"},
+    {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b|interleaved (docs/pipeline.md)", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b|interleaved"},
+    {"virtual-stages", "V", "1", "with --schedule interleaved: chunks of blocks per pipeline rank (--balance then has pp x V entries)", K_INT, F(virtual_stages), 1, 1024, NULL},
     {"balance", "N,N,..", NULL, "pipeline blocks per stage (default: as even as possible)", K_STR, F(balance), 0, 0, NULL},
     {"tp", "T", "1", "tensor-parallel ranks (world = dp x tp x pp; --parallel runs over each data group)", K_INT, F(tp), 1, 1024, NULL},
     {"sequence-parallel", NULL, NULL, "with --tp: layer norms and residuals on sequence shards", K_FLAG, F(sequence_parallel), 0, 0, NULL},
@@ -695,16 +697,19 @@ static int check_config(const train_config *c, const int *given, char *err, size
     if (c->parallel == PAR_PIPE && c->pp < 2)
         return snprintf(err, cap, "--parallel pipe needs --pp 2 or more pipeline stages"), -1;
     if (c->pp < 2) {
-        const char *only[] = {"schedule", "balance", "checkpoint"};
-        for (int i = 0; i < 3; i++)
+        const char *only[] = {"schedule", "balance", "checkpoint", "virtual-stages"};
+        for (int i = 0; i < 4; i++)
             if (given[option_index(only[i])])
                 return snprintf(err, cap, "--%s applies to pipelines only (--pp 2 or more)", only[i]), -1;
     } else {
         if (c->pp > c->layers)
             return snprintf(err, cap, "--pp %d pipeline stages but the model has %d blocks (--layers): every stage "
                             "needs at least one", c->pp, c->layers), -1;
+        if (c->pp * c->virtual_stages > c->layers)
+            return snprintf(err, cap, "--pp %d x --virtual-stages %d chunks but the model has %d blocks (--layers): every "
+                            "chunk needs at least one", c->pp, c->virtual_stages, c->layers), -1;
         int bal[1024];
-        if (c->balance && fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = g.layers + 2 }, c->pp, bal) != FSC_OK)
+        if (c->balance && fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = g.layers + 2 }, c->pp * c->virtual_stages, bal) != FSC_OK)
             return snprintf(err, cap, "--balance: %s", fsc_last_error()), -1;
     }
     if (c->parallel != FSC_PAR_FSDP) {
@@ -1048,6 +1053,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     po.max_skipped_steps = c->max_skipped_steps;
     po.pp = c->pp;
     po.schedule = (fsc_pipe_schedule)c->schedule;
+    po.virtual_stages = c->virtual_stages;
     po.pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt];
     po.tp = c->tp;
     po.sequence_parallel = c->sequence_parallel;
@@ -1056,7 +1062,7 @@ static fsc_status train_fn(fsc_rank *r, void *arg) {
     int balance[1024];
     if (c->balance) {
         /* both models have --layers blocks between the embedding and the head; parse reads only n_layers */
-        FSC_TRY(fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = gc.layers + 2 }, c->pp, balance));
+        FSC_TRY(fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = gc.layers + 2 }, c->pp * c->virtual_stages, balance));
         po.balance = balance;
     }
     fsc_optim_config oc = fsc_optim_config_default(); /* AdamW's betas and eps; the rest from the options */
@@ -1690,7 +1696,7 @@ static int train_main(int argc, char **argv, char **strs) {
         fprintf(stderr, "fsc-train: out of memory\n");
         return 1;
     }
-    char pbuf[32];
+    char pbuf[32], sbuf[32];
     char kv[64] = "", mbuf[16];
     if (c.model == MODEL_LLAMA) snprintf(kv, sizeof kv, " (%d kv), ffn %d", c.kv_heads, c.ffn);
     if (me != 0) freopen("/dev/null", "w", stdout); /* only rank 0 prints (errors still go to stderr) */
@@ -1721,7 +1727,7 @@ static int train_main(int argc, char **argv, char **strs) {
     if (c.pp > 1) {
         st.pstats = calloc((size_t)c.world, sizeof *st.pstats);
         printf("pipeline: %d stages x %d data-parallel ranks, %d micro-batches, %s, checkpoint %s\n", c.pp, c.dp,
-               c.accum, c.schedule ? "1f1b" : "gpipe",
+               c.accum, option_choice("schedule", c.schedule, sbuf, sizeof sbuf),
                option_choice("checkpoint", c.pipe_ckpt, pbuf, sizeof pbuf));
     }
     ddp_check chk = {0};
@@ -1732,6 +1738,7 @@ static int train_main(int argc, char **argv, char **strs) {
     fsc_status s = FSC_OK;
     if (procs) { /* the DDP oracle runs inside the same launch */
         cd.parallel = FSC_PAR_DDP, cd.pp = 1, cd.world = c.dp * c.tp, cd.balance = NULL, cd.ep = oracle_ep(&c);
+        cd.virtual_stages = 1;
         cd.offload = 0;
         if (c.check_ddp) sd.pstats = NULL, sd.cfg = &cd; /* (results_free frees sd's buffers when it has its own) */
         if (c.check_ddp && ((sd.params = calloc(st.nparams, sizeof(float))) == NULL ||
@@ -1759,6 +1766,7 @@ static int train_main(int argc, char **argv, char **strs) {
         cd.pp = 1; /* the oracle of a pipeline: DDP over its data-parallel ranks, the same micro-batches; */
         cd.world = c.dp * c.tp; /* with tensor parallelism on the same tensor groups */
         cd.balance = NULL;
+        cd.virtual_stages = 1;
         cd.ep = oracle_ep(&c); /* the oracle of expert parallelism */
         cd.offload = 0; /* and of offload: everything on the device (ddp does not offload) */
         co.world = cd.world;

@@ -665,6 +665,8 @@ static void test_pipe_bad_options(void **state) {
     r.batch = 4;
     r.po.virtual_stages = 3;
     expect_error(&r, "4 pipeline stages x 3 virtual stages = 12 chunks but the model has 8 blocks");
+    r.po.virtual_stages = 2147483647; /* no overflow in the count */
+    expect_error(&r, "4 pipeline stages x 2147483647 virtual stages = 8589934588 chunks but the model has 8 blocks");
     r.po.virtual_stages = 2;
     r.po.schedule = FSC_SCHED_1F1B;
     expect_error(&r, "virtual_stages 2 needs the interleaved schedule");

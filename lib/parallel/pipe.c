@@ -161,12 +161,12 @@ fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel
     if (r->world % pp != 0)
         return fsc_error(FSC_ERR_INVALID, "a world of %d ranks does not split into %d pipeline stages "
                          "(world = dp x pp)", r->world, pp);
-    if (pp * v > L && v == 1)
+    if (pp > L && v == 1)
         return fsc_error(FSC_ERR_INVALID, "%d pipeline stages but the model has %d blocks (every stage needs at "
                          "least one)", pp, L);
-    if (pp * v > L)
-        return fsc_error(FSC_ERR_INVALID, "%d pipeline stages x %d virtual stages = %d chunks but the model has %d "
-                         "blocks (every chunk needs at least one)", pp, v, pp * v, L);
+    if ((long long)pp * v > L) /* no overflow: v may be any int */
+        return fsc_error(FSC_ERR_INVALID, "%d pipeline stages x %d virtual stages = %lld chunks but the model has %d "
+                         "blocks (every chunk needs at least one)", pp, v, (long long)pp * v, L);
     if (po->schedule != FSC_SCHED_GPIPE && po->schedule != FSC_SCHED_1F1B && po->schedule != FSC_SCHED_INTERLEAVED &&
         po->schedule != FSC_SCHED_CUSTOM)
         return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved or custom)",

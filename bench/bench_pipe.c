@@ -10,9 +10,14 @@
  * boundary message synchronous) and 1 (sends asynchronous, receives posted a micro-batch ahead;
  * docs/overlap.md), in alternating rounds, and their ratio per round (same run; the median is printed), with
  * checkpoint never and except_last.
- * Usage: bench_pipe [steps] [rounds] (default 4 and 3; the first step is not timed). */
+ * Last, the schedules side by side on such a network: P = 4, M = 8, GPipe, 1F1B and interleaved 1F1B with 2
+ * chunks per rank (prefetch on), each with its step time, measured bubble, the first stage's peak activations
+ * and its formula ((P-1)/(M+P-1); interleaved (P-1)/(v M+P-1)).
+ * Usage: bench_pipe [steps] [rounds] [schedules] (default 4 and 3; the first step is not timed; "schedules":
+ * only the last table). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include "fsc/fsc.h"
@@ -108,10 +113,50 @@ static int network(const fsc_gpt_config *cfg, const int *balance, int steps, int
     return 0;
 }
 
+/* GPipe, 1F1B and interleaved (v = 2) on a network as network()'s, scaled to P = 4: one boundary message a
+ * third of a micro-batch's stage forward and backward (compute alone measured with 1F1B). */
+static int schedules(const fsc_gpt_config *cfg, int steps) {
+    const int P = 4, M = 8, mb = 4, V = 2;
+    const double bytes = (double)mb * cfg->seq * cfg->dim * sizeof(float);
+    bench c = { .cfg = *cfg, .steps = steps, .mb = mb };
+    c.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = P, .accum = M, .no_sync = 1, .prefetch = 1,
+                                .schedule = FSC_SCHED_1F1B, .pipe_checkpoint = FSC_PIPE_CKPT_NEVER };
+    const double t_c = step_ms(&c, P);
+    if (t_c < 0) return 1;
+    const double msg_ms = t_c / (M + P - 1) / 3, lat_us = msg_ms * 1e3 / 4 < 20 ? msg_ms * 1e3 / 4 : 20;
+    const double gbps = bytes / ((msg_ms - lat_us * 1e-3) * 1e-3) / 1e9;
+    printf("\nschedules: P %d, M %d, even balance, prefetch 1, checkpoint never; network %.3f GB/s, %.0f us per link "
+           "(a boundary message %.2f ms); 1f1b compute alone %.1f ms/step\n", P, M, gbps, lat_us, msg_ms, t_c);
+    printf("%-12s %8s %9s  %-30s %12s %9s\n", "sched", "formula", "measured", "per stage", "acts0 MiB", "ms/step");
+    const char *names[] = { "gpipe", "1f1b", "interleaved" };
+    for (int sc = 0; sc < 3; sc++) {
+        bench b = c;
+        b.gbps = gbps;
+        b.lat_us = lat_us;
+        b.po.schedule = (fsc_pipe_schedule)sc;
+        b.po.virtual_stages = sc == FSC_SCHED_INTERLEAVED ? V : 0;
+        if (step_ms(&b, P) < 0) return 1;
+        double mean = 0;
+        char per[64] = "", *w = per;
+        for (int s = 0; s < P; s++) {
+            mean += b.st[s].bubble / P;
+            w += snprintf(w, sizeof per - (size_t)(w - per), "%s%.3f", s ? " " : "", b.st[s].bubble);
+        }
+        printf("%-12s %8.3f %9.3f  %-30s %12.2f %9.1f\n", names[sc], b.st[0].ideal_bubble, mean, per,
+               (double)b.st[0].peak_acts_bytes / 1048576.0, b.ms);
+        printf("RESULT pipe_sched P=%d M=%d %s measured %.4f ideal %.4f ms %.2f\n", P, M, names[sc], mean,
+               b.st[0].ideal_bubble, b.ms);
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 4, rounds = argc > 2 ? atoi(argv[2]) : 3;
     if (steps < 2) steps = 2;
     if (rounds < 1) rounds = 1;
+    fsc_gpt_config scfg = { .layers = 8, .dim = 128, .heads = 4, .seq = 64, .vocab = 256 };
+    if (argc > 3 && !strcmp(argv[3], "schedules")) return schedules(&scfg, steps);
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fsc_gpt_config cfg = { .layers = 8, .dim = 128, .heads = 4, .seq = 64, .vocab = 256 };
@@ -165,5 +210,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_pipe: %s\n", fsc_last_error());
         return 1;
     }
-    return network(&cfg, balance, steps, rounds);
+    if (network(&cfg, balance, steps, rounds)) return 1;
+    return schedules(&cfg, steps);
 }

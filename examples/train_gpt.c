@@ -119,10 +119,11 @@ static int build(trainer *t) {
         return 1;
     }
     if (c->pp > 1) {
-        char pbuf[32];
+        char pbuf[32], sbuf[32];
         t->st.pstats = calloc((size_t)c->world, sizeof *t->st.pstats);
         printf("pipeline: %d stages x %d data-parallel ranks, %d micro-batches, %s, checkpoint %s\n", c->pp, c->dp,
-               c->accum, c->schedule ? "1f1b" : "gpipe", option_choice("checkpoint", c->pipe_ckpt, pbuf, sizeof pbuf));
+               c->accum, option_choice("schedule", c->schedule, sbuf, sizeof sbuf),
+               option_choice("checkpoint", c->pipe_ckpt, pbuf, sizeof pbuf));
     }
     t->cd = *c;
     t->cd.trace = NULL; /* the DDP oracle of --check-ddp is neither traced nor logged */
@@ -138,6 +139,7 @@ static int build(trainer *t) {
 static int make_oracle(trainer *t) {
     const train_config *c = &t->c;
     t->cd.parallel = FSC_PAR_DDP, t->cd.pp = 1, t->cd.world = c->dp * c->tp, t->cd.balance = NULL;
+    t->cd.virtual_stages = 1;
     t->cd.ep = oracle_ep(c), t->cd.offload = 0;
     t->sd.pstats = NULL, t->sd.cfg = &t->cd; /* (results_free frees sd's buffers: all its own from here) */
     const int bad = results_alloc(&t->sd, c->steps, c->world) != 0;

@@ -5,7 +5,8 @@
  * clip that clips), then a forward-only evaluation's loss and the final full parameters. Cases: pp 2, 3 and 4
  * with even and uneven balances, GPipe and 1F1B, every pipeline checkpoint mode, 2 to 5 micro-batches, MoE
  * blocks everywhere and every other block, a small capacity (drops happen); dp 2 x pp 2 and 3 with DDP ep 1 and
- * 2, ZeRO-2, ZeRO-1 and FSDP ep 2, and layer checkpointing; prefetch 1. Each stage's blocks have partial sums
+ * 2, ZeRO-2, ZeRO-1 and FSDP ep 2, and layer checkpointing; prefetch 1; interleaved stages (2 chunks per rank)
+ * with the MoE GPT and Llama. Each stage's blocks have partial sums
  * that differ from DDP's in the last bits when added stage by stage: summing the stages' statistics in another
  * order, or dropping one stage's, fails this test (checked by breaking pipe_stats.c). A model that reports
  * statistics (aux_stats) but not per layer (aux_layers) is refused in a pipeline. */
@@ -105,6 +106,8 @@ static mp_run mp_reference(const mp_run *p) {
     mp_run d = *p;
     d.params = NULL;
     d.po.pp = 1;
+    d.po.virtual_stages = 0;
+    d.po.schedule = FSC_SCHED_GPIPE;
     d.po.balance = NULL;
     d.po.kind = FSC_PAR_DDP;
     d.po.checkpoint = 0;
@@ -223,6 +226,36 @@ static void test_moe_pipe_llama(void **state) {
     }
 }
 
+/* Interleaved stages (2 chunks per rank): each chunk's record notes its own layers' statistics, added in DDP's
+ * order; the MoE GPT (uneven balance over the 4 chunks, every checkpoint mode) and the MoE Llama, pp 2, ep 1 */
+static void test_moe_pipe_interleaved(void **state) {
+    (void)state;
+    static const int b4[] = { 1, 2, 1, 1 };
+    for (int c = 0; c < 4; c++) {
+        mp_run p = mp_make(1, 2, FSC_PAR_DDP, 1, 4, 1);
+        if (c == 3) {
+            p.llama = 1;
+            p.lc = (fsc_llama_config){ .layers = 4, .dim = 16, .heads = 4, .kv_heads = 2, .ffn = 24, .seq = 7,
+                                       .vocab = 50, .rope_theta = 10000.0f, .norm_eps = 1e-5f, .moe_experts = 4,
+                                       .moe_top_k = 2, .moe_every = 1, .moe_capacity = 0.75f, .moe_aux = 0.01f };
+        } else {
+            p.po.balance = b4;
+            p.po.pipe_checkpoint = (fsc_pipe_checkpoint)c;
+        }
+        p.po.prefetch = 1;
+        p.po.schedule = FSC_SCHED_INTERLEAVED;
+        p.po.virtual_stages = 2;
+        mp_run ref = mp_reference(&p);
+        mp_train(&p);
+        char what[160];
+        snprintf(what, sizeof what, "interleaved, pp 2 x 2 chunks, %s, checkpoint %s", c == 3 ? "llama" : "gpt",
+                 ckpt_name[c == 3 ? 0 : c]);
+        mp_assert_same(&ref, &p, what);
+        free(p.params);
+        free(ref.params);
+    }
+}
+
 /* A model with aux_stats but not aux_layers: a pipeline could not add its statistics in order, so it refuses */
 static fsc_status no_layers_rank(fsc_rank *rk, void *arg) {
     (void)arg;
@@ -254,6 +287,7 @@ int main(void) {
         cmocka_unit_test(test_moe_pipe_stages),
         cmocka_unit_test(test_moe_pipe_data_parallel),
         cmocka_unit_test(test_moe_pipe_llama),
+        cmocka_unit_test(test_moe_pipe_interleaved),
         cmocka_unit_test(test_moe_pipe_refusal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2008,6 +2008,18 @@ static void null_fsc_engine_set_lr(void) {
     INVALID(fsc_engine_set_lr(NULL, 0), "e");
 }
 
+static void null_fsc_pipe_schedule_make(void) {
+    INVALID(fsc_pipe_schedule_make(FSC_SCHED_GPIPE, 2, 1, 1, 0, NULL, P), "out");
+    INVALID(fsc_pipe_schedule_make(FSC_SCHED_GPIPE, 2, 1, 1, 0, P, NULL), "n");
+}
+
+static void null_fsc_pipe_schedule_free(void) { CALL(fsc_pipe_schedule_free(NULL)); }
+
+static void null_fsc_pipe_schedule_validate(void) {
+    INVALID(fsc_pipe_schedule_validate(2, 1, 1, NULL, P), "lists");
+    INVALID(fsc_pipe_schedule_validate(2, 1, 1, P, NULL), "lens");
+}
+
 static void null_fsc_lr_at(void) {
     RET0(fsc_lr_at(NULL, 0));
 }
@@ -2695,6 +2707,9 @@ static const struct row rows[] = {
     /* schedule.h */
     ROW(fsc_engine_lr),
     ROW(fsc_engine_set_lr),
+    ROW(fsc_pipe_schedule_free),
+    ROW(fsc_pipe_schedule_make),
+    ROW(fsc_pipe_schedule_validate),
     ROW(fsc_lr_at),
     NONE(fsc_lr_kind_name),
     ROW(fsc_lr_kind_parse),

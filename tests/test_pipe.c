@@ -104,6 +104,8 @@ static run reference(const run *p) {
     d.params = NULL;
     d.save = NULL;
     d.po.pp = 1;
+    d.po.virtual_stages = 0;
+    d.po.schedule = FSC_SCHED_GPIPE;
     d.po.balance = NULL;
     d.po.kind = FSC_PAR_DDP;
     d.world = p->world / p->po.pp;
@@ -122,6 +124,72 @@ static void assert_same(const run *ref, const run *p, const char *what) {
 
 static const char *sched_name[] = { "gpipe", "1f1b" };
 static const char *ckpt_name[] = { "except_last", "always", "never" };
+
+/* Interleaved 1F1B (virtual stages): p = 2, 3, 4 ranks of v = 2 or 3 chunks of an 8-block GPT (its wte tied to
+ * the head, on stage 0 and the last stage: ranks 0 and p - 1), even and uneven balances over the p x v chunks,
+ * m = p, 2p micro-batches (m = p runs all forwards first), every checkpoint mode, an evaluation before each
+ * step, and dp 2 x pp 2. Oracle: DDP's bits over the same micro-batches, on every rank; the evaluation equals
+ * the step's loss. */
+static void test_pipe_interleaved_equals_ddp(void **state) {
+    (void)state;
+    static const int uneven[] = { 1, 3, 2, 2 }, uneven6[] = { 2, 1, 1, 1, 2, 1 };
+    struct { int dp, pp, v, m; const int *bal; } cases[] = {
+        { 1, 2, 2, 2, NULL }, { 1, 2, 2, 4, uneven }, { 1, 2, 3, 4, uneven6 }, { 1, 3, 2, 3, NULL },
+        { 1, 3, 2, 6, uneven6 }, { 1, 4, 2, 4, NULL }, { 1, 4, 2, 8, NULL }, { 2, 2, 2, 4, NULL },
+    };
+    run refs[2][9]; /* [dp - 1][m]: DDP over dp ranks, m micro-batches */
+    memset(refs, 0, sizeof refs);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int ck = 0; ck < 3; ck++) {
+            run p = make(cases[c].dp, cases[c].pp, FSC_PAR_DDP, cases[c].m, 1);
+            p.cfg.layers = 8;
+            p.steps = 2;
+            p.eval = 1;
+            p.po.prefetch = 1;
+            p.po.schedule = FSC_SCHED_INTERLEAVED;
+            p.po.virtual_stages = cases[c].v;
+            p.po.balance = cases[c].bal;
+            p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+            run *ref = &refs[cases[c].dp - 1][cases[c].m];
+            if (!ref->params) *ref = reference(&p);
+            train(&p);
+            char what[128];
+            snprintf(what, sizeof what, "dp %d x pp %d, %d chunks per rank (balance %s), %d micro-batches, checkpoint "
+                     "%s", cases[c].dp, cases[c].pp, cases[c].v, cases[c].bal ? "uneven" : "even", cases[c].m,
+                     ckpt_name[ck]);
+            assert_same(ref, &p, what);
+            for (int st = 0; st < p.steps; st++)
+                for (int rk = 0; rk < p.world; rk++)
+                    if (memcmp(&p.ev[rk][st], &p.loss[rk][st], sizeof(double)) != 0)
+                        fail_msg("%s: evaluation of step %d on rank %d %.17g, the step's loss %.17g", what, st, rk,
+                                 p.ev[rk][st], p.loss[rk][st]);
+            assert_true(p.stats[0].ideal_bubble > 0);
+            assert_true(fabs(p.stats[0].ideal_bubble -
+                             (double)(cases[c].pp - 1) / (cases[c].v * cases[c].m + cases[c].pp - 1)) < 1e-12);
+            free(p.params);
+        }
+    }
+    for (int d = 0; d < 2; d++)
+        for (int m = 0; m < 9; m++) free(refs[d][m].params);
+}
+
+/* Interleaved with layer checkpointing (po.checkpoint: every block recomputed in its backward) too. */
+static void test_pipe_interleaved_layer_checkpoint(void **state) {
+    (void)state;
+    run p = make(1, 2, FSC_PAR_DDP, 4, 1);
+    p.cfg.layers = 8;
+    p.steps = 2;
+    p.po.prefetch = 1;
+    p.po.checkpoint = 1;
+    p.po.schedule = FSC_SCHED_INTERLEAVED;
+    p.po.virtual_stages = 2;
+    run ref = reference(&p);
+    train(&p);
+    assert_same(&ref, &p, "interleaved, 2 x 2 chunks, layer checkpointing");
+    free(p.params);
+    free(ref.params);
+}
+
 
 /* P in {2, 3, 4}, uneven balances, both schedules, every checkpoint mode, prefetch 0 and 1 (asynchronous
  * sends and receives, docs/overlap.md): DDP's bits */
@@ -152,6 +220,71 @@ static void test_pipe_equals_ddp(void **state) {
         }
     }
     free(ref.params);
+}
+
+/* A caller's own schedule (FSC_SCHED_CUSTOM): lists of F and B actions per rank, validated at engine creation.
+ * Two chunks per rank run depth-first (each micro-batch through both chunks, forwards, then each micro-batch's
+ * backwards), with 3 micro-batches (no multiple of the ranks: that rule is the interleaved schedule's), and one
+ * chunk per rank with more warm-up than 1F1B. Oracle: DDP's bits. A list that runs rank 1's backwards out of
+ * order is refused when the engine is made, the message naming the action. */
+static fsc_status create_fn(fsc_rank *rk, void *arg);
+
+static void depth_first(int v, int m, fsc_pipe_action *a) {
+    int n = 0;
+    for (int k = 0; k < m; k++)
+        for (int c = 0; c < v; c++) a[n++] = (fsc_pipe_action){ FSC_ACT_FORWARD, k, c };
+    for (int k = 0; k < m; k++)
+        for (int c = v - 1; c >= 0; c--) a[n++] = (fsc_pipe_action){ FSC_ACT_BACKWARD, k, c };
+}
+
+static void test_pipe_custom_schedule(void **state) {
+    (void)state;
+    fsc_pipe_action r0[12], r1[12];
+    depth_first(2, 3, r0);
+    depth_first(2, 3, r1);
+    const fsc_pipe_action *const lists[] = { r0, r1 };
+    const int n[] = { 12, 12 };
+    run p = make(1, 2, FSC_PAR_DDP, 3, 1);
+    p.cfg.layers = 8;
+    p.steps = 2;
+    p.eval = 1;
+    p.po.prefetch = 1;
+    p.po.schedule = FSC_SCHED_CUSTOM;
+    p.po.virtual_stages = 2;
+    p.po.actions = lists;
+    p.po.nactions = n;
+    run ref = reference(&p);
+    train(&p);
+    assert_same(&ref, &p, "custom: 2 chunks per rank, depth-first, 3 micro-batches");
+    free(p.params);
+    /* one chunk per rank, rank 0 with 3 warm-up forwards */
+    static const fsc_pipe_action w0[] = { { FSC_ACT_FORWARD, 0, 0 },  { FSC_ACT_FORWARD, 1, 0 },
+                                          { FSC_ACT_FORWARD, 2, 0 },  { FSC_ACT_BACKWARD, 0, 0 },
+                                          { FSC_ACT_BACKWARD, 1, 0 }, { FSC_ACT_BACKWARD, 2, 0 } };
+    static const fsc_pipe_action w1[] = { { FSC_ACT_FORWARD, 0, 0 },  { FSC_ACT_BACKWARD, 0, 0 },
+                                          { FSC_ACT_FORWARD, 1, 0 },  { FSC_ACT_BACKWARD, 1, 0 },
+                                          { FSC_ACT_FORWARD, 2, 0 },  { FSC_ACT_BACKWARD, 2, 0 } };
+    const fsc_pipe_action *const one[] = { w0, w1 };
+    const int n1[] = { 6, 6 };
+    run q = make(1, 2, FSC_PAR_DDP, 3, 1);
+    q.cfg.layers = 8;
+    q.steps = 2;
+    q.po.prefetch = 1;
+    q.po.schedule = FSC_SCHED_CUSTOM;
+    q.po.actions = one;
+    q.po.nactions = n1;
+    train(&q);
+    assert_same(&ref, &q, "custom: one chunk per rank");
+    free(q.params);
+    free(ref.params);
+    /* rank 1's backwards of micro-batches 0 and 1 on chunk 1 swapped: refused, naming the action */
+    fsc_pipe_action t = r1[6];
+    r1[6] = r1[8], r1[8] = t;
+    fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
+    assert_err(fsc_cluster_run(&co, create_fn, &p), FSC_ERR_INVALID,
+               "rank 1, action 6, B(mb 1, chunk 1) comes before micro-batch 0 of its chunk");
+    p.po.actions = NULL;
+    assert_err(fsc_cluster_run(&co, create_fn, &p), FSC_ERR_INVALID, "custom pipeline schedule needs actions");
 }
 
 /* The receives posted ahead (po.prefetch 1, docs/overlap.md) on the paths the test above leaves out: 1, 2 (of 2
@@ -484,6 +617,51 @@ static void test_pipe_save_weights(void **state) {
     free(ref.params);
 }
 
+/* Interleaved stages (2 chunks per rank, dp 2): the weights file saved from them is DDP's byte for byte, and
+ * interleaved stages that load it train as DDP loading it. */
+static void test_pipe_interleaved_weights(void **state) {
+    (void)state;
+    char a[64], b[64];
+    snprintf(a, sizeof a, "/tmp/fsc_test_pipe_%d_ia.safetensors", (int)getpid());
+    snprintf(b, sizeof b, "/tmp/fsc_test_pipe_%d_ib.safetensors", (int)getpid());
+    run p = make(2, 2, FSC_PAR_DDP, 2, 1);
+    p.cfg.layers = 8;
+    p.po.prefetch = 1;
+    p.po.schedule = FSC_SCHED_INTERLEAVED;
+    p.po.virtual_stages = 2;
+    p.save = a;
+    run ref = reference(&p);
+    ref.save = b;
+    train(&ref);
+    train(&p);
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    assert_non_null(fa);
+    assert_non_null(fb);
+    int ca, cb;
+    long n = 0;
+    do {
+        ca = fgetc(fa), cb = fgetc(fb), n++;
+        if (ca != cb) fail_msg("weights saved from interleaved stages differ from DDP's at byte %ld", n - 1);
+    } while (ca != EOF);
+    assert_true(n > 1000);
+    fclose(fa);
+    fclose(fb);
+    run q = p;
+    q.save = NULL;
+    q.params = NULL;
+    q.load = a;
+    run qref = reference(&q);
+    train(&q);
+    assert_same(&qref, &q, "interleaved after loading weights");
+    assert_true(memcmp(&q.loss[0][0], &ref.loss[0][0], sizeof(double)) != 0); /* it did start elsewhere */
+    free(q.params);
+    free(qref.params);
+    unlink(a);
+    unlink(b);
+    free(p.params);
+    free(ref.params);
+}
+
 static fsc_status create_fn(fsc_rank *rk, void *arg) {
     run *r = arg;
     fsc_engine *e = NULL;
@@ -522,6 +700,36 @@ static void test_pipe_bad_options(void **state) {
     r = make(1, 2, FSC_PAR_DDP, 2, 1);
     r.po.pp = -2;
     expect_error(&r, "must be >= 1");
+    r = make(1, 4, FSC_PAR_DDP, 6, 1); /* interleaved: micro-batches in groups of the stages */
+    r.cfg.layers = 8;
+    r.po.prefetch = 1;
+    r.po.schedule = FSC_SCHED_INTERLEAVED;
+    r.po.virtual_stages = 2;
+    expect_error(&r, "micro-batches (accum 6) to be a multiple of the 4 pipeline stages");
+    r.po.accum = 4;
+    r.batch = 4;
+    r.po.virtual_stages = 3;
+    expect_error(&r, "4 pipeline stages x 3 virtual stages = 12 chunks but the model has 8 blocks");
+    r.po.virtual_stages = 2147483647; /* no overflow in the count */
+    expect_error(&r, "4 pipeline stages x 2147483647 virtual stages = 8589934588 chunks but the model has 8 blocks");
+    r.po.virtual_stages = 2;
+    r.po.schedule = FSC_SCHED_1F1B;
+    expect_error(&r, "virtual_stages 2 needs the interleaved schedule");
+    r.po.schedule = FSC_SCHED_INTERLEAVED;
+    r.po.virtual_stages = -1;
+    expect_error(&r, "virtual_stages (chunks per pipeline rank) must be >= 1");
+    r = make(1, 1, FSC_PAR_DDP, 2, 1);
+    r.po.virtual_stages = 2;
+    expect_error(&r, "virtual_stages 2 but pp is 1");
+    r = make(1, 2, FSC_PAR_FSDP, 2, 1);
+    r.po.prefetch = 1;
+    r.po.schedule = FSC_SCHED_INTERLEAVED;
+    r.po.virtual_stages = 2;
+    fsc_cluster_opts co = { .world = r.world, .device = "cpu", .timeout_s = 30 };
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "ddp inside the stages only");
+    r.po.kind = FSC_PAR_DDP;
+    r.po.prefetch = 0;
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "interleaved stages need prefetch");
 
     const fsc_model c = { .n_layers = five_blocks().layers + 2 }; /* parse reads only the layer count */
     int out[4];
@@ -635,6 +843,10 @@ static void test_pipe_balance_helpers(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipe_equals_ddp),
+        cmocka_unit_test(test_pipe_interleaved_equals_ddp),
+        cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
+        cmocka_unit_test(test_pipe_custom_schedule),
+        cmocka_unit_test(test_pipe_interleaved_weights),
         cmocka_unit_test(test_pipe_prefetch_receives),
         cmocka_unit_test(test_pipe_prefetch_every_balance),
         cmocka_unit_test(test_pipe_dp_x_pp),

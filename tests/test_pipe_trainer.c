@@ -69,6 +69,26 @@ static void test_trainer_pipeline_equals_ddp(void **st) {
     check_run("--parallel fsdp --pp 2 --dp 2 --schedule 1f1b --chunks 2 --check-ddp --json", 2, 2);
 }
 
+/* --schedule interleaved --virtual-stages 2: bit-identical to DDP (--check-ddp), the ideal bubble
+ * (P-1)/(v M+P-1) in the summary. */
+static void test_trainer_interleaved_equals_ddp(void **st) {
+    (void)st;
+    const char *args = "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule interleaved --virtual-stages 2 "
+                       "--balance 1,1,1,1 --check-ddp --json";
+    char *out, *err;
+    int rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    cJSON *j = prog_last_json(out);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "check_ddp"), "bit_identical")));
+    cJSON *p = cJSON_GetObjectItem(j, "pipeline");
+    assert_non_null(p);
+    assert_true(fabs(num(p, "ideal_bubble") - 1.0 / (2 * 4 + 1)) < 1e-12);
+    assert_non_null(strstr(out, "4 micro-batches, interleaved"));
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+}
+
 static void test_trainer_pipeline_errors(void **st) {
     (void)st;
     struct { const char *args, *needle; } cases[] = {
@@ -83,6 +103,11 @@ static void test_trainer_pipeline_errors(void **st) {
         { "--parallel pipe --pp 2 --chunks 2 --accum 2", "give one" },
         { "--parallel pipe --pp 2 --dp 3", "--batch 8 does not split evenly over 3 data-parallel ranks" },
         { "--parallel pipe --pp 2 --schedule zigzag", "--schedule: unknown value 'zigzag'" },
+        { "--parallel ddp --world 2 --virtual-stages 2", "--virtual-stages applies to pipelines only" },
+        { "--parallel pipe --pp 2 --schedule interleaved --virtual-stages 2",
+          "--pp 2 x --virtual-stages 2 chunks but the model has 3 blocks" },
+        { "--layers 4 --parallel pipe --pp 2 --schedule interleaved --virtual-stages 2 --balance 2,2",
+          "2 entries but there are 4" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, *err;
@@ -115,6 +140,7 @@ int main(int argc, char **argv) {
     fclose(f);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trainer_pipeline_equals_ddp),
+        cmocka_unit_test(test_trainer_interleaved_equals_ddp),
         cmocka_unit_test(test_trainer_pipeline_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

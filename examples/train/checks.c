@@ -81,16 +81,20 @@ static int check_moe(const train_config *c, const int *given, char *err, size_t 
 /* The pipeline's options: only with --pp 2 or more, a stage per block at least, --balance. */
 static int check_pipeline(const train_config *c, const int *given, char *err, size_t cap) {
     if (c->pp < 2) {
-        const char *only[] = {"schedule", "balance", "checkpoint"};
-        for (int i = 0; i < 3; i++)
+        const char *only[] = {"schedule", "balance", "checkpoint", "virtual-stages"};
+        for (int i = 0; i < 4; i++)
             if (given[option_index(only[i])])
                 return snprintf(err, cap, "--%s applies to pipelines only (--pp 2 or more)", only[i]), -1;
     } else {
         if (c->pp > c->layers)
             return snprintf(err, cap, "--pp %d pipeline stages but the model has %d blocks (--layers): every stage "
                             "needs at least one", c->pp, c->layers), -1;
+        if (c->pp * c->virtual_stages > c->layers)
+            return snprintf(err, cap, "--pp %d x --virtual-stages %d chunks but the model has %d blocks (--layers): every "
+                            "chunk needs at least one", c->pp, c->virtual_stages, c->layers), -1;
         int bal[1024];
-        if (c->balance && fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = c->layers + 2 }, c->pp, bal) != FSC_OK)
+        if (c->balance && fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = c->layers + 2 },
+                                            c->pp * c->virtual_stages, bal) != FSC_OK)
             return snprintf(err, cap, "--balance: %s", fsc_last_error()), -1;
     }
     return 0;

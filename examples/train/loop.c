@@ -29,6 +29,7 @@ static fsc_status parallel_opts(const train_config *c, int *balance, fsc_paralle
     po.max_skipped_steps = c->max_skipped_steps;
     po.pp = c->pp;
     po.schedule = (fsc_pipe_schedule)c->schedule;
+    po.virtual_stages = c->virtual_stages;
     po.pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt];
     po.tp = c->tp;
     po.sequence_parallel = c->sequence_parallel;
@@ -36,7 +37,8 @@ static fsc_status parallel_opts(const train_config *c, int *balance, fsc_paralle
     po.ep = c->ep;
     if (c->balance) {
         /* both models have --layers blocks between the embedding and the head; parse reads only n_layers */
-        FSC_TRY(fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = c->layers + 2 }, c->pp, balance));
+        FSC_TRY(fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = c->layers + 2 }, c->pp * c->virtual_stages,
+                                  balance));
         po.balance = balance;
     }
     *out = po;

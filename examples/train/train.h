@@ -55,6 +55,7 @@ typedef struct {
     int device;         /* index into device_names */
     int pp, dp, chunks; /* pipeline stages, data-parallel ranks (0: world / pp), micro-batches (0: --accum) */
     int schedule;       /* fsc_pipe_schedule */
+    int virtual_stages; /* interleaved: chunks per pipeline rank */
     int pipe_ckpt;      /* index into pipe_ckpt_mode */
     const char *balance;
     int save_every;     /* training checkpoints (docs/checkpoints.md) */
@@ -96,7 +97,7 @@ typedef struct {
     const char *choices; /* K_CHOICE: "a|b|c", the value stored is the index */
 } option;
 
-enum { NOPT = 77 }; /* options in the table (options.c checks the count) */
+enum { NOPT = 78 }; /* options in the table (options.c checks the count) */
 extern const option options[NOPT];
 
 extern const fsc_dtype precision_dtype[3];          /* --precision */

@@ -198,7 +198,19 @@ static fsc_status ddp_full_tensors(fsc_engine *e, int want, float *host) {
     ddp_state *d = e->sd;
     if (!e->ep_data) {
         if (!want || !host) return FSC_OK;
-        return fsc_device_download(e->dev, host + fsc_engine_tensor_offset(e, d->t0), d->master, d->P * sizeof(float));
+        for (int i = d->t0; i < d->t1;) { /* runs of held tensors (an interleaved pipeline holds several) */
+            if (!fsc_engine_holds(e, i)) {
+                i++;
+                continue;
+            }
+            int j = i + 1;
+            while (j < d->t1 && fsc_engine_holds(e, j)) j++;
+            const size_t n = fsc_engine_tensor_offset(e, j) - fsc_engine_tensor_offset(e, i);
+            FSC_TRY(fsc_device_download(e->dev, host + fsc_engine_tensor_offset(e, i), d->master + d->off[i],
+                                        n * sizeof(float)));
+            i = j;
+        }
+        return FSC_OK;
     }
     for (int i = d->t0; i < d->t1;) {
         int n;

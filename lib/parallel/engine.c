@@ -40,7 +40,7 @@ static fsc_status make_offsets(fsc_engine *e) {
 
 int fsc_engine_holds(const fsc_engine *e, int i) {
     int l = e->m->info[i].layer, x = e->m->info[i].expert;
-    if (l < e->lf || l > e->ll) return 0;
+    if (l < e->lf || l > e->ll || !fsc_pipe_runs_layer(e, l)) return 0; /* interleaved: another rank's chunk */
     if (x < 0 || !e->ep_comm) return 1;
     int first, count; /* expert parallelism: this rank's experts only */
     fsc_engine_local_experts(e, &first, &count);
@@ -331,7 +331,7 @@ static fsc_status make_tied_copies(fsc_engine *e) {
         const fsc_param_info *pi = &m->info[i];
         if (!pi->nusers || fsc_engine_holds(e, i)) continue;
         int used = 0;
-        for (int l = e->lf; l <= e->ll && !used; l++) used = fsc_param_used_by(pi, l);
+        for (int l = e->lf; l <= e->ll && !used; l++) used = fsc_pipe_runs_layer(e, l) && fsc_param_used_by(pi, l);
         if (!used) continue;
         if (!e->tied_copy && !(e->tied_copy = calloc((size_t)m->n_tensors, sizeof *e->tied_copy)))
             return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");

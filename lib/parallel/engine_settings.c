@@ -46,7 +46,9 @@ static void add_options(fsc_settings *s, const fsc_parallel_opts *po) {
     fsc_settings_add(s, "parallel.pp", "%d", po->pp);
     fsc_settings_add(s, "parallel.schedule", "%d checkpoint %d", (int)po->schedule, (int)po->pipe_checkpoint);
     char bal[256] = "even";
-    for (int i = 0, at = 0; po->balance && i < po->pp && at < (int)sizeof bal - 12; i++)
+    const int chunks = po->virtual_stages > 1 ? po->virtual_stages : 1;
+    if (chunks > 1) fsc_settings_add(s, "parallel.virtual_stages", "%d", chunks);
+    for (int i = 0, at = 0; po->balance && i < (long long)po->pp * chunks && at < (int)sizeof bal - 12; i++)
         at += snprintf(bal + at, sizeof bal - (size_t)at, "%s%d", i ? "," : "", po->balance[i]);
     fsc_settings_add(s, "parallel.balance", "%s", bal);
     fsc_settings_add(s, "parallel.tp", "%d sequence_parallel %d", po->tp, po->sequence_parallel);

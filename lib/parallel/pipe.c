@@ -1,7 +1,13 @@
 /* Pipeline parallelism: a model (model.h) cut into stages by a balance (blocks per stage: the layers between
  * the first and the last; the first runs on stage 0, the last on the last stage), one stage per rank of a
- * pipeline group; micro-batches flow forward and their gradients backward over send/recv; GPipe and 1F1B
- * schedules; checkpoint modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
+ * pipeline group; micro-batches flow forward and their gradients backward over send/recv; one runner
+ * executes this rank's list of actions of the schedule (pipe_sched.c makes and validates them); checkpoint
+ * modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
+ * Interleaved stages (po.virtual_stages v > 1, DDP inside): pp x v stages, rank r runs the chunks (stages)
+ * r, r + pp, ...; a record, a slot and a pool of records belong to one chunk, the last rank's chunk c hands
+ * its output to the first rank's chunk c + 1 over the wrap-around link (pipe_link.c), and the engine holds
+ * only the layers of this rank's chunks (fsc_pipe_runs_layer; e->lf..e->ll is their span). Below, "stage" in
+ * the messages' table means a rank; with chunks every action sends and receives as its stage would.
  *
  * Layout (the engine's fsc_layout; Megatron's by default): world = dp x tp x pp, without tensor parallelism
  * rank = stage * dp + dp_index, data-parallel ranks adjacent. The pipeline group holds the ranks of one
@@ -39,12 +45,13 @@
  * inputs, in the caller's host memory) and runs the whole stage forward again just before its backward.
  * Full records and saved inputs come from pools, so the device ledger's FSC_TAG_ACTS peak is the most the
  * schedule held at once.
- * Not here: balance helpers (pipe_balance.c). */
+ * Not here: balance helpers (pipe_balance.c), the schedules' action lists and their validator (pipe_sched.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "pipe.h"
+#include "fsc/pipe_schedule.h"
 
 typedef struct {
     fsc_model_acts *rec; /* full record, NULL while checkpointed */
@@ -56,38 +63,47 @@ typedef struct {
 
 struct fsc_pipe {
     int pp, dp, stage, dpi;
-    int *lf, *ll;             /* (pp) layer range of every stage */
+    int v, S;                 /* chunks per rank, stages (pp x v): chunk c of this rank is stage c pp + stage */
+    int *lf, *ll;             /* (S) layer range of every stage */
     fsc_comm *pipe_comm;      /* the ranks of this dp_index, by stage (the engine's) */
     fsc_comm *data_comm;      /* the ranks of this stage, by dp_index (e->comm, the engine's) */
     fsc_comm *norm_comm;      /* clipping over every stage, when made here */
-    /* pools of records and saved inputs not in use, kept allocated between steps */
+    /* pools of records (one per chunk: a record covers its chunk's layers) and saved inputs not in use, kept
+     * allocated between steps */
     int B;
-    fsc_model_acts **recs;
-    int nrecs, nrecs_made;
+    fsc_model_acts **recs;    /* (v, M + 2) */
+    int *nrecs;               /* (v) */
+    int nrecs_made;
     float **ins;
     int nins, nins_made;
     int full_in_use, in_flight;
     size_t bytes_in_use;
-    mb_slot *slots;           /* (M) */
+    mb_slot *slots;           /* (v, M): chunk c's micro-batch k at c M + k */
     int M;
     /* po.prefetch: records whose input gradient's send is in flight (their bytes already given back), back
      * to the pool (recs) once waited for: before the pool hands out a record, and at the end of a step */
     fsc_model_acts **gp_rec;
-    fsc_comm_req **gp_req;    /* (M + 2) */
+    fsc_comm_req **gp_req;    /* (v (M + 2)) */
+    int *gp_chunk;            /* (v (M + 2)) the chunk (pool) of gp_rec[i] */
     int ngp;
     fsc_pipe_links lk;        /* po.prefetch: the links and the receives posted ahead (pipe_link.c) */
-    /* tied tensors whose owner and users run on different stages: tensor, owner stage, user stage */
+    /* tied tensors whose owner and users run on different ranks: tensor, owner rank, user rank, and the chunks
+     * of those ranks that hold the owner and the users */
     int ntied;
-    int (*tied)[3];
+    int (*tied)[5];
     fsc_pipe_tied *tl;        /* (ntied) po.prefetch: their streams (pipe_tied.c); a user stage's send of a tied
                                * gradient is waited for before its next backward overwrites the buffer */
     /* the step */
     const char *in, *tgt;
-    int send_tied;            /* owner stage: the owner layers' next forward sends their tied tensors */
+    int chunk;                /* the chunk whose forward or backward runs */
+    int in_left, grad_left;   /* po.prefetch: inputs and output gradients still to receive in this step */
+    unsigned char *send_tied; /* (v) owner rank: chunk c's next forward sends the tied tensors it owns */
     int recompute;            /* a checkpointed forward runs again */
     double wait;              /* seconds waited in this step */
     fsc_pipe_stats st;
     fsc_pipe_aux *aux;        /* the micro-batches' auxiliary statistics (pipe_stats.c), NULL without them */
+    fsc_pipe_action *acts;    /* (nacts) this rank's actions of a step, validated with every rank's (pipe_sched.c) */
+    int nacts;
     double *unit_loss;        /* reduce_exact (exact.c): the last stage keeps each micro-batch's loss here, or NULL */
 };
 
@@ -99,9 +115,11 @@ double fsc_pipe_now_s(void) {
 
 int fsc_pipe_stages(const fsc_parallel_opts *po) { return po->pp > 1 ? po->pp : 1; }
 
-fsc_status fsc_pipe_check_balance(const int *balance, int pp, int layers) {
+int fsc_pipe_chunks(const fsc_parallel_opts *po) { return po->virtual_stages > 1 ? po->virtual_stages : 1; }
+
+fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers) {
     long sum = 0;
-    for (int s = 0; s < pp; s++) {
+    for (int s = 0; s < n; s++) {
         if (balance[s] < 1)
             return fsc_error(FSC_ERR_INVALID, "balance[%d] is %d: stage %d would have no block (every stage needs "
                              "at least one)", s, balance[s], s);
@@ -112,21 +130,54 @@ fsc_status fsc_pipe_check_balance(const int *balance, int pp, int layers) {
     return FSC_OK;
 }
 
+/* Interleaved stages (v > 1): what runs with them so far (docs/pipeline.md). */
+static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
+    if (po->schedule != FSC_SCHED_INTERLEAVED && po->schedule != FSC_SCHED_CUSTOM)
+        return fsc_error(FSC_ERR_INVALID, "virtual_stages %d needs the interleaved schedule or a custom one (gpipe "
+                         "and 1f1b run one chunk per rank)", v);
+    if (po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages run with ddp inside the stages "
+                         "only (not fsdp, zero1 or zero2 yet)", v);
+    if ((po->tp > 1) || (po->ep > 1) || po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages do not run with tp, ep, "
+                         "reduce_exact or offload yet", v);
+    if (!po->prefetch)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages need prefetch (their streams "
+                         "travel on communicators of their own)", v);
+    return FSC_OK;
+}
+
 fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel_opts *po) {
     if (po->pp < 0) return fsc_error(FSC_ERR_INVALID, "pp (pipeline stages) must be >= 1, not %d", po->pp);
-    const int pp = fsc_pipe_stages(po), L = n_layers - 2;
+    if (po->virtual_stages < 0)
+        return fsc_error(FSC_ERR_INVALID, "virtual_stages (chunks per pipeline rank) must be >= 1, not %d",
+                         po->virtual_stages);
+    const int pp = fsc_pipe_stages(po), v = fsc_pipe_chunks(po), L = n_layers - 2;
     if (pp == 1) {
         if (po->balance) return fsc_error(FSC_ERR_INVALID, "a balance is given but pp is 1 (no pipeline)");
+        if (v > 1) return fsc_error(FSC_ERR_INVALID, "virtual_stages %d but pp is 1 (no pipeline)", v);
         return FSC_OK;
     }
     if (r->world % pp != 0)
         return fsc_error(FSC_ERR_INVALID, "a world of %d ranks does not split into %d pipeline stages "
                          "(world = dp x pp)", r->world, pp);
-    if (pp > L)
+    if (pp > L && v == 1)
         return fsc_error(FSC_ERR_INVALID, "%d pipeline stages but the model has %d blocks (every stage needs at "
                          "least one)", pp, L);
-    if (po->schedule != FSC_SCHED_GPIPE && po->schedule != FSC_SCHED_1F1B)
-        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe or 1f1b)", (int)po->schedule);
+    if ((long long)pp * v > L) /* no overflow: v may be any int */
+        return fsc_error(FSC_ERR_INVALID, "%d pipeline stages x %d virtual stages = %lld chunks but the model has %d "
+                         "blocks (every chunk needs at least one)", pp, v, (long long)pp * v, L);
+    if (po->schedule != FSC_SCHED_GPIPE && po->schedule != FSC_SCHED_1F1B && po->schedule != FSC_SCHED_INTERLEAVED &&
+        po->schedule != FSC_SCHED_CUSTOM)
+        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved or custom)",
+                         (int)po->schedule);
+    if (po->schedule == FSC_SCHED_CUSTOM && (!po->actions || !po->nactions))
+        return fsc_error(FSC_ERR_INVALID, "the custom pipeline schedule needs actions and nactions (the action lists "
+                         "of every pipeline rank)");
+    if (po->schedule == FSC_SCHED_INTERLEAVED && po->accum % pp != 0)
+        return fsc_error(FSC_ERR_INVALID, "the interleaved schedule needs the micro-batches (accum %d) to be a "
+                         "multiple of the %d pipeline stages, as Megatron's does", po->accum, pp);
+    if (v > 1) FSC_TRY(validate_chunks(po, v));
     if (po->pipe_checkpoint != FSC_PIPE_CKPT_EXCEPT_LAST && po->pipe_checkpoint != FSC_PIPE_CKPT_ALWAYS &&
         po->pipe_checkpoint != FSC_PIPE_CKPT_NEVER)
         return fsc_error(FSC_ERR_INVALID, "unknown pipeline checkpoint mode %d (always, except_last or never)",
@@ -134,14 +185,20 @@ fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel
     if (!po->no_sync)
         return fsc_error(FSC_ERR_INVALID, "a pipeline (pp %d) reduces gradients once per step, after the last "
                          "micro-batch: set no_sync", pp);
-    if (po->balance) FSC_TRY(fsc_pipe_check_balance(po->balance, pp, L));
+    if (po->balance) FSC_TRY(fsc_pipe_check_balance(po->balance, pp * v, L));
     return FSC_OK;
 }
 
+/* The stage (of S) that runs layer. */
 static int stage_of(const fsc_pipe *p, int layer) {
     int s = 0;
-    while (s < p->pp - 1 && layer > p->ll[s]) s++;
+    while (s < p->S - 1 && layer > p->ll[s]) s++;
     return s;
+}
+
+int fsc_pipe_runs_layer(const fsc_engine *e, int l) {
+    const fsc_pipe *p = e->pipe;
+    return !p || stage_of(p, l) % p->pp == p->stage;
 }
 
 /* The tied tensors whose users run on another stage than their owner (p->tied). */
@@ -163,13 +220,47 @@ static fsc_status find_tied(fsc_engine *e) {
                                  pi->name, pi->users[0], pi->users[k], su, stage_of(p, pi->users[k]));
         }
         if (so == su) continue;
-        int (*t)[3] = realloc(p->tied, (size_t)(p->ntied + 1) * sizeof *t);
+        if (so % p->pp == su % p->pp)
+            return fsc_error(FSC_ERR_UNSUPPORTED, "pipeline: tensor %s is owned by stage %d and used by stage %d, two "
+                             "chunks of rank %d (tied tensors need their users on another rank)", pi->name, so, su,
+                             so % p->pp);
+        int (*t)[5] = realloc(p->tied, (size_t)(p->ntied + 1) * sizeof *t);
         if (!t) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
         p->tied = t;
-        p->tied[p->ntied][0] = i, p->tied[p->ntied][1] = so, p->tied[p->ntied][2] = su;
-        p->ntied++;
+        int *x = p->tied[p->ntied++];
+        x[0] = i, x[1] = so % p->pp, x[2] = su % p->pp, x[3] = so / p->pp, x[4] = su / p->pp;
     }
     return FSC_OK;
+}
+
+/* A caller's lists (po.actions): validated; a copy of this rank's kept in p->acts. */
+static fsc_status take_custom(fsc_pipe *p, const fsc_parallel_opts *po) {
+    FSC_TRY(fsc_pipe_schedule_validate(p->pp, p->v, p->M, po->actions, po->nactions));
+    const int n = po->nactions[p->stage];
+    p->acts = malloc((size_t)n * sizeof *p->acts);
+    if (!p->acts) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    memcpy(p->acts, po->actions[p->stage], (size_t)n * sizeof *p->acts);
+    p->nacts = n;
+    return FSC_OK;
+}
+
+/* Every rank's actions of a step by the schedule, validated together; this rank's kept in p->acts. */
+static fsc_status make_schedule(fsc_pipe *p, const fsc_parallel_opts *po) {
+    if (po->schedule == FSC_SCHED_CUSTOM) return take_custom(p, po);
+    const fsc_pipe_schedule kind = po->schedule;
+    fsc_pipe_action **lists = calloc((size_t)p->pp, sizeof *lists);
+    int *lens = calloc((size_t)p->pp, sizeof *lens);
+    fsc_status s = lists && lens ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    for (int r = 0; r < p->pp && s == FSC_OK; r++)
+        s = fsc_pipe_schedule_make(kind, p->pp, p->v, p->M, r, &lists[r], &lens[r]);
+    if (s == FSC_OK) s = fsc_pipe_schedule_validate(p->pp, p->v, p->M, (const fsc_pipe_action *const *)lists, lens);
+    for (int r = 0; r < p->pp && lists; r++) {
+        if (r == p->stage && s == FSC_OK) p->acts = lists[r], p->nacts = lens[r];
+        else fsc_pipe_schedule_free(lists[r]);
+    }
+    free(lists);
+    free(lens);
+    return s;
 }
 
 fsc_status fsc_pipe_create(fsc_engine *e) {
@@ -184,36 +275,44 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->stage = l->pipe;
     p->dpi = l->data;
     p->M = e->po.accum;
-    p->lf = calloc((size_t)pp, sizeof(int));
-    p->ll = calloc((size_t)pp, sizeof(int));
-    p->slots = calloc((size_t)p->M, sizeof *p->slots);
-    p->recs = calloc((size_t)p->M + 2, sizeof *p->recs);
-    p->ins = calloc((size_t)p->M + 2, sizeof *p->ins);
-    p->gp_rec = calloc((size_t)p->M + 2, sizeof *p->gp_rec);
-    p->gp_req = calloc((size_t)p->M + 2, sizeof *p->gp_req);
-    if (!p->lf || !p->ll || !p->slots || !p->recs || !p->ins || !p->gp_rec || !p->gp_req)
+    p->v = fsc_pipe_chunks(&e->po);
+    const int S = p->S = pp * p->v, v = p->v;
+    const size_t per = (size_t)v * ((size_t)p->M + 2); /* records of all chunks, in flight or pooled */
+    p->lf = calloc((size_t)S, sizeof(int));
+    p->ll = calloc((size_t)S, sizeof(int));
+    p->slots = calloc((size_t)v * p->M, sizeof *p->slots);
+    p->recs = calloc(per, sizeof *p->recs);
+    p->nrecs = calloc((size_t)v, sizeof *p->nrecs);
+    p->send_tied = calloc((size_t)v, 1);
+    p->ins = calloc(per, sizeof *p->ins);
+    p->gp_rec = calloc(per, sizeof *p->gp_rec);
+    p->gp_req = calloc(per, sizeof *p->gp_req);
+    p->gp_chunk = calloc(per, sizeof *p->gp_chunk);
+    if (!p->lf || !p->ll || !p->slots || !p->recs || !p->nrecs || !p->send_tied || !p->ins || !p->gp_rec ||
+        !p->gp_req || !p->gp_chunk)
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
-    /* stage s runs blocks [first, first + balance[s]); even: the first L % pp stages take one more */
+    /* stage s runs blocks [first, first + balance[s]); even: the first L % S stages take one more */
     int first = 1;
-    for (int s = 0; s < pp; s++) {
-        int n = e->po.balance ? e->po.balance[s] : L / pp + (s < L % pp);
+    for (int s = 0; s < S; s++) {
+        int n = e->po.balance ? e->po.balance[s] : L / S + (s < L % S);
         p->lf[s] = s == 0 ? 0 : first;
-        p->ll[s] = s == pp - 1 ? L + 1 : first + n - 1;
+        p->ll[s] = s == S - 1 ? L + 1 : first + n - 1;
         first += n;
     }
     FSC_TRY(find_tied(e));
+    FSC_TRY(make_schedule(p, &e->po));
     if (e->po.prefetch && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* the engine's groups (engine.c, fsc_layout_split) */
     p->pipe_comm = e->pipe_comm;
     p->data_comm = e->comm;
     if (!p->pipe_comm) return fsc_error(FSC_ERR_INTERNAL, "pipe: the engine made no pipeline group");
-    if (e->po.prefetch) FSC_TRY(fsc_pipe_links_create(e, p->pipe_comm, p->stage, &p->lk));
+    if (e->po.prefetch) FSC_TRY(fsc_pipe_links_create(e, p->pipe_comm, p->stage, v > 1, &p->lk));
     for (int x = 0; x < p->ntied && p->tl; x++)
         FSC_TRY(fsc_pipe_tied_create(e, p->pipe_comm, p->stage, p->tied[x][1], p->tied[x][2],
                                      e->m->info[p->tied[x][0]].numel, &p->tl[x]));
     e->lf = p->lf[p->stage];
-    e->ll = p->ll[p->stage];
+    e->ll = p->ll[(v - 1) * pp + p->stage]; /* with chunks the span of the first and the last: fsc_pipe_runs_layer */
     p->st.pp = pp;
     p->st.dp = p->dp;
     p->st.stage = p->stage;
@@ -246,6 +345,12 @@ fsc_status fsc_pipe_after_setup(fsc_engine *e) {
 
 /* ---- pools ---- */
 
+/* Chunk c's records not in use (p->nrecs[c] of them). */
+static fsc_model_acts **pool(fsc_pipe *p, int c) { return p->recs + (size_t)c * ((size_t)p->M + 2); }
+
+/* This rank's chunk c: the stage it is. */
+static int stage_at(const fsc_pipe *p, int c) { return c * p->pp + p->stage; }
+
 static void note_use(fsc_pipe *p) {
     if (p->full_in_use > p->st.max_full_records) p->st.max_full_records = p->full_in_use;
     if (p->bytes_in_use > p->st.peak_acts_bytes) p->st.peak_acts_bytes = p->bytes_in_use;
@@ -259,7 +364,8 @@ static fsc_status grad_sends_done(fsc_pipe *p) {
         fsc_status w = fsc_comm_wait(p->gp_req[i]);
         fsc_comm_req_free(p->gp_req[i]);
         if (s == FSC_OK) s = w;
-        p->recs[p->nrecs++] = p->gp_rec[i];
+        const int c = p->gp_chunk[i];
+        pool(p, c)[p->nrecs[c]++] = p->gp_rec[i];
     }
     p->ngp = 0;
     return s;
@@ -297,13 +403,14 @@ static fsc_status tied_post(fsc_engine *e, int grads) {
     return FSC_OK;
 }
 
-static fsc_status take_rec(fsc_engine *e, fsc_model_acts **out) {
+static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
     fsc_pipe *p = e->pipe;
-    if (p->nrecs == 0 && p->ngp > 0) FSC_TRY(grad_sends_done(p)); /* a record whose send finished, not a new one */
-    if (p->nrecs > 0) {
-        *out = p->recs[--p->nrecs];
+    if (p->nrecs[c] == 0 && p->ngp > 0) FSC_TRY(grad_sends_done(p)); /* a record whose send finished, not a new one */
+    if (p->nrecs[c] > 0) {
+        *out = pool(p, c)[--p->nrecs[c]];
     } else {
-        fsc_model_acts_opts o = { .B = p->B, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
+        const int g = stage_at(p, c);
+        fsc_model_acts_opts o = { .B = p->B, .first = p->lf[g], .last = p->ll[g], .checkpoint = e->po.checkpoint };
         FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, out));
         p->nrecs_made++;
     }
@@ -313,9 +420,9 @@ static fsc_status take_rec(fsc_engine *e, fsc_model_acts **out) {
     return FSC_OK;
 }
 
-static void give_rec(fsc_engine *e, fsc_model_acts *a) {
+static void give_rec(fsc_engine *e, int c, fsc_model_acts *a) {
     fsc_pipe *p = e->pipe;
-    p->recs[p->nrecs++] = a; /* at most M + 1 records exist: M in flight and one recomputing */
+    pool(p, c)[p->nrecs[c]++] = a; /* at most M + 1 records of a chunk exist: M in flight and one recomputing */
     p->full_in_use--;
     p->bytes_in_use -= e->m->ops->acts_bytes(e->m->ctx, a);
 }
@@ -353,15 +460,16 @@ static void reset_pools(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
     (void)grad_sends_done(p); /* left by a failed step */
     (void)tied_sends_done(p);
-    for (int k = 0; k < p->M; k++) {
-        (void)send_done(&p->slots[k]); /* left by a failed step: its buffer must not be reused before */
-        if (p->slots[k].rec) give_rec(e, p->slots[k].rec);
-        if (p->slots[k].saved) give_in(e, p->slots[k].saved);
-        p->slots[k] = (mb_slot){ 0 };
+    for (int i = 0; i < p->v * p->M; i++) { /* slot i: chunk i / M */
+        (void)send_done(&p->slots[i]); /* left by a failed step: its buffer must not be reused before */
+        if (p->slots[i].rec) give_rec(e, i / p->M, p->slots[i].rec);
+        if (p->slots[i].saved) give_in(e, p->slots[i].saved);
+        p->slots[i] = (mb_slot){ 0 };
     }
     p->in_flight = 0;
     if (B == p->B) return;
-    while (p->nrecs > 0) e->m->ops->acts_free(e->m->ctx, p->recs[--p->nrecs]);
+    for (int c = 0; c < p->v; c++)
+        while (p->nrecs[c] > 0) e->m->ops->acts_free(e->m->ctx, pool(p, c)[--p->nrecs[c]]);
     while (p->nins > 0) fsc_device_release(e->dev, p->ins[--p->nins]);
     p->nrecs_made = p->nins_made = 0;
     p->B = B;
@@ -370,12 +478,13 @@ static void reset_pools(fsc_engine *e, int B) {
 static int is_checkpointed(const fsc_engine *e, int k);
 
 /* po.prefetch: the send buffers of checkpointed outputs, min(po.prefetch_limit (0: 2), checkpointed
- * micro-batches of a step); none on the last stage (pipe_link.c). */
+ * micro-batches of a step on the chunks that send); none on the last stage (pipe_link.c). */
 static int send_buffers(const fsc_engine *e) {
     const fsc_pipe *p = e->pipe;
-    if (!e->po.prefetch || p->stage == p->pp - 1) return 0;
+    const int sending = p->v - (p->stage == p->pp - 1); /* chunks with a next stage */
+    if (!e->po.prefetch || sending == 0) return 0;
     int ck = 0;
-    for (int k = 0; k < p->M; k++) ck += is_checkpointed(e, k);
+    for (int k = 0; k < p->M; k++) ck += is_checkpointed(e, k) * sending;
     const int limit = e->po.prefetch_limit > 0 ? e->po.prefetch_limit : 2;
     return ck < limit ? ck : limit;
 }
@@ -408,7 +517,7 @@ static fsc_status h_pre_fwd(void *ctx, int l) {
 static fsc_status h_post_fwd(void *ctx, int l) {
     fsc_engine *e = ctx;
     fsc_pipe *p = e->pipe;
-    for (int x = 0; x < p->ntied && p->send_tied && !p->recompute; x++) {
+    for (int x = 0; x < p->ntied && p->send_tied[p->chunk] && !p->recompute; x++) {
         const int i = p->tied[x][0];
         if (p->tied[x][1] != p->stage || e->m->info[i].layer != l) continue;
         if (p->tl) /* from a copy, sent while the stage goes on */
@@ -416,7 +525,7 @@ static fsc_status h_post_fwd(void *ctx, int l) {
         else
             FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->param[i], e->m->info[i].numel, FSC_F32, p->tied[x][2]));
     }
-    if (l == e->ll && !p->recompute) p->send_tied = 0;
+    if (l == p->ll[stage_at(p, p->chunk)] && !p->recompute) p->send_tied[p->chunk] = 0;
     return fsc_engine_post_forward(e, l);
 }
 
@@ -437,24 +546,27 @@ static int is_checkpointed(const fsc_engine *e, int k) {
 
 /* ---- one micro-batch forward and backward on this stage ---- */
 
-static fsc_status set_batch(fsc_engine *e, fsc_model_acts *a, int k) {
+/* Micro-batch k's inputs (stage 0) and targets (the last stage) for a record of stage g. */
+static fsc_status set_batch(fsc_engine *e, fsc_model_acts *a, int k, int g) {
     fsc_pipe *p = e->pipe;
     const size_t n = (size_t)k * p->B;
-    return e->m->ops->set_batch(e->m->ctx, a, p->stage == 0 ? p->in + n * e->m->sample_input_bytes : NULL,
-                                p->stage == p->pp - 1 ? p->tgt + n * e->m->sample_target_bytes : NULL);
+    return e->m->ops->set_batch(e->m->ctx, a, g == 0 ? p->in + n * e->m->sample_input_bytes : NULL,
+                                g == p->S - 1 ? p->tgt + n * e->m->sample_target_bytes : NULL);
 }
 
-static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
+/* F: micro-batch k on chunk c. */
+static fsc_status forward(fsc_engine *e, int k, int c, double *loss_local) {
     fsc_pipe *p = e->pipe;
-    mb_slot *sl = &p->slots[k];
-    const int last = p->stage == p->pp - 1;
+    mb_slot *sl = &p->slots[c * p->M + k];
+    const int g = stage_at(p, c), last = g == p->S - 1;
     const size_t btc = in_floats(e);
     fsc_model_hooks hooks = fsc_engine_hooks(e);
     hooks.pre_forward = h_pre_fwd;
     hooks.post_forward = h_post_fwd;
     e->micro = k;
     e->sync = 0;
-    FSC_TRY(take_rec(e, &sl->rec));
+    p->chunk = c;
+    FSC_TRY(take_rec(e, c, &sl->rec));
     if (++p->in_flight > p->st.max_in_flight) p->st.max_in_flight = p->in_flight;
     fsc_model_acts *a = sl->rec;
     for (int x = 0; x < p->ntied && k == 0 && !p->tl; x++) /* this stage's replica of a tied tensor */
@@ -462,69 +574,72 @@ static fsc_status forward(fsc_engine *e, int k, double *loss_local) {
             const int i = p->tied[x][0];
             FSC_TRY(recv_timed(p, e->tied_copy[i], e->m->info[i].numel, p->tied[x][1]));
         }
-    if (p->lk.act_prev) { /* posted ahead; the next one is posted before this micro-batch computes */
+    if (g > 0 && p->lk.act_prev) { /* posted ahead; the next one is posted before this micro-batch computes */
         FSC_TRY(fsc_pipe_links_take_input(&p->lk, e->dev, stream(e, a, FSC_STREAM_INPUT), &p->wait));
-        if (k + 1 < p->M) FSC_TRY(fsc_pipe_links_post_input(&p->lk));
-    } else if (p->stage > 0) {
+        if (--p->in_left > 0) FSC_TRY(fsc_pipe_links_post_input(&p->lk));
+    } else if (g > 0) {
         FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_INPUT), btc, p->stage - 1));
     }
-    FSC_TRY(set_batch(e, a, k));
+    FSC_TRY(set_batch(e, a, k, g));
     double ls = 0;
     FSC_TRY(e->m->ops->forward(e->m->ctx, a, &hooks, &ls));
     if (k == 0) FSC_TRY(tied_values_done(p, 1)); /* po.prefetch: h_pre_fwd waited for them already */
-    fsc_pipe_aux_note(p->aux, e, k, a);
+    fsc_pipe_aux_note(p->aux, e, k, a, p->lf[g], p->ll[g]);
     sl->ckpt = is_checkpointed(e, k);
     if (last && p->unit_loss) p->unit_loss[k] = ls;
     if (last) *loss_local += ls;
     else if (p->lk.act_next && !sl->ckpt) /* sent while the next micro-batches compute */
-        FSC_TRY(fsc_comm_isend(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, 1, &sl->send));
+        FSC_TRY(fsc_comm_isend(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->lk.peer_next,
+                               &sl->send));
     else if (p->lk.act_next) /* its record is reused at once: sent from a copy (pipe_link.c's ring) */
         FSC_TRY(fsc_pipe_links_send_output(&p->lk, e->dev, stream(e, a, FSC_STREAM_OUTPUT), &p->wait));
     else FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
     if (sl->ckpt) { /* keep the stage input only */
-        if (p->stage > 0) {
+        if (g > 0) {
             FSC_TRY(take_in(e, &sl->saved));
             FSC_TRY(fsc_device_copy(e->dev, sl->saved, stream(e, a, FSC_STREAM_INPUT), btc * sizeof(float)));
         }
-        give_rec(e, a);
+        give_rec(e, c, a);
         sl->rec = NULL;
     }
     return FSC_OK;
 }
 
-static fsc_status backward(fsc_engine *e, int k, float dscale) {
+/* B: micro-batch k on chunk c. */
+static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
     fsc_pipe *p = e->pipe;
-    mb_slot *sl = &p->slots[k];
-    const int last = p->stage == p->pp - 1;
+    mb_slot *sl = &p->slots[c * p->M + k];
+    const int g = stage_at(p, c), last = g == p->S - 1;
     const size_t btc = in_floats(e);
     fsc_model_hooks hooks = fsc_engine_hooks(e);
     hooks.pre_forward = h_pre_fwd;
     hooks.post_forward = h_post_fwd;
     e->micro = k;
     e->sync = 0;
+    p->chunk = c;
     FSC_TRY(send_done(sl));
     if (sl->ckpt) { /* recompute the stage from its input: the same kernels on the same input */
-        FSC_TRY(take_rec(e, &sl->rec));
+        FSC_TRY(take_rec(e, c, &sl->rec));
         if (sl->saved) {
             FSC_TRY(fsc_device_copy(e->dev, stream(e, sl->rec, FSC_STREAM_INPUT), sl->saved, btc * sizeof(float)));
             give_in(e, sl->saved);
             sl->saved = NULL;
         }
-        FSC_TRY(set_batch(e, sl->rec, k));
+        FSC_TRY(set_batch(e, sl->rec, k, g));
         p->recompute = 1; /* po.prefetch: the output gradient, posted ahead, arrives meanwhile */
         fsc_status s = e->m->ops->forward(e->m->ctx, sl->rec, &hooks, NULL);
         p->recompute = 0;
         FSC_TRY(s);
     }
     fsc_model_acts *a = sl->rec;
-    if (p->lk.grad_next) { /* posted ahead; the next backward's is posted before this one computes */
+    if (!last && p->lk.grad_next) { /* posted ahead; the next backward's is posted before this one computes */
         FSC_TRY(fsc_pipe_links_take_grad(&p->lk, e->dev, stream(e, a, FSC_STREAM_GRAD_OUTPUT), &p->wait));
-        if (k + 1 < p->M) FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
+        if (--p->grad_left > 0) FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
     } else if (!last) {
         FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_GRAD_OUTPUT), btc, p->stage + 1));
     }
     for (int x = 0; x < p->ntied; x++) /* the users' gradient of micro-batch k, added first by the owner */
-        if (p->tied[x][1] == p->stage) {
+        if (p->tied[x][1] == p->stage && p->tied[x][3] == c) {
             const int i = p->tied[x][0];
             if (!p->tl) {
                 FSC_TRY(recv_timed(p, e->m->tied_grad[i], e->m->info[i].numel, p->tied[x][2]));
@@ -540,21 +655,23 @@ static fsc_status backward(fsc_engine *e, int k, float dscale) {
     FSC_TRY(e->m->ops->backward(e->m->ctx, a, &hooks, dscale));
     e->sync = 0;
     fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
-    if (p->lk.grad_prev)
-        FSC_TRY(fsc_comm_isend(p->lk.grad_prev, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, 0, &gsend));
-    else if (p->stage > 0)
+    if (g > 0 && p->lk.grad_prev)
+        FSC_TRY(fsc_comm_isend(p->lk.grad_prev, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->lk.peer_prev,
+                               &gsend));
+    else if (g > 0)
         FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
     sl->rec = NULL;
     if (gsend) { /* the record is free for the ledger's count now, for reuse once the send is waited for */
         p->gp_rec[p->ngp] = a;
+        p->gp_chunk[p->ngp] = c;
         p->gp_req[p->ngp++] = gsend;
         p->full_in_use--;
         p->bytes_in_use -= e->m->ops->acts_bytes(e->m->ctx, a);
     } else {
-        give_rec(e, a);
+        give_rec(e, c, a);
     }
     for (int x = 0; x < p->ntied; x++) /* after the gradient of k (prefetch 0: in issue order on the pipeline group) */
-        if (p->tied[x][2] == p->stage) {
+        if (p->tied[x][2] == p->stage && p->tied[x][4] == c) {
             const int i = p->tied[x][0];
             if (p->tl) /* sent while the next micro-batches compute */
                 FSC_TRY(fsc_pipe_tied_send_grad(&p->tl[x], e->m->tied_grad[i], &p->wait));
@@ -607,6 +724,13 @@ void fsc_pipe_set_unit_losses(fsc_engine *e, double *vals) { e->pipe->unit_loss 
 
 fsc_status fsc_pipe_from_last(fsc_engine *e, double sums[3]) { return from_last_stage(e->pipe, e->dev, sums); }
 
+/* The inputs and output gradients this rank receives in a step (or, the inputs, in an evaluation): one per
+ * micro-batch on each chunk that is not the first stage (not the last). */
+static void count_receives(fsc_pipe *p) {
+    p->in_left = p->M * (p->v - (p->stage == 0));
+    p->grad_left = p->M * (p->v - (p->stage == p->pp - 1));
+}
+
 fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
                         float dscale, double *loss_total, fsc_status *batch) {
     fsc_pipe *p = e->pipe;
@@ -614,26 +738,20 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     FSC_TRY(ready(e, mb));
     p->in = inputs;
     p->tgt = targets;
-    p->send_tied = 1;
+    memset(p->send_tied, 1, (size_t)p->v);
     p->wait = 0;
     FSC_TRY(fsc_comm_barrier(p->pipe_comm)); /* a common start: the bubble is measured from here */
     const double t0 = fsc_pipe_now_s();
     /* po.prefetch: the first input and the first output gradient are received while the stage works */
+    count_receives(p);
     FSC_TRY(fsc_pipe_links_post_input(&p->lk));
     FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
     FSC_TRY(tied_post(e, 1));
     double loss_local = 0;
-    if (e->po.schedule == FSC_SCHED_GPIPE) {
-        for (int k = 0; k < M; k++) FSC_TRY(forward(e, k, &loss_local));
-        for (int k = 0; k < M; k++) FSC_TRY(backward(e, k, dscale));
-    } else { /* 1F1B: warm-up forwards, then one forward one backward, then the remaining backwards */
-        int warm = P - s - 1 < M ? P - s - 1 : M;
-        for (int k = 0; k < warm; k++) FSC_TRY(forward(e, k, &loss_local));
-        for (int k = 0; k < M - warm; k++) {
-            FSC_TRY(forward(e, warm + k, &loss_local));
-            FSC_TRY(backward(e, k, dscale));
-        }
-        for (int k = M - warm; k < M; k++) FSC_TRY(backward(e, k, dscale));
+    for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c) */
+        const fsc_pipe_action *x = &p->acts[i];
+        if (x->kind == FSC_ACT_FORWARD) FSC_TRY(forward(e, x->micro, x->chunk, &loss_local));
+        else FSC_TRY(backward(e, x->micro, x->chunk, dscale));
     }
     FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
     FSC_TRY(tied_sends_done(p));
@@ -673,17 +791,19 @@ fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets,
                          double out[3]) {
     fsc_pipe *p = e->pipe;
     FSC_TRY(ready(e, mb));
+    count_receives(p);
     FSC_TRY(fsc_pipe_links_post_input(&p->lk)); /* po.prefetch: received ahead as in a step */
     FSC_TRY(tied_post(e, 0));
     p->in = inputs;
     p->tgt = targets;
-    p->send_tied = 1;
+    memset(p->send_tied, 1, (size_t)p->v);
     double loss_local = 0, sums[3] = { 0, 1, 0 };
-    for (int k = 0; k < p->M; k++) {
-        FSC_TRY(forward(e, k, &loss_local));
-        FSC_TRY(send_done(&p->slots[k])); /* po.prefetch: its output's send, before the record is reused */
-        reset_pools(e, mb); /* this micro-batch's record and saved input back to the pools */
-    }
+    for (int k = 0; k < p->M; k++) /* micro-batch by micro-batch, each through this rank's chunks in order */
+        for (int c = 0; c < p->v; c++) {
+            FSC_TRY(forward(e, k, c, &loss_local));
+            FSC_TRY(send_done(&p->slots[c * p->M + k])); /* po.prefetch: its output's send, before reuse */
+            reset_pools(e, mb); /* this micro-batch's record and saved input back to the pools */
+        }
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait)); /* the checkpointed outputs' sends */
     FSC_TRY(tied_values_done(p, 0));
     if (p->stage == p->pp - 1) {
@@ -711,7 +831,7 @@ fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
     const fsc_pipe *p = e->pipe;
     *out = p->st;
     out->bubble = out->wall_s > 0 ? out->wait_s / out->wall_s : 0;
-    out->ideal_bubble = (double)(p->pp - 1) / (double)(p->M + p->pp - 1);
+    out->ideal_bubble = (double)(p->pp - 1) / ((double)p->v * p->M + p->pp - 1); /* v = 1 but interleaved */
     return FSC_OK;
 }
 
@@ -743,20 +863,21 @@ fsc_status fsc_pipe_full_params(fsc_engine *e, float *host) {
     float *all = host ? host : malloc(P * sizeof(float)), *d = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of host memory for the full parameters");
     fsc_status s = fsc_engine_stage_params(e, all); /* this stage's tensors, collective over its data group */
-    for (int k = 0; k < p->pp; k++) {
+    for (int k = 0; k < p->S; k++) {
         int t0, t1;
         stage_tensors(e, k, &t0, &t1);
         size_t n = fsc_engine_tensor_offset(e, t1) - fsc_engine_tensor_offset(e, t0);
         if (n > most) most = n;
     }
     if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, most * sizeof(float), (void **)&d);
-    for (int k = 0; k < p->pp && s == FSC_OK; k++) {
+    for (int k = 0; k < p->S && s == FSC_OK; k++) { /* stage k from the rank that runs it */
         int t0, t1;
         stage_tensors(e, k, &t0, &t1);
+        const int from = k % p->pp;
         size_t a = fsc_engine_tensor_offset(e, t0), n = fsc_engine_tensor_offset(e, t1) - a;
-        if (p->stage == k) s = fsc_device_upload(e->dev, d, all + a, n * sizeof(float));
-        if (s == FSC_OK) s = fsc_comm_broadcast(p->pipe_comm, d, n, FSC_F32, k);
-        if (s == FSC_OK && p->stage != k && host) s = fsc_device_download(e->dev, host + a, d, n * sizeof(float));
+        if (p->stage == from) s = fsc_device_upload(e->dev, d, all + a, n * sizeof(float));
+        if (s == FSC_OK) s = fsc_comm_broadcast(p->pipe_comm, d, n, FSC_F32, from);
+        if (s == FSC_OK && p->stage != from && host) s = fsc_device_download(e->dev, host + a, d, n * sizeof(float));
     }
     fsc_device_release(e->dev, d);
     if (all != host) free(all);
@@ -766,18 +887,22 @@ fsc_status fsc_pipe_full_params(fsc_engine *e, float *host) {
 void fsc_pipe_free(fsc_engine *e) {
     fsc_pipe *p = e->pipe;
     if (!p) return;
-    if (p->slots) reset_pools(e, -1);
+    if (p->slots && p->nrecs && p->recs && p->ins) reset_pools(e, -1);
     fsc_pipe_links_free(&p->lk, e->dev);
     for (int x = 0; x < p->ntied && p->tl; x++) fsc_pipe_tied_free(&p->tl[x], e->dev);
     free(p->tl);
     free(p->slots);
     free(p->recs);
+    free(p->nrecs);
+    free(p->send_tied);
     free(p->ins);
     free(p->gp_rec);
     free(p->gp_req);
+    free(p->gp_chunk);
     free(p->lf);
     free(p->ll);
     free(p->tied);
+    fsc_pipe_schedule_free(p->acts);
     fsc_pipe_aux_free(p->aux);
     if (p->norm_comm) fsc_comm_free(p->norm_comm);
     free(p);

@@ -21,6 +21,8 @@ typedef struct {
     float **sbuf;                    /* (nsend) x (n) copies of checkpointed outputs being sent on act_next */
     fsc_comm_req **sreq;             /* (nsend) their sends in flight, or NULL */
     int nsend, snext;                /* ring size, the slot the next send uses */
+    int peer_prev, peer_next;        /* the other rank in act_prev/grad_prev (0 but on the first stage of an
+                                      * interleaved pipeline: 1), in act_next/grad_next (1; the last: 0) */
 } fsc_pipe_links;
 
 /* CLOCK_MONOTONIC seconds (pipe.c): the stats' waits, here and in pipe_link.c. */
@@ -30,8 +32,10 @@ double fsc_pipe_now_s(void);
  * a failed step left). */
 fsc_status fsc_pipe_req_wait(fsc_comm_req **r, double *waited);
 void fsc_pipe_req_drop(fsc_comm_req **r);
-/* Collective over pipe_comm: split the links of this stage and count them as pipeline groups of e. */
-fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, fsc_pipe_links *l);
+/* Collective over pipe_comm: split the links of this stage and count them as pipeline groups of e. wrap
+ * (interleaved stages): the last rank's outputs go on to the first rank, and its input gradients come back, on
+ * two more links between them (act_next, grad_next on the last rank; act_prev, grad_prev on the first). */
+fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, int wrap, fsc_pipe_links *l);
 /* Drop the posted receives and the sends in flight (waited for, data and errors ignored: left by a failed
  * step), then make the buffers n floats each: the two receive buffers and nsend send buffers (none without a
  * next stage). */
@@ -89,23 +93,27 @@ void fsc_pipe_tied_free(fsc_pipe_tied *t, fsc_device *dev);
 
 /* Auxiliary statistics (model.h's aux_stats, mixture of experts) of a pipeline, added in DDP's order
  * (pipe_stats.c). create: for this stage's layers (e->lf..e->ll) and M micro-batches; *out NULL when the model
- * has none. note: micro-batch k's statistics of record a after its first forward. sum: collective over the
+ * has none. note: micro-batch k's statistics of record a (layers first..last, one chunk) after its first
+ * forward. sum: collective over the
  * pipeline group and then the data group, at the step's end: out = (aux loss, assigned, dropped) of the data
  * group's micro-batches, summed as one rank of each data index would (the same bits on every rank). */
 typedef struct fsc_pipe_aux fsc_pipe_aux;
 fsc_status fsc_pipe_aux_create(const fsc_engine *e, int M, fsc_pipe_aux **out);
-void fsc_pipe_aux_note(fsc_pipe_aux *x, const fsc_engine *e, int k, const fsc_model_acts *a);
+void fsc_pipe_aux_note(fsc_pipe_aux *x, const fsc_engine *e, int k, const fsc_model_acts *a, int first, int last);
 fsc_status fsc_pipe_aux_sum(fsc_pipe_aux *x, fsc_engine *e, double out[3]);
 void fsc_pipe_aux_free(fsc_pipe_aux *x);
 /* The pipeline's statistics (pipe.c; NULL without them). */
 fsc_pipe_aux *fsc_pipe_aux_of(const fsc_engine *e);
 
-/* Stages of the options (pp 0 means 1). */
+/* Stages of the options (pp 0 means 1), chunks per rank (virtual_stages 0 means 1). */
 int fsc_pipe_stages(const fsc_parallel_opts *po);
+int fsc_pipe_chunks(const fsc_parallel_opts *po);
+/* Whether this rank runs layer l (one of its chunks holds it); 1 without a pipeline. */
+int fsc_pipe_runs_layer(const fsc_engine *e, int l);
 /* Options of a pipeline against the world and the model; clear messages. */
 fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel_opts *po);
-/* A balance: pp entries >= 1 summing to the model's blocks. */
-fsc_status fsc_pipe_check_balance(const int *balance, int pp, int layers);
+/* A balance: n entries (stages x chunks) >= 1 summing to the model's blocks. */
+fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers);
 /* Before the strategy's setup: groups, e->comm = data group, e->lf/e->ll. No-op without a pipeline. */
 fsc_status fsc_pipe_create(fsc_engine *e);
 /* After the strategy's setup: the group over which the clipping norm is taken. */

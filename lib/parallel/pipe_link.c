@@ -20,7 +20,10 @@
  * time adds no dependency. The sends are issued where the synchronous schedule issues them and each receive
  * is waited for where it received, so every wait depends on what it depended on there: GPipe and 1F1B stay
  * free of deadlock for every balance, checkpoint mode and micro-batch count. Tied tensors and their
- * gradients travel on streams of their own by the same rules (pipe_tied.c).
+ * gradients travel on streams of their own by the same rules (pipe_tied.c). An interleaved pipeline adds one
+ * link (last rank, first rank) with the same two streams: the last rank's chunk c output goes to the first
+ * rank's chunk c + 1, and its gradient comes back; every rank still receives one stream of outputs and one of
+ * gradients, the streams the schedule validator (pipe_sched.c) checks for order and deadlock.
  *
  * Sends. An asynchronous send is issued where the synchronous schedule sends, and waited for no earlier than
  * the synchronous send returned: a wait moved later in a rank's program drops dependencies (what ran between
@@ -58,8 +61,24 @@ static fsc_status split_links(fsc_comm *pipe_comm, int stage, int odd, const cha
     return FSC_OK;
 }
 
-fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, fsc_pipe_links *l) {
+/* The wrap-around link of an interleaved pipeline: the first and the last rank (comm ranks 0 and 1). */
+static fsc_status split_wrap(fsc_comm *pipe_comm, int stage, const char *name, fsc_comm **out) {
+    *out = NULL;
+    const int last = fsc_comm_size(pipe_comm) - 1, mine = stage == 0 || stage == last;
+    fsc_comm *c = NULL;
+    FSC_TRY(fsc_comm_split(pipe_comm, mine ? 0 : 1 + stage, stage, &c));
+    if (!mine) {
+        fsc_comm_free(c);
+        return FSC_OK;
+    }
+    fsc_comm_set_name(c, name);
+    *out = c;
+    return FSC_OK;
+}
+
+fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, int wrap, fsc_pipe_links *l) {
     memset(l, 0, sizeof *l);
+    l->peer_prev = 0, l->peer_next = 1;
     fsc_comm *act[2] = { NULL, NULL }, *grad[2] = { NULL, NULL }; /* [0] links (2i, 2i+1), [1] (2i+1, 2i+2) */
     fsc_status s = FSC_OK;
     for (int odd = 0; odd < 2 && s == FSC_OK; odd++) {
@@ -76,6 +95,14 @@ fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, 
     const int next = stage % 2, prev = 1 - next; /* the part holding the link to s+1, to s-1 */
     l->act_next = act[next], l->grad_next = grad[next];
     l->act_prev = act[prev], l->grad_prev = grad[prev];
+    if (wrap) {
+        fsc_comm *wa = NULL, *wg = NULL;
+        s = split_wrap(pipe_comm, stage, "pipe-act-wrap", &wa);
+        if (s == FSC_OK) s = split_wrap(pipe_comm, stage, "pipe-grad-wrap", &wg);
+        if (stage == 0 && wa) l->act_prev = wa, l->grad_prev = wg, l->peer_prev = 1;
+        else if (wa) l->act_next = wa, l->grad_next = wg, l->peer_next = 0;
+        if (s != FSC_OK) return s; /* what was split is in l: fsc_pipe_links_free frees it */
+    }
     fsc_comm *all[4] = { l->act_prev, l->act_next, l->grad_prev, l->grad_next };
     for (int i = 0; i < 4; i++) fsc_engine_add_group_kind(e, all[i], FSC_GROUP_PIPELINE);
     return FSC_OK;
@@ -140,12 +167,12 @@ size_t fsc_pipe_links_bytes(const fsc_pipe_links *l) {
 
 fsc_status fsc_pipe_links_post_input(fsc_pipe_links *l) {
     if (!l->act_prev || l->inreq) return FSC_OK;
-    return fsc_comm_irecv(l->act_prev, l->inbuf, l->n, FSC_F32, 0, &l->inreq);
+    return fsc_comm_irecv(l->act_prev, l->inbuf, l->n, FSC_F32, l->peer_prev, &l->inreq);
 }
 
 fsc_status fsc_pipe_links_post_grad(fsc_pipe_links *l) {
     if (!l->grad_next || l->greq) return FSC_OK;
-    return fsc_comm_irecv(l->grad_next, l->gbuf, l->n, FSC_F32, 1, &l->greq);
+    return fsc_comm_irecv(l->grad_next, l->gbuf, l->n, FSC_F32, l->peer_next, &l->greq);
 }
 
 /* Wait for the posted receive *r (posting it now if none is), then copy its buffer into dst. */
@@ -176,11 +203,11 @@ fsc_status fsc_pipe_req_wait(fsc_comm_req **r, double *waited) {
 }
 
 fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const float *src, double *waited) {
-    if (l->nsend == 0) return fsc_comm_send(l->act_next, src, l->n, FSC_F32, 1);
+    if (l->nsend == 0) return fsc_comm_send(l->act_next, src, l->n, FSC_F32, l->peer_next);
     const int i = l->snext;
     FSC_TRY(fsc_pipe_req_wait(&l->sreq[i], waited)); /* the buffer's last send, before it is overwritten */
     FSC_TRY(fsc_device_copy(dev, l->sbuf[i], src, l->n * sizeof(float)));
-    FSC_TRY(fsc_comm_isend(l->act_next, l->sbuf[i], l->n, FSC_F32, 1, &l->sreq[i]));
+    FSC_TRY(fsc_comm_isend(l->act_next, l->sbuf[i], l->n, FSC_F32, l->peer_next, &l->sreq[i]));
     l->snext = (i + 1) % l->nsend;
     return FSC_OK;
 }

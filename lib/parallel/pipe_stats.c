@@ -16,8 +16,8 @@
 
 struct fsc_pipe_aux {
     int M, L;            /* micro-batches, layers of the model */
-    int first, last;     /* this stage's layers */
-    fsc_model_aux *tmp;  /* (last - first + 1) one forward's statistics per layer */
+    int first, last;     /* this stage's layers (with chunks: from the first chunk's first to the last's last) */
+    fsc_model_aux *tmp;  /* (last - first + 1) one forward's statistics per layer of a record (of one chunk) */
     double *mine;        /* (M, L, W) this stage's layers filled in, zeros elsewhere */
 };
 
@@ -41,12 +41,12 @@ fsc_status fsc_pipe_aux_create(const fsc_engine *e, int M, fsc_pipe_aux **out) {
     return FSC_OK;
 }
 
-void fsc_pipe_aux_note(fsc_pipe_aux *x, const fsc_engine *e, int k, const fsc_model_acts *a) {
+void fsc_pipe_aux_note(fsc_pipe_aux *x, const fsc_engine *e, int k, const fsc_model_acts *a, int first, int last) {
     if (!x || k < 0 || k >= x->M) return;
     e->m->ops->aux_layers(e->m->ctx, a, x->tmp);
-    for (int l = x->first; l <= x->last; l++) {
+    for (int l = first; l <= last; l++) {
         double *d = x->mine + ((size_t)k * x->L + l) * W;
-        const fsc_model_aux *s = &x->tmp[l - x->first];
+        const fsc_model_aux *s = &x->tmp[l - first];
         d[0] = s->aux_loss, d[1] = s->assigned, d[2] = s->dropped, d[3] = 1;
     }
 }

@@ -26,6 +26,7 @@
 #include "nn.h"
 #include "checkpoint_wrapper.h"
 #include "parallel.h"
+#include "pipe_schedule.h"
 #include "gpt_engine.h"
 #include "tp.h"
 #include "moe.h"

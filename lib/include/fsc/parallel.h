@@ -28,8 +28,10 @@ FSC_BEGIN_DECLS
 typedef enum { FSC_PAR_NONE = 0, FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2 } fsc_parallel_kind;
 typedef enum { FSC_SHARD_FULL = 0, FSC_SHARD_GRAD_OP, FSC_SHARD_NONE, FSC_SHARD_HYBRID } fsc_shard_strategy;
 typedef enum { FSC_WRAP_BLOCK = 0, FSC_WRAP_MODEL, FSC_WRAP_MIN_PARAMS } fsc_wrap_policy;
-/* Pipeline schedules: GPipe (all forwards, then all backwards) and 1F1B (PipeDream-flush). */
-typedef enum { FSC_SCHED_GPIPE = 0, FSC_SCHED_1F1B } fsc_pipe_schedule;
+/* Pipeline schedules (fsc/pipe_schedule.h): GPipe (all forwards, then all backwards), 1F1B (PipeDream-flush),
+ * interleaved 1F1B (Megatron's: virtual_stages chunks of layers per rank) and a caller's own action lists. */
+typedef enum { FSC_SCHED_GPIPE = 0, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_CUSTOM } fsc_pipe_schedule;
+struct fsc_pipe_action; /* fsc/pipe_schedule.h */
 /* Which micro-batches keep only their stage input and recompute the stage in backward (FairScale's
  * checkpoint option; except_last is its default). */
 typedef enum { FSC_PIPE_CKPT_EXCEPT_LAST = 0, FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKPT_NEVER } fsc_pipe_checkpoint;
@@ -84,9 +86,17 @@ typedef struct {
      * strategy above runs inside each stage's data group; accum is the number of micro-batches (chunks).
      * Gradients are reduced once after the last micro-batch: pp > 1 needs no_sync. */
     int pp;                       /* pipeline stages (0 or 1: no pipeline) */
-    fsc_pipe_schedule schedule;   /* gpipe (default) or 1f1b */
+    fsc_pipe_schedule schedule;   /* gpipe (default), 1f1b, interleaved or custom (actions) */
+    const struct fsc_pipe_action *const *actions; /* custom: actions[r] the nactions[r] actions of pipeline rank r
+                                   * (stage r), for every r; validated as fsc_pipe_schedule_validate does and copied
+                                   * at engine creation. Every rank passes the same lists */
+    const int *nactions;
+    int virtual_stages;           /* interleaved, custom: chunks per rank, v (0 or 1: one); rank r runs stages
+                                   * r, r + pp, ..., r + (v-1) pp of pp x v; balance then has pp x v entries
+                                   * and (interleaved) accum must be a multiple of pp. With v > 1 only DDP (or none) inside the stages,
+                                   * prefetch on, no tp, ep, aux statistics, offload or reduce_exact yet */
     fsc_pipe_checkpoint pipe_checkpoint; /* except_last (default), always, never */
-    const int *balance;           /* pp entries, blocks per stage (copied); NULL: as even as possible */
+    const int *balance;           /* pp x virtual_stages entries, blocks per stage (copied); NULL: as even as possible */
     /* tensor parallelism (docs/tensor_parallel.md): tp ranks split the layers of a model built on the tensor
      * group (fsc_engine_create_built) as Megatron does, world = dp x tp x pp. The strategy runs over the data
      * group of each (stage, tensor rank): a tensor rank's slices are a model of their own, sharded, reduced

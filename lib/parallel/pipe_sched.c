@@ -1,0 +1,249 @@
+/* Pipeline schedules as data (fsc/pipe_schedule.h): the built-in schedules as functions from (ranks p, chunks
+ * per rank v, micro-batches m, rank) to a list of actions, and the validator the engine runs over every
+ * rank's list before a pipeline runs one.
+ *
+ * GPipe: F 0..m-1, then B 0..m-1. 1F1B (PipeDream-flush) on rank r: w = min(p - r - 1, m) warm-up forwards,
+ * then m - w rounds of one forward and one backward, then the w remaining backwards.
+ * Interleaved 1F1B (Megatron-LM's forward_backward_pipelining_with_interleaving): rank r runs the v m virtual
+ * micro-batches i = 0 .. v m - 1 in groups of p: forward i is micro-batch (i / (p v)) p + i % p on chunk
+ * (i % (p v)) / p, backward i the same micro-batch on chunk v - 1 - (i % (p v)) / p; w = (p - r - 1) 2 +
+ * (v - 1) p warm-up forwards (all of them when m = p), capped at v m, then rounds of forward w + i and
+ * backward i, then the remaining backwards. It needs m to be a multiple of p, as Megatron does.
+ *
+ * The validator's simulation: every rank has a position in its list; an action can run when what it
+ * receives is at the head of its stream (sends are buffered, as the simulated and MPI communicators buffer
+ * them and as pipe_link.c's asynchronous sends are). Runs go round the ranks until no rank can move; a rank
+ * left with actions is deadlocked. Since sends never block, the order in which ranks are tried does not
+ * change whether the whole runs to its end.
+ * Not here: running a list (pipe.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/pipe_schedule.h"
+
+#define MAX_RANKS (1 << 16)
+#define MAX_CHUNKS (1 << 10)
+#define MAX_ACTIONS (1L << 26) /* actions of one rank, 2 v m */
+
+static fsc_status check_sizes(const char *what, int p, int v, int m) {
+    if (p < 1 || p > MAX_RANKS) return fsc_error(FSC_ERR_INVALID, "%s: %d pipeline ranks (need 1 .. %d)", what, p, MAX_RANKS);
+    if (v < 1 || v > MAX_CHUNKS)
+        return fsc_error(FSC_ERR_INVALID, "%s: %d chunks per rank (need 1 .. %d)", what, v, MAX_CHUNKS);
+    if (m < 1 || 2L * v * m > MAX_ACTIONS)
+        return fsc_error(FSC_ERR_INVALID, "%s: %d micro-batches of %d chunks (need 1 .. %ld actions per rank)", what,
+                         m, v, MAX_ACTIONS);
+    return FSC_OK;
+}
+
+/* ---- the built-in schedules ---- */
+
+static void put(fsc_pipe_action *a, int *n, fsc_pipe_action_kind kind, int micro, int chunk) {
+    a[(*n)++] = (fsc_pipe_action){ kind, micro, chunk };
+}
+
+static void make_gpipe(int m, fsc_pipe_action *a, int *n) {
+    for (int k = 0; k < m; k++) put(a, n, FSC_ACT_FORWARD, k, 0);
+    for (int k = 0; k < m; k++) put(a, n, FSC_ACT_BACKWARD, k, 0);
+}
+
+static void make_1f1b(int p, int m, int rank, fsc_pipe_action *a, int *n) {
+    const int warm = p - rank - 1 < m ? p - rank - 1 : m;
+    for (int k = 0; k < warm; k++) put(a, n, FSC_ACT_FORWARD, k, 0);
+    for (int k = 0; k < m - warm; k++) {
+        put(a, n, FSC_ACT_FORWARD, warm + k, 0);
+        put(a, n, FSC_ACT_BACKWARD, k, 0);
+    }
+    for (int k = m - warm; k < m; k++) put(a, n, FSC_ACT_BACKWARD, k, 0);
+}
+
+/* Megatron's virtual micro-batch i: its micro-batch and chunk, forward or backward. */
+static fsc_pipe_action virtual_action(int p, int v, int i, int fwd) {
+    const int in_group = i % (p * v), chunk = in_group / p;
+    return (fsc_pipe_action){ fwd ? FSC_ACT_FORWARD : FSC_ACT_BACKWARD, (i / (p * v)) * p + i % p,
+                              fwd ? chunk : v - 1 - chunk };
+}
+
+static void make_interleaved(int p, int v, int m, int rank, fsc_pipe_action *a, int *n) {
+    const int total = v * m;
+    int warm = m == p ? total : (p - rank - 1) * 2 + (v - 1) * p;
+    if (warm > total) warm = total;
+    for (int i = 0; i < warm; i++) a[(*n)++] = virtual_action(p, v, i, 1);
+    for (int i = 0; i < total - warm; i++) {
+        a[(*n)++] = virtual_action(p, v, warm + i, 1);
+        a[(*n)++] = virtual_action(p, v, i, 0);
+    }
+    for (int i = total - warm; i < total; i++) a[(*n)++] = virtual_action(p, v, i, 0);
+}
+
+fsc_status fsc_pipe_schedule_make(fsc_pipe_schedule kind, int p, int v, int m, int rank, fsc_pipe_action **out,
+                                  int *n) {
+    FSC_CHECK_ARG(out);
+    FSC_CHECK_ARG(n);
+    *out = NULL;
+    *n = 0;
+    FSC_TRY(check_sizes("pipeline schedule", p, v, m));
+    if (rank < 0 || rank >= p)
+        return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d of %d pipeline ranks", rank, p);
+    if (kind != FSC_SCHED_GPIPE && kind != FSC_SCHED_1F1B && kind != FSC_SCHED_INTERLEAVED)
+        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b or interleaved; a custom one is "
+                         "the caller's lists)", (int)kind);
+    if (kind == FSC_SCHED_INTERLEAVED && m % p != 0)
+        return fsc_error(FSC_ERR_INVALID, "pipeline schedule interleaved: %d micro-batches are not a multiple of the "
+                         "%d pipeline stages (Megatron's interleaving runs micro-batches in groups of the stages)", m, p);
+    if (kind != FSC_SCHED_INTERLEAVED && v != 1)
+        return fsc_error(FSC_ERR_INVALID, "pipeline schedule %s runs one chunk per rank, not %d",
+                         kind == FSC_SCHED_GPIPE ? "gpipe" : "1f1b", v);
+    fsc_pipe_action *a = malloc((size_t)2 * v * m * sizeof *a);
+    if (!a) return fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory for %d actions", 2 * v * m);
+    if (kind == FSC_SCHED_GPIPE) make_gpipe(m, a, n);
+    else if (kind == FSC_SCHED_1F1B) make_1f1b(p, m, rank, a, n);
+    else make_interleaved(p, v, m, rank, a, n);
+    *out = a;
+    return FSC_OK;
+}
+
+void fsc_pipe_schedule_free(fsc_pipe_action *a) { free(a); }
+
+/* ---- the validator ---- */
+
+/* "F(mb 2, chunk 0)" */
+static const char *act_name(const fsc_pipe_action *a, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s(mb %d, chunk %d)", a->kind == FSC_ACT_FORWARD ? "F" : a->kind == FSC_ACT_BACKWARD ? "B" : "?",
+             a->micro, a->chunk);
+    return buf;
+}
+
+/* One rank's list on its own: known kinds, ranges, each F and B once, B after F, ascending per chunk.
+ * nf, nb: (v) scratch. */
+static fsc_status check_rank(int r, int v, int m, const fsc_pipe_action *a, int len, int *nf, int *nb) {
+    char nm[64];
+    memset(nf, 0, (size_t)v * sizeof *nf);
+    memset(nb, 0, (size_t)v * sizeof *nb);
+    for (int i = 0; i < len; i++) {
+        const fsc_pipe_action *x = &a[i];
+        if (x->kind != FSC_ACT_FORWARD && x->kind != FSC_ACT_BACKWARD)
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d has unknown kind %d (F or B)", r, i,
+                             (int)x->kind);
+        if (x->micro < 0 || x->micro >= m || x->chunk < 0 || x->chunk >= v)
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s is out of range (%d "
+                             "micro-batches, %d chunks)", r, i, act_name(x, nm, sizeof nm), m, v);
+        int *next = x->kind == FSC_ACT_FORWARD ? &nf[x->chunk] : &nb[x->chunk];
+        if (x->micro < *next)
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s runs a second time", r, i,
+                             act_name(x, nm, sizeof nm));
+        if (x->micro > *next)
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s comes before micro-batch %d "
+                             "of its chunk (each chunk runs its %s in ascending micro-batch order)", r, i,
+                             act_name(x, nm, sizeof nm), *next, x->kind == FSC_ACT_FORWARD ? "forwards" : "backwards");
+        if (x->kind == FSC_ACT_BACKWARD && x->micro >= nf[x->chunk])
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s comes before its forward", r,
+                             i, act_name(x, nm, sizeof nm));
+        (*next)++;
+    }
+    for (int c = 0; c < v; c++)
+        if (nf[c] < m || nb[c] < m)
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d never runs %s(mb %d, chunk %d)", r,
+                             nf[c] < m ? "F" : "B", nf[c] < m ? nf[c] : nb[c], c);
+    return FSC_OK;
+}
+
+/* The streams into each rank, first in, first out: [0] outputs (from rank r-1), [1] input gradients (from
+ * rank r+1), each message the stage that receives it and the micro-batch. */
+typedef struct {
+    int *stage, *micro; /* (cap) */
+    int head, tail;
+} stream;
+
+typedef struct {
+    int p, v, m;
+    stream *in; /* (2 p): in[2 r + 0] outputs into rank r, in[2 r + 1] input gradients into rank r */
+} sim;
+
+static void push(sim *s, int kind, int rank, int stage, int micro) {
+    stream *q = &s->in[2 * rank + kind];
+    q->stage[q->tail] = stage, q->micro[q->tail] = micro;
+    q->tail++;
+}
+
+/* Whether rank r can run x now (0: it waits), or an error when the head of its stream is another message. */
+static fsc_status ready(sim *s, int r, int i, const fsc_pipe_action *x, int *ok) {
+    const int S = s->p * s->v, g = x->chunk * s->p + r, fwd = x->kind == FSC_ACT_FORWARD;
+    *ok = 1;
+    if ((fwd && g == 0) || (!fwd && g == S - 1)) return FSC_OK; /* nothing to receive */
+    const stream *q = &s->in[2 * r + !fwd];
+    if (q->head == q->tail) {
+        *ok = 0;
+        return FSC_OK;
+    }
+    if (q->stage[q->head] == g && q->micro[q->head] == x->micro) return FSC_OK;
+    char nm[64];
+    const int from = fwd ? (r + s->p - 1) % s->p : (r + 1) % s->p, hg = q->stage[q->head];
+    return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s receives its %s from rank %d, "
+                     "but the next message on that stream is for %s(mb %d, chunk %d) (streams are first in, first out)",
+                     r, i, act_name(x, nm, sizeof nm), fwd ? "input" : "output gradient", from, fwd ? "F" : "B",
+                     q->micro[q->head], hg / s->p);
+}
+
+/* Run x on rank r (ready): take what it receives off its stream, put what it sends on the next one. */
+static void run_one(sim *s, int r, const fsc_pipe_action *x) {
+    const int S = s->p * s->v, g = x->chunk * s->p + r, fwd = x->kind == FSC_ACT_FORWARD;
+    if ((fwd && g > 0) || (!fwd && g < S - 1)) s->in[2 * r + !fwd].head++;
+    if (x->kind == FSC_ACT_FORWARD && g < S - 1) push(s, 0, (g + 1) % s->p, g + 1, x->micro);
+    if (x->kind == FSC_ACT_BACKWARD && g > 0) push(s, 1, (g - 1) % s->p, g - 1, x->micro);
+}
+
+/* The message of a deadlock: every waiting rank with its action and what it waits for. */
+static fsc_status deadlock(const sim *s, const fsc_pipe_action *const *lists, const int *lens, const int *pc) {
+    char msg[768], nm[64];
+    int at = snprintf(msg, sizeof msg, "pipeline schedule deadlocks:");
+    for (int r = 0; r < s->p && at < (int)sizeof msg; r++) {
+        if (pc[r] == lens[r]) continue;
+        const fsc_pipe_action *x = &lists[r][pc[r]];
+        const int fwd = x->kind == FSC_ACT_FORWARD;
+        at += snprintf(msg + at, sizeof msg - (size_t)at, " rank %d waits at action %d, %s, for its %s from rank %d;",
+                       r, pc[r], act_name(x, nm, sizeof nm), fwd ? "input" : "output gradient",
+                       fwd ? (r + s->p - 1) % s->p : (r + 1) % s->p);
+    }
+    return fsc_error(FSC_ERR_INVALID, "%s", msg);
+}
+
+static fsc_status simulate(sim *s, const fsc_pipe_action *const *lists, const int *lens, int *pc) {
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int r = 0; r < s->p; r++)
+            for (int ok = 1; ok && pc[r] < lens[r];) {
+                FSC_TRY(ready(s, r, pc[r], &lists[r][pc[r]], &ok));
+                if (!ok) break;
+                run_one(s, r, &lists[r][pc[r]++]);
+                moved = 1;
+            }
+    }
+    for (int r = 0; r < s->p; r++)
+        if (pc[r] < lens[r]) return deadlock(s, lists, lens, pc);
+    return FSC_OK;
+}
+
+fsc_status fsc_pipe_schedule_validate(int p, int v, int m, const fsc_pipe_action *const *lists, const int *lens) {
+    FSC_CHECK_ARG(lists);
+    FSC_CHECK_ARG(lens);
+    FSC_TRY(check_sizes("pipeline schedule", p, v, m));
+    for (int r = 0; r < p; r++)
+        if (!lists[r] || lens[r] != 2 * v * m)
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d has %d actions (need 2 x %d chunks x %d "
+                             "micro-batches = %d)", r, lists[r] ? lens[r] : 0, v, m, 2 * v * m);
+    const size_t cap = (size_t)v * m; /* messages into one stream per step, at most */
+    sim s = { p, v, m, calloc((size_t)2 * p, sizeof(stream)) };
+    int *pc = calloc((size_t)p + 2 * (size_t)v, sizeof(int)), *buf = malloc((size_t)4 * p * cap * sizeof(int));
+    fsc_status st = s.in && pc && buf ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory");
+    for (int r = 0; r < p && st == FSC_OK; r++) st = check_rank(r, v, m, lists[r], lens[r], pc + p, pc + p + v);
+    for (int q = 0; q < 2 * p && st == FSC_OK; q++)
+        s.in[q].stage = buf + (size_t)2 * q * cap, s.in[q].micro = buf + (size_t)(2 * q + 1) * cap;
+    if (st == FSC_OK) {
+        memset(pc, 0, (size_t)p * sizeof *pc);
+        st = simulate(&s, lists, lens, pc);
+    }
+    free(s.in);
+    free(pc);
+    free(buf);
+    return st;
+}

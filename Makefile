@@ -28,7 +28,7 @@ VERSION  := $(call version,MAJOR).$(call version,MINOR).$(call version,PATCH)
 SONAME   := libfsc.so.$(call version,MAJOR)
 LIB_SO   := $(BUILD)/libfsc.so.$(VERSION)
 
-LIB_SRC  := $(filter-out $(EXCLUDE),$(sort $(wildcard lib/*/*.c) $(wildcard backends/cpu/*.c) $(wildcard sim/*.c)))
+LIB_SRC  := $(filter-out $(EXCLUDE),$(sort $(wildcard lib/*/*.c) $(wildcard backends/cpu/*.c) $(wildcard backends/count/*.c) $(wildcard sim/*.c)))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)

@@ -31,4 +31,5 @@
 #include "schedule.h"
 #include "eval.h"
 #include "exact.h"
+#include "plan.h"
 #endif

@@ -522,7 +522,7 @@ static void test_count_device(void **st) {
     float mx = 1.0f;
     int nonfinite = 1;
     assert_int_equal(FSC_K(d, absmax, &mx, &nonfinite, big, huge / 4), FSC_OK);
-    assert_true(mx == 0.0f && nonfinite == 0);
+    assert_true(mx == 1.0f && nonfinite == 0); /* finite, not all zero: the grad norm takes its full path */
     fsc_device_release(d, big);
     fsc_device_release(d, big2);
     fsc_device_release(d, small);

@@ -7,8 +7,9 @@
  *   hold the few values the engine reads back (the batch check, the vote on errors, pipeline sums), which the
  *   simulated communicator still exchanges (sim_comm.c skips the data of larger calls on this device).
  * - Copies and fills act on real memory only: a copy into a fake address does nothing, a copy from one
- *   writes zeros. Kernels do nothing; the ones that return values to the host return zeros (a loss of 0,
- *   finite gradients, a norm of 0), so the step completes as a good step.
+ *   writes zeros. Kernels do nothing; the ones that return values to the host return harmless ones (a loss of
+ *   0, finite gradients of largest magnitude 1, a norm of 0), so the step completes as a good step and takes the
+ *   paths real data takes.
  * - The table has the cpu backend's optional entries and no others (no streams, no gemm_ex, asynchronous
  *   copies), so the engine takes the cpu device's code paths and allocates what it allocates there.
  * Not here: the ledger (lib/core/device.c), the planner (lib/plan/). */
@@ -108,7 +109,9 @@ NOP(k_mul_backward, float *da, float *db, const float *a, const float *b, const 
 NOP(k_mse_forward, float *losses, const float *pred, const float *target, size_t N, int C)
 NOP(k_mse_backward, float *dpred, const float *pred, const float *target, size_t N, int C, float scale)
 
-/* the kernels that answer on the host: a sum of 0, finite values of 0, a sum of squares of 0 */
+/* the kernels that answer on the host: a sum of 0; finite values whose largest magnitude is 1, not 0 (code that
+ * takes a shortcut for all-zero gradients, such as the grad norm's, then takes the path real data takes, with
+ * its allocations); a sum of squares of 0 (a norm of 0, which clips nothing) */
 static fsc_status k_sum(void *ctx, double *host_out, const float *x, size_t n) {
     (void)ctx, (void)x, (void)n;
     *host_out = 0.0;
@@ -117,7 +120,7 @@ static fsc_status k_sum(void *ctx, double *host_out, const float *x, size_t n) {
 
 static fsc_status k_absmax(void *ctx, float *host_max, int *host_nonfinite, const float *x, size_t n) {
     (void)ctx, (void)x, (void)n;
-    *host_max = 0.0f;
+    *host_max = 1.0f;
     *host_nonfinite = 0;
     return FSC_OK;
 }

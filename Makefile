@@ -46,7 +46,7 @@ PLUGIN_HEADERS := $(wildcard lib/include/fsc/plugin/*.h)
 HEADERS  := $(PUBLIC_HEADERS) $(PLUGIN_HEADERS) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
 
 .PHONY: all lib deps test check demo bench fuzz install uninstall clean cuda cuda-if-found mpi plot gpu-kit
-all: lib $(TRAINER) $(EXAMPLES) $(BENCHES) $(TESTS) cuda-if-found mpi
+all: lib $(TRAINER) $(PLANNER) $(EXAMPLES) $(BENCHES) $(TESTS) cuda-if-found mpi
 lib: $(BUILD)/libfsc.a $(BUILD)/libfsc.so
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
@@ -99,6 +99,10 @@ $(TRAINER): examples/train_gpt.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 $(BUILD)/train_gpt: $(TRAINER)
 	ln -sf fsc-train $@
+# The planner is fsc-plan (examples/plan_tool.c, docs/planning.md).
+PLANNER  := $(BUILD)/fsc-plan
+$(PLANNER): examples/plan_tool.c $(BUILD)/libfsc.a
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 
 $(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
@@ -173,7 +177,7 @@ test: deps
 	@sh ci/test.sh
 
 # Run the suite of one build variant (used by ci/test.sh).
-check: $(TESTS) $(TRAINER) $(EXAMPLES) mpi
+check: $(TESTS) $(TRAINER) $(PLANNER) $(EXAMPLES) mpi
 	@sh ci/run_tests.sh $(BUILD)/tests "$(TESTS_FILTER)"
 
 demo: deps
@@ -199,9 +203,9 @@ fuzz: deps
 # The public headers, the plug-in ABI headers in include/fsc/plugin/, both libraries (the shared one as
 # libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA and MPI plug-ins when built (it builds
 # the MPI one when mpicc is found, not the CUDA one: make cuda first; it prints which it installed or skipped,
-# and why), fsc.pc; the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample), the default
+# and why), fsc.pc; the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample, fsc-plan), the default
 # corpus in share/fsc/ (where an installed fsc-train finds it without --data; plug-ins are looked up in ../lib).
-INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample
+INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample $(PLANNER):fsc-plan
 install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p)))) mpi
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/fsc
 	$(foreach p,$(INSTALL_PROGRAMS),install -m 755 $(firstword $(subst :, ,$(p))) $(DESTDIR)$(PREFIX)/bin/$(lastword $(subst :, ,$(p)));)
@@ -217,7 +221,7 @@ install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p)))) mpi
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/
 	install -m 644 $(PLUGIN_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/plugin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ci/fsc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fsc.pc
-	@echo "installed into $(DESTDIR)$(PREFIX): bin/fsc-train bin/fsc-ckpt bin/fsc-sample, lib/libfsc.a lib/libfsc.so*, include/fsc/, lib/pkgconfig/fsc.pc, share/fsc/coriolanus.txt"
+	@echo "installed into $(DESTDIR)$(PREFIX): bin/fsc-train bin/fsc-ckpt bin/fsc-sample bin/fsc-plan, lib/libfsc.a lib/libfsc.so*, include/fsc/, lib/pkgconfig/fsc.pc, share/fsc/coriolanus.txt"
 
 # Removes exactly what install puts there (the same PREFIX and DESTDIR), then the folders it made if empty.
 INSTALLED_FILES := $(foreach p,$(INSTALL_PROGRAMS),bin/$(lastword $(subst :, ,$(p)))) share/fsc/coriolanus.txt \

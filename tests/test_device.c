@@ -523,10 +523,19 @@ static void test_count_device(void **st) {
     int nonfinite = 1;
     assert_int_equal(FSC_K(d, absmax, &mx, &nonfinite, big, huge / 4), FSC_OK);
     assert_true(mx == 1.0f && nonfinite == 0); /* finite, not all zero: the grad norm takes its full path */
+    /* what is written at a fake address is thrown away (parameter init skips computing it); not so elsewhere */
+    assert_true(fsc_device_discards(d, big));
+    assert_false(fsc_device_discards(d, small));
     fsc_device_release(d, big);
     fsc_device_release(d, big2);
     fsc_device_release(d, small);
     assert_int_equal(fsc_device_current_bytes(d, FSC_TAG_PARAMS), 0);
+    fsc_device *cpu = NULL;
+    assert_int_equal(fsc_device_create("cpu", NULL, &cpu), FSC_OK);
+    assert_int_equal(fsc_device_alloc(cpu, FSC_TAG_PARAMS, 1 << 20, &big), FSC_OK);
+    assert_false(fsc_device_discards(cpu, big));
+    fsc_device_release(cpu, big);
+    fsc_device_free(cpu);
     fsc_device *h = NULL; /* its host memory (offload) is counted, not there, too */
     assert_int_equal(fsc_device_create_host(d, &h), FSC_OK);
     assert_string_equal(fsc_device_name(h), "count");

@@ -265,6 +265,8 @@ const char *fsc_device_name(const fsc_device *dev) { return dev ? dev->ops->name
 
 int fsc_device_is_count(const fsc_device *dev) { return dev && strcmp(dev->ops->name, "count") == 0; }
 
+int fsc_device_discards(const fsc_device *dev, const void *p) { return fsc_device_is_count(dev) && fsc_count_is_fake(p); }
+
 fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out) {
     FSC_CHECK_ARG(out);
     *out = NULL;

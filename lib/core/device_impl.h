@@ -52,6 +52,9 @@ fsc_status fsc_count_device_open(int abi_version, const fsc_device_opts *opts, c
                                  void **ctx);
 int fsc_count_is_fake(const void *p);
 int fsc_device_is_count(const fsc_device *dev);
+/* Whether what is written at p on dev is thrown away (a fake address of the counting device): computing
+ * values only to upload them there (parameter init) can be skipped. */
+int fsc_device_discards(const fsc_device *dev, const void *p);
 
 /* The places a plug-in file (libfsc_cuda.so, libfsc_mpi.so) is looked for, in order: beside the executable,
  * in its ../lib, beside the file holding libfsc's code (libfsc.so; dladdr), then the bare name for the

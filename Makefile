@@ -101,7 +101,7 @@ $(BUILD)/train_gpt: $(TRAINER)
 	ln -sf fsc-train $@
 # The planner is fsc-plan (examples/plan_tool.c, docs/planning.md).
 PLANNER  := $(BUILD)/fsc-plan
-$(PLANNER): examples/plan_tool.c $(BUILD)/libfsc.a
+$(PLANNER): examples/plan_tool.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 
 $(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(BUILD)/libfsc.a

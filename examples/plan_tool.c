@@ -12,6 +12,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "fsc/fsc.h"
+#include "plan_print.h"
 
 typedef struct {
     int model, layers, dim, heads, seq, vocab, kv_heads, ffn;
@@ -191,62 +192,6 @@ static int make_job(const plan_config *c, fsc_plan_job *j, char *err, size_t cap
     return 0;
 }
 
-static cJSON *tag_object(const size_t *peak, size_t total) {
-    cJSON *o = cJSON_CreateObject();
-    for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(o, fsc_tag_name((fsc_tag)t), (double)peak[t]);
-    cJSON_AddNumberToObject(o, "total", (double)total);
-    return o;
-}
-
-static int print_json(const fsc_plan_rank *r, int world) {
-    cJSON *root = cJSON_CreateObject(), *pr;
-    cJSON_AddItemToObject(root, "peak_bytes", tag_object(r[0].peak, r[0].peak_total));
-    pr = cJSON_AddArrayToObject(root, "per_rank");
-    for (int i = 0; i < world; i++) cJSON_AddItemToArray(pr, tag_object(r[i].peak, r[i].peak_total));
-    if (r[0].has_host) {
-        cJSON_AddItemToObject(root, "host_peak_bytes", tag_object(r[0].host_peak, r[0].host_peak_total));
-        pr = cJSON_AddArrayToObject(root, "host_per_rank");
-        for (int i = 0; i < world; i++) cJSON_AddItemToArray(pr, tag_object(r[i].host_peak, r[i].host_peak_total));
-    }
-    char *text = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    if (!text) return fprintf(stderr, "%s: out of memory\n", prog), 1;
-    printf("%s\n", text);
-    free(text);
-    return 0;
-}
-
-static const char *human(size_t b, char *buf, size_t cap) {
-    if (b >= (size_t)1 << 30) snprintf(buf, cap, "%.2f GiB", (double)b / 1073741824.0);
-    else snprintf(buf, cap, "%.1f MiB", (double)b / 1048576.0);
-    return buf;
-}
-
-/* One line per rank: its coordinates, each tag's peak, the total; the host's total with offload. Ranks whose
- * line equals the previous one's are folded into it ("ranks 2-7"). */
-static void print_table(const fsc_plan_rank *r, int world) {
-    char b[FSC_TAG_COUNT + 2][32];
-    printf("%-11s %-12s", "rank", "tp/dp/pp");
-    for (int t = 0; t < FSC_TAG_COUNT; t++) printf(" %11s", fsc_tag_name((fsc_tag)t));
-    printf(" %11s%s\n", "total", r[0].has_host ? "        host" : "");
-    for (int i = 0; i < world;) {
-        int k = i + 1;
-        while (k < world && !memcmp(r[k].peak, r[i].peak, sizeof r[i].peak) && r[k].peak_total == r[i].peak_total &&
-               r[k].host_peak_total == r[i].host_peak_total)
-            k++;
-        char who[24], at[24];
-        if (k - i == 1) snprintf(who, sizeof who, "%d", i);
-        else snprintf(who, sizeof who, "%d-%d", i, k - 1);
-        snprintf(at, sizeof at, "%d/%d/%d", r[i].tensor, r[i].data, r[i].stage);
-        printf("%-11s %-12s", who, k - i == 1 ? at : "");
-        for (int t = 0; t < FSC_TAG_COUNT; t++) printf(" %11s", human(r[i].peak[t], b[t], sizeof b[t]));
-        printf(" %11s", human(r[i].peak_total, b[FSC_TAG_COUNT], sizeof b[0]));
-        if (r[0].has_host) printf(" %11s", human(r[i].host_peak_total, b[FSC_TAG_COUNT + 1], sizeof b[0]));
-        printf("\n");
-        i = k;
-    }
-}
-
 int main(int argc, char **argv) {
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) return usage(stdout), 0;
@@ -267,9 +212,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
         rc = 1;
     } else if (c.json) {
-        rc = print_json(r, c.world);
+        cJSON *root = cJSON_CreateObject();
+        plan_json_fields(root, r, c.world);
+        char *text = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+        if (text) {
+            printf("%s\n", text);
+        } else {
+            fprintf(stderr, "%s: out of memory\n", prog);
+            rc = 1;
+        }
+        free(text);
     } else {
-        print_table(r, c.world);
+        plan_print_table(stdout, r, c.world);
     }
     free(r);
     return rc;

@@ -53,6 +53,11 @@ static void check_job(const char *name, const fsc_plan_job *j) {
         assert_int_equal(got[r].host_peak_total, want[r].host_peak_total);
         assert_int_equal(got[r].has_host, want[r].has_host);
         assert_int_equal(got[r].stage, want[r].stage);
+        for (int g = 0; g < FSC_GROUP_COUNT; g++) /* the dry run's collectives are the real run's */
+            if (got[r].comm_bytes[g] != want[r].comm_bytes[g])
+                fail_msg("%s: rank %d %s group: predicted %.0f bytes, measured %.0f", name, r,
+                         fsc_group_kind_name((fsc_group_kind)g), got[r].comm_bytes[g], want[r].comm_bytes[g]);
+        assert_true(got[r].gemm_flops > 0 && want[r].gemm_flops == 0);
         assert_true(want[r].peak[FSC_TAG_PARAMS] > 0);
     }
     free(want);
@@ -65,6 +70,19 @@ static void test_plan_single_rank(void **st) {
     check_job("gpt, one rank", &j);
     j = small_llama(1, 2);
     check_job("llama, one rank", &j);
+}
+
+/* The step's matrix products on one rank: PaLM's count, (6 N + 12 L C T) FLOPs a token, N the matrix
+ * parameters (12 C^2 a block and the V x C head), is exactly what a GPT step multiplies (the attention's two
+ * products forward, twice that backward; every weight's product forward and its two backward). */
+static void test_plan_gemm_flops(void **st) {
+    (void)st;
+    fsc_plan_job j = small_gpt(1, 2);
+    fsc_plan_rank r;
+    assert_int_equal(fsc_plan_memory(&j, &r), FSC_OK);
+    const double C = j.gpt.dim, L = j.gpt.layers, T = j.gpt.seq, V = j.gpt.vocab;
+    double n = 12 * C * C * L + V * C, want = (6 * n + 12 * L * C * T) * T * j.batch;
+    if (r.gemm_flops != want) fail_msg("gemm FLOPs %.0f, PaLM's count %.0f", r.gemm_flops, want);
 }
 
 static void test_plan_strategies(void **st) {
@@ -96,6 +114,7 @@ static void test_plan_precision_checkpoint_accum(void **st) {
     j = small_llama(2, 2);
     j.po.kind = FSC_PAR_ZERO2;
     j.po.param_dtype = j.po.reduce_dtype = FSC_F16;
+    j.po.init_loss_scale = 1.0f; /* the real step must not overflow: the plan is of a step that updates */
     check_job("llama zero2 f16", &j);
 }
 
@@ -162,6 +181,7 @@ static void test_plan_bad_jobs(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_single_rank),
+        cmocka_unit_test(test_plan_gemm_flops),
         cmocka_unit_test(test_plan_strategies),
         cmocka_unit_test(test_plan_precision_checkpoint_accum),
         cmocka_unit_test(test_plan_offload),

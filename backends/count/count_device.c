@@ -22,7 +22,8 @@
 #define COUNT_FAKE_BASE ((uintptr_t)1 << (sizeof(uintptr_t) * 8 - 2))
 
 typedef struct {
-    _Atomic uintptr_t next; /* the next fake address */
+    _Atomic uintptr_t next;       /* the next fake address */
+    _Atomic uint64_t gemm_flops;  /* 2 M N K batch of every gemm called (the planner's time half starts here) */
 } count_ctx;
 
 int fsc_count_is_fake(const void *p) { return (uintptr_t)p >= COUNT_FAKE_BASE; }
@@ -73,8 +74,18 @@ static fsc_status count_copy_wait(void *ctx, void *copy) { (void)ctx; (void)copy
 /* ---- kernels: nothing, in the table's signatures ---- */
 #define NOP(name, ...) static fsc_status name(void *ctx, __VA_ARGS__) { (void)ctx; return FSC_OK; }
 
-NOP(k_gemm, int ta, int tb, int M, int N, int K, float al, const float *A, int lda, int64_t sa, const float *B, int ldb,
-    int64_t sb, float be, float *C, int ldc, int64_t sc, int batch)
+/* a product is counted, not computed */
+static fsc_status k_gemm(void *ctx, int ta, int tb, int M, int N, int K, float al, const float *A, int lda, int64_t sa,
+                         const float *B, int ldb, int64_t sb, float be, float *C, int ldc, int64_t sc, int batch) {
+    count_ctx *c = ctx;
+    if (M > 0 && N > 0 && K > 0 && batch > 0)
+        atomic_fetch_add(&c->gemm_flops, 2 * (uint64_t)M * (uint64_t)N * (uint64_t)K * (uint64_t)batch);
+    return FSC_OK;
+}
+
+uint64_t fsc_count_gemm_flops(const fsc_device *dev) {
+    return fsc_device_is_count(dev) ? atomic_load(&((count_ctx *)dev->ctx)->gemm_flops) : 0;
+}
 NOP(k_convert, void *dst, fsc_dtype dt, const void *src, fsc_dtype st, size_t n)
 NOP(k_scale, float *x, float a, size_t n)
 NOP(k_axpy, float *y, float a, const float *x, size_t n)
@@ -193,6 +204,7 @@ fsc_status fsc_count_device_open(int abi_version, const fsc_device_opts *opts, c
     count_ctx *c = calloc(1, sizeof *c);
     if (!c) return fsc_error(FSC_ERR_NOMEM, "count device: out of memory");
     atomic_init(&c->next, COUNT_FAKE_BASE);
+    atomic_init(&c->gemm_flops, 0);
     *ops = &count_ops;
     *ctx = c;
     return FSC_OK;

@@ -55,6 +55,8 @@ int fsc_device_is_count(const fsc_device *dev);
 /* Whether what is written at p on dev is thrown away (a fake address of the counting device): computing
  * values only to upload them there (parameter init) can be skipped. */
 int fsc_device_discards(const fsc_device *dev, const void *p);
+/* The FLOPs (2 M N K per product) of every gemm a counting device was asked for; 0 for another device. */
+uint64_t fsc_count_gemm_flops(const fsc_device *dev);
 
 /* The places a plug-in file (libfsc_cuda.so, libfsc_mpi.so) is looked for, in order: beside the executable,
  * in its ../lib, beside the file holding libfsc's code (libfsc.so; dladdr), then the bare name for the

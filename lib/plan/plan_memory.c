@@ -2,13 +2,15 @@
  * own setup and one step run on simulated ranks. fsc_plan_memory runs them on the counting device (nothing is
  * allocated or computed beyond a few kilobytes per rank), fsc_plan_measure on the cpu device (the real run).
  * Each rank does what fsc-train's rank function does up to its first step: build the model as the trainer
- * builds it, build the engine, run one step, read the ledger.
+ * builds it, build the engine, run one step, read the ledger, the step's collective bytes per group and (on the
+ * counting device) its gemm FLOPs.
  * Not here: the counting device (backends/count), step time, the search over layouts. */
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/cluster.h"
 #include "fsc/gpt_engine.h"
 #include "fsc/plan.h"
+#include "core/device_impl.h" /* fsc_count_gemm_flops */
 
 typedef struct {
     const fsc_plan_job *job;
@@ -56,6 +58,8 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     const int bl = j->batch / lay->dp;
     int32_t *tok = calloc((size_t)bl * (size_t)T + 1, sizeof *tok); /* tokens and targets: token 0 */
     if (!tok) s = fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for a batch of %d x %d tokens", bl, T);
+    fsc_engine_reset_comm_stats(e); /* the step's collectives, as fsc-train reports them */
+    const double flops0 = (double)fsc_count_gemm_flops(r->dev);
     if (s == FSC_OK) {
         fsc_step_info info = {0};
         s = j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
@@ -69,6 +73,12 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         o->has_host = host != NULL;
         if (host) read_ledger(host, o->host_peak, &o->host_peak_total);
         o->tensor = lay->tensor, o->data = lay->data, o->stage = lay->pipe;
+        o->gemm_flops = (double)fsc_count_gemm_flops(r->dev) - flops0;
+        for (int g = 0; g < FSC_GROUP_COUNT; g++) {
+            fsc_comm_stats cs = {0};
+            if (!fsc_engine_comm_stats_group(e, (fsc_group_kind)g, &cs)) continue;
+            for (int op = 0; op < FSC_OP_COUNT; op++) o->comm_bytes[g] += cs.bytes[op];
+        }
     }
     free(tok);
     fsc_engine_free(e);

@@ -9,6 +9,7 @@
  *   j.model = FSC_PLAN_LLAMA; j.llama = ...; j.world = 8; j.batch = 8; j.po.kind = FSC_PAR_FSDP;
  *   fsc_plan_rank *r = calloc(j.world, sizeof *r);
  *   fsc_plan_memory(&j, r);   r[i].peak[FSC_TAG_PARAMS], r[i].peak_total, r[i].host_peak_total ...
+ * The same dry run counts the step's work: its matrix products' FLOPs and its collectives' bytes per group.
  * Not here: the step time and the search over layouts (docs/planning.md says what remains). */
 #ifndef FSC_PLAN_H
 #define FSC_PLAN_H
@@ -54,6 +55,11 @@ typedef struct {
     size_t host_peak_total;
     int has_host;              /* 1: the job offloads (host_* hold its host memory) */
     int tensor, data, stage;   /* the rank's coordinates (fsc_layout) */
+    /* The step's work (the setup's not counted): the FLOPs of its matrix products (fsc_plan_memory only: 0 from
+     * fsc_plan_measure) and the bytes its collectives moved per group (fsc_engine_comm_stats_group, every op
+     * summed), which fsc_plan_memory counts as the real run does. */
+    double gemm_flops;
+    double comm_bytes[FSC_GROUP_COUNT];
 } fsc_plan_rank;
 
 /* Per-rank peaks of the job on the counting device into out[0 .. job->world - 1]. Every rank of the world runs

@@ -19,7 +19,7 @@ typedef struct {
     int batch, optimizer, world, parallel, shard, precision, accum, pp, tp, sequence_parallel, schedule;
     int pipe_ckpt, offload, prefetch, moe_experts, moe_top_k, moe_every, ep, json;
     float momentum, clip, moe_capacity;
-    const char *wrap;
+    const char *wrap, *memory;
 } plan_config;
 
 typedef enum { K_INT, K_FLOAT, K_STR, K_FLAG, K_CHOICE } opt_kind;
@@ -63,6 +63,7 @@ static const option options[] = {
     {"moe-every", "N", "1", "blocks N-1, 2N-1, ... get an MoE MLP", K_INT, F(moe_every), 1, 1024, NULL},
     {"moe-capacity", "F", "1.25", "capacity factor", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
     {"ep", "G", "1", "expert-parallel ranks", K_INT, F(ep), 1, 1024, NULL},
+    {"memory", "SIZE", NULL, "device memory of a rank (80GiB, 141GB, 8e10; suffixes B, KB, MB, GB, TB powers of 1000, KiB, MiB, GiB, TiB of 1024): say which ranks' peaks exceed it", K_STR, F(memory), 0, 0, NULL},
     {"json", NULL, NULL, "print one JSON line: peak_bytes (rank 0), per_rank, and with offload host_peak_bytes, host_per_rank", K_FLAG, F(json), 0, 0, NULL},
 };
 #undef F
@@ -132,6 +133,24 @@ static int parse_args(int argc, char **argv, plan_config *c, char *err, size_t c
     return 0;
 }
 
+/* --memory's SIZE in bytes into *out; 0, or -1 with err. */
+static int parse_size(const char *v, double *out, char *err, size_t cap) {
+    static const struct { const char *suffix; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+    };
+    char *end = NULL;
+    double x = strtod(v, &end);
+    for (size_t i = 0; end != v && i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].suffix) != 0) continue;
+        *out = x * units[i].mult;
+        if (*out >= 1 && *out < 1.8e19) return 0;
+        break;
+    }
+    return snprintf(err, cap, "--memory '%s': expected a size of at least 1 byte such as 80GiB, 141GB or 8e10 (suffixes B, "
+                              "KB, MB, GB, TB, KiB, MiB, GiB, TiB)", v), -1;
+}
+
 /* The job fsc-train would run with these options (its train_fn, one step). */
 static int make_job(const plan_config *c, fsc_plan_job *j, char *err, size_t cap) {
     *j = fsc_plan_job_default();
@@ -192,6 +211,20 @@ static int make_job(const plan_config *c, fsc_plan_job *j, char *err, size_t cap
     return 0;
 }
 
+/* How many ranks' peak totals exceed memory bytes; their numbers into over (cap bytes, may be NULL). */
+static int plan_over(const fsc_plan_rank *r, int world, double memory, char *over, size_t cap) {
+    int n = 0;
+    size_t used = 0;
+    if (over && cap) over[0] = '\0';
+    for (int i = 0; i < world; i++) {
+        if ((double)r[i].peak_total <= memory) continue;
+        if (over && used + 16 < cap) used += (size_t)snprintf(over + used, cap - used, "%s%d", n ? " " : "", i);
+        n++;
+    }
+    if (over && used + 16 >= cap && cap > 4) snprintf(over + cap - 5, 5, " ...");
+    return n;
+}
+
 int main(int argc, char **argv) {
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) return usage(stdout), 0;
@@ -201,6 +234,11 @@ int main(int argc, char **argv) {
     fsc_plan_job job;
     char err[512];
     if (parse_args(argc, argv, &c, err, sizeof err) != 0 || make_job(&c, &job, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 2;
+    }
+    double memory = 0;
+    if (c.memory && parse_size(c.memory, &memory, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return 2;
     }
@@ -214,6 +252,10 @@ int main(int argc, char **argv) {
     } else if (c.json) {
         cJSON *root = cJSON_CreateObject();
         plan_json_fields(root, r, c.world);
+        if (memory > 0) {
+            cJSON_AddNumberToObject(root, "memory_bytes", memory);
+            cJSON_AddBoolToObject(root, "fits", plan_over(r, c.world, memory, NULL, 0) == 0);
+        }
         char *text = cJSON_PrintUnformatted(root);
         cJSON_Delete(root);
         if (text) {
@@ -225,6 +267,10 @@ int main(int argc, char **argv) {
         free(text);
     } else {
         plan_print_table(stdout, r, c.world);
+        char over[256];
+        int n = memory > 0 ? plan_over(r, c.world, memory, over, sizeof over) : 0;
+        if (memory > 0 && n) printf("does not fit in %s: %d rank%s over (%s)\n", c.memory, n, n == 1 ? "" : "s", over);
+        else if (memory > 0) printf("fits in %s on every rank\n", c.memory);
     }
     free(r);
     return rc;

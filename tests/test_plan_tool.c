@@ -2,7 +2,8 @@
  * per_rank (and host_per_rank with offload) equal fsc-train --steps 1 --json's, byte for byte and tag by tag on
  * every rank (the trainer's --peak-tflops is given so that its rank 0 does not first measure its device, which
  * takes workspace no training takes); a Llama 3 8B shape on 8 ranks is planned in a process that stays small;
- * bad options are refused with a message naming them. */
+ * --memory says a rank fits exactly when its peak total is at most the size; bad options are refused with a
+ * message naming them. */
 #include <cjson/cJSON.h>
 #include <libgen.h>
 #include <limits.h>
@@ -81,6 +82,34 @@ static void test_plan_large_model_small_process(void **st) {
     free(path);
 }
 
+/* --memory: a rank fits when its peak total is at most the size; the table says which ranks do not. */
+static void test_plan_memory_budget(void **st) {
+    (void)st;
+    cJSON *j = prog_json(planner, tmpdir, SMALL, "--world 2 --parallel ddp");
+    double total = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "peak_bytes"), "total"));
+    cJSON_Delete(j);
+    char *args = prog_fmt("--world 2 --parallel ddp --memory %.0f", total);
+    j = prog_json(planner, tmpdir, SMALL, args);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "fits")));
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes")) == total);
+    cJSON_Delete(j);
+    free(args);
+    args = prog_fmt(SMALL " --world 2 --parallel ddp --memory %.0fB", total - 1);
+    char *out = NULL;
+    assert_int_equal(prog_run(planner, args, tmpdir, &out, NULL), 0);
+    assert_non_null(strstr(out, "does not fit in "));
+    assert_non_null(strstr(out, "2 ranks over (0 1)"));
+    free(out);
+    free(args);
+    assert_int_equal(prog_run(planner, SMALL " --memory 1TiB", tmpdir, &out, NULL), 0);
+    assert_non_null(strstr(out, "fits in 1TiB on every rank"));
+    free(out);
+    prog_refused(planner, "--memory 80XB", tmpdir, 2, "--memory '80XB'");
+    prog_refused(planner, "--memory 0.5", tmpdir, 2, "at least 1 byte");
+    prog_refused(planner, "--memory inf", tmpdir, 2, "--memory 'inf'");
+    prog_refused(planner, "--memory GiB", tmpdir, 2, "--memory 'GiB'");
+}
+
 static void test_plan_tool_usage(void **st) {
     (void)st;
     char *out = NULL;
@@ -106,6 +135,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_tool_usage),
         cmocka_unit_test(test_plan_equals_trainer),
+        cmocka_unit_test(test_plan_memory_budget),
         cmocka_unit_test(test_plan_large_model_small_process),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

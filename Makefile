@@ -28,7 +28,7 @@ VERSION  := $(call version,MAJOR).$(call version,MINOR).$(call version,PATCH)
 SONAME   := libfsc.so.$(call version,MAJOR)
 LIB_SO   := $(BUILD)/libfsc.so.$(VERSION)
 
-LIB_SRC  := $(filter-out $(EXCLUDE),$(sort $(wildcard lib/*/*.c) $(wildcard backends/cpu/*.c) $(wildcard sim/*.c)))
+LIB_SRC  := $(filter-out $(EXCLUDE),$(sort $(wildcard lib/*/*.c) $(wildcard backends/cpu/*.c) $(wildcard backends/count/*.c) $(wildcard sim/*.c)))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -39,6 +39,7 @@ EX_SRC   := $(sort $(wildcard examples/*.c))
 EXAMPLES := $(EX_SRC:examples/%.c=$(BUILD)/%)
 # The sampler (examples/sample.c): generates text from a model file the trainer saved; make install installs it
 SAMPLER  := $(BUILD)/sample
+PLANNER  := $(BUILD)/fsc-plan
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 PUBLIC_HEADERS := $(wildcard lib/include/fsc/*.h)
@@ -46,7 +47,7 @@ PLUGIN_HEADERS := $(wildcard lib/include/fsc/plugin/*.h)
 HEADERS  := $(PUBLIC_HEADERS) $(PLUGIN_HEADERS) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
 
 .PHONY: all lib deps test check demo bench fuzz install uninstall clean cuda cuda-if-found mpi plot gpu-kit
-all: lib $(TRAINER) $(EXAMPLES) $(BENCHES) $(TESTS) cuda-if-found mpi
+all: lib $(TRAINER) $(PLANNER) $(EXAMPLES) $(BENCHES) $(TESTS) cuda-if-found mpi
 lib: $(BUILD)/libfsc.a $(BUILD)/libfsc.so
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
@@ -100,6 +101,9 @@ $(TRAINER): $(TRAIN_SRC) $(wildcard examples/*.h examples/train/*.h) $(BUILD)/li
 	$(CC) $(CFLAGS) $(TRAIN_SRC) -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 $(BUILD)/train_gpt: $(TRAINER)
 	ln -sf fsc-train $@
+# The planner is fsc-plan (examples/plan_tool.c, docs/planning.md).
+$(PLANNER): examples/plan_tool.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 
 $(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
@@ -174,7 +178,7 @@ test: deps
 	@sh ci/test.sh
 
 # Run the suite of one build variant (used by ci/test.sh).
-check: $(TESTS) $(TRAINER) $(EXAMPLES) mpi
+check: $(TESTS) $(TRAINER) $(PLANNER) $(EXAMPLES) mpi
 	@sh ci/run_tests.sh $(BUILD)/tests "$(TESTS_FILTER)"
 
 demo: deps
@@ -201,10 +205,11 @@ fuzz: deps
 # libfsc.so.X.Y.Z with the links libfsc.so.X and libfsc.so), the CUDA and MPI plug-ins when built (it builds
 # the MPI one when mpicc is found, not the CUDA one: make cuda first; it prints which it installed or skipped,
 # and why), fsc.pc; the programs in bin/ (fsc-train, fsc-ckpt: examples/ckpt_tool.c, fsc-sample, fsc-tokenize:
-# examples/tokenize.c), the default
+# examples/tokenize.c, fsc-plan: examples/plan_tool.c), the default
 # corpus and the GPT-2 vocabulary in share/fsc/ (where an installed fsc-train finds the corpus without --data and
 # fsc_bpe_load_default the vocabulary; plug-ins are looked up in ../lib).
-INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample $(BUILD)/tokenize:fsc-tokenize
+INSTALL_PROGRAMS := $(TRAINER):fsc-train $(BUILD)/ckpt_tool:fsc-ckpt $(SAMPLER):fsc-sample $(BUILD)/tokenize:fsc-tokenize \
+                    $(PLANNER):fsc-plan
 install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p)))) mpi
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/fsc
 	$(foreach p,$(INSTALL_PROGRAMS),install -m 755 $(firstword $(subst :, ,$(p))) $(DESTDIR)$(PREFIX)/bin/$(lastword $(subst :, ,$(p)));)
@@ -220,7 +225,7 @@ install: lib $(foreach p,$(INSTALL_PROGRAMS),$(firstword $(subst :, ,$(p)))) mpi
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/
 	install -m 644 $(PLUGIN_HEADERS) $(DESTDIR)$(PREFIX)/include/fsc/plugin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' ci/fsc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fsc.pc
-	@echo "installed into $(DESTDIR)$(PREFIX): bin/fsc-train bin/fsc-ckpt bin/fsc-sample bin/fsc-tokenize, lib/libfsc.a lib/libfsc.so*, include/fsc/, lib/pkgconfig/fsc.pc, share/fsc/coriolanus.txt share/fsc/gpt2.tiktoken.gz"
+	@echo "installed into $(DESTDIR)$(PREFIX): bin/fsc-train bin/fsc-ckpt bin/fsc-sample bin/fsc-tokenize bin/fsc-plan, lib/libfsc.a lib/libfsc.so*, include/fsc/, lib/pkgconfig/fsc.pc, share/fsc/coriolanus.txt share/fsc/gpt2.tiktoken.gz"
 
 # Removes exactly what install puts there (the same PREFIX and DESTDIR), then the folders it made if empty.
 INSTALLED_FILES := $(foreach p,$(INSTALL_PROGRAMS),bin/$(lastword $(subst :, ,$(p)))) share/fsc/coriolanus.txt share/fsc/gpt2.tiktoken.gz \

@@ -10,8 +10,8 @@
 #                                as 2 MPI processes with no FSC_ variable: the cpu device (no GPU here) and
 #                                the MPI plug-in found beside libfsc.so (when the plug-in and mpirun exist)
 #   make install says which plug-ins it installed or skipped; make uninstall removes every file it put there
-#   bin/fsc-train, bin/fsc-ckpt, bin/fsc-sample, bin/fsc-tokenize (their --help and --version in their
-#                                names), share/fsc/coriolanus.txt and gpt2.tiktoken.gz are installed (fsc-tokenize
+#   bin/fsc-train, bin/fsc-ckpt, bin/fsc-sample, bin/fsc-tokenize, bin/fsc-plan (their --help and --version in
+#                                their names), share/fsc/coriolanus.txt and gpt2.tiktoken.gz are installed (fsc-tokenize
 #                                encodes with the installed vocabulary from another directory), the plug-ins
 #                                built in BUILD (libfsc_cuda.so, libfsc_mpi.so) are in lib/, and the installed
 #                                fsc-train trains from another directory without --data (the default corpus),
@@ -38,7 +38,7 @@ major=${v%%.*}
 [ -f "$P/lib/libfsc.so.$v" ] && [ -L "$P/lib/libfsc.so.$major" ] && [ -L "$P/lib/libfsc.so" ] ||
   fail "expected libfsc.so.$v with the links libfsc.so.$major and libfsc.so"
 readelf -d "$P/lib/libfsc.so.$v" | grep -q "SONAME.*\[libfsc.so.$major\]" || fail "no SONAME libfsc.so.$major"
-for prog in fsc-train fsc-ckpt fsc-sample fsc-tokenize; do
+for prog in fsc-train fsc-ckpt fsc-sample fsc-tokenize fsc-plan; do
   [ -x "$P/bin/$prog" ] || fail "bin/$prog was not installed"
   "$P/bin/$prog" --help > "$tmp/help" 2>&1 || fail "bin/$prog --help failed: $(head -3 "$tmp/help")"
   [ "$("$P/bin/$prog" --version)" = "$prog $v" ] || fail "bin/$prog --version does not say $prog $v"
@@ -103,4 +103,4 @@ plugins=$(ls "$P/lib" | grep -o 'libfsc_[a-z]*\.so' | sed 's/^/, /' | tr -d '\n'
 make -s --no-print-directory BUILD="$B" uninstall PREFIX="$P" >/dev/null 2>&1 || fail "make uninstall failed"
 left=$(cd "$P" && find . ! -type d | sort | tr '\n' ' ')
 [ -z "$left" ] || fail "make uninstall left: $left"
-echo "check_install: fsc $v installed (fsc-train, fsc-ckpt, fsc-sample, fsc-tokenize, the default corpus and GPT-2 vocabulary$plugins), C and C++ programs built from the installed headers and run, then uninstalled"
+echo "check_install: fsc $v installed (fsc-train, fsc-ckpt, fsc-sample, fsc-tokenize, fsc-plan, the default corpus and GPT-2 vocabulary$plugins), C and C++ programs built from the installed headers and run, then uninstalled"

@@ -18,7 +18,7 @@ mkdir -p $B/obj $B/artifacts
 # Library objects, instrumented for coverage (fuzzer-no-link); rebuilt when the source or a header is newer.
 todo=""
 objs=""
-for src in lib/*/*.c backends/cpu/*.c sim/*.c; do
+for src in lib/*/*.c backends/cpu/*.c backends/count/*.c sim/*.c; do
   [ -f "$src" ] || continue
   o=$B/obj/$(echo "$src" | tr / _ | sed 's/\.c$/.o/')
   objs="$objs $o"

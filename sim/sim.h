@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <time.h>
 #include "core/comm_impl.h"
+#include "core/device_impl.h" /* the counting device's threshold */
 #include "fsc/device.h"
 
 #define SIM_MSG_CAP 400             /* bytes of a stored failure message */
@@ -88,6 +89,7 @@ struct sim_handle {
     int rank;                 /* rank in g */
     fsc_device *dev;          /* the rank's device (NULL: buffers are host memory) */
     int stage;                /* stage buffers through host memory with dev's copies (sim_stage.c) */
+    int dry;                  /* dev is the counting device: calls above FSC_COUNT_REAL_MAX bytes are skipped */
     unsigned char *buf;       /* (cap) host staging buffer, read by the group's ranks between arrive and depart */
     size_t cap;
     char stage_err[SIM_MSG_CAP]; /* why staging failed, for the slot's stage_err */

@@ -322,6 +322,7 @@ static fsc_status sim_split(void *ctx, int color, int key, void **new_ctx, int *
     sim_handle *child = h->g->slots[h->rank].child;
     child->dev = h->dev;
     child->stage = h->stage;
+    child->dry = h->dry;
     /* rank 0 of each new group registers it (so failures wake its waiters) before anyone can use it */
     if (child->rank == 0) sim_group_register(child->g);
     sim_depart(h);
@@ -342,7 +343,14 @@ static void sim_destroy(void *ctx) {
 
 /* ---- one call, then the network's time; the table's synchronous entries ---- */
 
+/* The bytes of a call's count (per rank), as the counting device's threshold compares them. */
+static size_t call_bytes(const fsc_comm_call *k) { return k->count * fsc_dtype_size(k->dt); }
+
 fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
+    /* the counting device (the planner's dry run): a call larger than its real allocations moves nothing and
+     * waits for no one (every rank skips the same calls: their sizes agree); smaller ones carry the values the
+     * engine reads back and run as on any device */
+    if (h->dry && k->op != FSC_OP_BARRIER && call_bytes(k) > FSC_COUNT_REAL_MAX) return FSC_OK;
     const int net = sim_net_on(h->g->cl);
     if (net && k->op == FSC_OP_SEND && k->peer != h->rank) { /* the sender's link carries it before it is there */
         int me = h->g->world_rank[h->rank];
@@ -438,5 +446,6 @@ fsc_status sim_comm_open(sim_cluster *cl, int rank, fsc_device *dev, int force_s
     h->rank = rank;
     h->dev = dev;
     h->stage = force_stage || (dev && strcmp(fsc_device_name(dev), "cpu") != 0);
+    h->dry = fsc_device_is_count(dev);
     return fsc_comm_wrap(&sim_comm_ops, h, rank, cl->world, "world", out);
 }

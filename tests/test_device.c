@@ -6,7 +6,9 @@
  * Asynchronous copies: the data is the source's once waited for, copies complete in issue order, the cpu device
  * makes them at the wait (so early readers are caught), a backend without them copies at the start, and the
  * simulated link runs a copy while the caller continues and queues copies one behind the other (wall clock from
- * below and start latency from above, with a modelled time far above any scheduling delay). */
+ * below and start latency from above, with a modelled time far above any scheduling delay).
+ * The counting device (backends/count): large allocations fake and counted, small ones real and zeroed, copies
+ * touching real memory only, the kernels answering on the host answering zeros, its host device counting too. */
 #include <stdlib.h>
 #include <time.h>
 #include "testutil.h"
@@ -491,6 +493,87 @@ static void test_async_copy_time(void **state) {
     fsc_device_free(d);
 }
 
+/* The counting device: large allocations are fake and counted, small ones real and zeroed; copies touch real
+ * memory only; the kernels answering on the host answer zeros. */
+static void test_count_device(void **st) {
+    (void)st;
+    fsc_device *d = NULL;
+    assert_int_equal(fsc_device_create("count", NULL, &d), FSC_OK);
+    assert_string_equal(fsc_device_name(d), "count");
+    void *big = NULL, *big2 = NULL, *small = NULL;
+    size_t huge = (size_t)1 << 40; /* a terabyte: counted, not there */
+    assert_int_equal(fsc_device_alloc(d, FSC_TAG_PARAMS, huge, &big), FSC_OK);
+    assert_int_equal(fsc_device_calloc(d, FSC_TAG_GRADS, huge, &big2), FSC_OK);
+    assert_true(fsc_count_is_fake(big) && fsc_count_is_fake(big2) && big != big2);
+    assert_int_equal(fsc_device_alloc(d, FSC_TAG_COMM, 64, &small), FSC_OK);
+    assert_false(fsc_count_is_fake(small));
+    assert_int_equal(fsc_device_peak_bytes(d, FSC_TAG_PARAMS), huge);
+    assert_int_equal(fsc_device_peak_total(d), 2 * huge + 64);
+    double x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
+    assert_int_equal(fsc_device_upload(d, small, x, sizeof x), FSC_OK);
+    assert_int_equal(fsc_device_download(d, y, small, sizeof y), FSC_OK);
+    assert_memory_equal(x, y, sizeof x);
+    assert_int_equal(fsc_device_upload(d, big, x, sizeof x), FSC_OK); /* nothing happens */
+    assert_int_equal(fsc_device_download(d, y, big, sizeof y), FSC_OK);
+    for (int i = 0; i < 8; i++) assert_true(y[i] == 0.0);
+    double sum = 1.0;
+    assert_int_equal(FSC_K(d, sum, &sum, big, huge / 4), FSC_OK);
+    assert_true(sum == 0.0);
+    float mx = 1.0f;
+    int nonfinite = 1;
+    assert_int_equal(FSC_K(d, absmax, &mx, &nonfinite, big, huge / 4), FSC_OK);
+    assert_true(mx == 1.0f && nonfinite == 0); /* finite, not all zero: the grad norm takes its full path */
+    /* what is written at a fake address is thrown away (parameter init skips computing it); not so elsewhere */
+    assert_true(fsc_device_discards(d, big));
+    assert_false(fsc_device_discards(d, small));
+    fsc_device_release(d, big);
+    fsc_device_release(d, big2);
+    fsc_device_release(d, small);
+    assert_int_equal(fsc_device_current_bytes(d, FSC_TAG_PARAMS), 0);
+    fsc_device *cpu = NULL;
+    assert_int_equal(fsc_device_create("cpu", NULL, &cpu), FSC_OK);
+    assert_int_equal(fsc_device_alloc(cpu, FSC_TAG_PARAMS, 1 << 20, &big), FSC_OK);
+    assert_false(fsc_device_discards(cpu, big));
+    fsc_device_release(cpu, big);
+    fsc_device_free(cpu);
+    fsc_device *h = NULL; /* its host memory (offload) is counted, not there, too */
+    assert_int_equal(fsc_device_create_host(d, &h), FSC_OK);
+    assert_string_equal(fsc_device_name(h), "count");
+    assert_int_equal(fsc_device_alloc(h, FSC_TAG_OPTIM, huge, &big), FSC_OK);
+    assert_true(fsc_count_is_fake(big));
+    fsc_device_release(h, big);
+    fsc_device_free(h);
+    fsc_device_free(d);
+}
+
+/* Simulated ranks on the counting device: a small collective carries its values (the engine's batch check and
+ * error vote read them back), a large one moves nothing and completes on every rank. */
+static fsc_status count_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    float v[4] = {(float)r->rank + 1, 0, 0, 0}, *d = NULL, *big = NULL;
+    FSC_TRY(fsc_device_alloc(r->dev, FSC_TAG_COMM, sizeof v, (void **)&d));
+    fsc_status s = fsc_device_upload(r->dev, d, v, sizeof v);
+    if (s == FSC_OK) s = fsc_comm_all_reduce(r->comm, d, d, 4, FSC_F32, FSC_SUM);
+    if (s == FSC_OK) s = fsc_device_download(r->dev, v, d, sizeof v);
+    if (s == FSC_OK && v[0] != 3.0f) s = fsc_error(FSC_ERR_INTERNAL, "rank %d: the sum is %g, not 3", r->rank, v[0]);
+    size_t n = (size_t)1 << 28; /* a GiB of floats: counted, not there */
+    if (s == FSC_OK) s = fsc_device_alloc(r->dev, FSC_TAG_GRADS, n * sizeof(float), (void **)&big);
+    if (s == FSC_OK) s = fsc_comm_all_reduce(r->comm, big, big, n, FSC_F32, FSC_SUM);
+    if (s == FSC_OK && !fsc_count_is_fake(big)) s = fsc_error(FSC_ERR_INTERNAL, "a GiB allocation is real");
+    fsc_device_release(r->dev, big);
+    fsc_device_release(r->dev, d);
+    return s;
+}
+
+static void test_count_cluster(void **state) {
+    (void)state;
+    fsc_cluster_opts o = fsc_cluster_opts_default();
+    o.world = 2;
+    o.device = "count";
+    fsc_status s = fsc_cluster_run(&o, count_rank, NULL);
+    if (s != FSC_OK) fail_msg("%s", fsc_last_error());
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--open-cuda") == 0) { /* the child of test_cuda_plugin_no_fallback */
         fsc_device *d = NULL;
@@ -515,6 +598,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_async_copies),
         cmocka_unit_test(test_async_copy_time),
         cmocka_unit_test(test_async_copy_errors),
+        cmocka_unit_test(test_count_device),
+        cmocka_unit_test(test_count_cluster),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1864,6 +1864,16 @@ static void null_fsc_layout_describe(void) {
     CALL(fsc_layout_describe(P, NULL, 0));
 }
 
+static void null_fsc_plan_memory(void) {
+    INVALID(fsc_plan_memory(NULL, P), "job");
+    INVALID(fsc_plan_memory(P, NULL), "out");
+}
+
+static void null_fsc_plan_measure(void) {
+    INVALID(fsc_plan_measure(NULL, P), "job");
+    INVALID(fsc_plan_measure(P, NULL), "out");
+}
+
 static void null_fsc_layout_make(void) {
     INVALID(fsc_layout_make(0, 0, 0, 0, 0, NULL), "out");
 }
@@ -2677,6 +2687,10 @@ static const struct row rows[] = {
     NONE(fsc_offload_mode_name),
     NONE(fsc_parallel_kind_name),
     NONE(fsc_parallel_opts_default),
+    /* plan.h */
+    NONE(fsc_plan_job_default),
+    ROW(fsc_plan_measure),
+    ROW(fsc_plan_memory),
     /* rng.h */
     ROW(fsc_philox4x32),
     ROW(fsc_rng_fill_normal),

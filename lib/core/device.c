@@ -4,6 +4,7 @@
  * The plug-in is $FSC_CUDA_PLUGIN (a file or a directory) when that is set, and only that file; else it is
  * searched next to the running executable, in its ../lib (an installed program), beside libfsc.so (a
  * program linked against the shared library), then by soname through the dynamic loader (fsc_plugin_places).
+ * "count" (backends/count) is linked in too: the planner's device, whose memory is counted but not there.
  * The map has a mutex so a device shared between threads (a rank and its helper) stays consistent. */
 #include <dlfcn.h>
 #include <limits.h>
@@ -216,8 +217,11 @@ fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_
         FSC_TRY(fsc_cpu_device_open(FSC_DEVICE_ABI_VERSION, &o, &ops, &ctx));
     } else if (strcmp(name, "cuda") == 0) {
         FSC_TRY(open_cuda(&o, &ops, &ctx, &handle));
+    } else if (strcmp(name, "count") == 0) {
+        FSC_TRY(fsc_count_device_open(FSC_DEVICE_ABI_VERSION, &o, &ops, &ctx));
     } else {
-        return fsc_error(FSC_ERR_INVALID, "unknown device \"%s\" (known devices: \"cpu\", \"cuda\")", name);
+        return fsc_error(FSC_ERR_INVALID, "unknown device \"%s\" (known devices: \"cpu\", \"cuda\", \"count\")",
+                         name);
     }
     fsc_device *d = calloc(1, sizeof *d);
     struct fsc_alloc_map *m = calloc(1, sizeof *m);
@@ -258,6 +262,10 @@ void fsc_device_free(fsc_device *dev) {
 }
 
 const char *fsc_device_name(const fsc_device *dev) { return dev ? dev->ops->name : "(null)"; }
+
+int fsc_device_is_count(const fsc_device *dev) { return dev && strcmp(dev->ops->name, "count") == 0; }
+
+int fsc_device_discards(const fsc_device *dev, const void *p) { return fsc_device_is_count(dev) && fsc_count_is_fake(p); }
 
 fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out) {
     FSC_CHECK_ARG(out);
@@ -321,7 +329,8 @@ void fsc_device_release(fsc_device *dev, void *p) {
 }
 
 fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out) {
-    FSC_TRY(fsc_device_create("cpu", NULL, out));
+    /* the counting device's host memory is counted, not there, like its own (the planner's offload) */
+    FSC_TRY(fsc_device_create(fsc_device_is_count(accel) ? "count" : "cpu", NULL, out));
     (*out)->comm_dev = accel;
     if (accel && accel->ops->host_alloc && accel->ops->host_free) {
         (*out)->mem_ops = accel->ops;

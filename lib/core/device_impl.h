@@ -44,6 +44,20 @@ fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out);
 fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, const fsc_device_ops **ops,
                                void **ctx);
 
+/* The counting device (backends/count, docs/planning.md), linked in: an fsc_device_open_fn. Allocations of more
+ * than FSC_COUNT_REAL_MAX bytes get fake addresses (fsc_count_is_fake) that nothing may dereference; smaller
+ * ones are real, zeroed host memory; kernels do nothing. fsc_device_is_count: dev is such a device. */
+#define FSC_COUNT_REAL_MAX ((size_t)64 << 10)
+fsc_status fsc_count_device_open(int abi_version, const fsc_device_opts *opts, const fsc_device_ops **ops,
+                                 void **ctx);
+int fsc_count_is_fake(const void *p);
+int fsc_device_is_count(const fsc_device *dev);
+/* Whether what is written at p on dev is thrown away (a fake address of the counting device): computing
+ * values only to upload them there (parameter init) can be skipped. */
+int fsc_device_discards(const fsc_device *dev, const void *p);
+/* The FLOPs (2 M N K per product) of every gemm a counting device was asked for; 0 for another device. */
+uint64_t fsc_count_gemm_flops(const fsc_device *dev);
+
 /* The places a plug-in file (libfsc_cuda.so, libfsc_mpi.so) is looked for, in order: beside the executable,
  * in its ../lib, beside the file holding libfsc's code (libfsc.so; dladdr), then the bare name for the
  * loader's search. Writes at most FSC_PLUGIN_PLACES paths; returns how many. */

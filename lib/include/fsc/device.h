@@ -33,10 +33,13 @@ typedef struct {
 /* The defaults: the library's thread count, GPU 0. */
 fsc_device_opts fsc_device_opts_default(void);
 
-/* Create a device by name: "cpu" or "cuda". opts may be NULL. */
+/* Create a device by name: "cpu" or "cuda", or "count": the planner's counting device (fsc/plan.h,
+ * docs/planning.md), whose allocations the ledger counts but which are not there (larger than 64 KiB: fake
+ * addresses that must not be read or written; smaller: zeroed host memory) and whose kernels do nothing.
+ * opts may be NULL. */
 fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_device **out);
 void fsc_device_free(fsc_device *dev);
-const char *fsc_device_name(const fsc_device *dev); /* "cpu", "cuda"; "(null)" for NULL */
+const char *fsc_device_name(const fsc_device *dev); /* "cpu", "cuda", "count"; "(null)" for NULL */
 
 /* Allocate bytes of device memory under tag. Contents are undefined. bytes 0 gives NULL and FSC_OK. */
 fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out);

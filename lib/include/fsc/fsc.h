@@ -34,4 +34,5 @@
 #include "schedule.h"
 #include "eval.h"
 #include "exact.h"
+#include "plan.h"
 #endif

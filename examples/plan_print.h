@@ -1,0 +1,79 @@
+/* The planner's output for programs (fsc-plan, and fsc-train's --plan): the per-rank table and fsc-train's --json
+ * memory fields of the peaks fsc_plan_memory predicts, with each rank's step work (gemm TFLOP, collective
+ * GB) beside them (fsc/plan.h, docs/planning.md).
+ * Not here: the planning (lib/plan), the options (examples/plan_tool.c). */
+#ifndef FSC_EXAMPLES_PLAN_PRINT_H
+#define FSC_EXAMPLES_PLAN_PRINT_H
+#include <stdio.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "fsc/fsc.h"
+
+static inline cJSON *plan_tag_object(const size_t *peak, size_t total) {
+    cJSON *o = cJSON_CreateObject();
+    for (int t = 0; t < FSC_TAG_COUNT; t++) cJSON_AddNumberToObject(o, fsc_tag_name((fsc_tag)t), (double)peak[t]);
+    cJSON_AddNumberToObject(o, "total", (double)total);
+    return o;
+}
+
+/* fsc-train's --json memory fields of the predicted peaks into o: peak_bytes (rank 0), per_rank, and with offload
+ * host_peak_bytes and host_per_rank (the trainer's --plan puts them in its "predicted" object); and
+ * work_per_rank: each rank's step, its gemm FLOPs and its collectives' bytes per group. */
+static inline void plan_json_fields(cJSON *o, const fsc_plan_rank *r, int world) {
+    cJSON_AddItemToObject(o, "peak_bytes", plan_tag_object(r[0].peak, r[0].peak_total));
+    cJSON *pr = cJSON_AddArrayToObject(o, "per_rank");
+    for (int i = 0; i < world; i++) cJSON_AddItemToArray(pr, plan_tag_object(r[i].peak, r[i].peak_total));
+    cJSON *w = cJSON_AddArrayToObject(o, "work_per_rank"); /* the step's gemm FLOPs and collective bytes per group */
+    for (int i = 0; i < world; i++) {
+        cJSON *x = cJSON_CreateObject(), *g = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "gemm_flops", r[i].gemm_flops);
+        for (int k = 0; k < FSC_GROUP_COUNT; k++)
+            cJSON_AddNumberToObject(g, fsc_group_kind_name((fsc_group_kind)k), r[i].comm_bytes[k]);
+        cJSON_AddItemToObject(x, "comm_bytes", g);
+        cJSON_AddItemToArray(w, x);
+    }
+    if (!r[0].has_host) return;
+    cJSON_AddItemToObject(o, "host_peak_bytes", plan_tag_object(r[0].host_peak, r[0].host_peak_total));
+    pr = cJSON_AddArrayToObject(o, "host_per_rank");
+    for (int i = 0; i < world; i++) cJSON_AddItemToArray(pr, plan_tag_object(r[i].host_peak, r[i].host_peak_total));
+}
+
+static inline const char *plan_human(size_t b, char *buf, size_t cap) {
+    if (b >= (size_t)1 << 30) snprintf(buf, cap, "%.2f GiB", (double)b / 1073741824.0);
+    else snprintf(buf, cap, "%.1f MiB", (double)b / 1048576.0);
+    return buf;
+}
+
+/* One line per rank: its coordinates, each tag's peak, the total; the host's total with offload. Ranks whose
+ * line equals the previous one's are folded into it ("ranks 2-7"). */
+static inline double plan_comm_total(const fsc_plan_rank *r) {
+    double b = 0;
+    for (int g = 0; g < FSC_GROUP_COUNT; g++) b += r->comm_bytes[g];
+    return b;
+}
+
+static inline void plan_print_table(FILE *f, const fsc_plan_rank *r, int world) {
+    char b[FSC_TAG_COUNT + 2][32];
+    fprintf(f, "%-11s %-12s", "rank", "tp/dp/pp");
+    for (int t = 0; t < FSC_TAG_COUNT; t++) fprintf(f, " %11s", fsc_tag_name((fsc_tag)t));
+    fprintf(f, " %11s%s %9s %9s\n", "total", r[0].has_host ? "        host" : "", "TFLOP", "comm GB");
+    for (int i = 0; i < world;) {
+        int k = i + 1;
+        while (k < world && !memcmp(r[k].peak, r[i].peak, sizeof r[i].peak) && r[k].peak_total == r[i].peak_total &&
+               r[k].host_peak_total == r[i].host_peak_total && r[k].gemm_flops == r[i].gemm_flops &&
+               plan_comm_total(&r[k]) == plan_comm_total(&r[i]))
+            k++;
+        char who[24], at[24];
+        if (k - i == 1) snprintf(who, sizeof who, "%d", i);
+        else snprintf(who, sizeof who, "%d-%d", i, k - 1);
+        snprintf(at, sizeof at, "%d/%d/%d", r[i].tensor, r[i].data, r[i].stage);
+        fprintf(f, "%-11s %-12s", who, k - i == 1 ? at : "");
+        for (int t = 0; t < FSC_TAG_COUNT; t++) fprintf(f, " %11s", plan_human(r[i].peak[t], b[t], sizeof b[t]));
+        fprintf(f, " %11s", plan_human(r[i].peak_total, b[FSC_TAG_COUNT], sizeof b[0]));
+        if (r[0].has_host) fprintf(f, " %11s", plan_human(r[i].host_peak_total, b[FSC_TAG_COUNT + 1], sizeof b[0]));
+        fprintf(f, " %9.3f %9.3f\n", r[i].gemm_flops * 1e-12, plan_comm_total(&r[i]) * 1e-9);
+        i = k;
+    }
+}
+
+#endif

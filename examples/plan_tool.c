@@ -1,0 +1,277 @@
+/* fsc-plan: each rank's peak memory of a training job before it is launched (docs/planning.md).
+ * Takes fsc-train's model and layout options (the same names, values and defaults) and prints, per rank, the
+ * ledger's peak bytes per tag that fsc-train --steps 1 would report (its --json per_rank), found by running the
+ * engine's setup and one step on the counting device (fsc/plan.h): nothing is allocated beyond a few
+ * kilobytes per rank, so a Llama 3 8B on 8 ranks answers in seconds on a laptop. --json prints fsc-train's
+ * peak_bytes, per_rank, host_peak_bytes and host_per_rank fields.
+ * Not here: step time, the search over layouts (docs/planning.md says what remains). */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "fsc/fsc.h"
+#include "plan_print.h"
+
+typedef struct {
+    int model, layers, dim, heads, seq, vocab, kv_heads, ffn;
+    int batch, optimizer, world, parallel, shard, precision, accum, pp, tp, sequence_parallel, schedule;
+    int pipe_ckpt, offload, prefetch, moe_experts, moe_top_k, moe_every, ep, json;
+    float momentum, clip, moe_capacity;
+    const char *wrap, *memory;
+} plan_config;
+
+typedef enum { K_INT, K_FLOAT, K_STR, K_FLAG, K_CHOICE } opt_kind;
+typedef struct {
+    const char *name, *arg, *def, *help;
+    opt_kind kind;
+    size_t off;
+    double lo, hi;
+    const char *choices;
+} option;
+
+#define F(field) offsetof(plan_config, field)
+static const option options[] = {
+    {"model", "NAME", "gpt2", "model family: gpt2|llama", K_CHOICE, F(model), 0, 0, "gpt2|llama"},
+    {"layers", "N", "4", "transformer blocks", K_INT, F(layers), 1, 1024, NULL},
+    {"dim", "C", "128", "model width (channels)", K_INT, F(dim), 1, 65536, NULL},
+    {"heads", "H", "4", "attention heads (must divide --dim)", K_INT, F(heads), 1, 65536, NULL},
+    {"seq", "T", "64", "context length (tokens per sequence)", K_INT, F(seq), 1, 1 << 20, NULL},
+    {"vocab", "V", "256", "vocabulary size", K_INT, F(vocab), 1, 1 << 24, NULL},
+    {"kv-heads", "K", "0", "llama: key/value heads (0: --heads)", K_INT, F(kv_heads), 0, 65536, NULL},
+    {"ffn", "N", "0", "llama: MLP hidden width (0: 2/3 x 4 x --dim rounded up to a multiple of 256)", K_INT, F(ffn), 0, 1 << 20, NULL},
+    {"batch", "B", "8", "sequences per step (global batch over all ranks)", K_INT, F(batch), 1, 1 << 20, NULL},
+    {"optimizer", "NAME", "adamw", "sgd|adamw", K_CHOICE, F(optimizer), 0, 0, "sgd|adamw"},
+    {"momentum", "X", "0.9", "SGD momentum (0: plain SGD, no momentum buffer)", K_FLOAT, F(momentum), 0, 1, NULL},
+    {"clip", "X", "1", "clip gradients to this global L2 norm (0: off)", K_FLOAT, F(clip), 0, INFINITY, NULL},
+    {"world", "N", "1", "ranks", K_INT, F(world), 1, 1 << 16, NULL},
+    {"parallel", "KIND", "none", "none|ddp|fsdp|zero1|zero2|pipe (pipe: --pp stages with ddp in each stage)", K_CHOICE, F(parallel), 0, 0, "none|ddp|fsdp|zero1|zero2|pipe"},
+    {"shard", "KIND", "full", "fsdp sharding: full|grad_op|none|hybrid", K_CHOICE, F(shard), 0, 0, "full|grad_op|none|hybrid"},
+    {"wrap", "POLICY", "block", "fsdp units: block|model|min-params:N", K_STR, F(wrap), 0, 0, NULL},
+    {"precision", "P", "fp32", "parameters and gradient reduction: fp32|bf16|fp16", K_CHOICE, F(precision), 0, 0, "fp32|bf16|fp16"},
+    {"accum", "K", "1", "micro-batches per step", K_INT, F(accum), 1, 1 << 20, NULL},
+    {"pp", "P", "1", "pipeline stages (world = dp x tp x pp)", K_INT, F(pp), 1, 1024, NULL},
+    {"tp", "T", "1", "tensor-parallel ranks (world = dp x tp x pp)", K_INT, F(tp), 1, 1024, NULL},
+    {"sequence-parallel", NULL, NULL, "with --tp: layer norms and residuals on sequence shards", K_FLAG, F(sequence_parallel), 0, 0, NULL},
+    {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b"},
+    {"checkpoint", "MODE", "except_last", "pipeline micro-batches that keep only their stage input: always|except_last|never", K_CHOICE, F(pipe_ckpt), 0, 0, "always|except_last|never"},
+    {"offload", "MODE", "none", "host memory: none|optim|all", K_CHOICE, F(offload), 0, 0, "none|optim|all"},
+    {"prefetch", "0|1", "1", "overlap communication with computation", K_INT, F(prefetch), 0, 1, NULL},
+    {"moe-experts", "E", "0", "experts of each MoE block (0: dense)", K_INT, F(moe_experts), 0, 4096, NULL},
+    {"moe-top-k", "K", "1", "experts per token: 1 or 2", K_INT, F(moe_top_k), 1, 2, NULL},
+    {"moe-every", "N", "1", "blocks N-1, 2N-1, ... get an MoE MLP", K_INT, F(moe_every), 1, 1024, NULL},
+    {"moe-capacity", "F", "1.25", "capacity factor", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
+    {"ep", "G", "1", "expert-parallel ranks", K_INT, F(ep), 1, 1024, NULL},
+    {"memory", "SIZE", NULL, "device memory of a rank (80GiB, 141GB, 8e10; suffixes B, KB, MB, GB, TB powers of 1000, KiB, MiB, GiB, TiB of 1024): say which ranks' peaks exceed it", K_STR, F(memory), 0, 0, NULL},
+    {"json", NULL, NULL, "print one JSON line: peak_bytes (rank 0), per_rank, and with offload host_peak_bytes, host_per_rank", K_FLAG, F(json), 0, 0, NULL},
+};
+#undef F
+#define NOPT ((int)(sizeof options / sizeof options[0]))
+
+static const char *prog = "fsc-plan";
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: %s [options]\n"
+               "Each rank's peak memory per tag for fsc-train with the same options, from the engine's setup and one\n"
+               "step run on the counting device (nothing allocated). Options (as fsc-train's):\n", prog);
+    for (int i = 0; i < NOPT; i++) {
+        char left[48];
+        snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].arg ? " " : "",
+                 options[i].arg ? options[i].arg : "");
+        fprintf(f, "  %-24s %s%s%s%s\n", left, options[i].help, options[i].def ? " (default " : "",
+                options[i].def ? options[i].def : "", options[i].def ? ")" : "");
+    }
+    fprintf(f, "  %-24s %s\n  %-24s %s\n", "--help", "this text", "--version", "the version");
+}
+
+/* Set one option from its text; 0, or -1 with err. */
+static int set_option(plan_config *c, const option *o, const char *v, char *err, size_t cap) {
+    char *p = (char *)c + o->off, *end = NULL;
+    if (o->kind == K_FLAG) return *(int *)p = 1, 0;
+    if (o->kind == K_STR) return *(const char **)p = v, 0;
+    if (o->kind == K_CHOICE) {
+        size_t n = strlen(v);
+        int idx = 0;
+        for (const char *s = o->choices; *s; idx++) {
+            const char *bar = strchr(s, '|');
+            size_t len = bar ? (size_t)(bar - s) : strlen(s);
+            if (len == n && strncmp(s, v, n) == 0) return *(int *)p = idx, 0;
+            s += len + (bar != NULL);
+        }
+        return snprintf(err, cap, "--%s '%s': not one of %s", o->name, v, o->choices), -1;
+    }
+    double x = strtod(v, &end);
+    if (!*v || *end || !(x >= o->lo && x <= o->hi) || (o->kind == K_INT && x != floor(x)))
+        return snprintf(err, cap, "--%s '%s': expected %s in [%g, %g]", o->name, v,
+                        o->kind == K_INT ? "a whole number" : "a number", o->lo, o->hi), -1;
+    if (o->kind == K_INT) *(int *)p = (int)x;
+    else *(float *)p = (float)x;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, plan_config *c, char *err, size_t cap) {
+    for (int i = 0; i < NOPT; i++)
+        if (options[i].def && set_option(c, &options[i], options[i].def, err, cap) != 0) return -1;
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv[a];
+        if (strncmp(arg, "--", 2) != 0) return snprintf(err, cap, "unexpected argument '%s'", arg), -1;
+        const char *name = arg + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const option *o = NULL;
+        for (int i = 0; i < NOPT && !o; i++)
+            if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0) o = &options[i];
+        if (!o) return snprintf(err, cap, "unknown option '%.*s' (%s --help lists them)", (int)len + 2, arg, prog), -1;
+        const char *v = eq ? eq + 1 : NULL;
+        if (o->kind == K_FLAG && v) return snprintf(err, cap, "--%s takes no value", o->name), -1;
+        if (o->kind != K_FLAG && !v) {
+            if (a + 1 >= argc) return snprintf(err, cap, "--%s needs a value (%s)", o->name, o->arg), -1;
+            v = argv[++a];
+        }
+        if (set_option(c, o, v, err, cap) != 0) return -1;
+    }
+    return 0;
+}
+
+/* --memory's SIZE in bytes into *out; 0, or -1 with err. */
+static int parse_size(const char *v, double *out, char *err, size_t cap) {
+    static const struct { const char *suffix; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+    };
+    char *end = NULL;
+    double x = strtod(v, &end);
+    for (size_t i = 0; end != v && i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].suffix) != 0) continue;
+        *out = x * units[i].mult;
+        if (*out >= 1 && *out < 1.8e19) return 0;
+        break;
+    }
+    return snprintf(err, cap, "--memory '%s': expected a size of at least 1 byte such as 80GiB, 141GB or 8e10 (suffixes B, "
+                              "KB, MB, GB, TB, KiB, MiB, GiB, TiB)", v), -1;
+}
+
+/* The job fsc-train would run with these options (its train_fn, one step). */
+static int make_job(const plan_config *c, fsc_plan_job *j, char *err, size_t cap) {
+    *j = fsc_plan_job_default();
+    j->world = c->world;
+    j->batch = c->batch;
+    j->seed = 1;
+    if (c->model == 1) {
+        int ffn = c->ffn ? c->ffn : fsc_llama_default_ffn(c->dim);
+        j->model = FSC_PLAN_LLAMA;
+        j->llama = (fsc_llama_config){.layers = c->layers, .dim = c->dim, .heads = c->heads,
+                                      .kv_heads = c->kv_heads ? c->kv_heads : c->heads, .ffn = ffn, .seq = c->seq,
+                                      .vocab = c->vocab, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+        if (c->moe_experts) {
+            j->llama.moe_experts = c->moe_experts, j->llama.moe_top_k = c->moe_top_k, j->llama.moe_every = c->moe_every;
+            j->llama.moe_capacity = c->moe_capacity, j->llama.moe_aux = 0.01f;
+        }
+        j->sequence_parallel = c->sequence_parallel;
+    } else {
+        if (c->kv_heads || c->ffn) return snprintf(err, cap, "--kv-heads and --ffn are llama's (--model llama)"), -1;
+        j->gpt = (fsc_gpt_config){.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq,
+                                  .vocab = c->vocab};
+        if (c->moe_experts) {
+            j->gpt.moe_experts = c->moe_experts, j->gpt.moe_top_k = c->moe_top_k, j->gpt.moe_every = c->moe_every;
+            j->gpt.moe_capacity = c->moe_capacity, j->gpt.moe_aux = 0.01f;
+        }
+    }
+    static const fsc_dtype dtype[] = {FSC_F32, FSC_BF16, FSC_F16};
+    static const fsc_pipe_checkpoint ckpt[] = {FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKPT_EXCEPT_LAST, FSC_PIPE_CKPT_NEVER};
+    fsc_parallel_opts *po = &j->po;
+    po->kind = c->parallel == 5 ? FSC_PAR_DDP : (fsc_parallel_kind)c->parallel;
+    po->shard = (fsc_shard_strategy)c->shard;
+    if (strcmp(c->wrap, "block") == 0) po->wrap = FSC_WRAP_BLOCK;
+    else if (strcmp(c->wrap, "model") == 0) po->wrap = FSC_WRAP_MODEL;
+    else if (strncmp(c->wrap, "min-params:", 11) == 0 && c->wrap[11] >= '0' && c->wrap[11] <= '9') {
+        char *end = NULL;
+        unsigned long long n = strtoull(c->wrap + 11, &end, 10);
+        if (*end || n == 0) return snprintf(err, cap, "--wrap '%s': min-params:N needs a whole number N >= 1", c->wrap), -1;
+        po->wrap = FSC_WRAP_MIN_PARAMS, po->wrap_min_params = (size_t)n;
+    } else {
+        return snprintf(err, cap, "--wrap '%s': not block, model or min-params:N", c->wrap), -1;
+    }
+    po->param_dtype = po->reduce_dtype = dtype[c->precision];
+    po->accum = c->accum;
+    po->prefetch = c->prefetch;
+    po->offload = (fsc_offload_mode)c->offload;
+    po->clip = c->clip;
+    po->pp = c->pp;
+    po->schedule = (fsc_pipe_schedule)c->schedule;
+    po->pipe_checkpoint = ckpt[c->pipe_ckpt];
+    po->tp = c->tp;
+    po->sequence_parallel = c->sequence_parallel;
+    po->ep = c->ep;
+    j->oc.kind = (fsc_optim_kind)c->optimizer;
+    if (j->oc.kind == FSC_OPT_SGD) j->oc.momentum = c->momentum;
+    if (c->world % (c->tp * c->pp) != 0)
+        return snprintf(err, cap, "--world %d does not split into --tp %d x --pp %d (world = dp x tp x pp)", c->world,
+                        c->tp, c->pp), -1;
+    return 0;
+}
+
+/* How many ranks' peak totals exceed memory bytes; their numbers into over (cap bytes, may be NULL). */
+static int plan_over(const fsc_plan_rank *r, int world, double memory, char *over, size_t cap) {
+    int n = 0;
+    size_t used = 0;
+    if (over && cap) over[0] = '\0';
+    for (int i = 0; i < world; i++) {
+        if ((double)r[i].peak_total <= memory) continue;
+        if (over && used + 16 < cap) used += (size_t)snprintf(over + used, cap - used, "%s%d", n ? " " : "", i);
+        n++;
+    }
+    if (over && used + 16 >= cap && cap > 4) snprintf(over + cap - 5, 5, " ...");
+    return n;
+}
+
+int main(int argc, char **argv) {
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) return usage(stdout), 0;
+        if (!strcmp(argv[a], "--version")) return printf("%s %s\n", prog, fsc_version_string()), 0;
+    }
+    plan_config c = {0};
+    fsc_plan_job job;
+    char err[512];
+    if (parse_args(argc, argv, &c, err, sizeof err) != 0 || make_job(&c, &job, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 2;
+    }
+    double memory = 0;
+    if (c.memory && parse_size(c.memory, &memory, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 2;
+    }
+    fsc_plan_rank *r = calloc((size_t)c.world, sizeof *r);
+    if (!r) return fprintf(stderr, "%s: out of memory\n", prog), 1;
+    fsc_status s = fsc_plan_memory(&job, r);
+    int rc = 0;
+    if (s != FSC_OK) {
+        fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
+        rc = 1;
+    } else if (c.json) {
+        cJSON *root = cJSON_CreateObject();
+        plan_json_fields(root, r, c.world);
+        if (memory > 0) {
+            cJSON_AddNumberToObject(root, "memory_bytes", memory);
+            cJSON_AddBoolToObject(root, "fits", plan_over(r, c.world, memory, NULL, 0) == 0);
+        }
+        char *text = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+        if (text) {
+            printf("%s\n", text);
+        } else {
+            fprintf(stderr, "%s: out of memory\n", prog);
+            rc = 1;
+        }
+        free(text);
+    } else {
+        plan_print_table(stdout, r, c.world);
+        char over[256];
+        int n = memory > 0 ? plan_over(r, c.world, memory, over, sizeof over) : 0;
+        if (memory > 0 && n) printf("does not fit in %s: %d rank%s over (%s)\n", c.memory, n, n == 1 ? "" : "s", over);
+        else if (memory > 0) printf("fits in %s on every rank\n", c.memory);
+    }
+    free(r);
+    return rc;
+}

@@ -1,0 +1,111 @@
+/* The planner's memory half (fsc/plan.h, docs/planning.md): a job's per-rank ledger peaks, from the engine's
+ * own setup and one step run on simulated ranks. fsc_plan_memory runs them on the counting device (nothing is
+ * allocated or computed beyond a few kilobytes per rank), fsc_plan_measure on the cpu device (the real run).
+ * Each rank does what fsc-train's rank function does up to its first step: build the model as the trainer
+ * builds it, build the engine, run one step, read the ledger, the step's collective bytes per group and (on the
+ * counting device) its gemm FLOPs.
+ * Not here: the counting device (backends/count), step time, the search over layouts. */
+#include <stdlib.h>
+#include <string.h>
+#include "fsc/cluster.h"
+#include "fsc/gpt_engine.h"
+#include "fsc/plan.h"
+#include "core/device_impl.h" /* fsc_count_gemm_flops */
+
+typedef struct {
+    const fsc_plan_job *job;
+    fsc_plan_rank *out;
+} plan_run;
+
+fsc_plan_job fsc_plan_job_default(void) {
+    fsc_plan_job j = {.model = FSC_PLAN_GPT, .gpt = fsc_gpt_config_default(), .po = fsc_parallel_opts_default(),
+                      .oc = fsc_optim_config_default(), .world = 1, .batch = 1, .seed = 1337};
+    return j;
+}
+
+/* The model and engine of the job on this rank, as fsc-train builds them; *lm: a Llama the engine runs but
+ * does not own (freed after the engine). */
+static fsc_status build_engine(fsc_rank *r, const fsc_plan_job *j, fsc_engine **e, fsc_model **lm) {
+    if (j->model == FSC_PLAN_LLAMA && j->po.tp > 1) {
+        fsc_llama_build_arg ba = {.cfg = j->llama, .sp = j->sequence_parallel};
+        return fsc_engine_create_built(r, fsc_llama_build, &ba, &j->po, &j->oc, j->seed, e);
+    }
+    if (j->model == FSC_PLAN_LLAMA) {
+        FSC_TRY(fsc_llama_model_create(r->dev, &j->llama, lm));
+        return fsc_engine_create_model(r, *lm, &j->po, &j->oc, j->seed, e);
+    }
+    return fsc_engine_create(r, &j->gpt, &j->po, &j->oc, j->seed, e);
+}
+
+static void read_ledger(const fsc_device *dev, size_t *peak, size_t *total) {
+    for (int t = 0; t < FSC_TAG_COUNT; t++) peak[t] = fsc_device_peak_bytes(dev, (fsc_tag)t);
+    *total = fsc_device_peak_total(dev);
+}
+
+/* One rank: setup, one step of zero tokens, the ledger's peaks. */
+static fsc_status plan_rank(fsc_rank *r, void *arg) {
+    const plan_run *run = arg;
+    const fsc_plan_job *j = run->job;
+    fsc_engine *e = NULL;
+    fsc_model *lm = NULL;
+    fsc_status s = build_engine(r, j, &e, &lm);
+    if (s != FSC_OK) {
+        fsc_model_free(lm);
+        return s;
+    }
+    const fsc_layout *lay = fsc_engine_layout(e);
+    const int T = j->model == FSC_PLAN_LLAMA ? j->llama.seq : j->gpt.seq;
+    const int bl = j->batch / lay->dp;
+    int32_t *tok = calloc((size_t)bl * (size_t)T + 1, sizeof *tok); /* tokens and targets: token 0 */
+    if (!tok) s = fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for a batch of %d x %d tokens", bl, T);
+    fsc_engine_reset_comm_stats(e); /* the step's collectives, as fsc-train reports them */
+    const double flops0 = (double)fsc_count_gemm_flops(r->dev);
+    if (s == FSC_OK) {
+        fsc_step_info info = {0};
+        s = j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
+                                       : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
+        if (s != FSC_OK) fsc_error_prefix(s, "plan: the step");
+    }
+    if (s == FSC_OK) {
+        fsc_plan_rank *o = &run->out[r->rank];
+        read_ledger(r->dev, o->peak, &o->peak_total);
+        const fsc_device *host = fsc_engine_host_device(e);
+        o->has_host = host != NULL;
+        if (host) read_ledger(host, o->host_peak, &o->host_peak_total);
+        o->tensor = lay->tensor, o->data = lay->data, o->stage = lay->pipe;
+        o->gemm_flops = (double)fsc_count_gemm_flops(r->dev) - flops0;
+        for (int g = 0; g < FSC_GROUP_COUNT; g++) {
+            fsc_comm_stats cs = {0};
+            if (!fsc_engine_comm_stats_group(e, (fsc_group_kind)g, &cs)) continue;
+            for (int op = 0; op < FSC_OP_COUNT; op++) o->comm_bytes[g] += cs.bytes[op];
+        }
+    }
+    free(tok);
+    fsc_engine_free(e);
+    fsc_model_free(lm);
+    return s;
+}
+
+static fsc_status plan_run_on(const char *device, const fsc_plan_job *job, fsc_plan_rank *out) {
+    FSC_CHECK_ARG(job);
+    FSC_CHECK_ARG(out);
+    if (job->world < 1) return fsc_error(FSC_ERR_INVALID, "plan: world is %d, must be >= 1", job->world);
+    if (job->batch < 1) return fsc_error(FSC_ERR_INVALID, "plan: batch is %d, must be >= 1", job->batch);
+    if (job->model != FSC_PLAN_GPT && job->model != FSC_PLAN_LLAMA)
+        return fsc_error(FSC_ERR_INVALID, "plan: model %d is neither FSC_PLAN_GPT nor FSC_PLAN_LLAMA", (int)job->model);
+    int tp = job->po.tp > 1 ? job->po.tp : 1, pp = job->po.pp > 1 ? job->po.pp : 1;
+    if (job->world % (tp * pp) != 0 || job->batch % (job->world / (tp * pp)) != 0)
+        return fsc_error(FSC_ERR_INVALID, "plan: the batch %d does not split over %d data-parallel ranks (world %d, "
+                         "tp %d, pp %d)", job->batch, job->world / (tp * pp), job->world, tp, pp);
+    memset(out, 0, (size_t)job->world * sizeof *out);
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.world = job->world;
+    co.device = device;
+    co.threads_per_rank = 1;
+    plan_run run = {job, out};
+    return fsc_cluster_run(&co, plan_rank, &run);
+}
+
+fsc_status fsc_plan_memory(const fsc_plan_job *job, fsc_plan_rank *out) { return plan_run_on("count", job, out); }
+
+fsc_status fsc_plan_measure(const fsc_plan_job *job, fsc_plan_rank *out) { return plan_run_on("cpu", job, out); }

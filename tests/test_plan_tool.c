@@ -1,0 +1,146 @@
+/* Tests of fsc-plan (examples/plan_tool.c) against fsc-train. Oracle: for the same options, fsc-plan --json's
+ * per_rank (and host_per_rank with offload) equal fsc-train --steps 1 --json's, byte for byte and tag by tag on
+ * every rank (the trainer's --peak-tflops is given so that its rank 0 does not first measure its device, which
+ * takes workspace no training takes); a Llama 3 8B shape on 8 ranks is planned in a process that stays small;
+ * --memory says a rank fits exactly when its peak total is at most the size; bad options are refused with a
+ * message naming them. */
+#include <cjson/cJSON.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "trainertest.h"
+
+static char planner[PATH_MAX], trainer[PATH_MAX];
+static char tmpdir[64];
+
+#define SMALL "--layers 2 --dim 64 --heads 4 --seq 32 --vocab 256 --batch 4"
+
+static void same_array(const cJSON *a, const cJSON *b, const char *key, const char *args) {
+    const cJSON *x = cJSON_GetObjectItem(a, key), *y = cJSON_GetObjectItem(b, key);
+    if (!x || !y) fail_msg("%s: %s missing (planned %p, trained %p)", args, key, (void *)x, (void *)y);
+    assert_int_equal(cJSON_GetArraySize(x), cJSON_GetArraySize(y));
+    for (int r = 0; r < cJSON_GetArraySize(x); r++) {
+        const cJSON *px = cJSON_GetArrayItem(x, r), *py = cJSON_GetArrayItem(y, r);
+        for (int t = 0; t <= FSC_TAG_COUNT; t++) {
+            const char *tag = t < FSC_TAG_COUNT ? fsc_tag_name((fsc_tag)t) : "total";
+            double vx = cJSON_GetNumberValue(cJSON_GetObjectItem(px, tag));
+            double vy = cJSON_GetNumberValue(cJSON_GetObjectItem(py, tag));
+            if (vx != vy) fail_msg("%s: %s rank %d %s: planned %.0f, trained %.0f", args, key, r, tag, vx, vy);
+        }
+    }
+}
+
+static void check_against_trainer(const char *args, int host) {
+    char *targs = prog_fmt("%s --steps 1 --peak-tflops 1", args);
+    cJSON *p = prog_json(planner, tmpdir, "", args), *t = prog_json(trainer, tmpdir, "", targs);
+    same_array(p, t, "per_rank", args);
+    if (host) same_array(p, t, "host_per_rank", args);
+    else assert_null(cJSON_GetObjectItem(p, "host_per_rank"));
+    cJSON_Delete(p);
+    cJSON_Delete(t);
+    free(targs);
+}
+
+static void test_plan_equals_trainer(void **st) {
+    (void)st;
+    check_against_trainer(SMALL, 0);
+    check_against_trainer(SMALL " --world 2 --parallel ddp", 0);
+    check_against_trainer(SMALL " --world 4 --parallel fsdp --shard hybrid --precision bf16", 0);
+    check_against_trainer(SMALL " --world 2 --parallel fsdp --shard grad_op --wrap model", 0);
+    check_against_trainer(SMALL " --world 2 --parallel zero1 --optimizer sgd", 0);
+    check_against_trainer(SMALL " --world 2 --parallel zero2 --offload optim", 1);
+    check_against_trainer(SMALL " --world 2 --parallel fsdp --offload all --prefetch 0", 1);
+    check_against_trainer(SMALL " --world 4 --pp 2 --parallel pipe --accum 2 --schedule 1f1b", 0);
+    check_against_trainer("--model llama " SMALL " --kv-heads 2 --world 4 --tp 2 --parallel fsdp --sequence-parallel", 0);
+    check_against_trainer(SMALL " --world 2 --parallel ddp --moe-experts 4 --moe-top-k 2 --ep 2", 0);
+}
+
+/* Llama 3 8B's shape at 8 ranks: a plan of hundreds of GiB per rank in a process of a few tens of MiB. */
+static void test_plan_large_model_small_process(void **st) {
+    (void)st;
+    char *cmd = prog_fmt("'%s' --model llama --layers 32 --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256 "
+                         "--seq 8192 --world 8 --batch 8 --parallel fsdp --precision bf16 --json > '%s/out' 2>&1",
+                         planner, tmpdir);
+    int status = 0;
+    long kib = prog_run_maxrss(cmd, &status);
+    free(cmd);
+    char *path = prog_fmt("%s/out", tmpdir), *out = prog_slurp(path);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail_msg("fsc-plan failed: %s", out);
+    cJSON *j = prog_last_json(out);
+    double params = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "peak_bytes"), "params"));
+    double total = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "peak_bytes"), "total"));
+    /* 8.03e9 parameters: an eighth of them in fp32 at least, the total above a GPU's memory */
+    assert_true(params > 8.03e9 * 4 / 8);
+    assert_true(total > 80.0 * (1u << 30));
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "per_rank")), 8);
+    if (kib > 256 * 1024) fail_msg("fsc-plan's process reached %ld KiB to plan an 8B model", kib);
+    cJSON_Delete(j);
+    free(out);
+    free(path);
+}
+
+/* --memory: a rank fits when its peak total is at most the size; the table says which ranks do not. */
+static void test_plan_memory_budget(void **st) {
+    (void)st;
+    cJSON *j = prog_json(planner, tmpdir, SMALL, "--world 2 --parallel ddp");
+    double total = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "peak_bytes"), "total"));
+    cJSON_Delete(j);
+    char *args = prog_fmt("--world 2 --parallel ddp --memory %.0f", total);
+    j = prog_json(planner, tmpdir, SMALL, args);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "fits")));
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes")) == total);
+    cJSON_Delete(j);
+    free(args);
+    args = prog_fmt(SMALL " --world 2 --parallel ddp --memory %.0fB", total - 1);
+    char *out = NULL;
+    assert_int_equal(prog_run(planner, args, tmpdir, &out, NULL), 0);
+    assert_non_null(strstr(out, "does not fit in "));
+    assert_non_null(strstr(out, "2 ranks over (0 1)"));
+    free(out);
+    free(args);
+    assert_int_equal(prog_run(planner, SMALL " --memory 1TiB", tmpdir, &out, NULL), 0);
+    assert_non_null(strstr(out, "fits in 1TiB on every rank"));
+    free(out);
+    prog_refused(planner, "--memory 80XB", tmpdir, 2, "--memory '80XB'");
+    prog_refused(planner, "--memory 0.5", tmpdir, 2, "at least 1 byte");
+    prog_refused(planner, "--memory inf", tmpdir, 2, "--memory 'inf'");
+    prog_refused(planner, "--memory GiB", tmpdir, 2, "--memory 'GiB'");
+}
+
+static void test_plan_tool_usage(void **st) {
+    (void)st;
+    char *out = NULL;
+    assert_int_equal(prog_run(planner, "--help", tmpdir, &out, NULL), 0);
+    assert_non_null(strstr(out, "usage: fsc-plan "));
+    assert_non_null(strstr(out, "--parallel KIND"));
+    free(out);
+    prog_refused(planner, "--world 0", tmpdir, 2, "--world '0'");
+    prog_refused(planner, "--bogus 1", tmpdir, 2, "unknown option '--bogus'");
+    prog_refused(planner, "--parallel tp", tmpdir, 2, "--parallel 'tp': not one of");
+    prog_refused(planner, "--wrap min-params:x", tmpdir, 2, "--wrap 'min-params:x'");
+    prog_refused(planner, "--world 4 --pp 3", tmpdir, 2, "--world 4 does not split");
+    prog_refused(planner, "--world 2 --batch 3 --parallel ddp", tmpdir, 1, "batch 3");
+    prog_refused(planner, "--ffn 100", tmpdir, 2, "llama's");
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prog_setup(argv[0], "test_plan_tool", "fsc-plan", planner, sizeof planner, tmpdir, sizeof tmpdir)) return 1;
+    char self[PATH_MAX];
+    if (!realpath(argv[0], self)) return 1;
+    snprintf(trainer, sizeof trainer, "%s/../fsc-train", dirname(self));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_tool_usage),
+        cmocka_unit_test(test_plan_equals_trainer),
+        cmocka_unit_test(test_plan_memory_budget),
+        cmocka_unit_test(test_plan_large_model_small_process),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "test_plan_tool: could not remove %s\n", tmpdir);
+    return rc;
+}

@@ -1,10 +1,12 @@
 #!/bin/sh
-# make test: the suite three times (plain with coverage counters, ASan+UBSan, TSan on the threaded code),
-# the library as installed (ci/check_exports.sh, ci/check_install.sh) and a coverage summary. Tests that
-# use the simulated cluster are named test_sim*, test_ddp*, test_fsdp*, test_zero*, test_pipe*, test_tp*,
+# make test: the layer check (ci/check_layers.sh), the suite three times (plain with coverage counters,
+# ASan+UBSan, TSan on the threaded code), the library as installed (ci/check_exports.sh, ci/check_install.sh)
+# and a coverage summary. Tests that use the simulated cluster are named test_sim*, test_ddp*, test_fsdp*, test_zero*, test_pipe*, test_tp*,
 # test_moe*, test_ckpt*, and test_eval, test_offload, test_trace; those run under TSan.
 set -e
 J=${JOBS:-2}
+echo "== the library's include arrows run down its layers (ci/check_layers.sh)"
+sh ci/check_layers.sh
 echo "== build and run (coverage counters)"
 rm -rf build/cov/obj/*.gcda build/cov/obj/*/*/*.gcda 2>/dev/null || true
 find build/cov -name '*.gcda' -delete 2>/dev/null || true

@@ -362,26 +362,9 @@ static fsc_status run_nccl(const fsc_launch_env *envp, const char *who, double t
  * fsc_plugin_places lists (the executable's folder, its ../lib, beside libfsc.so, the loader's path).
  * RTLD_GLOBAL: Open MPI's own components resolve symbols of libmpi. */
 static fsc_status load_mpi(const char *who, int world, char *path, size_t cap, void **out) {
-    const char *env = getenv("FSC_MPI_PLUGIN");
-    char tried[1024] = "", cands[FSC_PLUGIN_PLACES][PATH_MAX + 64];
-    int nc = 1;
-    if (env && *env) {
-        struct stat st;
-        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(cands[0], sizeof cands[0], "%s/libfsc_mpi.so", env);
-        else snprintf(cands[0], sizeof cands[0], "%s", env);
-    } else {
-        nc = fsc_plugin_places("libfsc_mpi.so", cands);
-    }
-    size_t used = 0;
-    for (int i = 0; i < nc; i++) {
-        size_t len = strlen(cands[i]);
-        if (len >= cap) continue;
-        memcpy(path, cands[i], len + 1);
-        if ((*out = dlopen(path, RTLD_NOW | RTLD_GLOBAL))) return FSC_OK;
-        const char *e = dlerror();
-        int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
-        if (n > 0) used = (used + (size_t)n < sizeof tried) ? used + (size_t)n : sizeof tried - 1;
-    }
+    char tried[1024], cands[FSC_PLUGIN_PLACES][PATH_MAX + 64];
+    int nc = fsc_plugin_candidates(getenv("FSC_MPI_PLUGIN"), "libfsc_mpi.so", cands);
+    if ((*out = fsc_plugin_open(cands, nc, RTLD_NOW | RTLD_GLOBAL, path, cap, tried, sizeof tried))) return FSC_OK;
     int no_runtime = strstr(tried, "libmpi") != NULL;
     return fsc_error(FSC_ERR_UNSUPPORTED, "%s: %d processes on the cpu device talk through MPI, and %s (tried: %s). "
                      "Build the plug-in with `make mpi` where mpicc is installed (apt-get install libopenmpi-dev "

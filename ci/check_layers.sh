@@ -12,13 +12,14 @@ LAYERS='
 core     lib/core fsc/export fsc/status fsc/dtype fsc/tensor fsc/rng fsc/device fsc/comm fsc/trace fsc/settings
          fsc/flight fsc/launch fsc/cluster fsc/model fsc/generate fsc/exact fsc/version fsc/plugin/*
 io       lib/io fsc/data fsc/safetensors
+text     lib/text fsc/bpe
 optim    lib/optim fsc/optim fsc/schedule
 nn       lib/nn fsc/nn fsc/checkpoint_wrapper
 moe      lib/moe fsc/moe
 tp       lib/tp fsc/tp
 layers   lib/layers fsc/layers
-parallel lib/parallel fsc/parallel fsc/eval
-model    lib/model fsc/gpt fsc/llama fsc/gpt_engine
+parallel lib/parallel fsc/parallel fsc/eval fsc/pipe_schedule
+model    lib/model fsc/gpt fsc/llama fsc/gpt_engine fsc/family
 ckpt     lib/ckpt fsc/ckpt
 api      fsc/fsc
 '

@@ -152,9 +152,10 @@ cuda:
 endif
 
 # The MPI plug-in (one process per rank on the cpu device), whenever mpicc is present. Programs load it with
-# dlopen, so only this file links MPI.
+# dlopen, so only this file links MPI. It compiles in the core's queue of started calls (lib/core/comm_queue.c,
+# which calls nothing else of the library), shared with the simulator.
 MPICC   ?= $(shell command -v mpicc 2>/dev/null)
-MPI_SRC := $(sort $(wildcard backends/mpi/*.c))
+MPI_SRC := $(sort $(wildcard backends/mpi/*.c)) lib/core/comm_queue.c
 ifneq ($(MPICC),)
 mpi: $(BUILD)/libfsc_mpi.so
 $(BUILD)/libfsc_mpi.so: $(MPI_SRC) $(HEADERS)

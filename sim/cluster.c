@@ -4,7 +4,7 @@
  * waiting in collectives return instead of hanging; the call returns the first failure, "rank R: ...".
  * On a device other than cpu every rank opens GPU 0 (FSC_SIM_GPUS=n spreads rank r to GPU r % n) and the
  * communicator stages through host memory (sim.h); stage_through_host forces that on cpu too.
- * fsc_cluster_run_from_env (one process per GPU) lives in lib/core/launch.c, not here. */
+ * fsc_cluster_run_from_env (one process per rank) lives in cluster_env.c and lib/core/launch.c, not here. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>

@@ -93,7 +93,7 @@ struct sim_handle {
     unsigned char *buf;       /* (cap) host staging buffer, read by the group's ranks between arrive and depart */
     size_t cap;
     char stage_err[SIM_MSG_CAP]; /* why staging failed, for the slot's stage_err */
-    struct sim_async *async;  /* the handle's progress thread (sim_async.c), NULL until the first start */
+    struct fsc_callq *async;  /* the handle's progress thread (sim_async.c), NULL until the first start */
     double t_done;            /* network: when this rank's last committed collective ends */
 };
 

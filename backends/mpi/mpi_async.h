@@ -16,7 +16,7 @@ const char *mp_last_msg(void);
 /* Runs call k on ctx with the table's synchronous code (taking the lock); set by mpi_comm.c. */
 typedef fsc_status (*mp_run_fn)(void *ctx, const fsc_comm_call *k);
 
-typedef struct mp_async mp_async;
+typedef struct fsc_callq mp_async; /* the core's queue of started calls (lib/core/comm_queue.h) */
 /* start/wait/test of fsc_comm_ops for a ctx whose progress state lives at *slot (NULL until the first start).
  * Calls run on a progress thread per communicator, in issue order; where MPI gives less than
  * MPI_THREAD_SERIALIZED a started call runs at once on the caller's thread. */

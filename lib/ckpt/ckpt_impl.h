@@ -3,9 +3,15 @@
  * k >= 1 the optimizer's state k-1 (fsc_optim_state), t the model's tensor index. */
 #ifndef FSC_CKPT_IMPL_H
 #define FSC_CKPT_IMPL_H
-#include "fsc/fsc.h"
+#include "fsc/comm.h"
+#include "fsc/device.h"
+#include "fsc/parallel.h"
+#include "fsc/safetensors.h"
+#include "fsc/schedule.h"
 #include "fsc/ckpt.h"
 #include "parallel/engine_impl.h"
+
+_Static_assert(FSC_ENGINE_RUN_ID == FSC_CKPT_RUN_ID, "the engine's run id holds a checkpoint run id");
 
 #define CK_CHUNK ((size_t)1 << 16)          /* floats per bounded host or device transfer (256 KiB) */
 #define CK_MAX_META ((size_t)FSC_CKPT_MAX_META)

@@ -109,18 +109,34 @@ int fsc_plugin_places(const char *file, char (*out)[PATH_MAX + 64]) {
     return n;
 }
 
+int fsc_plugin_candidates(const char *env, const char *file, char (*out)[PATH_MAX + 64]) {
+    if (!env || !*env) return fsc_plugin_places(file, out);
+    struct stat st;
+    if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(out[0], PATH_MAX + 64, "%s/%s", env, file);
+    else snprintf(out[0], PATH_MAX + 64, "%s", env);
+    return 1;
+}
+
+void *fsc_plugin_open(char (*cands)[PATH_MAX + 64], int n, int flags, char *path, size_t cap, char *tried,
+                      size_t tcap) {
+    size_t used = 0;
+    tried[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        int fits = strlen(cands[i]) < cap;
+        snprintf(path, cap, "%s", cands[i]);
+        void *h = fits ? dlopen(path, flags) : NULL;
+        if (h) return h;
+        const char *e = fits ? dlerror() : "the path is too long";
+        int k = snprintf(tried + used, tcap - used, "%s%s", used ? "; " : "", e ? e : path);
+        if (k > 0) used = (used + (size_t)k < tcap) ? used + (size_t)k : tcap - 1;
+    }
+    return NULL;
+}
+
 int fsc_gpu_present(void) {
     if (access("/dev/nvidia0", F_OK) != 0 && access("/proc/driver/nvidia/version", F_OK) != 0) return 0;
-    const char *env = getenv("FSC_CUDA_PLUGIN");
     char cands[FSC_PLUGIN_PLACES][PATH_MAX + 64];
-    int nc = 1;
-    if (env && *env) {
-        struct stat st;
-        int dir = stat(env, &st) == 0 && S_ISDIR(st.st_mode);
-        snprintf(cands[0], sizeof cands[0], dir ? "%s/libfsc_cuda.so" : "%s", env);
-    } else {
-        nc = fsc_plugin_places("libfsc_cuda.so", cands);
-    }
+    int nc = fsc_plugin_candidates(getenv("FSC_CUDA_PLUGIN"), "libfsc_cuda.so", cands);
     for (int i = 0; i < nc; i++) /* a file on disk (not loaded here); the loader's bare-name search is not tried */
         if (strchr(cands[i], '/') && access(cands[i], R_OK) == 0) return 1;
     return 0;
@@ -130,30 +146,12 @@ int fsc_gpu_present(void) {
  * libfsc_cuda.so: a named plug-in that fails is an error, never a silent fall back to another one), else
  * the places fsc_plugin_places lists. On success path holds the file loaded. */
 static fsc_status load_cuda(const char *env, char *path, size_t cap, void **out) {
-    struct stat st;
-    if (env) {
-        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(path, cap, "%s/libfsc_cuda.so", env);
-        else snprintf(path, cap, "%s", env);
-        *out = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (!*out) {
-            const char *e = dlerror();
-            return fsc_error(FSC_ERR_INVALID, "FSC_CUDA_PLUGIN: cannot load %s as the cuda plug-in: %s (while "
-                             "FSC_CUDA_PLUGIN is set, no other plug-in is tried)", path, e ? e : "dlopen failed");
-        }
-        return FSC_OK;
-    }
-    char tried[1024] = "", cands[FSC_PLUGIN_PLACES][PATH_MAX + 64];
-    size_t used = 0;
-    int nc = fsc_plugin_places("libfsc_cuda.so", cands);
-    for (int i = 0; i < nc; i++) {
-        size_t len = strlen(cands[i]);
-        if (len >= cap) continue;
-        memcpy(path, cands[i], len + 1);
-        if ((*out = dlopen(path, RTLD_NOW | RTLD_LOCAL))) return FSC_OK;
-        const char *e = dlerror();
-        int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
-        if (n > 0) used = (used + (size_t)n < sizeof tried) ? used + (size_t)n : sizeof tried - 1;
-    }
+    char tried[1024], cands[FSC_PLUGIN_PLACES][PATH_MAX + 64];
+    int nc = fsc_plugin_candidates(env, "libfsc_cuda.so", cands);
+    if ((*out = fsc_plugin_open(cands, nc, RTLD_NOW | RTLD_LOCAL, path, cap, tried, sizeof tried))) return FSC_OK;
+    if (env)
+        return fsc_error(FSC_ERR_INVALID, "FSC_CUDA_PLUGIN: cannot load %s as the cuda plug-in: %s (while "
+                         "FSC_CUDA_PLUGIN is set, no other plug-in is tried)", path, tried);
     return fsc_error(FSC_ERR_UNSUPPORTED, "cuda device unavailable: the plug-in libfsc_cuda.so was not found or "
                      "could not be loaded (set FSC_CUDA_PLUGIN to its path; build it with nvcc present). Tried: %s",
                      tried);

@@ -63,6 +63,13 @@ uint64_t fsc_count_gemm_flops(const fsc_device *dev);
  * loader's search. Writes at most FSC_PLUGIN_PLACES paths; returns how many. */
 #define FSC_PLUGIN_PLACES 4
 int fsc_plugin_places(const char *file, char (*out)[PATH_MAX + 64]);
+/* The files to try for a plug-in: env (the value of its variable, $FSC_CUDA_PLUGIN or $FSC_MPI_PLUGIN) alone
+ * when it is set and not empty (a file, or a folder holding file), else the places above. Returns how many. */
+int fsc_plugin_candidates(const char *env, const char *file, char (*out)[PATH_MAX + 64]);
+/* dlopen (flags) the first of the n candidates that loads; path (cap bytes) then names it. NULL when none
+ * does: path names the last one tried and tried (tcap bytes) each one's loader error, "; " between. */
+void *fsc_plugin_open(char (*cands)[PATH_MAX + 64], int n, int flags, char *path, size_t cap, char *tried,
+                      size_t tcap);
 /* Whether a GPU is found, cheaply and without loading CUDA: an NVIDIA device node (/dev/nvidia0 or
  * /proc/driver/nvidia/version) exists and the cuda plug-in file is there ($FSC_CUDA_PLUGIN when set, else
  * a file in the places above). */

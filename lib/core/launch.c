@@ -1,11 +1,12 @@
-/* One process per rank: fsc_cluster_run_from_env(_opts) and its parts (launch.h). On cuda: NCCL (below); on
- * cpu: the MPI plug-in libfsc_mpi.so (run_mpi, at the end), or a simulated world of 1 for a single process.
+/* One process per rank: the parts of fsc_cluster_run_from_env(_opts) (launch.h) below the simulator. On cuda:
+ * NCCL (below); on cpu: the MPI plug-in libfsc_mpi.so (run_mpi, at the end); fsc_launch_run_process picks.
  * Reads the launcher's environment (torchrun, Slurm, Open MPI) and the job's rendezvous token, hands the
  * NCCL unique id from rank 0 to the other ranks (TCP at MASTER_ADDR:MASTER_PORT, in rendezvous.c, or a
  * shared file, here), opens the cuda device and the NCCL communicator that the cuda plug-in exports, and
  * runs the training function once.
  * No CUDA here: the GPU side lives in the plug-in (backends/cuda); without it, or without a GPU, the
- * run fails with FSC_ERR_UNSUPPORTED and a message. Not here: the simulated cluster (sim/). */
+ * run fails with FSC_ERR_UNSUPPORTED and a message. Not here: the entry points themselves, which run a single
+ * process as a simulated world of 1 (sim/cluster_env.c, above both), and the simulated cluster (sim/). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,10 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "fsc/fsc.h"
+#include "fsc/cluster.h"
+#include "fsc/launch.h"
 #include "core/device_impl.h"
 #include "core/comm_impl.h"
 #include "core/rendezvous_impl.h"
+#include "core/launch_impl.h"
 
 /* ---- the launcher's environment ---- */
 
@@ -359,26 +362,9 @@ static fsc_status run_nccl(const fsc_launch_env *envp, const char *who, double t
  * fsc_plugin_places lists (the executable's folder, its ../lib, beside libfsc.so, the loader's path).
  * RTLD_GLOBAL: Open MPI's own components resolve symbols of libmpi. */
 static fsc_status load_mpi(const char *who, int world, char *path, size_t cap, void **out) {
-    const char *env = getenv("FSC_MPI_PLUGIN");
-    char tried[1024] = "", cands[FSC_PLUGIN_PLACES][PATH_MAX + 64];
-    int nc = 1;
-    if (env && *env) {
-        struct stat st;
-        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(cands[0], sizeof cands[0], "%s/libfsc_mpi.so", env);
-        else snprintf(cands[0], sizeof cands[0], "%s", env);
-    } else {
-        nc = fsc_plugin_places("libfsc_mpi.so", cands);
-    }
-    size_t used = 0;
-    for (int i = 0; i < nc; i++) {
-        size_t len = strlen(cands[i]);
-        if (len >= cap) continue;
-        memcpy(path, cands[i], len + 1);
-        if ((*out = dlopen(path, RTLD_NOW | RTLD_GLOBAL))) return FSC_OK;
-        const char *e = dlerror();
-        int n = snprintf(tried + used, sizeof tried - used, "%s%s", used ? "; " : "", e ? e : path);
-        if (n > 0) used = (used + (size_t)n < sizeof tried) ? used + (size_t)n : sizeof tried - 1;
-    }
+    char tried[1024], cands[FSC_PLUGIN_PLACES][PATH_MAX + 64];
+    int nc = fsc_plugin_candidates(getenv("FSC_MPI_PLUGIN"), "libfsc_mpi.so", cands);
+    if ((*out = fsc_plugin_open(cands, nc, RTLD_NOW | RTLD_GLOBAL, path, cap, tried, sizeof tried))) return FSC_OK;
     int no_runtime = strstr(tried, "libmpi") != NULL;
     return fsc_error(FSC_ERR_UNSUPPORTED, "%s: %d processes on the cpu device talk through MPI, and %s (tried: %s). "
                      "Build the plug-in with `make mpi` where mpicc is installed (apt-get install libopenmpi-dev "
@@ -429,36 +415,8 @@ static fsc_status run_mpi(const fsc_launch_env *env, const char *who, const fsc_
     return fsc_error_rank(s, "%s", who);
 }
 
-fsc_status fsc_cluster_run_from_env_opts(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg) {
-    FSC_CHECK_ARG(fn);
-    fsc_cluster_opts o = opts ? *opts : fsc_cluster_opts_default();
-    const char *device = o.device ? o.device : "cpu";
-    if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0)
-        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: unknown device \"%s\" (cpu or cuda)", device);
-    if (o.reduce_native != 0 && o.reduce_native != 1)
-        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: reduce_native %d must be 0 or 1", o.reduce_native);
-    if (o.threads_per_rank < 0)
-        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run_from_env: threads_per_rank %d is negative", o.threads_per_rank);
-    fsc_launch_env env;
-    FSC_TRY(fsc_launch_env_parse(NULL, NULL, &env));
-    char who[96];
-    snprintf(who, sizeof who, "rank %d of %d (%s)", env.rank, env.world, fsc_launcher_name(env.launcher));
-    double timeout = o.timeout_s > 0 && !getenv("FSC_COMM_TIMEOUT") ? o.timeout_s : env.comm_timeout_s;
-    if (strcmp(device, "cuda") == 0) return run_nccl(&env, who, timeout, o.reduce_native, fn, arg);
-    if (env.world == 1) { /* one process: the simulated cluster of one rank, no MPI needed */
-        o.world = 1;
-        o.reduce_native = 0;
-        o.timeout_s = timeout;
-        return fsc_cluster_run(&o, fn, arg);
-    }
-    return run_mpi(&env, who, &o, timeout, fn, arg);
-}
-
-fsc_status fsc_cluster_run_from_env(fsc_rank_fn fn, void *arg) {
-    FSC_CHECK_ARG(fn);
-    fsc_cluster_opts o = fsc_cluster_opts_default();
-    const char *d = getenv("FSC_DEVICE");
-    o.device = d && *d ? d : fsc_gpu_present() ? "cuda" : "cpu"; /* never CUDA by default on a CPU machine */
-    o.timeout_s = 0;
-    return fsc_cluster_run_from_env_opts(&o, fn, arg);
+fsc_status fsc_launch_run_process(const fsc_launch_env *env, const char *who, const fsc_cluster_opts *o,
+                                  double timeout_s, fsc_rank_fn fn, void *arg) {
+    if (o->device && strcmp(o->device, "cuda") == 0) return run_nccl(env, who, timeout_s, o->reduce_native, fn, arg);
+    return run_mpi(env, who, o, timeout_s, fn, arg);
 }

@@ -8,7 +8,6 @@
  * The two composed forms share one record layout and one forward/backward below. Parameter names follow
  * Hugging Face (GPT2Block, LlamaDecoderLayer) under the block's prefix ("h.3.", "model.layers.3.").
  * Not here: the modules (lib/nn), the sequential model (seq.c). */
-#include "fsc/llama.h"
 #include "layers_impl.h"
 #include "tp_layers.h"
 #include "moe_impl.h"
@@ -241,7 +240,7 @@ static fsc_status check_opts(const fsc_block_opts *o) {
 fsc_block_opts fsc_block_opts_default(fsc_block_kind kind, int T, int C, int heads) {
     const int llama = kind == FSC_BLOCK_LLAMA;
     return (fsc_block_opts){ .kind = kind, .T = T, .C = C, .heads = heads, .kv_heads = heads,
-                             .F = llama ? fsc_llama_default_ffn(C) : 4 * C, .rope_theta = llama ? 10000.0f : 0.0f,
+                             .F = llama ? layers_llama_ffn(C) : 4 * C, .rope_theta = llama ? 10000.0f : 0.0f,
                              .eps = 1e-5f, .separate_qkv = 0 };
 }
 

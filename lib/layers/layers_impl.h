@@ -30,6 +30,13 @@ static inline fsc_status layer_param(fsc_layer **l, const char *name, int64_t d0
     return s;
 }
 
+/* Llama's MLP width rule (Meta's reference code): 2/3 x 4 x dim rounded up to a multiple of 256. It lives
+ * here, below the model (llama.h's fsc_llama_default_ffn returns it), because the Llama block's defaults use it. */
+static inline int layers_llama_ffn(int dim) {
+    long long h = 8LL * dim / 3; /* int(2 * 4 * dim / 3) */
+    return (int)((h + 255) / 256 * 256);
+}
+
 static inline size_t r256(size_t b) { return (b + 255) / 256 * 256; }
 #define LAYER_STD 0.02f
 

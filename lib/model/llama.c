@@ -12,6 +12,7 @@
 #include "fsc/layers.h"
 #include "fsc/nn.h"
 #include "fsc/rng.h"
+#include "layers/layers_impl.h"
 #include "llama_impl.h"
 #include "seq_wrap.h"
 
@@ -26,10 +27,7 @@ enum { LL_Q = 0, LL_K, LL_V, LL_O, LL_GATE, LL_UP, LL_DOWN, LL_NORM1, LL_NORM2 }
 #define MAX_SEQ (1 << 20)
 #define MAX_VOCAB (1 << 24)
 
-int fsc_llama_default_ffn(int dim) {
-    long long h = 8LL * dim / 3; /* int(2 * 4 * dim / 3), Meta's rule */
-    return (int)((h + 255) / 256 * 256);
-}
+int fsc_llama_default_ffn(int dim) { return layers_llama_ffn(dim); } /* Meta's rule, with the Llama block */
 
 fsc_llama_config fsc_llama_config_default(void) {
     return (fsc_llama_config){ .layers = 4, .dim = 128, .heads = 4, .kv_heads = 4, .ffn = fsc_llama_default_ffn(128),

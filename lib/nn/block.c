@@ -3,8 +3,6 @@
  * may share between blocks. The residual stream's gradient is updated in place, as in llm.c.
  * Not here: the embedding and the head (lib/model/), parameter storage. */
 #include "fsc/nn.h"
-#include "fsc/gpt.h"
-#include "core/device_impl.h"
 
 static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
 

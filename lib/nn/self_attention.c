@@ -6,7 +6,6 @@
  * Not here: the packed-qkv attention of the GPT (attention.c), the kernels (fsc/plugin/device_ops.h). */
 #include <limits.h>
 #include "fsc/nn.h"
-#include "core/device_impl.h"
 
 static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
 

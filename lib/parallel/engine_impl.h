@@ -12,8 +12,10 @@
 #include "fsc/optim.h"
 #include "fsc/parallel.h"
 #include "fsc/safetensors.h"
-#include "fsc/ckpt.h"
 #include "core/device_impl.h"
+
+/* ckpt.h's FSC_CKPT_RUN_ID, named here because lib/ckpt sits above the engine (ckpt_impl.h checks they agree) */
+#define FSC_ENGINE_RUN_ID 33
 
 typedef struct fsc_engine fsc_engine;
 
@@ -93,7 +95,7 @@ struct fsc_engine {
     fsc_optim_config oc;
     fsc_optim *opt;
     uint64_t seed;
-    char ckpt_run[FSC_CKPT_RUN_ID]; /* the checkpoint run it continues (lib/ckpt): "" until it loads or saves one */
+    char ckpt_run[FSC_ENGINE_RUN_ID]; /* the checkpoint run it continues (lib/ckpt): "" until it loads or saves one */
     const fsc_strategy *st;
     void *sd;                 /* strategy data */
 

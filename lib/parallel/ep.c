@@ -6,6 +6,7 @@
  * (lib/model/). */
 #include <stdlib.h>
 #include "engine_impl.h"
+#include "layout_impl.h"
 
 /* What runs with MoE models and expert parallelism. */
 fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_parallel_opts *po) {
@@ -84,16 +85,13 @@ fsc_status fsc_ep_full_params(fsc_engine *e, float *host) {
 /* ep consecutive data ranks form an expert group; the data ranks of one index in their expert groups form
  * an expert-data group. Collective over the data group. */
 fsc_status fsc_ep_create(fsc_engine *e) {
-    const int G = e->po.ep > 1 ? e->po.ep : 1, dr = fsc_comm_rank(e->comm);
+    const int G = e->po.ep > 1 ? e->po.ep : 1;
     if (!e->m->n_experts || G == 1) return FSC_OK;
     if (!e->m->ops->set_expert_group)
         return fsc_error(FSC_ERR_UNSUPPORTED, "ep %d: the model does not spread its experts over a group "
                          "(set_expert_group)", G);
-    FSC_TRY(fsc_comm_split(e->comm, dr / G, dr % G, &e->ep_comm));
-    fsc_comm_set_name(e->ep_comm, "expert");
+    FSC_TRY(fsc_layout_split_blocks(e->comm, G, "expert", "expert_data", &e->ep_comm, &e->ep_data));
     fsc_engine_add_group_kind(e, e->ep_comm, FSC_GROUP_EXPERT);
-    FSC_TRY(fsc_comm_split(e->comm, dr % G, dr / G, &e->ep_data));
-    fsc_comm_set_name(e->ep_data, "expert_data");
     fsc_engine_add_group_kind(e, e->ep_data, FSC_GROUP_DATA); /* data-parallel reductions of expert shards */
     return e->m->ops->set_expert_group(e->m->ctx, e->ep_comm);
 }

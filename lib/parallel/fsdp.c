@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+#include "layout_impl.h"
 #include "exact.h"
 #include "overlap.h"
 
@@ -434,10 +435,7 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     d->reshard = e->po.reshard_after_forward >= 0
                      ? e->po.reshard_after_forward
                      : (e->po.shard == FSC_SHARD_FULL || e->po.shard == FSC_SHARD_HYBRID);
-    FSC_TRY(fsc_comm_split(e->comm, d->rank / d->G, d->rank, &d->shard_comm));
-    fsc_comm_set_name(d->shard_comm, "shard");
-    FSC_TRY(fsc_comm_split(e->comm, d->rank % d->G, d->rank, &d->replica_comm));
-    fsc_comm_set_name(d->replica_comm, "replica");
+    FSC_TRY(fsc_layout_split_blocks(e->comm, d->G, "shard", "replica", &d->shard_comm, &d->replica_comm));
     fsc_engine_add_group(e, d->shard_comm);
     fsc_engine_add_group(e, d->replica_comm);
     d->prefetch = e->po.prefetch;

@@ -1,10 +1,12 @@
 /* The 3D layout (parallel.h): world = dp x tp x pp in Megatron's rank order (tensor fastest, then data,
  * then pipeline) or another given order, its validation, a one-line description for start-up logs, and
- * the three communicators (the engine makes its groups with fsc_layout_split, once).
+ * the three communicators (the engine makes its groups with fsc_layout_split, once), and the blocked and
+ * strided groups of a data group (fsc_layout_split_blocks: FSDP's shard and replica, the expert groups).
  * Not here: training over the groups (engine.c, tensor.c, pipe.c). */
 #include <stdio.h>
 #include <string.h>
 #include "fsc/parallel.h"
+#include "layout_impl.h"
 
 static const int megatron[3] = { FSC_DIM_TENSOR, FSC_DIM_DATA, FSC_DIM_PIPE };
 static const char *const dim_flag[3] = { "tp", "dp", "pp" };
@@ -118,5 +120,21 @@ fsc_status fsc_layout_split(fsc_comm *world, const fsc_layout *l, fsc_comm **ten
     fsc_comm_set_name(*tensor, "tensor");
     fsc_comm_set_name(*data, "data");
     fsc_comm_set_name(*pipe, "pipeline");
+    return FSC_OK;
+}
+
+fsc_status fsc_layout_split_blocks(fsc_comm *c, int g, const char *block_name, const char *strided_name,
+                                   fsc_comm **block, fsc_comm **strided) {
+    *block = *strided = NULL;
+    const int r = fsc_comm_rank(c);
+    fsc_status s = fsc_comm_split(c, r / g, r, block);
+    if (s == FSC_OK) s = fsc_comm_split(c, r % g, r, strided);
+    if (s != FSC_OK) {
+        fsc_comm_free(*block), fsc_comm_free(*strided);
+        *block = *strided = NULL;
+        return s;
+    }
+    fsc_comm_set_name(*block, block_name);
+    fsc_comm_set_name(*strided, strided_name);
     return FSC_OK;
 }

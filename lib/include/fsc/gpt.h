@@ -35,6 +35,7 @@
 #include "status.h"
 #include "device.h"
 #include "moe.h"
+#include "nn.h"
 #include "model.h"
 
 FSC_BEGIN_DECLS
@@ -57,10 +58,7 @@ fsc_gpt_config fsc_gpt_config_default(void);
 enum {
     FSC_P_WTE = 0, FSC_P_WPE = 1, /* then 12 per block, then ln_f.weight, ln_f.bias */
 };
-enum { /* offsets inside a block */
-    FSC_B_LN1_W = 0, FSC_B_LN1_B, FSC_B_ATTN_W, FSC_B_ATTN_B, FSC_B_APROJ_W, FSC_B_APROJ_B,
-    FSC_B_LN2_W, FSC_B_LN2_B, FSC_B_FC_W, FSC_B_FC_B, FSC_B_MPROJ_W, FSC_B_MPROJ_B
-};
+/* offsets inside a block: nn.h's FSC_B_* (the block's own parameter order) */
 
 /* Tensors are model.h's fsc_param_info: HF names and shapes; layer 0 embedding, 1..L blocks, L+1 head; wte is
  * owned by layer 0 and used by L+1 (users); expert the MoE expert, -1 for every other tensor (the gate too). */

@@ -254,7 +254,12 @@ fsc_status fsc_attn_core_backward(fsc_device *dev, const fsc_attn_core_dims *d, 
 
 /* ---- pre-LayerNorm transformer block (GPT-2) -------------------------------------------------------
  *   res2 = x + c_proj(attention(c_attn(ln_1(x))));   out = res2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(res2))))
- * Parameters are the block's 12 tensors in HF order (FSC_B_* offsets of gpt.h): p[FSC_B_LN1_W] ... */
+ * Parameters are the block's 12 tensors in HF order, at these offsets: p[FSC_B_LN1_W] ... (gpt.h lays a GPT-2's
+ * blocks out so; they live here, with the block that reads them, so that nn needs no model's header) */
+enum {
+    FSC_B_LN1_W = 0, FSC_B_LN1_B, FSC_B_ATTN_W, FSC_B_ATTN_B, FSC_B_APROJ_W, FSC_B_APROJ_B,
+    FSC_B_LN2_W, FSC_B_LN2_B, FSC_B_FC_W, FSC_B_FC_B, FSC_B_MPROJ_W, FSC_B_MPROJ_B
+};
 typedef struct {
     const float *inp;             /* (B, T, C) block input, owned by the caller */
     float *ln1;                   /* (B, T, C) */

@@ -31,8 +31,6 @@
 #include "device.h"
 #include "comm.h"
 #include "nn.h"
-#include "cluster.h"
-#include "parallel.h"
 
 FSC_BEGIN_DECLS
 

@@ -68,7 +68,9 @@ void peak_choose(run_state *st, const train_config *c, fsc_device *dev) {
         snprintf(st->peak_source, sizeof st->peak_source, "cached");
         return;
     }
-    if (fsc_device_measure_tflops(dev, 512, &st->tflops) != FSC_OK || !(st->tflops > 0)) {
+    const fsc_status measured = fsc_device_measure_tflops(dev, 512, &st->tflops);
+    fsc_device_reset_peak(dev); /* the probe's buffers are not the run's memory: the ledger's peaks start after it */
+    if (measured != FSC_OK || !(st->tflops > 0)) {
         st->tflops = 0; /* no MFU then */
         snprintf(st->peak_source, sizeof st->peak_source, "unknown");
         return;

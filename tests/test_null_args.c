@@ -2239,6 +2239,16 @@ static void null_fsc_trace_begin(void) {
     fsc_trace_free(t);
 }
 
+static void null_fsc_trace_arg(void) {
+    fsc_trace *t;
+    assert_ok(fsc_trace_create(NULL, &t));
+    fsc_trace_begin(t, "cat", "x");
+    CALL(fsc_trace_arg(NULL, "k", 1));
+    CALL(fsc_trace_arg(t, NULL, 1));
+    fsc_trace_end(t);
+    fsc_trace_free(t);
+}
+
 static void null_fsc_trace_capacity(void) {
     RET0(fsc_trace_capacity(NULL));
 }
@@ -2764,6 +2774,7 @@ static const struct row rows[] = {
     ROW(fsc_tp_xent_forward),
     NONE(fsc_tp_xent_work_floats),
     /* trace.h */
+    ROW(fsc_trace_arg),
     ROW(fsc_trace_begin),
     ROW(fsc_trace_capacity),
     ROW(fsc_trace_count),

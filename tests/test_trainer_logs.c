@@ -344,7 +344,20 @@ static int has_event(const cJSON *root, const char *name, const char *group) {
     return 0;
 }
 
-/* --trace DIR: a file per rank with the steps, the layers, the collectives; a small --trace-events says so. */
+/* Whether root has the span "step" with args {"step": step}. */
+static int has_step(const cJSON *root, int step) {
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(root, "traceEvents")) {
+        const cJSON *nm = cJSON_GetObjectItem(ev, "name"), *args = cJSON_GetObjectItem(ev, "args");
+        const cJSON *k = args ? cJSON_GetObjectItem(args, "step") : NULL;
+        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, "step") && cJSON_IsNumber(k) && k->valueint == step)
+            return 1;
+    }
+    return 0;
+}
+
+/* --trace DIR: a file per rank with the steps (one span name, the step an argument), the layers (named by their
+ * tensors), the collectives; a small --trace-events says so. */
 static void test_trace(void **state) {
     (void)state;
     char *dir = prog_fmt("%s/trace", tmpdir);
@@ -359,12 +372,13 @@ static void test_trace(void **state) {
         char *text = prog_slurp(p);
         cJSON *j = cJSON_Parse(text);
         if (!j) fail_msg("%s is not JSON", p);
-        assert_true(has_event(j, "step 1", NULL) && has_event(j, "step 2", NULL));
-        for (int l = 0; l < 3; l++) { /* embedding, the block, the head */
+        assert_true(has_step(j, 1) && has_step(j, 2)); /* one span name, the step its argument */
+        const char *label[3] = { "wte+wpe", "h.0", "ln_f" }; /* embedding, the block, the head: their tensors */
+        for (int l = 0; l < 3; l++) {
             char nm[32];
-            snprintf(nm, sizeof nm, "forward %d", l);
+            snprintf(nm, sizeof nm, "forward %s", label[l]);
             assert_true(has_event(j, nm, NULL));
-            snprintf(nm, sizeof nm, "backward %d", l);
+            snprintf(nm, sizeof nm, "backward %s", label[l]);
             assert_true(has_event(j, nm, NULL));
         }
         assert_true(has_event(j, "optimizer", NULL));

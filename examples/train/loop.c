@@ -144,9 +144,11 @@ fsc_status train_fn(fsc_rank *r, void *arg) {
     fsc_model *lm = NULL; /* the model the engine runs, when the family's build made it for this function */
     fsc_trace *tr = NULL; /* --trace: this rank's recorder, attached to the world before the engine splits groups */
     if (r->rank == 0) peak_choose(st, c, r->dev);
-    if (c->trace) {
+    if (c->trace) { /* streamed to DIR/rank-N.json as it goes: a killed run keeps the steps it finished */
+        char path[4200];
+        trace_path(r, c, path, sizeof path);
         FSC_TRY(fsc_trace_create(&(fsc_trace_opts){.rank = r->rank, .max_events = (size_t)c->trace_events,
-                                                   .origin_us = st->trace_origin}, &tr));
+                                                   .origin_us = st->trace_origin, .path = path}, &tr));
         fsc_comm_set_trace(r->comm, tr);
     }
     fsc_status s = model_family_of(c)->build(r, c, &po, &oc, &e, &lm);
@@ -165,7 +167,7 @@ fsc_status train_fn(fsc_rank *r, void *arg) {
     }
     free(tok);
     free(tgt);
-    if (tr && built) { /* DIR/rank-N.json (a failed build writes none) */
+    if (tr && built) { /* DIR/rank-N.json finished (a failed build leaves the stream fsc_trace_free ends) */
         fsc_status ts = write_trace(r, c, tr);
         if (s == FSC_OK) s = ts;
     }

@@ -178,11 +178,16 @@ void print_banner(const run_state *st, const fsc_data *data) {
     fflush(stdout);
 }
 
-/* --trace: rank r's events in DIR/rank-N.json; a full recorder is said on stderr (the file says how many events it
- * dropped). */
+/* --trace: rank r's file, DIR/rank-N.json. */
+void trace_path(const fsc_rank *r, const train_config *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s/rank-%d.json", c->trace, r->rank);
+}
+
+/* --trace: the end of rank r's streamed file (the spans still open, the closing lines); a full recorder is said
+ * on stderr (the file says how many events it dropped). */
 fsc_status write_trace(fsc_rank *r, const train_config *c, fsc_trace *tr) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/rank-%d.json", c->trace, r->rank);
+    trace_path(r, c, path, sizeof path);
     fsc_status ts = fsc_trace_write(tr, path);
     if (ts == FSC_OK && fsc_trace_dropped(tr))
         fprintf(stderr, "fsc-train: warning: rank %d's trace filled up at %zu events and dropped %zu later ones "

@@ -243,6 +243,7 @@ void peak_raise(run_state *st, run_measures *m, double ms);
 void peak_keep(const run_state *st, fsc_device *dev);
 fsc_status report_step(run_state *st, fsc_rank *r, fsc_engine *e, const run_measures *m, int step,
                        const fsc_step_info *info, double ms, double val_loss);
+void trace_path(const fsc_rank *r, const train_config *c, char *buf, size_t cap);
 fsc_status write_trace(fsc_rank *r, const train_config *c, fsc_trace *tr);
 
 /* summary.c */

@@ -184,11 +184,51 @@ fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n) {
     return FSC_OK;
 }
 
+/* Layer l's name in a trace: the dotted prefix its own tensors' names share ("h.3", "model.layers.3", "ln_f"),
+ * else their first names joined by '+' ("wte+wpe"), else "layer l" (a layer owning no tensor). */
+static void layer_label(const fsc_model *m, int l, char *buf, size_t cap) {
+    const char *first = NULL;
+    size_t n = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        if (m->info[i].layer != l) continue;
+        const char *nm = m->info[i].name;
+        if (!first) first = nm, n = strlen(nm);
+        size_t k = 0;
+        while (k < n && nm[k] == first[k]) k++;
+        n = k;
+    }
+    while (first && n > 0 && first[n] != '.') n--; /* whole components only */
+    if (!first) {
+        snprintf(buf, cap, "layer %d", l);
+        return;
+    }
+    if (n > 0) {
+        snprintf(buf, cap, "%.*s", (int)n, first);
+        return;
+    }
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < m->n_tensors && at < cap; i++) {
+        if (m->info[i].layer != l) continue;
+        const char *nm = m->info[i].name, *dot = strchr(nm, '.');
+        at += (size_t)snprintf(buf + at, cap - at, "%s%.*s", at ? "+" : "", dot ? (int)(dot - nm) : (int)strlen(nm), nm);
+    }
+}
+
+/* A layer's span: "forward h.3" with the layer's index as its argument. */
+static void layer_span(fsc_engine *e, const char *pass, int l) {
+    if (!e->trace) return;
+    char label[40];
+    layer_label(e->m, l, label, sizeof label);
+    fsc_trace_begin(e->trace, "layer", "%s %s", pass, label);
+    fsc_trace_arg(e->trace, "layer", l);
+}
+
 /* hooks: route the model's layer callbacks to the strategy; with a trace, each layer's forward and backward is a
  * span around the strategy's hooks (an FSDP gather or a gradient reduction nests inside its layer's span) */
 static fsc_status hook_pre_fwd(void *ctx, int l) {
     fsc_engine *e = ctx;
-    fsc_trace_begin(e->trace, "layer", "forward %d", l);
+    layer_span(e, "forward", l);
     return e->st->pre_forward ? e->st->pre_forward(e, l) : FSC_OK;
 }
 fsc_status fsc_engine_post_forward(fsc_engine *e, int l) {
@@ -199,7 +239,7 @@ fsc_status fsc_engine_post_forward(fsc_engine *e, int l) {
 static fsc_status hook_post_fwd(void *ctx, int l) { return fsc_engine_post_forward(ctx, l); }
 static fsc_status hook_pre_bwd(void *ctx, int l) {
     fsc_engine *e = ctx;
-    fsc_trace_begin(e->trace, "layer", "backward %d", l);
+    layer_span(e, "backward", l);
     return e->st->pre_backward ? e->st->pre_backward(e, l) : FSC_OK;
 }
 static fsc_status hook_post_bwd(void *ctx, int l) {
@@ -619,7 +659,8 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     FSC_CHECK_ARG(inputs);
     FSC_CHECK_ARG(targets);
     fsc_trace *tr = e->trace; /* one span per step, closed on every return */
-    fsc_trace_begin(tr, "step", "step %lld", (long long)fsc_optim_steps(e->opt) + 1);
+    fsc_trace_begin(tr, "step", "step");
+    fsc_trace_arg(tr, "step", (double)fsc_optim_steps(e->opt) + 1);
     fsc_status s = step_model(e, inputs, targets, local_batch, global_batch, info);
     fsc_trace_end(tr);
     return s;

@@ -134,7 +134,7 @@ fsc_status report_step(run_state *st, fsc_rank *r, fsc_engine *e, const run_meas
 
 /* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
  * --log (from the start, or appended to with --resume) with the config as its first line; --trace's directory
- * (every process makes it). (--ckpt-dir's config.json: write_run_config, once the run is accepted.) */
+ * (every process makes it). (--ckpt-dir's train_config.json: write_run_config, once the run is accepted.) */
 int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
     *log = NULL;
     if (c->trace && mkdir(c->trace, 0777) != 0 && errno != EEXIST)

@@ -199,7 +199,7 @@ int check_resume_config(const train_config *asked, const char *dir) {
     while (dn > 1 && dir[dn - 1] == '/') dn--; /* runs/step-00000004/ names runs/step-00000004 */
     const char *slash = NULL;
     for (size_t i = 0; i < dn; i++) slash = dir[i] == '/' ? dir + i : slash;
-    char base[4200];
+    char base[4096]; /* room for the file name in path */
     if (!one) snprintf(base, sizeof base, "%s/", dir);
     else if (slash) snprintf(base, sizeof base, "%.*s/", (int)(slash - dir), dir);
     else base[0] = '\0';

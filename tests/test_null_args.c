@@ -917,6 +917,10 @@ static void null_fsc_gpt_num_tensors(void) {
     RET0(fsc_gpt_num_tensors(NULL));
 }
 
+static void null_fsc_gpt_vocab_rows(void) {
+    RET0(fsc_gpt_vocab_rows(NULL));
+}
+
 static void null_fsc_gpt_param_index(void) {
     RETVAL(fsc_gpt_param_index(NULL, "wte.weight"), -1);
     RETVAL(fsc_gpt_param_index(P, NULL), -1);
@@ -2499,6 +2503,7 @@ static const struct row rows[] = {
     ROW(fsc_gpt_param_info),
     ROW(fsc_gpt_save),
     ROW(fsc_gpt_set_expert_group),
+    ROW(fsc_gpt_vocab_rows),
     /* gpt_engine.h */
     ROW(fsc_engine_create),
     ROW(fsc_engine_step),

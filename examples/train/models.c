@@ -11,7 +11,8 @@
 /* The GPT the options describe (the MoE fields zero for a dense GPT). The options every family shares are checked
  * as this GPT's (check_config). */
 fsc_gpt_config model_config(const train_config *c) {
-    fsc_gpt_config g = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab};
+    fsc_gpt_config g = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab,
+                        .padded_vocab = c->padded_vocab};
     if (c->moe_experts) {
         g.moe_experts = c->moe_experts, g.moe_top_k = c->moe_top_k, g.moe_every = c->moe_every;
         g.moe_capacity = c->moe_capacity, g.moe_aux = c->moe_aux;
@@ -32,6 +33,8 @@ fsc_llama_config llama_config(const train_config *c) {
 }
 
 /* ---- gpt2: GPT-2 (gpt.h), its MLP 4 x --dim wide ------------------------------------------------------------- */
+
+static const char *const gpt_options[] = {"padded-vocab", NULL};
 
 static int gpt_resolve(train_config *c, char *err, size_t cap) {
     if (!c->ffn) c->ffn = 4 * c->dim;
@@ -166,7 +169,7 @@ static cJSON *llama_hf_config(const train_config *c) {
 }
 
 static const model_family families[] = {
-    {"gpt2", NULL, gpt_resolve, gpt_check_tp, gpt_num_params, gpt_moe_blocks, gpt_describe, gpt_build, NULL,
+    {"gpt2", gpt_options, gpt_resolve, gpt_check_tp, gpt_num_params, gpt_moe_blocks, gpt_describe, gpt_build, NULL,
      gpt_hf_config},
     {"llama", llama_options, llama_resolve, NULL, llama_num_params, llama_moe_blocks, llama_describe, llama_build,
      tied_llama_head, llama_hf_config},

@@ -25,6 +25,7 @@
 typedef struct {
     int model;      /* index into "gpt2|llama" */
     int layers, dim, heads, seq, vocab;
+    int padded_vocab;             /* gpt2: 0 gives --vocab */
     int kv_heads, ffn;            /* llama: 0 gives --heads and Llama's rule */
     float rope_theta, norm_eps;   /* llama */
     const char *data;
@@ -97,7 +98,7 @@ typedef struct {
     const char *choices; /* K_CHOICE: "a|b|c", the value stored is the index */
 } option;
 
-enum { NOPT = 78 }; /* options in the table (options.c checks the count) */
+enum { NOPT = 79 }; /* options in the table (options.c checks the count) */
 extern const option options[NOPT];
 
 extern const fsc_dtype precision_dtype[3];          /* --precision */

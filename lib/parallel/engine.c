@@ -95,8 +95,22 @@ fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t
     return s;
 }
 
+size_t fsc_engine_file_numel(const fsc_param_info *p) {
+    return p->file_rows > 0 && p->file_rows < p->shape[0] ? (size_t)p->file_rows * (p->numel / (size_t)p->shape[0])
+                                                          : p->numel;
+}
+
+fsc_status fsc_engine_read_f32(fsc_st_file *f, const fsc_st_entry *en, float *dst, size_t first, size_t n) {
+    size_t have = 1;
+    for (int d = 0; d < en->ndim; d++) have *= (size_t)en->shape[d];
+    const size_t k = first >= have ? 0 : have - first < n ? have - first : n;
+    if (k) FSC_TRY(fsc_st_read_f32(f, en, dst, first, k));
+    memset(dst + k, 0, (n - k) * sizeof(float)); /* padding rows the file does not hold */
+    return FSC_OK;
+}
+
 fsc_status fsc_engine_write_tensor(fsc_engine *e, fsc_st_writer *w, int i, const float *src) {
-    size_t n = e->m->info[i].numel;
+    size_t n = fsc_engine_file_numel(&e->m->info[i]);
     float *h = malloc(n * sizeof(float));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory writing %s", e->m->info[i].name);
     fsc_status s = fsc_device_download(e->dev, h, src, n * sizeof(float));
@@ -111,7 +125,7 @@ fsc_status fsc_engine_read_tensor(fsc_engine *e, fsc_st_file *f, int i, size_t f
     if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", name);
     float *h = malloc(n * sizeof(float));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory reading %s", name);
-    fsc_status s = fsc_st_read_f32(f, en, h, first, n);
+    fsc_status s = fsc_engine_read_f32(f, en, h, first, n);
     if (s == FSC_OK) s = fsc_device_upload(e->dev, dst, h, n * sizeof(float));
     free(h);
     return s;
@@ -897,7 +911,7 @@ static fsc_status write_from_full(fsc_engine *e, fsc_st_writer *w) {
     fsc_status s = fsc_engine_full_params(e, host);
     size_t off = 0;
     for (int i = 0; i < e->m->n_tensors && s == FSC_OK && w; off += fsc_engine_full_info(e, i)->numel, i++)
-        s = fsc_st_writer_write_f32(w, i, host + off, 0, fsc_engine_full_info(e, i)->numel);
+        s = fsc_st_writer_write_f32(w, i, host + off, 0, fsc_engine_file_numel(fsc_engine_full_info(e, i)));
     free(host);
     return s;
 }
@@ -945,7 +959,10 @@ static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt) {
         free(cfg);
         for (int i = 0; s == FSC_OK && i < e->m->n_tensors; i++) {
             const fsc_param_info *pi = fsc_engine_full_info(e, i);
-            s = fsc_st_writer_add(w, pi->name, dt, pi->ndim, pi->shape);
+            int64_t shape[4];
+            memcpy(shape, pi->shape, sizeof shape);
+            if (fsc_engine_file_numel(pi) < pi->numel) shape[0] = pi->file_rows; /* Hugging Face's: no padding */
+            s = fsc_st_writer_add(w, pi->name, dt, pi->ndim, shape);
         }
         if (s == FSC_OK) s = fsc_st_writer_begin_data(w);
     }
@@ -971,14 +988,17 @@ static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char 
         if (en->dtype != FSC_F32 && en->dtype != FSC_BF16 && en->dtype != FSC_F16)
             return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects floats (F32, BF16 or F16)",
                              path, p->name, fsc_dtype_name(en->dtype));
-        int same = en->ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) same = en->shape[d] == p->shape[d];
-        if (!same) {
+        int same = en->ndim == p->ndim, rows = same && fsc_engine_file_numel(p) < p->numel; /* rows: V, not Vp */
+        for (int d = 0; d < p->ndim && (same || rows); d++) {
+            same = same && en->shape[d] == p->shape[d];
+            rows = rows && en->shape[d] == (d ? p->shape[d] : p->file_rows);
+        }
+        if (!same && !rows) {
             char have[96], want[96];
             fsc_shape_str(have, sizeof have, en->ndim, en->shape);
             fsc_shape_str(want, sizeof want, p->ndim, p->shape);
-            return fsc_error(FSC_ERR_FORMAT, "%s: %s has shape %s but the model expects %s", path, p->name, have,
-                             want);
+            return fsc_error(FSC_ERR_FORMAT, "%s: %s has shape %s but the model expects %s%s", path, p->name, have,
+                             want, fsc_engine_file_numel(p) < p->numel ? " (or its unpadded rows)" : "");
         }
         if (p->alias[0]) FSC_TRY(fsc_st_check_copy(f, p->name, p->alias, path));
     }

@@ -191,9 +191,12 @@ static fsc_status check_shapes(const fsc_model *m, const run_arg *ra) {
         }
         const int nd = en ? en->ndim : t->ndim;
         const int64_t *shape = en ? en->shape : t->shape;
-        int same = nd == p->ndim;
-        for (int d = 0; same && d < nd; d++) same = shape[d] == p->shape[d];
-        if (same) continue;
+        int same = nd == p->ndim, rows = same && en && p->file_rows > 0; /* a padded vocabulary: its real rows */
+        for (int d = 0; d < nd && (same || rows); d++) {
+            same = same && shape[d] == p->shape[d];
+            rows = rows && shape[d] == (d ? p->shape[d] : p->file_rows);
+        }
+        if (same || rows) continue;
         char have[96], want[96];
         fsc_shape_str(have, sizeof have, nd, shape);
         fsc_shape_str(want, sizeof want, p->ndim, p->shape);

@@ -22,7 +22,7 @@
 /* What main holds: the options, the data, the run's results and, with --check-ddp, its DDP oracle's. */
 typedef struct {
     train_config c;        /* the options, resolved */
-    train_config asked;    /* the options as given, before anything derives from them: the run's config.json */
+    train_config asked;    /* the options as given, before anything derives from them: the run's train_config.json */
     int given[NOPT];       /* whether option i was given (the command line, or --config with another value) */
     int me, procs;         /* this process's rank; whether the ranks are processes (a launcher) */
     char data_path[4200];  /* the default corpus, where find_default_data found it */
@@ -56,7 +56,7 @@ static int parse(trainer *t, int argc, char **argv) {
         printf("fsc-train %s\n", fsc_version_string());
         return 0;
     }
-    t->asked = *c;          /* the options as given, before anything derives from them: the run's config.json */
+    t->asked = *c;          /* the options as given, before anything derives from them: the run's train_config.json */
     t->asked.config = NULL; /* (its content is in) */
     if (rc == 0) rc = check_launcher(c, t->given, &t->me, &t->procs, err, sizeof err);
     if (rc == 0) rc = resolve_layout(c, t->given, err, sizeof err);
@@ -87,7 +87,7 @@ static int build(trainer *t) {
     const train_config *c = &t->c;
     char err[512];
     t->st = (run_state){.cfg = c, .asked = &t->asked, .procs = t->procs, .trace_origin = fsc_trace_now_us()};
-    if (c->resume && t->me == 0) check_resume_config(&t->asked, c->resume); /* before config.json is rewritten */
+    if (c->resume && t->me == 0) check_resume_config(&t->asked, c->resume); /* before train_config.json is rewritten */
     t->fdir = flight_dir(c->flight, c->ckpt_dir, c->trace);
     if (open_outputs(c, &t->asked, t->me, &t->st.log, err, sizeof err) != 0 || flight_start(t->fdir, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);

@@ -206,13 +206,13 @@ static void test_trainer_one_run_per_dir(void **st) {
 
 /* Two runs into one --ckpt-dir at once (the issue's: the second's --keep-last removed the first's checkpoints):
  * while a trainer runs there, a second is refused on every rank (exit 1) naming the first's pid, before it writes
- * anything (the first's checkpoints and config.json as they were); once the first is killed the directory is
+ * anything (the first's checkpoints and train_config.json as they were); once the first is killed the directory is
  * free again (the kernel released its lock). */
 static void test_trainer_one_writer(void **st) {
     (void)st;
     char prog[PATH_MAX + 16], *err = NULL, pid[64];
     snprintf(prog, sizeof prog, "%s/train_gpt", bindir);
-    char *dir = prog_fmt("%s/busy", tmpdir), *cfg = prog_fmt("%s/config.json", dir);
+    char *dir = prog_fmt("%s/busy", tmpdir), *cfg = prog_fmt("%s/train_config.json", dir);
     char *first = prog_fmt(TINY " --parallel ddp --steps 100000 --save-every 2 --ckpt-dir '%s' --resume '%s'", dir, dir);
     char *second = prog_fmt(TINY " --parallel ddp --steps 40 --save-every 1 --ckpt-dir '%s' --resume '%s' --lr 1e-4 "
                             "--keep-last 3", dir, dir);

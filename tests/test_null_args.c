@@ -917,6 +917,10 @@ static void null_fsc_gpt_num_tensors(void) {
     RET0(fsc_gpt_num_tensors(NULL));
 }
 
+static void null_fsc_gpt_vocab_rows(void) {
+    RET0(fsc_gpt_vocab_rows(NULL));
+}
+
 static void null_fsc_gpt_param_index(void) {
     RETVAL(fsc_gpt_param_index(NULL, "wte.weight"), -1);
     RETVAL(fsc_gpt_param_index(P, NULL), -1);
@@ -2239,6 +2243,16 @@ static void null_fsc_trace_begin(void) {
     fsc_trace_free(t);
 }
 
+static void null_fsc_trace_arg(void) {
+    fsc_trace *t;
+    assert_ok(fsc_trace_create(NULL, &t));
+    fsc_trace_begin(t, "cat", "x");
+    CALL(fsc_trace_arg(NULL, "k", 1));
+    CALL(fsc_trace_arg(t, NULL, 1));
+    fsc_trace_end(t);
+    fsc_trace_free(t);
+}
+
 static void null_fsc_trace_capacity(void) {
     RET0(fsc_trace_capacity(NULL));
 }
@@ -2489,6 +2503,7 @@ static const struct row rows[] = {
     ROW(fsc_gpt_param_info),
     ROW(fsc_gpt_save),
     ROW(fsc_gpt_set_expert_group),
+    ROW(fsc_gpt_vocab_rows),
     /* gpt_engine.h */
     ROW(fsc_engine_create),
     ROW(fsc_engine_step),
@@ -2764,6 +2779,7 @@ static const struct row rows[] = {
     ROW(fsc_tp_xent_forward),
     NONE(fsc_tp_xent_work_floats),
     /* trace.h */
+    ROW(fsc_trace_arg),
     ROW(fsc_trace_begin),
     ROW(fsc_trace_capacity),
     ROW(fsc_trace_count),

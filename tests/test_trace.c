@@ -4,8 +4,11 @@
  * traced collectives of each operation sum to the communicator's own counters (fsc_engine_comm_stats, counted
  * independently in comm.c's account); an FSDP step shows forward L and backward L for every layer of the model,
  * all-gathers inside forward spans and reduce-scatters inside backward spans, the optimizer inside the step,
- * a checkpoint save and a weights save after it;
- * a full recorder keeps exactly max_events events and says how many it dropped. */
+ * a checkpoint save and a weights save after it; the layers' spans are named by their tensors' prefixes ("h.0"), the
+ * step's span is "step" with the step in its args;
+ * a full recorder keeps exactly max_events events and says how many it dropped; a streaming recorder's file holds
+ * the spans it finished before the process stops (read by tools/trace_merge without the file's end), and each
+ * span once after fsc_trace_write finishes it. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include "testutil.h"
@@ -139,6 +142,70 @@ static void test_bounded(void **state) {
     fsc_trace_free(t);
 }
 
+/* tools/trace_merge over dir into dir/all.json, parsed. */
+static cJSON *merge(const char *dir) {
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    char cmd[1024], out[300];
+    snprintf(cmd, sizeof cmd, "'%.*s../tools/trace_merge' '%s' > '%s/all.json'", slash ? (int)(slash - src + 1) : 0,
+             src, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(out, sizeof out, "%s/all.json", dir);
+    return read_json(out);
+}
+
+/* A recorder streaming to dir/rank-0.json: before anything finishes the file (a killed run), it holds the spans
+ * finished when no span was open, which tools/trace_merge reads, also after a cut-short last line; finished in
+ * place, it is JSON with every span once (the open one up to now). */
+static void test_stream(void **state) {
+    (void)state;
+    char dir[256], p[300];
+    tmp_path(dir, sizeof dir, "stream");
+    assert_int_equal(mkdir(dir, 0777), 0);
+    snprintf(p, sizeof p, "%s/rank-0.json", dir);
+    fsc_trace *t = NULL;
+    assert_err(fsc_trace_create(&(fsc_trace_opts){ .path = "/nonexistent_dir_fsc/x.json" }, &t), FSC_ERR_IO,
+               "/nonexistent_dir_fsc/x.json");
+    assert_ok(fsc_trace_create(&(fsc_trace_opts){ .path = p }, &t));
+    fsc_trace_begin(t, "step", "step");
+    fsc_trace_arg(t, "step", 7);
+    fsc_trace_begin(t, "layer", "inner");
+    fsc_trace_end(t);
+    fsc_trace_end(t);
+    fsc_trace_begin(t, "step", "open");
+    cJSON *m = merge(dir); /* the run "killed" here: no fsc_trace_write, no fsc_trace_free */
+    const cJSON *step = find_event(m, "step", 0);
+    assert_non_null(step);
+    assert_int_equal((int)num(cJSON_GetObjectItem(step, "args"), "step"), 7);
+    assert_non_null(find_event(m, "inner", 0));
+    assert_null(find_event(m, "open", 0));
+    cJSON_Delete(m);
+    char cut[300]; /* the same file with a last line cut short by the kill, alone in a directory of its own */
+    snprintf(cut, sizeof cut, "%s/cut", dir);
+    assert_int_equal(mkdir(cut, 0777), 0);
+    char q[320], cmd[1100];
+    snprintf(q, sizeof q, "%s/rank-0.json", cut);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && printf ',\\n{\"name\":\"cut' >> '%s'", p, q, q);
+    assert_int_equal(system(cmd), 0);
+    m = merge(cut);
+    assert_non_null(find_event(m, "inner", 0));
+    assert_null(find_event(m, "cut", 0));
+    cJSON_Delete(m);
+    assert_ok(fsc_trace_write(t, p)); /* finished in place */
+    fsc_trace_begin(t, "late", "late"); /* after the stream's end: kept in memory only */
+    fsc_trace_end(t);
+    fsc_trace_free(t);
+    cJSON *j = read_json(p);
+    const char *once[3] = { "step", "inner", "open" };
+    for (int k = 0; k < 3; k++) {
+        assert_non_null(find_event(j, once[k], 0));
+        assert_null(find_event(j, once[k], 1));
+    }
+    assert_null(find_event(j, "late", 0));
+    assert_int_equal((int)num(cJSON_GetObjectItem(j, "otherData"), "events"), 3);
+    cJSON_Delete(j);
+    test_rmtree(dir);
+}
+
 /* Two FSDP ranks train a GPT one step and save a checkpoint, each recording its own trace. */
 typedef struct {
     char dir[256];
@@ -189,21 +256,26 @@ static void test_engine_trace(void **state) {
         char p[300];
         snprintf(p, sizeof p, "%s/rank%d.json", ra.dir, rank);
         cJSON *j = read_json(p);
-        const cJSON *step = find_event(j, "step 1", 0), *opt = find_event(j, "optimizer", 0);
+        const cJSON *step = find_event(j, "step", 0), *opt = find_event(j, "optimizer", 0);
         assert_non_null(step);
+        assert_int_equal((int)num(cJSON_GetObjectItem(step, "args"), "step"), 1);
+        assert_null(find_event(j, "step", 1)); /* one step, one span */
         assert_non_null(opt);
         assert_true(inside(opt, step));
         assert_int_equal((int)num(step, "pid"), rank);
         /* every layer of the model (embedding, 2 blocks, head) forward and backward, inside the step */
         const cJSON *fwd[4], *bwd[4];
+        const char *label[4] = { "wte+wpe", "h.0", "h.1", "ln_f" };
         for (int l = 0; l < 4; l++) {
             char nm[32];
-            snprintf(nm, sizeof nm, "forward %d", l);
+            snprintf(nm, sizeof nm, "forward %s", label[l]);
             fwd[l] = find_event(j, nm, 0);
-            snprintf(nm, sizeof nm, "backward %d", l);
+            snprintf(nm, sizeof nm, "backward %s", label[l]);
             bwd[l] = find_event(j, nm, 0);
             if (!fwd[l] || !bwd[l]) fail_msg("rank %d: layer %d lacks its forward or backward span", rank, l);
             assert_string_equal(str(fwd[l], "cat"), "layer");
+            assert_int_equal((int)num(cJSON_GetObjectItem(fwd[l], "args"), "layer"), l);
+            assert_int_equal((int)num(cJSON_GetObjectItem(bwd[l], "args"), "layer"), l);
             assert_true(inside(fwd[l], step));
             assert_true(inside(bwd[l], step));
         }
@@ -257,6 +329,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nesting_and_args),
         cmocka_unit_test(test_bounded),
+        cmocka_unit_test(test_stream),
         cmocka_unit_test(test_engine_trace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

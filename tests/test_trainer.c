@@ -439,6 +439,41 @@ static void test_model_families(void **st) {
     free(help);
 }
 
+/* --padded-vocab (llm.c's padding): the losses of --vocab 250 bit for bit (the padding rows are in no logit), the
+ * saved wte [250, C] with Hugging Face's config.json saying vocab_size 250, the file loading into the padded model
+ * and into the unpadded one; refused below --vocab, with --tp and for --model llama, naming the option. */
+static void test_padded_vocab(void **state) {
+    (void)state;
+    char *pa = prog_fmt(TINY " --vocab 250 --padded-vocab 256 --save %s/pad.safetensors", tmpdir);
+    cJSON *u = prog_json(trainer, tmpdir, "", TINY " --vocab 250"), *p = prog_json(trainer, tmpdir, "", pa);
+    char *lu = cJSON_PrintUnformatted(cJSON_GetObjectItem(u, "losses"));
+    char *lp = cJSON_PrintUnformatted(cJSON_GetObjectItem(p, "losses"));
+    assert_string_equal(lu, lp);
+    const double extra = cJSON_GetObjectItem(p, "params")->valuedouble - cJSON_GetObjectItem(u, "params")->valuedouble;
+    assert_int_equal((int)extra, 6 * 16); /* the padding rows: 6 of width 16 */
+    char *path = prog_fmt("%s/pad.safetensors", tmpdir);
+    fsc_st_file *f = NULL;
+    assert_ok(fsc_st_open(path, &f));
+    assert_int_equal(fsc_st_find(f, "wte.weight")->shape[0], 250);
+    fsc_st_close(f);
+    char *hf = prog_fmt("%s/config.json", tmpdir), *text = prog_slurp(hf);
+    cJSON *h = cJSON_Parse(text);
+    assert_int_equal(cJSON_GetObjectItem(h, "vocab_size")->valueint, 250);
+    cJSON_Delete(h);
+    char *l1 = prog_fmt(TINY " --vocab 250 --padded-vocab 256 --load %s", path);
+    char *l2 = prog_fmt(TINY " --vocab 250 --load %s", path);
+    cJSON *j1 = prog_json(trainer, tmpdir, "", l1), *j2 = prog_json(trainer, tmpdir, "", l2);
+    char *s1 = cJSON_PrintUnformatted(cJSON_GetObjectItem(j1, "losses"));
+    char *s2 = cJSON_PrintUnformatted(cJSON_GetObjectItem(j2, "losses"));
+    assert_string_equal(s1, s2);
+    prog_refused(trainer, TINY " --vocab 250 --padded-vocab 200", tmpdir, 2, "padded_vocab is 200");
+    prog_refused(trainer, TINY " --vocab 250 --padded-vocab 256 --world 2 --tp 2", tmpdir, 2, "padded vocabulary");
+    prog_refused(trainer, TINY " --model llama --padded-vocab 256", tmpdir, 2,
+                 "--padded-vocab applies to --model gpt2 only");
+    cJSON_Delete(u), cJSON_Delete(p), cJSON_Delete(j1), cJSON_Delete(j2);
+    free(lu), free(lp), free(s1), free(s2), free(pa), free(path), free(hf), free(text), free(l1), free(l2);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -454,6 +489,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_json_and_world),
         cmocka_unit_test(test_determinism_and_weights),
         cmocka_unit_test(test_nonfinite),
+        cmocka_unit_test(test_padded_vocab),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     char cmd[128];

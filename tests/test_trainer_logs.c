@@ -1,12 +1,14 @@
 /* Tests of the trainer's config file, logs and traces (examples/train_gpt.c, examples/train_log.h):
- * --config, --ckpt-dir/config.json, --log (with the host ledger's peaks under --offload), the progress line,
- * --peak-tflops, --trace.
+ * --config, --ckpt-dir/train_config.json, Hugging Face's config.json beside --save's weights, --log (with the
+ * host ledger's peaks under --offload), the progress line, --peak-tflops, --trace.
  * Oracles: the --json record of the same run (its config, its losses, learning rates and validation losses, to
  * the bit); an MFU recomputed here from the record's own ms and fsc_gpt_flops_per_token (test_flops checks that
- * count against nanoGPT's); the run's config.json, read back with --config, trains to the same losses bit for
- * bit; refusals name the key and exit 2; each rank's trace file parses (cJSON) with a span per step and layer and
- * collectives naming their group, tools/trace_merge puts every event of both in one file under its rank's pid, and a
- * full trace says so. */
+ * count against nanoGPT's); the run's train_config.json, read back with --config (the file, its directory, the
+ * directory of a run that named it config.json), trains to the same losses bit for bit; the config.json beside
+ * --save's weights holds the model's shape under transformers' names and is refused by --config; refusals name
+ * the key and exit 2; each rank's trace file parses (cJSON) with a span per step and layer and collectives naming
+ * their group, tools/trace_merge puts every event of both in one file under its rank's pid, and a full trace says
+ * so. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -118,30 +120,99 @@ static void test_config_file(void **state) {
     free(cfg);
 }
 
-/* --ckpt-dir/config.json: the options as asked, read back with --config, trains the same losses bit for bit. */
-static void test_config_json_reproduces(void **state) {
-    (void)state;
-    char *d1 = prog_fmt("%s/run1", tmpdir), *d2 = prog_fmt("%s/run2", tmpdir);
-    char *a1 = prog_fmt(TINY " --steps 3 --world 2 --parallel zero2 --lr 0.004 --seed 3 --save-every 3 --ckpt-dir %s", d1);
-    cJSON *j1 = prog_json(trainer, tmpdir, "", a1);
-    char *cj = prog_fmt("%s/config.json", d1);
-    struct stat sb;
-    assert_int_equal(stat(cj, &sb), 0);
-    char *a2 = prog_fmt("--config %s --ckpt-dir %s", cj, d2);
-    cJSON *j2 = prog_json(trainer, tmpdir, "", a2);
+/* The losses of a --json record, compared bit for bit with j1's. */
+static void same_losses(const cJSON *j1, const cJSON *j2, const char *how) {
     const cJSON *l1 = get(j1, "losses"), *l2 = get(j2, "losses");
     assert_int_equal(cJSON_GetArraySize(l1), 3);
     assert_int_equal(cJSON_GetArraySize(l2), 3);
     for (int i = 0; i < 3; i++)
         if (memcmp(&cJSON_GetArrayItem(l1, i)->valuedouble, &cJSON_GetArrayItem(l2, i)->valuedouble, sizeof(double)))
-            fail_msg("step %d: %.17g from the command line, %.17g from config.json", i + 1,
-                     cJSON_GetArrayItem(l1, i)->valuedouble, cJSON_GetArrayItem(l2, i)->valuedouble);
-    assert_string_equal(get(get(j2, "config"), "parallel")->valuestring, "zero2");
-    cJSON_Delete(j1), cJSON_Delete(j2);
-    free(a1), free(a2), free(cj), free(d1), free(d2);
+            fail_msg("step %d: %.17g from the command line, %.17g from %s", i + 1,
+                     cJSON_GetArrayItem(l1, i)->valuedouble, cJSON_GetArrayItem(l2, i)->valuedouble, how);
 }
 
-/* The run's config.json read back with --config when --data is a long list (1200 files, 18 KB of text and more:
+/* --ckpt-dir/train_config.json: the options as asked (and no config.json, Hugging Face's name, in the directory),
+ * read back with --config FILE or --config DIR, trains the same losses bit for bit; so does a directory of a run
+ * from before the name changed (config.json). */
+static void test_config_json_reproduces(void **state) {
+    (void)state;
+    char *d1 = prog_fmt("%s/run1", tmpdir), *d2 = prog_fmt("%s/run2", tmpdir), *d3 = prog_fmt("%s/run3", tmpdir);
+    char *a1 = prog_fmt(TINY " --steps 3 --world 2 --parallel zero2 --lr 0.004 --seed 3 --save-every 3 --ckpt-dir %s", d1);
+    cJSON *j1 = prog_json(trainer, tmpdir, "", a1);
+    char *cj = prog_fmt("%s/train_config.json", d1), *old = prog_fmt("%s/config.json", d1);
+    struct stat sb;
+    assert_int_equal(stat(cj, &sb), 0);
+    assert_int_not_equal(stat(old, &sb), 0);
+    char *a2 = prog_fmt("--config %s --ckpt-dir %s", cj, d2);
+    cJSON *j2 = prog_json(trainer, tmpdir, "", a2);
+    same_losses(j1, j2, "train_config.json");
+    assert_string_equal(get(get(j2, "config"), "parallel")->valuestring, "zero2");
+    cJSON_Delete(j2);
+    char *a3 = prog_fmt("--config %s --ckpt-dir %s", d1, d3);
+    j2 = prog_json(trainer, tmpdir, "", a3);
+    same_losses(j1, j2, "--config DIR");
+    cJSON_Delete(j2);
+    assert_int_equal(rename(cj, old), 0); /* a run from before: DIR/config.json */
+    test_rmtree(d3);
+    j2 = prog_json(trainer, tmpdir, "", a3);
+    same_losses(j1, j2, "--config DIR of config.json");
+    cJSON_Delete(j1), cJSON_Delete(j2);
+    free(a1), free(a2), free(a3), free(cj), free(old), free(d1), free(d2), free(d3);
+}
+
+/* --save's directory gets Hugging Face's config.json of the model: GPT2Config's and LlamaConfig's fields as the
+ * options set them; --config refuses it, naming its model_type; a config.json there that is not Hugging Face's is
+ * left as it was, with a warning. */
+static void test_hf_config(void **state) {
+    (void)state;
+    char *d = prog_fmt("%s/hf", tmpdir), *cj = prog_fmt("%s/hf/config.json", tmpdir);
+    assert_int_equal(mkdir(d, 0777), 0);
+    char *a = prog_fmt(TINY " --steps 1 --save %s/model.safetensors", d), *out = NULL, *err = NULL;
+    int rc = prog_run(trainer, a, tmpdir, &out, &err);
+    if (rc != 0) fail_msg("exit %d\n%s%s", rc, out, err);
+    free(out), free(err), free(a);
+    char *text = prog_slurp(cj);
+    cJSON *j = cJSON_Parse(text);
+    if (!j) fail_msg("%s is not JSON", cj);
+    assert_string_equal(get(j, "model_type")->valuestring, "gpt2");
+    assert_string_equal(cJSON_GetArrayItem(get(j, "architectures"), 0)->valuestring, "GPT2LMHeadModel");
+    assert_int_equal(get(j, "n_layer")->valueint, 1);
+    assert_int_equal(get(j, "n_embd")->valueint, 32);
+    assert_int_equal(get(j, "n_head")->valueint, 2);
+    assert_int_equal(get(j, "n_positions")->valueint, 16);
+    assert_int_equal(get(j, "vocab_size")->valueint, 256);
+    cJSON_Delete(j), free(text);
+    a = prog_fmt("--config %s --steps 1", cj);
+    rc = prog_run(trainer, a, tmpdir, &out, &err);
+    assert_int_equal(rc, 2);
+    if (!strstr(err, "a Hugging Face model configuration (model_type gpt2)")) fail_msg("stderr: %s", err);
+    free(out), free(err), free(a);
+    a = prog_fmt("--model llama --layers 2 --dim 32 --heads 4 --kv-heads 2 --seq 16 --batch 4 --steps 1 --save "
+                 "%s/model.safetensors", d);
+    rc = prog_run(trainer, a, tmpdir, &out, &err);
+    if (rc != 0) fail_msg("exit %d\n%s%s", rc, out, err);
+    free(out), free(err), free(a);
+    text = prog_slurp(cj);
+    j = cJSON_Parse(text);
+    assert_string_equal(get(j, "model_type")->valuestring, "llama");
+    assert_int_equal(get(j, "num_hidden_layers")->valueint, 2);
+    assert_int_equal(get(j, "hidden_size")->valueint, 32);
+    assert_int_equal(get(j, "num_attention_heads")->valueint, 4);
+    assert_int_equal(get(j, "num_key_value_heads")->valueint, 2);
+    assert_int_equal(get(j, "intermediate_size")->valueint, 256); /* fsc_llama_default_ffn(32) */
+    assert_int_equal(get(j, "max_position_embeddings")->valueint, 16);
+    cJSON_Delete(j), free(text);
+    write_text(cj, "{\"steps\": 1}\n"); /* a run's options under the old name */
+    a = prog_fmt(TINY " --steps 1 --save %s/model.safetensors", d);
+    rc = prog_run(trainer, a, tmpdir, &out, &err);
+    if (rc != 0) fail_msg("exit %d\n%s%s", rc, out, err);
+    if (!strstr(err, "is not a Hugging Face model configuration")) fail_msg("stderr: %s", err);
+    text = prog_slurp(cj);
+    assert_string_equal(text, "{\"steps\": 1}\n");
+    free(text), free(out), free(err), free(a), free(cj), free(d);
+}
+
+/* The run's train_config.json read back with --config when --data is a long list (1200 files, 18 KB of text and more:
  * refused above 16 KB before): the same losses, and the data the same. */
 static void test_config_json_long_data(void **state) {
     (void)state;
@@ -158,7 +229,7 @@ static void test_config_json_long_data(void **state) {
     assert_true(strlen(list) > 16384);
     char *a1 = prog_fmt(TINY " --steps 2 --data %s --save-every 2 --ckpt-dir %s", list, d1);
     cJSON *j1 = prog_json(trainer, tmpdir, "", a1);
-    char *a2 = prog_fmt("--config %s/config.json --ckpt-dir %s", d1, d2);
+    char *a2 = prog_fmt("--config %s/train_config.json --ckpt-dir %s", d1, d2);
     cJSON *j2 = prog_json(trainer, tmpdir, "", a2);
     char *l1 = cJSON_PrintUnformatted(get(j1, "losses")), *l2 = cJSON_PrintUnformatted(get(j2, "losses"));
     assert_string_equal(l1, l2);
@@ -344,7 +415,20 @@ static int has_event(const cJSON *root, const char *name, const char *group) {
     return 0;
 }
 
-/* --trace DIR: a file per rank with the steps, the layers, the collectives; a small --trace-events says so. */
+/* Whether root has the span "step" with args {"step": step}. */
+static int has_step(const cJSON *root, int step) {
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(root, "traceEvents")) {
+        const cJSON *nm = cJSON_GetObjectItem(ev, "name"), *args = cJSON_GetObjectItem(ev, "args");
+        const cJSON *k = args ? cJSON_GetObjectItem(args, "step") : NULL;
+        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, "step") && cJSON_IsNumber(k) && k->valueint == step)
+            return 1;
+    }
+    return 0;
+}
+
+/* --trace DIR: a file per rank with the steps (one span name, the step an argument), the layers (named by their
+ * tensors), the collectives; a small --trace-events says so. */
 static void test_trace(void **state) {
     (void)state;
     char *dir = prog_fmt("%s/trace", tmpdir);
@@ -359,12 +443,13 @@ static void test_trace(void **state) {
         char *text = prog_slurp(p);
         cJSON *j = cJSON_Parse(text);
         if (!j) fail_msg("%s is not JSON", p);
-        assert_true(has_event(j, "step 1", NULL) && has_event(j, "step 2", NULL));
-        for (int l = 0; l < 3; l++) { /* embedding, the block, the head */
+        assert_true(has_step(j, 1) && has_step(j, 2)); /* one span name, the step its argument */
+        const char *label[3] = { "wte+wpe", "h.0", "ln_f" }; /* embedding, the block, the head: their tensors */
+        for (int l = 0; l < 3; l++) {
             char nm[32];
-            snprintf(nm, sizeof nm, "forward %d", l);
+            snprintf(nm, sizeof nm, "forward %s", label[l]);
             assert_true(has_event(j, nm, NULL));
-            snprintf(nm, sizeof nm, "backward %d", l);
+            snprintf(nm, sizeof nm, "backward %s", label[l]);
             assert_true(has_event(j, nm, NULL));
         }
         assert_true(has_event(j, "optimizer", NULL));
@@ -473,6 +558,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_version_and_misspelt),
         cmocka_unit_test(test_config_file),
         cmocka_unit_test(test_config_json_reproduces),
+        cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_config_json_long_data),
         cmocka_unit_test(test_save_checked_first),
         cmocka_unit_test(test_log),

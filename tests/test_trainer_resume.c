@@ -122,10 +122,11 @@ static void test_keep_last_needs_dir(void **state) {
     prog_refused(trainer, TINY " --keep-last 2", tmpdir, 2, "--keep-last applies to --save-every/--ckpt-dir");
 }
 
-/* The schedule and the decay rule are recorded in --ckpt-dir/config.json; --resume with options that change the
- * steps after the checkpoint (the rate, its schedule, --steps of a decaying schedule, the decay rule) warns,
+/* The schedule and the decay rule are recorded in --ckpt-dir/train_config.json; --resume with options that change
+ * the steps after the checkpoint (the rate, its schedule, --steps of a decaying schedule, the decay rule) warns,
  * naming each option with both values, and still resumes; the same options, or --steps of a constant schedule,
- * say nothing; a checkpoint at or past --steps says no step is left. Oracle: the text of the output. */
+ * say nothing; a checkpoint at or past --steps says no step is left; the record under its old name, config.json,
+ * is compared too, a Hugging Face config.json there is not. Oracle: the text of the output. */
 static void test_resume_options_differ(void **state) {
     (void)state;
     char *ck = prog_fmt("%s/differ", tmpdir), *args, *out = NULL;
@@ -135,7 +136,7 @@ static void test_resume_options_differ(void **state) {
     train(args, l, 4, &out);
     assert_null(strstr(out, "warning"));
     free(out), free(args);
-    char *conf = prog_fmt("%s/config.json", ck), *text = prog_slurp(conf);
+    char *conf = prog_fmt("%s/train_config.json", ck), *text = prog_slurp(conf);
     assert_non_null(strstr(text, "\"lr-schedule\":\t\"cosine\""));
     assert_non_null(strstr(text, "\"decay-all\":\tfalse"));
     free(text), free(conf);
@@ -192,7 +193,7 @@ static void test_resume_one_step(void **state) {
     assert_same_from(l, ref, 2, 4, "resumed from the step given");
     assert_null(strstr(out, "warning"));
     free(out), free(args);
-    /* its options are compared with the directory's config.json */
+    /* its options are compared with the directory's train_config.json */
     args = prog_fmt("--steps 4 --lr 0.001 --resume %s/step-00000002", ck);
     train(args, l, 4, &out);
     if (!strstr(out, "--lr is 0.001, the run that wrote the checkpoints had 0.003")) fail_msg("no --lr warning:\n%s", out);
@@ -201,15 +202,32 @@ static void test_resume_one_step(void **state) {
     train(args, l, 4, &out);
     if (!strstr(out, "--lr is 0.001, the run that wrote the checkpoints had 0.003"))
         fail_msg("no --lr warning with a trailing slash:\n%s", out);
+    free(out), free(args);
+    /* a directory of a run from before the name changed: its config.json is compared; Hugging Face's is not */
+    char *now = prog_fmt("%s/train_config.json", ck), *old = prog_fmt("%s/config.json", ck);
+    assert_int_equal(rename(now, old), 0);
+    args = prog_fmt("--steps 4 --lr 0.001 --resume %s/step-00000002", ck);
+    train(args, l, 4, &out);
+    if (!strstr(out, "--lr is 0.001, the run that wrote the checkpoints had 0.003"))
+        fail_msg("no --lr warning from config.json:\n%s", out);
+    free(out);
+    FILE *f = fopen(old, "w");
+    assert_non_null(f);
+    fputs("{\"model_type\": \"gpt2\", \"lr\": 0.5}\n", f);
+    assert_int_equal(fclose(f), 0);
+    train(args, l, 4, &out);
+    if (strstr(out, "warning")) fail_msg("a Hugging Face config.json compared:\n%s", out);
+    free(now), free(old);
     free(said), free(out), free(args), free(ck);
 }
 
-/* A refused resume leaves the run's record alone: --ckpt-dir/config.json byte for byte as the run that wrote the
- * checkpoints left it, whether the refusal comes before training (a missing --val-data) or from the checkpoint
- * (another --dim, --optimizer or --model). Before, config.json was rewritten first, recording the refused options. */
+/* A refused resume leaves the run's record alone: --ckpt-dir/train_config.json byte for byte as the run that
+ * wrote the checkpoints left it, whether the refusal comes before training (a missing --val-data) or from the
+ * checkpoint (another --dim, --optimizer or --model). Before, the record was rewritten first, recording the refused
+ * options. */
 static void test_refused_keeps_record(void **state) {
     (void)state;
-    char *ck = prog_fmt("%s/record", tmpdir), *conf = prog_fmt("%s/config.json", ck);
+    char *ck = prog_fmt("%s/record", tmpdir), *conf = prog_fmt("%s/train_config.json", ck);
     char *args = prog_fmt("--steps 2 --save-every 2 --ckpt-dir %s --resume %s", ck, ck);
     double l[4];
     train(args, l, 2, NULL);
@@ -225,17 +243,17 @@ static void test_refused_keeps_record(void **state) {
         char *a = prog_fmt(TINY " --steps 4 --save-every 2 --ckpt-dir %s --resume %s %s", ck, ck, bad[i].opts);
         prog_refused(trainer, a, tmpdir, bad[i].rc, bad[i].why);
         char *after = prog_slurp(conf);
-        if (strcmp(before, after) != 0) fail_msg("%s rewrote config.json:\n%s", bad[i].opts, after);
+        if (strcmp(before, after) != 0) fail_msg("%s rewrote train_config.json:\n%s", bad[i].opts, after);
         free(after), free(a);
     }
     free(before), free(args), free(conf), free(ck);
 }
 
-/* DIR/config.json a FIFO (or anything but a regular file): --resume says it cannot compare the options and
+/* DIR/train_config.json a FIFO (or anything but a regular file): --resume says it cannot compare the options and
  * goes on, without waiting on it (before, it hung opening the FIFO). */
 static void test_resume_config_fifo(void **state) {
     (void)state;
-    char *ck = prog_fmt("%s/fifo", tmpdir), *conf = prog_fmt("%s/config.json", ck), *out = NULL;
+    char *ck = prog_fmt("%s/fifo", tmpdir), *conf = prog_fmt("%s/train_config.json", ck), *out = NULL;
     char *args = prog_fmt("--steps 2 --save-every 2 --ckpt-dir %s --resume %s", ck, ck);
     double l[4];
     train(args, l, 2, NULL);

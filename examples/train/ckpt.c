@@ -1,4 +1,4 @@
-/* Checkpoints and weights files: --ckpt-dir (another run's refused, locked while the run lives, its config.json),
+/* Checkpoints and weights files: --ckpt-dir (another run's refused, locked while the run lives, its train_config.json),
  * --save-every and --keep-last, --resume (the newest checkpoint that loads, the options it was written with
  * compared), and the weights files --save and --init-save (checked writable before training).
  * Not here: the checkpoint format and its reader (lib/ckpt, docs/checkpoints.md). */
@@ -51,7 +51,7 @@ fsc_status lock_ckpt_dir(fsc_rank *r, fsc_engine *e, const char *dir, fsc_ckpt_d
     return s == FSC_ERR_UNSUPPORTED ? FSC_OK : s == FSC_OK ? s : fsc_error_prefix(s, "--ckpt-dir");
 }
 
-/* --ckpt-dir/config.json, the options as asked (loadable with --config; durable as checkpoints are): written by
+/* --ckpt-dir/train_config.json, the options as asked (loadable with --config; durable as checkpoints are): written by
  * rank 0 once the run holds the directory and has resumed, so that a refused run leaves the record as it was.
  * Collective. */
 fsc_status write_run_config(fsc_rank *r, const run_state *st) {
@@ -60,10 +60,10 @@ fsc_status write_run_config(fsc_rank *r, const run_state *st) {
         cJSON *o = config_object(st->asked);
         char *text = o ? cJSON_Print(o) : NULL;
         cJSON_Delete(o);
-        s = text ? fsc_ckpt_write_file(st->cfg->ckpt_dir, "config.json", text, strlen(text))
+        s = text ? fsc_ckpt_write_file(st->cfg->ckpt_dir, RUN_CONFIG, text, strlen(text))
                  : fsc_error(FSC_ERR_NOMEM, "out of memory");
         free(text);
-        if (s != FSC_OK) fsc_error_prefix(s, "--ckpt-dir: config.json");
+        if (s != FSC_OK) fsc_error_prefix(s, "--ckpt-dir: " RUN_CONFIG);
     }
     return fsc_comm_agree(r->comm, r->dev, s);
 }
@@ -119,10 +119,45 @@ fsc_status save_checkpoint(fsc_rank *r, const train_config *c, fsc_engine *e, in
     return s;
 }
 
-/* --save or --init-save: the engine's weights at path, in --save-dtype. Collective. */
-fsc_status save_weights(fsc_engine *e, const train_config *c, const char *path) {
+/* Hugging Face's config.json of the model beside the weights file at path (rank 0), so that the directory loads
+ * with from_pretrained. Not for MoE models (transformers has no GPT-2 or Llama with experts). A config.json there
+ * that is not a Hugging Face one (no "model_type": a run's options, named so before train_config.json) is left
+ * as it is, said on stderr. */
+static fsc_status write_hf_config(const train_config *c, const char *path) {
+    const model_family *f = model_family_of(c);
+    if (c->moe_experts || !f->hf_config) return FSC_OK;
+    const char *slash = strrchr(path, '/');
+    char dir[4200], old[4300], why[256], *text = NULL;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (!dir[0]) snprintf(dir, sizeof dir, "/");
+    snprintf(old, sizeof old, "%s/config.json", dir);
+    size_t n = 0;
+    if (access(old, F_OK) == 0) {
+        cJSON *was = read_config_file(old, old, &text, &n, why, sizeof why) == 0 ? cJSON_ParseWithLength(text, n)
+                                                                                   : NULL;
+        const int hf = cJSON_GetObjectItemCaseSensitive(was, "model_type") != NULL;
+        cJSON_Delete(was), free(text), text = NULL;
+        if (!hf) {
+            fprintf(stderr, "fsc-train: warning: %s is not a Hugging Face model configuration (no model_type): left "
+                    "as it is, no config.json written for %s\n", old, path);
+            return FSC_OK;
+        }
+    }
+    cJSON *o = f->hf_config(c);
+    text = o ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    fsc_status s = text ? fsc_ckpt_write_file(dir, "config.json", text, strlen(text))
+                        : fsc_error(FSC_ERR_NOMEM, "out of memory");
+    free(text);
+    return s == FSC_OK ? s : fsc_error_prefix(s, "%s: the Hugging Face config.json", path);
+}
+
+/* --save or --init-save: the engine's weights at path, in --save-dtype, and Hugging Face's config.json beside them
+ * (write_hf_config). Collective. */
+fsc_status save_weights(fsc_rank *r, fsc_engine *e, const train_config *c, const char *path) {
     static const fsc_dtype save_dt[] = { FSC_F32, FSC_BF16, FSC_F16 }; /* --save-dtype */
-    return fsc_engine_save_weights_dtype(e, path, save_dt[c->save_dtype]);
+    FSC_TRY(fsc_engine_save_weights_dtype(e, path, save_dt[c->save_dtype]));
+    return fsc_comm_agree(r->comm, r->dev, r->rank == 0 ? write_hf_config(c, path) : FSC_OK);
 }
 
 /* --save or --init-save (opt), before training: the weights file can be written (path names a file, not a
@@ -147,10 +182,11 @@ int check_weights_path(const char *opt, const char *path, char *err, size_t cap)
     return 0;
 }
 
-/* --resume DIR: the options of DIR/config.json (the run that wrote the checkpoints; when DIR is one checkpoint, its
+/* --resume DIR: the options of DIR/train_config.json (DIR/config.json of runs before the name changed, when it is
+ * not a Hugging Face model configuration) (the run that wrote the checkpoints; when DIR is one checkpoint, its
  * directory's) that decide the updates after a checkpoint, against this run's. A difference is allowed (lowering the
  * rate or extending a run is often meant) but said, once per option, on stderr: the resumed run is then not the
- * recorded run continued bit for bit (docs/checkpoints.md). No config.json (checkpoints from elsewhere): nothing to
+ * recorded run continued bit for bit (docs/checkpoints.md). Neither file (checkpoints from elsewhere): nothing to
  * compare. Returns the count. */
 int check_resume_config(const train_config *asked, const char *dir) {
     static const char *const keys[] = { "lr", "lr-schedule", "warmup", "min-lr", "steps", "optimizer", "momentum",
@@ -158,14 +194,18 @@ int check_resume_config(const train_config *asked, const char *dir) {
     char path[4200], why[512], *text = NULL;
     size_t n = 0;
     snprintf(path, sizeof path, "%s/metadata.json", dir);
-    const int one = access(path, F_OK) == 0; /* one checkpoint: its directory's config.json */
+    const int one = access(path, F_OK) == 0; /* one checkpoint: its directory's options */
     size_t dn = strlen(dir);
     while (dn > 1 && dir[dn - 1] == '/') dn--; /* runs/step-00000004/ names runs/step-00000004 */
     const char *slash = NULL;
     for (size_t i = 0; i < dn; i++) slash = dir[i] == '/' ? dir + i : slash;
-    if (!one) snprintf(path, sizeof path, "%s/config.json", dir);
-    else if (slash) snprintf(path, sizeof path, "%.*s/config.json", (int)(slash - dir), dir);
-    else snprintf(path, sizeof path, "config.json");
+    char base[4096]; /* room for the file name in path */
+    if (!one) snprintf(base, sizeof base, "%s/", dir);
+    else if (slash) snprintf(base, sizeof base, "%.*s/", (int)(slash - dir), dir);
+    else base[0] = '\0';
+    snprintf(path, sizeof path, "%s%s", base, RUN_CONFIG);
+    int legacy = 0;
+    if (access(path, F_OK) != 0) snprintf(path, sizeof path, "%sconfig.json", base), legacy = 1;
     if (access(path, F_OK) != 0) return 0;
     if (read_config_file(path, path, &text, &n, why, sizeof why) != 0) {
         fprintf(stderr, "fsc-train: warning: --resume %s: %s: options not compared\n", dir, why);
@@ -173,6 +213,11 @@ int check_resume_config(const train_config *asked, const char *dir) {
     }
     cJSON *was = cJSON_ParseWithLength(text, n), *now = config_object(asked);
     int differ = 0;
+    if (legacy && cJSON_GetObjectItemCaseSensitive(was, "model_type")) { /* Hugging Face's: no options recorded */
+        cJSON_Delete(was), cJSON_Delete(now);
+        free(text);
+        return 0;
+    }
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(was, "lr-schedule");
     const int decays = (cJSON_IsString(ws) && strcmp(ws->valuestring, "constant") != 0) ||
                        asked->lr_schedule != FSC_LR_CONSTANT; /* --steps sets where a decay ends */

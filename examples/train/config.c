@@ -1,5 +1,5 @@
 /* --config FILE.json: a JSON object {"option": value, ...} over the defaults (the command line then wins), and
- * the other way, the options as one JSON object (--json's "config", --ckpt-dir/config.json, --log's first line),
+ * the other way, the options as one JSON object (--json's "config", --ckpt-dir/train_config.json, --log's first line),
  * which --config reads back as the same options.
  * Not here: the table itself (options.c). */
 #include <errno.h>
@@ -85,7 +85,7 @@ static int apply_key(train_config *c, int *given, int *seen, const train_config 
     }
     const option *o = &options[k];
     if (seen[k]++) return snprintf(err, cap, "%s: \"%s\" appears twice", name, key), -1;
-    /* null, false, and 0 for a count without a default (--kv-heads, --ffn): not set, as the run's config.json
+    /* null, false, and 0 for a count without a default (--kv-heads, --ffn): not set, as the run's train_config.json
      * writes options that were not given */
     if (!o->def && o->kind == K_INT && cJSON_IsNumber(it) && it->valuedouble == 0) return 0;
     if (cJSON_IsNull(it) || cJSON_IsFalse(it)) {
@@ -108,7 +108,7 @@ static int apply_key(train_config *c, int *given, int *seen, const train_config 
 /* The options of a JSON object (text, len bytes; `name` for messages: "--config FILE") over c: keys are option
  * names without "--", values of the option's kind (integer options: integral numbers; --seed also a string of
  * digits; floats: numbers; paths and choices: strings; flags: true or false). null, false and 0 for a count
- * without a default leave an option as it is (the run's config.json writes them for options not set). A key whose
+ * without a default leave an option as it is (the run's train_config.json writes them for options not set). A key whose
  * value differs from the default marks the option given, as on the command line. String values are copied into
  * c->strs. Returns 0 or -1 (err). */
 int apply_config_text(train_config *c, int *given, const char *text, size_t len, const char *name, char *err,
@@ -124,6 +124,10 @@ int apply_config_text(train_config *c, int *given, const char *text, size_t len,
                        (long)(end - text)), -1);
     train_config def;
     int dgiven[NOPT];
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (rc == 0 && cJSON_IsObject(root) && mt) /* what --save writes beside the weights */
+        rc = (snprintf(err, cap, "%s: a Hugging Face model configuration (model_type %s), not the trainer's options: "
+                       "give a run's " RUN_CONFIG, name, cJSON_IsString(mt) ? mt->valuestring : "?"), -1);
     if (rc == 0 && !cJSON_IsObject(root)) rc = (snprintf(err, cap, "%s: expected a JSON object {\"option\": value, ...}", name), -1);
     if (rc == 0) rc = set_defaults(&def, dgiven, err, cap);
     int seen[NOPT] = {0};
@@ -165,10 +169,19 @@ int read_config_file(const char *path, const char *name, char **text, size_t *n,
     return 0;
 }
 
-/* --config FILE: a regular file of at most 1 MiB holding one JSON object (apply_config_text). */
+/* --config FILE: a regular file of at most 1 MiB holding one JSON object (apply_config_text); a directory (a run's
+ * --ckpt-dir) gives its train_config.json, else its config.json (the name before). */
 int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap) {
-    char name[300], *text;
+    char name[300], file[4200], *text;
     size_t n;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(file, sizeof file, "%s/" RUN_CONFIG, path);
+        if (access(file, F_OK) != 0) snprintf(file, sizeof file, "%s/config.json", path);
+        if (access(file, F_OK) != 0)
+            return snprintf(err, cap, "--config %.280s: a directory without " RUN_CONFIG " (or config.json)", path), -1;
+        path = file;
+    }
     snprintf(name, sizeof name, "--config %.280s", path);
     if (read_config_file(path, name, &text, &n, err, cap) != 0) return -1;
     int rc = apply_config_text(c, given, text, n, name, err, cap);

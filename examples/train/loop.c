@@ -57,7 +57,7 @@ static fsc_optim_config optim_config(const train_config *c) {
 }
 
 /* Before the first step: this rank's place in the layout (rank 0 prints it), --ckpt-dir locked, --load's weights,
- * --resume's checkpoint (*start: the step to continue at), --ckpt-dir/config.json, --init-save. Collective. */
+ * --resume's checkpoint (*start: the step to continue at), --ckpt-dir/train_config.json, --init-save. Collective. */
 static fsc_status start_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_ckpt_dir_lock **lock, int *start) {
     const train_config *c = st->cfg;
     const fsc_layout *lay = fsc_engine_layout(e);
@@ -73,7 +73,7 @@ static fsc_status start_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_ckpt_
     if (c->load) FSC_TRY(fsc_engine_load_weights(e, c->load));
     if (c->resume) FSC_TRY(resume_run(r, c, e, start));
     if (c->ckpt_dir) FSC_TRY(write_run_config(r, st));
-    if (c->init_save) FSC_TRY(save_weights(e, c, c->init_save));
+    if (c->init_save) FSC_TRY(save_weights(r, e, c, c->init_save));
     return FSC_OK;
 }
 
@@ -124,7 +124,7 @@ static fsc_status end_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_status 
     }
     if (st->pstats) fsc_engine_pipe_stats(e, &st->pstats[r->rank]);
     if (s == FSC_OK && st->params) s = fsc_engine_full_params(e, r->rank == 0 ? st->params : NULL);
-    if (s == FSC_OK && c->save) s = save_weights(e, c, c->save);
+    if (s == FSC_OK && c->save) s = save_weights(r, e, c, c->save);
     read_peaks(r->dev, st->peak[r->rank]);
     fsc_device *hdev = fsc_engine_host_device(e);
     if (hdev) read_peaks(hdev, st->hpeak[r->rank]);
@@ -144,9 +144,11 @@ fsc_status train_fn(fsc_rank *r, void *arg) {
     fsc_model *lm = NULL; /* the model the engine runs, when the family's build made it for this function */
     fsc_trace *tr = NULL; /* --trace: this rank's recorder, attached to the world before the engine splits groups */
     if (r->rank == 0) peak_choose(st, c, r->dev);
-    if (c->trace) {
+    if (c->trace) { /* streamed to DIR/rank-N.json as it goes: a killed run keeps the steps it finished */
+        char path[4200];
+        trace_path(r, c, path, sizeof path);
         FSC_TRY(fsc_trace_create(&(fsc_trace_opts){.rank = r->rank, .max_events = (size_t)c->trace_events,
-                                                   .origin_us = st->trace_origin}, &tr));
+                                                   .origin_us = st->trace_origin, .path = path}, &tr));
         fsc_comm_set_trace(r->comm, tr);
     }
     fsc_status s = model_family_of(c)->build(r, c, &po, &oc, &e, &lm);
@@ -165,7 +167,7 @@ fsc_status train_fn(fsc_rank *r, void *arg) {
     }
     free(tok);
     free(tgt);
-    if (tr && built) { /* DIR/rank-N.json (a failed build writes none) */
+    if (tr && built) { /* DIR/rank-N.json finished (a failed build leaves the stream fsc_trace_free ends) */
         fsc_status ts = write_trace(r, c, tr);
         if (s == FSC_OK) s = ts;
     }

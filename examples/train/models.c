@@ -11,7 +11,8 @@
 /* The GPT the options describe (the MoE fields zero for a dense GPT). The options every family shares are checked
  * as this GPT's (check_config). */
 fsc_gpt_config model_config(const train_config *c) {
-    fsc_gpt_config g = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab};
+    fsc_gpt_config g = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .seq = c->seq, .vocab = c->vocab,
+                        .padded_vocab = c->padded_vocab};
     if (c->moe_experts) {
         g.moe_experts = c->moe_experts, g.moe_top_k = c->moe_top_k, g.moe_every = c->moe_every;
         g.moe_capacity = c->moe_capacity, g.moe_aux = c->moe_aux;
@@ -32,6 +33,8 @@ fsc_llama_config llama_config(const train_config *c) {
 }
 
 /* ---- gpt2: GPT-2 (gpt.h), its MLP 4 x --dim wide ------------------------------------------------------------- */
+
+static const char *const gpt_options[] = {"padded-vocab", NULL};
 
 static int gpt_resolve(train_config *c, char *err, size_t cap) {
     if (!c->ffn) c->ffn = 4 * c->dim;
@@ -65,6 +68,29 @@ static fsc_status gpt_build(fsc_rank *r, const train_config *c, const fsc_parall
     fsc_gpt_config g = model_config(c);
     (void)m;
     return fsc_engine_create(r, &g, po, oc, c->seed, e);
+}
+
+/* Hugging Face's GPT2Config of the model (transformers' names; dropout 0 as fsc trains; GELU with tanh). */
+static cJSON *gpt_hf_config(const train_config *c) {
+    cJSON *o = cJSON_CreateObject(), *arch = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+    cJSON_AddStringToObject(o, "model_type", "gpt2");
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab);
+    cJSON_AddNumberToObject(o, "n_positions", c->seq);
+    cJSON_AddNumberToObject(o, "n_ctx", c->seq);
+    cJSON_AddNumberToObject(o, "n_embd", c->dim);
+    cJSON_AddNumberToObject(o, "n_layer", c->layers);
+    cJSON_AddNumberToObject(o, "n_head", c->heads);
+    cJSON_AddNullToObject(o, "n_inner"); /* 4 x n_embd */
+    cJSON_AddStringToObject(o, "activation_function", "gelu_new");
+    cJSON_AddNumberToObject(o, "layer_norm_epsilon", 1e-5);
+    cJSON_AddNumberToObject(o, "initializer_range", 0.02);
+    cJSON_AddNumberToObject(o, "resid_pdrop", 0.0);
+    cJSON_AddNumberToObject(o, "embd_pdrop", 0.0);
+    cJSON_AddNumberToObject(o, "attn_pdrop", 0.0);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
+    cJSON_AddStringToObject(o, "torch_dtype", "float32");
+    return o;
 }
 
 /* ---- llama: Llama (llama.h, Hugging Face LlamaForCausalLM's layout) --------------------------------------------- */
@@ -119,10 +145,34 @@ static fsc_status llama_build(fsc_rank *r, const train_config *c, const fsc_para
 
 /* ---- the table ------------------------------------------------------------------------------------------------- */
 
+/* Hugging Face's LlamaConfig of the model (lm_head its own tensor: not tied). */
+static cJSON *llama_hf_config(const train_config *c) {
+    const fsc_llama_config l = llama_config(c);
+    cJSON *o = cJSON_CreateObject(), *arch = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(o, "model_type", "llama");
+    cJSON_AddNumberToObject(o, "vocab_size", l.vocab);
+    cJSON_AddNumberToObject(o, "hidden_size", l.dim);
+    cJSON_AddNumberToObject(o, "intermediate_size", l.ffn);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", l.layers);
+    cJSON_AddNumberToObject(o, "num_attention_heads", l.heads);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", l.kv_heads ? l.kv_heads : l.heads);
+    cJSON_AddNumberToObject(o, "max_position_embeddings", l.seq);
+    cJSON_AddNumberToObject(o, "rms_norm_eps", l.norm_eps);
+    cJSON_AddNumberToObject(o, "rope_theta", l.rope_theta);
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddBoolToObject(o, "attention_bias", 0);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", 0);
+    cJSON_AddNumberToObject(o, "initializer_range", 0.02);
+    cJSON_AddStringToObject(o, "torch_dtype", "float32");
+    return o;
+}
+
 static const model_family families[] = {
-    {"gpt2", NULL, gpt_resolve, gpt_check_tp, gpt_num_params, gpt_moe_blocks, gpt_describe, gpt_build, NULL},
+    {"gpt2", gpt_options, gpt_resolve, gpt_check_tp, gpt_num_params, gpt_moe_blocks, gpt_describe, gpt_build, NULL,
+     gpt_hf_config},
     {"llama", llama_options, llama_resolve, NULL, llama_num_params, llama_moe_blocks, llama_describe, llama_build,
-     tied_llama_head},
+     tied_llama_head, llama_hf_config},
 };
 enum { NFAMILIES = sizeof families / sizeof families[0] };
 

@@ -18,6 +18,7 @@ const option options[NOPT] = {
     {"heads", "H", "4", "attention heads (must divide --dim)", K_INT, F(heads), 1, 65536, NULL},
     {"seq", "T", "64", "context length (tokens per sequence)", K_INT, F(seq), 1, 1 << 20, NULL},
     {"vocab", "V", "256", "vocabulary size; every token of --data must be below it", K_INT, F(vocab), 1, 1 << 24, NULL},
+    {"padded-vocab", "VP", NULL, "gpt2: rows of the embedding table, >= --vocab (llm.c's padding, 50257 to 50304): padding rows start at 0, are never in the softmax, never updated, never sampled; weights files hold --vocab rows (default: --vocab)", K_INT, F(padded_vocab), 1, 1 << 24, NULL},
     {"kv-heads", "K", NULL, "llama: key/value heads, grouped-query attention below --heads (default: --heads)", K_INT, F(kv_heads), 1, 65536, NULL},
     {"ffn", "N", NULL, "MLP hidden width (default: 4 x --dim for gpt2, the only width it has; for llama "
      "2/3 x 4 x --dim rounded up to a multiple of 256)", K_INT, F(ffn), 1, 1 << 20, NULL},
@@ -53,7 +54,7 @@ const option options[NOPT] = {
     {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR that loads (any --world and --parallel) up to --steps; a damaged one is skipped, with a message; none there (or no DIR): start a new run; DIR/step-NNNNNNNN: from that checkpoint", K_STR, F(resume), 0, 0, NULL},
     {"keep-last", "K", "0", "after each checkpoint is written, remove the older ones of --ckpt-dir beyond the newest K (0: keep all)", K_INT, F(keep_last), 0, 1e9, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
-    {"config", "FILE", NULL, "options from a JSON object {\"option\": value, ...} (names as here; the command line wins)", K_STR, F(config), 0, 0, NULL},
+    {"config", "FILE", NULL, "options from a JSON object {\"option\": value, ...} (names as here; the command line wins): a run's --ckpt-dir/train_config.json, or that directory", K_STR, F(config), 0, 0, NULL},
     {"log", "FILE", NULL, "write one JSON object per line to FILE (.jsonl): the config, then every step and validation, flushed as they come", K_STR, F(log), 0, 0, NULL},
     {"trace", "DIR", NULL, "write a Chrome/Perfetto trace per rank, DIR/rank-N.json (open in ui.perfetto.dev)", K_STR, F(trace), 0, 0, NULL},
     {"trace-events", "N", "262144", "events each rank's trace keeps at most (about 120 bytes each); later ones are counted, not kept", K_INT, F(trace_events), 1, 1 << 26, NULL},

@@ -134,7 +134,7 @@ fsc_status report_step(run_state *st, fsc_rank *r, fsc_engine *e, const run_meas
 
 /* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
  * --log (from the start, or appended to with --resume) with the config as its first line; --trace's directory
- * (every process makes it). (--ckpt-dir's config.json: write_run_config, once the run is accepted.) */
+ * (every process makes it). (--ckpt-dir's train_config.json: write_run_config, once the run is accepted.) */
 int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
     *log = NULL;
     if (c->trace && mkdir(c->trace, 0777) != 0 && errno != EEXIST)
@@ -178,11 +178,16 @@ void print_banner(const run_state *st, const fsc_data *data) {
     fflush(stdout);
 }
 
-/* --trace: rank r's events in DIR/rank-N.json; a full recorder is said on stderr (the file says how many events it
- * dropped). */
+/* --trace: rank r's file, DIR/rank-N.json. */
+void trace_path(const fsc_rank *r, const train_config *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s/rank-%d.json", c->trace, r->rank);
+}
+
+/* --trace: the end of rank r's streamed file (the spans still open, the closing lines); a full recorder is said
+ * on stderr (the file says how many events it dropped). */
 fsc_status write_trace(fsc_rank *r, const train_config *c, fsc_trace *tr) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/rank-%d.json", c->trace, r->rank);
+    trace_path(r, c, path, sizeof path);
     fsc_status ts = fsc_trace_write(tr, path);
     if (ts == FSC_OK && fsc_trace_dropped(tr))
         fprintf(stderr, "fsc-train: warning: rank %d's trace filled up at %zu events and dropped %zu later ones "

@@ -1,6 +1,6 @@
 /* The trainer's parts (fsc-train; its main is examples/train_gpt.c, which reads as parse, build, loop, save):
  *   options.c  the option table: the parser, the defaults and the --help text
- *   config.c   --config FILE.json over the defaults, and the options as one JSON object (--json, config.json)
+ *   config.c   --config FILE.json over the defaults, and the options as one JSON object (--json, train_config.json)
  *   checks.c   the options together (layout, model, MoE, the launcher's processes) before anything runs
  *   models.c   the model families (gpt2, llama): one entry each, found by --model's name
  *   data.c     --data and --val-data: the files, each step's batch by the data order, the validation loss
@@ -25,6 +25,7 @@
 typedef struct {
     int model;      /* index into "gpt2|llama" */
     int layers, dim, heads, seq, vocab;
+    int padded_vocab;             /* gpt2: 0 gives --vocab */
     int kv_heads, ffn;            /* llama: 0 gives --heads and Llama's rule */
     float rope_theta, norm_eps;   /* llama */
     const char *data;
@@ -97,14 +98,17 @@ typedef struct {
     const char *choices; /* K_CHOICE: "a|b|c", the value stored is the index */
 } option;
 
-enum { NOPT = 78 }; /* options in the table (options.c checks the count) */
+enum { NOPT = 79 }; /* options in the table (options.c checks the count) */
 extern const option options[NOPT];
 
 extern const fsc_dtype precision_dtype[3];          /* --precision */
 extern const fsc_pipe_checkpoint pipe_ckpt_mode[3]; /* --checkpoint */
 #define PAR_PIPE 5    /* --parallel pipe: a pipeline with ddp in each stage */
 #define MODEL_LLAMA 1 /* --model llama (the fuzzer's checks; the trainer asks models.c) */
-#define CONFIG_MAX (1 << 20) /* bytes of a --config file, and of the config.json --resume compares */
+#define CONFIG_MAX (1 << 20) /* bytes of a --config file, and of the train_config.json --resume compares */
+/* --ckpt-dir's record of the run's options (config.json before: Hugging Face's name for a model's configuration,
+ * which --save now writes beside the weights); --config and --resume read either */
+#define RUN_CONFIG "train_config.json"
 
 /* --json's per-step arrays hold at most the last RESULT_STEPS steps (with first_step, the step their first entry
  * is), so a run's memory does not grow with --steps; the totals cover every step, --log every step's line. */
@@ -189,6 +193,8 @@ typedef struct {
                         fsc_engine **e, fsc_model **m);
     /* 1 with err when --load's file cannot be this family's weights (NULL: the loader says) */
     int (*check_load)(const char *path, char *err, size_t cap);
+    /* Hugging Face's config.json of the model (GPT2Config, LlamaConfig), written beside --save's weights */
+    cJSON *(*hf_config)(const train_config *c);
 } model_family;
 const model_family *model_family_find(const char *name);
 const model_family *model_family_of(const train_config *c);
@@ -219,7 +225,7 @@ fsc_status lock_ckpt_dir(fsc_rank *r, fsc_engine *e, const char *dir, fsc_ckpt_d
 fsc_status write_run_config(fsc_rank *r, const run_state *st);
 fsc_status resume_run(fsc_rank *r, const train_config *c, fsc_engine *e, int *start);
 fsc_status save_checkpoint(fsc_rank *r, const train_config *c, fsc_engine *e, int step);
-fsc_status save_weights(fsc_engine *e, const train_config *c, const char *path);
+fsc_status save_weights(fsc_rank *r, fsc_engine *e, const train_config *c, const char *path);
 
 /* report.c */
 int results_alloc(run_state *st, int steps, int world);
@@ -243,6 +249,7 @@ void peak_raise(run_state *st, run_measures *m, double ms);
 void peak_keep(const run_state *st, fsc_device *dev);
 fsc_status report_step(run_state *st, fsc_rank *r, fsc_engine *e, const run_measures *m, int step,
                        const fsc_step_info *info, double ms, double val_loss);
+void trace_path(const fsc_rank *r, const train_config *c, char *buf, size_t cap);
 fsc_status write_trace(fsc_rank *r, const train_config *c, fsc_trace *tr);
 
 /* summary.c */

@@ -1,4 +1,4 @@
-/* A small file beside the checkpoints of a directory (fsc_ckpt_write_file, ckpt.h): the trainer's config.json.
+/* A small file beside the checkpoints of a directory (fsc_ckpt_write_file, ckpt.h): the trainer's train_config.json.
  * Written as checkpoints are: a temporary in the same directory, fsync, rename over the name, fsync of the
  * directory, so after a crash the name holds the old text or the new, never a part. Not a checkpoint: saves,
  * resumes, cleaning and retention never read or remove it. */

@@ -1,6 +1,8 @@
 /* The per-rank timeline recorder of trace.h: a growing array of finished or open spans (bounded by max_events), a
- * stack of the open ones, and the writer of the JSON trace event format. Not thread-safe by design: one rank,
- * one thread, one recorder. The library records into it from comm.c (collectives), engine.c (layers, step,
+ * stack of the open ones, and the writer of the JSON trace event format: the whole file at once (fsc_trace_write), or
+ * a stream to opts.path that gets each span as it finishes, flushed whenever no span is open, and is closed (the
+ * open spans, the trailer) by fsc_trace_write to that path or fsc_trace_free. Not thread-safe by design: one
+ * rank, one thread, one recorder. The library records into it from comm.c (collectives), engine.c (layers, step,
  * optimizer) and lib/ckpt (checkpoint saves); nothing here knows those. */
 #include <errno.h>
 #include <stdarg.h>
@@ -17,6 +19,8 @@ typedef struct {
     char cat[12];
     char name[48];
     char group[40];
+    char key[16];    /* the caller's numeric argument (fsc_trace_arg); "" for none */
+    double val;
 } trace_event;
 
 struct fsc_trace {
@@ -26,9 +30,30 @@ struct fsc_trace {
     trace_event *ev;
     long open[FSC_TRACE_MAX_DEPTH]; /* index of each open span, -1 for one that was dropped */
     int depth, lost_depth;          /* lost_depth: begins past FSC_TRACE_MAX_DEPTH not on the stack */
+    FILE *out;                      /* the stream to path, NULL when none or once closed */
+    char *path;
 };
 
-fsc_trace_opts fsc_trace_opts_default(void) { return (fsc_trace_opts){ .rank = 0, .max_events = 0, .origin_us = 0 }; }
+fsc_trace_opts fsc_trace_opts_default(void) {
+    return (fsc_trace_opts){ .rank = 0, .max_events = 0, .origin_us = 0, .path = NULL };
+}
+
+static void put_str(FILE *f, const char *s);
+static void put_head(FILE *f, int rank);
+static void put_event(FILE *f, const trace_event *e, double dur, int rank);
+static fsc_status stream_close(fsc_trace *t);
+
+/* The stream's file and its first lines, flushed (an empty trace a reader can already merge). */
+static fsc_status stream_open(fsc_trace *t, const char *path) {
+    size_t n = strlen(path) + 1;
+    if (!(t->path = malloc(n))) return fsc_error(FSC_ERR_NOMEM, "fsc_trace_create: out of memory");
+    memcpy(t->path, path, n);
+    if (!(t->out = fopen(path, "w")))
+        return fsc_error(FSC_ERR_IO, "trace %s: cannot create: %s", path, strerror(errno));
+    put_head(t->out, t->rank);
+    if (fflush(t->out) != 0) return fsc_error(FSC_ERR_IO, "trace %s: write failed: %s", path, strerror(errno));
+    return FSC_OK;
+}
 
 double fsc_trace_now_us(void) {
     struct timespec ts;
@@ -48,14 +73,28 @@ fsc_status fsc_trace_create(const fsc_trace_opts *o, fsc_trace **out) {
     t->max = d.max_events ? d.max_events : FSC_TRACE_DEFAULT_EVENTS;
     t->origin = d.origin_us > 0 ? d.origin_us : fsc_trace_now_us();
     t->full_at = -1;
+    fsc_status s = d.path && *d.path ? stream_open(t, d.path) : FSC_OK;
+    if (s != FSC_OK) {
+        fsc_trace_free(t);
+        return s;
+    }
     *out = t;
     return FSC_OK;
 }
 
 void fsc_trace_free(fsc_trace *t) {
     if (!t) return;
+    (void)stream_close(t); /* a stream not yet closed by fsc_trace_write: closed now, its errors unreported */
+    free(t->path);
     free(t->ev);
     free(t);
+}
+
+/* A finished event onto the stream; flushed when no span is open (between steps, not inside a layer). */
+static void stream_put(fsc_trace *t, const trace_event *e) {
+    if (!t->out) return;
+    put_event(t->out, e, e->dur, t->rank);
+    if (t->depth == 0) fflush(t->out);
 }
 
 size_t fsc_trace_count(const fsc_trace *t) { return t ? t->n : 0; }
@@ -119,7 +158,16 @@ void fsc_trace_end(fsc_trace *t) {
         trace_event *e = &t->ev[i];
         e->dur = fsc_trace_now_us() - t->origin - e->ts;
         if (e->dur < 0) e->dur = 0;
+        stream_put(t, e);
     }
+}
+
+void fsc_trace_arg(fsc_trace *t, const char *key, double value) {
+    if (!t || !key || t->lost_depth || t->depth == 0) return;
+    long i = t->open[t->depth - 1];
+    if (i < 0) return;
+    copy(t->ev[i].key, sizeof t->ev[i].key, key);
+    t->ev[i].val = value;
 }
 
 void fsc_trace_span(fsc_trace *t, const char *cat, const char *name, double start_us, double bytes,
@@ -135,6 +183,7 @@ void fsc_trace_span(fsc_trace *t, const char *cat, const char *name, double star
     copy(e->cat, sizeof e->cat, cat);
     copy(e->name, sizeof e->name, name);
     copy(e->group, sizeof e->group, group);
+    stream_put(t, e);
 }
 
 /* s as a JSON string (quotes, backslashes and control characters escaped). */
@@ -148,9 +197,75 @@ static void put_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-fsc_status fsc_trace_write(const fsc_trace *t, const char *path) {
+static void put_head(FILE *f, int rank) {
+    fprintf(f, "{\"traceEvents\":[\n");
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}},\n",
+            rank, rank);
+    fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
+            rank, rank);
+}
+
+/* One event on a line of its own, after the comma that ends the line before (tools/trace_merge's layout). */
+static void put_event(FILE *f, const trace_event *e, double dur, int rank) {
+    fprintf(f, ",\n{\"name\":");
+    put_str(f, e->name);
+    fprintf(f, ",\"cat\":");
+    put_str(f, e->cat);
+    fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":0", e->ts, dur < 0 ? 0 : dur, rank);
+    if (e->bytes >= 0 || e->group[0] || e->key[0]) {
+        const char *sep = "";
+        fprintf(f, ",\"args\":{");
+        if (e->bytes >= 0) fprintf(f, "\"bytes\":%.0f", e->bytes), sep = ",";
+        if (e->group[0]) {
+            fprintf(f, "%s\"group\":", sep), sep = ",";
+            put_str(f, e->group);
+        }
+        if (e->key[0]) {
+            fprintf(f, "%s", sep);
+            put_str(f, e->key);
+            fprintf(f, ":%.17g", e->val);
+        }
+        fputc('}', f);
+    }
+    fputc('}', f);
+}
+
+/* The end of a file: the "trace full" marker when events were dropped, the closing bracket and otherData. */
+static void put_tail(FILE *f, const fsc_trace *t, double now) {
+    if (t->dropped)
+        fprintf(f, ",\n{\"name\":\"trace full\",\"cat\":\"trace\",\"ph\":\"i\",\"s\":\"p\",\"ts\":%.3f,\"pid\":%d,"
+                   "\"tid\":0,\"args\":{\"dropped\":%zu,\"max_events\":%zu}}",
+                t->full_at >= 0 ? t->full_at : now, t->rank, t->dropped, t->max);
+    fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"rank\":%d,\"events\":%zu,\"dropped\":%zu,"
+               "\"max_events\":%zu}}\n", t->rank, t->n, t->dropped, t->max);
+}
+
+/* Flush, sync and close f (the file path names in messages); FSC_OK or the first failure. */
+static fsc_status finish_file(FILE *f, const char *path) {
+    int bad = ferror(f);
+    if (fflush(f) != 0) bad = 1;
+    if (!bad && fsync(fileno(f)) != 0 && errno != EINVAL && errno != EROFS) bad = 1;
+    int e = errno;
+    if (fclose(f) != 0) bad = 1, e = errno;
+    return bad ? fsc_error(FSC_ERR_IO, "trace %s: write failed: %s", path, strerror(e)) : FSC_OK;
+}
+
+/* The stream's end: the spans still open (up to now), the tail; later events are kept in memory only. */
+static fsc_status stream_close(fsc_trace *t) {
+    if (!t->out) return FSC_OK;
+    const double now = fsc_trace_now_us() - t->origin;
+    for (int k = 0; k < t->depth; k++)
+        if (t->open[k] >= 0) put_event(t->out, &t->ev[t->open[k]], now - t->ev[t->open[k]].ts, t->rank);
+    put_tail(t->out, t, now);
+    fsc_status s = finish_file(t->out, t->path);
+    t->out = NULL;
+    return s;
+}
+
+fsc_status fsc_trace_write(fsc_trace *t, const char *path) {
     if (!t) return fsc_error(FSC_ERR_INVALID, "fsc_trace_write: no recorder (t is NULL)");
     if (!path || !*path) return fsc_error(FSC_ERR_INVALID, "fsc_trace_write: no path");
+    if (t->out && !strcmp(path, t->path)) return stream_close(t); /* the stream's own file: finished in place */
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 5);
     if (!tmp) return fsc_error(FSC_ERR_NOMEM, "fsc_trace_write: out of memory");
@@ -163,44 +278,12 @@ fsc_status fsc_trace_write(const fsc_trace *t, const char *path) {
         return s;
     }
     const double now = fsc_trace_now_us() - t->origin;
-    fprintf(f, "{\"traceEvents\":[\n");
-    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}},\n",
-            t->rank, t->rank);
-    fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
-            t->rank, t->rank);
-    for (size_t i = 0; i < t->n; i++) {
-        const trace_event *e = &t->ev[i];
-        double dur = e->dur >= 0 ? e->dur : now - e->ts; /* still open: up to now */
-        fprintf(f, ",\n{\"name\":");
-        put_str(f, e->name);
-        fprintf(f, ",\"cat\":");
-        put_str(f, e->cat);
-        fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":0", e->ts, dur < 0 ? 0 : dur, t->rank);
-        if (e->bytes >= 0 || e->group[0]) {
-            fprintf(f, ",\"args\":{");
-            if (e->bytes >= 0) fprintf(f, "\"bytes\":%.0f%s", e->bytes, e->group[0] ? "," : "");
-            if (e->group[0]) {
-                fprintf(f, "\"group\":");
-                put_str(f, e->group);
-            }
-            fputc('}', f);
-        }
-        fputc('}', f);
-    }
-    if (t->dropped)
-        fprintf(f, ",\n{\"name\":\"trace full\",\"cat\":\"trace\",\"ph\":\"i\",\"s\":\"p\",\"ts\":%.3f,\"pid\":%d,"
-                   "\"tid\":0,\"args\":{\"dropped\":%zu,\"max_events\":%zu}}",
-                t->full_at >= 0 ? t->full_at : now, t->rank, t->dropped, t->max);
-    fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"rank\":%d,\"events\":%zu,\"dropped\":%zu,"
-               "\"max_events\":%zu}}\n", t->rank, t->n, t->dropped, t->max);
-    int bad = ferror(f);
-    if (fflush(f) != 0) bad = 1;
-    if (!bad && fsync(fileno(f)) != 0 && errno != EINVAL && errno != EROFS) bad = 1;
-    int e = errno;
-    if (fclose(f) != 0) bad = 1, e = errno;
-    fsc_status s = FSC_OK;
-    if (bad) {
-        s = fsc_error(FSC_ERR_IO, "trace %s: write failed: %s", tmp, strerror(e));
+    put_head(f, t->rank);
+    for (size_t i = 0; i < t->n; i++) /* still open: up to now */
+        put_event(f, &t->ev[i], t->ev[i].dur >= 0 ? t->ev[i].dur : now - t->ev[i].ts, t->rank);
+    put_tail(f, t, now);
+    fsc_status s = finish_file(f, tmp);
+    if (s != FSC_OK) {
         unlink(tmp);
     } else if (rename(tmp, path) != 0) {
         s = fsc_error(FSC_ERR_IO, "trace %s: cannot rename %s into place: %s", path, tmp, strerror(errno));

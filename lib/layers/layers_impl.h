@@ -32,6 +32,10 @@ static inline fsc_status layer_param(fsc_layer **l, const char *name, int64_t d0
 
 /* Llama's MLP width rule (Meta's reference code): 2/3 x 4 x dim rounded up to a multiple of 256. It lives
  * here, below the model (llama.h's fsc_llama_default_ffn returns it), because the Llama block's defaults use it. */
+/* Either embedding of layers.h (positions 1: wte and wpe; 0: the token table alone) over a table of Vp >= V rows
+ * (transformer.c; rows [V, Vp) padding: initialized 0, never looked up). */
+fsc_status layers_embedding(int T, int C, int V, int Vp, int positions, fsc_layer **out);
+
 static inline int layers_llama_ffn(int dim) {
     long long h = 8LL * dim / 3; /* int(2 * 4 * dim / 3) */
     return (int)((h + 255) / 256 * 256);

@@ -45,6 +45,8 @@ static void seq_init(void *ctx, uint64_t seed, int t, size_t first, size_t n, fl
         float *o = out + (r.local - first);
         if (r.n && p && p->init.kind == FSC_INIT_NORMAL) {
             fsc_rng_fill_normal(o, r.n, seed, ti->name, r.full, p->init.mean, p->init.std);
+            for (size_t i = 0; p->init.limit && i < r.n; i++) /* padding rows: 0 */
+                if (r.full + i >= p->init.limit) o[i] = 0.0f;
         } else {
             const float v = p ? p->init.value : 0.0f;
             for (size_t i = 0; i < r.n; i++) o[i] = v;

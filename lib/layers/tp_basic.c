@@ -358,6 +358,11 @@ fsc_status fsc_layer_embedding_opts(const fsc_embedding_opts *o, fsc_layer **out
     FSC_CHECK_ARG(out);
     if (!o || !out || o->T < 1 || o->C < 1 || o->V < 1)
         return fsc_error(FSC_ERR_INVALID, "embedding layer: need options with T, C, V >= 1 and an output");
+    const int Vp = o->Vp ? o->Vp : o->V;
+    if (Vp < o->V) return fsc_error(FSC_ERR_INVALID, "embedding layer: Vp %d is below V %d", Vp, o->V);
+    if ((o->tp || o->sp) && Vp > o->V)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "embedding layer: a padded vocabulary (V %d, Vp %d) is not supported "
+                         "with tensor or sequence parallelism yet", o->V, Vp);
     if (o->tp || o->sp) return fsc_tp_layer_embedding(o, out);
-    return o->positions ? fsc_layer_embedding(o->T, o->C, o->V, out) : fsc_layer_token_embedding(o->T, o->C, o->V, out);
+    return layers_embedding(o->T, o->C, o->V, Vp, o->positions, out);
 }

@@ -49,15 +49,7 @@ static const fsc_layer_ops emb_ops = { .forward = emb_fwd, .backward = emb_bwd, 
 fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out) {
     FSC_CHECK_ARG(out);
     if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "embedding layer: need T, C, V >= 1");
-    FSC_TRY(layer_new(sizeof(embed_layer), "embedding", &emb_ops, out));
-    embed_layer *y = (embed_layer *)*out;
-    y->T = T, y->C = C, y->V = V;
-    y->l.in_bytes = (size_t)T * sizeof(int32_t);
-    y->l.out_floats = (size_t)T * C;
-    FSC_TRY(layer_param(out, "wte.weight", V, C, fsc_init_normal(LAYER_STD)));
-    FSC_TRY(layer_param(out, "wpe.weight", T, C, fsc_init_normal(0.01f)));
-    (*out)->params[0].decay = (*out)->params[1].decay = -1; /* embeddings: no weight decay by default */
-    return FSC_OK;
+    return layers_embedding(T, C, V, V, 1, out);
 }
 
 /* ---- token embedding without positions: the embedding kernel with a zero position table in scratch (the
@@ -88,13 +80,28 @@ static const fsc_layer_ops te_ops = { .work_bytes = te_work, .forward = te_fwd, 
 fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out) {
     FSC_CHECK_ARG(out);
     if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "token embedding layer: need T, C, V >= 1");
-    FSC_TRY(layer_new(sizeof(embed_layer), "token_embedding", &te_ops, out));
+    return layers_embedding(T, C, V, V, 0, out);
+}
+
+/* The token table's initial values: N(0, LAYER_STD) for the V real rows, 0 for padding rows [V, Vp). */
+static fsc_init table_init(int V, int Vp, int C) {
+    fsc_init in = fsc_init_normal(LAYER_STD);
+    if (Vp > V) in.limit = (size_t)V * (size_t)C;
+    return in;
+}
+
+/* Either embedding (positions 1: wte and wpe; 0: the token table alone), its token table of Vp >= V rows. */
+fsc_status layers_embedding(int T, int C, int V, int Vp, int positions, fsc_layer **out) {
+    *out = NULL;
+    FSC_TRY(layer_new(sizeof(embed_layer), positions ? "embedding" : "token_embedding", positions ? &emb_ops : &te_ops,
+                      out));
     embed_layer *y = (embed_layer *)*out;
     y->T = T, y->C = C, y->V = V;
     y->l.in_bytes = (size_t)T * sizeof(int32_t);
     y->l.out_floats = (size_t)T * C;
-    FSC_TRY(layer_param(out, "weight", V, C, fsc_init_normal(LAYER_STD)));
-    (*out)->params[0].decay = -1; /* an embedding: no weight decay by default */
+    FSC_TRY(layer_param(out, positions ? "wte.weight" : "weight", Vp, C, table_init(V, Vp, C)));
+    if (positions) FSC_TRY(layer_param(out, "wpe.weight", T, C, fsc_init_normal(0.01f)));
+    for (int k = 0; k < (*out)->n_params; k++) (*out)->params[k].decay = -1; /* embeddings: no weight decay */
     return FSC_OK;
 }
 
@@ -328,10 +335,13 @@ fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
 
 /* ---- LM head with cross entropy, optionally after a final norm. Record: the logits (N, V), then with a norm
  * its output (N, C) and statistics (rstd, or mean and rstd); scratch: dlogits (N, V), then dnorm (N, C) and the
- * input gradient nobody needs when the head is the model's first layer. ---- */
+ * input gradient nobody needs when the head is the model's first layer. A padded vocabulary (a weight of Vp > V
+ * rows, llm.c's): the products use its first V rows only (a prefix of the table), so the padding is in no logit,
+ * no softmax and no input gradient, its rows' gradient is 0 and the losses are the unpadded head's bit for bit.
+ * (llm.c multiplies all Vp rows, a faster shape on GPUs, and gets the same losses up to rounding.) ---- */
 typedef struct {
     fsc_layer l;
-    int T, C, V;
+    int T, C, V, Vp;
     fsc_head_norm norm;
     float eps;
 } head_layer;
@@ -391,6 +401,9 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     float *dlogits = c->work;
     fsc_xent_rec xr = { .logits = r.logits, .targets = c->target, .N = N, .V = y->V, .ld = y->V };
     FSC_TRY(fsc_xent_backward(c->dev, dlogits, &xr, c->dscale));
+    if (y->Vp > y->V) /* the padding rows' gradient: 0 (the products below write the real rows only) */
+        FSC_TRY(fsc_device_memset(c->dev, c->grad[w] + (size_t)y->V * (size_t)y->C, 0,
+                                  (size_t)(y->Vp - y->V) * (size_t)y->C * sizeof(float)));
     if (y->norm == FSC_HEAD_NORM_NONE) {
         fsc_linear_rec lr = { .inp = in, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
         return fsc_linear_backward(c->dev, dinp, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f, 1.0f);
@@ -424,7 +437,7 @@ static fsc_status hd_check(const fsc_layer *l, const void *host, int B) {
 
 static const float *hd_logits(const fsc_layer *l, const void *rec, int B, int *vocab) {
     (void)B;
-    *vocab = ((const head_layer *)l)->V;
+    *vocab = ((const head_layer *)l)->V; /* a padded head's logits: the real vocabulary's, never the padding */
     return rec; /* the record starts with the logits (hd_parts) */
 }
 
@@ -441,10 +454,15 @@ fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {
         return fsc_error(FSC_ERR_INVALID, "lm head layer: unknown final norm %d", (int)o->norm);
     if (o->norm == FSC_HEAD_NORM_RMSNORM && !(o->eps > 0.0f))
         return fsc_error(FSC_ERR_INVALID, "lm head layer: the RMSNorm's eps must be > 0");
+    const int Vp = o->Vp ? o->Vp : o->V;
+    if (Vp < o->V) return fsc_error(FSC_ERR_INVALID, "lm head layer: Vp %d is below V %d", Vp, o->V);
+    if ((o->tp || o->sp) && Vp > o->V)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "lm head layer: a padded vocabulary (V %d, Vp %d) is not supported "
+                         "with tensor or sequence parallelism yet", o->V, Vp);
     if (o->tp || o->sp) return fsc_tp_layer_lm_head(o, out); /* tp_basic.c */
     FSC_TRY(layer_new(sizeof(head_layer), "lm_head", &hd_ops, out));
     head_layer *y = (head_layer *)*out;
-    y->T = o->T, y->C = o->C, y->V = o->V, y->norm = o->norm;
+    y->T = o->T, y->C = o->C, y->V = o->V, y->Vp = Vp, y->norm = o->norm;
     y->eps = o->norm == FSC_HEAD_NORM_LAYERNORM ? 1e-5f : o->eps;
     y->l.in_bytes = (size_t)o->T * o->C * sizeof(float);
     y->l.out_floats = (size_t)o->T;
@@ -460,7 +478,7 @@ fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {
             FSC_TRY(layer_param(out, name, o->C, 0, fsc_init_const(0.0f)));
         }
     }
-    return layer_param(out, o->head_name ? o->head_name : "weight", o->V, o->C, fsc_init_normal(LAYER_STD));
+    return layer_param(out, o->head_name ? o->head_name : "weight", Vp, o->C, table_init(o->V, Vp, o->C));
 }
 
 fsc_status fsc_layer_lm_head(int T, int C, int V, fsc_layer **out) {

@@ -66,6 +66,9 @@ fsc_status fsc_gpt_config_validate(const fsc_gpt_config *c) {
                          MAX_SEQ);
     if (c->vocab < 1 || c->vocab > MAX_VOCAB)
         return fsc_error(FSC_ERR_INVALID, "gpt config: vocab is %d, must be in [1, %d]", c->vocab, MAX_VOCAB);
+    if (c->padded_vocab && (c->padded_vocab < c->vocab || c->padded_vocab > MAX_VOCAB))
+        return fsc_error(FSC_ERR_INVALID, "gpt config: padded_vocab is %d, must be 0 (none) or in [vocab %d, %d]",
+                         c->padded_vocab, c->vocab, MAX_VOCAB);
     return validate_moe(c);
 }
 
@@ -132,13 +135,14 @@ fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *ou
     FSC_CHECK_ARG(out);
     FSC_TRY(fsc_gpt_config_validate(c));
     int n = fsc_gpt_num_tensors(c), L = c->layers;
-    int64_t C = c->dim, V = c->vocab, T = c->seq;
+    int64_t C = c->dim, V = fsc_gpt_vocab_rows(c), T = c->seq;
     if (i < 0 || i >= n) return fsc_error(FSC_ERR_INVALID, "gpt: tensor index %d out of range [0, %d)", i, n);
     memset(out, 0, sizeof *out);
     out->expert = -1;
     if (i == FSC_P_WTE) {
         snprintf(out->name, sizeof out->name, "wte.weight");
         set_shape(out, 2, V, C);
+        out->file_rows = V > c->vocab ? c->vocab : 0; /* padding rows: not in weights files */
         out->layer = 0;
         out->decay = -1; /* an embedding: no weight decay by default (model.h) */
         out->nusers = 1; /* tied: the head's output projection */
@@ -189,7 +193,7 @@ size_t fsc_gpt_num_params(const fsc_gpt_config *c) {
     size_t C = (size_t)c->dim, L = (size_t)c->layers, M = (size_t)fsc_gpt_num_moe_blocks(c), E = (size_t)c->moe_experts;
     /* an MoE block trades the MLP (8 C^2 + 5 C) for a gate (C E) and E such MLPs */
     size_t moe = M ? M * (C * E + (E - 1) * (8 * C * C + 5 * C)) : 0;
-    return (size_t)c->vocab * C + (size_t)c->seq * C + L * (12 * C * C + 13 * C) + 2 * C + moe;
+    return (size_t)fsc_gpt_vocab_rows(c) * C + (size_t)c->seq * C + L * (12 * C * C + 13 * C) + 2 * C + moe;
 }
 
 /* Parse a decimal without leading zeros below `limit` at *p; -1 if there is none. */
@@ -256,6 +260,12 @@ void fsc_gpt_init_values(const fsc_gpt_config *c, uint64_t seed, int i, size_t f
     float std = 0.02f;
     if (in_block && (k == FSC_B_APROJ_W || k == FSC_B_MPROJ_W)) std = 0.02f / sqrtf(2.0f * (float)c->layers);
     fsc_rng_fill_normal(out, n, seed, p.name, first, 0.0f, std);
+    const size_t real = p.file_rows ? (size_t)p.file_rows * (size_t)p.shape[1] : p.numel; /* padding rows: 0 */
+    for (size_t j = real > first ? real - first : 0; j < n; j++) out[j] = 0.0f;
+}
+
+int fsc_gpt_vocab_rows(const fsc_gpt_config *c) {
+    return !c ? 0 : c->padded_vocab > c->vocab ? c->padded_vocab : c->vocab;
 }
 
 void fsc_gpt_bind_flat(fsc_gpt *m, float *params, float *grads) {

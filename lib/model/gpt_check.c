@@ -18,7 +18,7 @@ static const cJSON *field(const cJSON *o, const char *key) { return cJSON_GetObj
  * Llama's, a sequential model's, a program's own) is text only that model reads, even with a "layers" key. */
 static int gpt_record(const cJSON *mo) {
     static const char *const keys[] = { "layers", "dim", "heads", "seq", "vocab", "moe_experts", "moe_top_k",
-                                        "moe_every", "moe_capacity", "moe_aux" };
+                                        "moe_every", "moe_capacity", "moe_aux", "padded_vocab" };
     if (!field(mo, "layers")) return 0;
     for (const cJSON *x = mo->child; x; x = x->next) {
         int known = 0;
@@ -54,6 +54,7 @@ static fsc_status read_config(const cJSON *mo, fsc_gpt_config *c) {
     FSC_TRY(get_i32(mo, "heads", 1, &c->heads));
     FSC_TRY(get_i32(mo, "seq", 1, &c->seq));
     FSC_TRY(get_i32(mo, "vocab", 1, &c->vocab));
+    if (field(mo, "padded_vocab")) FSC_TRY(get_i32(mo, "padded_vocab", 1, &c->padded_vocab)); /* padded models only */
     if (field(mo, "moe_experts")) { /* written for MoE models only */
         FSC_TRY(get_i32(mo, "moe_experts", 0, &c->moe_experts));
         FSC_TRY(get_i32(mo, "moe_top_k", 0, &c->moe_top_k));

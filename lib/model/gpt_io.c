@@ -61,9 +61,12 @@ static fsc_status check_entries(const fsc_gpt_config *cfg, fsc_st_file *f, const
         if (e->dtype != FSC_F32 && e->dtype != FSC_BF16 && e->dtype != FSC_F16)
             return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects floats (F32, BF16 or F16)",
                              path, p.name, st_dtype_name(e->dtype));
-        int same = e->ndim == p.ndim;
-        for (int d = 0; same && d < p.ndim; d++) same = e->shape[d] == p.shape[d];
-        if (!same) {
+        int same = e->ndim == p.ndim, rows = same && p.file_rows > 0; /* a padded wte: its vocab rows will do */
+        for (int d = 0; d < p.ndim && (same || rows); d++) {
+            same = same && e->shape[d] == p.shape[d];
+            rows = rows && e->shape[d] == (d ? p.shape[d] : p.file_rows);
+        }
+        if (!same && !rows) {
             char have[96], want[96];
             shape_text(have, sizeof have, e->ndim, e->shape);
             shape_text(want, sizeof want, p.ndim, p.shape);
@@ -115,11 +118,13 @@ fsc_status fsc_gpt_save(fsc_gpt *m, const char *path) {
     for (int i = 0; i < m->n_tensors && st == FSC_OK; i++) {
         fsc_param_info p;
         st = fsc_gpt_param_info(&m->cfg, i, &p);
+        if (st == FSC_OK && p.file_rows > 0) p.shape[0] = p.file_rows; /* wte's vocab rows, not its padding */
         if (st == FSC_OK) st = fsc_st_writer_add(w, p.name, FSC_F32, p.ndim, p.shape);
     }
     if (st == FSC_OK) st = fsc_st_writer_begin_data(w);
     for (int i = 0; i < m->n_tensors && st == FSC_OK; i++) {
-        size_t numel = m->info[i].numel;
+        const fsc_param_info *pi = &m->info[i];
+        size_t numel = pi->file_rows > 0 ? (size_t)pi->file_rows * (size_t)pi->shape[1] : pi->numel;
         for (size_t at = 0; at < numel && st == FSC_OK; at += IO_CHUNK) {
             size_t k = numel - at < IO_CHUNK ? numel - at : IO_CHUNK;
             st = fsc_device_download(m->dev, buf, m->param[i] + at, k * sizeof(float));
@@ -145,10 +150,13 @@ fsc_status fsc_gpt_load(fsc_gpt *m, const char *path) {
         st = fsc_error(FSC_ERR_NOMEM, "gpt load: out of host memory for a %zu-byte buffer", IO_CHUNK * 4);
     for (int i = 0; i < m->n_tensors && st == FSC_OK; i++) {
         const fsc_st_entry *e = fsc_st_find_weight(f, m->info[i].name);
-        size_t numel = m->info[i].numel;
+        size_t numel = m->info[i].numel, have = 1;
+        for (int d = 0; d < e->ndim; d++) have *= (size_t)e->shape[d]; /* a padded wte's file: vocab rows */
         for (size_t at = 0; at < numel && st == FSC_OK; at += IO_CHUNK) {
             size_t k = numel - at < IO_CHUNK ? numel - at : IO_CHUNK;
-            st = fsc_st_read_f32(f, e, buf, at, k);
+            size_t r = at >= have ? 0 : have - at < k ? have - at : k;
+            if (r) st = fsc_st_read_f32(f, e, buf, at, r);
+            for (size_t j = r; j < k; j++) buf[j] = 0.0f; /* its padding rows */
             for (size_t j = 0; j < k && st == FSC_OK; j++)
                 if (!isfinite(buf[j]))
                     st = fsc_error(FSC_ERR_NUMERIC, "%s: tensor %s, element %zu, is %s: refusing non-finite weights",

@@ -39,7 +39,7 @@ static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_ac
         return fsc_error(FSC_ERR_INVALID, "gpt acts: offload_inputs needs checkpoint (only checkpointed layer "
                          "inputs are offloaded)");
     double est = (double)o->B * c->seq * ((double)c->heads * c->seq * 3 + (double)c->dim * 16 * (L + 2) +
-                                          (double)c->vocab * 2);
+                                          (double)fsc_gpt_vocab_rows(c) * 2);
     if ((double)o->B * c->seq > 2147483647.0 || (double)o->B * c->heads > 2147483647.0 || est > 1e15)
         return fsc_error(FSC_ERR_INVALID, "gpt acts: B=%d T=%d is too large for this model", o->B, c->seq);
     return S(ctx)->ops->acts_create(S(ctx)->ctx, o, out);
@@ -48,7 +48,7 @@ static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_ac
 /* Bytes of parameters (x param_scale) and of one micro-batch's saved activations, as fsc_balance_by_size. */
 static double g_layer_cost(void *ctx, int l, int B, float param_scale) {
     const fsc_gpt_config *c = &GM(ctx)->g.cfg;
-    const double C = c->dim, V = c->vocab, T = c->seq, N = (double)B * c->seq, ps = param_scale;
+    const double C = c->dim, V = fsc_gpt_vocab_rows(c), T = c->seq, N = (double)B * c->seq, ps = param_scale;
     if (l == 0) return 4.0 * (ps * (V * C + T * C) + N * C);
     if (l == c->layers + 1) return 4.0 * (ps * 2 * C + V * C + N * V + N * C + 3 * N);
     return 4.0 * (ps * (12 * C * C + 13 * C) + (double)fsc_block_saved_floats(B, c->seq, c->dim, c->heads) + N * C);
@@ -62,6 +62,8 @@ static cJSON *config_json(const fsc_gpt_config *c) {
     cJSON_AddNumberToObject(mo, "heads", c->heads);
     cJSON_AddNumberToObject(mo, "seq", c->seq);
     cJSON_AddNumberToObject(mo, "vocab", c->vocab);
+    if (fsc_gpt_vocab_rows(c) > c->vocab) /* padded models only, as MoE's fields */
+        cJSON_AddNumberToObject(mo, "padded_vocab", c->padded_vocab);
     if (c->moe_experts) { /* MoE models only: a dense model's configuration stays as it was */
         cJSON_AddNumberToObject(mo, "moe_experts", c->moe_experts);
         cJSON_AddNumberToObject(mo, "moe_top_k", c->moe_top_k);
@@ -112,8 +114,12 @@ fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *record
     }
     fsc_gpt_config a = { .layers = num(o, "layers"), .dim = num(o, "dim"), .heads = num(o, "heads"),
                          .seq = num(o, "seq"), .vocab = num(o, "vocab"), .moe_experts = num(o, "moe_experts"),
-                         .moe_every = num(o, "moe_every") };
+                         .moe_every = num(o, "moe_every"), .padded_vocab = num(o, "padded_vocab") };
     cJSON_Delete(o);
+    if (fsc_gpt_vocab_rows(&a) != fsc_gpt_vocab_rows(b))
+        return fsc_error(FSC_ERR_INVALID, "written for a model of %d embedding rows (vocab %d, padded_vocab %d); this "
+                         "engine's model has %d (vocab %d, padded_vocab %d)", fsc_gpt_vocab_rows(&a), a.vocab,
+                         a.padded_vocab, fsc_gpt_vocab_rows(b), b->vocab, b->padded_vocab);
     if (a.layers != b->layers || a.dim != b->dim || a.heads != b->heads || a.seq != b->seq || a.vocab != b->vocab)
         return fsc_error(FSC_ERR_INVALID, "written for a model of %d layers, width %d, %d heads, context %d, "
                          "vocab %d; this engine's model has %d, %d, %d, %d, %d", a.layers, a.dim, a.heads, a.seq,
@@ -141,6 +147,7 @@ double fsc_gpt_flops_per_token(const fsc_gpt_config *c) {
     if (!c) return 0;
     const double C = c->dim, T = c->seq;
     double mm = (double)fsc_gpt_num_params(c) - T * C; /* wpe is looked up, not multiplied */
+    mm -= (double)(fsc_gpt_vocab_rows(c) - c->vocab) * C; /* nor are a padded vocabulary's padding rows */
     if (c->moe_experts > c->moe_top_k) /* each token runs top-k of the E experts, each 4C x C twice plus biases */
         mm -= (double)(c->moe_experts - c->moe_top_k) * (8.0 * C * C + 5.0 * C) * fsc_gpt_num_moe_blocks(c);
     return fsc_lm_flops_per_token(mm, c->layers, c->dim, c->seq);
@@ -181,7 +188,8 @@ static fsc_status build_layers(fsc_device *dev, const fsc_gpt_config *c, fsc_com
     fsc_status st = sl && prefix ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "gpt create: out of host memory");
     const fsc_init proj = fsc_init_normal(0.02f / sqrtf(2.0f * (float)L));
     fsc_layer *y = NULL;
-    fsc_embedding_opts eo = { .T = c->seq, .C = c->dim, .V = c->vocab, .positions = 1, .tp = tp, .sp = sp };
+    fsc_embedding_opts eo = { .T = c->seq, .C = c->dim, .V = c->vocab, .Vp = fsc_gpt_vocab_rows(c), .positions = 1,
+                              .tp = tp, .sp = sp };
     if (st == FSC_OK) st = fsc_layer_embedding_opts(&eo, &y);
     if (st == FSC_OK) st = fsc_layer_set_init(y, "wpe.weight", fsc_init_normal(0.02f)); /* the layer's: 0.01 */
     if (st == FSC_OK) sl[0] = (fsc_seq_layer){ .layer = y };
@@ -204,7 +212,8 @@ static fsc_status build_layers(fsc_device *dev, const fsc_gpt_config *c, fsc_com
         if (y) sl[1 + b] = (fsc_seq_layer){ .layer = y, .prefix = prefix[b] };
         y = NULL;
     }
-    fsc_lm_head_opts ho = { .T = c->seq, .C = c->dim, .V = c->vocab, .norm = FSC_HEAD_NORM_LAYERNORM,
+    fsc_lm_head_opts ho = { .T = c->seq, .C = c->dim, .V = c->vocab, .Vp = fsc_gpt_vocab_rows(c),
+                            .norm = FSC_HEAD_NORM_LAYERNORM,
                             .norm_name = "ln_f.", .tp = tp, .sp = sp };
     if (st == FSC_OK) st = fsc_layer_lm_head_opts(&ho, &y);
     if (st == FSC_OK)
@@ -257,6 +266,9 @@ fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, f
     if (tp && cfg->moe_experts > 0)
         return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a GPT with MoE blocks (moe_experts %d) is not "
                          "supported with tensor parallelism yet", cfg->moe_experts);
+    if (tp && fsc_gpt_vocab_rows(cfg) > cfg->vocab)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a padded vocabulary (vocab %d, padded_vocab %d) is "
+                         "not supported with tensor parallelism yet", cfg->vocab, cfg->padded_vocab);
     gpt_model *gm = calloc(1, sizeof *gm);
     if (!gm) return fsc_error(FSC_ERR_NOMEM, "gpt model: out of host memory");
     fsc_status st = build_layers(dev, cfg, tp, sp, &gm->w.seq);
@@ -269,6 +281,8 @@ fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, f
     gm->w.name = "gpt";
     /* GPT2LMHeadModel's copy of the tied head (fsc_gpt_param_info's alias; the layers name no other file) */
     snprintf(((fsc_param_info *)q->info)[FSC_P_WTE].alias, sizeof q->info[FSC_P_WTE].alias, "lm_head.weight");
+    if (fsc_gpt_vocab_rows(cfg) > cfg->vocab) /* weights files hold the real vocabulary's rows (gpt.h) */
+        ((fsc_param_info *)q->info)[FSC_P_WTE].file_rows = cfg->vocab;
     seq_wrap_bind(&gm->w, cfg->moe_experts ? &moe_ops : &dense_ops);
     gm->g = (fsc_gpt){ .cfg = *cfg, .dev = dev, .n_tensors = q->n_tensors, .info = (fsc_param_info *)q->info,
                        .param = q->param, .grad = q->grad, .dwte_head = q->tied_grad[FSC_P_WTE], .model = &gm->w.m };

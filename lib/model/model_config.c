@@ -43,6 +43,7 @@ static fsc_status make_gpt(fsc_device *dev, const cJSON *o, fsc_model **out) {
     FSC_TRY(get_int(o, "heads", 1, 0, 0, &c.heads));
     FSC_TRY(get_int(o, "seq", 1, 0, 0, &c.seq));
     FSC_TRY(get_int(o, "vocab", 1, 0, 0, &c.vocab));
+    FSC_TRY(get_int(o, "padded_vocab", 0, 1, 0, &c.padded_vocab));
     FSC_TRY(get_int(o, "moe_experts", 0, 1, 0, &c.moe_experts));
     FSC_TRY(get_int(o, "moe_top_k", 0, 1, 0, &c.moe_top_k));
     FSC_TRY(get_int(o, "moe_every", 0, 1, 0, &c.moe_every));

@@ -95,8 +95,22 @@ fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t
     return s;
 }
 
+size_t fsc_engine_file_numel(const fsc_param_info *p) {
+    return p->file_rows > 0 && p->file_rows < p->shape[0] ? (size_t)p->file_rows * (p->numel / (size_t)p->shape[0])
+                                                          : p->numel;
+}
+
+fsc_status fsc_engine_read_f32(fsc_st_file *f, const fsc_st_entry *en, float *dst, size_t first, size_t n) {
+    size_t have = 1;
+    for (int d = 0; d < en->ndim; d++) have *= (size_t)en->shape[d];
+    const size_t k = first >= have ? 0 : have - first < n ? have - first : n;
+    if (k) FSC_TRY(fsc_st_read_f32(f, en, dst, first, k));
+    memset(dst + k, 0, (n - k) * sizeof(float)); /* padding rows the file does not hold */
+    return FSC_OK;
+}
+
 fsc_status fsc_engine_write_tensor(fsc_engine *e, fsc_st_writer *w, int i, const float *src) {
-    size_t n = e->m->info[i].numel;
+    size_t n = fsc_engine_file_numel(&e->m->info[i]);
     float *h = malloc(n * sizeof(float));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory writing %s", e->m->info[i].name);
     fsc_status s = fsc_device_download(e->dev, h, src, n * sizeof(float));
@@ -111,7 +125,7 @@ fsc_status fsc_engine_read_tensor(fsc_engine *e, fsc_st_file *f, int i, size_t f
     if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", name);
     float *h = malloc(n * sizeof(float));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory reading %s", name);
-    fsc_status s = fsc_st_read_f32(f, en, h, first, n);
+    fsc_status s = fsc_engine_read_f32(f, en, h, first, n);
     if (s == FSC_OK) s = fsc_device_upload(e->dev, dst, h, n * sizeof(float));
     free(h);
     return s;
@@ -184,11 +198,51 @@ fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n) {
     return FSC_OK;
 }
 
+/* Layer l's name in a trace: the dotted prefix its own tensors' names share ("h.3", "model.layers.3", "ln_f"),
+ * else their first names joined by '+' ("wte+wpe"), else "layer l" (a layer owning no tensor). */
+static void layer_label(const fsc_model *m, int l, char *buf, size_t cap) {
+    const char *first = NULL;
+    size_t n = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        if (m->info[i].layer != l) continue;
+        const char *nm = m->info[i].name;
+        if (!first) first = nm, n = strlen(nm);
+        size_t k = 0;
+        while (k < n && nm[k] == first[k]) k++;
+        n = k;
+    }
+    while (first && n > 0 && first[n] != '.') n--; /* whole components only */
+    if (!first) {
+        snprintf(buf, cap, "layer %d", l);
+        return;
+    }
+    if (n > 0) {
+        snprintf(buf, cap, "%.*s", (int)n, first);
+        return;
+    }
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < m->n_tensors && at < cap; i++) {
+        if (m->info[i].layer != l) continue;
+        const char *nm = m->info[i].name, *dot = strchr(nm, '.');
+        at += (size_t)snprintf(buf + at, cap - at, "%s%.*s", at ? "+" : "", dot ? (int)(dot - nm) : (int)strlen(nm), nm);
+    }
+}
+
+/* A layer's span: "forward h.3" with the layer's index as its argument. */
+static void layer_span(fsc_engine *e, const char *pass, int l) {
+    if (!e->trace) return;
+    char label[40];
+    layer_label(e->m, l, label, sizeof label);
+    fsc_trace_begin(e->trace, "layer", "%s %s", pass, label);
+    fsc_trace_arg(e->trace, "layer", l);
+}
+
 /* hooks: route the model's layer callbacks to the strategy; with a trace, each layer's forward and backward is a
  * span around the strategy's hooks (an FSDP gather or a gradient reduction nests inside its layer's span) */
 static fsc_status hook_pre_fwd(void *ctx, int l) {
     fsc_engine *e = ctx;
-    fsc_trace_begin(e->trace, "layer", "forward %d", l);
+    layer_span(e, "forward", l);
     return e->st->pre_forward ? e->st->pre_forward(e, l) : FSC_OK;
 }
 fsc_status fsc_engine_post_forward(fsc_engine *e, int l) {
@@ -199,7 +253,7 @@ fsc_status fsc_engine_post_forward(fsc_engine *e, int l) {
 static fsc_status hook_post_fwd(void *ctx, int l) { return fsc_engine_post_forward(ctx, l); }
 static fsc_status hook_pre_bwd(void *ctx, int l) {
     fsc_engine *e = ctx;
-    fsc_trace_begin(e->trace, "layer", "backward %d", l);
+    layer_span(e, "backward", l);
     return e->st->pre_backward ? e->st->pre_backward(e, l) : FSC_OK;
 }
 static fsc_status hook_post_bwd(void *ctx, int l) {
@@ -619,7 +673,8 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     FSC_CHECK_ARG(inputs);
     FSC_CHECK_ARG(targets);
     fsc_trace *tr = e->trace; /* one span per step, closed on every return */
-    fsc_trace_begin(tr, "step", "step %lld", (long long)fsc_optim_steps(e->opt) + 1);
+    fsc_trace_begin(tr, "step", "step");
+    fsc_trace_arg(tr, "step", (double)fsc_optim_steps(e->opt) + 1);
     fsc_status s = step_model(e, inputs, targets, local_batch, global_batch, info);
     fsc_trace_end(tr);
     return s;
@@ -856,7 +911,7 @@ static fsc_status write_from_full(fsc_engine *e, fsc_st_writer *w) {
     fsc_status s = fsc_engine_full_params(e, host);
     size_t off = 0;
     for (int i = 0; i < e->m->n_tensors && s == FSC_OK && w; off += fsc_engine_full_info(e, i)->numel, i++)
-        s = fsc_st_writer_write_f32(w, i, host + off, 0, fsc_engine_full_info(e, i)->numel);
+        s = fsc_st_writer_write_f32(w, i, host + off, 0, fsc_engine_file_numel(fsc_engine_full_info(e, i)));
     free(host);
     return s;
 }
@@ -904,7 +959,10 @@ static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt) {
         free(cfg);
         for (int i = 0; s == FSC_OK && i < e->m->n_tensors; i++) {
             const fsc_param_info *pi = fsc_engine_full_info(e, i);
-            s = fsc_st_writer_add(w, pi->name, dt, pi->ndim, pi->shape);
+            int64_t shape[4];
+            memcpy(shape, pi->shape, sizeof shape);
+            if (fsc_engine_file_numel(pi) < pi->numel) shape[0] = pi->file_rows; /* Hugging Face's: no padding */
+            s = fsc_st_writer_add(w, pi->name, dt, pi->ndim, shape);
         }
         if (s == FSC_OK) s = fsc_st_writer_begin_data(w);
     }
@@ -930,14 +988,17 @@ static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char 
         if (en->dtype != FSC_F32 && en->dtype != FSC_BF16 && en->dtype != FSC_F16)
             return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects floats (F32, BF16 or F16)",
                              path, p->name, fsc_dtype_name(en->dtype));
-        int same = en->ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) same = en->shape[d] == p->shape[d];
-        if (!same) {
+        int same = en->ndim == p->ndim, rows = same && fsc_engine_file_numel(p) < p->numel; /* rows: V, not Vp */
+        for (int d = 0; d < p->ndim && (same || rows); d++) {
+            same = same && en->shape[d] == p->shape[d];
+            rows = rows && en->shape[d] == (d ? p->shape[d] : p->file_rows);
+        }
+        if (!same && !rows) {
             char have[96], want[96];
             fsc_shape_str(have, sizeof have, en->ndim, en->shape);
             fsc_shape_str(want, sizeof want, p->ndim, p->shape);
-            return fsc_error(FSC_ERR_FORMAT, "%s: %s has shape %s but the model expects %s", path, p->name, have,
-                             want);
+            return fsc_error(FSC_ERR_FORMAT, "%s: %s has shape %s but the model expects %s%s", path, p->name, have,
+                             want, fsc_engine_file_numel(p) < p->numel ? " (or its unpadded rows)" : "");
         }
         if (p->alias[0]) FSC_TRY(fsc_st_check_copy(f, p->name, p->alias, path));
     }

@@ -151,6 +151,11 @@ void fsc_engine_held_range(const fsc_engine *e, int *t0, int *t1);
  * parameter vector (crossing tensor boundaries as needed), through a bounded host buffer. */
 fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t n);
 /* Write tensor i (e->m->info[i].numel floats at device src) into w, through a host buffer. */
+/* Elements of tensor p a weights file holds: numel, or its file_rows rows (model.h: a padded vocabulary). */
+size_t fsc_engine_file_numel(const fsc_param_info *p);
+/* Elements [first, first + n) of entry en as float32 (fsc_st_read_f32), those past the entry's end 0 (the padding
+ * rows of a tensor whose file holds file_rows rows). */
+fsc_status fsc_engine_read_f32(fsc_st_file *f, const fsc_st_entry *en, float *dst, size_t first, size_t n);
 fsc_status fsc_engine_write_tensor(fsc_engine *e, fsc_st_writer *w, int i, const float *src);
 /* Read elements [first, first+n) of tensor i from a weights file into device dst, through a host buffer. */
 fsc_status fsc_engine_read_tensor(fsc_engine *e, fsc_st_file *f, int i, size_t first, size_t n, float *dst);

@@ -635,7 +635,7 @@ static fsc_status fsdp_load_full(fsc_engine *e, fsc_st_file *f) {
             /* offload all: the host master, read in place (found and converted as fsc_engine_read_tensor does) */
             const fsc_st_entry *en = fsc_st_find_weight(f, pi->name);
             if (!en) return fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", pi->name);
-            FSC_TRY(fsc_st_read_f32(f, en, U->master + (a - first), a - lo, b - a));
+            FSC_TRY(fsc_engine_read_f32(f, en, U->master + (a - first), a - lo, b - a));
         }
     }
     return FSC_OK;

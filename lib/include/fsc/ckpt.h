@@ -85,7 +85,7 @@ fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *ste
  * progress (report says so; *left is 0). FSC_ERR_IO only when dir cannot be listed. */
 fsc_status fsc_ckpt_clean(const char *dir, int *left, char *report, size_t cap);
 /* Write dir/name (len bytes; dir is created if absent, one level) as checkpoints are written: a temporary,
- * fsync, rename, fsync of dir. For files that travel with the checkpoints (the trainer's config.json); name is
+ * fsync, rename, fsync of dir. For files that travel with the checkpoints (the trainer's train_config.json); name is
  * a plain name, not step-*. Not collective: call it on one rank. */
 fsc_status fsc_ckpt_write_file(const char *dir, const char *name, const void *data, size_t len);
 /* Collective: rank 0 removes leftover temporary directories (what fsc_ckpt_clean leaves is skipped), then

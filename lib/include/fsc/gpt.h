@@ -48,6 +48,12 @@ typedef struct {
     int moe_every;           /* N: blocks N-1, 2N-1, ... are MoE blocks; 0: 1 (every block) */
     float moe_capacity;      /* capacity factor; 0: 1.0 */
     float moe_aux;           /* coefficient of the load-balancing loss in the objective (0: not trained) */
+    /* Vocabulary padding as llm.c's (GPT-2: vocab 50257, padded_vocab 50304): wte has padded_vocab rows; rows
+     * vocab .. padded_vocab-1 start at 0 and are never looked up nor in the logits (the head multiplies the first
+     * vocab rows: the loss and the sampler see vocab columns), so their gradients are 0 and they stay 0 (AdamW's
+     * decay of 0 is 0); the losses are the unpadded model's bit for bit. Weights files hold vocab rows (file_rows,
+     * model.h); a file of either loads. 0 or vocab: none. Not with tensor parallelism yet. */
+    int padded_vocab;
 } fsc_gpt_config;
 /* GPT-2 small, the HF GPT2Config defaults: 12 layers, width 768, 12 heads, context 1024, vocabulary
  * 50257; dense (no experts). */
@@ -66,6 +72,7 @@ enum {
 /* Clear error for impossible configurations (dim % heads, sizes <= 0, ...). */
 fsc_status fsc_gpt_config_validate(const fsc_gpt_config *c);
 int fsc_gpt_num_tensors(const fsc_gpt_config *c);            /* 2 + 12 L + 2 for a dense GPT */
+int fsc_gpt_vocab_rows(const fsc_gpt_config *c);             /* wte's rows: padded_vocab, else vocab (0: NULL) */
 fsc_status fsc_gpt_param_info(const fsc_gpt_config *c, int i, fsc_param_info *out);
 size_t fsc_gpt_num_params(const fsc_gpt_config *c);           /* total elements */
 int fsc_gpt_param_index(const fsc_gpt_config *c, const char *name); /* -1 if unknown (or NULL) */
@@ -77,12 +84,13 @@ int fsc_gpt_block_num_tensors(const fsc_gpt_config *c, int b);
 /* MoE blocks of the model. */
 int fsc_gpt_num_moe_blocks(const fsc_gpt_config *c);
 /* Training FLOPs per token (forward and backward; model.h's fsc_lm_flops_per_token): the parameters that multiply
- * are all but the position embedding, with experts only the top-k experts of each MoE block. */
+ * are all but the position embedding (and a padded vocabulary's padding rows), with experts only the top-k experts
+ * of each MoE block. */
 double fsc_gpt_flops_per_token(const fsc_gpt_config *c);
 
 /* Initial values of elements [first, first+n) of tensor i, from the keyed RNG (seed, name, index):
  * weights N(0, 0.02), residual projections (attn.c_proj, mlp.c_proj, mlp.experts.{e}.c_proj) N(0, 0.02/sqrt(2L)),
- * biases 0, LayerNorm weights 1. Host memory. */
+ * biases 0, LayerNorm weights 1, wte's padding rows 0 (its other rows as an unpadded GPT's). Host memory. */
 void fsc_gpt_init_values(const fsc_gpt_config *c, uint64_t seed, int i, size_t first, size_t n, float *out);
 
 typedef struct fsc_gpt {

@@ -30,6 +30,7 @@ typedef struct {
     fsc_init_kind kind;
     float mean, std;   /* FSC_INIT_NORMAL */
     float value;       /* FSC_INIT_CONST */
+    size_t limit;      /* FSC_INIT_NORMAL: elements at or past it are 0 (a padded vocabulary's rows); 0: none */
 } fsc_init;
 
 /* One parameter of a layer. A tensor-parallel layer's parameter may be this rank's slice of a full tensor
@@ -209,6 +210,8 @@ typedef struct {
     int T, C, V, positions;
     fsc_comm *tp;
     int sp;
+    int Vp;   /* the token table's rows, >= V (0: V): rows [V, Vp) are padding (gpt.h's padded_vocab), initialized
+               * 0 and never looked up; not with tp or sp */
 } fsc_embedding_opts;
 fsc_status fsc_layer_embedding_opts(const fsc_embedding_opts *o, fsc_layer **out);
 /* A pre-norm transformer block, out = h + mlp(norm2(h)) with h = in + attn(norm1(in)), over T rows of width C:
@@ -260,6 +263,9 @@ typedef struct {
     fsc_comm *tp;           /* NULL: none; else the vocabulary split (V divides by the group size): this rank's
                              * logits only, tp.h's vocab-parallel cross entropy; the norm replicated */
     int sp;                 /* sequence parallelism (needs tp; T divides by the group size) */
+    int Vp;                 /* the weight's rows, >= V (0: V): llm.c's padded vocabulary. Its first V rows make the
+                             * logits (V columns: the loss and a sampler never see the padding), the padding rows'
+                             * gradient is 0; not with tp or sp */
 } fsc_lm_head_opts;
 fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out);
 /* out = [in +] moe(in): a mixture-of-experts MLP (moe.h) over `rows` rows of width C per sample, E GELU experts

@@ -73,6 +73,9 @@ typedef struct {
     int tp_rank, tp_size;/* this rank's place in the tensor group the model was built on (0, 0 or 1: none) */
     int64_t full_shape[4]; /* the full tensor (split tensors; unsplit: all 0 or equal to shape) */
     size_t full_numel;   /* elements of the full tensor (0 for an unsplit tensor: numel) */
+    /* Rows a weights file holds, when fewer than shape[0] (0: all): the rest are padding (a padded vocabulary's
+     * rows, llm.c's), saved out and loaded as zeros from a file of file_rows rows (or loaded from one of all). */
+    int64_t file_rows;
 } fsc_param_info;
 
 /* A run of a slice: local elements [local, local + n) are the full tensor's elements [full, full + n). */

@@ -6,9 +6,14 @@
  *   fsc_engine_set_trace(e, t);          each layer's forward and backward, the step, the optimizer, checkpoints
  *   ... train ...
  *   fsc_trace_write(t, "trace/rank0.json");  fsc_trace_free(t);
+ * With opts.path the recorder also streams to that file as it goes: each span is written when it ends, and the
+ * file is flushed whenever no span is open (after each step), so a run killed midway keeps the spans it finished
+ * (a file without its closing "]" line that tools/trace_merge reads); fsc_trace_write to the same path, or
+ * fsc_trace_free, writes the spans still open and the end of the file.
  * Events are spans ("X" events: a start and a duration, in microseconds) with a category ("layer", "comm",
  * "wait", "step", "optim", "ckpt" or the caller's), a name, and for collectives the bytes (comm.h's count: what
- * a ring algorithm sends per rank) and the group's name. Spans nest: begin/end pairs on one rank form a stack.
+ * a ring algorithm sends per rank) and the group's name; a span may carry one numeric argument of the caller's
+ * (fsc_trace_arg: the engine's "step" and "layer"). Spans nest: begin/end pairs on one rank form a stack.
  * A collective's span lasts from the call to its return, so it includes the time spent waiting for the other
  * ranks of the group to arrive; barriers are recorded in the "wait" category. An asynchronous collective
  * (fsc_comm_i<op>) is recorded when it is waited for, its span the wait alone (what was not overlapped).
@@ -33,12 +38,14 @@ typedef struct {
     size_t max_events; /* events kept at most (0: FSC_TRACE_DEFAULT_EVENTS) */
     double origin_us;  /* timestamps count from this fsc_trace_now_us() value (0: the recorder's creation); give
                         * every rank of a run the same origin to line their files up */
+    const char *path;  /* NULL: events in memory only; else also streamed to this file (replaced), see above */
 } fsc_trace_opts;
 
 #define FSC_TRACE_DEFAULT_EVENTS ((size_t)1 << 18)
 #define FSC_TRACE_MAX_DEPTH 32 /* nesting depth; deeper spans are counted as dropped */
 
-/* The defaults: rank 0, FSC_TRACE_DEFAULT_EVENTS, origin at creation. */
+/* The defaults: rank 0, FSC_TRACE_DEFAULT_EVENTS, origin at creation, no stream. A stream's file that cannot be
+ * created is refused (FSC_ERR_IO naming it). */
 fsc_trace_opts fsc_trace_opts_default(void);
 fsc_status fsc_trace_create(const fsc_trace_opts *o, fsc_trace **out);
 void fsc_trace_free(fsc_trace *t);
@@ -53,6 +60,9 @@ void fsc_trace_begin(fsc_trace *t, const char *cat, const char *fmt, ...)
 #endif
     ;
 void fsc_trace_end(fsc_trace *t);
+/* A numeric argument of the innermost open span (its "args": {key: value}; key at most 15 characters kept; a
+ * second call replaces the first); nothing when no span is open. */
+void fsc_trace_arg(fsc_trace *t, const char *key, double value);
 /* A finished span from start_us (fsc_trace_now_us) to now, with the bytes it moved and the group it ran on
  * (group may be NULL): what the communicator records for each collective. */
 void fsc_trace_span(fsc_trace *t, const char *cat, const char *name, double start_us, double bytes,
@@ -65,8 +75,10 @@ size_t fsc_trace_dropped(const fsc_trace *t);
 size_t fsc_trace_capacity(const fsc_trace *t);
 
 /* Write the events as one JSON object {"traceEvents": [...], ...} to path (replaced if it exists; written to
- * path.tmp, then renamed, so a reader never sees half a file). Spans still open are written up to now. */
-fsc_status fsc_trace_write(const fsc_trace *t, const char *path);
+ * path.tmp, then renamed, so a reader never sees half a file). Spans still open are written up to now. When path
+ * is the recorder's stream (opts.path), the stream is finished in place instead: the spans still open, the end of
+ * the file; later events are kept in memory only. */
+fsc_status fsc_trace_write(fsc_trace *t, const char *path);
 
 FSC_END_DECLS
 

@@ -58,6 +58,37 @@ static void test_plan_equals_trainer(void **st) {
     check_against_trainer(SMALL " --world 2 --parallel ddp --moe-experts 4 --moe-top-k 2 --ep 2", 0);
 }
 
+/* fsc-train --plan: its --json's "predicted" per_rank (host_per_rank with offload) equal the same run's measured
+ * ones, byte for byte and tag by tag; the table is printed before the first step. */
+static void check_trainer_plan(const char *args, int host) {
+    char *targs = prog_fmt("%s --steps 1 --peak-tflops 1 --plan", args);
+    cJSON *t = prog_json(trainer, tmpdir, "", targs);
+    const cJSON *p = cJSON_GetObjectItem(t, "predicted");
+    if (!p) fail_msg("%s: no \"predicted\" object", targs);
+    same_array(p, t, "per_rank", targs);
+    if (host) same_array(p, t, "host_per_rank", targs);
+    cJSON_Delete(t);
+    free(targs);
+}
+
+static void test_trainer_plan(void **st) {
+    (void)st;
+    check_trainer_plan(SMALL " --world 2 --parallel zero2 --offload optim", 1);
+    check_trainer_plan(SMALL " --world 4 --pp 2 --parallel pipe --accum 2 --schedule 1f1b", 0);
+    check_trainer_plan("--model llama " SMALL " --kv-heads 2 --world 4 --tp 2 --parallel fsdp --sequence-parallel", 0);
+    char *out = NULL;
+    assert_int_equal(prog_run(trainer, SMALL " --steps 1 --plan --world 2 --parallel fsdp", tmpdir, &out, NULL), 0);
+    const char *table = strstr(out, "predicted per rank (--plan):"), *step = strstr(out, "step    1/1");
+    assert_non_null(table);
+    assert_non_null(step);
+    assert_true(table < step);
+    assert_non_null(strstr(table, "0-1 "));
+    free(out);
+    cJSON *t = prog_json(trainer, tmpdir, SMALL, "--steps 1");
+    assert_null(cJSON_GetObjectItem(t, "predicted")); /* only with --plan */
+    cJSON_Delete(t);
+}
+
 /* Llama 3 8B's shape at 8 ranks: a plan of hundreds of GiB per rank in a process of a few tens of MiB. */
 static void test_plan_large_model_small_process(void **st) {
     (void)st;
@@ -136,6 +167,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_plan_tool_usage),
         cmocka_unit_test(test_plan_equals_trainer),
         cmocka_unit_test(test_plan_memory_budget),
+        cmocka_unit_test(test_trainer_plan),
         cmocka_unit_test(test_plan_large_model_small_process),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "train.h"
 #include "../train_log.h"
+#include "../plan_print.h"
 
 /* --json: the learning rate of every step and the validation losses (null for steps not run here or not
  * validated after). */
@@ -175,6 +176,7 @@ void print_json(const run_state *st, const ddp_check *chk) {
         for (int op = 0; op < FSC_OP_COUNT; op++) b += st->groups[k].bytes[op];
         cJSON_AddNumberToObject(g, fsc_group_kind_name((fsc_group_kind)k), c->steps ? b / c->steps : 0);
     }
+    if (st->plan) plan_json_fields(cJSON_AddObjectToObject(root, "predicted"), st->plan, c->world); /* --plan */
     if (st->pstats) cJSON_AddItemToObject(root, "pipeline", pipeline_object(st));
     if (c->moe_experts) cJSON_AddItemToObject(root, "moe", moe_object(st));
     if (chk->done) {

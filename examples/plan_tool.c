@@ -3,8 +3,10 @@
  * ledger's peak bytes per tag that fsc-train --steps 1 would report (its --json per_rank), found by running the
  * engine's setup and one step on the counting device (fsc/plan.h): nothing is allocated beyond a few
  * kilobytes per rank, so a Llama 3 8B on 8 ranks answers in seconds on a laptop. --json prints fsc-train's
- * peak_bytes, per_rank, host_peak_bytes and host_per_rank fields.
- * Not here: step time, the search over layouts (docs/planning.md says what remains). */
+ * peak_bytes, per_rank, host_peak_bytes and host_per_rank fields. Then the predicted step time (fsc_plan_time) at
+ * a rank's rates (given, or this machine's cpu device calibrated and shared among simulated ranks) over
+ * fsc-train's simulated network (--sim-bandwidth, --sim-latency).
+ * Not here: the search over layouts (docs/planning.md says what remains). */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -17,8 +19,8 @@
 typedef struct {
     int model, layers, dim, heads, seq, vocab, kv_heads, ffn;
     int batch, optimizer, world, parallel, shard, precision, accum, pp, tp, sequence_parallel, schedule;
-    int pipe_ckpt, offload, prefetch, moe_experts, moe_top_k, moe_every, ep, json;
-    float momentum, clip, moe_capacity;
+    int pipe_ckpt, offload, prefetch, moe_experts, moe_top_k, moe_every, ep, json, threads;
+    float momentum, clip, moe_capacity, tflops, mem_bandwidth, sim_bandwidth, sim_latency;
     const char *wrap, *memory;
 } plan_config;
 
@@ -64,7 +66,12 @@ static const option options[] = {
     {"moe-capacity", "F", "1.25", "capacity factor", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
     {"ep", "G", "1", "expert-parallel ranks", K_INT, F(ep), 1, 1024, NULL},
     {"memory", "SIZE", NULL, "device memory of a rank (80GiB, 141GB, 8e10; suffixes B, KB, MB, GB, TB powers of 1000, KiB, MiB, GiB, TiB of 1024): say which ranks' peaks exceed it", K_STR, F(memory), 0, 0, NULL},
-    {"json", NULL, NULL, "print one JSON line: peak_bytes (rank 0), per_rank, and with offload host_peak_bytes, host_per_rank", K_FLAG, F(json), 0, 0, NULL},
+    {"tflops", "X", "0", "a rank's matrix-product rate in TFLOP/s for the step time (0: this machine's cpu device, calibrated, its cores shared by the simulated ranks)", K_FLOAT, F(tflops), 0, 1e9, NULL},
+    {"mem-bandwidth", "GBPS", "0", "a rank's memory bandwidth in GB/s (0: this machine's, calibrated, shared as --tflops 0)", K_FLOAT, F(mem_bandwidth), 0, 1e9, NULL},
+    {"threads", "N", "0", "BLAS threads per rank when calibrating (0: fsc-train's default, 1 with several ranks)", K_INT, F(threads), 0, 1024, NULL},
+    {"sim-bandwidth", "GBPS", "0", "the network: every link's bandwidth in GB/s, as fsc-train's simulated ranks take it (0: free)", K_FLOAT, F(sim_bandwidth), 0, 1e9, NULL},
+    {"sim-latency", "US", "0", "the network: every link's latency in microseconds (0: none)", K_FLOAT, F(sim_latency), 0, 1e9, NULL},
+    {"json", NULL, NULL, "print one JSON line: peak_bytes (rank 0), per_rank, and with offload host_peak_bytes, host_per_rank; ms_per_step, compute_ms, comm_ms, rates", K_FLAG, F(json), 0, 0, NULL},
 };
 #undef F
 #define NOPT ((int)(sizeof options / sizeof options[0]))
@@ -245,6 +252,16 @@ int main(int argc, char **argv) {
     fsc_plan_rank *r = calloc((size_t)c.world, sizeof *r);
     if (!r) return fprintf(stderr, "%s: out of memory\n", prog), 1;
     fsc_status s = fsc_plan_memory(&job, r);
+    fsc_plan_rates rt = {.flops_per_s = c.tflops * 1e12, .bytes_per_s = c.mem_bandwidth * 1e9,
+                         .net_bytes_per_s = c.sim_bandwidth * 1e9, .net_latency_s = c.sim_latency * 1e-6};
+    fsc_plan_step step = {0};
+    if (s == FSC_OK && !(c.tflops > 0 && c.mem_bandwidth > 0)) {
+        fsc_plan_rates cal;
+        s = plan_sim_rates(c.world, c.threads, c.sim_bandwidth, c.sim_latency, &cal);
+        if (!(c.tflops > 0)) rt.flops_per_s = cal.flops_per_s;
+        if (!(c.mem_bandwidth > 0)) rt.bytes_per_s = cal.bytes_per_s;
+    }
+    if (s == FSC_OK) s = fsc_plan_time(&job, r, &rt, &step);
     int rc = 0;
     if (s != FSC_OK) {
         fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
@@ -252,6 +269,7 @@ int main(int argc, char **argv) {
     } else if (c.json) {
         cJSON *root = cJSON_CreateObject();
         plan_json_fields(root, r, c.world);
+        plan_time_fields(root, &step, &rt);
         if (memory > 0) {
             cJSON_AddNumberToObject(root, "memory_bytes", memory);
             cJSON_AddBoolToObject(root, "fits", plan_over(r, c.world, memory, NULL, 0) == 0);
@@ -267,6 +285,7 @@ int main(int argc, char **argv) {
         free(text);
     } else {
         plan_print_table(stdout, r, c.world);
+        plan_print_time(stdout, &step, &rt, c.prefetch);
         char over[256];
         int n = memory > 0 ? plan_over(r, c.world, memory, over, sizeof over) : 0;
         if (memory > 0 && n) printf("does not fit in %s: %d rank%s over (%s)\n", c.memory, n, n == 1 ? "" : "s", over);

@@ -6,6 +6,7 @@
  * message naming them. */
 #include <cjson/cJSON.h>
 #include <libgen.h>
+#include <math.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -67,6 +68,7 @@ static void check_trainer_plan(const char *args, int host) {
     if (!p) fail_msg("%s: no \"predicted\" object", targs);
     same_array(p, t, "per_rank", targs);
     if (host) same_array(p, t, "host_per_rank", targs);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(p, "ms_per_step")) > 0); /* and the step time */
     cJSON_Delete(t);
     free(targs);
 }
@@ -87,6 +89,30 @@ static void test_trainer_plan(void **st) {
     cJSON *t = prog_json(trainer, tmpdir, SMALL, "--steps 1");
     assert_null(cJSON_GetObjectItem(t, "predicted")); /* only with --plan */
     cJSON_Delete(t);
+}
+
+/* The step time at given rates: twice the device's rates halve the compute; the network's time is the same;
+ * the rates are those given. */
+static void test_plan_time_rates(void **st) {
+    (void)st;
+    const char *net = "--world 2 --parallel fsdp --sim-bandwidth 0.5 --sim-latency 20";
+    char *a1 = prog_fmt("%s --tflops 0.1 --mem-bandwidth 10", net), *a2 = prog_fmt("%s --tflops 0.2 --mem-bandwidth 20", net);
+    cJSON *j1 = prog_json(planner, tmpdir, SMALL, a1), *j2 = prog_json(planner, tmpdir, SMALL, a2);
+    const double c1 = cJSON_GetNumberValue(cJSON_GetObjectItem(j1, "compute_ms"));
+    const double c2 = cJSON_GetNumberValue(cJSON_GetObjectItem(j2, "compute_ms"));
+    assert_true(c1 > 0 && fabs(c1 - 2 * c2) <= 1e-9 * c1);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j1, "comm_ms")) > 0);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j1, "comm_ms")) ==
+                cJSON_GetNumberValue(cJSON_GetObjectItem(j2, "comm_ms")));
+    const cJSON *r = cJSON_GetObjectItem(j1, "rates");
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "tflops")) - 0.1) < 1e-7); /* a float option */
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "net_latency_us")) - 20) < 1e-5);
+    cJSON_Delete(j1);
+    cJSON_Delete(j2);
+    free(a1);
+    free(a2);
+    prog_refused(planner, "--tflops -1", tmpdir, 2, "--tflops '-1'");
+    prog_refused(planner, "--sim-latency x", tmpdir, 2, "--sim-latency 'x'");
 }
 
 /* Llama 3 8B's shape at 8 ranks: a plan of hundreds of GiB per rank in a process of a few tens of MiB. */
@@ -168,6 +194,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_plan_equals_trainer),
         cmocka_unit_test(test_plan_memory_budget),
         cmocka_unit_test(test_trainer_plan),
+        cmocka_unit_test(test_plan_time_rates),
         cmocka_unit_test(test_plan_large_model_small_process),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

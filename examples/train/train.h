@@ -145,6 +145,8 @@ typedef struct {
     char peak_source[16];   /* rank 0: where tflops came from: given, cached, measured, raised, unknown */
     double trace_origin;    /* --trace: the time every rank's timestamps count from (fsc_trace_now_us) */
     fsc_plan_rank *plan;    /* (world) --plan: the predicted peaks and work (plan.c), rank 0's process; NULL without */
+    fsc_plan_rates plan_rates; /* --plan: the rates of the predicted step time (this machine's, calibrated) */
+    fsc_plan_step plan_step;
 } run_state;
 
 /* --check-ddp: the run compared with its DDP oracle */

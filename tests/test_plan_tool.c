@@ -115,6 +115,43 @@ static void test_plan_time_rates(void **st) {
     prog_refused(planner, "--sim-latency x", tmpdir, 2, "--sim-latency 'x'");
 }
 
+/* --search: every listed layout fits --memory, fastest first; the fastest written by --search-config is a
+ * --config file fsc-train runs, at the peak the search predicted for it. */
+static void test_plan_search(void **st) {
+    (void)st;
+    const char *rates = "--tflops 0.1 --mem-bandwidth 10 --sim-bandwidth 0.5 --sim-latency 20";
+    char *args = prog_fmt("--world 2 --search --memory 2.4MiB --search-config %s/win.json %s", tmpdir, rates);
+    cJSON *j = prog_json(planner, tmpdir, SMALL, args);
+    const cJSON *a = cJSON_GetObjectItem(j, "search");
+    const int n = cJSON_GetArraySize(a);
+    assert_true(n >= 2);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "over_memory")) > 0); /* ddp does not fit in 2.4 MiB */
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(a, i);
+        assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(x, "peak_bytes")) <= 2.4 * 1048576);
+        if (i) assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(x, "ms_per_step")) >=
+                           cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, i - 1), "ms_per_step")));
+    }
+    const double peak = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 0), "peak_bytes"));
+    char *targs = prog_fmt("--config %s/win.json --steps 1 --peak-tflops 1", tmpdir);
+    cJSON *t = prog_json(trainer, tmpdir, "", targs);
+    const cJSON *pr = cJSON_GetObjectItem(t, "per_rank");
+    double most = 0;
+    for (int r = 0; r < cJSON_GetArraySize(pr); r++) {
+        double v = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(pr, r), "total"));
+        if (v > most) most = v;
+    }
+    if (most != peak) fail_msg("the winner's peak: searched %.0f, trained %.0f", peak, most);
+    cJSON_Delete(t);
+    cJSON_Delete(j);
+    free(targs);
+    free(args);
+    prog_refused(planner, "--search-config x.json", tmpdir, 2, "--search-config needs --search");
+    args = prog_fmt(SMALL " --world 2 --search --memory 1KiB %s", rates);
+    prog_refused(planner, args, tmpdir, 1, "no layout of world 2 fits in 1KiB");
+    free(args);
+}
+
 /* Llama 3 8B's shape at 8 ranks: a plan of hundreds of GiB per rank in a process of a few tens of MiB. */
 static void test_plan_large_model_small_process(void **st) {
     (void)st;
@@ -195,6 +232,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_plan_memory_budget),
         cmocka_unit_test(test_trainer_plan),
         cmocka_unit_test(test_plan_time_rates),
+        cmocka_unit_test(test_plan_search),
         cmocka_unit_test(test_plan_large_model_small_process),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

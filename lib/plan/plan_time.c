@@ -12,8 +12,8 @@
 #include "fsc/cluster.h"
 #include "fsc/plan.h"
 
-enum { CALIB_ROUNDS = 3 };
-#define CALIB_COPY_BYTES ((size_t)16 << 20)
+enum { CALIB_ROUNDS = 3, CALIB_MAX_RANKS = 2 }; /* at most 2 ranks measure the gemm rate (3 MiB each) */
+#define CALIB_COPY_BYTES ((size_t)12 << 20)      /* rank 0 alone the bandwidth: 24 MiB */
 
 /* The ring's latency steps of one call of op on a group of n ranks (sim_net_cost's): recv and split are free. */
 static double ring_steps(fsc_comm_op op, int n) {
@@ -102,7 +102,7 @@ static fsc_status measure_bandwidth(fsc_device *dev, size_t bytes, double *out) 
     return s;
 }
 
-/* Each calibrating rank's rates, measured while all of them measure at once. */
+/* Each calibrating rank's gemm rate, measured while all of them measure at once (rank 0's bandwidth after). */
 typedef struct {
     fsc_plan_rates *rates; /* (ranks) */
 } calib_run;
@@ -115,7 +115,7 @@ static fsc_status calib_rank(fsc_rank *r, void *arg) {
         s = fsc_device_measure_tflops(r->dev, 512, &tflops);
         if (tflops > best) best = tflops;
     }
-    if (s == FSC_OK) s = measure_bandwidth(r->dev, CALIB_COPY_BYTES, &bw);
+    if (s == FSC_OK && r->rank == 0) s = measure_bandwidth(r->dev, CALIB_COPY_BYTES, &bw);
     c->rates[r->rank] = (fsc_plan_rates){.flops_per_s = best * 1e12, .bytes_per_s = bw};
     return s;
 }
@@ -125,8 +125,11 @@ fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out) {
     if (world < 1) return fsc_error(FSC_ERR_INVALID, "fsc_plan_calibrate: world is %d, must be >= 1", world);
     if (threads < 0) return fsc_error(FSC_ERR_INVALID, "fsc_plan_calibrate: threads is %d, must be >= 0", threads);
     *out = (fsc_plan_rates){0};
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN); /* more ranks than cores share them: measure with as many */
-    const int ranks = cores > 0 && world > cores ? (int)cores : world;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int ranks = world < CALIB_MAX_RANKS ? world : CALIB_MAX_RANKS;
+    if (cores > 0 && ranks > cores) ranks = (int)cores;
+    const double want = (double)world * (threads > 1 ? threads : 1); /* the world's threads */
+    const double share = cores > 0 && want > (double)cores ? (double)cores / want : 1.0; /* they share the cores */
     fsc_plan_rates *rates = calloc((size_t)ranks, sizeof *rates);
     if (!rates) return fsc_error(FSC_ERR_NOMEM, "fsc_plan_calibrate: out of memory for %d ranks", ranks);
     fsc_cluster_opts co = fsc_cluster_opts_default();
@@ -134,10 +137,8 @@ fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out) {
     co.device = "cpu";
     co.threads_per_rank = threads;
     fsc_status s = fsc_cluster_run(&co, calib_rank, &(calib_run){rates});
-    for (int i = 0; i < ranks && s == FSC_OK; i++) { /* the ranks' mean, shared by world / ranks ranks each */
-        out->flops_per_s += rates[i].flops_per_s / ranks * ranks / world;
-        out->bytes_per_s += rates[i].bytes_per_s / ranks * ranks / world;
-    }
+    for (int i = 0; i < ranks && s == FSC_OK; i++) out->flops_per_s += rates[i].flops_per_s / ranks * share; /* mean */
+    out->bytes_per_s = rates[0].bytes_per_s * share;
     free(rates);
     if (s != FSC_OK) return fsc_error_prefix(s, "fsc_plan_calibrate");
     if (!(out->flops_per_s > 0) || !(out->bytes_per_s > 0))

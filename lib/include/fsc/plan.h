@@ -106,11 +106,11 @@ typedef struct {
 fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const fsc_plan_rates *rates,
                          fsc_plan_step *out);
 /* The rates of each of world simulated ranks on this machine's cpu device (threads BLAS threads a rank, 0: 1 with
- * several ranks, else the library default), measured by all of them at once, as they share the cores when they
- * train: the gemm rate (the best of 3 fsc_device_measure_tflops) and the memory bandwidth (the best of a few
- * 16 MiB device copies, read and write counted); the ranks' mean. A world larger than the machine's cores
- * measures with one rank a core, the rates shared by world / cores. The network's fields 0. Takes a few tenths
- * of a second and about 40 MiB a measuring rank. */
+ * several ranks, else the library default): the gemm rate, the mean of min(world, 2, cores) ranks measuring at
+ * once (each the best of 3 fsc_device_measure_tflops), and the memory bandwidth, one rank's best of a few 12 MiB
+ * device copies (read and write counted); both times cores / (world x threads) when the world's threads
+ * outnumber the cores (they share them). The network's fields 0. Takes a few tenths of a second and about
+ * 30 MiB. */
 fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out);
 
 FSC_END_DECLS

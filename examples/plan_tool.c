@@ -86,7 +86,8 @@ static const char *prog = "fsc-plan";
 static void usage(FILE *f) {
     fprintf(f, "usage: %s [options]\n"
                "Each rank's peak memory per tag for fsc-train with the same options, from the engine's setup and one\n"
-               "step run on the counting device (nothing allocated). Options (as fsc-train's):\n", prog);
+               "step run on the counting device (nothing allocated), and the predicted step time at a rank's rates over\n"
+               "the simulated network; --search ranks every layout that fits --memory. Options (as fsc-train's):\n", prog);
     for (int i = 0; i < NOPT; i++) {
         char left[48];
         snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].arg ? " " : "",

@@ -1,6 +1,6 @@
 /* The planner's output for programs (fsc-plan, and fsc-train's --plan): the per-rank table and fsc-train's --json
  * memory fields of the peaks fsc_plan_memory predicts, with each rank's step work (gemm TFLOP, collective
- * GB) beside them (fsc/plan.h, docs/planning.md).
+ * GB) beside them, and the predicted step time with the rates it used (fsc/plan.h, docs/planning.md).
  * Not here: the planning (lib/plan), the options (examples/plan_tool.c). */
 #ifndef FSC_EXAMPLES_PLAN_PRINT_H
 #define FSC_EXAMPLES_PLAN_PRINT_H
@@ -74,6 +74,39 @@ static inline void plan_print_table(FILE *f, const fsc_plan_rank *r, int world) 
         fprintf(f, " %9.3f %9.3f\n", r[i].gemm_flops * 1e-12, plan_comm_total(&r[i]) * 1e-9);
         i = k;
     }
+}
+
+/* The rates of simulated ranks on this machine (fsc_plan_calibrate: every rank measures at once, as they share
+ * its cores when they train) and the simulated network's link (GB/s, microseconds; 0: free) as fsc-train's
+ * --sim-bandwidth and --sim-latency take it. */
+static inline fsc_status plan_sim_rates(int world, int threads, double net_gbps, double net_us, fsc_plan_rates *rt) {
+    FSC_TRY(fsc_plan_calibrate(world, threads, rt));
+    rt->net_bytes_per_s = net_gbps * 1e9;
+    rt->net_latency_s = net_us * 1e-6;
+    return FSC_OK;
+}
+
+/* The predicted step and the rates behind it, as --json fields of o: ms_per_step, compute_ms, comm_ms (of the
+ * slowest rank, slowest_rank) and rates {tflops, memory_gbps, net_gbps, net_latency_us}. */
+static inline void plan_time_fields(cJSON *o, const fsc_plan_step *t, const fsc_plan_rates *rt) {
+    cJSON_AddNumberToObject(o, "ms_per_step", t->step_s * 1e3);
+    cJSON_AddNumberToObject(o, "compute_ms", t->compute_s * 1e3);
+    cJSON_AddNumberToObject(o, "comm_ms", t->comm_s * 1e3);
+    cJSON_AddNumberToObject(o, "slowest_rank", t->rank);
+    cJSON *r = cJSON_AddObjectToObject(o, "rates");
+    cJSON_AddNumberToObject(r, "tflops", rt->flops_per_s * 1e-12);
+    cJSON_AddNumberToObject(r, "memory_gbps", rt->bytes_per_s * 1e-9);
+    cJSON_AddNumberToObject(r, "net_gbps", rt->net_bytes_per_s * 1e-9);
+    cJSON_AddNumberToObject(r, "net_latency_us", rt->net_latency_s * 1e6);
+}
+
+/* The table's last line: the predicted step, what it is made of, at which rates. */
+static inline void plan_print_time(FILE *f, const fsc_plan_step *t, const fsc_plan_rates *rt, int prefetch) {
+    fprintf(f, "predicted step: %.2f ms (rank %d: compute %.2f ms, communication %.2f ms, %s) at %.3f TFLOP/s, "
+               "%.1f GB/s memory, network %.2f GB/s and %.1f us a link\n",
+            t->step_s * 1e3, t->rank, t->compute_s * 1e3, t->comm_s * 1e3,
+            prefetch ? "overlapped: prefetch" : "one after the other: no prefetch", rt->flops_per_s * 1e-12,
+            rt->bytes_per_s * 1e-9, rt->net_bytes_per_s * 1e-9, rt->net_latency_s * 1e6);
 }
 
 #endif

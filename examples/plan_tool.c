@@ -3,8 +3,12 @@
  * ledger's peak bytes per tag that fsc-train --steps 1 would report (its --json per_rank), found by running the
  * engine's setup and one step on the counting device (fsc/plan.h): nothing is allocated beyond a few
  * kilobytes per rank, so a Llama 3 8B on 8 ranks answers in seconds on a laptop. --json prints fsc-train's
- * peak_bytes, per_rank, host_peak_bytes and host_per_rank fields.
- * Not here: step time, the search over layouts (docs/planning.md says what remains). */
+ * peak_bytes, per_rank, host_peak_bytes and host_per_rank fields. Then the predicted step time (fsc_plan_time) at
+ * a rank's rates (given, or this machine's cpu device calibrated and shared among simulated ranks) over
+ * fsc-train's simulated network (--sim-bandwidth, --sim-latency).
+ * --search plans every layout of the world instead (plan_search.h), ranks those that fit --memory by predicted
+ * time, and --search-config FILE writes the fastest as an fsc-train --config file.
+ * Not here: the planning (lib/plan). */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -13,13 +17,14 @@
 #include <cjson/cJSON.h>
 #include "fsc/fsc.h"
 #include "plan_print.h"
+#include "plan_search.h"
 
 typedef struct {
     int model, layers, dim, heads, seq, vocab, kv_heads, ffn;
     int batch, optimizer, world, parallel, shard, precision, accum, pp, tp, sequence_parallel, schedule;
-    int pipe_ckpt, offload, prefetch, moe_experts, moe_top_k, moe_every, ep, json;
-    float momentum, clip, moe_capacity;
-    const char *wrap, *memory;
+    int pipe_ckpt, offload, prefetch, moe_experts, moe_top_k, moe_every, ep, json, threads, search;
+    float momentum, clip, moe_capacity, tflops, mem_bandwidth, sim_bandwidth, sim_latency;
+    const char *wrap, *memory, *search_config;
 } plan_config;
 
 typedef enum { K_INT, K_FLOAT, K_STR, K_FLAG, K_CHOICE } opt_kind;
@@ -64,7 +69,14 @@ static const option options[] = {
     {"moe-capacity", "F", "1.25", "capacity factor", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
     {"ep", "G", "1", "expert-parallel ranks", K_INT, F(ep), 1, 1024, NULL},
     {"memory", "SIZE", NULL, "device memory of a rank (80GiB, 141GB, 8e10; suffixes B, KB, MB, GB, TB powers of 1000, KiB, MiB, GiB, TiB of 1024): say which ranks' peaks exceed it", K_STR, F(memory), 0, 0, NULL},
-    {"json", NULL, NULL, "print one JSON line: peak_bytes (rank 0), per_rank, and with offload host_peak_bytes, host_per_rank", K_FLAG, F(json), 0, 0, NULL},
+    {"tflops", "X", "0", "a rank's matrix-product rate in TFLOP/s for the step time (0: this machine's cpu device, calibrated, its cores shared by the simulated ranks)", K_FLOAT, F(tflops), 0, 1e9, NULL},
+    {"mem-bandwidth", "GBPS", "0", "a rank's memory bandwidth in GB/s (0: this machine's, calibrated, shared as --tflops 0)", K_FLOAT, F(mem_bandwidth), 0, 1e9, NULL},
+    {"threads", "N", "0", "BLAS threads per rank when calibrating (0: fsc-train's default, 1 with several ranks)", K_INT, F(threads), 0, 1024, NULL},
+    {"sim-bandwidth", "GBPS", "0", "the network: every link's bandwidth in GB/s, as fsc-train's simulated ranks take it (0: free)", K_FLOAT, F(sim_bandwidth), 0, 1e9, NULL},
+    {"sim-latency", "US", "0", "the network: every link's latency in microseconds (0: none)", K_FLOAT, F(sim_latency), 0, 1e9, NULL},
+    {"search", NULL, NULL, "plan every layout of --world instead (ddp, fsdp full and grad_op, zero1, zero2; tp and pp dividing the world; 1, 2, 4 or 8 micro-batches), print those that fit --memory fastest first", K_FLAG, F(search), 0, 0, NULL},
+    {"search-config", "FILE", NULL, "with --search: write the fastest layout with the model and job options as an fsc-train --config file", K_STR, F(search_config), 0, 0, NULL},
+    {"json", NULL, NULL, "print one JSON line: peak_bytes (rank 0), per_rank, and with offload host_peak_bytes, host_per_rank; ms_per_step, compute_ms, comm_ms, rates", K_FLAG, F(json), 0, 0, NULL},
 };
 #undef F
 #define NOPT ((int)(sizeof options / sizeof options[0]))
@@ -74,7 +86,8 @@ static const char *prog = "fsc-plan";
 static void usage(FILE *f) {
     fprintf(f, "usage: %s [options]\n"
                "Each rank's peak memory per tag for fsc-train with the same options, from the engine's setup and one\n"
-               "step run on the counting device (nothing allocated). Options (as fsc-train's):\n", prog);
+               "step run on the counting device (nothing allocated), and the predicted step time at a rank's rates over\n"
+               "the simulated network; --search ranks every layout that fits --memory. Options (as fsc-train's):\n", prog);
     for (int i = 0; i < NOPT; i++) {
         char left[48];
         snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].arg ? " " : "",
@@ -225,6 +238,100 @@ static int plan_over(const fsc_plan_rank *r, int world, double memory, char *ove
     return n;
 }
 
+/* The rates of the step time: those given, the rest this machine's (calibrated as the world's simulated ranks). */
+static fsc_status rates(const plan_config *c, fsc_plan_rates *rt) {
+    *rt = (fsc_plan_rates){.flops_per_s = c->tflops * 1e12, .bytes_per_s = c->mem_bandwidth * 1e9,
+                           .net_bytes_per_s = c->sim_bandwidth * 1e9, .net_latency_s = c->sim_latency * 1e-6};
+    if (c->tflops > 0 && c->mem_bandwidth > 0) return FSC_OK;
+    fsc_plan_rates cal;
+    FSC_TRY(plan_sim_rates(c->world, c->threads, c->sim_bandwidth, c->sim_latency, &cal));
+    if (!(c->tflops > 0)) rt->flops_per_s = cal.flops_per_s;
+    if (!(c->mem_bandwidth > 0)) rt->bytes_per_s = cal.bytes_per_s;
+    return FSC_OK;
+}
+
+/* The option name of a field, for the --config file */
+static const option *option_of(size_t off) {
+    for (int i = 0; i < NOPT; i++)
+        if (options[i].off == off) return &options[i];
+    return NULL;
+}
+
+/* --search-config: the job's options (the model, the batch, the optimizer, precision, offload, prefetch) and the
+ * winner's layout as fsc-train's --config JSON; 0, or -1 (said on stderr). */
+static int write_config(const plan_config *c, const plan_candidate *w) {
+    cJSON *o = cJSON_CreateObject();
+    char buf[32];
+    static const size_t ints[] = {offsetof(plan_config, layers), offsetof(plan_config, dim),
+                                  offsetof(plan_config, heads), offsetof(plan_config, seq),
+                                  offsetof(plan_config, vocab), offsetof(plan_config, batch),
+                                  offsetof(plan_config, world), offsetof(plan_config, prefetch)};
+    static const size_t choices[] = {offsetof(plan_config, model), offsetof(plan_config, optimizer),
+                                     offsetof(plan_config, precision), offsetof(plan_config, offload)};
+    for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
+        const option *op = option_of(choices[i]);
+        const char *s = op->choices;
+        for (int k = *(const int *)((const char *)c + choices[i]); k > 0; k--) s = strchr(s, '|') + 1;
+        snprintf(buf, sizeof buf, "%.*s", (int)strcspn(s, "|"), s);
+        cJSON_AddStringToObject(o, op->name, buf);
+    }
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        cJSON_AddNumberToObject(o, option_of(ints[i])->name, *(const int *)((const char *)c + ints[i]));
+    if (c->kv_heads) cJSON_AddNumberToObject(o, "kv-heads", c->kv_heads);
+    if (c->ffn) cJSON_AddNumberToObject(o, "ffn", c->ffn);
+    cJSON_AddStringToObject(o, "parallel", search_parallel(w));
+    if (w->kind == FSC_PAR_FSDP) cJSON_AddStringToObject(o, "shard", search_shard(w));
+    cJSON_AddNumberToObject(o, "tp", w->tp);
+    cJSON_AddNumberToObject(o, "pp", w->pp);
+    cJSON_AddNumberToObject(o, "accum", w->accum);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    FILE *f = text ? fopen(c->search_config, "w") : NULL;
+    int bad = !f || fprintf(f, "%s\n", text) < 0;
+    if (f && fclose(f) != 0) bad = 1;
+    free(text);
+    if (bad) fprintf(stderr, "%s: --search-config %s: cannot write it\n", prog, c->search_config);
+    return bad ? -1 : 0;
+}
+
+/* --search: every layout, the table (or --json's "search" array), the winner's --config file. */
+static int search(const plan_config *c, const fsc_plan_job *job, const fsc_plan_rates *rt, double memory,
+                  fsc_plan_rank *r) {
+    plan_candidate *cand = calloc(SEARCH_MAX, sizeof *cand);
+    if (!cand) return fprintf(stderr, "%s: out of memory\n", prog), 1;
+    int refused = 0, over = 0, n = plan_search(job, rt, memory, cand, r, &refused, &over);
+    if (c->json) {
+        cJSON *root = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(root, "search");
+        for (int i = 0; i < n; i++) {
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddStringToObject(x, "parallel", search_parallel(&cand[i]));
+            cJSON_AddStringToObject(x, "shard", search_shard(&cand[i]));
+            cJSON_AddNumberToObject(x, "tp", cand[i].tp);
+            cJSON_AddNumberToObject(x, "pp", cand[i].pp);
+            cJSON_AddNumberToObject(x, "accum", cand[i].accum);
+            cJSON_AddNumberToObject(x, "peak_bytes", (double)cand[i].peak);
+            cJSON_AddNumberToObject(x, "ms_per_step", cand[i].t.step_s * 1e3);
+            cJSON_AddNumberToObject(x, "compute_ms", cand[i].t.compute_s * 1e3);
+            cJSON_AddNumberToObject(x, "comm_ms", cand[i].t.comm_s * 1e3);
+            cJSON_AddItemToArray(a, x);
+        }
+        cJSON_AddNumberToObject(root, "refused", refused);
+        cJSON_AddNumberToObject(root, "over_memory", over);
+        char *text = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+        if (text) printf("%s\n", text);
+        free(text);
+    } else {
+        plan_print_search(stdout, cand, n, c->world, refused, over);
+    }
+    int rc = 0;
+    if (n == 0) fprintf(stderr, "%s: --search: no layout of world %d fits%s%s\n", prog, c->world,
+                        c->memory ? " in " : "", c->memory ? c->memory : ""), rc = 1;
+    else if (c->search_config && write_config(c, &cand[0]) != 0) rc = 1;
+    free(cand);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) return usage(stdout), 0;
@@ -242,9 +349,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return 2;
     }
+    if (c.search_config && !c.search) return fprintf(stderr, "%s: --search-config needs --search\n", prog), 2;
     fsc_plan_rank *r = calloc((size_t)c.world, sizeof *r);
     if (!r) return fprintf(stderr, "%s: out of memory\n", prog), 1;
-    fsc_status s = fsc_plan_memory(&job, r);
+    fsc_plan_rates rt;
+    fsc_status s = rates(&c, &rt);
+    if (s == FSC_OK && c.search) {
+        int rc = search(&c, &job, &rt, memory, r);
+        free(r);
+        return rc;
+    }
+    if (s == FSC_OK) s = fsc_plan_memory(&job, r);
+    fsc_plan_step step = {0};
+    if (s == FSC_OK) s = fsc_plan_time(&job, r, &rt, &step);
     int rc = 0;
     if (s != FSC_OK) {
         fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
@@ -252,6 +369,7 @@ int main(int argc, char **argv) {
     } else if (c.json) {
         cJSON *root = cJSON_CreateObject();
         plan_json_fields(root, r, c.world);
+        plan_time_fields(root, &step, &rt);
         if (memory > 0) {
             cJSON_AddNumberToObject(root, "memory_bytes", memory);
             cJSON_AddBoolToObject(root, "fits", plan_over(r, c.world, memory, NULL, 0) == 0);
@@ -267,6 +385,7 @@ int main(int argc, char **argv) {
         free(text);
     } else {
         plan_print_table(stdout, r, c.world);
+        plan_print_time(stdout, &step, &rt, c.prefetch);
         char over[256];
         int n = memory > 0 ? plan_over(r, c.world, memory, over, sizeof over) : 0;
         if (memory > 0 && n) printf("does not fit in %s: %d rank%s over (%s)\n", c.memory, n, n == 1 ? "" : "s", over);

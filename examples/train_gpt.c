@@ -125,10 +125,13 @@ static int build(trainer *t) {
                c->accum, option_choice("schedule", c->schedule, sbuf, sizeof sbuf),
                option_choice("checkpoint", c->pipe_ckpt, pbuf, sizeof pbuf));
     }
+    if (c->plan && t->me == 0 && plan_run(&t->st) != 0) return 1; /* the prediction, before the ranks start */
     t->cd = *c;
+    t->cd.plan = 0;
     t->cd.trace = NULL; /* the DDP oracle of --check-ddp is neither traced nor logged */
     t->sd = t->st;
     t->sd.log = NULL;
+    t->sd.plan = NULL; /* the oracle is not planned */
     return GO;
 }
 
@@ -214,6 +217,7 @@ static void trainer_free(trainer *t) {
     flight_stop();
     if (t->sd.cfg == &t->cd) results_free(&t->sd);
     results_free(&t->st);
+    free(t->st.plan);
     fsc_data_free(t->data);
     fsc_data_free(t->val);
     if (t->st.log) fclose(t->st.log);

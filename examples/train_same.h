@@ -15,7 +15,7 @@
 
 /* Options each process may set its own way: resources, outputs only rank 0 or each rank writes for itself, and
  * --config, whose values are compared as the options they set. */
-static const char *const per_process_options[] = {"threads", "log", "json", "trace", "trace-events", "peak-tflops",
+static const char *const per_process_options[] = {"threads", "log", "json", "plan", "trace", "trace-events", "peak-tflops",
                                                   "config", NULL};
 
 static int per_process(const char *name) {

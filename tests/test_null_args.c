@@ -1878,6 +1878,17 @@ static void null_fsc_plan_measure(void) {
     INVALID(fsc_plan_measure(P, NULL), "out");
 }
 
+static void null_fsc_plan_time(void) {
+    INVALID(fsc_plan_time(NULL, P, P, P), "job");
+    INVALID(fsc_plan_time(P, NULL, P, P), "r");
+    INVALID(fsc_plan_time(P, P, NULL, P), "rates");
+    INVALID(fsc_plan_time(P, P, P, NULL), "out");
+}
+
+static void null_fsc_plan_calibrate(void) {
+    INVALID(fsc_plan_calibrate(1, 0, NULL), "out");
+}
+
 static void null_fsc_layout_make(void) {
     INVALID(fsc_layout_make(0, 0, 0, 0, 0, NULL), "out");
 }
@@ -2703,9 +2714,11 @@ static const struct row rows[] = {
     NONE(fsc_parallel_kind_name),
     NONE(fsc_parallel_opts_default),
     /* plan.h */
+    ROW(fsc_plan_calibrate),
     NONE(fsc_plan_job_default),
     ROW(fsc_plan_measure),
     ROW(fsc_plan_memory),
+    ROW(fsc_plan_time),
     /* rng.h */
     ROW(fsc_philox4x32),
     ROW(fsc_rng_fill_normal),

@@ -1,7 +1,9 @@
 /* The planner's memory half (lib/plan, backends/count). Oracle: the per-rank ledger peaks fsc_plan_memory
  * predicts on the counting device equal, byte for byte and tag by tag (host memory of offload included), the
- * peaks of the same job run for real on the cpu device (fsc_plan_measure), over a matrix of layouts. The
- * counting device's own tests are in test_device.c. */
+ * peaks of the same job run for real on the cpu device (fsc_plan_measure), over a matrix of layouts. The time
+ * half: the counting device's work per kernel equals its arguments' FLOPs and bytes worked out by hand, and
+ * fsc_plan_time's arithmetic on a fixed case equals the model's formulas worked out by hand (no timing is
+ * tested). The counting device's own tests are in test_device.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -10,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <math.h>
 #include "fsc/fsc.h"
+#include "core/device_impl.h" /* FSC_K, fsc_count_work */
 
 /* A small GPT every layout below divides: 2 layers (pp 2 puts one on each stage), 4 heads (tp 2); its
  * embedding, head, logits and several activations pass FSC_COUNT_REAL_MAX, so the counting device gives them
@@ -83,6 +87,106 @@ static void test_plan_gemm_flops(void **st) {
     const double C = j.gpt.dim, L = j.gpt.layers, T = j.gpt.seq, V = j.gpt.vocab;
     double n = 12 * C * C * L + V * C, want = (6 * n + 12 * L * C * T) * T * j.batch;
     if (r.gemm_flops != want) fail_msg("gemm FLOPs %.0f, PaLM's count %.0f", r.gemm_flops, want);
+}
+
+/* The counting device's work per call, worked out by hand from the arguments: a 64 x 32 x 16 product (65536
+ * FLOPs; A, B read and C written: 4 x (64 x 16 + 16 x 32 + 64 x 32) = 14336 bytes; intensity 4.57, bin
+ * floor(2 log2 4.57) + 32 = 36), a GELU of 1000 values (8000 nominal FLOPs, 8000 bytes: bin 32), a device copy
+ * of 1000 bytes (read and written, no FLOPs: bin 0). */
+static void test_plan_kernel_work(void **st) {
+    (void)st;
+    fsc_device *d = NULL;
+    assert_int_equal(fsc_device_create("count", NULL, &d), FSC_OK);
+    void *big = NULL;
+    assert_int_equal(fsc_device_alloc(d, FSC_TAG_ACTS, (size_t)1 << 20, &big), FSC_OK);
+    float *x = big;
+    assert_int_equal(FSC_K(d, gemm, 0, 0, 64, 32, 16, 1.0f, x, 16, 0, x, 32, 0, 0.0f, x, 32, 0, 1), FSC_OK);
+    assert_int_equal(FSC_K(d, gelu_forward, x, x, 1000), FSC_OK);
+    assert_int_equal(fsc_device_copy(d, x, x + 1000, 1000), FSC_OK);
+    double f[FSC_PLAN_BINS], b[FSC_PLAN_BINS];
+    fsc_count_work(d, f, b);
+    for (int i = 0; i < FSC_PLAN_BINS; i++) {
+        const double wf = i == 36 ? 65536 : i == 32 ? 8000 : 0, wb = i == 36 ? 14336 : i == 32 ? 8000 : i == 0 ? 2000 : 0;
+        if (f[i] != wf || b[i] != wb) fail_msg("bin %d: %.0f FLOPs %.0f bytes, want %.0f and %.0f", i, f[i], b[i], wf, wb);
+    }
+    fsc_device_release(d, big);
+    fsc_device_free(d);
+}
+
+/* A real plan's step holds its work: every gemm FLOP in the bins, bytes beyond the products', the data group's
+ * all-reduces at its size, its calls summing to its bytes. */
+static void test_plan_step_work(void **st) {
+    (void)st;
+    fsc_plan_job j = small_gpt(2, 2);
+    j.po.kind = FSC_PAR_DDP;
+    fsc_plan_rank r[2];
+    assert_int_equal(fsc_plan_memory(&j, r), FSC_OK);
+    double f = 0, b = 0;
+    for (int i = 0; i < FSC_PLAN_BINS; i++) f += r[0].work_flops[i], b += r[0].work_bytes[i];
+    assert_true(f > r[0].gemm_flops && r[0].gemm_flops > 0);
+    assert_true(b > 0);
+    assert_int_equal(r[0].group_size[FSC_GROUP_DATA], 2);
+    assert_true(r[0].comm[FSC_GROUP_DATA].calls[FSC_OP_ALL_REDUCE] > 0);
+    double sum = 0;
+    for (int op = 0; op < FSC_OP_COUNT; op++) sum += r[0].comm[FSC_GROUP_DATA].bytes[op];
+    assert_true(sum == r[0].comm_bytes[FSC_GROUP_DATA]);
+}
+
+static void assert_near(double got, double want, const char *what) {
+    if (fabs(got - want) > 1e-12 * fabs(want)) fail_msg("%s: %.17g, want %.17g", what, got, want);
+}
+
+/* fsc_plan_time on a fixed case, worked out by hand at 1e11 FLOP/s, 1e10 B/s, links of 1e9 B/s and 10 us:
+ * rank 0 computes max(1e9 / 1e11, 1e6 / 1e10) + max(1e3 / 1e11, 1e8 / 1e10) = 0.02 s and communicates 3
+ * all-reduces of a pair, 2 (N - 1) latencies each, with 4e6 bytes (6e-5 + 4e-3 s) and 2 sends of 1e6 bytes
+ * (2e-5 + 1e-3 s; their receives are free): 5.08e-3 s. Rank 1 all-reduces 5e7 bytes once: 2e-5 + 0.05 s. With
+ * prefetch a rank's step is the larger, without it the sum; a pipeline of 2 stages with 4 micro-batches
+ * stretches compute by 5/4. */
+static void test_plan_time_arithmetic(void **st) {
+    (void)st;
+    fsc_plan_job j = small_gpt(2, 2);
+    fsc_plan_rank r[2];
+    memset(r, 0, sizeof r);
+    r[0].work_flops[40] = 1e9, r[0].work_bytes[40] = 1e6;
+    r[0].work_flops[20] = 1e3, r[0].work_bytes[20] = 1e8;
+    for (int i = 0; i < 2; i++) {
+        r[i].group_size[FSC_GROUP_DATA] = r[i].group_size[FSC_GROUP_PIPELINE] = 2;
+        r[i].group_size[FSC_GROUP_TENSOR] = 1;
+        r[i].comm[FSC_GROUP_TENSOR].calls[FSC_OP_ALL_REDUCE] = 9; /* a group of one rank costs nothing */
+        r[i].comm[FSC_GROUP_TENSOR].bytes[FSC_OP_ALL_REDUCE] = 9e9;
+    }
+    r[0].comm[FSC_GROUP_DATA].calls[FSC_OP_ALL_REDUCE] = 3, r[0].comm[FSC_GROUP_DATA].bytes[FSC_OP_ALL_REDUCE] = 4e6;
+    r[0].comm[FSC_GROUP_PIPELINE].calls[FSC_OP_SEND] = 2, r[0].comm[FSC_GROUP_PIPELINE].bytes[FSC_OP_SEND] = 1e6;
+    r[0].comm[FSC_GROUP_PIPELINE].calls[FSC_OP_RECV] = 2, r[0].comm[FSC_GROUP_PIPELINE].bytes[FSC_OP_RECV] = 1e6;
+    r[1].comm[FSC_GROUP_DATA].calls[FSC_OP_ALL_REDUCE] = 1, r[1].comm[FSC_GROUP_DATA].bytes[FSC_OP_ALL_REDUCE] = 5e7;
+    const fsc_plan_rates rt = {.flops_per_s = 1e11, .bytes_per_s = 1e10, .net_bytes_per_s = 1e9, .net_latency_s = 1e-5};
+    fsc_plan_step t;
+    j.po.prefetch = 0; /* compute + comm: rank 0 0.02508 s, rank 1 0.05002 s */
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_int_equal(t.rank, 1);
+    assert_near(t.step_s, 0.05002, "no prefetch: step");
+    r[1].comm[FSC_GROUP_DATA].bytes[FSC_OP_ALL_REDUCE] = 1e6; /* rank 1: 2e-5 + 1e-3 s */
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_int_equal(t.rank, 0);
+    assert_near(t.compute_s, 0.02, "compute");
+    assert_near(t.comm_s, 5.08e-3, "comm");
+    assert_near(t.step_s, 0.02508, "no prefetch: step");
+    j.po.prefetch = 1;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_near(t.step_s, 0.02, "prefetch: step");
+    j.po.pp = 2, j.po.accum = 4;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_near(t.compute_s, 0.025, "pipeline: compute");
+    assert_near(t.step_s, 0.025, "pipeline: step");
+    fsc_plan_rates bad = rt;
+    bad.bytes_per_s = 0;
+    assert_int_equal(fsc_plan_time(&j, r, &bad, &t), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "bytes_per_s"));
+    bad = rt, bad.net_latency_s = -1;
+    assert_int_equal(fsc_plan_time(&j, r, &bad, &t), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "net_latency_s"));
+    assert_int_equal(fsc_plan_calibrate(0, 0, &bad), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "world"));
 }
 
 static void test_plan_strategies(void **st) {
@@ -182,6 +286,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_single_rank),
         cmocka_unit_test(test_plan_gemm_flops),
+        cmocka_unit_test(test_plan_kernel_work),
+        cmocka_unit_test(test_plan_step_work),
+        cmocka_unit_test(test_plan_time_arithmetic),
         cmocka_unit_test(test_plan_strategies),
         cmocka_unit_test(test_plan_precision_checkpoint_accum),
         cmocka_unit_test(test_plan_offload),

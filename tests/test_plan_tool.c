@@ -6,6 +6,7 @@
  * message naming them. */
 #include <cjson/cJSON.h>
 #include <libgen.h>
+#include <math.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -56,6 +57,99 @@ static void test_plan_equals_trainer(void **st) {
     check_against_trainer(SMALL " --world 4 --pp 2 --parallel pipe --accum 2 --schedule 1f1b", 0);
     check_against_trainer("--model llama " SMALL " --kv-heads 2 --world 4 --tp 2 --parallel fsdp --sequence-parallel", 0);
     check_against_trainer(SMALL " --world 2 --parallel ddp --moe-experts 4 --moe-top-k 2 --ep 2", 0);
+}
+
+/* fsc-train --plan: its --json's "predicted" per_rank (host_per_rank with offload) equal the same run's measured
+ * ones, byte for byte and tag by tag; the table is printed before the first step. */
+static void check_trainer_plan(const char *args, int host) {
+    char *targs = prog_fmt("%s --steps 1 --peak-tflops 1 --plan", args);
+    cJSON *t = prog_json(trainer, tmpdir, "", targs);
+    const cJSON *p = cJSON_GetObjectItem(t, "predicted");
+    if (!p) fail_msg("%s: no \"predicted\" object", targs);
+    same_array(p, t, "per_rank", targs);
+    if (host) same_array(p, t, "host_per_rank", targs);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(p, "ms_per_step")) > 0); /* and the step time */
+    cJSON_Delete(t);
+    free(targs);
+}
+
+static void test_trainer_plan(void **st) {
+    (void)st;
+    check_trainer_plan(SMALL " --world 2 --parallel zero2 --offload optim", 1);
+    check_trainer_plan(SMALL " --world 4 --pp 2 --parallel pipe --accum 2 --schedule 1f1b", 0);
+    check_trainer_plan("--model llama " SMALL " --kv-heads 2 --world 4 --tp 2 --parallel fsdp --sequence-parallel", 0);
+    char *out = NULL;
+    assert_int_equal(prog_run(trainer, SMALL " --steps 1 --plan --world 2 --parallel fsdp", tmpdir, &out, NULL), 0);
+    const char *table = strstr(out, "predicted per rank (--plan):"), *step = strstr(out, "step    1/1");
+    assert_non_null(table);
+    assert_non_null(step);
+    assert_true(table < step);
+    assert_non_null(strstr(table, "0-1 "));
+    free(out);
+    cJSON *t = prog_json(trainer, tmpdir, SMALL, "--steps 1");
+    assert_null(cJSON_GetObjectItem(t, "predicted")); /* only with --plan */
+    cJSON_Delete(t);
+}
+
+/* The step time at given rates: twice the device's rates halve the compute; the network's time is the same;
+ * the rates are those given. */
+static void test_plan_time_rates(void **st) {
+    (void)st;
+    const char *net = "--world 2 --parallel fsdp --sim-bandwidth 0.5 --sim-latency 20";
+    char *a1 = prog_fmt("%s --tflops 0.1 --mem-bandwidth 10", net), *a2 = prog_fmt("%s --tflops 0.2 --mem-bandwidth 20", net);
+    cJSON *j1 = prog_json(planner, tmpdir, SMALL, a1), *j2 = prog_json(planner, tmpdir, SMALL, a2);
+    const double c1 = cJSON_GetNumberValue(cJSON_GetObjectItem(j1, "compute_ms"));
+    const double c2 = cJSON_GetNumberValue(cJSON_GetObjectItem(j2, "compute_ms"));
+    assert_true(c1 > 0 && fabs(c1 - 2 * c2) <= 1e-9 * c1);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j1, "comm_ms")) > 0);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j1, "comm_ms")) ==
+                cJSON_GetNumberValue(cJSON_GetObjectItem(j2, "comm_ms")));
+    const cJSON *r = cJSON_GetObjectItem(j1, "rates");
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "tflops")) - 0.1) < 1e-7); /* a float option */
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "net_latency_us")) - 20) < 1e-5);
+    cJSON_Delete(j1);
+    cJSON_Delete(j2);
+    free(a1);
+    free(a2);
+    prog_refused(planner, "--tflops -1", tmpdir, 2, "--tflops '-1'");
+    prog_refused(planner, "--sim-latency x", tmpdir, 2, "--sim-latency 'x'");
+}
+
+/* --search: every listed layout fits --memory, fastest first; the fastest written by --search-config is a
+ * --config file fsc-train runs, at the peak the search predicted for it. */
+static void test_plan_search(void **st) {
+    (void)st;
+    const char *rates = "--tflops 0.1 --mem-bandwidth 10 --sim-bandwidth 0.5 --sim-latency 20";
+    char *args = prog_fmt("--world 2 --search --memory 2.4MiB --search-config %s/win.json %s", tmpdir, rates);
+    cJSON *j = prog_json(planner, tmpdir, SMALL, args);
+    const cJSON *a = cJSON_GetObjectItem(j, "search");
+    const int n = cJSON_GetArraySize(a);
+    assert_true(n >= 2);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "over_memory")) > 0); /* ddp does not fit in 2.4 MiB */
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(a, i);
+        assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(x, "peak_bytes")) <= 2.4 * 1048576);
+        if (i) assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(x, "ms_per_step")) >=
+                           cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, i - 1), "ms_per_step")));
+    }
+    const double peak = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 0), "peak_bytes"));
+    char *targs = prog_fmt("--config %s/win.json --steps 1 --peak-tflops 1", tmpdir);
+    cJSON *t = prog_json(trainer, tmpdir, "", targs);
+    const cJSON *pr = cJSON_GetObjectItem(t, "per_rank");
+    double most = 0;
+    for (int r = 0; r < cJSON_GetArraySize(pr); r++) {
+        double v = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(pr, r), "total"));
+        if (v > most) most = v;
+    }
+    if (most != peak) fail_msg("the winner's peak: searched %.0f, trained %.0f", peak, most);
+    cJSON_Delete(t);
+    cJSON_Delete(j);
+    free(targs);
+    free(args);
+    prog_refused(planner, "--search-config x.json", tmpdir, 2, "--search-config needs --search");
+    args = prog_fmt(SMALL " --world 2 --search --memory 1KiB %s", rates);
+    prog_refused(planner, args, tmpdir, 1, "no layout of world 2 fits in 1KiB");
+    free(args);
 }
 
 /* Llama 3 8B's shape at 8 ranks: a plan of hundreds of GiB per rank in a process of a few tens of MiB. */
@@ -136,6 +230,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_plan_tool_usage),
         cmocka_unit_test(test_plan_equals_trainer),
         cmocka_unit_test(test_plan_memory_budget),
+        cmocka_unit_test(test_trainer_plan),
+        cmocka_unit_test(test_plan_time_rates),
+        cmocka_unit_test(test_plan_search),
         cmocka_unit_test(test_plan_large_model_small_process),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,9 +10,15 @@
  *   writes zeros. Kernels do nothing; the ones that return values to the host return harmless ones (a loss of
  *   0, finite gradients of largest magnitude 1, a norm of 0), so the step completes as a good step and takes the
  *   paths real data takes.
+ * - Every kernel call and copy counts its work from its arguments (the planner's time half): its FLOPs and the
+ *   bytes it reads and writes (f32 elements, each operand once), summed by arithmetic intensity
+ *   (fsc_count_work); a gemm's FLOPs also alone (fsc_count_gemm_flops). The FLOPs of the elementwise kernels
+ *   are nominal (an exp or a tanh counts as a few): they lie far below any device's ridge point, their bytes
+ *   are what costs.
  * - The table has the cpu backend's optional entries and no others (no streams, no gemm_ex, asynchronous
  *   copies), so the engine takes the cpu device's code paths and allocates what it allocates there.
  * Not here: the ledger (lib/core/device.c), the planner (lib/plan/). */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,8 +29,20 @@
 
 typedef struct {
     _Atomic uintptr_t next;       /* the next fake address */
-    _Atomic uint64_t gemm_flops;  /* 2 M N K batch of every gemm called (the planner's time half starts here) */
+    _Atomic uint64_t gemm_flops;  /* 2 M N K batch of every gemm called */
+    _Atomic uint64_t flops[FSC_COUNT_BINS], bytes[FSC_COUNT_BINS]; /* every call's work, by intensity */
 } count_ctx;
+
+/* One call's work into its intensity bin (fsc_count_work). */
+static void count_work(void *ctx, uint64_t flops, uint64_t bytes) {
+    count_ctx *c = ctx;
+    int b = FSC_COUNT_BINS - 1;
+    if (bytes > 0 && flops == 0) b = 0;
+    else if (bytes > 0) b = (int)floor(2.0 * log2((double)flops / (double)bytes)) + FSC_COUNT_BINS / 2;
+    b = b < 0 ? 0 : b >= FSC_COUNT_BINS ? FSC_COUNT_BINS - 1 : b;
+    atomic_fetch_add(&c->flops[b], flops);
+    atomic_fetch_add(&c->bytes[b], bytes);
+}
 
 int fsc_count_is_fake(const void *p) { return (uintptr_t)p >= COUNT_FAKE_BASE; }
 
@@ -45,7 +63,7 @@ static void count_free(void *ctx, void *p) {
 
 /* dst = src where both are real; zeros into a real dst from a fake src; nothing into a fake dst */
 static fsc_status count_copy(void *ctx, void *dst, const void *src, size_t bytes) {
-    (void)ctx;
+    count_work(ctx, 0, 2 * (uint64_t)bytes);
     if (fsc_count_is_fake(dst) || dst == src) return FSC_OK;
     if (fsc_count_is_fake(src)) memset(dst, 0, bytes);
     else memmove(dst, src, bytes);
@@ -53,7 +71,7 @@ static fsc_status count_copy(void *ctx, void *dst, const void *src, size_t bytes
 }
 
 static fsc_status count_memset(void *ctx, void *dst, int value, size_t bytes) {
-    (void)ctx;
+    count_work(ctx, 0, bytes);
     if (!fsc_count_is_fake(dst)) memset(dst, value, bytes);
     return FSC_OK;
 }
@@ -71,73 +89,111 @@ static fsc_status count_copy_start(void *ctx, void *dst, const void *src, size_t
 
 static fsc_status count_copy_wait(void *ctx, void *copy) { (void)ctx; (void)copy; return FSC_OK; }
 
-/* ---- kernels: nothing, in the table's signatures ---- */
-#define NOP(name, ...) static fsc_status name(void *ctx, __VA_ARGS__) { (void)ctx; return FSC_OK; }
+/* ---- kernels: nothing computed, their work counted; in the table's signatures ---- */
+#define U(x) ((uint64_t)(x))
+/* a kernel of flops FLOPs reading and writing f32 elements (each operand once) */
+#define WORK(name, flops, elems, ...)                                                                              \
+    static fsc_status name(void *ctx, __VA_ARGS__) {                                                               \
+        count_work(ctx, (flops), 4 * (elems));                                                                     \
+        return FSC_OK;                                                                                             \
+    }
 
-/* a product is counted, not computed */
+/* a product is counted, not computed: A, B read, C written (and read when beta is not 0) */
 static fsc_status k_gemm(void *ctx, int ta, int tb, int M, int N, int K, float al, const float *A, int lda, int64_t sa,
                          const float *B, int ldb, int64_t sb, float be, float *C, int ldc, int64_t sc, int batch) {
     count_ctx *c = ctx;
-    if (M > 0 && N > 0 && K > 0 && batch > 0)
-        atomic_fetch_add(&c->gemm_flops, 2 * (uint64_t)M * (uint64_t)N * (uint64_t)K * (uint64_t)batch);
+    if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return FSC_OK;
+    const uint64_t flops = 2 * U(M) * U(N) * U(K) * U(batch);
+    atomic_fetch_add(&c->gemm_flops, flops);
+    count_work(ctx, flops, 4 * U(batch) * (U(M) * U(K) + U(K) * U(N) + U(M) * U(N) * (be != 0.0f ? 2 : 1)));
     return FSC_OK;
 }
 
 uint64_t fsc_count_gemm_flops(const fsc_device *dev) {
     return fsc_device_is_count(dev) ? atomic_load(&((count_ctx *)dev->ctx)->gemm_flops) : 0;
 }
-NOP(k_convert, void *dst, fsc_dtype dt, const void *src, fsc_dtype st, size_t n)
-NOP(k_scale, float *x, float a, size_t n)
-NOP(k_axpy, float *y, float a, const float *x, size_t n)
-NOP(k_add, float *out, const float *a, const float *b, size_t n)
-NOP(k_unary, float *out, const float *inp, size_t n)
-NOP(k_unary_back, float *dinp, const float *inp, const float *dout, size_t n)
-NOP(k_bias_add, float *out, const float *bias, size_t N, int OC)
-NOP(k_encoder_forward, float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C)
-NOP(k_encoder_backward, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C)
-NOP(k_layernorm_forward, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-    size_t N, int C)
-NOP(k_layernorm_backward, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-    const float *mean, const float *rstd, size_t N, int C)
-NOP(k_qkv, float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int HS)
-NOP(k_qkv_merge, float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH, int HS)
-NOP(k_heads, float *out, const float *y, int B, int T, int NH, int HS)
-NOP(k_softmax_forward, float *att, const float *pre, int BH, int T, float scale)
-NOP(k_softmax_backward, float *dpre, const float *datt, const float *att, int BH, int T, float scale)
-NOP(k_xent_forward, float *losses, const float *logits, const int32_t *targets, size_t N, int V, int ld)
-NOP(k_xent_backward, float *dlogits, const float *logits, const int32_t *targets, size_t N, int V, int ld,
-    float scale)
-NOP(k_adamw, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
-    float wd, float bc1, float bc2)
-NOP(k_sgd, float *p, const float *g, float *buf, size_t n, float lr, float momentum, float wd, int first)
-NOP(k_rmsnorm_forward, float *out, float *rstd, const float *inp, const float *w, size_t N, int C, float eps)
-NOP(k_rmsnorm_backward, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-    const float *rstd, size_t N, int C)
-NOP(k_rope, float *out, const float *inp, int B, int T, int H, int D, int ld, float theta)
-NOP(k_swiglu_forward, float *out, const float *gate, const float *up, size_t n)
-NOP(k_swiglu_backward, float *dgate, float *dup, const float *gate, const float *up, const float *dout, size_t n)
-NOP(k_mul_backward, float *da, float *db, const float *a, const float *b, const float *dout, size_t n)
-NOP(k_mse_forward, float *losses, const float *pred, const float *target, size_t N, int C)
-NOP(k_mse_backward, float *dpred, const float *pred, const float *target, size_t N, int C, float scale)
+
+void fsc_count_work(const fsc_device *dev, double *flops, double *bytes) {
+    const count_ctx *c = fsc_device_is_count(dev) ? dev->ctx : NULL;
+    for (int b = 0; b < FSC_COUNT_BINS; b++) {
+        flops[b] = c ? (double)atomic_load(&c->flops[b]) : 0;
+        bytes[b] = c ? (double)atomic_load(&c->bytes[b]) : 0;
+    }
+}
+
+static fsc_status k_convert(void *ctx, void *dst, fsc_dtype dt, const void *src, fsc_dtype st, size_t n) {
+    count_work(ctx, U(n), U(n) * (fsc_dtype_size(dt) + fsc_dtype_size(st)));
+    return FSC_OK;
+}
+WORK(k_scale, U(n), 2 * U(n), float *x, float a, size_t n)
+WORK(k_axpy, 2 * U(n), 3 * U(n), float *y, float a, const float *x, size_t n)
+WORK(k_add, U(n), 3 * U(n), float *out, const float *a, const float *b, size_t n)
+WORK(k_unary, 8 * U(n), 2 * U(n), float *out, const float *inp, size_t n)
+WORK(k_unary_back, 12 * U(n), 3 * U(n), float *dinp, const float *inp, const float *dout, size_t n)
+WORK(k_bias_add, U(N) * U(OC), 2 * U(N) * U(OC) + U(OC), float *out, const float *bias, size_t N, int OC)
+WORK(k_encoder_forward, U(B) * U(T) * U(C), 3 * U(B) * U(T) * U(C) + U(B) * U(T), float *out, const int32_t *tok,
+     const float *wte, const float *wpe, int B, int T, int C)
+WORK(k_encoder_backward, 2 * U(B) * U(T) * U(C), 5 * U(B) * U(T) * U(C) + U(B) * U(T), float *dwte, float *dwpe,
+     const float *dout, const int32_t *tok, int B, int T, int C)
+WORK(k_layernorm_forward, 8 * U(N) * U(C), 2 * U(N) * U(C) + 2 * U(C) + 2 * U(N), float *out, float *mean,
+     float *rstd, const float *inp, const float *w, const float *b, size_t N, int C)
+WORK(k_layernorm_backward, 14 * U(N) * U(C), 3 * U(N) * U(C) + 4 * U(C) + 2 * U(N), float *dinp, float *dw,
+     float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, size_t N,
+     int C)
+WORK(k_qkv, 0, 6 * U(B) * U(T) * U(NH) * U(HS), float *q, float *k, float *v, const float *qkv, int B, int T,
+     int NH, int HS)
+WORK(k_qkv_merge, 0, 6 * U(B) * U(T) * U(NH) * U(HS), float *dqkv, const float *dq, const float *dk,
+     const float *dv, int B, int T, int NH, int HS)
+WORK(k_heads, 0, 2 * U(B) * U(T) * U(NH) * U(HS), float *out, const float *y, int B, int T, int NH, int HS)
+WORK(k_softmax_forward, 4 * U(BH) * U(T) * U(T), 2 * U(BH) * U(T) * U(T), float *att, const float *pre, int BH,
+     int T, float scale)
+WORK(k_softmax_backward, 4 * U(BH) * U(T) * U(T), 3 * U(BH) * U(T) * U(T), float *dpre, const float *datt,
+     const float *att, int BH, int T, float scale)
+WORK(k_xent_forward, 4 * U(N) * U(V), U(N) * U(V) + 2 * U(N), float *losses, const float *logits,
+     const int32_t *targets, size_t N, int V, int ld)
+WORK(k_xent_backward, 4 * U(N) * U(V), 2 * U(N) * U(V) + U(N), float *dlogits, const float *logits,
+     const int32_t *targets, size_t N, int V, int ld, float scale)
+WORK(k_adamw, 14 * U(n), 7 * U(n), float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+     float b2, float eps, float wd, float bc1, float bc2)
+WORK(k_sgd, 4 * U(n), 5 * U(n), float *p, const float *g, float *buf, size_t n, float lr, float momentum, float wd,
+     int first)
+WORK(k_rmsnorm_forward, 5 * U(N) * U(C), 2 * U(N) * U(C) + U(C) + U(N), float *out, float *rstd, const float *inp,
+     const float *w, size_t N, int C, float eps)
+WORK(k_rmsnorm_backward, 8 * U(N) * U(C), 3 * U(N) * U(C) + 2 * U(C) + U(N), float *dinp, float *dw,
+     const float *dout, const float *inp, const float *w, const float *rstd, size_t N, int C)
+WORK(k_rope, 6 * U(B) * U(T) * U(H) * U(D), 2 * U(B) * U(T) * U(H) * U(D), float *out, const float *inp, int B,
+     int T, int H, int D, int ld, float theta)
+WORK(k_swiglu_forward, 8 * U(n), 3 * U(n), float *out, const float *gate, const float *up, size_t n)
+WORK(k_swiglu_backward, 14 * U(n), 5 * U(n), float *dgate, float *dup, const float *gate, const float *up,
+     const float *dout, size_t n)
+WORK(k_mul_backward, 2 * U(n), 5 * U(n), float *da, float *db, const float *a, const float *b, const float *dout,
+     size_t n)
+WORK(k_mse_forward, 3 * U(N) * U(C), 2 * U(N) * U(C) + U(N), float *losses, const float *pred,
+     const float *target, size_t N, int C)
+WORK(k_mse_backward, 3 * U(N) * U(C), 3 * U(N) * U(C), float *dpred, const float *pred, const float *target,
+     size_t N, int C, float scale)
 
 /* the kernels that answer on the host: a sum of 0; finite values whose largest magnitude is 1, not 0 (code that
  * takes a shortcut for all-zero gradients, such as the grad norm's, then takes the path real data takes, with
- * its allocations); a sum of squares of 0 (a norm of 0, which clips nothing) */
+ * its allocations); a sum of squares of 0 (a norm of 0, which clips nothing). Each reads its n values. */
 static fsc_status k_sum(void *ctx, double *host_out, const float *x, size_t n) {
-    (void)ctx, (void)x, (void)n;
+    (void)x;
+    count_work(ctx, U(n), 4 * U(n));
     *host_out = 0.0;
     return FSC_OK;
 }
 
 static fsc_status k_absmax(void *ctx, float *host_max, int *host_nonfinite, const float *x, size_t n) {
-    (void)ctx, (void)x, (void)n;
+    (void)x;
+    count_work(ctx, 2 * U(n), 4 * U(n));
     *host_max = 1.0f;
     *host_nonfinite = 0;
     return FSC_OK;
 }
 
 static fsc_status k_sumsq_fixed(void *ctx, uint64_t acc[2], const float *x, size_t n, int shift) {
-    (void)ctx, (void)acc, (void)x, (void)n, (void)shift;
+    (void)acc, (void)x, (void)shift;
+    count_work(ctx, 3 * U(n), 4 * U(n));
     return FSC_OK;
 }
 
@@ -205,6 +261,10 @@ fsc_status fsc_count_device_open(int abi_version, const fsc_device_opts *opts, c
     if (!c) return fsc_error(FSC_ERR_NOMEM, "count device: out of memory");
     atomic_init(&c->next, COUNT_FAKE_BASE);
     atomic_init(&c->gemm_flops, 0);
+    for (int b = 0; b < FSC_COUNT_BINS; b++) {
+        atomic_init(&c->flops[b], 0);
+        atomic_init(&c->bytes[b], 0);
+    }
     *ops = &count_ops;
     *ctx = c;
     return FSC_OK;

@@ -11,7 +11,7 @@
 
 /* The library's parallel options of the run: its defaults, then what the options set (an option the table lacks
  * keeps its default). balance (1024 entries) holds --balance's blocks per stage. */
-static fsc_status parallel_opts(const train_config *c, int *balance, fsc_parallel_opts *out) {
+fsc_status parallel_opts(const train_config *c, int *balance, fsc_parallel_opts *out) {
     fsc_parallel_opts po = fsc_parallel_opts_default();
     po.kind = strategy(c);
     po.shard = (fsc_shard_strategy)c->shard;
@@ -46,7 +46,7 @@ static fsc_status parallel_opts(const train_config *c, int *balance, fsc_paralle
 }
 
 /* The optimizer: AdamW's betas and eps from the library, the rest from the options. */
-static fsc_optim_config optim_config(const train_config *c) {
+fsc_optim_config optim_config(const train_config *c) {
     fsc_optim_config oc = fsc_optim_config_default();
     oc.kind = (fsc_optim_kind)c->optimizer;
     oc.lr = c->lr;

@@ -54,6 +54,7 @@ const option options[NOPT] = {
     {"resume", "DIR", NULL, "continue from the newest complete checkpoint in DIR that loads (any --world and --parallel) up to --steps; a damaged one is skipped, with a message; none there (or no DIR): start a new run; DIR/step-NNNNNNNN: from that checkpoint", K_STR, F(resume), 0, 0, NULL},
     {"keep-last", "K", "0", "after each checkpoint is written, remove the older ones of --ckpt-dir beyond the newest K (0: keep all)", K_INT, F(keep_last), 0, 1e9, NULL},
     {"json", NULL, NULL, "end with one JSON line: losses, throughput, memory, communication, config", K_FLAG, F(json), 0, 0, NULL},
+    {"plan", NULL, NULL, "before training, print each rank's predicted peak memory per tag and the predicted step time (fsc-plan's table: the engine's setup and one step on the counting device, this machine's rates calibrated, --sim-bandwidth and --sim-latency; docs/planning.md); --json adds a \"predicted\" object beside the measured values", K_FLAG, F(plan), 0, 0, NULL},
     {"config", "FILE", NULL, "options from a JSON object {\"option\": value, ...} (names as here; the command line wins): a run's --ckpt-dir/train_config.json, or that directory", K_STR, F(config), 0, 0, NULL},
     {"log", "FILE", NULL, "write one JSON object per line to FILE (.jsonl): the config, then every step and validation, flushed as they come", K_STR, F(log), 0, 0, NULL},
     {"trace", "DIR", NULL, "write a Chrome/Perfetto trace per rank, DIR/rank-N.json (open in ui.perfetto.dev)", K_STR, F(trace), 0, 0, NULL},

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "train.h"
 #include "../train_log.h"
+#include "../plan_print.h"
 
 /* --json: the learning rate of every step and the validation losses (null for steps not run here or not
  * validated after). */
@@ -174,6 +175,11 @@ void print_json(const run_state *st, const ddp_check *chk) {
         double b = 0;
         for (int op = 0; op < FSC_OP_COUNT; op++) b += st->groups[k].bytes[op];
         cJSON_AddNumberToObject(g, fsc_group_kind_name((fsc_group_kind)k), c->steps ? b / c->steps : 0);
+    }
+    if (st->plan) { /* --plan */
+        cJSON *p = cJSON_AddObjectToObject(root, "predicted");
+        plan_json_fields(p, st->plan, c->world);
+        plan_time_fields(p, &st->plan_step, &st->plan_rates);
     }
     if (st->pstats) cJSON_AddItemToObject(root, "pipeline", pipeline_object(st));
     if (c->moe_experts) cJSON_AddItemToObject(root, "moe", moe_object(st));

@@ -9,6 +9,7 @@
  *   report.c   the results the ranks share, the progress line and --log, the banner
  *   summary.c  the end of a run: --json, the pipeline's stages, the --check-ddp table
  *   peak.c     the peak FLOP rate MFU divides by: given, cached per machine, or measured; never below a step's
+ *   plan.c     --plan: the planner's prediction of the run (fsc/plan.h) before the ranks start
  * The state is in two structs: train_config (the options, filled by the parser) and run_state (what the ranks
  * share: inputs read-only, results each rank writes in its own slots). Public API only (fsc/fsc.h).
  * Not here: the formatting of one step's record (../train_log.h), the flight recorder (../train_flight.h), the
@@ -44,6 +45,7 @@ typedef struct {
     const char *init_save, *save, *load;
     int save_dtype;     /* --save/--init-save element type: index into "f32|bf16|f16" */
     int json;
+    int plan;           /* --plan: the planner's prediction before training (plan.c) */
     int world;
     int parallel;   /* fsc_parallel_kind */
     int shard;      /* fsc_shard_strategy */
@@ -98,7 +100,7 @@ typedef struct {
     const char *choices; /* K_CHOICE: "a|b|c", the value stored is the index */
 } option;
 
-enum { NOPT = 79 }; /* options in the table (options.c checks the count) */
+enum { NOPT = 80 }; /* options in the table (options.c checks the count) */
 extern const option options[NOPT];
 
 extern const fsc_dtype precision_dtype[3];          /* --precision */
@@ -146,6 +148,9 @@ typedef struct {
     double tflops;          /* rank 0: one rank's peak for MFU (peak.c; 0: unknown) */
     char peak_source[16];   /* rank 0: where tflops came from: given, cached, measured, raised, unknown */
     double trace_origin;    /* --trace: the time every rank's timestamps count from (fsc_trace_now_us) */
+    fsc_plan_rank *plan;    /* (world) --plan: the predicted peaks and work (plan.c), rank 0's process; NULL without */
+    fsc_plan_rates plan_rates; /* --plan: the rates of the predicted step time (this machine's, calibrated) */
+    fsc_plan_step plan_step;
 } run_state;
 
 /* --check-ddp: the run compared with its DDP oracle */
@@ -216,6 +221,12 @@ typedef struct {
     run_state *st, *ddp; /* ddp: --check-ddp's oracle, NULL without */
 } proc_job;
 fsc_status proc_fn(fsc_rank *r, void *arg);
+/* the library's options of the run (balance: 1024 entries for --balance) */
+fsc_status parallel_opts(const train_config *c, int *balance, fsc_parallel_opts *out);
+fsc_optim_config optim_config(const train_config *c);
+
+/* plan.c: --plan's prediction into st->plan, its table on stdout; 0, or -1 (said on stderr) */
+int plan_run(run_state *st);
 
 /* ckpt.c */
 int check_ckpt_dir(const train_config *c, char *err, size_t cap);

@@ -57,6 +57,13 @@ int fsc_device_is_count(const fsc_device *dev);
 int fsc_device_discards(const fsc_device *dev, const void *p);
 /* The FLOPs (2 M N K per product) of every gemm a counting device was asked for; 0 for another device. */
 uint64_t fsc_count_gemm_flops(const fsc_device *dev);
+/* The work of every kernel call and device copy a counting device was asked for (gemm included): its FLOPs and
+ * the bytes it reads and writes, from its arguments, summed by arithmetic intensity into FSC_COUNT_BINS bins: bin
+ * i holds the calls of flops / bytes in [2^((i - 32) / 2), 2^((i - 31) / 2)) (the first also those of no FLOPs,
+ * the last those of no bytes). A roofline then costs each bin max(flops / rate, bytes / bandwidth), exact for
+ * every bin but the one the ridge point falls in. Zeros for another device. */
+enum { FSC_COUNT_BINS = 64 };
+void fsc_count_work(const fsc_device *dev, double *flops, double *bytes);
 
 /* The places a plug-in file (libfsc_cuda.so, libfsc_mpi.so) is looked for, in order: beside the executable,
  * in its ../lib, beside the file holding libfsc's code (libfsc.so; dladdr), then the bare name for the

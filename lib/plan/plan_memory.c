@@ -10,7 +10,9 @@
 #include "fsc/cluster.h"
 #include "fsc/gpt_engine.h"
 #include "fsc/plan.h"
-#include "core/device_impl.h" /* fsc_count_gemm_flops */
+#include "core/device_impl.h" /* fsc_count_gemm_flops, fsc_count_work */
+
+_Static_assert((int)FSC_PLAN_BINS == (int)FSC_COUNT_BINS, "the plan's work bins are the counting device's");
 
 typedef struct {
     const fsc_plan_job *job;
@@ -60,6 +62,8 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     if (!tok) s = fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for a batch of %d x %d tokens", bl, T);
     fsc_engine_reset_comm_stats(e); /* the step's collectives, as fsc-train reports them */
     const double flops0 = (double)fsc_count_gemm_flops(r->dev);
+    double wf0[FSC_PLAN_BINS], wb0[FSC_PLAN_BINS];
+    fsc_count_work(r->dev, wf0, wb0);
     if (s == FSC_OK) {
         fsc_step_info info = {0};
         s = j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
@@ -74,10 +78,13 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         if (host) read_ledger(host, o->host_peak, &o->host_peak_total);
         o->tensor = lay->tensor, o->data = lay->data, o->stage = lay->pipe;
         o->gemm_flops = (double)fsc_count_gemm_flops(r->dev) - flops0;
+        fsc_count_work(r->dev, o->work_flops, o->work_bytes);
+        for (int b = 0; b < FSC_PLAN_BINS; b++) o->work_flops[b] -= wf0[b], o->work_bytes[b] -= wb0[b];
+        const int size[FSC_GROUP_COUNT] = {lay->dp, lay->tp, lay->pp, j->po.ep > 1 ? j->po.ep : 1, lay->world};
         for (int g = 0; g < FSC_GROUP_COUNT; g++) {
-            fsc_comm_stats cs = {0};
-            if (!fsc_engine_comm_stats_group(e, (fsc_group_kind)g, &cs)) continue;
-            for (int op = 0; op < FSC_OP_COUNT; op++) o->comm_bytes[g] += cs.bytes[op];
+            o->group_size[g] = size[g];
+            if (!fsc_engine_comm_stats_group(e, (fsc_group_kind)g, &o->comm[g])) continue;
+            for (int op = 0; op < FSC_OP_COUNT; op++) o->comm_bytes[g] += o->comm[g].bytes[op];
         }
     }
     free(tok);

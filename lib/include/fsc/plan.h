@@ -9,8 +9,13 @@
  *   j.model = FSC_PLAN_LLAMA; j.llama = ...; j.world = 8; j.batch = 8; j.po.kind = FSC_PAR_FSDP;
  *   fsc_plan_rank *r = calloc(j.world, sizeof *r);
  *   fsc_plan_memory(&j, r);   r[i].peak[FSC_TAG_PARAMS], r[i].peak_total, r[i].host_peak_total ...
- * The same dry run counts the step's work: its matrix products' FLOPs and its collectives' bytes per group.
- * Not here: the step time and the search over layouts (docs/planning.md says what remains). */
+ * The same dry run counts the step's work: every kernel's FLOPs and bytes, its collectives' calls and bytes per
+ * group. fsc_plan_time turns them into a step time against a device's rates and the simulated network's
+ * alpha-beta ring model (a roofline per kernel; communication overlapped with compute, or not, by prefetch):
+ *   fsc_plan_rates rt; fsc_plan_calibrate(8, 1, &rt); (or the rates of a GPU)
+ *   rt.net_bytes_per_s = 10e9; rt.net_latency_s = 20e-6;
+ *   fsc_plan_step t; fsc_plan_time(&j, r, &rt, &t);   t.step_s, t.compute_s, t.comm_s
+ * Not here: the search over layouts (docs/planning.md says what remains). */
 #ifndef FSC_PLAN_H
 #define FSC_PLAN_H
 #include "export.h"
@@ -26,6 +31,7 @@
 FSC_BEGIN_DECLS
 
 typedef enum { FSC_PLAN_GPT = 0, FSC_PLAN_LLAMA } fsc_plan_model;
+enum { FSC_PLAN_BINS = 64 }; /* intensity bins of fsc_plan_rank's work */
 
 /* A job as fsc-train runs it: the model, the engine's options, the optimizer, the world and the global batch.
  * Each rank builds its model and engine as the trainer does (a Llama with tp > 1 through fsc_llama_build on
@@ -60,6 +66,14 @@ typedef struct {
      * summed), which fsc_plan_memory counts as the real run does. */
     double gemm_flops;
     double comm_bytes[FSC_GROUP_COUNT];
+    /* The time model's input (fsc_plan_memory only: zeros from fsc_plan_measure but comm and group_size): the
+     * FLOPs and bytes read and written of every kernel call and device copy of the step, summed by arithmetic
+     * intensity (bin i: flops / bytes in [2^((i - 32) / 2), 2^((i - 31) / 2)); the first also holds the calls of
+     * no FLOPs, the last those of no bytes); the step's calls and bytes of each collective per group, and each
+     * group's size (data dp, tensor tp, pipeline pp, expert ep, world the world). */
+    double work_flops[FSC_PLAN_BINS], work_bytes[FSC_PLAN_BINS];
+    fsc_comm_stats comm[FSC_GROUP_COUNT];
+    int group_size[FSC_GROUP_COUNT];
 } fsc_plan_rank;
 
 /* Per-rank peaks of the job on the counting device into out[0 .. job->world - 1]. Every rank of the world runs
@@ -68,6 +82,36 @@ typedef struct {
 fsc_status fsc_plan_memory(const fsc_plan_job *job, fsc_plan_rank *out);
 /* The same job run for real on the cpu device (simulated ranks, one thread each): the measured peaks. */
 fsc_status fsc_plan_measure(const fsc_plan_job *job, fsc_plan_rank *out);
+
+/* A rank's device and the network between ranks, as the time model sees them. */
+typedef struct {
+    double flops_per_s;     /* the device's matrix-product rate (FLOP/s, > 0) */
+    double bytes_per_s;     /* its memory bandwidth (bytes/s, > 0) */
+    double net_bytes_per_s; /* every link's bandwidth (bytes/s; 0: communication costs no bandwidth) */
+    double net_latency_s;   /* every link's latency (s; 0: none) */
+} fsc_plan_rates;
+
+/* The predicted time of a step: the slowest rank's, and where it goes. */
+typedef struct {
+    double step_s;     /* max over ranks of the rank's step */
+    double compute_s;  /* that rank's compute: sum over kernels of max(flops / rate, bytes / bandwidth), with a
+                          pipeline's bubble (x (m + pp - 1) / m for m micro-batches) */
+    double comm_s;     /* its collectives: the sum of each call's alpha-beta ring time (sim/sim_net.c's model) */
+    int rank;          /* the slowest rank */
+} fsc_plan_step;
+
+/* The step time of the planned ranks r[0 .. job->world - 1] (fsc_plan_memory's) at rates. A rank's step is
+ * max(compute, comm) with the job's prefetch (communication assumed hidden behind computation as far as it
+ * can be), compute + comm without: a simplification (docs/planning.md states what it leaves out). */
+fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const fsc_plan_rates *rates,
+                         fsc_plan_step *out);
+/* The rates of each of world simulated ranks on this machine's cpu device (threads BLAS threads a rank, 0: 1 with
+ * several ranks, else the library default): the gemm rate, the mean of min(world, 2, cores) ranks measuring at
+ * once (each the best of 3 fsc_device_measure_tflops), and the memory bandwidth, one rank's best of a few 12 MiB
+ * device copies (read and write counted); both times cores / (world x threads) when the world's threads
+ * outnumber the cores (they share them). The network's fields 0. Takes a few tenths of a second and about
+ * 30 MiB. */
+fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out);
 
 FSC_END_DECLS
 

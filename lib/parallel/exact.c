@@ -46,6 +46,7 @@ typedef struct {
     const int64_t *res; /* the result inside buf (nout) */
     int k;              /* into shadow k from element at */
     size_t at, nout;
+    uint64_t issued;    /* when it was started (the x->issued count) */
 } flight;
 
 struct fsc_exact {
@@ -58,7 +59,7 @@ struct fsc_exact {
     int64_t *hq;    /* its int64s */
     size_t cap;
     flight fl[INFLIGHT];
-    int next;       /* the slot the next reduction takes (the oldest in flight when all are busy) */
+    uint64_t issued;/* reductions started so far */
     term_sum *ts;   /* (nts) expert gradients by source waiting for their reduction */
     int nts;
 };
@@ -237,6 +238,16 @@ static fsc_status convert(fsc_engine *e, int64_t *dst, const float *in, size_t n
     return fsc_device_upload(e->dev, dst, x->hq, n * sizeof(int64_t));
 }
 
+/* The slot of the next reduction: the first free one (a step whose reductions land before the next start keeps
+ * reusing one buffer, warm in the caches), else the oldest in flight. */
+static flight *take_slot(fsc_exact *x) {
+    flight *f = NULL;
+    for (int i = 0; i < INFLIGHT && (!f || f->req); i++)
+        if (!f || !x->fl[i].req || x->fl[i].issued < f->issued) f = &x->fl[i];
+    f->issued = x->issued++;
+    return f;
+}
+
 fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, const float *in, const float *out,
                             size_t n) {
     fsc_exact *x = e->exact;
@@ -245,8 +256,7 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, 
     int k = 0;
     size_t at = 0;
     FSC_TRY(find_shadow(e, out, nout, &k, &at));
-    flight *f = &x->fl[x->next];
-    x->next = (x->next + 1) % INFLIGHT;
+    flight *f = take_slot(x);
     FSC_TRY(land(e, f)); /* the oldest in flight, when all slots are busy */
     if (f->cap < n) {
         fsc_device_release(e->dev, f->buf);

@@ -169,7 +169,8 @@ static void test_refusals(void **state) {
     po.unit = 0, po.reduce_exact = 2;
     refuse(po, 1, FSC_ERR_INVALID, "reduce_exact must be 0 or 1");
     /* offload all runs (59cce05; tests/test_trainer_exact.c's test_offload_all), and so does expert parallelism */
-    po.reduce_exact = 1, po.kind = FSC_PAR_DDP, po.pp = 2, po.accum = 2, po.unit = 1; /* a pipeline's unit is its micro-batch (6 / 2 here) */
+    /* a pipeline's unit is its micro-batch (6 / 2 here) */
+    po.reduce_exact = 1, po.kind = FSC_PAR_DDP, po.pp = 2, po.accum = 2, po.unit = 1;
     refuse(po, 2, FSC_ERR_INVALID, "the unit is the pipeline's micro-batch");
 }
 

@@ -177,7 +177,8 @@ static void test_moe_expert_parallel(void **state) {
     const char *cfg[1 + 3 * 7] = { "--world 1 --accum 12" };
     char *own[3 * 7];
     for (int i = 0; i < 3; i++)
-        for (int p = 0; p < 7; p++) cfg[1 + i * 7 + p] = own[i * 7 + p] = prog_fmt("%s --parallel %s", where[i], par[p]);
+        for (int p = 0; p < 7; p++)
+            cfg[1 + i * 7 + p] = own[i * 7 + p] = prog_fmt("%s --parallel %s", where[i], par[p]);
     moe_runs(cfg, 1 + 3 * 7, 5);
     for (int i = 0; i < 3 * 7; i++) free(own[i]);
 }

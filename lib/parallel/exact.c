@@ -16,9 +16,9 @@
  * Every strategy reduces this way (ddp, zero1/2 and fsdp: their reductions are fsc_engine_reduce's; hybrid
  * sharding sums over the shard group, then across the replicas); a pipeline reduces every micro-batch's
  * gradient of each stage, and its last stage's per-micro-batch losses are summed and sent to every stage.
- * Expert parallelism: an expert's rank computes its gradient from the units of every rank of its expert group, so the
- * model hands each source's part (model.h's grad_term) here instead of adding it: converted at once and added as
- * int64, it joins the reduction whose input holds that gradient (the expert-data group's), in which the float
+ * Expert parallelism: an expert's rank computes its gradient from the units of every rank of its expert group, so
+ * the model hands each source's part (model.h's grad_term) here instead of adding it: converted at once and added
+ * as int64, it joins the reduction whose input holds that gradient (the expert-data group's), in which the float
  * gradient itself is zero. Not here: the integer arithmetic (lib/core/exact.c). */
 #include <math.h>
 #include <stdlib.h>

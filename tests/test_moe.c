@@ -14,6 +14,8 @@
  *   (G-1)/G x slots x C x 4 bytes per step and is printed;
  * - expert parallelism inside data parallelism: G ranks that each hold every expert and route their own tokens,
  *   with expert gradients summed in rank order, equal the G-rank expert-parallel layer bit for bit;
+ * - gradients by source (fsc_moe_backward_terms): each source's piece of an expert gradient equals what the source
+ *   rank computes for its own tokens holding every expert, bit for bit, and nothing is added to the gradient;
  * - records: two forwards in flight give what one at a time gives, bit for bit;
  * - gradients: central finite differences of sum(out * R) + daux aux on a tiny layer, within 2e-2 relative
  *   plus 2e-3 absolute (float forward, h = 1e-2), skipping perturbations that change the routing. */
@@ -174,12 +176,32 @@ enum { EP_S = 12, EP_E = 8 };
 typedef struct {
     int G, k, groups;   /* ranks, top-k, dispatch groups per rank */
     int replicated;     /* every rank holds every expert and routes only its own tokens (no expert group) */
+    float *terms;       /* NULL, or the expert gradients by source (fsc_moe_backward_terms): rank r's of source q at
+                         * (r G + q) pe, pe the floats of a rank's experts */
     float *out, *dinp;  /* (G S, C) */
     float *grads;       /* per rank: the flat gradient buffer (rank r at r * P1, P1 = the rank's length) */
     size_t P1;
     double aux[8];
     fsc_comm_stats comm[8];
 } ep_run;
+
+/* A term sink: each piece into its source's copy of the rank's expert gradients (the pieces of an expert come
+ * source by source, each as its four tensors). */
+typedef struct {
+    fsc_device *dev;
+    const float *grads; /* the layer's flat gradients (device): the gate, then the rank's experts */
+    float *terms;       /* (G pe) host */
+    int G, calls;
+    size_t pe;
+} term_log;
+
+static fsc_status log_term(void *ctx, float *grad, const float *piece, size_t n) {
+    term_log *t = ctx;
+    const int src = t->calls++ / 4 % t->G;
+    const size_t at = (size_t)(grad - t->grads) - (size_t)C * EP_E;
+    if (at + n > t->pe) return fsc_error(FSC_ERR_INTERNAL, "a term for no expert gradient of this rank");
+    return fsc_device_download(t->dev, t->terms + (size_t)src * t->pe + at, piece, n * sizeof(float));
+}
 
 static fsc_status ep_rank(fsc_rank *r, void *arg) {
     ep_run *run = arg;
@@ -205,7 +227,10 @@ static fsc_status ep_rank(fsc_rank *r, void *arg) {
     if (r->comm) fsc_comm_reset_stats(r->comm);
     FSC_TRY(fsc_moe_forward(m, dout, rec, dx, NULL, &st));
     /* the single rank's auxiliary loss is the mean over G times more groups */
-    FSC_TRY(fsc_moe_backward(m, ddx, NULL, rec, ddy, NULL, 0.01f / (float)G)); /* a rank's share of the mean (exact: G is 2 or 4) */
+    const size_t pe = fsc_moe_num_local(m) - (size_t)C * EP_E;
+    term_log tl = { r->dev, fsc_moe_grads(m), run->terms ? run->terms + (size_t)r->rank * G * pe : NULL, G, 0, pe };
+    FSC_TRY(fsc_moe_backward_terms(m, ddx, NULL, rec, ddy, NULL, 0.01f / (float)G, /* a rank's share of the mean */
+                                   run->terms ? log_term : NULL, &tl)); /* (exact: G is 2 or 4) */
     FSC_TRY(tt_down(r->dev, run->out + first, dout, (size_t)S * C));
     FSC_TRY(tt_down(r->dev, run->dinp + first, ddx, (size_t)S * C));
     FSC_TRY(tt_down(r->dev, run->grads + r->rank * run->P1, fsc_moe_grads(m), fsc_moe_num_local(m)));
@@ -241,7 +266,7 @@ static ep_run ep_make_replicated(int G, int k) {
 }
 
 static void ep_free(ep_run *r) {
-    free(r->out), free(r->dinp), free(r->grads);
+    free(r->out), free(r->dinp), free(r->grads), free(r->terms);
 }
 
 static void test_moe_expert_parallel_equals_one_rank(void **state) {
@@ -314,6 +339,37 @@ static void test_moe_expert_parallel_equals_data_parallel(void **state) {
                 assert_bits_equal(ep.grads + r * ep.P1 + C * EP_E, sum, pe, "expert gradients summed in rank order");
                 free(sum);
             }
+            ep_free(&rep), ep_free(&ep);
+        }
+}
+
+/* Gradients by source (fsc_moe_backward_terms, the exact reduction's): on G expert-parallel ranks with two dispatch
+ * groups each, rank r's piece of source q for its experts equals, bit for bit, the expert gradients that rank q
+ * computes into zeroed gradients when it holds every expert and routes its own tokens (the replicated run); the
+ * outputs, input gradients and gate gradients are the replicated run's, and the expert gradients stay zero. */
+static void test_moe_gradient_terms_by_source(void **state) {
+    (void)state;
+    for (int G = 2; G <= 4; G *= 2)
+        for (int k = 1; k <= 2; k++) {
+            ep_run rep = ep_make(G, k, 2, 1), ep = ep_make(G, k, 2, G);
+            free(rep.grads);
+            rep.grads = calloc(rep.P1 * G, sizeof(float));
+            rep.replicated = 1;
+            const size_t all = (size_t)G * EP_S * 2 * C, pe = ep.P1 - C * EP_E;
+            ep.terms = calloc((size_t)G * G * pe, sizeof(float));
+            assert_ok(tt_run(G, ep_rank, &rep));
+            assert_ok(tt_run(G, ep_rank, &ep));
+            assert_bits_equal(ep.out, rep.out, all, "output");
+            assert_bits_equal(ep.dinp, rep.dinp, all, "input gradient");
+            float *zero = calloc(pe, sizeof(float));
+            for (int r = 0; r < G; r++) {
+                assert_bits_equal(ep.grads + r * ep.P1, rep.grads + r * rep.P1, C * EP_E, "gate gradient of a rank");
+                assert_bits_equal(ep.grads + r * ep.P1 + C * EP_E, zero, pe, "expert gradients (taken by the sink)");
+                for (int q = 0; q < G; q++)
+                    assert_bits_equal(ep.terms + ((size_t)r * G + q) * pe, rep.grads + q * rep.P1 + C * EP_E + r * pe,
+                                      pe, "an expert gradient's piece from one source");
+            }
+            free(zero);
             ep_free(&rep), ep_free(&ep);
         }
 }
@@ -527,6 +583,7 @@ int main(void) {
         cmocka_unit_test(test_moe_capacity_and_routing),
         cmocka_unit_test(test_moe_expert_parallel_equals_one_rank),
         cmocka_unit_test(test_moe_expert_parallel_equals_data_parallel),
+        cmocka_unit_test(test_moe_gradient_terms_by_source),
         cmocka_unit_test(test_moe_records_in_flight),
         cmocka_unit_test(test_moe_gradient_finite_differences),
         cmocka_unit_test(test_moe_errors),

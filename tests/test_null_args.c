@@ -1223,6 +1223,14 @@ static void null_fsc_moe_backward(void) {
     INVALID(fsc_moe_backward(P, P, P, P, NULL, P, 0), "dout");
 }
 
+static void null_fsc_moe_backward_terms(void) {
+    /* may be NULL: g, p, term, term_ctx */
+    INVALID(fsc_moe_backward_terms(NULL, P, P, P, P, P, 0, NULL, NULL), "m");
+    INVALID(fsc_moe_backward_terms(P, NULL, P, P, P, P, 0, NULL, NULL), "dinp");
+    INVALID(fsc_moe_backward_terms(P, P, P, NULL, P, P, 0, NULL, NULL), "rec");
+    INVALID(fsc_moe_backward_terms(P, P, P, P, NULL, P, 0, NULL, NULL), "dout");
+}
+
 static void null_fsc_moe_capacity(void) {
     RET0(fsc_moe_capacity(NULL, 0, 0));
 }
@@ -2589,6 +2597,7 @@ static const struct row rows[] = {
     ROW(fsc_param_used_by),
     /* moe.h */
     ROW(fsc_moe_backward),
+    ROW(fsc_moe_backward_terms),
     ROW(fsc_moe_capacity),
     NONE(fsc_moe_config_default),
     ROW(fsc_moe_create),

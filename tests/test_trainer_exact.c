@@ -2,7 +2,8 @@
  * Oracles: a global batch of 12 in units of 1 gives byte-identical --save files and the same --json losses
  * after 5 steps at (--world N, --accum K) = (1,12), (2,6), (3,4), (4,3), (6,2), (12,1) with ddp, fsdp (full,
  * grad_op, hybrid), zero1 and zero2 (none at N 1); --unit 2 at (1,12), (2,3), (3,1) agrees likewise; so does FSDP
- * with offload all; what exact mode does not run with is refused naming the option. */
+ * with offload all; so do MoE models, with expert parallelism too; what exact mode does not run with is refused
+ * naming the option. */
 #include "trainertest.h"
 
 static char trainer[PATH_MAX], tmpdir[64];
@@ -126,17 +127,14 @@ static void test_validation(void **state) {
     free(ref);
 }
 
-/* A mixture of experts (no expert parallelism): the weights, the losses and the MoE statistics (the aux losses, the
- * dropped tokens) are the same bits at every world size, accumulation and strategy. */
-static void test_moe(void **state) {
-    (void)state;
-    static const char *const cfg[] = { "--world 1 --accum 12", "--world 3 --accum 4 --parallel ddp",
-                                       "--world 4 --accum 3 --parallel fsdp", "--world 6 --accum 2 --parallel zero2" };
+/* An MoE model run with each of cfg[0 .. n) (steps more): the weights, the losses and the MoE statistics (the aux
+ * losses, the dropped tokens) of every run are cfg[0]'s bits. */
+static void moe_runs(const char *const *cfg, int n, int steps) {
     char *ref = NULL, *ref_w = NULL;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n; i++) {
         char *w = prog_fmt("%s/moe_%d.st", tmpdir, i);
-        char *a = prog_fmt(MODEL " --steps 4 --moe-experts 4 --moe-every 1 --data '%s/data.txt' --reduce exact %s "
-                           "--save '%s' --json", tmpdir, cfg[i], w);
+        char *a = prog_fmt(MODEL " --steps %d --moe-experts 4 --moe-every 1 --data '%s/data.txt' --reduce exact %s "
+                           "--save '%s' --json", steps, tmpdir, cfg[i], w);
         char *out = NULL;
         int rc = prog_run(trainer, a, tmpdir, &out, NULL);
         if (rc != 0) fail_msg("%s: exit %d\n%s", a, rc, out);
@@ -149,15 +147,40 @@ static void test_moe(void **state) {
         if (!ref) {
             ref = v, ref_w = w, w = NULL;
         } else {
-            if (strcmp(v, ref)) fail_msg("%s: losses, aux losses, dropped %s; at --world 1: %s", cfg[i], v, ref);
+            if (strcmp(v, ref)) fail_msg("%s: losses, aux losses, dropped %s; with %s: %s", cfg[i], v, cfg[0], ref);
             char *cmp = prog_fmt("cmp -s '%s' '%s'", w, ref_w);
-            if (system(cmp) != 0) fail_msg("%s: the --save file differs from --world 1's", cfg[i]);
+            if (system(cmp) != 0) fail_msg("%s: the --save file differs from %s's", cfg[i], cfg[0]);
             free(cmp), free(v);
         }
         cJSON_Delete(j);
         free(l), free(aux), free(drop), free(a), free(out), free(w);
     }
     free(ref), free(ref_w);
+}
+
+/* A mixture of experts without expert parallelism: the same bits at every world size, accumulation and strategy. */
+static void test_moe(void **state) {
+    (void)state;
+    static const char *const cfg[] = { "--world 1 --accum 12", "--world 3 --accum 4 --parallel ddp",
+                                       "--world 4 --accum 3 --parallel fsdp", "--world 6 --accum 2 --parallel zero2" };
+    moe_runs(cfg, 4, 4);
+}
+
+/* Expert parallelism: (world, accum, ep) = (2,6,2), (4,3,2) and (4,3,4) with ddp, fsdp (every shard strategy), zero1
+ * and zero2 give one rank's bits (an expert's gradient from each source unit is a term of its own). */
+static void test_moe_expert_parallel(void **state) {
+    (void)state;
+    static const char *const where[] = { "--world 2 --accum 6 --ep 2", "--world 4 --accum 3 --ep 2",
+                                         "--world 4 --accum 3 --ep 4" };
+    static const char *const par[] = { "ddp", "fsdp --shard full", "fsdp --shard grad_op", "fsdp --shard hybrid",
+                                       "fsdp --shard none", "zero1", "zero2" };
+    const char *cfg[1 + 3 * 7] = { "--world 1 --accum 12" };
+    char *own[3 * 7];
+    for (int i = 0; i < 3; i++)
+        for (int p = 0; p < 7; p++)
+            cfg[1 + i * 7 + p] = own[i * 7 + p] = prog_fmt("%s --parallel %s", where[i], par[p]);
+    moe_runs(cfg, 1 + 3 * 7, 5);
+    for (int i = 0; i < 3 * 7; i++) free(own[i]);
 }
 
 static void test_llama(void **state) {
@@ -217,10 +240,7 @@ static void test_tensor_parallel(void **state) {
 
 static void test_refusals(void **state) {
     (void)state;
-    char *a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel ddp --moe-experts 4 --ep 2 --reduce exact", tmpdir);
-    prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run with expert parallelism");
-    free(a);
-    a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --pp 2 --moe-experts 2 --reduce exact --unit 1", tmpdir);
+    char *a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --pp 2 --moe-experts 2 --reduce exact --unit 1", tmpdir);
     prog_refused(trainer, a, tmpdir, -1, "reduce exact does not run a pipeline of MoE blocks");
     free(a);
     a = prog_fmt(MODEL " --data '%s/data.txt' --unit 2", tmpdir);
@@ -241,6 +261,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_pipelines),
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_moe_expert_parallel),
         cmocka_unit_test(test_llama),
         cmocka_unit_test(test_resume_on_another_world),
         cmocka_unit_test(test_tensor_parallel),

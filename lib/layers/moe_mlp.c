@@ -62,7 +62,8 @@ fsc_status moe_part_backward(const moe_part *mp, const fsc_layer_call *c, float 
     if (!st || !st->rec) return fsc_error(FSC_ERR_STATE, "moe layer: the record has no MoE state");
     /* the load-balancing loss: its coefficient times each loss term's factor times the group's tokens */
     const float daux = mp->aux * c->dscale * (float)((size_t)c->B * (size_t)mp->rows);
-    return fsc_moe_backward(mp->moe, dinp, c->grad + mp->first, st->rec, dout, c->param + mp->first, daux);
+    return fsc_moe_backward_terms(mp->moe, dinp, c->grad + mp->first, st->rec, dout, c->param + mp->first, daux,
+                                  c->term, c->term_ctx);
 }
 
 fsc_status moe_state_create(fsc_layer *l, fsc_device *dev, int B, void **state) {

@@ -28,6 +28,8 @@ typedef struct {
     float *host_loss;    /* (B x the loss layer's out_floats) */
     void **state;        /* (last - first + 1) the layers' host state (NULL for most) */
     float **host;        /* (last - first + 1) offload: host copy of out[l], NULL where it stays on the device */
+    fsc_grad_term_fn term; /* backward's gradients by source (model.h), NULL: none */
+    void *term_ctx;
 } seq_acts;
 
 static size_t up(size_t b) { return (b + 255) / 256 * 256; }
@@ -95,6 +97,7 @@ fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mode
         return fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
     }
     a->B = o->B, a->ckpt = o->checkpoint;
+    a->term = o->grad_term, a->term_ctx = o->grad_term_ctx;
     a->bytes = layout(s, a, NULL);
     st = fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->bytes, &a->mem);
     for (int l = o->first; l <= o->last && st == FSC_OK; l++) {
@@ -247,6 +250,7 @@ fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *am, const fsc_model_hooks
                 FSC_TRY(fsc_residual_backward(s->dev, s->grad[t], NULL, s->tied_grad[t], s->info[t].numel));
         }
         c.dscale = dscale;
+        c.term = a->term, c.term_ctx = a->term_ctx;
         const float *dout = l == s->n - 1 ? NULL : l == a->last ? a->gout : a->g[(l + 1) & 1];
         float *dinp = l == a->first ? a->gin : a->g[l & 1];
         FSC_TRY(y->ops->backward(y, &c, dinp, dout, input_of(a, l)));

@@ -10,7 +10,9 @@
  *
  * The experts run per (source rank, group) block of cap rows, and each block's weight gradients are
  * computed into a zeroed scratch and then added to the gradients: the sum over blocks is a plain sequence
- * of additions in block order, whatever the products and the bias-gradient kernel do inside a block.
+ * of additions in block order, whatever the products and the bias-gradient kernel do inside a block. With a
+ * term sink (fsc_moe_backward_terms) each source rank's blocks are added the same way into a zeroed sum of
+ * their own, handed to the sink instead of the gradients: that source's tokens' part, as one rank computes it.
  *
  * Row gathers use the embedding kernel on a table with an extra zero row (token index S marks an empty
  * slot); the weighted combine scales rows with a batched K = 1 gemm and scatter-adds them with the
@@ -330,18 +332,33 @@ static fsc_status experts_forward(fsc_moe *m, fsc_moe_rec *r, float *ye, const f
     return FSC_OK;
 }
 
+/* Where the experts' weight gradients by source go (fsc_moe_backward_terms); fn NULL: into the gradients. */
+typedef struct {
+    fsc_status (*fn)(void *ctx, float *grad, const float *piece, size_t n);
+    void *ctx;
+} term_sink;
+
+/* A source's sum (per_expert floats, the expert's four tensors in table order) to the sink. */
+static fsc_status hand_terms(fsc_moe *m, const term_sink *ts, float *const *g, int j, const float *sum) {
+    size_t C = (size_t)m->C, H = (size_t)m->H, len[4] = { C * H, H, H * C, C }, at = 0;
+    for (int t = 0; t < 4; at += len[t], t++) FSC_TRY(ts->fn(ts->ctx, g[tab_index(m, j, t)], sum + at, len[t]));
+    return FSC_OK;
+}
+
 /* dxe (slots, C) = (overwrites) the experts' input gradient from dye; parameter gradients += block by
- * block through a zeroed scratch. work: 2 cap H + per_expert floats (rounded). */
+ * block through a zeroed scratch, or with a sink each source's blocks into a zeroed sum handed to it.
+ * work: 2 cap H + per_expert floats (rounded), and per_expert more with a sink. */
 static fsc_status experts_backward(fsc_moe *m, fsc_moe_rec *r, float *dxe, float *const *g, const float *dye,
-                                   const float *const *p, float *work) {
+                                   const float *const *p, float *work, const term_sink *ts) {
     size_t cap = (size_t)r->cap, C = (size_t)m->C, H = (size_t)m->H, nb = r->slots / cap;
     if (!m->per_expert) return fsc_device_copy(m->dev, dxe, dye, r->slots * C * sizeof(float));
-    size_t per = nb / (size_t)m->El;
-    float *dha = work, *dhp = work + r64(cap * H), *sg = dhp + r64(cap * H);
+    size_t per = nb / (size_t)m->El, groups = (size_t)r->groups; /* blocks per expert: G sources x groups */
+    float *dha = work, *dhp = work + r64(cap * H), *sg = dhp + r64(cap * H), *src = sg + r64(m->per_expert);
     size_t len[4] = { C * H, H, H * C, C };
     float *sub[4] = { sg, sg + C * H, sg + C * H + H, sg + 2 * C * H + H };
     for (size_t b = 0; b < nb; b++) {
         int j = (int)(b / per);
+        size_t gi = b % per % groups; /* the block's group in its source's */
         FSC_TRY(fsc_device_memset(m->dev, sg, 0, m->per_expert * sizeof(float)));
         fsc_linear_rec proj = { r->hact + b * cap * H, cap, m->H, m->C, 0 };
         FSC_TRY(fsc_linear_backward(m->dev, dha, sub[2], sub[3], &proj, dye + b * cap * C, p[tab_index(m, j, 2)],
@@ -351,7 +368,13 @@ static fsc_status experts_backward(fsc_moe *m, fsc_moe_rec *r, float *dxe, float
         fsc_linear_rec fc = { r->xe + b * cap * C, cap, m->C, m->H, 0 };
         FSC_TRY(fsc_linear_backward(m->dev, dxe + b * cap * C, sub[0], sub[1], &fc, dhp, p[tab_index(m, j, 0)],
                                     0.0f, 0.0f));
-        for (int t = 0; t < 4; t++) FSC_TRY(FSC_K(m->dev, axpy, g[tab_index(m, j, t)], 1.0f, sub[t], len[t]));
+        if (!ts->fn) {
+            for (int t = 0; t < 4; t++) FSC_TRY(FSC_K(m->dev, axpy, g[tab_index(m, j, t)], 1.0f, sub[t], len[t]));
+            continue;
+        }
+        if (gi == 0) FSC_TRY(fsc_device_memset(m->dev, src, 0, m->per_expert * sizeof(float)));
+        FSC_TRY(FSC_K(m->dev, axpy, src, 1.0f, sg, m->per_expert));
+        if (gi == groups - 1) FSC_TRY(hand_terms(m, ts, g, j, src));
     }
     return FSC_OK;
 }
@@ -414,7 +437,7 @@ fsc_status fsc_moe_forward(fsc_moe *m, float *out, fsc_moe_rec *r, const float *
 }
 
 static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *const *gt, const float *dout,
-                                const float *const *p, float daux, float *w) {
+                                const float *const *p, float daux, float *w, const term_sink *ts) {
     size_t S = (size_t)r->S, C = (size_t)m->C, E = (size_t)m->E, sl = r->slots;
     int Sg = r->S / r->groups;
     float *table = w;                        /* (S + 1, C) */
@@ -425,12 +448,12 @@ static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *
     float *dsl = dxe + r64(sl * C);          /* (slots) */
     float *dl = dsl + r64(sl);               /* (S, E) */
     float *dwg = dl + r64(S * E);            /* (C, E) */
-    float *ew = dwg + r64(C * E);            /* 2 cap H + per_expert */
+    float *ew = dwg + r64(C * E);            /* 2 cap H + per_expert (2 per_expert with a sink) */
     FSC_TRY(gather_rows(m, r, dg, dout, table));
     FSC_TRY(dot_rows(m, r, dsl, r->ysrc, dg)); /* gradient of each combine weight */
     FSC_TRY(scale_rows(m, r, dy, dg, r->sgate));
     FSC_TRY(to_experts(m, r, dg, dy, tmp));    /* dg: the experts' output gradient, expert side */
-    FSC_TRY(experts_backward(m, r, dxe, gt, dg, p, ew));
+    FSC_TRY(experts_backward(m, r, dxe, gt, dg, p, ew, ts));
     FSC_TRY(to_sources(m, r, dy, dxe, tmp));   /* dy: the dispatched rows' gradient, source side */
     /* the gate: routing gradient on the host, then through the per-group gate product */
     float *hs = malloc(sl * sizeof(float)), *hl = malloc(S * E * sizeof(float));
@@ -451,6 +474,13 @@ static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *
 
 fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, float *const *g, fsc_moe_rec *r, const float *dout,
                             const float *const *p, float daux) {
+    return fsc_moe_backward_terms(m, dinp, g, r, dout, p, daux, NULL, NULL);
+}
+
+fsc_status fsc_moe_backward_terms(fsc_moe *m, float *dinp, float *const *g, fsc_moe_rec *r, const float *dout,
+                                  const float *const *p, float daux,
+                                  fsc_status (*term)(void *term_ctx, float *grad, const float *piece, size_t n),
+                                  void *term_ctx) {
     FSC_CHECK_ARG(m);
     FSC_CHECK_ARG(dinp);
     FSC_CHECK_ARG_AS(r, "rec");
@@ -464,10 +494,11 @@ fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, float *const *g, fsc_moe_re
     r->fwd_done = 0;
     size_t S = (size_t)r->S, C = (size_t)m->C, E = (size_t)m->E, sl = r->slots, H = (size_t)m->H;
     size_t wn = r64((S + 1) * C) + 4 * r64(sl * C) + r64(sl) + r64(S * E) + r64(C * E) +
-                2 * r64((size_t)r->cap * H) + r64(m->per_expert);
+                2 * r64((size_t)r->cap * H) + (term ? 2 : 1) * r64(m->per_expert);
+    const term_sink ts = { term, term_ctx };
     float *w;
     FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_WORKSPACE, wn * sizeof(float), (void **)&w));
-    fsc_status s = backward_body(m, r, dinp, g, dout, p, daux, w);
+    fsc_status s = backward_body(m, r, dinp, g, dout, p, daux, w, &ts);
     fsc_device_release(m->dev, w);
     return s;
 }

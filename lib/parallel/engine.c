@@ -561,6 +561,10 @@ void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out) {
     for (int g = 0; g < e->ngroups; g++) add_stats(out, fsc_comm_get_stats(e->groups[g]));
 }
 
+static fsc_status hook_grad_term(void *ctx, float *grad, const float *piece, size_t n) {
+    return fsc_exact_term(ctx, grad, piece, n);
+}
+
 void fsc_engine_reset_comm_stats(fsc_engine *e) {
     if (!e) return;
     fsc_comm_reset_stats(e->comm);
@@ -572,6 +576,8 @@ fsc_status fsc_engine_ensure_acts(fsc_engine *e, int B) {
     if (e->acts) e->m->ops->acts_free(e->m->ctx, e->acts);
     e->acts = NULL;
     fsc_model_acts_opts o = { .B = B, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
+    if (e->exact && e->ep_comm) /* an expert's gradient by source: each part a term of the integer sums (exact.c) */
+        o.grad_term = hook_grad_term, o.grad_term_ctx = e;
     FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, &e->acts));
     e->acts_B = B;
     return FSC_OK;

@@ -15,8 +15,11 @@
  * ascending order (the sorted multiset is the same in every configuration).
  * Every strategy reduces this way (ddp, zero1/2 and fsdp: their reductions are fsc_engine_reduce's; hybrid
  * sharding sums over the shard group, then across the replicas); a pipeline reduces every micro-batch's
- * gradient of each stage, and its last stage's per-micro-batch losses are summed and sent to every stage. Not
- * here: the integer arithmetic (lib/core/exact.c); expert parallelism (refused until it reduces this way). */
+ * gradient of each stage, and its last stage's per-micro-batch losses are summed and sent to every stage.
+ * Expert parallelism: an expert's rank computes its gradient from the units of every rank of its expert group, so
+ * the model hands each source's part (model.h's grad_term) here instead of adding it: converted at once and added
+ * as int64, it joins the reduction whose input holds that gradient (the expert-data group's), in which the float
+ * gradient itself is zero. Not here: the integer arithmetic (lib/core/exact.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,13 @@
 #include "pipe.h"
 
 typedef struct fsc_exact fsc_exact;
+
+/* The terms by source of one expert gradient in this unit (fsc_exact_term): their int64 sum so far. */
+typedef struct {
+    const float *grad;  /* the gradient they are for (device, n floats); NULL: a free entry */
+    size_t n, cap;
+    int64_t *q;         /* (cap) host */
+} term_sum;
 
 enum { INFLIGHT = 4 }; /* int64 reductions in flight at most (each with a buffer of its own) */
 
@@ -36,6 +46,7 @@ typedef struct {
     const int64_t *res; /* the result inside buf (nout) */
     int k;              /* into shadow k from element at */
     size_t at, nout;
+    uint64_t issued;    /* when it was started (the x->issued count) */
 } flight;
 
 struct fsc_exact {
@@ -48,7 +59,9 @@ struct fsc_exact {
     int64_t *hq;    /* its int64s */
     size_t cap;
     flight fl[INFLIGHT];
-    int next;       /* the slot the next reduction takes (the oldest in flight when all are busy) */
+    uint64_t issued;/* reductions started so far */
+    term_sum *ts;   /* (nts) expert gradients by source waiting for their reduction */
+    int nts;
 };
 
 fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) {
@@ -60,8 +73,6 @@ fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) 
         if (po->unit) return fsc_error(FSC_ERR_INVALID, "unit %d applies to the exact reduction (reduce_exact)", po->unit);
         return FSC_OK;
     }
-    if (po->ep > 1) return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run with expert parallelism (ep %d) "
-                                     "yet", po->ep);
     return FSC_OK;
 }
 
@@ -93,6 +104,8 @@ void fsc_exact_free(fsc_engine *e) {
     }
     for (int k = 0; x->acc && k < e->ngsegs; k++) free(x->acc[k]);
     free(x->acc);
+    for (int i = 0; i < x->nts; i++) free(x->ts[i].q);
+    free(x->ts);
     free(x->hf);
     free(x->hq);
     free(x);
@@ -151,17 +164,88 @@ static fsc_status land_all(fsc_engine *e) {
     return s;
 }
 
-/* in (n f32, device) on the exponent into dst (n int64, device), its magnitudes into amax. */
+/* An entry for the terms of grad (n floats), zeroed: a free one, or a new one. */
+static fsc_status new_term_sum(fsc_exact *x, const float *grad, size_t n, term_sum **out) {
+    term_sum *t = NULL;
+    for (int i = 0; i < x->nts && !t; i++)
+        if (!x->ts[i].grad) t = &x->ts[i];
+    if (!t) {
+        term_sum *a = realloc(x->ts, ((size_t)x->nts + 1) * sizeof *a);
+        if (!a) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+        x->ts = a;
+        t = &x->ts[x->nts++];
+        *t = (term_sum){ 0 };
+    }
+    if (t->cap < n) {
+        int64_t *q = realloc(t->q, n * sizeof *q);
+        if (!q) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory for %zu gradients", n);
+        t->q = q, t->cap = n;
+    }
+    memset(t->q, 0, n * sizeof *t->q);
+    t->grad = grad, t->n = n;
+    *out = t;
+    return FSC_OK;
+}
+
+fsc_status fsc_exact_term(fsc_engine *e, float *grad, const float *piece, size_t n) {
+    fsc_exact *x = e->exact;
+    term_sum *t = NULL;
+    for (int i = 0; i < x->nts && !t; i++)
+        if (x->ts[i].grad == grad) t = &x->ts[i];
+    if (t && t->n != n)
+        return fsc_error(FSC_ERR_INTERNAL, "reduce exact: terms of %zu and %zu elements for one gradient", t->n, n);
+    if (!t) FSC_TRY(new_term_sum(x, grad, n, &t));
+    const float *h = piece;
+    if (!x->direct) {
+        FSC_TRY(reserve(x, n));
+        FSC_TRY(fsc_device_download(e->dev, x->hf, piece, n * sizeof(float)));
+        h = x->hf;
+    }
+    const double a = fsc_exact_absmax(h, n);
+    if (a > x->amax) x->amax = a;
+    (void)fsc_exact_add_f32(t->q, h, n, x->E); /* out of range: amax shows it, and the step is redone */
+    return FSC_OK;
+}
+
+/* The terms waiting for gradients inside in[0 .. n) added to q (host, in's int64s); their entries freed. */
+static fsc_status take_terms(fsc_exact *x, int64_t *q, const float *in, size_t n) {
+    const uintptr_t lo = (uintptr_t)in, hi = lo + n * sizeof(float);
+    for (int i = 0; i < x->nts; i++) {
+        term_sum *t = &x->ts[i];
+        const uintptr_t p = (uintptr_t)t->grad, end = p + t->n * sizeof(float);
+        if (!t->grad || end <= lo || p >= hi) continue;
+        if (p < lo || end > hi)
+            return fsc_error(FSC_ERR_INTERNAL, "reduce exact: a reduction of %zu elements splits a gradient of %zu "
+                             "elements taken by source", n, t->n);
+        fsc_exact_add_i64(q + (p - lo) / sizeof(float), t->q, t->n);
+        t->grad = NULL;
+    }
+    return FSC_OK;
+}
+
+/* in (n f32, device) on the exponent into dst (n int64, device), its magnitudes into amax, with the terms by
+ * source of the gradients it holds. */
 static fsc_status convert(fsc_engine *e, int64_t *dst, const float *in, size_t n) {
     fsc_exact *x = e->exact;
     if (x->direct) { /* out of range: amax shows it, and the step is redone */
         (void)fsc_exact_from_f32(dst, in, n, x->E, &x->amax);
-        return FSC_OK;
+        return take_terms(x, dst, in, n);
     }
     FSC_TRY(reserve(x, n));
     FSC_TRY(fsc_device_download(e->dev, x->hf, in, n * sizeof(float)));
     (void)fsc_exact_from_f32(x->hq, x->hf, n, x->E, &x->amax);
+    FSC_TRY(take_terms(x, x->hq, in, n));
     return fsc_device_upload(e->dev, dst, x->hq, n * sizeof(int64_t));
+}
+
+/* The slot of the next reduction: the first free one (a step whose reductions land before the next start keeps
+ * reusing one buffer, warm in the caches), else the oldest in flight. */
+static flight *take_slot(fsc_exact *x) {
+    flight *f = NULL;
+    for (int i = 0; i < INFLIGHT && (!f || f->req); i++)
+        if (!f || !x->fl[i].req || x->fl[i].issued < f->issued) f = &x->fl[i];
+    f->issued = x->issued++;
+    return f;
 }
 
 fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, const float *in, const float *out,
@@ -172,8 +256,7 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, 
     int k = 0;
     size_t at = 0;
     FSC_TRY(find_shadow(e, out, nout, &k, &at));
-    flight *f = &x->fl[x->next];
-    x->next = (x->next + 1) % INFLIGHT;
+    flight *f = take_slot(x);
     FSC_TRY(land(e, f)); /* the oldest in flight, when all slots are busy */
     if (f->cap < n) {
         fsc_device_release(e->dev, f->buf);
@@ -209,6 +292,7 @@ static void begin_attempt(fsc_engine *e) {
     }
     x->amax = 0;
     for (int k = 0; k < e->ngsegs; k++) memset(x->acc[k], 0, e->glens[k] * sizeof(int64_t));
+    for (int i = 0; i < x->nts; i++) x->ts[i].grad = NULL; /* left by a failed step */
 }
 
 /* After an attempt's last backward: the agreed exponent; *again when the step must be recomputed on it, else
@@ -218,6 +302,9 @@ static fsc_status finish_attempt(fsc_engine *e, int *again) {
     FSC_TRY(land_all(e));
     float a = (float)x->amax; /* an f32's magnitude, or inf: exact */
     FSC_TRY(fsc_comm_all_reduce_host(e->r->comm, e->dev, &a, FSC_MAX));
+    for (int i = 0; i < x->nts; i++)
+        if (x->ts[i].grad)
+            return fsc_error(FSC_ERR_INTERNAL, "reduce exact: an expert gradient's terms by source were never reduced");
     const int E = fsc_exact_exponent((double)a, x->terms);
     *again = E != INT32_MAX && E != x->E;
     if (*again) {

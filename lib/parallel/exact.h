@@ -13,6 +13,10 @@ void fsc_exact_free(fsc_engine *e);
  * result: hybrid sharding's replicas), added to the shadow of out (inside a gseg). */
 fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, const float *in, const float *out,
                             size_t n);
+/* model.h's grad_term in exact mode (expert parallelism): piece (n f32, device), one source's part of grad, on the
+ * step's exponent, added as int64 to grad's other terms; they join the reduction whose input holds grad (the float
+ * gradient, never added to, stays zero). */
+fsc_status fsc_exact_term(fsc_engine *e, float *grad, const float *piece, size_t n);
 /* The forward and backward passes of a step in exact mode (no pipeline): local_batch / U units of U sequences,
  * each a micro-batch of its own, reduced exactly, the step recomputed on the agreed exponent when its first
  * attempt's was another; the reduced gradients in e->gsegs. *total: the loss summed over the data group,

@@ -60,6 +60,8 @@ typedef struct {
     float dscale;                /* backward: the gradient factor of each loss term (MoE layers scale their
                                   * load-balancing loss by it) */
     void *state;                 /* the record's host state (ops->state_create), NULL without */
+    fsc_grad_term_fn term;       /* backward: the record's grad_term (model.h's fsc_model_acts_opts), NULL: none */
+    void *term_ctx;
 } fsc_layer_call;
 
 struct fsc_layer;

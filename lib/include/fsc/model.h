@@ -111,6 +111,12 @@ typedef struct {
     fsc_status (*post_backward)(void *ctx, int layer);
 } fsc_model_hooks;
 
+/* A gradient's term from one source: piece (device, n floats) is that source's part of grad[0 .. n), which the
+ * model would otherwise add into grad (+=). An expert's rank computes its weight gradients from the tokens of every
+ * rank of its expert group; the engine's exact reduction (docs/determinism.md) needs each rank's part as a term of
+ * its own, so it takes them through this and the model leaves grad as it is. */
+typedef fsc_status (*fsc_grad_term_fn)(void *ctx, float *grad, const float *piece, size_t n);
+
 /* An activation record: what forward saves for backward for one micro-batch over a layer range (opaque, the
  * model's). A pipeline stage holds several at once; with checkpoint set the model keeps only each layer's input
  * and recomputes the layer's forward in backward, bit-identically, right after its pre_backward hook. */
@@ -120,6 +126,11 @@ typedef struct {
     int first, last;     /* layer range; 0 and n_layers-1 for the whole model */
     int checkpoint;      /* recompute layers in backward */
     int offload_inputs;  /* with checkpoint: keep layer inputs in host memory (a model may ignore it) */
+    /* backward: a gradient that adds up parts from several ranks (an MoE layer's experts under expert parallelism)
+     * goes part by part to grad_term(grad_term_ctx, ...) instead (NULL: the model adds them; a model without such
+     * gradients ignores it) */
+    fsc_grad_term_fn grad_term;
+    void *grad_term_ctx;
 } fsc_model_acts_opts;
 
 /* The boundary streams of a record (device pointers, stream_floats(B) floats each): the input of layer `first`

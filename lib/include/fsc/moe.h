@@ -113,6 +113,15 @@ fsc_status fsc_moe_forward(fsc_moe *m, float *out, fsc_moe_rec *rec, const float
  * the data-parallel group as any replicated parameter). Collective. */
 fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, float *const *g, fsc_moe_rec *rec, const float *dout,
                             const float *const *p, float daux);
+/* The same, with the experts' weight gradients by source: for each local expert and each rank of ep (in rank
+ * order), the sum of that rank's blocks' gradients (its groups in order, starting from zero: what one rank holding
+ * every expert adds into a zeroed gradient for its own tokens) goes to term(term_ctx, grad, piece, n) for each of
+ * the expert's four tensors (grad its entry of g, n its floats), which is not added into g; the gate's gradient is
+ * added as by fsc_moe_backward. term NULL: fsc_moe_backward. (The engine's exact reduction: model.h's grad_term.) */
+fsc_status fsc_moe_backward_terms(fsc_moe *m, float *dinp, float *const *g, fsc_moe_rec *rec, const float *dout,
+                                  const float *const *p, float daux,
+                                  fsc_status (*term)(void *term_ctx, float *grad, const float *piece, size_t n),
+                                  void *term_ctx);
 /* The record's forward routing, host arrays of S x k: the chosen experts, and the combine weight of each
  * choice (0 when the assignment was dropped); kept: 1 if the assignment got a slot. */
 fsc_status fsc_moe_routing(const fsc_moe_rec *rec, int32_t *experts, float *gates, int32_t *kept);

@@ -571,13 +571,17 @@ void fsc_engine_reset_comm_stats(fsc_engine *e) {
     for (int g = 0; g < e->ngroups; g++) fsc_comm_reset_stats(e->groups[g]);
 }
 
+void fsc_engine_acts_terms(fsc_engine *e, fsc_model_acts_opts *o) {
+    if (e->exact && e->ep_comm) /* an expert's gradient by source: each part a term of the integer sums (exact.c) */
+        o->grad_term = hook_grad_term, o->grad_term_ctx = e;
+}
+
 fsc_status fsc_engine_ensure_acts(fsc_engine *e, int B) {
     if (e->acts && e->acts_B == B) return FSC_OK;
     if (e->acts) e->m->ops->acts_free(e->m->ctx, e->acts);
     e->acts = NULL;
     fsc_model_acts_opts o = { .B = B, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
-    if (e->exact && e->ep_comm) /* an expert's gradient by source: each part a term of the integer sums (exact.c) */
-        o.grad_term = hook_grad_term, o.grad_term_ctx = e;
+    fsc_engine_acts_terms(e, &o);
     FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, &e->acts));
     e->acts_B = B;
     return FSC_OK;

@@ -192,6 +192,9 @@ const fsc_param_info *fsc_engine_full_info(const fsc_engine *e, int i);
 fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n);
 /* The micro-batch record for micro-batches of B sequences (made again when B changes). */
 fsc_status fsc_engine_ensure_acts(fsc_engine *e, int B);
+/* Records made for training carry the exact reduction's per-source gradient terms (expert parallelism): every
+ * record the engine or its pipeline makes for a step passes its options through this. */
+void fsc_engine_acts_terms(fsc_engine *e, fsc_model_acts_opts *o);
 /* Register a segment's gradient for unscaling/clipping. */
 fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
 /* The batch check of a step: pairs holds (local batch, global batch) of each of the n ranks of a data group,

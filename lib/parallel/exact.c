@@ -81,9 +81,6 @@ fsc_status fsc_exact_create(fsc_engine *e) {
     if (!x) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
     e->exact = x;
     x->E = FSC_EXACT_ZERO_EXPONENT;
-    if (e->pipe && e->m->n_experts > 0) /* the units' MoE statistics live on the last stage only */
-        return fsc_error(FSC_ERR_UNSUPPORTED, "reduce exact does not run a pipeline of MoE blocks (its statistics are "
-                         "not summed exactly across stages) yet");
     x->direct = !strcmp(fsc_device_name(e->dev), "cpu") && e->dev->copy_s_per_byte == 0;
     x->acc = calloc((size_t)e->ngsegs + 1, sizeof *x->acc);
     if (!x->acc) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
@@ -442,6 +439,9 @@ fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets,
         if (s == FSC_OK) s = finish_attempt(e, &again);
     }
     if (e->pipe) fsc_pipe_set_unit_losses(e, NULL);
+    /* a pipeline's MoE statistics: each unit's from every stage's layers, on every stage (its losses are the last
+     * stage's, brought to every stage below) */
+    if (s == FSC_OK && e->pipe && m == 4) s = fsc_pipe_aux_units(fsc_pipe_aux_of(e), e, vals, K);
     fsc_status mine = *batch; /* a pipeline's check (each stage against the last stage's group) */
     if (s == FSC_OK) s = sum_units(e, vals, m, K, U, local_batch, global_batch, sums, batch);
     if (s == FSC_OK && mine != FSC_OK) *batch = mine;

@@ -411,6 +411,7 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
     } else {
         const int g = stage_at(p, c);
         fsc_model_acts_opts o = { .B = p->B, .first = p->lf[g], .last = p->ll[g], .checkpoint = e->po.checkpoint };
+        fsc_engine_acts_terms(e, &o);
         FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, out));
         p->nrecs_made++;
     }

@@ -101,6 +101,10 @@ typedef struct fsc_pipe_aux fsc_pipe_aux;
 fsc_status fsc_pipe_aux_create(const fsc_engine *e, int M, fsc_pipe_aux **out);
 void fsc_pipe_aux_note(fsc_pipe_aux *x, const fsc_engine *e, int k, const fsc_model_acts *a, int first, int last);
 fsc_status fsc_pipe_aux_sum(fsc_pipe_aux *x, fsc_engine *e, double out[3]);
+/* The exact reduction: the statistics of each of the K micro-batches (units), as aux_stats on one rank, into
+ * vals[K + k] (aux loss), vals[2K + k] (assigned), vals[3K + k] (dropped) on every stage. Collective over the
+ * pipeline group. */
+fsc_status fsc_pipe_aux_units(fsc_pipe_aux *x, fsc_engine *e, double *vals, int K);
 void fsc_pipe_aux_free(fsc_pipe_aux *x);
 /* The pipeline's statistics (pipe.c; NULL without them). */
 fsc_pipe_aux *fsc_pipe_aux_of(const fsc_engine *e);

@@ -63,27 +63,50 @@ static fsc_status gather_host(fsc_engine *e, fsc_comm *c, const void *mine, size
     return s;
 }
 
-fsc_status fsc_pipe_aux_sum(fsc_pipe_aux *x, fsc_engine *e, double out[3]) {
-    out[0] = out[1] = out[2] = 0;
-    if (!x) return FSC_OK;
-    const int P = fsc_comm_size(e->pipe_comm), n = fsc_comm_size(e->comm);
+/* Every stage's layers of every micro-batch to every stage (one all-gather over the pipeline group), then per
+ * micro-batch k its statistics as aux_stats gives them on one rank (its layers in order from 0) into ms[k]. */
+static fsc_status per_micro_batch(fsc_pipe_aux *x, fsc_engine *e, fsc_model_aux *ms) {
+    const int P = fsc_comm_size(e->pipe_comm);
     const size_t per = (size_t)x->M * x->L * W;
-    double *all = malloc(((size_t)P * per + (size_t)n * 3) * sizeof(double));
+    double *all = malloc((size_t)P * per * sizeof(double));
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
-    double *dp = all + (size_t)P * per;
     fsc_status s = gather_host(e, e->pipe_comm, x->mine, per * sizeof(double), all);
-    double local[3] = { 0, 0, 0 }; /* this data rank's, as engine.c's moe[] on one rank */
     for (int k = 0; s == FSC_OK && k < x->M; k++) {
-        fsc_model_aux ms = { 0 }; /* aux_stats of micro-batch k: its layers in order */
+        ms[k] = (fsc_model_aux){ 0 };
         for (int l = 0; l < x->L; l++)
             for (int st = 0; st < P; st++) {
                 const double *d = all + (size_t)st * per + ((size_t)k * x->L + l) * W;
                 if (d[3] == 0) continue;
-                ms.aux_loss += d[0], ms.assigned += d[1], ms.dropped += d[2];
+                ms[k].aux_loss += d[0], ms[k].assigned += d[1], ms[k].dropped += d[2];
                 break;
             }
-        local[0] += ms.aux_loss, local[1] += ms.assigned, local[2] += ms.dropped;
     }
+    free(all);
+    return s;
+}
+
+fsc_status fsc_pipe_aux_units(fsc_pipe_aux *x, fsc_engine *e, double *vals, int K) {
+    if (!x) return FSC_OK;
+    if (K != x->M) return fsc_error(FSC_ERR_INTERNAL, "pipe: %d units but %d micro-batches noted", K, x->M);
+    fsc_model_aux *ms = calloc((size_t)K, sizeof *ms);
+    if (!ms) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    fsc_status s = per_micro_batch(x, e, ms);
+    for (int k = 0; s == FSC_OK && k < K; k++)
+        vals[K + k] = ms[k].aux_loss, vals[2 * K + k] = (double)ms[k].assigned, vals[3 * K + k] = (double)ms[k].dropped;
+    free(ms);
+    return s;
+}
+
+fsc_status fsc_pipe_aux_sum(fsc_pipe_aux *x, fsc_engine *e, double out[3]) {
+    out[0] = out[1] = out[2] = 0;
+    if (!x) return FSC_OK;
+    const int n = fsc_comm_size(e->comm);
+    double *dp = malloc((size_t)n * 3 * sizeof(double));
+    fsc_model_aux *ms = calloc((size_t)x->M, sizeof *ms);
+    fsc_status s = dp && ms ? per_micro_batch(x, e, ms) : fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    double local[3] = { 0, 0, 0 }; /* this data rank's, as engine.c's moe[] on one rank */
+    for (int k = 0; s == FSC_OK && k < x->M; k++)
+        local[0] += ms[k].aux_loss, local[1] += ms[k].assigned, local[2] += ms[k].dropped;
     memcpy(out, local, sizeof local);
     if (s == FSC_OK && n > 1) s = gather_host(e, e->comm, local, sizeof local, dp);
     for (int j = 0; s == FSC_OK && n > 1 && j < 3; j++) { /* the data group in rank order */
@@ -91,7 +114,7 @@ fsc_status fsc_pipe_aux_sum(fsc_pipe_aux *x, fsc_engine *e, double out[3]) {
         for (int i = 1; i < n; i++) acc += dp[(size_t)i * 3 + j];
         out[j] = acc;
     }
-    free(all);
+    free(dp), free(ms);
     return s;
 }
 

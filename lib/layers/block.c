@@ -87,12 +87,14 @@ static fsc_status norm_fwd(const block_layer *y, const fsc_layer_call *c, float 
 /* dinp += the gradient through the norm of in (saved statistics sa, sb) given dout */
 static fsc_status norm_bwd(const block_layer *y, const fsc_layer_call *c, float *dinp, const float *dout,
                            const float *in, float *sa, float *sb, int w, size_t N) {
+    float *gw = G(y, c, w) ? G(y, c, w) : c->sink; /* the split's input part: the sink */
     if (y->rms) {
         fsc_rmsnorm_rec r = { .inp = in, .rstd = sa, .N = N, .C = y->o.C };
-        return fsc_rmsnorm_backward(c->dev, dinp, G(y, c, w), &r, dout, P(y, c, w));
+        return fsc_rmsnorm_backward(c->dev, dinp, gw, &r, dout, P(y, c, w));
     }
     fsc_layernorm_rec r = { .inp = in, .mean = sa, .rstd = sb, .N = N, .C = y->o.C };
-    return fsc_layernorm_backward(c->dev, dinp, G(y, c, w), G(y, c, w + 1), &r, dout, P(y, c, w));
+    return fsc_layernorm_backward(c->dev, dinp, gw, G(y, c, w + 1) ? G(y, c, w + 1) : c->sink + y->o.C, &r, dout,
+                                  P(y, c, w));
 }
 
 static void attn_params(const block_layer *y, const fsc_layer_call *c, fsc_self_attn_params *p,
@@ -151,7 +153,11 @@ static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
         fsc_block_rec r;
         fsc_block_rec_bind(&r, c->rec, c->B, y->o.T, C, y->o.heads);
         r.inp = in;
-        return fsc_block_backward(c->dev, d, c->grad, &r, c->param, c->work);
+        float *g[FSC_LAYER_MAX_PARAMS]; /* the split's input part: the norms' gradients into the sink */
+        for (int k = 0; k < l->n_params && k < FSC_LAYER_MAX_PARAMS; k++) g[k] = c->grad[k];
+        if (!c->grad[FSC_B_LN1_W])
+            g[FSC_B_LN1_W] = g[FSC_B_LN2_W] = c->sink, g[FSC_B_LN1_B] = g[FSC_B_LN2_B] = c->sink + C;
+        return fsc_block_backward(c->dev, d, g, &r, c->param, c->work);
     }
     const block_map m = map_of(y, c->B);
     const float *x = in;
@@ -162,7 +168,7 @@ static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
         fsc_swiglu_mlp_rec mr;
         fsc_swiglu_mlp_rec_bind(&mr, AT(c->rec, m.mlp), N, C, F);
         mr.inp = ln2;
-        FSC_TRY(fsc_swiglu_mlp_backward(c->dev, dln, G(y, c, R_M0), G(y, c, R_M1), G(y, c, R_M2), &mr, d,
+        FSC_TRY(fsc_swiglu_mlp_backward_parts(c->dev, dln, G(y, c, R_M0), G(y, c, R_M1), G(y, c, R_M2), &mr, d,
                                         P(y, c, R_M0), P(y, c, R_M1), P(y, c, R_M2), inner));
     } else {
         float *fch = AT(c->rec, m.mlp), *fcg = AT(c->rec, m.mlp + r256(NF * sizeof(float)));
@@ -194,7 +200,7 @@ static void bk_config(const fsc_layer *l, char *buf, size_t cap) {
              y->o.separate_qkv);
 }
 
-static const fsc_layer_ops bk_ops = { .rec_bytes = bk_rec, .work_bytes = bk_work, .forward = bk_fwd,
+static const fsc_layer_ops bk_ops = { .split = 1, .rec_bytes = bk_rec, .work_bytes = bk_work, .forward = bk_fwd,
                                       .backward = bk_bwd, .config = bk_config };
 
 /* Declare parameter `name` for `role` (d1 0: a vector). */

@@ -59,6 +59,9 @@ typedef struct {
     float dscale;                /* backward: the gradient factor of each loss term (MoE layers scale their
                                   * load-balancing loss by it) */
     void *state;                 /* the record's host state (ops->state_create), NULL without */
+    float *sink;                 /* split backward (ops->split), input part: a zeroed scratch of the floats of the
+                                  * layer's largest one-dimensional parameter, for a kernel that computes a
+                                  * vector's gradient together with dinp (the norms); its contents are garbage */
 } fsc_layer_call;
 
 struct fsc_layer;
@@ -98,6 +101,13 @@ typedef struct {
     /* Optional: the expert of parameter k (model.h's fsc_param_info.expert), -1 for none. NULL: no experts. A
      * rank's call may see NULL pointers for other ranks' experts (the model does not check those). */
     int (*param_expert)(const struct fsc_layer *l, int k);
+    /* Optional (0: no): the layer splits its backward (docs/pipeline.md, "Split backward"). Its backward then
+     * also runs in two parts: the input part sees NULL for every entry of c->grad and computes dinp only (a
+     * gradient a kernel must compute with dinp goes to c->sink); the weight part sees dinp NULL and accumulates
+     * the parameter gradients only, from the same dout and record. Input part then weight part give the bits of
+     * the whole backward, dinp and gradients both. A layer without it runs its whole backward in the input
+     * part. */
+    int split;
 } fsc_layer_ops;
 
 /* A layer: allocate it with malloc/calloc (the model frees it with free() after ops->destroy). A user layer

@@ -33,6 +33,7 @@ typedef struct {
     float **keep;        /* (last - first + 1) split: the output gradient of each layer that splits (NULL for the
                           * others and the loss layer), kept for the weight part */
     float *sink;         /* split: the input part's sink for a vector's gradient (fsc_layer_call.sink) */
+    void **stash;        /* (last - first + 1) split: each splitting layer's split_bytes (NULL without) */
 } seq_acts;
 
 static size_t up(size_t b) { return (b + 255) / 256 * 256; }
@@ -91,8 +92,11 @@ static size_t layout(const seq_model *s, seq_acts *a, char *base) {
     if (a->first > 0) TAKE(a->gin, S);
     TAKE(a->g[0], B * maxout * sizeof(float));
     TAKE(a->g[1], B * maxout * sizeof(float));
-    for (int l = a->first; a->keep && l <= a->last; l++)
-        if (l < s->n - 1 && splits(s, l)) TAKE(a->keep[l - a->first], B * s->layers[l]->out_floats * sizeof(float));
+    for (int l = a->first; a->keep && l <= a->last; l++) {
+        const fsc_layer *y = s->layers[l];
+        if (l < s->n - 1 && splits(s, l)) TAKE(a->keep[l - a->first], B * y->out_floats * sizeof(float));
+        if (splits(s, l) && y->ops->split_bytes) TAKE(a->stash[l - a->first], y->ops->split_bytes(y, a->B));
+    }
     if (a->keep) TAKE(a->sink, sink_floats(s, a) * sizeof(float));
 #undef TAKE
     return at;
@@ -110,7 +114,7 @@ fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mode
     seq_acts *a = calloc(1, sizeof *a);
     const int nl = o->last - o->first + 1, offload = o->checkpoint && o->offload_inputs;
     if (a) {
-        if (o->split) a->keep = calloc((size_t)nl, sizeof *a->keep);
+        if (o->split) a->keep = calloc((size_t)nl, sizeof *a->keep), a->stash = calloc((size_t)nl, sizeof *a->stash);
         a->out = calloc((size_t)nl, sizeof *a->out), a->rec = calloc((size_t)nl, sizeof *a->rec);
         a->state = calloc((size_t)nl, sizeof *a->state);
         a->first = o->first, a->last = o->last; /* for fsc_seq_acts_free */
@@ -122,7 +126,7 @@ fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mode
     for (int l = o->first; a && a->host && l < o->last && st == FSC_OK; l++)
         if (!(a->host[l - o->first] = malloc((size_t)o->B * s->layers[l]->out_floats * sizeof(float))))
             st = FSC_ERR_NOMEM;
-    if (!a || !a->out || !a->rec || !a->state || (offload && !a->host) || (o->split && !a->keep) || st != FSC_OK ||
+    if (!a || !a->out || !a->rec || !a->state || (offload && !a->host) || (o->split && (!a->keep || !a->stash)) || st != FSC_OK ||
         (o->last == s->n - 1 && !a->host_loss)) {
         fsc_seq_acts_free(ctx, (fsc_model_acts *)a);
         return fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
@@ -153,7 +157,7 @@ void fsc_seq_acts_free(void *ctx, fsc_model_acts *am) {
         if (a->state[l - a->first] && y->ops->state_free) y->ops->state_free(y, a->state[l - a->first]);
     }
     for (int l = a->first; a->host && l <= a->last; l++) free(a->host[l - a->first]);
-    free(a->out), free(a->rec), free(a->host_loss), free(a->state), free(a->host), free(a->keep);
+    free(a->out), free(a->rec), free(a->host_loss), free(a->state), free(a->host), free(a->keep), free(a->stash);
     free(a);
 }
 
@@ -285,6 +289,7 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
         }
     float *none[FSC_LAYER_MAX_PARAMS] = { NULL };
     if (split && part == PART_INPUT) c.grad = none, c.sink = a->sink;
+    if (split) c.stash = a->stash[l - a->first];
     c.dscale = dscale;
     if (split && l == a->last && l < s->n - 1 && part == PART_INPUT) /* a caller may reuse its streams (model.h) */
         FSC_TRY(fsc_device_copy(s->dev, a->keep[l - a->first], a->gout,

@@ -62,6 +62,8 @@ typedef struct {
     float *sink;                 /* split backward (ops->split), input part: a zeroed scratch of the floats of the
                                   * layer's largest one-dimensional parameter, for a kernel that computes a
                                   * vector's gradient together with dinp (the norms); its contents are garbage */
+    void *stash;                 /* split backward: ops->split_bytes(B) bytes the input part writes and the weight
+                                  * part of the same record reads (NULL without split_bytes) */
 } fsc_layer_call;
 
 struct fsc_layer;
@@ -108,6 +110,10 @@ typedef struct {
      * the whole backward, dinp and gradients both. A layer without it runs its whole backward in the input
      * part. */
     int split;
+    /* Optional, with split: device bytes the layer keeps from its input part to its weight part (c->stash: the
+     * inner output gradients its weight products need, so the weight part does not derive them again). NULL:
+     * none. */
+    size_t (*split_bytes)(const struct fsc_layer *l, int B);
 } fsc_layer_ops;
 
 /* A layer: allocate it with malloc/calloc (the model frees it with free() after ops->destroy). A user layer

@@ -3,8 +3,7 @@
  * Oracle: two sequential language models of every built-in layer that splits (token embedding, LayerNorm, GELU
  * MLP with a residual, linear, RMSNorm, LM head after a final LayerNorm; embedding with positions, attention with
  * rotary embedding and grouped-query heads, SwiGLU MLP, the GPT-2 block packed (its inner gradients kept in the
- * stash) and separate, the Llama block, the
- * head after an RMSNorm) and one that does not (GELU), run over two
+ * stash) and separate, the Llama block, the head after an RMSNorm) and one that does not (GELU), run over two
  * micro-batches as backward_input then backward_weight (the second micro-batch's input part before the first's
  * weight part, as a zero-bubble pipeline runs them), gives every parameter gradient and the gradient w.r.t. the
  * range's input bit for bit as the whole backward; a record over the layers after the embedding checks the input

@@ -736,6 +736,8 @@ static fsc_status weight(fsc_engine *e, int k, int c, float dscale) {
     fsc_pipe *p = e->pipe;
     if (!p->split) return FSC_OK;
     mb_slot *sl = &p->slots[c * p->M + k];
+    if (!sl->rec) /* the validator puts every W after its B */
+        return fsc_error(FSC_ERR_INTERNAL, "pipe: W of micro-batch %d on chunk %d has no record", k, c);
     fsc_model_hooks hooks = fsc_engine_hooks(e);
     e->micro = k;
     p->chunk = c;

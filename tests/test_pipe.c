@@ -268,7 +268,8 @@ static void test_pipe_equals_ddp(void **state) {
     free(ref.params);
 }
 
-/* A caller's own schedule (FSC_SCHED_CUSTOM): lists of F and B actions per rank, validated at engine creation.
+/* A caller's own schedule (FSC_SCHED_CUSTOM): lists of F and B actions per rank (and one with W actions, GPipe's
+ * order with the Ws last), validated at engine creation.
  * Two chunks per rank run depth-first (each micro-batch through both chunks, forwards, then each micro-batch's
  * backwards), with 3 micro-batches (no multiple of the ranks: that rule is the interleaved schedule's), and one
  * chunk per rank with more warm-up than 1F1B. Oracle: DDP's bits. A list that runs rank 1's backwards out of
@@ -322,6 +323,25 @@ static void test_pipe_custom_schedule(void **state) {
     train(&q);
     assert_same(&ref, &q, "custom: one chunk per rank");
     free(q.params);
+    /* with W actions: GPipe's order, all the Ws after all the Bs (every record held until then) */
+    static const fsc_pipe_action z[] = { { FSC_ACT_FORWARD, 0, 0 },  { FSC_ACT_FORWARD, 1, 0 },
+                                         { FSC_ACT_FORWARD, 2, 0 },  { FSC_ACT_BACKWARD, 0, 0 },
+                                         { FSC_ACT_BACKWARD, 1, 0 }, { FSC_ACT_BACKWARD, 2, 0 },
+                                         { FSC_ACT_WEIGHT, 0, 0 },   { FSC_ACT_WEIGHT, 1, 0 },
+                                         { FSC_ACT_WEIGHT, 2, 0 } };
+    const fsc_pipe_action *const zl[] = { z, z };
+    const int nz[] = { 9, 9 };
+    run u = make(1, 2, FSC_PAR_DDP, 3, 1);
+    u.cfg.layers = 8;
+    u.steps = 2;
+    u.po.prefetch = 1;
+    u.po.schedule = FSC_SCHED_CUSTOM;
+    u.po.actions = zl;
+    u.po.nactions = nz;
+    train(&u);
+    assert_same(&ref, &u, "custom: with W actions");
+    assert_int_equal(u.stats[1].max_in_flight, 3);
+    free(u.params);
     free(ref.params);
     /* rank 1's backwards of micro-batches 0 and 1 on chunk 1 swapped: refused, naming the action */
     fsc_pipe_action t = r1[6];

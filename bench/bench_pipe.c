@@ -10,11 +10,14 @@
  * boundary message synchronous) and 1 (sends asynchronous, receives posted a micro-batch ahead;
  * docs/overlap.md), in alternating rounds, and their ratio per round (same run; the median is printed), with
  * checkpoint never and except_last.
- * Last, the schedules side by side on such a network: P = 4, M = 8, GPipe, 1F1B and interleaved 1F1B with 2
- * chunks per rank (prefetch on), each with its step time, measured bubble, the first stage's peak activations
- * and its formula ((P-1)/(M+P-1); interleaved (P-1)/(v M+P-1)).
- * Usage: bench_pipe [steps] [rounds] [schedules] (default 4 and 3; the first step is not timed; "schedules":
- * only the last table). */
+ * Then the schedules side by side on such a network: P = 4, M = 8, GPipe, 1F1B, interleaved 1F1B with 2
+ * chunks per rank and ZB-H1 (prefetch on), each with its step time, measured bubble, the first stage's peak
+ * activations and its formula ((P-1)/(M+P-1); interleaved (P-1)/(v M+P-1); ZB-H1 (P-1)/(3M+P-1), which assumes
+ * equal F, B and W).
+ * Last, 1F1B against ZB-H1 without a network (compute only, where the split backward's bubble is), P = 2, M = 4
+ * and P = 4, M = 8, in alternating rounds (the median of the step times and of the mean bubbles is printed).
+ * Usage: bench_pipe [steps] [rounds] [schedules|zb] (default 4 and 3; the first step is not timed; "schedules":
+ * only the third table, "zb" only the last). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,7 +116,7 @@ static int network(const fsc_gpt_config *cfg, const int *balance, int steps, int
     return 0;
 }
 
-/* GPipe, 1F1B and interleaved (v = 2) on a network as network()'s, scaled to P = 4: one boundary message a
+/* GPipe, 1F1B, interleaved (v = 2) and ZB-H1 on a network as network()'s, scaled to P = 4: one boundary message a
  * third of a micro-batch's stage forward and backward (compute alone measured with 1F1B). */
 static int schedules(const fsc_gpt_config *cfg, int steps) {
     const int P = 4, M = 8, mb = 4, V = 2;
@@ -128,13 +131,14 @@ static int schedules(const fsc_gpt_config *cfg, int steps) {
     printf("\nschedules: P %d, M %d, even balance, prefetch 1, checkpoint never; network %.3f GB/s, %.0f us per link "
            "(a boundary message %.2f ms); 1f1b compute alone %.1f ms/step\n", P, M, gbps, lat_us, msg_ms, t_c);
     printf("%-12s %8s %9s  %-30s %12s %9s\n", "sched", "formula", "measured", "per stage", "acts0 MiB", "ms/step");
-    const char *names[] = { "gpipe", "1f1b", "interleaved" };
-    for (int sc = 0; sc < 3; sc++) {
+    const char *names[] = { "gpipe", "1f1b", "interleaved", "zb-h1" };
+    const fsc_pipe_schedule kinds[] = { FSC_SCHED_GPIPE, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1 };
+    for (int sc = 0; sc < 4; sc++) {
         bench b = c;
         b.gbps = gbps;
         b.lat_us = lat_us;
-        b.po.schedule = (fsc_pipe_schedule)sc;
-        b.po.virtual_stages = sc == FSC_SCHED_INTERLEAVED ? V : 0;
+        b.po.schedule = kinds[sc];
+        b.po.virtual_stages = kinds[sc] == FSC_SCHED_INTERLEAVED ? V : 0;
         if (step_ms(&b, P) < 0) return 1;
         double mean = 0;
         char per[64] = "", *w = per;
@@ -151,12 +155,50 @@ static int schedules(const fsc_gpt_config *cfg, int steps) {
     return 0;
 }
 
+/* 1F1B and ZB-H1 without a network, even balance, prefetch 1, checkpoint never: rounds of both, the median step
+ * time and mean bubble of each. */
+static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
+    const int cases[][2] = { { 2, 4 }, { 4, 8 } };
+    printf("\n1f1b against zb-h1, no network, even balance, prefetch 1, checkpoint never; median of %d rounds\n",
+           rounds);
+    printf("%-3s %-3s %-6s %8s %9s %12s %9s\n", "P", "M", "sched", "formula", "measured", "acts0 MiB", "ms/step");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int P = cases[c][0], M = cases[c][1];
+        double ms[2][16], bub[2][16], formula[2] = { 0, 0 }, acts[2] = { 0, 0 };
+        for (int round = 0; round < rounds && round < 16; round++)
+            for (int z = 0; z < 2; z++) {
+                bench b = { .cfg = *cfg, .steps = steps, .mb = 4 };
+                b.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = P, .accum = M, .no_sync = 1, .prefetch = 1,
+                                            .schedule = z ? FSC_SCHED_ZB_H1 : FSC_SCHED_1F1B,
+                                            .pipe_checkpoint = FSC_PIPE_CKPT_NEVER };
+                if (step_ms(&b, P) < 0) return 1;
+                double mean = 0;
+                for (int s = 0; s < P; s++) mean += b.st[s].bubble / P;
+                ms[z][round] = b.ms, bub[z][round] = mean;
+                formula[z] = b.st[0].ideal_bubble, acts[z] = (double)b.st[0].peak_acts_bytes / 1048576.0;
+            }
+        const int n = rounds < 16 ? rounds : 16;
+        for (int z = 0; z < 2; z++) {
+            qsort(ms[z], (size_t)n, sizeof(double), cmp_double);
+            qsort(bub[z], (size_t)n, sizeof(double), cmp_double);
+            const char *name = z ? "zb-h1" : "1f1b";
+            printf("%-3d %-3d %-6s %8.3f %9.3f %12.2f %9.1f\n", P, M, name, formula[z], bub[z][n / 2], acts[z],
+                   ms[z][n / 2]);
+            printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f\n", P, M, name, bub[z][n / 2],
+                   formula[z], ms[z][n / 2]);
+        }
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 4, rounds = argc > 2 ? atoi(argv[2]) : 3;
     if (steps < 2) steps = 2;
     if (rounds < 1) rounds = 1;
     fsc_gpt_config scfg = { .layers = 8, .dim = 128, .heads = 4, .seq = 64, .vocab = 256 };
     if (argc > 3 && !strcmp(argv[3], "schedules")) return schedules(&scfg, steps);
+    if (argc > 3 && !strcmp(argv[3], "zb")) return zero_bubble(&scfg, steps, rounds);
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fsc_gpt_config cfg = { .layers = 8, .dim = 128, .heads = 4, .seq = 64, .vocab = 256 };
@@ -211,5 +253,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (network(&cfg, balance, steps, rounds)) return 1;
-    return schedules(&cfg, steps);
+    if (schedules(&cfg, steps)) return 1;
+    return zero_bubble(&cfg, steps, rounds);
 }

@@ -1551,6 +1551,16 @@ static void null_fsc_self_attn_backward(void) {
     INVALID(fsc_self_attn_backward(DEV, P, P, P, P, P, NULL), "work");
 }
 
+static void null_fsc_self_attn_backward_parts(void) {
+    /* may be NULL: dinp */
+    INVALID(fsc_self_attn_backward_parts(NULL, P, P, P, P, P, P), "dev");
+    INVALID(fsc_self_attn_backward_parts(DEV, P, NULL, P, P, P, P), "g");
+    INVALID(fsc_self_attn_backward_parts(DEV, P, P, NULL, P, P, P), "rec");
+    INVALID(fsc_self_attn_backward_parts(DEV, P, P, P, NULL, P, P), "dout");
+    INVALID(fsc_self_attn_backward_parts(DEV, P, P, P, P, NULL, P), "p");
+    INVALID(fsc_self_attn_backward_parts(DEV, P, P, P, P, P, NULL), "work");
+}
+
 static void null_fsc_self_attn_forward(void) {
     /* may be NULL: out */
     INVALID(fsc_self_attn_forward(NULL, P, P, P, P, P), "dev");
@@ -1616,6 +1626,17 @@ static void null_fsc_swiglu_mlp_backward(void) {
     INVALID(fsc_swiglu_mlp_backward(DEV, P, P, P, P, P, P, P, NULL, P, P), "w_up");
     INVALID(fsc_swiglu_mlp_backward(DEV, P, P, P, P, P, P, P, P, NULL, P), "w_down");
     INVALID(fsc_swiglu_mlp_backward(DEV, P, P, P, P, P, P, P, P, P, NULL), "work");
+}
+
+static void null_fsc_swiglu_mlp_backward_parts(void) {
+    /* may be NULL: dinp, dw_gate, dw_up, dw_down */
+    INVALID(fsc_swiglu_mlp_backward_parts(NULL, P, P, P, P, P, P, P, P, P, P), "dev");
+    INVALID(fsc_swiglu_mlp_backward_parts(DEV, P, P, P, P, NULL, P, P, P, P, P), "rec");
+    INVALID(fsc_swiglu_mlp_backward_parts(DEV, P, P, P, P, P, NULL, P, P, P, P), "dout");
+    INVALID(fsc_swiglu_mlp_backward_parts(DEV, P, P, P, P, P, P, NULL, P, P, P), "w_gate");
+    INVALID(fsc_swiglu_mlp_backward_parts(DEV, P, P, P, P, P, P, P, NULL, P, P), "w_up");
+    INVALID(fsc_swiglu_mlp_backward_parts(DEV, P, P, P, P, P, P, P, P, NULL, P), "w_down");
+    INVALID(fsc_swiglu_mlp_backward_parts(DEV, P, P, P, P, P, P, P, P, P, NULL), "work");
 }
 
 static void null_fsc_swiglu_mlp_forward(void) {
@@ -2650,6 +2671,7 @@ static const struct row rows[] = {
     ROW(fsc_rope_backward),
     ROW(fsc_rope_forward),
     ROW(fsc_self_attn_backward),
+    ROW(fsc_self_attn_backward_parts),
     ROW(fsc_self_attn_forward),
     ROW(fsc_self_attn_rec_bind),
     ROW(fsc_self_attn_saved_floats),
@@ -2659,6 +2681,7 @@ static const struct row rows[] = {
     ROW(fsc_swiglu_backward),
     ROW(fsc_swiglu_forward),
     ROW(fsc_swiglu_mlp_backward),
+    ROW(fsc_swiglu_mlp_backward_parts),
     ROW(fsc_swiglu_mlp_forward),
     ROW(fsc_swiglu_mlp_rec_bind),
     NONE(fsc_swiglu_mlp_saved_floats),

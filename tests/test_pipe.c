@@ -191,6 +191,52 @@ static void test_pipe_interleaved_layer_checkpoint(void **state) {
 }
 
 
+/* ZB-H1 (W actions: each backward split into B, the input gradient, and a later W, the weight gradients):
+ * p = 2, 3, 4 stages of the 5-block GPT (its wte tied to the head: those two layers run whole in B), m = p and
+ * 2p micro-batches, every pipeline checkpoint mode, prefetch 0 and 1, an evaluation before each step. Oracle:
+ * DDP's bits over the same micro-batches, on every rank; and dp 2 x pp 2. Every stage holds p micro-batches (a record
+ * lives until its W: 1F1B's peak, the first stage's), which also shows that the Ws run apart from the Bs; the
+ * ideal bubble is (p-1)/(3m+p-1). */
+static void test_pipe_zb_h1_equals_ddp(void **state) {
+    (void)state;
+    run refs[9]; /* [m]: DDP over the same m micro-batches */
+    memset(refs, 0, sizeof refs);
+    for (int pp = 2; pp <= 4; pp++)
+        for (int m = pp; m <= 2 * pp; m += pp)
+            for (int ck = 0; ck < 3 * 2; ck++) {
+                run p = make(1, pp, FSC_PAR_DDP, m, 1);
+                p.steps = 2;
+                p.eval = 1;
+                p.po.schedule = FSC_SCHED_ZB_H1;
+                p.po.pipe_checkpoint = (fsc_pipe_checkpoint)(ck % 3);
+                p.po.prefetch = ck / 3;
+                if (!refs[m].params) refs[m] = reference(&p);
+                train(&p);
+                char what[96];
+                snprintf(what, sizeof what, "zb-h1, pp %d, %d micro-batches, checkpoint %s, prefetch %d", pp, m,
+                         ckpt_name[ck % 3], ck / 3);
+                assert_same(&refs[m], &p, what);
+                for (int rk = 0; rk < p.world; rk++) {
+                    if (memcmp(&p.ev[rk][1], &p.loss[rk][1], sizeof(double)) != 0)
+                        fail_msg("%s: evaluation on rank %d differs from the step's loss", what, rk);
+                    if (p.stats[rk].max_in_flight != pp)
+                        fail_msg("%s: rank %d held %d micro-batches, not %d", what, rk, p.stats[rk].max_in_flight, pp);
+                }
+                assert_true(fabs(p.stats[0].ideal_bubble - (double)(pp - 1) / (3 * m + pp - 1)) < 1e-12);
+                free(p.params);
+            }
+    for (int m = 0; m < 9; m++) free(refs[m].params);
+    run p = make(2, 2, FSC_PAR_DDP, 4, 1); /* dp 2 x pp 2: DDP reduces in the last W */
+    p.steps = 2;
+    p.po.schedule = FSC_SCHED_ZB_H1;
+    p.po.prefetch = 1;
+    run ref = reference(&p);
+    train(&p);
+    assert_same(&ref, &p, "zb-h1, dp 2 x pp 2");
+    free(p.params);
+    free(ref.params);
+}
+
 /* P in {2, 3, 4}, uneven balances, both schedules, every checkpoint mode, prefetch 0 and 1 (asynchronous
  * sends and receives, docs/overlap.md): DDP's bits */
 static void test_pipe_equals_ddp(void **state) {
@@ -222,7 +268,8 @@ static void test_pipe_equals_ddp(void **state) {
     free(ref.params);
 }
 
-/* A caller's own schedule (FSC_SCHED_CUSTOM): lists of F and B actions per rank, validated at engine creation.
+/* A caller's own schedule (FSC_SCHED_CUSTOM): lists of F and B actions per rank (and one with W actions, GPipe's
+ * order with the Ws last), validated at engine creation.
  * Two chunks per rank run depth-first (each micro-batch through both chunks, forwards, then each micro-batch's
  * backwards), with 3 micro-batches (no multiple of the ranks: that rule is the interleaved schedule's), and one
  * chunk per rank with more warm-up than 1F1B. Oracle: DDP's bits. A list that runs rank 1's backwards out of
@@ -276,6 +323,25 @@ static void test_pipe_custom_schedule(void **state) {
     train(&q);
     assert_same(&ref, &q, "custom: one chunk per rank");
     free(q.params);
+    /* with W actions: GPipe's order, all the Ws after all the Bs (every record held until then) */
+    static const fsc_pipe_action z[] = { { FSC_ACT_FORWARD, 0, 0 },  { FSC_ACT_FORWARD, 1, 0 },
+                                         { FSC_ACT_FORWARD, 2, 0 },  { FSC_ACT_BACKWARD, 0, 0 },
+                                         { FSC_ACT_BACKWARD, 1, 0 }, { FSC_ACT_BACKWARD, 2, 0 },
+                                         { FSC_ACT_WEIGHT, 0, 0 },   { FSC_ACT_WEIGHT, 1, 0 },
+                                         { FSC_ACT_WEIGHT, 2, 0 } };
+    const fsc_pipe_action *const zl[] = { z, z };
+    const int nz[] = { 9, 9 };
+    run u = make(1, 2, FSC_PAR_DDP, 3, 1);
+    u.cfg.layers = 8;
+    u.steps = 2;
+    u.po.prefetch = 1;
+    u.po.schedule = FSC_SCHED_CUSTOM;
+    u.po.actions = zl;
+    u.po.nactions = nz;
+    train(&u);
+    assert_same(&ref, &u, "custom: with W actions");
+    assert_int_equal(u.stats[1].max_in_flight, 3);
+    free(u.params);
     free(ref.params);
     /* rank 1's backwards of micro-batches 0 and 1 on chunk 1 swapped: refused, naming the action */
     fsc_pipe_action t = r1[6];
@@ -730,6 +796,16 @@ static void test_pipe_bad_options(void **state) {
     r.po.kind = FSC_PAR_DDP;
     r.po.prefetch = 0;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "interleaved stages need prefetch");
+    r = make(1, 2, FSC_PAR_FSDP, 2, 1); /* W actions: what does not run with them yet */
+    r.po.schedule = FSC_SCHED_ZB_H1;
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "zb-h1) runs with ddp inside the stages");
+    r.po.kind = FSC_PAR_DDP;
+    r.po.checkpoint = 1;
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "layer checkpointing (checkpoint) keeps one");
+    r.po.checkpoint = 0;
+    r.po.virtual_stages = 2;
+    r.cfg.layers = 8;
+    expect_error(&r, "virtual_stages 2 needs the interleaved schedule");
 
     const fsc_model c = { .n_layers = five_blocks().layers + 2 }; /* parse reads only the layer count */
     int out[4];
@@ -844,6 +920,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipe_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_equals_ddp),
+        cmocka_unit_test(test_pipe_zb_h1_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_custom_schedule),
         cmocka_unit_test(test_pipe_interleaved_weights),

@@ -3,7 +3,10 @@
  * 1F1B: min(p-r-1, m) warm-up forwards, then F/B pairs, then the remaining backwards); every built-in
  * schedule passes the validator over a grid of p and m; deliberately broken lists (an unknown kind, a range,
  * a repeat, a backward before its forward, descending micro-batches, a missing action, a deadlock) are
- * refused with a message naming the rank and the action. Runs bit-identical to DDP are test_pipe's. */
+ * refused with a message naming the rank and the action. ZB-H1 gives 1F1B's forwards and backwards with each
+ * B followed by a W, rank r letting its first r Ws wait until after its last B; it validates over the grid;
+ * lists with W are refused when a W repeats, comes before its B, runs out of order on its chunk or is missing,
+ * or appears in a list of 2 v m actions. Runs bit-identical to DDP are test_pipe's. */
 #include "testutil.h"
 #include "fsc/pipe_schedule.h"
 
@@ -31,7 +34,7 @@ static void text(const fsc_pipe_action *a, int n, char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = 0;
     for (int i = 0; i < n && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%c%d", i ? " " : "", a[i].kind == FSC_ACT_FORWARD ? 'F' : 'B',
+        at += (size_t)snprintf(buf + at, cap - at, "%s%c%d", i ? " " : "", "FBW?"[a[i].kind < 3 ? a[i].kind : 3],
                                a[i].micro);
 }
 
@@ -69,6 +72,82 @@ static void test_builtin_grid_valid(void **state) {
                 assert_ok(validate(p, 1, m, &l));
                 free_all(p, &l);
             }
+}
+
+/* ZB-H1 for p = 3, m = 4, action by action, and with fewer micro-batches than stages */
+static void test_zb_h1_order(void **state) {
+    (void)state;
+    lists l;
+    char buf[256];
+    make_all(FSC_SCHED_ZB_H1, 3, 1, 4, &l);
+    const char *want[] = { "F0 F1 F2 B0 W0 F3 B1 W1 B2 W2 B3 W3", "F0 F1 B0 F2 B1 W0 F3 B2 W1 B3 W2 W3",
+                           "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3" };
+    for (int r = 0; r < 3; r++) {
+        text(l.a[r], l.n[r], buf, sizeof buf);
+        assert_string_equal(buf, want[r]);
+    }
+    free_all(3, &l);
+    make_all(FSC_SCHED_ZB_H1, 4, 1, 2, &l);
+    text(l.a[0], l.n[0], buf, sizeof buf);
+    assert_string_equal(buf, "F0 F1 B0 W0 B1 W1");
+    text(l.a[3], l.n[3], buf, sizeof buf);
+    assert_string_equal(buf, "F0 B0 F1 B1 W0 W1");
+    free_all(4, &l);
+}
+
+/* ZB-H1 over p = 1..8, m = 1..12: valid, 3 m actions per rank */
+static void test_zb_h1_grid_valid(void **state) {
+    (void)state;
+    for (int p = 1; p <= MAXP; p++)
+        for (int m = 1; m <= 12; m++) {
+            lists l;
+            make_all(FSC_SCHED_ZB_H1, p, 1, m, &l);
+            for (int r = 0; r < p; r++) assert_int_equal(l.n[r], 3 * m);
+            fsc_status s = validate(p, 1, m, &l);
+            if (s != FSC_OK) fail_msg("zb-h1 p %d m %d: %s", p, m, fsc_last_error());
+            free_all(p, &l);
+        }
+}
+
+/* A ZB-H1 of p = 3, m = 4 with rank 1's action i replaced by x: refused with a message holding needle. */
+static void broken_w(int i, fsc_pipe_action x, const char *needle) {
+    lists l;
+    make_all(FSC_SCHED_ZB_H1, 3, 1, 4, &l);
+    l.a[1][i] = x;
+    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, needle);
+    free_all(3, &l);
+}
+
+static void test_broken_w_refused(void **state) {
+    (void)state;
+    /* rank 1 runs F0 F1 B0 F2 B1 W0 F3 B2 W1 B3 W2 W3 */
+    broken_w(5, (fsc_pipe_action){ FSC_ACT_WEIGHT, 2, 0 }, "rank 1, action 5, W(mb 2, chunk 0) comes before "
+             "micro-batch 0 of its chunk (each chunk runs its weight gradients in ascending micro-batch order)");
+    broken_w(8, (fsc_pipe_action){ FSC_ACT_WEIGHT, 0, 0 }, "rank 1, action 8, W(mb 0, chunk 0) runs a second time");
+    broken_w(11, (fsc_pipe_action){ FSC_ACT_FORWARD, 0, 0 }, "rank 1, action 11, F(mb 0, chunk 0) runs a second time");
+    lists l;
+    make_all(FSC_SCHED_ZB_H1, 3, 1, 4, &l);
+    /* W before its B: rank 1's B1 W0 as W0 W1 ... (W1 at 5 before B1 at 7) */
+    l.a[1][4] = (fsc_pipe_action){ FSC_ACT_WEIGHT, 0, 0 };
+    l.a[1][5] = (fsc_pipe_action){ FSC_ACT_WEIGHT, 1, 0 };
+    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 1, action 5, W(mb 1, chunk 0) comes before its backward B");
+    free_all(3, &l);
+    make_all(FSC_SCHED_ZB_H1, 3, 1, 4, &l);
+    l.a[2][11] = (fsc_pipe_action){ FSC_ACT_FORWARD, 0, 0 }; /* W3 missing (the F is a repeat: say that first) */
+    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 2, action 11, F(mb 0, chunk 0) runs a second time");
+    l.n[2] = 11; /* W3 missing: a list of 11 is neither 8 nor 12 */
+    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 2 has 11 actions");
+    free_all(3, &l);
+    /* a W in a list of 2 v m actions: 1F1B's rank 2 with its last B turned into a W */
+    make_all(FSC_SCHED_1F1B, 3, 1, 4, &l);
+    l.a[2][7] = (fsc_pipe_action){ FSC_ACT_WEIGHT, 3, 0 };
+    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 2, action 7 is a W but the list has 8 actions");
+    free_all(3, &l);
+    /* every W present but one B missing: 12 actions with two W3 */
+    make_all(FSC_SCHED_ZB_H1, 3, 1, 4, &l);
+    l.a[0][9] = (fsc_pipe_action){ FSC_ACT_WEIGHT, 3, 0 }; /* rank 0: ... B3 W3 -> W3 W3 */
+    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 0, action 9, W(mb 3, chunk 0) comes before micro-batch 2");
+    free_all(3, &l);
 }
 
 /* Megatron's order for p = 2, v = 2, m = 4: "F0.0" is micro-batch 0 on chunk 0 */
@@ -194,6 +273,9 @@ int main(void) {
         cmocka_unit_test(test_builtin_orders),
         cmocka_unit_test(test_builtin_grid_valid),
         cmocka_unit_test(test_interleaved_order),
+        cmocka_unit_test(test_zb_h1_order),
+        cmocka_unit_test(test_zb_h1_grid_valid),
+        cmocka_unit_test(test_broken_w_refused),
         cmocka_unit_test(test_interleaved_grid_valid),
         cmocka_unit_test(test_stream_order_refused),
         cmocka_unit_test(test_make_refuses),

@@ -89,6 +89,30 @@ static void test_trainer_interleaved_equals_ddp(void **st) {
     free(err);
 }
 
+/* --schedule zb-h1 (the split backward): bit-identical to DDP (--check-ddp), the ideal bubble (P-1)/(3M+P-1)
+ * in the summary; with FSDP inside the stages refused, naming what runs. */
+static void test_trainer_zb_h1_equals_ddp(void **st) {
+    (void)st;
+    const char *args = "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule zb-h1 --check-ddp --json";
+    char *out, *err;
+    int rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    cJSON *j = prog_last_json(out);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "check_ddp"), "bit_identical")));
+    cJSON *p = cJSON_GetObjectItem(j, "pipeline");
+    assert_non_null(p);
+    assert_true(fabs(num(p, "ideal_bubble") - 1.0 / (3 * 4 + 1)) < 1e-12);
+    assert_non_null(strstr(out, "4 micro-batches, zb-h1"));
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+    rc = run("--parallel fsdp --pp 2 --dp 2 --schedule zb-h1", &out, &err);
+    assert_int_not_equal(rc, 0);
+    if (!strstr(err, "zb-h1) runs with ddp inside the stages only")) fail_msg("fsdp with zb-h1: %s", err);
+    free(out);
+    free(err);
+}
+
 static void test_trainer_pipeline_errors(void **st) {
     (void)st;
     struct { const char *args, *needle; } cases[] = {
@@ -141,6 +165,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trainer_pipeline_equals_ddp),
         cmocka_unit_test(test_trainer_interleaved_equals_ddp),
+        cmocka_unit_test(test_trainer_zb_h1_equals_ddp),
         cmocka_unit_test(test_trainer_pipeline_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

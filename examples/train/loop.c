@@ -28,7 +28,7 @@ fsc_status parallel_opts(const train_config *c, int *balance, fsc_parallel_opts 
     po.nonfinite = (fsc_nonfinite_policy)c->nonfinite;
     po.max_skipped_steps = c->max_skipped_steps;
     po.pp = c->pp;
-    po.schedule = (fsc_pipe_schedule)c->schedule;
+    po.schedule = pipe_schedule_kind[c->schedule];
     po.virtual_stages = c->virtual_stages;
     po.pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt];
     po.tp = c->tp;

@@ -57,7 +57,7 @@ typedef struct {
     int threads;
     int device;         /* index into device_names */
     int pp, dp, chunks; /* pipeline stages, data-parallel ranks (0: world / pp), micro-batches (0: --accum) */
-    int schedule;       /* fsc_pipe_schedule */
+    int schedule;       /* index into pipe_schedule_kind */
     int virtual_stages; /* interleaved: chunks per pipeline rank */
     int pipe_ckpt;      /* index into pipe_ckpt_mode */
     const char *balance;
@@ -105,6 +105,7 @@ extern const option options[NOPT];
 
 extern const fsc_dtype precision_dtype[3];          /* --precision */
 extern const fsc_pipe_checkpoint pipe_ckpt_mode[3]; /* --checkpoint */
+extern const fsc_pipe_schedule pipe_schedule_kind[4]; /* --schedule */
 #define PAR_PIPE 5    /* --parallel pipe: a pipeline with ddp in each stage */
 #define MODEL_LLAMA 1 /* --model llama (the fuzzer's checks; the trainer asks models.c) */
 #define CONFIG_MAX (1 << 20) /* bytes of a --config file, and of the train_config.json --resume compares */

@@ -33,7 +33,7 @@ static void lin_config(const fsc_layer *l, char *buf, size_t cap) {
              y->o.bias, y->o.out_in);
 }
 
-static const fsc_layer_ops lin_ops = { .forward = lin_fwd, .backward = lin_bwd, .config = lin_config };
+static const fsc_layer_ops lin_ops = { .forward = lin_fwd, .backward = lin_bwd, .config = lin_config, .split = 1 };
 
 fsc_linear_opts fsc_linear_opts_default(int in, int out) {
     return (fsc_linear_opts){ .rows = 1, .in = in, .out = out, .bias = 1, .out_in = 0 };
@@ -111,7 +111,8 @@ static fsc_status ln_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
                             .N = N, .C = y->C };
     float *d = dinp ? dinp : c->work;
     FSC_TRY(fsc_device_memset(c->dev, d, 0, N * (size_t)y->C * sizeof(float)));
-    return fsc_layernorm_backward(c->dev, d, c->grad[0], c->grad[1], &r, dout, c->param[0]);
+    return fsc_layernorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, c->grad[1] ? c->grad[1] : c->sink + y->C,
+                                  &r, dout, c->param[0]); /* the split's input part: the sink */
 }
 
 static void norm_config(const fsc_layer *l, char *buf, size_t cap) {
@@ -120,7 +121,7 @@ static void norm_config(const fsc_layer *l, char *buf, size_t cap) {
 }
 
 static const fsc_layer_ops ln_ops = { .rec_bytes = ln_rec, .work_bytes = norm_work, .forward = ln_fwd,
-                                      .backward = ln_bwd, .config = norm_config };
+                                      .backward = ln_bwd, .config = norm_config, .split = 1 };
 
 static fsc_status norm_new(int rows, int C, const char *kind, const fsc_layer_ops *ops, fsc_layer **out) {
     if (rows < 0 || C < 1) return fsc_error(FSC_ERR_INVALID, "%s layer: need C >= 1 and rows >= 0", kind);
@@ -153,11 +154,11 @@ static fsc_status rms_bwd(const fsc_layer *l, const fsc_layer_call *c, float *di
     fsc_rmsnorm_rec r = { .inp = in, .rstd = c->rec, .N = N, .C = y->C };
     float *d = dinp ? dinp : c->work;
     FSC_TRY(fsc_device_memset(c->dev, d, 0, N * (size_t)y->C * sizeof(float)));
-    return fsc_rmsnorm_backward(c->dev, d, c->grad[0], &r, dout, c->param[0]);
+    return fsc_rmsnorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, &r, dout, c->param[0]);
 }
 
 static const fsc_layer_ops rms_ops = { .rec_bytes = rms_rec, .work_bytes = norm_work, .forward = rms_fwd,
-                                       .backward = rms_bwd, .config = norm_config };
+                                       .backward = rms_bwd, .config = norm_config, .split = 1 };
 
 fsc_status fsc_layer_rmsnorm(int rows, int C, float eps, fsc_layer **out) {
     FSC_CHECK_ARG(out);

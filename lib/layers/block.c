@@ -87,12 +87,14 @@ static fsc_status norm_fwd(const block_layer *y, const fsc_layer_call *c, float 
 /* dinp += the gradient through the norm of in (saved statistics sa, sb) given dout */
 static fsc_status norm_bwd(const block_layer *y, const fsc_layer_call *c, float *dinp, const float *dout,
                            const float *in, float *sa, float *sb, int w, size_t N) {
+    float *gw = G(y, c, w) ? G(y, c, w) : c->sink; /* the split's input part: the sink */
     if (y->rms) {
         fsc_rmsnorm_rec r = { .inp = in, .rstd = sa, .N = N, .C = y->o.C };
-        return fsc_rmsnorm_backward(c->dev, dinp, G(y, c, w), &r, dout, P(y, c, w));
+        return fsc_rmsnorm_backward(c->dev, dinp, gw, &r, dout, P(y, c, w));
     }
     fsc_layernorm_rec r = { .inp = in, .mean = sa, .rstd = sb, .N = N, .C = y->o.C };
-    return fsc_layernorm_backward(c->dev, dinp, G(y, c, w), G(y, c, w + 1), &r, dout, P(y, c, w));
+    return fsc_layernorm_backward(c->dev, dinp, gw, G(y, c, w + 1) ? G(y, c, w + 1) : c->sink + y->o.C, &r, dout,
+                                  P(y, c, w));
 }
 
 static void attn_params(const block_layer *y, const fsc_layer_call *c, fsc_self_attn_params *p,
@@ -139,6 +141,74 @@ static fsc_status bk_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return fsc_residual_forward(c->dev, out, h, proj, NC);
 }
 
+/* The packed block's split backward. The input part runs fsc_block_backward's steps without the weight products
+ * and keeps in c->stash the inner output gradients those need; the weight part runs only the weight products and
+ * the norms' parameter gradients, from the stash: the same kernels on the same values, so the bits of
+ * fsc_block_backward, and no inner gradient derived twice. */
+typedef struct {
+    float *dfch, *dln2, *dres2, *dqkv, *dln1; /* (N, 4C), (N, C), (N, C), (N, 3C), (N, C) */
+} packed_stash;
+
+static packed_stash stash_of(void *base, size_t N, int C) {
+    const size_t nc = N * (size_t)C * sizeof(float);
+    packed_stash st;
+    st.dfch = base;
+    st.dln2 = AT(st.dfch, r256(4 * nc));
+    st.dres2 = AT(st.dln2, r256(nc));
+    st.dqkv = AT(st.dres2, r256(nc));
+    st.dln1 = AT(st.dqkv, r256(3 * nc));
+    return st;
+}
+
+static size_t bk_split_bytes(const fsc_layer *l, int B) {
+    const block_layer *y = (const block_layer *)l;
+    const size_t nc = (size_t)B * y->o.T * (size_t)y->o.C * sizeof(float);
+    return y->packed ? r256(4 * nc) + 3 * r256(nc) + r256(3 * nc) : 0;
+}
+
+/* d (N, C): the output gradient in, the input gradient out; the norms' gradients into the sink. */
+static fsc_status packed_input(const fsc_layer_call *c, float *d, const fsc_block_rec *r) {
+    const int C = r->C;
+    const size_t N = (size_t)r->B * r->T;
+    const packed_stash st = stash_of(c->stash, N, C);
+    const float *const *p = c->param;
+    float *a = c->work, *attn_work = (float *)c->work + (4 * N * (size_t)C + 63) / 64 * 64; /* nn's pieces */
+    fsc_linear_rec mproj = { r->fch_gelu, N, 4 * C, C, 0 }, fc = { r->ln2, N, C, 4 * C, 0 };
+    fsc_linear_rec aproj = { r->atty, N, C, C, 0 }, attn = { r->ln1, N, C, 3 * C, 0 };
+    fsc_gelu_rec gelu = { r->fch, N * 4 * (size_t)C };
+    fsc_layernorm_rec ln2 = { r->res2, r->ln2_mean, r->ln2_rstd, N, C }, ln1 = { r->inp, r->ln1_mean, r->ln1_rstd, N, C };
+    FSC_TRY(fsc_linear_backward(c->dev, a, NULL, NULL, &mproj, d, p[FSC_B_MPROJ_W], 0.0f, 1.0f)); /* dfch_gelu */
+    FSC_TRY(fsc_gelu_backward(c->dev, st.dfch, &gelu, a));
+    FSC_TRY(fsc_linear_backward(c->dev, st.dln2, NULL, NULL, &fc, st.dfch, p[FSC_B_FC_W], 0.0f, 1.0f));
+    FSC_TRY(fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln2, st.dln2, p[FSC_B_LN2_W]));
+    FSC_TRY(fsc_device_copy(c->dev, st.dres2, d, N * (size_t)C * sizeof(float))); /* the gradient w.r.t. res2 */
+    FSC_TRY(fsc_linear_backward(c->dev, a, NULL, NULL, &aproj, d, p[FSC_B_APROJ_W], 0.0f, 1.0f)); /* datty */
+    FSC_TRY(fsc_attention_backward(c->dev, st.dqkv, &r->attn, a, attn_work));
+    FSC_TRY(fsc_linear_backward(c->dev, st.dln1, NULL, NULL, &attn, st.dqkv, p[FSC_B_ATTN_W], 0.0f, 1.0f));
+    return fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln1, st.dln1, p[FSC_B_LN1_W]);
+}
+
+/* dout (N, C): the output gradient kept for the weight part; scratch (N, C): the norms' discarded dinp. */
+static fsc_status packed_weight(const fsc_layer_call *c, const float *dout, float *scratch, const fsc_block_rec *r) {
+    const int C = r->C;
+    const size_t N = (size_t)r->B * r->T;
+    const packed_stash st = stash_of(c->stash, N, C);
+    const float *const *p = c->param;
+    float *const *g = c->grad;
+    fsc_linear_rec mproj = { r->fch_gelu, N, 4 * C, C, 0 }, fc = { r->ln2, N, C, 4 * C, 0 };
+    fsc_linear_rec aproj = { r->atty, N, C, C, 0 }, attn = { r->ln1, N, C, 3 * C, 0 };
+    fsc_layernorm_rec ln2 = { r->res2, r->ln2_mean, r->ln2_rstd, N, C }, ln1 = { r->inp, r->ln1_mean, r->ln1_rstd, N, C };
+    FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_MPROJ_W], g[FSC_B_MPROJ_B], &mproj, dout, p[FSC_B_MPROJ_W],
+                                0.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_FC_W], g[FSC_B_FC_B], &fc, st.dfch, p[FSC_B_FC_W], 0.0f, 1.0f));
+    FSC_TRY(fsc_layernorm_backward(c->dev, scratch, g[FSC_B_LN2_W], g[FSC_B_LN2_B], &ln2, st.dln2, p[FSC_B_LN2_W]));
+    FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_APROJ_W], g[FSC_B_APROJ_B], &aproj, st.dres2,
+                                p[FSC_B_APROJ_W], 0.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_ATTN_W], g[FSC_B_ATTN_B], &attn, st.dqkv, p[FSC_B_ATTN_W], 0.0f,
+                                1.0f));
+    return fsc_layernorm_backward(c->dev, scratch, g[FSC_B_LN1_W], g[FSC_B_LN1_B], &ln1, st.dln1, p[FSC_B_LN1_W]);
+}
+
 static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     const block_layer *y = (const block_layer *)l;
@@ -151,6 +221,8 @@ static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
         fsc_block_rec r;
         fsc_block_rec_bind(&r, c->rec, c->B, y->o.T, C, y->o.heads);
         r.inp = in;
+        if (c->stash && !c->grad[FSC_B_LN1_W]) return packed_input(c, d, &r);
+        if (c->stash && !dinp) return packed_weight(c, dout, d, &r);
         return fsc_block_backward(c->dev, d, c->grad, &r, c->param, c->work);
     }
     const block_map m = map_of(y, c->B);
@@ -162,7 +234,7 @@ static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
         fsc_swiglu_mlp_rec mr;
         fsc_swiglu_mlp_rec_bind(&mr, AT(c->rec, m.mlp), N, C, F);
         mr.inp = ln2;
-        FSC_TRY(fsc_swiglu_mlp_backward(c->dev, dln, G(y, c, R_M0), G(y, c, R_M1), G(y, c, R_M2), &mr, d,
+        FSC_TRY(fsc_swiglu_mlp_backward_parts(c->dev, dln, G(y, c, R_M0), G(y, c, R_M1), G(y, c, R_M2), &mr, d,
                                         P(y, c, R_M0), P(y, c, R_M1), P(y, c, R_M2), inner));
     } else {
         float *fch = AT(c->rec, m.mlp), *fcg = AT(c->rec, m.mlp + r256(NF * sizeof(float)));
@@ -194,7 +266,7 @@ static void bk_config(const fsc_layer *l, char *buf, size_t cap) {
              y->o.separate_qkv);
 }
 
-static const fsc_layer_ops bk_ops = { .rec_bytes = bk_rec, .work_bytes = bk_work, .forward = bk_fwd,
+static const fsc_layer_ops bk_ops = { .split = 1, .split_bytes = bk_split_bytes, .rec_bytes = bk_rec, .work_bytes = bk_work, .forward = bk_fwd,
                                       .backward = bk_bwd, .config = bk_config };
 
 /* Declare parameter `name` for `role` (d1 0: a vector). */

@@ -27,6 +27,8 @@ fsc_status fsc_seq_set_batch(void *ctx, fsc_model_acts *a, const void *inputs, c
 float *fsc_seq_stream(void *ctx, fsc_model_acts *a, fsc_stream which);
 fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum);
 fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+fsc_status fsc_seq_backward_input(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+fsc_status fsc_seq_backward_weight(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
 const float *fsc_seq_logits(void *ctx, const fsc_model_acts *a, int *vocab);
 void fsc_seq_aux_stats(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
 void fsc_seq_aux_layers(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);

@@ -7,7 +7,9 @@
  * auxiliary statistics and expert groups. With checkpoint and offload_inputs, the outputs that are some layer's
  * input inside the range live in two alternating device buffers with a host copy each, uploaded again for the
  * recomputation. A layer's parameters (and gradients in backward) must be materialized when it runs, except other
- * ranks' experts.
+ * ranks' experts. The split backward (model.h's backward_input and backward_weight, a record made with split):
+ * each layer that splits (ops->split, and no tied tensor of its own or of another's) gets a buffer that keeps its
+ * output gradient from the input part to the weight part; the others run whole in the input part.
  * Not here: the declaration (seq.c). */
 #include <stdlib.h>
 #include <string.h>
@@ -30,9 +32,34 @@ typedef struct {
     float **host;        /* (last - first + 1) offload: host copy of out[l], NULL where it stays on the device */
     fsc_grad_term_fn term; /* backward's gradients by source (model.h), NULL: none */
     void *term_ctx;
+    float **keep;        /* (last - first + 1) split: the output gradient of each layer that splits (NULL for the
+                          * others and the loss layer), kept for the weight part */
+    float *sink;         /* split: the input part's sink for a vector's gradient (fsc_layer_call.sink) */
+    void **stash;        /* (last - first + 1) split: each splitting layer's split_bytes (NULL without) */
 } seq_acts;
 
 static size_t up(size_t b) { return (b + 255) / 256 * 256; }
+
+/* Whether layer l splits its backward: it says so, has no more parameters than the call tables hold, and no tensor
+ * of it is tied (a tied gradient crosses layers and stages in the input part's order: model.h). */
+static int splits(const seq_model *s, int l) {
+    const fsc_layer *y = s->layers[l];
+    if (!y->ops->split || y->n_params > FSC_LAYER_MAX_PARAMS) return 0;
+    for (int k = 0; k < y->n_params; k++)
+        if (s->tied[l][k] || s->info[s->tensor[l][k]].nusers > 0) return 0;
+    return 1;
+}
+
+/* Floats of the sink: twice the largest one-dimensional parameter of a layer of the range that splits (a
+ * LayerNorm's weight and bias). */
+static size_t sink_floats(const seq_model *s, const seq_acts *a) {
+    size_t n = 0;
+    for (int l = a->first; l <= a->last; l++)
+        for (int k = 0; splits(s, l) && k < s->layers[l]->n_params; k++)
+            if (s->layers[l]->params[k].ndim == 1 && s->layers[l]->params[k].numel > n)
+                n = s->layers[l]->params[k].numel;
+    return 2 * n;
+}
 static size_t rec_bytes(const fsc_layer *a, int B) { return a->ops->rec_bytes ? a->ops->rec_bytes(a, B) : 0; }
 static size_t work_bytes(const fsc_layer *a, int B) { return a->ops->work_bytes ? a->ops->work_bytes(a, B) : 0; }
 
@@ -67,6 +94,12 @@ static size_t layout(const seq_model *s, seq_acts *a, char *base) {
     if (a->first > 0) TAKE(a->gin, S);
     TAKE(a->g[0], B * maxout * sizeof(float));
     TAKE(a->g[1], B * maxout * sizeof(float));
+    for (int l = a->first; a->keep && l <= a->last; l++) {
+        const fsc_layer *y = s->layers[l];
+        if (l < s->n - 1 && splits(s, l)) TAKE(a->keep[l - a->first], B * y->out_floats * sizeof(float));
+        if (splits(s, l) && y->ops->split_bytes) TAKE(a->stash[l - a->first], y->ops->split_bytes(y, a->B));
+    }
+    if (a->keep) TAKE(a->sink, sink_floats(s, a) * sizeof(float));
 #undef TAKE
     return at;
 }
@@ -77,9 +110,13 @@ fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mode
     if (o->B < 1 || o->first < 0 || o->last >= s->n || o->first > o->last)
         return fsc_error(FSC_ERR_INVALID, "sequential model: record for layers %d..%d of %d and %d samples", o->first,
                          o->last, s->n, o->B);
+    if (o->split && o->checkpoint)
+        return fsc_error(FSC_ERR_INVALID, "sequential model: a split backward keeps every layer's record until its "
+                         "weight part; layer checkpointing keeps one (use a pipeline checkpoint mode instead)");
     seq_acts *a = calloc(1, sizeof *a);
     const int nl = o->last - o->first + 1, offload = o->checkpoint && o->offload_inputs;
     if (a) {
+        if (o->split) a->keep = calloc((size_t)nl, sizeof *a->keep), a->stash = calloc((size_t)nl, sizeof *a->stash);
         a->out = calloc((size_t)nl, sizeof *a->out), a->rec = calloc((size_t)nl, sizeof *a->rec);
         a->state = calloc((size_t)nl, sizeof *a->state);
         a->first = o->first, a->last = o->last; /* for fsc_seq_acts_free */
@@ -91,7 +128,7 @@ fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mode
     for (int l = o->first; a && a->host && l < o->last && st == FSC_OK; l++)
         if (!(a->host[l - o->first] = malloc((size_t)o->B * s->layers[l]->out_floats * sizeof(float))))
             st = FSC_ERR_NOMEM;
-    if (!a || !a->out || !a->rec || !a->state || (offload && !a->host) || st != FSC_OK ||
+    if (!a || !a->out || !a->rec || !a->state || (offload && !a->host) || (o->split && (!a->keep || !a->stash)) || st != FSC_OK ||
         (o->last == s->n - 1 && !a->host_loss)) {
         fsc_seq_acts_free(ctx, (fsc_model_acts *)a);
         return fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
@@ -123,7 +160,7 @@ void fsc_seq_acts_free(void *ctx, fsc_model_acts *am) {
         if (a->state[l - a->first] && y->ops->state_free) y->ops->state_free(y, a->state[l - a->first]);
     }
     for (int l = a->first; a->host && l <= a->last; l++) free(a->host[l - a->first]);
-    free(a->out), free(a->rec), free(a->host_loss), free(a->state), free(a->host);
+    free(a->out), free(a->rec), free(a->host_loss), free(a->state), free(a->host), free(a->keep), free(a->stash);
     free(a);
 }
 
@@ -223,12 +260,52 @@ fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *am, const fsc_model_hooks 
     return FSC_OK;
 }
 
-fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
-    seq_model *s = ctx;
-    seq_acts *a = (seq_acts *)am;
+/* Which part of the backward a pass runs: all of it, the input part, or the weight part (split records). */
+enum { PART_WHOLE = 0, PART_INPUT, PART_WEIGHT };
+
+/* Layer l's output gradient: NULL for the loss layer, the kept copy in a split record (the weight part and the
+ * input part once the later layer wrote it), else the record's stream or alternating buffer. */
+static float *dout_of(const seq_model *s, const seq_acts *a, int l) {
+    if (l == s->n - 1) return NULL;
+    if (a->keep && a->keep[l - a->first]) return a->keep[l - a->first];
+    return l == a->last ? a->gout : a->g[(l + 1) & 1];
+}
+
+/* Layer l's input gradient: the range's stream for `first`, the previous layer's output gradient otherwise. */
+static float *dinp_of(const seq_model *s, const seq_acts *a, int l) {
+    return l == a->first ? a->gin : dout_of(s, a, l - 1);
+}
+
+/* One layer's part: the whole backward, or the input or the weight part of a layer that splits. */
+static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int part, float dscale) {
+    const fsc_layer *y = s->layers[l];
+    const int split = a->keep && splits(s, l);
+    if (part == PART_WEIGHT && !split) return FSC_OK; /* it ran whole in the input part */
+    if (part == PART_INPUT && split && !dinp_of(s, a, l)) return FSC_OK; /* no input gradient to compute */
+    fsc_layer_call c;
+    FSC_TRY(make_call(s, a, l, !(split && part == PART_INPUT), &c));
+    if (!(split && part == PART_INPUT))
+        for (int k = 0; k < y->n_params; k++) { /* an owner adds its users' gradient before its own */
+            const int t = s->tensor[l][k];
+            if (!s->tied[l][k] && s->info[t].nusers > 0)
+                FSC_TRY(fsc_residual_backward(s->dev, s->grad[t], NULL, s->tied_grad[t], s->info[t].numel));
+        }
+    float *none[FSC_LAYER_MAX_PARAMS] = { NULL };
+    if (split && part == PART_INPUT) c.grad = none, c.sink = a->sink;
+    if (split) c.stash = a->stash[l - a->first];
+    c.dscale = dscale;
+    c.term = a->term, c.term_ctx = a->term_ctx; /* MoE layers never split: their whole backward gets the terms */
+    if (split && l == a->last && l < s->n - 1 && part == PART_INPUT) /* a caller may reuse its streams (model.h) */
+        FSC_TRY(fsc_device_copy(s->dev, a->keep[l - a->first], a->gout,
+                                (size_t)a->B * y->out_floats * sizeof(float)));
+    float *dinp = split && part == PART_WEIGHT ? NULL : dinp_of(s, a, l);
+    return y->ops->backward(y, &c, dinp, dout_of(s, a, l), input_of(a, l));
+}
+
+static fsc_status run_backward(seq_model *s, seq_acts *a, const fsc_model_hooks *h, float dscale, int part) {
     /* tied tensors used by a layer of the range: their users' gradients start from zero (model.h: a user
-     * overwrites the buffer; several users of one range add up) */
-    for (int t = 0; t < s->m.n_tensors; t++)
+     * overwrites the buffer; several users of one range add up); tied layers never split */
+    for (int t = 0; t < s->m.n_tensors && part != PART_WEIGHT; t++)
         for (int u = 0; u < s->info[t].nusers; u++) {
             const int l = s->info[t].users[u];
             if (l < a->first || l > a->last) continue;
@@ -236,27 +313,35 @@ fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *am, const fsc_model_hooks
             break;
         }
     for (int l = a->last; l >= a->first; l--) {
-        const fsc_layer *y = s->layers[l];
         FSC_TRY(hook(h->pre_backward, h->ctx, l));
         if (a->ckpt) { /* the same kernels on the same input: the same record */
             FSC_TRY(offload(s, a, l - 1, 1));
             FSC_TRY(layer_forward(s, a, l));
         }
-        fsc_layer_call c;
-        FSC_TRY(make_call(s, a, l, 1, &c));
-        for (int k = 0; k < y->n_params; k++) { /* an owner adds its users' gradient before its own */
-            const int t = s->tensor[l][k];
-            if (!s->tied[l][k] && s->info[t].nusers > 0)
-                FSC_TRY(fsc_residual_backward(s->dev, s->grad[t], NULL, s->tied_grad[t], s->info[t].numel));
-        }
-        c.dscale = dscale;
-        c.term = a->term, c.term_ctx = a->term_ctx;
-        const float *dout = l == s->n - 1 ? NULL : l == a->last ? a->gout : a->g[(l + 1) & 1];
-        float *dinp = l == a->first ? a->gin : a->g[l & 1];
-        FSC_TRY(y->ops->backward(y, &c, dinp, dout, input_of(a, l)));
+        FSC_TRY(layer_backward(s, a, l, part, dscale));
         FSC_TRY(hook(h->post_backward, h->ctx, l));
     }
     return FSC_OK;
+}
+
+fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
+    seq_acts *a = (seq_acts *)am;
+    if (a->keep)
+        return fsc_error(FSC_ERR_STATE, "sequential model: a record made with split runs backward_input and "
+                         "backward_weight, not backward");
+    return run_backward(ctx, a, h, dscale, PART_WHOLE);
+}
+
+fsc_status fsc_seq_backward_input(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
+    seq_acts *a = (seq_acts *)am;
+    if (!a->keep) return fsc_error(FSC_ERR_STATE, "sequential model: backward_input needs a record made with split");
+    return run_backward(ctx, a, h, dscale, PART_INPUT);
+}
+
+fsc_status fsc_seq_backward_weight(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
+    seq_acts *a = (seq_acts *)am;
+    if (!a->keep) return fsc_error(FSC_ERR_STATE, "sequential model: backward_weight needs a record made with split");
+    return run_backward(ctx, a, h, dscale, PART_WEIGHT);
 }
 
 const float *fsc_seq_logits(void *ctx, const fsc_model_acts *ma, int *vocab) {

@@ -20,6 +20,7 @@ static fsc_status emb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *di
                           const void *in) {
     (void)dinp; /* tokens have no gradient */
     const embed_layer *y = (const embed_layer *)l;
+    if (!c->grad[0]) return FSC_OK; /* the split's input part: no input gradient either */
     fsc_embedding_rec r = { .tok = in, .B = c->B, .T = y->T, .C = y->C };
     return fsc_embedding_backward(c->dev, c->grad[0], c->grad[1], &r, dout);
 }
@@ -43,7 +44,7 @@ static fsc_status emb_check(const fsc_layer *l, const void *host, int B) {
     return check_tokens(host, B, y->T, y->V, "tokens");
 }
 
-static const fsc_layer_ops emb_ops = { .forward = emb_fwd, .backward = emb_bwd, .config = emb_config,
+static const fsc_layer_ops emb_ops = { .split = 1, .forward = emb_fwd, .backward = emb_bwd, .config = emb_config,
                                        .check_input = emb_check };
 
 fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out) {
@@ -69,12 +70,13 @@ static fsc_status te_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
                          const void *in) {
     (void)dinp; /* tokens have no gradient */
     const embed_layer *y = (const embed_layer *)l;
+    if (!c->grad[0]) return FSC_OK; /* the split's input part: no input gradient either */
     FSC_TRY(fsc_device_memset(c->dev, c->work, 0, l->out_floats * sizeof(float))); /* the discarded dpos */
     fsc_embedding_rec r = { .tok = in, .B = c->B, .T = y->T, .C = y->C };
     return fsc_embedding_backward(c->dev, c->grad[0], c->work, &r, dout);
 }
 
-static const fsc_layer_ops te_ops = { .work_bytes = te_work, .forward = te_fwd, .backward = te_bwd,
+static const fsc_layer_ops te_ops = { .split = 1, .work_bytes = te_work, .forward = te_fwd, .backward = te_bwd,
                                       .config = emb_config, .check_input = emb_check };
 
 fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out) {
@@ -158,7 +160,7 @@ static void mlp_config(const fsc_layer *l, char *buf, size_t cap) {
     snprintf(buf, cap, "{\"rows\":%d,\"C\":%d,\"F\":%d,\"residual\":%d}", y->o.rows, y->o.C, y->o.F, y->o.residual);
 }
 
-static const fsc_layer_ops gm_ops = { .rec_bytes = gm_rec, .work_bytes = gm_work, .forward = gm_fwd,
+static const fsc_layer_ops gm_ops = { .split = 1, .rec_bytes = gm_rec, .work_bytes = gm_work, .forward = gm_fwd,
                                       .backward = gm_bwd, .config = mlp_config };
 
 fsc_mlp_opts fsc_mlp_opts_default(int C) {
@@ -216,12 +218,12 @@ static fsc_status sm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     fsc_swiglu_mlp_rec r;
     fsc_swiglu_mlp_rec_bind(&r, c->rec, N, y->o.C, y->o.F);
     r.inp = in;
-    FSC_TRY(fsc_swiglu_mlp_backward(c->dev, dinp, c->grad[0], c->grad[1], c->grad[2], &r, dout, c->param[0],
+    FSC_TRY(fsc_swiglu_mlp_backward_parts(c->dev, dinp, c->grad[0], c->grad[1], c->grad[2], &r, dout, c->param[0],
                                     c->param[1], c->param[2], c->work));
     return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, N * (size_t)y->o.C) : FSC_OK;
 }
 
-static const fsc_layer_ops sm_ops = { .rec_bytes = sm_rec, .work_bytes = sm_work, .forward = sm_fwd,
+static const fsc_layer_ops sm_ops = { .split = 1, .rec_bytes = sm_rec, .work_bytes = sm_work, .forward = sm_fwd,
                                       .backward = sm_bwd, .config = mlp_config };
 
 fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
@@ -287,7 +289,7 @@ static fsc_status at_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     fsc_self_attn_params p;
     fsc_self_attn_grads g;
     at_params(y, c, &p, &g);
-    FSC_TRY(fsc_self_attn_backward(c->dev, dinp, &g, &r, dout, &p, c->work));
+    FSC_TRY(fsc_self_attn_backward_parts(c->dev, dinp, &g, &r, dout, &p, c->work));
     return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, (size_t)c->B * l->out_floats)
                                  : FSC_OK;
 }
@@ -299,7 +301,7 @@ static void at_config(const fsc_layer *l, char *buf, size_t cap) {
              (double)y->o.rope_theta);
 }
 
-static const fsc_layer_ops at_ops = { .rec_bytes = at_rec, .work_bytes = at_work, .forward = at_fwd,
+static const fsc_layer_ops at_ops = { .split = 1, .rec_bytes = at_rec, .work_bytes = at_work, .forward = at_fwd,
                                       .backward = at_bwd, .config = at_config };
 
 fsc_attention_opts fsc_attention_opts_default(int T, int C, int heads) {
@@ -415,10 +417,11 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     FSC_TRY(fsc_device_memset(c->dev, d, 0, NC * sizeof(float)));
     if (y->norm == FSC_HEAD_NORM_RMSNORM) {
         fsc_rmsnorm_rec nr = { .inp = in, .rstd = r.rstd, .N = N, .C = y->C };
-        return fsc_rmsnorm_backward(c->dev, d, c->grad[0], &nr, dnormed, c->param[0]);
+        return fsc_rmsnorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, &nr, dnormed, c->param[0]);
     }
     fsc_layernorm_rec nr = { .inp = in, .mean = r.mean, .rstd = r.rstd, .N = N, .C = y->C };
-    return fsc_layernorm_backward(c->dev, d, c->grad[0], c->grad[1], &nr, dnormed, c->param[0]);
+    return fsc_layernorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, c->grad[1] ? c->grad[1] : c->sink + y->C,
+                                  &nr, dnormed, c->param[0]); /* the split's input part: the sink */
 }
 
 static void hd_config(const fsc_layer *l, char *buf, size_t cap) {
@@ -441,7 +444,7 @@ static const float *hd_logits(const fsc_layer *l, const void *rec, int B, int *v
     return rec; /* the record starts with the logits (hd_parts) */
 }
 
-static const fsc_layer_ops hd_ops = { .rec_bytes = hd_rec, .work_bytes = hd_work, .forward = hd_fwd,
+static const fsc_layer_ops hd_ops = { .split = 1, .rec_bytes = hd_rec, .work_bytes = hd_work, .forward = hd_fwd,
                                       .backward = hd_bwd, .config = hd_config, .check_target = hd_check,
                                       .logits = hd_logits };
 

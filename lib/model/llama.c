@@ -295,6 +295,7 @@ static const fsc_model_ops llama_ops = {
     .forward = seq_wrap_forward, .backward = seq_wrap_backward, .init_values = seq_wrap_init,
     .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
     .destroy = l_destroy, .logits = seq_wrap_logits, .flops = l_flops,
+    .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight,
 };
 static const fsc_model_ops llama_moe_ops = { /* with MoE layers: their statistics and expert group */
     .acts_create = l_acts_create, .acts_free = seq_wrap_acts_free, .acts_bytes = seq_wrap_acts_bytes,
@@ -303,6 +304,7 @@ static const fsc_model_ops llama_moe_ops = { /* with MoE layers: their statistic
     .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
     .destroy = l_destroy, .aux_stats = seq_wrap_aux, .aux_layers = seq_wrap_aux_layers,
     .set_expert_group = seq_wrap_set_expert_group, .logits = seq_wrap_logits, .flops = l_flops,
+    .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight,
 };
 
 /* Layers 0 the token embedding, 1..L the blocks, L+1 the final RMSNorm and the untied LM head. */

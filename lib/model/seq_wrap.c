@@ -42,6 +42,12 @@ fsc_status seq_wrap_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks 
 fsc_status seq_wrap_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale) {
     return S(ctx)->ops->backward(S(ctx)->ctx, a, h ? h : &no_hooks, dscale);
 }
+fsc_status seq_wrap_backward_input(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale) {
+    return S(ctx)->ops->backward_input(S(ctx)->ctx, a, h ? h : &no_hooks, dscale);
+}
+fsc_status seq_wrap_backward_weight(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale) {
+    return S(ctx)->ops->backward_weight(S(ctx)->ctx, a, h ? h : &no_hooks, dscale);
+}
 
 void seq_wrap_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out) {
     S(ctx)->ops->init_values(S(ctx)->ctx, seed, i, first, n, out);

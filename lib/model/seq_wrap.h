@@ -23,6 +23,8 @@ float *seq_wrap_stream(void *ctx, fsc_model_acts *a, fsc_stream which);
 size_t seq_wrap_stream_floats(void *ctx, int B);
 fsc_status seq_wrap_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum);
 fsc_status seq_wrap_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+fsc_status seq_wrap_backward_input(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+fsc_status seq_wrap_backward_weight(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
 void seq_wrap_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out);
 const float *seq_wrap_logits(void *ctx, const fsc_model_acts *a, int *vocab);
 void seq_wrap_aux(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);

@@ -48,11 +48,17 @@ fsc_status fsc_swiglu_mlp_forward(fsc_device *dev, float *out, fsc_swiglu_mlp_re
 fsc_status fsc_swiglu_mlp_backward(fsc_device *dev, float *dinp, float *dw_gate, float *dw_up, float *dw_down,
                                    const fsc_swiglu_mlp_rec *rec, const float *dout, const float *w_gate,
                                    const float *w_up, const float *w_down, float *work) {
-    FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(dinp);
     FSC_CHECK_ARG(dw_gate);
     FSC_CHECK_ARG(dw_up);
     FSC_CHECK_ARG(dw_down);
+    return fsc_swiglu_mlp_backward_parts(dev, dinp, dw_gate, dw_up, dw_down, rec, dout, w_gate, w_up, w_down, work);
+}
+
+fsc_status fsc_swiglu_mlp_backward_parts(fsc_device *dev, float *dinp, float *dw_gate, float *dw_up,
+                                         float *dw_down, const fsc_swiglu_mlp_rec *rec, const float *dout,
+                                         const float *w_gate, const float *w_up, const float *w_down, float *work) {
+    FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(rec);
     FSC_CHECK_ARG(dout);
     FSC_CHECK_ARG(w_gate);

@@ -78,6 +78,13 @@ fsc_status fsc_self_attn_backward(fsc_device *dev, float *dinp, const fsc_self_a
                                   float *work) {
     FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(dinp);
+    return fsc_self_attn_backward_parts(dev, dinp, g, rec, dout, p, work);
+}
+
+fsc_status fsc_self_attn_backward_parts(fsc_device *dev, float *dinp, const fsc_self_attn_grads *g,
+                                        const fsc_self_attn_rec *rec, const float *dout,
+                                        const fsc_self_attn_params *p, float *work) {
+    FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(g);
     FSC_CHECK_ARG(rec);
     FSC_CHECK_ARG(dout);

@@ -41,6 +41,9 @@
  *   s+1 -> s          gradient w.r.t. the input of micro-batch k (backward)
  *   user -> owner     a tied tensor's gradient of micro-batch k, after the gradient of k
  *
+ * W actions (zero-bubble schedules, DDP inside): a B runs the model's backward_input and keeps the record, the
+ * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W.
+ *
  * Checkpointing (FairScale's): a checkpointed micro-batch keeps only its stage input (stage 0: its
  * inputs, in the caller's host memory) and runs the whole stage forward again just before its backward.
  * Full records and saved inputs come from pools, so the device ledger's FSC_TAG_ACTS peak is the most the
@@ -59,6 +62,7 @@ typedef struct {
     int ckpt;
     fsc_comm_req *send;  /* po.prefetch: the send of the stage output in flight, waited for before the record
                           * is reused or its backward runs (docs/overlap.md) */
+    fsc_comm_req *gsend; /* split: B's send of the input gradient, its record kept until W */
 } mb_slot;
 
 struct fsc_pipe {
@@ -104,6 +108,8 @@ struct fsc_pipe {
     fsc_pipe_aux *aux;        /* the micro-batches' auxiliary statistics (pipe_stats.c), NULL without them */
     fsc_pipe_action *acts;    /* (nacts) this rank's actions of a step, validated with every rank's (pipe_sched.c) */
     int nacts;
+    int split;                /* this rank's list has W and the model splits its backward (model.h): B runs the
+                               * input part, W the weight part, and a record lives from its F to its W */
     double *unit_loss;        /* reduce_exact (exact.c): the last stage keeps each micro-batch's loss here, or NULL */
 };
 
@@ -147,6 +153,31 @@ static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
     return FSC_OK;
 }
 
+/* Whether the schedule has W actions (zb-h1, or a custom list with any): every rank asks the same. */
+static int has_weight_actions(const fsc_parallel_opts *po, int pp) {
+    if (po->schedule == FSC_SCHED_ZB_H1) return 1;
+    if (po->schedule != FSC_SCHED_CUSTOM || !po->actions || !po->nactions) return 0;
+    for (int r = 0; r < pp; r++)
+        for (int i = 0; po->actions[r] && i < po->nactions[r]; i++)
+            if (po->actions[r][i].kind == FSC_ACT_WEIGHT) return 1;
+    return 0;
+}
+
+/* W actions (the split backward): what runs with them so far (docs/pipeline.md). */
+static fsc_status validate_split(const fsc_parallel_opts *po) {
+    if (po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1) runs with ddp inside the stages only "
+                         "(not fsdp, zero1 or zero2 yet)");
+    if (po->tp > 1 || po->ep > 1 || po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1) does not run with tp, ep, "
+                         "reduce_exact or offload yet");
+    if (po->checkpoint)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1) keeps every layer's record of a "
+                         "micro-batch until its W; layer checkpointing (checkpoint) keeps one: use the pipeline "
+                         "checkpoint modes (pipe_checkpoint) instead");
+    return FSC_OK;
+}
+
 fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel_opts *po) {
     if (po->pp < 0) return fsc_error(FSC_ERR_INVALID, "pp (pipeline stages) must be >= 1, not %d", po->pp);
     if (po->virtual_stages < 0)
@@ -168,8 +199,8 @@ fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel
         return fsc_error(FSC_ERR_INVALID, "%d pipeline stages x %d virtual stages = %lld chunks but the model has %d "
                          "blocks (every chunk needs at least one)", pp, v, (long long)pp * v, L);
     if (po->schedule != FSC_SCHED_GPIPE && po->schedule != FSC_SCHED_1F1B && po->schedule != FSC_SCHED_INTERLEAVED &&
-        po->schedule != FSC_SCHED_CUSTOM)
-        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved or custom)",
+        po->schedule != FSC_SCHED_CUSTOM && po->schedule != FSC_SCHED_ZB_H1)
+        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved, zb-h1 or custom)",
                          (int)po->schedule);
     if (po->schedule == FSC_SCHED_CUSTOM && (!po->actions || !po->nactions))
         return fsc_error(FSC_ERR_INVALID, "the custom pipeline schedule needs actions and nactions (the action lists "
@@ -178,6 +209,7 @@ fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel
         return fsc_error(FSC_ERR_INVALID, "the interleaved schedule needs the micro-batches (accum %d) to be a "
                          "multiple of the %d pipeline stages, as Megatron's does", po->accum, pp);
     if (v > 1) FSC_TRY(validate_chunks(po, v));
+    if (has_weight_actions(po, pp)) FSC_TRY(validate_split(po));
     if (po->pipe_checkpoint != FSC_PIPE_CKPT_EXCEPT_LAST && po->pipe_checkpoint != FSC_PIPE_CKPT_ALWAYS &&
         po->pipe_checkpoint != FSC_PIPE_CKPT_NEVER)
         return fsc_error(FSC_ERR_INVALID, "unknown pipeline checkpoint mode %d (always, except_last or never)",
@@ -301,6 +333,8 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     }
     FSC_TRY(find_tied(e));
     FSC_TRY(make_schedule(p, &e->po));
+    for (int i = 0; i < p->nacts; i++) /* a model that does not split runs its whole backward in B */
+        p->split |= p->acts[i].kind == FSC_ACT_WEIGHT && e->m->ops->backward_input && e->m->ops->backward_weight;
     if (e->po.prefetch && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* the engine's groups (engine.c, fsc_layout_split) */
@@ -410,7 +444,8 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
         *out = pool(p, c)[--p->nrecs[c]];
     } else {
         const int g = stage_at(p, c);
-        fsc_model_acts_opts o = { .B = p->B, .first = p->lf[g], .last = p->ll[g], .checkpoint = e->po.checkpoint };
+        fsc_model_acts_opts o = { .B = p->B, .first = p->lf[g], .last = p->ll[g], .checkpoint = e->po.checkpoint,
+                                  .split = p->split };
         fsc_engine_acts_terms(e, &o);
         FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, out));
         p->nrecs_made++;
@@ -463,6 +498,7 @@ static void reset_pools(fsc_engine *e, int B) {
     (void)tied_sends_done(p);
     for (int i = 0; i < p->v * p->M; i++) { /* slot i: chunk i / M */
         (void)send_done(&p->slots[i]); /* left by a failed step: its buffer must not be reused before */
+        (void)fsc_pipe_req_wait(&p->slots[i].gsend, NULL);
         if (p->slots[i].rec) give_rec(e, i / p->M, p->slots[i].rec);
         if (p->slots[i].saved) give_in(e, p->slots[i].saved);
         p->slots[i] = (mb_slot){ 0 };
@@ -606,7 +642,25 @@ static fsc_status forward(fsc_engine *e, int k, int c, double *loss_local) {
     return FSC_OK;
 }
 
-/* B: micro-batch k on chunk c. */
+/* The micro-batch's backward is over: its record goes back to chunk c's pool, or, while the send of its input
+ * gradient (gsend) is in flight, to the records waited for before reuse. */
+static void release(fsc_engine *e, int c, mb_slot *sl, fsc_comm_req *gsend) {
+    fsc_pipe *p = e->pipe;
+    fsc_model_acts *a = sl->rec;
+    sl->rec = NULL;
+    if (gsend) { /* the record is free for the ledger's count now, for reuse once the send is waited for */
+        p->gp_rec[p->ngp] = a;
+        p->gp_chunk[p->ngp] = c;
+        p->gp_req[p->ngp++] = gsend;
+        p->full_in_use--;
+        p->bytes_in_use -= e->m->ops->acts_bytes(e->m->ctx, a);
+    } else {
+        give_rec(e, c, a);
+    }
+    p->in_flight--;
+}
+
+/* B: micro-batch k on chunk c (with W: its input part). */
 static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
     fsc_pipe *p = e->pipe;
     mb_slot *sl = &p->slots[c * p->M + k];
@@ -650,27 +704,21 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
             if (k + 1 < p->M) FSC_TRY(fsc_pipe_tied_post_grad(&p->tl[x]));
         }
     FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
-    /* the strategy reduces in the last backward only (no_sync); with the exact reduction every micro-batch's
-     * gradient is a term of its own (exact.c) */
-    e->sync = k == p->M - 1 || e->exact;
-    FSC_TRY(e->m->ops->backward(e->m->ctx, a, &hooks, dscale));
+    /* the strategy reduces in the last backward only (no_sync), with W in the last W; with the exact reduction
+     * every micro-batch's gradient is a term of its own (exact.c) */
+    e->sync = !p->split && (k == p->M - 1 || e->exact);
+    fsc_status st = p->split ? e->m->ops->backward_input(e->m->ctx, a, &hooks, dscale)
+                             : e->m->ops->backward(e->m->ctx, a, &hooks, dscale);
     e->sync = 0;
+    FSC_TRY(st);
     fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
     if (g > 0 && p->lk.grad_prev)
         FSC_TRY(fsc_comm_isend(p->lk.grad_prev, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->lk.peer_prev,
                                &gsend));
     else if (g > 0)
         FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
-    sl->rec = NULL;
-    if (gsend) { /* the record is free for the ledger's count now, for reuse once the send is waited for */
-        p->gp_rec[p->ngp] = a;
-        p->gp_chunk[p->ngp] = c;
-        p->gp_req[p->ngp++] = gsend;
-        p->full_in_use--;
-        p->bytes_in_use -= e->m->ops->acts_bytes(e->m->ctx, a);
-    } else {
-        give_rec(e, c, a);
-    }
+    if (p->split) sl->gsend = gsend; /* the record waits for W */
+    else release(e, c, sl, gsend);
     for (int x = 0; x < p->ntied; x++) /* after the gradient of k (prefetch 0: in issue order on the pipeline group) */
         if (p->tied[x][2] == p->stage && p->tied[x][4] == c) {
             const int i = p->tied[x][0];
@@ -680,7 +728,27 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
                 FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32,
                                       p->tied[x][1]));
         }
-    p->in_flight--;
+    return FSC_OK;
+}
+
+/* W: the weight gradients of micro-batch k on chunk c (a list with W; nothing when the model ran its whole
+ * backward in B), then its record goes back. */
+static fsc_status weight(fsc_engine *e, int k, int c, float dscale) {
+    fsc_pipe *p = e->pipe;
+    if (!p->split) return FSC_OK;
+    mb_slot *sl = &p->slots[c * p->M + k];
+    if (!sl->rec) /* the validator puts every W after its B */
+        return fsc_error(FSC_ERR_INTERNAL, "pipe: W of micro-batch %d on chunk %d has no record", k, c);
+    fsc_model_hooks hooks = fsc_engine_hooks(e);
+    e->micro = k;
+    p->chunk = c;
+    e->sync = k == p->M - 1; /* each chunk's last W: its Ws run in ascending order */
+    fsc_status st = e->m->ops->backward_weight(e->m->ctx, sl->rec, &hooks, dscale);
+    e->sync = 0;
+    FSC_TRY(st);
+    fsc_comm_req *gsend = sl->gsend;
+    sl->gsend = NULL;
+    release(e, c, sl, gsend);
     return FSC_OK;
 }
 
@@ -752,7 +820,8 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c) */
         const fsc_pipe_action *x = &p->acts[i];
         if (x->kind == FSC_ACT_FORWARD) FSC_TRY(forward(e, x->micro, x->chunk, &loss_local));
-        else FSC_TRY(backward(e, x->micro, x->chunk, dscale));
+        else if (x->kind == FSC_ACT_BACKWARD) FSC_TRY(backward(e, x->micro, x->chunk, dscale));
+        else FSC_TRY(weight(e, x->micro, x->chunk, dscale));
     }
     FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
     FSC_TRY(tied_sends_done(p));
@@ -833,6 +902,8 @@ fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
     *out = p->st;
     out->bubble = out->wall_s > 0 ? out->wait_s / out->wall_s : 0;
     out->ideal_bubble = (double)(p->pp - 1) / ((double)p->v * p->M + p->pp - 1); /* v = 1 but interleaved */
+    if (p->split) /* ZB-H1 with equal F, B and W: (p-1)(F+B-W) idle of m(F+B+W) + that */
+        out->ideal_bubble = (double)(p->pp - 1) / (3.0 * p->M + p->pp - 1);
     return FSC_OK;
 }
 

@@ -9,6 +9,11 @@
  * (i % (p v)) / p, backward i the same micro-batch on chunk v - 1 - (i % (p v)) / p; w = (p - r - 1) 2 +
  * (v - 1) p warm-up forwards (all of them when m = p), capped at v m, then rounds of forward w + i and
  * backward i, then the remaining backwards. It needs m to be a multiple of p, as Megatron does.
+ * ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", the handcrafted schedule of 1F1B's memory): 1F1B's
+ * forwards and backwards, each backward B followed by the W of the oldest micro-batch whose W is pending, except
+ * that rank r lets its first r Ws wait (the last rank the most: p - 1), and runs them after its last B. With
+ * equal F, B and W times the bubble falls from 1F1B's (p-1)(F+B+W) to (p-1)(F+B-W); rank r holds
+ * min(p - r - 1, m) + 1 + r = p micro-batches (records live until their W), 1F1B's peak, which is rank 0's.
  *
  * The validator's simulation: every rank has a position in its list; an action can run when what it
  * receives is at the head of its stream (sends are buffered, as the simulated and MPI communicators buffer
@@ -23,13 +28,13 @@
 
 #define MAX_RANKS (1 << 16)
 #define MAX_CHUNKS (1 << 10)
-#define MAX_ACTIONS (1L << 26) /* actions of one rank, 2 v m */
+#define MAX_ACTIONS (1L << 26) /* actions of one rank, 3 v m at most */
 
 static fsc_status check_sizes(const char *what, int p, int v, int m) {
     if (p < 1 || p > MAX_RANKS) return fsc_error(FSC_ERR_INVALID, "%s: %d pipeline ranks (need 1 .. %d)", what, p, MAX_RANKS);
     if (v < 1 || v > MAX_CHUNKS)
         return fsc_error(FSC_ERR_INVALID, "%s: %d chunks per rank (need 1 .. %d)", what, v, MAX_CHUNKS);
-    if (m < 1 || 2L * v * m > MAX_ACTIONS)
+    if (m < 1 || 3L * v * m > MAX_ACTIONS)
         return fsc_error(FSC_ERR_INVALID, "%s: %d micro-batches of %d chunks (need 1 .. %ld actions per rank)", what,
                          m, v, MAX_ACTIONS);
     return FSC_OK;
@@ -54,6 +59,18 @@ static void make_1f1b(int p, int m, int rank, fsc_pipe_action *a, int *n) {
         put(a, n, FSC_ACT_BACKWARD, k, 0);
     }
     for (int k = m - warm; k < m; k++) put(a, n, FSC_ACT_BACKWARD, k, 0);
+}
+
+static void make_zb_h1(int p, int m, int rank, fsc_pipe_action *a, int *n) {
+    const int warm = p - rank - 1 < m ? p - rank - 1 : m;
+    int nb = 0, nw = 0; /* backwards and weight gradients put so far */
+    for (int k = 0; k < warm; k++) put(a, n, FSC_ACT_FORWARD, k, 0);
+    for (int k = 0; k < m; k++) {
+        if (k < m - warm) put(a, n, FSC_ACT_FORWARD, warm + k, 0);
+        put(a, n, FSC_ACT_BACKWARD, nb++, 0);
+        if (nb > rank) put(a, n, FSC_ACT_WEIGHT, nw++, 0); /* rank r lets r of them wait */
+    }
+    while (nw < m) put(a, n, FSC_ACT_WEIGHT, nw++, 0);
 }
 
 /* Megatron's virtual micro-batch i: its micro-batch and chunk, forward or backward. */
@@ -84,19 +101,21 @@ fsc_status fsc_pipe_schedule_make(fsc_pipe_schedule kind, int p, int v, int m, i
     FSC_TRY(check_sizes("pipeline schedule", p, v, m));
     if (rank < 0 || rank >= p)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d of %d pipeline ranks", rank, p);
-    if (kind != FSC_SCHED_GPIPE && kind != FSC_SCHED_1F1B && kind != FSC_SCHED_INTERLEAVED)
-        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b or interleaved; a custom one is "
-                         "the caller's lists)", (int)kind);
+    if (kind != FSC_SCHED_GPIPE && kind != FSC_SCHED_1F1B && kind != FSC_SCHED_INTERLEAVED && kind != FSC_SCHED_ZB_H1)
+        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved or zb-h1; a custom "
+                         "one is the caller's lists)", (int)kind);
     if (kind == FSC_SCHED_INTERLEAVED && m % p != 0)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule interleaved: %d micro-batches are not a multiple of the "
                          "%d pipeline stages (Megatron's interleaving runs micro-batches in groups of the stages)", m, p);
     if (kind != FSC_SCHED_INTERLEAVED && v != 1)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule %s runs one chunk per rank, not %d",
-                         kind == FSC_SCHED_GPIPE ? "gpipe" : "1f1b", v);
-    fsc_pipe_action *a = malloc((size_t)2 * v * m * sizeof *a);
-    if (!a) return fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory for %d actions", 2 * v * m);
+                         kind == FSC_SCHED_GPIPE ? "gpipe" : kind == FSC_SCHED_1F1B ? "1f1b" : "zb-h1", v);
+    const int per = kind == FSC_SCHED_ZB_H1 ? 3 : 2; /* actions per (micro-batch, chunk) */
+    fsc_pipe_action *a = malloc((size_t)per * v * m * sizeof *a);
+    if (!a) return fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory for %d actions", per * v * m);
     if (kind == FSC_SCHED_GPIPE) make_gpipe(m, a, n);
     else if (kind == FSC_SCHED_1F1B) make_1f1b(p, m, rank, a, n);
+    else if (kind == FSC_SCHED_ZB_H1) make_zb_h1(p, m, rank, a, n);
     else make_interleaved(p, v, m, rank, a, n);
     *out = a;
     return FSC_OK;
@@ -108,42 +127,46 @@ void fsc_pipe_schedule_free(fsc_pipe_action *a) { free(a); }
 
 /* "F(mb 2, chunk 0)" */
 static const char *act_name(const fsc_pipe_action *a, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s(mb %d, chunk %d)", a->kind == FSC_ACT_FORWARD ? "F" : a->kind == FSC_ACT_BACKWARD ? "B" : "?",
-             a->micro, a->chunk);
+    static const char *const kinds[] = { "F", "B", "W" };
+    snprintf(buf, cap, "%s(mb %d, chunk %d)", (unsigned)a->kind < 3 ? kinds[a->kind] : "?", a->micro, a->chunk);
     return buf;
 }
 
-/* One rank's list on its own: known kinds, ranges, each F and B once, B after F, ascending per chunk.
- * nf, nb: (v) scratch. */
-static fsc_status check_rank(int r, int v, int m, const fsc_pipe_action *a, int len, int *nf, int *nb) {
+/* One rank's list on its own: known kinds, ranges, each F and B once, B after F, ascending per chunk; with W
+ * (withw) each W once, after its B, ascending per chunk. nx: (3 v) scratch, the next F, B and W of each chunk. */
+static fsc_status check_rank(int r, int v, int m, const fsc_pipe_action *a, int len, int withw, int *nx) {
+    static const char *const plural[] = { "forwards", "backwards", "weight gradients" };
     char nm[64];
-    memset(nf, 0, (size_t)v * sizeof *nf);
-    memset(nb, 0, (size_t)v * sizeof *nb);
+    memset(nx, 0, (size_t)3 * v * sizeof *nx);
     for (int i = 0; i < len; i++) {
         const fsc_pipe_action *x = &a[i];
-        if (x->kind != FSC_ACT_FORWARD && x->kind != FSC_ACT_BACKWARD)
-            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d has unknown kind %d (F or B)", r, i,
-                             (int)x->kind);
+        if (x->kind != FSC_ACT_FORWARD && x->kind != FSC_ACT_BACKWARD && x->kind != FSC_ACT_WEIGHT)
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d has unknown kind %d (F, B or W)",
+                             r, i, (int)x->kind);
+        if (x->kind == FSC_ACT_WEIGHT && !withw)
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d is a W but the list has %d "
+                             "actions (a list with W has 3 x chunks x micro-batches: F, B and W of each)", r, i, len);
         if (x->micro < 0 || x->micro >= m || x->chunk < 0 || x->chunk >= v)
             return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s is out of range (%d "
                              "micro-batches, %d chunks)", r, i, act_name(x, nm, sizeof nm), m, v);
-        int *next = x->kind == FSC_ACT_FORWARD ? &nf[x->chunk] : &nb[x->chunk];
+        int *next = &nx[3 * x->chunk + (int)x->kind];
         if (x->micro < *next)
             return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s runs a second time", r, i,
                              act_name(x, nm, sizeof nm));
         if (x->micro > *next)
             return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s comes before micro-batch %d "
                              "of its chunk (each chunk runs its %s in ascending micro-batch order)", r, i,
-                             act_name(x, nm, sizeof nm), *next, x->kind == FSC_ACT_FORWARD ? "forwards" : "backwards");
-        if (x->kind == FSC_ACT_BACKWARD && x->micro >= nf[x->chunk])
-            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s comes before its forward", r,
-                             i, act_name(x, nm, sizeof nm));
+                             act_name(x, nm, sizeof nm), *next, plural[x->kind]);
+        if (x->kind != FSC_ACT_FORWARD && x->micro >= nx[3 * x->chunk + (int)x->kind - 1])
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s comes before its %s", r, i,
+                             act_name(x, nm, sizeof nm), x->kind == FSC_ACT_BACKWARD ? "forward" : "backward B");
         (*next)++;
     }
     for (int c = 0; c < v; c++)
-        if (nf[c] < m || nb[c] < m)
-            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d never runs %s(mb %d, chunk %d)", r,
-                             nf[c] < m ? "F" : "B", nf[c] < m ? nf[c] : nb[c], c);
+        for (int k = 0; k < 2 + withw; k++)
+            if (nx[3 * c + k] < m)
+                return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d never runs %s(mb %d, chunk %d)", r,
+                                 k == 0 ? "F" : k == 1 ? "B" : "W", nx[3 * c + k], c);
     return FSC_OK;
 }
 
@@ -169,7 +192,7 @@ static void push(sim *s, int kind, int rank, int stage, int micro) {
 static fsc_status ready(sim *s, int r, int i, const fsc_pipe_action *x, int *ok) {
     const int S = s->p * s->v, g = x->chunk * s->p + r, fwd = x->kind == FSC_ACT_FORWARD;
     *ok = 1;
-    if ((fwd && g == 0) || (!fwd && g == S - 1)) return FSC_OK; /* nothing to receive */
+    if (x->kind == FSC_ACT_WEIGHT || (fwd && g == 0) || (!fwd && g == S - 1)) return FSC_OK; /* nothing to receive */
     const stream *q = &s->in[2 * r + !fwd];
     if (q->head == q->tail) {
         *ok = 0;
@@ -187,6 +210,7 @@ static fsc_status ready(sim *s, int r, int i, const fsc_pipe_action *x, int *ok)
 /* Run x on rank r (ready): take what it receives off its stream, put what it sends on the next one. */
 static void run_one(sim *s, int r, const fsc_pipe_action *x) {
     const int S = s->p * s->v, g = x->chunk * s->p + r, fwd = x->kind == FSC_ACT_FORWARD;
+    if (x->kind == FSC_ACT_WEIGHT) return; /* local */
     if ((fwd && g > 0) || (!fwd && g < S - 1)) s->in[2 * r + !fwd].head++;
     if (x->kind == FSC_ACT_FORWARD && g < S - 1) push(s, 0, (g + 1) % s->p, g + 1, x->micro);
     if (x->kind == FSC_ACT_BACKWARD && g > 0) push(s, 1, (g - 1) % s->p, g - 1, x->micro);
@@ -228,14 +252,16 @@ fsc_status fsc_pipe_schedule_validate(int p, int v, int m, const fsc_pipe_action
     FSC_CHECK_ARG(lens);
     FSC_TRY(check_sizes("pipeline schedule", p, v, m));
     for (int r = 0; r < p; r++)
-        if (!lists[r] || lens[r] != 2 * v * m)
+        if (!lists[r] || (lens[r] != 2 * v * m && lens[r] != 3 * v * m))
             return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d has %d actions (need 2 x %d chunks x %d "
-                             "micro-batches = %d)", r, lists[r] ? lens[r] : 0, v, m, 2 * v * m);
+                             "micro-batches = %d), or with W actions 3 x that = %d", r, lists[r] ? lens[r] : 0, v, m, 2 * v * m,
+                             3 * v * m);
     const size_t cap = (size_t)v * m; /* messages into one stream per step, at most */
     sim s = { p, v, m, calloc((size_t)2 * p, sizeof(stream)) };
-    int *pc = calloc((size_t)p + 2 * (size_t)v, sizeof(int)), *buf = malloc((size_t)4 * p * cap * sizeof(int));
+    int *pc = calloc((size_t)p + 3 * (size_t)v, sizeof(int)), *buf = malloc((size_t)4 * p * cap * sizeof(int));
     fsc_status st = s.in && pc && buf ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory");
-    for (int r = 0; r < p && st == FSC_OK; r++) st = check_rank(r, v, m, lists[r], lens[r], pc + p, pc + p + v);
+    for (int r = 0; r < p && st == FSC_OK; r++)
+        st = check_rank(r, v, m, lists[r], lens[r], lens[r] == 3 * v * m, pc + p);
     for (int q = 0; q < 2 * p && st == FSC_OK; q++)
         s.in[q].stage = buf + (size_t)2 * q * cap, s.in[q].micro = buf + (size_t)(2 * q + 1) * cap;
     if (st == FSC_OK) {

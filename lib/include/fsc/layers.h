@@ -62,6 +62,11 @@ typedef struct {
     void *state;                 /* the record's host state (ops->state_create), NULL without */
     fsc_grad_term_fn term;       /* backward: the record's grad_term (model.h's fsc_model_acts_opts), NULL: none */
     void *term_ctx;
+    float *sink;                 /* split backward (ops->split), input part: a zeroed scratch of the floats of the
+                                  * layer's largest one-dimensional parameter, for a kernel that computes a
+                                  * vector's gradient together with dinp (the norms); its contents are garbage */
+    void *stash;                 /* split backward: ops->split_bytes(B) bytes the input part writes and the weight
+                                  * part of the same record reads (NULL without split_bytes) */
 } fsc_layer_call;
 
 struct fsc_layer;
@@ -101,6 +106,17 @@ typedef struct {
     /* Optional: the expert of parameter k (model.h's fsc_param_info.expert), -1 for none. NULL: no experts. A
      * rank's call may see NULL pointers for other ranks' experts (the model does not check those). */
     int (*param_expert)(const struct fsc_layer *l, int k);
+    /* Optional (0: no): the layer splits its backward (docs/pipeline.md, "Split backward"). Its backward then
+     * also runs in two parts: the input part sees NULL for every entry of c->grad and computes dinp only (a
+     * gradient a kernel must compute with dinp goes to c->sink); the weight part sees dinp NULL and accumulates
+     * the parameter gradients only, from the same dout and record. Input part then weight part give the bits of
+     * the whole backward, dinp and gradients both. A layer without it runs its whole backward in the input
+     * part. */
+    int split;
+    /* Optional, with split: device bytes the layer keeps from its input part to its weight part (c->stash: the
+     * inner output gradients its weight products need, so the weight part does not derive them again). NULL:
+     * none. */
+    size_t (*split_bytes)(const struct fsc_layer *l, int B);
 } fsc_layer_ops;
 
 /* A layer: allocate it with malloc/calloc (the model frees it with free() after ops->destroy). A user layer

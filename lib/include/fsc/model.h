@@ -131,6 +131,8 @@ typedef struct {
      * gradients ignores it) */
     fsc_grad_term_fn grad_term;
     void *grad_term_ctx;
+    int split;           /* backward runs as backward_input, then backward_weight (needs both operations and no
+                          * checkpoint): the record keeps what the weight part needs until it runs */
 } fsc_model_acts_opts;
 
 /* The boundary streams of a record (device pointers, stream_floats(B) floats each): the input of layer `first`
@@ -200,6 +202,13 @@ typedef struct {
      * parameters that multiply (all but the position and untied input embeddings; with experts only the top-k
      * ones) per token, plus attention's 12 x layers x dim x T per token (PaLM's and nanoGPT's estimate). */
     double (*flops)(void *ctx, int B);
+    /* Optional, the split backward of a record made with split (zero-bubble pipelines, docs/pipeline.md): the
+     * input part computes the gradient w.r.t. the range's input (GRAD_INPUT) and the whole backward of the
+     * layers that do not split theirs; the weight part, later and once, accumulates the parameter gradients of
+     * the layers that do. Both call the backward hooks around every layer. Input part then weight part
+     * accumulate the bits backward does. NULL: the model does not split. */
+    fsc_status (*backward_input)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+    fsc_status (*backward_weight)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
 } fsc_model_ops;
 
 typedef struct fsc_model {

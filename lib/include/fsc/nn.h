@@ -193,6 +193,10 @@ fsc_status fsc_swiglu_mlp_forward(fsc_device *dev, float *out, fsc_swiglu_mlp_re
 fsc_status fsc_swiglu_mlp_backward(fsc_device *dev, float *dinp, float *dw_gate, float *dw_up, float *dw_down,
                                    const fsc_swiglu_mlp_rec *rec, const float *dout, const float *w_gate,
                                    const float *w_up, const float *w_down, float *work);
+/* The same where dinp and any dw_* may be NULL (not computed): the parts of a split backward (layers.h). */
+fsc_status fsc_swiglu_mlp_backward_parts(fsc_device *dev, float *dinp, float *dw_gate, float *dw_up,
+                                         float *dw_down, const fsc_swiglu_mlp_rec *rec, const float *dout,
+                                         const float *w_gate, const float *w_up, const float *w_down, float *work);
 
 /* ---- causal self-attention with projections, rotary embeddings and grouped-query heads (Llama) -------
  *   q = x Wq^T (+ bq), k = x Wk^T (+ bk), v = x Wv^T (+ bv);  q, k rotated (when rope_theta > 0);
@@ -237,6 +241,10 @@ fsc_status fsc_self_attn_forward(fsc_device *dev, float *out, fsc_self_attn_rec 
 fsc_status fsc_self_attn_backward(fsc_device *dev, float *dinp, const fsc_self_attn_grads *g,
                                   const fsc_self_attn_rec *rec, const float *dout, const fsc_self_attn_params *p,
                                   float *work);
+/* The same where dinp and any gradient of g may be NULL (not computed): the parts of a split backward. */
+fsc_status fsc_self_attn_backward_parts(fsc_device *dev, float *dinp, const fsc_self_attn_grads *g,
+                                        const fsc_self_attn_rec *rec, const float *dout,
+                                        const fsc_self_attn_params *p, float *work);
 
 /* The attention core that both attentions share (attention.c), on views: rows of stride ldq/ldk/ldv/ldo,
  * sequences of T rows one after another; query head h at column h HS of q and out, kv head g at column

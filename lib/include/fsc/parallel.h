@@ -29,8 +29,11 @@ typedef enum { FSC_PAR_NONE = 0, FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_ZERO1, FSC_P
 typedef enum { FSC_SHARD_FULL = 0, FSC_SHARD_GRAD_OP, FSC_SHARD_NONE, FSC_SHARD_HYBRID } fsc_shard_strategy;
 typedef enum { FSC_WRAP_BLOCK = 0, FSC_WRAP_MODEL, FSC_WRAP_MIN_PARAMS } fsc_wrap_policy;
 /* Pipeline schedules (fsc/pipe_schedule.h): GPipe (all forwards, then all backwards), 1F1B (PipeDream-flush),
- * interleaved 1F1B (Megatron's: virtual_stages chunks of layers per rank) and a caller's own action lists. */
-typedef enum { FSC_SCHED_GPIPE = 0, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_CUSTOM } fsc_pipe_schedule;
+ * interleaved 1F1B (Megatron's: virtual_stages chunks of layers per rank), a caller's own action lists and ZB-H1
+ * (zero bubble: 1F1B's order with each backward split into B and a later W). */
+typedef enum {
+    FSC_SCHED_GPIPE = 0, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_CUSTOM, FSC_SCHED_ZB_H1
+} fsc_pipe_schedule;
 struct fsc_pipe_action; /* fsc/pipe_schedule.h */
 /* Which micro-batches keep only their stage input and recompute the stage in backward (FairScale's
  * checkpoint option; except_last is its default). */
@@ -86,7 +89,7 @@ typedef struct {
      * strategy above runs inside each stage's data group; accum is the number of micro-batches (chunks).
      * Gradients are reduced once after the last micro-batch: pp > 1 needs no_sync. */
     int pp;                       /* pipeline stages (0 or 1: no pipeline) */
-    fsc_pipe_schedule schedule;   /* gpipe (default), 1f1b, interleaved or custom (actions) */
+    fsc_pipe_schedule schedule;   /* gpipe (default), 1f1b, interleaved, zb-h1 or custom (actions) */
     const struct fsc_pipe_action *const *actions; /* custom: actions[r] the nactions[r] actions of pipeline rank r
                                    * (stage r), for every r; validated as fsc_pipe_schedule_validate does and copied
                                    * at engine creation. Every rank passes the same lists */

@@ -1,9 +1,12 @@
 /* Pipeline schedules as data (docs/pipeline.md): a schedule is, for every rank of a pipeline, the list of
- * actions that rank runs in one step, in order. An action is the forward (F) or the backward (B) of
- * micro-batch `micro` on the rank's chunk `chunk` (a contiguous range of layers; without virtual stages every
- * rank has one chunk, 0). The boundary messages are part of the actions: an F receives its input from the
- * previous stage at its start and sends its output to the next stage at its end, a B receives the output
- * gradient at its start and sends the input gradient at its end (tied tensors ride along: pipe.c).
+ * actions that rank runs in one step, in order. An action is the forward (F), the backward (B) or the weight
+ * gradient (W) of micro-batch `micro` on the rank's chunk `chunk` (a contiguous range of layers; without virtual
+ * stages every rank has one chunk, 0). A list without W runs the whole backward in B; a list with W (zero-bubble
+ * schedules) runs in B only the input gradient (and the whole backward of layers that do not split theirs:
+ * layers.h) and in W, later, the parameter gradients. The boundary messages are part of the actions: an F
+ * receives its input from the previous stage at its start and sends its output to the next stage at its end, a
+ * B receives the output gradient at its start and sends the input gradient at its end (tied tensors ride along:
+ * pipe.c); a W sends and receives nothing.
  *
  * Stages: with p ranks and v chunks per rank the model is cut into S = p x v stages; rank r holds stages
  * r, r + p, ..., r + (v-1) p (Megatron's interleaving: chunk c of rank r is stage c p + r).
@@ -13,7 +16,9 @@
  *   - every action names a known kind, a micro-batch in [0, m) and a chunk in [0, v);
  *   - each rank runs F and B of every (micro-batch, chunk) exactly once, B after F, and on each chunk the
  *     forwards and the backwards in ascending micro-batch order (the order in which DDP accumulates the
- *     gradients and sums the losses: what makes every schedule bit-identical to it);
+ *     gradients and sums the losses: what makes every schedule bit-identical to it); a list with any W runs W of
+ *     every (micro-batch, chunk) exactly once, after its B, and on each chunk in ascending micro-batch order
+ *     (the weight gradients accumulate in W);
  *   - no rank can deadlock: all ranks' lists are run together with buffered sends and blocking receives,
  *     each stream (outputs into a rank, input gradients into a rank) first in, first out, and every receive
  *     must find its own message at the head of its stream.
@@ -30,7 +35,7 @@
 
 FSC_BEGIN_DECLS
 
-typedef enum { FSC_ACT_FORWARD = 0, FSC_ACT_BACKWARD } fsc_pipe_action_kind;
+typedef enum { FSC_ACT_FORWARD = 0, FSC_ACT_BACKWARD, FSC_ACT_WEIGHT } fsc_pipe_action_kind;
 
 typedef struct fsc_pipe_action {
     fsc_pipe_action_kind kind;
@@ -39,12 +44,13 @@ typedef struct fsc_pipe_action {
 } fsc_pipe_action;
 
 /* The actions of `rank` (0 .. p-1) under schedule `kind` with p ranks, v chunks per rank and m micro-batches:
- * *out (malloc'ed, fsc_pipe_schedule_free) holds *n actions. gpipe and 1f1b need v = 1. */
+ * *out (malloc'ed, fsc_pipe_schedule_free) holds *n actions (2 v m, or 3 v m with W). gpipe, 1f1b and zb-h1 need
+ * v = 1. */
 fsc_status fsc_pipe_schedule_make(fsc_pipe_schedule kind, int p, int v, int m, int rank, fsc_pipe_action **out,
                                   int *n);
 void fsc_pipe_schedule_free(fsc_pipe_action *a);
 /* FSC_OK, or FSC_ERR_INVALID naming the first offending rank and action (or the deadlock): lists[r] holds the
- * lens[r] actions of rank r, for r in 0 .. p-1. */
+ * lens[r] actions of rank r (2 v m without W, 3 v m with), for r in 0 .. p-1. */
 fsc_status fsc_pipe_schedule_validate(int p, int v, int m, const fsc_pipe_action *const *lists, const int *lens);
 
 FSC_END_DECLS

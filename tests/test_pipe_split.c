@@ -1,0 +1,173 @@
+/* The split backward (layers.h's ops->split, model.h's backward_input and backward_weight) on one device.
+ *
+ * Oracle: two sequential language models of every built-in layer that splits (token embedding, LayerNorm, GELU
+ * MLP with a residual, linear, RMSNorm, LM head after a final LayerNorm; embedding with positions, attention with
+ * rotary embedding and grouped-query heads, SwiGLU MLP, the GPT-2 block packed (its inner gradients kept in the
+ * stash) and separate, the Llama block, the head after an RMSNorm) and one that does not (GELU), run over two
+ * micro-batches as backward_input then backward_weight (the second micro-batch's input part before the first's
+ * weight part, as a zero-bubble pipeline runs them), gives every parameter gradient and the gradient w.r.t. the
+ * range's input bit for bit as the whole backward; a record over the layers after the embedding checks the input
+ * gradient, one over all of them the embedding's. Misuse is refused: a split record's backward, backward_input of
+ * a record made without split, split with layer checkpointing. */
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+
+enum { T = 4, C = 8, V = 11, B = 2, NL = 7, HEADS = 2 };
+
+static fsc_device *g_dev;
+
+static int setup(void **st) {
+    (void)st;
+    return fsc_device_create("cpu", &(fsc_device_opts){ .threads = 1 }, &g_dev) == FSC_OK ? 0 : -1;
+}
+static int teardown(void **st) {
+    (void)st;
+    fsc_device_free(g_dev);
+    return 0;
+}
+
+static void *dalloc(size_t bytes) {
+    void *p = NULL;
+    assert_ok(fsc_device_calloc(g_dev, FSC_TAG_ACTS, bytes ? bytes : 4, &p));
+    return p;
+}
+
+/* The second model: the attention layer, the SwiGLU MLP and the three blocks. */
+static void transformer(fsc_layer **l) {
+    assert_ok(fsc_layer_embedding(T, C, V, &l[0]));
+    fsc_attention_opts ao = fsc_attention_opts_default(T, C, HEADS);
+    ao.kv_heads = 1, ao.rope_theta = 10000.0f, ao.residual = 1;
+    assert_ok(fsc_layer_attention(&ao, &l[1]));
+    fsc_mlp_opts mo = fsc_mlp_opts_default(C);
+    mo.rows = T, mo.F = 12, mo.residual = 1;
+    assert_ok(fsc_layer_swiglu_mlp(&mo, &l[2]));
+    fsc_block_opts bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, HEADS);
+    assert_ok(fsc_layer_block(&bo, &l[3]));
+    bo.separate_qkv = 1;
+    assert_ok(fsc_layer_block(&bo, &l[4]));
+    bo = fsc_block_opts_default(FSC_BLOCK_LLAMA, T, C, HEADS);
+    assert_ok(fsc_layer_block(&bo, &l[5]));
+    fsc_lm_head_opts ho = { .T = T, .C = C, .V = V, .norm = FSC_HEAD_NORM_RMSNORM, .eps = 1e-5f };
+    assert_ok(fsc_layer_lm_head_opts(&ho, &l[6]));
+}
+
+/* The first model: the small layers. */
+static void small(fsc_layer **l) {
+    assert_ok(fsc_layer_token_embedding(T, C, V, &l[0]));
+    assert_ok(fsc_layer_layernorm(T, C, &l[1]));
+    fsc_mlp_opts mo = fsc_mlp_opts_default(C);
+    mo.rows = T, mo.residual = 1;
+    assert_ok(fsc_layer_gelu_mlp(&mo, &l[2]));
+    assert_ok(fsc_layer_gelu((size_t)T * C, &l[3]));
+    fsc_linear_opts lo = fsc_linear_opts_default(C, C);
+    lo.rows = T;
+    assert_ok(fsc_layer_linear(&lo, &l[4]));
+    assert_ok(fsc_layer_rmsnorm(T, C, 1e-5f, &l[5]));
+    fsc_lm_head_opts ho = { .T = T, .C = C, .V = V, .norm = FSC_HEAD_NORM_LAYERNORM };
+    assert_ok(fsc_layer_lm_head_opts(&ho, &l[6]));
+}
+
+static fsc_model *lm(int variant) {
+    fsc_layer *l[NL];
+    if (variant) transformer(l);
+    else small(l);
+    fsc_seq_layer ls[NL];
+    static const char *pre[NL] = { "emb.", "ln.", "mlp.", "act.", "lin.", "rms.", "head." };
+    for (int i = 0; i < NL; i++) ls[i] = (fsc_seq_layer){ .layer = l[i], .prefix = pre[i] };
+    fsc_model *m = NULL;
+    assert_ok(fsc_seq_model_create(g_dev, ls, NL, &m));
+    return m;
+}
+
+/* Two micro-batches over layers [first, NL-1]: the whole backward (split 0) or the split one; the gradients
+ * (host, tensor after tensor) into g and the last input gradient (first > 0) into gin. */
+static void run(fsc_model *m, int first, int split, float *g, float *gin) {
+    size_t tot = 0;
+    for (int t = 0; t < m->n_tensors; t++) {
+        const size_t n = m->info[t].numel;
+        float *h = malloc(n * sizeof(float));
+        m->ops->init_values(m->ctx, 3, t, 0, n, h);
+        for (size_t i = 0; i < n; i++) h[i] += 0.01f * (float)(i % 7); /* norms off their constant start */
+        m->param[t] = dalloc(n * sizeof(float)), m->grad[t] = dalloc(n * sizeof(float));
+        assert_ok(fsc_device_upload(g_dev, m->param[t], h, n * sizeof(float)));
+        free(h);
+    }
+    fsc_model_acts *a[2];
+    int32_t tok[B * T], tgt[B * T];
+    float x[B * T * C];
+    fsc_model_hooks h = { 0 };
+    for (int k = 0; k < 2; k++) {
+        fsc_model_acts_opts o = { .B = B, .first = first, .last = NL - 1, .split = split };
+        assert_ok(m->ops->acts_create(m->ctx, &o, &a[k]));
+        for (int i = 0; i < B * T; i++) tok[i] = (i * 5 + k) % V, tgt[i] = (i * 3 + 2 * k + 1) % V;
+        for (int i = 0; i < B * T * C; i++) x[i] = (float)((i * 37 + k * 11) % 23) / 23.0f - 0.5f;
+        assert_ok(m->ops->set_batch(m->ctx, a[k], first == 0 ? tok : NULL, tgt));
+        if (first > 0)
+            assert_ok(fsc_device_upload(g_dev, m->ops->stream(m->ctx, a[k], FSC_STREAM_INPUT), x, sizeof x));
+        assert_ok(m->ops->forward(m->ctx, a[k], &h, NULL));
+    }
+    const float ds = 1.0f / (2 * B * T);
+    if (!split) {
+        for (int k = 0; k < 2; k++) assert_ok(m->ops->backward(m->ctx, a[k], &h, ds));
+    } else { /* B0 B1 W0 W1: the weight parts in ascending order, after both input parts */
+        for (int k = 0; k < 2; k++) assert_ok(m->ops->backward_input(m->ctx, a[k], &h, ds));
+        for (int k = 0; k < 2; k++) assert_ok(m->ops->backward_weight(m->ctx, a[k], &h, ds));
+    }
+    if (first > 0)
+        assert_ok(fsc_device_download(g_dev, gin, m->ops->stream(m->ctx, a[1], FSC_STREAM_GRAD_INPUT),
+                                      sizeof(float) * B * T * C));
+    for (int t = 0; t < m->n_tensors; t++) {
+        const size_t n = m->info[t].numel;
+        assert_ok(fsc_device_download(g_dev, g + tot, m->grad[t], n * sizeof(float)));
+        tot += n;
+        fsc_device_release(g_dev, m->param[t]), fsc_device_release(g_dev, m->grad[t]);
+    }
+    for (int k = 0; k < 2; k++) m->ops->acts_free(m->ctx, a[k]);
+}
+
+static void split_equals_whole(void **st) {
+    (void)st;
+    for (int variant = 0; variant < 2; variant++) {
+        fsc_model *m = lm(variant);
+        const size_t P = fsc_model_num_params(m);
+        float *g0 = malloc(P * sizeof(float)), *g1 = malloc(P * sizeof(float));
+        float gin0[B * T * C], gin1[B * T * C];
+        for (int first = 0; first < 2; first++) {
+            run(m, first, 0, g0, gin0);
+            run(m, first, 1, g1, gin1);
+            int nonzero = 0;
+            for (size_t i = 0; i < P; i++) nonzero += g0[i] != 0.0f;
+            assert_true(nonzero > (int)(P / 2)); /* the comparison sees real gradients */
+            assert_memory_equal(g0, g1, P * sizeof(float));
+            if (first > 0) assert_memory_equal(gin0, gin1, sizeof gin0);
+        }
+        free(g0), free(g1);
+        fsc_model_free(m);
+    }
+}
+
+static void split_misuse_refused(void **st) {
+    (void)st;
+    fsc_model *m = lm(0);
+    fsc_model_acts *a = NULL;
+    assert_err(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = B, .last = NL - 1, .split = 1,
+                                                                   .checkpoint = 1 }, &a),
+               FSC_ERR_INVALID, "layer checkpointing");
+    fsc_model_hooks h = { 0 };
+    assert_ok(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = B, .last = NL - 1 }, &a));
+    assert_err(m->ops->backward_input(m->ctx, a, &h, 1.0f), FSC_ERR_STATE, "made with split");
+    m->ops->acts_free(m->ctx, a);
+    assert_ok(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = B, .last = NL - 1, .split = 1 }, &a));
+    assert_err(m->ops->backward(m->ctx, a, &h, 1.0f), FSC_ERR_STATE, "backward_input");
+    m->ops->acts_free(m->ctx, a);
+    fsc_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(split_equals_whole),
+        cmocka_unit_test(split_misuse_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -116,14 +116,14 @@ fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *record
                          .seq = num(o, "seq"), .vocab = num(o, "vocab"), .moe_experts = num(o, "moe_experts"),
                          .moe_every = num(o, "moe_every"), .padded_vocab = num(o, "padded_vocab") };
     cJSON_Delete(o);
-    if (fsc_gpt_vocab_rows(&a) != fsc_gpt_vocab_rows(b))
-        return fsc_error(FSC_ERR_INVALID, "written for a model of %d embedding rows (vocab %d, padded_vocab %d); this "
-                         "engine's model has %d (vocab %d, padded_vocab %d)", fsc_gpt_vocab_rows(&a), a.vocab,
-                         a.padded_vocab, fsc_gpt_vocab_rows(b), b->vocab, b->padded_vocab);
     if (a.layers != b->layers || a.dim != b->dim || a.heads != b->heads || a.seq != b->seq || a.vocab != b->vocab)
         return fsc_error(FSC_ERR_INVALID, "written for a model of %d layers, width %d, %d heads, context %d, "
                          "vocab %d; this engine's model has %d, %d, %d, %d, %d", a.layers, a.dim, a.heads, a.seq,
                          a.vocab, b->layers, b->dim, b->heads, b->seq, b->vocab);
+    if (fsc_gpt_vocab_rows(&a) != fsc_gpt_vocab_rows(b)) /* the same vocabulary, padded to another row count */
+        return fsc_error(FSC_ERR_INVALID, "written for a model of %d embedding rows (vocab %d, padded_vocab %d); this "
+                         "engine's model has %d (vocab %d, padded_vocab %d)", fsc_gpt_vocab_rows(&a), a.vocab,
+                         a.padded_vocab, fsc_gpt_vocab_rows(b), b->vocab, b->padded_vocab);
     int ea = a.moe_experts, eb = b->moe_experts, na = ea ? (a.moe_every ? a.moe_every : 1) : 0,
         nb = eb ? (b->moe_every ? b->moe_every : 1) : 0;
     if (ea != eb || na != nb)

@@ -12,9 +12,10 @@
 #include "fsc/eval.h"
 
 /* This rank's n micro-batches of mb forward (no pipeline): *loss_local the sum of their loss terms, each
- * micro-batch's in vals[k] (NULL: not kept). */
+ * micro-batch's in vals[k] (NULL: not kept); with out (host, NULL: none) also the model's outputs of every sample,
+ * *per_sample floats each (fsc_engine_predict). */
 static fsc_status forward_local(fsc_engine *e, const char *in, const char *tg, int mb, int n, double *vals,
-                                double *loss_local) {
+                                double *loss_local, float *out, size_t *per_sample) {
     const fsc_model *m = e->m;
     fsc_model_acts *a = e->acts && e->acts_B == mb ? e->acts : NULL, *own = NULL;
     if (!a) {
@@ -32,6 +33,15 @@ static fsc_status forward_local(fsc_engine *e, const char *in, const char *tg, i
         if (s == FSC_OK) s = m->ops->forward(m->ctx, a, &hooks, &ls);
         *loss_local += ls;
         if (vals) vals[k] = ls;
+        if (s == FSC_OK && out) {
+            int width = 0;
+            const float *lg = m->ops->logits(m->ctx, a, &width);
+            if (!lg) s = fsc_error(FSC_ERR_UNSUPPORTED, "predict: the model's loss layer keeps no outputs");
+            *per_sample = (size_t)m->loss_terms * (size_t)width;
+            if (s == FSC_OK)
+                s = fsc_device_download(e->dev, out + (size_t)k * mb * *per_sample, lg,
+                                        (size_t)mb * *per_sample * sizeof(float));
+        }
     }
     if (own) m->ops->acts_free(m->ctx, own);
     return s;
@@ -65,7 +75,7 @@ static fsc_status loss_sum(fsc_engine *e, const void *inputs, const void *target
         s = fsc_pipe_eval(e, inputs, targets, mb, global_batch, sums);
         if (vals) fsc_pipe_set_unit_losses(e, NULL);
     } else {
-        s = forward_local(e, inputs, targets, mb, n, vals, &local);
+        s = forward_local(e, inputs, targets, mb, n, vals, &local, NULL, NULL);
         if (s == FSC_OK && !vals) s = fsc_engine_sum_over_ranks(e, &local, 1, local_batch, global_batch, sums, &batch);
     }
     if (s == FSC_OK && vals) {
@@ -106,37 +116,6 @@ fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *target
     return FSC_OK;
 }
 
-/* The outputs of n micro-batches of mb samples (no pipeline) into out (host), with zero targets (a loss layer's
- * forward needs some; class 0 and a target of 0 are valid for every built-in loss). */
-static fsc_status predict_local(fsc_engine *e, const char *in, int mb, int n, float *out, size_t *per_sample) {
-    const fsc_model *m = e->m;
-    fsc_model_acts *a = e->acts && e->acts_B == mb ? e->acts : NULL, *own = NULL;
-    if (!a) {
-        fsc_model_acts_opts o = { .B = mb, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
-        FSC_TRY(m->ops->acts_create(m->ctx, &o, &own));
-        a = own;
-    }
-    void *zeros = calloc((size_t)mb, m->sample_target_bytes ? m->sample_target_bytes : 1);
-    fsc_status s = zeros ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "predict: out of host memory");
-    fsc_model_hooks hooks = fsc_engine_hooks(e);
-    for (int k = 0; k < n && s == FSC_OK; k++) {
-        double ls = 0;
-        int width = 0;
-        s = m->ops->set_batch(m->ctx, a, in + (size_t)k * mb * m->sample_input_bytes, zeros);
-        if (s == FSC_OK) s = m->ops->forward(m->ctx, a, &hooks, &ls);
-        const float *lg = s == FSC_OK ? m->ops->logits(m->ctx, a, &width) : NULL;
-        if (s == FSC_OK && !lg) s = fsc_error(FSC_ERR_UNSUPPORTED, "predict: the model's loss layer keeps no outputs");
-        if (s == FSC_OK) {
-            *per_sample = (size_t)m->loss_terms * (size_t)width;
-            s = fsc_device_download(e->dev, out + (size_t)k * mb * *per_sample, lg,
-                                    (size_t)mb * *per_sample * sizeof(float));
-        }
-    }
-    free(zeros);
-    if (own) m->ops->acts_free(m->ctx, own);
-    return s;
-}
-
 fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch, float *out, size_t *per_sample) {
     FSC_CHECK_ARG(e);
     FSC_CHECK_ARG(inputs);
@@ -158,7 +137,13 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
     e->micro = 0; /* the strategies' forward hooks as in evaluation: no reduction */
     e->sync = 0;
     fsc_status s = e->st->begin_eval ? e->st->begin_eval(e) : FSC_OK;
-    if (s == FSC_OK) s = predict_local(e, inputs, local_batch / K, K, out, per_sample);
+    /* zero targets: a loss layer's forward needs some, and class 0 or a target of 0 is valid for every built-in loss */
+    void *zeros = s == FSC_OK ? calloc((size_t)local_batch, e->m->sample_target_bytes ? e->m->sample_target_bytes : 1)
+                              : NULL;
+    if (s == FSC_OK && !zeros) s = fsc_error(FSC_ERR_NOMEM, "predict: out of host memory");
+    double loss = 0;
+    if (s == FSC_OK) s = forward_local(e, inputs, zeros, local_batch / K, K, NULL, &loss, out, per_sample);
+    free(zeros);
     if (e->st->end_eval) {
         fsc_status t = e->st->end_eval(e);
         if (s == FSC_OK) s = t;

@@ -42,7 +42,7 @@ fsc_status ck_model_config(const fsc_engine *e, char **out) {
     if (!buf) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
     snprintf(buf, CAP, "{}");
     if (e->m->ops->config) e->m->ops->config(e->m->ctx, buf, CAP);
-    cJSON *o = cJSON_Parse(buf);
+    cJSON *o = fsc_json_parse(buf);
     char *t = cJSON_IsObject(o) ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     fsc_status s = t ? FSC_OK : fsc_error(FSC_ERR_INVALID, "checkpoint: the model's configuration is not a JSON "
@@ -76,7 +76,7 @@ char *ck_meta_json(const fsc_ckpt_meta *m) {
     cJSON_AddNumberToObject(root, "step", (double)m->step);
     cJSON_AddNumberToObject(root, "optim_steps", (double)m->optim_steps);
     cJSON_AddStringToObject(root, "seed", seed);
-    cJSON *mc = m->model_config ? cJSON_Parse(m->model_config) : NULL;
+    cJSON *mc = m->model_config ? fsc_json_parse(m->model_config) : NULL;
     if (!cJSON_IsObject(mc)) { /* none given (or not an object): the empty configuration */
         cJSON_Delete(mc);
         mc = cJSON_CreateObject();

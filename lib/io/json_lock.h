@@ -4,6 +4,12 @@
 #define FSC_JSON_LOCK_H
 #include <pthread.h>
 
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
 extern pthread_mutex_t fsc_json_lock;
+
+/* cJSON_Parse of a NUL-terminated text, under the lock: the library's way to parse a small JSON text. */
+cJSON *fsc_json_parse(const char *text);
 
 #endif

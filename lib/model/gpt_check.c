@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include "fsc/gpt.h"
 #include "fsc/tensor.h"
+#include "io/json_lock.h" /* fsc_json_parse: cJSON under the library's lock */
 
 static const cJSON *field(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
 
@@ -108,7 +109,7 @@ fsc_status fsc_gpt_check_tensors(const char *recorded, const fsc_param_info *par
     FSC_CHECK_ARG(recorded);
     FSC_CHECK_BUF(params, n);
     if (!recorded || (n > 0 && !params)) return fsc_error(FSC_ERR_INVALID, "fsc_gpt_check_tensors: NULL argument");
-    cJSON *mo = cJSON_Parse(recorded);
+    cJSON *mo = fsc_json_parse(recorded);
     fsc_status s = FSC_OK;
     if (cJSON_IsObject(mo) && gpt_record(mo)) {
         fsc_gpt_config c = { 0 };

@@ -17,6 +17,7 @@
 #include "fsc/layers.h"
 #include "fsc/nn.h"
 #include "seq_wrap.h"
+#include "io/json_lock.h" /* fsc_json_parse: cJSON under the library's lock */
 
 typedef struct {
     seq_wrap w;       /* first: the model handed out, over the sequential model of the GPT's layers */
@@ -94,7 +95,7 @@ static void g_config(void *ctx, char *buf, size_t cap) { fsc_gpt_config_json(&GM
 fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *recorded) {
     FSC_CHECK_ARG_AS(b, "c");
     FSC_CHECK_ARG(recorded);
-    cJSON *o = cJSON_Parse(recorded);
+    cJSON *o = fsc_json_parse(recorded);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return fsc_error(FSC_ERR_FORMAT, "the recorded model configuration is not a JSON object");

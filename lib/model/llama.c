@@ -15,6 +15,7 @@
 #include "layers/layers_impl.h"
 #include "llama_impl.h"
 #include "seq_wrap.h"
+#include "io/json_lock.h" /* fsc_json_parse: cJSON under the library's lock */
 
 /* Tensors per decoder layer, in the order of llama.h (Hugging Face's state dict order). */
 #define LLAMA_LAYER_PARAMS 9
@@ -164,7 +165,7 @@ void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
  * naming the first field of own whose recorded value differs or is missing (or the first recorded field own
  * lacks) with both values. */
 static fsc_status config_differs(const char *own, const char *recorded) {
-    cJSON *a = cJSON_Parse(own), *b = cJSON_Parse(recorded);
+    cJSON *a = fsc_json_parse(own), *b = fsc_json_parse(recorded);
     char field[64] = "", mine[64] = "", theirs[64] = "";
     const cJSON *x;
     cJSON_ArrayForEach(x, a) {
@@ -197,7 +198,7 @@ static fsc_status config_differs(const char *own, const char *recorded) {
 fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *recorded) {
     FSC_CHECK_ARG(c);
     FSC_CHECK_ARG(recorded);
-    cJSON *o = cJSON_Parse(recorded);
+    cJSON *o = fsc_json_parse(recorded);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return fsc_error(FSC_ERR_FORMAT, "the recorded model configuration is not a JSON object");

@@ -11,6 +11,7 @@
 #include "fsc/generate.h"
 #include "fsc/gpt.h"
 #include "fsc/llama.h"
+#include "io/json_lock.h" /* fsc_json_parse: cJSON under the library's lock */
 
 static const cJSON *field(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
 
@@ -74,7 +75,7 @@ static fsc_status make_llama(fsc_device *dev, const cJSON *o, fsc_model **out) {
 /* The built-in families take the text: parsed here again (a text the caller already parsed once). */
 static fsc_status from_text(fsc_device *dev, const char *config, fsc_model **out,
                             fsc_status (*make)(fsc_device *, const cJSON *, fsc_model **)) {
-    cJSON *o = cJSON_Parse(config);
+    cJSON *o = fsc_json_parse(config);
     fsc_status s = cJSON_IsObject(o) ? make(dev, o, out)
                                      : fsc_error(FSC_ERR_FORMAT, "model configuration is not a JSON object: %.200s", config);
     cJSON_Delete(o);
@@ -133,7 +134,7 @@ fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model 
     *out = NULL;
     FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(config);
-    cJSON *o = cJSON_Parse(config);
+    cJSON *o = fsc_json_parse(config);
     fsc_status s = FSC_OK;
     const cJSON *fam = cJSON_IsObject(o) ? field(o, "family") : NULL;
     const fsc_model_family *f = NULL;

@@ -1818,6 +1818,8 @@ static void null_fsc_engine_create_built(void) {
     /* may be NULL: po, oc, arg */
     INVALID(fsc_engine_create_built(NULL, dummy_build, P, P, P, 0, P), "r");
     INVALID(fsc_engine_create_built(P, NULL, P, P, P, 0, P), "build");
+    INVALID(fsc_engine_create_built(P, dummy_build, P, NULL, P, 0, P), "po");
+    INVALID(fsc_engine_create_built(P, dummy_build, P, P, NULL, 0, P), "oc");
     INVALID(fsc_engine_create_built(P, dummy_build, P, P, P, 0, NULL), "out");
 }
 

@@ -57,8 +57,15 @@ fsc_status fsc_callq_open(void *ctx, fsc_callq_run_fn run, fsc_callq_msg_fn msg,
     q->ctx = ctx;
     q->run = run;
     q->msg = msg;
-    pthread_mutex_init(&q->mu, NULL);
-    pthread_cond_init(&q->cv, NULL);
+    if (pthread_mutex_init(&q->mu, NULL) != 0) {
+        free(q);
+        return FSC_ERR_NOMEM;
+    }
+    if (pthread_cond_init(&q->cv, NULL) != 0) {
+        pthread_mutex_destroy(&q->mu);
+        free(q);
+        return FSC_ERR_NOMEM;
+    }
     if (pthread_create(&q->thread, NULL, progress_main, q) != 0) {
         pthread_cond_destroy(&q->cv);
         pthread_mutex_destroy(&q->mu);

@@ -265,7 +265,6 @@ static fsc_status hook_post_bwd(void *ctx, int l) {
 
 void fsc_engine_set_trace(fsc_engine *e, fsc_trace *t) {
     if (!e) return;
-    if (!e) return;
     e->trace = t;
     fsc_comm *const named[] = { e->r->comm, e->comm, e->tensor_comm, e->own_data, e->own_norm, e->norm_comm,
                                 e->ep_comm, e->ep_data };
@@ -474,8 +473,8 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
     FSC_CHECK_ARG(r);
     FSC_CHECK_ARG(build);
     FSC_CHECK_ARG(out);
-    if (!r || !build || !po || !oc || !out)
-        return fsc_error(FSC_ERR_INVALID, "fsc_engine_create_built: rank, builder, options and output are required");
+    FSC_CHECK_ARG(po);
+    FSC_CHECK_ARG(oc);
     /* with tensor parallelism the groups come before the model, built on the tensor group; without it
      * engine_new checks the options in its order (the pipeline's first) and the groups come after */
     groups g = { 0 };
@@ -947,9 +946,9 @@ static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt);
 fsc_status fsc_engine_save_weights_dtype(fsc_engine *e, const char *path, fsc_dtype dt) {
     FSC_CHECK_ARG(e);
     FSC_CHECK_ARG(path);
-    fsc_trace_begin(e ? e->trace : NULL, "ckpt", "weights save");
+    fsc_trace_begin(e->trace, "ckpt", "weights save");
     fsc_status s = save_weights(e, path, dt);
-    fsc_trace_end(e ? e->trace : NULL);
+    fsc_trace_end(e->trace);
     return s;
 }
 

@@ -20,16 +20,16 @@ double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n) {
     if (n <= 1 || (cl->net_latency_s <= 0 && cl->net_bytes_per_s <= 0)) return 0;
     const double a = cl->net_latency_s, N = n;
     const double size = (double)k->count * (double)fsc_dtype_size(k->dt);
-    double steps = 0, bytes = 0;
+    const double steps = fsc_ring_steps(k->op, n);
+    double bytes = 0;
     switch (k->op) {
-    case FSC_OP_ALL_REDUCE: steps = 2 * (N - 1); bytes = 2 * (N - 1) / N * size; break;
+    case FSC_OP_ALL_REDUCE: bytes = 2 * (N - 1) / N * size; break;
     case FSC_OP_REDUCE_SCATTER:
     case FSC_OP_ALL_GATHER:
-    case FSC_OP_ALL_TO_ALL: steps = N - 1; bytes = (N - 1) * size; break; /* (N-1)/N x (N x count) */
-    case FSC_OP_BROADCAST: steps = N - 1; bytes = size; break;
-    case FSC_OP_SEND: steps = 1; bytes = size; break;
-    case FSC_OP_BARRIER: steps = 2 * (N - 1); break;
-    default: break; /* recv waits for the message; split is free */
+    case FSC_OP_ALL_TO_ALL: bytes = (N - 1) * size; break; /* (N-1)/N x (N x count) */
+    case FSC_OP_BROADCAST:
+    case FSC_OP_SEND: bytes = size; break;
+    default: break; /* a barrier moves no data; recv waits for the message; split is free */
     }
     return steps * a + (cl->net_bytes_per_s > 0 ? bytes / cl->net_bytes_per_s : 0);
 }

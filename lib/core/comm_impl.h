@@ -29,4 +29,20 @@ fsc_status fsc_comm_check_call(const fsc_comm *c, const fsc_comm_call *k, double
 fsc_status fsc_comm_run_call(fsc_comm *c, const fsc_comm_call *k);
 fsc_status fsc_comm_account_call(fsc_comm *c, fsc_comm_op op, double t0, fsc_status s, double bytes, uint64_t seq);
 
+/* The latency steps of one call of op on a ring of n ranks: the simulated network's cost (sim_net.c) and the
+ * planner's (lib/plan) both count them so; recv and split are free. */
+static inline double fsc_ring_steps(fsc_comm_op op, int n) {
+    const double N = n;
+    switch (op) {
+    case FSC_OP_ALL_REDUCE:
+    case FSC_OP_BARRIER: return 2 * (N - 1);
+    case FSC_OP_REDUCE_SCATTER:
+    case FSC_OP_ALL_GATHER:
+    case FSC_OP_ALL_TO_ALL:
+    case FSC_OP_BROADCAST: return N - 1;
+    case FSC_OP_SEND: return 1;
+    default: return 0;
+    }
+}
+
 #endif

@@ -11,24 +11,11 @@
 #include <unistd.h>
 #include "fsc/cluster.h"
 #include "fsc/plan.h"
+#include "fsc/trace.h" /* fsc_trace_now_us: the monotonic clock */
+#include "core/comm_impl.h" /* fsc_ring_steps */
 
 enum { CALIB_ROUNDS = 3, CALIB_MAX_RANKS = 2 }; /* at most 2 ranks measure the gemm rate (3 MiB each) */
 #define CALIB_COPY_BYTES ((size_t)12 << 20)      /* rank 0 alone the bandwidth: 24 MiB */
-
-/* The ring's latency steps of one call of op on a group of n ranks (sim_net_cost's): recv and split are free. */
-static double ring_steps(fsc_comm_op op, int n) {
-    const double N = n;
-    switch (op) {
-    case FSC_OP_ALL_REDUCE:
-    case FSC_OP_BARRIER: return 2 * (N - 1);
-    case FSC_OP_REDUCE_SCATTER:
-    case FSC_OP_ALL_GATHER:
-    case FSC_OP_ALL_TO_ALL:
-    case FSC_OP_BROADCAST: return N - 1;
-    case FSC_OP_SEND: return 1;
-    default: return 0;
-    }
-}
 
 /* One rank's communication: each group's calls at its size; a group of one rank costs nothing. */
 static double comm_time(const fsc_plan_rank *r, const fsc_plan_rates *rt) {
@@ -37,7 +24,7 @@ static double comm_time(const fsc_plan_rank *r, const fsc_plan_rates *rt) {
         if (r->group_size[g] <= 1) continue;
         for (int op = 0; op < FSC_OP_COUNT; op++) {
             if (op == FSC_OP_RECV) continue; /* the sender pays for a message */
-            t += (double)r->comm[g].calls[op] * ring_steps((fsc_comm_op)op, r->group_size[g]) * rt->net_latency_s;
+            t += (double)r->comm[g].calls[op] * fsc_ring_steps((fsc_comm_op)op, r->group_size[g]) * rt->net_latency_s;
             if (rt->net_bytes_per_s > 0) t += r->comm[g].bytes[op] / rt->net_bytes_per_s;
         }
     }
@@ -79,22 +66,16 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
     return FSC_OK;
 }
 
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* The best rate of a few device copies of bytes (read and written: 2 bytes a byte), after a warm-up. */
 static fsc_status measure_bandwidth(fsc_device *dev, size_t bytes, double *out) {
     char *a = NULL;
     fsc_status s = fsc_device_calloc(dev, FSC_TAG_WORKSPACE, 2 * bytes, (void **)&a);
     double best = 0;
     for (int k = 0; k < 5 && s == FSC_OK; k++) {
-        const double t0 = seconds();
+        const double t0 = (fsc_trace_now_us() * 1e-6);
         s = fsc_device_copy(dev, a + (k % 2 ? 0 : bytes), a + (k % 2 ? bytes : 0), bytes);
         if (s == FSC_OK) s = fsc_device_sync(dev);
-        const double dt = seconds() - t0, rate = dt > 0 ? 2.0 * (double)bytes / dt : 0;
+        const double dt = (fsc_trace_now_us() * 1e-6) - t0, rate = dt > 0 ? 2.0 * (double)bytes / dt : 0;
         if (k > 0 && rate > best) best = rate;
     }
     fsc_device_release(dev, a);

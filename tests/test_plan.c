@@ -277,9 +277,10 @@ static void test_plan_bad_jobs(void **st) {
     assert_int_equal(fsc_plan_memory(&j, r), FSC_ERR_INVALID);
     assert_non_null(strstr(fsc_last_error(), "batch 3"));
     j = small_gpt(2, 2);
-    j.po.tp = 2; /* the GPT's heads split, but ddp with tp needs the model built on the group: the engine says */
-    j.gpt.heads = 3;
+    j.po.tp = 2; /* 3 heads (width 48: a valid GPT) do not split over a tensor group of 2 */
+    j.gpt.heads = 3, j.gpt.dim = 48;
     assert_int_not_equal(fsc_plan_memory(&j, r), FSC_OK);
+    assert_non_null(strstr(fsc_last_error(), "3 heads do not split over a tensor group of 2"));
 }
 
 int main(void) {

@@ -353,6 +353,15 @@ const float *fsc_seq_logits(void *ctx, const fsc_model_acts *ma, int *vocab) {
     return y->ops->logits(y, a->rec[a->last - a->first], a->B, vocab);
 }
 
+const float *fsc_seq_logits_part(void *ctx, const fsc_model_acts *ma, fsc_logits_part *p) {
+    const seq_model *s = ctx;
+    const seq_acts *a = (const seq_acts *)ma;
+    const fsc_layer *y = s->layers[s->n - 1];
+    *p = (fsc_logits_part){ 0 };
+    if (!a || a->last != s->n - 1 || !y->ops->logits_part) return NULL;
+    return y->ops->logits_part(y, a->rec[a->last - a->first], a->B, p);
+}
+
 void fsc_seq_aux_stats(void *ctx, const fsc_model_acts *am, fsc_model_aux *out) {
     const seq_model *s = ctx;
     const seq_acts *a = (const seq_acts *)am;

@@ -161,15 +161,16 @@ fsc_status fsc_tp_layer_embedding(const fsc_embedding_opts *o, fsc_layer **out) 
     const char *kind = o->positions ? "embedding" : "token_embedding";
     tp_group g;
     FSC_TRY(tp_group_of(o->tp, o->sp, kind, &g));
-    FSC_TRY(tp_divides(kind, "the vocabulary V", o->V, &g));
+    const int Vp = o->Vp > o->V ? o->Vp : o->V;
+    FSC_TRY(tp_divides(kind, Vp > o->V ? "the padded vocabulary Vp" : "the vocabulary V", Vp, &g));
     FSC_TRY(tp_check_sp(kind, o->T, &g));
     FSC_TRY(layer_new(sizeof(tp_embed), kind, &te_ops, out));
     tp_embed *y = (tp_embed *)*out;
-    y->o = *o, y->g = g, y->Vl = o->V / g.size;
+    y->o = *o, y->g = g, y->Vl = Vp / g.size; /* this rank's rows of the table, padding rows included */
     y->l.in_bytes = (size_t)o->T * sizeof(int32_t);
     y->l.out_floats = (size_t)o->T * (size_t)o->C / (size_t)(g.sp ? g.size : 1);
-    FSC_TRY(tp_param(out, o->positions ? "wte.weight" : "weight", o->V, o->C, FSC_SPLIT_ROWS, 1, &g,
-                     fsc_init_normal(LAYER_STD)));
+    FSC_TRY(tp_param(out, o->positions ? "wte.weight" : "weight", Vp, o->C, FSC_SPLIT_ROWS, 1, &g,
+                     tp_table_init(o->V, Vp, o->C)));
     if (o->positions)
         FSC_TRY(tp_param(out, "wpe.weight", o->T, o->C, FSC_SPLIT_NONE, 1, &g, fsc_init_normal(0.01f)));
     for (int k = 0; k < (*out)->n_params; k++) (*out)->params[k].decay = -1; /* embeddings: no weight decay */
@@ -184,7 +185,9 @@ typedef struct {
     fsc_layer l;
     fsc_lm_head_opts o;
     tp_group g;
-    int Vl;
+    int Vl; /* this rank's rows of the weight (Vp / size), the columns of its logits' rows (Vl + 1 with scratch) */
+    int Vr; /* of them the real vocabulary's (a padded vocabulary: fewer on the last ranks, never 0); the rest is
+             * padding, in no logit, no softmax and no gradient */
 } tp_head;
 
 typedef struct { float *logits, *q, *normed, *mean, *rstd, *xf; int32_t *tgt; } th_parts;
@@ -239,7 +242,7 @@ static size_t th_work(const fsc_layer *l, int B) {
 static fsc_status th_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
     const tp_head *y = (const tp_head *)l;
     const size_t N = th_N(y, c->B), Nl = tp_rows(&y->g, N);
-    const int C = y->o.C, Vl = y->Vl, ld = Vl + 1;
+    const int C = y->o.C, Vl = y->Vl, Vr = y->Vr, ld = Vl + 1;
     const float *const *p = c->param, *x = in, *xf;
     th_parts r;
     th_rec_layout(y, c->B, c->rec, &r);
@@ -251,14 +254,14 @@ static fsc_status th_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
         x = r.normed;
     }
     FSC_TRY(tp_gather_in(&y->g, r.xf, x, Nl, C, &xf));
-    /* logits (N, Vl), row stride Vl + 1 = xf (N, C) @ W_slice^T */
-    FSC_TRY(FSC_K(c->dev, gemm, 0, 1, (int)N, Vl, C, 1.0f, xf, C, 0, p[l->n_params - 1], C, 0, 0.0f, r.logits, ld, 0,
+    /* logits (N, Vr), row stride Vl + 1 = xf (N, C) @ W_slice[:Vr]^T: the slice's real rows only */
+    FSC_TRY(FSC_K(c->dev, gemm, 0, 1, (int)N, Vr, C, 1.0f, xf, C, 0, p[l->n_params - 1], C, 0, 0.0f, r.logits, ld, 0,
                   1));
     int32_t *host = malloc(N * sizeof(int32_t) + 1);
     if (!host) return fsc_error(FSC_ERR_NOMEM, "lm head layer: out of host memory for %zu targets", N);
     fsc_status s = fsc_device_download(c->dev, host, c->target, N * sizeof(int32_t));
     if (s == FSC_OK)
-        s = fsc_tp_xent_forward(c->dev, y->g.tp, out, NULL, r.logits, host, r.tgt, r.q, N, Vl, ld, y->g.rank * Vl,
+        s = fsc_tp_xent_forward(c->dev, y->g.tp, out, NULL, r.logits, host, r.tgt, r.q, N, Vr, ld, y->g.rank * Vl,
                                 c->work);
     free(host);
     return s;
@@ -269,17 +272,20 @@ static fsc_status th_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     (void)dout;
     const tp_head *y = (const tp_head *)l;
     const size_t N = th_N(y, c->B), Nl = tp_rows(&y->g, N);
-    const int C = y->o.C, Vl = y->Vl, ld = Vl + 1, w = l->n_params - 1;
+    const int C = y->o.C, Vl = y->Vl, Vr = y->Vr, ld = Vl + 1, w = l->n_params - 1;
     th_parts r;
     th_rec_layout(y, c->B, c->rec, &r);
     th_scratch k;
     th_work_layout(y, c->B, c->work, &k);
     const float *xf = y->g.sp ? r.xf : y->o.norm != FSC_HEAD_NORM_NONE ? r.normed : in;
-    fsc_tp_xent_rec xr = { .logits = r.logits, .tgt = r.tgt, .q = r.q, .N = N, .Vl = Vl, .ld = ld };
+    fsc_tp_xent_rec xr = { .logits = r.logits, .tgt = r.tgt, .q = r.q, .N = N, .Vl = Vr, .ld = ld };
     FSC_TRY(fsc_tp_xent_backward(c->dev, k.dlogits, &xr, c->dscale, k.small));
-    /* dxf (N, C) = dlogits (N, Vl) @ W_slice (Vl, C): this slice's part; dW += dlogits^T @ xf */
-    FSC_TRY(FSC_K(c->dev, gemm, 0, 0, (int)N, C, Vl, 1.0f, k.dlogits, ld, 0, c->param[w], C, 0, 0.0f, k.dxf, C, 0, 1));
-    FSC_TRY(FSC_K(c->dev, gemm, 1, 0, Vl, C, (int)N, 1.0f, k.dlogits, ld, 0, xf, C, 0, 1.0f, c->grad[w], C, 0, 1));
+    if (Vr < Vl && c->grad[w]) /* the padding rows' gradient: 0 (the products below write the real rows only) */
+        FSC_TRY(fsc_device_memset(c->dev, c->grad[w] + (size_t)Vr * (size_t)C, 0,
+                                  (size_t)(Vl - Vr) * (size_t)C * sizeof(float)));
+    /* dxf (N, C) = dlogits (N, Vr) @ W_slice[:Vr] (Vr, C): this slice's part; dW[:Vr] += dlogits^T @ xf */
+    FSC_TRY(FSC_K(c->dev, gemm, 0, 0, (int)N, C, Vr, 1.0f, k.dlogits, ld, 0, c->param[w], C, 0, 0.0f, k.dxf, C, 0, 1));
+    FSC_TRY(FSC_K(c->dev, gemm, 1, 0, Vr, C, (int)N, 1.0f, k.dlogits, ld, 0, xf, C, 0, 1.0f, c->grad[w], C, 0, 1));
     if (y->o.norm == FSC_HEAD_NORM_NONE) /* the input gradient: the slices' parts summed (f's backward) */
         return dinp ? tp_reduce_grad(&y->g, c->dev, dinp, k.dxf, N, C) : FSC_OK;
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, k.dred, k.dxf, N, C));
@@ -320,18 +326,34 @@ static fsc_status th_check(const fsc_layer *l, const void *host, int B) {
     return FSC_OK;
 }
 
+/* This rank's slice of the logits: the record's (N, Vl + 1) rows, their first Vr columns real. */
+static const float *th_logits_part(const fsc_layer *l, const void *rec, int B, fsc_logits_part *p) {
+    const tp_head *y = (const tp_head *)l;
+    th_parts r;
+    th_rec_layout(y, B, (void *)(uintptr_t)rec, &r);
+    *p = (fsc_logits_part){ .first = y->g.rank * y->Vl, .cols = y->Vr, .ld = y->Vl + 1, .vocab = y->o.V };
+    return r.logits;
+}
+
 static const fsc_layer_ops th_ops = { .rec_bytes = th_rec, .work_bytes = th_work, .forward = th_fwd,
-                                      .backward = th_bwd, .config = th_config, .check_target = th_check };
+                                      .backward = th_bwd, .config = th_config, .check_target = th_check,
+                                      .logits_part = th_logits_part };
 
 fsc_status fsc_tp_layer_lm_head(const fsc_lm_head_opts *o, fsc_layer **out) {
     *out = NULL;
     tp_group g;
     FSC_TRY(tp_group_of(o->tp, o->sp, "lm head", &g));
-    FSC_TRY(tp_divides("lm head", "the vocabulary V", o->V, &g));
+    const int Vp = o->Vp > o->V ? o->Vp : o->V;
+    FSC_TRY(tp_divides("lm head", Vp > o->V ? "the padded vocabulary Vp" : "the vocabulary V", Vp, &g));
     FSC_TRY(tp_check_sp("lm head", o->T, &g));
+    if (Vp - o->V >= Vp / g.size) /* every slice must hold a real column: the group's softmax needs each rank's */
+        return fsc_error(FSC_ERR_UNSUPPORTED, "lm head layer: a padded vocabulary (V %d, Vp %d) over a tensor group of "
+                         "%d ranks leaves the last rank's slice of %d rows without a real one: pad by fewer than %d "
+                         "rows", o->V, Vp, g.size, Vp / g.size, Vp / g.size);
     FSC_TRY(layer_new(sizeof(tp_head), "lm_head", &th_ops, out));
     tp_head *y = (tp_head *)*out;
-    y->o = *o, y->g = g, y->Vl = o->V / g.size;
+    y->o = *o, y->g = g, y->Vl = Vp / g.size;
+    y->Vr = o->V - g.rank * y->Vl < y->Vl ? o->V - g.rank * y->Vl : y->Vl;
     y->o.norm_name = y->o.head_name = NULL; /* the caller's strings are not kept */
     y->o.eps = o->norm == FSC_HEAD_NORM_LAYERNORM ? 1e-5f : o->eps;
     y->l.in_bytes = (size_t)o->T * (size_t)o->C * sizeof(float) / (size_t)(g.sp ? g.size : 1);
@@ -348,8 +370,8 @@ fsc_status fsc_tp_layer_lm_head(const fsc_lm_head_opts *o, fsc_layer **out) {
             FSC_TRY(tp_param(out, name, o->C, 0, FSC_SPLIT_NONE, 1, &g, fsc_init_const(0.0f)));
         }
     }
-    return tp_param(out, o->head_name ? o->head_name : "weight", o->V, o->C, FSC_SPLIT_ROWS, 1, &g,
-                    fsc_init_normal(LAYER_STD));
+    return tp_param(out, o->head_name ? o->head_name : "weight", Vp, o->C, FSC_SPLIT_ROWS, 1, &g,
+                    tp_table_init(o->V, Vp, o->C));
 }
 
 fsc_status fsc_layer_embedding_opts(const fsc_embedding_opts *o, fsc_layer **out) {
@@ -360,9 +382,6 @@ fsc_status fsc_layer_embedding_opts(const fsc_embedding_opts *o, fsc_layer **out
         return fsc_error(FSC_ERR_INVALID, "embedding layer: need options with T, C, V >= 1 and an output");
     const int Vp = o->Vp ? o->Vp : o->V;
     if (Vp < o->V) return fsc_error(FSC_ERR_INVALID, "embedding layer: Vp %d is below V %d", Vp, o->V);
-    if ((o->tp || o->sp) && Vp > o->V)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "embedding layer: a padded vocabulary (V %d, Vp %d) is not supported "
-                         "with tensor or sequence parallelism yet", o->V, Vp);
     if (o->tp || o->sp) return fsc_tp_layer_embedding(o, out);
     return layers_embedding(o->T, o->C, o->V, Vp, o->positions, out);
 }

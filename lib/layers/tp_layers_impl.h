@@ -57,6 +57,14 @@ static inline fsc_status tp_param(fsc_layer **l, const char *name, int64_t d0, i
 }
 
 /* Rows of the stream this rank holds of N: N / size under sp, else N. */
+/* A token table's or head weight's initial values, Vp >= V rows of C: N(0, LAYER_STD), padding rows [V, Vp) 0 (in
+ * the full tensor's elements: every slice draws the unsplit table's values). */
+static inline fsc_init tp_table_init(int V, int Vp, int C) {
+    fsc_init in = fsc_init_normal(LAYER_STD);
+    if (Vp > V) in.limit = (size_t)V * (size_t)C;
+    return in;
+}
+
 static inline size_t tp_rows(const tp_group *g, size_t N) { return g->sp ? N / (size_t)g->size : N; }
 
 /* The input of a column-parallel product: sp: full (N, C) = the group's rows (Nl, C) gathered, returned;

@@ -459,9 +459,6 @@ fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {
         return fsc_error(FSC_ERR_INVALID, "lm head layer: the RMSNorm's eps must be > 0");
     const int Vp = o->Vp ? o->Vp : o->V;
     if (Vp < o->V) return fsc_error(FSC_ERR_INVALID, "lm head layer: Vp %d is below V %d", Vp, o->V);
-    if ((o->tp || o->sp) && Vp > o->V)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "lm head layer: a padded vocabulary (V %d, Vp %d) is not supported "
-                         "with tensor or sequence parallelism yet", o->V, Vp);
     if (o->tp || o->sp) return fsc_tp_layer_lm_head(o, out); /* tp_basic.c */
     FSC_TRY(layer_new(sizeof(head_layer), "lm_head", &hd_ops, out));
     head_layer *y = (head_layer *)*out;

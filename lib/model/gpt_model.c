@@ -175,7 +175,7 @@ static void g_destroy(fsc_model *m) { seq_wrap_free((seq_wrap *)m); }
       .forward = seq_wrap_forward, .backward = seq_wrap_backward, .init_values = seq_wrap_init,                     \
       .layer_cost = g_layer_cost, .aux_stats = aux, .aux_layers = auxl, .config = g_config,                        \
       .config_check = g_config_check, .check_tensors = g_check_tensors, .set_expert_group = ep,                   \
-      .destroy = g_destroy, .logits = seq_wrap_logits, .flops = g_flops,                                          \
+      .destroy = g_destroy, .logits = seq_wrap_logits, .logits_part = seq_wrap_logits_part, .flops = g_flops,      \
       .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight }
 static const fsc_model_ops dense_ops = GPT_OPS(NULL, NULL, NULL);
 static const fsc_model_ops moe_ops = GPT_OPS(seq_wrap_aux, seq_wrap_aux_layers, g_set_ep);

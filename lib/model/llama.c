@@ -295,7 +295,7 @@ static const fsc_model_ops llama_ops = {
     .set_batch = seq_wrap_set_batch, .stream = seq_wrap_stream, .stream_floats = seq_wrap_stream_floats,
     .forward = seq_wrap_forward, .backward = seq_wrap_backward, .init_values = seq_wrap_init,
     .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
-    .destroy = l_destroy, .logits = seq_wrap_logits, .flops = l_flops,
+    .destroy = l_destroy, .logits = seq_wrap_logits, .logits_part = seq_wrap_logits_part, .flops = l_flops,
     .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight,
 };
 static const fsc_model_ops llama_moe_ops = { /* with MoE layers: their statistics and expert group */
@@ -304,7 +304,8 @@ static const fsc_model_ops llama_moe_ops = { /* with MoE layers: their statistic
     .forward = seq_wrap_forward, .backward = seq_wrap_backward, .init_values = seq_wrap_init,
     .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
     .destroy = l_destroy, .aux_stats = seq_wrap_aux, .aux_layers = seq_wrap_aux_layers,
-    .set_expert_group = seq_wrap_set_expert_group, .logits = seq_wrap_logits, .flops = l_flops,
+    .set_expert_group = seq_wrap_set_expert_group, .logits = seq_wrap_logits, .logits_part = seq_wrap_logits_part,
+    .flops = l_flops,
     .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight,
 };
 

@@ -55,6 +55,9 @@ void seq_wrap_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, floa
 const float *seq_wrap_logits(void *ctx, const fsc_model_acts *a, int *vocab) {
     return S(ctx)->ops->logits(S(ctx)->ctx, a, vocab);
 }
+const float *seq_wrap_logits_part(void *ctx, const fsc_model_acts *a, fsc_logits_part *p) {
+    return S(ctx)->ops->logits_part(S(ctx)->ctx, a, p);
+}
 void seq_wrap_aux(void *ctx, const fsc_model_acts *a, fsc_model_aux *out) {
     S(ctx)->ops->aux_stats(S(ctx)->ctx, a, out);
 }

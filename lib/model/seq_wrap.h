@@ -27,6 +27,7 @@ fsc_status seq_wrap_backward_input(void *ctx, fsc_model_acts *a, const fsc_model
 fsc_status seq_wrap_backward_weight(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
 void seq_wrap_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out);
 const float *seq_wrap_logits(void *ctx, const fsc_model_acts *a, int *vocab);
+const float *seq_wrap_logits_part(void *ctx, const fsc_model_acts *a, fsc_logits_part *p);
 void seq_wrap_aux(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
 void seq_wrap_aux_layers(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
 fsc_status seq_wrap_set_expert_group(void *ctx, fsc_comm *ep);

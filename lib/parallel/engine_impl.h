@@ -151,6 +151,11 @@ void fsc_engine_held_range(const fsc_engine *e, int *t0, int *t1);
  * parameter vector (crossing tensor boundaries as needed), through a bounded host buffer. */
 fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t n);
 /* Write tensor i (e->m->info[i].numel floats at device src) into w, through a host buffer. */
+/* fsc_engine_predict (eval.c): the outputs of record a's last forward (mb samples, the model's last layer), micro-batch
+ * k of a batch: *per_sample floats per sample written to host out + k x mb x *per_sample. Logits split over the
+ * tensor group (model.h's logits_part) are gathered first (collective over it): every tensor rank gets them all. */
+fsc_status fsc_engine_take_outputs(fsc_engine *e, const fsc_model_acts *a, int mb, int k, float *out,
+                                   size_t *per_sample);
 /* Elements of tensor p a weights file holds: numel, or its file_rows rows (model.h: a padded vocabulary). */
 size_t fsc_engine_file_numel(const fsc_param_info *p);
 /* Elements [first, first + n) of entry en as float32 (fsc_st_read_f32), those past the entry's end 0 (the padding

@@ -6,6 +6,7 @@
  * global_batch x loss_terms in double. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "engine_impl.h"
 #include "exact.h"
 #include "pipe.h"
@@ -33,18 +34,51 @@ static fsc_status forward_local(fsc_engine *e, const char *in, const char *tg, i
         if (s == FSC_OK) s = m->ops->forward(m->ctx, a, &hooks, &ls);
         *loss_local += ls;
         if (vals) vals[k] = ls;
-        if (s == FSC_OK && out) {
-            int width = 0;
-            const float *lg = m->ops->logits(m->ctx, a, &width);
-            if (!lg) s = fsc_error(FSC_ERR_UNSUPPORTED, "predict: the model's loss layer keeps no outputs");
-            *per_sample = (size_t)m->loss_terms * (size_t)width;
-            if (s == FSC_OK)
-                s = fsc_device_download(e->dev, out + (size_t)k * mb * *per_sample, lg,
-                                        (size_t)mb * *per_sample * sizeof(float));
-        }
+        if (s == FSC_OK && out) s = fsc_engine_take_outputs(e, a, mb, k, out, per_sample);
     }
     if (own) m->ops->acts_free(m->ctx, own);
     return s;
+}
+
+/* The tensor group's slices of the logits (rows of p->cols columns at stride p->ld, device lg) into out (host,
+ * rows x p->vocab): each rank places its columns in zeros and the group sums them (every element has one rank's
+ * value and the others' zeros: the sum is that value). */
+static fsc_status gather_parts(fsc_engine *e, const float *lg, const fsc_logits_part *p, size_t rows, float *out) {
+    const size_t V = (size_t)p->vocab, ld = (size_t)p->ld;
+    if (p->cols < 0 || p->first < 0 || (size_t)p->first + (size_t)p->cols > V || ld < (size_t)p->cols)
+        return fsc_error(FSC_ERR_INTERNAL, "predict: a slice of columns [%d, %d) at stride %d of %d logits", p->first,
+                         p->first + p->cols, p->ld, p->vocab);
+    float *mine = malloc(rows * ld * sizeof(float) + 1);
+    void *d = NULL;
+    fsc_status s = mine ? fsc_device_alloc(e->dev, FSC_TAG_COMM, rows * V * sizeof(float), &d)
+                        : fsc_error(FSC_ERR_NOMEM, "predict: out of host memory for %zu x %zu logits", rows, ld);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, mine, lg, rows * ld * sizeof(float));
+    if (s == FSC_OK) {
+        memset(out, 0, rows * V * sizeof(float));
+        for (size_t r = 0; r < rows; r++)
+            memcpy(out + r * V + p->first, mine + r * ld, (size_t)p->cols * sizeof(float));
+        s = fsc_device_upload(e->dev, d, out, rows * V * sizeof(float));
+    }
+    if (s == FSC_OK) s = fsc_comm_all_reduce(e->tensor_comm, d, d, rows * V, FSC_F32, FSC_SUM);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, out, d, rows * V * sizeof(float));
+    if (d) fsc_device_release(e->dev, d);
+    free(mine);
+    return s;
+}
+
+fsc_status fsc_engine_take_outputs(fsc_engine *e, const fsc_model_acts *a, int mb, int k, float *out,
+                                   size_t *per_sample) {
+    const fsc_model *m = e->m;
+    int width = 0;
+    const float *lg = m->ops->logits ? m->ops->logits(m->ctx, a, &width) : NULL;
+    fsc_logits_part part = { 0 };
+    const float *slice = !lg && e->tensor_comm && m->ops->logits_part ? m->ops->logits_part(m->ctx, a, &part) : NULL;
+    if (slice) width = part.vocab;
+    if (!lg && !slice) return fsc_error(FSC_ERR_UNSUPPORTED, "predict: the model's loss layer keeps no outputs");
+    *per_sample = (size_t)m->loss_terms * (size_t)width;
+    float *at = out + (size_t)k * (size_t)mb * *per_sample;
+    if (slice) return gather_parts(e, slice, &part, (size_t)mb * (size_t)m->loss_terms, at);
+    return fsc_device_download(e->dev, at, lg, (size_t)mb * *per_sample * sizeof(float));
 }
 
 /* The micro-batches of an evaluation: n of mb sequences; a step's (the accumulation's, or with the exact
@@ -122,13 +156,8 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
     FSC_CHECK_ARG(out);
     FSC_CHECK_ARG(per_sample);
     *per_sample = 0;
-    if (!e->m->ops->logits)
+    if (!e->m->ops->logits && !(e->tensor_comm && e->m->ops->logits_part))
         return fsc_error(FSC_ERR_UNSUPPORTED, "predict: the model gives no outputs (its ops have no logits)");
-    if (e->pipe)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "predict: not with a pipeline yet (the outputs are on the last stage)");
-    if (e->po.tp > 1)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "predict: not with tensor parallelism yet (each rank holds a slice of "
-                         "the outputs)");
     const int K = e->po.accum;
     if (local_batch < 1 || local_batch % K != 0)
         return fsc_error(FSC_ERR_INVALID, "predict: the local batch of %d samples does not split into %d "
@@ -141,8 +170,15 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
     void *zeros = s == FSC_OK ? calloc((size_t)local_batch, e->m->sample_target_bytes ? e->m->sample_target_bytes : 1)
                               : NULL;
     if (s == FSC_OK && !zeros) s = fsc_error(FSC_ERR_NOMEM, "predict: out of host memory");
-    double loss = 0;
-    if (s == FSC_OK) s = forward_local(e, inputs, zeros, local_batch / K, K, NULL, &loss, out, per_sample);
+    double loss = 0, sums[3] = { 0, 1, 0 };
+    if (s == FSC_OK && e->pipe) { /* the last stage keeps the outputs, then hands them to its pipeline group */
+        fsc_pipe_set_outputs(e, out, per_sample);
+        s = fsc_pipe_eval(e, inputs, zeros, local_batch / K, local_batch * e->lay.dp, sums);
+        fsc_pipe_set_outputs(e, NULL, NULL);
+        if (s == FSC_OK) s = fsc_pipe_outputs_from_last(e, out, local_batch, per_sample);
+    } else if (s == FSC_OK) {
+        s = forward_local(e, inputs, zeros, local_batch / K, K, NULL, &loss, out, per_sample);
+    }
     free(zeros);
     if (e->st->end_eval) {
         fsc_status t = e->st->end_eval(e);

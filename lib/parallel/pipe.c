@@ -111,6 +111,8 @@ struct fsc_pipe {
     int split;                /* this rank's list has W and the model splits its backward (model.h): B runs the
                                * input part, W the weight part, and a record lives from its F to its W */
     double *unit_loss;        /* reduce_exact (exact.c): the last stage keeps each micro-batch's loss here, or NULL */
+    float *outputs;           /* fsc_engine_predict: the last stage downloads each micro-batch's outputs here */
+    size_t *per_sample;       /* (host) and their floats per sample here; NULL: none */
 };
 
 double fsc_pipe_now_s(void) {
@@ -624,6 +626,7 @@ static fsc_status forward(fsc_engine *e, int k, int c, double *loss_local) {
     fsc_pipe_aux_note(p->aux, e, k, a, p->lf[g], p->ll[g]);
     sl->ckpt = is_checkpointed(e, k);
     if (last && p->unit_loss) p->unit_loss[k] = ls;
+    if (last && p->outputs) FSC_TRY(fsc_engine_take_outputs(e, a, p->B, k, p->outputs, p->per_sample));
     if (last) *loss_local += ls;
     else if (p->lk.act_next && !sl->ckpt) /* sent while the next micro-batches compute */
         FSC_TRY(fsc_comm_isend(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->lk.peer_next,
@@ -790,6 +793,33 @@ static fsc_status from_last_stage(fsc_pipe *p, fsc_device *dev, double sums[3]) 
 }
 
 void fsc_pipe_set_unit_losses(fsc_engine *e, double *vals) { e->pipe->unit_loss = vals; }
+
+void fsc_pipe_set_outputs(fsc_engine *e, float *out, size_t *per_sample) {
+    e->pipe->outputs = out;
+    e->pipe->per_sample = per_sample;
+}
+
+fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, size_t *per_sample) {
+    fsc_pipe *p = e->pipe;
+    const int last = p->stage == p->pp - 1;
+    double per = last ? (double)*per_sample : 0;
+    void *d = NULL;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof per, &d));
+    fsc_status st = fsc_device_upload(e->dev, d, &per, sizeof per);
+    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, sizeof per, FSC_U8, p->pp - 1);
+    if (st == FSC_OK) st = fsc_device_download(e->dev, &per, d, sizeof per);
+    fsc_device_release(e->dev, d);
+    FSC_TRY(st);
+    *per_sample = (size_t)per;
+    const size_t n = (size_t)samples * *per_sample;
+    if (!n) return FSC_OK;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(float), &d));
+    st = last ? fsc_device_upload(e->dev, d, out, n * sizeof(float)) : FSC_OK;
+    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, n, FSC_F32, p->pp - 1);
+    if (st == FSC_OK && !last) st = fsc_device_download(e->dev, out, d, n * sizeof(float));
+    fsc_device_release(e->dev, d);
+    return st;
+}
 
 fsc_status fsc_pipe_from_last(fsc_engine *e, double sums[3]) { return from_last_stage(e->pipe, e->dev, sums); }
 

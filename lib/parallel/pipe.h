@@ -133,6 +133,12 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
  * nowhere); three sums of the last stage to every stage of the pipeline group. */
 void fsc_pipe_set_unit_losses(fsc_engine *e, double *vals);
 fsc_status fsc_pipe_from_last(fsc_engine *e, double sums[3]);
+/* fsc_engine_predict (eval.c): while out is set (NULL: not), fsc_pipe_eval's last stage writes micro-batch k's
+ * outputs at out + k x mb x *per_sample (fsc_engine_take_outputs); then fsc_pipe_outputs_from_last broadcasts
+ * *per_sample and the samples x *per_sample floats of out from the last stage to every stage of the pipeline
+ * group (collective over it). */
+void fsc_pipe_set_outputs(fsc_engine *e, float *out, size_t *per_sample);
+fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, size_t *per_sample);
 /* Forward only (fsc_engine_eval, eval.c): the M micro-batches of mb samples through the stages in order, each
  * record returned as soon as its stage forward is done, tied tensors sent to their users' stage as in a step.
  * out[0] = the sum of loss terms over the last stage's data group in rank order, out[1] = 1 if its batch check

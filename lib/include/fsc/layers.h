@@ -93,7 +93,7 @@ typedef struct {
     fsc_status (*check_target)(const struct fsc_layer *l, const void *host, int B);
     /* Optional, loss layers of language models: the logits the last forward wrote into rec (B samples), device
      * floats (B, loss_terms, *vocab); the sequential model's logits (model.h). The vocab-parallel head (tp) has
-     * none: each rank holds only its slice. */
+     * none: each rank holds only its slice, which logits_part gives (model.h's logits_part). */
     const float *(*logits)(const struct fsc_layer *l, const void *rec, int B, int *vocab);
     /* Optional (mixture of experts): host state of one record for B samples on dev, made and freed with the record
      * and handed to every call as c->state (the MoE layer's routing record and its last statistics). */
@@ -117,6 +117,9 @@ typedef struct {
      * inner output gradients its weight products need, so the weight part does not derive them again). NULL:
      * none. */
     size_t (*split_bytes)(const struct fsc_layer *l, int B);
+    /* Optional, a loss layer whose logits are split over a tensor group: this rank's slice of the logits the last
+     * forward wrote into rec (model.h's logits_part). */
+    const float *(*logits_part)(const struct fsc_layer *l, const void *rec, int B, fsc_logits_part *p);
 } fsc_layer_ops;
 
 /* A layer: allocate it with malloc/calloc (the model frees it with free() after ops->destroy). A user layer
@@ -229,7 +232,7 @@ typedef struct {
     fsc_comm *tp;
     int sp;
     int Vp;   /* the token table's rows, >= V (0: V): rows [V, Vp) are padding (gpt.h's padded_vocab), initialized
-               * 0 and never looked up; not with tp or sp */
+               * 0 and never looked up; with tp the Vp rows split (Vp divides by the group size) */
 } fsc_embedding_opts;
 fsc_status fsc_layer_embedding_opts(const fsc_embedding_opts *o, fsc_layer **out);
 /* A pre-norm transformer block, out = h + mlp(norm2(h)) with h = in + attn(norm1(in)), over T rows of width C:
@@ -278,12 +281,14 @@ typedef struct {
     float eps;
     const char *norm_name;  /* prefix of the norm's parameters (NULL: "norm."; the Llama: "model.norm.") */
     const char *head_name;  /* the head weight's name (NULL: "weight"; the Llama: "lm_head.weight") */
-    fsc_comm *tp;           /* NULL: none; else the vocabulary split (V divides by the group size): this rank's
+    fsc_comm *tp;           /* NULL: none; else the vocabulary split (Vp divides by the group size): this rank's
                              * logits only, tp.h's vocab-parallel cross entropy; the norm replicated */
     int sp;                 /* sequence parallelism (needs tp; T divides by the group size) */
     int Vp;                 /* the weight's rows, >= V (0: V): llm.c's padded vocabulary. Its first V rows make the
                              * logits (V columns: the loss and a sampler never see the padding), the padding rows'
-                             * gradient is 0; not with tp or sp */
+                             * gradient is 0. With tp each rank holds Vp / size rows; the padding (the last
+                             * ranks' rows past V) is in no logit and no softmax of the group; fewer than Vp / size
+                             * padding rows (each rank holds a real row) */
 } fsc_lm_head_opts;
 fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out);
 /* out = [in +] moe(in): a mixture-of-experts MLP (moe.h) over `rows` rows of width C per sample, E GELU experts

@@ -149,6 +149,12 @@ typedef struct {
     double assigned, dropped;
 } fsc_model_aux;
 
+/* A rank's slice of logits split over a tensor group (logits_part below): row stride ld, the columns [first,
+ * first + cols) of vocab. */
+typedef struct {
+    int first, cols, ld, vocab;
+} fsc_logits_part;
+
 /* The operations; ctx is the model's ctx. Required unless marked optional. */
 typedef struct {
     fsc_status (*acts_create)(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out);
@@ -209,6 +215,12 @@ typedef struct {
      * accumulate the bits backward does. NULL: the model does not split. */
     fsc_status (*backward_input)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
     fsc_status (*backward_weight)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+    /* Optional, models whose logits are split over a tensor group (the vocabulary-parallel head, tp > 1), where
+     * logits gives NULL: this rank's slice of the logits the last forward computed, device floats, B x loss_terms
+     * rows of stride p->ld, row r's columns [p->first, p->first + p->cols) of the p->vocab columns of the whole
+     * logits (the group's slices together make them; fsc_engine_predict gathers them); NULL when the record has
+     * none. NULL operation: no such slice. */
+    const float *(*logits_part)(void *ctx, const fsc_model_acts *a, fsc_logits_part *p);
 } fsc_model_ops;
 
 typedef struct fsc_model {

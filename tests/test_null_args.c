@@ -1153,6 +1153,10 @@ static void null_fsc_llama_num_params(void) {
     RET0(fsc_llama_num_params(NULL));
 }
 
+static void null_fsc_llama_vocab_rows(void) {
+    RET0(fsc_llama_vocab_rows(NULL));
+}
+
 static void null_fsc_llama_num_tensors(void) {
     RET0(fsc_llama_num_tensors(NULL));
 }
@@ -2601,6 +2605,7 @@ static const struct row rows[] = {
     ROW(fsc_llama_model_create_tp),
     ROW(fsc_llama_num_moe_layers),
     ROW(fsc_llama_num_params),
+    ROW(fsc_llama_vocab_rows),
     ROW(fsc_llama_num_tensors),
     ROW(fsc_llama_param_info),
     /* model.h */

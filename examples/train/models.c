@@ -24,7 +24,7 @@ fsc_gpt_config model_config(const train_config *c) {
 fsc_llama_config llama_config(const train_config *c) {
     fsc_llama_config l = {.layers = c->layers, .dim = c->dim, .heads = c->heads, .kv_heads = c->kv_heads,
                           .ffn = c->ffn, .seq = c->seq, .vocab = c->vocab, .rope_theta = c->rope_theta,
-                          .norm_eps = c->norm_eps};
+                          .norm_eps = c->norm_eps, .padded_vocab = c->padded_vocab};
     if (c->moe_experts) { /* MoE decoder layers of GELU experts of width --ffn */
         l.moe_experts = c->moe_experts, l.moe_top_k = c->moe_top_k, l.moe_every = c->moe_every;
         l.moe_capacity = c->moe_capacity, l.moe_aux = c->moe_aux;
@@ -95,7 +95,7 @@ static cJSON *gpt_hf_config(const train_config *c) {
 
 /* ---- llama: Llama (llama.h, Hugging Face LlamaForCausalLM's layout) --------------------------------------------- */
 
-static const char *const llama_options[] = {"kv-heads", "rope-theta", "norm-eps", NULL};
+static const char *const llama_options[] = {"kv-heads", "rope-theta", "norm-eps", "padded-vocab", NULL};
 
 /* --ffn's default (Llama's rule), the Llama's own checks, and what tensor parallelism splits. */
 static int llama_resolve(train_config *c, char *err, size_t cap) {
@@ -103,8 +103,8 @@ static int llama_resolve(train_config *c, char *err, size_t cap) {
     fsc_llama_config l = llama_config(c);
     if (fsc_llama_config_validate(&l) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
     if (c->tp > 1) { /* the tensor-parallel layers split heads, kv heads, the MLP width and the vocabulary */
-        const char *what[4] = {"--heads", "--kv-heads", "--ffn", "--vocab"};
-        const int n[4] = {c->heads, c->kv_heads, c->ffn, c->vocab};
+        const char *what[4] = {"--heads", "--kv-heads", "--ffn", c->padded_vocab > c->vocab ? "--padded-vocab" : "--vocab"};
+        const int n[4] = {c->heads, c->kv_heads, c->ffn, fsc_llama_vocab_rows(&l)};
         for (int i = 0; i < 4; i++)
             if (n[i] % c->tp != 0)
                 return snprintf(err, cap, "--tp %d: %s %d does not divide over the tensor group (tensor parallelism "

@@ -12,15 +12,12 @@ fsc_status fsc_tp_check_config(const fsc_gpt_config *cfg, int T) {
     if (cfg->moe_experts > 0)
         return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a GPT with MoE blocks (moe_experts %d) is not "
                          "supported with tensor parallelism yet", cfg->moe_experts);
-    if (T > 1 && fsc_gpt_vocab_rows(cfg) > cfg->vocab)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a padded vocabulary (vocab %d, padded_vocab %d) is "
-                         "not supported with tensor parallelism yet", cfg->vocab, cfg->padded_vocab);
     if (cfg->heads % T != 0)
         return fsc_error(FSC_ERR_INVALID, "tensor parallel: %d heads do not split over a tensor group of %d",
                          cfg->heads, T);
-    if (cfg->vocab % T != 0)
-        return fsc_error(FSC_ERR_INVALID, "tensor parallel: a vocabulary of %d does not split over a tensor group "
-                         "of %d (pad it to a multiple of %d)", cfg->vocab, T, T);
+    if (fsc_gpt_vocab_rows(cfg) % T != 0)
+        return fsc_error(FSC_ERR_INVALID, "tensor parallel: a vocabulary of %d rows does not split over a tensor "
+                         "group of %d (pad it to a multiple of %d: padded_vocab)", fsc_gpt_vocab_rows(cfg), T, T);
     return FSC_OK;
 }
 

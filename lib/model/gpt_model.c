@@ -268,9 +268,6 @@ fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, f
     if (tp && cfg->moe_experts > 0)
         return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a GPT with MoE blocks (moe_experts %d) is not "
                          "supported with tensor parallelism yet", cfg->moe_experts);
-    if (tp && fsc_gpt_vocab_rows(cfg) > cfg->vocab)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a padded vocabulary (vocab %d, padded_vocab %d) is "
-                         "not supported with tensor parallelism yet", cfg->vocab, cfg->padded_vocab);
     gpt_model *gm = calloc(1, sizeof *gm);
     if (!gm) return fsc_error(FSC_ERR_NOMEM, "gpt model: out of host memory");
     fsc_status st = build_layers(dev, cfg, tp, sp, &gm->w.seq);

@@ -60,6 +60,9 @@ fsc_status fsc_llama_config_validate(const fsc_llama_config *c) {
                          MAX_SEQ);
     if (c->vocab < 1 || c->vocab > MAX_VOCAB)
         return fsc_error(FSC_ERR_INVALID, "llama config: vocab is %d, must be in [1, %d]", c->vocab, MAX_VOCAB);
+    if (c->padded_vocab && (c->padded_vocab < c->vocab || c->padded_vocab > MAX_VOCAB))
+        return fsc_error(FSC_ERR_INVALID, "llama config: padded_vocab is %d, must be 0 (none) or in [vocab %d, %d]",
+                         c->padded_vocab, c->vocab, MAX_VOCAB);
     if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
         return fsc_error(FSC_ERR_INVALID, "llama config: rope_theta %g must be a positive number (Llama: 10000)",
                          (double)c->rope_theta);
@@ -80,7 +83,11 @@ size_t fsc_llama_num_params(const fsc_llama_config *c) {
     size_t layer = 2 * C * C + 2 * KV * C + 3 * F * C + 2 * C; /* q, o; k, v; gate, up, down; two norms */
     const size_t M = (size_t)fsc_llama_num_moe_layers(c), E = (size_t)c->moe_experts; /* MoE: gate and experts */
     const size_t moe = M ? M * (C * E + E * (2 * C * F + F + C) - 3 * F * C) : 0;
-    return 2 * (size_t)c->vocab * C + (size_t)c->layers * layer + C + moe;
+    return 2 * (size_t)fsc_llama_vocab_rows(c) * C + (size_t)c->layers * layer + C + moe;
+}
+
+int fsc_llama_vocab_rows(const fsc_llama_config *c) {
+    return !c ? 0 : c->padded_vocab > c->vocab ? c->padded_vocab : c->vocab;
 }
 
 static const char *const layer_names[LLAMA_LAYER_PARAMS] = {
@@ -105,13 +112,14 @@ fsc_status fsc_llama_param_info(const fsc_llama_config *c, int i, fsc_param_info
 
 fsc_status llama_dense_param_info(const fsc_llama_config *c, int i, fsc_param_info *out) {
     int n = 1 + LLAMA_LAYER_PARAMS * c->layers + 2, L = c->layers;
-    int64_t C = c->dim, V = c->vocab, F = c->ffn, HD = c->dim / c->heads, Q = HD * c->heads, KV = HD * c->kv_heads;
+    int64_t C = c->dim, V = fsc_llama_vocab_rows(c), F = c->ffn, HD = c->dim / c->heads, Q = HD * c->heads, KV = HD * c->kv_heads;
     if (i < 0 || i >= n) return fsc_error(FSC_ERR_INVALID, "llama: tensor index %d out of range [0, %d)", i, n);
     memset(out, 0, sizeof *out);
     out->expert = -1;
     if (i == 0) {
         snprintf(out->name, sizeof out->name, "model.embed_tokens.weight");
         set_shape(out, 2, V, C);
+        out->file_rows = V > c->vocab ? c->vocab : 0; /* padding rows: not in weights files */
         out->layer = 0;
     } else if (i == n - 2) {
         snprintf(out->name, sizeof out->name, "model.norm.weight");
@@ -120,6 +128,7 @@ fsc_status llama_dense_param_info(const fsc_llama_config *c, int i, fsc_param_in
     } else if (i == n - 1) {
         snprintf(out->name, sizeof out->name, "lm_head.weight");
         set_shape(out, 2, V, C);
+        out->file_rows = V > c->vocab ? c->vocab : 0;
         out->layer = L + 1;
     } else {
         int b = (i - 1) / LLAMA_LAYER_PARAMS, k = (i - 1) % LLAMA_LAYER_PARAMS;
@@ -146,6 +155,8 @@ void fsc_llama_init_values(const fsc_llama_config *c, uint64_t seed, int i, size
         return;
     }
     fsc_rng_fill_normal(out, n, seed, p.name, first, 0.0f, 0.02f);
+    const size_t real = p.file_rows ? (size_t)p.file_rows * (size_t)p.shape[1] : p.numel; /* padding rows: 0 */
+    for (size_t j = real > first ? real - first : 0; j < n; j++) out[j] = 0.0f;
 }
 
 void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
@@ -154,10 +165,13 @@ void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
     const int w = snprintf(buf, cap, "{\"family\":\"llama\",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"kv_heads\":%d,\"ffn\":%d,"
              "\"seq\":%d,\"vocab\":%d,\"rope_theta\":%.9g,\"norm_eps\":%.9g}", c->layers, c->dim, c->heads,
              c->kv_heads, c->ffn, c->seq, c->vocab, (double)c->rope_theta, (double)c->norm_eps);
-    if (c->moe_experts && w > 0 && (size_t)w < cap) /* MoE models only: a dense Llama's text stays as it was */
-        snprintf(buf + w - 1, cap - (size_t)w + 1, ",\"moe_experts\":%d,\"moe_top_k\":%d,\"moe_every\":%d,"
-                 "\"moe_capacity\":%.9g,\"moe_aux\":%.9g}", c->moe_experts, c->moe_top_k, c->moe_every,
-                 (double)c->moe_capacity, (double)c->moe_aux);
+    int at = w;
+    if (c->moe_experts && at > 0 && (size_t)at < cap) /* MoE models only: a dense Llama's text stays as it was */
+        at += snprintf(buf + at - 1, cap - (size_t)at + 1, ",\"moe_experts\":%d,\"moe_top_k\":%d,\"moe_every\":%d,"
+                       "\"moe_capacity\":%.9g,\"moe_aux\":%.9g}", c->moe_experts, c->moe_top_k, c->moe_every,
+                       (double)c->moe_capacity, (double)c->moe_aux) - 1;
+    if (fsc_llama_vocab_rows(c) > c->vocab && at > 0 && (size_t)at < cap) /* padded models only, as MoE's fields */
+        snprintf(buf + at - 1, cap - (size_t)at + 1, ",\"padded_vocab\":%d}", c->padded_vocab);
 }
 
 /* A recorded configuration whose text differs from this model's own (both JSON objects): FSC_OK when every field
@@ -239,7 +253,7 @@ static fsc_status l_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mod
         return fsc_error(FSC_ERR_INVALID, "llama acts: layer range [%d, %d] is not inside [0, %d] (%d decoder layers)",
                          o->first, o->last, L + 1, L);
     double est = (double)o->B * c->seq * ((double)c->heads * c->seq * 3 + (double)c->dim * 8 * (L + 2) +
-                                          (double)c->ffn * 3 * L + (double)c->vocab * 2);
+                                          (double)c->ffn * 3 * L + (double)fsc_llama_vocab_rows(c) * 2);
     if ((double)o->B * c->seq > 2147483647.0 || (double)o->B * c->heads > 2147483647.0 || est > 1e15)
         return fsc_error(FSC_ERR_INVALID, "llama acts: B=%d is too large for this model", o->B);
     fsc_model *s = seq_of(ctx);
@@ -283,7 +297,9 @@ static double l_flops(void *ctx, int B) {
     const fsc_llama_config *c = &((llama *)ctx)->cfg;
     const double C = c->dim, F = c->ffn;
     const int k = c->moe_top_k ? c->moe_top_k : 1;
-    double mm = (double)fsc_llama_num_params(c) - (double)c->vocab * c->dim;
+    /* nor the head's padding rows (a padded vocabulary: in no product) */
+    double mm = (double)fsc_llama_num_params(c) - (double)fsc_llama_vocab_rows(c) * c->dim -
+                (double)(fsc_llama_vocab_rows(c) - c->vocab) * c->dim;
     if (c->moe_experts > k)
         mm -= (double)(c->moe_experts - k) * (2.0 * C * F + F + C) * fsc_llama_num_moe_layers(c);
     return fsc_lm_flops_per_token(mm, c->layers, c->dim, c->seq) * (double)B * c->seq;
@@ -316,7 +332,8 @@ static fsc_status build_layers(fsc_device *dev, const fsc_llama_config *c, fsc_c
     char(*prefix)[32] = calloc((size_t)n, sizeof *prefix);
     fsc_status st = sl && prefix ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "llama create: out of host memory");
     fsc_layer *y = NULL;
-    fsc_embedding_opts eo = { .T = c->seq, .C = c->dim, .V = c->vocab, .tp = tp, .sp = sp };
+    fsc_embedding_opts eo = { .T = c->seq, .C = c->dim, .V = c->vocab, .Vp = fsc_llama_vocab_rows(c), .tp = tp,
+                              .sp = sp };
     if (st == FSC_OK) st = fsc_layer_embedding_opts(&eo, &y);
     if (st == FSC_OK) sl[0] = (fsc_seq_layer){ .layer = y, .prefix = "model.embed_tokens." };
     for (int i = 0; i < L && st == FSC_OK; i++) {
@@ -330,7 +347,8 @@ static fsc_status build_layers(fsc_device *dev, const fsc_llama_config *c, fsc_c
         snprintf(prefix[i], sizeof prefix[i], "model.layers.%d.", i);
         if (st == FSC_OK) sl[1 + i] = (fsc_seq_layer){ .layer = y, .prefix = prefix[i] };
     }
-    fsc_lm_head_opts ho = { .T = c->seq, .C = c->dim, .V = c->vocab, .norm = FSC_HEAD_NORM_RMSNORM,
+    fsc_lm_head_opts ho = { .T = c->seq, .C = c->dim, .V = c->vocab, .Vp = fsc_llama_vocab_rows(c),
+                            .norm = FSC_HEAD_NORM_RMSNORM,
                             .eps = c->norm_eps, .norm_name = "model.norm.", .head_name = "lm_head.weight",
                             .tp = tp, .sp = sp };
     if (st == FSC_OK) st = fsc_layer_lm_head_opts(&ho, &y);
@@ -381,6 +399,8 @@ fsc_status fsc_llama_model_create_tp(fsc_device *dev, const fsc_llama_config *cf
                              fsc_param_full_numel(got) != want.numel))
             st = fsc_error(FSC_ERR_INTERNAL, "llama create: tensor %d is %s of layer %d, expected %s of layer %d", i,
                            got->name, got->layer, want.name, want.layer);
+        if (st == FSC_OK) /* weights files hold the real vocabulary's rows (llama.h's padded_vocab) */
+            ((fsc_param_info *)got)->file_rows = want.file_rows;
     }
     if (st != FSC_OK) {
         seq_wrap_free(&m->w);

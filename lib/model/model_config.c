@@ -64,6 +64,7 @@ static fsc_status make_llama(fsc_device *dev, const cJSON *o, fsc_model **out) {
     FSC_TRY(get_int(o, "vocab", 1, 0, 0, &c.vocab));
     FSC_TRY(get_float(o, "rope_theta", 1, c.rope_theta, &c.rope_theta));
     FSC_TRY(get_float(o, "norm_eps", 1, c.norm_eps, &c.norm_eps));
+    FSC_TRY(get_int(o, "padded_vocab", 0, 1, 0, &c.padded_vocab)); /* a padded Llama's record only */
     FSC_TRY(get_int(o, "moe_experts", 0, 1, 0, &c.moe_experts)); /* an MoE Llama's record only (llama.h) */
     FSC_TRY(get_int(o, "moe_top_k", 0, 1, 0, &c.moe_top_k));
     FSC_TRY(get_int(o, "moe_every", 0, 1, 0, &c.moe_every));

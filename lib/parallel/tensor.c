@@ -135,7 +135,7 @@ fsc_status fsc_tensor_load(fsc_engine *e, fsc_st_file *f) {
         if (!en) s = fsc_error(FSC_ERR_FORMAT, "weights file lacks %s", p->name);
         for (size_t r = 0; s == FSC_OK && r < fsc_param_num_runs(p); r++) {
             const fsc_param_run run = fsc_param_run_at(p, r, h[k].first, h[k].n);
-            if (run.n) s = fsc_st_read_f32(f, en, host + (run.local - h[k].first), run.full, run.n);
+            if (run.n) s = fsc_engine_read_f32(f, en, host + (run.local - h[k].first), run.full, run.n);
         }
         if (s == FSC_OK)
             s = fsc_device_upload(e->dev, fsc_optim_param(e->opt, h[k].seg) + h[k].seg_off, host,

@@ -52,7 +52,8 @@ typedef struct {
      * vocab .. padded_vocab-1 start at 0 and are never looked up nor in the logits (the head multiplies the first
      * vocab rows: the loss and the sampler see vocab columns), so their gradients are 0 and they stay 0 (AdamW's
      * decay of 0 is 0); the losses are the unpadded model's bit for bit. Weights files hold vocab rows (file_rows,
-     * model.h); a file of either loads. 0 or vocab: none. Not with tensor parallelism yet. */
+     * model.h); a file of either loads. 0 or vocab: none. With tensor parallelism (llama.h's padded_vocab says how)
+     * padded_vocab divides by the group, and the padding is fewer rows than padded_vocab / tp. */
     int padded_vocab;
 } fsc_gpt_config;
 /* GPT-2 small, the HF GPT2Config defaults: 12 layers, width 768, 12 heads, context 1024, vocabulary

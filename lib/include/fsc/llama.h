@@ -53,6 +53,13 @@ typedef struct {
      * moe_aux times the load-balancing losses; the experts spread over the engine's expert group (--ep). */
     int moe_experts, moe_top_k, moe_every;
     float moe_capacity, moe_aux;
+    /* Vocabulary padding as llm.c's (gpt.h's padded_vocab): model.embed_tokens.weight and lm_head.weight have
+     * padded_vocab rows; rows vocab .. padded_vocab-1 start at 0, are never looked up and in no logit (the head
+     * multiplies the first vocab rows: the loss and the sampler see vocab columns), so their gradients are 0 and
+     * they stay 0; the losses are the unpadded Llama's bit for bit. Weights files hold vocab rows (model.h's
+     * file_rows); a file of either loads. With tensor parallelism each rank holds padded_vocab / tp rows (it must
+     * divide) and the padding must be fewer rows than that. 0 or vocab: none. */
+    int padded_vocab;
 } fsc_llama_config;
 
 /* Llama's MLP width rule (Meta's reference code): 2/3 x 4 x dim rounded up to a multiple of 256
@@ -69,6 +76,7 @@ int fsc_llama_num_tensors(const fsc_llama_config *c);   /* 1 + 9 L + 2 (+ 4 E - 
 int fsc_llama_layer_is_moe(const fsc_llama_config *c, int b);
 int fsc_llama_num_moe_layers(const fsc_llama_config *c);
 size_t fsc_llama_num_params(const fsc_llama_config *c); /* total elements */
+int fsc_llama_vocab_rows(const fsc_llama_config *c);    /* the token tables' rows: padded_vocab, else vocab */
 /* The description of tensor i (name, shape, owning layer). */
 fsc_status fsc_llama_param_info(const fsc_llama_config *c, int i, fsc_param_info *out);
 /* Initial values of elements [first, first + n) of tensor i (host memory). */

@@ -34,8 +34,6 @@ fsc_llama_config llama_config(const train_config *c) {
 
 /* ---- gpt2: GPT-2 (gpt.h), its MLP 4 x --dim wide ------------------------------------------------------------- */
 
-static const char *const gpt_options[] = {"padded-vocab", NULL};
-
 static int gpt_resolve(train_config *c, char *err, size_t cap) {
     if (!c->ffn) c->ffn = 4 * c->dim;
     if (c->ffn != 4 * c->dim)
@@ -95,7 +93,7 @@ static cJSON *gpt_hf_config(const train_config *c) {
 
 /* ---- llama: Llama (llama.h, Hugging Face LlamaForCausalLM's layout) --------------------------------------------- */
 
-static const char *const llama_options[] = {"kv-heads", "rope-theta", "norm-eps", "padded-vocab", NULL};
+static const char *const llama_options[] = {"kv-heads", "rope-theta", "norm-eps", NULL};
 
 /* --ffn's default (Llama's rule), the Llama's own checks, and what tensor parallelism splits. */
 static int llama_resolve(train_config *c, char *err, size_t cap) {
@@ -103,7 +101,8 @@ static int llama_resolve(train_config *c, char *err, size_t cap) {
     fsc_llama_config l = llama_config(c);
     if (fsc_llama_config_validate(&l) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
     if (c->tp > 1) { /* the tensor-parallel layers split heads, kv heads, the MLP width and the vocabulary */
-        const char *what[4] = {"--heads", "--kv-heads", "--ffn", c->padded_vocab > c->vocab ? "--padded-vocab" : "--vocab"};
+        const char *what[4] = {"--heads", "--kv-heads", "--ffn",
+                               c->padded_vocab > c->vocab ? "--padded-vocab" : "--vocab"};
         const int n[4] = {c->heads, c->kv_heads, c->ffn, fsc_llama_vocab_rows(&l)};
         for (int i = 0; i < 4; i++)
             if (n[i] % c->tp != 0)
@@ -169,7 +168,7 @@ static cJSON *llama_hf_config(const train_config *c) {
 }
 
 static const model_family families[] = {
-    {"gpt2", gpt_options, gpt_resolve, gpt_check_tp, gpt_num_params, gpt_moe_blocks, gpt_describe, gpt_build, NULL,
+    {"gpt2", NULL, gpt_resolve, gpt_check_tp, gpt_num_params, gpt_moe_blocks, gpt_describe, gpt_build, NULL,
      gpt_hf_config},
     {"llama", llama_options, llama_resolve, NULL, llama_num_params, llama_moe_blocks, llama_describe, llama_build,
      tied_llama_head, llama_hf_config},

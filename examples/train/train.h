@@ -26,7 +26,7 @@
 typedef struct {
     int model;      /* index into "gpt2|llama" */
     int layers, dim, heads, seq, vocab;
-    int padded_vocab;             /* gpt2: 0 gives --vocab */
+    int padded_vocab;             /* 0 gives --vocab */
     int kv_heads, ffn;            /* llama: 0 gives --heads and Llama's rule */
     float rope_theta, norm_eps;   /* llama */
     const char *data;

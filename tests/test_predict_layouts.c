@@ -10,7 +10,9 @@
  *     products and the vocab-parallel cross entropy sum in another order, so tp does not train bit-identically with
  *     one rank, as test_tp_llama.c says); tp 2 x pp 2 equals tp 2 bit for bit on every rank;
  *   - on every layout, the loss computed here in double from the outputs and the targets equals fsc_engine_eval's
- *     to 1e-5 (the outputs are the logits the loss was computed from, columns in vocabulary order). */
+ *     to 1e-5 (the outputs are the logits the loss was computed from, columns in vocabulary order);
+ *   - a 2-stage pipeline whose loss layer keeps no outputs fails on both ranks (the first stage learns it from the
+ *     last, rather than waiting for outputs that never come). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,10 +148,54 @@ static void test_tensor_parallel(void **state) {
     free(one), free(tp), free(tpp);
 }
 
+/* A regressor (linear | gelu | linear | mse) whose loss layer keeps no outputs (its logits operation removed, as a user's own loss
+ * layer may lack one): with a pipeline only the last stage finds that out; every rank must fail, none wait. */
+static fsc_layer_ops no_outputs_ops;
+static fsc_status silent_rank(fsc_rank *r, void *arg) {
+    fsc_status *got = arg;
+    fsc_layer *l[4] = { 0 };
+    fsc_linear_opts a = fsc_linear_opts_default(4, 8), b = fsc_linear_opts_default(8, 3);
+    FSC_TRY(fsc_layer_linear(&a, &l[0]));
+    FSC_TRY(fsc_layer_gelu(8, &l[1]));
+    FSC_TRY(fsc_layer_linear(&b, &l[2]));
+    FSC_TRY(fsc_layer_mse(3, &l[3]));
+    l[3]->ops = &no_outputs_ops;
+    const fsc_seq_layer ls[4] = { { .layer = l[0], .prefix = "in." }, { .layer = l[1] },
+                                  { .layer = l[2], .prefix = "out." }, { .layer = l[3] } };
+    fsc_model *m = NULL;
+    FSC_TRY(fsc_seq_model_create(r->dev, ls, 4, &m));
+    fsc_parallel_opts po = mt_opts(FSC_PAR_DDP, 0.0f);
+    mt_pipeline(&po, 1, FSC_PIPE_CKPT_NEVER, NULL);
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create_model(r, m, &po, &oc, 3, &e);
+    float x[4 * 4] = { 0 }, out[4 * 3];
+    size_t per = 0;
+    if (s == FSC_OK) got[r->rank] = fsc_engine_predict(e, x, 4, out, &per);
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+static void test_pipeline_without_outputs(void **state) {
+    (void)state;
+    fsc_layer *mse = NULL;
+    assert_ok(fsc_layer_mse(3, &mse));
+    no_outputs_ops = *mse->ops;
+    no_outputs_ops.logits = NULL;
+    fsc_layer_free(mse);
+    fsc_status got[2] = { FSC_OK, FSC_OK };
+    fsc_cluster_opts co = { .world = 2, .device = "cpu", .timeout_s = 60, .threads_per_rank = 1 };
+    assert_ok(fsc_cluster_run(&co, silent_rank, got));
+    assert_int_equal(got[0], FSC_ERR_UNSUPPORTED);
+    assert_int_equal(got[1], FSC_ERR_UNSUPPORTED);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_tensor_parallel),
+        cmocka_unit_test(test_pipeline_without_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,6 +113,9 @@ struct fsc_pipe {
     double *unit_loss;        /* reduce_exact (exact.c): the last stage keeps each micro-batch's loss here, or NULL */
     float *outputs;           /* fsc_engine_predict: the last stage downloads each micro-batch's outputs here */
     size_t *per_sample;       /* (host) and their floats per sample here; NULL: none */
+    fsc_status out_status;    /* the last stage: the first failure to take them (the other stages learn it from
+                               * fsc_pipe_outputs_from_last, so that none waits for outputs that never come) */
+    char out_why[256];
 };
 
 double fsc_pipe_now_s(void) {
@@ -626,7 +629,10 @@ static fsc_status forward(fsc_engine *e, int k, int c, double *loss_local) {
     fsc_pipe_aux_note(p->aux, e, k, a, p->lf[g], p->ll[g]);
     sl->ckpt = is_checkpointed(e, k);
     if (last && p->unit_loss) p->unit_loss[k] = ls;
-    if (last && p->outputs) FSC_TRY(fsc_engine_take_outputs(e, a, p->B, k, p->outputs, p->per_sample));
+    if (last && p->outputs && p->out_status == FSC_OK) {
+        p->out_status = fsc_engine_take_outputs(e, a, p->B, k, p->outputs, p->per_sample);
+        if (p->out_status != FSC_OK) snprintf(p->out_why, sizeof p->out_why, "%s", fsc_last_error());
+    }
     if (last) *loss_local += ls;
     else if (p->lk.act_next && !sl->ckpt) /* sent while the next micro-batches compute */
         FSC_TRY(fsc_comm_isend(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->lk.peer_next,
@@ -797,12 +803,13 @@ void fsc_pipe_set_unit_losses(fsc_engine *e, double *vals) { e->pipe->unit_loss 
 void fsc_pipe_set_outputs(fsc_engine *e, float *out, size_t *per_sample) {
     e->pipe->outputs = out;
     e->pipe->per_sample = per_sample;
+    if (out) e->pipe->out_status = FSC_OK, e->pipe->out_why[0] = '\0';
 }
 
 fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, size_t *per_sample) {
     fsc_pipe *p = e->pipe;
     const int last = p->stage == p->pp - 1;
-    double per = last ? (double)*per_sample : 0;
+    double per = !last ? 0 : p->out_status != FSC_OK ? -1 - (double)p->out_status : (double)*per_sample;
     void *d = NULL;
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof per, &d));
     fsc_status st = fsc_device_upload(e->dev, d, &per, sizeof per);
@@ -810,6 +817,10 @@ fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, si
     if (st == FSC_OK) st = fsc_device_download(e->dev, &per, d, sizeof per);
     fsc_device_release(e->dev, d);
     FSC_TRY(st);
+    if (per < 0) /* the last stage could not take them: every stage of the group fails with its status */
+        return last ? fsc_error(p->out_status, "%s", p->out_why)
+                    : fsc_error((fsc_status)(-1 - per), "predict: the pipeline's last stage could not take the "
+                                "outputs (its message says why)");
     *per_sample = (size_t)per;
     const size_t n = (size_t)samples * *per_sample;
     if (!n) return FSC_OK;

@@ -442,7 +442,7 @@ static void test_model_families(void **st) {
 /* --padded-vocab (llm.c's padding): the losses of --vocab 250 bit for bit (the padding rows are in no logit), the
  * saved wte [250, C] with Hugging Face's config.json saying vocab_size 250, the file loading into the padded model
  * and into the unpadded one; --model llama's losses the unpadded Llama's bit for bit, and with --tp 2 (both
- * families) the unpadded tp 2 run's printed losses; refused below --vocab and, with --tp, when a tensor rank would
+ * families; the Llama also with --sequence-parallel) the unpadded tp 2 run's printed losses; refused below --vocab and, with --tp, when a tensor rank would
  * hold no real row, naming the problem. */
 static void test_padded_vocab(void **state) {
     (void)state;
@@ -469,11 +469,13 @@ static void test_padded_vocab(void **state) {
     char *s2 = cJSON_PrintUnformatted(cJSON_GetObjectItem(j2, "losses"));
     assert_string_equal(s1, s2);
     prog_refused(trainer, TINY " --vocab 250 --padded-vocab 200", tmpdir, 2, "padded_vocab is 200");
-    const char *same[3][2] = { { " --model llama --vocab 250", " --model llama --vocab 250 --padded-vocab 256" },
+    const char *same[4][2] = { { " --model llama --vocab 250", " --model llama --vocab 250 --padded-vocab 256" },
                                { " --vocab 250 --world 2 --tp 2", " --vocab 250 --padded-vocab 256 --world 2 --tp 2" },
                                { " --model llama --vocab 250 --world 2 --tp 2",
-                                 " --model llama --vocab 250 --padded-vocab 256 --world 2 --tp 2" } };
-    for (int k = 0; k < 3; k++) { /* tp: the printed losses (6 digits); the runs differ in the last bits */
+                                 " --model llama --vocab 250 --padded-vocab 256 --world 2 --tp 2" },
+                               { " --model llama --vocab 250 --world 2 --tp 2 --sequence-parallel",
+                                 " --model llama --vocab 250 --padded-vocab 256 --world 2 --tp 2 --sequence-parallel" } };
+    for (int k = 0; k < 4; k++) { /* tp: the printed losses (6 digits); the runs differ in the last bits */
         char *a = prog_fmt(TINY "%s", same[k][0]), *b = prog_fmt(TINY "%s", same[k][1]);
         cJSON *ja = prog_json(trainer, tmpdir, "", a), *jb = prog_json(trainer, tmpdir, "", b);
         const cJSON *la = cJSON_GetObjectItem(ja, "losses"), *lb = cJSON_GetObjectItem(jb, "losses");

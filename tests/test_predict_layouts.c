@@ -32,7 +32,8 @@ typedef struct {
 
 static void sample(size_t i, int32_t *tok, int32_t *tgt) {
     for (int t = 0; t < SEQ; t++) {
-        uint64_t h = (i * 1009 + (size_t)t) * 0x9E3779B97F4A7C15ull, h2 = (i * 1009 + (size_t)t + 1) * 0x9E3779B97F4A7C15ull;
+        uint64_t h = (i * 1009 + (size_t)t) * 0x9E3779B97F4A7C15ull;
+        uint64_t h2 = (i * 1009 + (size_t)t + 1) * 0x9E3779B97F4A7C15ull;
         tok[t] = (int32_t)((h >> 33) % VOCAB);
         tgt[t] = (int32_t)((h2 >> 33) % VOCAB);
     }
@@ -148,8 +149,9 @@ static void test_tensor_parallel(void **state) {
     free(one), free(tp), free(tpp);
 }
 
-/* A regressor (linear | gelu | linear | mse) whose loss layer keeps no outputs (its logits operation removed, as a user's own loss
- * layer may lack one): with a pipeline only the last stage finds that out; every rank must fail, none wait. */
+/* A regressor (linear | gelu | linear | mse) whose loss layer keeps no outputs (its logits operation removed, as a
+ * user's own loss layer may lack one): with a pipeline only the last stage finds that out; every rank must fail,
+ * none wait. */
 static fsc_layer_ops no_outputs_ops;
 static fsc_status silent_rank(fsc_rank *r, void *arg) {
     fsc_status *got = arg;

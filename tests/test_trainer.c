@@ -442,8 +442,8 @@ static void test_model_families(void **st) {
 /* --padded-vocab (llm.c's padding): the losses of --vocab 250 bit for bit (the padding rows are in no logit), the
  * saved wte [250, C] with Hugging Face's config.json saying vocab_size 250, the file loading into the padded model
  * and into the unpadded one; --model llama's losses the unpadded Llama's bit for bit, and with --tp 2 (both
- * families; the Llama also with --sequence-parallel) the unpadded tp 2 run's printed losses; refused below --vocab and, with --tp, when a tensor rank would
- * hold no real row, naming the problem. */
+ * families; the Llama also with --sequence-parallel) the unpadded tp 2 run's printed losses; refused below --vocab
+ * and, with --tp, when a tensor rank would hold no real row, naming the problem. */
 static void test_padded_vocab(void **state) {
     (void)state;
     char *pa = prog_fmt(TINY " --vocab 250 --padded-vocab 256 --save %s/pad.safetensors", tmpdir);
@@ -474,7 +474,8 @@ static void test_padded_vocab(void **state) {
                                { " --model llama --vocab 250 --world 2 --tp 2",
                                  " --model llama --vocab 250 --padded-vocab 256 --world 2 --tp 2" },
                                { " --model llama --vocab 250 --world 2 --tp 2 --sequence-parallel",
-                                 " --model llama --vocab 250 --padded-vocab 256 --world 2 --tp 2 --sequence-parallel" } };
+                                 " --model llama --vocab 250 --padded-vocab 256 --world 2 --tp 2 "
+                                 "--sequence-parallel" } };
     for (int k = 0; k < 4; k++) { /* tp: the printed losses (6 digits); the runs differ in the last bits */
         char *a = prog_fmt(TINY "%s", same[k][0]), *b = prog_fmt(TINY "%s", same[k][1]);
         cJSON *ja = prog_json(trainer, tmpdir, "", a), *jb = prog_json(trainer, tmpdir, "", b);

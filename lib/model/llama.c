@@ -112,7 +112,8 @@ fsc_status fsc_llama_param_info(const fsc_llama_config *c, int i, fsc_param_info
 
 fsc_status llama_dense_param_info(const fsc_llama_config *c, int i, fsc_param_info *out) {
     int n = 1 + LLAMA_LAYER_PARAMS * c->layers + 2, L = c->layers;
-    int64_t C = c->dim, V = fsc_llama_vocab_rows(c), F = c->ffn, HD = c->dim / c->heads, Q = HD * c->heads, KV = HD * c->kv_heads;
+    int64_t C = c->dim, V = fsc_llama_vocab_rows(c), F = c->ffn, HD = c->dim / c->heads, Q = HD * c->heads;
+    int64_t KV = HD * c->kv_heads;
     if (i < 0 || i >= n) return fsc_error(FSC_ERR_INVALID, "llama: tensor index %d out of range [0, %d)", i, n);
     memset(out, 0, sizeof *out);
     out->expert = -1;

@@ -24,11 +24,13 @@ fsc_status fsc_engine_eval(struct fsc_engine *e, const void *inputs, const void 
 
 /* The model's outputs for this rank's local_batch samples, by the same forward pass: out (host) receives
  * local_batch x *per_sample floats, sample by sample, where *per_sample = loss_terms x the loss layer's width (a
- * language model: T x V logits; fsc_layer_xent: its class logits; fsc_layer_mse: its predictions). Collective like
- * fsc_engine_eval (every rank of the world, each with its own samples; local_batch splits into the engine's
- * micro-batches); on every strategy (FSDP gathers as in evaluation). FSC_ERR_UNSUPPORTED on every rank for a model
- * whose loss layer keeps no outputs, with a pipeline or with tensor parallelism (not yet). Touches no gradient or
- * optimizer state. */
+ * language model: T x V logits, V the real vocabulary; fsc_layer_xent: its class logits; fsc_layer_mse: its
+ * predictions). Collective like fsc_engine_eval (every rank of the world, each with its own samples; local_batch
+ * splits into the engine's micro-batches); on every strategy and layout (FSDP gathers as in evaluation): with a
+ * pipeline the last stage broadcasts the outputs to every stage of its pipeline group, with tensor parallelism the
+ * tensor group gathers the vocabulary-parallel head's slices (model.h's logits_part), so every rank gets its own
+ * samples' whole outputs. FSC_ERR_UNSUPPORTED on every rank for a model whose loss layer keeps no outputs. Touches
+ * no gradient or optimizer state. */
 fsc_status fsc_engine_predict(struct fsc_engine *e, const void *inputs, int local_batch, float *out,
                               size_t *per_sample);
 

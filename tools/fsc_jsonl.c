@@ -140,6 +140,11 @@ static void jl_title(const cJSON *rec, char *title, size_t cap) {
     }
 }
 
+static const char *jl_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
 /* The plot's tables of the log text[0..n) into out, the run's title (empty if none) into title (JL_TITLE_CAP
  * bytes), the number of lines skipped (not JSON objects) into *skipped. 0, or -1 with err set (out of memory,
  * a write that failed). */
@@ -158,7 +163,12 @@ static int jl_plot_tables(const char *text, size_t n, FILE *out, char *title, si
         size_t k = 0;
         while (k < len && strchr(" \t\r", line[k])) k++;
         if (k == len) continue; /* an empty line */
-        cJSON *rec = cJSON_ParseWithLength(line, len);
+        const char *rend = NULL;
+        cJSON *rec = cJSON_ParseWithLengthOpts(line, len, &rend, 0);
+        if (rec && jl_ws(rend, line + len) != line + len) { /* something after the object */
+            cJSON_Delete(rec);
+            rec = NULL;
+        }
         if (!cJSON_IsObject(rec)) {
             cJSON_Delete(rec);
             ++*skipped;
@@ -239,11 +249,6 @@ done:
     return rc;
 }
 
-static const char *jl_ws(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
-    return p;
-}
-
 /* Called with each event's text (a JSON object, as the file writes it) and its length; nonzero stops. */
 typedef int (*jl_event_fn)(void *arg, const char *ev, size_t len);
 
@@ -304,6 +309,10 @@ array:
             *cut = 1;
             return 0;
         }
+        if (*p != '{') {
+            jl_err(err, ecap, "event %zu is not an object (byte %zu)", *count + 1, (size_t)(p - text));
+            return -1;
+        }
         const char *vend = NULL;
         cJSON *e = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &vend, 0);
         if (!e) {
@@ -316,12 +325,7 @@ array:
             jl_err(err, ecap, "event %zu is not JSON (byte %zu)", *count + 1, (size_t)(p - text));
             return -1;
         }
-        int obj = cJSON_IsObject(e);
         cJSON_Delete(e);
-        if (!obj) {
-            jl_err(err, ecap, "event %zu is not an object (byte %zu)", *count + 1, (size_t)(p - text));
-            return -1;
-        }
         if (emit(arg, p, (size_t)(vend - p))) {
             jl_err(err, ecap, "cannot write event %zu", *count + 1);
             return -1;
@@ -341,6 +345,7 @@ array:
     }
 }
 
+#ifndef FSC_JSONL_NO_MAIN
 /* The whole file (NUL-terminated) in *buf, its size in *n; 0, or -1 with err set. */
 static int jl_slurp(const char *path, char **buf, size_t *n, char *err, size_t ecap) {
     FILE *f = fopen(path, "rb");
@@ -370,7 +375,6 @@ static int jl_slurp(const char *path, char **buf, size_t *n, char *err, size_t e
     return 0;
 }
 
-#ifndef FSC_JSONL_NO_MAIN
 static int emit_file(void *arg, const char *ev, size_t len) {
     int *first = arg;
     int bad = (*first ? 0 : fputs(",\n", stdout) < 0) || fwrite(ev, 1, len, stdout) != len;

@@ -3,8 +3,9 @@
  * bit for bit; products, sums and activations to a tolerance set by float rounding: the device's order of a sum and
  * its libm differ from the host's); matmul with every transpose and with beta 0 over NaN (not read), 1
  * (accumulate) and 0.5; nothing crosses between host and device (fsc_device_copied_bytes) but fill's one value;
- * each refusal (NULL, dtype, host memory, another device, a strided view, shapes that differ or do not chain)
- * is FSC_ERR_INVALID naming the problem, and leaves the output as it was. */
+ * examples/train_mlp.c's layer composed of them against its derivatives on the host, with no copy at all; each
+ * refusal (NULL, dtype, host memory, another device, a strided view, shapes that differ or do not chain) is
+ * FSC_ERR_INVALID naming the problem, and leaves the output as it was. */
 #include <math.h>
 #include "testutil.h"
 #include "fsc/ops.h"
@@ -180,6 +181,45 @@ static void test_elementwise(void **state) {
     fsc_device_release(dev, to.data), fsc_device_release(dev, t2.data);
 }
 
+/* examples/train_mlp.c's layer out = scale * silu(x) (per feature), written with these operations as the example
+ * writes it, against its derivatives on the host: with dout = r, dscale = sum_n r silu(x) and dx = r scale
+ * silu'(x). */
+static void test_layer_composition(void **state) {
+    (void)state;
+    enum { N = R * C };
+    float x[N], r[N], sc[C], got[N], gs[C];
+    fill_host(x, N, 8), fill_host(r, N, 9), fill_host(sc, C, 10);
+    fsc_tensor tx = dev_tensor(x, 2, R, C), tr = dev_tensor(r, 2, R, C), ts = dev_tensor(sc, 1, C, 0);
+    fsc_tensor t = dev_tensor(NULL, 2, R, C), w = dev_tensor(NULL, 2, R, C), o = dev_tensor(NULL, 2, R, C);
+    fsc_tensor di = dev_tensor(NULL, 2, R, C), g = dev_tensor(NULL, 1, C, 0);
+    fsc_device_reset_copied(dev);
+    assert_ok(fsc_op_zero(&g));
+    assert_ok(fsc_op_silu(&t, &tx)); /* forward */
+    assert_ok(fsc_op_repeat_rows(&w, &ts));
+    assert_ok(fsc_op_mul(&o, &t, &w));
+    assert_ok(fsc_op_mul(&w, &tr, &t)); /* backward */
+    assert_ok(fsc_op_sum_rows(&g, &w));
+    assert_ok(fsc_op_repeat_rows(&w, &ts));
+    assert_ok(fsc_op_mul(&w, &w, &tr));
+    assert_ok(fsc_op_silu_backward(&di, &tx, &w));
+    assert_int_equal(fsc_device_copied_bytes(dev, 0) + fsc_device_copied_bytes(dev, 1), 0); /* all on the device */
+    double want[N], wg[C] = { 0 };
+    down(got, &o);
+    for (int i = 0; i < N; i++) want[i] = sc[i % C] * (x[i] / (1.0 + exp(-(double)x[i])));
+    near(got, want, N, 1e-6, "out");
+    down(got, &di);
+    for (int i = 0; i < N; i++) {
+        double sg = 1.0 / (1.0 + exp(-(double)x[i]));
+        want[i] = (double)r[i] * sc[i % C] * sg * (1.0 + x[i] * (1.0 - sg));
+        wg[i % C] += (double)r[i] * x[i] * sg;
+    }
+    near(got, want, N, 1e-5, "dx");
+    down(gs, &g);
+    near(gs, wg, C, 1e-5, "dscale");
+    fsc_tensor all[] = { tx, tr, ts, t, w, o, di, g };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fsc_device_release(dev, all[i].data);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     float x[R * C];
@@ -232,6 +272,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_layer_composition),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -8,6 +8,8 @@
  * the floats they set) and no other; the model's own text is accepted.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_config_check.c (or make fuzz). */
 #include <cjson/cJSON.h>
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,11 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int same_value(const cJSON *x, const cJSON *y) {
-    if (cJSON_IsNumber(x)) return cJSON_IsNumber(y) && (float)x->valuedouble == (float)y->valuedouble;
+    if (cJSON_IsNumber(x)) {
+        if (!cJSON_IsNumber(y)) return 0;
+        double a = x->valuedouble, b = y->valuedouble; /* as floats, where they are in float's range */
+        return fabs(a) <= FLT_MAX && fabs(b) <= FLT_MAX ? (float)a == (float)b : a == b;
+    }
     return cJSON_Compare(x, y, 1);
 }
 

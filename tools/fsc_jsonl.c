@@ -140,8 +140,9 @@ static void jl_title(const cJSON *rec, char *title, size_t cap) {
     }
 }
 
+/* Past whitespace: every byte up to 32 (NUL and control characters too), as cJSON skips it. */
 static const char *jl_ws(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    while (p < end && (unsigned char)*p <= 32) p++;
     return p;
 }
 

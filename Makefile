@@ -40,6 +40,8 @@ EXAMPLES := $(EX_SRC:examples/%.c=$(BUILD)/%)
 # The sampler (examples/sample.c): generates text from a model file the trainer saved; make install installs it
 SAMPLER  := $(BUILD)/sample
 PLANNER  := $(BUILD)/fsc-plan
+# The JSON reader of tools/plot and tools/trace_merge (tools/fsc_jsonl.c, on cJSON)
+JSONL    := $(BUILD)/fsc-jsonl
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 PUBLIC_HEADERS := $(wildcard lib/include/fsc/*.h)
@@ -47,7 +49,7 @@ PLUGIN_HEADERS := $(wildcard lib/include/fsc/plugin/*.h)
 HEADERS  := $(PUBLIC_HEADERS) $(PLUGIN_HEADERS) $(wildcard lib/*/*.h) $(wildcard sim/*.h) $(wildcard backends/cpu/*.h)
 
 .PHONY: all lib deps test check demo bench fuzz install uninstall clean cuda cuda-if-found mpi plot gpu-kit
-all: lib $(TRAINER) $(PLANNER) $(EXAMPLES) $(BENCHES) $(TESTS) cuda-if-found mpi
+all: lib $(TRAINER) $(PLANNER) $(JSONL) $(EXAMPLES) $(BENCHES) $(TESTS) cuda-if-found mpi
 lib: $(BUILD)/libfsc.a $(BUILD)/libfsc.so
 
 $(BUILD)/obj/%.o: %.c $(HEADERS)
@@ -104,6 +106,10 @@ $(BUILD)/train_gpt: $(TRAINER)
 # The planner is fsc-plan (examples/plan_tool.c, docs/planning.md).
 $(PLANNER): examples/plan_tool.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
+
+$(JSONL): tools/fsc_jsonl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) -lcjson -lm
 
 $(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
@@ -179,7 +185,7 @@ test: deps
 	@sh ci/test.sh
 
 # Run the suite of one build variant (used by ci/test.sh).
-check: $(TESTS) $(TRAINER) $(PLANNER) $(EXAMPLES) mpi
+check: $(TESTS) $(TRAINER) $(PLANNER) $(JSONL) $(EXAMPLES) mpi
 	@sh ci/run_tests.sh $(BUILD)/tests "$(TESTS_FILTER)"
 
 demo: deps
@@ -195,7 +201,8 @@ bench: deps
 plot:
 	@test -n "$(LOG)" -a -n "$(OUT)" || { echo "usage: make plot LOG=run.jsonl OUT=run.png|run.svg"; exit 2; }
 	@sh ci/deps.sh plot
-	@sh tools/plot "$(LOG)" "$(OUT)"
+	@$(MAKE) --no-print-directory $(JSONL)
+	@FSC_JSONL=$(JSONL) sh tools/plot "$(LOG)" "$(OUT)"
 
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_SECONDS ?= 20

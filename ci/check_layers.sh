@@ -14,7 +14,7 @@ core     lib/core fsc/export fsc/status fsc/dtype fsc/tensor fsc/rng fsc/device 
 io       lib/io fsc/data fsc/safetensors
 text     lib/text fsc/bpe
 optim    lib/optim fsc/optim fsc/schedule
-nn       lib/nn fsc/nn fsc/checkpoint_wrapper
+nn       lib/nn fsc/nn fsc/checkpoint_wrapper fsc/ops
 moe      lib/moe fsc/moe
 tp       lib/tp fsc/tp
 layers   lib/layers fsc/layers

@@ -9,10 +9,11 @@
  *   cc examples/train_mlp.c $(pkg-config --cflags --libs fsc) -o train_mlp
  *
  * The model (docs/models.md explains the layer interface):
- *   linear "in." (4 -> 16) | scaled_tanh "act.0." | linear "hidden." (16 -> 16) | scaled_tanh "act.1." |
+ *   linear "in." (4 -> 16) | scaled_silu "act.0." | linear "hidden." (16 -> 16) | scaled_silu "act.1." |
  *   linear "out." (16 -> 4) | mse
- * scaled_tanh (out = scale * tanh(in), one learned scale per feature) is this file's layer. It runs on the host
- * through the device interface (download, compute, upload): slow, but any device and every strategy run it. */
+ * scaled_silu (out = scale * silu(in), one learned scale per feature) is this file's layer. It computes on the
+ * device with fsc/ops.h (SiLU, products, a row sum), nothing through the host, so any device and every strategy
+ * run it at the device's speed. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <math.h>
 #include <stdio.h>
@@ -23,63 +24,62 @@
 
 enum { IN = 4, HID = 16, GLOBAL_BATCH = 16, STEPS = 6, SAVE_AT = 3, WORLD = 4 };
 
-/* ---- the layer: out = scale * tanh(in), parameter "scale" (n) ------------------------------------------------ */
+/* ---- the layer: out = scale * silu(in), parameter "scale" (n) ------------------------------------------------ */
 typedef struct {
     fsc_layer l; /* first: fsc's part */
     int n;
-} scaled_tanh;
+} scaled_silu;
 
-/* the record keeps tanh(in): (B, n) floats */
-static size_t st_rec_bytes(const fsc_layer *l, int B) { return (size_t)B * ((const scaled_tanh *)l)->n * sizeof(float); }
+/* the record keeps silu(in), the scratch holds one (B, n) product: both (B, n) floats */
+static size_t st_bytes(const fsc_layer *l, int B) { return (size_t)B * ((const scaled_silu *)l)->n * sizeof(float); }
 
+/* Views of the device pointers a call gets, for fsc/ops.h: (B, n) rows and an (n) vector */
+static fsc_tensor rows(const fsc_layer_call *c, const void *p, int n) {
+    return fsc_tensor_make((void *)p, FSC_F32, 2, (const int64_t[]){ c->B, n }, c->dev);
+}
+static fsc_tensor vec(const fsc_layer_call *c, const void *p, int n) {
+    return fsc_tensor_make((void *)p, FSC_F32, 1, (const int64_t[]){ n }, c->dev);
+}
+
+/* t = silu(in) (kept), out = t * scale per feature: all on the device */
 static fsc_status st_forward(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
-    const int n = ((const scaled_tanh *)l)->n;
-    const size_t N = (size_t)c->B * n;
-    float *x = malloc(N * sizeof(float)), *scale = malloc(n * sizeof(float));
-    fsc_status s = x && scale ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "scaled_tanh: out of host memory");
-    if (s == FSC_OK) s = fsc_device_download(c->dev, x, in, N * sizeof(float));
-    if (s == FSC_OK) s = fsc_device_download(c->dev, scale, c->param[0], n * sizeof(float));
-    for (size_t i = 0; s == FSC_OK && i < N; i++) x[i] = tanhf(x[i]);
-    if (s == FSC_OK) s = fsc_device_upload(c->dev, c->rec, x, N * sizeof(float));
-    for (size_t i = 0; s == FSC_OK && i < N; i++) x[i] *= scale[i % n];
-    if (s == FSC_OK) s = fsc_device_upload(c->dev, out, x, N * sizeof(float));
-    free(x), free(scale);
+    const int n = ((const scaled_silu *)l)->n;
+    fsc_tensor x = rows(c, in, n), t = rows(c, c->rec, n), o = rows(c, out, n), w = rows(c, c->work, n);
+    fsc_tensor scale = vec(c, c->param[0], n);
+    fsc_status s = fsc_op_silu(&t, &x);
+    if (s == FSC_OK) s = fsc_op_repeat_rows(&w, &scale); /* each row := scale */
+    if (s == FSC_OK) s = fsc_op_mul(&o, &t, &w);
     return s;
 }
 
-/* dinp = dout * scale * (1 - t^2); dscale += sum over samples of dout * t (in sample order) */
+/* dscale += sum over samples of dout * t (in sample order); dinp = silu'(in) * dout * scale */
 static fsc_status st_backward(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                               const void *in) {
-    (void)in;
-    const int n = ((const scaled_tanh *)l)->n;
-    const size_t N = (size_t)c->B * n;
-    float *t = malloc(N * sizeof(float)), *d = malloc(N * sizeof(float));
-    float *scale = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
-    fsc_status s = t && d && scale && g ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "scaled_tanh: out of host memory");
-    if (s == FSC_OK) s = fsc_device_download(c->dev, t, c->rec, N * sizeof(float));
-    if (s == FSC_OK) s = fsc_device_download(c->dev, d, dout, N * sizeof(float));
-    if (s == FSC_OK) s = fsc_device_download(c->dev, scale, c->param[0], n * sizeof(float));
-    if (s == FSC_OK) s = fsc_device_download(c->dev, g, c->grad[0], n * sizeof(float));
-    for (size_t i = 0; s == FSC_OK && i < N; i++) g[i % n] += d[i] * t[i];
-    if (s == FSC_OK) s = fsc_device_upload(c->dev, c->grad[0], g, n * sizeof(float));
-    for (size_t i = 0; s == FSC_OK && dinp && i < N; i++) d[i] *= scale[i % n] * (1.0f - t[i] * t[i]);
-    if (s == FSC_OK && dinp) s = fsc_device_upload(c->dev, dinp, d, N * sizeof(float));
-    free(t), free(d), free(scale), free(g);
+    const int n = ((const scaled_silu *)l)->n;
+    fsc_tensor x = rows(c, in, n), t = rows(c, c->rec, n), d = rows(c, dout, n), w = rows(c, c->work, n);
+    fsc_tensor scale = vec(c, c->param[0], n), g = vec(c, c->grad[0], n);
+    fsc_status s = fsc_op_mul(&w, &d, &t);
+    if (s == FSC_OK) s = fsc_op_sum_rows(&g, &w);
+    if (!dinp || s != FSC_OK) return s;
+    fsc_tensor di = rows(c, dinp, n);
+    s = fsc_op_repeat_rows(&w, &scale);
+    if (s == FSC_OK) s = fsc_op_mul(&w, &w, &d);
+    if (s == FSC_OK) s = fsc_op_silu_backward(&di, &x, &w);
     return s;
 }
 
 static void st_config(const fsc_layer *l, char *buf, size_t cap) {
-    snprintf(buf, cap, "{\"n\":%d}", ((const scaled_tanh *)l)->n);
+    snprintf(buf, cap, "{\"n\":%d}", ((const scaled_silu *)l)->n);
 }
 
-static const fsc_layer_ops scaled_tanh_ops = { .rec_bytes = st_rec_bytes, .forward = st_forward,
+static const fsc_layer_ops scaled_silu_ops = { .rec_bytes = st_bytes, .work_bytes = st_bytes, .forward = st_forward,
                                                .backward = st_backward, .config = st_config };
 
-static fsc_status scaled_tanh_create(int n, fsc_layer **out) {
-    scaled_tanh *y = calloc(1, sizeof *y);
-    if (!y) return fsc_error(FSC_ERR_NOMEM, "scaled_tanh: out of host memory");
-    snprintf(y->l.kind, sizeof y->l.kind, "scaled_tanh");
-    y->l.ops = &scaled_tanh_ops;
+static fsc_status scaled_silu_create(int n, fsc_layer **out) {
+    scaled_silu *y = calloc(1, sizeof *y);
+    if (!y) return fsc_error(FSC_ERR_NOMEM, "scaled_silu: out of host memory");
+    snprintf(y->l.kind, sizeof y->l.kind, "scaled_silu");
+    y->l.ops = &scaled_silu_ops;
     y->l.in_bytes = (size_t)n * sizeof(float);
     y->l.out_floats = (size_t)n;
     y->n = n;
@@ -98,10 +98,10 @@ static fsc_status build_model(fsc_device *dev, fsc_model **out) {
                     out_ = fsc_linear_opts_default(HID, IN);
     fsc_status s = fsc_layer_linear(&in, &l[0]);
     if (s == FSC_OK) s = fsc_layer_set_init(l[0], "weight", fsc_init_normal(0.5f));
-    if (s == FSC_OK) s = scaled_tanh_create(HID, &l[1]);
+    if (s == FSC_OK) s = scaled_silu_create(HID, &l[1]);
     if (s == FSC_OK) s = fsc_layer_linear(&hid, &l[2]);
     if (s == FSC_OK) s = fsc_layer_set_init(l[2], "weight", fsc_init_normal(0.25f));
-    if (s == FSC_OK) s = scaled_tanh_create(HID, &l[3]);
+    if (s == FSC_OK) s = scaled_silu_create(HID, &l[3]);
     if (s == FSC_OK) s = fsc_layer_linear(&out_, &l[4]);
     if (s == FSC_OK) s = fsc_layer_set_init(l[4], "weight", fsc_init_normal(0.25f));
     if (s == FSC_OK) s = fsc_layer_mse(IN, &l[5]);

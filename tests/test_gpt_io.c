@@ -364,8 +364,28 @@ static void test_misuse(void **state) {
     assert_err(fsc_gpt_check_file(&bad, path), FSC_ERR_INVALID, "heads");
 }
 
+/* fsc_gpt_config_check_json: the model's own text is accepted, another size is INVALID naming both, and a recorded
+ * size that is no integer in [0, INT_MAX] (too large for an int, a fraction, negative) is FORMAT naming the field
+ * (found by fuzz/fuzz_config_check.c: it was converted to int unchecked). */
+static void test_config_check(void **state) {
+    (void)state;
+    char own[512];
+    fsc_gpt_config_json(&CFG, own, sizeof own);
+    assert_ok(fsc_gpt_config_check_json(&CFG, own));
+    assert_err(fsc_gpt_config_check_json(&CFG, "{\"layers\":3,\"dim\":32,\"heads\":2,\"seq\":16,\"vocab\":64}"),
+               FSC_ERR_INVALID, "written for a model of 3 layers");
+    const char *bad[3][2] = { { "5.5e48", "heads (5.5e+48) is not an integer" }, { "2.5", "heads (2.5) is not" },
+                              { "-2", "heads (-2) is not" } };
+    for (int i = 0; i < 3; i++) {
+        char rec[256];
+        snprintf(rec, sizeof rec, "{\"layers\":2,\"dim\":32,\"heads\":%s,\"seq\":16,\"vocab\":64}", bad[i][0]);
+        assert_err(fsc_gpt_config_check_json(&CFG, rec), FSC_ERR_FORMAT, bad[i][1]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_check),
         cmocka_unit_test(test_roundtrip_bit_exact),
         cmocka_unit_test(test_hf_layout),
         cmocka_unit_test(test_wellformed_variant_loads),

@@ -1502,6 +1502,73 @@ static void null_fsc_mul_forward(void) {
     INVALID(fsc_mul_forward(DEV, P, P, P, NULL, 1), "b");
 }
 
+/* ops.h: every tensor argument NULL in turn (the stand-ins are zeroed tensors) */
+static void null_fsc_op_matmul(void) {
+    INVALID(fsc_op_matmul(NULL, P, 0, P, 0, 1, 0), "c");
+    INVALID(fsc_op_matmul(P, NULL, 0, P, 0, 1, 0), "a");
+    INVALID(fsc_op_matmul(P, P, 0, NULL, 0, 1, 0), "b");
+}
+static void null_fsc_op_copy(void) {
+    INVALID(fsc_op_copy(NULL, P), "dst");
+    INVALID(fsc_op_copy(P, NULL), "src");
+}
+static void null_fsc_op_zero(void) { INVALID(fsc_op_zero(NULL), "x"); }
+static void null_fsc_op_fill(void) { INVALID(fsc_op_fill(NULL, 1), "x"); }
+static void null_fsc_op_scale(void) { INVALID(fsc_op_scale(NULL, 1), "x"); }
+static void null_fsc_op_axpy(void) {
+    INVALID(fsc_op_axpy(NULL, 1, P), "y");
+    INVALID(fsc_op_axpy(P, 1, NULL), "x");
+}
+static void null_fsc_op_add(void) {
+    INVALID(fsc_op_add(NULL, P, P), "out");
+    INVALID(fsc_op_add(P, NULL, P), "a");
+    INVALID(fsc_op_add(P, P, NULL), "b");
+}
+static void null_fsc_op_mul(void) {
+    INVALID(fsc_op_mul(NULL, P, P), "out");
+    INVALID(fsc_op_mul(P, NULL, P), "a");
+    INVALID(fsc_op_mul(P, P, NULL), "b");
+}
+static void null_fsc_op_mul_backward(void) { /* da and db may be NULL */
+    INVALID(fsc_op_mul_backward(P, P, NULL, P, P), "a");
+    INVALID(fsc_op_mul_backward(P, P, P, NULL, P), "b");
+    INVALID(fsc_op_mul_backward(P, P, P, P, NULL), "dout");
+}
+static void null_fsc_op_add_rows(void) {
+    INVALID(fsc_op_add_rows(NULL, P), "x");
+    INVALID(fsc_op_add_rows(P, NULL), "v");
+}
+static void null_fsc_op_sum_rows(void) {
+    INVALID(fsc_op_sum_rows(NULL, P), "v");
+    INVALID(fsc_op_sum_rows(P, NULL), "x");
+}
+static void null_fsc_op_repeat_rows(void) {
+    INVALID(fsc_op_repeat_rows(NULL, P), "x");
+    INVALID(fsc_op_repeat_rows(P, NULL), "v");
+}
+static void null_fsc_op_silu(void) {
+    INVALID(fsc_op_silu(NULL, P), "out");
+    INVALID(fsc_op_silu(P, NULL), "x");
+}
+static void null_fsc_op_silu_backward(void) {
+    INVALID(fsc_op_silu_backward(NULL, P, P), "dx");
+    INVALID(fsc_op_silu_backward(P, NULL, P), "x");
+    INVALID(fsc_op_silu_backward(P, P, NULL), "dout");
+}
+static void null_fsc_op_gelu(void) {
+    INVALID(fsc_op_gelu(NULL, P), "out");
+    INVALID(fsc_op_gelu(P, NULL), "x");
+}
+static void null_fsc_op_gelu_backward(void) {
+    INVALID(fsc_op_gelu_backward(NULL, P, P), "dx");
+    INVALID(fsc_op_gelu_backward(P, NULL, P), "x");
+    INVALID(fsc_op_gelu_backward(P, P, NULL), "dout");
+}
+static void null_fsc_op_sum(void) {
+    INVALID(fsc_op_sum(NULL, P), "x");
+    INVALID(fsc_op_sum(P, NULL), "sum");
+}
+
 static void null_fsc_residual_backward(void) {
     /* may be NULL: da, db */
     INVALID(fsc_residual_backward(NULL, P, P, P, 0), "dev");
@@ -2695,6 +2762,24 @@ static const struct row rows[] = {
     NONE(fsc_swiglu_mlp_work_floats),
     ROW(fsc_xent_backward),
     ROW(fsc_xent_forward),
+    /* ops.h */
+    ROW(fsc_op_add),
+    ROW(fsc_op_add_rows),
+    ROW(fsc_op_axpy),
+    ROW(fsc_op_copy),
+    ROW(fsc_op_fill),
+    ROW(fsc_op_gelu),
+    ROW(fsc_op_gelu_backward),
+    ROW(fsc_op_matmul),
+    ROW(fsc_op_mul),
+    ROW(fsc_op_mul_backward),
+    ROW(fsc_op_repeat_rows),
+    ROW(fsc_op_scale),
+    ROW(fsc_op_silu),
+    ROW(fsc_op_silu_backward),
+    ROW(fsc_op_sum),
+    ROW(fsc_op_sum_rows),
+    ROW(fsc_op_zero),
     /* optim.h */
     ROW(fsc_grad_clip),
     ROW(fsc_grad_norm),

@@ -1,13 +1,15 @@
-/* Tests of tools/plot's data extraction (tools/plot --data, awk only: no gnuplot needed, and none is run here).
- * Oracles: for a log written out by hand below (a config line, train records with and without lr and mfu, a
+/* Tests of tools/plot's data extraction (tools/plot --data, read by fsc-jsonl: no gnuplot needed, and none is run
+ * here). Oracles: for a log written out by hand below (a config line, train records with and without lr and mfu, a
  * validation record, a resumed run's second config line and records), the tables are exactly the ones written out
- * by hand; a resumed run's repeated steps give one row each, the last record's, in step order; a log the trainer wrote (--log) gives one row per step whose loss is --json's loss to the digit
- * (%.17g both ways) and whose memory columns are the tags of the record; bad usage and a missing file fail. */
+ * by hand; a resumed run's repeated steps give one row each, the last record's, in step order; a log the trainer
+ * wrote (--log) gives one row per step whose loss reads back as --json's loss (the same double) and whose memory
+ * columns are the tags of the record; a log in JSON forms a line-by-line text match misreads (test_json_forms says
+ * which) gives the tables written out by hand; bad usage and a missing file fail. */
 #include <limits.h>
 #include <stdlib.h>
 #include "trainertest.h"
 
-static char trainer[PATH_MAX], plot[PATH_MAX];
+static char trainer[PATH_MAX], plot[PATH_MAX], jsonl[PATH_MAX + 16];
 static char tmpdir[64];
 
 static void test_hand_written(void **state) {
@@ -33,7 +35,7 @@ static void test_hand_written(void **state) {
     const char *want = "# train\n"
                        "step\tloss\tlr\ttokens_per_s\tmfu\tparams_mib\tacts_mib\ttotal_mib\n"
                        "1\t5.25\t0.001\t1000\t0.25\t1\t2\t3\n"
-                       "2\t4.5e-1\tNaN\t2000\tNaN\t1\t0.5\t3\n"
+                       "2\t0.45\tNaN\t2000\tNaN\t1\t0.5\t3\n"
                        "3\t-1\t1e-05\t3000\t0.5\t0\t0\t0\n"
                        "\n\n# val\n"
                        "step\tval_loss\n"
@@ -83,6 +85,58 @@ static void test_resumed_log(void **state) {
     free(out), free(args);
 }
 
+/* What a line-by-line text match gets wrong, read as JSON: spaces around colons and commas, keys in another order,
+ * a key written with an escape ("\u006coss" is "loss"), an object nested inside a record that holds "step" and
+ * "type" of its own, a nested value among the memory tags (not a tag), the tags of a later record in another
+ * order (found by name), numbers as 1E+2, 2.50E-3 and null, a second config record whose nested object looks like
+ * a train record, and a last line cut short (a killed run: skipped, said on stderr). The run's title (fsc-jsonl's
+ * TITLE_FILE) keeps the model's name read through its escapes, without the quote. */
+static void test_json_forms(void **state) {
+    (void)state;
+    char log[128], title[128];
+    snprintf(log, sizeof log, "%s/forms.jsonl", tmpdir);
+    snprintf(title, sizeof title, "%s/title.txt", tmpdir);
+    FILE *f = fopen(log, "w");
+    assert_non_null(f);
+    fputs("{ \"type\" : \"config\", \"config\" : { \"model\" : \"ll\\u0061ma\\\"7\", \"layers\" : 2, \"dim\" : 64,"
+          " \"world\" : 1, \"parallel\" : \"ddp\", \"precision\" : \"bf16\" } }\n"
+          "{\"step\": 1, \"loss\": 1E+2, \"type\": \"train\", \"extra\": {\"step\": 99, \"type\": \"val\"},"
+          " \"lr\": 2.50E-3, \"tokens_per_s\": 1.5e3,"
+          " \"peak_bytes\": {\"params\": 1048576, \"detail\": {\"total\": 5}, \"total\": 3.145728e6}}\n"
+          "{\"val_loss\":-0.5,\"step\":1,\"type\":\"val\"}\n"
+          "\n"
+          "{\"type\":\"train\",\"step\":2,\"\\u006coss\":0.75,\"mfu\":null,\"tokens_per_s\":2000,"
+          "\"peak_bytes\":{\"total\":1048576,\"params\":0}}\n"
+          "{\"type\":\"val\",\"step\":2,\"val_loss\":0.5}\n"
+          "{\"type\":\"config\",\"config\":{\"model\":\"other\",\"note\":{\"type\":\"train\",\"step\":9,\"loss\":1}}}\n"
+          "{\"type\":\"train\",\"step\":3,\"loss\":0.",
+          f);
+    assert_int_equal(fclose(f), 0);
+    char *args = NULL, *out = NULL, *err = NULL;
+    assert_true(asprintf(&args, "--data '%s'", log) > 0);
+    assert_int_equal(prog_run(plot, args, tmpdir, &out, &err), 0);
+    const char *want = "# train\n"
+                       "step\tloss\tlr\ttokens_per_s\tmfu\tparams_mib\ttotal_mib\n"
+                       "1\t100\t0.0025\t1500\tNaN\t1\t3\n"
+                       "2\t0.75\tNaN\t2000\tNaN\t0\t1\n"
+                       "\n\n# val\n"
+                       "step\tval_loss\n"
+                       "1\t-0.5\n"
+                       "2\t0.5\n";
+    if (strcmp(out, want) != 0) fail_msg("tools/plot --data gave:\n%s\nexpected:\n%s", out, want);
+    if (!strstr(err, "skipped 1 line that is not a JSON object")) fail_msg("stderr: %s", err);
+    free(out), free(err), free(args);
+    assert_true(asprintf(&args, "plot-data '%s' '%s'", log, title) > 0);
+    assert_int_equal(prog_run(jsonl, args, tmpdir, NULL, NULL), 0);
+    char *t = prog_slurp(title);
+    assert_string_equal(t, "llama7, 2 layers x 64, 1 rank, ddp, bf16\n");
+    free(t), free(args);
+    /* fsc-jsonl's own usage and a missing file */
+    assert_int_equal(prog_run(jsonl, "", tmpdir, NULL, NULL), 2);
+    assert_int_equal(prog_run(jsonl, "plot-data", tmpdir, NULL, NULL), 2);
+    assert_int_equal(prog_run(jsonl, "plot-data /nonexistent/x.jsonl", tmpdir, NULL, NULL), 1);
+}
+
 static void test_trainer_log(void **state) {
     (void)state;
     char *args = NULL, *out = NULL;
@@ -105,9 +159,9 @@ static void test_trainer_log(void **state) {
         char loss[64];
         assert_int_equal(sscanf(line, "%d\t%63[^\t]", &step, loss), 2);
         assert_int_equal(step, s + 1);
-        char want[64];
-        snprintf(want, sizeof want, "%.17g", cJSON_GetArrayItem(cJSON_GetObjectItem(j, "losses"), s)->valuedouble);
-        assert_string_equal(loss, want);
+        double want = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "losses"), s)->valuedouble;
+        if (strtod(loss, NULL) != want)
+            fail_msg("step %d: the table's loss %s is not --json's %.17g", s + 1, loss, want);
     }
     assert_string_equal(strtok(NULL, "\n"), "# val");
     cJSON_Delete(j);
@@ -117,6 +171,13 @@ static void test_trainer_log(void **state) {
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_plot", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
+    snprintf(jsonl, sizeof jsonl, "%s", trainer); /* this build's fsc-jsonl, beside the trainer */
+    snprintf(strrchr(jsonl, '/') + 1, sizeof jsonl - (size_t)(strrchr(jsonl, '/') + 1 - jsonl), "fsc-jsonl");
+    if (access(jsonl, X_OK) != 0) {
+        fprintf(stderr, "test_plot: %s not found: build it first (make ... fsc-jsonl)\n", jsonl);
+        return 1;
+    }
+    setenv("FSC_JSONL", jsonl, 1); /* tools/plot uses it */
     const char *src = __FILE__, *slash = strrchr(src, '/'); /* tools/ beside tests/ */
     snprintf(plot, sizeof plot, "%.*s../tools/plot", slash ? (int)(slash - src + 1) : 0, src);
     if (access(plot, X_OK) != 0) {
@@ -126,6 +187,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_written),
         cmocka_unit_test(test_resumed_log),
+        cmocka_unit_test(test_json_forms),
         cmocka_unit_test(test_trainer_log),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,7 +10,10 @@
  * the spans it finished before the process stops (read by tools/trace_merge without the file's end), and each
  * span once after fsc_trace_write finishes it. */
 #include <cjson/cJSON.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
+#include <sys/wait.h>
 #include "testutil.h"
 #include "fsc/trace.h"
 
@@ -325,11 +328,75 @@ static void test_engine_trace(void **state) {
     test_rmtree(ra.dir);
 }
 
-int main(void) {
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) fail_msg("cannot create %s", path);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* tools/trace_merge reads traces as JSON, not line by line: a file whose traceEvents is not its first key (read
+ * whole), an event name holding escaped quotes and "]," and nested args, a streamed file cut short whose events
+ * span several lines (pretty-printed) with a "}" inside a string, and a bare array of events (Chrome's other form)
+ * merge into every event once with its name and args as written; a file that is no trace and one with garbage
+ * between its events are refused. */
+static void test_merge_forms(void **state) {
+    (void)state;
+    char dir[256], p[400];
+    tmp_path(dir, sizeof dir, "forms");
+    assert_int_equal(mkdir(dir, 0777), 0);
+    snprintf(p, sizeof p, "%s/rank-0.json", dir);
+    write_file(p, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[{\"name\":\"a \\\"q\\\" ],\",\"ph\":\"X\","
+                  "\"pid\":0,\"ts\":1e3,\"dur\":5,\"args\":{\"step\":{\"n\":1}}}]}\n");
+    snprintf(p, sizeof p, "%s/rank-1.json", dir);
+    write_file(p, "{ \"traceEvents\" : [\n  {\n    \"name\": \"b\",\n"
+                  "    \"ph\": \"X\", \"pid\": 1, \"ts\": 2, \"dur\": 1\n  },\n"
+                  "  {\"name\":\"c\",\"ph\":\"X\",\"pid\":1,\"ts\":3,\"dur\":1,\"args\":{\"k\":[1,2,{\"x\":\"}\"}]}},\n"
+                  "  {\"name\":\"cut");
+    snprintf(p, sizeof p, "%s/rank-2.json", dir);
+    write_file(p, "[{\"name\":\"d\",\"ph\":\"X\",\"pid\":2,\"ts\":4,\"dur\":1}]");
+    cJSON *m = merge(dir);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(m, "traceEvents")), 4);
+    const cJSON *a = find_event(m, "a \"q\" ],", 0), *c = find_event(m, "c", 0);
+    assert_non_null(a);
+    assert_int_equal((int)num(cJSON_GetObjectItem(cJSON_GetObjectItem(a, "args"), "step"), "n"), 1);
+    assert_int_equal((int)num(a, "ts"), 1000);
+    assert_non_null(find_event(m, "b", 0));
+    assert_non_null(c);
+    const cJSON *k = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "args"), "k");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(k, 2), "x")->valuestring, "}");
+    assert_int_equal((int)num(find_event(m, "d", 0), "pid"), 2);
+    assert_null(find_event(m, "cut", 0));
+    cJSON_Delete(m);
+    const char *bad[2] = { "{\"foo\":1}\n",
+                           "{\"traceEvents\":[{\"name\":\"x\"},\ngarbage\n{\"name\":\"y\"}]}\n" };
+    for (int i = 0; i < 2; i++) {
+        char sub[300], cmd[1024];
+        snprintf(sub, sizeof sub, "%s/bad%d", dir, i);
+        assert_int_equal(mkdir(sub, 0777), 0);
+        snprintf(p, sizeof p, "%s/rank-0.json", sub);
+        write_file(p, bad[i]);
+        const char *src = __FILE__, *slash = strrchr(src, '/');
+        snprintf(cmd, sizeof cmd, "'%.*s../tools/trace_merge' '%s' > /dev/null 2>&1",
+                 slash ? (int)(slash - src + 1) : 0, src, sub);
+        int st = system(cmd);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    }
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    /* tools/trace_merge reads JSON with this build's fsc-jsonl (tools/jsonl.sh), beside tests/ */
+    char self[PATH_MAX], jsonl[PATH_MAX + 32];
+    if (realpath(argv[0], self)) {
+        snprintf(jsonl, sizeof jsonl, "%s/../fsc-jsonl", dirname(self));
+        setenv("FSC_JSONL", jsonl, 0);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nesting_and_args),
         cmocka_unit_test(test_bounded),
         cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_merge_forms),
         cmocka_unit_test(test_engine_trace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -165,6 +165,10 @@ static inline int prog_setup(const char *argv0, const char *test, const char *pr
         fprintf(stderr, "%s: %s not found: build it first (make ... %s)\n", test, path, prog);
         return 1;
     }
+    /* tools/plot and tools/trace_merge read JSON with this build's fsc-jsonl (tools/jsonl.sh) */
+    char jsonl[PATH_MAX + 16];
+    snprintf(jsonl, sizeof jsonl, "%s/../fsc-jsonl", self);
+    if (access(jsonl, X_OK) == 0) setenv("FSC_JSONL", jsonl, 0);
     snprintf(tmpdir, tcap, "/tmp/fsc_%s_XXXXXX", test);
     /* the trainer's MFU peak cache (examples/train/peak.c): one for the suite, not the user's ~/.cache */
     setenv("FSC_CACHE_DIR", "/tmp/fsc_test_cache", 0);

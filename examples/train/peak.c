@@ -25,6 +25,17 @@ static int cache_path(const train_config *c, fsc_device *dev, char *buf, size_t 
     return n > 0 && (size_t)n < cap;
 }
 
+/* The cache file's text (write_cache's "%.6g\n"): the TFLOP/s it holds, or 0 when it is not one decimal number in
+ * (0, 1e7], written with digits, sign, point and exponent only and nothing after but spaces and newlines
+ * (fuzz/fuzz_peak_cache.c). */
+static double peak_cache_parse(const char *text) {
+    size_t k = strspn(text, "0123456789+-.eE");
+    if (k == 0 || strspn(text + k, " \n") != strlen(text + k)) return 0;
+    char *end;
+    double v = strtod(text, &end);
+    return end == text + k && isfinite(v) && v > 0 && v <= 1e7 ? v : 0;
+}
+
 static double read_cache(const char *path) {
     char text[64] = "";
     FILE *f = fopen(path, "r");
@@ -32,10 +43,7 @@ static double read_cache(const char *path) {
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n] = '\0';
-    char *end;
-    double v = strtod(text, &end);
-    while (*end == '\n' || *end == ' ') end++;
-    return end != text && !*end && isfinite(v) && v > 0 && v < 1e7 ? v : 0;
+    return peak_cache_parse(text);
 }
 
 /* mkdir -p of dir's last two levels (…/.cache/fsc), then path written whole and renamed over: readers see the old

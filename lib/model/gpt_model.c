@@ -85,9 +85,15 @@ void fsc_gpt_config_json(const fsc_gpt_config *c, char *buf, size_t cap) {
     cJSON_Delete(mo);
 }
 
-static int num(const cJSON *o, const char *k) {
+/* o[k] as an int (0 when absent or not a number); a number that is not an integer in [0, INT_MAX] gives 0 and
+ * names k in *bad (when *bad is still NULL). */
+static int num(const cJSON *o, const char *k, const char **bad) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? (int)v->valuedouble : 0;
+    if (!cJSON_IsNumber(v)) return 0;
+    const double x = v->valuedouble;
+    if (x >= 0 && x <= 2147483647.0 && x == floor(x)) return (int)x;
+    if (!*bad) *bad = k;
+    return 0;
 }
 
 static void g_config(void *ctx, char *buf, size_t cap) { fsc_gpt_config_json(&GM(ctx)->g.cfg, buf, cap); }
@@ -113,9 +119,19 @@ fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *record
         cJSON_Delete(o);
         return s;
     }
-    fsc_gpt_config a = { .layers = num(o, "layers"), .dim = num(o, "dim"), .heads = num(o, "heads"),
-                         .seq = num(o, "seq"), .vocab = num(o, "vocab"), .moe_experts = num(o, "moe_experts"),
-                         .moe_every = num(o, "moe_every"), .padded_vocab = num(o, "padded_vocab") };
+    const char *bad = NULL;
+    fsc_gpt_config a = { .layers = num(o, "layers", &bad), .dim = num(o, "dim", &bad), .heads = num(o, "heads", &bad),
+                         .seq = num(o, "seq", &bad), .vocab = num(o, "vocab", &bad),
+                         .moe_experts = num(o, "moe_experts", &bad), .moe_every = num(o, "moe_every", &bad),
+                         .padded_vocab = num(o, "padded_vocab", &bad) };
+    if (bad) {
+        char *t = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, bad));
+        fsc_status s = fsc_error(FSC_ERR_FORMAT, "the recorded model configuration's %s (%.40s) is not an integer in "
+                                 "[0, 2147483647]", bad, t ? t : "?");
+        free(t);
+        cJSON_Delete(o);
+        return s;
+    }
     cJSON_Delete(o);
     if (a.layers != b->layers || a.dim != b->dim || a.heads != b->heads || a.seq != b->seq || a.vocab != b->vocab)
         return fsc_error(FSC_ERR_INVALID, "written for a model of %d layers, width %d, %d heads, context %d, "

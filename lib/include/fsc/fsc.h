@@ -24,6 +24,7 @@
 #include "generate.h"
 #include "family.h"
 #include "nn.h"
+#include "ops.h"
 #include "checkpoint_wrapper.h"
 #include "parallel.h"
 #include "pipe_schedule.h"

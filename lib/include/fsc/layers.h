@@ -6,7 +6,7 @@
  * keyed RNG, keeps the per-call records (layer checkpointing keeps only each layer's input and recomputes),
  * calls the strategies' hooks around every layer, provides the streams between pipeline stages, sums the
  * loss and handles tied parameters. docs/models.md walks through it; examples/train_mlp.c writes a layer of
- * its own.
+ * its own, computed on the device with fsc/ops.h.
  *
  * Not here: the kernels (nn.h, the device), the engine (parallel.h). */
 #ifndef FSC_LAYERS_H

@@ -13,6 +13,7 @@
 #include "fsc/gpt.h"
 #include "fsc/gpt_engine.h"
 #include "fsc/llama.h"
+#include "family_impl.h"
 #include "io/json_lock.h" /* fsc_json_parse: cJSON under the library's lock */
 
 static const cJSON *field(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
@@ -148,8 +149,9 @@ static fsc_status llama_build(fsc_device *dev, const char *config, fsc_comm *ten
 
 /* The families: the built-in ones, then those registered (never removed, so a found pointer stays valid). */
 enum { MAX_REGISTERED = 32 };
-static const fsc_model_family builtin[] = { { "gpt2", gpt_from_config, gpt_build },
-                                            { "llama", llama_from_config, llama_build } };
+const fsc_model_family fsc_family_gpt2 = { "gpt2", gpt_from_config, gpt_build };
+const fsc_model_family fsc_family_llama = { "llama", llama_from_config, llama_build };
+static const fsc_model_family *const builtin[] = { &fsc_family_gpt2, &fsc_family_llama }; /* family_impl.h */
 static fsc_model_family registered[MAX_REGISTERED];
 static int nregistered;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -157,7 +159,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 const fsc_model_family *fsc_model_family_find(const char *name) {
     if (!name) return NULL;
     for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
-        if (!strcmp(builtin[i].name, name)) return &builtin[i];
+        if (!strcmp(builtin[i]->name, name)) return builtin[i];
     const fsc_model_family *f = NULL;
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < nregistered && !f; i++)
@@ -175,7 +177,7 @@ fsc_status fsc_model_family_register(const fsc_model_family *f) {
     fsc_status s = FSC_OK;
     pthread_mutex_lock(&registry_lock);
     int taken = 0;
-    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) taken |= !strcmp(builtin[i].name, f->name);
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) taken |= !strcmp(builtin[i]->name, f->name);
     for (int i = 0; i < nregistered; i++) taken |= !strcmp(registered[i].name, f->name);
     if (taken) s = fsc_error(FSC_ERR_INVALID, "model family '%s' is already registered", f->name);
     else if (nregistered == MAX_REGISTERED)

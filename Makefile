@@ -103,6 +103,9 @@ $(TRAINER): $(TRAIN_SRC) $(wildcard examples/*.h examples/train/*.h) $(BUILD)/li
 	$(CC) $(CFLAGS) $(TRAIN_SRC) -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 $(BUILD)/train_gpt: $(TRAINER)
 	ln -sf fsc-train $@
+# A program that registers its own model family and runs the trainer on it (fsc_train_main; docs/models.md)
+$(BUILD)/train_family: examples/train_family.c $(TRAIN_SRC) $(wildcard examples/*.h examples/train/*.h) $(BUILD)/libfsc.a
+	$(CC) $(CFLAGS) -DFSC_TRAIN_NO_MAIN -Iexamples $< $(TRAIN_SRC) -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 # The planner is fsc-plan (examples/plan_tool.c, docs/planning.md).
 $(PLANNER): examples/plan_tool.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)

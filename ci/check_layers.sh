@@ -95,4 +95,11 @@ for fn in $sim_fns; do
   fi
 done
 [ $bad = 0 ] || { echo "check_layers: the core calls the simulator"; exit 1; }
+# Checkpoints see the engine through its narrow header only (parallel/engine_ckpt.h), never its whole state.
+wide=$(grep -ln '#include "parallel/engine_impl.h"' lib/ckpt/*.c lib/ckpt/*.h || true)
+if [ -n "$wide" ]; then
+  echo "$wide" | sed 's|$|: includes parallel/engine_impl.h (lib/ckpt sees the engine through parallel/engine_ckpt.h only)|'
+  echo "check_layers: lib/ckpt reaches into the engine's state"
+  exit 1
+fi
 echo "check_layers: every include runs down the layers ($(echo "$files" | wc -w) files)"

@@ -1,6 +1,6 @@
-/* fsc-train (built from this file; build/train_gpt is a link to it): train a GPT-2 or a Llama on a file of
- * tokens (bytes, llm.c shards, uint16), on one rank or on a simulated cluster, with the public fsc API
- * only. One table of options is the parser, the defaults and the --help text.
+/* fsc-train (built from this file; build/train_gpt is a link to it): train a GPT-2, a Llama or a model family a
+ * program registered on a file of tokens (bytes, llm.c shards, uint16), on one rank or on a simulated cluster, with
+ * the public fsc API only. One table of options is the parser, the defaults and the --help text.
  *
  * Data order (a contract, the same for every world size, strategy and --data-format): with N tokens in the
  * stream of --data (its files concatenated in order), global batch B and context T, sequence i of step s
@@ -12,7 +12,9 @@
  * last line of output is one JSON object with every loss, throughput, memory and communication.
  *
  * This file is main: parse the options, build what the run reads and writes, run the training loop on every
- * rank, report. The parts are in examples/train/ (train.h lists them). */
+ * rank, report. The parts are in examples/train/ (train.h lists them). The trainer is fsc_train_main; a program
+ * of its own (one that registers its model family, examples/train_family.c) compiles this file and the parts with
+ * FSC_TRAIN_NO_MAIN and calls it. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,7 +226,7 @@ static void trainer_free(trainer *t) {
     free(t->c.strs); /* --config's strings (apply_config_text) */
 }
 
-int main(int argc, char **argv) {
+int fsc_train_main(int argc, char **argv) {
     trainer t;
     memset(&t, 0, sizeof t);
     int rc = parse(&t, argc, argv); /* the options (options.c, config.c) and their checks (checks.c) */
@@ -233,3 +235,7 @@ int main(int argc, char **argv) {
     trainer_free(&t);
     return rc;
 }
+
+#ifndef FSC_TRAIN_NO_MAIN /* (a program that registers its own model family has a main of its own) */
+int main(int argc, char **argv) { return fsc_train_main(argc, argv); }
+#endif

@@ -99,7 +99,7 @@ static void fz_check_accepted(const train_config *c) {
     fsc_gpt_config g = model_config(c);
     if (fsc_gpt_config_validate(&g) != FSC_OK) __builtin_trap();
     if (c->kv_heads < 1 || c->ffn < 1) __builtin_trap(); /* resolve_model filled in the defaults */
-    if (c->model == MODEL_LLAMA) {
+    if (!strcmp(c->model, "llama")) {
         fsc_llama_config l = llama_config(c);
         if (fsc_llama_config_validate(&l) != FSC_OK) __builtin_trap();
         if (c->tp > 1 && (c->heads % c->tp || c->kv_heads % c->tp || c->ffn % c->tp || c->vocab % c->tp))

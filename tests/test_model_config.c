@@ -5,12 +5,17 @@
  * not an integer, of the wrong type, too large for a float) is refused with FSC_ERR_FORMAT, a message naming what
  * is wrong, and no model. A family a program registers (family.h) is built from its text as the built-in ones are:
  * its from_config gets the text and its model is the one returned; names that are taken or malformed are refused.
+ * fsc_engine_create_config (family.h) makes the engine of a text's family: for the GPT and the Llama, on 2 ranks
+ * with tensor parallelism and without, the parameters after a step are bit for bit those of the engine made from
+ * the configuration struct (fsc_engine_create; fsc_engine_create_built with fsc_llama_build); a registered family
+ * without a tensor-parallel builder trains at tp 1 and is refused at tp 2, naming the family.
  */
 #include "testutil.h"
 #include "fsc/family.h"
 #include "fsc/generate.h"
 #include "fsc/gpt.h"
 #include "fsc/llama.h"
+#include "fsc/gpt_engine.h"
 
 static void test_builds_the_recorded_model(void **state) {
     (void)state;
@@ -91,7 +96,7 @@ static void test_registered_family(void **state) {
     fsc_model *m = NULL;
     assert_err(fsc_model_from_config(dev, "{\"family\":\"tiny\"}", &m), FSC_ERR_FORMAT, "unknown family 'tiny'");
     assert_null(fsc_model_family_find("tiny"));
-    assert_ok(fsc_model_family_register(&(fsc_model_family){ "tiny", tiny_from_config }));
+    assert_ok(fsc_model_family_register(&(fsc_model_family){ "tiny", tiny_from_config, NULL }));
     const fsc_model_family *f = fsc_model_family_find("tiny");
     assert_non_null(f);
     assert_string_equal(f->name, "tiny");
@@ -107,13 +112,13 @@ static void test_registered_family(void **state) {
     assert_non_null(fsc_model_family_find("gpt2"));
     assert_non_null(fsc_model_family_find("llama"));
     assert_null(fsc_model_family_find("bert"));
-    assert_err(fsc_model_family_register(&(fsc_model_family){ "tiny", tiny_from_config }), FSC_ERR_INVALID,
+    assert_err(fsc_model_family_register(&(fsc_model_family){ "tiny", tiny_from_config, NULL }), FSC_ERR_INVALID,
                "already registered");
-    assert_err(fsc_model_family_register(&(fsc_model_family){ "llama", tiny_from_config }), FSC_ERR_INVALID,
+    assert_err(fsc_model_family_register(&(fsc_model_family){ "llama", tiny_from_config, NULL }), FSC_ERR_INVALID,
                "already registered");
-    assert_err(fsc_model_family_register(&(fsc_model_family){ "a b", tiny_from_config }), FSC_ERR_INVALID, "'a b'");
-    assert_err(fsc_model_family_register(&(fsc_model_family){ "", tiny_from_config }), FSC_ERR_INVALID, "a name is");
-    assert_err(fsc_model_family_register(&(fsc_model_family){ "nobuild", NULL }), FSC_ERR_INVALID, "from_config");
+    assert_err(fsc_model_family_register(&(fsc_model_family){ "a b", tiny_from_config, NULL }), FSC_ERR_INVALID, "'a b'");
+    assert_err(fsc_model_family_register(&(fsc_model_family){ "", tiny_from_config, NULL }), FSC_ERR_INVALID, "a name is");
+    assert_err(fsc_model_family_register(&(fsc_model_family){ "nobuild", NULL, NULL }), FSC_ERR_INVALID, "from_config");
     assert_null(fsc_model_family_find("nobuild"));
     /* at most 32: the 33rd is refused (one is "tiny") */
     static char names[40][16];
@@ -121,11 +126,92 @@ static void test_registered_family(void **state) {
     int i = 0;
     for (; i < 40 && s == FSC_OK; i++) {
         snprintf(names[i], sizeof names[i], "f%d", i);
-        s = fsc_model_family_register(&(fsc_model_family){ names[i], tiny_from_config });
+        s = fsc_model_family_register(&(fsc_model_family){ names[i], tiny_from_config, NULL });
     }
     assert_int_equal(s, FSC_ERR_UNSUPPORTED);
     assert_int_equal(i, 32);
     fsc_device_free(dev);
+}
+
+/* One step of the engine of the text and of the engine made directly, on every rank of a world of 2. */
+typedef struct {
+    const char *text;
+    int llama, tp;
+    fsc_gpt_config g;
+    fsc_llama_config l;
+    float *a, *b; /* full parameters after the step: from the text, directly */
+    size_t n;
+    fsc_status refused; /* the text's engine's status when it is expected to fail (FSC_OK otherwise) */
+    char msg[256];      /* and its message */
+} cfg_job;
+
+static fsc_status one_step(fsc_engine *e, int dp, float *out) {
+    int32_t tok[8], tgt[8];
+    for (int i = 0; i < 8; i++) tok[i] = (i * 7 + 3) % 10, tgt[i] = (i * 5 + 1) % 10;
+    fsc_step_info info;
+    FSC_TRY(fsc_engine_step_model(e, tok, tgt, 2, 2 * dp, &info));
+    return fsc_engine_full_params(e, out);
+}
+
+static fsc_status cfg_rank(fsc_rank *r, void *arg) {
+    cfg_job *j = arg;
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = FSC_PAR_DDP;
+    po.tp = j->tp;
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create_config(r, j->text, &po, &oc, 7, &e);
+    if (j->refused != FSC_OK) {
+        if (r->rank == 0) j->refused = s == FSC_OK ? FSC_ERR_INTERNAL : s;
+        if (r->rank == 0) snprintf(j->msg, sizeof j->msg, "%s", fsc_last_error());
+        fsc_engine_free(e);
+        return FSC_OK;
+    }
+    FSC_TRY(s);
+    if (r->rank == 0) j->n = fsc_model_num_full_params(fsc_engine_model(e));
+    s = one_step(e, 2 / j->tp, r->rank == 0 ? j->a : NULL);
+    fsc_engine_free(e);
+    FSC_TRY(s);
+    if (j->llama) {
+        fsc_llama_build_arg ba = { .cfg = j->l };
+        FSC_TRY(fsc_engine_create_built(r, fsc_llama_build, &ba, &po, &oc, 7, &e));
+    } else {
+        FSC_TRY(fsc_engine_create(r, &j->g, &po, &oc, 7, &e));
+    }
+    s = one_step(e, 2 / j->tp, r->rank == 0 ? j->b : NULL);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void run_cfg(cfg_job *j) {
+    j->a = calloc(1 << 16, sizeof(float)), j->b = calloc(1 << 16, sizeof(float));
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.world = 2;
+    assert_ok(fsc_cluster_run(&co, cfg_rank, j));
+    if (j->refused == FSC_OK) {
+        assert_true(j->n > 0 && j->n < (1 << 16));
+        assert_memory_equal(j->a, j->b, j->n * sizeof(float));
+    }
+    free(j->a), free(j->b);
+}
+
+static void test_engine_from_config(void **state) {
+    (void)state;
+    for (int tp = 1; tp <= 2; tp++) {
+        cfg_job g = { .text = "{\"layers\":2,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":10}", .tp = tp,
+                      .g = { .layers = 2, .dim = 8, .heads = 2, .seq = 4, .vocab = 10 } };
+        run_cfg(&g);
+        cfg_job l = { .text = "{\"family\":\"llama\",\"layers\":2,\"dim\":8,\"heads\":2,\"kv_heads\":2,"
+                              "\"ffn\":16,\"seq\":4,\"vocab\":10}", .llama = 1, .tp = tp };
+        l.l = fsc_llama_config_default();
+        l.l.layers = 2, l.l.dim = 8, l.l.heads = 2, l.l.kv_heads = 2, l.l.ffn = 16, l.l.seq = 4, l.l.vocab = 10;
+        run_cfg(&l);
+    }
+    /* "tiny" (test_registered_family) has no build: tp 2 is refused, naming it */
+    cfg_job t = { .text = "{\"family\":\"tiny\"}", .tp = 2, .refused = FSC_ERR_INTERNAL };
+    run_cfg(&t);
+    assert_int_equal(t.refused, FSC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(t.msg, "'tiny' has no tensor-parallel form"));
 }
 
 int main(void) {
@@ -133,6 +219,7 @@ int main(void) {
         cmocka_unit_test(test_builds_the_recorded_model),
         cmocka_unit_test(test_bad_text_is_refused),
         cmocka_unit_test(test_registered_family),
+        cmocka_unit_test(test_engine_from_config), /* after test_registered_family: "tiny" */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

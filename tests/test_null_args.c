@@ -740,6 +740,19 @@ static void null_fsc_model_family_register(void) { INVALID(fsc_model_family_regi
 
 static void null_fsc_model_family_find(void) { RETNULL(fsc_model_family_find(NULL)); }
 
+static void null_fsc_model_family_of(void) {
+    INVALID(fsc_model_family_of(NULL, P), "config");
+    INVALID(fsc_model_family_of(P, NULL), "out");
+}
+
+static void null_fsc_engine_create_config(void) {
+    INVALID(fsc_engine_create_config(NULL, P, P, P, 0, P), "r");
+    INVALID(fsc_engine_create_config(P, NULL, P, P, 0, P), "config");
+    INVALID(fsc_engine_create_config(P, P, NULL, P, 0, P), "po");
+    INVALID(fsc_engine_create_config(P, P, P, NULL, 0, P), "oc");
+    INVALID(fsc_engine_create_config(P, P, P, P, 0, NULL), "out");
+}
+
 static void null_fsc_model_from_config(void) {
     INVALID(fsc_model_from_config(NULL, P, P), "dev");
     INVALID(fsc_model_from_config(DEV, NULL, P), "config");
@@ -2574,6 +2587,8 @@ static const struct row rows[] = {
     ROW(fsc_model_from_config),
     ROW(fsc_model_family_register),
     ROW(fsc_model_family_find),
+    ROW(fsc_model_family_of),
+    ROW(fsc_engine_create_config),
     ROW(fsc_sample_token),
     /* gpt.h */
     ROW(fsc_gpt_acts_bytes),

@@ -45,7 +45,9 @@ int resolve_layout(train_config *c, const int *given, char *err, size_t cap) {
  * defaults and checks (models.c). */
 int resolve_model(train_config *c, const int *given, char *err, size_t cap) {
     const model_family *f = model_family_of(c);
-    if (!f) return snprintf(err, cap, "--model: the trainer has no such family"), -1;
+    if (!f)
+        return snprintf(err, cap, "--model %s: no such model family (built-in: gpt2, llama; a program's own family is "
+                        "registered before the trainer runs: docs/models.md)", c->model), -1;
     if (!c->kv_heads) c->kv_heads = c->heads;
     if (check_family_options(c, given, err, cap) != 0) return -1;
     return f->resolve(c, err, cap);

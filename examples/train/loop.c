@@ -141,7 +141,6 @@ fsc_status train_fn(fsc_rank *r, void *arg) {
     FSC_TRY(parallel_opts(c, balance, &po));
     const fsc_optim_config oc = optim_config(c);
     fsc_engine *e = NULL;
-    fsc_model *lm = NULL; /* the model the engine runs, when the family's build made it for this function */
     fsc_trace *tr = NULL; /* --trace: this rank's recorder, attached to the world before the engine splits groups */
     if (r->rank == 0) peak_choose(st, c, r->dev);
     if (c->trace) { /* streamed to DIR/rank-N.json as it goes: a killed run keeps the steps it finished */
@@ -151,7 +150,7 @@ fsc_status train_fn(fsc_rank *r, void *arg) {
                                                    .origin_us = st->trace_origin, .path = path}, &tr));
         fsc_comm_set_trace(r->comm, tr);
     }
-    fsc_status s = model_family_of(c)->build(r, c, &po, &oc, &e, &lm);
+    fsc_status s = model_engine(r, c, &po, &oc, &e); /* any family's: its configuration text (models.c) */
     const int built = s == FSC_OK;
     if (built) fsc_engine_set_trace(e, tr);
     const size_t n = (size_t)(c->batch / c->dp) * (size_t)c->seq;
@@ -173,7 +172,6 @@ fsc_status train_fn(fsc_rank *r, void *arg) {
     }
     fsc_ckpt_unlock(lock);
     fsc_engine_free(e);
-    fsc_model_free(lm);
     fsc_comm_set_trace(r->comm, NULL);
     fsc_trace_free(tr);
     return s;

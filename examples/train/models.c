@@ -1,9 +1,14 @@
-/* The model families the trainer knows, one entry each in families[] (--model NAME finds its entry by name): the
- * options only it takes, its defaults and checks, its size, its line in the banner, the engine it trains and the
- * weights files it refuses. Nothing else in the trainer asks which family it trains. Adding a family: its library
- * code (lib/model, docs/models.md), an entry here, and its name in --model's choices (options.c).
+/* The model families the trainer trains: every family the library knows (family.h: the built-in ones and those a
+ * program registered), its engine made from the options' configuration text (model_text, model_engine). The
+ * built-in families have an entry in families[] (--model NAME finds it by name) with what the trainer adds to them:
+ * the options only they take, their defaults and checks, their size, their line in the banner, the weights files
+ * they refuse, their Hugging Face config.json and the planner's job. A registered family needs no entry: it gets
+ * the generic one. Nothing else in the trainer asks which family it trains. Adding a family: its library code
+ * (lib/model, registered in family.h's table or by the program: docs/models.md); an entry here only for options of
+ * its own or Hugging Face files.
  * Not here: the models themselves (lib/model: gpt.h, llama.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "train.h"
 #include "../tied_head.h"
@@ -60,13 +65,7 @@ static int gpt_moe_blocks(const train_config *c) {
 
 static void gpt_describe(const train_config *c, char *buf, size_t cap) { (void)c, snprintf(buf, cap, "%s", ""); }
 
-/* The GPT's engine owns its model (and builds its tensor-parallel form on the group). */
-static fsc_status gpt_build(fsc_rank *r, const train_config *c, const fsc_parallel_opts *po,
-                            const fsc_optim_config *oc, fsc_engine **e, fsc_model **m) {
-    fsc_gpt_config g = model_config(c);
-    (void)m;
-    return fsc_engine_create(r, &g, po, oc, c->seed, e);
-}
+static void gpt_plan(const train_config *c, fsc_plan_job *j) { j->gpt = model_config(c); }
 
 /* Hugging Face's GPT2Config of the model (transformers' names; dropout 0 as fsc trains; GELU with tanh). */
 static cJSON *gpt_hf_config(const train_config *c) {
@@ -129,20 +128,11 @@ static void llama_describe(const train_config *c, char *buf, size_t cap) {
     snprintf(buf, cap, " (%d kv), ffn %d", c->kv_heads, c->ffn);
 }
 
-/* With tensor parallelism the engine builds the Llama's tensor-parallel form on the group (and owns it); on one
- * tensor rank this function makes the model (*m, freed after the engine). */
-static fsc_status llama_build(fsc_rank *r, const train_config *c, const fsc_parallel_opts *po,
-                              const fsc_optim_config *oc, fsc_engine **e, fsc_model **m) {
-    if (c->tp > 1) {
-        fsc_llama_build_arg ba = {.cfg = llama_config(c), .sp = c->sequence_parallel};
-        return fsc_engine_create_built(r, fsc_llama_build, &ba, po, oc, c->seed, e);
-    }
-    fsc_llama_config l = llama_config(c);
-    FSC_TRY(fsc_llama_model_create(r->dev, &l, m));
-    return fsc_engine_create_model(r, *m, po, oc, c->seed, e);
+static void llama_plan(const train_config *c, fsc_plan_job *j) {
+    j->model = FSC_PLAN_LLAMA;
+    j->llama = llama_config(c);
+    j->sequence_parallel = c->sequence_parallel;
 }
-
-/* ---- the table ------------------------------------------------------------------------------------------------- */
 
 /* Hugging Face's LlamaConfig of the model (lm_head its own tensor: not tied). */
 static cJSON *llama_hf_config(const train_config *c) {
@@ -167,30 +157,102 @@ static cJSON *llama_hf_config(const train_config *c) {
     return o;
 }
 
+/* ---- a family the library knows and the trainer does not (a program registered it: family.h) ----------------- */
+
+/* Its model built from the options' text on the cpu device (a model declares its tensors; the engine allocates
+ * them), *n its parameters: 0, or -1 with the family's refusal in err. */
+static int generic_count(const train_config *c, size_t *n, char *err, size_t cap) {
+    char *text = model_text(c);
+    fsc_device *dev = NULL;
+    fsc_model *m = NULL;
+    fsc_status s = text ? fsc_device_create("cpu", NULL, &dev) : fsc_error(FSC_ERR_NOMEM, "out of memory");
+    if (s == FSC_OK) s = fsc_model_from_config(dev, text, &m);
+    if (s != FSC_OK && err) snprintf(err, cap, "--model %s: %s", c->model, fsc_last_error());
+    *n = m ? fsc_model_num_full_params(m) : 0;
+    fsc_model_free(m);
+    fsc_device_free(dev);
+    free(text);
+    return s == FSC_OK ? 0 : -1;
+}
+
+static int generic_resolve(train_config *c, char *err, size_t cap) {
+    size_t n;
+    return generic_count(c, &n, err, cap);
+}
+
+static int generic_check_tp(const train_config *c, char *err, size_t cap) {
+    if (!fsc_model_family_find(c->model)->build)
+        return snprintf(err, cap, "--tp %d: model family '%s' has no tensor-parallel form (its family's build is "
+                        "NULL)", c->tp, c->model), -1;
+    return 0;
+}
+
+static size_t generic_num_params(const train_config *c) {
+    size_t n;
+    generic_count(c, &n, NULL, 0);
+    return n;
+}
+
+static int generic_moe_blocks(const train_config *c) { return (void)c, 0; }
+
+/* ---- the table ------------------------------------------------------------------------------------------------- */
+
 static const model_family families[] = {
-    {"gpt2", NULL, gpt_resolve, gpt_check_tp, gpt_num_params, gpt_moe_blocks, gpt_describe, gpt_build, NULL,
-     gpt_hf_config},
-    {"llama", llama_options, llama_resolve, NULL, llama_num_params, llama_moe_blocks, llama_describe, llama_build,
-     tied_llama_head, llama_hf_config},
+    {"gpt2", NULL, gpt_resolve, gpt_check_tp, gpt_num_params, gpt_moe_blocks, gpt_describe, NULL,
+     gpt_hf_config, gpt_plan},
+    {"llama", llama_options, llama_resolve, NULL, llama_num_params, llama_moe_blocks, llama_describe,
+     tied_llama_head, llama_hf_config, llama_plan},
 };
 enum { NFAMILIES = sizeof families / sizeof families[0] };
+static const model_family generic = {NULL, NULL, generic_resolve, generic_check_tp, generic_num_params,
+                                     generic_moe_blocks, gpt_describe, NULL, NULL, NULL};
 
+/* The trainer's entry of a family the library knows: the table's, else the generic one; NULL for a name the library
+ * does not know. */
 const model_family *model_family_find(const char *name) {
     for (int i = 0; i < NFAMILIES; i++)
         if (strcmp(families[i].name, name) == 0) return &families[i];
-    return NULL;
+    return fsc_model_family_find(name) ? &generic : NULL;
 }
 
-/* --model's family: its name as the option table spells it, looked up. The table's choices name exactly these
- * families (test_trainer runs each). */
-const model_family *model_family_of(const train_config *c) {
-    char name[32];
-    return model_family_find(option_choice("model", c->model, name, sizeof name));
+/* --model's family (test_trainer runs each of those --help names). */
+const model_family *model_family_of(const train_config *c) { return model_family_find(c->model); }
+
+char *model_text(const train_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "family", c->model);
+    const struct { const char *key; int v; } ints[] = {
+        {"layers", c->layers}, {"dim", c->dim}, {"heads", c->heads}, {"seq", c->seq}, {"vocab", c->vocab},
+        {"kv_heads", c->kv_heads}, {"ffn", c->ffn}, {"padded_vocab", c->padded_vocab}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (ints[i].v) cJSON_AddNumberToObject(o, ints[i].key, ints[i].v);
+    cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta); /* a float: exact as a double, and back */
+    cJSON_AddNumberToObject(o, "norm_eps", c->norm_eps);
+    if (c->moe_experts) { /* (model_config's: the MoE fields only of an MoE model) */
+        cJSON_AddNumberToObject(o, "moe_experts", c->moe_experts);
+        cJSON_AddNumberToObject(o, "moe_top_k", c->moe_top_k);
+        cJSON_AddNumberToObject(o, "moe_every", c->moe_every);
+        cJSON_AddNumberToObject(o, "moe_capacity", c->moe_capacity);
+        cJSON_AddNumberToObject(o, "moe_aux", c->moe_aux);
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+fsc_status model_engine(fsc_rank *r, const train_config *c, const fsc_parallel_opts *po, const fsc_optim_config *oc,
+                        fsc_engine **e) {
+    char *text = model_text(c);
+    fsc_status s = text ? fsc_engine_create_config(r, text, po, oc, c->seed, e)
+                        : fsc_error(FSC_ERR_NOMEM, "out of memory for the model's configuration");
+    free(text);
+    return s;
 }
 
 /* An option another family owns, given for this one: "--kv-heads applies to --model llama only". */
 int check_family_options(const train_config *c, const int *given, char *err, size_t cap) {
     const model_family *f = model_family_of(c);
+    if (!f->name) return 0; /* a registered family: its text holds every model option; it reads the ones it knows */
     for (int i = 0; i < NFAMILIES; i++) {
         const model_family *g = &families[i];
         for (int k = 0; g != f && g->options && g->options[k]; k++)

@@ -12,7 +12,7 @@
 
 #define F(field) offsetof(train_config, field)
 const option options[NOPT] = {
-    {"model", "NAME", "gpt2", "model family: gpt2|llama (Hugging Face LlamaForCausalLM layout)", K_CHOICE, F(model), 0, 0, "gpt2|llama"},
+    {"model", "NAME", "gpt2", "model family: gpt2|llama (Hugging Face LlamaForCausalLM layout), or one the program registered (docs/models.md)", K_STR, F(model), 0, 0, NULL},
     {"layers", "N", "4", "transformer blocks", K_INT, F(layers), 1, 1024, NULL},
     {"dim", "C", "128", "model width (channels)", K_INT, F(dim), 1, 65536, NULL},
     {"heads", "H", "4", "attention heads (must divide --dim)", K_INT, F(heads), 1, 65536, NULL},

@@ -11,13 +11,9 @@
 /* The job fsc-train runs with these options, as fsc_plan_memory takes it (balance: 1024 entries, for --balance). */
 static fsc_status plan_job(const train_config *c, int *balance, fsc_plan_job *j) {
     *j = fsc_plan_job_default();
-    if (c->model == MODEL_LLAMA) {
-        j->model = FSC_PLAN_LLAMA;
-        j->llama = llama_config(c);
-        j->sequence_parallel = c->sequence_parallel;
-    } else {
-        j->gpt = model_config(c);
-    }
+    const model_family *f = model_family_of(c);
+    if (!f->plan) return fsc_error(FSC_ERR_UNSUPPORTED, "the planner knows gpt2 and llama, not model family '%s'", c->model);
+    f->plan(c, j);
     FSC_TRY(parallel_opts(c, balance, &j->po));
     j->oc = optim_config(c);
     j->world = c->world;

@@ -159,10 +159,10 @@ void print_banner(const run_state *st, const fsc_data *data) {
     const train_config *c = st->cfg;
     const model_family *f = model_family_of(c);
     char pbuf[32];
-    char kv[64] = "", mbuf[16];
+    char kv[64] = "";
     f->describe(c, kv, sizeof kv);
     printf("model: %s, %d layers, width %d, %d heads%s, context %d, vocab %d: %zu parameters | data: %s, %zu tokens (%s, %d file%s) | "
-           "world %d, parallel %s, %s\n", option_choice("model", c->model, mbuf, sizeof mbuf),
+           "world %d, parallel %s, %s\n", c->model,
            c->layers, c->dim, c->heads, kv, c->seq, c->vocab, st->nparams, c->data, st->ntok,
            fsc_data_format_name(fsc_data_format_of(data)), fsc_data_files(data), fsc_data_files(data) == 1 ? "" : "s", c->world,
            c->parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c->parallel),

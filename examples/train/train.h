@@ -24,7 +24,7 @@
 #include "fsc/llama.h"
 
 typedef struct {
-    int model;      /* index into "gpt2|llama" */
+    const char *model; /* --model: a family's name (models.c: gpt2, llama, or one the library has registered) */
     int layers, dim, heads, seq, vocab;
     int padded_vocab;             /* 0 gives --vocab */
     int kv_heads, ffn;            /* llama: 0 gives --heads and Llama's rule */
@@ -107,7 +107,6 @@ extern const fsc_dtype precision_dtype[3];          /* --precision */
 extern const fsc_pipe_checkpoint pipe_ckpt_mode[3]; /* --checkpoint */
 extern const fsc_pipe_schedule pipe_schedule_kind[4]; /* --schedule */
 #define PAR_PIPE 5    /* --parallel pipe: a pipeline with ddp in each stage */
-#define MODEL_LLAMA 1 /* --model llama (the fuzzer's checks; the trainer asks models.c) */
 #define CONFIG_MAX (1 << 20) /* bytes of a --config file, and of the train_config.json --resume compares */
 /* --ckpt-dir's record of the run's options (config.json before: Hugging Face's name for a model's configuration,
  * which --save now writes beside the weights); --config and --resume read either */
@@ -160,6 +159,10 @@ typedef struct {
     const run_state *ddp;
 } ddp_check;
 
+/* train_gpt.c: the trainer (fsc-train's main): parse, build, loop, report; the exit status. A program that registers
+ * its own model family (fsc/family.h) calls it after registering, and --model NAME trains it. */
+int fsc_train_main(int argc, char **argv);
+
 /* options.c: the table, argv and --help. The parsers return 0, or -1 with a message naming the option in err. */
 int parse_args(int argc, char **argv, train_config *c, int *given, char *err, size_t cap);
 int set_option(train_config *c, const option *o, const char *v, char *err, size_t cap);
@@ -185,26 +188,36 @@ int resolve_model(train_config *c, const int *given, char *err, size_t cap);
 int check_config(const train_config *c, const int *given, char *err, size_t cap);
 fsc_parallel_kind strategy(const train_config *c);
 
-/* models.c: the model families, one entry each; nothing else asks which family a run trains */
+/* models.c: the model families; nothing else asks which family a run trains. Every family's engine is the library's
+ * fsc_engine_create_config of the options' configuration text (model_text); an entry holds what the trainer adds to
+ * a built-in family (its options, banner, Hugging Face files, the planner's job). A family a program registered with
+ * the library (family.h) and the trainer does not know gets the generic entry (its model built once to check it and
+ * count its parameters; no MoE blocks, --plan or config.json). */
 typedef struct {
-    const char *name;            /* --model NAME */
+    const char *name;            /* --model NAME (NULL: the generic entry) */
     const char *const *options;  /* the options only this family takes (NULL-terminated; NULL: none) */
     int (*resolve)(train_config *c, char *err, size_t cap);         /* --ffn's default, the family's checks */
     int (*check_tp)(const train_config *c, char *err, size_t cap);  /* --tp > 1 (NULL: in resolve) */
     size_t (*num_params)(const train_config *c);
     int (*moe_blocks)(const train_config *c);                      /* blocks with an MoE MLP */
     void (*describe)(const train_config *c, char *buf, size_t cap); /* the banner's words after the heads */
-    /* The engine of the family's model (collective); *m: a model the caller frees after the engine, or NULL. */
-    fsc_status (*build)(fsc_rank *r, const train_config *c, const fsc_parallel_opts *po, const fsc_optim_config *oc,
-                        fsc_engine **e, fsc_model **m);
     /* 1 with err when --load's file cannot be this family's weights (NULL: the loader says) */
     int (*check_load)(const char *path, char *err, size_t cap);
     /* Hugging Face's config.json of the model (GPT2Config, LlamaConfig), written beside --save's weights */
     cJSON *(*hf_config)(const train_config *c);
+    /* --plan: the model of the planner's job (fsc/plan.h); NULL: the planner does not know the family */
+    void (*plan)(const train_config *c, fsc_plan_job *j);
 } model_family;
 const model_family *model_family_find(const char *name);
 const model_family *model_family_of(const train_config *c);
 int check_family_options(const train_config *c, const int *given, char *err, size_t cap);
+/* The model the options describe as a configuration text (family.h: "family", then every model option the run
+ * gives a value: layers, dim, heads, seq, vocab, kv_heads, ffn, rope_theta, norm_eps, padded_vocab and the MoE
+ * fields); a family reads the fields it knows. malloc'd (NULL when out of memory). */
+char *model_text(const train_config *c);
+/* The engine of the run's model, any family (collective): fsc_engine_create_config of model_text. */
+fsc_status model_engine(fsc_rank *r, const train_config *c, const fsc_parallel_opts *po, const fsc_optim_config *oc,
+                        fsc_engine **e);
 fsc_gpt_config model_config(const train_config *c);
 fsc_llama_config llama_config(const train_config *c);
 

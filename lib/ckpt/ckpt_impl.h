@@ -5,13 +5,17 @@
 #define FSC_CKPT_IMPL_H
 #include "fsc/comm.h"
 #include "fsc/device.h"
+#include "fsc/tensor.h"
 #include "fsc/parallel.h"
 #include "fsc/safetensors.h"
 #include "fsc/schedule.h"
 #include "fsc/ckpt.h"
-#include "parallel/engine_impl.h"
+#include "parallel/engine_ckpt.h" /* what checkpoints see of the engine: nothing else of it */
 
 _Static_assert(FSC_ENGINE_RUN_ID == FSC_CKPT_RUN_ID, "the engine's run id holds a checkpoint run id");
+
+/* The engine as checkpoints see it (engine_ckpt.h's view: its world, device, model, optimizer, options, ...). */
+#define ENG(e) fsc_engine_ckpt_view(e)
 
 #define CK_CHUNK ((size_t)1 << 16)          /* floats per bounded host or device transfer (256 KiB) */
 #define CK_MAX_META ((size_t)FSC_CKPT_MAX_META)

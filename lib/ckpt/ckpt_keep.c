@@ -152,7 +152,7 @@ fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, ch
     if (loaded && lcap) loaded[0] = 0;
     if (skipped && scap) skipped[0] = 0;
     if (!e || !dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_try_resume: no engine or no directory");
-    int root = e->r->rank == 0, nskipped = 0, kind = root ? names_checkpoint(dir) : 0;
+    int root = ENG(e).r->rank == 0, nskipped = 0, kind = root ? names_checkpoint(dir) : 0;
     FSC_TRY(ck_agree(e, ck_bcast_host(e, &kind, sizeof kind)));
     if (kind) return resume_one(e, dir, kind, step, loaded, lcap);
     int64_t *steps = NULL;

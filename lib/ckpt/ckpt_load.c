@@ -48,8 +48,8 @@ static fsc_status check_compat(loader *L) {
     char what[4200]; /* the recorded tensors against the recorded configuration: the metadata's integrity */
     snprintf(what, sizeof what, "%s/%s", L->path, CK_META_NAME);
     FSC_TRY(ck_check_model_tensors(e, m, what));
-    if (e->m->ops->config_check) {
-        fsc_status s = e->m->ops->config_check(e->m->ctx, rec);
+    if (ENG(e).m->ops->config_check) {
+        fsc_status s = ENG(e).m->ops->config_check(ENG(e).m->ctx, rec);
         if (s != FSC_OK) return fsc_error_prefix(s, "%s", L->path);
     } else {
         char *own = NULL;
@@ -61,15 +61,15 @@ static fsc_status check_compat(loader *L) {
         free(own);
         if (!same) return FSC_ERR_INVALID;
     }
-    if (m->optim.kind != e->oc.kind)
+    if (m->optim.kind != ENG(e).oc->kind)
         return fsc_error(FSC_ERR_INVALID, "%s: written with optimizer %s; this engine uses %s", L->path,
-                         m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd", e->oc.kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
-    const int nstates = fsc_optim_num_states(e->opt), T = e->m->n_tensors;
+                         m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd", ENG(e).oc->kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
+    const int nstates = fsc_optim_num_states(ENG(e).opt), T = ENG(e).m->n_tensors;
     char name[FSC_ST_MAX_NAME], s1[96], s2[96];
     for (int st = 0; st <= nstates; st++)
         for (int t = 0; t < T; t++) {
             const fsc_param_info *pi = ck_info(e, t);
-            ck_global_name(name, sizeof name, e->oc.kind, st, pi->name);
+            ck_global_name(name, sizeof name, ENG(e).oc->kind, st, pi->name);
             const fsc_ckpt_tensor *ct = fsc_ckpt_meta_find(m, name);
             if (!ct)
                 return fsc_error(FSC_ERR_FORMAT, "%s: has no tensor %s (the checkpoint's optimizer: %s, momentum %g)",
@@ -89,7 +89,7 @@ static fsc_status check_compat(loader *L) {
             int known = 0;
             for (int st = 0; st <= nstates && !known; st++)
                 for (int t = 0; t < T && !known; t++) {
-                    ck_global_name(name, sizeof name, e->oc.kind, st, ck_info(e, t)->name);
+                    ck_global_name(name, sizeof name, ENG(e).oc->kind, st, ck_info(e, t)->name);
                     known = !strcmp(name, n);
                 }
             if (!known)
@@ -147,10 +147,10 @@ static int needed(const loader *L, int t, const fsc_ckpt_piece *p) {
 /* The engine's tensor that checkpoint tensor `name` belongs to (any state), or -1. */
 static int engine_tensor(const loader *L, const char *name) {
     char g[FSC_ST_MAX_NAME];
-    const int nstates = fsc_optim_num_states(L->e->opt);
+    const int nstates = fsc_optim_num_states(ENG(L->e).opt);
     for (int st = 0; st <= nstates; st++)
-        for (int t = 0; t < L->e->m->n_tensors; t++) {
-            ck_global_name(g, sizeof g, L->e->oc.kind, st, ck_info(L->e, t)->name);
+        for (int t = 0; t < ENG(L->e).m->n_tensors; t++) {
+            ck_global_name(g, sizeof g, ENG(L->e).oc->kind, st, ck_info(L->e, t)->name);
             if (!strcmp(g, name)) return t;
         }
     return -1;
@@ -160,7 +160,7 @@ static int engine_tensor(const loader *L, const char *name) {
  * other rank (each tensor's piece count in L->total, npieces 0 until share_pieces). */
 static fsc_status share_head(loader *L) {
     fsc_engine *e = L->e;
-    const int root = e->r->rank == 0;
+    const int root = ENG(e).r->rank == 0;
     fsc_ckpt_meta head;
     memset(&head, 0, sizeof head);
     if (root) head = *L->m;
@@ -205,7 +205,7 @@ static fsc_status share_head(loader *L) {
  * it holds part of (load_tensors reads no other). */
 static fsc_status share_pieces(loader *L) {
     fsc_engine *e = L->e;
-    const int root = e->r->rank == 0;
+    const int root = ENG(e).r->rank == 0;
     const int per = (int)(CK_CHUNK * sizeof(float) / sizeof(fsc_ckpt_piece));
     fsc_ckpt_piece *buf = root ? NULL : malloc((size_t)per * sizeof *buf);
     FSC_TRY(ck_agree(e, root || buf ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "%s: out of host memory", L->path)));
@@ -237,11 +237,11 @@ static fsc_status share_pieces(loader *L) {
 
 static fsc_status load_tensors(loader *L) {
     fsc_engine *e = L->e;
-    const int nstates = fsc_optim_num_states(e->opt);
+    const int nstates = fsc_optim_num_states(ENG(e).opt);
     char name[FSC_ST_MAX_NAME], fname[4096];
     for (int st = 0; st <= nstates; st++)
-        for (int t = 0; t < e->m->n_tensors; t++) {
-            ck_global_name(name, sizeof name, e->oc.kind, st, ck_info(e, t)->name);
+        for (int t = 0; t < ENG(e).m->n_tensors; t++) {
+            ck_global_name(name, sizeof name, ENG(e).oc->kind, st, ck_info(e, t)->name);
             const fsc_ckpt_tensor *ct = fsc_ckpt_meta_find(L->m, name);
             sink_ctx c = { L, st, t };
             for (int k = 0; ct && k < ct->npieces; k++) {
@@ -257,17 +257,17 @@ static fsc_status load_tensors(loader *L) {
 
 static void restore_counters(loader *L) {
     fsc_engine *e = L->e;
-    fsc_optim_set_steps(e->opt, L->m->optim_steps);
+    fsc_optim_set_steps(ENG(e).opt, L->m->optim_steps);
     (void)fsc_engine_set_lr(e, L->m->optim.lr); /* the rate of its last step (schedule.h); checked when read */
-    if (e->use_scaler && L->m->scaler_enabled) e->scaler = L->m->scaler;
+    if (ENG(e).use_scaler && L->m->scaler_enabled) *ENG(e).scaler = L->m->scaler;
 }
 
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     FSC_CHECK_ARG(e);
     FSC_CHECK_ARG(path);
     loader L = { .e = e, .path = path };
-    const int shared = fsc_comm_size(e->r->comm) > 1;
-    fsc_status s = e->r->rank == 0 ? fsc_ckpt_meta_read(path, &L.m) : FSC_OK; /* read and parsed once */
+    const int shared = fsc_comm_size(ENG(e).r->comm) > 1;
+    fsc_status s = ENG(e).r->rank == 0 ? fsc_ckpt_meta_read(path, &L.m) : FSC_OK; /* read and parsed once */
     s = ck_agree(e, s);
     if (s == FSC_OK && shared) s = share_head(&L);
     if (s == FSC_OK) s = check_compat(&L);
@@ -285,9 +285,9 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     if (s == FSC_OK) s = ck_agree(e, load_tensors(&L));
     if (s == FSC_OK) {
         restore_counters(&L);
-        memcpy(e->ckpt_run, L.m->run_id, sizeof e->ckpt_run); /* its saves continue that run */
+        memcpy(ENG(e).run, L.m->run_id, FSC_ENGINE_RUN_ID); /* its saves continue that run */
         if (step) *step = L.m->step;
-        s = ck_agree(e, e->st->after_load ? e->st->after_load(e) : FSC_OK);
+        s = ck_agree(e, fsc_engine_after_load(e));
     }
     for (int i = 0; L.files && i < L.m->nfiles; i++) fsc_st_close(L.files[i]);
     free(L.files);
@@ -304,7 +304,7 @@ fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step) {
     char path[4096] = "", base[128] = "";
     int64_t found = -1;
     fsc_status s = FSC_OK;
-    if (e->r->rank == 0) {
+    if (ENG(e).r->rank == 0) {
         s = fsc_ckpt_clean(dir, NULL, NULL, 0); /* what it must leave is skipped: fsc_ckpt_latest ignores it */
         if (s == FSC_OK) s = fsc_ckpt_latest(dir, path, sizeof path, &found);
         if (s == FSC_OK && found >= 0) {

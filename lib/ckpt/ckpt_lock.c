@@ -127,10 +127,10 @@ fsc_status fsc_ckpt_lock(fsc_engine *e, const char *dir, fsc_ckpt_dir_lock **out
     if (!*dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_lock: dir is empty");
     char path[4096];
     FSC_TRY(ck_join(path, sizeof path, dir, LOCK_NAME));
-    const int root = e->r->rank == 0;
+    const int root = ENG(e).r->rank == 0;
     int fd = -1;
     long pid0 = (long)getpid(); /* rank 0's process: its other ranks need no lock of their own */
-    fsc_status s = root ? lock_first(dir, path, fsc_comm_size(e->r->comm), &fd) : FSC_OK;
+    fsc_status s = root ? lock_first(dir, path, fsc_comm_size(ENG(e).r->comm), &fd) : FSC_OK;
     s = ck_agree(e, s);
     if (s == FSC_OK) s = ck_agree(e, ck_bcast_host(e, &pid0, sizeof pid0));
     if (s == FSC_OK && !root && pid0 != (long)getpid()) {

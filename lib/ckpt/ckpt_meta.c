@@ -41,7 +41,7 @@ fsc_status ck_model_config(const fsc_engine *e, char **out) {
     char *buf = malloc(CAP);
     if (!buf) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
     snprintf(buf, CAP, "{}");
-    if (e->m->ops->config) e->m->ops->config(e->m->ctx, buf, CAP);
+    if (ENG(e).m->ops->config) ENG(e).m->ops->config(ENG(e).m->ctx, buf, CAP);
     cJSON *o = fsc_json_parse(buf);
     char *t = cJSON_IsObject(o) ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
@@ -54,11 +54,11 @@ fsc_status ck_model_config(const fsc_engine *e, char **out) {
 }
 
 fsc_status ck_check_model_tensors(const fsc_engine *e, const fsc_ckpt_meta *m, const char *what) {
-    if (!e->m->ops->check_tensors) return FSC_OK;
+    if (!ENG(e).m->ops->check_tensors) return FSC_OK;
     fsc_param_info *p = NULL;
     int n = 0;
     FSC_TRY(fsc_ckpt_meta_params(m, &p, &n));
-    fsc_status s = e->m->ops->check_tensors(e->m->ctx, m->model_config ? m->model_config : "{}", p, n);
+    fsc_status s = ENG(e).m->ops->check_tensors(ENG(e).m->ctx, m->model_config ? m->model_config : "{}", p, n);
     free(p);
     return s == FSC_OK ? s : fsc_error_prefix(s, "%s", what);
 }

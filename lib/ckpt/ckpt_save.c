@@ -31,11 +31,11 @@
 static const char *errstr(int err, char *buf, size_t cap) { return strerror_r(err, buf, cap); }
 
 static fsc_status crash(fsc_engine *e, const char *where) {
-    return fsc_error(FSC_ERR_IO, "checkpoint: injected crash of rank %d %s (test)", e->r->rank, where);
+    return fsc_error(FSC_ERR_IO, "checkpoint: injected crash of rank %d %s (test)", ENG(e).r->rank, where);
 }
 
 static int crashes(const fsc_engine *e, const fsc_ckpt_save_opts *o, fsc_ckpt_crash at) {
-    return o->crash_at == at && o->crash_rank == e->r->rank;
+    return o->crash_at == at && o->crash_rank == ENG(e).r->rank;
 }
 
 /* This rank's holdings and, sorted by (tensor, first), the indices of those it writes. */
@@ -73,7 +73,7 @@ static void held_free(held *hd) {
 static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, int nstates, ck_rec *recs,
                               const fsc_ckpt_save_opts *o) {
     char path[4096], fname[64], name[FSC_ST_MAX_NAME];
-    snprintf(fname, sizeof fname, "rank-%05d-of-%05d.safetensors", e->r->rank, e->r->world);
+    snprintf(fname, sizeof fname, "rank-%05d-of-%05d.safetensors", ENG(e).r->rank, ENG(e).r->world);
     FSC_TRY(ck_join(path, sizeof path, tmp, fname));
     fsc_st_writer *w = NULL;
     float *host = malloc(CK_CHUNK * sizeof(float));
@@ -82,7 +82,7 @@ static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, in
         for (int k = 0; k < hd->nw && s == FSC_OK; k++) {
             const fsc_holding *h = &hd->h[hd->w[k]];
             char g[FSC_ST_MAX_NAME];
-            ck_global_name(g, sizeof g, e->oc.kind, st, ck_info(e, h->tensor)->name);
+            ck_global_name(g, sizeof g, ENG(e).oc->kind, st, ck_info(e, h->tensor)->name);
             snprintf(name, sizeof name, "%.120s@%zu", g, h->first);
             int64_t shape = (int64_t)h->n;
             s = fsc_st_writer_add(w, name, FSC_F32, 1, &shape);
@@ -117,29 +117,29 @@ static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, in
 
 static fsc_status meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_ckpt_format fmt) {
     m->format = fmt;
-    memcpy(m->run_id, e->ckpt_run, sizeof m->run_id);
+    memcpy(m->run_id, ENG(e).run, sizeof m->run_id);
     m->step = step;
-    m->optim_steps = fsc_optim_steps(e->opt);
-    m->seed = e->seed;
+    m->optim_steps = fsc_optim_steps(ENG(e).opt);
+    m->seed = ENG(e).seed;
     FSC_TRY(ck_model_config(e, &m->model_config));
-    m->optim = e->oc;
+    m->optim = *ENG(e).oc;
     if (m->optim.kind == FSC_OPT_ADAMW && m->optim.beta1 == 0.0f && m->optim.beta2 == 0.0f && m->optim.eps == 0.0f) {
         m->optim.beta1 = 0.9f; /* the defaults fsc_optim_create fills in for an all-zero AdamW */
         m->optim.beta2 = 0.999f;
         m->optim.eps = 1e-8f;
     }
-    m->kind = e->po.kind;
-    m->shard = e->po.shard;
-    m->world = e->r->world;
-    m->tp = e->po.tp > 1 ? e->po.tp : 1;
-    m->pp = e->po.pp;
-    m->hybrid_group = e->po.hybrid_group;
-    m->accum = e->po.accum;
-    m->param_dtype = e->po.param_dtype;
-    m->reduce_dtype = e->po.reduce_dtype;
-    m->clip = e->po.clip;
-    m->scaler_enabled = e->use_scaler;
-    m->scaler = e->scaler;
+    m->kind = ENG(e).po->kind;
+    m->shard = ENG(e).po->shard;
+    m->world = ENG(e).r->world;
+    m->tp = ENG(e).po->tp > 1 ? ENG(e).po->tp : 1;
+    m->pp = ENG(e).po->pp;
+    m->hybrid_group = ENG(e).po->hybrid_group;
+    m->accum = ENG(e).po->accum;
+    m->param_dtype = ENG(e).po->param_dtype;
+    m->reduce_dtype = ENG(e).po->reduce_dtype;
+    m->clip = ENG(e).po->clip;
+    m->scaler_enabled = ENG(e).use_scaler;
+    m->scaler = *ENG(e).scaler;
     return FSC_OK;
 }
 
@@ -147,7 +147,7 @@ static fsc_status meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_c
  * rank-r-of-N; full: model.safetensors and optim.safetensors with one piece per tensor (crc from fcrc). */
 static fsc_status meta_build(fsc_engine *e, fsc_ckpt_meta *m, const ck_rec *recs, int n, int nstates,
                              const uint32_t *fcrc) {
-    const int T = e->m->n_tensors, N = e->r->world;
+    const int T = ENG(e).m->n_tensors, N = ENG(e).r->world;
     int *fidx = malloc(((size_t)N + 1) * sizeof(int));
     m->files = calloc((size_t)(m->format == FSC_CKPT_FULL ? 2 : N) + 1, sizeof *m->files);
     m->tensors = calloc((size_t)T * (size_t)(nstates + 1), sizeof *m->tensors);
@@ -174,7 +174,7 @@ static fsc_status meta_build(fsc_engine *e, fsc_ckpt_meta *m, const ck_rec *recs
             while (k1 < n && recs[k1].t == t) k1++;
             const fsc_param_info *pi = ck_info(e, t);
             fsc_ckpt_tensor *ct = &m->tensors[m->ntensors++];
-            ck_global_name(ct->name, sizeof ct->name, e->oc.kind, st, pi->name);
+            ck_global_name(ct->name, sizeof ct->name, ENG(e).oc->kind, st, pi->name);
             ct->dtype = FSC_F32;
             ct->ndim = pi->ndim;
             for (int d = 0; d < pi->ndim; d++) ct->shape[d] = pi->shape[d];
@@ -256,7 +256,7 @@ static fsc_status to_writer(void *ctx, uint64_t first, const float *host, size_t
 /* Collective; on rank 0 fcrc[st * T + t] receives each tensor's crc32. */
 static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, const ck_rec *recs, int n, int nstates,
                              uint32_t *fcrc, const fsc_ckpt_save_opts *o) {
-    const int T = e->m->n_tensors, root = e->r->rank == 0;
+    const int T = ENG(e).m->n_tensors, root = ENG(e).r->rank == 0;
     fsc_st_writer *w[2] = { NULL, NULL };
     float *host = NULL, *dbuf = NULL;
     char path[4096], name[FSC_ST_MAX_NAME];
@@ -264,14 +264,14 @@ static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, con
     if (root) {
         host = malloc(CK_CHUNK * sizeof(float));
         if (!host) s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
-        if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf);
+        if (s == FSC_OK) s = fsc_device_alloc(ENG(e).dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf);
         for (int f = 0; f < (nstates > 0 ? 2 : 1) && s == FSC_OK; f++) {
             s = ck_join(path, sizeof path, tmp, f == 0 ? "model.safetensors" : "optim.safetensors");
             if (s == FSC_OK) s = fsc_st_writer_open(path, &w[f]);
             for (int st = f == 0 ? 0 : 1; st <= (f == 0 ? 0 : nstates) && s == FSC_OK; st++)
                 for (int t = 0; t < T && s == FSC_OK; t++) {
                     const fsc_param_info *pi = ck_info(e, t);
-                    ck_global_name(name, sizeof name, e->oc.kind, st, pi->name);
+                    ck_global_name(name, sizeof name, ENG(e).oc->kind, st, pi->name);
                     s = fsc_st_writer_add(w[f], name, FSC_F32, pi->ndim, pi->shape);
                 }
             if (s == FSC_OK) s = fsc_st_writer_meta(w[f], "format", "pt");
@@ -299,7 +299,7 @@ static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, con
     }
     fsc_st_writer_abort(w[0]);
     fsc_st_writer_abort(w[1]);
-    fsc_device_release(e->dev, dbuf);
+    fsc_device_release(ENG(e).dev, dbuf);
     free(host);
     return s;
 }
@@ -310,7 +310,7 @@ static fsc_status make_recs(fsc_engine *e, const held *hd, ck_rec **out) {
     if (!r) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
     for (int k = 0; k < hd->nw; k++) {
         const fsc_holding *h = &hd->h[hd->w[k]];
-        r[k] = (ck_rec){ .t = h->tensor, .rank = e->r->rank, .first = h->first, .n = h->n };
+        r[k] = (ck_rec){ .t = h->tensor, .rank = ENG(e).r->rank, .first = h->first, .n = h->n };
     }
     *out = r;
     return FSC_OK;
@@ -319,7 +319,7 @@ static fsc_status make_recs(fsc_engine *e, const held *hd, ck_rec **out) {
 /* Everything between the temporary directory and the agreement on the rename. */
 static fsc_status save_in(fsc_engine *e, const char *dir, const char *tmp, const char *final, int64_t step,
                           const fsc_ckpt_save_opts *o) {
-    const int nstates = fsc_optim_num_states(e->opt), T = e->m->n_tensors;
+    const int nstates = fsc_optim_num_states(ENG(e).opt), T = ENG(e).m->n_tensors;
     held hd;
     ck_rec *mine = NULL, *all = NULL;
     int nall = 0;
@@ -336,7 +336,7 @@ static fsc_status save_in(fsc_engine *e, const char *dir, const char *tmp, const
         s = ck_agree(e, fcrc ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory"));
         if (s == FSC_OK) s = write_full(e, tmp, &hd, all, nall, nstates, fcrc, o);
     }
-    if (s == FSC_OK && e->r->rank == 0) {
+    if (s == FSC_OK && ENG(e).r->rank == 0) {
         m = calloc(1, sizeof *m);
         if (!m) s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
         if (s == FSC_OK) {
@@ -399,7 +399,7 @@ static fsc_status remove_other_runs(fsc_engine *e, const char *dir) {
             stat(path, &sb) != 0)
             continue; /* not a complete checkpoint */
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        if (!of_run(path, e->ckpt_run, NULL) && ck_remove_dir(path) != FSC_OK)
+        if (!of_run(path, ENG(e).run, NULL) && ck_remove_dir(path) != FSC_OK)
             s = fsc_error_prefix(FSC_ERR_IO, "%s: cannot start over", dir);
     }
     closedir(d);
@@ -414,11 +414,11 @@ static fsc_status claim_dir(fsc_engine *e, const char *dir, int start_over) {
     FSC_TRY(fsc_ckpt_latest(dir, path, sizeof path, &newest));
     if (newest < 0) return FSC_OK;
     fsc_ckpt_meta *m = NULL;
-    if (of_run(path, e->ckpt_run, &m)) {
+    if (of_run(path, ENG(e).run, &m)) {
         fsc_ckpt_meta_free(m);
         return FSC_OK;
     }
-    if (!m && ck_newest_readable_of_run(dir, e->ckpt_run)) /* a damaged newest one, skipped by the resume */
+    if (!m && ck_newest_readable_of_run(dir, ENG(e).run)) /* a damaged newest one, skipped by the resume */
         return FSC_OK;
     if (m)
         snprintf(who, sizeof who, "run %s, seed %llu, %s lr %g", m->run_id, (unsigned long long)m->seed,
@@ -430,7 +430,7 @@ static fsc_status claim_dir(fsc_engine *e, const char *dir, int start_over) {
     return fsc_error(FSC_ERR_INVALID, "%s holds the checkpoints of another run (the newest, step-%08lld: %s), and "
                      "this engine %s%s: resume from that run, save elsewhere, or start over (fsc_ckpt_save_opts."
                      "start_over, the trainer's --ckpt-overwrite: its checkpoints are removed)", dir,
-                     (long long)newest, who, e->ckpt_run[0] ? "continues run " : "starts a new run", e->ckpt_run);
+                     (long long)newest, who, ENG(e).run[0] ? "continues run " : "starts a new run", ENG(e).run);
 }
 
 /* DIR/step-N, which a save renames its directory onto, must be absent or a directory (a save replaces it): a link
@@ -452,9 +452,9 @@ fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc
     FSC_CHECK_ARG(e);
     FSC_CHECK_ARG(dir);
     if (!e || !dir || !*dir) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: no engine or no directory");
-    fsc_trace_begin(e->trace, "ckpt", "checkpoint save");
+    fsc_trace_begin(ENG(e).trace, "ckpt", "checkpoint save");
     fsc_status s = save(e, dir, step, opts);
-    fsc_trace_end(e->trace);
+    fsc_trace_end(ENG(e).trace);
     return s;
 }
 
@@ -464,10 +464,10 @@ static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_c
     fsc_ckpt_save_opts o = opts ? *opts : (fsc_ckpt_save_opts){ 0 };
     if (o.format != FSC_CKPT_SHARDED && o.format != FSC_CKPT_FULL)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: unknown format %d", (int)o.format);
-    if (fsc_optim_steps(e->opt) > step) /* the same on every rank */
+    if (fsc_optim_steps(ENG(e).opt) > step) /* the same on every rank */
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: step %lld, but the optimizer has taken %lld steps (step is "
                          "the number of training steps taken: the data position)", (long long)step,
-                         (long long)fsc_optim_steps(e->opt));
+                         (long long)fsc_optim_steps(ENG(e).opt));
     struct {
         char base[TMP_NAME];
         char run[FSC_CKPT_RUN_ID];
@@ -475,12 +475,12 @@ static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_c
     char eb[128], *base = hd.base, tmp[4096], final[4096];
     fsc_status s = fsc_engine_check_finite(e); /* collective: never write inf or NaN */
     if (s != FSC_OK) return fsc_error_prefix(s, "%s: checkpoint of step %lld not written", dir, (long long)step);
-    if (e->r->rank == 0) {
+    if (ENG(e).r->rank == 0) {
         if (mkdir(dir, 0777) != 0 && errno != EEXIST)
             s = fsc_error(FSC_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, errstr(errno, eb, sizeof eb));
         if (s == FSC_OK) s = check_final(dir, step);
         if (s == FSC_OK) s = claim_dir(e, dir, o.start_over);
-        if (e->ckpt_run[0]) memcpy(hd.run, e->ckpt_run, sizeof hd.run);
+        if (ENG(e).run[0]) memcpy(hd.run, ENG(e).run, sizeof hd.run);
         else new_run_id(hd.run);
         snprintf(base, TMP_NAME, "step-%08lld.tmp-XXXXXX", (long long)step);
         if (s == FSC_OK) s = ck_join(tmp, sizeof tmp, dir, base);
@@ -496,14 +496,14 @@ static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_c
     if (s != FSC_OK) return s;
     base[TMP_NAME - 1] = 0;
     hd.run[FSC_CKPT_RUN_ID - 1] = 0;
-    memcpy(e->ckpt_run, hd.run, sizeof e->ckpt_run); /* this engine's run from now on */
+    memcpy(ENG(e).run, hd.run, FSC_ENGINE_RUN_ID); /* this engine's run from now on */
     char fin[32];
     snprintf(fin, sizeof fin, "step-%08lld", (long long)step);
     s = ck_join(tmp, sizeof tmp, dir, base);
     if (s == FSC_OK) s = ck_join(final, sizeof final, dir, fin);
     s = ck_agree(e, s);
     if (s == FSC_OK) s = save_in(e, dir, tmp, final, step, &o);
-    if (s != FSC_OK && o.crash_at == FSC_CKPT_CRASH_NONE && e->r->rank == 0) {
+    if (s != FSC_OK && o.crash_at == FSC_CKPT_CRASH_NONE && ENG(e).r->rank == 0) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", fsc_last_error());
         ck_remove_dir(tmp); /* best effort; resume removes what remains */
@@ -526,11 +526,11 @@ static fsc_status to_host(void *ctx, uint64_t first, const float *host, size_t n
 
 fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
     FSC_CHECK_ARG(e);
-    const int nstates = fsc_optim_num_states(e->opt);
+    const int nstates = fsc_optim_num_states(ENG(e).opt);
     if (which < 0 || which >= nstates)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_full_state: the optimizer keeps %d states, not state %d", nstates,
                          which);
-    const int root = e->r->rank == 0;
+    const int root = ENG(e).r->rank == 0;
     held hd;
     ck_rec *mine = NULL, *all = NULL;
     int nall = 0;
@@ -542,16 +542,16 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
     if (s == FSC_OK) s = ck_check_recs(e, all, nall);
     if (s == FSC_OK && root) {
         hbuf = malloc(CK_CHUNK * sizeof(float));
-        s = hbuf ? fsc_device_alloc(e->dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf)
+        s = hbuf ? fsc_device_alloc(ENG(e).dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf)
                  : fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
     }
     s = ck_agree(e, s);
     size_t off = 0; /* of tensor t in the full model's flat vector */
-    for (int t = 0; t < e->m->n_tensors && s == FSC_OK; off += ck_info(e, t)->numel, t++) {
+    for (int t = 0; t < ENG(e).m->n_tensors && s == FSC_OK; off += ck_info(e, t)->numel, t++) {
         host_sink hs = { root && host ? host + off : NULL };
         s = ck_agree(e, ck_stream_tensor(e, all, nall, hd.h, hd.nh, which + 1, t, to_host, &hs, hbuf, dbuf));
     }
-    fsc_device_release(e->dev, dbuf);
+    fsc_device_release(ENG(e).dev, dbuf);
     free(hbuf);
     free(all);
     free(mine);

@@ -1,7 +1,8 @@
-/* Models from their configuration text (generate.h's fsc_model_from_config), by family (family.h): the built-in
- * GPT-2 (gpt.h; no "family" or "gpt2") and Llama (llama.h; "family":"llama"), with every field checked as a number
- * of its range, and the families a program registered. A program that holds only a weights file (the sampler)
- * builds the model the file records this way.
+/* Models from their configuration text (generate.h's fsc_model_from_config) and their engines
+ * (family.h's fsc_engine_create_config), by family (family.h): the built-in GPT-2 (gpt.h; no "family" or "gpt2")
+ * and Llama (llama.h; "family":"llama"), with every field checked as a number of its range, and the families a
+ * program registered. A program that holds only a weights file (the sampler) builds the model the file records
+ * this way; the trainer makes the engine of any family this way.
  * Not here: checking a recorded configuration against a model (gpt_model.c, llama.c). */
 #include <math.h>
 #include <pthread.h>
@@ -10,7 +11,9 @@
 #include "fsc/family.h"
 #include "fsc/generate.h"
 #include "fsc/gpt.h"
+#include "fsc/gpt_engine.h"
 #include "fsc/llama.h"
+#include "family_impl.h"
 #include "io/json_lock.h" /* fsc_json_parse: cJSON under the library's lock */
 
 static const cJSON *field(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
@@ -37,7 +40,8 @@ static fsc_status get_float(const cJSON *o, const char *key, int optional, float
     return FSC_OK;
 }
 
-static fsc_status make_gpt(fsc_device *dev, const cJSON *o, fsc_model **out) {
+/* The GPT's fields into *c (zeroed first). */
+static fsc_status gpt_fields(const cJSON *o, fsc_gpt_config *cp) {
     fsc_gpt_config c = { 0 };
     FSC_TRY(get_int(o, "layers", 1, 0, 0, &c.layers));
     FSC_TRY(get_int(o, "dim", 1, 0, 0, &c.dim));
@@ -50,10 +54,18 @@ static fsc_status make_gpt(fsc_device *dev, const cJSON *o, fsc_model **out) {
     FSC_TRY(get_int(o, "moe_every", 0, 1, 0, &c.moe_every));
     FSC_TRY(get_float(o, "moe_capacity", 1, 0.0f, &c.moe_capacity));
     FSC_TRY(get_float(o, "moe_aux", 1, 0.0f, &c.moe_aux));
+    *cp = c;
+    return FSC_OK;
+}
+
+static fsc_status make_gpt(fsc_device *dev, const cJSON *o, fsc_model **out) {
+    fsc_gpt_config c;
+    FSC_TRY(gpt_fields(o, &c));
     return fsc_gpt_model_create(dev, &c, out);
 }
 
-static fsc_status make_llama(fsc_device *dev, const cJSON *o, fsc_model **out) {
+/* The Llama's fields into *c (its defaults first). */
+static fsc_status llama_fields(const cJSON *o, fsc_llama_config *cp) {
     fsc_llama_config c = fsc_llama_config_default();
     FSC_TRY(get_int(o, "layers", 1, 0, 0, &c.layers));
     FSC_TRY(get_int(o, "dim", 1, 0, 0, &c.dim));
@@ -70,6 +82,13 @@ static fsc_status make_llama(fsc_device *dev, const cJSON *o, fsc_model **out) {
     FSC_TRY(get_int(o, "moe_every", 0, 1, 0, &c.moe_every));
     FSC_TRY(get_float(o, "moe_capacity", 1, 0.0f, &c.moe_capacity));
     FSC_TRY(get_float(o, "moe_aux", 1, 0.0f, &c.moe_aux));
+    *cp = c;
+    return FSC_OK;
+}
+
+static fsc_status make_llama(fsc_device *dev, const cJSON *o, fsc_model **out) {
+    fsc_llama_config c;
+    FSC_TRY(llama_fields(o, &c));
     return fsc_llama_model_create(dev, &c, out);
 }
 
@@ -91,9 +110,49 @@ static fsc_status llama_from_config(fsc_device *dev, const char *config, fsc_mod
     return from_text(dev, config, out, make_llama);
 }
 
+/* On a tensor group: the checks of fsc_engine_create (fsc_tp_check_config), then the GPT's tensor-parallel form. */
+static fsc_status make_gpt_tp(fsc_device *dev, const cJSON *o, fsc_comm *tensor, int sp, fsc_model **out) {
+    fsc_gpt_config c;
+    FSC_TRY(gpt_fields(o, &c));
+    if (tensor) FSC_TRY(fsc_tp_check_config(&c, fsc_comm_size(tensor)));
+    return fsc_gpt_model_create_tp(dev, &c, tensor, tensor ? sp : 0, out);
+}
+
+static fsc_status make_llama_tp(fsc_device *dev, const cJSON *o, fsc_comm *tensor, int sp, fsc_model **out) {
+    fsc_llama_build_arg a = { .sp = sp };
+    FSC_TRY(llama_fields(o, &a.cfg));
+    return fsc_llama_build(&a, dev, tensor, out);
+}
+
+/* The builders (family.h's build): the text parsed as from_config parses it. */
+typedef struct {
+    fsc_comm *tensor;
+    int sp;
+    fsc_status (*make)(fsc_device *, const cJSON *, fsc_comm *, int, fsc_model **);
+} tp_make;
+
+static fsc_status build_text(fsc_device *dev, const char *config, const tp_make *t, fsc_model **out) {
+    *out = NULL;
+    cJSON *o = fsc_json_parse(config);
+    fsc_status s = cJSON_IsObject(o) ? t->make(dev, o, t->tensor, t->sp, out)
+                                     : fsc_error(FSC_ERR_FORMAT, "model configuration is not a JSON object: %.200s", config);
+    cJSON_Delete(o);
+    return s;
+}
+
+static fsc_status gpt_build(fsc_device *dev, const char *config, fsc_comm *tensor, int sp, fsc_model **out) {
+    return build_text(dev, config, &(tp_make){ tensor, sp, make_gpt_tp }, out);
+}
+
+static fsc_status llama_build(fsc_device *dev, const char *config, fsc_comm *tensor, int sp, fsc_model **out) {
+    return build_text(dev, config, &(tp_make){ tensor, sp, make_llama_tp }, out);
+}
+
 /* The families: the built-in ones, then those registered (never removed, so a found pointer stays valid). */
 enum { MAX_REGISTERED = 32 };
-static const fsc_model_family builtin[] = { { "gpt2", gpt_from_config }, { "llama", llama_from_config } };
+const fsc_model_family fsc_family_gpt2 = { "gpt2", gpt_from_config, gpt_build };
+const fsc_model_family fsc_family_llama = { "llama", llama_from_config, llama_build };
+static const fsc_model_family *const builtin[] = { &fsc_family_gpt2, &fsc_family_llama }; /* family_impl.h */
 static fsc_model_family registered[MAX_REGISTERED];
 static int nregistered;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -101,7 +160,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 const fsc_model_family *fsc_model_family_find(const char *name) {
     if (!name) return NULL;
     for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
-        if (!strcmp(builtin[i].name, name)) return &builtin[i];
+        if (!strcmp(builtin[i]->name, name)) return builtin[i];
     const fsc_model_family *f = NULL;
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < nregistered && !f; i++)
@@ -119,7 +178,7 @@ fsc_status fsc_model_family_register(const fsc_model_family *f) {
     fsc_status s = FSC_OK;
     pthread_mutex_lock(&registry_lock);
     int taken = 0;
-    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) taken |= !strcmp(builtin[i].name, f->name);
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) taken |= !strcmp(builtin[i]->name, f->name);
     for (int i = 0; i < nregistered; i++) taken |= !strcmp(registered[i].name, f->name);
     if (taken) s = fsc_error(FSC_ERR_INVALID, "model family '%s' is already registered", f->name);
     else if (nregistered == MAX_REGISTERED)
@@ -130,10 +189,9 @@ fsc_status fsc_model_family_register(const fsc_model_family *f) {
     return s;
 }
 
-fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model **out) {
+fsc_status fsc_model_family_of(const char *config, const fsc_model_family **out) {
     FSC_CHECK_ARG(out);
     *out = NULL;
-    FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(config);
     cJSON *o = fsc_json_parse(config);
     fsc_status s = FSC_OK;
@@ -150,11 +208,51 @@ fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model 
         s = fsc_error(FSC_ERR_FORMAT, "model configuration: unknown family '%.40s' (built-in: gpt2, llama)",
                       fam->valuestring);
     cJSON_Delete(o);
-    if (s != FSC_OK) return s;
-    s = f->from_config(dev, config, out);
+    *out = f;
+    return s;
+}
+
+fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model **out) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    FSC_CHECK_ARG(dev);
+    FSC_CHECK_ARG(config);
+    const fsc_model_family *f;
+    FSC_TRY(fsc_model_family_of(config, &f));
+    fsc_status s = f->from_config(dev, config, out);
     if (s != FSC_OK && *out) { /* a family's refusal leaves no model */
         fsc_model_free(*out);
         *out = NULL;
     }
     return s;
+}
+
+/* fsc_engine_create_config's builder (parallel.h's fsc_model_build_fn): the family's, on the tensor group. */
+typedef struct {
+    const fsc_model_family *f;
+    const char *config;
+    int sp;
+} family_build;
+
+static fsc_status build_family(void *arg, fsc_device *dev, fsc_comm *tensor, fsc_model **out) {
+    const family_build *b = arg;
+    if (b->f->build) return b->f->build(dev, b->config, tensor, b->sp, out);
+    return b->f->from_config(dev, b->config, out); /* (no tensor group: fsc_engine_create_config checked) */
+}
+
+fsc_status fsc_engine_create_config(fsc_rank *r, const char *config, const fsc_parallel_opts *po,
+                                    const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    FSC_CHECK_ARG(r);
+    FSC_CHECK_ARG(config);
+    FSC_CHECK_ARG(po);
+    FSC_CHECK_ARG(oc);
+    const fsc_model_family *f;
+    FSC_TRY(fsc_model_family_of(config, &f));
+    if (po->tp > 1 && !f->build)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "model family '%s' has no tensor-parallel form (its family has no "
+                         "build): tp %d needs one", f->name, po->tp);
+    family_build b = { f, config, po->sequence_parallel };
+    return fsc_engine_create_built(r, build_family, &b, po, oc, seed, out);
 }

@@ -13,22 +13,8 @@
 #include "fsc/parallel.h"
 #include "fsc/safetensors.h"
 #include "core/device_impl.h"
+#include "engine_ckpt.h" /* fsc_holding, FSC_ENGINE_RUN_ID and what checkpoints see of the engine */
 
-/* ckpt.h's FSC_CKPT_RUN_ID, named here because lib/ckpt sits above the engine (ckpt_impl.h checks they agree) */
-#define FSC_ENGINE_RUN_ID 33
-
-typedef struct fsc_engine fsc_engine;
-
-/* Elements [first, first+n) of tensor `tensor` that this rank holds: they live in optimizer segment
- * `seg` (fsc_optim_*: parameters and state) from element seg_off on. `write` marks the ranks that write
- * them into a checkpoint: exactly one rank of the world per element. */
-typedef struct {
-    int tensor;
-    size_t first, n;
-    int seg;
-    size_t seg_off;
-    int write;
-} fsc_holding;
 
 typedef struct {
     const char *name;
@@ -189,12 +175,7 @@ fsc_status fsc_engine_post_forward(fsc_engine *e, int layer);
 /* The experts this rank holds with expert parallelism: [first, first + count) (model.h's contract: rank r of
  * the expert group holds [r E/G, (r+1) E/G)); every expert without it, 0, 0 without experts. */
 void fsc_engine_local_experts(const fsc_engine *e, int *first, int *count);
-/* Tensor i as weights files and checkpoints name and shape it: the model's, or with tensor parallelism the
- * full tensor's rather than this rank's slice. */
-const fsc_param_info *fsc_engine_full_info(const fsc_engine *e, int i);
-/* What this rank holds for checkpoints, as element ranges of the full tensors (the strategy's holdings,
- * mapped through tensor parallelism's slices); *out from malloc. */
-fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n);
+/* fsc_engine_full_info, fsc_engine_holdings: engine_ckpt.h */
 /* The micro-batch record for micro-batches of B sequences (made again when B changes). */
 fsc_status fsc_engine_ensure_acts(fsc_engine *e, int B);
 /* Records made for training carry the exact reduction's per-source gradient terms (expert parallelism): every
@@ -226,9 +207,7 @@ fsc_status fsc_offload_validate(const fsc_layout *l, const fsc_parallel_opts *po
 fsc_status fsc_offload_create(fsc_engine *e);
 fsc_status fsc_offload_after_setup(fsc_engine *e);
 fsc_status fsc_offload_step(fsc_engine *e);
-/* The device whose memory holds the optimizer's state `state` of every segment (0: the parameters, the
- * masters it steps; 1, 2: the moments) between steps: e->dev, or e->host when offloaded. */
-fsc_device *fsc_offload_seg_dev(const fsc_engine *e, int state);
+/* fsc_offload_seg_dev: engine_ckpt.h */
 void fsc_offload_free(fsc_engine *e);
 
 /* Expert parallelism (ep.c): refuse what MoE models do not run with; after the pipeline, before the strategy,

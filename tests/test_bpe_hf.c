@@ -9,22 +9,14 @@
 #include "testutil.h"
 #include "golden/bpe_golden.h"
 #include "text/bpe_impl.h"
+#include "bpetest.h"
 
 #define VOCAB "examples/data/" FSC_BPE_GPT2_FILE
 
 static fsc_bpe *gpt2;
 static char dir[64];
 
-/* GPT-2's byte-to-character alphabet: the code point byte c is written as */
-static unsigned char_of(int c) {
-    int k = 0;
-    for (int x = 0; x < 256; x++) {
-        int printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174;
-        if (x == c) return printable ? (unsigned)c : 256u + (unsigned)k;
-        k += !printable;
-    }
-    return 0;
-}
+#define char_of bpetest_char_of
 
 /* A token's bytes in that alphabet, as UTF-8, into f (quote and backslash escaped when json) */
 static void put_token(FILE *f, const uint8_t *p, size_t len, int json) {
@@ -194,20 +186,7 @@ static void test_hf_load_file(void **state) {
     assert_err(fsc_bpe_load_file(&b, path_of("only")), FSC_ERR_IO, "neither tokenizer.json nor vocab.json and merges.txt");
 }
 
-/* The 256 bytes as vocabulary entries "c": c (no braces) */
-static const char *byte_entries(void) {
-    static char buf[4096];
-    size_t at = 0;
-    for (int c = 0; c < 256; c++) {
-        unsigned cp = char_of(c);
-        at += (size_t)snprintf(buf + at, sizeof buf - at, "%s\"", c ? ", " : "");
-        if (cp == '"' || cp == '\\') buf[at++] = '\\';
-        if (cp < 0x80) buf[at++] = (char)cp;
-        else buf[at++] = (char)(0xc0 | cp >> 6), buf[at++] = (char)(0x80 | (cp & 0x3f));
-        at += (size_t)snprintf(buf + at, sizeof buf - at, "\": %d", c);
-    }
-    return buf;
-}
+#define byte_entries bpetest_byte_entries
 
 /* A small vocabulary whose merges come in another order than its ids: "a b" is merge 0 (id 257), "b c" merge
  * 1 (id 256). The BPE rule joins the lowest merge first: "abc" is "ab" + "c", "bcd" is "bc" + "d". Ranking

@@ -5,9 +5,12 @@
  * (and <|endoftext|> to 50256); merges.txt lists, in rank order, the two parts tiktoken's merging of ranks
  * below a token's own gives its bytes. Oracles: tiktoken's ids on the golden texts (tests/golden/bpe_golden.h,
  * made by tests/gen_golden_bpe.py) from every format; a small vocabulary whose merge order is not its id order,
- * worked by hand from the BPE rule; damaged files refused with a message naming what is wrong. */
+ * worked by hand from the BPE rule; damaged files refused with a message naming what is wrong. Llama 3's pattern
+ * (its tokenizer.json's Split, or "llama3:" before a tiktoken file) over the same ranks gives tiktoken's ids with
+ * that pattern (tests/golden/bpe_llama3_golden.h, made by tests/gen_golden_bpe_llama3.py). */
 #include "testutil.h"
 #include "golden/bpe_golden.h"
+#include "golden/bpe_llama3_golden.h"
 #include "text/bpe_impl.h"
 #include "bpetest.h"
 
@@ -99,6 +102,27 @@ static void write_files(void) {
     }
     fputs("]}}\n", t), fputs("]}}\n", ta);
     assert_int_equal(fclose(v) | fclose(m) | fclose(t) | fclose(ta), 0);
+    /* tokenizer_llama3.json: tokenizer.json with Llama 3's pre-tokenizer, as Hugging Face writes it */
+    FILE *in = fopen(path_of("tokenizer.json"), "rb"), *out = fopen(path_of("tokenizer_llama3.json"), "wb");
+    assert_true(in && out);
+    static char text[4 << 20];
+    size_t len = fread(text, 1, sizeof text - 1, in);
+    text[len] = '\0';
+    const char *gpt2_pre = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}";
+    char *at = strstr(text, gpt2_pre);
+    assert_non_null(at);
+    fprintf(out, "%.*s%s%s", (int)(at - text), text, "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+            "\"pattern\": {\"Regex\": \"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "
+            "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, \"behavior\": "
+            "\"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": "
+            "true, \"use_regex\": false}]}", at + strlen(gpt2_pre));
+    assert_int_equal(fclose(in) | fclose(out), 0);
+}
+
+static char *prog_path_llama3_as_gpt2(void) {
+    static char buf[300];
+    snprintf(buf, sizeof buf, "gpt2:%s", path_of("tokenizer_llama3.json"));
+    return buf;
 }
 
 static int setup(void **state) {
@@ -111,7 +135,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     const char *names[] = {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_arrays.json", "only/vocab.json",
-                           "only/merges.txt", "bad.json", "bad_merges.txt", "x.json"};
+                           "only/merges.txt", "tokenizer_llama3.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) remove(path_of(names[i]));
     rmdir(path_of("only"));
     rmdir(dir);
@@ -119,17 +143,10 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* b gives tiktoken's ids on every golden text, decodes them back, and has GPT-2's tokens by id */
-static void assert_gpt2(const fsc_bpe *b, const char *what) {
-    if (fsc_bpe_vocab(b) != 50257 || fsc_bpe_eot(b) != 50256)
-        fail_msg("%s: vocabulary %zu, end of text %d", what, fsc_bpe_vocab(b), (int)fsc_bpe_eot(b));
-    for (int32_t id = 0; id < 50257; id += 1 + id % 7) {
-        size_t l1, l2;
-        const uint8_t *t1 = fsc_bpe_token(b, id, &l1), *t2 = fsc_bpe_token(gpt2, id, &l2);
-        if (l1 != l2 || memcmp(t1, t2, l1) != 0) fail_msg("%s: token %d differs from GPT-2's", what, (int)id);
-    }
-    for (size_t g = 0; g < sizeof bpe_golds / sizeof bpe_golds[0]; g++) {
-        const bpe_gold *w = &bpe_golds[g];
+/* b gives the golden ids on every golden text and decodes them back */
+static void assert_golden(const fsc_bpe *b, const char *what, const bpe_gold *golds, size_t ngolds) {
+    for (size_t g = 0; g < ngolds; g++) {
+        const bpe_gold *w = &golds[g];
         int32_t *ids = malloc((w->len + 1) * sizeof *ids);
         size_t n;
         assert_ok(fsc_bpe_encode(b, w->text, w->len, ids, &n));
@@ -143,6 +160,47 @@ static void assert_gpt2(const fsc_bpe *b, const char *what) {
         assert_memory_equal(back, w->text, w->len);
         free(back), free(ids);
     }
+}
+
+/* ... tiktoken's GPT-2 ids, and GPT-2's tokens by id */
+static void assert_gpt2(const fsc_bpe *b, const char *what) {
+    if (fsc_bpe_vocab(b) != 50257 || fsc_bpe_eot(b) != 50256)
+        fail_msg("%s: vocabulary %zu, end of text %d", what, fsc_bpe_vocab(b), (int)fsc_bpe_eot(b));
+    for (int32_t id = 0; id < 50257; id += 1 + id % 7) {
+        size_t l1, l2;
+        const uint8_t *t1 = fsc_bpe_token(b, id, &l1), *t2 = fsc_bpe_token(gpt2, id, &l2);
+        if (l1 != l2 || memcmp(t1, t2, l1) != 0) fail_msg("%s: token %d differs from GPT-2's", what, (int)id);
+    }
+    assert_golden(b, what, bpe_golds, sizeof bpe_golds / sizeof bpe_golds[0]);
+}
+
+/* Llama 3's pattern: "llama3:" before the tiktoken file (Meta's 256 special tokens after the ranks), and a
+ * tokenizer.json whose pre-tokenizer is Llama 3's (found by its regex), give tiktoken's ids with that pattern */
+static void test_llama3(void **state) {
+    fsc_bpe *b = NULL;
+    assert_ok(fsc_bpe_load_file(&b, "llama3:" VOCAB));
+    assert_int_equal(b->pattern, BPE_PATTERN_LLAMA3);
+    assert_int_equal(fsc_bpe_vocab(b), 50256 + 256);
+    assert_int_equal(fsc_bpe_eot(b), 50257);
+    const struct { int32_t id; const char *name; } specials[] = {
+        {50256, "<|begin_of_text|>"}, {50257, "<|end_of_text|>"}, {50262, "<|start_header_id|>"},
+        {50265, "<|eot_id|>"}, {50266, "<|reserved_special_token_5|>"}, {50511, "<|reserved_special_token_250|>"}};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) {
+        size_t len;
+        const uint8_t *t = fsc_bpe_token(b, specials[i].id, &len);
+        if (!t || len != strlen(specials[i].name) || memcmp(t, specials[i].name, len) != 0)
+            fail_msg("token %d is \"%.*s\", not %s", (int)specials[i].id, (int)len, t ? (const char *)t : "", specials[i].name);
+    }
+    assert_golden(b, "llama3:gpt2.tiktoken.gz", bpe_llama3_golds, sizeof bpe_llama3_golds / sizeof bpe_llama3_golds[0]);
+    fsc_bpe_free(b);
+    assert_ok(fsc_bpe_load_file(&b, path_of("tokenizer_llama3.json")));
+    assert_int_equal(b->pattern, BPE_PATTERN_LLAMA3);
+    assert_golden(b, "tokenizer_llama3.json", bpe_llama3_golds, sizeof bpe_llama3_golds / sizeof bpe_llama3_golds[0]);
+    fsc_bpe_free(b);
+    /* "gpt2:" overrides the file's pre-tokenizer: GPT-2's ids again */
+    assert_ok(fsc_bpe_load_file(&b, prog_path_llama3_as_gpt2()));
+    assert_gpt2(b, "gpt2:tokenizer_llama3.json");
+    fsc_bpe_free(b);
 }
 
 static void test_hf_vocab_merges(void **state) {
@@ -355,6 +413,7 @@ int main(void) {
         cmocka_unit_test(test_hf_load_file),
         cmocka_unit_test(test_hf_merge_order),
         cmocka_unit_test(test_hf_refusals),
+        cmocka_unit_test(test_llama3),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

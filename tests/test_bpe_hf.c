@@ -399,8 +399,9 @@ static void test_hf_refusals(void **state) {
     char *big = malloc(2000);
     memset(big, 'a', 1000);
     snprintf(big + 1000, 1000, "\": 257}");
-    assert_err(load_hf(strcat(strcat(strcpy(malloc(10000), vj), ", \""), big), "a b\n"), FSC_ERR_FORMAT, "more than 256 bytes");
-    free(big);
+    char *long_vocab = malloc(10000);
+    assert_err(load_hf(strcat(strcat(strcpy(long_vocab, vj), ", \""), big), "a b\n"), FSC_ERR_FORMAT, "more than 256 bytes");
+    free(big), free(long_vocab);
     /* the byte 'q' missing: not byte-level */
     assert_err(load_hf(strcat(strcpy(tmp, subst(vj, "\"q\": 113", "\"bq\": 113")), "}"), "a b\n"), FSC_ERR_FORMAT,
                "the byte 0x71 is no token");

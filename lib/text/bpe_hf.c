@@ -277,6 +277,8 @@ static fsc_status read_vocab(hf_vocab *v, const cJSON *vocab, const cJSON *added
 
 static fsc_status parse_json(const char *name, const uint8_t *buf, size_t len, cJSON **root) {
     const char *end = NULL;
+    *root = NULL;
+    if (len > BPE_MAX_FILE) return fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes: more than a tokenizer's %zu MiB", name, len, BPE_MAX_FILE >> 20);
     pthread_mutex_lock(&fsc_json_lock);
     *root = cJSON_ParseWithLengthOpts((const char *)buf, len, &end, 0);
     pthread_mutex_unlock(&fsc_json_lock);
@@ -422,6 +424,7 @@ fsc_status fsc_bpe_load_hf_memory(fsc_bpe **out, const void *vocab, size_t vlen,
     *out = NULL;
     FSC_CHECK_BUF(vocab, vlen);
     FSC_CHECK_BUF(merges, mlen);
+    if (mlen > BPE_MAX_FILE) return fsc_error(FSC_ERR_FORMAT, "merges.txt: %zu bytes: more than a tokenizer's %zu MiB", mlen, BPE_MAX_FILE >> 20);
     cJSON *root;
     fsc_status s = parse_json("vocab.json", vocab, vlen, &root);
     if (s == FSC_OK)

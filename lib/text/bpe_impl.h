@@ -7,6 +7,7 @@
 #include "fsc/bpe.h"
 
 #define BPE_NONE UINT32_MAX
+#define BPE_MAX_FILE ((size_t)64 << 20) /* a tokenizer file (inflated) has at most this many bytes */
 /* A piece of at most this many bytes is merged by tiktoken's quadratic scan, a longer one with a heap */
 #define BPE_SHORT_PIECE 64
 

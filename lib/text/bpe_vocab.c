@@ -13,7 +13,7 @@
 #include <zlib.h>
 #include "bpe_impl.h"
 
-#define MAX_TEXT ((size_t)64 << 20)  /* a vocabulary file inflates to at most this */
+#define MAX_TEXT BPE_MAX_FILE        /* a vocabulary file inflates to at most this */
 #define MAX_TOKEN 256                /* bytes of one token */
 #define NSPECIAL_MAX 256              /* special tokens after the ranks */
 #define SPECIAL_BYTES (NSPECIAL_MAX * 40) /* their bytes, at most */

@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
     if (fsc_bpe_vocab(b) > 65536)
         return fprintf(stderr, "%s: a vocabulary of %zu tokens does not fit uint16 token files\n", prog, fsc_bpe_vocab(b)), fsc_bpe_free(b), 1;
     if (c.eot && fsc_bpe_eot(b) < 0)
-        return fprintf(stderr, "%s: --eot: the tokenizer %s has no end-of-text token\n", prog, c.vocab), fsc_bpe_free(b), 1;
+        return fprintf(stderr, "%s: --eot: the tokenizer %s has no end-of-text token\n", prog, c.vocab ? c.vocab : "gpt2"), fsc_bpe_free(b), 1;
     const uint8_t *text = NULL;
     size_t len = 0;
     if (!c.decode && map_text(c.in, &text, &len) != 0) return fsc_bpe_free(b), 1;

@@ -192,6 +192,24 @@ static void test_llama3(void **state) {
             fail_msg("token %d is \"%.*s\", not %s", (int)specials[i].id, (int)len, t ? (const char *)t : "", specials[i].name);
     }
     assert_golden(b, "llama3:gpt2.tiktoken.gz", bpe_llama3_golds, sizeof bpe_llama3_golds / sizeof bpe_llama3_golds[0]);
+    /* fsc_bpe_split_point's cuts keep the ids with Llama 3's pattern too (a text with digits and punctuation
+     * before newlines) */
+    FILE *f = fopen("examples/data/coriolanus.txt", "rb");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text, f), n, m = 0, cuts = 0;
+    fclose(f);
+    int32_t *whole = malloc(len * sizeof *whole), *parts = malloc(len * sizeof *parts);
+    assert_ok(fsc_bpe_encode(b, text, len, whole, &n));
+    for (size_t at = 0; at < len; cuts++) {
+        size_t end = fsc_bpe_split_point(text, len, at + 1 + at % 89), k;
+        assert_ok(fsc_bpe_encode(b, text + at, end - at, parts + m, &k));
+        m += k, at = end;
+    }
+    assert_true(cuts > 50);
+    assert_int_equal(m, n);
+    assert_memory_equal(parts, whole, n * sizeof *whole);
+    free(whole), free(parts);
     fsc_bpe_free(b);
     assert_ok(fsc_bpe_load_file(&b, path_of("tokenizer_llama3.json")));
     assert_int_equal(b->pattern, BPE_PATTERN_LLAMA3);

@@ -1,7 +1,8 @@
 /* bench_bpe: GPT-2 tokenizer speed, encode and decode in MB of text per second (one thread), the median of
  * ROUNDS passes over a file; bench/tiktoken_bpe.py measures tiktoken on the same file for comparison.
- *   build/bench_bpe [FILE] [ROUNDS]     FILE default examples/data/coriolanus.txt, ROUNDS default 5
- * Run from the repository root (the vocabulary is found as fsc_bpe_load_default finds it). Prints numbers;
+ *   build/bench_bpe [FILE] [ROUNDS] [TOKENIZER]   FILE default examples/data/coriolanus.txt, ROUNDS default 5,
+ *                                                 TOKENIZER (fsc_bpe_load_file) default gpt2
+ * Run from the repository root (GPT-2's vocabulary is found as fsc_bpe_load_default finds it). Prints numbers;
  * asserts nothing. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,7 @@ int main(int argc, char **argv) {
     if (!text || !back || !ids || fread(text, 1, len, f) != len) return fprintf(stderr, "bench_bpe: cannot read %s\n", path), 1;
     fclose(f);
     fsc_bpe *b;
-    if (fsc_bpe_load_default(&b) != FSC_OK) return fprintf(stderr, "bench_bpe: %s\n", fsc_last_error()), 1;
+    if (fsc_bpe_load_file(&b, argc > 3 ? argv[3] : "gpt2") != FSC_OK) return fprintf(stderr, "bench_bpe: %s\n", fsc_last_error()), 1;
     double enc[100], dec[100];
     size_t n = 0, got = 0;
     for (int r = 0; r < rounds; r++) {

@@ -47,9 +47,10 @@ static const option options[] = {
     {"temperature", "X", "1", "softmax temperature; 0 is greedy (the most likely token)", K_FLOAT, F(temperature), 0, 1e6},
     {"top-k", "K", "0", "sample among the K most likely tokens only (0: all)", K_INT, F(top_k), 0, 1e9},
     {"seed", "N", "1", "seed of the draws: the same seed gives the same tokens", K_LL, F(seed), 0, 9.007199254740992e15},
-    {"tokenizer", "FILE", NULL, "text in and out with this BPE vocabulary (tiktoken's format, plain or .gz; 'gpt2': "
-     "GPT-2's, shipped in examples/data/ and share/fsc/): --prompt is text (default <|endoftext|>), the output text; "
-     "the model's vocabulary must hold it (50257, or padded to 50304)", K_STR, F(tokenizer), 0, 0},
+    {"tokenizer", "FILE", NULL, "text in and out with this byte-level BPE: 'gpt2' (GPT-2's, shipped in examples/data/ "
+     "and share/fsc/), a tokenizer.json, a folder or vocab.json with merges.txt, or a tiktoken file (plain or .gz); "
+     "llama3:FILE for Llama 3's pattern (docs/tokenizer.md): --prompt is text (default the end-of-text token), the "
+     "output text; the model's vocabulary must hold it (GPT-2: 50257, or padded to 50304)", K_STR, F(tokenizer), 0, 0},
     {"ids", NULL, NULL, "print token ids (comma-separated) also for a byte model", K_FLAG, F(ids), 0, 0},
     {"device", "NAME", "cpu", "cpu|cuda", K_STR, F(device), 0, 0},
 };
@@ -132,6 +133,9 @@ static int parse_prompt(const sample_config *c, int V, const fsc_bpe *bpe, int32
     if (!t) return snprintf(err, cap, "out of memory"), -1;
     int k = 0;
     if (bpe && !c->prompt) {
+        if (fsc_bpe_eot(bpe) < 0)
+            return free(t), snprintf(err, cap, "--tokenizer %s has no end-of-text token to start from: give --prompt",
+                                     c->tokenizer), -1;
         t[k++] = fsc_bpe_eot(bpe); /* unconditional, as GPT-2 samples */
     } else if (bpe) {
         size_t nk;
@@ -218,7 +222,7 @@ static fsc_status run(fsc_rank *r, void *arg) {
     FSC_TRY(fsc_model_from_config(r->dev, ra->config, &m));
     fsc_status s = check_shapes(m, ra);
     if (s == FSC_OK && c->tokenizer)
-        s = !strcmp(c->tokenizer, "gpt2") ? fsc_bpe_load_default(&bpe) : fsc_bpe_load(&bpe, c->tokenizer);
+        s = fsc_bpe_load_file(&bpe, c->tokenizer); /* "gpt2": fsc_bpe_load_default */
     if (s != FSC_OK) {
         fsc_model_free(m);
         return s;

@@ -1,9 +1,10 @@
 /* tokenize (installed as fsc-tokenize): a text file into the token file the trainer reads, with GPT-2's
- * tokenizer (fsc/bpe.h), and a token file back into text.
- *   tokenize [--vocab FILE] [--format u16|llmc] [--eot] TEXT OUT    encode: OUT holds TEXT's ids
+ * tokenizer or another byte-level BPE (fsc/bpe.h: tokenizer.json, vocab.json + merges.txt, tiktoken files),
+ * and a token file back into text.
+ *   tokenize [--tokenizer FILE] [--format u16|llmc] [--eot] TEXT OUT    encode: OUT holds TEXT's ids
  *   tokenize --val F --val-out VAL ... TEXT OUT   the last F of the text (from the first place after that the ids
  *                                                 do not change) into VAL instead (fsc-train --val-data VAL)
- *   tokenize --decode [--vocab FILE] [--format u16|llmc] TOKENS OUT  decode: OUT holds the tokens' text
+ *   tokenize --decode [--tokenizer FILE] [--format u16|llmc] TOKENS OUT  decode: OUT holds the tokens' text
  * u16: headerless little-endian uint16 (the trainer's --data-format u16); llmc: llm.c's shard, a 1024-byte
  * header then uint16 (the trainer detects it). Train on either with --vocab 50257 (or the padded 50304).
  * The text is mapped, not read, and encoded in pieces of about 1 MiB cut where the ids do not change
@@ -28,10 +29,13 @@ typedef struct {
     const char *name, *arg, *help;
 } option;
 static const option options[] = {
-    {"vocab", "FILE", "the tokenizer's ranks (tiktoken format, plain or .gz); default: GPT-2's " FSC_BPE_GPT2_FILE
-                      " from examples/data/ or beside the program (share/fsc/ when installed)"},
+    {"tokenizer", "FILE", "gpt2 (default: GPT-2's " FSC_BPE_GPT2_FILE " from examples/data/ or beside the program, "
+                          "share/fsc/ when installed), or a byte-level BPE's file: tokenizer.json, a folder or vocab.json "
+                          "with merges.txt beside it, a tiktoken file (plain or .gz); llama3:FILE for Llama 3's pattern "
+                          "(docs/tokenizer.md)"},
+    {"vocab", "FILE", "the same as --tokenizer"},
     {"format", "u16|llmc", "the token file: headerless uint16 (default) or llm.c's shard with its header"},
-    {"eot", NULL, "encode: put the end-of-text token (50256) before the text, as llm.c's shards begin documents"},
+    {"eot", NULL, "encode: put the end-of-text token (GPT-2: 50256) before the text, as llm.c's shards begin documents"},
     {"val", "F", "encode: the last fraction F (0 < F < 1) of the text goes to --val-out, cut where a line starts "
                  "with a letter after a line that does not end in white space"},
     {"val-out", "PATH", "the validation tokens' file (with --val)"},
@@ -43,7 +47,7 @@ static const option options[] = {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: %s [options] TEXT OUT | --decode [options] TOKENS OUT\n"
-               "Turn a text file into GPT-2 tokens the trainer reads (--data OUT --data-format u16 --vocab 50257),\n"
+               "Turn a text file into the tokens the trainer reads (GPT-2's: --data OUT --data-format u16 --vocab 50257),\n"
                "or tokens back into text. Options:\n", prog);
     for (size_t i = 0; i < NOPT; i++) {
         char head[64];
@@ -75,7 +79,10 @@ static int parse_args(int argc, char **argv, config *c) {
         const char *v = options[k].arg ? argv[++i] : NULL;
         if (!strcmp(options[k].name, "help")) return usage(stdout), 1;
         if (!strcmp(options[k].name, "version")) return printf("%s %s\n", prog, fsc_version_string()), 1;
-        if (!strcmp(options[k].name, "vocab")) c->vocab = v;
+        if (!strcmp(options[k].name, "vocab") || !strcmp(options[k].name, "tokenizer")) {
+            if (c->vocab) return fprintf(stderr, "%s: give one --tokenizer (or --vocab)\n", prog), 2;
+            c->vocab = v;
+        }
         if (!strcmp(options[k].name, "eot")) c->eot = 1;
         if (!strcmp(options[k].name, "decode")) c->decode = 1;
         if (!strcmp(options[k].name, "val-out")) c->val_out = v;
@@ -194,10 +201,11 @@ int main(int argc, char **argv) {
     int rc = parse_args(argc, argv, &c);
     if (rc) return rc == 1 ? 0 : rc;
     fsc_bpe *b = NULL;
-    if ((c.vocab ? fsc_bpe_load(&b, c.vocab) : fsc_bpe_load_default(&b)) != FSC_OK)
-        return fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1;
+    if (fsc_bpe_load_file(&b, c.vocab ? c.vocab : "gpt2") != FSC_OK) return fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1;
     if (fsc_bpe_vocab(b) > 65536)
         return fprintf(stderr, "%s: a vocabulary of %zu tokens does not fit uint16 token files\n", prog, fsc_bpe_vocab(b)), fsc_bpe_free(b), 1;
+    if (c.eot && fsc_bpe_eot(b) < 0)
+        return fprintf(stderr, "%s: --eot: the tokenizer %s has no end-of-text token\n", prog, c.vocab ? c.vocab : "gpt2"), fsc_bpe_free(b), 1;
     const uint8_t *text = NULL;
     size_t len = 0;
     if (!c.decode && map_text(c.in, &text, &len) != 0) return fsc_bpe_free(b), 1;

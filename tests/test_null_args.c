@@ -80,6 +80,33 @@ static void null_fsc_bpe_load(void) {
     INVALID(fsc_bpe_load(P, NULL), "path");
 }
 
+static void null_fsc_bpe_load_file(void) {
+    INVALID(fsc_bpe_load_file(NULL, P), "out");
+    INVALID(fsc_bpe_load_file(P, NULL), "spec");
+}
+
+static void null_fsc_bpe_load_hf(void) {
+    INVALID(fsc_bpe_load_hf(NULL, P, P), "out");
+    INVALID(fsc_bpe_load_hf(P, NULL, P), "vocab_json");
+    INVALID(fsc_bpe_load_hf(P, P, NULL), "merges_txt");
+}
+
+static void null_fsc_bpe_load_hf_memory(void) {
+    INVALID(fsc_bpe_load_hf_memory(NULL, P, 0, P, 0), "out");
+    INVALID(fsc_bpe_load_hf_memory(P, NULL, 1, P, 0), "vocab");
+    INVALID(fsc_bpe_load_hf_memory(P, P, 0, NULL, 1), "merges");
+}
+
+static void null_fsc_bpe_load_tokenizer_json(void) {
+    INVALID(fsc_bpe_load_tokenizer_json(NULL, P), "out");
+    INVALID(fsc_bpe_load_tokenizer_json(P, NULL), "path");
+}
+
+static void null_fsc_bpe_load_tokenizer_json_memory(void) {
+    INVALID(fsc_bpe_load_tokenizer_json_memory(NULL, P, 0), "out");
+    INVALID(fsc_bpe_load_tokenizer_json_memory(P, NULL, 1), "buf");
+}
+
 static void null_fsc_bpe_load_default(void) {
     INVALID(fsc_bpe_load_default(NULL), "out");
 }
@@ -2431,9 +2458,14 @@ static const struct row rows[] = {
     ROW(fsc_bpe_free),
     ROW(fsc_bpe_load),
     ROW(fsc_bpe_load_default),
+    ROW(fsc_bpe_load_file),
+    ROW(fsc_bpe_load_hf),
+    ROW(fsc_bpe_load_hf_memory),
     ROW(fsc_bpe_load_memory),
     ROW(fsc_bpe_split_point),
     ROW(fsc_bpe_token),
+    ROW(fsc_bpe_load_tokenizer_json),
+    ROW(fsc_bpe_load_tokenizer_json_memory),
     ROW(fsc_bpe_vocab),
     /* checkpoint_wrapper.h */
     ROW(fsc_checkpoint_wrapper_create),

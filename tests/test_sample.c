@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include "trainertest.h"
+#include "bpetest.h"
 #include "fsc/generate.h"
 #include "golden/sample_golden.h"
 
@@ -156,10 +157,28 @@ static void test_tokenizer(void **st) {
     char *a = sample(file, NULL, "--tokenizer gpt2 --prompt 'First Citizen:' --tokens 5 --seed 3");
     if (strncmp(a, "First Citizen:", 14) != 0) fail_msg("the text does not start with the prompt: \"%s\"", a);
     free(a);
+    /* a tokenizer.json (tests/bpetest.h) of 259 tokens: the prompt read with it, the output text; without an
+     * end-of-text token, no prompt is refused */
+    char tj[320], *opt;
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", tmpdir);
+    assert_int_equal(bpetest_write_tokenizer(tj, 1), 0);
+    opt = prog_fmt("--tokenizer '%s' --prompt 'abab ab' --tokens 5 --seed 3", tj);
+    a = sample(file, NULL, opt);
+    if (strncmp(a, "abab ab", 7) != 0) fail_msg("the text does not start with the prompt: \"%s\"", a);
+    free(a), free(opt);
+    opt = prog_fmt("--tokenizer '%s' --prompt 'abab a' --tokens 2 --ids", tj);
+    a = sample(file, NULL, opt);
+    if (strncmp(a, "256,256,257,", 12) != 0) fail_msg("the prompt's ids are not 256,256,257: \"%s\"", a);
+    free(a), free(opt);
+    assert_int_equal(bpetest_write_tokenizer(tj, 0), 0);
+    char *err = NULL;
+    args = prog_fmt("--model '%s' --tokenizer '%s'", file, tj);
+    assert_int_equal(prog_run(sampler, args, tmpdir, &out, &err), 1);
+    if (!strstr(err, "has no end-of-text token to start from: give --prompt")) fail_msg("stderr: %s", err);
+    free(out), free(err), free(args);
     args = prog_fmt("--layers 1 --dim 8 --heads 2 --seq 8 --batch 2 --steps 0 --save '%s'", small);
     assert_int_equal(prog_run(trainer, args, tmpdir, &out, NULL), 0);
     free(out), free(args);
-    char *err = NULL;
     args = prog_fmt("--model '%s' --tokenizer gpt2 --prompt 'x'", small);
     assert_int_equal(prog_run(sampler, args, tmpdir, &out, &err), 1);
     assert_non_null(strstr(err, "more than the model's vocabulary 256"));

@@ -5,6 +5,7 @@
  * message naming them. Run from the repository root (the vocabulary is examples/data/gpt2.tiktoken.gz); the
  * program itself runs in a temporary folder, so it finds the vocabulary beside itself. */
 #include "trainertest.h"
+#include "bpetest.h"
 
 static char tokenize[PATH_MAX], trainer[PATH_MAX + 32], tmpdir[64];
 static const char *const corpus = "examples/data/coriolanus.txt";
@@ -160,6 +161,67 @@ static void test_refusals(void **state) {
     free(out), free(want);
 }
 
+/* --tokenizer FILE: a tokenizer.json made here (tests/bpetest.h), given as the file and as its folder, gives the
+ * ids fsc_bpe_load_file's vocabulary gives (whose Hugging Face loader tests/test_bpe_hf.c checks against
+ * tiktoken), with --eot its end-of-text token first; --decode with it gives the text back; a tokenizer without
+ * an end-of-text token refuses --eot. tools/make_tokens --tokenizer writes the same ids through this program. */
+static void test_tokenizer_file(void **state) {
+    char *dir = prog_fmt("%s/tok", tmpdir), *tj = prog_fmt("%s/tok/tokenizer.json", tmpdir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(bpetest_write_tokenizer(tj, 1), 0);
+    fsc_bpe *b;
+    assert_ok(fsc_bpe_load_file(&b, tj));
+    size_t len, n, flen;
+    uint8_t *text = slurp_bytes(corpus, &len);
+    int32_t *ids = malloc(len * sizeof *ids);
+    assert_ok(fsc_bpe_encode(b, text, len, ids, &n));
+    size_t ab = 0;
+    for (size_t i = 0; i < n; i++) ab += ids[i] == 256 || ids[i] == 257;
+    assert_true(ab > 100); /* the merges are used */
+    const char *specs[] = {tj, dir};
+    for (int k = 0; k < 2; k++) {
+        char *args = prog_fmt("--tokenizer '%s' --eot '%s' '%s/s.u16'", specs[k], corpus_abs, tmpdir);
+        assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+        char *path = prog_fmt("%s/s.u16", tmpdir);
+        uint8_t *file = slurp_bytes(path, &flen);
+        assert_int_equal(flen, 2 * (n + 1));
+        assert_int_equal(file[0] | file[1] << 8, 258);
+        for (size_t i = 0; i < n; i++) assert_int_equal(file[2 * i + 2] | file[2 * i + 3] << 8, ids[i]);
+        free(args), free(file);
+        args = prog_fmt("--decode --tokenizer '%s' '%s' '%s/s.txt'", specs[k], path, tmpdir);
+        assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+        char *back_path = prog_fmt("%s/s.txt", tmpdir);
+        uint8_t *back = slurp_bytes(back_path, &flen);
+        assert_int_equal(flen, 13 + len);
+        assert_memory_equal(back, "<|endoftext|>", 13);
+        assert_memory_equal(back + 13, text, len);
+        free(args), free(path), free(back_path), free(back);
+    }
+    /* tools/make_tokens --tokenizer: the training file holds the first part's ids, through this program */
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    char *tool = prog_fmt("%.*s../tools/make_tokens", slash ? (int)(slash - src + 1) : 0, src);
+    setenv("FSC_TOKENIZE", tokenize, 1);
+    char *args = prog_fmt("--tokenizer '%s' --val 0.1 '%s' '%s/mt'", tj, corpus_abs, tmpdir), *out = NULL;
+    assert_int_equal(prog_run(tool, args, tmpdir, &out, NULL), 0);
+    unsetenv("FSC_TOKENIZE");
+    char *tp = prog_fmt("%s/mt_train.bin", tmpdir), *vp = prog_fmt("%s/mt_val.bin", tmpdir);
+    size_t tl, vl;
+    uint8_t *t = slurp_bytes(tp, &tl), *v = slurp_bytes(vp, &vl);
+    assert_true(vl > 0 && tl > 8 * vl && tl / 2 < n);
+    for (size_t i = 0; i < tl / 2; i++) assert_int_equal(t[2 * i] | t[2 * i + 1] << 8, ids[i]);
+    free(args), free(out), free(tool), free(tp), free(vp), free(t), free(v);
+    /* no end-of-text token: --eot refused */
+    assert_int_equal(bpetest_write_tokenizer(tj, 0), 0);
+    args = prog_fmt("--tokenizer '%s' --eot '%s' '%s/s.u16'", tj, corpus_abs, tmpdir);
+    prog_refused(tokenize, args, tmpdir, 1, "has no end-of-text token");
+    free(args);
+    args = prog_fmt("--tokenizer '%s' --vocab '%s' '%s' '%s/s.u16'", tj, tj, corpus_abs, tmpdir);
+    prog_refused(tokenize, args, tmpdir, 2, "give one --tokenizer");
+    free(args);
+    fsc_bpe_free(b);
+    free(text), free(ids), free(dir), free(tj);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_tokenize", "tokenize", tokenize, sizeof tokenize, tmpdir, sizeof tmpdir)) return 1;
@@ -172,6 +234,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_val_split),
         cmocka_unit_test(test_trainer_reads_it),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_tokenizer_file),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

@@ -66,7 +66,7 @@ size_t bpe_merge_scan(const fsc_bpe *b, const uint8_t *p, size_t len, int32_t *o
         for (size_t i = best ? best - 1 : 0; i <= best; i++)
             rank[i] = i + 2 < m ? bpe_rank(b, p + pos[i], pos[i + 2] - pos[i]) : BPE_NONE;
     }
-    for (size_t i = 0; i + 1 < m; i++) out[i] = (int32_t)bpe_rank(b, p + pos[i], pos[i + 1] - pos[i]);
+    for (size_t i = 0; i + 1 < m; i++) out[i] = (int32_t)bpe_id(b, p + pos[i], pos[i + 1] - pos[i]);
     return m - 1;
 }
 
@@ -119,14 +119,14 @@ size_t bpe_merge_heap(const fsc_bpe *b, const uint8_t *p, size_t len, int32_t *o
             heap_push(s, (uint64_t)rr << 32 | prev[i]);
     }
     size_t m = 0;
-    for (uint32_t i = 0; i < n; i = next[i]) out[m++] = (int32_t)bpe_rank(b, p + i, next[i] - i);
+    for (uint32_t i = 0; i < n; i = next[i]) out[m++] = (int32_t)bpe_id(b, p + i, next[i] - i);
     return m;
 }
 
 /* One piece's ids into out (*n advanced); -1 when out of memory */
 static int encode_piece(const fsc_bpe *b, const uint8_t *p, size_t len, int32_t *out, size_t *n, bpe_scratch *s) {
-    uint32_t r = bpe_rank(b, p, len);
-    if (r != BPE_NONE) return out[(*n)++] = (int32_t)r, 0;
+    uint32_t id = bpe_id(b, p, len);
+    if (id != BPE_NONE) return out[(*n)++] = (int32_t)id, 0;
     size_t m = len <= BPE_SHORT_PIECE ? bpe_merge_scan(b, p, len, out + *n, s) : bpe_merge_heap(b, p, len, out + *n, s);
     *n += m;
     return m ? 0 : -1;
@@ -186,9 +186,9 @@ fsc_status fsc_bpe_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *
     FSC_CHECK_ARG(len);
     size_t need = 0;
     for (size_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || (uint32_t)ids[i] > b->n)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= b->n)
             return *len = 0, fsc_error(FSC_ERR_INVALID, "fsc_bpe_decode: id %zu is %d: not in the vocabulary "
-                                       "(0 .. %u)", i, (int)ids[i], b->n);
+                                       "(0 .. %u)", i, (int)ids[i], b->n - 1);
         need += b->off[ids[i] + 1] - b->off[ids[i]];
     }
     *len = need;

@@ -7,20 +7,42 @@
 #include "fsc/bpe.h"
 
 #define BPE_NONE UINT32_MAX
+#define BPE_MAX_FILE ((size_t)64 << 20) /* a tokenizer file (inflated) has at most this many bytes */
 /* A piece of at most this many bytes is merged by tiktoken's quadratic scan, a longer one with a heap */
 #define BPE_SHORT_PIECE 64
 
 struct fsc_bpe {
-    uint32_t n;          /* tokens with a rank: 0 .. n-1; the end-of-text token is n */
-    uint32_t *off;       /* (n + 2): token r is bytes[off[r] .. off[r+1]); the last one is "<|endoftext|>" */
-    uint8_t *bytes;      /* every token's bytes, by rank */
-    uint32_t *slots;     /* (nslots) open-addressing table of ranks by their bytes; BPE_NONE empty */
+    uint32_t n;          /* ids 0 .. n-1 (a tiktoken file: its ranks, then the special tokens) */
+    int32_t eot;         /* the end-of-text token's id, -1 when there is none */
+    uint32_t *off;       /* (n + 1): token id is bytes[off[id] .. off[id+1]) */
+    uint8_t *bytes;      /* every token's bytes, by id */
+    uint32_t *prio;      /* NULL: a token's merge rank is its id (tiktoken); else (n) the index of the first merge
+                          * that makes each token (Hugging Face's merges), BPE_NONE for a byte or special token */
+    uint32_t *slots;     /* (nslots) open-addressing table of the ids text can give, by their bytes; BPE_NONE empty */
     size_t nslots;       /* a power of two, at least 2n */
+    int pattern;         /* bpe_pattern: the pre-tokenization pattern */
     void *re;            /* the compiled pre-tokenization pattern (pcre2_code_8) */
 };
 
-/* The rank of the len bytes at p, or BPE_NONE when they are no token */
-uint32_t bpe_rank(const fsc_bpe *b, const uint8_t *p, size_t len);
+/* The pre-tokenization patterns fsc knows */
+enum bpe_pattern { BPE_PATTERN_GPT2, BPE_PATTERN_LLAMA3 };
+
+/* The id of the len bytes at p, or BPE_NONE when they are no token text can give */
+uint32_t bpe_id(const fsc_bpe *b, const uint8_t *p, size_t len);
+/* Their merge rank (lower merges first), or BPE_NONE */
+static inline uint32_t bpe_rank(const fsc_bpe *b, const uint8_t *p, size_t len) {
+    uint32_t id = bpe_id(b, p, len);
+    return id == BPE_NONE || !b->prio ? id : b->prio[id];
+}
+
+/* Shared by the loaders (bpe_vocab.c): the table's hash; a file read whole (at most 64 MiB; the message names
+ * it); gzip inflated (at most 64 MiB); the pattern compiled into b->re (replacing one there) */
+uint64_t bpe_hash(const uint8_t *p, size_t len);
+fsc_status bpe_read_file(const char *path, uint8_t **buf, size_t *len);
+fsc_status bpe_inflate(const char *name, const uint8_t *buf, size_t len, uint8_t **text, size_t *tlen);
+fsc_status bpe_compile_pattern(fsc_bpe *b, int pattern);
+/* A tiktoken file's bytes (plain or gzip) with the pattern's special tokens after the ranks */
+fsc_status bpe_load_tiktoken(fsc_bpe **out, const char *path, const uint8_t *buf, size_t len, int pattern);
 
 /* Scratch for merging a piece; grown as pieces need (bpe_merge_* refuse nothing but memory) */
 typedef struct {

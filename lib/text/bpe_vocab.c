@@ -13,25 +13,42 @@
 #include <zlib.h>
 #include "bpe_impl.h"
 
-#define MAX_TEXT ((size_t)64 << 20)  /* a vocabulary file inflates to at most this */
+#define MAX_TEXT BPE_MAX_FILE        /* a vocabulary file inflates to at most this */
 #define MAX_TOKEN 256                /* bytes of one token */
-#define EOT_TEXT "<|endoftext|>"
+#define NSPECIAL_MAX 256              /* special tokens after the ranks */
+#define SPECIAL_BYTES (NSPECIAL_MAX * 40) /* their bytes, at most */
+
+/* The name of special token i after the ranks into buf (64 bytes); its length, 0 when there is no token i.
+ * GPT-2: <|endoftext|>. Llama 3: Meta's 256 (tokenizer.py of llama3). */
+static size_t special_name(int pattern, int i, char *buf) {
+    static const char *const llama3[10] = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                                           "<|reserved_special_token_1|>", "<|reserved_special_token_2|>",
+                                           "<|reserved_special_token_3|>", "<|start_header_id|>", "<|end_header_id|>",
+                                           "<|reserved_special_token_4|>", "<|eot_id|>"};
+    if (pattern != BPE_PATTERN_LLAMA3) return i == 0 ? (size_t)snprintf(buf, 64, "<|endoftext|>") : 0;
+    if (i < 10) return (size_t)snprintf(buf, 64, "%s", llama3[i]);
+    return i < NSPECIAL_MAX ? (size_t)snprintf(buf, 64, "<|reserved_special_token_%d|>", i - 5) : 0;
+}
 
 /* GPT-2's pattern with \s spelled as the Unicode White_Space characters, as tiktoken's regex reads \s (PCRE2
  * 10.42's \s also matches U+180E, White_Space before Unicode 6.3) */
 #define WS "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
-static const char PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS
-                              "])|[" WS "]+";
+static const char PATTERN_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS
+                                   "]+(?![^" WS "])|[" WS "]+";
+/* Llama 3's (tiktoken's cl100k_base pattern), \s spelled the same way:
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static const char PATTERN_LLAMA3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS
+                                     "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 
-static uint64_t hash_bytes(const uint8_t *p, size_t len) {
+uint64_t bpe_hash(const uint8_t *p, size_t len) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ull;
     return h ^ h >> 29;
 }
 
-uint32_t bpe_rank(const fsc_bpe *b, const uint8_t *p, size_t len) {
+uint32_t bpe_id(const fsc_bpe *b, const uint8_t *p, size_t len) {
     size_t mask = b->nslots - 1;
-    for (size_t i = hash_bytes(p, len) & mask;; i = (i + 1) & mask) {
+    for (size_t i = bpe_hash(p, len) & mask;; i = (i + 1) & mask) {
         uint32_t r = b->slots[i];
         if (r == BPE_NONE) return BPE_NONE;
         if (b->off[r + 1] - b->off[r] == len && memcmp(b->bytes + b->off[r], p, len) == 0) return r;
@@ -39,7 +56,7 @@ uint32_t bpe_rank(const fsc_bpe *b, const uint8_t *p, size_t len) {
 }
 
 /* Inflate a gzip image into *text (a buffer grown as the output needs, never past MAX_TEXT) */
-static fsc_status inflate_all(const char *name, const uint8_t *buf, size_t len, uint8_t **text, size_t *tlen) {
+fsc_status bpe_inflate(const char *name, const uint8_t *buf, size_t len, uint8_t **text, size_t *tlen) {
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return fsc_error(FSC_ERR_NOMEM, "%s: cannot start zlib", name);
@@ -121,13 +138,13 @@ static int parse_line(const char *name, size_t lineno, const uint8_t *p, size_t 
 }
 
 /* The tables from the file's text: count the lines, size everything by them, then fill and check */
-static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc_bpe *b) {
+static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc_bpe *b, int pattern) {
     size_t lines = 0; /* not empty */
     for (size_t i = 0; i < len; i++) lines += t[i] != '\n' && (i + 1 == len || t[i + 1] == '\n');
     if (lines > (1u << 22)) return fsc_error(FSC_ERR_FORMAT, "%s: %zu lines: more tokens than 2^22", name, lines);
     uint32_t *len_of = calloc(lines + 1, sizeof *len_of);
-    b->off = calloc(lines + 2, sizeof *b->off);
-    b->bytes = malloc(len / 4 * 3 + sizeof EOT_TEXT);
+    b->off = calloc(lines + 1 + NSPECIAL_MAX, sizeof *b->off);
+    b->bytes = malloc(len / 4 * 3 + SPECIAL_BYTES);
     for (b->nslots = 512; b->nslots < 2 * (lines + 1);) b->nslots *= 2;
     b->slots = malloc(b->nslots * sizeof *b->slots);
     uint8_t (*tok)[MAX_TOKEN + 2] = malloc(sizeof *tok);
@@ -157,26 +174,30 @@ static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc
         if (ll > 0 && parse_line(name, 0, t + at, ll, *tok, &tl, &r) == 0) memcpy(b->bytes + b->off[r], *tok, tl);
         at += ll + 1;
     }
-    b->n = n;
+    b->n = n, b->eot = -1;
+    char sp[64];
+    for (size_t sl; s == FSC_OK && (sl = special_name(pattern, (int)(b->n - n), sp)) > 0; b->n++) {
+        if (b->n - n == (pattern == BPE_PATTERN_LLAMA3 ? 1 : 0)) b->eot = (int32_t)b->n; /* <|endoftext|>, <|end_of_text|> */
+        memcpy(b->bytes + b->off[b->n], sp, sl);
+        b->off[b->n + 1] = b->off[b->n] + (uint32_t)sl;
+    }
     if (s == FSC_OK) {
-        memcpy(b->bytes + b->off[n], EOT_TEXT, strlen(EOT_TEXT));
-        b->off[n + 1] = b->off[n] + (uint32_t)strlen(EOT_TEXT);
         memset(b->slots, 0xff, b->nslots * sizeof *b->slots);
     }
     for (uint32_t r = 0; s == FSC_OK && r < n; r++) {
         const uint8_t *p = b->bytes + b->off[r];
         size_t tl = b->off[r + 1] - b->off[r];
-        if (bpe_rank(b, p, tl) != BPE_NONE) {
-            s = fsc_error(FSC_ERR_FORMAT, "%s: ranks %u and %u are the same token", name, bpe_rank(b, p, tl), r);
+        if (bpe_id(b, p, tl) != BPE_NONE) {
+            s = fsc_error(FSC_ERR_FORMAT, "%s: ranks %u and %u are the same token", name, bpe_id(b, p, tl), r);
             break;
         }
-        size_t i = hash_bytes(p, tl) & (b->nslots - 1);
+        size_t i = bpe_hash(p, tl) & (b->nslots - 1);
         while (b->slots[i] != BPE_NONE) i = (i + 1) & (b->nslots - 1);
         b->slots[i] = r;
     }
     for (int c = 0; s == FSC_OK && c < 256; c++) {
         uint8_t byte = (uint8_t)c;
-        if (bpe_rank(b, &byte, 1) == BPE_NONE) s = fsc_error(FSC_ERR_FORMAT, "%s: the byte 0x%02x is no token: every "
+        if (bpe_id(b, &byte, 1) == BPE_NONE) s = fsc_error(FSC_ERR_FORMAT, "%s: the byte 0x%02x is no token: every "
                                                              "byte must be one (a byte-level vocabulary)", name, c);
     }
     free(len_of);
@@ -184,31 +205,34 @@ static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc
     return s;
 }
 
-static fsc_status compile_pattern(fsc_bpe *b) {
+fsc_status bpe_compile_pattern(fsc_bpe *b, int pattern) {
     int err;
     PCRE2_SIZE at;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)PATTERN, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
+    const char *text = pattern == BPE_PATTERN_LLAMA3 ? PATTERN_LLAMA3 : PATTERN_GPT2;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)text, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
-        return fsc_error(FSC_ERR_INTERNAL, "the GPT-2 pattern does not compile with PCRE2 at %zu: %s", (size_t)at, msg);
+        return fsc_error(FSC_ERR_INTERNAL, "the %s pattern does not compile with PCRE2 at %zu: %s",
+                         pattern == BPE_PATTERN_LLAMA3 ? "Llama 3" : "GPT-2", (size_t)at, msg);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT (an error here), PCRE2 interprets: slower, the same */
-    b->re = re;
+    pcre2_code_free((pcre2_code *)b->re);
+    b->re = re, b->pattern = pattern;
     return FSC_OK;
 }
 
-static fsc_status load_named(fsc_bpe **out, const char *name, const uint8_t *buf, size_t len) {
+static fsc_status load_named(fsc_bpe **out, const char *name, const uint8_t *buf, size_t len, int pattern) {
     fsc_bpe *b = calloc(1, sizeof *b);
     if (!b) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name);
     uint8_t *text = NULL;
     size_t tlen = len;
     fsc_status s = FSC_OK;
-    if (len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) s = inflate_all(name, buf, len, &text, &tlen);
+    if (len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) s = bpe_inflate(name, buf, len, &text, &tlen);
     else if (len > MAX_TEXT) s = fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes: more than a vocabulary's %zu MiB", name, len, MAX_TEXT >> 20);
-    if (s == FSC_OK) s = parse_text(name, text ? text : buf, tlen, b);
+    if (s == FSC_OK) s = parse_text(name, text ? text : buf, tlen, b, pattern);
     free(text);
-    if (s == FSC_OK) s = compile_pattern(b);
+    if (s == FSC_OK) s = bpe_compile_pattern(b, pattern);
     if (s != FSC_OK) return fsc_bpe_free(b), s;
     *out = b;
     return FSC_OK;
@@ -218,13 +242,11 @@ fsc_status fsc_bpe_load_memory(fsc_bpe **out, const void *buf, size_t len) {
     FSC_CHECK_ARG(out);
     *out = NULL;
     FSC_CHECK_BUF(buf, len);
-    return load_named(out, "memory", buf, len);
+    return load_named(out, "memory", buf, len, BPE_PATTERN_GPT2);
 }
 
-fsc_status fsc_bpe_load(fsc_bpe **out, const char *path) {
-    FSC_CHECK_ARG(out);
-    *out = NULL;
-    FSC_CHECK_ARG(path);
+fsc_status bpe_read_file(const char *path, uint8_t **out, size_t *outlen) {
+    *out = NULL, *outlen = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return fsc_error(FSC_ERR_IO, "%s: cannot open the vocabulary: %s", path, strerror(errno));
     uint8_t *buf = NULL;
@@ -246,9 +268,25 @@ fsc_status fsc_bpe_load(fsc_bpe **out, const char *path) {
         if (got == 0) break;
     }
     fclose(f);
-    if (s == FSC_OK) s = load_named(out, path, buf, len);
+    if (s != FSC_OK) return free(buf), s;
+    *out = buf, *outlen = len;
+    return FSC_OK;
+}
+
+fsc_status fsc_bpe_load(fsc_bpe **out, const char *path) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    FSC_CHECK_ARG(path);
+    uint8_t *buf;
+    size_t len;
+    fsc_status s = bpe_read_file(path, &buf, &len);
+    if (s == FSC_OK) s = load_named(out, path, buf, len, BPE_PATTERN_GPT2);
     free(buf);
     return s;
+}
+
+fsc_status bpe_load_tiktoken(fsc_bpe **out, const char *path, const uint8_t *buf, size_t len, int pattern) {
+    return load_named(out, path, buf, len, pattern);
 }
 
 fsc_status fsc_bpe_load_default(fsc_bpe **out) {
@@ -278,16 +316,17 @@ void fsc_bpe_free(fsc_bpe *b) {
     free(b->off);
     free(b->bytes);
     free(b->slots);
+    free(b->prio);
     free(b);
 }
 
-size_t fsc_bpe_vocab(const fsc_bpe *b) { return b ? (size_t)b->n + 1 : 0; }
+size_t fsc_bpe_vocab(const fsc_bpe *b) { return b ? (size_t)b->n : 0; }
 
-int32_t fsc_bpe_eot(const fsc_bpe *b) { return b ? (int32_t)b->n : -1; }
+int32_t fsc_bpe_eot(const fsc_bpe *b) { return b ? b->eot : -1; }
 
 const uint8_t *fsc_bpe_token(const fsc_bpe *b, int32_t id, size_t *len) {
     if (len) *len = 0;
-    if (!b || !len || id < 0 || (uint32_t)id > b->n) return NULL;
+    if (!b || !len || id < 0 || (uint32_t)id >= b->n) return NULL;
     *len = b->off[id + 1] - b->off[id];
     return b->bytes + b->off[id];
 }

@@ -1,4 +1,15 @@
-/* GPT-2's tokenizer: byte-level BPE over the GPT-2 ranks (tiktoken's r50k_base), encode and decode.
+/* Byte-level BPE tokenizers: GPT-2's (tiktoken's r50k_base) and others of its kind, encode and decode.
+ *
+ * Formats: tiktoken's file (below); Hugging Face's vocab.json + merges.txt and tokenizer.json (model.type "BPE",
+ * byte-level: token strings in GPT-2's byte-to-character alphabet, merges "a b" or ["a", "b"], added_tokens
+ * being special tokens). A Hugging Face token's merge rank is the index of the first merge that makes it: a
+ * pair joins when its bytes are such a token, the lowest rank first (tiktoken's rule with those ranks, which
+ * is Hugging Face's for GPT-2's files); a token of several bytes that no merge makes and an added token are
+ * never given to text. Ids must be 0 .. n-1, each once; every byte must be a token. The end-of-text token is the
+ * one named <|endoftext|> (or <|end_of_text|>), -1 when there is none.
+ * Patterns: GPT-2's (below), or Llama 3's (tiktoken's cl100k pattern; tokenizer.json's Split with that regex
+ * then ByteLevel, or the prefix "llama3:" of fsc_bpe_load_file, which then gives a tiktoken file Meta's 256
+ * special tokens after the ranks: <|begin_of_text|>, <|end_of_text|>, ...).
  *
  * Vocabulary file: tiktoken's format, one token a line, "BASE64-BYTES RANK", plain or gzip-compressed (fsc
  * ships the GPT-2 ranks as examples/data/gpt2.tiktoken.gz, installed in share/fsc/). Ranks must be exactly
@@ -15,7 +26,7 @@
  * as "<|endoftext|>"); the result need not be valid UTF-8 when ids are cut mid-character.
  *
  * A loaded vocabulary is read-only: threads may encode and decode with it at once.
- * Not here: other tokenizers (sentencepiece), special tokens in the text, token files (fsc/data.h). */
+ * Not here: other tokenizers (sentencepiece, WordPiece), special tokens in the text, token files (fsc/data.h). */
 #ifndef FSC_BPE_H
 #define FSC_BPE_H
 #include "export.h"
@@ -32,6 +43,19 @@ typedef struct fsc_bpe fsc_bpe;
 
 /* Load a vocabulary file (plain or gzip). The message names the file, and the line and what is wrong with it. */
 fsc_status fsc_bpe_load(fsc_bpe **out, const char *path);
+/* Hugging Face's vocab.json and merges.txt (GPT-2's pattern; "#version" on the first line is skipped) */
+fsc_status fsc_bpe_load_hf(fsc_bpe **out, const char *vocab_json, const char *merges_txt);
+fsc_status fsc_bpe_load_hf_memory(fsc_bpe **out, const void *vocab, size_t vlen, const void *merges, size_t mlen);
+/* Hugging Face's tokenizer.json: a byte-level BPE with GPT-2's or Llama 3's pre-tokenizer and no normalizer;
+ * what fsc would encode differently (dropout, a prefix space, subword affixes, byte fallback) is refused */
+fsc_status fsc_bpe_load_tokenizer_json(fsc_bpe **out, const char *path);
+fsc_status fsc_bpe_load_tokenizer_json_memory(fsc_bpe **out, const void *buf, size_t len);
+/* Any of them by what spec names: "gpt2" (fsc_bpe_load_default); a folder holding tokenizer.json, else
+ * vocab.json and merges.txt; a JSON file (tokenizer.json when it has a "model" object, else a vocab.json with
+ * merges.txt beside it); a merges.txt ("#version" first) with vocab.json beside it; else a tiktoken file.
+ * "llama3:" before the path uses Llama 3's pattern (and, for a tiktoken file, its special tokens), "gpt2:"
+ * GPT-2's, whatever a tokenizer.json says. */
+fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec);
 /* The same from len bytes in memory (plain or gzip); messages name it "memory". For tests and the fuzz harness. */
 fsc_status fsc_bpe_load_memory(fsc_bpe **out, const void *buf, size_t len);
 /* The GPT-2 vocabulary from where fsc puts it: examples/data/ of the working directory, else beside the
@@ -40,8 +64,8 @@ fsc_status fsc_bpe_load_memory(fsc_bpe **out, const void *buf, size_t len);
 fsc_status fsc_bpe_load_default(fsc_bpe **out);
 void fsc_bpe_free(fsc_bpe *b);
 
-size_t fsc_bpe_vocab(const fsc_bpe *b);  /* ids 0 .. vocab-1: the ranks and the end-of-text token */
-int32_t fsc_bpe_eot(const fsc_bpe *b);   /* the end-of-text token's id (vocab - 1); -1 for NULL */
+size_t fsc_bpe_vocab(const fsc_bpe *b);  /* ids 0 .. vocab-1 (a tiktoken file: the ranks, then the special tokens) */
+int32_t fsc_bpe_eot(const fsc_bpe *b);   /* the end-of-text token's id (GPT-2: vocab - 1); -1 for none or NULL */
 /* The bytes of token id (*len of them; not NUL-terminated), or NULL with *len 0 when id is out of range. */
 const uint8_t *fsc_bpe_token(const fsc_bpe *b, int32_t id, size_t *len);
 

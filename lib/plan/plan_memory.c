@@ -11,8 +11,16 @@
 #include "fsc/gpt_engine.h"
 #include "fsc/plan.h"
 #include "core/device_impl.h" /* fsc_count_gemm_flops, fsc_count_work */
+#include "core/comm_impl.h"   /* a communicator's group id */
+#include "parallel/engine_impl.h" /* the engine's communicators */
 
 _Static_assert((int)FSC_PLAN_BINS == (int)FSC_COUNT_BINS, "the plan's work bins are the counting device's");
+_Static_assert((int)FSC_PLAN_COMMS >= FSC_ENGINE_MAX_GROUPS + 1, "a plan holds every communicator of an engine");
+
+static void add_comm(fsc_plan_rank *o, const fsc_comm *c, int kind) {
+    if (!c || o->ncomms >= FSC_PLAN_COMMS) return;
+    o->comms[o->ncomms++] = (fsc_plan_comm){.id = c->gid, .kind = kind, .size = c->size, .stats = c->stats};
+}
 
 typedef struct {
     const fsc_plan_job *job;
@@ -86,6 +94,8 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
             if (!fsc_engine_comm_stats_group(e, (fsc_group_kind)g, &o->comm[g])) continue;
             for (int op = 0; op < FSC_OP_COUNT; op++) o->comm_bytes[g] += o->comm[g].bytes[op];
         }
+        add_comm(o, e->comm, FSC_GROUP_DATA); /* each communicator with its own size (fsc_plan_time) */
+        for (int k = 0; k < e->ngroups; k++) add_comm(o, e->groups[k], e->group_kind[k]);
     }
     free(tok);
     fsc_engine_free(e);

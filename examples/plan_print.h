@@ -98,6 +98,11 @@ static inline void plan_time_fields(cJSON *o, const fsc_plan_step *t, const fsc_
     cJSON_AddNumberToObject(r, "memory_gbps", rt->bytes_per_s * 1e-9);
     cJSON_AddNumberToObject(r, "net_gbps", rt->net_bytes_per_s * 1e-9);
     cJSON_AddNumberToObject(r, "net_latency_us", rt->net_latency_s * 1e6);
+    if (rt->node_ranks > 0) {
+        cJSON_AddNumberToObject(r, "node_ranks", rt->node_ranks);
+        cJSON_AddNumberToObject(r, "node_gbps", rt->node_bytes_per_s * 1e-9);
+        cJSON_AddNumberToObject(r, "node_latency_us", rt->node_latency_s * 1e6);
+    }
 }
 
 /* The table's last line: the predicted step, what it is made of, at which rates. */
@@ -107,6 +112,9 @@ static inline void plan_print_time(FILE *f, const fsc_plan_step *t, const fsc_pl
             t->step_s * 1e3, t->rank, t->compute_s * 1e3, t->comm_s * 1e3,
             prefetch ? "overlapped: prefetch" : "one after the other: no prefetch", rt->flops_per_s * 1e-12,
             rt->bytes_per_s * 1e-9, rt->net_bytes_per_s * 1e-9, rt->net_latency_s * 1e6);
+    if (rt->node_ranks > 0)
+        fprintf(f, "two levels: %d ranks a node, links within a node %.1f GB/s and %.1f us, between nodes above\n",
+                rt->node_ranks, rt->node_bytes_per_s * 1e-9, rt->node_latency_s * 1e6);
 }
 
 #endif

@@ -22,7 +22,8 @@
 typedef struct {
     int model, layers, dim, heads, seq, vocab, kv_heads, ffn;
     int batch, optimizer, world, parallel, shard, precision, accum, pp, tp, sequence_parallel, schedule;
-    int pipe_ckpt, offload, prefetch, moe_experts, moe_top_k, moe_every, ep, json, threads, search;
+    int pipe_ckpt, offload, prefetch, moe_experts, moe_top_k, moe_every, ep, json, threads, search, cluster, nodes;
+    int recompute, virtual_stages, search_precision;
     float momentum, clip, moe_capacity, tflops, mem_bandwidth, sim_bandwidth, sim_latency;
     const char *wrap, *memory, *search_config;
 } plan_config;
@@ -59,7 +60,9 @@ static const option options[] = {
     {"pp", "P", "1", "pipeline stages (world = dp x tp x pp)", K_INT, F(pp), 1, 1024, NULL},
     {"tp", "T", "1", "tensor-parallel ranks (world = dp x tp x pp)", K_INT, F(tp), 1, 1024, NULL},
     {"sequence-parallel", NULL, NULL, "with --tp: layer norms and residuals on sequence shards", K_FLAG, F(sequence_parallel), 0, 0, NULL},
-    {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b"},
+    {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b|interleaved|zb-h1", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b|interleaved|zb-h1"},
+    {"virtual-stages", "V", "1", "with --schedule interleaved: chunks of blocks per pipeline rank", K_INT, F(virtual_stages), 1, 1024, NULL},
+    {"recompute", "0|1", "0", "activation checkpointing: each block keeps only its input and recomputes its activations in backward", K_INT, F(recompute), 0, 1, NULL},
     {"checkpoint", "MODE", "except_last", "pipeline micro-batches that keep only their stage input: always|except_last|never", K_CHOICE, F(pipe_ckpt), 0, 0, "always|except_last|never"},
     {"offload", "MODE", "none", "host memory: none|optim|all", K_CHOICE, F(offload), 0, 0, "none|optim|all"},
     {"prefetch", "0|1", "1", "overlap communication with computation", K_INT, F(prefetch), 0, 1, NULL},
@@ -68,13 +71,16 @@ static const option options[] = {
     {"moe-every", "N", "1", "blocks N-1, 2N-1, ... get an MoE MLP", K_INT, F(moe_every), 1, 1024, NULL},
     {"moe-capacity", "F", "1.25", "capacity factor", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
     {"ep", "G", "1", "expert-parallel ranks", K_INT, F(ep), 1, 1024, NULL},
+    {"cluster", "NAME", "none", "a GPU cluster's rates (docs/planning.md gives each figure's source): none (this machine's cpu device) or h100-sxm-8|h200-8|a100-sxm-8 (8 GPUs a node: their memory is --memory's default, their peak matrix rate at --precision, memory bandwidth, NVLink within a node and InfiniBand between nodes; given rates override them)", K_CHOICE, F(cluster), 0, 0, "none|h100-sxm-8|h200-8|a100-sxm-8"},
+    {"nodes", "N", "0", "with --cluster: nodes (0: --world / 8, else --world defaults to N x 8)", K_INT, F(nodes), 0, 1 << 16, NULL},
     {"memory", "SIZE", NULL, "device memory of a rank (80GiB, 141GB, 8e10; suffixes B, KB, MB, GB, TB powers of 1000, KiB, MiB, GiB, TiB of 1024): say which ranks' peaks exceed it", K_STR, F(memory), 0, 0, NULL},
     {"tflops", "X", "0", "a rank's matrix-product rate in TFLOP/s for the step time (0: this machine's cpu device, calibrated, its cores shared by the simulated ranks)", K_FLOAT, F(tflops), 0, 1e9, NULL},
     {"mem-bandwidth", "GBPS", "0", "a rank's memory bandwidth in GB/s (0: this machine's, calibrated, shared as --tflops 0)", K_FLOAT, F(mem_bandwidth), 0, 1e9, NULL},
     {"threads", "N", "0", "BLAS threads per rank when calibrating (0: fsc-train's default, 1 with several ranks)", K_INT, F(threads), 0, 1024, NULL},
     {"sim-bandwidth", "GBPS", "0", "the network: every link's bandwidth in GB/s, as fsc-train's simulated ranks take it (0: free)", K_FLOAT, F(sim_bandwidth), 0, 1e9, NULL},
     {"sim-latency", "US", "0", "the network: every link's latency in microseconds (0: none)", K_FLOAT, F(sim_latency), 0, 1e9, NULL},
-    {"search", NULL, NULL, "plan every layout of --world instead (ddp, fsdp full and grad_op, zero1, zero2; tp and pp dividing the world; 1, 2, 4 or 8 micro-batches), print those that fit --memory fastest first", K_FLAG, F(search), 0, 0, NULL},
+    {"search", NULL, NULL, "plan every layout of --world instead (ddp, fsdp full, grad_op and hybrid, zero1, zero2; tp and pp dividing the world; 1, 2, 4 or 8 micro-batches; pipeline schedules gpipe, 1f1b, zb-h1; --recompute 0 and 1; offload optim where a layout does not fit without), print those that fit --memory fastest first", K_FLAG, F(search), 0, 0, NULL},
+    {"search-precision", NULL, NULL, "with --search: also vary --precision over fp32 and bf16 (else --precision's)", K_FLAG, F(search_precision), 0, 0, NULL},
     {"search-config", "FILE", NULL, "with --search: write the fastest layout with the model and job options as an fsc-train --config file", K_STR, F(search_config), 0, 0, NULL},
     {"json", NULL, NULL, "print one JSON line: peak_bytes (rank 0), per_rank, and with offload host_peak_bytes, host_per_rank; ms_per_step, compute_ms, comm_ms, rates", K_FLAG, F(json), 0, 0, NULL},
 };
@@ -164,6 +170,40 @@ static int parse_size(const char *v, double *out, char *err, size_t cap) {
                               "KB, MB, GB, TB, KiB, MiB, GiB, TiB)", v), -1;
 }
 
+/* --cluster's presets: one GPU and its node's links, from the vendors' datasheets (docs/planning.md names each).
+ * Peak dense matrix rates (no sparsity) in TFLOP/s at bf16/f16 (tensor cores) and at fp32 (no tensor cores);
+ * HBM in GB/s; NVLink a GPU's bandwidth one way (half the bidirectional figure); InfiniBand one 400 Gb/s (H100,
+ * H200) or 200 Gb/s (A100) adapter a GPU; latencies a ring step's as NCCL's tuning model takes them (NVLink
+ * 3.4 us, network 14 us, Ring/Simple). */
+typedef struct {
+    const char *name;
+    int ranks;
+    double memory, tflops_bf16, tflops_fp32, hbm_gbps, nvlink_gbps, nvlink_us, ib_gbps, ib_us;
+} cluster_preset;
+
+static const cluster_preset presets[] = {
+    {"h100-sxm-8", 8, 80e9, 989.4, 66.9, 3350, 450, 3.4, 50, 14},
+    {"h200-8", 8, 141e9, 989.4, 66.9, 4800, 450, 3.4, 50, 14},
+    {"a100-sxm-8", 8, 80e9, 312, 19.5, 2039, 300, 3.4, 25, 14},
+};
+
+static const cluster_preset *preset_of(const plan_config *c) { return c->cluster ? &presets[c->cluster - 1] : NULL; }
+
+/* --cluster and --nodes: the world is --nodes x the node's GPUs unless --world is given (then --nodes, if given,
+ * must agree with it); --nodes without --cluster is refused. 0, or -1 with err. */
+static int cluster_world(int argc, char **argv, plan_config *c, char *err, size_t cap) {
+    int world_given = 0;
+    for (int a = 1; a < argc; a++)
+        if (!strcmp(argv[a], "--world") || !strncmp(argv[a], "--world=", 8)) world_given = 1;
+    const cluster_preset *p = preset_of(c);
+    if (!p) return c->nodes ? snprintf(err, cap, "--nodes needs --cluster (a node's GPUs)"), -1 : 0;
+    if (!world_given) c->world = (c->nodes ? c->nodes : 1) * p->ranks;
+    else if (c->nodes && c->nodes * p->ranks != c->world)
+        return snprintf(err, cap, "--world %d is not --nodes %d x %d GPUs of a %s node", c->world, c->nodes, p->ranks,
+                        p->name), -1;
+    return 0;
+}
+
 /* The job fsc-train would run with these options (its train_fn, one step). */
 static int make_job(const plan_config *c, fsc_plan_job *j, char *err, size_t cap) {
     *j = fsc_plan_job_default();
@@ -211,7 +251,10 @@ static int make_job(const plan_config *c, fsc_plan_job *j, char *err, size_t cap
     po->offload = (fsc_offload_mode)c->offload;
     po->clip = c->clip;
     po->pp = c->pp;
-    po->schedule = (fsc_pipe_schedule)c->schedule;
+    static const fsc_pipe_schedule sched[] = {FSC_SCHED_GPIPE, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1};
+    po->schedule = sched[c->schedule];
+    po->virtual_stages = c->virtual_stages;
+    po->checkpoint = c->recompute;
     po->pipe_checkpoint = ckpt[c->pipe_ckpt];
     po->tp = c->tp;
     po->sequence_parallel = c->sequence_parallel;
@@ -238,10 +281,22 @@ static int plan_over(const fsc_plan_rank *r, int world, double memory, char *ove
     return n;
 }
 
-/* The rates of the step time: those given, the rest this machine's (calibrated as the world's simulated ranks). */
+/* The rates of the step time: those given, then --cluster's, the rest this machine's (calibrated as the world's
+ * simulated ranks). */
 static fsc_status rates(const plan_config *c, fsc_plan_rates *rt) {
     *rt = (fsc_plan_rates){.flops_per_s = c->tflops * 1e12, .bytes_per_s = c->mem_bandwidth * 1e9,
                            .net_bytes_per_s = c->sim_bandwidth * 1e9, .net_latency_s = c->sim_latency * 1e-6};
+    const cluster_preset *p = preset_of(c);
+    if (p) {
+        if (!(rt->flops_per_s > 0)) rt->flops_per_s = (c->precision == 0 ? p->tflops_fp32 : p->tflops_bf16) * 1e12;
+        if (!(rt->bytes_per_s > 0)) rt->bytes_per_s = p->hbm_gbps * 1e9;
+        if (!(rt->net_bytes_per_s > 0)) rt->net_bytes_per_s = p->ib_gbps * 1e9;
+        if (!(rt->net_latency_s > 0)) rt->net_latency_s = p->ib_us * 1e-6;
+        rt->node_ranks = p->ranks;
+        rt->node_bytes_per_s = p->nvlink_gbps * 1e9;
+        rt->node_latency_s = p->nvlink_us * 1e-6;
+        return FSC_OK;
+    }
     if (c->tflops > 0 && c->mem_bandwidth > 0) return FSC_OK;
     fsc_plan_rates cal;
     FSC_TRY(plan_sim_rates(c->world, c->threads, c->sim_bandwidth, c->sim_latency, &cal));
@@ -266,8 +321,7 @@ static int write_config(const plan_config *c, const plan_candidate *w) {
                                   offsetof(plan_config, heads), offsetof(plan_config, seq),
                                   offsetof(plan_config, vocab), offsetof(plan_config, batch),
                                   offsetof(plan_config, world), offsetof(plan_config, prefetch)};
-    static const size_t choices[] = {offsetof(plan_config, model), offsetof(plan_config, optimizer),
-                                     offsetof(plan_config, precision), offsetof(plan_config, offload)};
+    static const size_t choices[] = {offsetof(plan_config, model), offsetof(plan_config, optimizer)};
     for (size_t i = 0; i < sizeof choices / sizeof choices[0]; i++) {
         const option *op = option_of(choices[i]);
         const char *s = op->choices;
@@ -284,6 +338,12 @@ static int write_config(const plan_config *c, const plan_candidate *w) {
     cJSON_AddNumberToObject(o, "tp", w->tp);
     cJSON_AddNumberToObject(o, "pp", w->pp);
     cJSON_AddNumberToObject(o, "accum", w->accum);
+    cJSON_AddNumberToObject(o, "recompute", w->recompute);
+    if (w->pp > 1) cJSON_AddStringToObject(o, "schedule", search_schedule(w));
+    if (w->pp > 1 && w->schedule == FSC_SCHED_INTERLEAVED) cJSON_AddNumberToObject(o, "virtual-stages", c->virtual_stages);
+    cJSON_AddStringToObject(o, "offload", search_offload(w));
+    cJSON_AddStringToObject(o, "precision", search_precision(w));
+    if (c->model == 1 && c->sequence_parallel && w->tp > 1) cJSON_AddTrueToObject(o, "sequence-parallel");
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     FILE *f = text ? fopen(c->search_config, "w") : NULL;
@@ -299,7 +359,14 @@ static int search(const plan_config *c, const fsc_plan_job *job, const fsc_plan_
                   fsc_plan_rank *r) {
     plan_candidate *cand = calloc(SEARCH_MAX, sizeof *cand);
     if (!cand) return fprintf(stderr, "%s: out of memory\n", prog), 1;
-    int refused = 0, over = 0, n = plan_search(job, rt, memory, cand, r, &refused, &over);
+    search_space sp = {.precision = {c->precision}, .nprecision = 1};
+    if (c->search_precision) sp.precision[0] = 0, sp.precision[1] = 1, sp.nprecision = 2;
+    for (int p = 0; p < 3; p++) { /* a cluster's matrix rate is its precision's; the rest alike */
+        sp.rates[p] = *rt;
+        const cluster_preset *pre = preset_of(c);
+        if (pre && !(c->tflops > 0)) sp.rates[p].flops_per_s = (p == 0 ? pre->tflops_fp32 : pre->tflops_bf16) * 1e12;
+    }
+    int refused = 0, over = 0, n = plan_search(job, &sp, memory, cand, r, &refused, &over);
     if (c->json) {
         cJSON *root = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(root, "search");
         for (int i = 0; i < n; i++) {
@@ -309,6 +376,10 @@ static int search(const plan_config *c, const fsc_plan_job *job, const fsc_plan_
             cJSON_AddNumberToObject(x, "tp", cand[i].tp);
             cJSON_AddNumberToObject(x, "pp", cand[i].pp);
             cJSON_AddNumberToObject(x, "accum", cand[i].accum);
+            cJSON_AddNumberToObject(x, "recompute", cand[i].recompute);
+            cJSON_AddStringToObject(x, "schedule", search_schedule(&cand[i]));
+            cJSON_AddStringToObject(x, "offload", search_offload(&cand[i]));
+            cJSON_AddStringToObject(x, "precision", search_precision(&cand[i]));
             cJSON_AddNumberToObject(x, "peak_bytes", (double)cand[i].peak);
             cJSON_AddNumberToObject(x, "ms_per_step", cand[i].t.step_s * 1e3);
             cJSON_AddNumberToObject(x, "compute_ms", cand[i].t.compute_s * 1e3);
@@ -340,12 +411,16 @@ int main(int argc, char **argv) {
     plan_config c = {0};
     fsc_plan_job job;
     char err[512];
-    if (parse_args(argc, argv, &c, err, sizeof err) != 0 || make_job(&c, &job, err, sizeof err) != 0) {
+    if (parse_args(argc, argv, &c, err, sizeof err) != 0 || cluster_world(argc, argv, &c, err, sizeof err) != 0 ||
+        make_job(&c, &job, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return 2;
     }
-    double memory = 0;
-    if (c.memory && parse_size(c.memory, &memory, err, sizeof err) != 0) {
+    double memory = preset_of(&c) ? preset_of(&c)->memory : 0;
+    char memory_name[64];
+    if (!c.memory && memory > 0) /* the cluster's GPU memory, named for the messages */
+        snprintf(memory_name, sizeof memory_name, "%.0f GB (%s)", memory * 1e-9, preset_of(&c)->name), c.memory = memory_name;
+    else if (c.memory && parse_size(c.memory, &memory, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", prog, err);
         return 2;
     }

@@ -31,6 +31,7 @@ fsc_status parallel_opts(const train_config *c, int *balance, fsc_parallel_opts 
     po.schedule = pipe_schedule_kind[c->schedule];
     po.virtual_stages = c->virtual_stages;
     po.pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt];
+    po.checkpoint = c->recompute;
     po.tp = c->tp;
     po.sequence_parallel = c->sequence_parallel;
     po.order = c->order;

@@ -60,6 +60,7 @@ typedef struct {
     int schedule;       /* index into pipe_schedule_kind */
     int virtual_stages; /* interleaved: chunks per pipeline rank */
     int pipe_ckpt;      /* index into pipe_ckpt_mode */
+    int recompute;      /* --recompute: activation checkpointing of every block */
     const char *balance;
     int save_every;     /* training checkpoints (docs/checkpoints.md) */
     const char *ckpt_dir, *resume;
@@ -100,7 +101,7 @@ typedef struct {
     const char *choices; /* K_CHOICE: "a|b|c", the value stored is the index */
 } option;
 
-enum { NOPT = 80 }; /* options in the table (options.c checks the count) */
+enum { NOPT = 81 }; /* options in the table (options.c checks the count) */
 extern const option options[NOPT];
 
 extern const fsc_dtype precision_dtype[3];          /* --precision */

@@ -102,8 +102,10 @@ $(TRAINER): $(TRAIN_SRC) $(wildcard examples/*.h examples/train/*.h) $(BUILD)/li
 $(BUILD)/train_gpt: $(TRAINER)
 	ln -sf fsc-train $@
 # The planner is fsc-plan (examples/plan_tool.c, docs/planning.md).
-$(PLANNER): examples/plan_tool.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
-	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
+# It parses fsc-train's options with the trainer's own table, checks and job (examples/train: PLAN_SRC).
+PLAN_SRC := examples/plan_tool.c $(addprefix examples/train/,options.c config.c checks.c models.c job.c)
+$(PLANNER): $(PLAN_SRC) $(wildcard examples/*.h examples/train/*.h) $(BUILD)/libfsc.a
+	$(CC) $(CFLAGS) $(PLAN_SRC) -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 
 $(BUILD)/%: bench/%.c $(wildcard bench/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)

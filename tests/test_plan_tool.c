@@ -114,7 +114,7 @@ static void test_plan_time_rates(void **st) {
     free(a1);
     free(a2);
     prog_refused(planner, "--tflops -1", tmpdir, 2, "--tflops '-1'");
-    prog_refused(planner, "--sim-latency x", tmpdir, 2, "--sim-latency 'x'");
+    prog_refused(planner, "--sim-latency x", tmpdir, 2, "--sim-latency: 'x' is not a decimal number");
 }
 
 /* --cluster: the preset's figures (docs/planning.md) as the rates, its GPU memory as --memory's default, --nodes x
@@ -250,6 +250,31 @@ static void test_plan_memory_budget(void **st) {
     prog_refused(planner, "--memory GiB", tmpdir, 2, "--memory 'GiB'");
 }
 
+/* fsc-plan reads fsc-train's --config files (the trainer's parser): the options from the file plan as on the
+ * command line, and the command line wins */
+static void test_plan_config_file(void **st) {
+    (void)st;
+    char *path = prog_fmt("%s/job.json", tmpdir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"seq\": 32, \"vocab\": 256, \"batch\": 4, "
+               "\"world\": 2, \"parallel\": \"fsdp\", \"precision\": \"bf16\"}\n");
+    fclose(f);
+    char *args = prog_fmt("--config %s", path);
+    cJSON *a = prog_json(planner, tmpdir, "", args);
+    cJSON *b = prog_json(planner, tmpdir, "", SMALL " --world 2 --parallel fsdp --precision bf16");
+    same_array(a, b, "per_rank", args);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    free(args);
+    args = prog_fmt("--config %s --world 1 --parallel none", path);
+    a = prog_json(planner, tmpdir, "", args);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(a, "per_rank")), 1);
+    cJSON_Delete(a);
+    free(args);
+    free(path);
+}
+
 static void test_plan_tool_usage(void **st) {
     (void)st;
     char *out = NULL;
@@ -257,13 +282,18 @@ static void test_plan_tool_usage(void **st) {
     assert_non_null(strstr(out, "usage: fsc-plan "));
     assert_non_null(strstr(out, "--parallel KIND"));
     free(out);
-    prog_refused(planner, "--world 0", tmpdir, 2, "--world '0'");
+    prog_refused(planner, "--world 0", tmpdir, 2, "--world: 0 is out of range");
     prog_refused(planner, "--bogus 1", tmpdir, 2, "unknown option '--bogus'");
-    prog_refused(planner, "--parallel tp", tmpdir, 2, "--parallel 'tp': not one of");
-    prog_refused(planner, "--wrap min-params:x", tmpdir, 2, "--wrap 'min-params:x'");
+    /* fsc-train's own parser and checks: the trainer's messages */
+    prog_refused(planner, "--parallel tp", tmpdir, 2, "--parallel: unknown value 'tp'");
+    prog_refused(planner, "--wrap min-params:x", tmpdir, 2, "--wrap: 'min-params:x'");
     prog_refused(planner, "--world 4 --pp 3", tmpdir, 2, "--world 4 does not split");
-    prog_refused(planner, "--world 2 --batch 3 --parallel ddp", tmpdir, 1, "batch 3");
-    prog_refused(planner, "--ffn 100", tmpdir, 2, "llama's");
+    prog_refused(planner, "--world 2 --batch 3 --parallel ddp", tmpdir, 2, "--batch 3 does not split");
+    prog_refused(planner, "--ffn 100", tmpdir, 2, "other widths: --model llama");
+    /* the planner's own */
+    prog_refused(planner, "--search-precision", tmpdir, 2, "--search-precision needs --search");
+    prog_refused(planner, "--memory", tmpdir, 2, "--memory needs a value");
+    prog_refused(planner, "--search=1", tmpdir, 2, "--search takes no value");
 }
 
 int main(int argc, char **argv) {
@@ -274,6 +304,7 @@ int main(int argc, char **argv) {
     snprintf(trainer, sizeof trainer, "%s/../fsc-train", dirname(self));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_tool_usage),
+        cmocka_unit_test(test_plan_config_file),
         cmocka_unit_test(test_plan_equals_trainer),
         cmocka_unit_test(test_plan_memory_budget),
         cmocka_unit_test(test_trainer_plan),

@@ -8,24 +8,6 @@
 #include "train.h"
 #include "../plan_print.h"
 
-/* The job fsc-train runs with these options, as fsc_plan_memory takes it (balance: 1024 entries, for --balance). */
-static fsc_status plan_job(const train_config *c, int *balance, fsc_plan_job *j) {
-    *j = fsc_plan_job_default();
-    if (c->model == MODEL_LLAMA) {
-        j->model = FSC_PLAN_LLAMA;
-        j->llama = llama_config(c);
-        j->sequence_parallel = c->sequence_parallel;
-    } else {
-        j->gpt = model_config(c);
-    }
-    FSC_TRY(parallel_opts(c, balance, &j->po));
-    j->oc = optim_config(c);
-    j->world = c->world;
-    j->batch = c->batch;
-    j->seed = c->seed;
-    return FSC_OK;
-}
-
 int plan_run(run_state *st) {
     const train_config *c = st->cfg;
     int balance[1024]; /* --balance's blocks per stage, read while the plan runs */

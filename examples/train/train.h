@@ -10,6 +10,7 @@
  *   summary.c  the end of a run: --json, the pipeline's stages, the --check-ddp table
  *   peak.c     the peak FLOP rate MFU divides by: given, cached per machine, or measured; never below a step's
  *   plan.c     --plan: the planner's prediction of the run (fsc/plan.h) before the ranks start
+ *   job.c      the engine's and optimizer's options of the run, the planner's job (fsc-plan links it too)
  * The state is in two structs: train_config (the options, filled by the parser) and run_state (what the ranks
  * share: inputs read-only, results each rank writes in its own slots). Public API only (fsc/fsc.h).
  * Not here: the formatting of one step's record (../train_log.h), the flight recorder (../train_flight.h), the
@@ -223,9 +224,11 @@ typedef struct {
     run_state *st, *ddp; /* ddp: --check-ddp's oracle, NULL without */
 } proc_job;
 fsc_status proc_fn(fsc_rank *r, void *arg);
-/* the library's options of the run (balance: 1024 entries for --balance) */
+/* job.c: the library's options of the run (balance: 1024 entries for --balance) */
 fsc_status parallel_opts(const train_config *c, int *balance, fsc_parallel_opts *out);
 fsc_optim_config optim_config(const train_config *c);
+/* job.c: the planner's job of these options (balance: 1024 entries, for --balance, read while it is planned) */
+fsc_status plan_job(const train_config *c, int *balance, fsc_plan_job *j);
 
 /* plan.c: --plan's prediction into st->plan, its table on stdout; 0, or -1 (said on stderr) */
 int plan_run(run_state *st);

@@ -125,7 +125,7 @@ static inline int plan_parse_size(const char *v, double *out, char *err, size_t 
 
 /* Parse argv into c: the planner's options here, the rest (in order, with their values) through the trainer's
  * parse_args, then --cluster's world, the trainer's layout, model and option checks. 0, or -1 with err. Strings
- * point into argv (and into c->t.strs, --config's text: free it). */
+ * point into argv (and into c->t.strs, --config's text: free it). 1 or 2: --help or --version was given. */
 static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, size_t cap) {
     memset(c, 0, sizeof *c);
     for (int i = 0; i < PLAN_NOPT; i++)
@@ -156,7 +156,7 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
     }
     if (rc == 0) rc = parse_args(targc, targv, &c->t, c->given, err, cap);
     free(targv);
-    if (rc != 0) return -1;
+    if (rc != 0) return rc > 0 ? rc : -1; /* 1: --help, 2: --version (the trainer's parser found them) */
     const cluster_preset *p = plan_preset(c);
     const int gw = c->given[option_index("world")], gd = c->given[option_index("dp")];
     if (!p && c->nodes) return snprintf(err, cap, "--nodes needs --cluster (a node's GPUs)"), -1;

@@ -181,7 +181,7 @@ int main(int argc, char **argv) {
     if (!c) return fprintf(stderr, "%s: out of memory\n", prog), 1;
     fsc_plan_job job;
     char err[512];
-    if (plan_parse(argc, argv, c, err, sizeof err) != 0) {
+    if (plan_parse(argc, argv, c, err, sizeof err) != 0) { /* --help and --version were answered above */
         fprintf(stderr, "%s: %s\n", prog, err);
         free(c->t.strs);
         free(c);

@@ -18,17 +18,17 @@
  * Peak dense matrix rates (no sparsity) in TFLOP/s at bf16/f16 (tensor cores) and at fp32 (no tensor cores);
  * HBM in GB/s; NVLink a GPU's bandwidth one way (half the bidirectional figure); InfiniBand one 400 Gb/s (H100,
  * H200) or 200 Gb/s (A100) adapter a GPU; latencies a ring step's as NCCL's tuning model takes them (NVLink
- * 3.4 us, network 14 us, Ring/Simple). */
+ * 3.4 us, network 14 us, Ring/Simple); a GPU's eighth of its DGX host's memory bandwidth (offload's work). */
 typedef struct {
     const char *name;
     int ranks;
-    double memory, tflops_bf16, tflops_fp32, hbm_gbps, nvlink_gbps, nvlink_us, ib_gbps, ib_us;
+    double memory, tflops_bf16, tflops_fp32, hbm_gbps, nvlink_gbps, nvlink_us, ib_gbps, ib_us, host_gbps;
 } cluster_preset;
 
 static const cluster_preset plan_presets[] = {
-    {"h100-sxm-8", 8, 80e9, 989.4, 66.9, 3350, 450, 3.4, 50, 14},
-    {"h200-8", 8, 141e9, 989.4, 66.9, 4800, 450, 3.4, 50, 14},
-    {"a100-sxm-8", 8, 80e9, 312, 19.5, 2039, 300, 3.4, 25, 14},
+    {"h100-sxm-8", 8, 80e9, 989.4, 66.9, 3350, 450, 3.4, 50, 14, 76.8},
+    {"h200-8", 8, 141e9, 989.4, 66.9, 4800, 450, 3.4, 50, 14, 76.8},
+    {"a100-sxm-8", 8, 80e9, 312, 19.5, 2039, 300, 3.4, 25, 14, 51.2},
 };
 
 typedef struct {

@@ -74,13 +74,16 @@ static fsc_status rates(const plan_config *c, fsc_plan_rates *rt) {
         rt->node_ranks = p->ranks;
         rt->node_bytes_per_s = p->nvlink_gbps * 1e9;
         rt->node_latency_s = p->nvlink_us * 1e-6;
+        rt->host_bytes_per_s = p->host_gbps * 1e9;
         return FSC_OK;
     }
-    if (c->tflops > 0 && c->mem_bandwidth > 0) return FSC_OK;
-    fsc_plan_rates cal;
-    FSC_TRY(plan_sim_rates(c->t.world, c->t.threads, c->t.sim_bandwidth, c->t.sim_latency, &cal));
-    if (!(c->tflops > 0)) rt->flops_per_s = cal.flops_per_s;
-    if (!(c->mem_bandwidth > 0)) rt->bytes_per_s = cal.bytes_per_s;
+    if (!(c->tflops > 0) || !(c->mem_bandwidth > 0)) {
+        fsc_plan_rates cal;
+        FSC_TRY(plan_sim_rates(c->t.world, c->t.threads, c->t.sim_bandwidth, c->t.sim_latency, &cal));
+        if (!(c->tflops > 0)) rt->flops_per_s = cal.flops_per_s;
+        if (!(c->mem_bandwidth > 0)) rt->bytes_per_s = cal.bytes_per_s;
+    }
+    rt->host_bytes_per_s = rt->bytes_per_s; /* the cpu device's host memory is its own */
     return FSC_OK;
 }
 

@@ -226,6 +226,17 @@ static void test_plan_time_two_levels(void **st) {
     rt.node_ranks = -1;
     assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_ERR_INVALID);
     assert_non_null(strstr(fsc_last_error(), "node_ranks"));
+    /* offload's work on the host: its bytes at the host's bandwidth, added to compute (free at bandwidth 0) */
+    rt.node_ranks = 0;
+    r[0].host_work_bytes = 3e9;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_near(t.compute_s, 0, "host work at bandwidth 0");
+    rt.host_bytes_per_s = 1e11;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_near(t.compute_s, 0.03, "host work: 3e9 / 1e11 B/s");
+    rt.host_bytes_per_s = -1;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "host_bytes_per_s"));
 }
 
 /* The simulator's network: each rank's booked seconds of a job's step (fsc_cluster_opts.sim_net_seconds of a run
@@ -380,6 +391,13 @@ static void test_plan_offload(void **st) {
     j.po.kind = FSC_PAR_FSDP;
     j.po.offload = FSC_OFFLOAD_OPTIM;
     check_job("fsdp offload optim", &j);
+    fsc_plan_rank r[2], none[2];
+    assert_int_equal(fsc_plan_memory(&j, r), FSC_OK); /* the host's step: AdamW reads 4 and writes 3 f32 arrays */
+    j.po.offload = FSC_OFFLOAD_NONE;
+    assert_int_equal(fsc_plan_memory(&j, none), FSC_OK);
+    assert_true(none[0].host_work_bytes == 0);
+    assert_true(r[0].host_work_bytes >= 7.0 * 4 * (double)r[0].host_peak[FSC_TAG_OPTIM] / 8);
+    j.po.offload = FSC_OFFLOAD_OPTIM;
     j.po.offload = FSC_OFFLOAD_ALL;
     check_job("fsdp offload all", &j);
     j.po.kind = FSC_PAR_ZERO1;

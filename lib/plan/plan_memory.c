@@ -22,6 +22,8 @@ static void add_comm(fsc_plan_rank *o, const fsc_comm *c, int kind) {
     o->comms[o->ncomms++] = (fsc_plan_comm){.id = c->gid, .kind = kind, .size = c->size, .stats = c->stats};
 }
 
+enum { PLAN_TIMEOUT_S = 900 }; /* seconds a rank may wait at a collective of the plan (the simulator's default: 60) */
+
 typedef struct {
     const fsc_plan_job *job;
     fsc_plan_rank *out;
@@ -72,6 +74,8 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     const double flops0 = (double)fsc_count_gemm_flops(r->dev);
     double wf0[FSC_PLAN_BINS], wb0[FSC_PLAN_BINS];
     fsc_count_work(r->dev, wf0, wb0);
+    double hf0[FSC_PLAN_BINS], hb0[FSC_PLAN_BINS] = {0};
+    if (fsc_engine_host_device(e)) fsc_count_work(fsc_engine_host_device(e), hf0, hb0);
     if (s == FSC_OK) {
         fsc_step_info info = {0};
         s = j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
@@ -84,6 +88,11 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         const fsc_device *host = fsc_engine_host_device(e);
         o->has_host = host != NULL;
         if (host) read_ledger(host, o->host_peak, &o->host_peak_total);
+        if (host) { /* the host's work of the step: the offloaded optimizer's */
+            double hf[FSC_PLAN_BINS], hb[FSC_PLAN_BINS];
+            fsc_count_work(host, hf, hb);
+            for (int b = 0; b < FSC_PLAN_BINS; b++) o->host_work_bytes += hb[b] - hb0[b];
+        }
         o->tensor = lay->tensor, o->data = lay->data, o->stage = lay->pipe;
         o->gemm_flops = (double)fsc_count_gemm_flops(r->dev) - flops0;
         fsc_count_work(r->dev, o->work_flops, o->work_bytes);
@@ -119,6 +128,7 @@ static fsc_status plan_run_on(const char *device, const fsc_plan_job *job, fsc_p
     co.world = job->world;
     co.device = device;
     co.threads_per_rank = 1;
+    co.timeout_s = PLAN_TIMEOUT_S; /* a thousand ranks as threads on a few loaded cores wait long at a collective */
     plan_run run = {job, out};
     return fsc_cluster_run(&co, plan_rank, &run);
 }

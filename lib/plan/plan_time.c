@@ -107,6 +107,9 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
     if (!(rates->net_bytes_per_s >= 0) || !(rates->net_latency_s >= 0))
         return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: the network's rates must be at least 0 (net_bytes_per_s "
                          "%g, net_latency_s %g)", rates->net_bytes_per_s, rates->net_latency_s);
+    if (!(rates->host_bytes_per_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: host_bytes_per_s is %g, must be at least 0",
+                         rates->host_bytes_per_s);
     if (rates->node_ranks < 0 || !(rates->node_bytes_per_s >= 0) || !(rates->node_latency_s >= 0))
         return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: the node's rates must be at least 0 (node_ranks %d, "
                          "node_bytes_per_s %g, node_latency_s %g)", rates->node_ranks, rates->node_bytes_per_s,
@@ -129,7 +132,8 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
     *out = (fsc_plan_step){0};
     for (int i = 0; i < job->world; i++) {
         const size_t at = (size_t)i * FSC_PLAN_COMMS;
-        const double compute = compute_time(&r[i], rates) * bubble,
+        const double host = rates->host_bytes_per_s > 0 ? r[i].host_work_bytes / rates->host_bytes_per_s : 0;
+        const double compute = compute_time(&r[i], rates) * bubble + host,
                      comm = comm_time(&r[i], rates, nodes ? nodes + at : NULL, per_node ? per_node + at : NULL);
         const double step = job->po.prefetch ? (compute > comm ? compute : comm) : compute + comm;
         if (i > 0 && step <= out->step_s) continue;

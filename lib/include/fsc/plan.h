@@ -90,6 +90,8 @@ typedef struct {
     fsc_plan_comm comms[FSC_PLAN_COMMS]; /* every communicator of the engine (ncomms), each with its own size:
                                             what fsc_plan_time costs */
     int ncomms;
+    double host_work_bytes; /* with offload: the bytes the host's kernels and copies of the step read and wrote (the
+                               optimizer's step on the host; fsc_plan_memory only) */
 } fsc_plan_rank;
 
 /* Per-rank peaks of the job on the counting device into out[0 .. job->world - 1]. Every rank of the world runs
@@ -111,13 +113,16 @@ typedef struct {
     double net_latency_s;   /* its latency (s; 0: none) */
     int node_ranks;         /* ranks per node (0: one level) */
     double node_bytes_per_s, node_latency_s; /* a rank's link within its node (node_ranks >= 1) */
+    double host_bytes_per_s; /* a rank's share of its host's memory bandwidth, for offload's work on the host
+                                (host_work_bytes, added to compute); 0: that work costs nothing */
 } fsc_plan_rates;
 
 /* The predicted time of a step: the slowest rank's, and where it goes. */
 typedef struct {
     double step_s;     /* max over ranks of the rank's step */
     double compute_s;  /* that rank's compute: sum over kernels of max(flops / rate, bytes / bandwidth), with a
-                          pipeline's bubble (x (m + pp - 1) / m for m micro-batches) */
+                          pipeline's bubble (x (m + pp - 1) / m for m micro-batches), and offload's host work
+                          (host_work_bytes / host_bytes_per_s) */
     double comm_s;     /* its collectives: the sum of each call's alpha-beta ring time (sim/sim_net.c's model)
                           on its own communicator's size and links */
     int rank;          /* the slowest rank */

@@ -100,6 +100,7 @@ static inline void plan_time_fields(cJSON *o, const fsc_plan_step *t, const fsc_
     cJSON_AddNumberToObject(r, "net_gbps", rt->net_bytes_per_s * 1e-9);
     cJSON_AddNumberToObject(r, "net_latency_us", rt->net_latency_s * 1e6);
     cJSON_AddNumberToObject(r, "host_gbps", rt->host_bytes_per_s * 1e-9);
+    cJSON_AddNumberToObject(r, "kernel_us", rt->kernel_s * 1e6);
     if (rt->node_ranks > 0) {
         cJSON_AddNumberToObject(r, "node_ranks", rt->node_ranks);
         cJSON_AddNumberToObject(r, "node_gbps", rt->node_bytes_per_s * 1e-9);

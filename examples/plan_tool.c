@@ -82,6 +82,7 @@ static fsc_status rates(const plan_config *c, fsc_plan_rates *rt) {
         FSC_TRY(plan_sim_rates(c->t.world, c->t.threads, c->t.sim_bandwidth, c->t.sim_latency, &cal));
         if (!(c->tflops > 0)) rt->flops_per_s = cal.flops_per_s;
         if (!(c->mem_bandwidth > 0)) rt->bytes_per_s = cal.bytes_per_s;
+        rt->kernel_s = cal.kernel_s; /* this machine's calls, with its rates */
     }
     rt->host_bytes_per_s = rt->bytes_per_s; /* the cpu device's host memory is its own */
     return FSC_OK;

@@ -105,6 +105,7 @@ static void test_plan_kernel_work(void **st) {
     assert_int_equal(fsc_device_copy(d, x, x + 1000, 1000), FSC_OK);
     double f[FSC_PLAN_BINS], b[FSC_PLAN_BINS];
     fsc_count_work(d, f, b);
+    assert_int_equal(fsc_count_calls(d), 3); /* a gemm, a GELU and a copy */
     for (int i = 0; i < FSC_PLAN_BINS; i++) {
         const double wf = i == 36 ? 65536 : i == 32 ? 8000 : 0, wb = i == 36 ? 14336 : i == 32 ? 8000 : i == 0 ? 2000 : 0;
         if (f[i] != wf || b[i] != wb) fail_msg("bin %d: %.0f FLOPs %.0f bytes, want %.0f and %.0f", i, f[i], b[i], wf, wb);
@@ -125,6 +126,8 @@ static void test_plan_step_work(void **st) {
     for (int i = 0; i < FSC_PLAN_BINS; i++) f += r[0].work_flops[i], b += r[0].work_bytes[i];
     assert_true(f > r[0].gemm_flops && r[0].gemm_flops > 0);
     assert_true(b > 0);
+    /* calls: at least a gemm each for the 2 blocks' 4 products, forward and backward's two */
+    assert_true(r[0].kernel_calls >= 2 * 4 * 3 && r[0].kernel_calls == r[1].kernel_calls);
     assert_int_equal(r[0].group_size[FSC_GROUP_DATA], 2);
     assert_true(r[0].comm[FSC_GROUP_DATA].calls[FSC_OP_ALL_REDUCE] > 0);
     double sum = 0;
@@ -237,6 +240,15 @@ static void test_plan_time_two_levels(void **st) {
     rt.host_bytes_per_s = -1;
     assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_ERR_INVALID);
     assert_non_null(strstr(fsc_last_error(), "host_bytes_per_s"));
+    /* each kernel call's fixed cost, added to compute: 2000 calls at 5 us */
+    rt.host_bytes_per_s = 0;
+    r[0].kernel_calls = 2000;
+    rt.kernel_s = 5e-6;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_near(t.compute_s, 0.01, "kernel calls");
+    rt.kernel_s = -1;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "kernel_s"));
 }
 
 /* The simulator's network: each rank's booked seconds of a job's step (fsc_cluster_opts.sim_net_seconds of a run

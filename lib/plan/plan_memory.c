@@ -71,7 +71,7 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     int32_t *tok = calloc((size_t)bl * (size_t)T + 1, sizeof *tok); /* tokens and targets: token 0 */
     if (!tok) s = fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for a batch of %d x %d tokens", bl, T);
     fsc_engine_reset_comm_stats(e); /* the step's collectives, as fsc-train reports them */
-    const double flops0 = (double)fsc_count_gemm_flops(r->dev);
+    const double flops0 = (double)fsc_count_gemm_flops(r->dev), calls0 = (double)fsc_count_calls(r->dev);
     double wf0[FSC_PLAN_BINS], wb0[FSC_PLAN_BINS];
     fsc_count_work(r->dev, wf0, wb0);
     double hf0[FSC_PLAN_BINS], hb0[FSC_PLAN_BINS] = {0};
@@ -95,6 +95,7 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         }
         o->tensor = lay->tensor, o->data = lay->data, o->stage = lay->pipe;
         o->gemm_flops = (double)fsc_count_gemm_flops(r->dev) - flops0;
+        o->kernel_calls = (double)fsc_count_calls(r->dev) - calls0;
         fsc_count_work(r->dev, o->work_flops, o->work_bytes);
         for (int b = 0; b < FSC_PLAN_BINS; b++) o->work_flops[b] -= wf0[b], o->work_bytes[b] -= wb0[b];
         const int size[FSC_GROUP_COUNT] = {lay->dp, lay->tp, lay->pp, j->po.ep > 1 ? j->po.ep : 1, lay->world};

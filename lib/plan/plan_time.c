@@ -13,8 +13,10 @@
 #include "fsc/plan.h"
 #include "fsc/trace.h" /* fsc_trace_now_us: the monotonic clock */
 #include "core/comm_impl.h" /* fsc_ring_steps */
+#include "core/device_impl.h" /* FSC_K: measure_call's kernel */
 
 enum { CALIB_ROUNDS = 3, CALIB_MAX_RANKS = 2 }; /* at most 2 ranks measure the gemm rate (3 MiB each) */
+enum { CALIB_CALLS = 256 };                      /* kernel calls a round of measure_call */
 #define CALIB_COPY_BYTES ((size_t)12 << 20)      /* rank 0 alone the bandwidth: 24 MiB */
 
 /* A call of op with bytes on a group of n ranks spanning nodes nodes with at most per_node on one (nodes 0: one
@@ -107,6 +109,8 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
     if (!(rates->net_bytes_per_s >= 0) || !(rates->net_latency_s >= 0))
         return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: the network's rates must be at least 0 (net_bytes_per_s "
                          "%g, net_latency_s %g)", rates->net_bytes_per_s, rates->net_latency_s);
+    if (!(rates->kernel_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: kernel_s is %g, must be at least 0", rates->kernel_s);
     if (!(rates->host_bytes_per_s >= 0))
         return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: host_bytes_per_s is %g, must be at least 0",
                          rates->host_bytes_per_s);
@@ -133,7 +137,7 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
     for (int i = 0; i < job->world; i++) {
         const size_t at = (size_t)i * FSC_PLAN_COMMS;
         const double host = rates->host_bytes_per_s > 0 ? r[i].host_work_bytes / rates->host_bytes_per_s : 0;
-        const double compute = compute_time(&r[i], rates) * bubble + host,
+        const double compute = (compute_time(&r[i], rates) + r[i].kernel_calls * rates->kernel_s) * bubble + host,
                      comm = comm_time(&r[i], rates, nodes ? nodes + at : NULL, per_node ? per_node + at : NULL);
         const double step = job->po.prefetch ? (compute > comm ? compute : comm) : compute + comm;
         if (i > 0 && step <= out->step_s) continue;
@@ -160,6 +164,23 @@ static fsc_status measure_bandwidth(fsc_device *dev, size_t bytes, double *out) 
     return s;
 }
 
+/* A kernel call's fixed cost: the best mean time of CALIB_CALLS scalings of 16 elements, over a few rounds. */
+static fsc_status measure_call(fsc_device *dev, double *out) {
+    float *x = NULL;
+    fsc_status s = fsc_device_calloc(dev, FSC_TAG_WORKSPACE, 16 * sizeof(float), (void **)&x);
+    double best = 0;
+    for (int k = 0; k < 4 && s == FSC_OK; k++) {
+        const double t0 = fsc_trace_now_us() * 1e-6;
+        for (int i = 0; i < CALIB_CALLS && s == FSC_OK; i++) s = FSC_K(dev, scale, x, 1.0f, 16);
+        if (s == FSC_OK) s = fsc_device_sync(dev);
+        const double dt = (fsc_trace_now_us() * 1e-6 - t0) / CALIB_CALLS;
+        if (k > 0 && (best == 0 || dt < best)) best = dt; /* the first round warms up */
+    }
+    fsc_device_release(dev, x);
+    *out = best;
+    return s;
+}
+
 /* Each calibrating rank's gemm rate, measured while all of them measure at once (rank 0's bandwidth after). */
 typedef struct {
     fsc_plan_rates *rates; /* (ranks) */
@@ -173,8 +194,10 @@ static fsc_status calib_rank(fsc_rank *r, void *arg) {
         s = fsc_device_measure_tflops(r->dev, 512, &tflops);
         if (tflops > best) best = tflops;
     }
+    double call = 0;
     if (s == FSC_OK && r->rank == 0) s = measure_bandwidth(r->dev, CALIB_COPY_BYTES, &bw);
-    c->rates[r->rank] = (fsc_plan_rates){.flops_per_s = best * 1e12, .bytes_per_s = bw};
+    if (s == FSC_OK && r->rank == 0) s = measure_call(r->dev, &call);
+    c->rates[r->rank] = (fsc_plan_rates){.flops_per_s = best * 1e12, .bytes_per_s = bw, .kernel_s = call};
     return s;
 }
 
@@ -197,6 +220,7 @@ fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out) {
     fsc_status s = fsc_cluster_run(&co, calib_rank, &(calib_run){rates});
     for (int i = 0; i < ranks && s == FSC_OK; i++) out->flops_per_s += rates[i].flops_per_s / ranks * share; /* mean */
     out->bytes_per_s = rates[0].bytes_per_s * share;
+    out->kernel_s = rates[0].kernel_s / share;
     free(rates);
     if (s != FSC_OK) return fsc_error_prefix(s, "fsc_plan_calibrate");
     if (!(out->flops_per_s > 0) || !(out->bytes_per_s > 0))

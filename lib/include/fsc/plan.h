@@ -90,6 +90,7 @@ typedef struct {
     fsc_plan_comm comms[FSC_PLAN_COMMS]; /* every communicator of the engine (ncomms), each with its own size:
                                             what fsc_plan_time costs */
     int ncomms;
+    double kernel_calls;    /* the step's kernel calls and device copies (fsc_plan_memory only) */
     double host_work_bytes; /* with offload: the bytes the host's kernels and copies of the step read and wrote (the
                                optimizer's step on the host; fsc_plan_memory only) */
 } fsc_plan_rank;
@@ -115,14 +116,15 @@ typedef struct {
     double node_bytes_per_s, node_latency_s; /* a rank's link within its node (node_ranks >= 1) */
     double host_bytes_per_s; /* a rank's share of its host's memory bandwidth, for offload's work on the host
                                 (host_work_bytes, added to compute); 0: that work costs nothing */
+    double kernel_s;         /* the fixed cost of one kernel call (s; kernel_calls x it added to compute; 0: none) */
 } fsc_plan_rates;
 
 /* The predicted time of a step: the slowest rank's, and where it goes. */
 typedef struct {
     double step_s;     /* max over ranks of the rank's step */
     double compute_s;  /* that rank's compute: sum over kernels of max(flops / rate, bytes / bandwidth), with a
-                          pipeline's bubble (x (m + pp - 1) / m for m micro-batches), and offload's host work
-                          (host_work_bytes / host_bytes_per_s) */
+                          pipeline's bubble (x (m + pp - 1) / m for m micro-batches), the calls' fixed cost
+                          (kernel_calls x kernel_s) and offload's host work (host_work_bytes / host_bytes_per_s) */
     double comm_s;     /* its collectives: the sum of each call's alpha-beta ring time (sim/sim_net.c's model)
                           on its own communicator's size and links */
     int rank;          /* the slowest rank */
@@ -137,8 +139,9 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
  * several ranks, else the library default): the gemm rate, the mean of min(world, 2, cores) ranks measuring at
  * once (each the best of 3 fsc_device_measure_tflops), and the memory bandwidth, one rank's best of a few 12 MiB
  * device copies (read and write counted); both times cores / (world x threads) when the world's threads
- * outnumber the cores (they share them). The network's fields 0. Takes a few tenths of a second and about
- * 30 MiB. */
+ * outnumber the cores (they share them); and a kernel call's fixed cost (kernel_s), one rank's best mean time of
+ * a few hundred calls on 16 elements, divided by the same share. The network's fields 0. Takes a few tenths of a
+ * second and about 30 MiB. */
 fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out);
 
 FSC_END_DECLS

@@ -35,7 +35,8 @@ TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # Code only tests use (tests/*.c other than test_*.c; none at the moment), linked into every test
 TESTLIB_SRC := $(sort $(filter-out tests/test_%,$(wildcard tests/*.c)))
 TESTLIB_OBJ := $(TESTLIB_SRC:%.c=$(BUILD)/obj/%.o)
-EX_SRC   := $(sort $(wildcard examples/*.c))
+# (plan_tool.c is fsc-plan, linked with the trainer's parts below: PLANNER)
+EX_SRC   := $(sort $(filter-out examples/plan_tool.c,$(wildcard examples/*.c)))
 EXAMPLES := $(EX_SRC:examples/%.c=$(BUILD)/%)
 # The sampler (examples/sample.c): generates text from a model file the trainer saved; make install installs it
 SAMPLER  := $(BUILD)/sample
@@ -107,8 +108,10 @@ $(BUILD)/train_gpt: $(TRAINER)
 $(BUILD)/train_family: examples/train_family.c $(TRAIN_SRC) $(wildcard examples/*.h examples/train/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) -DFSC_TRAIN_NO_MAIN -Iexamples $< $(TRAIN_SRC) -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 # The planner is fsc-plan (examples/plan_tool.c, docs/planning.md).
-$(PLANNER): examples/plan_tool.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
-	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
+# It parses fsc-train's options with the trainer's own table, checks and job (examples/train: PLAN_SRC).
+PLAN_SRC := examples/plan_tool.c $(addprefix examples/train/,options.c config.c checks.c models.c job.c)
+$(PLANNER): $(PLAN_SRC) $(wildcard examples/*.h examples/train/*.h) $(BUILD)/libfsc.a
+	$(CC) $(CFLAGS) $(PLAN_SRC) -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 
 $(JSONL): tools/fsc_jsonl.c
 	@mkdir -p $(dir $@)

@@ -81,6 +81,7 @@ static inline void plan_print_table(FILE *f, const fsc_plan_rank *r, int world) 
  * --sim-bandwidth and --sim-latency take it. */
 static inline fsc_status plan_sim_rates(int world, int threads, double net_gbps, double net_us, fsc_plan_rates *rt) {
     FSC_TRY(fsc_plan_calibrate(world, threads, rt));
+    rt->host_bytes_per_s = rt->bytes_per_s; /* offload's host memory is the cpu device's own */
     rt->net_bytes_per_s = net_gbps * 1e9;
     rt->net_latency_s = net_us * 1e-6;
     return FSC_OK;
@@ -98,6 +99,13 @@ static inline void plan_time_fields(cJSON *o, const fsc_plan_step *t, const fsc_
     cJSON_AddNumberToObject(r, "memory_gbps", rt->bytes_per_s * 1e-9);
     cJSON_AddNumberToObject(r, "net_gbps", rt->net_bytes_per_s * 1e-9);
     cJSON_AddNumberToObject(r, "net_latency_us", rt->net_latency_s * 1e6);
+    cJSON_AddNumberToObject(r, "host_gbps", rt->host_bytes_per_s * 1e-9);
+    cJSON_AddNumberToObject(r, "kernel_us", rt->kernel_s * 1e6);
+    if (rt->node_ranks > 0) {
+        cJSON_AddNumberToObject(r, "node_ranks", rt->node_ranks);
+        cJSON_AddNumberToObject(r, "node_gbps", rt->node_bytes_per_s * 1e-9);
+        cJSON_AddNumberToObject(r, "node_latency_us", rt->node_latency_s * 1e6);
+    }
 }
 
 /* The table's last line: the predicted step, what it is made of, at which rates. */
@@ -107,6 +115,9 @@ static inline void plan_print_time(FILE *f, const fsc_plan_step *t, const fsc_pl
             t->step_s * 1e3, t->rank, t->compute_s * 1e3, t->comm_s * 1e3,
             prefetch ? "overlapped: prefetch" : "one after the other: no prefetch", rt->flops_per_s * 1e-12,
             rt->bytes_per_s * 1e-9, rt->net_bytes_per_s * 1e-9, rt->net_latency_s * 1e6);
+    if (rt->node_ranks > 0)
+        fprintf(f, "two levels: %d ranks a node, links within a node %.1f GB/s and %.1f us, between nodes above\n",
+                rt->node_ranks, rt->node_bytes_per_s * 1e-9, rt->node_latency_s * 1e6);
 }
 
 #endif

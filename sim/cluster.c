@@ -98,7 +98,8 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         if (cl->net_latency_s > 0 || cl->net_bytes_per_s > 0) { /* the links' bookings (sim_net.c) */
             pthread_mutex_init(&cl->net_mu, NULL);
             cl->link_free = calloc((size_t)world, sizeof *cl->link_free);
-            if (!cl->link_free) s = fsc_error(FSC_ERR_NOMEM, "fsc_cluster_run: out of memory for the network");
+            cl->link_booked = calloc((size_t)world, sizeof *cl->link_booked);
+            if (!cl->link_free || !cl->link_booked) s = fsc_error(FSC_ERR_NOMEM, "fsc_cluster_run: out of memory for the network");
         }
     }
     for (int r = 0; r < world && s == FSC_OK; r++) {
@@ -147,6 +148,9 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         fsc_comm_free(ranks[r].r.comm);
         if (ranks[r].r.dev) fsc_device_free(ranks[r].r.dev);
     }
+    if (cl && cl->link_booked && opts->sim_net_seconds && s == FSC_OK)
+        for (int r = 0; r < world; r++) opts->sim_net_seconds[r] = cl->link_booked[r];
+    if (cl) free(cl->link_booked);
     if (cl && cl->link_free) {
         free(cl->link_free);
         pthread_mutex_destroy(&cl->net_mu);

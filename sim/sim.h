@@ -113,6 +113,7 @@ struct sim_cluster {
     double net_latency_s, net_bytes_per_s;
     pthread_mutex_t net_mu;   /* guards link_free; taken under a group's mu, never the other way */
     double *link_free;        /* (world) when each rank's link is free again (sim_now seconds), or NULL */
+    double *link_booked;      /* (world) the seconds booked on each rank's link so far (under net_mu), with link_free */
 };
 
 /* sim_group.c: the cluster, groups and the rendezvous. */
@@ -175,6 +176,8 @@ double sim_now(void);
 /* Book `cost` seconds on the links of the n world ranks: from when all of them are free (and not before
  * now) on; returns when it ends. */
 double sim_net_reserve(sim_cluster *cl, const int *world_rank, int n, double cost);
+/* Count cost seconds on world rank w's link without booking it (a call the counting device skips). */
+void sim_net_count(sim_cluster *cl, int w, double cost);
 /* Under g->mu, by the rank completing an arrive: book the committed collective's time (g->t_done). */
 void sim_net_commit(sim_group *g);
 /* Sleep until t (sim_now seconds). */

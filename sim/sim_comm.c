@@ -350,8 +350,11 @@ fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
     /* the counting device (the planner's dry run): a call larger than its real allocations moves nothing and
      * waits for no one (every rank skips the same calls: their sizes agree); smaller ones carry the values the
      * engine reads back and run as on any device */
-    if (h->dry && k->op != FSC_OP_BARRIER && call_bytes(k) > FSC_COUNT_REAL_MAX) return FSC_OK;
     const int net = sim_net_on(h->g->cl);
+    if (h->dry && k->op != FSC_OP_BARRIER && call_bytes(k) > FSC_COUNT_REAL_MAX) { /* its cost is counted, not slept */
+        if (net && k->op != FSC_OP_RECV) sim_net_count(h->g->cl, h->g->world_rank[h->rank], sim_net_cost(h->g->cl, k, h->g->size));
+        return FSC_OK;
+    }
     if (net && k->op == FSC_OP_SEND && k->peer != h->rank) { /* the sender's link carries it before it is there */
         int me = h->g->world_rank[h->rank];
         sim_net_sleep_until(sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g->cl, k, h->g->size)));

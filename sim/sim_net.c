@@ -48,9 +48,15 @@ double sim_net_reserve(sim_cluster *cl, const int *world_rank, int n, double cos
     for (int j = 0; j < n; j++)
         if (cl->link_free[world_rank[j]] > start) start = cl->link_free[world_rank[j]];
     double end = start + cost;
-    for (int j = 0; j < n; j++) cl->link_free[world_rank[j]] = end;
+    for (int j = 0; j < n; j++) cl->link_free[world_rank[j]] = end, cl->link_booked[world_rank[j]] += cost;
     pthread_mutex_unlock(&cl->net_mu);
     return end;
+}
+
+void sim_net_count(sim_cluster *cl, int w, double cost) {
+    pthread_mutex_lock(&cl->net_mu);
+    cl->link_booked[w] += cost;
+    pthread_mutex_unlock(&cl->net_mu);
 }
 
 void sim_net_commit(sim_group *g) {

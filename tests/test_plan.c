@@ -105,6 +105,7 @@ static void test_plan_kernel_work(void **st) {
     assert_int_equal(fsc_device_copy(d, x, x + 1000, 1000), FSC_OK);
     double f[FSC_PLAN_BINS], b[FSC_PLAN_BINS];
     fsc_count_work(d, f, b);
+    assert_int_equal(fsc_count_calls(d), 3); /* a gemm, a GELU and a copy */
     for (int i = 0; i < FSC_PLAN_BINS; i++) {
         const double wf = i == 36 ? 65536 : i == 32 ? 8000 : 0, wb = i == 36 ? 14336 : i == 32 ? 8000 : i == 0 ? 2000 : 0;
         if (f[i] != wf || b[i] != wb) fail_msg("bin %d: %.0f FLOPs %.0f bytes, want %.0f and %.0f", i, f[i], b[i], wf, wb);
@@ -125,6 +126,8 @@ static void test_plan_step_work(void **st) {
     for (int i = 0; i < FSC_PLAN_BINS; i++) f += r[0].work_flops[i], b += r[0].work_bytes[i];
     assert_true(f > r[0].gemm_flops && r[0].gemm_flops > 0);
     assert_true(b > 0);
+    /* calls: at least a gemm each for the 2 blocks' 4 products, forward and backward's two */
+    assert_true(r[0].kernel_calls >= 2 * 4 * 3 && r[0].kernel_calls == r[1].kernel_calls);
     assert_int_equal(r[0].group_size[FSC_GROUP_DATA], 2);
     assert_true(r[0].comm[FSC_GROUP_DATA].calls[FSC_OP_ALL_REDUCE] > 0);
     double sum = 0;
@@ -149,23 +152,25 @@ static void test_plan_time_arithmetic(void **st) {
     memset(r, 0, sizeof r);
     r[0].work_flops[40] = 1e9, r[0].work_bytes[40] = 1e6;
     r[0].work_flops[20] = 1e3, r[0].work_bytes[20] = 1e8;
-    for (int i = 0; i < 2; i++) {
-        r[i].group_size[FSC_GROUP_DATA] = r[i].group_size[FSC_GROUP_PIPELINE] = 2;
-        r[i].group_size[FSC_GROUP_TENSOR] = 1;
-        r[i].comm[FSC_GROUP_TENSOR].calls[FSC_OP_ALL_REDUCE] = 9; /* a group of one rank costs nothing */
-        r[i].comm[FSC_GROUP_TENSOR].bytes[FSC_OP_ALL_REDUCE] = 9e9;
+    for (int i = 0; i < 2; i++) { /* each rank's communicators: data (a pair), tensor (itself), a link */
+        r[i].ncomms = 3;
+        r[i].comms[0] = (fsc_plan_comm){.id = 1, .kind = FSC_GROUP_DATA, .size = 2};
+        r[i].comms[1] = (fsc_plan_comm){.id = 10 + (uint64_t)i, .kind = FSC_GROUP_TENSOR, .size = 1};
+        r[i].comms[1].stats.calls[FSC_OP_ALL_REDUCE] = 9; /* a group of one rank costs nothing */
+        r[i].comms[1].stats.bytes[FSC_OP_ALL_REDUCE] = 9e9;
+        r[i].comms[2] = (fsc_plan_comm){.id = 2, .kind = FSC_GROUP_PIPELINE, .size = 2};
     }
-    r[0].comm[FSC_GROUP_DATA].calls[FSC_OP_ALL_REDUCE] = 3, r[0].comm[FSC_GROUP_DATA].bytes[FSC_OP_ALL_REDUCE] = 4e6;
-    r[0].comm[FSC_GROUP_PIPELINE].calls[FSC_OP_SEND] = 2, r[0].comm[FSC_GROUP_PIPELINE].bytes[FSC_OP_SEND] = 1e6;
-    r[0].comm[FSC_GROUP_PIPELINE].calls[FSC_OP_RECV] = 2, r[0].comm[FSC_GROUP_PIPELINE].bytes[FSC_OP_RECV] = 1e6;
-    r[1].comm[FSC_GROUP_DATA].calls[FSC_OP_ALL_REDUCE] = 1, r[1].comm[FSC_GROUP_DATA].bytes[FSC_OP_ALL_REDUCE] = 5e7;
+    r[0].comms[0].stats.calls[FSC_OP_ALL_REDUCE] = 3, r[0].comms[0].stats.bytes[FSC_OP_ALL_REDUCE] = 4e6;
+    r[0].comms[2].stats.calls[FSC_OP_SEND] = 2, r[0].comms[2].stats.bytes[FSC_OP_SEND] = 1e6;
+    r[0].comms[2].stats.calls[FSC_OP_RECV] = 2, r[0].comms[2].stats.bytes[FSC_OP_RECV] = 1e6;
+    r[1].comms[0].stats.calls[FSC_OP_ALL_REDUCE] = 1, r[1].comms[0].stats.bytes[FSC_OP_ALL_REDUCE] = 5e7;
     const fsc_plan_rates rt = {.flops_per_s = 1e11, .bytes_per_s = 1e10, .net_bytes_per_s = 1e9, .net_latency_s = 1e-5};
     fsc_plan_step t;
     j.po.prefetch = 0; /* compute + comm: rank 0 0.02508 s, rank 1 0.05002 s */
     assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
     assert_int_equal(t.rank, 1);
     assert_near(t.step_s, 0.05002, "no prefetch: step");
-    r[1].comm[FSC_GROUP_DATA].bytes[FSC_OP_ALL_REDUCE] = 1e6; /* rank 1: 2e-5 + 1e-3 s */
+    r[1].comms[0].stats.bytes[FSC_OP_ALL_REDUCE] = 1e6; /* rank 1: 2e-5 + 1e-3 s */
     assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
     assert_int_equal(t.rank, 0);
     assert_near(t.compute_s, 0.02, "compute");
@@ -187,6 +192,176 @@ static void test_plan_time_arithmetic(void **st) {
     assert_non_null(strstr(fsc_last_error(), "net_latency_s"));
     assert_int_equal(fsc_plan_calibrate(0, 0, &bad), FSC_ERR_INVALID);
     assert_non_null(strstr(fsc_last_error(), "world"));
+}
+
+/* Two levels at 2 ranks a node (node links 1e11 B/s and 1 us, network 1e10 B/s and 10 us), worked out by hand:
+ * rank 0 all-reduces once on each of three groups: {0, 1} on its node (2 node latencies + 1e6 / 1e11 B/s:
+ * 1.2e-5 s), the world {0 .. 3} over 2 nodes with 2 ranks on each (2 node + 2 network latencies + 3e6 / 1e10:
+ * 3.22e-4 s) and {0, 2} over 2 nodes with one on each (2 network latencies + 1e6 / 1e10: 1.2e-4 s): 4.54e-4 s.
+ * The same groups on one level (node_ranks 0): 6 all-reduces of a pair or the world at the network's rates. */
+static void test_plan_time_two_levels(void **st) {
+    (void)st;
+    fsc_plan_job j = small_gpt(4, 4);
+    j.po.prefetch = 0;
+    fsc_plan_rank r[4];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 4; i++) {
+        r[i].ncomms = 3;
+        r[i].comms[0] = (fsc_plan_comm){.id = 100 + (uint64_t)(i / 2), .kind = FSC_GROUP_DATA, .size = 2};
+        r[i].comms[1] = (fsc_plan_comm){.id = 7, .kind = FSC_GROUP_WORLD, .size = 4};
+        r[i].comms[2] = (fsc_plan_comm){.id = 200 + (uint64_t)(i % 2), .kind = FSC_GROUP_DATA, .size = 2};
+    }
+    r[0].comms[0].stats.calls[FSC_OP_ALL_REDUCE] = 1, r[0].comms[0].stats.bytes[FSC_OP_ALL_REDUCE] = 1e6;
+    r[0].comms[1].stats.calls[FSC_OP_ALL_REDUCE] = 1, r[0].comms[1].stats.bytes[FSC_OP_ALL_REDUCE] = 3e6;
+    r[0].comms[2].stats.calls[FSC_OP_ALL_REDUCE] = 1, r[0].comms[2].stats.bytes[FSC_OP_ALL_REDUCE] = 1e6;
+    fsc_plan_rates rt = {.flops_per_s = 1e12, .bytes_per_s = 1e12, .net_bytes_per_s = 1e10, .net_latency_s = 1e-5,
+                         .node_ranks = 2, .node_bytes_per_s = 1e11, .node_latency_s = 1e-6};
+    fsc_plan_step t;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_int_equal(t.rank, 0);
+    assert_near(t.comm_s, 1.2e-5 + 3.22e-4 + 1.2e-4, "two levels");
+    rt.node_ranks = 0; /* one level: (2 + 2 + 6) x 1e-5 s + 5e6 / 1e10 */
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_near(t.comm_s, 1e-4 + 5e-4, "one level");
+    rt.node_ranks = 4; /* every group on one node: 10 node latencies + 5e6 / 1e11 */
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_near(t.comm_s, 1e-5 + 5e-5, "one node");
+    rt.node_ranks = -1;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "node_ranks"));
+    /* offload's work on the host: its bytes at the host's bandwidth, added to compute (free at bandwidth 0) */
+    rt.node_ranks = 0;
+    r[0].host_work_bytes = 3e9;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_near(t.compute_s, 0, "host work at bandwidth 0");
+    rt.host_bytes_per_s = 1e11;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_near(t.compute_s, 0.03, "host work: 3e9 / 1e11 B/s");
+    rt.host_bytes_per_s = -1;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "host_bytes_per_s"));
+    /* each kernel call's fixed cost, added to compute: 2000 calls at 5 us */
+    rt.host_bytes_per_s = 0;
+    r[0].kernel_calls = 2000;
+    rt.kernel_s = 5e-6;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_OK);
+    assert_near(t.compute_s, 0.01, "kernel calls");
+    rt.kernel_s = -1;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "kernel_s"));
+}
+
+/* The simulator's network: each rank's booked seconds of a job's step (fsc_cluster_opts.sim_net_seconds of a run
+ * of the setup and one step less those of the setup alone), on the counting device like the planner's run. */
+typedef struct {
+    const fsc_plan_job *job;
+    int step;
+} net_run;
+
+static fsc_status net_rank(fsc_rank *r, void *arg) {
+    const net_run *n = arg;
+    const fsc_plan_job *j = n->job;
+    fsc_engine *e = NULL;
+    fsc_model *lm = NULL;
+    fsc_status s;
+    if (j->model == FSC_PLAN_LLAMA && j->po.tp > 1) {
+        fsc_llama_build_arg ba = {.cfg = j->llama, .sp = j->sequence_parallel};
+        s = fsc_engine_create_built(r, fsc_llama_build, &ba, &j->po, &j->oc, j->seed, &e);
+    } else if (j->model == FSC_PLAN_LLAMA) {
+        s = fsc_llama_model_create(r->dev, &j->llama, &lm);
+        if (s == FSC_OK) s = fsc_engine_create_model(r, lm, &j->po, &j->oc, j->seed, &e);
+    } else {
+        s = fsc_engine_create(r, &j->gpt, &j->po, &j->oc, j->seed, &e);
+    }
+    const int T = j->model == FSC_PLAN_LLAMA ? j->llama.seq : j->gpt.seq;
+    if (s == FSC_OK && n->step) {
+        const int bl = j->batch / fsc_engine_layout(e)->dp;
+        int32_t *tok = calloc((size_t)bl * (size_t)T + 1, sizeof *tok);
+        fsc_step_info info = {0};
+        s = !tok ? FSC_ERR_NOMEM
+            : j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
+                                         : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
+        free(tok);
+    }
+    fsc_engine_free(e);
+    fsc_model_free(lm);
+    return s;
+}
+
+static void sim_step_seconds(const fsc_plan_job *j, double lat_us, double gbps, double *out) {
+    double *setup = calloc((size_t)j->world, sizeof *setup);
+    assert_non_null(setup);
+    for (int step = 0; step < 2; step++) {
+        fsc_cluster_opts co = fsc_cluster_opts_default();
+        co.world = j->world;
+        co.device = "count";
+        co.threads_per_rank = 1;
+        co.sim_latency_us = lat_us;
+        co.sim_bandwidth_gbps = gbps;
+        co.sim_net_seconds = step ? out : setup;
+        net_run n = {j, step};
+        if (fsc_cluster_run(&co, net_rank, &n) != FSC_OK) fail_msg("simulator: %s", fsc_last_error());
+    }
+    for (int i = 0; i < j->world; i++) out[i] -= setup[i];
+    free(setup);
+}
+
+/* Oracle: the simulator. Every rank's communication time as fsc_plan_time costs it (each communicator at its own
+ * size: hybrid sharding's shard and replica groups, the expert and expert-data groups, the tensor group, a
+ * pipeline's links and the clipping norm's groups) equals the seconds the simulated network booked on that
+ * rank's link for the same step (sim_net.c's ring costs of the calls it took part in). */
+static void check_comm_time(const char *name, const fsc_plan_job *j) {
+    const double lat_us = 7, gbps = 0.5;
+    fsc_plan_rank *r = calloc((size_t)j->world, sizeof *r);
+    double *want = calloc((size_t)j->world, sizeof *want);
+    assert_non_null(r);
+    assert_non_null(want);
+    if (fsc_plan_memory(j, r) != FSC_OK) fail_msg("%s: plan: %s", name, fsc_last_error());
+    sim_step_seconds(j, lat_us, gbps, want);
+    const fsc_plan_rates rt = {.flops_per_s = 1e30, .bytes_per_s = 1e30, .net_bytes_per_s = gbps * 1e9,
+                               .net_latency_s = lat_us * 1e-6};
+    for (int i = 0; i < j->world; i++) {
+        fsc_plan_job one = *j; /* rank i alone: its own communication */
+        one.world = 1;
+        fsc_plan_step t;
+        assert_int_equal(fsc_plan_time(&one, &r[i], &rt, &t), FSC_OK);
+        if (!(want[i] > 0) || fabs(t.comm_s - want[i]) > 1e-9 * want[i])
+            fail_msg("%s: rank %d: predicted communication %.9g s, the simulator booked %.9g s", name, i, t.comm_s,
+                     want[i]);
+    }
+    free(r);
+    free(want);
+}
+
+static void test_plan_comm_time_simulator(void **st) {
+    (void)st;
+    fsc_plan_job j = small_gpt(4, 4);
+    j.po.kind = FSC_PAR_FSDP;
+    j.po.shard = FSC_SHARD_HYBRID; /* shard groups of 2, replica groups of 2, the data group of 4 */
+    check_comm_time("fsdp hybrid, world 4", &j);
+    j.po.clip = 1.0f;
+    check_comm_time("fsdp hybrid with clipping", &j);
+    j = small_gpt(4, 4);
+    j.gpt.moe_experts = 4;
+    j.gpt.moe_top_k = 2;
+    j.po.kind = FSC_PAR_FSDP;
+    j.po.ep = 2; /* expert groups of 2, expert-data groups of 2 */
+    check_comm_time("moe ep 2 x fsdp, world 4", &j);
+    j = small_gpt(4, 4);
+    j.po.kind = FSC_PAR_DDP;
+    j.po.pp = 2;
+    j.po.accum = 2;
+    j.po.schedule = FSC_SCHED_1F1B;
+    j.po.clip = 1.0f;
+    check_comm_time("pp 2 x dp 2, 1f1b, clipping", &j);
+    j = small_llama(4, 2);
+    j.po.kind = FSC_PAR_FSDP;
+    j.po.tp = 2;
+    j.sequence_parallel = 1;
+    check_comm_time("llama tp 2 x fsdp 2, sequence parallel", &j);
+    j = small_gpt(4, 4);
+    j.po.kind = FSC_PAR_ZERO2;
+    check_comm_time("zero2, world 4", &j);
 }
 
 static void test_plan_strategies(void **st) {
@@ -228,6 +403,13 @@ static void test_plan_offload(void **st) {
     j.po.kind = FSC_PAR_FSDP;
     j.po.offload = FSC_OFFLOAD_OPTIM;
     check_job("fsdp offload optim", &j);
+    fsc_plan_rank r[2], none[2];
+    assert_int_equal(fsc_plan_memory(&j, r), FSC_OK); /* the host's step: AdamW reads 4 and writes 3 f32 arrays */
+    j.po.offload = FSC_OFFLOAD_NONE;
+    assert_int_equal(fsc_plan_memory(&j, none), FSC_OK);
+    assert_true(none[0].host_work_bytes == 0);
+    assert_true(r[0].host_work_bytes >= 7.0 * 4 * (double)r[0].host_peak[FSC_TAG_OPTIM] / 8);
+    j.po.offload = FSC_OFFLOAD_OPTIM;
     j.po.offload = FSC_OFFLOAD_ALL;
     check_job("fsdp offload all", &j);
     j.po.kind = FSC_PAR_ZERO1;
@@ -290,6 +472,8 @@ int main(void) {
         cmocka_unit_test(test_plan_kernel_work),
         cmocka_unit_test(test_plan_step_work),
         cmocka_unit_test(test_plan_time_arithmetic),
+        cmocka_unit_test(test_plan_time_two_levels),
+        cmocka_unit_test(test_plan_comm_time_simulator),
         cmocka_unit_test(test_plan_strategies),
         cmocka_unit_test(test_plan_precision_checkpoint_accum),
         cmocka_unit_test(test_plan_offload),

@@ -57,6 +57,8 @@ static void test_plan_equals_trainer(void **st) {
     check_against_trainer(SMALL " --world 4 --pp 2 --parallel pipe --accum 2 --schedule 1f1b", 0);
     check_against_trainer("--model llama " SMALL " --kv-heads 2 --world 4 --tp 2 --parallel fsdp --sequence-parallel", 0);
     check_against_trainer(SMALL " --world 2 --parallel ddp --moe-experts 4 --moe-top-k 2 --ep 2", 0);
+    check_against_trainer(SMALL " --world 2 --parallel fsdp --recompute 1 --accum 2", 0);
+    check_against_trainer(SMALL " --world 2 --pp 2 --parallel pipe --accum 2 --schedule zb-h1", 0);
 }
 
 /* fsc-train --plan: its --json's "predicted" per_rank (host_per_rank with offload) equal the same run's measured
@@ -112,7 +114,52 @@ static void test_plan_time_rates(void **st) {
     free(a1);
     free(a2);
     prog_refused(planner, "--tflops -1", tmpdir, 2, "--tflops '-1'");
-    prog_refused(planner, "--sim-latency x", tmpdir, 2, "--sim-latency 'x'");
+    prog_refused(planner, "--sim-latency x", tmpdir, 2, "--sim-latency: 'x' is not a decimal number");
+}
+
+/* --cluster: the preset's figures (docs/planning.md) as the rates, its GPU memory as --memory's default, --nodes x
+ * 8 ranks as the world; bf16 takes the tensor-core rate, fp32 the other; a given rate wins. */
+static void test_plan_cluster(void **st) {
+    (void)st;
+    cJSON *j = prog_json(planner, tmpdir, SMALL, "--cluster h100-sxm-8 --nodes 2 --parallel fsdp --batch 16 --precision bf16");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "per_rank")), 16);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes")) == 80e9);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "fits")));
+    const cJSON *r = cJSON_GetObjectItem(j, "rates");
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "tflops")) - 989.4) < 1e-9);
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "memory_gbps")) - 3350) < 1e-9);
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(r, "node_ranks")), 8);
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "node_gbps")) - 450) < 1e-9);
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "net_gbps")) - 50) < 1e-9);
+    cJSON_Delete(j);
+    j = prog_json(planner, tmpdir, SMALL, "--cluster a100-sxm-8 --world 8 --batch 8 --parallel ddp --tflops 7");
+    r = cJSON_GetObjectItem(j, "rates");
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "tflops")) - 7) < 1e-6);
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "memory_gbps")) - 2039) < 1e-9);
+    cJSON_Delete(j);
+    j = prog_json(planner, tmpdir, SMALL, "--cluster h200-8 --batch 8 --parallel ddp");
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "rates"), "tflops")) - 66.9) < 1e-9);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes")) == 141e9);
+    cJSON_Delete(j);
+    prog_refused(planner, "--nodes 2", tmpdir, 2, "--nodes needs --cluster");
+    prog_refused(planner, "--cluster h100-sxm-8 --nodes 2 --world 8", tmpdir, 2, "--world 8 is not --nodes 2 x 8");
+    prog_refused(planner, "--cluster v100", tmpdir, 2, "--cluster 'v100'");
+}
+
+/* fsc-train --config FILE (a search's winner, x) trains at the largest per-rank peak the search predicted */
+static void winner_trains(const cJSON *x, const char *file) {
+    const double peak = cJSON_GetNumberValue(cJSON_GetObjectItem(x, "peak_bytes"));
+    char *targs = prog_fmt("--config %s/%s --steps 1 --peak-tflops 1", tmpdir, file);
+    cJSON *t = prog_json(trainer, tmpdir, "", targs);
+    const cJSON *pr = cJSON_GetObjectItem(t, "per_rank");
+    double most = 0;
+    for (int r = 0; r < cJSON_GetArraySize(pr); r++) {
+        double v = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(pr, r), "total"));
+        if (v > most) most = v;
+    }
+    if (most != peak) fail_msg("%s: the winner's peak: searched %.0f, trained %.0f", file, peak, most);
+    cJSON_Delete(t);
+    free(targs);
 }
 
 /* --search: every listed layout fits --memory, fastest first; the fastest written by --search-config is a
@@ -123,7 +170,7 @@ static void test_plan_search(void **st) {
     char *args = prog_fmt("--world 2 --search --memory 2.4MiB --search-config %s/win.json %s", tmpdir, rates);
     cJSON *j = prog_json(planner, tmpdir, SMALL, args);
     const cJSON *a = cJSON_GetObjectItem(j, "search");
-    const int n = cJSON_GetArraySize(a);
+    int n = cJSON_GetArraySize(a);
     assert_true(n >= 2);
     assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "over_memory")) > 0); /* ddp does not fit in 2.4 MiB */
     for (int i = 0; i < n; i++) {
@@ -132,19 +179,18 @@ static void test_plan_search(void **st) {
         if (i) assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(x, "ms_per_step")) >=
                            cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, i - 1), "ms_per_step")));
     }
-    const double peak = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 0), "peak_bytes"));
-    char *targs = prog_fmt("--config %s/win.json --steps 1 --peak-tflops 1", tmpdir);
-    cJSON *t = prog_json(trainer, tmpdir, "", targs);
-    const cJSON *pr = cJSON_GetObjectItem(t, "per_rank");
-    double most = 0;
-    for (int r = 0; r < cJSON_GetArraySize(pr); r++) {
-        double v = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(pr, r), "total"));
-        if (v > most) most = v;
-    }
-    if (most != peak) fail_msg("the winner's peak: searched %.0f, trained %.0f", peak, most);
-    cJSON_Delete(t);
+    winner_trains(cJSON_GetArrayItem(a, 0), "win.json");
     cJSON_Delete(j);
-    free(targs);
+    free(args);
+    /* a memory only activation checkpointing with 4 micro-batches and tp 2 fits: the winner recomputes */
+    args = prog_fmt("--world 2 --search --search-precision --memory 1.15MiB --search-config %s/win2.json %s", tmpdir,
+                    rates);
+    j = prog_json(planner, tmpdir, SMALL, args);
+    a = cJSON_GetObjectItem(j, "search");
+    assert_true(cJSON_GetArraySize(a) >= 1);
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 0), "recompute")), 1);
+    winner_trains(cJSON_GetArrayItem(a, 0), "win2.json");
+    cJSON_Delete(j);
     free(args);
     prog_refused(planner, "--search-config x.json", tmpdir, 2, "--search-config needs --search");
     args = prog_fmt(SMALL " --world 2 --search --memory 1KiB %s", rates);
@@ -204,6 +250,31 @@ static void test_plan_memory_budget(void **st) {
     prog_refused(planner, "--memory GiB", tmpdir, 2, "--memory 'GiB'");
 }
 
+/* fsc-plan reads fsc-train's --config files (the trainer's parser): the options from the file plan as on the
+ * command line, and the command line wins */
+static void test_plan_config_file(void **st) {
+    (void)st;
+    char *path = prog_fmt("%s/job.json", tmpdir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"layers\": 2, \"dim\": 64, \"heads\": 4, \"seq\": 32, \"vocab\": 256, \"batch\": 4, "
+               "\"world\": 2, \"parallel\": \"fsdp\", \"precision\": \"bf16\"}\n");
+    fclose(f);
+    char *args = prog_fmt("--config %s", path);
+    cJSON *a = prog_json(planner, tmpdir, "", args);
+    cJSON *b = prog_json(planner, tmpdir, "", SMALL " --world 2 --parallel fsdp --precision bf16");
+    same_array(a, b, "per_rank", args);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    free(args);
+    args = prog_fmt("--config %s --world 1 --parallel none", path);
+    a = prog_json(planner, tmpdir, "", args);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(a, "per_rank")), 1);
+    cJSON_Delete(a);
+    free(args);
+    free(path);
+}
+
 static void test_plan_tool_usage(void **st) {
     (void)st;
     char *out = NULL;
@@ -211,13 +282,18 @@ static void test_plan_tool_usage(void **st) {
     assert_non_null(strstr(out, "usage: fsc-plan "));
     assert_non_null(strstr(out, "--parallel KIND"));
     free(out);
-    prog_refused(planner, "--world 0", tmpdir, 2, "--world '0'");
+    prog_refused(planner, "--world 0", tmpdir, 2, "--world: 0 is out of range");
     prog_refused(planner, "--bogus 1", tmpdir, 2, "unknown option '--bogus'");
-    prog_refused(planner, "--parallel tp", tmpdir, 2, "--parallel 'tp': not one of");
-    prog_refused(planner, "--wrap min-params:x", tmpdir, 2, "--wrap 'min-params:x'");
+    /* fsc-train's own parser and checks: the trainer's messages */
+    prog_refused(planner, "--parallel tp", tmpdir, 2, "--parallel: unknown value 'tp'");
+    prog_refused(planner, "--wrap min-params:x", tmpdir, 2, "--wrap: 'min-params:x'");
     prog_refused(planner, "--world 4 --pp 3", tmpdir, 2, "--world 4 does not split");
-    prog_refused(planner, "--world 2 --batch 3 --parallel ddp", tmpdir, 1, "batch 3");
-    prog_refused(planner, "--ffn 100", tmpdir, 2, "llama's");
+    prog_refused(planner, "--world 2 --batch 3 --parallel ddp", tmpdir, 2, "--batch 3 does not split");
+    prog_refused(planner, "--ffn 100", tmpdir, 2, "other widths: --model llama");
+    /* the planner's own */
+    prog_refused(planner, "--search-precision", tmpdir, 2, "--search-precision needs --search");
+    prog_refused(planner, "--memory", tmpdir, 2, "--memory needs a value");
+    prog_refused(planner, "--search=1", tmpdir, 2, "--search takes no value");
 }
 
 int main(int argc, char **argv) {
@@ -228,10 +304,12 @@ int main(int argc, char **argv) {
     snprintf(trainer, sizeof trainer, "%s/../fsc-train", dirname(self));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_tool_usage),
+        cmocka_unit_test(test_plan_config_file),
         cmocka_unit_test(test_plan_equals_trainer),
         cmocka_unit_test(test_plan_memory_budget),
         cmocka_unit_test(test_trainer_plan),
         cmocka_unit_test(test_plan_time_rates),
+        cmocka_unit_test(test_plan_cluster),
         cmocka_unit_test(test_plan_search),
         cmocka_unit_test(test_plan_large_model_small_process),
     };

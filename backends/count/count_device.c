@@ -31,6 +31,7 @@ typedef struct {
     _Atomic uintptr_t next;       /* the next fake address */
     _Atomic uint64_t gemm_flops;  /* 2 M N K batch of every gemm called */
     _Atomic uint64_t flops[FSC_COUNT_BINS], bytes[FSC_COUNT_BINS]; /* every call's work, by intensity */
+    _Atomic uint64_t calls;       /* kernel calls and device copies (fsc_count_calls) */
 } count_ctx;
 
 /* One call's work into its intensity bin (fsc_count_work). */
@@ -42,6 +43,7 @@ static void count_work(void *ctx, uint64_t flops, uint64_t bytes) {
     b = b < 0 ? 0 : b >= FSC_COUNT_BINS ? FSC_COUNT_BINS - 1 : b;
     atomic_fetch_add(&c->flops[b], flops);
     atomic_fetch_add(&c->bytes[b], bytes);
+    atomic_fetch_add(&c->calls, 1);
 }
 
 int fsc_count_is_fake(const void *p) { return (uintptr_t)p >= COUNT_FAKE_BASE; }
@@ -111,6 +113,10 @@ static fsc_status k_gemm(void *ctx, int ta, int tb, int M, int N, int K, float a
 
 uint64_t fsc_count_gemm_flops(const fsc_device *dev) {
     return fsc_device_is_count(dev) ? atomic_load(&((count_ctx *)dev->ctx)->gemm_flops) : 0;
+}
+
+uint64_t fsc_count_calls(const fsc_device *dev) {
+    return fsc_device_is_count(dev) ? atomic_load(&((count_ctx *)dev->ctx)->calls) : 0;
 }
 
 void fsc_count_work(const fsc_device *dev, double *flops, double *bytes) {

@@ -9,53 +9,6 @@
 #include "train.h"
 #include "../train_same.h"
 
-/* The library's parallel options of the run: its defaults, then what the options set (an option the table lacks
- * keeps its default). balance (1024 entries) holds --balance's blocks per stage. */
-fsc_status parallel_opts(const train_config *c, int *balance, fsc_parallel_opts *out) {
-    fsc_parallel_opts po = fsc_parallel_opts_default();
-    po.kind = strategy(c);
-    po.shard = (fsc_shard_strategy)c->shard;
-    po.wrap = (fsc_wrap_policy)c->wrap;
-    po.wrap_min_params = c->wrap_min_params;
-    po.param_dtype = precision_dtype[c->precision];
-    po.reduce_dtype = precision_dtype[c->precision];
-    po.accum = c->accum;
-    po.reduce_exact = c->reduce == 2;
-    po.unit = c->unit;
-    po.prefetch = c->prefetch;
-    po.offload = (fsc_offload_mode)c->offload;
-    po.clip = c->clip;
-    po.nonfinite = (fsc_nonfinite_policy)c->nonfinite;
-    po.max_skipped_steps = c->max_skipped_steps;
-    po.pp = c->pp;
-    po.schedule = pipe_schedule_kind[c->schedule];
-    po.virtual_stages = c->virtual_stages;
-    po.pipe_checkpoint = pipe_ckpt_mode[c->pipe_ckpt];
-    po.tp = c->tp;
-    po.sequence_parallel = c->sequence_parallel;
-    po.order = c->order;
-    po.ep = c->ep;
-    if (c->balance) {
-        /* both models have --layers blocks between the embedding and the head; parse reads only n_layers */
-        FSC_TRY(fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = c->layers + 2 }, c->pp * c->virtual_stages,
-                                  balance));
-        po.balance = balance;
-    }
-    *out = po;
-    return FSC_OK;
-}
-
-/* The optimizer: AdamW's betas and eps from the library, the rest from the options. */
-fsc_optim_config optim_config(const train_config *c) {
-    fsc_optim_config oc = fsc_optim_config_default();
-    oc.kind = (fsc_optim_kind)c->optimizer;
-    oc.lr = c->lr;
-    oc.weight_decay = c->weight_decay;
-    oc.decay_all = c->decay_all;
-    if (oc.kind == FSC_OPT_SGD) oc.momentum = c->momentum;
-    return oc;
-}
-
 /* Before the first step: this rank's place in the layout (rank 0 prints it), --ckpt-dir locked, --load's weights,
  * --resume's checkpoint (*start: the step to continue at), --ckpt-dir/train_config.json, --init-save. Collective. */
 static fsc_status start_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_ckpt_dir_lock **lock, int *start) {

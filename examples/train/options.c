@@ -87,6 +87,7 @@ const option options[NOPT] = {
     {"tp", "T", "1", "tensor-parallel ranks (world = dp x tp x pp; --parallel runs over each data group)", K_INT, F(tp), 1, 1024, NULL},
     {"sequence-parallel", NULL, NULL, "with --tp: layer norms and residuals on sequence shards", K_FLAG, F(sequence_parallel), 0, 0, NULL},
     {"order", "O", "tp,dp,pp", "rank order of dp x tp x pp, fastest first (tp,dp,pp: Megatron's, tensor ranks adjacent)", K_STR, F(order), 0, 0, NULL},
+    {"recompute", "0|1", "0", "activation checkpointing: each block keeps only its input and recomputes its activations in backward (less acts memory, one more forward of the blocks)", K_INT, F(recompute), 0, 1, NULL},
     {"checkpoint", "MODE", "except_last", "pipeline micro-batches that keep only their stage input: always|except_last|never", K_CHOICE, F(pipe_ckpt), 0, 0, "always|except_last|never"},
     {"moe-experts", "E", "0", "experts of each MoE block, GELU MLPs of the block's MLP width (llama: --ffn) (0: dense)", K_INT, F(moe_experts), 0, 4096, NULL},
     {"moe-top-k", "K", "1", "experts per token: 1 (Switch) or 2 (GShard)", K_INT, F(moe_top_k), 1, 2, NULL},

@@ -8,20 +8,6 @@
 #include "train.h"
 #include "../plan_print.h"
 
-/* The job fsc-train runs with these options, as fsc_plan_memory takes it (balance: 1024 entries, for --balance). */
-static fsc_status plan_job(const train_config *c, int *balance, fsc_plan_job *j) {
-    *j = fsc_plan_job_default();
-    const model_family *f = model_family_of(c);
-    if (!f->plan) return fsc_error(FSC_ERR_UNSUPPORTED, "the planner knows gpt2 and llama, not model family '%s'", c->model);
-    f->plan(c, j);
-    FSC_TRY(parallel_opts(c, balance, &j->po));
-    j->oc = optim_config(c);
-    j->world = c->world;
-    j->batch = c->batch;
-    j->seed = c->seed;
-    return FSC_OK;
-}
-
 int plan_run(run_state *st) {
     const train_config *c = st->cfg;
     int balance[1024]; /* --balance's blocks per stage, read while the plan runs */

@@ -10,6 +10,7 @@
  *   summary.c  the end of a run: --json, the pipeline's stages, the --check-ddp table
  *   peak.c     the peak FLOP rate MFU divides by: given, cached per machine, or measured; never below a step's
  *   plan.c     --plan: the planner's prediction of the run (fsc/plan.h) before the ranks start
+ *   job.c      the engine's and optimizer's options of the run, the planner's job (fsc-plan links it too)
  * The state is in two structs: train_config (the options, filled by the parser) and run_state (what the ranks
  * share: inputs read-only, results each rank writes in its own slots). Public API only (fsc/fsc.h).
  * Not here: the formatting of one step's record (../train_log.h), the flight recorder (../train_flight.h), the
@@ -60,6 +61,7 @@ typedef struct {
     int schedule;       /* index into pipe_schedule_kind */
     int virtual_stages; /* interleaved: chunks per pipeline rank */
     int pipe_ckpt;      /* index into pipe_ckpt_mode */
+    int recompute;      /* --recompute: activation checkpointing of every block */
     const char *balance;
     int save_every;     /* training checkpoints (docs/checkpoints.md) */
     const char *ckpt_dir, *resume;
@@ -100,7 +102,7 @@ typedef struct {
     const char *choices; /* K_CHOICE: "a|b|c", the value stored is the index */
 } option;
 
-enum { NOPT = 80 }; /* options in the table (options.c checks the count) */
+enum { NOPT = 81 }; /* options in the table (options.c checks the count) */
 extern const option options[NOPT];
 
 extern const fsc_dtype precision_dtype[3];          /* --precision */
@@ -235,9 +237,11 @@ typedef struct {
     run_state *st, *ddp; /* ddp: --check-ddp's oracle, NULL without */
 } proc_job;
 fsc_status proc_fn(fsc_rank *r, void *arg);
-/* the library's options of the run (balance: 1024 entries for --balance) */
+/* job.c: the library's options of the run (balance: 1024 entries for --balance) */
 fsc_status parallel_opts(const train_config *c, int *balance, fsc_parallel_opts *out);
 fsc_optim_config optim_config(const train_config *c);
+/* job.c: the planner's job of these options (balance: 1024 entries, for --balance, read while it is planned) */
+fsc_status plan_job(const train_config *c, int *balance, fsc_plan_job *j);
 
 /* plan.c: --plan's prediction into st->plan, its table on stdout; 0, or -1 (said on stderr) */
 int plan_run(run_state *st);

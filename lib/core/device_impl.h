@@ -64,6 +64,8 @@ uint64_t fsc_count_gemm_flops(const fsc_device *dev);
  * every bin but the one the ridge point falls in. Zeros for another device. */
 enum { FSC_COUNT_BINS = 64 };
 void fsc_count_work(const fsc_device *dev, double *flops, double *bytes);
+/* The calls fsc_count_work summed (each kernel call and device copy one); 0 for another device. */
+uint64_t fsc_count_calls(const fsc_device *dev);
 
 /* The places a plug-in file (libfsc_cuda.so, libfsc_mpi.so) is looked for, in order: beside the executable,
  * in its ../lib, beside the file holding libfsc's code (libfsc.so; dladdr), then the bare name for the

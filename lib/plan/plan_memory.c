@@ -11,8 +11,18 @@
 #include "fsc/gpt_engine.h"
 #include "fsc/plan.h"
 #include "core/device_impl.h" /* fsc_count_gemm_flops, fsc_count_work */
+#include "core/comm_impl.h"   /* a communicator's group id */
+#include "parallel/engine_impl.h" /* the engine's communicators */
 
 _Static_assert((int)FSC_PLAN_BINS == (int)FSC_COUNT_BINS, "the plan's work bins are the counting device's");
+_Static_assert((int)FSC_PLAN_COMMS >= FSC_ENGINE_MAX_GROUPS + 1, "a plan holds every communicator of an engine");
+
+static void add_comm(fsc_plan_rank *o, const fsc_comm *c, int kind) {
+    if (!c || o->ncomms >= FSC_PLAN_COMMS) return;
+    o->comms[o->ncomms++] = (fsc_plan_comm){.id = c->gid, .kind = kind, .size = c->size, .stats = c->stats};
+}
+
+enum { PLAN_TIMEOUT_S = 900 }; /* seconds a rank may wait at a collective of the plan (the simulator's default: 60) */
 
 typedef struct {
     const fsc_plan_job *job;
@@ -61,9 +71,11 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     int32_t *tok = calloc((size_t)bl * (size_t)T + 1, sizeof *tok); /* tokens and targets: token 0 */
     if (!tok) s = fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for a batch of %d x %d tokens", bl, T);
     fsc_engine_reset_comm_stats(e); /* the step's collectives, as fsc-train reports them */
-    const double flops0 = (double)fsc_count_gemm_flops(r->dev);
+    const double flops0 = (double)fsc_count_gemm_flops(r->dev), calls0 = (double)fsc_count_calls(r->dev);
     double wf0[FSC_PLAN_BINS], wb0[FSC_PLAN_BINS];
     fsc_count_work(r->dev, wf0, wb0);
+    double hf0[FSC_PLAN_BINS], hb0[FSC_PLAN_BINS] = {0};
+    if (fsc_engine_host_device(e)) fsc_count_work(fsc_engine_host_device(e), hf0, hb0);
     if (s == FSC_OK) {
         fsc_step_info info = {0};
         s = j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
@@ -76,8 +88,14 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         const fsc_device *host = fsc_engine_host_device(e);
         o->has_host = host != NULL;
         if (host) read_ledger(host, o->host_peak, &o->host_peak_total);
+        if (host) { /* the host's work of the step: the offloaded optimizer's */
+            double hf[FSC_PLAN_BINS], hb[FSC_PLAN_BINS];
+            fsc_count_work(host, hf, hb);
+            for (int b = 0; b < FSC_PLAN_BINS; b++) o->host_work_bytes += hb[b] - hb0[b];
+        }
         o->tensor = lay->tensor, o->data = lay->data, o->stage = lay->pipe;
         o->gemm_flops = (double)fsc_count_gemm_flops(r->dev) - flops0;
+        o->kernel_calls = (double)fsc_count_calls(r->dev) - calls0;
         fsc_count_work(r->dev, o->work_flops, o->work_bytes);
         for (int b = 0; b < FSC_PLAN_BINS; b++) o->work_flops[b] -= wf0[b], o->work_bytes[b] -= wb0[b];
         const int size[FSC_GROUP_COUNT] = {lay->dp, lay->tp, lay->pp, j->po.ep > 1 ? j->po.ep : 1, lay->world};
@@ -86,6 +104,8 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
             if (!fsc_engine_comm_stats_group(e, (fsc_group_kind)g, &o->comm[g])) continue;
             for (int op = 0; op < FSC_OP_COUNT; op++) o->comm_bytes[g] += o->comm[g].bytes[op];
         }
+        add_comm(o, e->comm, FSC_GROUP_DATA); /* each communicator with its own size (fsc_plan_time) */
+        for (int k = 0; k < e->ngroups; k++) add_comm(o, e->groups[k], e->group_kind[k]);
     }
     free(tok);
     fsc_engine_free(e);
@@ -109,6 +129,7 @@ static fsc_status plan_run_on(const char *device, const fsc_plan_job *job, fsc_p
     co.world = job->world;
     co.device = device;
     co.threads_per_rank = 1;
+    co.timeout_s = PLAN_TIMEOUT_S; /* a thousand ranks as threads on a few loaded cores wait long at a collective */
     plan_run run = {job, out};
     return fsc_cluster_run(&co, plan_rank, &run);
 }

@@ -13,22 +13,78 @@
 #include "fsc/plan.h"
 #include "fsc/trace.h" /* fsc_trace_now_us: the monotonic clock */
 #include "core/comm_impl.h" /* fsc_ring_steps */
+#include "core/device_impl.h" /* FSC_K: measure_call's kernel */
 
 enum { CALIB_ROUNDS = 3, CALIB_MAX_RANKS = 2 }; /* at most 2 ranks measure the gemm rate (3 MiB each) */
+enum { CALIB_CALLS = 256 };                      /* kernel calls a round of measure_call */
 #define CALIB_COPY_BYTES ((size_t)12 << 20)      /* rank 0 alone the bandwidth: 24 MiB */
 
-/* One rank's communication: each group's calls at its size; a group of one rank costs nothing. */
-static double comm_time(const fsc_plan_rank *r, const fsc_plan_rates *rt) {
+/* A call of op with bytes on a group of n ranks spanning nodes nodes with at most per_node on one (nodes 0: one
+ * level): the simulated network's ring (sim/sim_net.c) on the links it crosses. */
+static double call_time(const fsc_plan_rates *rt, fsc_comm_op op, int n, int nodes, int per_node, double calls,
+                        double bytes) {
+    if (nodes <= 1) { /* one link level: the node's with two levels, else the network's */
+        const double a = nodes == 1 ? rt->node_latency_s : rt->net_latency_s;
+        const double b = nodes == 1 ? rt->node_bytes_per_s : rt->net_bytes_per_s;
+        return calls * fsc_ring_steps(op, n) * a + (b > 0 ? bytes / b : 0);
+    }
+    const double lat = fsc_ring_steps(op, per_node) * rt->node_latency_s + fsc_ring_steps(op, nodes) * rt->net_latency_s;
+    return calls * lat + (rt->net_bytes_per_s > 0 ? bytes / rt->net_bytes_per_s : 0);
+}
+
+/* One rank's communication: every communicator's calls at its own size (and, with nodes, its nodes[c] and
+ * per_node[c]); a group of one rank costs nothing, a recv nothing (the sender pays for a message). */
+static double comm_time(const fsc_plan_rank *r, const fsc_plan_rates *rt, const int *nodes, const int *per_node) {
     double t = 0;
-    for (int g = 0; g < FSC_GROUP_COUNT; g++) {
-        if (r->group_size[g] <= 1) continue;
+    for (int c = 0; c < r->ncomms; c++) {
+        const fsc_plan_comm *k = &r->comms[c];
+        if (k->size <= 1) continue;
         for (int op = 0; op < FSC_OP_COUNT; op++) {
-            if (op == FSC_OP_RECV) continue; /* the sender pays for a message */
-            t += (double)r->comm[g].calls[op] * fsc_ring_steps((fsc_comm_op)op, r->group_size[g]) * rt->net_latency_s;
-            if (rt->net_bytes_per_s > 0) t += r->comm[g].bytes[op] / rt->net_bytes_per_s;
+            if (op == FSC_OP_RECV || (k->stats.calls[op] == 0 && k->stats.bytes[op] == 0)) continue;
+            t += call_time(rt, (fsc_comm_op)op, k->size, nodes ? nodes[c] : 0, per_node ? per_node[c] : 0,
+                           (double)k->stats.calls[op], k->stats.bytes[op]);
         }
     }
     return t;
+}
+
+/* Two levels: each communicator's members are the world's ranks that hold its id; count the nodes they span
+ * and the most of them on one node, for every rank's every communicator (nodes, per_node: world x
+ * FSC_PLAN_COMMS). */
+typedef struct {
+    uint64_t id;
+    int rank, slot;
+} comm_member;
+
+static int member_cmp(const void *a, const void *b) {
+    const comm_member *x = a, *y = b;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+static fsc_status comm_nodes(const fsc_plan_rank *r, int world, int node_ranks, int *nodes, int *per_node) {
+    size_t n = 0;
+    for (int i = 0; i < world; i++) n += (size_t)(r[i].ncomms > 0 ? r[i].ncomms : 0);
+    comm_member *m = malloc((n ? n : 1) * sizeof *m);
+    if (!m) return fsc_error(FSC_ERR_NOMEM, "fsc_plan_time: out of memory for %zu communicators", n);
+    n = 0;
+    for (int i = 0; i < world; i++)
+        for (int c = 0; c < r[i].ncomms && c < FSC_PLAN_COMMS; c++) m[n++] = (comm_member){r[i].comms[c].id, i, c};
+    qsort(m, n, sizeof *m, member_cmp);
+    for (size_t a = 0, b; a < n; a = b) {
+        int k = 0, g = 0, run = 0, last = -1;
+        for (b = a; b < n && m[b].id == m[a].id; b++) { /* ranks ascending: a node's members are consecutive */
+            const int node = m[b].rank / node_ranks;
+            if (node != last) k++, run = 0, last = node;
+            if (++run > g) g = run;
+        }
+        for (size_t x = a; x < b; x++) {
+            nodes[(size_t)m[x].rank * FSC_PLAN_COMMS + (size_t)m[x].slot] = k;
+            per_node[(size_t)m[x].rank * FSC_PLAN_COMMS + (size_t)m[x].slot] = g;
+        }
+    }
+    free(m);
+    return FSC_OK;
 }
 
 /* One rank's compute: the roofline of each intensity bin. */
@@ -53,16 +109,41 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
     if (!(rates->net_bytes_per_s >= 0) || !(rates->net_latency_s >= 0))
         return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: the network's rates must be at least 0 (net_bytes_per_s "
                          "%g, net_latency_s %g)", rates->net_bytes_per_s, rates->net_latency_s);
+    if (!(rates->kernel_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: kernel_s is %g, must be at least 0", rates->kernel_s);
+    if (!(rates->host_bytes_per_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: host_bytes_per_s is %g, must be at least 0",
+                         rates->host_bytes_per_s);
+    if (rates->node_ranks < 0 || !(rates->node_bytes_per_s >= 0) || !(rates->node_latency_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: the node's rates must be at least 0 (node_ranks %d, "
+                         "node_bytes_per_s %g, node_latency_s %g)", rates->node_ranks, rates->node_bytes_per_s,
+                         rates->node_latency_s);
     if (job->world < 1) return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: world is %d, must be >= 1", job->world);
     const int pp = job->po.pp > 1 ? job->po.pp : 1, m = job->po.accum > 1 ? job->po.accum : 1;
     const double bubble = (double)(m + pp - 1) / m;
+    int *nodes = NULL, *per_node = NULL;
+    if (rates->node_ranks > 0) {
+        nodes = calloc((size_t)job->world * FSC_PLAN_COMMS, sizeof *nodes);
+        per_node = calloc((size_t)job->world * FSC_PLAN_COMMS, sizeof *per_node);
+        fsc_status s = nodes && per_node ? comm_nodes(r, job->world, rates->node_ranks, nodes, per_node)
+                                         : fsc_error(FSC_ERR_NOMEM, "fsc_plan_time: out of memory for %d ranks",
+                                                     job->world);
+        if (s != FSC_OK) {
+            free(nodes), free(per_node);
+            return s;
+        }
+    }
     *out = (fsc_plan_step){0};
     for (int i = 0; i < job->world; i++) {
-        const double compute = compute_time(&r[i], rates) * bubble, comm = comm_time(&r[i], rates);
+        const size_t at = (size_t)i * FSC_PLAN_COMMS;
+        const double host = rates->host_bytes_per_s > 0 ? r[i].host_work_bytes / rates->host_bytes_per_s : 0;
+        const double compute = (compute_time(&r[i], rates) + r[i].kernel_calls * rates->kernel_s) * bubble + host,
+                     comm = comm_time(&r[i], rates, nodes ? nodes + at : NULL, per_node ? per_node + at : NULL);
         const double step = job->po.prefetch ? (compute > comm ? compute : comm) : compute + comm;
         if (i > 0 && step <= out->step_s) continue;
         *out = (fsc_plan_step){.step_s = step, .compute_s = compute, .comm_s = comm, .rank = i};
     }
+    free(nodes), free(per_node);
     return FSC_OK;
 }
 
@@ -83,6 +164,23 @@ static fsc_status measure_bandwidth(fsc_device *dev, size_t bytes, double *out) 
     return s;
 }
 
+/* A kernel call's fixed cost: the best mean time of CALIB_CALLS scalings of 16 elements, over a few rounds. */
+static fsc_status measure_call(fsc_device *dev, double *out) {
+    float *x = NULL;
+    fsc_status s = fsc_device_calloc(dev, FSC_TAG_WORKSPACE, 16 * sizeof(float), (void **)&x);
+    double best = 0;
+    for (int k = 0; k < 4 && s == FSC_OK; k++) {
+        const double t0 = fsc_trace_now_us() * 1e-6;
+        for (int i = 0; i < CALIB_CALLS && s == FSC_OK; i++) s = FSC_K(dev, scale, x, 1.0f, 16);
+        if (s == FSC_OK) s = fsc_device_sync(dev);
+        const double dt = (fsc_trace_now_us() * 1e-6 - t0) / CALIB_CALLS;
+        if (k > 0 && (best == 0 || dt < best)) best = dt; /* the first round warms up */
+    }
+    fsc_device_release(dev, x);
+    *out = best;
+    return s;
+}
+
 /* Each calibrating rank's gemm rate, measured while all of them measure at once (rank 0's bandwidth after). */
 typedef struct {
     fsc_plan_rates *rates; /* (ranks) */
@@ -96,8 +194,10 @@ static fsc_status calib_rank(fsc_rank *r, void *arg) {
         s = fsc_device_measure_tflops(r->dev, 512, &tflops);
         if (tflops > best) best = tflops;
     }
+    double call = 0;
     if (s == FSC_OK && r->rank == 0) s = measure_bandwidth(r->dev, CALIB_COPY_BYTES, &bw);
-    c->rates[r->rank] = (fsc_plan_rates){.flops_per_s = best * 1e12, .bytes_per_s = bw};
+    if (s == FSC_OK && r->rank == 0) s = measure_call(r->dev, &call);
+    c->rates[r->rank] = (fsc_plan_rates){.flops_per_s = best * 1e12, .bytes_per_s = bw, .kernel_s = call};
     return s;
 }
 
@@ -120,6 +220,7 @@ fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out) {
     fsc_status s = fsc_cluster_run(&co, calib_rank, &(calib_run){rates});
     for (int i = 0; i < ranks && s == FSC_OK; i++) out->flops_per_s += rates[i].flops_per_s / ranks * share; /* mean */
     out->bytes_per_s = rates[0].bytes_per_s * share;
+    out->kernel_s = rates[0].kernel_s / share;
     free(rates);
     if (s != FSC_OK) return fsc_error_prefix(s, "fsc_plan_calibrate");
     if (!(out->flops_per_s > 0) || !(out->bytes_per_s > 0))

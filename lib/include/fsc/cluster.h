@@ -38,6 +38,10 @@ typedef struct {
     double sim_copy_gbps;      /* simulated ranks only: a copy between host memory and a rank's device (upload,
                                   download) takes bytes / this GB/s of the rank's time, as over PCIe (offload,
                                   docs/offload.md). 0 (default): no cost */
+    double *sim_net_seconds;   /* simulated ranks with a network only: if not NULL, (world) entries set when the run
+                                  succeeds to each rank's network seconds, the sum of the ring costs of the calls
+                                  it took part in (a send's to its sender; on the counting device the calls it
+                                  skips too); the planner's tests compare its communication time with them */
 } fsc_cluster_opts;
 /* The defaults: 1 rank, "cpu", timeout 60 s, threads and staging as 0 says. */
 fsc_cluster_opts fsc_cluster_opts_default(void);

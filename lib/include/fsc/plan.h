@@ -32,6 +32,18 @@ FSC_BEGIN_DECLS
 
 typedef enum { FSC_PLAN_GPT = 0, FSC_PLAN_LLAMA } fsc_plan_model;
 enum { FSC_PLAN_BINS = 64 }; /* intensity bins of fsc_plan_rank's work */
+enum { FSC_PLAN_COMMS = 24 }; /* communicators a rank's engine counts, at most */
+
+/* One communicator of a rank's engine, as the time model needs it: the group's id (alike on its ranks and
+ * unique to the group, so the ranks of the world that share it are its members), its kind (fsc_group_kind: a
+ * hybrid fsdp's shard and replica groups and the expert-data group are of kind data, a pipeline's links of
+ * kind pipeline, the clipping norm's groups of kind world), its size, and the step's calls and bytes on it. */
+typedef struct {
+    uint64_t id;
+    int kind;
+    int size;
+    fsc_comm_stats stats;
+} fsc_plan_comm;
 
 /* A job as fsc-train runs it: the model, the engine's options, the optimizer, the world and the global batch.
  * Each rank builds its model and engine as the trainer does (a Llama with tp > 1 through fsc_llama_build on
@@ -73,7 +85,14 @@ typedef struct {
      * group's size (data dp, tensor tp, pipeline pp, expert ep, world the world). */
     double work_flops[FSC_PLAN_BINS], work_bytes[FSC_PLAN_BINS];
     fsc_comm_stats comm[FSC_GROUP_COUNT];
-    int group_size[FSC_GROUP_COUNT];
+    int group_size[FSC_GROUP_COUNT]; /* of each kind's main group (data: the whole data group; hybrid sharding's
+                                        and the experts' sub-groups are in comms with their own sizes) */
+    fsc_plan_comm comms[FSC_PLAN_COMMS]; /* every communicator of the engine (ncomms), each with its own size:
+                                            what fsc_plan_time costs */
+    int ncomms;
+    double kernel_calls;    /* the step's kernel calls and device copies (fsc_plan_memory only) */
+    double host_work_bytes; /* with offload: the bytes the host's kernels and copies of the step read and wrote (the
+                               optimizer's step on the host; fsc_plan_memory only) */
 } fsc_plan_rank;
 
 /* Per-rank peaks of the job on the counting device into out[0 .. job->world - 1]. Every rank of the world runs
@@ -83,20 +102,31 @@ fsc_status fsc_plan_memory(const fsc_plan_job *job, fsc_plan_rank *out);
 /* The same job run for real on the cpu device (simulated ranks, one thread each): the measured peaks. */
 fsc_status fsc_plan_measure(const fsc_plan_job *job, fsc_plan_rank *out);
 
-/* A rank's device and the network between ranks, as the time model sees them. */
+/* A rank's device and the network between ranks, as the time model sees them. One level (node_ranks 0, the
+ * simulated network): every link has net_* rates. Two levels (node_ranks >= 1: world rank w is on node
+ * w / node_ranks): a group whose ranks are all on one node runs at the node's rates (node_*: NVLink), a group
+ * spanning k > 1 nodes with at most g of its ranks on one node pays steps(g) node latencies and steps(k) network
+ * latencies a call and its bytes at net_bytes_per_s (a ring's bytes all cross the slowest link: InfiniBand). */
 typedef struct {
     double flops_per_s;     /* the device's matrix-product rate (FLOP/s, > 0) */
     double bytes_per_s;     /* its memory bandwidth (bytes/s, > 0) */
-    double net_bytes_per_s; /* every link's bandwidth (bytes/s; 0: communication costs no bandwidth) */
-    double net_latency_s;   /* every link's latency (s; 0: none) */
+    double net_bytes_per_s; /* a rank's link between nodes (every link with node_ranks 0) (bytes/s; 0: free) */
+    double net_latency_s;   /* its latency (s; 0: none) */
+    int node_ranks;         /* ranks per node (0: one level) */
+    double node_bytes_per_s, node_latency_s; /* a rank's link within its node (node_ranks >= 1) */
+    double host_bytes_per_s; /* a rank's share of its host's memory bandwidth, for offload's work on the host
+                                (host_work_bytes, added to compute); 0: that work costs nothing */
+    double kernel_s;         /* the fixed cost of one kernel call (s; kernel_calls x it added to compute; 0: none) */
 } fsc_plan_rates;
 
 /* The predicted time of a step: the slowest rank's, and where it goes. */
 typedef struct {
     double step_s;     /* max over ranks of the rank's step */
     double compute_s;  /* that rank's compute: sum over kernels of max(flops / rate, bytes / bandwidth), with a
-                          pipeline's bubble (x (m + pp - 1) / m for m micro-batches) */
-    double comm_s;     /* its collectives: the sum of each call's alpha-beta ring time (sim/sim_net.c's model) */
+                          pipeline's bubble (x (m + pp - 1) / m for m micro-batches), the calls' fixed cost
+                          (kernel_calls x kernel_s) and offload's host work (host_work_bytes / host_bytes_per_s) */
+    double comm_s;     /* its collectives: the sum of each call's alpha-beta ring time (sim/sim_net.c's model)
+                          on its own communicator's size and links */
     int rank;          /* the slowest rank */
 } fsc_plan_step;
 
@@ -109,8 +139,9 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
  * several ranks, else the library default): the gemm rate, the mean of min(world, 2, cores) ranks measuring at
  * once (each the best of 3 fsc_device_measure_tflops), and the memory bandwidth, one rank's best of a few 12 MiB
  * device copies (read and write counted); both times cores / (world x threads) when the world's threads
- * outnumber the cores (they share them). The network's fields 0. Takes a few tenths of a second and about
- * 30 MiB. */
+ * outnumber the cores (they share them); and a kernel call's fixed cost (kernel_s), one rank's best mean time of
+ * a few hundred calls on 16 elements, divided by the same share. The network's fields 0. Takes a few tenths of a
+ * second and about 30 MiB. */
 fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out);
 
 FSC_END_DECLS

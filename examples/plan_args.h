@@ -1,0 +1,182 @@
+/* fsc-plan's command line (docs/planning.md): fsc-train's options, parsed by the trainer's own table, defaults,
+ * --config files and checks (examples/train/options.c, config.c, checks.c, models.c), and the planner's options of
+ * its own table below (the cluster, the memory budget, the rates, the search). An argument whose name is the
+ * planner's is taken here, every other one goes to the trainer's parser in order, so fsc-plan plans any fsc-train
+ * command line, and the job it plans is the trainer's (job.c's plan_job, as fsc-train --plan builds it).
+ * Shared by examples/plan_tool.c and fuzz/fuzz_plan_args.c.
+ * Not here: the planning (lib/plan), the search (plan_search.h), the tables (plan_print.h). */
+#ifndef FSC_EXAMPLES_PLAN_ARGS_H
+#define FSC_EXAMPLES_PLAN_ARGS_H
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "train/train.h"
+
+/* --cluster's presets: one GPU and its node's links, from the vendors' datasheets (docs/planning.md names each).
+ * Peak dense matrix rates (no sparsity) in TFLOP/s at bf16/f16 (tensor cores) and at fp32 (no tensor cores);
+ * HBM in GB/s; NVLink a GPU's bandwidth one way (half the bidirectional figure); InfiniBand one 400 Gb/s (H100,
+ * H200) or 200 Gb/s (A100) adapter a GPU; latencies a ring step's as NCCL's tuning model takes them (NVLink
+ * 3.4 us, network 14 us, Ring/Simple); a GPU's eighth of its DGX host's memory bandwidth (offload's work). */
+typedef struct {
+    const char *name;
+    int ranks;
+    double memory, tflops_bf16, tflops_fp32, hbm_gbps, nvlink_gbps, nvlink_us, ib_gbps, ib_us, host_gbps;
+} cluster_preset;
+
+static const cluster_preset plan_presets[] = {
+    {"h100-sxm-8", 8, 80e9, 989.4, 66.9, 3350, 450, 3.4, 50, 14, 76.8},
+    {"h200-8", 8, 141e9, 989.4, 66.9, 4800, 450, 3.4, 50, 14, 76.8},
+    {"a100-sxm-8", 8, 80e9, 312, 19.5, 2039, 300, 3.4, 25, 14, 51.2},
+};
+
+typedef struct {
+    train_config t;      /* fsc-train's options, resolved and checked as the trainer does */
+    int given[NOPT];     /* which of them were given (the trainer's table) */
+    int balance[1024];   /* --balance's blocks per stage (the job points at it) */
+    int cluster, nodes, search, search_precision;
+    float tflops, mem_bandwidth;
+    const char *memory, *search_config;
+    double memory_bytes; /* --memory, or the cluster's GPU memory; 0: none */
+    char memory_name[64];
+} plan_config;
+
+typedef enum { P_INT, P_FLOAT, P_STR, P_FLAG, P_CHOICE } plan_opt_kind;
+typedef struct {
+    const char *name, *arg, *def, *help;
+    plan_opt_kind kind;
+    size_t off;
+    double lo, hi;
+    const char *choices;
+} plan_option;
+
+#define PF(field) offsetof(plan_config, field)
+static const plan_option plan_options[] = {
+    {"cluster", "NAME", "none", "a GPU cluster's rates (docs/planning.md gives each figure's source): none (this machine's cpu device) or h100-sxm-8|h200-8|a100-sxm-8 (8 GPUs a node: their memory is --memory's default, their peak matrix rate at --precision, memory bandwidth, NVLink within a node and InfiniBand between nodes; given rates override them)", P_CHOICE, PF(cluster), 0, 0, "none|h100-sxm-8|h200-8|a100-sxm-8"},
+    {"nodes", "N", "0", "with --cluster: nodes (0: --world / 8, else --world defaults to N x 8)", P_INT, PF(nodes), 0, 1 << 16, NULL},
+    {"memory", "SIZE", NULL, "device memory of a rank (80GiB, 141GB, 8e10; suffixes B, KB, MB, GB, TB powers of 1000, KiB, MiB, GiB, TiB of 1024): say which ranks' peaks exceed it", P_STR, PF(memory), 0, 0, NULL},
+    {"tflops", "X", "0", "a rank's matrix-product rate in TFLOP/s for the step time (0: --cluster's, else this machine's cpu device, calibrated, its cores shared by the simulated ranks)", P_FLOAT, PF(tflops), 0, 1e9, NULL},
+    {"mem-bandwidth", "GBPS", "0", "a rank's memory bandwidth in GB/s (0: --cluster's, else this machine's, calibrated, shared as --tflops 0)", P_FLOAT, PF(mem_bandwidth), 0, 1e9, NULL},
+    {"search", NULL, NULL, "plan every layout of --world instead (ddp, fsdp full, grad_op and hybrid, zero1, zero2; tp and pp dividing the world; 1, 2, 4 or 8 micro-batches; pipeline schedules gpipe, 1f1b, zb-h1; --recompute 0 and 1; offload optim where a layout does not fit without), print those that fit --memory fastest first", P_FLAG, PF(search), 0, 0, NULL},
+    {"search-precision", NULL, NULL, "with --search: also vary --precision over fp32 and bf16 (else --precision's)", P_FLAG, PF(search_precision), 0, 0, NULL},
+    {"search-config", "FILE", NULL, "with --search: write the fastest layout with the options given as an fsc-train --config file", P_STR, PF(search_config), 0, 0, NULL},
+};
+#undef PF
+#define PLAN_NOPT ((int)(sizeof plan_options / sizeof plan_options[0]))
+
+static inline const cluster_preset *plan_preset(const plan_config *c) {
+    return c->cluster > 0 && c->cluster <= (int)(sizeof plan_presets / sizeof plan_presets[0]) ? &plan_presets[c->cluster - 1]
+                                                                                                 : NULL;
+}
+
+/* The planner's option named by name[0 .. len), or NULL */
+static inline const plan_option *plan_option_find(const char *name, size_t len) {
+    for (int i = 0; i < PLAN_NOPT; i++)
+        if (strlen(plan_options[i].name) == len && strncmp(plan_options[i].name, name, len) == 0) return &plan_options[i];
+    return NULL;
+}
+
+/* Set one of the planner's options from its text; 0, or -1 with err. */
+static inline int plan_set_option(plan_config *c, const plan_option *o, const char *v, char *err, size_t cap) {
+    char *p = (char *)c + o->off, *end = NULL;
+    if (o->kind == P_FLAG) return *(int *)p = 1, 0;
+    if (o->kind == P_STR) {
+        if (!*v) return snprintf(err, cap, "--%s: empty value", o->name), -1;
+        return *(const char **)p = v, 0;
+    }
+    if (o->kind == P_CHOICE) {
+        size_t n = strlen(v);
+        int idx = 0;
+        for (const char *s = o->choices; *s; idx++) {
+            const char *bar = strchr(s, '|');
+            size_t len = bar ? (size_t)(bar - s) : strlen(s);
+            if (len == n && strncmp(s, v, n) == 0) return *(int *)p = idx, 0;
+            s += len + (bar != NULL);
+        }
+        return snprintf(err, cap, "--%s '%s': not one of %s", o->name, v, o->choices), -1;
+    }
+    double x = strtod(v, &end);
+    if (!*v || *end || !(x >= o->lo && x <= o->hi) || (o->kind == P_INT && x != floor(x)))
+        return snprintf(err, cap, "--%s '%s': expected %s in [%g, %g]", o->name, v,
+                        o->kind == P_INT ? "a whole number" : "a number", o->lo, o->hi), -1;
+    if (o->kind == P_INT) *(int *)p = (int)x;
+    else *(float *)p = (float)x;
+    return 0;
+}
+
+/* --memory's SIZE in bytes into *out; 0, or -1 with err. */
+static inline int plan_parse_size(const char *v, double *out, char *err, size_t cap) {
+    static const struct { const char *suffix; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+    };
+    char *end = NULL;
+    double x = strtod(v, &end);
+    for (size_t i = 0; end != v && i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].suffix) != 0) continue;
+        *out = x * units[i].mult;
+        if (*out >= 1 && *out < 1.8e19) return 0;
+        break;
+    }
+    return snprintf(err, cap, "--memory '%s': expected a size of at least 1 byte such as 80GiB, 141GB or 8e10 (suffixes B, "
+                              "KB, MB, GB, TB, KiB, MiB, GiB, TiB)", v), -1;
+}
+
+/* Parse argv into c: the planner's options here, the rest (in order, with their values) through the trainer's
+ * parse_args, then --cluster's world, the trainer's layout, model and option checks. 0, or -1 with err. Strings
+ * point into argv (and into c->t.strs, --config's text: free it). 1 or 2: --help or --version was given. */
+static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, size_t cap) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < PLAN_NOPT; i++)
+        if (plan_options[i].def && plan_set_option(c, &plan_options[i], plan_options[i].def, err, cap) != 0) return -1;
+    char **targv = malloc(((size_t)argc + 1) * sizeof *targv);
+    if (!targv) return snprintf(err, cap, "out of memory"), -1;
+    int targc = 0, rc = 0;
+    targv[targc++] = argc > 0 ? argv[0] : "fsc-plan";
+    for (int a = 1; a < argc && rc == 0; a++) {
+        const char *arg = argv[a];
+        const char *name = strncmp(arg, "--", 2) == 0 ? arg + 2 : NULL, *eq = name ? strchr(name, '=') : NULL;
+        const size_t len = name ? (eq ? (size_t)(eq - name) : strlen(name)) : 0;
+        const plan_option *o = name ? plan_option_find(name, len) : NULL;
+        if (!o) { /* the trainer's, with its value when it takes one as the next argument */
+            targv[targc++] = argv[a];
+            char nm[64];
+            if (name && !eq && len < sizeof nm) {
+                memcpy(nm, name, len), nm[len] = '\0';
+                const int k = option_index(nm);
+                if (k >= 0 && options[k].kind != K_FLAG && a + 1 < argc) targv[targc++] = argv[++a];
+            }
+            continue;
+        }
+        const char *v = eq ? eq + 1 : NULL;
+        if (o->kind == P_FLAG && v) rc = (snprintf(err, cap, "--%s takes no value", o->name), -1);
+        else if (o->kind != P_FLAG && !v && a + 1 >= argc) rc = (snprintf(err, cap, "--%s needs a value (%s)", o->name, o->arg), -1);
+        else rc = plan_set_option(c, o, v ? v : (o->kind == P_FLAG ? "" : argv[++a]), err, cap);
+    }
+    if (rc == 0) rc = parse_args(targc, targv, &c->t, c->given, err, cap);
+    free(targv);
+    if (rc != 0) return rc > 0 ? rc : -1; /* 1: --help, 2: --version (the trainer's parser found them) */
+    const cluster_preset *p = plan_preset(c);
+    const int gw = c->given[option_index("world")], gd = c->given[option_index("dp")];
+    if (!p && c->nodes) return snprintf(err, cap, "--nodes needs --cluster (a node's GPUs)"), -1;
+    if (p && !gw && !gd) c->t.world = (c->nodes ? c->nodes : 1) * p->ranks, c->given[option_index("world")] = 1;
+    if (resolve_layout(&c->t, c->given, err, cap) != 0) return -1;
+    if (c->search && !c->given[option_index("parallel")] && c->t.world > 1) /* any strategy: the search varies it */
+        c->t.parallel = c->t.pp > 1 ? PAR_PIPE : (int)FSC_PAR_DDP;
+    if (p && c->nodes && c->nodes * p->ranks != c->t.world)
+        return snprintf(err, cap, "--world %d is not --nodes %d x %d GPUs of a %s node", c->t.world, c->nodes, p->ranks,
+                        p->name), -1;
+    if (resolve_model(&c->t, c->given, err, cap) != 0 || check_config(&c->t, c->given, err, cap) != 0) return -1;
+    if (c->search_config && !c->search) return snprintf(err, cap, "--search-config needs --search"), -1;
+    if (c->search_precision && !c->search) return snprintf(err, cap, "--search-precision needs --search"), -1;
+    if (c->memory) return plan_parse_size(c->memory, &c->memory_bytes, err, cap);
+    if (p) { /* the cluster's GPU memory, named for the messages */
+        c->memory_bytes = p->memory;
+        snprintf(c->memory_name, sizeof c->memory_name, "%.0f GB (%s)", p->memory * 1e-9, p->name);
+        c->memory = c->memory_name;
+    }
+    return 0;
+}
+
+#endif

@@ -2,6 +2,7 @@
  * (the table of plugin/device_ops.h) or its copies. Nothing here goes through the host but fsc_op_fill's value
  * and fsc_op_sum's result. */
 #include <limits.h>
+#include <stdint.h>
 #include "fsc/ops.h"
 #include "fsc/device.h"
 #include "core/device_impl.h"
@@ -13,8 +14,13 @@ static fsc_status check(const char *fn, const char *name, const fsc_tensor *t, f
     if (!t) return fsc_error(FSC_ERR_INVALID, "%s: %s is NULL", fn, name);
     if (t->ndim < 0 || t->ndim > FSC_MAX_DIMS)
         return fsc_error(FSC_ERR_INVALID, "%s: %s has %d dimensions (0..%d)", fn, name, t->ndim, FSC_MAX_DIMS);
-    for (int d = 0; d < t->ndim; d++)
+    size_t span = 1; /* the product of the nonzero dimensions: bounded before numel or the strides multiply them */
+    for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0) return fsc_error(FSC_ERR_INVALID, "%s: %s has a negative dimension", fn, name);
+        if (t->shape[d] > 0 && span > (SIZE_MAX / sizeof(float)) / (uint64_t)t->shape[d])
+            return fsc_error(FSC_ERR_INVALID, "%s: %s has more elements than memory can hold", fn, name);
+        if (t->shape[d] > 0) span *= (size_t)t->shape[d];
+    }
     if (t->dtype != FSC_F32)
         return fsc_error(FSC_ERR_INVALID, "%s: %s is %s, not f32", fn, name, fsc_dtype_name(t->dtype));
     if (!t->dev) return fsc_error(FSC_ERR_INVALID, "%s: %s is not on a device (its dev is NULL)", fn, name);

@@ -425,6 +425,35 @@ static void test_hf_refusals(void **state) {
                "the byte 0x71 is no token");
 }
 
+/* The fuzz harness's seeds (fuzz/corpus/bpe_hf/, fuzz/fuzz_bpe_hf.c's layout: a first byte even, then a
+ * tokenizer.json; odd, then vocab.json's length in two bytes, vocab.json and merges.txt) are tokenizers that load,
+ * so that the fuzzer starts from inputs that reach encoding rather than from refusals. */
+static void test_fuzz_seeds_load(void **state) {
+    static const char *const seeds[] = { "tokenizer_gpt2", "tokenizer_llama3", "vocab_merges" };
+    for (int k = 0; k < 3; k++) {
+        char path[128];
+        snprintf(path, sizeof path, "fuzz/corpus/bpe_hf/%s", seeds[k]);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        static uint8_t buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        assert_true(n > 3 && n < sizeof buf);
+        fsc_bpe *b = NULL;
+        fsc_status s;
+        if (buf[0] % 2 == 0) {
+            s = fsc_bpe_load_tokenizer_json_memory(&b, buf + 1, n - 1);
+        } else {
+            size_t vlen = (size_t)buf[1] | (size_t)buf[2] << 8;
+            assert_true(3 + vlen <= n);
+            s = fsc_bpe_load_hf_memory(&b, buf + 3, vlen, buf + 3 + vlen, n - 3 - vlen);
+        }
+        if (s != FSC_OK) fail_msg("%s: %s", path, fsc_last_error());
+        assert_true(fsc_bpe_vocab(b) > 256);
+        fsc_bpe_free(b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hf_vocab_merges),
@@ -433,6 +462,7 @@ int main(void) {
         cmocka_unit_test(test_hf_merge_order),
         cmocka_unit_test(test_hf_refusals),
         cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_fuzz_seeds_load),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

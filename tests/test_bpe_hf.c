@@ -192,6 +192,12 @@ static void test_llama3(void **state) {
             fail_msg("token %d is \"%.*s\", not %s", (int)specials[i].id, (int)len, t ? (const char *)t : "", specials[i].name);
     }
     assert_golden(b, "llama3:gpt2.tiktoken.gz", bpe_llama3_golds, sizeof bpe_llama3_golds / sizeof bpe_llama3_golds[0]);
+    fsc_bpe *named = NULL; /* "llama3:gpt2": the vocabulary "gpt2" names (docs/tokenizer.md: llama3:FILE) */
+    assert_ok(fsc_bpe_load_file(&named, "llama3:gpt2"));
+    assert_int_equal(named->pattern, BPE_PATTERN_LLAMA3);
+    assert_int_equal(fsc_bpe_vocab(named), fsc_bpe_vocab(b));
+    assert_golden(named, "llama3:gpt2", bpe_llama3_golds, sizeof bpe_llama3_golds / sizeof bpe_llama3_golds[0]);
+    fsc_bpe_free(named);
     /* fsc_bpe_split_point's cuts keep the ids with Llama 3's pattern too (a text with digits and punctuation
      * before newlines) */
     FILE *f = fopen("examples/data/coriolanus.txt", "rb");
@@ -246,7 +252,7 @@ static void test_hf_load_file(void **state) {
     snprintf(cmd, sizeof cmd, "cp '%s' '%s' '%s/only/'", path_of("vocab.json"), path_of("merges.txt"), dir);
     assert_int_equal(system(cmd), 0);
     const char *specs[] = {dir, path_of("only"), path_of("tokenizer.json"), path_of("only/vocab.json"),
-                           path_of("only/merges.txt"), VOCAB, "gpt2", "gpt2:examples/data/gpt2.tiktoken.gz"};
+                           path_of("only/merges.txt"), VOCAB, "gpt2", "gpt2:examples/data/gpt2.tiktoken.gz", "gpt2:gpt2"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         fsc_bpe *b = NULL;
         assert_ok(fsc_bpe_load_file(&b, specs[i]));

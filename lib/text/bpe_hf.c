@@ -492,7 +492,12 @@ fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec) {
     int pattern = -1;
     if (!strncmp(spec, "gpt2:", 5)) pattern = BPE_PATTERN_GPT2, spec += 5;
     else if (!strncmp(spec, "llama3:", 7)) pattern = BPE_PATTERN_LLAMA3, spec += 7;
+    char def[4096]; /* (shorter than the names made beside it below) */
     if (!strcmp(spec, "gpt2") && pattern < 0) return fsc_bpe_load_default(out);
+    if (!strcmp(spec, "gpt2")) { /* gpt2:gpt2, llama3:gpt2: the vocabulary fsc_bpe_load_default reads */
+        FSC_TRY(bpe_default_path(def, sizeof def));
+        spec = def;
+    }
     struct stat st;
     if (stat(spec, &st) != 0) return fsc_error(FSC_ERR_IO, "%s: cannot open the tokenizer: %s", spec, strerror(errno));
     char a[4200], m[4200];

@@ -289,25 +289,31 @@ fsc_status bpe_load_tiktoken(fsc_bpe **out, const char *path, const uint8_t *buf
     return load_named(out, path, buf, len, pattern);
 }
 
-fsc_status fsc_bpe_load_default(fsc_bpe **out) {
-    FSC_CHECK_ARG(out);
-    *out = NULL;
+fsc_status bpe_default_path(char *path, size_t cap) {
     const char *here = "examples/data/" FSC_BPE_GPT2_FILE;
-    if (access(here, R_OK) == 0) return fsc_bpe_load(out, here);
-    char exe[4096], path[4200];
+    if (access(here, R_OK) == 0) return snprintf(path, cap, "%s", here), FSC_OK;
+    char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
     if (slash) {
         *slash = '\0';
         const char *where[] = {"../share/fsc", "../examples/data", "../../examples/data"};
         for (int i = 0; i < 3; i++) {
-            snprintf(path, sizeof path, "%s/%s/%s", exe, where[i], FSC_BPE_GPT2_FILE);
-            if (access(path, R_OK) == 0) return fsc_bpe_load(out, path);
+            int w = snprintf(path, cap, "%s/%s/%s", exe, where[i], FSC_BPE_GPT2_FILE);
+            if (w > 0 && (size_t)w < cap && access(path, R_OK) == 0) return FSC_OK;
         }
     }
     return fsc_error(FSC_ERR_IO, "the GPT-2 vocabulary %s is neither in %s nor beside the program (%.200s/../share/fsc, "
                      "../examples/data or ../../examples/data): give its path", FSC_BPE_GPT2_FILE, "examples/data",
                      slash ? exe : "?");
+}
+
+fsc_status fsc_bpe_load_default(fsc_bpe **out) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    char path[4200];
+    FSC_TRY(bpe_default_path(path, sizeof path));
+    return fsc_bpe_load(out, path);
 }
 
 void fsc_bpe_free(fsc_bpe *b) {

@@ -1,10 +1,11 @@
 /* Tests of tools/plot's data extraction (tools/plot --data, read by fsc-jsonl: no gnuplot needed; only
- * test_quoted_names runs gnuplot, when it is on the PATH). Oracles: for a log written out by hand below (a config line, train records with and without lr and mfu, a
- * validation record, a resumed run's second config line and records), the tables are exactly the ones written out
- * by hand; a resumed run's repeated steps give one row each, the last record's, in step order; a log the trainer
- * wrote (--log) gives one row per step whose loss reads back as --json's loss (the same double) and whose memory
- * columns are the tags of the record; a log in JSON forms a line-by-line text match misreads (test_json_forms says
- * which) gives the tables written out by hand; bad usage and a missing file fail; names with a single quote plot. */
+ * test_quoted_names runs gnuplot, when it is on the PATH). Oracles: for a log written out by hand below (a config
+ * line, train records with and without lr and mfu, a validation record, a resumed run's second config line and
+ * records), the tables are exactly the ones written out by hand; a resumed run's repeated steps give one row each,
+ * the last record's, in step order; a log the trainer wrote (--log) gives one row per step whose loss reads back
+ * as --json's loss (the same double) and whose memory columns are the tags of the record; a log in JSON forms a
+ * line-by-line text match misreads (test_json_forms says which) gives the tables written out by hand; bad usage
+ * and a missing file fail; names with a single quote plot. */
 #include <limits.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -184,7 +185,8 @@ static void test_quoted_names(void **state) {
     assert_non_null(f);
     fputs("{\"type\":\"config\",\"config\":{\"model\":\"gpt2\",\"layers\":2,\"dim\":32}}\n"
           "{\"type\":\"train\",\"step\":1,\"loss\":3,\"lr\":0.001,\"tokens_per_s\":100,\"peak_bytes\":{\"params\":1}}\n"
-          "{\"type\":\"train\",\"step\":2,\"loss\":2,\"lr\":0.002,\"tokens_per_s\":200,\"peak_bytes\":{\"params\":2}}\n",
+          "{\"type\":\"train\",\"step\":2,\"loss\":2,\"lr\":0.002,\"tokens_per_s\":200,"
+          "\"peak_bytes\":{\"params\":2}}\n",
           f);
     assert_int_equal(fclose(f), 0);
     char *args = NULL, *out = NULL;

@@ -18,12 +18,13 @@ done
 # tokens back to the same bytes
 mkdir "$tmp/run"
 head -c 2000 examples/data/coriolanus.txt > "$tmp/run/t.txt"
-(cd "$tmp/run" && LD_LIBRARY_PATH="$tmp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/bin/fsc-tokenize" t.txt t.u16 >/dev/null &&
-  LD_LIBRARY_PATH="$tmp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/bin/fsc-tokenize" --decode t.u16 back.txt >/dev/null &&
-  cmp -s t.txt back.txt) || { echo "FAIL the installed fsc-tokenize did not encode and decode back" >&2; exit 1; }
+lp="$tmp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+(cd "$tmp/run" && LD_LIBRARY_PATH="$lp" "$tmp/bin/fsc-tokenize" t.txt t.u16 >/dev/null &&
+  LD_LIBRARY_PATH="$lp" "$tmp/bin/fsc-tokenize" --decode t.u16 back.txt >/dev/null && cmp -s t.txt back.txt) ||
+  { echo "FAIL the installed fsc-tokenize did not encode and decode back" >&2; exit 1; }
 rm -rf "$tmp/run"
 make -s BUILD="$B" PREFIX="$tmp" uninstall >/dev/null 2>&1
 left=$(cd "$tmp" && find . ! -type d)
 [ -z "$left" ] || { echo "FAIL make uninstall left:" $left >&2; exit 1; }
-echo "PASS train_mlp and train_classifier built against the installed library (pkg-config) and run; the installed fsc-tokenize"\
-     "round-trips with share/fsc's vocabulary; make uninstall removed it all"
+echo "PASS train_mlp and train_classifier built against the installed library (pkg-config) and run;" \
+     "the installed fsc-tokenize round-trips with share/fsc's vocabulary; make uninstall removed it all"

@@ -252,7 +252,8 @@ static void test_hf_load_file(void **state) {
     snprintf(cmd, sizeof cmd, "cp '%s' '%s' '%s/only/'", path_of("vocab.json"), path_of("merges.txt"), dir);
     assert_int_equal(system(cmd), 0);
     const char *specs[] = {dir, path_of("only"), path_of("tokenizer.json"), path_of("only/vocab.json"),
-                           path_of("only/merges.txt"), VOCAB, "gpt2", "gpt2:examples/data/gpt2.tiktoken.gz", "gpt2:gpt2"};
+                           path_of("only/merges.txt"), VOCAB, "gpt2", "gpt2:examples/data/gpt2.tiktoken.gz",
+                           "gpt2:gpt2"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         fsc_bpe *b = NULL;
         assert_ok(fsc_bpe_load_file(&b, specs[i]));

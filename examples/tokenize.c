@@ -29,15 +29,18 @@ typedef struct {
     const char *name, *arg, *help;
 } option;
 static const option options[] = {
-    {"tokenizer", "FILE", "gpt2 (default: GPT-2's " FSC_BPE_GPT2_FILE " from examples/data/ or beside the program, "
-                          "share/fsc/ when installed), or a byte-level BPE's file: tokenizer.json, a folder or vocab.json "
-                          "with merges.txt beside it, a tiktoken file (plain or .gz); llama3:FILE for Llama 3's pattern "
-                          "(docs/tokenizer.md)"},
+    {"tokenizer", "FILE",
+     "gpt2 (default: GPT-2's " FSC_BPE_GPT2_FILE " from examples/data/ or beside the program, "
+     "share/fsc/ when installed), or a byte-level BPE's file: tokenizer.json, a folder or vocab.json "
+     "with merges.txt beside it, a tiktoken file (plain or .gz); llama3:FILE for Llama 3's pattern "
+     "(docs/tokenizer.md)"},
     {"vocab", "FILE", "the same as --tokenizer"},
     {"format", "u16|llmc", "the token file: headerless uint16 (default) or llm.c's shard with its header"},
-    {"eot", NULL, "encode: put the end-of-text token (GPT-2: 50256) before the text, as llm.c's shards begin documents"},
-    {"val", "F", "encode: the last fraction F (0 < F < 1) of the text goes to --val-out, cut where a line starts "
-                 "with a letter after a line that does not end in white space"},
+    {"eot", NULL,
+     "encode: put the end-of-text token (GPT-2: 50256) before the text, as llm.c's shards begin documents"},
+    {"val", "F",
+     "encode: the last fraction F (0 < F < 1) of the text goes to --val-out, cut where a line starts "
+     "with a letter after a line that does not end in white space"},
     {"val-out", "PATH", "the validation tokens' file (with --val)"},
     {"decode", NULL, "TOKENS to text instead of TEXT to tokens"},
     {"version", NULL, "print the version and exit"},
@@ -46,12 +49,16 @@ static const option options[] = {
 #define NOPT (sizeof options / sizeof options[0])
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: %s [options] TEXT OUT | --decode [options] TOKENS OUT\n"
-               "Turn a text file into the tokens the trainer reads (GPT-2's: --data OUT --data-format u16 --vocab 50257),\n"
-               "or tokens back into text. Options:\n", prog);
+    fprintf(
+        f,
+        "usage: %s [options] TEXT OUT | --decode [options] TOKENS OUT\n"
+        "Turn a text file into the tokens the trainer reads (GPT-2's: --data OUT --data-format u16 --vocab 50257),\n"
+        "or tokens back into text. Options:\n",
+        prog);
     for (size_t i = 0; i < NOPT; i++) {
         char head[64];
-        snprintf(head, sizeof head, "--%s%s%s", options[i].name, options[i].arg ? " " : "", options[i].arg ? options[i].arg : "");
+        snprintf(head, sizeof head, "--%s%s%s", options[i].name, options[i].arg ? " " : "",
+                 options[i].arg ? options[i].arg : "");
         fprintf(f, "  %-20s %s\n", head, options[i].help);
     }
 }
@@ -98,10 +105,12 @@ static int parse_args(int argc, char **argv, config *c) {
             c->llmc = !strcmp(v, "llmc");
         }
     }
-    if (npos < 2) return fprintf(stderr, "%s: give %s and OUT\n", prog, c->decode ? "TOKENS" : "TEXT"), usage(stderr), 2;
+    if (npos < 2)
+        return fprintf(stderr, "%s: give %s and OUT\n", prog, c->decode ? "TOKENS" : "TEXT"), usage(stderr), 2;
     if (c->decode && (c->eot || c->val > 0 || c->val_out))
         return fprintf(stderr, "%s: --eot, --val and --val-out are for encoding, not with --decode\n", prog), 2;
-    if ((c->val > 0) != (c->val_out != NULL)) return fprintf(stderr, "%s: give --val F and --val-out PATH together\n", prog), 2;
+    if ((c->val > 0) != (c->val_out != NULL))
+        return fprintf(stderr, "%s: give --val F and --val-out PATH together\n", prog), 2;
     return 0;
 }
 
@@ -133,7 +142,8 @@ static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, s
             cap = end - at;
             free(ids), free(u16);
             ids = malloc(cap * sizeof *ids), u16 = malloc(cap * sizeof *u16);
-            if (!ids || !u16) return free(ids), free(u16), fprintf(stderr, "%s: out of memory for %zu bytes of text\n", prog, cap), 1;
+            if (!ids || !u16)
+                return free(ids), free(u16), fprintf(stderr, "%s: out of memory for %zu bytes of text\n", prog, cap), 1;
         }
         if (fsc_bpe_encode(b, text + at, end - at, ids, &n) != FSC_OK)
             return free(ids), free(u16), fprintf(stderr, "%s: %s: %s\n", prog, c->in, fsc_last_error()), 1;
@@ -146,7 +156,8 @@ static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, s
         return fprintf(stderr, "%s: %llu tokens: more than an llm.c shard holds (2^31 - 1): use --format u16 or split "
                        "the text\n", prog, (unsigned long long)count), 1;
     if (c->llmc && (fseek(f, 0, SEEK_SET) != 0 || write_header(f, out, count) != 0)) return 1;
-    printf("%s: %zu bytes -> %llu tokens (%s) in %s\n", c->in, len, (unsigned long long)count, c->llmc ? "llmc" : "u16", out);
+    printf("%s: %zu bytes -> %llu tokens (%s) in %s\n", c->in, len, (unsigned long long)count, c->llmc ? "llmc" : "u16",
+           out);
     return 0;
 }
 
@@ -170,11 +181,14 @@ static int decode_file(const fsc_bpe *b, const config *c, FILE *f) {
     uint64_t n = fsc_data_tokens(d), bytes = 0;
     for (uint64_t at = 0; rc == 0 && at < n; at += CHUNK) {
         size_t k = n - at < CHUNK ? (size_t)(n - at) : CHUNK, len;
-        if (fsc_data_read(d, at, k, ids) != FSC_OK || fsc_bpe_decode(b, ids, k, text, (size_t)CHUNK * 256, &len) != FSC_OK)
+        if (fsc_data_read(d, at, k, ids) != FSC_OK ||
+            fsc_bpe_decode(b, ids, k, text, (size_t)CHUNK * 256, &len) != FSC_OK)
             rc = (fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1);
         else rc = write_all(f, c->out, text, len), bytes += len;
     }
-    if (rc == 0) printf("%s: %llu tokens -> %llu bytes of text in %s\n", c->in, (unsigned long long)n, (unsigned long long)bytes, c->out);
+    if (rc == 0)
+        printf("%s: %llu tokens -> %llu bytes of text in %s\n", c->in, (unsigned long long)n, (unsigned long long)bytes,
+               c->out);
     free(ids), free(text);
     fsc_data_free(d);
     return rc;
@@ -184,8 +198,10 @@ static int decode_file(const fsc_bpe *b, const config *c, FILE *f) {
 static int map_text(const char *path, const uint8_t **text, size_t *len) {
     int fd = open(path, O_RDONLY);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) return fprintf(stderr, "%s: cannot read %s: %s\n", prog, path, strerror(errno)), (fd >= 0 ? close(fd) : 0), 1;
-    if (!S_ISREG(st.st_mode)) return close(fd), fprintf(stderr, "%s: %s is not a regular file: give a text file\n", prog, path), 1;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        return fprintf(stderr, "%s: cannot read %s: %s\n", prog, path, strerror(errno)), (fd >= 0 ? close(fd) : 0), 1;
+    if (!S_ISREG(st.st_mode))
+        return close(fd), fprintf(stderr, "%s: %s is not a regular file: give a text file\n", prog, path), 1;
     *len = (size_t)st.st_size, *text = (const uint8_t *)"";
     void *m = *len ? mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
@@ -201,11 +217,16 @@ int main(int argc, char **argv) {
     int rc = parse_args(argc, argv, &c);
     if (rc) return rc == 1 ? 0 : rc;
     fsc_bpe *b = NULL;
-    if (fsc_bpe_load_file(&b, c.vocab ? c.vocab : "gpt2") != FSC_OK) return fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1;
+    if (fsc_bpe_load_file(&b, c.vocab ? c.vocab : "gpt2") != FSC_OK)
+        return fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1;
     if (fsc_bpe_vocab(b) > 65536)
-        return fprintf(stderr, "%s: a vocabulary of %zu tokens does not fit uint16 token files\n", prog, fsc_bpe_vocab(b)), fsc_bpe_free(b), 1;
+        return fprintf(stderr, "%s: a vocabulary of %zu tokens does not fit uint16 token files\n", prog,
+                       fsc_bpe_vocab(b)),
+               fsc_bpe_free(b), 1;
     if (c.eot && fsc_bpe_eot(b) < 0)
-        return fprintf(stderr, "%s: --eot: the tokenizer %s has no end-of-text token\n", prog, c.vocab ? c.vocab : "gpt2"), fsc_bpe_free(b), 1;
+        return fprintf(stderr, "%s: --eot: the tokenizer %s has no end-of-text token\n", prog,
+                       c.vocab ? c.vocab : "gpt2"),
+               fsc_bpe_free(b), 1;
     const uint8_t *text = NULL;
     size_t len = 0;
     if (!c.decode && map_text(c.in, &text, &len) != 0) return fsc_bpe_free(b), 1;
@@ -213,7 +234,8 @@ int main(int argc, char **argv) {
         FILE *f = fopen(c.out, "wb");
         if (!f) rc = (fprintf(stderr, "%s: cannot write %s: %s\n", prog, c.out, strerror(errno)), 1);
         else rc = decode_file(b, &c, f);
-        if (f && fclose(f) != 0 && rc == 0) rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, c.out, strerror(errno)), 1);
+        if (f && fclose(f) != 0 && rc == 0)
+            rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, c.out, strerror(errno)), 1);
     } else {
         /* --val: the first place at or after 1 - F of the text where the ids do not change */
         size_t cut = c.val > 0 ? fsc_bpe_split_point(text, len, len - (size_t)((double)len * c.val)) : len;

@@ -59,18 +59,20 @@ static char *path_of(const char *name) {
     return p;
 }
 
-/* vocab.json, merges.txt and tokenizer.json (merges as "a b") and tokenizer_arrays.json (as [a, b]) from GPT-2's ranks */
+/* vocab.json, merges.txt and tokenizer.json (merges as "a b") and tokenizer_arrays.json (as [a, b]) from GPT-2's ranks
+ */
 static void write_files(void) {
     FILE *v = fopen(path_of("vocab.json"), "w"), *m = fopen(path_of("merges.txt"), "w");
     FILE *t = fopen(path_of("tokenizer.json"), "w"), *ta = fopen(path_of("tokenizer_arrays.json"), "w");
     assert_true(v && m && t && ta);
-    const char *head = "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [{\"id\": 50256, "
-                       "\"content\": \"<|endoftext|>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
-                       "\"normalized\": true, \"special\": true}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": "
-                       "\"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}, "
-                       "\"post_processor\": null, \"decoder\": null, \"model\": {\"type\": \"BPE\", \"dropout\": null, "
-                       "\"unk_token\": null, \"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": \"\", "
-                       "\"fuse_unk\": false, \"byte_fallback\": false, \"ignore_merges\": false, \"vocab\": {";
+    const char *head =
+        "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [{\"id\": 50256, "
+        "\"content\": \"<|endoftext|>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+        "\"normalized\": true, \"special\": true}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": "
+        "\"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}, "
+        "\"post_processor\": null, \"decoder\": null, \"model\": {\"type\": \"BPE\", \"dropout\": null, "
+        "\"unk_token\": null, \"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": \"\", "
+        "\"fuse_unk\": false, \"byte_fallback\": false, \"ignore_merges\": false, \"vocab\": {";
     fputs(head, t), fputs(head, ta);
     fputs("{", v);
     fputs("#version: 0.2\n", m);
@@ -108,14 +110,18 @@ static void write_files(void) {
     static char text[4 << 20];
     size_t len = fread(text, 1, sizeof text - 1, in);
     text[len] = '\0';
-    const char *gpt2_pre = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}";
+    const char *gpt2_pre =
+        "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}";
     char *at = strstr(text, gpt2_pre);
     assert_non_null(at);
-    fprintf(out, "%.*s%s%s", (int)(at - text), text, "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
-            "\"pattern\": {\"Regex\": \"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "
-            "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, \"behavior\": "
-            "\"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": "
-            "true, \"use_regex\": false}]}", at + strlen(gpt2_pre));
+    fprintf(
+        out, "%.*s%s%s", (int)(at - text), text,
+        "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+        "\"pattern\": {\"Regex\": \"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "
+        "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, \"behavior\": "
+        "\"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": "
+        "true, \"use_regex\": false}]}",
+        at + strlen(gpt2_pre));
     assert_int_equal(fclose(in) | fclose(out), 0);
 }
 
@@ -126,7 +132,8 @@ static char *prog_path_llama3_as_gpt2(void) {
 }
 
 static int setup(void **state) {
-    if (fsc_bpe_load(&gpt2, VOCAB) != FSC_OK) return fprintf(stderr, "cannot load %s: %s\n", VOCAB, fsc_last_error()), -1;
+    if (fsc_bpe_load(&gpt2, VOCAB) != FSC_OK)
+        return fprintf(stderr, "cannot load %s: %s\n", VOCAB, fsc_last_error()), -1;
     snprintf(dir, sizeof dir, "/tmp/fsc_bpe_hf_XXXXXX");
     if (!mkdtemp(dir)) return -1;
     write_files();
@@ -151,7 +158,8 @@ static void assert_golden(const fsc_bpe *b, const char *what, const bpe_gold *go
         size_t n;
         assert_ok(fsc_bpe_encode(b, w->text, w->len, ids, &n));
         for (size_t i = 0; i < n && i < w->n; i++)
-            if (ids[i] != w->ids[i]) fail_msg("%s: text %zu: id %zu is %d, tiktoken's %d", what, g, i, ids[i], w->ids[i]);
+            if (ids[i] != w->ids[i])
+                fail_msg("%s: text %zu: id %zu is %d, tiktoken's %d", what, g, i, ids[i], w->ids[i]);
         if (n != w->n) fail_msg("%s: text %zu: %zu ids, tiktoken %zu", what, g, n, w->n);
         char *back = malloc(w->len + 1);
         size_t got;
@@ -189,9 +197,16 @@ static void test_llama3(void **state) {
         size_t len;
         const uint8_t *t = fsc_bpe_token(b, specials[i].id, &len);
         if (!t || len != strlen(specials[i].name) || memcmp(t, specials[i].name, len) != 0)
-            fail_msg("token %d is \"%.*s\", not %s", (int)specials[i].id, (int)len, t ? (const char *)t : "", specials[i].name);
+            fail_msg("token %d is \"%.*s\", not %s", (int)specials[i].id, (int)len, t ? (const char *)t : "",
+                     specials[i].name);
     }
     assert_golden(b, "llama3:gpt2.tiktoken.gz", bpe_llama3_golds, sizeof bpe_llama3_golds / sizeof bpe_llama3_golds[0]);
+    fsc_bpe *named = NULL; /* "llama3:gpt2": the vocabulary "gpt2" names (docs/tokenizer.md: llama3:FILE) */
+    assert_ok(fsc_bpe_load_file(&named, "llama3:gpt2"));
+    assert_int_equal(named->pattern, BPE_PATTERN_LLAMA3);
+    assert_int_equal(fsc_bpe_vocab(named), fsc_bpe_vocab(b));
+    assert_golden(named, "llama3:gpt2", bpe_llama3_golds, sizeof bpe_llama3_golds / sizeof bpe_llama3_golds[0]);
+    fsc_bpe_free(named);
     /* fsc_bpe_split_point's cuts keep the ids with Llama 3's pattern too (a text with digits and punctuation
      * before newlines) */
     FILE *f = fopen("examples/data/coriolanus.txt", "rb");
@@ -246,7 +261,8 @@ static void test_hf_load_file(void **state) {
     snprintf(cmd, sizeof cmd, "cp '%s' '%s' '%s/only/'", path_of("vocab.json"), path_of("merges.txt"), dir);
     assert_int_equal(system(cmd), 0);
     const char *specs[] = {dir, path_of("only"), path_of("tokenizer.json"), path_of("only/vocab.json"),
-                           path_of("only/merges.txt"), VOCAB, "gpt2", "gpt2:examples/data/gpt2.tiktoken.gz"};
+                           path_of("only/merges.txt"), VOCAB, "gpt2", "gpt2:examples/data/gpt2.tiktoken.gz",
+                           "gpt2:gpt2"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         fsc_bpe *b = NULL;
         assert_ok(fsc_bpe_load_file(&b, specs[i]));
@@ -259,7 +275,8 @@ static void test_hf_load_file(void **state) {
     assert_null(b);
     remove(path_of("only/merges.txt"));
     assert_err(fsc_bpe_load_file(&b, path_of("only/vocab.json")), FSC_ERR_IO, "needs merges.txt beside it");
-    assert_err(fsc_bpe_load_file(&b, path_of("only")), FSC_ERR_IO, "neither tokenizer.json nor vocab.json and merges.txt");
+    assert_err(fsc_bpe_load_file(&b, path_of("only")), FSC_ERR_IO,
+               "neither tokenizer.json nor vocab.json and merges.txt");
 }
 
 #define byte_entries bpetest_byte_entries
@@ -330,10 +347,12 @@ static fsc_status load_tj(const char *text) {
 /* A tokenizer.json of the bytes (0 .. 255), "ab" (256) and <|endoftext|> (257, added), with additions */
 static char *tj(const char *model_extra, const char *root_extra, const char *pre) {
     static char buf[16384];
-    snprintf(buf, sizeof buf, "{%s\"normalizer\": null, \"pre_tokenizer\": %s, \"added_tokens\": [{\"id\": 257, "
+    snprintf(buf, sizeof buf,
+             "{%s\"normalizer\": null, \"pre_tokenizer\": %s, \"added_tokens\": [{\"id\": 257, "
              "\"content\": \"<|endoftext|>\", \"special\": true}], \"model\": {\"type\": \"BPE\"%s, \"vocab\": {%s, "
-             "\"ab\": 256}, \"merges\": [\"a b\"]}}", root_extra, pre ? pre : "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}",
-             model_extra, byte_entries());
+             "\"ab\": 256}, \"merges\": [\"a b\"]}}",
+             root_extra, pre ? pre : "{\"type\": \"ByteLevel\", \"add_prefix_space\": false}", model_extra,
+             byte_entries());
     return buf;
 }
 
@@ -365,7 +384,8 @@ static void test_hf_refusals(void **state) {
     assert_err(load_tj("{\"model\": "), FSC_ERR_FORMAT, "tokenizer.json: not valid JSON (line 1");
     assert_err(load_tj("[1, 2]"), FSC_ERR_FORMAT, "no \"model\" object");
     assert_err(load_tj(tj(", \"dropout\": 0.1", "", NULL)), FSC_ERR_FORMAT, "model.dropout is set");
-    assert_err(load_tj(tj(", \"continuing_subword_prefix\": \"##\"", "", NULL)), FSC_ERR_FORMAT, "continuing_subword_prefix");
+    assert_err(load_tj(tj(", \"continuing_subword_prefix\": \"##\"", "", NULL)), FSC_ERR_FORMAT,
+               "continuing_subword_prefix");
     assert_err(load_tj(tj(", \"byte_fallback\": true", "", NULL)), FSC_ERR_FORMAT, "byte_fallback is true");
     assert_err(load_tj(tj("", "\"normalizer\": {\"type\": \"NFC\"}, ", NULL)), FSC_ERR_FORMAT, "a normalizer");
     assert_err(load_tj(tj("", "", "{\"type\": \"ByteLevel\"}")), FSC_ERR_FORMAT, "add_prefix_space");
@@ -396,7 +416,8 @@ static void test_hf_refusals(void **state) {
     assert_err(load_tj(w), FSC_ERR_FORMAT, "token \"ab\": the id is not a whole number");
     w = tj("", "", NULL);
     /* ids must be 0 .. n-1: nothing is sized by the largest */
-    assert_err(load_tj(subst(tj("", "", NULL), "\"ab\": 256", "\"ab\": 4000000")), FSC_ERR_FORMAT, "id 4000000, but there are 258 tokens");
+    assert_err(load_tj(subst(tj("", "", NULL), "\"ab\": 256", "\"ab\": 4000000")), FSC_ERR_FORMAT,
+               "id 4000000, but there are 258 tokens");
 
     /* vocab.json and merges.txt with one change */
     char vj[8192], tmp[8300];
@@ -408,9 +429,12 @@ static void test_hf_refusals(void **state) {
                "line 2: \"\xc3\xa9\xc3\xa9\" is not in the vocabulary");
     assert_err(load_hf(strcat(strcpy(tmp, vj), "}"), "a \xe2\x96\x81\n"), FSC_ERR_FORMAT,
                "U+2581 is no character of GPT-2's byte-level alphabet");
-    assert_err(load_hf(strcat(strcpy(tmp, vj), ", \"ba\": 256}"), "a b\n"), FSC_ERR_FORMAT, "id 256 twice (\"ab\" and \"ba\")");
-    assert_err(load_hf(strcat(strcpy(tmp, vj), ", \"ab\": 257}"), "a b\n"), FSC_ERR_FORMAT, "ids 256 and 257 are the same token");
-    assert_err(load_hf(strcat(strcpy(tmp, vj), ", \"x\": \"7\"}"), "a b\n"), FSC_ERR_FORMAT, "token \"x\": the id is not");
+    assert_err(load_hf(strcat(strcpy(tmp, vj), ", \"ba\": 256}"), "a b\n"), FSC_ERR_FORMAT,
+               "id 256 twice (\"ab\" and \"ba\")");
+    assert_err(load_hf(strcat(strcpy(tmp, vj), ", \"ab\": 257}"), "a b\n"), FSC_ERR_FORMAT,
+               "ids 256 and 257 are the same token");
+    assert_err(load_hf(strcat(strcpy(tmp, vj), ", \"x\": \"7\"}"), "a b\n"), FSC_ERR_FORMAT,
+               "token \"x\": the id is not");
     assert_err(load_hf(strcat(strcpy(tmp, vj), ", \"\": 257}"), "a b\n"), FSC_ERR_FORMAT, "an empty token");
     assert_err(load_hf(strcat(strcpy(tmp, vj), "]"), "a b\n"), FSC_ERR_FORMAT, "vocab.json: not valid JSON");
     assert_err(load_hf("[1]", "a b\n"), FSC_ERR_FORMAT, "not a JSON object");
@@ -418,11 +442,41 @@ static void test_hf_refusals(void **state) {
     memset(big, 'a', 1000);
     snprintf(big + 1000, 1000, "\": 257}");
     char *long_vocab = malloc(10000);
-    assert_err(load_hf(strcat(strcat(strcpy(long_vocab, vj), ", \""), big), "a b\n"), FSC_ERR_FORMAT, "more than 256 bytes");
+    assert_err(load_hf(strcat(strcat(strcpy(long_vocab, vj), ", \""), big), "a b\n"), FSC_ERR_FORMAT,
+               "more than 256 bytes");
     free(big), free(long_vocab);
     /* the byte 'q' missing: not byte-level */
     assert_err(load_hf(strcat(strcpy(tmp, subst(vj, "\"q\": 113", "\"bq\": 113")), "}"), "a b\n"), FSC_ERR_FORMAT,
                "the byte 0x71 is no token");
+}
+
+/* The fuzz harness's seeds (fuzz/corpus/bpe_hf/, fuzz/fuzz_bpe_hf.c's layout: a first byte even, then a
+ * tokenizer.json; odd, then vocab.json's length in two bytes, vocab.json and merges.txt) are tokenizers that load,
+ * so that the fuzzer starts from inputs that reach encoding rather than from refusals. */
+static void test_fuzz_seeds_load(void **state) {
+    static const char *const seeds[] = { "tokenizer_gpt2", "tokenizer_llama3", "vocab_merges" };
+    for (int k = 0; k < 3; k++) {
+        char path[128];
+        snprintf(path, sizeof path, "fuzz/corpus/bpe_hf/%s", seeds[k]);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        static uint8_t buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        assert_true(n > 3 && n < sizeof buf);
+        fsc_bpe *b = NULL;
+        fsc_status s;
+        if (buf[0] % 2 == 0) {
+            s = fsc_bpe_load_tokenizer_json_memory(&b, buf + 1, n - 1);
+        } else {
+            size_t vlen = (size_t)buf[1] | (size_t)buf[2] << 8;
+            assert_true(3 + vlen <= n);
+            s = fsc_bpe_load_hf_memory(&b, buf + 3, vlen, buf + 3 + vlen, n - 3 - vlen);
+        }
+        if (s != FSC_OK) fail_msg("%s: %s", path, fsc_last_error());
+        assert_true(fsc_bpe_vocab(b) > 256);
+        fsc_bpe_free(b);
+    }
 }
 
 int main(void) {
@@ -433,6 +487,7 @@ int main(void) {
         cmocka_unit_test(test_hf_merge_order),
         cmocka_unit_test(test_hf_refusals),
         cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_fuzz_seeds_load),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

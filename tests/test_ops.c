@@ -4,7 +4,8 @@
  * its libm differ from the host's); matmul with every transpose and with beta 0 over NaN (not read), 1
  * (accumulate) and 0.5; nothing crosses between host and device (fsc_device_copied_bytes) but fill's one value;
  * examples/train_mlp.c's layer composed of them against its derivatives on the host, with no copy at all; each
- * refusal (NULL, dtype, host memory, another device, a strided view, shapes that differ or do not chain) is
+ * refusal (NULL, dtype, host memory, another device, a strided view, shapes that differ or do not chain, dimensions
+ * whose product overflows) is
  * FSC_ERR_INVALID naming the problem, and leaves the output as it was. */
 #include <math.h>
 #include "testutil.h"
@@ -244,6 +245,14 @@ static void test_refusals(void **state) {
     assert_err(fsc_op_scale(&host, 2), FSC_ERR_INVALID, "x is not on a device");
     assert_ok(fsc_tensor_transpose(&a, 0, 1, &t));
     assert_err(fsc_op_zero(&t), FSC_ERR_INVALID, "x is not contiguous");
+    /* dimensions whose product overflows (2^80 elements: wrapped to 0, "nothing to do"); made by hand, as
+     * fsc_tensor_make would multiply them */
+    fsc_tensor huge = { .data = a.data, .dtype = FSC_F32, .dev = dev, .ndim = 2 };
+    huge.shape[0] = huge.shape[1] = huge.stride[0] = (int64_t)1 << 40, huge.stride[1] = 1;
+    assert_err(fsc_op_zero(&huge), FSC_ERR_INVALID, "x has more elements than memory can hold");
+    assert_err(fsc_op_add(&huge, &huge, &huge), FSC_ERR_INVALID, "more elements than memory can hold");
+    huge.ndim = 3, huge.shape[0] = 0, huge.shape[2] = (int64_t)1 << 40, huge.stride[2] = 1; /* (0, 2^40, 2^40) */
+    assert_err(fsc_op_fill(&huge, 1), FSC_ERR_INVALID, "more elements than memory can hold");
     fsc_device *other = NULL;
     assert_ok(fsc_device_create("cpu", NULL, &other));
     fsc_tensor elsewhere = a;

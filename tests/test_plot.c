@@ -1,11 +1,13 @@
-/* Tests of tools/plot's data extraction (tools/plot --data, read by fsc-jsonl: no gnuplot needed, and none is run
- * here). Oracles: for a log written out by hand below (a config line, train records with and without lr and mfu, a
- * validation record, a resumed run's second config line and records), the tables are exactly the ones written out
- * by hand; a resumed run's repeated steps give one row each, the last record's, in step order; a log the trainer
- * wrote (--log) gives one row per step whose loss reads back as --json's loss (the same double) and whose memory
- * columns are the tags of the record; a log in JSON forms a line-by-line text match misreads (test_json_forms says
- * which) gives the tables written out by hand; bad usage and a missing file fail. */
+/* Tests of tools/plot's data extraction (tools/plot --data, read by fsc-jsonl: no gnuplot needed; only
+ * test_quoted_names runs gnuplot, when it is on the PATH). Oracles: for a log written out by hand below (a config
+ * line, train records with and without lr and mfu, a validation record, a resumed run's second config line and
+ * records), the tables are exactly the ones written out by hand; a resumed run's repeated steps give one row each,
+ * the last record's, in step order; a log the trainer wrote (--log) gives one row per step whose loss reads back
+ * as --json's loss (the same double) and whose memory columns are the tags of the record; a log in JSON forms a
+ * line-by-line text match misreads (test_json_forms says which) gives the tables written out by hand; bad usage
+ * and a missing file fail; names with a single quote plot. */
 #include <limits.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include "trainertest.h"
 
@@ -168,6 +170,35 @@ static void test_trainer_log(void **state) {
     free(out), free(args);
 }
 
+/* With gnuplot on the PATH: a log and a picture whose names hold a single quote plot (the names were pasted into
+ * gnuplot's quoted strings as they are, which ended them: an error, or gnuplot running the rest of the name). */
+static void test_quoted_names(void **state) {
+    (void)state;
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "test_quoted_names: skipped: no gnuplot\n");
+        return;
+    }
+    char log[128], png[128];
+    snprintf(log, sizeof log, "%s/it's.jsonl", tmpdir);
+    snprintf(png, sizeof png, "%s/it's.png", tmpdir);
+    FILE *f = fopen(log, "w");
+    assert_non_null(f);
+    fputs("{\"type\":\"config\",\"config\":{\"model\":\"gpt2\",\"layers\":2,\"dim\":32}}\n"
+          "{\"type\":\"train\",\"step\":1,\"loss\":3,\"lr\":0.001,\"tokens_per_s\":100,\"peak_bytes\":{\"params\":1}}\n"
+          "{\"type\":\"train\",\"step\":2,\"loss\":2,\"lr\":0.002,\"tokens_per_s\":200,"
+          "\"peak_bytes\":{\"params\":2}}\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    char *args = NULL, *out = NULL;
+    assert_true(asprintf(&args, "\"%s\" \"%s\"", log, png) > 0);
+    int rc = prog_run(plot, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("tools/plot %s: exit %d\n%s", args, rc, out ? out : "");
+    struct stat st;
+    assert_int_equal(stat(png, &st), 0);
+    assert_true(st.st_size > 1000);
+    free(args), free(out);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_plot", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -189,6 +220,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_resumed_log),
         cmocka_unit_test(test_json_forms),
         cmocka_unit_test(test_trainer_log),
+        cmocka_unit_test(test_quoted_names),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

@@ -2,6 +2,7 @@
  * (the table of plugin/device_ops.h) or its copies. Nothing here goes through the host but fsc_op_fill's value
  * and fsc_op_sum's result. */
 #include <limits.h>
+#include <stdint.h>
 #include "fsc/ops.h"
 #include "fsc/device.h"
 #include "core/device_impl.h"
@@ -13,8 +14,13 @@ static fsc_status check(const char *fn, const char *name, const fsc_tensor *t, f
     if (!t) return fsc_error(FSC_ERR_INVALID, "%s: %s is NULL", fn, name);
     if (t->ndim < 0 || t->ndim > FSC_MAX_DIMS)
         return fsc_error(FSC_ERR_INVALID, "%s: %s has %d dimensions (0..%d)", fn, name, t->ndim, FSC_MAX_DIMS);
-    for (int d = 0; d < t->ndim; d++)
+    size_t span = 1; /* the product of the nonzero dimensions: bounded before numel or the strides multiply them */
+    for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0) return fsc_error(FSC_ERR_INVALID, "%s: %s has a negative dimension", fn, name);
+        if (t->shape[d] > 0 && span > (SIZE_MAX / sizeof(float)) / (uint64_t)t->shape[d])
+            return fsc_error(FSC_ERR_INVALID, "%s: %s has more elements than memory can hold", fn, name);
+        if (t->shape[d] > 0) span *= (size_t)t->shape[d];
+    }
     if (t->dtype != FSC_F32)
         return fsc_error(FSC_ERR_INVALID, "%s: %s is %s, not f32", fn, name, fsc_dtype_name(t->dtype));
     if (!t->dev) return fsc_error(FSC_ERR_INVALID, "%s: %s is not on a device (its dev is NULL)", fn, name);
@@ -39,6 +45,23 @@ static fsc_status same_shape(const char *fn, const char *an, const fsc_tensor *a
 
 #define CHECK(t, dev, n) do { fsc_status s_ = check(__func__, #t, t, &(dev), &(n)); if (s_) return s_; } while (0)
 #define SAME(a, b) do { fsc_status s_ = same_shape(__func__, #a, a, #b, b); if (s_) return s_; } while (0)
+
+/* The checks of an elementwise call fn(o, a[, b]) (names on, an, bn; b NULL and bn NULL for two tensors): NULLs
+ * first, then each tensor as check() wants it, o's shape a's and a's b's; *dev, *n := their device and elements. */
+static fsc_status elementwise(const char *fn, const char *on, fsc_tensor *o, const char *an, const fsc_tensor *a,
+                              const char *bn, const fsc_tensor *b, fsc_device **dev, size_t *n) {
+    if (!o || !a || (bn && !b))
+        return fsc_error(FSC_ERR_INVALID, "%s: %s is NULL", fn, !o ? on : !a ? an : bn);
+    size_t m, k;
+    *dev = NULL;
+    FSC_TRY(check(fn, on, o, dev, n));
+    FSC_TRY(check(fn, an, a, dev, &m));
+    if (bn) FSC_TRY(check(fn, bn, b, dev, &k));
+    FSC_TRY(same_shape(fn, on, o, an, a));
+    return bn ? same_shape(fn, an, a, bn, b) : FSC_OK;
+}
+#define ELEMENTWISE2(o, a, dev, n) FSC_TRY(elementwise(__func__, #o, o, #a, a, NULL, NULL, &(dev), &(n)))
+#define ELEMENTWISE3(o, a, b, dev, n) FSC_TRY(elementwise(__func__, #o, o, #a, a, #b, b, &(dev), &(n)))
 
 fsc_status fsc_op_matmul(fsc_tensor *c, const fsc_tensor *a, int transa, const fsc_tensor *b, int transb,
                          float alpha, float beta) {
@@ -70,13 +93,9 @@ fsc_status fsc_op_matmul(fsc_tensor *c, const fsc_tensor *a, int transa, const f
 }
 
 fsc_status fsc_op_copy(fsc_tensor *dst, const fsc_tensor *src) {
-    FSC_CHECK_ARG(dst);
-    FSC_CHECK_ARG(src);
-    fsc_device *dev = NULL;
-    size_t n, m;
-    CHECK(dst, dev, n);
-    CHECK(src, dev, m);
-    SAME(dst, src);
+    fsc_device *dev;
+    size_t n;
+    ELEMENTWISE2(dst, src, dev, n);
     return n ? fsc_device_copy(dev, dst->data, src->data, n * sizeof(float)) : FSC_OK;
 }
 
@@ -115,41 +134,23 @@ fsc_status fsc_op_scale(fsc_tensor *x, float alpha) {
 }
 
 fsc_status fsc_op_axpy(fsc_tensor *y, float alpha, const fsc_tensor *x) {
-    FSC_CHECK_ARG(y);
-    FSC_CHECK_ARG(x);
-    fsc_device *dev = NULL;
-    size_t n, m;
-    CHECK(y, dev, n);
-    CHECK(x, dev, m);
-    SAME(y, x);
+    fsc_device *dev;
+    size_t n;
+    ELEMENTWISE2(y, x, dev, n);
     return n ? FSC_K(dev, axpy, y->data, alpha, x->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_add(fsc_tensor *out, const fsc_tensor *a, const fsc_tensor *b) {
-    FSC_CHECK_ARG(out);
-    FSC_CHECK_ARG(a);
-    FSC_CHECK_ARG(b);
-    fsc_device *dev = NULL;
-    size_t n, m, k;
-    CHECK(out, dev, n);
-    CHECK(a, dev, m);
-    CHECK(b, dev, k);
-    SAME(out, a);
-    SAME(a, b);
+    fsc_device *dev;
+    size_t n;
+    ELEMENTWISE3(out, a, b, dev, n);
     return n ? FSC_K(dev, add, out->data, a->data, b->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_mul(fsc_tensor *out, const fsc_tensor *a, const fsc_tensor *b) {
-    FSC_CHECK_ARG(out);
-    FSC_CHECK_ARG(a);
-    FSC_CHECK_ARG(b);
-    fsc_device *dev = NULL;
-    size_t n, m, k;
-    CHECK(out, dev, n);
-    CHECK(a, dev, m);
-    CHECK(b, dev, k);
-    SAME(out, a);
-    SAME(a, b);
+    fsc_device *dev;
+    size_t n;
+    ELEMENTWISE3(out, a, b, dev, n);
     return n ? FSC_K(dev, mul_forward, out->data, a->data, b->data, n) : FSC_OK;
 }
 
@@ -227,52 +228,30 @@ fsc_status fsc_op_repeat_rows(fsc_tensor *x, const fsc_tensor *v) {
 }
 
 fsc_status fsc_op_silu(fsc_tensor *out, const fsc_tensor *x) {
-    FSC_CHECK_ARG(out);
-    FSC_CHECK_ARG(x);
-    fsc_device *dev = NULL;
-    size_t n, m;
-    CHECK(out, dev, n);
-    CHECK(x, dev, m);
-    SAME(out, x);
+    fsc_device *dev;
+    size_t n;
+    ELEMENTWISE2(out, x, dev, n);
     return n ? FSC_K(dev, silu_forward, out->data, x->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_silu_backward(fsc_tensor *dx, const fsc_tensor *x, const fsc_tensor *dout) {
-    FSC_CHECK_ARG(dx);
-    FSC_CHECK_ARG(x);
-    FSC_CHECK_ARG(dout);
-    fsc_device *dev = NULL;
-    size_t n, m, k;
-    CHECK(dx, dev, n);
-    CHECK(x, dev, m);
-    CHECK(dout, dev, k);
-    SAME(dx, x);
-    SAME(x, dout);
+    fsc_device *dev;
+    size_t n;
+    ELEMENTWISE3(dx, x, dout, dev, n);
     return n ? FSC_K(dev, silu_backward, dx->data, x->data, dout->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_gelu(fsc_tensor *out, const fsc_tensor *x) {
-    FSC_CHECK_ARG(out);
-    FSC_CHECK_ARG(x);
-    fsc_device *dev = NULL;
-    size_t n, m;
-    CHECK(out, dev, n);
-    CHECK(x, dev, m);
-    SAME(out, x);
+    fsc_device *dev;
+    size_t n;
+    ELEMENTWISE2(out, x, dev, n);
     return n ? FSC_K(dev, gelu_forward, out->data, x->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_gelu_backward(fsc_tensor *dx, const fsc_tensor *x, const fsc_tensor *dout) {
-    FSC_CHECK_ARG(dx);
-    FSC_CHECK_ARG(x);
-    FSC_CHECK_ARG(dout);
-    fsc_device *dev = NULL;
-    size_t n, m, k;
-    CHECK(dx, dev, n);
-    CHECK(x, dev, m);
-    CHECK(dout, dev, k);
-    SAME(dx, x);
-    SAME(x, dout);
+    fsc_device *dev;
+    size_t n;
+    ELEMENTWISE3(dx, x, dout, dev, n);
     return n ? FSC_K(dev, gelu_backward, dx->data, x->data, dout->data, n) : FSC_OK;
 }
 

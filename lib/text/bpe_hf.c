@@ -22,8 +22,9 @@
 #define NCHARS 324              /* GPT-2's alphabet: U+0000 .. U+0143 */
 
 /* Tokenizer.json's Split regex of Llama 3, as Hugging Face writes it */
-static const char LLAMA3_SPLIT[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-                                   "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char LLAMA3_SPLIT[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 /* The vocabulary as it is read: entries (id, bytes, added), then checked and turned into an fsc_bpe */
 typedef struct {
@@ -129,7 +130,8 @@ static fsc_status build(hf_vocab *v, fsc_bpe *b, uint8_t **is_added) {
     if (n > v->count) {
         uint32_t big = 0;
         for (size_t i = 0; i < v->count; i++) big = v->id[i] > big ? v->id[i] : big;
-        return fsc_error(FSC_ERR_FORMAT, "%s: id %u, but there are %zu tokens: ids must be 0 .. n-1", v->name, big, v->count);
+        return fsc_error(FSC_ERR_FORMAT, "%s: id %u, but there are %zu tokens: ids must be 0 .. n-1", v->name, big,
+                         v->count);
     }
     uint32_t *at = malloc((size_t)n * sizeof *at);
     *is_added = calloc(n + 1, 1);
@@ -137,14 +139,18 @@ static fsc_status build(hf_vocab *v, fsc_bpe *b, uint8_t **is_added) {
     b->bytes = malloc(v->pool_len + 1);
     for (b->nslots = 512; b->nslots < 2 * (size_t)n;) b->nslots *= 2;
     b->slots = malloc(b->nslots * sizeof *b->slots);
-    fsc_status s = at && *is_added && b->off && b->bytes && b->slots ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "%s: out of memory", v->name);
+    fsc_status s = at && *is_added && b->off && b->bytes && b->slots
+                       ? FSC_OK
+                       : fsc_error(FSC_ERR_NOMEM, "%s: out of memory", v->name);
     if (s == FSC_OK) memset(at, 0xff, (size_t)n * sizeof *at);
     for (size_t i = 0; s == FSC_OK && i < v->count; i++) {
         if (at[v->id[i]] != BPE_NONE) {
             size_t j = at[v->id[i]];
             s = fsc_error(FSC_ERR_FORMAT, "%s: id %u twice (\"%.*s\" and \"%.*s\")", v->name, v->id[i],
-                          (int)(v->pos[j + 1] - v->pos[j] < 60 ? v->pos[j + 1] - v->pos[j] : 60), (const char *)v->pool + v->pos[j],
-                          (int)(v->pos[i + 1] - v->pos[i] < 60 ? v->pos[i + 1] - v->pos[i] : 60), (const char *)v->pool + v->pos[i]);
+                          (int)(v->pos[j + 1] - v->pos[j] < 60 ? v->pos[j + 1] - v->pos[j] : 60),
+                          (const char *)v->pool + v->pos[j],
+                          (int)(v->pos[i + 1] - v->pos[i] < 60 ? v->pos[i + 1] - v->pos[i] : 60),
+                          (const char *)v->pool + v->pos[i]);
         }
         at[v->id[i]] = (uint32_t)i;
     }
@@ -174,7 +180,8 @@ static fsc_status build(hf_vocab *v, fsc_bpe *b, uint8_t **is_added) {
     for (int c = 0; s == FSC_OK && c < 256; c++) {
         uint8_t byte = (uint8_t)c;
         if (bpe_id(b, &byte, 1) == BPE_NONE)
-            s = fsc_error(FSC_ERR_FORMAT, "%s: the byte 0x%02x is no token: every byte must be one (a byte-level BPE)", v->name, c);
+            s = fsc_error(FSC_ERR_FORMAT, "%s: the byte 0x%02x is no token: every byte must be one (a byte-level BPE)",
+                          v->name, c);
     }
     free(at);
     return s;
@@ -188,23 +195,27 @@ static fsc_status add_merge(const hf_vocab *v, fsc_bpe *b, size_t k, const char 
     long na = unmap(v, where, a, alen, joined), nc = na < 0 ? -1 : unmap(v, where, c, clen, joined + na);
     if (na < 0 || nc < 0) return FSC_ERR_FORMAT;
     if (bpe_id(b, joined, (size_t)na) == BPE_NONE)
-        return fsc_error(FSC_ERR_FORMAT, "%s: %s: \"%.*s\" is not in the vocabulary", v->name, where, (int)(alen < 60 ? alen : 60), (const char *)a);
+        return fsc_error(FSC_ERR_FORMAT, "%s: %s: \"%.*s\" is not in the vocabulary", v->name, where,
+                         (int)(alen < 60 ? alen : 60), (const char *)a);
     if (bpe_id(b, joined + na, (size_t)nc) == BPE_NONE)
-        return fsc_error(FSC_ERR_FORMAT, "%s: %s: \"%.*s\" is not in the vocabulary", v->name, where, (int)(clen < 60 ? clen : 60), (const char *)c);
+        return fsc_error(FSC_ERR_FORMAT, "%s: %s: \"%.*s\" is not in the vocabulary", v->name, where,
+                         (int)(clen < 60 ? clen : 60), (const char *)c);
     uint32_t id = bpe_id(b, joined, (size_t)(na + nc));
     if (id == BPE_NONE)
-        return fsc_error(FSC_ERR_FORMAT, "%s: %s: \"%.*s %.*s\" makes a token that is not in the vocabulary", v->name, where,
-                         (int)(alen < 60 ? alen : 60), (const char *)a, (int)(clen < 60 ? clen : 60), (const char *)c);
+        return fsc_error(FSC_ERR_FORMAT, "%s: %s: \"%.*s %.*s\" makes a token that is not in the vocabulary", v->name,
+                         where, (int)(alen < 60 ? alen : 60), (const char *)a, (int)(clen < 60 ? clen : 60),
+                         (const char *)c);
     if (b->prio[id] == BPE_NONE) b->prio[id] = k > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)k;
     return FSC_OK;
 }
 
 /* One merge written "a b" (exactly one space) */
-static fsc_status add_merge_text(const hf_vocab *v, fsc_bpe *b, size_t k, const char *where, const uint8_t *p, size_t len) {
+static fsc_status add_merge_text(const hf_vocab *v, fsc_bpe *b, size_t k, const char *where, const uint8_t *p,
+                                 size_t len) {
     const uint8_t *sp = memchr(p, ' ', len);
     if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp - p) - 1) || sp == p || sp + 1 == p + len)
-        return fsc_error(FSC_ERR_FORMAT, "%s: %s: expected two tokens and one space between, not \"%.*s\"", v->name, where,
-                         (int)(len < 60 ? len : 60), (const char *)p);
+        return fsc_error(FSC_ERR_FORMAT, "%s: %s: expected two tokens and one space between, not \"%.*s\"", v->name,
+                         where, (int)(len < 60 ? len : 60), (const char *)p);
     return add_merge(v, b, k, where, p, (size_t)(sp - p), sp + 1, len - (size_t)(sp - p) - 1);
 }
 
@@ -239,16 +250,20 @@ static fsc_status read_vocab(hf_vocab *v, const cJSON *vocab, const cJSON *added
         uint32_t id;
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(x, "content");
         if (get_id(cJSON_GetObjectItemCaseSensitive(x, "id"), &id) != 0 || !cJSON_IsString(c) || !c->valuestring[0])
-            return fsc_error(FSC_ERR_FORMAT, "%s: added_tokens: each must have an \"id\" (0 .. 2^22-1) and a \"content\" "
-                             "string", v->name);
+            return fsc_error(FSC_ERR_FORMAT,
+                             "%s: added_tokens: each must have an \"id\" (0 .. 2^22-1) and a \"content\" "
+                             "string",
+                             v->name);
         size_t len = strlen(c->valuestring);
-        if (len > MAX_TOKEN) return fsc_error(FSC_ERR_FORMAT, "%s: added token %u: more than %d bytes", v->name, id, MAX_TOKEN);
+        if (len > MAX_TOKEN)
+            return fsc_error(FSC_ERR_FORMAT, "%s: added token %u: more than %d bytes", v->name, id, MAX_TOKEN);
         fsc_status s = vocab_add(v, id, (const uint8_t *)c->valuestring, len, 1);
         if (s != FSC_OK) return s;
         nmax = id + 1 > nmax ? id + 1 : nmax;
     }
-    if (nmax > v->cap) return fsc_error(FSC_ERR_FORMAT, "%s: added token id %zu, but there are %zu tokens: ids must be 0 .. n-1",
-                                        v->name, nmax - 1, v->cap);
+    if (nmax > v->cap)
+        return fsc_error(FSC_ERR_FORMAT, "%s: added token id %zu, but there are %zu tokens: ids must be 0 .. n-1",
+                         v->name, nmax - 1, v->cap);
     taken = calloc(nmax + 1, 1);
     if (!taken) return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", v->name);
     for (size_t i = 0; i < v->count; i++) taken[v->id[i]] = 1;
@@ -256,7 +271,8 @@ static fsc_status read_vocab(hf_vocab *v, const cJSON *vocab, const cJSON *added
     cJSON_ArrayForEach(x, vocab) {
         uint32_t id;
         if (get_id(x, &id) != 0) {
-            s = fsc_error(FSC_ERR_FORMAT, "%s: token \"%.60s\": the id is not a whole number in 0 .. 2^22-1", v->name, x->string);
+            s = fsc_error(FSC_ERR_FORMAT, "%s: token \"%.60s\": the id is not a whole number in 0 .. 2^22-1", v->name,
+                          x->string);
             break;
         }
         if (id < nmax && taken[id]) continue;
@@ -278,12 +294,15 @@ static fsc_status read_vocab(hf_vocab *v, const cJSON *vocab, const cJSON *added
 static fsc_status parse_json(const char *name, const uint8_t *buf, size_t len, cJSON **root) {
     const char *end = NULL;
     *root = NULL;
-    if (len > BPE_MAX_FILE) return fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes: more than a tokenizer's %zu MiB", name, len, BPE_MAX_FILE >> 20);
+    if (len > BPE_MAX_FILE)
+        return fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes: more than a tokenizer's %zu MiB", name, len,
+                         BPE_MAX_FILE >> 20);
     pthread_mutex_lock(&fsc_json_lock);
     *root = cJSON_ParseWithLengthOpts((const char *)buf, len, &end, 0);
     pthread_mutex_unlock(&fsc_json_lock);
     if (*root) return FSC_OK;
-    size_t at = end && end >= (const char *)buf && end <= (const char *)buf + len ? (size_t)(end - (const char *)buf) : 0;
+    size_t at =
+        end && end >= (const char *)buf && end <= (const char *)buf + len ? (size_t)(end - (const char *)buf) : 0;
     size_t line = 1;
     for (size_t i = 0; i < at; i++) line += buf[i] == '\n';
     return fsc_error(FSC_ERR_FORMAT, "%s: not valid JSON (line %zu, byte %zu)", name, line, at);
@@ -291,18 +310,21 @@ static fsc_status parse_json(const char *name, const uint8_t *buf, size_t len, c
 
 /* The vocabulary, its added tokens and merges (text: merges.txt's lines; or a JSON array of "a b" or [a, b])
  * into a new fsc_bpe with the pattern */
-static fsc_status load_parts(fsc_bpe **out, const char *name, const cJSON *vocab, const cJSON *added, const uint8_t *mtext,
-                             size_t mlen, const char *mname, const cJSON *mjson, int pattern) {
-    if (!cJSON_IsObject(vocab)) return fsc_error(FSC_ERR_FORMAT, "%s: the vocabulary is not a JSON object of \"token\": id", name);
+static fsc_status load_parts(fsc_bpe **out, const char *name, const cJSON *vocab, const cJSON *added,
+                             const uint8_t *mtext, size_t mlen, const char *mname, const cJSON *mjson, int pattern) {
+    if (!cJSON_IsObject(vocab))
+        return fsc_error(FSC_ERR_FORMAT, "%s: the vocabulary is not a JSON object of \"token\": id", name);
     if (added && !cJSON_IsArray(added)) return fsc_error(FSC_ERR_FORMAT, "%s: added_tokens is not an array", name);
     size_t cap = (size_t)cJSON_GetArraySize(vocab) + (added ? (size_t)cJSON_GetArraySize(added) : 0);
     hf_vocab v;
     fsc_bpe *b = calloc(1, sizeof *b);
     uint8_t *is_added = NULL;
-    fsc_status s = b ? vocab_init(&v, name, cap) : (memset(&v, 0, sizeof v), fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name));
+    fsc_status s =
+        b ? vocab_init(&v, name, cap) : (memset(&v, 0, sizeof v), fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name));
     if (s == FSC_OK) s = read_vocab(&v, vocab, added);
     if (s == FSC_OK) s = build(&v, b, &is_added);
-    if (s == FSC_OK && !(b->prio = malloc((size_t)b->n * sizeof *b->prio))) s = fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name);
+    if (s == FSC_OK && !(b->prio = malloc((size_t)b->n * sizeof *b->prio)))
+        s = fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name);
     if (s == FSC_OK) memset(b->prio, 0xff, (size_t)b->n * sizeof *b->prio);
     char where[64];
     size_t k = 0;
@@ -312,7 +334,8 @@ static fsc_status load_parts(fsc_bpe **out, const char *name, const cJSON *vocab
         cJSON_ArrayForEach(m, mjson) {
             snprintf(where, sizeof where, "merge %zu", k);
             const cJSON *m0 = cJSON_GetArrayItem(m, 0), *m1 = cJSON_GetArrayItem(m, 1);
-            if (cJSON_IsString(m)) s = add_merge_text(&v, b, k, where, (const uint8_t *)m->valuestring, strlen(m->valuestring));
+            if (cJSON_IsString(m))
+                s = add_merge_text(&v, b, k, where, (const uint8_t *)m->valuestring, strlen(m->valuestring));
             else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m0) && cJSON_IsString(m1))
                 s = add_merge(&v, b, k, where, (const uint8_t *)m0->valuestring, strlen(m0->valuestring),
                               (const uint8_t *)m1->valuestring, strlen(m1->valuestring));
@@ -352,11 +375,17 @@ static int byte_level(const char *name, const cJSON *p, int use_regex) {
     const cJSON *aps = cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space");
     const cJSON *ur = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
     if (!cJSON_IsFalse(aps))
-        return fsc_error(FSC_ERR_FORMAT, "%s: pre_tokenizer ByteLevel without \"add_prefix_space\": false: fsc does not add "
-                         "a space before the text", name), -1;
+        return fsc_error(FSC_ERR_FORMAT,
+                         "%s: pre_tokenizer ByteLevel without \"add_prefix_space\": false: fsc does not add "
+                         "a space before the text",
+                         name),
+               -1;
     if ((ur && !cJSON_IsBool(ur)) || (use_regex ? cJSON_IsFalse(ur) : !cJSON_IsFalse(ur)))
-        return fsc_error(FSC_ERR_FORMAT, "%s: pre_tokenizer ByteLevel with \"use_regex\" %s: fsc knows GPT-2's ByteLevel (its "
-                         "regex) and Llama 3's Split then ByteLevel (no regex)", name, use_regex ? "false" : "true"), -1;
+        return fsc_error(FSC_ERR_FORMAT,
+                         "%s: pre_tokenizer ByteLevel with \"use_regex\" %s: fsc knows GPT-2's ByteLevel (its "
+                         "regex) and Llama 3's Split then ByteLevel (no regex)",
+                         name, use_regex ? "false" : "true"),
+               -1;
     return 0;
 }
 
@@ -377,8 +406,11 @@ static int pre_tokenizer(const char *name, const cJSON *p) {
             !strcmp(bt->valuestring, "ByteLevel"))
             return byte_level(name, bl, 0) == 0 ? BPE_PATTERN_LLAMA3 : -1;
     }
-    return fsc_error(FSC_ERR_FORMAT, "%s: pre_tokenizer \"%.40s\": fsc knows GPT-2's (ByteLevel) and Llama 3's (Split with "
-                     "its regex, then ByteLevel)", name, t[0] ? t : "none"), -1;
+    return fsc_error(FSC_ERR_FORMAT,
+                     "%s: pre_tokenizer \"%.40s\": fsc knows GPT-2's (ByteLevel) and Llama 3's (Split with "
+                     "its regex, then ByteLevel)",
+                     name, t[0] ? t : "none"),
+           -1;
 }
 
 /* tokenizer.json: a BPE model without what fsc does not do (dropout, subword affixes, byte fallback, a
@@ -388,8 +420,9 @@ static fsc_status load_tokenizer_root(fsc_bpe **out, const char *name, const cJS
     if (!cJSON_IsObject(model)) return fsc_error(FSC_ERR_FORMAT, "%s: no \"model\" object: not a tokenizer.json", name);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
     if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE") != 0))
-        return fsc_error(FSC_ERR_FORMAT, "%s: model.type is %s%.40s%s: fsc reads BPE models", name, cJSON_IsString(type) ? "\"" : "",
-                         cJSON_IsString(type) ? type->valuestring : "not a string", cJSON_IsString(type) ? "\"" : "");
+        return fsc_error(FSC_ERR_FORMAT, "%s: model.type is %s%.40s%s: fsc reads BPE models", name,
+                         cJSON_IsString(type) ? "\"" : "", cJSON_IsString(type) ? type->valuestring : "not a string",
+                         cJSON_IsString(type) ? "\"" : "");
     static const char *const unsupported[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 3; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(model, unsupported[i]);
@@ -397,7 +430,8 @@ static fsc_status load_tokenizer_root(fsc_bpe **out, const char *name, const cJS
             return fsc_error(FSC_ERR_FORMAT, "%s: model.%s is set: fsc's BPE has none", name, unsupported[i]);
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")))
-        return fsc_error(FSC_ERR_FORMAT, "%s: model.byte_fallback is true: a sentencepiece-style BPE, not byte-level", name);
+        return fsc_error(FSC_ERR_FORMAT, "%s: model.byte_fallback is true: a sentencepiece-style BPE, not byte-level",
+                         name);
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (norm && !cJSON_IsNull(norm))
         return fsc_error(FSC_ERR_FORMAT, "%s: a normalizer: fsc applies none (GPT-2's and Llama 3's have none)", name);
@@ -424,11 +458,14 @@ fsc_status fsc_bpe_load_hf_memory(fsc_bpe **out, const void *vocab, size_t vlen,
     *out = NULL;
     FSC_CHECK_BUF(vocab, vlen);
     FSC_CHECK_BUF(merges, mlen);
-    if (mlen > BPE_MAX_FILE) return fsc_error(FSC_ERR_FORMAT, "merges.txt: %zu bytes: more than a tokenizer's %zu MiB", mlen, BPE_MAX_FILE >> 20);
+    if (mlen > BPE_MAX_FILE)
+        return fsc_error(FSC_ERR_FORMAT, "merges.txt: %zu bytes: more than a tokenizer's %zu MiB", mlen,
+                         BPE_MAX_FILE >> 20);
     cJSON *root;
     fsc_status s = parse_json("vocab.json", vocab, vlen, &root);
     if (s == FSC_OK)
-        s = load_parts(out, "vocab.json", root, NULL, merges, mlen, "merges.txt", NULL, BPE_PATTERN_GPT2), cJSON_Delete(root);
+        s = load_parts(out, "vocab.json", root, NULL, merges, mlen, "merges.txt", NULL, BPE_PATTERN_GPT2),
+        cJSON_Delete(root);
     return s;
 }
 
@@ -492,7 +529,12 @@ fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec) {
     int pattern = -1;
     if (!strncmp(spec, "gpt2:", 5)) pattern = BPE_PATTERN_GPT2, spec += 5;
     else if (!strncmp(spec, "llama3:", 7)) pattern = BPE_PATTERN_LLAMA3, spec += 7;
+    char def[4096]; /* (shorter than the names made beside it below) */
     if (!strcmp(spec, "gpt2") && pattern < 0) return fsc_bpe_load_default(out);
+    if (!strcmp(spec, "gpt2")) { /* gpt2:gpt2, llama3:gpt2: the vocabulary fsc_bpe_load_default reads */
+        FSC_TRY(bpe_default_path(def, sizeof def));
+        spec = def;
+    }
     struct stat st;
     if (stat(spec, &st) != 0) return fsc_error(FSC_ERR_IO, "%s: cannot open the tokenizer: %s", spec, strerror(errno));
     char a[4200], m[4200];
@@ -520,9 +562,11 @@ fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec) {
             beside(m, sizeof m, spec, 0, "merges.txt");
             uint8_t *mbuf = NULL;
             size_t mlen;
-            if (!is_file(m)) s = fsc_error(FSC_ERR_IO, "%s: a vocab.json needs merges.txt beside it, and %s is not there", spec, m);
+            if (!is_file(m))
+                s = fsc_error(FSC_ERR_IO, "%s: a vocab.json needs merges.txt beside it, and %s is not there", spec, m);
             else s = bpe_read_file(m, &mbuf, &mlen);
-            if (s == FSC_OK) s = load_parts(out, spec, root, NULL, mbuf, mlen, m, NULL, pattern < 0 ? BPE_PATTERN_GPT2 : pattern);
+            if (s == FSC_OK)
+                s = load_parts(out, spec, root, NULL, mbuf, mlen, m, NULL, pattern < 0 ? BPE_PATTERN_GPT2 : pattern);
             free(mbuf);
         }
         cJSON_Delete(root);
@@ -531,7 +575,8 @@ fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec) {
     if (len - i >= 8 && !memcmp(buf + i, "#version", 8)) { /* merges.txt: vocab.json beside it */
         free(buf);
         beside(a, sizeof a, spec, 0, "vocab.json");
-        if (!is_file(a)) return fsc_error(FSC_ERR_IO, "%s: a merges.txt needs vocab.json beside it, and %s is not there", spec, a);
+        if (!is_file(a))
+            return fsc_error(FSC_ERR_IO, "%s: a merges.txt needs vocab.json beside it, and %s is not there", spec, a);
         return load_hf_paths(out, a, spec, pattern < 0 ? BPE_PATTERN_GPT2 : pattern);
     }
     s = bpe_load_tiktoken(out, spec, buf, len, pattern < 0 ? BPE_PATTERN_GPT2 : pattern);

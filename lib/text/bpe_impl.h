@@ -41,6 +41,8 @@ uint64_t bpe_hash(const uint8_t *p, size_t len);
 fsc_status bpe_read_file(const char *path, uint8_t **buf, size_t *len);
 fsc_status bpe_inflate(const char *name, const uint8_t *buf, size_t len, uint8_t **text, size_t *tlen);
 fsc_status bpe_compile_pattern(fsc_bpe *b, int pattern);
+/* The path of GPT-2's vocabulary file as fsc_bpe_load_default finds it into path (cap bytes) */
+fsc_status bpe_default_path(char *path, size_t cap);
 /* A tiktoken file's bytes (plain or gzip) with the pattern's special tokens after the ranks */
 fsc_status bpe_load_tiktoken(fsc_bpe **out, const char *path, const uint8_t *buf, size_t len, int pattern);
 

@@ -36,7 +36,8 @@ static size_t special_name(int pattern, int i, char *buf) {
 static const char PATTERN_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS
                                    "]+(?![^" WS "])|[" WS "]+";
 /* Llama 3's (tiktoken's cl100k_base pattern), \s spelled the same way:
- *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ */
 static const char PATTERN_LLAMA3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS
                                      "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 
@@ -125,8 +126,10 @@ static int parse_line(const char *name, size_t lineno, const uint8_t *p, size_t 
     if (!sp) return fsc_error(FSC_ERR_FORMAT, "%s: line %zu: expected \"BASE64 RANK\"", name, lineno), -1;
     size_t blen = (size_t)(sp - p);
     long n = blen <= (MAX_TOKEN + 2) / 3 * 4 ? b64_decode(p, blen, tok) : -1;
-    if (n <= 0 || n > MAX_TOKEN) return fsc_error(FSC_ERR_FORMAT, "%s: line %zu: the token is not base64 of 1 to %d bytes", name,
-                                 lineno, MAX_TOKEN), -1;
+    if (n <= 0 || n > MAX_TOKEN)
+        return fsc_error(FSC_ERR_FORMAT, "%s: line %zu: the token is not base64 of 1 to %d bytes", name, lineno,
+                         MAX_TOKEN),
+               -1;
     uint64_t r = 0;
     size_t digits = len - blen - 1;
     for (size_t i = blen + 1; i < len; i++)
@@ -148,7 +151,8 @@ static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc
     for (b->nslots = 512; b->nslots < 2 * (lines + 1);) b->nslots *= 2;
     b->slots = malloc(b->nslots * sizeof *b->slots);
     uint8_t (*tok)[MAX_TOKEN + 2] = malloc(sizeof *tok);
-    fsc_status s = len_of && b->off && b->bytes && b->slots && tok ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name);
+    fsc_status s =
+        len_of && b->off && b->bytes && b->slots && tok ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name);
     /* pass 1: each rank's length (a rank at most once, each below the number of tokens) */
     uint32_t n = 0;
     for (size_t at = 0, lineno = 1; s == FSC_OK && at < len; lineno++) {
@@ -158,13 +162,17 @@ static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc
         if (ll > 0 && parse_line(name, lineno, t + at, ll, *tok, &tl, &r) != 0) s = FSC_ERR_FORMAT;
         else if (ll > 0 && r >= lines) s = fsc_error(FSC_ERR_FORMAT, "%s: line %zu: rank %u, but the file has %zu "
                                                      "tokens: ranks must be 0 .. tokens-1", name, lineno, r, lines);
-        else if (ll > 0 && len_of[r]) s = fsc_error(FSC_ERR_FORMAT, "%s: line %zu: rank %u a second time", name, lineno, r);
+        else if (ll > 0 && len_of[r])
+            s = fsc_error(FSC_ERR_FORMAT, "%s: line %zu: rank %u a second time", name, lineno, r);
         else if (ll > 0) len_of[r] = (uint32_t)tl, n++;
         at += ll + 1;
     }
     for (uint32_t r = 0; s == FSC_OK && r < n; r++)
-        if (!len_of[r]) s = fsc_error(FSC_ERR_FORMAT, "%s: no token has rank %u (%u tokens): ranks must be 0 .. %u", name, r, n, n - 1);
-    if (s == FSC_OK && n < 256) s = fsc_error(FSC_ERR_FORMAT, "%s: %u tokens: every one of the 256 bytes must be a token", name, n);
+        if (!len_of[r])
+            s = fsc_error(FSC_ERR_FORMAT, "%s: no token has rank %u (%u tokens): ranks must be 0 .. %u", name, r, n,
+                          n - 1);
+    if (s == FSC_OK && n < 256)
+        s = fsc_error(FSC_ERR_FORMAT, "%s: %u tokens: every one of the 256 bytes must be a token", name, n);
     for (uint32_t r = 0; s == FSC_OK && r < n; r++) b->off[r + 1] = b->off[r] + len_of[r];
     /* pass 2: the bytes by rank, then the hash table (a token twice is refused) */
     for (size_t at = 0; s == FSC_OK && at < len;) {
@@ -177,7 +185,8 @@ static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc
     b->n = n, b->eot = -1;
     char sp[64];
     for (size_t sl; s == FSC_OK && (sl = special_name(pattern, (int)(b->n - n), sp)) > 0; b->n++) {
-        if (b->n - n == (pattern == BPE_PATTERN_LLAMA3 ? 1 : 0)) b->eot = (int32_t)b->n; /* <|endoftext|>, <|end_of_text|> */
+        if (b->n - n == (pattern == BPE_PATTERN_LLAMA3 ? 1 : 0))
+            b->eot = (int32_t)b->n; /* <|endoftext|>, <|end_of_text|> */
         memcpy(b->bytes + b->off[b->n], sp, sl);
         b->off[b->n + 1] = b->off[b->n] + (uint32_t)sl;
     }
@@ -229,7 +238,8 @@ static fsc_status load_named(fsc_bpe **out, const char *name, const uint8_t *buf
     size_t tlen = len;
     fsc_status s = FSC_OK;
     if (len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) s = bpe_inflate(name, buf, len, &text, &tlen);
-    else if (len > MAX_TEXT) s = fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes: more than a vocabulary's %zu MiB", name, len, MAX_TEXT >> 20);
+    else if (len > MAX_TEXT)
+        s = fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes: more than a vocabulary's %zu MiB", name, len, MAX_TEXT >> 20);
     if (s == FSC_OK) s = parse_text(name, text ? text : buf, tlen, b, pattern);
     free(text);
     if (s == FSC_OK) s = bpe_compile_pattern(b, pattern);
@@ -256,15 +266,17 @@ fsc_status bpe_read_file(const char *path, uint8_t **out, size_t *outlen) {
         if (len == cap) {
             uint8_t *bigger = cap <= MAX_TEXT ? realloc(buf, cap ? cap * 2 : 1 << 16) : NULL;
             if (!bigger) {
-                s = cap <= MAX_TEXT ? fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path)
-                                    : fsc_error(FSC_ERR_FORMAT, "%s: more than %zu MiB: not a vocabulary", path, MAX_TEXT >> 20);
+                s = cap <= MAX_TEXT
+                        ? fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path)
+                        : fsc_error(FSC_ERR_FORMAT, "%s: more than %zu MiB: not a vocabulary", path, MAX_TEXT >> 20);
                 break;
             }
             buf = bigger, cap = cap ? cap * 2 : 1 << 16;
         }
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;
-        if (got == 0 && ferror(f)) s = fsc_error(FSC_ERR_IO, "%s: cannot read the vocabulary: %s", path, strerror(errno));
+        if (got == 0 && ferror(f))
+            s = fsc_error(FSC_ERR_IO, "%s: cannot read the vocabulary: %s", path, strerror(errno));
         if (got == 0) break;
     }
     fclose(f);
@@ -289,25 +301,32 @@ fsc_status bpe_load_tiktoken(fsc_bpe **out, const char *path, const uint8_t *buf
     return load_named(out, path, buf, len, pattern);
 }
 
-fsc_status fsc_bpe_load_default(fsc_bpe **out) {
-    FSC_CHECK_ARG(out);
-    *out = NULL;
+fsc_status bpe_default_path(char *path, size_t cap) {
     const char *here = "examples/data/" FSC_BPE_GPT2_FILE;
-    if (access(here, R_OK) == 0) return fsc_bpe_load(out, here);
-    char exe[4096], path[4200];
+    if (access(here, R_OK) == 0) return snprintf(path, cap, "%s", here), FSC_OK;
+    char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
     if (slash) {
         *slash = '\0';
         const char *where[] = {"../share/fsc", "../examples/data", "../../examples/data"};
         for (int i = 0; i < 3; i++) {
-            snprintf(path, sizeof path, "%s/%s/%s", exe, where[i], FSC_BPE_GPT2_FILE);
-            if (access(path, R_OK) == 0) return fsc_bpe_load(out, path);
+            int w = snprintf(path, cap, "%s/%s/%s", exe, where[i], FSC_BPE_GPT2_FILE);
+            if (w > 0 && (size_t)w < cap && access(path, R_OK) == 0) return FSC_OK;
         }
     }
-    return fsc_error(FSC_ERR_IO, "the GPT-2 vocabulary %s is neither in %s nor beside the program (%.200s/../share/fsc, "
-                     "../examples/data or ../../examples/data): give its path", FSC_BPE_GPT2_FILE, "examples/data",
-                     slash ? exe : "?");
+    return fsc_error(FSC_ERR_IO,
+                     "the GPT-2 vocabulary %s is neither in %s nor beside the program (%.200s/../share/fsc, "
+                     "../examples/data or ../../examples/data): give its path",
+                     FSC_BPE_GPT2_FILE, "examples/data", slash ? exe : "?");
+}
+
+fsc_status fsc_bpe_load_default(fsc_bpe **out) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    char path[4200];
+    FSC_TRY(bpe_default_path(path, sizeof path));
+    return fsc_bpe_load(out, path);
 }
 
 void fsc_bpe_free(fsc_bpe *b) {

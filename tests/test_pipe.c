@@ -237,6 +237,50 @@ static void test_pipe_zb_h1_equals_ddp(void **state) {
     free(ref.params);
 }
 
+/* ZBV (two chunks per rank in a V, W actions): an 8-block GPT whose wte (owned by the first stage) and tied head
+ * (the last stage) both run on rank 0, so the head's gradient of each micro-batch waits there for the embedding's
+ * backward; the last rank hands its chunk 0's outputs to its chunk 1 itself. pp 2, 3 and 4, even and uneven
+ * balances over the 2 pp chunks, m from 1 to 2 pp, every pipeline checkpoint mode, an evaluation before each
+ * step, and dp 2 x pp 2. Oracle: DDP's bits over the same micro-batches, on every rank. */
+static void test_pipe_zbv_equals_ddp(void **state) {
+    (void)state;
+    static const int uneven4[] = { 1, 3, 2, 2 }, uneven6[] = { 2, 1, 1, 1, 2, 1 }, uneven8[] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+    struct { int dp, pp, m; const int *bal; } cases[] = {
+        { 1, 2, 1, NULL }, { 1, 2, 4, uneven4 }, { 1, 2, 3, NULL }, { 1, 3, 3, uneven6 }, { 1, 3, 6, NULL },
+        { 1, 3, 2, NULL }, { 1, 4, 4, NULL }, { 1, 4, 8, uneven8 }, { 2, 2, 4, NULL },
+    };
+    run refs[2][9]; /* [dp - 1][m]: DDP over dp ranks, m micro-batches */
+    memset(refs, 0, sizeof refs);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int ck = 0; ck < 3; ck++) {
+            run p = make(cases[c].dp, cases[c].pp, FSC_PAR_DDP, cases[c].m, 1);
+            p.cfg.layers = 8;
+            p.steps = 2;
+            p.eval = 1;
+            p.po.prefetch = 1;
+            p.po.schedule = FSC_SCHED_ZBV;
+            p.po.balance = cases[c].bal;
+            p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+            run *ref = &refs[cases[c].dp - 1][cases[c].m];
+            if (!ref->params) *ref = reference(&p);
+            train(&p);
+            char what[128];
+            snprintf(what, sizeof what, "zbv, dp %d x pp %d (balance %s), %d micro-batches, checkpoint %s", cases[c].dp,
+                     cases[c].pp, cases[c].bal ? "uneven" : "even", cases[c].m, ckpt_name[ck]);
+            assert_same(ref, &p, what);
+            for (int st = 0; st < p.steps; st++)
+                for (int rk = 0; rk < p.world; rk++)
+                    if (memcmp(&p.ev[rk][st], &p.loss[rk][st], sizeof(double)) != 0)
+                        fail_msg("%s: evaluation of step %d on rank %d %.17g, the step's loss %.17g", what, st, rk,
+                                 p.ev[rk][st], p.loss[rk][st]);
+            assert_true(p.stats[0].ideal_bubble == 0);
+            free(p.params);
+        }
+    }
+    for (int d = 0; d < 2; d++)
+        for (int m = 0; m < 9; m++) free(refs[d][m].params);
+}
+
 /* P in {2, 3, 4}, uneven balances, both schedules, every checkpoint mode, prefetch 0 and 1 (asynchronous
  * sends and receives, docs/overlap.md): DDP's bits */
 static void test_pipe_equals_ddp(void **state) {
@@ -798,7 +842,7 @@ static void test_pipe_bad_options(void **state) {
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "interleaved stages need prefetch");
     r = make(1, 2, FSC_PAR_FSDP, 2, 1); /* W actions: what does not run with them yet */
     r.po.schedule = FSC_SCHED_ZB_H1;
-    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "zb-h1) runs with ddp inside the stages");
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "zbv) runs with ddp inside the stages");
     r.po.kind = FSC_PAR_DDP;
     r.po.checkpoint = 1;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "layer checkpointing (checkpoint) keeps one");
@@ -921,6 +965,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_equals_ddp),
         cmocka_unit_test(test_pipe_zb_h1_equals_ddp),
+        cmocka_unit_test(test_pipe_zbv_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_custom_schedule),
         cmocka_unit_test(test_pipe_interleaved_weights),

@@ -134,7 +134,7 @@ double fsc_pipe_now_s(void) {
 int fsc_pipe_stages(const fsc_parallel_opts *po) { return po->pp > 1 ? po->pp : 1; }
 
 int fsc_pipe_chunks(const fsc_parallel_opts *po) {
-    if (po->schedule == FSC_SCHED_ZBV) return 2; /* a V: two chunks per rank whatever virtual_stages says (checked) */
+    if (po->schedule == FSC_SCHED_ZBV && po->pp > 1) return 2; /* a V: two chunks per rank (virtual_stages checked) */
     return po->virtual_stages > 1 ? po->virtual_stages : 1;
 }
 

@@ -936,11 +936,17 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     FSC_TRY(post_first(p, 1));
     FSC_TRY(tied_post(e, 1));
     double loss_local = 0;
-    for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c) */
+    for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c), each a span of the trace */
         const fsc_pipe_action *x = &p->acts[i];
-        if (x->kind == FSC_ACT_FORWARD) FSC_TRY(forward(e, x->micro, x->chunk, &loss_local));
-        else if (x->kind == FSC_ACT_BACKWARD) FSC_TRY(backward(e, x->micro, x->chunk, dscale));
-        else FSC_TRY(weight(e, x->micro, x->chunk, dscale));
+        fsc_trace_begin(e->trace, "pipe", "%c%d.%d", "FBW"[x->kind], x->micro, x->chunk);
+        fsc_trace_arg(e->trace, "micro", x->micro);
+        fsc_trace_arg(e->trace, "stage", stage_at(p, x->chunk));
+        fsc_status st;
+        if (x->kind == FSC_ACT_FORWARD) st = forward(e, x->micro, x->chunk, &loss_local);
+        else if (x->kind == FSC_ACT_BACKWARD) st = backward(e, x->micro, x->chunk, dscale);
+        else st = weight(e, x->micro, x->chunk, dscale);
+        fsc_trace_end(e->trace);
+        FSC_TRY(st);
     }
     FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
     FSC_TRY(tied_sends_done(p));

@@ -936,15 +936,16 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     FSC_TRY(post_first(p, 1));
     FSC_TRY(tied_post(e, 1));
     double loss_local = 0;
-    for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c), each a span of the trace */
+    for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c), each a span of the trace named
+                                          * kind, micro-batch, chunk ("B3.1") with the microseconds it waited */
         const fsc_pipe_action *x = &p->acts[i];
+        const double waited = p->wait;
         fsc_trace_begin(e->trace, "pipe", "%c%d.%d", "FBW"[x->kind], x->micro, x->chunk);
-        fsc_trace_arg(e->trace, "micro", x->micro);
-        fsc_trace_arg(e->trace, "stage", stage_at(p, x->chunk));
         fsc_status st;
         if (x->kind == FSC_ACT_FORWARD) st = forward(e, x->micro, x->chunk, &loss_local);
         else if (x->kind == FSC_ACT_BACKWARD) st = backward(e, x->micro, x->chunk, dscale);
         else st = weight(e, x->micro, x->chunk, dscale);
+        fsc_trace_arg(e->trace, "wait_us", (p->wait - waited) * 1e6);
         fsc_trace_end(e->trace);
         FSC_TRY(st);
     }

@@ -518,6 +518,44 @@ static void test_pipe_dp_x_pp(void **state) {
     for (int i = 0; i < 5; i++) free(refs[i].params);
 }
 
+/* ZeRO-1 and ZeRO-2 inside the stages of the schedules with chunks or W actions (interleaved with 2 chunks, zb-h1,
+ * zbv): dp 2 x pp 2 on an 8-block GPT, every pipeline checkpoint mode, and dp 2 x pp 3 (zbv: 6 chunks). Oracle:
+ * DDP's bits over the same micro-batches (FSDP inside them is refused: test_pipe_bad_options). */
+static void test_pipe_strategies_in_new_schedules(void **state) {
+    (void)state;
+    struct { fsc_parallel_kind kind; fsc_shard_strategy sh; const char *what; } kinds[] = {
+        { FSC_PAR_ZERO1, 0, "zero1" }, { FSC_PAR_ZERO2, 0, "zero2" },
+    };
+    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const sname[] = { "interleaved", "zb-h1", "zbv" };
+    run ref = { 0 };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int sc = 0; sc < 3; sc++)
+            for (int ck = 0; ck < 4; ck++) {
+                const int pp = ck < 3 ? 2 : 3; /* the fourth: pp 3, checkpoint except_last */
+                if (pp == 3 && scheds[sc] == FSC_SCHED_INTERLEAVED) continue; /* 4 micro-batches: not a multiple */
+                run p = make(2, pp, kinds[k].kind, 4, 1);
+                p.cfg.layers = 8;
+                p.steps = 2;
+                p.po.prefetch = 1;
+                p.po.shard = kinds[k].sh;
+                p.po.schedule = scheds[sc];
+                p.po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+                p.po.pipe_checkpoint = (fsc_pipe_checkpoint)(ck % 3);
+                if (!ref.params) ref = reference(&p);
+                char what[128];
+                snprintf(what, sizeof what, "dp 2 x pp %d, %s inside %s stages, checkpoint %s", pp, kinds[k].what,
+                         sname[sc], ckpt_name[ck % 3]);
+                fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
+                free(p.params);
+                p.params = calloc(fsc_gpt_num_params(&p.cfg), sizeof(float));
+                if (fsc_cluster_run(&co, rank_fn, &p) != FSC_OK) fail_msg("%s: %s", what, fsc_last_error());
+                assert_same(&ref, &p, what);
+                free(p.params);
+            }
+    free(ref.params);
+}
+
 /* Mixed precision: the last stage's wte replica carries stage 0's rounded values (prefetch 0, and 1: sent
  * asynchronously from a copy); f16 votes over the world */
 static void test_pipe_low_precision(void **state) {
@@ -836,13 +874,20 @@ static void test_pipe_bad_options(void **state) {
     r.po.schedule = FSC_SCHED_INTERLEAVED;
     r.po.virtual_stages = 2;
     fsc_cluster_opts co = { .world = r.world, .device = "cpu", .timeout_s = 30 };
-    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "ddp inside the stages only");
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
+               "(interleaved, zbv) run with ddp, zero1 or zero2 inside the stages, not fsdp yet");
     r.po.kind = FSC_PAR_DDP;
     r.po.prefetch = 0;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "interleaved stages need prefetch");
     r = make(1, 2, FSC_PAR_FSDP, 2, 1); /* W actions: what does not run with them yet */
     r.po.schedule = FSC_SCHED_ZB_H1;
-    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "zbv) runs with ddp inside the stages");
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
+               "W actions (zb-h1, zbv) runs with ddp, zero1 or zero2 inside the stages, not fsdp yet");
+    r.po.schedule = FSC_SCHED_ZBV; /* two chunks and W: either refusal names fsdp */
+    r.cfg.layers = 8;
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "not fsdp yet");
+    r.cfg = five_blocks();
+    r.po.schedule = FSC_SCHED_ZB_H1;
     r.po.kind = FSC_PAR_DDP;
     r.po.checkpoint = 1;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "layer checkpointing (checkpoint) keeps one");
@@ -972,6 +1017,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_prefetch_receives),
         cmocka_unit_test(test_pipe_prefetch_every_balance),
         cmocka_unit_test(test_pipe_dp_x_pp),
+        cmocka_unit_test(test_pipe_strategies_in_new_schedules),
         cmocka_unit_test(test_pipe_low_precision),
         cmocka_unit_test(test_pipe_in_flight),
         cmocka_unit_test(test_pipe_send_ring),

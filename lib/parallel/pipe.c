@@ -156,9 +156,9 @@ static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
     if (po->schedule != FSC_SCHED_INTERLEAVED && po->schedule != FSC_SCHED_CUSTOM && po->schedule != FSC_SCHED_ZBV)
         return fsc_error(FSC_ERR_INVALID, "virtual_stages %d needs the interleaved schedule, zbv or a custom one "
                          "(gpipe, 1f1b and zb-h1 run one chunk per rank)", v);
-    if (po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages run with ddp inside the stages "
-                         "only (not fsdp, zero1 or zero2 yet)", v);
+    if (po->kind == FSC_PAR_FSDP)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: stages of several chunks per rank (interleaved, zbv) "
+                         "run with ddp, zero1 or zero2 inside the stages, not fsdp yet", v);
     if ((po->tp > 1) || (po->ep > 1) || po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
         return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages do not run with tp, ep, "
                          "reduce_exact or offload yet", v);
@@ -180,9 +180,9 @@ static int has_weight_actions(const fsc_parallel_opts *po, int pp) {
 
 /* W actions (the split backward): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_split(const fsc_parallel_opts *po) {
-    if (po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) runs with ddp inside the stages only "
-                         "(not fsdp, zero1 or zero2 yet)");
+    if (po->kind == FSC_PAR_FSDP)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) runs with ddp, zero1 or zero2 "
+                         "inside the stages, not fsdp yet");
     if (po->tp > 1 || po->ep > 1 || po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
         return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) does not run with tp, ep, "
                          "reduce_exact or offload yet");

@@ -90,7 +90,7 @@ static void test_trainer_interleaved_equals_ddp(void **st) {
 }
 
 /* --schedule zb-h1 (the split backward): bit-identical to DDP (--check-ddp), the ideal bubble (P-1)/(3M+P-1)
- * in the summary; with FSDP inside the stages refused, naming what runs. */
+ * in the summary; and with FSDP inside 2 x 2 stages. */
 static void test_trainer_zb_h1_equals_ddp(void **st) {
     (void)st;
     const char *args = "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule zb-h1 --check-ddp --json";
@@ -106,10 +106,12 @@ static void test_trainer_zb_h1_equals_ddp(void **st) {
     cJSON_Delete(j);
     free(out);
     free(err);
-    rc = run("--parallel fsdp --pp 2 --dp 2 --schedule zb-h1", &out, &err);
-    assert_int_not_equal(rc, 0);
-    if (!strstr(err, "zbv) runs with ddp, zero1 or zero2 inside the stages, not fsdp yet"))
-        fail_msg("fsdp with zb-h1: %s", err);
+    args = "--parallel fsdp --pp 2 --dp 2 --chunks 4 --schedule zb-h1 --check-ddp --json";
+    rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    j = prog_last_json(out);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "check_ddp"), "bit_identical")));
+    cJSON_Delete(j);
     free(out);
     free(err);
 }
@@ -128,7 +130,7 @@ static void losses_of(const char *args, double *l, int n, const char *said) {
 }
 
 /* --schedule zbv (two chunks per rank in a V): bit-identical to DDP (--check-ddp), the ideal bubble 0 in the
- * summary; a checkpoint saved under zbv resumes under 1f1b, and one saved under 1f1b under zbv, their later losses
+ * summary, also with ZeRO-2 inside 2 x 2 stages; a checkpoint saved under zbv resumes under 1f1b, and one saved under 1f1b under zbv, their later losses
  * those of an uninterrupted run, bit for bit; --virtual-stages other than 2 with zbv is refused. */
 static void test_trainer_zbv(void **st) {
     (void)st;
@@ -142,6 +144,14 @@ static void test_trainer_zbv(void **st) {
     assert_non_null(p);
     assert_true(num(p, "ideal_bubble") == 0);
     assert_non_null(strstr(out, "4 micro-batches, zbv"));
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+    args = "--layers 4 --parallel zero2 --pp 2 --dp 2 --chunks 4 --schedule zbv --check-ddp --json";
+    rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    j = prog_last_json(out);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "check_ddp"), "bit_identical")));
     cJSON_Delete(j);
     free(out);
     free(err);

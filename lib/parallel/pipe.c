@@ -156,9 +156,6 @@ static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
     if (po->schedule != FSC_SCHED_INTERLEAVED && po->schedule != FSC_SCHED_CUSTOM && po->schedule != FSC_SCHED_ZBV)
         return fsc_error(FSC_ERR_INVALID, "virtual_stages %d needs the interleaved schedule, zbv or a custom one "
                          "(gpipe, 1f1b and zb-h1 run one chunk per rank)", v);
-    if (po->kind == FSC_PAR_FSDP)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: stages of several chunks per rank (interleaved, zbv) "
-                         "run with ddp, zero1 or zero2 inside the stages, not fsdp yet", v);
     if ((po->tp > 1) || (po->ep > 1) || po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
         return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages do not run with tp, ep, "
                          "reduce_exact or offload yet", v);
@@ -180,9 +177,6 @@ static int has_weight_actions(const fsc_parallel_opts *po, int pp) {
 
 /* W actions (the split backward): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_split(const fsc_parallel_opts *po) {
-    if (po->kind == FSC_PAR_FSDP)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) runs with ddp, zero1 or zero2 "
-                         "inside the stages, not fsdp yet");
     if (po->tp > 1 || po->ep > 1 || po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
         return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) does not run with tp, ep, "
                          "reduce_exact or offload yet");
@@ -420,6 +414,14 @@ static fsc_model_acts **pool(fsc_pipe *p, int c) { return p->recs + (size_t)c * 
 
 /* This rank's chunk c: the stage it is. */
 static int stage_at(const fsc_pipe *p, int c) { return fsc_pipe_stage_at(p->pl, p->pp, p->stage, c); }
+
+void fsc_pipe_running_layers(const fsc_engine *e, int *lo, int *hi) {
+    const fsc_pipe *p = e->pipe;
+    *lo = e->lf, *hi = e->ll;
+    if (!p || p->v == 1) return;
+    const int g = stage_at(p, p->chunk);
+    *lo = p->lf[g], *hi = p->ll[g];
+}
 
 /* The rank that runs the last stage (loss, targets): the last rank, or a V's first. */
 static int last_rank(const fsc_pipe *p) { return fsc_pipe_stage_rank(p->pl, p->pp, p->S - 1); }

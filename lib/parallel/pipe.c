@@ -3,11 +3,15 @@
  * pipeline group; micro-batches flow forward and their gradients backward over send/recv; one runner
  * executes this rank's list of actions of the schedule (pipe_sched.c makes and validates them); checkpoint
  * modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
- * Interleaved stages (po.virtual_stages v > 1, DDP inside): pp x v stages, rank r runs the chunks (stages)
- * r, r + pp, ...; a record, a slot and a pool of records belong to one chunk, the last rank's chunk c hands
- * its output to the first rank's chunk c + 1 over the wrap-around link (pipe_link.c), and the engine holds
- * only the layers of this rank's chunks (fsc_pipe_runs_layer; e->lf..e->ll is their span). Below, "stage" in
- * the messages' table means a rank; with chunks every action sends and receives as its stage would.
+ * Interleaved stages (po.virtual_stages v > 1): pp x v stages, rank r runs the chunks (stages) r, r + pp, ...; a
+ * record, a slot and a pool of records belong to one chunk, the last rank's chunk c hands its output to the
+ * first rank's chunk c + 1 over the wrap-around link (pipe_link.c), and the engine holds only the layers of
+ * this rank's chunks (fsc_pipe_runs_layer; e->lf..e->ll is their span). A V (zbv, two chunks): rank r runs
+ * stages r and 2 pp - 1 - r; chunk 1's messages travel on links of their own split in reverse rank order
+ * (lk2), the last rank hands chunk 0's output to its chunk 1 (and the gradient back) through a buffer
+ * (lout, lgrad), and a tied tensor whose owner and user are both on rank 0 keeps the user's gradient of each
+ * micro-batch until the owner's backward of it (lt, ltg). Below, "stage" in the messages' table means a rank;
+ * with chunks every action sends and receives as its stage would.
  *
  * Layout (the engine's fsc_layout; Megatron's by default): world = dp x tp x pp, without tensor parallelism
  * rank = stage * dp + dp_index, data-parallel ranks adjacent. The pipeline group holds the ranks of one
@@ -41,7 +45,7 @@
  *   s+1 -> s          gradient w.r.t. the input of micro-batch k (backward)
  *   user -> owner     a tied tensor's gradient of micro-batch k, after the gradient of k
  *
- * W actions (zero-bubble schedules, DDP inside): a B runs the model's backward_input and keeps the record, the
+ * W actions (zero-bubble schedules): a B runs the model's backward_input and keeps the record, the
  * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W.
  *
  * Checkpointing (FairScale's): a checkpointed micro-batch keeps only its stage input (stage 0: its

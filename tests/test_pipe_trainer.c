@@ -181,6 +181,47 @@ static void test_trainer_zbv(void **st) {
     free(err);
 }
 
+/* The lines of file that hold needle (0 if the file cannot be read). */
+static int count_lines(const char *file, const char *needle) {
+    FILE *f = fopen(file, "r");
+    if (!f) return 0;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* --trace of a zbv run: every rank's file holds, per step, an F, a B and a W span ("pipe") of each micro-batch on
+ * each of its 2 chunks, each with the time it waited; tools/pipe_timeline draws the last step of the 2 ranks as
+ * an SVG holding one box per action (2 ranks x 3 kinds x 2 chunks x 4 micro-batches = 48). */
+static void test_trainer_zbv_trace(void **st) {
+    (void)st;
+    char *args = NULL, *dir = NULL, *svg = NULL, *cmd = NULL;
+    if (asprintf(&dir, "%s/zbvtrace", tmpdir) < 0 || asprintf(&svg, "%s/zbv.svg", tmpdir) < 0 ||
+        asprintf(&args, "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule zbv --trace '%s'", dir) < 0)
+        fail_msg("out of memory");
+    char *out, *err;
+    int rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    for (int r = 0; r < 2; r++) {
+        char file[600];
+        snprintf(file, sizeof file, "%s/rank-%d.json", dir, r);
+        const int steps = 2, per = 2 * 4; /* TINY's --steps 2; chunks x micro-batches */
+        assert_int_equal(count_lines(file, "\"cat\":\"pipe\""), 3 * per * steps);
+        assert_int_equal(count_lines(file, "\"wait_us\""), 3 * per * steps);
+        assert_int_equal(count_lines(file, "\"name\":\"W3.1\""), steps);
+    }
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    if (asprintf(&cmd, "'%.*s../tools/pipe_timeline' '%s' '%s'", slash ? (int)(slash - src + 1) : 0, src, dir, svg) < 0)
+        fail_msg("out of memory");
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(count_lines(svg, "<svg "), 1);
+    assert_int_equal(count_lines(svg, "<title>"), 48);
+    assert_int_equal(count_lines(svg, ">rank 1<"), 1);
+    free(out), free(err), free(args), free(dir), free(svg), free(cmd);
+}
+
 static void test_trainer_pipeline_errors(void **st) {
     (void)st;
     struct { const char *args, *needle; } cases[] = {
@@ -235,6 +276,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_interleaved_equals_ddp),
         cmocka_unit_test(test_trainer_zb_h1_equals_ddp),
         cmocka_unit_test(test_trainer_zbv),
+        cmocka_unit_test(test_trainer_zbv_trace),
         cmocka_unit_test(test_trainer_pipeline_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -194,7 +194,8 @@ static void test_pipe_interleaved_layer_checkpoint(void **state) {
 /* ZB-H1 (W actions: each backward split into B, the input gradient, and a later W, the weight gradients):
  * p = 2, 3, 4 stages of the 5-block GPT (its wte tied to the head: those two layers run whole in B), m = p and
  * 2p micro-batches, every pipeline checkpoint mode, prefetch 0 and 1, an evaluation before each step. Oracle:
- * DDP's bits over the same micro-batches, on every rank; and dp 2 x pp 2. Every stage holds p micro-batches (a record
+ * DDP's bits over the same micro-batches, on every rank; uneven balances over 2, 3 and 4 stages in every checkpoint
+ * mode; and dp 2 x pp 2. Every stage holds p micro-batches (a record
  * lives until its W: 1F1B's peak, the first stage's), which also shows that the Ws run apart from the Bs; the
  * ideal bubble is (p-1)/(3m+p-1). */
 static void test_pipe_zb_h1_equals_ddp(void **state) {
@@ -225,6 +226,24 @@ static void test_pipe_zb_h1_equals_ddp(void **state) {
                 assert_true(fabs(p.stats[0].ideal_bubble - (double)(pp - 1) / (3 * m + pp - 1)) < 1e-12);
                 free(p.params);
             }
+    /* uneven balances of the 5 blocks, every checkpoint mode, 4 micro-batches */
+    static const int b2[] = { 3, 2 }, b3[] = { 1, 3, 1 }, b4[] = { 1, 1, 2, 1 };
+    const int *bals[] = { b2, b3, b4 };
+    for (int pp = 2; pp <= 4; pp++)
+        for (int ck = 0; ck < 3; ck++) {
+            run p = make(1, pp, FSC_PAR_DDP, 4, 1);
+            p.steps = 2;
+            p.po.schedule = FSC_SCHED_ZB_H1;
+            p.po.prefetch = 1;
+            p.po.balance = bals[pp - 2];
+            p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+            if (!refs[4].params) refs[4] = reference(&p);
+            train(&p);
+            char what[96];
+            snprintf(what, sizeof what, "zb-h1, pp %d, uneven balance, checkpoint %s", pp, ckpt_name[ck]);
+            assert_same(&refs[4], &p, what);
+            free(p.params);
+        }
     for (int m = 0; m < 9; m++) free(refs[m].params);
     run p = make(2, 2, FSC_PAR_DDP, 4, 1); /* dp 2 x pp 2: DDP reduces in the last W */
     p.steps = 2;

@@ -11,11 +11,13 @@
  * docs/overlap.md), in alternating rounds, and their ratio per round (same run; the median is printed), with
  * checkpoint never and except_last.
  * Then the schedules side by side on such a network: P = 4, M = 8, GPipe, 1F1B, interleaved 1F1B with 2
- * chunks per rank and ZB-H1 (prefetch on), each with its step time, measured bubble, the first stage's peak
- * activations and its formula ((P-1)/(M+P-1); interleaved (P-1)/(v M+P-1); ZB-H1 (P-1)/(3M+P-1), which assumes
- * equal F, B and W).
- * Last, 1F1B against ZB-H1 without a network (compute only, where the split backward's bubble is), P = 2, M = 4
- * and P = 4, M = 8, in alternating rounds (the median of the step times and of the mean bubbles is printed).
+ * chunks per rank, ZB-H1 and ZBV (prefetch on), each with its step time, measured bubble, every stage's peak
+ * activations and most records in flight, and its formula ((P-1)/(M+P-1); interleaved (P-1)/(v M+P-1); ZB-H1
+ * (P-1)/(3M+P-1) and ZBV 0, which assume equal F, B and W), beside the bubble-free step: one rank's step of the
+ * same M micro-batches (no pipeline) divided by P.
+ * Last, 1F1B, ZB-H1 and ZBV without a network (compute only, where the split backward's bubble is), P = 2, M = 4
+ * and P = 4, M = 8, in alternating rounds (the median of the step times and of the mean bubbles is printed), with
+ * the bubble-free step as above.
  * Usage: bench_pipe [steps] [rounds] [schedules|zb] (default 4 and 3; the first step is not timed; "schedules":
  * only the third table, "zb" only the last). */
 #include <stdio.h>
@@ -116,7 +118,15 @@ static int network(const fsc_gpt_config *cfg, const int *balance, int steps, int
     return 0;
 }
 
-/* GPipe, 1F1B, interleaved (v = 2) and ZB-H1 on a network as network()'s, scaled to P = 4: one boundary message a
+/* The bubble-free step of P stages: one rank's step over the same M micro-batches (no pipeline, no network) / P. */
+static double ideal_ms(const fsc_gpt_config *cfg, int steps, int M, int mb, int P) {
+    bench one = { .cfg = *cfg, .steps = steps, .mb = mb };
+    one.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = 1, .accum = M, .no_sync = 1, .prefetch = 1 };
+    const double t = step_ms(&one, 1);
+    return t < 0 ? t : t / P;
+}
+
+/* GPipe, 1F1B, interleaved (v = 2), ZB-H1 and ZBV on a network as network()'s, scaled to P = 4: one boundary message a
  * third of a micro-batch's stage forward and backward (compute alone measured with 1F1B). */
 static int schedules(const fsc_gpt_config *cfg, int steps) {
     const int P = 4, M = 8, mb = 4, V = 2;
@@ -130,10 +140,15 @@ static int schedules(const fsc_gpt_config *cfg, int steps) {
     const double gbps = bytes / ((msg_ms - lat_us * 1e-3) * 1e-3) / 1e9;
     printf("\nschedules: P %d, M %d, even balance, prefetch 1, checkpoint never; network %.3f GB/s, %.0f us per link "
            "(a boundary message %.2f ms); 1f1b compute alone %.1f ms/step\n", P, M, gbps, lat_us, msg_ms, t_c);
-    printf("%-12s %8s %9s  %-30s %12s %9s\n", "sched", "formula", "measured", "per stage", "acts0 MiB", "ms/step");
-    const char *names[] = { "gpipe", "1f1b", "interleaved", "zb-h1" };
-    const fsc_pipe_schedule kinds[] = { FSC_SCHED_GPIPE, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1 };
-    for (int sc = 0; sc < 4; sc++) {
+    const double ideal = ideal_ms(cfg, steps, M, mb, P);
+    if (ideal < 0) return 1;
+    printf("bubble-free step (one rank's step / P): %.1f ms\n", ideal);
+    printf("%-12s %8s %9s  %-24s %-24s %-12s %9s %7s\n", "sched", "formula", "measured", "bubble per stage",
+           "acts MiB per stage", "records", "ms/step", "/ideal");
+    const char *names[] = { "gpipe", "1f1b", "interleaved", "zb-h1", "zbv" };
+    const fsc_pipe_schedule kinds[] = { FSC_SCHED_GPIPE, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1,
+                                        FSC_SCHED_ZBV };
+    for (int sc = 0; sc < 5; sc++) {
         bench b = c;
         b.gbps = gbps;
         b.lat_us = lat_us;
@@ -141,51 +156,59 @@ static int schedules(const fsc_gpt_config *cfg, int steps) {
         b.po.virtual_stages = kinds[sc] == FSC_SCHED_INTERLEAVED ? V : 0;
         if (step_ms(&b, P) < 0) return 1;
         double mean = 0;
-        char per[64] = "", *w = per;
+        char per[64] = "", acts[64] = "", recs[32] = "", *w = per, *x = acts, *y = recs;
         for (int s = 0; s < P; s++) {
             mean += b.st[s].bubble / P;
             w += snprintf(w, sizeof per - (size_t)(w - per), "%s%.3f", s ? " " : "", b.st[s].bubble);
+            x += snprintf(x, sizeof acts - (size_t)(x - acts), "%s%.1f", s ? " " : "",
+                          (double)b.st[s].peak_acts_bytes / 1048576.0);
+            y += snprintf(y, sizeof recs - (size_t)(y - recs), "%s%d", s ? " " : "", b.st[s].max_full_records);
         }
-        printf("%-12s %8.3f %9.3f  %-30s %12.2f %9.1f\n", names[sc], b.st[0].ideal_bubble, mean, per,
-               (double)b.st[0].peak_acts_bytes / 1048576.0, b.ms);
-        printf("RESULT pipe_sched P=%d M=%d %s measured %.4f ideal %.4f ms %.2f\n", P, M, names[sc], mean,
-               b.st[0].ideal_bubble, b.ms);
+        printf("%-12s %8.3f %9.3f  %-24s %-24s %-12s %9.1f %7.2f\n", names[sc], b.st[0].ideal_bubble, mean, per, acts,
+               recs, b.ms, b.ms / ideal);
+        printf("RESULT pipe_sched P=%d M=%d %s measured %.4f ideal %.4f ms %.2f vs_bubble_free %.3f\n", P, M,
+               names[sc], mean, b.st[0].ideal_bubble, b.ms, b.ms / ideal);
         fflush(stdout);
     }
     return 0;
 }
 
-/* 1F1B and ZB-H1 without a network, even balance, prefetch 1, checkpoint never: rounds of both, the median step
- * time and mean bubble of each. */
+/* 1F1B, ZB-H1 and ZBV without a network, even balance, prefetch 1, checkpoint never: rounds of each, the median
+ * step time and mean bubble of each, beside the bubble-free step (the median over the rounds too). */
 static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
     const int cases[][2] = { { 2, 4 }, { 4, 8 } };
-    printf("\n1f1b against zb-h1, no network, even balance, prefetch 1, checkpoint never; median of %d rounds\n",
+    static const fsc_pipe_schedule kinds[] = { FSC_SCHED_1F1B, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const names[] = { "1f1b", "zb-h1", "zbv" };
+    printf("\n1f1b, zb-h1 and zbv, no network, even balance, prefetch 1, checkpoint never; median of %d rounds\n",
            rounds);
-    printf("%-3s %-3s %-6s %8s %9s %12s %9s\n", "P", "M", "sched", "formula", "measured", "acts0 MiB", "ms/step");
+    printf("%-3s %-3s %-6s %8s %9s %12s %9s %7s\n", "P", "M", "sched", "formula", "measured", "acts0 MiB", "ms/step",
+           "/ideal");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int P = cases[c][0], M = cases[c][1];
-        double ms[2][16], bub[2][16], formula[2] = { 0, 0 }, acts[2] = { 0, 0 };
-        for (int round = 0; round < rounds && round < 16; round++)
-            for (int z = 0; z < 2; z++) {
+        double ms[3][16], bub[3][16], formula[3] = { 0, 0, 0 }, acts[3] = { 0, 0, 0 }, ideal[16];
+        for (int round = 0; round < rounds && round < 16; round++) {
+            if ((ideal[round] = ideal_ms(cfg, steps, M, 4, P)) < 0) return 1;
+            for (int z = 0; z < 3; z++) {
                 bench b = { .cfg = *cfg, .steps = steps, .mb = 4 };
                 b.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = P, .accum = M, .no_sync = 1, .prefetch = 1,
-                                            .schedule = z ? FSC_SCHED_ZB_H1 : FSC_SCHED_1F1B,
-                                            .pipe_checkpoint = FSC_PIPE_CKPT_NEVER };
+                                            .schedule = kinds[z], .pipe_checkpoint = FSC_PIPE_CKPT_NEVER };
                 if (step_ms(&b, P) < 0) return 1;
                 double mean = 0;
                 for (int s = 0; s < P; s++) mean += b.st[s].bubble / P;
                 ms[z][round] = b.ms, bub[z][round] = mean;
                 formula[z] = b.st[0].ideal_bubble, acts[z] = (double)b.st[0].peak_acts_bytes / 1048576.0;
             }
+        }
         const int n = rounds < 16 ? rounds : 16;
-        for (int z = 0; z < 2; z++) {
+        qsort(ideal, (size_t)n, sizeof(double), cmp_double);
+        printf("%-3d %-3d %-6s %8s %9s %12s %9.1f\n", P, M, "ideal", "", "", "", ideal[n / 2]);
+        for (int z = 0; z < 3; z++) {
             qsort(ms[z], (size_t)n, sizeof(double), cmp_double);
             qsort(bub[z], (size_t)n, sizeof(double), cmp_double);
-            const char *name = z ? "zb-h1" : "1f1b";
-            printf("%-3d %-3d %-6s %8.3f %9.3f %12.2f %9.1f\n", P, M, name, formula[z], bub[z][n / 2], acts[z],
-                   ms[z][n / 2]);
-            printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f\n", P, M, name, bub[z][n / 2],
-                   formula[z], ms[z][n / 2]);
+            printf("%-3d %-3d %-6s %8.3f %9.3f %12.2f %9.1f %7.2f\n", P, M, names[z], formula[z], bub[z][n / 2],
+                   acts[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
+            printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f vs_bubble_free %.3f\n", P, M,
+                   names[z], bub[z][n / 2], formula[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
         }
         fflush(stdout);
     }

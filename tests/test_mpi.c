@@ -114,6 +114,9 @@ static void test_pipeline_and_tensor_parallel(void **state) {
     /* middle stages: receives posted ahead on both links (docs/overlap.md), 1f1b and gpipe */
     same_bits(4, "pipe --pp 4 --layers 4 --chunks 3 --schedule 1f1b");
     same_bits(3, "pipe --pp 3 --layers 3 --chunks 4 --checkpoint never");
+    /* zbv: chunk 1's links in reverse rank order, the last rank's turn, the head's gradient waiting on rank 0 */
+    same_bits(4, "pipe --pp 4 --layers 8 --chunks 6 --schedule zbv --check-ddp");
+    same_bits(4, "zero2 --pp 2 --layers 4 --chunks 2 --schedule zbv");
     same_bits(2, "ddp --tp 2");
     same_bits(4, "fsdp --tp 2 --sequence-parallel");
     same_bits(3, "fsdp --check-ddp");

@@ -2187,6 +2187,11 @@ static void null_fsc_pipe_schedule_validate(void) {
     INVALID(fsc_pipe_schedule_validate(2, 1, 1, P, NULL), "lens");
 }
 
+static void null_fsc_pipe_schedule_validate_placed(void) {
+    INVALID(fsc_pipe_schedule_validate_placed(FSC_PIPE_V, 2, 2, 1, NULL, P), "lists");
+    INVALID(fsc_pipe_schedule_validate_placed(FSC_PIPE_V, 2, 2, 1, P, NULL), "lens");
+}
+
 static void null_fsc_lr_at(void) {
     RET0(fsc_lr_at(NULL, 0));
 }
@@ -2923,6 +2928,10 @@ static const struct row rows[] = {
     ROW(fsc_pipe_schedule_free),
     ROW(fsc_pipe_schedule_make),
     ROW(fsc_pipe_schedule_validate),
+    ROW(fsc_pipe_schedule_validate_placed),
+    NONE(fsc_pipe_schedule_placement),
+    NONE(fsc_pipe_stage_at),
+    NONE(fsc_pipe_stage_rank),
     ROW(fsc_lr_at),
     NONE(fsc_lr_kind_name),
     ROW(fsc_lr_kind_parse),

@@ -194,7 +194,8 @@ static void test_pipe_interleaved_layer_checkpoint(void **state) {
 /* ZB-H1 (W actions: each backward split into B, the input gradient, and a later W, the weight gradients):
  * p = 2, 3, 4 stages of the 5-block GPT (its wte tied to the head: those two layers run whole in B), m = p and
  * 2p micro-batches, every pipeline checkpoint mode, prefetch 0 and 1, an evaluation before each step. Oracle:
- * DDP's bits over the same micro-batches, on every rank; and dp 2 x pp 2. Every stage holds p micro-batches (a record
+ * DDP's bits over the same micro-batches, on every rank; uneven balances over 2, 3 and 4 stages in every checkpoint
+ * mode; and dp 2 x pp 2. Every stage holds p micro-batches (a record
  * lives until its W: 1F1B's peak, the first stage's), which also shows that the Ws run apart from the Bs; the
  * ideal bubble is (p-1)/(3m+p-1). */
 static void test_pipe_zb_h1_equals_ddp(void **state) {
@@ -225,6 +226,24 @@ static void test_pipe_zb_h1_equals_ddp(void **state) {
                 assert_true(fabs(p.stats[0].ideal_bubble - (double)(pp - 1) / (3 * m + pp - 1)) < 1e-12);
                 free(p.params);
             }
+    /* uneven balances of the 5 blocks, every checkpoint mode, 4 micro-batches */
+    static const int b2[] = { 3, 2 }, b3[] = { 1, 3, 1 }, b4[] = { 1, 1, 2, 1 };
+    const int *bals[] = { b2, b3, b4 };
+    for (int pp = 2; pp <= 4; pp++)
+        for (int ck = 0; ck < 3; ck++) {
+            run p = make(1, pp, FSC_PAR_DDP, 4, 1);
+            p.steps = 2;
+            p.po.schedule = FSC_SCHED_ZB_H1;
+            p.po.prefetch = 1;
+            p.po.balance = bals[pp - 2];
+            p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+            if (!refs[4].params) refs[4] = reference(&p);
+            train(&p);
+            char what[96];
+            snprintf(what, sizeof what, "zb-h1, pp %d, uneven balance, checkpoint %s", pp, ckpt_name[ck]);
+            assert_same(&refs[4], &p, what);
+            free(p.params);
+        }
     for (int m = 0; m < 9; m++) free(refs[m].params);
     run p = make(2, 2, FSC_PAR_DDP, 4, 1); /* dp 2 x pp 2: DDP reduces in the last W */
     p.steps = 2;
@@ -235,6 +254,50 @@ static void test_pipe_zb_h1_equals_ddp(void **state) {
     assert_same(&ref, &p, "zb-h1, dp 2 x pp 2");
     free(p.params);
     free(ref.params);
+}
+
+/* ZBV (two chunks per rank in a V, W actions): an 8-block GPT whose wte (owned by the first stage) and tied head
+ * (the last stage) both run on rank 0, so the head's gradient of each micro-batch waits there for the embedding's
+ * backward; the last rank hands its chunk 0's outputs to its chunk 1 itself. pp 2, 3 and 4, even and uneven
+ * balances over the 2 pp chunks, m from 1 to 2 pp, every pipeline checkpoint mode, an evaluation before each
+ * step, and dp 2 x pp 2. Oracle: DDP's bits over the same micro-batches, on every rank. */
+static void test_pipe_zbv_equals_ddp(void **state) {
+    (void)state;
+    static const int uneven4[] = { 1, 3, 2, 2 }, uneven6[] = { 2, 1, 1, 1, 2, 1 }, uneven8[] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+    struct { int dp, pp, m; const int *bal; } cases[] = {
+        { 1, 2, 1, NULL }, { 1, 2, 4, uneven4 }, { 1, 2, 3, NULL }, { 1, 3, 3, uneven6 }, { 1, 3, 6, NULL },
+        { 1, 3, 2, NULL }, { 1, 4, 4, NULL }, { 1, 4, 8, uneven8 }, { 2, 2, 4, NULL },
+    };
+    run refs[2][9]; /* [dp - 1][m]: DDP over dp ranks, m micro-batches */
+    memset(refs, 0, sizeof refs);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int ck = 0; ck < 3; ck++) {
+            run p = make(cases[c].dp, cases[c].pp, FSC_PAR_DDP, cases[c].m, 1);
+            p.cfg.layers = 8;
+            p.steps = 2;
+            p.eval = 1;
+            p.po.prefetch = 1;
+            p.po.schedule = FSC_SCHED_ZBV;
+            p.po.balance = cases[c].bal;
+            p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+            run *ref = &refs[cases[c].dp - 1][cases[c].m];
+            if (!ref->params) *ref = reference(&p);
+            train(&p);
+            char what[128];
+            snprintf(what, sizeof what, "zbv, dp %d x pp %d (balance %s), %d micro-batches, checkpoint %s", cases[c].dp,
+                     cases[c].pp, cases[c].bal ? "uneven" : "even", cases[c].m, ckpt_name[ck]);
+            assert_same(ref, &p, what);
+            for (int st = 0; st < p.steps; st++)
+                for (int rk = 0; rk < p.world; rk++)
+                    if (memcmp(&p.ev[rk][st], &p.loss[rk][st], sizeof(double)) != 0)
+                        fail_msg("%s: evaluation of step %d on rank %d %.17g, the step's loss %.17g", what, st, rk,
+                                 p.ev[rk][st], p.loss[rk][st]);
+            assert_true(p.stats[0].ideal_bubble == 0);
+            free(p.params);
+        }
+    }
+    for (int d = 0; d < 2; d++)
+        for (int m = 0; m < 9; m++) free(refs[d][m].params);
 }
 
 /* P in {2, 3, 4}, uneven balances, both schedules, every checkpoint mode, prefetch 0 and 1 (asynchronous
@@ -472,6 +535,47 @@ static void test_pipe_dp_x_pp(void **state) {
         free(p.params);
     }
     for (int i = 0; i < 5; i++) free(refs[i].params);
+}
+
+/* ZeRO-1, ZeRO-2 and FSDP (shard_grad_op, full_shard) inside the stages of the schedules with chunks or W actions
+ * (interleaved with 2 chunks, zb-h1, zbv): dp 2 x pp 2 on an 8-block GPT, every pipeline checkpoint mode, and dp 2
+ * x pp 3 (zbv: 6 chunks). Oracle: DDP's bits over the same micro-batches. With chunks, FSDP's prefetch stops at
+ * the end of the chunk that runs (fsc_pipe_running_layers); letting it run on into the rank's next chunk changed
+ * the bits of the checkpointed modes, which this test caught. */
+static void test_pipe_strategies_in_new_schedules(void **state) {
+    (void)state;
+    struct { fsc_parallel_kind kind; fsc_shard_strategy sh; const char *what; } kinds[] = {
+        { FSC_PAR_ZERO1, 0, "zero1" }, { FSC_PAR_ZERO2, 0, "zero2" }, { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, "fsdp shard_grad_op" },
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, "fsdp full_shard" },
+    };
+    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const sname[] = { "interleaved", "zb-h1", "zbv" };
+    run ref = { 0 };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int sc = 0; sc < 3; sc++)
+            for (int ck = 0; ck < 4; ck++) {
+                const int pp = ck < 3 ? 2 : 3; /* the fourth: pp 3, checkpoint except_last */
+                if (pp == 3 && scheds[sc] == FSC_SCHED_INTERLEAVED) continue; /* 4 micro-batches: not a multiple */
+                run p = make(2, pp, kinds[k].kind, 4, 1);
+                p.cfg.layers = 8;
+                p.steps = 2;
+                p.po.prefetch = 1;
+                p.po.shard = kinds[k].sh;
+                p.po.schedule = scheds[sc];
+                p.po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+                p.po.pipe_checkpoint = (fsc_pipe_checkpoint)(ck % 3);
+                if (!ref.params) ref = reference(&p);
+                char what[128];
+                snprintf(what, sizeof what, "dp 2 x pp %d, %s inside %s stages, checkpoint %s", pp, kinds[k].what,
+                         sname[sc], ckpt_name[ck % 3]);
+                fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
+                free(p.params);
+                p.params = calloc(fsc_gpt_num_params(&p.cfg), sizeof(float));
+                if (fsc_cluster_run(&co, rank_fn, &p) != FSC_OK) fail_msg("%s: %s", what, fsc_last_error());
+                assert_same(&ref, &p, what);
+                free(p.params);
+            }
+    free(ref.params);
 }
 
 /* Mixed precision: the last stage's wte replica carries stage 0's rounded values (prefetch 0, and 1: sent
@@ -787,19 +891,18 @@ static void test_pipe_bad_options(void **state) {
     r = make(1, 1, FSC_PAR_DDP, 2, 1);
     r.po.virtual_stages = 2;
     expect_error(&r, "virtual_stages 2 but pp is 1");
-    r = make(1, 2, FSC_PAR_FSDP, 2, 1);
-    r.po.prefetch = 1;
+    r = make(1, 2, FSC_PAR_DDP, 2, 1);
     r.po.schedule = FSC_SCHED_INTERLEAVED;
     r.po.virtual_stages = 2;
     fsc_cluster_opts co = { .world = r.world, .device = "cpu", .timeout_s = 30 };
-    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "ddp inside the stages only");
-    r.po.kind = FSC_PAR_DDP;
     r.po.prefetch = 0;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "interleaved stages need prefetch");
-    r = make(1, 2, FSC_PAR_FSDP, 2, 1); /* W actions: what does not run with them yet */
+    r = make(1, 2, FSC_PAR_DDP, 2, 1); /* W actions: what does not run with them yet */
     r.po.schedule = FSC_SCHED_ZB_H1;
-    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "zb-h1) runs with ddp inside the stages");
-    r.po.kind = FSC_PAR_DDP;
+    r.po.reduce_exact = 1;
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
+               "W actions (zb-h1, zbv) does not run with tp, ep, reduce_exact or offload yet");
+    r.po.reduce_exact = 0;
     r.po.checkpoint = 1;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "layer checkpointing (checkpoint) keeps one");
     r.po.checkpoint = 0;
@@ -921,12 +1024,14 @@ int main(void) {
         cmocka_unit_test(test_pipe_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_equals_ddp),
         cmocka_unit_test(test_pipe_zb_h1_equals_ddp),
+        cmocka_unit_test(test_pipe_zbv_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_custom_schedule),
         cmocka_unit_test(test_pipe_interleaved_weights),
         cmocka_unit_test(test_pipe_prefetch_receives),
         cmocka_unit_test(test_pipe_prefetch_every_balance),
         cmocka_unit_test(test_pipe_dp_x_pp),
+        cmocka_unit_test(test_pipe_strategies_in_new_schedules),
         cmocka_unit_test(test_pipe_low_precision),
         cmocka_unit_test(test_pipe_in_flight),
         cmocka_unit_test(test_pipe_send_ring),

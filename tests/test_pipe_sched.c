@@ -6,7 +6,10 @@
  * refused with a message naming the rank and the action. ZB-H1 gives 1F1B's forwards and backwards with each
  * B followed by a W, rank r letting its first r Ws wait until after its last B; it validates over the grid;
  * lists with W are refused when a W repeats, comes before its B, runs out of order on its chunk or is missing,
- * or appears in a list of 2 v m actions. Runs bit-identical to DDP are test_pipe's. */
+ * or appears in a list of 2 v m actions. ZBV (two chunks in a V) gives the order of its definition (pipe_sched.c,
+ * PyTorch's ScheduleZBVZeroBubble) for p = 2, m = 4, action by action, validates in a V over a grid of p and m,
+ * and a last rank whose chunk 1 runs before its own chunk 0 handed it the input deadlocks on its local stream.
+ * Runs bit-identical to DDP are test_pipe's. */
 #include "testutil.h"
 #include "fsc/pipe_schedule.h"
 
@@ -206,6 +209,75 @@ static void test_stream_order_refused(void **state) {
     free_all(2, &l);
 }
 
+/* "F0.1 B0.1 W0.1" style text of one rank's list: kind, micro-batch, chunk */
+static void text_chunks(const fsc_pipe_action *a, int n, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%c%d.%d", i ? " " : "", "FBW?"[a[i].kind < 3 ? a[i].kind : 3],
+                               a[i].micro, a[i].chunk);
+}
+
+static fsc_status validate_v(int p, int m, const lists *l) {
+    return fsc_pipe_schedule_validate_placed(FSC_PIPE_V, p, 2, m, (const fsc_pipe_action *const *)l->a, l->n);
+}
+
+/* ZBV for p = 2, m = 4 (mm = max(m, 2p - 1) = 4), by the definition in pipe_sched.c */
+static void test_zbv_order(void **state) {
+    (void)state;
+    lists l;
+    make_all(FSC_SCHED_ZBV, 2, 2, 4, &l);
+    const char *want[] = {
+        /* rank 0: 3 forwards of chunk 0; no pairs; 2 rounds F B W of chunk 1; the steady rounds; 2 B W of chunk 0 */
+        "F0.0 F1.0 F2.0 F0.1 B0.1 W0.1 F1.1 B1.1 W1.1 F3.0 B0.0 W0.0 F2.1 B2.1 W2.1 B1.0 W1.0 F3.1 B3.1 W3.1 "
+        "B2.0 W2.0 B3.0 W3.0",
+        /* rank 1: 1 forward; 1 pair F chunk 1, F chunk 0; 1 round F B W of chunk 1; steady; one pair B chunk 0, B
+         * chunk 1; one B W of chunk 0; the Ws left */
+        "F0.0 F0.1 F1.0 F1.1 B0.1 W0.1 F2.0 B0.0 W0.0 F2.1 B1.1 W1.1 F3.0 B1.0 W1.0 F3.1 B2.1 W2.1 B2.0 B3.1 "
+        "B3.0 W2.0 W3.1 W3.0",
+    };
+    for (int r = 0; r < 2; r++) {
+        char buf[512];
+        text_chunks(l.a[r], l.n[r], buf, sizeof buf);
+        assert_string_equal(buf, want[r]);
+    }
+    assert_ok(validate_v(2, 4, &l));
+    assert_int_equal(fsc_pipe_stage_at(FSC_PIPE_V, 4, 1, 1), 6);
+    assert_int_equal(fsc_pipe_stage_rank(FSC_PIPE_V, 4, 6), 1);
+    assert_int_equal(fsc_pipe_stage_rank(FSC_PIPE_LOOP, 4, 6), 2);
+    assert_int_equal(fsc_pipe_schedule_placement(FSC_SCHED_ZBV), FSC_PIPE_V);
+    assert_int_equal(fsc_pipe_schedule_placement(FSC_SCHED_INTERLEAVED), FSC_PIPE_LOOP);
+    free_all(2, &l);
+}
+
+/* ZBV over p = 1..8, m = 1..12: valid in a V, 3 x 2 m actions per rank; a last rank that runs F(0) of its chunk 1
+ * first waits on its own chunk 0 forever; a V placement of other than two chunks is refused */
+static void test_zbv_grid_valid(void **state) {
+    (void)state;
+    for (int p = 1; p <= MAXP; p++)
+        for (int m = 1; m <= 12; m++) {
+            lists l;
+            make_all(FSC_SCHED_ZBV, p, 2, m, &l);
+            for (int r = 0; r < p; r++) assert_int_equal(l.n[r], 6 * m);
+            fsc_status s = validate_v(p, m, &l);
+            if (s != FSC_OK) fail_msg("zbv p %d m %d: %s", p, m, fsc_last_error());
+            free_all(p, &l);
+        }
+    lists l;
+    make_all(FSC_SCHED_ZBV, 2, 2, 4, &l);
+    l.a[1][0] = (fsc_pipe_action){ FSC_ACT_FORWARD, 0, 1 }; /* F0.0 F0.1 as F0.1 F0.0 */
+    l.a[1][1] = (fsc_pipe_action){ FSC_ACT_FORWARD, 0, 0 };
+    assert_err(validate_v(2, 4, &l), FSC_ERR_INVALID,
+               "rank 1 waits at action 0, F(mb 0, chunk 1), for its input from rank 1");
+    assert_err(fsc_pipe_schedule_validate_placed(FSC_PIPE_V, 2, 3, 4, (const fsc_pipe_action *const *)l.a, l.n),
+               FSC_ERR_INVALID, "two chunks per rank");
+    free_all(2, &l);
+    fsc_pipe_action *a = NULL;
+    int n = 0;
+    assert_err(fsc_pipe_schedule_make(FSC_SCHED_ZBV, 2, 1, 4, 0, &a, &n), FSC_ERR_INVALID, "two chunks per rank");
+    assert_null(a);
+}
+
 static void test_make_refuses(void **state) {
     (void)state;
     fsc_pipe_action *a = NULL;
@@ -275,6 +347,8 @@ int main(void) {
         cmocka_unit_test(test_interleaved_order),
         cmocka_unit_test(test_zb_h1_order),
         cmocka_unit_test(test_zb_h1_grid_valid),
+        cmocka_unit_test(test_zbv_order),
+        cmocka_unit_test(test_zbv_grid_valid),
         cmocka_unit_test(test_broken_w_refused),
         cmocka_unit_test(test_interleaved_grid_valid),
         cmocka_unit_test(test_stream_order_refused),

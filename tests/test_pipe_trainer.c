@@ -90,7 +90,7 @@ static void test_trainer_interleaved_equals_ddp(void **st) {
 }
 
 /* --schedule zb-h1 (the split backward): bit-identical to DDP (--check-ddp), the ideal bubble (P-1)/(3M+P-1)
- * in the summary; with FSDP inside the stages refused, naming what runs. */
+ * in the summary; and with FSDP inside 2 x 2 stages. */
 static void test_trainer_zb_h1_equals_ddp(void **st) {
     (void)st;
     const char *args = "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule zb-h1 --check-ddp --json";
@@ -106,11 +106,120 @@ static void test_trainer_zb_h1_equals_ddp(void **st) {
     cJSON_Delete(j);
     free(out);
     free(err);
-    rc = run("--parallel fsdp --pp 2 --dp 2 --schedule zb-h1", &out, &err);
-    assert_int_not_equal(rc, 0);
-    if (!strstr(err, "zb-h1) runs with ddp inside the stages only")) fail_msg("fsdp with zb-h1: %s", err);
+    args = "--parallel fsdp --pp 2 --dp 2 --chunks 4 --schedule zb-h1 --check-ddp --json";
+    rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    j = prog_last_json(out);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "check_ddp"), "bit_identical")));
+    cJSON_Delete(j);
     free(out);
     free(err);
+}
+
+/* The losses of a run (--json's "losses", n of them); its output must hold said (unless NULL). */
+static void losses_of(const char *args, double *l, int n, const char *said) {
+    char *out, *err;
+    int rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    cJSON *j = prog_last_json(out);
+    prog_doubles(j, "losses", l, n, -1.0);
+    cJSON_Delete(j);
+    if (said && !strstr(out, said) && !strstr(err, said)) fail_msg("train_gpt %s: \"%s\" not in\n%s%s", args, said, out, err);
+    free(out);
+    free(err);
+}
+
+/* --schedule zbv (two chunks per rank in a V): bit-identical to DDP (--check-ddp), the ideal bubble 0 in the
+ * summary, also with ZeRO-2 inside 2 x 2 stages; a checkpoint saved under zbv resumes under 1f1b, and one saved under 1f1b under zbv, their later losses
+ * those of an uninterrupted run, bit for bit; --virtual-stages other than 2 with zbv is refused. */
+static void test_trainer_zbv(void **st) {
+    (void)st;
+    const char *args = "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule zbv --check-ddp --json";
+    char *out, *err;
+    int rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    cJSON *j = prog_last_json(out);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "check_ddp"), "bit_identical")));
+    cJSON *p = cJSON_GetObjectItem(j, "pipeline");
+    assert_non_null(p);
+    assert_true(num(p, "ideal_bubble") == 0);
+    assert_non_null(strstr(out, "4 micro-batches, zbv"));
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+    args = "--layers 4 --parallel zero2 --pp 2 --dp 2 --chunks 4 --schedule zbv --check-ddp --json";
+    rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    j = prog_last_json(out);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "check_ddp"), "bit_identical")));
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+    static const char *const scheds[2][2] = { { "zbv", "1f1b" }, { "1f1b", "zbv" } };
+    double ref[4], l[4];
+    losses_of("--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule zbv --steps 4 --json", ref, 4, NULL);
+    for (int k = 0; k < 2; k++) {
+        char *a = NULL, *b = NULL;
+        if (asprintf(&a, "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule %s --steps 2 --save-every 2 "
+                     "--ckpt-dir '%s/zbv%d' --json", scheds[k][0], tmpdir, k) < 0 ||
+            asprintf(&b, "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule %s --steps 4 --save-every 2 --ckpt-dir '%s/zbv%d' "
+                     "--resume '%s/zbv%d' --json", scheds[k][1], tmpdir, k, tmpdir, k) < 0)
+            fail_msg("out of memory");
+        losses_of(a, l, 2, NULL);
+        losses_of(b, l, 4, "step-00000002 at step 2"); /* "resumed from D/step-00000002 at step 2" */
+        for (int i = 2; i < 4; i++)
+            if (memcmp(&l[i], &ref[i], sizeof l[i]))
+                fail_msg("saved under %s, resumed under %s: loss %d is %.17g, uninterrupted %.17g", scheds[k][0],
+                         scheds[k][1], i, l[i], ref[i]);
+        free(a);
+        free(b);
+    }
+    rc = run("--layers 4 --parallel pipe --pp 2 --schedule zbv --virtual-stages 3", &out, &err);
+    assert_int_not_equal(rc, 0);
+    if (!strstr(err, "--schedule zbv runs two chunks per pipeline rank")) fail_msg("zbv with 3 chunks: %s", err);
+    free(out);
+    free(err);
+}
+
+/* The lines of file that hold needle (0 if the file cannot be read). */
+static int count_lines(const char *file, const char *needle) {
+    FILE *f = fopen(file, "r");
+    if (!f) return 0;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* --trace of a zbv run: every rank's file holds, per step, an F, a B and a W span ("pipe") of each micro-batch on
+ * each of its 2 chunks, each with the time it waited; tools/pipe_timeline draws the last step of the 2 ranks as
+ * an SVG holding one box per action (2 ranks x 3 kinds x 2 chunks x 4 micro-batches = 48). */
+static void test_trainer_zbv_trace(void **st) {
+    (void)st;
+    char *args = NULL, *dir = NULL, *svg = NULL, *cmd = NULL;
+    if (asprintf(&dir, "%s/zbvtrace", tmpdir) < 0 || asprintf(&svg, "%s/zbv.svg", tmpdir) < 0 ||
+        asprintf(&args, "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule zbv --trace '%s'", dir) < 0)
+        fail_msg("out of memory");
+    char *out, *err;
+    int rc = run(args, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", args, rc, err);
+    for (int r = 0; r < 2; r++) {
+        char file[600];
+        snprintf(file, sizeof file, "%s/rank-%d.json", dir, r);
+        const int steps = 2, per = 2 * 4; /* TINY's --steps 2; chunks x micro-batches */
+        assert_int_equal(count_lines(file, "\"cat\":\"pipe\""), 3 * per * steps);
+        assert_int_equal(count_lines(file, "\"wait_us\""), 3 * per * steps);
+        assert_int_equal(count_lines(file, "\"name\":\"W3.1\""), steps);
+    }
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    if (asprintf(&cmd, "'%.*s../tools/pipe_timeline' '%s' '%s'", slash ? (int)(slash - src + 1) : 0, src, dir, svg) < 0)
+        fail_msg("out of memory");
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(count_lines(svg, "<svg "), 1);
+    assert_int_equal(count_lines(svg, "<title>"), 48);
+    assert_int_equal(count_lines(svg, ">rank 1<"), 1);
+    free(out), free(err), free(args), free(dir), free(svg), free(cmd);
 }
 
 static void test_trainer_pipeline_errors(void **st) {
@@ -166,6 +275,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_pipeline_equals_ddp),
         cmocka_unit_test(test_trainer_interleaved_equals_ddp),
         cmocka_unit_test(test_trainer_zb_h1_equals_ddp),
+        cmocka_unit_test(test_trainer_zbv),
+        cmocka_unit_test(test_trainer_zbv_trace),
         cmocka_unit_test(test_trainer_pipeline_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -91,12 +91,19 @@ static int check_pipeline(const train_config *c, const int *given, char *err, si
         if (c->pp > c->layers)
             return snprintf(err, cap, "--pp %d pipeline stages but the model has %d blocks (--layers): every stage "
                             "needs at least one", c->pp, c->layers), -1;
+        if (pipe_schedule_kind[c->schedule] == FSC_SCHED_ZBV && given[option_index("virtual-stages")] &&
+            c->virtual_stages != 2)
+            return snprintf(err, cap, "--schedule zbv runs two chunks per pipeline rank (placed in a V), not "
+                            "--virtual-stages %d", c->virtual_stages), -1;
+        if (c->pp * config_chunks(c) > c->layers && pipe_schedule_kind[c->schedule] == FSC_SCHED_ZBV)
+            return snprintf(err, cap, "--pp %d x 2 chunks (--schedule zbv) but the model has %d blocks (--layers): every "
+                            "chunk needs at least one", c->pp, c->layers), -1;
         if (c->pp * c->virtual_stages > c->layers)
             return snprintf(err, cap, "--pp %d x --virtual-stages %d chunks but the model has %d blocks (--layers): every "
                             "chunk needs at least one", c->pp, c->virtual_stages, c->layers), -1;
         int bal[1024];
         if (c->balance && fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = c->layers + 2 },
-                                            c->pp * c->virtual_stages, bal) != FSC_OK)
+                                            c->pp * config_chunks(c), bal) != FSC_OK)
             return snprintf(err, cap, "--balance: %s", fsc_last_error()), -1;
     }
     return 0;

@@ -33,7 +33,7 @@ fsc_status parallel_opts(const train_config *c, int *balance, fsc_parallel_opts 
     po.ep = c->ep;
     if (c->balance) {
         /* both models have --layers blocks between the embedding and the head; parse reads only n_layers */
-        FSC_TRY(fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = c->layers + 2 }, c->pp * c->virtual_stages,
+        FSC_TRY(fsc_balance_parse(c->balance, &(fsc_model){ .n_layers = c->layers + 2 }, c->pp * config_chunks(c),
                                   balance));
         po.balance = balance;
     }

@@ -81,7 +81,7 @@ const option options[NOPT] = {
     {"pp", "P", "1", "pipeline stages (world = dp x tp x pp, laid out by --order)", K_INT, F(pp), 1, 1024, NULL},
     {"dp", "D", "0", "data-parallel ranks (0: --world / (--tp x --pp); without --world, world = D x T x P)", K_INT, F(dp), 0, 1024, NULL},
     {"chunks", "M", "0", "pipeline micro-batches per step (another name for --accum)", K_INT, F(chunks), 0, 1 << 20, NULL},
-    {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b|interleaved|zb-h1 (zero bubble: split backward; docs/pipeline.md)", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b|interleaved|zb-h1"},
+    {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b|interleaved|zb-h1|zbv (zero bubble: split backward; zbv: two chunks per rank in a V, --balance then has 2 pp entries; docs/pipeline.md)", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b|interleaved|zb-h1|zbv"},
     {"virtual-stages", "V", "1", "with --schedule interleaved: chunks of blocks per pipeline rank (--balance then has pp x V entries)", K_INT, F(virtual_stages), 1, 1024, NULL},
     {"balance", "N,N,..", NULL, "pipeline blocks per stage (default: as even as possible)", K_STR, F(balance), 0, 0, NULL},
     {"tp", "T", "1", "tensor-parallel ranks (world = dp x tp x pp; --parallel runs over each data group)", K_INT, F(tp), 1, 1024, NULL},
@@ -101,7 +101,12 @@ _Static_assert(sizeof options / sizeof options[0] == NOPT, "NOPT (train.h) count
 
 const fsc_dtype precision_dtype[3] = {FSC_F32, FSC_BF16, FSC_F16};
 const fsc_pipe_checkpoint pipe_ckpt_mode[3] = {FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKPT_EXCEPT_LAST, FSC_PIPE_CKPT_NEVER};
-const fsc_pipe_schedule pipe_schedule_kind[4] = {FSC_SCHED_GPIPE, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1};
+const fsc_pipe_schedule pipe_schedule_kind[5] = {FSC_SCHED_GPIPE, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1,
+                                                 FSC_SCHED_ZBV};
+
+int config_chunks(const train_config *c) {
+    return pipe_schedule_kind[c->schedule] == FSC_SCHED_ZBV ? 2 : c->virtual_stages;
+}
 
 void usage(FILE *f) {
     fprintf(f, "usage: fsc-train [options]   (build/fsc-train; build/train_gpt is the same program)\n"

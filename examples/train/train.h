@@ -107,7 +107,9 @@ extern const option options[NOPT];
 
 extern const fsc_dtype precision_dtype[3];          /* --precision */
 extern const fsc_pipe_checkpoint pipe_ckpt_mode[3]; /* --checkpoint */
-extern const fsc_pipe_schedule pipe_schedule_kind[4]; /* --schedule */
+extern const fsc_pipe_schedule pipe_schedule_kind[5]; /* --schedule */
+/* Chunks of blocks per pipeline rank: --virtual-stages, or 2 with --schedule zbv (a V). */
+int config_chunks(const train_config *c);
 #define PAR_PIPE 5    /* --parallel pipe: a pipeline with ddp in each stage */
 #define CONFIG_MAX (1 << 20) /* bytes of a --config file, and of the train_config.json --resume compares */
 /* --ckpt-dir's record of the run's options (config.json before: Hugging Face's name for a model's configuration,

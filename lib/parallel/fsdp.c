@@ -46,6 +46,7 @@
 #include "layout_impl.h"
 #include "exact.h"
 #include "overlap.h"
+#include "pipe.h"
 
 /* An all-gather of a unit's masters in flight (prefetch) or about to be waited for. */
 typedef struct {
@@ -307,8 +308,9 @@ static fsc_status uploads_drop(fsc_engine *e) {
  * again, so the next prefetch finds their shards on the device. */
 static void prefetch(fsc_engine *e, int layer, int dir) {
     fsdp_state *d = e->sd;
-    int ok = 1;
-    for (int l = layer + dir; ok && d->prefetch && l >= e->lf && l <= e->ll && d->inflight < d->limit - 1; l += dir) {
+    int ok = 1, lo, hi; /* a pipeline's chunk: the layers after it run on another rank */
+    fsc_pipe_running_layers(e, &lo, &hi);
+    for (int l = layer + dir; ok && d->prefetch && l >= lo && l <= hi && d->inflight < d->limit - 1; l += dir) {
         for (int u = 1; u < d->nunits && d->inflight < d->limit - 1; u++) {
             fsdp_unit *U = &d->u[u];
             if (U->full || U->g.req || !layer_uses_unit(e, d, l, u)) continue;
@@ -320,7 +322,7 @@ static void prefetch(fsc_engine *e, int layer, int dir) {
         }
     }
     if (!ok || d->mdev == e->dev) return;
-    for (int l = layer + dir; d->prefetch && l >= e->lf && l <= e->ll && d->uploading < d->limit - 1; l += dir) {
+    for (int l = layer + dir; d->prefetch && l >= lo && l <= hi && d->uploading < d->limit - 1; l += dir) {
         for (int u = 1; u < d->nunits && d->uploading < d->limit - 1; u++) {
             fsdp_unit *U = &d->u[u];
             if (U->full || U->g.req || U->dm || !layer_uses_unit(e, d, l, u)) continue;

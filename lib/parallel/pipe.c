@@ -3,11 +3,15 @@
  * pipeline group; micro-batches flow forward and their gradients backward over send/recv; one runner
  * executes this rank's list of actions of the schedule (pipe_sched.c makes and validates them); checkpoint
  * modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
- * Interleaved stages (po.virtual_stages v > 1, DDP inside): pp x v stages, rank r runs the chunks (stages)
- * r, r + pp, ...; a record, a slot and a pool of records belong to one chunk, the last rank's chunk c hands
- * its output to the first rank's chunk c + 1 over the wrap-around link (pipe_link.c), and the engine holds
- * only the layers of this rank's chunks (fsc_pipe_runs_layer; e->lf..e->ll is their span). Below, "stage" in
- * the messages' table means a rank; with chunks every action sends and receives as its stage would.
+ * Interleaved stages (po.virtual_stages v > 1): pp x v stages, rank r runs the chunks (stages) r, r + pp, ...; a
+ * record, a slot and a pool of records belong to one chunk, the last rank's chunk c hands its output to the
+ * first rank's chunk c + 1 over the wrap-around link (pipe_link.c), and the engine holds only the layers of
+ * this rank's chunks (fsc_pipe_runs_layer; e->lf..e->ll is their span). A V (zbv, two chunks): rank r runs
+ * stages r and 2 pp - 1 - r; chunk 1's messages travel on links of their own split in reverse rank order
+ * (lk2), the last rank hands chunk 0's output to its chunk 1 (and the gradient back) through a buffer
+ * (lout, lgrad), and a tied tensor whose owner and user are both on rank 0 keeps the user's gradient of each
+ * micro-batch until the owner's backward of it (lt, ltg). Below, "stage" in the messages' table means a rank;
+ * with chunks every action sends and receives as its stage would.
  *
  * Layout (the engine's fsc_layout; Megatron's by default): world = dp x tp x pp, without tensor parallelism
  * rank = stage * dp + dp_index, data-parallel ranks adjacent. The pipeline group holds the ranks of one
@@ -41,7 +45,7 @@
  *   s+1 -> s          gradient w.r.t. the input of micro-batch k (backward)
  *   user -> owner     a tied tensor's gradient of micro-batch k, after the gradient of k
  *
- * W actions (zero-bubble schedules, DDP inside): a B runs the model's backward_input and keeps the record, the
+ * W actions (zero-bubble schedules): a B runs the model's backward_input and keeps the record, the
  * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W.
  *
  * Checkpointing (FairScale's): a checkpointed micro-batch keeps only its stage input (stage 0: its
@@ -67,7 +71,8 @@ typedef struct {
 
 struct fsc_pipe {
     int pp, dp, stage, dpi;
-    int v, S;                 /* chunks per rank, stages (pp x v): chunk c of this rank is stage c pp + stage */
+    int v, S;                 /* chunks per rank, stages (pp x v): chunk c of this rank is stage_at(p, c) */
+    fsc_pipe_placement pl;    /* loop (chunk c is stage c pp + stage) or V (zbv: stage, then 2 pp - 1 - stage) */
     int *lf, *ll;             /* (S) layer range of every stage */
     fsc_comm *pipe_comm;      /* the ranks of this dp_index, by stage (the engine's) */
     fsc_comm *data_comm;      /* the ranks of this stage, by dp_index (e->comm, the engine's) */
@@ -91,6 +96,16 @@ struct fsc_pipe {
     int *gp_chunk;            /* (v (M + 2)) the chunk (pool) of gp_rec[i] */
     int ngp;
     fsc_pipe_links lk;        /* po.prefetch: the links and the receives posted ahead (pipe_link.c) */
+    fsc_pipe_links lk2;       /* a V: the links of chunk 1, whose micro-batches go from rank r + 1 to rank r */
+    float **lout, **lgrad;    /* (M) a V's last rank: the output of micro-batch k's chunk 0 for its chunk 1, the
+                               * input gradient of its chunk 1 for its chunk 0 (in_floats each, from the ins pool) */
+    /* tied tensors whose owner and users are two chunks of this rank (a V's first rank holds the first and the
+     * last stage): tensor, owner chunk, user chunk; the user's gradient of micro-batch k waits in ltg[x M + k]
+     * (from ltg_free, numel floats each) until the owner's backward of k */
+    int nlt;
+    int (*lt)[3];
+    float **ltg, **ltg_free;
+    int nltg_free;
     /* tied tensors whose owner and users run on different ranks: tensor, owner rank, user rank, and the chunks
      * of those ranks that hold the owner and the users */
     int ntied;
@@ -100,7 +115,8 @@ struct fsc_pipe {
     /* the step */
     const char *in, *tgt;
     int chunk;                /* the chunk whose forward or backward runs */
-    int in_left, grad_left;   /* po.prefetch: inputs and output gradients still to receive in this step */
+    int in_left[2], grad_left[2]; /* po.prefetch: inputs and output gradients still to receive in this step, on
+                                   * lk and lk2 */
     unsigned char *send_tied; /* (v) owner rank: chunk c's next forward sends the tied tensors it owns */
     int recompute;            /* a checkpointed forward runs again */
     double wait;              /* seconds waited in this step */
@@ -126,7 +142,10 @@ double fsc_pipe_now_s(void) {
 
 int fsc_pipe_stages(const fsc_parallel_opts *po) { return po->pp > 1 ? po->pp : 1; }
 
-int fsc_pipe_chunks(const fsc_parallel_opts *po) { return po->virtual_stages > 1 ? po->virtual_stages : 1; }
+int fsc_pipe_chunks(const fsc_parallel_opts *po) {
+    if (po->schedule == FSC_SCHED_ZBV && po->pp > 1) return 2; /* a V: two chunks per rank (virtual_stages checked) */
+    return po->virtual_stages > 1 ? po->virtual_stages : 1;
+}
 
 fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers) {
     long sum = 0;
@@ -143,12 +162,9 @@ fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers) {
 
 /* Interleaved stages (v > 1): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
-    if (po->schedule != FSC_SCHED_INTERLEAVED && po->schedule != FSC_SCHED_CUSTOM)
-        return fsc_error(FSC_ERR_INVALID, "virtual_stages %d needs the interleaved schedule or a custom one (gpipe "
-                         "and 1f1b run one chunk per rank)", v);
-    if (po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages run with ddp inside the stages "
-                         "only (not fsdp, zero1 or zero2 yet)", v);
+    if (po->schedule != FSC_SCHED_INTERLEAVED && po->schedule != FSC_SCHED_CUSTOM && po->schedule != FSC_SCHED_ZBV)
+        return fsc_error(FSC_ERR_INVALID, "virtual_stages %d needs the interleaved schedule, zbv or a custom one "
+                         "(gpipe, 1f1b and zb-h1 run one chunk per rank)", v);
     if ((po->tp > 1) || (po->ep > 1) || po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
         return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages do not run with tp, ep, "
                          "reduce_exact or offload yet", v);
@@ -160,7 +176,7 @@ static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
 
 /* Whether the schedule has W actions (zb-h1, or a custom list with any): every rank asks the same. */
 static int has_weight_actions(const fsc_parallel_opts *po, int pp) {
-    if (po->schedule == FSC_SCHED_ZB_H1) return 1;
+    if (po->schedule == FSC_SCHED_ZB_H1 || po->schedule == FSC_SCHED_ZBV) return 1;
     if (po->schedule != FSC_SCHED_CUSTOM || !po->actions || !po->nactions) return 0;
     for (int r = 0; r < pp; r++)
         for (int i = 0; po->actions[r] && i < po->nactions[r]; i++)
@@ -170,14 +186,11 @@ static int has_weight_actions(const fsc_parallel_opts *po, int pp) {
 
 /* W actions (the split backward): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_split(const fsc_parallel_opts *po) {
-    if (po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1) runs with ddp inside the stages only "
-                         "(not fsdp, zero1 or zero2 yet)");
     if (po->tp > 1 || po->ep > 1 || po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1) does not run with tp, ep, "
+        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) does not run with tp, ep, "
                          "reduce_exact or offload yet");
     if (po->checkpoint)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1) keeps every layer's record of a "
+        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) keeps every layer's record of a "
                          "micro-batch until its W; layer checkpointing (checkpoint) keeps one: use the pipeline "
                          "checkpoint modes (pipe_checkpoint) instead");
     return FSC_OK;
@@ -204,9 +217,12 @@ fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel
         return fsc_error(FSC_ERR_INVALID, "%d pipeline stages x %d virtual stages = %lld chunks but the model has %d "
                          "blocks (every chunk needs at least one)", pp, v, (long long)pp * v, L);
     if (po->schedule != FSC_SCHED_GPIPE && po->schedule != FSC_SCHED_1F1B && po->schedule != FSC_SCHED_INTERLEAVED &&
-        po->schedule != FSC_SCHED_CUSTOM && po->schedule != FSC_SCHED_ZB_H1)
-        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved, zb-h1 or custom)",
-                         (int)po->schedule);
+        po->schedule != FSC_SCHED_CUSTOM && po->schedule != FSC_SCHED_ZB_H1 && po->schedule != FSC_SCHED_ZBV)
+        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved, zb-h1, zbv or "
+                         "custom)", (int)po->schedule);
+    if (po->schedule == FSC_SCHED_ZBV && po->virtual_stages > 2)
+        return fsc_error(FSC_ERR_INVALID, "the zbv schedule runs two chunks per rank (placed in a V), not "
+                         "virtual_stages %d", po->virtual_stages);
     if (po->schedule == FSC_SCHED_CUSTOM && (!po->actions || !po->nactions))
         return fsc_error(FSC_ERR_INVALID, "the custom pipeline schedule needs actions and nactions (the action lists "
                          "of every pipeline rank)");
@@ -235,7 +251,7 @@ static int stage_of(const fsc_pipe *p, int layer) {
 
 int fsc_pipe_runs_layer(const fsc_engine *e, int l) {
     const fsc_pipe *p = e->pipe;
-    return !p || stage_of(p, l) % p->pp == p->stage;
+    return !p || fsc_pipe_stage_rank(p->pl, p->pp, stage_of(p, l)) == p->stage;
 }
 
 /* The tied tensors whose users run on another stage than their owner (p->tied). */
@@ -257,22 +273,28 @@ static fsc_status find_tied(fsc_engine *e) {
                                  pi->name, pi->users[0], pi->users[k], su, stage_of(p, pi->users[k]));
         }
         if (so == su) continue;
-        if (so % p->pp == su % p->pp)
-            return fsc_error(FSC_ERR_UNSUPPORTED, "pipeline: tensor %s is owned by stage %d and used by stage %d, two "
-                             "chunks of rank %d (tied tensors need their users on another rank)", pi->name, so, su,
-                             so % p->pp);
+        const int ro = fsc_pipe_stage_rank(p->pl, p->pp, so), ru = fsc_pipe_stage_rank(p->pl, p->pp, su);
+        if (ro == ru) { /* two chunks of one rank: the gradient waits on that rank (a V's first rank) */
+            if (ro != p->stage) continue;
+            int (*t)[3] = realloc(p->lt, (size_t)(p->nlt + 1) * sizeof *t);
+            if (!t) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+            p->lt = t;
+            int *x = p->lt[p->nlt++];
+            x[0] = i, x[1] = so / p->pp, x[2] = su / p->pp;
+            continue;
+        }
         int (*t)[5] = realloc(p->tied, (size_t)(p->ntied + 1) * sizeof *t);
         if (!t) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
         p->tied = t;
         int *x = p->tied[p->ntied++];
-        x[0] = i, x[1] = so % p->pp, x[2] = su % p->pp, x[3] = so / p->pp, x[4] = su / p->pp;
+        x[0] = i, x[1] = ro, x[2] = ru, x[3] = so / p->pp, x[4] = su / p->pp;
     }
     return FSC_OK;
 }
 
 /* A caller's lists (po.actions): validated; a copy of this rank's kept in p->acts. */
 static fsc_status take_custom(fsc_pipe *p, const fsc_parallel_opts *po) {
-    FSC_TRY(fsc_pipe_schedule_validate(p->pp, p->v, p->M, po->actions, po->nactions));
+    FSC_TRY(fsc_pipe_schedule_validate_placed(p->pl, p->pp, p->v, p->M, po->actions, po->nactions));
     const int n = po->nactions[p->stage];
     p->acts = malloc((size_t)n * sizeof *p->acts);
     if (!p->acts) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
@@ -290,7 +312,8 @@ static fsc_status make_schedule(fsc_pipe *p, const fsc_parallel_opts *po) {
     fsc_status s = lists && lens ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     for (int r = 0; r < p->pp && s == FSC_OK; r++)
         s = fsc_pipe_schedule_make(kind, p->pp, p->v, p->M, r, &lists[r], &lens[r]);
-    if (s == FSC_OK) s = fsc_pipe_schedule_validate(p->pp, p->v, p->M, (const fsc_pipe_action *const *)lists, lens);
+    if (s == FSC_OK)
+        s = fsc_pipe_schedule_validate_placed(p->pl, p->pp, p->v, p->M, (const fsc_pipe_action *const *)lists, lens);
     for (int r = 0; r < p->pp && lists; r++) {
         if (r == p->stage && s == FSC_OK) p->acts = lists[r], p->nacts = lens[r];
         else fsc_pipe_schedule_free(lists[r]);
@@ -313,6 +336,7 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->dpi = l->data;
     p->M = e->po.accum;
     p->v = fsc_pipe_chunks(&e->po);
+    p->pl = fsc_pipe_schedule_placement(e->po.schedule);
     const int S = p->S = pp * p->v, v = p->v;
     const size_t per = (size_t)v * ((size_t)p->M + 2); /* records of all chunks, in flight or pooled */
     p->lf = calloc((size_t)S, sizeof(int));
@@ -325,8 +349,10 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->gp_rec = calloc(per, sizeof *p->gp_rec);
     p->gp_req = calloc(per, sizeof *p->gp_req);
     p->gp_chunk = calloc(per, sizeof *p->gp_chunk);
+    p->lout = calloc((size_t)p->M, sizeof *p->lout);
+    p->lgrad = calloc((size_t)p->M, sizeof *p->lgrad);
     if (!p->lf || !p->ll || !p->slots || !p->recs || !p->nrecs || !p->send_tied || !p->ins || !p->gp_rec ||
-        !p->gp_req || !p->gp_chunk)
+        !p->gp_req || !p->gp_chunk || !p->lout || !p->lgrad)
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* stage s runs blocks [first, first + balance[s]); even: the first L % S stages take one more */
     int first = 1;
@@ -337,6 +363,9 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
         first += n;
     }
     FSC_TRY(find_tied(e));
+    if (p->nlt && (!(p->ltg = calloc((size_t)p->nlt * p->M, sizeof *p->ltg)) ||
+                   !(p->ltg_free = calloc((size_t)p->nlt * p->M, sizeof *p->ltg_free))))
+        return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     FSC_TRY(make_schedule(p, &e->po));
     for (int i = 0; i < p->nacts; i++) /* a model that does not split runs its whole backward in B */
         p->split |= p->acts[i].kind == FSC_ACT_WEIGHT && e->m->ops->backward_input && e->m->ops->backward_weight;
@@ -346,12 +375,17 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->pipe_comm = e->pipe_comm;
     p->data_comm = e->comm;
     if (!p->pipe_comm) return fsc_error(FSC_ERR_INTERNAL, "pipe: the engine made no pipeline group");
-    if (e->po.prefetch) FSC_TRY(fsc_pipe_links_create(e, p->pipe_comm, p->stage, v > 1, &p->lk));
+    if (e->po.prefetch) { /* a V: chunk 0's links in rank order, chunk 1's in the reverse order */
+        const int vee = p->pl == FSC_PIPE_V;
+        FSC_TRY(fsc_pipe_links_create(e, p->pipe_comm, p->stage, v > 1 && !vee, &p->lk));
+        if (vee) FSC_TRY(fsc_pipe_links_create(e, p->pipe_comm, pp - 1 - p->stage, 0, &p->lk2));
+    }
     for (int x = 0; x < p->ntied && p->tl; x++)
         FSC_TRY(fsc_pipe_tied_create(e, p->pipe_comm, p->stage, p->tied[x][1], p->tied[x][2],
                                      e->m->info[p->tied[x][0]].numel, &p->tl[x]));
     e->lf = p->lf[p->stage];
-    e->ll = p->ll[(v - 1) * pp + p->stage]; /* with chunks the span of the first and the last: fsc_pipe_runs_layer */
+    e->ll = p->ll[fsc_pipe_stage_at(p->pl, pp, p->stage, v - 1)]; /* with chunks the span of the first and the
+                                                                    * last: fsc_pipe_runs_layer */
     p->st.pp = pp;
     p->st.dp = p->dp;
     p->st.stage = p->stage;
@@ -388,7 +422,31 @@ fsc_status fsc_pipe_after_setup(fsc_engine *e) {
 static fsc_model_acts **pool(fsc_pipe *p, int c) { return p->recs + (size_t)c * ((size_t)p->M + 2); }
 
 /* This rank's chunk c: the stage it is. */
-static int stage_at(const fsc_pipe *p, int c) { return c * p->pp + p->stage; }
+static int stage_at(const fsc_pipe *p, int c) { return fsc_pipe_stage_at(p->pl, p->pp, p->stage, c); }
+
+void fsc_pipe_running_layers(const fsc_engine *e, int *lo, int *hi) {
+    const fsc_pipe *p = e->pipe;
+    *lo = e->lf, *hi = e->ll;
+    if (!p || p->v == 1) return;
+    const int g = stage_at(p, p->chunk);
+    *lo = p->lf[g], *hi = p->ll[g];
+}
+
+/* The rank that runs the last stage (loss, targets): the last rank, or a V's first. */
+static int last_rank(const fsc_pipe *p) { return fsc_pipe_stage_rank(p->pl, p->pp, p->S - 1); }
+
+/* The links chunk c's messages travel on (a V's chunk 1 has its own), and whether its input (output gradient)
+ * comes from this rank itself: a V's last rank hands chunk 0's output to chunk 1, and its gradient back. */
+static fsc_pipe_links *links_of(fsc_pipe *p, int c) { return p->pl == FSC_PIPE_V && c == 1 ? &p->lk2 : &p->lk; }
+static int line_of(const fsc_pipe *p, int c) { return p->pl == FSC_PIPE_V && c == 1; }
+static int prev_local(const fsc_pipe *p, int c) {
+    const int g = stage_at(p, c);
+    return g > 0 && fsc_pipe_stage_rank(p->pl, p->pp, g - 1) == p->stage;
+}
+static int next_local(const fsc_pipe *p, int c) {
+    const int g = stage_at(p, c);
+    return g < p->S - 1 && fsc_pipe_stage_rank(p->pl, p->pp, g + 1) == p->stage;
+}
 
 static void note_use(fsc_pipe *p) {
     if (p->full_in_use > p->st.max_full_records) p->st.max_full_records = p->full_in_use;
@@ -519,11 +577,13 @@ static void reset_pools(fsc_engine *e, int B) {
 
 static int is_checkpointed(const fsc_engine *e, int k);
 
-/* po.prefetch: the send buffers of checkpointed outputs, min(po.prefetch_limit (0: 2), checkpointed
- * micro-batches of a step on the chunks that send); none on the last stage (pipe_link.c). */
-static int send_buffers(const fsc_engine *e) {
+/* po.prefetch: the send buffers of checkpointed outputs on line (lk 0, lk2 1), min(po.prefetch_limit (0: 2),
+ * checkpointed micro-batches of a step on its chunks that send to another rank); none on the last stage
+ * (pipe_link.c). */
+static int send_buffers(const fsc_engine *e, int line) {
     const fsc_pipe *p = e->pipe;
-    const int sending = p->v - (p->stage == p->pp - 1); /* chunks with a next stage */
+    int sending = 0; /* chunks with a next stage on another rank */
+    for (int c = 0; c < p->v; c++) sending += line_of(p, c) == line && stage_at(p, c) < p->S - 1 && !next_local(p, c);
     if (!e->po.prefetch || sending == 0) return 0;
     int ck = 0;
     for (int k = 0; k < p->M; k++) ck += is_checkpointed(e, k) * sending;
@@ -531,14 +591,29 @@ static int send_buffers(const fsc_engine *e) {
     return ck < limit ? ck : limit;
 }
 
+/* A V's hand-offs inside its last rank and the tied gradients waiting on its first, left by a failed step or an
+ * evaluation: back to their pools. */
+static void locals_reset(fsc_engine *e) {
+    fsc_pipe *p = e->pipe;
+    for (int k = 0; k < p->M; k++) {
+        if (p->lout[k]) give_in(e, p->lout[k]);
+        if (p->lgrad[k]) give_in(e, p->lgrad[k]);
+        p->lout[k] = p->lgrad[k] = NULL;
+    }
+    for (int i = 0; i < p->nlt * p->M; i++)
+        if (p->ltg[i]) p->ltg_free[p->nltg_free++] = p->ltg[i], p->ltg[i] = NULL;
+}
+
 /* reset_pools(e, B), then the receive and send buffers for B (po.prefetch), counted in the activation bytes. */
 static fsc_status ready(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
+    locals_reset(e); /* before reset_pools: a new micro-batch size frees the ins pool */
     reset_pools(e, B);
     for (int x = 0; x < p->ntied && p->tl; x++) fsc_pipe_tied_drop(&p->tl[x]); /* left by a failed step */
-    const size_t had = fsc_pipe_links_bytes(&p->lk);
-    fsc_status s = fsc_pipe_links_buffers(&p->lk, e->dev, in_floats(e), send_buffers(e));
-    p->bytes_in_use = p->bytes_in_use - had + fsc_pipe_links_bytes(&p->lk);
+    const size_t had = fsc_pipe_links_bytes(&p->lk) + fsc_pipe_links_bytes(&p->lk2);
+    fsc_status s = fsc_pipe_links_buffers(&p->lk, e->dev, in_floats(e), send_buffers(e, 0));
+    if (s == FSC_OK && p->pl == FSC_PIPE_V) s = fsc_pipe_links_buffers(&p->lk2, e->dev, in_floats(e), send_buffers(e, 1));
+    p->bytes_in_use = p->bytes_in_use - had + fsc_pipe_links_bytes(&p->lk) + fsc_pipe_links_bytes(&p->lk2);
     note_use(p);
     return s;
 }
@@ -616,9 +691,16 @@ static fsc_status forward(fsc_engine *e, int k, int c, double *loss_local) {
             const int i = p->tied[x][0];
             FSC_TRY(recv_timed(p, e->tied_copy[i], e->m->info[i].numel, p->tied[x][1]));
         }
-    if (g > 0 && p->lk.act_prev) { /* posted ahead; the next one is posted before this micro-batch computes */
-        FSC_TRY(fsc_pipe_links_take_input(&p->lk, e->dev, stream(e, a, FSC_STREAM_INPUT), &p->wait));
-        if (--p->in_left > 0) FSC_TRY(fsc_pipe_links_post_input(&p->lk));
+    fsc_pipe_links *lk = links_of(p, c);
+    const int line = line_of(p, c);
+    if (prev_local(p, c)) { /* a V's turn: chunk 0's output of k, on this rank */
+        if (!p->lout[k]) return fsc_error(FSC_ERR_INTERNAL, "pipe: F of micro-batch %d on chunk %d has no input", k, c);
+        FSC_TRY(fsc_device_copy(e->dev, stream(e, a, FSC_STREAM_INPUT), p->lout[k], btc * sizeof(float)));
+        give_in(e, p->lout[k]);
+        p->lout[k] = NULL;
+    } else if (g > 0 && lk->act_prev) { /* posted ahead; the next one is posted before this micro-batch computes */
+        FSC_TRY(fsc_pipe_links_take_input(lk, e->dev, stream(e, a, FSC_STREAM_INPUT), &p->wait));
+        if (--p->in_left[line] > 0) FSC_TRY(fsc_pipe_links_post_input(lk));
     } else if (g > 0) {
         FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_INPUT), btc, p->stage - 1));
     }
@@ -634,11 +716,14 @@ static fsc_status forward(fsc_engine *e, int k, int c, double *loss_local) {
         if (p->out_status != FSC_OK) snprintf(p->out_why, sizeof p->out_why, "%s", fsc_last_error());
     }
     if (last) *loss_local += ls;
-    else if (p->lk.act_next && !sl->ckpt) /* sent while the next micro-batches compute */
-        FSC_TRY(fsc_comm_isend(p->lk.act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->lk.peer_next,
+    else if (next_local(p, c)) { /* a V's turn: kept for chunk 1's forward of k */
+        FSC_TRY(take_in(e, &p->lout[k]));
+        FSC_TRY(fsc_device_copy(e->dev, p->lout[k], stream(e, a, FSC_STREAM_OUTPUT), btc * sizeof(float)));
+    } else if (lk->act_next && !sl->ckpt) /* sent while the next micro-batches compute */
+        FSC_TRY(fsc_comm_isend(lk->act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, lk->peer_next,
                                &sl->send));
-    else if (p->lk.act_next) /* its record is reused at once: sent from a copy (pipe_link.c's ring) */
-        FSC_TRY(fsc_pipe_links_send_output(&p->lk, e->dev, stream(e, a, FSC_STREAM_OUTPUT), &p->wait));
+    else if (lk->act_next) /* its record is reused at once: sent from a copy (pipe_link.c's ring) */
+        FSC_TRY(fsc_pipe_links_send_output(lk, e->dev, stream(e, a, FSC_STREAM_OUTPUT), &p->wait));
     else FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
     if (sl->ckpt) { /* keep the stage input only */
         if (g > 0) {
@@ -696,9 +781,16 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
         FSC_TRY(s);
     }
     fsc_model_acts *a = sl->rec;
-    if (!last && p->lk.grad_next) { /* posted ahead; the next backward's is posted before this one computes */
-        FSC_TRY(fsc_pipe_links_take_grad(&p->lk, e->dev, stream(e, a, FSC_STREAM_GRAD_OUTPUT), &p->wait));
-        if (--p->grad_left > 0) FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
+    fsc_pipe_links *lk = links_of(p, c);
+    const int line = line_of(p, c);
+    if (next_local(p, c)) { /* a V's turn: chunk 1's input gradient of k, on this rank */
+        if (!p->lgrad[k]) return fsc_error(FSC_ERR_INTERNAL, "pipe: B of micro-batch %d on chunk %d has no gradient", k, c);
+        FSC_TRY(fsc_device_copy(e->dev, stream(e, a, FSC_STREAM_GRAD_OUTPUT), p->lgrad[k], btc * sizeof(float)));
+        give_in(e, p->lgrad[k]);
+        p->lgrad[k] = NULL;
+    } else if (!last && lk->grad_next) { /* posted ahead; the next backward's is posted before this one computes */
+        FSC_TRY(fsc_pipe_links_take_grad(lk, e->dev, stream(e, a, FSC_STREAM_GRAD_OUTPUT), &p->wait));
+        if (--p->grad_left[line] > 0) FSC_TRY(fsc_pipe_links_post_grad(lk));
     } else if (!last) {
         FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_GRAD_OUTPUT), btc, p->stage + 1));
     }
@@ -712,6 +804,15 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
             FSC_TRY(fsc_pipe_tied_take_grad(&p->tl[x], e->dev, e->m->tied_grad[i], &p->wait));
             if (k + 1 < p->M) FSC_TRY(fsc_pipe_tied_post_grad(&p->tl[x]));
         }
+    for (int x = 0; x < p->nlt; x++) /* a tied gradient of this rank's user chunk, waiting since its B of k */
+        if (p->lt[x][1] == c) {
+            float **w = &p->ltg[x * p->M + k];
+            if (!*w) return fsc_error(FSC_ERR_INTERNAL, "pipe: B of micro-batch %d on chunk %d has no tied gradient", k, c);
+            const int i = p->lt[x][0];
+            FSC_TRY(fsc_device_copy(e->dev, e->m->tied_grad[i], *w, e->m->info[i].numel * sizeof(float)));
+            p->ltg_free[p->nltg_free++] = *w;
+            *w = NULL;
+        }
     FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
     /* the strategy reduces in the last backward only (no_sync), with W in the last W; with the exact reduction
      * every micro-batch's gradient is a term of its own (exact.c) */
@@ -721,13 +822,24 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
     e->sync = 0;
     FSC_TRY(st);
     fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
-    if (g > 0 && p->lk.grad_prev)
-        FSC_TRY(fsc_comm_isend(p->lk.grad_prev, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->lk.peer_prev,
+    if (prev_local(p, c)) { /* a V's turn: kept for chunk 0's backward of k */
+        FSC_TRY(take_in(e, &p->lgrad[k]));
+        FSC_TRY(fsc_device_copy(e->dev, p->lgrad[k], stream(e, a, FSC_STREAM_GRAD_INPUT), btc * sizeof(float)));
+    } else if (g > 0 && lk->grad_prev)
+        FSC_TRY(fsc_comm_isend(lk->grad_prev, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, lk->peer_prev,
                                &gsend));
     else if (g > 0)
         FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
     if (p->split) sl->gsend = gsend; /* the record waits for W */
     else release(e, c, sl, gsend);
+    for (int x = 0; x < p->nlt; x++) /* the user chunk's tied gradient of k waits for the owner chunk's B of k */
+        if (p->lt[x][2] == c) {
+            const int i = p->lt[x][0];
+            float **w = &p->ltg[x * p->M + k];
+            if (p->nltg_free > 0) *w = p->ltg_free[--p->nltg_free];
+            else FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, e->m->info[i].numel * sizeof(float), (void **)w));
+            FSC_TRY(fsc_device_copy(e->dev, *w, e->m->tied_grad[i], e->m->info[i].numel * sizeof(float)));
+        }
     for (int x = 0; x < p->ntied; x++) /* after the gradient of k (prefetch 0: in issue order on the pipeline group) */
         if (p->tied[x][2] == p->stage && p->tied[x][4] == c) {
             const int i = p->tied[x][0];
@@ -792,7 +904,7 @@ static fsc_status from_last_stage(fsc_pipe *p, fsc_device *dev, double sums[3]) 
     double *d;
     FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, 3 * sizeof(double), (void **)&d));
     fsc_status st = fsc_device_upload(dev, d, sums, 3 * sizeof(double));
-    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, 3 * sizeof(double), FSC_U8, p->pp - 1);
+    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, 3 * sizeof(double), FSC_U8, last_rank(p));
     if (st == FSC_OK) st = fsc_device_download(dev, sums, d, 3 * sizeof(double));
     fsc_device_release(dev, d);
     return st;
@@ -837,14 +949,28 @@ fsc_status fsc_pipe_from_last(fsc_engine *e, double sums[3]) { return from_last_
 /* The inputs and output gradients this rank receives in a step (or, the inputs, in an evaluation): one per
  * micro-batch on each chunk that is not the first stage (not the last). */
 static void count_receives(fsc_pipe *p) {
-    p->in_left = p->M * (p->v - (p->stage == 0));
-    p->grad_left = p->M * (p->v - (p->stage == p->pp - 1));
+    memset(p->in_left, 0, sizeof p->in_left);
+    memset(p->grad_left, 0, sizeof p->grad_left);
+    for (int c = 0; c < p->v; c++) {
+        const int g = stage_at(p, c);
+        p->in_left[line_of(p, c)] += p->M * (g > 0 && !prev_local(p, c));
+        p->grad_left[line_of(p, c)] += p->M * (g < p->S - 1 && !next_local(p, c));
+    }
+}
+
+/* Post the first receives of both lines (po.prefetch), the output gradients' only in a step (grads). */
+static fsc_status post_first(fsc_pipe *p, int grads) {
+    FSC_TRY(fsc_pipe_links_post_input(&p->lk));
+    FSC_TRY(fsc_pipe_links_post_input(&p->lk2));
+    if (!grads) return FSC_OK;
+    FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
+    return fsc_pipe_links_post_grad(&p->lk2);
 }
 
 fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
                         float dscale, double *loss_total, fsc_status *batch) {
     fsc_pipe *p = e->pipe;
-    const int M = p->M, P = p->pp, s = p->stage;
+    const int M = p->M, s = p->stage;
     FSC_TRY(ready(e, mb));
     p->in = inputs;
     p->tgt = targets;
@@ -854,26 +980,33 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     const double t0 = fsc_pipe_now_s();
     /* po.prefetch: the first input and the first output gradient are received while the stage works */
     count_receives(p);
-    FSC_TRY(fsc_pipe_links_post_input(&p->lk));
-    FSC_TRY(fsc_pipe_links_post_grad(&p->lk));
+    FSC_TRY(post_first(p, 1));
     FSC_TRY(tied_post(e, 1));
     double loss_local = 0;
-    for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c) */
+    for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c), each a span of the trace named
+                                          * kind, micro-batch, chunk ("B3.1") with the microseconds it waited */
         const fsc_pipe_action *x = &p->acts[i];
-        if (x->kind == FSC_ACT_FORWARD) FSC_TRY(forward(e, x->micro, x->chunk, &loss_local));
-        else if (x->kind == FSC_ACT_BACKWARD) FSC_TRY(backward(e, x->micro, x->chunk, dscale));
-        else FSC_TRY(weight(e, x->micro, x->chunk, dscale));
+        const double waited = p->wait;
+        fsc_trace_begin(e->trace, "pipe", "%c%d.%d", "FBW"[x->kind], x->micro, x->chunk);
+        fsc_status st;
+        if (x->kind == FSC_ACT_FORWARD) st = forward(e, x->micro, x->chunk, &loss_local);
+        else if (x->kind == FSC_ACT_BACKWARD) st = backward(e, x->micro, x->chunk, dscale);
+        else st = weight(e, x->micro, x->chunk, dscale);
+        fsc_trace_arg(e->trace, "wait_us", (p->wait - waited) * 1e6);
+        fsc_trace_end(e->trace);
+        FSC_TRY(st);
     }
     FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
     FSC_TRY(tied_sends_done(p));
     FSC_TRY(tied_values_done(p, 0));
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait));
+    FSC_TRY(fsc_pipe_links_sends_done(&p->lk2, &p->wait));
     /* the loss and the batch check: over the last stage's data group, then sent to every stage
      * (sums[0] the loss, sums[1] the check passed, sums[2] the local batches' sum) */
     const double t1 = fsc_pipe_now_s();
     double sums[3] = { 0, 1, 0 };
     char why[512] = "";
-    if (s == P - 1) {
+    if (s == last_rank(p)) {
         const double mine[3] = { loss_local, (double)mb * M, (double)global_batch };
         FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));
         if (!sums[1]) snprintf(why, sizeof why, "%s", fsc_last_error());
@@ -903,7 +1036,7 @@ fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets,
     fsc_pipe *p = e->pipe;
     FSC_TRY(ready(e, mb));
     count_receives(p);
-    FSC_TRY(fsc_pipe_links_post_input(&p->lk)); /* po.prefetch: received ahead as in a step */
+    FSC_TRY(post_first(p, 0)); /* po.prefetch: received ahead as in a step */
     FSC_TRY(tied_post(e, 0));
     p->in = inputs;
     p->tgt = targets;
@@ -916,8 +1049,9 @@ fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets,
             reset_pools(e, mb); /* this micro-batch's record and saved input back to the pools */
         }
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait)); /* the checkpointed outputs' sends */
+    FSC_TRY(fsc_pipe_links_sends_done(&p->lk2, &p->wait));
     FSC_TRY(tied_values_done(p, 0));
-    if (p->stage == p->pp - 1) {
+    if (p->stage == last_rank(p)) {
         const double mine[3] = { loss_local, (double)mb * p->M, (double)global_batch };
         FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));
     }
@@ -945,6 +1079,8 @@ fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
     out->ideal_bubble = (double)(p->pp - 1) / ((double)p->v * p->M + p->pp - 1); /* v = 1 but interleaved */
     if (p->split) /* ZB-H1 with equal F, B and W: (p-1)(F+B-W) idle of m(F+B+W) + that */
         out->ideal_bubble = (double)(p->pp - 1) / (3.0 * p->M + p->pp - 1);
+    if (p->split && p->pl == FSC_PIPE_V) /* ZBV: (p-1)(F+B-2W) per chunk, none with equal F, B and W */
+        out->ideal_bubble = 0;
     return FSC_OK;
 }
 
@@ -986,7 +1122,7 @@ fsc_status fsc_pipe_full_params(fsc_engine *e, float *host) {
     for (int k = 0; k < p->S && s == FSC_OK; k++) { /* stage k from the rank that runs it */
         int t0, t1;
         stage_tensors(e, k, &t0, &t1);
-        const int from = k % p->pp;
+        const int from = fsc_pipe_stage_rank(p->pl, p->pp, k);
         size_t a = fsc_engine_tensor_offset(e, t0), n = fsc_engine_tensor_offset(e, t1) - a;
         if (p->stage == from) s = fsc_device_upload(e->dev, d, all + a, n * sizeof(float));
         if (s == FSC_OK) s = fsc_comm_broadcast(p->pipe_comm, d, n, FSC_F32, from);
@@ -1000,8 +1136,11 @@ fsc_status fsc_pipe_full_params(fsc_engine *e, float *host) {
 void fsc_pipe_free(fsc_engine *e) {
     fsc_pipe *p = e->pipe;
     if (!p) return;
+    if (p->lout && p->lgrad && p->ins && (p->ltg || !p->nlt)) locals_reset(e); /* before the ins pool goes */
     if (p->slots && p->nrecs && p->recs && p->ins) reset_pools(e, -1);
+    for (int i = 0; i < p->nltg_free; i++) fsc_device_release(e->dev, p->ltg_free[i]);
     fsc_pipe_links_free(&p->lk, e->dev);
+    fsc_pipe_links_free(&p->lk2, e->dev);
     for (int x = 0; x < p->ntied && p->tl; x++) fsc_pipe_tied_free(&p->tl[x], e->dev);
     free(p->tl);
     free(p->slots);
@@ -1012,6 +1151,11 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->gp_rec);
     free(p->gp_req);
     free(p->gp_chunk);
+    free(p->lout);
+    free(p->lgrad);
+    free(p->lt);
+    free(p->ltg);
+    free(p->ltg_free);
     free(p->lf);
     free(p->ll);
     free(p->tied);

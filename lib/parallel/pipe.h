@@ -114,6 +114,9 @@ int fsc_pipe_stages(const fsc_parallel_opts *po);
 int fsc_pipe_chunks(const fsc_parallel_opts *po);
 /* Whether this rank runs layer l (one of its chunks holds it); 1 without a pipeline. */
 int fsc_pipe_runs_layer(const fsc_engine *e, int l);
+/* The layers the model runs now: e->lf..e->ll, or with chunks (interleaved, zbv) those of the chunk whose action
+ * runs (fsdp prefetches within them: the layers after a chunk run on another rank). */
+void fsc_pipe_running_layers(const fsc_engine *e, int *lo, int *hi);
 /* Options of a pipeline against the world and the model; clear messages. */
 fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel_opts *po);
 /* A balance: n entries (stages x chunks) >= 1 summing to the model's blocks. */

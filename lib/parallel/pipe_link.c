@@ -23,7 +23,9 @@
  * gradients travel on streams of their own by the same rules (pipe_tied.c). An interleaved pipeline adds one
  * link (last rank, first rank) with the same two streams: the last rank's chunk c output goes to the first
  * rank's chunk c + 1, and its gradient comes back; every rank still receives one stream of outputs and one of
- * gradients, the streams the schedule validator (pipe_sched.c) checks for order and deadlock.
+ * gradients, the streams the schedule validator (pipe_sched.c) checks for order and deadlock. A V (zbv) makes
+ * a second set of links for its chunk 1 (pipe.c calls fsc_pipe_links_create again with the stages in reverse
+ * order), by the same rules: one stream per communicator.
  *
  * Sends. An asynchronous send is issued where the synchronous schedule sends, and waited for no earlier than
  * the synchronous send returned: a wait moved later in a rank's program drops dependencies (what ran between

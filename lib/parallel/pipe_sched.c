@@ -15,6 +15,14 @@
  * equal F, B and W times the bubble falls from 1F1B's (p-1)(F+B+W) to (p-1)(F+B-W); rank r holds
  * min(p - r - 1, m) + 1 + r = p micro-batches (records live until their W), 1F1B's peak, which is rank 0's.
  *
+ * ZBV (Qi et al.'s zero-bubble V; PyTorch's ScheduleZBVZeroBubble): two chunks per rank placed in a V, rank r
+ * holding stages r (chunk 0) and 2p - 1 - r (chunk 1), so a micro-batch goes down the ranks and back up, and
+ * the first rank runs both the first and the last stage. With M' = max(m, 2p - 1) micro-batches (the actions
+ * of those >= m are dropped) rank r runs: 2 (p - r) - 1 forwards of chunk 0; r pairs F chunk 1, F chunk 0;
+ * p - r rounds F, B, W of chunk 1; then, while chunk 0 has forwards left or chunk 1 lags it, [F chunk 0],
+ * B W chunk 0, F B W chunk 1; then r pairs B chunk 0, B chunk 1; p - r pairs B, W of chunk 0; the Ws left,
+ * chunk 1's, then chunk 0's. Each W follows its chunk's Ws in ascending order.
+ *
  * The validator's simulation: every rank has a position in its list; an action can run when what it
  * receives is at the head of its stream (sends are buffered, as the simulated and MPI communicators buffer
  * them and as pipe_link.c's asynchronous sends are). Runs go round the ranks until no rank can move; a rank
@@ -73,6 +81,53 @@ static void make_zb_h1(int p, int m, int rank, fsc_pipe_action *a, int *n) {
     while (nw < m) put(a, n, FSC_ACT_WEIGHT, nw++, 0);
 }
 
+/* ZBV on rank r (above): counters per chunk of the forwards, backwards and weight gradients put; an action of a
+ * micro-batch >= m (M' > m) is dropped. */
+typedef struct {
+    fsc_pipe_action *a;
+    int *n, m;
+    int f[2], b[2], w[2];
+} zbv_list;
+
+static void zbv_put(zbv_list *z, fsc_pipe_action_kind kind, int chunk) {
+    int *cnt = kind == FSC_ACT_FORWARD ? z->f : kind == FSC_ACT_BACKWARD ? z->b : z->w;
+    const int k = cnt[chunk]++;
+    if (k < z->m) put(z->a, z->n, kind, k, chunk);
+}
+
+static void make_zbv(int p, int m, int rank, fsc_pipe_action *a, int *n) {
+    const int mm = m > 2 * p - 1 ? m : 2 * p - 1;
+    zbv_list z = { a, n, m, { 0, 0 }, { 0, 0 }, { 0, 0 } };
+    for (int i = 0; i < 2 * (p - rank) - 1; i++) zbv_put(&z, FSC_ACT_FORWARD, 0);
+    for (int i = 0; i < rank; i++) {
+        zbv_put(&z, FSC_ACT_FORWARD, 1);
+        zbv_put(&z, FSC_ACT_FORWARD, 0);
+    }
+    for (int i = 0; i < p - rank; i++) {
+        zbv_put(&z, FSC_ACT_FORWARD, 1);
+        zbv_put(&z, FSC_ACT_BACKWARD, 1);
+        zbv_put(&z, FSC_ACT_WEIGHT, 1);
+    }
+    while (z.f[1] < z.f[0] || z.f[0] < mm) {
+        if (z.f[0] < mm) zbv_put(&z, FSC_ACT_FORWARD, 0);
+        zbv_put(&z, FSC_ACT_BACKWARD, 0);
+        zbv_put(&z, FSC_ACT_WEIGHT, 0);
+        zbv_put(&z, FSC_ACT_FORWARD, 1);
+        zbv_put(&z, FSC_ACT_BACKWARD, 1);
+        zbv_put(&z, FSC_ACT_WEIGHT, 1);
+    }
+    for (int i = 0; i < rank; i++) {
+        zbv_put(&z, FSC_ACT_BACKWARD, 0);
+        zbv_put(&z, FSC_ACT_BACKWARD, 1);
+    }
+    for (int i = 0; i < p - rank; i++) {
+        zbv_put(&z, FSC_ACT_BACKWARD, 0);
+        zbv_put(&z, FSC_ACT_WEIGHT, 0);
+    }
+    while (z.w[1] < z.b[1]) zbv_put(&z, FSC_ACT_WEIGHT, 1);
+    while (z.w[0] < z.b[0]) zbv_put(&z, FSC_ACT_WEIGHT, 0);
+}
+
 /* Megatron's virtual micro-batch i: its micro-batch and chunk, forward or backward. */
 static fsc_pipe_action virtual_action(int p, int v, int i, int fwd) {
     const int in_group = i % (p * v), chunk = in_group / p;
@@ -101,21 +156,25 @@ fsc_status fsc_pipe_schedule_make(fsc_pipe_schedule kind, int p, int v, int m, i
     FSC_TRY(check_sizes("pipeline schedule", p, v, m));
     if (rank < 0 || rank >= p)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d of %d pipeline ranks", rank, p);
-    if (kind != FSC_SCHED_GPIPE && kind != FSC_SCHED_1F1B && kind != FSC_SCHED_INTERLEAVED && kind != FSC_SCHED_ZB_H1)
-        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved or zb-h1; a custom "
-                         "one is the caller's lists)", (int)kind);
+    if (kind != FSC_SCHED_GPIPE && kind != FSC_SCHED_1F1B && kind != FSC_SCHED_INTERLEAVED && kind != FSC_SCHED_ZB_H1 &&
+        kind != FSC_SCHED_ZBV)
+        return fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved, zb-h1 or zbv; a "
+                         "custom one is the caller's lists)", (int)kind);
+    if (kind == FSC_SCHED_ZBV && v != 2)
+        return fsc_error(FSC_ERR_INVALID, "pipeline schedule zbv runs two chunks per rank (placed in a V), not %d", v);
     if (kind == FSC_SCHED_INTERLEAVED && m % p != 0)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule interleaved: %d micro-batches are not a multiple of the "
                          "%d pipeline stages (Megatron's interleaving runs micro-batches in groups of the stages)", m, p);
-    if (kind != FSC_SCHED_INTERLEAVED && v != 1)
+    if (kind != FSC_SCHED_INTERLEAVED && kind != FSC_SCHED_ZBV && v != 1)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule %s runs one chunk per rank, not %d",
                          kind == FSC_SCHED_GPIPE ? "gpipe" : kind == FSC_SCHED_1F1B ? "1f1b" : "zb-h1", v);
-    const int per = kind == FSC_SCHED_ZB_H1 ? 3 : 2; /* actions per (micro-batch, chunk) */
+    const int per = kind == FSC_SCHED_ZB_H1 || kind == FSC_SCHED_ZBV ? 3 : 2; /* actions per (micro-batch, chunk) */
     fsc_pipe_action *a = malloc((size_t)per * v * m * sizeof *a);
     if (!a) return fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory for %d actions", per * v * m);
     if (kind == FSC_SCHED_GPIPE) make_gpipe(m, a, n);
     else if (kind == FSC_SCHED_1F1B) make_1f1b(p, m, rank, a, n);
     else if (kind == FSC_SCHED_ZB_H1) make_zb_h1(p, m, rank, a, n);
+    else if (kind == FSC_SCHED_ZBV) make_zbv(p, m, rank, a, n);
     else make_interleaved(p, v, m, rank, a, n);
     *out = a;
     return FSC_OK;
@@ -170,37 +229,64 @@ static fsc_status check_rank(int r, int v, int m, const fsc_pipe_action *a, int 
     return FSC_OK;
 }
 
-/* The streams into each rank, first in, first out: [0] outputs (from rank r-1), [1] input gradients (from
- * rank r+1), each message the stage that receives it and the micro-batch. */
+int fsc_pipe_stage_at(fsc_pipe_placement pl, int p, int rank, int chunk) {
+    return pl == FSC_PIPE_V ? (chunk == 0 ? rank : 2 * p - 1 - rank) : chunk * p + rank;
+}
+
+int fsc_pipe_stage_rank(fsc_pipe_placement pl, int p, int stage) {
+    return pl == FSC_PIPE_V ? (stage < p ? stage : 2 * p - 1 - stage) : stage % p;
+}
+
+fsc_pipe_placement fsc_pipe_schedule_placement(fsc_pipe_schedule kind) {
+    return kind == FSC_SCHED_ZBV ? FSC_PIPE_V : FSC_PIPE_LOOP;
+}
+
+/* The streams into each rank, first in, first out: per kind ([0] outputs, [1] input gradients) three lines:
+ * [0] from the neighbour of a loop (outputs from rank r-1, gradients from r+1, wrapping around) or of a V's chunk
+ * 0, [1] of a V's chunk 1 (outputs from r+1, gradients from r-1), [2] from this rank itself (the V's turn on the
+ * last rank); each message the stage that receives it and the micro-batch. */
 typedef struct {
     int *stage, *micro; /* (cap) */
     int head, tail;
 } stream;
 
+#define LINES 3
+
 typedef struct {
+    fsc_pipe_placement pl;
     int p, v, m;
-    stream *in; /* (2 p): in[2 r + 0] outputs into rank r, in[2 r + 1] input gradients into rank r */
+    stream *in; /* (2 LINES p): in[(2 r + kind) LINES + line] */
 } sim;
 
-static void push(sim *s, int kind, int rank, int stage, int micro) {
-    stream *q = &s->in[2 * rank + kind];
-    q->stage[q->tail] = stage, q->micro[q->tail] = micro;
+/* The stream on which stage g's action (forward: fwd) receives, and the rank that sends on it. */
+static stream *in_stream(const sim *s, int g, int fwd, int *from) {
+    const int r = fsc_pipe_stage_rank(s->pl, s->p, g), src = fsc_pipe_stage_rank(s->pl, s->p, fwd ? g - 1 : g + 1);
+    const int line = src == r ? 2 : s->pl == FSC_PIPE_V ? g / s->p : 0;
+    *from = src;
+    return &s->in[(2 * r + !fwd) * LINES + line];
+}
+
+static void push(sim *s, int g, int fwd, int micro) {
+    int from;
+    stream *q = in_stream(s, g, fwd, &from);
+    q->stage[q->tail] = g, q->micro[q->tail] = micro;
     q->tail++;
 }
 
 /* Whether rank r can run x now (0: it waits), or an error when the head of its stream is another message. */
 static fsc_status ready(sim *s, int r, int i, const fsc_pipe_action *x, int *ok) {
-    const int S = s->p * s->v, g = x->chunk * s->p + r, fwd = x->kind == FSC_ACT_FORWARD;
+    const int S = s->p * s->v, g = fsc_pipe_stage_at(s->pl, s->p, r, x->chunk), fwd = x->kind == FSC_ACT_FORWARD;
     *ok = 1;
     if (x->kind == FSC_ACT_WEIGHT || (fwd && g == 0) || (!fwd && g == S - 1)) return FSC_OK; /* nothing to receive */
-    const stream *q = &s->in[2 * r + !fwd];
+    int from;
+    const stream *q = in_stream(s, g, fwd, &from);
     if (q->head == q->tail) {
         *ok = 0;
         return FSC_OK;
     }
     if (q->stage[q->head] == g && q->micro[q->head] == x->micro) return FSC_OK;
     char nm[64];
-    const int from = fwd ? (r + s->p - 1) % s->p : (r + 1) % s->p, hg = q->stage[q->head];
+    const int hg = q->stage[q->head];
     return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s receives its %s from rank %d, "
                      "but the next message on that stream is for %s(mb %d, chunk %d) (streams are first in, first out)",
                      r, i, act_name(x, nm, sizeof nm), fwd ? "input" : "output gradient", from, fwd ? "F" : "B",
@@ -209,11 +295,12 @@ static fsc_status ready(sim *s, int r, int i, const fsc_pipe_action *x, int *ok)
 
 /* Run x on rank r (ready): take what it receives off its stream, put what it sends on the next one. */
 static void run_one(sim *s, int r, const fsc_pipe_action *x) {
-    const int S = s->p * s->v, g = x->chunk * s->p + r, fwd = x->kind == FSC_ACT_FORWARD;
+    const int S = s->p * s->v, g = fsc_pipe_stage_at(s->pl, s->p, r, x->chunk), fwd = x->kind == FSC_ACT_FORWARD;
     if (x->kind == FSC_ACT_WEIGHT) return; /* local */
-    if ((fwd && g > 0) || (!fwd && g < S - 1)) s->in[2 * r + !fwd].head++;
-    if (x->kind == FSC_ACT_FORWARD && g < S - 1) push(s, 0, (g + 1) % s->p, g + 1, x->micro);
-    if (x->kind == FSC_ACT_BACKWARD && g > 0) push(s, 1, (g - 1) % s->p, g - 1, x->micro);
+    int from;
+    if ((fwd && g > 0) || (!fwd && g < S - 1)) in_stream(s, g, fwd, &from)->head++;
+    if (fwd && g < S - 1) push(s, g + 1, 1, x->micro);
+    if (!fwd && g > 0) push(s, g - 1, 0, x->micro);
 }
 
 /* The message of a deadlock: every waiting rank with its action and what it waits for. */
@@ -223,10 +310,10 @@ static fsc_status deadlock(const sim *s, const fsc_pipe_action *const *lists, co
     for (int r = 0; r < s->p && at < (int)sizeof msg; r++) {
         if (pc[r] == lens[r]) continue;
         const fsc_pipe_action *x = &lists[r][pc[r]];
-        const int fwd = x->kind == FSC_ACT_FORWARD;
+        const int fwd = x->kind == FSC_ACT_FORWARD, g = fsc_pipe_stage_at(s->pl, s->p, r, x->chunk);
         at += snprintf(msg + at, sizeof msg - (size_t)at, " rank %d waits at action %d, %s, for its %s from rank %d;",
                        r, pc[r], act_name(x, nm, sizeof nm), fwd ? "input" : "output gradient",
-                       fwd ? (r + s->p - 1) % s->p : (r + 1) % s->p);
+                       fsc_pipe_stage_rank(s->pl, s->p, fwd ? g - 1 : g + 1));
     }
     return fsc_error(FSC_ERR_INVALID, "%s", msg);
 }
@@ -248,21 +335,30 @@ static fsc_status simulate(sim *s, const fsc_pipe_action *const *lists, const in
 }
 
 fsc_status fsc_pipe_schedule_validate(int p, int v, int m, const fsc_pipe_action *const *lists, const int *lens) {
+    return fsc_pipe_schedule_validate_placed(FSC_PIPE_LOOP, p, v, m, lists, lens);
+}
+
+fsc_status fsc_pipe_schedule_validate_placed(fsc_pipe_placement pl, int p, int v, int m,
+                                             const fsc_pipe_action *const *lists, const int *lens) {
     FSC_CHECK_ARG(lists);
     FSC_CHECK_ARG(lens);
     FSC_TRY(check_sizes("pipeline schedule", p, v, m));
+    if (pl != FSC_PIPE_LOOP && pl != FSC_PIPE_V)
+        return fsc_error(FSC_ERR_INVALID, "pipeline schedule: unknown placement %d (loop or v)", (int)pl);
+    if (pl == FSC_PIPE_V && v != 2)
+        return fsc_error(FSC_ERR_INVALID, "pipeline schedule: a V placement has two chunks per rank, not %d", v);
     for (int r = 0; r < p; r++)
         if (!lists[r] || (lens[r] != 2 * v * m && lens[r] != 3 * v * m))
             return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d has %d actions (need 2 x %d chunks x %d "
                              "micro-batches = %d), or with W actions 3 x that = %d", r, lists[r] ? lens[r] : 0, v, m, 2 * v * m,
                              3 * v * m);
     const size_t cap = (size_t)v * m; /* messages into one stream per step, at most */
-    sim s = { p, v, m, calloc((size_t)2 * p, sizeof(stream)) };
-    int *pc = calloc((size_t)p + 3 * (size_t)v, sizeof(int)), *buf = malloc((size_t)4 * p * cap * sizeof(int));
+    sim s = { pl, p, v, m, calloc((size_t)2 * LINES * p, sizeof(stream)) };
+    int *pc = calloc((size_t)p + 3 * (size_t)v, sizeof(int)), *buf = malloc((size_t)4 * LINES * p * cap * sizeof(int));
     fsc_status st = s.in && pc && buf ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory");
     for (int r = 0; r < p && st == FSC_OK; r++)
         st = check_rank(r, v, m, lists[r], lens[r], lens[r] == 3 * v * m, pc + p);
-    for (int q = 0; q < 2 * p && st == FSC_OK; q++)
+    for (int q = 0; q < 2 * LINES * p && st == FSC_OK; q++)
         s.in[q].stage = buf + (size_t)2 * q * cap, s.in[q].micro = buf + (size_t)(2 * q + 1) * cap;
     if (st == FSC_OK) {
         memset(pc, 0, (size_t)p * sizeof *pc);

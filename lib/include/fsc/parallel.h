@@ -30,9 +30,10 @@ typedef enum { FSC_SHARD_FULL = 0, FSC_SHARD_GRAD_OP, FSC_SHARD_NONE, FSC_SHARD_
 typedef enum { FSC_WRAP_BLOCK = 0, FSC_WRAP_MODEL, FSC_WRAP_MIN_PARAMS } fsc_wrap_policy;
 /* Pipeline schedules (fsc/pipe_schedule.h): GPipe (all forwards, then all backwards), 1F1B (PipeDream-flush),
  * interleaved 1F1B (Megatron's: virtual_stages chunks of layers per rank), a caller's own action lists and ZB-H1
- * (zero bubble: 1F1B's order with each backward split into B and a later W). */
+ * (zero bubble: 1F1B's order with each backward split into B and a later W) and ZBV (zero bubble with two chunks
+ * per rank placed in a V). */
 typedef enum {
-    FSC_SCHED_GPIPE = 0, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_CUSTOM, FSC_SCHED_ZB_H1
+    FSC_SCHED_GPIPE = 0, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_CUSTOM, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV
 } fsc_pipe_schedule;
 struct fsc_pipe_action; /* fsc/pipe_schedule.h */
 /* Which micro-batches keep only their stage input and recompute the stage in backward (FairScale's

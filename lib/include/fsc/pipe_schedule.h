@@ -8,8 +8,11 @@
  * B receives the output gradient at its start and sends the input gradient at its end (tied tensors ride along:
  * pipe.c); a W sends and receives nothing.
  *
- * Stages: with p ranks and v chunks per rank the model is cut into S = p x v stages; rank r holds stages
- * r, r + p, ..., r + (v-1) p (Megatron's interleaving: chunk c of rank r is stage c p + r).
+ * Stages: with p ranks and v chunks per rank the model is cut into S = p x v stages, placed on the ranks in a
+ * loop or a V. Loop (every schedule but zbv): rank r holds stages r, r + p, ..., r + (v-1) p (Megatron's
+ * interleaving: chunk c of rank r is stage c p + r). V (zbv, v = 2): rank r holds stage r (chunk 0) and stage
+ * 2p - 1 - r (chunk 1), so a micro-batch goes down the ranks and back up; the first rank holds the first and
+ * the last stage, and the last rank hands its chunk 0's output to its own chunk 1.
  *
  * fsc_pipe_schedule_make builds a built-in schedule's list for one rank; fsc_pipe_schedule_validate checks
  * the lists of all ranks together, as the engine does before it runs one:
@@ -35,6 +38,8 @@
 
 FSC_BEGIN_DECLS
 
+typedef enum { FSC_PIPE_LOOP = 0, FSC_PIPE_V } fsc_pipe_placement;
+
 typedef enum { FSC_ACT_FORWARD = 0, FSC_ACT_BACKWARD, FSC_ACT_WEIGHT } fsc_pipe_action_kind;
 
 typedef struct fsc_pipe_action {
@@ -43,15 +48,25 @@ typedef struct fsc_pipe_action {
     int chunk; /* this rank's chunk, 0 .. v-1 (stage chunk * p + rank) */
 } fsc_pipe_action;
 
+/* The placement of a built-in schedule's stages: FSC_PIPE_V for zbv, FSC_PIPE_LOOP for the others. */
+fsc_pipe_placement fsc_pipe_schedule_placement(fsc_pipe_schedule kind);
+/* The stage that chunk `chunk` of `rank` is, and the rank that holds `stage`, under placement pl with p ranks
+ * (a stage's chunk is stage / p under both). */
+int fsc_pipe_stage_at(fsc_pipe_placement pl, int p, int rank, int chunk);
+int fsc_pipe_stage_rank(fsc_pipe_placement pl, int p, int stage);
+
 /* The actions of `rank` (0 .. p-1) under schedule `kind` with p ranks, v chunks per rank and m micro-batches:
  * *out (malloc'ed, fsc_pipe_schedule_free) holds *n actions (2 v m, or 3 v m with W). gpipe, 1f1b and zb-h1 need
- * v = 1. */
+ * v = 1, zbv v = 2. */
 fsc_status fsc_pipe_schedule_make(fsc_pipe_schedule kind, int p, int v, int m, int rank, fsc_pipe_action **out,
                                   int *n);
 void fsc_pipe_schedule_free(fsc_pipe_action *a);
 /* FSC_OK, or FSC_ERR_INVALID naming the first offending rank and action (or the deadlock): lists[r] holds the
  * lens[r] actions of rank r (2 v m without W, 3 v m with), for r in 0 .. p-1. */
 fsc_status fsc_pipe_schedule_validate(int p, int v, int m, const fsc_pipe_action *const *lists, const int *lens);
+/* The same for stages placed by pl (fsc_pipe_schedule_placement; a V needs v = 2); _validate is the loop's. */
+fsc_status fsc_pipe_schedule_validate_placed(fsc_pipe_placement pl, int p, int v, int m,
+                                             const fsc_pipe_action *const *lists, const int *lens);
 
 FSC_END_DECLS
 

@@ -199,12 +199,25 @@ static fsc_status encode_bytes(const fsc_bpe *b, const void *text, size_t len, i
     return st;
 }
 
+static fsc_status decode_bytes(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len);
+
 fsc_status fsc_bpe_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len) {
     FSC_CHECK_ARG(b);
     FSC_CHECK_BUF(ids, n);
     FSC_CHECK_BUF(out, cap);
     FSC_CHECK_ARG(len);
-    if (b->spm) return bpe_spm_decode(b, ids, n, out, cap, len);
+    return b->spm ? bpe_spm_decode(b, ids, n, out, cap, len, 0) : decode_bytes(b, ids, n, out, cap, len);
+}
+
+fsc_status fsc_bpe_decode_more(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len) {
+    FSC_CHECK_ARG(b);
+    FSC_CHECK_BUF(ids, n);
+    FSC_CHECK_BUF(out, cap);
+    FSC_CHECK_ARG(len);
+    return b->spm ? bpe_spm_decode(b, ids, n, out, cap, len, 1) : decode_bytes(b, ids, n, out, cap, len);
+}
+
+static fsc_status decode_bytes(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len) {
     size_t need = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || (uint32_t)ids[i] >= b->n)

@@ -48,13 +48,13 @@ fsc_status bpe_compile_pattern(fsc_bpe *b, int pattern);
 fsc_status bpe_load_tiktoken(fsc_bpe **out, const char *path, const uint8_t *buf, size_t len, int pattern);
 
 /* Sentencepiece (bpe_spm.c): whether buf looks like a ModelProto (a first piece); the loader; its free; the
- * ids len bytes may give; encode (more: no dummy prefix) and decode, the arguments checked by the caller */
+ * ids len bytes may give; encode (more: no dummy prefix) and decode (more: no dummy prefix to drop), the arguments checked by the caller */
 int bpe_is_spm(const uint8_t *buf, size_t len);
 fsc_status bpe_load_spm(fsc_bpe **out, const char *name, const uint8_t *buf, size_t len);
 void bpe_spm_free(bpe_spm *m);
 size_t bpe_spm_max_ids(const fsc_bpe *b, size_t len);
 fsc_status bpe_spm_encode(const fsc_bpe *b, const uint8_t *text, size_t len, int32_t *ids, size_t *n, int more);
-fsc_status bpe_spm_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len);
+fsc_status bpe_spm_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len, int more);
 
 /* Scratch for merging a piece; grown as pieces need (bpe_merge_* refuse nothing but memory) */
 typedef struct {

@@ -535,7 +535,7 @@ static size_t flush_bytes(const uint8_t *p, size_t len, uint8_t *out) {
     return n;
 }
 
-fsc_status bpe_spm_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len) {
+fsc_status bpe_spm_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len, int more) {
     const bpe_spm *m = b->spm;
     size_t most = 0;
     for (size_t i = 0; i < n; i++) {
@@ -548,7 +548,7 @@ fsc_status bpe_spm_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *
     uint8_t *text = malloc(most + 1), *run = malloc(n + 1);
     if (!text || !run) return free(text), free(run), *len = 0, fsc_error(FSC_ERR_NOMEM, "fsc_bpe_decode: out of memory");
     size_t tl = 0, nrun = 0;
-    int bos_ws = 1, bos_seen = 0;
+    int bos_ws = !more, bos_seen = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t id = (uint32_t)ids[i];
         const uint8_t *p = m->raw + m->off[id];

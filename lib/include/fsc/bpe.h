@@ -98,6 +98,10 @@ fsc_status fsc_bpe_encode_more(const fsc_bpe *b, const void *text, size_t len, i
  * that is more than cap, nothing is written and the call is refused (ask with cap 0 first). An id out of
  * range is refused, naming its position and value. */
 fsc_status fsc_bpe_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len);
+/* The same for ids that continue ids already decoded: a sentencepiece model keeps the space of the first
+ * piece's U+2581 (fsc_bpe_decode drops it as the dummy prefix's). Cut ids between characters: a sentencepiece
+ * byte piece cut from the rest of its character decodes to U+FFFD. A byte-level BPE decodes as fsc_bpe_decode. */
+fsc_status fsc_bpe_decode_more(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len);
 
 /* A place to cut a text so that encoding the two parts gives the ids of the whole (the second with
  * fsc_bpe_encode_more): the first position p >= from where an ASCII letter follows a newline that follows an

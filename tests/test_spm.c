@@ -233,6 +233,19 @@ static void test_spm_merges(void **state) {
     assert_ok(load(&b, &o));
     assert_string_equal(ids_of(b, "ababab"), "5,1,4,3"); /* ▁ a [bab] a b: bab kept whole, then a b joined */
     fsc_bpe_free(b);
+    /* pieces that hold a newline: merged across lines; such a model is not encoded in parts */
+    o = (buf){.n = 0};
+    piece(&o, "<unk>", 0, 2), piece(&o, "\xe2\x96\x81", -1, 1), piece(&o, "a", -1, 1), piece(&o, "b", -1, 1);
+    piece(&o, "\n", -1, 1), piece(&o, "a\n", -1, 1), piece(&o, "\nb", -2, 1), piece(&o, "\nbb", 0, 1);
+    specs(&o, 2, 0, NULL);
+    assert_ok(load(&b, &o));
+    assert_string_equal(ids_of(b, "a\nb"), "1,5,3");     /* a\n (-1) before \nb (-2) */
+    assert_string_equal(ids_of(b, "a\nbb"), "1,5,3,3");  /* a\n first, then a\nb is no piece */
+    assert_string_equal(ids_of(b, "b\nbb"), "1,3,7");    /* \nb, then \nbb (0) */
+    int32_t ids[8];
+    size_t n;
+    assert_err(fsc_bpe_encode_more(b, "b", 1, ids, &n), FSC_ERR_INVALID, "newline before a letter");
+    fsc_bpe_free(b);
 }
 
 static void test_spm_refusals(void **state) {

@@ -41,7 +41,9 @@ struct bpe_spm {
     int32_t byte_id[256];    /* <0xNN>, or unk */
     int dummy, squeeze, escape, fallback;
     size_t user_max;         /* bytes of the longest user-defined piece; 0: none */
+    uint8_t user_first[256]; /* 1: a user-defined piece begins with this byte */
     int newline_letter;      /* some piece holds a newline before an ASCII letter: not encoded in parts */
+    int newline_alone;       /* no piece of several bytes holds a newline: lines merge apart */
     uint8_t surface[MAX_SURFACE];
     size_t surface_len;
 };
@@ -228,7 +230,7 @@ static fsc_status build(const char *name, pb r, size_t count, const spm_spec *sp
     if (!m->off || !m->raw || !m->score || !m->type || !m->slots || !b->off || !b->bytes)
         return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", name);
     memset(m->slots, 0xff, m->nslots * sizeof *m->slots);
-    m->unk = -1;
+    m->unk = -1, m->newline_alone = 1;
     uint32_t f;
     int w, rc;
     uint64_t v;
@@ -259,7 +261,8 @@ static fsc_status build(const char *name, pb r, size_t count, const spm_spec *sp
         if (type == T_BYTE && (!sp->fallback || byte_of_piece(piece.p, len) < 0))
             return fsc_error(FSC_ERR_FORMAT, "%s: piece %u \"%.*s\" is a BYTE piece%s", name, n, (int)len, (const char *)piece.p,
                              sp->fallback ? " but not <0xNN>" : " but byte_fallback is off");
-        if (type == T_USER && len > m->user_max) m->user_max = len;
+        if (type == T_USER) m->user_max = len > m->user_max ? len : m->user_max, m->user_first[piece.p[0]] = 1;
+        if (len > 1 && memchr(piece.p, '\n', len) && (type == T_NORMAL || type == T_USER)) m->newline_alone = 0;
         for (size_t k = 0; k + 1 < len; k++) {
             uint8_t c = piece.p[k + 1] | 0x20;
             if (piece.p[k] == '\n' && c >= 'a' && c <= 'z' && (type == T_NORMAL || type == T_USER)) m->newline_letter = 1;
@@ -470,6 +473,7 @@ static void maybe_add(const bpe_spm *m, const uint8_t *t, const sym *s, int32_t 
 
 /* The length of the user-defined piece at t (longest), 0 for none */
 static size_t user_match(const bpe_spm *m, const uint8_t *t, size_t len) {
+    if (!m->user_first[t[0]]) return 0;
     for (size_t l = m->user_max < len ? m->user_max : len; l > 0; l--) {
         uint32_t id = spm_find(m, t, l);
         if (id != BPE_NONE && m->type[id] == T_USER) return l;
@@ -499,17 +503,23 @@ fsc_status bpe_spm_encode(const fsc_bpe *b, const uint8_t *text, size_t len, int
         s[ns].prev = (int32_t)ns - 1, s[ns].next = at + c < tl ? (int32_t)ns + 1 : -1;
         at += c;
     }
-    for (size_t i = 1; i < ns; i++) maybe_add(m, t, s, (int32_t)i - 1, (int32_t)i, h, &nh);
-    while (nh) {
-        pair top = pop(h, &nh);
-        sym *l = &s[top.left], *r = &s[top.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != top.size) continue;
-        l->len += r->len;
-        l->next = r->next;
-        if (r->next >= 0) s[r->next].prev = (int32_t)top.left;
-        r->len = 0;
-        maybe_add(m, t, s, l->prev, (int32_t)top.left, h, &nh);
-        maybe_add(m, t, s, (int32_t)top.left, l->next, h, &nh);
+    /* When no piece joins a newline to anything, no pair crosses one and each line merges alone, in the order it
+     * would among the others (a smaller heap); else the whole text is one line */
+    for (size_t a = 0, e; a < ns; a = e) {
+        for (e = a + 1; e < ns && !(m->newline_alone && t[s[e].start] == '\n' && s[e].len == 1); e++) {}
+        if (e < ns) e++; /* the line with its newline */
+        for (size_t i = a + 1; i < e; i++) maybe_add(m, t, s, (int32_t)i - 1, (int32_t)i, h, &nh);
+        while (nh) {
+            pair top = pop(h, &nh);
+            sym *l = &s[top.left], *r = &s[top.right];
+            if (l->len == 0 || r->len == 0 || l->len + r->len != top.size) continue;
+            l->len += r->len;
+            l->next = r->next;
+            if (r->next >= 0) s[r->next].prev = (int32_t)top.left;
+            r->len = 0;
+            maybe_add(m, t, s, l->prev, (int32_t)top.left, h, &nh);
+            maybe_add(m, t, s, (int32_t)top.left, l->next, h, &nh);
+        }
     }
     for (int32_t i = ns ? 0 : -1; i >= 0; i = s[i].next) {
         uint32_t id = spm_find(m, t + s[i].start, s[i].len);

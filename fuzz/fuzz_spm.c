@@ -1,7 +1,8 @@
 /* libFuzzer harness for sentencepiece BPE models (lib/text/bpe_spm.c, fsc/bpe.h). First byte even: the rest is
  * a tokenizer.model (a protobuf ModelProto) for fsc_bpe_load_spm_memory; odd: the rest is text for the small
  * model tests/golden/spm_bpe.model (run from the repository root).
- * Checks: a refusal sets a message and returns nothing; loading never holds more than 64 bytes of heap per
+ * Checks: a refusal sets a message and returns nothing; an accepted model that begins with a piece is one
+ * fsc_bpe_load_file knows by its contents (bpe_is_spm); loading never holds more than 64 bytes of heap per
  * input byte plus 1 MiB (allocation hooks); an accepted model's every token reads, its bos is in range, and the
  * input as text encodes to at most fsc_bpe_max_ids ids, all in the vocabulary, that decode (also as a
  * continuation). Text: the same, and decode gives the text back when it is valid UTF-8 without U+2581 (which
@@ -85,6 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_text(golden, data + 1, len, valid_text(data + 1, len));
         return 0;
     }
+    int looks = bpe_is_spm(data + 1, size - 1); /* fsc_bpe_load_file's test of the contents */
     fsc_bpe *b = (fsc_bpe *)&b; /* must be set to NULL on a refusal */
     heap_now = heap_peak = 0;
     counting = 1;
@@ -96,6 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     CHECK(fsc_bpe_vocab(b) >= 1);
+    CHECK(looks || size < 5 || data[1] != 0x0a); /* a model that begins with its first piece is known as one */
     int32_t bos = fsc_bpe_eot(b);
     CHECK(bos >= -1 && bos < (int32_t)fsc_bpe_vocab(b));
     for (int32_t id = 0; id < (int32_t)fsc_bpe_vocab(b); id++) {

@@ -7,6 +7,8 @@
  * the whole; damaged and unsupported models are refused with a message naming the problem. */
 #include "testutil.h"
 #include <math.h>
+#include <unistd.h>
+#include "bpetest.h"
 #include "golden/spm_golden.h"
 
 #define MODEL "tests/golden/spm_bpe.model"
@@ -57,6 +59,25 @@ static void test_spm_load_file(void **state) {
     fsc_bpe_free(b);
     assert_err(fsc_bpe_load_file(&b, "llama3:" MODEL), FSC_ERR_INVALID, "no gpt2: or llama3: prefix");
     assert_null(b);
+    /* a tokenizer.json that begins with a newline (the byte a model begins with) is still JSON */
+    char path[] = "/tmp/fsc_test_spm_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(bpetest_write_tokenizer(path, 1), 0);
+    static uint8_t json[8192];
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t len = fread(json, 1, sizeof json, f);
+    fclose(f);
+    assert_true(len > 0 && len < sizeof json);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    fputc('\n', f), fwrite(json, 1, len, f);
+    assert_int_equal(fclose(f), 0);
+    assert_ok(fsc_bpe_load_file(&b, path));
+    assert_int_equal(fsc_bpe_vocab(b), 259);
+    fsc_bpe_free(b), unlink(path);
 }
 
 static void test_spm_tokens(void **state) {

@@ -347,13 +347,12 @@ int bpe_is_spm(const uint8_t *buf, size_t len) {
     uint64_t v;
     pb sub, inner;
     const char *what;
-    /* a first field 1 (a SentencePiece) that itself begins with its field 1 (the piece) and is fields to its end
-     * (a text file that begins with a newline is none: its bytes are no such fields) */
+    /* a first field 1 (a SentencePiece) that is fields to its end, one of them its field 1 (the piece) (a text
+     * file that begins with a newline is none: its bytes are no such fields) */
     if (len < 4 || buf[0] != 0x0a || pb_field(&r, &f, &w, &v, &sub, &what) != 1) return 0;
-    if (pb_field(&sub, &f, &w, &v, &inner, &what) != 1 || f != 1 || w != 2) return 0;
-    int rc;
-    while ((rc = pb_field(&sub, &f, &w, &v, &inner, &what)) > 0) {}
-    return rc == 0;
+    int rc, piece = 0;
+    while ((rc = pb_field(&sub, &f, &w, &v, &inner, &what)) > 0) piece |= f == 1 && w == 2;
+    return rc == 0 && piece;
 }
 
 fsc_status bpe_load_spm(fsc_bpe **out, const char *name, const uint8_t *buf, size_t len) {

@@ -22,7 +22,7 @@
  * token, and any other piece is merged pair by pair, lowest rank first (leftmost on ties). "<|endoftext|>"
  * in the text is text. Bytes that begin no valid UTF-8 character are not text: each maximal run of them is
  * one piece between the text around it (so any bytes encode, and decode gives them back exactly).
- * A text of len bytes gives at most len ids. Decoding concatenates the tokens' bytes (the end-of-text token
+ * A text of len bytes gives at most len ids (fsc_bpe_max_ids; a sentencepiece model more). Decoding concatenates the tokens' bytes (the end-of-text token
  * as "<|endoftext|>"); the result need not be valid UTF-8 when ids are cut mid-character.
  *
  * Sentencepiece's BPE models (Llama 1 and 2's tokenizer.model, a protobuf ModelProto; fsc_bpe_load_spm) give

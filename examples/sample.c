@@ -47,8 +47,9 @@ static const option options[] = {
     {"temperature", "X", "1", "softmax temperature; 0 is greedy (the most likely token)", K_FLOAT, F(temperature), 0, 1e6},
     {"top-k", "K", "0", "sample among the K most likely tokens only (0: all)", K_INT, F(top_k), 0, 1e9},
     {"seed", "N", "1", "seed of the draws: the same seed gives the same tokens", K_LL, F(seed), 0, 9.007199254740992e15},
-    {"tokenizer", "FILE", NULL, "text in and out with this byte-level BPE: 'gpt2' (GPT-2's, shipped in examples/data/ "
-     "and share/fsc/), a tokenizer.json, a folder or vocab.json with merges.txt, or a tiktoken file (plain or .gz); "
+    {"tokenizer", "FILE", NULL, "text in and out with this tokenizer: 'gpt2' (GPT-2's, shipped in examples/data/ "
+     "and share/fsc/), a tokenizer.json, a folder or vocab.json with merges.txt, a tiktoken file (plain or .gz), or "
+     "sentencepiece's BPE tokenizer.model (Llama 1 and 2: without --prompt it starts from <s>); "
      "llama3:FILE for Llama 3's pattern (docs/tokenizer.md): --prompt is text (default the end-of-text token), the "
      "output text; the model's vocabulary must hold it (GPT-2: 50257, or padded to 50304)", K_STR, F(tokenizer), 0, 0},
     {"ids", NULL, NULL, "print token ids (comma-separated) also for a byte model", K_FLAG, F(ids), 0, 0},
@@ -129,7 +130,8 @@ static int parse_prompt(const sample_config *c, int V, const fsc_bpe *bpe, int32
     const int bytes = V == 256; /* --ids changes the output only */
     const char *p = c->prompt ? c->prompt : bytes ? "\n" : "0";
     size_t len = strlen(p);
-    int32_t *t = malloc((len + 1 + (size_t)c->tokens) * sizeof *t);
+    size_t room = bpe ? fsc_bpe_max_ids(bpe, len) : len; /* sentencepiece: more ids than bytes can come */
+    int32_t *t = malloc((room + 1 + (size_t)c->tokens) * sizeof *t);
     if (!t) return snprintf(err, cap, "out of memory"), -1;
     int k = 0;
     if (bpe && !c->prompt) {

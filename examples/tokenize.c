@@ -1,6 +1,6 @@
 /* tokenize (installed as fsc-tokenize): a text file into the token file the trainer reads, with GPT-2's
- * tokenizer or another byte-level BPE (fsc/bpe.h: tokenizer.json, vocab.json + merges.txt, tiktoken files),
- * and a token file back into text.
+ * tokenizer or another byte-level BPE (fsc/bpe.h: tokenizer.json, vocab.json + merges.txt, tiktoken files) or
+ * sentencepiece's BPE (Llama 1 and 2's tokenizer.model), and a token file back into text.
  *   tokenize [--tokenizer FILE] [--format u16|llmc] [--eot] TEXT OUT    encode: OUT holds TEXT's ids
  *   tokenize --val F --val-out VAL ... TEXT OUT   the last F of the text (from the first place after that the ids
  *                                                 do not change) into VAL instead (fsc-train --val-data VAL)
@@ -29,18 +29,16 @@ typedef struct {
     const char *name, *arg, *help;
 } option;
 static const option options[] = {
-    {"tokenizer", "FILE",
-     "gpt2 (default: GPT-2's " FSC_BPE_GPT2_FILE " from examples/data/ or beside the program, "
-     "share/fsc/ when installed), or a byte-level BPE's file: tokenizer.json, a folder or vocab.json "
-     "with merges.txt beside it, a tiktoken file (plain or .gz); llama3:FILE for Llama 3's pattern "
-     "(docs/tokenizer.md)"},
+    {"tokenizer", "FILE", "gpt2 (default: GPT-2's " FSC_BPE_GPT2_FILE " from examples/data/ or beside the program, "
+                          "share/fsc/ when installed), or a byte-level BPE's file: tokenizer.json, a folder or vocab.json "
+                          "with merges.txt beside it, a tiktoken file (plain or .gz), sentencepiece's BPE tokenizer.model "
+                          "(Llama 1 and 2); llama3:FILE for Llama 3's pattern (docs/tokenizer.md)"},
     {"vocab", "FILE", "the same as --tokenizer"},
     {"format", "u16|llmc", "the token file: headerless uint16 (default) or llm.c's shard with its header"},
-    {"eot", NULL,
-     "encode: put the end-of-text token (GPT-2: 50256) before the text, as llm.c's shards begin documents"},
-    {"val", "F",
-     "encode: the last fraction F (0 < F < 1) of the text goes to --val-out, cut where a line starts "
-     "with a letter after a line that does not end in white space"},
+    {"eot", NULL, "encode: put the end-of-text token (GPT-2: 50256; sentencepiece: <s>) before the text, as llm.c's "
+                  "shards begin documents"},
+    {"val", "F", "encode: the last fraction F (0 < F < 1) of the text goes to --val-out, cut where a line starts "
+                 "with a letter after a line that does not end in white space"},
     {"val-out", "PATH", "the validation tokens' file (with --val)"},
     {"decode", NULL, "TOKENS to text instead of TEXT to tokens"},
     {"version", NULL, "print the version and exit"},
@@ -125,8 +123,8 @@ static int write_header(FILE *f, const char *path, uint64_t count) {
     return write_all(f, path, h, sizeof h);
 }
 
-/* len bytes of text as token ids into f (named out) */
-static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, const char *out, FILE *f) {
+/* len bytes of text as token ids into f (named out); more: the text continues one encoded before */
+static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, int more, const char *out, FILE *f) {
     enum { PIECE = 1 << 20 };
     int32_t *ids = NULL;
     uint16_t *u16 = NULL;
@@ -138,14 +136,17 @@ static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, s
     count += c->eot != 0;
     for (size_t at = 0; at < len;) {
         size_t end = fsc_bpe_split_point(text, len, at + PIECE < len ? at + PIECE : len), n;
-        if (end - at > cap) {
-            cap = end - at;
+        if (fsc_bpe_max_ids(b, end - at) > cap) {
+            cap = fsc_bpe_max_ids(b, end - at);
             free(ids), free(u16);
             ids = malloc(cap * sizeof *ids), u16 = malloc(cap * sizeof *u16);
             if (!ids || !u16)
                 return free(ids), free(u16), fprintf(stderr, "%s: out of memory for %zu bytes of text\n", prog, cap), 1;
         }
-        if (fsc_bpe_encode(b, text + at, end - at, ids, &n) != FSC_OK)
+        /* after the first piece (or the cut of --val) the text continues: no sentencepiece dummy prefix */
+        fsc_status s = more || at > 0 ? fsc_bpe_encode_more(b, text + at, end - at, ids, &n)
+                                      : fsc_bpe_encode(b, text + at, end - at, ids, &n);
+        if (s != FSC_OK)
             return free(ids), free(u16), fprintf(stderr, "%s: %s: %s\n", prog, c->in, fsc_last_error()), 1;
         for (size_t i = 0; i < n; i++) u16[i] = (uint16_t)ids[i]; /* little-endian hosts, as the trainer reads */
         if (write_all(f, out, u16, n * 2) != 0) return free(ids), free(u16), 1;
@@ -161,11 +162,11 @@ static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, s
     return 0;
 }
 
-/* len bytes of text into the token file out */
-static int encode_file(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, const char *out) {
+/* len bytes of text into the token file out (more: the text continues one encoded before) */
+static int encode_file(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, int more, const char *out) {
     FILE *f = fopen(out, "wb");
     if (!f) return fprintf(stderr, "%s: cannot write %s: %s\n", prog, out, strerror(errno)), 1;
-    int rc = encode_into(b, c, text, len, out, f);
+    int rc = encode_into(b, c, text, len, more, out, f);
     if (fclose(f) != 0 && rc == 0) rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, out, strerror(errno)), 1);
     return rc;
 }
@@ -174,16 +175,25 @@ static int decode_file(const fsc_bpe *b, const config *c, FILE *f) {
     fsc_data *d = NULL;
     if (fsc_data_open(&d, c->in, c->llmc ? FSC_DATA_LLMC : FSC_DATA_U16, (int)fsc_bpe_vocab(b)) != FSC_OK)
         return fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1;
-    enum { CHUNK = 1 << 16 };
-    int32_t *ids = malloc(CHUNK * sizeof *ids);
+    enum { CHUNK = 1 << 16, AHEAD = 4 };
+    int32_t *ids = malloc((CHUNK + AHEAD) * sizeof *ids);
     char *text = malloc((size_t)CHUNK * 256);
     int rc = ids && text ? 0 : (fprintf(stderr, "%s: out of memory\n", prog), 1);
     uint64_t n = fsc_data_tokens(d), bytes = 0;
-    for (uint64_t at = 0; rc == 0 && at < n; at += CHUNK) {
-        size_t k = n - at < CHUNK ? (size_t)(n - at) : CHUNK, len;
-        if (fsc_data_read(d, at, k, ids) != FSC_OK ||
-            fsc_bpe_decode(b, ids, k, text, (size_t)CHUNK * 256, &len) != FSC_OK)
+    for (uint64_t at = 0, k; rc == 0 && at < n; at += k) {
+        size_t got = n - at < CHUNK + AHEAD ? (size_t)(n - at) : CHUNK + AHEAD, len, tl;
+        const uint8_t *t;
+        if (fsc_data_read(d, at, got, ids) != FSC_OK) {
             rc = (fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1);
+            break;
+        }
+        /* chunks cut between characters: not before a token that is a lone UTF-8 continuation byte (a
+         * sentencepiece byte piece in the middle of a character) */
+        k = got < CHUNK ? got : CHUNK;
+        while (k < got && k > CHUNK - AHEAD && (t = fsc_bpe_token(b, ids[k], &tl)) && tl == 1 && (t[0] & 0xc0) == 0x80) k--;
+        fsc_status s = at ? fsc_bpe_decode_more(b, ids, (size_t)k, text, (size_t)CHUNK * 256, &len)
+                          : fsc_bpe_decode(b, ids, (size_t)k, text, (size_t)CHUNK * 256, &len);
+        if (s != FSC_OK) rc = (fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1);
         else rc = write_all(f, c->out, text, len), bytes += len;
     }
     if (rc == 0)
@@ -242,8 +252,8 @@ int main(int argc, char **argv) {
         if (c.val > 0 && (cut == len || cut == 0))
             rc = (fprintf(stderr, "%s: --val %g: no place in the last %g of %s to cut it (a line that starts with a "
                           "letter after a line that does not end in white space)\n", prog, c.val, c.val, c.in), 1);
-        else rc = encode_file(b, &c, text, cut, c.out);
-        if (rc == 0 && c.val > 0) rc = encode_file(b, &c, text + cut, len - cut, c.val_out);
+        else rc = encode_file(b, &c, text, cut, 0, c.out);
+        if (rc == 0 && c.val > 0) rc = encode_file(b, &c, text + cut, len - cut, 1, c.val_out);
     }
     if (len) munmap((void *)text, len);
     fsc_bpe_free(b);

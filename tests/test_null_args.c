@@ -67,6 +67,34 @@ static void null_fsc_bpe_encode(void) {
     INVALID(fsc_bpe_encode(P, P, 0, P, NULL), "n");
 }
 
+static void null_fsc_bpe_decode_more(void) {
+    INVALID(fsc_bpe_decode_more(NULL, P, 0, P, 0, P), "b");
+    INVALID(fsc_bpe_decode_more(P, NULL, 1, P, 1, P), "ids");
+    INVALID(fsc_bpe_decode_more(P, P, 0, NULL, 1, P), "out");
+    INVALID(fsc_bpe_decode_more(P, P, 0, P, 0, NULL), "len");
+}
+
+static void null_fsc_bpe_encode_more(void) {
+    INVALID(fsc_bpe_encode_more(NULL, P, 0, P, P), "b");
+    INVALID(fsc_bpe_encode_more(P, NULL, 1, P, P), "text");
+    INVALID(fsc_bpe_encode_more(P, P, 1, NULL, P), "ids");
+    INVALID(fsc_bpe_encode_more(P, P, 0, P, NULL), "n");
+}
+
+static void null_fsc_bpe_max_ids(void) {
+    RET0(fsc_bpe_max_ids(NULL, 5));
+}
+
+static void null_fsc_bpe_load_spm(void) {
+    INVALID(fsc_bpe_load_spm(NULL, P), "out");
+    INVALID(fsc_bpe_load_spm(P, NULL), "path");
+}
+
+static void null_fsc_bpe_load_spm_memory(void) {
+    INVALID(fsc_bpe_load_spm_memory(NULL, P, 0), "out");
+    INVALID(fsc_bpe_load_spm_memory(P, NULL, 1), "buf");
+}
+
 static void null_fsc_bpe_eot(void) {
     RETVAL(fsc_bpe_eot(NULL), -1);
 }
@@ -2459,6 +2487,11 @@ static const struct row rows[] = {
     /* bpe.h */
     ROW(fsc_bpe_decode),
     ROW(fsc_bpe_encode),
+    ROW(fsc_bpe_encode_more),
+    ROW(fsc_bpe_decode_more),
+    ROW(fsc_bpe_max_ids),
+    ROW(fsc_bpe_load_spm),
+    ROW(fsc_bpe_load_spm_memory),
     ROW(fsc_bpe_eot),
     ROW(fsc_bpe_free),
     ROW(fsc_bpe_load),

@@ -170,6 +170,30 @@ static void test_tokenizer(void **st) {
     a = sample(file, NULL, opt);
     if (strncmp(a, "256,256,257,", 12) != 0) fail_msg("the prompt's ids are not 256,256,257: \"%s\"", a);
     free(a), free(opt);
+    /* sentencepiece's tokenizer.model: the prompt's ids are the library's (the dummy prefix's ▁ first, so the
+     * text printed token by token starts with a space); without --prompt it starts from <s> */
+    char spm[PATH_MAX], ids[256];
+    assert_non_null(realpath("tests/golden/spm_bpe.model", spm));
+    fsc_bpe *b;
+    assert_ok(fsc_bpe_load_file(&b, spm));
+    int32_t pid[32];
+    size_t np, at = 0;
+    assert_ok(fsc_bpe_encode(b, "Hello world", 11, pid, &np));
+    for (size_t i = 0; i < np; i++) at += (size_t)snprintf(ids + at, sizeof ids - at, "%d,", pid[i]);
+    opt = prog_fmt("--tokenizer '%s' --prompt 'Hello world' --tokens 2 --ids", spm);
+    a = sample(file, NULL, opt);
+    if (strncmp(a, ids, at) != 0) fail_msg("the prompt's ids are not %s: \"%s\"", ids, a);
+    free(a), free(opt);
+    opt = prog_fmt("--tokenizer '%s' --prompt 'Hello world' --tokens 5 --seed 3", spm);
+    a = sample(file, NULL, opt);
+    if (strncmp(a, " Hello world", 12) != 0) fail_msg("the text does not start with the prompt: \"%s\"", a);
+    free(a), free(opt);
+    opt = prog_fmt("--tokenizer '%s' --tokens 2 --ids", spm);
+    a = sample(file, NULL, opt);
+    snprintf(ids, sizeof ids, "%d,", fsc_bpe_eot(b));
+    if (strncmp(a, ids, strlen(ids)) != 0) fail_msg("no prompt does not start from <s> (%s): \"%s\"", ids, a);
+    free(a), free(opt);
+    fsc_bpe_free(b);
     assert_int_equal(bpetest_write_tokenizer(tj, 0), 0);
     char *err = NULL;
     args = prog_fmt("--model '%s' --tokenizer '%s'", file, tj);

@@ -222,6 +222,70 @@ static void test_tokenizer_file(void **state) {
     free(text), free(ids), free(dir), free(tj);
 }
 
+/* Sentencepiece's tokenizer.model: a text of 1.3 MB (the corpus and runs of emoji that become byte pieces)
+ * encoded in pieces of 1 MiB and decoded in chunks of 65,536 ids gives the library's ids of the whole text and
+ * the text back, --eot writes <s>, and --val's two files hold the ids of the whole */
+static void test_tokenizer_spm(void **state) {
+    char model[PATH_MAX];
+    assert_non_null(realpath("tests/golden/spm_bpe.model", model));
+    fsc_bpe *b;
+    assert_ok(fsc_bpe_load_file(&b, model));
+    size_t clen, len = 0, n, flen;
+    uint8_t *corp = slurp_bytes(corpus, &clen);
+    uint8_t *text = malloc(24 * (clen + 40001));
+    assert_non_null(text);
+    for (int r = 0; r < 24; r++) {
+        memcpy(text + len, corp, clen), len += clen;
+        for (int e = 0; e < 10000; e++) memcpy(text + len, "\xf0\x9f\x98\x80", 4), len += 4;
+        text[len++] = '\n';
+    }
+    char *path = prog_fmt("%s/spm.txt", tmpdir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    int32_t *ids = malloc(fsc_bpe_max_ids(b, len) * sizeof *ids);
+    assert_ok(fsc_bpe_encode(b, text, len, ids, &n));
+    assert_true(n > 8 * 65536);
+    size_t inside = 0, tl; /* chunk boundaries of --decode that fall inside a character */
+    for (size_t k = 65536; k < n; k += 65536) {
+        const uint8_t *t = fsc_bpe_token(b, ids[k], &tl);
+        inside += tl == 1 && (t[0] & 0xc0) == 0x80;
+    }
+    assert_true(inside >= 3);
+    char *args = prog_fmt("--tokenizer '%s' --eot '%s' '%s/spm.u16'", model, path, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    char *u16 = prog_fmt("%s/spm.u16", tmpdir);
+    uint8_t *file = slurp_bytes(u16, &flen);
+    assert_int_equal(flen, 2 * (n + 1));
+    assert_int_equal(file[0] | file[1] << 8, fsc_bpe_eot(b)); /* <s> */
+    for (size_t i = 0; i < n; i++)
+        if ((file[2 * i + 2] | file[2 * i + 3] << 8) != ids[i])
+            fail_msg("id %zu: %d, the library's %d", i, file[2 * i + 2] | file[2 * i + 3] << 8, ids[i]);
+    free(args), free(file);
+    args = prog_fmt("--decode --tokenizer '%s' '%s' '%s/spm.back'", model, u16, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    char *back_path = prog_fmt("%s/spm.back", tmpdir);
+    uint8_t *back = slurp_bytes(back_path, &flen);
+    assert_int_equal(flen, len);
+    assert_memory_equal(back, text, len);
+    free(args), free(back);
+    args = prog_fmt("--tokenizer '%s' --val 0.3 --val-out '%s/spm_v.u16' '%s' '%s/spm_t.u16'", model, tmpdir, path, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    char *tp = prog_fmt("%s/spm_t.u16", tmpdir), *vp = prog_fmt("%s/spm_v.u16", tmpdir);
+    size_t tlen, vlen;
+    uint8_t *t = slurp_bytes(tp, &tlen), *v = slurp_bytes(vp, &vlen);
+    assert_int_equal(tlen + vlen, 2 * n);
+    assert_true(vlen > 0 && tlen > vlen);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *at = 2 * i < tlen ? t + 2 * i : v + 2 * i - tlen;
+        if ((at[0] | at[1] << 8) != ids[i]) fail_msg("--val: id %zu differs from the whole text's", i);
+    }
+    free(args), free(tp), free(vp), free(t), free(v), free(u16), free(back_path), free(path);
+    free(ids), free(text), free(corp);
+    fsc_bpe_free(b);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_tokenize", "tokenize", tokenize, sizeof tokenize, tmpdir, sizeof tmpdir)) return 1;
@@ -235,6 +299,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_reads_it),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_tokenizer_file),
+        cmocka_unit_test(test_tokenizer_spm),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

@@ -152,12 +152,32 @@ static fsc_status encode_text(const fsc_bpe *b, const uint8_t *p, size_t len, in
     return FSC_OK;
 }
 
+static fsc_status encode_bytes(const fsc_bpe *b, const void *text, size_t len, int32_t *ids, size_t *n);
+
 fsc_status fsc_bpe_encode(const fsc_bpe *b, const void *text, size_t len, int32_t *ids, size_t *n) {
     FSC_CHECK_ARG(b);
     FSC_CHECK_BUF(text, len);
     FSC_CHECK_BUF(ids, len);
     FSC_CHECK_ARG(n);
     *n = 0;
+    return b->spm ? bpe_spm_encode(b, text, len, ids, n, 0) : encode_bytes(b, text, len, ids, n);
+}
+
+fsc_status fsc_bpe_encode_more(const fsc_bpe *b, const void *text, size_t len, int32_t *ids, size_t *n) {
+    FSC_CHECK_ARG(b);
+    FSC_CHECK_BUF(text, len);
+    FSC_CHECK_BUF(ids, len);
+    FSC_CHECK_ARG(n);
+    *n = 0;
+    return b->spm ? bpe_spm_encode(b, text, len, ids, n, 1) : encode_bytes(b, text, len, ids, n);
+}
+
+size_t fsc_bpe_max_ids(const fsc_bpe *b, size_t len) {
+    if (!b) return 0;
+    return b->spm ? bpe_spm_max_ids(b, len) : len;
+}
+
+static fsc_status encode_bytes(const fsc_bpe *b, const void *text, size_t len, int32_t *ids, size_t *n) {
     if (len >= UINT32_MAX) return fsc_error(FSC_ERR_INVALID, "fsc_bpe_encode: %zu bytes at once: give less than 4 GiB "
                                             "(fsc_bpe_split_point says where to cut)", len);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern((const pcre2_code *)b->re, NULL);
@@ -179,11 +199,25 @@ fsc_status fsc_bpe_encode(const fsc_bpe *b, const void *text, size_t len, int32_
     return st;
 }
 
+static fsc_status decode_bytes(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len);
+
 fsc_status fsc_bpe_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len) {
     FSC_CHECK_ARG(b);
     FSC_CHECK_BUF(ids, n);
     FSC_CHECK_BUF(out, cap);
     FSC_CHECK_ARG(len);
+    return b->spm ? bpe_spm_decode(b, ids, n, out, cap, len, 0) : decode_bytes(b, ids, n, out, cap, len);
+}
+
+fsc_status fsc_bpe_decode_more(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len) {
+    FSC_CHECK_ARG(b);
+    FSC_CHECK_BUF(ids, n);
+    FSC_CHECK_BUF(out, cap);
+    FSC_CHECK_ARG(len);
+    return b->spm ? bpe_spm_decode(b, ids, n, out, cap, len, 1) : decode_bytes(b, ids, n, out, cap, len);
+}
+
+static fsc_status decode_bytes(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len) {
     size_t need = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || (uint32_t)ids[i] >= b->n)

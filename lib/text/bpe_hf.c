@@ -430,8 +430,8 @@ static fsc_status load_tokenizer_root(fsc_bpe **out, const char *name, const cJS
             return fsc_error(FSC_ERR_FORMAT, "%s: model.%s is set: fsc's BPE has none", name, unsupported[i]);
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")))
-        return fsc_error(FSC_ERR_FORMAT, "%s: model.byte_fallback is true: a sentencepiece-style BPE, not byte-level",
-                         name);
+        return fsc_error(FSC_ERR_FORMAT, "%s: model.byte_fallback is true: a sentencepiece-style BPE, not byte-level (fsc "
+                         "reads such a model from sentencepiece's tokenizer.model instead)", name);
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (norm && !cJSON_IsNull(norm))
         return fsc_error(FSC_ERR_FORMAT, "%s: a normalizer: fsc applies none (GPT-2's and Llama 3's have none)", name);
@@ -550,6 +550,12 @@ fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec) {
     uint8_t *buf;
     size_t len;
     if ((s = bpe_read_file(spec, &buf, &len)) != FSC_OK) return s;
+    if (bpe_is_spm(buf, len)) { /* sentencepiece's tokenizer.model (a protobuf) */
+        if (pattern >= 0) s = fsc_error(FSC_ERR_INVALID, "%s: a sentencepiece model takes no gpt2: or llama3: prefix", spec);
+        else s = bpe_load_spm(out, spec, buf, len);
+        free(buf);
+        return s;
+    }
     size_t i = 0;
     while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
     if (i < len && buf[i] == '{') { /* tokenizer.json (a "model" object) or vocab.json */

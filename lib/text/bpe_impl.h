@@ -21,8 +21,11 @@ struct fsc_bpe {
     uint32_t *slots;     /* (nslots) open-addressing table of the ids text can give, by their bytes; BPE_NONE empty */
     size_t nslots;       /* a power of two, at least 2n */
     int pattern;         /* bpe_pattern: the pre-tokenization pattern */
-    void *re;            /* the compiled pre-tokenization pattern (pcre2_code_8) */
+    void *re;            /* the compiled pre-tokenization pattern (pcre2_code_8); NULL for sentencepiece */
+    struct bpe_spm *spm; /* a sentencepiece model (bpe_spm.c): its pieces; off and bytes then hold each piece's
+                          * text as decode gives it alone; NULL for a byte-level BPE */
 };
+typedef struct bpe_spm bpe_spm;
 
 /* The pre-tokenization patterns fsc knows */
 enum bpe_pattern { BPE_PATTERN_GPT2, BPE_PATTERN_LLAMA3 };
@@ -45,6 +48,15 @@ fsc_status bpe_compile_pattern(fsc_bpe *b, int pattern);
 fsc_status bpe_default_path(char *path, size_t cap);
 /* A tiktoken file's bytes (plain or gzip) with the pattern's special tokens after the ranks */
 fsc_status bpe_load_tiktoken(fsc_bpe **out, const char *path, const uint8_t *buf, size_t len, int pattern);
+
+/* Sentencepiece (bpe_spm.c): whether buf looks like a ModelProto (a first piece); the loader; its free; the
+ * ids len bytes may give; encode (more: no dummy prefix) and decode (more: no dummy prefix to drop), the arguments checked by the caller */
+int bpe_is_spm(const uint8_t *buf, size_t len);
+fsc_status bpe_load_spm(fsc_bpe **out, const char *name, const uint8_t *buf, size_t len);
+void bpe_spm_free(bpe_spm *m);
+size_t bpe_spm_max_ids(const fsc_bpe *b, size_t len);
+fsc_status bpe_spm_encode(const fsc_bpe *b, const uint8_t *text, size_t len, int32_t *ids, size_t *n, int more);
+fsc_status bpe_spm_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len, int more);
 
 /* Scratch for merging a piece; grown as pieces need (bpe_merge_* refuse nothing but memory) */
 typedef struct {

@@ -332,6 +332,7 @@ fsc_status fsc_bpe_load_default(fsc_bpe **out) {
 void fsc_bpe_free(fsc_bpe *b) {
     if (!b) return;
     pcre2_code_free((pcre2_code *)b->re);
+    bpe_spm_free(b->spm);
     free(b->off);
     free(b->bytes);
     free(b->slots);

@@ -22,11 +22,22 @@
  * token, and any other piece is merged pair by pair, lowest rank first (leftmost on ties). "<|endoftext|>"
  * in the text is text. Bytes that begin no valid UTF-8 character are not text: each maximal run of them is
  * one piece between the text around it (so any bytes encode, and decode gives them back exactly).
- * A text of len bytes gives at most len ids. Decoding concatenates the tokens' bytes (the end-of-text token
+ * A text of len bytes gives at most len ids (fsc_bpe_max_ids; a sentencepiece model more). Decoding concatenates the tokens' bytes (the end-of-text token
  * as "<|endoftext|>"); the result need not be valid UTF-8 when ids are cut mid-character.
  *
+ * Sentencepiece's BPE models (Llama 1 and 2's tokenizer.model, a protobuf ModelProto; fsc_bpe_load_spm) give
+ * the same handle, encoded and decoded as sentencepiece does: spaces as U+2581, a U+2581 before the text
+ * (add_dummy_prefix), the text cut into characters (user-defined pieces whole), the adjacent pair whose joined
+ * bytes are the piece of highest score joined first (leftmost on ties), an unknown character as its bytes'
+ * <0xNN> pieces (byte_fallback) or the unk id; a byte that begins no valid UTF-8 character is U+FFFD, as
+ * sentencepiece reads it. Decoding drops control pieces and the dummy prefix's space and gives U+FFFD for byte
+ * pieces that make no valid character. fsc_bpe_token is a piece's text alone (U+2581 a space, a byte piece its
+ * byte, a control piece nothing); fsc_bpe_eot is its bos piece (<s>), the token a document starts with.
+ * Refused: unigram models, normalization rules (only "identity", Llama's), unused pieces, whitespace as suffix.
+ *
  * A loaded vocabulary is read-only: threads may encode and decode with it at once.
- * Not here: other tokenizers (sentencepiece, WordPiece), special tokens in the text, token files (fsc/data.h). */
+ * Not here: other tokenizers (sentencepiece's unigram, WordPiece), special tokens in the text, token files
+ * (fsc/data.h). */
 #ifndef FSC_BPE_H
 #define FSC_BPE_H
 #include "export.h"
@@ -56,6 +67,10 @@ fsc_status fsc_bpe_load_tokenizer_json_memory(fsc_bpe **out, const void *buf, si
  * "llama3:" before the path uses Llama 3's pattern (and, for a tiktoken file, its special tokens), "gpt2:"
  * GPT-2's, whatever a tokenizer.json says. */
 fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec);
+/* Sentencepiece's tokenizer.model (a BPE model; fsc_bpe_load_file also knows it by its contents); the message
+ * names what is not read or not right */
+fsc_status fsc_bpe_load_spm(fsc_bpe **out, const char *path);
+fsc_status fsc_bpe_load_spm_memory(fsc_bpe **out, const void *buf, size_t len);
 /* The same from len bytes in memory (plain or gzip); messages name it "memory". For tests and the fuzz harness. */
 fsc_status fsc_bpe_load_memory(fsc_bpe **out, const void *buf, size_t len);
 /* The GPT-2 vocabulary from where fsc puts it: examples/data/ of the working directory, else beside the
@@ -69,17 +84,28 @@ int32_t fsc_bpe_eot(const fsc_bpe *b);   /* the end-of-text token's id (GPT-2: v
 /* The bytes of token id (*len of them; not NUL-terminated), or NULL with *len 0 when id is out of range. */
 const uint8_t *fsc_bpe_token(const fsc_bpe *b, int32_t id, size_t *len);
 
-/* The ids of len bytes of text into ids (room for len ids at least; text and ids may be NULL when len is 0);
- * *n: how many. */
+/* The most ids len bytes of text can give: len for a byte-level BPE, 3 len + 3 for a sentencepiece model (a
+ * space or a stray byte may become three byte pieces, and the dummy prefix one more); 0 for NULL */
+size_t fsc_bpe_max_ids(const fsc_bpe *b, size_t len);
+/* The ids of len bytes of text into ids (room for fsc_bpe_max_ids(b, len) ids at least; text and ids may be
+ * NULL when len is 0); *n: how many. */
 fsc_status fsc_bpe_encode(const fsc_bpe *b, const void *text, size_t len, int32_t *ids, size_t *n);
+/* The same for text that continues a text already encoded (the part after a cut at fsc_bpe_split_point): a
+ * sentencepiece model puts no dummy prefix before it (refused when a piece of the model holds a newline before
+ * a letter, so that the cut would change the ids); a byte-level BPE encodes it as fsc_bpe_encode. */
+fsc_status fsc_bpe_encode_more(const fsc_bpe *b, const void *text, size_t len, int32_t *ids, size_t *n);
 /* The bytes of n ids into out (cap bytes; out may be NULL when cap is 0). *len: the bytes they need; when
  * that is more than cap, nothing is written and the call is refused (ask with cap 0 first). An id out of
  * range is refused, naming its position and value. */
 fsc_status fsc_bpe_decode(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len);
+/* The same for ids that continue ids already decoded: a sentencepiece model keeps the space of the first
+ * piece's U+2581 (fsc_bpe_decode drops it as the dummy prefix's). Cut ids between characters: a sentencepiece
+ * byte piece cut from the rest of its character decodes to U+FFFD. A byte-level BPE decodes as fsc_bpe_decode. */
+fsc_status fsc_bpe_decode_more(const fsc_bpe *b, const int32_t *ids, size_t n, void *out, size_t cap, size_t *len);
 
-/* A place to cut a text so that encoding the two parts gives the ids of the whole: the first position p >=
- * from where an ASCII letter follows a newline that follows an ASCII byte other than white space; len when
- * there is none. For encoding a large file in pieces. */
+/* A place to cut a text so that encoding the two parts gives the ids of the whole (the second with
+ * fsc_bpe_encode_more): the first position p >= from where an ASCII letter follows a newline that follows an
+ * ASCII byte other than white space; len when there is none. For encoding a large file in pieces. */
 size_t fsc_bpe_split_point(const void *text, size_t len, size_t from);
 
 FSC_END_DECLS

@@ -12,6 +12,7 @@
  *
  * Build: make build/train_family (this file, examples/train_gpt.c and the files of examples/train/, with -DFSC_TRAIN_NO_MAIN).
  * Run:   build/train_family --model mini --layers 2 --dim 32 --heads 4 --seq 32 --steps 20 */
+#include <pthread.h>
 #include <math.h>
 #include <stdio.h>
 #include <cjson/cJSON.h>
@@ -31,7 +32,11 @@ static fsc_status mini_int(const cJSON *o, const char *key, int *out) {
 /* The model on dev; with tensor (NULL: none) each layer holds this rank's slices and runs the group's collectives. */
 static fsc_status mini_build(fsc_device *dev, const char *config, fsc_comm *tensor, int sp, fsc_model **out) {
     *out = NULL;
+    /* cJSON's parser writes a global (its last error): the ranks' threads parse one at a time */
+    static pthread_mutex_t parse_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&parse_mu);
     cJSON *o = cJSON_Parse(config);
+    pthread_mutex_unlock(&parse_mu);
     int L = 0, C = 0, H = 0, T = 0, V = 0;
     fsc_status s = cJSON_IsObject(o) ? FSC_OK : fsc_error(FSC_ERR_FORMAT, "mini: the configuration is not a JSON object");
     if (s == FSC_OK) s = mini_int(o, "layers", &L);

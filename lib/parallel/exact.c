@@ -43,17 +43,27 @@ typedef struct {
     fsc_comm_req *req;  /* NULL: the slot is free */
     int64_t *buf;       /* device, cap elements, kept between steps */
     size_t cap;
-    const int64_t *res; /* the result inside buf (nout) */
+    const int64_t *res; /* the result: inside buf (nout), or the shadow itself (fresh on the direct path) */
     int k;              /* into shadow k from element at */
     size_t at, nout;
+    int fresh;          /* the first term of its shadow elements in this attempt: landed by a copy, not a sum */
     uint64_t issued;    /* when it was started (the x->issued count) */
 } flight;
+
+/* The elements of a shadow written in this attempt: disjoint ranges [lo, hi), adjacent ones merged. An element
+ * outside them holds no term yet (its int64 is stale, read as 0): so the first term of a range is stored, not
+ * added to a zeroed shadow, and a direct all-reduce writes its result straight into the shadow. */
+typedef struct {
+    size_t (*r)[2];
+    int n, cap;
+} ranges;
 
 struct fsc_exact {
     int E;          /* this attempt's exponent: the last step's to start (a guess, never the bits) */
     uint64_t terms; /* units in the global batch */
     double amax;    /* largest |element| of the unit gradients this rank reduced in this attempt */
     int64_t **acc;  /* (e->ngsegs) the reduced gradients as int64, host */
+    ranges *wr;     /* (e->ngsegs) the elements of each acc written in this attempt */
     int direct;     /* device memory is host memory (the cpu device, no modelled copy cost): no staging */
     float *hf;      /* host staging of a reduction: f32 in, */
     int64_t *hq;    /* its int64s */
@@ -83,9 +93,10 @@ fsc_status fsc_exact_create(fsc_engine *e) {
     x->E = FSC_EXACT_ZERO_EXPONENT;
     x->direct = !strcmp(fsc_device_name(e->dev), "cpu") && e->dev->copy_s_per_byte == 0;
     x->acc = calloc((size_t)e->ngsegs + 1, sizeof *x->acc);
-    if (!x->acc) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    x->wr = calloc((size_t)e->ngsegs + 1, sizeof *x->wr);
+    if (!x->acc || !x->wr) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
     for (int k = 0; k < e->ngsegs; k++) {
-        x->acc[k] = calloc(e->glens[k] + 1, sizeof(int64_t));
+        x->acc[k] = malloc((e->glens[k] + 1) * sizeof(int64_t)); /* read only where written (x->wr) */
         if (!x->acc[k]) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory for %zu gradients", e->glens[k]);
     }
     return FSC_OK;
@@ -100,7 +111,9 @@ void fsc_exact_free(fsc_engine *e) {
         fsc_device_release(e->dev, x->fl[i].buf);
     }
     for (int k = 0; x->acc && k < e->ngsegs; k++) free(x->acc[k]);
+    for (int k = 0; x->wr && k < e->ngsegs; k++) free(x->wr[k].r);
     free(x->acc);
+    free(x->wr);
     for (int i = 0; i < x->nts; i++) free(x->ts[i].q);
     free(x->ts);
     free(x->hf);
@@ -134,20 +147,74 @@ static fsc_status find_shadow(const fsc_engine *e, const float *out, size_t n, i
     return fsc_error(FSC_ERR_INTERNAL, "reduce exact: a reduction of %zu elements is for no reduced gradient", n);
 }
 
-/* Wait for the reduction in slot f and add its result to its shadow. */
+/* Whether [lo, hi) meets a range of w. */
+static int ranges_meet(const ranges *w, size_t lo, size_t hi) {
+    for (int i = 0; i < w->n; i++)
+        if (lo < w->r[i][1] && w->r[i][0] < hi) return 1;
+    return 0;
+}
+
+/* [lo, hi) (meeting none of w's ranges) added to w, merged with a range it touches. */
+static fsc_status ranges_add(ranges *w, size_t lo, size_t hi) {
+    int below = -1, above = -1;
+    for (int i = 0; i < w->n; i++) {
+        if (w->r[i][1] == lo) below = i;
+        if (w->r[i][0] == hi) above = i;
+    }
+    if (below >= 0 && above >= 0) { /* joins two: the one above goes */
+        w->r[below][1] = w->r[above][1];
+        w->r[above][0] = w->r[w->n - 1][0], w->r[above][1] = w->r[w->n - 1][1];
+        w->n--;
+        return FSC_OK;
+    }
+    if (below >= 0) w->r[below][1] = hi;
+    if (above >= 0) w->r[above][0] = lo;
+    if (below >= 0 || above >= 0) return FSC_OK;
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 8;
+        size_t(*r)[2] = realloc(w->r, (size_t)cap * sizeof *r);
+        if (!r) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+        w->r = r, w->cap = cap;
+    }
+    w->r[w->n][0] = lo, w->r[w->n][1] = hi;
+    w->n++;
+    return FSC_OK;
+}
+
+static int cmp_range(const void *pa, const void *pb) {
+    const size_t *a = pa, *b = pb;
+    return (a[0] > b[0]) - (a[0] < b[0]);
+}
+
+static fsc_status land(fsc_engine *e, flight *f);
+
+/* Before a sum into shadow k's elements [at, at + n): the first terms in flight into them landed. */
+static fsc_status settle(fsc_engine *e, int k, size_t at, size_t n) {
+    for (int i = 0; i < INFLIGHT; i++) {
+        flight *g = &e->exact->fl[i];
+        if (g->req && g->fresh && g->k == k && at < g->at + g->nout && g->at < at + n) FSC_TRY(land(e, g));
+    }
+    return FSC_OK;
+}
+
+/* Wait for the reduction in slot f and store its result in its shadow (fresh) or add it there. */
 static fsc_status land(fsc_engine *e, flight *f) {
     fsc_exact *x = e->exact;
     if (!f->req) return FSC_OK;
+    if (!f->fresh) FSC_TRY(settle(e, f->k, f->at, f->nout));
     fsc_status s = fsc_comm_wait(f->req);
     fsc_comm_req_free(f->req);
     f->req = NULL;
     FSC_TRY(s);
+    int64_t *dst = x->acc[f->k] + f->at;
+    if (f->res == dst) return FSC_OK; /* received in the shadow */
+    if (f->fresh) return fsc_device_download(e->dev, dst, f->res, f->nout * sizeof(int64_t));
     const int64_t *r = f->res;
     if (!x->direct) {
         FSC_TRY(fsc_device_download(e->dev, x->hq, f->res, f->nout * sizeof(int64_t)));
         r = x->hq;
     }
-    fsc_exact_add_i64(x->acc[f->k] + f->at, r, f->nout);
+    fsc_exact_add_i64(dst, r, f->nout);
     return FSC_OK;
 }
 
@@ -253,6 +320,12 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, 
     int k = 0;
     size_t at = 0;
     FSC_TRY(find_shadow(e, out, nout, &k, &at));
+    /* the first term of these shadow elements in this attempt: stored, not added (on the direct path the
+     * collective writes it there); later terms of them are sums, landed after it */
+    const int fresh = !ranges_meet(&x->wr[k], at, at + nout);
+    if (fresh) FSC_TRY(ranges_add(&x->wr[k], at, at + nout));
+    int64_t *shadow = x->acc[k] + at;
+    if (N == 1 && M == 1 && fresh && x->direct) return convert(e, shadow, in, n); /* nothing to sum over */
     flight *f = take_slot(x);
     FSC_TRY(land(e, f)); /* the oldest in flight, when all slots are busy */
     if (f->cap < n) {
@@ -263,21 +336,23 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, 
     }
     FSC_TRY(convert(e, f->buf, in, n));
     int64_t *mine = rs ? f->buf + (size_t)fsc_comm_rank(c) * nout : f->buf; /* in place */
-    f->res = mine, f->k = k, f->at = at, f->nout = nout;
+    int64_t *into = fresh && x->direct ? shadow : mine; /* where the result goes */
+    f->res = into, f->k = k, f->at = at, f->nout = nout, f->fresh = fresh;
     if (N == 1 && M == 1) {
         const int64_t *r = mine;
-        if (!x->direct) FSC_TRY(fsc_device_download(e->dev, x->hq, mine, nout * sizeof(int64_t)));
-        fsc_exact_add_i64(x->acc[k] + at, x->direct ? r : x->hq, nout);
+        if (!x->direct) FSC_TRY(fsc_device_download(e->dev, fresh ? shadow : x->hq, mine, nout * sizeof(int64_t)));
+        if (!fresh) FSC_TRY(settle(e, k, at, nout));
+        if (!fresh) fsc_exact_add_i64(shadow, x->direct ? r : x->hq, nout);
         return FSC_OK;
     }
     if (M > 1) { /* hybrid: over the shard group, then across the replicas; landed at once */
         FSC_TRY(fsc_comm_reduce_scatter(c, f->buf, mine, nout, FSC_I64, FSC_SUM));
-        FSC_TRY(fsc_comm_iall_reduce(then, mine, mine, nout, FSC_I64, FSC_SUM, &f->req));
+        FSC_TRY(fsc_comm_iall_reduce(then, mine, into, nout, FSC_I64, FSC_SUM, &f->req));
         return land(e, f);
     }
     /* in flight while the next layers' backward runs; landed when its slot is needed or the attempt ends */
-    return rs ? fsc_comm_ireduce_scatter(c, f->buf, mine, nout, FSC_I64, FSC_SUM, &f->req)
-              : fsc_comm_iall_reduce(c, f->buf, f->buf, n, FSC_I64, FSC_SUM, &f->req);
+    return rs ? fsc_comm_ireduce_scatter(c, f->buf, into, nout, FSC_I64, FSC_SUM, &f->req)
+              : fsc_comm_iall_reduce(c, f->buf, fresh && x->direct ? shadow : f->buf, n, FSC_I64, FSC_SUM, &f->req);
 }
 
 static void begin_attempt(fsc_engine *e) {
@@ -288,7 +363,7 @@ static void begin_attempt(fsc_engine *e) {
         x->fl[i].req = NULL;
     }
     x->amax = 0;
-    for (int k = 0; k < e->ngsegs; k++) memset(x->acc[k], 0, e->glens[k] * sizeof(int64_t));
+    for (int k = 0; k < e->ngsegs; k++) x->wr[k].n = 0; /* no shadow element holds a term */
     for (int i = 0; i < x->nts; i++) x->ts[i].grad = NULL; /* left by a failed step */
 }
 
@@ -314,7 +389,15 @@ static fsc_status finish_attempt(fsc_engine *e, int *again) {
         const int direct = x->direct && e->gdev == e->dev;
         if (!direct) FSC_TRY(reserve(x, e->glens[k]));
         float *g = direct ? e->gsegs[k] : x->hf;
-        fsc_exact_to_f32(g, x->acc[k], e->glens[k], x->E);
+        ranges *w = &x->wr[k]; /* the written elements in order; the others hold no term: 0 */
+        if (w->n > 1) qsort(w->r, (size_t)w->n, sizeof *w->r, cmp_range);
+        size_t next = 0;
+        for (int i = 0; i < w->n; i++) {
+            memset(g + next, 0, (w->r[i][0] - next) * sizeof(float));
+            fsc_exact_to_f32(g + w->r[i][0], x->acc[k] + w->r[i][0], w->r[i][1] - w->r[i][0], x->E);
+            next = w->r[i][1];
+        }
+        memset(g + next, 0, (e->glens[k] - next) * sizeof(float));
         if (!finite) g[0] = NAN, finite = 1;
         if (!direct) FSC_TRY(fsc_device_upload(e->gdev, e->gsegs[k], x->hf, e->glens[k] * sizeof(float)));
     }

@@ -72,6 +72,9 @@ struct fsc_exact {
     uint64_t issued;/* reductions started so far */
     term_sum *ts;   /* (nts) expert gradients by source waiting for their reduction */
     int nts;
+    double *rec;    /* the data group's records (gather_records), then this rank's own */
+    size_t reccap;
+    int rec_m;      /* rows of values in the records gathered last */
 };
 
 fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) {
@@ -118,6 +121,7 @@ void fsc_exact_free(fsc_engine *e) {
     free(x->ts);
     free(x->hf);
     free(x->hq);
+    free(x->rec);
     free(x);
     e->exact = NULL;
 }
@@ -367,13 +371,116 @@ static void begin_attempt(fsc_engine *e) {
     for (int i = 0; i < x->nts; i++) x->ts[i].grad = NULL; /* left by a failed step */
 }
 
+/* ascending, NaN last, equal values by their bits: a total order, so the sorted multiset is unique */
+static int cmp_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    int na = isnan(a), nb = isnan(b);
+    if (na || nb) return na - nb;
+    if (a != b) return a < b ? -1 : 1;
+    uint64_t ua, ub;
+    memcpy(&ua, &a, 8), memcpy(&ub, &b, 8);
+    return (ua > ub) - (ua < ub);
+}
+
+/* n bytes of every rank of c into all (c's size x n), through device buffers. */
+static fsc_status gather_bytes(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all) {
+    const size_t N = (size_t)fsc_comm_size(c);
+    unsigned char *d = NULL;
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, (N + 1) * n, (void **)&d));
+    fsc_status s = fsc_device_upload(e->dev, d + N * n, mine, n);
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + N * n, d, n, FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, N * n);
+    fsc_device_release(e->dev, d);
+    return s;
+}
+
+/* A rank's record of a step (or an evaluation) for its data group: the largest |element| of its unit gradients,
+ * its local and global batch, its number of units K, then m rows of G (the group's units) values: its units' (the
+ * first min(K, G)), the rest 0. */
+enum { REC_HEAD = 4 };
+
+/* Every rank's record in x->rec (the data group's size x its length), one collective. */
+static fsc_status gather_records(fsc_engine *e, const double *vals, int m, int K, int local_batch, int global_batch,
+                                 double amax) {
+    fsc_exact *x = e->exact;
+    const size_t N = (size_t)fsc_comm_size(e->comm), G = (size_t)x->terms, W = REC_HEAD + (size_t)m * G;
+    if (x->reccap < (N + 1) * W) {
+        double *r = realloc(x->rec, (N + 1) * W * sizeof *r);
+        if (!r) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+        x->rec = r, x->reccap = (N + 1) * W;
+    }
+    double *mine = x->rec + N * W;
+    memset(mine, 0, W * sizeof *mine);
+    mine[0] = amax, mine[1] = local_batch, mine[2] = global_batch, mine[3] = K;
+    const size_t Kc = (size_t)K < G ? (size_t)K : G;
+    for (int r = 0; r < m; r++)
+        for (size_t k = 0; k < Kc; k++) memcpy(&mine[REC_HEAD + (size_t)r * G + k], &vals[(size_t)r * K + k], 8);
+    x->rec_m = m;
+    return gather_bytes(e, e->comm, mine, W * sizeof *mine, x->rec);
+}
+
+/* From the gathered records: sums[r] = the sum over the data group's units of row r, added in ascending order
+ * (each rank's units placed after those of the ranks before it, as the integer sum of G slots that each rank
+ * fills with its units' bits would place them); *batch: the batch check of the group's local and global batches. */
+static fsc_status sums_of_records(fsc_engine *e, int U, double *sums, fsc_status *batch) {
+    fsc_exact *x = e->exact;
+    const int N = fsc_comm_size(e->comm), m = x->rec_m;
+    const size_t G = (size_t)x->terms, W = REC_HEAD + (size_t)m * G;
+    double *pairs = malloc((size_t)N * 2 * sizeof(double)), *row = malloc((G + 1) * sizeof(double));
+    uint64_t *slots = calloc((size_t)m * G + 1, sizeof(uint64_t));
+    fsc_status s = pairs && slots && row ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    for (int j = 0; s == FSC_OK && j < N; j++) pairs[2 * j] = x->rec[j * W + 1], pairs[2 * j + 1] = x->rec[j * W + 2];
+    if (s == FSC_OK) {
+        *batch = fsc_engine_check_batch(pairs, N);
+        size_t off = 0; /* rank j's first unit in the group */
+        for (int j = 0; j < N; j++) {
+            const double *rj = x->rec + (size_t)j * W;
+            const size_t K = (size_t)rj[3], Kc = K < G ? K : G;
+            for (int r = 0; r < m; r++)
+                for (size_t k = 0; k < Kc && off + k < G; k++) {
+                    uint64_t b;
+                    memcpy(&b, &rj[REC_HEAD + (size_t)r * G + k], 8);
+                    slots[(size_t)r * G + off + k] += b; /* one rank's bits each (wrapping) */
+                }
+            off += pairs[2 * j] > 0 ? (size_t)pairs[2 * j] / (size_t)U : 0;
+        }
+    }
+    for (int r = 0; s == FSC_OK && r < m; r++) {
+        memcpy(row, slots + (size_t)r * G, G * sizeof(double));
+        qsort(row, G, sizeof(double), cmp_double);
+        double acc = 0;
+        for (size_t i = 0; i < G; i++) acc += row[i];
+        sums[r] = acc;
+    }
+    free(pairs), free(slots), free(row);
+    return s;
+}
+
+/* sums[r] = sum over the data group's units of vals[r K + k] (m rows of this rank's K units of U), added in
+ * ascending order; *batch: the batch check of the group's local and global batches. */
+static fsc_status sum_units(fsc_engine *e, const double *vals, int m, int K, int U, int local_batch,
+                            int global_batch, double *sums, fsc_status *batch) {
+    FSC_TRY(gather_records(e, vals, m, K, local_batch, global_batch, 0.0));
+    return sums_of_records(e, U, sums, batch);
+}
+
 /* After an attempt's last backward: the agreed exponent; *again when the step must be recomputed on it, else
- * the reduced gradients from the shadows (poisoned with a NaN when some unit gradient was not finite). */
-static fsc_status finish_attempt(fsc_engine *e, int *again) {
+ * the reduced gradients from the shadows (poisoned with a NaN when some unit gradient was not finite). With
+ * records (the data group is the world, no pipeline: the units' values vals, m rows of K, are this rank's final
+ * ones) the largest magnitude travels in the records of sum_units, gathered here: one collective for both. */
+static fsc_status finish_attempt(fsc_engine *e, int records, const double *vals, int m, int K, int local_batch,
+                                 int global_batch, int *again) {
     fsc_exact *x = e->exact;
     FSC_TRY(land_all(e));
     float a = (float)x->amax; /* an f32's magnitude, or inf: exact */
-    FSC_TRY(fsc_comm_all_reduce_host(e->r->comm, e->dev, &a, FSC_MAX));
+    if (records) {
+        FSC_TRY(gather_records(e, vals, m, K, local_batch, global_batch, x->amax));
+        const size_t N = (size_t)fsc_comm_size(e->comm), W = REC_HEAD + (size_t)m * (size_t)x->terms;
+        for (size_t j = 0; j < N; j++)
+            if ((float)x->rec[j * W] > a) a = (float)x->rec[j * W];
+    } else {
+        FSC_TRY(fsc_comm_all_reduce_host(e->r->comm, e->dev, &a, FSC_MAX));
+    }
     for (int i = 0; i < x->nts; i++)
         if (x->ts[i].grad)
             return fsc_error(FSC_ERR_INTERNAL, "reduce exact: an expert gradient's terms by source were never reduced");
@@ -402,66 +509,6 @@ static fsc_status finish_attempt(fsc_engine *e, int *again) {
         if (!direct) FSC_TRY(fsc_device_upload(e->gdev, e->gsegs[k], x->hf, e->glens[k] * sizeof(float)));
     }
     return FSC_OK;
-}
-
-/* ascending, NaN last, equal values by their bits: a total order, so the sorted multiset is unique */
-static int cmp_double(const void *pa, const void *pb) {
-    double a = *(const double *)pa, b = *(const double *)pb;
-    int na = isnan(a), nb = isnan(b);
-    if (na || nb) return na - nb;
-    if (a != b) return a < b ? -1 : 1;
-    uint64_t ua, ub;
-    memcpy(&ua, &a, 8), memcpy(&ub, &b, 8);
-    return (ua > ub) - (ua < ub);
-}
-
-/* n bytes of every rank of c into all (c's size x n), through device buffers. */
-static fsc_status gather_bytes(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all) {
-    const size_t N = (size_t)fsc_comm_size(c);
-    unsigned char *d = NULL;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, (N + 1) * n, (void **)&d));
-    fsc_status s = fsc_device_upload(e->dev, d + N * n, mine, n);
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + N * n, d, n, FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, N * n);
-    fsc_device_release(e->dev, d);
-    return s;
-}
-
-/* sums[r] = sum over the data group's units of vals[r K + k] (m rows of this rank's K units of U), added in
- * ascending order; *batch: the batch check of the group's local and global batches. */
-static fsc_status sum_units(fsc_engine *e, const double *vals, int m, int K, int U, int local_batch,
-                            int global_batch, double *sums, fsc_status *batch) {
-    fsc_comm *c = e->comm;
-    const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
-    const size_t G = (size_t)e->exact->terms;
-    double mine[2] = { local_batch, global_batch }, *pairs = malloc((size_t)N * 2 * sizeof(double));
-    int64_t *slots = calloc((size_t)m * G + 1, sizeof(int64_t));
-    double *row = malloc((G + 1) * sizeof(double));
-    int64_t *d = NULL;
-    fsc_status s = pairs && slots && row ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
-    if (s == FSC_OK) s = gather_bytes(e, c, mine, sizeof mine, pairs);
-    if (s == FSC_OK) {
-        *batch = fsc_engine_check_batch(pairs, N);
-        size_t off = 0; /* this rank's first unit in the group */
-        for (int j = 0; j < me; j++) off += pairs[2 * j] > 0 ? (size_t)pairs[2 * j] / (size_t)U : 0;
-        for (int r = 0; r < m; r++)
-            for (int k = 0; k < K && off + (size_t)k < G; k++) memcpy(&slots[(size_t)r * G + off + k], &vals[r * K + k], 8);
-    }
-    /* every slot is written by one rank, zero on the others: the integer sum is its bits */
-    if (s == FSC_OK && N > 1) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)m * G * sizeof(int64_t), (void **)&d);
-    if (s == FSC_OK && N > 1) s = fsc_device_upload(e->dev, d, slots, (size_t)m * G * sizeof(int64_t));
-    if (s == FSC_OK && N > 1) s = fsc_comm_all_reduce(c, d, d, (size_t)m * G, FSC_I64, FSC_SUM);
-    if (s == FSC_OK && N > 1) s = fsc_device_download(e->dev, slots, d, (size_t)m * G * sizeof(int64_t));
-    for (int r = 0; s == FSC_OK && r < m; r++) {
-        memcpy(row, slots + (size_t)r * G, G * sizeof(double));
-        qsort(row, G, sizeof(double), cmp_double);
-        double acc = 0;
-        for (size_t i = 0; i < G; i++) acc += row[i];
-        sums[r] = acc;
-    }
-    fsc_device_release(e->dev, d);
-    free(pairs), free(slots), free(row);
-    return s;
 }
 
 /* The units of one attempt: forward and backward of each as its own micro-batch (vals: m rows of K); with a
@@ -512,6 +559,8 @@ fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets,
     if (!vals) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
     if (e->pipe) fsc_pipe_set_unit_losses(e, vals);
     fsc_status s = FSC_OK;
+    /* the data group is the world: the step's records carry the largest magnitude too (finish_attempt) */
+    const int records = !e->pipe && fsc_comm_size(e->comm) == fsc_comm_size(e->r->comm);
     *attempts = 0;
     for (int again = 1; s == FSC_OK && again; ++*attempts) {
         if (*attempts == 2) { /* E' depends on the unit gradients only, which do not depend on E */
@@ -519,14 +568,15 @@ fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets,
             break;
         }
         s = run_units(e, inputs, targets, K, U, global_batch, dscale, vals, batch);
-        if (s == FSC_OK) s = finish_attempt(e, &again);
+        if (s == FSC_OK) s = finish_attempt(e, records, vals, m, K, local_batch, global_batch, &again);
     }
     if (e->pipe) fsc_pipe_set_unit_losses(e, NULL);
     /* a pipeline's MoE statistics: each unit's from every stage's layers, on every stage (its losses are the last
      * stage's, brought to every stage below) */
     if (s == FSC_OK && e->pipe && m == 4) s = fsc_pipe_aux_units(fsc_pipe_aux_of(e), e, vals, K);
     fsc_status mine = *batch; /* a pipeline's check (each stage against the last stage's group) */
-    if (s == FSC_OK) s = sum_units(e, vals, m, K, U, local_batch, global_batch, sums, batch);
+    if (s == FSC_OK) s = records ? sums_of_records(e, U, sums, batch)
+                                 : sum_units(e, vals, m, K, U, local_batch, global_batch, sums, batch);
     if (s == FSC_OK && mine != FSC_OK) *batch = mine;
     if (s == FSC_OK && e->pipe) s = fsc_pipe_from_last(e, sums); /* the last stage's loss to every stage */
     free(vals);

@@ -4,12 +4,15 @@
  * gradient depends only on its data and the weights. Every gradient reduction of the step (fsc_engine_reduce,
  * the strategies' buckets) then carries one unit's gradient on this rank: it is converted to int64 on the step's
  * exponent E (fsc/exact.h), summed over the group as int64 (associative: no order matters) and added to an int64
- * shadow of the reduced gradient it is for. After the last backward:
- *   1. A = max over every unit gradient of every rank of |g| (an all-reduce of maxima over the world: exact);
+ * shadow of the reduced gradient it is for (the first term of an element is stored there: no zeroing, and a direct
+ * all-reduce receives into the shadow). After the last backward:
+ *   1. A = max over every unit gradient of every rank of |g| (an all-reduce of maxima over the world, or, when the
+ *      data group is the world, one more value in the all-gather of the units' losses below: exact);
  *   2. E' = fsc_exact_exponent(A, units of the global batch): what every configuration computes;
  *   3. E' = E: the shadows become the reduced f32 gradients, once. E' != E (the first step, a changed scale, or
- *      a gradient out of E's range, which A shows): the step is recomputed on E'. The bits never depend on the
- *      exponent a step started from, only on E', a function of the step's unit gradients.
+ *      a gradient out of E's range, which A shows): the step is recomputed on E' (with one unit per rank on DDP
+ *      only its reductions run again, from the unit gradients still in place: replay). The bits never depend on
+ *      the exponent a step started from, only on E', a function of the step's unit gradients.
  *   A non-finite gradient (A = inf) poisons the reduced gradients, so the engine's vote skips or stops the step.
  * The loss and the MoE statistics are sums of one double per unit: all units' values are gathered and added in
  * ascending order (the sorted multiset is the same in every configuration).
@@ -50,6 +53,14 @@ typedef struct {
     uint64_t issued;    /* when it was started (the x->issued count) */
 } flight;
 
+/* A reduction of the attempt (fsc_exact_reduce's arguments), kept to run it again on another exponent. */
+typedef struct {
+    fsc_comm *c, *then;
+    int rs;
+    const float *in, *out;
+    size_t n;
+} reduction;
+
 /* The elements of a shadow written in this attempt: disjoint ranges [lo, hi), adjacent ones merged. An element
  * outside them holds no term yet (its int64 is stale, read as 0): so the first term of a range is stored, not
  * added to a zeroed shadow, and a direct all-reduce writes its result straight into the shadow. */
@@ -72,6 +83,10 @@ struct fsc_exact {
     uint64_t issued;/* reductions started so far */
     term_sum *ts;   /* (nts) expert gradients by source waiting for their reduction */
     int nts;
+    reduction *log; /* (nlog) the attempt's reductions in order; valid while `kept` */
+    int nlog, logcap;
+    int kept;       /* the attempt's unit gradients are still where its reductions read them (replay) */
+    int replaying;
     double *rec;    /* the data group's records (gather_records), then this rank's own */
     size_t reccap;
     int rec_m;      /* rows of values in the records gathered last */
@@ -122,6 +137,7 @@ void fsc_exact_free(fsc_engine *e) {
     free(x->hf);
     free(x->hq);
     free(x->rec);
+    free(x->log);
     free(x);
     e->exact = NULL;
 }
@@ -256,6 +272,7 @@ static fsc_status new_term_sum(fsc_exact *x, const float *grad, size_t n, term_s
 }
 
 fsc_status fsc_exact_term(fsc_engine *e, float *grad, const float *piece, size_t n) {
+    e->exact->kept = 0; /* a term by source is added as it comes: no replay */
     fsc_exact *x = e->exact;
     term_sum *t = NULL;
     for (int i = 0; i < x->nts && !t; i++)
@@ -321,6 +338,15 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, 
     fsc_exact *x = e->exact;
     const int N = fsc_comm_size(c), M = then ? fsc_comm_size(then) : 1;
     const size_t nout = rs ? n / (size_t)N : n;
+    if (x->kept && !x->replaying) { /* kept for a replay (no memory for it: the step is recomputed instead) */
+        if (x->nlog == x->logcap) {
+            int cap = x->logcap ? 2 * x->logcap : 16;
+            reduction *l = realloc(x->log, (size_t)cap * sizeof *l);
+            if (l) x->log = l, x->logcap = cap;
+        }
+        if (x->nlog < x->logcap) x->log[x->nlog++] = (reduction){ c, then, rs, in, out, n };
+        else x->kept = 0;
+    }
     int k = 0;
     size_t at = 0;
     FSC_TRY(find_shadow(e, out, nout, &k, &at));
@@ -369,6 +395,32 @@ static void begin_attempt(fsc_engine *e) {
     x->amax = 0;
     for (int k = 0; k < e->ngsegs; k++) x->wr[k].n = 0; /* no shadow element holds a term */
     for (int i = 0; i < x->nts; i++) x->ts[i].grad = NULL; /* left by a failed step */
+    x->nlog = 0;
+}
+
+/* Whether an attempt of K units per rank leaves its unit gradients where its reductions read them until the step
+ * ends, so that a second attempt only runs its reductions again (replay): one unit per rank on DDP (or none),
+ * whose local gradients nothing clears or frees before the next step, without a pipeline, tensor or expert
+ * parallelism or offload (expert terms by source clear kept themselves). The bits are a recomputation's: the unit
+ * gradients and the units' values do not depend on the exponent. */
+static int keeps_units(const fsc_engine *e, int K) {
+    return K == 1 && !e->pipe && e->st == &fsc_strategy_ddp && e->po.tp <= 1 && e->po.ep <= 1 && !e->ep_comm &&
+           e->po.offload == FSC_OFFLOAD_NONE;
+}
+
+/* The attempt's reductions again, on the exponent x->E, from the unit gradients where they still are. */
+static fsc_status replay(fsc_engine *e) {
+    fsc_exact *x = e->exact;
+    x->amax = 0;
+    for (int k = 0; k < e->ngsegs; k++) x->wr[k].n = 0;
+    x->replaying = 1;
+    fsc_status s = FSC_OK;
+    for (int i = 0; i < x->nlog && s == FSC_OK; i++) {
+        const reduction *r = &x->log[i];
+        s = fsc_exact_reduce(e, r->c, r->rs, r->then, r->in, r->out, r->n);
+    }
+    x->replaying = 0;
+    return s;
 }
 
 /* ascending, NaN last, equal values by their bits: a total order, so the sorted multiset is unique */
@@ -567,7 +619,11 @@ fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets,
             s = fsc_error(FSC_ERR_INTERNAL, "reduce exact: the exponent did not settle in two attempts");
             break;
         }
-        s = run_units(e, inputs, targets, K, U, global_batch, dscale, vals, batch);
+        if (*attempts == 1 && x->kept) s = replay(e); /* the units' values in vals are the first attempt's */
+        else {
+            x->kept = keeps_units(e, K);
+            s = run_units(e, inputs, targets, K, U, global_batch, dscale, vals, batch);
+        }
         if (s == FSC_OK) s = finish_attempt(e, records, vals, m, K, local_batch, global_batch, &again);
     }
     if (e->pipe) fsc_pipe_set_unit_losses(e, NULL);

@@ -136,32 +136,8 @@ void fsc_exact_add_i64(int64_t *acc, const int64_t *x, size_t n) {
     for (size_t i = 0; i < n; i++) acc[i] = (int64_t)((uint64_t)acc[i] + (uint64_t)x[i]);
 }
 
-/* (float)a, rounded once to nearest even, without an int64 conversion instruction (so that the loop vectorizes):
- * a = hi 2^32 + lo, both exact in a double (an integer below 2^51 plus 1.5 2^52 has it in its low bits); their
- * sum s rounded to nearest, its error exact (Fast2Sum: |hi 2^32| >= lo unless hi is 0); an inexact s with an even
- * significand moved one ulp towards a (rounded to odd: s then holds a's sticky bit), so that rounding s to f32 is
- * rounding a once (53 bits >= 24 + 2). */
-static inline float f32_of_i64(int64_t a) {
-    const double magic = 0x1.8p52;
-    uint64_t mbits;
-    memcpy(&mbits, &magic, 8);
-    const uint64_t hb = mbits + (uint64_t)(a >> 32), lb = mbits + ((uint64_t)a & 0xffffffffu);
-    double h, l;
-    memcpy(&h, &hb, 8), memcpy(&l, &lb, 8);
-    h = (h - magic) * 0x1p32, l -= magic;
-    const double s = h + l, err = l - (s - h);
-    uint64_t sb, eb;
-    memcpy(&sb, &s, 8), memcpy(&eb, &err, 8);
-    const uint64_t adj = (uint64_t)((eb << 1) != 0) & ~sb & 1u; /* inexact, even */
-    const uint64_t down = (eb ^ sb) >> 63;                      /* a below s in magnitude */
-    sb = sb + adj - 2 * (adj & down);
-    double o;
-    memcpy(&o, &sb, 8);
-    return (float)o;
-}
-
-void fsc_exact_to_f32(float *restrict out, const int64_t *restrict acc, size_t n, int E) {
+void fsc_exact_to_f32(float *out, const int64_t *acc, size_t n, int E) {
     if (!out || !acc) return;
     const double scale = ldexp(1.0, E);
-    for (size_t i = 0; i < n; i++) out[i] = (float)((double)f32_of_i64(acc[i]) * scale);
+    for (size_t i = 0; i < n; i++) out[i] = (float)((double)(float)acc[i] * scale);
 }

@@ -72,20 +72,61 @@ static inline int64_t fixed_of(float x, int E, int *ok) {
     return u >> 31 ? -v : v;
 }
 
-size_t fsc_exact_from_f32(int64_t *out, const float *x, size_t n, int E, double *amax) {
-    if (!out || !x || !amax) return n; /* nothing converted */
-    float m = 0.0f;
+/* fixed_of's rounding in double arithmetic, for exponents where x 2^-E is exact in a double (|E| <= 800), without
+ * a branch so that the loop vectorizes: v = x 2^-E = h 2^16 + r with h = round(v 2^-16) and |r| <= 2^15, both
+ * exact; an integer below 2^51 in magnitude plus 1.5 2^52 has that integer in its low bits, and the addition
+ * rounds to nearest even (the default rounding mode), so round(v) = h 2^16 + round(r) (h 2^16 is even) comes from
+ * two such additions. Out of range (|v| >= 2^62, inf, NaN: where |v|'s bits are at or above 2^62's): 0, counted.
+ * *abits: the largest |x[i]|'s bits (inf and NaN above every finite value's). */
+static size_t from_f32_scaled(int64_t *restrict out, const float *restrict x, size_t n, double scale,
+                              uint32_t *abits) {
+    const double magic = 0x1.8p52;
+    uint64_t mbits;
+    memcpy(&mbits, &magic, 8);
+    const uint64_t lim = (uint64_t)(1023 + 62) << 52; /* 2^62's bits */
+    uint32_t mb = 0;
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
-        const float a = fabsf(x[i]);
-        m = a > m ? a : m; /* NaN is never above m: found below */
-        int ok;
-        out[i] = fixed_of(x[i], E, &ok);
-        bad += !ok;
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        const uint32_t a = u & 0x7fffffffu;
+        mb = a > mb ? a : mb;
+        const double v = (double)x[i] * scale;
+        const double t = v * 0x1p-16 + magic, r = v - (t - magic) * 0x1p16, l = r + magic;
+        uint64_t vb, tb, lb;
+        memcpy(&vb, &v, 8), memcpy(&tb, &t, 8), memcpy(&lb, &l, 8);
+        const uint64_t ok = (vb & 0x7fffffffffffffffu) < lim;
+        const uint64_t q = ((tb - mbits) << 16) + (lb - mbits);
+        out[i] = (int64_t)(q & (0 - ok)); /* a mask, not a choice: no branch for the compiler to sink q into */
+        bad += (size_t)(ok ^ 1);
     }
-    double mx = (double)m;
-    for (size_t i = 0; bad && i < n; i++)
-        if (!isfinite(x[i])) mx = INFINITY;
+    *abits = mb;
+    return bad;
+}
+
+size_t fsc_exact_from_f32(int64_t *out, const float *x, size_t n, int E, double *amax) {
+    if (!out || !x || !amax) return n; /* nothing converted */
+    size_t bad = 0;
+    double mx;
+    if (E >= -800 && E <= 800) {
+        uint32_t ab;
+        bad = from_f32_scaled(out, x, n, ldexp(1.0, -E), &ab);
+        float m;
+        memcpy(&m, &ab, 4);
+        mx = ab >= 0x7f800000u ? INFINITY : (double)m;
+    } else {
+        float m = 0.0f;
+        for (size_t i = 0; i < n; i++) {
+            const float a = fabsf(x[i]);
+            m = a > m ? a : m; /* NaN is never above m: found below */
+            int ok;
+            out[i] = fixed_of(x[i], E, &ok);
+            bad += !ok;
+        }
+        mx = (double)m;
+        for (size_t i = 0; bad && i < n; i++)
+            if (!isfinite(x[i])) mx = INFINITY;
+    }
     if (mx > *amax) *amax = mx;
     return bad;
 }

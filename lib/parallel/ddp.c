@@ -126,8 +126,10 @@ static fsc_status ddp_begin_step(fsc_engine *e) {
 static fsc_status ddp_pre_forward(fsc_engine *e, int layer) {
     ddp_state *d = e->sd;
     if (layer == e->lf) d->pend_lo = d->pend_hi = d->P; /* nothing pending in a new micro-batch */
-    /* each micro-batch reduces on its own: start it from zero local gradients */
-    if (layer == e->lf && e->micro > 0 && d->acc) FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
+    /* each micro-batch reduces on its own: start it from zero local gradients (the exact reduction's units too:
+     * without a pipeline each unit's backward follows its forward, and after the last one nothing is cleared) */
+    if (layer == e->lf && e->micro > 0 && (d->acc || (e->exact && !e->pipe)))
+        FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
     return FSC_OK;
 }
 
@@ -163,10 +165,11 @@ static fsc_status ddp_post_backward(fsc_engine *e, int layer) {
     /* the micro-batch's backward is over: its reductions are done before the next one rewrites grad */
     if (layer == e->lf) FSC_TRY(fsc_reduce_drain(e, &d->rq));
     /* the exact reduction: every unit's gradient is a term of its own, the next one starts from zero (with a
-     * pipeline the next backward may follow without a forward in between: nothing pending either) */
+     * pipeline the next backward may follow without a forward in between: nothing pending either, and the local
+     * gradients cleared here; without one, by the next unit's forward) */
     if (layer == e->lf && e->exact) {
         d->pend_lo = d->pend_hi = d->P;
-        FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
+        if (e->pipe) FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
     }
     return FSC_OK;
 }

@@ -4,12 +4,15 @@
  * gradient depends only on its data and the weights. Every gradient reduction of the step (fsc_engine_reduce,
  * the strategies' buckets) then carries one unit's gradient on this rank: it is converted to int64 on the step's
  * exponent E (fsc/exact.h), summed over the group as int64 (associative: no order matters) and added to an int64
- * shadow of the reduced gradient it is for. After the last backward:
- *   1. A = max over every unit gradient of every rank of |g| (an all-reduce of maxima over the world: exact);
+ * shadow of the reduced gradient it is for (the first term of an element is stored there: no zeroing, and a direct
+ * all-reduce receives into the shadow). After the last backward:
+ *   1. A = max over every unit gradient of every rank of |g| (an all-reduce of maxima over the world, or, when the
+ *      data group is the world, one more value in the all-gather of the units' losses below: exact);
  *   2. E' = fsc_exact_exponent(A, units of the global batch): what every configuration computes;
  *   3. E' = E: the shadows become the reduced f32 gradients, once. E' != E (the first step, a changed scale, or
- *      a gradient out of E's range, which A shows): the step is recomputed on E'. The bits never depend on the
- *      exponent a step started from, only on E', a function of the step's unit gradients.
+ *      a gradient out of E's range, which A shows): the step is recomputed on E' (with one unit per rank on DDP
+ *      only its reductions run again, from the unit gradients still in place: replay). The bits never depend on
+ *      the exponent a step started from, only on E', a function of the step's unit gradients.
  *   A non-finite gradient (A = inf) poisons the reduced gradients, so the engine's vote skips or stops the step.
  * The loss and the MoE statistics are sums of one double per unit: all units' values are gathered and added in
  * ascending order (the sorted multiset is the same in every configuration).
@@ -43,17 +46,35 @@ typedef struct {
     fsc_comm_req *req;  /* NULL: the slot is free */
     int64_t *buf;       /* device, cap elements, kept between steps */
     size_t cap;
-    const int64_t *res; /* the result inside buf (nout) */
+    const int64_t *res; /* the result: inside buf (nout), or the shadow itself (fresh on the direct path) */
     int k;              /* into shadow k from element at */
     size_t at, nout;
+    int fresh;          /* the first term of its shadow elements in this attempt: landed by a copy, not a sum */
     uint64_t issued;    /* when it was started (the x->issued count) */
 } flight;
+
+/* A reduction of the attempt (fsc_exact_reduce's arguments), kept to run it again on another exponent. */
+typedef struct {
+    fsc_comm *c, *then;
+    int rs;
+    const float *in, *out;
+    size_t n;
+} reduction;
+
+/* The elements of a shadow written in this attempt: disjoint ranges [lo, hi), adjacent ones merged. An element
+ * outside them holds no term yet (its int64 is stale, read as 0): so the first term of a range is stored, not
+ * added to a zeroed shadow, and a direct all-reduce writes its result straight into the shadow. */
+typedef struct {
+    size_t (*r)[2];
+    int n, cap;
+} ranges;
 
 struct fsc_exact {
     int E;          /* this attempt's exponent: the last step's to start (a guess, never the bits) */
     uint64_t terms; /* units in the global batch */
     double amax;    /* largest |element| of the unit gradients this rank reduced in this attempt */
     int64_t **acc;  /* (e->ngsegs) the reduced gradients as int64, host */
+    ranges *wr;     /* (e->ngsegs) the elements of each acc written in this attempt */
     int direct;     /* device memory is host memory (the cpu device, no modelled copy cost): no staging */
     float *hf;      /* host staging of a reduction: f32 in, */
     int64_t *hq;    /* its int64s */
@@ -62,6 +83,13 @@ struct fsc_exact {
     uint64_t issued;/* reductions started so far */
     term_sum *ts;   /* (nts) expert gradients by source waiting for their reduction */
     int nts;
+    reduction *log; /* (nlog) the attempt's reductions in order; valid while `kept` */
+    int nlog, logcap;
+    int kept;       /* the attempt's unit gradients are still where its reductions read them (replay) */
+    int replaying;
+    double *rec;    /* the data group's records (gather_records), then this rank's own */
+    size_t reccap;
+    int rec_m;      /* rows of values in the records gathered last */
 };
 
 fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) {
@@ -83,9 +111,10 @@ fsc_status fsc_exact_create(fsc_engine *e) {
     x->E = FSC_EXACT_ZERO_EXPONENT;
     x->direct = !strcmp(fsc_device_name(e->dev), "cpu") && e->dev->copy_s_per_byte == 0;
     x->acc = calloc((size_t)e->ngsegs + 1, sizeof *x->acc);
-    if (!x->acc) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+    x->wr = calloc((size_t)e->ngsegs + 1, sizeof *x->wr);
+    if (!x->acc || !x->wr) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
     for (int k = 0; k < e->ngsegs; k++) {
-        x->acc[k] = calloc(e->glens[k] + 1, sizeof(int64_t));
+        x->acc[k] = malloc((e->glens[k] + 1) * sizeof(int64_t)); /* read only where written (x->wr) */
         if (!x->acc[k]) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory for %zu gradients", e->glens[k]);
     }
     return FSC_OK;
@@ -100,11 +129,15 @@ void fsc_exact_free(fsc_engine *e) {
         fsc_device_release(e->dev, x->fl[i].buf);
     }
     for (int k = 0; x->acc && k < e->ngsegs; k++) free(x->acc[k]);
+    for (int k = 0; x->wr && k < e->ngsegs; k++) free(x->wr[k].r);
     free(x->acc);
+    free(x->wr);
     for (int i = 0; i < x->nts; i++) free(x->ts[i].q);
     free(x->ts);
     free(x->hf);
     free(x->hq);
+    free(x->rec);
+    free(x->log);
     free(x);
     e->exact = NULL;
 }
@@ -134,20 +167,74 @@ static fsc_status find_shadow(const fsc_engine *e, const float *out, size_t n, i
     return fsc_error(FSC_ERR_INTERNAL, "reduce exact: a reduction of %zu elements is for no reduced gradient", n);
 }
 
-/* Wait for the reduction in slot f and add its result to its shadow. */
+/* Whether [lo, hi) meets a range of w. */
+static int ranges_meet(const ranges *w, size_t lo, size_t hi) {
+    for (int i = 0; i < w->n; i++)
+        if (lo < w->r[i][1] && w->r[i][0] < hi) return 1;
+    return 0;
+}
+
+/* [lo, hi) (meeting none of w's ranges) added to w, merged with a range it touches. */
+static fsc_status ranges_add(ranges *w, size_t lo, size_t hi) {
+    int below = -1, above = -1;
+    for (int i = 0; i < w->n; i++) {
+        if (w->r[i][1] == lo) below = i;
+        if (w->r[i][0] == hi) above = i;
+    }
+    if (below >= 0 && above >= 0) { /* joins two: the one above goes */
+        w->r[below][1] = w->r[above][1];
+        w->r[above][0] = w->r[w->n - 1][0], w->r[above][1] = w->r[w->n - 1][1];
+        w->n--;
+        return FSC_OK;
+    }
+    if (below >= 0) w->r[below][1] = hi;
+    if (above >= 0) w->r[above][0] = lo;
+    if (below >= 0 || above >= 0) return FSC_OK;
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 8;
+        size_t(*r)[2] = realloc(w->r, (size_t)cap * sizeof *r);
+        if (!r) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+        w->r = r, w->cap = cap;
+    }
+    w->r[w->n][0] = lo, w->r[w->n][1] = hi;
+    w->n++;
+    return FSC_OK;
+}
+
+static int cmp_range(const void *pa, const void *pb) {
+    const size_t *a = pa, *b = pb;
+    return (a[0] > b[0]) - (a[0] < b[0]);
+}
+
+static fsc_status land(fsc_engine *e, flight *f);
+
+/* Before a sum into shadow k's elements [at, at + n): the first terms in flight into them landed. */
+static fsc_status settle(fsc_engine *e, int k, size_t at, size_t n) {
+    for (int i = 0; i < INFLIGHT; i++) {
+        flight *g = &e->exact->fl[i];
+        if (g->req && g->fresh && g->k == k && at < g->at + g->nout && g->at < at + n) FSC_TRY(land(e, g));
+    }
+    return FSC_OK;
+}
+
+/* Wait for the reduction in slot f and store its result in its shadow (fresh) or add it there. */
 static fsc_status land(fsc_engine *e, flight *f) {
     fsc_exact *x = e->exact;
     if (!f->req) return FSC_OK;
+    if (!f->fresh) FSC_TRY(settle(e, f->k, f->at, f->nout));
     fsc_status s = fsc_comm_wait(f->req);
     fsc_comm_req_free(f->req);
     f->req = NULL;
     FSC_TRY(s);
+    int64_t *dst = x->acc[f->k] + f->at;
+    if (f->res == dst) return FSC_OK; /* received in the shadow */
+    if (f->fresh) return fsc_device_download(e->dev, dst, f->res, f->nout * sizeof(int64_t));
     const int64_t *r = f->res;
     if (!x->direct) {
         FSC_TRY(fsc_device_download(e->dev, x->hq, f->res, f->nout * sizeof(int64_t)));
         r = x->hq;
     }
-    fsc_exact_add_i64(x->acc[f->k] + f->at, r, f->nout);
+    fsc_exact_add_i64(dst, r, f->nout);
     return FSC_OK;
 }
 
@@ -185,6 +272,7 @@ static fsc_status new_term_sum(fsc_exact *x, const float *grad, size_t n, term_s
 }
 
 fsc_status fsc_exact_term(fsc_engine *e, float *grad, const float *piece, size_t n) {
+    e->exact->kept = 0; /* a term by source is added as it comes: no replay */
     fsc_exact *x = e->exact;
     term_sum *t = NULL;
     for (int i = 0; i < x->nts && !t; i++)
@@ -250,9 +338,24 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, 
     fsc_exact *x = e->exact;
     const int N = fsc_comm_size(c), M = then ? fsc_comm_size(then) : 1;
     const size_t nout = rs ? n / (size_t)N : n;
+    if (x->kept && !x->replaying) { /* kept for a replay (no memory for it: the step is recomputed instead) */
+        if (x->nlog == x->logcap) {
+            int cap = x->logcap ? 2 * x->logcap : 16;
+            reduction *l = realloc(x->log, (size_t)cap * sizeof *l);
+            if (l) x->log = l, x->logcap = cap;
+        }
+        if (x->nlog < x->logcap) x->log[x->nlog++] = (reduction){ c, then, rs, in, out, n };
+        else x->kept = 0;
+    }
     int k = 0;
     size_t at = 0;
     FSC_TRY(find_shadow(e, out, nout, &k, &at));
+    /* the first term of these shadow elements in this attempt: stored, not added (on the direct path the
+     * collective writes it there); later terms of them are sums, landed after it */
+    const int fresh = !ranges_meet(&x->wr[k], at, at + nout);
+    if (fresh) FSC_TRY(ranges_add(&x->wr[k], at, at + nout));
+    int64_t *shadow = x->acc[k] + at;
+    if (N == 1 && M == 1 && fresh && x->direct) return convert(e, shadow, in, n); /* nothing to sum over */
     flight *f = take_slot(x);
     FSC_TRY(land(e, f)); /* the oldest in flight, when all slots are busy */
     if (f->cap < n) {
@@ -263,21 +366,23 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, 
     }
     FSC_TRY(convert(e, f->buf, in, n));
     int64_t *mine = rs ? f->buf + (size_t)fsc_comm_rank(c) * nout : f->buf; /* in place */
-    f->res = mine, f->k = k, f->at = at, f->nout = nout;
+    int64_t *into = fresh && x->direct ? shadow : mine; /* where the result goes */
+    f->res = into, f->k = k, f->at = at, f->nout = nout, f->fresh = fresh;
     if (N == 1 && M == 1) {
         const int64_t *r = mine;
-        if (!x->direct) FSC_TRY(fsc_device_download(e->dev, x->hq, mine, nout * sizeof(int64_t)));
-        fsc_exact_add_i64(x->acc[k] + at, x->direct ? r : x->hq, nout);
+        if (!x->direct) FSC_TRY(fsc_device_download(e->dev, fresh ? shadow : x->hq, mine, nout * sizeof(int64_t)));
+        if (!fresh) FSC_TRY(settle(e, k, at, nout));
+        if (!fresh) fsc_exact_add_i64(shadow, x->direct ? r : x->hq, nout);
         return FSC_OK;
     }
     if (M > 1) { /* hybrid: over the shard group, then across the replicas; landed at once */
         FSC_TRY(fsc_comm_reduce_scatter(c, f->buf, mine, nout, FSC_I64, FSC_SUM));
-        FSC_TRY(fsc_comm_iall_reduce(then, mine, mine, nout, FSC_I64, FSC_SUM, &f->req));
+        FSC_TRY(fsc_comm_iall_reduce(then, mine, into, nout, FSC_I64, FSC_SUM, &f->req));
         return land(e, f);
     }
     /* in flight while the next layers' backward runs; landed when its slot is needed or the attempt ends */
-    return rs ? fsc_comm_ireduce_scatter(c, f->buf, mine, nout, FSC_I64, FSC_SUM, &f->req)
-              : fsc_comm_iall_reduce(c, f->buf, f->buf, n, FSC_I64, FSC_SUM, &f->req);
+    return rs ? fsc_comm_ireduce_scatter(c, f->buf, into, nout, FSC_I64, FSC_SUM, &f->req)
+              : fsc_comm_iall_reduce(c, f->buf, fresh && x->direct ? shadow : f->buf, n, FSC_I64, FSC_SUM, &f->req);
 }
 
 static void begin_attempt(fsc_engine *e) {
@@ -288,37 +393,34 @@ static void begin_attempt(fsc_engine *e) {
         x->fl[i].req = NULL;
     }
     x->amax = 0;
-    for (int k = 0; k < e->ngsegs; k++) memset(x->acc[k], 0, e->glens[k] * sizeof(int64_t));
+    for (int k = 0; k < e->ngsegs; k++) x->wr[k].n = 0; /* no shadow element holds a term */
     for (int i = 0; i < x->nts; i++) x->ts[i].grad = NULL; /* left by a failed step */
+    x->nlog = 0;
 }
 
-/* After an attempt's last backward: the agreed exponent; *again when the step must be recomputed on it, else
- * the reduced gradients from the shadows (poisoned with a NaN when some unit gradient was not finite). */
-static fsc_status finish_attempt(fsc_engine *e, int *again) {
+/* Whether an attempt of K units per rank leaves its unit gradients where its reductions read them until the step
+ * ends, so that a second attempt only runs its reductions again (replay): one unit per rank on DDP (or none),
+ * whose local gradients nothing clears or frees before the next step, without a pipeline, tensor or expert
+ * parallelism or offload (expert terms by source clear kept themselves). The bits are a recomputation's: the unit
+ * gradients and the units' values do not depend on the exponent. */
+static int keeps_units(const fsc_engine *e, int K) {
+    return K == 1 && !e->pipe && e->st == &fsc_strategy_ddp && e->po.tp <= 1 && e->po.ep <= 1 && !e->ep_comm &&
+           e->po.offload == FSC_OFFLOAD_NONE;
+}
+
+/* The attempt's reductions again, on the exponent x->E, from the unit gradients where they still are. */
+static fsc_status replay(fsc_engine *e) {
     fsc_exact *x = e->exact;
-    FSC_TRY(land_all(e));
-    float a = (float)x->amax; /* an f32's magnitude, or inf: exact */
-    FSC_TRY(fsc_comm_all_reduce_host(e->r->comm, e->dev, &a, FSC_MAX));
-    for (int i = 0; i < x->nts; i++)
-        if (x->ts[i].grad)
-            return fsc_error(FSC_ERR_INTERNAL, "reduce exact: an expert gradient's terms by source were never reduced");
-    const int E = fsc_exact_exponent((double)a, x->terms);
-    *again = E != INT32_MAX && E != x->E;
-    if (*again) {
-        x->E = E;
-        return FSC_OK;
+    x->amax = 0;
+    for (int k = 0; k < e->ngsegs; k++) x->wr[k].n = 0;
+    x->replaying = 1;
+    fsc_status s = FSC_OK;
+    for (int i = 0; i < x->nlog && s == FSC_OK; i++) {
+        const reduction *r = &x->log[i];
+        s = fsc_exact_reduce(e, r->c, r->rs, r->then, r->in, r->out, r->n);
     }
-    int finite = E != INT32_MAX; /* else the first element becomes a NaN */
-    for (int k = 0; k < e->ngsegs; k++) {
-        if (!e->glens[k]) continue;
-        const int direct = x->direct && e->gdev == e->dev;
-        if (!direct) FSC_TRY(reserve(x, e->glens[k]));
-        float *g = direct ? e->gsegs[k] : x->hf;
-        fsc_exact_to_f32(g, x->acc[k], e->glens[k], x->E);
-        if (!finite) g[0] = NAN, finite = 1;
-        if (!direct) FSC_TRY(fsc_device_upload(e->gdev, e->gsegs[k], x->hf, e->glens[k] * sizeof(float)));
-    }
-    return FSC_OK;
+    x->replaying = 0;
+    return s;
 }
 
 /* ascending, NaN last, equal values by their bits: a total order, so the sorted multiset is unique */
@@ -344,31 +446,57 @@ static fsc_status gather_bytes(fsc_engine *e, fsc_comm *c, const void *mine, siz
     return s;
 }
 
-/* sums[r] = sum over the data group's units of vals[r K + k] (m rows of this rank's K units of U), added in
- * ascending order; *batch: the batch check of the group's local and global batches. */
-static fsc_status sum_units(fsc_engine *e, const double *vals, int m, int K, int U, int local_batch,
-                            int global_batch, double *sums, fsc_status *batch) {
-    fsc_comm *c = e->comm;
-    const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
-    const size_t G = (size_t)e->exact->terms;
-    double mine[2] = { local_batch, global_batch }, *pairs = malloc((size_t)N * 2 * sizeof(double));
-    int64_t *slots = calloc((size_t)m * G + 1, sizeof(int64_t));
-    double *row = malloc((G + 1) * sizeof(double));
-    int64_t *d = NULL;
+/* A rank's record of a step (or an evaluation) for its data group: the largest |element| of its unit gradients,
+ * its local and global batch, its number of units K, then m rows of G (the group's units) values: its units' (the
+ * first min(K, G)), the rest 0. */
+enum { REC_HEAD = 4 };
+
+/* Every rank's record in x->rec (the data group's size x its length), one collective. */
+static fsc_status gather_records(fsc_engine *e, const double *vals, int m, int K, int local_batch, int global_batch,
+                                 double amax) {
+    fsc_exact *x = e->exact;
+    const size_t N = (size_t)fsc_comm_size(e->comm), G = (size_t)x->terms, W = REC_HEAD + (size_t)m * G;
+    if (x->reccap < (N + 1) * W) {
+        double *r = realloc(x->rec, (N + 1) * W * sizeof *r);
+        if (!r) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+        x->rec = r, x->reccap = (N + 1) * W;
+    }
+    double *mine = x->rec + N * W;
+    memset(mine, 0, W * sizeof *mine);
+    mine[0] = amax, mine[1] = local_batch, mine[2] = global_batch, mine[3] = K;
+    const size_t Kc = (size_t)K < G ? (size_t)K : G;
+    for (int r = 0; r < m; r++)
+        for (size_t k = 0; k < Kc; k++) memcpy(&mine[REC_HEAD + (size_t)r * G + k], &vals[(size_t)r * K + k], 8);
+    x->rec_m = m;
+    return gather_bytes(e, e->comm, mine, W * sizeof *mine, x->rec);
+}
+
+/* From the gathered records: sums[r] = the sum over the data group's units of row r, added in ascending order
+ * (each rank's units placed after those of the ranks before it, as the integer sum of G slots that each rank
+ * fills with its units' bits would place them); *batch: the batch check of the group's local and global batches. */
+static fsc_status sums_of_records(fsc_engine *e, int U, double *sums, fsc_status *batch) {
+    fsc_exact *x = e->exact;
+    const int N = fsc_comm_size(e->comm), m = x->rec_m;
+    const size_t G = (size_t)x->terms, W = REC_HEAD + (size_t)m * G;
+    double *pairs = malloc((size_t)N * 2 * sizeof(double)), *row = malloc((G + 1) * sizeof(double));
+    uint64_t *slots = calloc((size_t)m * G + 1, sizeof(uint64_t));
     fsc_status s = pairs && slots && row ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
-    if (s == FSC_OK) s = gather_bytes(e, c, mine, sizeof mine, pairs);
+    for (int j = 0; s == FSC_OK && j < N; j++) pairs[2 * j] = x->rec[j * W + 1], pairs[2 * j + 1] = x->rec[j * W + 2];
     if (s == FSC_OK) {
         *batch = fsc_engine_check_batch(pairs, N);
-        size_t off = 0; /* this rank's first unit in the group */
-        for (int j = 0; j < me; j++) off += pairs[2 * j] > 0 ? (size_t)pairs[2 * j] / (size_t)U : 0;
-        for (int r = 0; r < m; r++)
-            for (int k = 0; k < K && off + (size_t)k < G; k++) memcpy(&slots[(size_t)r * G + off + k], &vals[r * K + k], 8);
+        size_t off = 0; /* rank j's first unit in the group */
+        for (int j = 0; j < N; j++) {
+            const double *rj = x->rec + (size_t)j * W;
+            const size_t K = (size_t)rj[3], Kc = K < G ? K : G;
+            for (int r = 0; r < m; r++)
+                for (size_t k = 0; k < Kc && off + k < G; k++) {
+                    uint64_t b;
+                    memcpy(&b, &rj[REC_HEAD + (size_t)r * G + k], 8);
+                    slots[(size_t)r * G + off + k] += b; /* one rank's bits each (wrapping) */
+                }
+            off += pairs[2 * j] > 0 ? (size_t)pairs[2 * j] / (size_t)U : 0;
+        }
     }
-    /* every slot is written by one rank, zero on the others: the integer sum is its bits */
-    if (s == FSC_OK && N > 1) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)m * G * sizeof(int64_t), (void **)&d);
-    if (s == FSC_OK && N > 1) s = fsc_device_upload(e->dev, d, slots, (size_t)m * G * sizeof(int64_t));
-    if (s == FSC_OK && N > 1) s = fsc_comm_all_reduce(c, d, d, (size_t)m * G, FSC_I64, FSC_SUM);
-    if (s == FSC_OK && N > 1) s = fsc_device_download(e->dev, slots, d, (size_t)m * G * sizeof(int64_t));
     for (int r = 0; s == FSC_OK && r < m; r++) {
         memcpy(row, slots + (size_t)r * G, G * sizeof(double));
         qsort(row, G, sizeof(double), cmp_double);
@@ -376,9 +504,63 @@ static fsc_status sum_units(fsc_engine *e, const double *vals, int m, int K, int
         for (size_t i = 0; i < G; i++) acc += row[i];
         sums[r] = acc;
     }
-    fsc_device_release(e->dev, d);
     free(pairs), free(slots), free(row);
     return s;
+}
+
+/* sums[r] = sum over the data group's units of vals[r K + k] (m rows of this rank's K units of U), added in
+ * ascending order; *batch: the batch check of the group's local and global batches. */
+static fsc_status sum_units(fsc_engine *e, const double *vals, int m, int K, int U, int local_batch,
+                            int global_batch, double *sums, fsc_status *batch) {
+    FSC_TRY(gather_records(e, vals, m, K, local_batch, global_batch, 0.0));
+    return sums_of_records(e, U, sums, batch);
+}
+
+/* After an attempt's last backward: the agreed exponent; *again when the step must be recomputed on it, else
+ * the reduced gradients from the shadows (poisoned with a NaN when some unit gradient was not finite). With
+ * records (the data group is the world, no pipeline: the units' values vals, m rows of K, are this rank's final
+ * ones) the largest magnitude travels in the records of sum_units, gathered here: one collective for both. */
+static fsc_status finish_attempt(fsc_engine *e, int records, const double *vals, int m, int K, int local_batch,
+                                 int global_batch, int *again) {
+    fsc_exact *x = e->exact;
+    FSC_TRY(land_all(e));
+    float a = (float)x->amax; /* an f32's magnitude, or inf: exact */
+    if (records) {
+        FSC_TRY(gather_records(e, vals, m, K, local_batch, global_batch, x->amax));
+        const size_t N = (size_t)fsc_comm_size(e->comm), W = REC_HEAD + (size_t)m * (size_t)x->terms;
+        for (size_t j = 0; j < N; j++)
+            if ((float)x->rec[j * W] > a) a = (float)x->rec[j * W];
+    } else {
+        FSC_TRY(fsc_comm_all_reduce_host(e->r->comm, e->dev, &a, FSC_MAX));
+    }
+    for (int i = 0; i < x->nts; i++)
+        if (x->ts[i].grad)
+            return fsc_error(FSC_ERR_INTERNAL, "reduce exact: an expert gradient's terms by source were never reduced");
+    const int E = fsc_exact_exponent((double)a, x->terms);
+    *again = E != INT32_MAX && E != x->E;
+    if (*again) {
+        x->E = E;
+        return FSC_OK;
+    }
+    int finite = E != INT32_MAX; /* else the first element becomes a NaN */
+    for (int k = 0; k < e->ngsegs; k++) {
+        if (!e->glens[k]) continue;
+        const int direct = x->direct && e->gdev == e->dev;
+        if (!direct) FSC_TRY(reserve(x, e->glens[k]));
+        float *g = direct ? e->gsegs[k] : x->hf;
+        ranges *w = &x->wr[k]; /* the written elements in order; the others hold no term: 0 */
+        if (w->n > 1) qsort(w->r, (size_t)w->n, sizeof *w->r, cmp_range);
+        size_t next = 0;
+        for (int i = 0; i < w->n; i++) {
+            memset(g + next, 0, (w->r[i][0] - next) * sizeof(float));
+            fsc_exact_to_f32(g + w->r[i][0], x->acc[k] + w->r[i][0], w->r[i][1] - w->r[i][0], x->E);
+            next = w->r[i][1];
+        }
+        memset(g + next, 0, (e->glens[k] - next) * sizeof(float));
+        if (!finite) g[0] = NAN, finite = 1;
+        if (!direct) FSC_TRY(fsc_device_upload(e->gdev, e->gsegs[k], x->hf, e->glens[k] * sizeof(float)));
+    }
+    return FSC_OK;
 }
 
 /* The units of one attempt: forward and backward of each as its own micro-batch (vals: m rows of K); with a
@@ -429,21 +611,28 @@ fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets,
     if (!vals) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
     if (e->pipe) fsc_pipe_set_unit_losses(e, vals);
     fsc_status s = FSC_OK;
+    /* the data group is the world: the step's records carry the largest magnitude too (finish_attempt) */
+    const int records = !e->pipe && fsc_comm_size(e->comm) == fsc_comm_size(e->r->comm);
     *attempts = 0;
     for (int again = 1; s == FSC_OK && again; ++*attempts) {
         if (*attempts == 2) { /* E' depends on the unit gradients only, which do not depend on E */
             s = fsc_error(FSC_ERR_INTERNAL, "reduce exact: the exponent did not settle in two attempts");
             break;
         }
-        s = run_units(e, inputs, targets, K, U, global_batch, dscale, vals, batch);
-        if (s == FSC_OK) s = finish_attempt(e, &again);
+        if (*attempts == 1 && x->kept) s = replay(e); /* the units' values in vals are the first attempt's */
+        else {
+            x->kept = keeps_units(e, K);
+            s = run_units(e, inputs, targets, K, U, global_batch, dscale, vals, batch);
+        }
+        if (s == FSC_OK) s = finish_attempt(e, records, vals, m, K, local_batch, global_batch, &again);
     }
     if (e->pipe) fsc_pipe_set_unit_losses(e, NULL);
     /* a pipeline's MoE statistics: each unit's from every stage's layers, on every stage (its losses are the last
      * stage's, brought to every stage below) */
     if (s == FSC_OK && e->pipe && m == 4) s = fsc_pipe_aux_units(fsc_pipe_aux_of(e), e, vals, K);
     fsc_status mine = *batch; /* a pipeline's check (each stage against the last stage's group) */
-    if (s == FSC_OK) s = sum_units(e, vals, m, K, U, local_batch, global_batch, sums, batch);
+    if (s == FSC_OK) s = records ? sums_of_records(e, U, sums, batch)
+                                 : sum_units(e, vals, m, K, U, local_batch, global_batch, sums, batch);
     if (s == FSC_OK && mine != FSC_OK) *batch = mine;
     if (s == FSC_OK && e->pipe) s = fsc_pipe_from_last(e, sums); /* the last stage's loss to every stage */
     free(vals);

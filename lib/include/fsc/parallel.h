@@ -174,9 +174,10 @@ typedef struct {
      * batch and every MoE block (k per token), moe_dropped: those beyond an expert's capacity. */
     double aux_loss;
     int64_t moe_assigned, moe_dropped;
-    /* reduce_exact: the forward and backward passes the step ran, 1, or 2 when it was recomputed on the exponent
-     * every configuration agrees on (the first step, a gradient scale that changed, or one out of range:
-     * docs/determinism.md); 0 in ordered mode */
+    /* reduce_exact: the attempts the step made, 1, or 2 when its reduction ran again on the exponent every
+     * configuration agrees on (the first step, a gradient scale that changed, or one out of range:
+     * docs/determinism.md), after recomputing its forward and backward passes, or from the unit gradients
+     * still at hand with one unit per rank on DDP; 0 in ordered mode */
     int exact_attempts;
 } fsc_step_info;
 

@@ -112,7 +112,8 @@ static int write_config(const plan_config *c, const plan_candidate *w) {
     cJSON_AddNumberToObject(o, "recompute", w->recompute);
     if (w->pp > 1) cJSON_AddStringToObject(o, "schedule", search_schedule(w));
     if (w->pp > 1 && w->schedule == FSC_SCHED_INTERLEAVED) cJSON_AddNumberToObject(o, "virtual-stages", c->t.virtual_stages);
-    if (w->pp > 1 && w->pp == c->t.pp && c->t.balance) cJSON_AddStringToObject(o, "balance", c->t.balance);
+    if (w->pp > 1 && w->pp == c->t.pp && c->t.balance && config_chunks(&c->t) == search_chunks(w->schedule, 1))
+        cJSON_AddStringToObject(o, "balance", c->t.balance); /* the user's, when it counts the winner's stages */
     cJSON_AddStringToObject(o, "offload", search_offload(w));
     cJSON_AddStringToObject(o, "precision", search_precision(w));
     if (c->t.sequence_parallel && w->tp > 1) cJSON_AddTrueToObject(o, "sequence-parallel");

@@ -193,8 +193,9 @@ static void test_plan_search(void **st) {
     cJSON_Delete(j);
     free(args);
     /* the options' balance and chunks are theirs: the layouts of another pp or schedule are still searched */
-    static const char *const fixed[] = {"--pp 2 --balance 1,1", "--layers 4 --pp 2 --schedule interleaved "
-                                        "--virtual-stages 2 --accum 2", "--layers 4 --pp 2 --schedule zbv --balance 1,1,1,1"};
+    static const char *const fixed[] = {"--pp 2 --balance 1,1",
+                                        "--layers 4 --pp 2 --schedule interleaved --virtual-stages 2 --accum 2",
+                                        "--layers 4 --pp 2 --schedule zbv --balance 1,1,1,1"};
     for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
         args = prog_fmt("--world 2 --search %s %s", fixed[f], rates);
         j = prog_json(planner, tmpdir, SMALL, args);

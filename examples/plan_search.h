@@ -60,6 +60,11 @@ static inline const char *search_precision(const plan_candidate *c) {
     return name[c->precision];
 }
 
+/* A pipeline's chunks per rank under schedule s with virtual_stages v (the engine's count) */
+static inline int search_chunks(fsc_pipe_schedule s, int v) {
+    return s == FSC_SCHED_ZBV ? 2 : (s == FSC_SCHED_INTERLEAVED || s == FSC_SCHED_CUSTOM) && v > 1 ? v : 1;
+}
+
 /* Plan one candidate of base: 0 and *c filled, or -1 when the engine refuses the layout. */
 static inline int search_one(const fsc_plan_job *base, const search_space *sp, plan_candidate *c, fsc_plan_rank *r) {
     static const fsc_dtype dtype[] = {FSC_F32, FSC_BF16, FSC_F16};
@@ -67,7 +72,12 @@ static inline int search_one(const fsc_plan_job *base, const search_space *sp, p
     j.po.kind = c->kind, j.po.shard = c->shard, j.po.pp = c->pp, j.po.tp = c->tp, j.po.accum = c->accum;
     j.po.checkpoint = c->recompute, j.po.schedule = c->schedule, j.po.offload = c->offload;
     j.po.param_dtype = j.po.reduce_dtype = dtype[c->precision];
-    if (c->pp == 1) j.po.virtual_stages = 1;
+    /* base's chunks and balance are for its pp and schedule: a candidate of another pp or number of chunks (the
+     * search's schedules run one) takes one chunk and the default balance, else the engine refuses it */
+    if (c->pp == 1 || c->schedule != base->po.schedule) j.po.virtual_stages = 1;
+    if (c->pp != base->po.pp || search_chunks(c->schedule, j.po.virtual_stages) !=
+                                    search_chunks(base->po.schedule, base->po.virtual_stages))
+        j.po.balance = NULL;
     if (fsc_plan_memory(&j, r) != FSC_OK || fsc_plan_time(&j, r, &sp->rates[c->precision], &c->t) != FSC_OK) return -1;
     c->peak = 0;
     for (int i = 0; i < j.world; i++)

@@ -88,8 +88,9 @@ static fsc_status rates(const plan_config *c, fsc_plan_rates *rt) {
     return FSC_OK;
 }
 
-/* --search-config: the options given (the trainer's record of them, config_object) but those of the layout, and
- * the winner's layout, as fsc-train's --config JSON; 0, or -1 (said on stderr). */
+/* --search-config: the options given (the trainer's record of them, config_object) but those of the layout (and
+ * --checkpoint, --wrap where the winner is no pipeline, no fsdp), and the winner's layout, as fsc-train's --config
+ * JSON; 0, or -1 (said on stderr). */
 static int write_config(const plan_config *c, const plan_candidate *w) {
     static const char *const layout[] = {"parallel", "shard", "tp", "pp", "dp", "world", "batch", "accum", "chunks",
                                          "recompute", "schedule", "virtual-stages", "offload", "precision", "config",
@@ -98,6 +99,8 @@ static int write_config(const plan_config *c, const plan_candidate *w) {
     for (int i = 0; all && o && i < NOPT; i++) {
         int skip = !c->given[i];
         for (size_t k = 0; k < sizeof layout / sizeof layout[0] && !skip; k++) skip = !strcmp(options[i].name, layout[k]);
+        if (w->pp == 1 && !strcmp(options[i].name, "checkpoint")) skip = 1;   /* a pipeline's only */
+        if (w->kind != FSC_PAR_FSDP && !strcmp(options[i].name, "wrap")) skip = 1; /* fsdp's only */
         const cJSON *v = skip ? NULL : cJSON_GetObjectItemCaseSensitive(all, options[i].name);
         if (v) cJSON_AddItemToObject(o, options[i].name, cJSON_Duplicate(v, 1));
     }
@@ -112,7 +115,8 @@ static int write_config(const plan_config *c, const plan_candidate *w) {
     cJSON_AddNumberToObject(o, "recompute", w->recompute);
     if (w->pp > 1) cJSON_AddStringToObject(o, "schedule", search_schedule(w));
     if (w->pp > 1 && w->schedule == FSC_SCHED_INTERLEAVED) cJSON_AddNumberToObject(o, "virtual-stages", c->t.virtual_stages);
-    if (w->pp > 1 && w->pp == c->t.pp && c->t.balance) cJSON_AddStringToObject(o, "balance", c->t.balance);
+    if (w->pp > 1 && w->pp == c->t.pp && c->t.balance && config_chunks(&c->t) == search_chunks(w->schedule, 1))
+        cJSON_AddStringToObject(o, "balance", c->t.balance); /* the user's, when it counts the winner's stages */
     cJSON_AddStringToObject(o, "offload", search_offload(w));
     cJSON_AddStringToObject(o, "precision", search_precision(w));
     if (c->t.sequence_parallel && w->tp > 1) cJSON_AddTrueToObject(o, "sequence-parallel");

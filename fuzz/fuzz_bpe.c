@@ -8,12 +8,12 @@
  * text cut at fsc_bpe_split_point encodes to the same ids as the whole; the heap merge equals tiktoken's scan
  * on the whole input as one piece (up to 2 KiB).
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_bpe.c (or make fuzz). */
-#include <sanitizer/allocator_interface.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 #include "text/bpe_impl.h"
+#include "heap_count.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -23,26 +23,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         if (!(c)) __builtin_trap();                                                                \
     } while (0)
 
-/* The heap held while loading, through the sanitizer's allocation hooks (one thread). */
-static int counting;
-static long long heap_now, heap_peak;
-
-static void on_malloc(const volatile void *p, size_t n) {
-    (void)p;
-    if (!counting) return;
-    heap_now += (long long)n;
-    if (heap_now > heap_peak) heap_peak = heap_now;
-}
-static void on_free(const volatile void *p) {
-    if (counting && p) heap_now -= (long long)__sanitizer_get_allocated_size((const void *)p);
-}
-
 static fsc_bpe *gpt2;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
     CHECK(fsc_bpe_load(&gpt2, "examples/data/" FSC_BPE_GPT2_FILE) == FSC_OK);
     return 0;
 }
@@ -101,12 +86,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int gz = len >= 2 && rest[0] == 0x1f && rest[1] == 0x8b;
     size_t text = gz ? inflated_size(rest, len) : len;
     fsc_bpe *b = (fsc_bpe *)&b; /* must be set to NULL on a refusal */
-    heap_now = heap_peak = 0;
-    counting = 1;
+    heap_count_begin();
     fsc_status s = fsc_bpe_load_memory(&b, rest, len);
-    counting = 0;
+    const long long peak = heap_count_end();
     /* memory out of proportion to the input (the constant: zlib's state and window, the first 64 KiB of output, PCRE2) */
-    if (heap_peak > 32 * (long long)text + (256 << 10)) __builtin_trap();
+    if (peak > 32 * (long long)text + (256 << 10)) __builtin_trap();
     if (s != FSC_OK) {
         CHECK(b == NULL && fsc_last_error()[0] != '\0');
         return 0;

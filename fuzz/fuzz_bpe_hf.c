@@ -7,11 +7,11 @@
  * id text never gives; the input itself, as text, encodes to ids in the vocabulary that decode back to it, and
  * the heap merge equals tiktoken's scan on it as one piece (up to 2 KiB).
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_bpe_hf.c (or make fuzz). */
-#include <sanitizer/allocator_interface.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "text/bpe_impl.h"
+#include "heap_count.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -19,20 +19,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     do {                                                                                           \
         if (!(c)) __builtin_trap();                                                                \
     } while (0)
-
-/* The heap held while loading, through the sanitizer's allocation hooks (one thread). */
-static int counting, hooked;
-static long long heap_now, heap_peak;
-
-static void on_malloc(const volatile void *p, size_t n) {
-    (void)p;
-    if (!counting) return;
-    heap_now += (long long)n;
-    if (heap_now > heap_peak) heap_peak = heap_now;
-}
-static void on_free(const volatile void *p) {
-    if (counting && p) heap_now -= (long long)__sanitizer_get_allocated_size((const void *)p);
-}
 
 static void check_text(const fsc_bpe *b, const uint8_t *text, size_t len) {
     int32_t *ids = malloc((len + 1) * sizeof *ids), *other = malloc((len + 1) * sizeof *other);
@@ -53,25 +39,22 @@ static void check_text(const fsc_bpe *b, const uint8_t *text, size_t len) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (!hooked) __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free), hooked = 1;
     if (size < 1) return 0;
     fsc_bpe *b = (fsc_bpe *)&b; /* must be set to NULL on a refusal */
-    heap_now = heap_peak = 0;
     fsc_status s;
     if (!(data[0] & 1)) {
-        counting = 1;
+        heap_count_begin();
         s = fsc_bpe_load_tokenizer_json_memory(&b, data + 1, size - 1);
-        counting = 0;
     } else {
         if (size < 3) return 0;
         size_t vlen = (size_t)data[1] | (size_t)data[2] << 8;
         if (vlen > size - 3) vlen = size - 3;
-        counting = 1;
+        heap_count_begin();
         s = fsc_bpe_load_hf_memory(&b, data + 3, vlen, data + 3 + vlen, size - 3 - vlen);
-        counting = 0;
     }
+    const long long peak = heap_count_end();
     /* memory out of proportion to the input (the constant: PCRE2's compiled patterns and tables) */
-    if (heap_peak > 64 * (long long)size + (1 << 20)) __builtin_trap();
+    if (peak > 64 * (long long)size + (1 << 20)) __builtin_trap();
     if (s != FSC_OK) {
         CHECK(b == NULL && fsc_last_error()[0] != '\0');
         return 0;

@@ -3,43 +3,20 @@
  * weights (fsc_st_find_weight, fsc_st_read_f32 of float entries, fsc_st_check_copy); and
  * parsing it never holds more than 6 bytes of heap per input byte (plus a few KB), whatever it holds.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_safetensors.c (or make fuzz). */
-#include <sanitizer/allocator_interface.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/safetensors.h"
+#include "heap_count.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* The heap held while parsing, through the sanitizer's allocation hooks (one thread). */
-static int counting;
-static long long heap_now, heap_peak;
-
-static void on_malloc(const volatile void *p, size_t n) {
-    (void)p;
-    if (!counting) return;
-    heap_now += (long long)n;
-    if (heap_now > heap_peak) heap_peak = heap_now;
-}
-static void on_free(const volatile void *p) {
-    if (counting && p) heap_now -= (long long)__sanitizer_get_allocated_size((const void *)p);
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc;
-    (void)argv;
-    __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
-    return 0;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fsc_st_file *f = NULL;
-    heap_now = heap_peak = 0;
-    counting = 1;
+    heap_count_begin();
     fsc_status st = fsc_st_parse_buffer(data, size, &f);
-    counting = 0;
-    if (heap_peak > 6 * (long long)size + 4096) __builtin_trap(); /* memory out of proportion to the input */
+    const long long peak = heap_count_end();
+    if (peak > 6 * (long long)size + 4096) __builtin_trap(); /* memory out of proportion to the input */
     if (st != FSC_OK) {
         if (f != NULL || fsc_last_error()[0] == 0) __builtin_trap(); /* a refusal says why, returns nothing */
         return 0;

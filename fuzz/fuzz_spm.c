@@ -8,12 +8,12 @@
  * continuation). Text: the same, and decode gives the text back when it is valid UTF-8 without U+2581 (which
  * sentencepiece reads as a space), and encoding in parts cut at fsc_bpe_split_point gives the ids of the whole.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_spm.c (or make fuzz). */
-#include <sanitizer/allocator_interface.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "text/bpe_impl.h"
+#include "heap_count.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -21,20 +21,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     do {                                                                                           \
         if (!(c)) __builtin_trap();                                                                \
     } while (0)
-
-/* The heap held while loading, through the sanitizer's allocation hooks (one thread). */
-static int counting, hooked;
-static long long heap_now, heap_peak;
-
-static void on_malloc(const volatile void *p, size_t n) {
-    (void)p;
-    if (!counting) return;
-    heap_now += (long long)n;
-    if (heap_now > heap_peak) heap_peak = heap_now;
-}
-static void on_free(const volatile void *p) {
-    if (counting && p) heap_now -= (long long)__sanitizer_get_allocated_size((const void *)p);
-}
 
 /* Encode and decode len bytes of text; exact: decode must give them back */
 static void check_text(const fsc_bpe *b, const uint8_t *text, size_t len, int exact) {
@@ -75,7 +61,6 @@ static int valid_text(const uint8_t *p, size_t len) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static fsc_bpe *golden;
-    if (!hooked) __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free), hooked = 1;
     if (size < 1) return 0;
     if (data[0] & 1) {
         if (!golden && fsc_bpe_load_spm(&golden, "tests/golden/spm_bpe.model") != FSC_OK) {
@@ -88,11 +73,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     int looks = bpe_is_spm(data + 1, size - 1); /* fsc_bpe_load_file's test of the contents */
     fsc_bpe *b = (fsc_bpe *)&b; /* must be set to NULL on a refusal */
-    heap_now = heap_peak = 0;
-    counting = 1;
+    heap_count_begin();
     fsc_status s = fsc_bpe_load_spm_memory(&b, data + 1, size - 1);
-    counting = 0;
-    if (heap_peak > 64 * (long long)size + (1 << 20)) __builtin_trap();
+    if (heap_count_end() > 64 * (long long)size + (1 << 20)) __builtin_trap();
     if (s != FSC_OK) {
         CHECK(b == NULL && fsc_last_error()[0] != '\0');
         return 0;

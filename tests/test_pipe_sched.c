@@ -10,6 +10,7 @@
  * PyTorch's ScheduleZBVZeroBubble) for p = 2, m = 4, action by action, validates in a V over a grid of p and m,
  * and a last rank whose chunk 1 runs before its own chunk 0 handed it the input deadlocks on its local stream.
  * Runs bit-identical to DDP are test_pipe's. */
+#include <limits.h>
 #include "testutil.h"
 #include "fsc/pipe_schedule.h"
 
@@ -250,6 +251,34 @@ static void test_zbv_order(void **state) {
     free_all(2, &l);
 }
 
+/* fsc_pipe_stage_at and fsc_pipe_stage_rank: every stage of p ranks round trips; arguments out of range give -1
+ * (no division by zero, no overflow) */
+static void test_stage_placement_range(void **state) {
+    (void)state;
+    for (int pl = FSC_PIPE_LOOP; pl <= FSC_PIPE_V; pl++)
+        for (int p = 1; p <= 5; p++)
+            for (int r = 0; r < p; r++)
+                for (int c = 0; c < (pl == FSC_PIPE_V ? 2 : 3); c++) {
+                    const int g = fsc_pipe_stage_at((fsc_pipe_placement)pl, p, r, c);
+                    assert_true(g >= 0 && g / p == c);
+                    assert_int_equal(fsc_pipe_stage_rank((fsc_pipe_placement)pl, p, g), r);
+                }
+    static const int bad_at[][4] = { { FSC_PIPE_LOOP, 0, 0, 0 },  { FSC_PIPE_LOOP, -3, 0, 0 },
+                                     { FSC_PIPE_LOOP, 4, 4, 0 },  { FSC_PIPE_LOOP, 4, -1, 0 },
+                                     { FSC_PIPE_LOOP, 4, 0, -1 }, { FSC_PIPE_LOOP, 4, 3, INT_MAX / 2 },
+                                     { FSC_PIPE_V, 4, 0, 2 },     { FSC_PIPE_V, INT_MAX, 0, 1 },
+                                     { FSC_PIPE_V, 0, 0, 0 },     { 7, 4, 0, 0 } };
+    for (size_t i = 0; i < sizeof bad_at / sizeof bad_at[0]; i++)
+        assert_int_equal(fsc_pipe_stage_at((fsc_pipe_placement)bad_at[i][0], bad_at[i][1], bad_at[i][2], bad_at[i][3]),
+                         -1);
+    static const int bad_rank[][3] = { { FSC_PIPE_LOOP, 0, 5 }, { FSC_PIPE_LOOP, -1, 5 }, { FSC_PIPE_LOOP, 4, -1 },
+                                       { FSC_PIPE_V, 4, 8 },    { FSC_PIPE_V, 0, 0 },     { FSC_PIPE_V, 4, -2 },
+                                       { 7, 4, 0 } };
+    for (size_t i = 0; i < sizeof bad_rank / sizeof bad_rank[0]; i++)
+        assert_int_equal(fsc_pipe_stage_rank((fsc_pipe_placement)bad_rank[i][0], bad_rank[i][1], bad_rank[i][2]), -1);
+    assert_int_equal(fsc_pipe_stage_rank(FSC_PIPE_V, INT_MAX, INT_MAX), INT_MAX - 1);
+}
+
 /* ZBV over p = 1..8, m = 1..12: valid in a V, 3 x 2 m actions per rank; a last rank that runs F(0) of its chunk 1
  * first waits on its own chunk 0 forever; a V placement of other than two chunks is refused */
 static void test_zbv_grid_valid(void **state) {
@@ -348,6 +377,7 @@ int main(void) {
         cmocka_unit_test(test_zb_h1_order),
         cmocka_unit_test(test_zb_h1_grid_valid),
         cmocka_unit_test(test_zbv_order),
+        cmocka_unit_test(test_stage_placement_range),
         cmocka_unit_test(test_zbv_grid_valid),
         cmocka_unit_test(test_broken_w_refused),
         cmocka_unit_test(test_interleaved_grid_valid),

@@ -219,6 +219,18 @@ static void test_trainer_zbv_trace(void **st) {
     assert_int_equal(count_lines(svg, "<svg "), 1);
     assert_int_equal(count_lines(svg, "<title>"), 48);
     assert_int_equal(count_lines(svg, ">rank 1<"), 1);
+    /* a relative DIR that reads as an awk assignment (NAME=VALUE) is still read as the traces' directory */
+    char tool[PATH_MAX], *tool_rel = NULL;
+    if (asprintf(&tool_rel, "%.*s../tools/pipe_timeline", slash ? (int)(slash - src + 1) : 0, src) < 0 ||
+        !realpath(tool_rel, tool))
+        fail_msg("tools/pipe_timeline not found");
+    free(cmd), free(svg);
+    if (asprintf(&cmd, "cd '%s' && mv zbvtrace 'run=1' && '%s' 'run=1' zbv2.svg", tmpdir, tool) < 0 ||
+        asprintf(&svg, "%s/zbv2.svg", tmpdir) < 0)
+        fail_msg("out of memory");
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(count_lines(svg, "<title>"), 48);
+    free(tool_rel);
     free(out), free(err), free(args), free(dir), free(svg), free(cmd);
 }
 

@@ -192,6 +192,28 @@ static void test_plan_search(void **st) {
     winner_trains(cJSON_GetArrayItem(a, 0), "win2.json");
     cJSON_Delete(j);
     free(args);
+    /* the options' balance and chunks are theirs: the layouts of another pp or schedule are still searched; the
+     * options of a pipeline (--checkpoint) or of fsdp (--wrap) go to the winner's --config only when it is one */
+    static const char *const fixed[] = {"--pp 2 --balance 1,1",
+                                        "--layers 4 --pp 2 --schedule interleaved --virtual-stages 2 --accum 2",
+                                        "--layers 4 --pp 2 --schedule zbv --balance 1,1,1,1",
+                                        "--pp 2 --checkpoint never", "--parallel fsdp --wrap model"};
+    for (size_t f = 0; f < sizeof fixed / sizeof fixed[0]; f++) {
+        args = prog_fmt("--world 2 --search %s %s --search-config %s/fixed%zu.json", fixed[f], rates, tmpdir, f);
+        j = prog_json(planner, tmpdir, SMALL, args);
+        a = cJSON_GetObjectItem(j, "search");
+        int pp1 = 0, pp2 = 0;
+        for (int i = 0; i < cJSON_GetArraySize(a); i++) {
+            const int pp = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, i), "pp"));
+            pp1 += pp == 1, pp2 += pp == 2;
+        }
+        if (!pp1 || !pp2) fail_msg("%s: %d layouts of pp 1, %d of pp 2", args, pp1, pp2);
+        char file[32];
+        snprintf(file, sizeof file, "fixed%zu.json", f);
+        winner_trains(cJSON_GetArrayItem(a, 0), file);
+        cJSON_Delete(j);
+        free(args);
+    }
     prog_refused(planner, "--search-config x.json", tmpdir, 2, "--search-config needs --search");
     args = prog_fmt(SMALL " --world 2 --search --memory 1KiB %s", rates);
     prog_refused(planner, args, tmpdir, 1, "no layout of world 2 fits in 1KiB");

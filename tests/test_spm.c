@@ -269,6 +269,23 @@ static void test_spm_merges(void **state) {
     fsc_bpe_free(b);
 }
 
+/* ModelProto's self_test_data (field 4: samples of input and expected pieces, as spm_train writes with
+ * --self_test_sample_size) is read past, as any field fsc does not use */
+static void test_spm_self_test_data(void **state) {
+    (void)state;
+    buf o = {.n = 0}, sample = {.n = 0}, data = {.n = 0};
+    piece(&o, "<unk>", 0, 2), piece(&o, "\xe2\x96\x81", -1, 1), piece(&o, "a", -1, 1), piece(&o, "b", -1, 1);
+    piece(&o, "ab", -2, 1);
+    specs(&o, 2, 0, NULL);
+    field_bytes(&sample, 1, "ab", 2), field_bytes(&sample, 2, "\xe2\x96\x81 ab", 6);
+    field_bytes(&data, 1, sample.b, sample.n);
+    field_bytes(&o, 4, data.b, data.n);
+    fsc_bpe *b = NULL;
+    assert_ok(load(&b, &o));
+    assert_string_equal(ids_of(b, "ab"), "1,4");
+    fsc_bpe_free(b);
+}
+
 static void test_spm_refusals(void **state) {
     fsc_bpe *b = NULL;
     buf o = {.n = 0};
@@ -344,6 +361,7 @@ int main(void) {
         cmocka_unit_test(test_spm_tokens),
         cmocka_unit_test(test_spm_parts),
         cmocka_unit_test(test_spm_merges),
+        cmocka_unit_test(test_spm_self_test_data),
         cmocka_unit_test(test_spm_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -29,6 +29,7 @@
  * left with actions is deadlocked. Since sends never block, the order in which ranks are tried does not
  * change whether the whole runs to its end.
  * Not here: running a list (pipe.c). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,11 +231,17 @@ static fsc_status check_rank(int r, int v, int m, const fsc_pipe_action *a, int 
 }
 
 int fsc_pipe_stage_at(fsc_pipe_placement pl, int p, int rank, int chunk) {
-    return pl == FSC_PIPE_V ? (chunk == 0 ? rank : 2 * p - 1 - rank) : chunk * p + rank;
+    if ((pl != FSC_PIPE_LOOP && pl != FSC_PIPE_V) || p < 1 || rank < 0 || rank >= p || chunk < 0 ||
+        (pl == FSC_PIPE_V && chunk > 1))
+        return -1;
+    const long long g = pl == FSC_PIPE_V ? (chunk == 0 ? rank : 2LL * p - 1 - rank) : (long long)chunk * p + rank;
+    return g <= INT_MAX ? (int)g : -1;
 }
 
 int fsc_pipe_stage_rank(fsc_pipe_placement pl, int p, int stage) {
-    return pl == FSC_PIPE_V ? (stage < p ? stage : 2 * p - 1 - stage) : stage % p;
+    if ((pl != FSC_PIPE_LOOP && pl != FSC_PIPE_V) || p < 1 || stage < 0 || (pl == FSC_PIPE_V && stage >= 2LL * p))
+        return -1;
+    return pl == FSC_PIPE_V ? (stage < p ? stage : (int)(2LL * p - 1 - stage)) : stage % p;
 }
 
 fsc_pipe_placement fsc_pipe_schedule_placement(fsc_pipe_schedule kind) {

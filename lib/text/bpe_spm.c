@@ -3,10 +3,10 @@
  * Read: pieces (ModelProto field 1: piece 1, score 2, type 3), trainer_spec (2: model_type 3, byte_fallback 35,
  * treat_whitespace_as_suffix 24, bos_piece 46, eos_piece 47, unk_surface 44), normalizer_spec (3: name 1,
  * precompiled_charsmap 2, add_dummy_prefix 3, remove_extra_whitespaces 4, escape_whitespaces 5) and
- * denormalizer_spec (5, its charsmap); other fields are skipped by their wire type. Refused: a unigram (or word,
- * char) model, a normalizer with rules (a precompiled charsmap), a denormalizer, whitespace as a suffix, UNUSED
- * pieces, an empty piece, a piece twice, a piece not valid UTF-8 or over 256 bytes, more than 2^22 pieces, a
- * score not finite, no UNKNOWN piece, bad wire data.
+ * denormalizer_spec (5, its charsmap); self_test_data (4) and other fields are skipped by their wire type.
+ * Refused: a unigram (or word, char) model, a normalizer with rules (a precompiled charsmap), a denormalizer,
+ * whitespace as a suffix, UNUSED pieces, an empty piece, a piece twice, a piece not valid UTF-8 or over 256
+ * bytes, more than 2^22 pieces, a score not finite, no UNKNOWN piece, bad wire data.
  * Encoding (sentencepiece's Normalizer::Normalize with no rules, then bpe_model.cc's Encode, then the
  * processor's byte fallback): spaces to U+2581, a dummy U+2581 first when add_dummy_prefix, runs of spaces
  * squeezed and the ends trimmed when remove_extra_whitespaces, each byte that begins no valid UTF-8 character
@@ -314,7 +314,9 @@ static fsc_status load_spm(fsc_bpe **out, const char *name, const uint8_t *buf, 
         else if (f == 2 && w == 2) s = read_trainer(name, sub, &sp);
         else if (f == 3 && w == 2) s = read_normalizer(name, sub, &sp, 0), sp.has_norm = 1;
         else if (f == 5 && w == 2) s = read_normalizer(name, sub, &sp, 1);
-        else if (f <= 5) s = bad(name, "the model", "a field of the wrong wire type (not a sentencepiece model)");
+        else if (f <= 5) /* 4 of wire type 2: self_test_data, read past */
+            s = f == 4 && w == 2 ? FSC_OK
+                                 : bad(name, "the model", "a field of the wrong wire type (not a sentencepiece model)");
     }
     if (s != FSC_OK) return s;
     if (rc < 0) return bad(name, "the model", what);

@@ -51,7 +51,8 @@ typedef struct fsc_pipe_action {
 /* The placement of a built-in schedule's stages: FSC_PIPE_V for zbv, FSC_PIPE_LOOP for the others. */
 fsc_pipe_placement fsc_pipe_schedule_placement(fsc_pipe_schedule kind);
 /* The stage that chunk `chunk` of `rank` is, and the rank that holds `stage`, under placement pl with p ranks
- * (a stage's chunk is stage / p under both). */
+ * (a stage's chunk is stage / p under both); -1 for an unknown placement, p < 1, a rank not in 0 .. p-1, a
+ * negative chunk or stage, a V's chunk over 1 or stage past 2p - 1, a stage past INT_MAX. */
 int fsc_pipe_stage_at(fsc_pipe_placement pl, int p, int rank, int chunk);
 int fsc_pipe_stage_rank(fsc_pipe_placement pl, int p, int stage);
 

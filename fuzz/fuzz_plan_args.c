@@ -7,6 +7,7 @@
  * least one byte, a --cluster's world is --nodes x its GPUs, --search-config and --search-precision come with
  * --search. Nothing is planned (a job of any size is only described).
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_plan_args.c (or make fuzz). */
+#include <string.h>
 #include "../examples/train/options.c"
 #include "../examples/train/config.c"
 #include "../examples/train/checks.c"
@@ -53,7 +54,7 @@ static void fz_check_accepted(plan_config *c) {
     if (plan_job(t, c->balance, &j) != FSC_OK) __builtin_trap(); /* an accepted command line describes a job */
     if (j.world != t->world || j.batch != t->batch || j.po.tp != t->tp || j.po.pp != t->pp || j.po.accum != t->accum)
         __builtin_trap();
-    if (j.po.checkpoint != t->recompute || (j.model == FSC_PLAN_LLAMA) != (t->model == MODEL_LLAMA)) __builtin_trap();
+    if (j.po.checkpoint != t->recompute || (j.model == FSC_PLAN_LLAMA) != (strcmp(t->model, "llama") == 0)) __builtin_trap();
     if (j.model == FSC_PLAN_LLAMA && fsc_llama_config_validate(&j.llama) != FSC_OK) __builtin_trap();
     if (j.model == FSC_PLAN_GPT && fsc_gpt_config_validate(&j.gpt) != FSC_OK) __builtin_trap();
 }

@@ -18,7 +18,7 @@ const option options[NOPT] = {
     {"heads", "H", "4", "attention heads (must divide --dim)", K_INT, F(heads), 1, 65536, NULL},
     {"seq", "T", "64", "context length (tokens per sequence)", K_INT, F(seq), 1, 1 << 20, NULL},
     {"vocab", "V", "256", "vocabulary size; every token of --data must be below it", K_INT, F(vocab), 1, 1 << 24, NULL},
-    {"padded-vocab", "VP", NULL, "rows of the embedding table (and llama's lm_head), >= --vocab (llm.c's padding, 50257 to 50304): padding rows start at 0, are never in the softmax, never updated, never sampled; weights files hold --vocab rows; with --tp it divides by --tp (default: --vocab)", K_INT, F(padded_vocab), 1, 1 << 24, NULL},
+    {"padded-vocab", "VP", NULL, "rows of the embedding table (and llama's lm_head), >= --vocab (llm.c's padding, 50257 to 50304): padding rows start at 0, are never in the softmax, never updated, never sampled; weights files hold --vocab rows; with --tp it divides by --tp (default, or 0: --vocab)", K_INT, F(padded_vocab), 0, 1 << 24, NULL},
     {"kv-heads", "K", NULL, "llama: key/value heads, grouped-query attention below --heads (default: --heads)", K_INT, F(kv_heads), 1, 65536, NULL},
     {"ffn", "N", NULL, "MLP hidden width (default: 4 x --dim for gpt2, the only width it has; for llama "
      "2/3 x 4 x --dim rounded up to a multiple of 256)", K_INT, F(ffn), 1, 1 << 20, NULL},

@@ -5,6 +5,8 @@
  *   - pp 2 (GPipe and 1F1B): every rank of the pipeline group, first stage included, gets the outputs of its own
  *     rows, the same bits as one rank's (a pipeline trains bit-identically with DDP accumulating its micro-batches);
  *   - pp 2 x dp 2: each rank's outputs are the bits of dp 2 DDP's rank of its data index;
+ *   - interleaved (2 chunks per rank), ZB-H1 and ZBV (whose last stage is on rank 0), alone and with FSDP inside
+ *     the stages (dp 2 x pp 2), on 4 layers: the bits of one rank's and of dp 2 DDP's;
  *   - tp 2: both ranks of the tensor group get the whole vocabulary's logits (gathered from the vocab-parallel
  *     head's slices), the same bits on both; against one rank within 1e-5 absolute (measured 2e-7: the row-parallel
  *     products and the vocab-parallel cross entropy sum in another order, so tp does not train bit-identically with
@@ -24,6 +26,9 @@ enum { GB = 4, STEPS = 2, MAXW = 4, SEQ = 8, VOCAB = 32 };
 
 typedef struct {
     int world, tp, pp, dp, onef1b;
+    int layers;                  /* decoder layers (make: 2) */
+    int sched, vstages;          /* pipelines: a schedule other than GPipe/1F1B (0: by onef1b), chunks per rank */
+    fsc_parallel_kind kind;      /* the strategy (0: DDP) */
     int data[MAXW];              /* each rank's data index */
     float out[MAXW][GB * SEQ * VOCAB];
     size_t per[MAXW];
@@ -54,10 +59,11 @@ static double xent(const float *lg, const int32_t *tgt, size_t n) {
 
 static fsc_status rank_fn(fsc_rank *r, void *arg) {
     job *j = arg;
-    fsc_llama_build_arg a = { .cfg = { .layers = 2, .dim = 32, .heads = 4, .kv_heads = 2, .ffn = 64, .seq = SEQ,
+    fsc_llama_build_arg a = { .cfg = { .layers = j->layers, .dim = 32, .heads = 4, .kv_heads = 2, .ffn = 64, .seq = SEQ,
                                        .vocab = VOCAB, .rope_theta = 10000.0f, .norm_eps = 1e-5f } };
-    fsc_parallel_opts po = mt_opts(FSC_PAR_DDP, 0.5f);
+    fsc_parallel_opts po = mt_opts(j->kind ? j->kind : FSC_PAR_DDP, 0.5f);
     if (j->pp > 1) mt_pipeline(&po, j->onef1b, FSC_PIPE_CKPT_NEVER, NULL);
+    if (j->sched) po.schedule = (fsc_pipe_schedule)j->sched, po.virtual_stages = j->vstages, po.prefetch = 1;
     else mt_accumulate(&po, 2);
     po.tp = j->tp;
     fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-2f, .weight_decay = 0.01f, .beta1 = 0.9f,
@@ -89,7 +95,10 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
 static void run(job *j) {
     fsc_cluster_opts co = { .world = j->world, .device = "cpu", .timeout_s = 120, .threads_per_rank = 1 };
     assert_ok(fsc_cluster_run(&co, rank_fn, j));
-    for (int k = 0; k < j->world; k++) assert_int_equal((int)j->per[k], SEQ * VOCAB);
+    for (int k = 0; k < j->world; k++)
+        if (j->per[k] != SEQ * VOCAB)
+            fail_msg("world %d pp %d schedule %d: rank %d got %zu outputs per sample, not %d", j->world, j->pp, j->sched, k,
+                     j->per[k], SEQ * VOCAB);
     if (j->dp == 1 && !(fabs(j->own_loss - j->eval_loss) <= 1e-5 * fmax(1.0, fabs(j->eval_loss))))
         fail_msg("world %d tp %d pp %d: the loss of predict's outputs %.9g, fsc_engine_eval's %.9g", j->world, j->tp,
                  j->pp, j->own_loss, j->eval_loss);
@@ -98,7 +107,7 @@ static void run(job *j) {
 static job *make(int world, int tp, int pp) {
     job *j = calloc(1, sizeof *j);
     assert_non_null(j);
-    j->world = world, j->tp = tp, j->pp = pp;
+    j->world = world, j->tp = tp, j->pp = pp, j->layers = 2;
     return j;
 }
 
@@ -131,6 +140,34 @@ static void test_pipeline(void **state) {
     run(ppdp);
     same_bits(ppdp, ddp, "pp 2 x dp 2");
     free(one), free(ddp), free(ppdp);
+}
+
+/* The other schedules (interleaved over 2 chunks per rank, ZB-H1, ZBV: its last stage on rank 0) and FSDP inside
+ * the stages, on 4 layers (4 chunks): every rank still gets its own rows' outputs, the bits of one rank's (dp 1) or
+ * of DDP's (dp 2). */
+static void test_pipeline_schedules(void **state) {
+    (void)state;
+    job *one = make(1, 1, 1), *ddp = make(2, 1, 1);
+    one->layers = ddp->layers = 4;
+    run(one);
+    run(ddp);
+    const struct { int sched, v; const char *name; } sc[] = {
+        { FSC_SCHED_INTERLEAVED, 2, "interleaved" }, { FSC_SCHED_ZB_H1, 0, "zb-h1" }, { FSC_SCHED_ZBV, 2, "zbv" } };
+    for (int i = 0; i < 3; i++) {
+        char what[64];
+        job *pp = make(2, 1, 2);
+        pp->sched = sc[i].sched, pp->vstages = sc[i].v, pp->layers = 4;
+        run(pp);
+        snprintf(what, sizeof what, "pp 2 (%s)", sc[i].name);
+        same_bits(pp, one, what);
+        job *fs = make(4, 1, 2);
+        fs->sched = sc[i].sched, fs->vstages = sc[i].v, fs->kind = FSC_PAR_FSDP, fs->layers = 4;
+        run(fs);
+        snprintf(what, sizeof what, "fsdp dp 2 x pp 2 (%s)", sc[i].name);
+        same_bits(fs, ddp, what);
+        free(pp), free(fs);
+    }
+    free(one), free(ddp);
 }
 
 static void test_tensor_parallel(void **state) {
@@ -196,6 +233,7 @@ static void test_pipeline_without_outputs(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_pipeline_schedules),
         cmocka_unit_test(test_tensor_parallel),
         cmocka_unit_test(test_pipeline_without_outputs),
     };

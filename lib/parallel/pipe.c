@@ -920,12 +920,12 @@ void fsc_pipe_set_outputs(fsc_engine *e, float *out, size_t *per_sample) {
 
 fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, size_t *per_sample) {
     fsc_pipe *p = e->pipe;
-    const int last = p->stage == p->pp - 1;
+    const int root = last_rank(p), last = p->stage == root; /* under zbv the last stage is on rank 0 */
     double per = !last ? 0 : p->out_status != FSC_OK ? -1 - (double)p->out_status : (double)*per_sample;
     void *d = NULL;
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof per, &d));
     fsc_status st = fsc_device_upload(e->dev, d, &per, sizeof per);
-    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, sizeof per, FSC_U8, p->pp - 1);
+    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, sizeof per, FSC_U8, root);
     if (st == FSC_OK) st = fsc_device_download(e->dev, &per, d, sizeof per);
     fsc_device_release(e->dev, d);
     FSC_TRY(st);
@@ -938,7 +938,7 @@ fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, si
     if (!n) return FSC_OK;
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(float), &d));
     st = last ? fsc_device_upload(e->dev, d, out, n * sizeof(float)) : FSC_OK;
-    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, n, FSC_F32, p->pp - 1);
+    if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, n, FSC_F32, root);
     if (st == FSC_OK && !last) st = fsc_device_download(e->dev, out, d, n * sizeof(float));
     fsc_device_release(e->dev, d);
     return st;

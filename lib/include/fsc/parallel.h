@@ -90,15 +90,16 @@ typedef struct {
      * strategy above runs inside each stage's data group; accum is the number of micro-batches (chunks).
      * Gradients are reduced once after the last micro-batch: pp > 1 needs no_sync. */
     int pp;                       /* pipeline stages (0 or 1: no pipeline) */
-    fsc_pipe_schedule schedule;   /* gpipe (default), 1f1b, interleaved, zb-h1 or custom (actions) */
+    fsc_pipe_schedule schedule;   /* gpipe (default), 1f1b, interleaved, zb-h1, zbv or custom */
     const struct fsc_pipe_action *const *actions; /* custom: actions[r] the nactions[r] actions of pipeline rank r
                                    * (stage r), for every r; validated as fsc_pipe_schedule_validate does and copied
                                    * at engine creation. Every rank passes the same lists */
     const int *nactions;
     int virtual_stages;           /* interleaved, custom: chunks per rank, v (0 or 1: one); rank r runs stages
                                    * r, r + pp, ..., r + (v-1) pp of pp x v; balance then has pp x v entries
-                                   * and (interleaved) accum must be a multiple of pp. With v > 1 only DDP (or none) inside the stages,
-                                   * prefetch on, no tp, ep, aux statistics, offload or reduce_exact yet */
+                                   * and (interleaved) accum must be a multiple of pp. With v > 1 (and under
+                                   * zb-h1 and zbv) DDP, FSDP, ZeRO-1/2 or none inside the stages; no tp, ep, aux
+                                   * statistics, offload or reduce_exact yet */
     fsc_pipe_checkpoint pipe_checkpoint; /* except_last (default), always, never */
     const int *balance;           /* pp x virtual_stages entries, blocks per stage (copied); NULL: as even as possible */
     /* tensor parallelism (docs/tensor_parallel.md): tp ranks split the layers of a model built on the tensor

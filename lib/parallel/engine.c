@@ -10,6 +10,7 @@
 #include <string.h>
 #include "engine_impl.h"
 #include "exact.h"
+#include "layout_impl.h"
 #include "pipe.h"
 
 #define FSC_DEFAULT_MAX_SKIPS 100 /* po.max_skipped_steps 0 */
@@ -426,6 +427,17 @@ static void attach_groups(fsc_engine *e, groups *g) {
     *g = (groups){ 0 };
 }
 
+/* The clipping norm's group, decided here once from the layout: the part of the data group the strategy splits its
+ * gradient over (its norm_group), widened across tensor ranks and pipeline stages (fsc_layout_norm_group). */
+static fsc_status make_norm_group(fsc_engine *e) {
+    fsc_comm *norm = NULL;
+    FSC_TRY(fsc_layout_norm_group(e->r->comm, &e->lay, e->comm, e->st->norm_group(e), e->pipe_comm, e->dev, &norm,
+                                  &e->own_norm));
+    if (e->own_norm) fsc_engine_add_group_kind(e, e->own_norm, FSC_GROUP_WORLD);
+    e->norm_comm = norm;
+    return FSC_OK;
+}
+
 static fsc_status engine_finish(fsc_engine *e) {
     fsc_status s = make_offsets(e);
     if (s == FSC_OK) s = fsc_tensor_check_model(e->m, &e->lay);
@@ -436,7 +448,8 @@ static fsc_status engine_finish(fsc_engine *e) {
     if (s == FSC_OK) s = fsc_ep_create(e);
     if (s == FSC_OK) s = e->st->setup(e);
     if (s == FSC_OK) s = fsc_offload_after_setup(e);
-    if (s == FSC_OK) s = e->lay.tp > 1 ? fsc_tensor_after_setup(e) : fsc_pipe_after_setup(e);
+    if (s == FSC_OK) s = make_norm_group(e);
+    if (s == FSC_OK && e->lay.tp > 1) s = fsc_tensor_after_setup(e);
     if (s == FSC_OK) s = make_tied_copies(e);
     if (s == FSC_OK) s = fsc_engine_apply_decay(e);
     if (s == FSC_OK && e->po.reduce_exact) s = fsc_exact_create(e); /* shadows of the reduced gradients */
@@ -1054,6 +1067,7 @@ void fsc_engine_free(fsc_engine *e) {
     fsc_offload_free(e); /* after the optimizer and the strategy: their host buffers came from it */
     if (e->own_model) fsc_model_free(e->m);
     fsc_tensor_free(e);
+    fsc_comm_free(e->own_norm);
     groups g = { e->tensor_comm, e->own_data, e->pipe_comm }; /* after the model, which may use the tensor group */
     free_groups(&g);
     free(e->toff);

@@ -19,8 +19,12 @@
 typedef struct {
     const char *name;
     /* allocate parameters (initialised from the keyed RNG), gradients, and register optimizer segments;
-     * fill e->gsegs/e->glens/e->ngsegs (this rank's reduced gradient) and e->norm_comm */
+     * fill e->gsegs/e->glens/e->ngsegs (this rank's reduced gradient) */
     fsc_status (*setup)(fsc_engine *e);
+    /* after setup: the part of the data group over which this rank's reduced gradient (or its clipping pieces,
+     * e->nsegs) is split, NULL when each rank holds it all; the engine widens it into e->norm_comm once
+     * (fsc_layout_norm_group) */
+    fsc_comm *(*norm_group)(const fsc_engine *e);
     /* layer hooks (model.h); may be NULL */
     fsc_status (*pre_forward)(fsc_engine *e, int layer);
     fsc_status (*post_forward)(fsc_engine *e, int layer);
@@ -66,7 +70,7 @@ struct fsc_engine {
     fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group (NULL with tp 1) */
     fsc_comm *own_data;       /* the data group (e->comm) when the world is split (tp or pp > 1) */
     fsc_comm *pipe_comm;      /* the pipeline group (NULL with pp 1) */
-    fsc_comm *own_norm;       /* the clipping norm's group when tensor.c split it */
+    fsc_comm *own_norm;       /* the clipping norm's group when fsc_layout_norm_group made one */
     /* tensor parallelism: the pieces of the reduced gradients the clipping norm counts (every split
      * tensor, replicated tensors on tensor rank 0 only) over norm_comm */
     float **nsegs;
@@ -99,7 +103,8 @@ struct fsc_engine {
     float **gsegs;
     size_t *glens;
     int ngsegs;
-    fsc_comm *norm_comm;      /* group over which gsegs are split (NULL: each rank holds all) */
+    fsc_comm *norm_comm;      /* group over which gsegs are split (NULL: each rank holds all); written once, by
+                               * engine.c's make_norm_group */
     fsc_device *gdev;         /* the device gsegs live on: dev, or host with offload all */
     /* offload (offload.c, docs/offload.md): host memory as a device of its own (its ledger counts host bytes),
      * NULL without offload; the optimizer's staging with offload optim */
@@ -230,7 +235,7 @@ fsc_status fsc_tensor_make_full_info(fsc_engine *e);
 /* The model's tensors are slices for this rank's place in the tensor group l (tp_size and tp_rank); with tp > 1
  * at least one tensor is split. */
 fsc_status fsc_tensor_check_model(const fsc_model *m, const fsc_layout *l);
-/* After the strategy's setup (tp > 1): the clipping norm's group and gradient pieces. */
+/* After the strategy's setup and the norm's group (tp > 1): the clipping norm's gradient pieces. */
 fsc_status fsc_tensor_after_setup(fsc_engine *e);
 /* Collective over the world: the full parameters on tensor rank 0 (host may be NULL elsewhere). */
 fsc_status fsc_tensor_full_params(fsc_engine *e, float *host);

@@ -416,8 +416,14 @@ static fsc_status norm_pieces(fsc_engine *e, fsdp_state *d) {
         e->nsegs[e->nnsegs] = d->u[u].sgrad;
         e->nlens[e->nnsegs++] = d->u[u].shard;
     }
-    e->norm_comm = d->G == 1 ? e->ep_comm : e->comm;
     return FSC_OK;
+}
+
+/* The shard group, or with expert parallelism and replicated dense shards the group of norm_pieces. */
+static fsc_comm *fsdp_norm_group(const fsc_engine *e) {
+    const fsdp_state *d = e->sd;
+    if (!e->ep_data || d->G == d->N) return d->shard_comm;
+    return d->G == 1 ? e->ep_comm : e->comm;
 }
 
 static fsc_status fsdp_setup(fsc_engine *e) {
@@ -473,7 +479,6 @@ static fsc_status fsdp_setup(fsc_engine *e) {
         bind_params(e, U, NULL);
         bind_grads(e, U, NULL);
     }
-    e->norm_comm = d->shard_comm;
     if (e->ep_data && d->G != d->N) FSC_TRY(norm_pieces(e, d));
     return FSC_OK;
 }
@@ -713,6 +718,7 @@ static void fsdp_destroy(fsc_engine *e) {
 const fsc_strategy fsc_strategy_fsdp = {
     .name = "fsdp",
     .setup = fsdp_setup,
+    .norm_group = fsdp_norm_group,
     .pre_forward = fsdp_pre_forward,
     .post_forward = fsdp_post_forward,
     .pre_backward = fsdp_pre_backward,

@@ -1,7 +1,8 @@
 /* The 3D layout (parallel.h): world = dp x tp x pp in Megatron's rank order (tensor fastest, then data,
  * then pipeline) or another given order, its validation, a one-line description for start-up logs, and
  * the three communicators (the engine makes its groups with fsc_layout_split, once), and the blocked and
- * strided groups of a data group (fsc_layout_split_blocks: FSDP's shard and replica, the expert groups).
+ * strided groups of a data group (fsc_layout_split_blocks: FSDP's shard and replica, the expert groups), and
+ * the clipping norm's group (fsc_layout_norm_group, made once by the engine after the strategy's setup).
  * Not here: training over the groups (engine.c, tensor.c, pipe.c). */
 #include <stdio.h>
 #include <string.h>
@@ -136,5 +137,25 @@ fsc_status fsc_layout_split_blocks(fsc_comm *c, int g, const char *block_name, c
     }
     fsc_comm_set_name(*block, block_name);
     fsc_comm_set_name(*strided, strided_name);
+    return FSC_OK;
+}
+
+fsc_status fsc_layout_norm_group(fsc_comm *world, const fsc_layout *l, fsc_comm *data, fsc_comm *split,
+                                 fsc_comm *pipe, fsc_device *dev, fsc_comm **norm, fsc_comm **made) {
+    *norm = *made = NULL;
+    if (l->tp == 1 && l->pp == 1) {
+        *norm = split;
+        return FSC_OK;
+    }
+    if (l->tp == 1 && !split) { /* every stage holds its layers' whole gradient */
+        *norm = pipe;
+        return FSC_OK;
+    }
+    /* the same strategy on every tensor rank and stage: name the group by its lowest data rank */
+    float v = -(float)(split ? fsc_comm_rank(data) : l->data);
+    if (split) FSC_TRY(fsc_comm_all_reduce_host(split, dev, &v, FSC_MAX));
+    FSC_TRY(fsc_comm_split(world, (int)-v, l->rank, made));
+    fsc_comm_set_name(*made, "norm");
+    *norm = *made;
     return FSC_OK;
 }

@@ -13,6 +13,7 @@
 #include "fsc/parallel.h"
 #include "fsc/safetensors.h"
 #include "core/device_impl.h"
+#include "layout_impl.h" /* fsc_groups */
 #include "engine_ckpt.h" /* fsc_holding, FSC_ENGINE_RUN_ID and what checkpoints see of the engine */
 
 
@@ -66,11 +67,11 @@ struct fsc_engine {
     int own_model;            /* the engine frees m (fsc_model_free) */
     size_t *toff;             /* (n_tensors + 1) prefix sums of m's numel: fsc_engine_tensor_offset */
     fsc_param_info *full;     /* (n_tensors) each tensor as files name and shape it: fsc_engine_full_info */
-    /* The groups of the layout (fsc_layout_split, made once by engine.c, freed by it): */
+    /* Every communicator made for this engine (the group factory, layout_impl.h), made by engine.c and freed
+     * by it once; the fields below are views of them: */
+    fsc_groups grp;
     fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group (NULL with tp 1) */
-    fsc_comm *own_data;       /* the data group (e->comm) when the world is split (tp or pp > 1) */
     fsc_comm *pipe_comm;      /* the pipeline group (NULL with pp 1) */
-    fsc_comm *own_norm;       /* the clipping norm's group when fsc_layout_norm_group made one */
     /* tensor parallelism: the pieces of the reduced gradients the clipping norm counts (every split
      * tensor, replicated tensors on tensor rank 0 only) over norm_comm */
     float **nsegs;
@@ -113,7 +114,8 @@ struct fsc_engine {
 
     struct fsc_pipe *pipe;    /* pipeline state (pipe.c), NULL without a pipeline */
     /* expert parallelism (po.ep > 1, MoE models): the expert group (ep consecutive data ranks, experts split
-     * over them) and the expert-data group (the data ranks holding the same experts); NULL otherwise */
+     * over them) and the expert-data group (the data ranks holding the same experts); NULL otherwise (views of
+     * grp.expert and grp.expert_data) */
     fsc_comm *ep_comm, *ep_data;
 
     fsc_comm *groups[FSC_ENGINE_MAX_GROUPS]; /* communicators counted in fsc_engine_comm_stats besides comm */
@@ -215,11 +217,10 @@ fsc_status fsc_offload_step(fsc_engine *e);
 /* fsc_offload_seg_dev: engine_ckpt.h */
 void fsc_offload_free(fsc_engine *e);
 
-/* Expert parallelism (ep.c): refuse what MoE models do not run with; after the pipeline, before the strategy,
- * split the expert groups (collective over the data group) and give the model its expert group; free them. */
+/* Expert parallelism (ep.c): refuse what MoE models do not run with; after the engine made the expert groups,
+ * before the strategy, count them and give the model its expert group. */
 fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_parallel_opts *po);
 fsc_status fsc_ep_create(fsc_engine *e);
-void fsc_ep_free(fsc_engine *e);
 /* The full parameters of a sharding strategy (zero, fsdp) with expert parallelism, collective over the data
  * group: the strategy's full tensors of what each rank holds, then every MoE block's experts gathered over the
  * expert group. Each rank of an expert group with a rank that wants them (host not NULL) stages the full vector

@@ -1,8 +1,8 @@
 /* The 3D layout (parallel.h): world = dp x tp x pp in Megatron's rank order (tensor fastest, then data,
  * then pipeline) or another given order, its validation, a one-line description for start-up logs, and
- * the three communicators (the engine makes its groups with fsc_layout_split, once), and the blocked and
- * strided groups of a data group (fsc_layout_split_blocks: FSDP's shard and replica, the expert groups), and
- * the clipping norm's group (fsc_layout_norm_group, made once by the engine after the strategy's setup).
+ * the group factory (layout_impl.h): the three communicators (fsc_layout_split), the blocked and strided groups
+ * of the data group (fsc_layout_data_groups: the expert groups, FSDP's shard and replica), the clipping norm's
+ * group (fsc_layout_norm_group), all held by the engine in one fsc_groups and freed by fsc_groups_free.
  * Not here: training over the groups (engine.c, tensor.c, pipe.c). */
 #include <stdio.h>
 #include <string.h>
@@ -158,4 +158,29 @@ fsc_status fsc_layout_norm_group(fsc_comm *world, const fsc_layout *l, fsc_comm 
     fsc_comm_set_name(*made, "norm");
     *norm = *made;
     return FSC_OK;
+}
+
+int fsc_layout_shard_size(const fsc_parallel_opts *po, int dp) {
+    switch (po->shard) {
+    case FSC_SHARD_NONE: return 1;
+    case FSC_SHARD_HYBRID: return po->hybrid_group ? po->hybrid_group : (dp >= 2 ? dp / 2 : 1);
+    default: return dp;
+    }
+}
+
+fsc_status fsc_layout_data_groups(fsc_comm *data, int ep, int shard, fsc_groups *g) {
+    fsc_status s = FSC_OK;
+    if (ep > 1) s = fsc_layout_split_blocks(data, ep, "expert", "expert_data", &g->expert, &g->expert_data);
+    if (s == FSC_OK && shard > 0) s = fsc_layout_split_blocks(data, shard, "shard", "replica", &g->shard, &g->replica);
+    if (s != FSC_OK) {
+        fsc_comm_free(g->expert), fsc_comm_free(g->expert_data);
+        g->expert = g->expert_data = NULL;
+    }
+    return s;
+}
+
+void fsc_groups_free(fsc_groups *g) {
+    fsc_comm *const all[] = { g->norm, g->replica, g->shard, g->expert_data, g->expert, g->pipe, g->data, g->tensor };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fsc_comm_free(all[i]);
+    *g = (fsc_groups){ 0 };
 }

@@ -1,9 +1,29 @@
-/* Private to lib/parallel: the groups layout.c makes for the strategies besides the 3D ones (parallel.h's
- * fsc_layout_split): a data group cut in blocks, and across them. */
+/* Private to lib/parallel: the group factory. layout.c makes every communicator an engine uses besides the
+ * pipeline's point-to-point links (pipe_link.c, pipe_tied.c): the 3D ones (parallel.h's fsc_layout_split), the
+ * blocked and strided groups of the data group (expert and expert-data, FSDP's shard and replica) and the
+ * clipping norm's group; the engine holds them in one fsc_groups and frees them once. */
 #ifndef FSC_PARALLEL_LAYOUT_IMPL_H
 #define FSC_PARALLEL_LAYOUT_IMPL_H
 #include "fsc/comm.h"
 #include "fsc/parallel.h"
+
+/* Every communicator made for one engine (NULL: not made); fsc_groups_free frees them all. */
+typedef struct {
+    fsc_comm *tensor, *data, *pipe;  /* the 3D groups (tp or pp > 1; tensor with tp > 1, pipe with pp > 1) */
+    fsc_comm *expert, *expert_data;  /* expert parallelism (ep > 1, a model with experts) */
+    fsc_comm *shard, *replica;       /* FSDP */
+    fsc_comm *norm;                  /* the clipping norm's, when fsc_layout_norm_group made one */
+} fsc_groups;
+void fsc_groups_free(fsc_groups *g);
+
+/* FSDP's shard group size over a data group of dp ranks: dp (full, grad_op), 1 (no_shard), or the hybrid
+ * group (po->hybrid_group, default dp / 2). */
+int fsc_layout_shard_size(const fsc_parallel_opts *po, int dp);
+
+/* Collective over data (the engine's data group): the groups the strategy and expert parallelism reduce over,
+ * into g: expert and expert_data with ep > 1 (ep consecutive data ranks, and across them), shard and replica
+ * with shard > 0 (shard consecutive data ranks, and across them). In that order; on failure none is made. */
+fsc_status fsc_layout_data_groups(fsc_comm *data, int ep, int shard, fsc_groups *g);
 
 /* Collective over c (its size a multiple of g >= 1): block, the group of the g consecutive ranks holding
  * this one (color rank / g), and strided, the ranks of this one's index in their blocks (color rank % g);

@@ -184,3 +184,30 @@ void fsc_groups_free(fsc_groups *g) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fsc_comm_free(all[i]);
     *g = (fsc_groups){ 0 };
 }
+
+fsc_status fsc_layout_split_links(fsc_comm *c, int me, int odd, const char *name, fsc_comm **out) {
+    *out = NULL;
+    fsc_comm *g = NULL;
+    FSC_TRY(fsc_comm_split(c, (me + odd) / 2, me, &g));
+    if (fsc_comm_size(g) < 2) {
+        fsc_comm_free(g);
+        return FSC_OK;
+    }
+    fsc_comm_set_name(g, name);
+    *out = g;
+    return FSC_OK;
+}
+
+fsc_status fsc_layout_split_pair(fsc_comm *c, int me, int a, int b, const char *name, fsc_comm **out) {
+    *out = NULL;
+    fsc_comm *g = NULL;
+    const int mine = me == a || me == b;
+    FSC_TRY(fsc_comm_split(c, mine ? 0 : 1 + me, me, &g));
+    if (!mine) {
+        fsc_comm_free(g);
+        return FSC_OK;
+    }
+    fsc_comm_set_name(g, name);
+    *out = g;
+    return FSC_OK;
+}

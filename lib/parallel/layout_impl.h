@@ -1,7 +1,8 @@
-/* Private to lib/parallel: the group factory. layout.c makes every communicator an engine uses besides the
- * pipeline's point-to-point links (pipe_link.c, pipe_tied.c): the 3D ones (parallel.h's fsc_layout_split), the
- * blocked and strided groups of the data group (expert and expert-data, FSDP's shard and replica) and the
- * clipping norm's group; the engine holds them in one fsc_groups and frees them once. */
+/* Private to lib/parallel: the group factory. layout.c makes every communicator an engine uses: the 3D ones
+ * (parallel.h's fsc_layout_split), the blocked and strided groups of the data group (expert and expert-data,
+ * FSDP's shard and replica) and the clipping norm's group, which the engine holds in one fsc_groups and frees
+ * once; and the pipeline's point-to-point links and tied-tensor pairs, which pipe.c holds (their number depends
+ * on the schedule). */
 #ifndef FSC_PARALLEL_LAYOUT_IMPL_H
 #define FSC_PARALLEL_LAYOUT_IMPL_H
 #include "fsc/comm.h"
@@ -24,6 +25,14 @@ int fsc_layout_shard_size(const fsc_parallel_opts *po, int dp);
  * into g: expert and expert_data with ep > 1 (ep consecutive data ranks, and across them), shard and replica
  * with shard > 0 (shard consecutive data ranks, and across them). In that order; on failure none is made. */
 fsc_status fsc_layout_data_groups(fsc_comm *data, int ep, int shard, fsc_groups *g);
+
+/* Collective over c, every member giving its place me (the key; a pipeline's stage): the links (2i + odd,
+ * 2i + odd + 1) of that order, named; a member alone in its part (the first for odd, the last when it ends a
+ * pair) gets NULL. The prefetching pipeline's links (pipe_link.c). */
+fsc_status fsc_layout_split_links(fsc_comm *c, int me, int odd, const char *name, fsc_comm **out);
+/* Collective over c, every member giving its place me: places a and b (a < b) in one group, a its rank 0, named;
+ * every other member gets NULL. An interleaved pipeline's wrap-around link, a tied tensor's owner and user. */
+fsc_status fsc_layout_split_pair(fsc_comm *c, int me, int a, int b, const char *name, fsc_comm **out);
 
 /* Collective over c (its size a multiple of g >= 1): block, the group of the g consecutive ranks holding
  * this one (color rank / g), and strided, the ranks of this one's index in their blocks (color rank % g);

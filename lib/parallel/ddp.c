@@ -83,9 +83,11 @@ static fsc_status norm_pieces(fsc_engine *e, ddp_state *d, float *reduced) {
         e->nsegs[e->nnsegs] = reduced + d->runs[k].off;
         e->nlens[e->nnsegs++] = d->runs[k].n;
     }
-    e->norm_comm = e->ep_comm;
     return FSC_OK;
 }
+
+/* Each rank holds the whole reduced gradient; with experts the norm's pieces split over the expert group. */
+static fsc_comm *ddp_norm_group(const fsc_engine *e) { return e->ep_data ? e->ep_comm : NULL; }
 
 static fsc_status ddp_setup(fsc_engine *e) {
     ddp_state *d = calloc(1, sizeof(*d));
@@ -103,7 +105,6 @@ static fsc_status ddp_setup(fsc_engine *e) {
     float *reduced = d->acc ? d->acc : d->grad;
     FSC_TRY(fsc_optim_add(e->opt, d->master, reduced, d->P, &d->seg));
     FSC_TRY(fsc_engine_add_gseg(e, reduced, d->P));
-    e->norm_comm = NULL;
     if (e->ep_data) FSC_TRY(norm_pieces(e, d, reduced));
     float *p = d->compute ? d->compute : d->master;
     for (int i = d->t0; i < d->t1; i++) {
@@ -336,6 +337,7 @@ static void ddp_destroy(fsc_engine *e) {
 const fsc_strategy fsc_strategy_ddp = {
     .name = "ddp",
     .setup = ddp_setup,
+    .norm_group = ddp_norm_group,
     .pre_forward = ddp_pre_forward,
     .post_backward = ddp_post_backward,
     .begin_step = ddp_begin_step,

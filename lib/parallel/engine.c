@@ -266,7 +266,7 @@ static fsc_status hook_post_bwd(void *ctx, int l) {
 void fsc_engine_set_trace(fsc_engine *e, fsc_trace *t) {
     if (!e) return;
     e->trace = t;
-    fsc_comm *const named[] = { e->r->comm, e->comm, e->tensor_comm, e->own_data, e->own_norm, e->norm_comm,
+    fsc_comm *const named[] = { e->r->comm, e->comm, e->tensor_comm, e->grp.data, e->grp.norm, e->norm_comm,
                                 e->ep_comm, e->ep_data };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) fsc_comm_set_trace(named[i], t);
     for (int g = 0; g < e->ngroups; g++) fsc_comm_set_trace(e->groups[g], t);
@@ -312,7 +312,7 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
                          (double)po->init_loss_scale, (double)po->min_loss_scale);
     if (!(oc->lr >= 0) || !isfinite(oc->lr)) return fsc_error(FSC_ERR_INVALID, "lr must be finite and >= 0");
     if (po->kind == FSC_PAR_FSDP && po->shard == FSC_SHARD_HYBRID) {
-        int g = po->hybrid_group ? po->hybrid_group : (dp >= 2 ? dp / 2 : 1);
+        const int g = fsc_layout_shard_size(po, dp);
         if (g < 1 || dp % g != 0)
             return fsc_error(FSC_ERR_INVALID, "hybrid_shard: group of %d ranks does not divide the data group of %d",
                              g, dp);
@@ -398,9 +398,7 @@ static fsc_status make_tied_copies(fsc_engine *e) {
 
 /* The groups of layout l, once for the whole engine: none when the world is not split; otherwise the data group
  * and, with tp > 1 or pp > 1, the tensor or pipeline group (fsc_layout_split; the trivial ones freed). */
-typedef struct {
-    fsc_comm *tensor, *data, *pipe;
-} groups;
+typedef fsc_groups groups;
 
 static fsc_status make_groups(fsc_comm *world, const fsc_layout *l, groups *g) {
     *g = (groups){ 0 };
@@ -411,19 +409,36 @@ static fsc_status make_groups(fsc_comm *world, const fsc_layout *l, groups *g) {
     return FSC_OK;
 }
 
-static void free_groups(groups *g) {
-    fsc_comm_free(g->pipe), fsc_comm_free(g->data), fsc_comm_free(g->tensor);
-    *g = (groups){ 0 };
-}
-
 /* The engine takes the groups: the data group is e->comm, the others are counted by kind. */
 static void attach_groups(fsc_engine *e, groups *g) {
-    e->tensor_comm = g->tensor, e->own_data = g->data, e->pipe_comm = g->pipe;
+    e->grp = *g;
+    e->tensor_comm = g->tensor, e->pipe_comm = g->pipe;
     if (g->data) e->comm = g->data;
     if (g->tensor) fsc_engine_add_group_kind(e, g->tensor, FSC_GROUP_TENSOR);
     if (g->pipe) fsc_engine_add_group_kind(e, g->pipe, FSC_GROUP_PIPELINE);
     if (g->data) fsc_engine_add_group_kind(e, e->r->comm, FSC_GROUP_WORLD); /* the vote, saving and loading */
     *g = (groups){ 0 };
+}
+
+/* The groups cut from the data group, once, before expert parallelism and the strategy take them: the expert
+ * groups (ep > 1 with a model with experts) and FSDP's shard and replica groups (fsc_layout_data_groups). */
+static fsc_status make_data_groups(fsc_engine *e) {
+    const int ep = e->m->n_experts && e->po.ep > 1 ? e->po.ep : 1;
+    const int shard = e->st == &fsc_strategy_fsdp ? fsc_layout_shard_size(&e->po, fsc_comm_size(e->comm)) : 0;
+    FSC_TRY(fsc_layout_data_groups(e->comm, ep, shard, &e->grp));
+    e->ep_comm = e->grp.expert, e->ep_data = e->grp.expert_data;
+    return FSC_OK;
+}
+
+/* The clipping norm's group, decided here once from the layout: the part of the data group the strategy splits its
+ * gradient over (its norm_group), widened across tensor ranks and pipeline stages (fsc_layout_norm_group). */
+static fsc_status make_norm_group(fsc_engine *e) {
+    fsc_comm *norm = NULL;
+    FSC_TRY(fsc_layout_norm_group(e->r->comm, &e->lay, e->comm, e->st->norm_group(e), e->pipe_comm, e->dev, &norm,
+                                  &e->grp.norm));
+    if (e->grp.norm) fsc_engine_add_group_kind(e, e->grp.norm, FSC_GROUP_WORLD);
+    e->norm_comm = norm;
+    return FSC_OK;
 }
 
 static fsc_status engine_finish(fsc_engine *e) {
@@ -433,10 +448,12 @@ static fsc_status engine_finish(fsc_engine *e) {
     if (s == FSC_OK) s = fsc_offload_create(e); /* offload: the optimizer lives on the host */
     if (s == FSC_OK) s = fsc_optim_create(e->host ? e->host : e->dev, &e->oc, &e->opt);
     if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
+    if (s == FSC_OK) s = make_data_groups(e);
     if (s == FSC_OK) s = fsc_ep_create(e);
     if (s == FSC_OK) s = e->st->setup(e);
     if (s == FSC_OK) s = fsc_offload_after_setup(e);
-    if (s == FSC_OK) s = e->lay.tp > 1 ? fsc_tensor_after_setup(e) : fsc_pipe_after_setup(e);
+    if (s == FSC_OK) s = make_norm_group(e);
+    if (s == FSC_OK && e->lay.tp > 1) s = fsc_tensor_after_setup(e);
     if (s == FSC_OK) s = make_tied_copies(e);
     if (s == FSC_OK) s = fsc_engine_apply_decay(e);
     if (s == FSC_OK && e->po.reduce_exact) s = fsc_exact_create(e); /* shadows of the reduced gradients */
@@ -498,7 +515,7 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
     if (s == FSC_OK) s = engine_new(r, m->n_layers, m->n_experts, po, oc, seed, 1, &e);
     if (s != FSC_OK) {
         fsc_model_free(m);
-        free_groups(&g);
+        fsc_groups_free(&g);
         return s;
     }
     e->m = m;
@@ -1045,7 +1062,6 @@ void fsc_engine_free(fsc_engine *e) {
     if (!e) return;
     fsc_exact_free(e); /* before the strategy: it knows e->gsegs' count */
     if (e->st && e->st->destroy) e->st->destroy(e);
-    fsc_ep_free(e);
     fsc_pipe_free(e); /* after the strategy: its groups were split from the data group */
     if (e->acts) e->m->ops->acts_free(e->m->ctx, e->acts);
     for (int i = 0; e->tied_copy && i < e->m->n_tensors; i++) fsc_device_release(e->dev, e->tied_copy[i]);
@@ -1054,8 +1070,7 @@ void fsc_engine_free(fsc_engine *e) {
     fsc_offload_free(e); /* after the optimizer and the strategy: their host buffers came from it */
     if (e->own_model) fsc_model_free(e->m);
     fsc_tensor_free(e);
-    groups g = { e->tensor_comm, e->own_data, e->pipe_comm }; /* after the model, which may use the tensor group */
-    free_groups(&g);
+    fsc_groups_free(&e->grp); /* after the model, which may use the tensor group */
     free(e->toff);
     free(e->gsegs);
     free(e->glens);

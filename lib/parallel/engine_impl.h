@@ -13,14 +13,19 @@
 #include "fsc/parallel.h"
 #include "fsc/safetensors.h"
 #include "core/device_impl.h"
+#include "layout_impl.h" /* fsc_groups */
 #include "engine_ckpt.h" /* fsc_holding, FSC_ENGINE_RUN_ID and what checkpoints see of the engine */
 
 
 typedef struct {
     const char *name;
     /* allocate parameters (initialised from the keyed RNG), gradients, and register optimizer segments;
-     * fill e->gsegs/e->glens/e->ngsegs (this rank's reduced gradient) and e->norm_comm */
+     * fill e->gsegs/e->glens/e->ngsegs (this rank's reduced gradient) */
     fsc_status (*setup)(fsc_engine *e);
+    /* after setup: the part of the data group over which this rank's reduced gradient (or its clipping pieces,
+     * e->nsegs) is split, NULL when each rank holds it all; the engine widens it into e->norm_comm once
+     * (fsc_layout_norm_group) */
+    fsc_comm *(*norm_group)(const fsc_engine *e);
     /* layer hooks (model.h); may be NULL */
     fsc_status (*pre_forward)(fsc_engine *e, int layer);
     fsc_status (*post_forward)(fsc_engine *e, int layer);
@@ -62,11 +67,11 @@ struct fsc_engine {
     int own_model;            /* the engine frees m (fsc_model_free) */
     size_t *toff;             /* (n_tensors + 1) prefix sums of m's numel: fsc_engine_tensor_offset */
     fsc_param_info *full;     /* (n_tensors) each tensor as files name and shape it: fsc_engine_full_info */
-    /* The groups of the layout (fsc_layout_split, made once by engine.c, freed by it): */
+    /* Every communicator made for this engine (the group factory, layout_impl.h), made by engine.c and freed
+     * by it once; the fields below are views of them: */
+    fsc_groups grp;
     fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group (NULL with tp 1) */
-    fsc_comm *own_data;       /* the data group (e->comm) when the world is split (tp or pp > 1) */
     fsc_comm *pipe_comm;      /* the pipeline group (NULL with pp 1) */
-    fsc_comm *own_norm;       /* the clipping norm's group when tensor.c split it */
     /* tensor parallelism: the pieces of the reduced gradients the clipping norm counts (every split
      * tensor, replicated tensors on tensor rank 0 only) over norm_comm */
     float **nsegs;
@@ -99,7 +104,8 @@ struct fsc_engine {
     float **gsegs;
     size_t *glens;
     int ngsegs;
-    fsc_comm *norm_comm;      /* group over which gsegs are split (NULL: each rank holds all) */
+    fsc_comm *norm_comm;      /* group over which gsegs are split (NULL: each rank holds all); written once, by
+                               * engine.c's make_norm_group */
     fsc_device *gdev;         /* the device gsegs live on: dev, or host with offload all */
     /* offload (offload.c, docs/offload.md): host memory as a device of its own (its ledger counts host bytes),
      * NULL without offload; the optimizer's staging with offload optim */
@@ -108,7 +114,8 @@ struct fsc_engine {
 
     struct fsc_pipe *pipe;    /* pipeline state (pipe.c), NULL without a pipeline */
     /* expert parallelism (po.ep > 1, MoE models): the expert group (ep consecutive data ranks, experts split
-     * over them) and the expert-data group (the data ranks holding the same experts); NULL otherwise */
+     * over them) and the expert-data group (the data ranks holding the same experts); NULL otherwise (views of
+     * grp.expert and grp.expert_data) */
     fsc_comm *ep_comm, *ep_data;
 
     fsc_comm *groups[FSC_ENGINE_MAX_GROUPS]; /* communicators counted in fsc_engine_comm_stats besides comm */
@@ -210,11 +217,10 @@ fsc_status fsc_offload_step(fsc_engine *e);
 /* fsc_offload_seg_dev: engine_ckpt.h */
 void fsc_offload_free(fsc_engine *e);
 
-/* Expert parallelism (ep.c): refuse what MoE models do not run with; after the pipeline, before the strategy,
- * split the expert groups (collective over the data group) and give the model its expert group; free them. */
+/* Expert parallelism (ep.c): refuse what MoE models do not run with; after the engine made the expert groups,
+ * before the strategy, count them and give the model its expert group. */
 fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_parallel_opts *po);
 fsc_status fsc_ep_create(fsc_engine *e);
-void fsc_ep_free(fsc_engine *e);
 /* The full parameters of a sharding strategy (zero, fsdp) with expert parallelism, collective over the data
  * group: the strategy's full tensors of what each rank holds, then every MoE block's experts gathered over the
  * expert group. Each rank of an expert group with a rank that wants them (host not NULL) stages the full vector
@@ -230,7 +236,7 @@ fsc_status fsc_tensor_make_full_info(fsc_engine *e);
 /* The model's tensors are slices for this rank's place in the tensor group l (tp_size and tp_rank); with tp > 1
  * at least one tensor is split. */
 fsc_status fsc_tensor_check_model(const fsc_model *m, const fsc_layout *l);
-/* After the strategy's setup (tp > 1): the clipping norm's group and gradient pieces. */
+/* After the strategy's setup and the norm's group (tp > 1): the clipping norm's gradient pieces. */
 fsc_status fsc_tensor_after_setup(fsc_engine *e);
 /* Collective over the world: the full parameters on tensor rank 0 (host may be NULL elsewhere). */
 fsc_status fsc_tensor_full_params(fsc_engine *e, float *host);

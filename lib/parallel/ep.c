@@ -1,12 +1,11 @@
 /* Expert parallelism in the engine (parallel.h, ep): what runs with MoE models, the expert group and
- * expert-data group split from the data-parallel group, and the full parameters of the sharding strategies
+ * expert-data group (split from the data-parallel group by the engine's group factory), and the full parameters of the sharding strategies
  * (their experts gathered over the expert group). Where expert parameters live and how their gradients are
  * reduced is the strategy's business (ddp.c, zero.c, fsdp.c: over the expert-data group); the model spreads its
  * experts (model.h's n_experts and set_expert_group). Not here: the MoE layer (lib/moe/), the models that use it
  * (lib/model/). */
 #include <stdlib.h>
 #include "engine_impl.h"
-#include "layout_impl.h"
 
 /* What runs with MoE models and expert parallelism. */
 fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_parallel_opts *po) {
@@ -83,21 +82,14 @@ fsc_status fsc_ep_full_params(fsc_engine *e, float *host) {
 }
 
 /* ep consecutive data ranks form an expert group; the data ranks of one index in their expert groups form
- * an expert-data group. Collective over the data group. */
+ * an expert-data group (made by the engine, fsc_layout_data_groups); the model spreads its experts over the
+ * expert group. */
 fsc_status fsc_ep_create(fsc_engine *e) {
-    const int G = e->po.ep > 1 ? e->po.ep : 1;
-    if (!e->m->n_experts || G == 1) return FSC_OK;
+    if (!e->ep_comm) return FSC_OK;
     if (!e->m->ops->set_expert_group)
         return fsc_error(FSC_ERR_UNSUPPORTED, "ep %d: the model does not spread its experts over a group "
-                         "(set_expert_group)", G);
-    FSC_TRY(fsc_layout_split_blocks(e->comm, G, "expert", "expert_data", &e->ep_comm, &e->ep_data));
+                         "(set_expert_group)", fsc_comm_size(e->ep_comm));
     fsc_engine_add_group_kind(e, e->ep_comm, FSC_GROUP_EXPERT);
     fsc_engine_add_group_kind(e, e->ep_data, FSC_GROUP_DATA); /* data-parallel reductions of expert shards */
     return e->m->ops->set_expert_group(e->m->ctx, e->ep_comm);
-}
-
-void fsc_ep_free(fsc_engine *e) {
-    if (e->ep_data) fsc_comm_free(e->ep_data);
-    if (e->ep_comm) fsc_comm_free(e->ep_comm);
-    e->ep_data = e->ep_comm = NULL;
 }

@@ -84,8 +84,8 @@ typedef struct {
     int *unit_of;     /* tensor -> unit */
     int G, N, rank;
     int reshard;
-    fsc_comm *shard_comm;   /* ranks that split a unit (size G) */
-    fsc_comm *replica_comm; /* ranks holding the same shard (size N/G) */
+    fsc_comm *shard_comm;   /* ranks that split a unit (size G; the engine's e->grp.shard) */
+    fsc_comm *replica_comm; /* ranks holding the same shard (size N/G; e->grp.replica) */
     /* overlap (po.prefetch, docs/overlap.md) */
     int prefetch;
     int limit;              /* gathered units in flight at most, the one computing included */
@@ -416,8 +416,14 @@ static fsc_status norm_pieces(fsc_engine *e, fsdp_state *d) {
         e->nsegs[e->nnsegs] = d->u[u].sgrad;
         e->nlens[e->nnsegs++] = d->u[u].shard;
     }
-    e->norm_comm = d->G == 1 ? e->ep_comm : e->comm;
     return FSC_OK;
+}
+
+/* The shard group, or with expert parallelism and replicated dense shards the group of norm_pieces. */
+static fsc_comm *fsdp_norm_group(const fsc_engine *e) {
+    const fsdp_state *d = e->sd;
+    if (!e->ep_data || d->G == d->N) return d->shard_comm;
+    return d->G == 1 ? e->ep_comm : e->comm;
 }
 
 static fsc_status fsdp_setup(fsc_engine *e) {
@@ -429,15 +435,17 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     d->rank = fsc_comm_rank(e->comm);
     switch (e->po.shard) {
     case FSC_SHARD_FULL:
-    case FSC_SHARD_GRAD_OP: d->G = d->N; break;
-    case FSC_SHARD_NONE: d->G = 1; break;
-    case FSC_SHARD_HYBRID: d->G = e->po.hybrid_group ? e->po.hybrid_group : (d->N >= 2 ? d->N / 2 : 1); break;
+    case FSC_SHARD_GRAD_OP:
+    case FSC_SHARD_NONE:
+    case FSC_SHARD_HYBRID: d->G = fsc_layout_shard_size(&e->po, d->N); break;
     default: return fsc_error(FSC_ERR_INVALID, "fsdp: unknown sharding strategy %d", (int)e->po.shard);
     }
     d->reshard = e->po.reshard_after_forward >= 0
                      ? e->po.reshard_after_forward
                      : (e->po.shard == FSC_SHARD_FULL || e->po.shard == FSC_SHARD_HYBRID);
-    FSC_TRY(fsc_layout_split_blocks(e->comm, d->G, "shard", "replica", &d->shard_comm, &d->replica_comm));
+    d->shard_comm = e->grp.shard, d->replica_comm = e->grp.replica; /* the engine's (fsc_layout_data_groups) */
+    if (!d->shard_comm || fsc_comm_size(d->shard_comm) != d->G)
+        return fsc_error(FSC_ERR_INTERNAL, "fsdp: the engine made no shard group of %d ranks", d->G);
     fsc_engine_add_group(e, d->shard_comm);
     fsc_engine_add_group(e, d->replica_comm);
     d->prefetch = e->po.prefetch;
@@ -473,7 +481,6 @@ static fsc_status fsdp_setup(fsc_engine *e) {
         bind_params(e, U, NULL);
         bind_grads(e, U, NULL);
     }
-    e->norm_comm = d->shard_comm;
     if (e->ep_data && d->G != d->N) FSC_TRY(norm_pieces(e, d));
     return FSC_OK;
 }
@@ -704,8 +711,6 @@ static void fsdp_destroy(fsc_engine *e) {
         free(e->nlens);
         e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
     }
-    if (d->shard_comm) fsc_comm_free(d->shard_comm);
-    if (d->replica_comm) fsc_comm_free(d->replica_comm);
     free(d);
     e->sd = NULL;
 }
@@ -713,6 +718,7 @@ static void fsdp_destroy(fsc_engine *e) {
 const fsc_strategy fsc_strategy_fsdp = {
     .name = "fsdp",
     .setup = fsdp_setup,
+    .norm_group = fsdp_norm_group,
     .pre_forward = fsdp_pre_forward,
     .post_forward = fsdp_post_forward,
     .pre_backward = fsdp_pre_backward,

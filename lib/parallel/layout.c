@@ -1,7 +1,8 @@
 /* The 3D layout (parallel.h): world = dp x tp x pp in Megatron's rank order (tensor fastest, then data,
  * then pipeline) or another given order, its validation, a one-line description for start-up logs, and
- * the three communicators (the engine makes its groups with fsc_layout_split, once), and the blocked and
- * strided groups of a data group (fsc_layout_split_blocks: FSDP's shard and replica, the expert groups).
+ * the group factory (layout_impl.h): the three communicators (fsc_layout_split), the blocked and strided groups
+ * of the data group (fsc_layout_data_groups: the expert groups, FSDP's shard and replica), the clipping norm's
+ * group (fsc_layout_norm_group), all held by the engine in one fsc_groups and freed by fsc_groups_free.
  * Not here: training over the groups (engine.c, tensor.c, pipe.c). */
 #include <stdio.h>
 #include <string.h>
@@ -136,5 +137,77 @@ fsc_status fsc_layout_split_blocks(fsc_comm *c, int g, const char *block_name, c
     }
     fsc_comm_set_name(*block, block_name);
     fsc_comm_set_name(*strided, strided_name);
+    return FSC_OK;
+}
+
+fsc_status fsc_layout_norm_group(fsc_comm *world, const fsc_layout *l, fsc_comm *data, fsc_comm *split,
+                                 fsc_comm *pipe, fsc_device *dev, fsc_comm **norm, fsc_comm **made) {
+    *norm = *made = NULL;
+    if (l->tp == 1 && l->pp == 1) {
+        *norm = split;
+        return FSC_OK;
+    }
+    if (l->tp == 1 && !split) { /* every stage holds its layers' whole gradient */
+        *norm = pipe;
+        return FSC_OK;
+    }
+    /* the same strategy on every tensor rank and stage: name the group by its lowest data rank */
+    float v = -(float)(split ? fsc_comm_rank(data) : l->data);
+    if (split) FSC_TRY(fsc_comm_all_reduce_host(split, dev, &v, FSC_MAX));
+    FSC_TRY(fsc_comm_split(world, (int)-v, l->rank, made));
+    fsc_comm_set_name(*made, "norm");
+    *norm = *made;
+    return FSC_OK;
+}
+
+int fsc_layout_shard_size(const fsc_parallel_opts *po, int dp) {
+    switch (po->shard) {
+    case FSC_SHARD_NONE: return 1;
+    case FSC_SHARD_HYBRID: return po->hybrid_group ? po->hybrid_group : (dp >= 2 ? dp / 2 : 1);
+    default: return dp;
+    }
+}
+
+fsc_status fsc_layout_data_groups(fsc_comm *data, int ep, int shard, fsc_groups *g) {
+    fsc_status s = FSC_OK;
+    if (ep > 1) s = fsc_layout_split_blocks(data, ep, "expert", "expert_data", &g->expert, &g->expert_data);
+    if (s == FSC_OK && shard > 0) s = fsc_layout_split_blocks(data, shard, "shard", "replica", &g->shard, &g->replica);
+    if (s != FSC_OK) {
+        fsc_comm_free(g->expert), fsc_comm_free(g->expert_data);
+        g->expert = g->expert_data = NULL;
+    }
+    return s;
+}
+
+void fsc_groups_free(fsc_groups *g) {
+    fsc_comm *const all[] = { g->norm, g->replica, g->shard, g->expert_data, g->expert, g->pipe, g->data, g->tensor };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fsc_comm_free(all[i]);
+    *g = (fsc_groups){ 0 };
+}
+
+fsc_status fsc_layout_split_links(fsc_comm *c, int me, int odd, const char *name, fsc_comm **out) {
+    *out = NULL;
+    fsc_comm *g = NULL;
+    FSC_TRY(fsc_comm_split(c, (me + odd) / 2, me, &g));
+    if (fsc_comm_size(g) < 2) {
+        fsc_comm_free(g);
+        return FSC_OK;
+    }
+    fsc_comm_set_name(g, name);
+    *out = g;
+    return FSC_OK;
+}
+
+fsc_status fsc_layout_split_pair(fsc_comm *c, int me, int a, int b, const char *name, fsc_comm **out) {
+    *out = NULL;
+    fsc_comm *g = NULL;
+    const int mine = me == a || me == b;
+    FSC_TRY(fsc_comm_split(c, mine ? 0 : 1 + me, me, &g));
+    if (!mine) {
+        fsc_comm_free(g);
+        return FSC_OK;
+    }
+    fsc_comm_set_name(g, name);
+    *out = g;
     return FSC_OK;
 }

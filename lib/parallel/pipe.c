@@ -76,7 +76,6 @@ struct fsc_pipe {
     int *lf, *ll;             /* (S) layer range of every stage */
     fsc_comm *pipe_comm;      /* the ranks of this dp_index, by stage (the engine's) */
     fsc_comm *data_comm;      /* the ranks of this stage, by dp_index (e->comm, the engine's) */
-    fsc_comm *norm_comm;      /* clipping over every stage, when made here */
     /* pools of records (one per chunk: a record covers its chunk's layers) and saved inputs not in use, kept
      * allocated between steps */
     int B;
@@ -396,25 +395,6 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
 }
 
 fsc_pipe_aux *fsc_pipe_aux_of(const fsc_engine *e) { return e->pipe ? e->pipe->aux : NULL; }
-
-/* The strategy clips over the ranks that split its gradients (NULL: none); across the stages the
- * gradients are split further, so the norm is taken over those ranks of every stage. */
-fsc_status fsc_pipe_after_setup(fsc_engine *e) {
-    fsc_pipe *p = e->pipe;
-    if (!p) return FSC_OK;
-    if (!e->norm_comm) {
-        e->norm_comm = p->pipe_comm;
-        return FSC_OK;
-    }
-    /* the same strategy on every stage: name the group by its lowest data-group rank */
-    float v = -(float)fsc_comm_rank(p->data_comm);
-    FSC_TRY(fsc_comm_all_reduce_host(e->norm_comm, e->dev, &v, FSC_MAX));
-    FSC_TRY(fsc_comm_split(e->r->comm, (int)-v, e->r->rank, &p->norm_comm));
-    fsc_comm_set_name(p->norm_comm, "norm");
-    fsc_engine_add_group_kind(e, p->norm_comm, FSC_GROUP_WORLD);
-    e->norm_comm = p->norm_comm;
-    return FSC_OK;
-}
 
 /* ---- pools ---- */
 
@@ -1161,7 +1141,6 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->tied);
     fsc_pipe_schedule_free(p->acts);
     fsc_pipe_aux_free(p->aux);
-    if (p->norm_comm) fsc_comm_free(p->norm_comm);
     free(p);
     e->pipe = NULL;
 }

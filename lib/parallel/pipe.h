@@ -1,7 +1,7 @@
 /* Private: the pipeline's entry points for the engine (pipe.c) and the balance checks shared with
  * pipe_balance.c. The engine calls fsc_pipe_create before the strategy's setup (it splits the world and
- * makes e->comm the data group), fsc_pipe_after_setup after it, and fsc_pipe_run in place of its own
- * micro-batch loop. */
+ * makes e->comm the data group) and fsc_pipe_run in place of its own micro-batch loop (the clipping norm's group
+ * across the stages is the engine's: fsc_layout_norm_group). */
 #ifndef FSC_PIPE_H
 #define FSC_PIPE_H
 #include "engine_impl.h"
@@ -123,8 +123,6 @@ fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel
 fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers);
 /* Before the strategy's setup: groups, e->comm = data group, e->lf/e->ll. No-op without a pipeline. */
 fsc_status fsc_pipe_create(fsc_engine *e);
-/* After the strategy's setup: the group over which the clipping norm is taken. */
-fsc_status fsc_pipe_after_setup(fsc_engine *e);
 /* The micro-batches of one step by the schedule (between the strategy's begin_step and end_backward):
  * *loss_total = the sum of loss terms over the global batch, the same on every rank. The last stage's data
  * group checks global_batch against its local batches (mb x chunks each) as it sums the loss; the verdict and

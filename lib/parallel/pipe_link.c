@@ -48,44 +48,14 @@
 #include <string.h>
 #include "pipe.h"
 
-/* One split of the pipeline group into the links (2i + odd, 2i + odd + 1) of stage order; a stage alone in
- * its part (the first stage for odd, the last when it ends a pair) gets NULL. */
-static fsc_status split_links(fsc_comm *pipe_comm, int stage, int odd, const char *name, fsc_comm **out) {
-    *out = NULL;
-    fsc_comm *c = NULL;
-    FSC_TRY(fsc_comm_split(pipe_comm, (stage + odd) / 2, stage, &c));
-    if (fsc_comm_size(c) < 2) {
-        fsc_comm_free(c);
-        return FSC_OK;
-    }
-    fsc_comm_set_name(c, name);
-    *out = c;
-    return FSC_OK;
-}
-
-/* The wrap-around link of an interleaved pipeline: the first and the last rank (comm ranks 0 and 1). */
-static fsc_status split_wrap(fsc_comm *pipe_comm, int stage, const char *name, fsc_comm **out) {
-    *out = NULL;
-    const int last = fsc_comm_size(pipe_comm) - 1, mine = stage == 0 || stage == last;
-    fsc_comm *c = NULL;
-    FSC_TRY(fsc_comm_split(pipe_comm, mine ? 0 : 1 + stage, stage, &c));
-    if (!mine) {
-        fsc_comm_free(c);
-        return FSC_OK;
-    }
-    fsc_comm_set_name(c, name);
-    *out = c;
-    return FSC_OK;
-}
-
 fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, int wrap, fsc_pipe_links *l) {
     memset(l, 0, sizeof *l);
     l->peer_prev = 0, l->peer_next = 1;
     fsc_comm *act[2] = { NULL, NULL }, *grad[2] = { NULL, NULL }; /* [0] links (2i, 2i+1), [1] (2i+1, 2i+2) */
     fsc_status s = FSC_OK;
     for (int odd = 0; odd < 2 && s == FSC_OK; odd++) {
-        s = split_links(pipe_comm, stage, odd, "pipe-act", &act[odd]);
-        if (s == FSC_OK) s = split_links(pipe_comm, stage, odd, "pipe-grad", &grad[odd]);
+        s = fsc_layout_split_links(pipe_comm, stage, odd, "pipe-act", &act[odd]);
+        if (s == FSC_OK) s = fsc_layout_split_links(pipe_comm, stage, odd, "pipe-grad", &grad[odd]);
     }
     if (s != FSC_OK) {
         for (int i = 0; i < 2; i++) {
@@ -98,9 +68,10 @@ fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, 
     l->act_next = act[next], l->grad_next = grad[next];
     l->act_prev = act[prev], l->grad_prev = grad[prev];
     if (wrap) {
-        fsc_comm *wa = NULL, *wg = NULL;
-        s = split_wrap(pipe_comm, stage, "pipe-act-wrap", &wa);
-        if (s == FSC_OK) s = split_wrap(pipe_comm, stage, "pipe-grad-wrap", &wg);
+        fsc_comm *wa = NULL, *wg = NULL; /* the first and the last stage (comm ranks 0 and 1) */
+        const int last = fsc_comm_size(pipe_comm) - 1;
+        s = fsc_layout_split_pair(pipe_comm, stage, 0, last, "pipe-act-wrap", &wa);
+        if (s == FSC_OK) s = fsc_layout_split_pair(pipe_comm, stage, 0, last, "pipe-grad-wrap", &wg);
         if (stage == 0 && wa) l->act_prev = wa, l->grad_prev = wg, l->peer_prev = 1;
         else if (wa) l->act_next = wa, l->grad_next = wg, l->peer_next = 0;
         if (s != FSC_OK) return s; /* what was split is in l: fsc_pipe_links_free frees it */

@@ -26,30 +26,13 @@
 #include <string.h>
 #include "pipe.h"
 
-/* One split of the pipeline group: the owner and the user (owner rank 0, as owner < user) in one part, every
- * other stage alone (its part freed). */
-static fsc_status split_pair(fsc_comm *pipe_comm, int stage, int owner, int user, const char *name,
-                             fsc_comm **out) {
-    *out = NULL;
-    fsc_comm *c = NULL;
-    const int mine = stage == owner || stage == user;
-    FSC_TRY(fsc_comm_split(pipe_comm, mine ? 0 : 1 + stage, stage, &c));
-    if (!mine) {
-        fsc_comm_free(c);
-        return FSC_OK;
-    }
-    fsc_comm_set_name(c, name);
-    *out = c;
-    return FSC_OK;
-}
-
 fsc_status fsc_pipe_tied_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, int owner, int user, size_t n,
                                 fsc_pipe_tied *t) {
     memset(t, 0, sizeof *t);
     t->n = n;
     t->owner = stage == owner;
-    FSC_TRY(split_pair(pipe_comm, stage, owner, user, "pipe-tied-val", &t->val));
-    FSC_TRY(split_pair(pipe_comm, stage, owner, user, "pipe-tied-grad", &t->grad));
+    FSC_TRY(fsc_layout_split_pair(pipe_comm, stage, owner, user, "pipe-tied-val", &t->val));
+    FSC_TRY(fsc_layout_split_pair(pipe_comm, stage, owner, user, "pipe-tied-grad", &t->grad));
     if (t->val) fsc_engine_add_group_kind(e, t->val, FSC_GROUP_PIPELINE);
     if (t->grad) fsc_engine_add_group_kind(e, t->grad, FSC_GROUP_PIPELINE);
     if (!t->owner) return FSC_OK;

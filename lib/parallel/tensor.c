@@ -53,19 +53,8 @@ fsc_status fsc_tensor_check_model(const fsc_model *m, const fsc_layout *l) {
 }
 
 fsc_status fsc_tensor_after_setup(fsc_engine *e) {
-    /* The group: every rank holding a part of the gradient this data rank's strategy group splits. The
-     * strategy splits it over e->norm_comm (a part of the data group; NULL: it does not split it), named
-     * here by its lowest data rank; across tensor ranks and stages the gradient is split further. */
-    float v = -(float)e->lay.data;
-    if (e->norm_comm) {
-        v = -(float)fsc_comm_rank(e->comm);
-        FSC_TRY(fsc_comm_all_reduce_host(e->norm_comm, e->dev, &v, FSC_MAX));
-    }
-    FSC_TRY(fsc_comm_split(e->r->comm, (int)-v, e->r->rank, &e->own_norm));
-    fsc_comm_set_name(e->own_norm, "norm");
-    fsc_engine_add_group_kind(e, e->own_norm, FSC_GROUP_WORLD);
-    e->norm_comm = e->own_norm;
-    /* the pieces: what this rank holds (the strategy's holdings), replicated tensors on tensor rank 0 only */
+    /* the group they are summed over (every rank holding a part of the gradient) is the engine's e->norm_comm
+     * (fsc_layout_norm_group); the pieces: what this rank holds (the strategy's holdings), replicated tensors on tensor rank 0 only */
     if (!e->st->holdings)
         return fsc_error(FSC_ERR_INTERNAL, "tensor parallelism: strategy %s does not describe its holdings", e->st->name);
     fsc_holding *h = NULL;
@@ -199,6 +188,4 @@ void fsc_tensor_free(fsc_engine *e) {
         free(e->nlens);
         e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
     }
-    if (e->own_norm) fsc_comm_free(e->own_norm);
-    e->own_norm = NULL;
 }

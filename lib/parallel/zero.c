@@ -223,11 +223,12 @@ static fsc_status zero_setup(fsc_engine *e) {
         if (!z->sgrad_own) FSC_TRY(fsc_engine_add_gseg(e, owned_grad(z, b), b->shard));
     }
     if (z->sgrad_own) FSC_TRY(fsc_engine_add_gseg(e, z->sgrad, z->S));
-    /* shards are disjoint over the data group (expert shards: over the expert-data group, of experts no other
-     * expert group holds) and padding gradients are zero */
-    e->norm_comm = e->comm;
     return FSC_OK;
 }
+
+/* Shards are disjoint over the data group (expert shards: over the expert-data group, of experts no other expert
+ * group holds) and padding gradients are zero. */
+static fsc_comm *zero_norm_group(const fsc_engine *e) { return e->comm; }
 
 static void release_bucket_grad(fsc_engine *e, zero_state *z, zero_bucket *b) {
     if (!b->grad) return;
@@ -409,6 +410,7 @@ static void zero_destroy(fsc_engine *e) {
 const fsc_strategy fsc_strategy_zero = {
     .name = "zero",
     .setup = zero_setup,
+    .norm_group = zero_norm_group,
     .pre_backward = zero_pre_backward,
     .post_backward = zero_post_backward,
     .begin_step = zero_begin_step,

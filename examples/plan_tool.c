@@ -204,6 +204,7 @@ int main(int argc, char **argv) {
     int rc = 0;
     if (s == FSC_OK && c->search) {
         rc = search(c, &job, &rt, r);
+        plan_job_free(&job);
         free(r);
         free(c->t.strs);
         free(c);
@@ -242,6 +243,7 @@ int main(int argc, char **argv) {
         if (memory > 0 && n) printf("does not fit in %s: %d rank%s over (%s)\n", c->memory, n, n == 1 ? "" : "s", over);
         else if (memory > 0) printf("fits in %s on every rank\n", c->memory);
     }
+    plan_job_free(&job);
     free(r);
     free(c->t.strs);
     free(c);

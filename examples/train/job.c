@@ -2,6 +2,7 @@
  * planner's job (fsc/plan.h) that --plan and fsc-plan plan. Shared by fsc-train and fsc-plan (which parses
  * fsc-train's options with the same table).
  * Not here: the options themselves (options.c), the model configurations (models.c). */
+#include <stdlib.h>
 #include "train.h"
 
 /* The library's parallel options of the run: its defaults, then what the options set (an option the table lacks
@@ -52,14 +53,19 @@ fsc_optim_config optim_config(const train_config *c) {
     return oc;
 }
 
-/* The job fsc-train runs with these options, as fsc_plan_memory takes it (balance: 1024 entries, for --balance). */
+/* The job fsc-train runs with these options, as fsc_plan_memory takes it (balance: 1024 entries, for --balance).
+ * A built-in family's model is its plan hook's; any other family's is its configuration text (j->config,
+ * model_text's: malloc'd, freed with plan_job_free). */
 fsc_status plan_job(const train_config *c, int *balance, fsc_plan_job *j) {
     *j = fsc_plan_job_default();
     const model_family *f = model_family_of(c);
-    if (!f || !f->plan)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "the planner knows gpt2 and llama, not model family '%s'", c->model);
-    f->plan(c, j);
+    if (!f) return fsc_error(FSC_ERR_INVALID, "--model %s: no such model family", c->model);
     FSC_TRY(parallel_opts(c, balance, &j->po));
+    if (f->plan) {
+        f->plan(c, j);
+    } else if (!(j->config = model_text(c))) { /* any other family: its configuration text, as the run builds it */
+        return fsc_error(FSC_ERR_NOMEM, "out of memory for the model's configuration");
+    }
     j->oc = optim_config(c);
     j->world = c->world;
     j->batch = c->batch;
@@ -67,3 +73,8 @@ fsc_status plan_job(const train_config *c, int *balance, fsc_plan_job *j) {
     return FSC_OK;
 }
 
+
+void plan_job_free(fsc_plan_job *j) {
+    free((void *)j->config);
+    j->config = NULL;
+}

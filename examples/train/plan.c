@@ -18,6 +18,7 @@ int plan_run(run_state *st) {
     if (s == FSC_OK) s = fsc_plan_memory(&j, st->plan);
     if (s == FSC_OK) s = plan_sim_rates(c->world, c->threads, c->sim_bandwidth, c->sim_latency, &st->plan_rates);
     if (s == FSC_OK) s = fsc_plan_time(&j, st->plan, &st->plan_rates, &st->plan_step);
+    plan_job_free(&j);
     if (s != FSC_OK) {
         fprintf(stderr, "fsc-train: --plan: %s\n", fsc_last_error());
         return -1;

@@ -196,7 +196,7 @@ fsc_parallel_kind strategy(const train_config *c);
  * fsc_engine_create_config of the options' configuration text (model_text); an entry holds what the trainer adds to
  * a built-in family (its options, banner, Hugging Face files, the planner's job). A family a program registered with
  * the library (family.h) and the trainer does not know gets the generic entry (its model built once to check it and
- * count its parameters; no MoE blocks, --plan or config.json). */
+ * count its parameters; no MoE blocks or config.json; --plan plans its configuration text). */
 typedef struct {
     const char *name;            /* --model NAME (NULL: the generic entry) */
     const char *const *options;  /* the options only this family takes (NULL-terminated; NULL: none) */
@@ -209,7 +209,7 @@ typedef struct {
     int (*check_load)(const char *path, char *err, size_t cap);
     /* Hugging Face's config.json of the model (GPT2Config, LlamaConfig), written beside --save's weights */
     cJSON *(*hf_config)(const train_config *c);
-    /* --plan: the model of the planner's job (fsc/plan.h); NULL: the planner does not know the family */
+    /* --plan: the model of the planner's job (fsc/plan.h); NULL: the job's config is model_text's */
     void (*plan)(const train_config *c, fsc_plan_job *j);
 } model_family;
 const model_family *model_family_find(const char *name);
@@ -244,6 +244,8 @@ fsc_status parallel_opts(const train_config *c, int *balance, fsc_parallel_opts 
 fsc_optim_config optim_config(const train_config *c);
 /* job.c: the planner's job of these options (balance: 1024 entries, for --balance, read while it is planned) */
 fsc_status plan_job(const train_config *c, int *balance, fsc_plan_job *j);
+/* frees what plan_job allocated (a registered family's configuration text) */
+void plan_job_free(fsc_plan_job *j);
 
 /* plan.c: --plan's prediction into st->plan, its table on stdout; 0, or -1 (said on stderr) */
 int plan_run(run_state *st);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/cluster.h"
+#include "fsc/family.h"
 #include "fsc/gpt_engine.h"
 #include "fsc/plan.h"
 #include "core/device_impl.h" /* fsc_count_gemm_flops, fsc_count_work */
@@ -38,6 +39,7 @@ fsc_plan_job fsc_plan_job_default(void) {
 /* The model and engine of the job on this rank, as fsc-train builds them; *lm: a Llama the engine runs but
  * does not own (freed after the engine). */
 static fsc_status build_engine(fsc_rank *r, const fsc_plan_job *j, fsc_engine **e, fsc_model **lm) {
+    if (j->config) return fsc_engine_create_config(r, j->config, &j->po, &j->oc, j->seed, e); /* any family's */
     if (j->model == FSC_PLAN_LLAMA && j->po.tp > 1) {
         fsc_llama_build_arg ba = {.cfg = j->llama, .sp = j->sequence_parallel};
         return fsc_engine_create_built(r, fsc_llama_build, &ba, &j->po, &j->oc, j->seed, e);
@@ -66,10 +68,16 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         return s;
     }
     const fsc_layout *lay = fsc_engine_layout(e);
-    const int T = j->model == FSC_PLAN_LLAMA ? j->llama.seq : j->gpt.seq;
     const int bl = j->batch / lay->dp;
-    int32_t *tok = calloc((size_t)bl * (size_t)T + 1, sizeof *tok); /* tokens and targets: token 0 */
-    if (!tok) s = fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for a batch of %d x %d tokens", bl, T);
+    /* a sample's bytes: the model's (a configuration's, any family), else the GPT's or Llama's seq tokens */
+    const fsc_model *m = j->config ? fsc_engine_model(e) : NULL;
+    const int T = j->model == FSC_PLAN_LLAMA ? j->llama.seq : j->gpt.seq;
+    size_t sample = m ? (m->sample_input_bytes > m->sample_target_bytes ? m->sample_input_bytes
+                                                                         : m->sample_target_bytes)
+                      : (size_t)T * sizeof(int32_t);
+    /* inputs and targets: zeros (token 0 throughout) */
+    void *tok = calloc((size_t)bl * sample + sizeof(int32_t), 1);
+    if (!tok) s = fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for a batch of %d x %zu bytes", bl, sample);
     fsc_engine_reset_comm_stats(e); /* the step's collectives, as fsc-train reports them */
     const double flops0 = (double)fsc_count_gemm_flops(r->dev), calls0 = (double)fsc_count_calls(r->dev);
     double wf0[FSC_PLAN_BINS], wb0[FSC_PLAN_BINS];
@@ -78,8 +86,8 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     if (fsc_engine_host_device(e)) fsc_count_work(fsc_engine_host_device(e), hf0, hb0);
     if (s == FSC_OK) {
         fsc_step_info info = {0};
-        s = j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
-                                       : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
+        s = j->config || j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
+                                                    : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
         if (s != FSC_OK) fsc_error_prefix(s, "plan: the step");
     }
     if (s == FSC_OK) {
@@ -118,7 +126,7 @@ static fsc_status plan_run_on(const char *device, const fsc_plan_job *job, fsc_p
     FSC_CHECK_ARG(out);
     if (job->world < 1) return fsc_error(FSC_ERR_INVALID, "plan: world is %d, must be >= 1", job->world);
     if (job->batch < 1) return fsc_error(FSC_ERR_INVALID, "plan: batch is %d, must be >= 1", job->batch);
-    if (job->model != FSC_PLAN_GPT && job->model != FSC_PLAN_LLAMA)
+    if (!job->config && job->model != FSC_PLAN_GPT && job->model != FSC_PLAN_LLAMA)
         return fsc_error(FSC_ERR_INVALID, "plan: model %d is neither FSC_PLAN_GPT nor FSC_PLAN_LLAMA", (int)job->model);
     int tp = job->po.tp > 1 ? job->po.tp : 1, pp = job->po.pp > 1 ? job->po.pp : 1;
     if (job->world % (tp * pp) != 0 || job->batch % (job->world / (tp * pp)) != 0)

@@ -7,6 +7,7 @@
  * fsc_plan_measure runs the same job for real on the cpu device (a check, or a calibration).
  *   fsc_plan_job j = fsc_plan_job_default();
  *   j.model = FSC_PLAN_LLAMA; j.llama = ...; j.world = 8; j.batch = 8; j.po.kind = FSC_PAR_FSDP;
+ *   (or any family's model: j.config = "{\"family\":\"llama\",\"layers\":32,...}", family.h)
  *   fsc_plan_rank *r = calloc(j.world, sizeof *r);
  *   fsc_plan_memory(&j, r);   r[i].peak[FSC_TAG_PARAMS], r[i].peak_total, r[i].host_peak_total ...
  * The same dry run counts the step's work: every kernel's FLOPs and bytes, its collectives' calls and bytes per
@@ -46,9 +47,13 @@ typedef struct {
 } fsc_plan_comm;
 
 /* A job as fsc-train runs it: the model, the engine's options, the optimizer, the world and the global batch.
- * Each rank builds its model and engine as the trainer does (a Llama with tp > 1 through fsc_llama_build on
- * the tensor group, else fsc_llama_model_create then fsc_engine_create_model; a GPT with fsc_engine_create)
- * and runs one step of batch / dp sequences of the model's seq tokens (token 0 throughout). */
+ * Each rank builds its model and engine as the trainer does and runs one step of batch / dp samples (zeros: token
+ * 0 throughout). The model is config when it is set: a configuration text of any family (family.h: the built-in
+ * ones or one the program registered), whose engine is fsc_engine_create_config's and whose samples are the
+ * model's sample_input_bytes and sample_target_bytes (model, gpt, llama and sequence_parallel are then not read;
+ * po.sequence_parallel is the engine's). Without config, model says which of gpt and llama: a Llama with tp > 1
+ * through fsc_llama_build on the tensor group, else fsc_llama_model_create then fsc_engine_create_model; a GPT
+ * with fsc_engine_create; samples of the model's seq tokens. */
 typedef struct {
     fsc_plan_model model;
     fsc_gpt_config gpt;        /* FSC_PLAN_GPT */
@@ -59,9 +64,11 @@ typedef struct {
     int world;                 /* ranks (>= 1) */
     int batch;                 /* global batch in sequences: a multiple of dp = world / (tp pp) */
     uint64_t seed;
+    const char *config;        /* NULL, or the model as a configuration text (any family; see above): the caller's,
+                                  read while the job is planned */
 } fsc_plan_job;
 
-/* A GPT-2 small job on one rank, batch 1, the library's engine and AdamW defaults. */
+/* A GPT-2 small job on one rank, batch 1, the library's engine and AdamW defaults (config NULL). */
 fsc_plan_job fsc_plan_job_default(void);
 
 /* One rank's answer: peak bytes per tag (fsc_device_peak_bytes) over the setup and one step, and their peak

@@ -1,6 +1,8 @@
 /* The planner's memory half (lib/plan, backends/count). Oracle: the per-rank ledger peaks fsc_plan_memory
  * predicts on the counting device equal, byte for byte and tag by tag (host memory of offload included), the
- * peaks of the same job run for real on the cpu device (fsc_plan_measure), over a matrix of layouts. The time
+ * peaks of the same job run for real on the cpu device (fsc_plan_measure), over a matrix of layouts; a job given
+ * as a configuration text (a GPT-2's, a Llama's) plans what the job of the model's struct plans, field for field,
+ * and an unknown family's text is refused naming it. The time
  * half: the counting device's work per kernel equals its arguments' FLOPs and bytes worked out by hand, and
  * fsc_plan_time's arithmetic on a fixed case equals the model's formulas worked out by hand (no timing is
  * tested). The counting device's own tests are in test_device.c. */
@@ -449,6 +451,52 @@ static void test_plan_moe(void **st) {
     check_job("moe ep 2", &j);
 }
 
+/* The job of a configuration text (fsc_plan_job.config, any family's) plans what the job of the same model's
+ * struct plans, field for field (peaks, work, collectives), and its prediction equals its measured run. */
+static void same_plan(const char *name, const fsc_plan_job *a, const fsc_plan_job *b) {
+    fsc_plan_rank *ra = calloc((size_t)a->world, sizeof *ra), *rb = calloc((size_t)a->world, sizeof *rb);
+    assert_non_null(ra);
+    assert_non_null(rb);
+    if (fsc_plan_memory(a, ra) != FSC_OK) fail_msg("%s: the struct's plan: %s", name, fsc_last_error());
+    if (fsc_plan_memory(b, rb) != FSC_OK) fail_msg("%s: the text's plan: %s", name, fsc_last_error());
+    for (int r = 0; r < a->world; r++) {
+        for (int t = 0; t < FSC_TAG_COUNT; t++)
+            if (ra[r].peak[t] != rb[r].peak[t] || ra[r].host_peak[t] != rb[r].host_peak[t])
+                fail_msg("%s: rank %d %s: the struct %zu (host %zu), the text %zu (host %zu)", name, r,
+                         fsc_tag_name((fsc_tag)t), ra[r].peak[t], ra[r].host_peak[t], rb[r].peak[t], rb[r].host_peak[t]);
+        assert_int_equal(ra[r].peak_total, rb[r].peak_total);
+        assert_true(ra[r].gemm_flops > 0 && ra[r].gemm_flops == rb[r].gemm_flops);
+        assert_true(ra[r].kernel_calls == rb[r].kernel_calls);
+        for (int i = 0; i < FSC_PLAN_BINS; i++)
+            assert_true(ra[r].work_flops[i] == rb[r].work_flops[i] && ra[r].work_bytes[i] == rb[r].work_bytes[i]);
+        for (int g = 0; g < FSC_GROUP_COUNT; g++) assert_true(ra[r].comm_bytes[g] == rb[r].comm_bytes[g]);
+    }
+    free(ra);
+    free(rb);
+    check_job(name, b);
+}
+
+static void test_plan_config_text(void **st) {
+    (void)st;
+    char text[1024];
+    fsc_plan_job a = small_gpt(1, 2), b = a;
+    fsc_gpt_config_json(&a.gpt, text, sizeof text);
+    b.gpt = (fsc_gpt_config){0}; /* not read with a text */
+    b.config = text;
+    same_plan("gpt2 text, one rank", &a, &b);
+    a = small_gpt(2, 2), a.po.kind = FSC_PAR_FSDP;
+    b = a, b.config = text;
+    same_plan("gpt2 text, fsdp 2", &a, &b);
+    a = small_llama(2, 2), a.po.kind = FSC_PAR_DDP, a.po.tp = 2;
+    fsc_llama_config_json(&a.llama, text, sizeof text);
+    b = a, b.model = FSC_PLAN_GPT, b.config = text;
+    same_plan("llama text, tp 2", &a, &b);
+    fsc_plan_rank r[1];
+    b = small_gpt(1, 1), b.config = "{\"family\":\"no-such\",\"layers\":2}";
+    assert_int_not_equal(fsc_plan_memory(&b, r), FSC_OK);
+    if (!strstr(fsc_last_error(), "no-such")) fail_msg("an unknown family's text: '%s'", fsc_last_error());
+}
+
 static void test_plan_bad_jobs(void **st) {
     (void)st;
     fsc_plan_rank r[4];
@@ -479,6 +527,7 @@ int main(void) {
         cmocka_unit_test(test_plan_offload),
         cmocka_unit_test(test_plan_pipeline_tensor),
         cmocka_unit_test(test_plan_moe),
+        cmocka_unit_test(test_plan_config_text),
         cmocka_unit_test(test_plan_bad_jobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

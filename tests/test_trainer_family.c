@@ -5,7 +5,8 @@
  * layer shapes); 8 steps lower the loss; FSDP on 2 ranks and a 2-stage pipeline with ZeRO-2 equal DDP bit for bit
  * (--check-ddp, the trainer's own comparison); tensor parallelism (the family's build) on 2 ranks reports the
  * losses of one rank within 1e-4 relative; a run resumed from its step-2 checkpoint reports the uninterrupted
- * run's later losses bit for bit; fsc-train, which has not registered "mini", refuses --model mini naming it, and
+ * run's later losses bit for bit; --plan's predicted per-rank peaks (the planner run on the family's configuration
+ * text) equal the run's measured ones byte for byte, on one rank and with FSDP on 2; fsc-train, which has not registered "mini", refuses --model mini naming it, and
  * the family's own refusal of a configuration reaches the user (exit 2). */
 #include <limits.h>
 #include <math.h>
@@ -84,6 +85,37 @@ static void test_resume(void **st) {
     free(ck), free(re);
 }
 
+/* --plan plans the family's configuration text: "predicted" per_rank equal the run's measured ledger peaks, tag by
+ * tag on every rank, with a step time. */
+static void check_plan(const char *extra) {
+    char *args = prog_fmt("--steps 1 --peak-tflops 1 --plan %s", extra);
+    cJSON *j = run_json(args);
+    const cJSON *p = cJSON_GetObjectItem(j, "predicted");
+    if (!p) fail_msg("%s: no \"predicted\" object", args);
+    const cJSON *x = cJSON_GetObjectItem(p, "per_rank"), *y = cJSON_GetObjectItem(j, "per_rank");
+    assert_int_equal(cJSON_GetArraySize(x), cJSON_GetArraySize(y));
+    assert_true(cJSON_GetArraySize(x) >= 1);
+    for (int r = 0; r < cJSON_GetArraySize(x); r++)
+        for (int t = 0; t <= FSC_TAG_COUNT; t++) {
+            const char *tag = t < FSC_TAG_COUNT ? fsc_tag_name((fsc_tag)t) : "total";
+            const cJSON *vx = cJSON_GetObjectItem(cJSON_GetArrayItem(x, r), tag);
+            const cJSON *vy = cJSON_GetObjectItem(cJSON_GetArrayItem(y, r), tag);
+            if (!vx || !vy || cJSON_GetNumberValue(vx) != cJSON_GetNumberValue(vy))
+                fail_msg("%s: rank %d %s: predicted %.0f, measured %.0f", args, r, tag, cJSON_GetNumberValue(vx),
+                         cJSON_GetNumberValue(vy));
+        }
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(y, 0), "params")) > 0);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(p, "ms_per_step")) > 0);
+    cJSON_Delete(j);
+    free(args);
+}
+
+static void test_plan(void **st) {
+    (void)st;
+    check_plan("");
+    check_plan("--world 2 --parallel fsdp");
+}
+
 static void test_refused(void **st) {
     (void)st;
     char fsc_train[PATH_MAX + 16];
@@ -105,6 +137,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_strategies_equal_ddp),
         cmocka_unit_test(test_tensor_parallel),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_plan),
         cmocka_unit_test(test_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

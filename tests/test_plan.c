@@ -463,7 +463,8 @@ static void same_plan(const char *name, const fsc_plan_job *a, const fsc_plan_jo
         for (int t = 0; t < FSC_TAG_COUNT; t++)
             if (ra[r].peak[t] != rb[r].peak[t] || ra[r].host_peak[t] != rb[r].host_peak[t])
                 fail_msg("%s: rank %d %s: the struct %zu (host %zu), the text %zu (host %zu)", name, r,
-                         fsc_tag_name((fsc_tag)t), ra[r].peak[t], ra[r].host_peak[t], rb[r].peak[t], rb[r].host_peak[t]);
+                         fsc_tag_name((fsc_tag)t), ra[r].peak[t], ra[r].host_peak[t], rb[r].peak[t],
+                         rb[r].host_peak[t]);
         assert_int_equal(ra[r].peak_total, rb[r].peak_total);
         assert_true(ra[r].gemm_flops > 0 && ra[r].gemm_flops == rb[r].gemm_flops);
         assert_true(ra[r].kernel_calls == rb[r].kernel_calls);

@@ -6,8 +6,9 @@
  * (--check-ddp, the trainer's own comparison); tensor parallelism (the family's build) on 2 ranks reports the
  * losses of one rank within 1e-4 relative; a run resumed from its step-2 checkpoint reports the uninterrupted
  * run's later losses bit for bit; --plan's predicted per-rank peaks (the planner run on the family's configuration
- * text) equal the run's measured ones byte for byte, on one rank, with FSDP on 2 and with tp 2; fsc-train, which has not registered "mini", refuses --model mini naming it, and
- * the family's own refusal of a configuration reaches the user (exit 2). */
+ * text) equal the run's measured ones byte for byte, on one rank, with FSDP on 2 and with tp 2; fsc-train, which
+ * has not registered "mini", refuses --model mini naming it, and the family's own refusal of a configuration
+ * reaches the user (exit 2). */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>

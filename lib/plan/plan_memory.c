@@ -2,8 +2,9 @@
  * own setup and one step run on simulated ranks. fsc_plan_memory runs them on the counting device (nothing is
  * allocated or computed beyond a few kilobytes per rank), fsc_plan_measure on the cpu device (the real run).
  * Each rank does what fsc-train's rank function does up to its first step: build the model as the trainer
- * builds it (a job's configuration text, any family's, through fsc_engine_create_config), build the engine, run one step, read the ledger, the step's collective bytes per group and (on the
- * counting device) its gemm FLOPs.
+ * builds it (a job's configuration text, any family's, through fsc_engine_create_config), build the engine,
+ * run one step, read the ledger, the step's collective bytes per group and (on the counting device) its gemm
+ * FLOPs.
  * Not here: the counting device (backends/count), step time, the search over layouts. */
 #include <stdlib.h>
 #include <string.h>

@@ -118,8 +118,8 @@ static fsc_status bad(const char *name, const char *where, const char *what) {
 static fsc_status read_trainer(const char *name, pb r, spm_spec *sp) {
     uint32_t f;
     int w, rc;
-    uint64_t v;
-    pb sub;
+    uint64_t v = 0;
+    pb sub = {0};
     const char *what;
     while ((rc = pb_field(&r, &f, &w, &v, &sub, &what)) > 0) {
         if (f == 3 && w == 0) sp->model_type = (int)v;
@@ -135,8 +135,8 @@ static fsc_status read_trainer(const char *name, pb r, spm_spec *sp) {
 static fsc_status read_normalizer(const char *name, pb r, spm_spec *sp, int denorm) {
     uint32_t f;
     int w, rc;
-    uint64_t v;
-    pb sub;
+    uint64_t v = 0;
+    pb sub = {0};
     const char *what;
     while ((rc = pb_field(&r, &f, &w, &v, &sub, &what)) > 0) {
         if (denorm) {
@@ -156,8 +156,8 @@ static fsc_status read_normalizer(const char *name, pb r, spm_spec *sp, int deno
 static fsc_status read_piece(const char *name, size_t k, pb r, pb *piece, float *score, int *type) {
     uint32_t f;
     int w, rc;
-    uint64_t v;
-    pb sub;
+    uint64_t v = 0;
+    pb sub = {0};
     const char *what;
     char where[48];
     snprintf(where, sizeof where, "piece %zu", k);
@@ -233,8 +233,8 @@ static fsc_status build(const char *name, pb r, size_t count, const spm_spec *sp
     m->unk = -1, m->newline_alone = 1;
     uint32_t f;
     int w, rc;
-    uint64_t v;
-    pb sub;
+    uint64_t v = 0;
+    pb sub = {0};
     const char *what;
     uint32_t n = 0;
     while ((rc = pb_field(&r, &f, &w, &v, &sub, &what)) > 0) {
@@ -304,8 +304,8 @@ static fsc_status load_spm(fsc_bpe **out, const char *name, const uint8_t *buf, 
     pb r = {buf, buf + len};
     uint32_t f;
     int w, rc;
-    uint64_t v;
-    pb sub;
+    uint64_t v = 0;
+    pb sub = {0};
     const char *what;
     size_t count = 0;
     fsc_status s = FSC_OK;
@@ -346,7 +346,7 @@ int bpe_is_spm(const uint8_t *buf, size_t len) {
     pb r = {buf, buf + len};
     uint32_t f;
     int w;
-    uint64_t v;
+    uint64_t v = 0;
     pb sub, inner;
     const char *what;
     /* a first field 1 (a SentencePiece) that is fields to its end, one of them its field 1 (the piece) (a text

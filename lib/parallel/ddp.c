@@ -73,16 +73,22 @@ static fsc_status init_master(fsc_engine *e, ddp_state *d) {
     return FSC_OK;
 }
 
-/* Clipping with experts spread over the expert group: the norm's pieces count every element once. */
-static fsc_status norm_pieces(fsc_engine *e, ddp_state *d, float *reduced) {
-    e->nsegs = calloc((size_t)d->nruns, sizeof *e->nsegs);
-    e->nlens = calloc((size_t)d->nruns, sizeof *e->nlens);
-    if (!e->nsegs || !e->nlens) return fsc_error(FSC_ERR_NOMEM, "ddp: out of memory");
+/* Clipping with experts spread over the expert group: the norm's pieces count every element once (the expert
+ * runs everywhere, the dense runs on the expert group's rank 0); without experts the reduced gradient itself. */
+static fsc_status ddp_norm_pieces(const fsc_engine *e, float **g, size_t *lens, int *n) {
+    const ddp_state *d = e->sd;
+    if (!e->ep_data) {
+        *n = -1;
+        return FSC_OK;
+    }
+    const float *reduced = d->acc ? d->acc : d->grad;
+    int c = 0;
     for (int k = 0; k < d->nruns; k++) {
         if (!d->runs[k].expert && fsc_comm_rank(e->ep_comm) != 0) continue;
-        e->nsegs[e->nnsegs] = reduced + d->runs[k].off;
-        e->nlens[e->nnsegs++] = d->runs[k].n;
+        if (g) g[c] = (float *)reduced + d->runs[k].off, lens[c] = d->runs[k].n;
+        c++;
     }
+    *n = c;
     return FSC_OK;
 }
 
@@ -105,7 +111,6 @@ static fsc_status ddp_setup(fsc_engine *e) {
     float *reduced = d->acc ? d->acc : d->grad;
     FSC_TRY(fsc_optim_add(e->opt, d->master, reduced, d->P, &d->seg));
     FSC_TRY(fsc_engine_add_gseg(e, reduced, d->P));
-    if (e->ep_data) FSC_TRY(norm_pieces(e, d, reduced));
     float *p = d->compute ? d->compute : d->master;
     for (int i = d->t0; i < d->t1; i++) {
         if (!fsc_engine_holds(e, i)) continue;
@@ -325,11 +330,6 @@ static void ddp_destroy(fsc_engine *e) {
     fsc_device_release(e->dev, d->acc);
     free(d->off);
     free(d->runs);
-    if (e->ep_data) { /* the clipping pieces made here */
-        free(e->nsegs);
-        free(e->nlens);
-        e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
-    }
     free(d);
     e->sd = NULL;
 }
@@ -338,6 +338,7 @@ const fsc_strategy fsc_strategy_ddp = {
     .name = "ddp",
     .setup = ddp_setup,
     .norm_group = ddp_norm_group,
+    .norm_pieces = ddp_norm_pieces,
     .pre_forward = ddp_pre_forward,
     .post_backward = ddp_post_backward,
     .begin_step = ddp_begin_step,

@@ -406,16 +406,20 @@ static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
  * group; hybrid: over the replica group), the expert units split over the expert-data group (no_shard: whole on
  * each of its ranks). The clipping norm counts each element once: no_shard over the expert group, dense units on
  * its rank 0 (as DDP's runs); hybrid over the data group, dense units on replica rank 0; expert units everywhere. */
-static fsc_status norm_pieces(fsc_engine *e, fsdp_state *d) {
-    e->nsegs = calloc((size_t)d->nunits, sizeof *e->nsegs);
-    e->nlens = calloc((size_t)d->nunits, sizeof *e->nlens);
-    if (!e->nsegs || !e->nlens) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
+static fsc_status fsdp_norm_pieces(const fsc_engine *e, float **g, size_t *lens, int *n) {
+    const fsdp_state *d = e->sd;
+    if (!e->ep_data || d->G == d->N) {
+        *n = -1;
+        return FSC_OK;
+    }
     const int dense_here = fsc_comm_rank(d->G == 1 ? e->ep_comm : d->replica_comm) == 0;
+    int c = 0;
     for (int u = 0; u < d->nunits; u++) {
         if (!d->u[u].expert && !dense_here) continue;
-        e->nsegs[e->nnsegs] = d->u[u].sgrad;
-        e->nlens[e->nnsegs++] = d->u[u].shard;
+        if (g) g[c] = d->u[u].sgrad, lens[c] = d->u[u].shard;
+        c++;
     }
+    *n = c;
     return FSC_OK;
 }
 
@@ -481,7 +485,6 @@ static fsc_status fsdp_setup(fsc_engine *e) {
         bind_params(e, U, NULL);
         bind_grads(e, U, NULL);
     }
-    if (e->ep_data && d->G != d->N) FSC_TRY(norm_pieces(e, d));
     return FSC_OK;
 }
 
@@ -706,11 +709,6 @@ static void fsdp_destroy(fsc_engine *e) {
     }
     free(d->u);
     free(d->unit_of);
-    if (e->ep_data && d->G != d->N) { /* the clipping pieces made here */
-        free(e->nsegs);
-        free(e->nlens);
-        e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
-    }
     free(d);
     e->sd = NULL;
 }
@@ -719,6 +717,7 @@ const fsc_strategy fsc_strategy_fsdp = {
     .name = "fsdp",
     .setup = fsdp_setup,
     .norm_group = fsdp_norm_group,
+    .norm_pieces = fsdp_norm_pieces,
     .pre_forward = fsdp_pre_forward,
     .post_forward = fsdp_post_forward,
     .pre_backward = fsdp_pre_backward,

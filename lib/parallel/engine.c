@@ -421,13 +421,23 @@ static void attach_groups(fsc_engine *e, groups *g) {
 }
 
 /* The groups cut from the data group, once, before expert parallelism and the strategy take them: the expert
- * groups (ep > 1 with a model with experts) and FSDP's shard and replica groups (fsc_layout_data_groups). */
+ * groups (ep > 1 with a model with experts) and FSDP's shard and replica groups (fsc_layout_data_groups); and the
+ * reduction classes (engine_impl.h's fsc_reduce_class). */
 static fsc_status make_data_groups(fsc_engine *e) {
     const int ep = e->m->n_experts && e->po.ep > 1 ? e->po.ep : 1;
     const int shard = e->st == &fsc_strategy_fsdp ? fsc_layout_shard_size(&e->po, fsc_comm_size(e->comm)) : 0;
     FSC_TRY(fsc_layout_data_groups(e->comm, ep, shard, &e->grp));
     e->ep_comm = e->grp.expert, e->ep_data = e->grp.expert_data;
+    /* the reduction classes the strategies loop over: dense over the data group, experts over the expert-data
+     * group */
+    e->rclass[0] = (fsc_reduce_class){ .sum = e->comm, .expert = 0 };
+    e->nrclass = 1;
+    if (e->ep_data) e->rclass[e->nrclass++] = (fsc_reduce_class){ .sum = e->ep_data, .expert = 1 };
     return FSC_OK;
+}
+
+int fsc_engine_reduce_class(const fsc_engine *e, int i) {
+    return e->nrclass > 1 && e->m->info[i].expert >= 0;
 }
 
 /* The clipping norm's group, decided here once from the layout: the part of the data group the strategy splits its

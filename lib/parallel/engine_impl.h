@@ -61,6 +61,16 @@ typedef struct {
 
 #define FSC_ENGINE_MAX_GROUPS 16
 
+/* The segments a strategy reduces: the classes of this rank's held tensors, decided once by the engine from the
+ * layout (engine.c's make_data_groups, with the groups). Class 0: the dense tensors, their gradients summed over
+ * the data group; class 1, with expert parallelism only: this rank's expert tensors, summed over the expert-data
+ * group (the data ranks holding the same experts). A strategy cuts its runs, buckets or units per class
+ * (fsc_engine_reduce_class) and reduces each over its class's group, instead of testing expert parallelism. */
+typedef struct {
+    fsc_comm *sum;            /* the group summing the class's gradients (and sync_from_rank0's broadcast) */
+    int expert;               /* the expert tensors (split over the expert group) */
+} fsc_reduce_class;
+
 struct fsc_engine {
     fsc_rank *r;
     fsc_device *dev;
@@ -123,6 +133,8 @@ struct fsc_engine {
      * over them) and the expert-data group (the data ranks holding the same experts); NULL otherwise (views of
      * grp.expert and grp.expert_data) */
     fsc_comm *ep_comm, *ep_data;
+    fsc_reduce_class rclass[2]; /* the reduction classes (above): rclass[0] dense, rclass[1] experts */
+    int nrclass;                /* 1, or 2 with expert parallelism */
 
     fsc_comm *groups[FSC_ENGINE_MAX_GROUPS]; /* communicators counted in fsc_engine_comm_stats besides comm */
     int group_kind[FSC_ENGINE_MAX_GROUPS];   /* fsc_group_kind of each */
@@ -140,6 +152,8 @@ extern const fsc_strategy fsc_strategy_fsdp;
 extern const fsc_strategy fsc_strategy_zero;  /* zero1 and zero2 */
 
 /* Helpers shared by strategies. */
+/* Tensor i's reduction class (an index into e->rclass): 1 for an expert tensor under expert parallelism, else 0. */
+int fsc_engine_reduce_class(const fsc_engine *e, int i);
 /* Offset of tensor i in the tensor-order flat layout (prefix sums of numel, i <= n_tensors; O(1)). */
 size_t fsc_engine_tensor_offset(const fsc_engine *e, int i);
 /* Whether this rank holds (owns and steps) tensor i; held tensors are a contiguous index range

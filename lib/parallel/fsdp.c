@@ -64,7 +64,8 @@ typedef struct {
     size_t numel, padded, shard; /* shard = padded / G */
     int first_layer, last_layer; /* layers that use the unit */
     int is_root;
-    int expert;       /* expert parallelism: the expert tensors of a unit, split over e->ep_data */
+    int expert;       /* its reduction class (e->rclass): 1, expert parallelism's expert tensors of a unit, split
+                       * over e->ep_data */
     fsc_comm *sc;     /* the group that splits it: the shard group, or e->ep_data */
     fsc_comm *rc;     /* the group that sums its gradients: the data group, or e->ep_data */
     int rs;           /* that sum is a reduce-scatter (its shards split over all of rc), not an all-reduce */
@@ -133,18 +134,19 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
         d->nunits++;
     }
     free(lt);
-    /* expert parallelism: each unit's expert tensors become a unit of their own */
-    for (int u = 0, n = d->nunits; e->ep_data && u < n; u++) {
+    /* each unit's tensors of another reduction class than the dense one (engine_impl.h; expert parallelism: its
+     * expert tensors) become a unit of their own */
+    for (int u = 0, n = d->nunits; e->nrclass > 1 && u < n; u++) {
         int x = 0;
         for (int t = 0; t < nt; t++)
-            if (d->unit_of[t] == u && e->m->info[t].expert >= 0) d->unit_of[t] = d->nunits, x = 1;
+            if (d->unit_of[t] == u && fsc_engine_reduce_class(e, t)) d->unit_of[t] = d->nunits, x = 1;
         if (x) d->u[d->nunits++].expert = 1;
     }
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
         U->is_root = u == 0;
-        U->sc = U->expert && d->G != 1 ? e->ep_data : d->shard_comm; /* no_shard: unsplit */
-        U->rc = U->expert ? e->ep_data : e->comm;
+        U->rc = e->rclass[U->expert].sum; /* its class's group */
+        U->sc = U->expert && d->G != 1 ? U->rc : d->shard_comm; /* no_shard: unsplit */
         U->rs = U->expert ? d->G != 1 : d->G == d->N;
         const size_t N = (size_t)fsc_comm_size(U->rc), G = (size_t)fsc_comm_size(U->sc);
         U->tensors = calloc((size_t)nt, sizeof(int));

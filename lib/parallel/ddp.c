@@ -5,9 +5,9 @@
  * Expert parallelism (po.ep > 1, MoE models): a rank holds the dense tensors and its experts only, in tensor
  * order (the local layout skips the other ranks' experts). A bucket splits into runs of one reduction class
  * (engine_impl.h's fsc_reduce_class): dense tensors, summed over the data group, and expert tensors, summed over
- * e->ep_data (the data ranks holding the same experts). The clipping norm counts dense runs on expert rank 0 and expert runs everywhere,
- * over the expert group (e->ep_comm); full parameters and weight files gather each MoE block's experts
- * over it.
+ * e->ep_data (the data ranks holding the same experts). The clipping norm counts dense runs on expert rank 0
+ * and expert runs everywhere, over the expert group (e->ep_comm); full parameters and weight files gather each
+ * MoE block's experts over it.
  *
  * Buffers (tensor order, the flat layout of model.h):
  *   master  (P) fp32 parameters, stepped by the optimizer                    params

@@ -72,27 +72,33 @@ static fsc_status init_master(fsc_engine *e, ddp_state *d) {
     return FSC_OK;
 }
 
-/* Clipping with experts spread over the expert group: the norm's pieces count every element once (the expert
- * runs everywhere, the dense runs on the expert group's rank 0); without experts the reduced gradient itself. */
+/* Each rank holds the whole reduced gradient of its classes; a class spread over a group (experts: the expert group)
+ * makes the norm's group that one, NULL otherwise. */
+static fsc_comm *ddp_norm_group(const fsc_engine *e) {
+    for (int c = 0; c < e->nrclass; c++)
+        if (e->rclass[c].spread) return e->rclass[c].spread;
+    return NULL;
+}
+
+/* With a norm group the pieces count every element once over it: the runs of a class spread over it everywhere
+ * (experts), the others on its rank 0 (dense); without one the reduced gradient itself. */
 static fsc_status ddp_norm_pieces(const fsc_engine *e, float **g, size_t *lens, int *n) {
     const ddp_state *d = e->sd;
-    if (!e->ep_data) {
+    fsc_comm *norm = ddp_norm_group(e);
+    if (!norm) {
         *n = -1;
         return FSC_OK;
     }
     const float *reduced = d->acc ? d->acc : d->grad;
     int c = 0;
     for (int k = 0; k < d->nruns; k++) {
-        if (!e->rclass[d->runs[k].cls].expert && fsc_comm_rank(e->ep_comm) != 0) continue;
+        if (e->rclass[d->runs[k].cls].spread != norm && fsc_comm_rank(norm) != 0) continue;
         if (g) g[c] = (float *)reduced + d->runs[k].off, lens[c] = d->runs[k].n;
         c++;
     }
     *n = c;
     return FSC_OK;
 }
-
-/* Each rank holds the whole reduced gradient; with experts the norm's pieces split over the expert group. */
-static fsc_comm *ddp_norm_group(const fsc_engine *e) { return e->ep_data ? e->ep_comm : NULL; }
 
 static fsc_status ddp_setup(fsc_engine *e) {
     ddp_state *d = calloc(1, sizeof(*d));

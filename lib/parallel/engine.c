@@ -432,7 +432,8 @@ static fsc_status make_data_groups(fsc_engine *e) {
      * group */
     e->rclass[0] = (fsc_reduce_class){ .sum = e->comm, .expert = 0 };
     e->nrclass = 1;
-    if (e->ep_data) e->rclass[e->nrclass++] = (fsc_reduce_class){ .sum = e->ep_data, .expert = 1 };
+    if (e->ep_data)
+        e->rclass[e->nrclass++] = (fsc_reduce_class){ .sum = e->ep_data, .spread = e->ep_comm, .expert = 1 };
     return FSC_OK;
 }
 

@@ -68,6 +68,8 @@ typedef struct {
  * (fsc_engine_reduce_class) and reduces each over its class's group, instead of testing expert parallelism. */
 typedef struct {
     fsc_comm *sum;            /* the group summing the class's gradients (and sync_from_rank0's broadcast) */
+    fsc_comm *spread;         /* the group whose ranks hold different tensors of the class (experts: the expert
+                               * group), NULL when every data rank holds them all (dense) */
     int expert;               /* the expert tensors (split over the expert group) */
 } fsc_reduce_class;
 

@@ -404,20 +404,29 @@ static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
     return fsc_download_start(e, &d->rq, dg, U->sgrad, d->mdev, U->shard, accumulate); /* owns dg */
 }
 
-/* no_shard and hybrid_shard with expert parallelism: the dense shards are replicated (no_shard: over the data
- * group; hybrid: over the replica group), the expert units split over the expert-data group (no_shard: whole on
- * each of its ranks). The clipping norm counts each element once: no_shard over the expert group, dense units on
- * its rank 0 (as DDP's runs); hybrid over the data group, dense units on replica rank 0; expert units everywhere. */
+/* The group a reduction class is spread over (experts: the expert group), NULL when no class is. */
+static fsc_comm *spread_group(const fsc_engine *e) {
+    for (int c = 0; c < e->nrclass; c++)
+        if (e->rclass[c].spread) return e->rclass[c].spread;
+    return NULL;
+}
+
+/* no_shard and hybrid_shard with a class spread over a group (expert parallelism): the dense shards are replicated
+ * (no_shard: over the data group; hybrid: over the replica group), the spread units (experts) split over their
+ * class's group (no_shard: whole on each of its ranks). The clipping norm counts each element once: no_shard over
+ * the spread group, dense units on its rank 0 (as DDP's runs); hybrid over the data group, dense units on replica
+ * rank 0; spread units everywhere. */
 static fsc_status fsdp_norm_pieces(const fsc_engine *e, float **g, size_t *lens, int *n) {
     const fsdp_state *d = e->sd;
-    if (!e->ep_data || d->G == d->N) {
+    fsc_comm *spread = spread_group(e);
+    if (!spread || d->G == d->N) {
         *n = -1;
         return FSC_OK;
     }
-    const int dense_here = fsc_comm_rank(d->G == 1 ? e->ep_comm : d->replica_comm) == 0;
+    const int dense_here = fsc_comm_rank(d->G == 1 ? spread : d->replica_comm) == 0;
     int c = 0;
     for (int u = 0; u < d->nunits; u++) {
-        if (!d->u[u].expert && !dense_here) continue;
+        if (!e->rclass[d->u[u].expert].spread && !dense_here) continue;
         if (g) g[c] = d->u[u].sgrad, lens[c] = d->u[u].shard;
         c++;
     }
@@ -425,11 +434,12 @@ static fsc_status fsdp_norm_pieces(const fsc_engine *e, float **g, size_t *lens,
     return FSC_OK;
 }
 
-/* The shard group, or with expert parallelism and replicated dense shards the group of norm_pieces. */
+/* The shard group, or with a spread class and replicated dense shards the group of fsdp_norm_pieces. */
 static fsc_comm *fsdp_norm_group(const fsc_engine *e) {
     const fsdp_state *d = e->sd;
-    if (!e->ep_data || d->G == d->N) return d->shard_comm;
-    return d->G == 1 ? e->ep_comm : e->comm;
+    fsc_comm *spread = spread_group(e);
+    if (!spread || d->G == d->N) return d->shard_comm;
+    return d->G == 1 ? spread : e->comm;
 }
 
 static fsc_status fsdp_setup(fsc_engine *e) {

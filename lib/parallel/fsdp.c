@@ -66,8 +66,8 @@ typedef struct {
     int is_root;
     int expert;       /* its reduction class (e->rclass): 1, expert parallelism's expert tensors of a unit, split
                        * over e->ep_data */
-    fsc_comm *sc;     /* the group that splits it: the shard group, or e->ep_data */
-    fsc_comm *rc;     /* the group that sums its gradients: the data group, or e->ep_data */
+    fsc_comm *sc;     /* the group that splits it: the shard group, or its class's (e->ep_data) */
+    fsc_comm *rc;     /* the group that sums its gradients: its class's (the data group, or e->ep_data) */
     int rs;           /* that sum is a reduce-scatter (its shards split over all of rc), not an all-reduce */
     float *master;    /* (shard) fp32 */
     float *sgrad;     /* (shard) reduced gradients */
@@ -678,8 +678,9 @@ static fsc_status fsdp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     int c = 0;
     for (int u = 0; u < d->nunits; u++) {
         const fsdp_unit *U = &d->u[u];
-        /* expert units: split over every rank holding those experts, or (no_shard) written by the first */
-        const int writer = U->expert ? U->sc == e->ep_data || fsc_comm_rank(e->ep_data) == 0
+        /* expert units: split over their class's group (every rank holding those experts), or (no_shard) written
+         * by its first rank */
+        const int writer = U->expert ? U->sc == U->rc || fsc_comm_rank(U->rc) == 0
                                      : fsc_comm_rank(d->replica_comm) == 0;
         size_t own_lo = (size_t)fsc_comm_rank(U->sc) * U->shard, own_hi = own_lo + U->shard;
         for (int k = 0; k < U->ntensors; k++) {

@@ -3,11 +3,11 @@
  * of one rank: the reductions are copies).
  *
  * Expert parallelism (po.ep > 1, MoE models): a rank holds the dense tensors and its experts only, in tensor
- * order (the local layout skips the other ranks' experts). A bucket splits into runs of dense tensors,
- * summed over the data group, and runs of expert tensors, summed over e->ep_data (the data ranks holding
- * the same experts). The clipping norm counts dense runs on expert rank 0 and expert runs everywhere,
- * over the expert group (e->ep_comm); full parameters and weight files gather each MoE block's experts
- * over it.
+ * order (the local layout skips the other ranks' experts). A bucket splits into runs of one reduction class
+ * (engine_impl.h's fsc_reduce_class): dense tensors, summed over the data group, and expert tensors, summed over
+ * e->ep_data (the data ranks holding the same experts). The clipping norm counts dense runs on expert rank 0
+ * and expert runs everywhere, over the expert group (e->ep_comm); full parameters and weight files gather each
+ * MoE block's experts over it.
  *
  * Buffers (tensor order, the flat layout of model.h):
  *   master  (P) fp32 parameters, stepped by the optimizer                    params
@@ -20,10 +20,10 @@
 #include "engine_impl.h"
 #include "overlap.h"
 
-/* A maximal span of the local layout whose tensors are all dense or all experts. */
+/* A maximal span of the local layout whose tensors are of one reduction class (engine_impl.h: dense, or experts). */
 typedef struct {
     size_t off, n;
-    int expert;
+    int cls;          /* its class, e->rclass[cls] */
 } ddp_run;
 
 typedef struct {
@@ -38,7 +38,7 @@ typedef struct {
     fsc_reduce_queue rq;     /* po.prefetch: bucket reductions in flight, waited for at the end of backward */
 } ddp_state;
 
-static fsc_comm *run_comm(const fsc_engine *e, const ddp_run *r) { return r->expert ? e->ep_data : e->comm; }
+static fsc_comm *run_comm(const fsc_engine *e, const ddp_run *r) { return e->rclass[r->cls].sum; }
 
 static fsc_status make_layout(fsc_engine *e, ddp_state *d) {
     const int nt = e->m->n_tensors;
@@ -48,9 +48,9 @@ static fsc_status make_layout(fsc_engine *e, ddp_state *d) {
     if (!d->off || !d->runs) return fsc_error(FSC_ERR_NOMEM, "ddp: out of memory");
     for (int i = d->t0; i < d->t1; i++) {
         if (!fsc_engine_holds(e, i)) continue;
-        int expert = e->ep_data && e->m->info[i].expert >= 0;
-        if (!d->nruns || d->runs[d->nruns - 1].expert != expert)
-            d->runs[d->nruns++] = (ddp_run){ .off = d->P, .n = 0, .expert = expert };
+        const int cls = fsc_engine_reduce_class(e, i);
+        if (!d->nruns || d->runs[d->nruns - 1].cls != cls)
+            d->runs[d->nruns++] = (ddp_run){ .off = d->P, .n = 0, .cls = cls };
         d->off[i] = d->P;
         d->runs[d->nruns - 1].n += e->m->info[i].numel;
         d->P += e->m->info[i].numel;
@@ -64,8 +64,7 @@ static fsc_status init_master(fsc_engine *e, ddp_state *d) {
     int sync = e->po.sync_from_rank0 && e->r->world > 1;
     for (int i = d->t0; i < d->t1; i++) {
         if (!fsc_engine_holds(e, i)) continue;
-        if (sync && fsc_comm_rank(e->comm) != 0 && !(e->ep_data && e->m->info[i].expert >= 0)) continue;
-        if (sync && e->ep_data && e->m->info[i].expert >= 0 && fsc_comm_rank(e->ep_data) != 0) continue;
+        if (sync && fsc_comm_rank(e->rclass[fsc_engine_reduce_class(e, i)].sum) != 0) continue;
         FSC_TRY(fsc_engine_init_range(e, d->master + d->off[i], fsc_engine_tensor_offset(e, i), e->m->info[i].numel));
     }
     for (int k = 0; sync && k < d->nruns; k++)
@@ -73,21 +72,33 @@ static fsc_status init_master(fsc_engine *e, ddp_state *d) {
     return FSC_OK;
 }
 
-/* Clipping with experts spread over the expert group: the norm's pieces count every element once. */
-static fsc_status norm_pieces(fsc_engine *e, ddp_state *d, float *reduced) {
-    e->nsegs = calloc((size_t)d->nruns, sizeof *e->nsegs);
-    e->nlens = calloc((size_t)d->nruns, sizeof *e->nlens);
-    if (!e->nsegs || !e->nlens) return fsc_error(FSC_ERR_NOMEM, "ddp: out of memory");
-    for (int k = 0; k < d->nruns; k++) {
-        if (!d->runs[k].expert && fsc_comm_rank(e->ep_comm) != 0) continue;
-        e->nsegs[e->nnsegs] = reduced + d->runs[k].off;
-        e->nlens[e->nnsegs++] = d->runs[k].n;
-    }
-    return FSC_OK;
+/* Each rank holds the whole reduced gradient of its classes; a class spread over a group (experts: the expert group)
+ * makes the norm's group that one, NULL otherwise. */
+static fsc_comm *ddp_norm_group(const fsc_engine *e) {
+    for (int c = 0; c < e->nrclass; c++)
+        if (e->rclass[c].spread) return e->rclass[c].spread;
+    return NULL;
 }
 
-/* Each rank holds the whole reduced gradient; with experts the norm's pieces split over the expert group. */
-static fsc_comm *ddp_norm_group(const fsc_engine *e) { return e->ep_data ? e->ep_comm : NULL; }
+/* With a norm group the pieces count every element once over it: the runs of a class spread over it everywhere
+ * (experts), the others on its rank 0 (dense); without one the reduced gradient itself. */
+static fsc_status ddp_norm_pieces(const fsc_engine *e, float **g, size_t *lens, int *n) {
+    const ddp_state *d = e->sd;
+    fsc_comm *norm = ddp_norm_group(e);
+    if (!norm) {
+        *n = -1;
+        return FSC_OK;
+    }
+    const float *reduced = d->acc ? d->acc : d->grad;
+    int c = 0;
+    for (int k = 0; k < d->nruns; k++) {
+        if (e->rclass[d->runs[k].cls].spread != norm && fsc_comm_rank(norm) != 0) continue;
+        if (g) g[c] = (float *)reduced + d->runs[k].off, lens[c] = d->runs[k].n;
+        c++;
+    }
+    *n = c;
+    return FSC_OK;
+}
 
 static fsc_status ddp_setup(fsc_engine *e) {
     ddp_state *d = calloc(1, sizeof(*d));
@@ -105,7 +116,6 @@ static fsc_status ddp_setup(fsc_engine *e) {
     float *reduced = d->acc ? d->acc : d->grad;
     FSC_TRY(fsc_optim_add(e->opt, d->master, reduced, d->P, &d->seg));
     FSC_TRY(fsc_engine_add_gseg(e, reduced, d->P));
-    if (e->ep_data) FSC_TRY(norm_pieces(e, d, reduced));
     float *p = d->compute ? d->compute : d->master;
     for (int i = d->t0; i < d->t1; i++) {
         if (!fsc_engine_holds(e, i)) continue;
@@ -325,11 +335,6 @@ static void ddp_destroy(fsc_engine *e) {
     fsc_device_release(e->dev, d->acc);
     free(d->off);
     free(d->runs);
-    if (e->ep_data) { /* the clipping pieces made here */
-        free(e->nsegs);
-        free(e->nlens);
-        e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
-    }
     free(d);
     e->sd = NULL;
 }
@@ -338,6 +343,7 @@ const fsc_strategy fsc_strategy_ddp = {
     .name = "ddp",
     .setup = ddp_setup,
     .norm_group = ddp_norm_group,
+    .norm_pieces = ddp_norm_pieces,
     .pre_forward = ddp_pre_forward,
     .post_backward = ddp_post_backward,
     .begin_step = ddp_begin_step,

@@ -421,13 +421,24 @@ static void attach_groups(fsc_engine *e, groups *g) {
 }
 
 /* The groups cut from the data group, once, before expert parallelism and the strategy take them: the expert
- * groups (ep > 1 with a model with experts) and FSDP's shard and replica groups (fsc_layout_data_groups). */
+ * groups (ep > 1 with a model with experts) and FSDP's shard and replica groups (fsc_layout_data_groups); and the
+ * reduction classes (engine_impl.h's fsc_reduce_class). */
 static fsc_status make_data_groups(fsc_engine *e) {
     const int ep = e->m->n_experts && e->po.ep > 1 ? e->po.ep : 1;
     const int shard = e->st == &fsc_strategy_fsdp ? fsc_layout_shard_size(&e->po, fsc_comm_size(e->comm)) : 0;
     FSC_TRY(fsc_layout_data_groups(e->comm, ep, shard, &e->grp));
     e->ep_comm = e->grp.expert, e->ep_data = e->grp.expert_data;
+    /* the reduction classes the strategies loop over: dense over the data group, experts over the expert-data
+     * group */
+    e->rclass[0] = (fsc_reduce_class){ .sum = e->comm, .expert = 0 };
+    e->nrclass = 1;
+    if (e->ep_data)
+        e->rclass[e->nrclass++] = (fsc_reduce_class){ .sum = e->ep_data, .spread = e->ep_comm, .expert = 1 };
     return FSC_OK;
+}
+
+int fsc_engine_reduce_class(const fsc_engine *e, int i) {
+    return e->nrclass > 1 && e->m->info[i].expert >= 0;
 }
 
 /* The clipping norm's group, decided here once from the layout: the part of the data group the strategy splits its
@@ -438,6 +449,29 @@ static fsc_status make_norm_group(fsc_engine *e) {
                                   &e->grp.norm));
     if (e->grp.norm) fsc_engine_add_group_kind(e, e->grp.norm, FSC_GROUP_WORLD);
     e->norm_comm = norm;
+    return FSC_OK;
+}
+
+/* The clipping norm's pieces, decided here once: with tensor parallelism what this rank holds of split tensors and
+ * the replicated ones on tensor rank 0 (fsc_tensor_norm_pieces), otherwise those the strategy declares
+ * (norm_pieces), or none (NULL: the norm counts e->gsegs). e->nsegs has this one writer. */
+static fsc_status make_norm_pieces(fsc_engine *e) {
+    if (e->lay.tp > 1) return fsc_tensor_norm_pieces(e, &e->nsegs, &e->nlens, &e->nnsegs);
+    int n = -1;
+    if (e->st->norm_pieces) FSC_TRY(e->st->norm_pieces(e, NULL, NULL, &n));
+    if (n < 0) return FSC_OK;
+    float **g = calloc((size_t)n + 1, sizeof *g);
+    size_t *l = calloc((size_t)n + 1, sizeof *l);
+    fsc_status s = g && l ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
+    int c = n;
+    if (s == FSC_OK) s = e->st->norm_pieces(e, g, l, &c);
+    if (s == FSC_OK && c != n)
+        s = fsc_error(FSC_ERR_INTERNAL, "engine: strategy %s declared %d clipping pieces, then %d", e->st->name, n, c);
+    if (s != FSC_OK) {
+        free(g), free(l);
+        return s;
+    }
+    e->nsegs = g, e->nlens = l, e->nnsegs = n;
     return FSC_OK;
 }
 
@@ -453,7 +487,7 @@ static fsc_status engine_finish(fsc_engine *e) {
     if (s == FSC_OK) s = e->st->setup(e);
     if (s == FSC_OK) s = fsc_offload_after_setup(e);
     if (s == FSC_OK) s = make_norm_group(e);
-    if (s == FSC_OK && e->lay.tp > 1) s = fsc_tensor_after_setup(e);
+    if (s == FSC_OK) s = make_norm_pieces(e);
     if (s == FSC_OK) s = make_tied_copies(e);
     if (s == FSC_OK) s = fsc_engine_apply_decay(e);
     if (s == FSC_OK && e->po.reduce_exact) s = fsc_exact_create(e); /* shadows of the reduced gradients */
@@ -800,8 +834,9 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
     e->skips_in_row = 0;
     if (e->use_scaler) scaler_update(e, 0);
     if (e->po.clip > 0) {
-        /* the norm over the pieces that count each element once (with tensor parallelism or DDP's experts nsegs,
-         * otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every reduced gradient */
+        /* the norm over the pieces that count each element once (nsegs, make_norm_pieces: tensor parallelism's or
+         * the strategy's; otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every
+         * reduced gradient */
         const int own = e->nsegs != NULL;
         double norm = 0;
         FSC_TRY(fsc_grad_norm(e->gdev, e->norm_comm, own ? e->nsegs : e->gsegs, own ? e->nlens : e->glens,
@@ -1074,6 +1109,8 @@ void fsc_engine_free(fsc_engine *e) {
     free(e->toff);
     free(e->gsegs);
     free(e->glens);
+    free(e->nsegs);
+    free(e->nlens);
     free(e);
 }
 

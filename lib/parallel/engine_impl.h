@@ -26,6 +26,11 @@ typedef struct {
      * e->nsegs) is split, NULL when each rank holds it all; the engine widens it into e->norm_comm once
      * (fsc_layout_norm_group) */
     fsc_comm *(*norm_group)(const fsc_engine *e);
+    /* after setup, may be NULL: the pieces of this rank's reduced gradients the clipping norm counts over that
+     * group when they are not e->gsegs themselves (each element counted once). With g NULL *n is their number
+     * (-1: e->gsegs themselves, no pieces); otherwise g and lens receive the *n pieces. The engine keeps them
+     * (e->nsegs, engine.c's make_norm_pieces); the strategy writes no field of the clipping. */
+    fsc_status (*norm_pieces)(const fsc_engine *e, float **g, size_t *lens, int *n);
     /* layer hooks (model.h); may be NULL */
     fsc_status (*pre_forward)(fsc_engine *e, int layer);
     fsc_status (*post_forward)(fsc_engine *e, int layer);
@@ -56,6 +61,18 @@ typedef struct {
 
 #define FSC_ENGINE_MAX_GROUPS 16
 
+/* The segments a strategy reduces: the classes of this rank's held tensors, decided once by the engine from the
+ * layout (engine.c's make_data_groups, with the groups). Class 0: the dense tensors, their gradients summed over
+ * the data group; class 1, with expert parallelism only: this rank's expert tensors, summed over the expert-data
+ * group (the data ranks holding the same experts). A strategy cuts its runs, buckets or units per class
+ * (fsc_engine_reduce_class) and reduces each over its class's group, instead of testing expert parallelism. */
+typedef struct {
+    fsc_comm *sum;            /* the group summing the class's gradients (and sync_from_rank0's broadcast) */
+    fsc_comm *spread;         /* the group whose ranks hold different tensors of the class (experts: the expert
+                               * group), NULL when every data rank holds them all (dense) */
+    int expert;               /* the expert tensors (split over the expert group) */
+} fsc_reduce_class;
+
 struct fsc_engine {
     fsc_rank *r;
     fsc_device *dev;
@@ -72,8 +89,9 @@ struct fsc_engine {
     fsc_groups grp;
     fsc_comm *tensor_comm;    /* tensor parallelism: the tensor group (NULL with tp 1) */
     fsc_comm *pipe_comm;      /* the pipeline group (NULL with pp 1) */
-    /* tensor parallelism: the pieces of the reduced gradients the clipping norm counts (every split
-     * tensor, replicated tensors on tensor rank 0 only) over norm_comm */
+    /* the pieces of the reduced gradients the clipping norm counts over norm_comm when they are not gsegs
+     * (NULL: gsegs): tensor parallelism's (every split tensor, replicated tensors on tensor rank 0 only), or the
+     * strategy's (norm_pieces); written once, by engine.c's make_norm_pieces, and freed by the engine */
     float **nsegs;
     size_t *nlens;
     int nnsegs;
@@ -117,6 +135,8 @@ struct fsc_engine {
      * over them) and the expert-data group (the data ranks holding the same experts); NULL otherwise (views of
      * grp.expert and grp.expert_data) */
     fsc_comm *ep_comm, *ep_data;
+    fsc_reduce_class rclass[2]; /* the reduction classes (above): rclass[0] dense, rclass[1] experts */
+    int nrclass;                /* 1, or 2 with expert parallelism */
 
     fsc_comm *groups[FSC_ENGINE_MAX_GROUPS]; /* communicators counted in fsc_engine_comm_stats besides comm */
     int group_kind[FSC_ENGINE_MAX_GROUPS];   /* fsc_group_kind of each */
@@ -134,6 +154,8 @@ extern const fsc_strategy fsc_strategy_fsdp;
 extern const fsc_strategy fsc_strategy_zero;  /* zero1 and zero2 */
 
 /* Helpers shared by strategies. */
+/* Tensor i's reduction class (an index into e->rclass): 1 for an expert tensor under expert parallelism, else 0. */
+int fsc_engine_reduce_class(const fsc_engine *e, int i);
 /* Offset of tensor i in the tensor-order flat layout (prefix sums of numel, i <= n_tensors; O(1)). */
 size_t fsc_engine_tensor_offset(const fsc_engine *e, int i);
 /* Whether this rank holds (owns and steps) tensor i; held tensors are a contiguous index range
@@ -236,8 +258,9 @@ fsc_status fsc_tensor_make_full_info(fsc_engine *e);
 /* The model's tensors are slices for this rank's place in the tensor group l (tp_size and tp_rank); with tp > 1
  * at least one tensor is split. */
 fsc_status fsc_tensor_check_model(const fsc_model *m, const fsc_layout *l);
-/* After the strategy's setup and the norm's group (tp > 1): the clipping norm's gradient pieces. */
-fsc_status fsc_tensor_after_setup(fsc_engine *e);
+/* After the strategy's setup (tp > 1): the clipping norm's gradient pieces (arrays from malloc, *n of them), for
+ * engine.c's make_norm_pieces. */
+fsc_status fsc_tensor_norm_pieces(fsc_engine *e, float ***segs, size_t **lens, int *n);
 /* Collective over the world: the full parameters on tensor rank 0 (host may be NULL elsewhere). */
 fsc_status fsc_tensor_full_params(fsc_engine *e, float *host);
 /* Every rank reads its slices of what it holds from a validated full-weights file (no collective). */
@@ -245,7 +268,7 @@ fsc_status fsc_tensor_load(fsc_engine *e, fsc_st_file *f);
 /* A strategy's holdings of this rank's slices (in, n) as holdings of the full tensors (element ranges of the
  * full tensor, one per contiguous run; replicated tensors written by tensor rank 0 only), *out from malloc. */
 fsc_status fsc_tensor_holdings(fsc_engine *e, const fsc_holding *in, int n, fsc_holding **out, int *nout);
-/* Free e->full, the norm pieces and the norm group tensor parallelism made. */
+/* Free e->full. */
 void fsc_tensor_free(fsc_engine *e);
 
 #endif

@@ -64,9 +64,10 @@ typedef struct {
     size_t numel, padded, shard; /* shard = padded / G */
     int first_layer, last_layer; /* layers that use the unit */
     int is_root;
-    int expert;       /* expert parallelism: the expert tensors of a unit, split over e->ep_data */
-    fsc_comm *sc;     /* the group that splits it: the shard group, or e->ep_data */
-    fsc_comm *rc;     /* the group that sums its gradients: the data group, or e->ep_data */
+    int expert;       /* its reduction class (e->rclass): 1, expert parallelism's expert tensors of a unit, split
+                       * over e->ep_data */
+    fsc_comm *sc;     /* the group that splits it: the shard group, or its class's (e->ep_data) */
+    fsc_comm *rc;     /* the group that sums its gradients: its class's (the data group, or e->ep_data) */
     int rs;           /* that sum is a reduce-scatter (its shards split over all of rc), not an all-reduce */
     float *master;    /* (shard) fp32 */
     float *sgrad;     /* (shard) reduced gradients */
@@ -133,18 +134,19 @@ static fsc_status build_units(fsc_engine *e, fsdp_state *d) {
         d->nunits++;
     }
     free(lt);
-    /* expert parallelism: each unit's expert tensors become a unit of their own */
-    for (int u = 0, n = d->nunits; e->ep_data && u < n; u++) {
+    /* each unit's tensors of another reduction class than the dense one (engine_impl.h; expert parallelism: its
+     * expert tensors) become a unit of their own */
+    for (int u = 0, n = d->nunits; e->nrclass > 1 && u < n; u++) {
         int x = 0;
         for (int t = 0; t < nt; t++)
-            if (d->unit_of[t] == u && e->m->info[t].expert >= 0) d->unit_of[t] = d->nunits, x = 1;
+            if (d->unit_of[t] == u && fsc_engine_reduce_class(e, t)) d->unit_of[t] = d->nunits, x = 1;
         if (x) d->u[d->nunits++].expert = 1;
     }
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
         U->is_root = u == 0;
-        U->sc = U->expert && d->G != 1 ? e->ep_data : d->shard_comm; /* no_shard: unsplit */
-        U->rc = U->expert ? e->ep_data : e->comm;
+        U->rc = e->rclass[U->expert].sum; /* its class's group */
+        U->sc = U->expert && d->G != 1 ? U->rc : d->shard_comm; /* no_shard: unsplit */
         U->rs = U->expert ? d->G != 1 : d->G == d->N;
         const size_t N = (size_t)fsc_comm_size(U->rc), G = (size_t)fsc_comm_size(U->sc);
         U->tensors = calloc((size_t)nt, sizeof(int));
@@ -402,28 +404,42 @@ static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
     return fsc_download_start(e, &d->rq, dg, U->sgrad, d->mdev, U->shard, accumulate); /* owns dg */
 }
 
-/* no_shard and hybrid_shard with expert parallelism: the dense shards are replicated (no_shard: over the data
- * group; hybrid: over the replica group), the expert units split over the expert-data group (no_shard: whole on
- * each of its ranks). The clipping norm counts each element once: no_shard over the expert group, dense units on
- * its rank 0 (as DDP's runs); hybrid over the data group, dense units on replica rank 0; expert units everywhere. */
-static fsc_status norm_pieces(fsc_engine *e, fsdp_state *d) {
-    e->nsegs = calloc((size_t)d->nunits, sizeof *e->nsegs);
-    e->nlens = calloc((size_t)d->nunits, sizeof *e->nlens);
-    if (!e->nsegs || !e->nlens) return fsc_error(FSC_ERR_NOMEM, "fsdp: out of memory");
-    const int dense_here = fsc_comm_rank(d->G == 1 ? e->ep_comm : d->replica_comm) == 0;
-    for (int u = 0; u < d->nunits; u++) {
-        if (!d->u[u].expert && !dense_here) continue;
-        e->nsegs[e->nnsegs] = d->u[u].sgrad;
-        e->nlens[e->nnsegs++] = d->u[u].shard;
+/* The group a reduction class is spread over (experts: the expert group), NULL when no class is. */
+static fsc_comm *spread_group(const fsc_engine *e) {
+    for (int c = 0; c < e->nrclass; c++)
+        if (e->rclass[c].spread) return e->rclass[c].spread;
+    return NULL;
+}
+
+/* no_shard and hybrid_shard with a class spread over a group (expert parallelism): the dense shards are replicated
+ * (no_shard: over the data group; hybrid: over the replica group), the spread units (experts) split over their
+ * class's group (no_shard: whole on each of its ranks). The clipping norm counts each element once: no_shard over
+ * the spread group, dense units on its rank 0 (as DDP's runs); hybrid over the data group, dense units on replica
+ * rank 0; spread units everywhere. */
+static fsc_status fsdp_norm_pieces(const fsc_engine *e, float **g, size_t *lens, int *n) {
+    const fsdp_state *d = e->sd;
+    fsc_comm *spread = spread_group(e);
+    if (!spread || d->G == d->N) {
+        *n = -1;
+        return FSC_OK;
     }
+    const int dense_here = fsc_comm_rank(d->G == 1 ? spread : d->replica_comm) == 0;
+    int c = 0;
+    for (int u = 0; u < d->nunits; u++) {
+        if (!e->rclass[d->u[u].expert].spread && !dense_here) continue;
+        if (g) g[c] = d->u[u].sgrad, lens[c] = d->u[u].shard;
+        c++;
+    }
+    *n = c;
     return FSC_OK;
 }
 
-/* The shard group, or with expert parallelism and replicated dense shards the group of norm_pieces. */
+/* The shard group, or with a spread class and replicated dense shards the group of fsdp_norm_pieces. */
 static fsc_comm *fsdp_norm_group(const fsc_engine *e) {
     const fsdp_state *d = e->sd;
-    if (!e->ep_data || d->G == d->N) return d->shard_comm;
-    return d->G == 1 ? e->ep_comm : e->comm;
+    fsc_comm *spread = spread_group(e);
+    if (!spread || d->G == d->N) return d->shard_comm;
+    return d->G == 1 ? spread : e->comm;
 }
 
 static fsc_status fsdp_setup(fsc_engine *e) {
@@ -481,7 +497,6 @@ static fsc_status fsdp_setup(fsc_engine *e) {
         bind_params(e, U, NULL);
         bind_grads(e, U, NULL);
     }
-    if (e->ep_data && d->G != d->N) FSC_TRY(norm_pieces(e, d));
     return FSC_OK;
 }
 
@@ -663,8 +678,9 @@ static fsc_status fsdp_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     int c = 0;
     for (int u = 0; u < d->nunits; u++) {
         const fsdp_unit *U = &d->u[u];
-        /* expert units: split over every rank holding those experts, or (no_shard) written by the first */
-        const int writer = U->expert ? U->sc == e->ep_data || fsc_comm_rank(e->ep_data) == 0
+        /* expert units: split over their class's group (every rank holding those experts), or (no_shard) written
+         * by its first rank */
+        const int writer = U->expert ? U->sc == U->rc || fsc_comm_rank(U->rc) == 0
                                      : fsc_comm_rank(d->replica_comm) == 0;
         size_t own_lo = (size_t)fsc_comm_rank(U->sc) * U->shard, own_hi = own_lo + U->shard;
         for (int k = 0; k < U->ntensors; k++) {
@@ -706,11 +722,6 @@ static void fsdp_destroy(fsc_engine *e) {
     }
     free(d->u);
     free(d->unit_of);
-    if (e->ep_data && d->G != d->N) { /* the clipping pieces made here */
-        free(e->nsegs);
-        free(e->nlens);
-        e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
-    }
     free(d);
     e->sd = NULL;
 }
@@ -719,6 +730,7 @@ const fsc_strategy fsc_strategy_fsdp = {
     .name = "fsdp",
     .setup = fsdp_setup,
     .norm_group = fsdp_norm_group,
+    .norm_pieces = fsdp_norm_pieces,
     .pre_forward = fsdp_pre_forward,
     .post_forward = fsdp_post_forward,
     .pre_backward = fsdp_pre_backward,

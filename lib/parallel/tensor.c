@@ -52,29 +52,30 @@ fsc_status fsc_tensor_check_model(const fsc_model *m, const fsc_layout *l) {
     return FSC_OK;
 }
 
-fsc_status fsc_tensor_after_setup(fsc_engine *e) {
+fsc_status fsc_tensor_norm_pieces(fsc_engine *e, float ***segs, size_t **lens, int *nseg) {
     /* the group they are summed over (every rank holding a part of the gradient) is the engine's e->norm_comm
-     * (fsc_layout_norm_group); the pieces: what this rank holds (the strategy's holdings), replicated tensors on tensor rank 0 only */
+     * (fsc_layout_norm_group); the pieces: what this rank holds (the strategy's holdings), replicated tensors on
+     * tensor rank 0 only */
+    *segs = NULL, *lens = NULL, *nseg = 0;
     if (!e->st->holdings)
         return fsc_error(FSC_ERR_INTERNAL, "tensor parallelism: strategy %s does not describe its holdings", e->st->name);
     fsc_holding *h = NULL;
     int n = 0;
     FSC_TRY(e->st->holdings(e, &h, &n));
-    free(e->nsegs), free(e->nlens);
-    e->nnsegs = 0;
-    e->nsegs = calloc((size_t)n + 1, sizeof *e->nsegs);
-    e->nlens = calloc((size_t)n + 1, sizeof *e->nlens);
-    if (!e->nsegs || !e->nlens) {
-        free(h);
+    float **g = calloc((size_t)n + 1, sizeof *g);
+    size_t *l = calloc((size_t)n + 1, sizeof *l);
+    if (!g || !l) {
+        free(g), free(l), free(h);
         return fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory");
     }
+    int c = 0;
     for (int k = 0; k < n; k++) {
         if (!sliced(&e->m->info[h[k].tensor]) && e->lay.tensor != 0) continue;
-        e->nsegs[e->nnsegs] = (float *)fsc_optim_grad(e->opt, h[k].seg) + h[k].seg_off;
-        e->nlens[e->nnsegs] = h[k].n;
-        e->nnsegs++;
+        g[c] = (float *)fsc_optim_grad(e->opt, h[k].seg) + h[k].seg_off;
+        l[c++] = h[k].n;
     }
     free(h);
+    *segs = g, *lens = l, *nseg = c;
     return FSC_OK;
 }
 
@@ -183,9 +184,4 @@ fsc_status fsc_tensor_full_params(fsc_engine *e, float *host) {
 void fsc_tensor_free(fsc_engine *e) {
     free(e->full);
     e->full = NULL;
-    if (e->tensor_comm) { /* the clipping pieces made by fsc_tensor_after_setup */
-        free(e->nsegs);
-        free(e->nlens);
-        e->nsegs = NULL, e->nlens = NULL, e->nnsegs = 0;
-    }
 }

@@ -38,8 +38,8 @@
 typedef struct {
     int llo, lhi;         /* layers whose tensors it holds; reduced after the backward of llo */
     int t0, t1;           /* its tensors are those of [t0, t1) with z->bk[t] equal to its index */
-    int expert;           /* expert tensors (sharded over e->ep_data) rather than dense ones */
-    fsc_comm *comm;       /* the group its shards split over: e->comm, or e->ep_data for experts */
+    int cls;              /* its tensors' reduction class (e->rclass: dense, or experts sharded over e->ep_data) */
+    fsc_comm *comm;       /* the group its shards split over: its class's (e->comm, or e->ep_data for experts) */
     int N, rank;          /* that group's size and this rank's place in it */
     size_t n;             /* elements of its tensors */
     size_t padded, shard; /* padded = N x shard */
@@ -65,11 +65,9 @@ typedef struct {
 /* Whether tensor t belongs to bucket b. */
 static int in_bucket(const zero_state *z, const zero_bucket *b, int t) { return z->bk[t] == (int)(b - z->b); }
 
-/* Whether tensor t is an expert tensor sharded over the expert-data group. */
-static int is_expert(const fsc_engine *e, int t) { return e->ep_data && e->m->info[t].expert >= 0; }
 
 /* Whole layers in backward order, a bucket closed once it reaches cap bytes (as DDP's buckets); with expert
- * parallelism a closed range gives a dense and an expert bucket (those with tensors). */
+ * parallelism a closed range gives a bucket per reduction class, dense and experts (those with tensors). */
 static fsc_status build_buckets(fsc_engine *e, zero_state *z, size_t cap) {
     const int nl = e->ll - e->lf + 1, nt = e->m->n_tensors;
     z->b = calloc((size_t)(nl > 0 ? 2 * nl : 1), sizeof(zero_bucket));
@@ -84,13 +82,13 @@ static fsc_status build_buckets(fsc_engine *e, zero_state *z, size_t cap) {
             memset(cur, 0, sizeof cur);
             cur[0].lhi = cur[1].lhi = l;
             cur[0].t0 = cur[1].t0 = nt;
-            cur[1].expert = 1;
+            cur[1].cls = 1;
             open = 1;
         }
         cur[0].llo = cur[1].llo = l;
         for (int t = z->t0; t < z->t1; t++) {
             if (e->m->info[t].layer != l || !fsc_engine_holds(e, t)) continue;
-            zero_bucket *c = &cur[is_expert(e, t)];
+            zero_bucket *c = &cur[fsc_engine_reduce_class(e, t)];
             if (t < c->t0) c->t0 = t;
             if (t + 1 > c->t1) c->t1 = t + 1;
             c->n += e->m->info[t].numel;
@@ -110,13 +108,14 @@ static fsc_status build_buckets(fsc_engine *e, zero_state *z, size_t cap) {
     }
     for (int k = 0; k < z->nb; k++) {
         zero_bucket *b = &z->b[k];
-        b->comm = b->expert ? e->ep_data : e->comm;
+        b->comm = e->rclass[b->cls].sum;
         b->N = fsc_comm_size(b->comm);
         b->rank = fsc_comm_rank(b->comm);
         size_t pos = 0, N = (size_t)b->N;
         for (int t = b->t0; t < b->t1; t++) {
             int l = e->m->info[t].layer;
-            if (l < b->llo || l > b->lhi || !fsc_engine_holds(e, t) || is_expert(e, t) != b->expert) continue;
+            if (l < b->llo || l > b->lhi || !fsc_engine_holds(e, t) || fsc_engine_reduce_class(e, t) != b->cls)
+                continue;
             z->bk[t] = k;
             z->off[t] = pos;
             pos += e->m->info[t].numel;

@@ -160,6 +160,9 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
     const cluster_preset *p = plan_preset(c);
     const int gw = c->given[option_index("world")], gd = c->given[option_index("dp")];
     if (!p && c->nodes) return snprintf(err, cap, "--nodes needs --cluster (a node's GPUs)"), -1;
+    if (p && c->nodes * p->ranks > 1024) /* the trainer's --world range */
+        return snprintf(err, cap, "--nodes %d x %d GPUs of a %s node is %d ranks: fsc plans at most 1024", c->nodes,
+                        p->ranks, p->name, c->nodes * p->ranks), -1;
     if (p && !gw && !gd) c->t.world = (c->nodes ? c->nodes : 1) * p->ranks, c->given[option_index("world")] = 1;
     if (resolve_layout(&c->t, c->given, err, cap) != 0) return -1;
     if (c->search && !c->given[option_index("parallel")] && c->t.world > 1) /* any strategy: the search varies it */

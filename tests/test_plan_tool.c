@@ -143,6 +143,7 @@ static void test_plan_cluster(void **st) {
     cJSON_Delete(j);
     prog_refused(planner, "--nodes 2", tmpdir, 2, "--nodes needs --cluster");
     prog_refused(planner, "--cluster h100-sxm-8 --nodes 2 --world 8", tmpdir, 2, "--world 8 is not --nodes 2 x 8");
+    prog_refused(planner, "--cluster h100-sxm-8 --nodes 129", tmpdir, 2, "is 1032 ranks: fsc plans at most 1024");
     prog_refused(planner, "--cluster v100", tmpdir, 2, "--cluster 'v100'");
 }
 

@@ -178,8 +178,18 @@ fsc_status fsc_op_mul_backward(fsc_tensor *da, fsc_tensor *db, const fsc_tensor 
     return FSC_K(dev, mul_backward, da ? da->data : NULL, db ? db->data : NULL, a->data, b->data, dout->data, n);
 }
 
-/* x is (N, C) and v is (C), C <= INT_MAX. */
-static fsc_status rows_vec(const char *fn, const fsc_tensor *x, const fsc_tensor *v) {
+/* The checks of a row call fn(x (N, C), v (C)), C <= INT_MAX, in the order the arguments are given (x first when
+ * x_first): NULLs, each tensor as check() wants it, then the shapes; *dev, *n, *m := the device, x's and v's
+ * elements. */
+static fsc_status rows_vec(const char *fn, const fsc_tensor *x, const fsc_tensor *v, int x_first, fsc_device **dev,
+                           size_t *n, size_t *m) {
+    const fsc_tensor *first = x_first ? x : v, *second = x_first ? v : x;
+    const char *name1 = x_first ? "x" : "v", *name2 = x_first ? "v" : "x";
+    if (!first || !second) /* NULLs before anything else (elementwise's order) */
+        return fsc_error(FSC_ERR_INVALID, "%s: %s is NULL", fn, !first ? name1 : name2);
+    fsc_status s = check(fn, name1, first, dev, x_first ? n : m);
+    if (s == FSC_OK) s = check(fn, name2, second, dev, x_first ? m : n);
+    if (s != FSC_OK) return s;
     if (x->ndim != 2 || v->ndim != 1 || v->shape[0] != x->shape[1]) {
         char sx[96], sv[96];
         fsc_shape_str(sx, sizeof sx, x->ndim, x->shape);
@@ -191,37 +201,25 @@ static fsc_status rows_vec(const char *fn, const fsc_tensor *x, const fsc_tensor
 }
 
 fsc_status fsc_op_add_rows(fsc_tensor *x, const fsc_tensor *v) {
-    FSC_CHECK_ARG(x);
-    FSC_CHECK_ARG(v);
     fsc_device *dev = NULL;
     size_t n, m;
-    CHECK(x, dev, n);
-    CHECK(v, dev, m);
-    fsc_status s = rows_vec(__func__, x, v);
+    fsc_status s = rows_vec(__func__, x, v, 1, &dev, &n, &m);
     if (s != FSC_OK || n == 0) return s;
     return FSC_K(dev, bias_add, x->data, v->data, (size_t)x->shape[0], (int)x->shape[1]);
 }
 
 fsc_status fsc_op_sum_rows(fsc_tensor *v, const fsc_tensor *x) {
-    FSC_CHECK_ARG(v);
-    FSC_CHECK_ARG(x);
     fsc_device *dev = NULL;
     size_t n, m;
-    CHECK(v, dev, m);
-    CHECK(x, dev, n);
-    fsc_status s = rows_vec(__func__, x, v);
+    fsc_status s = rows_vec(__func__, x, v, 0, &dev, &n, &m);
     if (s != FSC_OK || n == 0) return s;
     return FSC_K(dev, bias_grad, v->data, x->data, (size_t)x->shape[0], (int)x->shape[1]);
 }
 
 fsc_status fsc_op_repeat_rows(fsc_tensor *x, const fsc_tensor *v) {
-    FSC_CHECK_ARG(x);
-    FSC_CHECK_ARG(v);
     fsc_device *dev = NULL;
     size_t n, m;
-    CHECK(x, dev, n);
-    CHECK(v, dev, m);
-    fsc_status s = rows_vec(__func__, x, v);
+    fsc_status s = rows_vec(__func__, x, v, 1, &dev, &n, &m);
     if (s != FSC_OK || n == 0) return s;
     s = fsc_device_copy(dev, x->data, v->data, m * sizeof(float));
     return s == FSC_OK ? doubling(dev, x->data, m, n) : s;

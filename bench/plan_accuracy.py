@@ -45,13 +45,16 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--bandwidth", default="0.2")
     ap.add_argument("--latency", default="50")
+    ap.add_argument("--clock", default="virtual", choices=["virtual", "wall"],
+                    help="the simulated cluster's clock (fsc-train --sim-clock): virtual, each rank's own thread's "
+                         "CPU time and the modelled network, or wall, the machine's, shared by the ranks")
     a = ap.parse_args()
     trainer = os.path.join(a.build, "fsc-train")
     errors = []
     print("%-32s %10s %10s %8s" % ("layout", "measured", "predicted", "error"))
     for name, opts in LAYOUTS:
         cmd = [trainer, "--plan", "--json", "--peak-tflops", "1", "--steps", str(a.steps), "--sim-bandwidth",
-               a.bandwidth, "--sim-latency", a.latency] + opts.split()
+               a.bandwidth, "--sim-latency", a.latency, "--sim-clock", a.clock] + opts.split()
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             print("%-32s failed: %s" % (name, out.stderr.strip().splitlines()[-1:]))

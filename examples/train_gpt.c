@@ -115,7 +115,7 @@ static int build(trainer *t) {
     t->co = (fsc_cluster_opts){.world = c->world, .device = option_choice("device", c->device, t->dev, sizeof t->dev),
                                .threads_per_rank = c->threads, .reduce_native = c->reduce == 1,
                                .sim_bandwidth_gbps = c->sim_bandwidth, .sim_latency_us = c->sim_latency,
-                               .sim_copy_gbps = c->sim_copy};
+                               .sim_copy_gbps = c->sim_copy, .sim_clock = c->sim_clock};
     if (c->check_ddp && !(t->st.params = calloc(t->st.nparams, sizeof(float)))) {
         fprintf(stderr, "fsc-train: out of memory\n");
         return 1;

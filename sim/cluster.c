@@ -12,6 +12,7 @@
 #include <string.h>
 #include "fsc/cluster.h"
 #include "sim.h"
+#include "core/clock_impl.h"
 #include "core/device_impl.h" /* fsc_device_set_copy_cost */
 
 #define SIM_MAX_WORLD 1024
@@ -22,6 +23,8 @@ typedef struct {
     fsc_rank_fn fn;
     void *arg;
     sim_cluster *cl;
+    fsc_vclock clock;  /* the rank's virtual clock (cl->virt) */
+    double t0;         /* where it starts: the monotonic clock when the cluster started */
     fsc_status status;
     pthread_t thread;
     int started;
@@ -30,7 +33,9 @@ typedef struct {
 static void *rank_main(void *p) {
     rank_ctx *rc = p;
     fsc_clear_error();
+    if (rc->cl->virt) fsc_clock_attach(&rc->clock, rc->t0);
     rc->status = rc->fn(&rc->r, rc->arg);
+    if (rc->cl->virt) fsc_clock_attach(NULL, 0);
     if (rc->status != FSC_OK) sim_cluster_fail(rc->cl, rc->r.rank, rc->status, fsc_last_error());
     sim_cluster_exit(rc->cl, rc->r.rank);
     return NULL;
@@ -59,6 +64,22 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
     if (!(o->sim_copy_gbps >= 0) || isinf(o->sim_copy_gbps))
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_copy_gbps %g must be a finite number of GB/s (0: "
                                           "host<->device copies cost no time)", o->sim_copy_gbps);
+    if (o->sim_clock != FSC_SIM_CLOCK_WALL && o->sim_clock != FSC_SIM_CLOCK_VIRTUAL)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_clock %d is not a clock (FSC_SIM_CLOCK_WALL 0 or "
+                                          "FSC_SIM_CLOCK_VIRTUAL 1)", o->sim_clock);
+    if (o->sim_clock == FSC_SIM_CLOCK_VIRTUAL) {
+        if (o->device && strcmp(o->device, "cpu") != 0)
+            return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: the virtual clock measures a rank's computation as "
+                             "its thread's CPU time, which is not a '%s' device's time: use the cpu device or the "
+                             "wall clock", o->device);
+        if (o->threads_per_rank > 1)
+            return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: the virtual clock counts the CPU time of a rank's "
+                             "own thread only, so it needs one BLAS thread a rank (threads_per_rank %d)",
+                             o->threads_per_rank);
+        if (o->stage_through_host)
+            return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: stage_through_host is not timed by the virtual "
+                                              "clock (the staging runs on progress threads): use the wall clock");
+    }
     if (o->reduce_native)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: reduce_native applies to processes started by a launcher "
                          "(MPI, NCCL); simulated ranks always sum in rank order");
@@ -85,7 +106,8 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     const int world = opts->world;
     const char *devname = opts->device ? opts->device : "cpu";
     double timeout = opts->timeout_s > 0 ? opts->timeout_s : SIM_DEFAULT_TIMEOUT_S;
-    fsc_device_opts dopts = {.threads = opts->threads_per_rank ? opts->threads_per_rank : (world > 1 ? 1 : 0),
+    const int virt = opts->sim_clock == FSC_SIM_CLOCK_VIRTUAL;
+    fsc_device_opts dopts = {.threads = opts->threads_per_rank ? opts->threads_per_rank : (world > 1 || virt ? 1 : 0),
                              .ordinal = 0};
 
     rank_ctx *ranks = calloc((size_t)world, sizeof(*ranks));
@@ -93,6 +115,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     sim_cluster *cl = NULL;
     fsc_status s = sim_cluster_create(world, timeout, &cl);
     if (s == FSC_OK) {
+        cl->virt = virt;
         cl->net_latency_s = opts->sim_latency_us * 1e-6;
         cl->net_bytes_per_s = opts->sim_bandwidth_gbps * 1e9;
         if (cl->net_latency_s > 0 || cl->net_bytes_per_s > 0) { /* the links' bookings (sim_net.c) */
@@ -119,6 +142,8 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         s = sim_comm_open(cl, r, rc->r.dev, opts->stage_through_host, &rc->r.comm);
     }
 
+    const double t0 = fsc_clock_wall(); /* every rank's virtual clock starts here */
+    for (int r = 0; r < world; r++) ranks[r].t0 = t0;
     if (s == FSC_OK && world == 1) {
         rank_main(&ranks[0]);
     } else if (s == FSC_OK) {

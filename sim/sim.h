@@ -53,6 +53,7 @@ typedef struct {
     int posted;           /* 1 while the rank waits to arrive */
     sim_handle *child;    /* split: this rank's handle on its new group, set by the completing rank */
     const char *stage_err; /* non-NULL: this rank could not stage its buffers (why); the call fails everywhere */
+    double t_arrive;      /* virtual clock: when the rank arrived (its handle's t_arrive) */
 } sim_slot;
 
 /* A buffered point-to-point message, queued at its destination. */
@@ -61,6 +62,7 @@ typedef struct sim_msg {
     int src;
     size_t count;
     fsc_dtype dt;
+    double t_avail;       /* virtual clock: when the message is at its destination (the send's modelled end) */
     unsigned char data[];
 } sim_msg;
 
@@ -94,7 +96,13 @@ struct sim_handle {
     size_t cap;
     char stage_err[SIM_MSG_CAP]; /* why staging failed, for the slot's stage_err */
     struct fsc_callq *async;  /* the handle's progress thread (sim_async.c), NULL until the first start */
-    double t_done;            /* network: when this rank's last committed collective ends */
+    double t_done;            /* network or virtual clock: when this rank's last committed collective ends */
+    /* the virtual clock (cl->virt): when the running call arrived (set before it runs) and when the handle's
+     * last call ended (its calls run one after another, as on one stream) */
+    double t_arrive, t_last;
+    struct sim_vreq *vreqs;   /* the virtual clock: the handle's started calls not yet waited for (sim_async.c) */
+    pthread_mutex_t vmu;      /* guards vreqs (the rank's thread and the progress thread) */
+    int vmu_init;
 };
 
 struct sim_cluster {
@@ -114,6 +122,8 @@ struct sim_cluster {
     pthread_mutex_t net_mu;   /* guards link_free; taken under a group's mu, never the other way */
     double *link_free;        /* (world) when each rank's link is free again (sim_now seconds), or NULL */
     double *link_booked;      /* (world) the seconds booked on each rank's link so far (under net_mu), with link_free */
+    int virt;                 /* 1: every rank thread reads a virtual clock (fsc_cluster_opts.sim_clock); time is
+                               * booked on it: a collective starts when its last rank arrives (sim_net.c) */
 };
 
 /* sim_group.c: the cluster, groups and the rendezvous. */
@@ -164,6 +174,8 @@ fsc_status sim_async_start(void *ctx, const fsc_comm_call *k, void **req);
 fsc_status sim_async_wait(void *ctx, void *req);
 fsc_status sim_async_test(void *ctx, void *req, int *done);
 void sim_async_drain(sim_handle *h);
+/* The virtual clock: the time the handle's next synchronous call arrives, after its queue drained. */
+double sim_async_arrival(sim_handle *h);
 /* Stop the thread (it finishes what is queued first); before the handle is freed. */
 void sim_async_free(sim_handle *h);
 
@@ -174,13 +186,14 @@ int sim_net_on(const sim_cluster *cl);
 /* The monotonic clock in seconds. */
 double sim_now(void);
 /* Book `cost` seconds on the links of the n world ranks: from when all of them are free (and not before
- * now) on; returns when it ends. */
-double sim_net_reserve(sim_cluster *cl, const int *world_rank, int n, double cost);
+ * ready: now on the monotonic clock, or the last arrival on the virtual clock) on; returns when it ends. */
+double sim_net_reserve(sim_cluster *cl, const int *world_rank, int n, double cost, double ready);
 /* Count cost seconds on world rank w's link without booking it (a call the counting device skips). */
 void sim_net_count(sim_cluster *cl, int w, double cost);
-/* Under g->mu, by the rank completing an arrive: book the committed collective's time (g->t_done). */
+/* Under g->mu, by the rank completing an arrive: book the committed collective's time (g->t_done): with the
+ * virtual clock from the last rank's arrival (slots' t_arrive), even without a network. */
 void sim_net_commit(sim_group *g);
-/* Sleep until t (sim_now seconds). */
+/* Sleep until t (sim_now seconds); the monotonic clock only. */
 void sim_net_sleep_until(double t);
 
 /* sim_stage.c: staging through host memory (called only when h->stage is set). A rank whose staging fails

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "sim.h"
+#include "core/clock_impl.h"
 
 enum { TILE = 256 };
 
@@ -236,6 +237,7 @@ static fsc_status sim_send(void *ctx, const void *buf, size_t count, fsc_dtype d
     m->src = h->rank;
     m->count = count;
     m->dt = dt;
+    m->t_avail = h->t_done; /* the virtual clock: the send's end (sim_run_call) */
     char what[64];
     snprintf(what, sizeof(what), "send to rank %d", peer);
     if (h->stage) {
@@ -301,6 +303,7 @@ static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int
     }
     pthread_mutex_unlock(&g->mu);
     if (!m) return s;
+    h->t_done = m->t_avail > h->t_arrive ? m->t_avail : h->t_arrive; /* the virtual clock: here when it arrived */
     if (m->count != count || m->dt != dt) {
         s = fsc_error(FSC_ERR_COMM, "%s of %zu x %s, but %s sent %zu x %s", what, count, fsc_dtype_name(dt), lab,
                       m->count, fsc_dtype_name(m->dt));
@@ -350,14 +353,18 @@ fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
     /* the counting device (the planner's dry run): a call larger than its real allocations moves nothing and
      * waits for no one (every rank skips the same calls: their sizes agree); smaller ones carry the values the
      * engine reads back and run as on any device */
-    const int net = sim_net_on(h->g->cl);
+    const int net = sim_net_on(h->g->cl), virt = h->g->cl->virt;
+    h->t_done = h->t_arrive;
     if (h->dry && k->op != FSC_OP_BARRIER && call_bytes(k) > FSC_COUNT_REAL_MAX) { /* its cost is counted, not slept */
         if (net && k->op != FSC_OP_RECV) sim_net_count(h->g->cl, h->g->world_rank[h->rank], sim_net_cost(h->g->cl, k, h->g->size));
         return FSC_OK;
     }
     if (net && k->op == FSC_OP_SEND && k->peer != h->rank) { /* the sender's link carries it before it is there */
         int me = h->g->world_rank[h->rank];
-        sim_net_sleep_until(sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g->cl, k, h->g->size)));
+        double end = sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g->cl, k, h->g->size),
+                                     virt ? h->t_arrive : sim_now());
+        if (virt) h->t_done = end; /* the message carries it (sim_send) */
+        else sim_net_sleep_until(end);
     }
     fsc_status s;
     switch (k->op) {
@@ -371,14 +378,23 @@ fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
     case FSC_OP_BARRIER: s = sim_barrier(h); break;
     default: return fsc_error(FSC_ERR_INTERNAL, "sim: no operation %d", (int)k->op);
     }
-    if (s == FSC_OK && net && k->op != FSC_OP_SEND && k->op != FSC_OP_RECV)
+    if (virt) h->t_last = h->t_done; /* the caller moves its clock (sync_call, sim_async_wait) */
+    else if (s == FSC_OK && net && k->op != FSC_OP_SEND && k->op != FSC_OP_RECV)
         sim_net_sleep_until(h->t_done); /* booked when every rank had arrived */
     return s;
 }
 
+/* On the rank's thread. With the virtual clock the call arrives when the rank called it (or when the handle's
+ * queued calls have ended, if later), and the rank's clock then stands at the call's end: the simulator's own
+ * work inside the call is not charged as the rank's computation. */
 static fsc_status sync_call(void *ctx, const fsc_comm_call *k) {
-    sim_async_drain(ctx); /* issue order: what was started before runs first */
-    return sim_run_call(ctx, k);
+    sim_handle *h = ctx;
+    sim_async_drain(h); /* issue order: what was started before runs first */
+    if (!h->g->cl->virt) return sim_run_call(h, k);
+    h->t_arrive = sim_async_arrival(h);
+    fsc_status s = sim_run_call(h, k);
+    fsc_clock_set(h->t_done > h->t_arrive ? h->t_done : h->t_arrive);
+    return s;
 }
 
 static fsc_status op_all_reduce(void *ctx, const void *send, void *recv, size_t count, fsc_dtype dt, fsc_redop op) {
@@ -416,8 +432,13 @@ static fsc_status op_barrier(void *ctx) {
     return sync_call(ctx, &k);
 }
 static fsc_status op_split(void *ctx, int color, int key, void **new_ctx, int *new_rank, int *new_size) {
-    sim_async_drain(ctx);
-    return sim_split(ctx, color, key, new_ctx, new_rank, new_size);
+    sim_handle *h = ctx;
+    sim_async_drain(h);
+    if (!h->g->cl->virt) return sim_split(h, color, key, new_ctx, new_rank, new_size);
+    h->t_arrive = sim_async_arrival(h);
+    fsc_status s = sim_split(h, color, key, new_ctx, new_rank, new_size);
+    fsc_clock_set(h->t_done > h->t_arrive ? h->t_done : h->t_arrive);
+    return s;
 }
 
 const fsc_comm_ops sim_comm_ops = {

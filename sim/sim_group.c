@@ -366,12 +366,13 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
         return s;
     }
     g->slots[h->rank] = *mine;
+    g->slots[h->rank].t_arrive = h->t_arrive;
     g->slots[h->rank].posted = 1;
     g->slots[h->rank].child = NULL;
     unsigned gen = g->arrive_gen;
     if (++g->arrived == g->size) {
         complete_arrive(g);
-        if (sim_net_on(g->cl) && g->verdict == FSC_OK) sim_net_commit(g);
+        if ((sim_net_on(g->cl) || g->cl->virt) && g->verdict == FSC_OK) sim_net_commit(g);
         for (int j = 0; j < g->size; j++) g->slots[j].posted = 0;
         g->arrived = 0;
         g->arrive_gen++;

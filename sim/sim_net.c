@@ -12,9 +12,8 @@
  * the sum of its calls' times, whichever groups they run on. Calls on one handle run one after another, as
  * on one NCCL stream; the rank's computation goes on meanwhile (asynchronous calls). Without a network
  * (the default) no call costs time. */
-#include <errno.h>
-#include <math.h>
 #include "sim.h"
+#include "core/clock_impl.h"
 
 double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n) {
     if (n <= 1 || (cl->net_latency_s <= 0 && cl->net_bytes_per_s <= 0)) return 0;
@@ -36,15 +35,11 @@ double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n) {
 
 int sim_net_on(const sim_cluster *cl) { return cl->link_free != NULL; }
 
-double sim_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+double sim_now(void) { return fsc_clock_wall(); }
 
-double sim_net_reserve(sim_cluster *cl, const int *world_rank, int n, double cost) {
+double sim_net_reserve(sim_cluster *cl, const int *world_rank, int n, double cost, double ready) {
     pthread_mutex_lock(&cl->net_mu);
-    double start = sim_now();
+    double start = ready;
     for (int j = 0; j < n; j++)
         if (cl->link_free[world_rank[j]] > start) start = cl->link_free[world_rank[j]];
     double end = start + cost;
@@ -62,15 +57,14 @@ void sim_net_count(sim_cluster *cl, int w, double cost) {
 void sim_net_commit(sim_group *g) {
     const sim_slot *s = &g->slots[0];
     fsc_comm_call k = {.op = (fsc_comm_op)s->op, .count = s->count, .dt = s->dt};
-    double cost = s->op == SIM_OP_SPLIT ? 0 : sim_net_cost(g->cl, &k, g->size);
-    g->t_done = cost > 0 ? sim_net_reserve(g->cl, g->world_rank, g->size, cost) : sim_now();
+    double cost = s->op == SIM_OP_SPLIT || !sim_net_on(g->cl) ? 0 : sim_net_cost(g->cl, &k, g->size);
+    double ready = sim_now();
+    if (g->cl->virt) { /* the last rank's arrival on the ranks' virtual clocks */
+        ready = g->slots[0].t_arrive;
+        for (int j = 1; j < g->size; j++)
+            if (g->slots[j].t_arrive > ready) ready = g->slots[j].t_arrive;
+    }
+    g->t_done = cost > 0 ? sim_net_reserve(g->cl, g->world_rank, g->size, cost, ready) : ready;
 }
 
-void sim_net_sleep_until(double t) {
-    if (t <= sim_now()) return;
-    const double whole = floor(t); /* t is on sim_now's clock: CLOCK_MONOTONIC */
-    struct timespec ts = {.tv_sec = (time_t)whole, .tv_nsec = (long)((t - whole) * 1e9)};
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec += 1, ts.tv_nsec -= 1000000000L;
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
-}
+void sim_net_sleep_until(double t) { fsc_clock_wait_until(t); }

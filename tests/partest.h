@@ -16,6 +16,8 @@ typedef struct {
     fsc_optim_config oc;
     int world, batch, steps;
     int stage;                           /* fsc_cluster_opts.stage_through_host */
+    int clock;                           /* fsc_cluster_opts.sim_clock */
+    double gbps, lat_us;                 /* fsc_cluster_opts' simulated network (0: none) */
     uint64_t seed;
     /* results */
     double loss[PT_MAX_STEPS];
@@ -92,7 +94,8 @@ static inline void pt_train(pt_run *run) {
     free(run->params);
     run->params = calloc(P, sizeof(float));
     fsc_cluster_opts co = { .world = run->world, .device = "cpu", .timeout_s = 30,
-                            .stage_through_host = run->stage };
+                            .stage_through_host = run->stage, .sim_clock = run->clock,
+                            .sim_bandwidth_gbps = run->gbps, .sim_latency_us = run->lat_us };
     assert_ok(fsc_cluster_run(&co, pt_rank_fn, run));
 }
 

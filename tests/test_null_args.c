@@ -2058,6 +2058,9 @@ static void null_fsc_plan_time(void) {
 static void null_fsc_plan_calibrate(void) {
     INVALID(fsc_plan_calibrate(1, 0, NULL), "out");
 }
+static void null_fsc_plan_calibrate_clock(void) {
+    INVALID(fsc_plan_calibrate_clock(1, 0, FSC_SIM_CLOCK_VIRTUAL, NULL), "out");
+}
 
 static void null_fsc_layout_make(void) {
     INVALID(fsc_layout_make(0, 0, 0, 0, 0, NULL), "out");
@@ -2924,6 +2927,7 @@ static const struct row rows[] = {
     NONE(fsc_parallel_opts_default),
     /* plan.h */
     ROW(fsc_plan_calibrate),
+    ROW(fsc_plan_calibrate_clock),
     NONE(fsc_plan_job_default),
     ROW(fsc_plan_measure),
     ROW(fsc_plan_memory),

@@ -200,9 +200,10 @@ int check_launcher(train_config *c, int *given, int *me, int *procs, char *err, 
     *me = 0, *procs = 0;
     if (fsc_launch_env_parse(NULL, NULL, &env) != FSC_OK) return snprintf(err, cap, "%s", fsc_last_error()), -1;
     int gw = option_index("world");
-    if (env.launcher != FSC_LAUNCHER_NONE && (c->sim_bandwidth > 0 || c->sim_latency > 0 || c->sim_copy > 0))
-        return snprintf(err, cap, "--sim-bandwidth, --sim-latency and --sim-copy-bandwidth apply to simulated ranks; "
-                        "processes started by a launcher use the real network and copies"), -1;
+    if (env.launcher != FSC_LAUNCHER_NONE && (c->sim_bandwidth > 0 || c->sim_latency > 0 || c->sim_copy > 0 ||
+                                              c->sim_clock != FSC_SIM_CLOCK_WALL))
+        return snprintf(err, cap, "--sim-bandwidth, --sim-latency, --sim-copy-bandwidth and --sim-clock apply to "
+                        "simulated ranks; processes started by a launcher use the real network, copies and clock"), -1;
     if (env.launcher == FSC_LAUNCHER_NONE) {
         if (c->reduce == 1)
             return snprintf(err, cap, "--reduce native applies to processes started by a launcher (mpirun -n N); "

@@ -87,6 +87,7 @@ typedef struct {
     int prefetch;       /* overlap communication with computation (docs/overlap.md) */
     int offload;        /* fsc_offload_mode (docs/offload.md) */
     float sim_copy;     /* simulated ranks: host<->device copy bandwidth (GB/s; 0: no cost) */
+    int sim_clock;      /* simulated ranks: FSC_SIM_CLOCK_WALL or _VIRTUAL (cluster.h) */
 } train_config;
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_STR, K_FLAG, K_CHOICE, K_WRAP } opt_kind;
@@ -102,7 +103,7 @@ typedef struct {
     const char *choices; /* K_CHOICE: "a|b|c", the value stored is the index */
 } option;
 
-enum { NOPT = 81 }; /* options in the table (options.c checks the count) */
+enum { NOPT = 82 }; /* options in the table (options.c checks the count) */
 extern const option options[NOPT];
 
 extern const fsc_dtype precision_dtype[3];          /* --precision */

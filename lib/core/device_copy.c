@@ -13,23 +13,19 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
+#include "core/clock_impl.h"
 #include "core/device_impl.h"
 
 struct fsc_copy {
     fsc_device *dev;
     void *backend;  /* the backend's handle; NULL when the copy was made at the start */
-    double end;     /* modelled end (CLOCK_MONOTONIC seconds), 0: no copy cost */
+    double end;     /* modelled end (fsc_clock_now seconds), 0: no copy cost */
 };
 
-static double mono_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 double fsc_device_copy_reserve(fsc_device *dev, size_t bytes) {
     if (!(dev->copy_s_per_byte > 0)) return 0.0;
-    const double now = mono_now();
+    const double now = fsc_clock_now();
     const double t = (double)bytes * dev->copy_s_per_byte;
     double free_at = atomic_load(&dev->copy_link_free), end;
     do
@@ -39,13 +35,7 @@ double fsc_device_copy_reserve(fsc_device *dev, size_t bytes) {
 }
 
 void fsc_device_copy_sleep_until(double t) {
-    if (!(t > 0)) return;
-    struct timespec ts;
-    ts.tv_sec = (time_t)floor(t);
-    ts.tv_nsec = (long)((t - floor(t)) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
+    if (t > 0) fsc_clock_wait_until(t);
 }
 
 static int has_async(const fsc_device *dev) {

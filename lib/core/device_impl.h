@@ -20,7 +20,7 @@ struct fsc_device {
      * memory; fsc_grad_norm and the non-finite vote stage through it), NULL otherwise */
     struct fsc_device *comm_dev;
     double copy_s_per_byte;        /* simulated copy cost of upload/download (fsc_device_set_copy_cost), 0: none */
-    _Atomic double copy_link_free; /* CLOCK_MONOTONIC seconds when the modelled copy link is next idle */
+    _Atomic double copy_link_free; /* seconds (fsc_clock_now) when the modelled copy link is next idle */
     _Atomic size_t copied[2];      /* bytes downloaded [0] and uploaded [1] (fsc_device_copied_bytes) */
 };
 
@@ -28,7 +28,7 @@ struct fsc_device {
  * dev then also takes bytes / (gbps 1e9) seconds of the calling thread (0: no cost). */
 void fsc_device_set_copy_cost(fsc_device *dev, double gbps);
 /* device_copy.c: a copy of bytes occupies the modelled link from max(now, its last copy's end): returns when it
- * ends (CLOCK_MONOTONIC seconds; 0 without a copy cost). fsc_device_copy_sleep_until sleeps until then. */
+ * ends (fsc_clock_now seconds; 0 without a copy cost). fsc_device_copy_sleep_until waits until then. */
 double fsc_device_copy_reserve(fsc_device *dev, size_t bytes);
 void fsc_device_copy_sleep_until(double t);
 

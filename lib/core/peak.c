@@ -2,14 +2,11 @@
  * trainer divides its achieved FLOP rate by to print MFU when the user gives no datasheet peak. It times the
  * device's own gemm (so the cpu backend measures OpenBLAS with the rank's threads, cuda cuBLAS); it is a
  * measurement, not the datasheet number, and lands below a datasheet peak; it takes some 60 ms or more. */
-#include <time.h>
+#include "core/clock_impl.h"
 #include "core/device_impl.h"
 
-static double seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+/* The calling thread's clock: a simulated rank on the virtual clock measures its own thread's CPU time. */
+static double seconds(void) { return fsc_clock_now(); }
 
 fsc_status fsc_device_measure_tflops(fsc_device *dev, int n, double *tflops) {
     FSC_CHECK_ARG(dev);

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "fsc/trace.h"
+#include "core/clock_impl.h"
 
 typedef struct {
     double ts, dur;  /* microseconds from the origin; dur < 0 while open */
@@ -55,11 +56,7 @@ static fsc_status stream_open(fsc_trace *t, const char *path) {
     return FSC_OK;
 }
 
-double fsc_trace_now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
+double fsc_trace_now_us(void) { return fsc_clock_now() * 1e6; }
 
 fsc_status fsc_trace_create(const fsc_trace_opts *o, fsc_trace **out) {
     FSC_CHECK_ARG(out);

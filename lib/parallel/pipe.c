@@ -58,6 +58,7 @@
 #include <string.h>
 #include <time.h>
 #include "pipe.h"
+#include "core/clock_impl.h"
 #include "fsc/pipe_schedule.h"
 
 typedef struct {
@@ -133,11 +134,7 @@ struct fsc_pipe {
     char out_why[256];
 };
 
-double fsc_pipe_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double fsc_pipe_now_s(void) { return fsc_clock_now(); }
 
 int fsc_pipe_stages(const fsc_parallel_opts *po) { return po->pp > 1 ? po->pp : 1; }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include "pipe.h"
+#include "core/clock_impl.h"
 
 /* A model whose layers a pipeline can split: at least one block between the first and the last layer. */
 static fsc_status check_layers(const fsc_model *m, const char *what) {
@@ -113,11 +114,7 @@ typedef struct {
     fsc_status err;
 } timer;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return fsc_clock_now(); }
 static fsc_status t_start(void *ctx, int l) {
     timer *tm = ctx;
     (void)l;

@@ -202,21 +202,34 @@ static fsc_status calib_rank(fsc_rank *r, void *arg) {
 }
 
 fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out) {
+    return fsc_plan_calibrate_clock(world, threads, FSC_SIM_CLOCK_WALL, out);
+}
+
+fsc_status fsc_plan_calibrate_clock(int world, int threads, int sim_clock, fsc_plan_rates *out) {
     FSC_CHECK_ARG(out);
     if (world < 1) return fsc_error(FSC_ERR_INVALID, "fsc_plan_calibrate: world is %d, must be >= 1", world);
     if (threads < 0) return fsc_error(FSC_ERR_INVALID, "fsc_plan_calibrate: threads is %d, must be >= 0", threads);
+    const int virt = sim_clock == FSC_SIM_CLOCK_VIRTUAL;
+    if (!virt && sim_clock != FSC_SIM_CLOCK_WALL)
+        return fsc_error(FSC_ERR_INVALID, "fsc_plan_calibrate: sim_clock %d is not a clock (FSC_SIM_CLOCK_WALL 0 or "
+                                          "FSC_SIM_CLOCK_VIRTUAL 1)", sim_clock);
+    if (virt && threads > 1)
+        return fsc_error(FSC_ERR_INVALID, "fsc_plan_calibrate: the virtual clock needs one BLAS thread a rank "
+                                          "(threads %d)", threads);
     *out = (fsc_plan_rates){0};
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int ranks = world < CALIB_MAX_RANKS ? world : CALIB_MAX_RANKS;
     if (cores > 0 && ranks > cores) ranks = (int)cores;
     const double want = (double)world * (threads > 1 ? threads : 1); /* the world's threads */
-    const double share = cores > 0 && want > (double)cores ? (double)cores / want : 1.0; /* they share the cores */
+    /* they share the cores, unless each rank's clock is its own thread's CPU time */
+    const double share = !virt && cores > 0 && want > (double)cores ? (double)cores / want : 1.0;
     fsc_plan_rates *rates = calloc((size_t)ranks, sizeof *rates);
     if (!rates) return fsc_error(FSC_ERR_NOMEM, "fsc_plan_calibrate: out of memory for %d ranks", ranks);
     fsc_cluster_opts co = fsc_cluster_opts_default();
     co.world = ranks;
     co.device = "cpu";
     co.threads_per_rank = threads;
+    co.sim_clock = sim_clock;
     fsc_status s = fsc_cluster_run(&co, calib_rank, &(calib_run){rates});
     for (int i = 0; i < ranks && s == FSC_OK; i++) out->flops_per_s += rates[i].flops_per_s / ranks * share; /* mean */
     out->bytes_per_s = rates[0].bytes_per_s * share;

@@ -150,6 +150,10 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
  * a few hundred calls on 16 elements, divided by the same share. The network's fields 0. Takes a few tenths of a
  * second and about 30 MiB. */
 fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out);
+/* The same on the simulated cluster's clock sim_clock (cluster.h): FSC_SIM_CLOCK_WALL is fsc_plan_calibrate;
+ * FSC_SIM_CLOCK_VIRTUAL measures as a rank on the virtual clock gets its time, its own thread's CPU time (one
+ * BLAS thread, each rank a core to itself: no share), for predictions of runs on that clock. */
+fsc_status fsc_plan_calibrate_clock(int world, int threads, int sim_clock, fsc_plan_rates *out);
 
 FSC_END_DECLS
 

@@ -50,7 +50,8 @@ fsc_trace_opts fsc_trace_opts_default(void);
 fsc_status fsc_trace_create(const fsc_trace_opts *o, fsc_trace **out);
 void fsc_trace_free(fsc_trace *t);
 
-/* The monotonic clock of the timestamps, in microseconds (CLOCK_MONOTONIC: shared by the ranks of a machine). */
+/* The clock of the timestamps, in microseconds: CLOCK_MONOTONIC (shared by the ranks of a machine), or on a rank
+ * of a simulated cluster run with a virtual clock (cluster.h: sim_clock) that rank's simulated time. */
 double fsc_trace_now_us(void);
 
 /* A span: begin opens it (name printf-style, at most 47 characters kept), end closes the innermost open one. */

@@ -1,0 +1,217 @@
+/* Tests of the simulated cluster's virtual clock (fsc_cluster_opts.sim_clock, cluster.h; lib/core/clock.c,
+ * sim/sim_net.c, sim/sim_async.c): a rank's time is its own thread's CPU time plus what it waits for on the
+ * modelled network, whatever else runs on the machine.
+ * Oracles: the modelled costs worked out by hand (a ring all-reduce's 2(N-1) latencies plus its bytes over the
+ * bandwidth; a send's one latency plus its bytes), computations of a known CPU time (a spin until the thread's
+ * CPU clock advanced by so much), and the wall clock's bits for training (only time is simulated).
+ * Rank functions record what they saw; the test asserts after the run (cmocka is not thread-safe). */
+#include <math.h>
+#include <time.h>
+#include "partest.h"
+
+#define W 4
+
+/* Spin until this thread has used s seconds of CPU time (a computation of known cost on the virtual clock). */
+static void spin_cpu(double s) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    volatile double x = 0;
+    do {
+        for (int i = 0; i < 1000; i++) x += 1e-9;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) < s);
+}
+
+static double now_s(void) { return 1e-6 * fsc_trace_now_us(); }
+
+typedef struct {
+    int clock;
+    double lat_us, gbps;
+    double spin_s;           /* each rank's computation */
+    int async;               /* the collective overlaps the computation */
+    double elapsed[W];       /* seconds each rank measured */
+    double wall;             /* the whole run on the machine's clock (the calling thread's) */
+} probe;
+
+/* Compute spin_s (rank r: (r + 1) x spin_s when not async, so the ranks arrive at different times), and
+ * all-reduce 1 Mi floats: synchronously after, or started before and waited for after. */
+static fsc_status rank_probe(fsc_rank *r, void *arg) {
+    probe *p = arg;
+    const size_t n = 1 << 20;
+    float *x = calloc(n, sizeof *x);
+    if (!x) return fsc_error(FSC_ERR_NOMEM, "probe: out of memory");
+    fsc_status s = fsc_comm_barrier(r->comm); /* every rank's clock leaves it at the same time */
+    const double t0 = now_s();
+    if (s != FSC_OK) {
+    } else if (p->async) {
+        fsc_comm_req *q = NULL;
+        s = fsc_comm_iall_reduce(r->comm, x, x, n, FSC_F32, FSC_SUM, &q);
+        spin_cpu(p->spin_s);
+        if (s == FSC_OK) s = fsc_comm_wait(q);
+        fsc_comm_req_free(q);
+    } else {
+        spin_cpu(p->spin_s * (r->rank + 1));
+        s = fsc_comm_all_reduce(r->comm, x, x, n, FSC_F32, FSC_SUM);
+    }
+    p->elapsed[r->rank] = now_s() - t0;
+    free(x);
+    return s;
+}
+
+static void run_probe(probe *p) {
+    fsc_cluster_opts co = {.world = W, .device = "cpu", .timeout_s = 60, .sim_clock = p->clock,
+                           .sim_latency_us = p->lat_us, .sim_bandwidth_gbps = p->gbps};
+    const double t0 = now_s();
+    assert_ok(fsc_cluster_run(&co, rank_probe, p));
+    p->wall = now_s() - t0;
+}
+
+/* The all-reduce's modelled time on W ranks: 2(W-1) latencies and 2(W-1)/W of its 4 MiB over the bandwidth. */
+static double ring_s(const probe *p) {
+    return 2.0 * (W - 1) * p->lat_us * 1e-6 + 2.0 * (W - 1) / W * 4.0 * (1 << 20) / (p->gbps * 1e9);
+}
+
+/* A collective starts when the last rank arrives and ends after its modelled time, on every rank's clock: rank
+ * r computes (r + 1) x 20 ms, so every rank leaves at 4 x 20 ms + the ring's time; 4 ranks on however many cores
+ * the machine has measure what 4 devices would (the wall clock sees the cores shared, and sleeps the network). */
+static void test_collective_waits_for_the_last_rank(void **state) {
+    (void)state;
+    probe p = {.clock = FSC_SIM_CLOCK_VIRTUAL, .lat_us = 500, .gbps = 1, .spin_s = 0.02};
+    run_probe(&p);
+    const double want = W * p.spin_s + ring_s(&p); /* 80 ms + 3 ms + 6.3 ms */
+    for (int r = 0; r < W; r++) {
+        const double t0 = (r + 1) * p.spin_s; /* where rank r's own clock stood when it arrived */
+        if (!(p.elapsed[r] >= want - 1e-9 && p.elapsed[r] < want + 0.004))
+            fail_msg("rank %d: %.4f s on its clock, want %.4f (its computation %.3f, the last rank's %.3f, the ring "
+                     "%.4f)", r, p.elapsed[r], want, t0, W * p.spin_s, ring_s(&p));
+    }
+}
+
+/* Started before a computation, a collective overlaps it: each rank waits for max(its computation, the ring),
+ * and with a ring longer than the computation exactly the ring. Synchronous, the two add up (above). */
+static void test_async_overlaps_the_computation(void **state) {
+    (void)state;
+    probe p = {.clock = FSC_SIM_CLOCK_VIRTUAL, .lat_us = 2000, .gbps = 0.5, .spin_s = 0.01, .async = 1};
+    run_probe(&p);
+    const double ring = ring_s(&p); /* 12 ms + 12.6 ms: longer than the 10 ms computation */
+    for (int r = 0; r < W; r++)
+        if (!(p.elapsed[r] >= ring - 1e-9 && p.elapsed[r] < ring + 0.003))
+            fail_msg("rank %d: %.4f s, want the ring's %.4f (the computation %.3f hidden behind it)", r, p.elapsed[r],
+                     ring, p.spin_s);
+    p.spin_s = 0.04; /* now the computation is the longer */
+    run_probe(&p);
+    for (int r = 0; r < W; r++)
+        if (!(p.elapsed[r] >= p.spin_s - 1e-9 && p.elapsed[r] < p.spin_s + 0.003))
+            fail_msg("rank %d: %.4f s, want the computation's %.4f (the ring %.4f hidden behind it)", r, p.elapsed[r],
+                     p.spin_s, ring);
+}
+
+/* A message arrives after its send's modelled time: rank 0 computes 15 ms and sends 1 MiB (one latency and the
+ * bytes over the bandwidth), rank 1 receives at once and stands at 15 ms + that; then rank 1 sends it back with
+ * no computation: rank 0 receives at twice the message's time plus 15 ms. */
+typedef struct {
+    double at[2];
+} pingpong;
+
+static fsc_status rank_pingpong(fsc_rank *r, void *arg) {
+    pingpong *p = arg;
+    const size_t n = 1 << 18;
+    float *x = calloc(n, sizeof *x);
+    if (!x) return fsc_error(FSC_ERR_NOMEM, "pingpong: out of memory");
+    fsc_status s = fsc_comm_barrier(r->comm);
+    const double t0 = now_s();
+    if (s != FSC_OK) {
+    } else if (r->rank == 0) {
+        spin_cpu(0.015);
+        s = fsc_comm_send(r->comm, x, n, FSC_F32, 1);
+        if (s == FSC_OK) s = fsc_comm_recv(r->comm, x, n, FSC_F32, 1);
+    } else {
+        s = fsc_comm_recv(r->comm, x, n, FSC_F32, 0);
+        p->at[1] = now_s() - t0;
+        if (s == FSC_OK) s = fsc_comm_send(r->comm, x, n, FSC_F32, 0);
+    }
+    if (r->rank == 0) p->at[0] = now_s() - t0;
+    free(x);
+    return s;
+}
+
+static void test_message_arrives_after_its_send(void **state) {
+    (void)state;
+    pingpong p = {{0, 0}};
+    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 60, .sim_clock = FSC_SIM_CLOCK_VIRTUAL,
+                           .sim_latency_us = 1000, .sim_bandwidth_gbps = 0.5};
+    assert_ok(fsc_cluster_run(&co, rank_pingpong, &p));
+    const double msg = 1e-3 + (double)(1 << 20) / 0.5e9; /* 1 ms + 2.1 ms */
+    if (!(p.at[1] >= 0.015 + msg - 1e-9 && p.at[1] < 0.015 + msg + 0.002))
+        fail_msg("rank 1 received at %.4f s, want %.4f", p.at[1], 0.015 + msg);
+    if (!(p.at[0] >= 0.015 + 2 * msg - 1e-9 && p.at[0] < 0.015 + 2 * msg + 0.003))
+        fail_msg("rank 0 received the reply at %.4f s, want %.4f", p.at[0], 0.015 + 2 * msg);
+}
+
+/* Training on the virtual clock gives the wall clock's bits: FSDP with a network and prefetch, and a zero-bubble
+ * pipeline with its asynchronous sends and receives. */
+static void test_same_bits_as_the_wall_clock(void **state) {
+    (void)state;
+    pt_run a = pt_make(W, FSC_PAR_FSDP), b;
+    a.gbps = 2, a.lat_us = 20;
+    a.po.prefetch = 1;
+    pt_train(&a);
+    b = a;
+    b.params = NULL;
+    b.clock = FSC_SIM_CLOCK_VIRTUAL;
+    pt_train(&b);
+    pt_assert_same(&a, &b, "fsdp, world 4, network: virtual against wall clock");
+    free(b.params);
+
+    pt_run c = pt_make(W, FSC_PAR_DDP), d;
+    c.cfg.layers = 4;
+    c.po.pp = W;
+    c.po.accum = 8;
+    c.po.no_sync = 1;
+    c.po.prefetch = 1;
+    c.po.schedule = FSC_SCHED_ZB_H1;
+    pt_train(&c);
+    d = c;
+    d.params = NULL;
+    d.clock = FSC_SIM_CLOCK_VIRTUAL;
+    pt_train(&d);
+    pt_assert_same(&c, &d, "zb-h1 pipeline of 4 stages: virtual against wall clock");
+    free(a.params);
+    free(c.params);
+    free(d.params);
+}
+
+static fsc_status rank_nothing(fsc_rank *r, void *arg) {
+    (void)r, (void)arg;
+    return FSC_OK;
+}
+
+/* What the virtual clock cannot time is refused, naming the option. */
+static void test_refusals(void **state) {
+    (void)state;
+    fsc_cluster_opts co = {.world = 2, .device = "cpu", .sim_clock = 7};
+    assert_err(fsc_cluster_run(&co, rank_nothing, NULL), FSC_ERR_INVALID, "sim_clock 7 is not a clock");
+    co.sim_clock = FSC_SIM_CLOCK_VIRTUAL;
+    co.threads_per_rank = 2;
+    assert_err(fsc_cluster_run(&co, rank_nothing, NULL), FSC_ERR_INVALID, "one BLAS thread a rank");
+    co.threads_per_rank = 0;
+    co.stage_through_host = 1;
+    assert_err(fsc_cluster_run(&co, rank_nothing, NULL), FSC_ERR_INVALID, "stage_through_host");
+    co.stage_through_host = 0;
+    co.device = "cuda";
+    assert_err(fsc_cluster_run(&co, rank_nothing, NULL), FSC_ERR_INVALID, "thread's CPU time");
+    fsc_plan_rates rt;
+    assert_err(fsc_plan_calibrate_clock(2, 2, FSC_SIM_CLOCK_VIRTUAL, &rt), FSC_ERR_INVALID, "one BLAS thread");
+    assert_err(fsc_plan_calibrate_clock(2, 1, 5, &rt), FSC_ERR_INVALID, "sim_clock 5");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_collective_waits_for_the_last_rank),
+        cmocka_unit_test(test_async_overlaps_the_computation),
+        cmocka_unit_test(test_message_arrives_after_its_send),
+        cmocka_unit_test(test_same_bits_as_the_wall_clock),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -79,7 +79,7 @@ static fsc_status rates(const plan_config *c, fsc_plan_rates *rt) {
     }
     if (!(c->tflops > 0) || !(c->mem_bandwidth > 0)) {
         fsc_plan_rates cal;
-        FSC_TRY(plan_sim_rates(c->t.world, c->t.threads, c->t.sim_clock, c->t.sim_bandwidth, c->t.sim_latency, &cal));
+        FSC_TRY(plan_sim_rates(c->t.world, c->t.threads, c->t.sim_clock, NULL, c->t.sim_bandwidth, c->t.sim_latency, &cal));
         if (!(c->tflops > 0)) rt->flops_per_s = cal.flops_per_s;
         if (!(c->mem_bandwidth > 0)) rt->bytes_per_s = cal.bytes_per_s;
         rt->kernel_s = cal.kernel_s; /* this machine's calls, with its rates */

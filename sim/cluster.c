@@ -64,9 +64,13 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
     if (!(o->sim_copy_gbps >= 0) || isinf(o->sim_copy_gbps))
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_copy_gbps %g must be a finite number of GB/s (0: "
                                           "host<->device copies cost no time)", o->sim_copy_gbps);
-    if (o->sim_clock != FSC_SIM_CLOCK_WALL && o->sim_clock != FSC_SIM_CLOCK_VIRTUAL)
-        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_clock %d is not a clock (FSC_SIM_CLOCK_WALL 0 or "
-                                          "FSC_SIM_CLOCK_VIRTUAL 1)", o->sim_clock);
+    if (o->sim_clock != FSC_SIM_CLOCK_WALL && o->sim_clock != FSC_SIM_CLOCK_VIRTUAL &&
+        o->sim_clock != FSC_SIM_CLOCK_MODEL)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_clock %d is not a clock (FSC_SIM_CLOCK_WALL 0, "
+                                          "FSC_SIM_CLOCK_VIRTUAL 1 or FSC_SIM_CLOCK_MODEL 2)", o->sim_clock);
+    if (o->sim_clock == FSC_SIM_CLOCK_MODEL && (!o->device || strcmp(o->device, "count") != 0))
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: the modelled clock times the counting device's kernels "
+                                          "(device \"count\"), not '%s'", o->device ? o->device : "cpu");
     if (o->sim_clock == FSC_SIM_CLOCK_VIRTUAL) {
         if (o->device && strcmp(o->device, "cpu") != 0)
             return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: the virtual clock measures a rank's computation as "
@@ -106,7 +110,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     const int world = opts->world;
     const char *devname = opts->device ? opts->device : "cpu";
     double timeout = opts->timeout_s > 0 ? opts->timeout_s : SIM_DEFAULT_TIMEOUT_S;
-    const int virt = opts->sim_clock == FSC_SIM_CLOCK_VIRTUAL;
+    const int virt = opts->sim_clock != FSC_SIM_CLOCK_WALL;
     fsc_device_opts dopts = {.threads = opts->threads_per_rank ? opts->threads_per_rank : (world > 1 || virt ? 1 : 0),
                              .ordinal = 0};
 
@@ -143,7 +147,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     }
 
     const double t0 = fsc_clock_wall(); /* every rank's virtual clock starts here */
-    for (int r = 0; r < world; r++) ranks[r].t0 = t0;
+    for (int r = 0; r < world; r++) ranks[r].t0 = t0, ranks[r].clock.modelled = opts->sim_clock == FSC_SIM_CLOCK_MODEL;
     if (s == FSC_OK && world == 1) {
         rank_main(&ranks[0]);
     } else if (s == FSC_OK) {

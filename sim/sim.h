@@ -92,6 +92,7 @@ struct sim_handle {
     fsc_device *dev;          /* the rank's device (NULL: buffers are host memory) */
     int stage;                /* stage buffers through host memory with dev's copies (sim_stage.c) */
     int dry;                  /* dev is the counting device: calls above FSC_COUNT_REAL_MAX bytes are skipped */
+    int nodata;               /* the call running moves no data (a skipped call timed on a virtual clock) */
     unsigned char *buf;       /* (cap) host staging buffer, read by the group's ranks between arrive and depart */
     size_t cap;
     char stage_err[SIM_MSG_CAP]; /* why staging failed, for the slot's stage_err */

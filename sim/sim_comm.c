@@ -230,7 +230,7 @@ static fsc_status sim_barrier(void *ctx) {
 static fsc_status sim_send(void *ctx, const void *buf, size_t count, fsc_dtype dt, int peer) {
     sim_handle *h = ctx;
     sim_group *g = h->g;
-    size_t bytes = count * fsc_dtype_size(dt);
+    size_t bytes = h->nodata ? 0 : count * fsc_dtype_size(dt);
     sim_msg *m = malloc(sizeof(*m) + bytes);
     if (!m) return fsc_error(FSC_ERR_NOMEM, "send of %zu bytes to rank %d: out of memory", bytes, peer);
     m->next = NULL;
@@ -240,7 +240,8 @@ static fsc_status sim_send(void *ctx, const void *buf, size_t count, fsc_dtype d
     m->t_avail = h->t_done; /* the virtual clock: the send's end (sim_run_call) */
     char what[64];
     snprintf(what, sizeof(what), "send to rank %d", peer);
-    if (h->stage) {
+    if (h->nodata) {
+    } else if (h->stage) {
         fsc_status st = sim_stage_in(h, what, m->data, buf, bytes);
         if (st != FSC_OK) {
             free(m);
@@ -307,6 +308,7 @@ static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int
     if (m->count != count || m->dt != dt) {
         s = fsc_error(FSC_ERR_COMM, "%s of %zu x %s, but %s sent %zu x %s", what, count, fsc_dtype_name(dt), lab,
                       m->count, fsc_dtype_name(m->dt));
+    } else if (h->nodata) {
     } else if (h->stage) {
         s = sim_stage_out(h, what, buf, m->data, count * fsc_dtype_size(dt));
     } else if (count) {
@@ -349,6 +351,28 @@ static void sim_destroy(void *ctx) {
 /* The bytes of a call's count (per rank), as the counting device's threshold compares them. */
 static size_t call_bytes(const fsc_comm_call *k) { return k->count * fsc_dtype_size(k->dt); }
 
+/* A call the counting device skips, on a virtual clock (the planner's replay): no data moves, but its time is
+ * the network's as for any call. A collective meets its group (it starts when the last rank arrives), a send
+ * books its link and queues an empty message carrying its end, a recv waits for that message. */
+static fsc_status dry_timed(sim_handle *h, const fsc_comm_call *k) {
+    fsc_status s;
+    h->nodata = 1;
+    if (k->op == FSC_OP_SEND || k->op == FSC_OP_RECV) {
+        if (k->op == FSC_OP_SEND && sim_net_on(h->g->cl) && k->peer != h->rank) {
+            int me = h->g->world_rank[h->rank];
+            h->t_done = sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g->cl, k, h->g->size), h->t_arrive);
+        }
+        s = k->op == FSC_OP_SEND ? sim_send(h, NULL, k->count, k->dt, k->peer) : sim_recv(h, NULL, k->count, k->dt, k->peer);
+    } else {
+        sim_slot me = {.op = (int)k->op, .count = k->count, .dt = k->dt, .redop = k->redop, .root = k->peer};
+        s = sim_arrive(h, &me);
+        if (s == FSC_OK) sim_depart(h);
+    }
+    h->nodata = 0;
+    h->t_last = h->t_done;
+    return s;
+}
+
 fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
     /* the counting device (the planner's dry run): a call larger than its real allocations moves nothing and
      * waits for no one (every rank skips the same calls: their sizes agree); smaller ones carry the values the
@@ -356,6 +380,7 @@ fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
     const int net = sim_net_on(h->g->cl), virt = h->g->cl->virt;
     h->t_done = h->t_arrive;
     if (h->dry && k->op != FSC_OP_BARRIER && call_bytes(k) > FSC_COUNT_REAL_MAX) { /* its cost is counted, not slept */
+        if (virt) return dry_timed(h, k);
         if (net && k->op != FSC_OP_RECV) sim_net_count(h->g->cl, h->g->world_rank[h->rank], sim_net_cost(h->g->cl, k, h->g->size));
         return FSC_OK;
     }

@@ -2058,6 +2058,20 @@ static void null_fsc_plan_time(void) {
 static void null_fsc_plan_calibrate(void) {
     INVALID(fsc_plan_calibrate(1, 0, NULL), "out");
 }
+static void null_fsc_plan_fit_rates(void) {
+    fsc_plan_job j = fsc_plan_job_default();
+    fsc_plan_rates rt = {0};
+    INVALID(fsc_plan_fit_rates(NULL, &rt), "job");
+    INVALID(fsc_plan_fit_rates(&j, NULL), "rates");
+}
+static void null_fsc_plan_replay(void) {
+    fsc_plan_job j = fsc_plan_job_default();
+    fsc_plan_rates rt = {0};
+    fsc_plan_step st;
+    INVALID(fsc_plan_replay(NULL, &rt, &st), "job");
+    INVALID(fsc_plan_replay(&j, NULL, &st), "rates");
+    INVALID(fsc_plan_replay(&j, &rt, NULL), "out");
+}
 static void null_fsc_plan_calibrate_clock(void) {
     INVALID(fsc_plan_calibrate_clock(1, 0, FSC_SIM_CLOCK_VIRTUAL, NULL), "out");
 }
@@ -2928,6 +2942,8 @@ static const struct row rows[] = {
     /* plan.h */
     ROW(fsc_plan_calibrate),
     ROW(fsc_plan_calibrate_clock),
+    ROW(fsc_plan_fit_rates),
+    ROW(fsc_plan_replay),
     NONE(fsc_plan_job_default),
     ROW(fsc_plan_measure),
     ROW(fsc_plan_memory),

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/clock_impl.h"
 #include "core/device_impl.h"
 
 #define COUNT_FAKE_BASE ((uintptr_t)1 << (sizeof(uintptr_t) * 8 - 2))
@@ -32,6 +33,8 @@ typedef struct {
     _Atomic uint64_t gemm_flops;  /* 2 M N K batch of every gemm called */
     _Atomic uint64_t flops[FSC_COUNT_BINS], bytes[FSC_COUNT_BINS]; /* every call's work, by intensity */
     _Atomic uint64_t calls;       /* kernel calls and device copies (fsc_count_calls) */
+    /* the replay's rates (fsc_count_set_rates): a call's roofline time moves the caller's modelled clock */
+    double s_per_flop, s_per_byte, s_per_call;
 } count_ctx;
 
 /* One call's work into its intensity bin (fsc_count_work). */
@@ -44,6 +47,19 @@ static void count_work(void *ctx, uint64_t flops, uint64_t bytes) {
     atomic_fetch_add(&c->flops[b], flops);
     atomic_fetch_add(&c->bytes[b], bytes);
     atomic_fetch_add(&c->calls, 1);
+    if (c->s_per_call > 0 || c->s_per_flop > 0) {
+        const double tf = (double)flops * c->s_per_flop, tb = (double)bytes * c->s_per_byte;
+        fsc_clock_advance((tf > tb ? tf : tb) + c->s_per_call);
+    }
+}
+
+void fsc_count_set_rates(fsc_device *dev, double flops_per_s, double bytes_per_s, double kernel_s) {
+    if (!fsc_device_is_count(dev)) return;
+    count_ctx *c = dev->ctx;
+    const int on = flops_per_s > 0 && bytes_per_s > 0;
+    c->s_per_flop = on ? 1.0 / flops_per_s : 0;
+    c->s_per_byte = on ? 1.0 / bytes_per_s : 0;
+    c->s_per_call = on && kernel_s > 0 ? kernel_s : 0;
 }
 
 int fsc_count_is_fake(const void *p) { return (uintptr_t)p >= COUNT_FAKE_BASE; }

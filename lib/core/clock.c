@@ -18,7 +18,7 @@ double fsc_clock_wall(void) { return read_clock(CLOCK_MONOTONIC); }
 
 void fsc_clock_attach(fsc_vclock *c, double t) {
     tl_clock = c;
-    if (c) c->t = t, c->cpu = read_clock(CLOCK_THREAD_CPUTIME_ID);
+    if (c) c->t = t, c->cpu = c->modelled ? 0 : read_clock(CLOCK_THREAD_CPUTIME_ID);
 }
 
 int fsc_clock_is_virtual(void) { return tl_clock != NULL; }
@@ -26,18 +26,23 @@ int fsc_clock_is_virtual(void) { return tl_clock != NULL; }
 double fsc_clock_now(void) {
     fsc_vclock *c = tl_clock;
     if (!c) return fsc_clock_wall();
-    return c->t + (read_clock(CLOCK_THREAD_CPUTIME_ID) - c->cpu);
+    return c->modelled ? c->t : c->t + (read_clock(CLOCK_THREAD_CPUTIME_ID) - c->cpu);
 }
 
 void fsc_clock_set(double t) {
     fsc_vclock *c = tl_clock;
-    if (c) c->t = t, c->cpu = read_clock(CLOCK_THREAD_CPUTIME_ID);
+    if (c) c->t = t, c->cpu = c->modelled ? 0 : read_clock(CLOCK_THREAD_CPUTIME_ID);
+}
+
+void fsc_clock_advance(double dt) {
+    fsc_vclock *c = tl_clock;
+    if (c && c->modelled && dt > 0) c->t += dt;
 }
 
 void fsc_clock_wait_until(double t) {
     fsc_vclock *c = tl_clock;
     if (c) {
-        const double cpu = read_clock(CLOCK_THREAD_CPUTIME_ID), now = c->t + (cpu - c->cpu);
+        const double cpu = c->modelled ? 0 : read_clock(CLOCK_THREAD_CPUTIME_ID), now = c->t + (cpu - c->cpu);
         if (t > now) c->t = t, c->cpu = cpu;
         return;
     }

@@ -8,9 +8,12 @@
 #ifndef FSC_CORE_CLOCK_IMPL_H
 #define FSC_CORE_CLOCK_IMPL_H
 
-/* A rank's virtual clock: its time was t when its thread had used cpu seconds of CPU time. */
+/* A rank's virtual clock: its time was t when its thread had used cpu seconds of CPU time. A modelled clock
+ * (the planner's replay) does not count CPU time: it advances only by fsc_clock_advance (the counting device's
+ * modelled kernels) and by what the rank waits for. */
 typedef struct fsc_vclock {
     double t, cpu;
+    int modelled;
 } fsc_vclock;
 
 /* From now on the calling thread reads c, which starts at t (NULL: back to CLOCK_MONOTONIC). */
@@ -26,5 +29,7 @@ void fsc_clock_wait_until(double t);
 /* A virtual clock only: now is exactly t, and the CPU time spent since the last reading is not charged (the
  * simulator's own work inside a call, which the network model prices instead). No effect on a wall clock. */
 void fsc_clock_set(double t);
+/* A modelled clock only: move it forward by dt seconds (a modelled kernel's time). No effect on other clocks. */
+void fsc_clock_advance(double dt);
 
 #endif

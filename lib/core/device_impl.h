@@ -66,6 +66,10 @@ enum { FSC_COUNT_BINS = 64 };
 void fsc_count_work(const fsc_device *dev, double *flops, double *bytes);
 /* The calls fsc_count_work summed (each kernel call and device copy one); 0 for another device. */
 uint64_t fsc_count_calls(const fsc_device *dev);
+/* The planner's replay (fsc_plan_replay): from now on each kernel call and copy of a counting device also moves
+ * the calling thread's modelled clock (core/clock_impl.h) by max(flops / flops_per_s, bytes / bytes_per_s) +
+ * kernel_s, its roofline time. No effect on another device; rates <= 0: stop. */
+void fsc_count_set_rates(fsc_device *dev, double flops_per_s, double bytes_per_s, double kernel_s);
 
 /* The places a plug-in file (libfsc_cuda.so, libfsc_mpi.so) is looked for, in order: beside the executable,
  * in its ../lib, beside the file holding libfsc's code (libfsc.so; dladdr), then the bare name for the

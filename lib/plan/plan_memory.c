@@ -12,6 +12,8 @@
 #include "fsc/family.h"
 #include "fsc/gpt_engine.h"
 #include "fsc/plan.h"
+#include "fsc/trace.h" /* fsc_trace_now_us: a rank's clock */
+#include "plan_impl.h"
 #include "core/device_impl.h" /* fsc_count_gemm_flops, fsc_count_work */
 #include "core/comm_impl.h"   /* a communicator's group id */
 #include "parallel/engine_impl.h" /* the engine's communicators */
@@ -24,11 +26,15 @@ static void add_comm(fsc_plan_rank *o, const fsc_comm *c, int kind) {
     o->comms[o->ncomms++] = (fsc_plan_comm){.id = c->gid, .kind = kind, .size = c->size, .stats = c->stats};
 }
 
+enum { PLAN_MAX_TIMED = 16 }; /* steps plan_time_steps times at most */
 enum { PLAN_TIMEOUT_S = 900 }; /* seconds a rank may wait at a collective of the plan (the simulator's default: 60) */
 
 typedef struct {
     const fsc_plan_job *job;
     fsc_plan_rank *out;
+    int timed;       /* steps timed after the first (plan_time_steps, plan_replay_step), 0: none */
+    const fsc_plan_rates *model; /* the replay's rates (the counting device's kernels move the modelled clock) */
+    double seconds;  /* rank 0's mean timed step */
 } plan_run;
 
 fsc_plan_job fsc_plan_job_default(void) {
@@ -59,7 +65,7 @@ static void read_ledger(const fsc_device *dev, size_t *peak, size_t *total) {
 
 /* One rank: setup, one step of zero tokens, the ledger's peaks. */
 static fsc_status plan_rank(fsc_rank *r, void *arg) {
-    const plan_run *run = arg;
+    plan_run *run = arg; /* rank 0 writes its seconds */
     const fsc_plan_job *j = run->job;
     fsc_engine *e = NULL;
     fsc_model *lm = NULL;
@@ -67,6 +73,11 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     if (s != FSC_OK) {
         fsc_model_free(lm);
         return s;
+    }
+    if (run->model) { /* the replay: the kernels' roofline times, the host's at its own rate */
+        const fsc_plan_rates *m = run->model;
+        fsc_count_set_rates(r->dev, m->flops_per_s, m->bytes_per_s, m->kernel_s);
+        fsc_count_set_rates(fsc_engine_host_device(e), m->flops_per_s, m->host_bytes_per_s, m->kernel_s);
     }
     const fsc_layout *lay = fsc_engine_layout(e);
     const int bl = j->batch / lay->dp;
@@ -116,13 +127,31 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         add_comm(o, e->comm, FSC_GROUP_DATA); /* each communicator with its own size (fsc_plan_time) */
         for (int k = 0; k < e->ngroups; k++) add_comm(o, e->groups[k], e->group_kind[k]);
     }
+    if (s == FSC_OK && run->timed > 0) { /* the pools are there after the first step: time the next ones */
+        double t[PLAN_MAX_TIMED];
+        int n = 0;
+        for (; n < run->timed && n < PLAN_MAX_TIMED && s == FSC_OK; n++) {
+            fsc_step_info info = {0};
+            const double t0 = fsc_trace_now_us();
+            s = j->config || j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
+                                                        : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
+            t[n] = 1e-6 * (fsc_trace_now_us() - t0);
+        }
+        for (int a = 1; a < n; a++) /* insertion sort: a few steps */
+            for (int b = a; b > 0 && t[b] < t[b - 1]; b--) {
+                const double x = t[b];
+                t[b] = t[b - 1], t[b - 1] = x;
+            }
+        if (r->rank == 0 && s == FSC_OK && n > 0) run->seconds = t[n / 2]; /* the median: a loaded machine's spikes */
+    }
     free(tok);
     fsc_engine_free(e);
     fsc_model_free(lm);
     return s;
 }
 
-static fsc_status plan_run_on(const char *device, const fsc_plan_job *job, fsc_plan_rank *out) {
+static fsc_status plan_run_on(const char *device, const fsc_plan_job *job, fsc_plan_rank *out, int timed,
+                              const fsc_plan_rates *model, double *seconds) {
     FSC_CHECK_ARG(job);
     FSC_CHECK_ARG(out);
     if (job->world < 1) return fsc_error(FSC_ERR_INVALID, "plan: world is %d, must be >= 1", job->world);
@@ -139,10 +168,32 @@ static fsc_status plan_run_on(const char *device, const fsc_plan_job *job, fsc_p
     co.device = device;
     co.threads_per_rank = 1;
     co.timeout_s = PLAN_TIMEOUT_S; /* a thousand ranks as threads on a few loaded cores wait long at a collective */
-    plan_run run = {job, out};
-    return fsc_cluster_run(&co, plan_rank, &run);
+    co.sim_clock = model ? FSC_SIM_CLOCK_MODEL : timed ? FSC_SIM_CLOCK_VIRTUAL : FSC_SIM_CLOCK_WALL;
+    if (model) co.sim_bandwidth_gbps = model->net_bytes_per_s * 1e-9, co.sim_latency_us = model->net_latency_s * 1e6;
+    plan_run run = {job, out, timed, model, 0};
+    fsc_status s = fsc_cluster_run(&co, plan_rank, &run);
+    if (seconds) *seconds = run.seconds;
+    return s;
 }
 
-fsc_status fsc_plan_memory(const fsc_plan_job *job, fsc_plan_rank *out) { return plan_run_on("count", job, out); }
+fsc_status fsc_plan_memory(const fsc_plan_job *job, fsc_plan_rank *out) {
+    return plan_run_on("count", job, out, 0, NULL, NULL);
+}
 
-fsc_status fsc_plan_measure(const fsc_plan_job *job, fsc_plan_rank *out) { return plan_run_on("cpu", job, out); }
+fsc_status fsc_plan_measure(const fsc_plan_job *job, fsc_plan_rank *out) {
+    return plan_run_on("cpu", job, out, 0, NULL, NULL);
+}
+
+fsc_status plan_time_steps(const fsc_plan_job *job, int steps, double *seconds) {
+    FSC_CHECK_ARG(job);
+    fsc_plan_rank *out = calloc((size_t)(job->world > 0 ? job->world : 1), sizeof *out);
+    if (!out) return fsc_error(FSC_ERR_NOMEM, "plan: out of memory for %d ranks", job->world);
+    fsc_status s = plan_run_on("cpu", job, out, steps, NULL, seconds);
+    free(out);
+    return s;
+}
+
+fsc_status plan_replay_step(const fsc_plan_job *job, const fsc_plan_rates *rates, fsc_plan_rank *out,
+                            double *seconds) {
+    return plan_run_on("count", job, out, 1, rates, seconds);
+}

@@ -6,12 +6,14 @@
  *   step    = max(compute, comm) with prefetch, compute + comm without; the slowest rank's.
  * fsc_plan_calibrate measures the cpu device's two rates as simulated ranks get them: every rank measures at once.
  * Not here: the counting (backends/count, plan_memory.c), the simulated network itself (sim/sim_net.c). */
+#include <math.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 #include "fsc/cluster.h"
 #include "fsc/plan.h"
 #include "fsc/trace.h" /* fsc_trace_now_us: the monotonic clock */
+#include "plan_impl.h"
 #include "core/comm_impl.h" /* fsc_ring_steps */
 #include "core/device_impl.h" /* FSC_K: measure_call's kernel */
 
@@ -239,4 +241,91 @@ fsc_status fsc_plan_calibrate_clock(int world, int threads, int sim_clock, fsc_p
     if (!(out->flops_per_s > 0) || !(out->bytes_per_s > 0))
         return fsc_error(FSC_ERR_INTERNAL, "fsc_plan_calibrate: the cpu device's rates measured 0 (clock too coarse?)");
     return FSC_OK;
+}
+
+/* The job of fsc_plan_fit_rates: the model, the batch of one data-parallel rank, the options that change its
+ * kernels (micro-batches, precision, recomputation, clipping, the non-finite checks); as many ranks as the job's
+ * will run at once on this machine's cores (min(world, cores): they contend for its caches and memory as the
+ * job's ranks will), each with that batch, data-parallel (no network: the gradients' all-reduce costs no time). */
+static fsc_status one_rank_job(const fsc_plan_job *job, fsc_plan_job *one) {
+    const int tp = job->po.tp > 1 ? job->po.tp : 1, pp = job->po.pp > 1 ? job->po.pp : 1;
+    const int dp = job->world / (tp * pp);
+    if (job->world < 1 || dp < 1 || job->world % (tp * pp) != 0 || job->batch < dp || job->batch % dp != 0)
+        return fsc_error(FSC_ERR_INVALID, "fsc_plan_fit_rates: the batch %d does not split over the data-parallel "
+                         "ranks of world %d (tp %d, pp %d)", job->batch, job->world, tp, pp);
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    *one = *job;
+    one->world = cores > 1 && job->world > 1 ? (int)(cores < job->world ? cores : job->world) : 1;
+    one->batch = job->batch / dp;
+    one->sequence_parallel = 0;
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    if (one->world > 1) po.kind = FSC_PAR_DDP;
+    po.accum = job->po.accum > 1 ? job->po.accum : 1;
+    while (one->batch % po.accum) po.accum--; /* the share splits into the micro-batches (a pipeline's do) */
+    po.param_dtype = job->po.param_dtype, po.reduce_dtype = job->po.reduce_dtype;
+    po.init_loss_scale = job->po.init_loss_scale, po.min_loss_scale = job->po.min_loss_scale;
+    po.nonfinite = job->po.nonfinite, po.max_skipped_steps = job->po.max_skipped_steps;
+    po.checkpoint = job->po.checkpoint;
+    po.clip = job->po.clip;
+    one->po = po;
+    one->batch *= one->world;
+    return FSC_OK;
+}
+
+fsc_status fsc_plan_fit_rates(const fsc_plan_job *job, fsc_plan_rates *rates) {
+    FSC_CHECK_ARG(job);
+    FSC_CHECK_ARG(rates);
+    if (!(rates->flops_per_s > 0) || !(rates->bytes_per_s > 0) || !(rates->kernel_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "fsc_plan_fit_rates: the calibrated rates must be above 0 (flops_per_s "
+                         "%g, bytes_per_s %g, kernel_s %g)", rates->flops_per_s, rates->bytes_per_s, rates->kernel_s);
+    fsc_plan_job one;
+    FSC_TRY(one_rank_job(job, &one));
+    fsc_plan_rank *rs = calloc((size_t)one.world, sizeof *rs);
+    if (!rs) return fsc_error(FSC_ERR_NOMEM, "fsc_plan_fit_rates: out of memory");
+    double measured = 0;
+    fsc_status s = fsc_plan_memory(&one, rs);
+    if (s == FSC_OK) s = plan_time_steps(&one, 5, &measured);
+    const fsc_plan_rank r = rs[0];
+    free(rs);
+    if (s != FSC_OK) return fsc_error_prefix(s, "fsc_plan_fit_rates: the calibration's step");
+    const double want = measured - r.kernel_calls * rates->kernel_s;
+    fsc_plan_rates rt = *rates;
+    rt.bytes_per_s = 1e15; /* the products alone */
+    const double products = compute_time(&r, &rt);
+    if (!(want > 0) || !(products > 0))
+        return fsc_error(FSC_ERR_INTERNAL, "fsc_plan_fit_rates: the one-rank step measured %g s, its products %g s",
+                         measured, products);
+    if (products >= want) { /* faster than its products at the calibrated rate: that rate was low */
+        rates->flops_per_s *= products / want;
+        rates->bytes_per_s = rt.bytes_per_s;
+        return FSC_OK;
+    }
+    double lo = 1e3, hi = 1e15; /* compute_time falls as the rate rises: bisect in log space */
+    for (int k = 0; k < 100; k++) {
+        const double mid = sqrt(lo * hi);
+        rt.bytes_per_s = mid;
+        if (compute_time(&r, &rt) > want) lo = mid;
+        else hi = mid;
+    }
+    rates->bytes_per_s = sqrt(lo * hi);
+    return FSC_OK;
+}
+
+fsc_status fsc_plan_replay(const fsc_plan_job *job, const fsc_plan_rates *rates, fsc_plan_step *out) {
+    FSC_CHECK_ARG(job);
+    FSC_CHECK_ARG(rates);
+    FSC_CHECK_ARG(out);
+    if (rates->node_ranks > 0)
+        return fsc_error(FSC_ERR_INVALID, "fsc_plan_replay: the replay's network is the simulator's, one level of "
+                         "links (node_ranks %d): use fsc_plan_time for a cluster's two", rates->node_ranks);
+    if (job->world < 1) return fsc_error(FSC_ERR_INVALID, "fsc_plan_replay: world is %d, must be >= 1", job->world);
+    fsc_plan_rank *r = calloc((size_t)job->world, sizeof *r);
+    if (!r) return fsc_error(FSC_ERR_NOMEM, "fsc_plan_replay: out of memory for %d ranks", job->world);
+    double seconds = 0;
+    fsc_status s = fsc_plan_time(job, r, rates, out); /* the rates' checks, before the run */
+    if (s == FSC_OK) s = plan_replay_step(job, rates, r, &seconds);
+    if (s == FSC_OK) s = fsc_plan_time(job, r, rates, out);
+    if (s == FSC_OK) out->step_s = seconds;
+    free(r);
+    return s;
 }

@@ -42,7 +42,8 @@ typedef struct {
                                   succeeds to each rank's network seconds, the sum of the ring costs of the calls
                                   it took part in (a send's to its sender; on the counting device the calls it
                                   skips too); the planner's tests compare its communication time with them */
-    int sim_clock;             /* simulated ranks only: FSC_SIM_CLOCK_WALL (0, the default) or FSC_SIM_CLOCK_VIRTUAL */
+    int sim_clock;             /* simulated ranks only: FSC_SIM_CLOCK_WALL (0, the default), FSC_SIM_CLOCK_VIRTUAL or
+                                  FSC_SIM_CLOCK_MODEL */
 } fsc_cluster_opts;
 /* The simulated cluster's clocks (fsc_cluster_opts.sim_clock; docs/overlap.md, "The virtual clock"):
  *   WALL     the ranks' threads share the machine's cores; a modelled network or copy link sleeps. Times read on
@@ -53,8 +54,12 @@ typedef struct {
  *            time, a message arrives after its send's, a modelled copy ends after its bytes. Nothing sleeps.
  *            fsc_trace_now_us on a rank's thread reads it, so traces and the trainer's step times are simulated
  *            time. The cpu device only, one BLAS thread a rank, no staging (their time would not be the rank's
- *            thread's). The bits are those of the wall clock: only time is simulated. */
-enum { FSC_SIM_CLOCK_WALL = 0, FSC_SIM_CLOCK_VIRTUAL = 1 };
+ *            thread's). The bits are those of the wall clock: only time is simulated.
+ *   MODEL    the planner's replay (fsc_plan_replay): as VIRTUAL, but a rank's clock does not count its CPU time;
+ *            it advances only by the modelled time of the counting device's kernels (at the rates the planner
+ *            gives it) and by what the rank waits for. On the counting device the collectives it skips still
+ *            meet (no data moves) so that each starts when its last rank arrives. */
+enum { FSC_SIM_CLOCK_WALL = 0, FSC_SIM_CLOCK_VIRTUAL = 1, FSC_SIM_CLOCK_MODEL = 2 };
 /* The defaults: 1 rank, "cpu", timeout 60 s, threads and staging as 0 says. */
 fsc_cluster_opts fsc_cluster_opts_default(void);
 

@@ -142,6 +142,15 @@ typedef struct {
  * can be), compute + comm without: a simplification (docs/planning.md states what it leaves out). */
 fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const fsc_plan_rates *rates,
                          fsc_plan_step *out);
+/* The step time by replay: the job's setup and a step on the counting device as fsc_plan_memory runs them, then
+ * a second step on the simulator's modelled clock (cluster.h, FSC_SIM_CLOCK_MODEL): every kernel call moves its
+ * rank's clock by its roofline time at rates, every collective takes the simulated network's ring time at rates'
+ * link and starts when its last rank arrives, asynchronous calls overlap what runs meanwhile. So the step is
+ * composed by the engine's own order of work (DDP's buckets, FSDP's prefetch, a pipeline schedule's actions and
+ * bubbles, the waits) rather than by max(compute, comm). out->step_s is rank 0's replayed step (the ranks leave a
+ * step together); compute_s, comm_s and rank are fsc_plan_time's terms of the same counts, for the explanation.
+ * One level of links only (rates->node_ranks 0: the simulated network); every rank runs, as in fsc_plan_memory. */
+fsc_status fsc_plan_replay(const fsc_plan_job *job, const fsc_plan_rates *rates, fsc_plan_step *out);
 /* The rates of each of world simulated ranks on this machine's cpu device (threads BLAS threads a rank, 0: 1 with
  * several ranks, else the library default): the gemm rate, the mean of min(world, 2, cores) ranks measuring at
  * once (each the best of 3 fsc_device_measure_tflops), and the memory bandwidth, one rank's best of a few 12 MiB
@@ -154,6 +163,15 @@ fsc_status fsc_plan_calibrate(int world, int threads, fsc_plan_rates *out);
  * FSC_SIM_CLOCK_VIRTUAL measures as a rank on the virtual clock gets its time, its own thread's CPU time (one
  * BLAS thread, each rank a core to itself: no share), for predictions of runs on that clock. */
 fsc_status fsc_plan_calibrate_clock(int world, int threads, int sim_clock, fsc_plan_rates *out);
+/* Fit rates->bytes_per_s (the roofline's memory roof) to the job's own kernels on this machine's cpu device: the
+ * job's model on one rank with one data-parallel rank's share of the batch and the job's micro-batches, precision,
+ * recomputation and clipping (no parallelism), counted on the counting device and timed for real on the virtual
+ * clock (two steps after an untimed one: the thread's CPU time). bytes_per_s becomes the rate at which the time
+ * model's compute of that step equals the measured; the gemm rate stays (raised only when the step ran faster
+ * than its products alone at it). The cpu's memory and elementwise kernels (GELU's tanh, softmax's exp, layer
+ * norms, AdamW) run far below a copy's bandwidth, which is what a copy calibrates. Needs the one-rank job to fit
+ * in this machine's memory; takes about three of its steps. */
+fsc_status fsc_plan_fit_rates(const fsc_plan_job *job, fsc_plan_rates *rates);
 
 FSC_END_DECLS
 

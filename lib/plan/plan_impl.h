@@ -1,0 +1,16 @@
+/* Private to lib/plan: what the planner's two halves share. */
+#ifndef FSC_PLAN_IMPL_H
+#define FSC_PLAN_IMPL_H
+#include "fsc/plan.h"
+
+/* plan_memory.c: the job on its world of ranks on the cpu device on the virtual clock, timed: one untimed step,
+ * then `steps` more (at most 16); *seconds is rank 0's median step on its clock (its thread's CPU time and what it
+ * waited for). */
+fsc_status plan_time_steps(const fsc_plan_job *job, int steps, double *seconds);
+/* plan_memory.c: fsc_plan_memory's run (out as it fills it, from the first step) with a second step replayed on
+ * the modelled clock at rates (the counting device's kernels, the simulated network of rates' one level):
+ * *seconds is rank 0's modelled time of that step. */
+fsc_status plan_replay_step(const fsc_plan_job *job, const fsc_plan_rates *rates, fsc_plan_rank *out,
+                            double *seconds);
+
+#endif

@@ -4,9 +4,13 @@
 Runs fsc-train with --plan (which calibrates this machine's cpu device in the same process just before training)
 on 20 layouts of the default GPT over a simulated network, and prints for each the measured ms a step (--json's
 ms_per_step: the mean of the steps after the first), the predicted one (predicted.ms_per_step) and the error,
-then the median and the worst error. Python's standard library only.
+then the median and the worst error. Then the search: fsc-plan --search on world 4 over the same network ranks
+every layout; its three fastest are run with fsc-train and measured, and the script says whether the one
+predicted fastest is the fastest measured of the three. Both on --sim-clock virtual by default (each rank's time
+its own thread's CPU time and the modelled network: the numbers do not depend on how many cores the machine has
+or what else runs on it). Python's standard library only.
 
-    python3 bench/plan_accuracy.py [BUILD_DIR] [--steps N] [--bandwidth GBPS] [--latency US]
+    python3 bench/plan_accuracy.py [BUILD_DIR] [--steps N] [--bandwidth GBPS] [--latency US] [--clock C]
 """
 import argparse
 import json
@@ -68,6 +72,42 @@ def main():
         worst = max(errors, key=abs)
         print("%d layouts: median error %+.0f%%, worst %+.0f%%, within 15%%: %d" %
               (len(errors), 100 * statistics.median(errors), 100 * worst, sum(abs(e) <= 0.15 for e in errors)))
+    return top_three(a)
+
+
+def top_three(a):
+    """fsc-plan --search's three fastest layouts of world 4, each measured with fsc-train."""
+    net = ["--sim-bandwidth", a.bandwidth, "--sim-latency", a.latency, "--sim-clock", a.clock]
+    out = subprocess.run([os.path.join(a.build, "fsc-plan"), "--world", "4", "--search", "--json"] + net,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        print("fsc-plan --search failed: %s" % out.stderr.strip().splitlines()[-1:])
+        return 1
+    top = json.loads(out.stdout.strip().splitlines()[-1])["search"][:3]
+    print("\nfsc-plan --search, world 4: the three fastest predicted, measured")
+    print("%-44s %10s %10s" % ("layout", "predicted", "measured"))
+    measured = []
+    for c in top:
+        opts = ["--world", "4", "--parallel", c["parallel"], "--tp", str(c["tp"]), "--pp", str(c["pp"]), "--accum",
+                str(c["accum"]), "--recompute", str(c["recompute"]), "--offload", c["offload"], "--precision",
+                c["precision"]]
+        if c["parallel"] == "fsdp":
+            opts += ["--shard", c["shard"]]
+        if c["pp"] > 1:
+            opts += ["--schedule", c["schedule"]]
+        run = subprocess.run([os.path.join(a.build, "fsc-train"), "--json", "--steps", str(a.steps)] + net + opts,
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            print("%s: failed: %s" % (" ".join(opts), run.stderr.strip().splitlines()[-1:]))
+            return 1
+        ms = json.loads(run.stdout.strip().splitlines()[-1])["ms_per_step"]
+        measured.append(ms)
+        name = "%s%s tp %d pp %d accum %d rec %d %s" % (c["parallel"], " " + c["shard"] if c["parallel"] == "fsdp"
+                                                          else "", c["tp"], c["pp"], c["accum"], c["recompute"],
+                                                          c["schedule"] if c["pp"] > 1 else "")
+        print("%-44s %10.2f %10.2f" % (name, c["ms_per_step"], ms))
+    best = min(range(len(measured)), key=lambda i: measured[i])
+    print("predicted fastest is the measured fastest of the three: %s" % ("yes" if best == 0 else "no (#%d)" % (best + 1)))
     return 0
 
 

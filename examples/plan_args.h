@@ -36,6 +36,7 @@ typedef struct {
     int given[NOPT];     /* which of them were given (the trainer's table) */
     int balance[1024];   /* --balance's blocks per stage (the job points at it) */
     int cluster, nodes, search, search_precision;
+    int time_model;      /* --time: 0 auto, 1 replay, 2 formula */
     float tflops, mem_bandwidth;
     const char *memory, *search_config;
     double memory_bytes; /* --memory, or the cluster's GPU memory; 0: none */
@@ -58,6 +59,7 @@ static const plan_option plan_options[] = {
     {"memory", "SIZE", NULL, "device memory of a rank (80GiB, 141GB, 8e10; suffixes B, KB, MB, GB, TB powers of 1000, KiB, MiB, GiB, TiB of 1024): say which ranks' peaks exceed it", P_STR, PF(memory), 0, 0, NULL},
     {"tflops", "X", "0", "a rank's matrix-product rate in TFLOP/s for the step time (0: --cluster's, else this machine's cpu device, calibrated, its cores shared by the simulated ranks)", P_FLOAT, PF(tflops), 0, 1e9, NULL},
     {"mem-bandwidth", "GBPS", "0", "a rank's memory bandwidth in GB/s (0: --cluster's, else this machine's, calibrated, shared as --tflops 0)", P_FLOAT, PF(mem_bandwidth), 0, 1e9, NULL},
+    {"time", "MODEL", "auto", "how the step time is composed: replay (the step replayed on the counting device: each kernel at its roofline time, each collective at the simulated network's, in the engine's own order, so buckets, prefetch and a schedule's bubbles are the engine's; one level of links), formula (max(compute, comm) with prefetch, their sum without; a pipeline's bubble (m + pp - 1) / m), auto (replay for this machine's rates up to 64 ranks, else formula)", P_CHOICE, PF(time_model), 0, 0, "auto|replay|formula"},
     {"search", NULL, NULL, "plan every layout of --world instead (ddp, fsdp full, grad_op and hybrid, zero1, zero2; tp and pp dividing the world; 1, 2, 4 or 8 micro-batches; pipeline schedules gpipe, 1f1b, zb-h1; --recompute 0 and 1; offload optim where a layout does not fit without), print those that fit --memory fastest first", P_FLAG, PF(search), 0, 0, NULL},
     {"search-precision", NULL, NULL, "with --search: also vary --precision over fp32 and bf16 (else --precision's)", P_FLAG, PF(search_precision), 0, 0, NULL},
     {"search-config", "FILE", NULL, "with --search: write the fastest layout with the options given as an fsc-train --config file", P_STR, PF(search_config), 0, 0, NULL},

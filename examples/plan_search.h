@@ -30,6 +30,7 @@ typedef struct {
 typedef struct {
     int precision[2], nprecision;
     fsc_plan_rates rates[3];
+    int replay;                 /* step times by fsc_plan_replay (--time), else fsc_plan_time */
 } search_space;
 
 enum { SEARCH_MAX = 4096 };
@@ -65,6 +66,12 @@ static inline int search_chunks(fsc_pipe_schedule s, int v) {
     return s == FSC_SCHED_ZBV ? 2 : (s == FSC_SCHED_INTERLEAVED || s == FSC_SCHED_CUSTOM) && v > 1 ? v : 1;
 }
 
+/* The step time of job j (r: fsc_plan_memory's ranks) at rates: replayed (fsc_plan_replay) or by the formula. */
+static inline fsc_status plan_step_time(const fsc_plan_job *j, const fsc_plan_rank *r, const fsc_plan_rates *rt,
+                                        int replay, fsc_plan_step *out) {
+    return replay ? fsc_plan_replay(j, rt, out) : fsc_plan_time(j, r, rt, out);
+}
+
 /* Plan one candidate of base: 0 and *c filled, or -1 when the engine refuses the layout. */
 static inline int search_one(const fsc_plan_job *base, const search_space *sp, plan_candidate *c, fsc_plan_rank *r) {
     static const fsc_dtype dtype[] = {FSC_F32, FSC_BF16, FSC_F16};
@@ -78,7 +85,8 @@ static inline int search_one(const fsc_plan_job *base, const search_space *sp, p
     if (c->pp != base->po.pp || search_chunks(c->schedule, j.po.virtual_stages) !=
                                     search_chunks(base->po.schedule, base->po.virtual_stages))
         j.po.balance = NULL;
-    if (fsc_plan_memory(&j, r) != FSC_OK || fsc_plan_time(&j, r, &sp->rates[c->precision], &c->t) != FSC_OK) return -1;
+    if (fsc_plan_memory(&j, r) != FSC_OK || plan_step_time(&j, r, &sp->rates[c->precision], sp->replay, &c->t) != FSC_OK)
+        return -1;
     c->peak = 0;
     for (int i = 0; i < j.world; i++)
         if (r[i].peak_total > c->peak || i == 0) {

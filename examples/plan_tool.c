@@ -46,6 +46,12 @@ static void plan_usage(FILE *f) {
     fprintf(f, "  %-24s %s\n  %-24s %s\n", "--help", "this text", "--version", "the version");
 }
 
+/* Whether the step time is replayed (--time replay, or auto with one level of links and at most 64 ranks). */
+static int plan_replays(const plan_config *c, const fsc_plan_rates *rt) {
+    if (c->time_model == 1) return 1;
+    return c->time_model == 0 && rt->node_ranks == 0 && c->t.world <= 64;
+}
+
 /* How many ranks' peak totals exceed memory bytes; their numbers into over (cap bytes, may be NULL). */
 static int plan_over(const fsc_plan_rank *r, int world, double memory, char *over, size_t cap) {
     int n = 0;
@@ -61,8 +67,8 @@ static int plan_over(const fsc_plan_rank *r, int world, double memory, char *ove
 }
 
 /* The rates of the step time: those given, then --cluster's, the rest this machine's (calibrated as the world's
- * simulated ranks). */
-static fsc_status rates(const plan_config *c, fsc_plan_rates *rt) {
+ * simulated ranks; on --sim-clock virtual the memory roof fitted to job's kernels, fsc_plan_fit_rates). */
+static fsc_status rates(const plan_config *c, const fsc_plan_job *job, fsc_plan_rates *rt) {
     *rt = (fsc_plan_rates){.flops_per_s = c->tflops * 1e12, .bytes_per_s = c->mem_bandwidth * 1e9,
                            .net_bytes_per_s = c->t.sim_bandwidth * 1e9, .net_latency_s = c->t.sim_latency * 1e-6};
     const cluster_preset *p = plan_preset(c);
@@ -79,7 +85,7 @@ static fsc_status rates(const plan_config *c, fsc_plan_rates *rt) {
     }
     if (!(c->tflops > 0) || !(c->mem_bandwidth > 0)) {
         fsc_plan_rates cal;
-        FSC_TRY(plan_sim_rates(c->t.world, c->t.threads, c->t.sim_clock, NULL, c->t.sim_bandwidth, c->t.sim_latency, &cal));
+        FSC_TRY(plan_sim_rates(c->t.world, c->t.threads, c->t.sim_clock, job, c->t.sim_bandwidth, c->t.sim_latency, &cal));
         if (!(c->tflops > 0)) rt->flops_per_s = cal.flops_per_s;
         if (!(c->mem_bandwidth > 0)) rt->bytes_per_s = cal.bytes_per_s;
         rt->kernel_s = cal.kernel_s; /* this machine's calls, with its rates */
@@ -135,7 +141,7 @@ static int search(const plan_config *c, const fsc_plan_job *job, const fsc_plan_
     const double memory = c->memory_bytes;
     plan_candidate *cand = calloc(SEARCH_MAX, sizeof *cand);
     if (!cand) return fprintf(stderr, "%s: out of memory\n", prog), 1;
-    search_space sp = {.precision = {c->t.precision}, .nprecision = 1};
+    search_space sp = {.precision = {c->t.precision}, .nprecision = 1, .replay = plan_replays(c, rt)};
     if (c->search_precision) sp.precision[0] = 0, sp.precision[1] = 1, sp.nprecision = 2;
     for (int p = 0; p < 3; p++) { /* a cluster's matrix rate is its precision's; the rest alike */
         sp.rates[p] = *rt;
@@ -200,7 +206,7 @@ int main(int argc, char **argv) {
     fsc_plan_rank *r = s == FSC_OK ? calloc((size_t)c->t.world, sizeof *r) : NULL;
     if (s == FSC_OK && !r) s = fsc_error(FSC_ERR_NOMEM, "out of memory for %d ranks", c->t.world);
     fsc_plan_rates rt;
-    if (s == FSC_OK) s = rates(c, &rt);
+    if (s == FSC_OK) s = rates(c, &job, &rt);
     int rc = 0;
     if (s == FSC_OK && c->search) {
         rc = search(c, &job, &rt, r);
@@ -212,7 +218,7 @@ int main(int argc, char **argv) {
     }
     if (s == FSC_OK) s = fsc_plan_memory(&job, r);
     fsc_plan_step step = {0};
-    if (s == FSC_OK) s = fsc_plan_time(&job, r, &rt, &step);
+    if (s == FSC_OK) s = plan_step_time(&job, r, &rt, plan_replays(c, &rt), &step);
     const int world = c->t.world;
     const double memory = c->memory_bytes;
     if (s != FSC_OK) {

@@ -498,6 +498,48 @@ static void test_plan_config_text(void **st) {
     if (!strstr(fsc_last_error(), "no-such")) fail_msg("an unknown family's text: '%s'", fsc_last_error());
 }
 
+/* Oracle: the formula where it is exact. With prefetch 0 every kernel and collective of a step runs one after
+ * another on every rank, and the ranks of DDP, FSDP and ZeRO do the same work, so no rank waits for another: the
+ * replayed step (each kernel's roofline time on the modelled clock, each collective the network's ring time) is
+ * compute + comm, the formula's terms of the same step's counts (fsc_plan_replay returns them; the rates put the
+ * ridge point on a bin's edge, so the bins' roofline is each call's). With prefetch the replay overlaps what the
+ * engine overlaps: between max(compute, comm) and their sum (the same 1e-5 as above). */
+static void check_replay(const char *name, fsc_plan_job j, int serial) {
+    const fsc_plan_rates rt = {.flops_per_s = 4e9, .bytes_per_s = 2e9, .net_bytes_per_s = 0.5e9,
+                               .net_latency_s = 20e-6, .host_bytes_per_s = 2e9};
+    fsc_plan_step p;
+    j.po.prefetch = !serial;
+    if (fsc_plan_replay(&j, &rt, &p) != FSC_OK) fail_msg("%s: replay: %s", name, fsc_last_error());
+    const fsc_plan_step f = p; /* the formula's terms */
+    if (!(f.compute_s > 0) || !(f.comm_s > 0)) fail_msg("%s: compute %g s, comm %g s", name, f.compute_s, f.comm_s);
+    const double lo = f.compute_s > f.comm_s ? f.compute_s : f.comm_s, hi = f.compute_s + f.comm_s;
+    if (serial && fabs(p.step_s - hi) > 1e-5 * hi) /* 1e-5: the simulator's staging of its few small collectives
+                                                      * (counted as copies, inside calls the network prices) */
+        fail_msg("%s: replayed %.9f s, want compute %.9f + comm %.9f = %.9f", name, p.step_s, f.compute_s, f.comm_s,
+                 hi);
+    if (!serial && !(p.step_s >= lo * (1 - 1e-5) && p.step_s <= hi * (1 + 1e-5)))
+        fail_msg("%s: replayed %.9f s, want between max(compute, comm) %.9f and their sum %.9f", name, p.step_s,
+                 lo, hi);
+}
+
+static void test_plan_replay(void **st) {
+    (void)st;
+    fsc_plan_job j = small_gpt(2, 4);
+    j.po.kind = FSC_PAR_DDP;
+    check_replay("ddp, world 2, prefetch 0", j, 1);
+    check_replay("ddp, world 2, prefetch 1", j, 0);
+    j.po.kind = FSC_PAR_FSDP;
+    check_replay("fsdp, world 2, prefetch 0", j, 1);
+    check_replay("fsdp, world 2, prefetch 1", j, 0);
+    j.po.kind = FSC_PAR_ZERO2;
+    check_replay("zero2, world 2, prefetch 0", j, 1);
+    /* two levels of links are the formula's only */
+    fsc_plan_rates two = {.flops_per_s = 1e9, .bytes_per_s = 1e9, .node_ranks = 8, .node_bytes_per_s = 1e9};
+    fsc_plan_step t;
+    assert_int_equal(fsc_plan_replay(&j, &two, &t), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "one level of links"));
+}
+
 static void test_plan_bad_jobs(void **st) {
     (void)st;
     fsc_plan_rank r[4];
@@ -530,6 +572,7 @@ int main(void) {
         cmocka_unit_test(test_plan_moe),
         cmocka_unit_test(test_plan_config_text),
         cmocka_unit_test(test_plan_bad_jobs),
+        cmocka_unit_test(test_plan_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -90,6 +90,13 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     /* inputs and targets: zeros (token 0 throughout) */
     void *tok = calloc((size_t)bl * sample + sizeof(int32_t), 1);
     if (!tok) s = fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for a batch of %d x %zu bytes", bl, sample);
+    double t_step = 0; /* the replay's: the modelled clock when its step starts */
+    if (s == FSC_OK && run->model) { /* the replay counts and times the second step (the trainer's first timed) */
+        fsc_step_info info = {0};
+        s = j->config || j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
+                                                    : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
+        t_step = fsc_trace_now_us();
+    }
     fsc_engine_reset_comm_stats(e); /* the step's collectives, as fsc-train reports them */
     const double flops0 = (double)fsc_count_gemm_flops(r->dev), calls0 = (double)fsc_count_calls(r->dev);
     double wf0[FSC_PLAN_BINS], wb0[FSC_PLAN_BINS];
@@ -101,6 +108,7 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         s = j->config || j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
                                                     : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
         if (s != FSC_OK) fsc_error_prefix(s, "plan: the step");
+        if (s == FSC_OK && run->model && r->rank == 0) run->seconds = 1e-6 * (fsc_trace_now_us() - t_step);
     }
     if (s == FSC_OK) {
         fsc_plan_rank *o = &run->out[r->rank];
@@ -127,7 +135,7 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         add_comm(o, e->comm, FSC_GROUP_DATA); /* each communicator with its own size (fsc_plan_time) */
         for (int k = 0; k < e->ngroups; k++) add_comm(o, e->groups[k], e->group_kind[k]);
     }
-    if (s == FSC_OK && run->timed > 0) { /* the pools are there after the first step: time the next ones */
+    if (s == FSC_OK && run->timed > 0 && !run->model) { /* after the first step (the pools): time the next ones */
         double t[PLAN_MAX_TIMED];
         int n = 0;
         for (; n < run->timed && n < PLAN_MAX_TIMED && s == FSC_OK; n++) {
@@ -195,5 +203,5 @@ fsc_status plan_time_steps(const fsc_plan_job *job, int steps, double *seconds) 
 
 fsc_status plan_replay_step(const fsc_plan_job *job, const fsc_plan_rates *rates, fsc_plan_rank *out,
                             double *seconds) {
-    return plan_run_on("count", job, out, 1, rates, seconds);
+    return plan_run_on("count", job, out, 0, rates, seconds);
 }

@@ -21,8 +21,9 @@
  * Every time is on the simulated cluster's virtual clock (cluster.h, docs/overlap.md): each stage's computation
  * is its own thread's CPU time, as if it had a core to itself, so four stages on a 2-core machine shared with
  * other programs measure what four devices would; the last argument "wall" measures on the machine's clock.
- * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] (default 4 and 3, all, virtual; the first
- * step is not timed; "schedules": only the third table, "zb" only the last). */
+ * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] (default 4 and 3, all, virtual,
+ * 128; the first step is not timed; "schedules": only the third table, "zb" only the last, of a model of that
+ * width: the wider, the more of a block's time is its matrix products, whose weight gradients W are). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,21 +183,22 @@ static int schedules(const fsc_gpt_config *cfg, int steps) {
  * step time and mean bubble of each, beside the bubble-free step (the median over the rounds too). */
 static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
     const int cases[][2] = { { 2, 4 }, { 4, 8 } };
-    static const fsc_pipe_schedule kinds[] = { FSC_SCHED_1F1B, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
-    static const char *const names[] = { "1f1b", "zb-h1", "zbv" };
+    static const fsc_pipe_schedule kinds[] = { FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const names[] = { "1f1b", "interleaved", "zb-h1", "zbv" };
     printf("\n1f1b, zb-h1 and zbv, no network, even balance, prefetch 1, checkpoint never; median of %d rounds\n",
            rounds);
-    printf("%-3s %-3s %-6s %8s %9s %12s %9s %7s\n", "P", "M", "sched", "formula", "measured", "acts0 MiB", "ms/step",
+    printf("%-3s %-3s %-11s %8s %9s %12s %9s %7s\n", "P", "M", "sched", "formula", "measured", "acts0 MiB", "ms/step",
            "/ideal");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int P = cases[c][0], M = cases[c][1];
-        double ms[3][16], bub[3][16], formula[3] = { 0, 0, 0 }, acts[3] = { 0, 0, 0 }, ideal[16];
+        double ms[4][16], bub[4][16], formula[4] = { 0, 0, 0, 0 }, acts[4] = { 0, 0, 0, 0 }, ideal[16];
         for (int round = 0; round < rounds && round < 16; round++) {
             if ((ideal[round] = ideal_ms(cfg, steps, M, 4, P)) < 0) return 1;
-            for (int z = 0; z < 3; z++) {
+            for (int z = 0; z < 4; z++) {
                 bench b = { .cfg = *cfg, .steps = steps, .mb = 4 };
                 b.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = P, .accum = M, .no_sync = 1, .prefetch = 1,
-                                            .schedule = kinds[z], .pipe_checkpoint = FSC_PIPE_CKPT_NEVER };
+                                            .schedule = kinds[z], .pipe_checkpoint = FSC_PIPE_CKPT_NEVER,
+                                            .virtual_stages = kinds[z] == FSC_SCHED_INTERLEAVED ? 2 : 0 };
                 if (step_ms(&b, P) < 0) return 1;
                 double mean = 0;
                 for (int s = 0; s < P; s++) mean += b.st[s].bubble / P;
@@ -206,11 +208,11 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
         }
         const int n = rounds < 16 ? rounds : 16;
         qsort(ideal, (size_t)n, sizeof(double), cmp_double);
-        printf("%-3d %-3d %-6s %8s %9s %12s %9.1f\n", P, M, "ideal", "", "", "", ideal[n / 2]);
-        for (int z = 0; z < 3; z++) {
+        printf("%-3d %-3d %-11s %8s %9s %12s %9.1f\n", P, M, "ideal", "", "", "", ideal[n / 2]);
+        for (int z = 0; z < 4; z++) {
             qsort(ms[z], (size_t)n, sizeof(double), cmp_double);
             qsort(bub[z], (size_t)n, sizeof(double), cmp_double);
-            printf("%-3d %-3d %-6s %8.3f %9.3f %12.2f %9.1f %7.2f\n", P, M, names[z], formula[z], bub[z][n / 2],
+            printf("%-3d %-3d %-11s %8.3f %9.3f %12.2f %9.1f %7.2f\n", P, M, names[z], formula[z], bub[z][n / 2],
                    acts[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
             printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f vs_bubble_free %.3f\n", P, M,
                    names[z], bub[z][n / 2], formula[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
@@ -226,7 +228,12 @@ int main(int argc, char **argv) {
     if (rounds < 1) rounds = 1;
     if (argc > 4 && !strcmp(argv[4], "wall")) sim_clock = FSC_SIM_CLOCK_WALL;
     printf("bench_pipe: times on the %s clock\n", sim_clock == FSC_SIM_CLOCK_WALL ? "wall" : "virtual");
-    fsc_gpt_config scfg = { .layers = 8, .dim = 128, .heads = 4, .seq = 64, .vocab = 256 };
+    const int width = argc > 5 ? atoi(argv[5]) : 128; /* the model's width (heads of 32) */
+    if (width < 32 || width % 32) {
+        fprintf(stderr, "bench_pipe: width %d: a multiple of 32 at least 32\n", width);
+        return 2;
+    }
+    fsc_gpt_config scfg = { .layers = 8, .dim = width, .heads = width / 32, .seq = 64, .vocab = 256 };
     if (argc > 3 && !strcmp(argv[3], "schedules")) return schedules(&scfg, steps);
     if (argc > 3 && !strcmp(argv[3], "zb")) return zero_bubble(&scfg, steps, rounds);
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };

@@ -49,6 +49,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--bandwidth", default="0.2")
     ap.add_argument("--latency", default="50")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of the search's three fastest")
     ap.add_argument("--clock", default="virtual", choices=["virtual", "wall"],
                     help="the simulated cluster's clock (fsc-train --sim-clock): virtual, each rank's own thread's "
                          "CPU time and the modelled network, or wall, the machine's, shared by the ranks")
@@ -84,24 +85,18 @@ def top_three(a):
         print("fsc-plan --search failed: %s" % out.stderr.strip().splitlines()[-1:])
         return 1
     top = json.loads(out.stdout.strip().splitlines()[-1])["search"][:3]
-    print("\nfsc-plan --search, world 4: the three fastest predicted, measured")
+    print("\nfsc-plan --search, world 4: the three fastest predicted, each measured in %d alternating rounds (median)"
+          % a.rounds)
     print("%-44s %10s %10s" % ("layout", "predicted", "measured"))
-    measured = []
-    for c in top:
-        opts = ["--world", "4", "--parallel", c["parallel"], "--tp", str(c["tp"]), "--pp", str(c["pp"]), "--accum",
-                str(c["accum"]), "--recompute", str(c["recompute"]), "--offload", c["offload"], "--precision",
-                c["precision"]]
-        if c["parallel"] == "fsdp":
-            opts += ["--shard", c["shard"]]
-        if c["pp"] > 1:
-            opts += ["--schedule", c["schedule"]]
-        run = subprocess.run([os.path.join(a.build, "fsc-train"), "--json", "--steps", str(a.steps)] + net + opts,
-                             capture_output=True, text=True)
-        if run.returncode != 0:
-            print("%s: failed: %s" % (" ".join(opts), run.stderr.strip().splitlines()[-1:]))
-            return 1
-        ms = json.loads(run.stdout.strip().splitlines()[-1])["ms_per_step"]
-        measured.append(ms)
+    runs = [[] for _ in top]
+    for _ in range(a.rounds):
+        for i, c in enumerate(top):
+            ms = measure(a, net, c)
+            if ms is None:
+                return 1
+            runs[i].append(ms)
+    measured = [statistics.median(r) for r in runs]
+    for c, ms in zip(top, measured):
         name = "%s%s tp %d pp %d accum %d rec %d %s" % (c["parallel"], " " + c["shard"] if c["parallel"] == "fsdp"
                                                           else "", c["tp"], c["pp"], c["accum"], c["recompute"],
                                                           c["schedule"] if c["pp"] > 1 else "")
@@ -109,6 +104,23 @@ def top_three(a):
     best = min(range(len(measured)), key=lambda i: measured[i])
     print("predicted fastest is the measured fastest of the three: %s" % ("yes" if best == 0 else "no (#%d)" % (best + 1)))
     return 0
+
+
+def measure(a, net, c):
+    """fsc-train's ms a step of search candidate c (None after printing why it failed)."""
+    opts = ["--world", "4", "--parallel", c["parallel"], "--tp", str(c["tp"]), "--pp", str(c["pp"]), "--accum",
+            str(c["accum"]), "--recompute", str(c["recompute"]), "--offload", c["offload"], "--precision",
+            c["precision"]]
+    if c["parallel"] == "fsdp":
+        opts += ["--shard", c["shard"]]
+    if c["pp"] > 1:
+        opts += ["--schedule", c["schedule"]]
+    run = subprocess.run([os.path.join(a.build, "fsc-train"), "--json", "--steps", str(a.steps)] + net + opts,
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        print("%s: failed: %s" % (" ".join(opts), run.stderr.strip().splitlines()[-1:]))
+        return None
+    return json.loads(run.stdout.strip().splitlines()[-1])["ms_per_step"]
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "engine_impl.h"
-#include "pipe.h"
 #include "fsc/settings.h"
 
 /* A float as the shortest decimal that reads back as itself (0.001, not 0.00100000005): equal text is equal
@@ -48,7 +47,7 @@ static void add_options(fsc_settings *s, const fsc_parallel_opts *po) {
     fsc_settings_add(s, "parallel.schedule", "%d checkpoint %d placement %d", (int)po->schedule,
                      (int)po->pipe_checkpoint, (int)po->placement);
     char bal[256] = "even";
-    const int chunks = fsc_pipe_chunks(po); /* zbv's two without virtual_stages: its balance has 2 pp entries */
+    const int chunks = po->virtual_stages > 1 ? po->virtual_stages : 1;
     if (chunks > 1) fsc_settings_add(s, "parallel.virtual_stages", "%d", chunks);
     for (int i = 0, at = 0; po->balance && i < (long long)po->pp * chunks && at < (int)sizeof bal - 12; i++)
         at += snprintf(bal + at, sizeof bal - (size_t)at, "%s%d", i ? "," : "", po->balance[i]);

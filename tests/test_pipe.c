@@ -421,10 +421,11 @@ static void test_pipe_custom_schedule(void **state) {
 /* A custom schedule placed in a V (po.placement FSC_PIPE_V, virtual_stages 2). The lists fsc_pipe_schedule_make
  * gives for zbv, passed as a custom schedule: zbv's bits and DDP's (losses on every rank, an evaluation before each
  * step equal to its loss, final parameters) and zbv's records in flight on every rank, over pp 2 and 3, even and
- * uneven balances, three checkpoint modes and dp 2 x pp 2; the same lists in a loop deadlock and are refused. A
- * depth-first list (no W) in a V gives DDP's bits too; with the last rank's two forwards of micro-batch 0 swapped
- * it deadlocks (chunk 1 waits for its own chunk 0) and is refused naming the wait. Placement V with a built-in
- * schedule, with other than two chunks, and an unknown placement are refused. */
+ * uneven balances, three checkpoint modes and dp 2 x pp 2; the same lists in a loop are refused (a message out of
+ * order). A depth-first list (no W) in a V gives DDP's bits too, saves DDP's weights file byte for byte and,
+ * loading it, trains as DDP loading it; with the last rank's two forwards of micro-batch 0 swapped it deadlocks
+ * (chunk 1 waits for its own chunk 0) and is refused naming the wait. Placement V with a built-in schedule, with
+ * other than two chunks, and an unknown placement are refused. */
 static void test_pipe_custom_v(void **state) {
     (void)state;
     static const int uneven6[] = { 2, 1, 1, 1, 2, 1 };
@@ -493,15 +494,42 @@ static void test_pipe_custom_v(void **state) {
     p.po.virtual_stages = 2;
     p.po.actions = lists;
     p.po.nactions = n;
+    char wa[64], wb[64];
+    snprintf(wa, sizeof wa, "/tmp/fsc_test_pipe_v_%d_a.safetensors", (int)getpid());
+    snprintf(wb, sizeof wb, "/tmp/fsc_test_pipe_v_%d_b.safetensors", (int)getpid());
     run ref = reference(&p);
+    ref.save = wb;
+    train(&ref);
+    p.save = wa;
     train(&p);
     assert_same(&ref, &p, "custom V: depth-first, 3 micro-batches");
     assert_int_equal(p.stats[0].last_layer, p.cfg.layers + 1); /* the V's first rank holds the head */
     assert_int_equal(p.stats[1].first_layer, 3); /* the last rank: stages 1 and 2, layers 3 to 6 (a loop: 3 to 9) */
     assert_int_equal(p.stats[1].last_layer, 6);
+    FILE *fa = fopen(wa, "rb"), *fb = fopen(wb, "rb"); /* the weights saved from the V: DDP's, byte for byte */
+    assert_non_null(fa);
+    assert_non_null(fb);
+    long at = 0;
+    for (int ca = 0, cb = 0; ca != EOF; at++)
+        if ((ca = fgetc(fa)) != (cb = fgetc(fb))) fail_msg("custom V: saved weights differ at byte %ld", at);
+    assert_true(at > 1000);
+    fclose(fa);
+    fclose(fb);
     free(p.params);
     free(ref.params);
     p.params = NULL;
+    p.save = NULL;
+    p.load = wa; /* loaded into the V's stages: DDP loading them */
+    run lref = reference(&p);
+    train(&p);
+    assert_same(&lref, &p, "custom V: after loading weights");
+    assert_true(memcmp(&p.loss[0][0], &ref.loss[0][0], sizeof(double)) != 0); /* it did start elsewhere */
+    free(p.params);
+    free(lref.params);
+    unlink(wa);
+    unlink(wb);
+    p.params = NULL;
+    p.load = NULL;
     r1[0] = (fsc_pipe_action){ FSC_ACT_FORWARD, 0, 1 }; /* the last rank's F0.0 F0.1 as F0.1 F0.0 */
     r1[1] = (fsc_pipe_action){ FSC_ACT_FORWARD, 0, 0 };
     expect_error(&p, "rank 1 waits at action 0, F(mb 0, chunk 1), for its input from rank 1");

@@ -106,6 +106,7 @@ static run reference(const run *p) {
     d.po.pp = 1;
     d.po.virtual_stages = 0;
     d.po.schedule = FSC_SCHED_GPIPE;
+    d.po.placement = FSC_PIPE_LOOP;
     d.po.balance = NULL;
     d.po.kind = FSC_PAR_DDP;
     d.world = p->world / p->po.pp;
@@ -338,6 +339,7 @@ static void test_pipe_equals_ddp(void **state) {
  * chunk per rank with more warm-up than 1F1B. Oracle: DDP's bits. A list that runs rank 1's backwards out of
  * order is refused when the engine is made, the message naming the action. */
 static fsc_status create_fn(fsc_rank *rk, void *arg);
+static void expect_error(run *r, const char *needle);
 
 static void depth_first(int v, int m, fsc_pipe_action *a) {
     int n = 0;
@@ -414,6 +416,139 @@ static void test_pipe_custom_schedule(void **state) {
                "rank 1, action 6, B(mb 1, chunk 1) comes before micro-batch 0 of its chunk");
     p.po.actions = NULL;
     assert_err(fsc_cluster_run(&co, create_fn, &p), FSC_ERR_INVALID, "custom pipeline schedule needs actions");
+}
+
+/* A custom schedule placed in a V (po.placement FSC_PIPE_V, virtual_stages 2). The lists fsc_pipe_schedule_make
+ * gives for zbv, passed as a custom schedule: zbv's bits and DDP's (losses on every rank, an evaluation before each
+ * step equal to its loss, final parameters) and zbv's records in flight on every rank, over pp 2 and 3, even and
+ * uneven balances, three checkpoint modes and dp 2 x pp 2; the same lists in a loop are refused (a message out of
+ * order). A depth-first list (no W) in a V gives DDP's bits too, saves DDP's weights file byte for byte and,
+ * loading it, trains as DDP loading it; with the last rank's two forwards of micro-batch 0 swapped it deadlocks
+ * (chunk 1 waits for its own chunk 0) and is refused naming the wait. Placement V with a built-in schedule, with
+ * other than two chunks, and an unknown placement are refused. */
+static void test_pipe_custom_v(void **state) {
+    (void)state;
+    static const int uneven6[] = { 2, 1, 1, 1, 2, 1 };
+    struct { int dp, pp, m, ck; const int *bal; } cases[] = {
+        { 1, 2, 4, 0, NULL }, { 1, 3, 5, 1, uneven6 }, { 2, 2, 3, 2, NULL },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int pp = cases[c].pp, m = cases[c].m;
+        fsc_pipe_action *a[MAXS] = { NULL };
+        int n[MAXS] = { 0 };
+        for (int r = 0; r < pp; r++) assert_ok(fsc_pipe_schedule_make(FSC_SCHED_ZBV, pp, 2, m, r, &a[r], &n[r]));
+        run z = make(cases[c].dp, pp, FSC_PAR_DDP, m, 1);
+        z.cfg.layers = 8;
+        z.steps = 2;
+        z.eval = 1;
+        z.po.prefetch = 1;
+        z.po.schedule = FSC_SCHED_ZBV;
+        z.po.balance = cases[c].bal;
+        z.po.pipe_checkpoint = (fsc_pipe_checkpoint)cases[c].ck;
+        run ref = reference(&z);
+        train(&z);
+        run u = z;
+        u.params = NULL;
+        u.po.schedule = FSC_SCHED_CUSTOM;
+        u.po.placement = FSC_PIPE_V;
+        u.po.virtual_stages = 2;
+        u.po.actions = (const fsc_pipe_action *const *)a;
+        u.po.nactions = n;
+        train(&u);
+        char what[128];
+        snprintf(what, sizeof what, "custom V with zbv's lists, dp %d x pp %d (balance %s), %d micro-batches, "
+                 "checkpoint %s", cases[c].dp, pp, cases[c].bal ? "uneven" : "even", m, ckpt_name[cases[c].ck]);
+        assert_same(&ref, &z, what);
+        assert_same(&ref, &u, what);
+        assert_same(&z, &u, what);
+        for (int rk = 0; rk < u.world; rk++) {
+            for (int st = 0; st < u.steps; st++)
+                if (memcmp(&u.ev[rk][st], &u.loss[rk][st], sizeof(double)) != 0)
+                    fail_msg("%s: evaluation of step %d on rank %d %.17g, the step's loss %.17g", what, st, rk,
+                             u.ev[rk][st], u.loss[rk][st]);
+            assert_int_equal(u.stats[rk].max_in_flight, z.stats[rk].max_in_flight);
+            assert_int_equal(u.stats[rk].stage, z.stats[rk].stage);
+            assert_int_equal(u.stats[rk].first_layer, z.stats[rk].first_layer);
+            assert_int_equal(u.stats[rk].last_layer, z.stats[rk].last_layer);
+        }
+        u.po.placement = FSC_PIPE_LOOP; /* zbv's lists with loop-placed stages: out of order on the wrap-around */
+        static const char *const want[] = { "rank 1, action 1, F(mb 0, chunk 1) receives its input from rank 0",
+                                            "rank 1, action 3, F(mb 0, chunk 1) receives its input from rank 0" };
+        expect_error(&u, want[pp - 2]);
+        free(u.params);
+        free(z.params);
+        free(ref.params);
+        for (int r = 0; r < pp; r++) fsc_pipe_schedule_free(a[r]);
+    }
+    fsc_pipe_action r0[12], r1[12];
+    depth_first(2, 3, r0);
+    depth_first(2, 3, r1);
+    const fsc_pipe_action *const lists[] = { r0, r1 };
+    const int n[] = { 12, 12 };
+    run p = make(1, 2, FSC_PAR_DDP, 3, 1);
+    p.cfg.layers = 8;
+    p.steps = 2;
+    p.po.prefetch = 1;
+    p.po.schedule = FSC_SCHED_CUSTOM;
+    p.po.placement = FSC_PIPE_V;
+    p.po.virtual_stages = 2;
+    p.po.actions = lists;
+    p.po.nactions = n;
+    char wa[64], wb[64];
+    snprintf(wa, sizeof wa, "/tmp/fsc_test_pipe_v_%d_a.safetensors", (int)getpid());
+    snprintf(wb, sizeof wb, "/tmp/fsc_test_pipe_v_%d_b.safetensors", (int)getpid());
+    run ref = reference(&p);
+    ref.save = wb;
+    train(&ref);
+    p.save = wa;
+    train(&p);
+    assert_same(&ref, &p, "custom V: depth-first, 3 micro-batches");
+    assert_int_equal(p.stats[0].last_layer, p.cfg.layers + 1); /* the V's first rank holds the head */
+    assert_int_equal(p.stats[1].first_layer, 3); /* the last rank: stages 1 and 2, layers 3 to 6 (a loop: 3 to 9) */
+    assert_int_equal(p.stats[1].last_layer, 6);
+    FILE *fa = fopen(wa, "rb"), *fb = fopen(wb, "rb"); /* the weights saved from the V: DDP's, byte for byte */
+    assert_non_null(fa);
+    assert_non_null(fb);
+    long at = 0;
+    for (int ca = 0, cb = 0; ca != EOF; at++)
+        if ((ca = fgetc(fa)) != (cb = fgetc(fb))) fail_msg("custom V: saved weights differ at byte %ld", at);
+    assert_true(at > 1000);
+    fclose(fa);
+    fclose(fb);
+    free(p.params);
+    free(ref.params);
+    p.params = NULL;
+    p.save = NULL;
+    p.load = wa; /* loaded into the V's stages: DDP loading them */
+    run lref = reference(&p);
+    train(&p);
+    assert_same(&lref, &p, "custom V: after loading weights");
+    assert_true(memcmp(&p.loss[0][0], &ref.loss[0][0], sizeof(double)) != 0); /* it did start elsewhere */
+    free(p.params);
+    free(lref.params);
+    unlink(wa);
+    unlink(wb);
+    p.params = NULL;
+    p.load = NULL;
+    r1[0] = (fsc_pipe_action){ FSC_ACT_FORWARD, 0, 1 }; /* the last rank's F0.0 F0.1 as F0.1 F0.0 */
+    r1[1] = (fsc_pipe_action){ FSC_ACT_FORWARD, 0, 0 };
+    expect_error(&p, "rank 1 waits at action 0, F(mb 0, chunk 1), for its input from rank 1");
+    depth_first(2, 3, r1);
+    p.po.virtual_stages = 3;
+    expect_error(&p, "placement V puts two chunks on every pipeline rank: it needs virtual_stages 2, not 3");
+    p.po.virtual_stages = 0;
+    expect_error(&p, "needs virtual_stages 2, not 0");
+    p.po.virtual_stages = 2;
+    p.po.schedule = FSC_SCHED_ZBV;
+    expect_error(&p, "placement V is for a custom schedule (FSC_SCHED_CUSTOM): the built-in schedule zbv places its "
+                 "own stages");
+    p.po.schedule = FSC_SCHED_1F1B;
+    p.po.virtual_stages = 0;
+    expect_error(&p, "the built-in schedule 1f1b places its own stages");
+    p.po.schedule = FSC_SCHED_CUSTOM;
+    p.po.virtual_stages = 2;
+    p.po.placement = (fsc_pipe_placement)5;
+    expect_error(&p, "unknown pipeline placement 5");
 }
 
 /* The receives posted ahead (po.prefetch 1, docs/overlap.md) on the paths the test above leaves out: 1, 2 (of 2
@@ -1027,6 +1162,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_zbv_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_custom_schedule),
+        cmocka_unit_test(test_pipe_custom_v),
         cmocka_unit_test(test_pipe_interleaved_weights),
         cmocka_unit_test(test_pipe_prefetch_receives),
         cmocka_unit_test(test_pipe_prefetch_every_balance),

@@ -28,6 +28,7 @@ typedef struct {
     int world, tp, pp, dp, onef1b;
     int layers;                  /* decoder layers (make: 2) */
     int sched, vstages;          /* pipelines: a schedule other than GPipe/1F1B (0: by onef1b), chunks per rank */
+    int vee;                     /* sched custom: zbv's lists placed in a V (po.placement FSC_PIPE_V) */
     fsc_parallel_kind kind;      /* the strategy (0: DDP) */
     int data[MAXW];              /* each rank's data index */
     float out[MAXW][GB * SEQ * VOCAB];
@@ -66,13 +67,23 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
     if (j->sched) po.schedule = (fsc_pipe_schedule)j->sched, po.virtual_stages = j->vstages, po.prefetch = 1;
     else mt_accumulate(&po, 2);
     po.tp = j->tp;
+    fsc_pipe_action *acts[2] = { NULL, NULL };
+    int nacts[2] = { 0, 0 };
+    fsc_status s = FSC_OK;
+    if (j->vee) { /* the engine copies this rank's list when it is made */
+        po.placement = FSC_PIPE_V;
+        for (int k = 0; k < j->pp && s == FSC_OK; k++)
+            s = fsc_pipe_schedule_make(FSC_SCHED_ZBV, j->pp, 2, po.accum, k, &acts[k], &nacts[k]);
+        po.actions = (const fsc_pipe_action *const *)acts, po.nactions = nacts;
+    }
     fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-2f, .weight_decay = 0.01f, .beta1 = 0.9f,
                             .beta2 = 0.999f, .eps = 1e-8f };
     fsc_engine *e = NULL;
-    FSC_TRY(fsc_engine_create_built(r, fsc_llama_build, &a, &po, &oc, 7, &e));
+    if (s == FSC_OK) s = fsc_engine_create_built(r, fsc_llama_build, &a, &po, &oc, 7, &e);
+    for (int k = 0; k < 2; k++) fsc_pipe_schedule_free(acts[k]);
+    FSC_TRY(s);
     const int dp = fsc_engine_layout(e)->dp, di = fsc_engine_layout(e)->data, lb = GB / dp;
     int32_t tok[GB * SEQ], tgt[GB * SEQ];
-    fsc_status s = FSC_OK;
     for (int st = 0; st <= STEPS && s == FSC_OK; st++) {
         for (int i = 0; i < lb; i++) sample((size_t)st * GB + (size_t)di * lb + i, tok + i * SEQ, tgt + i * SEQ);
         if (st == STEPS) break;
@@ -142,26 +153,27 @@ static void test_pipeline(void **state) {
     free(one), free(ddp), free(ppdp);
 }
 
-/* The other schedules (interleaved over 2 chunks per rank, ZB-H1, ZBV: its last stage on rank 0) and FSDP inside
- * the stages, on 4 layers (4 chunks): every rank still gets its own rows' outputs, the bits of one rank's (dp 1) or
- * of DDP's (dp 2). */
+/* The other schedules (interleaved over 2 chunks per rank, ZB-H1, ZBV: its last stage on rank 0, and zbv's lists
+ * as a custom schedule placed in a V) and FSDP inside the stages, on 4 layers (4 chunks): every rank still gets its
+ * own rows' outputs, the bits of one rank's (dp 1) or of DDP's (dp 2). */
 static void test_pipeline_schedules(void **state) {
     (void)state;
     job *one = make(1, 1, 1), *ddp = make(2, 1, 1);
     one->layers = ddp->layers = 4;
     run(one);
     run(ddp);
-    const struct { int sched, v; const char *name; } sc[] = {
-        { FSC_SCHED_INTERLEAVED, 2, "interleaved" }, { FSC_SCHED_ZB_H1, 0, "zb-h1" }, { FSC_SCHED_ZBV, 2, "zbv" } };
-    for (int i = 0; i < 3; i++) {
+    const struct { int sched, v, vee; const char *name; } sc[] = {
+        { FSC_SCHED_INTERLEAVED, 2, 0, "interleaved" }, { FSC_SCHED_ZB_H1, 0, 0, "zb-h1" },
+        { FSC_SCHED_ZBV, 2, 0, "zbv" }, { FSC_SCHED_CUSTOM, 2, 1, "custom V" } };
+    for (int i = 0; i < 4; i++) {
         char what[64];
         job *pp = make(2, 1, 2);
-        pp->sched = sc[i].sched, pp->vstages = sc[i].v, pp->layers = 4;
+        pp->sched = sc[i].sched, pp->vstages = sc[i].v, pp->vee = sc[i].vee, pp->layers = 4;
         run(pp);
         snprintf(what, sizeof what, "pp 2 (%s)", sc[i].name);
         same_bits(pp, one, what);
         job *fs = make(4, 1, 2);
-        fs->sched = sc[i].sched, fs->vstages = sc[i].v, fs->kind = FSC_PAR_FSDP, fs->layers = 4;
+        fs->sched = sc[i].sched, fs->vstages = sc[i].v, fs->vee = sc[i].vee, fs->kind = FSC_PAR_FSDP, fs->layers = 4;
         run(fs);
         snprintf(what, sizeof what, "fsdp dp 2 x pp 2 (%s)", sc[i].name);
         same_bits(fs, ddp, what);

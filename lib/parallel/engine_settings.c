@@ -44,7 +44,8 @@ static void add_options(fsc_settings *s, const fsc_parallel_opts *po) {
     fsc_settings_add(s, "parallel.prefetch", "%d limit %d", po->prefetch, po->prefetch_limit);
     fsc_settings_add(s, "parallel.offload", "%s", fsc_offload_mode_name(po->offload));
     fsc_settings_add(s, "parallel.pp", "%d", po->pp);
-    fsc_settings_add(s, "parallel.schedule", "%d checkpoint %d", (int)po->schedule, (int)po->pipe_checkpoint);
+    fsc_settings_add(s, "parallel.schedule", "%d checkpoint %d placement %d", (int)po->schedule,
+                     (int)po->pipe_checkpoint, (int)po->placement);
     char bal[256] = "even";
     const int chunks = po->virtual_stages > 1 ? po->virtual_stages : 1;
     if (chunks > 1) fsc_settings_add(s, "parallel.virtual_stages", "%d", chunks);

@@ -6,7 +6,8 @@
  * Interleaved stages (po.virtual_stages v > 1): pp x v stages, rank r runs the chunks (stages) r, r + pp, ...; a
  * record, a slot and a pool of records belong to one chunk, the last rank's chunk c hands its output to the
  * first rank's chunk c + 1 over the wrap-around link (pipe_link.c), and the engine holds only the layers of
- * this rank's chunks (fsc_pipe_runs_layer; e->lf..e->ll is their span). A V (zbv, two chunks): rank r runs
+ * this rank's chunks (fsc_pipe_runs_layer; e->lf..e->ll is their span). A V (zbv, or a custom schedule with
+ * placement V; two chunks): rank r runs
  * stages r and 2 pp - 1 - r; chunk 1's messages travel on links of their own split in reverse rank order
  * (lk2), the last rank hands chunk 0's output to its chunk 1 (and the gradient back) through a buffer
  * (lout, lgrad), and a tied tensor whose owner and user are both on rank 0 keeps the user's gradient of each
@@ -73,7 +74,7 @@ typedef struct {
 struct fsc_pipe {
     int pp, dp, stage, dpi;
     int v, S;                 /* chunks per rank, stages (pp x v): chunk c of this rank is stage_at(p, c) */
-    fsc_pipe_placement pl;    /* loop (chunk c is stage c pp + stage) or V (zbv: stage, then 2 pp - 1 - stage) */
+    fsc_pipe_placement pl;    /* loop (chunk c is stage c pp + stage) or V (zbv, custom: stage, then 2 pp - 1 - stage) */
     int *lf, *ll;             /* (S) layer range of every stage */
     fsc_comm *pipe_comm;      /* the ranks of this dp_index, by stage (the engine's) */
     fsc_comm *data_comm;      /* the ranks of this stage, by dp_index (e->comm, the engine's) */
@@ -138,8 +139,12 @@ double fsc_pipe_now_s(void) { return fsc_clock_now(); }
 
 int fsc_pipe_stages(const fsc_parallel_opts *po) { return po->pp > 1 ? po->pp : 1; }
 
+fsc_pipe_placement fsc_pipe_placement_of(const fsc_parallel_opts *po) {
+    return po->schedule == FSC_SCHED_CUSTOM ? po->placement : fsc_pipe_schedule_placement(po->schedule);
+}
+
 int fsc_pipe_chunks(const fsc_parallel_opts *po) {
-    if (po->schedule == FSC_SCHED_ZBV && po->pp > 1) return 2; /* a V: two chunks per rank (virtual_stages checked) */
+    if (fsc_pipe_placement_of(po) == FSC_PIPE_V && po->pp > 1) return 2; /* two chunks per rank (checked) */
     return po->virtual_stages > 1 ? po->virtual_stages : 1;
 }
 
@@ -192,11 +197,29 @@ static fsc_status validate_split(const fsc_parallel_opts *po) {
     return FSC_OK;
 }
 
+/* The placement option (custom schedules only): before the chunks are counted, which a V fixes at two. */
+static fsc_status validate_placement(const fsc_parallel_opts *po) {
+    if (po->placement == FSC_PIPE_LOOP) return FSC_OK;
+    if (po->placement != FSC_PIPE_V)
+        return fsc_error(FSC_ERR_INVALID, "unknown pipeline placement %d (FSC_PIPE_LOOP or FSC_PIPE_V)",
+                         (int)po->placement);
+    static const char *const names[] = { "gpipe", "1f1b", "interleaved", "custom", "zb-h1", "zbv" };
+    if (po->schedule != FSC_SCHED_CUSTOM)
+        return fsc_error(FSC_ERR_INVALID, "placement V is for a custom schedule (FSC_SCHED_CUSTOM): the built-in "
+                         "schedule %s places its own stages (zbv in a V, the others in a loop); leave placement "
+                         "FSC_PIPE_LOOP", (unsigned)po->schedule < 6 ? names[po->schedule] : "(unknown)");
+    if (po->virtual_stages != 2)
+        return fsc_error(FSC_ERR_INVALID, "placement V puts two chunks on every pipeline rank: it needs "
+                         "virtual_stages 2, not %d", po->virtual_stages);
+    return FSC_OK;
+}
+
 fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel_opts *po) {
     if (po->pp < 0) return fsc_error(FSC_ERR_INVALID, "pp (pipeline stages) must be >= 1, not %d", po->pp);
     if (po->virtual_stages < 0)
         return fsc_error(FSC_ERR_INVALID, "virtual_stages (chunks per pipeline rank) must be >= 1, not %d",
                          po->virtual_stages);
+    FSC_TRY(validate_placement(po));
     const int pp = fsc_pipe_stages(po), v = fsc_pipe_chunks(po), L = n_layers - 2;
     if (pp == 1) {
         if (po->balance) return fsc_error(FSC_ERR_INVALID, "a balance is given but pp is 1 (no pipeline)");
@@ -332,7 +355,7 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->dpi = l->data;
     p->M = e->po.accum;
     p->v = fsc_pipe_chunks(&e->po);
-    p->pl = fsc_pipe_schedule_placement(e->po.schedule);
+    p->pl = fsc_pipe_placement_of(&e->po);
     const int S = p->S = pp * p->v, v = p->v;
     const size_t per = (size_t)v * ((size_t)p->M + 2); /* records of all chunks, in flight or pooled */
     p->lf = calloc((size_t)S, sizeof(int));
@@ -897,7 +920,7 @@ void fsc_pipe_set_outputs(fsc_engine *e, float *out, size_t *per_sample) {
 
 fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, size_t *per_sample) {
     fsc_pipe *p = e->pipe;
-    const int root = last_rank(p), last = p->stage == root; /* under zbv the last stage is on rank 0 */
+    const int root = last_rank(p), last = p->stage == root; /* in a V the last stage is on rank 0 */
     double per = !last ? 0 : p->out_status != FSC_OK ? -1 - (double)p->out_status : (double)*per_sample;
     void *d = NULL;
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof per, &d));

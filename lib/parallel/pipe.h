@@ -110,9 +110,11 @@ void fsc_pipe_aux_free(fsc_pipe_aux *x);
 /* The pipeline's statistics (pipe.c; NULL without them). */
 fsc_pipe_aux *fsc_pipe_aux_of(const fsc_engine *e);
 
-/* Stages of the options (pp 0 means 1), chunks per rank (virtual_stages 0 means 1). */
+/* Stages of the options (pp 0 means 1), chunks per rank (virtual_stages 0 means 1; two in a V), and how the
+ * stages sit on the ranks: a custom schedule's placement option, a built-in schedule's own placement. */
 int fsc_pipe_stages(const fsc_parallel_opts *po);
 int fsc_pipe_chunks(const fsc_parallel_opts *po);
+fsc_pipe_placement fsc_pipe_placement_of(const fsc_parallel_opts *po);
 /* Whether this rank runs layer l (one of its chunks holds it); 1 without a pipeline. */
 int fsc_pipe_runs_layer(const fsc_engine *e, int l);
 /* The layers the model runs now: e->lf..e->ll, or with chunks (interleaved, zbv) those of the chunk whose action

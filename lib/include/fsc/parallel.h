@@ -36,6 +36,9 @@ typedef enum {
     FSC_SCHED_GPIPE = 0, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_CUSTOM, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV
 } fsc_pipe_schedule;
 struct fsc_pipe_action; /* fsc/pipe_schedule.h */
+/* How the S = pp x v stages sit on the pipeline ranks (fsc/pipe_schedule.h): a loop (chunk c of rank r is stage
+ * c pp + r; every built-in schedule but zbv) or a V (two chunks: rank r holds stages r and 2 pp - 1 - r; zbv). */
+typedef enum { FSC_PIPE_LOOP = 0, FSC_PIPE_V } fsc_pipe_placement;
 /* Which micro-batches keep only their stage input and recompute the stage in backward (FairScale's
  * checkpoint option; except_last is its default). */
 typedef enum { FSC_PIPE_CKPT_EXCEPT_LAST = 0, FSC_PIPE_CKPT_ALWAYS, FSC_PIPE_CKPT_NEVER } fsc_pipe_checkpoint;
@@ -92,11 +95,13 @@ typedef struct {
     int pp;                       /* pipeline stages (0 or 1: no pipeline) */
     fsc_pipe_schedule schedule;   /* gpipe (default), 1f1b, interleaved, zb-h1, zbv or custom */
     const struct fsc_pipe_action *const *actions; /* custom: actions[r] the nactions[r] actions of pipeline rank r
-                                   * (stage r), for every r; validated as fsc_pipe_schedule_validate does and copied
-                                   * at engine creation. Every rank passes the same lists */
+                                   * (stage r), for every r; validated as fsc_pipe_schedule_validate_placed does under
+                                   * `placement` (below) and copied at engine creation. Every rank passes the same
+                                   * lists */
     const int *nactions;
     int virtual_stages;           /* interleaved, custom: chunks per rank, v (0 or 1: one); rank r runs stages
-                                   * r, r + pp, ..., r + (v-1) pp of pp x v; balance then has pp x v entries
+                                   * r, r + pp, ..., r + (v-1) pp of pp x v (a loop; zbv and placement V: r and
+                                   * 2 pp - 1 - r); balance then has pp x v entries
                                    * and (interleaved) accum must be a multiple of pp. With v > 1 (and under
                                    * zb-h1 and zbv) DDP, FSDP, ZeRO-1/2 or none inside the stages; no tp, ep, aux
                                    * statistics, offload or reduce_exact yet */
@@ -125,6 +130,9 @@ typedef struct {
      * pipeline's micro-batch) and tensor parallelism (the bits then depend on tp); not with ep or offload all. */
     int reduce_exact;             /* 0: ordered (the default, the float sums in rank order), 1: exact */
     int unit;                     /* sequences per unit with reduce_exact (0: the micro-batch, local batch / accum) */
+    fsc_pipe_placement placement; /* custom schedules: FSC_PIPE_LOOP (the default) or FSC_PIPE_V (two chunks per rank
+                                   * in a V, as zbv: virtual_stages 2, lists validated under the V). A built-in
+                                   * schedule places its own stages: any other value than loop is refused */
 } fsc_parallel_opts;
 /* Valid options for one rank without any parallelism: kind none, every other field its documented default
  * (full_shard, block wrapping, reshard by strategy, f32, accum 1, no_sync 1, no clipping, pp 1, gpipe,

@@ -29,7 +29,8 @@
  *
  * A schedule of one's own: fsc_parallel_opts.schedule = FSC_SCHED_CUSTOM with actions[r] and nactions[r] the
  * lists of every pipeline rank r (and virtual_stages for chunks); the engine validates them as above when it
- * is made, and runs this rank's list in every step. */
+ * is made, and runs this rank's list in every step. Its stages sit in a loop, or with placement = FSC_PIPE_V
+ * (and virtual_stages 2) in zbv's V; the lists are then validated with fsc_pipe_schedule_validate_placed. */
 #ifndef FSC_PIPE_SCHEDULE_H
 #define FSC_PIPE_SCHEDULE_H
 #include "export.h"
@@ -38,7 +39,7 @@
 
 FSC_BEGIN_DECLS
 
-typedef enum { FSC_PIPE_LOOP = 0, FSC_PIPE_V } fsc_pipe_placement;
+/* fsc_pipe_placement (FSC_PIPE_LOOP, FSC_PIPE_V): parallel.h */
 
 typedef enum { FSC_ACT_FORWARD = 0, FSC_ACT_BACKWARD, FSC_ACT_WEIGHT } fsc_pipe_action_kind;
 

@@ -2,7 +2,7 @@
 """The planner's step time against the simulator's (docs/planning.md, "Step time").
 
 Runs fsc-train with --plan (which calibrates this machine's cpu device in the same process just before training)
-on 20 layouts of the default GPT over a simulated network, and prints for each the measured ms a step (--json's
+on 22 layouts of the default GPT over a simulated network (two with offload's copies over a simulated PCIe link), and prints for each the measured ms a step (--json's
 ms_per_step: the mean of the steps after the first), the predicted one (predicted.ms_per_step) and the error,
 then the median and the worst error. Then the search: fsc-plan --search on world 4 over the same network ranks
 every layout; its three fastest are run with fsc-train and measured, and the script says whether the one
@@ -40,6 +40,8 @@ LAYOUTS = [
     ("fsdp, world 2, accum 2", "--world 2 --parallel fsdp --accum 2"),
     ("fsdp, world 2, bf16", "--world 2 --parallel fsdp --precision bf16"),
     ("zero1, world 2, offload optim", "--world 2 --parallel zero1 --offload optim"),
+    ("zero1, offload optim, PCIe 0.2 GB/s", "--world 2 --parallel zero1 --offload optim --sim-copy-bandwidth 0.2"),
+    ("fsdp, offload all, PCIe 1 GB/s", "--world 2 --parallel fsdp --offload all --sim-copy-bandwidth 1"),
 ]
 
 

@@ -79,14 +79,16 @@ static inline void plan_print_table(FILE *f, const fsc_plan_rank *r, int world) 
 /* The rates of simulated ranks on this machine (fsc_plan_calibrate_clock: every rank measures at once, as they
  * share its cores when they train on the wall clock; on the virtual clock each its own thread's CPU time, and with
  * a job to fit, the memory roof fitted to that job's kernels, fsc_plan_fit_rates) and the simulated network's
- * link (GB/s, microseconds; 0: free) as fsc-train's --sim-bandwidth and --sim-latency take it. */
+ * link (GB/s, microseconds; 0: free) and host<->device copies (GB/s) as fsc-train's --sim-bandwidth,
+ * --sim-latency and --sim-copy-bandwidth take them. */
 static inline fsc_status plan_sim_rates(int world, int threads, int sim_clock, const fsc_plan_job *fit,
-                                        double net_gbps, double net_us, fsc_plan_rates *rt) {
+                                        double net_gbps, double net_us, double copy_gbps, fsc_plan_rates *rt) {
     FSC_TRY(fsc_plan_calibrate_clock(world, threads, sim_clock, rt));
     if (fit && sim_clock == FSC_SIM_CLOCK_VIRTUAL) FSC_TRY(fsc_plan_fit_rates(fit, rt));
     rt->host_bytes_per_s = rt->bytes_per_s; /* offload's host memory is the cpu device's own */
     rt->net_bytes_per_s = net_gbps * 1e9;
     rt->net_latency_s = net_us * 1e-6;
+    rt->copy_bytes_per_s = copy_gbps * 1e9;
     return FSC_OK;
 }
 

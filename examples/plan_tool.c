@@ -70,7 +70,8 @@ static int plan_over(const fsc_plan_rank *r, int world, double memory, char *ove
  * simulated ranks; on --sim-clock virtual the memory roof fitted to job's kernels, fsc_plan_fit_rates). */
 static fsc_status rates(const plan_config *c, const fsc_plan_job *job, fsc_plan_rates *rt) {
     *rt = (fsc_plan_rates){.flops_per_s = c->tflops * 1e12, .bytes_per_s = c->mem_bandwidth * 1e9,
-                           .net_bytes_per_s = c->t.sim_bandwidth * 1e9, .net_latency_s = c->t.sim_latency * 1e-6};
+                           .net_bytes_per_s = c->t.sim_bandwidth * 1e9, .net_latency_s = c->t.sim_latency * 1e-6,
+                           .copy_bytes_per_s = c->t.sim_copy * 1e9};
     const cluster_preset *p = plan_preset(c);
     if (p) {
         if (!(rt->flops_per_s > 0)) rt->flops_per_s = (c->t.precision == 0 ? p->tflops_fp32 : p->tflops_bf16) * 1e12;
@@ -85,7 +86,8 @@ static fsc_status rates(const plan_config *c, const fsc_plan_job *job, fsc_plan_
     }
     if (!(c->tflops > 0) || !(c->mem_bandwidth > 0)) {
         fsc_plan_rates cal;
-        FSC_TRY(plan_sim_rates(c->t.world, c->t.threads, c->t.sim_clock, job, c->t.sim_bandwidth, c->t.sim_latency, &cal));
+        FSC_TRY(plan_sim_rates(c->t.world, c->t.threads, c->t.sim_clock, job, c->t.sim_bandwidth, c->t.sim_latency,
+                                     c->t.sim_copy, &cal));
         if (!(c->tflops > 0)) rt->flops_per_s = cal.flops_per_s;
         if (!(c->mem_bandwidth > 0)) rt->bytes_per_s = cal.bytes_per_s;
         rt->kernel_s = cal.kernel_s; /* this machine's calls, with its rates */

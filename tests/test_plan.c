@@ -533,6 +533,22 @@ static void test_plan_replay(void **st) {
     check_replay("fsdp, world 2, prefetch 1", j, 0);
     j.po.kind = FSC_PAR_ZERO2;
     check_replay("zero2, world 2, prefetch 0", j, 1);
+    /* offload's copies over a modelled link (the simulator's sim_copy_gbps) lengthen the replayed step, the formula
+     * does not cost them */
+    fsc_plan_job o = small_gpt(2, 4);
+    o.po.kind = FSC_PAR_ZERO1;
+    o.po.offload = FSC_OFFLOAD_OPTIM;
+    fsc_plan_rates rt = {.flops_per_s = 4e9, .bytes_per_s = 2e9, .host_bytes_per_s = 2e9};
+    fsc_plan_step free_copies, slow_copies;
+    assert_int_equal(fsc_plan_replay(&o, &rt, &free_copies), FSC_OK);
+    rt.copy_bytes_per_s = 1e8;
+    assert_int_equal(fsc_plan_replay(&o, &rt, &slow_copies), FSC_OK);
+    if (!(slow_copies.step_s > free_copies.step_s * 1.01))
+        fail_msg("offload optim: copies at 0.1 GB/s replayed %.6f s, free %.6f s", slow_copies.step_s,
+                 free_copies.step_s);
+    if (fabs(slow_copies.compute_s + slow_copies.comm_s - free_copies.compute_s - free_copies.comm_s) >
+        1e-9 * free_copies.compute_s)
+        fail_msg("offload optim: the formula's terms moved with the copy rate");
     /* two levels of links are the formula's only */
     fsc_plan_rates two = {.flops_per_s = 1e9, .bytes_per_s = 1e9, .node_ranks = 8, .node_bytes_per_s = 1e9};
     fsc_plan_step t;

@@ -16,7 +16,8 @@ int plan_run(run_state *st) {
     if (s == FSC_OK && !(st->plan = calloc((size_t)c->world, sizeof *st->plan)))
         s = fsc_error(FSC_ERR_NOMEM, "out of memory for %d ranks' plans", c->world);
     if (s == FSC_OK) s = fsc_plan_memory(&j, st->plan);
-    if (s == FSC_OK) s = plan_sim_rates(c->world, c->threads, c->sim_clock, &j, c->sim_bandwidth, c->sim_latency, &st->plan_rates);
+    if (s == FSC_OK) s = plan_sim_rates(c->world, c->threads, c->sim_clock, &j, c->sim_bandwidth, c->sim_latency,
+                                        c->sim_copy, &st->plan_rates);
     if (s == FSC_OK) s = fsc_plan_replay(&j, &st->plan_rates, &st->plan_step);
     plan_job_free(&j);
     if (s != FSC_OK) {

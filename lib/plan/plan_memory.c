@@ -78,6 +78,7 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         const fsc_plan_rates *m = run->model;
         fsc_count_set_rates(r->dev, m->flops_per_s, m->bytes_per_s, m->kernel_s);
         fsc_count_set_rates(fsc_engine_host_device(e), m->flops_per_s, m->host_bytes_per_s, m->kernel_s);
+        if (m->copy_bytes_per_s > 0) fsc_device_set_copy_cost(r->dev, m->copy_bytes_per_s * 1e-9);
     }
     const fsc_layout *lay = fsc_engine_layout(e);
     const int bl = j->batch / lay->dp;

@@ -124,6 +124,9 @@ typedef struct {
     double host_bytes_per_s; /* a rank's share of its host's memory bandwidth, for offload's work on the host
                                 (host_work_bytes, added to compute); 0: that work costs nothing */
     double kernel_s;         /* the fixed cost of one kernel call (s; kernel_calls x it added to compute; 0: none) */
+    double copy_bytes_per_s; /* fsc_plan_replay only: copies between host memory and the device (offload's, over
+                                PCIe) take bytes / it on one link a rank, as fsc_cluster_opts.sim_copy_gbps makes
+                                them take on the simulator (0: free; the formula never costs them) */
 } fsc_plan_rates;
 
 /* The predicted time of a step: the slowest rank's, and where it goes. */

@@ -58,19 +58,19 @@ def main():
     a = ap.parse_args()
     trainer = os.path.join(a.build, "fsc-train")
     errors = []
-    print("%-32s %10s %10s %8s" % ("layout", "measured", "predicted", "error"))
+    print("%-36s %10s %10s %8s" % ("layout", "measured", "predicted", "error"))
     for name, opts in LAYOUTS:
         cmd = [trainer, "--plan", "--json", "--peak-tflops", "1", "--steps", str(a.steps), "--sim-bandwidth",
                a.bandwidth, "--sim-latency", a.latency, "--sim-clock", a.clock] + opts.split()
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
-            print("%-32s failed: %s" % (name, out.stderr.strip().splitlines()[-1:]))
+            print("%-36s failed: %s" % (name, out.stderr.strip().splitlines()[-1:]))
             continue
         d = json.loads(out.stdout.strip().splitlines()[-1])
         measured, predicted = d["ms_per_step"], d["predicted"]["ms_per_step"]
         err = predicted / measured - 1
         errors.append(err)
-        print("%-32s %10.2f %10.2f %+7.0f%%" % (name, measured, predicted, 100 * err))
+        print("%-36s %10.2f %10.2f %+7.0f%%" % (name, measured, predicted, 100 * err))
     if errors:
         worst = max(errors, key=abs)
         print("%d layouts: median error %+.0f%%, worst %+.0f%%, within 15%%: %d" %

@@ -284,7 +284,7 @@ fsc_status fsc_plan_fit_rates(const fsc_plan_job *job, fsc_plan_rates *rates) {
     if (!rs) return fsc_error(FSC_ERR_NOMEM, "fsc_plan_fit_rates: out of memory");
     double measured = 0;
     fsc_status s = fsc_plan_memory(&one, rs);
-    if (s == FSC_OK) s = plan_time_steps(&one, 9, &measured);
+    if (s == FSC_OK) s = plan_time_steps(&one, 15, &measured);
     const fsc_plan_rank r = rs[0];
     free(rs);
     if (s != FSC_OK) return fsc_error_prefix(s, "fsc_plan_fit_rates: the calibration's step");

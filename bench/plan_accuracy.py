@@ -117,6 +117,8 @@ def measure(a, net, c):
         opts += ["--shard", c["shard"]]
     if c["pp"] > 1:
         opts += ["--schedule", c["schedule"]]
+        if c.get("virtual_stages", 1) > 1:
+            opts += ["--virtual-stages", str(c["virtual_stages"])]
     run = subprocess.run([os.path.join(a.build, "fsc-train"), "--json", "--steps", str(a.steps)] + net + opts,
                          capture_output=True, text=True)
     if run.returncode != 0:

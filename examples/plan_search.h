@@ -19,6 +19,7 @@ typedef struct {
     int pp, tp, accum;
     int recompute;              /* activation checkpointing (--recompute) */
     fsc_pipe_schedule schedule; /* pp > 1 */
+    int vstages;                /* interleaved: chunks per rank (2); else 1 */
     fsc_offload_mode offload;
     int precision;              /* --precision's index: 0 fp32, 1 bf16, 2 fp16 */
     size_t peak;                /* the largest rank's peak total */
@@ -49,6 +50,7 @@ static inline const char *search_schedule(const plan_candidate *c) {
     case FSC_SCHED_1F1B: return "1f1b";
     case FSC_SCHED_INTERLEAVED: return "interleaved";
     case FSC_SCHED_ZB_H1: return "zb-h1";
+    case FSC_SCHED_ZBV: return "zbv";
     default: return "gpipe";
     }
 }
@@ -82,6 +84,7 @@ static inline int search_one(const fsc_plan_job *base, const search_space *sp, p
     /* base's chunks and balance are for its pp and schedule: a candidate of another pp or number of chunks (the
      * search's schedules run one) takes one chunk and the default balance, else the engine refuses it */
     if (c->pp == 1 || c->schedule != base->po.schedule) j.po.virtual_stages = 1;
+    if (c->pp > 1 && c->schedule == FSC_SCHED_INTERLEAVED) j.po.virtual_stages = c->vstages;
     if (c->pp != base->po.pp || search_chunks(c->schedule, j.po.virtual_stages) !=
                                     search_chunks(base->po.schedule, base->po.virtual_stages))
         j.po.balance = NULL;
@@ -105,7 +108,7 @@ static inline int search_cmp(const void *a, const void *b) {
  * limit), fastest first, into out (SEARCH_MAX); returns how many; *refused counts the layouts the engine
  * refused, *over those over memory. The layouts: tp and pp dividing the world, the strategies over the data
  * ranks (pipelines: ddp in each stage), 1, 2, 4 or 8 micro-batches, activation checkpointing off and on, the
- * pipeline schedules gpipe, 1f1b and zb-h1, sp's precisions; without an offload in base, a sharded strategy
+ * pipeline schedules gpipe, 1f1b, interleaved (2 chunks a rank), zb-h1 and zbv, sp's precisions; without an offload in base, a sharded strategy
  * over memory is tried again with its optimizer offloaded. r: job->world ranks of scratch. */
 static inline int plan_search(const fsc_plan_job *base, const search_space *sp, double memory, plan_candidate *out,
                               fsc_plan_rank *r, int *refused, int *over) {
@@ -114,7 +117,8 @@ static inline int plan_search(const fsc_plan_job *base, const search_space *sp, 
         {FSC_PAR_FSDP, FSC_SHARD_HYBRID}, {FSC_PAR_ZERO1, FSC_SHARD_FULL}, {FSC_PAR_ZERO2, FSC_SHARD_FULL},
     };
     static const int accums[] = {1, 2, 4, 8};
-    static const fsc_pipe_schedule scheds[] = {FSC_SCHED_GPIPE, FSC_SCHED_1F1B, FSC_SCHED_ZB_H1};
+    static const fsc_pipe_schedule scheds[] = {FSC_SCHED_GPIPE, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1,
+                                               FSC_SCHED_ZBV};
     int n = 0;
     *refused = *over = 0;
     for (int tp = 1; tp <= base->world; tp++) {
@@ -134,7 +138,8 @@ static inline int plan_search(const fsc_plan_job *base, const search_space *sp, 
                                     .kind = dp == 1 && pp == 1 && tp == 1 ? FSC_PAR_NONE : strat[s].kind,
                                     .shard = strat[s].shard, .pp = pp, .tp = tp, .accum = accums[a], .recompute = rc,
                                     .schedule = pp > 1 ? scheds[k] : base->po.schedule, .offload = base->po.offload,
-                                    .precision = sp->precision[p]};
+                                    .precision = sp->precision[p],
+                                    .vstages = pp > 1 && scheds[k] == FSC_SCHED_INTERLEAVED ? 2 : 1};
                                 if (search_one(base, sp, &c, r) != 0) {
                                     (*refused)++;
                                     continue;

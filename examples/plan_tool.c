@@ -122,7 +122,7 @@ static int write_config(const plan_config *c, const plan_candidate *w) {
     cJSON_AddNumberToObject(o, "accum", w->accum);
     cJSON_AddNumberToObject(o, "recompute", w->recompute);
     if (w->pp > 1) cJSON_AddStringToObject(o, "schedule", search_schedule(w));
-    if (w->pp > 1 && w->schedule == FSC_SCHED_INTERLEAVED) cJSON_AddNumberToObject(o, "virtual-stages", c->t.virtual_stages);
+    if (w->pp > 1 && w->schedule == FSC_SCHED_INTERLEAVED) cJSON_AddNumberToObject(o, "virtual-stages", w->vstages);
     if (w->pp > 1 && w->pp == c->t.pp && c->t.balance && config_chunks(&c->t) == search_chunks(w->schedule, 1))
         cJSON_AddStringToObject(o, "balance", c->t.balance); /* the user's, when it counts the winner's stages */
     cJSON_AddStringToObject(o, "offload", search_offload(w));
@@ -162,6 +162,7 @@ static int search(const plan_config *c, const fsc_plan_job *job, const fsc_plan_
             cJSON_AddNumberToObject(x, "accum", cand[i].accum);
             cJSON_AddNumberToObject(x, "recompute", cand[i].recompute);
             cJSON_AddStringToObject(x, "schedule", search_schedule(&cand[i]));
+            cJSON_AddNumberToObject(x, "virtual_stages", cand[i].vstages);
             cJSON_AddStringToObject(x, "offload", search_offload(&cand[i]));
             cJSON_AddStringToObject(x, "precision", search_precision(&cand[i]));
             cJSON_AddNumberToObject(x, "peak_bytes", (double)cand[i].peak);

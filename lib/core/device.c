@@ -233,6 +233,7 @@ fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_
     d->ops = ops;
     d->ctx = ctx;
     d->plugin = handle;
+    d->is_count = strcmp(ops->name, "count") == 0;
     d->live = m;
     *out = d;
     return FSC_OK;
@@ -261,7 +262,7 @@ void fsc_device_free(fsc_device *dev) {
 
 const char *fsc_device_name(const fsc_device *dev) { return dev ? dev->ops->name : "(null)"; }
 
-int fsc_device_is_count(const fsc_device *dev) { return dev && strcmp(dev->ops->name, "count") == 0; }
+int fsc_device_is_count(const fsc_device *dev) { return dev && dev->is_count; }
 
 int fsc_device_discards(const fsc_device *dev, const void *p) { return fsc_device_is_count(dev) && fsc_count_is_fake(p); }
 

@@ -9,6 +9,7 @@ struct fsc_device {
     const fsc_device_ops *ops;
     void *ctx;
     void *plugin;                  /* dlopen handle, if loaded from a plug-in */
+    int is_count;                  /* the counting device (fsc_device_is_count: asked on every kernel call) */
     size_t cur[FSC_TAG_COUNT];
     size_t peak[FSC_TAG_COUNT];
     size_t cur_total, peak_total;

@@ -1,5 +1,7 @@
 /* The model interface's checks and small helpers (model.h): what the engine verifies of a model before it
  * shards, pipelines or checkpoints it. Not here: any model (lib/model), the engine (lib/parallel). */
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include "fsc/model.h"
 #include "core/param_split.h"
@@ -54,9 +56,6 @@ fsc_status fsc_model_validate(const fsc_model *m) {
         if (p->nusers > 0 && (!m->tied_grad || !m->tied_grad[i]))
             return fsc_error(FSC_ERR_INVALID, "model: tensor %s is used by other layers than its owner but has no "
                              "tied-gradient buffer (tied_grad[%d])", p->name, i);
-        for (int j = 0; j < i; j++)
-            if (!strcmp(m->info[j].name, p->name))
-                return fsc_error(FSC_ERR_INVALID, "model: two tensors are called %s", p->name);
         FSC_TRY(fsc_param_check_split(p));
         if (p->tp_size > 1 && m->info[tp_first].tp_size <= 1) tp_first = i;
         if (p->tp_size > 1 && (p->tp_size != m->info[tp_first].tp_size || p->tp_rank != m->info[tp_first].tp_rank))
@@ -64,7 +63,30 @@ fsc_status fsc_model_validate(const fsc_model *m) {
                              "one model is built on one tensor group", p->name, p->tp_rank, p->tp_size,
                              m->info[tp_first].name, m->info[tp_first].tp_rank, m->info[tp_first].tp_size);
     }
+    const int dup = fsc_param_duplicate_name(m->info, m->n_tensors);
+    if (dup >= 0) return fsc_error(FSC_ERR_INVALID, "model: two tensors are called %s", m->info[dup].name);
     return FSC_OK;
+}
+
+/* qsort order of tensor names (pointers to them) */
+static int name_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+int fsc_param_duplicate_name(const fsc_param_info *info, int n) {
+    if (n < 2) return -1;
+    const char **names = malloc((size_t)n * sizeof *names);
+    if (!names) { /* no memory for the sort: pairwise */
+        for (int i = 1; i < n; i++)
+            for (int j = 0; j < i; j++)
+                if (!strcmp(info[j].name, info[i].name)) return i;
+        return -1;
+    }
+    for (int i = 0; i < n; i++) names[i] = info[i].name;
+    qsort(names, (size_t)n, sizeof *names, name_cmp);
+    int dup = -1;
+    for (int i = 1; i < n && dup < 0; i++)
+        if (!strcmp(names[i - 1], names[i])) dup = (int)((names[i] - info[0].name) / (ptrdiff_t)sizeof *info);
+    free(names);
+    return dup;
 }
 
 int fsc_param_used_by(const fsc_param_info *info, int l) {

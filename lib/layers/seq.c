@@ -7,6 +7,7 @@
 #include <string.h>
 #include "fsc/rng.h"
 #include "seq_impl.h"
+#include "core/param_split.h" /* fsc_param_duplicate_name */
 
 static void seq_destroy(fsc_model *m) {
     seq_model *s = (seq_model *)m;
@@ -199,13 +200,13 @@ static fsc_status declare(seq_model *s, const fsc_seq_layer *ls) {
             ti->decay = a->params[k].decay;
             s->tensor[l][k] = nt++;
             s->m.n_tensors = nt;
-            for (int j = 0; j < nt - 1; j++)
-                if (!strcmp(s->info[j].name, ti->name))
-                    return fsc_error(FSC_ERR_INVALID, "sequential model: two tensors are called %s (give the layers "
-                                     "prefixes)", ti->name);
         }
     }
     if (nt == 0) return fsc_error(FSC_ERR_INVALID, "sequential model: the layers declare no parameters");
+    const int dup = fsc_param_duplicate_name(s->info, nt);
+    if (dup >= 0)
+        return fsc_error(FSC_ERR_INVALID, "sequential model: two tensors are called %s (give the layers prefixes)",
+                         s->info[dup].name);
     return FSC_OK;
 }
 

@@ -199,7 +199,7 @@ demo: deps
 	@sh ci/demo.sh $(BUILD)
 
 bench: deps
-	@$(MAKE) --no-print-directory OPT="-O3 -march=native" BUILD=build/bench lib $(BENCHES:$(BUILD)/%=build/bench/%) build/bench/train_gpt mpi
+	@$(MAKE) --no-print-directory OPT="-O3 -march=native" BUILD=build/bench lib $(BENCHES:$(BUILD)/%=build/bench/%) build/bench/train_gpt build/bench/fsc-train build/bench/fsc-plan mpi
 	@sh ci/bench.sh build/bench
 
 # The trainer's --log as a picture (tools/plot; gnuplot, installed here, not needed by make test):

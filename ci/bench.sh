@@ -83,6 +83,10 @@ echo
 echo "== fsc: pipeline bubble, measured vs ideal (P-1)/(M+P-1)"; "$B/bench_pipe" | tee "$B/bench_pipe.out"
 
 echo
+echo "== fsc: the planner's step time against the simulator's, on the virtual clock (22 layouts, the search's top three)"
+python3 bench/plan_accuracy.py "$B" | tee "$B/plan_accuracy.out"
+
+echo
 echo "== fsc: overlap of communication with computation on a simulated network (communication = computation)"
 "$B/bench_overlap" | tee "$B/bench_overlap.out"
 

@@ -84,7 +84,8 @@ echo "== fsc: pipeline bubble, measured vs ideal (P-1)/(M+P-1)"; "$B/bench_pipe"
 
 echo
 echo "== fsc: the planner's step time against the simulator's, on the virtual clock (22 layouts, the search's top three)"
-python3 bench/plan_accuracy.py "$B" | tee "$B/plan_accuracy.out"
+if command -v python3 > /dev/null; then python3 bench/plan_accuracy.py "$B" | tee "$B/plan_accuracy.out"
+else echo "(no python3: skipped)"; fi
 
 echo
 echo "== fsc: overlap of communication with computation on a simulated network (communication = computation)"

@@ -106,7 +106,8 @@ typedef struct {
                                    * zb-h1 and zbv) DDP, FSDP, ZeRO-1/2 or none inside the stages; no tp, ep, aux
                                    * statistics, offload or reduce_exact yet */
     fsc_pipe_checkpoint pipe_checkpoint; /* except_last (default), always, never */
-    const int *balance;           /* pp x virtual_stages entries, blocks per stage (copied); NULL: as even as possible */
+    const int *balance;           /* pp x chunks entries (chunks: virtual_stages; zbv and a V: 2), blocks per stage
+                                     (copied); NULL: as even as possible */
     /* tensor parallelism (docs/tensor_parallel.md): tp ranks split the layers of a model built on the tensor
      * group (fsc_engine_create_built) as Megatron does, world = dp x tp x pp. The strategy runs over the data
      * group of each (stage, tensor rank): a tensor rank's slices are a model of their own, sharded, reduced

@@ -139,6 +139,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         if (strcmp(devname, "cpu") != 0) s = sim_gpu_ordinal(r, &dopts.ordinal);
         if (s == FSC_OK) s = fsc_device_create(devname, &dopts, &rc->r.dev);
         if (s == FSC_OK) fsc_device_set_copy_cost(rc->r.dev, opts->sim_copy_gbps);
+        if (s == FSC_OK) rc->r.dev->copy_rank_clock = virt; /* its copies timed on the rank's clock only */
         if (s != FSC_OK) {
             s = fsc_error_prefix(s, "rank %d: could not create its '%s' device", r, devname);
             break;

@@ -181,6 +181,54 @@ static void test_same_bits_as_the_wall_clock(void **state) {
     free(d.params);
 }
 
+/* A copy's modelled time is the rank's on its clock, the machine's on the wall clock, on every device: 1 MiB
+ * uploaded at 0.01 GB/s takes 105 ms. On the counting device with the wall clock the upload sleeps that long (as
+ * it did before the virtual clock); with the modelled clock the rank's clock moves by it and nothing sleeps. */
+typedef struct {
+    int clock;
+    double wall[2], rank[2]; /* each rank's upload on the machine's clock and on its own */
+} copytime;
+
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static fsc_status rank_copy(fsc_rank *r, void *arg) {
+    copytime *p = arg;
+    const size_t n = 1 << 20;
+    void *d = NULL;
+    unsigned char *host = calloc(n, 1);
+    if (!host) return fsc_error(FSC_ERR_NOMEM, "copy: out of memory");
+    fsc_status s = fsc_device_alloc(r->dev, FSC_TAG_PARAMS, n, &d);
+    const double w0 = mono_s(), t0 = now_s();
+    if (s == FSC_OK) s = fsc_device_upload(r->dev, d, host, n);
+    p->wall[r->rank] = mono_s() - w0;
+    p->rank[r->rank] = now_s() - t0;
+    fsc_device_release(r->dev, d);
+    free(host);
+    return s;
+}
+
+static void test_copy_time_on_each_clock(void **state) {
+    (void)state;
+    const double want = (double)(1 << 20) / 0.01e9;
+    for (int m = 0; m < 2; m++) {
+        copytime p = {.clock = m ? FSC_SIM_CLOCK_MODEL : FSC_SIM_CLOCK_WALL};
+        fsc_cluster_opts co = {.world = 2, .device = "count", .timeout_s = 60, .sim_clock = p.clock,
+                               .sim_copy_gbps = 0.01};
+        assert_ok(fsc_cluster_run(&co, rank_copy, &p));
+        for (int r = 0; r < 2; r++) {
+            if (!m && !(p.wall[r] >= want - 1e-3))
+                fail_msg("wall clock, rank %d: the upload took %.4f s, want its modelled %.4f s", r, p.wall[r], want);
+            if (m && !(fabs(p.rank[r] - want) < 1e-9 && p.wall[r] < want))
+                fail_msg("modelled clock, rank %d: the upload moved its clock %.6f s (want %.6f) and took %.4f s of "
+                         "the machine's (want none slept)", r, p.rank[r], want, p.wall[r]);
+        }
+    }
+}
+
 static fsc_status rank_nothing(fsc_rank *r, void *arg) {
     (void)r, (void)arg;
     return FSC_OK;
@@ -211,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_async_overlaps_the_computation),
         cmocka_unit_test(test_message_arrives_after_its_send),
         cmocka_unit_test(test_same_bits_as_the_wall_clock),
+        cmocka_unit_test(test_copy_time_on_each_clock),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -106,6 +106,46 @@ static void test_async_overlaps_the_computation(void **state) {
                      p.spin_s, ring);
 }
 
+/* fsc_comm_test says done once the call has ended on the rank's clock: an all-reduce of 4 MiB over 4 ranks at
+ * 2 ms a step and 0.5 GB/s ends 24.6 ms after the ranks start it. Slept on the machine's clock (no CPU time: the
+ * rank's clock stands still) until the call has run, it is not done yet; after 40 ms of computation it is. */
+typedef struct {
+    int before[W], after[W];
+} testseen;
+
+static fsc_status rank_test(fsc_rank *r, void *arg) {
+    testseen *p = arg;
+    const size_t n = 1 << 20;
+    float *x = calloc(n, sizeof *x);
+    if (!x) return fsc_error(FSC_ERR_NOMEM, "test: out of memory");
+    fsc_comm_req *q = NULL;
+    fsc_status s = fsc_comm_iall_reduce(r->comm, x, x, n, FSC_F32, FSC_SUM, &q);
+    struct timespec nap = {0, 200 * 1000 * 1000}; /* long enough for the progress threads to run it */
+    nanosleep(&nap, NULL);
+    if (s == FSC_OK) s = fsc_comm_test(q, &p->before[r->rank]);
+    spin_cpu(0.04);
+    for (int k = 0; k < 50 && s == FSC_OK && !p->after[r->rank]; k++) { /* the call's real run on a loaded machine */
+        s = fsc_comm_test(q, &p->after[r->rank]);
+        if (!p->after[r->rank]) nanosleep(&nap, NULL);
+    }
+    if (s == FSC_OK) s = fsc_comm_wait(q);
+    fsc_comm_req_free(q);
+    free(x);
+    return s;
+}
+
+static void test_test_reads_the_rank_clock(void **state) {
+    (void)state;
+    testseen p = {{0}, {0}};
+    fsc_cluster_opts co = {.world = W, .device = "cpu", .timeout_s = 60, .sim_clock = FSC_SIM_CLOCK_VIRTUAL,
+                           .sim_latency_us = 2000, .sim_bandwidth_gbps = 0.5};
+    assert_ok(fsc_cluster_run(&co, rank_test, &p));
+    for (int r = 0; r < W; r++)
+        if (p.before[r] || !p.after[r])
+            fail_msg("rank %d: test said %d before the call's modelled end (want 0), %d after it (want 1)", r,
+                     p.before[r], p.after[r]);
+}
+
 /* A message arrives after its send's modelled time: rank 0 computes 15 ms and sends 1 MiB (one latency and the
  * bytes over the bandwidth), rank 1 receives at once and stands at 15 ms + that; then rank 1 sends it back with
  * no computation: rank 0 receives at twice the message's time plus 15 ms. */
@@ -258,6 +298,7 @@ int main(void) {
         cmocka_unit_test(test_collective_waits_for_the_last_rank),
         cmocka_unit_test(test_async_overlaps_the_computation),
         cmocka_unit_test(test_message_arrives_after_its_send),
+        cmocka_unit_test(test_test_reads_the_rank_clock),
         cmocka_unit_test(test_same_bits_as_the_wall_clock),
         cmocka_unit_test(test_copy_time_on_each_clock),
         cmocka_unit_test(test_refusals),

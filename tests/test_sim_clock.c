@@ -270,6 +270,55 @@ static void test_copy_time_on_each_clock(void **state) {
     }
 }
 
+/* The modelled clock on the counting device (the planner's replay): the calls it skips (above its real memory)
+ * still meet and take the network's time. Rank 0 first uploads 1 MiB at 0.01 GB/s (its clock moves 104.9 ms);
+ * then every rank all-reduces 1 Mi floats (skipped: it starts when rank 0 arrives and takes the ring's time),
+ * all-gathers 10,000 floats a rank into a recv larger than the counting device's real memory (run, staged: the
+ * recv's bytes are thrown away) and rank 0 sends 1 Mi floats to rank 1 (skipped: it arrives after its send's
+ * time). No rank hangs or reads a fake address, and each clock is the sum worked out by hand. */
+typedef struct {
+    double t[W];
+} modelled;
+
+static fsc_status rank_modelled(fsc_rank *r, void *arg) {
+    modelled *p = arg;
+    const size_t n = 1 << 20, g = 10000;
+    void *x = NULL, *y = NULL, *host = calloc(n, sizeof(float));
+    if (!host) return fsc_error(FSC_ERR_NOMEM, "modelled: out of memory");
+    fsc_status s = fsc_device_alloc(r->dev, FSC_TAG_ACTS, n * sizeof(float), &x);
+    if (s == FSC_OK) s = fsc_device_alloc(r->dev, FSC_TAG_ACTS, W * g * sizeof(float), &y);
+    const double t0 = now_s();
+    if (s == FSC_OK && r->rank == 0) s = fsc_device_upload(r->dev, x, host, n * sizeof(float));
+    if (s == FSC_OK) s = fsc_comm_all_reduce(r->comm, x, x, n, FSC_F32, FSC_SUM);
+    if (s == FSC_OK) s = fsc_comm_all_gather(r->comm, x, y, g, FSC_F32);
+    if (s == FSC_OK && r->rank == 0) s = fsc_comm_send(r->comm, x, n, FSC_F32, 1);
+    if (s == FSC_OK && r->rank == 1) s = fsc_comm_recv(r->comm, x, n, FSC_F32, 0);
+    p->t[r->rank] = now_s() - t0;
+    fsc_device_release(r->dev, x);
+    fsc_device_release(r->dev, y);
+    free(host);
+    return s;
+}
+
+static void test_model_clock_meets_in_skipped_calls(void **state) {
+    (void)state;
+    modelled p = {{0}};
+    fsc_cluster_opts co = {.world = W, .device = "count", .timeout_s = 60, .sim_clock = FSC_SIM_CLOCK_MODEL,
+                           .sim_latency_us = 100, .sim_bandwidth_gbps = 1, .sim_copy_gbps = 0.01};
+    assert_ok(fsc_cluster_run(&co, rank_modelled, &p));
+    const double mib = 4.0 * (1 << 20), lat = 100e-6, bw = 1e9;
+    const double upload = mib / 0.01e9;
+    const double reduce = 2.0 * (W - 1) * lat + 2.0 * (W - 1) / W * mib / bw;
+    const double gather = (W - 1) * lat + (W - 1) * 4.0 * 10000 / bw;
+    const double send = lat + mib / bw;
+    for (int r = 0; r < W; r++) {
+        const double want = upload + reduce + gather + (r < 2 ? send : 0);
+        if (fabs(p.t[r] - want) > 1e-9 * want)
+            fail_msg("rank %d: %.9f s on its modelled clock, want %.9f (upload %.6f, all-reduce %.6f, all-gather %.6f, "
+                     "send %.6f)", r, p.t[r], want, upload, reduce, gather, r < 2 ? send : 0);
+    }
+}
+
 static fsc_status rank_nothing(fsc_rank *r, void *arg) {
     (void)r, (void)arg;
     return FSC_OK;
@@ -302,6 +351,7 @@ int main(void) {
         cmocka_unit_test(test_test_reads_the_rank_clock),
         cmocka_unit_test(test_same_bits_as_the_wall_clock),
         cmocka_unit_test(test_copy_time_on_each_clock),
+        cmocka_unit_test(test_model_clock_meets_in_skipped_calls),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -319,6 +319,50 @@ static void test_model_clock_meets_in_skipped_calls(void **state) {
     }
 }
 
+/* A cluster of one rank runs on its caller's thread; called by a rank of a cluster on the virtual clock, it reads
+ * its own clock while it runs and leaves the caller's as it was: a wall-clock rank sleeping 150 ms sees them
+ * pass, and after a one-rank cluster on the virtual clock the caller's 150 ms of sleep still cost its clock
+ * nothing (no CPU time). */
+typedef struct {
+    double inner_wall, outer_after;
+} nested;
+
+static fsc_status rank_sleep(fsc_rank *r, void *arg) {
+    (void)r;
+    struct timespec nap = {0, 150 * 1000 * 1000};
+    const double t0 = now_s();
+    nanosleep(&nap, NULL);
+    if (arg) *(double *)arg = now_s() - t0;
+    return FSC_OK;
+}
+
+static fsc_status rank_nests(fsc_rank *r, void *arg) {
+    nested *p = arg;
+    fsc_status s = FSC_OK;
+    if (r->rank == 0) {
+        fsc_cluster_opts in = {.world = 1, .device = "cpu", .timeout_s = 60};
+        s = fsc_cluster_run(&in, rank_sleep, &p->inner_wall);
+        in.sim_clock = FSC_SIM_CLOCK_VIRTUAL;
+        if (s == FSC_OK) s = fsc_cluster_run(&in, rank_sleep, NULL);
+        const double t0 = now_s();
+        if (s == FSC_OK) s = rank_sleep(r, NULL);
+        p->outer_after = now_s() - t0;
+    }
+    return s == FSC_OK ? fsc_comm_barrier(r->comm) : s;
+}
+
+static void test_nested_cluster_keeps_the_callers_clock(void **state) {
+    (void)state;
+    nested p = {0, 0};
+    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 60, .sim_clock = FSC_SIM_CLOCK_VIRTUAL};
+    assert_ok(fsc_cluster_run(&co, rank_nests, &p));
+    if (!(p.inner_wall >= 0.149))
+        fail_msg("a wall-clock rank inside a virtual rank measured its 150 ms sleep as %.4f s", p.inner_wall);
+    if (!(p.outer_after < 0.1))
+        fail_msg("after a nested one-rank cluster, the virtual rank's 150 ms sleep cost %.4f s of its clock (want "
+                 "none: its clock was lost)", p.outer_after);
+}
+
 static fsc_status rank_nothing(fsc_rank *r, void *arg) {
     (void)r, (void)arg;
     return FSC_OK;
@@ -352,6 +396,7 @@ int main(void) {
         cmocka_unit_test(test_same_bits_as_the_wall_clock),
         cmocka_unit_test(test_copy_time_on_each_clock),
         cmocka_unit_test(test_model_clock_meets_in_skipped_calls),
+        cmocka_unit_test(test_nested_cluster_keeps_the_callers_clock),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

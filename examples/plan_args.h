@@ -162,6 +162,9 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
     const cluster_preset *p = plan_preset(c);
     const int gw = c->given[option_index("world")], gd = c->given[option_index("dp")];
     if (!p && c->nodes) return snprintf(err, cap, "--nodes needs --cluster (a node's GPUs)"), -1;
+    if (p && c->time_model == 1) /* fsc_plan_replay runs on the simulator's network: one level of links */
+        return snprintf(err, cap, "--time replay replays one level of links (the simulated network); --cluster %s "
+                        "has two (NVLink in a node, InfiniBand between): use --time formula or auto", p->name), -1;
     if (p && c->nodes * p->ranks > 1024) /* the trainer's --world range */
         return snprintf(err, cap, "--nodes %d x %d GPUs of a %s node is %d ranks: fsc plans at most 1024", c->nodes,
                         p->ranks, p->name, c->nodes * p->ranks), -1;

@@ -33,9 +33,13 @@ typedef struct {
 static void *rank_main(void *p) {
     rank_ctx *rc = p;
     fsc_clear_error();
+    /* one rank runs on the caller's thread, which may have a clock of its own (a rank of another cluster): this
+     * cluster's clock while the rank runs (none on the wall clock), the caller's after */
+    fsc_vclock *outer = fsc_clock_current();
     if (rc->cl->virt) fsc_clock_attach(&rc->clock, rc->t0);
+    else if (outer) fsc_clock_restore(NULL);
     rc->status = rc->fn(&rc->r, rc->arg);
-    if (rc->cl->virt) fsc_clock_attach(NULL, 0);
+    fsc_clock_restore(outer);
     if (rc->status != FSC_OK) sim_cluster_fail(rc->cl, rc->r.rank, rc->status, fsc_last_error());
     sim_cluster_exit(rc->cl, rc->r.rank);
     return NULL;
@@ -139,6 +143,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         if (strcmp(devname, "cpu") != 0) s = sim_gpu_ordinal(r, &dopts.ordinal);
         if (s == FSC_OK) s = fsc_device_create(devname, &dopts, &rc->r.dev);
         if (s == FSC_OK) fsc_device_set_copy_cost(rc->r.dev, opts->sim_copy_gbps);
+        if (s == FSC_OK) rc->r.dev->copy_rank_clock = virt; /* its copies timed on the rank's clock only */
         if (s != FSC_OK) {
             s = fsc_error_prefix(s, "rank %d: could not create its '%s' device", r, devname);
             break;

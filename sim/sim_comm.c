@@ -411,13 +411,18 @@ fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
 
 /* On the rank's thread. With the virtual clock the call arrives when the rank called it (or when the handle's
  * queued calls have ended, if later), and the rank's clock then stands at the call's end: the simulator's own
- * work inside the call is not charged as the rank's computation. */
+ * work inside the call is not charged as the rank's computation. The call runs off the rank's clock, as on a
+ * progress thread, so that its staging copies (the counting device's) neither move the clock nor book the rank's
+ * copy link (core/device_copy.c). */
 static fsc_status sync_call(void *ctx, const fsc_comm_call *k) {
     sim_handle *h = ctx;
     sim_async_drain(h); /* issue order: what was started before runs first */
     if (!h->g->cl->virt) return sim_run_call(h, k);
     h->t_arrive = sim_async_arrival(h);
+    fsc_vclock *c = fsc_clock_current();
+    fsc_clock_restore(NULL);
     fsc_status s = sim_run_call(h, k);
+    fsc_clock_restore(c);
     fsc_clock_set(h->t_done > h->t_arrive ? h->t_done : h->t_arrive);
     return s;
 }

@@ -145,6 +145,9 @@ static void test_plan_cluster(void **st) {
     prog_refused(planner, "--cluster h100-sxm-8 --nodes 2 --world 8", tmpdir, 2, "--world 8 is not --nodes 2 x 8");
     prog_refused(planner, "--cluster h100-sxm-8 --nodes 129", tmpdir, 2, "is 1032 ranks: fsc plans at most 1024");
     prog_refused(planner, "--cluster v100", tmpdir, 2, "--cluster 'v100'");
+    /* the replay's network is the simulator's one level: refused when parsed, not candidate by candidate in a
+     * search (where every layout would fail and count as refused by the engine) */
+    prog_refused(planner, "--cluster h100-sxm-8 --time replay --search", tmpdir, 2, "--time replay replays one level");
 }
 
 /* fsc-train --config FILE (a search's winner, x) trains at the largest per-rank peak the search predicted */

@@ -21,6 +21,10 @@ void fsc_clock_attach(fsc_vclock *c, double t) {
     if (c) c->t = t, c->cpu = c->modelled ? 0 : read_clock(CLOCK_THREAD_CPUTIME_ID);
 }
 
+fsc_vclock *fsc_clock_current(void) { return tl_clock; }
+
+void fsc_clock_restore(fsc_vclock *c) { tl_clock = c; }
+
 int fsc_clock_is_virtual(void) { return tl_clock != NULL; }
 
 double fsc_clock_now(void) {

@@ -18,6 +18,10 @@ typedef struct fsc_vclock {
 
 /* From now on the calling thread reads c, which starts at t (NULL: back to CLOCK_MONOTONIC). */
 void fsc_clock_attach(fsc_vclock *c, double t);
+/* The calling thread's virtual clock (NULL: the monotonic clock), and back to it as it stands (a cluster of one
+ * rank runs on its caller's thread, which may be a rank of another cluster: sim/cluster.c). */
+fsc_vclock *fsc_clock_current(void);
+void fsc_clock_restore(fsc_vclock *c);
 /* Whether the calling thread has a virtual clock. */
 int fsc_clock_is_virtual(void);
 /* The calling thread's time in seconds: CLOCK_MONOTONIC's, or its rank's virtual time. */

@@ -25,9 +25,9 @@ struct fsc_copy {
 
 double fsc_device_copy_reserve(fsc_device *dev, size_t bytes) {
     if (!(dev->copy_s_per_byte > 0)) return 0.0;
-    /* the planner's replay times a counting device's copies on its ranks' modelled clocks only (the simulator's
-     * staging on a progress thread is not the step's) */
-    if (fsc_device_is_count(dev) && !fsc_clock_is_virtual()) return 0.0;
+    /* a virtual cluster times its ranks' copies on their clocks only (the simulator's staging on a progress thread,
+     * the planner's replay on the counting device, is not the step's); the wall clock costs every copy */
+    if (dev->copy_rank_clock && !fsc_clock_is_virtual()) return 0.0;
     const double now = fsc_clock_now();
     const double t = (double)bytes * dev->copy_s_per_byte;
     double free_at = atomic_load(&dev->copy_link_free), end;

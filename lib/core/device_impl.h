@@ -22,6 +22,9 @@ struct fsc_device {
     struct fsc_device *comm_dev;
     double copy_s_per_byte;        /* simulated copy cost of upload/download (fsc_device_set_copy_cost), 0: none */
     _Atomic double copy_link_free; /* seconds (fsc_clock_now) when the modelled copy link is next idle */
+    int copy_rank_clock;           /* a virtual cluster's rank device (sim/cluster.c): copies are timed on its rank's
+                                      virtual clock only; made by another thread (the simulator's staging on a
+                                      progress thread) they cost nothing. 0: every copy costs (the wall clock) */
     _Atomic size_t copied[2];      /* bytes downloaded [0] and uploaded [1] (fsc_device_copied_bytes) */
 };
 

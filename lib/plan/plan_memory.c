@@ -34,7 +34,7 @@ typedef struct {
     fsc_plan_rank *out;
     int timed;       /* steps timed after the first (plan_time_steps, plan_replay_step), 0: none */
     const fsc_plan_rates *model; /* the replay's rates (the counting device's kernels move the modelled clock) */
-    double seconds;  /* rank 0's mean timed step */
+    double seconds;  /* rank 0's timed step: the median of the timed ones, or the replayed one */
 } plan_run;
 
 fsc_plan_job fsc_plan_job_default(void) {

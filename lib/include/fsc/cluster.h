@@ -54,11 +54,13 @@ typedef struct {
  *            time, a message arrives after its send's, a modelled copy ends after its bytes. Nothing sleeps.
  *            fsc_trace_now_us on a rank's thread reads it, so traces and the trainer's step times are simulated
  *            time. The cpu device only, one BLAS thread a rank, no staging (their time would not be the rank's
- *            thread's). The bits are those of the wall clock: only time is simulated.
+ *            thread's). The bits are those of the wall clock: only time is simulated. fsc_comm_test says done
+ *            once the call has ended on the rank's clock (a loop of tests advances it by the loop's CPU time).
  *   MODEL    the planner's replay (fsc_plan_replay): as VIRTUAL, but a rank's clock does not count its CPU time;
  *            it advances only by the modelled time of the counting device's kernels (at the rates the planner
  *            gives it) and by what the rank waits for. On the counting device the collectives it skips still
- *            meet (no data moves) so that each starts when its last rank arrives. */
+ *            meet (no data moves) so that each starts when its last rank arrives. A loop of fsc_comm_test
+ *            alone does not move this clock, so it never sees a call end later than now: wait for it. */
 enum { FSC_SIM_CLOCK_WALL = 0, FSC_SIM_CLOCK_VIRTUAL = 1, FSC_SIM_CLOCK_MODEL = 2 };
 /* The defaults: 1 rank, "cpu", timeout 60 s, threads and staging as 0 says. */
 fsc_cluster_opts fsc_cluster_opts_default(void);

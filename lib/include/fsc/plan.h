@@ -170,11 +170,12 @@ fsc_status fsc_plan_calibrate_clock(int world, int threads, int sim_clock, fsc_p
  * job's model with one data-parallel rank's share of the batch and the job's micro-batches, precision,
  * recomputation and clipping, on min(world, cores) ranks at once (data-parallel, no network: they contend for the
  * machine as the job's ranks will), counted on the counting device and timed for real on the virtual clock (the
- * median of 15 steps after an untimed one: rank 0's thread's CPU time). bytes_per_s becomes the rate at which the
- * time model's compute of that step equals the measured; the gemm rate stays (raised only when the step ran
- * faster than its products alone at it). The cpu's memory and elementwise kernels (GELU's tanh, softmax's exp,
- * layer norms, AdamW) run far below a copy's bandwidth, which is what a copy calibrates. Needs that job to fit in
- * this machine's memory; takes about 16 of its steps. */
+ * median of 15 steps after an untimed one on rank 0's clock: its thread's CPU time and its waits for the other
+ * ranks). bytes_per_s becomes the rate at which the time model's compute of that step plus kernel_calls x
+ * kernel_s equals the measured; the gemm rate stays (raised only when the step ran faster than its products alone
+ * at it). The cpu's memory and elementwise kernels (GELU's tanh, softmax's exp, layer norms, AdamW) run far below
+ * a copy's bandwidth, which is what a copy calibrates. Needs that job to fit in this machine's memory; takes about
+ * 16 of its steps. */
 fsc_status fsc_plan_fit_rates(const fsc_plan_job *job, fsc_plan_rates *rates);
 
 FSC_END_DECLS

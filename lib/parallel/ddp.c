@@ -74,11 +74,7 @@ static fsc_status init_master(fsc_engine *e, ddp_state *d) {
 
 /* Each rank holds the whole reduced gradient of its classes; a class spread over a group (experts: the expert group)
  * makes the norm's group that one, NULL otherwise. */
-static fsc_comm *ddp_norm_group(const fsc_engine *e) {
-    for (int c = 0; c < e->nrclass; c++)
-        if (e->rclass[c].spread) return e->rclass[c].spread;
-    return NULL;
-}
+static fsc_comm *ddp_norm_group(const fsc_engine *e) { return fsc_engine_spread_group(e); }
 
 /* With a norm group the pieces count every element once over it: the runs of a class spread over it everywhere
  * (experts), the others on its rank 0 (dense); without one the reduced gradient itself. */

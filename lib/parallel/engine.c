@@ -437,6 +437,12 @@ static fsc_status make_data_groups(fsc_engine *e) {
     return FSC_OK;
 }
 
+fsc_comm *fsc_engine_spread_group(const fsc_engine *e) {
+    for (int c = 0; c < e->nrclass; c++)
+        if (e->rclass[c].spread) return e->rclass[c].spread;
+    return NULL;
+}
+
 int fsc_engine_reduce_class(const fsc_engine *e, int i) {
     return e->nrclass > 1 && e->m->info[i].expert >= 0;
 }

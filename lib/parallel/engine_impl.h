@@ -156,6 +156,8 @@ extern const fsc_strategy fsc_strategy_zero;  /* zero1 and zero2 */
 /* Helpers shared by strategies. */
 /* Tensor i's reduction class (an index into e->rclass): 1 for an expert tensor under expert parallelism, else 0. */
 int fsc_engine_reduce_class(const fsc_engine *e, int i);
+/* The group a reduction class is spread over (experts: the expert group), NULL when no class is. */
+fsc_comm *fsc_engine_spread_group(const fsc_engine *e);
 /* Offset of tensor i in the tensor-order flat layout (prefix sums of numel, i <= n_tensors; O(1)). */
 size_t fsc_engine_tensor_offset(const fsc_engine *e, int i);
 /* Whether this rank holds (owns and steps) tensor i; held tensors are a contiguous index range

@@ -404,13 +404,6 @@ static fsc_status unit_reduce(fsc_engine *e, fsdp_unit *U, int accumulate) {
     return fsc_download_start(e, &d->rq, dg, U->sgrad, d->mdev, U->shard, accumulate); /* owns dg */
 }
 
-/* The group a reduction class is spread over (experts: the expert group), NULL when no class is. */
-static fsc_comm *spread_group(const fsc_engine *e) {
-    for (int c = 0; c < e->nrclass; c++)
-        if (e->rclass[c].spread) return e->rclass[c].spread;
-    return NULL;
-}
-
 /* no_shard and hybrid_shard with a class spread over a group (expert parallelism): the dense shards are replicated
  * (no_shard: over the data group; hybrid: over the replica group), the spread units (experts) split over their
  * class's group (no_shard: whole on each of its ranks). The clipping norm counts each element once: no_shard over
@@ -418,7 +411,7 @@ static fsc_comm *spread_group(const fsc_engine *e) {
  * rank 0; spread units everywhere. */
 static fsc_status fsdp_norm_pieces(const fsc_engine *e, float **g, size_t *lens, int *n) {
     const fsdp_state *d = e->sd;
-    fsc_comm *spread = spread_group(e);
+    fsc_comm *spread = fsc_engine_spread_group(e);
     if (!spread || d->G == d->N) {
         *n = -1;
         return FSC_OK;
@@ -437,7 +430,7 @@ static fsc_status fsdp_norm_pieces(const fsc_engine *e, float **g, size_t *lens,
 /* The shard group, or with a spread class and replicated dense shards the group of fsdp_norm_pieces. */
 static fsc_comm *fsdp_norm_group(const fsc_engine *e) {
     const fsdp_state *d = e->sd;
-    fsc_comm *spread = spread_group(e);
+    fsc_comm *spread = fsc_engine_spread_group(e);
     if (!spread || d->G == d->N) return d->shard_comm;
     return d->G == 1 ? spread : e->comm;
 }

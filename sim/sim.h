@@ -194,8 +194,6 @@ void sim_net_count(sim_cluster *cl, int w, double cost);
 /* Under g->mu, by the rank completing an arrive: book the committed collective's time (g->t_done): with the
  * virtual clock from the last rank's arrival (slots' t_arrive), even without a network. */
 void sim_net_commit(sim_group *g);
-/* Sleep until t (sim_now seconds); the monotonic clock only. */
-void sim_net_sleep_until(double t);
 
 /* sim_stage.c: staging through host memory (called only when h->stage is set). A rank whose staging fails
  * before the rendezvous still arrives, with its slot's stage_err set, so the collective fails on every rank

@@ -389,7 +389,7 @@ fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
         double end = sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g->cl, k, h->g->size),
                                      virt ? h->t_arrive : sim_now());
         if (virt) h->t_done = end; /* the message carries it (sim_send) */
-        else sim_net_sleep_until(end);
+        else fsc_clock_wait_until(end);
     }
     fsc_status s;
     switch (k->op) {
@@ -405,7 +405,7 @@ fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
     }
     if (virt) h->t_last = h->t_done; /* the caller moves its clock (sync_call, sim_async_wait) */
     else if (s == FSC_OK && net && k->op != FSC_OP_SEND && k->op != FSC_OP_RECV)
-        sim_net_sleep_until(h->t_done); /* booked when every rank had arrived */
+        fsc_clock_wait_until(h->t_done); /* booked when every rank had arrived */
     return s;
 }
 

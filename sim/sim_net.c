@@ -67,4 +67,3 @@ void sim_net_commit(sim_group *g) {
     g->t_done = cost > 0 ? sim_net_reserve(g->cl, g->world_rank, g->size, cost, ready) : ready;
 }
 
-void sim_net_sleep_until(double t) { fsc_clock_wait_until(t); }

@@ -135,8 +135,6 @@ struct fsc_pipe {
     char out_why[256];
 };
 
-double fsc_pipe_now_s(void) { return fsc_clock_now(); }
-
 int fsc_pipe_stages(const fsc_parallel_opts *po) { return po->pp > 1 ? po->pp : 1; }
 
 fsc_pipe_placement fsc_pipe_placement_of(const fsc_parallel_opts *po) {
@@ -647,9 +645,9 @@ static fsc_status h_post_fwd(void *ctx, int l) {
 }
 
 static fsc_status recv_timed(fsc_pipe *p, float *buf, size_t n, int peer) {
-    double t0 = fsc_pipe_now_s();
+    double t0 = fsc_clock_now();
     fsc_status s = fsc_comm_recv(p->pipe_comm, buf, n, FSC_F32, peer);
-    p->wait += fsc_pipe_now_s() - t0;
+    p->wait += fsc_clock_now() - t0;
     return s;
 }
 
@@ -977,7 +975,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     memset(p->send_tied, 1, (size_t)p->v);
     p->wait = 0;
     FSC_TRY(fsc_comm_barrier(p->pipe_comm)); /* a common start: the bubble is measured from here */
-    const double t0 = fsc_pipe_now_s();
+    const double t0 = fsc_clock_now();
     /* po.prefetch: the first input and the first output gradient are received while the stage works */
     count_receives(p);
     FSC_TRY(post_first(p, 1));
@@ -1003,7 +1001,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk2, &p->wait));
     /* the loss and the batch check: over the last stage's data group, then sent to every stage
      * (sums[0] the loss, sums[1] the check passed, sums[2] the local batches' sum) */
-    const double t1 = fsc_pipe_now_s();
+    const double t1 = fsc_clock_now();
     double sums[3] = { 0, 1, 0 };
     char why[512] = "";
     if (s == last_rank(p)) {
@@ -1021,7 +1019,7 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
         *batch = fsc_error(FSC_ERR_INVALID, "global batch %d is not the sum of the local batches over the data group "
                            "(%.0f, as the last pipeline stage counts them)", global_batch, sums[2]);
     const double total = sums[0];
-    const double t2 = fsc_pipe_now_s();
+    const double t2 = fsc_clock_now();
     p->wait += t2 - t1;
     *loss_total = total;
     p->st.steps++;

@@ -25,9 +25,6 @@ typedef struct {
                                       * interleaved pipeline: 1), in act_next/grad_next (1; the last: 0) */
 } fsc_pipe_links;
 
-/* The library's clock in seconds (core/clock_impl.h: monotonic, or a simulated rank's virtual time; pipe.c):
- * the stats' waits, here and in pipe_link.c. */
-double fsc_pipe_now_s(void);
 /* A request of the pipeline's links (pipe_link.c, pipe_tied.c): wait for and free *r if one is in flight
  * (*waited += the seconds waited, when waited is not NULL; *r NULL after); drop: the same, errors ignored (what
  * a failed step left). */

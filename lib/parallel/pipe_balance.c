@@ -114,18 +114,17 @@ typedef struct {
     fsc_status err;
 } timer;
 
-static double now_s(void) { return fsc_clock_now(); }
 static fsc_status t_start(void *ctx, int l) {
     timer *tm = ctx;
     (void)l;
     FSC_TRY(fsc_device_sync(tm->dev));
-    tm->start = now_s();
+    tm->start = fsc_clock_now();
     return FSC_OK;
 }
 static fsc_status t_stop(void *ctx, int l) {
     timer *tm = ctx;
     FSC_TRY(fsc_device_sync(tm->dev));
-    tm->t[l] += now_s() - tm->start;
+    tm->t[l] += fsc_clock_now() - tm->start;
     return FSC_OK;
 }
 

@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "pipe.h"
+#include "core/clock_impl.h" /* fsc_clock_now: on a simulated rank, its clock */
 
 fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, int wrap, fsc_pipe_links *l) {
     memset(l, 0, sizeof *l);
@@ -167,9 +168,9 @@ fsc_status fsc_pipe_links_take_grad(fsc_pipe_links *l, fsc_device *dev, float *d
 /* pipe.h: wait for and free *r if one is in flight (*waited += the seconds waited, when waited). */
 fsc_status fsc_pipe_req_wait(fsc_comm_req **r, double *waited) {
     if (!*r) return FSC_OK;
-    const double t0 = fsc_pipe_now_s();
+    const double t0 = fsc_clock_now();
     fsc_status s = fsc_comm_wait(*r);
-    if (waited) *waited += fsc_pipe_now_s() - t0;
+    if (waited) *waited += fsc_clock_now() - t0;
     fsc_comm_req_free(*r);
     *r = NULL;
     return s;

@@ -549,6 +549,9 @@ static void test_plan_replay(void **st) {
     if (fabs(slow_copies.compute_s + slow_copies.comm_s - free_copies.compute_s - free_copies.comm_s) >
         1e-9 * free_copies.compute_s)
         fail_msg("offload optim: the formula's terms moved with the copy rate");
+    rt.copy_bytes_per_s = -1; /* a bad rate is refused, not taken for free copies */
+    assert_int_equal(fsc_plan_replay(&o, &rt, &slow_copies), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "copy_bytes_per_s is -1"));
     /* two levels of links are the formula's only */
     fsc_plan_rates two = {.flops_per_s = 1e9, .bytes_per_s = 1e9, .node_ranks = 8, .node_bytes_per_s = 1e9};
     fsc_plan_step t;

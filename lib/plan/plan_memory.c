@@ -63,6 +63,14 @@ static void read_ledger(const fsc_device *dev, size_t *peak, size_t *total) {
     *total = fsc_device_peak_total(dev);
 }
 
+/* One step of the job's bl samples at tok (zeros: token 0 throughout): a family's or Llama's by its model's
+ * step, the GPT's by the GPT's. */
+static fsc_status one_step(fsc_engine *e, const fsc_plan_job *j, void *tok, int bl) {
+    fsc_step_info info = {0};
+    return j->config || j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
+                                                   : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
+}
+
 /* One rank: setup, one step of zero tokens, the ledger's peaks. */
 static fsc_status plan_rank(fsc_rank *r, void *arg) {
     plan_run *run = arg; /* rank 0 writes its seconds */
@@ -93,9 +101,7 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     if (!tok) s = fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for a batch of %d x %zu bytes", bl, sample);
     double t_step = 0; /* the replay's: the modelled clock when its step starts */
     if (s == FSC_OK && run->model) { /* the replay counts and times the second step (the trainer's first timed) */
-        fsc_step_info info = {0};
-        s = j->config || j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
-                                                    : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
+        s = one_step(e, j, tok, bl);
         t_step = fsc_trace_now_us();
     }
     fsc_engine_reset_comm_stats(e); /* the step's collectives, as fsc-train reports them */
@@ -105,9 +111,7 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     double hf0[FSC_PLAN_BINS], hb0[FSC_PLAN_BINS] = {0};
     if (fsc_engine_host_device(e)) fsc_count_work(fsc_engine_host_device(e), hf0, hb0);
     if (s == FSC_OK) {
-        fsc_step_info info = {0};
-        s = j->config || j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
-                                                    : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
+        s = one_step(e, j, tok, bl);
         if (s != FSC_OK) fsc_error_prefix(s, "plan: the step");
         if (s == FSC_OK && run->model && r->rank == 0) run->seconds = 1e-6 * (fsc_trace_now_us() - t_step);
     }
@@ -140,10 +144,8 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         double t[PLAN_MAX_TIMED];
         int n = 0;
         for (; n < run->timed && n < PLAN_MAX_TIMED && s == FSC_OK; n++) {
-            fsc_step_info info = {0};
             const double t0 = fsc_trace_now_us();
-            s = j->config || j->model == FSC_PLAN_LLAMA ? fsc_engine_step_model(e, tok, tok, bl, j->batch, &info)
-                                                        : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
+            s = one_step(e, j, tok, bl);
             t[n] = 1e-6 * (fsc_trace_now_us() - t0);
         }
         for (int a = 1; a < n; a++) /* insertion sort: a few steps */

@@ -99,27 +99,36 @@ static double compute_time(const fsc_plan_rank *r, const fsc_plan_rates *rt) {
     return t;
 }
 
+/* The rates fsc_plan_time and fsc_plan_replay take (fn: which, for the message). */
+static fsc_status check_rates(const fsc_plan_rates *rates, const char *fn) {
+    if (!(rates->flops_per_s > 0) || !(rates->bytes_per_s > 0))
+        return fsc_error(FSC_ERR_INVALID, "%s: the device's rates must be above 0 (flops_per_s %g, "
+                         "bytes_per_s %g)", fn, rates->flops_per_s, rates->bytes_per_s);
+    if (!(rates->net_bytes_per_s >= 0) || !(rates->net_latency_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "%s: the network's rates must be at least 0 (net_bytes_per_s "
+                         "%g, net_latency_s %g)", fn, rates->net_bytes_per_s, rates->net_latency_s);
+    if (!(rates->kernel_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "%s: kernel_s is %g, must be at least 0", fn, rates->kernel_s);
+    if (!(rates->host_bytes_per_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "%s: host_bytes_per_s is %g, must be at least 0", fn,
+                         rates->host_bytes_per_s);
+    if (rates->node_ranks < 0 || !(rates->node_bytes_per_s >= 0) || !(rates->node_latency_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "%s: the node's rates must be at least 0 (node_ranks %d, "
+                         "node_bytes_per_s %g, node_latency_s %g)", fn, rates->node_ranks, rates->node_bytes_per_s,
+                         rates->node_latency_s);
+    if (!(rates->copy_bytes_per_s >= 0))
+        return fsc_error(FSC_ERR_INVALID, "%s: copy_bytes_per_s is %g, must be at least 0 (0: copies are free)", fn,
+                         rates->copy_bytes_per_s);
+    return FSC_OK;
+}
+
 fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const fsc_plan_rates *rates,
                          fsc_plan_step *out) {
     FSC_CHECK_ARG(job);
     FSC_CHECK_ARG(r);
     FSC_CHECK_ARG(rates);
     FSC_CHECK_ARG(out);
-    if (!(rates->flops_per_s > 0) || !(rates->bytes_per_s > 0))
-        return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: the device's rates must be above 0 (flops_per_s %g, "
-                         "bytes_per_s %g)", rates->flops_per_s, rates->bytes_per_s);
-    if (!(rates->net_bytes_per_s >= 0) || !(rates->net_latency_s >= 0))
-        return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: the network's rates must be at least 0 (net_bytes_per_s "
-                         "%g, net_latency_s %g)", rates->net_bytes_per_s, rates->net_latency_s);
-    if (!(rates->kernel_s >= 0))
-        return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: kernel_s is %g, must be at least 0", rates->kernel_s);
-    if (!(rates->host_bytes_per_s >= 0))
-        return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: host_bytes_per_s is %g, must be at least 0",
-                         rates->host_bytes_per_s);
-    if (rates->node_ranks < 0 || !(rates->node_bytes_per_s >= 0) || !(rates->node_latency_s >= 0))
-        return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: the node's rates must be at least 0 (node_ranks %d, "
-                         "node_bytes_per_s %g, node_latency_s %g)", rates->node_ranks, rates->node_bytes_per_s,
-                         rates->node_latency_s);
+    FSC_TRY(check_rates(rates, "fsc_plan_time"));
     if (job->world < 1) return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: world is %d, must be >= 1", job->world);
     const int pp = job->po.pp > 1 ? job->po.pp : 1, m = job->po.accum > 1 ? job->po.accum : 1;
     const double bubble = (double)(m + pp - 1) / m;
@@ -322,7 +331,7 @@ fsc_status fsc_plan_replay(const fsc_plan_job *job, const fsc_plan_rates *rates,
     fsc_plan_rank *r = calloc((size_t)job->world, sizeof *r);
     if (!r) return fsc_error(FSC_ERR_NOMEM, "fsc_plan_replay: out of memory for %d ranks", job->world);
     double seconds = 0;
-    fsc_status s = fsc_plan_time(job, r, rates, out); /* the rates' checks, before the run */
+    fsc_status s = check_rates(rates, "fsc_plan_replay");
     if (s == FSC_OK) s = plan_replay_step(job, rates, r, &seconds);
     if (s == FSC_OK) s = fsc_plan_time(job, r, rates, out);
     if (s == FSC_OK) out->step_s = seconds;

@@ -256,6 +256,50 @@ static void test_moe_pipe_interleaved(void **state) {
     }
 }
 
+/* The schedules with chunks and W actions: interleaved (2 chunks per rank), ZB-H1 and ZBV, pp 2, with the MoE
+ * GPT and Llama, ep 1 (dp 1 and 2) and ep 2 (dp 2 x pp 2 = 4 ranks: each expert group inside a stage's data
+ * group, its ranks running the same action list, the all-to-alls in F and B, none in W). The MoE layers split
+ * their backward (B: the input gradient and every all-to-all; W: the gate's and the experts' weight gradients
+ * from what B kept), so W holds real work; the bits are DDP's with the same ep. */
+static void test_moe_pipe_zero_bubble(void **state) {
+    (void)state;
+    static const fsc_pipe_schedule sch[] = { FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const names[] = { "interleaved", "zb-h1", "zbv" };
+    static const int b4[] = { 1, 2, 1, 1 };
+    struct { int dp, ep, llama; fsc_parallel_kind kind; fsc_pipe_checkpoint ck; } cases[] = {
+        { 1, 1, 0, FSC_PAR_DDP, FSC_PIPE_CKPT_EXCEPT_LAST }, { 1, 1, 1, FSC_PAR_DDP, FSC_PIPE_CKPT_NEVER },
+        { 2, 2, 0, FSC_PAR_DDP, FSC_PIPE_CKPT_ALWAYS },      { 2, 2, 1, FSC_PAR_DDP, FSC_PIPE_CKPT_EXCEPT_LAST },
+        { 2, 2, 0, FSC_PAR_FSDP, FSC_PIPE_CKPT_NEVER },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int k = 0; k < 3; k++) {
+            mp_run p = mp_make(cases[c].dp, 2, cases[c].kind, cases[c].ep, 4, 1);
+            if (cases[c].llama) {
+                p.llama = 1;
+                p.lc = (fsc_llama_config){ .layers = 4, .dim = 16, .heads = 4, .kv_heads = 2, .ffn = 24, .seq = 7,
+                                           .vocab = 50, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+                                           .moe_experts = 4, .moe_top_k = 2, .moe_every = 1, .moe_capacity = 0.75f,
+                                           .moe_aux = 0.01f };
+            } else if (sch[k] != FSC_SCHED_ZB_H1) {
+                p.po.balance = b4; /* over the 4 chunks */
+            }
+            p.po.schedule = sch[k];
+            p.po.virtual_stages = sch[k] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+            p.po.pipe_checkpoint = cases[c].ck;
+            p.po.prefetch = 1;
+            p.steps = 2;
+            mp_run ref = mp_reference(&p);
+            mp_train(&p);
+            char what[160];
+            snprintf(what, sizeof what, "%s, dp %d x pp 2, %s ep %d, %s, checkpoint %s", names[k], cases[c].dp,
+                     cases[c].kind == FSC_PAR_DDP ? "ddp" : "fsdp", cases[c].ep, cases[c].llama ? "llama" : "gpt",
+                     ckpt_name[cases[c].ck]);
+            mp_assert_same(&ref, &p, what);
+            free(p.params);
+            free(ref.params);
+        }
+}
+
 /* A model with aux_stats but not aux_layers: a pipeline could not add its statistics in order, so it refuses */
 static fsc_status no_layers_rank(fsc_rank *rk, void *arg) {
     (void)arg;
@@ -288,6 +332,7 @@ int main(void) {
         cmocka_unit_test(test_moe_pipe_data_parallel),
         cmocka_unit_test(test_moe_pipe_llama),
         cmocka_unit_test(test_moe_pipe_interleaved),
+        cmocka_unit_test(test_moe_pipe_zero_bubble),
         cmocka_unit_test(test_moe_pipe_refusal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,8 +7,11 @@
  * micro-batches as backward_input then backward_weight (the second micro-batch's input part before the first's
  * weight part, as a zero-bubble pipeline runs them), gives every parameter gradient and the gradient w.r.t. the
  * range's input bit for bit as the whole backward; a record over the layers after the embedding checks the input
- * gradient, one over all of them the embedding's. Misuse is refused: a split record's backward, backward_input of
- * a record made without split, split with layer checkpointing. */
+ * gradient, one over all of them the embedding's. The same for the mixture-of-experts layers (the MoE MLP with and
+ * without a residual, the GPT-2 and Llama blocks with an MoE MLP; top-1 and top-2 routing with drops and a
+ * load-balancing loss), also as the model's first layer on float inputs (its input part runs for its stash though
+ * no one needs its input gradient). Misuse is refused: a split record's backward, backward_input of a record made
+ * without split, split with layer checkpointing, an MoE layer's weight part before its input part. */
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
@@ -52,6 +55,48 @@ static void transformer(fsc_layer **l) {
     assert_ok(fsc_layer_lm_head_opts(&ho, &l[6]));
 }
 
+/* The third model: the mixture-of-experts layers (the MoE MLP with and without a residual, the GPT-2 and Llama
+ * blocks with an MoE MLP), top-2 routing whose small capacity drops assignments, and a load-balancing loss. */
+static void moe(fsc_layer **l) {
+    assert_ok(fsc_layer_token_embedding(T, C, V, &l[0]));
+    fsc_moe_mlp_opts mo = { .rows = T, .C = C, .F = 12, .experts = 4, .top_k = 2, .capacity = 0.75f, .aux = 0.1f,
+                            .residual = 1 };
+    assert_ok(fsc_layer_moe_mlp(&mo, &l[1]));
+    fsc_block_opts bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, HEADS);
+    bo.moe_experts = 4, bo.moe_top_k = 2, bo.moe_capacity = 0.75f, bo.moe_aux = 0.1f;
+    assert_ok(fsc_layer_block(&bo, &l[2]));
+    fsc_block_opts lo = fsc_block_opts_default(FSC_BLOCK_LLAMA, T, C, HEADS);
+    lo.kv_heads = 1, lo.rope_theta = 10000.0f, lo.F = 12;
+    lo.moe_experts = 2, lo.moe_top_k = 1, lo.moe_capacity = 1.0f, lo.moe_aux = 0.1f;
+    assert_ok(fsc_layer_block(&lo, &l[3]));
+    mo.residual = 0, mo.experts = 2, mo.top_k = 1, mo.capacity = 0.5f;
+    assert_ok(fsc_layer_moe_mlp(&mo, &l[4]));
+    assert_ok(fsc_layer_rmsnorm(T, C, 1e-5f, &l[5]));
+    fsc_lm_head_opts ho = { .T = T, .C = C, .V = V, .norm = FSC_HEAD_NORM_LAYERNORM };
+    assert_ok(fsc_layer_lm_head_opts(&ho, &l[6]));
+}
+
+/* The fourth model: MoE layers from the first on (the first layer splits too: its input part still runs, for the
+ * stash its weight part reads), on float inputs. */
+static void moe_first(fsc_layer **l) {
+    fsc_moe_mlp_opts mo = { .rows = T, .C = C, .F = 12, .experts = 4, .top_k = 2, .capacity = 0.75f, .aux = 0.1f,
+                            .residual = 1 };
+    assert_ok(fsc_layer_moe_mlp(&mo, &l[0]));
+    fsc_block_opts bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, HEADS);
+    bo.moe_experts = 2, bo.moe_top_k = 1, bo.moe_capacity = 1.0f, bo.moe_aux = 0.1f;
+    assert_ok(fsc_layer_block(&bo, &l[1]));
+    assert_ok(fsc_layer_moe_mlp(&mo, &l[2]));
+    fsc_block_opts lo = fsc_block_opts_default(FSC_BLOCK_LLAMA, T, C, HEADS);
+    lo.F = 12, lo.moe_experts = 4, lo.moe_top_k = 2, lo.moe_capacity = 0.75f, lo.moe_aux = 0.1f;
+    assert_ok(fsc_layer_block(&lo, &l[3]));
+    fsc_linear_opts li = fsc_linear_opts_default(C, C);
+    li.rows = T;
+    assert_ok(fsc_layer_linear(&li, &l[4]));
+    assert_ok(fsc_layer_rmsnorm(T, C, 1e-5f, &l[5]));
+    fsc_lm_head_opts ho = { .T = T, .C = C, .V = V, .norm = FSC_HEAD_NORM_LAYERNORM };
+    assert_ok(fsc_layer_lm_head_opts(&ho, &l[6]));
+}
+
 /* The first model: the small layers. */
 static void small(fsc_layer **l) {
     assert_ok(fsc_layer_token_embedding(T, C, V, &l[0]));
@@ -70,7 +115,9 @@ static void small(fsc_layer **l) {
 
 static fsc_model *lm(int variant) {
     fsc_layer *l[NL];
-    if (variant) transformer(l);
+    if (variant == 3) moe_first(l);
+    else if (variant == 2) moe(l);
+    else if (variant) transformer(l);
     else small(l);
     fsc_seq_layer ls[NL];
     static const char *pre[NL] = { "emb.", "ln.", "mlp.", "act.", "lin.", "rms.", "head." };
@@ -82,7 +129,7 @@ static fsc_model *lm(int variant) {
 
 /* Two micro-batches over layers [first, NL-1]: the whole backward (split 0) or the split one; the gradients
  * (host, tensor after tensor) into g and the last input gradient (first > 0) into gin. */
-static void run(fsc_model *m, int first, int split, float *g, float *gin) {
+static void run(fsc_model *m, int first, int split, float *g, float *gin, int floats) {
     size_t tot = 0;
     for (int t = 0; t < m->n_tensors; t++) {
         const size_t n = m->info[t].numel;
@@ -102,19 +149,21 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin) {
         assert_ok(m->ops->acts_create(m->ctx, &o, &a[k]));
         for (int i = 0; i < B * T; i++) tok[i] = (i * 5 + k) % V, tgt[i] = (i * 3 + 2 * k + 1) % V;
         for (int i = 0; i < B * T * C; i++) x[i] = (float)((i * 37 + k * 11) % 23) / 23.0f - 0.5f;
-        assert_ok(m->ops->set_batch(m->ctx, a[k], first == 0 ? tok : NULL, tgt));
+        assert_ok(m->ops->set_batch(m->ctx, a[k], first > 0 ? NULL : floats ? (void *)x : (void *)tok, tgt));
         if (first > 0)
             assert_ok(fsc_device_upload(g_dev, m->ops->stream(m->ctx, a[k], FSC_STREAM_INPUT), x, sizeof x));
         assert_ok(m->ops->forward(m->ctx, a[k], &h, NULL));
     }
     const float ds = 1.0f / (2 * B * T);
-    if (!split) {
+    if (split == 2) /* a weight part before its input part: an MoE layer has no stash to read */
+        assert_err(m->ops->backward_weight(m->ctx, a[0], &h, ds), FSC_ERR_STATE, "input part has not run");
+    else if (!split) {
         for (int k = 0; k < 2; k++) assert_ok(m->ops->backward(m->ctx, a[k], &h, ds));
     } else { /* B0 B1 W0 W1: the weight parts in ascending order, after both input parts */
         for (int k = 0; k < 2; k++) assert_ok(m->ops->backward_input(m->ctx, a[k], &h, ds));
         for (int k = 0; k < 2; k++) assert_ok(m->ops->backward_weight(m->ctx, a[k], &h, ds));
     }
-    if (first > 0)
+    if (first > 0 && split < 2)
         assert_ok(fsc_device_download(g_dev, gin, m->ops->stream(m->ctx, a[1], FSC_STREAM_GRAD_INPUT),
                                       sizeof(float) * B * T * C));
     for (int t = 0; t < m->n_tensors; t++) {
@@ -128,14 +177,14 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin) {
 
 static void split_equals_whole(void **st) {
     (void)st;
-    for (int variant = 0; variant < 2; variant++) {
+    for (int variant = 0; variant < 4; variant++) {
         fsc_model *m = lm(variant);
         const size_t P = fsc_model_num_params(m);
         float *g0 = malloc(P * sizeof(float)), *g1 = malloc(P * sizeof(float));
         float gin0[B * T * C], gin1[B * T * C];
         for (int first = 0; first < 2; first++) {
-            run(m, first, 0, g0, gin0);
-            run(m, first, 1, g1, gin1);
+            run(m, first, 0, g0, gin0, variant == 3);
+            run(m, first, 1, g1, gin1, variant == 3);
             int nonzero = 0;
             for (size_t i = 0; i < P; i++) nonzero += g0[i] != 0.0f;
             assert_true(nonzero > (int)(P / 2)); /* the comparison sees real gradients */
@@ -149,7 +198,12 @@ static void split_equals_whole(void **st) {
 
 static void split_misuse_refused(void **st) {
     (void)st;
-    fsc_model *m = lm(0);
+    fsc_model *m = lm(2);
+    float *g = malloc(fsc_model_num_params(m) * sizeof(float)), gin[B * T * C];
+    run(m, 1, 2, g, gin, 0);
+    free(g);
+    fsc_model_free(m);
+    m = lm(0);
     fsc_model_acts *a = NULL;
     assert_err(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = B, .last = NL - 1, .split = 1,
                                                                    .checkpoint = 1 }, &a),

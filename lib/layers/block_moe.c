@@ -99,28 +99,103 @@ static fsc_status mb_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return fsc_residual_forward(c->dev, out, h, s0, NC);
 }
 
+/* The split backward (c->stash; docs/pipeline.md). The input part (c->grad NULL) runs the whole backward's steps
+ * without the weight products and keeps in the stash, after the MoE part's own (the experts' output gradients and
+ * the gate's, which only its all-to-alls could give again), the inner gradients the weight part needs: GPT-2's
+ * dln2, the gradient at res2, dqkv and dln1 (so its weight part is four products and two norms); the Llama's dln2
+ * and the gradient at h (its weight part derives the attention's inner gradients again, as the dense Llama
+ * block's). The weight part (dinp NULL) adds the parameter gradients only, with no collective: the same kernels on
+ * the same values give the whole backward's bits. */
+typedef struct { float *dln2, *dres2, *dqkv, *dln1; } mb_stash; /* (N, C), (N, C), (N, 3C), (N, C); Llama: 2 */
+
+static mb_stash stash_of(const moe_block *y, void *base, int B) {
+    const size_t nc = N_of(y, B) * (size_t)y->o.C * sizeof(float);
+    mb_stash st;
+    st.dln2 = AT(base, moe_part_split_bytes(&y->b.mp, B));
+    st.dres2 = AT(st.dln2, r256(nc));
+    st.dqkv = y->llama ? NULL : AT(st.dres2, r256(nc));
+    st.dln1 = y->llama ? NULL : AT(st.dqkv, r256(3 * nc));
+    return st;
+}
+
+static size_t mb_split_bytes(const fsc_layer *l, int B) {
+    const moe_block *y = (const moe_block *)l;
+    const size_t nc = N_of(y, B) * (size_t)y->o.C * sizeof(float);
+    return moe_part_split_bytes(&y->b.mp, B) + (y->llama ? 2 * r256(nc) : 3 * r256(nc) + r256(3 * nc));
+}
+
+/* GPT-2's attention half after the MoE part (fsc_block_attn_backward's steps): d (N, C) the gradient at res2 from
+ * the residual path in, the block's input gradient out; the norms' parameter gradients into the sink. */
+static fsc_status gpt2_input(const moe_block *y, const fsc_layer_call *c, float *d, const fsc_block_rec *r,
+                             const mb_stash *st) {
+    const int C = y->o.C;
+    const size_t N = N_of(y, c->B);
+    const float *const *p = c->param;
+    float *datty = c->work, *w = AT(c->work, 2 * g_S(y, c->B));
+    fsc_layernorm_rec ln2 = { r->res2, r->ln2_mean, r->ln2_rstd, N, C }, ln1 = { r->inp, r->ln1_mean, r->ln1_rstd, N, C };
+    fsc_linear_rec aproj = { r->atty, N, C, C, 0 }, attn = { r->ln1, N, C, 3 * C, 0 };
+    FSC_TRY(fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln2, st->dln2, p[FSC_B_LN2_W]));
+    FSC_TRY(fsc_device_copy(c->dev, st->dres2, d, N * (size_t)C * sizeof(float)));
+    FSC_TRY(fsc_linear_backward(c->dev, datty, NULL, NULL, &aproj, d, p[FSC_B_APROJ_W], 0.0f, 1.0f));
+    FSC_TRY(fsc_attention_backward(c->dev, st->dqkv, &r->attn, datty, w));
+    FSC_TRY(fsc_linear_backward(c->dev, st->dln1, NULL, NULL, &attn, st->dqkv, p[FSC_B_ATTN_W], 0.0f, 1.0f));
+    return fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln1, st->dln1, p[FSC_B_LN1_W]);
+}
+
+/* GPT-2's weight part: the attention half's products and norms from the stash; scratch (N, C) takes the norms'
+ * discarded input gradients. */
+static fsc_status gpt2_weight(const moe_block *y, const fsc_layer_call *c, float *scratch, const fsc_block_rec *r,
+                              const mb_stash *st) {
+    const int C = y->o.C;
+    const size_t N = N_of(y, c->B);
+    const float *const *p = c->param;
+    float *const *g = c->grad;
+    fsc_layernorm_rec ln2 = { r->res2, r->ln2_mean, r->ln2_rstd, N, C }, ln1 = { r->inp, r->ln1_mean, r->ln1_rstd, N, C };
+    fsc_linear_rec aproj = { r->atty, N, C, C, 0 }, attn = { r->ln1, N, C, 3 * C, 0 };
+    FSC_TRY(fsc_layernorm_backward(c->dev, scratch, g[FSC_B_LN2_W], g[FSC_B_LN2_B], &ln2, st->dln2, p[FSC_B_LN2_W]));
+    FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_APROJ_W], g[FSC_B_APROJ_B], &aproj, st->dres2,
+                                p[FSC_B_APROJ_W], 0.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_ATTN_W], g[FSC_B_ATTN_B], &attn, st->dqkv, p[FSC_B_ATTN_W],
+                                0.0f, 1.0f));
+    return fsc_layernorm_backward(c->dev, scratch, g[FSC_B_LN1_W], g[FSC_B_LN1_B], &ln1, st->dln1, p[FSC_B_LN1_W]);
+}
+
+static fsc_status gpt2_bwd(const moe_block *y, const fsc_layer_call *c, float *dinp, const float *dout,
+                           const void *in) {
+    const size_t S = g_S(y, c->B), W = g_W(y, c->B), NC = N_of(y, c->B) * (size_t)y->o.C;
+    float *dln2 = c->work, *d = dinp ? dinp : AT(c->work, S), *w = AT(c->work, 2 * S),
+          *dqkv = AT(c->work, 2 * S + W);
+    fsc_block_rec r;
+    fsc_block_attn_rec_bind(&r, c->rec, c->B, y->o.T, y->o.C, y->o.heads);
+    r.inp = in;
+    const int weight_part = c->stash && c->grad[FSC_B_LN1_W];
+    const mb_stash st = c->stash ? stash_of(y, c->stash, c->B) : (mb_stash){ 0 };
+    if (weight_part) {
+        FSC_TRY(moe_part_backward_weight(&y->b.mp, c, c->stash));
+        return gpt2_weight(y, c, d, &r, &st);
+    }
+    FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float))); /* the residual stream's gradient, in place */
+    if (c->stash) { /* the input part */
+        FSC_TRY(moe_part_backward_input(&y->b.mp, c, st.dln2, d, c->stash));
+        return gpt2_input(y, c, d, &r, &st);
+    }
+    FSC_TRY(moe_part_backward(&y->b.mp, c, dln2, d)); /* out = res2 + moe(ln2): both get d */
+    return fsc_block_attn_backward(c->dev, d, c->grad, &r, c->param, dln2, dqkv, w);
+}
+
 static fsc_status mb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     const moe_block *y = (const moe_block *)l;
     const size_t N = N_of(y, c->B), NC = N * (size_t)y->o.C;
-    if (!y->llama) { /* the residual stream's gradient in place: dout, then the block's input gradient */
-        const size_t S = g_S(y, c->B), W = g_W(y, c->B);
-        float *dln2 = c->work, *d = dinp ? dinp : AT(c->work, S), *w = AT(c->work, 2 * S),
-              *dqkv = AT(c->work, 2 * S + W);
-        FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float)));
-        fsc_block_rec r;
-        fsc_block_attn_rec_bind(&r, c->rec, c->B, y->o.T, y->o.C, y->o.heads);
-        r.inp = in;
-        FSC_TRY(moe_part_backward(&y->b.mp, c, dln2, d)); /* out = res2 + moe(ln2): both get d */
-        return fsc_block_attn_backward(c->dev, d, c->grad, &r, c->param, dln2, dqkv, w);
-    }
+    if (!y->llama) return gpt2_bwd(y, c, dinp, dout, in);
     const llama_map m = lmap(y, c->B);
     float *ln1 = AT(c->rec, m.ln1), *h = AT(c->rec, m.h);
     float *dln = AT(c->work, m.s0), *d = dinp ? dinp : AT(c->work, m.s1);
-    FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float))); /* d: the gradient w.r.t. out, then h, then x */
-    FSC_TRY(moe_part_backward(&y->b.mp, c, dln, d));
+    const int weight_part = c->stash && c->grad[y->n1], input_part = c->stash && !weight_part;
+    const mb_stash st = c->stash ? stash_of(y, c->stash, c->B) : (mb_stash){ 0 };
     fsc_rmsnorm_rec n2 = { .inp = h, .rstd = AT(c->rec, m.st2), .N = N, .C = y->o.C };
-    FSC_TRY(fsc_rmsnorm_backward(c->dev, d, c->grad[y->n2], &n2, dln, c->param[y->n2]));
+    fsc_rmsnorm_rec n1 = { .inp = in, .rstd = AT(c->rec, m.st1), .N = N, .C = y->o.C };
+    float *g1 = input_part ? c->sink : c->grad[y->n1], *g2 = input_part ? c->sink : c->grad[y->n2];
     fsc_self_attn_config cf = attn_cfg(y, c->B);
     fsc_self_attn_rec ar;
     fsc_self_attn_rec_bind(&ar, AT(c->rec, m.attn), &cf);
@@ -128,9 +203,20 @@ static fsc_status mb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     fsc_self_attn_params ap;
     fsc_self_attn_grads ag;
     llama_attn(y, c, &ap, &ag);
+    if (weight_part) { /* d: scratch for the norms' discarded input gradients */
+        FSC_TRY(moe_part_backward_weight(&y->b.mp, c, c->stash));
+        FSC_TRY(fsc_rmsnorm_backward(c->dev, d, g2, &n2, st.dln2, c->param[y->n2]));
+        FSC_TRY(fsc_self_attn_backward(c->dev, dln, &ag, &ar, st.dres2, &ap, AT(c->work, m.inner)));
+        return fsc_rmsnorm_backward(c->dev, d, g1, &n1, dln, c->param[y->n1]);
+    }
+    FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float))); /* d: the gradient w.r.t. out, then h, then x */
+    float *dln2 = input_part ? st.dln2 : dln;
+    if (input_part) FSC_TRY(moe_part_backward_input(&y->b.mp, c, dln2, d, c->stash));
+    else FSC_TRY(moe_part_backward(&y->b.mp, c, dln2, d));
+    FSC_TRY(fsc_rmsnorm_backward(c->dev, d, g2, &n2, dln2, c->param[y->n2]));
+    if (input_part) FSC_TRY(fsc_device_copy(c->dev, st.dres2, d, NC * sizeof(float))); /* the gradient at h */
     FSC_TRY(fsc_self_attn_backward(c->dev, dln, &ag, &ar, d, &ap, AT(c->work, m.inner)));
-    fsc_rmsnorm_rec n1 = { .inp = in, .rstd = AT(c->rec, m.st1), .N = N, .C = y->o.C };
-    return fsc_rmsnorm_backward(c->dev, d, c->grad[y->n1], &n1, dln, c->param[y->n1]);
+    return fsc_rmsnorm_backward(c->dev, d, g1, &n1, dln, c->param[y->n1]);
 }
 
 static void mb_config(const fsc_layer *l, char *buf, size_t cap) {
@@ -145,7 +231,7 @@ static void mb_config(const fsc_layer *l, char *buf, size_t cap) {
 
 static void mb_destroy(fsc_layer *l) { moe_part_free(&((moe_block *)l)->b.mp); }
 
-static const fsc_layer_ops mb_ops = { .rec_bytes = mb_rec, .work_bytes = mb_work, .forward = mb_fwd,
+static const fsc_layer_ops mb_ops = { .split = 1, .split_bytes = mb_split_bytes, .rec_bytes = mb_rec, .work_bytes = mb_work, .forward = mb_fwd,
                                       .backward = mb_bwd, .config = mb_config, .destroy = mb_destroy,
                                       .state_create = moe_state_create, .state_free = moe_state_free,
                                       .aux = moe_aux, .set_expert_group = moe_set_expert_group,

@@ -5,6 +5,7 @@
 #ifndef FSC_LAYERS_MOE_IMPL_H
 #define FSC_LAYERS_MOE_IMPL_H
 #include "fsc/moe.h"
+#include "moe/moe_split.h"
 #include "layers_impl.h"
 
 typedef struct {
@@ -37,6 +38,13 @@ fsc_status moe_part_declare(fsc_layer **l, moe_part *mp, const char *prefix);
  * p and g the layer's tables (the part's entries from mp->first on). */
 fsc_status moe_part_forward(const moe_part *mp, const fsc_layer_call *c, float *out, const float *in);
 fsc_status moe_part_backward(const moe_part *mp, const fsc_layer_call *c, float *dinp, const float *dout);
+/* The split backward (layers.h's split; moe/moe_split.h): the stash's bytes for B samples (a multiple of 256), the
+ * input part (dinp only; both all-to-alls; writes stash) and the weight part (the part's parameter gradients from
+ * the stash, no collective). */
+size_t moe_part_split_bytes(const moe_part *mp, int B);
+fsc_status moe_part_backward_input(const moe_part *mp, const fsc_layer_call *c, float *dinp, const float *dout,
+                                   void *stash);
+fsc_status moe_part_backward_weight(const moe_part *mp, const fsc_layer_call *c, const void *stash);
 /* The layer ops of an moe_base layer. */
 fsc_status moe_state_create(fsc_layer *l, fsc_device *dev, int B, void **state);
 void moe_state_free(const fsc_layer *l, void *state);

@@ -56,14 +56,40 @@ fsc_status moe_part_forward(const moe_part *mp, const fsc_layer_call *c, float *
     return fsc_moe_forward(mp->moe, out, st->rec, in, c->param + mp->first, &st->st);
 }
 
-fsc_status moe_part_backward(const moe_part *mp, const fsc_layer_call *c, float *dinp, const float *dout) {
-    moe_state *st = c->state;
+/* the load-balancing loss's factor: its coefficient times each loss term's factor times the group's tokens */
+static float daux_of(const moe_part *mp, const fsc_layer_call *c) {
+    return mp->aux * c->dscale * (float)((size_t)c->B * (size_t)mp->rows);
+}
+
+static fsc_status need_state(const moe_part *mp, const fsc_layer_call *c) {
+    const moe_state *st = c->state;
     FSC_TRY(need_moe(mp));
-    if (!st || !st->rec) return fsc_error(FSC_ERR_STATE, "moe layer: the record has no MoE state");
-    /* the load-balancing loss: its coefficient times each loss term's factor times the group's tokens */
-    const float daux = mp->aux * c->dscale * (float)((size_t)c->B * (size_t)mp->rows);
-    return fsc_moe_backward_terms(mp->moe, dinp, c->grad + mp->first, st->rec, dout, c->param + mp->first, daux,
-                                  c->term, c->term_ctx);
+    return st && st->rec ? FSC_OK : fsc_error(FSC_ERR_STATE, "moe layer: the record has no MoE state");
+}
+
+fsc_status moe_part_backward(const moe_part *mp, const fsc_layer_call *c, float *dinp, const float *dout) {
+    FSC_TRY(need_state(mp, c));
+    moe_state *st = c->state;
+    return fsc_moe_backward_terms(mp->moe, dinp, c->grad + mp->first, st->rec, dout, c->param + mp->first,
+                                  daux_of(mp, c), c->term, c->term_ctx);
+}
+
+size_t moe_part_split_bytes(const moe_part *mp, int B) {
+    return r256(fsc_moe_split_bytes(&mp->mc, B * mp->rows, 1));
+}
+
+fsc_status moe_part_backward_input(const moe_part *mp, const fsc_layer_call *c, float *dinp, const float *dout,
+                                   void *stash) {
+    FSC_TRY(need_state(mp, c));
+    moe_state *st = c->state;
+    return fsc_moe_backward_input(mp->moe, dinp, st->rec, dout, c->param + mp->first, daux_of(mp, c), stash);
+}
+
+fsc_status moe_part_backward_weight(const moe_part *mp, const fsc_layer_call *c, const void *stash) {
+    FSC_TRY(need_state(mp, c));
+    moe_state *st = c->state;
+    return fsc_moe_backward_weight(mp->moe, c->grad + mp->first, st->rec, c->param + mp->first, stash, c->term,
+                                   c->term_ctx);
 }
 
 fsc_status moe_state_create(fsc_layer *l, fsc_device *dev, int B, void **state) {
@@ -139,15 +165,22 @@ static fsc_status mm_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return y->residual ? fsc_residual_forward(c->dev, out, in, o, NC) : FSC_OK;
 }
 
+/* Split (c->stash): the input part (c->grad NULL) computes dinp and keeps the MoE part's stash, the weight part
+ * (dinp NULL) adds the gate's and the experts' gradients from it. */
 static fsc_status mm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     (void)in;
     const moe_mlp_layer *y = (const moe_mlp_layer *)l;
     const size_t NC = mm_N(y, c->B) * (size_t)y->b.mp.mc.dim;
+    const int weight_part = c->stash && c->grad[y->b.mp.first], input_part = c->stash && !weight_part;
+    if (weight_part) return moe_part_backward_weight(&y->b.mp, c, c->stash);
     float *d = dinp ? dinp : (float *)((char *)c->work + r256(NC * sizeof(float)));
-    FSC_TRY(moe_part_backward(&y->b.mp, c, d, dout));
+    if (input_part) FSC_TRY(moe_part_backward_input(&y->b.mp, c, d, dout, c->stash));
+    else FSC_TRY(moe_part_backward(&y->b.mp, c, d, dout));
     return y->residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, NC) : FSC_OK;
 }
+
+static size_t mm_split_bytes(const fsc_layer *l, int B) { return moe_part_split_bytes(&((const moe_base *)l)->mp, B); }
 
 static void mm_config(const fsc_layer *l, char *buf, size_t cap) {
     const moe_mlp_layer *y = (const moe_mlp_layer *)l;
@@ -159,7 +192,7 @@ static void mm_config(const fsc_layer *l, char *buf, size_t cap) {
 
 static void mm_destroy(fsc_layer *l) { moe_part_free(&((moe_mlp_layer *)l)->b.mp); }
 
-static const fsc_layer_ops mm_ops = { .work_bytes = mm_work, .forward = mm_fwd, .backward = mm_bwd,
+static const fsc_layer_ops mm_ops = { .split = 1, .split_bytes = mm_split_bytes, .work_bytes = mm_work, .forward = mm_fwd, .backward = mm_bwd,
                                       .config = mm_config, .destroy = mm_destroy, .state_create = moe_state_create,
                                       .state_free = moe_state_free, .aux = moe_aux,
                                       .set_expert_group = moe_set_expert_group, .param_expert = moe_param_expert };

@@ -40,11 +40,11 @@ typedef struct {
 
 static size_t up(size_t b) { return (b + 255) / 256 * 256; }
 
-/* Whether layer l splits its backward: it says so, has no more parameters than the call tables hold, and no tensor
- * of it is tied (a tied gradient crosses layers and stages in the input part's order: model.h). */
+/* Whether layer l splits its backward: it says so, and no tensor of it is tied (a tied gradient crosses layers and
+ * stages in the input part's order: model.h). */
 static int splits(const seq_model *s, int l) {
     const fsc_layer *y = s->layers[l];
-    if (!y->ops->split || y->n_params > FSC_LAYER_MAX_PARAMS) return 0;
+    if (!y->ops->split) return 0;
     for (int k = 0; k < y->n_params; k++)
         if (s->tied[l][k] || s->info[s->tensor[l][k]].nusers > 0) return 0;
     return 1;
@@ -281,7 +281,8 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
     const fsc_layer *y = s->layers[l];
     const int split = a->keep && splits(s, l);
     if (part == PART_WEIGHT && !split) return FSC_OK; /* it ran whole in the input part */
-    if (part == PART_INPUT && split && !dinp_of(s, a, l)) return FSC_OK; /* no input gradient to compute */
+    if (part == PART_INPUT && split && !dinp_of(s, a, l) && !y->ops->split_bytes)
+        return FSC_OK; /* no input gradient to compute (a layer with a stash still fills it) */
     fsc_layer_call c;
     FSC_TRY(make_call(s, a, l, !(split && part == PART_INPUT), &c));
     if (!(split && part == PART_INPUT))
@@ -290,11 +291,13 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
             if (!s->tied[l][k] && s->info[t].nusers > 0)
                 FSC_TRY(fsc_residual_backward(s->dev, s->grad[t], NULL, s->tied_grad[t], s->info[t].numel));
         }
-    float *none[FSC_LAYER_MAX_PARAMS] = { NULL };
-    if (split && part == PART_INPUT) c.grad = none, c.sink = a->sink;
+    if (split && part == PART_INPUT) { /* no gradient in the input part */
+        for (int k = 0; k < y->n_params; k++) s->cgrad[k] = NULL;
+        c.sink = a->sink;
+    }
     if (split) c.stash = a->stash[l - a->first];
     c.dscale = dscale;
-    c.term = a->term, c.term_ctx = a->term_ctx; /* MoE layers never split: their whole backward gets the terms */
+    c.term = a->term, c.term_ctx = a->term_ctx; /* an MoE layer's whole backward or weight part hands its terms */
     if (split && l == a->last && l < s->n - 1 && part == PART_INPUT) /* a caller may reuse its streams (model.h) */
         FSC_TRY(fsc_device_copy(s->dev, a->keep[l - a->first], a->gout,
                                 (size_t)a->B * y->out_floats * sizeof(float)));

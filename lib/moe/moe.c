@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "moe_impl.h"
+#include "moe_split.h"
 #include "fsc/nn.h"
 #include "fsc/rng.h"
 #include "core/device_impl.h"
@@ -346,12 +347,14 @@ static fsc_status hand_terms(fsc_moe *m, const term_sink *ts, float *const *g, i
 }
 
 /* dxe (slots, C) = (overwrites) the experts' input gradient from dye; parameter gradients += block by
- * block through a zeroed scratch, or with a sink each source's blocks into a zeroed sum handed to it.
+ * block through a zeroed scratch, or with a sink each source's blocks into a zeroed sum handed to it. Either
+ * may be skipped (dxe NULL: the split backward's weight part; g NULL: its input part): a block's inner gradient
+ * (dha, dhp) is derived the same way in both, so the two parts give the whole's bits.
  * work: 2 cap H + per_expert floats (rounded), and per_expert more with a sink. */
 static fsc_status experts_backward(fsc_moe *m, fsc_moe_rec *r, float *dxe, float *const *g, const float *dye,
                                    const float *const *p, float *work, const term_sink *ts) {
     size_t cap = (size_t)r->cap, C = (size_t)m->C, H = (size_t)m->H, nb = r->slots / cap;
-    if (!m->per_expert) return fsc_device_copy(m->dev, dxe, dye, r->slots * C * sizeof(float));
+    if (!m->per_expert) return dxe ? fsc_device_copy(m->dev, dxe, dye, r->slots * C * sizeof(float)) : FSC_OK;
     size_t per = nb / (size_t)m->El, groups = (size_t)r->groups; /* blocks per expert: G sources x groups */
     float *dha = work, *dhp = work + r64(cap * H), *sg = dhp + r64(cap * H), *src = sg + r64(m->per_expert);
     size_t len[4] = { C * H, H, H * C, C };
@@ -359,15 +362,16 @@ static fsc_status experts_backward(fsc_moe *m, fsc_moe_rec *r, float *dxe, float
     for (size_t b = 0; b < nb; b++) {
         int j = (int)(b / per);
         size_t gi = b % per % groups; /* the block's group in its source's */
-        FSC_TRY(fsc_device_memset(m->dev, sg, 0, m->per_expert * sizeof(float)));
+        if (g) FSC_TRY(fsc_device_memset(m->dev, sg, 0, m->per_expert * sizeof(float)));
         fsc_linear_rec proj = { r->hact + b * cap * H, cap, m->H, m->C, 0 };
-        FSC_TRY(fsc_linear_backward(m->dev, dha, sub[2], sub[3], &proj, dye + b * cap * C, p[tab_index(m, j, 2)],
-                                    0.0f, 0.0f));
+        FSC_TRY(fsc_linear_backward(m->dev, dha, g ? sub[2] : NULL, g ? sub[3] : NULL, &proj, dye + b * cap * C,
+                                    p[tab_index(m, j, 2)], 0.0f, 0.0f));
         fsc_gelu_rec gr = { r->hpre + b * cap * H, cap * H };
         FSC_TRY(fsc_gelu_backward(m->dev, dhp, &gr, dha));
         fsc_linear_rec fc = { r->xe + b * cap * C, cap, m->C, m->H, 0 };
-        FSC_TRY(fsc_linear_backward(m->dev, dxe + b * cap * C, sub[0], sub[1], &fc, dhp, p[tab_index(m, j, 0)],
-                                    0.0f, 0.0f));
+        FSC_TRY(fsc_linear_backward(m->dev, dxe ? dxe + b * cap * C : NULL, g ? sub[0] : NULL, g ? sub[1] : NULL,
+                                    &fc, dhp, p[tab_index(m, j, 0)], 0.0f, 0.0f));
+        if (!g) continue;
         if (!ts->fn) {
             for (int t = 0; t < 4; t++) FSC_TRY(FSC_K(m->dev, axpy, g[tab_index(m, j, t)], 1.0f, sub[t], len[t]));
             continue;
@@ -436,12 +440,28 @@ fsc_status fsc_moe_forward(fsc_moe *m, float *out, fsc_moe_rec *r, const float *
     return FSC_OK;
 }
 
+/* The gate's weight gradient from the gate logits' gradient dl (S, E): per group, in order (as ranks in rank
+ * order), through the zeroed-free scratch dwg (C, E). */
+static fsc_status gate_weight(fsc_moe *m, const fsc_moe_rec *r, float *gate_grad, const float *dl, const float *p0,
+                              float *dwg) {
+    size_t C = (size_t)m->C, E = (size_t)m->E;
+    int Sg = r->S / r->groups;
+    for (int g = 0; g < r->groups; g++) {
+        fsc_linear_rec lr = { r->inp + (size_t)g * Sg * C, (size_t)Sg, m->C, m->E, 0 };
+        FSC_TRY(fsc_linear_backward(m->dev, NULL, dwg, NULL, &lr, dl + (size_t)g * Sg * E, p0, 0.0f, 0.0f));
+        FSC_TRY(FSC_K(m->dev, axpy, gate_grad, 1.0f, dwg, C * E));
+    }
+    return FSC_OK;
+}
+
+/* The backward's input side and, with gt, its weight side. Split (stash non-NULL, gt NULL): the experts' output
+ * gradients (expert side) and the gate logits' gradient go to the stash for the weight part. */
 static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *const *gt, const float *dout,
-                                const float *const *p, float daux, float *w, const term_sink *ts) {
+                                const float *const *p, float daux, float *w, const term_sink *ts, float *stash) {
     size_t S = (size_t)r->S, C = (size_t)m->C, E = (size_t)m->E, sl = r->slots;
     int Sg = r->S / r->groups;
     float *table = w;                        /* (S + 1, C) */
-    float *dg = table + r64((S + 1) * C);    /* (slots, C) dout at each slot, then the experts' dye */
+    float *dg = table + r64((S + 1) * C);    /* (slots, C) dout at each slot */
     float *dy = dg + r64(sl * C);            /* (slots, C) */
     float *tmp = dy + r64(sl * C);           /* (slots, C) */
     float *dxe = tmp + r64(sl * C);          /* (slots, C) */
@@ -449,11 +469,13 @@ static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *
     float *dl = dsl + r64(sl);               /* (S, E) */
     float *dwg = dl + r64(S * E);            /* (C, E) */
     float *ew = dwg + r64(C * E);            /* 2 cap H + per_expert (2 per_expert with a sink) */
+    float *dye = dg;                         /* (slots, C) the experts' output gradient, expert side */
+    if (stash) dye = stash, dl = stash + r64(sl * C);
     FSC_TRY(gather_rows(m, r, dg, dout, table));
     FSC_TRY(dot_rows(m, r, dsl, r->ysrc, dg)); /* gradient of each combine weight */
     FSC_TRY(scale_rows(m, r, dy, dg, r->sgate));
-    FSC_TRY(to_experts(m, r, dg, dy, tmp));    /* dg: the experts' output gradient, expert side */
-    FSC_TRY(experts_backward(m, r, dxe, gt, dg, p, ew, ts));
+    FSC_TRY(to_experts(m, r, dye, dy, tmp));
+    FSC_TRY(experts_backward(m, r, dxe, gt, dye, p, ew, ts));
     FSC_TRY(to_sources(m, r, dy, dxe, tmp));   /* dy: the dispatched rows' gradient, source side */
     /* the gate: routing gradient on the host, then through the per-group gate product */
     float *hs = malloc(sl * sizeof(float)), *hl = malloc(S * E * sizeof(float));
@@ -465,16 +487,35 @@ static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *
     FSC_TRY(s);
     for (int g = 0; g < r->groups; g++) {
         fsc_linear_rec lr = { r->inp + (size_t)g * Sg * C, (size_t)Sg, m->C, m->E, 0 };
-        FSC_TRY(fsc_linear_backward(m->dev, dinp + (size_t)g * Sg * C, dwg, NULL, &lr, dl + (size_t)g * Sg * E,
+        FSC_TRY(fsc_linear_backward(m->dev, dinp + (size_t)g * Sg * C, NULL, NULL, &lr, dl + (size_t)g * Sg * E,
                                     p[0], 0.0f, 0.0f));
-        FSC_TRY(FSC_K(m->dev, axpy, gt[0], 1.0f, dwg, C * E)); /* groups in order, as ranks in rank order */
     }
+    if (gt) FSC_TRY(gate_weight(m, r, gt[0], dl, p[0], dwg));
     return scatter_rows(m, r, dinp, dy, table, 1);
+}
+
+/* Workspace floats of a backward (weight: the weight part's). */
+static size_t backward_work(const fsc_moe *m, const fsc_moe_rec *r, int weight, int term) {
+    size_t S = (size_t)r->S, C = (size_t)m->C, E = (size_t)m->E, sl = r->slots, H = (size_t)m->H;
+    size_t ew = r64(C * E) + 2 * r64((size_t)r->cap * H) + (term ? 2 : 1) * r64(m->per_expert);
+    return weight ? ew : r64((S + 1) * C) + 4 * r64(sl * C) + r64(sl) + r64(S * E) + ew;
 }
 
 fsc_status fsc_moe_backward(fsc_moe *m, float *dinp, float *const *g, fsc_moe_rec *r, const float *dout,
                             const float *const *p, float daux) {
     return fsc_moe_backward_terms(m, dinp, g, r, dout, p, daux, NULL, NULL);
+}
+
+/* The record's forward state: 1 after a forward, 2 after a split backward's input part, 0 once differentiated. */
+static fsc_status need_state(const fsc_moe_rec *r, int want, const char *what) {
+    if (r->fwd_done == want) return FSC_OK;
+    if (want == 2)
+        return fsc_error(FSC_ERR_STATE, "moe %s: the record's input part has not run (the weight part follows "
+                         "fsc_moe_backward_input of the same record, once)", what);
+    if (r->fwd_done == 2)
+        return fsc_error(FSC_ERR_STATE, "moe %s: the record waits for its weight part (fsc_moe_backward_weight)",
+                         what);
+    return fsc_error(FSC_ERR_STATE, "moe %s: no forward to differentiate (backward runs once per forward)", what);
 }
 
 fsc_status fsc_moe_backward_terms(fsc_moe *m, float *dinp, float *const *g, fsc_moe_rec *r, const float *dout,
@@ -485,20 +526,69 @@ fsc_status fsc_moe_backward_terms(fsc_moe *m, float *dinp, float *const *g, fsc_
     FSC_CHECK_ARG(dinp);
     FSC_CHECK_ARG_AS(r, "rec");
     FSC_CHECK_ARG(dout);
-    if (!r->fwd_done)
-        return fsc_error(FSC_ERR_STATE, "moe backward: no forward to differentiate (backward runs once per forward)");
+    FSC_TRY(need_state(r, 1, "backward"));
     if (!p) p = m->ptab;
     if (!g) g = m->gtab;
     FSC_TRY(check_table(m, p, "backward"));
     FSC_TRY(check_table(m, (const float *const *)g, "backward (gradients)"));
     r->fwd_done = 0;
-    size_t S = (size_t)r->S, C = (size_t)m->C, E = (size_t)m->E, sl = r->slots, H = (size_t)m->H;
-    size_t wn = r64((S + 1) * C) + 4 * r64(sl * C) + r64(sl) + r64(S * E) + r64(C * E) +
-                2 * r64((size_t)r->cap * H) + (term ? 2 : 1) * r64(m->per_expert);
     const term_sink ts = { term, term_ctx };
     float *w;
-    FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_WORKSPACE, wn * sizeof(float), (void **)&w));
-    fsc_status s = backward_body(m, r, dinp, g, dout, p, daux, w, &ts);
+    FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_WORKSPACE, backward_work(m, r, 0, term != NULL) * sizeof(float),
+                             (void **)&w));
+    fsc_status s = backward_body(m, r, dinp, g, dout, p, daux, w, &ts, NULL);
+    fsc_device_release(m->dev, w);
+    return s;
+}
+
+size_t fsc_moe_split_bytes(const fsc_moe_config *cfg, int S, int groups) {
+    if (!cfg || cfg->experts < 1 || cfg->dim < 1 || S < 1 || groups < 1 || S % groups) return 0;
+    const float cf = cfg->capacity_factor ? cfg->capacity_factor : 1.0f;
+    const size_t cap = (size_t)moe_capacity(S / groups, cfg->experts, cfg->top_k == 2 ? 2 : 1, cf);
+    const size_t slots = (size_t)cfg->experts * (size_t)groups * cap;
+    return (r64(slots * (size_t)cfg->dim) + r64((size_t)S * (size_t)cfg->experts)) * sizeof(float);
+}
+
+fsc_status fsc_moe_backward_input(fsc_moe *m, float *dinp, fsc_moe_rec *r, const float *dout, const float *const *p,
+                                  float daux, void *stash) {
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(dinp);
+    FSC_CHECK_ARG_AS(r, "rec");
+    FSC_CHECK_ARG(dout);
+    FSC_CHECK_ARG(stash);
+    FSC_TRY(need_state(r, 1, "backward input part"));
+    if (!p) p = m->ptab;
+    FSC_TRY(check_table(m, p, "backward input part"));
+    r->fwd_done = 0;
+    const term_sink ts = { NULL, NULL };
+    float *w;
+    FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_WORKSPACE, backward_work(m, r, 0, 0) * sizeof(float), (void **)&w));
+    fsc_status s = backward_body(m, r, dinp, NULL, dout, p, daux, w, &ts, stash);
+    fsc_device_release(m->dev, w);
+    if (s == FSC_OK) r->fwd_done = 2;
+    return s;
+}
+
+fsc_status fsc_moe_backward_weight(fsc_moe *m, float *const *g, fsc_moe_rec *r, const float *const *p,
+                                   const void *stash,
+                                   fsc_status (*term)(void *term_ctx, float *grad, const float *piece, size_t n),
+                                   void *term_ctx) {
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG_AS(r, "rec");
+    FSC_CHECK_ARG(stash);
+    FSC_TRY(need_state(r, 2, "backward weight part"));
+    if (!p) p = m->ptab;
+    if (!g) g = m->gtab;
+    FSC_TRY(check_table(m, p, "backward weight part"));
+    FSC_TRY(check_table(m, (const float *const *)g, "backward weight part (gradients)"));
+    r->fwd_done = 0;
+    const term_sink ts = { term, term_ctx };
+    const float *dye = stash, *dl = dye + r64(r->slots * (size_t)m->C);
+    float *w;
+    FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_WORKSPACE, backward_work(m, r, 1, term != NULL) * sizeof(float),
+                             (void **)&w));
+    fsc_status s = experts_backward(m, r, NULL, g, dye, p, w + r64((size_t)m->C * m->E), &ts);
+    if (s == FSC_OK) s = gate_weight(m, r, g[0], dl, p[0], w);
     fsc_device_release(m->dev, w);
     return s;
 }

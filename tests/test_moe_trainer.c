@@ -5,8 +5,9 @@
  *   bit-identical to DDP with every expert on every rank (tests/test_moe_engine.c says why); --check-ddp of
  *   zero1, zero2 and fsdp (every --shard) with --ep 2 on 4 ranks, --accum 2 and --prefetch 1 reports them
  *   bit-identical to DDP with --ep 2;
- * - --check-ddp of pipelines (--pp 2 and 4, ddp, zero2 and fsdp, --ep 2) reports them bit-identical to DDP over
- *   the data-parallel ranks, and the --json aux losses and drops equal a DDP run's;
+ * - --check-ddp of pipelines (--pp 2 and 4, ddp, zero1, zero2 and fsdp, --ep 2; gpipe, 1f1b, zb-h1, zbv and
+ *   interleaved) reports them bit-identical to DDP over the data-parallel ranks, and the --json aux losses and drops
+ *   equal a DDP run's;
  * - --ep 2 on 4 ranks: losses within 1e-6 relative of --ep 1 (the expert gradients' sums associate
  *   differently), the same drops;
  * - the --json summary's "moe" object: a load-balancing loss and drop count per step, assignments equal to
@@ -84,14 +85,23 @@ static void test_moe_trainer_check_ddp(void **state) {
      * whose accumulated expert gradients would associate differently; zero2 and fsdp with --ep 2, --accum 2), and
      * --pp 4 with 1f1b; the aux losses and drops of the --json summary equal those of DDP (with the sharded
      * strategies' --ep, the oracle of --check-ddp) */
-    const char *piped[] = { "--parallel ddp --pp 2 --ep 2", "--parallel zero2 --pp 2 --ep 2 --accum 2",
-                            "--parallel fsdp --pp 2 --ep 2 --accum 2 --schedule 1f1b --prefetch 1",
-                            "--parallel ddp --pp 4 --accum 2 --schedule 1f1b --checkpoint always" };
-    for (int i = 0; i < 4; i++) {
-        snprintf(args, sizeof args, "--moe-experts 4 --moe-top-k 2 --moe-capacity 1 --world 4 --layers 4 %s", piped[i]);
+    const struct { const char *args; int dp, accum, ep; } piped[] = { /* and DDP's world, accum and ep */
+        { "--parallel ddp --pp 2 --ep 2", 2, 1, 1 },
+        { "--parallel zero2 --pp 2 --ep 2 --accum 2", 2, 2, 2 },
+        { "--parallel fsdp --pp 2 --ep 2 --accum 2 --schedule 1f1b --prefetch 1", 2, 2, 2 },
+        { "--parallel ddp --pp 4 --accum 2 --schedule 1f1b --checkpoint always", 1, 2, 1 },
+        /* the zero-bubble and interleaved schedules, the MoE blocks' backward split into B and W */
+        { "--parallel ddp --pp 2 --ep 2 --schedule zb-h1", 2, 1, 1 },
+        { "--parallel zero2 --pp 2 --ep 2 --accum 2 --schedule zb-h1 --checkpoint never", 2, 2, 2 },
+        { "--parallel fsdp --pp 2 --ep 2 --accum 2 --schedule zbv", 2, 2, 2 },
+        { "--parallel zero1 --pp 2 --ep 2 --accum 2 --schedule interleaved --virtual-stages 2", 2, 2, 2 },
+    };
+    for (size_t i = 0; i < sizeof piped / sizeof piped[0]; i++) {
+        snprintf(args, sizeof args, "--moe-experts 4 --moe-top-k 2 --moe-capacity 1 --world 4 --layers 4 %s",
+                 piped[i].args);
         char dargs[512];
         snprintf(dargs, sizeof dargs, "--moe-experts 4 --moe-top-k 2 --moe-capacity 1 --world %d --layers 4 "
-                 "--parallel ddp --accum %d --ep %d", i < 3 ? 2 : 1, i == 0 ? 1 : 2, i == 1 || i == 2 ? 2 : 1);
+                 "--parallel ddp --accum %d --ep %d", piped[i].dp, piped[i].accum, piped[i].ep);
         char full[600];
         snprintf(full, sizeof full, "%s --check-ddp", args);
         j = json_of(full);

@@ -6,6 +6,7 @@
  * (lib/model/). */
 #include <stdlib.h>
 #include "engine_impl.h"
+#include "pipe.h"
 
 /* What runs with MoE models and expert parallelism. */
 fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_parallel_opts *po) {
@@ -40,7 +41,7 @@ static int block_first(const fsc_model *m, int i, int *k, size_t *per) {
 
 /* The MoE blocks' experts of host (tensor order, this rank's experts filled in) gathered over the expert group:
  * each block's local experts are one span of the full vector, and rank r of the group holds the r-th span. A
- * pipeline stage gathers its own blocks'. */
+ * pipeline stage gathers its own blocks' (with chunks, its own chunks'). */
 static fsc_status gather_blocks(fsc_engine *e, float *host) {
     const fsc_model *m = e->m;
     int first, count;
@@ -48,7 +49,8 @@ static fsc_status gather_blocks(fsc_engine *e, float *host) {
     for (int i = 0; i < m->n_tensors; i++) {
         int k;
         size_t per;
-        if (m->info[i].layer < e->lf || m->info[i].layer > e->ll || !block_first(m, i, &k, &per)) continue;
+        const int l = m->info[i].layer;
+        if (l < e->lf || l > e->ll || !fsc_pipe_runs_layer(e, l) || !block_first(m, i, &k, &per)) continue;
         float *loc = NULL, *all = NULL;
         size_t n = (size_t)count * per;
         fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(float), (void **)&loc);

@@ -441,7 +441,7 @@ fsc_status fsc_moe_forward(fsc_moe *m, float *out, fsc_moe_rec *r, const float *
 }
 
 /* The gate's weight gradient from the gate logits' gradient dl (S, E): per group, in order (as ranks in rank
- * order), through the zeroed-free scratch dwg (C, E). */
+ * order), through the scratch dwg (C, E), overwritten by each group. */
 static fsc_status gate_weight(fsc_moe *m, const fsc_moe_rec *r, float *gate_grad, const float *dl, const float *p0,
                               float *dwg) {
     size_t C = (size_t)m->C, E = (size_t)m->E;

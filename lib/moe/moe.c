@@ -347,12 +347,12 @@ static fsc_status hand_terms(fsc_moe *m, const term_sink *ts, float *const *g, i
 }
 
 /* dxe (slots, C) = (overwrites) the experts' input gradient from dye; parameter gradients += block by
- * block through a zeroed scratch, or with a sink each source's blocks into a zeroed sum handed to it. Either
- * may be skipped (dxe NULL: the split backward's weight part; g NULL: its input part): a block's inner gradient
- * (dha, dhp) is derived the same way in both, so the two parts give the whole's bits.
- * work: 2 cap H + per_expert floats (rounded), and per_expert more with a sink. */
+ * block through a zeroed scratch, or with a sink each source's blocks into a zeroed sum handed to it. The split
+ * backward runs one side at a time: its input part (g NULL) writes every block's hidden gradient (the gradient
+ * w.r.t. c_fc's output) into kept (slots, H), its weight part (dxe NULL) reads it back; without kept (NULL) it
+ * lives in the scratch. work: 2 cap H + per_expert floats (rounded), and per_expert more with a sink. */
 static fsc_status experts_backward(fsc_moe *m, fsc_moe_rec *r, float *dxe, float *const *g, const float *dye,
-                                   const float *const *p, float *work, const term_sink *ts) {
+                                   const float *const *p, float *work, const term_sink *ts, float *kept) {
     size_t cap = (size_t)r->cap, C = (size_t)m->C, H = (size_t)m->H, nb = r->slots / cap;
     if (!m->per_expert) return dxe ? fsc_device_copy(m->dev, dxe, dye, r->slots * C * sizeof(float)) : FSC_OK;
     size_t per = nb / (size_t)m->El, groups = (size_t)r->groups; /* blocks per expert: G sources x groups */
@@ -362,15 +362,17 @@ static fsc_status experts_backward(fsc_moe *m, fsc_moe_rec *r, float *dxe, float
     for (size_t b = 0; b < nb; b++) {
         int j = (int)(b / per);
         size_t gi = b % per % groups; /* the block's group in its source's */
+        const int derive = dxe || !kept; /* the weight part reads the kept hidden gradient */
+        float *dh = kept ? kept + b * cap * H : dhp;
         if (g) FSC_TRY(fsc_device_memset(m->dev, sg, 0, m->per_expert * sizeof(float)));
         fsc_linear_rec proj = { r->hact + b * cap * H, cap, m->H, m->C, 0 };
-        FSC_TRY(fsc_linear_backward(m->dev, dha, g ? sub[2] : NULL, g ? sub[3] : NULL, &proj, dye + b * cap * C,
-                                    p[tab_index(m, j, 2)], 0.0f, 0.0f));
+        FSC_TRY(fsc_linear_backward(m->dev, derive ? dha : NULL, g ? sub[2] : NULL, g ? sub[3] : NULL, &proj,
+                                    dye + b * cap * C, p[tab_index(m, j, 2)], 0.0f, 0.0f));
         fsc_gelu_rec gr = { r->hpre + b * cap * H, cap * H };
-        FSC_TRY(fsc_gelu_backward(m->dev, dhp, &gr, dha));
+        if (derive) FSC_TRY(fsc_gelu_backward(m->dev, dh, &gr, dha));
         fsc_linear_rec fc = { r->xe + b * cap * C, cap, m->C, m->H, 0 };
         FSC_TRY(fsc_linear_backward(m->dev, dxe ? dxe + b * cap * C : NULL, g ? sub[0] : NULL, g ? sub[1] : NULL,
-                                    &fc, dhp, p[tab_index(m, j, 0)], 0.0f, 0.0f));
+                                    &fc, dh, p[tab_index(m, j, 0)], 0.0f, 0.0f));
         if (!g) continue;
         if (!ts->fn) {
             for (int t = 0; t < 4; t++) FSC_TRY(FSC_K(m->dev, axpy, g[tab_index(m, j, t)], 1.0f, sub[t], len[t]));
@@ -454,8 +456,19 @@ static fsc_status gate_weight(fsc_moe *m, const fsc_moe_rec *r, float *gate_grad
     return FSC_OK;
 }
 
-/* The backward's input side and, with gt, its weight side. Split (stash non-NULL, gt NULL): the experts' output
- * gradients (expert side) and the gate logits' gradient go to the stash for the weight part. */
+/* The split backward's stash (moe_split.h): the experts' output gradients on the expert side (slots, C), their
+ * hidden gradients (slots, H) and the gate logits' gradient (S, E). */
+typedef struct { float *dye, *dh, *dl; } split_stash;
+static split_stash stash_at(size_t slots, size_t C, size_t H, int mlp, void *base) {
+    split_stash st;
+    st.dye = base;
+    st.dh = mlp ? st.dye + r64(slots * C) : NULL;
+    st.dl = st.dye + r64(slots * C) + (mlp ? r64(slots * H) : 0);
+    return st;
+}
+
+/* The backward's input side and, with gt, its weight side. Split (stash non-NULL, gt NULL): what the weight part
+ * needs goes to the stash. */
 static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *const *gt, const float *dout,
                                 const float *const *p, float daux, float *w, const term_sink *ts, float *stash) {
     size_t S = (size_t)r->S, C = (size_t)m->C, E = (size_t)m->E, sl = r->slots;
@@ -469,13 +482,16 @@ static fsc_status backward_body(fsc_moe *m, fsc_moe_rec *r, float *dinp, float *
     float *dl = dsl + r64(sl);               /* (S, E) */
     float *dwg = dl + r64(S * E);            /* (C, E) */
     float *ew = dwg + r64(C * E);            /* 2 cap H + per_expert (2 per_expert with a sink) */
-    float *dye = dg;                         /* (slots, C) the experts' output gradient, expert side */
-    if (stash) dye = stash, dl = stash + r64(sl * C);
+    float *dye = dg, *kept = NULL;           /* (slots, C) the experts' output gradient, expert side */
+    if (stash) {
+        const split_stash st = stash_at(sl, C, (size_t)m->H, m->per_expert > 0, stash);
+        dye = st.dye, kept = st.dh, dl = st.dl;
+    }
     FSC_TRY(gather_rows(m, r, dg, dout, table));
     FSC_TRY(dot_rows(m, r, dsl, r->ysrc, dg)); /* gradient of each combine weight */
     FSC_TRY(scale_rows(m, r, dy, dg, r->sgate));
     FSC_TRY(to_experts(m, r, dye, dy, tmp));
-    FSC_TRY(experts_backward(m, r, dxe, gt, dye, p, ew, ts));
+    FSC_TRY(experts_backward(m, r, dxe, gt, dye, p, ew, ts, kept));
     FSC_TRY(to_sources(m, r, dy, dxe, tmp));   /* dy: the dispatched rows' gradient, source side */
     /* the gate: routing gradient on the host, then through the per-group gate product */
     float *hs = malloc(sl * sizeof(float)), *hl = malloc(S * E * sizeof(float));
@@ -545,8 +561,9 @@ size_t fsc_moe_split_bytes(const fsc_moe_config *cfg, int S, int groups) {
     if (!cfg || cfg->experts < 1 || cfg->dim < 1 || S < 1 || groups < 1 || S % groups) return 0;
     const float cf = cfg->capacity_factor ? cfg->capacity_factor : 1.0f;
     const size_t cap = (size_t)moe_capacity(S / groups, cfg->experts, cfg->top_k == 2 ? 2 : 1, cf);
-    const size_t slots = (size_t)cfg->experts * (size_t)groups * cap;
-    return (r64(slots * (size_t)cfg->dim) + r64((size_t)S * (size_t)cfg->experts)) * sizeof(float);
+    const size_t slots = (size_t)cfg->experts * (size_t)groups * cap, C = (size_t)cfg->dim;
+    const size_t H = cfg->expert == FSC_MOE_EXPERT_MLP ? (cfg->hidden ? (size_t)cfg->hidden : 4 * C) : 0;
+    return (r64(slots * C) + r64(slots * H) + r64((size_t)S * (size_t)cfg->experts)) * sizeof(float);
 }
 
 fsc_status fsc_moe_backward_input(fsc_moe *m, float *dinp, fsc_moe_rec *r, const float *dout, const float *const *p,
@@ -583,12 +600,12 @@ fsc_status fsc_moe_backward_weight(fsc_moe *m, float *const *g, fsc_moe_rec *r, 
     FSC_TRY(check_table(m, (const float *const *)g, "backward weight part (gradients)"));
     r->fwd_done = 0;
     const term_sink ts = { term, term_ctx };
-    const float *dye = stash, *dl = dye + r64(r->slots * (size_t)m->C);
+    const split_stash st = stash_at(r->slots, (size_t)m->C, (size_t)m->H, m->per_expert > 0, (void *)stash);
     float *w;
     FSC_TRY(fsc_device_alloc(m->dev, FSC_TAG_WORKSPACE, backward_work(m, r, 1, term != NULL) * sizeof(float),
                              (void **)&w));
-    fsc_status s = experts_backward(m, r, NULL, g, dye, p, w + r64((size_t)m->C * m->E), &ts);
-    if (s == FSC_OK) s = gate_weight(m, r, g[0], dl, p[0], w);
+    fsc_status s = experts_backward(m, r, NULL, g, st.dye, p, w + r64((size_t)m->C * m->E), &ts, st.dh);
+    if (s == FSC_OK) s = gate_weight(m, r, g[0], st.dl, p[0], w);
     fsc_device_release(m->dev, w);
     return s;
 }

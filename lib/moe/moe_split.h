@@ -1,11 +1,11 @@
 /* Private: the mixture-of-experts layer's split backward (moe.c), for the layers that split their backward
  * (lib/layers: layers.h's ops->split, a zero-bubble pipeline's B and W).
  * The input part computes dinp and runs every collective of the backward (both all-to-alls), and keeps in a
- * stash what the weight part needs that only a collective could give again: the experts' output gradients on
- * the expert side (slots, C) and the gate logits' gradient (S, E). The weight part, later and once, adds the
- * gate's and this rank's experts' gradients from the same record and stash with no collective (the experts'
- * inner gradients derived again from the stash with the same kernels). Input part then weight part give
- * fsc_moe_backward_terms's bits, dinp and gradients. */
+ * stash the output gradients of the weight products: the experts' output gradients on the expert side (slots,
+ * C), which only an all-to-all could give again, their hidden gradients (slots, H: c_fc's output gradients) and
+ * the gate logits' gradient (S, E). The weight part, later and once, adds the gate's and this rank's experts'
+ * gradients from the same record and stash with no collective: the weight products only. Input part then
+ * weight part give fsc_moe_backward_terms's bits, dinp and gradients. */
 #ifndef FSC_MOE_SPLIT_H
 #define FSC_MOE_SPLIT_H
 #include "fsc/moe.h"

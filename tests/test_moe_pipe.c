@@ -6,7 +6,8 @@
  * with even and uneven balances, GPipe and 1F1B, every pipeline checkpoint mode, 2 to 5 micro-batches, MoE
  * blocks everywhere and every other block, a small capacity (drops happen); dp 2 x pp 2 and 3 with DDP ep 1 and
  * 2, ZeRO-2, ZeRO-1 and FSDP ep 2, and layer checkpointing; prefetch 1; interleaved stages (2 chunks per rank)
- * with the MoE GPT and Llama. Each stage's blocks have partial sums
+ * with the MoE GPT and Llama; interleaved, ZB-H1 and ZBV (the MoE layers' backward split into B and W) with ep 1
+ * and, on dp 2 x pp 2, ep 2 under DDP and FSDP. Each stage's blocks have partial sums
  * that differ from DDP's in the last bits when added stage by stage: summing the stages' statistics in another
  * order, or dropping one stage's, fails this test (checked by breaking pipe_stats.c). A model that reports
  * statistics (aux_stats) but not per layer (aux_layers) is refused in a pipeline. */

@@ -7,7 +7,8 @@
  *     mlp.gate.weight, mlp.experts.{e}.*, input_layernorm.weight, post_attention_layernorm.weight.
  * The MoE part (moe_mlp.c) keeps its routing record in the record's host state (its own, so a checkpointed
  * recomputation routes again into it: routing is deterministic and every rank of the expert group recomputes its
- * layers in the same order, so the collective forward gives the same record and statistics bit for bit).
+ * layers in the same order, so the collective forward gives the same record and statistics bit for bit). Both
+ * split their backward (layers.h's split): the all-to-alls in the input part, the weight part from the stash.
  * Not here: the dense blocks (block.c), the MoE part (moe_mlp.c), routing and experts (lib/moe). */
 #include "moe_impl.h"
 

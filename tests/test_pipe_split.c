@@ -10,7 +10,8 @@
  * gradient, one over all of them the embedding's. The same for the mixture-of-experts layers (the MoE MLP with and
  * without a residual, the GPT-2 and Llama blocks with an MoE MLP; top-1 and top-2 routing with drops and a
  * load-balancing loss), also as the model's first layer on float inputs (its input part runs for its stash though
- * no one needs its input gradient). Misuse is refused: a split record's backward, backward_input of a record made
+ * no one needs its input gradient); with the exact reduction's grad_term the MoE weight parts hand the same pieces
+ * in the same order as the whole backward. Misuse is refused: a split record's backward, backward_input of a record made
  * without split, split with layer checkpointing, an MoE layer's weight part before its input part. */
 #include <stdlib.h>
 #include <string.h>
@@ -127,9 +128,32 @@ static fsc_model *lm(int variant) {
     return m;
 }
 
+/* model.h's grad_term (the exact reduction's pieces of the experts' gradients): each piece is added into its
+ * gradient, and the calls, their sizes and the pieces' bytes hashed in the order they come (FNV-1a). */
+typedef struct {
+    int calls;
+    uint64_t hash;
+} terms;
+
+static fsc_status take_term(void *ctx, float *grad, const float *piece, size_t n) {
+    terms *t = ctx;
+    float *g = malloc(n * sizeof(float)), *q = malloc(n * sizeof(float));
+    assert_non_null(g), assert_non_null(q);
+    assert_ok(fsc_device_download(g_dev, g, grad, n * sizeof(float)));
+    assert_ok(fsc_device_download(g_dev, q, piece, n * sizeof(float)));
+    const unsigned char *b = (const unsigned char *)q;
+    for (size_t i = 0; i < n * sizeof(float); i++) t->hash = (t->hash ^ b[i]) * 1099511628211ull;
+    t->hash = (t->hash ^ n) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++) g[i] += q[i];
+    assert_ok(fsc_device_upload(g_dev, grad, g, n * sizeof(float)));
+    free(g), free(q);
+    t->calls++;
+    return FSC_OK;
+}
+
 /* Two micro-batches over layers [first, NL-1]: the whole backward (split 0) or the split one; the gradients
  * (host, tensor after tensor) into g and the last input gradient (first > 0) into gin. */
-static void run(fsc_model *m, int first, int split, float *g, float *gin, int floats) {
+static void run(fsc_model *m, int first, int split, float *g, float *gin, int floats, terms *tm) {
     size_t tot = 0;
     for (int t = 0; t < m->n_tensors; t++) {
         const size_t n = m->info[t].numel;
@@ -145,7 +169,8 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin, int fl
     float x[B * T * C];
     fsc_model_hooks h = { 0 };
     for (int k = 0; k < 2; k++) {
-        fsc_model_acts_opts o = { .B = B, .first = first, .last = NL - 1, .split = split };
+        fsc_model_acts_opts o = { .B = B, .first = first, .last = NL - 1, .split = split,
+                                  .grad_term = tm ? take_term : NULL, .grad_term_ctx = tm };
         assert_ok(m->ops->acts_create(m->ctx, &o, &a[k]));
         for (int i = 0; i < B * T; i++) tok[i] = (i * 5 + k) % V, tgt[i] = (i * 3 + 2 * k + 1) % V;
         for (int i = 0; i < B * T * C; i++) x[i] = (float)((i * 37 + k * 11) % 23) / 23.0f - 0.5f;
@@ -183,8 +208,8 @@ static void split_equals_whole(void **st) {
         float *g0 = malloc(P * sizeof(float)), *g1 = malloc(P * sizeof(float));
         float gin0[B * T * C], gin1[B * T * C];
         for (int first = 0; first < 2; first++) {
-            run(m, first, 0, g0, gin0, variant == 3);
-            run(m, first, 1, g1, gin1, variant == 3);
+            run(m, first, 0, g0, gin0, variant == 3, NULL);
+            run(m, first, 1, g1, gin1, variant == 3, NULL);
             int nonzero = 0;
             for (size_t i = 0; i < P; i++) nonzero += g0[i] != 0.0f;
             assert_true(nonzero > (int)(P / 2)); /* the comparison sees real gradients */
@@ -196,11 +221,32 @@ static void split_equals_whole(void **st) {
     }
 }
 
+/* The MoE layers' weight part hands the experts' gradients to grad_term (the exact reduction) as the whole
+ * backward does: the same pieces in the same order, the same gradients. */
+static void split_terms(void **st) {
+    (void)st;
+    for (int variant = 2; variant < 4; variant++) {
+        fsc_model *m = lm(variant);
+        const size_t P = fsc_model_num_params(m);
+        float *g0 = malloc(P * sizeof(float)), *g1 = malloc(P * sizeof(float)), gin0[B * T * C], gin1[B * T * C];
+        terms t0 = { 0, 14695981039346656037ull }, t1 = t0;
+        run(m, 1, 0, g0, gin0, variant == 3, &t0);
+        run(m, 1, 1, g1, gin1, variant == 3, &t1);
+        assert_true(t0.calls > 0);
+        assert_int_equal(t0.calls, t1.calls);
+        assert_true(t0.hash == t1.hash);
+        assert_memory_equal(g0, g1, P * sizeof(float));
+        assert_memory_equal(gin0, gin1, sizeof gin0);
+        free(g0), free(g1);
+        fsc_model_free(m);
+    }
+}
+
 static void split_misuse_refused(void **st) {
     (void)st;
     fsc_model *m = lm(2);
     float *g = malloc(fsc_model_num_params(m) * sizeof(float)), gin[B * T * C];
-    run(m, 1, 2, g, gin, 0);
+    run(m, 1, 2, g, gin, 0, NULL);
     free(g);
     fsc_model_free(m);
     m = lm(0);
@@ -221,6 +267,7 @@ static void split_misuse_refused(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_equals_whole),
+        cmocka_unit_test(split_terms),
         cmocka_unit_test(split_misuse_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1036,7 +1036,7 @@ static void test_pipe_bad_options(void **state) {
     r.po.schedule = FSC_SCHED_ZB_H1;
     r.po.reduce_exact = 1;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
-               "W actions (zb-h1, zbv) does not run with tp, ep, reduce_exact or offload yet");
+               "W actions (zb-h1, zbv) does not run with ep, reduce_exact or offload yet");
     r.po.reduce_exact = 0;
     r.po.checkpoint = 1;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "layer checkpointing (checkpoint) keeps one");

@@ -292,7 +292,9 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
         }
     float *none[FSC_LAYER_MAX_PARAMS] = { NULL };
     if (split && part == PART_INPUT) c.grad = none, c.sink = a->sink;
-    if (split) c.stash = a->stash[l - a->first];
+    /* the stash only where the input part ran: a weight part without it (no input gradient: the model's first
+     * layer) is the whole backward without dinp */
+    if (split && dinp_of(s, a, l)) c.stash = a->stash[l - a->first];
     c.dscale = dscale;
     c.term = a->term, c.term_ctx = a->term_ctx; /* MoE layers never split: their whole backward gets the terms */
     if (split && l == a->last && l < s->n - 1 && part == PART_INPUT) /* a caller may reuse its streams (model.h) */

@@ -5,8 +5,8 @@
  * Oracle, bit for bit: the same dp x tp without a pipeline, DDP accumulating the same micro-batches (accum M,
  * no_sync): the losses and gradient norms of every step and the full parameters after 3 AdamW steps with
  * clipping that clips. Cases: tp 2 x pp 2 (world 4) in every schedule, with and without sequence parallelism,
- * in the pipeline checkpoint modes always, except_last (default) and never; dp 2 x tp 2 x pp 2 (world 8) with
- * DDP and with ZeRO-1 inside the stages. The tensor-parallel layers' own split (input part, then weight part,
+ * in the pipeline checkpoint modes always, except_last (default) and never, zb-h1 also without prefetch;
+ * dp 2 x tp 2 x pp 2 (world 8) with DDP and with ZeRO-1 inside the stages. The tensor-parallel layers' own split (input part, then weight part,
  * equal to the whole backward) is checked layer by layer in tests/test_tp_split.c. */
 #include "test_tp_util.h"
 
@@ -129,6 +129,11 @@ static void test_tp_pp_schedules_equal_ddp(void **state) {
                 free(z.lists[0]), free(z.lists[1]);
                 free(x.params);
             }
+        run_t x = make(1, 2, 2, sp, FSC_PAR_DDP); /* zb-h1 without prefetch: every message on the pipeline group */
+        x.po.schedule = FSC_SCHED_ZB_H1, x.po.prefetch = 0;
+        train(&x);
+        assert_same(&x, &flat, sp ? "tp 2 x pp 2 zb-h1 sp, prefetch 0" : "tp 2 x pp 2 zb-h1, prefetch 0");
+        free(x.params);
         free(flat.params);
     }
 }

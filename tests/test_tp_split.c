@@ -122,7 +122,7 @@ static fsc_status split_rank(fsc_rank *r, void *arg) {
     int n = 0;
     FSC_TRY(layers_of(sc->variant, r->comm, l, &n));
     fsc_seq_layer ls[MAXL];
-    char pre[MAXL][8];
+    char pre[MAXL][16];
     for (int i = 0; i < n; i++) {
         snprintf(pre[i], sizeof pre[i], "l%d.", i);
         ls[i] = (fsc_seq_layer){ .layer = l[i], .prefix = pre[i] };

@@ -74,19 +74,24 @@ static fsc_status ta_fwd(const tp_attn *a, const fsc_layer_call *c, float *saved
 }
 
 /* dxf (N, C) = (overwrites) this rank's part of the input gradient; parameter gradients +=, the output bias's from
- * the whole output gradient G (N, C). dxf NULL, or the gradients NULL: not computed (the split's parts). */
+ * the whole output gradient G (N, C). dxf NULL, or the gradients NULL: not computed (the split's parts). keep
+ * (packed only; NULL: none): the inner gradient dqkv (N, 3 Cl), written when dxf is wanted, else read (the weight
+ * part then runs the two weight products only). */
 static fsc_status ta_bwd(const tp_attn *a, const fsc_layer_call *c, float *saved, float *dxf, const float *G,
-                         const float *xf, float *work) {
+                         const float *xf, float *work, float *keep) {
     const size_t N = (size_t)c->B * a->T;
     const int Cl = a->NHl * a->HS;
     if (a->packed) {
         fsc_attention_rec ar;
         fsc_attention_rec_bind(&ar, saved, c->B, a->T, Cl, a->NHl);
         float *atty = AT(saved, fsc_attention_saved_floats(c->B, a->T, Cl, a->NHl));
-        float *datty = work, *dqkv = AT(work, r64f(N * Cl)), *aw = AT(dqkv, r64f(3 * N * Cl));
+        float *datty = work, *dqkv = keep ? keep : AT(work, r64f(N * Cl));
+        float *aw = AT(work, r64f(N * Cl) + r64f(3 * N * Cl));
         fsc_linear_rec pr = { .inp = atty, .N = N, .C = Cl, .OC = a->C };
-        FSC_TRY(fsc_linear_backward(c->dev, datty, GG(c, a->wo), GG(c, a->bo), &pr, G, PP(c, a->wo), 0.0f, 1.0f));
-        FSC_TRY(fsc_attention_backward(c->dev, dqkv, &ar, datty, aw));
+        const int kept = keep && !dxf; /* the weight part: dqkv from the input part */
+        FSC_TRY(fsc_linear_backward(c->dev, kept ? NULL : datty, GG(c, a->wo), GG(c, a->bo), &pr, G, PP(c, a->wo),
+                                    0.0f, 1.0f));
+        if (!kept) FSC_TRY(fsc_attention_backward(c->dev, dqkv, &ar, datty, aw));
         fsc_linear_rec qr = { .inp = xf, .N = N, .C = a->C, .OC = 3 * Cl };
         return fsc_linear_backward(c->dev, dxf, GG(c, a->wq), GG(c, a->bq), &qr, dqkv, PP(c, a->wq), 0.0f, 1.0f);
     }
@@ -126,8 +131,9 @@ static fsc_status tm_fwd(const tp_mlp *m, const fsc_layer_call *c, float *saved,
     return fsc_linear_forward(c->dev, s, NULL, fcg, PP(c, m->w2), NULL, N, m->Fl, m->C, 0);
 }
 
+/* keep (GELU only; NULL: none): the inner gradient dh (N, Fl), written when dxf is wanted, else read. */
 static fsc_status tm_bwd(const tp_mlp *m, const fsc_layer_call *c, float *saved, float *dxf, const float *G,
-                         const float *xf, size_t N, float *work) {
+                         const float *xf, size_t N, float *work, float *keep) {
     if (m->swiglu) {
         fsc_swiglu_mlp_rec r;
         fsc_swiglu_mlp_rec_bind(&r, saved, N, m->C, m->Fl);
@@ -136,11 +142,13 @@ static fsc_status tm_bwd(const tp_mlp *m, const fsc_layer_call *c, float *saved,
                                              PP(c, m->w0), PP(c, m->w1), PP(c, m->w2), work);
     }
     const size_t NF = N * (size_t)m->Fl;
-    float *fch = saved, *fcg = AT(saved, r64f(NF)), *da = work, *dh = AT(work, r64f(NF));
+    float *fch = saved, *fcg = AT(saved, r64f(NF)), *da = work, *dh = keep ? keep : AT(work, r64f(NF));
     fsc_linear_rec pr = { .inp = fcg, .N = N, .C = m->Fl, .OC = m->C };
-    FSC_TRY(fsc_linear_backward(c->dev, da, GG(c, m->w2), GG(c, m->b2), &pr, G, PP(c, m->w2), 0.0f, 1.0f));
+    const int kept = keep && !dxf; /* the weight part: dh from the input part */
+    FSC_TRY(fsc_linear_backward(c->dev, kept ? NULL : da, GG(c, m->w2), GG(c, m->b2), &pr, G, PP(c, m->w2), 0.0f,
+                                1.0f));
     fsc_gelu_rec gr = { .inp = fch, .n = NF };
-    FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
+    if (!kept) FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
     fsc_linear_rec fr = { .inp = xf, .N = N, .C = m->C, .OC = m->Fl };
     return fsc_linear_backward(c->dev, dxf, GG(c, m->w0), GG(c, m->b0), &fr, dh, PP(c, m->w0), 0.0f, 1.0f);
 }
@@ -200,8 +208,8 @@ static fsc_status tpl_bwd(const fsc_layer *l, const fsc_layer_call *c, float *di
     float *keep = y->g.sp && c->stash ? c->stash : s0; /* sp: the gathered output gradient */
     if (!(keep == c->stash && !dinp)) FSC_TRY(tp_gather_in(&y->g, keep, dout, Nl, y->C, &G));
     float *dxf = dinp ? s1 : NULL;
-    if (y->is_mlp) FSC_TRY(tm_bwd(&y->m, c, saved, dxf, G, xf, N, inner));
-    else FSC_TRY(ta_bwd(&y->a, c, saved, dxf, G, xf, inner));
+    if (y->is_mlp) FSC_TRY(tm_bwd(&y->m, c, saved, dxf, G, xf, N, inner, NULL));
+    else FSC_TRY(ta_bwd(&y->a, c, saved, dxf, G, xf, inner, NULL));
     if (!dinp) return FSC_OK;
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dinp, s1, N, y->C));
     return y->residual ? fsc_residual_backward(c->dev, dinp, NULL, dout, Nl * (size_t)y->C) : FSC_OK;
@@ -388,26 +396,33 @@ static fsc_status tb_sum_norms(const tp_block *y, const fsc_layer_call *c, float
  * products, with every collective that makes the input gradient (the gathers of the output gradients under sp,
  * the reductions of the partial input gradients), and keeps in c->stash what the weight part reads: the MLP's and
  * the attention's (gathered) output gradients G2, G1 (N, C) and the reduced gradients at the norms' outputs R2, R1
- * (Nl, C). The weight part (dinp NULL) derives the parts' inner gradients from G2 and G1 (local) and runs the
- * weight products and the norms' parameter gradients from R2 and R1; under sp its one collective is the
+ * (Nl, C), and for GPT-2's packed block also the inner gradients the weight products read, the GELU MLP's dh
+ * (N, Fl) and attention's dqkv (N, 3 Cl). The weight part (dinp NULL) runs the weight products (from the kept
+ * inner gradients; the SwiGLU MLP and separate q/k/v derive theirs again from G2 and G1, local work) and the norms'
+ * parameter gradients from R2 and R1; under sp its one collective is the
  * all-reduce of the norms' partial gradients, as at the end of the whole backward (every rank of the group runs the
  * same W actions in the same order). The same kernels on the same values: the bits of tb_bwd. */
-typedef struct { float *g2, *r2, *g1, *r1; } tb_stash;
+typedef struct { float *g2, *r2, *g1, *r1, *dh, *dqkv; size_t floats; } tb_stash;
 
 static tb_stash tb_stash_of(const tp_block *y, void *base, int B) {
     const size_t N = (size_t)B * y->o.T, Nl = tp_rows(&y->g, N), C = (size_t)y->o.C;
+    const size_t Cl = (size_t)y->a.NHl * (size_t)y->a.HS;
     tb_stash st;
-    st.g2 = base;
-    st.r2 = AT(st.g2, r64f(N * C));
-    st.g1 = AT(st.r2, r64f(Nl * C));
-    st.r1 = AT(st.g1, r64f(N * C));
+    float *b = base;
+    size_t at = 0;
+#define PUT(f, n) (st.f = b ? b + at : NULL, at += r64f(n))
+    PUT(g2, N * C), PUT(r2, Nl * C), PUT(g1, N * C), PUT(r1, Nl * C);
+    PUT(dh, y->m.swiglu ? 0 : N * (size_t)y->m.Fl);
+    PUT(dqkv, y->a.packed ? 3 * N * Cl : 0);
+#undef PUT
+    if (y->m.swiglu) st.dh = NULL;
+    if (!y->a.packed) st.dqkv = NULL;
+    st.floats = at;
     return st;
 }
 
 static size_t tb_split_bytes(const fsc_layer *l, int B) {
-    const tp_block *y = (const tp_block *)l;
-    const size_t N = (size_t)B * y->o.T, Nl = tp_rows(&y->g, N), C = (size_t)y->o.C;
-    return (2 * r64f(N * C) + 2 * r64f(Nl * C)) * sizeof(float);
+    return tb_stash_of((const tp_block *)l, NULL, B).floats * sizeof(float);
 }
 
 /* rows (Nl, C) as the column-parallel products' output gradient, kept in full (N, C): sp gathers, else copies */
@@ -427,12 +442,12 @@ static fsc_status tb_input(const tp_block *y, const fsc_layer_call *c, float *d,
     FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NlC * sizeof(float))); /* d: the gradient w.r.t. out, then h, then in */
     FSC_TRY(tb_keep(y, c->dev, st.g2, d, Nl));
-    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, st.g2, x2, N, inner));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, st.g2, x2, N, inner, st.dh));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, st.r2, s0, N, C));
     FSC_TRY(tb_norm_bwd(y, c, d, pg, y->rms ? NULL : pg + C, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w,
                         Nl));
     FSC_TRY(tb_keep(y, c->dev, st.g1, d, Nl));
-    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, st.g1, x1, inner));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, st.g1, x1, inner, st.dqkv));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, st.r1, s0, N, C));
     return tb_norm_bwd(y, c, d, pg + 2 * C, y->rms ? NULL : pg + 3 * C, st.r1, in, AT(R, m.s1a), AT(R, m.s1b),
                        y->n1w, Nl);
@@ -451,9 +466,9 @@ static fsc_status tb_weight(const tp_block *y, const fsc_layer_call *c, const vo
     const float *x1 = sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = sp ? AT(R, m.ln2f) : AT(R, m.ln2);
     if (sp) FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
     FSC_TRY(fsc_device_memset(c->dev, sink, 0, NlC * sizeof(float))); /* the norms' input gradients, unread */
-    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), NULL, st.g2, x2, N, inner));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), NULL, st.g2, x2, N, inner, st.dh));
     FSC_TRY(tb_norm_bwd(y, c, sink, g2w, g2b, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
-    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), NULL, st.g1, x1, inner));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), NULL, st.g1, x1, inner, st.dqkv));
     FSC_TRY(tb_norm_bwd(y, c, sink, g1w, g1b, st.r1, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
     return sp ? tb_sum_norms(y, c, pg) : FSC_OK;
 }
@@ -477,11 +492,11 @@ static fsc_status tb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     if (sp) FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NlC * sizeof(float)));
     FSC_TRY(tp_gather_in(&y->g, s1, d, Nl, C, &G));
-    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G, x2, N, inner));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G, x2, N, inner, NULL));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, s0, N, C));
     FSC_TRY(tb_norm_bwd(y, c, d, g2w, g2b, dred, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
     FSC_TRY(tp_gather_in(&y->g, s1, d, Nl, C, &G));
-    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G, x1, inner));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G, x1, inner, NULL));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, s0, N, C));
     FSC_TRY(tb_norm_bwd(y, c, d, g1w, g1b, dred, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
     return sp ? tb_sum_norms(y, c, pg) : FSC_OK;

@@ -6,7 +6,7 @@
  * no_sync): the losses and gradient norms of every step and the full parameters after 3 AdamW steps with
  * clipping that clips. Cases: tp 2 x pp 2 (world 4) in every schedule, with and without sequence parallelism,
  * in the pipeline checkpoint modes always, except_last (default) and never, zb-h1 also without prefetch;
- * dp 2 x tp 2 x pp 2 (world 8) with DDP and with ZeRO-1 inside the stages. The tensor-parallel layers' own split (input part, then weight part,
+ * dp 2 x tp 2 x pp 2 (world 8) with sp and DDP (interleaved), ZeRO-1 (zb-h1) and FSDP (zbv) inside the stages. The tensor-parallel layers' own split (input part, then weight part,
  * equal to the whole backward) is checked layer by layer in tests/test_tp_split.c. */
 #include "test_tp_util.h"
 
@@ -138,19 +138,20 @@ static void test_tp_pp_schedules_equal_ddp(void **state) {
     }
 }
 
-/* dp 2 x tp 2 x pp 2 (world 8): DDP and ZeRO-1 inside the stages, against dp 2 x tp 2 DDP */
+/* dp 2 x tp 2 x pp 2 (world 8): DDP, ZeRO-1 and FSDP inside the stages, against dp 2 x tp 2 DDP */
 static void test_dp_tp_pp_schedules_equal_ddp(void **state) {
     (void)state;
     run_t flat = make(2, 2, 1, 1, FSC_PAR_DDP);
     train(&flat);
     for (int k = 0; k < 3; k++) {
-        run_t x = make(2, 2, 2, 1, k == 1 ? FSC_PAR_ZERO1 : FSC_PAR_DDP);
+        static const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO1, FSC_PAR_FSDP };
+        static const char *const names[] = { "ddp", "zero1", "fsdp full_shard" };
+        run_t x = make(2, 2, 2, 1, kinds[k]);
         zbv_lists z = { { NULL, NULL }, { 0, 0 } };
         set_schedule(&x, k, &z);
         train(&x);
         char what[128];
-        snprintf(what, sizeof what, "dp 2 x tp 2 x pp 2 sp %s, %s inside the stages", sched_name[k],
-                 k == 1 ? "zero1" : "ddp");
+        snprintf(what, sizeof what, "dp 2 x tp 2 x pp 2 sp %s, %s inside the stages", sched_name[k], names[k]);
         assert_same(&x, &flat, what);
         printf("  %s: bit-identical to dp 2 x tp 2 DDP\n", what);
         free(x.params);

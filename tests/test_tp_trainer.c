@@ -3,7 +3,7 @@
  * binary's folder).
  * Oracle: the same training on one rank. Losses within 1e-6 relative (tensor parallelism splits sums:
  * docs/tensor_parallel.md); another rank order gives the same losses bit for bit; --check-ddp of a 3D FSDP
- * run reports bit-identical weights; the initial weights file byte-identical; the --json summary's traffic
+ * run, of tp 2 x pp 2 under zbv and of the Llama's under zb-h1 reports bit-identical weights; the initial weights file byte-identical; the --json summary's traffic
  * by group present, summing to the total; the unsupported combinations refused with a message. */
 #include <libgen.h>
 #include <limits.h>
@@ -73,6 +73,18 @@ static void test_tp_trainer_runs(void **state) {
     char *out = run(args, &rc);
     if (rc != 0 || !strstr(out, "bit-identical: yes")) fail_msg("train_gpt %s: exit %d\n%s", args, rc, out);
     assert_non_null(strstr(out, "layout: world 8 = pp 2 x dp 2 x tp 2 (tensor fastest)"));
+    free(out);
+    /* zbv (two chunks per rank in a V, W actions: the tensor-parallel blocks' split backward) */
+    snprintf(args, sizeof args, "--layers 4 --dim 32 --heads 4 --seq 16 --batch 4 --steps 3 --vocab 256 --world 4 "
+             "--tp 2 --pp 2 --schedule zbv --accum 2 --sequence-parallel --check-ddp");
+    out = run(args, &rc);
+    if (rc != 0 || !strstr(out, "bit-identical: yes")) fail_msg("train_gpt %s: exit %d\n%s", args, rc, out);
+    free(out);
+    /* the Llama under zb-h1: its untied embedding and head split too (the head's RMSNorm gradient kept for W) */
+    snprintf(args, sizeof args, "--model llama --layers 2 --dim 32 --heads 4 --kv-heads 2 --seq 16 --batch 4 --steps 3 "
+             "--vocab 256 --world 4 --tp 2 --pp 2 --schedule zb-h1 --accum 2 --sequence-parallel --check-ddp");
+    out = run(args, &rc);
+    if (rc != 0 || !strstr(out, "bit-identical: yes")) fail_msg("train_gpt %s: exit %d\n%s", args, rc, out);
     free(out);
 }
 

@@ -47,7 +47,9 @@ static void tl_config(const fsc_layer *l, char *buf, size_t cap) {
              y->o.tp_mode == FSC_TP_COLUMN ? "column" : "row");
 }
 
-static const fsc_layer_ops tl_ops = { .forward = tl_fwd, .backward = tl_bwd, .config = tl_config };
+/* Split backward (layers.h): the input part is dinp = dout W^T and, column-parallel, its all-reduce over the group
+ * (the grads NULL); the weight part dW += in^T dout and the bias's (dinp NULL: no collective). */
+static const fsc_layer_ops tl_ops = { .forward = tl_fwd, .backward = tl_bwd, .config = tl_config, .split = 1 };
 
 fsc_status fsc_tp_layer_linear(const fsc_linear_opts *o, fsc_layer **out) {
     *out = NULL;
@@ -124,6 +126,7 @@ static fsc_status te_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
 static fsc_status te_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     (void)dinp, (void)in; /* tokens have no gradient */
+    if (!c->grad[0]) return FSC_OK; /* the split's input part: no input gradient either */
     const tp_embed *y = (const tp_embed *)l;
     const size_t N = te_N(y, c->B), TC = (size_t)y->o.T * (size_t)y->o.C;
     const float *D = dout;
@@ -153,8 +156,10 @@ static fsc_status te_check(const fsc_layer *l, const void *host, int B) {
     return FSC_OK;
 }
 
+/* Split: everything is the weight part (under sp with its gather of the output gradient, which every rank of the
+ * group runs in the same W); untied only (a tied table runs whole: seq_run.c). */
 static const fsc_layer_ops te_ops = { .rec_bytes = te_rec, .work_bytes = te_work, .forward = te_fwd,
-                                      .backward = te_bwd, .config = te_config, .check_input = te_check };
+                                      .backward = te_bwd, .config = te_config, .check_input = te_check, .split = 1 };
 
 fsc_status fsc_tp_layer_embedding(const fsc_embedding_opts *o, fsc_layer **out) {
     *out = NULL;
@@ -267,41 +272,60 @@ static fsc_status th_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return s;
 }
 
+/* The split backward (layers.h). Input part (c->grad NULL): dlogits, the slice's part of the head input's gradient,
+ * its all-reduce (or reduce-scatter) over the group, through the norm into dinp; the reduced gradient at the norm's
+ * output is kept in the stash (split_bytes) for the weight part. Weight part (dinp NULL): dlogits again (local: the
+ * cross entropy's backward reads the record), dW += dlogits^T xf, and the norm's parameter gradients from the
+ * stash (under sp summed over the group, as in the whole backward). The same kernels on the same values: the
+ * whole backward's bits. */
+static size_t th_split_bytes(const fsc_layer *l, int B) {
+    const tp_head *y = (const tp_head *)l;
+    return y->o.norm == FSC_HEAD_NORM_NONE ? 0 : r64f(tp_rows(&y->g, th_N(y, B)) * (size_t)y->o.C) * sizeof(float);
+}
+
 static fsc_status th_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     (void)dout;
     const tp_head *y = (const tp_head *)l;
     const size_t N = th_N(y, c->B), Nl = tp_rows(&y->g, N);
     const int C = y->o.C, Vl = y->Vl, Vr = y->Vr, ld = Vl + 1, w = l->n_params - 1;
+    const int norm = y->o.norm != FSC_HEAD_NORM_NONE;
+    const int input_part = !c->grad[w], weight_part = !dinp && c->stash && norm;
     th_parts r;
     th_rec_layout(y, c->B, c->rec, &r);
     th_scratch k;
     th_work_layout(y, c->B, c->work, &k);
-    const float *xf = y->g.sp ? r.xf : y->o.norm != FSC_HEAD_NORM_NONE ? r.normed : in;
+    const float *xf = y->g.sp ? r.xf : norm ? r.normed : in;
     fsc_tp_xent_rec xr = { .logits = r.logits, .tgt = r.tgt, .q = r.q, .N = N, .Vl = Vr, .ld = ld };
     FSC_TRY(fsc_tp_xent_backward(c->dev, k.dlogits, &xr, c->dscale, k.small));
     if (Vr < Vl && c->grad[w]) /* the padding rows' gradient: 0 (the products below write the real rows only) */
         FSC_TRY(fsc_device_memset(c->dev, c->grad[w] + (size_t)Vr * (size_t)C, 0,
                                   (size_t)(Vl - Vr) * (size_t)C * sizeof(float)));
     /* dxf (N, C) = dlogits (N, Vr) @ W_slice[:Vr] (Vr, C): this slice's part; dW[:Vr] += dlogits^T @ xf */
-    FSC_TRY(FSC_K(c->dev, gemm, 0, 0, (int)N, C, Vr, 1.0f, k.dlogits, ld, 0, c->param[w], C, 0, 0.0f, k.dxf, C, 0, 1));
-    FSC_TRY(FSC_K(c->dev, gemm, 1, 0, Vr, C, (int)N, 1.0f, k.dlogits, ld, 0, xf, C, 0, 1.0f, c->grad[w], C, 0, 1));
-    if (y->o.norm == FSC_HEAD_NORM_NONE) /* the input gradient: the slices' parts summed (f's backward) */
+    if (dinp || (norm && !weight_part)) /* needed for dinp, or for the norm's gradients without the stash */
+        FSC_TRY(FSC_K(c->dev, gemm, 0, 0, (int)N, C, Vr, 1.0f, k.dlogits, ld, 0, c->param[w], C, 0, 0.0f, k.dxf, C, 0,
+                      1));
+    if (c->grad[w])
+        FSC_TRY(FSC_K(c->dev, gemm, 1, 0, Vr, C, (int)N, 1.0f, k.dlogits, ld, 0, xf, C, 0, 1.0f, c->grad[w], C, 0, 1));
+    if (!norm) /* the input gradient: the slices' parts summed (f's backward) */
         return dinp ? tp_reduce_grad(&y->g, c->dev, dinp, k.dxf, N, C) : FSC_OK;
-    FSC_TRY(tp_reduce_grad(&y->g, c->dev, k.dred, k.dxf, N, C));
+    float *dred = c->stash && (input_part || weight_part) ? c->stash : k.dred;
+    if (!weight_part) FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, k.dxf, N, C));
     float *d = dinp ? dinp : k.sink;
     const size_t NC = Nl * (size_t)C, np = y->o.norm == FSC_HEAD_NORM_LAYERNORM ? 2 : 1;
-    float *gw = y->g.sp ? k.pg : c->grad[0], *gb = y->g.sp ? k.pg + C : np == 2 ? c->grad[1] : NULL;
+    /* the input part's norm gradients go to pg, scratch nobody reads */
+    float *gw = y->g.sp || input_part ? k.pg : c->grad[0];
+    float *gb = y->g.sp || input_part ? k.pg + C : np == 2 ? c->grad[1] : NULL;
     FSC_TRY(fsc_device_memset(c->dev, d, 0, NC * sizeof(float)));
-    if (y->g.sp) FSC_TRY(fsc_device_memset(c->dev, k.pg, 0, 2 * (size_t)C * sizeof(float)));
+    if (y->g.sp || input_part) FSC_TRY(fsc_device_memset(c->dev, k.pg, 0, 2 * (size_t)C * sizeof(float)));
     if (y->o.norm == FSC_HEAD_NORM_RMSNORM) {
         fsc_rmsnorm_rec nr = { .inp = in, .rstd = r.rstd, .N = Nl, .C = C };
-        FSC_TRY(fsc_rmsnorm_backward(c->dev, d, gw, &nr, k.dred, c->param[0]));
+        FSC_TRY(fsc_rmsnorm_backward(c->dev, d, gw, &nr, dred, c->param[0]));
     } else {
         fsc_layernorm_rec nr = { .inp = in, .mean = r.mean, .rstd = r.rstd, .N = Nl, .C = C };
-        FSC_TRY(fsc_layernorm_backward(c->dev, d, gw, gb, &nr, k.dred, c->param[0]));
+        FSC_TRY(fsc_layernorm_backward(c->dev, d, gw, gb, &nr, dred, c->param[0]));
     }
-    if (!y->g.sp) return FSC_OK;
+    if (!y->g.sp || input_part) return FSC_OK;
     /* sp: this rank's rows gave a partial norm gradient: sum it over the group */
     FSC_TRY(fsc_comm_all_reduce(y->g.tp, k.pg, k.pg, np * (size_t)C, FSC_F32, FSC_SUM));
     for (size_t j = 0; j < np; j++)
@@ -337,7 +361,7 @@ static const float *th_logits_part(const fsc_layer *l, const void *rec, int B, f
 
 static const fsc_layer_ops th_ops = { .rec_bytes = th_rec, .work_bytes = th_work, .forward = th_fwd,
                                       .backward = th_bwd, .config = th_config, .check_target = th_check,
-                                      .logits_part = th_logits_part };
+                                      .logits_part = th_logits_part, .split = 1, .split_bytes = th_split_bytes };
 
 fsc_status fsc_tp_layer_lm_head(const fsc_lm_head_opts *o, fsc_layer **out) {
     *out = NULL;

@@ -74,19 +74,24 @@ static fsc_status ta_fwd(const tp_attn *a, const fsc_layer_call *c, float *saved
 }
 
 /* dxf (N, C) = (overwrites) this rank's part of the input gradient; parameter gradients +=, the output bias's from
- * the whole output gradient G (N, C). */
+ * the whole output gradient G (N, C). dxf NULL, or the gradients NULL: not computed (the split's parts). keep
+ * (packed only; NULL: none): the inner gradient dqkv (N, 3 Cl), written when dxf is wanted, else read (the weight
+ * part then runs the two weight products only). */
 static fsc_status ta_bwd(const tp_attn *a, const fsc_layer_call *c, float *saved, float *dxf, const float *G,
-                         const float *xf, float *work) {
+                         const float *xf, float *work, float *keep) {
     const size_t N = (size_t)c->B * a->T;
     const int Cl = a->NHl * a->HS;
     if (a->packed) {
         fsc_attention_rec ar;
         fsc_attention_rec_bind(&ar, saved, c->B, a->T, Cl, a->NHl);
         float *atty = AT(saved, fsc_attention_saved_floats(c->B, a->T, Cl, a->NHl));
-        float *datty = work, *dqkv = AT(work, r64f(N * Cl)), *aw = AT(dqkv, r64f(3 * N * Cl));
+        float *datty = work, *dqkv = keep ? keep : AT(work, r64f(N * Cl));
+        float *aw = AT(work, r64f(N * Cl) + r64f(3 * N * Cl));
         fsc_linear_rec pr = { .inp = atty, .N = N, .C = Cl, .OC = a->C };
-        FSC_TRY(fsc_linear_backward(c->dev, datty, GG(c, a->wo), GG(c, a->bo), &pr, G, PP(c, a->wo), 0.0f, 1.0f));
-        FSC_TRY(fsc_attention_backward(c->dev, dqkv, &ar, datty, aw));
+        const int kept = keep && !dxf; /* the weight part: dqkv from the input part */
+        FSC_TRY(fsc_linear_backward(c->dev, kept ? NULL : datty, GG(c, a->wo), GG(c, a->bo), &pr, G, PP(c, a->wo),
+                                    0.0f, 1.0f));
+        if (!kept) FSC_TRY(fsc_attention_backward(c->dev, dqkv, &ar, datty, aw));
         fsc_linear_rec qr = { .inp = xf, .N = N, .C = a->C, .OC = 3 * Cl };
         return fsc_linear_backward(c->dev, dxf, GG(c, a->wq), GG(c, a->bq), &qr, dqkv, PP(c, a->wq), 0.0f, 1.0f);
     }
@@ -97,7 +102,7 @@ static fsc_status ta_bwd(const tp_attn *a, const fsc_layer_call *c, float *saved
     fsc_self_attn_params p;
     fsc_self_attn_grads g;
     ta_params(a, c, &p, &g);
-    return fsc_self_attn_backward(c->dev, dxf, &g, &r, G, &p, work);
+    return fsc_self_attn_backward_parts(c->dev, dxf, &g, &r, G, &p, work);
 }
 
 /* ---- the MLP part: s (N, C) from xf (N, C) through this rank's Fl hidden units, the output bias left out ---- */
@@ -126,21 +131,24 @@ static fsc_status tm_fwd(const tp_mlp *m, const fsc_layer_call *c, float *saved,
     return fsc_linear_forward(c->dev, s, NULL, fcg, PP(c, m->w2), NULL, N, m->Fl, m->C, 0);
 }
 
+/* keep (GELU only; NULL: none): the inner gradient dh (N, Fl), written when dxf is wanted, else read. */
 static fsc_status tm_bwd(const tp_mlp *m, const fsc_layer_call *c, float *saved, float *dxf, const float *G,
-                         const float *xf, size_t N, float *work) {
+                         const float *xf, size_t N, float *work, float *keep) {
     if (m->swiglu) {
         fsc_swiglu_mlp_rec r;
         fsc_swiglu_mlp_rec_bind(&r, saved, N, m->C, m->Fl);
         r.inp = xf;
-        return fsc_swiglu_mlp_backward(c->dev, dxf, GG(c, m->w0), GG(c, m->w1), GG(c, m->w2), &r, G, PP(c, m->w0),
-                                       PP(c, m->w1), PP(c, m->w2), work);
+        return fsc_swiglu_mlp_backward_parts(c->dev, dxf, GG(c, m->w0), GG(c, m->w1), GG(c, m->w2), &r, G,
+                                             PP(c, m->w0), PP(c, m->w1), PP(c, m->w2), work);
     }
     const size_t NF = N * (size_t)m->Fl;
-    float *fch = saved, *fcg = AT(saved, r64f(NF)), *da = work, *dh = AT(work, r64f(NF));
+    float *fch = saved, *fcg = AT(saved, r64f(NF)), *da = work, *dh = keep ? keep : AT(work, r64f(NF));
     fsc_linear_rec pr = { .inp = fcg, .N = N, .C = m->Fl, .OC = m->C };
-    FSC_TRY(fsc_linear_backward(c->dev, da, GG(c, m->w2), GG(c, m->b2), &pr, G, PP(c, m->w2), 0.0f, 1.0f));
+    const int kept = keep && !dxf; /* the weight part: dh from the input part */
+    FSC_TRY(fsc_linear_backward(c->dev, kept ? NULL : da, GG(c, m->w2), GG(c, m->b2), &pr, G, PP(c, m->w2), 0.0f,
+                                1.0f));
     fsc_gelu_rec gr = { .inp = fch, .n = NF };
-    FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
+    if (!kept) FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
     fsc_linear_rec fr = { .inp = xf, .N = N, .C = m->C, .OC = m->Fl };
     return fsc_linear_backward(c->dev, dxf, GG(c, m->w0), GG(c, m->b0), &fr, dh, PP(c, m->w0), 0.0f, 1.0f);
 }
@@ -182,15 +190,26 @@ static fsc_status tpl_fwd(const fsc_layer *l, const fsc_layer_call *c, float *ou
     return y->residual ? fsc_residual_forward(c->dev, out, in, out, Nl * (size_t)y->C) : FSC_OK;
 }
 
+/* Split (layers.h): the input part (c->grad NULL) gathers the output gradient (sp: into the stash, kept for the
+ * weight part), computes this rank's part of the input gradient and reduces it over the group into dinp; the
+ * weight part (dinp NULL) derives the inner gradients again from the output gradient (sp: the stash's; no
+ * collective) and accumulates the parameter gradients only. */
+static size_t tpl_split_bytes(const fsc_layer *l, int B) {
+    const tp_part_layer *y = (const tp_part_layer *)l;
+    return y->g.sp ? r64f(tpl_N(y, B) * (size_t)y->C) * sizeof(float) : 0;
+}
+
 static fsc_status tpl_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                           const void *in) {
     const tp_part_layer *y = (const tp_part_layer *)l;
     const size_t N = tpl_N(y, c->B), NC = N * (size_t)y->C, Nl = tp_rows(&y->g, N);
     float *saved = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(NC)), *inner = AT(c->work, 2 * r64f(NC));
-    const float *xf = y->g.sp ? AT(c->rec, tpl_saved(y, c->B)) : in, *G;
-    FSC_TRY(tp_gather_in(&y->g, s0, dout, Nl, y->C, &G));
-    if (y->is_mlp) FSC_TRY(tm_bwd(&y->m, c, saved, s1, G, xf, N, inner));
-    else FSC_TRY(ta_bwd(&y->a, c, saved, s1, G, xf, inner));
+    const float *xf = y->g.sp ? AT(c->rec, tpl_saved(y, c->B)) : in, *G = c->stash;
+    float *keep = y->g.sp && c->stash ? c->stash : s0; /* sp: the gathered output gradient */
+    if (!(keep == c->stash && !dinp)) FSC_TRY(tp_gather_in(&y->g, keep, dout, Nl, y->C, &G));
+    float *dxf = dinp ? s1 : NULL;
+    if (y->is_mlp) FSC_TRY(tm_bwd(&y->m, c, saved, dxf, G, xf, N, inner, NULL));
+    else FSC_TRY(ta_bwd(&y->a, c, saved, dxf, G, xf, inner, NULL));
     if (!dinp) return FSC_OK;
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dinp, s1, N, y->C));
     return y->residual ? fsc_residual_backward(c->dev, dinp, NULL, dout, Nl * (size_t)y->C) : FSC_OK;
@@ -201,7 +220,8 @@ static void tpl_config(const fsc_layer *l, char *buf, size_t cap) {
 }
 
 static const fsc_layer_ops tpl_ops = { .rec_bytes = tpl_rec, .work_bytes = tpl_work, .forward = tpl_fwd,
-                                       .backward = tpl_bwd, .config = tpl_config };
+                                       .backward = tpl_bwd, .config = tpl_config, .split = 1,
+                                       .split_bytes = tpl_split_bytes };
 
 /* Declare a parameter and return its index in *ix. */
 static fsc_status tp_param_ix(fsc_layer **l, int *ix, const char *name, int64_t d0, int64_t d1, int split, int parts,
@@ -360,6 +380,99 @@ static fsc_status tb_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return fsc_residual_forward(c->dev, out, h, out, NlC);
 }
 
+/* sp: pg [n1w | n1b | n2w | n2b] (C each), the norms' partial parameter gradients of this rank's rows, summed over
+ * the group in one all-reduce and added to the gradients. */
+static fsc_status tb_sum_norms(const tp_block *y, const fsc_layer_call *c, float *pg) {
+    const int C = y->o.C;
+    FSC_TRY(fsc_comm_all_reduce(y->g.tp, pg, pg, 4 * (size_t)C, FSC_F32, FSC_SUM));
+    FSC_TRY(fsc_residual_backward(c->dev, c->grad[y->n1w], NULL, pg, (size_t)C));
+    FSC_TRY(fsc_residual_backward(c->dev, c->grad[y->n2w], NULL, pg + 2 * C, (size_t)C));
+    if (y->rms) return FSC_OK;
+    FSC_TRY(fsc_residual_backward(c->dev, c->grad[y->n1b], NULL, pg + C, (size_t)C));
+    return fsc_residual_backward(c->dev, c->grad[y->n2b], NULL, pg + 3 * C, (size_t)C);
+}
+
+/* The block's split backward (layers.h). The input part (c->grad NULL) runs tb_bwd's steps without the weight
+ * products, with every collective that makes the input gradient (the gathers of the output gradients under sp,
+ * the reductions of the partial input gradients), and keeps in c->stash what the weight part reads: the MLP's and
+ * the attention's (gathered) output gradients G2, G1 (N, C) and the reduced gradients at the norms' outputs R2, R1
+ * (Nl, C), and for GPT-2's packed block also the inner gradients the weight products read, the GELU MLP's dh
+ * (N, Fl) and attention's dqkv (N, 3 Cl). The weight part (dinp NULL) runs the weight products (from the kept
+ * inner gradients; the SwiGLU MLP and separate q/k/v derive theirs again from G2 and G1, local work) and the norms'
+ * parameter gradients from R2 and R1; under sp its one collective is the
+ * all-reduce of the norms' partial gradients, as at the end of the whole backward (every rank of the group runs the
+ * same W actions in the same order). The same kernels on the same values: the bits of tb_bwd. */
+typedef struct { float *g2, *r2, *g1, *r1, *dh, *dqkv; size_t floats; } tb_stash;
+
+static tb_stash tb_stash_of(const tp_block *y, void *base, int B) {
+    const size_t N = (size_t)B * y->o.T, Nl = tp_rows(&y->g, N), C = (size_t)y->o.C;
+    const size_t Cl = (size_t)y->a.NHl * (size_t)y->a.HS;
+    tb_stash st;
+    float *b = base;
+    size_t at = 0;
+#define PUT(f, n) (st.f = b ? b + at : NULL, at += r64f(n))
+    PUT(g2, N * C), PUT(r2, Nl * C), PUT(g1, N * C), PUT(r1, Nl * C);
+    PUT(dh, y->m.swiglu ? 0 : N * (size_t)y->m.Fl);
+    PUT(dqkv, y->a.packed ? 3 * N * Cl : 0);
+#undef PUT
+    if (y->m.swiglu) st.dh = NULL;
+    if (!y->a.packed) st.dqkv = NULL;
+    st.floats = at;
+    return st;
+}
+
+static size_t tb_split_bytes(const fsc_layer *l, int B) {
+    return tb_stash_of((const tp_block *)l, NULL, B).floats * sizeof(float);
+}
+
+/* rows (Nl, C) as the column-parallel products' output gradient, kept in full (N, C): sp gathers, else copies */
+static fsc_status tb_keep(const tp_block *y, fsc_device *dev, float *full, const float *rows, size_t Nl) {
+    if (y->g.sp) return fsc_tp_sp_gather(y->g.tp, full, rows, Nl * (size_t)y->o.C);
+    return fsc_device_copy(dev, full, rows, Nl * (size_t)y->o.C * sizeof(float));
+}
+
+static fsc_status tb_input(const tp_block *y, const fsc_layer_call *c, float *d, const float *dout, const void *in) {
+    const int C = y->o.C;
+    const size_t N = (size_t)c->B * y->o.T, Nl = tp_rows(&y->g, N), NlC = Nl * (size_t)C, NC = N * (size_t)C;
+    const tb_map m = tb_layout(y, c->B);
+    const tb_stash st = tb_stash_of(y, c->stash, c->B);
+    float *R = c->rec, *s0 = c->work, *dred = AT(c->work, 2 * r64f(NC)), *sink = AT(dred, r64f(NlC));
+    float *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C)); /* pg: the norms' gradients, unread */
+    const float *x1 = y->g.sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = y->g.sp ? AT(R, m.ln2f) : AT(R, m.ln2);
+    FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
+    FSC_TRY(fsc_device_copy(c->dev, d, dout, NlC * sizeof(float))); /* d: the gradient w.r.t. out, then h, then in */
+    FSC_TRY(tb_keep(y, c->dev, st.g2, d, Nl));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, st.g2, x2, N, inner, st.dh));
+    FSC_TRY(tp_reduce_grad(&y->g, c->dev, st.r2, s0, N, C));
+    FSC_TRY(tb_norm_bwd(y, c, d, pg, y->rms ? NULL : pg + C, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w,
+                        Nl));
+    FSC_TRY(tb_keep(y, c->dev, st.g1, d, Nl));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, st.g1, x1, inner, st.dqkv));
+    FSC_TRY(tp_reduce_grad(&y->g, c->dev, st.r1, s0, N, C));
+    return tb_norm_bwd(y, c, d, pg + 2 * C, y->rms ? NULL : pg + 3 * C, st.r1, in, AT(R, m.s1a), AT(R, m.s1b),
+                       y->n1w, Nl);
+}
+
+static fsc_status tb_weight(const tp_block *y, const fsc_layer_call *c, const void *in) {
+    const int C = y->o.C;
+    const size_t N = (size_t)c->B * y->o.T, Nl = tp_rows(&y->g, N), NlC = Nl * (size_t)C, NC = N * (size_t)C;
+    const tb_map m = tb_layout(y, c->B);
+    const tb_stash st = tb_stash_of(y, c->stash, c->B);
+    float *R = c->rec, *dred = AT(c->work, 2 * r64f(NC)), *sink = AT(dred, r64f(NlC));
+    float *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C));
+    const int sp = y->g.sp;
+    float *g1w = sp ? pg : c->grad[y->n1w], *g1b = y->rms ? NULL : sp ? pg + C : c->grad[y->n1b];
+    float *g2w = sp ? pg + 2 * C : c->grad[y->n2w], *g2b = y->rms ? NULL : sp ? pg + 3 * C : c->grad[y->n2b];
+    const float *x1 = sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = sp ? AT(R, m.ln2f) : AT(R, m.ln2);
+    if (sp) FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
+    FSC_TRY(fsc_device_memset(c->dev, sink, 0, NlC * sizeof(float))); /* the norms' input gradients, unread */
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), NULL, st.g2, x2, N, inner, st.dh));
+    FSC_TRY(tb_norm_bwd(y, c, sink, g2w, g2b, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), NULL, st.g1, x1, inner, st.dqkv));
+    FSC_TRY(tb_norm_bwd(y, c, sink, g1w, g1b, st.r1, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
+    return sp ? tb_sum_norms(y, c, pg) : FSC_OK;
+}
+
 static fsc_status tb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     const tp_block *y = (const tp_block *)l;
@@ -368,7 +481,9 @@ static fsc_status tb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     const tb_map m = tb_layout(y, c->B);
     float *R = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(NC)), *dred = AT(c->work, 2 * r64f(NC));
     float *sink = AT(dred, r64f(NlC)), *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C));
-    const int sp = y->g.sp, nb = y->rms ? 1 : 2;
+    const int sp = y->g.sp;
+    if (c->stash && !c->grad[y->n1w]) return tb_input(y, c, dinp, dout, in);
+    if (c->stash && !dinp) return tb_weight(y, c, in);
     /* the norms' parameter gradients: partial under sp (this rank's rows), summed at the end */
     float *g1w = sp ? pg : c->grad[y->n1w], *g1b = y->rms ? NULL : sp ? pg + C : c->grad[y->n1b];
     float *g2w = sp ? pg + 2 * C : c->grad[y->n2w], *g2b = y->rms ? NULL : sp ? pg + 3 * C : c->grad[y->n2b];
@@ -377,23 +492,14 @@ static fsc_status tb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     if (sp) FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NlC * sizeof(float)));
     FSC_TRY(tp_gather_in(&y->g, s1, d, Nl, C, &G));
-    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G, x2, N, inner));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G, x2, N, inner, NULL));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, s0, N, C));
     FSC_TRY(tb_norm_bwd(y, c, d, g2w, g2b, dred, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
     FSC_TRY(tp_gather_in(&y->g, s1, d, Nl, C, &G));
-    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G, x1, inner));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G, x1, inner, NULL));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, s0, N, C));
     FSC_TRY(tb_norm_bwd(y, c, d, g1w, g1b, dred, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
-    if (!sp) return FSC_OK;
-    /* pg: [n1w | n1b | n2w | n2b] (C each), summed over the group in one all-reduce */
-    FSC_TRY(fsc_comm_all_reduce(y->g.tp, pg, pg, 4 * (size_t)C, FSC_F32, FSC_SUM));
-    FSC_TRY(fsc_residual_backward(c->dev, c->grad[y->n1w], NULL, pg, (size_t)C));
-    FSC_TRY(fsc_residual_backward(c->dev, c->grad[y->n2w], NULL, pg + 2 * C, (size_t)C));
-    if (nb == 2) {
-        FSC_TRY(fsc_residual_backward(c->dev, c->grad[y->n1b], NULL, pg + C, (size_t)C));
-        FSC_TRY(fsc_residual_backward(c->dev, c->grad[y->n2b], NULL, pg + 3 * C, (size_t)C));
-    }
-    return FSC_OK;
+    return sp ? tb_sum_norms(y, c, pg) : FSC_OK;
 }
 
 static void tb_config(const fsc_layer *l, char *buf, size_t cap) {
@@ -405,7 +511,8 @@ static void tb_config(const fsc_layer *l, char *buf, size_t cap) {
 }
 
 static const fsc_layer_ops tb_ops = { .rec_bytes = tb_rec, .work_bytes = tb_work, .forward = tb_fwd,
-                                      .backward = tb_bwd, .config = tb_config };
+                                      .backward = tb_bwd, .config = tb_config, .split = 1,
+                                      .split_bytes = tb_split_bytes };
 
 fsc_status fsc_tp_layer_block(const fsc_block_opts *o, fsc_layer **out) {
     *out = NULL;

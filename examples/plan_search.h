@@ -133,9 +133,10 @@ static inline int search_more_offload(const plan_candidate *c) {
 }
 
 /* One layout c (recompute 0 and offload base's): planned; when over memory, with its optimizer on the host, then
- * (fsdp) everything offload can take there, and with activation checkpointing (which only adds work: tried only
- * where the layout without it is over), each with the same offloads; every version that fits is timed at sp's
- * rates and listed in out. Memory first: a version over memory is not timed. */
+ * (fsdp) everything offload can take there; and, when the layout as given is over memory, with activation
+ * checkpointing too, with the same offloads where that is over. Every version that fits is timed at sp's rates and
+ * listed in out. Checkpointing and offload only add work, so a layout that fits without them is not planned with
+ * them; memory first: a version over memory is not timed. */
 static inline void search_layout(const fsc_plan_job *base, const search_space *sp, double memory, plan_candidate c0,
                                  plan_candidate *out, fsc_plan_rank *r, search_count *k) {
     for (int rc = 0; rc < 2; rc++) {
@@ -145,7 +146,8 @@ static inline void search_layout(const fsc_plan_job *base, const search_space *s
             k->refused++;
             return; /* recomputation does not make a refused layout run */
         }
-        for (int o; memory > 0 && (double)c.peak > memory && (o = search_more_offload(&c)) != 0;) {
+        const int over_plain = memory > 0 && (double)c.peak > memory;
+        for (int o; over_plain && (double)c.peak > memory && (o = search_more_offload(&c)) != 0;) {
             plan_candidate d = c;
             d.offload = (fsc_offload_mode)o;
             if (search_memory(base, &d, r, k) != 0) break; /* that offload refused: the layout stays over */
@@ -153,16 +155,13 @@ static inline void search_layout(const fsc_plan_job *base, const search_space *s
         }
         if (memory > 0 && (double)c.peak > memory) {
             k->over++;
-            continue; /* over: with recomputation, then */
+        } else {
+            const fsc_plan_job j = search_job(base, &c);
+            k->timed++; /* r holds c's plan (the last planned fits): the formula reads it */
+            if (plan_step_time(&j, r, &sp->rates[c.precision], sp->replay, &c.t) != FSC_OK) k->refused++;
+            else if (k->n < SEARCH_MAX) out[k->n++] = c;
         }
-        const fsc_plan_job j = search_job(base, &c);
-        k->timed++; /* r holds c's plan (the last planned fits): the formula reads it */
-        if (plan_step_time(&j, r, &sp->rates[c.precision], sp->replay, &c.t) != FSC_OK) {
-            k->refused++;
-            return;
-        }
-        if (k->n < SEARCH_MAX) out[k->n++] = c;
-        return; /* fits without recomputation: recomputing only adds work */
+        if (!over_plain) return; /* fits without recomputation: recomputing only adds work */
     }
 }
 

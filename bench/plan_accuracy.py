@@ -99,8 +99,9 @@ def top_three(a):
             runs[i].append(ms)
     measured = [statistics.median(r) for r in runs]
     for c, ms in zip(top, measured):
-        name = "%s%s tp %d pp %d accum %d rec %d %s" % (c["parallel"], " " + c["shard"] if c["parallel"] == "fsdp"
-                                                          else "", c["tp"], c["pp"], c["accum"], c["recompute"],
+        name = "%s%s tp %d pp %d accum %d rec %d %s" % (c["parallel"], " %s %s" % (c["shard"], c.get("wrap", "block"))
+                                                          if c["parallel"] == "fsdp" else "", c["tp"], c["pp"],
+                                                          c["accum"], c["recompute"],
                                                           c["schedule"] if c["pp"] > 1 else "")
         print("%-44s %10.2f %10.2f" % (name, c["ms_per_step"], ms))
     best = min(range(len(measured)), key=lambda i: measured[i])
@@ -114,7 +115,9 @@ def measure(a, net, c):
             str(c["accum"]), "--recompute", str(c["recompute"]), "--offload", c["offload"], "--precision",
             c["precision"]]
     if c["parallel"] == "fsdp":
-        opts += ["--shard", c["shard"]]
+        opts += ["--shard", c["shard"], "--wrap", c.get("wrap", "block")]
+    if c.get("ep", 1) > 1:
+        opts += ["--ep", str(c["ep"])]
     if c["pp"] > 1:
         opts += ["--schedule", c["schedule"]]
         if c.get("virtual_stages", 1) > 1:

@@ -59,8 +59,8 @@ static const plan_option plan_options[] = {
     {"memory", "SIZE", NULL, "device memory of a rank (80GiB, 141GB, 8e10; suffixes B, KB, MB, GB, TB powers of 1000, KiB, MiB, GiB, TiB of 1024): say which ranks' peaks exceed it", P_STR, PF(memory), 0, 0, NULL},
     {"tflops", "X", "0", "a rank's matrix-product rate in TFLOP/s for the step time (0: --cluster's, else this machine's cpu device, calibrated, its cores shared by the simulated ranks)", P_FLOAT, PF(tflops), 0, 1e9, NULL},
     {"mem-bandwidth", "GBPS", "0", "a rank's memory bandwidth in GB/s (0: --cluster's, else this machine's, calibrated, shared as --tflops 0)", P_FLOAT, PF(mem_bandwidth), 0, 1e9, NULL},
-    {"time", "MODEL", "auto", "how the step time is composed: replay (the step replayed on the counting device: each kernel at its roofline time, each collective at the simulated network's, in the engine's own order, so buckets, prefetch and a schedule's bubbles are the engine's; one level of links), formula (max(compute, comm) with prefetch, their sum without; a pipeline's bubble (m + pp - 1) / m), auto (replay for this machine's rates up to 64 ranks, else formula)", P_CHOICE, PF(time_model), 0, 0, "auto|replay|formula"},
-    {"search", NULL, NULL, "plan every layout of --world instead (ddp, fsdp full, grad_op and hybrid, zero1, zero2; tp and pp dividing the world; 1, 2, 4 or 8 micro-batches; pipeline schedules gpipe, 1f1b, interleaved (2 chunks), zb-h1, zbv; --recompute 0 and 1; offload optim where a layout does not fit without), print those that fit --memory fastest first", P_FLAG, PF(search), 0, 0, NULL},
+    {"time", "MODEL", "auto", "how the step time is composed: replay (the step replayed on the counting device: each kernel at its roofline time, each collective at the simulated network's, in the engine's own order, so buckets, prefetch and a schedule's bubbles are the engine's; a cluster's two levels of links too), formula (max(compute, comm) with prefetch, their sum without; a pipeline's bubble (m + pp - 1) / m), auto (replay up to 64 ranks on this machine's rates, up to 16 on a --cluster's, else formula)", P_CHOICE, PF(time_model), 0, 0, "auto|replay|formula"},
+    {"search", NULL, NULL, "plan every layout of --world instead (ddp, fsdp full, grad_op and hybrid wrapped by block or model, zero1, zero2; tp and pp dividing the world; ep with --moe-experts; 1, 2, 4 or 8 micro-batches; pipeline schedules gpipe, 1f1b, interleaved (2 to 4 chunks), zb-h1, zbv; where a layout is over --memory: offload optim, then all, and --recompute 1), print those that fit --memory fastest first", P_FLAG, PF(search), 0, 0, NULL},
     {"search-precision", NULL, NULL, "with --search: also vary --precision over fp32 and bf16 (else --precision's)", P_FLAG, PF(search_precision), 0, 0, NULL},
     {"search-config", "FILE", NULL, "with --search: write the fastest layout with the options given as an fsc-train --config file", P_STR, PF(search_config), 0, 0, NULL},
 };
@@ -162,9 +162,6 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
     const cluster_preset *p = plan_preset(c);
     const int gw = c->given[option_index("world")], gd = c->given[option_index("dp")];
     if (!p && c->nodes) return snprintf(err, cap, "--nodes needs --cluster (a node's GPUs)"), -1;
-    if (p && c->time_model == 1) /* fsc_plan_replay runs on the simulator's network: one level of links */
-        return snprintf(err, cap, "--time replay replays one level of links (the simulated network); --cluster %s "
-                        "has two (NVLink in a node, InfiniBand between): use --time formula or auto", p->name), -1;
     if (p && c->nodes * p->ranks > 1024) /* the trainer's --world range */
         return snprintf(err, cap, "--nodes %d x %d GPUs of a %s node is %d ranks: fsc plans at most 1024", c->nodes,
                         p->ranks, p->name, c->nodes * p->ranks), -1;

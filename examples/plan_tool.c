@@ -46,10 +46,16 @@ static void plan_usage(FILE *f) {
     fprintf(f, "  %-24s %s\n  %-24s %s\n", "--help", "this text", "--version", "the version");
 }
 
-/* Whether the step time is replayed (--time replay, or auto with one level of links and at most 64 ranks). */
+/* --time auto replays up to these many ranks: this machine's rates (one level of links), a --cluster preset's (two
+ * levels). A replay runs the setup and two steps on the counting device, the formula one: a Llama 3 8B with fsdp
+ * on h100-sxm-8 nodes took 2.8 s replayed against 0.7 s by the formula at 16 ranks, 13.8 s against 3.2 s at 64, on
+ * two loaded cores (docs/planning.md). */
+enum { PLAN_REPLAY_RANKS = 64, PLAN_REPLAY_RANKS_CLUSTER = 16 };
+
+/* Whether the step time is replayed (--time replay, or auto up to the ranks above). */
 static int plan_replays(const plan_config *c, const fsc_plan_rates *rt) {
     if (c->time_model == 1) return 1;
-    return c->time_model == 0 && rt->node_ranks == 0 && c->t.world <= 64;
+    return c->time_model == 0 && c->t.world <= (rt->node_ranks > 0 ? PLAN_REPLAY_RANKS_CLUSTER : PLAN_REPLAY_RANKS);
 }
 
 /* How many ranks' peak totals exceed memory bytes; their numbers into over (cap bytes, may be NULL). */
@@ -97,18 +103,17 @@ static fsc_status rates(const plan_config *c, const fsc_plan_job *job, fsc_plan_
 }
 
 /* --search-config: the options given (the trainer's record of them, config_object) but those of the layout (and
- * --checkpoint, --wrap where the winner is no pipeline, no fsdp), and the winner's layout, as fsc-train's --config
- * JSON; 0, or -1 (said on stderr). */
+ * --checkpoint where the winner is no pipeline), and the winner's layout (its --wrap with fsdp, its --ep with
+ * experts), as fsc-train's --config JSON; 0, or -1 (said on stderr). */
 static int write_config(const plan_config *c, const plan_candidate *w) {
-    static const char *const layout[] = {"parallel", "shard", "tp", "pp", "dp", "world", "batch", "accum", "chunks",
-                                         "recompute", "schedule", "virtual-stages", "offload", "precision", "config",
-                                         "json", "plan", "balance", "sequence-parallel"};
+    static const char *const layout[] = {"parallel", "shard", "wrap", "tp", "pp", "dp", "ep", "world", "batch",
+                                         "accum", "chunks", "recompute", "schedule", "virtual-stages", "offload",
+                                         "precision", "config", "json", "plan", "balance", "sequence-parallel"};
     cJSON *all = config_object(&c->t), *o = cJSON_CreateObject();
     for (int i = 0; all && o && i < NOPT; i++) {
         int skip = !c->given[i];
         for (size_t k = 0; k < sizeof layout / sizeof layout[0] && !skip; k++) skip = !strcmp(options[i].name, layout[k]);
         if (w->pp == 1 && !strcmp(options[i].name, "checkpoint")) skip = 1;   /* a pipeline's only */
-        if (w->kind != FSC_PAR_FSDP && !strcmp(options[i].name, "wrap")) skip = 1; /* fsdp's only */
         const cJSON *v = skip ? NULL : cJSON_GetObjectItemCaseSensitive(all, options[i].name);
         if (v) cJSON_AddItemToObject(o, options[i].name, cJSON_Duplicate(v, 1));
     }
@@ -116,7 +121,10 @@ static int write_config(const plan_config *c, const plan_candidate *w) {
     cJSON_AddNumberToObject(o, "world", c->t.world);
     cJSON_AddNumberToObject(o, "batch", c->t.batch);
     cJSON_AddStringToObject(o, "parallel", search_parallel(w));
+    char wb[40];
     if (w->kind == FSC_PAR_FSDP) cJSON_AddStringToObject(o, "shard", search_shard(w));
+    if (w->kind == FSC_PAR_FSDP) cJSON_AddStringToObject(o, "wrap", search_wrap(w, wb, sizeof wb));
+    if (w->ep > 1) cJSON_AddNumberToObject(o, "ep", w->ep);
     cJSON_AddNumberToObject(o, "tp", w->tp);
     cJSON_AddNumberToObject(o, "pp", w->pp);
     cJSON_AddNumberToObject(o, "accum", w->accum);
@@ -150,13 +158,17 @@ static int search(const plan_config *c, const fsc_plan_job *job, const fsc_plan_
         const cluster_preset *pre = plan_preset(c);
         if (pre && !(c->tflops > 0)) sp.rates[p].flops_per_s = (p == 0 ? pre->tflops_fp32 : pre->tflops_bf16) * 1e12;
     }
-    int refused = 0, over = 0, n = plan_search(job, &sp, memory, cand, r, &refused, &over);
+    search_count k;
+    const int n = plan_search(job, &sp, memory, cand, r, &k);
     if (c->t.json) {
         cJSON *root = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(root, "search");
         for (int i = 0; i < n; i++) {
             cJSON *x = cJSON_CreateObject();
             cJSON_AddStringToObject(x, "parallel", search_parallel(&cand[i]));
+            char wb[40];
             cJSON_AddStringToObject(x, "shard", search_shard(&cand[i]));
+            cJSON_AddStringToObject(x, "wrap", search_wrap(&cand[i], wb, sizeof wb));
+            cJSON_AddNumberToObject(x, "ep", cand[i].ep);
             cJSON_AddNumberToObject(x, "tp", cand[i].tp);
             cJSON_AddNumberToObject(x, "pp", cand[i].pp);
             cJSON_AddNumberToObject(x, "accum", cand[i].accum);
@@ -171,14 +183,17 @@ static int search(const plan_config *c, const fsc_plan_job *job, const fsc_plan_
             cJSON_AddNumberToObject(x, "comm_ms", cand[i].t.comm_s * 1e3);
             cJSON_AddItemToArray(a, x);
         }
-        cJSON_AddNumberToObject(root, "refused", refused);
-        cJSON_AddNumberToObject(root, "over_memory", over);
+        cJSON_AddNumberToObject(root, "refused", k.refused);
+        cJSON_AddNumberToObject(root, "over_memory", k.over);
+        cJSON_AddNumberToObject(root, "planned", k.planned);
+        cJSON_AddNumberToObject(root, "timed", k.timed);
+        cJSON_AddStringToObject(root, "time", sp.replay ? "replay" : "formula");
         char *text = cJSON_PrintUnformatted(root);
         cJSON_Delete(root);
         if (text) printf("%s\n", text);
         free(text);
     } else {
-        plan_print_search(stdout, cand, n, c->t.world, refused, over);
+        plan_print_search(stdout, cand, c->t.world, &k);
     }
     int rc = 0;
     if (n == 0) fprintf(stderr, "%s: --search: no layout of world %d fits%s%s\n", prog, c->t.world,
@@ -221,7 +236,8 @@ int main(int argc, char **argv) {
     }
     if (s == FSC_OK) s = fsc_plan_memory(&job, r);
     fsc_plan_step step = {0};
-    if (s == FSC_OK) s = plan_step_time(&job, r, &rt, plan_replays(c, &rt), &step);
+    const int replay = s == FSC_OK && plan_replays(c, &rt);
+    if (s == FSC_OK) s = plan_step_time(&job, r, &rt, replay, &step);
     const int world = c->t.world;
     const double memory = c->memory_bytes;
     if (s != FSC_OK) {
@@ -231,6 +247,7 @@ int main(int argc, char **argv) {
         cJSON *root = cJSON_CreateObject();
         plan_json_fields(root, r, world);
         plan_time_fields(root, &step, &rt);
+        cJSON_AddStringToObject(root, "time", replay ? "replay" : "formula");
         if (memory > 0) {
             cJSON_AddNumberToObject(root, "memory_bytes", memory);
             cJSON_AddBoolToObject(root, "fits", plan_over(r, world, memory, NULL, 0) == 0);
@@ -247,6 +264,8 @@ int main(int argc, char **argv) {
     } else {
         plan_print_table(stdout, r, world);
         plan_print_time(stdout, &step, &rt, c->t.prefetch);
+        printf("step composed by %s\n", replay ? "the replay (the engine's own order of work)"
+                                                : "the formula (max(compute, comm) with prefetch, else their sum)");
         char over[256];
         int n = memory > 0 ? plan_over(r, world, memory, over, sizeof over) : 0;
         if (memory > 0 && n) printf("does not fit in %s: %d rank%s over (%s)\n", c->memory, n, n == 1 ? "" : "s", over);

@@ -65,6 +65,14 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
     if (!(o->sim_latency_us >= 0) || isinf(o->sim_latency_us))
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_latency_us %g must be a finite number of "
                                           "microseconds (0: none)", o->sim_latency_us);
+    if (o->sim_node_ranks < 0)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_node_ranks %d is negative (0: one level of links)",
+                         o->sim_node_ranks);
+    if (!(o->sim_node_bandwidth_gbps >= 0) || isinf(o->sim_node_bandwidth_gbps) || !(o->sim_node_latency_us >= 0) ||
+        isinf(o->sim_node_latency_us))
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: the node's links (sim_node_bandwidth_gbps %g, "
+                                          "sim_node_latency_us %g) must be finite and at least 0",
+                         o->sim_node_bandwidth_gbps, o->sim_node_latency_us);
     if (!(o->sim_copy_gbps >= 0) || isinf(o->sim_copy_gbps))
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_copy_gbps %g must be a finite number of GB/s (0: "
                                           "host<->device copies cost no time)", o->sim_copy_gbps);
@@ -126,7 +134,13 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         cl->virt = virt;
         cl->net_latency_s = opts->sim_latency_us * 1e-6;
         cl->net_bytes_per_s = opts->sim_bandwidth_gbps * 1e9;
-        if (cl->net_latency_s > 0 || cl->net_bytes_per_s > 0) { /* the links' bookings (sim_net.c) */
+        cl->node_ranks = opts->sim_node_ranks;
+        cl->node_latency_s = opts->sim_node_latency_us * 1e-6;
+        cl->node_bytes_per_s = opts->sim_node_bandwidth_gbps * 1e9;
+        if (cl->node_ranks > 0 && cl->world_group && sim_net_place(cl->world_group) != 0) /* made before the nodes */
+            s = fsc_error(FSC_ERR_NOMEM, "fsc_cluster_run: out of memory for the network");
+        if (cl->net_latency_s > 0 || cl->net_bytes_per_s > 0 ||
+            (cl->node_ranks > 0 && (cl->node_latency_s > 0 || cl->node_bytes_per_s > 0))) { /* the links' bookings */
             pthread_mutex_init(&cl->net_mu, NULL);
             cl->link_free = calloc((size_t)world, sizeof *cl->link_free);
             cl->link_booked = calloc((size_t)world, sizeof *cl->link_booked);

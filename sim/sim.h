@@ -80,6 +80,7 @@ struct sim_group {
     fsc_status fail;          /* sticky: after a timeout every call on the group fails */
     char fail_msg[SIM_MSG_CAP];
     double t_done;            /* network: when the last committed collective ends (sim_net.c) */
+    int nodes, per_node;      /* two levels: the nodes the group spans, the most of its ranks on one (sim_net_place) */
     sim_msg **inbox;          /* (size) messages queued for each rank, oldest first */
     atomic_int refs;          /* handles pointing here */
     sim_group *next;          /* cluster registry, guarded by cl->mu */
@@ -120,6 +121,8 @@ struct sim_cluster {
     sim_group *world_group;
     /* the network (sim_net.c): every link's latency (s) and bandwidth (bytes/s); 0: collectives cost no time */
     double net_latency_s, net_bytes_per_s;
+    int node_ranks;           /* two levels (fsc_cluster_opts.sim_node_ranks): ranks a node, 0: one level */
+    double node_latency_s, node_bytes_per_s; /* the links within a node */
     pthread_mutex_t net_mu;   /* guards link_free; taken under a group's mu, never the other way */
     double *link_free;        /* (world) when each rank's link is free again (sim_now seconds), or NULL */
     double *link_booked;      /* (world) the seconds booked on each rank's link so far (under net_mu), with link_free */
@@ -180,8 +183,10 @@ double sim_async_arrival(sim_handle *h);
 /* Stop the thread (it finishes what is queued first); before the handle is freed. */
 void sim_async_free(sim_handle *h);
 
-/* sim_net.c: the network's cost model. Seconds call k takes on a group of n ranks (0 without a network). */
-double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n);
+/* sim_net.c: the network's cost model. Seconds call k takes on group g (0 without a network). */
+double sim_net_cost(const sim_group *g, const fsc_comm_call *k);
+/* With two levels of links: set g->nodes and g->per_node from its world ranks; 0, or -1 out of memory. */
+int sim_net_place(sim_group *g);
 /* Whether the cluster has a network (cl->link_free is set). */
 int sim_net_on(const sim_cluster *cl);
 /* The monotonic clock in seconds. */

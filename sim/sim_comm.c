@@ -360,7 +360,7 @@ static fsc_status dry_timed(sim_handle *h, const fsc_comm_call *k) {
     if (k->op == FSC_OP_SEND || k->op == FSC_OP_RECV) {
         if (k->op == FSC_OP_SEND && sim_net_on(h->g->cl) && k->peer != h->rank) {
             int me = h->g->world_rank[h->rank];
-            h->t_done = sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g->cl, k, h->g->size), h->t_arrive);
+            h->t_done = sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g, k), h->t_arrive);
         }
         s = k->op == FSC_OP_SEND ? sim_send(h, NULL, k->count, k->dt, k->peer) : sim_recv(h, NULL, k->count, k->dt, k->peer);
     } else {
@@ -381,12 +381,12 @@ fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
     h->t_done = h->t_arrive;
     if (h->dry && k->op != FSC_OP_BARRIER && call_bytes(k) > FSC_COUNT_REAL_MAX) { /* its cost is counted, not slept */
         if (virt) return dry_timed(h, k);
-        if (net && k->op != FSC_OP_RECV) sim_net_count(h->g->cl, h->g->world_rank[h->rank], sim_net_cost(h->g->cl, k, h->g->size));
+        if (net && k->op != FSC_OP_RECV) sim_net_count(h->g->cl, h->g->world_rank[h->rank], sim_net_cost(h->g, k));
         return FSC_OK;
     }
     if (net && k->op == FSC_OP_SEND && k->peer != h->rank) { /* the sender's link carries it before it is there */
         int me = h->g->world_rank[h->rank];
-        double end = sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g->cl, k, h->g->size),
+        double end = sim_net_reserve(h->g->cl, &me, 1, sim_net_cost(h->g, k),
                                      virt ? h->t_arrive : sim_now());
         if (virt) h->t_done = end; /* the message carries it (sim_send) */
         else fsc_clock_wait_until(end);

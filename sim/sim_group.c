@@ -119,6 +119,7 @@ sim_group *sim_group_new(sim_cluster *cl, int size, const int *world_rank) {
     g->inbox = calloc((size_t)size, sizeof(sim_msg *));
     if (!g->world_rank || !g->slots || !g->inbox) goto fail;
     memcpy(g->world_rank, world_rank, (size_t)size * sizeof(int));
+    if (sim_net_place(g) != 0) goto fail; /* two levels of links: the nodes it spans */
     if (pthread_mutex_init(&g->mu, NULL) != 0) goto fail;
     pthread_condattr_t ca;
     int ok = pthread_condattr_init(&ca) == 0;

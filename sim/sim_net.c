@@ -11,15 +11,20 @@
  * every rank of the group leaves it at the same moment and a rank's communication never takes less than
  * the sum of its calls' times, whichever groups they run on. Calls on one handle run one after another, as
  * on one NCCL stream; the rank's computation goes on meanwhile (asynchronous calls). Without a network
- * (the default) no call costs time. */
+ * (the default) no call costs time. With two levels (fsc_cluster_opts.sim_node_ranks: nodes of that many ranks)
+ * a group on one node takes the node's links; one spanning k > 1 nodes with at most g ranks on one pays per call
+ * steps(g) node latencies and steps(k) network latencies (the steps above: 2(N-1), N-1, 1) and B at the network's
+ * bandwidth (comm_impl.h's fsc_net_seconds, the planner's formula too). */
+#include <stdlib.h>
 #include "sim.h"
 #include "core/clock_impl.h"
 
-double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n) {
-    if (n <= 1 || (cl->net_latency_s <= 0 && cl->net_bytes_per_s <= 0)) return 0;
-    const double a = cl->net_latency_s, N = n;
+double sim_net_cost(const sim_group *g, const fsc_comm_call *k) {
+    const sim_cluster *cl = g->cl;
+    const int n = g->size;
+    if (n <= 1 || !sim_net_on(cl)) return 0;
+    const double N = n;
     const double size = (double)k->count * (double)fsc_dtype_size(k->dt);
-    const double steps = fsc_ring_steps(k->op, n);
     double bytes = 0;
     switch (k->op) {
     case FSC_OP_ALL_REDUCE: bytes = 2 * (N - 1) / N * size; break;
@@ -30,7 +35,31 @@ double sim_net_cost(const sim_cluster *cl, const fsc_comm_call *k, int n) {
     case FSC_OP_SEND: bytes = size; break;
     default: break; /* a barrier moves no data; recv waits for the message; split is free */
     }
-    return steps * a + (cl->net_bytes_per_s > 0 ? bytes / cl->net_bytes_per_s : 0);
+    const fsc_net_links l = {cl->net_latency_s, cl->net_bytes_per_s, cl->node_ranks, cl->node_latency_s,
+                             cl->node_bytes_per_s};
+    return fsc_net_seconds(&l, k->op, n, cl->node_ranks > 0 ? g->nodes : 0, g->per_node, 1, bytes);
+}
+
+static int int_cmp(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+int sim_net_place(sim_group *g) {
+    const int nr = g->cl->node_ranks;
+    g->nodes = g->per_node = 0;
+    if (nr <= 0) return 0;
+    int *node = malloc((size_t)g->size * sizeof *node);
+    if (!node) return -1;
+    for (int j = 0; j < g->size; j++) node[j] = g->world_rank[j] / nr;
+    qsort(node, (size_t)g->size, sizeof *node, int_cmp);
+    for (int a = 0, b; a < g->size; a = b) { /* each node's run of members */
+        for (b = a; b < g->size && node[b] == node[a]; b++) {}
+        g->nodes++;
+        if (b - a > g->per_node) g->per_node = b - a;
+    }
+    free(node);
+    return 0;
 }
 
 int sim_net_on(const sim_cluster *cl) { return cl->link_free != NULL; }
@@ -57,7 +86,7 @@ void sim_net_count(sim_cluster *cl, int w, double cost) {
 void sim_net_commit(sim_group *g) {
     const sim_slot *s = &g->slots[0];
     fsc_comm_call k = {.op = (fsc_comm_op)s->op, .count = s->count, .dt = s->dt};
-    double cost = s->op == SIM_OP_SPLIT || !sim_net_on(g->cl) ? 0 : sim_net_cost(g->cl, &k, g->size);
+    double cost = s->op == SIM_OP_SPLIT || !sim_net_on(g->cl) ? 0 : sim_net_cost(g, &k);
     double ready = sim_now();
     if (g->cl->virt) { /* the last rank's arrival on the ranks' virtual clocks */
         ready = g->slots[0].t_arrive;

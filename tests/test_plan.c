@@ -290,7 +290,15 @@ static fsc_status net_rank(fsc_rank *r, void *arg) {
     return s;
 }
 
-static void sim_step_seconds(const fsc_plan_job *j, double lat_us, double gbps, double *out) {
+/* The network: every link lat_us and gbps, and with node_ranks > 0 (two levels) the links within a node node_us and
+ * node_gbps. */
+typedef struct {
+    double lat_us, gbps;
+    int node_ranks;
+    double node_us, node_gbps;
+} sim_links;
+
+static void sim_step_seconds(const fsc_plan_job *j, const sim_links *l, double *out) {
     double *setup = calloc((size_t)j->world, sizeof *setup);
     assert_non_null(setup);
     for (int step = 0; step < 2; step++) {
@@ -298,8 +306,11 @@ static void sim_step_seconds(const fsc_plan_job *j, double lat_us, double gbps, 
         co.world = j->world;
         co.device = "count";
         co.threads_per_rank = 1;
-        co.sim_latency_us = lat_us;
-        co.sim_bandwidth_gbps = gbps;
+        co.sim_latency_us = l->lat_us;
+        co.sim_bandwidth_gbps = l->gbps;
+        co.sim_node_ranks = l->node_ranks;
+        co.sim_node_latency_us = l->node_us;
+        co.sim_node_bandwidth_gbps = l->node_gbps;
         co.sim_net_seconds = step ? out : setup;
         net_run n = {j, step};
         if (fsc_cluster_run(&co, net_rank, &n) != FSC_OK) fail_msg("simulator: %s", fsc_last_error());
@@ -311,29 +322,42 @@ static void sim_step_seconds(const fsc_plan_job *j, double lat_us, double gbps, 
 /* Oracle: the simulator. Every rank's communication time as fsc_plan_time costs it (each communicator at its own
  * size: hybrid sharding's shard and replica groups, the expert and expert-data groups, the tensor group, a
  * pipeline's links and the clipping norm's groups) equals the seconds the simulated network booked on that
- * rank's link for the same step (sim_net.c's ring costs of the calls it took part in). */
-static void check_comm_time(const char *name, const fsc_plan_job *j) {
-    const double lat_us = 7, gbps = 0.5;
-    fsc_plan_rank *r = calloc((size_t)j->world, sizeof *r);
+ * rank's link for the same step (sim_net.c's ring costs of the calls it took part in). With node_ranks > 0 the
+ * network has two levels (nodes of node_ranks ranks): each group's nodes and ranks on one node, found by the
+ * planner from its ranks' group ids and by the simulator from its members' world ranks, must agree. */
+static void check_comm_time_links(const char *name, const fsc_plan_job *j, int node_ranks) {
+    const sim_links l = {.lat_us = 7, .gbps = 0.5, .node_ranks = node_ranks, .node_us = 1.5, .node_gbps = 4};
+    fsc_plan_rank *r = calloc((size_t)j->world, sizeof *r), *one = calloc((size_t)j->world, sizeof *one);
     double *want = calloc((size_t)j->world, sizeof *want);
     assert_non_null(r);
+    assert_non_null(one);
     assert_non_null(want);
     if (fsc_plan_memory(j, r) != FSC_OK) fail_msg("%s: plan: %s", name, fsc_last_error());
-    sim_step_seconds(j, lat_us, gbps, want);
-    const fsc_plan_rates rt = {.flops_per_s = 1e30, .bytes_per_s = 1e30, .net_bytes_per_s = gbps * 1e9,
-                               .net_latency_s = lat_us * 1e-6};
+    sim_step_seconds(j, &l, want);
+    const fsc_plan_rates rt = {.flops_per_s = 1e30, .bytes_per_s = 1e30, .net_bytes_per_s = l.gbps * 1e9,
+                               .net_latency_s = l.lat_us * 1e-6, .node_ranks = node_ranks,
+                               .node_bytes_per_s = l.node_gbps * 1e9, .node_latency_s = l.node_us * 1e-6};
     for (int i = 0; i < j->world; i++) {
-        fsc_plan_job one = *j; /* rank i alone: its own communication */
-        one.world = 1;
+        /* rank i's communication alone: the others keep their groups (the members) but no calls or work */
+        for (int k = 0; k < j->world; k++) {
+            one[k] = r[k];
+            if (k == i) continue;
+            for (int c = 0; c < one[k].ncomms; c++) one[k].comms[c].stats = (fsc_comm_stats){0};
+            memset(one[k].work_flops, 0, sizeof one[k].work_flops);
+            memset(one[k].work_bytes, 0, sizeof one[k].work_bytes);
+        }
         fsc_plan_step t;
-        assert_int_equal(fsc_plan_time(&one, &r[i], &rt, &t), FSC_OK);
-        if (!(want[i] > 0) || fabs(t.comm_s - want[i]) > 1e-9 * want[i])
-            fail_msg("%s: rank %d: predicted communication %.9g s, the simulator booked %.9g s", name, i, t.comm_s,
-                     want[i]);
+        assert_int_equal(fsc_plan_time(j, one, &rt, &t), FSC_OK);
+        if (!(want[i] > 0) || t.rank != i || fabs(t.comm_s - want[i]) > 1e-9 * want[i])
+            fail_msg("%s: rank %d: predicted communication %.9g s (slowest rank %d), the simulator booked %.9g s", name,
+                     i, t.comm_s, t.rank, want[i]);
     }
     free(r);
+    free(one);
     free(want);
 }
+
+static void check_comm_time(const char *name, const fsc_plan_job *j) { check_comm_time_links(name, j, 0); }
 
 static void test_plan_comm_time_simulator(void **st) {
     (void)st;
@@ -364,6 +388,34 @@ static void test_plan_comm_time_simulator(void **st) {
     j = small_gpt(4, 4);
     j.po.kind = FSC_PAR_ZERO2;
     check_comm_time("zero2, world 4", &j);
+    /* two levels, nodes of 2 ranks: the data group of 4 spans 2 nodes with 2 on each, hybrid's shard groups are
+     * on one node and its replica groups on two with one on each, a pipeline's links cross nodes */
+    check_comm_time_links("zero2, world 4, nodes of 2", &j, 2);
+    j.po.kind = FSC_PAR_FSDP;
+    j.po.shard = FSC_SHARD_HYBRID;
+    j.po.clip = 1.0f;
+    check_comm_time_links("fsdp hybrid with clipping, nodes of 2", &j, 2);
+    j = small_gpt(4, 4);
+    j.gpt.moe_experts = 4;
+    j.gpt.moe_top_k = 2;
+    j.po.kind = FSC_PAR_FSDP;
+    j.po.ep = 2;
+    check_comm_time_links("moe ep 2 x fsdp, nodes of 2", &j, 2);
+    j = small_gpt(4, 4);
+    j.po.kind = FSC_PAR_DDP;
+    j.po.pp = 2;
+    j.po.accum = 2;
+    j.po.schedule = FSC_SCHED_1F1B;
+    check_comm_time_links("pp 2 x dp 2, 1f1b, nodes of 2", &j, 2);
+    check_comm_time_links("pp 2 x dp 2, 1f1b, nodes of 3", &j, 3); /* nodes {0 1 2} {3}: uneven */
+    fsc_cluster_opts co = fsc_cluster_opts_default(); /* the simulator refuses bad node links */
+    co.sim_node_ranks = -1;
+    net_run n = {&j, 0};
+    assert_int_equal(fsc_cluster_run(&co, net_rank, &n), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "sim_node_ranks -1"));
+    co.sim_node_ranks = 2, co.sim_node_latency_us = -1;
+    assert_int_equal(fsc_cluster_run(&co, net_rank, &n), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "sim_node_latency_us -1"));
 }
 
 static void test_plan_strategies(void **st) {
@@ -504,9 +556,8 @@ static void test_plan_config_text(void **st) {
  * compute + comm, the formula's terms of the same step's counts (fsc_plan_replay returns them; the rates put the
  * ridge point on a bin's edge, so the bins' roofline is each call's). With prefetch the replay overlaps what the
  * engine overlaps: between max(compute, comm) and their sum (the same 1e-5 as above). */
-static void check_replay(const char *name, fsc_plan_job j, int serial) {
-    const fsc_plan_rates rt = {.flops_per_s = 4e9, .bytes_per_s = 2e9, .net_bytes_per_s = 0.5e9,
-                               .net_latency_s = 20e-6, .host_bytes_per_s = 2e9};
+static void check_replay_at(const char *name, fsc_plan_job j, int serial, const fsc_plan_rates *rates) {
+    const fsc_plan_rates rt = *rates;
     fsc_plan_step p;
     j.po.prefetch = !serial;
     if (fsc_plan_replay(&j, &rt, &p) != FSC_OK) fail_msg("%s: replay: %s", name, fsc_last_error());
@@ -520,6 +571,21 @@ static void check_replay(const char *name, fsc_plan_job j, int serial) {
     if (!serial && !(p.step_s >= lo * (1 - 1e-5) && p.step_s <= hi * (1 + 1e-5)))
         fail_msg("%s: replayed %.9f s, want between max(compute, comm) %.9f and their sum %.9f", name, p.step_s,
                  lo, hi);
+}
+
+static void check_replay(const char *name, fsc_plan_job j, int serial) {
+    const fsc_plan_rates rt = {.flops_per_s = 4e9, .bytes_per_s = 2e9, .net_bytes_per_s = 0.5e9,
+                               .net_latency_s = 20e-6, .host_bytes_per_s = 2e9};
+    check_replay_at(name, j, serial, &rt);
+}
+
+/* Two levels of links (nodes of 2 ranks, world 4: the data group spans 2 nodes with 2 ranks on each), the
+ * formula's comm the two-level model's. */
+static void check_replay_nodes(const char *name, fsc_plan_job j, int serial) {
+    const fsc_plan_rates rt = {.flops_per_s = 4e9, .bytes_per_s = 2e9, .net_bytes_per_s = 0.5e9,
+                               .net_latency_s = 20e-6, .host_bytes_per_s = 2e9, .node_ranks = 2,
+                               .node_bytes_per_s = 4e9, .node_latency_s = 2e-6};
+    check_replay_at(name, j, serial, &rt);
 }
 
 static void test_plan_replay(void **st) {
@@ -552,11 +618,38 @@ static void test_plan_replay(void **st) {
     rt.copy_bytes_per_s = -1; /* a bad rate is refused, not taken for free copies */
     assert_int_equal(fsc_plan_replay(&o, &rt, &slow_copies), FSC_ERR_INVALID);
     assert_non_null(strstr(fsc_last_error(), "copy_bytes_per_s is -1"));
-    /* two levels of links are the formula's only */
-    fsc_plan_rates two = {.flops_per_s = 1e9, .bytes_per_s = 1e9, .node_ranks = 8, .node_bytes_per_s = 1e9};
-    fsc_plan_step t;
-    assert_int_equal(fsc_plan_replay(&j, &two, &t), FSC_ERR_INVALID);
-    assert_non_null(strstr(fsc_last_error(), "one level of links"));
+}
+
+/* The replay on two levels of links: the same oracle on a cluster of 2 nodes of 2 ranks; and the levels count (the
+ * step on the same network as one level differs by what its node-local calls save). */
+static void test_plan_replay_two_levels(void **st) {
+    (void)st;
+    fsc_plan_job j = small_gpt(4, 8);
+    /* width 128: fsdp's units' shards at world 4 pass FSC_COUNT_REAL_MAX, so its collectives move no data (at width
+     * 64 they are real memory, and the copies of the collectives that carry data, counted as a rank's work, do not
+     * all move its clock: the replay came out 10% under compute) */
+    j.gpt.dim = 128;
+    j.po.kind = FSC_PAR_DDP;
+    check_replay_nodes("ddp, 2 nodes of 2, prefetch 0", j, 1);
+    check_replay_nodes("ddp, 2 nodes of 2, prefetch 1", j, 0);
+    j.po.kind = FSC_PAR_FSDP;
+    check_replay_nodes("fsdp, 2 nodes of 2, prefetch 0", j, 1);
+    check_replay_nodes("fsdp, 2 nodes of 2, prefetch 1", j, 0);
+    j.po.kind = FSC_PAR_ZERO2;
+    check_replay_nodes("zero2, 2 nodes of 2, prefetch 0", j, 1);
+    j.po.kind = FSC_PAR_FSDP;
+    j.po.shard = FSC_SHARD_HYBRID; /* shard groups of 2 on a node, replica groups of 2 across */
+    j.po.prefetch = 0;
+    fsc_plan_rates rt = {.flops_per_s = 4e9, .bytes_per_s = 2e9, .net_bytes_per_s = 0.5e9, .net_latency_s = 20e-6,
+                         .host_bytes_per_s = 2e9, .node_ranks = 2, .node_bytes_per_s = 4e9, .node_latency_s = 2e-6};
+    fsc_plan_step two, one;
+    assert_int_equal(fsc_plan_replay(&j, &rt, &two), FSC_OK);
+    rt.node_ranks = 0;
+    assert_int_equal(fsc_plan_replay(&j, &rt, &one), FSC_OK);
+    if (!(two.comm_s < one.comm_s * 0.9) || !(two.step_s < one.step_s))
+        fail_msg("fsdp hybrid: two levels replayed %.6f s (comm %.6f), one level %.6f s (comm %.6f)", two.step_s,
+                 two.comm_s, one.step_s, one.comm_s);
+    check_replay_nodes("fsdp hybrid, 2 nodes of 2, prefetch 0", j, 1);
 }
 
 static void test_plan_bad_jobs(void **st) {
@@ -592,6 +685,7 @@ int main(void) {
         cmocka_unit_test(test_plan_config_text),
         cmocka_unit_test(test_plan_bad_jobs),
         cmocka_unit_test(test_plan_replay),
+        cmocka_unit_test(test_plan_replay_two_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,6 +59,8 @@ static void test_plan_equals_trainer(void **st) {
     check_against_trainer(SMALL " --world 2 --parallel ddp --moe-experts 4 --moe-top-k 2 --ep 2", 0);
     check_against_trainer(SMALL " --world 2 --parallel fsdp --recompute 1 --accum 2", 0);
     check_against_trainer(SMALL " --world 2 --pp 2 --parallel pipe --accum 2 --schedule zb-h1", 0);
+    check_against_trainer(SMALL " --layers 8 --world 2 --pp 2 --parallel pipe --accum 2 --schedule interleaved "
+                                "--virtual-stages 4", 0);
 }
 
 /* fsc-train --plan: its --json's "predicted" per_rank (host_per_rank with offload) equal the same run's measured
@@ -145,9 +147,23 @@ static void test_plan_cluster(void **st) {
     prog_refused(planner, "--cluster h100-sxm-8 --nodes 2 --world 8", tmpdir, 2, "--world 8 is not --nodes 2 x 8");
     prog_refused(planner, "--cluster h100-sxm-8 --nodes 129", tmpdir, 2, "is 1032 ranks: fsc plans at most 1024");
     prog_refused(planner, "--cluster v100", tmpdir, 2, "--cluster 'v100'");
-    /* the replay's network is the simulator's one level: refused when parsed, not candidate by candidate in a
-     * search (where every layout would fail and count as refused by the engine) */
-    prog_refused(planner, "--cluster h100-sxm-8 --time replay --search", tmpdir, 2, "--time replay replays one level");
+    /* the replay on the cluster's two levels: --time auto replays 2 nodes (16 ranks), not 4; with prefetch 0 the
+     * replayed step of ddp is compute + comm, the formula's terms of the two-level model */
+    static const struct { const char *args, *time; } when[] = {
+        {"--nodes 2 --batch 16 --time replay", "replay"}, {"--nodes 2 --batch 16", "replay"},
+        {"--nodes 4 --batch 32", "formula"}, {"--nodes 2 --batch 16 --time formula", "formula"}};
+    for (size_t k = 0; k < sizeof when / sizeof when[0]; k++) {
+        char *args = prog_fmt("--cluster h100-sxm-8 --parallel ddp --prefetch 0 %s", when[k].args);
+        j = prog_json(planner, tmpdir, SMALL, args);
+        const char *how = cJSON_GetStringValue(cJSON_GetObjectItem(j, "time"));
+        if (!how || strcmp(how, when[k].time)) fail_msg("%s: time %s, want %s", args, how ? how : "none", when[k].time);
+        const double ms = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "ms_per_step")),
+                     sum = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "compute_ms")) +
+                           cJSON_GetNumberValue(cJSON_GetObjectItem(j, "comm_ms"));
+        if (!(ms > 0) || fabs(ms - sum) > 1e-5 * sum) fail_msg("%s: %.9f ms a step, compute + comm %.9f", args, ms, sum);
+        cJSON_Delete(j);
+        free(args);
+    }
 }
 
 /* fsc-train --config FILE (a search's winner, x) trains at the largest per-rank peak the search predicted */
@@ -223,6 +239,65 @@ static void test_plan_search(void **st) {
     prog_refused(planner, args, tmpdir, 1, "no layout of world 2 fits in 1KiB");
     free(args);
 }
+
+/* The search's other levers: a memory only fsdp with everything offloaded fits (a model of parameters more than
+ * activations, one head: tp 2 refused) is won by offload all; an MoE model's layouts include ep 2, and a memory
+ * the replicated experts do not fit in is won by ep 2; a deeper model's pipelines interleave 2 to 4 chunks a rank
+ * and fsdp wraps by block and the whole model. Each winner trains from its --config file at the peak predicted. */
+static void test_plan_search_levers(void **st) {
+    (void)st;
+    const char *rates = "--tflops 1 --mem-bandwidth 10 --sim-bandwidth 0.5 --sim-latency 20";
+    char *args = prog_fmt("--world 2 --search --memory 12.5MB --search-config %s/all.json %s", tmpdir, rates);
+    cJSON *j = prog_json(planner, tmpdir, "--layers 2 --dim 256 --heads 1 --seq 8 --vocab 256 --batch 2", args);
+    const cJSON *a = cJSON_GetObjectItem(j, "search");
+    assert_true(cJSON_GetArraySize(a) >= 1);
+    const cJSON *w = cJSON_GetArrayItem(a, 0);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(w, "offload")), "all");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(w, "parallel")), "fsdp");
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "over_memory")) > 0);
+    winner_trains(w, "all.json");
+    cJSON_Delete(j);
+    free(args);
+    /* MoE: every layout (no budget) includes ep 2 ones; 20.2 MiB leaves ep 2 the fastest that fits */
+    const char *moe = "--layers 2 --dim 128 --heads 1 --seq 16 --vocab 256 --batch 4 --moe-experts 8 --moe-top-k 2";
+    args = prog_fmt("--world 2 --search %s", rates);
+    j = prog_json(planner, tmpdir, moe, args);
+    a = cJSON_GetObjectItem(j, "search");
+    int ep2 = 0;
+    for (int i = 0; i < cJSON_GetArraySize(a); i++)
+        ep2 += (int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, i), "ep")) == 2;
+    assert_true(ep2 > 0);
+    cJSON_Delete(j);
+    free(args);
+    args = prog_fmt("--world 2 --search --memory 20.2MiB --search-config %s/ep.json %s", tmpdir, rates);
+    j = prog_json(planner, tmpdir, moe, args);
+    w = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "search"), 0);
+    assert_non_null(w);
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(w, "ep")), 2);
+    winner_trains(w, "ep.json");
+    cJSON_Delete(j);
+    free(args);
+    /* 8 blocks: interleaved pipelines of 2, 3 and 4 chunks a rank; fsdp by block and by the whole model */
+    args = prog_fmt("--world 2 --search %s", rates);
+    j = prog_json(planner, tmpdir, "--layers 8 --dim 64 --heads 4 --seq 32 --vocab 256 --batch 4", args);
+    a = cJSON_GetObjectItem(j, "search");
+    int chunks[5] = {0}, model = 0, block = 0;
+    for (int i = 0; i < cJSON_GetArraySize(a); i++) {
+        const cJSON *x = cJSON_GetArrayItem(a, i);
+        const char *sched = cJSON_GetStringValue(cJSON_GetObjectItem(x, "schedule")),
+                   *par = cJSON_GetStringValue(cJSON_GetObjectItem(x, "parallel")),
+                   *wrap = cJSON_GetStringValue(cJSON_GetObjectItem(x, "wrap"));
+        const int v = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(x, "virtual_stages"));
+        if (!strcmp(par, "pipe") && !strcmp(sched, "interleaved") && v >= 2 && v <= 4) chunks[v]++;
+        if (!strcmp(par, "fsdp")) model += !strcmp(wrap, "model"), block += !strcmp(wrap, "block");
+    }
+    if (!chunks[2] || !chunks[3] || !chunks[4] || !model || !block)
+        fail_msg("interleaved with 2, 3, 4 chunks: %d, %d, %d layouts; fsdp wrapped by model %d, by block %d",
+                 chunks[2], chunks[3], chunks[4], model, block);
+    cJSON_Delete(j);
+    free(args);
+}
+
 
 /* Llama 3 8B's shape at 8 ranks: a plan of hundreds of GiB per rank in a process of a few tens of MiB. */
 static void test_plan_large_model_small_process(void **st) {
@@ -337,6 +412,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_plan_time_rates),
         cmocka_unit_test(test_plan_cluster),
         cmocka_unit_test(test_plan_search),
+        cmocka_unit_test(test_plan_search_levers),
         cmocka_unit_test(test_plan_large_model_small_process),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -45,4 +45,29 @@ static inline double fsc_ring_steps(fsc_comm_op op, int n) {
     }
 }
 
+/* The links a collective crosses, as the simulated network (sim_net.c) and the planner (lib/plan) cost them: one
+ * level (node_ranks 0: every link latency_s and bytes_per_s) or two (world rank w on node w / node_ranks, the
+ * node's links node_latency_s and node_bytes_per_s). 0 bandwidth: bytes cost nothing. */
+typedef struct {
+    double latency_s, bytes_per_s;
+    int node_ranks;
+    double node_latency_s, node_bytes_per_s;
+} fsc_net_links;
+
+/* Seconds of `calls` calls of op moving `bytes` (what comm.c counts: a ring's bytes a rank) on a group of n ranks
+ * spanning `nodes` nodes with at most per_node of them on one (nodes 0: one level). A group on one node takes the
+ * node's links; one spanning k > 1 nodes pays per call steps(op, per_node) node latencies and steps(op, k)
+ * network latencies (a hierarchical ring or tree pays each level's steps once) and its bytes at the network's
+ * bandwidth (a ring carries all its bytes over every link: the slowest sets the pace). */
+static inline double fsc_net_seconds(const fsc_net_links *l, fsc_comm_op op, int n, int nodes, int per_node,
+                                     double calls, double bytes) {
+    if (nodes <= 1) {
+        const double a = nodes == 1 ? l->node_latency_s : l->latency_s, b = nodes == 1 ? l->node_bytes_per_s
+                                                                                      : l->bytes_per_s;
+        return calls * fsc_ring_steps(op, n) * a + (b > 0 ? bytes / b : 0);
+    }
+    const double lat = fsc_ring_steps(op, per_node) * l->node_latency_s + fsc_ring_steps(op, nodes) * l->latency_s;
+    return calls * lat + (l->bytes_per_s > 0 ? bytes / l->bytes_per_s : 0);
+}
+
 #endif

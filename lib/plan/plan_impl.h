@@ -8,8 +8,8 @@
  * waited for). */
 fsc_status plan_time_steps(const fsc_plan_job *job, int steps, double *seconds);
 /* plan_memory.c: fsc_plan_memory's run with a second step replayed on the modelled clock at rates (the counting
- * device's kernels, the simulated network of rates' one level): *seconds is rank 0's modelled time of that step,
- * and out holds that step's counts (its peaks those of both steps). */
+ * device's kernels, the simulated network of rates' links, one level or two): *seconds is rank 0's modelled time
+ * of that step, and out holds that step's counts (its peaks those of both steps). */
 fsc_status plan_replay_step(const fsc_plan_job *job, const fsc_plan_rates *rates, fsc_plan_rank *out,
                             double *seconds);
 

@@ -180,7 +180,12 @@ static fsc_status plan_run_on(const char *device, const fsc_plan_job *job, fsc_p
     co.threads_per_rank = 1;
     co.timeout_s = PLAN_TIMEOUT_S; /* a thousand ranks as threads on a few loaded cores wait long at a collective */
     co.sim_clock = model ? FSC_SIM_CLOCK_MODEL : timed ? FSC_SIM_CLOCK_VIRTUAL : FSC_SIM_CLOCK_WALL;
-    if (model) co.sim_bandwidth_gbps = model->net_bytes_per_s * 1e-9, co.sim_latency_us = model->net_latency_s * 1e6;
+    if (model) { /* the replay's network: the rates' links, one level or two */
+        co.sim_bandwidth_gbps = model->net_bytes_per_s * 1e-9, co.sim_latency_us = model->net_latency_s * 1e6;
+        co.sim_node_ranks = model->node_ranks;
+        co.sim_node_bandwidth_gbps = model->node_bytes_per_s * 1e-9;
+        co.sim_node_latency_us = model->node_latency_s * 1e6;
+    }
     plan_run run = {job, out, timed, model, 0};
     fsc_status s = fsc_cluster_run(&co, plan_rank, &run);
     if (seconds) *seconds = run.seconds;

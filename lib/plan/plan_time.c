@@ -22,16 +22,12 @@ enum { CALIB_CALLS = 256 };                      /* kernel calls a round of meas
 #define CALIB_COPY_BYTES ((size_t)12 << 20)      /* rank 0 alone the bandwidth: 24 MiB */
 
 /* A call of op with bytes on a group of n ranks spanning nodes nodes with at most per_node on one (nodes 0: one
- * level): the simulated network's ring (sim/sim_net.c) on the links it crosses. */
+ * level): the simulated network's ring (sim/sim_net.c) on the links it crosses, the simulator's own function. */
 static double call_time(const fsc_plan_rates *rt, fsc_comm_op op, int n, int nodes, int per_node, double calls,
                         double bytes) {
-    if (nodes <= 1) { /* one link level: the node's with two levels, else the network's */
-        const double a = nodes == 1 ? rt->node_latency_s : rt->net_latency_s;
-        const double b = nodes == 1 ? rt->node_bytes_per_s : rt->net_bytes_per_s;
-        return calls * fsc_ring_steps(op, n) * a + (b > 0 ? bytes / b : 0);
-    }
-    const double lat = fsc_ring_steps(op, per_node) * rt->node_latency_s + fsc_ring_steps(op, nodes) * rt->net_latency_s;
-    return calls * lat + (rt->net_bytes_per_s > 0 ? bytes / rt->net_bytes_per_s : 0);
+    const fsc_net_links l = {rt->net_latency_s, rt->net_bytes_per_s, rt->node_ranks, rt->node_latency_s,
+                             rt->node_bytes_per_s};
+    return fsc_net_seconds(&l, op, n, nodes, per_node, calls, bytes);
 }
 
 /* One rank's communication: every communicator's calls at its own size (and, with nodes, its nodes[c] and
@@ -324,9 +320,6 @@ fsc_status fsc_plan_replay(const fsc_plan_job *job, const fsc_plan_rates *rates,
     FSC_CHECK_ARG(job);
     FSC_CHECK_ARG(rates);
     FSC_CHECK_ARG(out);
-    if (rates->node_ranks > 0)
-        return fsc_error(FSC_ERR_INVALID, "fsc_plan_replay: the replay's network is the simulator's, one level of "
-                         "links (node_ranks %d): use fsc_plan_time for a cluster's two", rates->node_ranks);
     if (job->world < 1) return fsc_error(FSC_ERR_INVALID, "fsc_plan_replay: world is %d, must be >= 1", job->world);
     fsc_plan_rank *r = calloc((size_t)job->world, sizeof *r);
     if (!r) return fsc_error(FSC_ERR_NOMEM, "fsc_plan_replay: out of memory for %d ranks", job->world);

@@ -35,6 +35,12 @@ typedef struct {
     double sim_bandwidth_gbps; /* simulated ranks only: every link's bandwidth in GB/s (1e9 bytes/s); a collective
                                   then takes a ring algorithm's time (docs/overlap.md). 0 (default): no cost */
     double sim_latency_us;     /* simulated ranks only: every link's latency in microseconds (0: none) */
+    int sim_node_ranks;        /* simulated ranks with a network: ranks per node, two levels of links (world rank w on
+                                  node w / sim_node_ranks): a group on one node takes the node's links below, one
+                                  spanning k > 1 nodes with at most g ranks on one pays per call the ring's steps
+                                  over g at the node's latency and over k at sim_latency_us, and its bytes at
+                                  sim_bandwidth_gbps (fsc/plan.h's model). 0 (default): one level */
+    double sim_node_bandwidth_gbps, sim_node_latency_us; /* the links within a node (sim_node_ranks >= 1; 0: free) */
     double sim_copy_gbps;      /* simulated ranks only: a copy between host memory and a rank's device (upload,
                                   download) takes bytes / this GB/s of the rank's time, as over PCIe (offload,
                                   docs/offload.md). 0 (default): no cost */

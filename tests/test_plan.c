@@ -116,6 +116,47 @@ static void test_plan_kernel_work(void **st) {
     fsc_device_free(d);
 }
 
+/* Attention on the counting device counts every head's products of a row block at once (fsc_count_bulk): the
+ * same calls, FLOPs and bytes in the same bins as head by head, which the device does while it moves a replay's
+ * clock (fsc_count_set_rates on: no bulk). Grouped-query heads (6 over 2: products that add into dk and dv read
+ * C), a last row block of fewer rows (T = 70 over blocks of 32), forward and backward. */
+static void count_attention(int bulk, double *f, double *b, uint64_t *calls, uint64_t *flops) {
+    fsc_device *d = NULL;
+    assert_int_equal(fsc_device_create("count", NULL, &d), FSC_OK);
+    if (!bulk) fsc_count_set_rates(d, 1e30, 1e30, 0); /* no replay clock on this thread: nothing moves */
+    assert_int_equal(fsc_count_bulk(d), bulk);
+    void *big = NULL;
+    assert_int_equal(fsc_device_alloc(d, FSC_TAG_ACTS, (size_t)1 << 20, &big), FSC_OK);
+    float *x = big;
+    const fsc_attn_core_dims c = {.B = 2, .T = 70, .NH = 6, .KVH = 2, .HS = 8};
+    assert_int_equal(fsc_attn_core_forward(d, &c, x, 48, x, 48, x, 16, x, 16, x, x), FSC_OK);
+    assert_int_equal(fsc_attn_core_backward(d, &c, x, x, x, x, 48, x, 48, x, 16, x, 16, x, x), FSC_OK);
+    fsc_count_work(d, f, b);
+    *calls = fsc_count_calls(d);
+    *flops = fsc_count_gemm_flops(d);
+    fsc_device_release(d, big);
+    fsc_device_free(d);
+}
+
+static void test_plan_attention_bulk(void **st) {
+    (void)st;
+    double f1[FSC_PLAN_BINS], b1[FSC_PLAN_BINS], f0[FSC_PLAN_BINS], b0[FSC_PLAN_BINS];
+    uint64_t calls1, calls0, flops1, flops0;
+    count_attention(1, f1, b1, &calls1, &flops1);
+    count_attention(0, f0, b0, &calls0, &flops0);
+    /* 3 row blocks x 6 heads x (2 products forward + 4 backward), the two softmaxes */
+    assert_int_equal(calls0, 3 * 6 * 6 + 2);
+    assert_int_equal(calls1, calls0);
+    assert_int_equal(flops1, flops0);
+    int bins = 0;
+    for (int i = 0; i < FSC_PLAN_BINS; i++) {
+        if (f1[i] != f0[i] || b1[i] != b0[i])
+            fail_msg("bin %d: in bulk %.0f FLOPs %.0f bytes, call by call %.0f and %.0f", i, f1[i], b1[i], f0[i], b0[i]);
+        bins += f0[i] > 0;
+    }
+    assert_true(bins > 2); /* the blocks' products fall in several bins */
+}
+
 /* A real plan's step holds its work: every gemm FLOP in the bins, bytes beyond the products', the data group's
  * all-reduces at its size, its calls summing to its bytes. */
 static void test_plan_step_work(void **st) {
@@ -580,6 +621,7 @@ int main(void) {
         cmocka_unit_test(test_plan_single_rank),
         cmocka_unit_test(test_plan_gemm_flops),
         cmocka_unit_test(test_plan_kernel_work),
+        cmocka_unit_test(test_plan_attention_bulk),
         cmocka_unit_test(test_plan_step_work),
         cmocka_unit_test(test_plan_time_arithmetic),
         cmocka_unit_test(test_plan_time_two_levels),

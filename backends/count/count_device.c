@@ -57,16 +57,21 @@ static void count_time(const count_ctx *c, uint64_t flops, uint64_t bytes) {
     }
 }
 
-/* One kernel call's work into its intensity bin (fsc_count_work), on the rank's thread. */
-static void count_work(void *ctx, uint64_t flops, uint64_t bytes) {
-    count_ctx *c = ctx;
+/* `times` kernel calls of the same work into their intensity bin (fsc_count_work), on the rank's thread. */
+static void count_work_times(count_ctx *c, uint64_t flops, uint64_t bytes, uint64_t times) {
     int b = FSC_COUNT_BINS - 1;
     if (bytes > 0 && flops == 0) b = 0;
     else if (bytes > 0) b = half_octave((double)flops / (double)bytes) + FSC_COUNT_BINS / 2;
     b = b < 0 ? 0 : b >= FSC_COUNT_BINS ? FSC_COUNT_BINS - 1 : b;
-    c->flops[b] += flops;
-    c->bytes[b] += bytes;
-    c->calls++;
+    c->flops[b] += flops * times;
+    c->bytes[b] += bytes * times;
+    c->calls += times;
+}
+
+/* One kernel call's work into its intensity bin (fsc_count_work), on the rank's thread. */
+static void count_work(void *ctx, uint64_t flops, uint64_t bytes) {
+    count_ctx *c = ctx;
+    count_work_times(c, flops, bytes, 1);
     count_time(c, flops, bytes);
 }
 
@@ -141,15 +146,30 @@ static fsc_status count_copy_wait(void *ctx, void *copy) { (void)ctx; (void)copy
         return FSC_OK;                                                                                             \
     }
 
-/* a product is counted, not computed: A, B read, C written (and read when beta is not 0) */
+/* a product is counted, not computed: A, B read, C written (and read when beta is not 0); `times` alike */
+static void gemm_times(count_ctx *c, int M, int N, int K, float be, int batch, uint64_t times) {
+    if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return;
+    const uint64_t flops = 2 * U(M) * U(N) * U(K) * U(batch);
+    const uint64_t bytes = 4 * U(batch) * (U(M) * U(K) + U(K) * U(N) + U(M) * U(N) * (be != 0.0f ? 2 : 1));
+    c->gemm_flops += flops * times;
+    count_work_times(c, flops, bytes, times);
+    for (uint64_t i = 0; i < times; i++) count_time(c, flops, bytes); /* a clock moves call by call */
+}
+
 static fsc_status k_gemm(void *ctx, int ta, int tb, int M, int N, int K, float al, const float *A, int lda, int64_t sa,
                          const float *B, int ldb, int64_t sb, float be, float *C, int ldc, int64_t sc, int batch) {
-    count_ctx *c = ctx;
-    if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return FSC_OK;
-    const uint64_t flops = 2 * U(M) * U(N) * U(K) * U(batch);
-    c->gemm_flops += flops;
-    count_work(ctx, flops, 4 * U(batch) * (U(M) * U(K) + U(K) * U(N) + U(M) * U(N) * (be != 0.0f ? 2 : 1)));
+    gemm_times(ctx, M, N, K, be, batch, 1);
     return FSC_OK;
+}
+
+int fsc_count_bulk(const fsc_device *dev) {
+    if (!fsc_device_is_count(dev)) return 0;
+    const count_ctx *c = dev->ctx;
+    return c->s_per_flop == 0 && c->s_per_call == 0;
+}
+
+void fsc_count_gemm_times(fsc_device *dev, int M, int N, int K, float beta, int batch, uint64_t times) {
+    if (fsc_count_bulk(dev)) gemm_times(dev->ctx, M, N, K, beta, batch, times);
 }
 
 uint64_t fsc_count_gemm_flops(const fsc_device *dev) {

@@ -74,6 +74,13 @@ uint64_t fsc_count_calls(const fsc_device *dev);
  * the calling thread's modelled clock (core/clock_impl.h) by max(flops / flops_per_s, bytes / bytes_per_s) +
  * kernel_s, its roofline time. No effect on another device; rates <= 0: stop. */
 void fsc_count_set_rates(fsc_device *dev, double flops_per_s, double bytes_per_s, double kernel_s);
+/* Whether dev counts alike calls in bulk: the counting device, not moving a replay's clock (fsc_count_set_rates
+ * off), where `times` calls of one product's dimensions may be counted by one fsc_count_gemm_times. */
+int fsc_count_bulk(const fsc_device *dev);
+/* Count `times` calls of the counting device's gemm of these dimensions (ta, tb and the pointers do not change
+ * what a product counts; beta only whether C is read): the same FLOPs, bytes, bins and calls as `times` calls of
+ * FSC_K(dev, gemm, ...). Only where fsc_count_bulk(dev) (else nothing). */
+void fsc_count_gemm_times(fsc_device *dev, int M, int N, int K, float beta, int batch, uint64_t times);
 
 /* The places a plug-in file (libfsc_cuda.so, libfsc_mpi.so) is looked for, in order: beside the executable,
  * in its ../lib, beside the file holding libfsc's code (libfsc.so; dladdr), then the bare name for the

@@ -364,16 +364,17 @@ static void complete_arrive(sim_group *g) {
 
 /* Under g->mu: the ranks not posted are all stood in for by ranks that posted (fsc_cluster_opts.stand_in): their
  * slots become copies of those ranks' (what they send is what their stand-ins send), g->stood counts them, and 1
- * is returned (the collective can complete). 0: a rank not posted is not stood in for. A stand-in outside the
- * group or not posted, or a split (whose groups a copied slot would misplace), fails the collective (*why). */
+ * is returned (the collective can complete). 0: a rank not posted is not stood in for, or its stand-in has not
+ * posted yet. A stand-in outside the group, or a split (whose groups a copied slot would misplace), fails the
+ * collective (*why). */
 static int stand_ins(sim_group *g, const char **why) {
     int n = 0;
     *why = NULL;
     for (int j = 0; j < g->size; j++) {
         if (g->slots[j].posted) continue;
         const int k = sim_stand_in(g, j);
-        if (k == -1) return 0;
-        if (k == -2 || !g->slots[k].posted) *why = "its stand-in is not in this group or did not call it";
+        if (k == -1 || (k >= 0 && !g->slots[k].posted)) return 0;
+        if (k == -2) *why = "its stand-in is not in this group";
         n++;
     }
     for (int j = 0; j < g->size && n && !*why; j++) {

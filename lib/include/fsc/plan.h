@@ -103,7 +103,8 @@ typedef struct {
 } fsc_plan_rank;
 
 /* Per-rank peaks of the job on the counting device into out[0 .. job->world - 1]. Every rank of the world runs
- * (as a thread; allocations beyond a few kilobytes are not there, so a large model needs no memory); the job's
+ * the setup (as a thread; allocations beyond a few kilobytes are not there, so a large model needs no memory) and
+ * one rank per role the step, the ranks whose step it stands for taking its results (docs/planning.md); the job's
  * errors are the engine's (an invalid layout fails as fsc-train would, with its message). */
 fsc_status fsc_plan_memory(const fsc_plan_job *job, fsc_plan_rank *out);
 /* The same job run for real on the cpu device (simulated ranks, one thread each): the measured peaks. */

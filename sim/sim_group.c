@@ -292,6 +292,7 @@ int sim_stand_in(const sim_group *g, int j) {
     if (!g->cl->stand_in || !atomic_load_explicit(&g->cl->exited[w], memory_order_acquire)) return -1;
     const int v = g->cl->stand_in[w]; /* written before w returned (fsc_cluster_opts.stand_in) */
     if (v < 0 || v == w) return -1;
+    if (v < g->size && g->world_rank[v] == v) return v; /* the world's ranks in order (the world group) */
     for (int k = 0; k < g->size; k++)
         if (g->world_rank[k] == v) return k;
     return -2;

@@ -95,9 +95,20 @@ void sim_cluster_fail(sim_cluster *cl, int rank, fsc_status s, const char *msg) 
     wake_all(cl);
 }
 
+/* Rank `rank` returned: wake the ranks waiting on the groups holding it (only they wait for it; a thousand ranks
+ * returning at once, stood in for, would otherwise wake every waiting rank a thousand times). */
 void sim_cluster_exit(sim_cluster *cl, int rank) {
     atomic_store_explicit(&cl->exited[rank], 1, memory_order_release);
-    wake_all(cl);
+    pthread_mutex_lock(&cl->mu);
+    for (sim_group *g = cl->groups; g; g = g->next) {
+        int in = 0;
+        for (int j = 0; j < g->size && !in; j++) in = g->world_rank[j] == rank;
+        if (!in) continue;
+        pthread_mutex_lock(&g->mu);
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+    }
+    pthread_mutex_unlock(&cl->mu);
 }
 
 int sim_cluster_first_failure(sim_cluster *cl, fsc_status *s, const char **msg) {

@@ -44,9 +44,15 @@ typedef struct {
 /* floor(2 log2 x) for x > 0, from x's binary exponent (x = f 2^e, f in [0.5, 1)): 2 (e - 1), plus one when 2f is
  * at least sqrt(2). The planner asks it on every kernel call of every rank; log2 took a fifth of a large plan. */
 static int half_octave(double x) {
-    int e = 0;
-    const double f = frexp(x, &e);
-    return 2 * (e - 1) + (2.0 * f >= 1.41421356237309504880 ? 1 : 0);
+    /* x is normal (flops / bytes of 64-bit counts): x = 1.m 2^(E - 1023), so e = E - 1022 and 2f = 1.m, whose
+     * comparison with sqrt(2) (in [1, 2) too) is that of their mantissas' bits: frexp's answer without the call */
+    static const double root2 = 1.41421356237309504880;
+    uint64_t b, r;
+    memcpy(&b, &x, sizeof b);
+    memcpy(&r, &root2, sizeof r);
+    const uint64_t mant = ((uint64_t)1 << 52) - 1;
+    const int e = (int)((b >> 52) & 0x7ff) - 1022;
+    return 2 * (e - 1) + ((b & mant) >= (r & mant) ? 1 : 0);
 }
 
 /* The replay's modelled time of a call (fsc_count_set_rates): the calling thread's modelled clock moves on. */
@@ -153,7 +159,8 @@ static void gemm_times(count_ctx *c, int M, int N, int K, float be, int batch, u
     const uint64_t bytes = 4 * U(batch) * (U(M) * U(K) + U(K) * U(N) + U(M) * U(N) * (be != 0.0f ? 2 : 1));
     c->gemm_flops += flops * times;
     count_work_times(c, flops, bytes, times);
-    for (uint64_t i = 0; i < times; i++) count_time(c, flops, bytes); /* a clock moves call by call */
+    if (c->s_per_call > 0 || c->s_per_flop > 0) /* a replay's clock moves call by call */
+        for (uint64_t i = 0; i < times; i++) count_time(c, flops, bytes);
 }
 
 static fsc_status k_gemm(void *ctx, int ta, int tb, int M, int N, int K, float al, const float *A, int lda, int64_t sa,

@@ -153,7 +153,8 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
  * composed by the engine's own order of work (DDP's buckets, FSDP's prefetch, a pipeline schedule's actions and
  * bubbles, the waits) rather than by max(compute, comm). out->step_s is rank 0's replayed step (the ranks leave a
  * step together); compute_s, comm_s and rank are fsc_plan_time's terms of the same counts, for the explanation.
- * One level of links only (rates->node_ranks 0: the simulated network); every rank runs, as in fsc_plan_memory. */
+ * One level of links only (rates->node_ranks 0: the simulated network); every rank runs its step (fsc_plan_memory
+ * runs one rank per role). */
 fsc_status fsc_plan_replay(const fsc_plan_job *job, const fsc_plan_rates *rates, fsc_plan_step *out);
 /* The rates of each of world simulated ranks on this machine's cpu device (threads BLAS threads a rank, 0: 1 with
  * several ranks, else the library default): the gemm rate, the mean of min(world, 2, cores) ranks measuring at

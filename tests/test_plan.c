@@ -670,6 +670,7 @@ static void test_plan_roles(void **st) {
         {"ddp world 8, accum 2", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 1, 1, 1, 2, 0, 0, 0, 0, 2},
         {"pipeline 2 x dp 3", FSC_PAR_DDP, FSC_SHARD_FULL, 6, 1, 2, 1, 2, 0, 0, 0, 0, 4},
         {"llama tp 2 x pp 2 x dp 2", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 2, 2, 1, 2, 0, 0, 1, 0, 8},
+        {"llama tp 2 x pp 2 x dp 4", FSC_PAR_DDP, FSC_SHARD_FULL, 16, 2, 2, 1, 2, 0, 0, 1, 0, 8},
         {"llama tp 2 x dp 3, sequence parallel", FSC_PAR_DDP, FSC_SHARD_FULL, 6, 2, 1, 1, 1, 0, 0, 1, 1, 4},
         {"moe ep 2 x dp 4", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 1, 1, 2, 1, 0, 1, 0, 0, 8},
         /* sharded: each shard's place is its own role, but hybrid's replicas */

@@ -117,8 +117,9 @@ static void test_plan_kernel_work(void **st) {
     fsc_device_free(d);
 }
 
-/* Attention on the counting device counts every head's products of a row block at once (fsc_count_bulk): the
- * same calls, FLOPs and bytes in the same bins as head by head, which the device does while it moves a replay's
+/* Attention on the counting device counts every head's products of a sweep of row blocks at once (fsc_count_bulk,
+ * fsc_count_gemm_rows, its sweeps kept: backward's second sweep of dk is the first's of dv): the same calls, FLOPs
+ * and bytes in the same bins as block by block and head by head, which the device does while it moves a replay's
  * clock (fsc_count_set_rates on: no bulk). Grouped-query heads (6 over 2: products that add into dk and dv read
  * C), a last row block of fewer rows (T = 70 over blocks of 32), forward and backward. */
 static void count_attention(int bulk, double *f, double *b, uint64_t *calls, uint64_t *flops) {

@@ -28,8 +28,17 @@
 
 #define COUNT_FAKE_BASE ((uintptr_t)1 << (sizeof(uintptr_t) * 8 - 2))
 
+/* One sweep of attention's row blocks counted (fsc_count_gemm_rows): what it adds, by bin. */
+typedef struct {
+    int kind, T, rows, hs, beta, batch; /* beta: C read */
+    uint64_t flops[FSC_COUNT_BINS], bytes[FSC_COUNT_BINS], calls, gemm_flops;
+} count_sweep;
+enum { COUNT_SWEEPS = 8 }; /* sweeps kept (a model's attention has 3 kinds, 2 betas) */
+
 typedef struct {
     _Atomic uintptr_t next;       /* the next fake address */
+    count_sweep *sweeps;          /* (COUNT_SWEEPS) kept sweeps, NULL until the first; nsweeps used */
+    int nsweeps;
     /* kernels, called by the rank's own thread only: plain counters (the planner's hot path, every kernel call of
      * every rank of a plan) */
     uint64_t gemm_flops;          /* 2 M N K batch of every gemm called */
@@ -132,7 +141,11 @@ static fsc_status count_memset(void *ctx, void *dst, int value, size_t bytes) {
 
 static fsc_status count_sync(void *ctx) { (void)ctx; return FSC_OK; }
 
-static void count_destroy(void *ctx) { free(ctx); }
+static void count_destroy(void *ctx) {
+    count_ctx *c = ctx;
+    if (c) free(c->sweeps);
+    free(ctx);
+}
 
 static char count_copy_handle; /* what an asynchronous copy's handle points at: the copy is made at its start */
 
@@ -175,8 +188,45 @@ int fsc_count_bulk(const fsc_device *dev) {
     return c->s_per_flop == 0 && c->s_per_call == 0;
 }
 
-void fsc_count_gemm_times(fsc_device *dev, int M, int N, int K, float beta, int batch, uint64_t times) {
-    if (fsc_count_bulk(dev)) gemm_times(dev->ctx, M, N, K, beta, batch, times);
+/* One sweep's blocks counted into a zeroed context's counters (no clock: fsc_count_bulk). */
+static void sweep_blocks(count_ctx *c, int kind, int T, int rows, int hs, float beta, int batch) {
+    for (int i0 = 0; i0 < T; i0 += rows) {
+        const int i1 = i0 + rows < T ? i0 + rows : T;
+        if (kind == FSC_COUNT_SCORES) gemm_times(c, i1 - i0, i1, hs, beta, batch, 1);
+        else if (kind == FSC_COUNT_LOWER) gemm_times(c, i1 - i0, hs, i1, beta, batch, 1);
+        else gemm_times(c, i1 - i0, hs, T - i0, beta, batch, 1);
+    }
+}
+
+void fsc_count_gemm_rows(fsc_device *dev, int kind, int T, int rows, int hs, float beta, int batch, uint64_t times) {
+    if (!fsc_count_bulk(dev) || T <= 0 || rows <= 0) return;
+    count_ctx *c = dev->ctx;
+    const int b = beta != 0.0f;
+    const count_sweep *w = NULL;
+    for (int i = 0; i < c->nsweeps && !w; i++) {
+        const count_sweep *x = &c->sweeps[i];
+        if (x->kind == kind && x->T == T && x->rows == rows && x->hs == hs && x->beta == b && x->batch == batch) w = x;
+    }
+    count_sweep one; /* a sweep counted now (kept where there is room) */
+    if (!w) {
+        count_ctx *tmp = calloc(1, sizeof *tmp);
+        if (!c->sweeps) c->sweeps = calloc(COUNT_SWEEPS, sizeof *c->sweeps);
+        if (!tmp) { /* no memory for a scratch context: block by block */
+            for (uint64_t k = 0; k < times; k++) sweep_blocks(c, kind, T, rows, hs, beta, batch);
+            return;
+        }
+        sweep_blocks(tmp, kind, T, rows, hs, beta, batch);
+        one = (count_sweep){.kind = kind, .T = T, .rows = rows, .hs = hs, .beta = b, .batch = batch,
+                            .calls = tmp->calls, .gemm_flops = tmp->gemm_flops};
+        memcpy(one.flops, tmp->flops, sizeof one.flops);
+        memcpy(one.bytes, tmp->bytes, sizeof one.bytes);
+        free(tmp);
+        if (c->sweeps && c->nsweeps < COUNT_SWEEPS) c->sweeps[c->nsweeps++] = one;
+        w = &one;
+    }
+    for (int i = 0; i < FSC_COUNT_BINS; i++) c->flops[i] += w->flops[i] * times, c->bytes[i] += w->bytes[i] * times;
+    c->calls += w->calls * times;
+    c->gemm_flops += w->gemm_flops * times;
 }
 
 uint64_t fsc_count_gemm_flops(const fsc_device *dev) {

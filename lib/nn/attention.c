@@ -10,7 +10,8 @@
  * terms are exact zeros (the softmax writes 0 above the diagonal), so every element is the same sum as the
  * full product's, in the same order.
  * On the counting device (the planner's dry run, fsc_count_bulk) the heads' products, alike but for their
- * pointers, are counted at once per row block (fsc_count_gemm_times): the same totals as head by head.
+ * pointers, are counted at once, a sweep of row blocks by one call (fsc_count_gemm_rows): the same totals as
+ * block by block and head by head.
  * The core runs on views (rows of any stride) and maps query heads to key/value heads, so grouped-query
  * attention (lib/nn/self_attention.c) shares it; the packed (B, T, 3C) layout is the GPT's view of it.
  * Not here: the projections (linear.c, self_attention.c). */
@@ -57,47 +58,35 @@ typedef struct {
     int64_t stt;
 } dims;
 
-/* One product, or on the counting device (times > 1) `times` alike products counted at once. */
-static fsc_status gemm_n(fsc_device *dev, int times, int ta, int tb, int M, int N, int K, const float *A, int lda,
-                         int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
-                         int batch) {
-    if (times > 1) {
-        fsc_count_gemm_times(dev, M, N, K, beta, batch, (uint64_t)times);
-        return FSC_OK;
-    }
-    return FSC_K(dev, gemm, ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
-}
-
-/* S[i0:i1, 0:i1] = X[i0:i1] (ldx, batch stride sx) @ Y[0:i1]^T (ldy, sy): scores of a row block (times heads
- * alike: gemm_n) */
-static fsc_status scores(fsc_device *dev, const dims *d, int times, float *S, const float *X, int ldx, int64_t sx,
+/* S[i0:i1, 0:i1] = X[i0:i1] (ldx, batch stride sx) @ Y[0:i1]^T (ldy, sy): scores of a row block */
+static fsc_status scores(fsc_device *dev, const dims *d, float *S, const float *X, int ldx, int64_t sx,
                          const float *Y, int ldy, int64_t sy) {
     for (int i0 = 0; i0 < d->T; i0 += ROWS) {
         int i1 = i0 + ROWS < d->T ? i0 + ROWS : d->T;
-        FSC_TRY(gemm_n(dev, times, 0, 1, i1 - i0, i1, d->HS, X + (size_t)i0 * ldx, ldx, sx, Y, ldy, sy, 0.0f,
-                       S + (size_t)i0 * d->T, d->T, d->stt, d->B));
+        FSC_TRY(FSC_K(dev, gemm, 0, 1, i1 - i0, i1, d->HS, 1.0f, X + (size_t)i0 * ldx, ldx, sx, Y, ldy, sy, 0.0f,
+                      S + (size_t)i0 * d->T, d->T, d->stt, d->B));
     }
     return FSC_OK;
 }
 
 /* O[i0:i1] (ldo, so) = P[i0:i1, 0:i1] @ Y[0:i1] (ldy, sy): P lower triangular */
-static fsc_status lower_times(fsc_device *dev, const dims *d, int times, float *O, int ldo, int64_t so,
-                              const float *P, const float *Y, int ldy, int64_t sy) {
+static fsc_status lower_times(fsc_device *dev, const dims *d, float *O, int ldo, int64_t so, const float *P,
+                              const float *Y, int ldy, int64_t sy) {
     for (int i0 = 0; i0 < d->T; i0 += ROWS) {
         int i1 = i0 + ROWS < d->T ? i0 + ROWS : d->T;
-        FSC_TRY(gemm_n(dev, times, 0, 0, i1 - i0, d->HS, i1, P + (size_t)i0 * d->T, d->T, d->stt, Y, ldy, sy, 0.0f,
-                       O + (size_t)i0 * ldo, ldo, so, d->B));
+        FSC_TRY(FSC_K(dev, gemm, 0, 0, i1 - i0, d->HS, i1, 1.0f, P + (size_t)i0 * d->T, d->T, d->stt, Y, ldy, sy,
+                      0.0f, O + (size_t)i0 * ldo, ldo, so, d->B));
     }
     return FSC_OK;
 }
 
 /* O[j0:j1] (ldo, so) = P[j0:T, j0:j1]^T @ Y[j0:T] (ldy, sy) + beta O: P lower triangular */
-static fsc_status lower_t_times(fsc_device *dev, const dims *d, int times, float *O, int ldo, int64_t so,
-                                const float *P, const float *Y, int ldy, int64_t sy, float beta) {
+static fsc_status lower_t_times(fsc_device *dev, const dims *d, float *O, int ldo, int64_t so, const float *P,
+                                const float *Y, int ldy, int64_t sy, float beta) {
     for (int j0 = 0; j0 < d->T; j0 += ROWS) {
         int j1 = j0 + ROWS < d->T ? j0 + ROWS : d->T;
-        FSC_TRY(gemm_n(dev, times, 1, 0, j1 - j0, d->HS, d->T - j0, P + (size_t)j0 * d->T + j0, d->T, d->stt,
-                       Y + (size_t)j0 * ldy, ldy, sy, beta, O + (size_t)j0 * ldo, ldo, so, d->B));
+        FSC_TRY(FSC_K(dev, gemm, 1, 0, j1 - j0, d->HS, d->T - j0, 1.0f, P + (size_t)j0 * d->T + j0, d->T, d->stt,
+                      Y + (size_t)j0 * ldy, ldy, sy, beta, O + (size_t)j0 * ldo, ldo, so, d->B));
     }
     return FSC_OK;
 }
@@ -129,15 +118,20 @@ fsc_status fsc_attn_core_forward(fsc_device *dev, const fsc_attn_core_dims *c, f
     int64_t T = c->T, rep = c->NH / c->KVH;
     float scale = 1.0f / sqrtf((float)c->HS);
     float *pre = work; /* (B, NH, T, T), rows filled up to their block's last column */
-    const int n = fsc_count_bulk(dev) ? c->NH : 1; /* heads a call counts (the counting device: all) */
-    for (int h = 0; h < c->NH; h += n) {
+    if (fsc_count_bulk(dev)) { /* the counting device: every head's products of the sweep at once */
+        fsc_count_gemm_rows(dev, FSC_COUNT_SCORES, c->T, ROWS, c->HS, 0.0f, c->B, (uint64_t)c->NH);
+        FSC_TRY(FSC_K(dev, softmax_causal_forward, att, pre, c->B * c->NH, c->T, scale));
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER, c->T, ROWS, c->HS, 0.0f, c->B, (uint64_t)c->NH);
+        return FSC_OK;
+    }
+    for (int h = 0; h < c->NH; h++) {
         size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS;
-        FSC_TRY(scores(dev, &d, n, pre + (size_t)h * T * T, q + hq, ldq, T * ldq, k + hk, ldk, T * ldk));
+        FSC_TRY(scores(dev, &d, pre + (size_t)h * T * T, q + hq, ldq, T * ldq, k + hk, ldk, T * ldk));
     }
     FSC_TRY(FSC_K(dev, softmax_causal_forward, att, pre, c->B * c->NH, c->T, scale));
-    for (int h = 0; h < c->NH; h += n) { /* out[:, h*HS : (h+1)*HS] = att v */
+    for (int h = 0; h < c->NH; h++) { /* out[:, h*HS : (h+1)*HS] = att v */
         size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS;
-        FSC_TRY(lower_times(dev, &d, n, out + hq, ldo, T * ldo, att + (size_t)h * T * T, v + hk, ldv, T * ldv));
+        FSC_TRY(lower_times(dev, &d, out + hq, ldo, T * ldo, att + (size_t)h * T * T, v + hk, ldv, T * ldv));
     }
     return FSC_OK;
 }
@@ -163,30 +157,30 @@ fsc_status fsc_attn_core_backward(fsc_device *dev, const fsc_attn_core_dims *c, 
     float *datt = work;                                       /* (B, NH, T, T) */
     float *dpre = work + r64((size_t)c->B * c->NH * T * T);   /* (B, NH, T, T) */
     if (fsc_count_bulk(dev)) { /* the counting device: every head's products at once, by their beta */
-        const int NH = c->NH, KVH = c->KVH; /* the KVH heads of beta 0 (h % rep == 0), the others of beta 1 */
-        FSC_TRY(scores(dev, &d, NH, datt, dout, ldo, T * ldo, v, ldv, T * ldv));
-        FSC_TRY(lower_t_times(dev, &d, KVH, dv, ldv, T * ldv, att, dout, ldo, T * ldo, 0.0f));
-        if (NH > KVH) FSC_TRY(lower_t_times(dev, &d, NH - KVH, dv, ldv, T * ldv, att, dout, ldo, T * ldo, 1.0f));
+        const uint64_t NH = (uint64_t)c->NH, KVH = (uint64_t)c->KVH; /* KVH heads of beta 0 (h % rep == 0) */
+        fsc_count_gemm_rows(dev, FSC_COUNT_SCORES, c->T, ROWS, c->HS, 0.0f, c->B, NH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 0.0f, c->B, KVH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 1.0f, c->B, NH - KVH);
         FSC_TRY(FSC_K(dev, softmax_causal_backward, dpre, datt, att, c->B * c->NH, c->T, scale));
-        FSC_TRY(lower_times(dev, &d, NH, dq, ldq, T * ldq, dpre, k, ldk, T * ldk));
-        FSC_TRY(lower_t_times(dev, &d, KVH, dk, ldk, T * ldk, dpre, q, ldq, T * ldq, 0.0f));
-        if (NH > KVH) FSC_TRY(lower_t_times(dev, &d, NH - KVH, dk, ldk, T * ldk, dpre, q, ldq, T * ldq, 1.0f));
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER, c->T, ROWS, c->HS, 0.0f, c->B, NH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 0.0f, c->B, KVH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 1.0f, c->B, NH - KVH);
         return FSC_OK;
     }
     for (int h = 0; h < c->NH; h++) {
         size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS, htt = (size_t)h * T * T;
         float beta = h % rep ? 1.0f : 0.0f; /* the group's first query head overwrites, the others add */
         /* datt = dy v^T; dv += att^T dy */
-        FSC_TRY(scores(dev, &d, 1, datt + htt, dout + hq, ldo, T * ldo, v + hk, ldv, T * ldv));
-        FSC_TRY(lower_t_times(dev, &d, 1, dv + hk, ldv, T * ldv, att + htt, dout + hq, ldo, T * ldo, beta));
+        FSC_TRY(scores(dev, &d, datt + htt, dout + hq, ldo, T * ldo, v + hk, ldv, T * ldv));
+        FSC_TRY(lower_t_times(dev, &d, dv + hk, ldv, T * ldv, att + htt, dout + hq, ldo, T * ldo, beta));
     }
     FSC_TRY(FSC_K(dev, softmax_causal_backward, dpre, datt, att, c->B * c->NH, c->T, scale));
     for (int h = 0; h < c->NH; h++) {
         size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS, htt = (size_t)h * T * T;
         float beta = h % rep ? 1.0f : 0.0f;
         /* dq = dpre k; dk += dpre^T q */
-        FSC_TRY(lower_times(dev, &d, 1, dq + hq, ldq, T * ldq, dpre + htt, k + hk, ldk, T * ldk));
-        FSC_TRY(lower_t_times(dev, &d, 1, dk + hk, ldk, T * ldk, dpre + htt, q + hq, ldq, T * ldq, beta));
+        FSC_TRY(lower_times(dev, &d, dq + hq, ldq, T * ldq, dpre + htt, k + hk, ldk, T * ldk));
+        FSC_TRY(lower_t_times(dev, &d, dk + hk, ldk, T * ldk, dpre + htt, q + hq, ldq, T * ldq, beta));
     }
     return FSC_OK;
 }

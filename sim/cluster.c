@@ -96,6 +96,8 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
             return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: stage_through_host is not timed by the virtual "
                                               "clock (the staging runs on progress threads): use the wall clock");
     }
+    if (o->stand_in && o->sim_clock != FSC_SIM_CLOCK_WALL)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: stand_in needs the wall clock (sim_clock %d)", o->sim_clock);
     if (o->reduce_native)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: reduce_native applies to processes started by a launcher "
                          "(MPI, NCCL); simulated ranks always sum in rank order");
@@ -132,6 +134,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     fsc_status s = sim_cluster_create(world, timeout, &cl);
     if (s == FSC_OK) {
         cl->virt = virt;
+        cl->stand_in = opts->stand_in;
         cl->net_latency_s = opts->sim_latency_us * 1e-6;
         cl->net_bytes_per_s = opts->sim_bandwidth_gbps * 1e9;
         cl->node_ranks = opts->sim_node_ranks;

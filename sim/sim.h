@@ -74,6 +74,7 @@ struct sim_group {
     pthread_cond_t cv;
     int arrived, departed;    /* ranks at each rendezvous */
     unsigned arrive_gen, depart_gen;
+    int stood;                /* ranks stood in for in the last committed collective (they do not depart) */
     sim_slot *slots;          /* (size) */
     fsc_status verdict;       /* of the last completed arrive: FSC_OK or why the collective fails */
     char verdict_msg[SIM_MSG_CAP];
@@ -128,6 +129,7 @@ struct sim_cluster {
     double *link_booked;      /* (world) the seconds booked on each rank's link so far (under net_mu), with link_free */
     int virt;                 /* 1: every rank thread reads a virtual clock (fsc_cluster_opts.sim_clock); time is
                                * booked on it: a collective starts when its last rank arrives (sim_net.c) */
+    const int *stand_in;      /* fsc_cluster_opts.stand_in: (world) or NULL; read for ranks that have exited only */
 };
 
 /* sim_group.c: the cluster, groups and the rendezvous. */
@@ -160,6 +162,10 @@ int sim_wait(sim_group *g, const struct timespec *deadline);
 void sim_deadline(const sim_cluster *cl, struct timespec *out);
 /* Under g->mu: mark the group failed (sticky) and wake its ranks. */
 void sim_group_fail(sim_group *g, fsc_status s, const char *msg);
+/* Under g->mu: the group rank standing in for group rank j (fsc_cluster_opts.stand_in: j has returned from its
+ * function and its entry names another world rank), -2 when that rank is not in the group, -1 when j is not
+ * stood in for. */
+int sim_stand_in(const sim_group *g, int j);
 
 /* sim_comm.c: the communicator. */
 extern const fsc_comm_ops sim_comm_ops;

@@ -136,9 +136,12 @@ static fsc_status sim_all_reduce(void *ctx, const void *send, void *recv, size_t
     FSC_TRY(arrive(h, &me, st));
     /* rank r owns elements [lo, hi): it reads them from every send and writes them to every recv; nobody
      * else touches them, so send == recv (in place) is safe. */
-    size_t N = (size_t)h->g->size, chunk = (count + N - 1) / N, r = (size_t)h->rank;
-    size_t lo = r * chunk < count ? r * chunk : count, hi = lo + chunk < count ? lo + chunk : count;
-    if (hi > lo) reduce_range(h->g, lo, hi - lo, -1, lo, dt, op);
+    size_t N = (size_t)h->g->size, chunk = (count + N - 1) / N;
+    for (size_t r = 0; r < N; r++) { /* its own chunk, and those of the ranks it stands in for */
+        if (r != (size_t)h->rank && !(h->g->stood && sim_stand_in(h->g, (int)r) == h->rank)) continue;
+        size_t lo = r * chunk < count ? r * chunk : count, hi = lo + chunk < count ? lo + chunk : count;
+        if (hi > lo) reduce_range(h->g, lo, hi - lo, -1, lo, dt, op);
+    }
     sim_depart(h);
     return h->stage ? sim_stage_out(h, "all_reduce", dev_recv, h->buf, bytes) : FSC_OK;
 }

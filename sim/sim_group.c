@@ -95,9 +95,20 @@ void sim_cluster_fail(sim_cluster *cl, int rank, fsc_status s, const char *msg) 
     wake_all(cl);
 }
 
+/* Rank `rank` returned: wake the ranks waiting on the groups holding it (only they wait for it; a thousand ranks
+ * returning at once, stood in for, would otherwise wake every waiting rank a thousand times). */
 void sim_cluster_exit(sim_cluster *cl, int rank) {
     atomic_store_explicit(&cl->exited[rank], 1, memory_order_release);
-    wake_all(cl);
+    pthread_mutex_lock(&cl->mu);
+    for (sim_group *g = cl->groups; g; g = g->next) {
+        int in = 0;
+        for (int j = 0; j < g->size && !in; j++) in = g->world_rank[j] == rank;
+        if (!in) continue;
+        pthread_mutex_lock(&g->mu);
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+    }
+    pthread_mutex_unlock(&cl->mu);
 }
 
 int sim_cluster_first_failure(sim_cluster *cl, fsc_status *s, const char **msg) {
@@ -288,10 +299,21 @@ fsc_status sim_check_failed(sim_handle *h, const char *what) {
     return FSC_OK;
 }
 
-/* Under g->mu: a rank this collective waits for has returned from its function. */
+int sim_stand_in(const sim_group *g, int j) {
+    const int w = g->world_rank[j];
+    if (!g->cl->stand_in || !atomic_load_explicit(&g->cl->exited[w], memory_order_acquire)) return -1;
+    const int v = g->cl->stand_in[w]; /* written before w returned (fsc_cluster_opts.stand_in) */
+    if (v < 0 || v == w) return -1;
+    if (v < g->size && g->world_rank[v] == v) return v; /* the world's ranks in order (the world group) */
+    for (int k = 0; k < g->size; k++)
+        if (g->world_rank[k] == v) return k;
+    return -2;
+}
+
+/* Under g->mu: a rank this collective waits for has returned from its function (and is not stood in for). */
 static fsc_status check_exited(sim_group *g, const char *what) {
     for (int j = 0; j < g->size; j++) {
-        if (g->slots[j].posted) continue;
+        if (g->slots[j].posted || sim_stand_in(g, j) >= 0) continue;
         if (atomic_load_explicit(&g->cl->exited[g->world_rank[j]], memory_order_acquire)) {
             char lab[64];
             sim_rank_label(g, j, lab, sizeof(lab));
@@ -353,6 +375,49 @@ static void complete_arrive(sim_group *g) {
     }
 }
 
+/* Under g->mu: the ranks not posted are all stood in for by ranks that posted (fsc_cluster_opts.stand_in): their
+ * slots become copies of those ranks' (what they send is what their stand-ins send), g->stood counts them, and 1
+ * is returned (the collective can complete). 0: a rank not posted is not stood in for, or its stand-in has not
+ * posted yet. A stand-in outside the group, or a split (whose groups a copied slot would misplace), fails the
+ * collective (*why). */
+static int stand_ins(sim_group *g, const char **why) {
+    int n = 0;
+    *why = NULL;
+    for (int j = 0; j < g->size; j++) {
+        if (g->slots[j].posted) continue;
+        const int k = sim_stand_in(g, j);
+        if (k == -1 || (k >= 0 && !g->slots[k].posted)) return 0;
+        if (k == -2) *why = "its stand-in is not in this group";
+        n++;
+    }
+    for (int j = 0; j < g->size && n && !*why; j++) {
+        if (g->slots[j].posted) continue;
+        const int k = sim_stand_in(g, j);
+        g->slots[j] = g->slots[k];
+        g->slots[j].posted = 0;
+        g->slots[j].child = NULL;
+        if (g->slots[k].op == SIM_OP_SPLIT) *why = "a split cannot stand in for it";
+    }
+    g->stood = n;
+    return 1;
+}
+
+/* Under g->mu: every rank has posted or is stood in for: check the calls, commit, wake the group. */
+static void commit(sim_group *g, const char *stood_why) {
+    if (stood_why) {
+        g->verdict = FSC_ERR_COMM;
+        snprintf(g->verdict_msg, sizeof(g->verdict_msg), "a rank of the group returned from its function and was "
+                 "stood in for, but %s", stood_why);
+    } else {
+        complete_arrive(g);
+    }
+    if ((sim_net_on(g->cl) || g->cl->virt) && g->verdict == FSC_OK) sim_net_commit(g);
+    for (int j = 0; j < g->size; j++) g->slots[j].posted = 0;
+    g->arrived = 0;
+    g->arrive_gen++;
+    pthread_cond_broadcast(&g->cv);
+}
+
 fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
     sim_group *g = h->g;
     char what[96];
@@ -371,17 +436,17 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
     g->slots[h->rank].posted = 1;
     g->slots[h->rank].child = NULL;
     unsigned gen = g->arrive_gen;
+    const char *why = NULL;
     if (++g->arrived == g->size) {
-        complete_arrive(g);
-        if ((sim_net_on(g->cl) || g->cl->virt) && g->verdict == FSC_OK) sim_net_commit(g);
-        for (int j = 0; j < g->size; j++) g->slots[j].posted = 0;
-        g->arrived = 0;
-        g->arrive_gen++;
-        pthread_cond_broadcast(&g->cv);
+        g->stood = 0;
+        commit(g, NULL);
+    } else if (g->cl->stand_in && stand_ins(g, &why)) {
+        commit(g, why);
     }
     int timed_out = 0;
     for (;;) {
-        if (g->arrive_gen != gen) { /* committed: every rank arrived */
+        if (g->arrive_gen == gen && g->cl->stand_in && stand_ins(g, &why)) commit(g, why); /* one returned */
+        if (g->arrive_gen != gen) { /* committed: every rank arrived (or is stood in for) */
             h->t_done = g->t_done;
             s = g->verdict == FSC_OK ? FSC_OK : fsc_error(g->verdict, "%s", g->verdict_msg);
             break;
@@ -411,7 +476,7 @@ void sim_depart(sim_handle *h) {
     sim_group *g = h->g;
     pthread_mutex_lock(&g->mu);
     unsigned gen = g->depart_gen;
-    if (++g->departed == g->size) {
+    if (++g->departed + g->stood == g->size) {
         g->departed = 0;
         g->depart_gen++;
         pthread_cond_broadcast(&g->cv);

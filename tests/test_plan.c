@@ -17,6 +17,7 @@
 #include <math.h>
 #include "fsc/fsc.h"
 #include "core/device_impl.h" /* FSC_K, fsc_count_work */
+#include "plan/plan_impl.h"     /* plan_memory_roles */
 
 /* A small GPT every layout below divides: 2 layers (pp 2 puts one on each stage), 4 heads (tp 2); its
  * embedding, head, logits and several activations pass FSC_COUNT_REAL_MAX, so the counting device gives them
@@ -114,6 +115,48 @@ static void test_plan_kernel_work(void **st) {
     }
     fsc_device_release(d, big);
     fsc_device_free(d);
+}
+
+/* Attention on the counting device counts every head's products of a sweep of row blocks at once (fsc_count_bulk,
+ * fsc_count_gemm_rows, its sweeps kept: backward's second sweep of dk is the first's of dv): the same calls, FLOPs
+ * and bytes in the same bins as block by block and head by head, which the device does while it moves a replay's
+ * clock (fsc_count_set_rates on: no bulk). Grouped-query heads (6 over 2: products that add into dk and dv read
+ * C), a last row block of fewer rows (T = 70 over blocks of 32), forward and backward. */
+static void count_attention(int bulk, double *f, double *b, uint64_t *calls, uint64_t *flops) {
+    fsc_device *d = NULL;
+    assert_int_equal(fsc_device_create("count", NULL, &d), FSC_OK);
+    if (!bulk) fsc_count_set_rates(d, 1e30, 1e30, 0); /* no replay clock on this thread: nothing moves */
+    assert_int_equal(fsc_count_bulk(d), bulk);
+    void *big = NULL;
+    assert_int_equal(fsc_device_alloc(d, FSC_TAG_ACTS, (size_t)1 << 20, &big), FSC_OK);
+    float *x = big;
+    const fsc_attn_core_dims c = {.B = 2, .T = 70, .NH = 6, .KVH = 2, .HS = 8};
+    assert_int_equal(fsc_attn_core_forward(d, &c, x, 48, x, 48, x, 16, x, 16, x, x), FSC_OK);
+    assert_int_equal(fsc_attn_core_backward(d, &c, x, x, x, x, 48, x, 48, x, 16, x, 16, x, x), FSC_OK);
+    fsc_count_work(d, f, b);
+    *calls = fsc_count_calls(d);
+    *flops = fsc_count_gemm_flops(d);
+    fsc_device_release(d, big);
+    fsc_device_free(d);
+}
+
+static void test_plan_attention_bulk(void **st) {
+    (void)st;
+    double f1[FSC_PLAN_BINS], b1[FSC_PLAN_BINS], f0[FSC_PLAN_BINS], b0[FSC_PLAN_BINS];
+    uint64_t calls1, calls0, flops1, flops0;
+    count_attention(1, f1, b1, &calls1, &flops1);
+    count_attention(0, f0, b0, &calls0, &flops0);
+    /* 3 row blocks x 6 heads x (2 products forward + 4 backward), the two softmaxes */
+    assert_int_equal(calls0, 3 * 6 * 6 + 2);
+    assert_int_equal(calls1, calls0);
+    assert_int_equal(flops1, flops0);
+    int bins = 0;
+    for (int i = 0; i < FSC_PLAN_BINS; i++) {
+        if (f1[i] != f0[i] || b1[i] != b0[i])
+            fail_msg("bin %d: in bulk %.0f FLOPs %.0f bytes, call by call %.0f and %.0f", i, f1[i], b1[i], f0[i], b0[i]);
+        bins += f0[i] > 0;
+    }
+    assert_true(bins > 2); /* the blocks' products fall in several bins */
 }
 
 /* A real plan's step holds its work: every gemm FLOP in the bins, bytes beyond the products', the data group's
@@ -652,6 +695,106 @@ static void test_plan_replay_two_levels(void **st) {
     check_replay_nodes("fsdp hybrid, 2 nodes of 2, prefetch 0", j, 1);
 }
 
+/* One rank per role (fsc_plan_memory's way) plans what every rank running its step plans: per rank, every peak and
+ * host peak, the coordinates, the work bins, FLOPs and calls, the collectives' calls and bytes per group and per
+ * communicator (with its own id). *stepped: how many ranks ran the step with the shortcut. */
+static void same_comm_stats(const char *name, int r, const char *what, const fsc_comm_stats *a, const fsc_comm_stats *b) {
+    for (int op = 0; op < FSC_OP_COUNT; op++)
+        if (a->calls[op] != b->calls[op] || a->bytes[op] != b->bytes[op])
+            fail_msg("%s: rank %d %s %s: %llu calls %.0f bytes by role, %llu and %.0f every rank", name, r, what,
+                     fsc_comm_op_name((fsc_comm_op)op), (unsigned long long)a->calls[op], a->bytes[op],
+                     (unsigned long long)b->calls[op], b->bytes[op]);
+}
+
+static int check_roles(const char *name, const fsc_plan_job *j) {
+    fsc_plan_rank *a = calloc((size_t)j->world, sizeof *a), *b = calloc((size_t)j->world, sizeof *b);
+    assert_non_null(a);
+    assert_non_null(b);
+    int stepped = -1, all = -1;
+    if (plan_memory_roles(j, a, 1, &stepped) != FSC_OK) fail_msg("%s: by role: %s", name, fsc_last_error());
+    if (plan_memory_roles(j, b, 0, &all) != FSC_OK) fail_msg("%s: every rank: %s", name, fsc_last_error());
+    assert_int_equal(all, j->world);
+    for (int r = 0; r < j->world; r++) {
+        const fsc_plan_rank *x = &a[r], *y = &b[r];
+        for (int t = 0; t < FSC_TAG_COUNT; t++)
+            if (x->peak[t] != y->peak[t] || x->host_peak[t] != y->host_peak[t])
+                fail_msg("%s: rank %d %s: by role %zu (host %zu), every rank %zu (host %zu)", name, r,
+                         fsc_tag_name((fsc_tag)t), x->peak[t], x->host_peak[t], y->peak[t], y->host_peak[t]);
+        assert_int_equal(x->peak_total, y->peak_total);
+        assert_int_equal(x->host_peak_total, y->host_peak_total);
+        assert_int_equal(x->has_host, y->has_host);
+        assert_int_equal(x->tensor, y->tensor);
+        assert_int_equal(x->data, y->data);
+        assert_int_equal(x->stage, y->stage);
+        if (x->gemm_flops != y->gemm_flops || x->kernel_calls != y->kernel_calls || x->host_work_bytes != y->host_work_bytes)
+            fail_msg("%s: rank %d: by role %.0f FLOPs %.0f calls %.0f host bytes, every rank %.0f, %.0f, %.0f", name, r,
+                     x->gemm_flops, x->kernel_calls, x->host_work_bytes, y->gemm_flops, y->kernel_calls, y->host_work_bytes);
+        for (int i = 0; i < FSC_PLAN_BINS; i++)
+            if (x->work_flops[i] != y->work_flops[i] || x->work_bytes[i] != y->work_bytes[i])
+                fail_msg("%s: rank %d bin %d: by role %.0f FLOPs %.0f bytes, every rank %.0f and %.0f", name, r, i,
+                         x->work_flops[i], x->work_bytes[i], y->work_flops[i], y->work_bytes[i]);
+        for (int g = 0; g < FSC_GROUP_COUNT; g++) {
+            assert_int_equal(x->group_size[g], y->group_size[g]);
+            assert_true(x->comm_bytes[g] == y->comm_bytes[g]);
+            same_comm_stats(name, r, fsc_group_kind_name((fsc_group_kind)g), &x->comm[g], &y->comm[g]);
+        }
+        assert_int_equal(x->ncomms, y->ncomms);
+        for (int k = 0; k < x->ncomms; k++) {
+            assert_true(x->comms[k].id == y->comms[k].id);
+            assert_int_equal(x->comms[k].kind, y->comms[k].kind);
+            assert_int_equal(x->comms[k].size, y->comms[k].size);
+            same_comm_stats(name, r, "communicator", &x->comms[k].stats, &y->comms[k].stats);
+        }
+    }
+    free(a);
+    free(b);
+    return stepped;
+}
+
+static void test_plan_roles(void **st) {
+    (void)st;
+    static const struct {
+        const char *name;
+        fsc_parallel_kind kind;
+        fsc_shard_strategy shard;
+        int world, tp, pp, ep, accum, offload, moe, llama, sp, most; /* most: ranks that may run the step */
+    } rows[] = {
+        /* ddp: the first data rank and one for the others */
+        {"ddp world 4", FSC_PAR_DDP, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 0, 0, 0, 0, 2},
+        {"ddp world 8, accum 2", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 1, 1, 1, 2, 0, 0, 0, 0, 2},
+        {"pipeline 2 x dp 3", FSC_PAR_DDP, FSC_SHARD_FULL, 6, 1, 2, 1, 2, 0, 0, 0, 0, 4},
+        {"llama tp 2 x pp 2 x dp 2", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 2, 2, 1, 2, 0, 0, 1, 0, 8},
+        {"llama tp 2 x pp 2 x dp 4", FSC_PAR_DDP, FSC_SHARD_FULL, 16, 2, 2, 1, 2, 0, 0, 1, 0, 8},
+        {"llama tp 2 x dp 3, sequence parallel", FSC_PAR_DDP, FSC_SHARD_FULL, 6, 2, 1, 1, 1, 0, 0, 1, 1, 4},
+        {"moe ep 2 x dp 4", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 1, 1, 2, 1, 0, 1, 0, 0, 8},
+        /* sharded: each shard's place is its own role, but hybrid's replicas */
+        {"fsdp world 4", FSC_PAR_FSDP, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 0, 0, 0, 0, 4},
+        {"fsdp hybrid world 8", FSC_PAR_FSDP, FSC_SHARD_HYBRID, 8, 1, 1, 1, 1, 0, 0, 0, 0, 8},
+        {"fsdp hybrid world 8, offload all", FSC_PAR_FSDP, FSC_SHARD_HYBRID, 8, 1, 1, 1, 1, 2, 0, 0, 0, 8},
+        {"zero1 world 3", FSC_PAR_ZERO1, FSC_SHARD_FULL, 3, 1, 1, 1, 1, 0, 0, 0, 0, 3},
+        {"zero2 world 4, offload optim", FSC_PAR_ZERO2, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 1, 0, 0, 0, 4},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        fsc_plan_job j = rows[i].llama ? small_llama(rows[i].world, rows[i].world) : small_gpt(rows[i].world, rows[i].world);
+        j.po.kind = rows[i].kind;
+        j.po.shard = rows[i].shard;
+        j.po.tp = rows[i].tp;
+        j.po.pp = rows[i].pp;
+        j.po.ep = rows[i].ep;
+        j.po.accum = rows[i].accum;
+        j.po.clip = 1.0f;
+        j.po.offload = rows[i].offload == 2 ? FSC_OFFLOAD_ALL : rows[i].offload ? FSC_OFFLOAD_OPTIM : FSC_OFFLOAD_NONE;
+        j.sequence_parallel = rows[i].sp;
+        if (rows[i].pp > 1) j.po.schedule = FSC_SCHED_1F1B;
+        if (rows[i].moe) j.gpt.moe_experts = 4, j.gpt.moe_top_k = 2;
+        if (rows[i].accum > 1) j.batch *= rows[i].accum;
+        const int stepped = check_roles(rows[i].name, &j);
+        if (stepped < 1 || stepped > rows[i].most)
+            fail_msg("%s: %d of %d ranks ran the step, want 1 to %d", rows[i].name, stepped, j.world, rows[i].most);
+        print_message("%-40s %d of %d ranks ran the step\n", rows[i].name, stepped, j.world);
+    }
+}
+
 static void test_plan_bad_jobs(void **st) {
     (void)st;
     fsc_plan_rank r[4];
@@ -673,6 +816,7 @@ int main(void) {
         cmocka_unit_test(test_plan_single_rank),
         cmocka_unit_test(test_plan_gemm_flops),
         cmocka_unit_test(test_plan_kernel_work),
+        cmocka_unit_test(test_plan_attention_bulk),
         cmocka_unit_test(test_plan_step_work),
         cmocka_unit_test(test_plan_time_arithmetic),
         cmocka_unit_test(test_plan_time_two_levels),
@@ -683,6 +827,7 @@ int main(void) {
         cmocka_unit_test(test_plan_pipeline_tensor),
         cmocka_unit_test(test_plan_moe),
         cmocka_unit_test(test_plan_config_text),
+        cmocka_unit_test(test_plan_roles),
         cmocka_unit_test(test_plan_bad_jobs),
         cmocka_unit_test(test_plan_replay),
         cmocka_unit_test(test_plan_replay_two_levels),

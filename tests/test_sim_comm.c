@@ -599,6 +599,76 @@ static void test_exited_rank_fails_waiters(void **state) {
     }
 }
 
+/* Stand-ins (fsc_cluster_opts.stand_in, the planner's one rank per role): world 4, ranks 2 and 3 return after
+ * splitting the world into {0, 2} and {1, 3}, stood in for by rank 1. Rank r sends r + 1: an all-reduce of 8
+ * values (rank 1 computes the chunks of 2 and 3) sums 1 + 2 + 2 + 2 = 7 everywhere, an all-gather gives 1 2 2 2,
+ * a broadcast from rank 3 gives rank 1's value, a barrier of {1, 3} completes. A barrier of {0, 2} (which rank 2's
+ * stand-in is not in), a split of the world and a receive from rank 2 fail (FSC_ERR_COMM) at once. */
+typedef struct {
+    int mode; /* 0: collectives; 1: a group without the stand-in; 2: a receive from a rank stood in for; 3: a split */
+    float sum[2][8], gathered[2][4], bcast[2];
+    fsc_status st[2];
+    char msg[2][200];
+} stand_rec;
+
+static fsc_status rank_stood_in(fsc_rank *r, void *arg) {
+    stand_rec *e = arg;
+    fsc_comm *half = NULL;
+    fsc_status s = fsc_comm_split(r->comm, r->rank % 2, r->rank, &half);
+    if (r->rank >= 2 || s != FSC_OK) { /* stood in for by rank 1 */
+        fsc_comm_free(half);
+        return s;
+    }
+    float x[8], one = (float)(r->rank + 1);
+    for (int i = 0; i < 8; i++) x[i] = one;
+    if (e->mode == 0) {
+        s = fsc_comm_all_reduce(r->comm, x, e->sum[r->rank], 8, FSC_F32, FSC_SUM);
+        if (s == FSC_OK) s = fsc_comm_all_gather(r->comm, &one, e->gathered[r->rank], 1, FSC_F32);
+        e->bcast[r->rank] = one;
+        if (s == FSC_OK) s = fsc_comm_broadcast(r->comm, &e->bcast[r->rank], 1, FSC_F32, 3);
+        if (s == FSC_OK && r->rank == 1) s = fsc_comm_barrier(half);
+    } else if (e->mode == 1) {
+        if (r->rank == 0) s = fsc_comm_barrier(half);
+    } else if (e->mode == 2) {
+        if (r->rank == 0) s = fsc_comm_recv(r->comm, x, 1, FSC_F32, 2);
+    } else {
+        fsc_comm *c = NULL;
+        s = fsc_comm_split(r->comm, 0, 0, &c);
+        fsc_comm_free(c);
+    }
+    fsc_comm_free(half);
+    e->st[r->rank] = s;
+    snprintf(e->msg[r->rank], sizeof e->msg[0], "%s", s == FSC_OK ? "" : fsc_last_error());
+    return s;
+}
+
+static void test_stand_in(void **state) {
+    (void)state;
+    int stand[4] = {0, 1, 1, 1};
+    fsc_cluster_opts o = {.world = 4, .timeout_s = 20, .stand_in = stand};
+    stand_rec *e = calloc(1, sizeof *e);
+    assert_ok(fsc_cluster_run(&o, rank_stood_in, e));
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < 8; i++) assert_true(e->sum[r][i] == 7.0f);
+        for (int i = 0; i < 4; i++) assert_true(e->gathered[r][i] == (i == 0 ? 1.0f : 2.0f));
+        assert_true(e->bcast[r] == 2.0f);
+    }
+    static const char *const want[] = {"", "its stand-in is not in this group",
+                                       "returned from its function without sending", "a split cannot stand in"};
+    for (int mode = 1; mode < 4; mode++) {
+        memset(e, 0, sizeof *e);
+        e->mode = mode;
+        double t0 = now_s();
+        assert_true(fsc_cluster_run(&o, rank_stood_in, e) == FSC_ERR_COMM);
+        assert_true(now_s() - t0 < 10);
+        if (e->st[0] != FSC_ERR_COMM || !strstr(e->msg[0], want[mode]))
+            fail_msg("mode %d: %s: %s", mode, fsc_status_str(e->st[0]), e->msg[0]);
+    }
+    o.sim_clock = FSC_SIM_CLOCK_VIRTUAL; /* the wall clock only */
+    assert_true(fsc_cluster_run(&o, rank_stood_in, e) == FSC_ERR_INVALID);
+    free(e);
+}
+
 static fsc_status rank_recv_mismatch(fsc_rank *r, void *arg) {
     err_rec *e = arg;
     float x[5] = {1, 2, 3, 4, 5};
@@ -725,6 +795,7 @@ int main(void) {
         cmocka_unit_test(test_failed_rank_fails_waiters),
         cmocka_unit_test(test_timeout_names_missing_rank),
         cmocka_unit_test(test_exited_rank_fails_waiters),
+        cmocka_unit_test(test_stand_in),
         cmocka_unit_test(test_recv_mismatch),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_wrap_and_object),

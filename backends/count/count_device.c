@@ -28,8 +28,17 @@
 
 #define COUNT_FAKE_BASE ((uintptr_t)1 << (sizeof(uintptr_t) * 8 - 2))
 
+/* One sweep of attention's row blocks counted (fsc_count_gemm_rows): what it adds, by bin. */
+typedef struct {
+    int kind, T, rows, hs, beta, batch; /* beta: C read */
+    uint64_t flops[FSC_COUNT_BINS], bytes[FSC_COUNT_BINS], calls, gemm_flops;
+} count_sweep;
+enum { COUNT_SWEEPS = 8 }; /* sweeps kept (a model's attention has 3 kinds, 2 betas) */
+
 typedef struct {
     _Atomic uintptr_t next;       /* the next fake address */
+    count_sweep *sweeps;          /* (COUNT_SWEEPS) kept sweeps, NULL until the first; nsweeps used */
+    int nsweeps;
     /* kernels, called by the rank's own thread only: plain counters (the planner's hot path, every kernel call of
      * every rank of a plan) */
     uint64_t gemm_flops;          /* 2 M N K batch of every gemm called */
@@ -44,9 +53,15 @@ typedef struct {
 /* floor(2 log2 x) for x > 0, from x's binary exponent (x = f 2^e, f in [0.5, 1)): 2 (e - 1), plus one when 2f is
  * at least sqrt(2). The planner asks it on every kernel call of every rank; log2 took a fifth of a large plan. */
 static int half_octave(double x) {
-    int e = 0;
-    const double f = frexp(x, &e);
-    return 2 * (e - 1) + (2.0 * f >= 1.41421356237309504880 ? 1 : 0);
+    /* x is normal (flops / bytes of 64-bit counts): x = 1.m 2^(E - 1023), so e = E - 1022 and 2f = 1.m, whose
+     * comparison with sqrt(2) (in [1, 2) too) is that of their mantissas' bits: frexp's answer without the call */
+    static const double root2 = 1.41421356237309504880;
+    uint64_t b, r;
+    memcpy(&b, &x, sizeof b);
+    memcpy(&r, &root2, sizeof r);
+    const uint64_t mant = ((uint64_t)1 << 52) - 1;
+    const int e = (int)((b >> 52) & 0x7ff) - 1022;
+    return 2 * (e - 1) + ((b & mant) >= (r & mant) ? 1 : 0);
 }
 
 /* The replay's modelled time of a call (fsc_count_set_rates): the calling thread's modelled clock moves on. */
@@ -57,16 +72,21 @@ static void count_time(const count_ctx *c, uint64_t flops, uint64_t bytes) {
     }
 }
 
-/* One kernel call's work into its intensity bin (fsc_count_work), on the rank's thread. */
-static void count_work(void *ctx, uint64_t flops, uint64_t bytes) {
-    count_ctx *c = ctx;
+/* `times` kernel calls of the same work into their intensity bin (fsc_count_work), on the rank's thread. */
+static void count_work_times(count_ctx *c, uint64_t flops, uint64_t bytes, uint64_t times) {
     int b = FSC_COUNT_BINS - 1;
     if (bytes > 0 && flops == 0) b = 0;
     else if (bytes > 0) b = half_octave((double)flops / (double)bytes) + FSC_COUNT_BINS / 2;
     b = b < 0 ? 0 : b >= FSC_COUNT_BINS ? FSC_COUNT_BINS - 1 : b;
-    c->flops[b] += flops;
-    c->bytes[b] += bytes;
-    c->calls++;
+    c->flops[b] += flops * times;
+    c->bytes[b] += bytes * times;
+    c->calls += times;
+}
+
+/* One kernel call's work into its intensity bin (fsc_count_work), on the rank's thread. */
+static void count_work(void *ctx, uint64_t flops, uint64_t bytes) {
+    count_ctx *c = ctx;
+    count_work_times(c, flops, bytes, 1);
     count_time(c, flops, bytes);
 }
 
@@ -121,7 +141,11 @@ static fsc_status count_memset(void *ctx, void *dst, int value, size_t bytes) {
 
 static fsc_status count_sync(void *ctx) { (void)ctx; return FSC_OK; }
 
-static void count_destroy(void *ctx) { free(ctx); }
+static void count_destroy(void *ctx) {
+    count_ctx *c = ctx;
+    if (c) free(c->sweeps);
+    free(ctx);
+}
 
 static char count_copy_handle; /* what an asynchronous copy's handle points at: the copy is made at its start */
 
@@ -141,15 +165,68 @@ static fsc_status count_copy_wait(void *ctx, void *copy) { (void)ctx; (void)copy
         return FSC_OK;                                                                                             \
     }
 
-/* a product is counted, not computed: A, B read, C written (and read when beta is not 0) */
+/* a product is counted, not computed: A, B read, C written (and read when beta is not 0); `times` alike */
+static void gemm_times(count_ctx *c, int M, int N, int K, float be, int batch, uint64_t times) {
+    if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return;
+    const uint64_t flops = 2 * U(M) * U(N) * U(K) * U(batch);
+    const uint64_t bytes = 4 * U(batch) * (U(M) * U(K) + U(K) * U(N) + U(M) * U(N) * (be != 0.0f ? 2 : 1));
+    c->gemm_flops += flops * times;
+    count_work_times(c, flops, bytes, times);
+    if (c->s_per_call > 0 || c->s_per_flop > 0) /* a replay's clock moves call by call */
+        for (uint64_t i = 0; i < times; i++) count_time(c, flops, bytes);
+}
+
 static fsc_status k_gemm(void *ctx, int ta, int tb, int M, int N, int K, float al, const float *A, int lda, int64_t sa,
                          const float *B, int ldb, int64_t sb, float be, float *C, int ldc, int64_t sc, int batch) {
-    count_ctx *c = ctx;
-    if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return FSC_OK;
-    const uint64_t flops = 2 * U(M) * U(N) * U(K) * U(batch);
-    c->gemm_flops += flops;
-    count_work(ctx, flops, 4 * U(batch) * (U(M) * U(K) + U(K) * U(N) + U(M) * U(N) * (be != 0.0f ? 2 : 1)));
+    gemm_times(ctx, M, N, K, be, batch, 1);
     return FSC_OK;
+}
+
+int fsc_count_bulk(const fsc_device *dev) {
+    if (!fsc_device_is_count(dev)) return 0;
+    const count_ctx *c = dev->ctx;
+    return c->s_per_flop == 0 && c->s_per_call == 0;
+}
+
+/* One sweep's blocks counted into a zeroed context's counters (no clock: fsc_count_bulk). */
+static void sweep_blocks(count_ctx *c, int kind, int T, int rows, int hs, float beta, int batch) {
+    for (int i0 = 0; i0 < T; i0 += rows) {
+        const int i1 = i0 + rows < T ? i0 + rows : T;
+        if (kind == FSC_COUNT_SCORES) gemm_times(c, i1 - i0, i1, hs, beta, batch, 1);
+        else if (kind == FSC_COUNT_LOWER) gemm_times(c, i1 - i0, hs, i1, beta, batch, 1);
+        else gemm_times(c, i1 - i0, hs, T - i0, beta, batch, 1);
+    }
+}
+
+void fsc_count_gemm_rows(fsc_device *dev, int kind, int T, int rows, int hs, float beta, int batch, uint64_t times) {
+    if (!fsc_count_bulk(dev) || T <= 0 || rows <= 0) return;
+    count_ctx *c = dev->ctx;
+    const int b = beta != 0.0f;
+    const count_sweep *w = NULL;
+    for (int i = 0; i < c->nsweeps && !w; i++) {
+        const count_sweep *x = &c->sweeps[i];
+        if (x->kind == kind && x->T == T && x->rows == rows && x->hs == hs && x->beta == b && x->batch == batch) w = x;
+    }
+    count_sweep one; /* a sweep counted now (kept where there is room) */
+    if (!w) {
+        count_ctx *tmp = calloc(1, sizeof *tmp);
+        if (!c->sweeps) c->sweeps = calloc(COUNT_SWEEPS, sizeof *c->sweeps);
+        if (!tmp) { /* no memory for a scratch context: block by block */
+            for (uint64_t k = 0; k < times; k++) sweep_blocks(c, kind, T, rows, hs, beta, batch);
+            return;
+        }
+        sweep_blocks(tmp, kind, T, rows, hs, beta, batch);
+        one = (count_sweep){.kind = kind, .T = T, .rows = rows, .hs = hs, .beta = b, .batch = batch,
+                            .calls = tmp->calls, .gemm_flops = tmp->gemm_flops};
+        memcpy(one.flops, tmp->flops, sizeof one.flops);
+        memcpy(one.bytes, tmp->bytes, sizeof one.bytes);
+        free(tmp);
+        if (c->sweeps && c->nsweeps < COUNT_SWEEPS) c->sweeps[c->nsweeps++] = one;
+        w = &one;
+    }
+    for (int i = 0; i < FSC_COUNT_BINS; i++) c->flops[i] += w->flops[i] * times, c->bytes[i] += w->bytes[i] * times;
+    c->calls += w->calls * times;
+    c->gemm_flops += w->gemm_flops * times;
 }
 
 uint64_t fsc_count_gemm_flops(const fsc_device *dev) {

@@ -74,6 +74,16 @@ uint64_t fsc_count_calls(const fsc_device *dev);
  * the calling thread's modelled clock (core/clock_impl.h) by max(flops / flops_per_s, bytes / bytes_per_s) +
  * kernel_s, its roofline time. No effect on another device; rates <= 0: stop. */
 void fsc_count_set_rates(fsc_device *dev, double flops_per_s, double bytes_per_s, double kernel_s);
+/* Whether dev counts alike calls in bulk: the counting device, not moving a replay's clock (fsc_count_set_rates
+ * off), where alike products may be counted at once (fsc_count_gemm_rows). */
+int fsc_count_bulk(const fsc_device *dev);
+/* Count `times` sweeps of causal attention's products over row blocks (lib/nn/attention.c): for i0 = 0, rows,
+ * 2 rows, ... below T, with i1 = min(i0 + rows, T), one product of (M, N, K) = scores (i1 - i0, i1, hs), lower
+ * (i1 - i0, hs, i1) or lower_t (i1 - i0, hs, T - i0), beta (whether C is read) and batch: the same FLOPs, bytes,
+ * bins and calls as `times` x the blocks' FSC_K(dev, gemm, ...) calls (a sweep's counts are kept, so the layers'
+ * and micro-batches' alike sweeps cost a lookup). Only where fsc_count_bulk(dev) (else nothing). */
+enum { FSC_COUNT_SCORES = 0, FSC_COUNT_LOWER, FSC_COUNT_LOWER_T };
+void fsc_count_gemm_rows(fsc_device *dev, int kind, int T, int rows, int hs, float beta, int batch, uint64_t times);
 
 /* The places a plug-in file (libfsc_cuda.so, libfsc_mpi.so) is looked for, in order: beside the executable,
  * in its ../lib, beside the file holding libfsc's code (libfsc.so; dladdr), then the bare name for the

@@ -67,10 +67,12 @@ fsc_status fsc_settings_add(fsc_settings *s, const char *name, const char *fmt, 
     va_list ap, again;
     va_start(ap, fmt);
     va_copy(again, ap);
-    const int len = vsnprintf(NULL, 0, fmt, ap);
+    char line[256]; /* formatted once where it fits (a model's tensors: a setting each, on every rank) */
+    const int len = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     char *value = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (value) vsnprintf(value, (size_t)len + 1, fmt, again);
+    if (value && (size_t)len < sizeof line) memcpy(value, line, (size_t)len + 1);
+    else if (value) vsnprintf(value, (size_t)len + 1, fmt, again);
     va_end(again);
     if (value && s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 32;

@@ -9,6 +9,9 @@
  * call below OpenBLAS's threading threshold, which runs small products faster on one thread. The skipped
  * terms are exact zeros (the softmax writes 0 above the diagonal), so every element is the same sum as the
  * full product's, in the same order.
+ * On the counting device (the planner's dry run, fsc_count_bulk) the heads' products, alike but for their
+ * pointers, are counted at once, a sweep of row blocks by one call (fsc_count_gemm_rows): the same totals as
+ * block by block and head by head.
  * The core runs on views (rows of any stride) and maps query heads to key/value heads, so grouped-query
  * attention (lib/nn/self_attention.c) shares it; the packed (B, T, 3C) layout is the GPT's view of it.
  * Not here: the projections (linear.c, self_attention.c). */
@@ -115,6 +118,12 @@ fsc_status fsc_attn_core_forward(fsc_device *dev, const fsc_attn_core_dims *c, f
     int64_t T = c->T, rep = c->NH / c->KVH;
     float scale = 1.0f / sqrtf((float)c->HS);
     float *pre = work; /* (B, NH, T, T), rows filled up to their block's last column */
+    if (fsc_count_bulk(dev)) { /* the counting device: every head's products of the sweep at once */
+        fsc_count_gemm_rows(dev, FSC_COUNT_SCORES, c->T, ROWS, c->HS, 0.0f, c->B, (uint64_t)c->NH);
+        FSC_TRY(FSC_K(dev, softmax_causal_forward, att, pre, c->B * c->NH, c->T, scale));
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER, c->T, ROWS, c->HS, 0.0f, c->B, (uint64_t)c->NH);
+        return FSC_OK;
+    }
     for (int h = 0; h < c->NH; h++) {
         size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS;
         FSC_TRY(scores(dev, &d, pre + (size_t)h * T * T, q + hq, ldq, T * ldq, k + hk, ldk, T * ldk));
@@ -147,6 +156,17 @@ fsc_status fsc_attn_core_backward(fsc_device *dev, const fsc_attn_core_dims *c, 
     float scale = 1.0f / sqrtf((float)c->HS);
     float *datt = work;                                       /* (B, NH, T, T) */
     float *dpre = work + r64((size_t)c->B * c->NH * T * T);   /* (B, NH, T, T) */
+    if (fsc_count_bulk(dev)) { /* the counting device: every head's products at once, by their beta */
+        const uint64_t NH = (uint64_t)c->NH, KVH = (uint64_t)c->KVH; /* KVH heads of beta 0 (h % rep == 0) */
+        fsc_count_gemm_rows(dev, FSC_COUNT_SCORES, c->T, ROWS, c->HS, 0.0f, c->B, NH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 0.0f, c->B, KVH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 1.0f, c->B, NH - KVH);
+        FSC_TRY(FSC_K(dev, softmax_causal_backward, dpre, datt, att, c->B * c->NH, c->T, scale));
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER, c->T, ROWS, c->HS, 0.0f, c->B, NH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 0.0f, c->B, KVH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 1.0f, c->B, NH - KVH);
+        return FSC_OK;
+    }
     for (int h = 0; h < c->NH; h++) {
         size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS, htt = (size_t)h * T * T;
         float beta = h % rep ? 1.0f : 0.0f; /* the group's first query head overwrites, the others add */

@@ -13,4 +13,9 @@ fsc_status plan_time_steps(const fsc_plan_job *job, int steps, double *seconds);
 fsc_status plan_replay_step(const fsc_plan_job *job, const fsc_plan_rates *rates, fsc_plan_rank *out,
                             double *seconds);
 
+/* plan_memory.c: fsc_plan_memory with every rank running its step (roles 0) or one rank per role (roles 1,
+ * fsc_plan_memory's way: ranks whose step a key says is another's take that one's results); *stepped (may be
+ * NULL): how many ranks ran the step. */
+fsc_status plan_memory_roles(const fsc_plan_job *job, fsc_plan_rank *out, int roles, int *stepped);
+
 #endif

@@ -6,6 +6,8 @@
  * run one step, read the ledger, the step's collective bytes per group and (on the counting device) its gemm
  * FLOPs.
  * Not here: the counting device (backends/count), step time, the search over layouts. */
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/cluster.h"
@@ -29,13 +31,148 @@ static void add_comm(fsc_plan_rank *o, const fsc_comm *c, int kind) {
 enum { PLAN_MAX_TIMED = 16 }; /* steps plan_time_steps times at most */
 enum { PLAN_TIMEOUT_S = 900 }; /* seconds a rank may wait at a collective of the plan (the simulator's default: 60) */
 
+/* One rank per role: what decides a rank's step, beside its data-parallel index (role_of). */
+enum { ROLE_WORDS = 8 + 4 * FSC_PLAN_COMMS + 4 * FSC_TAG_COUNT + 2 };
+typedef struct {
+    uint64_t w[ROLE_WORDS];
+} role_key;
+
 typedef struct {
     const fsc_plan_job *job;
     fsc_plan_rank *out;
     int timed;       /* steps timed after the first (plan_time_steps, plan_replay_step), 0: none */
     const fsc_plan_rates *model; /* the replay's rates (the counting device's kernels move the modelled clock) */
     double seconds;  /* rank 0's timed step: the median of the timed ones, or the replayed one */
+    /* one rank per role (roles 1): after the setup each rank writes its key; rank 0 then picks the rank that runs
+     * the step for each (stand_in: the cluster's table), the others return and take its results */
+    int roles;
+    role_key *keys;  /* (world) */
+    int *stand_in;   /* (world) the rank whose step stands for each rank's (itself: it runs its own) */
+    _Atomic int stood; /* ranks that returned stood in for */
 } plan_run;
+
+/* 64-bit mixing (splitmix64's finalizer) of a running hash with v: the key's variable-length parts */
+static uint64_t mix(uint64_t h, uint64_t v) {
+    uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* What decides this rank's step beside its data index: its tensor rank and stage, each communicator's kind, size
+ * and (for tensor, pipeline and expert groups) its rank in it, or (for data and world groups, whose ranks are
+ * alike but for which part of the data they take) only whether it is the group's first; its ledger after the setup
+ * (the shards' sizes); the gradient segments and clipping pieces' lengths; what its strategy holds of which tensor
+ * (its shards' places, which set the optimizer's weight-decay ranges). Two ranks of equal keys run the same step:
+ * the same kernels on the same shapes, the same allocations, the same collectives (tests/test_plan.c checks the
+ * shortcut against every rank run over a matrix of layouts). */
+static fsc_status role_of(fsc_engine *e, const fsc_device *dev, role_key *k) {
+    memset(k, 0, sizeof *k);
+    int n = 0;
+    const fsc_layout *lay = fsc_engine_layout(e);
+    k->w[n++] = (uint64_t)lay->tensor, k->w[n++] = (uint64_t)lay->pipe;
+    k->w[n++] = (uint64_t)lay->tp, k->w[n++] = (uint64_t)lay->pp, k->w[n++] = (uint64_t)lay->dp;
+    const fsc_comm *c[FSC_PLAN_COMMS];
+    int kind[FSC_PLAN_COMMS], nc = 0;
+    c[nc] = e->comm, kind[nc++] = FSC_GROUP_DATA;
+    for (int g = 0; g < e->ngroups && nc < FSC_PLAN_COMMS; g++) c[nc] = e->groups[g], kind[nc++] = e->group_kind[g];
+    k->w[n++] = (uint64_t)nc;
+    for (int i = 0; i < nc; i++) {
+        const int alike = kind[i] == FSC_GROUP_DATA || kind[i] == FSC_GROUP_WORLD;
+        k->w[n++] = (uint64_t)kind[i];
+        k->w[n++] = c[i] ? (uint64_t)c[i]->size : 0;
+        k->w[n++] = !c[i] ? 0 : alike ? (uint64_t)(c[i]->rank == 0) : (uint64_t)c[i]->rank;
+        k->w[n++] = c[i] == e->norm_comm; /* which group the clipping norm sums over */
+    }
+    const fsc_device *host = fsc_engine_host_device(e);
+    for (int t = 0; t < FSC_TAG_COUNT; t++) {
+        k->w[n++] = fsc_device_peak_bytes(dev, (fsc_tag)t), k->w[n++] = fsc_device_current_bytes(dev, (fsc_tag)t);
+        k->w[n++] = host ? fsc_device_peak_bytes(host, (fsc_tag)t) + 1 : 0;
+        k->w[n++] = host ? fsc_device_current_bytes(host, (fsc_tag)t) : 0;
+    }
+    uint64_t h = mix(0, (uint64_t)e->ngsegs);
+    for (int i = 0; i < e->ngsegs; i++) h = mix(h, e->glens[i]);
+    h = mix(h, (uint64_t)e->nnsegs);
+    for (int i = 0; i < e->nnsegs; i++) h = mix(h, e->nlens[i]);
+    k->w[n++] = h;
+    h = 0;
+    if (e->st->holdings) {
+        fsc_holding *hd = NULL;
+        int nh = 0;
+        FSC_TRY(e->st->holdings(e, &hd, &nh));
+        h = mix(h, (uint64_t)nh);
+        for (int i = 0; i < nh; i++) {
+            h = mix(mix(h, (uint64_t)hd[i].tensor), hd[i].first);
+            h = mix(mix(mix(h, hd[i].n), (uint64_t)hd[i].seg), hd[i].seg_off);
+        }
+        free(hd);
+    }
+    k->w[n++] = h;
+    return FSC_OK;
+}
+
+static int key_cmp(const role_key *a, const role_key *b) { return memcmp(a, b, sizeof *a); }
+
+typedef struct {
+    const role_key *keys;
+    int rank;
+} key_ref;
+
+static int key_ref_cmp(const void *pa, const void *pb) {
+    const key_ref *a = pa, *b = pb;
+    int c = key_cmp(&a->keys[a->rank], &b->keys[b->rank]);
+    return c ? c : (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+typedef struct {
+    uint64_t id;
+    int rank;
+} member;
+
+static int member_cmp(const void *pa, const void *pb) {
+    const member *a = pa, *b = pb;
+    if (a->id != b->id) return a->id < b->id ? -1 : 1;
+    return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+/* Rank 0, between the barriers: each rank's stand-in, the lowest rank of its key; then, while a communicator
+ * holding a rank that runs also holds a rank whose stand-in it does not hold, that rank runs its own step (the
+ * simulator stands v in for w in the groups holding both only). The ranks' communicators: out[].comms' ids. */
+static fsc_status pick_stand_ins(plan_run *run, int world) {
+    key_ref *ref = malloc((size_t)world * sizeof *ref);
+    size_t nm = 0;
+    for (int w = 0; w < world; w++) nm += (size_t)run->out[w].ncomms;
+    member *m = malloc((nm + 1) * sizeof *m);
+    char *in = calloc((size_t)world, 1);
+    if (!ref || !m || !in) {
+        free(ref), free(m), free(in);
+        return fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for the roles of %d ranks", world);
+    }
+    for (int w = 0; w < world; w++) ref[w] = (key_ref){run->keys, w};
+    qsort(ref, (size_t)world, sizeof *ref, key_ref_cmp);
+    for (int i = 0, lo = 0; i < world; i++) {
+        if (i > 0 && key_cmp(&run->keys[ref[i].rank], &run->keys[ref[i - 1].rank]) != 0) lo = i;
+        run->stand_in[ref[i].rank] = ref[lo].rank;
+    }
+    nm = 0;
+    for (int w = 0; w < world; w++)
+        for (int k = 0; k < run->out[w].ncomms; k++) m[nm++] = (member){run->out[w].comms[k].id, w};
+    qsort(m, nm, sizeof *m, member_cmp);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t lo = 0, hi; lo < nm; lo = hi) {
+            int runs = 0;
+            for (hi = lo; hi < nm && m[hi].id == m[lo].id; hi++) in[m[hi].rank] = 1, runs |= run->stand_in[m[hi].rank] == m[hi].rank;
+            for (size_t i = lo; runs && i < hi; i++) {
+                const int w = m[i].rank;
+                if (run->stand_in[w] != w && !in[run->stand_in[w]]) run->stand_in[w] = w, changed = 1;
+            }
+            for (size_t i = lo; i < hi; i++) in[m[i].rank] = 0;
+        }
+    }
+    free(ref), free(m), free(in);
+    return FSC_OK;
+}
 
 fsc_plan_job fsc_plan_job_default(void) {
     fsc_plan_job j = {.model = FSC_PLAN_GPT, .gpt = fsc_gpt_config_default(), .po = fsc_parallel_opts_default(),
@@ -82,7 +219,27 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
         fsc_model_free(lm);
         return s;
     }
-    if (run->model) { /* the replay: the kernels' roofline times, the host's at its own rate */
+    if (run->roles) { /* one rank per role: the keys, the stand-ins; a rank stood in for returns */
+        fsc_plan_rank *o = &run->out[r->rank];
+        const fsc_layout *ly = fsc_engine_layout(e);
+        o->tensor = ly->tensor, o->data = ly->data, o->stage = ly->pipe;
+        add_comm(o, e->comm, FSC_GROUP_DATA); /* the ids: which ranks share a communicator */
+        for (int k = 0; k < e->ngroups; k++) add_comm(o, e->groups[k], e->group_kind[k]);
+        s = role_of(e, r->dev, &run->keys[r->rank]);
+        fsc_status b = fsc_comm_barrier(r->comm); /* every key written */
+        if (s == FSC_OK) s = b;
+        if (s == FSC_OK && r->rank == 0) s = pick_stand_ins(run, r->world);
+        b = fsc_comm_barrier(r->comm); /* every stand-in picked */
+        if (s == FSC_OK) s = b;
+        if (s == FSC_OK && run->stand_in[r->rank] != r->rank) {
+            atomic_fetch_add(&run->stood, 1);
+            fsc_engine_free(e);
+            fsc_model_free(lm);
+            return FSC_OK; /* the cluster stands run->stand_in[rank] in for it (fsc_cluster_opts.stand_in) */
+        }
+        o->ncomms = 0; /* the step's own, below */
+    }
+    if (s == FSC_OK && run->model) { /* the replay: the kernels' roofline times, the host's at its own rate */
         const fsc_plan_rates *m = run->model;
         fsc_count_set_rates(r->dev, m->flops_per_s, m->bytes_per_s, m->kernel_s);
         fsc_count_set_rates(fsc_engine_host_device(e), m->flops_per_s, m->host_bytes_per_s, m->kernel_s);
@@ -161,8 +318,11 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     return s;
 }
 
+/* The job on its world of simulated ranks on device; roles 1 (the counting device on the wall clock only): one
+ * rank per role runs the step (plan_rank), the others take its results, every rank if that fails; *stepped (may be
+ * NULL): the ranks that ran the step. */
 static fsc_status plan_run_on(const char *device, const fsc_plan_job *job, fsc_plan_rank *out, int timed,
-                              const fsc_plan_rates *model, double *seconds) {
+                              const fsc_plan_rates *model, double *seconds, int roles, int *stepped) {
     FSC_CHECK_ARG(job);
     FSC_CHECK_ARG(out);
     if (job->world < 1) return fsc_error(FSC_ERR_INVALID, "plan: world is %d, must be >= 1", job->world);
@@ -186,30 +346,62 @@ static fsc_status plan_run_on(const char *device, const fsc_plan_job *job, fsc_p
         co.sim_node_bandwidth_gbps = model->node_bytes_per_s * 1e-9;
         co.sim_node_latency_us = model->node_latency_s * 1e6;
     }
-    plan_run run = {job, out, timed, model, 0};
+    plan_run run = {job, out, timed, model, 0, .roles = roles && job->world > 1};
+    if (run.roles) {
+        run.keys = calloc((size_t)job->world, sizeof *run.keys);
+        run.stand_in = malloc((size_t)job->world * sizeof *run.stand_in);
+        if (!run.keys || !run.stand_in) {
+            free(run.keys), free(run.stand_in);
+            return fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for the roles of %d ranks", job->world);
+        }
+        for (int w = 0; w < job->world; w++) run.stand_in[w] = w;
+        co.stand_in = run.stand_in;
+    }
+    atomic_init(&run.stood, 0);
     fsc_status s = fsc_cluster_run(&co, plan_rank, &run);
     if (seconds) *seconds = run.seconds;
+    for (int w = 0; s == FSC_OK && run.roles && w < job->world; w++) { /* a rank stood in for: its stand-in's step */
+        const int v = run.stand_in[w];
+        if (v == w) continue;
+        fsc_plan_rank own = out[w];
+        out[w] = out[v];
+        out[w].tensor = own.tensor, out[w].data = own.data, out[w].stage = own.stage;
+        if (own.ncomms != out[v].ncomms) /* equal keys hold as many communicators */
+            s = fsc_error(FSC_ERR_INTERNAL, "plan: rank %d has %d communicators, rank %d standing in for it %d", w,
+                          own.ncomms, v, out[v].ncomms);
+        for (int k = 0; k < own.ncomms && k < out[w].ncomms; k++) out[w].comms[k].id = own.comms[k].id;
+    }
+    if (stepped) *stepped = job->world - atomic_load(&run.stood);
+    const int stood = atomic_load(&run.stood);
+    free(run.keys);
+    free(run.stand_in);
+    if (s != FSC_OK && stood > 0) /* a collective the stand-ins could not meet: every rank runs its step */
+        return plan_run_on(device, job, out, timed, model, seconds, 0, stepped);
     return s;
 }
 
+fsc_status plan_memory_roles(const fsc_plan_job *job, fsc_plan_rank *out, int roles, int *stepped) {
+    return plan_run_on("count", job, out, 0, NULL, NULL, roles, stepped);
+}
+
 fsc_status fsc_plan_memory(const fsc_plan_job *job, fsc_plan_rank *out) {
-    return plan_run_on("count", job, out, 0, NULL, NULL);
+    return plan_run_on("count", job, out, 0, NULL, NULL, 1, NULL);
 }
 
 fsc_status fsc_plan_measure(const fsc_plan_job *job, fsc_plan_rank *out) {
-    return plan_run_on("cpu", job, out, 0, NULL, NULL);
+    return plan_run_on("cpu", job, out, 0, NULL, NULL, 0, NULL);
 }
 
 fsc_status plan_time_steps(const fsc_plan_job *job, int steps, double *seconds) {
     FSC_CHECK_ARG(job);
     fsc_plan_rank *out = calloc((size_t)(job->world > 0 ? job->world : 1), sizeof *out);
     if (!out) return fsc_error(FSC_ERR_NOMEM, "plan: out of memory for %d ranks", job->world);
-    fsc_status s = plan_run_on("cpu", job, out, steps, NULL, seconds);
+    fsc_status s = plan_run_on("cpu", job, out, steps, NULL, seconds, 0, NULL);
     free(out);
     return s;
 }
 
 fsc_status plan_replay_step(const fsc_plan_job *job, const fsc_plan_rates *rates, fsc_plan_rank *out,
                             double *seconds) {
-    return plan_run_on("count", job, out, 0, rates, seconds);
+    return plan_run_on("count", job, out, 0, rates, seconds, 0, NULL);
 }

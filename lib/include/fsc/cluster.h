@@ -50,6 +50,12 @@ typedef struct {
                                   skips too); the planner's tests compare its communication time with them */
     int sim_clock;             /* simulated ranks only: FSC_SIM_CLOCK_WALL (0, the default), FSC_SIM_CLOCK_VIRTUAL or
                                   FSC_SIM_CLOCK_MODEL */
+    const int *stand_in;       /* simulated ranks on the wall clock only (the planner's one rank per role): NULL, or
+                                  (world) entries the ranks may write while they run. A rank w that returns from its
+                                  function while stand_in[w] names another world rank v is stood in for by v from then
+                                  on: a collective of a group holding both completes without w, w sending what v
+                                  sends (v computes w's part of an all-reduce). A collective of a group holding w but
+                                  not v, a split, or a receive from w then fails with FSC_ERR_COMM. */
 } fsc_cluster_opts;
 /* The simulated cluster's clocks (fsc_cluster_opts.sim_clock; docs/overlap.md, "The virtual clock"):
  *   WALL     the ranks' threads share the machine's cores; a modelled network or copy link sleeps. Times read on

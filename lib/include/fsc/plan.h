@@ -103,7 +103,8 @@ typedef struct {
 } fsc_plan_rank;
 
 /* Per-rank peaks of the job on the counting device into out[0 .. job->world - 1]. Every rank of the world runs
- * (as a thread; allocations beyond a few kilobytes are not there, so a large model needs no memory); the job's
+ * the setup (as a thread; allocations beyond a few kilobytes are not there, so a large model needs no memory) and
+ * one rank per role the step, the ranks whose step it stands for taking its results (docs/planning.md); the job's
  * errors are the engine's (an invalid layout fails as fsc-train would, with its message). */
 fsc_status fsc_plan_memory(const fsc_plan_job *job, fsc_plan_rank *out);
 /* The same job run for real on the cpu device (simulated ranks, one thread each): the measured peaks. */
@@ -153,7 +154,8 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
  * bubbles, the waits) rather than by max(compute, comm). out->step_s is rank 0's replayed step (the ranks leave a
  * step together); compute_s, comm_s and rank are fsc_plan_time's terms of the same counts, for the explanation.
  * The network is the rates' links, one level or two (node_ranks > 0: each collective at its group's levels, as
- * fsc_plan_time costs it; the simulator's fsc_cluster_opts.sim_node_ranks); every rank runs, as in fsc_plan_memory. */
+ * fsc_plan_time costs it; the simulator's fsc_cluster_opts.sim_node_ranks); every rank runs its step
+ * (fsc_plan_memory runs one rank per role). */
 fsc_status fsc_plan_replay(const fsc_plan_job *job, const fsc_plan_rates *rates, fsc_plan_step *out);
 /* The rates of each of world simulated ranks on this machine's cpu device (threads BLAS threads a rank, 0: 1 with
  * several ranks, else the library default): the gemm rate, the mean of min(world, 2, cores) ranks measuring at

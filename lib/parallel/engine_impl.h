@@ -109,6 +109,7 @@ struct fsc_engine {
     void *sd;                 /* strategy data */
 
     fsc_model_acts *acts;     /* micro-batch record, (re)made for the micro-batch size */
+    struct fsc_step_list *accum; /* without a pipeline: this rank's actions of a step, the accumulation list (step.c) */
     int acts_B;
     int micro;                /* current micro-batch in the step */
     int sync;                 /* this micro-batch's backward reduces gradients */

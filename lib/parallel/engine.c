@@ -1,6 +1,9 @@
 /* The training engine: one optimizer step over micro-batches, the same on every parallel strategy.
  * Order (parallel.h): forward, backward with dloss = loss_scale / (global_batch * T), reductions by the
  * strategy (fsc_engine_reduce), unscale, non-finite vote, exact-norm clipping, optimizer step.
+ * The forward and backward passes are this rank's list of actions (the accumulation list F0 B0 F1 B1 ..., or a
+ * pipeline's schedule) run by one runner (step.c); step_model reads as the step: begin_step, the actions,
+ * end_backward, the sums, the vote, clipping, the optimizer.
  * What differs between strategies (where parameters and gradients live) is behind fsc_strategy.
  * The vote runs on every precision: a step with inf or NaN in its loss or gradients on any rank applies no
  * update anywhere; weights are checked for inf/NaN when saved and loaded (fsc_engine_check_finite). */

@@ -1,5 +1,6 @@
 /* Private: the engine's state and the table each parallel strategy (ddp.c, fsdp.c, zero.c) fills.
- * engine.c owns the step: micro-batches, loss, unscaling, the non-finite vote, clipping and the optimizer.
+ * engine.c owns the step: this rank's actions (micro-batches: step.h's runner), loss, unscaling, the non-finite
+ * vote, clipping and the optimizer.
  * A strategy owns where parameters and gradients live and every gradient reduction. */
 #ifndef FSC_ENGINE_IMPL_H
 #define FSC_ENGINE_IMPL_H

@@ -9,6 +9,7 @@
  * or appears in a list of 2 v m actions. ZBV (two chunks in a V) gives the order of its definition (pipe_sched.c,
  * PyTorch's ScheduleZBVZeroBubble) for p = 2, m = 4, action by action, validates in a V over a grid of p and m,
  * and a last rank whose chunk 1 runs before its own chunk 0 handed it the input deadlocks on its local stream.
+ * 1F1B on one rank is the accumulation list F0 B0 F1 B1 ... (a step without a pipeline runs it: step.c).
  * Runs bit-identical to DDP are test_pipe's. */
 #include <limits.h>
 #include "testutil.h"
@@ -63,6 +64,23 @@ static void test_builtin_orders(void **state) {
     text(l.a[0], l.n[0], buf, sizeof buf);
     assert_string_equal(buf, "F0 F1 B0 B1");
     free_all(4, &l);
+}
+
+/* The accumulation list a step without a pipeline runs (lib/parallel/step.c): 1F1B on one rank has no warm-up,
+ * so it is F0 B0 F1 B1 ... for every m, and it validates. */
+static void test_accumulation_list(void **state) {
+    (void)state;
+    char buf[512], want[512];
+    for (int m = 1; m <= 12; m++) {
+        lists l;
+        make_all(FSC_SCHED_1F1B, 1, 1, m, &l);
+        size_t at = 0;
+        for (int k = 0; k < m; k++) at += (size_t)snprintf(want + at, sizeof want - at, "%sF%d B%d", k ? " " : "", k, k);
+        text(l.a[0], l.n[0], buf, sizeof buf);
+        assert_string_equal(buf, want);
+        assert_ok(validate(1, 1, m, &l));
+        free_all(1, &l);
+    }
 }
 
 static void test_builtin_grid_valid(void **state) {
@@ -373,6 +391,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin_orders),
         cmocka_unit_test(test_builtin_grid_valid),
+        cmocka_unit_test(test_accumulation_list),
         cmocka_unit_test(test_interleaved_order),
         cmocka_unit_test(test_zb_h1_order),
         cmocka_unit_test(test_zb_h1_grid_valid),

@@ -5,7 +5,7 @@
  * independently in comm.c's account); an FSDP step shows forward L and backward L for every layer of the model,
  * all-gathers inside forward spans and reduce-scatters inside backward spans, the optimizer inside the step,
  * a checkpoint save and a weights save after it; the layers' spans are named by their tensors' prefixes ("h.0"), the
- * step's span is "step" with the step in its args;
+ * step's span is "step" with the step in its args, and its actions' (F0.0, B0.0) hold their layers' spans;
  * a full recorder keeps exactly max_events events and says how many it dropped; a streaming recorder's file holds
  * the spans it finished before the process stops (read by tools/trace_merge without the file's end), and each
  * span once after fsc_trace_write finishes it. */
@@ -282,6 +282,17 @@ static void test_engine_trace(void **state) {
             assert_true(inside(fwd[l], step));
             assert_true(inside(bwd[l], step));
         }
+        /* the step's actions (step.c's runner; without a pipeline the accumulation list, here F0 B0): each layer's
+         * forward inside F0.0, its backward inside B0.0, F before B, both inside the step, with their wait */
+        const cJSON *f0 = find_event(j, "F0.0", 0), *b0 = find_event(j, "B0.0", 0);
+        assert_non_null(f0);
+        assert_non_null(b0);
+        assert_null(find_event(j, "F1.0", 0)); /* accum 1: one micro-batch */
+        assert_string_equal(str(f0, "cat"), "pipe");
+        assert_true(inside(f0, step) && inside(b0, step));
+        assert_true(num(b0, "ts") >= num(f0, "ts") + num(f0, "dur") - 1e-3);
+        assert_true(num(cJSON_GetObjectItem(b0, "args"), "wait_us") >= 0);
+        for (int l = 0; l < 4; l++) assert_true(inside(fwd[l], f0) && inside(bwd[l], b0));
         /* the traced bytes per operation sum to the communicator's counters; gathers and reduce-scatters of
          * FSDP sit inside the layer spans of their direction */
         double bytes[FSC_OP_COUNT] = { 0 };

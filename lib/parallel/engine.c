@@ -1,6 +1,9 @@
 /* The training engine: one optimizer step over micro-batches, the same on every parallel strategy.
  * Order (parallel.h): forward, backward with dloss = loss_scale / (global_batch * T), reductions by the
  * strategy (fsc_engine_reduce), unscale, non-finite vote, exact-norm clipping, optimizer step.
+ * The forward and backward passes are this rank's list of actions (the accumulation list F0 B0 F1 B1 ..., or a
+ * pipeline's schedule) run by one runner (step.c); step_model reads as the step: begin_step, the actions,
+ * end_backward, the sums, the vote, clipping, the optimizer.
  * What differs between strategies (where parameters and gradients live) is behind fsc_strategy.
  * The vote runs on every precision: a step with inf or NaN in its loss or gradients on any rank applies no
  * update anywhere; weights are checked for inf/NaN when saved and loaded (fsc_engine_check_finite). */
@@ -11,6 +14,7 @@
 #include "engine_impl.h"
 #include "exact.h"
 #include "pipe.h"
+#include "step.h"
 
 #define FSC_DEFAULT_MAX_SKIPS 100 /* po.max_skipped_steps 0 */
 
@@ -746,59 +750,6 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     return s;
 }
 
-/* The forward and backward passes of a step in ordered mode: accum micro-batches (or the pipeline's), the
- * strategy reducing as it goes; *total the loss summed over the data group, moe the MoE statistics summed
- * (moe[0] divided by the number of micro-batches of the group), *batch the batch check. */
-static fsc_status run_ordered(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
-                              int global_batch, float dscale, double *total, double moe_total[3], fsc_status *batch) {
-    const fsc_model *m = e->m;
-    const int K = e->po.accum;
-    if (local_batch < 1 || local_batch % K != 0)
-        return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
-                         local_batch, K);
-    const int mb = local_batch / K;
-    if (!e->pipe) FSC_TRY(fsc_engine_ensure_acts(e, mb));
-    /* auxiliary statistics (MoE: the load-balancing losses, drops and assignments) of this rank's micro-batches
-     * (a pipeline's stages keep theirs per layer and add them in this order: pipe_stats.c) */
-    double moe[3] = { 0, 0, 0 };
-    const int aux = m->ops->aux_stats != NULL;
-    fsc_model_hooks hooks = fsc_engine_hooks(e);
-    double loss_local = 0;
-    if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
-    /* the batch check: global_batch against the local batches of the data group, with the loss below; its
-     * verdict rides on the world's vote, so that every rank stops together */
-    if (e->pipe) FSC_TRY(fsc_pipe_run(e, inputs, targets, mb, global_batch, dscale, total, batch));
-    for (int k = 0; k < K && !e->pipe; k++) {
-        e->micro = k;
-        e->sync = !e->po.no_sync || k == K - 1;
-        const char *in = (const char *)inputs + (size_t)k * mb * m->sample_input_bytes;
-        const char *tg = (const char *)targets + (size_t)k * mb * m->sample_target_bytes;
-        FSC_TRY(m->ops->set_batch(m->ctx, e->acts, in, tg));
-        double ls = 0;
-        FSC_TRY(m->ops->forward(m->ctx, e->acts, &hooks, &ls));
-        loss_local += ls;
-        if (aux) {
-            fsc_model_aux ms = { 0 };
-            m->ops->aux_stats(m->ctx, e->acts, &ms);
-            moe[0] += ms.aux_loss, moe[1] += ms.assigned, moe[2] += ms.dropped;
-        }
-        FSC_TRY(m->ops->backward(m->ctx, e->acts, &hooks, dscale));
-    }
-    if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
-
-    if (!e->pipe && !aux)
-        FSC_TRY(fsc_engine_sum_over_ranks(e, &loss_local, 1, local_batch, global_batch, total, batch));
-    if (e->pipe && aux) FSC_TRY(fsc_pipe_aux_sum(fsc_pipe_aux_of(e), e, moe_total));
-    if (!e->pipe && aux) {
-        double local[4] = { loss_local, moe[0], moe[1], moe[2] }, sums[4];
-        FSC_TRY(fsc_engine_sum_over_ranks(e, local, 4, local_batch, global_batch, sums, batch));
-        *total = sums[0];
-        memcpy(moe_total, sums + 1, 3 * sizeof(double));
-    }
-    moe_total[0] /= (double)fsc_comm_size(e->comm) * K; /* one group per rank and micro-batch */
-    return FSC_OK;
-}
-
 static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                              int global_batch, fsc_step_info *info) {
     const fsc_model *m = e->m;
@@ -810,10 +761,19 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
     fsc_status batch = FSC_OK;
     char batch_why[512] = "";
     int attempts = 0;
-    if (e->exact)
+    if (e->exact) { /* the same actions, attempted until the exponent of the integer sums settles */
         FSC_TRY(fsc_exact_run(e, inputs, targets, local_batch, global_batch, dscale, &total, moe_total, &batch,
                               &attempts));
-    else FSC_TRY(run_ordered(e, inputs, targets, local_batch, global_batch, dscale, &total, moe_total, &batch));
+    } else { /* accum micro-batches: the accumulation list, or the pipeline's schedule (step.c) */
+        fsc_step_ctx c;
+        FSC_TRY(fsc_step_prepare(e, &c, inputs, targets, local_batch, global_batch, e->po.accum, dscale, NULL));
+        if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
+        FSC_TRY(fsc_step_actions(e, &c)); /* this rank's forwards and backwards; the strategy reduces in them */
+        if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
+        /* the loss over the data group and the batch check (global_batch against the group's local batches):
+         * its verdict rides on the world's vote below, so that every rank stops together */
+        FSC_TRY(fsc_step_sums(e, &c, &total, moe_total, &batch));
+    }
 
     fsc_step_info si = { .exact_attempts = attempts };
     if (aux) {
@@ -1102,6 +1062,7 @@ fsc_status fsc_engine_stage_params(fsc_engine *e, float *host) {
 void fsc_engine_free(fsc_engine *e) {
     if (!e) return;
     fsc_exact_free(e); /* before the strategy: it knows e->gsegs' count */
+    fsc_step_free(e);
     if (e->st && e->st->destroy) e->st->destroy(e);
     fsc_pipe_free(e); /* after the strategy: its groups were split from the data group */
     if (e->acts) e->m->ops->acts_free(e->m->ctx, e->acts);

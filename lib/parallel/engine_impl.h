@@ -1,5 +1,6 @@
 /* Private: the engine's state and the table each parallel strategy (ddp.c, fsdp.c, zero.c) fills.
- * engine.c owns the step: micro-batches, loss, unscaling, the non-finite vote, clipping and the optimizer.
+ * engine.c owns the step: this rank's actions (micro-batches: step.h's runner), loss, unscaling, the non-finite
+ * vote, clipping and the optimizer.
  * A strategy owns where parameters and gradients live and every gradient reduction. */
 #ifndef FSC_ENGINE_IMPL_H
 #define FSC_ENGINE_IMPL_H
@@ -109,6 +110,7 @@ struct fsc_engine {
     void *sd;                 /* strategy data */
 
     fsc_model_acts *acts;     /* micro-batch record, (re)made for the micro-batch size */
+    struct fsc_step_list *accum; /* without a pipeline: this rank's actions of a step, the accumulation list (step.c) */
     int acts_B;
     int micro;                /* current micro-batch in the step */
     int sync;                 /* this micro-batch's backward reduces gradients */

@@ -29,6 +29,7 @@
 #include "fsc/exact.h"
 #include "exact.h"
 #include "pipe.h"
+#include "step.h"
 
 typedef struct fsc_exact fsc_exact;
 
@@ -563,32 +564,20 @@ static fsc_status finish_attempt(fsc_engine *e, int records, const double *vals,
     return FSC_OK;
 }
 
-/* The units of one attempt: forward and backward of each as its own micro-batch (vals: m rows of K); with a
- * pipeline, its schedule over the K micro-batches of U (the last stage writes the losses into vals). */
+/* The units of one attempt: the step's actions over K micro-batches of U (step.c: the accumulation list, each
+ * micro-batch's values in vals, m rows of K; or the pipeline's schedule, its last stage writing the losses into
+ * vals), every backward reducing (e->sync: its gradient is one term of the integer sums). With a pipeline its
+ * sums give the batch check (each stage against the last stage's group); their loss is not used. */
 static fsc_status run_units(fsc_engine *e, const void *inputs, const void *targets, int K, int U, int global_batch,
                             float dscale, double *vals, fsc_status *batch) {
-    const fsc_model *m = e->m;
-    fsc_model_hooks hooks = fsc_engine_hooks(e);
+    fsc_step_ctx c;
+    FSC_TRY(fsc_step_prepare(e, &c, inputs, targets, K * U, global_batch, K, dscale, e->pipe ? NULL : vals));
     begin_attempt(e);
     if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
-    double total = 0;
-    if (e->pipe) FSC_TRY(fsc_pipe_run(e, inputs, targets, U, global_batch, dscale, &total, batch));
-    if (e->pipe) K = 0;
-    for (int k = 0; k < K; k++) {
-        e->micro = k;
-        e->sync = 1; /* every unit reduces: its gradient is one term of the integer sums */
-        const char *in = (const char *)inputs + (size_t)k * U * m->sample_input_bytes;
-        const char *tg = (const char *)targets + (size_t)k * U * m->sample_target_bytes;
-        FSC_TRY(m->ops->set_batch(m->ctx, e->acts, in, tg));
-        FSC_TRY(m->ops->forward(m->ctx, e->acts, &hooks, &vals[k]));
-        if (m->ops->aux_stats) {
-            fsc_model_aux ms = { 0 };
-            m->ops->aux_stats(m->ctx, e->acts, &ms);
-            vals[K + k] = ms.aux_loss, vals[2 * K + k] = (double)ms.assigned, vals[3 * K + k] = (double)ms.dropped;
-        }
-        FSC_TRY(m->ops->backward(m->ctx, e->acts, &hooks, dscale));
-    }
-    return e->st->end_backward ? e->st->end_backward(e) : FSC_OK;
+    FSC_TRY(fsc_step_actions(e, &c));
+    if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
+    double total, moe[3];
+    return e->pipe ? fsc_step_sums(e, &c, &total, moe, batch) : FSC_OK;
 }
 
 fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets, int local_batch, int global_batch,
@@ -606,7 +595,6 @@ fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets,
         return fsc_error(FSC_ERR_INVALID, "reduce exact with a pipeline: the unit is the pipeline's micro-batch (the "
                          "local batch of %d / %d chunks), not %d sequences", local_batch, e->po.accum, U);
     x->terms = (uint64_t)(global_batch / U);
-    if (!e->pipe) FSC_TRY(fsc_engine_ensure_acts(e, U));
     double *vals = calloc((size_t)4 * K, sizeof *vals), sums[4] = { 0, 0, 0, 0 };
     if (!vals) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
     if (e->pipe) fsc_pipe_set_unit_losses(e, vals);

@@ -1,7 +1,8 @@
 /* Pipeline parallelism: a model (model.h) cut into stages by a balance (blocks per stage: the layers between
  * the first and the last; the first runs on stage 0, the last on the last stage), one stage per rank of a
- * pipeline group; micro-batches flow forward and their gradients backward over send/recv; one runner
- * executes this rank's list of actions of the schedule (pipe_sched.c makes and validates them); checkpoint
+ * pipeline group; micro-batches flow forward and their gradients backward over send/recv; the step's runner
+ * (step.c) executes this rank's list of actions of the schedule (pipe_sched.c makes and validates them)
+ * through this file's executor (fsc_pipe_exec: F, B, W with their messages); checkpoint
  * modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
  * Interleaved stages (po.virtual_stages v > 1): pp x v stages, rank r runs the chunks (stages) r, r + pp, ...; a
  * record, a slot and a pool of records belong to one chunk, the last rank's chunk c hands its output to the
@@ -53,7 +54,8 @@
  * inputs, in the caller's host memory) and runs the whole stage forward again just before its backward.
  * Full records and saved inputs come from pools, so the device ledger's FSC_TAG_ACTS peak is the most the
  * schedule held at once.
- * Not here: balance helpers (pipe_balance.c), the schedules' action lists and their validator (pipe_sched.c). */
+ * Not here: balance helpers (pipe_balance.c), the schedules' action lists and their validator (pipe_sched.c), the
+ * loop over the actions with their trace spans (step.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +123,7 @@ struct fsc_pipe {
     unsigned char *send_tied; /* (v) owner rank: chunk c's next forward sends the tied tensors it owns */
     int recompute;            /* a checkpointed forward runs again */
     double wait;              /* seconds waited in this step */
+    double t0, run_s;         /* the step's start (after the common barrier), the seconds its actions took */
     fsc_pipe_stats st;
     fsc_pipe_aux *aux;        /* the micro-batches' auxiliary statistics (pipe_stats.c), NULL without them */
     fsc_pipe_action *acts;    /* (nacts) this rank's actions of a step, validated with every rank's (pipe_sched.c) */
@@ -965,47 +968,55 @@ static fsc_status post_first(fsc_pipe *p, int grads) {
     return fsc_pipe_links_post_grad(&p->lk2);
 }
 
-fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
-                        float dscale, double *loss_total, fsc_status *batch) {
+/* ---- the executor of a step's actions (step.c runs them) ---- */
+
+/* Before the first action: the pools for micro-batches of c->mb, a common start (the bubble is measured from
+ * there), and with po.prefetch the first input and output gradient posted, to arrive while the stage works. */
+static fsc_status exec_begin(fsc_engine *e, fsc_step_ctx *c) {
     fsc_pipe *p = e->pipe;
-    const int M = p->M, s = p->stage;
-    FSC_TRY(ready(e, mb));
-    p->in = inputs;
-    p->tgt = targets;
+    FSC_TRY(ready(e, c->mb));
+    p->in = c->inputs;
+    p->tgt = c->targets;
     memset(p->send_tied, 1, (size_t)p->v);
     p->wait = 0;
-    FSC_TRY(fsc_comm_barrier(p->pipe_comm)); /* a common start: the bubble is measured from here */
-    const double t0 = fsc_clock_now();
-    /* po.prefetch: the first input and the first output gradient are received while the stage works */
+    c->acts = p->acts;
+    c->nacts = p->nacts;
+    c->wait = &p->wait;
+    FSC_TRY(fsc_comm_barrier(p->pipe_comm));
+    p->t0 = fsc_clock_now();
     count_receives(p);
     FSC_TRY(post_first(p, 1));
-    FSC_TRY(tied_post(e, 1));
-    double loss_local = 0;
-    for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c), each a span of the trace named
-                                          * kind, micro-batch, chunk ("B3.1") with the microseconds it waited */
-        const fsc_pipe_action *x = &p->acts[i];
-        const double waited = p->wait;
-        fsc_trace_begin(e->trace, "pipe", "%c%d.%d", "FBW"[x->kind], x->micro, x->chunk);
-        fsc_status st;
-        if (x->kind == FSC_ACT_FORWARD) st = forward(e, x->micro, x->chunk, &loss_local);
-        else if (x->kind == FSC_ACT_BACKWARD) st = backward(e, x->micro, x->chunk, dscale);
-        else st = weight(e, x->micro, x->chunk, dscale);
-        fsc_trace_arg(e->trace, "wait_us", (p->wait - waited) * 1e6);
-        fsc_trace_end(e->trace);
-        FSC_TRY(st);
-    }
-    FSC_TRY(grad_sends_done(p)); /* nothing of this step stays in flight */
+    return tied_post(e, 1);
+}
+
+static fsc_status exec_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) { return forward(e, k, ch, &c->loss); }
+static fsc_status exec_backward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) { return backward(e, k, ch, c->dscale); }
+static fsc_status exec_weight(fsc_engine *e, fsc_step_ctx *c, int k, int ch) { return weight(e, k, ch, c->dscale); }
+
+/* After the last action: nothing of this step stays in flight. */
+static fsc_status exec_end(fsc_engine *e, fsc_step_ctx *c) {
+    (void)c;
+    fsc_pipe *p = e->pipe;
+    FSC_TRY(grad_sends_done(p));
     FSC_TRY(tied_sends_done(p));
     FSC_TRY(tied_values_done(p, 0));
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait));
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk2, &p->wait));
-    /* the loss and the batch check: over the last stage's data group, then sent to every stage
-     * (sums[0] the loss, sums[1] the check passed, sums[2] the local batches' sum) */
+    p->run_s = fsc_clock_now() - p->t0;
+    return FSC_OK;
+}
+
+/* The loss and the batch check: over the last stage's data group, then sent to every stage (sums[0] the loss,
+ * sums[1] the check passed, sums[2] the local batches' sum); the MoE statistics (pipe_stats.c) unless the exact
+ * reduction sums them per unit. The time counts as waited, and with the actions' as the step's. */
+static fsc_status exec_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch) {
+    fsc_pipe *p = e->pipe;
+    const int global_batch = c->global_batch;
     const double t1 = fsc_clock_now();
     double sums[3] = { 0, 1, 0 };
     char why[512] = "";
-    if (s == last_rank(p)) {
-        const double mine[3] = { loss_local, (double)mb * M, (double)global_batch };
+    if (p->stage == last_rank(p)) {
+        const double mine[3] = { c->loss, (double)c->mb * p->M, (double)global_batch };
         FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));
         if (!sums[1]) snprintf(why, sizeof why, "%s", fsc_last_error());
     }
@@ -1018,16 +1029,17 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     else if (sums[2] != (double)global_batch) /* an earlier stage's own argument */
         *batch = fsc_error(FSC_ERR_INVALID, "global batch %d is not the sum of the local batches over the data group "
                            "(%.0f, as the last pipeline stage counts them)", global_batch, sums[2]);
-    const double total = sums[0];
+    *total = sums[0];
     const double t2 = fsc_clock_now();
     p->wait += t2 - t1;
-    *loss_total = total;
     p->st.steps++;
-    p->st.micro_batches = M;
-    p->st.wall_s += t2 - t0;
+    p->st.micro_batches = p->M;
+    p->st.wall_s += p->run_s + (t2 - t1);
     p->st.wait_s += p->wait;
-    return FSC_OK;
+    return p->aux && !e->exact ? fsc_pipe_aux_sum(p->aux, e, moe) : FSC_OK;
 }
+
+const fsc_step_exec fsc_pipe_exec = { exec_begin, { exec_forward, exec_backward, exec_weight }, exec_end, exec_sums };
 
 fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
                          double out[3]) {

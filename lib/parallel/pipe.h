@@ -1,10 +1,12 @@
 /* Private: the pipeline's entry points for the engine (pipe.c) and the balance checks shared with
  * pipe_balance.c. The engine calls fsc_pipe_create before the strategy's setup (it splits the world and
- * makes e->comm the data group) and fsc_pipe_run in place of its own micro-batch loop (the clipping norm's group
- * across the stages is the engine's: fsc_layout_norm_group). */
+ * makes e->comm the data group); a step runs the schedule's actions through fsc_pipe_exec (step.h) where the
+ * whole model runs the accumulation list (the clipping norm's group across the stages is the engine's:
+ * fsc_layout_norm_group). */
 #ifndef FSC_PIPE_H
 #define FSC_PIPE_H
 #include "engine_impl.h"
+#include "step.h"
 
 typedef struct fsc_pipe fsc_pipe;
 
@@ -123,14 +125,13 @@ fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel
 fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers);
 /* Before the strategy's setup: groups, e->comm = data group, e->lf/e->ll. No-op without a pipeline. */
 fsc_status fsc_pipe_create(fsc_engine *e);
-/* The micro-batches of one step by the schedule (between the strategy's begin_step and end_backward):
- * *loss_total = the sum of loss terms over the global batch, the same on every rank. The last stage's data
- * group checks global_batch against its local batches (mb x chunks each) as it sums the loss; the verdict and
- * the sum reach every stage with the loss, where each rank also compares its own global_batch: *batch is
- * that rank's verdict (fsc_engine_check_batch, with its message). */
-fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
-                        float dscale, double *loss_total, fsc_status *batch);
-/* The exact reduction (exact.c): the last stage writes each micro-batch's loss to vals[k] in fsc_pipe_run (NULL:
+/* A step's actions on this stage are run by step.c's runner through the pipeline's executor (fsc_pipe_exec,
+ * step.h): begin (the pools for micro-batches of c->mb, the receives posted ahead), F, B and W with their sends
+ * and receives, end (nothing in flight), and, after the strategy's end_backward, sums: the loss summed over the
+ * last stage's data group, which checks global_batch against its local batches (mb x chunks each); the verdict
+ * and the sum reach every stage, where each rank also compares its own global_batch (*batch is that rank's
+ * verdict, fsc_engine_check_batch's message), and the MoE statistics unless the exact reduction sums them. */
+/* The exact reduction (exact.c): the last stage writes each micro-batch's loss to vals[k] in a step's F (NULL:
  * nowhere); three sums of the last stage to every stage of the pipeline group. */
 void fsc_pipe_set_unit_losses(fsc_engine *e, double *vals);
 fsc_status fsc_pipe_from_last(fsc_engine *e, double sums[3]);

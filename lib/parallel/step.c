@@ -1,0 +1,159 @@
+/* The runner of a step's actions (step.h), and the executor of the whole model on one rank.
+ * A step is this rank's list of actions, made by a schedule: with a pipeline, the pipeline's (pipe_sched.c's
+ * built-in schedules or a custom list, run by pipe.c's executor with its sends and receives); without one, the
+ * accumulation list F0 B0 F1 B1 ... F(K-1) B(K-1), which is 1F1B on one rank (no warm-up forwards), made and
+ * validated by pipe_sched.c as any schedule. One loop runs either list: each action a span of the trace and
+ * the seconds it waited for messages.
+ * The whole model's executor is the accumulation loop's body: micro-batch k's record (e->acts, one: its
+ * forward and backward are adjacent in the list), the strategy reducing in the last backward only under no_sync
+ * (e->sync; every backward with the exact reduction), the loss and MoE statistics summed in micro-batch order.
+ * Not here: the strategy's begin_step and end_backward, the vote, clipping and the optimizer (engine.c's
+ * step_model); the attempts of the exact reduction (exact.c). */
+#include <stdlib.h>
+#include "step.h"
+#include "pipe.h"
+
+/* The whole model's list, made again when the number of micro-batches changes (the exact reduction's units). */
+struct fsc_step_list {
+    fsc_pipe_action *a;
+    int n, K;
+};
+
+static fsc_status accum_list(fsc_engine *e, int K, const fsc_pipe_action **out, int *n) {
+    struct fsc_step_list *l = e->accum;
+    if (!l && !(l = e->accum = calloc(1, sizeof *l))) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
+    if (!l->a || l->K != K) {
+        fsc_pipe_schedule_free(l->a);
+        l->a = NULL;
+        l->K = 0;
+        fsc_pipe_action *a = NULL;
+        int na = 0;
+        FSC_TRY(fsc_pipe_schedule_make(FSC_SCHED_1F1B, 1, 1, K, 0, &a, &na));
+        const fsc_pipe_action *const lists[1] = { a };
+        fsc_status s = fsc_pipe_schedule_validate(1, 1, K, lists, &na);
+        if (s != FSC_OK) {
+            fsc_pipe_schedule_free(a);
+            return s;
+        }
+        l->a = a, l->n = na, l->K = K;
+    }
+    *out = l->a;
+    *n = l->n;
+    return FSC_OK;
+}
+
+void fsc_step_free(fsc_engine *e) {
+    if (!e->accum) return;
+    fsc_pipe_schedule_free(e->accum->a);
+    free(e->accum);
+    e->accum = NULL;
+}
+
+/* ---- the whole model on this rank ---- */
+
+static fsc_status whole_begin(fsc_engine *e, fsc_step_ctx *c) {
+    c->fwd = -1;
+    return accum_list(e, c->K, &c->acts, &c->nacts);
+}
+
+/* Micro-batch k's place in the step: e->micro, and whether its backward reduces (no_sync: the last only). */
+static void whole_micro(fsc_engine *e, const fsc_step_ctx *c, int k) {
+    e->micro = k;
+    e->sync = e->exact || !e->po.no_sync || k == c->K - 1;
+}
+
+static fsc_status whole_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
+    (void)ch;
+    const fsc_model *m = e->m;
+    fsc_model_hooks hooks = fsc_engine_hooks(e);
+    whole_micro(e, c, k);
+    const char *in = (const char *)c->inputs + (size_t)k * c->mb * m->sample_input_bytes;
+    const char *tg = (const char *)c->targets + (size_t)k * c->mb * m->sample_target_bytes;
+    FSC_TRY(m->ops->set_batch(m->ctx, e->acts, in, tg));
+    double ls = 0;
+    FSC_TRY(m->ops->forward(m->ctx, e->acts, &hooks, &ls));
+    c->fwd = k;
+    c->loss += ls;
+    if (c->units) c->units[k] = ls;
+    if (m->ops->aux_stats) { /* MoE: the load-balancing loss, assignments and drops of this micro-batch */
+        fsc_model_aux ms = { 0 };
+        m->ops->aux_stats(m->ctx, e->acts, &ms);
+        c->moe[0] += ms.aux_loss, c->moe[1] += ms.assigned, c->moe[2] += ms.dropped;
+        if (c->units) {
+            const int K = c->K;
+            c->units[K + k] = ms.aux_loss, c->units[2 * K + k] = (double)ms.assigned;
+            c->units[3 * K + k] = (double)ms.dropped;
+        }
+    }
+    return FSC_OK;
+}
+
+static fsc_status whole_backward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
+    (void)ch;
+    if (c->fwd != k) /* one record: the accumulation list puts each B right after its F */
+        return fsc_error(FSC_ERR_INTERNAL, "step: B of micro-batch %d does not follow its F", k);
+    fsc_model_hooks hooks = fsc_engine_hooks(e);
+    whole_micro(e, c, k);
+    return e->m->ops->backward(e->m->ctx, e->acts, &hooks, c->dscale);
+}
+
+static fsc_status whole_weight(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
+    (void)e, (void)c, (void)ch;
+    return fsc_error(FSC_ERR_INTERNAL, "step: W of micro-batch %d in the accumulation list", k);
+}
+
+static fsc_status whole_end(fsc_engine *e, fsc_step_ctx *c) {
+    (void)e, (void)c;
+    return FSC_OK;
+}
+
+/* The loss (and the MoE statistics) over the data group, with the batch check: one all-gather. */
+static fsc_status whole_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch) {
+    if (!e->m->ops->aux_stats)
+        return fsc_engine_sum_over_ranks(e, &c->loss, 1, c->local_batch, c->global_batch, total, batch);
+    double local[4] = { c->loss, c->moe[0], c->moe[1], c->moe[2] }, sums[4];
+    FSC_TRY(fsc_engine_sum_over_ranks(e, local, 4, c->local_batch, c->global_batch, sums, batch));
+    *total = sums[0];
+    moe[0] = sums[1], moe[1] = sums[2], moe[2] = sums[3];
+    return FSC_OK;
+}
+
+static const fsc_step_exec whole_exec = { whole_begin, { whole_forward, whole_backward, whole_weight }, whole_end,
+                                          whole_sums };
+
+/* ---- the runner ---- */
+
+fsc_status fsc_step_prepare(fsc_engine *e, fsc_step_ctx *c, const void *inputs, const void *targets,
+                            int local_batch, int global_batch, int K, float dscale, double *units) {
+    *c = (fsc_step_ctx){ .x = e->pipe ? &fsc_pipe_exec : &whole_exec, .inputs = inputs, .targets = targets,
+                         .local_batch = local_batch, .global_batch = global_batch, .K = K, .dscale = dscale,
+                         .units = units, .fwd = -1 };
+    c->wait = &c->no_wait;
+    if (local_batch < 1 || local_batch % K != 0)
+        return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
+                         local_batch, K);
+    c->mb = local_batch / K;
+    return e->pipe ? FSC_OK : fsc_engine_ensure_acts(e, c->mb);
+}
+
+fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c) {
+    const fsc_step_exec *x = c->x;
+    FSC_TRY(x->begin(e, c));
+    for (int i = 0; i < c->nacts; i++) {
+        const fsc_pipe_action *a = &c->acts[i];
+        const double waited = *c->wait;
+        fsc_trace_begin(e->trace, "pipe", "%c%d.%d", "FBW"[a->kind], a->micro, a->chunk);
+        fsc_status s = x->action[a->kind](e, c, a->micro, a->chunk);
+        fsc_trace_arg(e->trace, "wait_us", (*c->wait - waited) * 1e6);
+        fsc_trace_end(e->trace);
+        FSC_TRY(s);
+    }
+    return x->end(e, c);
+}
+
+fsc_status fsc_step_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch) {
+    moe[0] = moe[1] = moe[2] = 0;
+    FSC_TRY(c->x->sums(e, c, total, moe, batch));
+    moe[0] /= (double)fsc_comm_size(e->comm) * c->K; /* one group per rank and micro-batch */
+    return FSC_OK;
+}

@@ -1,0 +1,62 @@
+/* Private to lib/parallel: a step's forward and backward passes as this rank's list of actions (F, B, W of a
+ * micro-batch on a chunk: fsc/pipe_schedule.h), run by one runner (step.c) through an executor. Two executors:
+ * the whole model on this rank (step.c: the accumulation list F0 B0 F1 B1 ...) and a pipeline stage (pipe.c:
+ * its schedule's list, with the boundary sends and receives). The step (engine.c's step_model, exact.c's
+ * attempts) reads: fsc_step_prepare, the strategy's begin_step, fsc_step_actions, its end_backward,
+ * fsc_step_sums. */
+#ifndef FSC_PARALLEL_STEP_H
+#define FSC_PARALLEL_STEP_H
+#include "engine_impl.h"
+#include "fsc/pipe_schedule.h"
+
+typedef struct fsc_step_ctx fsc_step_ctx;
+
+/* What runs the actions of a step. */
+typedef struct {
+    /* after the strategy's begin_step, before the first action: the step's inputs taken, this rank's list in
+     * c->acts and c->nacts, c->wait pointed at the executor's count of seconds waited for messages */
+    fsc_status (*begin)(fsc_engine *e, fsc_step_ctx *c);
+    /* the action of each kind (indexed by fsc_pipe_action_kind): micro-batch k on this rank's chunk ch */
+    fsc_status (*action[3])(fsc_engine *e, fsc_step_ctx *c, int k, int ch);
+    /* after the last action: nothing of the step stays in flight */
+    fsc_status (*end)(fsc_engine *e, fsc_step_ctx *c);
+    /* after the strategy's end_backward, collective: *total the loss terms summed over the data group (the same
+     * on every rank), moe the MoE statistics summed (not yet divided), *batch this rank's batch check */
+    fsc_status (*sums)(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch);
+} fsc_step_exec;
+
+/* One step (or one attempt of the exact reduction) in progress. */
+struct fsc_step_ctx {
+    const fsc_step_exec *x;
+    const void *inputs, *targets;  /* the local batch, micro-batch k's samples at k mb */
+    int local_batch, global_batch;
+    int K, mb;                     /* micro-batches, sequences each */
+    float dscale;                  /* the loss gradient's scale (parallel.h) */
+    const fsc_pipe_action *acts;   /* (nacts) this rank's actions (begin) */
+    int nacts;
+    double loss;                   /* this rank's loss terms summed in action order (a pipeline: the last stage's) */
+    double moe[3];                 /* the whole model: the MoE statistics of this rank's micro-batches summed */
+    double *units;                 /* the exact reduction without a pipeline: rows of K, each micro-batch's loss
+                                    * and, with aux_stats, its aux loss, assigned and dropped; NULL: not kept */
+    double *wait;                  /* seconds waited for messages so far (the runner's wait_us per action) */
+    double no_wait;                /* what wait points at when the executor waits for none */
+    int fwd;                       /* the whole model: the micro-batch whose forward ran last (e->acts holds it) */
+};
+
+/* Before the strategy's begin_step: c set up for K micro-batches of the local batch (FSC_ERR_INVALID when it
+ * does not split into them), the executor chosen (a pipeline's, else the whole model's, whose record for
+ * micro-batches of local_batch / K sequences it makes). units: as fsc_step_ctx's, may be NULL. */
+fsc_status fsc_step_prepare(fsc_engine *e, fsc_step_ctx *c, const void *inputs, const void *targets,
+                            int local_batch, int global_batch, int K, float dscale, double *units);
+/* This rank's actions of the step, in order, each a span of the trace ("pipe": kind, micro-batch, chunk, as
+ * "B3.0", with the microseconds it waited for messages); between begin_step and end_backward. */
+fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c);
+/* After end_backward: the executor's sums, moe[0] divided by the micro-batches of the data group. */
+fsc_status fsc_step_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch);
+/* The accumulation list kept for the whole model (fsc_engine_free). */
+void fsc_step_free(fsc_engine *e);
+
+/* The pipeline's executor (pipe.c). */
+extern const fsc_step_exec fsc_pipe_exec;
+
+#endif

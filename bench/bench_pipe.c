@@ -192,6 +192,7 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int P = cases[c][0], M = cases[c][1];
         double ms[4][16], bub[4][16], formula[4] = { 0, 0, 0, 0 }, acts[4] = { 0, 0, 0, 0 }, ideal[16];
+        fsc_pipe_stats last[4][16]; /* every stage's of the last round */
         for (int round = 0; round < rounds && round < 16; round++) {
             if ((ideal[round] = ideal_ms(cfg, steps, M, 4, P)) < 0) return 1;
             for (int z = 0; z < 4; z++) {
@@ -204,6 +205,7 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
                 for (int s = 0; s < P; s++) mean += b.st[s].bubble / P;
                 ms[z][round] = b.ms, bub[z][round] = mean;
                 formula[z] = b.st[0].ideal_bubble, acts[z] = (double)b.st[0].peak_acts_bytes / 1048576.0;
+                memcpy(last[z], b.st, (size_t)P * sizeof b.st[0]);
             }
         }
         const int n = rounds < 16 ? rounds : 16;
@@ -216,7 +218,26 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
                    acts[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
             printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f vs_bubble_free %.3f\n", P, M,
                    names[z], bub[z][n / 2], formula[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
+            /* the last round's stages: peak activations, and F, B, W per step (compute, waits excluded) */
+            double most = 0;
+            printf("    acts MiB");
+            for (int st = 0; st < P; st++) {
+                const double mib = (double)last[z][st].peak_acts_bytes / 1048576.0;
+                most = mib > most ? mib : most;
+                printf(" %.1f", mib);
+            }
+            printf(" (most %.1f); F/B/W ms per step:", most);
+            for (int st = 0; st < P; st++) {
+                const fsc_pipe_stats *x = &last[z][st];
+                const double k = x->steps ? 1e3 / x->steps : 0;
+                printf(" %.1f/%.1f/%.1f", x->action_s[0] * k, x->action_s[1] * k, x->action_s[2] * k);
+            }
+            printf("\n");
+            printf("RESULT pipe_zb_acts P=%d M=%d %s most_mib %.2f first_mib %.2f\n", P, M, names[z], most, acts[z]);
         }
+        /* ZB-H1 against 1F1B: as fractions of their own steps, and as time waited per step */
+        printf("    zb-h1 / 1f1b bubble: %.3f as fractions, %.3f in time waited per step\n", bub[2][n / 2] / bub[0][n / 2],
+               bub[2][n / 2] * ms[2][n / 2] / (bub[0][n / 2] * ms[0][n / 2]));
         fflush(stdout);
     }
     return 0;

@@ -984,13 +984,14 @@ fsc_status fsc_pipe_run(fsc_engine *e, const void *inputs, const void *targets, 
     for (int i = 0; i < p->nacts; i++) { /* the schedule's actions (pipe_sched.c), each a span of the trace named
                                           * kind, micro-batch, chunk ("B3.1") with the microseconds it waited */
         const fsc_pipe_action *x = &p->acts[i];
-        const double waited = p->wait;
+        const double waited = p->wait, ta = fsc_clock_now();
         fsc_trace_begin(e->trace, "pipe", "%c%d.%d", "FBW"[x->kind], x->micro, x->chunk);
         fsc_status st;
         if (x->kind == FSC_ACT_FORWARD) st = forward(e, x->micro, x->chunk, &loss_local);
         else if (x->kind == FSC_ACT_BACKWARD) st = backward(e, x->micro, x->chunk, dscale);
         else st = weight(e, x->micro, x->chunk, dscale);
         fsc_trace_arg(e->trace, "wait_us", (p->wait - waited) * 1e6);
+        p->st.action_s[x->kind] += fsc_clock_now() - ta - (p->wait - waited);
         fsc_trace_end(e->trace);
         FSC_TRY(st);
     }
@@ -1088,6 +1089,7 @@ void fsc_engine_reset_pipe_stats(fsc_engine *e) {
     if (!p) return;
     p->st.steps = 0;
     p->st.wall_s = p->st.wait_s = 0;
+    memset(p->st.action_s, 0, sizeof p->st.action_s);
     p->st.max_in_flight = p->in_flight;
     p->st.max_full_records = p->full_in_use;
     p->st.peak_acts_bytes = p->bytes_in_use;

@@ -47,7 +47,9 @@
  *   user -> owner     a tied tensor's gradient of micro-batch k, after the gradient of k
  *
  * W actions (zero-bubble schedules): a B runs the model's backward_input and keeps the record, the
- * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W.
+ * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W. A
+ * record's bytes (acts_bytes) may grow in its B (the sequential model's split area) and shrink back in its W: the
+ * count follows.
  *
  * Checkpointing (FairScale's): a checkpointed micro-batch keeps only its stage input (stage 0: its
  * inputs, in the caller's host memory) and runs the whole stage forward again just before its backward.
@@ -815,9 +817,12 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
     /* the strategy reduces in the last backward only (no_sync), with W in the last W; with the exact reduction
      * every micro-batch's gradient is a term of its own (exact.c) */
     e->sync = !p->split && (k == p->M - 1 || e->exact);
+    const size_t held = e->m->ops->acts_bytes(e->m->ctx, a);
     fsc_status st = p->split ? e->m->ops->backward_input(e->m->ctx, a, &hooks, dscale)
                              : e->m->ops->backward(e->m->ctx, a, &hooks, dscale);
     e->sync = 0;
+    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held; /* a split record holds more until its W */
+    note_use(p);
     FSC_TRY(st);
     fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
     if (prev_local(p, c)) { /* a V's turn: kept for chunk 0's backward of k */
@@ -862,8 +867,10 @@ static fsc_status weight(fsc_engine *e, int k, int c, float dscale) {
     e->micro = k;
     p->chunk = c;
     e->sync = k == p->M - 1; /* each chunk's last W: its Ws run in ascending order */
+    const size_t held = e->m->ops->acts_bytes(e->m->ctx, sl->rec);
     fsc_status st = e->m->ops->backward_weight(e->m->ctx, sl->rec, &hooks, dscale);
     e->sync = 0;
+    p->bytes_in_use -= held - e->m->ops->acts_bytes(e->m->ctx, sl->rec); /* what it held from its B */
     FSC_TRY(st);
     fsc_comm_req *gsend = sl->gsend;
     sl->gsend = NULL;

@@ -159,7 +159,9 @@ typedef struct {
 typedef struct {
     fsc_status (*acts_create)(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out);
     void (*acts_free)(void *ctx, fsc_model_acts *a);
-    size_t (*acts_bytes)(void *ctx, const fsc_model_acts *a);       /* device bytes the record holds */
+    size_t (*acts_bytes)(void *ctx, const fsc_model_acts *a);       /* device bytes the record holds now (a split
+                                                                      * record may hold more from backward_input
+                                                                      * to backward_weight) */
     /* The micro-batch: B samples of host inputs and targets. inputs is NULL when layer 0 is not in the
      * record's range, targets NULL when the last layer is not. */
     fsc_status (*set_batch)(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets);

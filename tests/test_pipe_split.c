@@ -33,8 +33,10 @@ static void *dalloc(size_t bytes) {
     return p;
 }
 
-/* The second model: the attention layer, the SwiGLU MLP and the three blocks. */
-static void transformer(fsc_layer **l) {
+/* The second model: the attention layer, the SwiGLU MLP and the three blocks; the packed GPT-2 block with
+ * packed_heads heads (its input part keeps dln1 and dres2 over the attention probabilities when they have room:
+ * 8 heads room for both, 2 for one, 1 for none). */
+static void transformer(fsc_layer **l, int packed_heads) {
     assert_ok(fsc_layer_embedding(T, C, V, &l[0]));
     fsc_attention_opts ao = fsc_attention_opts_default(T, C, HEADS);
     ao.kv_heads = 1, ao.rope_theta = 10000.0f, ao.residual = 1;
@@ -42,8 +44,9 @@ static void transformer(fsc_layer **l) {
     fsc_mlp_opts mo = fsc_mlp_opts_default(C);
     mo.rows = T, mo.F = 12, mo.residual = 1;
     assert_ok(fsc_layer_swiglu_mlp(&mo, &l[2]));
-    fsc_block_opts bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, HEADS);
+    fsc_block_opts bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, packed_heads);
     assert_ok(fsc_layer_block(&bo, &l[3]));
+    bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, HEADS);
     bo.separate_qkv = 1;
     assert_ok(fsc_layer_block(&bo, &l[4]));
     bo = fsc_block_opts_default(FSC_BLOCK_LLAMA, T, C, HEADS);
@@ -70,7 +73,8 @@ static void small(fsc_layer **l) {
 
 static fsc_model *lm(int variant) {
     fsc_layer *l[NL];
-    if (variant) transformer(l);
+    static const int packed_heads[] = { 0, HEADS, 8, 1 };
+    if (variant) transformer(l, packed_heads[variant]);
     else small(l);
     fsc_seq_layer ls[NL];
     static const char *pre[NL] = { "emb.", "ln.", "mlp.", "act.", "lin.", "rms.", "head." };
@@ -128,7 +132,7 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin) {
 
 static void split_equals_whole(void **st) {
     (void)st;
-    for (int variant = 0; variant < 2; variant++) {
+    for (int variant = 0; variant < 4; variant++) {
         fsc_model *m = lm(variant);
         const size_t P = fsc_model_num_params(m);
         float *g0 = malloc(P * sizeof(float)), *g1 = malloc(P * sizeof(float));

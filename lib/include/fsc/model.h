@@ -214,7 +214,10 @@ typedef struct {
      * input part computes the gradient w.r.t. the range's input (GRAD_INPUT) and the whole backward of the
      * layers that do not split theirs; the weight part, later and once, accumulates the parameter gradients of
      * the layers that do. Both call the backward hooks around every layer. Input part then weight part
-     * accumulate the bits backward does. NULL: the model does not split. */
+     * accumulate the bits backward does. The record may hold more device memory from its input part to its weight
+     * part (acts_bytes says how much at any time: the sequential models take the output gradients and stashes
+     * kept for the weight part from a pool at the input part and give them back after the weight part). NULL:
+     * the model does not split. */
     fsc_status (*backward_input)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
     fsc_status (*backward_weight)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
     /* Optional, models whose logits are split over a tensor group (the vocabulary-parallel head, tp > 1), where

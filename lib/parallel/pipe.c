@@ -4,7 +4,8 @@
  * executes this rank's list of actions of the schedule (pipe_sched.c makes and validates them); checkpoint
  * modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
  * Interleaved stages (po.virtual_stages v > 1): pp x v stages, rank r runs the chunks (stages) r, r + pp, ...; a
- * record, a slot and a pool of records belong to one chunk, the last rank's chunk c hands its output to the
+ * record, a slot and a pool of records belong to one chunk (a chunk that needs a record while its pool is empty
+ * frees another chunk's idle one first, so the pools hold no more than the schedule does at once), the last rank's chunk c hands its output to the
  * first rank's chunk c + 1 over the wrap-around link (pipe_link.c), and the engine holds only the layers of
  * this rank's chunks (fsc_pipe_runs_layer; e->lf..e->ll is their span). A V (zbv, or a custom schedule with
  * placement V; two chunks): rank r runs
@@ -506,6 +507,13 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
     if (p->nrecs[c] > 0) {
         *out = pool(p, c)[--p->nrecs[c]];
     } else {
+        /* with chunks, an idle record of another chunk is freed first: the pools then hold no more than the
+         * schedule holds at once (a chunk's pool would otherwise keep the most that chunk ever held) */
+        for (int o = 0; o < p->v; o++)
+            if (o != c && p->nrecs[o] > 0) {
+                e->m->ops->acts_free(e->m->ctx, pool(p, o)[--p->nrecs[o]]);
+                break;
+            }
         const int g = stage_at(p, c);
         fsc_model_acts_opts o = { .B = p->B, .first = p->lf[g], .last = p->ll[g], .checkpoint = e->po.checkpoint,
                                   .split = p->split };

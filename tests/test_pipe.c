@@ -291,6 +291,27 @@ static void test_pipe_zb_h1_memory(void **state) {
     }
 }
 
+/* Interleaved stages keep a pool of records per chunk; a chunk that needs one while its pool is empty frees another
+ * chunk's idle record first, so the ledger's peak is the schedule's count (P = 2 with v = 2 over the 5 blocks, M = 4
+ * and 6, prefetch 1, checkpoint never). Keeping every chunk's most records (no freeing) fails it. */
+static void test_pipe_chunk_pools(void **state) {
+    (void)state;
+    for (int m = 4; m <= 6; m += 2) {
+        run p = make(1, 2, FSC_PAR_DDP, m, 1);
+        p.po.pipe_checkpoint = FSC_PIPE_CKPT_NEVER;
+        p.po.prefetch = 1;
+        p.po.schedule = FSC_SCHED_INTERLEAVED;
+        p.po.virtual_stages = 2;
+        p.steps = 2;
+        train(&p);
+        for (int s = 0; s < 2; s++)
+            if (p.acts_peak[s] != p.stats[s].peak_acts_bytes)
+                fail_msg("interleaved, %d micro-batches: stage %d's ledger peak %zu, the schedule's count %zu", m, s,
+                         p.acts_peak[s], p.stats[s].peak_acts_bytes);
+        free(p.params);
+    }
+}
+
 /* ZBV (two chunks per rank in a V, W actions): an 8-block GPT whose wte (owned by the first stage) and tied head
  * (the last stage) both run on rank 0, so the head's gradient of each micro-batch waits there for the embedding's
  * backward; the last rank hands its chunk 0's outputs to its chunk 1 itself. pp 2, 3 and 4, even and uneven
@@ -1194,6 +1215,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_interleaved_equals_ddp),
         cmocka_unit_test(test_pipe_zb_h1_equals_ddp),
         cmocka_unit_test(test_pipe_zb_h1_memory),
+        cmocka_unit_test(test_pipe_chunk_pools),
         cmocka_unit_test(test_pipe_zbv_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_custom_schedule),

@@ -21,9 +21,11 @@
  * Every time is on the simulated cluster's virtual clock (cluster.h, docs/overlap.md): each stage's computation
  * is its own thread's CPU time, as if it had a core to itself, so four stages on a 2-core machine shared with
  * other programs measure what four devices would; the last argument "wall" measures on the machine's clock.
- * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] (default 4 and 3, all, virtual,
+ * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] [P] (default 4 and 3, all, virtual,
  * 128; the first step is not timed; "schedules": only the third table, "zb" only the last, of a model of that
- * width: the wider, the more of a block's time is its matrix products, whose weight gradients W are). */
+ * width: the wider, the more of a block's time is its matrix products, whose weight gradients W are; P: the last
+ * table's case of P stages only, 2 or 4). The last table also prints every stage's peak activations and its F, B
+ * and W time per step (fsc_pipe_stats.action_s), and ZB-H1's bubble over 1F1B's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,7 @@ typedef struct {
     int steps, mb;
     double gbps, lat_us; /* the simulated network (0: none) */
     fsc_pipe_stats st[16];
+    size_t ledger[16]; /* the device ledger's activation peak per rank (FSC_TAG_ACTS, since the engine was made) */
     double ms;        /* per timed step, rank 0 */
 } bench;
 
@@ -62,6 +65,7 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
     }
     if (s == FSC_OK && r->rank == 0) b->ms = (1e3 * now_s() - t0) / (b->steps - 1);
     if (s == FSC_OK) s = fsc_engine_pipe_stats(e, &b->st[r->rank]);
+    b->ledger[r->rank] = fsc_device_peak_bytes(r->dev, FSC_TAG_ACTS);
     free(tok);
     fsc_engine_free(e);
     return s;
@@ -181,7 +185,7 @@ static int schedules(const fsc_gpt_config *cfg, int steps) {
 
 /* 1F1B, ZB-H1 and ZBV without a network, even balance, prefetch 1, checkpoint never: rounds of each, the median
  * step time and mean bubble of each, beside the bubble-free step (the median over the rounds too). */
-static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
+static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int only_p) {
     const int cases[][2] = { { 2, 4 }, { 4, 8 } };
     static const fsc_pipe_schedule kinds[] = { FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
     static const char *const names[] = { "1f1b", "interleaved", "zb-h1", "zbv" };
@@ -191,7 +195,10 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
            "/ideal");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int P = cases[c][0], M = cases[c][1];
+        if (only_p && P != only_p) continue;
         double ms[4][16], bub[4][16], formula[4] = { 0, 0, 0, 0 }, acts[4] = { 0, 0, 0, 0 }, ideal[16];
+        fsc_pipe_stats last[4][16]; /* every stage's of the last round */
+        size_t ledger[4][16];
         for (int round = 0; round < rounds && round < 16; round++) {
             if ((ideal[round] = ideal_ms(cfg, steps, M, 4, P)) < 0) return 1;
             for (int z = 0; z < 4; z++) {
@@ -204,6 +211,8 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
                 for (int s = 0; s < P; s++) mean += b.st[s].bubble / P;
                 ms[z][round] = b.ms, bub[z][round] = mean;
                 formula[z] = b.st[0].ideal_bubble, acts[z] = (double)b.st[0].peak_acts_bytes / 1048576.0;
+                memcpy(last[z], b.st, (size_t)P * sizeof b.st[0]);
+                memcpy(ledger[z], b.ledger, (size_t)P * sizeof b.ledger[0]);
             }
         }
         const int n = rounds < 16 ? rounds : 16;
@@ -216,7 +225,28 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds) {
                    acts[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
             printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f vs_bubble_free %.3f\n", P, M,
                    names[z], bub[z][n / 2], formula[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
+            /* the last round's stages: peak activations, and F, B, W per step (compute, waits excluded) */
+            double most = 0;
+            printf("    acts MiB");
+            for (int st = 0; st < P; st++) {
+                const double mib = (double)last[z][st].peak_acts_bytes / 1048576.0;
+                most = mib > most ? mib : most;
+                printf(" %.1f", mib);
+            }
+            printf(" (most %.1f; the ledger's", most);
+            for (int st = 0; st < P; st++) printf(" %.1f", (double)ledger[z][st] / 1048576.0);
+            printf("); F/B/W ms per step:");
+            for (int st = 0; st < P; st++) {
+                const fsc_pipe_stats *x = &last[z][st];
+                const double k = x->steps ? 1e3 / x->steps : 0;
+                printf(" %.1f/%.1f/%.1f", x->action_s[0] * k, x->action_s[1] * k, x->action_s[2] * k);
+            }
+            printf("\n");
+            printf("RESULT pipe_zb_acts P=%d M=%d %s most_mib %.2f first_mib %.2f\n", P, M, names[z], most, acts[z]);
         }
+        /* ZB-H1 against 1F1B: as fractions of their own steps, and as time waited per step */
+        printf("    zb-h1 / 1f1b bubble: %.3f as fractions, %.3f in time waited per step\n", bub[2][n / 2] / bub[0][n / 2],
+               bub[2][n / 2] * ms[2][n / 2] / (bub[0][n / 2] * ms[0][n / 2]));
         fflush(stdout);
     }
     return 0;
@@ -235,7 +265,7 @@ int main(int argc, char **argv) {
     }
     fsc_gpt_config scfg = { .layers = 8, .dim = width, .heads = width / 32, .seq = 64, .vocab = 256 };
     if (argc > 3 && !strcmp(argv[3], "schedules")) return schedules(&scfg, steps);
-    if (argc > 3 && !strcmp(argv[3], "zb")) return zero_bubble(&scfg, steps, rounds);
+    if (argc > 3 && !strcmp(argv[3], "zb")) return zero_bubble(&scfg, steps, rounds, argc > 6 ? atoi(argv[6]) : 0);
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fsc_gpt_config cfg = { .layers = 8, .dim = 128, .heads = 4, .seq = 64, .vocab = 256 };
@@ -291,5 +321,5 @@ int main(int argc, char **argv) {
     }
     if (network(&cfg, balance, steps, rounds)) return 1;
     if (schedules(&cfg, steps)) return 1;
-    return zero_bubble(&cfg, steps, rounds);
+    return zero_bubble(&cfg, steps, rounds, 0);
 }

@@ -257,6 +257,61 @@ static void test_pipe_zb_h1_equals_ddp(void **state) {
     free(ref.params);
 }
 
+/* ZB-H1's activations against 1F1B's, P = 4, M = 8, checkpoint never, prefetch 0 and 1: the output gradients and
+ * stashes W needs are held only from a micro-batch's B to its W (the sequential model's split areas), so the first
+ * stage, which holds 1F1B's peak (P records) and runs each W right after its B, holds less than one record more
+ * than 1F1B there; and the runner's count follows the areas: the ledger's peak is the schedule's on every stage.
+ * Holding them from F to W (every record made with them) fails the first check. */
+static void test_pipe_zb_h1_memory(void **state) {
+    (void)state;
+    const int P = 4, M = 8;
+    for (int pf = 0; pf < 2; pf++) {
+        run f = make(1, P, FSC_PAR_DDP, M, 1), z = make(1, P, FSC_PAR_DDP, M, 1);
+        f.po.pipe_checkpoint = z.po.pipe_checkpoint = FSC_PIPE_CKPT_NEVER;
+        f.po.prefetch = z.po.prefetch = pf;
+        f.po.schedule = FSC_SCHED_1F1B;
+        z.po.schedule = FSC_SCHED_ZB_H1;
+        f.steps = z.steps = 1;
+        train(&f);
+        train(&z);
+        for (int s = 0; s < P; s++) {
+            assert_int_equal(z.acts_peak[s], z.stats[s].peak_acts_bytes);
+            assert_int_equal(f.stats[s].max_full_records, P - s);
+            assert_int_equal(z.stats[s].max_full_records, P);
+        }
+        /* 1F1B's first stage holds P records: ZB-H1's holds less than P + 1 */
+        if (z.acts_peak[0] * P >= f.acts_peak[0] * (size_t)(P + 1))
+            fail_msg("prefetch %d: zb-h1's first stage held %zu bytes of activations, 1f1b's %zu: not below one record "
+                     "more", pf, z.acts_peak[0], f.acts_peak[0]);
+        if (getenv("FSC_TEST_VERBOSE"))
+            fprintf(stderr, "  prefetch %d: first stage zb-h1 %zu bytes, 1f1b %zu (%.3fx)\n", pf, z.acts_peak[0],
+                    f.acts_peak[0], (double)z.acts_peak[0] / (double)f.acts_peak[0]);
+        free(f.params);
+        free(z.params);
+    }
+}
+
+/* Interleaved stages keep a pool of records per chunk; a chunk that needs one while its pool is empty frees another
+ * chunk's idle record first, so the ledger's peak is the schedule's count (P = 2 with v = 2 over the 5 blocks, M = 4
+ * and 6, prefetch 1, checkpoint never). Keeping every chunk's most records (no freeing) fails it. */
+static void test_pipe_chunk_pools(void **state) {
+    (void)state;
+    for (int m = 4; m <= 6; m += 2) {
+        run p = make(1, 2, FSC_PAR_DDP, m, 1);
+        p.po.pipe_checkpoint = FSC_PIPE_CKPT_NEVER;
+        p.po.prefetch = 1;
+        p.po.schedule = FSC_SCHED_INTERLEAVED;
+        p.po.virtual_stages = 2;
+        p.steps = 2;
+        train(&p);
+        for (int s = 0; s < 2; s++)
+            if (p.acts_peak[s] != p.stats[s].peak_acts_bytes)
+                fail_msg("interleaved, %d micro-batches: stage %d's ledger peak %zu, the schedule's count %zu", m, s,
+                         p.acts_peak[s], p.stats[s].peak_acts_bytes);
+        free(p.params);
+    }
+}
+
 /* ZBV (two chunks per rank in a V, W actions): an 8-block GPT whose wte (owned by the first stage) and tied head
  * (the last stage) both run on rank 0, so the head's gradient of each micro-batch waits there for the embedding's
  * backward; the last rank hands its chunk 0's outputs to its chunk 1 itself. pp 2, 3 and 4, even and uneven
@@ -1158,6 +1213,8 @@ int main(void) {
         cmocka_unit_test(test_pipe_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_equals_ddp),
         cmocka_unit_test(test_pipe_zb_h1_equals_ddp),
+        cmocka_unit_test(test_pipe_zb_h1_memory),
+        cmocka_unit_test(test_pipe_chunk_pools),
         cmocka_unit_test(test_pipe_zbv_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_custom_schedule),

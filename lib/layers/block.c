@@ -142,49 +142,65 @@ static fsc_status bk_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
 }
 
 /* The packed block's split backward. The input part runs fsc_block_backward's steps without the weight products
- * and keeps in c->stash the inner output gradients those need; the weight part runs only the weight products and
- * the norms' parameter gradients, from the stash: the same kernels on the same values, so the bits of
- * fsc_block_backward, and no inner gradient derived twice. */
+ * and keeps the inner output gradients those need; the weight part runs only the weight products and the norms'
+ * parameter gradients from them: the same kernels on the same values, so the bits of fsc_block_backward, and no
+ * inner gradient derived twice. The input part leaves them where the weight part does not read the record: dfch
+ * (N, 4C) over fch, dqkv (N, 3C) over qkv, dln1 and dres2 (N, C each) over the attention probabilities as far as
+ * they fit; dln2, written while all of those are still read, and what does not fit go to c->stash. So the
+ * record held from B to W is the forward's record plus the stash (dln2 alone when B NH T T >= 2 B T C). */
 typedef struct {
     float *dfch, *dln2, *dres2, *dqkv, *dln1; /* (N, 4C), (N, C), (N, C), (N, 3C), (N, C) */
 } packed_stash;
 
-static packed_stash stash_of(void *base, size_t N, int C) {
-    const size_t nc = N * (size_t)C * sizeof(float);
+/* How many of dln1, dres2 (N, C each, 256-aligned) fit over the attention probabilities. */
+static int over_att(int B, int T, int C, int NH) {
+    const size_t nc = r256((size_t)B * T * C * sizeof(float)), att = (size_t)B * NH * T * T * sizeof(float);
+    return att >= 2 * nc ? 2 : att >= nc ? 1 : 0;
+}
+
+static packed_stash stash_of(void *base, const fsc_block_rec *r) {
+    const size_t nc = r256((size_t)r->B * r->T * r->C * sizeof(float));
+    const int k = over_att(r->B, r->T, r->C, r->NH);
+    float *att = r->attn.att; /* fsc_block_rec_bind: 64-float aligned, as the record */
     packed_stash st;
-    st.dfch = base;
-    st.dln2 = AT(st.dfch, r256(4 * nc));
-    st.dres2 = AT(st.dln2, r256(nc));
-    st.dqkv = AT(st.dres2, r256(nc));
-    st.dln1 = AT(st.dqkv, r256(3 * nc));
+    st.dfch = r->fch;
+    st.dqkv = r->attn.qkv;
+    st.dln2 = base;
+    st.dln1 = k >= 1 ? att : AT(base, nc);
+    st.dres2 = k >= 2 ? AT(att, nc) : AT(base, (size_t)(2 - k) * nc);
     return st;
 }
 
 static size_t bk_split_bytes(const fsc_layer *l, int B) {
     const block_layer *y = (const block_layer *)l;
-    const size_t nc = (size_t)B * y->o.T * (size_t)y->o.C * sizeof(float);
-    return y->packed ? r256(4 * nc) + 3 * r256(nc) + r256(3 * nc) : 0;
+    const size_t nc = r256((size_t)B * y->o.T * (size_t)y->o.C * sizeof(float));
+    return y->packed ? (size_t)(3 - over_att(B, y->o.T, y->o.C, y->o.heads)) * nc : 0;
 }
 
-/* d (N, C): the output gradient in, the input gradient out; the norms' gradients into the sink. */
+/* d (N, C): the output gradient in, the input gradient out; the norms' gradients into the sink. The work's first
+ * 4 N C floats (a) hold dfch_gelu, then dqkv; the attention's scratch and dfch follow (w); datty after those. */
 static fsc_status packed_input(const fsc_layer_call *c, float *d, const fsc_block_rec *r) {
     const int C = r->C;
-    const size_t N = (size_t)r->B * r->T;
-    const packed_stash st = stash_of(c->stash, N, C);
+    const size_t N = (size_t)r->B * r->T, nc = N * (size_t)C * sizeof(float);
+    const packed_stash st = stash_of(c->stash, r);
     const float *const *p = c->param;
-    float *a = c->work, *attn_work = (float *)c->work + (4 * N * (size_t)C + 63) / 64 * 64; /* nn's pieces */
+    const size_t aw = fsc_attention_work_floats(r->B, r->T, C, r->NH), f4 = (4 * N * (size_t)C + 63) / 64 * 64;
+    float *a = c->work, *w = a + f4, *datty = w + (aw > f4 ? aw : f4); /* fsc_block_work_floats' pieces */
     fsc_linear_rec mproj = { r->fch_gelu, N, 4 * C, C, 0 }, fc = { r->ln2, N, C, 4 * C, 0 };
     fsc_linear_rec aproj = { r->atty, N, C, C, 0 }, attn = { r->ln1, N, C, 3 * C, 0 };
     fsc_gelu_rec gelu = { r->fch, N * 4 * (size_t)C };
     fsc_layernorm_rec ln2 = { r->res2, r->ln2_mean, r->ln2_rstd, N, C }, ln1 = { r->inp, r->ln1_mean, r->ln1_rstd, N, C };
     FSC_TRY(fsc_linear_backward(c->dev, a, NULL, NULL, &mproj, d, p[FSC_B_MPROJ_W], 0.0f, 1.0f)); /* dfch_gelu */
-    FSC_TRY(fsc_gelu_backward(c->dev, st.dfch, &gelu, a));
+    FSC_TRY(fsc_gelu_backward(c->dev, w, &gelu, a));
+    FSC_TRY(fsc_device_copy(c->dev, st.dfch, w, 4 * nc)); /* fch is read no more */
     FSC_TRY(fsc_linear_backward(c->dev, st.dln2, NULL, NULL, &fc, st.dfch, p[FSC_B_FC_W], 0.0f, 1.0f));
     FSC_TRY(fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln2, st.dln2, p[FSC_B_LN2_W]));
-    FSC_TRY(fsc_device_copy(c->dev, st.dres2, d, N * (size_t)C * sizeof(float))); /* the gradient w.r.t. res2 */
-    FSC_TRY(fsc_linear_backward(c->dev, a, NULL, NULL, &aproj, d, p[FSC_B_APROJ_W], 0.0f, 1.0f)); /* datty */
-    FSC_TRY(fsc_attention_backward(c->dev, st.dqkv, &r->attn, a, attn_work));
+    /* d is now the gradient w.r.t. res2 (dres2), unchanged until ln1's backward below */
+    FSC_TRY(fsc_linear_backward(c->dev, datty, NULL, NULL, &aproj, d, p[FSC_B_APROJ_W], 0.0f, 1.0f));
+    FSC_TRY(fsc_attention_backward(c->dev, a, &r->attn, datty, w)); /* dqkv */
+    FSC_TRY(fsc_device_copy(c->dev, st.dqkv, a, 3 * nc)); /* qkv and the probabilities are read no more */
     FSC_TRY(fsc_linear_backward(c->dev, st.dln1, NULL, NULL, &attn, st.dqkv, p[FSC_B_ATTN_W], 0.0f, 1.0f));
+    FSC_TRY(fsc_device_copy(c->dev, st.dres2, d, nc));
     return fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln1, st.dln1, p[FSC_B_LN1_W]);
 }
 
@@ -192,7 +208,7 @@ static fsc_status packed_input(const fsc_layer_call *c, float *d, const fsc_bloc
 static fsc_status packed_weight(const fsc_layer_call *c, const float *dout, float *scratch, const fsc_block_rec *r) {
     const int C = r->C;
     const size_t N = (size_t)r->B * r->T;
-    const packed_stash st = stash_of(c->stash, N, C);
+    const packed_stash st = stash_of(c->stash, r);
     const float *const *p = c->param;
     float *const *g = c->grad;
     fsc_linear_rec mproj = { r->fch_gelu, N, 4 * C, C, 0 }, fc = { r->ln2, N, C, 4 * C, 0 };

@@ -17,6 +17,10 @@ typedef struct {
     float **param, **grad;   /* (n_tensors) set by the engine */
     float **tied_grad;       /* (n_tensors) device buffers of tied tensors, NULL elsewhere */
     size_t max_stream;       /* floats per sample of the largest output between two layers */
+    /* split records (seq_run.c): the areas of the output gradients and stashes a record holds from its input part
+     * to its weight part, not in use, kept for the next input part (device memory, FSC_TAG_ACTS) */
+    struct seq_split_area { void *mem; size_t bytes; } *spool;
+    int nspool, capspool;
 } seq_model;
 
 extern const fsc_model_ops fsc_seq_ops_, fsc_seq_moe_ops_; /* the second for models with experts */

@@ -9,7 +9,10 @@
  * recomputation. A layer's parameters (and gradients in backward) must be materialized when it runs, except other
  * ranks' experts. The split backward (model.h's backward_input and backward_weight, a record made with split):
  * each layer that splits (ops->split, and no tied tensor of its own or of another's) gets a buffer that keeps its
- * output gradient from the input part to the weight part; the others run whole in the input part.
+ * output gradient from the input part to the weight part, and its stash (split_bytes); the others run whole in the
+ * input part. Those buffers (and the sink) are a second device allocation, the split area, which a record holds
+ * only from its input part to its weight part: taken from the model's pool (spool) when the input part starts,
+ * given back when the weight part ends, so a record waiting for its backward costs what it costs without split.
  * Not here: the declaration (seq.c). */
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +39,9 @@ typedef struct {
                           * others and the loss layer), kept for the weight part */
     float *sink;         /* split: the input part's sink for a vector's gradient (fsc_layer_call.sink) */
     void **stash;        /* (last - first + 1) split: each splitting layer's split_bytes (NULL without) */
+    void *smem;          /* split: the split area (keep, stash, sink) from the input part to the weight part, or NULL
+                          * (keep, stash and sink NULL then) */
+    size_t sbytes;       /* its bytes */
 } seq_acts;
 
 static size_t up(size_t b) { return (b + 255) / 256 * 256; }
@@ -94,14 +100,49 @@ static size_t layout(const seq_model *s, seq_acts *a, char *base) {
     if (a->first > 0) TAKE(a->gin, S);
     TAKE(a->g[0], B * maxout * sizeof(float));
     TAKE(a->g[1], B * maxout * sizeof(float));
-    for (int l = a->first; a->keep && l <= a->last; l++) {
+#undef TAKE
+    return at;
+}
+
+/* Lay a split record's split area out from base (NULL: only count, and no area: keep, stash and sink NULL). */
+static size_t layout_split(const seq_model *s, seq_acts *a, char *base) {
+    const size_t B = (size_t)a->B;
+    size_t at = 0;
+#define TAKE(ptr, bytes) (ptr = (void *)(base ? base + at : NULL), at += up(bytes))
+    for (int l = a->first; l <= a->last; l++) {
         const fsc_layer *y = s->layers[l];
         if (l < s->n - 1 && splits(s, l)) TAKE(a->keep[l - a->first], B * y->out_floats * sizeof(float));
         if (splits(s, l) && y->ops->split_bytes) TAKE(a->stash[l - a->first], y->ops->split_bytes(y, a->B));
     }
-    if (a->keep) TAKE(a->sink, sink_floats(s, a) * sizeof(float));
+    TAKE(a->sink, sink_floats(s, a) * sizeof(float));
 #undef TAKE
     return at;
+}
+
+/* The input part of a split record: its split area, from the pool (of its size) or new. */
+static fsc_status split_attach(seq_model *s, seq_acts *a) {
+    if (a->smem) return FSC_OK; /* kept by an input part whose weight part did not run (a failed step) */
+    void *mem = NULL;
+    for (int i = s->nspool - 1; i >= 0 && !mem; i--)
+        if (s->spool[i].bytes == a->sbytes) mem = s->spool[i].mem, s->spool[i] = s->spool[--s->nspool];
+    if (!mem) FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->sbytes, &mem));
+    a->smem = mem;
+    layout_split(s, a, mem);
+    return FSC_OK;
+}
+
+/* The weight part is over: the split area back to the pool (released if the pool cannot grow). */
+static void split_detach(seq_model *s, seq_acts *a) {
+    if (!a->smem) return;
+    if (s->nspool == s->capspool) {
+        const int cap = s->capspool ? 2 * s->capspool : 8;
+        struct seq_split_area *n = realloc(s->spool, (size_t)cap * sizeof *n);
+        if (n) s->spool = n, s->capspool = cap;
+    }
+    if (s->nspool < s->capspool) s->spool[s->nspool++] = (struct seq_split_area){ a->smem, a->sbytes };
+    else fsc_device_release(s->dev, a->smem);
+    a->smem = NULL;
+    layout_split(s, a, NULL);
 }
 
 fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
@@ -136,6 +177,7 @@ fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mode
     a->B = o->B, a->ckpt = o->checkpoint;
     a->term = o->grad_term, a->term_ctx = o->grad_term_ctx;
     a->bytes = layout(s, a, NULL);
+    if (o->split) a->sbytes = layout_split(s, a, NULL);
     st = fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->bytes, &a->mem);
     for (int l = o->first; l <= o->last && st == FSC_OK; l++) {
         fsc_layer *y = s->layers[l];
@@ -155,6 +197,7 @@ void fsc_seq_acts_free(void *ctx, fsc_model_acts *am) {
     seq_acts *a = (seq_acts *)am;
     if (!a) return;
     fsc_device_release(s->dev, a->mem);
+    fsc_device_release(s->dev, a->smem);
     for (int l = a->first; a->state && l <= a->last; l++) {
         const fsc_layer *y = s->layers[l];
         if (a->state[l - a->first] && y->ops->state_free) y->ops->state_free(y, a->state[l - a->first]);
@@ -164,9 +207,10 @@ void fsc_seq_acts_free(void *ctx, fsc_model_acts *am) {
     free(a);
 }
 
-size_t fsc_seq_acts_bytes(void *ctx, const fsc_model_acts *a) {
+size_t fsc_seq_acts_bytes(void *ctx, const fsc_model_acts *am) {
     (void)ctx;
-    return ((const seq_acts *)a)->bytes;
+    const seq_acts *a = (const seq_acts *)am;
+    return a->bytes + (a->smem ? a->sbytes : 0); /* a split record holds its split area from B to W */
 }
 
 fsc_status fsc_seq_set_batch(void *ctx, fsc_model_acts *am, const void *inputs, const void *targets) {
@@ -338,13 +382,19 @@ fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *am, const fsc_model_hooks
 fsc_status fsc_seq_backward_input(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
     seq_acts *a = (seq_acts *)am;
     if (!a->keep) return fsc_error(FSC_ERR_STATE, "sequential model: backward_input needs a record made with split");
+    FSC_TRY(split_attach(ctx, a));
     return run_backward(ctx, a, h, dscale, PART_INPUT);
 }
 
 fsc_status fsc_seq_backward_weight(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
     seq_acts *a = (seq_acts *)am;
     if (!a->keep) return fsc_error(FSC_ERR_STATE, "sequential model: backward_weight needs a record made with split");
-    return run_backward(ctx, a, h, dscale, PART_WEIGHT);
+    if (!a->smem)
+        return fsc_error(FSC_ERR_STATE, "sequential model: backward_weight of a record whose backward_input did not "
+                         "run");
+    FSC_TRY(run_backward(ctx, a, h, dscale, PART_WEIGHT));
+    split_detach(ctx, a);
+    return FSC_OK;
 }
 
 const float *fsc_seq_logits(void *ctx, const fsc_model_acts *ma, int *vocab) {

@@ -5,7 +5,8 @@
  * through this file's executor (fsc_pipe_exec: F, B, W with their messages); checkpoint
  * modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
  * Interleaved stages (po.virtual_stages v > 1): pp x v stages, rank r runs the chunks (stages) r, r + pp, ...; a
- * record, a slot and a pool of records belong to one chunk, the last rank's chunk c hands its output to the
+ * record, a slot and a pool of records belong to one chunk (a chunk that needs a record while its pool is empty
+ * frees another chunk's idle one first, so the pools hold no more than the schedule does at once), the last rank's chunk c hands its output to the
  * first rank's chunk c + 1 over the wrap-around link (pipe_link.c), and the engine holds only the layers of
  * this rank's chunks (fsc_pipe_runs_layer; e->lf..e->ll is their span). A V (zbv, or a custom schedule with
  * placement V; two chunks): rank r runs
@@ -48,7 +49,9 @@
  *   user -> owner     a tied tensor's gradient of micro-batch k, after the gradient of k
  *
  * W actions (zero-bubble schedules): a B runs the model's backward_input and keeps the record, the
- * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W.
+ * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W. A
+ * record's bytes (acts_bytes) may grow in its B (the sequential model's split area) and shrink back in its W: the
+ * count follows.
  *
  * Checkpointing (FairScale's): a checkpointed micro-batch keeps only its stage input (stage 0: its
  * inputs, in the caller's host memory) and runs the whole stage forward again just before its backward.
@@ -507,6 +510,13 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
     if (p->nrecs[c] > 0) {
         *out = pool(p, c)[--p->nrecs[c]];
     } else {
+        /* with chunks, an idle record of another chunk is freed first: the pools then hold no more than the
+         * schedule holds at once (a chunk's pool would otherwise keep the most that chunk ever held) */
+        for (int o = 0; o < p->v; o++)
+            if (o != c && p->nrecs[o] > 0) {
+                e->m->ops->acts_free(e->m->ctx, pool(p, o)[--p->nrecs[o]]);
+                break;
+            }
         const int g = stage_at(p, c);
         fsc_model_acts_opts o = { .B = p->B, .first = p->lf[g], .last = p->ll[g], .checkpoint = e->po.checkpoint,
                                   .split = p->split };
@@ -818,9 +828,12 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
     /* the strategy reduces in the last backward only (no_sync), with W in the last W; with the exact reduction
      * every micro-batch's gradient is a term of its own (exact.c) */
     e->sync = !p->split && (k == p->M - 1 || e->exact);
+    const size_t held = e->m->ops->acts_bytes(e->m->ctx, a);
     fsc_status st = p->split ? e->m->ops->backward_input(e->m->ctx, a, &hooks, dscale)
                              : e->m->ops->backward(e->m->ctx, a, &hooks, dscale);
     e->sync = 0;
+    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held; /* a split record holds more until its W */
+    note_use(p);
     FSC_TRY(st);
     fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
     if (prev_local(p, c)) { /* a V's turn: kept for chunk 0's backward of k */
@@ -865,8 +878,10 @@ static fsc_status weight(fsc_engine *e, int k, int c, float dscale) {
     e->micro = k;
     p->chunk = c;
     e->sync = k == p->M - 1; /* each chunk's last W: its Ws run in ascending order */
+    const size_t held = e->m->ops->acts_bytes(e->m->ctx, sl->rec);
     fsc_status st = e->m->ops->backward_weight(e->m->ctx, sl->rec, &hooks, dscale);
     e->sync = 0;
+    p->bytes_in_use -= held - e->m->ops->acts_bytes(e->m->ctx, sl->rec); /* what it held from its B */
     FSC_TRY(st);
     fsc_comm_req *gsend = sl->gsend;
     sl->gsend = NULL;
@@ -989,9 +1004,24 @@ static fsc_status exec_begin(fsc_engine *e, fsc_step_ctx *c) {
     return tied_post(e, 1);
 }
 
-static fsc_status exec_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) { return forward(e, k, ch, &c->loss); }
-static fsc_status exec_backward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) { return backward(e, k, ch, c->dscale); }
-static fsc_status exec_weight(fsc_engine *e, fsc_step_ctx *c, int k, int ch) { return weight(e, k, ch, c->dscale); }
+/* One action, its compute time (without the time it waited) added to the stats of its kind. */
+static fsc_status exec_action(fsc_engine *e, fsc_step_ctx *c, fsc_pipe_action_kind kind, int k, int ch) {
+    fsc_pipe *p = e->pipe;
+    const double waited = p->wait, ta = fsc_clock_now();
+    fsc_status st = kind == FSC_ACT_FORWARD ? forward(e, k, ch, &c->loss)
+                    : kind == FSC_ACT_BACKWARD ? backward(e, k, ch, c->dscale) : weight(e, k, ch, c->dscale);
+    p->st.action_s[kind] += fsc_clock_now() - ta - (p->wait - waited);
+    return st;
+}
+static fsc_status exec_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
+    return exec_action(e, c, FSC_ACT_FORWARD, k, ch);
+}
+static fsc_status exec_backward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
+    return exec_action(e, c, FSC_ACT_BACKWARD, k, ch);
+}
+static fsc_status exec_weight(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
+    return exec_action(e, c, FSC_ACT_WEIGHT, k, ch);
+}
 
 /* After the last action: nothing of this step stays in flight. */
 static fsc_status exec_end(fsc_engine *e, fsc_step_ctx *c) {
@@ -1100,6 +1130,7 @@ void fsc_engine_reset_pipe_stats(fsc_engine *e) {
     if (!p) return;
     p->st.steps = 0;
     p->st.wall_s = p->st.wait_s = 0;
+    memset(p->st.action_s, 0, sizeof p->st.action_s);
     p->st.max_in_flight = p->in_flight;
     p->st.max_full_records = p->full_in_use;
     p->st.peak_acts_bytes = p->bytes_in_use;

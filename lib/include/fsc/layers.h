@@ -115,7 +115,9 @@ typedef struct {
     int split;
     /* Optional, with split: device bytes the layer keeps from its input part to its weight part (c->stash: the
      * inner output gradients its weight products need, so the weight part does not derive them again). NULL:
-     * none. */
+     * none. The input part may also keep them over the parts of its record (c->rec) the weight part does not
+     * read: the record serves no other pass before the next forward (the GPT-2 block keeps most of them over its
+     * attention input and probabilities and its MLP's pre-activations, and stashes only what does not fit). */
     size_t (*split_bytes)(const struct fsc_layer *l, int B);
     /* Optional, a loss layer whose logits are split over a tensor group: this rank's slice of the logits the last
      * forward wrote into rec (model.h's logits_part). */

@@ -159,7 +159,9 @@ typedef struct {
 typedef struct {
     fsc_status (*acts_create)(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out);
     void (*acts_free)(void *ctx, fsc_model_acts *a);
-    size_t (*acts_bytes)(void *ctx, const fsc_model_acts *a);       /* device bytes the record holds */
+    size_t (*acts_bytes)(void *ctx, const fsc_model_acts *a);       /* device bytes the record holds now (a split
+                                                                      * record may hold more from backward_input
+                                                                      * to backward_weight) */
     /* The micro-batch: B samples of host inputs and targets. inputs is NULL when layer 0 is not in the
      * record's range, targets NULL when the last layer is not. */
     fsc_status (*set_batch)(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets);
@@ -212,7 +214,10 @@ typedef struct {
      * input part computes the gradient w.r.t. the range's input (GRAD_INPUT) and the whole backward of the
      * layers that do not split theirs; the weight part, later and once, accumulates the parameter gradients of
      * the layers that do. Both call the backward hooks around every layer. Input part then weight part
-     * accumulate the bits backward does. NULL: the model does not split. */
+     * accumulate the bits backward does. The record may hold more device memory from its input part to its weight
+     * part (acts_bytes says how much at any time: the sequential models take the output gradients and stashes
+     * kept for the weight part from a pool at the input part and give them back after the weight part). NULL:
+     * the model does not split. */
     fsc_status (*backward_input)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
     fsc_status (*backward_weight)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
     /* Optional, models whose logits are split over a tensor group (the vocabulary-parallel head, tp > 1), where

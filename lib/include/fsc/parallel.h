@@ -298,6 +298,8 @@ typedef struct {
     int max_in_flight;            /* most micro-batches holding activations at once (full or checkpointed) */
     int max_full_records;         /* most full activation records alive at once */
     size_t peak_acts_bytes;       /* most device bytes of activations held at once by the schedule */
+    double action_s[3];           /* time in this rank's F, B and W actions (FSC_ACT_FORWARD, _BACKWARD, _WEIGHT)
+                                   * less what they waited in receives, summed over the steps */
 } fsc_pipe_stats;
 fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out);
 void fsc_engine_reset_pipe_stats(fsc_engine *e);

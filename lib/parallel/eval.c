@@ -1,6 +1,8 @@
 /* fsc_engine_eval (eval.h): a forward-only pass of the engine's model over a batch, through the strategy's
- * hooks and, with a pipeline, through the stages (pipe.c's fsc_pipe_eval); fsc_engine_predict: the same pass's
- * outputs (the model's logits) for this rank's samples. Not here: training (engine.c).
+ * hooks and, with a pipeline, through the stages: a list of forwards run by the step's runner with a step's
+ * executor (step.h's fsc_step_prepare_eval: the whole model's, or the pipeline's); fsc_engine_predict: the same
+ * pass's outputs (the model's logits) for this rank's samples. Not here: training (engine.c), the loop over the
+ * micro-batches (step.c).
  * Order and arithmetic are a step's: micro-batch losses summed in order on each rank, the ranks' sums in rank
  * order over the data group (with the exact reduction: units' losses in ascending order, exact.c), divided by
  * global_batch x loss_terms in double. */
@@ -10,35 +12,8 @@
 #include "engine_impl.h"
 #include "exact.h"
 #include "pipe.h"
+#include "step.h"
 #include "fsc/eval.h"
-
-/* This rank's n micro-batches of mb forward (no pipeline): *loss_local the sum of their loss terms, each
- * micro-batch's in vals[k] (NULL: not kept); with out (host, NULL: none) also the model's outputs of every sample,
- * *per_sample floats each (fsc_engine_predict). */
-static fsc_status forward_local(fsc_engine *e, const char *in, const char *tg, int mb, int n, double *vals,
-                                double *loss_local, float *out, size_t *per_sample) {
-    const fsc_model *m = e->m;
-    fsc_model_acts *a = e->acts && e->acts_B == mb ? e->acts : NULL, *own = NULL;
-    if (!a) {
-        fsc_model_acts_opts o = { .B = mb, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
-        FSC_TRY(m->ops->acts_create(m->ctx, &o, &own));
-        a = own;
-    }
-    fsc_model_hooks hooks = fsc_engine_hooks(e);
-    fsc_status s = FSC_OK;
-    *loss_local = 0;
-    for (int k = 0; k < n && s == FSC_OK; k++) {
-        double ls = 0;
-        s = m->ops->set_batch(m->ctx, a, in + (size_t)k * mb * m->sample_input_bytes,
-                              tg + (size_t)k * mb * m->sample_target_bytes);
-        if (s == FSC_OK) s = m->ops->forward(m->ctx, a, &hooks, &ls);
-        *loss_local += ls;
-        if (vals) vals[k] = ls;
-        if (s == FSC_OK && out) s = fsc_engine_take_outputs(e, a, mb, k, out, per_sample);
-    }
-    if (own) m->ops->acts_free(m->ctx, own);
-    return s;
-}
 
 /* The tensor group's slices of the logits (rows of p->cols columns at stride p->ld, device lg) into out (host,
  * rows x p->vocab): each rank places its columns in zeros and the group sums them (every element has one rank's
@@ -101,23 +76,23 @@ static fsc_status split(const fsc_engine *e, int local_batch, int global_batch, 
  * the micro-batches' losses are added in ascending order (exact.c), as a step's. */
 static fsc_status loss_sum(fsc_engine *e, const void *inputs, const void *targets, int local_batch, int global_batch,
                            int mb, int n, double sums[3]) {
-    double local = 0, *vals = NULL;
+    double *vals = NULL, moe[3];
     fsc_status batch = FSC_OK, s = FSC_OK;
     if (e->exact && !(vals = calloc((size_t)n, sizeof *vals))) return fsc_error(FSC_ERR_NOMEM, "eval: out of memory");
-    if (e->pipe) {
-        if (vals) fsc_pipe_set_unit_losses(e, vals);
-        s = fsc_pipe_eval(e, inputs, targets, mb, global_batch, sums);
-        if (vals) fsc_pipe_set_unit_losses(e, NULL);
-    } else {
-        s = forward_local(e, inputs, targets, mb, n, vals, &local, NULL, NULL);
-        if (s == FSC_OK && !vals) s = fsc_engine_sum_over_ranks(e, &local, 1, local_batch, global_batch, sums, &batch);
-    }
+    if (vals && e->pipe) fsc_pipe_set_unit_losses(e, vals);
+    fsc_step_ctx c;
+    s = fsc_step_prepare_eval(e, &c, inputs, targets, local_batch, global_batch, mb, n, e->pipe ? NULL : vals, NULL,
+                              NULL);
+    if (s == FSC_OK) s = fsc_step_actions(e, &c);
+    if (s == FSC_OK && (e->pipe || !vals)) s = fsc_step_sums(e, &c, &sums[0], moe, &batch);
+    fsc_step_release(e, &c);
+    if (vals && e->pipe) fsc_pipe_set_unit_losses(e, NULL);
     if (s == FSC_OK && vals) {
         fsc_status exact_batch = FSC_OK;
         s = fsc_exact_sum_losses(e, vals, n, mb, local_batch, global_batch, &sums[0], &exact_batch);
-        if (!e->pipe) batch = exact_batch; /* a pipeline's check is fsc_pipe_eval's, in sums[1] */
+        if (!e->pipe) batch = exact_batch; /* a pipeline's check is its last stage's, from fsc_step_sums */
     }
-    if (s == FSC_OK && !e->pipe) sums[1] = batch == FSC_OK;
+    if (s == FSC_OK) sums[1] = batch == FSC_OK;
     free(vals);
     return s;
 }
@@ -170,14 +145,18 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
     void *zeros = s == FSC_OK ? calloc((size_t)local_batch, e->m->sample_target_bytes ? e->m->sample_target_bytes : 1)
                               : NULL;
     if (s == FSC_OK && !zeros) s = fsc_error(FSC_ERR_NOMEM, "predict: out of host memory");
-    double loss = 0, sums[3] = { 0, 1, 0 };
-    if (s == FSC_OK && e->pipe) { /* the last stage keeps the outputs, then hands them to its pipeline group */
-        fsc_pipe_set_outputs(e, out, per_sample);
-        s = fsc_pipe_eval(e, inputs, zeros, local_batch / K, local_batch * e->lay.dp, sums);
-        fsc_pipe_set_outputs(e, NULL, NULL);
-        if (s == FSC_OK) s = fsc_pipe_outputs_from_last(e, out, local_batch, per_sample);
-    } else if (s == FSC_OK) {
-        s = forward_local(e, inputs, zeros, local_batch / K, K, NULL, &loss, out, per_sample);
+    if (s == FSC_OK) { /* a pipeline's last stage keeps the outputs, then hands them to its pipeline group */
+        if (e->pipe) fsc_pipe_set_outputs(e, out, per_sample);
+        fsc_step_ctx c;
+        s = fsc_step_prepare_eval(e, &c, inputs, zeros, local_batch, local_batch * e->lay.dp, local_batch / K, K, NULL,
+                                  e->pipe ? NULL : out, per_sample);
+        if (s == FSC_OK) s = fsc_step_actions(e, &c);
+        double total = 0, moe[3];
+        fsc_status batch = FSC_OK; /* a pipeline's sums end its pass on every stage; the loss is not wanted */
+        if (s == FSC_OK && e->pipe) s = fsc_step_sums(e, &c, &total, moe, &batch);
+        fsc_step_release(e, &c);
+        if (e->pipe) fsc_pipe_set_outputs(e, NULL, NULL);
+        if (s == FSC_OK && e->pipe) s = fsc_pipe_outputs_from_last(e, out, local_batch, per_sample);
     }
     free(zeros);
     if (e->st->end_eval) {

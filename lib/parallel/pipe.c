@@ -985,10 +985,57 @@ static fsc_status post_first(fsc_pipe *p, int grads) {
 
 /* ---- the executor of a step's actions (step.c runs them) ---- */
 
+/* An evaluation (c->eval, an F-only list: step.c): the pools and the first inputs posted (po.prefetch) as a
+ * step's, no common start; each forward's record and saved input back to the pools at once, its output's send
+ * waited for first; the loss over the last stage's data group, to every stage; no statistics of the step. */
+static fsc_status eval_begin(fsc_engine *e, fsc_step_ctx *c) {
+    fsc_pipe *p = e->pipe;
+    if (c->K != p->M)
+        return fsc_error(FSC_ERR_INTERNAL, "pipe: an evaluation of %d micro-batches in a pipeline of %d", c->K, p->M);
+    FSC_TRY(ready(e, c->mb));
+    count_receives(p);
+    FSC_TRY(post_first(p, 0));
+    FSC_TRY(tied_post(e, 0));
+    p->in = c->inputs;
+    p->tgt = c->targets;
+    memset(p->send_tied, 1, (size_t)p->v);
+    c->wait = &p->wait;
+    return FSC_OK;
+}
+
+static fsc_status eval_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
+    fsc_pipe *p = e->pipe;
+    FSC_TRY(forward(e, k, ch, &c->loss));
+    FSC_TRY(send_done(&p->slots[ch * p->M + k]));
+    reset_pools(e, c->mb);
+    return FSC_OK;
+}
+
+static fsc_status eval_end(fsc_pipe *p) {
+    FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait)); /* the checkpointed outputs' sends */
+    FSC_TRY(fsc_pipe_links_sends_done(&p->lk2, &p->wait));
+    return tied_values_done(p, 0);
+}
+
+/* *batch FSC_ERR_INVALID when the check failed, its message the last stage's (sum_doubles) there. */
+static fsc_status eval_sums(fsc_engine *e, fsc_step_ctx *c, double *total, fsc_status *batch) {
+    fsc_pipe *p = e->pipe;
+    double sums[3] = { 0, 1, 0 };
+    if (p->stage == last_rank(p)) {
+        const double mine[3] = { c->loss, (double)c->mb * p->M, (double)c->global_batch };
+        FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));
+    }
+    FSC_TRY(from_last_stage(p, e->dev, sums));
+    *total = sums[0];
+    *batch = sums[1] ? FSC_OK : FSC_ERR_INVALID;
+    return FSC_OK;
+}
+
 /* Before the first action: the pools for micro-batches of c->mb, a common start (the bubble is measured from
  * there), and with po.prefetch the first input and output gradient posted, to arrive while the stage works. */
 static fsc_status exec_begin(fsc_engine *e, fsc_step_ctx *c) {
     fsc_pipe *p = e->pipe;
+    if (c->eval) return eval_begin(e, c);
     FSC_TRY(ready(e, c->mb));
     p->in = c->inputs;
     p->tgt = c->targets;
@@ -1014,6 +1061,7 @@ static fsc_status exec_action(fsc_engine *e, fsc_step_ctx *c, fsc_pipe_action_ki
     return st;
 }
 static fsc_status exec_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
+    if (c->eval) return eval_forward(e, c, k, ch);
     return exec_action(e, c, FSC_ACT_FORWARD, k, ch);
 }
 static fsc_status exec_backward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
@@ -1025,8 +1073,8 @@ static fsc_status exec_weight(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
 
 /* After the last action: nothing of this step stays in flight. */
 static fsc_status exec_end(fsc_engine *e, fsc_step_ctx *c) {
-    (void)c;
     fsc_pipe *p = e->pipe;
+    if (c->eval) return eval_end(p);
     FSC_TRY(grad_sends_done(p));
     FSC_TRY(tied_sends_done(p));
     FSC_TRY(tied_values_done(p, 0));
@@ -1041,6 +1089,7 @@ static fsc_status exec_end(fsc_engine *e, fsc_step_ctx *c) {
  * reduction sums them per unit. The time counts as waited, and with the actions' as the step's. */
 static fsc_status exec_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch) {
     fsc_pipe *p = e->pipe;
+    if (c->eval) return eval_sums(e, c, total, batch);
     const int global_batch = c->global_batch;
     const double t1 = fsc_clock_now();
     double sums[3] = { 0, 1, 0 };
@@ -1070,35 +1119,6 @@ static fsc_status exec_sums(fsc_engine *e, fsc_step_ctx *c, double *total, doubl
 }
 
 const fsc_step_exec fsc_pipe_exec = { exec_begin, { exec_forward, exec_backward, exec_weight }, exec_end, exec_sums };
-
-fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
-                         double out[3]) {
-    fsc_pipe *p = e->pipe;
-    FSC_TRY(ready(e, mb));
-    count_receives(p);
-    FSC_TRY(post_first(p, 0)); /* po.prefetch: received ahead as in a step */
-    FSC_TRY(tied_post(e, 0));
-    p->in = inputs;
-    p->tgt = targets;
-    memset(p->send_tied, 1, (size_t)p->v);
-    double loss_local = 0, sums[3] = { 0, 1, 0 };
-    for (int k = 0; k < p->M; k++) /* micro-batch by micro-batch, each through this rank's chunks in order */
-        for (int c = 0; c < p->v; c++) {
-            FSC_TRY(forward(e, k, c, &loss_local));
-            FSC_TRY(send_done(&p->slots[c * p->M + k])); /* po.prefetch: its output's send, before reuse */
-            reset_pools(e, mb); /* this micro-batch's record and saved input back to the pools */
-        }
-    FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait)); /* the checkpointed outputs' sends */
-    FSC_TRY(fsc_pipe_links_sends_done(&p->lk2, &p->wait));
-    FSC_TRY(tied_values_done(p, 0));
-    if (p->stage == last_rank(p)) {
-        const double mine[3] = { loss_local, (double)mb * p->M, (double)global_batch };
-        FSC_TRY(sum_doubles(e, p->data_comm, mine, sums));
-    }
-    fsc_status st = from_last_stage(p, e->dev, sums);
-    memcpy(out, sums, sizeof sums);
-    return st;
-}
 
 fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
     FSC_CHECK_ARG(e);

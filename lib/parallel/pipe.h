@@ -130,23 +130,22 @@ fsc_status fsc_pipe_create(fsc_engine *e);
  * and receives, end (nothing in flight), and, after the strategy's end_backward, sums: the loss summed over the
  * last stage's data group, which checks global_batch against its local batches (mb x chunks each); the verdict
  * and the sum reach every stage, where each rank also compares its own global_batch (*batch is that rank's
- * verdict, fsc_engine_check_batch's message), and the MoE statistics unless the exact reduction sums them. */
-/* The exact reduction (exact.c): the last stage writes each micro-batch's loss to vals[k] in a step's F (NULL:
+ * verdict, fsc_engine_check_batch's message), and the MoE statistics unless the exact reduction sums them.
+ * An evaluation (eval.c: an F-only list, step.h's fsc_step_prepare_eval) runs through the same executor: the M
+ * micro-batches of mb samples through the stages in order, each record returned as soon as its stage forward is
+ * done, tied tensors sent to their users' stage as in a step; its sums: the loss over the last stage's data
+ * group in rank order and that group's batch check (*batch FSC_ERR_INVALID when it failed), the same on every
+ * rank of the pipeline group; no statistics of a step. */
+/* The exact reduction (exact.c, eval.c): the last stage writes each micro-batch's loss to vals[k] in an F (NULL:
  * nowhere); three sums of the last stage to every stage of the pipeline group. */
 void fsc_pipe_set_unit_losses(fsc_engine *e, double *vals);
 fsc_status fsc_pipe_from_last(fsc_engine *e, double sums[3]);
-/* fsc_engine_predict (eval.c): while out is set (NULL: not), fsc_pipe_eval's last stage writes micro-batch k's
+/* fsc_engine_predict (eval.c): while out is set (NULL: not), an evaluation's last stage writes micro-batch k's
  * outputs at out + k x mb x *per_sample (fsc_engine_take_outputs); then fsc_pipe_outputs_from_last broadcasts
  * *per_sample and the samples x *per_sample floats of out from the last stage to every stage of the pipeline
  * group (collective over it). */
 void fsc_pipe_set_outputs(fsc_engine *e, float *out, size_t *per_sample);
 fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, size_t *per_sample);
-/* Forward only (fsc_engine_eval, eval.c): the M micro-batches of mb samples through the stages in order, each
- * record returned as soon as its stage forward is done, tied tensors sent to their users' stage as in a step.
- * out[0] = the sum of loss terms over the last stage's data group in rank order, out[1] = 1 if its batch check
- * passed (else 0, and out[2] the sum of its local batches): the same on every rank of the pipeline group. */
-fsc_status fsc_pipe_eval(fsc_engine *e, const void *inputs, const void *targets, int mb, int global_batch,
-                         double out[3]);
 /* Collective over the world: full parameters into host (may be NULL on ranks that do not want them). */
 fsc_status fsc_pipe_full_params(fsc_engine *e, float *host);
 void fsc_pipe_free(fsc_engine *e);

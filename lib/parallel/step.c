@@ -3,7 +3,8 @@
  * built-in schedules or a custom list, run by pipe.c's executor with its sends and receives); without one, the
  * accumulation list F0 B0 F1 B1 ... F(K-1) B(K-1), which is 1F1B on one rank (no warm-up forwards), made and
  * validated by pipe_sched.c as any schedule. One loop runs either list: each action a span of the trace and
- * the seconds it waited for messages.
+ * the seconds it waited for messages. An evaluation is a list of forwards only (F of each micro-batch on each of
+ * this rank's chunks in turn), run by the same loop and executors, without trace spans of its actions.
  * The whole model's executor is the accumulation loop's body: micro-batch k's record (e->acts, one: its
  * forward and backward are adjacent in the list), the strategy reducing in the last backward only under no_sync
  * (e->sync; every backward with the exact reduction), the loss and MoE statistics summed in micro-batch order.
@@ -13,15 +14,43 @@
 #include "step.h"
 #include "pipe.h"
 
-/* The whole model's list, made again when the number of micro-batches changes (the exact reduction's units). */
+/* The whole model's list, made again when the number of micro-batches changes (the exact reduction's units), and
+ * an evaluation's (any executor), made again when its length changes. */
 struct fsc_step_list {
     fsc_pipe_action *a;
     int n, K;
+    fsc_pipe_action *f; /* (nf) F of micro-batch k on chunk ch at k v + ch */
+    int nf;
 };
 
+static fsc_status step_lists(fsc_engine *e, struct fsc_step_list **out) {
+    if (!e->accum && !(e->accum = calloc(1, sizeof *e->accum)))
+        return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
+    *out = e->accum;
+    return FSC_OK;
+}
+
+/* An evaluation's list: F of each of K micro-batches on each of v chunks, micro-batch by micro-batch. */
+static fsc_status forward_list(fsc_engine *e, int K, int v, const fsc_pipe_action **out, int *n) {
+    struct fsc_step_list *l = NULL;
+    FSC_TRY(step_lists(e, &l));
+    if (!l->f || l->nf != K * v) {
+        free(l->f);
+        l->nf = 0;
+        if (!(l->f = malloc((size_t)K * (size_t)v * sizeof *l->f)))
+            return fsc_error(FSC_ERR_NOMEM, "engine: out of memory for %d x %d actions", K, v);
+        for (int k = 0; k < K; k++)
+            for (int ch = 0; ch < v; ch++) l->f[k * v + ch] = (fsc_pipe_action){ FSC_ACT_FORWARD, k, ch };
+        l->nf = K * v;
+    }
+    *out = l->f;
+    *n = l->nf;
+    return FSC_OK;
+}
+
 static fsc_status accum_list(fsc_engine *e, int K, const fsc_pipe_action **out, int *n) {
-    struct fsc_step_list *l = e->accum;
-    if (!l && !(l = e->accum = calloc(1, sizeof *l))) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
+    struct fsc_step_list *l = NULL;
+    FSC_TRY(step_lists(e, &l));
     if (!l->a || l->K != K) {
         fsc_pipe_schedule_free(l->a);
         l->a = NULL;
@@ -45,6 +74,7 @@ static fsc_status accum_list(fsc_engine *e, int K, const fsc_pipe_action **out, 
 void fsc_step_free(fsc_engine *e) {
     if (!e->accum) return;
     fsc_pipe_schedule_free(e->accum->a);
+    free(e->accum->f);
     free(e->accum);
     e->accum = NULL;
 }
@@ -53,7 +83,13 @@ void fsc_step_free(fsc_engine *e) {
 
 static fsc_status whole_begin(fsc_engine *e, fsc_step_ctx *c) {
     c->fwd = -1;
-    return accum_list(e, c->K, &c->acts, &c->nacts);
+    if (!c->eval) return accum_list(e, c->K, &c->acts, &c->nacts);
+    c->rec = e->acts && e->acts_B == c->mb ? e->acts : NULL;
+    if (c->rec) return FSC_OK;
+    fsc_model_acts_opts o = { .B = c->mb, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
+    FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, &c->own));
+    c->rec = c->own;
+    return FSC_OK;
 }
 
 /* Micro-batch k's place in the step: e->micro, and whether its backward reduces (no_sync: the last only). */
@@ -66,15 +102,17 @@ static fsc_status whole_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
     (void)ch;
     const fsc_model *m = e->m;
     fsc_model_hooks hooks = fsc_engine_hooks(e);
-    whole_micro(e, c, k);
+    if (!c->eval) whole_micro(e, c, k);
+    fsc_model_acts *a = c->eval ? c->rec : e->acts;
     const char *in = (const char *)c->inputs + (size_t)k * c->mb * m->sample_input_bytes;
     const char *tg = (const char *)c->targets + (size_t)k * c->mb * m->sample_target_bytes;
-    FSC_TRY(m->ops->set_batch(m->ctx, e->acts, in, tg));
+    FSC_TRY(m->ops->set_batch(m->ctx, a, in, tg));
     double ls = 0;
-    FSC_TRY(m->ops->forward(m->ctx, e->acts, &hooks, &ls));
+    FSC_TRY(m->ops->forward(m->ctx, a, &hooks, &ls));
     c->fwd = k;
     c->loss += ls;
     if (c->units) c->units[k] = ls;
+    if (c->eval) return c->out ? fsc_engine_take_outputs(e, a, c->mb, k, c->out, c->per_sample) : FSC_OK;
     if (m->ops->aux_stats) { /* MoE: the load-balancing loss, assignments and drops of this micro-batch */
         fsc_model_aux ms = { 0 };
         m->ops->aux_stats(m->ctx, e->acts, &ms);
@@ -102,14 +140,15 @@ static fsc_status whole_weight(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
     return fsc_error(FSC_ERR_INTERNAL, "step: W of micro-batch %d in the accumulation list", k);
 }
 
+/* An evaluation's own record goes before its sums, as the record of a step stays: only what runs them is added. */
 static fsc_status whole_end(fsc_engine *e, fsc_step_ctx *c) {
-    (void)e, (void)c;
+    fsc_step_release(e, c);
     return FSC_OK;
 }
 
 /* The loss (and the MoE statistics) over the data group, with the batch check: one all-gather. */
 static fsc_status whole_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch) {
-    if (!e->m->ops->aux_stats)
+    if (!e->m->ops->aux_stats || c->eval)
         return fsc_engine_sum_over_ranks(e, &c->loss, 1, c->local_batch, c->global_batch, total, batch);
     double local[4] = { c->loss, c->moe[0], c->moe[1], c->moe[2] }, sums[4];
     FSC_TRY(fsc_engine_sum_over_ranks(e, local, 4, c->local_batch, c->global_batch, sums, batch));
@@ -136,16 +175,32 @@ fsc_status fsc_step_prepare(fsc_engine *e, fsc_step_ctx *c, const void *inputs, 
     return e->pipe ? FSC_OK : fsc_engine_ensure_acts(e, c->mb);
 }
 
+fsc_status fsc_step_prepare_eval(fsc_engine *e, fsc_step_ctx *c, const void *inputs, const void *targets,
+                                 int local_batch, int global_batch, int mb, int n, double *units, float *out,
+                                 size_t *per_sample) {
+    *c = (fsc_step_ctx){ .x = e->pipe ? &fsc_pipe_exec : &whole_exec, .inputs = inputs, .targets = targets,
+                         .local_batch = local_batch, .global_batch = global_batch, .K = n, .mb = mb,
+                         .units = units, .fwd = -1, .eval = 1, .out = out, .per_sample = per_sample };
+    c->wait = &c->no_wait;
+    return forward_list(e, n, e->pipe ? fsc_pipe_chunks(&e->po) : 1, &c->acts, &c->nacts);
+}
+
+void fsc_step_release(fsc_engine *e, fsc_step_ctx *c) {
+    if (c->own) e->m->ops->acts_free(e->m->ctx, c->own);
+    c->own = c->rec = NULL;
+}
+
 fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c) {
     const fsc_step_exec *x = c->x;
+    fsc_trace *tr = c->eval ? NULL : e->trace;
     FSC_TRY(x->begin(e, c));
     for (int i = 0; i < c->nacts; i++) {
         const fsc_pipe_action *a = &c->acts[i];
         const double waited = *c->wait;
-        fsc_trace_begin(e->trace, "pipe", "%c%d.%d", "FBW"[a->kind], a->micro, a->chunk);
+        fsc_trace_begin(tr, "pipe", "%c%d.%d", "FBW"[a->kind], a->micro, a->chunk);
         fsc_status s = x->action[a->kind](e, c, a->micro, a->chunk);
-        fsc_trace_arg(e->trace, "wait_us", (*c->wait - waited) * 1e6);
-        fsc_trace_end(e->trace);
+        fsc_trace_arg(tr, "wait_us", (*c->wait - waited) * 1e6);
+        fsc_trace_end(tr);
         FSC_TRY(s);
     }
     return x->end(e, c);

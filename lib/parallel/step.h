@@ -3,7 +3,9 @@
  * the whole model on this rank (step.c: the accumulation list F0 B0 F1 B1 ...) and a pipeline stage (pipe.c:
  * its schedule's list, with the boundary sends and receives). The step (engine.c's step_model, exact.c's
  * attempts) reads: fsc_step_prepare, the strategy's begin_step, fsc_step_actions, its end_backward,
- * fsc_step_sums. */
+ * fsc_step_sums. An evaluation (eval.c) is a forward-only list run by the same runner and executors:
+ * the strategy's begin_eval, fsc_step_prepare_eval, fsc_step_actions, fsc_step_sums (unless it sums otherwise),
+ * fsc_step_release, its end_eval. */
 #ifndef FSC_PARALLEL_STEP_H
 #define FSC_PARALLEL_STEP_H
 #include "engine_impl.h"
@@ -41,6 +43,14 @@ struct fsc_step_ctx {
     double *wait;                  /* seconds waited for messages so far (the runner's wait_us per action) */
     double no_wait;                /* what wait points at when the executor waits for none */
     int fwd;                       /* the whole model: the micro-batch whose forward ran last (e->acts holds it) */
+    /* an evaluation (fsc_step_prepare_eval): forward only, the list F of each micro-batch on each chunk in turn, no
+     * reduction, no statistics of the step, no trace spans of its actions */
+    int eval;
+    float *out;                    /* the whole model: the outputs of every sample (fsc_engine_take_outputs), NULL:
+                                    * none (a pipeline's last stage takes them: fsc_pipe_set_outputs) */
+    size_t *per_sample;
+    fsc_model_acts *rec, *own;     /* the whole model: the record (e->acts when made for mb, else own, made in the
+                                    * executor's begin and freed in its end) */
 };
 
 /* Before the strategy's begin_step: c set up for K micro-batches of the local batch (FSC_ERR_INVALID when it
@@ -48,12 +58,22 @@ struct fsc_step_ctx {
  * micro-batches of local_batch / K sequences it makes). units: as fsc_step_ctx's, may be NULL. */
 fsc_status fsc_step_prepare(fsc_engine *e, fsc_step_ctx *c, const void *inputs, const void *targets,
                             int local_batch, int global_batch, int K, float dscale, double *units);
+/* An evaluation's c: n micro-batches of mb sequences of the local batch forward, with the executor of a step; units
+ * (NULL: not kept) each micro-batch's loss (the whole model; a pipeline's last stage: fsc_pipe_set_unit_losses),
+ * out and per_sample as fsc_step_ctx's. The engine's record and micro-batch state stay as they are. */
+fsc_status fsc_step_prepare_eval(fsc_engine *e, fsc_step_ctx *c, const void *inputs, const void *targets,
+                                 int local_batch, int global_batch, int mb, int n, double *units, float *out,
+                                 size_t *per_sample);
+/* After an evaluation, whether it failed or not: what it made (the whole model's own record) freed. */
+void fsc_step_release(fsc_engine *e, fsc_step_ctx *c);
 /* This rank's actions of the step, in order, each a span of the trace ("pipe": kind, micro-batch, chunk, as
  * "B3.0", with the microseconds it waited for messages); between begin_step and end_backward. */
 fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c);
-/* After end_backward: the executor's sums, moe[0] divided by the micro-batches of the data group. */
+/* After end_backward: the executor's sums, moe[0] divided by the micro-batches of the data group. An evaluation's:
+ * the loss only (moe zeros; a pipeline: the last stage's data group's, to every stage), *batch the check's status
+ * (its message set where the check ran). */
 fsc_status fsc_step_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch);
-/* The accumulation list kept for the whole model (fsc_engine_free). */
+/* The lists kept (the accumulation list, an evaluation's), freed (fsc_engine_free). */
 void fsc_step_free(fsc_engine *e);
 
 /* The pipeline's executor (pipe.c). */

@@ -5,9 +5,10 @@
  * Expert parallelism (po.ep > 1, MoE models): a rank holds the dense tensors and its experts only, in tensor
  * order (the local layout skips the other ranks' experts). A bucket splits into runs of one reduction class
  * (engine_impl.h's fsc_reduce_class): dense tensors, summed over the data group, and expert tensors, summed over
- * e->ep_data (the data ranks holding the same experts). The clipping norm counts dense runs on expert rank 0
- * and expert runs everywhere, over the expert group (e->ep_comm); full parameters and weight files gather each
- * MoE block's experts over it.
+ * the expert-data group (the data ranks holding the same experts). The clipping norm counts dense runs on expert
+ * rank 0 and expert runs everywhere, over the expert group (the class's spread group); full parameters and
+ * weight files gather each MoE block's experts over it. No part names the groups of expert parallelism: each
+ * reaches them through its class (e->rclass, fsc_engine_spread_group).
  *
  * Buffers (tensor order, the flat layout of model.h):
  *   master  (P) fp32 parameters, stepped by the optimizer                    params
@@ -181,20 +182,21 @@ static fsc_status ddp_post_backward(fsc_engine *e, int layer) {
     return FSC_OK;
 }
 
-/* With expert parallelism, tensor i may be the first expert tensor of an MoE block: then *n_out is the
- * number of tensors of every expert of the block (4 E), and *buf (device, E per_expert floats) their
- * values gathered over the expert group (collective over it); else *buf is NULL. */
+/* With a class spread over a group (expert parallelism), tensor i may be the first expert tensor of an MoE block:
+ * then *n_out is the number of tensors of every expert of the block (4 E), and *buf (device, E per_expert floats)
+ * their values gathered over its class's spread group (collective over it); else *buf is NULL. */
 static fsc_status gather_experts(fsc_engine *e, ddp_state *d, int i, int *n_out, float **buf) {
     *buf = NULL;
     *n_out = 1;
     const fsc_param_info *pi = &e->m->info[i];
-    if (!e->ep_data || pi->expert != 0 || e->m->info[i - 1].expert >= 0) return FSC_OK; /* not the block's first */
+    fsc_comm *spread = e->rclass[fsc_engine_reduce_class(e, i)].spread;
+    if (!spread || pi->expert != 0 || e->m->info[i - 1].expert >= 0) return FSC_OK; /* not the block's first */
     int first, count, E = e->m->n_experts, k = 0; /* k: tensors per expert, the same for each */
     fsc_engine_local_experts(e, &first, &count);
     size_t per = 0;
     for (; i + k < e->m->n_tensors && e->m->info[i + k].expert == 0; k++) per += e->m->info[i + k].numel;
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)E * per * sizeof(float), (void **)buf));
-    fsc_status s = fsc_comm_all_gather(e->ep_comm, d->master + d->off[i + k * first], *buf, (size_t)count * per, FSC_F32);
+    fsc_status s = fsc_comm_all_gather(spread, d->master + d->off[i + k * first], *buf, (size_t)count * per, FSC_F32);
     if (s != FSC_OK) {
         fsc_device_release(e->dev, *buf);
         *buf = NULL;
@@ -206,7 +208,7 @@ static fsc_status gather_experts(fsc_engine *e, ddp_state *d, int i, int *n_out,
 
 static fsc_status ddp_full_tensors(fsc_engine *e, int want, float *host) {
     ddp_state *d = e->sd;
-    if (!e->ep_data) {
+    if (!fsc_engine_spread_group(e)) {
         if (!want || !host) return FSC_OK;
         for (int i = d->t0; i < d->t1;) { /* runs of held tensors (an interleaved pipeline holds several) */
             if (!fsc_engine_holds(e, i)) {
@@ -242,7 +244,9 @@ static fsc_status ddp_full_tensors(fsc_engine *e, int want, float *host) {
 /* Rank 0 writes every tensor; with expert parallelism its expert group gathers each MoE block's experts. */
 static fsc_status ddp_write_full(fsc_engine *e, fsc_st_writer *w) {
     ddp_state *d = e->sd;
-    int gathers = e->ep_data && fsc_comm_rank(e->ep_data) == 0; /* the expert group of data rank 0 */
+    /* the spread group (experts: the expert group) of data rank 0: rank 0 of a spread class's summing group */
+    int gathers = 0;
+    for (int c = 0; c < e->nrclass; c++) gathers |= e->rclass[c].spread && fsc_comm_rank(e->rclass[c].sum) == 0;
     if (!w && !gathers) return FSC_OK;
     /* after a failed write rank 0 still takes part in every expert gather (writing nothing more), so its
      * expert group never waits for it; the engine's agreement hands every rank the error */
@@ -273,8 +277,9 @@ static fsc_status ddp_load_full(fsc_engine *e, fsc_st_file *f) {
 /* Data ranks that hold tensor i: every rank, or with expert parallelism the ranks of the expert's index
  * in their expert group (data rank r is expert rank r % G). */
 static int holder(const fsc_engine *e, int i, int r) {
-    if (!e->ep_data || e->m->info[i].expert < 0) return 1;
-    int G = fsc_comm_size(e->ep_comm), per = e->m->n_experts / G;
+    fsc_comm *spread = e->rclass[fsc_engine_reduce_class(e, i)].spread;
+    if (!spread) return 1;
+    int G = fsc_comm_size(spread), per = e->m->n_experts / G;
     return e->m->info[i].expert / per == r % G;
 }
 

@@ -491,7 +491,8 @@ static fsc_status engine_finish(fsc_engine *e) {
     if (s == FSC_OK) s = fsc_tensor_make_full_info(e);
     if (s == FSC_OK) s = fsc_offload_create(e); /* offload: the optimizer lives on the host */
     if (s == FSC_OK) s = fsc_optim_create(e->host ? e->host : e->dev, &e->oc, &e->opt);
-    if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers and data group, before the strategy */
+    if (s == FSC_OK) s = fsc_pipe_create(e); /* a stage's layers, before the strategy */
+    if (s == FSC_OK && e->pipe) fsc_pipe_span(e, &e->lf, &e->ll);
     if (s == FSC_OK) s = make_data_groups(e);
     if (s == FSC_OK) s = fsc_ep_create(e);
     if (s == FSC_OK) s = e->st->setup(e);

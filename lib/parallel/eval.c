@@ -105,17 +105,15 @@ fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *target
     FSC_CHECK_ARG(loss);
     int mb = 0, n = 0;
     FSC_TRY(split(e, local_batch, global_batch, &mb, &n));
-    const int micro = e->micro, sync = e->sync;
-    e->micro = 0; /* the strategies' forward hooks as in a step's first micro-batch; no reduction */
-    e->sync = 0;
+    int place[2];
+    fsc_step_eval_enter(e, place); /* the strategies' forward hooks as in a step's first micro-batch; no reduction */
     double sums[3] = { 0, 1, 0 };
     fsc_status s = e->st->begin_eval ? e->st->begin_eval(e) : FSC_OK;
     if (s == FSC_OK) s = loss_sum(e, inputs, targets, local_batch, global_batch, mb, n, sums);
     char why[512] = "";
     if (s == FSC_OK && !sums[1]) snprintf(why, sizeof why, "%s", fsc_last_error());
     if (s == FSC_OK && e->st->end_eval) s = e->st->end_eval(e);
-    e->micro = micro;
-    e->sync = sync;
+    fsc_step_eval_leave(e, place);
     FSC_TRY(s);
     /* every rank stops together when any data group found the batch inconsistent */
     fsc_status batch = sums[1] ? FSC_OK : fsc_error(FSC_ERR_INVALID, "eval: %s", why[0] ? why : "global batch "
@@ -137,9 +135,8 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
     if (local_batch < 1 || local_batch % K != 0)
         return fsc_error(FSC_ERR_INVALID, "predict: the local batch of %d samples does not split into %d "
                          "micro-batches", local_batch, K);
-    const int micro = e->micro, sync = e->sync;
-    e->micro = 0; /* the strategies' forward hooks as in evaluation: no reduction */
-    e->sync = 0;
+    int place[2];
+    fsc_step_eval_enter(e, place); /* the strategies' forward hooks as in a step's first micro-batch; no reduction */
     fsc_status s = e->st->begin_eval ? e->st->begin_eval(e) : FSC_OK;
     /* zero targets: a loss layer's forward needs some, and class 0 or a target of 0 is valid for every built-in loss */
     void *zeros = s == FSC_OK ? calloc((size_t)local_batch, e->m->sample_target_bytes ? e->m->sample_target_bytes : 1)
@@ -163,7 +160,6 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
         fsc_status t = e->st->end_eval(e);
         if (s == FSC_OK) s = t;
     }
-    e->micro = micro;
-    e->sync = sync;
+    fsc_step_eval_leave(e, place);
     return fsc_comm_agree(e->r->comm, e->dev, s); /* every rank fails together */
 }

@@ -406,16 +406,22 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     for (int x = 0; x < p->ntied && p->tl; x++)
         FSC_TRY(fsc_pipe_tied_create(e, p->pipe_comm, p->stage, p->tied[x][1], p->tied[x][2],
                                      e->m->info[p->tied[x][0]].numel, &p->tl[x]));
-    e->lf = p->lf[p->stage];
-    e->ll = p->ll[fsc_pipe_stage_at(p->pl, pp, p->stage, v - 1)]; /* with chunks the span of the first and the
-                                                                    * last: fsc_pipe_runs_layer */
+    int lf, ll;
+    fsc_pipe_span(e, &lf, &ll);
     p->st.pp = pp;
     p->st.dp = p->dp;
     p->st.stage = p->stage;
     p->st.dp_index = p->dpi;
-    p->st.first_layer = e->lf;
-    p->st.last_layer = e->ll;
-    return fsc_pipe_aux_create(e, p->M, &p->aux);
+    p->st.first_layer = lf;
+    p->st.last_layer = ll;
+    return fsc_pipe_aux_create(e, p->M, lf, ll, &p->aux);
+}
+
+void fsc_pipe_span(const fsc_engine *e, int *lf, int *ll) {
+    const fsc_pipe *p = e->pipe;
+    *lf = p->lf[p->stage];
+    *ll = p->ll[fsc_pipe_stage_at(p->pl, p->pp, p->stage, p->v - 1)]; /* with chunks the span of the first and the
+                                                                       * last: fsc_pipe_runs_layer */
 }
 
 fsc_pipe_aux *fsc_pipe_aux_of(const fsc_engine *e) { return e->pipe ? e->pipe->aux : NULL; }

@@ -1,6 +1,6 @@
 /* Private: the pipeline's entry points for the engine (pipe.c) and the balance checks shared with
- * pipe_balance.c. The engine calls fsc_pipe_create before the strategy's setup (it splits the world and
- * makes e->comm the data group); a step runs the schedule's actions through fsc_pipe_exec (step.h) where the
+ * pipe_balance.c. The engine calls fsc_pipe_create before the strategy's setup (on the engine's groups: e->comm
+ * is the stage's data group) and keeps the stage's layers it names (fsc_pipe_span); a step runs the schedule's actions through fsc_pipe_exec (step.h) where the
  * whole model runs the accumulation list (the clipping norm's group across the stages is the engine's:
  * fsc_layout_norm_group). */
 #ifndef FSC_PIPE_H
@@ -92,13 +92,13 @@ void fsc_pipe_tied_drop(fsc_pipe_tied *t);
 void fsc_pipe_tied_free(fsc_pipe_tied *t, fsc_device *dev);
 
 /* Auxiliary statistics (model.h's aux_stats, mixture of experts) of a pipeline, added in DDP's order
- * (pipe_stats.c). create: for this stage's layers (e->lf..e->ll) and M micro-batches; *out NULL when the model
+ * (pipe_stats.c). create: for this stage's layers (first..last, fsc_pipe_span) and M micro-batches; *out NULL when the model
  * has none. note: micro-batch k's statistics of record a (layers first..last, one chunk) after its first
  * forward. sum: collective over the
  * pipeline group and then the data group, at the step's end: out = (aux loss, assigned, dropped) of the data
  * group's micro-batches, summed as one rank of each data index would (the same bits on every rank). */
 typedef struct fsc_pipe_aux fsc_pipe_aux;
-fsc_status fsc_pipe_aux_create(const fsc_engine *e, int M, fsc_pipe_aux **out);
+fsc_status fsc_pipe_aux_create(const fsc_engine *e, int M, int first, int last, fsc_pipe_aux **out);
 void fsc_pipe_aux_note(fsc_pipe_aux *x, const fsc_engine *e, int k, const fsc_model_acts *a, int first, int last);
 fsc_status fsc_pipe_aux_sum(fsc_pipe_aux *x, fsc_engine *e, double out[3]);
 /* The exact reduction: the statistics of each of the K micro-batches (units), as aux_stats on one rank, into
@@ -123,8 +123,12 @@ void fsc_pipe_running_layers(const fsc_engine *e, int *lo, int *hi);
 fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel_opts *po);
 /* A balance: n entries (stages x chunks) >= 1 summing to the model's blocks. */
 fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers);
-/* Before the strategy's setup: groups, e->comm = data group, e->lf/e->ll. No-op without a pipeline. */
+/* Before the strategy's setup: this stage's layers, schedule, links and pools in e->pipe (the groups are the
+ * engine's). No-op without a pipeline. */
 fsc_status fsc_pipe_create(fsc_engine *e);
+/* After fsc_pipe_create: the layers of this rank's chunks, the first of the first and the last of the last, which
+ * the engine keeps as e->lf..e->ll (fsc_pipe_runs_layer says which of them this rank runs). */
+void fsc_pipe_span(const fsc_engine *e, int *lf, int *ll);
 /* A step's actions on this stage are run by step.c's runner through the pipeline's executor (fsc_pipe_exec,
  * step.h): begin (the pools for micro-batches of c->mb, the receives posted ahead), F, B and W with their sends
  * and receives, end (nothing in flight), and, after the strategy's end_backward, sums: the loss summed over the

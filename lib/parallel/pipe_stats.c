@@ -21,7 +21,7 @@ struct fsc_pipe_aux {
     double *mine;        /* (M, L, W) this stage's layers filled in, zeros elsewhere */
 };
 
-fsc_status fsc_pipe_aux_create(const fsc_engine *e, int M, fsc_pipe_aux **out) {
+fsc_status fsc_pipe_aux_create(const fsc_engine *e, int M, int first, int last, fsc_pipe_aux **out) {
     *out = NULL;
     const fsc_model *m = e->m;
     if (!m->ops->aux_stats) return FSC_OK;
@@ -30,7 +30,7 @@ fsc_status fsc_pipe_aux_create(const fsc_engine *e, int M, fsc_pipe_aux **out) {
                          "per layer (aux_layers), which a pipeline needs to add its stages' statistics in order");
     fsc_pipe_aux *x = calloc(1, sizeof *x);
     if (!x) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
-    x->M = M, x->L = m->n_layers, x->first = e->lf, x->last = e->ll;
+    x->M = M, x->L = m->n_layers, x->first = first, x->last = last;
     x->tmp = calloc((size_t)(x->last - x->first + 1), sizeof *x->tmp);
     x->mine = calloc((size_t)M * x->L * W, sizeof(double));
     if (!x->tmp || !x->mine) {

@@ -185,6 +185,17 @@ fsc_status fsc_step_prepare_eval(fsc_engine *e, fsc_step_ctx *c, const void *inp
     return forward_list(e, n, e->pipe ? fsc_pipe_chunks(&e->po) : 1, &c->acts, &c->nacts);
 }
 
+void fsc_step_eval_enter(fsc_engine *e, int place[2]) {
+    place[0] = e->micro, place[1] = e->sync;
+    e->micro = 0;
+    e->sync = 0;
+}
+
+void fsc_step_eval_leave(fsc_engine *e, const int place[2]) {
+    e->micro = place[0];
+    e->sync = place[1];
+}
+
 void fsc_step_release(fsc_engine *e, fsc_step_ctx *c) {
     if (c->own) e->m->ops->acts_free(e->m->ctx, c->own);
     c->own = c->rec = NULL;

@@ -64,6 +64,11 @@ fsc_status fsc_step_prepare(fsc_engine *e, fsc_step_ctx *c, const void *inputs, 
 fsc_status fsc_step_prepare_eval(fsc_engine *e, fsc_step_ctx *c, const void *inputs, const void *targets,
                                  int local_batch, int global_batch, int mb, int n, double *units, float *out,
                                  size_t *per_sample);
+/* Around an evaluation (eval.c: before the strategy's begin_eval, after its end_eval): the strategies' hooks as in
+ * a step's first micro-batch, no reduction (e->micro 0, e->sync 0; their one writer besides the executors'
+ * actions); leave puts back what enter saved in place. */
+void fsc_step_eval_enter(fsc_engine *e, int place[2]);
+void fsc_step_eval_leave(fsc_engine *e, const int place[2]);
 /* After an evaluation, whether it failed or not: what it made (the whole model's own record) freed. */
 void fsc_step_release(fsc_engine *e, fsc_step_ctx *c);
 /* This rank's actions of the step, in order, each a span of the trace ("pipe": kind, micro-batch, chunk, as

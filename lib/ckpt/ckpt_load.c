@@ -259,7 +259,7 @@ static void restore_counters(loader *L) {
     fsc_engine *e = L->e;
     fsc_optim_set_steps(ENG(e).opt, L->m->optim_steps);
     (void)fsc_engine_set_lr(e, L->m->optim.lr); /* the rate of its last step (schedule.h); checked when read */
-    if (ENG(e).use_scaler && L->m->scaler_enabled) *ENG(e).scaler = L->m->scaler;
+    if (L->m->scaler_enabled) fsc_engine_restore_scaler(e, &L->m->scaler);
 }
 
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {

@@ -697,6 +697,10 @@ fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, 
     return s;
 }
 
+void fsc_engine_restore_scaler(fsc_engine *e, const fsc_loss_scaler *s) {
+    if (e->use_scaler) e->scaler = *s;
+}
+
 /* The loss scaler's update with the engine's floor (a checkpoint's scaler may have replaced e->scaler). */
 static void scaler_update(fsc_engine *e, int found) {
     e->scaler.min_scale = e->po.min_loss_scale > 0 ? e->po.min_loss_scale : 1.0f;

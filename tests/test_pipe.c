@@ -1155,6 +1155,7 @@ static void test_pipe_balance_helpers(void **state) {
 }
 
 int main(void) {
+    if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipe_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_equals_ddp),

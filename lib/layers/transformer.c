@@ -403,7 +403,8 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     float *dlogits = c->work;
     fsc_xent_rec xr = { .logits = r.logits, .targets = c->target, .N = N, .V = y->V, .ld = y->V };
     FSC_TRY(fsc_xent_backward(c->dev, dlogits, &xr, c->dscale));
-    if (y->Vp > y->V) /* the padding rows' gradient: 0 (the products below write the real rows only) */
+    if (y->Vp > y->V && c->grad[w]) /* the padding rows' gradient: 0 (the products below write the real rows only;
+                                      * the split's input part writes none) */
         FSC_TRY(fsc_device_memset(c->dev, c->grad[w] + (size_t)y->V * (size_t)y->C, 0,
                                   (size_t)(y->Vp - y->V) * (size_t)y->C * sizeof(float)));
     if (y->norm == FSC_HEAD_NORM_NONE) {

@@ -127,6 +127,10 @@ struct fsc_pipe {
     int nacts;
     int split;                /* this rank's list has W and the model splits its backward (model.h): B runs the
                                * input part, W the weight part, and a record lives from its F to its W */
+    int split_tied;           /* split, and the layers with tied tensors split too (model.h's split_tied): only
+                               * where every tied tensor's owner and users are on this rank or none (a V's first
+                               * rank) and each user chunk's W of micro-batch k comes before the owner chunk's;
+                               * the user's gradient of k then waits from the one W to the other */
     double *unit_loss;        /* reduce_exact (exact.c): the last stage keeps each micro-batch's loss here, or NULL */
     float *outputs;           /* fsc_engine_predict: the last stage downloads each micro-batch's outputs here */
     size_t *per_sample;       /* (host) and their floats per sample here; NULL: none */
@@ -309,6 +313,28 @@ static fsc_status find_tied(fsc_engine *e) {
     return FSC_OK;
 }
 
+/* Whether the tied layers split (p->split_tied): the model splits its backward in this list, no tied tensor
+ * crosses ranks (its gradient would reach the owner's rank only after the user rank's W of the micro-batch, which
+ * zb-h1's last rank runs late: the first rank's W would wait for it), and on this rank each local tied tensor's
+ * user chunk runs its W of micro-batch k before the owner chunk's. */
+static int tied_split_ok(const fsc_pipe *p, const fsc_model *m) {
+    if (!p->split || p->ntied || !m->ops->splits_tied || !m->ops->splits_tied(m->ctx)) return 0;
+    for (int x = 0; x < p->nlt; x++)
+        for (int k = 0; k < p->M; k++) {
+            int user_done = 0;
+            for (int i = 0; i < p->nacts; i++) {
+                const fsc_pipe_action *a = &p->acts[i];
+                if (a->kind != FSC_ACT_WEIGHT || a->micro != k) continue;
+                if (a->chunk == p->lt[x][2]) user_done = 1;
+                else if (a->chunk == p->lt[x][1]) {
+                    if (!user_done) return 0;
+                    break;
+                }
+            }
+        }
+    return 1;
+}
+
 /* A caller's lists (po.actions): validated; a copy of this rank's kept in p->acts. */
 static fsc_status take_custom(fsc_pipe *p, const fsc_parallel_opts *po) {
     FSC_TRY(fsc_pipe_schedule_validate_placed(p->pl, p->pp, p->v, p->M, po->actions, po->nactions));
@@ -386,6 +412,7 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     FSC_TRY(make_schedule(p, &e->po));
     for (int i = 0; i < p->nacts; i++) /* a model that does not split runs its whole backward in B */
         p->split |= p->acts[i].kind == FSC_ACT_WEIGHT && e->m->ops->backward_input && e->m->ops->backward_weight;
+    p->split_tied = tied_split_ok(p, e->m);
     if (e->po.prefetch && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* the engine's groups (engine.c, fsc_layout_split) */
@@ -506,7 +533,7 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
     } else {
         const int g = stage_at(p, c);
         fsc_model_acts_opts o = { .B = p->B, .first = p->lf[g], .last = p->ll[g], .checkpoint = e->po.checkpoint,
-                                  .split = p->split };
+                                  .split = p->split, .split_tied = p->split_tied };
         fsc_engine_acts_terms(e, &o);
         FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, out));
         p->nrecs_made++;
@@ -752,6 +779,36 @@ static void release(fsc_engine *e, int c, mb_slot *sl, fsc_comm_req *gsend) {
     p->in_flight--;
 }
 
+/* A tied gradient of this rank's user chunk, waiting since the user's backward (or W, split_tied) of micro-batch
+ * k: into tied_grad for the owner chunk c's backward (W) of k. */
+static fsc_status local_tied_take(fsc_engine *e, int k, int c) {
+    fsc_pipe *p = e->pipe;
+    for (int x = 0; x < p->nlt; x++)
+        if (p->lt[x][1] == c) {
+            float **w = &p->ltg[x * p->M + k];
+            if (!*w) return fsc_error(FSC_ERR_INTERNAL, "pipe: micro-batch %d on chunk %d has no tied gradient", k, c);
+            const int i = p->lt[x][0];
+            FSC_TRY(fsc_device_copy(e->dev, e->m->tied_grad[i], *w, e->m->info[i].numel * sizeof(float)));
+            p->ltg_free[p->nltg_free++] = *w;
+            *w = NULL;
+        }
+    return FSC_OK;
+}
+
+/* The user chunk c's tied gradient of micro-batch k, kept until the owner chunk's backward (W) of k. */
+static fsc_status local_tied_keep(fsc_engine *e, int k, int c) {
+    fsc_pipe *p = e->pipe;
+    for (int x = 0; x < p->nlt; x++)
+        if (p->lt[x][2] == c) {
+            const int i = p->lt[x][0];
+            float **w = &p->ltg[x * p->M + k];
+            if (p->nltg_free > 0) *w = p->ltg_free[--p->nltg_free];
+            else FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, e->m->info[i].numel * sizeof(float), (void **)w));
+            FSC_TRY(fsc_device_copy(e->dev, *w, e->m->tied_grad[i], e->m->info[i].numel * sizeof(float)));
+        }
+    return FSC_OK;
+}
+
 /* B: micro-batch k on chunk c (with W: its input part). */
 static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
     fsc_pipe *p = e->pipe;
@@ -802,15 +859,7 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
             FSC_TRY(fsc_pipe_tied_take_grad(&p->tl[x], e->dev, e->m->tied_grad[i], &p->wait));
             if (k + 1 < p->M) FSC_TRY(fsc_pipe_tied_post_grad(&p->tl[x]));
         }
-    for (int x = 0; x < p->nlt; x++) /* a tied gradient of this rank's user chunk, waiting since its B of k */
-        if (p->lt[x][1] == c) {
-            float **w = &p->ltg[x * p->M + k];
-            if (!*w) return fsc_error(FSC_ERR_INTERNAL, "pipe: B of micro-batch %d on chunk %d has no tied gradient", k, c);
-            const int i = p->lt[x][0];
-            FSC_TRY(fsc_device_copy(e->dev, e->m->tied_grad[i], *w, e->m->info[i].numel * sizeof(float)));
-            p->ltg_free[p->nltg_free++] = *w;
-            *w = NULL;
-        }
+    if (!p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* split_tied: in W */
     FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
     /* the strategy reduces in the last backward only (no_sync), with W in the last W; with the exact reduction
      * every micro-batch's gradient is a term of its own (exact.c) */
@@ -830,14 +879,7 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
         FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
     if (p->split) sl->gsend = gsend; /* the record waits for W */
     else release(e, c, sl, gsend);
-    for (int x = 0; x < p->nlt; x++) /* the user chunk's tied gradient of k waits for the owner chunk's B of k */
-        if (p->lt[x][2] == c) {
-            const int i = p->lt[x][0];
-            float **w = &p->ltg[x * p->M + k];
-            if (p->nltg_free > 0) *w = p->ltg_free[--p->nltg_free];
-            else FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, e->m->info[i].numel * sizeof(float), (void **)w));
-            FSC_TRY(fsc_device_copy(e->dev, *w, e->m->tied_grad[i], e->m->info[i].numel * sizeof(float)));
-        }
+    if (!p->split_tied) FSC_TRY(local_tied_keep(e, k, c)); /* waits for the owner chunk's B of k */
     for (int x = 0; x < p->ntied; x++) /* after the gradient of k (prefetch 0: in issue order on the pipeline group) */
         if (p->tied[x][2] == p->stage && p->tied[x][4] == c) {
             const int i = p->tied[x][0];
@@ -861,10 +903,12 @@ static fsc_status weight(fsc_engine *e, int k, int c, float dscale) {
     fsc_model_hooks hooks = fsc_engine_hooks(e);
     e->micro = k;
     p->chunk = c;
+    if (p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* the user chunk's W of k ran before (tied_split_ok) */
     e->sync = k == p->M - 1; /* each chunk's last W: its Ws run in ascending order */
     fsc_status st = e->m->ops->backward_weight(e->m->ctx, sl->rec, &hooks, dscale);
     e->sync = 0;
     FSC_TRY(st);
+    if (p->split_tied) FSC_TRY(local_tied_keep(e, k, c)); /* for the owner chunk's W of k */
     fsc_comm_req *gsend = sl->gsend;
     sl->gsend = NULL;
     release(e, c, sl, gsend);

@@ -7,8 +7,11 @@
  * micro-batches as backward_input then backward_weight (the second micro-batch's input part before the first's
  * weight part, as a zero-bubble pipeline runs them), gives every parameter gradient and the gradient w.r.t. the
  * range's input bit for bit as the whole backward; a record over the layers after the embedding checks the input
- * gradient, one over all of them the embedding's. Misuse is refused: a split record's backward, backward_input of
- * a record made without split, split with layer checkpointing. */
+ * gradient, one over all of them the embedding's. The first model with its head tied to the token embedding, in
+ * records made with split_tied (the tied layers split too: their records keep more), gives the same bits, and
+ * the tied gradient a record without the owner leaves for its caller is the whole backward's; running the weight
+ * parts in descending order changes them. Misuse is refused: a split record's backward, backward_input of a record
+ * made without split, split with layer checkpointing. */
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
@@ -68,21 +71,25 @@ static void small(fsc_layer **l) {
     assert_ok(fsc_layer_lm_head_opts(&ho, &l[6]));
 }
 
+/* variant 0 the small layers, 1 the transformer's, 2 the small layers with the head tied to the embedding */
 static fsc_model *lm(int variant) {
     fsc_layer *l[NL];
-    if (variant) transformer(l);
+    if (variant == 1) transformer(l);
     else small(l);
     fsc_seq_layer ls[NL];
     static const char *pre[NL] = { "emb.", "ln.", "mlp.", "act.", "lin.", "rms.", "head." };
     for (int i = 0; i < NL; i++) ls[i] = (fsc_seq_layer){ .layer = l[i], .prefix = pre[i] };
+    if (variant == 2) ls[NL - 1].tie[0] = (fsc_layer_tie){ .param = "weight", .to = "emb.weight" };
     fsc_model *m = NULL;
     assert_ok(fsc_seq_model_create(g_dev, ls, NL, &m));
     return m;
 }
 
-/* Two micro-batches over layers [first, NL-1]: the whole backward (split 0) or the split one; the gradients
- * (host, tensor after tensor) into g and the last input gradient (first > 0) into gin. */
-static void run(fsc_model *m, int first, int split, float *g, float *gin) {
+/* Two micro-batches over layers [first, NL-1]: the whole backward (split 0) or the split one (split 2: with
+ * split_tied; split 3: that, the weight parts in descending order); the gradients (host, tensor after tensor, then
+ * the tied-gradient buffers) into g, the last input gradient (first > 0) into gin and the records' bytes into
+ * *bytes. */
+static void run(fsc_model *m, int first, int split, float *g, float *gin, size_t *bytes) {
     size_t tot = 0;
     for (int t = 0; t < m->n_tensors; t++) {
         const size_t n = m->info[t].numel;
@@ -98,8 +105,9 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin) {
     float x[B * T * C];
     fsc_model_hooks h = { 0 };
     for (int k = 0; k < 2; k++) {
-        fsc_model_acts_opts o = { .B = B, .first = first, .last = NL - 1, .split = split };
+        fsc_model_acts_opts o = { .B = B, .first = first, .last = NL - 1, .split = split > 0, .split_tied = split > 1 };
         assert_ok(m->ops->acts_create(m->ctx, &o, &a[k]));
+        *bytes = m->ops->acts_bytes(m->ctx, a[k]);
         for (int i = 0; i < B * T; i++) tok[i] = (i * 5 + k) % V, tgt[i] = (i * 3 + 2 * k + 1) % V;
         for (int i = 0; i < B * T * C; i++) x[i] = (float)((i * 37 + k * 11) % 23) / 23.0f - 0.5f;
         assert_ok(m->ops->set_batch(m->ctx, a[k], first == 0 ? tok : NULL, tgt));
@@ -112,7 +120,7 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin) {
         for (int k = 0; k < 2; k++) assert_ok(m->ops->backward(m->ctx, a[k], &h, ds));
     } else { /* B0 B1 W0 W1: the weight parts in ascending order, after both input parts */
         for (int k = 0; k < 2; k++) assert_ok(m->ops->backward_input(m->ctx, a[k], &h, ds));
-        for (int k = 0; k < 2; k++) assert_ok(m->ops->backward_weight(m->ctx, a[k], &h, ds));
+        for (int k = 0; k < 2; k++) assert_ok(m->ops->backward_weight(m->ctx, a[split == 3 ? 1 - k : k], &h, ds));
     }
     if (first > 0)
         assert_ok(fsc_device_download(g_dev, gin, m->ops->stream(m->ctx, a[1], FSC_STREAM_GRAD_INPUT),
@@ -123,6 +131,11 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin) {
         tot += n;
         fsc_device_release(g_dev, m->param[t]), fsc_device_release(g_dev, m->grad[t]);
     }
+    for (int t = 0; t < m->n_tensors; t++) /* what a record without the owner leaves for its caller */
+        if (m->info[t].nusers) {
+            assert_ok(fsc_device_download(g_dev, g + tot, m->tied_grad[t], m->info[t].numel * sizeof(float)));
+            tot += m->info[t].numel;
+        }
     for (int k = 0; k < 2; k++) m->ops->acts_free(m->ctx, a[k]);
 }
 
@@ -131,11 +144,12 @@ static void split_equals_whole(void **st) {
     for (int variant = 0; variant < 2; variant++) {
         fsc_model *m = lm(variant);
         const size_t P = fsc_model_num_params(m);
-        float *g0 = malloc(P * sizeof(float)), *g1 = malloc(P * sizeof(float));
+        float *g0 = malloc(2 * P * sizeof(float)), *g1 = malloc(2 * P * sizeof(float));
         float gin0[B * T * C], gin1[B * T * C];
+        size_t b0, b1;
         for (int first = 0; first < 2; first++) {
-            run(m, first, 0, g0, gin0);
-            run(m, first, 1, g1, gin1);
+            run(m, first, 0, g0, gin0, &b0);
+            run(m, first, 1, g1, gin1, &b1);
             int nonzero = 0;
             for (size_t i = 0; i < P; i++) nonzero += g0[i] != 0.0f;
             assert_true(nonzero > (int)(P / 2)); /* the comparison sees real gradients */
@@ -145,6 +159,36 @@ static void split_equals_whole(void **st) {
         free(g0), free(g1);
         fsc_model_free(m);
     }
+}
+
+/* The head tied to the token embedding: with split_tied both split (the records keep their output gradients: more
+ * bytes than split alone, where they run whole in the input part), the same bits as the whole backward, also the
+ * tied gradient a record without the owner leaves; the weight parts in descending order differ. */
+static void split_tied_equals_whole(void **st) {
+    (void)st;
+    fsc_model *m = lm(2);
+    assert_non_null(m->ops->splits_tied);
+    assert_int_equal(m->ops->splits_tied(m->ctx), 1);
+    const size_t P = fsc_model_num_params(m), n = 2 * P; /* the tied buffer after the gradients */
+    float *g0 = calloc(n, sizeof(float)), *g1 = calloc(n, sizeof(float));
+    float gin0[B * T * C], gin1[B * T * C];
+    size_t b0, b1, b2;
+    for (int first = 0; first < 2; first++) {
+        run(m, first, 0, g0, gin0, &b0);
+        run(m, first, 1, g1, gin1, &b1);
+        assert_memory_equal(g0, g1, n * sizeof(float)); /* split alone: the tied layers whole in the input part */
+        run(m, first, 2, g1, gin1, &b2);
+        assert_true(first == 0 ? b2 > b1 : b2 >= b1); /* the embedding's output gradient (the head is the loss) */
+        int nonzero = 0;
+        for (size_t i = 0; i < n; i++) nonzero += g0[i] != 0.0f;
+        assert_true(nonzero > (int)(P / 2));
+        assert_memory_equal(g0, g1, n * sizeof(float));
+        if (first > 0) assert_memory_equal(gin0, gin1, sizeof gin0);
+        run(m, first, 3, g1, gin1, &b2); /* W1 before W0: another order of the sums */
+        assert_true(memcmp(g0, g1, n * sizeof(float)) != 0);
+    }
+    free(g0), free(g1);
+    fsc_model_free(m);
 }
 
 static void split_misuse_refused(void **st) {
@@ -167,6 +211,7 @@ static void split_misuse_refused(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_equals_whole),
+        cmocka_unit_test(split_tied_equals_whole),
         cmocka_unit_test(split_misuse_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -163,14 +163,24 @@ fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers) {
     return FSC_OK;
 }
 
+/* The exact reduction with chunks or W actions: inside the stages DDP's reductions end with each chunk's backward
+ * and W (ddp.c), FSDP's and ZeRO's not yet. */
+static fsc_status validate_exact(const fsc_parallel_opts *po, const char *what) {
+    if (po->reduce_exact && po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: reduce_exact runs with DDP inside the stages, not FSDP or ZeRO "
+                         "yet", what);
+    return FSC_OK;
+}
+
 /* Interleaved stages (v > 1): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
     if (po->schedule != FSC_SCHED_INTERLEAVED && po->schedule != FSC_SCHED_CUSTOM && po->schedule != FSC_SCHED_ZBV)
         return fsc_error(FSC_ERR_INVALID, "virtual_stages %d needs the interleaved schedule, zbv or a custom one "
                          "(gpipe, 1f1b and zb-h1 run one chunk per rank)", v);
-    if ((po->tp > 1) || (po->ep > 1) || po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages do not run with tp, ep, "
-                         "reduce_exact or offload yet", v);
+    if ((po->tp > 1) || (po->ep > 1) || po->offload != FSC_OFFLOAD_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages do not run with tp, ep or "
+                         "offload yet", v);
+    FSC_TRY(validate_exact(po, "interleaved stages (virtual_stages > 1)"));
     if (!po->prefetch)
         return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages need prefetch (their streams "
                          "travel on communicators of their own)", v);
@@ -189,9 +199,10 @@ static int has_weight_actions(const fsc_parallel_opts *po, int pp) {
 
 /* W actions (the split backward): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_split(const fsc_parallel_opts *po) {
-    if (po->tp > 1 || po->ep > 1 || po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) does not run with tp, ep, "
-                         "reduce_exact or offload yet");
+    if (po->tp > 1 || po->ep > 1 || po->offload != FSC_OFFLOAD_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) does not run with tp, ep or "
+                         "offload yet");
+    FSC_TRY(validate_exact(po, "a schedule with W actions (zb-h1, zbv)"));
     if (po->checkpoint)
         return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) keeps every layer's record of a "
                          "micro-batch until its W; layer checkpointing (checkpoint) keeps one: use the pipeline "
@@ -862,8 +873,9 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
     if (!p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* split_tied: in W */
     FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
     /* the strategy reduces in the last backward only (no_sync), with W in the last W; with the exact reduction
-     * every micro-batch's gradient is a term of its own (exact.c) */
-    e->sync = !p->split && (k == p->M - 1 || e->exact);
+     * every micro-batch's gradient is a term of its own (exact.c): with W, B's term holds the layers that run whole
+     * in B (the others' gradients are still zero) and W's the others (B's were cleared) */
+    e->sync = e->exact || (!p->split && k == p->M - 1);
     fsc_status st = p->split ? e->m->ops->backward_input(e->m->ctx, a, &hooks, dscale)
                              : e->m->ops->backward(e->m->ctx, a, &hooks, dscale);
     e->sync = 0;
@@ -904,7 +916,7 @@ static fsc_status weight(fsc_engine *e, int k, int c, float dscale) {
     e->micro = k;
     p->chunk = c;
     if (p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* the user chunk's W of k ran before (tied_split_ok) */
-    e->sync = k == p->M - 1; /* each chunk's last W: its Ws run in ascending order */
+    e->sync = k == p->M - 1 || e->exact; /* each chunk's last W (its Ws run in ascending order); exact: every W */
     fsc_status st = e->m->ops->backward_weight(e->m->ctx, sl->rec, &hooks, dscale);
     e->sync = 0;
     FSC_TRY(st);

@@ -47,7 +47,10 @@
  *   user -> owner     a tied tensor's gradient of micro-batch k, after the gradient of k
  *
  * W actions (zero-bubble schedules): a B runs the model's backward_input and keeps the record, the
- * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W.
+ * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W (the
+ * exact reduction in every B and W: each holds a term). Where no tied tensor crosses ranks (a V: the owner and
+ * user chunks on rank 0) the tied layers split too (split_tied): the user's W of k makes the tied gradient, kept
+ * on the rank until the owner's W of k adds it; a tied tensor between two ranks keeps the B path (tied_split_ok).
  *
  * Checkpointing (FairScale's): a checkpointed micro-batch keeps only its stage input (stage 0: its
  * inputs, in the caller's host memory) and runs the whole stage forward again just before its backward.

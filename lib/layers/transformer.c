@@ -413,8 +413,9 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     }
     /* (N, C); the split keeps it from the input part to the weight part (the stash), which then runs the weight
      * product only */
-    float *dnormed = c->stash ? c->stash : (float *)((char *)c->work + r256(N * (size_t)y->V * sizeof(float)));
-    float *d = dinp ? dinp : (float *)((char *)c->work + r256(N * (size_t)y->V * sizeof(float)) + r256(NC * sizeof(float)));
+    char *scratch = (char *)c->work + r256(N * (size_t)y->V * sizeof(float)); /* after dlogits: (N, C) twice */
+    float *dnormed = c->stash ? c->stash : (float *)scratch;
+    float *d = dinp ? dinp : (float *)(scratch + r256(NC * sizeof(float)));
     fsc_linear_rec lr = { .inp = r.normed, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
     const int weight_part = c->stash && !dinp; /* dnormed is in the stash */
     FSC_TRY(fsc_linear_backward(c->dev, weight_part ? NULL : dnormed, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f,
@@ -456,7 +457,8 @@ static size_t hd_split_bytes(const fsc_layer *l, int B) {
 }
 
 static const fsc_layer_ops hd_ops = { .split = 1, .split_bytes = hd_split_bytes, .rec_bytes = hd_rec,
-                                      .work_bytes = hd_work, .forward = hd_fwd, .backward = hd_bwd, .config = hd_config, .check_target = hd_check,
+                                      .work_bytes = hd_work, .forward = hd_fwd, .backward = hd_bwd,
+                                      .config = hd_config, .check_target = hd_check,
                                       .logits = hd_logits };
 
 fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {

@@ -21,10 +21,11 @@
  * Every time is on the simulated cluster's virtual clock (cluster.h, docs/overlap.md): each stage's computation
  * is its own thread's CPU time, as if it had a core to itself, so four stages on a 2-core machine shared with
  * other programs measure what four devices would; the last argument "wall" measures on the machine's clock.
- * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] [P] (default 4 and 3, all, virtual,
- * 128; the first step is not timed; "schedules": only the third table, "zb" only the last, of a model of that
- * width: the wider, the more of a block's time is its matrix products, whose weight gradients W are; P: the last
- * table's case of P stages only, 2 or 4). The last table also prints every stage's peak activations and its F, B
+ * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] [P] [vocab] (default 4 and 3, all,
+ * virtual, 128, both, 256; the first step is not timed; "schedules": only the third table, "zb" only the last, of a
+ * model of that width: the wider, the more of a block's time is its matrix products, whose weight gradients W are;
+ * P: the last table's case of P stages only, 2 or 4, 0 both; and of that vocabulary: the larger, the more of the
+ * last stage's time is the tied head's). The last table also prints every stage's peak activations and its F, B
  * and W time per step (fsc_pipe_stats.action_s), and ZB-H1's bubble over 1F1B's. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,7 +264,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_pipe: width %d: a multiple of 32 at least 32\n", width);
         return 2;
     }
-    fsc_gpt_config scfg = { .layers = 8, .dim = width, .heads = width / 32, .seq = 64, .vocab = 256 };
+    const int vocab = argc > 7 ? atoi(argv[7]) : 256;
+    if (vocab < 2) {
+        fprintf(stderr, "bench_pipe: vocab %d: at least 2\n", vocab);
+        return 2;
+    }
+    fsc_gpt_config scfg = { .layers = 8, .dim = width, .heads = width / 32, .seq = 64, .vocab = vocab };
     if (argc > 3 && !strcmp(argv[3], "schedules")) return schedules(&scfg, steps);
     if (argc > 3 && !strcmp(argv[3], "zb")) return zero_bubble(&scfg, steps, rounds, argc > 6 ? atoi(argv[6]) : 0);
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };

@@ -738,8 +738,8 @@ static void test_pipe_strategies_in_new_schedules(void **state) {
         { FSC_PAR_ZERO1, 0, "zero1" }, { FSC_PAR_ZERO2, 0, "zero2" }, { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, "fsdp shard_grad_op" },
         { FSC_PAR_FSDP, FSC_SHARD_FULL, "fsdp full_shard" },
     };
-    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
-    static const char *const sname[] = { "interleaved", "zb-h1", "zbv" };
+    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const sname[] = { "1f1b", "interleaved", "zb-h1", "zbv" };
     run ref = { 0 };
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (int sc = 0; sc < 3; sc++)
@@ -1089,9 +1089,16 @@ static void test_pipe_bad_options(void **state) {
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "interleaved stages need prefetch");
     r = make(1, 2, FSC_PAR_DDP, 2, 1); /* W actions: what does not run with them yet */
     r.po.schedule = FSC_SCHED_ZB_H1;
+    r.po.offload = FSC_OFFLOAD_ALL;
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
+               "W actions (zb-h1, zbv) does not run with offload yet");
+    r.po.offload = FSC_OFFLOAD_NONE;
     r.po.reduce_exact = 1;
-    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "W actions (zb-h1, zbv) does not run with");
+    r.po.kind = FSC_PAR_ZERO1;
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
+               "W actions (zb-h1, zbv): reduce_exact runs with DDP inside the stages, not FSDP or ZeRO yet");
     r.po.reduce_exact = 0;
+    r.po.kind = FSC_PAR_DDP;
     r.po.checkpoint = 1;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "layer checkpointing (checkpoint) keeps one");
     r.po.checkpoint = 0;
@@ -1208,7 +1215,44 @@ static void test_pipe_balance_helpers(void **state) {
     fsc_device_free(dev);
 }
 
+/* The exact reduction (reduce_exact, exact.c) inside the stages of interleaved (2 chunks a rank), zb-h1 and zbv:
+ * every micro-batch's gradient of each chunk is a term of its own, reduced at the end of that chunk's backward (B
+ * and, with W actions, W: B's term holds the layers that run whole in B, W's the others). An 8-block GPT with its
+ * tied wte, pp 2, 4 micro-batches, dp 1 and 2 with DDP inside, every pipeline checkpoint mode (zb-h1 in mode never
+ * with prefetch 0), and pp 4 with 8 micro-batches. Oracle: DDP with the exact reduction over the same micro-batches (its units), bit for bit. */
+static void test_pipe_exact_new_schedules(void **state) {
+    (void)state;
+    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const sname[] = { "1f1b", "interleaved", "zb-h1", "zbv" };
+    static const struct { int dp, pp, m; } cases[] = { { 1, 2, 4 }, { 2, 2, 4 }, { 1, 4, 8 } };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        run ref;
+        memset(&ref, 0, sizeof ref);
+        for (int sc = 0; sc < 4; sc++)
+            for (int ck = 0; ck < 3; ck++) {
+                if (cases[c].pp == 4 && ck != 1) continue; /* pp 4: the default mode only */
+                run p = make(cases[c].dp, cases[c].pp, FSC_PAR_DDP, cases[c].m, 1);
+                p.cfg.layers = 8;
+                p.steps = 3;
+                p.po.reduce_exact = 1;
+                p.po.prefetch = !(scheds[sc] == FSC_SCHED_ZB_H1 && ck == 2); /* zb-h1, never: synchronous reductions */
+                p.po.schedule = scheds[sc];
+                p.po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+                p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+                if (!ref.params) ref = reference(&p);
+                train(&p);
+                char what[128];
+                snprintf(what, sizeof what, "reduce exact, %s, dp %d x pp %d, %d micro-batches, checkpoint %s",
+                         sname[sc], cases[c].dp, cases[c].pp, cases[c].m, ckpt_name[ck]);
+                assert_same(&ref, &p, what);
+                free(p.params);
+            }
+        free(ref.params);
+    }
+}
+
 int main(void) {
+    if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipe_equals_ddp),
         cmocka_unit_test(test_pipe_interleaved_equals_ddp),
@@ -1216,6 +1260,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_zb_h1_memory),
         cmocka_unit_test(test_pipe_chunk_pools),
         cmocka_unit_test(test_pipe_zbv_equals_ddp),
+        cmocka_unit_test(test_pipe_exact_new_schedules),
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_custom_schedule),
         cmocka_unit_test(test_pipe_custom_v),

@@ -11,8 +11,11 @@
  * without a residual, the GPT-2 and Llama blocks with an MoE MLP; top-1 and top-2 routing with drops and a
  * load-balancing loss), also as the model's first layer on float inputs (its input part runs for its stash though
  * no one needs its input gradient); with the exact reduction's grad_term the MoE weight parts hand the same pieces
- * in the same order as the whole backward. Misuse is refused: a split record's backward, backward_input of a record made
- * without split, split with layer checkpointing, an MoE layer's weight part before its input part. */
+ * in the same order as the whole backward. The small layers with the head tied to the token embedding, in records
+ * made with split_tied (the tied layers split too: their records keep more), give the same bits, and the tied
+ * gradient a record without the owner leaves for its caller is the whole backward's; running the weight parts in
+ * descending order changes them. Misuse is refused: a split record's backward, backward_input of a record made
+ * without split, split with layer checkpointing, a weight part before its input part. */
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
@@ -120,15 +123,17 @@ static void small(fsc_layer **l) {
 static fsc_model *lm(int variant) {
     fsc_layer *l[NL];
     /* 0 small, 1 the packed block with HEADS heads, 2 MoE, 3 MoE first, 4 and 5 the packed block with 8 and 1
-     * heads (each way its kept gradients fit over the attention probabilities) */
-    static const int packed_heads[] = { 0, HEADS, 0, 0, 8, 1 };
+     * heads (each way its kept gradients fit over the attention probabilities), 6 small with the head tied to the
+     * token embedding */
+    static const int packed_heads[] = { 0, HEADS, 0, 0, 8, 1, 0 };
     if (variant == 3) moe_first(l);
     else if (variant == 2) moe(l);
-    else if (variant) transformer(l, packed_heads[variant]);
+    else if (variant && variant < 6) transformer(l, packed_heads[variant]);
     else small(l);
     fsc_seq_layer ls[NL];
     static const char *pre[NL] = { "emb.", "ln.", "mlp.", "act.", "lin.", "rms.", "head." };
     for (int i = 0; i < NL; i++) ls[i] = (fsc_seq_layer){ .layer = l[i], .prefix = pre[i] };
+    if (variant == 6) ls[NL - 1].tie[0] = (fsc_layer_tie){ .param = "weight", .to = "emb.weight" };
     fsc_model *m = NULL;
     assert_ok(fsc_seq_model_create(g_dev, ls, NL, &m));
     return m;
@@ -157,9 +162,11 @@ static fsc_status take_term(void *ctx, float *grad, const float *piece, size_t n
     return FSC_OK;
 }
 
-/* Two micro-batches over layers [first, NL-1]: the whole backward (split 0) or the split one; the gradients
- * (host, tensor after tensor) into g and the last input gradient (first > 0) into gin. */
-static void run(fsc_model *m, int first, int split, float *g, float *gin, int floats, terms *tm) {
+/* Two micro-batches over layers [first, NL-1]: the whole backward (split 0), the split one (1; 2: a weight part
+ * before its input part, refused; 3: with split_tied; 4: that, the weight parts in descending order); the gradients
+ * (host, tensor after tensor, then the tied-gradient buffers) into g, the last input gradient (first > 0) into gin
+ * and a record's bytes into *bytes (unless NULL; a split record's between its input and weight parts). */
+static void run(fsc_model *m, int first, int split, float *g, float *gin, int floats, terms *tm, size_t *bytes) {
     size_t tot = 0;
     for (int t = 0; t < m->n_tensors; t++) {
         const size_t n = m->info[t].numel;
@@ -175,9 +182,10 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin, int fl
     float x[B * T * C];
     fsc_model_hooks h = { 0 };
     for (int k = 0; k < 2; k++) {
-        fsc_model_acts_opts o = { .B = B, .first = first, .last = NL - 1, .split = split,
+        fsc_model_acts_opts o = { .B = B, .first = first, .last = NL - 1, .split = split > 0, .split_tied = split > 2,
                                   .grad_term = tm ? take_term : NULL, .grad_term_ctx = tm };
         assert_ok(m->ops->acts_create(m->ctx, &o, &a[k]));
+        if (bytes) *bytes = m->ops->acts_bytes(m->ctx, a[k]);
         for (int i = 0; i < B * T; i++) tok[i] = (i * 5 + k) % V, tgt[i] = (i * 3 + 2 * k + 1) % V;
         for (int i = 0; i < B * T * C; i++) x[i] = (float)((i * 37 + k * 11) % 23) / 23.0f - 0.5f;
         assert_ok(m->ops->set_batch(m->ctx, a[k], first > 0 ? NULL : floats ? (void *)x : (void *)tok, tgt));
@@ -193,9 +201,10 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin, int fl
         for (int k = 0; k < 2; k++) assert_ok(m->ops->backward(m->ctx, a[k], &h, ds));
     } else { /* B0 B1 W0 W1: the weight parts in ascending order, after both input parts */
         for (int k = 0; k < 2; k++) assert_ok(m->ops->backward_input(m->ctx, a[k], &h, ds));
-        for (int k = 0; k < 2; k++) assert_ok(m->ops->backward_weight(m->ctx, a[k], &h, ds));
+        if (bytes) *bytes = m->ops->acts_bytes(m->ctx, a[1]); /* with the split area it holds until its W */
+        for (int k = 0; k < 2; k++) assert_ok(m->ops->backward_weight(m->ctx, a[split == 4 ? 1 - k : k], &h, ds));
     }
-    if (first > 0 && split < 2)
+    if (first > 0 && split != 2)
         assert_ok(fsc_device_download(g_dev, gin, m->ops->stream(m->ctx, a[1], FSC_STREAM_GRAD_INPUT),
                                       sizeof(float) * B * T * C));
     for (int t = 0; t < m->n_tensors; t++) {
@@ -204,7 +213,42 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin, int fl
         tot += n;
         fsc_device_release(g_dev, m->param[t]), fsc_device_release(g_dev, m->grad[t]);
     }
+    for (int t = 0; t < m->n_tensors; t++) /* what a record without the owner leaves for its caller */
+        if (m->info[t].nusers && split != 2) {
+            assert_ok(fsc_device_download(g_dev, g + tot, m->tied_grad[t], m->info[t].numel * sizeof(float)));
+            tot += m->info[t].numel;
+        }
     for (int k = 0; k < 2; k++) m->ops->acts_free(m->ctx, a[k]);
+}
+
+/* The head tied to the token embedding: with split_tied both split (the records keep their output gradients: more
+ * bytes than split alone, where they run whole in the input part), the same bits as the whole backward, also the
+ * tied gradient a record without the owner leaves; the weight parts in descending order differ. */
+static void split_tied_equals_whole(void **st) {
+    (void)st;
+    fsc_model *m = lm(6);
+    assert_non_null(m->ops->splits_tied);
+    assert_int_equal(m->ops->splits_tied(m->ctx), 1);
+    const size_t P = fsc_model_num_params(m), n = 2 * P; /* the tied buffer after the gradients */
+    float *g0 = calloc(n, sizeof(float)), *g1 = calloc(n, sizeof(float));
+    float gin0[B * T * C], gin1[B * T * C];
+    size_t b0, b1, b2;
+    for (int first = 0; first < 2; first++) {
+        run(m, first, 0, g0, gin0, 0, NULL, &b0);
+        run(m, first, 1, g1, gin1, 0, NULL, &b1);
+        assert_memory_equal(g0, g1, n * sizeof(float)); /* split alone: the tied layers whole in the input part */
+        run(m, first, 3, g1, gin1, 0, NULL, &b2);
+        assert_true(first == 0 ? b2 > b1 : b2 >= b1); /* the embedding's output gradient (the head is the loss) */
+        int nonzero = 0;
+        for (size_t i = 0; i < n; i++) nonzero += g0[i] != 0.0f;
+        assert_true(nonzero > (int)(P / 2));
+        assert_memory_equal(g0, g1, n * sizeof(float));
+        if (first > 0) assert_memory_equal(gin0, gin1, sizeof gin0);
+        run(m, first, 4, g1, gin1, 0, NULL, &b2); /* W1 before W0: another order of the sums */
+        assert_true(memcmp(g0, g1, n * sizeof(float)) != 0);
+    }
+    free(g0), free(g1);
+    fsc_model_free(m);
 }
 
 static void split_equals_whole(void **st) {
@@ -215,8 +259,8 @@ static void split_equals_whole(void **st) {
         float *g0 = malloc(P * sizeof(float)), *g1 = malloc(P * sizeof(float));
         float gin0[B * T * C], gin1[B * T * C];
         for (int first = 0; first < 2; first++) {
-            run(m, first, 0, g0, gin0, variant == 3, NULL);
-            run(m, first, 1, g1, gin1, variant == 3, NULL);
+            run(m, first, 0, g0, gin0, variant == 3, NULL, NULL);
+            run(m, first, 1, g1, gin1, variant == 3, NULL, NULL);
             int nonzero = 0;
             for (size_t i = 0; i < P; i++) nonzero += g0[i] != 0.0f;
             assert_true(nonzero > (int)(P / 2)); /* the comparison sees real gradients */
@@ -237,8 +281,8 @@ static void split_terms(void **st) {
         const size_t P = fsc_model_num_params(m);
         float *g0 = malloc(P * sizeof(float)), *g1 = malloc(P * sizeof(float)), gin0[B * T * C], gin1[B * T * C];
         terms t0 = { 0, 14695981039346656037ull }, t1 = t0;
-        run(m, 1, 0, g0, gin0, variant == 3, &t0);
-        run(m, 1, 1, g1, gin1, variant == 3, &t1);
+        run(m, 1, 0, g0, gin0, variant == 3, &t0, NULL);
+        run(m, 1, 1, g1, gin1, variant == 3, &t1, NULL);
         assert_true(t0.calls > 0);
         assert_int_equal(t0.calls, t1.calls);
         assert_true(t0.hash == t1.hash);
@@ -253,7 +297,7 @@ static void split_misuse_refused(void **st) {
     (void)st;
     fsc_model *m = lm(2);
     float *g = malloc(fsc_model_num_params(m) * sizeof(float)), gin[B * T * C];
-    run(m, 1, 2, g, gin, 0, NULL);
+    run(m, 1, 2, g, gin, 0, NULL, NULL);
     free(g);
     fsc_model_free(m);
     m = lm(0);
@@ -275,6 +319,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_equals_whole),
         cmocka_unit_test(split_terms),
+        cmocka_unit_test(split_tied_equals_whole),
         cmocka_unit_test(split_misuse_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -102,6 +102,31 @@ static void test_pipelines(void **state) {
     free(ref), free(ref_bytes);
 }
 
+/* Interleaved (2 chunks a rank), zb-h1 and zbv, DDP in the stages (docs/pipeline.md), at 1 and 2 data-parallel
+ * ranks: the bits of one rank accumulating 12 micro-batches. */
+static void test_new_schedules(void **state) {
+    (void)state;
+    char *ref_bytes = NULL, *bytes = NULL;
+    size_t ref_len = 0, len = 0;
+    char *ref = train(1, 12, "none", "--layers 4", &ref_bytes, &ref_len);
+    static const struct { int world, accum; const char *par, *args; } cfg[] = {
+        { 2, 12, "pipe", "--layers 4 --pp 2 --schedule interleaved --virtual-stages 2" },
+        { 4, 6, "ddp", "--layers 4 --pp 2 --schedule interleaved --virtual-stages 2" },
+        { 2, 12, "pipe", "--layers 4 --pp 2 --schedule zb-h1" },
+        { 4, 6, "ddp", "--layers 4 --pp 2 --schedule zb-h1" },
+        { 2, 12, "pipe", "--layers 4 --pp 2 --schedule zbv" },
+        { 4, 6, "ddp", "--layers 4 --pp 2 --schedule zbv" },
+    };
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        char *l = train(cfg[c].world, cfg[c].accum, cfg[c].par, cfg[c].args, &bytes, &len);
+        if (strcmp(l, ref) || len != ref_len || memcmp(bytes, ref_bytes, len))
+            fail_msg("%s %s at --world %d --accum %d: not the bits of one rank (losses %s, one rank %s)", cfg[c].par,
+                     cfg[c].args, cfg[c].world, cfg[c].accum, l, ref);
+        free(l), free(bytes);
+    }
+    free(ref), free(ref_bytes);
+}
+
 /* The validation loss (fsc_engine_eval): the same bits at every world size, accumulation, strategy and pipeline. */
 static void test_validation(void **state) {
     (void)state;
@@ -268,6 +293,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_any_world_accumulation_and_strategy),
         cmocka_unit_test(test_offload_all),
         cmocka_unit_test(test_pipelines),
+        cmocka_unit_test(test_new_schedules),
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_expert_parallel),

@@ -33,6 +33,7 @@ fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *
 fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
 fsc_status fsc_seq_backward_input(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
 fsc_status fsc_seq_backward_weight(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+int fsc_seq_splits_tied(void *ctx);
 const float *fsc_seq_logits(void *ctx, const fsc_model_acts *a, int *vocab);
 const float *fsc_seq_logits_part(void *ctx, const fsc_model_acts *a, fsc_logits_part *p);
 void fsc_seq_aux_stats(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);

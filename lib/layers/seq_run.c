@@ -8,11 +8,15 @@
  * input inside the range live in two alternating device buffers with a host copy each, uploaded again for the
  * recomputation. A layer's parameters (and gradients in backward) must be materialized when it runs, except other
  * ranks' experts. The split backward (model.h's backward_input and backward_weight, a record made with split):
- * each layer that splits (ops->split, and no tied tensor of its own or of another's) gets a buffer that keeps its
+ * each layer that splits (ops->split; a layer with a tied tensor of its own or of another's only in a record made
+ * with split_tied, and only when every layer of the model with a tied tensor splits) gets a buffer that keeps its
  * output gradient from the input part to the weight part, and its stash (split_bytes); the others run whole in the
  * input part. Those buffers (and the sink) are a second device allocation, the split area, which a record holds
  * only from its input part to its weight part: taken from the model's pool (spool) when the input part starts,
  * given back when the weight part ends, so a record waiting for its backward costs what it costs without split.
+ * With split_tied the tied-gradient contract moves to the weight part: a user's weight part writes the zeroed tied
+ * buffer, the owner's weight part adds it before its own (the caller carries it between records in the weight
+ * parts' order).
  * Not here: the declaration (seq.c). */
 #include <stdlib.h>
 #include <string.h>
@@ -42,18 +46,35 @@ typedef struct {
     void *smem;          /* split: the split area (keep, stash, sink) from the input part to the weight part, or NULL
                           * (keep, stash and sink NULL then) */
     size_t sbytes;       /* its bytes */
+    int split_tied;      /* split: the layers with tied tensors split too (model.h's split_tied) */
 } seq_acts;
 
 static size_t up(size_t b) { return (b + 255) / 256 * 256; }
 
-/* Whether layer l splits its backward: it says so, and no tensor of it is tied (a tied gradient crosses layers and
- * stages in the input part's order: model.h). */
-static int splits(const seq_model *s, int l) {
-    const fsc_layer *y = s->layers[l];
-    if (!y->ops->split) return 0;
-    for (int k = 0; k < y->n_params; k++)
-        if (s->tied[l][k] || s->info[s->tensor[l][k]].nusers > 0) return 0;
+/* Whether layer l can split: it says so. */
+static int can_split(const seq_model *s, int l) { return s->layers[l]->ops->split; }
+
+/* Whether layer l has a tied tensor, of its own (with users) or of another's. */
+static int has_tied(const seq_model *s, int l) {
+    for (int k = 0; k < s->layers[l]->n_params; k++)
+        if (s->tied[l][k] || s->info[s->tensor[l][k]].nusers > 0) return 1;
+    return 0;
+}
+
+/* Whether the layers with tied tensors split in a record of a: only with split_tied, and only if every layer of
+ * the model with a tied tensor can (fsc_seq_splits_tied: an owner and its users split together, whatever records
+ * they are in, so that the tied gradient is made and added in the same part). */
+static int all_tied_split(const seq_model *s) {
+    for (int l = 0; l < s->n; l++)
+        if (has_tied(s, l) && !can_split(s, l)) return 0;
     return 1;
+}
+static int tied_splits(const seq_model *s, const seq_acts *a) { return a->split_tied && all_tied_split(s); }
+
+/* Whether layer l splits its backward in a record of a (a split record): it can, and it has no tied tensor or
+ * the tied layers split (a tied gradient crosses layers and stages in one part's order: model.h). */
+static int splits(const seq_model *s, const seq_acts *a, int l) {
+    return can_split(s, l) && (!has_tied(s, l) || tied_splits(s, a));
 }
 
 /* Floats of the sink: twice the largest one-dimensional parameter of a layer of the range that splits (a
@@ -61,7 +82,7 @@ static int splits(const seq_model *s, int l) {
 static size_t sink_floats(const seq_model *s, const seq_acts *a) {
     size_t n = 0;
     for (int l = a->first; l <= a->last; l++)
-        for (int k = 0; splits(s, l) && k < s->layers[l]->n_params; k++)
+        for (int k = 0; splits(s, a, l) && k < s->layers[l]->n_params; k++)
             if (s->layers[l]->params[k].ndim == 1 && s->layers[l]->params[k].numel > n)
                 n = s->layers[l]->params[k].numel;
     return 2 * n;
@@ -111,8 +132,8 @@ static size_t layout_split(const seq_model *s, seq_acts *a, char *base) {
 #define TAKE(ptr, bytes) (ptr = (void *)(base ? base + at : NULL), at += up(bytes))
     for (int l = a->first; l <= a->last; l++) {
         const fsc_layer *y = s->layers[l];
-        if (l < s->n - 1 && splits(s, l)) TAKE(a->keep[l - a->first], B * y->out_floats * sizeof(float));
-        if (splits(s, l) && y->ops->split_bytes) TAKE(a->stash[l - a->first], y->ops->split_bytes(y, a->B));
+        if (l < s->n - 1 && splits(s, a, l)) TAKE(a->keep[l - a->first], B * y->out_floats * sizeof(float));
+        if (splits(s, a, l) && y->ops->split_bytes) TAKE(a->stash[l - a->first], y->ops->split_bytes(y, a->B));
     }
     TAKE(a->sink, sink_floats(s, a) * sizeof(float));
 #undef TAKE
@@ -145,6 +166,8 @@ static void split_detach(seq_model *s, seq_acts *a) {
     layout_split(s, a, NULL);
 }
 
+int fsc_seq_splits_tied(void *ctx) { return all_tied_split(ctx); }
+
 fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
     seq_model *s = ctx;
     *out = NULL;
@@ -174,7 +197,7 @@ fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mode
         fsc_seq_acts_free(ctx, (fsc_model_acts *)a);
         return fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
     }
-    a->B = o->B, a->ckpt = o->checkpoint;
+    a->B = o->B, a->ckpt = o->checkpoint, a->split_tied = o->split && o->split_tied;
     a->term = o->grad_term, a->term_ctx = o->grad_term_ctx;
     a->bytes = layout(s, a, NULL);
     if (o->split) a->sbytes = layout_split(s, a, NULL);
@@ -323,7 +346,7 @@ static float *dinp_of(const seq_model *s, const seq_acts *a, int l) {
 /* One layer's part: the whole backward, or the input or the weight part of a layer that splits. */
 static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int part, float dscale) {
     const fsc_layer *y = s->layers[l];
-    const int split = a->keep && splits(s, l);
+    const int split = a->keep && splits(s, a, l);
     if (part == PART_WEIGHT && !split) return FSC_OK; /* it ran whole in the input part */
     if (part == PART_INPUT && split && !dinp_of(s, a, l) && !y->ops->split_bytes)
         return FSC_OK; /* no input gradient to compute (a layer with a stash still fills it) */
@@ -351,8 +374,10 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
 
 static fsc_status run_backward(seq_model *s, seq_acts *a, const fsc_model_hooks *h, float dscale, int part) {
     /* tied tensors used by a layer of the range: their users' gradients start from zero (model.h: a user
-     * overwrites the buffer; several users of one range add up); tied layers never split */
-    for (int t = 0; t < s->m.n_tensors && part != PART_WEIGHT; t++)
+     * overwrites the buffer; several users of one range add up), in the part that makes them: the weight part
+     * when the tied layers split, else the input part */
+    const int tied_part = a->keep && tied_splits(s, a) ? PART_WEIGHT : part == PART_WHOLE ? PART_WHOLE : PART_INPUT;
+    for (int t = 0; t < s->m.n_tensors && part == tied_part; t++)
         for (int u = 0; u < s->info[t].nusers; u++) {
             const int l = s->info[t].users[u];
             if (l < a->first || l > a->last) continue;

@@ -403,17 +403,23 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     float *dlogits = c->work;
     fsc_xent_rec xr = { .logits = r.logits, .targets = c->target, .N = N, .V = y->V, .ld = y->V };
     FSC_TRY(fsc_xent_backward(c->dev, dlogits, &xr, c->dscale));
-    if (y->Vp > y->V) /* the padding rows' gradient: 0 (the products below write the real rows only) */
+    if (y->Vp > y->V && c->grad[w]) /* the padding rows' gradient: 0 (the products below write the real rows only;
+                                      * the split's input part writes none) */
         FSC_TRY(fsc_device_memset(c->dev, c->grad[w] + (size_t)y->V * (size_t)y->C, 0,
                                   (size_t)(y->Vp - y->V) * (size_t)y->C * sizeof(float)));
     if (y->norm == FSC_HEAD_NORM_NONE) {
         fsc_linear_rec lr = { .inp = in, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
         return fsc_linear_backward(c->dev, dinp, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f, 1.0f);
     }
-    float *dnormed = (float *)((char *)c->work + r256(N * (size_t)y->V * sizeof(float))); /* (N, C) */
-    float *d = dinp ? dinp : (float *)((char *)dnormed + r256(NC * sizeof(float)));
+    /* (N, C); the split keeps it from the input part to the weight part (the stash), which then runs the weight
+     * product only */
+    char *scratch = (char *)c->work + r256(N * (size_t)y->V * sizeof(float)); /* after dlogits: (N, C) twice */
+    float *dnormed = c->stash ? c->stash : (float *)scratch;
+    float *d = dinp ? dinp : (float *)(scratch + r256(NC * sizeof(float)));
     fsc_linear_rec lr = { .inp = r.normed, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
-    FSC_TRY(fsc_linear_backward(c->dev, dnormed, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f, 1.0f));
+    const int weight_part = c->stash && !dinp; /* dnormed is in the stash */
+    FSC_TRY(fsc_linear_backward(c->dev, weight_part ? NULL : dnormed, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f,
+                                1.0f));
     FSC_TRY(fsc_device_memset(c->dev, d, 0, NC * sizeof(float)));
     if (y->norm == FSC_HEAD_NORM_RMSNORM) {
         fsc_rmsnorm_rec nr = { .inp = in, .rstd = r.rstd, .N = N, .C = y->C };
@@ -444,8 +450,15 @@ static const float *hd_logits(const fsc_layer *l, const void *rec, int B, int *v
     return rec; /* the record starts with the logits (hd_parts) */
 }
 
-static const fsc_layer_ops hd_ops = { .split = 1, .rec_bytes = hd_rec, .work_bytes = hd_work, .forward = hd_fwd,
-                                      .backward = hd_bwd, .config = hd_config, .check_target = hd_check,
+/* The split's stash: the gradient at the final norm's output (N, C), when there is a norm. */
+static size_t hd_split_bytes(const fsc_layer *l, int B) {
+    const head_layer *y = (const head_layer *)l;
+    return y->norm == FSC_HEAD_NORM_NONE ? 0 : hd_N(y, B) * (size_t)y->C * sizeof(float);
+}
+
+static const fsc_layer_ops hd_ops = { .split = 1, .split_bytes = hd_split_bytes, .rec_bytes = hd_rec,
+                                      .work_bytes = hd_work, .forward = hd_fwd, .backward = hd_bwd,
+                                      .config = hd_config, .check_target = hd_check,
                                       .logits = hd_logits };
 
 fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {

@@ -192,7 +192,8 @@ static void g_destroy(fsc_model *m) { seq_wrap_free((seq_wrap *)m); }
       .layer_cost = g_layer_cost, .aux_stats = aux, .aux_layers = auxl, .config = g_config,                        \
       .config_check = g_config_check, .check_tensors = g_check_tensors, .set_expert_group = ep,                   \
       .destroy = g_destroy, .logits = seq_wrap_logits, .logits_part = seq_wrap_logits_part, .flops = g_flops,      \
-      .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight }
+      .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight,                    \
+      .splits_tied = seq_wrap_splits_tied }
 static const fsc_model_ops dense_ops = GPT_OPS(NULL, NULL, NULL);
 static const fsc_model_ops moe_ops = GPT_OPS(seq_wrap_aux, seq_wrap_aux_layers, g_set_ep);
 

@@ -321,6 +321,7 @@ static const fsc_model_ops llama_ops = {
     .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
     .destroy = l_destroy, .logits = seq_wrap_logits, .logits_part = seq_wrap_logits_part, .flops = l_flops,
     .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight,
+    .splits_tied = seq_wrap_splits_tied,
 };
 static const fsc_model_ops llama_moe_ops = { /* with MoE layers: their statistics and expert group */
     .acts_create = l_acts_create, .acts_free = seq_wrap_acts_free, .acts_bytes = seq_wrap_acts_bytes,
@@ -331,6 +332,7 @@ static const fsc_model_ops llama_moe_ops = { /* with MoE layers: their statistic
     .set_expert_group = seq_wrap_set_expert_group, .logits = seq_wrap_logits, .logits_part = seq_wrap_logits_part,
     .flops = l_flops,
     .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight,
+    .splits_tied = seq_wrap_splits_tied,
 };
 
 /* Layers 0 the token embedding, 1..L the blocks, L+1 the final RMSNorm and the untied LM head. */

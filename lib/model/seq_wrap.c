@@ -49,6 +49,10 @@ fsc_status seq_wrap_backward_weight(void *ctx, fsc_model_acts *a, const fsc_mode
     return S(ctx)->ops->backward_weight(S(ctx)->ctx, a, h ? h : &no_hooks, dscale);
 }
 
+int seq_wrap_splits_tied(void *ctx) {
+    return S(ctx)->ops->splits_tied ? S(ctx)->ops->splits_tied(S(ctx)->ctx) : 0;
+}
+
 void seq_wrap_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out) {
     S(ctx)->ops->init_values(S(ctx)->ctx, seed, i, first, n, out);
 }

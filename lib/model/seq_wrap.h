@@ -25,6 +25,7 @@ fsc_status seq_wrap_forward(void *ctx, fsc_model_acts *a, const fsc_model_hooks 
 fsc_status seq_wrap_backward(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
 fsc_status seq_wrap_backward_input(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
 fsc_status seq_wrap_backward_weight(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+int seq_wrap_splits_tied(void *ctx);
 void seq_wrap_init(void *ctx, uint64_t seed, int i, size_t first, size_t n, float *out);
 const float *seq_wrap_logits(void *ctx, const fsc_model_acts *a, int *vocab);
 const float *seq_wrap_logits_part(void *ctx, const fsc_model_acts *a, fsc_logits_part *p);

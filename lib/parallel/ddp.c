@@ -20,6 +20,7 @@
 #include <string.h>
 #include "engine_impl.h"
 #include "overlap.h"
+#include "pipe.h"
 
 /* A maximal span of the local layout whose tensors are of one reduction class (engine_impl.h: dense, or experts). */
 typedef struct {
@@ -163,19 +164,26 @@ static fsc_status flush(fsc_engine *e) {
 static fsc_status ddp_post_backward(fsc_engine *e, int layer) {
     ddp_state *d = e->sd;
     if (!e->sync) return FSC_OK;
+    /* the layer that ends a backward: the stage's first, or with the exact reduction, whose terms are one backward
+     * (or W) of one chunk each, the first layer of the chunk that runs (interleaved stages, a V) */
+    int end = e->lf, hi;
+    if (e->exact && e->pipe) fsc_pipe_running_layers(e, &end, &hi);
     /* the tensors this layer owns are contiguous and precede what earlier (later-in-model) layers own */
     for (int i = d->t1 - 1; i >= d->t0; i--) {
         if (e->m->info[i].layer != layer || !fsc_engine_holds(e, i)) continue;
+        /* the exact reduction in a pipeline: nothing pending, the range starts at this layer's end, so that each
+         * reduction covers one chunk's elements, all of them terms already or none (exact.c's first terms) */
+        if (e->exact && e->pipe && d->pend_lo == d->pend_hi) d->pend_lo = d->pend_hi = d->off[i] + e->m->info[i].numel;
         if (d->off[i] < d->pend_lo) d->pend_lo = d->off[i];
     }
     size_t bucket = e->po.bucket_bytes ? e->po.bucket_bytes : (25u << 20);
-    if ((d->pend_hi - d->pend_lo) * sizeof(float) >= bucket || layer == e->lf) FSC_TRY(flush(e));
+    if ((d->pend_hi - d->pend_lo) * sizeof(float) >= bucket || layer == end) FSC_TRY(flush(e));
     /* the micro-batch's backward is over: its reductions are done before the next one rewrites grad */
-    if (layer == e->lf) FSC_TRY(fsc_reduce_drain(e, &d->rq));
+    if (layer == end) FSC_TRY(fsc_reduce_drain(e, &d->rq));
     /* the exact reduction: every unit's gradient is a term of its own, the next one starts from zero (with a
      * pipeline the next backward may follow without a forward in between: nothing pending either, and the local
      * gradients cleared here; without one, by the next unit's forward) */
-    if (layer == e->lf && e->exact) {
+    if (layer == end && e->exact) {
         d->pend_lo = d->pend_hi = d->P;
         if (e->pipe) FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
     }

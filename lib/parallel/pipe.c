@@ -49,9 +49,12 @@
  *   user -> owner     a tied tensor's gradient of micro-batch k, after the gradient of k
  *
  * W actions (zero-bubble schedules): a B runs the model's backward_input and keeps the record, the
- * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W. A
- * record's bytes (acts_bytes) may grow in its B (the sequential model's split area) and shrink back in its W: the
- * count follows.
+ * W of the same micro-batch later runs backward_weight and gives it back; the strategy reduces in the last W (the
+ * exact reduction in every B and W: each holds a term). A record's bytes (acts_bytes) may grow in its B (the
+ * sequential model's split area) and shrink back in its W: the count follows. Where no tied tensor crosses ranks (a
+ * V: the owner and user chunks on rank 0) the tied layers split too (split_tied): the user's W of k makes the tied
+ * gradient, kept on the rank until the owner's W of k adds it; a tied tensor between two ranks keeps the B path
+ * (tied_split_ok).
  *
  * Checkpointing (FairScale's): a checkpointed micro-batch keeps only its stage input (stage 0: its
  * inputs, in the caller's host memory) and runs the whole stage forward again just before its backward.
@@ -133,6 +136,10 @@ struct fsc_pipe {
     int nacts;
     int split;                /* this rank's list has W and the model splits its backward (model.h): B runs the
                                * input part, W the weight part, and a record lives from its F to its W */
+    int split_tied;           /* split, and the layers with tied tensors split too (model.h's split_tied): only
+                               * where every tied tensor's owner and users are on this rank or none (a V's first
+                               * rank) and each user chunk's W of micro-batch k comes before the owner chunk's;
+                               * the user's gradient of k then waits from the one W to the other */
     double *unit_loss;        /* reduce_exact (exact.c): the last stage keeps each micro-batch's loss here, or NULL */
     float *outputs;           /* fsc_engine_predict: the last stage downloads each micro-batch's outputs here */
     size_t *per_sample;       /* (host) and their floats per sample here; NULL: none */
@@ -165,14 +172,23 @@ fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers) {
     return FSC_OK;
 }
 
+/* The exact reduction with chunks or W actions: inside the stages DDP's reductions end with each chunk's backward
+ * and W (ddp.c), FSDP's and ZeRO's not yet. */
+static fsc_status validate_exact(const fsc_parallel_opts *po, const char *what) {
+    if (po->reduce_exact && po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: reduce_exact runs with DDP inside the stages, not FSDP or ZeRO "
+                         "yet", what);
+    return FSC_OK;
+}
+
 /* Interleaved stages (v > 1): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
     if (po->schedule != FSC_SCHED_INTERLEAVED && po->schedule != FSC_SCHED_CUSTOM && po->schedule != FSC_SCHED_ZBV)
         return fsc_error(FSC_ERR_INVALID, "virtual_stages %d needs the interleaved schedule, zbv or a custom one "
                          "(gpipe, 1f1b and zb-h1 run one chunk per rank)", v);
-    if (po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages do not run with "
-                         "reduce_exact or offload yet", v);
+    if (po->offload != FSC_OFFLOAD_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages do not run with offload yet", v);
+    FSC_TRY(validate_exact(po, "interleaved stages (virtual_stages > 1)"));
     if (!po->prefetch)
         return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages need prefetch (their streams "
                          "travel on communicators of their own)", v);
@@ -191,9 +207,9 @@ static int has_weight_actions(const fsc_parallel_opts *po, int pp) {
 
 /* W actions (the split backward): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_split(const fsc_parallel_opts *po) {
-    if (po->reduce_exact || po->offload != FSC_OFFLOAD_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) does not run with "
-                         "reduce_exact or offload yet");
+    if (po->offload != FSC_OFFLOAD_NONE)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) does not run with offload yet");
+    FSC_TRY(validate_exact(po, "a schedule with W actions (zb-h1, zbv)"));
     if (po->checkpoint)
         return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) keeps every layer's record of a "
                          "micro-batch until its W; layer checkpointing (checkpoint) keeps one: use the pipeline "
@@ -315,6 +331,28 @@ static fsc_status find_tied(fsc_engine *e) {
     return FSC_OK;
 }
 
+/* Whether the tied layers split (p->split_tied): the model splits its backward in this list, no tied tensor
+ * crosses ranks (its gradient would reach the owner's rank only after the user rank's W of the micro-batch, which
+ * zb-h1's last rank runs late: the first rank's W would wait for it), and on this rank each local tied tensor's
+ * user chunk runs its W of micro-batch k before the owner chunk's. */
+static int tied_split_ok(const fsc_pipe *p, const fsc_model *m) {
+    if (!p->split || p->ntied || !m->ops->splits_tied || !m->ops->splits_tied(m->ctx)) return 0;
+    for (int x = 0; x < p->nlt; x++)
+        for (int k = 0; k < p->M; k++) {
+            int user_done = 0;
+            for (int i = 0; i < p->nacts; i++) {
+                const fsc_pipe_action *a = &p->acts[i];
+                if (a->kind != FSC_ACT_WEIGHT || a->micro != k) continue;
+                if (a->chunk == p->lt[x][2]) user_done = 1;
+                else if (a->chunk == p->lt[x][1]) {
+                    if (!user_done) return 0;
+                    break;
+                }
+            }
+        }
+    return 1;
+}
+
 /* A caller's lists (po.actions): validated; a copy of this rank's kept in p->acts. */
 static fsc_status take_custom(fsc_pipe *p, const fsc_parallel_opts *po) {
     FSC_TRY(fsc_pipe_schedule_validate_placed(p->pl, p->pp, p->v, p->M, po->actions, po->nactions));
@@ -392,6 +430,7 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     FSC_TRY(make_schedule(p, &e->po));
     for (int i = 0; i < p->nacts; i++) /* a model that does not split runs its whole backward in B */
         p->split |= p->acts[i].kind == FSC_ACT_WEIGHT && e->m->ops->backward_input && e->m->ops->backward_weight;
+    p->split_tied = tied_split_ok(p, e->m);
     if (e->po.prefetch && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* the engine's groups (engine.c, fsc_layout_split) */
@@ -525,7 +564,7 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
             }
         const int g = stage_at(p, c);
         fsc_model_acts_opts o = { .B = p->B, .first = p->lf[g], .last = p->ll[g], .checkpoint = e->po.checkpoint,
-                                  .split = p->split };
+                                  .split = p->split, .split_tied = p->split_tied };
         fsc_engine_acts_terms(e, &o);
         FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, out));
         p->nrecs_made++;
@@ -771,6 +810,36 @@ static void release(fsc_engine *e, int c, mb_slot *sl, fsc_comm_req *gsend) {
     p->in_flight--;
 }
 
+/* A tied gradient of this rank's user chunk, waiting since the user's backward (or W, split_tied) of micro-batch
+ * k: into tied_grad for the owner chunk c's backward (W) of k. */
+static fsc_status local_tied_take(fsc_engine *e, int k, int c) {
+    fsc_pipe *p = e->pipe;
+    for (int x = 0; x < p->nlt; x++)
+        if (p->lt[x][1] == c) {
+            float **w = &p->ltg[x * p->M + k];
+            if (!*w) return fsc_error(FSC_ERR_INTERNAL, "pipe: micro-batch %d on chunk %d has no tied gradient", k, c);
+            const int i = p->lt[x][0];
+            FSC_TRY(fsc_device_copy(e->dev, e->m->tied_grad[i], *w, e->m->info[i].numel * sizeof(float)));
+            p->ltg_free[p->nltg_free++] = *w;
+            *w = NULL;
+        }
+    return FSC_OK;
+}
+
+/* The user chunk c's tied gradient of micro-batch k, kept until the owner chunk's backward (W) of k. */
+static fsc_status local_tied_keep(fsc_engine *e, int k, int c) {
+    fsc_pipe *p = e->pipe;
+    for (int x = 0; x < p->nlt; x++)
+        if (p->lt[x][2] == c) {
+            const int i = p->lt[x][0];
+            float **w = &p->ltg[x * p->M + k];
+            if (p->nltg_free > 0) *w = p->ltg_free[--p->nltg_free];
+            else FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, e->m->info[i].numel * sizeof(float), (void **)w));
+            FSC_TRY(fsc_device_copy(e->dev, *w, e->m->tied_grad[i], e->m->info[i].numel * sizeof(float)));
+        }
+    return FSC_OK;
+}
+
 /* B: micro-batch k on chunk c (with W: its input part). */
 static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
     fsc_pipe *p = e->pipe;
@@ -821,19 +890,12 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
             FSC_TRY(fsc_pipe_tied_take_grad(&p->tl[x], e->dev, e->m->tied_grad[i], &p->wait));
             if (k + 1 < p->M) FSC_TRY(fsc_pipe_tied_post_grad(&p->tl[x]));
         }
-    for (int x = 0; x < p->nlt; x++) /* a tied gradient of this rank's user chunk, waiting since its B of k */
-        if (p->lt[x][1] == c) {
-            float **w = &p->ltg[x * p->M + k];
-            if (!*w) return fsc_error(FSC_ERR_INTERNAL, "pipe: B of micro-batch %d on chunk %d has no tied gradient", k, c);
-            const int i = p->lt[x][0];
-            FSC_TRY(fsc_device_copy(e->dev, e->m->tied_grad[i], *w, e->m->info[i].numel * sizeof(float)));
-            p->ltg_free[p->nltg_free++] = *w;
-            *w = NULL;
-        }
+    if (!p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* split_tied: in W */
     FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
     /* the strategy reduces in the last backward only (no_sync), with W in the last W; with the exact reduction
-     * every micro-batch's gradient is a term of its own (exact.c) */
-    e->sync = !p->split && (k == p->M - 1 || e->exact);
+     * every micro-batch's gradient is a term of its own (exact.c): with W, B's term holds the layers that run whole
+     * in B (the others' gradients are still zero) and W's the others (B's were cleared) */
+    e->sync = e->exact || (!p->split && k == p->M - 1);
     const size_t held = e->m->ops->acts_bytes(e->m->ctx, a);
     fsc_status st = p->split ? e->m->ops->backward_input(e->m->ctx, a, &hooks, dscale)
                              : e->m->ops->backward(e->m->ctx, a, &hooks, dscale);
@@ -852,14 +914,7 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
         FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
     if (p->split) sl->gsend = gsend; /* the record waits for W */
     else release(e, c, sl, gsend);
-    for (int x = 0; x < p->nlt; x++) /* the user chunk's tied gradient of k waits for the owner chunk's B of k */
-        if (p->lt[x][2] == c) {
-            const int i = p->lt[x][0];
-            float **w = &p->ltg[x * p->M + k];
-            if (p->nltg_free > 0) *w = p->ltg_free[--p->nltg_free];
-            else FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, e->m->info[i].numel * sizeof(float), (void **)w));
-            FSC_TRY(fsc_device_copy(e->dev, *w, e->m->tied_grad[i], e->m->info[i].numel * sizeof(float)));
-        }
+    if (!p->split_tied) FSC_TRY(local_tied_keep(e, k, c)); /* waits for the owner chunk's B of k */
     for (int x = 0; x < p->ntied; x++) /* after the gradient of k (prefetch 0: in issue order on the pipeline group) */
         if (p->tied[x][2] == p->stage && p->tied[x][4] == c) {
             const int i = p->tied[x][0];
@@ -883,12 +938,14 @@ static fsc_status weight(fsc_engine *e, int k, int c, float dscale) {
     fsc_model_hooks hooks = fsc_engine_hooks(e);
     e->micro = k;
     p->chunk = c;
-    e->sync = k == p->M - 1; /* each chunk's last W: its Ws run in ascending order */
+    if (p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* the user chunk's W of k ran before (tied_split_ok) */
+    e->sync = k == p->M - 1 || e->exact; /* each chunk's last W (its Ws run in ascending order); exact: every W */
     const size_t held = e->m->ops->acts_bytes(e->m->ctx, sl->rec);
     fsc_status st = e->m->ops->backward_weight(e->m->ctx, sl->rec, &hooks, dscale);
     e->sync = 0;
     p->bytes_in_use -= held - e->m->ops->acts_bytes(e->m->ctx, sl->rec); /* what it held from its B */
     FSC_TRY(st);
+    if (p->split_tied) FSC_TRY(local_tied_keep(e, k, c)); /* for the owner chunk's W of k */
     fsc_comm_req *gsend = sl->gsend;
     sl->gsend = NULL;
     release(e, c, sl, gsend);

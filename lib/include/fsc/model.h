@@ -133,6 +133,12 @@ typedef struct {
     void *grad_term_ctx;
     int split;           /* backward runs as backward_input, then backward_weight (needs both operations and no
                           * checkpoint): the record keeps what the weight part needs until it runs */
+    int split_tied;      /* with split: the layers that own or use a tied tensor split too, where the model can
+                          * (its splits_tied operation says whether).
+                          * The tied contract above then holds in the weight part: a user's weight part writes
+                          * tied_grad[i], the owner's weight part adds it first; a caller that runs them in two
+                          * records carries the user's gradient of each micro-batch to the owner's weight part.
+                          * 0: they run whole in the input part (the tied gradient crosses in the input part) */
 } fsc_model_acts_opts;
 
 /* The boundary streams of a record (device pointers, stream_floats(B) floats each): the input of layer `first`
@@ -220,6 +226,9 @@ typedef struct {
      * the model does not split. */
     fsc_status (*backward_input)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
     fsc_status (*backward_weight)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, float dscale);
+    /* Optional: 1 if the records made with split and split_tied split the layers that own or use a tied tensor
+     * (every such record then does), 0 if they run them whole in the input part. NULL: 0 (split_tied ignored). */
+    int (*splits_tied)(void *ctx);
     /* Optional, models whose logits are split over a tensor group (the vocabulary-parallel head, tp > 1), where
      * logits gives NULL: this rank's slice of the logits the last forward computed, device floats, B x loss_terms
      * rows of stride p->ld, row r's columns [p->first, p->first + p->cols) of the p->vocab columns of the whole

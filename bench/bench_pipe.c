@@ -21,8 +21,9 @@
  * Every time is on the simulated cluster's virtual clock (cluster.h, docs/overlap.md): each stage's computation
  * is its own thread's CPU time, as if it had a core to itself, so four stages on a 2-core machine shared with
  * other programs measure what four devices would; the last argument "wall" measures on the machine's clock.
- * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] [P] [vocab] (default 4 and 3, all,
- * virtual, 128, both, 256; the first step is not timed; "schedules": only the third table, "zb" only the last, of a
+ * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] [P] [vocab] [blocks] (default 4 and
+ * 3, all, virtual, 128, both, 256, 8; the first step is not timed; blocks: of the last two tables' model, the more a
+ * chunk holds, the less its embedding's and head's share; "schedules": only the third table, "zb" only the last, of a
  * model of that width: the wider, the more of a block's time is its matrix products, whose weight gradients W are;
  * P: the last table's case of P stages only, 2 or 4, 0 both; and of that vocabulary: the larger, the more of the
  * last stage's time is the tied head's). The last table also prints every stage's peak activations and its F, B
@@ -190,8 +191,8 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
     const int cases[][2] = { { 2, 4 }, { 4, 8 } };
     static const fsc_pipe_schedule kinds[] = { FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
     static const char *const names[] = { "1f1b", "interleaved", "zb-h1", "zbv" };
-    printf("\n1f1b, zb-h1 and zbv, no network, even balance, prefetch 1, checkpoint never; median of %d rounds\n",
-           rounds);
+    printf("\n1f1b, interleaved, zb-h1 and zbv, GPT of %d blocks, width %d, vocab %d, no network, even balance, "
+           "prefetch 1, checkpoint never; median of %d rounds\n", cfg->layers, cfg->dim, cfg->vocab, rounds);
     printf("%-3s %-3s %-11s %8s %9s %12s %9s %7s\n", "P", "M", "sched", "formula", "measured", "acts0 MiB", "ms/step",
            "/ideal");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -269,7 +270,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_pipe: vocab %d: at least 2\n", vocab);
         return 2;
     }
-    fsc_gpt_config scfg = { .layers = 8, .dim = width, .heads = width / 32, .seq = 64, .vocab = vocab };
+    const int blocks = argc > 8 ? atoi(argv[8]) : 8;
+    if (blocks < 8 || blocks > 64) {
+        fprintf(stderr, "bench_pipe: blocks %d: 8 to 64 (every one of 4 x 2 chunks needs one)\n", blocks);
+        return 2;
+    }
+    fsc_gpt_config scfg = { .layers = blocks, .dim = width, .heads = width / 32, .seq = 64, .vocab = vocab };
     if (argc > 3 && !strcmp(argv[3], "schedules")) return schedules(&scfg, steps);
     if (argc > 3 && !strcmp(argv[3], "zb")) return zero_bubble(&scfg, steps, rounds, argc > 6 ? atoi(argv[6]) : 0);
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };

@@ -693,6 +693,45 @@ static void test_plan_replay_two_levels(void **st) {
     check_replay_nodes("fsdp hybrid, 2 nodes of 2, prefetch 0", j, 1);
 }
 
+/* A kernel call's fixed cost (a GPU's launch) in the formula, on a planned job's counts: 0 is the roofline alone;
+ * at 4 us every rank's compute (and so its step, prefetch 0) grows by exactly its kernel_calls x 4 us, reported as
+ * calls and calls_s; a pipeline's by that times its bubble; a negative or NaN cost is refused, naming it. */
+static void test_plan_time_launch(void **st) {
+    (void)st;
+    fsc_plan_job j = small_gpt(2, 4);
+    j.po.kind = FSC_PAR_FSDP;
+    j.po.prefetch = 0;
+    fsc_plan_rank r[2];
+    assert_int_equal(fsc_plan_memory(&j, r), FSC_OK);
+    assert_true(r[0].kernel_calls > 100);
+    fsc_plan_rates rt = {.flops_per_s = 1e12, .bytes_per_s = 1e11, .net_bytes_per_s = 1e10, .net_latency_s = 1e-5};
+    fsc_plan_step t0, t4;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t0), FSC_OK);
+    assert_true(t0.calls_s == 0 && t0.calls == r[t0.rank].kernel_calls);
+    rt.kernel_s = 4e-6;
+    assert_int_equal(fsc_plan_time(&j, r, &rt, &t4), FSC_OK);
+    assert_int_equal(t4.rank, t0.rank);
+    assert_near(t4.calls_s, r[t4.rank].kernel_calls * 4e-6, "calls x 4 us");
+    assert_near(t4.compute_s - t0.compute_s, r[t4.rank].kernel_calls * 4e-6, "compute grows by the calls' cost");
+    assert_near(t4.step_s - t0.step_s, r[t4.rank].kernel_calls * 4e-6, "so does the step (prefetch 0)");
+    assert_true(t4.comm_s == t0.comm_s);
+    fsc_plan_job p = small_gpt(2, 4); /* 2 stages of 4 micro-batches: the calls' cost x (4 + 1) / 4 too */
+    p.po.pp = 2, p.po.accum = 4, p.po.prefetch = 0;
+    fsc_plan_rank pr[2];
+    assert_int_equal(fsc_plan_memory(&p, pr), FSC_OK);
+    assert_int_equal(fsc_plan_time(&p, pr, &rt, &t4), FSC_OK);
+    assert_near(t4.calls_s, pr[t4.rank].kernel_calls * 4e-6 * 5 / 4, "a pipeline's calls, with its bubble");
+    const double bad[] = {-1e-6, NAN};
+    for (int k = 0; k < 2; k++) {
+        rt.kernel_s = bad[k];
+        assert_int_equal(fsc_plan_time(&j, r, &rt, &t4), FSC_ERR_INVALID);
+        if (!strstr(fsc_last_error(), "kernel_s is")) fail_msg("kernel_s %g: '%s'", bad[k], fsc_last_error());
+        assert_int_equal(fsc_plan_replay(&j, &rt, &t4), FSC_ERR_INVALID);
+        if (!strstr(fsc_last_error(), "fsc_plan_replay: kernel_s")) fail_msg("replay, kernel_s %g: '%s'", bad[k],
+                                                                           fsc_last_error());
+    }
+}
+
 /* The oracle where the collectives carry data: at width 64 and world 4 fsdp's and zero's shards are under
  * FSC_COUNT_REAL_MAX, so the simulated communicator stages them through host memory with the counting device's
  * copies. Those copies stand for the network's part of a call (a real communicator moves the data itself, in the
@@ -717,6 +756,10 @@ static void test_plan_replay_small_shards(void **st) {
     const fsc_plan_rates rt = {.flops_per_s = 4e9, .bytes_per_s = 2e9, .net_bytes_per_s = 0.5e9,
                                .net_latency_s = 20e-6, .host_bytes_per_s = 2e9, .kernel_s = 5e-6};
     check_replay_at("fsdp, width 64, world 4, prefetch 0, 5 us a call", j, 1, &rt);
+    fsc_plan_job o = small_gpt(2, 4); /* offload: the host's calls cost no launch, in the formula and the replay */
+    o.po.kind = FSC_PAR_ZERO1;
+    o.po.offload = FSC_OFFLOAD_OPTIM;
+    check_replay_at("zero1 offload optim, world 2, prefetch 0, 5 us a call", o, 1, &rt);
     /* the staged collectives' copies are not the rank's calls: fsdp counts as many calls as at width 128, where
      * no collective stages */
     fsc_plan_rank r64[4], r128[4];
@@ -864,6 +907,7 @@ int main(void) {
         cmocka_unit_test(test_plan_replay),
         cmocka_unit_test(test_plan_replay_two_levels),
         cmocka_unit_test(test_plan_replay_small_shards),
+        cmocka_unit_test(test_plan_time_launch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

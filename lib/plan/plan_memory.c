@@ -242,7 +242,8 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     if (s == FSC_OK && run->model) { /* the replay: the kernels' roofline times, the host's at its own rate */
         const fsc_plan_rates *m = run->model;
         fsc_count_set_rates(r->dev, m->flops_per_s, m->bytes_per_s, m->kernel_s);
-        fsc_count_set_rates(fsc_engine_host_device(e), m->flops_per_s, m->host_bytes_per_s, m->kernel_s);
+        /* the host's calls (offload's optimizer on the cpu) are not the device's: no launch cost, as the formula */
+        fsc_count_set_rates(fsc_engine_host_device(e), m->flops_per_s, m->host_bytes_per_s, 0);
         if (m->copy_bytes_per_s > 0) fsc_device_set_copy_cost(r->dev, m->copy_bytes_per_s * 1e-9);
     }
     const fsc_layout *lay = fsc_engine_layout(e);

@@ -166,7 +166,7 @@ static void test_plan_cluster(void **st) {
     }
 }
 
-/* --launch-us: a kernel call's fixed cost. The GPU presets' is 4 us (docs/planning.md); --launch-us 0 is the
+/* --launch-us: a kernel call's fixed cost. The GPU presets' is 3 us (docs/planning.md); --launch-us 0 is the
  * roofline alone (the presets' step before they had one); --launch-us X grows the formula's compute and step
  * (prefetch 0) by exactly kernel_calls x X, reported as launch_ms; the replay stays compute + comm; given without a
  * cluster it replaces the calibrated cost; a negative or non-number cost is refused. */
@@ -185,7 +185,7 @@ static void test_plan_launch(void **st) {
             calls[k] = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "kernel_calls"));
             launch[k] = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "launch_ms"));
             const double us = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "rates"), "kernel_us")),
-                         want = k == 0 ? 4 : k == 1 ? 0 : 10;
+                         want = k == 0 ? 3 : k == 1 ? 0 : 10;
             const double sum = compute[k] + cJSON_GetNumberValue(cJSON_GetObjectItem(j, "comm_ms"));
             if (us != want) fail_msg("%s: kernel_us %g, want %g", args, us, want);
             if (!(calls[k] > 100) || fabs(launch[k] - calls[k] * want * 1e-3) > 1e-9 * (launch[k] + 1))
@@ -195,8 +195,8 @@ static void test_plan_launch(void **st) {
             free(args);
         }
         assert_true(calls[0] == calls[1] && calls[1] == calls[2]);
-        for (int k = 0; k < 3; k += 2) { /* 4 us and 10 us against none: exactly the calls' cost more */
-            const double d = calls[k] * (k == 0 ? 4 : 10) * 1e-3;
+        for (int k = 0; k < 3; k += 2) { /* 3 us and 10 us against none: exactly the calls' cost more */
+            const double d = calls[k] * (k == 0 ? 3 : 10) * 1e-3;
             if (fabs(compute[k] - compute[1] - d) > 1e-9 * d || fabs(ms[k] - ms[1] - d) > 1e-5 * ms[k])
                 fail_msg("%s, %s: compute %.9f and step %.9f ms against %.9f and %.9f without: want %.9f more", how[h],
                          given[k], compute[k], ms[k], compute[1], ms[1], d);

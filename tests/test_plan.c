@@ -833,21 +833,33 @@ static void test_plan_roles(void **st) {
         fsc_parallel_kind kind;
         fsc_shard_strategy shard;
         int world, tp, pp, ep, accum, offload, moe, llama, sp, most; /* most: ranks that may run the step */
+        int decay; /* 0: AdamW's default decay (matrices), 1: no weight decay, 2: decay_all */
     } rows[] = {
         /* ddp: the first data rank and one for the others */
-        {"ddp world 4", FSC_PAR_DDP, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 0, 0, 0, 0, 2},
-        {"ddp world 8, accum 2", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 1, 1, 1, 2, 0, 0, 0, 0, 2},
-        {"pipeline 2 x dp 3", FSC_PAR_DDP, FSC_SHARD_FULL, 6, 1, 2, 1, 2, 0, 0, 0, 0, 4},
-        {"llama tp 2 x pp 2 x dp 2", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 2, 2, 1, 2, 0, 0, 1, 0, 8},
-        {"llama tp 2 x pp 2 x dp 4", FSC_PAR_DDP, FSC_SHARD_FULL, 16, 2, 2, 1, 2, 0, 0, 1, 0, 8},
-        {"llama tp 2 x dp 3, sequence parallel", FSC_PAR_DDP, FSC_SHARD_FULL, 6, 2, 1, 1, 1, 0, 0, 1, 1, 4},
-        {"moe ep 2 x dp 4", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 1, 1, 2, 1, 0, 1, 0, 0, 8},
+        {"ddp world 4", FSC_PAR_DDP, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 0, 0, 0, 0, 2, 0},
+        {"ddp world 8, accum 2", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 1, 1, 1, 2, 0, 0, 0, 0, 2, 0},
+        {"pipeline 2 x dp 3", FSC_PAR_DDP, FSC_SHARD_FULL, 6, 1, 2, 1, 2, 0, 0, 0, 0, 4, 0},
+        {"llama tp 2 x pp 2 x dp 2", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 2, 2, 1, 2, 0, 0, 1, 0, 8, 0},
+        {"llama tp 2 x pp 2 x dp 4", FSC_PAR_DDP, FSC_SHARD_FULL, 16, 2, 2, 1, 2, 0, 0, 1, 0, 8, 0},
+        {"llama tp 2 x dp 3, sequence parallel", FSC_PAR_DDP, FSC_SHARD_FULL, 6, 2, 1, 1, 1, 0, 0, 1, 1, 4, 0},
+        {"moe ep 2 x dp 4", FSC_PAR_DDP, FSC_SHARD_FULL, 8, 1, 1, 2, 1, 0, 1, 0, 0, 8, 0},
         /* sharded: each shard's place is its own role, but hybrid's replicas */
-        {"fsdp world 4", FSC_PAR_FSDP, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 0, 0, 0, 0, 4},
-        {"fsdp hybrid world 8", FSC_PAR_FSDP, FSC_SHARD_HYBRID, 8, 1, 1, 1, 1, 0, 0, 0, 0, 8},
-        {"fsdp hybrid world 8, offload all", FSC_PAR_FSDP, FSC_SHARD_HYBRID, 8, 1, 1, 1, 1, 2, 0, 0, 0, 8},
-        {"zero1 world 3", FSC_PAR_ZERO1, FSC_SHARD_FULL, 3, 1, 1, 1, 1, 0, 0, 0, 0, 3},
-        {"zero2 world 4, offload optim", FSC_PAR_ZERO2, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 1, 0, 0, 0, 4},
+        {"fsdp world 4", FSC_PAR_FSDP, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 0, 0, 0, 0, 4, 0},
+        {"fsdp hybrid world 8", FSC_PAR_FSDP, FSC_SHARD_HYBRID, 8, 1, 1, 1, 1, 0, 0, 0, 0, 8, 0},
+        {"fsdp hybrid world 8, offload all", FSC_PAR_FSDP, FSC_SHARD_HYBRID, 8, 1, 1, 1, 1, 2, 0, 0, 0, 8, 0},
+        {"zero1 world 3", FSC_PAR_ZERO1, FSC_SHARD_FULL, 3, 1, 1, 1, 1, 0, 0, 0, 0, 3, 0},
+        {"zero2 world 4, offload optim", FSC_PAR_ZERO2, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 1, 0, 0, 0, 4, 0},
+        /* no ranges without decay: the shards of equal size share a role (the first data rank and one for the
+         * others, as ddp; hybrid: first or not in each of its two groups; the ledger and segment lengths tell apart
+         * the ranks of unequal shards) */
+        {"fsdp world 4, no weight decay", FSC_PAR_FSDP, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 0, 0, 0, 0, 2, 1},
+        {"fsdp world 8, decay_all", FSC_PAR_FSDP, FSC_SHARD_FULL, 8, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2},
+        {"fsdp hybrid world 8, no weight decay", FSC_PAR_FSDP, FSC_SHARD_HYBRID, 8, 1, 1, 1, 1, 0, 0, 0, 0, 4, 1},
+        {"fsdp world 4, offload all, decay_all", FSC_PAR_FSDP, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 2, 0, 0, 0, 2, 2},
+        {"zero1 world 3, no weight decay", FSC_PAR_ZERO1, FSC_SHARD_FULL, 3, 1, 1, 1, 1, 0, 0, 0, 0, 3, 1},
+        {"zero2 world 4, offload optim, decay_all", FSC_PAR_ZERO2, FSC_SHARD_FULL, 4, 1, 1, 1, 1, 1, 0, 0, 0, 4, 2},
+        /* with tp the clipping norm's pieces differ by data rank (which tensors of its shard tp splits) */
+        {"llama fsdp tp 2 x dp 4, no weight decay", FSC_PAR_FSDP, FSC_SHARD_FULL, 8, 2, 1, 1, 1, 0, 0, 1, 0, 8, 1},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         fsc_plan_job j = rows[i].llama ? small_llama(rows[i].world, rows[i].world) : small_gpt(rows[i].world, rows[i].world);
@@ -863,6 +875,8 @@ static void test_plan_roles(void **st) {
         if (rows[i].pp > 1) j.po.schedule = FSC_SCHED_1F1B;
         if (rows[i].moe) j.gpt.moe_experts = 4, j.gpt.moe_top_k = 2;
         if (rows[i].accum > 1) j.batch *= rows[i].accum;
+        if (rows[i].decay == 1) j.oc.weight_decay = 0.0f;
+        if (rows[i].decay == 2) j.oc.decay_all = 1;
         const int stepped = check_roles(rows[i].name, &j);
         if (stepped < 1 || stepped > rows[i].most)
             fail_msg("%s: %d of %d ranks ran the step, want 1 to %d", rows[i].name, stepped, j.world, rows[i].most);

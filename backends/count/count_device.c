@@ -12,11 +12,11 @@
  *   paths real data takes.
  * - Every kernel call and copy counts its work from its arguments (the planner's time half): its FLOPs and the
  *   bytes it reads and writes (f32 elements, each operand once), summed by arithmetic intensity
- *   (fsc_count_work); a gemm's FLOPs also alone (fsc_count_gemm_flops). The simulated communicator's copies that
- *   stage a small collective's data through host memory are not counted (fsc_count_staging): a real
- *   communicator moves that data itself, in the time the network model gives the collective. The FLOPs of the elementwise kernels
+ *   (fsc_count_work); a gemm's FLOPs also alone (fsc_count_gemm_flops). The FLOPs of the elementwise kernels
  *   are nominal (an exp or a tanh counts as a few): they lie far below any device's ridge point, their bytes
- *   are what costs.
+ *   are what costs. The simulated communicator's copies that stage a small collective's data through host
+ *   memory are not counted (fsc_count_staging): a real communicator moves that data itself, in the time the
+ *   network model gives the collective.
  * - The table has the cpu backend's optional entries and no others (no streams, no gemm_ex, asynchronous
  *   copies), so the engine takes the cpu device's code paths and allocates what it allocates there.
  * Not here: the ledger (lib/core/device.c), the planner (lib/plan/). */

@@ -5,7 +5,8 @@
  * world = dp x tp x pp within [1, 1024], the batch splits over the data-parallel ranks and micro-batches, the job
  * is the configuration's (world, batch, model family, tp, pp, micro-batches, recompute), --memory is a size of at
  * least one byte, --launch-us a number of microseconds in [0, 1e6] (0 when not given), a --cluster's world is
- * --nodes x its GPUs, --search-config and --search-precision come with --search. Nothing is planned (a job of any size is only described).
+ * --nodes x its GPUs, --search-config and --search-precision come with --search. Nothing is planned (a job of
+ * any size is only described).
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_plan_args.c (or make fuzz). */
 #include <string.h>
 #include "../examples/train/options.c"

@@ -18,17 +18,18 @@
  * Peak dense matrix rates (no sparsity) in TFLOP/s at bf16/f16 (tensor cores) and at fp32 (no tensor cores);
  * HBM in GB/s; NVLink a GPU's bandwidth one way (half the bidirectional figure); InfiniBand one 400 Gb/s (H100,
  * H200) or 200 Gb/s (A100) adapter a GPU; latencies a ring step's as NCCL's tuning model takes them (NVLink
- * 3.4 us, network 14 us, Ring/Simple); a GPU's eighth of its DGX host's memory bandwidth (offload's work). */
+ * 3.4 us, network 14 us, Ring/Simple); a GPU's eighth of its DGX host's memory bandwidth (offload's work); a kernel
+ * launch's fixed cost, 3 us (a null kernel's, docs/planning.md gives the source; not measured on these GPUs). */
 typedef struct {
     const char *name;
     int ranks;
-    double memory, tflops_bf16, tflops_fp32, hbm_gbps, nvlink_gbps, nvlink_us, ib_gbps, ib_us, host_gbps;
+    double memory, tflops_bf16, tflops_fp32, hbm_gbps, nvlink_gbps, nvlink_us, ib_gbps, ib_us, host_gbps, launch_us;
 } cluster_preset;
 
 static const cluster_preset plan_presets[] = {
-    {"h100-sxm-8", 8, 80e9, 989.4, 66.9, 3350, 450, 3.4, 50, 14, 76.8},
-    {"h200-8", 8, 141e9, 989.4, 66.9, 4800, 450, 3.4, 50, 14, 76.8},
-    {"a100-sxm-8", 8, 80e9, 312, 19.5, 2039, 300, 3.4, 25, 14, 51.2},
+    {"h100-sxm-8", 8, 80e9, 989.4, 66.9, 3350, 450, 3.4, 50, 14, 76.8, 3},
+    {"h200-8", 8, 141e9, 989.4, 66.9, 4800, 450, 3.4, 50, 14, 76.8, 3},
+    {"a100-sxm-8", 8, 80e9, 312, 19.5, 2039, 300, 3.4, 25, 14, 51.2, 3},
 };
 
 typedef struct {
@@ -38,6 +39,8 @@ typedef struct {
     int cluster, nodes, search, search_precision;
     int time_model;      /* --time: 0 auto, 1 replay, 2 formula */
     float tflops, mem_bandwidth;
+    float launch_us;     /* --launch-us, when launch_given */
+    int launch_given;
     const char *memory, *search_config;
     double memory_bytes; /* --memory, or the cluster's GPU memory; 0: none */
     char memory_name[64];
@@ -59,6 +62,7 @@ static const plan_option plan_options[] = {
     {"memory", "SIZE", NULL, "device memory of a rank (80GiB, 141GB, 8e10; suffixes B, KB, MB, GB, TB powers of 1000, KiB, MiB, GiB, TiB of 1024): say which ranks' peaks exceed it", P_STR, PF(memory), 0, 0, NULL},
     {"tflops", "X", "0", "a rank's matrix-product rate in TFLOP/s for the step time (0: --cluster's, else this machine's cpu device, calibrated, its cores shared by the simulated ranks)", P_FLOAT, PF(tflops), 0, 1e9, NULL},
     {"mem-bandwidth", "GBPS", "0", "a rank's memory bandwidth in GB/s (0: --cluster's, else this machine's, calibrated, shared as --tflops 0)", P_FLOAT, PF(mem_bandwidth), 0, 1e9, NULL},
+    {"launch-us", "US", NULL, "the fixed cost of each kernel call and device copy of a rank, in microseconds, added to its roofline time (a GPU's kernel launch; not given: --cluster's, 3 us, else this machine's cpu call cost, calibrated; 0: calls are free)", P_FLOAT, PF(launch_us), 0, 1e6, NULL},
     {"time", "MODEL", "auto", "how the step time is composed: replay (the step replayed on the counting device: each kernel at its roofline time, each collective at the simulated network's, in the engine's own order, so buckets, prefetch and a schedule's bubbles are the engine's; a cluster's two levels of links too), formula (max(compute, comm) with prefetch, their sum without; a pipeline's bubble (m + pp - 1) / m), auto (replay up to 64 ranks on this machine's rates, up to 16 on a --cluster's, else formula)", P_CHOICE, PF(time_model), 0, 0, "auto|replay|formula"},
     {"search", NULL, NULL, "plan every layout of --world instead (ddp, fsdp full, grad_op and hybrid wrapped by block or model, zero1, zero2; tp and pp dividing the world; ep with --moe-experts; 1, 2, 4 or 8 micro-batches; pipeline schedules gpipe, 1f1b, interleaved (2 to 4 chunks), zb-h1, zbv; where a layout is over --memory: offload optim, then all, and --recompute 1), print those that fit --memory fastest first", P_FLAG, PF(search), 0, 0, NULL},
     {"search-precision", NULL, NULL, "with --search: also vary --precision over fp32 and bf16 (else --precision's)", P_FLAG, PF(search_precision), 0, 0, NULL},
@@ -155,6 +159,7 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
         if (o->kind == P_FLAG && v) rc = (snprintf(err, cap, "--%s takes no value", o->name), -1);
         else if (o->kind != P_FLAG && !v && a + 1 >= argc) rc = (snprintf(err, cap, "--%s needs a value (%s)", o->name, o->arg), -1);
         else rc = plan_set_option(c, o, v ? v : (o->kind == P_FLAG ? "" : argv[++a]), err, cap);
+        if (rc == 0 && o->off == offsetof(plan_config, launch_us)) c->launch_given = 1;
     }
     if (rc == 0) rc = parse_args(targc, targv, &c->t, c->given, err, cap);
     free(targv);

@@ -92,13 +92,16 @@ static inline fsc_status plan_sim_rates(int world, int threads, int sim_clock, c
     return FSC_OK;
 }
 
-/* The predicted step and the rates behind it, as --json fields of o: ms_per_step, compute_ms, comm_ms (of the
- * slowest rank, slowest_rank) and rates {tflops, memory_gbps, net_gbps, net_latency_us}. */
+/* The predicted step and the rates behind it, as --json fields of o: ms_per_step, compute_ms, comm_ms, kernel_calls
+ * and launch_ms (their fixed cost, part of compute_ms) of the slowest rank, slowest_rank, and rates {tflops,
+ * memory_gbps, net_gbps, net_latency_us, host_gbps, kernel_us, ...}. */
 static inline void plan_time_fields(cJSON *o, const fsc_plan_step *t, const fsc_plan_rates *rt) {
     cJSON_AddNumberToObject(o, "ms_per_step", t->step_s * 1e3);
     cJSON_AddNumberToObject(o, "compute_ms", t->compute_s * 1e3);
     cJSON_AddNumberToObject(o, "comm_ms", t->comm_s * 1e3);
     cJSON_AddNumberToObject(o, "slowest_rank", t->rank);
+    cJSON_AddNumberToObject(o, "kernel_calls", t->calls);
+    cJSON_AddNumberToObject(o, "launch_ms", t->calls_s * 1e3);
     cJSON *r = cJSON_AddObjectToObject(o, "rates");
     cJSON_AddNumberToObject(r, "tflops", rt->flops_per_s * 1e-12);
     cJSON_AddNumberToObject(r, "memory_gbps", rt->bytes_per_s * 1e-9);
@@ -120,6 +123,9 @@ static inline void plan_print_time(FILE *f, const fsc_plan_step *t, const fsc_pl
             t->step_s * 1e3, t->rank, t->compute_s * 1e3, t->comm_s * 1e3,
             prefetch ? "overlapped: prefetch" : "one after the other: no prefetch", rt->flops_per_s * 1e-12,
             rt->bytes_per_s * 1e-9, rt->net_bytes_per_s * 1e-9, rt->net_latency_s * 1e6);
+    if (rt->kernel_s > 0)
+        fprintf(f, "kernel calls: %.0f a step on rank %d at %.3g us each: %.2f ms of its compute\n", t->calls, t->rank,
+                rt->kernel_s * 1e6, t->calls_s * 1e3);
     if (rt->node_ranks > 0)
         fprintf(f, "two levels: %d ranks a node, links within a node %.1f GB/s and %.1f us, between nodes above\n",
                 rt->node_ranks, rt->node_bytes_per_s * 1e-9, rt->node_latency_s * 1e6);

@@ -88,6 +88,7 @@ static fsc_status rates(const plan_config *c, const fsc_plan_job *job, fsc_plan_
         rt->node_bytes_per_s = p->nvlink_gbps * 1e9;
         rt->node_latency_s = p->nvlink_us * 1e-6;
         rt->host_bytes_per_s = p->host_gbps * 1e9;
+        rt->kernel_s = (c->launch_given ? c->launch_us : p->launch_us) * 1e-6;
         return FSC_OK;
     }
     if (!(c->tflops > 0) || !(c->mem_bandwidth > 0)) {
@@ -98,6 +99,7 @@ static fsc_status rates(const plan_config *c, const fsc_plan_job *job, fsc_plan_
         if (!(c->mem_bandwidth > 0)) rt->bytes_per_s = cal.bytes_per_s;
         rt->kernel_s = cal.kernel_s; /* this machine's calls, with its rates */
     }
+    if (c->launch_given) rt->kernel_s = c->launch_us * 1e-6; /* a given call cost wins over the calibrated */
     rt->host_bytes_per_s = rt->bytes_per_s; /* the cpu device's host memory is its own */
     return FSC_OK;
 }

@@ -4,8 +4,9 @@
  * the job is built as fsc-plan builds it (plan_job). A refusal says why; an accepted command line holds together:
  * world = dp x tp x pp within [1, 1024], the batch splits over the data-parallel ranks and micro-batches, the job
  * is the configuration's (world, batch, model family, tp, pp, micro-batches, recompute), --memory is a size of at
- * least one byte, a --cluster's world is --nodes x its GPUs, --search-config and --search-precision come with
- * --search. Nothing is planned (a job of any size is only described).
+ * least one byte, --launch-us a number of microseconds in [0, 1e6] (0 when not given), a --cluster's world is
+ * --nodes x its GPUs, --search-config and --search-precision come with --search. Nothing is planned (a job of
+ * any size is only described).
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_plan_args.c (or make fuzz). */
 #include <string.h>
 #include "../examples/train/options.c"
@@ -50,6 +51,7 @@ static void fz_check_accepted(plan_config *c) {
     if (c->memory && !(c->memory_bytes >= 1)) __builtin_trap();
     if (!c->memory && c->memory_bytes != 0) __builtin_trap();
     if (!(c->tflops >= 0) || !(c->mem_bandwidth >= 0)) __builtin_trap();
+    if (c->launch_given ? !(c->launch_us >= 0 && c->launch_us <= 1e6) : c->launch_us != 0) __builtin_trap();
     fsc_plan_job j;
     if (plan_job(t, c->balance, &j) != FSC_OK) __builtin_trap(); /* an accepted command line describes a job */
     if (j.world != t->world || j.batch != t->batch || j.po.tp != t->tp || j.po.pp != t->pp || j.po.accum != t->accum)

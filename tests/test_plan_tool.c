@@ -166,6 +166,49 @@ static void test_plan_cluster(void **st) {
     }
 }
 
+/* --launch-us: a kernel call's fixed cost. The GPU presets' is 3 us (docs/planning.md); --launch-us 0 is the
+ * roofline alone (the presets' step before they had one); --launch-us X grows the formula's compute and step
+ * (prefetch 0) by exactly kernel_calls x X, reported as launch_ms; the replay stays compute + comm; given without a
+ * cluster it replaces the calibrated cost; a negative or non-number cost is refused. */
+static void test_plan_launch(void **st) {
+    (void)st;
+    static const char *const how[] = {"formula", "replay"};
+    for (int h = 0; h < 2; h++) {
+        double ms[3], compute[3], calls[3], launch[3];
+        static const char *const given[] = {"", "--launch-us 0", "--launch-us 10"};
+        for (int k = 0; k < 3; k++) {
+            char *args = prog_fmt("--cluster h100-sxm-8 --parallel fsdp --prefetch 0 --batch 8 --time %s %s", how[h],
+                                  given[k]);
+            cJSON *j = prog_json(planner, tmpdir, SMALL, args);
+            ms[k] = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "ms_per_step"));
+            compute[k] = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "compute_ms"));
+            calls[k] = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "kernel_calls"));
+            launch[k] = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "launch_ms"));
+            const double us = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "rates"), "kernel_us")),
+                         want = k == 0 ? 3 : k == 1 ? 0 : 10;
+            const double sum = compute[k] + cJSON_GetNumberValue(cJSON_GetObjectItem(j, "comm_ms"));
+            if (us != want) fail_msg("%s: kernel_us %g, want %g", args, us, want);
+            if (!(calls[k] > 100) || fabs(launch[k] - calls[k] * want * 1e-3) > 1e-9 * (launch[k] + 1))
+                fail_msg("%s: %g calls, launch_ms %.9f", args, calls[k], launch[k]);
+            if (fabs(ms[k] - sum) > 1e-5 * sum) fail_msg("%s: %.9f ms a step, compute + comm %.9f", args, ms[k], sum);
+            cJSON_Delete(j);
+            free(args);
+        }
+        assert_true(calls[0] == calls[1] && calls[1] == calls[2]);
+        for (int k = 0; k < 3; k += 2) { /* 3 us and 10 us against none: exactly the calls' cost more */
+            const double d = calls[k] * (k == 0 ? 3 : 10) * 1e-3;
+            if (fabs(compute[k] - compute[1] - d) > 1e-9 * d || fabs(ms[k] - ms[1] - d) > 1e-5 * ms[k])
+                fail_msg("%s, %s: compute %.9f and step %.9f ms against %.9f and %.9f without: want %.9f more", how[h],
+                         given[k], compute[k], ms[k], compute[1], ms[1], d);
+        }
+    }
+    cJSON *j = prog_json(planner, tmpdir, SMALL, "--world 2 --parallel ddp --tflops 0.1 --mem-bandwidth 10 --launch-us 2.5");
+    assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "rates"), "kernel_us")) - 2.5) < 1e-6);
+    cJSON_Delete(j);
+    prog_refused(planner, "--launch-us -1", tmpdir, 2, "--launch-us '-1': expected a number in [0, 1e+06]");
+    prog_refused(planner, "--launch-us nan", tmpdir, 2, "--launch-us 'nan'");
+}
+
 /* fsc-train --config FILE (a search's winner, x) trains at the largest per-rank peak the search predicted */
 static void winner_trains(const cJSON *x, const char *file) {
     const double peak = cJSON_GetNumberValue(cJSON_GetObjectItem(x, "peak_bytes"));
@@ -411,6 +454,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_plan),
         cmocka_unit_test(test_plan_time_rates),
         cmocka_unit_test(test_plan_cluster),
+        cmocka_unit_test(test_plan_launch),
         cmocka_unit_test(test_plan_search),
         cmocka_unit_test(test_plan_search_levers),
         cmocka_unit_test(test_plan_large_model_small_process),

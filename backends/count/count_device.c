@@ -14,7 +14,9 @@
  *   bytes it reads and writes (f32 elements, each operand once), summed by arithmetic intensity
  *   (fsc_count_work); a gemm's FLOPs also alone (fsc_count_gemm_flops). The FLOPs of the elementwise kernels
  *   are nominal (an exp or a tanh counts as a few): they lie far below any device's ridge point, their bytes
- *   are what costs.
+ *   are what costs. The simulated communicator's copies that stage a small collective's data through host
+ *   memory are not counted (fsc_count_staging): a real communicator moves that data itself, in the time the
+ *   network model gives the collective.
  * - The table has the cpu backend's optional entries and no others (no streams, no gemm_ex, asynchronous
  *   copies), so the engine takes the cpu device's code paths and allocates what it allocates there.
  * Not here: the ledger (lib/core/device.c), the planner (lib/plan/). */
@@ -90,9 +92,16 @@ static void count_work(void *ctx, uint64_t flops, uint64_t bytes) {
     count_time(c, flops, bytes);
 }
 
-/* A copy's or fill's bytes (no FLOPs: bin 0), on any thread. */
+/* Set on a thread while the simulated communicator stages a collective's data through host memory
+ * (fsc_count_staging): its copies are not the rank's work. */
+static _Thread_local int tl_staging;
+
+void fsc_count_staging(int on) { tl_staging = on != 0; }
+
+/* A copy's or fill's bytes (no FLOPs: bin 0), on any thread; none while the thread stages a collective. */
 static void count_bytes(void *ctx, uint64_t bytes) {
     count_ctx *c = ctx;
+    if (tl_staging) return;
     atomic_fetch_add_explicit(&c->copy_bytes, bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->copy_calls, 1, memory_order_relaxed);
     count_time(c, 0, bytes);

@@ -74,6 +74,11 @@ uint64_t fsc_count_calls(const fsc_device *dev);
  * the calling thread's modelled clock (core/clock_impl.h) by max(flops / flops_per_s, bytes / bytes_per_s) +
  * kernel_s, its roofline time. No effect on another device; rates <= 0: stop. */
 void fsc_count_set_rates(fsc_device *dev, double flops_per_s, double bytes_per_s, double kernel_s);
+/* While on is set (1) on the calling thread, a counting device's copies made by that thread are not counted (no
+ * work, no call, no replay time): the simulated communicator's staging of a collective's data through host memory
+ * (sim/sim_stage.c), which stands for what a real communicator moves itself, in the time the network model gives
+ * the whole call. Off (0) again after. */
+void fsc_count_staging(int on);
 /* Whether dev counts alike calls in bulk: the counting device, not moving a replay's clock (fsc_count_set_rates
  * off), where alike products may be counted at once (fsc_count_gemm_rows). */
 int fsc_count_bulk(const fsc_device *dev);

@@ -62,8 +62,11 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 /* What decides this rank's step beside its data index: its tensor rank and stage, each communicator's kind, size
  * and (for tensor, pipeline and expert groups) its rank in it, or (for data and world groups, whose ranks are
  * alike but for which part of the data they take) only whether it is the group's first; its ledger after the setup
- * (the shards' sizes); the gradient segments and clipping pieces' lengths; what its strategy holds of which tensor
- * (its shards' places, which set the optimizer's weight-decay ranges). Two ranks of equal keys run the same step:
+ * (the shards' sizes); the gradient segments and clipping pieces' lengths; the optimizer's ranges without weight
+ * decay (fsc_engine_apply_decay's: where in its segments its shards hold tensors that are not decayed; nothing with
+ * decay_all or no decay). That is all a rank's holdings change in a step (the optimizer's calls, one per range
+ * between them): which tensors a shard holds and where in them does not, so the ranks of a sharded strategy whose
+ * shards are alike in size and in those ranges share a role. Two ranks of equal keys run the same step:
  * the same kernels on the same shapes, the same allocations, the same collectives (tests/test_plan.c checks the
  * shortcut against every rank run over a matrix of layouts). */
 static fsc_status role_of(fsc_engine *e, const fsc_device *dev, role_key *k) {
@@ -96,15 +99,13 @@ static fsc_status role_of(fsc_engine *e, const fsc_device *dev, role_key *k) {
     for (int i = 0; i < e->nnsegs; i++) h = mix(h, e->nlens[i]);
     k->w[n++] = h;
     h = 0;
-    if (e->st->holdings) {
+    if (e->st->holdings && !e->oc.decay_all && e->oc.weight_decay != 0.0f) { /* fsc_engine_apply_decay's ranges */
         fsc_holding *hd = NULL;
         int nh = 0;
         FSC_TRY(e->st->holdings(e, &hd, &nh));
-        h = mix(h, (uint64_t)nh);
-        for (int i = 0; i < nh; i++) {
-            h = mix(mix(h, (uint64_t)hd[i].tensor), hd[i].first);
-            h = mix(mix(mix(h, hd[i].n), (uint64_t)hd[i].seg), hd[i].seg_off);
-        }
+        for (int i = 0; i < nh; i++)
+            if (!fsc_param_decays(&e->m->info[hd[i].tensor]))
+                h = mix(mix(mix(h, (uint64_t)hd[i].seg), hd[i].seg_off), hd[i].n);
         free(hd);
     }
     k->w[n++] = h;
@@ -242,7 +243,8 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     if (s == FSC_OK && run->model) { /* the replay: the kernels' roofline times, the host's at its own rate */
         const fsc_plan_rates *m = run->model;
         fsc_count_set_rates(r->dev, m->flops_per_s, m->bytes_per_s, m->kernel_s);
-        fsc_count_set_rates(fsc_engine_host_device(e), m->flops_per_s, m->host_bytes_per_s, m->kernel_s);
+        /* the host's calls (offload's optimizer on the cpu) are not the device's: no launch cost, as the formula */
+        fsc_count_set_rates(fsc_engine_host_device(e), m->flops_per_s, m->host_bytes_per_s, 0);
         if (m->copy_bytes_per_s > 0) fsc_device_set_copy_cost(r->dev, m->copy_bytes_per_s * 1e-9);
     }
     const fsc_layout *lay = fsc_engine_layout(e);

@@ -144,11 +144,13 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
     for (int i = 0; i < job->world; i++) {
         const size_t at = (size_t)i * FSC_PLAN_COMMS;
         const double host = rates->host_bytes_per_s > 0 ? r[i].host_work_bytes / rates->host_bytes_per_s : 0;
-        const double compute = (compute_time(&r[i], rates) + r[i].kernel_calls * rates->kernel_s) * bubble + host,
+        const double calls_s = r[i].kernel_calls * rates->kernel_s * bubble;
+        const double compute = compute_time(&r[i], rates) * bubble + calls_s + host,
                      comm = comm_time(&r[i], rates, nodes ? nodes + at : NULL, per_node ? per_node + at : NULL);
         const double step = job->po.prefetch ? (compute > comm ? compute : comm) : compute + comm;
         if (i > 0 && step <= out->step_s) continue;
-        *out = (fsc_plan_step){.step_s = step, .compute_s = compute, .comm_s = comm, .rank = i};
+        *out = (fsc_plan_step){.step_s = step, .compute_s = compute, .comm_s = comm, .rank = i,
+                               .calls = r[i].kernel_calls, .calls_s = calls_s};
     }
     free(nodes), free(per_node);
     return FSC_OK;

@@ -124,7 +124,11 @@ typedef struct {
     double node_bytes_per_s, node_latency_s; /* a rank's link within its node (node_ranks >= 1) */
     double host_bytes_per_s; /* a rank's share of its host's memory bandwidth, for offload's work on the host
                                 (host_work_bytes, added to compute); 0: that work costs nothing */
-    double kernel_s;         /* the fixed cost of one kernel call (s; kernel_calls x it added to compute; 0: none) */
+    double kernel_s;         /* the fixed cost of one kernel call or device copy of a rank's device, beyond its
+                                roofline (s, >= 0; 0: none): a GPU's kernel launch (the fsc-plan presets' and
+                                --launch-us), a cpu call's overhead (fsc_plan_calibrate). The formula adds
+                                kernel_calls x it to compute, the replay moves the clock by roofline + it a call;
+                                the host's calls under offload cost none */
     double copy_bytes_per_s; /* fsc_plan_replay only: copies between host memory and the device (offload's, over
                                 PCIe) take bytes / it on one link a rank, as fsc_cluster_opts.sim_copy_gbps makes
                                 them take on the simulator (0: free; the formula never costs them) */
@@ -139,6 +143,8 @@ typedef struct {
     double comm_s;     /* its collectives: the sum of each call's alpha-beta ring time (sim/sim_net.c's model)
                           on its own communicator's size and links */
     int rank;          /* the slowest rank */
+    double calls;      /* that rank's kernel calls and device copies (kernel_calls) */
+    double calls_s;    /* their fixed cost, part of compute_s: calls x kernel_s (x the pipeline's bubble) */
 } fsc_plan_step;
 
 /* The step time of the planned ranks r[0 .. job->world - 1] (fsc_plan_memory's) at rates. A rank's step is

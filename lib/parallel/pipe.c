@@ -736,8 +736,6 @@ static fsc_status forward(fsc_engine *e, int k, int c, double *loss_local) {
     fsc_model_hooks hooks = fsc_engine_hooks(e);
     hooks.pre_forward = h_pre_fwd;
     hooks.post_forward = h_post_fwd;
-    e->micro = k;
-    e->sync = 0;
     p->chunk = c;
     FSC_TRY(take_rec(e, c, &sl->rec));
     if (++p->in_flight > p->st.max_in_flight) p->st.max_in_flight = p->in_flight;
@@ -849,8 +847,6 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
     fsc_model_hooks hooks = fsc_engine_hooks(e);
     hooks.pre_forward = h_pre_fwd;
     hooks.post_forward = h_post_fwd;
-    e->micro = k;
-    e->sync = 0;
     p->chunk = c;
     FSC_TRY(send_done(sl));
     if (sl->ckpt) { /* recompute the stage from its input: the same kernels on the same input */
@@ -892,14 +888,13 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
         }
     if (!p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* split_tied: in W */
     FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
-    /* the strategy reduces in the last backward only (no_sync), with W in the last W; with the exact reduction
-     * every micro-batch's gradient is a term of its own (exact.c): with W, B's term holds the layers that run whole
-     * in B (the others' gradients are still zero) and W's the others (B's were cleared) */
-    e->sync = e->exact || (!p->split && k == p->M - 1);
+    /* the strategy reduces in the last backward only (no_sync), with W in the last W (the runner's e->sync: exec_begin
+     * names the kind); with the exact reduction every micro-batch's gradient is a term of its own (exact.c): with W,
+     * B's term holds the layers that run whole in B (the others' gradients are still zero) and W's the others (B's
+     * were cleared) */
     const size_t held = e->m->ops->acts_bytes(e->m->ctx, a);
     fsc_status st = p->split ? e->m->ops->backward_input(e->m->ctx, a, &hooks, dscale)
                              : e->m->ops->backward(e->m->ctx, a, &hooks, dscale);
-    e->sync = 0;
     p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held; /* a split record holds more until its W */
     note_use(p);
     FSC_TRY(st);
@@ -936,13 +931,10 @@ static fsc_status weight(fsc_engine *e, int k, int c, float dscale) {
     if (!sl->rec) /* the validator puts every W after its B */
         return fsc_error(FSC_ERR_INTERNAL, "pipe: W of micro-batch %d on chunk %d has no record", k, c);
     fsc_model_hooks hooks = fsc_engine_hooks(e);
-    e->micro = k;
     p->chunk = c;
     if (p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* the user chunk's W of k ran before (tied_split_ok) */
-    e->sync = k == p->M - 1 || e->exact; /* each chunk's last W (its Ws run in ascending order); exact: every W */
     const size_t held = e->m->ops->acts_bytes(e->m->ctx, sl->rec);
     fsc_status st = e->m->ops->backward_weight(e->m->ctx, sl->rec, &hooks, dscale);
-    e->sync = 0;
     p->bytes_in_use -= held - e->m->ops->acts_bytes(e->m->ctx, sl->rec); /* what it held from its B */
     FSC_TRY(st);
     if (p->split_tied) FSC_TRY(local_tied_keep(e, k, c)); /* for the owner chunk's W of k */
@@ -1107,6 +1099,8 @@ static fsc_status exec_begin(fsc_engine *e, fsc_step_ctx *c) {
     c->acts = p->acts;
     c->nacts = p->nacts;
     c->wait = &p->wait;
+    /* each chunk's Bs (Ws) run in ascending micro-batch order, so the last one's reduces under no_sync */
+    c->reduces = p->split ? FSC_ACT_WEIGHT : FSC_ACT_BACKWARD;
     FSC_TRY(fsc_comm_barrier(p->pipe_comm));
     p->t0 = fsc_clock_now();
     count_receives(p);

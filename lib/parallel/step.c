@@ -5,9 +5,10 @@
  * validated by pipe_sched.c as any schedule. One loop runs either list: each action a span of the trace and
  * the seconds it waited for messages. An evaluation is a list of forwards only (F of each micro-batch on each of
  * this rank's chunks in turn), run by the same loop and executors, without trace spans of its actions.
+ * Before each action of a step the runner sets the engine's place in it (e->micro, e->sync: their one writer), so
+ * the strategies' hooks know which micro-batch runs and whether its backward reduces.
  * The whole model's executor is the accumulation loop's body: micro-batch k's record (e->acts, one: its
- * forward and backward are adjacent in the list), the strategy reducing in the last backward only under no_sync
- * (e->sync; every backward with the exact reduction), the loss and MoE statistics summed in micro-batch order.
+ * forward and backward are adjacent in the list), the loss and MoE statistics summed in micro-batch order.
  * Not here: the strategy's begin_step and end_backward, the vote, clipping and the optimizer (engine.c's
  * step_model); the attempts of the exact reduction (exact.c). */
 #include <stdlib.h>
@@ -92,17 +93,10 @@ static fsc_status whole_begin(fsc_engine *e, fsc_step_ctx *c) {
     return FSC_OK;
 }
 
-/* Micro-batch k's place in the step: e->micro, and whether its backward reduces (no_sync: the last only). */
-static void whole_micro(fsc_engine *e, const fsc_step_ctx *c, int k) {
-    e->micro = k;
-    e->sync = e->exact || !e->po.no_sync || k == c->K - 1;
-}
-
 static fsc_status whole_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
     (void)ch;
     const fsc_model *m = e->m;
     fsc_model_hooks hooks = fsc_engine_hooks(e);
-    if (!c->eval) whole_micro(e, c, k);
     fsc_model_acts *a = c->eval ? c->rec : e->acts;
     const char *in = (const char *)c->inputs + (size_t)k * c->mb * m->sample_input_bytes;
     const char *tg = (const char *)c->targets + (size_t)k * c->mb * m->sample_target_bytes;
@@ -131,7 +125,6 @@ static fsc_status whole_backward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) 
     if (c->fwd != k) /* one record: the accumulation list puts each B right after its F */
         return fsc_error(FSC_ERR_INTERNAL, "step: B of micro-batch %d does not follow its F", k);
     fsc_model_hooks hooks = fsc_engine_hooks(e);
-    whole_micro(e, c, k);
     return e->m->ops->backward(e->m->ctx, e->acts, &hooks, c->dscale);
 }
 
@@ -166,7 +159,7 @@ fsc_status fsc_step_prepare(fsc_engine *e, fsc_step_ctx *c, const void *inputs, 
                             int local_batch, int global_batch, int K, float dscale, double *units) {
     *c = (fsc_step_ctx){ .x = e->pipe ? &fsc_pipe_exec : &whole_exec, .inputs = inputs, .targets = targets,
                          .local_batch = local_batch, .global_batch = global_batch, .K = K, .dscale = dscale,
-                         .units = units, .fwd = -1 };
+                         .units = units, .fwd = -1, .reduces = FSC_ACT_BACKWARD };
     c->wait = &c->no_wait;
     if (local_batch < 1 || local_batch % K != 0)
         return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
@@ -180,7 +173,8 @@ fsc_status fsc_step_prepare_eval(fsc_engine *e, fsc_step_ctx *c, const void *inp
                                  size_t *per_sample) {
     *c = (fsc_step_ctx){ .x = e->pipe ? &fsc_pipe_exec : &whole_exec, .inputs = inputs, .targets = targets,
                          .local_batch = local_batch, .global_batch = global_batch, .K = n, .mb = mb,
-                         .units = units, .fwd = -1, .eval = 1, .out = out, .per_sample = per_sample };
+                         .units = units, .fwd = -1, .reduces = FSC_ACT_BACKWARD, .eval = 1, .out = out,
+                         .per_sample = per_sample };
     c->wait = &c->no_wait;
     return forward_list(e, n, e->pipe ? fsc_pipe_chunks(&e->po) : 1, &c->acts, &c->nacts);
 }
@@ -201,6 +195,16 @@ void fsc_step_release(fsc_engine *e, fsc_step_ctx *c) {
     c->own = c->rec = NULL;
 }
 
+/* Action a's place in the step, for the strategies' hooks (step.h's fsc_step_actions); an evaluation keeps
+ * fsc_step_eval_enter's. */
+static void step_place(fsc_engine *e, const fsc_step_ctx *c, const fsc_pipe_action *a) {
+    if (c->eval) return;
+    e->micro = a->micro;
+    e->sync = a->kind != FSC_ACT_FORWARD &&
+              (e->exact || (!e->po.no_sync && a->kind == FSC_ACT_BACKWARD) ||
+               (a->kind == c->reduces && a->micro == c->K - 1));
+}
+
 fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c) {
     const fsc_step_exec *x = c->x;
     fsc_trace *tr = c->eval ? NULL : e->trace;
@@ -209,6 +213,7 @@ fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c) {
         const fsc_pipe_action *a = &c->acts[i];
         const double waited = *c->wait;
         fsc_trace_begin(tr, "pipe", "%c%d.%d", "FBW"[a->kind], a->micro, a->chunk);
+        step_place(e, c, a);
         fsc_status s = x->action[a->kind](e, c, a->micro, a->chunk);
         fsc_trace_arg(tr, "wait_us", (*c->wait - waited) * 1e6);
         fsc_trace_end(tr);

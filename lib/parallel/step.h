@@ -16,9 +16,11 @@ typedef struct fsc_step_ctx fsc_step_ctx;
 /* What runs the actions of a step. */
 typedef struct {
     /* after the strategy's begin_step, before the first action: the step's inputs taken, this rank's list in
-     * c->acts and c->nacts, c->wait pointed at the executor's count of seconds waited for messages */
+     * c->acts and c->nacts, c->wait pointed at the executor's count of seconds waited for messages, c->reduces
+     * the kind that ends a micro-batch's backward */
     fsc_status (*begin)(fsc_engine *e, fsc_step_ctx *c);
-    /* the action of each kind (indexed by fsc_pipe_action_kind): micro-batch k on this rank's chunk ch */
+    /* the action of each kind (indexed by fsc_pipe_action_kind): micro-batch k on this rank's chunk ch, with
+     * e->micro and e->sync set by the runner (fsc_step_actions) */
     fsc_status (*action[3])(fsc_engine *e, fsc_step_ctx *c, int k, int ch);
     /* after the last action: nothing of the step stays in flight */
     fsc_status (*end)(fsc_engine *e, fsc_step_ctx *c);
@@ -36,6 +38,9 @@ struct fsc_step_ctx {
     float dscale;                  /* the loss gradient's scale (parallel.h) */
     const fsc_pipe_action *acts;   /* (nacts) this rank's actions (begin) */
     int nacts;
+    fsc_pipe_action_kind reduces;  /* the kind that ends a micro-batch's backward, whose last one on each chunk
+                                    * reduces under no_sync: B, or W where the executor's B leaves the weight
+                                    * gradients to W (begin; the runner's e->sync) */
     double loss;                   /* this rank's loss terms summed in action order (a pipeline: the last stage's) */
     double moe[3];                 /* the whole model: the MoE statistics of this rank's micro-batches summed */
     double *units;                 /* the exact reduction without a pipeline: rows of K, each micro-batch's loss
@@ -65,14 +70,17 @@ fsc_status fsc_step_prepare_eval(fsc_engine *e, fsc_step_ctx *c, const void *inp
                                  int local_batch, int global_batch, int mb, int n, double *units, float *out,
                                  size_t *per_sample);
 /* Around an evaluation (eval.c: before the strategy's begin_eval, after its end_eval): the strategies' hooks as in
- * a step's first micro-batch, no reduction (e->micro 0, e->sync 0; their one writer besides the executors'
- * actions); leave puts back what enter saved in place. */
+ * a step's first micro-batch, no reduction (e->micro 0, e->sync 0, which the runner leaves so in an evaluation);
+ * leave puts back what enter saved in place. */
 void fsc_step_eval_enter(fsc_engine *e, int place[2]);
 void fsc_step_eval_leave(fsc_engine *e, const int place[2]);
 /* After an evaluation, whether it failed or not: what it made (the whole model's own record) freed. */
 void fsc_step_release(fsc_engine *e, fsc_step_ctx *c);
 /* This rank's actions of the step, in order, each a span of the trace ("pipe": kind, micro-batch, chunk, as
- * "B3.0", with the microseconds it waited for messages); between begin_step and end_backward. */
+ * "B3.0", with the microseconds it waited for messages); between begin_step and end_backward. The one writer of
+ * e->micro and e->sync (with fsc_step_eval_enter/_leave): before each action of a step, its micro-batch, and
+ * whether its backward reduces: never in F; every B and W under the exact reduction (each a term of its own) and
+ * every B without no_sync; else the last micro-batch's action of kind c->reduces. */
 fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c);
 /* After end_backward: the executor's sums, moe[0] divided by the micro-batches of the data group. An evaluation's:
  * the loss only (moe zeros; a pipeline: the last stage's data group's, to every stage), *batch the check's status

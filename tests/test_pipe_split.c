@@ -315,12 +315,43 @@ static void split_misuse_refused(void **st) {
     fsc_model_free(m);
 }
 
+/* A split record over layers none of which splits (the GELU alone): its split area is empty, and its input part then
+ * weight part run (the whole backward in the input part) as the whole backward's, the same input gradient. */
+static void split_of_nothing(void **st) {
+    (void)st;
+    fsc_model *m = lm(0);
+    fsc_model_hooks h = { 0 };
+    float x[B * T * C], d[B * T * C], gin[2][B * T * C];
+    for (int i = 0; i < B * T * C; i++) x[i] = (float)((i * 37) % 23) / 23.0f - 0.5f, d[i] = (float)(i % 5) - 2.0f;
+    for (int split = 0; split < 2; split++) {
+        fsc_model_acts *a = NULL;
+        assert_ok(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = B, .first = 3, .last = 3, .split = split },
+                                      &a));
+        assert_ok(fsc_device_upload(g_dev, m->ops->stream(m->ctx, a, FSC_STREAM_INPUT), x, sizeof x));
+        assert_ok(m->ops->set_batch(m->ctx, a, NULL, NULL));
+        assert_ok(m->ops->forward(m->ctx, a, &h, NULL));
+        assert_ok(fsc_device_upload(g_dev, m->ops->stream(m->ctx, a, FSC_STREAM_GRAD_OUTPUT), d, sizeof d));
+        if (split) {
+            assert_ok(m->ops->backward_input(m->ctx, a, &h, 1.0f));
+            assert_ok(m->ops->backward_weight(m->ctx, a, &h, 1.0f));
+            assert_err(m->ops->backward_weight(m->ctx, a, &h, 1.0f), FSC_ERR_STATE, "whose backward_input did not run");
+        } else {
+            assert_ok(m->ops->backward(m->ctx, a, &h, 1.0f));
+        }
+        assert_ok(fsc_device_download(g_dev, gin[split], m->ops->stream(m->ctx, a, FSC_STREAM_GRAD_INPUT), sizeof x));
+        m->ops->acts_free(m->ctx, a);
+    }
+    assert_memory_equal(gin[0], gin[1], sizeof x);
+    fsc_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_equals_whole),
         cmocka_unit_test(split_terms),
         cmocka_unit_test(split_tied_equals_whole),
         cmocka_unit_test(split_misuse_refused),
+        cmocka_unit_test(split_of_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

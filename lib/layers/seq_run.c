@@ -46,6 +46,7 @@ typedef struct {
     void *smem;          /* split: the split area (keep, stash, sink) from the input part to the weight part, or NULL
                           * (keep, stash and sink NULL then) */
     size_t sbytes;       /* its bytes */
+    int held;            /* split: the input part ran and the weight part has not (smem NULL when sbytes is 0) */
     int split_tied;      /* split: the layers with tied tensors split too (model.h's split_tied) */
 } seq_acts;
 
@@ -142,18 +143,20 @@ static size_t layout_split(const seq_model *s, seq_acts *a, char *base) {
 
 /* The input part of a split record: its split area, from the pool (of its size) or new. */
 static fsc_status split_attach(seq_model *s, seq_acts *a) {
-    if (a->smem) return FSC_OK; /* kept by an input part whose weight part did not run (a failed step) */
+    if (a->held) return FSC_OK; /* kept by an input part whose weight part did not run (a failed step) */
     void *mem = NULL;
-    for (int i = s->nspool - 1; i >= 0 && !mem; i--)
+    for (int i = s->nspool - 1; i >= 0 && !mem && a->sbytes; i--)
         if (s->spool[i].bytes == a->sbytes) mem = s->spool[i].mem, s->spool[i] = s->spool[--s->nspool];
-    if (!mem) FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->sbytes, &mem));
-    a->smem = mem;
+    if (!mem && a->sbytes) FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->sbytes, &mem));
+    a->smem = mem, a->held = 1; /* no layer of the range keeps anything: no area, the parts still run */
     layout_split(s, a, mem);
     return FSC_OK;
 }
 
 /* The weight part is over: the split area back to the pool (released if the pool cannot grow). */
 static void split_detach(seq_model *s, seq_acts *a) {
+    if (!a->held) return;
+    a->held = 0;
     if (!a->smem) return;
     if (s->nspool == s->capspool) {
         const int cap = s->capspool ? 2 * s->capspool : 8;
@@ -414,7 +417,7 @@ fsc_status fsc_seq_backward_input(void *ctx, fsc_model_acts *am, const fsc_model
 fsc_status fsc_seq_backward_weight(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
     seq_acts *a = (seq_acts *)am;
     if (!a->keep) return fsc_error(FSC_ERR_STATE, "sequential model: backward_weight needs a record made with split");
-    if (!a->smem)
+    if (!a->held)
         return fsc_error(FSC_ERR_STATE, "sequential model: backward_weight of a record whose backward_input did not "
                          "run");
     FSC_TRY(run_backward(ctx, a, h, dscale, PART_WEIGHT));

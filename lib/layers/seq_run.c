@@ -351,6 +351,9 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
     const fsc_layer *y = s->layers[l];
     const int split = a->keep && splits(s, a, l);
     if (part == PART_WEIGHT && !split) return FSC_OK; /* it ran whole in the input part */
+    if (split && l == a->last && l < s->n - 1 && part == PART_INPUT) /* a caller may reuse its streams (model.h) */
+        FSC_TRY(fsc_device_copy(s->dev, a->keep[l - a->first], a->gout,
+                                (size_t)a->B * y->out_floats * sizeof(float)));
     if (part == PART_INPUT && split && !dinp_of(s, a, l) && !y->ops->split_bytes)
         return FSC_OK; /* no input gradient to compute (a layer with a stash still fills it) */
     fsc_layer_call c;
@@ -368,9 +371,6 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
     if (split) c.stash = a->stash[l - a->first];
     c.dscale = dscale;
     c.term = a->term, c.term_ctx = a->term_ctx; /* an MoE layer's whole backward or weight part hands its terms */
-    if (split && l == a->last && l < s->n - 1 && part == PART_INPUT) /* a caller may reuse its streams (model.h) */
-        FSC_TRY(fsc_device_copy(s->dev, a->keep[l - a->first], a->gout,
-                                (size_t)a->B * y->out_floats * sizeof(float)));
     float *dinp = split && part == PART_WEIGHT ? NULL : dinp_of(s, a, l);
     return y->ops->backward(y, &c, dinp, dout_of(s, a, l), input_of(a, l));
 }

@@ -14,7 +14,9 @@
  * in the same order as the whole backward. The small layers with the head tied to the token embedding, in records
  * made with split_tied (the tied layers split too: their records keep more), give the same bits, and the tied
  * gradient a record without the owner leaves for its caller is the whole backward's; running the weight parts in
- * descending order changes them. Misuse is refused: a split record's backward, backward_input of a record made
+ * descending order changes them. A record over the GELU alone (no split area) and one over the token embedding
+ * alone (no input gradient: its weight part reads the output gradient its input part kept) give the whole backward's
+ * bits. Misuse is refused: a split record's backward, backward_input of a record made
  * without split, split with layer checkpointing, a weight part before its input part. */
 #include <stdlib.h>
 #include <string.h>

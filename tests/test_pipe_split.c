@@ -14,7 +14,9 @@
  * in the same order as the whole backward. The small layers with the head tied to the token embedding, in records
  * made with split_tied (the tied layers split too: their records keep more), give the same bits, and the tied
  * gradient a record without the owner leaves for its caller is the whole backward's; running the weight parts in
- * descending order changes them. Misuse is refused: a split record's backward, backward_input of a record made
+ * descending order changes them. A record over the GELU alone (no split area) and one over the token embedding
+ * alone (no input gradient: its weight part reads the output gradient its input part kept) give the whole backward's
+ * bits. Misuse is refused: a split record's backward, backward_input of a record made
  * without split, split with layer checkpointing, a weight part before its input part. */
 #include <stdlib.h>
 #include <string.h>
@@ -315,12 +317,84 @@ static void split_misuse_refused(void **st) {
     fsc_model_free(m);
 }
 
+/* A record of the first layer alone (the token embedding: no input gradient, no stash): its weight part reads the
+ * output gradient its input part kept, the whole backward's gradient. */
+static void split_first_alone(void **st) {
+    (void)st;
+    fsc_model *m = lm(0);
+    fsc_model_hooks h = { 0 };
+    const size_t n = m->info[0].numel;
+    float d[B * T * C], *g[2] = { malloc(n * sizeof(float)), malloc(n * sizeof(float)) };
+    int32_t tok[B * T];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 5) % V;
+    for (int i = 0; i < B * T * C; i++) d[i] = (float)(i % 5) - 2.0f;
+    for (int t = 0; t < m->n_tensors; t++) m->param[t] = dalloc(m->info[t].numel * sizeof(float));
+    m->grad[0] = dalloc(n * sizeof(float));
+    for (int split = 0; split < 2; split++) {
+        fsc_model_acts *a = NULL;
+        assert_ok(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = B, .first = 0, .last = 0, .split = split },
+                                      &a));
+        assert_ok(m->ops->set_batch(m->ctx, a, tok, NULL));
+        assert_ok(m->ops->forward(m->ctx, a, &h, NULL));
+        assert_ok(fsc_device_upload(g_dev, m->ops->stream(m->ctx, a, FSC_STREAM_GRAD_OUTPUT), d, sizeof d));
+        assert_ok(fsc_device_memset(g_dev, m->grad[0], 0, n * sizeof(float)));
+        if (split) {
+            assert_ok(m->ops->backward_input(m->ctx, a, &h, 1.0f));
+            assert_ok(m->ops->backward_weight(m->ctx, a, &h, 1.0f));
+        } else {
+            assert_ok(m->ops->backward(m->ctx, a, &h, 1.0f));
+        }
+        assert_ok(fsc_device_download(g_dev, g[split], m->grad[0], n * sizeof(float)));
+        m->ops->acts_free(m->ctx, a);
+    }
+    int nonzero = 0;
+    for (size_t i = 0; i < n; i++) nonzero += g[0][i] != 0.0f;
+    assert_true(nonzero > 0);
+    assert_memory_equal(g[0], g[1], n * sizeof(float));
+    for (int t = 0; t < m->n_tensors; t++) fsc_device_release(g_dev, m->param[t]), m->param[t] = NULL;
+    fsc_device_release(g_dev, m->grad[0]), m->grad[0] = NULL;
+    free(g[0]), free(g[1]);
+    fsc_model_free(m);
+}
+
+/* A split record over layers none of which splits (the GELU alone): its split area is empty, and its input part then
+ * weight part run (the whole backward in the input part) as the whole backward's, the same input gradient. */
+static void split_of_nothing(void **st) {
+    (void)st;
+    fsc_model *m = lm(0);
+    fsc_model_hooks h = { 0 };
+    float x[B * T * C], d[B * T * C], gin[2][B * T * C];
+    for (int i = 0; i < B * T * C; i++) x[i] = (float)((i * 37) % 23) / 23.0f - 0.5f, d[i] = (float)(i % 5) - 2.0f;
+    for (int split = 0; split < 2; split++) {
+        fsc_model_acts *a = NULL;
+        assert_ok(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = B, .first = 3, .last = 3, .split = split },
+                                      &a));
+        assert_ok(fsc_device_upload(g_dev, m->ops->stream(m->ctx, a, FSC_STREAM_INPUT), x, sizeof x));
+        assert_ok(m->ops->set_batch(m->ctx, a, NULL, NULL));
+        assert_ok(m->ops->forward(m->ctx, a, &h, NULL));
+        assert_ok(fsc_device_upload(g_dev, m->ops->stream(m->ctx, a, FSC_STREAM_GRAD_OUTPUT), d, sizeof d));
+        if (split) {
+            assert_ok(m->ops->backward_input(m->ctx, a, &h, 1.0f));
+            assert_ok(m->ops->backward_weight(m->ctx, a, &h, 1.0f));
+            assert_err(m->ops->backward_weight(m->ctx, a, &h, 1.0f), FSC_ERR_STATE, "whose backward_input did not run");
+        } else {
+            assert_ok(m->ops->backward(m->ctx, a, &h, 1.0f));
+        }
+        assert_ok(fsc_device_download(g_dev, gin[split], m->ops->stream(m->ctx, a, FSC_STREAM_GRAD_INPUT), sizeof x));
+        m->ops->acts_free(m->ctx, a);
+    }
+    assert_memory_equal(gin[0], gin[1], sizeof x);
+    fsc_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_equals_whole),
         cmocka_unit_test(split_terms),
         cmocka_unit_test(split_tied_equals_whole),
         cmocka_unit_test(split_misuse_refused),
+        cmocka_unit_test(split_of_nothing),
+        cmocka_unit_test(split_first_alone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

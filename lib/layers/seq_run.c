@@ -46,6 +46,7 @@ typedef struct {
     void *smem;          /* split: the split area (keep, stash, sink) from the input part to the weight part, or NULL
                           * (keep, stash and sink NULL then) */
     size_t sbytes;       /* its bytes */
+    int held;            /* split: the input part ran and the weight part has not (smem NULL when sbytes is 0) */
     int split_tied;      /* split: the layers with tied tensors split too (model.h's split_tied) */
 } seq_acts;
 
@@ -142,18 +143,20 @@ static size_t layout_split(const seq_model *s, seq_acts *a, char *base) {
 
 /* The input part of a split record: its split area, from the pool (of its size) or new. */
 static fsc_status split_attach(seq_model *s, seq_acts *a) {
-    if (a->smem) return FSC_OK; /* kept by an input part whose weight part did not run (a failed step) */
+    if (a->held) return FSC_OK; /* kept by an input part whose weight part did not run (a failed step) */
     void *mem = NULL;
-    for (int i = s->nspool - 1; i >= 0 && !mem; i--)
+    for (int i = s->nspool - 1; i >= 0 && !mem && a->sbytes; i--)
         if (s->spool[i].bytes == a->sbytes) mem = s->spool[i].mem, s->spool[i] = s->spool[--s->nspool];
-    if (!mem) FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->sbytes, &mem));
-    a->smem = mem;
+    if (!mem && a->sbytes) FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->sbytes, &mem));
+    a->smem = mem, a->held = 1; /* no layer of the range keeps anything: no area, the parts still run */
     layout_split(s, a, mem);
     return FSC_OK;
 }
 
 /* The weight part is over: the split area back to the pool (released if the pool cannot grow). */
 static void split_detach(seq_model *s, seq_acts *a) {
+    if (!a->held) return;
+    a->held = 0;
     if (!a->smem) return;
     if (s->nspool == s->capspool) {
         const int cap = s->capspool ? 2 * s->capspool : 8;
@@ -348,6 +351,9 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
     const fsc_layer *y = s->layers[l];
     const int split = a->keep && splits(s, a, l);
     if (part == PART_WEIGHT && !split) return FSC_OK; /* it ran whole in the input part */
+    if (split && l == a->last && l < s->n - 1 && part == PART_INPUT) /* a caller may reuse its streams (model.h) */
+        FSC_TRY(fsc_device_copy(s->dev, a->keep[l - a->first], a->gout,
+                                (size_t)a->B * y->out_floats * sizeof(float)));
     if (part == PART_INPUT && split && !dinp_of(s, a, l) && !y->ops->split_bytes)
         return FSC_OK; /* no input gradient to compute (a layer with a stash still fills it) */
     fsc_layer_call c;
@@ -365,9 +371,6 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
     if (split) c.stash = a->stash[l - a->first];
     c.dscale = dscale;
     c.term = a->term, c.term_ctx = a->term_ctx; /* an MoE layer's whole backward or weight part hands its terms */
-    if (split && l == a->last && l < s->n - 1 && part == PART_INPUT) /* a caller may reuse its streams (model.h) */
-        FSC_TRY(fsc_device_copy(s->dev, a->keep[l - a->first], a->gout,
-                                (size_t)a->B * y->out_floats * sizeof(float)));
     float *dinp = split && part == PART_WEIGHT ? NULL : dinp_of(s, a, l);
     return y->ops->backward(y, &c, dinp, dout_of(s, a, l), input_of(a, l));
 }
@@ -414,7 +417,7 @@ fsc_status fsc_seq_backward_input(void *ctx, fsc_model_acts *am, const fsc_model
 fsc_status fsc_seq_backward_weight(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
     seq_acts *a = (seq_acts *)am;
     if (!a->keep) return fsc_error(FSC_ERR_STATE, "sequential model: backward_weight needs a record made with split");
-    if (!a->smem)
+    if (!a->held)
         return fsc_error(FSC_ERR_STATE, "sequential model: backward_weight of a record whose backward_input did not "
                          "run");
     FSC_TRY(run_backward(ctx, a, h, dscale, PART_WEIGHT));

@@ -35,14 +35,6 @@ static job make(int dp, int tp, int pp, fsc_parallel_kind kind) {
     return j;
 }
 
-static void batch(int s, int first, int n, int32_t *tok, int32_t *tgt) {
-    for (int i = 0; i < n * 8; i++) {
-        uint32_t x = (uint32_t)(s * 1000 + first * 8 + i) * 2654435761u;
-        tok[i] = (int32_t)((x >> 7) % 48u);
-        tgt[i] = (int32_t)((x >> 17) % 48u);
-    }
-}
-
 static fsc_status rank_fn(fsc_rank *r, void *arg) {
     job *j = arg;
     fsc_gpt_config c = cfg();
@@ -58,7 +50,7 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
     if (s == FSC_OK && j->load && step != j->from)
         s = fsc_error(FSC_ERR_INTERNAL, "loaded step %lld, want %d", (long long)step, j->from);
     for (int st = j->from; st < j->to && s == FSC_OK; st++) {
-        batch(st, l->data * lb, lb, tok, tgt);
+        tt_batch(st, l->data * lb, lb, tok, tgt);
         fsc_step_info info;
         s = fsc_engine_step(e, tok, tgt, lb, GB, &info);
         if (s == FSC_OK && r->rank == 0) j->loss[st] = info.loss;

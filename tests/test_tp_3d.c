@@ -95,15 +95,6 @@ static fsc_optim_config adamw(void) {
                                .beta2 = 0.999f, .eps = 1e-8f };
 }
 
-/* sequences [first, first + n) of step s */
-static void batch(int s, int first, int n, int32_t *tok, int32_t *tgt) {
-    for (int i = 0; i < n * 8; i++) {
-        uint32_t x = (uint32_t)(s * 1000 + first * 8 + i) * 2654435761u;
-        tok[i] = (int32_t)((x >> 7) % 48u);
-        tgt[i] = (int32_t)((x >> 17) % 48u);
-    }
-}
-
 static fsc_status train_rank(fsc_rank *r, void *arg) {
     tr_run *run = arg;
     fsc_gpt_config c = cfg();
@@ -122,7 +113,7 @@ static fsc_status train_rank(fsc_rank *r, void *arg) {
     int lb = GB / l->dp;
     fsc_status s = FSC_OK;
     for (int step = 0; step < STEPS && s == FSC_OK; step++) {
-        batch(step, l->data * lb, lb, tok, tgt);
+        tt_batch(step, l->data * lb, lb, tok, tgt);
         fsc_step_info info;
         fsc_engine_reset_comm_stats(e);
         s = fsc_engine_step(e, tok, tgt, lb, GB, &info);

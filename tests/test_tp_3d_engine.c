@@ -45,15 +45,6 @@ typedef struct {
     fsc_layout lay[W];
 } run3;
 
-/* sequences [first, first + n) of step s */
-static void batch(int s, int first, int n, int32_t *tok, int32_t *tgt) {
-    for (int i = 0; i < n * 8; i++) {
-        uint32_t x = (uint32_t)(s * 1000 + first * 8 + i) * 2654435761u;
-        tok[i] = (int32_t)((x >> 7) % 48u);
-        tgt[i] = (int32_t)((x >> 17) % 48u);
-    }
-}
-
 static fsc_status engine_rank(fsc_rank *r, void *arg) {
     run3 *run = arg;
     fsc_gpt_config c = cfg();
@@ -66,7 +57,7 @@ static fsc_status engine_rank(fsc_rank *r, void *arg) {
     int32_t tok[GB * 8], tgt[GB * 8];
     fsc_status s = run->load ? fsc_engine_load_weights(e, run->load) : FSC_OK;
     for (int step = 0; step < run->steps && s == FSC_OK; step++) {
-        batch(step, l->data * lb, lb, tok, tgt);
+        tt_batch(step, l->data * lb, lb, tok, tgt);
         fsc_engine_reset_comm_stats(e);
         fsc_step_info info;
         s = fsc_engine_step(e, tok, tgt, lb, GB, &info);

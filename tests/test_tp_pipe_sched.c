@@ -24,14 +24,6 @@ typedef struct {
     float *params; /* full parameters after training, rank 0 */
 } run_t;
 
-static void batch(int s, int first, int n, int32_t *tok, int32_t *tgt) {
-    for (int i = 0; i < n * 8; i++) {
-        uint32_t x = (uint32_t)(s * 1000 + first * 8 + i) * 2654435761u;
-        tok[i] = (int32_t)((x >> 7) % 48u);
-        tgt[i] = (int32_t)((x >> 17) % 48u);
-    }
-}
-
 static fsc_status engine_rank(fsc_rank *r, void *arg) {
     run_t *run = arg;
     fsc_gpt_config c = cfg();
@@ -44,7 +36,7 @@ static fsc_status engine_rank(fsc_rank *r, void *arg) {
     int32_t tok[GB * 8], tgt[GB * 8];
     fsc_status s = FSC_OK;
     for (int step = 0; step < STEPS && s == FSC_OK; step++) {
-        batch(step, l->data * lb, lb, tok, tgt);
+        tt_batch(step, l->data * lb, lb, tok, tgt);
         fsc_step_info info;
         s = fsc_engine_step(e, tok, tgt, lb, GB, &info);
         if (s == FSC_OK && r->rank == 0) run->loss[step] = info.loss, run->norm[step] = info.grad_norm;

@@ -4,6 +4,7 @@
 #ifndef FSC_TEST_TP_UTIL_H
 #define FSC_TEST_TP_UTIL_H
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include "testutil.h"
 
@@ -14,6 +15,15 @@ static inline fsc_status tt_run(int world, fsc_rank_fn fn, void *arg) {
 }
 
 /* max |a - b| / max |b| (0 when both are all zero) */
+/* Tokens and targets (vocabulary 48, 8 positions a sequence) of sequences [first, first + n) of step s. */
+static inline void tt_batch(int s, int first, int n, int32_t *tok, int32_t *tgt) {
+    for (int i = 0; i < n * 8; i++) {
+        uint32_t x = (uint32_t)(s * 1000 + first * 8 + i) * 2654435761u;
+        tok[i] = (int32_t)((x >> 7) % 48u);
+        tgt[i] = (int32_t)((x >> 17) % 48u);
+    }
+}
+
 static inline double tt_rel_err(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {

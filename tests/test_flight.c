@@ -564,6 +564,36 @@ static void test_issued_call_ahead(void **state) {
     test_rmtree(dir);
 }
 
+#define WORLD_RS(seq, state, status, start, end) \
+    ",{\"seq\":" #seq ",\"op\":\"reduce_scatter\",\"count\":4,\"dtype\":\"f32\",\"peer\":-1,\"state\":\"" state \
+    "\",\"start_us\":" #start ",\"end_us\":" #end ",\"status\":\"" status "\"}"
+
+/* Oracle (a CI run's shape): rank 1, stopped inside all_gather #5 of the shard group once its part had gone out,
+ * failed in it last, woken by mpirun; it had started reduce_scatter #10 of the world before. Rank 0 completed #10
+ * (its part from rank 1 had arrived) and timed out in #11; rank 2 timed out in #10, waiting for rank 1. On the
+ * world rank 0 is the smaller side (it alone went past #10), but that rank 1 failed last in the shard group is
+ * the stronger evidence: the verdict names rank 1 alone. */
+static void test_stopped_in_one_group_late_in_another(void **state) {
+    (void)state;
+    char *dir = tmpdir(), report[REPORT];
+    put_file(dir, "flight-rank-0.json", TWO_GROUPS(0, 8100000, SHARD_CALL(5, "completed", "", 2000001),
+                                                   WORLD_RS(10, "completed", "", 1500000, 1500001)
+                                                   WORLD_RS(11, "failed", "timeout", 2000002, 8000000)));
+    put_file(dir, "flight-rank-1.json", TWO_GROUPS(1, 9600000,
+                                                   SHARD_CALL(5, "failed", "communication failure", 9500000),
+                                                   WORLD_RS(10, "waiting", "", 1500000, 0)));
+    put_file(dir, "flight-rank-2.json", TWO_GROUPS(2, 8100000, SHARD_CALL(5, "completed", "", 2000001),
+                                                   WORLD_RS(10, "failed", "timeout", 1500000, 8000000)));
+    assert_ok(fsc_flight_diagnose_dir(dir, report, sizeof report));
+    print_message("%s", report);
+    expect(report, "group world(0-2), call #10: rank 0 went past it while ranks 1,2 still wait in it\n");
+    expect(report, "group shard(0-2), call #5: rank 1 failed in it only after every other member had given up");
+    expect(report, "verdict: rank 1 waits in all_gather #5 of group shard(0-2) (7.5 s, then failed: communication "
+                   "failure); rank 0 waits in reduce_scatter #11 of group world(0-2); rank 2 waits in reduce_scatter "
+                   "#10 of group world(0-2)\n");
+    test_rmtree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clean_run_and_ring),
@@ -576,6 +606,7 @@ int main(void) {
         cmocka_unit_test(test_stopped_inside_the_call),
         cmocka_unit_test(test_stopped_after_its_part),
         cmocka_unit_test(test_issued_call_ahead),
+        cmocka_unit_test(test_stopped_in_one_group_late_in_another),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,8 @@
  *    again those that failed in it only after every other member had written its record (a rank stopped inside
  *    the call, woken to find the others gone, times out last), else those that did not time out in it while
  *    others did (a rank stopped inside the call that failed otherwise when it resumed). The verdict names the
- *    most suspected ranks, where they are, and where the others are; with stuck groups but no suspect (every
+ *    most suspected ranks (direct evidence that a rank stopped, a missing record or a call failed only after
+ *    every other member had given up, counts twice the smaller side), where they are, and where the others are; with stuck groups but no suspect (every
  *    member waits in the call: it hangs inside) it says so and where every rank is. A rank behind in one group and
  *    waiting in another (a deadlock: rank 3 in an all_gather the others never call, the others in a
  *    reduce_scatter rank 3 never reaches) is the minority in both. */
@@ -64,7 +65,7 @@ typedef struct {
     int world;
     group *g;
     int ng;
-    int *suspect;       /* (world) times each rank was on the smaller side */
+    int *suspect;       /* (world) each rank's weight of suspicion (SIDE, DIRECT) */
     int *silent;        /* (world + 1) silent[w]: ranks below w without a record */
     int stuck;          /* stuck groups */
 } diag;
@@ -224,11 +225,18 @@ static int same_call(const flr_call *a, const flr_call *b) {
            (a->op != FSC_OP_BROADCAST || a->peer == b->peer);
 }
 
-/* Mark the world ranks of members i with cls[i] == want as suspects. */
-static void blame(diag *d, const group *g, const int *cls, int want) {
+/* Mark the world ranks of members i with cls[i] == want as suspects, `weight` times. */
+static void blame_by(diag *d, const group *g, const int *cls, int want, int weight) {
     for (int i = 0; i < g->size; i++)
-        if (cls[i] == want && g->wr[i] >= 0) d->suspect[g->wr[i]]++;
+        if (cls[i] == want && g->wr[i] >= 0) d->suspect[g->wr[i]] += weight;
 }
+
+/* Being on the smaller side of a group counts once; evidence that a rank itself stopped (it left no record, or
+ * failed in a call only after every other member had given up) counts twice, so a rank stopped inside a call of one
+ * group outweighs a rank that merely went ahead of it in another (DIRECT). */
+enum { SIDE = 1, DIRECT = 2 };
+
+static void blame(diag *d, const group *g, const int *cls, int want) { blame_by(d, g, cls, want, SIDE); }
 
 static void members_text(const group *g, const int *cls, int want, char *buf, size_t cap) {
     int w[256] = {0}, n = 0;
@@ -295,7 +303,7 @@ static int blame_late(diag *d, const group *g, uint64_t s, int *cls, out_buf *o)
     members_text(g, cls, LATE, a, sizeof a);
     put(o, "group %s, call #%" PRIu64 ": %s failed in it only after every other member had given up (stopped or "
         "hung inside the call)\n", g->label, s, a);
-    blame(d, g, cls, LATE);
+    blame_by(d, g, cls, LATE, DIRECT);
     return 1;
 }
 
@@ -363,7 +371,7 @@ static void stuck_group(diag *d, const group *g, uint64_t s, int *cls, out_buf *
     if (n[SILENT]) members_text(g, cls, SILENT, b, sizeof b), put(o, "; %s left no record", b);
     put(o, "\n");
     if (kinds) return;
-    if (n[SILENT]) blame(d, g, cls, SILENT); /* a rank that left no record stopped or died: blamed first */
+    if (n[SILENT]) blame_by(d, g, cls, SILENT, DIRECT); /* a rank that left no record stopped or died */
     else if (n[BEHIND] && ref_n < n[BEHIND]) blame_blocked(d, g, s, cls);
     else if (n[BEHIND]) blame(d, g, cls, BEHIND);
     else if (n[PAST]) went_past(d, g, s, cls, n[AT], n[PAST], o);

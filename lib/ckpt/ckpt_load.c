@@ -285,7 +285,7 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     if (s == FSC_OK) s = ck_agree(e, load_tensors(&L));
     if (s == FSC_OK) {
         restore_counters(&L);
-        memcpy(ENG(e).run, L.m->run_id, FSC_ENGINE_RUN_ID); /* its saves continue that run */
+        fsc_engine_continue_run(e, L.m->run_id); /* its saves continue that run */
         if (step) *step = L.m->step;
         s = ck_agree(e, fsc_engine_after_load(e));
     }

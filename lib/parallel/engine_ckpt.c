@@ -1,5 +1,6 @@
 /* What checkpoints see of an engine (engine_ckpt.h): the view over its state, and the refresh after a load.
  * Not here: saving and loading (lib/ckpt), the tensors' full shapes and holdings (tensor.c, engine.c). */
+#include <string.h>
 #include "engine_impl.h"
 
 fsc_engine_ckpt fsc_engine_ckpt_view(const fsc_engine *ce) {
@@ -7,6 +8,11 @@ fsc_engine_ckpt fsc_engine_ckpt_view(const fsc_engine *ce) {
     return (fsc_engine_ckpt){ .r = e->r, .dev = e->dev, .m = e->m, .opt = e->opt, .oc = &e->oc, .po = &e->po,
                               .seed = e->seed, .use_scaler = e->use_scaler, .scaler = &e->scaler,
                               .run = e->ckpt_run, .trace = e->trace };
+}
+
+void fsc_engine_continue_run(fsc_engine *e, const char *run) {
+    memcpy(e->ckpt_run, run, FSC_ENGINE_RUN_ID);
+    e->ckpt_run[FSC_ENGINE_RUN_ID - 1] = 0;
 }
 
 fsc_status fsc_engine_after_load(fsc_engine *e) { return e->st->after_load ? e->st->after_load(e) : FSC_OK; }

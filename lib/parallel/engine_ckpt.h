@@ -43,14 +43,17 @@ typedef struct {
     uint64_t seed;
     int use_scaler;                /* the loss is scaled (fp16) */
     const fsc_loss_scaler *scaler; /* the engine's scaler (a load replaces it: fsc_engine_restore_scaler) */
-    char *run;                     /* FSC_ENGINE_RUN_ID bytes: the checkpoint run the engine continues, "" until it
-                                    * loads or saves one (checkpoints write it) */
+    const char *run;               /* FSC_ENGINE_RUN_ID bytes: the checkpoint run the engine continues, "" until it
+                                    * loads or saves one (fsc_engine_continue_run sets it) */
     fsc_trace *trace;              /* NULL: none */
 } fsc_engine_ckpt;
 
 /* A loaded checkpoint's loss scaler replaces the engine's when the engine scales the loss (else nothing): the
  * engine stays the scaler's one writer. */
 void fsc_engine_restore_scaler(fsc_engine *e, const fsc_loss_scaler *s);
+/* A checkpoint loaded or saved: the engine continues its run id (FSC_ENGINE_RUN_ID bytes, NUL-terminated within
+ * them) from now on; the one writer of the engine's run id. */
+void fsc_engine_continue_run(fsc_engine *e, const char *run);
 /* The view of e; from a const engine (a save reads it), the pointers are only read through. */
 fsc_engine_ckpt fsc_engine_ckpt_view(const fsc_engine *e);
 /* Tensor i as weights files and checkpoints name and shape it: the model's, or with tensor parallelism the

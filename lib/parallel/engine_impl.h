@@ -102,10 +102,11 @@ struct fsc_engine {
     int lf, ll;
     float **tied_copy;        /* (n_tensors), NULL entries for tensors this rank owns or does not use */
     fsc_parallel_opts po;
-    fsc_optim_config oc;
+    fsc_optim_config oc;      /* set when the engine is made; afterwards only its lr changes, by fsc_engine_set_lr */
     fsc_optim *opt;
     uint64_t seed;
-    char ckpt_run[FSC_ENGINE_RUN_ID]; /* the checkpoint run it continues (lib/ckpt): "" until it loads or saves one */
+    char ckpt_run[FSC_ENGINE_RUN_ID]; /* the checkpoint run it continues: "" until it loads or saves one; written
+                                       * only by fsc_engine_continue_run (engine_ckpt.c) */
     const fsc_strategy *st;
     void *sd;                 /* strategy data */
 

@@ -34,6 +34,7 @@
 #include <string.h>
 #include "engine_impl.h"
 #include "overlap.h"
+#include "pipe.h"
 
 typedef struct {
     int llo, lhi;         /* layers whose tensors it holds; reduced after the backward of llo */
@@ -94,7 +95,10 @@ static fsc_status build_buckets(fsc_engine *e, zero_state *z, size_t cap) {
             c->n += e->m->info[t].numel;
         }
         size_t n = cur[0].n + cur[1].n;
-        if ((n > 0 && n >= cap / sizeof(float)) || l == e->lf) {
+        /* the exact reduction in a pipeline: every backward (and W) of one chunk is a term of its own, reduced when
+         * it ends (exact.c), so a bucket holds one chunk's tensors (interleaved stages, a V: several a rank) */
+        const int chunk_end = e->po.reduce_exact && fsc_pipe_starts_chunk(e, l);
+        if ((n > 0 && n >= cap / sizeof(float)) || l == e->lf || chunk_end) {
             for (int x = 1; x >= 0; x--) /* reversed below: the dense bucket first in memory */
                 if (cur[x].n > 0) z->b[z->nb++] = cur[x];
             open = 0;

@@ -102,8 +102,9 @@ static void test_pipelines(void **state) {
     free(ref), free(ref_bytes);
 }
 
-/* Interleaved (2 chunks a rank), zb-h1 and zbv, DDP in the stages (docs/pipeline.md), at 1 and 2 data-parallel
- * ranks: the bits of one rank accumulating 12 micro-batches. */
+/* Interleaved (2 chunks a rank), zb-h1 and zbv (docs/pipeline.md), DDP in the stages at 1 and 2 data-parallel
+ * ranks, FSDP (full, grad_op, hybrid sharding) and ZeRO-1/2 at 2: the bits of one rank accumulating 12
+ * micro-batches. */
 static void test_new_schedules(void **state) {
     (void)state;
     char *ref_bytes = NULL, *bytes = NULL;
@@ -116,6 +117,13 @@ static void test_new_schedules(void **state) {
         { 4, 6, "ddp", "--layers 4 --pp 2 --schedule zb-h1" },
         { 2, 12, "pipe", "--layers 4 --pp 2 --schedule zbv" },
         { 4, 6, "ddp", "--layers 4 --pp 2 --schedule zbv" },
+        { 4, 6, "fsdp --shard full", "--layers 4 --pp 2 --schedule interleaved --virtual-stages 2" },
+        { 4, 6, "zero1", "--layers 4 --pp 2 --schedule interleaved --virtual-stages 2" },
+        { 4, 6, "fsdp --shard grad_op", "--layers 4 --pp 2 --schedule zb-h1" },
+        { 4, 6, "zero2", "--layers 4 --pp 2 --schedule zb-h1" },
+        { 4, 6, "fsdp --shard hybrid", "--layers 4 --pp 2 --schedule zbv" },
+        { 4, 6, "fsdp --shard full", "--layers 4 --pp 2 --schedule zbv" },
+        { 4, 6, "zero1", "--layers 4 --pp 2 --schedule zbv" },
     };
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         char *l = train(cfg[c].world, cfg[c].accum, cfg[c].par, cfg[c].args, &bytes, &len);

@@ -228,6 +228,22 @@ static void test_moe_pipeline(void **state) {
     moe_runs(cfg, 5, 4);
 }
 
+/* MoE blocks in interleaved, zb-h1 and zbv stages with FSDP (the root, wrap model: a unit across chunks) and ZeRO
+ * inside, expert parallelism too: the bits and the MoE statistics of one rank. */
+static void test_moe_new_schedules(void **state) {
+    (void)state;
+    static const char *const cfg[] = {
+        "--layers 4 --world 1 --accum 12",
+        "--layers 4 --world 4 --pp 2 --dp 2 --accum 6 --unit 1 --parallel fsdp --ep 2 --schedule zbv",
+        "--layers 4 --world 4 --pp 2 --dp 2 --accum 6 --unit 1 --parallel zero1 --schedule interleaved "
+        "--virtual-stages 2",
+        "--layers 4 --world 4 --pp 2 --dp 2 --accum 6 --unit 1 --parallel zero2 --ep 2 --schedule zb-h1",
+        "--layers 4 --world 4 --pp 2 --dp 2 --accum 6 --unit 1 --parallel fsdp --wrap model --ep 2 --schedule "
+        "interleaved --virtual-stages 2",
+    };
+    moe_runs(cfg, 5, 3);
+}
+
 static void test_llama(void **state) {
     (void)state;
     static const int nk[][2] = { { 1, 12 }, { 2, 6 }, { 3, 4 }, { 4, 3 }, { 6, 2 }, { 12, 1 } };
@@ -306,6 +322,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_expert_parallel),
         cmocka_unit_test(test_moe_pipeline),
+        cmocka_unit_test(test_moe_new_schedules),
         cmocka_unit_test(test_llama),
         cmocka_unit_test(test_resume_on_another_world),
         cmocka_unit_test(test_tensor_parallel),

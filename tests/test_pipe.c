@@ -1250,8 +1250,8 @@ static void test_pipe_exact_new_schedules(void **state) {
  * chunk's tensors and an FSDP unit used by several of a rank's chunks (the root under a V; every block under wrap
  * model) reduces at the end of each of those chunks' backward. An 8-block GPT with its tied wte, pp 2, 4
  * micro-batches, dp 2 (hybrid_shard: dp 4, shard groups of 2), every sharding strategy, ZeRO-2 with buckets of
- * about a block, every pipeline checkpoint mode. Oracle: DDP with the exact reduction over the same micro-batches
- * without a pipeline, bit for bit. */
+ * about a block, every pipeline checkpoint mode; ZeRO-1 and FSDP full_shard at dp 2 x pp 4 with 8 micro-batches.
+ * Oracle: DDP with the exact reduction over the same micro-batches without a pipeline, bit for bit. */
 static void test_pipe_exact_sharded(void **state) {
     (void)state;
     static const struct {
@@ -1300,6 +1300,33 @@ static void test_pipe_exact_sharded(void **state) {
                 assert_same(&ref, &p, what);
                 free(p.params);
             }
+        free(ref.params);
+    }
+    /* pp 4 with 8 micro-batches (interleaved and zbv: a block a chunk), the default checkpoint mode */
+    static const fsc_parallel_kind deep[] = { FSC_PAR_ZERO1, FSC_PAR_FSDP };
+    for (int k = 0; k < 2; k++) {
+        run ref;
+        memset(&ref, 0, sizeof ref);
+        for (int sc = 0; sc < 4; sc++) {
+            run p = make(2, 4, deep[k], 8, 1);
+            p.cfg.layers = 8;
+            p.steps = 2;
+            p.po.reduce_exact = 1;
+            p.po.prefetch = 1;
+            p.po.shard = FSC_SHARD_FULL;
+            p.po.schedule = scheds[sc];
+            p.po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+            if (!ref.params) ref = reference(&p);
+            char what[160];
+            snprintf(what, sizeof what, "reduce exact, dp 2 x pp 4, %s inside %s stages",
+                     k ? "fsdp full_shard" : "zero1", sname[sc]);
+            fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
+            free(p.params);
+            p.params = calloc(fsc_gpt_num_params(&p.cfg), sizeof(float));
+            if (fsc_cluster_run(&co, rank_fn, &p) != FSC_OK) fail_msg("%s: %s", what, fsc_last_error());
+            assert_same(&ref, &p, what);
+            free(p.params);
+        }
         free(ref.params);
     }
 }

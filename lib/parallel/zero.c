@@ -7,8 +7,9 @@
  * size) and rank r owns the r-th of its N equal shards. ZeRO-1 has one bucket (the whole vector, so rank r
  * owns [r*S, (r+1)*S) of it); ZeRO-2 has buckets of about bucket_bytes. With the exact reduction in a pipeline a
  * bucket also ends at every chunk's first layer (interleaved stages, a V: ZeRO-1 has a bucket per chunk then).
- * Partitions are balanced by element count exactly (unlike OSS, which hands whole tensors to the least loaded rank), and reductions stay
- * elementwise: a reduce-scatter gives the owner the rank-order sum, bit for bit DDP's all-reduce.
+ * Partitions are balanced by element count exactly (unlike OSS, which hands whole tensors to the least loaded
+ * rank), and reductions stay elementwise: a reduce-scatter gives the owner the rank-order sum, bit for bit DDP's
+ * all-reduce.
  *
  * Expert parallelism (po.ep > 1, MoE models): a rank holds the dense tensors and its experts only. Each layer
  * range closes into two buckets, one of dense tensors sharded over the data group and one of this rank's expert

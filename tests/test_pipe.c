@@ -742,7 +742,7 @@ static void test_pipe_strategies_in_new_schedules(void **state) {
     static const char *const sname[] = { "1f1b", "interleaved", "zb-h1", "zbv" };
     run ref = { 0 };
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-        for (int sc = 0; sc < 3; sc++)
+        for (int sc = 0; sc < 4; sc++)
             for (int ck = 0; ck < 4; ck++) {
                 const int pp = ck < 3 ? 2 : 3; /* the fourth: pp 3, checkpoint except_last */
                 if (pp == 3 && scheds[sc] == FSC_SCHED_INTERLEAVED) continue; /* 4 micro-batches: not a multiple */
@@ -1093,12 +1093,6 @@ static void test_pipe_bad_options(void **state) {
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
                "W actions (zb-h1, zbv) does not run with offload yet");
     r.po.offload = FSC_OFFLOAD_NONE;
-    r.po.reduce_exact = 1;
-    r.po.kind = FSC_PAR_ZERO1;
-    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
-               "W actions (zb-h1, zbv): reduce_exact runs with DDP inside the stages, not FSDP or ZeRO yet");
-    r.po.reduce_exact = 0;
-    r.po.kind = FSC_PAR_DDP;
     r.po.checkpoint = 1;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "layer checkpointing (checkpoint) keeps one");
     r.po.checkpoint = 0;
@@ -1251,6 +1245,92 @@ static void test_pipe_exact_new_schedules(void **state) {
     }
 }
 
+/* The exact reduction (reduce_exact) with ZeRO-1/2 and FSDP inside the stages of 1f1b, interleaved (2 chunks a
+ * rank), zb-h1 and zbv: every backward (and W) of one chunk is a term of its own, so a ZeRO bucket holds one
+ * chunk's tensors and an FSDP unit used by several of a rank's chunks (the root under a V; every block under wrap
+ * model) reduces at the end of each of those chunks' backward. An 8-block GPT with its tied wte, pp 2, 4
+ * micro-batches, dp 2 (hybrid_shard: dp 4, shard groups of 2), every sharding strategy, ZeRO-2 with buckets of
+ * about a block, every pipeline checkpoint mode; ZeRO-1 and FSDP full_shard at dp 2 x pp 4 with 8 micro-batches.
+ * Oracle: DDP with the exact reduction over the same micro-batches without a pipeline, bit for bit. */
+static void test_pipe_exact_sharded(void **state) {
+    (void)state;
+    static const struct {
+        fsc_parallel_kind kind;
+        fsc_shard_strategy sh;
+        fsc_wrap_policy wrap;
+        size_t bucket;
+        int dp;
+        const char *what;
+    } kinds[] = {
+        { FSC_PAR_ZERO1, 0, 0, 0, 2, "zero1" },
+        { FSC_PAR_ZERO2, 0, 0, 0, 2, "zero2" },
+        { FSC_PAR_ZERO2, 0, 0, 4096, 2, "zero2 with 4 KiB buckets" },
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_BLOCK, 0, 2, "fsdp full_shard" },
+        { FSC_PAR_FSDP, FSC_SHARD_GRAD_OP, FSC_WRAP_BLOCK, 0, 2, "fsdp shard_grad_op" },
+        { FSC_PAR_FSDP, FSC_SHARD_NONE, FSC_WRAP_BLOCK, 0, 2, "fsdp no_shard" },
+        { FSC_PAR_FSDP, FSC_SHARD_HYBRID, FSC_WRAP_BLOCK, 0, 4, "fsdp hybrid_shard" },
+        { FSC_PAR_FSDP, FSC_SHARD_FULL, FSC_WRAP_MODEL, 0, 2, "fsdp full_shard, wrap model" },
+    };
+    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const sname[] = { "1f1b", "interleaved", "zb-h1", "zbv" };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        run ref;
+        memset(&ref, 0, sizeof ref);
+        for (int sc = 0; sc < 4; sc++)
+            for (int ck = 0; ck < 3; ck++) {
+                run p = make(kinds[k].dp, 2, kinds[k].kind, 4, 1);
+                p.cfg.layers = 8;
+                p.steps = 2;
+                p.po.reduce_exact = 1;
+                p.po.prefetch = !(scheds[sc] == FSC_SCHED_ZB_H1 && ck == 2); /* zb-h1, never: synchronous reductions */
+                p.po.shard = kinds[k].sh;
+                p.po.wrap = kinds[k].wrap;
+                p.po.bucket_bytes = kinds[k].bucket;
+                p.po.schedule = scheds[sc];
+                p.po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+                p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+                if (!ref.params) ref = reference(&p);
+                char what[160];
+                snprintf(what, sizeof what, "reduce exact, dp %d x pp 2, %s inside %s stages, checkpoint %s",
+                         kinds[k].dp, kinds[k].what, sname[sc], ckpt_name[ck]);
+                fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
+                free(p.params);
+                p.params = calloc(fsc_gpt_num_params(&p.cfg), sizeof(float));
+                if (fsc_cluster_run(&co, rank_fn, &p) != FSC_OK) fail_msg("%s: %s", what, fsc_last_error());
+                assert_same(&ref, &p, what);
+                free(p.params);
+            }
+        free(ref.params);
+    }
+    /* pp 4 with 8 micro-batches (interleaved and zbv: a block a chunk), the default checkpoint mode */
+    static const fsc_parallel_kind deep[] = { FSC_PAR_ZERO1, FSC_PAR_FSDP };
+    for (int k = 0; k < 2; k++) {
+        run ref;
+        memset(&ref, 0, sizeof ref);
+        for (int sc = 0; sc < 4; sc++) {
+            run p = make(2, 4, deep[k], 8, 1);
+            p.cfg.layers = 8;
+            p.steps = 2;
+            p.po.reduce_exact = 1;
+            p.po.prefetch = 1;
+            p.po.shard = FSC_SHARD_FULL;
+            p.po.schedule = scheds[sc];
+            p.po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+            if (!ref.params) ref = reference(&p);
+            char what[160];
+            snprintf(what, sizeof what, "reduce exact, dp 2 x pp 4, %s inside %s stages",
+                     k ? "fsdp full_shard" : "zero1", sname[sc]);
+            fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
+            free(p.params);
+            p.params = calloc(fsc_gpt_num_params(&p.cfg), sizeof(float));
+            if (fsc_cluster_run(&co, rank_fn, &p) != FSC_OK) fail_msg("%s: %s", what, fsc_last_error());
+            assert_same(&ref, &p, what);
+            free(p.params);
+        }
+        free(ref.params);
+    }
+}
+
 int main(void) {
     if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     const struct CMUnitTest tests[] = {
@@ -1261,6 +1341,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_chunk_pools),
         cmocka_unit_test(test_pipe_zbv_equals_ddp),
         cmocka_unit_test(test_pipe_exact_new_schedules),
+        cmocka_unit_test(test_pipe_exact_sharded),
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_custom_schedule),
         cmocka_unit_test(test_pipe_custom_v),

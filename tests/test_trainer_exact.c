@@ -102,8 +102,9 @@ static void test_pipelines(void **state) {
     free(ref), free(ref_bytes);
 }
 
-/* Interleaved (2 chunks a rank), zb-h1 and zbv, DDP in the stages (docs/pipeline.md), at 1 and 2 data-parallel
- * ranks: the bits of one rank accumulating 12 micro-batches. */
+/* Interleaved (2 chunks a rank), zb-h1 and zbv (docs/pipeline.md), DDP in the stages at 1 and 2 data-parallel
+ * ranks, FSDP (full, grad_op, hybrid sharding) and ZeRO-1/2 at 2: the bits of one rank accumulating 12
+ * micro-batches. */
 static void test_new_schedules(void **state) {
     (void)state;
     char *ref_bytes = NULL, *bytes = NULL;
@@ -116,6 +117,13 @@ static void test_new_schedules(void **state) {
         { 4, 6, "ddp", "--layers 4 --pp 2 --schedule zb-h1" },
         { 2, 12, "pipe", "--layers 4 --pp 2 --schedule zbv" },
         { 4, 6, "ddp", "--layers 4 --pp 2 --schedule zbv" },
+        { 4, 6, "fsdp --shard full", "--layers 4 --pp 2 --schedule interleaved --virtual-stages 2" },
+        { 4, 6, "zero1", "--layers 4 --pp 2 --schedule interleaved --virtual-stages 2" },
+        { 4, 6, "fsdp --shard grad_op", "--layers 4 --pp 2 --schedule zb-h1" },
+        { 4, 6, "zero2", "--layers 4 --pp 2 --schedule zb-h1" },
+        { 4, 6, "fsdp --shard hybrid", "--layers 4 --pp 2 --schedule zbv" },
+        { 4, 6, "fsdp --shard full", "--layers 4 --pp 2 --schedule zbv" },
+        { 4, 6, "zero1", "--layers 4 --pp 2 --schedule zbv" },
     };
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         char *l = train(cfg[c].world, cfg[c].accum, cfg[c].par, cfg[c].args, &bytes, &len);
@@ -220,6 +228,22 @@ static void test_moe_pipeline(void **state) {
     moe_runs(cfg, 5, 4);
 }
 
+/* MoE blocks in interleaved, zb-h1 and zbv stages with FSDP (the root, wrap model: a unit across chunks) and ZeRO
+ * inside, expert parallelism too: the bits and the MoE statistics of one rank. */
+static void test_moe_new_schedules(void **state) {
+    (void)state;
+    static const char *const cfg[] = {
+        "--layers 4 --world 1 --accum 12",
+        "--layers 4 --world 4 --pp 2 --dp 2 --accum 6 --unit 1 --parallel fsdp --ep 2 --schedule zbv",
+        "--layers 4 --world 4 --pp 2 --dp 2 --accum 6 --unit 1 --parallel zero1 --schedule interleaved "
+        "--virtual-stages 2",
+        "--layers 4 --world 4 --pp 2 --dp 2 --accum 6 --unit 1 --parallel zero2 --ep 2 --schedule zb-h1",
+        "--layers 4 --world 4 --pp 2 --dp 2 --accum 6 --unit 1 --parallel fsdp --wrap model --ep 2 --schedule "
+        "interleaved --virtual-stages 2",
+    };
+    moe_runs(cfg, 5, 3);
+}
+
 static void test_llama(void **state) {
     (void)state;
     static const int nk[][2] = { { 1, 12 }, { 2, 6 }, { 3, 4 }, { 4, 3 }, { 6, 2 }, { 12, 1 } };
@@ -298,6 +322,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_expert_parallel),
         cmocka_unit_test(test_moe_pipeline),
+        cmocka_unit_test(test_moe_new_schedules),
         cmocka_unit_test(test_llama),
         cmocka_unit_test(test_resume_on_another_world),
         cmocka_unit_test(test_tensor_parallel),

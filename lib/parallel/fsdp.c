@@ -571,9 +571,15 @@ static fsc_status unit_reduce_start(fsc_engine *e, fsdp_unit *U, int accumulate)
 
 static fsc_status fsdp_post_backward(fsc_engine *e, int layer) {
     fsdp_state *d = e->sd;
+    /* the exact reduction in a pipeline: every backward (and W) of one chunk is a term of its own (exact.c), so a
+     * unit used by several of this rank's chunks (the root under a V, or with units wider than a block) reduces
+     * what this chunk added when the chunk's backward ends, at its first layer */
+    int lo = -1, hi;
+    if (e->exact && e->pipe) fsc_pipe_running_layers(e, &lo, &hi);
     for (int u = 0; u < d->nunits; u++) {
         fsdp_unit *U = &d->u[u];
-        if (U->first_layer != layer) continue; /* the unit's backward is complete */
+        /* the unit's backward is complete */
+        if (U->first_layer != layer && !(layer == lo && U->first_layer < lo && U->fgrad)) continue;
         if (e->sync) {
             /* each micro-batch that reduces adds to the shard after the first */
             int accumulate = !e->po.no_sync && e->micro > 0;

@@ -172,15 +172,6 @@ fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers) {
     return FSC_OK;
 }
 
-/* The exact reduction with chunks or W actions: inside the stages DDP's reductions end with each chunk's backward
- * and W (ddp.c), FSDP's and ZeRO's not yet. */
-static fsc_status validate_exact(const fsc_parallel_opts *po, const char *what) {
-    if (po->reduce_exact && po->kind != FSC_PAR_DDP && po->kind != FSC_PAR_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: reduce_exact runs with DDP inside the stages, not FSDP or ZeRO "
-                         "yet", what);
-    return FSC_OK;
-}
-
 /* Interleaved stages (v > 1): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
     if (po->schedule != FSC_SCHED_INTERLEAVED && po->schedule != FSC_SCHED_CUSTOM && po->schedule != FSC_SCHED_ZBV)
@@ -188,7 +179,6 @@ static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
                          "(gpipe, 1f1b and zb-h1 run one chunk per rank)", v);
     if (po->offload != FSC_OFFLOAD_NONE)
         return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages do not run with offload yet", v);
-    FSC_TRY(validate_exact(po, "interleaved stages (virtual_stages > 1)"));
     if (!po->prefetch)
         return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages need prefetch (their streams "
                          "travel on communicators of their own)", v);
@@ -209,7 +199,6 @@ static int has_weight_actions(const fsc_parallel_opts *po, int pp) {
 static fsc_status validate_split(const fsc_parallel_opts *po) {
     if (po->offload != FSC_OFFLOAD_NONE)
         return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) does not run with offload yet");
-    FSC_TRY(validate_exact(po, "a schedule with W actions (zb-h1, zbv)"));
     if (po->checkpoint)
         return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) keeps every layer's record of a "
                          "micro-batch until its W; layer checkpointing (checkpoint) keeps one: use the pipeline "
@@ -291,6 +280,11 @@ static int stage_of(const fsc_pipe *p, int layer) {
 int fsc_pipe_runs_layer(const fsc_engine *e, int l) {
     const fsc_pipe *p = e->pipe;
     return !p || fsc_pipe_stage_rank(p->pl, p->pp, stage_of(p, l)) == p->stage;
+}
+
+int fsc_pipe_starts_chunk(const fsc_engine *e, int l) {
+    const fsc_pipe *p = e->pipe;
+    return p ? p->lf[stage_of(p, l)] == l : l == 0;
 }
 
 /* The tied tensors whose users run on another stage than their owner (p->tied). */

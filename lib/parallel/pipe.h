@@ -116,6 +116,9 @@ int fsc_pipe_chunks(const fsc_parallel_opts *po);
 fsc_pipe_placement fsc_pipe_placement_of(const fsc_parallel_opts *po);
 /* Whether this rank runs layer l (one of its chunks holds it); 1 without a pipeline. */
 int fsc_pipe_runs_layer(const fsc_engine *e, int l);
+/* Whether layer l is the first of its stage (with chunks: where that chunk's backward ends); without a pipeline,
+ * whether it is layer 0. */
+int fsc_pipe_starts_chunk(const fsc_engine *e, int l);
 /* The layers the model runs now: e->lf..e->ll, or with chunks (interleaved, zbv) those of the chunk whose action
  * runs (fsdp prefetches within them: the layers after a chunk run on another rank). */
 void fsc_pipe_running_layers(const fsc_engine *e, int *lo, int *hi);

@@ -5,9 +5,11 @@
  * Layout. The held tensors (a pipeline stage may hold a subset) form a flat vector in tensor order, cut
  * into buckets of whole layers in backward order; each bucket is padded to a multiple of N (the group
  * size) and rank r owns the r-th of its N equal shards. ZeRO-1 has one bucket (the whole vector, so rank r
- * owns [r*S, (r+1)*S) of it); ZeRO-2 has buckets of about bucket_bytes. Partitions are balanced by element
- * count exactly (unlike OSS, which hands whole tensors to the least loaded rank), and reductions stay
- * elementwise: a reduce-scatter gives the owner the rank-order sum, bit for bit DDP's all-reduce.
+ * owns [r*S, (r+1)*S) of it); ZeRO-2 has buckets of about bucket_bytes. With the exact reduction in a pipeline a
+ * bucket also ends at every chunk's first layer (interleaved stages, a V: ZeRO-1 has a bucket per chunk then).
+ * Partitions are balanced by element count exactly (unlike OSS, which hands whole tensors to the least loaded
+ * rank), and reductions stay elementwise: a reduce-scatter gives the owner the rank-order sum, bit for bit DDP's
+ * all-reduce.
  *
  * Expert parallelism (po.ep > 1, MoE models): a rank holds the dense tensors and its experts only. Each layer
  * range closes into two buckets, one of dense tensors sharded over the data group and one of this rank's expert
@@ -34,6 +36,7 @@
 #include <string.h>
 #include "engine_impl.h"
 #include "overlap.h"
+#include "pipe.h"
 
 typedef struct {
     int llo, lhi;         /* layers whose tensors it holds; reduced after the backward of llo */
@@ -94,7 +97,10 @@ static fsc_status build_buckets(fsc_engine *e, zero_state *z, size_t cap) {
             c->n += e->m->info[t].numel;
         }
         size_t n = cur[0].n + cur[1].n;
-        if ((n > 0 && n >= cap / sizeof(float)) || l == e->lf) {
+        /* the exact reduction in a pipeline: every backward (and W) of one chunk is a term of its own, reduced when
+         * it ends (exact.c), so a bucket holds one chunk's tensors (interleaved stages, a V: several a rank) */
+        const int chunk_end = e->po.reduce_exact && fsc_pipe_starts_chunk(e, l);
+        if ((n > 0 && n >= cap / sizeof(float)) || l == e->lf || chunk_end) {
             for (int x = 1; x >= 0; x--) /* reversed below: the dense bucket first in memory */
                 if (cur[x].n > 0) z->b[z->nb++] = cur[x];
             open = 0;

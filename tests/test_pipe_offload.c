@@ -7,7 +7,8 @@
  * (zero1, zero2 and fsdp full_shard with offload optim; fsdp full_shard, with and without resharding, and
  * shard_grad_op with offload all) x every pipeline checkpoint mode, dp 2 x pp 2 on an 8-block GPT whose tied wte
  * sits on the first and the last stage, prefetch 1 (and 0 where the schedule has one chunk per rank); pp 3
- * (zbv: six chunks) for some. Offload all with layer checkpointing (po.checkpoint) under interleaved stages too.
+ * (zbv: six chunks) for some; fsdp hybrid_shard (optim, all) and no_shard (all) with dp 4 x pp 2; the exact
+ * reduction (reduce_exact) inside gpipe and 1f1b stages against DDP's exact reduction. Offload all with layer checkpointing (po.checkpoint) under interleaved stages too.
  * Offload with tensor parallelism stays refused (tests/test_offload.c). */
 #include "partest.h"
 
@@ -145,6 +146,31 @@ static void test_pipe_offload_three_stages(void **state) {
     }
 }
 
+/* FSDP's hybrid_shard (groups of 2 inside a data group of 4: reductions in two phases) and no_shard with offload,
+ * dp 4 x pp 2, inside interleaved, zb-h1 and zbv stages. */
+static void test_pipe_offload_hybrid(void **state) {
+    (void)state;
+    static const po_case more[] = {
+        { FSC_PAR_FSDP, FSC_SHARD_HYBRID, -1, FSC_OFFLOAD_OPTIM, "fsdp hybrid_shard, offload optim" },
+        { FSC_PAR_FSDP, FSC_SHARD_HYBRID, -1, FSC_OFFLOAD_ALL, "fsdp hybrid_shard, offload all" },
+        { FSC_PAR_FSDP, FSC_SHARD_NONE, -1, FSC_OFFLOAD_ALL, "fsdp no_shard, offload all" },
+    };
+    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const sname[] = { "interleaved", "zb-h1", "zbv" };
+    pt_run ref = { 0 };
+    for (size_t k = 0; k < sizeof more / sizeof more[0]; k++)
+        for (int sc = 0; sc < 3; sc++) {
+            pt_run p = make(4, 2, 2);
+            p.po.schedule = scheds[sc];
+            p.po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+            p.po.hybrid_group = 2;
+            p.po.prefetch = 1;
+            p.po.pipe_checkpoint = (fsc_pipe_checkpoint)((int)k % 3);
+            check(&ref, p, &more[k], sname[sc]);
+        }
+    free(ref.params);
+}
+
 /* A depth-first list over two chunks per rank: every micro-batch through both chunks, then the backwards. */
 static void depth_first(int M, fsc_pipe_action *a) {
     int n = 0;
@@ -246,6 +272,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipe_offload_schedules),
         cmocka_unit_test(test_pipe_offload_three_stages),
+        cmocka_unit_test(test_pipe_offload_hybrid),
         cmocka_unit_test(test_pipe_offload_custom),
         cmocka_unit_test(test_pipe_offload_layer_checkpoint),
         cmocka_unit_test(test_pipe_offload_exact),

@@ -1,6 +1,7 @@
 /* The trainer's --offload option (examples/train_gpt.c; docs/offload.md), run as the built program.
- * Oracles: fsdp (full_shard, hybrid) with --offload optim and all, zero1 and zero2 with optim, report
- * "bit-identical: yes" against DDP (--check-ddp) and print the losses of the same run without offload; the
+ * Oracles: fsdp (full_shard, hybrid) with --offload optim and all, zero1 and zero2 with optim, and fsdp and zero2
+ * with offload inside zbv, interleaved and zb-h1 pipeline stages, report "bit-identical: yes" against DDP
+ * (--check-ddp) and print the losses of the same run without offload; the
  * per-step line reports the host ledger's peak only with offload; ddp with offload, zero1 with all, tensor
  * parallelism and a mode that is not one are refused with a message that says why. */
 #include "trainertest.h"
@@ -25,6 +26,10 @@ static void test_offload_keeps_the_losses(void **state) {
     const char *runs[][2] = {
         {"--parallel fsdp", "optim"}, {"--parallel fsdp", "all"}, {"--parallel fsdp --shard hybrid", "all"},
         {"--parallel zero1", "optim"}, {"--parallel zero2", "optim"},
+        /* inside pipeline stages (dp 2 x pp 2): two chunks per rank in a V, interleaved, the split backward */
+        {"--layers 4 --parallel fsdp --pp 2 --chunks 4 --schedule zbv", "all"},
+        {"--layers 4 --parallel zero2 --pp 2 --chunks 4 --schedule interleaved --virtual-stages 2", "optim"},
+        {"--layers 4 --parallel fsdp --pp 2 --chunks 4 --schedule zb-h1 --checkpoint never", "optim"},
     };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         int host0 = 0, host1 = 0;

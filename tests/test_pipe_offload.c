@@ -8,7 +8,8 @@
  * shard_grad_op with offload all) x every pipeline checkpoint mode, dp 2 x pp 2 on an 8-block GPT whose tied wte
  * sits on the first and the last stage, prefetch 1 (and 0 where the schedule has one chunk per rank); pp 3
  * (zbv: six chunks) for some; fsdp hybrid_shard (optim, all) and no_shard (all) with dp 4 x pp 2; the exact
- * reduction (reduce_exact) inside gpipe and 1f1b stages against DDP's exact reduction. Offload all with layer checkpointing (po.checkpoint) under interleaved stages too.
+ * reduction (reduce_exact) inside gpipe and 1f1b stages against DDP's exact reduction; an evaluation before each
+ * step inside interleaved, zb-h1 and zbv stages equal to the step's loss on every rank. Offload all with layer checkpointing (po.checkpoint) under interleaved stages too.
  * Offload with tensor parallelism stays refused (tests/test_offload.c). */
 #include "partest.h"
 
@@ -171,6 +172,76 @@ static void test_pipe_offload_hybrid(void **state) {
     free(ref.params);
 }
 
+/* A run with an evaluation of each step's batch before the step, every rank's losses kept. */
+typedef struct {
+    pt_run r;
+    double ev[PT_MAX_WORLD][PT_MAX_STEPS], loss[PT_MAX_WORLD][PT_MAX_STEPS];
+} ev_run;
+
+static fsc_status ev_rank_fn(fsc_rank *rk, void *arg) {
+    ev_run *x = arg;
+    pt_run *run = &x->r;
+    const int T = run->cfg.seq, B = run->batch, dp = rk->world / run->po.pp, data = rk->rank % dp, lb = B / dp;
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(rk, &run->cfg, &run->po, &run->oc, run->seed, &e));
+    int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
+    fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
+    for (int step = 0; step < run->steps && s == FSC_OK; step++) {
+        pt_batch(tok, tgt, step, B, data, lb, T, run->cfg.vocab);
+        fsc_step_info info;
+        s = fsc_engine_eval(e, tok, tgt, lb, B, &x->ev[rk->rank][step]);
+        if (s == FSC_OK) s = fsc_engine_step(e, tok, tgt, lb, B, &info);
+        if (s == FSC_OK) x->loss[rk->rank][step] = info.loss;
+        if (s == FSC_OK && rk->rank == 0) run->loss[step] = info.loss, run->info[step] = info;
+    }
+    if (s == FSC_OK) s = fsc_engine_full_params(e, rk->rank == 0 ? run->params : NULL);
+    free(tok);
+    free(tgt);
+    fsc_engine_free(e);
+    return s;
+}
+
+/* Evaluations between steps (the parameters read where offload keeps them: the device masters under optim, the
+ * host shards uploaded before each gather under all) inside interleaved, zb-h1 and zbv stages, every case: each
+ * evaluation equals the step's loss on the same batch on every rank, and every rank's step loss is DDP's. */
+static void test_pipe_offload_eval(void **state) {
+    (void)state;
+    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const sname[] = { "interleaved", "zb-h1", "zbv" };
+    pt_run ref = { 0 };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int sc = 0; sc < 3; sc++) {
+            ev_run x;
+            memset(&x, 0, sizeof x);
+            x.r = make(2, 2, 4);
+            x.r.steps = 3;
+            x.r.po.schedule = scheds[sc];
+            x.r.po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+            x.r.po.prefetch = 1;
+            x.r.po.pipe_checkpoint = (fsc_pipe_checkpoint)(((int)k + sc) % 3);
+            if (!ref.params) ref = reference(&x.r);
+            with_case(&x.r, &cases[k]);
+            char what[160];
+            snprintf(what, sizeof what, "%s inside %s stages with evaluations, checkpoint %s", cases[k].what,
+                     sname[sc], ckpt_name[x.r.po.pipe_checkpoint]);
+            x.r.params = calloc(fsc_gpt_num_params(&x.r.cfg), sizeof(float));
+            fsc_cluster_opts co = { .world = x.r.world, .device = "cpu", .timeout_s = 30 };
+            if (fsc_cluster_run(&co, ev_rank_fn, &x) != FSC_OK) fail_msg("%s: %s", what, fsc_last_error());
+            assert_same(&ref, &x.r, what);
+            for (int st = 0; st < x.r.steps; st++)
+                for (int rk = 0; rk < x.r.world; rk++) {
+                    if (memcmp(&x.loss[rk][st], &ref.loss[st], sizeof(double)) != 0)
+                        fail_msg("%s: loss of step %d on rank %d %.17g, DDP %.17g", what, st, rk, x.loss[rk][st],
+                                 ref.loss[st]);
+                    if (memcmp(&x.ev[rk][st], &x.loss[rk][st], sizeof(double)) != 0)
+                        fail_msg("%s: evaluation before step %d on rank %d %.17g, the step's loss %.17g", what, st,
+                                 rk, x.ev[rk][st], x.loss[rk][st]);
+                }
+            free(x.r.params);
+        }
+    free(ref.params);
+}
+
 /* A depth-first list over two chunks per rank: every micro-batch through both chunks, then the backwards. */
 static void depth_first(int M, fsc_pipe_action *a) {
     int n = 0;
@@ -273,6 +344,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_offload_schedules),
         cmocka_unit_test(test_pipe_offload_three_stages),
         cmocka_unit_test(test_pipe_offload_hybrid),
+        cmocka_unit_test(test_pipe_offload_eval),
         cmocka_unit_test(test_pipe_offload_custom),
         cmocka_unit_test(test_pipe_offload_layer_checkpoint),
         cmocka_unit_test(test_pipe_offload_exact),

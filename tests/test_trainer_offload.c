@@ -1,6 +1,6 @@
 /* The trainer's --offload option (examples/train_gpt.c; docs/offload.md), run as the built program.
  * Oracles: fsdp (full_shard, hybrid) with --offload optim and all, zero1 and zero2 with optim, and fsdp and zero2
- * with offload inside zbv, interleaved and zb-h1 pipeline stages, report "bit-identical: yes" against DDP
+ * with offload inside zbv, interleaved and zb-h1 pipeline stages (the MoE GPT with ep 2 and bf16 among them), report "bit-identical: yes" against DDP
  * (--check-ddp) and print the losses of the same run without offload; a checkpoint saved inside pipeline stages
  * under one schedule and offload mode resumes under another with the uninterrupted run's losses; the
  * per-step line reports the host ledger's peak only with offload; ddp with offload, zero1 with all, tensor
@@ -31,6 +31,9 @@ static void test_offload_keeps_the_losses(void **state) {
         {"--layers 4 --parallel fsdp --pp 2 --chunks 4 --schedule zbv", "all"},
         {"--layers 4 --parallel zero2 --pp 2 --chunks 4 --schedule interleaved --virtual-stages 2", "optim"},
         {"--layers 4 --parallel fsdp --pp 2 --chunks 4 --schedule zb-h1 --checkpoint never", "optim"},
+        /* the MoE GPT with expert parallelism, and bf16, inside such stages */
+        {"--layers 4 --parallel fsdp --pp 2 --chunks 4 --schedule zb-h1 --moe-experts 4 --ep 2", "all"},
+        {"--layers 4 --parallel fsdp --pp 2 --chunks 4 --schedule zbv --precision bf16", "optim"},
     };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         int host0 = 0, host1 = 0;

@@ -9,7 +9,9 @@
  * sits on the first and the last stage, prefetch 1 (and 0 where the schedule has one chunk per rank); pp 3
  * (zbv: six chunks) for some; fsdp hybrid_shard (optim, all) and no_shard (all) with dp 4 x pp 2; the exact
  * reduction (reduce_exact) inside gpipe and 1f1b stages against DDP's exact reduction; an evaluation before each
- * step inside interleaved, zb-h1 and zbv stages equal to the step's loss on every rank. Offload all with layer checkpointing (po.checkpoint) under interleaved stages too.
+ * step inside interleaved, zb-h1 and zbv stages equal to the step's loss on every rank. Memory: with offload all
+ * every rank's device peaks lower in parameters and gradients than without offload, and holds no optimizer state
+ * under optim or all. Offload all with layer checkpointing (po.checkpoint) under interleaved stages too.
  * Offload with tensor parallelism stays refused (tests/test_offload.c). */
 #include "partest.h"
 
@@ -242,6 +244,39 @@ static void test_pipe_offload_eval(void **state) {
     free(ref.params);
 }
 
+/* Memory: FSDP full_shard inside interleaved, zb-h1 and zbv stages; with offload all every rank's device holds
+ * fewer parameter and gradient bytes at its peak than the same run without offload (the master and reduced-gradient
+ * shards live on the host), and no optimizer state under optim or all. */
+static void test_pipe_offload_memory(void **state) {
+    (void)state;
+    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    for (int sc = 0; sc < 3; sc++) {
+        pt_run r[3];
+        for (int m = 0; m < 3; m++) {
+            r[m] = make(2, 2, 4);
+            r[m].po.schedule = scheds[sc];
+            r[m].po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+            r[m].po.prefetch = 1;
+            with_case(&r[m], &cases[3]); /* fsdp full_shard */
+            r[m].po.offload = (fsc_offload_mode)m;
+            pt_train(&r[m]);
+        }
+        pt_assert_same(&r[0], &r[1], "offload optim against none");
+        pt_assert_same(&r[0], &r[2], "offload all against none");
+        for (int rk = 0; rk < r[0].world; rk++) {
+            assert_true(r[0].peak[rk][FSC_TAG_OPTIM] > 0);
+            assert_int_equal(r[1].peak[rk][FSC_TAG_OPTIM], 0);
+            assert_int_equal(r[2].peak[rk][FSC_TAG_OPTIM], 0);
+            if (!(r[2].peak[rk][FSC_TAG_PARAMS] < r[0].peak[rk][FSC_TAG_PARAMS]) ||
+                !(r[2].peak[rk][FSC_TAG_GRADS] < r[0].peak[rk][FSC_TAG_GRADS]))
+                fail_msg("schedule %d, rank %d: offload all's device params %zu, grads %zu; without offload %zu, %zu",
+                         (int)scheds[sc], rk, r[2].peak[rk][FSC_TAG_PARAMS], r[2].peak[rk][FSC_TAG_GRADS],
+                         r[0].peak[rk][FSC_TAG_PARAMS], r[0].peak[rk][FSC_TAG_GRADS]);
+        }
+        for (int m = 0; m < 3; m++) free(r[m].params);
+    }
+}
+
 /* A depth-first list over two chunks per rank: every micro-batch through both chunks, then the backwards. */
 static void depth_first(int M, fsc_pipe_action *a) {
     int n = 0;
@@ -345,6 +380,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_offload_three_stages),
         cmocka_unit_test(test_pipe_offload_hybrid),
         cmocka_unit_test(test_pipe_offload_eval),
+        cmocka_unit_test(test_pipe_offload_memory),
         cmocka_unit_test(test_pipe_offload_custom),
         cmocka_unit_test(test_pipe_offload_layer_checkpoint),
         cmocka_unit_test(test_pipe_offload_exact),

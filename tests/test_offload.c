@@ -11,8 +11,8 @@
  *  - memory: the device ledger holds no optimizer state with optim or all, and with all its parameters and
  *    gradients peak below the run without offload by at least the master and reduced-gradient shards but those
  *    in transit (one unit's, two with prefetch), which the host ledger holds instead;
- *  - refusals: ddp, zero with all, pipelines, tensor parallelism and a bad mode fail with FSC_ERR_UNSUPPORTED /
- *    FSC_ERR_INVALID;
+ *  - refusals: ddp (inside pipeline stages too), zero with all, tensor parallelism and a bad mode fail with
+ *    FSC_ERR_UNSUPPORTED / FSC_ERR_INVALID (offload inside pipeline stages: tests/test_pipe_offload.c);
  *  - the simulator's copy bandwidth: copies take at least bytes / bandwidth, and offload keeps its bits with it
  *    (fsdp, zero1 and zero2, optim and all, prefetch 0 and 1 with limits 2 and 3, with accumulation). The
  *    asynchronous copies are made at their wait on the cpu device (device.h), so a strategy that read a copy's
@@ -410,7 +410,7 @@ static void test_offload_refuses_what_it_does_not_run(void **state) {
     expect_refused(FSC_PAR_NONE, FSC_OFFLOAD_OPTIM, 1, FSC_ERR_UNSUPPORTED, "on one rank too");
     expect_refused(FSC_PAR_ZERO1, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "fsdp only");
     expect_refused(FSC_PAR_ZERO2, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "fsdp only");
-    expect_refused(FSC_PAR_FSDP, FSC_OFFLOAD_ALL, 2, FSC_ERR_UNSUPPORTED, "pipelines");
+    expect_refused(FSC_PAR_DDP, FSC_OFFLOAD_OPTIM, 2, FSC_ERR_UNSUPPORTED, "fsdp, zero1 or zero2"); /* in stages too */
     expect_refused(FSC_PAR_FSDP, (fsc_offload_mode)7, 1, FSC_ERR_INVALID, "none, optim or all");
     expect_refused_tp(FSC_OFFLOAD_OPTIM);
     expect_refused_tp(FSC_OFFLOAD_ALL);

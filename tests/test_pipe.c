@@ -1089,10 +1089,6 @@ static void test_pipe_bad_options(void **state) {
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "interleaved stages need prefetch");
     r = make(1, 2, FSC_PAR_DDP, 2, 1); /* W actions: what does not run with them yet */
     r.po.schedule = FSC_SCHED_ZB_H1;
-    r.po.offload = FSC_OFFLOAD_ALL;
-    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
-               "W actions (zb-h1, zbv) does not run with offload yet");
-    r.po.offload = FSC_OFFLOAD_NONE;
     r.po.checkpoint = 1;
     assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "layer checkpointing (checkpoint) keeps one");
     r.po.checkpoint = 0;

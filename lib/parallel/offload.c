@@ -56,9 +56,9 @@ fsc_status fsc_offload_validate(const fsc_layout *l, const fsc_parallel_opts *po
     if (m == FSC_OFFLOAD_ALL && po->kind != FSC_PAR_FSDP)
         return fsc_error(FSC_ERR_UNSUPPORTED, "offload all runs with fsdp only: %s keeps the parameters replicated "
                          "on every device (use offload optim with it, or fsdp)", fsc_parallel_kind_name(po->kind));
-    if (l->pp > 1 || l->tp > 1)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s does not run with pipelines or tensor parallelism yet "
-                         "(pp %d, tp %d)", name, l->pp, l->tp);
+    if (l->tp > 1)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s does not run with tensor parallelism yet (tp %d)", name,
+                         l->tp);
     return FSC_OK;
 }
 
@@ -95,11 +95,13 @@ fsc_status fsc_offload_after_setup(fsc_engine *e) {
     return FSC_OK;
 }
 
-/* Point every segment at the host copies (host 1) or back at the device buffers (0). */
+/* Point every segment at the host copies (host 1) or back at the device buffers (0). An empty segment (a shard
+ * of no elements: a pipeline stage without root tensors, as the middle ranks of a V) has no buffers to point at,
+ * copies nothing and steps nothing. */
 static fsc_status rebind(fsc_engine *e, int host) {
     struct fsc_offload *o = e->off;
     for (int k = 0; k < o->nseg; k++)
-        FSC_TRY(fsc_optim_rebind(e->opt, k, host ? o->hparam[k] : o->dparam[k], host ? o->hgrad[k] : o->dgrad[k]));
+        if (fsc_optim_segment_len(e->opt, k) > 0) FSC_TRY(fsc_optim_rebind(e->opt, k, host ? o->hparam[k] : o->dparam[k], host ? o->hgrad[k] : o->dgrad[k]));
     return FSC_OK;
 }
 
@@ -115,6 +117,7 @@ static fsc_status down_wait(struct fsc_offload *o, int k) {
 static fsc_status down_start(fsc_engine *e, int k, int sync) {
     struct fsc_offload *o = e->off;
     size_t bytes = fsc_optim_segment_len(e->opt, k) * sizeof(float);
+    if (bytes == 0) return FSC_OK;
     FSC_TRY(fsc_device_download_async(e->dev, o->hgrad[k], o->dgrad[k], bytes, &o->down[2 * k]));
     FSC_TRY(fsc_device_download_async(e->dev, o->hparam[k], o->dparam[k], bytes, &o->down[2 * k + 1]));
     return sync ? down_wait(o, k) : FSC_OK;
@@ -145,8 +148,9 @@ static fsc_status step_pipelined(fsc_engine *e) {
         FSC_TRY(down_wait(o, k));
         if (k + 1 < o->nseg) FSC_TRY(down_start(e, k + 1, sync));
         FSC_TRY(fsc_optim_step_segment(e->opt, k));
-        FSC_TRY(fsc_device_upload_async(e->dev, o->dparam[k], o->hparam[k],
-                                        fsc_optim_segment_len(e->opt, k) * sizeof(float), &o->up[k]));
+        const size_t bytes = fsc_optim_segment_len(e->opt, k) * sizeof(float);
+        if (bytes == 0) continue;
+        FSC_TRY(fsc_device_upload_async(e->dev, o->dparam[k], o->hparam[k], bytes, &o->up[k]));
         if (sync) {
             fsc_status s = fsc_device_copy_wait(o->up[k]);
             o->up[k] = NULL;

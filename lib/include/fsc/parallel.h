@@ -86,7 +86,8 @@ typedef struct {
     int prefetch_limit;           /* fsdp: gathered units in flight at most, the one computing included (0: 2);
                                    * pipelines: send buffers of checkpointed outputs at most (0: 2) */
     /* offload to host memory (docs/offload.md): optim with fsdp (every strategy), zero1 and zero2; all with
-     * fsdp only (zero keeps parameters replicated on every device). Not with ddp, none, pp or tp; with ep too. */
+     * fsdp only (zero keeps parameters replicated on every device). Not with ddp, none or tp; with ep and inside
+     * the stages of every pipeline schedule too. */
     fsc_offload_mode offload;     /* none (default), optim or all */
     /* pipeline (docs/pipeline.md): pp stages, world = dp x tp x pp laid out by fsc_layout (without tensor
      * parallelism and another order: rank = stage * dp + dp_index, data-parallel ranks adjacent). The
@@ -103,8 +104,8 @@ typedef struct {
                                    * r, r + pp, ..., r + (v-1) pp of pp x v (a loop; zbv and placement V: r and
                                    * 2 pp - 1 - r); balance then has pp x v entries
                                    * and (interleaved) accum must be a multiple of pp. With v > 1 (and under
-                                   * zb-h1 and zbv) DDP, FSDP, ZeRO-1/2 or none inside the stages; no tp, ep, aux
-                                   * statistics, offload or reduce_exact yet */
+                                   * zb-h1 and zbv) DDP, FSDP, ZeRO-1/2 or none inside the stages, offload too;
+                                   * reduce_exact with DDP or none only (docs/pipeline.md) */
     fsc_pipe_checkpoint pipe_checkpoint; /* except_last (default), always, never */
     const int *balance;           /* pp x chunks entries (chunks: virtual_stages; zbv and a V: 2), blocks per stage
                                      (copied); NULL: as even as possible */

@@ -2,8 +2,10 @@
  * the first and the last; the first runs on stage 0, the last on the last stage), one stage per rank of a
  * pipeline group; micro-batches flow forward and their gradients backward over send/recv; the step's runner
  * (step.c) executes this rank's list of actions of the schedule (pipe_sched.c makes and validates them)
- * through this file's executor (fsc_pipe_exec: F, B, W with their messages); checkpoint
- * modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
+ * through this file's executor (fsc_pipe_exec): each F, B and W receives its boundary, runs the step's compute
+ * of its kind on the chunk's record (step_compute.c, the whole model's too), sends its boundary, and keeps or
+ * gives back the record; checkpoint modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's
+ * group.
  * Interleaved stages (po.virtual_stages v > 1): pp x v stages, rank r runs the chunks (stages) r, r + pp, ...; a
  * record, a slot and a pool of records belong to one chunk (a chunk that needs a record while its pool is empty
  * frees another chunk's idle one first, so the pools hold no more than the schedule does at once), the last rank's chunk c hands its output to the
@@ -34,7 +36,8 @@
  * rank). The owner stage sends the values it computes with (its compute copy: rounded when param_dtype is not
  * f32) to the user stage's replica (e->tied_copy[i]) once per step, right after their first use (the owner
  * layer's first forward). This equals sending after the optimizer step, works unchanged for every strategy
- * and after loading weights. The users must come after the owner and run on one stage.
+ * and after loading weights. The users must come after the owner and run on one stage. The values' hand-offs
+ * are the pipeline's part of the engine's forward hooks (fsc_pipe_pre_forward, fsc_pipe_post_forward).
  *
  * Messages between two ranks keep their order (sends are buffered, FIFO per peer; a communicator whose
  * send blocks until the matching recv would need grouped send/recv here). With po.prefetch the outputs and
@@ -61,7 +64,8 @@
  * Full records and saved inputs come from pools, so the device ledger's FSC_TAG_ACTS peak is the most the
  * schedule held at once.
  * Not here: balance helpers (pipe_balance.c), the schedules' action lists and their validator (pipe_sched.c), the
- * loop over the actions with their trace spans (step.c). */
+ * loop over the actions with their trace spans (step.c), the compute of an action: the batch, the model's forward
+ * or backward with the engine's hooks, the loss, unit losses, outputs and MoE statistics (step_compute.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

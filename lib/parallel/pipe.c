@@ -889,7 +889,7 @@ static fsc_status recv_grad(fsc_engine *e, int k, int c, fsc_model_acts *a) {
 }
 
 /* B's boundary out: micro-batch k's input gradient in record a of chunk c to the previous stage (stage 0: none;
- * *gsend the asynchronous send in flight, po.prefetch), and the user chunk's tied gradients of k to their owner. */
+ * *gsend the asynchronous send in flight, po.prefetch). */
 static fsc_status send_grad(fsc_engine *e, int k, int c, fsc_model_acts *a, fsc_comm_req **gsend) {
     fsc_pipe *p = e->pipe;
     const size_t btc = in_floats(e);

@@ -243,18 +243,22 @@ static void layer_span(fsc_engine *e, const char *pass, int l) {
 }
 
 /* hooks: route the model's layer callbacks to the strategy; with a trace, each layer's forward and backward is a
- * span around the strategy's hooks (an FSDP gather or a gradient reduction nests inside its layer's span) */
+ * span around the strategy's hooks (an FSDP gather or a gradient reduction nests inside its layer's span). With a
+ * pipeline, a layer's forward first runs the pipeline's tied hand-offs (pipe.c): a user stage waits for a tied
+ * tensor's values before the first layer that reads them, an owner stage sends them after their first use. */
 static fsc_status hook_pre_fwd(void *ctx, int l) {
     fsc_engine *e = ctx;
+    if (e->pipe) FSC_TRY(fsc_pipe_pre_forward(e, l));
     layer_span(e, "forward", l);
     return e->st->pre_forward ? e->st->pre_forward(e, l) : FSC_OK;
 }
-fsc_status fsc_engine_post_forward(fsc_engine *e, int l) {
+static fsc_status hook_post_fwd(void *ctx, int l) {
+    fsc_engine *e = ctx;
+    if (e->pipe) FSC_TRY(fsc_pipe_post_forward(e, l));
     fsc_status s = e->st->post_forward ? e->st->post_forward(e, l) : FSC_OK;
     fsc_trace_end(e->trace);
     return s;
 }
-static fsc_status hook_post_fwd(void *ctx, int l) { return fsc_engine_post_forward(ctx, l); }
 static fsc_status hook_pre_bwd(void *ctx, int l) {
     fsc_engine *e = ctx;
     layer_span(e, "backward", l);

@@ -201,11 +201,9 @@ fsc_status fsc_engine_reduce_result(fsc_engine *e, const void *recv, fsc_dtype d
  * added twice. */
 void fsc_engine_add_group(fsc_engine *e, fsc_comm *c);
 void fsc_engine_add_group_kind(fsc_engine *e, fsc_comm *c, fsc_group_kind kind);
-/* The model's layer hooks routed to the strategy's (ctx = e; a NULL strategy hook does nothing). */
+/* The model's layer hooks routed to the strategy's (ctx = e; a NULL strategy hook does nothing), a layer's
+ * forward with a pipeline's tied hand-offs first (pipe.h's fsc_pipe_pre_forward, fsc_pipe_post_forward). */
 fsc_model_hooks fsc_engine_hooks(fsc_engine *e);
-/* The engine's post_forward hook (the strategy's, and the end of the layer's trace span), for a caller that
- * replaces hooks.post_forward with its own (pipe.c) and calls this at its end. */
-fsc_status fsc_engine_post_forward(fsc_engine *e, int layer);
 /* The experts this rank holds with expert parallelism: [first, first + count) (model.h's contract: rank r of
  * the expert group holds [r E/G, (r+1) E/G)); every expert without it, 0, 0 without experts. */
 void fsc_engine_local_experts(const fsc_engine *e, int *first, int *count);

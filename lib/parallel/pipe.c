@@ -2,8 +2,10 @@
  * the first and the last; the first runs on stage 0, the last on the last stage), one stage per rank of a
  * pipeline group; micro-batches flow forward and their gradients backward over send/recv; the step's runner
  * (step.c) executes this rank's list of actions of the schedule (pipe_sched.c makes and validates them)
- * through this file's executor (fsc_pipe_exec: F, B, W with their messages); checkpoint
- * modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's group.
+ * through this file's executor (fsc_pipe_exec): each F, B and W receives its boundary, runs the step's compute
+ * of its kind on the chunk's record (step_compute.c, the whole model's too), sends its boundary, and keeps or
+ * gives back the record; checkpoint modes; any data-parallel strategy (DDP, FSDP, ZeRO) inside each stage's
+ * group.
  * Interleaved stages (po.virtual_stages v > 1): pp x v stages, rank r runs the chunks (stages) r, r + pp, ...; a
  * record, a slot and a pool of records belong to one chunk (a chunk that needs a record while its pool is empty
  * frees another chunk's idle one first, so the pools hold no more than the schedule does at once), the last rank's chunk c hands its output to the
@@ -34,7 +36,8 @@
  * rank). The owner stage sends the values it computes with (its compute copy: rounded when param_dtype is not
  * f32) to the user stage's replica (e->tied_copy[i]) once per step, right after their first use (the owner
  * layer's first forward). This equals sending after the optimizer step, works unchanged for every strategy
- * and after loading weights. The users must come after the owner and run on one stage.
+ * and after loading weights. The users must come after the owner and run on one stage. The values' hand-offs
+ * are the pipeline's part of the engine's forward hooks (fsc_pipe_pre_forward, fsc_pipe_post_forward).
  *
  * Messages between two ranks keep their order (sends are buffered, FIFO per peer; a communicator whose
  * send blocks until the matching recv would need grouped send/recv here). With po.prefetch the outputs and
@@ -61,7 +64,8 @@
  * Full records and saved inputs come from pools, so the device ledger's FSC_TAG_ACTS peak is the most the
  * schedule held at once.
  * Not here: balance helpers (pipe_balance.c), the schedules' action lists and their validator (pipe_sched.c), the
- * loop over the actions with their trace spans (step.c). */
+ * loop over the actions with their trace spans (step.c), the compute of an action: the batch, the model's forward
+ * or backward with the engine's hooks, the loss, unit losses, outputs and MoE statistics (step_compute.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +126,6 @@ struct fsc_pipe {
     fsc_pipe_tied *tl;        /* (ntied) po.prefetch: their streams (pipe_tied.c); a user stage's send of a tied
                                * gradient is waited for before its next backward overwrites the buffer */
     /* the step */
-    const char *in, *tgt;
     int chunk;                /* the chunk whose forward or backward runs */
     int in_left[2], grad_left[2]; /* po.prefetch: inputs and output gradients still to receive in this step, on
                                    * lk and lk2 */
@@ -140,11 +143,13 @@ struct fsc_pipe {
                                * where every tied tensor's owner and users are on this rank or none (a V's first
                                * rank) and each user chunk's W of micro-batch k comes before the owner chunk's;
                                * the user's gradient of k then waits from the one W to the other */
-    double *unit_loss;        /* reduce_exact (exact.c): the last stage keeps each micro-batch's loss here, or NULL */
-    float *outputs;           /* fsc_engine_predict: the last stage downloads each micro-batch's outputs here */
+    /* what the last stage's compute (step_compute.c) keeps, handed to the step in exec_begin (eval_begin) */
+    double *unit_loss;        /* reduce_exact (exact.c): each micro-batch's loss (c->units), or NULL */
+    float *outputs;           /* fsc_engine_predict: each micro-batch's outputs (c->out), downloaded */
     size_t *per_sample;       /* (host) and their floats per sample here; NULL: none */
-    fsc_status out_status;    /* the last stage: the first failure to take them (the other stages learn it from
-                               * fsc_pipe_outputs_from_last, so that none waits for outputs that never come) */
+    fsc_status out_status;    /* the last stage: the first failure to take them (the pass's c->out_status, kept at
+                               * its end; the other stages learn it from fsc_pipe_outputs_from_last, so that none
+                               * waits for outputs that never come) */
     char out_why[256];
 };
 
@@ -664,21 +669,18 @@ static fsc_status ready(fsc_engine *e, int B) {
     return s;
 }
 
-/* ---- hooks: the engine's (fsc_engine_hooks), and the owner stage hands tied tensors to their users' stage
- * after their first use ---- */
+/* ---- the pipeline's part of the engine's forward hooks (engine.c's, fsc_engine_hooks, run it first): tied
+ * tensors' values, which the owner stage hands to its users' stage after their first use ---- */
 
-/* po.prefetch: a user stage waits for a tied tensor's values before the first layer that reads them. */
-static fsc_status h_pre_fwd(void *ctx, int l) {
-    fsc_engine *e = ctx;
+fsc_status fsc_pipe_pre_forward(fsc_engine *e, int l) {
     fsc_pipe *p = e->pipe;
-    for (int x = 0; x < p->ntied && p->tl; x++)
+    for (int x = 0; x < p->ntied && p->tl; x++) /* po.prefetch: a user stage's wait before the first reader */
         if (p->tied[x][2] == p->stage && fsc_param_used_by(&e->m->info[p->tied[x][0]], l))
             FSC_TRY(fsc_pipe_tied_values_done(&p->tl[x], &p->wait));
-    return fsc_engine_hooks(e).pre_forward(ctx, l);
+    return FSC_OK;
 }
 
-static fsc_status h_post_fwd(void *ctx, int l) {
-    fsc_engine *e = ctx;
+fsc_status fsc_pipe_post_forward(fsc_engine *e, int l) {
     fsc_pipe *p = e->pipe;
     for (int x = 0; x < p->ntied && p->send_tied[p->chunk] && !p->recompute; x++) {
         const int i = p->tied[x][0];
@@ -689,7 +691,7 @@ static fsc_status h_post_fwd(void *ctx, int l) {
             FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->param[i], e->m->info[i].numel, FSC_F32, p->tied[x][2]));
     }
     if (l == p->ll[stage_at(p, p->chunk)] && !p->recompute) p->send_tied[p->chunk] = 0;
-    return fsc_engine_post_forward(e, l);
+    return FSC_OK;
 }
 
 static fsc_status recv_timed(fsc_pipe *p, float *buf, size_t n, int peer) {
@@ -707,72 +709,71 @@ static int is_checkpointed(const fsc_engine *e, int k) {
     }
 }
 
-/* ---- one micro-batch forward and backward on this stage ---- */
+/* ---- one micro-batch's action on this stage: its boundary received, the step's compute (step_compute.c) on the
+ * chunk's record, its boundary sent, the record kept or given back ---- */
 
-/* Micro-batch k's inputs (stage 0) and targets (the last stage) for a record of stage g. */
-static fsc_status set_batch(fsc_engine *e, fsc_model_acts *a, int k, int g) {
+/* F's boundary in: micro-batch k's stage input into record a of chunk c (stage 0: none, its inputs are the
+ * batch's), and at micro-batch 0 without po.prefetch this stage's replicas of tied tensors. */
+static fsc_status recv_input(fsc_engine *e, int k, int c, fsc_model_acts *a) {
     fsc_pipe *p = e->pipe;
-    const size_t n = (size_t)k * p->B;
-    return e->m->ops->set_batch(e->m->ctx, a, g == 0 ? p->in + n * e->m->sample_input_bytes : NULL,
-                                g == p->S - 1 ? p->tgt + n * e->m->sample_target_bytes : NULL);
-}
-
-/* F: micro-batch k on chunk c. */
-static fsc_status forward(fsc_engine *e, int k, int c, double *loss_local) {
-    fsc_pipe *p = e->pipe;
-    mb_slot *sl = &p->slots[c * p->M + k];
-    const int g = stage_at(p, c), last = g == p->S - 1;
     const size_t btc = in_floats(e);
-    fsc_model_hooks hooks = fsc_engine_hooks(e);
-    hooks.pre_forward = h_pre_fwd;
-    hooks.post_forward = h_post_fwd;
-    p->chunk = c;
-    FSC_TRY(take_rec(e, c, &sl->rec));
-    if (++p->in_flight > p->st.max_in_flight) p->st.max_in_flight = p->in_flight;
-    fsc_model_acts *a = sl->rec;
     for (int x = 0; x < p->ntied && k == 0 && !p->tl; x++) /* this stage's replica of a tied tensor */
         if (p->tied[x][2] == p->stage) {
             const int i = p->tied[x][0];
             FSC_TRY(recv_timed(p, e->tied_copy[i], e->m->info[i].numel, p->tied[x][1]));
         }
     fsc_pipe_links *lk = links_of(p, c);
-    const int line = line_of(p, c);
     if (prev_local(p, c)) { /* a V's turn: chunk 0's output of k, on this rank */
         if (!p->lout[k]) return fsc_error(FSC_ERR_INTERNAL, "pipe: F of micro-batch %d on chunk %d has no input", k, c);
         FSC_TRY(fsc_device_copy(e->dev, stream(e, a, FSC_STREAM_INPUT), p->lout[k], btc * sizeof(float)));
         give_in(e, p->lout[k]);
         p->lout[k] = NULL;
-    } else if (g > 0 && lk->act_prev) { /* posted ahead; the next one is posted before this micro-batch computes */
+    } else if (stage_at(p, c) > 0 && lk->act_prev) { /* posted ahead; the next one is posted before k computes */
         FSC_TRY(fsc_pipe_links_take_input(lk, e->dev, stream(e, a, FSC_STREAM_INPUT), &p->wait));
-        if (--p->in_left[line] > 0) FSC_TRY(fsc_pipe_links_post_input(lk));
-    } else if (g > 0) {
+        if (--p->in_left[line_of(p, c)] > 0) FSC_TRY(fsc_pipe_links_post_input(lk));
+    } else if (stage_at(p, c) > 0) {
         FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_INPUT), btc, p->stage - 1));
     }
-    FSC_TRY(set_batch(e, a, k, g));
-    double ls = 0;
-    FSC_TRY(e->m->ops->forward(e->m->ctx, a, &hooks, &ls));
-    if (k == 0) FSC_TRY(tied_values_done(p, 1)); /* po.prefetch: h_pre_fwd waited for them already */
-    fsc_pipe_aux_note(p->aux, e, k, a, p->lf[g], p->ll[g]);
-    sl->ckpt = is_checkpointed(e, k);
-    if (last && p->unit_loss) p->unit_loss[k] = ls;
-    if (last && p->outputs && p->out_status == FSC_OK) {
-        p->out_status = fsc_engine_take_outputs(e, a, p->B, k, p->outputs, p->per_sample);
-        if (p->out_status != FSC_OK) snprintf(p->out_why, sizeof p->out_why, "%s", fsc_last_error());
-    }
-    if (last) *loss_local += ls;
-    else if (next_local(p, c)) { /* a V's turn: kept for chunk 1's forward of k */
+    return FSC_OK;
+}
+
+/* F's boundary out: micro-batch k's stage output in record a of chunk c to the next stage (the last: none). */
+static fsc_status send_output(fsc_engine *e, int k, int c, mb_slot *sl, fsc_model_acts *a) {
+    fsc_pipe *p = e->pipe;
+    const size_t btc = in_floats(e);
+    fsc_pipe_links *lk = links_of(p, c);
+    float *out = stream(e, a, FSC_STREAM_OUTPUT);
+    if (stage_at(p, c) == p->S - 1) return FSC_OK;
+    if (next_local(p, c)) { /* a V's turn: kept for chunk 1's forward of k */
         FSC_TRY(take_in(e, &p->lout[k]));
-        FSC_TRY(fsc_device_copy(e->dev, p->lout[k], stream(e, a, FSC_STREAM_OUTPUT), btc * sizeof(float)));
-    } else if (lk->act_next && !sl->ckpt) /* sent while the next micro-batches compute */
-        FSC_TRY(fsc_comm_isend(lk->act_next, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, lk->peer_next,
-                               &sl->send));
-    else if (lk->act_next) /* its record is reused at once: sent from a copy (pipe_link.c's ring) */
-        FSC_TRY(fsc_pipe_links_send_output(lk, e->dev, stream(e, a, FSC_STREAM_OUTPUT), &p->wait));
-    else FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_OUTPUT), btc, FSC_F32, p->stage + 1));
+        return fsc_device_copy(e->dev, p->lout[k], out, btc * sizeof(float));
+    }
+    if (lk->act_next && !sl->ckpt) /* sent while the next micro-batches compute */
+        return fsc_comm_isend(lk->act_next, out, btc, FSC_F32, lk->peer_next, &sl->send);
+    if (lk->act_next) /* its record is reused at once: sent from a copy (pipe_link.c's ring) */
+        return fsc_pipe_links_send_output(lk, e->dev, out, &p->wait);
+    return fsc_comm_send(p->pipe_comm, out, btc, FSC_F32, p->stage + 1);
+}
+
+/* F: micro-batch k on chunk c (x: the step, whose compute adds the loss, unit losses and outputs at the last
+ * stage and notes the MoE statistics of the chunk's layers). */
+static fsc_status forward(fsc_engine *e, fsc_step_ctx *x, int k, int c) {
+    fsc_pipe *p = e->pipe;
+    mb_slot *sl = &p->slots[c * p->M + k];
+    const int g = stage_at(p, c);
+    p->chunk = c;
+    FSC_TRY(take_rec(e, c, &sl->rec));
+    if (++p->in_flight > p->st.max_in_flight) p->st.max_in_flight = p->in_flight;
+    fsc_model_acts *a = sl->rec;
+    FSC_TRY(recv_input(e, k, c, a));
+    FSC_TRY(fsc_step_forward_on(e, x, a, k, p->lf[g], p->ll[g], 0));
+    if (k == 0) FSC_TRY(tied_values_done(p, 1)); /* po.prefetch: fsc_pipe_pre_forward waited for them already */
+    sl->ckpt = is_checkpointed(e, k);
+    FSC_TRY(send_output(e, k, c, sl, a));
     if (sl->ckpt) { /* keep the stage input only */
         if (g > 0) {
             FSC_TRY(take_in(e, &sl->saved));
-            FSC_TRY(fsc_device_copy(e->dev, sl->saved, stream(e, a, FSC_STREAM_INPUT), btc * sizeof(float)));
+            FSC_TRY(fsc_device_copy(e->dev, sl->saved, stream(e, a, FSC_STREAM_INPUT), in_floats(e) * sizeof(float)));
         }
         give_rec(e, c, a);
         sl->rec = NULL;
@@ -828,33 +829,30 @@ static fsc_status local_tied_keep(fsc_engine *e, int k, int c) {
     return FSC_OK;
 }
 
-/* B: micro-batch k on chunk c (with W: its input part). */
-static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
+/* A checkpointed micro-batch k on chunk c: its record again, from its stage input (stage 0: the batch's inputs),
+ * by the same kernels on the same input. */
+static fsc_status recompute(fsc_engine *e, fsc_step_ctx *x, int k, int c, mb_slot *sl) {
     fsc_pipe *p = e->pipe;
-    mb_slot *sl = &p->slots[c * p->M + k];
-    const int g = stage_at(p, c), last = g == p->S - 1;
-    const size_t btc = in_floats(e);
-    fsc_model_hooks hooks = fsc_engine_hooks(e);
-    hooks.pre_forward = h_pre_fwd;
-    hooks.post_forward = h_post_fwd;
-    p->chunk = c;
-    FSC_TRY(send_done(sl));
-    if (sl->ckpt) { /* recompute the stage from its input: the same kernels on the same input */
-        FSC_TRY(take_rec(e, c, &sl->rec));
-        if (sl->saved) {
-            FSC_TRY(fsc_device_copy(e->dev, stream(e, sl->rec, FSC_STREAM_INPUT), sl->saved, btc * sizeof(float)));
-            give_in(e, sl->saved);
-            sl->saved = NULL;
-        }
-        FSC_TRY(set_batch(e, sl->rec, k, g));
-        p->recompute = 1; /* po.prefetch: the output gradient, posted ahead, arrives meanwhile */
-        fsc_status s = e->m->ops->forward(e->m->ctx, sl->rec, &hooks, NULL);
-        p->recompute = 0;
-        FSC_TRY(s);
+    const int g = stage_at(p, c);
+    FSC_TRY(take_rec(e, c, &sl->rec));
+    if (sl->saved) {
+        FSC_TRY(fsc_device_copy(e->dev, stream(e, sl->rec, FSC_STREAM_INPUT), sl->saved, in_floats(e) * sizeof(float)));
+        give_in(e, sl->saved);
+        sl->saved = NULL;
     }
-    fsc_model_acts *a = sl->rec;
+    p->recompute = 1; /* po.prefetch: the output gradient, posted ahead, arrives meanwhile */
+    fsc_status s = fsc_step_forward_on(e, x, sl->rec, k, p->lf[g], p->ll[g], 1);
+    p->recompute = 0;
+    return s;
+}
+
+/* B's boundary in: micro-batch k's output gradient into record a of chunk c (the last stage: none, its loss makes
+ * it), and the users' tied gradients of k, which an owner chunk adds first. */
+static fsc_status recv_grad(fsc_engine *e, int k, int c, fsc_model_acts *a) {
+    fsc_pipe *p = e->pipe;
+    const size_t btc = in_floats(e);
+    const int last = stage_at(p, c) == p->S - 1;
     fsc_pipe_links *lk = links_of(p, c);
-    const int line = line_of(p, c);
     if (next_local(p, c)) { /* a V's turn: chunk 1's input gradient of k, on this rank */
         if (!p->lgrad[k]) return fsc_error(FSC_ERR_INTERNAL, "pipe: B of micro-batch %d on chunk %d has no gradient", k, c);
         FSC_TRY(fsc_device_copy(e->dev, stream(e, a, FSC_STREAM_GRAD_OUTPUT), p->lgrad[k], btc * sizeof(float)));
@@ -862,7 +860,7 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
         p->lgrad[k] = NULL;
     } else if (!last && lk->grad_next) { /* posted ahead; the next backward's is posted before this one computes */
         FSC_TRY(fsc_pipe_links_take_grad(lk, e->dev, stream(e, a, FSC_STREAM_GRAD_OUTPUT), &p->wait));
-        if (--p->grad_left[line] > 0) FSC_TRY(fsc_pipe_links_post_grad(lk));
+        if (--p->grad_left[line_of(p, c)] > 0) FSC_TRY(fsc_pipe_links_post_grad(lk));
     } else if (!last) {
         FSC_TRY(recv_timed(p, stream(e, a, FSC_STREAM_GRAD_OUTPUT), btc, p->stage + 1));
     }
@@ -877,30 +875,31 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
             if (k + 1 < p->M) FSC_TRY(fsc_pipe_tied_post_grad(&p->tl[x]));
         }
     if (!p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* split_tied: in W */
-    FSC_TRY(tied_sends_done(p)); /* the backward overwrites the tied gradients sent after the last one */
-    /* the strategy reduces in the last backward only (no_sync), with W in the last W (the runner's e->sync: exec_begin
-     * names the kind); with the exact reduction every micro-batch's gradient is a term of its own (exact.c): with W,
-     * B's term holds the layers that run whole in B (the others' gradients are still zero) and W's the others (B's
-     * were cleared) */
-    const size_t held = e->m->ops->acts_bytes(e->m->ctx, a);
-    fsc_status st = p->split ? e->m->ops->backward_input(e->m->ctx, a, &hooks, dscale)
-                             : e->m->ops->backward(e->m->ctx, a, &hooks, dscale);
-    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held; /* a split record holds more until its W */
-    note_use(p);
-    FSC_TRY(st);
-    fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
+    return tied_sends_done(p); /* the backward overwrites the tied gradients sent after the last one */
+}
+
+/* B's boundary out: micro-batch k's input gradient in record a of chunk c to the previous stage (stage 0: none;
+ * *gsend the asynchronous send in flight, po.prefetch). */
+static fsc_status send_grad(fsc_engine *e, int k, int c, fsc_model_acts *a, fsc_comm_req **gsend) {
+    fsc_pipe *p = e->pipe;
+    const size_t btc = in_floats(e);
+    fsc_pipe_links *lk = links_of(p, c);
+    float *gin = stream(e, a, FSC_STREAM_GRAD_INPUT);
     if (prev_local(p, c)) { /* a V's turn: kept for chunk 0's backward of k */
         FSC_TRY(take_in(e, &p->lgrad[k]));
-        FSC_TRY(fsc_device_copy(e->dev, p->lgrad[k], stream(e, a, FSC_STREAM_GRAD_INPUT), btc * sizeof(float)));
-    } else if (g > 0 && lk->grad_prev)
-        FSC_TRY(fsc_comm_isend(lk->grad_prev, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, lk->peer_prev,
-                               &gsend));
-    else if (g > 0)
-        FSC_TRY(fsc_comm_send(p->pipe_comm, stream(e, a, FSC_STREAM_GRAD_INPUT), btc, FSC_F32, p->stage - 1));
-    if (p->split) sl->gsend = gsend; /* the record waits for W */
-    else release(e, c, sl, gsend);
-    if (!p->split_tied) FSC_TRY(local_tied_keep(e, k, c)); /* waits for the owner chunk's B of k */
-    for (int x = 0; x < p->ntied; x++) /* after the gradient of k (prefetch 0: in issue order on the pipeline group) */
+        FSC_TRY(fsc_device_copy(e->dev, p->lgrad[k], gin, btc * sizeof(float)));
+    } else if (stage_at(p, c) > 0 && lk->grad_prev)
+        FSC_TRY(fsc_comm_isend(lk->grad_prev, gin, btc, FSC_F32, lk->peer_prev, gsend));
+    else if (stage_at(p, c) > 0)
+        FSC_TRY(fsc_comm_send(p->pipe_comm, gin, btc, FSC_F32, p->stage - 1));
+    return FSC_OK;
+}
+
+/* The user chunk c's tied gradients of micro-batch k to their owner rank, after the gradient of k (prefetch 0: in
+ * issue order on the pipeline group). */
+static fsc_status send_tied_grads(fsc_engine *e, int c) {
+    fsc_pipe *p = e->pipe;
+    for (int x = 0; x < p->ntied; x++)
         if (p->tied[x][2] == p->stage && p->tied[x][4] == c) {
             const int i = p->tied[x][0];
             if (p->tl) /* sent while the next micro-batches compute */
@@ -912,19 +911,43 @@ static fsc_status backward(fsc_engine *e, int k, int c, float dscale) {
     return FSC_OK;
 }
 
+/* B: micro-batch k on chunk c (with W: its input part). The strategy reduces in the last backward only (no_sync),
+ * with W in the last W (the runner's e->sync: exec_begin names the kind); with the exact reduction every
+ * micro-batch's gradient is a term of its own (exact.c): with W, B's term holds the layers that run whole in B
+ * (the others' gradients are still zero) and W's the others (B's were cleared). */
+static fsc_status backward(fsc_engine *e, fsc_step_ctx *x, int k, int c) {
+    fsc_pipe *p = e->pipe;
+    mb_slot *sl = &p->slots[c * p->M + k];
+    p->chunk = c;
+    FSC_TRY(send_done(sl));
+    if (sl->ckpt) FSC_TRY(recompute(e, x, k, c, sl));
+    fsc_model_acts *a = sl->rec;
+    FSC_TRY(recv_grad(e, k, c, a));
+    const size_t held = e->m->ops->acts_bytes(e->m->ctx, a);
+    fsc_status st = fsc_step_backward_on(e, x, a, p->split);
+    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held; /* a split record holds more until its W */
+    note_use(p);
+    FSC_TRY(st);
+    fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
+    FSC_TRY(send_grad(e, k, c, a, &gsend));
+    if (p->split) sl->gsend = gsend; /* the record waits for W */
+    else release(e, c, sl, gsend);
+    if (!p->split_tied) FSC_TRY(local_tied_keep(e, k, c)); /* waits for the owner chunk's B of k */
+    return send_tied_grads(e, c);
+}
+
 /* W: the weight gradients of micro-batch k on chunk c (a list with W; nothing when the model ran its whole
  * backward in B), then its record goes back. */
-static fsc_status weight(fsc_engine *e, int k, int c, float dscale) {
+static fsc_status weight(fsc_engine *e, fsc_step_ctx *x, int k, int c) {
     fsc_pipe *p = e->pipe;
     if (!p->split) return FSC_OK;
     mb_slot *sl = &p->slots[c * p->M + k];
     if (!sl->rec) /* the validator puts every W after its B */
         return fsc_error(FSC_ERR_INTERNAL, "pipe: W of micro-batch %d on chunk %d has no record", k, c);
-    fsc_model_hooks hooks = fsc_engine_hooks(e);
     p->chunk = c;
     if (p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* the user chunk's W of k ran before (tied_split_ok) */
     const size_t held = e->m->ops->acts_bytes(e->m->ctx, sl->rec);
-    fsc_status st = e->m->ops->backward_weight(e->m->ctx, sl->rec, &hooks, dscale);
+    fsc_status st = fsc_step_weight_on(e, x, sl->rec);
     p->bytes_in_use -= held - e->m->ops->acts_bytes(e->m->ctx, sl->rec); /* what it held from its B */
     FSC_TRY(st);
     if (p->split_tied) FSC_TRY(local_tied_keep(e, k, c)); /* for the owner chunk's W of k */
@@ -1041,22 +1064,26 @@ static fsc_status eval_begin(fsc_engine *e, fsc_step_ctx *c) {
     count_receives(p);
     FSC_TRY(post_first(p, 0));
     FSC_TRY(tied_post(e, 0));
-    p->in = c->inputs;
-    p->tgt = c->targets;
     memset(p->send_tied, 1, (size_t)p->v);
     c->wait = &p->wait;
+    c->units = p->unit_loss; /* the last stage's compute writes them (step_compute.c) */
+    c->out = p->outputs;
+    c->per_sample = p->per_sample;
     return FSC_OK;
 }
 
 static fsc_status eval_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
     fsc_pipe *p = e->pipe;
-    FSC_TRY(forward(e, k, ch, &c->loss));
+    FSC_TRY(forward(e, c, k, ch));
     FSC_TRY(send_done(&p->slots[ch * p->M + k]));
     reset_pools(e, c->mb);
     return FSC_OK;
 }
 
-static fsc_status eval_end(fsc_pipe *p) {
+static fsc_status eval_end(fsc_engine *e, fsc_step_ctx *c) {
+    fsc_pipe *p = e->pipe;
+    p->out_status = c->out_status; /* for fsc_pipe_outputs_from_last */
+    snprintf(p->out_why, sizeof p->out_why, "%s", c->out_why);
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait)); /* the checkpointed outputs' sends */
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk2, &p->wait));
     return tied_values_done(p, 0);
@@ -1082,10 +1109,9 @@ static fsc_status exec_begin(fsc_engine *e, fsc_step_ctx *c) {
     fsc_pipe *p = e->pipe;
     if (c->eval) return eval_begin(e, c);
     FSC_TRY(ready(e, c->mb));
-    p->in = c->inputs;
-    p->tgt = c->targets;
     memset(p->send_tied, 1, (size_t)p->v);
     p->wait = 0;
+    c->units = p->unit_loss; /* the last stage's compute writes them (step_compute.c) */
     c->acts = p->acts;
     c->nacts = p->nacts;
     c->wait = &p->wait;
@@ -1102,8 +1128,8 @@ static fsc_status exec_begin(fsc_engine *e, fsc_step_ctx *c) {
 static fsc_status exec_action(fsc_engine *e, fsc_step_ctx *c, fsc_pipe_action_kind kind, int k, int ch) {
     fsc_pipe *p = e->pipe;
     const double waited = p->wait, ta = fsc_clock_now();
-    fsc_status st = kind == FSC_ACT_FORWARD ? forward(e, k, ch, &c->loss)
-                    : kind == FSC_ACT_BACKWARD ? backward(e, k, ch, c->dscale) : weight(e, k, ch, c->dscale);
+    fsc_status st = kind == FSC_ACT_FORWARD ? forward(e, c, k, ch)
+                    : kind == FSC_ACT_BACKWARD ? backward(e, c, k, ch) : weight(e, c, k, ch);
     p->st.action_s[kind] += fsc_clock_now() - ta - (p->wait - waited);
     return st;
 }
@@ -1121,7 +1147,7 @@ static fsc_status exec_weight(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
 /* After the last action: nothing of this step stays in flight. */
 static fsc_status exec_end(fsc_engine *e, fsc_step_ctx *c) {
     fsc_pipe *p = e->pipe;
-    if (c->eval) return eval_end(p);
+    if (c->eval) return eval_end(e, c);
     FSC_TRY(grad_sends_done(p));
     FSC_TRY(tied_sends_done(p));
     FSC_TRY(tied_values_done(p, 0));

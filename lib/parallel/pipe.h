@@ -153,6 +153,11 @@ fsc_status fsc_pipe_from_last(fsc_engine *e, double sums[3]);
  * group (collective over it). */
 void fsc_pipe_set_outputs(fsc_engine *e, float *out, size_t *per_sample);
 fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, size_t *per_sample);
+/* The pipeline's part of the engine's forward hooks (engine.c runs it before the strategy's): pre, a user stage
+ * (po.prefetch) waits for a tied tensor's values before the first layer that reads them; post, an owner stage sends
+ * its tied tensors to their users' stage after the owner layer's first forward of the step (not in a recompute). */
+fsc_status fsc_pipe_pre_forward(fsc_engine *e, int layer);
+fsc_status fsc_pipe_post_forward(fsc_engine *e, int layer);
 /* Collective over the world: full parameters into host (may be NULL on ranks that do not want them). */
 fsc_status fsc_pipe_full_params(fsc_engine *e, float *host);
 void fsc_pipe_free(fsc_engine *e);

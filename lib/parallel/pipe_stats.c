@@ -7,7 +7,8 @@
  * which adds them in the single-rank order; one more over the data group sums the data ranks in rank order.
  * Floating-point sums of the stages' partial sums would differ from DDP's in the last bits.
  * The aux loss's gradient is local to each MoE layer (dscale times its coefficient): backward needs nothing.
- * Not here: the schedule (pipe.c), the engine's single-rank sums (engine.c). */
+ * Not here: the schedule (pipe.c), the single-rank sums (step_compute.c, which calls fsc_pipe_aux_note in a
+ * stage's F). */
 #include <stdlib.h>
 #include <string.h>
 #include "pipe.h"

@@ -8,9 +8,10 @@
  * Before each action of a step the runner sets the engine's place in it (e->micro, e->sync: their one writer), so
  * the strategies' hooks know which micro-batch runs and whether its backward reduces.
  * The whole model's executor is the accumulation loop's body: micro-batch k's record (e->acts, one: its
- * forward and backward are adjacent in the list), the loss and MoE statistics summed in micro-batch order.
- * Not here: the strategy's begin_step and end_backward, the vote, clipping and the optimizer (engine.c's
- * step_model); the attempts of the exact reduction (exact.c). */
+ * forward and backward are adjacent in the list) passed to the actions' compute (step_compute.c, the pipeline's
+ * too), which sums the loss and MoE statistics in micro-batch order.
+ * Not here: the compute of an action (step_compute.c); the strategy's begin_step and end_backward, the vote,
+ * clipping and the optimizer (engine.c's step_model); the attempts of the exact reduction (exact.c). */
 #include <stdlib.h>
 #include "step.h"
 #include "pipe.h"
@@ -95,37 +96,16 @@ static fsc_status whole_begin(fsc_engine *e, fsc_step_ctx *c) {
 
 static fsc_status whole_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
     (void)ch;
-    const fsc_model *m = e->m;
-    fsc_model_hooks hooks = fsc_engine_hooks(e);
-    fsc_model_acts *a = c->eval ? c->rec : e->acts;
-    const char *in = (const char *)c->inputs + (size_t)k * c->mb * m->sample_input_bytes;
-    const char *tg = (const char *)c->targets + (size_t)k * c->mb * m->sample_target_bytes;
-    FSC_TRY(m->ops->set_batch(m->ctx, a, in, tg));
-    double ls = 0;
-    FSC_TRY(m->ops->forward(m->ctx, a, &hooks, &ls));
+    FSC_TRY(fsc_step_forward_on(e, c, c->eval ? c->rec : e->acts, k, e->lf, e->ll, 0));
     c->fwd = k;
-    c->loss += ls;
-    if (c->units) c->units[k] = ls;
-    if (c->eval) return c->out ? fsc_engine_take_outputs(e, a, c->mb, k, c->out, c->per_sample) : FSC_OK;
-    if (m->ops->aux_stats) { /* MoE: the load-balancing loss, assignments and drops of this micro-batch */
-        fsc_model_aux ms = { 0 };
-        m->ops->aux_stats(m->ctx, e->acts, &ms);
-        c->moe[0] += ms.aux_loss, c->moe[1] += ms.assigned, c->moe[2] += ms.dropped;
-        if (c->units) {
-            const int K = c->K;
-            c->units[K + k] = ms.aux_loss, c->units[2 * K + k] = (double)ms.assigned;
-            c->units[3 * K + k] = (double)ms.dropped;
-        }
-    }
-    return FSC_OK;
+    return c->out_status == FSC_OK ? FSC_OK : fsc_error(c->out_status, "%s", c->out_why); /* predict stops at once */
 }
 
 static fsc_status whole_backward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
     (void)ch;
     if (c->fwd != k) /* one record: the accumulation list puts each B right after its F */
         return fsc_error(FSC_ERR_INTERNAL, "step: B of micro-batch %d does not follow its F", k);
-    fsc_model_hooks hooks = fsc_engine_hooks(e);
-    return e->m->ops->backward(e->m->ctx, e->acts, &hooks, c->dscale);
+    return fsc_step_backward_on(e, c, e->acts, 0);
 }
 
 static fsc_status whole_weight(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {

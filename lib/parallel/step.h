@@ -1,7 +1,10 @@
 /* Private to lib/parallel: a step's forward and backward passes as this rank's list of actions (F, B, W of a
  * micro-batch on a chunk: fsc/pipe_schedule.h), run by one runner (step.c) through an executor. Two executors:
  * the whole model on this rank (step.c: the accumulation list F0 B0 F1 B1 ...) and a pipeline stage (pipe.c:
- * its schedule's list, with the boundary sends and receives). The step (engine.c's step_model, exact.c's
+ * its schedule's list, with the boundary sends and receives and its pools of records). Both run the same compute
+ * of each action (step_compute.c: fsc_step_forward_on, fsc_step_backward_on, fsc_step_weight_on) on the record
+ * they pass; an executor adds only what surrounds it (a pipeline: receive the boundary, compute, send the
+ * boundary, keep or release the record). The step (engine.c's step_model, exact.c's
  * attempts) reads: fsc_step_prepare, the strategy's begin_step, fsc_step_actions, its end_backward,
  * fsc_step_sums. An evaluation (eval.c) is a forward-only list run by the same runner and executors:
  * the strategy's begin_eval, fsc_step_prepare_eval, fsc_step_actions, fsc_step_sums (unless it sums otherwise),
@@ -43,17 +46,23 @@ struct fsc_step_ctx {
                                     * gradients to W (begin; the runner's e->sync) */
     double loss;                   /* this rank's loss terms summed in action order (a pipeline: the last stage's) */
     double moe[3];                 /* the whole model: the MoE statistics of this rank's micro-batches summed */
-    double *units;                 /* the exact reduction without a pipeline: rows of K, each micro-batch's loss
-                                    * and, with aux_stats, its aux loss, assigned and dropped; NULL: not kept */
+    double *units;                 /* the exact reduction: rows of K, each micro-batch's loss and, without a
+                                    * pipeline and with aux_stats, its aux loss, assigned and dropped; NULL: not
+                                    * kept (a pipeline's: fsc_pipe_set_unit_losses', its begin puts them here,
+                                    * written on the last stage) */
     double *wait;                  /* seconds waited for messages so far (the runner's wait_us per action) */
     double no_wait;                /* what wait points at when the executor waits for none */
     int fwd;                       /* the whole model: the micro-batch whose forward ran last (e->acts holds it) */
     /* an evaluation (fsc_step_prepare_eval): forward only, the list F of each micro-batch on each chunk in turn, no
      * reduction, no statistics of the step, no trace spans of its actions */
     int eval;
-    float *out;                    /* the whole model: the outputs of every sample (fsc_engine_take_outputs), NULL:
-                                    * none (a pipeline's last stage takes them: fsc_pipe_set_outputs) */
+    float *out;                    /* the outputs of every sample (fsc_engine_take_outputs) of a record that makes
+                                    * the loss, NULL: none (a pipeline's: fsc_pipe_set_outputs', its begin puts them
+                                    * here) */
     size_t *per_sample;
+    fsc_status out_status;         /* the first failure to take them (fsc_step_forward_on goes on: a pipeline's last
+                                    * stage reports it after the pass, the whole model's F at once) */
+    char out_why[256];             /* its message */
     fsc_model_acts *rec, *own;     /* the whole model: the record (e->acts when made for mb, else own, made in the
                                     * executor's begin and freed in its end) */
 };
@@ -88,6 +97,24 @@ fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c);
 fsc_status fsc_step_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch);
 /* The lists kept (the accumulation list, an evaluation's), freed (fsc_engine_free). */
 void fsc_step_free(fsc_engine *e);
+
+/* The compute of each kind of action, the one both executors run (step_compute.c), between the runner's
+ * e->micro, e->sync and the executor's own work around it. The model's operations get the engine's hooks
+ * (fsc_engine_hooks: the strategy's, and a pipeline's tied hand-offs, fsc_pipe_pre_forward / _post_forward).
+ * F: micro-batch k of c on rec, a record of layers first..last (the whole model's, or a pipeline chunk's): its
+ * inputs set where first is 0 and its targets where last is the model's last layer (the head), the forward run;
+ * then, at the head, its loss added to c->loss and kept in c->units[k] (when set), its outputs taken into c->out
+ * (when set; the first failure kept in c->out_status and c->out_why, the pass goes on); in a step its MoE
+ * statistics noted (a pipeline: fsc_pipe_aux_note; the whole model: summed into c->moe and the units' rows).
+ * recompute: a checkpointed micro-batch's forward again, before its backward: the batch and the forward only (no
+ * loss, no statistics). */
+fsc_status fsc_step_forward_on(fsc_engine *e, fsc_step_ctx *c, fsc_model_acts *rec, int k, int first, int last,
+                               int recompute);
+/* B: the backward of rec's micro-batch with c->dscale; split: its input part (the model's backward_input), the
+ * weight part left to W. */
+fsc_status fsc_step_backward_on(fsc_engine *e, fsc_step_ctx *c, fsc_model_acts *rec, int split);
+/* W: the weight part of a split backward (backward_weight). */
+fsc_status fsc_step_weight_on(fsc_engine *e, fsc_step_ctx *c, fsc_model_acts *rec);
 
 /* The pipeline's executor (pipe.c). */
 extern const fsc_step_exec fsc_pipe_exec;

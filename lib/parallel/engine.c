@@ -1,9 +1,9 @@
 /* The training engine: one optimizer step over micro-batches, the same on every parallel strategy.
  * Order (parallel.h): forward, backward with dloss = loss_scale / (global_batch * T), reductions by the
  * strategy (fsc_engine_reduce), unscale, non-finite vote, exact-norm clipping, optimizer step.
- * The forward and backward passes are this rank's list of actions (the accumulation list F0 B0 F1 B1 ..., or a
- * pipeline's schedule) run by one runner (step.c); step_model reads as the step: begin_step, the actions,
- * end_backward, the sums, the vote, clipping, the optimizer.
+ * A step is this rank's list of actions run by one runner (step.c): the forwards and backwards (the accumulation
+ * list F0 B0 F1 B1 ..., or a pipeline's schedule), then R (the strategy's end_backward) and O (fsc_step_optimize,
+ * here: the sums, unscale, the vote, clipping, the optimizer); step_model reads: prepare, begin_step, run.
  * What differs between strategies (where parameters and gradients live) is behind fsc_strategy.
  * The vote runs on every precision: a step with inf or NaN in its loss or gradients on any rank applies no
  * update anywhere; weights are checked for inf/NaN when saved and loaded (fsc_engine_check_finite). */
@@ -755,32 +755,30 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     return s;
 }
 
+/* A step: this rank's list F0 B0 F1 B1 ... R O (step.h), the forwards and backwards of the accumulation list or
+ * the pipeline's schedule, in which the strategy reduces, then R (end_backward: every reduction finished) and O
+ * (fsc_step_optimize); with the exact reduction the list over its units and R E O, run again when E says so. */
 static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                              int global_batch, fsc_step_info *info) {
-    const fsc_model *m = e->m;
-    const int T = m->loss_terms;
-    const int aux = m->ops->aux_stats != NULL;
-    float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
-    float dscale = loss_scale / ((float)global_batch * (float)T);
+    fsc_step_ctx c;
+    FSC_TRY(fsc_step_prepare(e, &c, inputs, targets, local_batch, global_batch, info));
+    if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
+    return fsc_step_run(e, &c);
+}
+
+fsc_status fsc_step_optimize(fsc_engine *e, fsc_step_ctx *c) {
+    const int T = e->m->loss_terms;
+    const int aux = e->m->ops->aux_stats != NULL;
+    const int global_batch = c->global_batch;
+    const float loss_scale = c->loss_scale;
     double total = 0, moe_total[3] = { 0, 0, 0 };
     fsc_status batch = FSC_OK;
     char batch_why[512] = "";
-    int attempts = 0;
-    if (e->exact) { /* the same actions, attempted until the exponent of the integer sums settles */
-        FSC_TRY(fsc_exact_run(e, inputs, targets, local_batch, global_batch, dscale, &total, moe_total, &batch,
-                              &attempts));
-    } else { /* accum micro-batches: the accumulation list, or the pipeline's schedule (step.c) */
-        fsc_step_ctx c;
-        FSC_TRY(fsc_step_prepare(e, &c, inputs, targets, local_batch, global_batch, e->po.accum, dscale, NULL));
-        if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
-        FSC_TRY(fsc_step_actions(e, &c)); /* this rank's forwards and backwards; the strategy reduces in them */
-        if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
-        /* the loss over the data group and the batch check (global_batch against the group's local batches):
-         * its verdict rides on the world's vote below, so that every rank stops together */
-        FSC_TRY(fsc_step_sums(e, &c, &total, moe_total, &batch));
-    }
-
-    fsc_step_info si = { .exact_attempts = attempts };
+    /* the loss over the data group and the batch check (global_batch against the group's local batches): its
+     * verdict rides on the world's vote below, so that every rank stops together */
+    FSC_TRY(e->exact ? fsc_exact_sums(e, c, &total, moe_total, &batch)
+                     : fsc_step_sums(e, c, &total, moe_total, &batch));
+    fsc_step_info si = { .exact_attempts = c->attempts };
     if (aux) {
         si.aux_loss = moe_total[0];
         si.moe_assigned = (int64_t)moe_total[1];
@@ -801,7 +799,7 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
         return fsc_error(FSC_ERR_INVALID, "global batch %d: another rank found that the global batch is not the sum "
                          "of the local batches over its data group (or that its data group disagrees on it); no "
                          "update on any rank", global_batch);
-    if (found) return nonfinite_step(e, &si, found, info);
+    if (found) return nonfinite_step(e, &si, found, c->info);
     e->skips_in_row = 0;
     if (e->use_scaler) scaler_update(e, 0);
     if (e->po.clip > 0) {
@@ -824,7 +822,7 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
     if (os == FSC_OK && e->st->after_step) os = e->st->after_step(e);
     fsc_trace_end(e->trace);
     FSC_TRY(os);
-    if (info) *info = si;
+    if (c->info) *c->info = si;
     return FSC_OK;
 }
 

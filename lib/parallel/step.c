@@ -13,6 +13,7 @@
  * step_model); the attempts of the exact reduction (exact.c). */
 #include <stdlib.h>
 #include "step.h"
+#include "exact.h"
 #include "pipe.h"
 
 /* The whole model's list, made again when the number of micro-batches changes (the exact reduction's units), and
@@ -155,16 +156,31 @@ static const fsc_step_exec whole_exec = { whole_begin, { whole_forward, whole_ba
 
 /* ---- the runner ---- */
 
+/* R: every gradient reduction of the step finished (the strategy's end_backward). */
+static fsc_status reduced(fsc_engine *e, fsc_step_ctx *c) {
+    (void)c;
+    return e->st->end_backward ? e->st->end_backward(e) : FSC_OK;
+}
+
+/* A step's tail: R O; with the exact reduction R E O (E: exact.c). */
+static const fsc_step_tail tail[] = { { "R", reduced }, { "O", fsc_step_optimize } };
+static const fsc_step_tail exact_tail[] = { { "R", reduced }, { "E", fsc_exact_settle }, { "O", fsc_step_optimize } };
+
 fsc_status fsc_step_prepare(fsc_engine *e, fsc_step_ctx *c, const void *inputs, const void *targets,
-                            int local_batch, int global_batch, int K, float dscale, double *units) {
+                            int local_batch, int global_batch, fsc_step_info *info) {
+    const float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
     *c = (fsc_step_ctx){ .x = e->pipe ? &fsc_pipe_exec : &whole_exec, .inputs = inputs, .targets = targets,
-                         .local_batch = local_batch, .global_batch = global_batch, .K = K, .dscale = dscale,
-                         .units = units, .fwd = -1, .reduces = FSC_ACT_BACKWARD };
+                         .local_batch = local_batch, .global_batch = global_batch, .K = e->po.accum,
+                         .dscale = loss_scale / ((float)global_batch * (float)e->m->loss_terms), .fwd = -1,
+                         .reduces = FSC_ACT_BACKWARD, .loss_scale = loss_scale, .info = info };
     c->wait = &c->no_wait;
-    if (local_batch < 1 || local_batch % K != 0)
+    c->tail = e->exact ? exact_tail : tail;
+    c->ntail = e->exact ? 3 : 2;
+    if (e->exact) FSC_TRY(fsc_exact_prepare(e, c)); /* its units: c->K, c->units */
+    if (local_batch < 1 || local_batch % c->K != 0)
         return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
-                         local_batch, K);
-    c->mb = local_batch / K;
+                         local_batch, c->K);
+    c->mb = local_batch / c->K;
     return e->pipe ? FSC_OK : fsc_engine_ensure_acts(e, c->mb);
 }
 
@@ -195,7 +211,7 @@ void fsc_step_release(fsc_engine *e, fsc_step_ctx *c) {
     c->own = c->rec = NULL;
 }
 
-/* Action a's place in the step, for the strategies' hooks (step.h's fsc_step_actions); an evaluation keeps
+/* Action a's place in the step, for the strategies' hooks (step.h's fsc_step_run); an evaluation keeps
  * fsc_step_eval_enter's. */
 static void step_place(fsc_engine *e, const fsc_step_ctx *c, const fsc_pipe_action *a) {
     if (c->eval) return;
@@ -205,7 +221,22 @@ static void step_place(fsc_engine *e, const fsc_step_ctx *c, const fsc_pipe_acti
                (a->kind == c->reduces && a->micro == c->K - 1));
 }
 
-fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c) {
+/* The exact reduction's next attempt (E found another exponent): the step from its start again, as step_model
+ * began it: what the actions sum cleared, exact.c's attempt begun, the strategy's begin_step. */
+static fsc_status step_again(fsc_engine *e, fsc_step_ctx *c) {
+    c->again = 0;
+    c->loss = 0;
+    c->moe[0] = c->moe[1] = c->moe[2] = 0;
+    c->fwd = -1;
+    c->acts = NULL, c->nacts = 0;
+    c->reduces = FSC_ACT_BACKWARD;
+    c->wait = &c->no_wait, c->no_wait = 0;
+    fsc_exact_begin_attempt(e, c);
+    return e->st->begin_step ? e->st->begin_step(e) : FSC_OK;
+}
+
+/* The list once: the executor's begin, its actions, its end, the tail (up to an E that asks for another attempt). */
+static fsc_status run_list(fsc_engine *e, fsc_step_ctx *c) {
     const fsc_step_exec *x = c->x;
     fsc_trace *tr = c->eval ? NULL : e->trace;
     FSC_TRY(x->begin(e, c));
@@ -219,7 +250,24 @@ fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c) {
         fsc_trace_end(tr);
         FSC_TRY(s);
     }
-    return x->end(e, c);
+    FSC_TRY(x->end(e, c));
+    for (int i = 0; i < c->ntail && !c->again; i++) {
+        fsc_trace_begin(tr, "tail", "%s", c->tail[i].name);
+        fsc_status s = c->tail[i].run(e, c);
+        fsc_trace_end(tr);
+        FSC_TRY(s);
+    }
+    return FSC_OK;
+}
+
+fsc_status fsc_step_run(fsc_engine *e, fsc_step_ctx *c) {
+    fsc_status s = run_list(e, c);
+    while (s == FSC_OK && c->again) {
+        s = step_again(e, c);
+        if (s == FSC_OK) s = run_list(e, c);
+    }
+    if (c->tail == exact_tail) fsc_exact_end(e);
+    return s;
 }
 
 fsc_status fsc_step_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch) {

@@ -16,6 +16,9 @@
  *   A non-finite gradient (A = inf) poisons the reduced gradients, so the engine's vote skips or stops the step.
  * The loss and the MoE statistics are sums of one double per unit: all units' values are gathered and added in
  * ascending order (the sorted multiset is the same in every configuration).
+ * The step is step.c's list over the units with the tail R E O: fsc_exact_prepare sets the units up and begins
+ * the first attempt, E (fsc_exact_settle) does 1 to 3 after R and asks the runner for another attempt (the list
+ * from its start) or replays; O's sums are fsc_exact_sums.
  * Every strategy reduces this way (ddp, zero1/2 and fsdp: their reductions are fsc_engine_reduce's; hybrid
  * sharding sums over the shard group, then across the replicas); a pipeline reduces every micro-batch's
  * gradient of each stage, and its last stage's per-micro-batch losses are summed and sent to every stage.

@@ -1,16 +1,20 @@
 /* The runner of a step's actions (step.h), and the executor of the whole model on one rank.
- * A step is this rank's list of actions, made by a schedule: with a pipeline, the pipeline's (pipe_sched.c's
- * built-in schedules or a custom list, run by pipe.c's executor with its sends and receives); without one, the
- * accumulation list F0 B0 F1 B1 ... F(K-1) B(K-1), which is 1F1B on one rank (no warm-up forwards), made and
- * validated by pipe_sched.c as any schedule. One loop runs either list: each action a span of the trace and
- * the seconds it waited for messages. An evaluation is a list of forwards only (F of each micro-batch on each of
- * this rank's chunks in turn), run by the same loop and executors, without trace spans of its actions.
- * Before each action of a step the runner sets the engine's place in it (e->micro, e->sync: their one writer), so
- * the strategies' hooks know which micro-batch runs and whether its backward reduces.
+ * A step is this rank's list of actions: the forwards and backwards made by a schedule, then the tail. With a
+ * pipeline the schedule is the pipeline's (pipe_sched.c's built-in schedules or a custom list, run by pipe.c's
+ * executor with its sends and receives); without one, the accumulation list F0 B0 F1 B1 ... F(K-1) B(K-1), which
+ * is 1F1B on one rank (no warm-up forwards), made and validated by pipe_sched.c as any schedule. The runner appends
+ * the tail, which no schedule holds: R (the strategy's end_backward) and O (engine.c's fsc_step_optimize: the
+ * sums, unscale, the vote, clipping, the optimizer); with the exact reduction R E O, E (exact.c) ending an attempt
+ * and, when the step must be recomputed, having the runner begin the list again. One loop runs every list: each
+ * action a span of the trace (F, B, W with the seconds it waited for messages). An evaluation is a list of
+ * forwards only (F of each micro-batch on each of this rank's chunks in turn) without a tail, run by the same
+ * loop and executors, without trace spans of its actions.
+ * Before each F, B or W of a step the runner sets the engine's place in it (e->micro, e->sync: their one writer),
+ * so the strategies' hooks know which micro-batch runs and whether its backward reduces.
  * The whole model's executor is the accumulation loop's body: micro-batch k's record (e->acts, one: its
  * forward and backward are adjacent in the list), the loss and MoE statistics summed in micro-batch order.
- * Not here: the strategy's begin_step and end_backward, the vote, clipping and the optimizer (engine.c's
- * step_model); the attempts of the exact reduction (exact.c). */
+ * Not here: the strategy's begin_step (engine.c's step_model), what O runs (engine.c), the integer sums and
+ * exponent of the exact reduction (exact.c). */
 #include <stdlib.h>
 #include "step.h"
 #include "exact.h"

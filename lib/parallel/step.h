@@ -40,7 +40,7 @@ typedef struct {
     fsc_status (*sums)(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch);
 } fsc_step_exec;
 
-/* One step (or one attempt of the exact reduction) in progress. */
+/* One step (every attempt of the exact reduction) or one evaluation in progress. */
 struct fsc_step_ctx {
     const fsc_step_exec *x;
     const void *inputs, *targets;  /* the local batch, micro-batch k's samples at k mb */

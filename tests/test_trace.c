@@ -5,7 +5,8 @@
  * independently in comm.c's account); an FSDP step shows forward L and backward L for every layer of the model,
  * all-gathers inside forward spans and reduce-scatters inside backward spans, the optimizer inside the step,
  * a checkpoint save and a weights save after it; the layers' spans are named by their tensors' prefixes ("h.0"), the
- * step's span is "step" with the step in its args, and its actions' (F0.0, B0.0) hold their layers' spans;
+ * step's span is "step" with the step in its args, and its actions' (F0.0, B0.0) hold their layers' spans, then
+ * its tail's (R, O) follow them, the optimizer inside O; an exact step that is recomputed runs its list twice;
  * a full recorder keeps exactly max_events events and says how many it dropped; a streaming recorder's file holds
  * the spans it finished before the process stops (read by tools/trace_merge without the file's end), and each
  * span once after fsc_trace_write finishes it. */
@@ -293,6 +294,18 @@ static void test_engine_trace(void **state) {
         assert_true(num(b0, "ts") >= num(f0, "ts") + num(f0, "dur") - 1e-3);
         assert_true(num(cJSON_GetObjectItem(b0, "args"), "wait_us") >= 0);
         for (int l = 0; l < 4; l++) assert_true(inside(fwd[l], f0) && inside(bwd[l], b0));
+        /* the list's tail, R O: after B0.0, one each, inside the step, the optimizer inside O */
+        const cJSON *rr = find_event(j, "R", 0), *oo = find_event(j, "O", 0);
+        assert_non_null(rr);
+        assert_non_null(oo);
+        assert_null(find_event(j, "R", 1));
+        assert_null(find_event(j, "O", 1));
+        assert_null(find_event(j, "E", 0)); /* the exact reduction's only */
+        assert_string_equal(str(rr, "cat"), "tail");
+        assert_string_equal(str(oo, "cat"), "tail");
+        assert_true(inside(rr, step) && inside(oo, step) && inside(opt, oo));
+        assert_true(num(rr, "ts") >= num(b0, "ts") + num(b0, "dur") - 1e-3);
+        assert_true(num(oo, "ts") >= num(rr, "ts") + num(rr, "dur") - 1e-3);
         /* the traced bytes per operation sum to the communicator's counters; gathers and reduce-scatters of
          * FSDP sit inside the layer spans of their direction */
         double bytes[FSC_OP_COUNT] = { 0 };
@@ -337,6 +350,61 @@ static void test_engine_trace(void **state) {
         cJSON_Delete(j);
     }
     test_rmtree(ra.dir);
+}
+
+/* One rank, the exact reduction, two micro-batches: the first step starts on an exponent that is not the agreed one
+ * (the first step's), so it runs its list twice (exact_attempts 2); its actions, in the order they ran, are the
+ * list, its tail R E, the list again, R E O. */
+typedef struct {
+    char path[300];
+    int attempts;
+} exact_arg;
+
+static fsc_status exact_fn(fsc_rank *r, void *arg) {
+    exact_arg *xa = arg;
+    fsc_trace *t = NULL;
+    FSC_TRY(fsc_trace_create(&(fsc_trace_opts){ .rank = r->rank }, &t));
+    fsc_gpt_config g = { .layers = 2, .dim = 16, .heads = 2, .seq = 8, .vocab = 32 };
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.reduce_exact = 1;
+    po.accum = 2;
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create(r, &g, &po, &oc, 1, &e);
+    fsc_step_info info = { 0 };
+    if (s == FSC_OK) {
+        fsc_engine_set_trace(e, t);
+        int32_t tok[2 * 8], tgt[2 * 8];
+        for (int i = 0; i < 16; i++) tok[i] = (i * 7) % 32, tgt[i] = (i * 5 + 1) % 32;
+        s = fsc_engine_step(e, tok, tgt, 2, 2, &info);
+    }
+    xa->attempts = info.exact_attempts;
+    if (s == FSC_OK) s = fsc_trace_write(t, xa->path);
+    fsc_engine_free(e);
+    fsc_trace_free(t);
+    return s;
+}
+
+static void test_exact_list(void **state) {
+    (void)state;
+    exact_arg xa = { .attempts = 0 };
+    tmp_path(xa.path, sizeof xa.path, "exact.json");
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.world = 1;
+    assert_ok(fsc_cluster_run(&co, exact_fn, &xa));
+    assert_int_equal(xa.attempts, 2);
+    cJSON *j = read_json(xa.path);
+    char ran[256] = "";
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(j, "traceEvents")) { /* a span is written when it ends */
+        const cJSON *cat = cJSON_GetObjectItem(ev, "cat");
+        if (!cJSON_IsString(cat) || (strcmp(cat->valuestring, "pipe") && strcmp(cat->valuestring, "tail"))) continue;
+        const size_t n = strlen(ran);
+        snprintf(ran + n, sizeof ran - n, "%s%s", n ? " " : "", str(ev, "name"));
+    }
+    assert_string_equal(ran, "F0.0 B0.0 F1.0 B1.0 R E F0.0 B0.0 F1.0 B1.0 R E O");
+    cJSON_Delete(j);
+    remove(xa.path);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -409,6 +477,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_merge_forms),
         cmocka_unit_test(test_engine_trace),
+        cmocka_unit_test(test_exact_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

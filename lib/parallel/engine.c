@@ -1,9 +1,9 @@
 /* The training engine: one optimizer step over micro-batches, the same on every parallel strategy.
  * Order (parallel.h): forward, backward with dloss = loss_scale / (global_batch * T), reductions by the
  * strategy (fsc_engine_reduce), unscale, non-finite vote, exact-norm clipping, optimizer step.
- * The forward and backward passes are this rank's list of actions (the accumulation list F0 B0 F1 B1 ..., or a
- * pipeline's schedule) run by one runner (step.c); step_model reads as the step: begin_step, the actions,
- * end_backward, the sums, the vote, clipping, the optimizer.
+ * A step is this rank's list of actions run by one runner (step.c): the forwards and backwards (the accumulation
+ * list F0 B0 F1 B1 ..., or a pipeline's schedule), then R (the strategy's end_backward) and O (fsc_step_optimize,
+ * here: the sums, unscale, the vote, clipping, the optimizer); step_model reads: prepare, begin_step, run.
  * What differs between strategies (where parameters and gradients live) is behind fsc_strategy.
  * The vote runs on every precision: a step with inf or NaN in its loss or gradients on any rank applies no
  * update anywhere; weights are checked for inf/NaN when saved and loaded (fsc_engine_check_finite). */
@@ -759,76 +759,82 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     return s;
 }
 
+/* A step: this rank's list F0 B0 F1 B1 ... R O (step.h), the forwards and backwards of the accumulation list or
+ * the pipeline's schedule, in which the strategy reduces, then R (end_backward: every reduction finished) and O
+ * (fsc_step_optimize); with the exact reduction the list over its units and R E O, run again when E says so. */
 static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                              int global_batch, fsc_step_info *info) {
-    const fsc_model *m = e->m;
-    const int T = m->loss_terms;
-    const int aux = m->ops->aux_stats != NULL;
-    float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
-    float dscale = loss_scale / ((float)global_batch * (float)T);
-    double total = 0, moe_total[3] = { 0, 0, 0 };
-    fsc_status batch = FSC_OK;
-    char batch_why[512] = "";
-    int attempts = 0;
-    if (e->exact) { /* the same actions, attempted until the exponent of the integer sums settles */
-        FSC_TRY(fsc_exact_run(e, inputs, targets, local_batch, global_batch, dscale, &total, moe_total, &batch,
-                              &attempts));
-    } else { /* accum micro-batches: the accumulation list, or the pipeline's schedule (step.c) */
-        fsc_step_ctx c;
-        FSC_TRY(fsc_step_prepare(e, &c, inputs, targets, local_batch, global_batch, e->po.accum, dscale, NULL));
-        if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
-        FSC_TRY(fsc_step_actions(e, &c)); /* this rank's forwards and backwards; the strategy reduces in them */
-        if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
-        /* the loss over the data group and the batch check (global_batch against the group's local batches):
-         * its verdict rides on the world's vote below, so that every rank stops together */
-        FSC_TRY(fsc_step_sums(e, &c, &total, moe_total, &batch));
-    }
+    fsc_step_ctx c;
+    FSC_TRY(fsc_step_prepare(e, &c, inputs, targets, local_batch, global_batch, info));
+    if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
+    return fsc_step_run(e, &c);
+}
 
-    fsc_step_info si = { .exact_attempts = attempts };
-    if (aux) {
-        si.aux_loss = moe_total[0];
-        si.moe_assigned = (int64_t)moe_total[1];
-        si.moe_dropped = (int64_t)moe_total[2];
+/* O's sums: the loss over the data group and the batch check (global_batch against the group's local batches),
+ * whose verdict rides on the world's vote, so that every rank stops together; the MoE statistics. */
+static fsc_status step_sums(fsc_engine *e, fsc_step_ctx *c, fsc_step_info *si, fsc_status *batch) {
+    double total = 0, moe_total[3] = { 0, 0, 0 };
+    FSC_TRY(e->exact ? fsc_exact_sums(e, c, &total, moe_total, batch)
+                     : fsc_step_sums(e, c, &total, moe_total, batch));
+    if (e->m->ops->aux_stats) {
+        si->aux_loss = moe_total[0];
+        si->moe_assigned = (int64_t)moe_total[1];
+        si->moe_dropped = (int64_t)moe_total[2];
     }
-    si.loss = total / ((double)global_batch * T);
-    si.loss_scale = loss_scale;
-    if (e->use_scaler)
-        for (int i = 0; i < e->ngsegs; i++) FSC_TRY(FSC_K(e->gdev, scale, e->gsegs[i], 1.0f / loss_scale, e->glens[i]));
+    si->loss = total / ((double)c->global_batch * e->m->loss_terms);
+    return FSC_OK;
+}
+
+/* Every rank votes, over the whole world, on every precision: no rank may skip or stop alone. Verdicts (*found):
+ * 1 gradients not finite, 2 the loss not finite, 3 the batch check failed (on some data group): an error. */
+static fsc_status vote(fsc_engine *e, const fsc_step_ctx *c, double loss, fsc_status batch, int *found) {
+    char batch_why[512] = "";
     if (batch != FSC_OK) snprintf(batch_why, sizeof batch_why, "%s", fsc_last_error());
-    /* every rank votes, over the whole world, on every precision: no rank may skip or stop alone. Verdicts:
-     * 1 gradients not finite, 2 the loss not finite, 3 the batch check failed (on some data group) */
-    int found = 0;
-    const int mine = batch != FSC_OK ? 3 : isfinite(si.loss) ? 0 : 2;
-    FSC_TRY(fsc_nonfinite_vote(e->gdev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, &found));
-    if (found >= 3 && batch_why[0]) return fsc_error(FSC_ERR_INVALID, "%s", batch_why);
-    if (found >= 3)
+    const int mine = batch != FSC_OK ? 3 : isfinite(loss) ? 0 : 2;
+    FSC_TRY(fsc_nonfinite_vote(e->gdev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, found));
+    if (*found >= 3 && batch_why[0]) return fsc_error(FSC_ERR_INVALID, "%s", batch_why);
+    if (*found >= 3)
         return fsc_error(FSC_ERR_INVALID, "global batch %d: another rank found that the global batch is not the sum "
                          "of the local batches over its data group (or that its data group disagrees on it); no "
-                         "update on any rank", global_batch);
-    if (found) return nonfinite_step(e, &si, found, info);
+                         "update on any rank", c->global_batch);
+    return FSC_OK;
+}
+
+/* The norm over the pieces that count each element once (nsegs, make_norm_pieces: tensor parallelism's or the
+ * strategy's; otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every reduced
+ * gradient. */
+static fsc_status clip(fsc_engine *e, double *norm) {
+    const int own = e->nsegs != NULL;
+    *norm = 0;
+    FSC_TRY(fsc_grad_norm(e->gdev, e->norm_comm, own ? e->nsegs : e->gsegs, own ? e->nlens : e->glens,
+                          own ? e->nnsegs : e->ngsegs, norm));
+    if (*norm > (double)e->po.clip) {
+        float factor = (float)((double)e->po.clip / (*norm + 1e-6));
+        for (int i = 0; i < e->ngsegs; i++)
+            if (e->glens[i]) FSC_TRY(FSC_K(e->gdev, scale, e->gsegs[i], factor, e->glens[i]));
+    }
+    return FSC_OK;
+}
+
+fsc_status fsc_step_optimize(fsc_engine *e, fsc_step_ctx *c) {
+    fsc_step_info si = { .exact_attempts = c->attempts, .loss_scale = c->loss_scale };
+    fsc_status batch = FSC_OK;
+    int found = 0;
+    FSC_TRY(step_sums(e, c, &si, &batch));
+    if (e->use_scaler) /* unscale */
+        for (int i = 0; i < e->ngsegs; i++)
+            FSC_TRY(FSC_K(e->gdev, scale, e->gsegs[i], 1.0f / c->loss_scale, e->glens[i]));
+    FSC_TRY(vote(e, c, si.loss, batch, &found));
+    if (found) return nonfinite_step(e, &si, found, c->info);
     e->skips_in_row = 0;
     if (e->use_scaler) scaler_update(e, 0);
-    if (e->po.clip > 0) {
-        /* the norm over the pieces that count each element once (nsegs, make_norm_pieces: tensor parallelism's or
-         * the strategy's; otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every
-         * reduced gradient */
-        const int own = e->nsegs != NULL;
-        double norm = 0;
-        FSC_TRY(fsc_grad_norm(e->gdev, e->norm_comm, own ? e->nsegs : e->gsegs, own ? e->nlens : e->glens,
-                              own ? e->nnsegs : e->ngsegs, &norm));
-        if (norm > (double)e->po.clip) {
-            float factor = (float)((double)e->po.clip / (norm + 1e-6));
-            for (int i = 0; i < e->ngsegs; i++)
-                if (e->glens[i]) FSC_TRY(FSC_K(e->gdev, scale, e->gsegs[i], factor, e->glens[i]));
-        }
-        si.grad_norm = norm;
-    }
+    if (e->po.clip > 0) FSC_TRY(clip(e, &si.grad_norm));
     fsc_trace_begin(e->trace, "optim", "optimizer");
     fsc_status os = fsc_offload_step(e); /* with offload optim: on the host copies */
     if (os == FSC_OK && e->st->after_step) os = e->st->after_step(e);
     fsc_trace_end(e->trace);
     FSC_TRY(os);
-    if (info) *info = si;
+    if (c->info) *c->info = si;
     return FSC_OK;
 }
 

@@ -83,7 +83,7 @@ static fsc_status loss_sum(fsc_engine *e, const void *inputs, const void *target
     fsc_step_ctx c;
     s = fsc_step_prepare_eval(e, &c, inputs, targets, local_batch, global_batch, mb, n, e->pipe ? NULL : vals, NULL,
                               NULL);
-    if (s == FSC_OK) s = fsc_step_actions(e, &c);
+    if (s == FSC_OK) s = fsc_step_run(e, &c);
     if (s == FSC_OK && (e->pipe || !vals)) s = fsc_step_sums(e, &c, &sums[0], moe, &batch);
     fsc_step_release(e, &c);
     if (vals && e->pipe) fsc_pipe_set_unit_losses(e, NULL);
@@ -147,7 +147,7 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
         fsc_step_ctx c;
         s = fsc_step_prepare_eval(e, &c, inputs, zeros, local_batch, local_batch * e->lay.dp, local_batch / K, K, NULL,
                                   e->pipe ? NULL : out, per_sample);
-        if (s == FSC_OK) s = fsc_step_actions(e, &c);
+        if (s == FSC_OK) s = fsc_step_run(e, &c);
         double total = 0, moe[3];
         fsc_status batch = FSC_OK; /* a pipeline's sums end its pass on every stage; the loss is not wanted */
         if (s == FSC_OK && e->pipe) s = fsc_step_sums(e, &c, &total, moe, &batch);

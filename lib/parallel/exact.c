@@ -16,6 +16,9 @@
  *   A non-finite gradient (A = inf) poisons the reduced gradients, so the engine's vote skips or stops the step.
  * The loss and the MoE statistics are sums of one double per unit: all units' values are gathered and added in
  * ascending order (the sorted multiset is the same in every configuration).
+ * The step is step.c's list over the units with the tail R E O: fsc_exact_prepare sets the units up and begins
+ * the first attempt, E (fsc_exact_settle) does 1 to 3 after R and asks the runner for another attempt (the list
+ * from its start) or replays; O's sums are fsc_exact_sums.
  * Every strategy reduces this way (ddp, zero1/2 and fsdp: their reductions are fsc_engine_reduce's; hybrid
  * sharding sums over the shard group, then across the replicas); a pipeline reduces every micro-batch's
  * gradient of each stage, and its last stage's per-micro-batch losses are summed and sent to every stage.
@@ -91,6 +94,13 @@ struct fsc_exact {
     double *rec;    /* the data group's records (gather_records), then this rank's own */
     size_t reccap;
     int rec_m;      /* rows of values in the records gathered last */
+    /* the step in progress (fsc_exact_prepare) */
+    double *vals;   /* (4 x its units, of nvals) the units' values: m rows (the loss; with aux_stats the aux loss,
+                     * assigned, dropped) of the step's units */
+    size_t nvals;
+    int U, m;       /* sequences per unit, rows of vals */
+    int records;    /* the data group is the world, no pipeline: the records carry the largest magnitude too */
+    fsc_status batch; /* a pipeline's batch check (each stage against the last stage's group), the last attempt's */
 };
 
 fsc_status fsc_exact_validate(const fsc_layout *l, const fsc_parallel_opts *po) {
@@ -139,6 +149,7 @@ void fsc_exact_free(fsc_engine *e) {
     free(x->hq);
     free(x->rec);
     free(x->log);
+    free(x->vals);
     free(x);
     e->exact = NULL;
 }
@@ -564,25 +575,11 @@ static fsc_status finish_attempt(fsc_engine *e, int records, const double *vals,
     return FSC_OK;
 }
 
-/* The units of one attempt: the step's actions over K micro-batches of U (step.c: the accumulation list, each
- * micro-batch's values in vals, m rows of K; or the pipeline's schedule, its last stage writing the losses into
- * vals), every backward reducing (e->sync: its gradient is one term of the integer sums). With a pipeline its
- * sums give the batch check (each stage against the last stage's group); their loss is not used. */
-static fsc_status run_units(fsc_engine *e, const void *inputs, const void *targets, int K, int U, int global_batch,
-                            float dscale, double *vals, fsc_status *batch) {
-    fsc_step_ctx c;
-    FSC_TRY(fsc_step_prepare(e, &c, inputs, targets, K * U, global_batch, K, dscale, e->pipe ? NULL : vals));
-    begin_attempt(e);
-    if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
-    FSC_TRY(fsc_step_actions(e, &c));
-    if (e->st->end_backward) FSC_TRY(e->st->end_backward(e));
-    double total, moe[3];
-    return e->pipe ? fsc_step_sums(e, &c, &total, moe, batch) : FSC_OK;
-}
+/* ---- the step (step.c runs it: the list over the units, then R E O) ---- */
 
-fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets, int local_batch, int global_batch,
-                         float dscale, double *total, double moe[3], fsc_status *batch, int *attempts) {
+fsc_status fsc_exact_prepare(fsc_engine *e, fsc_step_ctx *c) {
     fsc_exact *x = e->exact;
+    const int local_batch = c->local_batch, global_batch = c->global_batch;
     const int U = e->po.unit > 0 ? e->po.unit : local_batch / e->po.accum;
     if (e->po.unit == 0 && local_batch % e->po.accum != 0)
         return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
@@ -590,44 +587,74 @@ fsc_status fsc_exact_run(fsc_engine *e, const void *inputs, const void *targets,
     if (U < 1 || local_batch % U != 0 || global_batch % U != 0)
         return fsc_error(FSC_ERR_INVALID, "reduce exact: the local batch of %d sequences and the global batch of %d do "
                          "not split into units of %d", local_batch, global_batch, U);
-    const int K = local_batch / U, m = e->m->ops->aux_stats ? 4 : 1;
+    const int K = local_batch / U;
     if (e->pipe && K != e->po.accum)
         return fsc_error(FSC_ERR_INVALID, "reduce exact with a pipeline: the unit is the pipeline's micro-batch (the "
                          "local batch of %d / %d chunks), not %d sequences", local_batch, e->po.accum, U);
     x->terms = (uint64_t)(global_batch / U);
-    double *vals = calloc((size_t)4 * K, sizeof *vals), sums[4] = { 0, 0, 0, 0 };
-    if (!vals) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
-    if (e->pipe) fsc_pipe_set_unit_losses(e, vals);
-    fsc_status s = FSC_OK;
-    /* the data group is the world: the step's records carry the largest magnitude too (finish_attempt) */
-    const int records = !e->pipe && fsc_comm_size(e->comm) == fsc_comm_size(e->r->comm);
-    *attempts = 0;
-    for (int again = 1; s == FSC_OK && again; ++*attempts) {
-        if (*attempts == 2) { /* E' depends on the unit gradients only, which do not depend on E */
-            s = fsc_error(FSC_ERR_INTERNAL, "reduce exact: the exponent did not settle in two attempts");
-            break;
-        }
-        if (*attempts == 1 && x->kept) s = replay(e); /* the units' values in vals are the first attempt's */
-        else {
-            x->kept = keeps_units(e, K);
-            s = run_units(e, inputs, targets, K, U, global_batch, dscale, vals, batch);
-        }
-        if (s == FSC_OK) s = finish_attempt(e, records, vals, m, K, local_batch, global_batch, &again);
+    const size_t nv = (size_t)4 * K;
+    if (x->nvals < nv) {
+        double *v = realloc(x->vals, nv * sizeof *v);
+        if (!v) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
+        x->vals = v, x->nvals = nv;
     }
+    memset(x->vals, 0, nv * sizeof *x->vals);
+    x->U = U, x->m = e->m->ops->aux_stats ? 4 : 1;
+    x->records = !e->pipe && fsc_comm_size(e->comm) == fsc_comm_size(e->r->comm);
+    x->batch = FSC_OK;
+    c->K = K;
+    c->units = e->pipe ? NULL : x->vals; /* each micro-batch's values (step.c's whole model) */
+    if (e->pipe) fsc_pipe_set_unit_losses(e, x->vals); /* the last stage's losses */
+    fsc_exact_begin_attempt(e, c);
+    return FSC_OK;
+}
+
+void fsc_exact_begin_attempt(fsc_engine *e, const fsc_step_ctx *c) {
+    e->exact->kept = keeps_units(e, c->K);
+    begin_attempt(e);
+}
+
+/* E: with a pipeline, its sums first for the batch check (their loss is not used). Two attempts at most: E'
+ * depends on the unit gradients only, which do not depend on E. */
+fsc_status fsc_exact_settle(fsc_engine *e, fsc_step_ctx *c) {
+    fsc_exact *x = e->exact;
+    double total, moe[3];
+    if (e->pipe) FSC_TRY(fsc_step_sums(e, c, &total, moe, &x->batch));
+    int again = 0;
+    FSC_TRY(finish_attempt(e, x->records, x->vals, x->m, c->K, c->local_batch, c->global_batch, &again));
+    c->attempts++;
+    if (again && c->attempts == 1 && x->kept) { /* the units' values in vals are the first attempt's */
+        FSC_TRY(replay(e));
+        FSC_TRY(finish_attempt(e, x->records, x->vals, x->m, c->K, c->local_batch, c->global_batch, &again));
+        c->attempts++;
+    }
+    if (again && c->attempts == 2)
+        return fsc_error(FSC_ERR_INTERNAL, "reduce exact: the exponent did not settle in two attempts");
+    c->again = again;
+    return FSC_OK;
+}
+
+fsc_status fsc_exact_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch) {
+    fsc_exact *x = e->exact;
+    const int K = c->K, m = x->m;
+    double sums[4] = { 0, 0, 0, 0 };
     if (e->pipe) fsc_pipe_set_unit_losses(e, NULL);
     /* a pipeline's MoE statistics: each unit's from every stage's layers, on every stage (its losses are the last
      * stage's, brought to every stage below) */
-    if (s == FSC_OK && e->pipe && m == 4) s = fsc_pipe_aux_units(fsc_pipe_aux_of(e), e, vals, K);
-    fsc_status mine = *batch; /* a pipeline's check (each stage against the last stage's group) */
-    if (s == FSC_OK) s = records ? sums_of_records(e, U, sums, batch)
-                                 : sum_units(e, vals, m, K, U, local_batch, global_batch, sums, batch);
-    if (s == FSC_OK && mine != FSC_OK) *batch = mine;
-    if (s == FSC_OK && e->pipe) s = fsc_pipe_from_last(e, sums); /* the last stage's loss to every stage */
-    free(vals);
-    FSC_TRY(s);
+    if (e->pipe && m == 4) FSC_TRY(fsc_pipe_aux_units(fsc_pipe_aux_of(e), e, x->vals, K));
+    *batch = x->batch;
+    const fsc_status mine = *batch; /* a pipeline's check (each stage against the last stage's group) */
+    FSC_TRY(x->records ? sums_of_records(e, x->U, sums, batch)
+                       : sum_units(e, x->vals, m, K, x->U, c->local_batch, c->global_batch, sums, batch));
+    if (mine != FSC_OK) *batch = mine;
+    if (e->pipe) FSC_TRY(fsc_pipe_from_last(e, sums)); /* the last stage's loss to every stage */
     *total = sums[0];
     moe[0] = sums[1] / (double)x->terms, moe[1] = sums[2], moe[2] = sums[3];
     return FSC_OK;
+}
+
+void fsc_exact_end(fsc_engine *e) {
+    if (e->pipe) fsc_pipe_set_unit_losses(e, NULL);
 }
 
 fsc_status fsc_exact_sum_losses(fsc_engine *e, const double *vals, int K, int U, int local_batch, int global_batch,

@@ -1,19 +1,24 @@
 /* The runner of a step's actions (step.h), and the executor of the whole model on one rank.
- * A step is this rank's list of actions, made by a schedule: with a pipeline, the pipeline's (pipe_sched.c's
- * built-in schedules or a custom list, run by pipe.c's executor with its sends and receives); without one, the
- * accumulation list F0 B0 F1 B1 ... F(K-1) B(K-1), which is 1F1B on one rank (no warm-up forwards), made and
- * validated by pipe_sched.c as any schedule. One loop runs either list: each action a span of the trace and
- * the seconds it waited for messages. An evaluation is a list of forwards only (F of each micro-batch on each of
- * this rank's chunks in turn), run by the same loop and executors, without trace spans of its actions.
- * Before each action of a step the runner sets the engine's place in it (e->micro, e->sync: their one writer), so
- * the strategies' hooks know which micro-batch runs and whether its backward reduces.
+ * A step is this rank's list of actions: the forwards and backwards made by a schedule, then the tail. With a
+ * pipeline the schedule is the pipeline's (pipe_sched.c's built-in schedules or a custom list, run by pipe.c's
+ * executor with its sends and receives); without one, the accumulation list F0 B0 F1 B1 ... F(K-1) B(K-1), which
+ * is 1F1B on one rank (no warm-up forwards), made and validated by pipe_sched.c as any schedule. The runner appends
+ * the tail, which no schedule holds: R (the strategy's end_backward) and O (engine.c's fsc_step_optimize: the
+ * sums, unscale, the vote, clipping, the optimizer); with the exact reduction R E O, E (exact.c) ending an attempt
+ * and, when the step must be recomputed, having the runner begin the list again. One loop runs every list: each
+ * action a span of the trace (F, B, W with the seconds it waited for messages). An evaluation is a list of
+ * forwards only (F of each micro-batch on each of this rank's chunks in turn) without a tail, run by the same
+ * loop and executors, without trace spans of its actions.
+ * Before each F, B or W of a step the runner sets the engine's place in it (e->micro, e->sync: their one writer),
+ * so the strategies' hooks know which micro-batch runs and whether its backward reduces.
  * The whole model's executor is the accumulation loop's body: micro-batch k's record (e->acts, one: its
  * forward and backward are adjacent in the list) passed to the actions' compute (step_compute.c, the pipeline's
  * too), which sums the loss and MoE statistics in micro-batch order.
- * Not here: the compute of an action (step_compute.c); the strategy's begin_step and end_backward, the vote,
- * clipping and the optimizer (engine.c's step_model); the attempts of the exact reduction (exact.c). */
+ * Not here: the compute of an action (step_compute.c); the strategy's begin_step (engine.c's step_model), what O
+ * runs (engine.c), the integer sums and exponent of the exact reduction (exact.c). */
 #include <stdlib.h>
 #include "step.h"
+#include "exact.h"
 #include "pipe.h"
 
 /* The whole model's list, made again when the number of micro-batches changes (the exact reduction's units), and
@@ -135,16 +140,31 @@ static const fsc_step_exec whole_exec = { whole_begin, { whole_forward, whole_ba
 
 /* ---- the runner ---- */
 
+/* R: every gradient reduction of the step finished (the strategy's end_backward). */
+static fsc_status reduced(fsc_engine *e, fsc_step_ctx *c) {
+    (void)c;
+    return e->st->end_backward ? e->st->end_backward(e) : FSC_OK;
+}
+
+/* A step's tail: R O; with the exact reduction R E O (E: exact.c). */
+static const fsc_step_tail tail[] = { { "R", reduced }, { "O", fsc_step_optimize } };
+static const fsc_step_tail exact_tail[] = { { "R", reduced }, { "E", fsc_exact_settle }, { "O", fsc_step_optimize } };
+
 fsc_status fsc_step_prepare(fsc_engine *e, fsc_step_ctx *c, const void *inputs, const void *targets,
-                            int local_batch, int global_batch, int K, float dscale, double *units) {
+                            int local_batch, int global_batch, fsc_step_info *info) {
+    const float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
     *c = (fsc_step_ctx){ .x = e->pipe ? &fsc_pipe_exec : &whole_exec, .inputs = inputs, .targets = targets,
-                         .local_batch = local_batch, .global_batch = global_batch, .K = K, .dscale = dscale,
-                         .units = units, .fwd = -1, .reduces = FSC_ACT_BACKWARD };
+                         .local_batch = local_batch, .global_batch = global_batch, .K = e->po.accum,
+                         .dscale = loss_scale / ((float)global_batch * (float)e->m->loss_terms), .fwd = -1,
+                         .reduces = FSC_ACT_BACKWARD, .loss_scale = loss_scale, .info = info };
     c->wait = &c->no_wait;
-    if (local_batch < 1 || local_batch % K != 0)
+    c->tail = e->exact ? exact_tail : tail;
+    c->ntail = e->exact ? 3 : 2;
+    if (e->exact) FSC_TRY(fsc_exact_prepare(e, c)); /* its units: c->K, c->units */
+    if (local_batch < 1 || local_batch % c->K != 0)
         return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
-                         local_batch, K);
-    c->mb = local_batch / K;
+                         local_batch, c->K);
+    c->mb = local_batch / c->K;
     return e->pipe ? FSC_OK : fsc_engine_ensure_acts(e, c->mb);
 }
 
@@ -175,7 +195,7 @@ void fsc_step_release(fsc_engine *e, fsc_step_ctx *c) {
     c->own = c->rec = NULL;
 }
 
-/* Action a's place in the step, for the strategies' hooks (step.h's fsc_step_actions); an evaluation keeps
+/* Action a's place in the step, for the strategies' hooks (step.h's fsc_step_run); an evaluation keeps
  * fsc_step_eval_enter's. */
 static void step_place(fsc_engine *e, const fsc_step_ctx *c, const fsc_pipe_action *a) {
     if (c->eval) return;
@@ -185,7 +205,22 @@ static void step_place(fsc_engine *e, const fsc_step_ctx *c, const fsc_pipe_acti
                (a->kind == c->reduces && a->micro == c->K - 1));
 }
 
-fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c) {
+/* The exact reduction's next attempt (E found another exponent): the step from its start again, as step_model
+ * began it: what the actions sum cleared, exact.c's attempt begun, the strategy's begin_step. */
+static fsc_status step_again(fsc_engine *e, fsc_step_ctx *c) {
+    c->again = 0;
+    c->loss = 0;
+    c->moe[0] = c->moe[1] = c->moe[2] = 0;
+    c->fwd = -1;
+    c->acts = NULL, c->nacts = 0;
+    c->reduces = FSC_ACT_BACKWARD;
+    c->wait = &c->no_wait, c->no_wait = 0;
+    fsc_exact_begin_attempt(e, c);
+    return e->st->begin_step ? e->st->begin_step(e) : FSC_OK;
+}
+
+/* The list once: the executor's begin, its actions, its end, the tail (up to an E that asks for another attempt). */
+static fsc_status run_list(fsc_engine *e, fsc_step_ctx *c) {
     const fsc_step_exec *x = c->x;
     fsc_trace *tr = c->eval ? NULL : e->trace;
     FSC_TRY(x->begin(e, c));
@@ -199,7 +234,24 @@ fsc_status fsc_step_actions(fsc_engine *e, fsc_step_ctx *c) {
         fsc_trace_end(tr);
         FSC_TRY(s);
     }
-    return x->end(e, c);
+    FSC_TRY(x->end(e, c));
+    for (int i = 0; i < c->ntail && !c->again; i++) {
+        fsc_trace_begin(tr, "tail", "%s", c->tail[i].name);
+        fsc_status s = c->tail[i].run(e, c);
+        fsc_trace_end(tr);
+        FSC_TRY(s);
+    }
+    return FSC_OK;
+}
+
+fsc_status fsc_step_run(fsc_engine *e, fsc_step_ctx *c) {
+    fsc_status s = run_list(e, c);
+    while (s == FSC_OK && c->again) {
+        s = step_again(e, c);
+        if (s == FSC_OK) s = run_list(e, c);
+    }
+    if (c->tail == exact_tail) fsc_exact_end(e);
+    return s;
 }
 
 fsc_status fsc_step_sums(fsc_engine *e, fsc_step_ctx *c, double *total, double moe[3], fsc_status *batch) {

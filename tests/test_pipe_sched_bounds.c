@@ -14,6 +14,9 @@
  *   - ZBV takes at least 2m (F+B+W) + (p-1) F (the last rank's first action waits for p - 1 forwards): it takes
  *     exactly that with F = B = W, and less than one F more with B = 1.1 F, W = 0.8 F, for p = 1..8 and
  *     m = 2p..4p; every rank holds at most 2p half-stage records (p stages' worth).
+ *   - ZBV with m < 2p (its Ws re-placed by a simulation, pipe_sched.c) is no longer than the hand construction
+ *     (reimplemented here from its definition) with either ratio, shorter at p = 4, m = 4 and p = 8, m = 8,
+ *     holds no more records on any rank, equals it for m >= 2p, and validates for up to 17 ranks.
  * The lists' validity and orders are test_pipe_sched's; their runs bit for bit against DDP test_pipe's. */
 #include <string.h>
 #include "testutil.h"
@@ -179,11 +182,102 @@ static void test_zbv_near_its_bound(void **state) {
     }
 }
 
+/* ZBV's hand construction (pipe_sched.c's comment; PyTorch's ScheduleZBVZeroBubble), here as the oracle: with
+ * M' = max(m, 2p - 1), actions of micro-batches >= m dropped, rank r runs 2 (p - r) - 1 F of chunk 0; r pairs F
+ * chunk 1, F chunk 0; p - r rounds F B W of chunk 1; while chunk 0 has forwards left or chunk 1 lags it, [F chunk
+ * 0] B W chunk 0, F B W chunk 1; r pairs B chunk 0, B chunk 1; p - r pairs B W of chunk 0; chunk 1's Ws left, then
+ * chunk 0's. */
+typedef struct {
+    fsc_pipe_action *a;
+    int n, m, cnt[3][2];
+} hand_list;
+
+static void hput(hand_list *h, fsc_pipe_action_kind kind, int c) {
+    const int k = h->cnt[kind][c]++;
+    if (k < h->m) h->a[h->n++] = (fsc_pipe_action){ kind, k, c };
+}
+
+static void zbv_hand(int p, int m, int r, fsc_pipe_action *a) {
+    const int mm = m > 2 * p - 1 ? m : 2 * p - 1;
+    hand_list h = { a, 0, m, { { 0 } } };
+    const fsc_pipe_action_kind F = FSC_ACT_FORWARD, B = FSC_ACT_BACKWARD, W = FSC_ACT_WEIGHT;
+    for (int i = 0; i < 2 * (p - r) - 1; i++) hput(&h, F, 0);
+    for (int i = 0; i < r; i++) hput(&h, F, 1), hput(&h, F, 0);
+    for (int i = 0; i < p - r; i++) hput(&h, F, 1), hput(&h, B, 1), hput(&h, W, 1);
+    while (h.cnt[F][1] < h.cnt[F][0] || h.cnt[F][0] < mm) {
+        if (h.cnt[F][0] < mm) hput(&h, F, 0);
+        hput(&h, B, 0), hput(&h, W, 0), hput(&h, F, 1), hput(&h, B, 1), hput(&h, W, 1);
+    }
+    for (int i = 0; i < r; i++) hput(&h, B, 0), hput(&h, B, 1);
+    for (int i = 0; i < p - r; i++) hput(&h, B, 0), hput(&h, W, 0);
+    while (h.cnt[W][1] < h.cnt[B][1]) hput(&h, W, 1);
+    while (h.cnt[W][0] < h.cnt[B][0]) hput(&h, W, 0);
+    assert_int_equal(h.n, 6 * m);
+}
+
+/* With m >= 2p zbv is the hand construction; with fewer micro-batches its Ws are re-placed where that shortens the
+ * step: for p = 1..8, m = 1..4p its step is no longer than the hand lists' with B 1.1 F, W 0.8 F and with
+ * F = B = W, shorter at p = 4, m = 4 and p = 8, m = 8, and no rank holds more records than in the hand list */
+static void test_zbv_fewer_micro_batches(void **state) {
+    (void)state;
+    static const long ratios[2][3] = { { 10, 11, 8 }, { 1, 1, 1 } };
+    fsc_pipe_action *hand = malloc((size_t)MAXP * 6 * MAXM * sizeof *hand);
+    assert_non_null(hand);
+    for (int p = 1; p <= MAXP; p++)
+        for (int m = 1; m <= 4 * p; m++) {
+            lists l, h;
+            fsc_pipe_action *a[MAXP];
+            int same = 1;
+            for (int r = 0; r < p; r++) {
+                assert_ok(fsc_pipe_schedule_make(FSC_SCHED_ZBV, p, 2, m, r, &a[r], &l.n[r]));
+                l.a[r] = a[r];
+                zbv_hand(p, m, r, hand + (size_t)r * 6 * MAXM);
+                h.a[r] = hand + (size_t)r * 6 * MAXM, h.n[r] = 6 * m;
+                same &= !memcmp(a[r], h.a[r], (size_t)6 * m * sizeof *a[r]);
+            }
+            if (m >= 2 * p) assert_true(same);
+            long step[2][2]; /* [ratios][built-in, hand] */
+            for (int c = 0; c < 2; c++) {
+                int peak[MAXP], hpeak[MAXP];
+                step[c][0] = replay(FSC_PIPE_V, p, 2, m, &l, ratios[c][0], ratios[c][1], ratios[c][2], peak);
+                step[c][1] = replay(FSC_PIPE_V, p, 2, m, &h, ratios[c][0], ratios[c][1], ratios[c][2], hpeak);
+                assert_true(step[c][0] > 0 && step[c][0] <= step[c][1]);
+                for (int r = 0; r < p; r++) assert_true(peak[r] <= hpeak[r]);
+            }
+            if ((p == 4 && m == 4) || (p == 8 && m == 8)) assert_true(step[0][0] < step[0][1] && !same);
+            for (int r = 0; r < p; r++) fsc_pipe_schedule_free(a[r]);
+        }
+    free(hand);
+}
+
+/* The re-placed lists of up to 16 ranks (and the hand lists of 17) validate in a V */
+static void test_zbv_fill_valid_to_16_ranks(void **state) {
+    (void)state;
+    static const int ps[] = { 9, 12, 16, 17 };
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        const int p = ps[i], ms[] = { 1, 2, p / 2, p, 2 * p - 1 };
+        fsc_pipe_action **a = calloc((size_t)p, sizeof *a);
+        int *n = calloc((size_t)p, sizeof *n);
+        assert_true(a && n);
+        for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+            for (int r = 0; r < p; r++) assert_ok(fsc_pipe_schedule_make(FSC_SCHED_ZBV, p, 2, ms[j], r, &a[r], &n[r]));
+            const fsc_status st = fsc_pipe_schedule_validate_placed(FSC_PIPE_V, p, 2, ms[j],
+                                                                    (const fsc_pipe_action *const *)a, n);
+            if (st != FSC_OK) fail_msg("zbv p %d m %d: %s", p, ms[j], fsc_last_error());
+            for (int r = 0; r < p; r++) fsc_pipe_schedule_free(a[r]), a[r] = NULL;
+        }
+        free(a);
+        free(n);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zb_h1_formula),
         cmocka_unit_test(test_zb_h1_least_at_its_memory),
         cmocka_unit_test(test_zbv_near_its_bound),
+        cmocka_unit_test(test_zbv_fewer_micro_batches),
+        cmocka_unit_test(test_zbv_fill_valid_to_16_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -207,7 +207,7 @@ static void heap_pop(zbv_model *z) {
 }
 
 /* The hand lists h[r] with their Ws re-placed (above) into out[r]; 0, or -1 if the simulation stalls. lim[r]: the
- * records rank r's hand list holds at most. st: (7 p) ints of scratch, wq: (p 2 m) the Ws waiting per rank. */
+ * records rank r's hand list holds at most. st: (5 p) ints of scratch, wq: (p 2 m) the Ws waiting per rank. */
 static int zbv_fill(zbv_model *z, fsc_pipe_action *const *h, const int *lim, const long *cost, fsc_pipe_action **out,
                     int *st, fsc_pipe_action *wq, long *tfree) {
     const int p = z->p, A = z->A;
@@ -261,7 +261,7 @@ static fsc_status make_zbv(int p, int m, int rank, fsc_pipe_action *a, int *n) {
     static const long ratios[3] = { 10, 11, 8 }, equal[3] = { 1, 1, 1 };
     zbv_model z = { p, m, A, malloc((size_t)4 * p * m * sizeof(long)), malloc((size_t)p * A * sizeof(long)), 0 };
     fsc_pipe_action *buf = malloc((size_t)p * (2 * A + 2 * m) * sizeof *buf), *h[ZBV_FILL_RANKS], *f[ZBV_FILL_RANKS];
-    int *st = malloc((size_t)7 * p * sizeof(int)), lim[ZBV_FILL_RANKS];
+    int *st = malloc((size_t)5 * p * sizeof(int)), lim[ZBV_FILL_RANKS];
     long tfree[ZBV_FILL_RANKS];
     if (!z.done || !z.heap || !buf || !st) {
         free(z.done), free(z.heap), free(buf), free(st);

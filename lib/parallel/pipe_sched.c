@@ -14,6 +14,9 @@
  * that rank r lets its first r Ws wait (the last rank the most: p - 1), and runs them after its last B. With
  * equal F, B and W times the bubble falls from 1F1B's (p-1)(F+B+W) to (p-1)(F+B-W); rank r holds
  * min(p - r - 1, m) + 1 + r = p micro-batches (records live until their W), 1F1B's peak, which is rank 0's.
+ * For m >= p no list holding at most p micro-batches on rank 0 has a step shorter than m (F+B+W) + (p-1)(F+B-W)
+ * (docs/pipeline.md), and ZB-H1's is that with F = B = W, with B = 1.1 F, W = 0.8 F and other ratios where W is
+ * not above B (test_pipe_sched_bounds).
  *
  * ZBV (Qi et al.'s zero-bubble V; PyTorch's ScheduleZBVZeroBubble): two chunks per rank placed in a V, rank r
  * holding stages r (chunk 0) and 2p - 1 - r (chunk 1), so a micro-batch goes down the ranks and back up, and
@@ -21,7 +24,11 @@
  * of those >= m are dropped) rank r runs: 2 (p - r) - 1 forwards of chunk 0; r pairs F chunk 1, F chunk 0;
  * p - r rounds F, B, W of chunk 1; then, while chunk 0 has forwards left or chunk 1 lags it, [F chunk 0],
  * B W chunk 0, F B W chunk 1; then r pairs B chunk 0, B chunk 1; p - r pairs B, W of chunk 0; the Ws left,
- * chunk 1's, then chunk 0's. Each W follows its chunk's Ws in ascending order.
+ * chunk 1's, then chunk 0's. Each W follows its chunk's Ws in ascending order. With F = B = W these lists take
+ * the least step any list can, 2 m (F+B+W) + (p-1) F, for m >= 2p (the last rank's first action waits for p - 1
+ * forwards), and under one F more with B = 1.1 F, W = 0.8 F (test_pipe_sched_bounds). With m < 2p the dropped
+ * micro-batches leave holes, and up to 16 ranks the Ws are re-placed by a simulation (make_zbv, below): F and B
+ * keep their order, the records held per rank do not grow, and the step shortens by up to a tenth.
  *
  * The validator's simulation: every rank has a position in its list; an action can run when what it
  * receives is at the head of its stream (sends are buffered, as the simulated and MPI communicators buffer
@@ -96,7 +103,7 @@ static void zbv_put(zbv_list *z, fsc_pipe_action_kind kind, int chunk) {
     if (k < z->m) put(z->a, z->n, kind, k, chunk);
 }
 
-static void make_zbv(int p, int m, int rank, fsc_pipe_action *a, int *n) {
+static void zbv_hand(int p, int m, int rank, fsc_pipe_action *a, int *n) {
     const int mm = m > 2 * p - 1 ? m : 2 * p - 1;
     zbv_list z = { a, n, m, { 0, 0 }, { 0, 0 }, { 0, 0 } };
     for (int i = 0; i < 2 * (p - rank) - 1; i++) zbv_put(&z, FSC_ACT_FORWARD, 0);
@@ -127,6 +134,156 @@ static void make_zbv(int p, int m, int rank, fsc_pipe_action *a, int *n) {
     }
     while (z.w[1] < z.b[1]) zbv_put(&z, FSC_ACT_WEIGHT, 1);
     while (z.w[0] < z.b[0]) zbv_put(&z, FSC_ACT_WEIGHT, 0);
+}
+
+/* ZBV with m < 2p (above): the hand lists' Ws re-placed on a model of the pipeline with fixed action times and free
+ * messages. Every rank keeps its hand list's order of F and B; in simulated time, a free rank runs its next F or
+ * B if what it receives is there (and, for an F, a record is free: no rank holds more than its hand list does),
+ * else its oldest W waiting (B order: on rank 0 the head chunk's W of k before the embedding's), else waits. The
+ * filled lists replace the hand ones where their step is shorter with F, B, W = 10, 11, 8 (fsc's measured ratios)
+ * and no longer with F = B = W. Cost: every rank's list is simulated for each rank's make, so only up to
+ * ZBV_FILL_RANKS ranks. */
+#define ZBV_FILL_RANKS 16
+
+typedef struct {
+    int p, m, A;     /* ranks, micro-batches, actions of one rank (6 m) */
+    long *done;      /* (4 p m) F then B of stage g, micro-batch k: end time, -1 not yet */
+    long *heap;      /* (p A) end times not yet passed (zbv_fill) */
+    int nheap;
+} zbv_model;
+
+static long *zbv_done(zbv_model *z, int kind, int g, int k) { return &z->done[((size_t)kind * 2 * z->p + g) * z->m + k]; }
+
+/* When x, on rank r, may start as far as its inputs go (-1: not yet known); *t its time */
+static long zbv_dep(zbv_model *z, int r, const fsc_pipe_action *x, const long *cost, long *t) {
+    const int g = fsc_pipe_stage_at(FSC_PIPE_V, z->p, r, x->chunk), S = 2 * z->p;
+    *t = cost[x->kind];
+    if (x->kind == FSC_ACT_FORWARD) return g > 0 ? *zbv_done(z, 0, g - 1, x->micro) : 0;
+    if (x->kind == FSC_ACT_BACKWARD) return g < S - 1 ? *zbv_done(z, 1, g + 1, x->micro) : *zbv_done(z, 0, g, x->micro);
+    return *zbv_done(z, 1, g, x->micro);
+}
+
+static void zbv_mark(zbv_model *z, int r, const fsc_pipe_action *x, long end) {
+    if (x->kind != FSC_ACT_WEIGHT)
+        *zbv_done(z, x->kind == FSC_ACT_BACKWARD, fsc_pipe_stage_at(FSC_PIPE_V, z->p, r, x->chunk), x->micro) = end;
+}
+
+/* The step of the lists l[r] (A actions each) with action times cost[F, B, W]; -1 if they deadlock. */
+static long zbv_replay(zbv_model *z, fsc_pipe_action *const *l, const long *cost, int *pos, long *tfree) {
+    long span = 0;
+    int left = z->p * z->A;
+    for (size_t i = 0; i < (size_t)4 * z->p * z->m; i++) z->done[i] = -1;
+    for (int r = 0; r < z->p; r++) pos[r] = 0, tfree[r] = 0;
+    while (left > 0) {
+        int moved = 0;
+        for (int r = 0; r < z->p; r++)
+            for (long t; pos[r] < z->A; pos[r]++, left--, moved = 1) {
+                const long dep = zbv_dep(z, r, &l[r][pos[r]], cost, &t);
+                if (dep < 0) break;
+                tfree[r] = (dep > tfree[r] ? dep : tfree[r]) + t;
+                zbv_mark(z, r, &l[r][pos[r]], tfree[r]);
+                span = tfree[r] > span ? tfree[r] : span;
+            }
+        if (!moved) return -1;
+    }
+    return span;
+}
+
+static void heap_push(zbv_model *z, long x) {
+    int i = z->nheap++;
+    for (; i > 0 && z->heap[(i - 1) / 2] > x; i = (i - 1) / 2) z->heap[i] = z->heap[(i - 1) / 2];
+    z->heap[i] = x;
+}
+
+static void heap_pop(zbv_model *z) {
+    const long x = z->heap[--z->nheap];
+    int i = 0;
+    for (int c; (c = 2 * i + 1) < z->nheap; i = c) {
+        if (c + 1 < z->nheap && z->heap[c + 1] < z->heap[c]) c++;
+        if (z->heap[c] >= x) break;
+        z->heap[i] = z->heap[c];
+    }
+    if (z->nheap > 0) z->heap[i] = x;
+}
+
+/* The hand lists h[r] with their Ws re-placed (above) into out[r]; 0, or -1 if the simulation stalls. lim[r]: the
+ * records rank r's hand list holds at most. st: (5 p) ints of scratch, wq: (p 2 m) the Ws waiting per rank. */
+static int zbv_fill(zbv_model *z, fsc_pipe_action *const *h, const int *lim, const long *cost, fsc_pipe_action **out,
+                    int *st, fsc_pipe_action *wq, long *tfree) {
+    const int p = z->p, A = z->A;
+    int *pos = st, *len = st + p, *held = st + 2 * p, *wh = st + 3 * p, *wt = st + 4 * p;
+    for (size_t i = 0; i < (size_t)4 * p * z->m; i++) z->done[i] = -1;
+    for (int r = 0; r < p; r++) pos[r] = len[r] = held[r] = wh[r] = wt[r] = 0, tfree[r] = 0;
+    z->nheap = 0;
+    for (;;) {
+        long t = -1;
+        for (int r = 0; r < p; r++)
+            if (len[r] < A && (t < 0 || tfree[r] < t)) t = tfree[r];
+        if (t < 0) return 0; /* every list complete */
+        int r = 0;
+        for (; r < p; r++) {
+            if (len[r] == A || tfree[r] != t) continue;
+            while (pos[r] < A && h[r][pos[r]].kind == FSC_ACT_WEIGHT) pos[r]++;
+            fsc_pipe_action x = { FSC_ACT_WEIGHT, -1, -1 };
+            long dt;
+            if (pos[r] < A) {
+                const long dep = zbv_dep(z, r, &h[r][pos[r]], cost, &dt);
+                if (dep >= 0 && dep <= t && (h[r][pos[r]].kind != FSC_ACT_FORWARD || held[r] < lim[r])) x = h[r][pos[r]++];
+            }
+            if (x.micro < 0 && wh[r] < wt[r]) x = wq[(size_t)r * 2 * z->m + wh[r]++];
+            if (x.micro < 0) continue;
+            dt = cost[x.kind];
+            out[r][len[r]++] = x;
+            tfree[r] = t + dt;
+            zbv_mark(z, r, &x, tfree[r]);
+            heap_push(z, tfree[r]);
+            if (x.kind == FSC_ACT_FORWARD) held[r]++;
+            else if (x.kind == FSC_ACT_WEIGHT) held[r]--;
+            else wq[(size_t)r * 2 * z->m + wt[r]++] = (fsc_pipe_action){ FSC_ACT_WEIGHT, x.micro, x.chunk };
+            break;
+        }
+        if (r < p) continue;
+        /* nobody can run at t: the ranks waiting at t move to the next end of an action or free rank */
+        while (z->nheap > 0 && z->heap[0] <= t) heap_pop(z);
+        long next = z->nheap > 0 ? z->heap[0] : -1;
+        for (int q = 0; q < p; q++)
+            if (len[q] < A && tfree[q] > t && (next < 0 || tfree[q] < next)) next = tfree[q];
+        if (next < 0) return -1;
+        for (int q = 0; q < p; q++)
+            if (len[q] < A && tfree[q] == t) tfree[q] = next;
+    }
+}
+
+static fsc_status make_zbv(int p, int m, int rank, fsc_pipe_action *a, int *n) {
+    zbv_hand(p, m, rank, a, n);
+    if (m >= 2 * p || p > ZBV_FILL_RANKS) return FSC_OK;
+    const int A = 6 * m;
+    static const long ratios[3] = { 10, 11, 8 }, equal[3] = { 1, 1, 1 };
+    zbv_model z = { p, m, A, malloc((size_t)4 * p * m * sizeof(long)), malloc((size_t)p * A * sizeof(long)), 0 };
+    fsc_pipe_action *buf = malloc((size_t)p * (2 * A + 2 * m) * sizeof *buf), *h[ZBV_FILL_RANKS], *f[ZBV_FILL_RANKS];
+    int *st = malloc((size_t)5 * p * sizeof(int)), lim[ZBV_FILL_RANKS];
+    long tfree[ZBV_FILL_RANKS];
+    if (!z.done || !z.heap || !buf || !st) {
+        free(z.done), free(z.heap), free(buf), free(st);
+        return fsc_error(FSC_ERR_NOMEM, "pipeline schedule zbv: out of memory for %d ranks' lists", p);
+    }
+    for (int r = 0; r < p; r++) {
+        h[r] = buf + (size_t)r * A, f[r] = buf + (size_t)(p + r) * A;
+        int len = 0, held = 0;
+        zbv_hand(p, m, r, h[r], &len);
+        lim[r] = 0;
+        for (int i = 0; i < A; i++) {
+            held += h[r][i].kind == FSC_ACT_FORWARD ? 1 : h[r][i].kind == FSC_ACT_WEIGHT ? -1 : 0;
+            lim[r] = held > lim[r] ? held : lim[r];
+        }
+    }
+    if (zbv_fill(&z, h, lim, ratios, f, st, buf + (size_t)2 * p * A, tfree) == 0) {
+        const long hand = zbv_replay(&z, h, ratios, st, tfree), fill = zbv_replay(&z, f, ratios, st, tfree);
+        const long hand1 = zbv_replay(&z, h, equal, st, tfree), fill1 = zbv_replay(&z, f, equal, st, tfree);
+        if (fill >= 0 && fill1 >= 0 && fill < hand && fill1 <= hand1) memcpy(a, f[rank], (size_t)A * sizeof *a);
+    }
+    free(z.done), free(z.heap), free(buf), free(st);
+    return FSC_OK;
 }
 
 /* Megatron's virtual micro-batch i: its micro-batch and chunk, forward or backward. */
@@ -172,11 +329,17 @@ fsc_status fsc_pipe_schedule_make(fsc_pipe_schedule kind, int p, int v, int m, i
     const int per = kind == FSC_SCHED_ZB_H1 || kind == FSC_SCHED_ZBV ? 3 : 2; /* actions per (micro-batch, chunk) */
     fsc_pipe_action *a = malloc((size_t)per * v * m * sizeof *a);
     if (!a) return fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory for %d actions", per * v * m);
+    fsc_status st = FSC_OK;
     if (kind == FSC_SCHED_GPIPE) make_gpipe(m, a, n);
     else if (kind == FSC_SCHED_1F1B) make_1f1b(p, m, rank, a, n);
     else if (kind == FSC_SCHED_ZB_H1) make_zb_h1(p, m, rank, a, n);
-    else if (kind == FSC_SCHED_ZBV) make_zbv(p, m, rank, a, n);
+    else if (kind == FSC_SCHED_ZBV) st = make_zbv(p, m, rank, a, n);
     else make_interleaved(p, v, m, rank, a, n);
+    if (st != FSC_OK) {
+        free(a);
+        *n = 0;
+        return st;
+    }
     *out = a;
     return FSC_OK;
 }

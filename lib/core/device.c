@@ -377,6 +377,8 @@ void fsc_device_set_copy_cost(fsc_device *dev, double gbps) {
     if (dev) dev->copy_s_per_byte = gbps > 0 ? 1.0 / (gbps * 1e9) : 0.0;
 }
 
+int fsc_device_has_copy_cost(const fsc_device *dev) { return dev && dev->copy_s_per_byte > 0; }
+
 void fsc_device_set_copy_rank_clock(fsc_device *dev, int on) {
     if (dev) dev->copy_rank_clock = on != 0;
 }

@@ -99,6 +99,8 @@ fsc_status fsc_device_create_host(fsc_device *accel, fsc_device **out);
 /* The simulator's host<->device copy bandwidth (fsc_cluster_opts.sim_copy_gbps): every upload and download of
  * dev then also takes bytes / (gbps 1e9) seconds of the calling thread (0: no cost). */
 void fsc_device_set_copy_cost(fsc_device *dev, double gbps);
+/* Whether dev's copies cost modelled time (a copy cost set above 0). */
+int fsc_device_has_copy_cost(const fsc_device *dev);
 /* A virtual cluster's rank device (sim/cluster.c), on = 1: its copies are timed on its rank's virtual clock
  * only; made by another thread (the simulator's staging on a progress thread) they cost nothing. 0 (the
  * default): every copy costs (the wall clock). */

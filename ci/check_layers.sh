@@ -1,8 +1,8 @@
 #!/bin/sh
 # The library's arrows run one way: every #include "..." in lib/ (sources, private and public headers) names a
 # header of its own layer or of a layer below it, the core calls no function the simulator (sim/) defines, and
-# only the core and its backends see the device's table (core/device_impl.h). Fails naming the file, the include and both layers. docs/design.md draws the same table. Run from the
-# repository root (make test runs it first).
+# only the core and its backends see the device's table (core/device_impl.h). Fails naming the file, the include
+# and both layers. docs/design.md draws the same table. Run from the repository root (make test runs it first).
 set -e
 
 # The layers, lowest first: a file may include its own layer and the layers listed before it. Each line: the

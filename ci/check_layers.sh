@@ -1,8 +1,8 @@
 #!/bin/sh
 # The library's arrows run one way: every #include "..." in lib/ (sources, private and public headers) names a
-# header of its own layer or of a layer below it, and the core calls no function the simulator (sim/) defines.
-# Fails naming the file, the include and both layers. docs/design.md draws the same table. Run from the
-# repository root (make test runs it first).
+# header of its own layer or of a layer below it, the core calls no function the simulator (sim/) defines, and
+# only the core and its backends see the device's table (core/device_impl.h). Fails naming the file, the include
+# and both layers. docs/design.md draws the same table. Run from the repository root (make test runs it first).
 set -e
 
 # The layers, lowest first: a file may include its own layer and the layers listed before it. Each line: the
@@ -102,4 +102,19 @@ if [ -n "$wide" ]; then
   echo "check_layers: lib/ckpt reaches into the engine's state"
   exit 1
 fi
+# The device's table is the core's and its backends': every other file calls kernels through core/kernels.h
+# (fsc_k_gemm, ...), which keeps struct fsc_device opaque. core/device_impl.h is included only in lib/core,
+# backends/ (which fill the table) and the tests of the core's device and of the backends' kernels named here.
+IMPL_TESTS='tests/test_cpu_kernels.c tests/test_cpu_modern.c tests/test_cuda_backend.c tests/test_device.c
+            tests/test_launch.c tests/test_sim_stage.c'
+impl=$(grep -rl --include='*.c' --include='*.h' --include='*.cu' --include='*.cc' --include='*.cpp' \
+         '#[[:space:]]*include[[:space:]]*"[^"]*device_impl\.h"' . --exclude-dir=.git --exclude-dir='build*' |
+       sed 's|^\./||' | grep -v '^lib/core/\|^backends/' || true)
+bad=0
+for f in $impl; do
+  case " $(echo $IMPL_TESTS) " in *" $f "*) continue ;; esac
+  echo "$f: includes core/device_impl.h (the device's table is the core's: include core/kernels.h and call fsc_k_*)"
+  bad=1
+done
+[ $bad = 0 ] || { echo "check_layers: a file outside the core and its backends reaches into the device's table"; exit 1; }
 echo "check_layers: every include runs down the layers ($(echo "$files" | wc -w) files)"

@@ -13,7 +13,7 @@
 #include "fsc/cluster.h"
 #include "sim.h"
 #include "core/clock_impl.h"
-#include "core/device_impl.h" /* fsc_device_set_copy_cost */
+#include "core/kernels.h" /* fsc_device_set_copy_cost, fsc_device_set_copy_rank_clock */
 
 #define SIM_MAX_WORLD 1024
 #define SIM_DEFAULT_TIMEOUT_S 60.0
@@ -160,7 +160,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         if (strcmp(devname, "cpu") != 0) s = sim_gpu_ordinal(r, &dopts.ordinal);
         if (s == FSC_OK) s = fsc_device_create(devname, &dopts, &rc->r.dev);
         if (s == FSC_OK) fsc_device_set_copy_cost(rc->r.dev, opts->sim_copy_gbps);
-        if (s == FSC_OK) rc->r.dev->copy_rank_clock = virt; /* its copies timed on the rank's clock only */
+        if (s == FSC_OK) fsc_device_set_copy_rank_clock(rc->r.dev, virt); /* copies timed on the rank's clock only */
         if (s != FSC_OK) {
             s = fsc_error_prefix(s, "rank %d: could not create its '%s' device", r, devname);
             break;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/cluster.h"
-#include "core/device_impl.h" /* fsc_gpu_present */
+#include "core/kernels.h" /* fsc_gpu_present */
 #include "core/launch_impl.h"
 
 fsc_status fsc_cluster_run_from_env_opts(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *arg) {

@@ -30,7 +30,7 @@
 #include <stdatomic.h>
 #include <time.h>
 #include "core/comm_impl.h"
-#include "core/device_impl.h" /* the counting device's threshold */
+#include "core/kernels.h" /* the counting device's threshold */
 #include "fsc/device.h"
 
 #define SIM_MSG_CAP 400             /* bytes of a stored failure message */

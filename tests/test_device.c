@@ -8,7 +8,8 @@
  * simulated link runs a copy while the caller continues and queues copies one behind the other (wall clock from
  * below and start latency from above, with a modelled time far above any scheduling delay).
  * The counting device (backends/count): large allocations fake and counted, small ones real and zeroed, copies
- * touching real memory only, the kernels answering on the host answering zeros, its host device counting too. */
+ * touching real memory only, the kernels answering on the host answering zeros, its host device counting too.
+ * The typed kernel calls (core/kernels.h): the table's own bits, and FSC_ERR_UNSUPPORTED for a NULL entry. */
 #include <stdlib.h>
 #include <time.h>
 #include "testutil.h"
@@ -456,6 +457,54 @@ static void test_async_copy_errors(void **state) {
     fsc_device_free(d);
 }
 
+/* The typed kernel calls the layers above the core use (core/kernels.h): each gives the same bits as the table's
+ * own entry called with the device's context (FSC_K), an entry the backend left NULL is FSC_ERR_UNSUPPORTED naming
+ * the device and the kernel (no call through NULL), and a host device's collectives go through its accelerator. */
+static void test_typed_kernels(void **state) {
+    (void)state;
+    fsc_device *d = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &d));
+    enum { M = 5, N = 7, K = 3, n = M * N };
+    float a[M * K], b[K * N], x[n], c1[n], c2[n], g1[n], g2[n];
+    for (int i = 0; i < M * K; i++) a[i] = 0.37f * (float)(i % 11) - 1.1f;
+    for (int i = 0; i < K * N; i++) b[i] = 0.21f * (float)(i % 7) - 0.6f;
+    for (int i = 0; i < n; i++) x[i] = 0.13f * (float)i - 2.0f, c1[i] = c2[i] = 0.5f;
+    assert_ok(fsc_k_gemm(d, 0, 0, M, N, K, 1.5f, a, K, 0, b, N, 0, 0.25f, c1, N, 0, 1));
+    assert_ok(FSC_K(d, gemm, 0, 0, M, N, K, 1.5f, a, K, 0, b, N, 0, 0.25f, c2, N, 0, 1));
+    assert_memory_equal(c1, c2, sizeof c1);
+    assert_ok(fsc_k_axpy(d, c1, -0.75f, x, n));
+    assert_ok(FSC_K(d, axpy, c2, -0.75f, x, n));
+    assert_memory_equal(c1, c2, sizeof c1);
+    assert_ok(fsc_k_gelu_forward(d, g1, c1, n));
+    assert_ok(FSC_K(d, gelu_forward, g2, c2, n));
+    assert_memory_equal(g1, g2, sizeof g1);
+    double s1 = 0, s2 = 1;
+    assert_ok(fsc_k_sum(d, &s1, g1, n));
+    assert_ok(FSC_K(d, sum, &s2, g2, n));
+    assert_memory_equal(&s1, &s2, sizeof s1);
+    /* a backend without the entry: an error naming it, not a crash */
+    fsc_device_ops holed = *d->ops;
+    holed.gelu_forward = NULL;
+    holed.adamw = NULL;
+    const fsc_device_ops *own = d->ops;
+    d->ops = &holed;
+    assert_err(fsc_k_gelu_forward(d, g1, c1, n), FSC_ERR_UNSUPPORTED, "device cpu has no kernel gelu_forward");
+    assert_err(fsc_k_adamw(d, c1, x, g1, g2, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 1.0f), FSC_ERR_UNSUPPORTED,
+               "device cpu has no kernel adamw");
+    assert_memory_equal(g1, g2, sizeof g1); /* nothing written */
+    d->ops = own;
+    /* collectives of a host device go through its accelerator's memory; another device's through its own */
+    fsc_device *h = NULL, *lone = NULL;
+    assert_ok(fsc_device_create_host(d, &h));
+    assert_ok(fsc_device_create_host(NULL, &lone));
+    assert_ptr_equal(fsc_device_for_comm(h), d);
+    assert_ptr_equal(fsc_device_for_comm(d), d);
+    assert_ptr_equal(fsc_device_for_comm(lone), lone);
+    fsc_device_free(lone);
+    fsc_device_free(h);
+    fsc_device_free(d);
+}
+
 static double mono_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -598,6 +647,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_async_copies),
         cmocka_unit_test(test_async_copy_time),
         cmocka_unit_test(test_async_copy_errors),
+        cmocka_unit_test(test_typed_kernels),
         cmocka_unit_test(test_count_device),
         cmocka_unit_test(test_count_cluster),
     };

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 #include <math.h>
 #include "fsc/fsc.h"
-#include "core/device_impl.h" /* FSC_K, fsc_count_work */
+#include "core/kernels.h" /* fsc_k_*, fsc_count_work */
 #include "plan/plan_impl.h"     /* plan_memory_roles */
 
 /* A small GPT every layout below divides: 2 layers (pp 2 puts one on each stage), 4 heads (tp 2); its
@@ -103,8 +103,8 @@ static void test_plan_kernel_work(void **st) {
     void *big = NULL;
     assert_int_equal(fsc_device_alloc(d, FSC_TAG_ACTS, (size_t)1 << 20, &big), FSC_OK);
     float *x = big;
-    assert_int_equal(FSC_K(d, gemm, 0, 0, 64, 32, 16, 1.0f, x, 16, 0, x, 32, 0, 0.0f, x, 32, 0, 1), FSC_OK);
-    assert_int_equal(FSC_K(d, gelu_forward, x, x, 1000), FSC_OK);
+    assert_int_equal(fsc_k_gemm(d, 0, 0, 64, 32, 16, 1.0f, x, 16, 0, x, 32, 0, 0.0f, x, 32, 0, 1), FSC_OK);
+    assert_int_equal(fsc_k_gelu_forward(d, x, x, 1000), FSC_OK);
     assert_int_equal(fsc_device_copy(d, x, x + 1000, 1000), FSC_OK);
     double f[FSC_PLAN_BINS], b[FSC_PLAN_BINS];
     fsc_count_work(d, f, b);

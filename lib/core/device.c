@@ -264,6 +264,8 @@ const char *fsc_device_name(const fsc_device *dev) { return dev ? dev->ops->name
 
 int fsc_device_is_count(const fsc_device *dev) { return dev && dev->is_count; }
 
+fsc_device *fsc_device_for_comm(fsc_device *dev) { return dev && dev->comm_dev ? dev->comm_dev : dev; }
+
 int fsc_device_discards(const fsc_device *dev, const void *p) { return fsc_device_is_count(dev) && fsc_count_is_fake(p); }
 
 fsc_status fsc_device_alloc(fsc_device *dev, fsc_tag tag, size_t bytes, void **out) {
@@ -373,6 +375,12 @@ void fsc_device_reset_copied(fsc_device *dev) {
 
 void fsc_device_set_copy_cost(fsc_device *dev, double gbps) {
     if (dev) dev->copy_s_per_byte = gbps > 0 ? 1.0 / (gbps * 1e9) : 0.0;
+}
+
+int fsc_device_has_copy_cost(const fsc_device *dev) { return dev && dev->copy_s_per_byte > 0; }
+
+void fsc_device_set_copy_rank_clock(fsc_device *dev, int on) {
+    if (dev) dev->copy_rank_clock = on != 0;
 }
 
 /* A synchronous copy made: into the ledger, and with a copy cost, the modelled link time slept at once. */

@@ -260,8 +260,8 @@ static fsc_status th_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     }
     FSC_TRY(tp_gather_in(&y->g, r.xf, x, Nl, C, &xf));
     /* logits (N, Vr), row stride Vl + 1 = xf (N, C) @ W_slice[:Vr]^T: the slice's real rows only */
-    FSC_TRY(FSC_K(c->dev, gemm, 0, 1, (int)N, Vr, C, 1.0f, xf, C, 0, p[l->n_params - 1], C, 0, 0.0f, r.logits, ld, 0,
-                  1));
+    FSC_TRY(fsc_k_gemm(c->dev, 0, 1, (int)N, Vr, C, 1.0f, xf, C, 0, p[l->n_params - 1], C, 0, 0.0f, r.logits, ld, 0,
+                       1));
     int32_t *host = malloc(N * sizeof(int32_t) + 1);
     if (!host) return fsc_error(FSC_ERR_NOMEM, "lm head layer: out of host memory for %zu targets", N);
     fsc_status s = fsc_device_download(c->dev, host, c->target, N * sizeof(int32_t));
@@ -303,10 +303,10 @@ static fsc_status th_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
                                   (size_t)(Vl - Vr) * (size_t)C * sizeof(float)));
     /* dxf (N, C) = dlogits (N, Vr) @ W_slice[:Vr] (Vr, C): this slice's part; dW[:Vr] += dlogits^T @ xf */
     if (dinp || (norm && !weight_part)) /* needed for dinp, or for the norm's gradients without the stash */
-        FSC_TRY(FSC_K(c->dev, gemm, 0, 0, (int)N, C, Vr, 1.0f, k.dlogits, ld, 0, c->param[w], C, 0, 0.0f, k.dxf, C, 0,
-                      1));
+        FSC_TRY(fsc_k_gemm(c->dev, 0, 0, (int)N, C, Vr, 1.0f, k.dlogits, ld, 0, c->param[w], C, 0, 0.0f, k.dxf, C, 0,
+                           1));
     if (c->grad[w])
-        FSC_TRY(FSC_K(c->dev, gemm, 1, 0, Vr, C, (int)N, 1.0f, k.dlogits, ld, 0, xf, C, 0, 1.0f, c->grad[w], C, 0, 1));
+        FSC_TRY(fsc_k_gemm(c->dev, 1, 0, Vr, C, (int)N, 1.0f, k.dlogits, ld, 0, xf, C, 0, 1.0f, c->grad[w], C, 0, 1));
     if (!norm) /* the input gradient: the slices' parts summed (f's backward) */
         return dinp ? tp_reduce_grad(&y->g, c->dev, dinp, k.dxf, N, C) : FSC_OK;
     float *dred = c->stash && (input_part || weight_part) ? c->stash : k.dred;

@@ -7,7 +7,7 @@
 #define FSC_TP_LAYERS_IMPL_H
 #include "layers_impl.h"
 #include "fsc/tp.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 /* A layer's tensor group: size ranks, this one rank; sp: the stream is this rank's rows. */
 typedef struct {
@@ -86,7 +86,7 @@ static inline fsc_status tp_reduce_out(const tp_group *g, fsc_device *dev, float
     const size_t Nl = tp_rows(g, N);
     if (g->sp) FSC_TRY(fsc_tp_sp_reduce_scatter(g->tp, out, s, Nl * (size_t)C));
     else FSC_TRY(fsc_tp_g_forward(dev, g->tp, out, s, N * (size_t)C));
-    if (bias && Nl > 0) FSC_TRY(FSC_K(dev, bias_add, out, bias, Nl, C));
+    if (bias && Nl > 0) FSC_TRY(fsc_k_bias_add(dev, out, bias, Nl, C));
     return FSC_OK;
 }
 

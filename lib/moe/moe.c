@@ -27,7 +27,7 @@
 #include "moe_split.h"
 #include "fsc/nn.h"
 #include "fsc/rng.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 struct fsc_moe {
     fsc_moe_config cfg;
@@ -262,7 +262,7 @@ static fsc_status to_experts(fsc_moe *m, const fsc_moe_rec *r, float *dst, const
     if (m->G == 1) return fsc_device_copy(m->dev, dst, src, n * sizeof(float));
     size_t block = n / (size_t)m->G, X = block / (size_t)m->El;
     FSC_TRY(fsc_comm_all_to_all(m->ep, src, tmp, block, FSC_F32));
-    return FSC_K(m->dev, heads_merge, dst, tmp, 1, m->El, m->G, (int)X);
+    return fsc_k_heads_merge(m->dev, dst, tmp, 1, m->El, m->G, (int)X);
 }
 
 /* expert side -> source side (the inverse) */
@@ -270,7 +270,7 @@ static fsc_status to_sources(fsc_moe *m, const fsc_moe_rec *r, float *dst, const
     size_t n = r->slots * (size_t)m->C;
     if (m->G == 1) return fsc_device_copy(m->dev, dst, src, n * sizeof(float));
     size_t block = n / (size_t)m->G, X = block / (size_t)m->El;
-    FSC_TRY(FSC_K(m->dev, heads_split, tmp, src, 1, m->El, m->G, (int)X));
+    FSC_TRY(fsc_k_heads_split(m->dev, tmp, src, 1, m->El, m->G, (int)X));
     return fsc_comm_all_to_all(m->ep, tmp, dst, block, FSC_F32);
 }
 
@@ -279,7 +279,7 @@ static fsc_status gather_rows(fsc_moe *m, const fsc_moe_rec *r, float *dst, cons
     size_t SC = (size_t)r->S * m->C;
     FSC_TRY(fsc_device_copy(m->dev, table, src, SC * sizeof(float)));
     FSC_TRY(fsc_device_memset(m->dev, table + SC, 0, (size_t)m->C * sizeof(float)));
-    return FSC_K(m->dev, encoder_forward, dst, r->idx, table, r->zrow, (int)r->slots, 1, m->C);
+    return fsc_k_encoder_forward(m->dev, dst, r->idx, table, r->zrow, (int)r->slots, 1, m->C);
 }
 
 /* dst (S, C) = (add ? dst : 0) + rows of src (slots, C) at their tokens, in slot order.
@@ -289,20 +289,20 @@ static fsc_status scatter_rows(fsc_moe *m, const fsc_moe_rec *r, float *dst, con
     size_t SC = (size_t)r->S * m->C, zero_from = add ? SC : 0;
     if (add) FSC_TRY(fsc_device_copy(m->dev, table, dst, SC * sizeof(float)));
     FSC_TRY(fsc_device_memset(m->dev, table + zero_from, 0, (SC + m->C - zero_from) * sizeof(float)));
-    FSC_TRY(FSC_K(m->dev, encoder_backward, table, r->pe, src, r->idx, (int)r->slots, 1, m->C));
+    FSC_TRY(fsc_k_encoder_backward(m->dev, table, r->pe, src, r->idx, (int)r->slots, 1, m->C));
     return fsc_device_copy(m->dev, dst, table, SC * sizeof(float));
 }
 
 /* dst[s, :] = w[s] * src[s, :] for every slot: a batch of (1 x 1) @ (1 x C) products */
 static fsc_status scale_rows(fsc_moe *m, const fsc_moe_rec *r, float *dst, const float *src, const float *w) {
     int C = m->C;
-    return FSC_K(m->dev, gemm, 0, 0, 1, C, 1, 1.0f, w, 1, 1, src, C, C, 0.0f, dst, C, C, (int)r->slots);
+    return fsc_k_gemm(m->dev, 0, 0, 1, C, 1, 1.0f, w, 1, 1, src, C, C, 0.0f, dst, C, C, (int)r->slots);
 }
 
 /* out[s] = a[s, :] . b[s, :] for every slot: a batch of (1 x C) @ (C x 1) products */
 static fsc_status dot_rows(fsc_moe *m, const fsc_moe_rec *r, float *out, const float *a, const float *b) {
     int C = m->C;
-    return FSC_K(m->dev, gemm, 0, 0, 1, 1, C, 1.0f, a, C, C, b, 1, C, 0.0f, out, 1, 1, (int)r->slots);
+    return fsc_k_gemm(m->dev, 0, 0, 1, 1, C, 1.0f, a, C, C, b, 1, C, 0.0f, out, 1, 1, (int)r->slots);
 }
 
 static fsc_status check_table(const fsc_moe *m, const float *const *p, const char *what) {
@@ -375,11 +375,11 @@ static fsc_status experts_backward(fsc_moe *m, fsc_moe_rec *r, float *dxe, float
                                     &fc, dh, p[tab_index(m, j, 0)], 0.0f, 0.0f));
         if (!g) continue;
         if (!ts->fn) {
-            for (int t = 0; t < 4; t++) FSC_TRY(FSC_K(m->dev, axpy, g[tab_index(m, j, t)], 1.0f, sub[t], len[t]));
+            for (int t = 0; t < 4; t++) FSC_TRY(fsc_k_axpy(m->dev, g[tab_index(m, j, t)], 1.0f, sub[t], len[t]));
             continue;
         }
         if (gi == 0) FSC_TRY(fsc_device_memset(m->dev, src, 0, m->per_expert * sizeof(float)));
-        FSC_TRY(FSC_K(m->dev, axpy, src, 1.0f, sg, m->per_expert));
+        FSC_TRY(fsc_k_axpy(m->dev, src, 1.0f, sg, m->per_expert));
         if (gi == groups - 1) FSC_TRY(hand_terms(m, ts, g, j, src));
     }
     return FSC_OK;
@@ -451,7 +451,7 @@ static fsc_status gate_weight(fsc_moe *m, const fsc_moe_rec *r, float *gate_grad
     for (int g = 0; g < r->groups; g++) {
         fsc_linear_rec lr = { r->inp + (size_t)g * Sg * C, (size_t)Sg, m->C, m->E, 0 };
         FSC_TRY(fsc_linear_backward(m->dev, NULL, dwg, NULL, &lr, dl + (size_t)g * Sg * E, p0, 0.0f, 0.0f));
-        FSC_TRY(FSC_K(m->dev, axpy, gate_grad, 1.0f, dwg, C * E));
+        FSC_TRY(fsc_k_axpy(m->dev, gate_grad, 1.0f, dwg, C * E));
     }
     return FSC_OK;
 }

@@ -18,7 +18,7 @@
 #include <math.h>
 #include <limits.h>
 #include "fsc/nn.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 enum { ROWS = 32 }; /* queries per row block */
 
@@ -63,8 +63,8 @@ static fsc_status scores(fsc_device *dev, const dims *d, float *S, const float *
                          const float *Y, int ldy, int64_t sy) {
     for (int i0 = 0; i0 < d->T; i0 += ROWS) {
         int i1 = i0 + ROWS < d->T ? i0 + ROWS : d->T;
-        FSC_TRY(FSC_K(dev, gemm, 0, 1, i1 - i0, i1, d->HS, 1.0f, X + (size_t)i0 * ldx, ldx, sx, Y, ldy, sy, 0.0f,
-                      S + (size_t)i0 * d->T, d->T, d->stt, d->B));
+        FSC_TRY(fsc_k_gemm(dev, 0, 1, i1 - i0, i1, d->HS, 1.0f, X + (size_t)i0 * ldx, ldx, sx, Y, ldy, sy, 0.0f,
+                           S + (size_t)i0 * d->T, d->T, d->stt, d->B));
     }
     return FSC_OK;
 }
@@ -74,8 +74,8 @@ static fsc_status lower_times(fsc_device *dev, const dims *d, float *O, int ldo,
                               const float *Y, int ldy, int64_t sy) {
     for (int i0 = 0; i0 < d->T; i0 += ROWS) {
         int i1 = i0 + ROWS < d->T ? i0 + ROWS : d->T;
-        FSC_TRY(FSC_K(dev, gemm, 0, 0, i1 - i0, d->HS, i1, 1.0f, P + (size_t)i0 * d->T, d->T, d->stt, Y, ldy, sy,
-                      0.0f, O + (size_t)i0 * ldo, ldo, so, d->B));
+        FSC_TRY(fsc_k_gemm(dev, 0, 0, i1 - i0, d->HS, i1, 1.0f, P + (size_t)i0 * d->T, d->T, d->stt, Y, ldy, sy,
+                           0.0f, O + (size_t)i0 * ldo, ldo, so, d->B));
     }
     return FSC_OK;
 }
@@ -85,8 +85,8 @@ static fsc_status lower_t_times(fsc_device *dev, const dims *d, float *O, int ld
                                 const float *Y, int ldy, int64_t sy, float beta) {
     for (int j0 = 0; j0 < d->T; j0 += ROWS) {
         int j1 = j0 + ROWS < d->T ? j0 + ROWS : d->T;
-        FSC_TRY(FSC_K(dev, gemm, 1, 0, j1 - j0, d->HS, d->T - j0, 1.0f, P + (size_t)j0 * d->T + j0, d->T, d->stt,
-                      Y + (size_t)j0 * ldy, ldy, sy, beta, O + (size_t)j0 * ldo, ldo, so, d->B));
+        FSC_TRY(fsc_k_gemm(dev, 1, 0, j1 - j0, d->HS, d->T - j0, 1.0f, P + (size_t)j0 * d->T + j0, d->T, d->stt,
+                           Y + (size_t)j0 * ldy, ldy, sy, beta, O + (size_t)j0 * ldo, ldo, so, d->B));
     }
     return FSC_OK;
 }
@@ -120,7 +120,7 @@ fsc_status fsc_attn_core_forward(fsc_device *dev, const fsc_attn_core_dims *c, f
     float *pre = work; /* (B, NH, T, T), rows filled up to their block's last column */
     if (fsc_count_bulk(dev)) { /* the counting device: every head's products of the sweep at once */
         fsc_count_gemm_rows(dev, FSC_COUNT_SCORES, c->T, ROWS, c->HS, 0.0f, c->B, (uint64_t)c->NH);
-        FSC_TRY(FSC_K(dev, softmax_causal_forward, att, pre, c->B * c->NH, c->T, scale));
+        FSC_TRY(fsc_k_softmax_causal_forward(dev, att, pre, c->B * c->NH, c->T, scale));
         fsc_count_gemm_rows(dev, FSC_COUNT_LOWER, c->T, ROWS, c->HS, 0.0f, c->B, (uint64_t)c->NH);
         return FSC_OK;
     }
@@ -128,7 +128,7 @@ fsc_status fsc_attn_core_forward(fsc_device *dev, const fsc_attn_core_dims *c, f
         size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS;
         FSC_TRY(scores(dev, &d, pre + (size_t)h * T * T, q + hq, ldq, T * ldq, k + hk, ldk, T * ldk));
     }
-    FSC_TRY(FSC_K(dev, softmax_causal_forward, att, pre, c->B * c->NH, c->T, scale));
+    FSC_TRY(fsc_k_softmax_causal_forward(dev, att, pre, c->B * c->NH, c->T, scale));
     for (int h = 0; h < c->NH; h++) { /* out[:, h*HS : (h+1)*HS] = att v */
         size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS;
         FSC_TRY(lower_times(dev, &d, out + hq, ldo, T * ldo, att + (size_t)h * T * T, v + hk, ldv, T * ldv));
@@ -161,7 +161,7 @@ fsc_status fsc_attn_core_backward(fsc_device *dev, const fsc_attn_core_dims *c, 
         fsc_count_gemm_rows(dev, FSC_COUNT_SCORES, c->T, ROWS, c->HS, 0.0f, c->B, NH);
         fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 0.0f, c->B, KVH);
         fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 1.0f, c->B, NH - KVH);
-        FSC_TRY(FSC_K(dev, softmax_causal_backward, dpre, datt, att, c->B * c->NH, c->T, scale));
+        FSC_TRY(fsc_k_softmax_causal_backward(dev, dpre, datt, att, c->B * c->NH, c->T, scale));
         fsc_count_gemm_rows(dev, FSC_COUNT_LOWER, c->T, ROWS, c->HS, 0.0f, c->B, NH);
         fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 0.0f, c->B, KVH);
         fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 1.0f, c->B, NH - KVH);
@@ -174,7 +174,7 @@ fsc_status fsc_attn_core_backward(fsc_device *dev, const fsc_attn_core_dims *c, 
         FSC_TRY(scores(dev, &d, datt + htt, dout + hq, ldo, T * ldo, v + hk, ldv, T * ldv));
         FSC_TRY(lower_t_times(dev, &d, dv + hk, ldv, T * ldv, att + htt, dout + hq, ldo, T * ldo, beta));
     }
-    FSC_TRY(FSC_K(dev, softmax_causal_backward, dpre, datt, att, c->B * c->NH, c->T, scale));
+    FSC_TRY(fsc_k_softmax_causal_backward(dev, dpre, datt, att, c->B * c->NH, c->T, scale));
     for (int h = 0; h < c->NH; h++) {
         size_t hq = (size_t)h * c->HS, hk = (size_t)(h / rep) * c->HS, htt = (size_t)h * T * T;
         float beta = h % rep ? 1.0f : 0.0f;

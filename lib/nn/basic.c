@@ -2,7 +2,7 @@
  * Each is a thin forward/backward pair over the device kernels that fills or reads its record.
  * Not here: linear (linear.c), attention (attention.c), the transformer block (block.c). */
 #include "fsc/nn.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 fsc_status fsc_embedding_forward(fsc_device *dev, float *out, fsc_embedding_rec *rec, const int32_t *tok,
                                  const float *wte, const float *wpe, int B, int T, int C) {
@@ -15,7 +15,7 @@ fsc_status fsc_embedding_forward(fsc_device *dev, float *out, fsc_embedding_rec 
         return fsc_error(FSC_ERR_INVALID, "embedding: bad dimensions B=%d T=%d C=%d", B, T, C);
     if (rec) *rec = (fsc_embedding_rec){ .tok = tok, .B = B, .T = T, .C = C };
     if (B == 0 || T == 0) return FSC_OK;
-    return FSC_K(dev, encoder_forward, out, tok, wte, wpe, B, T, C);
+    return fsc_k_encoder_forward(dev, out, tok, wte, wpe, B, T, C);
 }
 
 fsc_status fsc_embedding_backward(fsc_device *dev, float *dwte, float *dwpe, const fsc_embedding_rec *rec,
@@ -26,7 +26,7 @@ fsc_status fsc_embedding_backward(fsc_device *dev, float *dwte, float *dwpe, con
     FSC_CHECK_ARG(rec);
     FSC_CHECK_ARG(dout);
     if (rec->B == 0 || rec->T == 0) return FSC_OK;
-    return FSC_K(dev, encoder_backward, dwte, dwpe, dout, rec->tok, rec->B, rec->T, rec->C);
+    return fsc_k_encoder_backward(dev, dwte, dwpe, dout, rec->tok, rec->B, rec->T, rec->C);
 }
 
 fsc_status fsc_layernorm_forward(fsc_device *dev, float *out, fsc_layernorm_rec *rec, float *mean, float *rstd,
@@ -41,7 +41,7 @@ fsc_status fsc_layernorm_forward(fsc_device *dev, float *out, fsc_layernorm_rec 
     if (C <= 0) return fsc_error(FSC_ERR_INVALID, "layer norm: width C=%d must be positive", C);
     if (rec) *rec = (fsc_layernorm_rec){ .inp = inp, .mean = mean, .rstd = rstd, .N = N, .C = C };
     if (N == 0) return FSC_OK;
-    return FSC_K(dev, layernorm_forward, out, mean, rstd, inp, w, b, N, C);
+    return fsc_k_layernorm_forward(dev, out, mean, rstd, inp, w, b, N, C);
 }
 
 fsc_status fsc_layernorm_backward(fsc_device *dev, float *dinp, float *dw, float *db,
@@ -54,7 +54,7 @@ fsc_status fsc_layernorm_backward(fsc_device *dev, float *dinp, float *dw, float
     FSC_CHECK_ARG(dout);
     FSC_CHECK_ARG(w);
     if (rec->N == 0) return FSC_OK;
-    return FSC_K(dev, layernorm_backward, dinp, dw, db, dout, rec->inp, w, rec->mean, rec->rstd, rec->N, rec->C);
+    return fsc_k_layernorm_backward(dev, dinp, dw, db, dout, rec->inp, w, rec->mean, rec->rstd, rec->N, rec->C);
 }
 
 fsc_status fsc_gelu_forward(fsc_device *dev, float *out, fsc_gelu_rec *rec, const float *inp, size_t n) {
@@ -63,7 +63,7 @@ fsc_status fsc_gelu_forward(fsc_device *dev, float *out, fsc_gelu_rec *rec, cons
     FSC_CHECK_BUF(out, n);
     FSC_CHECK_BUF(inp, n);
     if (n == 0) return FSC_OK;
-    return FSC_K(dev, gelu_forward, out, inp, n);
+    return fsc_k_gelu_forward(dev, out, inp, n);
 }
 
 fsc_status fsc_gelu_backward(fsc_device *dev, float *dinp, const fsc_gelu_rec *rec, const float *dout) {
@@ -72,7 +72,7 @@ fsc_status fsc_gelu_backward(fsc_device *dev, float *dinp, const fsc_gelu_rec *r
     FSC_CHECK_ARG(rec);
     FSC_CHECK_ARG(dout);
     if (rec->n == 0) return FSC_OK;
-    return FSC_K(dev, gelu_backward, dinp, rec->inp, dout, rec->n);
+    return fsc_k_gelu_backward(dev, dinp, rec->inp, dout, rec->n);
 }
 
 fsc_status fsc_xent_forward(fsc_device *dev, float *losses, fsc_xent_rec *rec, const float *logits,
@@ -85,7 +85,7 @@ fsc_status fsc_xent_forward(fsc_device *dev, float *losses, fsc_xent_rec *rec, c
     FSC_CHECK_ARG(targets);
     if (rec) *rec = (fsc_xent_rec){ .logits = logits, .targets = targets, .N = N, .V = V, .ld = ld };
     if (N == 0) return FSC_OK;
-    return FSC_K(dev, xent_forward, losses, logits, targets, N, V, ld);
+    return fsc_k_xent_forward(dev, losses, logits, targets, N, V, ld);
 }
 
 fsc_status fsc_xent_backward(fsc_device *dev, float *dlogits, const fsc_xent_rec *rec, float dscale) {
@@ -93,5 +93,5 @@ fsc_status fsc_xent_backward(fsc_device *dev, float *dlogits, const fsc_xent_rec
     FSC_CHECK_ARG(dlogits);
     FSC_CHECK_ARG(rec);
     if (rec->N == 0) return FSC_OK;
-    return FSC_K(dev, xent_backward, dlogits, rec->logits, rec->targets, rec->N, rec->V, rec->ld, dscale);
+    return fsc_k_xent_backward(dev, dlogits, rec->logits, rec->targets, rec->N, rec->V, rec->ld, dscale);
 }

@@ -2,7 +2,7 @@
  * Not here: parameter storage (the caller passes weights at the moment of use). */
 #include <limits.h>
 #include "fsc/nn.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 static fsc_status check_dims(size_t N, int C, int OC, const char *what) {
     if (C <= 0 || OC <= 0 || N > (size_t)INT_MAX)
@@ -37,8 +37,8 @@ fsc_status fsc_linear_forward(fsc_device *dev, float *out, fsc_linear_rec *rec, 
      * starts as b and the gemm adds the product (beta 1): one pass over out instead of a zeroing pass, the
      * product and a bias pass. */
     if (b) FSC_TRY(fill_rows(dev, out, b, N, OC));
-    return FSC_K(dev, gemm, 0, w_out_in ? 1 : 0, (int)N, OC, C, 1.0f, inp, C, 0, w, w_out_in ? C : OC, 0,
-                 b ? 1.0f : 0.0f, out, OC, 0, 1);
+    return fsc_k_gemm(dev, 0, w_out_in ? 1 : 0, (int)N, OC, C, 1.0f, inp, C, 0, w, w_out_in ? C : OC, 0,
+                      b ? 1.0f : 0.0f, out, OC, 0, 1);
 }
 
 fsc_status fsc_linear_backward(fsc_device *dev, float *dinp, float *dw, float *db, const fsc_linear_rec *rec,
@@ -53,16 +53,16 @@ fsc_status fsc_linear_backward(fsc_device *dev, float *dinp, float *dw, float *d
     if (N == 0) return FSC_OK;
     if (dinp) {
         /* dinp (N, C) = dout (N, OC) @ w^T: w (C, OC) -> transb; w (OC, C) -> plain */
-        FSC_TRY(FSC_K(dev, gemm, 0, rec->w_out_in ? 0 : 1, (int)N, C, OC, 1.0f, dout, OC, 0, w,
-                      rec->w_out_in ? C : OC, 0, dinp_beta, dinp, C, 0, 1));
+        FSC_TRY(fsc_k_gemm(dev, 0, rec->w_out_in ? 0 : 1, (int)N, C, OC, 1.0f, dout, OC, 0, w,
+                           rec->w_out_in ? C : OC, 0, dinp_beta, dinp, C, 0, 1));
     }
     if (dw) {
         if (!rec->w_out_in) /* dw (C, OC) = inp^T (C, N) @ dout (N, OC) */
-            FSC_TRY(FSC_K(dev, gemm, 1, 0, C, OC, (int)N, 1.0f, rec->inp, C, 0, dout, OC, 0, dw_beta, dw, OC, 0, 1));
+            FSC_TRY(fsc_k_gemm(dev, 1, 0, C, OC, (int)N, 1.0f, rec->inp, C, 0, dout, OC, 0, dw_beta, dw, OC, 0, 1));
         else                /* dw (OC, C) = dout^T (OC, N) @ inp (N, C) */
-            FSC_TRY(FSC_K(dev, gemm, 1, 0, OC, C, (int)N, 1.0f, dout, OC, 0, rec->inp, C, 0, dw_beta, dw, C, 0, 1));
+            FSC_TRY(fsc_k_gemm(dev, 1, 0, OC, C, (int)N, 1.0f, dout, OC, 0, rec->inp, C, 0, dw_beta, dw, C, 0, 1));
     }
-    if (db) FSC_TRY(FSC_K(dev, bias_grad, db, dout, N, OC));
+    if (db) FSC_TRY(fsc_k_bias_grad(dev, db, dout, N, OC));
     return FSC_OK;
 }
 
@@ -71,13 +71,13 @@ fsc_status fsc_residual_forward(fsc_device *dev, float *out, const float *a, con
     FSC_CHECK_BUF(out, n);
     FSC_CHECK_BUF(a, n);
     FSC_CHECK_BUF(b, n);
-    return FSC_K(dev, add, out, a, b, n);
+    return fsc_k_add(dev, out, a, b, n);
 }
 
 fsc_status fsc_residual_backward(fsc_device *dev, float *da, float *db, const float *dout, size_t n) {
     FSC_CHECK_ARG(dev);
     FSC_CHECK_BUF(dout, n);
-    if (da) FSC_TRY(FSC_K(dev, axpy, da, 1.0f, dout, n));
-    if (db) FSC_TRY(FSC_K(dev, axpy, db, 1.0f, dout, n));
+    if (da) FSC_TRY(fsc_k_axpy(dev, da, 1.0f, dout, n));
+    if (db) FSC_TRY(fsc_k_axpy(dev, db, 1.0f, dout, n));
     return FSC_OK;
 }

@@ -4,7 +4,7 @@
  * Not here: GPT-2's GELU MLP (block.c), the kernels (fsc/plugin/device_ops.h). */
 #include <limits.h>
 #include "fsc/nn.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -40,7 +40,7 @@ fsc_status fsc_swiglu_mlp_forward(fsc_device *dev, float *out, fsc_swiglu_mlp_re
     if (N == 0) return FSC_OK;
     FSC_TRY(fsc_linear_forward(dev, rec->gate, NULL, inp, w_gate, NULL, N, C, F, 1)); /* (N, F) */
     FSC_TRY(fsc_linear_forward(dev, rec->up, NULL, inp, w_up, NULL, N, C, F, 1));     /* (N, F) */
-    FSC_TRY(FSC_K(dev, swiglu_forward, rec->act, rec->gate, rec->up, N * (size_t)F));
+    FSC_TRY(fsc_k_swiglu_forward(dev, rec->act, rec->gate, rec->up, N * (size_t)F));
     if (!out) return FSC_OK;
     return fsc_linear_forward(dev, out, NULL, rec->act, w_down, NULL, N, F, C, 1);
 }
@@ -73,7 +73,7 @@ fsc_status fsc_swiglu_mlp_backward_parts(fsc_device *dev, float *dinp, float *dw
     float *dup = work + r64(N * (size_t)F); /* (N, F) */
     fsc_linear_rec down = { .inp = rec->act, .N = N, .C = F, .OC = C, .w_out_in = 1 };
     FSC_TRY(fsc_linear_backward(dev, dact, dw_down, NULL, &down, dout, w_down, 0.0f, 1.0f));
-    FSC_TRY(FSC_K(dev, swiglu_backward, dact, dup, rec->gate, rec->up, dact, N * (size_t)F));
+    FSC_TRY(fsc_k_swiglu_backward(dev, dact, dup, rec->gate, rec->up, dact, N * (size_t)F));
     fsc_linear_rec proj = { .inp = rec->inp, .N = N, .C = C, .OC = F, .w_out_in = 1 };
     FSC_TRY(fsc_linear_backward(dev, dinp, dw_gate, NULL, &proj, dact, w_gate, 0.0f, 1.0f));
     return fsc_linear_backward(dev, dinp, dw_up, NULL, &proj, dup, w_up, 1.0f, 1.0f);

@@ -3,7 +3,7 @@
  * pair over the device kernels (fsc/plugin/device_ops.h) that fills or reads its record.
  * Not here: the SwiGLU MLP with its projections (mlp.c), grouped-query attention (self_attention.c). */
 #include "fsc/nn.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 fsc_status fsc_rmsnorm_forward(fsc_device *dev, float *out, fsc_rmsnorm_rec *rec, float *rstd, const float *inp,
                                const float *w, size_t N, int C, float eps) {
@@ -16,7 +16,7 @@ fsc_status fsc_rmsnorm_forward(fsc_device *dev, float *out, fsc_rmsnorm_rec *rec
     if (!(eps >= 0.0f)) return fsc_error(FSC_ERR_INVALID, "RMS norm: eps %g must not be negative", (double)eps);
     if (rec) *rec = (fsc_rmsnorm_rec){ .inp = inp, .rstd = rstd, .N = N, .C = C };
     if (N == 0) return FSC_OK;
-    return FSC_K(dev, rmsnorm_forward, out, rstd, inp, w, N, C, eps);
+    return fsc_k_rmsnorm_forward(dev, out, rstd, inp, w, N, C, eps);
 }
 
 fsc_status fsc_rmsnorm_backward(fsc_device *dev, float *dinp, float *dw, const fsc_rmsnorm_rec *rec,
@@ -28,7 +28,7 @@ fsc_status fsc_rmsnorm_backward(fsc_device *dev, float *dinp, float *dw, const f
     FSC_CHECK_ARG(dout);
     FSC_CHECK_ARG(w);
     if (rec->N == 0) return FSC_OK;
-    return FSC_K(dev, rmsnorm_backward, dinp, dw, dout, rec->inp, w, rec->rstd, rec->N, rec->C);
+    return fsc_k_rmsnorm_backward(dev, dinp, dw, dout, rec->inp, w, rec->rstd, rec->N, rec->C);
 }
 
 fsc_status fsc_rope_forward(fsc_device *dev, float *out, const float *inp, int B, int T, int H, int D, int ld,
@@ -36,7 +36,7 @@ fsc_status fsc_rope_forward(fsc_device *dev, float *out, const float *inp, int B
     FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(out);
     FSC_CHECK_ARG(inp);
-    return FSC_K(dev, rope_forward, out, inp, B, T, H, D, ld, theta);
+    return fsc_k_rope_forward(dev, out, inp, B, T, H, D, ld, theta);
 }
 
 fsc_status fsc_rope_backward(fsc_device *dev, float *dinp, const float *dout, int B, int T, int H, int D, int ld,
@@ -44,7 +44,7 @@ fsc_status fsc_rope_backward(fsc_device *dev, float *dinp, const float *dout, in
     FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(dinp);
     FSC_CHECK_ARG(dout);
-    return FSC_K(dev, rope_backward, dinp, dout, B, T, H, D, ld, theta);
+    return fsc_k_rope_backward(dev, dinp, dout, B, T, H, D, ld, theta);
 }
 
 fsc_status fsc_silu_forward(fsc_device *dev, float *out, fsc_ew_rec *rec, const float *inp, size_t n) {
@@ -52,7 +52,7 @@ fsc_status fsc_silu_forward(fsc_device *dev, float *out, fsc_ew_rec *rec, const 
     FSC_CHECK_ARG(dev);
     FSC_CHECK_BUF(out, n);
     FSC_CHECK_BUF(inp, n);
-    return n ? FSC_K(dev, silu_forward, out, inp, n) : FSC_OK;
+    return n ? fsc_k_silu_forward(dev, out, inp, n) : FSC_OK;
 }
 
 fsc_status fsc_silu_backward(fsc_device *dev, float *dinp, const fsc_ew_rec *rec, const float *dout) {
@@ -60,7 +60,7 @@ fsc_status fsc_silu_backward(fsc_device *dev, float *dinp, const fsc_ew_rec *rec
     FSC_CHECK_ARG(dinp);
     FSC_CHECK_ARG(rec);
     FSC_CHECK_ARG(dout);
-    return rec->n ? FSC_K(dev, silu_backward, dinp, rec->a, dout, rec->n) : FSC_OK;
+    return rec->n ? fsc_k_silu_backward(dev, dinp, rec->a, dout, rec->n) : FSC_OK;
 }
 
 fsc_status fsc_swiglu_forward(fsc_device *dev, float *out, fsc_ew_rec *rec, const float *gate, const float *up,
@@ -70,7 +70,7 @@ fsc_status fsc_swiglu_forward(fsc_device *dev, float *out, fsc_ew_rec *rec, cons
     FSC_CHECK_BUF(out, n);
     FSC_CHECK_BUF(gate, n);
     FSC_CHECK_BUF(up, n);
-    return n ? FSC_K(dev, swiglu_forward, out, gate, up, n) : FSC_OK;
+    return n ? fsc_k_swiglu_forward(dev, out, gate, up, n) : FSC_OK;
 }
 
 fsc_status fsc_swiglu_backward(fsc_device *dev, float *dgate, float *dup, const fsc_ew_rec *rec, const float *dout) {
@@ -79,7 +79,7 @@ fsc_status fsc_swiglu_backward(fsc_device *dev, float *dgate, float *dup, const 
     FSC_CHECK_ARG(dup);
     FSC_CHECK_ARG(rec);
     FSC_CHECK_ARG(dout);
-    return rec->n ? FSC_K(dev, swiglu_backward, dgate, dup, rec->a, rec->b, dout, rec->n) : FSC_OK;
+    return rec->n ? fsc_k_swiglu_backward(dev, dgate, dup, rec->a, rec->b, dout, rec->n) : FSC_OK;
 }
 
 fsc_status fsc_mul_forward(fsc_device *dev, float *out, fsc_ew_rec *rec, const float *a, const float *b, size_t n) {
@@ -88,7 +88,7 @@ fsc_status fsc_mul_forward(fsc_device *dev, float *out, fsc_ew_rec *rec, const f
     FSC_CHECK_BUF(out, n);
     FSC_CHECK_BUF(a, n);
     FSC_CHECK_BUF(b, n);
-    return n ? FSC_K(dev, mul_forward, out, a, b, n) : FSC_OK;
+    return n ? fsc_k_mul_forward(dev, out, a, b, n) : FSC_OK;
 }
 
 fsc_status fsc_mul_backward(fsc_device *dev, float *da, float *db, const fsc_ew_rec *rec, const float *dout) {
@@ -96,7 +96,7 @@ fsc_status fsc_mul_backward(fsc_device *dev, float *da, float *db, const fsc_ew_
     FSC_CHECK_ARG(rec);
     FSC_CHECK_ARG(dout);
     if (rec->n == 0 || (!da && !db)) return FSC_OK;
-    return FSC_K(dev, mul_backward, da, db, rec->a, rec->b, dout, rec->n);
+    return fsc_k_mul_backward(dev, da, db, rec->a, rec->b, dout, rec->n);
 }
 
 fsc_status fsc_mse_forward(fsc_device *dev, float *losses, fsc_mse_rec *rec, const float *pred,
@@ -107,12 +107,12 @@ fsc_status fsc_mse_forward(fsc_device *dev, float *losses, fsc_mse_rec *rec, con
     FSC_CHECK_ARG(target);
     if (C <= 0) return fsc_error(FSC_ERR_INVALID, "squared error: width C=%d must be positive", C);
     if (rec) *rec = (fsc_mse_rec){ .pred = pred, .target = target, .N = N, .C = C };
-    return N ? FSC_K(dev, mse_forward, losses, pred, target, N, C) : FSC_OK;
+    return N ? fsc_k_mse_forward(dev, losses, pred, target, N, C) : FSC_OK;
 }
 
 fsc_status fsc_mse_backward(fsc_device *dev, float *dpred, const fsc_mse_rec *rec, float dscale) {
     FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(dpred);
     FSC_CHECK_ARG(rec);
-    return rec->N ? FSC_K(dev, mse_backward, dpred, rec->pred, rec->target, rec->N, rec->C, dscale) : FSC_OK;
+    return rec->N ? fsc_k_mse_backward(dev, dpred, rec->pred, rec->target, rec->N, rec->C, dscale) : FSC_OK;
 }

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include "fsc/ops.h"
 #include "fsc/device.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 /* (Every function first refuses a NULL argument, so that the message names it whatever the others hold.)
  * t is a float32 contiguous tensor on a device (the same as *dev when *dev is set; *dev := its device);
@@ -87,9 +87,9 @@ fsc_status fsc_op_matmul(fsc_tensor *c, const fsc_tensor *a, int transa, const f
         return fsc_error(FSC_ERR_INVALID, "fsc_op_matmul: a dimension above %d", INT_MAX);
     if (M == 0 || N == 0) return FSC_OK;
     if (K == 0) return beta == 0.0f ? fsc_device_memset(dev, c->data, 0, nc * sizeof(float))
-                                    : FSC_K(dev, scale, c->data, beta, nc);
-    return FSC_K(dev, gemm, transa ? 1 : 0, transb ? 1 : 0, (int)M, (int)N, (int)K, alpha, a->data,
-                 (int)a->shape[1], 0, b->data, (int)b->shape[1], 0, beta, c->data, (int)N, 0, 1);
+                                    : fsc_k_scale(dev, c->data, beta, nc);
+    return fsc_k_gemm(dev, transa ? 1 : 0, transb ? 1 : 0, (int)M, (int)N, (int)K, alpha, a->data,
+                      (int)a->shape[1], 0, b->data, (int)b->shape[1], 0, beta, c->data, (int)N, 0, 1);
 }
 
 fsc_status fsc_op_copy(fsc_tensor *dst, const fsc_tensor *src) {
@@ -130,28 +130,28 @@ fsc_status fsc_op_scale(fsc_tensor *x, float alpha) {
     fsc_device *dev = NULL;
     size_t n;
     CHECK(x, dev, n);
-    return n ? FSC_K(dev, scale, x->data, alpha, n) : FSC_OK;
+    return n ? fsc_k_scale(dev, x->data, alpha, n) : FSC_OK;
 }
 
 fsc_status fsc_op_axpy(fsc_tensor *y, float alpha, const fsc_tensor *x) {
     fsc_device *dev;
     size_t n;
     ELEMENTWISE2(y, x, dev, n);
-    return n ? FSC_K(dev, axpy, y->data, alpha, x->data, n) : FSC_OK;
+    return n ? fsc_k_axpy(dev, y->data, alpha, x->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_add(fsc_tensor *out, const fsc_tensor *a, const fsc_tensor *b) {
     fsc_device *dev;
     size_t n;
     ELEMENTWISE3(out, a, b, dev, n);
-    return n ? FSC_K(dev, add, out->data, a->data, b->data, n) : FSC_OK;
+    return n ? fsc_k_add(dev, out->data, a->data, b->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_mul(fsc_tensor *out, const fsc_tensor *a, const fsc_tensor *b) {
     fsc_device *dev;
     size_t n;
     ELEMENTWISE3(out, a, b, dev, n);
-    return n ? FSC_K(dev, mul_forward, out->data, a->data, b->data, n) : FSC_OK;
+    return n ? fsc_k_mul_forward(dev, out->data, a->data, b->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_mul_backward(fsc_tensor *da, fsc_tensor *db, const fsc_tensor *a, const fsc_tensor *b,
@@ -175,7 +175,7 @@ fsc_status fsc_op_mul_backward(fsc_tensor *da, fsc_tensor *db, const fsc_tensor 
         SAME(db, a);
     }
     if (n == 0 || (!da && !db)) return FSC_OK;
-    return FSC_K(dev, mul_backward, da ? da->data : NULL, db ? db->data : NULL, a->data, b->data, dout->data, n);
+    return fsc_k_mul_backward(dev, da ? da->data : NULL, db ? db->data : NULL, a->data, b->data, dout->data, n);
 }
 
 /* The checks of a row call fn(x (N, C), v (C)), C <= INT_MAX, in the order the arguments are given (x first when
@@ -205,7 +205,7 @@ fsc_status fsc_op_add_rows(fsc_tensor *x, const fsc_tensor *v) {
     size_t n, m;
     fsc_status s = rows_vec(__func__, x, v, 1, &dev, &n, &m);
     if (s != FSC_OK || n == 0) return s;
-    return FSC_K(dev, bias_add, x->data, v->data, (size_t)x->shape[0], (int)x->shape[1]);
+    return fsc_k_bias_add(dev, x->data, v->data, (size_t)x->shape[0], (int)x->shape[1]);
 }
 
 fsc_status fsc_op_sum_rows(fsc_tensor *v, const fsc_tensor *x) {
@@ -213,7 +213,7 @@ fsc_status fsc_op_sum_rows(fsc_tensor *v, const fsc_tensor *x) {
     size_t n, m;
     fsc_status s = rows_vec(__func__, x, v, 0, &dev, &n, &m);
     if (s != FSC_OK || n == 0) return s;
-    return FSC_K(dev, bias_grad, v->data, x->data, (size_t)x->shape[0], (int)x->shape[1]);
+    return fsc_k_bias_grad(dev, v->data, x->data, (size_t)x->shape[0], (int)x->shape[1]);
 }
 
 fsc_status fsc_op_repeat_rows(fsc_tensor *x, const fsc_tensor *v) {
@@ -229,28 +229,28 @@ fsc_status fsc_op_silu(fsc_tensor *out, const fsc_tensor *x) {
     fsc_device *dev;
     size_t n;
     ELEMENTWISE2(out, x, dev, n);
-    return n ? FSC_K(dev, silu_forward, out->data, x->data, n) : FSC_OK;
+    return n ? fsc_k_silu_forward(dev, out->data, x->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_silu_backward(fsc_tensor *dx, const fsc_tensor *x, const fsc_tensor *dout) {
     fsc_device *dev;
     size_t n;
     ELEMENTWISE3(dx, x, dout, dev, n);
-    return n ? FSC_K(dev, silu_backward, dx->data, x->data, dout->data, n) : FSC_OK;
+    return n ? fsc_k_silu_backward(dev, dx->data, x->data, dout->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_gelu(fsc_tensor *out, const fsc_tensor *x) {
     fsc_device *dev;
     size_t n;
     ELEMENTWISE2(out, x, dev, n);
-    return n ? FSC_K(dev, gelu_forward, out->data, x->data, n) : FSC_OK;
+    return n ? fsc_k_gelu_forward(dev, out->data, x->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_gelu_backward(fsc_tensor *dx, const fsc_tensor *x, const fsc_tensor *dout) {
     fsc_device *dev;
     size_t n;
     ELEMENTWISE3(dx, x, dout, dev, n);
-    return n ? FSC_K(dev, gelu_backward, dx->data, x->data, dout->data, n) : FSC_OK;
+    return n ? fsc_k_gelu_backward(dev, dx->data, x->data, dout->data, n) : FSC_OK;
 }
 
 fsc_status fsc_op_sum(const fsc_tensor *x, double *sum) {
@@ -260,5 +260,5 @@ fsc_status fsc_op_sum(const fsc_tensor *x, double *sum) {
     size_t n;
     CHECK(x, dev, n);
     *sum = 0;
-    return n ? FSC_K(dev, sum, sum, x->data, n) : FSC_OK;
+    return n ? fsc_k_sum(dev, sum, x->data, n) : FSC_OK;
 }

@@ -15,12 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/optim.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 /* Combine n floats over comm with MAX, going through a device buffer (comm buffers are device memory). */
 static fsc_status max_over_comm(fsc_device *dev, fsc_comm *comm, float *vals, size_t n) {
     if (!comm || fsc_comm_size(comm) <= 1) return FSC_OK;
-    if (dev->comm_dev) dev = dev->comm_dev; /* a host device (offload): through its accelerator's memory */
+    dev = fsc_device_for_comm(dev); /* a host device (offload): through its accelerator's memory */
     float *buf = NULL;
     FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, n * sizeof(float), (void **)&buf));
     fsc_status st = fsc_device_upload(dev, buf, vals, n * sizeof(float));
@@ -39,7 +39,7 @@ static fsc_status local_absmax(fsc_device *dev, float *const *segs, const size_t
         if (!segs[i]) return fsc_error(FSC_ERR_INVALID, "grad norm: segment %d of %zu elements is NULL", i, lens[i]);
         float m = 0.0f;
         int nf = 0;
-        FSC_TRY(FSC_K(dev, absmax, &m, &nf, segs[i], lens[i]));
+        FSC_TRY(fsc_k_absmax(dev, &m, &nf, segs[i], lens[i]));
         if (isnan(m)) out[1] = 1.0f;
         else if (isinf(m)) out[2] = 1.0f;
         else if (m > out[0]) out[0] = m;
@@ -66,7 +66,7 @@ static void add128(uint64_t acc[2], const uint64_t b[2]) {
 /* Sum every rank's 128-bit accumulator: all-gather 16 bytes per rank, add in rank order. */
 static fsc_status sum128_over_comm(fsc_device *dev, fsc_comm *comm, uint64_t acc[2]) {
     if (!comm || fsc_comm_size(comm) <= 1) return FSC_OK;
-    if (dev->comm_dev) dev = dev->comm_dev; /* a host device (offload): through its accelerator's memory */
+    dev = fsc_device_for_comm(dev); /* a host device (offload): through its accelerator's memory */
     int n = fsc_comm_size(comm);
     uint8_t *buf = NULL;
     FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, 16 * (size_t)(n + 1), (void **)&buf));
@@ -113,7 +113,7 @@ fsc_status fsc_grad_norm(fsc_device *dev, fsc_comm *comm, float *const *segs, co
     uint64_t acc[2] = {0, 0};
     for (int i = 0; i < nseg; i++) {
         if (lens[i] == 0) continue;
-        FSC_TRY(FSC_K(dev, sumsq_fixed, acc, segs[i], lens[i], shift));
+        FSC_TRY(fsc_k_sumsq_fixed(dev, acc, segs[i], lens[i], shift));
     }
     FSC_TRY(sum128_over_comm(dev, comm, acc));
     double a = (double)acc[1] * 18446744073709551616.0 + (double)acc[0];
@@ -134,7 +134,7 @@ fsc_status fsc_grad_clip(fsc_device *dev, fsc_comm *comm, float *const *segs, co
         float factor = (float)((double)max_norm / (nrm + 1e-6));
         for (int i = 0; i < nseg; i++) {
             if (lens[i] == 0) continue;
-            FSC_TRY(FSC_K(dev, scale, segs[i], factor, lens[i]));
+            FSC_TRY(fsc_k_scale(dev, segs[i], factor, lens[i]));
         }
     }
     if (norm) *norm = nrm;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/optim.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 typedef struct {
     float *param;       /* (n) device */
@@ -135,10 +135,10 @@ static fsc_status step_range(fsc_optim *o, optim_segment *s, size_t a, size_t b,
     const fsc_optim_config *c = &o->cfg;
     if (b <= a) return FSC_OK;
     if (c->kind == FSC_OPT_ADAMW)
-        return FSC_K(o->dev, adamw, s->param + a, s->grad + a, s->state[0] + a, s->state[1] + a, b - a, c->lr,
-                     c->beta1, c->beta2, c->eps, wd, bc1, bc2);
-    return FSC_K(o->dev, sgd, s->param + a, s->grad + a, s->state[0] ? s->state[0] + a : NULL, b - a, c->lr,
-                 c->momentum, wd, first);
+        return fsc_k_adamw(o->dev, s->param + a, s->grad + a, s->state[0] + a, s->state[1] + a, b - a, c->lr,
+                           c->beta1, c->beta2, c->eps, wd, bc1, bc2);
+    return fsc_k_sgd(o->dev, s->param + a, s->grad + a, s->state[0] ? s->state[0] + a : NULL, b - a, c->lr,
+                     c->momentum, wd, first);
 }
 
 /* One segment: the ranges without weight decay and those between them. */

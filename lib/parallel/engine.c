@@ -139,8 +139,8 @@ fsc_status fsc_engine_round_to(fsc_engine *e, float *dst, const float *src, size
     if (dt == FSC_F32) return dst == src ? FSC_OK : fsc_device_copy(e->dev, dst, src, n * sizeof(float));
     void *tmp;
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_WORKSPACE, n * fsc_dtype_size(dt), &tmp));
-    fsc_status s = FSC_K(e->dev, convert, tmp, dt, src, FSC_F32, n);
-    if (s == FSC_OK) s = FSC_K(e->dev, convert, dst, FSC_F32, tmp, dt, n);
+    fsc_status s = fsc_k_convert(e->dev, tmp, dt, src, FSC_F32, n);
+    if (s == FSC_OK) s = fsc_k_convert(e->dev, dst, FSC_F32, tmp, dt, n);
     fsc_device_release(e->dev, tmp);
     return s;
 }
@@ -148,12 +148,12 @@ fsc_status fsc_engine_round_to(fsc_engine *e, float *dst, const float *src, size
 fsc_status fsc_engine_reduce_result(fsc_engine *e, const void *recv, fsc_dtype dt, float *out, size_t nout,
                                     int accumulate) {
     fsc_device *dev = e->dev;
-    if (!accumulate) return FSC_K(dev, convert, out, FSC_F32, recv, dt, nout);
-    if (dt == FSC_F32) return FSC_K(dev, axpy, out, 1.0f, recv, nout);
+    if (!accumulate) return fsc_k_convert(dev, out, FSC_F32, recv, dt, nout);
+    if (dt == FSC_F32) return fsc_k_axpy(dev, out, 1.0f, recv, nout);
     float *tmp;
     fsc_status s = fsc_device_alloc(dev, FSC_TAG_COMM, nout * sizeof(float), (void **)&tmp);
-    if (s == FSC_OK) s = FSC_K(dev, convert, tmp, FSC_F32, recv, dt, nout);
-    if (s == FSC_OK) s = FSC_K(dev, axpy, out, 1.0f, tmp, nout);
+    if (s == FSC_OK) s = fsc_k_convert(dev, tmp, FSC_F32, recv, dt, nout);
+    if (s == FSC_OK) s = fsc_k_axpy(dev, out, 1.0f, tmp, nout);
     fsc_device_release(dev, tmp);
     return s;
 }
@@ -176,7 +176,7 @@ fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in
     const void *sendp = in;
     if (dt != FSC_F32) {
         s = fsc_device_alloc(dev, FSC_TAG_COMM, n * es, &send);
-        if (s == FSC_OK) s = FSC_K(dev, convert, send, dt, in, FSC_F32, n);
+        if (s == FSC_OK) s = fsc_k_convert(dev, send, dt, in, FSC_F32, n);
         sendp = send;
     }
     if (s == FSC_OK) s = fsc_device_alloc(dev, FSC_TAG_COMM, nout * es, &recv);
@@ -811,7 +811,7 @@ static fsc_status clip(fsc_engine *e, double *norm) {
     if (*norm > (double)e->po.clip) {
         float factor = (float)((double)e->po.clip / (*norm + 1e-6));
         for (int i = 0; i < e->ngsegs; i++)
-            if (e->glens[i]) FSC_TRY(FSC_K(e->gdev, scale, e->gsegs[i], factor, e->glens[i]));
+            if (e->glens[i]) FSC_TRY(fsc_k_scale(e->gdev, e->gsegs[i], factor, e->glens[i]));
     }
     return FSC_OK;
 }
@@ -823,7 +823,7 @@ fsc_status fsc_step_optimize(fsc_engine *e, fsc_step_ctx *c) {
     FSC_TRY(step_sums(e, c, &si, &batch));
     if (e->use_scaler) /* unscale */
         for (int i = 0; i < e->ngsegs; i++)
-            FSC_TRY(FSC_K(e->gdev, scale, e->gsegs[i], 1.0f / c->loss_scale, e->glens[i]));
+            FSC_TRY(fsc_k_scale(e->gdev, e->gsegs[i], 1.0f / c->loss_scale, e->glens[i]));
     FSC_TRY(vote(e, c, si.loss, batch, &found));
     if (found) return nonfinite_step(e, &si, found, c->info);
     e->skips_in_row = 0;
@@ -866,7 +866,7 @@ static fsc_status find_nonfinite(fsc_device *dev, const float *x, size_t n, size
     *at = n;
     float m = 0.0f;
     int nf = 0;
-    FSC_TRY(FSC_K(dev, absmax, &m, &nf, x, n));
+    FSC_TRY(fsc_k_absmax(dev, &m, &nf, x, n));
     if (!nf) return FSC_OK;
     float *h = malloc(CHUNK * sizeof(float));
     if (!h) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");

@@ -13,7 +13,7 @@
 #include "fsc/optim.h"
 #include "fsc/parallel.h"
 #include "fsc/safetensors.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 #include "layout_impl.h" /* fsc_groups */
 #include "engine_ckpt.h" /* fsc_holding, FSC_ENGINE_RUN_ID and what checkpoints see of the engine */
 

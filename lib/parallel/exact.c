@@ -120,7 +120,7 @@ fsc_status fsc_exact_create(fsc_engine *e) {
     if (!x) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");
     e->exact = x;
     x->E = FSC_EXACT_ZERO_EXPONENT;
-    x->direct = !strcmp(fsc_device_name(e->dev), "cpu") && e->dev->copy_s_per_byte == 0;
+    x->direct = !strcmp(fsc_device_name(e->dev), "cpu") && !fsc_device_has_copy_cost(e->dev);
     x->acc = calloc((size_t)e->ngsegs + 1, sizeof *x->acc);
     x->wr = calloc((size_t)e->ngsegs + 1, sizeof *x->wr);
     if (!x->acc || !x->wr) return fsc_error(FSC_ERR_NOMEM, "reduce exact: out of memory");

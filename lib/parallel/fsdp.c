@@ -233,7 +233,7 @@ static fsc_status gather_start(fsc_engine *e, fsdp_unit *U, fsc_dtype dt, fsdp_g
         size_t es = fsc_dtype_size(dt);
         s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * es, &g->lo);
         if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->padded * es, &g->lofull);
-        if (s == FSC_OK) s = FSC_K(e->dev, convert, g->lo, dt, master, FSC_F32, U->shard);
+        if (s == FSC_OK) s = fsc_k_convert(e->dev, g->lo, dt, master, FSC_F32, U->shard);
         if (s == FSC_OK) s = fsc_comm_iall_gather(U->sc, g->lo, g->lofull, U->shard, dt, &g->req);
     }
     if (s != FSC_OK) gather_release(e, g, 0);
@@ -245,7 +245,7 @@ static fsc_status gather_finish(fsc_engine *e, fsdp_unit *U, fsdp_gather *g, flo
     fsc_status s = fsc_comm_wait(g->req);
     fsc_comm_req_free(g->req);
     g->req = NULL;
-    if (s == FSC_OK && g->dt != FSC_F32) s = FSC_K(e->dev, convert, g->full, FSC_F32, g->lofull, g->dt, U->padded);
+    if (s == FSC_OK && g->dt != FSC_F32) s = fsc_k_convert(e->dev, g->full, FSC_F32, g->lofull, g->dt, U->padded);
     *out = s == FSC_OK ? g->full : NULL;
     gather_release(e, g, s == FSC_OK);
     return s;
@@ -379,7 +379,7 @@ static fsc_status unit_reduce_into(fsc_engine *e, fsdp_unit *U, float *sgrad, in
     } else if (s == FSC_OK) {
         s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * sizeof(float), (void **)&tmp);
         if (s == FSC_OK) s = fsc_comm_all_gather(d->replica_comm, piece, tmp, sN, FSC_F32);
-        if (s == FSC_OK) s = FSC_K(e->dev, axpy, sgrad, 1.0f, tmp, U->shard);
+        if (s == FSC_OK) s = fsc_k_axpy(e->dev, sgrad, 1.0f, tmp, U->shard);
     }
     fsc_device_release(e->dev, perm);
     fsc_device_release(e->dev, piece);

@@ -51,7 +51,7 @@ fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int
     if (dt != FSC_F32) {
         size_t es = fsc_dtype_size(dt);
         s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n * es, &p.send);
-        if (s == FSC_OK) s = FSC_K(e->dev, convert, p.send, dt, in, FSC_F32, n);
+        if (s == FSC_OK) s = fsc_k_convert(e->dev, p.send, dt, in, FSC_F32, n);
         sendp = p.send;
     }
     if (s == FSC_OK && (dt != FSC_F32 || accumulate)) {
@@ -101,7 +101,7 @@ static void note(fsc_status s, fsc_status *first, char *msg, size_t cap) {
 static fsc_status download_finish(fsc_engine *e, fsc_download_pending *p) {
     fsc_status s = fsc_device_copy_wait(p->copy);
     p->copy = NULL;
-    if (s == FSC_OK && p->tmp) s = FSC_K(p->hdev, axpy, p->host, 1.0f, p->tmp, p->n);
+    if (s == FSC_OK && p->tmp) s = fsc_k_axpy(p->hdev, p->host, 1.0f, p->tmp, p->n);
     fsc_device_release(p->hdev, p->tmp);
     fsc_device_release(e->dev, p->dev);
     p->tmp = p->dev = NULL;

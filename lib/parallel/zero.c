@@ -171,9 +171,9 @@ static fsc_status gather_bucket(fsc_engine *e, zero_state *z, zero_bucket *b) {
     void *lo = NULL, *lofull = NULL;
     fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, b->shard * es, &lo);
     if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, b->padded * es, &lofull);
-    if (s == FSC_OK) s = FSC_K(e->dev, convert, lo, dt, z->master + b->soff, FSC_F32, b->shard);
+    if (s == FSC_OK) s = fsc_k_convert(e->dev, lo, dt, z->master + b->soff, FSC_F32, b->shard);
     if (s == FSC_OK) s = fsc_comm_all_gather(b->comm, lo, lofull, b->shard, dt);
-    if (s == FSC_OK) s = FSC_K(e->dev, convert, dst, FSC_F32, lofull, dt, b->padded);
+    if (s == FSC_OK) s = fsc_k_convert(e->dev, dst, FSC_F32, lofull, dt, b->padded);
     fsc_device_release(e->dev, lo);
     fsc_device_release(e->dev, lofull);
     return s;

@@ -16,7 +16,7 @@
 #include "fsc/plan.h"
 #include "fsc/trace.h" /* fsc_trace_now_us: a rank's clock */
 #include "plan_impl.h"
-#include "core/device_impl.h" /* fsc_count_gemm_flops, fsc_count_work */
+#include "core/kernels.h" /* fsc_count_gemm_flops, fsc_count_work */
 #include "core/comm_impl.h"   /* a communicator's group id */
 #include "parallel/engine_impl.h" /* the engine's communicators */
 

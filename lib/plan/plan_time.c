@@ -15,7 +15,7 @@
 #include "fsc/trace.h" /* fsc_trace_now_us: the monotonic clock */
 #include "plan_impl.h"
 #include "core/comm_impl.h" /* fsc_ring_steps */
-#include "core/device_impl.h" /* FSC_K: measure_call's kernel */
+#include "core/kernels.h" /* measure_call's kernel */
 
 enum { CALIB_ROUNDS = 3, CALIB_MAX_RANKS = 2 }; /* at most 2 ranks measure the gemm rate (3 MiB each) */
 enum { CALIB_CALLS = 256 };                      /* kernel calls a round of measure_call */
@@ -180,7 +180,7 @@ static fsc_status measure_call(fsc_device *dev, double *out) {
     double best = 0;
     for (int k = 0; k < 4 && s == FSC_OK; k++) {
         const double t0 = fsc_trace_now_us() * 1e-6;
-        for (int i = 0; i < CALIB_CALLS && s == FSC_OK; i++) s = FSC_K(dev, scale, x, 1.0f, 16);
+        for (int i = 0; i < CALIB_CALLS && s == FSC_OK; i++) s = fsc_k_scale(dev, x, 1.0f, 16);
         if (s == FSC_OK) s = fsc_device_sync(dev);
         const double dt = (fsc_trace_now_us() * 1e-6 - t0) / CALIB_CALLS;
         if (k > 0 && (best == 0 || dt < best)) best = dt; /* the first round warms up */

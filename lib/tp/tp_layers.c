@@ -3,7 +3,7 @@
  * the collective that makes it parallel; the collectives run over the tensor group in rank order.
  * Not here: the vocabulary-parallel embedding and cross entropy (tp_vocab.c), the GPT (tp_gpt*.c). */
 #include "fsc/tp.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 static fsc_status copy_if(fsc_device *dev, float *out, const float *inp, size_t n) {
     if (out == inp || n == 0) return FSC_OK;
@@ -87,7 +87,7 @@ fsc_status fsc_tp_column_forward(fsc_device *dev, fsc_comm *tp, float *out, fsc_
     float *all = work + r64(N * (size_t)OCl * (size_t)T);
     FSC_TRY(fsc_comm_all_gather(tp, local, all, N * (size_t)OCl, FSC_F32));
     if (N == 0) return FSC_OK;
-    return FSC_K(dev, heads_merge, out, all, 1, (int)N, T, OCl);
+    return fsc_k_heads_merge(dev, out, all, 1, (int)N, T, OCl);
 }
 
 fsc_status fsc_tp_column_backward(fsc_device *dev, fsc_comm *tp, float *dinp, float *dw, float *db,
@@ -104,7 +104,7 @@ fsc_status fsc_tp_column_backward(fsc_device *dev, fsc_comm *tp, float *dinp, fl
     if (rec->gather && N > 0) {
         if (!work) return fsc_error(FSC_ERR_INVALID, "column-parallel backward: gather needs a work buffer");
         /* dout (N, T OCl) -> work (T, N, OCl); take block r */
-        FSC_TRY(FSC_K(dev, heads_split, work, dout, 1, (int)N, T, OCl));
+        FSC_TRY(fsc_k_heads_split(dev, work, dout, 1, (int)N, T, OCl));
         dl = work + (size_t)r * N * (size_t)OCl;
     }
     FSC_TRY(fsc_linear_backward(dev, dinp, dw, db, &rec->lin, dl, w, 0.0f, 1.0f));
@@ -121,7 +121,7 @@ fsc_status fsc_tp_row_forward(fsc_device *dev, fsc_comm *tp, float *out, fsc_lin
     FSC_CHECK_ARG(w);
     FSC_TRY(fsc_linear_forward(dev, out, rec, inp, w, NULL, N, Cl, OC, 0));
     FSC_TRY(fsc_tp_g_forward(dev, tp, out, out, N * (size_t)OC));
-    if (b && N > 0) FSC_TRY(FSC_K(dev, bias_add, out, b, N, OC));
+    if (b && N > 0) FSC_TRY(fsc_k_bias_add(dev, out, b, N, OC));
     return FSC_OK;
 }
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/tp.h"
-#include "core/device_impl.h"
+#include "core/kernels.h"
 
 static size_t r64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -43,7 +43,7 @@ static fsc_status add_positions(fsc_device *dev, float *out, const float *wpe, s
         size_t len = (size_t)T - pos;
         if (len > rows - i) len = rows - i;
         float *o = out + i * (size_t)C;
-        FSC_TRY(FSC_K(dev, add, o, o, wpe + pos * (size_t)C, len * (size_t)C));
+        FSC_TRY(fsc_k_add(dev, o, o, wpe + pos * (size_t)C, len * (size_t)C));
         i += len;
     }
     return FSC_OK;
@@ -74,14 +74,14 @@ fsc_status fsc_tp_embedding_forward(fsc_device *dev, fsc_comm *tp, float *out, f
     size_t Nl = sp ? N / (size_t)size : N;
     FSC_TRY(fill_table(dev, table, wte, Vl, C));
     FSC_TRY(fsc_device_memset(dev, zwpe, 0, (size_t)T * C * sizeof(float)));
-    if (N > 0) FSC_TRY(FSC_K(dev, encoder_forward, partial, tok, table, zwpe, B, T, C));
+    if (N > 0) FSC_TRY(fsc_k_encoder_forward(dev, partial, tok, table, zwpe, B, T, C));
     if (sp) {
         FSC_TRY(fsc_tp_sp_reduce_scatter(tp, out, partial, Nl * (size_t)C));
         return add_positions(dev, out, wpe, (size_t)r * Nl, Nl, T, C);
     }
     FSC_TRY(fsc_tp_g_forward(dev, tp, out, out, N * (size_t)C));
     if (N == 0) return FSC_OK;
-    return FSC_K(dev, bias_add, out, wpe, (size_t)B, T * C);
+    return fsc_k_bias_add(dev, out, wpe, (size_t)B, T * C);
 }
 
 fsc_status fsc_tp_embedding_backward(fsc_device *dev, fsc_comm *tp, float *dwte, float *dwpe,
@@ -98,7 +98,7 @@ fsc_status fsc_tp_embedding_backward(fsc_device *dev, fsc_comm *tp, float *dwte,
     if ((size_t)rec->B * rec->T == 0) return FSC_OK;
     float *table = work; /* (Vl + 1, C): dwte and a row that absorbs other slices' tokens */
     FSC_TRY(fill_table(dev, table, dwte, Vl, C));
-    FSC_TRY(FSC_K(dev, encoder_backward, table, dwpe, dout, rec->tok, rec->B, rec->T, C));
+    FSC_TRY(fsc_k_encoder_backward(dev, table, dwpe, dout, rec->tok, rec->B, rec->T, C));
     return fsc_device_copy(dev, dwte, table, (size_t)Vl * C * sizeof(float));
 }
 
@@ -109,7 +109,7 @@ size_t fsc_tp_xent_work_floats(size_t N) { return 7 * r64(N) + 64; }
 /* dst[n * ldd] = src[n * lds] for n < N: C (N x 1) = A (N x 1) @ [1] */
 static fsc_status column_copy(fsc_device *dev, float *dst, int ldd, const float *src, int lds, size_t N,
                               const float *one) {
-    return FSC_K(dev, gemm, 0, 0, (int)N, 1, 1, 1.0f, src, lds, 0, one, 1, 0, 0.0f, dst, ldd, 0, 1);
+    return fsc_k_gemm(dev, 0, 0, (int)N, 1, 1, 1.0f, src, lds, 0, one, 1, 0, 0.0f, dst, ldd, 0, 1);
 }
 
 typedef struct {
@@ -191,8 +191,8 @@ fsc_status fsc_tp_xent_forward(fsc_device *dev, fsc_comm *tp, float *losses, fsc
     if (s == FSC_OK) s = fsc_device_memset(dev, tzero, 0, N * sizeof(int32_t));
     if (s == FSC_OK) s = fsc_device_upload(dev, one, &fone, sizeof fone);
     /* a0 = lse_r - z_0, b = lse_r - z_target (meaningful on the owner), z0 = column 0 */
-    if (s == FSC_OK) s = FSC_K(dev, xent_forward, a0, logits, tzero, N, Vl, ld);
-    if (s == FSC_OK) s = FSC_K(dev, xent_forward, b, logits, tb, N, Vl, ld);
+    if (s == FSC_OK) s = fsc_k_xent_forward(dev, a0, logits, tzero, N, Vl, ld);
+    if (s == FSC_OK) s = fsc_k_xent_forward(dev, b, logits, tb, N, Vl, ld);
     if (s == FSC_OK) s = column_copy(dev, z0, 1, logits, ld, N, one);
     if (s == FSC_OK) s = fsc_device_download(dev, h.a0, a0, N * sizeof(float));
     if (s == FSC_OK) s = fsc_device_download(dev, h.z0, z0, N * sizeof(float));
@@ -215,5 +215,5 @@ fsc_status fsc_tp_xent_backward(fsc_device *dev, float *dlogits, const fsc_tp_xe
     const float fone = 1.0f;
     FSC_TRY(fsc_device_upload(dev, work, &fone, sizeof fone));
     FSC_TRY(column_copy(dev, rec->logits + rec->Vl, rec->ld, rec->q, 1, N, work));
-    return FSC_K(dev, xent_backward, dlogits, rec->logits, rec->tgt, N, rec->Vl + 1, rec->ld, dscale);
+    return fsc_k_xent_backward(dev, dlogits, rec->logits, rec->tgt, N, rec->Vl + 1, rec->ld, dscale);
 }

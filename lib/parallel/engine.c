@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+#include "fsc/schedule.h"
 #include "exact.h"
 #include "pipe.h"
 #include "step.h"
@@ -1105,3 +1106,16 @@ fsc_parallel_opts fsc_parallel_opts_default(void) {
                                 .max_skipped_steps = FSC_DEFAULT_MAX_SKIPS, .prefetch = 1, .prefetch_limit = 2,
                                 .offload = FSC_OFFLOAD_NONE };
 }
+
+/* The learning rate (schedule.h): what the next optimizer steps use, recorded by checkpoints as the optimizer
+ * configuration's lr; with the creation, the one writer of e->oc. */
+fsc_status fsc_engine_set_lr(fsc_engine *e, float lr) {
+    FSC_CHECK_ARG(e);
+    if (!(isfinite(lr) && lr >= 0.0f))
+        return fsc_error(FSC_ERR_INVALID, "learning rate %g must be finite and >= 0", (double)lr);
+    e->oc.lr = lr;
+    fsc_optim_set_lr(e->opt, lr);
+    return FSC_OK;
+}
+
+float fsc_engine_lr(const fsc_engine *e) { return e ? e->oc.lr : 0.0f; }

@@ -250,8 +250,9 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
             if (bound[z][n / 2] >= 0) snprintf(bd, sizeof bd, "%.3f", bound[z][n / 2]);
             printf("%-3d %-3d %-11s %8.3f %8s %9.3f %12.2f %9.1f %7.2f\n", P, M, names[z], formula[z], bd,
                    bub[z][n / 2], acts[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
-            printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f vs_bubble_free %.3f bound %.4f\n", P,
-                   M, names[z], bub[z][n / 2], formula[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2], bound[z][n / 2]);
+            printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f vs_bubble_free %.3f%s%s\n", P, M,
+                   names[z], bub[z][n / 2], formula[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2],
+                   bound[z][n / 2] >= 0 ? " bound " : "", bound[z][n / 2] >= 0 ? bd : "");
             /* the last round's stages: peak activations, and F, B, W per step (compute, waits excluded) */
             double most = 0;
             printf("    acts MiB");

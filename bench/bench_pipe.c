@@ -15,9 +15,10 @@
  * activations and most records in flight, and its formula ((P-1)/(M+P-1); interleaved (P-1)/(v M+P-1); ZB-H1
  * (P-1)/(3M+P-1) and ZBV 0, which assume equal F, B and W), beside the bubble-free step: one rank's step of the
  * same M micro-batches (no pipeline) divided by P.
- * Last, 1F1B, ZB-H1 and ZBV without a network (compute only, where the split backward's bubble is), P = 2, M = 4
- * and P = 4, M = 8, in alternating rounds (the median of the step times and of the mean bubbles is printed), with
- * the bubble-free step as above.
+ * Last, 1F1B, interleaved, ZB-H1 and ZBV without a network (compute only, where the split backward's bubble is),
+ * P = 2, M = 4 and P = 4, M = 8, in alternating rounds (the median of the step times and of the mean bubbles is
+ * printed), with the bubble-free step as above, and for 1F1B and interleaved the bound: the least mean bubble any
+ * schedule could have with the stages' measured times (stage_bound; the formula when the stages are equal).
  * Every time is on the simulated cluster's virtual clock (cluster.h, docs/overlap.md): each stage's computation
  * is its own thread's CPU time, as if it had a core to itself, so four stages on a 2-core machine shared with
  * other programs measure what four devices would; the last argument "wall" measures on the machine's clock.
@@ -185,6 +186,26 @@ static int schedules(const fsc_gpt_config *cfg, int steps) {
     return 0;
 }
 
+/* The least mean bubble any list of F and B actions could have with these stages' times, for stages in a loop (rank
+ * r's first chunk is stage r) without W actions (GPipe, 1F1B, interleaved; -1 for the others): rank r's first action
+ * waits for micro-batch 0's forward through the r stages before it, and its last, a backward of its first chunk, is
+ * followed by the r backwards below it, so the step is at least max over r of (the forward and backward of every
+ * rank q < r) + rank r's busy time (its step less its waits). A stage's forward and backward are estimated as its
+ * rank's mean per action (fsc_pipe_stats.action_s over its v M forwards and backwards). With equal stages it is the
+ * formula; with the head's work on the last stage and the embedding's on the first it says how much of the
+ * measured bubble is theirs and how much the schedule's (and the actions' jitter). */
+static double stage_bound(const fsc_pipe_stats *st, int P, int v, int M, fsc_pipe_schedule kind) {
+    if (kind != FSC_SCHED_GPIPE && kind != FSC_SCHED_1F1B && kind != FSC_SCHED_INTERLEAVED) return -1;
+    double prefix = 0, step = 0, busy = 0;
+    for (int r = 0; r < P; r++) {
+        const double n = st[r].steps > 0 ? st[r].steps : 1, c = (st[r].wall_s - st[r].wait_s) / n;
+        step = prefix + c > step ? prefix + c : step;
+        busy += c / P;
+        prefix += (st[r].action_s[FSC_ACT_FORWARD] + st[r].action_s[FSC_ACT_BACKWARD]) / n / ((double)v * M);
+    }
+    return step > 0 ? 1 - busy / step : 0;
+}
+
 /* 1F1B, ZB-H1 and ZBV without a network, even balance, prefetch 1, checkpoint never: rounds of each, the median
  * step time and mean bubble of each, beside the bubble-free step (the median over the rounds too). */
 static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int only_p) {
@@ -193,12 +214,12 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
     static const char *const names[] = { "1f1b", "interleaved", "zb-h1", "zbv" };
     printf("\n1f1b, interleaved, zb-h1 and zbv, GPT of %d blocks, width %d, vocab %d, no network, even balance, "
            "prefetch 1, checkpoint never; median of %d rounds\n", cfg->layers, cfg->dim, cfg->vocab, rounds);
-    printf("%-3s %-3s %-11s %8s %9s %12s %9s %7s\n", "P", "M", "sched", "formula", "measured", "acts0 MiB", "ms/step",
-           "/ideal");
+    printf("%-3s %-3s %-11s %8s %8s %9s %12s %9s %7s\n", "P", "M", "sched", "formula", "bound", "measured", "acts0 MiB",
+           "ms/step", "/ideal");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int P = cases[c][0], M = cases[c][1];
         if (only_p && P != only_p) continue;
-        double ms[4][16], bub[4][16], formula[4] = { 0, 0, 0, 0 }, acts[4] = { 0, 0, 0, 0 }, ideal[16];
+        double ms[4][16], bub[4][16], bound[4][16], formula[4] = { 0, 0, 0, 0 }, acts[4] = { 0, 0, 0, 0 }, ideal[16];
         fsc_pipe_stats last[4][16]; /* every stage's of the last round */
         size_t ledger[4][16];
         for (int round = 0; round < rounds && round < 16; round++) {
@@ -212,6 +233,7 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
                 double mean = 0;
                 for (int s = 0; s < P; s++) mean += b.st[s].bubble / P;
                 ms[z][round] = b.ms, bub[z][round] = mean;
+                bound[z][round] = stage_bound(b.st, P, b.po.virtual_stages ? b.po.virtual_stages : 1, M, kinds[z]);
                 formula[z] = b.st[0].ideal_bubble, acts[z] = (double)b.st[0].peak_acts_bytes / 1048576.0;
                 memcpy(last[z], b.st, (size_t)P * sizeof b.st[0]);
                 memcpy(ledger[z], b.ledger, (size_t)P * sizeof b.ledger[0]);
@@ -219,14 +241,18 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
         }
         const int n = rounds < 16 ? rounds : 16;
         qsort(ideal, (size_t)n, sizeof(double), cmp_double);
-        printf("%-3d %-3d %-11s %8s %9s %12s %9.1f\n", P, M, "ideal", "", "", "", ideal[n / 2]);
+        printf("%-3d %-3d %-11s %8s %8s %9s %12s %9.1f\n", P, M, "ideal", "", "", "", "", ideal[n / 2]);
         for (int z = 0; z < 4; z++) {
             qsort(ms[z], (size_t)n, sizeof(double), cmp_double);
             qsort(bub[z], (size_t)n, sizeof(double), cmp_double);
-            printf("%-3d %-3d %-11s %8.3f %9.3f %12.2f %9.1f %7.2f\n", P, M, names[z], formula[z], bub[z][n / 2],
-                   acts[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
-            printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f vs_bubble_free %.3f\n", P, M,
-                   names[z], bub[z][n / 2], formula[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
+            qsort(bound[z], (size_t)n, sizeof(double), cmp_double);
+            char bd[16] = "-";
+            if (bound[z][n / 2] >= 0) snprintf(bd, sizeof bd, "%.3f", bound[z][n / 2]);
+            printf("%-3d %-3d %-11s %8.3f %8s %9.3f %12.2f %9.1f %7.2f\n", P, M, names[z], formula[z], bd,
+                   bub[z][n / 2], acts[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
+            printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f vs_bubble_free %.3f%s%s\n", P, M,
+                   names[z], bub[z][n / 2], formula[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2],
+                   bound[z][n / 2] >= 0 ? " bound " : "", bound[z][n / 2] >= 0 ? bd : "");
             /* the last round's stages: peak activations, and F, B, W per step (compute, waits excluded) */
             double most = 0;
             printf("    acts MiB");

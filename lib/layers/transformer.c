@@ -140,6 +140,8 @@ static fsc_status gm_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return y->o.residual ? add_residual(c, out, proj, in, NC) : FSC_OK;
 }
 
+/* The split (c->stash set, of 0 bytes: the split area is there): the input part writes dh over h, which the
+ * weight part does not read, and the weight part runs the two weight products from it and the kept dout alone. */
 static fsc_status gm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     const mlp_layer *y = (const mlp_layer *)l;
@@ -147,10 +149,15 @@ static fsc_status gm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     float *h = c->rec, *a = (float *)((char *)c->rec + r256(NF * sizeof(float)));
     float *da = c->work, *dh = (float *)((char *)c->work + r256(NF * sizeof(float)));
     fsc_linear_rec pr = { .inp = a, .N = N, .C = y->o.F, .OC = y->o.C };
+    fsc_linear_rec fr = { .inp = in, .N = N, .C = y->o.C, .OC = y->o.F };
+    if (c->stash && !dinp && c->grad[0]) { /* the weight part: dh is over h */
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, c->grad[2], c->grad[3], &pr, dout, c->param[2], 0.0f, 1.0f));
+        return fsc_linear_backward(c->dev, NULL, c->grad[0], c->grad[1], &fr, h, c->param[0], 0.0f, 1.0f);
+    }
+    if (c->stash) dh = h; /* the input part: the gelu's backward element by element over its input */
     FSC_TRY(fsc_linear_backward(c->dev, da, c->grad[2], c->grad[3], &pr, dout, c->param[2], 0.0f, 1.0f));
     fsc_gelu_rec gr = { .inp = h, .n = NF };
     FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
-    fsc_linear_rec fr = { .inp = in, .N = N, .C = y->o.C, .OC = y->o.F };
     FSC_TRY(fsc_linear_backward(c->dev, dinp, c->grad[0], c->grad[1], &fr, dh, c->param[0], 0.0f, 1.0f));
     return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, N * (size_t)y->o.C) : FSC_OK;
 }
@@ -160,7 +167,13 @@ static void mlp_config(const fsc_layer *l, char *buf, size_t cap) {
     snprintf(buf, cap, "{\"rows\":%d,\"C\":%d,\"F\":%d,\"residual\":%d}", y->o.rows, y->o.C, y->o.F, y->o.residual);
 }
 
-static const fsc_layer_ops gm_ops = { .split = 1, .rec_bytes = gm_rec, .work_bytes = gm_work, .forward = gm_fwd,
+/* The split keeps nothing beyond the record (gm_bwd): a stash of 0 bytes marks the split parts. */
+static size_t gm_split_bytes(const fsc_layer *l, int B) {
+    (void)l, (void)B;
+    return 0;
+}
+
+static const fsc_layer_ops gm_ops = { .split = 1, .split_bytes = gm_split_bytes, .rec_bytes = gm_rec, .work_bytes = gm_work, .forward = gm_fwd,
                                       .backward = gm_bwd, .config = mlp_config };
 
 fsc_mlp_opts fsc_mlp_opts_default(int C) {

@@ -1,6 +1,6 @@
 /* bench_split: the split backward's own cost, per layer kind. A sequential model of one layer of each kind the
  * zero-bubble pipelines split (the embedding with positions, a linear layer, a LayerNorm, attention with a residual,
- * the GELU MLP with a residual, the packed GPT-2 block and the LM head with its final LayerNorm and cross entropy,
+ * the GELU MLP with a residual, the packed GPT-2 block, the Llama block and the LM head with its final LayerNorm and cross entropy,
  * tied to the embedding's table as in the GPT) at bench_pipe's zb shape (width 384, 12 heads, context 64, vocab 256,
  * a micro-batch of 4 sequences). Each round runs, on the same inputs and parameters, the forward and the whole
  * backward over a record made without split, and the forward, backward_input and backward_weight over one made with
@@ -17,9 +17,9 @@
 #include "fsc/fsc.h"
 #include "bench_util.h"
 
-enum { NL = 7, T = 64, V = 256, BS = 4, MAXR = 64 };
+enum { NL = 8, T = 64, V = 256, BS = 4, MAXR = 64 };
 static const char *const kind[NL] = { "embedding", "linear", "layernorm", "attention", "gelu_mlp", "gpt2_block",
-                                      "lm_head+loss" };
+                                      "llama_block", "lm_head+loss" };
 
 /* The clock of a round: the thread's CPU time with 1 thread, else the wall clock (seconds). */
 typedef struct {
@@ -59,13 +59,15 @@ static fsc_status build(fsc_device *dev, int C, fsc_model **out) {
     if (s == FSC_OK) s = fsc_layer_gelu_mlp(&mo, &l[4]);
     fsc_block_opts bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, C / 32);
     if (s == FSC_OK) s = fsc_layer_block(&bo, &l[5]);
+    fsc_block_opts lb = fsc_block_opts_default(FSC_BLOCK_LLAMA, T, C, C / 32);
+    if (s == FSC_OK) s = fsc_layer_block(&lb, &l[6]);
     fsc_lm_head_opts ho = { .T = T, .C = C, .V = V, .norm = FSC_HEAD_NORM_LAYERNORM };
-    if (s == FSC_OK) s = fsc_layer_lm_head_opts(&ho, &l[6]);
+    if (s == FSC_OK) s = fsc_layer_lm_head_opts(&ho, &l[7]);
     if (s != FSC_OK) {
         for (int i = 0; i < NL; i++) fsc_layer_free(l[i]);
         return s;
     }
-    static const char *pre[NL] = { "emb.", "lin.", "ln.", "attn.", "mlp.", "h.0.", "head." };
+    static const char *pre[NL] = { "emb.", "lin.", "ln.", "attn.", "mlp.", "h.0.", "h.1.", "head." };
     fsc_seq_layer ls[NL];
     for (int i = 0; i < NL; i++) ls[i] = (fsc_seq_layer){ .layer = l[i], .prefix = pre[i] };
     ls[NL - 1].tie[0] = (fsc_layer_tie){ .param = "weight", .to = "emb.wte.weight" };

@@ -498,7 +498,7 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     const int weight_part = c->stash && !dinp; /* dnormed is in the stash */
     FSC_TRY(fsc_linear_backward(c->dev, weight_part ? NULL : dnormed, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f,
                                 1.0f));
-    FSC_TRY(fsc_device_memset(c->dev, d, 0, NC * sizeof(float)));
+    if (dinp) FSC_TRY(fsc_device_memset(c->dev, d, 0, NC * sizeof(float))); /* else a scratch no one reads */
     if (y->norm == FSC_HEAD_NORM_RMSNORM) {
         fsc_rmsnorm_rec nr = { .inp = in, .rstd = r.rstd, .N = N, .C = y->C };
         return fsc_rmsnorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, &nr, dnormed, c->param[0]);

@@ -83,6 +83,10 @@ echo
 echo "== fsc: pipeline bubble, measured vs ideal (P-1)/(M+P-1)"; "$B/bench_pipe" | tee "$B/bench_pipe.out"
 
 echo
+echo "== fsc: the split backward's cost per layer (backward vs backward_input + backward_weight), 1 and 2 BLAS threads"
+"$B/bench_split" | tee "$B/bench_split.out"
+
+echo
 echo "== fsc: the planner's step time against the simulator's, on the virtual clock (22 layouts, the search's top three)"
 if command -v python3 > /dev/null; then python3 bench/plan_accuracy.py "$B" | tee "$B/plan_accuracy.out"
 else echo "(no python3: skipped)"; fi

@@ -109,8 +109,8 @@ static fsc_status ln_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     const size_t N = norm_rows(c, y);
     fsc_layernorm_rec r = { .inp = in, .mean = c->rec, .rstd = (float *)((char *)c->rec + r256(N * sizeof(float))),
                             .N = N, .C = y->C };
-    float *d = dinp ? dinp : c->work;
-    FSC_TRY(fsc_device_memset(c->dev, d, 0, N * (size_t)y->C * sizeof(float)));
+    float *d = dinp ? dinp : c->work; /* without dinp a scratch whose sums no one reads: not cleared */
+    if (dinp) FSC_TRY(fsc_device_memset(c->dev, d, 0, N * (size_t)y->C * sizeof(float)));
     return fsc_layernorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, c->grad[1] ? c->grad[1] : c->sink + y->C,
                                   &r, dout, c->param[0]); /* the split's input part: the sink */
 }
@@ -152,8 +152,8 @@ static fsc_status rms_bwd(const fsc_layer *l, const fsc_layer_call *c, float *di
     const norm_layer *y = (const norm_layer *)l;
     const size_t N = norm_rows(c, y);
     fsc_rmsnorm_rec r = { .inp = in, .rstd = c->rec, .N = N, .C = y->C };
-    float *d = dinp ? dinp : c->work;
-    FSC_TRY(fsc_device_memset(c->dev, d, 0, N * (size_t)y->C * sizeof(float)));
+    float *d = dinp ? dinp : c->work; /* without dinp a scratch whose sums no one reads: not cleared */
+    if (dinp) FSC_TRY(fsc_device_memset(c->dev, d, 0, N * (size_t)y->C * sizeof(float)));
     return fsc_rmsnorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, &r, dout, c->param[0]);
 }
 

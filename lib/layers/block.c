@@ -191,8 +191,7 @@ static fsc_status packed_input(const fsc_layer_call *c, float *d, const fsc_bloc
     fsc_gelu_rec gelu = { r->fch, N * 4 * (size_t)C };
     fsc_layernorm_rec ln2 = { r->res2, r->ln2_mean, r->ln2_rstd, N, C }, ln1 = { r->inp, r->ln1_mean, r->ln1_rstd, N, C };
     FSC_TRY(fsc_linear_backward(c->dev, a, NULL, NULL, &mproj, d, p[FSC_B_MPROJ_W], 0.0f, 1.0f)); /* dfch_gelu */
-    FSC_TRY(fsc_gelu_backward(c->dev, w, &gelu, a));
-    FSC_TRY(fsc_device_copy(c->dev, st.dfch, w, 4 * nc)); /* fch is read no more */
+    FSC_TRY(fsc_gelu_backward(c->dev, st.dfch, &gelu, a)); /* over fch, element by element: read no more */
     FSC_TRY(fsc_linear_backward(c->dev, st.dln2, NULL, NULL, &fc, st.dfch, p[FSC_B_FC_W], 0.0f, 1.0f));
     FSC_TRY(fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln2, st.dln2, p[FSC_B_LN2_W]));
     /* d is now the gradient w.r.t. res2 (dres2), unchanged until ln1's backward below */
@@ -233,12 +232,13 @@ static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     if (y->packed) { /* the residual stream's gradient in place: dout, then the block's input gradient */
         float *d = dinp ? dinp
                         : AT(c->work, r256(fsc_block_work_floats(c->B, y->o.T, C, y->o.heads) * sizeof(float)));
-        FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float)));
         fsc_block_rec r;
         fsc_block_rec_bind(&r, c->rec, c->B, y->o.T, C, y->o.heads);
         r.inp = in;
+        if (c->stash && !dinp && c->grad[FSC_B_LN1_W]) /* the weight part: d is only the norms' scratch */
+            return packed_weight(c, dout, d, &r);
+        FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float)));
         if (c->stash && !c->grad[FSC_B_LN1_W]) return packed_input(c, d, &r);
-        if (c->stash && !dinp) return packed_weight(c, dout, d, &r);
         return fsc_block_backward(c->dev, d, c->grad, &r, c->param, c->work);
     }
     const block_map m = map_of(y, c->B);

@@ -140,6 +140,8 @@ static fsc_status gm_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return y->o.residual ? add_residual(c, out, proj, in, NC) : FSC_OK;
 }
 
+/* The split (c->stash set, of 0 bytes: the split area is there): the input part writes dh over h, which the
+ * weight part does not read, and the weight part runs the two weight products from it and the kept dout alone. */
 static fsc_status gm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     const mlp_layer *y = (const mlp_layer *)l;
@@ -147,10 +149,15 @@ static fsc_status gm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     float *h = c->rec, *a = (float *)((char *)c->rec + r256(NF * sizeof(float)));
     float *da = c->work, *dh = (float *)((char *)c->work + r256(NF * sizeof(float)));
     fsc_linear_rec pr = { .inp = a, .N = N, .C = y->o.F, .OC = y->o.C };
+    fsc_linear_rec fr = { .inp = in, .N = N, .C = y->o.C, .OC = y->o.F };
+    if (c->stash && !dinp && c->grad[0]) { /* the weight part: dh is over h */
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, c->grad[2], c->grad[3], &pr, dout, c->param[2], 0.0f, 1.0f));
+        return fsc_linear_backward(c->dev, NULL, c->grad[0], c->grad[1], &fr, h, c->param[0], 0.0f, 1.0f);
+    }
+    if (c->stash) dh = h; /* the input part: the gelu's backward element by element over its input */
     FSC_TRY(fsc_linear_backward(c->dev, da, c->grad[2], c->grad[3], &pr, dout, c->param[2], 0.0f, 1.0f));
     fsc_gelu_rec gr = { .inp = h, .n = NF };
     FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
-    fsc_linear_rec fr = { .inp = in, .N = N, .C = y->o.C, .OC = y->o.F };
     FSC_TRY(fsc_linear_backward(c->dev, dinp, c->grad[0], c->grad[1], &fr, dh, c->param[0], 0.0f, 1.0f));
     return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, N * (size_t)y->o.C) : FSC_OK;
 }
@@ -160,7 +167,13 @@ static void mlp_config(const fsc_layer *l, char *buf, size_t cap) {
     snprintf(buf, cap, "{\"rows\":%d,\"C\":%d,\"F\":%d,\"residual\":%d}", y->o.rows, y->o.C, y->o.F, y->o.residual);
 }
 
-static const fsc_layer_ops gm_ops = { .split = 1, .rec_bytes = gm_rec, .work_bytes = gm_work, .forward = gm_fwd,
+/* The split keeps nothing beyond the record (gm_bwd, at_bwd): a stash of 0 bytes marks the split parts. */
+static size_t gm_split_bytes(const fsc_layer *l, int B) {
+    (void)l, (void)B;
+    return 0;
+}
+
+static const fsc_layer_ops gm_ops = { .split = 1, .split_bytes = gm_split_bytes, .rec_bytes = gm_rec, .work_bytes = gm_work, .forward = gm_fwd,
                                       .backward = gm_bwd, .config = mlp_config };
 
 fsc_mlp_opts fsc_mlp_opts_default(int C) {
@@ -211,6 +224,27 @@ static fsc_status sm_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return y->o.residual ? add_residual(c, out, proj, in, N * (size_t)y->o.C) : FSC_OK;
 }
 
+/* The split of fsc_swiglu_mlp_backward_parts (c->stash set, of 0 bytes): the input part writes dgate and dup over
+ * gate and up (the SwiGLU's backward reads each element's inputs before it writes its outputs), which the weight
+ * part does not read; the weight part runs the three weight products from them, the kept dout and act alone, in
+ * the whole backward's order. */
+static fsc_status sm_split(const fsc_layer_call *c, float *dinp, const fsc_swiglu_mlp_rec *r, const float *dout) {
+    fsc_linear_rec down = { .inp = r->act, .N = r->N, .C = r->F, .OC = r->C, .w_out_in = 1 };
+    fsc_linear_rec proj = { .inp = r->inp, .N = r->N, .C = r->C, .OC = r->F, .w_out_in = 1 };
+    if (!dinp && c->grad[0]) { /* the weight part */
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, c->grad[2], NULL, &down, dout, c->param[2], 0.0f, 1.0f));
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, c->grad[0], NULL, &proj, r->gate, c->param[0], 0.0f, 1.0f));
+        return fsc_linear_backward(c->dev, NULL, c->grad[1], NULL, &proj, r->up, c->param[1], 0.0f, 1.0f);
+    }
+    float *dact = c->work; /* (N, F) */
+    FSC_TRY(fsc_linear_backward(c->dev, dact, NULL, NULL, &down, dout, c->param[2], 0.0f, 1.0f));
+    const fsc_ew_rec er = { .a = r->gate, .b = r->up, .n = r->N * (size_t)r->F };
+    FSC_TRY(fsc_swiglu_backward(c->dev, r->gate, r->up, &er, dact));
+    if (!dinp) return FSC_OK; /* the model's first layer: no input gradient */
+    FSC_TRY(fsc_linear_backward(c->dev, dinp, NULL, NULL, &proj, r->gate, c->param[0], 0.0f, 1.0f));
+    return fsc_linear_backward(c->dev, dinp, NULL, NULL, &proj, r->up, c->param[1], 1.0f, 1.0f);
+}
+
 static fsc_status sm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     const mlp_layer *y = (const mlp_layer *)l;
@@ -218,12 +252,16 @@ static fsc_status sm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     fsc_swiglu_mlp_rec r;
     fsc_swiglu_mlp_rec_bind(&r, c->rec, N, y->o.C, y->o.F);
     r.inp = in;
-    FSC_TRY(fsc_swiglu_mlp_backward_parts(c->dev, dinp, c->grad[0], c->grad[1], c->grad[2], &r, dout, c->param[0],
-                                    c->param[1], c->param[2], c->work));
+    if (c->stash) { /* the split of fsc_swiglu_mlp_backward_parts: dgate and dup over gate and up (sm_split) */
+        FSC_TRY(sm_split(c, dinp, &r, dout));
+    } else {
+        FSC_TRY(fsc_swiglu_mlp_backward_parts(c->dev, dinp, c->grad[0], c->grad[1], c->grad[2], &r, dout,
+                                              c->param[0], c->param[1], c->param[2], c->work));
+    }
     return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, N * (size_t)y->o.C) : FSC_OK;
 }
 
-static const fsc_layer_ops sm_ops = { .split = 1, .rec_bytes = sm_rec, .work_bytes = sm_work, .forward = sm_fwd,
+static const fsc_layer_ops sm_ops = { .split = 1, .split_bytes = gm_split_bytes, .rec_bytes = sm_rec, .work_bytes = sm_work, .forward = sm_fwd,
                                       .backward = sm_bwd, .config = mlp_config };
 
 fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
@@ -279,6 +317,45 @@ static fsc_status at_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return y->o.residual ? add_residual(c, out, proj, in, (size_t)c->B * l->out_floats) : FSC_OK;
 }
 
+/* The split of fsc_self_attn_backward_parts (c->stash set, of 0 bytes): the input part keeps dq, dk and dv (after
+ * the rotary embedding's backward) over q, k and v, which the weight part does not read; the weight part runs the
+ * four weight products from them, the kept dout and the record's y alone, in the whole backward's order: the same
+ * kernels on the same values, and no product of the input part again. */
+static size_t r64f(size_t n) { return (n + 63) / 64 * 64; }
+
+static fsc_status at_split(const fsc_layer_call *c, float *dinp, const float *dout, const fsc_self_attn_rec *r,
+                           const fsc_self_attn_params *p, const fsc_self_attn_grads *g) {
+    const fsc_self_attn_config *cf = &r->cfg;
+    const size_t N = (size_t)cf->B * cf->T, tt = (size_t)cf->B * cf->NH * cf->T * cf->T;
+    const int QW = cf->NH * cf->HS, KW = cf->KVH * cf->HS;
+    fsc_linear_rec o = { .inp = r->y, .N = N, .C = QW, .OC = cf->C, .w_out_in = 1 };
+    fsc_linear_rec lq = { .inp = r->inp, .N = N, .C = cf->C, .OC = QW, .w_out_in = 1 };
+    fsc_linear_rec lkv = { .inp = r->inp, .N = N, .C = cf->C, .OC = KW, .w_out_in = 1 };
+    if (!dinp && g->wq) { /* the weight part */
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, g->wo, g->bo, &o, dout, p->wo, 0.0f, 1.0f));
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, g->wq, g->bq, &lq, r->q, p->wq, 0.0f, 1.0f));
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, g->wk, g->bk, &lkv, r->k, p->wk, 0.0f, 1.0f));
+        return fsc_linear_backward(c->dev, NULL, g->wv, g->bv, &lkv, r->v, p->wv, 0.0f, 1.0f);
+    }
+    float *core_work = c->work, *dy = core_work + 2 * r64f(tt), *dq = dy + r64f(N * QW), *dk = dq + r64f(N * QW);
+    float *dv = dk + r64f(N * KW); /* fsc_self_attn_work_floats' pieces */
+    FSC_TRY(fsc_linear_backward(c->dev, dy, NULL, NULL, &o, dout, p->wo, 0.0f, 1.0f));
+    fsc_attn_core_dims d = { cf->B, cf->T, cf->NH, cf->KVH, cf->HS };
+    FSC_TRY(fsc_attn_core_backward(c->dev, &d, dq, dk, dv, dy, QW, r->q, QW, r->k, KW, r->v, KW, r->att, core_work));
+    if (cf->rope_theta > 0.0f) { /* q and k are read no more */
+        FSC_TRY(fsc_rope_backward(c->dev, r->q, dq, cf->B, cf->T, cf->NH, cf->HS, QW, cf->rope_theta));
+        FSC_TRY(fsc_rope_backward(c->dev, r->k, dk, cf->B, cf->T, cf->KVH, cf->HS, KW, cf->rope_theta));
+    } else {
+        FSC_TRY(fsc_device_copy(c->dev, r->q, dq, N * (size_t)QW * sizeof(float)));
+        FSC_TRY(fsc_device_copy(c->dev, r->k, dk, N * (size_t)KW * sizeof(float)));
+    }
+    FSC_TRY(fsc_device_copy(c->dev, r->v, dv, N * (size_t)KW * sizeof(float)));
+    if (!dinp) return FSC_OK; /* the model's first layer: no input gradient */
+    FSC_TRY(fsc_linear_backward(c->dev, dinp, NULL, NULL, &lq, r->q, p->wq, 0.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(c->dev, dinp, NULL, NULL, &lkv, r->k, p->wk, 1.0f, 1.0f));
+    return fsc_linear_backward(c->dev, dinp, NULL, NULL, &lkv, r->v, p->wv, 1.0f, 1.0f);
+}
+
 static fsc_status at_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     const attn_layer *y = (const attn_layer *)l;
@@ -289,7 +366,8 @@ static fsc_status at_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     fsc_self_attn_params p;
     fsc_self_attn_grads g;
     at_params(y, c, &p, &g);
-    FSC_TRY(fsc_self_attn_backward_parts(c->dev, dinp, &g, &r, dout, &p, c->work));
+    if (c->stash) FSC_TRY(at_split(c, dinp, dout, &r, &p, &g));
+    else FSC_TRY(fsc_self_attn_backward_parts(c->dev, dinp, &g, &r, dout, &p, c->work));
     return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, (size_t)c->B * l->out_floats)
                                  : FSC_OK;
 }
@@ -301,7 +379,7 @@ static void at_config(const fsc_layer *l, char *buf, size_t cap) {
              (double)y->o.rope_theta);
 }
 
-static const fsc_layer_ops at_ops = { .split = 1, .rec_bytes = at_rec, .work_bytes = at_work, .forward = at_fwd,
+static const fsc_layer_ops at_ops = { .split = 1, .split_bytes = gm_split_bytes, .rec_bytes = at_rec, .work_bytes = at_work, .forward = at_fwd,
                                       .backward = at_bwd, .config = at_config };
 
 fsc_attention_opts fsc_attention_opts_default(int T, int C, int heads) {
@@ -420,7 +498,7 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     const int weight_part = c->stash && !dinp; /* dnormed is in the stash */
     FSC_TRY(fsc_linear_backward(c->dev, weight_part ? NULL : dnormed, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f,
                                 1.0f));
-    FSC_TRY(fsc_device_memset(c->dev, d, 0, NC * sizeof(float)));
+    if (dinp) FSC_TRY(fsc_device_memset(c->dev, d, 0, NC * sizeof(float))); /* else a scratch no one reads */
     if (y->norm == FSC_HEAD_NORM_RMSNORM) {
         fsc_rmsnorm_rec nr = { .inp = in, .rstd = r.rstd, .N = N, .C = y->C };
         return fsc_rmsnorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, &nr, dnormed, c->param[0]);

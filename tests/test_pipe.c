@@ -123,6 +123,17 @@ static void assert_same(const run *ref, const run *p, const char *what) {
     assert_bits_equal(ref->params, p->params, fsc_gpt_num_params(&p->cfg), what);
 }
 
+/* Run p on its ranks with fresh parameters and compare it with ref (assert_same); p's parameters freed after. */
+static void run_against(const run *ref, run *p, const char *what) {
+    fsc_cluster_opts co = { .world = p->world, .device = "cpu", .timeout_s = 30 };
+    free(p->params);
+    p->params = calloc(fsc_gpt_num_params(&p->cfg), sizeof(float));
+    if (fsc_cluster_run(&co, rank_fn, p) != FSC_OK) fail_msg("%s: %s", what, fsc_last_error());
+    assert_same(ref, p, what);
+    free(p->params);
+    p->params = NULL;
+}
+
 static const char *sched_name[] = { "gpipe", "1f1b" };
 static const char *ckpt_name[] = { "except_last", "always", "never" };
 
@@ -758,12 +769,7 @@ static void test_pipe_strategies_in_new_schedules(void **state) {
                 char what[128];
                 snprintf(what, sizeof what, "dp 2 x pp %d, %s inside %s stages, checkpoint %s", pp, kinds[k].what,
                          sname[sc], ckpt_name[ck % 3]);
-                fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
-                free(p.params);
-                p.params = calloc(fsc_gpt_num_params(&p.cfg), sizeof(float));
-                if (fsc_cluster_run(&co, rank_fn, &p) != FSC_OK) fail_msg("%s: %s", what, fsc_last_error());
-                assert_same(&ref, &p, what);
-                free(p.params);
+                run_against(&ref, &p, what);
             }
     free(ref.params);
 }
@@ -1289,12 +1295,7 @@ static void test_pipe_exact_sharded(void **state) {
                 char what[160];
                 snprintf(what, sizeof what, "reduce exact, dp %d x pp 2, %s inside %s stages, checkpoint %s",
                          kinds[k].dp, kinds[k].what, sname[sc], ckpt_name[ck]);
-                fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
-                free(p.params);
-                p.params = calloc(fsc_gpt_num_params(&p.cfg), sizeof(float));
-                if (fsc_cluster_run(&co, rank_fn, &p) != FSC_OK) fail_msg("%s: %s", what, fsc_last_error());
-                assert_same(&ref, &p, what);
-                free(p.params);
+                run_against(&ref, &p, what);
             }
         free(ref.params);
     }
@@ -1316,12 +1317,7 @@ static void test_pipe_exact_sharded(void **state) {
             char what[160];
             snprintf(what, sizeof what, "reduce exact, dp 2 x pp 4, %s inside %s stages",
                      k ? "fsdp full_shard" : "zero1", sname[sc]);
-            fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
-            free(p.params);
-            p.params = calloc(fsc_gpt_num_params(&p.cfg), sizeof(float));
-            if (fsc_cluster_run(&co, rank_fn, &p) != FSC_OK) fail_msg("%s: %s", what, fsc_last_error());
-            assert_same(&ref, &p, what);
-            free(p.params);
+            run_against(&ref, &p, what);
         }
         free(ref.params);
     }

@@ -95,7 +95,7 @@ const fsc_model_ops fsc_seq_ops_ = {
     .set_batch = fsc_seq_set_batch, .stream = fsc_seq_stream, .stream_floats = seq_stream_floats,
     .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
     .backward_input = fsc_seq_backward_input, .backward_weight = fsc_seq_backward_weight,
-    .splits_tied = fsc_seq_splits_tied,
+    .splits_tied = fsc_seq_splits_tied, .acts_remake = fsc_seq_acts_remake,
     .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy, .logits = fsc_seq_logits,
     .logits_part = fsc_seq_logits_part,
 };
@@ -104,7 +104,7 @@ const fsc_model_ops fsc_seq_moe_ops_ = {
     .set_batch = fsc_seq_set_batch, .stream = fsc_seq_stream, .stream_floats = seq_stream_floats,
     .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
     .backward_input = fsc_seq_backward_input, .backward_weight = fsc_seq_backward_weight,
-    .splits_tied = fsc_seq_splits_tied,
+    .splits_tied = fsc_seq_splits_tied, .acts_remake = fsc_seq_acts_remake,
     .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy,
     .aux_stats = fsc_seq_aux_stats, .aux_layers = fsc_seq_aux_layers, .set_expert_group = fsc_seq_set_expert_group, .logits = fsc_seq_logits,
     .logits_part = fsc_seq_logits_part,

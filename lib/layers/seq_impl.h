@@ -26,6 +26,7 @@ typedef struct {
 extern const fsc_model_ops fsc_seq_ops_, fsc_seq_moe_ops_; /* the second for models with experts */
 fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out);
 void fsc_seq_acts_free(void *ctx, fsc_model_acts *a);
+fsc_status fsc_seq_acts_remake(void *ctx, fsc_model_acts *old, const fsc_model_acts_opts *o, fsc_model_acts **out);
 size_t fsc_seq_acts_bytes(void *ctx, const fsc_model_acts *a);
 fsc_status fsc_seq_set_batch(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets);
 float *fsc_seq_stream(void *ctx, fsc_model_acts *a, fsc_stream which);

@@ -171,8 +171,10 @@ static void split_detach(seq_model *s, seq_acts *a) {
 
 int fsc_seq_splits_tied(void *ctx) { return all_tied_split(ctx); }
 
-fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
-    seq_model *s = ctx;
+/* A record for o; its device memory *reuse where that is reuse_bytes, the bytes the record needs (taken: *reuse
+ * NULL then), else new (*reuse released first, so that the two are never held at once). */
+static fsc_status acts_make(seq_model *s, const fsc_model_acts_opts *o, void **reuse, size_t reuse_bytes,
+                            fsc_model_acts **out) {
     *out = NULL;
     if (o->B < 1 || o->first < 0 || o->last >= s->n || o->first > o->last)
         return fsc_error(FSC_ERR_INVALID, "sequential model: record for layers %d..%d of %d and %d samples", o->first,
@@ -197,25 +199,48 @@ fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mode
             st = FSC_ERR_NOMEM;
     if (!a || !a->out || !a->rec || !a->state || (offload && !a->host) || (o->split && (!a->keep || !a->stash)) || st != FSC_OK ||
         (o->last == s->n - 1 && !a->host_loss)) {
-        fsc_seq_acts_free(ctx, (fsc_model_acts *)a);
+        fsc_seq_acts_free(s, (fsc_model_acts *)a);
         return fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
     }
     a->B = o->B, a->ckpt = o->checkpoint, a->split_tied = o->split && o->split_tied;
     a->term = o->grad_term, a->term_ctx = o->grad_term_ctx;
     a->bytes = layout(s, a, NULL);
     if (o->split) a->sbytes = layout_split(s, a, NULL);
-    st = fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->bytes, &a->mem);
+    if (*reuse && reuse_bytes == a->bytes) {
+        a->mem = *reuse, *reuse = NULL;
+    } else {
+        fsc_device_release(s->dev, *reuse), *reuse = NULL;
+        st = fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->bytes, &a->mem);
+    }
     for (int l = o->first; l <= o->last && st == FSC_OK; l++) {
         fsc_layer *y = s->layers[l];
         if (y->ops->state_create) st = y->ops->state_create(y, s->dev, o->B, &a->state[l - o->first]);
     }
     if (st != FSC_OK) {
-        fsc_seq_acts_free(ctx, (fsc_model_acts *)a);
+        fsc_seq_acts_free(s, (fsc_model_acts *)a);
         return st;
     }
     layout(s, a, a->mem);
     *out = (fsc_model_acts *)a;
     return FSC_OK;
+}
+
+fsc_status fsc_seq_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+    void *none = NULL;
+    return acts_make(ctx, o, &none, 0, out);
+}
+
+/* old's device memory, unless its split area is still held (a failed step: freed with it), for the new record */
+fsc_status fsc_seq_acts_remake(void *ctx, fsc_model_acts *old, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+    seq_model *s = ctx;
+    seq_acts *x = (seq_acts *)old;
+    void *mem = NULL;
+    size_t bytes = 0;
+    if (x && !x->held) mem = x->mem, bytes = x->bytes, x->mem = NULL;
+    fsc_seq_acts_free(ctx, old);
+    const fsc_status st = acts_make(s, o, &mem, bytes, out);
+    fsc_device_release(s->dev, mem); /* not taken: acts_make failed before its allocation */
+    return st;
 }
 
 void fsc_seq_acts_free(void *ctx, fsc_model_acts *am) {

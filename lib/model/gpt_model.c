@@ -28,10 +28,9 @@ static gpt_model *GM(void *ctx) { return ctx; }
 static fsc_model *S(void *ctx) { return GM(ctx)->w.seq; }
 
 /* The GPT's limits on a record (every gemm dimension inside int), then the layers'. */
-static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+static fsc_status g_check(void *ctx, const fsc_model_acts_opts *o) {
     const fsc_gpt_config *c = &GM(ctx)->g.cfg;
     const int L = c->layers;
-    *out = NULL;
     if (o->B < 1) return fsc_error(FSC_ERR_INVALID, "gpt acts: batch B=%d; need B >= 1", o->B);
     if (o->first < 0 || o->last > L + 1 || o->first > o->last)
         return fsc_error(FSC_ERR_INVALID, "gpt acts: layer range [%d, %d] is not inside [0, %d] (%d blocks)",
@@ -43,7 +42,15 @@ static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_ac
                                           (double)fsc_gpt_vocab_rows(c) * 2);
     if ((double)o->B * c->seq > 2147483647.0 || (double)o->B * c->heads > 2147483647.0 || est > 1e15)
         return fsc_error(FSC_ERR_INVALID, "gpt acts: B=%d T=%d is too large for this model", o->B, c->seq);
+    return FSC_OK;
+}
+static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+    *out = NULL;
+    FSC_TRY(g_check(ctx, o));
     return S(ctx)->ops->acts_create(S(ctx)->ctx, o, out);
+}
+static fsc_status g_remake(void *ctx, fsc_model_acts *old, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+    return seq_wrap_acts_remake(ctx, g_check(ctx, o), old, o, out);
 }
 
 /* Bytes of parameters (x param_scale) and of one micro-batch's saved activations, as fsc_balance_by_size. */
@@ -193,7 +200,7 @@ static void g_destroy(fsc_model *m) { seq_wrap_free((seq_wrap *)m); }
       .config_check = g_config_check, .check_tensors = g_check_tensors, .set_expert_group = ep,                   \
       .destroy = g_destroy, .logits = seq_wrap_logits, .logits_part = seq_wrap_logits_part, .flops = g_flops,      \
       .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight,                    \
-      .splits_tied = seq_wrap_splits_tied }
+      .splits_tied = seq_wrap_splits_tied, .acts_remake = g_remake }
 static const fsc_model_ops dense_ops = GPT_OPS(NULL, NULL, NULL);
 static const fsc_model_ops moe_ops = GPT_OPS(seq_wrap_aux, seq_wrap_aux_layers, g_set_ep);
 

@@ -252,10 +252,9 @@ typedef struct {
 static fsc_model *seq_of(void *ctx) { return ((llama *)ctx)->w.seq; }
 
 /* The Llama's own limit on a record (every size inside int), then the layers' record. */
-static fsc_status l_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+static fsc_status l_check(void *ctx, const fsc_model_acts_opts *o) {
     const fsc_llama_config *c = &((llama *)ctx)->cfg;
     const int L = c->layers;
-    *out = NULL;
     if (o->B < 1) return fsc_error(FSC_ERR_INVALID, "llama acts: batch B=%d; need B >= 1", o->B);
     if (o->first < 0 || o->last > L + 1 || o->first > o->last)
         return fsc_error(FSC_ERR_INVALID, "llama acts: layer range [%d, %d] is not inside [0, %d] (%d decoder layers)",
@@ -264,8 +263,16 @@ static fsc_status l_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_mod
                                           (double)c->ffn * 3 * L + (double)fsc_llama_vocab_rows(c) * 2);
     if ((double)o->B * c->seq > 2147483647.0 || (double)o->B * c->heads > 2147483647.0 || est > 1e15)
         return fsc_error(FSC_ERR_INVALID, "llama acts: B=%d is too large for this model", o->B);
+    return FSC_OK;
+}
+static fsc_status l_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+    *out = NULL;
+    FSC_TRY(l_check(ctx, o));
     fsc_model *s = seq_of(ctx);
     return s->ops->acts_create(s->ctx, o, out);
+}
+static fsc_status l_acts_remake(void *ctx, fsc_model_acts *old, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+    return seq_wrap_acts_remake(ctx, l_check(ctx, o), old, o, out);
 }
 
 static void l_config(void *ctx, char *buf, size_t cap) { fsc_llama_config_json(&((llama *)ctx)->cfg, buf, cap); }
@@ -321,7 +328,7 @@ static const fsc_model_ops llama_ops = {
     .layer_cost = l_layer_cost, .config = l_config, .config_check = l_config_check,
     .destroy = l_destroy, .logits = seq_wrap_logits, .logits_part = seq_wrap_logits_part, .flops = l_flops,
     .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight,
-    .splits_tied = seq_wrap_splits_tied,
+    .splits_tied = seq_wrap_splits_tied, .acts_remake = l_acts_remake,
 };
 static const fsc_model_ops llama_moe_ops = { /* with MoE layers: their statistics and expert group */
     .acts_create = l_acts_create, .acts_free = seq_wrap_acts_free, .acts_bytes = seq_wrap_acts_bytes,
@@ -332,7 +339,7 @@ static const fsc_model_ops llama_moe_ops = { /* with MoE layers: their statistic
     .set_expert_group = seq_wrap_set_expert_group, .logits = seq_wrap_logits, .logits_part = seq_wrap_logits_part,
     .flops = l_flops,
     .backward_input = seq_wrap_backward_input, .backward_weight = seq_wrap_backward_weight,
-    .splits_tied = seq_wrap_splits_tied,
+    .splits_tied = seq_wrap_splits_tied, .acts_remake = l_acts_remake,
 };
 
 /* Layers 0 the token embedding, 1..L the blocks, L+1 the final RMSNorm and the untied LM head. */

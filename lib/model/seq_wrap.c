@@ -18,6 +18,15 @@ void seq_wrap_free(seq_wrap *w) {
 }
 
 void seq_wrap_acts_free(void *ctx, fsc_model_acts *a) { S(ctx)->ops->acts_free(S(ctx)->ctx, a); }
+fsc_status seq_wrap_acts_remake(void *ctx, fsc_status check_err, fsc_model_acts *old, const fsc_model_acts_opts *o,
+                                fsc_model_acts **out) {
+    *out = NULL;
+    if (check_err != FSC_OK) {
+        S(ctx)->ops->acts_free(S(ctx)->ctx, old);
+        return check_err;
+    }
+    return S(ctx)->ops->acts_remake(S(ctx)->ctx, old, o, out);
+}
 size_t seq_wrap_acts_bytes(void *ctx, const fsc_model_acts *a) {
     return a ? S(ctx)->ops->acts_bytes(S(ctx)->ctx, a) : 0;
 }

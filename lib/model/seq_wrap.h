@@ -17,6 +17,9 @@ void seq_wrap_bind(seq_wrap *w, const fsc_model_ops *ops);
 void seq_wrap_free(seq_wrap *w);
 
 void seq_wrap_acts_free(void *ctx, fsc_model_acts *a);
+/* The layers' acts_remake after the family's check of o (check_err, FSC_OK: none): a failed check frees old. */
+fsc_status seq_wrap_acts_remake(void *ctx, fsc_status check_err, fsc_model_acts *old, const fsc_model_acts_opts *o,
+                                fsc_model_acts **out);
 size_t seq_wrap_acts_bytes(void *ctx, const fsc_model_acts *a);
 fsc_status seq_wrap_set_batch(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets);
 float *seq_wrap_stream(void *ctx, fsc_model_acts *a, fsc_stream which);

@@ -550,18 +550,24 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
     if (p->nrecs[c] > 0) {
         *out = pool(p, c)[--p->nrecs[c]];
     } else {
-        /* with chunks, an idle record of another chunk is freed first: the pools then hold no more than the
-         * schedule holds at once (a chunk's pool would otherwise keep the most that chunk ever held) */
-        for (int o = 0; o < p->v; o++)
-            if (o != c && p->nrecs[o] > 0) {
-                e->m->ops->acts_free(e->m->ctx, pool(p, o)[--p->nrecs[o]]);
-                break;
-            }
+        /* with chunks, an idle record of another chunk is given up first: the pools then hold no more than the
+         * schedule holds at once (a chunk's pool would otherwise keep the most that chunk ever held); the model
+         * remakes it for this chunk in its memory where the two chunks' records are of a size (acts_remake) */
+        fsc_model_acts *idle = NULL;
+        for (int o = 0; o < p->v && !idle; o++)
+            if (o != c && p->nrecs[o] > 0) idle = pool(p, o)[--p->nrecs[o]];
         const int g = stage_at(p, c);
         fsc_model_acts_opts o = { .B = p->B, .first = p->lf[g], .last = p->ll[g], .checkpoint = e->po.checkpoint,
                                   .split = p->split, .split_tied = p->split_tied };
         fsc_engine_acts_terms(e, &o);
-        FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, out));
+        if (idle && e->m->ops->acts_remake) {
+            FSC_TRY(e->m->ops->acts_remake(e->m->ctx, idle, &o, out));
+            p->st.records_remade++;
+        } else {
+            if (idle) e->m->ops->acts_free(e->m->ctx, idle);
+            FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, out));
+            p->st.records_made++;
+        }
         p->nrecs_made++;
     }
     p->full_in_use++;
@@ -1227,6 +1233,7 @@ void fsc_engine_reset_pipe_stats(fsc_engine *e) {
     p->st.max_in_flight = p->in_flight;
     p->st.max_full_records = p->full_in_use;
     p->st.peak_acts_bytes = p->bytes_in_use;
+    p->st.records_made = p->st.records_remade = 0;
 }
 
 /* ---- full parameters and saving: each stage's tensors come from the stage that holds them ---- */

@@ -235,6 +235,12 @@ typedef struct {
      * logits (the group's slices together make them; fsc_engine_predict gathers them); NULL when the record has
      * none. NULL operation: no such slice. */
     const float *(*logits_part)(void *ctx, const fsc_model_acts *a, fsc_logits_part *p);
+    /* Optional: a record for o in place of old, which it consumes whatever it returns (freed on failure), in
+     * old's device memory where the two need the same bytes (a pipeline rank with two chunks of the same shape,
+     * zbv's middle ranks, hands an idle record of one chunk to the other instead of freeing and making one). The
+     * memory keeps old's values: the passes must not read what they did not write, as with any record reused.
+     * NULL: the engine frees old and calls acts_create. */
+    fsc_status (*acts_remake)(void *ctx, fsc_model_acts *old, const fsc_model_acts_opts *o, fsc_model_acts **out);
 } fsc_model_ops;
 
 typedef struct fsc_model {

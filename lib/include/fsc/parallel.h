@@ -301,6 +301,9 @@ typedef struct {
     size_t peak_acts_bytes;       /* most device bytes of activations held at once by the schedule */
     double action_s[3];           /* time in this rank's F, B and W actions (FSC_ACT_FORWARD, _BACKWARD, _WEIGHT)
                                    * less what they waited in receives, summed over the steps */
+    int records_made;             /* full records this rank's pools made (model.h's acts_create): after the first
+                                   * step of a micro-batch size none where the pools serve every forward */
+    int records_remade;           /* idle records of one chunk made over for another (model.h's acts_remake) */
 } fsc_pipe_stats;
 fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out);
 void fsc_engine_reset_pipe_stats(fsc_engine *e);

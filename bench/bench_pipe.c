@@ -29,6 +29,7 @@
  * P: the last table's case of P stages only, 2 or 4, 0 both; and of that vocabulary: the larger, the more of the
  * last stage's time is the tied head's). The last table also prints every stage's peak activations and its F, B
  * and W time per step (fsc_pipe_stats.action_s), and ZB-H1's bubble over 1F1B's. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +221,7 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
         const int P = cases[c][0], M = cases[c][1];
         if (only_p && P != only_p) continue;
         double ms[4][16], bub[4][16], bound[4][16], formula[4] = { 0, 0, 0, 0 }, acts[4] = { 0, 0, 0, 0 }, ideal[16];
+        double vs[4][16], zb_tw[16]; /* per round: step / that round's bubble-free step; zb-h1's waits / 1f1b's */
         fsc_pipe_stats last[4][16]; /* every stage's of the last round */
         size_t ledger[4][16];
         for (int round = 0; round < rounds && round < 16; round++) {
@@ -232,26 +234,29 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
                 if (step_ms(&b, P) < 0) return 1;
                 double mean = 0;
                 for (int s = 0; s < P; s++) mean += b.st[s].bubble / P;
-                ms[z][round] = b.ms, bub[z][round] = mean;
+                ms[z][round] = b.ms, bub[z][round] = mean, vs[z][round] = b.ms / ideal[round];
                 bound[z][round] = stage_bound(b.st, P, b.po.virtual_stages ? b.po.virtual_stages : 1, M, kinds[z]);
                 formula[z] = b.st[0].ideal_bubble, acts[z] = (double)b.st[0].peak_acts_bytes / 1048576.0;
                 memcpy(last[z], b.st, (size_t)P * sizeof b.st[0]);
                 memcpy(ledger[z], b.ledger, (size_t)P * sizeof b.ledger[0]);
             }
+            zb_tw[round] = bub[2][round] * ms[2][round] / (bub[0][round] * ms[0][round]);
         }
         const int n = rounds < 16 ? rounds : 16;
         qsort(ideal, (size_t)n, sizeof(double), cmp_double);
+        qsort(zb_tw, (size_t)n, sizeof(double), cmp_double);
         printf("%-3d %-3d %-11s %8s %8s %9s %12s %9.1f\n", P, M, "ideal", "", "", "", "", ideal[n / 2]);
         for (int z = 0; z < 4; z++) {
             qsort(ms[z], (size_t)n, sizeof(double), cmp_double);
             qsort(bub[z], (size_t)n, sizeof(double), cmp_double);
             qsort(bound[z], (size_t)n, sizeof(double), cmp_double);
+            qsort(vs[z], (size_t)n, sizeof(double), cmp_double);
             char bd[16] = "-";
             if (bound[z][n / 2] >= 0) snprintf(bd, sizeof bd, "%.3f", bound[z][n / 2]);
-            printf("%-3d %-3d %-11s %8.3f %8s %9.3f %12.2f %9.1f %7.2f\n", P, M, names[z], formula[z], bd,
-                   bub[z][n / 2], acts[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2]);
+            printf("%-3d %-3d %-11s %8.3f %8s %9.3f %12.2f %9.1f %7.3f  (rounds %.3f .. %.3f)\n", P, M, names[z],
+                   formula[z], bd, bub[z][n / 2], acts[z], ms[z][n / 2], vs[z][n / 2], vs[z][0], vs[z][n - 1]);
             printf("RESULT pipe_zb P=%d M=%d %s measured %.4f ideal %.4f ms %.2f vs_bubble_free %.3f%s%s\n", P, M,
-                   names[z], bub[z][n / 2], formula[z], ms[z][n / 2], ms[z][n / 2] / ideal[n / 2],
+                   names[z], bub[z][n / 2], formula[z], ms[z][n / 2], vs[z][n / 2],
                    bound[z][n / 2] >= 0 ? " bound " : "", bound[z][n / 2] >= 0 ? bd : "");
             /* the last round's stages: peak activations, and F, B, W per step (compute, waits excluded) */
             double most = 0;
@@ -273,11 +278,26 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
             printf("RESULT pipe_zb_acts P=%d M=%d %s most_mib %.2f first_mib %.2f\n", P, M, names[z], most, acts[z]);
         }
         /* ZB-H1 against 1F1B: as fractions of their own steps, and as time waited per step */
-        printf("    zb-h1 / 1f1b bubble: %.3f as fractions, %.3f in time waited per step\n", bub[2][n / 2] / bub[0][n / 2],
-               bub[2][n / 2] * ms[2][n / 2] / (bub[0][n / 2] * ms[0][n / 2]));
+        printf("    zb-h1 / 1f1b bubble: %.3f as fractions (medians), %.3f in time waited per step (the median of the "
+               "rounds' ratios, %.3f .. %.3f)\n", bub[2][n / 2] / bub[0][n / 2], zb_tw[n / 2], zb_tw[0], zb_tw[n - 1]);
         fflush(stdout);
     }
     return 0;
+}
+
+/* On the virtual clock a stage's time is its thread's CPU time. Threads of ranks running at once on the machine's
+ * cores slow each other (caches, memory bandwidth) and so lengthen each other's CPU time by as much as a fifth
+ * from one schedule to the next; on one core one rank runs at a time and each action's time is its own. The
+ * ranks' threads inherit the main thread's affinity: it is set to the core it runs on. */
+static void pin_to_one_core(void) {
+    const int cpu = sched_getcpu();
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (cpu >= 0) CPU_SET(cpu, &set);
+    if (cpu >= 0 && sched_setaffinity(0, sizeof set, &set) == 0)
+        printf("bench_pipe: every rank's thread on cpu %d, one at a time (BENCH_PIPE_NO_PIN=1: on every core)\n", cpu);
+    else
+        printf("bench_pipe: could not keep the ranks on one core; their times may include each other's contention\n");
 }
 
 int main(int argc, char **argv) {
@@ -286,6 +306,7 @@ int main(int argc, char **argv) {
     if (rounds < 1) rounds = 1;
     if (argc > 4 && !strcmp(argv[4], "wall")) sim_clock = FSC_SIM_CLOCK_WALL;
     printf("bench_pipe: times on the %s clock\n", sim_clock == FSC_SIM_CLOCK_WALL ? "wall" : "virtual");
+    if (sim_clock == FSC_SIM_CLOCK_VIRTUAL && !getenv("BENCH_PIPE_NO_PIN")) pin_to_one_core();
     const int width = argc > 5 ? atoi(argv[5]) : 128; /* the model's width (heads of 32) */
     if (width < 32 || width % 32) {
         fprintf(stderr, "bench_pipe: width %d: a multiple of 32 at least 32\n", width);

@@ -1218,8 +1218,8 @@ fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
     out->ideal_bubble = (double)(p->pp - 1) / ((double)p->v * p->M + p->pp - 1); /* v = 1 but interleaved */
     if (p->split) /* ZB-H1 with equal F, B and W: (p-1)(F+B-W) idle of m(F+B+W) + that */
         out->ideal_bubble = (double)(p->pp - 1) / (3.0 * p->M + p->pp - 1);
-    if (p->split && p->pl == FSC_PIPE_V) /* ZBV: (p-1)(F+B-2W) per chunk, none with equal F, B and W */
-        out->ideal_bubble = 0;
+    if (p->split && p->pl == FSC_PIPE_V) /* ZBV: the fill, (p-1) F of a step of 2m(F+B+W) + that, equal F, B, W */
+        out->ideal_bubble = (double)(p->pp - 1) / (6.0 * p->M + p->pp - 1);
     return FSC_OK;
 }
 

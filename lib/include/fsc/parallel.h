@@ -295,7 +295,10 @@ typedef struct {
                                    * broadcast closing it */
     double wait_s;                /* of which idle: waiting in recv and in the closing loss collectives */
     double bubble;                /* wait_s / wall_s: the measured idle fraction of this stage */
-    double ideal_bubble;          /* (P - 1) / (M + P - 1) */
+    double ideal_bubble;          /* the schedule's formula with equal F, B and W: (P - 1) / (M + P - 1) (GPipe,
+                                   * 1F1B), (P - 1) / (v M + P - 1) (interleaved), (P - 1) / (3 M + P - 1)
+                                   * (ZB-H1), (P - 1) / (6 M + P - 1) (ZBV: the last rank's wait for the first
+                                   * P - 1 forwards, which no list of one step avoids) */
     int max_in_flight;            /* most micro-batches holding activations at once (full or checkpointed) */
     int max_full_records;         /* most full activation records alive at once */
     size_t peak_acts_bytes;       /* most device bytes of activations held at once by the schedule */

@@ -2,8 +2,8 @@
  * Oracles: a global batch of 12 in units of 1 gives byte-identical --save files and the same --json losses
  * after 5 steps at (--world N, --accum K) = (1,12), (2,6), (3,4), (4,3), (6,2), (12,1) with ddp, fsdp (full,
  * grad_op, hybrid), zero1 and zero2 (none at N 1); --unit 2 at (1,12), (2,3), (3,1) agrees likewise; so does FSDP
- * with offload all; so do MoE models, with expert parallelism too; what exact mode does not run with is refused
- * naming the option. */
+ * with offload all; so do MoE models, with expert parallelism too; so do checkpoints resumed at another world
+ * size or under another pipeline schedule; what exact mode does not run with is refused naming the option. */
 #include "trainertest.h"
 
 static char trainer[PATH_MAX], tmpdir[64];
@@ -11,12 +11,12 @@ static char trainer[PATH_MAX], tmpdir[64];
 #define MODEL "--layers 2 --dim 16 --heads 2 --seq 8 --vocab 128 --batch 12 --steps 5 --lr 0.01 --clip 1"
 
 /* Train with args at world n, accum k with strategy par (at n 1: none); the --save file's bytes in *bytes (the
- * caller frees), the losses as text. */
-static char *train(int n, int k, const char *par, const char *args, char **bytes, size_t *len) {
+ * caller frees), the losses as text; the output must hold must (NULL: anything). */
+static char *train_must(int n, int k, const char *par, const char *args, const char *must, char **bytes, size_t *len) {
     char *save = prog_fmt("%s/w_%d_%d.st", tmpdir, n, k);
     char *full = prog_fmt(MODEL " --data '%s/data.txt' --world %d --accum %d --parallel %s --reduce exact %s --save "
                           "'%s' --json", tmpdir, n, k, n == 1 ? "none" : par, args, save);
-    char *losses = prog_losses(trainer, full, tmpdir, NULL, NULL);
+    char *losses = prog_losses(trainer, full, tmpdir, must, NULL);
     FILE *f = fopen(save, "rb");
     if (!f) fail_msg("%s: no --save file", full);
     fseek(f, 0, SEEK_END);
@@ -27,6 +27,10 @@ static char *train(int n, int k, const char *par, const char *args, char **bytes
     fclose(f);
     free(save), free(full);
     return losses;
+}
+
+static char *train(int n, int k, const char *par, const char *args, char **bytes, size_t *len) {
+    return train_must(n, k, par, args, NULL, bytes, len);
 }
 
 static const char *const strategies[] = { "ddp", "fsdp --shard full", "fsdp --shard grad_op",
@@ -272,6 +276,50 @@ static void test_resume_on_another_world(void **state) {
     free(ref);
 }
 
+/* Checkpoints written after 2 steps with FSDP or ZeRO inside zbv, zb-h1 and interleaved stages (and by ZeRO-2
+ * without a pipeline), resumed to step 5 under another schedule, strategy and data-parallel size, or without a
+ * pipeline: the losses of steps 3 to 5 and the --save file of one rank's uninterrupted run (4 blocks). */
+static void test_resume_under_another_schedule(void **state) {
+    (void)state;
+    typedef struct { int world, accum; const char *par, *args; } where;
+    static const struct { where save, to[3]; } cfg[] = {
+        { { 4, 6, "fsdp --shard full", "--pp 2 --schedule zbv" },
+          { { 4, 6, "zero2", "--pp 2 --schedule interleaved --virtual-stages 2" },
+            { 6, 4, "zero2", "--pp 2 --schedule interleaved --virtual-stages 2" } } },
+        { { 4, 6, "zero1", "--pp 2 --schedule zb-h1" },
+          { { 4, 6, "fsdp --shard hybrid", "--pp 2 --schedule zbv" },
+            { 4, 6, "fsdp --shard grad_op", "--pp 2 --schedule zbv" } } },
+        { { 4, 6, "fsdp --shard full", "--pp 2 --schedule interleaved --virtual-stages 2" },
+          { { 3, 4, "fsdp --shard full", "" }, { 2, 6, "ddp", "" }, { 1, 12, "none", "" } } },
+        { { 4, 6, "fsdp --shard grad_op", "--pp 2 --schedule interleaved --virtual-stages 2 --ckpt-format full" },
+          { { 4, 6, "zero1", "--pp 2 --schedule zb-h1" } } },
+        { { 3, 4, "zero2", "" }, { { 4, 6, "fsdp --shard full", "--pp 2 --schedule zbv" } } },
+    };
+    char *ref_bytes = NULL, *bytes = NULL;
+    size_t ref_len = 0, len = 0;
+    char *ref = train(1, 12, "none", "--layers 4", &ref_bytes, &ref_len);
+    const char *third = strchr(strchr(ref, ',') + 1, ',') + 1; /* ref's losses of steps 3 to 5 */
+    char *head = prog_fmt("%.*s]", (int)(third - 1 - ref), ref), *tail = prog_fmt("[null,null,%s", third);
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        const where *s = &cfg[c].save;
+        char *a = prog_fmt("--layers 4 --steps 2 --save-every 2 --ckpt-dir '%s/rs%zu' %s", tmpdir, c, s->args);
+        char *l = train(s->world, s->accum, s->par, a, &bytes, &len);
+        if (strcmp(l, head)) fail_msg("%s %s: losses %s, one rank: %s", s->par, a, l, head);
+        free(l), free(bytes), free(a);
+        for (int i = 0; i < 3 && cfg[c].to[i].world; i++) {
+            const where *t = &cfg[c].to[i];
+            a = prog_fmt("--layers 4 --resume '%s/rs%zu' %s", tmpdir, c, t->args);
+            l = train_must(t->world, t->accum, t->par, a, "at step 2", &bytes, &len);
+            if (strcmp(l, tail) || len != ref_len || memcmp(bytes, ref_bytes, len))
+                fail_msg("saved by %s %s at --world %d, resumed by %s %s at --world %d: not the bits of an "
+                         "uninterrupted run (losses %s, uninterrupted %s)", s->par, s->args, s->world, t->par, t->args,
+                         t->world, l, ref);
+            free(l), free(bytes), free(a);
+        }
+    }
+    free(head), free(tail), free(ref), free(ref_bytes);
+}
+
 /* Tensor parallelism at a fixed degree (2, with and without sequence parallelism): the same bits at data-parallel
  * sizes 1, 2 and 3, every strategy, and with a pipeline. */
 static void test_tensor_parallel(void **state) {
@@ -325,9 +373,11 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_moe_new_schedules),
         cmocka_unit_test(test_llama),
         cmocka_unit_test(test_resume_on_another_world),
+        cmocka_unit_test(test_resume_under_another_schedule),
         cmocka_unit_test(test_tensor_parallel),
         cmocka_unit_test(test_refusals),
     };
+    if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char *cmd = prog_fmt("rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "test_trainer_exact: could not remove %s\n", tmpdir);

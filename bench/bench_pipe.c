@@ -13,15 +13,18 @@
  * Then the schedules side by side on such a network: P = 4, M = 8, GPipe, 1F1B, interleaved 1F1B with 2
  * chunks per rank, ZB-H1 and ZBV (prefetch on), each with its step time, measured bubble, every stage's peak
  * activations and most records in flight, and its formula ((P-1)/(M+P-1); interleaved (P-1)/(v M+P-1); ZB-H1
- * (P-1)/(3M+P-1) and ZBV 0, which assume equal F, B and W), beside the bubble-free step: one rank's step of the
+ * (P-1)/(3M+P-1) and ZBV (P-1)/(6M+P-1), its fill, which assume equal F, B and W), beside the bubble-free step: one rank's step of the
  * same M micro-batches (no pipeline) divided by P.
  * Last, 1F1B, interleaved, ZB-H1 and ZBV without a network (compute only, where the split backward's bubble is),
  * P = 2, M = 4 and P = 4, M = 8, in alternating rounds (the median of the step times and of the mean bubbles is
- * printed), with the bubble-free step as above, and for 1F1B and interleaved the bound: the least mean bubble any
+ * printed, and of each step over a bubble-free step measured just before it), with the bubble-free step as above, and
+ * for 1F1B and interleaved the bound: the least mean bubble any
  * schedule could have with the stages' measured times (stage_bound; the formula when the stages are equal).
  * Every time is on the simulated cluster's virtual clock (cluster.h, docs/overlap.md): each stage's computation
  * is its own thread's CPU time, as if it had a core to itself, so four stages on a 2-core machine shared with
- * other programs measure what four devices would; the last argument "wall" measures on the machine's clock.
+ * other programs measure what four devices would; the last argument "wall" measures on the machine's clock. On the
+ * virtual clock every rank's thread runs on one core (pin_to_one_core; BENCH_PIPE_NO_PIN=1: not), so that no rank's
+ * time includes the slowdown of another running beside it.
  * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] [P] [vocab] [blocks] (default 4 and
  * 3, all, virtual, 128, both, 256, 8; the first step is not timed; blocks: of the last two tables' model, the more a
  * chunk holds, the less its embedding's and head's share; "schedules": only the third table, "zb" only the last, of a
@@ -211,8 +214,8 @@ static double stage_bound(const fsc_pipe_stats *st, int P, int v, int M, fsc_pip
  * step time and mean bubble of each, beside the bubble-free step (the median over the rounds too). */
 static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int only_p) {
     const int cases[][2] = { { 2, 4 }, { 4, 8 } };
-    static const fsc_pipe_schedule kinds[] = { FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
-    static const char *const names[] = { "1f1b", "interleaved", "zb-h1", "zbv" };
+    static const fsc_pipe_schedule kinds[] = { FSC_SCHED_1F1B, FSC_SCHED_ZB_H1, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZBV };
+    static const char *const names[] = { "1f1b", "zb-h1", "interleaved", "zbv" }; /* zb-h1 next to 1f1b */
     printf("\n1f1b, interleaved, zb-h1 and zbv, GPT of %d blocks, width %d, vocab %d, no network, even balance, "
            "prefetch 1, checkpoint never; median of %d rounds\n", cfg->layers, cfg->dim, cfg->vocab, rounds);
     printf("%-3s %-3s %-11s %8s %8s %9s %12s %9s %7s\n", "P", "M", "sched", "formula", "bound", "measured", "acts0 MiB",
@@ -221,12 +224,16 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
         const int P = cases[c][0], M = cases[c][1];
         if (only_p && P != only_p) continue;
         double ms[4][16], bub[4][16], bound[4][16], formula[4] = { 0, 0, 0, 0 }, acts[4] = { 0, 0, 0, 0 }, ideal[16];
-        double vs[4][16], zb_tw[16]; /* per round: step / that round's bubble-free step; zb-h1's waits / 1f1b's */
+        double vs[4][16], zb_tw[16]; /* per round: step / the bubble-free step just before; zb-h1's waits / 1f1b's */
         fsc_pipe_stats last[4][16]; /* every stage's of the last round */
         size_t ledger[4][16];
         for (int round = 0; round < rounds && round < 16; round++) {
             if ((ideal[round] = ideal_ms(cfg, steps, M, 4, P)) < 0) return 1;
             for (int z = 0; z < 4; z++) {
+                /* each schedule's step over a bubble-free step measured just before it: the machine's speed
+                 * drifts between runs a minute apart by more than the differences measured here */
+                const double id = z == 0 ? ideal[round] : ideal_ms(cfg, steps, M, 4, P);
+                if (id < 0) return 1;
                 bench b = { .cfg = *cfg, .steps = steps, .mb = 4 };
                 b.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = P, .accum = M, .no_sync = 1, .prefetch = 1,
                                             .schedule = kinds[z], .pipe_checkpoint = FSC_PIPE_CKPT_NEVER,
@@ -234,13 +241,13 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
                 if (step_ms(&b, P) < 0) return 1;
                 double mean = 0;
                 for (int s = 0; s < P; s++) mean += b.st[s].bubble / P;
-                ms[z][round] = b.ms, bub[z][round] = mean, vs[z][round] = b.ms / ideal[round];
+                ms[z][round] = b.ms, bub[z][round] = mean, vs[z][round] = b.ms / id;
                 bound[z][round] = stage_bound(b.st, P, b.po.virtual_stages ? b.po.virtual_stages : 1, M, kinds[z]);
                 formula[z] = b.st[0].ideal_bubble, acts[z] = (double)b.st[0].peak_acts_bytes / 1048576.0;
                 memcpy(last[z], b.st, (size_t)P * sizeof b.st[0]);
                 memcpy(ledger[z], b.ledger, (size_t)P * sizeof b.ledger[0]);
             }
-            zb_tw[round] = bub[2][round] * ms[2][round] / (bub[0][round] * ms[0][round]);
+            zb_tw[round] = bub[1][round] * ms[1][round] / (bub[0][round] * ms[0][round]);
         }
         const int n = rounds < 16 ? rounds : 16;
         qsort(ideal, (size_t)n, sizeof(double), cmp_double);
@@ -279,7 +286,7 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
         }
         /* ZB-H1 against 1F1B: as fractions of their own steps, and as time waited per step */
         printf("    zb-h1 / 1f1b bubble: %.3f as fractions (medians), %.3f in time waited per step (the median of the "
-               "rounds' ratios, %.3f .. %.3f)\n", bub[2][n / 2] / bub[0][n / 2], zb_tw[n / 2], zb_tw[0], zb_tw[n - 1]);
+               "rounds' ratios, %.3f .. %.3f)\n", bub[1][n / 2] / bub[0][n / 2], zb_tw[n / 2], zb_tw[0], zb_tw[n - 1]);
         fflush(stdout);
     }
     return 0;

@@ -42,9 +42,9 @@ static void *dalloc(size_t bytes) {
     return p;
 }
 
-/* The second model: the attention layer, the SwiGLU MLP and the three blocks; the packed GPT-2 block with
- * packed_heads heads (its input part keeps dln1 and dres2 over the attention probabilities when they have room:
- * 8 heads room for both, 2 for one, 1 for none). */
+/* The second model: the attention layer, the SwiGLU MLP and the three blocks; the packed and the separate GPT-2
+ * blocks with packed_heads heads (their input parts keep two inner gradients over the attention probabilities when
+ * they have room: 8 heads room for both, 2 for one, 1 for none; the Llama block has 2). */
 static void transformer(fsc_layer **l, int packed_heads) {
     assert_ok(fsc_layer_embedding(T, C, V, &l[0]));
     fsc_attention_opts ao = fsc_attention_opts_default(T, C, HEADS);
@@ -55,7 +55,7 @@ static void transformer(fsc_layer **l, int packed_heads) {
     assert_ok(fsc_layer_swiglu_mlp(&mo, &l[2]));
     fsc_block_opts bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, packed_heads);
     assert_ok(fsc_layer_block(&bo, &l[3]));
-    bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, HEADS);
+    bo = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, packed_heads); /* the separate block's kept gradients too */
     bo.separate_qkv = 1;
     assert_ok(fsc_layer_block(&bo, &l[4]));
     bo = fsc_block_opts_default(FSC_BLOCK_LLAMA, T, C, HEADS);

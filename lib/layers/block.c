@@ -70,6 +70,7 @@ static size_t bk_work(const fsc_layer *l, int B) {
 }
 
 #define AT(base, off) ((float *)((char *)(base) + (off)))
+static size_t r64f(size_t n) { return (n + 63) / 64 * 64; }
 
 static const float *P(const block_layer *y, const fsc_layer_call *c, int role) {
     return y->ix[role] >= 0 ? c->param[y->ix[role]] : NULL;
@@ -171,10 +172,16 @@ static packed_stash stash_of(void *base, const fsc_block_rec *r) {
     return st;
 }
 
+/* A composed block's split keeps its inner gradients as the attention and MLP layers' splits do (transformer.c's
+ * at_split, sm_split): dq, dk, dv over q, k, v, SwiGLU's dgate and dup over gate and up (GELU's dh over its input),
+ * none of which the weight part reads; and three more: the gradients at the second norm's output (in the stash:
+ * written while the whole record is still read), at h (the attention's output gradient, which the first norm's
+ * backward then changes) and at the first norm's output, over the attention probabilities as far as they fit (as
+ * the packed block's), else in the stash. */
 static size_t bk_split_bytes(const fsc_layer *l, int B) {
     const block_layer *y = (const block_layer *)l;
     const size_t nc = r256((size_t)B * y->o.T * (size_t)y->o.C * sizeof(float));
-    return y->packed ? (size_t)(3 - over_att(B, y->o.T, y->o.C, y->o.heads)) * nc : 0;
+    return (size_t)(3 - over_att(B, y->o.T, y->o.C, y->o.heads)) * nc;
 }
 
 /* d (N, C): the output gradient in, the input gradient out; the norms' gradients into the sink. The work's first
@@ -224,6 +231,99 @@ static fsc_status packed_weight(const fsc_layer_call *c, const float *dout, floa
     return fsc_layernorm_backward(c->dev, scratch, g[FSC_B_LN1_W], g[FSC_B_LN1_B], &ln1, st.dln1, p[FSC_B_LN1_W]);
 }
 
+/* The composed block's split (bk_split_bytes): the input part (every gradient NULL) runs the whole backward's
+ * steps without the weight products and keeps their output gradients; the weight part (dinp NULL) runs only the
+ * weight products and the norms' parameter gradients from them: the same kernels on the same values, so the
+ * whole backward's bits, and no inner gradient derived twice. */
+static fsc_status composed_split(const block_layer *y, const fsc_layer_call *c, float *dinp, const float *dout,
+                                 const float *x, const block_map *m) {
+    const int C = y->o.C, F = y->o.F;
+    const size_t N = (size_t)c->B * y->o.T, NC = N * (size_t)C, NF = N * (size_t)F;
+    const size_t nc = r256(NC * sizeof(float));
+    float *ln1 = AT(c->rec, m->ln1), *h = AT(c->rec, m->h), *ln2 = AT(c->rec, m->ln2), *inner = AT(c->work, m->inner);
+    fsc_self_attn_config cf = attn_cfg(y, c->B);
+    fsc_self_attn_rec ar;
+    fsc_self_attn_rec_bind(&ar, AT(c->rec, m->attn), &cf);
+    ar.inp = ln1;
+    const int k = over_att(c->B, y->o.T, C, y->o.heads); /* bk_split_bytes */
+    float *s_dln2 = c->stash, *s_dh = k >= 1 ? ar.att : AT(c->stash, nc);
+    float *s_dln1 = k >= 2 ? AT(ar.att, nc) : AT(c->stash, (size_t)(2 - k) * nc);
+    fsc_swiglu_mlp_rec mr;
+    float *fch = AT(c->rec, m->mlp), *fcg = AT(c->rec, m->mlp + r256(NF * sizeof(float)));
+    if (y->swiglu) {
+        fsc_swiglu_mlp_rec_bind(&mr, AT(c->rec, m->mlp), N, C, F);
+        mr.inp = ln2;
+    }
+    fsc_linear_rec down = { .inp = y->swiglu ? mr.act : fcg, .N = N, .C = F, .OC = C, .w_out_in = y->swiglu };
+    fsc_linear_rec up = { .inp = ln2, .N = N, .C = C, .OC = F, .w_out_in = y->swiglu };
+    fsc_self_attn_params ap;
+    fsc_self_attn_grads ag;
+    attn_params(y, c, &ap, &ag);
+    const int QW = cf.NH * cf.HS, KW = cf.KVH * cf.HS;
+    fsc_linear_rec o = { .inp = ar.y, .N = N, .C = QW, .OC = C, .w_out_in = 1 };
+    fsc_linear_rec lq = { .inp = ln1, .N = N, .C = C, .OC = QW, .w_out_in = 1 };
+    fsc_linear_rec lkv = { .inp = ln1, .N = N, .C = C, .OC = KW, .w_out_in = 1 };
+    float *st1a = AT(c->rec, m->st1a), *st1b = AT(c->rec, m->st1b), *st2a = AT(c->rec, m->st2a),
+          *st2b = AT(c->rec, m->st2b);
+    if (!dinp && ag.wq) { /* the weight part: the norms' input gradients go to a scratch no one reads */
+        float *scratch = AT(c->work, m->s1);
+        if (y->swiglu) {
+            FSC_TRY(fsc_linear_backward(c->dev, NULL, G(y, c, R_M2), NULL, &down, dout, P(y, c, R_M2), 0.0f, 1.0f));
+            FSC_TRY(fsc_linear_backward(c->dev, NULL, G(y, c, R_M0), NULL, &up, mr.gate, P(y, c, R_M0), 0.0f, 1.0f));
+            FSC_TRY(fsc_linear_backward(c->dev, NULL, G(y, c, R_M1), NULL, &up, mr.up, P(y, c, R_M1), 0.0f, 1.0f));
+        } else {
+            FSC_TRY(fsc_linear_backward(c->dev, NULL, G(y, c, R_M2), G(y, c, R_M3), &down, dout, P(y, c, R_M2), 0.0f,
+                                        1.0f));
+            FSC_TRY(fsc_linear_backward(c->dev, NULL, G(y, c, R_M0), G(y, c, R_M1), &up, fch, P(y, c, R_M0), 0.0f,
+                                        1.0f));
+        }
+        FSC_TRY(norm_bwd(y, c, scratch, s_dln2, h, st2a, st2b, R_N2W, N));
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, ag.wo, ag.bo, &o, s_dh, ap.wo, 0.0f, 1.0f));
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, ag.wq, ag.bq, &lq, ar.q, ap.wq, 0.0f, 1.0f));
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, ag.wk, ag.bk, &lkv, ar.k, ap.wk, 0.0f, 1.0f));
+        FSC_TRY(fsc_linear_backward(c->dev, NULL, ag.wv, ag.bv, &lkv, ar.v, ap.wv, 0.0f, 1.0f));
+        return norm_bwd(y, c, scratch, s_dln1, x, st1a, st1b, R_N1W, N);
+    }
+    /* the input part; without dinp (the model's first layer) d is a scratch, the kept gradients still needed */
+    float *d = dinp ? dinp : AT(c->work, m->s1);
+    FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float))); /* the gradient w.r.t. out, then h, then x */
+    if (y->swiglu) {
+        float *dact = inner; /* (N, F) */
+        FSC_TRY(fsc_linear_backward(c->dev, dact, NULL, NULL, &down, d, P(y, c, R_M2), 0.0f, 1.0f));
+        const fsc_ew_rec er = { .a = mr.gate, .b = mr.up, .n = NF };
+        FSC_TRY(fsc_swiglu_backward(c->dev, mr.gate, mr.up, &er, dact)); /* dgate, dup over gate, up */
+        FSC_TRY(fsc_linear_backward(c->dev, s_dln2, NULL, NULL, &up, mr.gate, P(y, c, R_M0), 0.0f, 1.0f));
+        FSC_TRY(fsc_linear_backward(c->dev, s_dln2, NULL, NULL, &up, mr.up, P(y, c, R_M1), 1.0f, 1.0f));
+    } else {
+        float *da = inner;
+        FSC_TRY(fsc_linear_backward(c->dev, da, NULL, NULL, &down, d, P(y, c, R_M2), 0.0f, 1.0f));
+        fsc_gelu_rec gr = { .inp = fch, .n = NF };
+        FSC_TRY(fsc_gelu_backward(c->dev, fch, &gr, da)); /* dh over the GELU's input, element by element */
+        FSC_TRY(fsc_linear_backward(c->dev, s_dln2, NULL, NULL, &up, fch, P(y, c, R_M0), 0.0f, 1.0f));
+    }
+    FSC_TRY(norm_bwd(y, c, d, s_dln2, h, st2a, st2b, R_N2W, N)); /* d = d h, until the first norm's backward */
+    const size_t tt = (size_t)cf.B * cf.NH * cf.T * cf.T;
+    float *core_work = inner, *dy = core_work + 2 * r64f(tt), *dq = dy + r64f(N * QW), *dk = dq + r64f(N * QW);
+    float *dv = dk + r64f(N * KW); /* fsc_self_attn_work_floats' pieces */
+    FSC_TRY(fsc_linear_backward(c->dev, dy, NULL, NULL, &o, d, ap.wo, 0.0f, 1.0f));
+    fsc_attn_core_dims dims = { cf.B, cf.T, cf.NH, cf.KVH, cf.HS };
+    FSC_TRY(fsc_attn_core_backward(c->dev, &dims, dq, dk, dv, dy, QW, ar.q, QW, ar.k, KW, ar.v, KW, ar.att,
+                                   core_work));
+    FSC_TRY(fsc_device_copy(c->dev, s_dh, d, NC * sizeof(float))); /* the probabilities are read no more */
+    if (cf.rope_theta > 0.0f) { /* q and k are read no more */
+        FSC_TRY(fsc_rope_backward(c->dev, ar.q, dq, cf.B, cf.T, cf.NH, cf.HS, QW, cf.rope_theta));
+        FSC_TRY(fsc_rope_backward(c->dev, ar.k, dk, cf.B, cf.T, cf.KVH, cf.HS, KW, cf.rope_theta));
+    } else {
+        FSC_TRY(fsc_device_copy(c->dev, ar.q, dq, N * (size_t)QW * sizeof(float)));
+        FSC_TRY(fsc_device_copy(c->dev, ar.k, dk, N * (size_t)KW * sizeof(float)));
+    }
+    FSC_TRY(fsc_device_copy(c->dev, ar.v, dv, N * (size_t)KW * sizeof(float)));
+    FSC_TRY(fsc_linear_backward(c->dev, s_dln1, NULL, NULL, &lq, ar.q, ap.wq, 0.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(c->dev, s_dln1, NULL, NULL, &lkv, ar.k, ap.wk, 1.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(c->dev, s_dln1, NULL, NULL, &lkv, ar.v, ap.wv, 1.0f, 1.0f));
+    return dinp ? norm_bwd(y, c, d, s_dln1, x, st1a, st1b, R_N1W, N) : FSC_OK; /* d = d x */
+}
+
 static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     const block_layer *y = (const block_layer *)l;
@@ -243,6 +343,7 @@ static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     }
     const block_map m = map_of(y, c->B);
     const float *x = in;
+    if (c->stash) return composed_split(y, c, dinp, dout, x, &m);
     float *ln1 = AT(c->rec, m.ln1), *h = AT(c->rec, m.h), *ln2 = AT(c->rec, m.ln2);
     float *dln = AT(c->work, m.s0), *inner = AT(c->work, m.inner), *d = dinp ? dinp : AT(c->work, m.s1);
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float))); /* d: the gradient w.r.t. out, then h, then x */

@@ -70,7 +70,6 @@ static size_t bk_work(const fsc_layer *l, int B) {
 }
 
 #define AT(base, off) ((float *)((char *)(base) + (off)))
-static size_t r64f(size_t n) { return (n + 63) / 64 * 64; }
 
 static const float *P(const block_layer *y, const fsc_layer_call *c, int role) {
     return y->ix[role] >= 0 ? c->param[y->ix[role]] : NULL;
@@ -259,10 +258,6 @@ static fsc_status composed_split(const block_layer *y, const fsc_layer_call *c, 
     fsc_self_attn_params ap;
     fsc_self_attn_grads ag;
     attn_params(y, c, &ap, &ag);
-    const int QW = cf.NH * cf.HS, KW = cf.KVH * cf.HS;
-    fsc_linear_rec o = { .inp = ar.y, .N = N, .C = QW, .OC = C, .w_out_in = 1 };
-    fsc_linear_rec lq = { .inp = ln1, .N = N, .C = C, .OC = QW, .w_out_in = 1 };
-    fsc_linear_rec lkv = { .inp = ln1, .N = N, .C = C, .OC = KW, .w_out_in = 1 };
     float *st1a = AT(c->rec, m->st1a), *st1b = AT(c->rec, m->st1b), *st2a = AT(c->rec, m->st2a),
           *st2b = AT(c->rec, m->st2b);
     if (!dinp && ag.wq) { /* the weight part: the norms' input gradients go to a scratch no one reads */
@@ -278,10 +273,7 @@ static fsc_status composed_split(const block_layer *y, const fsc_layer_call *c, 
                                         1.0f));
         }
         FSC_TRY(norm_bwd(y, c, scratch, s_dln2, h, st2a, st2b, R_N2W, N));
-        FSC_TRY(fsc_linear_backward(c->dev, NULL, ag.wo, ag.bo, &o, s_dh, ap.wo, 0.0f, 1.0f));
-        FSC_TRY(fsc_linear_backward(c->dev, NULL, ag.wq, ag.bq, &lq, ar.q, ap.wq, 0.0f, 1.0f));
-        FSC_TRY(fsc_linear_backward(c->dev, NULL, ag.wk, ag.bk, &lkv, ar.k, ap.wk, 0.0f, 1.0f));
-        FSC_TRY(fsc_linear_backward(c->dev, NULL, ag.wv, ag.bv, &lkv, ar.v, ap.wv, 0.0f, 1.0f));
+        FSC_TRY(layers_attn_split_weight(c->dev, &ar, &ap, &ag, s_dh));
         return norm_bwd(y, c, scratch, s_dln1, x, st1a, st1b, R_N1W, N);
     }
     /* the input part; without dinp (the model's first layer) d is a scratch, the kept gradients still needed */
@@ -302,25 +294,8 @@ static fsc_status composed_split(const block_layer *y, const fsc_layer_call *c, 
         FSC_TRY(fsc_linear_backward(c->dev, s_dln2, NULL, NULL, &up, fch, P(y, c, R_M0), 0.0f, 1.0f));
     }
     FSC_TRY(norm_bwd(y, c, d, s_dln2, h, st2a, st2b, R_N2W, N)); /* d = d h, until the first norm's backward */
-    const size_t tt = (size_t)cf.B * cf.NH * cf.T * cf.T;
-    float *core_work = inner, *dy = core_work + 2 * r64f(tt), *dq = dy + r64f(N * QW), *dk = dq + r64f(N * QW);
-    float *dv = dk + r64f(N * KW); /* fsc_self_attn_work_floats' pieces */
-    FSC_TRY(fsc_linear_backward(c->dev, dy, NULL, NULL, &o, d, ap.wo, 0.0f, 1.0f));
-    fsc_attn_core_dims dims = { cf.B, cf.T, cf.NH, cf.KVH, cf.HS };
-    FSC_TRY(fsc_attn_core_backward(c->dev, &dims, dq, dk, dv, dy, QW, ar.q, QW, ar.k, KW, ar.v, KW, ar.att,
-                                   core_work));
+    FSC_TRY(layers_attn_split_input(c->dev, &ar, &ap, d, s_dln1, inner));
     FSC_TRY(fsc_device_copy(c->dev, s_dh, d, NC * sizeof(float))); /* the probabilities are read no more */
-    if (cf.rope_theta > 0.0f) { /* q and k are read no more */
-        FSC_TRY(fsc_rope_backward(c->dev, ar.q, dq, cf.B, cf.T, cf.NH, cf.HS, QW, cf.rope_theta));
-        FSC_TRY(fsc_rope_backward(c->dev, ar.k, dk, cf.B, cf.T, cf.KVH, cf.HS, KW, cf.rope_theta));
-    } else {
-        FSC_TRY(fsc_device_copy(c->dev, ar.q, dq, N * (size_t)QW * sizeof(float)));
-        FSC_TRY(fsc_device_copy(c->dev, ar.k, dk, N * (size_t)KW * sizeof(float)));
-    }
-    FSC_TRY(fsc_device_copy(c->dev, ar.v, dv, N * (size_t)KW * sizeof(float)));
-    FSC_TRY(fsc_linear_backward(c->dev, s_dln1, NULL, NULL, &lq, ar.q, ap.wq, 0.0f, 1.0f));
-    FSC_TRY(fsc_linear_backward(c->dev, s_dln1, NULL, NULL, &lkv, ar.k, ap.wk, 1.0f, 1.0f));
-    FSC_TRY(fsc_linear_backward(c->dev, s_dln1, NULL, NULL, &lkv, ar.v, ap.wv, 1.0f, 1.0f));
     return dinp ? norm_bwd(y, c, d, s_dln1, x, st1a, st1b, R_N1W, N) : FSC_OK; /* d = d x */
 }
 

@@ -103,11 +103,11 @@ static fsc_status mb_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
 /* The split backward (c->stash; docs/pipeline.md). The input part (c->grad NULL) runs the whole backward's steps
  * without the weight products and keeps in the stash, after the MoE part's own (the experts' output gradients and
  * the gate's, which only its all-to-alls could give again), the inner gradients the weight part needs: GPT-2's
- * dln2, the gradient at res2, dqkv and dln1 (so its weight part is four products and two norms); the Llama's dln2
- * and the gradient at h (its weight part derives the attention's inner gradients again, as the dense Llama
- * block's). The weight part (dinp NULL) adds the parameter gradients only, with no collective: the same kernels on
+ * dln2, the gradient at res2, dqkv and dln1 (so its weight part is four products and two norms); the Llama's dln2,
+ * the gradient at h and dln1, its attention's dq, dk and dv over q, k and v (layers_attn_split_input, as the dense
+ * Llama block's). The weight part (dinp NULL) adds the parameter gradients only, with no collective: the same kernels on
  * the same values give the whole backward's bits. */
-typedef struct { float *dln2, *dres2, *dqkv, *dln1; } mb_stash; /* (N, C), (N, C), (N, 3C), (N, C); Llama: 2 */
+typedef struct { float *dln2, *dres2, *dqkv, *dln1; } mb_stash; /* (N, C), (N, C), (N, 3C), (N, C); Llama: no dqkv */
 
 static mb_stash stash_of(const moe_block *y, void *base, int B) {
     const size_t nc = N_of(y, B) * (size_t)y->o.C * sizeof(float);
@@ -115,14 +115,14 @@ static mb_stash stash_of(const moe_block *y, void *base, int B) {
     st.dln2 = AT(base, moe_part_split_bytes(&y->b.mp, B));
     st.dres2 = AT(st.dln2, r256(nc));
     st.dqkv = y->llama ? NULL : AT(st.dres2, r256(nc));
-    st.dln1 = y->llama ? NULL : AT(st.dqkv, r256(3 * nc));
+    st.dln1 = y->llama ? AT(st.dres2, r256(nc)) : AT(st.dqkv, r256(3 * nc));
     return st;
 }
 
 static size_t mb_split_bytes(const fsc_layer *l, int B) {
     const moe_block *y = (const moe_block *)l;
     const size_t nc = N_of(y, B) * (size_t)y->o.C * sizeof(float);
-    return moe_part_split_bytes(&y->b.mp, B) + (y->llama ? 2 * r256(nc) : 3 * r256(nc) + r256(3 * nc));
+    return moe_part_split_bytes(&y->b.mp, B) + 3 * r256(nc) + (y->llama ? 0 : r256(3 * nc));
 }
 
 /* GPT-2's attention half after the MoE part (fsc_block_attn_backward's steps): d (N, C) the gradient at res2 from
@@ -207,15 +207,19 @@ static fsc_status mb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     if (weight_part) { /* d: scratch for the norms' discarded input gradients */
         FSC_TRY(moe_part_backward_weight(&y->b.mp, c, c->stash));
         FSC_TRY(fsc_rmsnorm_backward(c->dev, d, g2, &n2, st.dln2, c->param[y->n2]));
-        FSC_TRY(fsc_self_attn_backward(c->dev, dln, &ag, &ar, st.dres2, &ap, AT(c->work, m.inner)));
-        return fsc_rmsnorm_backward(c->dev, d, g1, &n1, dln, c->param[y->n1]);
+        FSC_TRY(layers_attn_split_weight(c->dev, &ar, &ap, &ag, st.dres2));
+        return fsc_rmsnorm_backward(c->dev, d, g1, &n1, st.dln1, c->param[y->n1]);
     }
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float))); /* d: the gradient w.r.t. out, then h, then x */
     float *dln2 = input_part ? st.dln2 : dln;
     if (input_part) FSC_TRY(moe_part_backward_input(&y->b.mp, c, dln2, d, c->stash));
     else FSC_TRY(moe_part_backward(&y->b.mp, c, dln2, d));
     FSC_TRY(fsc_rmsnorm_backward(c->dev, d, g2, &n2, dln2, c->param[y->n2]));
-    if (input_part) FSC_TRY(fsc_device_copy(c->dev, st.dres2, d, NC * sizeof(float))); /* the gradient at h */
+    if (input_part) {
+        FSC_TRY(fsc_device_copy(c->dev, st.dres2, d, NC * sizeof(float))); /* the gradient at h */
+        FSC_TRY(layers_attn_split_input(c->dev, &ar, &ap, d, st.dln1, AT(c->work, m.inner)));
+        return fsc_rmsnorm_backward(c->dev, d, g1, &n1, st.dln1, c->param[y->n1]);
+    }
     FSC_TRY(fsc_self_attn_backward(c->dev, dln, &ag, &ar, d, &ap, AT(c->work, m.inner)));
     return fsc_rmsnorm_backward(c->dev, d, g1, &n1, dln, c->param[y->n1]);
 }

@@ -41,6 +41,16 @@ static inline int layers_llama_ffn(int dim) {
     return (int)((h + 255) / 256 * 256);
 }
 
+/* The split of fsc_self_attn_backward_parts (transformer.c; the attention layer's and the blocks'). The input part
+ * keeps dq, dk and dv (after the rotary embedding's backward) over r's q, k and v, which the weight part does not
+ * read, and writes dinp (overwritten; NULL: not wanted); work: fsc_self_attn_work_floats. The weight part runs the
+ * four weight products from them, dout and r's y, in the whole backward's order: the same kernels on the same
+ * values, and no product of the input part again. r->inp is the attention's input. */
+fsc_status layers_attn_split_input(fsc_device *dev, const fsc_self_attn_rec *r, const fsc_self_attn_params *p,
+                                   const float *dout, float *dinp, float *work);
+fsc_status layers_attn_split_weight(fsc_device *dev, const fsc_self_attn_rec *r, const fsc_self_attn_params *p,
+                                    const fsc_self_attn_grads *g, const float *dout);
+
 static inline size_t r256(size_t b) { return (b + 255) / 256 * 256; }
 #define LAYER_STD 0.02f
 

@@ -317,43 +317,48 @@ static fsc_status at_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return y->o.residual ? add_residual(c, out, proj, in, (size_t)c->B * l->out_floats) : FSC_OK;
 }
 
-/* The split of fsc_self_attn_backward_parts (c->stash set, of 0 bytes): the input part keeps dq, dk and dv (after
- * the rotary embedding's backward) over q, k and v, which the weight part does not read; the weight part runs the
- * four weight products from them, the kept dout and the record's y alone, in the whole backward's order: the same
- * kernels on the same values, and no product of the input part again. */
 static size_t r64f(size_t n) { return (n + 63) / 64 * 64; }
 
-static fsc_status at_split(const fsc_layer_call *c, float *dinp, const float *dout, const fsc_self_attn_rec *r,
-                           const fsc_self_attn_params *p, const fsc_self_attn_grads *g) {
+static fsc_linear_rec attn_lin(const fsc_self_attn_rec *r, const float *inp, int C, int OC) {
+    return (fsc_linear_rec){ .inp = inp, .N = (size_t)r->cfg.B * r->cfg.T, .C = C, .OC = OC, .w_out_in = 1 };
+}
+
+fsc_status layers_attn_split_weight(fsc_device *dev, const fsc_self_attn_rec *r, const fsc_self_attn_params *p,
+                                    const fsc_self_attn_grads *g, const float *dout) {
+    const fsc_self_attn_config *cf = &r->cfg;
+    const int QW = cf->NH * cf->HS, KW = cf->KVH * cf->HS;
+    fsc_linear_rec o = attn_lin(r, r->y, QW, cf->C), lq = attn_lin(r, r->inp, cf->C, QW),
+                   lkv = attn_lin(r, r->inp, cf->C, KW);
+    FSC_TRY(fsc_linear_backward(dev, NULL, g->wo, g->bo, &o, dout, p->wo, 0.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(dev, NULL, g->wq, g->bq, &lq, r->q, p->wq, 0.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(dev, NULL, g->wk, g->bk, &lkv, r->k, p->wk, 0.0f, 1.0f));
+    return fsc_linear_backward(dev, NULL, g->wv, g->bv, &lkv, r->v, p->wv, 0.0f, 1.0f);
+}
+
+fsc_status layers_attn_split_input(fsc_device *dev, const fsc_self_attn_rec *r, const fsc_self_attn_params *p,
+                                   const float *dout, float *dinp, float *work) {
     const fsc_self_attn_config *cf = &r->cfg;
     const size_t N = (size_t)cf->B * cf->T, tt = (size_t)cf->B * cf->NH * cf->T * cf->T;
     const int QW = cf->NH * cf->HS, KW = cf->KVH * cf->HS;
-    fsc_linear_rec o = { .inp = r->y, .N = N, .C = QW, .OC = cf->C, .w_out_in = 1 };
-    fsc_linear_rec lq = { .inp = r->inp, .N = N, .C = cf->C, .OC = QW, .w_out_in = 1 };
-    fsc_linear_rec lkv = { .inp = r->inp, .N = N, .C = cf->C, .OC = KW, .w_out_in = 1 };
-    if (!dinp && g->wq) { /* the weight part */
-        FSC_TRY(fsc_linear_backward(c->dev, NULL, g->wo, g->bo, &o, dout, p->wo, 0.0f, 1.0f));
-        FSC_TRY(fsc_linear_backward(c->dev, NULL, g->wq, g->bq, &lq, r->q, p->wq, 0.0f, 1.0f));
-        FSC_TRY(fsc_linear_backward(c->dev, NULL, g->wk, g->bk, &lkv, r->k, p->wk, 0.0f, 1.0f));
-        return fsc_linear_backward(c->dev, NULL, g->wv, g->bv, &lkv, r->v, p->wv, 0.0f, 1.0f);
-    }
-    float *core_work = c->work, *dy = core_work + 2 * r64f(tt), *dq = dy + r64f(N * QW), *dk = dq + r64f(N * QW);
+    fsc_linear_rec o = attn_lin(r, r->y, QW, cf->C), lq = attn_lin(r, r->inp, cf->C, QW),
+                   lkv = attn_lin(r, r->inp, cf->C, KW);
+    float *core_work = work, *dy = core_work + 2 * r64f(tt), *dq = dy + r64f(N * QW), *dk = dq + r64f(N * QW);
     float *dv = dk + r64f(N * KW); /* fsc_self_attn_work_floats' pieces */
-    FSC_TRY(fsc_linear_backward(c->dev, dy, NULL, NULL, &o, dout, p->wo, 0.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(dev, dy, NULL, NULL, &o, dout, p->wo, 0.0f, 1.0f));
     fsc_attn_core_dims d = { cf->B, cf->T, cf->NH, cf->KVH, cf->HS };
-    FSC_TRY(fsc_attn_core_backward(c->dev, &d, dq, dk, dv, dy, QW, r->q, QW, r->k, KW, r->v, KW, r->att, core_work));
+    FSC_TRY(fsc_attn_core_backward(dev, &d, dq, dk, dv, dy, QW, r->q, QW, r->k, KW, r->v, KW, r->att, core_work));
     if (cf->rope_theta > 0.0f) { /* q and k are read no more */
-        FSC_TRY(fsc_rope_backward(c->dev, r->q, dq, cf->B, cf->T, cf->NH, cf->HS, QW, cf->rope_theta));
-        FSC_TRY(fsc_rope_backward(c->dev, r->k, dk, cf->B, cf->T, cf->KVH, cf->HS, KW, cf->rope_theta));
+        FSC_TRY(fsc_rope_backward(dev, r->q, dq, cf->B, cf->T, cf->NH, cf->HS, QW, cf->rope_theta));
+        FSC_TRY(fsc_rope_backward(dev, r->k, dk, cf->B, cf->T, cf->KVH, cf->HS, KW, cf->rope_theta));
     } else {
-        FSC_TRY(fsc_device_copy(c->dev, r->q, dq, N * (size_t)QW * sizeof(float)));
-        FSC_TRY(fsc_device_copy(c->dev, r->k, dk, N * (size_t)KW * sizeof(float)));
+        FSC_TRY(fsc_device_copy(dev, r->q, dq, N * (size_t)QW * sizeof(float)));
+        FSC_TRY(fsc_device_copy(dev, r->k, dk, N * (size_t)KW * sizeof(float)));
     }
-    FSC_TRY(fsc_device_copy(c->dev, r->v, dv, N * (size_t)KW * sizeof(float)));
+    FSC_TRY(fsc_device_copy(dev, r->v, dv, N * (size_t)KW * sizeof(float)));
     if (!dinp) return FSC_OK; /* the model's first layer: no input gradient */
-    FSC_TRY(fsc_linear_backward(c->dev, dinp, NULL, NULL, &lq, r->q, p->wq, 0.0f, 1.0f));
-    FSC_TRY(fsc_linear_backward(c->dev, dinp, NULL, NULL, &lkv, r->k, p->wk, 1.0f, 1.0f));
-    return fsc_linear_backward(c->dev, dinp, NULL, NULL, &lkv, r->v, p->wv, 1.0f, 1.0f);
+    FSC_TRY(fsc_linear_backward(dev, dinp, NULL, NULL, &lq, r->q, p->wq, 0.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(dev, dinp, NULL, NULL, &lkv, r->k, p->wk, 1.0f, 1.0f));
+    return fsc_linear_backward(dev, dinp, NULL, NULL, &lkv, r->v, p->wv, 1.0f, 1.0f);
 }
 
 static fsc_status at_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
@@ -366,7 +371,8 @@ static fsc_status at_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     fsc_self_attn_params p;
     fsc_self_attn_grads g;
     at_params(y, c, &p, &g);
-    if (c->stash) FSC_TRY(at_split(c, dinp, dout, &r, &p, &g));
+    if (c->stash && !dinp && g.wq) FSC_TRY(layers_attn_split_weight(c->dev, &r, &p, &g, dout)); /* the split's parts */
+    else if (c->stash) FSC_TRY(layers_attn_split_input(c->dev, &r, &p, dout, dinp, c->work));
     else FSC_TRY(fsc_self_attn_backward_parts(c->dev, dinp, &g, &r, dout, &p, c->work));
     return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, (size_t)c->B * l->out_floats)
                                  : FSC_OK;

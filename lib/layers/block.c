@@ -171,8 +171,8 @@ static packed_stash stash_of(void *base, const fsc_block_rec *r) {
     return st;
 }
 
-/* A composed block's split keeps its inner gradients as the attention and MLP layers' splits do (transformer.c's
- * at_split, sm_split): dq, dk, dv over q, k, v, SwiGLU's dgate and dup over gate and up (GELU's dh over its input),
+/* A composed block's split keeps its inner gradients as the attention and MLP layers' splits do (the shared
+ * layers_attn_split_*, layers_swiglu_split_*, layers_gelu_mlp_split_*): dq, dk, dv over q, k, v, SwiGLU's dgate and dup over gate and up (GELU's dh over its input),
  * none of which the weight part reads; and three more: the gradients at the second norm's output (in the stash:
  * written while the whole record is still read), at h (the attention's output gradient, which the first norm's
  * backward then changes) and at the first norm's output, over the attention probabilities as far as they fit (as
@@ -248,30 +248,20 @@ static fsc_status composed_split(const block_layer *y, const fsc_layer_call *c, 
     float *s_dln2 = c->stash, *s_dh = k >= 1 ? ar.att : AT(c->stash, nc);
     float *s_dln1 = k >= 2 ? AT(ar.att, nc) : AT(c->stash, (size_t)(2 - k) * nc);
     fsc_swiglu_mlp_rec mr;
-    float *fch = AT(c->rec, m->mlp), *fcg = AT(c->rec, m->mlp + r256(NF * sizeof(float)));
-    if (y->swiglu) {
-        fsc_swiglu_mlp_rec_bind(&mr, AT(c->rec, m->mlp), N, C, F);
-        mr.inp = ln2;
-    }
-    fsc_linear_rec down = { .inp = y->swiglu ? mr.act : fcg, .N = N, .C = F, .OC = C, .w_out_in = y->swiglu };
-    fsc_linear_rec up = { .inp = ln2, .N = N, .C = C, .OC = F, .w_out_in = y->swiglu };
+    fsc_swiglu_mlp_rec_bind(&mr, AT(c->rec, m->mlp), N, C, F);
+    mr.inp = ln2;
+    const layers_gelu_mlp gm = { N, C, F, ln2, AT(c->rec, m->mlp + r256(NF * sizeof(float))), AT(c->rec, m->mlp) };
+    const float *mw[4] = { P(y, c, R_M0), P(y, c, R_M1), P(y, c, R_M2), P(y, c, R_M3) };
     fsc_self_attn_params ap;
     fsc_self_attn_grads ag;
     attn_params(y, c, &ap, &ag);
     float *st1a = AT(c->rec, m->st1a), *st1b = AT(c->rec, m->st1b), *st2a = AT(c->rec, m->st2a),
           *st2b = AT(c->rec, m->st2b);
     if (!dinp && ag.wq) { /* the weight part: the norms' input gradients go to a scratch no one reads */
-        float *scratch = AT(c->work, m->s1);
-        if (y->swiglu) {
-            FSC_TRY(fsc_linear_backward(c->dev, NULL, G(y, c, R_M2), NULL, &down, dout, P(y, c, R_M2), 0.0f, 1.0f));
-            FSC_TRY(fsc_linear_backward(c->dev, NULL, G(y, c, R_M0), NULL, &up, mr.gate, P(y, c, R_M0), 0.0f, 1.0f));
-            FSC_TRY(fsc_linear_backward(c->dev, NULL, G(y, c, R_M1), NULL, &up, mr.up, P(y, c, R_M1), 0.0f, 1.0f));
-        } else {
-            FSC_TRY(fsc_linear_backward(c->dev, NULL, G(y, c, R_M2), G(y, c, R_M3), &down, dout, P(y, c, R_M2), 0.0f,
-                                        1.0f));
-            FSC_TRY(fsc_linear_backward(c->dev, NULL, G(y, c, R_M0), G(y, c, R_M1), &up, fch, P(y, c, R_M0), 0.0f,
-                                        1.0f));
-        }
+        float *scratch = AT(c->work, m->s1), *const mg[4] = { G(y, c, R_M0), G(y, c, R_M1), G(y, c, R_M2),
+                                                               G(y, c, R_M3) };
+        FSC_TRY(y->swiglu ? layers_swiglu_split_weight(c->dev, &mr, mw, mg, dout)
+                          : layers_gelu_mlp_split_weight(c->dev, &gm, mw, mg, dout));
         FSC_TRY(norm_bwd(y, c, scratch, s_dln2, h, st2a, st2b, R_N2W, N));
         FSC_TRY(layers_attn_split_weight(c->dev, &ar, &ap, &ag, s_dh));
         return norm_bwd(y, c, scratch, s_dln1, x, st1a, st1b, R_N1W, N);
@@ -279,20 +269,8 @@ static fsc_status composed_split(const block_layer *y, const fsc_layer_call *c, 
     /* the input part; without dinp (the model's first layer) d is a scratch, the kept gradients still needed */
     float *d = dinp ? dinp : AT(c->work, m->s1);
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float))); /* the gradient w.r.t. out, then h, then x */
-    if (y->swiglu) {
-        float *dact = inner; /* (N, F) */
-        FSC_TRY(fsc_linear_backward(c->dev, dact, NULL, NULL, &down, d, P(y, c, R_M2), 0.0f, 1.0f));
-        const fsc_ew_rec er = { .a = mr.gate, .b = mr.up, .n = NF };
-        FSC_TRY(fsc_swiglu_backward(c->dev, mr.gate, mr.up, &er, dact)); /* dgate, dup over gate, up */
-        FSC_TRY(fsc_linear_backward(c->dev, s_dln2, NULL, NULL, &up, mr.gate, P(y, c, R_M0), 0.0f, 1.0f));
-        FSC_TRY(fsc_linear_backward(c->dev, s_dln2, NULL, NULL, &up, mr.up, P(y, c, R_M1), 1.0f, 1.0f));
-    } else {
-        float *da = inner;
-        FSC_TRY(fsc_linear_backward(c->dev, da, NULL, NULL, &down, d, P(y, c, R_M2), 0.0f, 1.0f));
-        fsc_gelu_rec gr = { .inp = fch, .n = NF };
-        FSC_TRY(fsc_gelu_backward(c->dev, fch, &gr, da)); /* dh over the GELU's input, element by element */
-        FSC_TRY(fsc_linear_backward(c->dev, s_dln2, NULL, NULL, &up, fch, P(y, c, R_M0), 0.0f, 1.0f));
-    }
+    FSC_TRY(y->swiglu ? layers_swiglu_split_input(c->dev, &mr, mw, d, s_dln2, inner)
+                      : layers_gelu_mlp_split_input(c->dev, &gm, mw, d, s_dln2, inner));
     FSC_TRY(norm_bwd(y, c, d, s_dln2, h, st2a, st2b, R_N2W, N)); /* d = d h, until the first norm's backward */
     FSC_TRY(layers_attn_split_input(c->dev, &ar, &ap, d, s_dln1, inner));
     FSC_TRY(fsc_device_copy(c->dev, s_dh, d, NC * sizeof(float))); /* the probabilities are read no more */

@@ -51,6 +51,27 @@ fsc_status layers_attn_split_input(fsc_device *dev, const fsc_self_attn_rec *r, 
 fsc_status layers_attn_split_weight(fsc_device *dev, const fsc_self_attn_rec *r, const fsc_self_attn_params *p,
                                     const fsc_self_attn_grads *g, const float *dout);
 
+/* The MLPs' splits (transformer.c; the MLP layers' and the composed blocks'), in the whole backward's order. The
+ * SwiGLU's (fsc_swiglu_mlp_backward_parts; w, g: gate, up, down): the input part writes dgate and dup over the
+ * record's gate and up and dinp (overwritten; NULL: not wanted); work (N, F); the weight part runs the three
+ * weight products from them and dout. The GELU MLP's (Conv1D weights [in, out] with biases; x its input, h the
+ * first product's output, act the GELU's; w, g: fc weight and bias, proj weight and bias): the input part writes
+ * dh over h and dinp; work (N, F); the weight part runs the two weight products from dh and dout. */
+fsc_status layers_swiglu_split_input(fsc_device *dev, const fsc_swiglu_mlp_rec *r, const float *const *w,
+                                     const float *dout, float *dinp, float *work);
+fsc_status layers_swiglu_split_weight(fsc_device *dev, const fsc_swiglu_mlp_rec *r, const float *const *w,
+                                      float *const *g, const float *dout);
+typedef struct {
+    size_t N;
+    int C, F;
+    const float *x, *act;
+    float *h;
+} layers_gelu_mlp;
+fsc_status layers_gelu_mlp_split_input(fsc_device *dev, const layers_gelu_mlp *m, const float *const *w,
+                                       const float *dout, float *dinp, float *work);
+fsc_status layers_gelu_mlp_split_weight(fsc_device *dev, const layers_gelu_mlp *m, const float *const *w,
+                                        float *const *g, const float *dout);
+
 static inline size_t r256(size_t b) { return (b + 255) / 256 * 256; }
 #define LAYER_STD 0.02f
 

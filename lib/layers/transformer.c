@@ -140,25 +140,44 @@ static fsc_status gm_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return y->o.residual ? add_residual(c, out, proj, in, NC) : FSC_OK;
 }
 
-/* The split (c->stash set, of 0 bytes: the split area is there): the input part writes dh over h, which the
- * weight part does not read, and the weight part runs the two weight products from it and the kept dout alone. */
+static fsc_linear_rec gelu_lin(const layers_gelu_mlp *m, int proj) {
+    return (fsc_linear_rec){ .inp = proj ? m->act : m->x, .N = m->N, .C = proj ? m->F : m->C, .OC = proj ? m->C : m->F };
+}
+
+fsc_status layers_gelu_mlp_split_weight(fsc_device *dev, const layers_gelu_mlp *m, const float *const *w,
+                                        float *const *g, const float *dout) {
+    fsc_linear_rec pr = gelu_lin(m, 1), fr = gelu_lin(m, 0);
+    FSC_TRY(fsc_linear_backward(dev, NULL, g[2], g[3], &pr, dout, w[2], 0.0f, 1.0f));
+    return fsc_linear_backward(dev, NULL, g[0], g[1], &fr, m->h, w[0], 0.0f, 1.0f);
+}
+
+fsc_status layers_gelu_mlp_split_input(fsc_device *dev, const layers_gelu_mlp *m, const float *const *w,
+                                       const float *dout, float *dinp, float *work) {
+    fsc_linear_rec pr = gelu_lin(m, 1), fr = gelu_lin(m, 0);
+    FSC_TRY(fsc_linear_backward(dev, work, NULL, NULL, &pr, dout, w[2], 0.0f, 1.0f));
+    fsc_gelu_rec gr = { .inp = m->h, .n = m->N * (size_t)m->F };
+    FSC_TRY(fsc_gelu_backward(dev, m->h, &gr, work)); /* dh over h, element by element */
+    return dinp ? fsc_linear_backward(dev, dinp, NULL, NULL, &fr, m->h, w[0], 0.0f, 1.0f) : FSC_OK;
+}
+
+/* The split (c->stash set, of 0 bytes: the split area is there): layers_gelu_mlp_split_*, dh over h. */
 static fsc_status gm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
     const mlp_layer *y = (const mlp_layer *)l;
     const size_t N = mlp_N(y, c->B), NF = N * (size_t)y->o.F;
     float *h = c->rec, *a = (float *)((char *)c->rec + r256(NF * sizeof(float)));
     float *da = c->work, *dh = (float *)((char *)c->work + r256(NF * sizeof(float)));
-    fsc_linear_rec pr = { .inp = a, .N = N, .C = y->o.F, .OC = y->o.C };
-    fsc_linear_rec fr = { .inp = in, .N = N, .C = y->o.C, .OC = y->o.F };
-    if (c->stash && !dinp && c->grad[0]) { /* the weight part: dh is over h */
-        FSC_TRY(fsc_linear_backward(c->dev, NULL, c->grad[2], c->grad[3], &pr, dout, c->param[2], 0.0f, 1.0f));
-        return fsc_linear_backward(c->dev, NULL, c->grad[0], c->grad[1], &fr, h, c->param[0], 0.0f, 1.0f);
+    const layers_gelu_mlp m = { N, y->o.C, y->o.F, in, a, h };
+    if (c->stash && !dinp && c->grad[0]) return layers_gelu_mlp_split_weight(c->dev, &m, c->param, c->grad, dout);
+    if (c->stash) {
+        FSC_TRY(layers_gelu_mlp_split_input(c->dev, &m, c->param, dout, dinp, da));
+    } else {
+        fsc_linear_rec pr = gelu_lin(&m, 1), fr = gelu_lin(&m, 0);
+        FSC_TRY(fsc_linear_backward(c->dev, da, c->grad[2], c->grad[3], &pr, dout, c->param[2], 0.0f, 1.0f));
+        fsc_gelu_rec gr = { .inp = h, .n = NF };
+        FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
+        FSC_TRY(fsc_linear_backward(c->dev, dinp, c->grad[0], c->grad[1], &fr, dh, c->param[0], 0.0f, 1.0f));
     }
-    if (c->stash) dh = h; /* the input part: the gelu's backward element by element over its input */
-    FSC_TRY(fsc_linear_backward(c->dev, da, c->grad[2], c->grad[3], &pr, dout, c->param[2], 0.0f, 1.0f));
-    fsc_gelu_rec gr = { .inp = h, .n = NF };
-    FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
-    FSC_TRY(fsc_linear_backward(c->dev, dinp, c->grad[0], c->grad[1], &fr, dh, c->param[0], 0.0f, 1.0f));
     return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, N * (size_t)y->o.C) : FSC_OK;
 }
 
@@ -224,25 +243,29 @@ static fsc_status sm_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return y->o.residual ? add_residual(c, out, proj, in, N * (size_t)y->o.C) : FSC_OK;
 }
 
-/* The split of fsc_swiglu_mlp_backward_parts (c->stash set, of 0 bytes): the input part writes dgate and dup over
- * gate and up (the SwiGLU's backward reads each element's inputs before it writes its outputs), which the weight
- * part does not read; the weight part runs the three weight products from them, the kept dout and act alone, in
- * the whole backward's order. */
-static fsc_status sm_split(const fsc_layer_call *c, float *dinp, const fsc_swiglu_mlp_rec *r, const float *dout) {
-    fsc_linear_rec down = { .inp = r->act, .N = r->N, .C = r->F, .OC = r->C, .w_out_in = 1 };
-    fsc_linear_rec proj = { .inp = r->inp, .N = r->N, .C = r->C, .OC = r->F, .w_out_in = 1 };
-    if (!dinp && c->grad[0]) { /* the weight part */
-        FSC_TRY(fsc_linear_backward(c->dev, NULL, c->grad[2], NULL, &down, dout, c->param[2], 0.0f, 1.0f));
-        FSC_TRY(fsc_linear_backward(c->dev, NULL, c->grad[0], NULL, &proj, r->gate, c->param[0], 0.0f, 1.0f));
-        return fsc_linear_backward(c->dev, NULL, c->grad[1], NULL, &proj, r->up, c->param[1], 0.0f, 1.0f);
-    }
-    float *dact = c->work; /* (N, F) */
-    FSC_TRY(fsc_linear_backward(c->dev, dact, NULL, NULL, &down, dout, c->param[2], 0.0f, 1.0f));
+static fsc_linear_rec swiglu_lin(const fsc_swiglu_mlp_rec *r, int down) {
+    return (fsc_linear_rec){ .inp = down ? r->act : r->inp, .N = r->N, .C = down ? r->F : r->C,
+                             .OC = down ? r->C : r->F, .w_out_in = 1 };
+}
+
+fsc_status layers_swiglu_split_weight(fsc_device *dev, const fsc_swiglu_mlp_rec *r, const float *const *w,
+                                      float *const *g, const float *dout) {
+    fsc_linear_rec down = swiglu_lin(r, 1), proj = swiglu_lin(r, 0);
+    FSC_TRY(fsc_linear_backward(dev, NULL, g[2], NULL, &down, dout, w[2], 0.0f, 1.0f));
+    FSC_TRY(fsc_linear_backward(dev, NULL, g[0], NULL, &proj, r->gate, w[0], 0.0f, 1.0f));
+    return fsc_linear_backward(dev, NULL, g[1], NULL, &proj, r->up, w[1], 0.0f, 1.0f);
+}
+
+/* The SwiGLU's backward reads each element's inputs before it writes its outputs: dgate and dup over gate and up. */
+fsc_status layers_swiglu_split_input(fsc_device *dev, const fsc_swiglu_mlp_rec *r, const float *const *w,
+                                     const float *dout, float *dinp, float *work) {
+    fsc_linear_rec down = swiglu_lin(r, 1), proj = swiglu_lin(r, 0);
+    FSC_TRY(fsc_linear_backward(dev, work, NULL, NULL, &down, dout, w[2], 0.0f, 1.0f)); /* dact */
     const fsc_ew_rec er = { .a = r->gate, .b = r->up, .n = r->N * (size_t)r->F };
-    FSC_TRY(fsc_swiglu_backward(c->dev, r->gate, r->up, &er, dact));
+    FSC_TRY(fsc_swiglu_backward(dev, r->gate, r->up, &er, work));
     if (!dinp) return FSC_OK; /* the model's first layer: no input gradient */
-    FSC_TRY(fsc_linear_backward(c->dev, dinp, NULL, NULL, &proj, r->gate, c->param[0], 0.0f, 1.0f));
-    return fsc_linear_backward(c->dev, dinp, NULL, NULL, &proj, r->up, c->param[1], 1.0f, 1.0f);
+    FSC_TRY(fsc_linear_backward(dev, dinp, NULL, NULL, &proj, r->gate, w[0], 0.0f, 1.0f));
+    return fsc_linear_backward(dev, dinp, NULL, NULL, &proj, r->up, w[1], 1.0f, 1.0f);
 }
 
 static fsc_status sm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
@@ -252,8 +275,10 @@ static fsc_status sm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     fsc_swiglu_mlp_rec r;
     fsc_swiglu_mlp_rec_bind(&r, c->rec, N, y->o.C, y->o.F);
     r.inp = in;
-    if (c->stash) { /* the split of fsc_swiglu_mlp_backward_parts: dgate and dup over gate and up (sm_split) */
-        FSC_TRY(sm_split(c, dinp, &r, dout));
+    if (c->stash && !dinp && c->grad[0]) { /* the split's parts: dgate and dup over gate and up */
+        return layers_swiglu_split_weight(c->dev, &r, c->param, c->grad, dout);
+    } else if (c->stash) {
+        FSC_TRY(layers_swiglu_split_input(c->dev, &r, c->param, dout, dinp, c->work));
     } else {
         FSC_TRY(fsc_swiglu_mlp_backward_parts(c->dev, dinp, c->grad[0], c->grad[1], c->grad[2], &r, dout,
                                               c->param[0], c->param[1], c->param[2], c->work));

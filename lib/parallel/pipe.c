@@ -95,9 +95,8 @@ struct fsc_pipe {
     int B;
     fsc_model_acts **recs;    /* (v, M + 2) */
     int *nrecs;               /* (v) */
-    int nrecs_made;
     float **ins;
-    int nins, nins_made;
+    int nins;
     int full_in_use, in_flight;
     size_t bytes_in_use;
     mb_slot *slots;           /* (v, M): chunk c's micro-batch k at c M + k */
@@ -568,7 +567,6 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
             FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, out));
             p->st.records_made++;
         }
-        p->nrecs_made++;
     }
     p->full_in_use++;
     p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, *out);
@@ -595,7 +593,6 @@ static fsc_status take_in(fsc_engine *e, float **out) {
         *out = p->ins[--p->nins];
     } else {
         FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_ACTS, in_floats(e) * sizeof(float), (void **)out));
-        p->nins_made++;
     }
     p->bytes_in_use += in_floats(e) * sizeof(float);
     note_use(p);
@@ -628,7 +625,6 @@ static void reset_pools(fsc_engine *e, int B) {
     for (int c = 0; c < p->v; c++)
         while (p->nrecs[c] > 0) e->m->ops->acts_free(e->m->ctx, pool(p, c)[--p->nrecs[c]]);
     while (p->nins > 0) fsc_device_release(e->dev, p->ins[--p->nins]);
-    p->nrecs_made = p->nins_made = 0;
     p->B = B;
 }
 

@@ -306,7 +306,9 @@ typedef struct {
                                    * less what they waited in receives, summed over the steps */
     int records_made;             /* full records this rank's pools made (model.h's acts_create): after the first
                                    * step of a micro-batch size none where the pools serve every forward */
-    int records_remade;           /* idle records of one chunk made over for another (model.h's acts_remake) */
+    int records_remade;           /* idle records of one chunk made over for another (model.h's acts_remake: in
+                                   * the idle record's memory where the two chunks' records are of a size, else
+                                   * in new memory, as zbv's first rank's embedding and head chunks) */
 } fsc_pipe_stats;
 fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out);
 void fsc_engine_reset_pipe_stats(fsc_engine *e);

@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
     }
     if (tp) {
         printf("\ntensor parallel, 2 ranks of 1 BLAS thread (rank 0's thread CPU time)\n");
-        table("tp=2 threads=1", tp_kind, NTP, tw, tb, tx, trr, rounds);
+        table("threads=1", tp_kind, NTP, tw, tb, tx, trr, rounds);
     }
     return 0;
 }

@@ -251,9 +251,9 @@ static fsc_status tpl_bwd(const fsc_layer *l, const fsc_layer_call *c, float *di
     const tp_part part = tp_part_of(c, y->is_mlp ? y->m.w0 : y->a.wq);
     float *saved = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(NC)), *inner = AT(c->work, 2 * r64f(NC));
     const float *xf = y->g.sp ? AT(c->rec, tpl_saved(y, c->B)) : in, *G = dout;
-    float *kept = tpl_kept(y, c);
+    float *kept = tpl_kept(y, c), *full = kept && kept == c->stash ? kept : s0; /* full: where the gather writes */
     if (part == TP_WEIGHT && kept) G = kept;
-    else if (part != TP_WEIGHT) FSC_TRY(tp_gather_in(&y->g, kept == c->stash && kept ? kept : s0, dout, Nl, y->C, &G));
+    else if (part != TP_WEIGHT) FSC_TRY(tp_gather_in(&y->g, full, dout, Nl, y->C, &G));
     float *dxf = dinp ? s1 : NULL;
     if (y->is_mlp) FSC_TRY(tm_bwd(&y->m, c, saved, dxf, G, xf, N, inner, part));
     else FSC_TRY(ta_bwd(&y->a, c, saved, dxf, G, xf, inner, part));

@@ -10,7 +10,9 @@
  * sum on every rank), the partial input gradient of the column-parallel products is all-reduced (f) or
  * reduce-scattered (sp). A block is norm -> attention -> residual -> norm -> MLP -> residual with replicated
  * norms on this rank's rows; under sp their parameter gradients are partial and summed over the group at the end
- * of the block's backward. Records hold everything backward reads (several micro-batches may be in flight).
+ * of the block's backward. Records hold everything backward reads (several micro-batches may be in flight). The
+ * split backward's input part keeps the inner gradients the weight part's products read over the parts of the
+ * record the weight part does not read, through the unsplit layers' own splits (transformer.c's layers_*_split_*).
  * Not here: linear, embeddings, LM head (tp_basic.c), the unsplit layers (transformer.c, block.c). */
 #include "tp_layers_impl.h"
 #include "tp_layers.h"

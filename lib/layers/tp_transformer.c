@@ -487,22 +487,19 @@ static fsc_status tb_input(const tp_block *y, const fsc_layer_call *c, float *di
     const tb_stash st = tb_stash_of(y, c->rec, c->stash, c->B);
     float *R = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(NC)), *dred = AT(c->work, 2 * r64f(NC));
     float *sink = AT(dred, r64f(NlC)), *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C));
-    float *d = dinp ? dinp : sink; /* the gradient w.r.t. out, then h, then in; pg: the norms' gradients, unread */
+    float *d = dinp ? dinp : sink; /* the gradient w.r.t. out, then h, then in; the norms' input halves only */
     const float *G2, *G1, *x1 = y->g.sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = y->g.sp ? AT(R, m.ln2f) : AT(R, m.ln2);
-    FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NlC * sizeof(float)));
     FSC_TRY(tp_gather_in(&y->g, st.g2, d, Nl, C, &G2));
     FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G2, x2, N, inner, TP_INPUT));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, st.r2, s0, N, C));
-    FSC_TRY(tb_norm_bwd(y, c, d, pg, y->rms ? NULL : pg + C, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w,
-                        Nl));
+    FSC_TRY(tb_norm_bwd(y, c, d, NULL, NULL, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
     FSC_TRY(tp_gather_in(&y->g, ta_over(&y->a) ? s1 : st.g1, d, Nl, C, &G1));
     FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G1, x1, inner, TP_INPUT));
     if (G1 != st.g1) /* d, or the gathered one in s1, over the probabilities, which are read no more */
         FSC_TRY(fsc_device_copy(c->dev, st.g1, G1, NC * sizeof(float)));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, st.r1, s0, N, C));
-    return tb_norm_bwd(y, c, d, pg + 2 * C, y->rms ? NULL : pg + 3 * C, st.r1, in, AT(R, m.s1a), AT(R, m.s1b),
-                       y->n1w, Nl);
+    return dinp ? tb_norm_bwd(y, c, dinp, NULL, NULL, st.r1, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl) : FSC_OK;
 }
 
 static fsc_status tb_weight(const tp_block *y, const fsc_layer_call *c, const float *dout, const void *in) {
@@ -517,11 +514,10 @@ static fsc_status tb_weight(const tp_block *y, const fsc_layer_call *c, const fl
     float *g2w = sp ? pg + 2 * C : c->grad[y->n2w], *g2b = y->rms ? NULL : sp ? pg + 3 * C : c->grad[y->n2b];
     const float *x1 = sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = sp ? AT(R, m.ln2f) : AT(R, m.ln2);
     if (sp) FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
-    FSC_TRY(fsc_device_memset(c->dev, sink, 0, NlC * sizeof(float))); /* the norms' input gradients, unread */
     FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), NULL, sp ? st.g2 : dout, x2, N, inner, TP_WEIGHT));
-    FSC_TRY(tb_norm_bwd(y, c, sink, g2w, g2b, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
+    FSC_TRY(tb_norm_bwd(y, c, NULL, g2w, g2b, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
     FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), NULL, st.g1, x1, inner, TP_WEIGHT));
-    FSC_TRY(tb_norm_bwd(y, c, sink, g1w, g1b, st.r1, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
+    FSC_TRY(tb_norm_bwd(y, c, NULL, g1w, g1b, st.r1, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
     return sp ? tb_sum_norms(y, c, pg) : FSC_OK;
 }
 
@@ -550,7 +546,7 @@ static fsc_status tb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     FSC_TRY(tp_gather_in(&y->g, s1, d, Nl, C, &G));
     FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G, x1, inner, TP_WHOLE));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, s0, N, C));
-    FSC_TRY(tb_norm_bwd(y, c, d, g1w, g1b, dred, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
+    FSC_TRY(tb_norm_bwd(y, c, dinp, g1w, g1b, dred, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl)); /* dinp: d x */
     return sp ? tb_sum_norms(y, c, pg) : FSC_OK;
 }
 

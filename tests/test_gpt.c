@@ -416,6 +416,59 @@ static void test_checkpoint_bits(void **state) {
                FSC_ERR_INVALID, "NULL");
 }
 
+/* Records in flight (a pipeline's) share the model's scratch, the layers' work and the gradients between
+ * layers, which no pass leaves anything in: two records, the second's forward between the first's forward and
+ * backward, give one record's losses and gradients bit for bit; the scratch is held once (workspace), not in
+ * each record's bytes, and goes with the last record. */
+static void test_records_share_scratch(void **state) {
+    fsc_device *dev = *state;
+    const fsc_gpt_config *c = &THREE;
+    enum { B = 2, T = 8 };
+    int32_t tok[2][B * T], tgt[2][B * T];
+    make_batch(tok[0], tgt[0], B, T, c->vocab, 12);
+    make_batch(tok[1], tgt[1], B, T, c->vocab, 13);
+    fsc_gpt_acts_opts o = { .B = B, .T = T, .last = c->layers + 1 };
+    double loss[2][2];
+    float *grads[2];
+    for (int two = 0; two < 2; two++) {
+        model md;
+        model_init(&md, dev, c, 5);
+        const size_t w0 = fsc_device_current_bytes(dev, FSC_TAG_WORKSPACE);
+        const size_t a0 = fsc_device_current_bytes(dev, FSC_TAG_ACTS);
+        fsc_gpt_acts *a[2];
+        assert_ok(fsc_gpt_acts_create(md.m, &o, &a[0]));
+        const size_t w1 = fsc_device_current_bytes(dev, FSC_TAG_WORKSPACE);
+        assert_true(w1 > w0);
+        assert_int_equal(fsc_device_current_bytes(dev, FSC_TAG_ACTS) - a0, fsc_gpt_acts_bytes(a[0]));
+        if (two) {
+            assert_ok(fsc_gpt_acts_create(md.m, &o, &a[1]));
+            assert_int_equal(fsc_device_current_bytes(dev, FSC_TAG_WORKSPACE), w1); /* one scratch for both */
+            assert_int_equal(fsc_device_current_bytes(dev, FSC_TAG_ACTS) - a0,
+                             fsc_gpt_acts_bytes(a[0]) + fsc_gpt_acts_bytes(a[1]));
+            for (int mb = 0; mb < 2; mb++) {
+                assert_ok(fsc_gpt_acts_set_batch(a[mb], tok[mb], tgt[mb]));
+                assert_ok(fsc_gpt_forward(md.m, a[mb], NULL, &loss[two][mb]));
+            }
+            for (int mb = 0; mb < 2; mb++) assert_ok(fsc_gpt_backward(md.m, a[mb], NULL, 1.0f / (2 * B * T)));
+            fsc_gpt_acts_free(a[1]);
+            assert_int_equal(fsc_device_current_bytes(dev, FSC_TAG_WORKSPACE), w1); /* a[0] still lives */
+        } else {
+            for (int mb = 0; mb < 2; mb++) {
+                assert_ok(fsc_gpt_acts_set_batch(a[0], tok[mb], tgt[mb]));
+                assert_ok(fsc_gpt_forward(md.m, a[0], NULL, &loss[two][mb]));
+                assert_ok(fsc_gpt_backward(md.m, a[0], NULL, 1.0f / (2 * B * T)));
+            }
+        }
+        grads[two] = download(dev, md.grads, md.P);
+        fsc_gpt_acts_free(a[0]);
+        assert_int_equal(fsc_device_current_bytes(dev, FSC_TAG_WORKSPACE), w0);
+        model_free(&md);
+    }
+    assert_memory_equal(loss[0], loss[1], sizeof loss[0]);
+    assert_bits_equal(grads[0], grads[1], fsc_gpt_num_params(c), "two records in flight");
+    free(grads[0]), free(grads[1]);
+}
+
 /* Oracle: a pipeline of two stages, layers [0, k] and [k+1, L+1], each its own model object over the same
  * parameters with its own gradients, with the boundary activation, the boundary gradient and dwte_head
  * handed over by copies, gives the whole model's loss and gradients bit for bit, for every split k; a
@@ -629,6 +682,7 @@ int main(void) {
         cmocka_unit_test(test_gradients),
         cmocka_unit_test(test_initial_loss),
         cmocka_unit_test(test_checkpoint_bits),
+        cmocka_unit_test(test_records_share_scratch),
         cmocka_unit_test(test_split_ranges),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_hooks_and_errors),

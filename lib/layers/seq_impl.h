@@ -21,6 +21,11 @@ typedef struct {
      * to its weight part, not in use, kept for the next input part (device memory, FSC_TAG_ACTS) */
     struct seq_split_area { void *mem; size_t bytes; } *spool;
     int nspool, capspool;
+    /* the passes' scratch (seq_run.c): the layers' work and the alternating gradients between layers, used within
+     * one pass only, so the model's records share one (device memory, FSC_TAG_WORKSPACE) while any record lives */
+    void *scratch;
+    size_t scratch_bytes;
+    int nacts; /* records alive */
 } seq_model;
 
 extern const fsc_model_ops fsc_seq_ops_, fsc_seq_moe_ops_; /* the second for models with experts */

@@ -1,7 +1,8 @@
 /* The sequential model's records and passes: one device allocation per record holding the range's input,
  * every layer's output, the layers' records (one shared record with layer checkpointing: each layer's input is
- * kept and its forward runs again right after its pre_backward hook), scratch, the targets and the gradient
- * buffers; forward and backward over the range with the hooks around every layer; the tied-gradient contract
+ * kept and its forward runs again right after its pre_backward hook), the targets and the gradient streams (the
+ * passes' scratch, the layers' work and the gradients between layers, is the model's: one for all its records);
+ * forward and backward over the range with the hooks around every layer; the tied-gradient contract
  * of model.h (a user layer's gradient goes to the zeroed tied buffer, the owner adds it before its own); the
  * layers' checks of host inputs and targets before upload; the layers' host state per record (MoE routing), their
  * auxiliary statistics and expert groups. With checkpoint and offload_inputs, the outputs that are some layer's
@@ -30,10 +31,13 @@ typedef struct {
     void *in;            /* input of `first`: raw samples (first 0) or the input stream */
     float **out;         /* (last - first + 1) output of each layer (the output stream of `last` < n - 1) */
     void **rec;          /* (last - first + 1) each layer's record (all the same with ckpt) */
-    void *work;
+    void *work;          /* the layers' scratch, in the model's (bound at each pass: bind_scratch) */
     void *target;        /* the loss layer's targets */
     float *gout, *gin;   /* gradient streams: w.r.t. the output of `last`, the input of `first` */
-    float *g[2];         /* gradients between layers, alternating */
+    float *g[2];         /* gradients between layers, alternating, in the model's scratch too */
+    size_t g_off[2];     /* their offsets in it */
+    size_t wbytes;       /* the scratch this record's passes need */
+    int counted;         /* counted in the model's records alive (seq_model.nacts) */
     float *host_loss;    /* (B x the loss layer's out_floats) */
     void **state;        /* (last - first + 1) the layers' host state (NULL for most) */
     float **host;        /* (last - first + 1) offload: host copy of out[l], NULL where it stays on the device */
@@ -116,14 +120,31 @@ static size_t layout(const seq_model *s, seq_acts *a, char *base) {
         TAKE(shared, maxrec);
         for (int l = a->first; l <= a->last; l++) a->rec[l - a->first] = shared;
     }
-    TAKE(a->work, maxwork);
     if (a->last == s->n - 1) TAKE(a->target, B * s->layers[a->last]->target_bytes);
     else TAKE(a->gout, S);
     if (a->first > 0) TAKE(a->gin, S);
-    TAKE(a->g[0], B * maxout * sizeof(float));
-    TAKE(a->g[1], B * maxout * sizeof(float));
 #undef TAKE
+    a->g_off[0] = up(maxwork), a->g_off[1] = a->g_off[0] + up(B * maxout * sizeof(float)); /* the scratch's */
+    a->wbytes = a->g_off[1] + up(B * maxout * sizeof(float));
     return at;
+}
+
+/* A pass's scratch (the layers' work, the gradients between layers): the model's, shared by its records (one pass
+ * at a time; nothing in it outlives a pass: a split record keeps what its weight part reads in its split area). */
+static void bind_scratch(const seq_model *s, seq_acts *a) {
+    a->work = s->scratch;
+    a->g[0] = (float *)((char *)s->scratch + a->g_off[0]), a->g[1] = (float *)((char *)s->scratch + a->g_off[1]);
+}
+
+/* The model's scratch at least a->wbytes (grown between passes: a record is made outside every pass). */
+static fsc_status scratch_reserve(seq_model *s, seq_acts *a) {
+    if (s->scratch_bytes < a->wbytes) {
+        fsc_device_release(s->dev, s->scratch), s->scratch = NULL, s->scratch_bytes = 0;
+        FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_WORKSPACE, a->wbytes, &s->scratch));
+        s->scratch_bytes = a->wbytes;
+    }
+    a->counted = 1, s->nacts++;
+    return FSC_OK;
 }
 
 /* Lay a split record's split area out from base (NULL: only count, and no area: keep, stash and sink NULL). */
@@ -216,6 +237,7 @@ static fsc_status acts_make(seq_model *s, const fsc_model_acts_opts *o, void **r
         fsc_layer *y = s->layers[l];
         if (y->ops->state_create) st = y->ops->state_create(y, s->dev, o->B, &a->state[l - o->first]);
     }
+    if (st == FSC_OK) st = scratch_reserve(s, a);
     if (st != FSC_OK) {
         fsc_seq_acts_free(s, (fsc_model_acts *)a);
         return st;
@@ -254,6 +276,8 @@ void fsc_seq_acts_free(void *ctx, fsc_model_acts *am) {
         if (a->state[l - a->first] && y->ops->state_free) y->ops->state_free(y, a->state[l - a->first]);
     }
     for (int l = a->first; a->host && l <= a->last; l++) free(a->host[l - a->first]);
+    if (a->counted && --s->nacts == 0) /* the last record: the scratch goes with it */
+        fsc_device_release(s->dev, s->scratch), s->scratch = NULL, s->scratch_bytes = 0;
     free(a->out), free(a->rec), free(a->host_loss), free(a->state), free(a->host), free(a->keep), free(a->stash);
     free(a);
 }
@@ -339,6 +363,7 @@ fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *am, const fsc_model_hooks 
     seq_model *s = ctx;
     seq_acts *a = (seq_acts *)am;
     if (loss_sum) *loss_sum = 0;
+    bind_scratch(s, a);
     for (int l = a->first; l <= a->last; l++) {
         FSC_TRY(hook(h->pre_forward, h->ctx, l));
         FSC_TRY(layer_forward(s, a, l));
@@ -401,6 +426,7 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
 }
 
 static fsc_status run_backward(seq_model *s, seq_acts *a, const fsc_model_hooks *h, float dscale, int part) {
+    bind_scratch(s, a);
     /* tied tensors used by a layer of the range: their users' gradients start from zero (model.h: a user
      * overwrites the buffer; several users of one range add up), in the part that makes them: the weight part
      * when the tied layers split, else the input part */

@@ -55,7 +55,8 @@ typedef struct {
     const float *const *param;   /* (n_params) the layer's parameters, in declaration order */
     float *const *grad;          /* (n_params) their gradients: backward accumulates (+=) */
     void *rec;                   /* rec_bytes(B) bytes: forward writes what backward needs, backward reads it */
-    void *work;                  /* work_bytes(B) bytes of scratch, not kept between calls */
+    void *work;                  /* work_bytes(B) bytes of scratch, not kept between calls (the model's records
+                                  * share it: a later call, of this record or another, finds it overwritten) */
     const void *target;          /* loss layers: the B samples' targets (target_bytes each) */
     float dscale;                /* backward: the gradient factor of each loss term (MoE layers scale their
                                   * load-balancing loss by it) */

@@ -11,8 +11,15 @@
  *  - memory: the device ledger holds no optimizer state with optim or all, and with all its parameters and
  *    gradients peak below the run without offload by at least the master and reduced-gradient shards but those
  *    in transit (one unit's, two with prefetch), which the host ledger holds instead;
- *  - refusals: ddp (inside pipeline stages too), zero with all, tensor parallelism and a bad mode fail with
- *    FSC_ERR_UNSUPPORTED / FSC_ERR_INVALID (offload inside pipeline stages: tests/test_pipe_offload.c);
+ *  - tensor parallelism (tp 2; dp 1, 2 and 4; with and without sequence parallelism): zero1 and zero2 with optim,
+ *    fsdp full_shard, shard_grad_op, no_shard and hybrid_shard with optim and all give the losses, the clipped
+ *    gradient norms and the final parameters of the same run without offload bit for bit, with f32 and bf16,
+ *    accumulation, prefetch 0 and 1 and the exact reduction; a checkpoint saved at dp 2 x tp 2 with offload resumes
+ *    without (and the reverse, and optim into all) with the run's state unbroken, and loads at tp 1 with the saver's
+ *    state; a weights file of dp 2 x tp 2 with all loads into every mode with its parameters, offload all's host
+ *    masters written in place (the load uploads less than a quarter of them: its few agreement bytes);
+ *  - refusals: ddp (inside pipeline stages too), zero with all and a bad mode fail with FSC_ERR_UNSUPPORTED /
+ *    FSC_ERR_INVALID (offload inside pipeline stages, with tensor parallelism too: tests/test_pipe_offload.c);
  *  - the simulator's copy bandwidth: copies take at least bytes / bandwidth, and offload keeps its bits with it
  *    (fsdp, zero1 and zero2, optim and all, prefetch 0 and 1 with limits 2 and 3, with accumulation). The
  *    asynchronous copies are made at their wait on the cpu device (device.h), so a strategy that read a copy's
@@ -422,6 +429,30 @@ static void test_offload_tp_same_bits(void **state) {
     check_tp(2, 1, 1, FSC_BF16, 0);
 }
 
+/* The exact reduction (reduce_exact: each unit's gradient summed as fixed point) at dp 2 x tp 2 with sp, two
+ * micro-batches: zero2 with optim, fsdp full_shard with optim and all, each against itself without offload. */
+static void test_offload_tp_exact(void **state) {
+    (void)state;
+    const int pick[] = {1, 2};
+    for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) {
+        const of_case *c = &cases[pick[i]];
+        pt_run base = make_tp(2, 1, c, FSC_OFFLOAD_NONE, 2, 1, FSC_F32, 1);
+        base.po.reduce_exact = 1;
+        pt_train(&base);
+        for (int m = FSC_OFFLOAD_OPTIM; m <= (c->all ? FSC_OFFLOAD_ALL : FSC_OFFLOAD_OPTIM); m++) {
+            pt_run o = make_tp(2, 1, c, (fsc_offload_mode)m, 2, 1, FSC_F32, 1);
+            o.po.reduce_exact = 1;
+            pt_train(&o);
+            char what[160];
+            snprintf(what, sizeof what, "%s, dp 2 x tp 2 (sp), reduce_exact, accum 2: offload %s against none", c->what,
+                     fsc_offload_mode_name((fsc_offload_mode)m));
+            pt_assert_same(&base, &o, what);
+            free(o.params);
+        }
+        free(base.params);
+    }
+}
+
 /* dp 4 x tp 2: fsdp hybrid_shard (two-phase reductions; the norm over the shard group and the tensor group) */
 static void test_offload_tp_hybrid(void **state) {
     (void)state;
@@ -437,8 +468,8 @@ static void test_offload_tp_hybrid(void **state) {
     free(base.params);
 }
 
-/* Checkpoints of tensor slices: saved at dp 2 x tp 2 with offload, resumed without (and the reverse), and into
- * another tensor size: the state of the run without a break (parameters and both AdamW moments). */
+/* Checkpoints of tensor slices: saved at dp 2 x tp 2 with offload, resumed without (and the reverse): the state of
+ * the run without a break (parameters and both AdamW moments); loaded at tp 1: the saver's state. */
 static void test_offload_tp_checkpoint(void **state) {
     (void)state;
     const struct { fsc_parallel_kind kind; fsc_offload_mode a, b; int sp; } pairs[] = {
@@ -468,6 +499,17 @@ static void test_offload_tp_checkpoint(void **state) {
                  fsc_parallel_kind_name(pairs[k].kind), pairs[k].sp ? " (sp)" : "", fsc_offload_mode_name(pairs[k].a),
                  fsc_offload_mode_name(pairs[k].b));
         ct_assert_state_equal(&whole, &second, what);
+        /* and into tp 1 (dp 2, the full tensors in one rank's slices) with offload b: the saver's state */
+        ct_job one = ct_make(2, pairs[k].kind);
+        one.run.cfg.seq = 8;
+        one.run.po.offload = pairs[k].b;
+        one.from = one.to = 2, one.load = path;
+        ct_run(&one);
+        snprintf(what, sizeof what, "%s: saved at dp 2 x tp 2%s with offload %s, loaded at dp 2 x tp 1 with %s",
+                 fsc_parallel_kind_name(pairs[k].kind), pairs[k].sp ? " (sp)" : "", fsc_offload_mode_name(pairs[k].a),
+                 fsc_offload_mode_name(pairs[k].b));
+        ct_assert_state_equal(&first, &one, what);
+        ct_free(&one);
         ct_free(&whole);
         ct_free(&first);
         ct_free(&second);
@@ -596,6 +638,7 @@ int main(void) {
         cmocka_unit_test(test_simulated_copy_bandwidth),
         cmocka_unit_test(test_offload_tp_same_bits),
         cmocka_unit_test(test_offload_tp_hybrid),
+        cmocka_unit_test(test_offload_tp_exact),
         cmocka_unit_test(test_offload_tp_checkpoint),
         cmocka_unit_test(test_offload_tp_weights),
     };

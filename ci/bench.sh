@@ -83,7 +83,7 @@ echo
 echo "== fsc: pipeline bubble, measured vs ideal (P-1)/(M+P-1)"; "$B/bench_pipe" | tee "$B/bench_pipe.out"
 
 echo
-echo "== fsc: the split backward's cost per layer (backward vs backward_input + backward_weight), 1 and 2 BLAS threads"
+echo "== fsc: the split backward's cost per layer (backward vs backward_input + backward_weight), 1 and 2 BLAS threads, then tensor-parallel layers on 2 ranks"
 "$B/bench_split" | tee "$B/bench_split.out"
 
 echo

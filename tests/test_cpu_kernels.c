@@ -232,6 +232,20 @@ static void layernorm_case(int C) {
     for (int i = 0; i < N * C; i++) dx[i] = 1.0f;
     for (int i = 0; i < C; i++) { dw[i] = 2.0f; db[i] = 3.0f; } /* the kernel adds into these */
     assert_ok(FSC_K(dev, layernorm_backward, dx, dw, db, g, x, w, mean, rstd, N, C));
+    { /* either half alone: the bits of both together (the split backward's input and weight parts) */
+        float hx[N * CM], hw[CM], hb[CM];
+        for (int i = 0; i < N * C; i++) hx[i] = 1.0f;
+        for (int i = 0; i < C; i++) { hw[i] = 2.0f; hb[i] = 3.0f; }
+        assert_ok(FSC_K(dev, layernorm_backward, hx, NULL, NULL, g, x, w, mean, rstd, N, C));
+        assert_ok(FSC_K(dev, layernorm_backward, NULL, hw, hb, g, x, w, mean, rstd, N, C));
+        assert_bits_equal(hx, dx, (size_t)(N * C), "layernorm_backward dinp alone");
+        assert_bits_equal(hw, dw, (size_t)C, "layernorm_backward dw alone");
+        assert_bits_equal(hb, db, (size_t)C, "layernorm_backward db alone");
+        assert_err(FSC_K(dev, layernorm_backward, hx, hw, NULL, g, x, w, mean, rstd, N, C), FSC_ERR_INVALID,
+                   "together");
+        assert_err(FSC_K(dev, layernorm_backward, NULL, NULL, NULL, g, x, w, mean, rstd, N, C), FSC_ERR_INVALID,
+                   "all NULL");
+    }
     const double h = 1e-4;
     for (int i = 0; i < N * C; i++) {
         double s = xd[i];

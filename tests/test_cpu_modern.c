@@ -92,7 +92,16 @@ static void rmsnorm_case(int C, float eps) {
     float *dx = frand(n, 1.0f), *dw = frand(C, 1.0f), *px = malloc(n * sizeof *px), *pw = malloc(C * sizeof *pw);
     memcpy(px, dx, n * sizeof *px);
     memcpy(pw, dw, C * sizeof *pw);
+    float *hx = malloc(n * sizeof *hx), *hw = malloc(C * sizeof *hw); /* either half alone: the same bits */
+    memcpy(hx, px, n * sizeof *hx);
+    memcpy(hw, pw, C * sizeof *hw);
     assert_ok(FSC_K(dev, rmsnorm_backward, dx, dw, g, x, w, rstd, N, C));
+    assert_ok(FSC_K(dev, rmsnorm_backward, hx, NULL, g, x, w, rstd, N, C));
+    assert_ok(FSC_K(dev, rmsnorm_backward, NULL, hw, g, x, w, rstd, N, C));
+    assert_bits_equal(hx, dx, n, "rmsnorm_backward dinp alone");
+    assert_bits_equal(hw, dw, (size_t)C, "rmsnorm_backward dw alone");
+    assert_err(FSC_K(dev, rmsnorm_backward, NULL, NULL, g, x, w, rstd, N, C), FSC_ERR_INVALID, "both NULL");
+    free(hx), free(hw);
     double *in[2] = { xd, wd };
     check_fd("rms dinp", rms_loss, &c, in, 0, n, dx, px);
     check_fd("rms dw", rms_loss, &c, in, 1, C, dw, pw);

@@ -747,13 +747,15 @@ static void test_layernorm(void **state) {
     compare(h, "layernorm_backward dinp", &dinp, N * C, 2e-5);
     compare(h, "layernorm_backward dw", &dw, C, 5e-5);
     compare(h, "layernorm_backward db", &db, C, 5e-5);
-    /* determinism: the same bits from the same start */
+    /* determinism: the same bits from the same start, with each half run alone (ABI 6: the split backward) */
     float *dw1 = download(h->gpu, dw.g, C), *db1 = download(h->gpu, db.g, C), *dx1 = download(h->gpu, dinp.g, N * C);
     assert_ok(fsc_device_upload(h->gpu, dinp.g, dinp0, N * C * sizeof(float)));
     assert_ok(fsc_device_upload(h->gpu, dw.g, dw0, C * sizeof(float)));
     assert_ok(fsc_device_upload(h->gpu, db.g, db0, C * sizeof(float)));
-    assert_ok(FSC_K(h->gpu, layernorm_backward, (float *)dinp.g, (float *)dw.g, (float *)db.g, (float *)dout.g,
-                    (float *)inp.g, (float *)wt.g, (float *)mean.g, (float *)rstd.g, N, C));
+    assert_ok(FSC_K(h->gpu, layernorm_backward, NULL, (float *)dw.g, (float *)db.g, (float *)dout.g, (float *)inp.g,
+                    (float *)wt.g, (float *)mean.g, (float *)rstd.g, N, C));
+    assert_ok(FSC_K(h->gpu, layernorm_backward, (float *)dinp.g, NULL, NULL, (float *)dout.g, (float *)inp.g,
+                    (float *)wt.g, (float *)mean.g, (float *)rstd.g, N, C));
     float *dw2 = download(h->gpu, dw.g, C), *db2 = download(h->gpu, db.g, C), *dx2 = download(h->gpu, dinp.g, N * C);
     same_bits_twice(h, "layernorm_backward dw", dw1, dw2, C * sizeof(float));
     same_bits_twice(h, "layernorm_backward db", db1, db2, C * sizeof(float));
@@ -963,13 +965,17 @@ static void test_rmsnorm_rope(void **state) {
                         PF(rstd, w), N, C));
     compare(h, "rmsnorm_backward dinp", &dinp, N * C, 2e-5);
     compare(h, "rmsnorm_backward dw", &dw, C, 5e-5);
-    float *dw1 = download(h->gpu, dw.g, C);
+    float *dw1 = download(h->gpu, dw.g, C), *dx1 = download(h->gpu, dinp.g, N * C);
     assert_ok(fsc_device_upload(h->gpu, dw.g, dw0, C * sizeof(float)));
-    assert_ok(FSC_K(h->gpu, rmsnorm_backward, (float *)dinp.g, (float *)dw.g, (float *)dout.g, (float *)inp.g,
-                    (float *)wt.g, (float *)rstd.g, N, C));
-    float *dw2 = download(h->gpu, dw.g, C);
+    assert_ok(fsc_device_upload(h->gpu, dinp.g, dinp0, N * C * sizeof(float)));
+    assert_ok(FSC_K(h->gpu, rmsnorm_backward, NULL, (float *)dw.g, (float *)dout.g, (float *)inp.g, (float *)wt.g,
+                    (float *)rstd.g, N, C)); /* each half alone (ABI 6): the bits of both together */
+    assert_ok(FSC_K(h->gpu, rmsnorm_backward, (float *)dinp.g, NULL, (float *)dout.g, (float *)inp.g, (float *)wt.g,
+                    (float *)rstd.g, N, C));
+    float *dw2 = download(h->gpu, dw.g, C), *dx2 = download(h->gpu, dinp.g, N * C);
     same_bits_twice(h, "rmsnorm_backward dw", dw1, dw2, C * sizeof(float));
-    free(r), free(dinp0), free(dw0), free(dw1), free(dw2);
+    same_bits_twice(h, "rmsnorm_backward dinp", dx1, dx2, N * C * sizeof(float));
+    free(r), free(dinp0), free(dw0), free(dw1), free(dw2), free(dx1), free(dx2);
     pair_free(h, &inp), pair_free(h, &wt), pair_free(h, &out), pair_free(h, &rstd), pair_free(h, &dout);
     pair_free(h, &dinp), pair_free(h, &dw);
     /* rotary: q and k heads inside packed rows (ld > H D; the columns past them stay NaN on both), positions

@@ -1505,9 +1505,9 @@ static void null_fsc_gelu_forward(void) {
 
 static void null_fsc_layernorm_backward(void) {
     INVALID(fsc_layernorm_backward(NULL, P, P, P, P, P, P), "dev");
-    INVALID(fsc_layernorm_backward(DEV, NULL, P, P, P, P, P), "dinp");
-    INVALID(fsc_layernorm_backward(DEV, P, NULL, P, P, P, P), "dw");
-    INVALID(fsc_layernorm_backward(DEV, P, P, NULL, P, P, P), "db");
+    INVALID(fsc_layernorm_backward(DEV, NULL, NULL, NULL, P, P, P), "all NULL"); /* dinp, or dw and db, may be NULL */
+    INVALID(fsc_layernorm_backward(DEV, P, NULL, P, P, P, P), "dw is NULL");
+    INVALID(fsc_layernorm_backward(DEV, P, P, NULL, P, P, P), "db is NULL");
     INVALID(fsc_layernorm_backward(DEV, P, P, P, NULL, P, P), "rec");
     INVALID(fsc_layernorm_backward(DEV, P, P, P, P, NULL, P), "dout");
     INVALID(fsc_layernorm_backward(DEV, P, P, P, P, P, NULL), "w");
@@ -1652,8 +1652,7 @@ static void null_fsc_residual_forward(void) {
 
 static void null_fsc_rmsnorm_backward(void) {
     INVALID(fsc_rmsnorm_backward(NULL, P, P, P, P, P), "dev");
-    INVALID(fsc_rmsnorm_backward(DEV, NULL, P, P, P, P), "dinp");
-    INVALID(fsc_rmsnorm_backward(DEV, P, NULL, P, P, P), "dw");
+    INVALID(fsc_rmsnorm_backward(DEV, NULL, NULL, P, P, P), "both NULL"); /* dinp or dw may be NULL */
     INVALID(fsc_rmsnorm_backward(DEV, P, P, NULL, P, P), "rec");
     INVALID(fsc_rmsnorm_backward(DEV, P, P, P, NULL, P), "dout");
     INVALID(fsc_rmsnorm_backward(DEV, P, P, P, P, NULL), "w");

@@ -9,6 +9,9 @@
  *   - with sequence parallelism: the embedding with positions, the same attention, MLPs and blocks, the head
  *     after a LayerNorm (its norm's gradients summed over the group in the weight part);
  *   - the embedding, both linears and the head without a norm.
+ * Besides, attention with biases and the blocks with 2 heads (1 on a rank, whose probabilities (B, 1, T, T) are
+ * narrower than the kept (B T, C) gradient, so it goes to the stash; 4 heads keep it over them): under sp the
+ * attention and the packed GPT-2 block, without sp the attention, the separate GPT-2 and the Llama block.
  * A record over the layers after the embedding checks the input gradient, one over all of them the embedding's.
  * The whole backward's gradients are mostly nonzero (the comparison sees real values). */
 #include <stdlib.h>
@@ -35,6 +38,15 @@ static fsc_status layers_of(int variant, fsc_comm *tp, fsc_layer **l, int *n) {
         lo.rows = T, lo.tp = tp, lo.tp_mode = FSC_TP_ROW;
         FSC_TRY(fsc_layer_linear(&lo, &l[k++]));
     }
+    fsc_attention_opts bias = fsc_attention_opts_default(T, C, 2); /* 1 head a rank */
+    bias.bias = 1, bias.residual = 1, bias.tp = tp, bias.sp = sp;
+    if (variant != 0) FSC_TRY(fsc_layer_attention(&bias, &l[k++]));
+    fsc_block_opts narrow = fsc_block_opts_default(FSC_BLOCK_GPT2, T, C, 2);
+    narrow.separate_qkv = !sp, narrow.tp = tp, narrow.sp = sp;
+    if (variant != 0) FSC_TRY(fsc_layer_block(&narrow, &l[k++]));
+    narrow = fsc_block_opts_default(FSC_BLOCK_LLAMA, T, C, 2);
+    narrow.tp = tp;
+    if (variant == 2) FSC_TRY(fsc_layer_block(&narrow, &l[k++]));
     if (variant != 2) {
         fsc_attention_opts ao = fsc_attention_opts_default(T, C, HEADS);
         ao.kv_heads = 2, ao.rope_theta = 10000.0f, ao.residual = 1, ao.tp = tp, ao.sp = sp;

@@ -273,9 +273,17 @@ WORK(k_encoder_backward, 2 * U(B) * U(T) * U(C), 5 * U(B) * U(T) * U(C) + U(B) *
      const float *dout, const int32_t *tok, int B, int T, int C)
 WORK(k_layernorm_forward, 8 * U(N) * U(C), 2 * U(N) * U(C) + 2 * U(C) + 2 * U(N), float *out, float *mean,
      float *rstd, const float *inp, const float *w, const float *b, size_t N, int C)
-WORK(k_layernorm_backward, 14 * U(N) * U(C), 3 * U(N) * U(C) + 4 * U(C) + 2 * U(N), float *dinp, float *dw,
-     float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, size_t N,
-     int C)
+/* the norms' backward: both halves, or the one asked for (the split backward's input and weight parts) */
+static fsc_status k_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, const float *dout,
+                                       const float *inp, const float *w, const float *mean, const float *rstd,
+                                       size_t N, int C) {
+    (void)db, (void)dout, (void)inp, (void)w, (void)mean, (void)rstd;
+    const uint64_t NC = U(N) * U(C);
+    if (dinp && dw) count_work(ctx, 14 * NC, 4 * (3 * NC + 4 * U(C) + 2 * U(N)));
+    else if (dinp) count_work(ctx, 10 * NC, 4 * (3 * NC + U(C) + 2 * U(N)));
+    else count_work(ctx, 4 * NC, 4 * (2 * NC + 4 * U(C) + 2 * U(N)));
+    return FSC_OK;
+}
 WORK(k_qkv, 0, 6 * U(B) * U(T) * U(NH) * U(HS), float *q, float *k, float *v, const float *qkv, int B, int T,
      int NH, int HS)
 WORK(k_qkv_merge, 0, 6 * U(B) * U(T) * U(NH) * U(HS), float *dqkv, const float *dq, const float *dk,
@@ -295,8 +303,15 @@ WORK(k_sgd, 4 * U(n), 5 * U(n), float *p, const float *g, float *buf, size_t n, 
      int first)
 WORK(k_rmsnorm_forward, 5 * U(N) * U(C), 2 * U(N) * U(C) + U(C) + U(N), float *out, float *rstd, const float *inp,
      const float *w, size_t N, int C, float eps)
-WORK(k_rmsnorm_backward, 8 * U(N) * U(C), 3 * U(N) * U(C) + 2 * U(C) + U(N), float *dinp, float *dw,
-     const float *dout, const float *inp, const float *w, const float *rstd, size_t N, int C)
+static fsc_status k_rmsnorm_backward(void *ctx, float *dinp, float *dw, const float *dout, const float *inp,
+                                     const float *w, const float *rstd, size_t N, int C) {
+    (void)dout, (void)inp, (void)w, (void)rstd;
+    const uint64_t NC = U(N) * U(C);
+    if (dinp && dw) count_work(ctx, 8 * NC, 4 * (3 * NC + 2 * U(C) + U(N)));
+    else if (dinp) count_work(ctx, 6 * NC, 4 * (3 * NC + U(C) + U(N)));
+    else count_work(ctx, 3 * NC, 4 * (2 * NC + 2 * U(C) + U(N)));
+    return FSC_OK;
+}
 WORK(k_rope, 6 * U(B) * U(T) * U(H) * U(D), 2 * U(B) * U(T) * U(H) * U(D), float *out, const float *inp, int B,
      int T, int H, int D, int ld, float theta)
 WORK(k_swiglu_forward, 8 * U(n), 3 * U(n), float *out, const float *gate, const float *up, size_t n)

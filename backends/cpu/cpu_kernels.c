@@ -401,14 +401,17 @@ static void ln_backward_cols(void *p, size_t lo, size_t hi) {
     }
 }
 
-/* dinp by rows, then dw/db by columns (each row added in ascending order). */
+/* dinp by rows, then dw/db by columns (each row added in ascending order); the two passes share nothing, so either
+ * runs alone (dinp NULL, or dw and db NULL) with the bits it has beside the other. */
 fsc_status cpu_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, const float *dout,
                                   const float *inp, const float *w, const float *mean, const float *rstd,
                                   size_t N, int C) {
     CHECK_DIM(C > 0, "layernorm_backward: width %d must be positive", C);
+    CHECK_DIM(!dw == !db, "layernorm_backward: dw and db are given together or both NULL");
+    CHECK_DIM(dinp || dw, "layernorm_backward: dinp, dw and db are all NULL (nothing to compute)");
     ln_arg a = { .dinp = dinp, .dw = dw, .db = db, .inp = inp, .w = w, .dout = dout, .cmean = mean, .crstd = rstd,
                  .C = C, .N = N };
-    cpu_parallel(ctx, N, 1, cpu_row_grain((size_t)C), ln_backward_rows, &a);
-    cpu_parallel(ctx, (size_t)C, CPU_STEP, cpu_row_grain(N), ln_backward_cols, &a);
+    if (dinp) cpu_parallel(ctx, N, 1, cpu_row_grain((size_t)C), ln_backward_rows, &a);
+    if (dw) cpu_parallel(ctx, (size_t)C, CPU_STEP, cpu_row_grain(N), ln_backward_cols, &a);
     return FSC_OK;
 }

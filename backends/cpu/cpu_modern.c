@@ -90,9 +90,10 @@ static void rms_backward_cols(void *p, size_t lo, size_t hi) {
 fsc_status cpu_rmsnorm_backward(void *ctx, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                                 const float *rstd, size_t N, int C) {
     CHECK_DIM(C > 0, "rmsnorm_backward: width %d must be positive", C);
+    CHECK_DIM(dinp || dw, "rmsnorm_backward: dinp and dw are both NULL (nothing to compute)");
     rms_arg a = { .dinp = dinp, .dw = dw, .inp = inp, .w = w, .dout = dout, .crstd = rstd, .N = N, .C = C };
-    cpu_parallel(ctx, N, 1, cpu_row_grain((size_t)C), rms_backward_rows, &a);
-    cpu_parallel(ctx, (size_t)C, CPU_STEP, cpu_row_grain(N), rms_backward_cols, &a);
+    if (dinp) cpu_parallel(ctx, N, 1, cpu_row_grain((size_t)C), rms_backward_rows, &a); /* either pass alone: */
+    if (dw) cpu_parallel(ctx, (size_t)C, CPU_STEP, cpu_row_grain(N), rms_backward_cols, &a); /* the same bits */
     return FSC_OK;
 }
 

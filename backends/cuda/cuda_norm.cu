@@ -184,11 +184,15 @@ fsc_status cu_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, c
                                  const float *w, const float *mean, const float *rstd, size_t N, int C) {
     cu_ctx *c = cu_of(ctx);
     if (C <= 0) return cu_err(FSC_ERR_INVALID, "layernorm_backward: width %d must be positive", C);
+    if (!dw != !db) return cu_err(FSC_ERR_INVALID, "layernorm_backward: dw and db are given together or both NULL");
+    if (!dinp && !dw) return cu_err(FSC_ERR_INVALID, "layernorm_backward: dinp, dw and db are all NULL");
     if (N == 0) return FSC_OK;
     FSC_TRY(cu_enter(c));
-    layernorm_dinp_kernel<<<row_blocks(N), 256, 0, cu_stream_of(c)>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    FSC_TRY(cu_launched("layernorm_backward"));
-    return colsum(c, "layernorm_backward", ln_terms{dout, inp, mean, rstd, C}, N, C, dw, db);
+    if (dinp) { /* the two halves share nothing: either alone has its bits */
+        layernorm_dinp_kernel<<<row_blocks(N), 256, 0, cu_stream_of(c)>>>(dinp, dout, inp, w, mean, rstd, N, C);
+        FSC_TRY(cu_launched("layernorm_backward"));
+    }
+    return dw ? colsum(c, "layernorm_backward", ln_terms{dout, inp, mean, rstd, C}, N, C, dw, db) : FSC_OK;
 }
 
 /* ---- RMS norm: a warp per row as layer norm; dw by the column sums above ---- */
@@ -246,11 +250,14 @@ fsc_status cu_rmsnorm_backward(void *ctx, float *dinp, float *dw, const float *d
                                const float *rstd, size_t N, int C) {
     cu_ctx *c = cu_of(ctx);
     if (C <= 0) return cu_err(FSC_ERR_INVALID, "rmsnorm_backward: width %d must be positive", C);
+    if (!dinp && !dw) return cu_err(FSC_ERR_INVALID, "rmsnorm_backward: dinp and dw are both NULL");
     if (N == 0) return FSC_OK;
     FSC_TRY(cu_enter(c));
-    rmsnorm_dinp_kernel<<<row_blocks(N), 256, 0, cu_stream_of(c)>>>(dinp, dout, inp, w, rstd, N, C);
-    FSC_TRY(cu_launched("rmsnorm_backward"));
-    return colsum(c, "rmsnorm_backward", rms_terms{dout, inp, rstd, C}, N, C, dw, (float *)NULL);
+    if (dinp) {
+        rmsnorm_dinp_kernel<<<row_blocks(N), 256, 0, cu_stream_of(c)>>>(dinp, dout, inp, w, rstd, N, C);
+        FSC_TRY(cu_launched("rmsnorm_backward"));
+    }
+    return dw ? colsum(c, "rmsnorm_backward", rms_terms{dout, inp, rstd, C}, N, C, dw, (float *)NULL) : FSC_OK;
 }
 
 /* ---- embedding ---- */

@@ -93,8 +93,6 @@ static size_t norm_rows(const fsc_layer_call *c, const norm_layer *y) { return (
 static size_t ln_rec(const fsc_layer *l, int B) {
     return 2 * r256((size_t)B * ((const norm_layer *)l)->rows * sizeof(float));
 }
-/* scratch for the input gradient the first layer of a model does not need (the modules accumulate into it) */
-static size_t norm_work(const fsc_layer *l, int B) { return (size_t)B * l->out_floats * sizeof(float); }
 
 static fsc_status ln_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
     const norm_layer *y = (const norm_layer *)l;
@@ -109,10 +107,11 @@ static fsc_status ln_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     const size_t N = norm_rows(c, y);
     fsc_layernorm_rec r = { .inp = in, .mean = c->rec, .rstd = (float *)((char *)c->rec + r256(N * sizeof(float))),
                             .N = N, .C = y->C };
-    float *d = dinp ? dinp : c->work; /* without dinp a scratch whose sums no one reads: not cleared */
-    if (dinp) FSC_TRY(fsc_device_memset(c->dev, d, 0, N * (size_t)y->C * sizeof(float)));
-    return fsc_layernorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, c->grad[1] ? c->grad[1] : c->sink + y->C,
-                                  &r, dout, c->param[0]); /* the split's input part: the sink */
+    float *gw = c->grad[0], *gb = c->grad[1]; /* both NULL in the split's input part: the input half only */
+    if (gw || gb) gw = gw ? gw : c->sink, gb = gb ? gb : c->sink + y->C;
+    if (!dinp && !gw) return FSC_OK;
+    if (dinp) FSC_TRY(fsc_device_memset(c->dev, dinp, 0, N * (size_t)y->C * sizeof(float)));
+    return fsc_layernorm_backward(c->dev, dinp, gw, gb, &r, dout, c->param[0]); /* dinp NULL: the weight half */
 }
 
 static void norm_config(const fsc_layer *l, char *buf, size_t cap) {
@@ -120,7 +119,7 @@ static void norm_config(const fsc_layer *l, char *buf, size_t cap) {
     snprintf(buf, cap, "{\"rows\":%d,\"C\":%d,\"eps\":%.9g}", y->rows, y->C, (double)y->eps);
 }
 
-static const fsc_layer_ops ln_ops = { .rec_bytes = ln_rec, .work_bytes = norm_work, .forward = ln_fwd,
+static const fsc_layer_ops ln_ops = { .rec_bytes = ln_rec, .forward = ln_fwd,
                                       .backward = ln_bwd, .config = norm_config, .split = 1 };
 
 static fsc_status norm_new(int rows, int C, const char *kind, const fsc_layer_ops *ops, fsc_layer **out) {
@@ -152,12 +151,12 @@ static fsc_status rms_bwd(const fsc_layer *l, const fsc_layer_call *c, float *di
     const norm_layer *y = (const norm_layer *)l;
     const size_t N = norm_rows(c, y);
     fsc_rmsnorm_rec r = { .inp = in, .rstd = c->rec, .N = N, .C = y->C };
-    float *d = dinp ? dinp : c->work; /* without dinp a scratch whose sums no one reads: not cleared */
-    if (dinp) FSC_TRY(fsc_device_memset(c->dev, d, 0, N * (size_t)y->C * sizeof(float)));
-    return fsc_rmsnorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, &r, dout, c->param[0]);
+    if (!dinp && !c->grad[0]) return FSC_OK;
+    if (dinp) FSC_TRY(fsc_device_memset(c->dev, dinp, 0, N * (size_t)y->C * sizeof(float)));
+    return fsc_rmsnorm_backward(c->dev, dinp, c->grad[0], &r, dout, c->param[0]); /* either half alone, or both */
 }
 
-static const fsc_layer_ops rms_ops = { .rec_bytes = rms_rec, .work_bytes = norm_work, .forward = rms_fwd,
+static const fsc_layer_ops rms_ops = { .rec_bytes = rms_rec, .forward = rms_fwd,
                                        .backward = rms_bwd, .config = norm_config, .split = 1 };
 
 fsc_status fsc_layer_rmsnorm(int rows, int C, float eps, fsc_layer **out) {

@@ -84,17 +84,19 @@ static fsc_status norm_fwd(const block_layer *y, const fsc_layer_call *c, float 
     return fsc_layernorm_forward(c->dev, out, NULL, sa, sb, in, P(y, c, w), P(y, c, w + 1), N, y->o.C);
 }
 
-/* dinp += the gradient through the norm of in (saved statistics sa, sb) given dout */
+/* dinp += the gradient through the norm of in (saved statistics sa, sb) given dout; the norm's parameter
+ * gradients too, unless they are NULL (the split's input part). dinp NULL: the parameter gradients only. */
 static fsc_status norm_bwd(const block_layer *y, const fsc_layer_call *c, float *dinp, const float *dout,
                            const float *in, float *sa, float *sb, int w, size_t N) {
-    float *gw = G(y, c, w) ? G(y, c, w) : c->sink; /* the split's input part: the sink */
+    float *gw = G(y, c, w);
     if (y->rms) {
         fsc_rmsnorm_rec r = { .inp = in, .rstd = sa, .N = N, .C = y->o.C };
         return fsc_rmsnorm_backward(c->dev, dinp, gw, &r, dout, P(y, c, w));
     }
+    float *gb = G(y, c, w + 1);
+    if (gw || gb) gw = gw ? gw : c->sink, gb = gb ? gb : c->sink + y->o.C;
     fsc_layernorm_rec r = { .inp = in, .mean = sa, .rstd = sb, .N = N, .C = y->o.C };
-    return fsc_layernorm_backward(c->dev, dinp, gw, G(y, c, w + 1) ? G(y, c, w + 1) : c->sink + y->o.C, &r, dout,
-                                  P(y, c, w));
+    return fsc_layernorm_backward(c->dev, dinp, gw, gb, &r, dout, P(y, c, w));
 }
 
 static void attn_params(const block_layer *y, const fsc_layer_call *c, fsc_self_attn_params *p,
@@ -183,7 +185,7 @@ static size_t bk_split_bytes(const fsc_layer *l, int B) {
     return (size_t)(3 - over_att(B, y->o.T, y->o.C, y->o.heads)) * nc;
 }
 
-/* d (N, C): the output gradient in, the input gradient out; the norms' gradients into the sink. The work's first
+/* d (N, C): the output gradient in, the input gradient out; the norms' input halves only. The work's first
  * 4 N C floats (a) hold dfch_gelu, then dqkv; the attention's scratch and dfch follow (w); datty after those. */
 static fsc_status packed_input(const fsc_layer_call *c, float *d, const fsc_block_rec *r) {
     const int C = r->C;
@@ -199,18 +201,18 @@ static fsc_status packed_input(const fsc_layer_call *c, float *d, const fsc_bloc
     FSC_TRY(fsc_linear_backward(c->dev, a, NULL, NULL, &mproj, d, p[FSC_B_MPROJ_W], 0.0f, 1.0f)); /* dfch_gelu */
     FSC_TRY(fsc_gelu_backward(c->dev, st.dfch, &gelu, a)); /* over fch, element by element: read no more */
     FSC_TRY(fsc_linear_backward(c->dev, st.dln2, NULL, NULL, &fc, st.dfch, p[FSC_B_FC_W], 0.0f, 1.0f));
-    FSC_TRY(fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln2, st.dln2, p[FSC_B_LN2_W]));
+    FSC_TRY(fsc_layernorm_backward(c->dev, d, NULL, NULL, &ln2, st.dln2, p[FSC_B_LN2_W]));
     /* d is now the gradient w.r.t. res2 (dres2), unchanged until ln1's backward below */
     FSC_TRY(fsc_linear_backward(c->dev, datty, NULL, NULL, &aproj, d, p[FSC_B_APROJ_W], 0.0f, 1.0f));
     FSC_TRY(fsc_attention_backward(c->dev, a, &r->attn, datty, w)); /* dqkv */
     FSC_TRY(fsc_device_copy(c->dev, st.dqkv, a, 3 * nc)); /* qkv and the probabilities are read no more */
     FSC_TRY(fsc_linear_backward(c->dev, st.dln1, NULL, NULL, &attn, st.dqkv, p[FSC_B_ATTN_W], 0.0f, 1.0f));
     FSC_TRY(fsc_device_copy(c->dev, st.dres2, d, nc));
-    return fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln1, st.dln1, p[FSC_B_LN1_W]);
+    return fsc_layernorm_backward(c->dev, d, NULL, NULL, &ln1, st.dln1, p[FSC_B_LN1_W]);
 }
 
-/* dout (N, C): the output gradient kept for the weight part; scratch (N, C): the norms' discarded dinp. */
-static fsc_status packed_weight(const fsc_layer_call *c, const float *dout, float *scratch, const fsc_block_rec *r) {
+/* dout (N, C): the output gradient kept for the weight part. */
+static fsc_status packed_weight(const fsc_layer_call *c, const float *dout, const fsc_block_rec *r) {
     const int C = r->C;
     const size_t N = (size_t)r->B * r->T;
     const packed_stash st = stash_of(c->stash, r);
@@ -222,12 +224,12 @@ static fsc_status packed_weight(const fsc_layer_call *c, const float *dout, floa
     FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_MPROJ_W], g[FSC_B_MPROJ_B], &mproj, dout, p[FSC_B_MPROJ_W],
                                 0.0f, 1.0f));
     FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_FC_W], g[FSC_B_FC_B], &fc, st.dfch, p[FSC_B_FC_W], 0.0f, 1.0f));
-    FSC_TRY(fsc_layernorm_backward(c->dev, scratch, g[FSC_B_LN2_W], g[FSC_B_LN2_B], &ln2, st.dln2, p[FSC_B_LN2_W]));
+    FSC_TRY(fsc_layernorm_backward(c->dev, NULL, g[FSC_B_LN2_W], g[FSC_B_LN2_B], &ln2, st.dln2, p[FSC_B_LN2_W]));
     FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_APROJ_W], g[FSC_B_APROJ_B], &aproj, st.dres2,
                                 p[FSC_B_APROJ_W], 0.0f, 1.0f));
     FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_ATTN_W], g[FSC_B_ATTN_B], &attn, st.dqkv, p[FSC_B_ATTN_W], 0.0f,
                                 1.0f));
-    return fsc_layernorm_backward(c->dev, scratch, g[FSC_B_LN1_W], g[FSC_B_LN1_B], &ln1, st.dln1, p[FSC_B_LN1_W]);
+    return fsc_layernorm_backward(c->dev, NULL, g[FSC_B_LN1_W], g[FSC_B_LN1_B], &ln1, st.dln1, p[FSC_B_LN1_W]);
 }
 
 /* The composed block's split (bk_split_bytes): the input part (every gradient NULL) runs the whole backward's
@@ -257,14 +259,13 @@ static fsc_status composed_split(const block_layer *y, const fsc_layer_call *c, 
     attn_params(y, c, &ap, &ag);
     float *st1a = AT(c->rec, m->st1a), *st1b = AT(c->rec, m->st1b), *st2a = AT(c->rec, m->st2a),
           *st2b = AT(c->rec, m->st2b);
-    if (!dinp && ag.wq) { /* the weight part: the norms' input gradients go to a scratch no one reads */
-        float *scratch = AT(c->work, m->s1), *const mg[4] = { G(y, c, R_M0), G(y, c, R_M1), G(y, c, R_M2),
-                                                               G(y, c, R_M3) };
+    if (!dinp && ag.wq) { /* the weight part: the norms' parameter halves only */
+        float *const mg[4] = { G(y, c, R_M0), G(y, c, R_M1), G(y, c, R_M2), G(y, c, R_M3) };
         FSC_TRY(y->swiglu ? layers_swiglu_split_weight(c->dev, &mr, mw, mg, dout)
                           : layers_gelu_mlp_split_weight(c->dev, &gm, mw, mg, dout));
-        FSC_TRY(norm_bwd(y, c, scratch, s_dln2, h, st2a, st2b, R_N2W, N));
+        FSC_TRY(norm_bwd(y, c, NULL, s_dln2, h, st2a, st2b, R_N2W, N));
         FSC_TRY(layers_attn_split_weight(c->dev, &ar, &ap, &ag, s_dh));
-        return norm_bwd(y, c, scratch, s_dln1, x, st1a, st1b, R_N1W, N);
+        return norm_bwd(y, c, NULL, s_dln1, x, st1a, st1b, R_N1W, N);
     }
     /* the input part; without dinp (the model's first layer) d is a scratch, the kept gradients still needed */
     float *d = dinp ? dinp : AT(c->work, m->s1);
@@ -288,8 +289,7 @@ static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
         fsc_block_rec r;
         fsc_block_rec_bind(&r, c->rec, c->B, y->o.T, C, y->o.heads);
         r.inp = in;
-        if (c->stash && !dinp && c->grad[FSC_B_LN1_W]) /* the weight part: d is only the norms' scratch */
-            return packed_weight(c, dout, d, &r);
+        if (c->stash && !dinp && c->grad[FSC_B_LN1_W]) return packed_weight(c, dout, &r); /* the weight part */
         FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float)));
         if (c->stash && !c->grad[FSC_B_LN1_W]) return packed_input(c, d, &r);
         return fsc_block_backward(c->dev, d, c->grad, &r, c->param, c->work);
@@ -325,7 +325,7 @@ static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     fsc_self_attn_grads ag;
     attn_params(y, c, &ap, &ag);
     FSC_TRY(fsc_self_attn_backward(c->dev, dln, &ag, &ar, d, &ap, inner));
-    return norm_bwd(y, c, d, dln, x, AT(c->rec, m.st1a), AT(c->rec, m.st1b), R_N1W, N); /* d = d x */
+    return norm_bwd(y, c, dinp, dln, x, AT(c->rec, m.st1a), AT(c->rec, m.st1b), R_N1W, N); /* dinp = d x */
 }
 
 static void bk_config(const fsc_layer *l, char *buf, size_t cap) {

@@ -126,7 +126,7 @@ static size_t mb_split_bytes(const fsc_layer *l, int B) {
 }
 
 /* GPT-2's attention half after the MoE part (fsc_block_attn_backward's steps): d (N, C) the gradient at res2 from
- * the residual path in, the block's input gradient out; the norms' parameter gradients into the sink. */
+ * the residual path in, the block's input gradient out; the norms' input halves only. */
 static fsc_status gpt2_input(const moe_block *y, const fsc_layer_call *c, float *d, const fsc_block_rec *r,
                              const mb_stash *st) {
     const int C = y->o.C;
@@ -135,30 +135,28 @@ static fsc_status gpt2_input(const moe_block *y, const fsc_layer_call *c, float 
     float *datty = c->work, *w = AT(c->work, 2 * g_S(y, c->B));
     fsc_layernorm_rec ln2 = { r->res2, r->ln2_mean, r->ln2_rstd, N, C }, ln1 = { r->inp, r->ln1_mean, r->ln1_rstd, N, C };
     fsc_linear_rec aproj = { r->atty, N, C, C, 0 }, attn = { r->ln1, N, C, 3 * C, 0 };
-    FSC_TRY(fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln2, st->dln2, p[FSC_B_LN2_W]));
+    FSC_TRY(fsc_layernorm_backward(c->dev, d, NULL, NULL, &ln2, st->dln2, p[FSC_B_LN2_W]));
     FSC_TRY(fsc_device_copy(c->dev, st->dres2, d, N * (size_t)C * sizeof(float)));
     FSC_TRY(fsc_linear_backward(c->dev, datty, NULL, NULL, &aproj, d, p[FSC_B_APROJ_W], 0.0f, 1.0f));
     FSC_TRY(fsc_attention_backward(c->dev, st->dqkv, &r->attn, datty, w));
     FSC_TRY(fsc_linear_backward(c->dev, st->dln1, NULL, NULL, &attn, st->dqkv, p[FSC_B_ATTN_W], 0.0f, 1.0f));
-    return fsc_layernorm_backward(c->dev, d, c->sink, c->sink + C, &ln1, st->dln1, p[FSC_B_LN1_W]);
+    return fsc_layernorm_backward(c->dev, d, NULL, NULL, &ln1, st->dln1, p[FSC_B_LN1_W]);
 }
 
-/* GPT-2's weight part: the attention half's products and norms from the stash; scratch (N, C) takes the norms'
- * discarded input gradients. */
-static fsc_status gpt2_weight(const moe_block *y, const fsc_layer_call *c, float *scratch, const fsc_block_rec *r,
-                              const mb_stash *st) {
+/* GPT-2's weight part: the attention half's products and the norms' parameter halves from the stash. */
+static fsc_status gpt2_weight(const moe_block *y, const fsc_layer_call *c, const fsc_block_rec *r, const mb_stash *st) {
     const int C = y->o.C;
     const size_t N = N_of(y, c->B);
     const float *const *p = c->param;
     float *const *g = c->grad;
     fsc_layernorm_rec ln2 = { r->res2, r->ln2_mean, r->ln2_rstd, N, C }, ln1 = { r->inp, r->ln1_mean, r->ln1_rstd, N, C };
     fsc_linear_rec aproj = { r->atty, N, C, C, 0 }, attn = { r->ln1, N, C, 3 * C, 0 };
-    FSC_TRY(fsc_layernorm_backward(c->dev, scratch, g[FSC_B_LN2_W], g[FSC_B_LN2_B], &ln2, st->dln2, p[FSC_B_LN2_W]));
+    FSC_TRY(fsc_layernorm_backward(c->dev, NULL, g[FSC_B_LN2_W], g[FSC_B_LN2_B], &ln2, st->dln2, p[FSC_B_LN2_W]));
     FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_APROJ_W], g[FSC_B_APROJ_B], &aproj, st->dres2,
                                 p[FSC_B_APROJ_W], 0.0f, 1.0f));
     FSC_TRY(fsc_linear_backward(c->dev, NULL, g[FSC_B_ATTN_W], g[FSC_B_ATTN_B], &attn, st->dqkv, p[FSC_B_ATTN_W],
                                 0.0f, 1.0f));
-    return fsc_layernorm_backward(c->dev, scratch, g[FSC_B_LN1_W], g[FSC_B_LN1_B], &ln1, st->dln1, p[FSC_B_LN1_W]);
+    return fsc_layernorm_backward(c->dev, NULL, g[FSC_B_LN1_W], g[FSC_B_LN1_B], &ln1, st->dln1, p[FSC_B_LN1_W]);
 }
 
 static fsc_status gpt2_bwd(const moe_block *y, const fsc_layer_call *c, float *dinp, const float *dout,
@@ -173,7 +171,7 @@ static fsc_status gpt2_bwd(const moe_block *y, const fsc_layer_call *c, float *d
     const mb_stash st = c->stash ? stash_of(y, c->stash, c->B) : (mb_stash){ 0 };
     if (weight_part) {
         FSC_TRY(moe_part_backward_weight(&y->b.mp, c, c->stash));
-        return gpt2_weight(y, c, d, &r, &st);
+        return gpt2_weight(y, c, &r, &st);
     }
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float))); /* the residual stream's gradient, in place */
     if (c->stash) { /* the input part */
@@ -196,7 +194,7 @@ static fsc_status mb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     const mb_stash st = c->stash ? stash_of(y, c->stash, c->B) : (mb_stash){ 0 };
     fsc_rmsnorm_rec n2 = { .inp = h, .rstd = AT(c->rec, m.st2), .N = N, .C = y->o.C };
     fsc_rmsnorm_rec n1 = { .inp = in, .rstd = AT(c->rec, m.st1), .N = N, .C = y->o.C };
-    float *g1 = input_part ? c->sink : c->grad[y->n1], *g2 = input_part ? c->sink : c->grad[y->n2];
+    float *g1 = input_part ? NULL : c->grad[y->n1], *g2 = input_part ? NULL : c->grad[y->n2]; /* the norms' halves */
     fsc_self_attn_config cf = attn_cfg(y, c->B);
     fsc_self_attn_rec ar;
     fsc_self_attn_rec_bind(&ar, AT(c->rec, m.attn), &cf);
@@ -204,11 +202,11 @@ static fsc_status mb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     fsc_self_attn_params ap;
     fsc_self_attn_grads ag;
     llama_attn(y, c, &ap, &ag);
-    if (weight_part) { /* d: scratch for the norms' discarded input gradients */
+    if (weight_part) {
         FSC_TRY(moe_part_backward_weight(&y->b.mp, c, c->stash));
-        FSC_TRY(fsc_rmsnorm_backward(c->dev, d, g2, &n2, st.dln2, c->param[y->n2]));
+        FSC_TRY(fsc_rmsnorm_backward(c->dev, NULL, g2, &n2, st.dln2, c->param[y->n2]));
         FSC_TRY(layers_attn_split_weight(c->dev, &ar, &ap, &ag, st.dres2));
-        return fsc_rmsnorm_backward(c->dev, d, g1, &n1, st.dln1, c->param[y->n1]);
+        return fsc_rmsnorm_backward(c->dev, NULL, g1, &n1, st.dln1, c->param[y->n1]);
     }
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NC * sizeof(float))); /* d: the gradient w.r.t. out, then h, then x */
     float *dln2 = input_part ? st.dln2 : dln;
@@ -218,10 +216,10 @@ static fsc_status mb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     if (input_part) {
         FSC_TRY(fsc_device_copy(c->dev, st.dres2, d, NC * sizeof(float))); /* the gradient at h */
         FSC_TRY(layers_attn_split_input(c->dev, &ar, &ap, d, st.dln1, AT(c->work, m.inner)));
-        return fsc_rmsnorm_backward(c->dev, d, g1, &n1, st.dln1, c->param[y->n1]);
+        return dinp ? fsc_rmsnorm_backward(c->dev, dinp, NULL, &n1, st.dln1, c->param[y->n1]) : FSC_OK;
     }
     FSC_TRY(fsc_self_attn_backward(c->dev, dln, &ag, &ar, d, &ap, AT(c->work, m.inner)));
-    return fsc_rmsnorm_backward(c->dev, d, g1, &n1, dln, c->param[y->n1]);
+    return fsc_rmsnorm_backward(c->dev, dinp, g1, &n1, dln, c->param[y->n1]); /* dinp = d x, if asked */
 }
 
 static void mb_config(const fsc_layer *l, char *buf, size_t cap) {

@@ -41,22 +41,24 @@ static inline int layers_llama_ffn(int dim) {
     return (int)((h + 255) / 256 * 256);
 }
 
-/* The split of fsc_self_attn_backward_parts (transformer.c; the attention layer's and the blocks'). The input part
- * keeps dq, dk and dv (after the rotary embedding's backward) over r's q, k and v, which the weight part does not
- * read, and writes dinp (overwritten; NULL: not wanted); work: fsc_self_attn_work_floats. The weight part runs the
- * four weight products from them, dout and r's y, in the whole backward's order: the same kernels on the same
- * values, and no product of the input part again. r->inp is the attention's input. */
+/* The split of fsc_self_attn_backward_parts (transformer.c; the attention layers' and the blocks', unsplit and
+ * tensor-parallel (tp_transformer.c, on a rank's heads)). The input part keeps dq, dk and dv (after the rotary
+ * embedding's backward) over r's q, k and v, which the weight part does not read, and writes dinp (overwritten; NULL:
+ * not wanted); work: fsc_self_attn_work_floats. The weight part runs the four weight products from them, dout and r's
+ * y, in the whole backward's order: the same kernels on the same values, and no product of the input part again.
+ * r->inp is the attention's input. */
 fsc_status layers_attn_split_input(fsc_device *dev, const fsc_self_attn_rec *r, const fsc_self_attn_params *p,
                                    const float *dout, float *dinp, float *work);
 fsc_status layers_attn_split_weight(fsc_device *dev, const fsc_self_attn_rec *r, const fsc_self_attn_params *p,
                                     const fsc_self_attn_grads *g, const float *dout);
 
-/* The MLPs' splits (transformer.c; the MLP layers' and the composed blocks'), in the whole backward's order. The
- * SwiGLU's (fsc_swiglu_mlp_backward_parts; w, g: gate, up, down): the input part writes dgate and dup over the
- * record's gate and up and dinp (overwritten; NULL: not wanted); work (N, F); the weight part runs the three
- * weight products from them and dout. The GELU MLP's (Conv1D weights [in, out] with biases; x its input, h the
- * first product's output, act the GELU's; w, g: fc weight and bias, proj weight and bias): the input part writes
- * dh over h and dinp; work (N, F); the weight part runs the two weight products from dh and dout. */
+/* The MLPs' splits (transformer.c; the MLP layers' and the composed blocks', unsplit and tensor-parallel on a rank's
+ * hidden units), in the whole backward's order. The SwiGLU's (fsc_swiglu_mlp_backward_parts; w, g: gate, up, down):
+ * the input part writes dgate and dup over the record's gate and up and dinp (overwritten; NULL: not wanted); work
+ * (N, F); the weight part runs the three weight products from them and dout. The GELU MLP's (Conv1D weights [in, out]
+ * with biases; x its input, h the first product's output, act the GELU's; w, g: fc weight and bias, proj weight and
+ * bias): the input part writes dh over h and dinp; work (N, F); the weight part runs the two weight products from dh
+ * and dout. */
 fsc_status layers_swiglu_split_input(fsc_device *dev, const fsc_swiglu_mlp_rec *r, const float *const *w,
                                      const float *dout, float *dinp, float *work);
 fsc_status layers_swiglu_split_weight(fsc_device *dev, const fsc_swiglu_mlp_rec *r, const float *const *w,

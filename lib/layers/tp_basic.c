@@ -311,19 +311,20 @@ static fsc_status th_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
         return dinp ? tp_reduce_grad(&y->g, c->dev, dinp, k.dxf, N, C) : FSC_OK;
     float *dred = c->stash && (input_part || weight_part) ? c->stash : k.dred;
     if (!weight_part) FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, k.dxf, N, C));
-    float *d = dinp ? dinp : k.sink;
     const size_t NC = Nl * (size_t)C, np = y->o.norm == FSC_HEAD_NORM_LAYERNORM ? 2 : 1;
-    /* the input part's norm gradients go to pg, scratch nobody reads */
-    float *gw = y->g.sp || input_part ? k.pg : c->grad[0];
-    float *gb = y->g.sp || input_part ? k.pg + C : np == 2 ? c->grad[1] : NULL;
-    FSC_TRY(fsc_device_memset(c->dev, d, 0, NC * sizeof(float)));
-    if (y->g.sp || input_part) FSC_TRY(fsc_device_memset(c->dev, k.pg, 0, 2 * (size_t)C * sizeof(float)));
+    /* the norm's halves: the input part's without its parameter gradients, the weight part's without dinp; under
+     * sp the parameter gradients are this rank's rows' (pg), summed below */
+    float *gw = input_part ? NULL : y->g.sp ? k.pg : c->grad[0];
+    float *gb = input_part || np == 1 ? NULL : y->g.sp ? k.pg + C : c->grad[1];
+    if (!dinp && !gw) return FSC_OK; /* the input part of a model's first layer: nothing left */
+    if (dinp) FSC_TRY(fsc_device_memset(c->dev, dinp, 0, NC * sizeof(float)));
+    if (y->g.sp && gw) FSC_TRY(fsc_device_memset(c->dev, k.pg, 0, 2 * (size_t)C * sizeof(float)));
     if (y->o.norm == FSC_HEAD_NORM_RMSNORM) {
         fsc_rmsnorm_rec nr = { .inp = in, .rstd = r.rstd, .N = Nl, .C = C };
-        FSC_TRY(fsc_rmsnorm_backward(c->dev, d, gw, &nr, dred, c->param[0]));
+        FSC_TRY(fsc_rmsnorm_backward(c->dev, dinp, gw, &nr, dred, c->param[0]));
     } else {
         fsc_layernorm_rec nr = { .inp = in, .mean = r.mean, .rstd = r.rstd, .N = Nl, .C = C };
-        FSC_TRY(fsc_layernorm_backward(c->dev, d, gw, gb, &nr, dred, c->param[0]));
+        FSC_TRY(fsc_layernorm_backward(c->dev, dinp, gw, gb, &nr, dred, c->param[0]));
     }
     if (!y->g.sp || input_part) return FSC_OK;
     /* sp: this rank's rows gave a partial norm gradient: sum it over the group */

@@ -10,7 +10,9 @@
  * sum on every rank), the partial input gradient of the column-parallel products is all-reduced (f) or
  * reduce-scattered (sp). A block is norm -> attention -> residual -> norm -> MLP -> residual with replicated
  * norms on this rank's rows; under sp their parameter gradients are partial and summed over the group at the end
- * of the block's backward. Records hold everything backward reads (several micro-batches may be in flight).
+ * of the block's backward. Records hold everything backward reads (several micro-batches may be in flight). The
+ * split backward's input part keeps the inner gradients the weight part's products read over the parts of the
+ * record the weight part does not read, through the unsplit layers' own splits (transformer.c's layers_*_split_*).
  * Not here: linear, embeddings, LM head (tp_basic.c), the unsplit layers (transformer.c, block.c). */
 #include "tp_layers_impl.h"
 #include "tp_layers.h"
@@ -73,25 +75,52 @@ static fsc_status ta_fwd(const tp_attn *a, const fsc_layer_call *c, float *saved
     return fsc_self_attn_forward(c->dev, s, &r, xf, &p, work);
 }
 
-/* dxf (N, C) = (overwrites) this rank's part of the input gradient; parameter gradients +=, the output bias's from
- * the whole output gradient G (N, C). dxf NULL, or the gradients NULL: not computed (the split's parts). keep
- * (packed only; NULL: none): the inner gradient dqkv (N, 3 Cl), written when dxf is wanted, else read (the weight
- * part then runs the two weight products only). */
+/* Which backward a call runs: the whole one, or a part of the split (layers.h: the input part sees every
+ * parameter gradient NULL, the weight part dinp NULL). */
+typedef enum { TP_WHOLE, TP_INPUT, TP_WEIGHT } tp_part;
+
+static tp_part tp_part_of(const fsc_layer_call *c, int first_param) {
+    return !c->stash ? TP_WHOLE : c->grad[first_param] ? TP_WEIGHT : TP_INPUT;
+}
+
+/* The attention probabilities of the record, B NHl T T floats: dead once the input part has read them. */
+static float *ta_att(const tp_attn *a, float *saved, int B) {
+    if (a->packed) {
+        fsc_attention_rec ar;
+        fsc_attention_rec_bind(&ar, saved, B, a->T, a->NHl * a->HS, a->NHl);
+        return ar.att;
+    }
+    fsc_self_attn_config cf = ta_cfg(a, B);
+    fsc_self_attn_rec r;
+    fsc_self_attn_rec_bind(&r, saved, &cf);
+    return r.att;
+}
+/* Whether a (B T, C) gradient fits over them (B NHl T T >= B T C). */
+static int ta_over(const tp_attn *a) { return (size_t)a->NHl * (size_t)a->T >= (size_t)a->C; }
+
+/* dxf (N, C) = (overwrites) this rank's part of the input gradient (NULL: not wanted); parameter gradients +=, the
+ * output bias's from the whole output gradient G (N, C). The split's parts (part) as the unsplit attention's
+ * (layers_attn_split_*): the input part keeps the inner gradients over the record, dq, dk, dv over q, k, v, or for
+ * GPT-2's packed c_attn dqkv (N, 3 Cl) over qkv (a copy: the attention's backward reads qkv while it writes
+ * dqkv); the weight part runs the weight products from them, G and the record, nothing else. */
 static fsc_status ta_bwd(const tp_attn *a, const fsc_layer_call *c, float *saved, float *dxf, const float *G,
-                         const float *xf, float *work, float *keep) {
+                         const float *xf, float *work, tp_part part) {
     const size_t N = (size_t)c->B * a->T;
     const int Cl = a->NHl * a->HS;
     if (a->packed) {
         fsc_attention_rec ar;
         fsc_attention_rec_bind(&ar, saved, c->B, a->T, Cl, a->NHl);
         float *atty = AT(saved, fsc_attention_saved_floats(c->B, a->T, Cl, a->NHl));
-        float *datty = work, *dqkv = keep ? keep : AT(work, r64f(N * Cl));
+        float *datty = work, *dqkv = part == TP_WEIGHT ? ar.qkv : AT(work, r64f(N * Cl));
         float *aw = AT(work, r64f(N * Cl) + r64f(3 * N * Cl));
         fsc_linear_rec pr = { .inp = atty, .N = N, .C = Cl, .OC = a->C };
-        const int kept = keep && !dxf; /* the weight part: dqkv from the input part */
-        FSC_TRY(fsc_linear_backward(c->dev, kept ? NULL : datty, GG(c, a->wo), GG(c, a->bo), &pr, G, PP(c, a->wo),
-                                    0.0f, 1.0f));
-        if (!kept) FSC_TRY(fsc_attention_backward(c->dev, dqkv, &ar, datty, aw));
+        FSC_TRY(fsc_linear_backward(c->dev, part == TP_WEIGHT ? NULL : datty, GG(c, a->wo), GG(c, a->bo), &pr, G,
+                                    PP(c, a->wo), 0.0f, 1.0f));
+        if (part != TP_WEIGHT) FSC_TRY(fsc_attention_backward(c->dev, dqkv, &ar, datty, aw));
+        if (part == TP_INPUT) { /* qkv is read no more */
+            FSC_TRY(fsc_device_copy(c->dev, ar.qkv, dqkv, 3 * N * (size_t)Cl * sizeof(float)));
+            if (!dxf) return FSC_OK;
+        }
         fsc_linear_rec qr = { .inp = xf, .N = N, .C = a->C, .OC = 3 * Cl };
         return fsc_linear_backward(c->dev, dxf, GG(c, a->wq), GG(c, a->bq), &qr, dqkv, PP(c, a->wq), 0.0f, 1.0f);
     }
@@ -102,6 +131,8 @@ static fsc_status ta_bwd(const tp_attn *a, const fsc_layer_call *c, float *saved
     fsc_self_attn_params p;
     fsc_self_attn_grads g;
     ta_params(a, c, &p, &g);
+    if (part == TP_INPUT) return layers_attn_split_input(c->dev, &r, &p, G, dxf, work);
+    if (part == TP_WEIGHT) return layers_attn_split_weight(c->dev, &r, &p, &g, G);
     return fsc_self_attn_backward_parts(c->dev, dxf, &g, &r, G, &p, work);
 }
 
@@ -131,26 +162,34 @@ static fsc_status tm_fwd(const tp_mlp *m, const fsc_layer_call *c, float *saved,
     return fsc_linear_forward(c->dev, s, NULL, fcg, PP(c, m->w2), NULL, N, m->Fl, m->C, 0);
 }
 
-/* keep (GELU only; NULL: none): the inner gradient dh (N, Fl), written when dxf is wanted, else read. */
+/* The split's parts (part) as the unsplit MLPs' (layers_swiglu_split_*, layers_gelu_mlp_split_*): the input part
+ * keeps SwiGLU's dgate and dup over gate and up, GELU's dh over its input h; the weight part runs the weight
+ * products (and the GELU's bias sums) from them and G, nothing else. */
 static fsc_status tm_bwd(const tp_mlp *m, const fsc_layer_call *c, float *saved, float *dxf, const float *G,
-                         const float *xf, size_t N, float *work, float *keep) {
+                         const float *xf, size_t N, float *work, tp_part part) {
     if (m->swiglu) {
         fsc_swiglu_mlp_rec r;
         fsc_swiglu_mlp_rec_bind(&r, saved, N, m->C, m->Fl);
         r.inp = xf;
-        return fsc_swiglu_mlp_backward_parts(c->dev, dxf, GG(c, m->w0), GG(c, m->w1), GG(c, m->w2), &r, G,
-                                             PP(c, m->w0), PP(c, m->w1), PP(c, m->w2), work);
+        const float *w[3] = { PP(c, m->w0), PP(c, m->w1), PP(c, m->w2) };
+        float *const g[3] = { GG(c, m->w0), GG(c, m->w1), GG(c, m->w2) };
+        if (part == TP_INPUT) return layers_swiglu_split_input(c->dev, &r, w, G, dxf, work);
+        if (part == TP_WEIGHT) return layers_swiglu_split_weight(c->dev, &r, w, g, G);
+        return fsc_swiglu_mlp_backward_parts(c->dev, dxf, g[0], g[1], g[2], &r, G, w[0], w[1], w[2], work);
     }
     const size_t NF = N * (size_t)m->Fl;
-    float *fch = saved, *fcg = AT(saved, r64f(NF)), *da = work, *dh = keep ? keep : AT(work, r64f(NF));
+    float *fch = saved, *fcg = AT(saved, r64f(NF)), *da = work, *dh = AT(work, r64f(NF));
+    const layers_gelu_mlp gm = { N, m->C, m->Fl, xf, fcg, fch };
+    const float *w[4] = { PP(c, m->w0), PP(c, m->b0), PP(c, m->w2), PP(c, m->b2) };
+    float *const g[4] = { GG(c, m->w0), GG(c, m->b0), GG(c, m->w2), GG(c, m->b2) };
+    if (part == TP_INPUT) return layers_gelu_mlp_split_input(c->dev, &gm, w, G, dxf, work);
+    if (part == TP_WEIGHT) return layers_gelu_mlp_split_weight(c->dev, &gm, w, g, G);
     fsc_linear_rec pr = { .inp = fcg, .N = N, .C = m->Fl, .OC = m->C };
-    const int kept = keep && !dxf; /* the weight part: dh from the input part */
-    FSC_TRY(fsc_linear_backward(c->dev, kept ? NULL : da, GG(c, m->w2), GG(c, m->b2), &pr, G, PP(c, m->w2), 0.0f,
-                                1.0f));
+    FSC_TRY(fsc_linear_backward(c->dev, da, g[2], g[3], &pr, G, w[2], 0.0f, 1.0f));
     fsc_gelu_rec gr = { .inp = fch, .n = NF };
-    if (!kept) FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
+    FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
     fsc_linear_rec fr = { .inp = xf, .N = N, .C = m->C, .OC = m->Fl };
-    return fsc_linear_backward(c->dev, dxf, GG(c, m->w0), GG(c, m->b0), &fr, dh, PP(c, m->w0), 0.0f, 1.0f);
+    return fsc_linear_backward(c->dev, dxf, g[0], g[1], &fr, dh, w[0], 0.0f, 1.0f);
 }
 
 /* ---- attention and MLP as layers: record [xf (N, C) under sp], the part's; scratch s0, s1 (N, C), inner ---- */
@@ -190,26 +229,38 @@ static fsc_status tpl_fwd(const fsc_layer *l, const fsc_layer_call *c, float *ou
     return y->residual ? fsc_residual_forward(c->dev, out, in, out, Nl * (size_t)y->C) : FSC_OK;
 }
 
-/* Split (layers.h): the input part (c->grad NULL) gathers the output gradient (sp: into the stash, kept for the
- * weight part), computes this rank's part of the input gradient and reduces it over the group into dinp; the
- * weight part (dinp NULL) derives the inner gradients again from the output gradient (sp: the stash's; no
- * collective) and accumulates the parameter gradients only. */
+/* Split (layers.h): the input part (c->grad NULL) gathers the output gradient G under sp, computes this rank's part
+ * of the input gradient, keeping the inner gradients the weight products read over the record (ta_bwd, tm_bwd), and
+ * reduces it over the group into dinp; the weight part (dinp NULL) runs the weight products only, from those and G,
+ * without a collective. G is dout without sp (the weight part gets it again); under sp the gathered one is kept,
+ * over attention's probabilities where it fits (ta_over; read no more once the input part has passed them), else
+ * (the MLPs, narrow attention) in the stash. */
+static float *tpl_kept(const tp_part_layer *y, const fsc_layer_call *c) {
+    if (!y->g.sp || !c->stash) return NULL;
+    return !y->is_mlp && ta_over(&y->a) ? ta_att(&y->a, c->rec, c->B) : c->stash;
+}
+
 static size_t tpl_split_bytes(const fsc_layer *l, int B) {
     const tp_part_layer *y = (const tp_part_layer *)l;
-    return y->g.sp ? r64f(tpl_N(y, B) * (size_t)y->C) * sizeof(float) : 0;
+    const int stashed = y->g.sp && (y->is_mlp || !ta_over(&y->a));
+    return stashed ? r64f(tpl_N(y, B) * (size_t)y->C) * sizeof(float) : 0;
 }
 
 static fsc_status tpl_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                           const void *in) {
     const tp_part_layer *y = (const tp_part_layer *)l;
     const size_t N = tpl_N(y, c->B), NC = N * (size_t)y->C, Nl = tp_rows(&y->g, N);
+    const tp_part part = tp_part_of(c, y->is_mlp ? y->m.w0 : y->a.wq);
     float *saved = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(NC)), *inner = AT(c->work, 2 * r64f(NC));
-    const float *xf = y->g.sp ? AT(c->rec, tpl_saved(y, c->B)) : in, *G = c->stash;
-    float *keep = y->g.sp && c->stash ? c->stash : s0; /* sp: the gathered output gradient */
-    if (!(keep == c->stash && !dinp)) FSC_TRY(tp_gather_in(&y->g, keep, dout, Nl, y->C, &G));
+    const float *xf = y->g.sp ? AT(c->rec, tpl_saved(y, c->B)) : in, *G = dout;
+    float *kept = tpl_kept(y, c), *full = kept && kept == c->stash ? kept : s0; /* full: where the gather writes */
+    if (part == TP_WEIGHT && kept) G = kept;
+    else if (part != TP_WEIGHT) FSC_TRY(tp_gather_in(&y->g, full, dout, Nl, y->C, &G));
     float *dxf = dinp ? s1 : NULL;
-    if (y->is_mlp) FSC_TRY(tm_bwd(&y->m, c, saved, dxf, G, xf, N, inner, NULL));
-    else FSC_TRY(ta_bwd(&y->a, c, saved, dxf, G, xf, inner, NULL));
+    if (y->is_mlp) FSC_TRY(tm_bwd(&y->m, c, saved, dxf, G, xf, N, inner, part));
+    else FSC_TRY(ta_bwd(&y->a, c, saved, dxf, G, xf, inner, part));
+    if (part == TP_INPUT && kept && G != kept) /* the probabilities are read no more */
+        FSC_TRY(fsc_device_copy(c->dev, kept, G, NC * sizeof(float)));
     if (!dinp) return FSC_OK;
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dinp, s1, N, y->C));
     return y->residual ? fsc_residual_backward(c->dev, dinp, NULL, dout, Nl * (size_t)y->C) : FSC_OK;
@@ -394,70 +445,68 @@ static fsc_status tb_sum_norms(const tp_block *y, const fsc_layer_call *c, float
 
 /* The block's split backward (layers.h). The input part (c->grad NULL) runs tb_bwd's steps without the weight
  * products, with every collective that makes the input gradient (the gathers of the output gradients under sp,
- * the reductions of the partial input gradients), and keeps in c->stash what the weight part reads: the MLP's and
- * the attention's (gathered) output gradients G2, G1 (N, C) and the reduced gradients at the norms' outputs R2, R1
- * (Nl, C), and for GPT-2's packed block also the inner gradients the weight products read, the GELU MLP's dh
- * (N, Fl) and attention's dqkv (N, 3 Cl). The weight part (dinp NULL) runs the weight products (from the kept
- * inner gradients; the SwiGLU MLP and separate q/k/v derive theirs again from G2 and G1, local work) and the norms'
- * parameter gradients from R2 and R1; under sp its one collective is the
- * all-reduce of the norms' partial gradients, as at the end of the whole backward (every rank of the group runs the
- * same W actions in the same order). The same kernels on the same values: the bits of tb_bwd. */
-typedef struct { float *g2, *r2, *g1, *r1, *dh, *dqkv; size_t floats; } tb_stash;
+ * the reductions of the partial input gradients), and keeps what the weight part reads: the attention's and the
+ * MLP's inner gradients over their records (ta_bwd, tm_bwd); the MLP's output gradient G2 (N, C), gathered under
+ * sp (in the stash), else dout itself (the weight part gets it again); attention's G1 (N, C), over its probabilities
+ * where it fits (ta_over), else in the stash; and the reduced gradients at the norms' outputs R2, R1 (Nl, C), under
+ * sp over the norms' outputs ln2 and ln1 in the record (the products read the gathered ln2f and ln1f), else in the
+ * stash. The weight part (dinp NULL) runs only the weight products (and bias sums) from those and the norms'
+ * parameter gradients from R2 and R1; under sp its one collective is the all-reduce of the norms' partial
+ * gradients, as at the end of the whole backward (every rank of the group runs the same W actions in the same
+ * order). The same kernels on the same values: the bits of tb_bwd, and no inner gradient derived twice. */
+typedef struct { float *g2, *r2, *g1, *r1; size_t floats; } tb_stash;
 
-static tb_stash tb_stash_of(const tp_block *y, void *base, int B) {
+/* The kept gradients of the record rec (NULL with stash NULL: sizes only) and stash; floats: the stash's size. */
+static tb_stash tb_stash_of(const tp_block *y, void *rec, void *stash, int B) {
     const size_t N = (size_t)B * y->o.T, Nl = tp_rows(&y->g, N), C = (size_t)y->o.C;
-    const size_t Cl = (size_t)y->a.NHl * (size_t)y->a.HS;
-    tb_stash st;
-    float *b = base;
+    const tb_map m = tb_layout(y, B);
+    const int sp = y->g.sp, over = ta_over(&y->a);
+    tb_stash st = { 0 };
+    float *b = stash;
     size_t at = 0;
 #define PUT(f, n) (st.f = b ? b + at : NULL, at += r64f(n))
-    PUT(g2, N * C), PUT(r2, Nl * C), PUT(g1, N * C), PUT(r1, Nl * C);
-    PUT(dh, y->m.swiglu ? 0 : N * (size_t)y->m.Fl);
-    PUT(dqkv, y->a.packed ? 3 * N * Cl : 0);
+    if (sp) PUT(g2, N * C);
+    else PUT(r2, Nl * C), PUT(r1, Nl * C);
+    if (!over) PUT(g1, N * C);
 #undef PUT
-    if (y->m.swiglu) st.dh = NULL;
-    if (!y->a.packed) st.dqkv = NULL;
+    if (b && sp) st.r2 = AT(rec, m.ln2), st.r1 = AT(rec, m.ln1);
+    if (b && over) st.g1 = ta_att(&y->a, AT(rec, m.attn), B);
     st.floats = at;
     return st;
 }
 
 static size_t tb_split_bytes(const fsc_layer *l, int B) {
-    return tb_stash_of((const tp_block *)l, NULL, B).floats * sizeof(float);
+    return tb_stash_of((const tp_block *)l, NULL, NULL, B).floats * sizeof(float);
 }
 
-/* rows (Nl, C) as the column-parallel products' output gradient, kept in full (N, C): sp gathers, else copies */
-static fsc_status tb_keep(const tp_block *y, fsc_device *dev, float *full, const float *rows, size_t Nl) {
-    if (y->g.sp) return fsc_tp_sp_gather(y->g.tp, full, rows, Nl * (size_t)y->o.C);
-    return fsc_device_copy(dev, full, rows, Nl * (size_t)y->o.C * sizeof(float));
-}
-
-static fsc_status tb_input(const tp_block *y, const fsc_layer_call *c, float *d, const float *dout, const void *in) {
+static fsc_status tb_input(const tp_block *y, const fsc_layer_call *c, float *dinp, const float *dout,
+                           const void *in) {
     const int C = y->o.C;
     const size_t N = (size_t)c->B * y->o.T, Nl = tp_rows(&y->g, N), NlC = Nl * (size_t)C, NC = N * (size_t)C;
     const tb_map m = tb_layout(y, c->B);
-    const tb_stash st = tb_stash_of(y, c->stash, c->B);
-    float *R = c->rec, *s0 = c->work, *dred = AT(c->work, 2 * r64f(NC)), *sink = AT(dred, r64f(NlC));
-    float *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C)); /* pg: the norms' gradients, unread */
-    const float *x1 = y->g.sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = y->g.sp ? AT(R, m.ln2f) : AT(R, m.ln2);
-    FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
-    FSC_TRY(fsc_device_copy(c->dev, d, dout, NlC * sizeof(float))); /* d: the gradient w.r.t. out, then h, then in */
-    FSC_TRY(tb_keep(y, c->dev, st.g2, d, Nl));
-    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, st.g2, x2, N, inner, st.dh));
+    const tb_stash st = tb_stash_of(y, c->rec, c->stash, c->B);
+    float *R = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(NC)), *dred = AT(c->work, 2 * r64f(NC));
+    float *sink = AT(dred, r64f(NlC)), *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C));
+    float *d = dinp ? dinp : sink; /* the gradient w.r.t. out, then h, then in; the norms' input halves only */
+    const float *G2, *G1, *x1 = y->g.sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = y->g.sp ? AT(R, m.ln2f) : AT(R, m.ln2);
+    FSC_TRY(fsc_device_copy(c->dev, d, dout, NlC * sizeof(float)));
+    FSC_TRY(tp_gather_in(&y->g, st.g2, d, Nl, C, &G2));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G2, x2, N, inner, TP_INPUT));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, st.r2, s0, N, C));
-    FSC_TRY(tb_norm_bwd(y, c, d, pg, y->rms ? NULL : pg + C, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w,
-                        Nl));
-    FSC_TRY(tb_keep(y, c->dev, st.g1, d, Nl));
-    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, st.g1, x1, inner, st.dqkv));
+    FSC_TRY(tb_norm_bwd(y, c, d, NULL, NULL, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
+    FSC_TRY(tp_gather_in(&y->g, ta_over(&y->a) ? s1 : st.g1, d, Nl, C, &G1));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G1, x1, inner, TP_INPUT));
+    if (G1 != st.g1) /* d, or the gathered one in s1, over the probabilities, which are read no more */
+        FSC_TRY(fsc_device_copy(c->dev, st.g1, G1, NC * sizeof(float)));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, st.r1, s0, N, C));
-    return tb_norm_bwd(y, c, d, pg + 2 * C, y->rms ? NULL : pg + 3 * C, st.r1, in, AT(R, m.s1a), AT(R, m.s1b),
-                       y->n1w, Nl);
+    return dinp ? tb_norm_bwd(y, c, dinp, NULL, NULL, st.r1, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl) : FSC_OK;
 }
 
-static fsc_status tb_weight(const tp_block *y, const fsc_layer_call *c, const void *in) {
+static fsc_status tb_weight(const tp_block *y, const fsc_layer_call *c, const float *dout, const void *in) {
     const int C = y->o.C;
     const size_t N = (size_t)c->B * y->o.T, Nl = tp_rows(&y->g, N), NlC = Nl * (size_t)C, NC = N * (size_t)C;
     const tb_map m = tb_layout(y, c->B);
-    const tb_stash st = tb_stash_of(y, c->stash, c->B);
+    const tb_stash st = tb_stash_of(y, c->rec, c->stash, c->B);
     float *R = c->rec, *dred = AT(c->work, 2 * r64f(NC)), *sink = AT(dred, r64f(NlC));
     float *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C));
     const int sp = y->g.sp;
@@ -465,11 +514,10 @@ static fsc_status tb_weight(const tp_block *y, const fsc_layer_call *c, const vo
     float *g2w = sp ? pg + 2 * C : c->grad[y->n2w], *g2b = y->rms ? NULL : sp ? pg + 3 * C : c->grad[y->n2b];
     const float *x1 = sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = sp ? AT(R, m.ln2f) : AT(R, m.ln2);
     if (sp) FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
-    FSC_TRY(fsc_device_memset(c->dev, sink, 0, NlC * sizeof(float))); /* the norms' input gradients, unread */
-    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), NULL, st.g2, x2, N, inner, st.dh));
-    FSC_TRY(tb_norm_bwd(y, c, sink, g2w, g2b, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
-    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), NULL, st.g1, x1, inner, st.dqkv));
-    FSC_TRY(tb_norm_bwd(y, c, sink, g1w, g1b, st.r1, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), NULL, sp ? st.g2 : dout, x2, N, inner, TP_WEIGHT));
+    FSC_TRY(tb_norm_bwd(y, c, NULL, g2w, g2b, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), NULL, st.g1, x1, inner, TP_WEIGHT));
+    FSC_TRY(tb_norm_bwd(y, c, NULL, g1w, g1b, st.r1, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
     return sp ? tb_sum_norms(y, c, pg) : FSC_OK;
 }
 
@@ -483,7 +531,7 @@ static fsc_status tb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     float *sink = AT(dred, r64f(NlC)), *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C));
     const int sp = y->g.sp;
     if (c->stash && !c->grad[y->n1w]) return tb_input(y, c, dinp, dout, in);
-    if (c->stash && !dinp) return tb_weight(y, c, in);
+    if (c->stash && !dinp) return tb_weight(y, c, dout, in);
     /* the norms' parameter gradients: partial under sp (this rank's rows), summed at the end */
     float *g1w = sp ? pg : c->grad[y->n1w], *g1b = y->rms ? NULL : sp ? pg + C : c->grad[y->n1b];
     float *g2w = sp ? pg + 2 * C : c->grad[y->n2w], *g2b = y->rms ? NULL : sp ? pg + 3 * C : c->grad[y->n2b];
@@ -492,13 +540,13 @@ static fsc_status tb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     if (sp) FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NlC * sizeof(float)));
     FSC_TRY(tp_gather_in(&y->g, s1, d, Nl, C, &G));
-    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G, x2, N, inner, NULL));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G, x2, N, inner, TP_WHOLE));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, s0, N, C));
     FSC_TRY(tb_norm_bwd(y, c, d, g2w, g2b, dred, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
     FSC_TRY(tp_gather_in(&y->g, s1, d, Nl, C, &G));
-    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G, x1, inner, NULL));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G, x1, inner, TP_WHOLE));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, s0, N, C));
-    FSC_TRY(tb_norm_bwd(y, c, d, g1w, g1b, dred, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
+    FSC_TRY(tb_norm_bwd(y, c, dinp, g1w, g1b, dred, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl)); /* dinp: d x */
     return sp ? tb_sum_norms(y, c, pg) : FSC_OK;
 }
 

@@ -445,8 +445,7 @@ fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
 }
 
 /* ---- LM head with cross entropy, optionally after a final norm. Record: the logits (N, V), then with a norm
- * its output (N, C) and statistics (rstd, or mean and rstd); scratch: dlogits (N, V), then dnorm (N, C) and the
- * input gradient nobody needs when the head is the model's first layer. A padded vocabulary (a weight of Vp > V
+ * its output (N, C) and statistics (rstd, or mean and rstd); scratch: dlogits (N, V), then dnorm (N, C). A padded vocabulary (a weight of Vp > V
  * rows, llm.c's): the products use its first V rows only (a prefix of the table), so the padding is in no logit,
  * no softmax and no input gradient, its rows' gradient is 0 and the losses are the unpadded head's bit for bit.
  * (llm.c multiplies all Vp rows, a faster shape on GPUs, and gets the same losses up to rounding.) ---- */
@@ -470,7 +469,7 @@ static size_t hd_rec(const fsc_layer *l, int B) {
 static size_t hd_work(const fsc_layer *l, int B) {
     const head_layer *y = (const head_layer *)l;
     const size_t N = hd_N(y, B), logits = N * (size_t)y->V * sizeof(float);
-    return y->norm == FSC_HEAD_NORM_NONE ? logits : r256(logits) + 2 * r256(N * (size_t)y->C * sizeof(float));
+    return y->norm == FSC_HEAD_NORM_NONE ? logits : r256(logits) + r256(N * (size_t)y->C * sizeof(float));
 }
 
 /* The record's parts: logits, and with a norm its output, mean (LayerNorm) and rstd. */
@@ -522,21 +521,21 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     }
     /* (N, C); the split keeps it from the input part to the weight part (the stash), which then runs the weight
      * product only */
-    char *scratch = (char *)c->work + r256(N * (size_t)y->V * sizeof(float)); /* after dlogits: (N, C) twice */
-    float *dnormed = c->stash ? c->stash : (float *)scratch;
-    float *d = dinp ? dinp : (float *)(scratch + r256(NC * sizeof(float)));
+    float *dnormed = c->stash ? c->stash : (float *)((char *)c->work + r256(N * (size_t)y->V * sizeof(float)));
     fsc_linear_rec lr = { .inp = r.normed, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
     const int weight_part = c->stash && !dinp; /* dnormed is in the stash */
     FSC_TRY(fsc_linear_backward(c->dev, weight_part ? NULL : dnormed, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f,
                                 1.0f));
-    if (dinp) FSC_TRY(fsc_device_memset(c->dev, d, 0, NC * sizeof(float))); /* else a scratch no one reads */
+    float *gw = c->grad[0], *gb = y->norm == FSC_HEAD_NORM_LAYERNORM ? c->grad[1] : NULL; /* NULL: the input part */
+    if (!dinp && !gw && !gb) return FSC_OK; /* the input part of a first layer: nothing left */
+    if (dinp) FSC_TRY(fsc_device_memset(c->dev, dinp, 0, NC * sizeof(float))); /* dinp NULL: the norm's weight half */
     if (y->norm == FSC_HEAD_NORM_RMSNORM) {
         fsc_rmsnorm_rec nr = { .inp = in, .rstd = r.rstd, .N = N, .C = y->C };
-        return fsc_rmsnorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, &nr, dnormed, c->param[0]);
+        return fsc_rmsnorm_backward(c->dev, dinp, gw, &nr, dnormed, c->param[0]);
     }
+    if (gw || gb) gw = gw ? gw : c->sink, gb = gb ? gb : c->sink + y->C;
     fsc_layernorm_rec nr = { .inp = in, .mean = r.mean, .rstd = r.rstd, .N = N, .C = y->C };
-    return fsc_layernorm_backward(c->dev, d, c->grad[0] ? c->grad[0] : c->sink, c->grad[1] ? c->grad[1] : c->sink + y->C,
-                                  &nr, dnormed, c->param[0]); /* the split's input part: the sink */
+    return fsc_layernorm_backward(c->dev, dinp, gw, gb, &nr, dnormed, c->param[0]);
 }
 
 static void hd_config(const fsc_layer *l, char *buf, size_t cap) {

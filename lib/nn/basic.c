@@ -47,12 +47,13 @@ fsc_status fsc_layernorm_forward(fsc_device *dev, float *out, fsc_layernorm_rec 
 fsc_status fsc_layernorm_backward(fsc_device *dev, float *dinp, float *dw, float *db,
                                   const fsc_layernorm_rec *rec, const float *dout, const float *w) {
     FSC_CHECK_ARG(dev);
-    FSC_CHECK_ARG(dinp);
-    FSC_CHECK_ARG(dw);
-    FSC_CHECK_ARG(db);
     FSC_CHECK_ARG(rec);
     FSC_CHECK_ARG(dout);
     FSC_CHECK_ARG(w);
+    if (!dw != !db)
+        return fsc_error(FSC_ERR_INVALID, "layer norm backward: dw and db are given together or both NULL (%s is NULL)",
+                         dw ? "db" : "dw");
+    if (!dinp && !dw) return fsc_error(FSC_ERR_INVALID, "layer norm backward: dinp, dw and db are all NULL");
     if (rec->N == 0) return FSC_OK;
     return fsc_k_layernorm_backward(dev, dinp, dw, db, dout, rec->inp, w, rec->mean, rec->rstd, rec->N, rec->C);
 }

@@ -22,11 +22,10 @@ fsc_status fsc_rmsnorm_forward(fsc_device *dev, float *out, fsc_rmsnorm_rec *rec
 fsc_status fsc_rmsnorm_backward(fsc_device *dev, float *dinp, float *dw, const fsc_rmsnorm_rec *rec,
                                 const float *dout, const float *w) {
     FSC_CHECK_ARG(dev);
-    FSC_CHECK_ARG(dinp);
-    FSC_CHECK_ARG(dw);
     FSC_CHECK_ARG(rec);
     FSC_CHECK_ARG(dout);
     FSC_CHECK_ARG(w);
+    if (!dinp && !dw) return fsc_error(FSC_ERR_INVALID, "RMS norm backward: dinp and dw are both NULL");
     if (rec->N == 0) return FSC_OK;
     return fsc_k_rmsnorm_backward(dev, dinp, dw, dout, rec->inp, w, rec->rstd, rec->N, rec->C);
 }

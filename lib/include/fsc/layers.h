@@ -63,8 +63,9 @@ typedef struct {
     fsc_grad_term_fn term;       /* backward: the record's grad_term (model.h's fsc_model_acts_opts), NULL: none */
     void *term_ctx;
     float *sink;                 /* split backward (ops->split), input part: a zeroed scratch of the floats of the
-                                  * layer's largest one-dimensional parameter, for a kernel that computes a
-                                  * vector's gradient together with dinp (the norms); its contents are garbage */
+                                  * layer's largest one-dimensional parameter, for a kernel that can only compute
+                                  * a vector's gradient together with dinp (the built-in norms' kernels compute
+                                  * either half alone); its contents are garbage */
     void *stash;                 /* split backward: ops->split_bytes(B) bytes the input part writes and the weight
                                   * part of the same record reads (NULL without split_bytes) */
 } fsc_layer_call;

@@ -62,7 +62,9 @@ typedef struct {
 /* mean, rstd: (N) buffers the record keeps. */
 fsc_status fsc_layernorm_forward(fsc_device *dev, float *out, fsc_layernorm_rec *rec, float *mean, float *rstd,
                                  const float *inp, const float *w, const float *b, size_t N, int C);
-/* dinp += (accumulates: the residual stream's gradient flows through it); dw += ; db += . */
+/* dinp += (accumulates: the residual stream's gradient flows through it); dw += ; db += .
+ * Either half alone, with the bits it has beside the other (a split backward's input and weight parts): dinp may
+ * be NULL (only dw and db), or dw and db both NULL (only dinp); not all three. */
 fsc_status fsc_layernorm_backward(fsc_device *dev, float *dinp, float *dw, float *db,
                                   const fsc_layernorm_rec *rec, const float *dout, const float *w);
 
@@ -128,7 +130,7 @@ typedef struct {
 
 fsc_status fsc_rmsnorm_forward(fsc_device *dev, float *out, fsc_rmsnorm_rec *rec, float *rstd, const float *inp,
                                const float *w, size_t N, int C, float eps);
-/* dinp += (accumulates, as layer norm's); dw += . */
+/* dinp += (accumulates, as layer norm's); dw += . dinp or dw may be NULL (not both): the other half alone. */
 fsc_status fsc_rmsnorm_backward(fsc_device *dev, float *dinp, float *dw, const fsc_rmsnorm_rec *rec,
                                 const float *dout, const float *w);
 

@@ -28,8 +28,8 @@
 
 FSC_BEGIN_DECLS
 
-#define FSC_DEVICE_ABI_VERSION 5 /* 2: gemm_ex; 3: RMS norm, rotary, SiLU/SwiGLU, products, MSE; 4: host_alloc;
-                                  * 5: asynchronous copies */
+#define FSC_DEVICE_ABI_VERSION 6 /* 2: gemm_ex; 3: RMS norm, rotary, SiLU/SwiGLU, products, MSE; 4: host_alloc;
+                                  * 5: asynchronous copies; 6: the norms' backward computes either half alone */
 
 typedef struct fsc_device_ops {
     int abi_version; /* FSC_DEVICE_ABI_VERSION */
@@ -76,7 +76,9 @@ typedef struct fsc_device_ops {
     /* layer norm over the last dim; eps 1e-5; mean/rstd (N) saved for backward */
     fsc_status (*layernorm_forward)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
                                     const float *w, const float *b, size_t N, int C);
-    /* dinp += ..., dw += ..., db += ... (rows in ascending order) */
+    /* dinp += ..., dw += ..., db += ... (rows in ascending order). Either half alone (ABI 6): dinp NULL computes
+     * only dw and db, dw and db NULL (together) only dinp, each with the bits it has when both are computed (the
+     * split backward's input and weight parts, docs/pipeline.md). At least one half is given. */
     fsc_status (*layernorm_backward)(void *ctx, float *dinp, float *dw, float *db, const float *dout,
                                      const float *inp, const float *w, const float *mean, const float *rstd,
                                      size_t N, int C);
@@ -139,7 +141,8 @@ typedef struct fsc_device_ops {
      * rstd (N) saved for backward */
     fsc_status (*rmsnorm_forward)(void *ctx, float *out, float *rstd, const float *inp, const float *w, size_t N,
                                   int C, float eps);
-    /* dinp += ..., dw += ... (rows in ascending order) */
+    /* dinp += ..., dw += ... (rows in ascending order); dinp or dw may be NULL (not both): the other half alone,
+     * with the same bits, as layernorm_backward */
     fsc_status (*rmsnorm_backward)(void *ctx, float *dinp, float *dw, const float *dout, const float *inp,
                                    const float *w, const float *rstd, size_t N, int C);
     /* Rotary position embedding as transformers' apply_rotary_pos_emb with rotate_half, positions t = 0..T-1:

@@ -122,10 +122,9 @@ static inline int search_memory(const fsc_plan_job *base, plan_candidate *c, fsc
 }
 
 /* The next offload of c's layout to try when it is over the memory (optim, then all: fsdp's), or none: offload
- * runs with fsdp, zero1 and zero2 (inside pipeline stages too; the search's pipelines carry ddp) without tp; all
+ * runs with fsdp, zero1 and zero2 (inside pipeline stages too, and with tp; the search's pipelines carry ddp); all
  * with fsdp only. */
 static inline int search_more_offload(const plan_candidate *c) {
-    if (c->tp > 1) return 0;
     if (c->offload == FSC_OFFLOAD_NONE && (c->kind == FSC_PAR_FSDP || c->kind == FSC_PAR_ZERO1 ||
                                            c->kind == FSC_PAR_ZERO2))
         return FSC_OFFLOAD_OPTIM;

@@ -42,12 +42,14 @@ static fsc_status ct_rank_fn(fsc_rank *r, void *arg) {
     ct_job *j = arg;
     pt_run *run = &j->run;
     /* data as partest's DDP rank dpi of the data-parallel group (a pipeline's stages share it) */
-    const int dp = r->world / (run->po.pp > 1 ? run->po.pp : 1), dpi = r->rank % dp;
-    const int T = run->cfg.seq, B = run->batch, lb = B / dp;
+    int dp = r->world / (run->po.pp > 1 ? run->po.pp : 1), dpi = r->rank % dp;
+    const int T = run->cfg.seq, B = run->batch;
     const size_t ntok = 4096;
     fsc_engine *e = NULL;
     fsc_status s = fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e);
     if (s != FSC_OK) return s;
+    if (run->po.tp > 1) dp = fsc_engine_layout(e)->dp, dpi = fsc_engine_layout(e)->data; /* tensor ranks: one data */
+    const int lb = B / dp;
     int64_t step = -1;
     if (j->load) s = fsc_ckpt_load(e, j->load, &step);
     else if (j->resume) s = fsc_ckpt_resume(e, j->resume, &step);

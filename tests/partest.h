@@ -59,11 +59,13 @@ static inline void pt_batch(int32_t *tok, int32_t *tgt, int step, int B, int dat
 static fsc_status pt_rank_fn(fsc_rank *r, void *arg) {
     pt_run *run = arg;
     const int T = run->cfg.seq, B = run->batch, N = r->world;
-    const int dp = run->po.pp > 1 ? N / run->po.pp : N, data = r->rank % dp; /* pipelines: stages of dp ranks */
-    const int lb = B / dp;
+    int dp = run->po.pp > 1 ? N / run->po.pp : N, data = r->rank % dp; /* pipelines: stages of dp ranks */
     fsc_engine *e = NULL;
     fsc_status s = fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e);
     if (s != FSC_OK) return s;
+    if (run->po.tp > 1) dp = fsc_engine_layout(e)->dp, data = fsc_engine_layout(e)->data; /* the tensor group's
+                                                                                              ranks share data */
+    const int lb = B / dp;
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     for (int step = 0; step < run->steps && s == FSC_OK; step++) {
         pt_batch(tok, tgt, step, B, data, lb, T, run->cfg.vocab);

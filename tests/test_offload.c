@@ -11,8 +11,15 @@
  *  - memory: the device ledger holds no optimizer state with optim or all, and with all its parameters and
  *    gradients peak below the run without offload by at least the master and reduced-gradient shards but those
  *    in transit (one unit's, two with prefetch), which the host ledger holds instead;
- *  - refusals: ddp (inside pipeline stages too), zero with all, tensor parallelism and a bad mode fail with
- *    FSC_ERR_UNSUPPORTED / FSC_ERR_INVALID (offload inside pipeline stages: tests/test_pipe_offload.c);
+ *  - tensor parallelism (tp 2; dp 1, 2 and 4; with and without sequence parallelism): zero1 and zero2 with optim,
+ *    fsdp full_shard, shard_grad_op, no_shard and hybrid_shard with optim and all give the losses, the clipped
+ *    gradient norms and the final parameters of the same run without offload bit for bit, with f32 and bf16,
+ *    accumulation, prefetch 0 and 1 and the exact reduction; a checkpoint saved at dp 2 x tp 2 with offload resumes
+ *    without (and the reverse, and optim into all) with the run's state unbroken, and loads at tp 1 with the saver's
+ *    state; a weights file of dp 2 x tp 2 with all loads into every mode with its parameters, offload all's host
+ *    masters written in place (the load uploads less than a quarter of them: its few agreement bytes);
+ *  - refusals: ddp (inside pipeline stages too), zero with all and a bad mode fail with FSC_ERR_UNSUPPORTED /
+ *    FSC_ERR_INVALID (offload inside pipeline stages, with tensor parallelism too: tests/test_pipe_offload.c);
  *  - the simulator's copy bandwidth: copies take at least bytes / bandwidth, and offload keeps its bits with it
  *    (fsdp, zero1 and zero2, optim and all, prefetch 0 and 1 with limits 2 and 3, with accumulation). The
  *    asynchronous copies are made at their wait on the cpu device (device.h), so a strategy that read a copy's
@@ -374,6 +381,218 @@ static void test_simulated_copy_bandwidth(void **state) {
     }
 }
 
+/* ---- tensor parallelism: the GPT built on a tensor group of 2 (its slices sharded, reduced and stepped over the
+ * data group of the ranks holding the same slices), dp 1 x tp 2 and dp 2 x tp 2, with and without sequence
+ * parallelism (whose layers sum the norms' partial gradients over the tensor group) ---- */
+static pt_run make_tp(int dp, int sp, const of_case *c, fsc_offload_mode off, int accum, int no_sync, fsc_dtype dt,
+                      int pf) {
+    pt_run r = make(2 * dp, c, off, accum, no_sync, dt, pf);
+    r.po.tp = 2;
+    r.po.sequence_parallel = sp;
+    r.cfg.seq = 8; /* the sequence splits over the tensor group under sp */
+    return r;
+}
+
+static void check_tp(int dp, int accum, int no_sync, fsc_dtype dt, int pf) {
+    for (int sp = 0; sp <= 1; sp++)
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            if (cases[k].hybrid && dp < 4) continue;
+            if (dp == 1 && cases[k].kind == FSC_PAR_FSDP && cases[k].sh != FSC_SHARD_FULL) continue; /* one shard */
+            pt_run base = make_tp(dp, sp, &cases[k], FSC_OFFLOAD_NONE, accum, no_sync, dt, pf);
+            pt_train(&base);
+            if (!(base.info[0].grad_norm > base.po.clip)) fail_msg("%s, tp 2: the first step did not clip", cases[k].what);
+            for (int m = FSC_OFFLOAD_OPTIM; m <= (cases[k].all ? FSC_OFFLOAD_ALL : FSC_OFFLOAD_OPTIM); m++) {
+                pt_run o = make_tp(dp, sp, &cases[k], (fsc_offload_mode)m, accum, no_sync, dt, pf);
+                pt_train(&o);
+                char what[220];
+                snprintf(what, sizeof what, "%s, dp %d x tp 2%s, accum %d%s, %s, prefetch %d: offload %s against none",
+                         cases[k].what, dp, sp ? " (sp)" : "", accum, no_sync ? " (no_sync)" : "", fsc_dtype_name(dt), pf,
+                         fsc_offload_mode_name((fsc_offload_mode)m));
+                pt_assert_same(&base, &o, what);
+                for (int s = 0; s < base.steps; s++) /* the norm over the data and tensor groups */
+                    if (memcmp(&base.info[s].grad_norm, &o.info[s].grad_norm, sizeof(double)) != 0)
+                        fail_msg("%s: grad norm of step %d differs: %.17g vs %.17g", what, s, o.info[s].grad_norm,
+                                 base.info[s].grad_norm);
+                for (int r = 0; r < o.world; r++) /* the optimizer state on the host */
+                    if (o.peak[r][FSC_TAG_OPTIM] != 0) fail_msg("%s: rank %d's device holds optimizer state", what, r);
+                free(o.params);
+            }
+            free(base.params);
+        }
+}
+
+static void test_offload_tp_same_bits(void **state) {
+    (void)state;
+    check_tp(2, 1, 1, FSC_F32, 1);
+    check_tp(1, 1, 1, FSC_F32, 0);
+    check_tp(2, 2, 0, FSC_F32, 1); /* every micro-batch reduces, accumulating into the (host) shard */
+    check_tp(2, 1, 1, FSC_BF16, 0);
+}
+
+/* The exact reduction (reduce_exact: each unit's gradient summed as fixed point) at dp 2 x tp 2 with sp, two
+ * micro-batches: zero2 with optim, fsdp full_shard with optim and all, each against itself without offload. */
+static void test_offload_tp_exact(void **state) {
+    (void)state;
+    const int pick[] = {1, 2};
+    for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) {
+        const of_case *c = &cases[pick[i]];
+        pt_run base = make_tp(2, 1, c, FSC_OFFLOAD_NONE, 2, 1, FSC_F32, 1);
+        base.po.reduce_exact = 1;
+        pt_train(&base);
+        for (int m = FSC_OFFLOAD_OPTIM; m <= (c->all ? FSC_OFFLOAD_ALL : FSC_OFFLOAD_OPTIM); m++) {
+            pt_run o = make_tp(2, 1, c, (fsc_offload_mode)m, 2, 1, FSC_F32, 1);
+            o.po.reduce_exact = 1;
+            pt_train(&o);
+            char what[160];
+            snprintf(what, sizeof what, "%s, dp 2 x tp 2 (sp), reduce_exact, accum 2: offload %s against none", c->what,
+                     fsc_offload_mode_name((fsc_offload_mode)m));
+            pt_assert_same(&base, &o, what);
+            free(o.params);
+        }
+        free(base.params);
+    }
+}
+
+/* dp 4 x tp 2: fsdp hybrid_shard (two-phase reductions; the norm over the shard group and the tensor group) */
+static void test_offload_tp_hybrid(void **state) {
+    (void)state;
+    pt_run base = make_tp(4, 1, &cases[6], FSC_OFFLOAD_NONE, 1, 1, FSC_F32, 1);
+    pt_train(&base);
+    for (int m = FSC_OFFLOAD_OPTIM; m <= FSC_OFFLOAD_ALL; m++) {
+        pt_run o = make_tp(4, 1, &cases[6], (fsc_offload_mode)m, 1, 1, FSC_F32, 1);
+        pt_train(&o);
+        pt_assert_same(&base, &o, m == FSC_OFFLOAD_ALL ? "hybrid_shard, dp 4 x tp 2 (sp): offload all against none"
+                                                       : "hybrid_shard, dp 4 x tp 2 (sp): offload optim against none");
+        free(o.params);
+    }
+    free(base.params);
+}
+
+/* Checkpoints of tensor slices: saved at dp 2 x tp 2 with offload, resumed without (and the reverse): the state of
+ * the run without a break (parameters and both AdamW moments); loaded at tp 1: the saver's state. */
+static void test_offload_tp_checkpoint(void **state) {
+    (void)state;
+    const struct { fsc_parallel_kind kind; fsc_offload_mode a, b; int sp; } pairs[] = {
+        {FSC_PAR_FSDP, FSC_OFFLOAD_ALL, FSC_OFFLOAD_NONE, 0},
+        {FSC_PAR_FSDP, FSC_OFFLOAD_NONE, FSC_OFFLOAD_ALL, 1},
+        {FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_ALL, 1},
+        {FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_NONE, 1},
+        {FSC_PAR_ZERO1, FSC_OFFLOAD_NONE, FSC_OFFLOAD_OPTIM, 0},
+    };
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        ct_job whole = ct_make(4, pairs[k].kind), first = ct_make(4, pairs[k].kind), second = ct_make(4, pairs[k].kind);
+        ct_job *all[3] = {&whole, &first, &second};
+        for (int j = 0; j < 3; j++)
+            all[j]->run.po.tp = 2, all[j]->run.po.sequence_parallel = pairs[k].sp, all[j]->run.cfg.seq = 8;
+        whole.from = 0, whole.to = 4;
+        ct_run(&whole);
+        char *dir = ct_tmpdir(), path[700];
+        first.run.po.offload = pairs[k].a;
+        first.from = 0, first.to = 2, first.save_dir = dir;
+        ct_run(&first);
+        ct_step_path(path, sizeof path, dir, 2);
+        second.run.po.offload = pairs[k].b;
+        second.from = 2, second.to = 4, second.load = path;
+        ct_run(&second);
+        char what[120];
+        snprintf(what, sizeof what, "%s, dp 2 x tp 2%s: saved with offload %s, resumed with %s",
+                 fsc_parallel_kind_name(pairs[k].kind), pairs[k].sp ? " (sp)" : "", fsc_offload_mode_name(pairs[k].a),
+                 fsc_offload_mode_name(pairs[k].b));
+        ct_assert_state_equal(&whole, &second, what);
+        /* and into tp 1 (dp 2, the full tensors in one rank's slices) with offload b: the saver's state */
+        ct_job one = ct_make(2, pairs[k].kind);
+        one.run.cfg.seq = 8;
+        one.run.po.offload = pairs[k].b;
+        one.from = one.to = 2, one.load = path;
+        ct_run(&one);
+        snprintf(what, sizeof what, "%s: saved at dp 2 x tp 2%s with offload %s, loaded at dp 2 x tp 1 with %s",
+                 fsc_parallel_kind_name(pairs[k].kind), pairs[k].sp ? " (sp)" : "", fsc_offload_mode_name(pairs[k].a),
+                 fsc_offload_mode_name(pairs[k].b));
+        ct_assert_state_equal(&first, &one, what);
+        ct_free(&one);
+        ct_free(&whole);
+        ct_free(&first);
+        ct_free(&second);
+        ct_rmtree(dir);
+    }
+}
+
+/* Weights files at dp 2 x tp 2: saved by fsdp with offload all after 2 steps, loaded into engines with every mode:
+ * each returns the saver's full parameters bit for bit; with all the slices are read into the host masters in place
+ * (the load uploads nothing like a rank's masters to the device). */
+typedef struct {
+    pt_run run;
+    const char *path;
+    int save;
+    float *params;
+    size_t up[PT_MAX_WORLD], host[PT_MAX_WORLD]; /* bytes uploaded by the load; host params peak */
+} of_tp_weights;
+
+static fsc_status tp_weights_rank_fn(fsc_rank *r, void *arg) {
+    of_tp_weights *w = arg;
+    pt_run *run = &w->run;
+    const int T = run->cfg.seq;
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e));
+    const fsc_layout *l = fsc_engine_layout(e);
+    const int lb = run->batch / l->dp;
+    int32_t *tok = calloc((size_t)lb * T, sizeof(int32_t)), *tgt = calloc((size_t)lb * T, sizeof(int32_t));
+    fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
+    for (int st = 0; st < 2 && w->save && s == FSC_OK; st++) {
+        pt_batch(tok, tgt, st, run->batch, l->data, lb, T, run->cfg.vocab);
+        s = fsc_engine_step(e, tok, tgt, lb, run->batch, NULL);
+    }
+    if (s == FSC_OK && w->save) s = fsc_engine_save_weights(e, w->path);
+    else if (s == FSC_OK) {
+        const size_t up0 = fsc_device_copied_bytes(r->dev, 1);
+        s = fsc_engine_load_weights(e, w->path);
+        w->up[r->rank] = fsc_device_copied_bytes(r->dev, 1) - up0;
+        fsc_device *h = fsc_engine_host_device(e);
+        w->host[r->rank] = h ? fsc_device_peak_bytes(h, FSC_TAG_PARAMS) : 0;
+    }
+    if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? w->params : NULL);
+    free(tok);
+    free(tgt);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void tp_weights_run(of_tp_weights *w, fsc_parallel_kind kind, fsc_offload_mode off, int save) {
+    const of_case c = {kind, FSC_SHARD_FULL, -1, 0, 0, ""};
+    w->run = make_tp(2, 1, &c, off, 1, 1, FSC_F32, 1);
+    w->save = save;
+    w->params = calloc(fsc_gpt_num_params(&w->run.cfg), sizeof(float));
+    fsc_cluster_opts co = {.world = 4, .device = "cpu", .timeout_s = 30};
+    assert_ok(fsc_cluster_run(&co, tp_weights_rank_fn, w));
+}
+
+static void test_offload_tp_weights(void **state) {
+    (void)state;
+    char *dir = ct_tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    of_tp_weights saved = {.path = path};
+    tp_weights_run(&saved, FSC_PAR_FSDP, FSC_OFFLOAD_ALL, 1);
+    const struct { fsc_parallel_kind kind; fsc_offload_mode m; } into[] = {
+        {FSC_PAR_FSDP, FSC_OFFLOAD_NONE}, {FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM}, {FSC_PAR_FSDP, FSC_OFFLOAD_ALL},
+        {FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM},
+    };
+    for (size_t k = 0; k < sizeof into / sizeof into[0]; k++) {
+        of_tp_weights loaded = {.path = path};
+        tp_weights_run(&loaded, into[k].kind, into[k].m, 0);
+        char what[96];
+        snprintf(what, sizeof what, "dp 2 x tp 2 weights saved with offload all, loaded by %s with %s",
+                 fsc_parallel_kind_name(into[k].kind), fsc_offload_mode_name(into[k].m));
+        assert_bits_equal(saved.params, loaded.params, fsc_gpt_num_params(&saved.run.cfg), what);
+        for (int r = 0; r < 4 && into[k].m == FSC_OFFLOAD_ALL; r++)
+            if (!(loaded.host[r] > 0 && loaded.up[r] < loaded.host[r] / 4))
+                fail_msg("%s: rank %d uploaded %zu bytes loading, its host masters are %zu bytes", what, r,
+                         loaded.up[r], loaded.host[r]);
+        free(loaded.params);
+    }
+    free(saved.params);
+    ct_rmtree(dir);
+}
+
 static fsc_status create_only(fsc_rank *r, void *arg) {
     pt_run *run = arg;
     fsc_engine *e = NULL;
@@ -394,16 +613,6 @@ static void expect_refused(fsc_parallel_kind kind, fsc_offload_mode off, int pp,
     if (!strstr(fsc_last_error(), needle)) fail_msg("message \"%s\" lacks \"%s\"", fsc_last_error(), needle);
 }
 
-/* Tensor parallelism (the GPT built on a tensor group of 2, am2's layers): refused before anything is built. */
-static void expect_refused_tp(fsc_offload_mode off) {
-    pt_run run = pt_make(2, FSC_PAR_FSDP);
-    run.po.offload = off;
-    run.po.tp = 2;
-    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30};
-    assert_int_equal(fsc_cluster_run(&co, create_only, &run), FSC_ERR_UNSUPPORTED);
-    if (!strstr(fsc_last_error(), "tensor")) fail_msg("message \"%s\" lacks \"tensor\"", fsc_last_error());
-}
-
 static void test_offload_refuses_what_it_does_not_run(void **state) {
     (void)state;
     expect_refused(FSC_PAR_DDP, FSC_OFFLOAD_OPTIM, 1, FSC_ERR_UNSUPPORTED, "fsdp, zero1 or zero2");
@@ -412,13 +621,12 @@ static void test_offload_refuses_what_it_does_not_run(void **state) {
     expect_refused(FSC_PAR_ZERO2, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "fsdp only");
     expect_refused(FSC_PAR_DDP, FSC_OFFLOAD_OPTIM, 2, FSC_ERR_UNSUPPORTED, "fsdp, zero1 or zero2"); /* in stages too */
     expect_refused(FSC_PAR_FSDP, (fsc_offload_mode)7, 1, FSC_ERR_INVALID, "none, optim or all");
-    expect_refused_tp(FSC_OFFLOAD_OPTIM);
-    expect_refused_tp(FSC_OFFLOAD_ALL);
     assert_int_equal(fsc_parallel_opts_default().offload, FSC_OFFLOAD_NONE);
     assert_string_equal(fsc_offload_mode_name(FSC_OFFLOAD_ALL), "all");
 }
 
 int main(void) {
+    if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offload_same_bits_f32),
         cmocka_unit_test(test_offload_same_bits_accum_bf16),
@@ -428,6 +636,11 @@ int main(void) {
         cmocka_unit_test(test_offload_moves_memory_to_host),
         cmocka_unit_test(test_offload_refuses_what_it_does_not_run),
         cmocka_unit_test(test_simulated_copy_bandwidth),
+        cmocka_unit_test(test_offload_tp_same_bits),
+        cmocka_unit_test(test_offload_tp_hybrid),
+        cmocka_unit_test(test_offload_tp_exact),
+        cmocka_unit_test(test_offload_tp_checkpoint),
+        cmocka_unit_test(test_offload_tp_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,8 @@
  * step inside interleaved, zb-h1 and zbv stages equal to the step's loss on every rank. Memory: with offload all
  * every rank's device peaks lower in parameters and gradients than without offload, and holds no optimizer state
  * under optim or all. Offload all with layer checkpointing (po.checkpoint) under interleaved stages too.
- * Offload with tensor parallelism stays refused (tests/test_offload.c). */
+ * Tensor parallelism inside the stages: dp 2 x tp 2 x pp 2, with and without sequence parallelism, every case under
+ * 1f1b, zbv and interleaved stages, against DDP at dp 2 x tp 2 (tests/test_offload.c: tp without a pipeline). */
 #include "partest.h"
 
 typedef struct {
@@ -90,8 +91,10 @@ static void check(pt_run *ref, pt_run p, const po_case *c, const char *sched) {
     if (!ref->params) *ref = reference(&p);
     with_case(&p, c);
     char what[200];
-    snprintf(what, sizeof what, "dp %d x pp %d, %s inside %s stages, checkpoint %s, prefetch %d",
-             p.world / p.po.pp, p.po.pp, c->what, sched, ckpt_name[p.po.pipe_checkpoint], p.po.prefetch);
+    const int tp = p.po.tp > 1 ? p.po.tp : 1;
+    snprintf(what, sizeof what, "dp %d x tp %d%s x pp %d, %s inside %s stages, checkpoint %s, prefetch %d",
+             p.world / p.po.pp / tp, tp, p.po.sequence_parallel ? " (sp)" : "", p.po.pp, c->what, sched,
+             ckpt_name[p.po.pipe_checkpoint], p.po.prefetch);
     size_t P = fsc_gpt_num_params(&p.cfg);
     p.params = calloc(P, sizeof(float));
     fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 30 };
@@ -373,6 +376,32 @@ static void test_pipe_offload_exact(void **state) {
     free(ref.params);
 }
 
+/* Tensor parallelism inside the stages: dp 2 x tp 2 x pp 2 (8 ranks), with and without sequence parallelism, every
+ * case under 1f1b, zbv and interleaved stages (a V and a loop of two chunks per rank; the tied wte slice on the first
+ * and the last stage), against DDP at dp 2 x tp 2 over the same micro-batches without pipeline or offload. */
+static void test_pipe_offload_tensor_parallel(void **state) {
+    (void)state;
+    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_1F1B, FSC_SCHED_ZBV, FSC_SCHED_INTERLEAVED };
+    static const char *const sname[] = { "1f1b", "zbv", "interleaved" };
+    for (int sp = 0; sp <= 1; sp++) {
+        pt_run ref = { 0 };
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            const int sc = (int)(k + (size_t)sp) % 3;
+            pt_run p = make(2, 2, 4);
+            p.world = 8;
+            p.po.tp = 2;
+            p.po.sequence_parallel = sp;
+            p.cfg.seq = 8; /* divides by the tensor group */
+            p.po.schedule = scheds[sc];
+            p.po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;
+            p.po.prefetch = scheds[sc] == FSC_SCHED_1F1B ? (int)(k % 2) : 1;
+            p.po.pipe_checkpoint = (fsc_pipe_checkpoint)(k % 3);
+            check(&ref, p, &cases[k], sname[sc]);
+        }
+        free(ref.params);
+    }
+}
+
 int main(void) {
     if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     const struct CMUnitTest tests[] = {
@@ -384,6 +413,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_offload_custom),
         cmocka_unit_test(test_pipe_offload_layer_checkpoint),
         cmocka_unit_test(test_pipe_offload_exact),
+        cmocka_unit_test(test_pipe_offload_tensor_parallel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -512,6 +512,17 @@ static void test_plan_offload(void **st) {
     j.po.kind = FSC_PAR_ZERO1;
     j.po.offload = FSC_OFFLOAD_OPTIM;
     check_job("zero1 offload optim", &j);
+    /* with tensor parallelism: each rank's slices offloaded as a model of their own */
+    j = small_gpt(4, 2);
+    j.po.kind = FSC_PAR_FSDP;
+    j.po.tp = 2;
+    j.po.sequence_parallel = 1;
+    j.po.clip = 1.0f; /* the norm over the tensor and data groups, on the host under all */
+    j.po.offload = FSC_OFFLOAD_ALL;
+    check_job("tp 2 x fsdp 2, sequence parallel, offload all", &j);
+    j.po.kind = FSC_PAR_ZERO2;
+    j.po.offload = FSC_OFFLOAD_OPTIM;
+    check_job("tp 2 x zero2 2, sequence parallel, offload optim", &j);
 }
 
 static void test_plan_pipeline_tensor(void **st) {
@@ -901,6 +912,7 @@ static void test_plan_bad_jobs(void **st) {
 }
 
 int main(void) {
+    if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_single_rank),
         cmocka_unit_test(test_plan_gemm_flops),

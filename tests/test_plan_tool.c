@@ -284,9 +284,10 @@ static void test_plan_search(void **st) {
 }
 
 /* The search's other levers: a memory only fsdp with everything offloaded fits (a model of parameters more than
- * activations, one head: tp 2 refused) is won by offload all; an MoE model's layouts include ep 2, and a memory
- * the replicated experts do not fit in is won by ep 2; a deeper model's pipelines interleave 2 to 4 chunks a rank
- * and fsdp wraps by block and the whole model. Each winner trains from its --config file at the peak predicted. */
+ * activations, one head: tp 2 refused) is won by offload all, and with two heads on 4 ranks by tp 2 x fsdp 2 with
+ * offload all; an MoE model's layouts include ep 2, and a memory the replicated experts do not fit in is won by
+ * ep 2; a deeper model's pipelines interleave 2 to 4 chunks a rank and fsdp wraps by block and the whole model.
+ * Each winner trains from its --config file at the peak predicted. */
 static void test_plan_search_levers(void **st) {
     (void)st;
     const char *rates = "--tflops 1 --mem-bandwidth 10 --sim-bandwidth 0.5 --sim-latency 20";
@@ -299,6 +300,16 @@ static void test_plan_search_levers(void **st) {
     assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(w, "parallel")), "fsdp");
     assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "over_memory")) > 0);
     winner_trains(w, "all.json");
+    cJSON_Delete(j);
+    free(args);
+    /* with two heads on 4 ranks a memory only tp 2 x fsdp 2 with everything offloaded fits is won by it */
+    args = prog_fmt("--world 4 --search --memory 7MB --search-config %s/tpall.json %s", tmpdir, rates);
+    j = prog_json(planner, tmpdir, "--layers 2 --dim 256 --heads 2 --seq 8 --vocab 256 --batch 4", args);
+    w = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "search"), 0);
+    assert_non_null(w);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(w, "offload")), "all");
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(w, "tp")), 2);
+    winner_trains(w, "tpall.json");
     cJSON_Delete(j);
     free(args);
     /* MoE: every layout (no budget) includes ep 2 ones; 20.2 MiB leaves ep 2 the fastest that fits */

@@ -3,8 +3,9 @@
  * with offload inside zbv, interleaved and zb-h1 pipeline stages (the MoE GPT with ep 2 and bf16 among them), report "bit-identical: yes" against DDP
  * (--check-ddp) and print the losses of the same run without offload; a checkpoint saved inside pipeline stages
  * under one schedule and offload mode resumes under another with the uninterrupted run's losses; the
- * per-step line reports the host ledger's peak only with offload; ddp with offload, zero1 with all, tensor
- * parallelism and a mode that is not one are refused with a message that says why. */
+ * per-step line reports the host ledger's peak only with offload; so do fsdp with all and zero2 with optim under
+ * tensor parallelism (tp 2, with sequence parallelism, and inside pipeline stages); ddp with offload, zero1 with all
+ * and a mode that is not one are refused with a message that says why. */
 #include "trainertest.h"
 
 static char trainer[PATH_MAX];
@@ -34,6 +35,10 @@ static void test_offload_keeps_the_losses(void **state) {
         /* the MoE GPT with expert parallelism, and bf16, inside such stages */
         {"--layers 4 --parallel fsdp --pp 2 --chunks 4 --schedule zb-h1 --moe-experts 4 --ep 2", "all"},
         {"--layers 4 --parallel fsdp --pp 2 --chunks 4 --schedule zbv --precision bf16", "optim"},
+        /* tensor parallelism (dp 2 x tp 2), with sequence parallelism, and inside pipeline stages (tp 2 x pp 2) */
+        {"--tp 2 --parallel fsdp", "all"},
+        {"--tp 2 --sequence-parallel --parallel zero2", "optim"},
+        {"--layers 4 --tp 2 --sequence-parallel --parallel fsdp --pp 2 --chunks 2 --schedule 1f1b", "all"},
     };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         int host0 = 0, host1 = 0;
@@ -99,9 +104,8 @@ static void test_unsupported_refused(void **state) {
         {"--parallel ddp --offload optim", "fsdp, zero1 or zero2"},
         {"--parallel zero1 --offload all", "fsdp only"},
         {"--parallel fsdp --offload cpu", "--offload"},
-        {"--tp 2 --parallel fsdp --offload optim", "tensor"},
     };
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 3; k++) {
         char *args = prog_fmt(TINY " --data '%s/data.txt' %s", tmpdir, bad[k][0]);
         prog_refused(trainer, args, tmpdir, -1, bad[k][1]);
         free(args);

@@ -56,9 +56,6 @@ fsc_status fsc_offload_validate(const fsc_layout *l, const fsc_parallel_opts *po
     if (m == FSC_OFFLOAD_ALL && po->kind != FSC_PAR_FSDP)
         return fsc_error(FSC_ERR_UNSUPPORTED, "offload all runs with fsdp only: %s keeps the parameters replicated "
                          "on every device (use offload optim with it, or fsdp)", fsc_parallel_kind_name(po->kind));
-    if (l->tp > 1)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s does not run with tensor parallelism yet (tp %d)", name,
-                         l->tp);
     return FSC_OK;
 }
 

@@ -127,8 +127,8 @@ fsc_status fsc_tensor_load(fsc_engine *e, fsc_st_file *f) {
             const fsc_param_run run = fsc_param_run_at(p, r, h[k].first, h[k].n);
             if (run.n) s = fsc_engine_read_f32(f, en, host + (run.local - h[k].first), run.full, run.n);
         }
-        if (s == FSC_OK)
-            s = fsc_device_upload(e->dev, fsc_optim_param(e->opt, h[k].seg) + h[k].seg_off, host,
+        if (s == FSC_OK) /* the masters' device: the host's under offload all (docs/offload.md) */
+            s = fsc_device_upload(fsc_offload_seg_dev(e, 0), fsc_optim_param(e->opt, h[k].seg) + h[k].seg_off, host,
                                   h[k].n * sizeof(float));
     }
     free(host);

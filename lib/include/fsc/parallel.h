@@ -86,8 +86,8 @@ typedef struct {
     int prefetch_limit;           /* fsdp: gathered units in flight at most, the one computing included (0: 2);
                                    * pipelines: send buffers of checkpointed outputs at most (0: 2) */
     /* offload to host memory (docs/offload.md): optim with fsdp (every strategy), zero1 and zero2; all with
-     * fsdp only (zero keeps parameters replicated on every device). Not with ddp, none or tp; with ep and inside
-     * the stages of every pipeline schedule too. */
+     * fsdp only (zero keeps parameters replicated on every device). Not with ddp or none; with tp (and sequence
+     * parallelism), with ep and inside the stages of every pipeline schedule too. */
     fsc_offload_mode offload;     /* none (default), optim or all */
     /* pipeline (docs/pipeline.md): pp stages, world = dp x tp x pp laid out by fsc_layout (without tensor
      * parallelism and another order: rank = stage * dp + dp_index, data-parallel ranks adjacent). The

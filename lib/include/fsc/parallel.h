@@ -129,7 +129,8 @@ typedef struct {
      * is summed as int64 fixed point on an exponent every configuration agrees on (fsc/exact.h), the loss and
      * the MoE statistics as sorted sums of one value per unit. reduce_dtype and no_sync do not apply (each
      * unit's gradient is converted and reduced as it completes). Every strategy, pipelines (the unit is then the
-     * pipeline's micro-batch) and tensor parallelism (the bits then depend on tp); not with ep or offload all. */
+     * pipeline's micro-batch), expert parallelism, offload optim and all, and tensor parallelism (the bits then
+     * depend on tp). */
     int reduce_exact;             /* 0: ordered (the default, the float sums in rank order), 1: exact */
     int unit;                     /* sequences per unit with reduce_exact (0: the micro-batch, local batch / accum) */
     fsc_pipe_placement placement; /* custom schedules: FSC_PIPE_LOOP (the default) or FSC_PIPE_V (two chunks per rank

@@ -1,13 +1,15 @@
 /* Offload to host memory (po.offload, docs/offload.md; lib/parallel/offload.c and fsdp.c's offload all).
  * Oracles:
  *  - bits: every strategy that offloads (zero1 and zero2 with optim; fsdp full_shard with and without reshard,
- *    shard_grad_op, no_shard and hybrid_shard with optim and all) gives the losses and final parameters of the
- *    same run without offload bit for bit, after 3 steps of AdamW with clipping; with f32 and bf16, with
- *    accumulation (reducing every micro-batch, and once under no_sync), with prefetch 0 and 1;
+ *    shard_grad_op, no_shard and hybrid_shard with optim and all) gives the losses, the clipped gradient norms and
+ *    the final parameters of the same run without offload bit for bit, after 3 steps of AdamW with clipping, and
+ *    holds no optimizer state on the devices; with f32 and bf16, with accumulation (reducing every micro-batch, and
+ *    once under no_sync), with prefetch 0 and 1;
  *  - checkpoints: a run saved with offload and resumed without (and the reverse) equals the run without a
- *    break bit for bit (parameters and optimizer states); weights saved with offload all load into engines
- *    with every mode as the saver's parameters, bit for bit, and a bf16 weights file loads with optim and all
- *    as without offload;
+ *    break bit for bit (parameters and optimizer states); weights saved by fsdp with offload all load into fsdp
+ *    with every mode and zero2 with optim as the saver's parameters, bit for bit, offload all's host masters
+ *    written in place (the load uploads less than a quarter of them), and a bf16 weights file loads with optim
+ *    and all as without offload;
  *  - memory: the device ledger holds no optimizer state with optim or all, and with all its parameters and
  *    gradients peak below the run without offload by at least the master and reduced-gradient shards but those
  *    in transit (one unit's, two with prefetch), which the host ledger holds instead;
@@ -16,8 +18,7 @@
  *    gradient norms and the final parameters of the same run without offload bit for bit, with f32 and bf16,
  *    accumulation, prefetch 0 and 1 and the exact reduction; a checkpoint saved at dp 2 x tp 2 with offload resumes
  *    without (and the reverse, and optim into all) with the run's state unbroken, and loads at tp 1 with the saver's
- *    state; a weights file of dp 2 x tp 2 with all loads into every mode with its parameters, offload all's host
- *    masters written in place (the load uploads less than a quarter of them: its few agreement bytes);
+ *    state; a weights file of dp 2 x tp 2 (sp) is checked as above (check_weights);
  *  - refusals: ddp (inside pipeline stages too), zero with all and a bad mode fail with FSC_ERR_UNSUPPORTED /
  *    FSC_ERR_INVALID (offload inside pipeline stages, with tensor parallelism too: tests/test_pipe_offload.c);
  *  - the simulator's copy bandwidth: copies take at least bytes / bandwidth, and offload keeps its bits with it
@@ -59,26 +60,64 @@ static pt_run make(int N, const of_case *c, fsc_offload_mode off, int accum, int
     return r;
 }
 
-static void check_all(int N, int accum, int no_sync, fsc_dtype dt, int pf) {
+/* A layout: dp ranks x tp (tp 1: the engines without tensor parallelism; tp 2: the GPT built on a tensor group of 2,
+ * sp: with sequence parallelism), the model's sequence seq (0: partest's default). */
+typedef struct { int dp, tp, sp, seq; } of_layout;
+
+static const char *layout_name(of_layout l, char *buf, size_t n) {
+    snprintf(buf, n, "dp %d x tp %d%s", l.dp, l.tp, l.sp ? " (sp)" : "");
+    return buf;
+}
+
+/* tensor parallelism: the GPT built on a tensor group of 2 at dp x tp 2, with and without sequence parallelism */
+static pt_run make_tp(int dp, int sp, const of_case *c, fsc_offload_mode off, int accum, int no_sync, fsc_dtype dt,
+                      int pf) {
+    pt_run r = make(2 * dp, c, off, accum, no_sync, dt, pf);
+    r.po.tp = 2;
+    r.po.sequence_parallel = sp;
+    r.cfg.seq = 8; /* the sequence splits over the tensor group under sp */
+    return r;
+}
+
+static pt_run make_at(of_layout l, const of_case *c, fsc_offload_mode off, int accum, int no_sync, fsc_dtype dt,
+                      int pf) {
+    return l.tp > 1 ? make_tp(l.dp, l.sp, c, off, accum, no_sync, dt, pf) : make(l.dp, c, off, accum, no_sync, dt, pf);
+}
+
+/* Every case at layout l against itself without offload: the losses and final parameters, the clipped gradient norms
+ * (the norm over the data group, and the tensor group at tp 2) bit for bit; no optimizer state on the devices. */
+static void check_same(of_layout l, int accum, int no_sync, fsc_dtype dt, int pf) {
+    char lay[24];
+    layout_name(l, lay, sizeof lay);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        if (cases[k].hybrid && N < 4) continue;
-        pt_run base = make(N, &cases[k], FSC_OFFLOAD_NONE, accum, no_sync, dt, pf);
+        if (cases[k].hybrid && l.dp < 4) continue;
+        if (l.dp == 1 && cases[k].kind == FSC_PAR_FSDP && cases[k].sh != FSC_SHARD_FULL) continue; /* one shard */
+        pt_run base = make_at(l, &cases[k], FSC_OFFLOAD_NONE, accum, no_sync, dt, pf);
         pt_train(&base);
+        if (!(base.info[0].grad_norm > base.po.clip)) fail_msg("%s, %s: the first step did not clip", cases[k].what, lay);
         for (int m = FSC_OFFLOAD_OPTIM; m <= (cases[k].all ? FSC_OFFLOAD_ALL : FSC_OFFLOAD_OPTIM); m++) {
-            pt_run o = make(N, &cases[k], (fsc_offload_mode)m, accum, no_sync, dt, pf);
+            pt_run o = make_at(l, &cases[k], (fsc_offload_mode)m, accum, no_sync, dt, pf);
             pt_train(&o);
-            char what[200];
-            snprintf(what, sizeof what, "%s, world %d, accum %d%s, %s, prefetch %d: offload %s against none",
-                     cases[k].what, N, accum, no_sync ? " (no_sync)" : "", fsc_dtype_name(dt), pf,
+            char what[220];
+            snprintf(what, sizeof what, "%s, %s, accum %d%s, %s, prefetch %d: offload %s against none", cases[k].what,
+                     lay, accum, no_sync ? " (no_sync)" : "", fsc_dtype_name(dt), pf,
                      fsc_offload_mode_name((fsc_offload_mode)m));
             pt_assert_same(&base, &o, what);
             for (int s = 0; s < base.steps; s++) /* clipping was active: the norms are the same too */
                 if (memcmp(&base.info[s].grad_norm, &o.info[s].grad_norm, sizeof(double)) != 0)
-                    fail_msg("%s: grad norm of step %d differs", what, s);
+                    fail_msg("%s: grad norm of step %d differs: %.17g vs %.17g", what, s, o.info[s].grad_norm,
+                             base.info[s].grad_norm);
+            for (int r = 0; r < o.world; r++) /* the optimizer state on the host */
+                if (o.peak[r][FSC_TAG_OPTIM] != 0) fail_msg("%s: rank %d's device holds optimizer state", what, r);
             free(o.params);
         }
         free(base.params);
     }
+}
+
+/* world N without tensor parallelism */
+static void check_all(int N, int accum, int no_sync, fsc_dtype dt, int pf) {
+    check_same((of_layout){N, 1, 0, 0}, accum, no_sync, dt, pf);
 }
 
 static void test_offload_same_bits_f32(void **state) {
@@ -96,95 +135,147 @@ static void test_offload_same_bits_accum_bf16(void **state) {
     check_all(2, 2, 0, FSC_BF16, 0);
 }
 
+/* ---- checkpoints and weights files, at a layout (of_layout) ---- */
+static ct_job ckpt_job(fsc_parallel_kind kind, of_layout l, fsc_offload_mode off) {
+    ct_job j = ct_make(l.dp * l.tp, kind);
+    j.run.po.offload = off;
+    if (l.tp > 1) j.run.po.tp = l.tp, j.run.po.sequence_parallel = l.sp;
+    if (l.seq) j.run.cfg.seq = l.seq;
+    return j;
+}
+
+/* Saved with offload a after 2 steps, resumed with offload b for 2 more: the state of the run without offload and
+ * without a break (parameters and both AdamW moments). At tp 2 the checkpoint also loads at tp 1 (the same dp, the
+ * full tensors in one rank's slices) with offload b: the saver's state. */
+static void check_resume(fsc_parallel_kind kind, of_layout l, fsc_offload_mode a, fsc_offload_mode b) {
+    ct_job whole = ckpt_job(kind, l, FSC_OFFLOAD_NONE), first = ckpt_job(kind, l, a), second = ckpt_job(kind, l, b);
+    whole.from = 0, whole.to = 4;
+    ct_run(&whole);
+    char *dir = ct_tmpdir(), path[700], lay[24], what[120];
+    first.from = 0, first.to = 2, first.save_dir = dir;
+    ct_run(&first);
+    ct_step_path(path, sizeof path, dir, 2);
+    second.from = 2, second.to = 4, second.load = path;
+    ct_run(&second);
+    snprintf(what, sizeof what, "%s, %s: saved with offload %s, resumed with %s", fsc_parallel_kind_name(kind),
+             layout_name(l, lay, sizeof lay), fsc_offload_mode_name(a), fsc_offload_mode_name(b));
+    ct_assert_state_equal(&whole, &second, what);
+    if (l.tp > 1) {
+        const of_layout l1 = {l.dp, 1, 0, l.seq};
+        ct_job one = ckpt_job(kind, l1, b);
+        one.from = one.to = 2, one.load = path;
+        ct_run(&one);
+        char lay1[24];
+        snprintf(what, sizeof what, "%s: saved at %s with offload %s, loaded at %s with %s",
+                 fsc_parallel_kind_name(kind), lay, fsc_offload_mode_name(a), layout_name(l1, lay1, sizeof lay1),
+                 fsc_offload_mode_name(b));
+        ct_assert_state_equal(&first, &one, what);
+        ct_free(&one);
+    }
+    ct_free(&whole);
+    ct_free(&first);
+    ct_free(&second);
+    ct_rmtree(dir);
+}
+
 /* Saved with offload, resumed without (and the reverse): the state of the run without a break. */
 static void test_offload_checkpoint_resumes_without(void **state) {
     (void)state;
-    const struct { fsc_parallel_kind kind; fsc_offload_mode a, b; } pairs[] = {
-        {FSC_PAR_FSDP, FSC_OFFLOAD_ALL, FSC_OFFLOAD_NONE},
-        {FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_NONE},
-        {FSC_PAR_FSDP, FSC_OFFLOAD_NONE, FSC_OFFLOAD_ALL},
-        {FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_NONE},
-    };
-    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
-        ct_job whole = ct_make(2, pairs[k].kind);
-        whole.from = 0, whole.to = 4;
-        ct_run(&whole);
-        char *dir = ct_tmpdir(), path[700];
-        ct_job first = ct_make(2, pairs[k].kind), second = ct_make(2, pairs[k].kind);
-        first.run.po.offload = pairs[k].a;
-        first.from = 0, first.to = 2, first.save_dir = dir;
-        ct_run(&first);
-        ct_step_path(path, sizeof path, dir, 2);
-        second.run.po.offload = pairs[k].b;
-        second.from = 2, second.to = 4, second.load = path;
-        ct_run(&second);
-        char what[80];
-        snprintf(what, sizeof what, "%s: saved with offload %s, resumed with %s", fsc_parallel_kind_name(pairs[k].kind),
-                 fsc_offload_mode_name(pairs[k].a), fsc_offload_mode_name(pairs[k].b));
-        ct_assert_state_equal(&whole, &second, what);
-        ct_free(&whole);
-        ct_free(&first);
-        ct_free(&second);
-        ct_rmtree(dir);
-    }
+    const of_layout plain = {2, 1, 0, 0};
+    check_resume(FSC_PAR_FSDP, plain, FSC_OFFLOAD_ALL, FSC_OFFLOAD_NONE);
+    check_resume(FSC_PAR_FSDP, plain, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_NONE);
+    check_resume(FSC_PAR_FSDP, plain, FSC_OFFLOAD_NONE, FSC_OFFLOAD_ALL);
+    check_resume(FSC_PAR_ZERO2, plain, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_NONE);
 }
 
-/* Weights files: saved by an offloaded engine after 2 steps, loaded into engines with offload none, optim and
- * all: every one returns the saver's full parameters bit for bit (the masters were read into host memory
- * under all). */
+/* Weights files: saved by an engine after 2 steps, loaded into engines with offload none, optim and all: every one
+ * returns the saver's full parameters bit for bit (the masters were read into host memory under all). */
 typedef struct {
     pt_run run;
     const char *path;
     int save;     /* 1: train 2 steps and save; 0: load */
     fsc_dtype dt; /* the saved file's dtype (FSC_F32: fsc_engine_save_weights) */
     float *params;
+    size_t up[PT_MAX_WORLD], host[PT_MAX_WORLD]; /* bytes uploaded by the load; host params peak */
 } of_weights;
 
 static fsc_status weights_rank_fn(fsc_rank *r, void *arg) {
     of_weights *w = arg;
     pt_run *run = &w->run;
-    const int T = run->cfg.seq, lb = run->batch / r->world;
+    const int T = run->cfg.seq;
     fsc_engine *e = NULL;
     FSC_TRY(fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e));
-    int32_t *tok = calloc((size_t)lb * T, sizeof(int32_t));
-    fsc_status s = tok ? FSC_OK : FSC_ERR_NOMEM;
-    for (int i = 0; i < lb * T && s == FSC_OK; i++) tok[i] = pt_token((size_t)(r->rank * lb * T + i), run->cfg.vocab);
-    for (int st = 0; st < 2 && w->save && s == FSC_OK; st++) s = fsc_engine_step(e, tok, tok, lb, run->batch, NULL);
+    const fsc_layout *l = fsc_engine_layout(e);
+    const int lb = run->batch / l->dp;
+    int32_t *tok = calloc((size_t)lb * T, sizeof(int32_t)), *tgt = calloc((size_t)lb * T, sizeof(int32_t));
+    fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
+    for (int st = 0; st < 2 && w->save && s == FSC_OK; st++) {
+        pt_batch(tok, tgt, st, run->batch, l->data, lb, T, run->cfg.vocab);
+        s = fsc_engine_step(e, tok, tgt, lb, run->batch, NULL);
+    }
     if (s == FSC_OK && w->save)
         s = w->dt == FSC_F32 ? fsc_engine_save_weights(e, w->path) : fsc_engine_save_weights_dtype(e, w->path, w->dt);
-    else if (s == FSC_OK) s = fsc_engine_load_weights(e, w->path);
+    else if (s == FSC_OK) {
+        const size_t up0 = fsc_device_copied_bytes(r->dev, 1);
+        s = fsc_engine_load_weights(e, w->path);
+        w->up[r->rank] = fsc_device_copied_bytes(r->dev, 1) - up0;
+        fsc_device *h = fsc_engine_host_device(e);
+        w->host[r->rank] = h ? fsc_device_peak_bytes(h, FSC_TAG_PARAMS) : 0;
+    }
     if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? w->params : NULL);
     free(tok);
+    free(tgt);
     fsc_engine_free(e);
     return s;
 }
 
-static void weights_run(of_weights *w, fsc_offload_mode off, int save) {
-    w->run = pt_make(2, FSC_PAR_FSDP);
-    w->run.po.offload = off;
+/* tp 1: partest's engine on dp ranks; tp 2: make_tp's (full_shard for fsdp) */
+static void weights_run(of_weights *w, of_layout l, fsc_parallel_kind kind, fsc_offload_mode off, int save) {
+    if (l.tp > 1) {
+        const of_case c = {kind, FSC_SHARD_FULL, -1, 0, 0, ""};
+        w->run = make_tp(l.dp, l.sp, &c, off, 1, 1, FSC_F32, 1);
+    } else {
+        w->run = pt_make(l.dp, kind);
+        w->run.po.offload = off;
+    }
     w->save = save;
     w->params = calloc(fsc_gpt_num_params(&w->run.cfg), sizeof(float));
-    fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30};
+    fsc_cluster_opts co = {.world = w->run.world, .device = "cpu", .timeout_s = 30};
     assert_ok(fsc_cluster_run(&co, weights_rank_fn, w));
 }
 
-static void test_offload_weights_save_and_load(void **state) {
-    (void)state;
-    char *dir = ct_tmpdir(), path[600];
+/* Saved by fsdp with offload all, loaded by fsdp with every mode and by zero2 with optim: the saver's parameters;
+ * with all the file is read into the host masters in place (the load uploads less than a quarter of a rank's
+ * masters: its few agreement bytes, nothing like the masters). */
+static void check_weights(of_layout l) {
+    char *dir = ct_tmpdir(), path[600], lay[24];
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
     of_weights saved = {.path = path};
-    weights_run(&saved, FSC_OFFLOAD_ALL, 1);
-    for (int m = FSC_OFFLOAD_NONE; m <= FSC_OFFLOAD_ALL; m++) {
+    weights_run(&saved, l, FSC_PAR_FSDP, FSC_OFFLOAD_ALL, 1);
+    const struct { fsc_parallel_kind kind; fsc_offload_mode m; } into[] = {
+        {FSC_PAR_FSDP, FSC_OFFLOAD_NONE}, {FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM}, {FSC_PAR_FSDP, FSC_OFFLOAD_ALL},
+        {FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM},
+    };
+    for (size_t k = 0; k < sizeof into / sizeof into[0]; k++) {
         of_weights loaded = {.path = path};
-        weights_run(&loaded, (fsc_offload_mode)m, 0);
-        char what[64];
-        snprintf(what, sizeof what, "weights saved with offload all, loaded with %s",
-                 fsc_offload_mode_name((fsc_offload_mode)m));
+        weights_run(&loaded, l, into[k].kind, into[k].m, 0);
+        char what[120];
+        snprintf(what, sizeof what, "%s weights saved with offload all, loaded by %s with %s",
+                 layout_name(l, lay, sizeof lay), fsc_parallel_kind_name(into[k].kind), fsc_offload_mode_name(into[k].m));
         assert_bits_equal(saved.params, loaded.params, fsc_gpt_num_params(&saved.run.cfg), what);
+        for (int r = 0; r < loaded.run.world && into[k].m == FSC_OFFLOAD_ALL; r++)
+            if (!(loaded.host[r] > 0 && loaded.up[r] < loaded.host[r] / 4))
+                fail_msg("%s: rank %d uploaded %zu bytes loading, its host masters are %zu bytes", what, r,
+                         loaded.up[r], loaded.host[r]);
         free(loaded.params);
     }
     free(saved.params);
     ct_rmtree(dir);
+}
+
+static void test_offload_weights_save_and_load(void **state) {
+    (void)state;
+    check_weights((of_layout){2, 1, 0, 0});
 }
 
 /* A bf16 weights file (main's fsc_engine_save_weights_dtype, converted on load as Hugging Face files are), saved
@@ -192,15 +283,16 @@ static void test_offload_weights_save_and_load(void **state) {
  * loads the bits offload none loads. */
 static void test_offload_loads_bf16_weights(void **state) {
     (void)state;
+    const of_layout plain = {2, 1, 0, 0};
     char *dir = ct_tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/w16.safetensors", dir);
     of_weights saved = {.path = path, .dt = FSC_BF16};
-    weights_run(&saved, FSC_OFFLOAD_NONE, 1);
+    weights_run(&saved, plain, FSC_PAR_FSDP, FSC_OFFLOAD_NONE, 1);
     of_weights ref = {.path = path};
-    weights_run(&ref, FSC_OFFLOAD_NONE, 0);
+    weights_run(&ref, plain, FSC_PAR_FSDP, FSC_OFFLOAD_NONE, 0);
     for (int m = FSC_OFFLOAD_OPTIM; m <= FSC_OFFLOAD_ALL; m++) {
         of_weights loaded = {.path = path};
-        weights_run(&loaded, (fsc_offload_mode)m, 0);
+        weights_run(&loaded, plain, FSC_PAR_FSDP, (fsc_offload_mode)m, 0);
         char what[64];
         snprintf(what, sizeof what, "bf16 weights loaded with offload %s", fsc_offload_mode_name((fsc_offload_mode)m));
         assert_bits_equal(ref.params, loaded.params, fsc_gpt_num_params(&ref.run.cfg), what);
@@ -384,41 +476,9 @@ static void test_simulated_copy_bandwidth(void **state) {
 /* ---- tensor parallelism: the GPT built on a tensor group of 2 (its slices sharded, reduced and stepped over the
  * data group of the ranks holding the same slices), dp 1 x tp 2 and dp 2 x tp 2, with and without sequence
  * parallelism (whose layers sum the norms' partial gradients over the tensor group) ---- */
-static pt_run make_tp(int dp, int sp, const of_case *c, fsc_offload_mode off, int accum, int no_sync, fsc_dtype dt,
-                      int pf) {
-    pt_run r = make(2 * dp, c, off, accum, no_sync, dt, pf);
-    r.po.tp = 2;
-    r.po.sequence_parallel = sp;
-    r.cfg.seq = 8; /* the sequence splits over the tensor group under sp */
-    return r;
-}
-
+/* dp x tp 2, without and with sequence parallelism */
 static void check_tp(int dp, int accum, int no_sync, fsc_dtype dt, int pf) {
-    for (int sp = 0; sp <= 1; sp++)
-        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-            if (cases[k].hybrid && dp < 4) continue;
-            if (dp == 1 && cases[k].kind == FSC_PAR_FSDP && cases[k].sh != FSC_SHARD_FULL) continue; /* one shard */
-            pt_run base = make_tp(dp, sp, &cases[k], FSC_OFFLOAD_NONE, accum, no_sync, dt, pf);
-            pt_train(&base);
-            if (!(base.info[0].grad_norm > base.po.clip)) fail_msg("%s, tp 2: the first step did not clip", cases[k].what);
-            for (int m = FSC_OFFLOAD_OPTIM; m <= (cases[k].all ? FSC_OFFLOAD_ALL : FSC_OFFLOAD_OPTIM); m++) {
-                pt_run o = make_tp(dp, sp, &cases[k], (fsc_offload_mode)m, accum, no_sync, dt, pf);
-                pt_train(&o);
-                char what[220];
-                snprintf(what, sizeof what, "%s, dp %d x tp 2%s, accum %d%s, %s, prefetch %d: offload %s against none",
-                         cases[k].what, dp, sp ? " (sp)" : "", accum, no_sync ? " (no_sync)" : "", fsc_dtype_name(dt), pf,
-                         fsc_offload_mode_name((fsc_offload_mode)m));
-                pt_assert_same(&base, &o, what);
-                for (int s = 0; s < base.steps; s++) /* the norm over the data and tensor groups */
-                    if (memcmp(&base.info[s].grad_norm, &o.info[s].grad_norm, sizeof(double)) != 0)
-                        fail_msg("%s: grad norm of step %d differs: %.17g vs %.17g", what, s, o.info[s].grad_norm,
-                                 base.info[s].grad_norm);
-                for (int r = 0; r < o.world; r++) /* the optimizer state on the host */
-                    if (o.peak[r][FSC_TAG_OPTIM] != 0) fail_msg("%s: rank %d's device holds optimizer state", what, r);
-                free(o.params);
-            }
-            free(base.params);
-        }
+    for (int sp = 0; sp <= 1; sp++) check_same((of_layout){dp, 2, sp, 8}, accum, no_sync, dt, pf);
 }
 
 static void test_offload_tp_same_bits(void **state) {
@@ -468,129 +528,23 @@ static void test_offload_tp_hybrid(void **state) {
     free(base.params);
 }
 
-/* Checkpoints of tensor slices: saved at dp 2 x tp 2 with offload, resumed without (and the reverse): the state of
- * the run without a break (parameters and both AdamW moments); loaded at tp 1: the saver's state. */
+/* Checkpoints of tensor slices at dp 2 x tp 2 (check_resume): resumed with offload from without (and the reverse,
+ * and optim into all), the state of the run without a break; loaded at tp 1: the saver's state. */
 static void test_offload_tp_checkpoint(void **state) {
     (void)state;
-    const struct { fsc_parallel_kind kind; fsc_offload_mode a, b; int sp; } pairs[] = {
-        {FSC_PAR_FSDP, FSC_OFFLOAD_ALL, FSC_OFFLOAD_NONE, 0},
-        {FSC_PAR_FSDP, FSC_OFFLOAD_NONE, FSC_OFFLOAD_ALL, 1},
-        {FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_ALL, 1},
-        {FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_NONE, 1},
-        {FSC_PAR_ZERO1, FSC_OFFLOAD_NONE, FSC_OFFLOAD_OPTIM, 0},
-    };
-    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
-        ct_job whole = ct_make(4, pairs[k].kind), first = ct_make(4, pairs[k].kind), second = ct_make(4, pairs[k].kind);
-        ct_job *all[3] = {&whole, &first, &second};
-        for (int j = 0; j < 3; j++)
-            all[j]->run.po.tp = 2, all[j]->run.po.sequence_parallel = pairs[k].sp, all[j]->run.cfg.seq = 8;
-        whole.from = 0, whole.to = 4;
-        ct_run(&whole);
-        char *dir = ct_tmpdir(), path[700];
-        first.run.po.offload = pairs[k].a;
-        first.from = 0, first.to = 2, first.save_dir = dir;
-        ct_run(&first);
-        ct_step_path(path, sizeof path, dir, 2);
-        second.run.po.offload = pairs[k].b;
-        second.from = 2, second.to = 4, second.load = path;
-        ct_run(&second);
-        char what[120];
-        snprintf(what, sizeof what, "%s, dp 2 x tp 2%s: saved with offload %s, resumed with %s",
-                 fsc_parallel_kind_name(pairs[k].kind), pairs[k].sp ? " (sp)" : "", fsc_offload_mode_name(pairs[k].a),
-                 fsc_offload_mode_name(pairs[k].b));
-        ct_assert_state_equal(&whole, &second, what);
-        /* and into tp 1 (dp 2, the full tensors in one rank's slices) with offload b: the saver's state */
-        ct_job one = ct_make(2, pairs[k].kind);
-        one.run.cfg.seq = 8;
-        one.run.po.offload = pairs[k].b;
-        one.from = one.to = 2, one.load = path;
-        ct_run(&one);
-        snprintf(what, sizeof what, "%s: saved at dp 2 x tp 2%s with offload %s, loaded at dp 2 x tp 1 with %s",
-                 fsc_parallel_kind_name(pairs[k].kind), pairs[k].sp ? " (sp)" : "", fsc_offload_mode_name(pairs[k].a),
-                 fsc_offload_mode_name(pairs[k].b));
-        ct_assert_state_equal(&first, &one, what);
-        ct_free(&one);
-        ct_free(&whole);
-        ct_free(&first);
-        ct_free(&second);
-        ct_rmtree(dir);
-    }
+    const of_layout tp = {2, 2, 0, 8}, sp = {2, 2, 1, 8}; /* the sequence splits over the tensor group under sp */
+    check_resume(FSC_PAR_FSDP, tp, FSC_OFFLOAD_ALL, FSC_OFFLOAD_NONE);
+    check_resume(FSC_PAR_FSDP, sp, FSC_OFFLOAD_NONE, FSC_OFFLOAD_ALL);
+    check_resume(FSC_PAR_FSDP, sp, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_ALL);
+    check_resume(FSC_PAR_ZERO2, sp, FSC_OFFLOAD_OPTIM, FSC_OFFLOAD_NONE);
+    check_resume(FSC_PAR_ZERO1, tp, FSC_OFFLOAD_NONE, FSC_OFFLOAD_OPTIM);
 }
 
-/* Weights files at dp 2 x tp 2: saved by fsdp with offload all after 2 steps, loaded into engines with every mode:
- * each returns the saver's full parameters bit for bit; with all the slices are read into the host masters in place
- * (the load uploads nothing like a rank's masters to the device). */
-typedef struct {
-    pt_run run;
-    const char *path;
-    int save;
-    float *params;
-    size_t up[PT_MAX_WORLD], host[PT_MAX_WORLD]; /* bytes uploaded by the load; host params peak */
-} of_tp_weights;
-
-static fsc_status tp_weights_rank_fn(fsc_rank *r, void *arg) {
-    of_tp_weights *w = arg;
-    pt_run *run = &w->run;
-    const int T = run->cfg.seq;
-    fsc_engine *e = NULL;
-    FSC_TRY(fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e));
-    const fsc_layout *l = fsc_engine_layout(e);
-    const int lb = run->batch / l->dp;
-    int32_t *tok = calloc((size_t)lb * T, sizeof(int32_t)), *tgt = calloc((size_t)lb * T, sizeof(int32_t));
-    fsc_status s = tok && tgt ? FSC_OK : FSC_ERR_NOMEM;
-    for (int st = 0; st < 2 && w->save && s == FSC_OK; st++) {
-        pt_batch(tok, tgt, st, run->batch, l->data, lb, T, run->cfg.vocab);
-        s = fsc_engine_step(e, tok, tgt, lb, run->batch, NULL);
-    }
-    if (s == FSC_OK && w->save) s = fsc_engine_save_weights(e, w->path);
-    else if (s == FSC_OK) {
-        const size_t up0 = fsc_device_copied_bytes(r->dev, 1);
-        s = fsc_engine_load_weights(e, w->path);
-        w->up[r->rank] = fsc_device_copied_bytes(r->dev, 1) - up0;
-        fsc_device *h = fsc_engine_host_device(e);
-        w->host[r->rank] = h ? fsc_device_peak_bytes(h, FSC_TAG_PARAMS) : 0;
-    }
-    if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? w->params : NULL);
-    free(tok);
-    free(tgt);
-    fsc_engine_free(e);
-    return s;
-}
-
-static void tp_weights_run(of_tp_weights *w, fsc_parallel_kind kind, fsc_offload_mode off, int save) {
-    const of_case c = {kind, FSC_SHARD_FULL, -1, 0, 0, ""};
-    w->run = make_tp(2, 1, &c, off, 1, 1, FSC_F32, 1);
-    w->save = save;
-    w->params = calloc(fsc_gpt_num_params(&w->run.cfg), sizeof(float));
-    fsc_cluster_opts co = {.world = 4, .device = "cpu", .timeout_s = 30};
-    assert_ok(fsc_cluster_run(&co, tp_weights_rank_fn, w));
-}
-
+/* Weights files at dp 2 x tp 2 (sp), saved by fsdp with offload all (check_weights): every mode loads the saver's
+ * parameters, offload all's slices read into the host masters in place. */
 static void test_offload_tp_weights(void **state) {
     (void)state;
-    char *dir = ct_tmpdir(), path[600];
-    snprintf(path, sizeof path, "%s/w.safetensors", dir);
-    of_tp_weights saved = {.path = path};
-    tp_weights_run(&saved, FSC_PAR_FSDP, FSC_OFFLOAD_ALL, 1);
-    const struct { fsc_parallel_kind kind; fsc_offload_mode m; } into[] = {
-        {FSC_PAR_FSDP, FSC_OFFLOAD_NONE}, {FSC_PAR_FSDP, FSC_OFFLOAD_OPTIM}, {FSC_PAR_FSDP, FSC_OFFLOAD_ALL},
-        {FSC_PAR_ZERO2, FSC_OFFLOAD_OPTIM},
-    };
-    for (size_t k = 0; k < sizeof into / sizeof into[0]; k++) {
-        of_tp_weights loaded = {.path = path};
-        tp_weights_run(&loaded, into[k].kind, into[k].m, 0);
-        char what[96];
-        snprintf(what, sizeof what, "dp 2 x tp 2 weights saved with offload all, loaded by %s with %s",
-                 fsc_parallel_kind_name(into[k].kind), fsc_offload_mode_name(into[k].m));
-        assert_bits_equal(saved.params, loaded.params, fsc_gpt_num_params(&saved.run.cfg), what);
-        for (int r = 0; r < 4 && into[k].m == FSC_OFFLOAD_ALL; r++)
-            if (!(loaded.host[r] > 0 && loaded.up[r] < loaded.host[r] / 4))
-                fail_msg("%s: rank %d uploaded %zu bytes loading, its host masters are %zu bytes", what, r,
-                         loaded.up[r], loaded.host[r]);
-        free(loaded.params);
-    }
-    free(saved.params);
-    ct_rmtree(dir);
+    check_weights((of_layout){2, 2, 1, 8});
 }
 
 static fsc_status create_only(fsc_rank *r, void *arg) {

@@ -129,20 +129,32 @@ static size_t layout(const seq_model *s, seq_acts *a, char *base) {
     return at;
 }
 
-/* A pass's scratch (the layers' work, the gradients between layers): the model's, shared by its records (one pass
- * at a time; nothing in it outlives a pass: a split record keeps what its weight part reads in its split area). */
-static void bind_scratch(const seq_model *s, seq_acts *a) {
-    a->work = s->scratch;
-    a->g[0] = (float *)((char *)s->scratch + a->g_off[0]), a->g[1] = (float *)((char *)s->scratch + a->g_off[1]);
+/* The model's scratch at least `bytes`: a new one (zeroed) in place of a smaller one. A failure leaves none (the
+ * old one is released first, so that the two are never held at once): the next pass of a record still alive makes
+ * it again (bind_scratch). Only between passes. */
+static fsc_status scratch_grow(seq_model *s, size_t bytes) {
+    if (s->scratch_bytes >= bytes) return FSC_OK;
+    fsc_device_release(s->dev, s->scratch), s->scratch = NULL, s->scratch_bytes = 0;
+    FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_WORKSPACE, bytes, &s->scratch));
+    s->scratch_bytes = bytes;
+    return FSC_OK;
 }
 
-/* The model's scratch at least a->wbytes (grown between passes: a record is made outside every pass). */
+/* A pass's scratch (the layers' work, the gradients between layers): the model's, shared by its records (one pass
+ * at a time; nothing in it outlives a pass: a split record keeps what its weight part reads in its split area).
+ * Bound at the start of every pass (a record made since may have grown it); made again if a record's failed
+ * growth (scratch_reserve) left none. */
+static fsc_status bind_scratch(seq_model *s, seq_acts *a) {
+    FSC_TRY(scratch_grow(s, a->wbytes));
+    a->work = s->scratch;
+    a->g[0] = (float *)((char *)s->scratch + a->g_off[0]), a->g[1] = (float *)((char *)s->scratch + a->g_off[1]);
+    return FSC_OK;
+}
+
+/* The model's scratch at least a->wbytes (grown between passes: a record is made outside every pass); the record
+ * is then counted among those alive (the last one freed releases the scratch). */
 static fsc_status scratch_reserve(seq_model *s, seq_acts *a) {
-    if (s->scratch_bytes < a->wbytes) {
-        fsc_device_release(s->dev, s->scratch), s->scratch = NULL, s->scratch_bytes = 0;
-        FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_WORKSPACE, a->wbytes, &s->scratch));
-        s->scratch_bytes = a->wbytes;
-    }
+    FSC_TRY(scratch_grow(s, a->wbytes));
     a->counted = 1, s->nacts++;
     return FSC_OK;
 }
@@ -363,7 +375,7 @@ fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *am, const fsc_model_hooks 
     seq_model *s = ctx;
     seq_acts *a = (seq_acts *)am;
     if (loss_sum) *loss_sum = 0;
-    bind_scratch(s, a);
+    FSC_TRY(bind_scratch(s, a));
     for (int l = a->first; l <= a->last; l++) {
         FSC_TRY(hook(h->pre_forward, h->ctx, l));
         FSC_TRY(layer_forward(s, a, l));
@@ -426,7 +438,7 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
 }
 
 static fsc_status run_backward(seq_model *s, seq_acts *a, const fsc_model_hooks *h, float dscale, int part) {
-    bind_scratch(s, a);
+    FSC_TRY(bind_scratch(s, a));
     /* tied tensors used by a layer of the range: their users' gradients start from zero (model.h: a user
      * overwrites the buffer; several users of one range add up), in the part that makes them: the weight part
      * when the tied layers split, else the input part */

@@ -3,7 +3,6 @@
  * and that the model learns. Each test states its oracle. */
 #include <math.h>
 #include <stdlib.h>
-#include "core/device_impl.h"
 #include "gpttest.h"
 
 static const fsc_gpt_config TINY = { .layers = 2, .dim = 16, .heads = 2, .seq = 8, .vocab = 32 };
@@ -470,53 +469,6 @@ static void test_records_share_scratch(void **state) {
     free(grads[0]), free(grads[1]);
 }
 
-/* A backend whose allocations succeed allow_allocs more times, then fail (an out-of-memory device). */
-static int allow_allocs;
-static void *(*real_alloc)(void *ctx, size_t bytes);
-static void *limited_alloc(void *ctx, size_t bytes) { return allow_allocs-- > 0 ? real_alloc(ctx, bytes) : NULL; }
-
-/* A record whose scratch cannot grow (the device is out of memory after the record's own allocation) fails, and
- * the records alive keep a working model: their passes give the losses and gradients of a model that never saw
- * the failure, bit for bit (the failed growth must not leave them without a scratch). */
-static void test_scratch_growth_failure(void **state) {
-    fsc_device *dev = *state;
-    const fsc_gpt_config *c = &THREE;
-    enum { T = 8 };
-    int32_t tok[T], tgt[T];
-    make_batch(tok, tgt, 1, T, c->vocab, 21);
-    const fsc_gpt_acts_opts small = { .B = 1, .T = T, .last = c->layers + 1 };
-    const fsc_gpt_acts_opts big = { .B = 4, .T = T, .last = c->layers + 1 };
-    double loss[2];
-    float *grads[2];
-    for (int fail = 0; fail < 2; fail++) {
-        model md;
-        model_init(&md, dev, c, 5);
-        const size_t w0 = fsc_device_current_bytes(dev, FSC_TAG_WORKSPACE);
-        fsc_gpt_acts *a = NULL, *b = NULL;
-        assert_ok(fsc_gpt_acts_create(md.m, &small, &a));
-        if (fail) {
-            fsc_device_ops ops = *dev->ops;
-            const fsc_device_ops *own = dev->ops;
-            real_alloc = own->alloc, ops.alloc = limited_alloc, allow_allocs = 1; /* the record's memory only */
-            dev->ops = &ops;
-            const fsc_status st = fsc_gpt_acts_create(md.m, &big, &b);
-            dev->ops = own;
-            assert_int_equal(st, FSC_ERR_NOMEM);
-            assert_null(b);
-        }
-        assert_ok(fsc_gpt_acts_set_batch(a, tok, tgt));
-        assert_ok(fsc_gpt_forward(md.m, a, NULL, &loss[fail]));
-        assert_ok(fsc_gpt_backward(md.m, a, NULL, 1.0f / T));
-        grads[fail] = download(dev, md.grads, md.P);
-        fsc_gpt_acts_free(a);
-        assert_int_equal(fsc_device_current_bytes(dev, FSC_TAG_WORKSPACE), w0);
-        model_free(&md);
-    }
-    assert_memory_equal(&loss[0], &loss[1], sizeof loss[0]);
-    assert_bits_equal(grads[0], grads[1], fsc_gpt_num_params(c), "after a failed record");
-    free(grads[0]), free(grads[1]);
-}
-
 /* A hook that runs the backward of another record of the same model in the middle of a backward (which the shared
  * scratch cannot serve: it would overwrite the gradient the outer pass hands to its next layer). */
 typedef struct { fsc_gpt *m; fsc_gpt_acts *other; int at, calls; fsc_status nested; char msg[256]; } nest_ctx;
@@ -782,7 +734,6 @@ int main(void) {
         cmocka_unit_test(test_initial_loss),
         cmocka_unit_test(test_checkpoint_bits),
         cmocka_unit_test(test_records_share_scratch),
-        cmocka_unit_test(test_scratch_growth_failure),
         cmocka_unit_test(test_nested_pass_refused),
         cmocka_unit_test(test_split_ranges),
         cmocka_unit_test(test_determinism),

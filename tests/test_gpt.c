@@ -469,6 +469,57 @@ static void test_records_share_scratch(void **state) {
     free(grads[0]), free(grads[1]);
 }
 
+/* A hook that runs the backward of another record of the same model in the middle of a backward (which the shared
+ * scratch cannot serve: it would overwrite the gradient the outer pass hands to its next layer). */
+typedef struct { fsc_gpt *m; fsc_gpt_acts *other; int at, calls; fsc_status nested; char msg[256]; } nest_ctx;
+static fsc_status nest_hook(void *ctx, int layer) {
+    nest_ctx *n = ctx;
+    if (layer == n->at && n->calls++ == 0) {
+        n->nested = fsc_gpt_backward(n->m, n->other, NULL, 1.0f);
+        snprintf(n->msg, sizeof n->msg, "%s", n->nested == FSC_OK ? "" : fsc_last_error());
+    }
+    return FSC_OK;
+}
+
+/* One pass at a time per model: a pass started from a hook of another pass of the same model is refused with a
+ * state error naming the cause, and the outer pass then gives the bits it gives without the hook. */
+static void test_nested_pass_refused(void **state) {
+    fsc_device *dev = *state;
+    const fsc_gpt_config *c = &THREE;
+    enum { B = 2, T = 8 };
+    int32_t tok[2][B * T], tgt[2][B * T];
+    make_batch(tok[0], tgt[0], B, T, c->vocab, 31);
+    make_batch(tok[1], tgt[1], B, T, c->vocab, 32);
+    const fsc_gpt_acts_opts o = { .B = B, .T = T, .last = c->layers + 1 };
+    float *grads[2];
+    for (int nest = 0; nest < 2; nest++) {
+        model md;
+        model_init(&md, dev, c, 5);
+        fsc_gpt_acts *a, *b;
+        assert_ok(fsc_gpt_acts_create(md.m, &o, &a));
+        assert_ok(fsc_gpt_acts_create(md.m, &o, &b));
+        assert_ok(fsc_gpt_acts_set_batch(a, tok[0], tgt[0]));
+        assert_ok(fsc_gpt_acts_set_batch(b, tok[1], tgt[1]));
+        double loss;
+        assert_ok(fsc_gpt_forward(md.m, a, NULL, &loss));
+        assert_ok(fsc_gpt_forward(md.m, b, NULL, &loss));
+        nest_ctx n = { .m = md.m, .other = b, .at = 2, .nested = FSC_OK };
+        const fsc_gpt_hooks h = { .ctx = &n, .post_backward = nest ? nest_hook : NULL };
+        assert_ok(fsc_gpt_backward(md.m, a, &h, 1.0f / (B * T)));
+        if (nest) {
+            assert_int_equal(n.calls, 1);
+            assert_int_equal(n.nested, FSC_ERR_STATE);
+            assert_non_null(strstr(n.msg, "in progress"));
+        }
+        grads[nest] = download(dev, md.grads, md.P);
+        fsc_gpt_acts_free(b);
+        fsc_gpt_acts_free(a);
+        model_free(&md);
+    }
+    assert_bits_equal(grads[0], grads[1], fsc_gpt_num_params(c), "a nested pass refused");
+    free(grads[0]), free(grads[1]);
+}
+
 /* Oracle: a pipeline of two stages, layers [0, k] and [k+1, L+1], each its own model object over the same
  * parameters with its own gradients, with the boundary activation, the boundary gradient and dwte_head
  * handed over by copies, gives the whole model's loss and gradients bit for bit, for every split k; a
@@ -683,6 +734,7 @@ int main(void) {
         cmocka_unit_test(test_initial_loss),
         cmocka_unit_test(test_checkpoint_bits),
         cmocka_unit_test(test_records_share_scratch),
+        cmocka_unit_test(test_nested_pass_refused),
         cmocka_unit_test(test_split_ranges),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_hooks_and_errors),

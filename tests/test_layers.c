@@ -342,6 +342,92 @@ static void test_seq_equals_composition(void **st) {
     }
 }
 
+/* Under AddressSanitizer an allocation too large for any device returns NULL, as the plain allocator's does (its
+ * default is to abort the program): test_scratch_growth_failure's device runs out of memory. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#ifdef TEST_ASAN
+__attribute__((visibility("default"), used)) const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+
+/* A user layer passing its input on, whose scratch (work_bytes) no device can hold for 4 samples or more. */
+static size_t hungry_work(const fsc_layer *l, int B) { (void)l; return B >= 4 ? (size_t)1 << 62 : 64; }
+static fsc_status hungry_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    FSC_TRY(fsc_device_memset(c->dev, c->work, 0, 64)); /* its scratch: there for every pass */
+    return fsc_device_copy(c->dev, out, in, (size_t)c->B * l->out_floats * sizeof(float));
+}
+static fsc_status hungry_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
+                             const void *in) {
+    (void)in;
+    FSC_TRY(fsc_device_memset(c->dev, c->work, 0, 64));
+    return dinp ? fsc_device_copy(c->dev, dinp, dout, (size_t)c->B * l->out_floats * sizeof(float)) : FSC_OK;
+}
+static const fsc_layer_ops hungry_ops = { .work_bytes = hungry_work, .forward = hungry_fwd, .backward = hungry_bwd };
+
+/* The records of a sequential model share one scratch, grown by a larger record: a record whose growth fails
+ * (out of device memory) is refused, and a record alive before keeps a working model: its passes give the loss
+ * and gradients of a model that never saw the failure, bit for bit; the scratch goes with the last record. */
+static void test_scratch_growth_failure(void **st) {
+    (void)st;
+    float x[SB * SD], y[SB * SD];
+    for (int i = 0; i < SB * SD; i++) x[i] = urand(), y[i] = urand();
+    double loss[2];
+    float *grads[2][2];
+    for (int fail = 0; fail < 2; fail++) {
+        fsc_layer *l0, *l1 = calloc(1, sizeof *l1), *l2;
+        assert_non_null(l1);
+        assert_ok(fsc_layer_linear(&(fsc_linear_opts){ .in = SD, .out = SD, .bias = 1 }, &l0));
+        snprintf(l1->kind, sizeof l1->kind, "hungry");
+        l1->in_bytes = SD * sizeof(float), l1->out_floats = SD, l1->ops = &hungry_ops;
+        assert_ok(fsc_layer_mse(SD, &l2));
+        fsc_seq_layer ls[3] = { { l0, "in.", { { 0 } } }, { l1, NULL, { { 0 } } }, { l2, NULL, { { 0 } } } };
+        fsc_model *m = NULL;
+        assert_ok(fsc_seq_model_create(g_dev, ls, 3, &m));
+        assert_int_equal(m->n_tensors, 2);
+        float *p[2], *g[2];
+        for (int t = 0; t < 2; t++) {
+            const size_t n = m->info[t].numel;
+            float *h = malloc(n * sizeof(float));
+            m->ops->init_values(m->ctx, 7, t, 0, n, h);
+            p[t] = dalloc(n * sizeof(float)), g[t] = dalloc(n * sizeof(float));
+            up(p[t], h, n * sizeof(float));
+            assert_ok(fsc_device_memset(g_dev, g[t], 0, n * sizeof(float)));
+            m->param[t] = p[t], m->grad[t] = g[t];
+            free(h);
+        }
+        const size_t w0 = fsc_device_current_bytes(g_dev, FSC_TAG_WORKSPACE);
+        fsc_model_acts *a = NULL, *b = NULL;
+        assert_ok(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = SB, .first = 0, .last = 2 }, &a));
+        if (fail) {
+            assert_err(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = 4, .first = 0, .last = 2 }, &b),
+                       FSC_ERR_NOMEM, "workspace");
+            assert_null(b);
+        }
+        assert_ok(m->ops->set_batch(m->ctx, a, x, y));
+        assert_ok(m->ops->forward(m->ctx, a, &(fsc_model_hooks){ 0 }, &loss[fail]));
+        assert_ok(m->ops->backward(m->ctx, a, &(fsc_model_hooks){ 0 }, 1.0f / (SB * SD)));
+        for (int t = 0; t < 2; t++) {
+            const size_t n = m->info[t].numel;
+            grads[fail][t] = malloc(n * sizeof(float));
+            down(grads[fail][t], g[t], n * sizeof(float));
+            fsc_device_release(g_dev, p[t]), fsc_device_release(g_dev, g[t]);
+        }
+        m->ops->acts_free(m->ctx, a);
+        assert_int_equal(fsc_device_current_bytes(g_dev, FSC_TAG_WORKSPACE), w0);
+        fsc_model_free(m);
+    }
+    assert_memory_equal(&loss[0], &loss[1], sizeof loss[0]);
+    assert_bits_equal(grads[0][0], grads[1][0], SD * SD, "in.weight after a failed record");
+    assert_bits_equal(grads[0][1], grads[1][1], SD, "in.bias after a failed record");
+    for (int t = 0; t < 2; t++) free(grads[0][t]), free(grads[1][t]);
+}
+
 static void test_bad_declarations(void **st) {
     (void)st;
     fsc_layer *a, *b;
@@ -418,6 +504,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layer_gradients),
         cmocka_unit_test(test_seq_equals_composition),
+        cmocka_unit_test(test_scratch_growth_failure),
         cmocka_unit_test(test_bad_declarations),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -26,6 +26,7 @@ typedef struct {
     void *scratch;
     size_t scratch_bytes;
     int nacts; /* records alive */
+    int in_pass; /* a pass (forward or a backward) runs: one at a time (a hook must not start another) */
 } seq_model;
 
 extern const fsc_model_ops fsc_seq_ops_, fsc_seq_moe_ops_; /* the second for models with experts */

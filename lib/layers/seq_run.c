@@ -31,7 +31,7 @@ typedef struct {
     void *in;            /* input of `first`: raw samples (first 0) or the input stream */
     float **out;         /* (last - first + 1) output of each layer (the output stream of `last` < n - 1) */
     void **rec;          /* (last - first + 1) each layer's record (all the same with ckpt) */
-    void *work;          /* the layers' scratch, in the model's (bound at each pass: bind_scratch) */
+    void *work;          /* the layers' scratch, in the model's (bound at each pass: pass_begin) */
     void *target;        /* the loss layer's targets */
     float *gout, *gin;   /* gradient streams: w.r.t. the output of `last`, the input of `first` */
     float *g[2];         /* gradients between layers, alternating, in the model's scratch too */
@@ -129,20 +129,41 @@ static size_t layout(const seq_model *s, seq_acts *a, char *base) {
     return at;
 }
 
-/* A pass's scratch (the layers' work, the gradients between layers): the model's, shared by its records (one pass
- * at a time; nothing in it outlives a pass: a split record keeps what its weight part reads in its split area). */
-static void bind_scratch(const seq_model *s, seq_acts *a) {
-    a->work = s->scratch;
-    a->g[0] = (float *)((char *)s->scratch + a->g_off[0]), a->g[1] = (float *)((char *)s->scratch + a->g_off[1]);
+/* The model's scratch at least `bytes`: a new one (zeroed) in place of a smaller one. A failure leaves none (the
+ * old one is released first, so that the two are never held at once): the next pass of a record still alive makes
+ * it again (pass_begin). Only between passes. */
+static fsc_status scratch_grow(seq_model *s, size_t bytes) {
+    if (s->scratch_bytes >= bytes) return FSC_OK;
+    fsc_device_release(s->dev, s->scratch), s->scratch = NULL, s->scratch_bytes = 0;
+    FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_WORKSPACE, bytes, &s->scratch));
+    s->scratch_bytes = bytes;
+    return FSC_OK;
 }
 
-/* The model's scratch at least a->wbytes (grown between passes: a record is made outside every pass). */
+/* A pass's scratch (the layers' work, the gradients between layers): the model's, shared by its records (one pass
+ * at a time; nothing in it outlives a pass: a split record keeps what its weight part reads in its split area).
+ * Bound at the start of every pass (a record made since may have grown it); made again if a record's failed
+ * growth (scratch_reserve) left none. A pass started while another runs (from one of its hooks) is refused: it
+ * would overwrite the gradient the running backward hands from layer to layer. pass_end when the pass returns. */
+static fsc_status pass_begin(seq_model *s, seq_acts *a) {
+    if (s->in_pass)
+        return fsc_error(FSC_ERR_STATE, "sequential model: a pass of this model is in progress (a hook started "
+                         "another: its records share one scratch, one pass at a time)");
+    FSC_TRY(scratch_grow(s, a->wbytes));
+    a->work = s->scratch;
+    a->g[0] = (float *)((char *)s->scratch + a->g_off[0]), a->g[1] = (float *)((char *)s->scratch + a->g_off[1]);
+    s->in_pass = 1;
+    return FSC_OK;
+}
+static fsc_status pass_end(seq_model *s, fsc_status st) {
+    s->in_pass = 0;
+    return st;
+}
+
+/* The model's scratch at least a->wbytes (grown between passes: a record is made outside every pass); the record
+ * is then counted among those alive (the last one freed releases the scratch). */
 static fsc_status scratch_reserve(seq_model *s, seq_acts *a) {
-    if (s->scratch_bytes < a->wbytes) {
-        fsc_device_release(s->dev, s->scratch), s->scratch = NULL, s->scratch_bytes = 0;
-        FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_WORKSPACE, a->wbytes, &s->scratch));
-        s->scratch_bytes = a->wbytes;
-    }
+    FSC_TRY(scratch_grow(s, a->wbytes));
     a->counted = 1, s->nacts++;
     return FSC_OK;
 }
@@ -359,11 +380,7 @@ static fsc_status offload(const seq_model *s, seq_acts *a, int l, int back) {
                 : fsc_device_download(s->dev, h, a->out[l - a->first], bytes);
 }
 
-fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, double *loss_sum) {
-    seq_model *s = ctx;
-    seq_acts *a = (seq_acts *)am;
-    if (loss_sum) *loss_sum = 0;
-    bind_scratch(s, a);
+static fsc_status forward_layers(seq_model *s, seq_acts *a, const fsc_model_hooks *h, double *loss_sum) {
     for (int l = a->first; l <= a->last; l++) {
         FSC_TRY(hook(h->pre_forward, h->ctx, l));
         FSC_TRY(layer_forward(s, a, l));
@@ -378,6 +395,14 @@ fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *am, const fsc_model_hooks 
         FSC_TRY(hook(h->post_forward, h->ctx, l));
     }
     return FSC_OK;
+}
+
+fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, double *loss_sum) {
+    seq_model *s = ctx;
+    seq_acts *a = (seq_acts *)am;
+    if (loss_sum) *loss_sum = 0;
+    FSC_TRY(pass_begin(s, a));
+    return pass_end(s, forward_layers(s, a, h, loss_sum));
 }
 
 /* Which part of the backward a pass runs: all of it, the input part, or the weight part (split records). */
@@ -425,8 +450,7 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
     return y->ops->backward(y, &c, dinp, dout_of(s, a, l), input_of(a, l));
 }
 
-static fsc_status run_backward(seq_model *s, seq_acts *a, const fsc_model_hooks *h, float dscale, int part) {
-    bind_scratch(s, a);
+static fsc_status backward_layers(seq_model *s, seq_acts *a, const fsc_model_hooks *h, float dscale, int part) {
     /* tied tensors used by a layer of the range: their users' gradients start from zero (model.h: a user
      * overwrites the buffer; several users of one range add up), in the part that makes them: the weight part
      * when the tied layers split, else the input part */
@@ -448,6 +472,11 @@ static fsc_status run_backward(seq_model *s, seq_acts *a, const fsc_model_hooks 
         FSC_TRY(hook(h->post_backward, h->ctx, l));
     }
     return FSC_OK;
+}
+
+static fsc_status run_backward(seq_model *s, seq_acts *a, const fsc_model_hooks *h, float dscale, int part) {
+    FSC_TRY(pass_begin(s, a));
+    return pass_end(s, backward_layers(s, a, h, dscale, part));
 }
 
 fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {

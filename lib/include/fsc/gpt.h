@@ -152,7 +152,9 @@ void fsc_gpt_bind_flat(fsc_gpt *m, float *params, float *grads);
 typedef fsc_model_hooks fsc_gpt_hooks;
 
 /* Activations of one micro-batch (B sequences of T = seq tokens: the layers are built for the context) for layers
- * [first, last]: the model's record, one device allocation under FSC_TAG_ACTS (scratch for backward included).
+ * [first, last]: the model's record, one device allocation under FSC_TAG_ACTS; the passes' scratch (the layers'
+ * work, the gradients between layers) is the model's, one for all its records (FSC_TAG_WORKSPACE, grown by a
+ * larger record, released with the last), so a model runs one pass at a time (a hook starting another is refused).
  * With checkpoint set, layers keep only their input and recompute their forward in backward, bit-identically,
  * right after the layer's pre_backward hook (no forward hooks are called for the recomputation); offload_inputs
  * keeps those inputs in host memory. MoE blocks are checkpointed too (routing recomputes deterministically). */

@@ -196,7 +196,7 @@ typedef struct {
 } tp_head;
 
 typedef struct { float *logits, *q, *normed, *mean, *rstd, *xf; int32_t *tgt; } th_parts;
-typedef struct { float *dlogits, *dxf, *dred, *sink, *pg, *small; } th_scratch;
+typedef struct { float *dlogits, *dxf, *dred, *pg, *small; } th_scratch;
 
 static size_t th_N(const tp_head *y, int B) { return (size_t)B * (size_t)y->o.T; }
 
@@ -227,7 +227,6 @@ static size_t th_work_layout(const tp_head *y, int B, void *base, th_scratch *w)
     TAKE(dlogits, N * ((size_t)y->Vl + 1));
     TAKE(dxf, N * C);
     TAKE(dred, Nl * C);
-    TAKE(sink, Nl * C);
     TAKE(pg, 2 * C);
     TAKE(small, 64);
 #undef TAKE

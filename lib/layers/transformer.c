@@ -523,7 +523,7 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
      * product only */
     float *dnormed = c->stash ? c->stash : (float *)((char *)c->work + r256(N * (size_t)y->V * sizeof(float)));
     fsc_linear_rec lr = { .inp = r.normed, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
-    const int weight_part = c->stash && !dinp; /* dnormed is in the stash */
+    const int weight_part = c->stash && !dinp && c->grad[w]; /* dnormed is in the stash (the input part: no grads) */
     FSC_TRY(fsc_linear_backward(c->dev, weight_part ? NULL : dnormed, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f,
                                 1.0f));
     float *gw = c->grad[0], *gb = y->norm == FSC_HEAD_NORM_LAYERNORM ? c->grad[1] : NULL; /* NULL: the input part */

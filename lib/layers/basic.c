@@ -107,11 +107,9 @@ static fsc_status ln_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     const size_t N = norm_rows(c, y);
     fsc_layernorm_rec r = { .inp = in, .mean = c->rec, .rstd = (float *)((char *)c->rec + r256(N * sizeof(float))),
                             .N = N, .C = y->C };
-    float *gw = c->grad[0], *gb = c->grad[1]; /* both NULL in the split's input part: the input half only */
-    if (gw || gb) gw = gw ? gw : c->sink, gb = gb ? gb : c->sink + y->C;
-    if (!dinp && !gw) return FSC_OK;
+    if (!dinp && !c->grad[0]) return FSC_OK; /* the gradients: all bound, or none (the split's input part) */
     if (dinp) FSC_TRY(fsc_device_memset(c->dev, dinp, 0, N * (size_t)y->C * sizeof(float)));
-    return fsc_layernorm_backward(c->dev, dinp, gw, gb, &r, dout, c->param[0]); /* dinp NULL: the weight half */
+    return fsc_layernorm_backward(c->dev, dinp, c->grad[0], c->grad[1], &r, dout, c->param[0]); /* either half */
 }
 
 static void norm_config(const fsc_layer *l, char *buf, size_t cap) {

@@ -93,10 +93,8 @@ static fsc_status norm_bwd(const block_layer *y, const fsc_layer_call *c, float 
         fsc_rmsnorm_rec r = { .inp = in, .rstd = sa, .N = N, .C = y->o.C };
         return fsc_rmsnorm_backward(c->dev, dinp, gw, &r, dout, P(y, c, w));
     }
-    float *gb = G(y, c, w + 1);
-    if (gw || gb) gw = gw ? gw : c->sink, gb = gb ? gb : c->sink + y->o.C;
     fsc_layernorm_rec r = { .inp = in, .mean = sa, .rstd = sb, .N = N, .C = y->o.C };
-    return fsc_layernorm_backward(c->dev, dinp, gw, gb, &r, dout, P(y, c, w));
+    return fsc_layernorm_backward(c->dev, dinp, gw, G(y, c, w + 1), &r, dout, P(y, c, w));
 }
 
 static void attn_params(const block_layer *y, const fsc_layer_call *c, fsc_self_attn_params *p,

@@ -31,11 +31,10 @@ typedef struct {
     void *in;            /* input of `first`: raw samples (first 0) or the input stream */
     float **out;         /* (last - first + 1) output of each layer (the output stream of `last` < n - 1) */
     void **rec;          /* (last - first + 1) each layer's record (all the same with ckpt) */
-    void *work;          /* the layers' scratch, in the model's (bound at each pass: pass_begin) */
     void *target;        /* the loss layer's targets */
     float *gout, *gin;   /* gradient streams: w.r.t. the output of `last`, the input of `first` */
-    float *g[2];         /* gradients between layers, alternating, in the model's scratch too */
-    size_t g_off[2];     /* their offsets in it */
+    size_t g_off[2];     /* the gradients between layers, alternating: their offsets in the model's scratch (the
+                          * layers' work at its start) */
     size_t wbytes;       /* the scratch this record's passes need */
     int counted;         /* counted in the model's records alive (seq_model.nacts) */
     float *host_loss;    /* (B x the loss layer's out_floats) */
@@ -142,16 +141,14 @@ static fsc_status scratch_grow(seq_model *s, size_t bytes) {
 
 /* A pass's scratch (the layers' work, the gradients between layers): the model's, shared by its records (one pass
  * at a time; nothing in it outlives a pass: a split record keeps what its weight part reads in its split area).
- * Bound at the start of every pass (a record made since may have grown it); made again if a record's failed
- * growth (scratch_reserve) left none. A pass started while another runs (from one of its hooks) is refused: it
- * would overwrite the gradient the running backward hands from layer to layer. pass_end when the pass returns. */
+ * The layers reach it through s->scratch, never a kept pointer; a pass makes it again if a record's failed growth
+ * (scratch_reserve) left none. A pass started while another runs (from one of its hooks) is refused: it would
+ * overwrite the gradient the running backward hands from layer to layer. pass_end when the pass returns. */
 static fsc_status pass_begin(seq_model *s, seq_acts *a) {
     if (s->in_pass)
         return fsc_error(FSC_ERR_STATE, "sequential model: a pass of this model is in progress (a hook started "
                          "another: its records share one scratch, one pass at a time)");
     FSC_TRY(scratch_grow(s, a->wbytes));
-    a->work = s->scratch;
-    a->g[0] = (float *)((char *)s->scratch + a->g_off[0]), a->g[1] = (float *)((char *)s->scratch + a->g_off[1]);
     s->in_pass = 1;
     return FSC_OK;
 }
@@ -356,7 +353,7 @@ static fsc_status make_call(const seq_model *s, const seq_acts *a, int l, int gr
                              "backward", s->info[t].name, l);
     }
     *c = (fsc_layer_call){ .dev = s->dev, .B = a->B, .param = s->cparam, .grad = s->cgrad,
-                           .rec = a->rec[l - a->first], .work = a->work, .target = a->target,
+                           .rec = a->rec[l - a->first], .work = s->scratch, .target = a->target,
                            .state = a->state[l - a->first] };
     return FSC_OK;
 }
@@ -413,7 +410,7 @@ enum { PART_WHOLE = 0, PART_INPUT, PART_WEIGHT };
 static float *dout_of(const seq_model *s, const seq_acts *a, int l) {
     if (l == s->n - 1) return NULL;
     if (a->keep && a->keep[l - a->first]) return a->keep[l - a->first];
-    return l == a->last ? a->gout : a->g[(l + 1) & 1];
+    return l == a->last ? a->gout : (float *)((char *)s->scratch + a->g_off[(l + 1) & 1]);
 }
 
 /* Layer l's input gradient: the range's stream for `first`, the previous layer's output gradient otherwise. */

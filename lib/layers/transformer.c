@@ -533,7 +533,6 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
         fsc_rmsnorm_rec nr = { .inp = in, .rstd = r.rstd, .N = N, .C = y->C };
         return fsc_rmsnorm_backward(c->dev, dinp, gw, &nr, dnormed, c->param[0]);
     }
-    if (gw || gb) gw = gw ? gw : c->sink, gb = gb ? gb : c->sink + y->C;
     fsc_layernorm_rec nr = { .inp = in, .mean = r.mean, .rstd = r.rstd, .N = N, .C = y->C };
     return fsc_layernorm_backward(c->dev, dinp, gw, gb, &nr, dnormed, c->param[0]);
 }

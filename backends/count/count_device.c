@@ -273,15 +273,21 @@ WORK(k_encoder_backward, 2 * U(B) * U(T) * U(C), 5 * U(B) * U(T) * U(C) + U(B) *
      const float *dout, const int32_t *tok, int B, int T, int C)
 WORK(k_layernorm_forward, 8 * U(N) * U(C), 2 * U(N) * U(C) + 2 * U(C) + 2 * U(N), float *out, float *mean,
      float *rstd, const float *inp, const float *w, const float *b, size_t N, int C)
-/* the norms' backward: both halves, or the one asked for (the split backward's input and weight parts) */
+/* The norms' backward, both halves or either alone (the split backward's parts): by rows dinp (fr flops an element;
+ * reads the weight, writes dinp), by columns the np parameter gradients (fc flops an element); both read x and
+ * dout and the ns statistics a row. */
+static void norm_back_work(void *ctx, int rows, int cols, size_t N, int C, uint64_t fr, uint64_t fc, uint64_t np,
+                           uint64_t ns) {
+    const uint64_t NC = U(N) * U(C);
+    count_work(ctx, (rows ? fr : 0) * NC + (cols ? fc : 0) * NC,
+               4 * (2 * NC + ns * U(N) + (rows ? NC + U(C) : 0) + (cols ? 2 * np * U(C) : 0)));
+}
+
 static fsc_status k_layernorm_backward(void *ctx, float *dinp, float *dw, float *db, const float *dout,
                                        const float *inp, const float *w, const float *mean, const float *rstd,
                                        size_t N, int C) {
     (void)db, (void)dout, (void)inp, (void)w, (void)mean, (void)rstd;
-    const uint64_t NC = U(N) * U(C);
-    if (dinp && dw) count_work(ctx, 14 * NC, 4 * (3 * NC + 4 * U(C) + 2 * U(N)));
-    else if (dinp) count_work(ctx, 10 * NC, 4 * (3 * NC + U(C) + 2 * U(N)));
-    else count_work(ctx, 4 * NC, 4 * (2 * NC + 4 * U(C) + 2 * U(N)));
+    norm_back_work(ctx, dinp != NULL, dw != NULL, N, C, 10, 4, 2, 2);
     return FSC_OK;
 }
 WORK(k_qkv, 0, 6 * U(B) * U(T) * U(NH) * U(HS), float *q, float *k, float *v, const float *qkv, int B, int T,
@@ -306,10 +312,7 @@ WORK(k_rmsnorm_forward, 5 * U(N) * U(C), 2 * U(N) * U(C) + U(C) + U(N), float *o
 static fsc_status k_rmsnorm_backward(void *ctx, float *dinp, float *dw, const float *dout, const float *inp,
                                      const float *w, const float *rstd, size_t N, int C) {
     (void)dout, (void)inp, (void)w, (void)rstd;
-    const uint64_t NC = U(N) * U(C);
-    if (dinp && dw) count_work(ctx, 8 * NC, 4 * (3 * NC + 2 * U(C) + U(N)));
-    else if (dinp) count_work(ctx, 6 * NC, 4 * (3 * NC + U(C) + U(N)));
-    else count_work(ctx, 3 * NC, 4 * (2 * NC + 2 * U(C) + U(N)));
+    norm_back_work(ctx, dinp != NULL, dw != NULL, N, C, 5, 3, 1, 1);
     return FSC_OK;
 }
 WORK(k_rope, 6 * U(B) * U(T) * U(H) * U(D), 2 * U(B) * U(T) * U(H) * U(D), float *out, const float *inp, int B,

@@ -104,8 +104,8 @@ typedef struct {
                                    * r, r + pp, ..., r + (v-1) pp of pp x v (a loop; zbv and placement V: r and
                                    * 2 pp - 1 - r); balance then has pp x v entries
                                    * and (interleaved) accum must be a multiple of pp. With v > 1 (and under
-                                   * zb-h1 and zbv) DDP, FSDP, ZeRO-1/2 or none inside the stages, offload too;
-                                   * reduce_exact with DDP or none only (docs/pipeline.md) */
+                                   * zb-h1 and zbv) DDP, FSDP, ZeRO-1/2 or none inside the stages, offload and
+                                   * reduce_exact too (docs/pipeline.md) */
     fsc_pipe_checkpoint pipe_checkpoint; /* except_last (default), always, never */
     const int *balance;           /* pp x chunks entries (chunks: virtual_stages; zbv and a V: 2), blocks per stage
                                      (copied); NULL: as even as possible */
@@ -121,8 +121,8 @@ typedef struct {
      * the experts (E / ep each) and exchange tokens with all-to-alls; the dense parameters stay with the
      * strategy, the expert parameters are summed over the data ranks holding the same experts. ep > 1 runs
      * with ddp, zero1, zero2 and fsdp (every shard strategy; zero and fsdp reduce and shard the experts over
-     * the ranks holding the same experts); MoE models do not run with pp > 1 or tp > 1 yet (they do with
-     * checkpoint). */
+     * the ranks holding the same experts); MoE models run in pipelines (every schedule) and with layer
+     * checkpointing, not with tp > 1 yet. */
     int ep;                       /* expert-parallel ranks (0 or 1: every rank holds every expert) */
     /* the exact reduction (docs/determinism.md): the same bits at any world size, accumulation and strategy.
      * A step runs units of `unit` sequences, each one micro-batch wherever it is placed; every unit's gradient

@@ -227,6 +227,21 @@ static void test_zero_memory(void **state) {
             free(z.params);
         }
         if (N >= 4) assert_true(peak_grads[1] < peak_grads[0]);
+        /* with overlap (prefetch, prefetch_limit 2) a bucket's reduction owns its gradient until it is waited
+         * for, one at a time: S plus at most two buckets (the one reducing and the one computing), not every
+         * bucket (DDP's gradients plus S, more than ZeRO-1) */
+        pt_run z = zero_run(N, FSC_PAR_ZERO2, 1);
+        z.po.prefetch = 1;
+        z.po.prefetch_limit = 2;
+        pt_train(&z);
+        const size_t S = Pp2 / (size_t)N;
+        for (int r = 0; r < N; r++) {
+            size_t model = ddp.peak[r][FSC_TAG_GRADS] - 4 * P, most = model + 4 * (S + 2 * maxb);
+            if (z.peak[r][FSC_TAG_GRADS] > most || z.peak[r][FSC_TAG_GRADS] < model + 4 * (S + maxb))
+                fail_msg("zero2 prefetch world %d rank %d: gradient peak %zu bytes, want %zu to %zu", N, r,
+                         z.peak[r][FSC_TAG_GRADS], model + 4 * (S + maxb), most);
+        }
+        free(z.params);
         free(ddp.params);
     }
 }

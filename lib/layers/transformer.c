@@ -160,6 +160,15 @@ fsc_status layers_gelu_mlp_split_input(fsc_device *dev, const layers_gelu_mlp *m
     return dinp ? fsc_linear_backward(dev, dinp, NULL, NULL, &fr, m->h, w[0], 0.0f, 1.0f) : FSC_OK;
 }
 
+fsc_status layers_gelu_mlp_backward(fsc_device *dev, const layers_gelu_mlp *m, const float *const *w, float *const *g,
+                                    const float *dout, float *dinp, float *da, float *dh) {
+    fsc_linear_rec pr = gelu_lin(m, 1), fr = gelu_lin(m, 0);
+    FSC_TRY(fsc_linear_backward(dev, da, g[2], g[3], &pr, dout, w[2], 0.0f, 1.0f));
+    fsc_gelu_rec gr = { .inp = m->h, .n = m->N * (size_t)m->F };
+    FSC_TRY(fsc_gelu_backward(dev, dh, &gr, da));
+    return fsc_linear_backward(dev, dinp, g[0], g[1], &fr, dh, w[0], 0.0f, 1.0f);
+}
+
 /* The split (c->stash set, of 0 bytes: the split area is there): layers_gelu_mlp_split_*, dh over h. */
 static fsc_status gm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
@@ -169,15 +178,8 @@ static fsc_status gm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     float *da = c->work, *dh = (float *)((char *)c->work + r256(NF * sizeof(float)));
     const layers_gelu_mlp m = { N, y->o.C, y->o.F, in, a, h };
     if (c->stash && !dinp && c->grad[0]) return layers_gelu_mlp_split_weight(c->dev, &m, c->param, c->grad, dout);
-    if (c->stash) {
-        FSC_TRY(layers_gelu_mlp_split_input(c->dev, &m, c->param, dout, dinp, da));
-    } else {
-        fsc_linear_rec pr = gelu_lin(&m, 1), fr = gelu_lin(&m, 0);
-        FSC_TRY(fsc_linear_backward(c->dev, da, c->grad[2], c->grad[3], &pr, dout, c->param[2], 0.0f, 1.0f));
-        fsc_gelu_rec gr = { .inp = h, .n = NF };
-        FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
-        FSC_TRY(fsc_linear_backward(c->dev, dinp, c->grad[0], c->grad[1], &fr, dh, c->param[0], 0.0f, 1.0f));
-    }
+    if (c->stash) FSC_TRY(layers_gelu_mlp_split_input(c->dev, &m, c->param, dout, dinp, da));
+    else FSC_TRY(layers_gelu_mlp_backward(c->dev, &m, c->param, c->grad, dout, dinp, da, dh));
     return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, N * (size_t)y->o.C) : FSC_OK;
 }
 

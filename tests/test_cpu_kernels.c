@@ -384,6 +384,14 @@ static void test_xent(void **state) {
         }
         for (int j = V; j < LD; j++) assert_true(dl[n * LD + j] == 555.0f); /* padding untouched */
     }
+    /* in place (ABI 7, the split backward's LM heads): dlogits over the logits, the same bits */
+    float inplace[N * LD];
+    memcpy(inplace, logits, sizeof inplace);
+    assert_ok(FSC_K(dev, xent_backward, inplace, inplace, tg, N, V, LD, scale));
+    for (int n = 0; n < N; n++) {
+        assert_memory_equal(inplace + n * LD, dl + n * LD, V * sizeof(float));
+        assert_memory_equal(inplace + n * LD + V, logits + n * LD + V, (LD - V) * sizeof(float));
+    }
     tg[2] = V;
     assert_err(FSC_K(dev, xent_forward, losses, logits, tg, N, V, LD), FSC_ERR_INVALID, "target 11");
     tg[2] = -1;

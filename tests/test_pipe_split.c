@@ -184,7 +184,8 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin, int fl
     float x[B * T * C];
     fsc_model_hooks h = { 0 };
     for (int k = 0; k < 2; k++) {
-        fsc_model_acts_opts o = { .B = B, .first = first, .last = NL - 1, .split = split > 0, .split_tied = split > 2,
+        fsc_model_acts_opts o = { .B = B, .first = first, .last = m->n_layers - 1, .split = split > 0,
+                                  .split_tied = split > 2,
                                   .grad_term = tm ? take_term : NULL, .grad_term_ctx = tm };
         assert_ok(m->ops->acts_create(m->ctx, &o, &a[k]));
         if (bytes) *bytes = m->ops->acts_bytes(m->ctx, a[k]);
@@ -317,6 +318,51 @@ static void split_misuse_refused(void **st) {
     fsc_model_free(m);
 }
 
+/* The LM head without a norm, after a LayerNorm (with a padded vocabulary) and after an RMSNorm, as a model of its
+ * own (the model's first layer: no input gradient; without a norm the split area would be empty but for the stash
+ * of 0 bytes that marks the split), after a linear layer (a record of both and one of the head alone), and without
+ * a norm tied to a token embedding (split_tied): B0 B1 W0 W1 give the whole backward's bits. The input parts write
+ * each record's dlogits over its logits, and the weight parts read them there (the second input part in between). */
+static void split_head(void **st) {
+    (void)st;
+    for (int kind = 0; kind < 3; kind++)
+        for (int norm = FSC_HEAD_NORM_NONE; norm <= FSC_HEAD_NORM_RMSNORM; norm++) {
+            if (kind == 2 && norm != FSC_HEAD_NORM_NONE) continue;
+            fsc_layer *l[2];
+            fsc_seq_layer ls[2];
+            int n = 0;
+            if (kind == 1) {
+                fsc_linear_opts lo = fsc_linear_opts_default(C, C);
+                lo.rows = T;
+                assert_ok(fsc_layer_linear(&lo, &l[n++]));
+            } else if (kind == 2) {
+                assert_ok(fsc_layer_token_embedding(T, C, V, &l[n++]));
+            }
+            fsc_lm_head_opts ho = { .T = T, .C = C, .V = V, .Vp = norm == FSC_HEAD_NORM_LAYERNORM ? V + 3 : 0,
+                                    .norm = (fsc_head_norm)norm, .eps = 1e-5f };
+            assert_ok(fsc_layer_lm_head_opts(&ho, &l[n++]));
+            static const char *pre[2][2] = { { "head." }, { "in.", "head." } };
+            for (int i = 0; i < n; i++) ls[i] = (fsc_seq_layer){ .layer = l[i], .prefix = pre[n - 1][i] };
+            if (kind == 2) ls[1].tie[0] = (fsc_layer_tie){ .param = "weight", .to = "in.weight" };
+            fsc_model *m = NULL;
+            assert_ok(fsc_seq_model_create(g_dev, ls, n, &m));
+            const size_t P = fsc_model_num_params(m), tot = 2 * P; /* room for a tied buffer after the gradients */
+            float *g0 = calloc(tot, sizeof(float)), *g1 = calloc(tot, sizeof(float));
+            float gin0[B * T * C], gin1[B * T * C];
+            for (int first = 0; first < n; first++) {
+                run(m, first, 0, g0, gin0, kind != 2, NULL, NULL);
+                run(m, first, kind == 2 ? 3 : 1, g1, gin1, kind != 2, NULL, NULL);
+                int nonzero = 0; /* the head's weight (or its tied buffer) at least: real gradients */
+                for (size_t i = 0; i < tot; i++) nonzero += g0[i] != 0.0f;
+                assert_true(nonzero > V * C / 2);
+                assert_memory_equal(g0, g1, tot * sizeof(float));
+                if (first > 0) assert_memory_equal(gin0, gin1, sizeof gin0);
+            }
+            free(g0), free(g1);
+            fsc_model_free(m);
+        }
+}
+
 /* A record of the first layer alone (the token embedding: no input gradient, no stash): its weight part reads the
  * output gradient its input part kept, the whole backward's gradient. */
 static void split_first_alone(void **st) {
@@ -395,6 +441,7 @@ int main(void) {
         cmocka_unit_test(split_misuse_refused),
         cmocka_unit_test(split_of_nothing),
         cmocka_unit_test(split_first_alone),
+        cmocka_unit_test(split_head),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

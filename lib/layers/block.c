@@ -305,14 +305,10 @@ static fsc_status bk_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
         FSC_TRY(fsc_swiglu_mlp_backward_parts(c->dev, dln, G(y, c, R_M0), G(y, c, R_M1), G(y, c, R_M2), &mr, d,
                                         P(y, c, R_M0), P(y, c, R_M1), P(y, c, R_M2), inner));
     } else {
-        float *fch = AT(c->rec, m.mlp), *fcg = AT(c->rec, m.mlp + r256(NF * sizeof(float)));
-        float *da = inner, *dh = AT(inner, r256(NF * sizeof(float)));
-        fsc_linear_rec pr = { .inp = fcg, .N = N, .C = F, .OC = C };
-        FSC_TRY(fsc_linear_backward(c->dev, da, G(y, c, R_M2), G(y, c, R_M3), &pr, d, P(y, c, R_M2), 0.0f, 1.0f));
-        fsc_gelu_rec gr = { .inp = fch, .n = NF };
-        FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
-        fsc_linear_rec fr = { .inp = ln2, .N = N, .C = C, .OC = F };
-        FSC_TRY(fsc_linear_backward(c->dev, dln, G(y, c, R_M0), G(y, c, R_M1), &fr, dh, P(y, c, R_M0), 0.0f, 1.0f));
+        const layers_gelu_mlp gm = { N, C, F, ln2, AT(c->rec, m.mlp + r256(NF * sizeof(float))), AT(c->rec, m.mlp) };
+        const float *mw[4] = { P(y, c, R_M0), P(y, c, R_M1), P(y, c, R_M2), P(y, c, R_M3) };
+        float *const mg[4] = { G(y, c, R_M0), G(y, c, R_M1), G(y, c, R_M2), G(y, c, R_M3) };
+        FSC_TRY(layers_gelu_mlp_backward(c->dev, &gm, mw, mg, d, dln, inner, AT(inner, r256(NF * sizeof(float)))));
     }
     FSC_TRY(norm_bwd(y, c, d, dln, h, AT(c->rec, m.st2a), AT(c->rec, m.st2b), R_N2W, N)); /* d = d h */
     fsc_self_attn_config cf = attn_cfg(y, c->B);

@@ -58,7 +58,10 @@ fsc_status layers_attn_split_weight(fsc_device *dev, const fsc_self_attn_rec *r,
  * (N, F); the weight part runs the three weight products from them and dout. The GELU MLP's (Conv1D weights [in, out]
  * with biases; x its input, h the first product's output, act the GELU's; w, g: fc weight and bias, proj weight and
  * bias): the input part writes dh over h and dinp; work (N, F); the weight part runs the two weight products from dh
- * and dout. */
+ * and dout. layers_gelu_mlp_backward is its whole backward (the MLP layer's, the composed GPT-2 block's and the
+ * tensor-parallel MLP's, unsplit): the same products and GELU, each product's gradients with its input gradient,
+ * dh into the scratch dh and the gradient at act into da ((N, F) each), h kept; dinp overwritten (NULL: not
+ * wanted), g accumulated. */
 fsc_status layers_swiglu_split_input(fsc_device *dev, const fsc_swiglu_mlp_rec *r, const float *const *w,
                                      const float *dout, float *dinp, float *work);
 fsc_status layers_swiglu_split_weight(fsc_device *dev, const fsc_swiglu_mlp_rec *r, const float *const *w,
@@ -73,6 +76,8 @@ fsc_status layers_gelu_mlp_split_input(fsc_device *dev, const layers_gelu_mlp *m
                                        const float *dout, float *dinp, float *work);
 fsc_status layers_gelu_mlp_split_weight(fsc_device *dev, const layers_gelu_mlp *m, const float *const *w,
                                         float *const *g, const float *dout);
+fsc_status layers_gelu_mlp_backward(fsc_device *dev, const layers_gelu_mlp *m, const float *const *w, float *const *g,
+                                    const float *dout, float *dinp, float *da, float *dh);
 
 static inline size_t r256(size_t b) { return (b + 255) / 256 * 256; }
 #define LAYER_STD 0.02f

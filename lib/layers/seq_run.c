@@ -165,19 +165,23 @@ static fsc_status scratch_reserve(seq_model *s, seq_acts *a) {
     return FSC_OK;
 }
 
-/* Lay a split record's split area out from base (NULL: only count, and no area: keep, stash and sink NULL). */
+/* Lay a split record's split area out from base (NULL: only count, and no area: keep, stash and sink NULL). A
+ * stash of 0 bytes is not NULL in the area (layers.h: it marks the split's parts); a range whose area would be
+ * empty but for such a stash (an LM head without a norm, alone) takes 256 bytes so that it has one. */
 static size_t layout_split(const seq_model *s, seq_acts *a, char *base) {
     const size_t B = (size_t)a->B;
     size_t at = 0;
+    int stashes = 0;
 #define TAKE(ptr, bytes) (ptr = (void *)(base ? base + at : NULL), at += up(bytes))
     for (int l = a->first; l <= a->last; l++) {
         const fsc_layer *y = s->layers[l];
         if (l < s->n - 1 && splits(s, a, l)) TAKE(a->keep[l - a->first], B * y->out_floats * sizeof(float));
-        if (splits(s, a, l) && y->ops->split_bytes) TAKE(a->stash[l - a->first], y->ops->split_bytes(y, a->B));
+        if (splits(s, a, l) && y->ops->split_bytes)
+            TAKE(a->stash[l - a->first], y->ops->split_bytes(y, a->B)), stashes++;
     }
     TAKE(a->sink, sink_floats(s, a) * sizeof(float));
 #undef TAKE
-    return at;
+    return at || !stashes ? at : up(1);
 }
 
 /* The input part of a split record: its split area, from the pool (of its size) or new. */

@@ -184,8 +184,8 @@ fsc_status fsc_tp_layer_embedding(const fsc_embedding_opts *o, fsc_layer **out) 
 
 /* ---- vocab-parallel LM head. Record: logits (N, Vl + 1), local targets (N int32), q (N), and with a norm its
  * output (Nl, C) and statistics, and under sp the gathered head input (N, C). Scratch: forward the cross
- * entropy's; backward dlogits (N, Vl + 1), the partial input gradient (N, C), its reduced rows (Nl, C), the
- * input gradient nobody needs (Nl, C), the norm's partial parameter gradients (2 C), 64 floats. ---- */
+ * entropy's; backward dlogits (N, Vl + 1; the split's over the record's logits), the partial input gradient (N, C),
+ * its reduced rows (Nl, C), the norm's partial parameter gradients (2 C), 64 floats. ---- */
 typedef struct {
     fsc_layer l;
     fsc_lm_head_opts o;
@@ -271,12 +271,12 @@ static fsc_status th_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     return s;
 }
 
-/* The split backward (layers.h). Input part (c->grad NULL): dlogits, the slice's part of the head input's gradient,
- * its all-reduce (or reduce-scatter) over the group, through the norm into dinp; the reduced gradient at the norm's
- * output is kept in the stash (split_bytes) for the weight part. Weight part (dinp NULL): dlogits again (local: the
- * cross entropy's backward reads the record), dW += dlogits^T xf, and the norm's parameter gradients from the
- * stash (under sp summed over the group, as in the whole backward). The same kernels on the same values: the
- * whole backward's bits. */
+/* The split backward (layers.h). Input part (c->grad NULL): dlogits, written over the record's logits (which
+ * nothing reads after it), the slice's part of the head input's gradient, its all-reduce (or reduce-scatter) over
+ * the group, through the norm into dinp; the reduced gradient at the norm's output is kept in the stash
+ * (split_bytes; without a norm a stash of 0 bytes marks the split) for the weight part. Weight part (dinp NULL):
+ * dW += dlogits^T xf from the record, and the norm's parameter gradients from the stash (under sp summed over the
+ * group, as in the whole backward). The same kernels on the same values: the whole backward's bits. */
 static size_t th_split_bytes(const fsc_layer *l, int B) {
     const tp_head *y = (const tp_head *)l;
     return y->o.norm == FSC_HEAD_NORM_NONE ? 0 : r64f(tp_rows(&y->g, th_N(y, B)) * (size_t)y->o.C) * sizeof(float);
@@ -289,23 +289,24 @@ static fsc_status th_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     const size_t N = th_N(y, c->B), Nl = tp_rows(&y->g, N);
     const int C = y->o.C, Vl = y->Vl, Vr = y->Vr, ld = Vl + 1, w = l->n_params - 1;
     const int norm = y->o.norm != FSC_HEAD_NORM_NONE;
-    const int input_part = !c->grad[w], weight_part = !dinp && c->stash && norm;
+    const int input_part = !c->grad[w], weight_part = !dinp && c->stash && c->grad[w];
     th_parts r;
     th_rec_layout(y, c->B, c->rec, &r);
     th_scratch k;
     th_work_layout(y, c->B, c->work, &k);
     const float *xf = y->g.sp ? r.xf : norm ? r.normed : in;
+    float *dlogits = c->stash ? r.logits : k.dlogits; /* the split: over the logits, from its input part on */
     fsc_tp_xent_rec xr = { .logits = r.logits, .tgt = r.tgt, .q = r.q, .N = N, .Vl = Vr, .ld = ld };
-    FSC_TRY(fsc_tp_xent_backward(c->dev, k.dlogits, &xr, c->dscale, k.small));
+    if (!weight_part) FSC_TRY(fsc_tp_xent_backward(c->dev, dlogits, &xr, c->dscale, k.small));
     if (Vr < Vl && c->grad[w]) /* the padding rows' gradient: 0 (the products below write the real rows only) */
         FSC_TRY(fsc_device_memset(c->dev, c->grad[w] + (size_t)Vr * (size_t)C, 0,
                                   (size_t)(Vl - Vr) * (size_t)C * sizeof(float)));
     /* dxf (N, C) = dlogits (N, Vr) @ W_slice[:Vr] (Vr, C): this slice's part; dW[:Vr] += dlogits^T @ xf */
     if (dinp || (norm && !weight_part)) /* needed for dinp, or for the norm's gradients without the stash */
-        FSC_TRY(fsc_k_gemm(c->dev, 0, 0, (int)N, C, Vr, 1.0f, k.dlogits, ld, 0, c->param[w], C, 0, 0.0f, k.dxf, C, 0,
+        FSC_TRY(fsc_k_gemm(c->dev, 0, 0, (int)N, C, Vr, 1.0f, dlogits, ld, 0, c->param[w], C, 0, 0.0f, k.dxf, C, 0,
                            1));
     if (c->grad[w])
-        FSC_TRY(fsc_k_gemm(c->dev, 1, 0, Vr, C, (int)N, 1.0f, k.dlogits, ld, 0, xf, C, 0, 1.0f, c->grad[w], C, 0, 1));
+        FSC_TRY(fsc_k_gemm(c->dev, 1, 0, Vr, C, (int)N, 1.0f, dlogits, ld, 0, xf, C, 0, 1.0f, c->grad[w], C, 0, 1));
     if (!norm) /* the input gradient: the slices' parts summed (f's backward) */
         return dinp ? tp_reduce_grad(&y->g, c->dev, dinp, k.dxf, N, C) : FSC_OK;
     float *dred = c->stash && (input_part || weight_part) ? c->stash : k.dred;

@@ -178,18 +178,12 @@ static fsc_status tm_bwd(const tp_mlp *m, const fsc_layer_call *c, float *saved,
         return fsc_swiglu_mlp_backward_parts(c->dev, dxf, g[0], g[1], g[2], &r, G, w[0], w[1], w[2], work);
     }
     const size_t NF = N * (size_t)m->Fl;
-    float *fch = saved, *fcg = AT(saved, r64f(NF)), *da = work, *dh = AT(work, r64f(NF));
-    const layers_gelu_mlp gm = { N, m->C, m->Fl, xf, fcg, fch };
+    const layers_gelu_mlp gm = { N, m->C, m->Fl, xf, AT(saved, r64f(NF)), saved }; /* fch, then fcg */
     const float *w[4] = { PP(c, m->w0), PP(c, m->b0), PP(c, m->w2), PP(c, m->b2) };
     float *const g[4] = { GG(c, m->w0), GG(c, m->b0), GG(c, m->w2), GG(c, m->b2) };
     if (part == TP_INPUT) return layers_gelu_mlp_split_input(c->dev, &gm, w, G, dxf, work);
     if (part == TP_WEIGHT) return layers_gelu_mlp_split_weight(c->dev, &gm, w, g, G);
-    fsc_linear_rec pr = { .inp = fcg, .N = N, .C = m->Fl, .OC = m->C };
-    FSC_TRY(fsc_linear_backward(c->dev, da, g[2], g[3], &pr, G, w[2], 0.0f, 1.0f));
-    fsc_gelu_rec gr = { .inp = fch, .n = NF };
-    FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
-    fsc_linear_rec fr = { .inp = xf, .N = N, .C = m->C, .OC = m->Fl };
-    return fsc_linear_backward(c->dev, dxf, g[0], g[1], &fr, dh, w[0], 0.0f, 1.0f);
+    return layers_gelu_mlp_backward(c->dev, &gm, w, g, G, dxf, work, AT(work, r64f(NF)));
 }
 
 /* ---- attention and MLP as layers: record [xf (N, C) under sp], the part's; scratch s0, s1 (N, C), inner ---- */

@@ -160,6 +160,15 @@ fsc_status layers_gelu_mlp_split_input(fsc_device *dev, const layers_gelu_mlp *m
     return dinp ? fsc_linear_backward(dev, dinp, NULL, NULL, &fr, m->h, w[0], 0.0f, 1.0f) : FSC_OK;
 }
 
+fsc_status layers_gelu_mlp_backward(fsc_device *dev, const layers_gelu_mlp *m, const float *const *w, float *const *g,
+                                    const float *dout, float *dinp, float *da, float *dh) {
+    fsc_linear_rec pr = gelu_lin(m, 1), fr = gelu_lin(m, 0);
+    FSC_TRY(fsc_linear_backward(dev, da, g[2], g[3], &pr, dout, w[2], 0.0f, 1.0f));
+    fsc_gelu_rec gr = { .inp = m->h, .n = m->N * (size_t)m->F };
+    FSC_TRY(fsc_gelu_backward(dev, dh, &gr, da));
+    return fsc_linear_backward(dev, dinp, g[0], g[1], &fr, dh, w[0], 0.0f, 1.0f);
+}
+
 /* The split (c->stash set, of 0 bytes: the split area is there): layers_gelu_mlp_split_*, dh over h. */
 static fsc_status gm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                          const void *in) {
@@ -169,15 +178,8 @@ static fsc_status gm_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     float *da = c->work, *dh = (float *)((char *)c->work + r256(NF * sizeof(float)));
     const layers_gelu_mlp m = { N, y->o.C, y->o.F, in, a, h };
     if (c->stash && !dinp && c->grad[0]) return layers_gelu_mlp_split_weight(c->dev, &m, c->param, c->grad, dout);
-    if (c->stash) {
-        FSC_TRY(layers_gelu_mlp_split_input(c->dev, &m, c->param, dout, dinp, da));
-    } else {
-        fsc_linear_rec pr = gelu_lin(&m, 1), fr = gelu_lin(&m, 0);
-        FSC_TRY(fsc_linear_backward(c->dev, da, c->grad[2], c->grad[3], &pr, dout, c->param[2], 0.0f, 1.0f));
-        fsc_gelu_rec gr = { .inp = h, .n = NF };
-        FSC_TRY(fsc_gelu_backward(c->dev, dh, &gr, da));
-        FSC_TRY(fsc_linear_backward(c->dev, dinp, c->grad[0], c->grad[1], &fr, dh, c->param[0], 0.0f, 1.0f));
-    }
+    if (c->stash) FSC_TRY(layers_gelu_mlp_split_input(c->dev, &m, c->param, dout, dinp, da));
+    else FSC_TRY(layers_gelu_mlp_backward(c->dev, &m, c->param, c->grad, dout, dinp, da, dh));
     return y->o.residual && dinp ? fsc_residual_backward(c->dev, dinp, NULL, dout, N * (size_t)y->o.C) : FSC_OK;
 }
 
@@ -445,7 +447,9 @@ fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
 }
 
 /* ---- LM head with cross entropy, optionally after a final norm. Record: the logits (N, V), then with a norm
- * its output (N, C) and statistics (rstd, or mean and rstd); scratch: dlogits (N, V), then dnorm (N, C). A padded vocabulary (a weight of Vp > V
+ * its output (N, C) and statistics (rstd, or mean and rstd); scratch: dlogits (N, V), then dnorm (N, C); the split
+ * backward's input part writes dlogits over the record's logits instead, for its weight part, and keeps dnorm in
+ * the stash. A padded vocabulary (a weight of Vp > V
  * rows, llm.c's): the products use its first V rows only (a prefix of the table), so the padding is in no logit,
  * no softmax and no input gradient, its rows' gradient is 0 and the losses are the unpadded head's bit for bit.
  * (llm.c multiplies all Vp rows, a faster shape on GPUs, and gets the same losses up to rounding.) ---- */
@@ -508,9 +512,15 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     const size_t N = hd_N(y, c->B), NC = N * (size_t)y->C;
     const int w = l->n_params - 1;
     const head_rec r = hd_parts(y, c->rec, c->B);
-    float *dlogits = c->work;
-    fsc_xent_rec xr = { .logits = r.logits, .targets = c->target, .N = N, .V = y->V, .ld = y->V };
-    FSC_TRY(fsc_xent_backward(c->dev, dlogits, &xr, c->dscale));
+    /* The split (c->stash set: a stash of 0 bytes without a norm): the input part writes dlogits over the record's
+     * logits, which nothing reads after it (the loss is the forward's; layers.h), and the weight part reads them
+     * there; the whole backward writes them into the scratch. */
+    const int weight_part = c->stash && !dinp && c->grad[w];
+    float *dlogits = c->stash ? r.logits : c->work;
+    if (!weight_part) {
+        fsc_xent_rec xr = { .logits = r.logits, .targets = c->target, .N = N, .V = y->V, .ld = y->V };
+        FSC_TRY(fsc_xent_backward(c->dev, dlogits, &xr, c->dscale)); /* in place in the split */
+    }
     if (y->Vp > y->V && c->grad[w]) /* the padding rows' gradient: 0 (the products below write the real rows only;
                                       * the split's input part writes none) */
         FSC_TRY(fsc_device_memset(c->dev, c->grad[w] + (size_t)y->V * (size_t)y->C, 0,
@@ -523,7 +533,6 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
      * product only */
     float *dnormed = c->stash ? c->stash : (float *)((char *)c->work + r256(N * (size_t)y->V * sizeof(float)));
     fsc_linear_rec lr = { .inp = r.normed, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
-    const int weight_part = c->stash && !dinp && c->grad[w]; /* dnormed is in the stash (the input part: no grads) */
     FSC_TRY(fsc_linear_backward(c->dev, weight_part ? NULL : dnormed, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f,
                                 1.0f));
     float *gw = c->grad[0], *gb = y->norm == FSC_HEAD_NORM_LAYERNORM ? c->grad[1] : NULL; /* NULL: the input part */
@@ -557,7 +566,8 @@ static const float *hd_logits(const fsc_layer *l, const void *rec, int B, int *v
     return rec; /* the record starts with the logits (hd_parts) */
 }
 
-/* The split's stash: the gradient at the final norm's output (N, C), when there is a norm. */
+/* The split's stash: the gradient at the final norm's output (N, C), when there is a norm (without, 0 bytes: the
+ * mark of the split's parts, whose dlogits lie over the record's logits). */
 static size_t hd_split_bytes(const fsc_layer *l, int B) {
     const head_layer *y = (const head_layer *)l;
     return y->norm == FSC_HEAD_NORM_NONE ? 0 : hd_N(y, B) * (size_t)y->C * sizeof(float);

@@ -68,7 +68,8 @@ typedef struct {
                                   * a vector's gradient together with dinp (the built-in norms' kernels compute
                                   * either half alone); its contents are garbage */
     void *stash;                 /* split backward: ops->split_bytes(B) bytes the input part writes and the weight
-                                  * part of the same record reads (NULL without split_bytes) */
+                                  * part of the same record reads (NULL without split_bytes; with it never
+                                  * NULL in a split record, even of 0 bytes: the mark of the split's parts) */
 } fsc_layer_call;
 
 struct fsc_layer;

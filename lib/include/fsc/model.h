@@ -208,7 +208,8 @@ typedef struct {
      * message names the tensor or the field. NULL: the tensors are checked against this model's own at load. */
     fsc_status (*check_tensors)(void *ctx, const char *recorded, const fsc_param_info *params, int n);
     /* Language models: after a forward of a record holding the last layer, the logits that forward computed,
-     * device floats (B, loss_terms, *vocab) valid until the record's next forward or free; NULL when the record
+     * device floats (B, loss_terms, *vocab) valid until the record's next forward or free, or its backward_input
+     * (a record made with split: the built-in LM heads write their gradient over them); NULL when the record
      * has none. NULL operation: the model gives no logits (generate.h refuses it). */
     const float *(*logits)(void *ctx, const fsc_model_acts *a, int *vocab);
     /* Floating-point operations of one training step (forward and backward) of a micro-batch of B samples over
@@ -230,10 +231,10 @@ typedef struct {
      * (every such record then does), 0 if they run them whole in the input part. NULL: 0 (split_tied ignored). */
     int (*splits_tied)(void *ctx);
     /* Optional, models whose logits are split over a tensor group (the vocabulary-parallel head, tp > 1), where
-     * logits gives NULL: this rank's slice of the logits the last forward computed, device floats, B x loss_terms
-     * rows of stride p->ld, row r's columns [p->first, p->first + p->cols) of the p->vocab columns of the whole
-     * logits (the group's slices together make them; fsc_engine_predict gathers them); NULL when the record has
-     * none. NULL operation: no such slice. */
+     * logits gives NULL: this rank's slice of the logits the last forward computed (valid as logits' are), device
+     * floats, B x loss_terms rows of stride p->ld, row r's columns [p->first, p->first + p->cols) of the p->vocab
+     * columns of the whole logits (the group's slices together make them; fsc_engine_predict gathers them); NULL
+     * when the record has none. NULL operation: no such slice. */
     const float *(*logits_part)(void *ctx, const fsc_model_acts *a, fsc_logits_part *p);
     /* Optional: a record for o in place of old, which it consumes whatever it returns (freed on failure), in
      * old's device memory where the two need the same bytes (a pipeline rank with two chunks of the same shape,

@@ -28,8 +28,9 @@
 
 FSC_BEGIN_DECLS
 
-#define FSC_DEVICE_ABI_VERSION 6 /* 2: gemm_ex; 3: RMS norm, rotary, SiLU/SwiGLU, products, MSE; 4: host_alloc;
-                                  * 5: asynchronous copies; 6: the norms' backward computes either half alone */
+#define FSC_DEVICE_ABI_VERSION 7 /* 2: gemm_ex; 3: RMS norm, rotary, SiLU/SwiGLU, products, MSE; 4: host_alloc;
+                                  * 5: asynchronous copies; 6: the norms' backward computes either half alone;
+                                  * 7: the cross entropy's backward in place (dlogits == logits) */
 
 typedef struct fsc_device_ops {
     int abi_version; /* FSC_DEVICE_ABI_VERSION */
@@ -100,7 +101,8 @@ typedef struct fsc_device_ops {
     /* cross entropy: losses[n] = -log softmax(logits[n,:V])[targets[n]] (row stride ld >= V) */
     fsc_status (*xent_forward)(void *ctx, float *losses, const float *logits, const int32_t *targets,
                                size_t N, int V, int ld);
-    /* dlogits[n,:] = scale * (softmax(logits[n]) - onehot(targets[n])) (=) */
+    /* dlogits[n,:] = scale * (softmax(logits[n]) - onehot(targets[n])) (=); dlogits may be logits (in place,
+     * ABI 7: the split backward's LM heads write it over their record's logits), with the same bits */
     fsc_status (*xent_backward)(void *ctx, float *dlogits, const float *logits, const int32_t *targets,
                                 size_t N, int V, int ld, float scale);
 

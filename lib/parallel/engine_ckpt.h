@@ -54,8 +54,8 @@ fsc_status fsc_holdings_sorted(fsc_engine *e, fsc_holding **out, int *n);
 int fsc_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first);
 /* Device pointer of state `state` (0: parameters) of optimizer segment seg (on fsc_offload_seg_dev(e, state)). */
 float *fsc_seg_ptr(fsc_engine *e, int state, int seg);
-/* Collective over the world: the pieces of tensor t in state `state` (recs: every rank's, sorted by (t, first) as
- * fsc_pieces_check leaves them) go from their owners to the nto world ranks `to` (increasing), each of which
+/* Collective over the world: the pieces of tensor t in state `state` (recs sorted by (t, first) as fsc_pieces_check
+ * leaves them: every rank's on a receiver, at least this rank's own elsewhere) go from their owners to the nto world ranks `to` (increasing), each of which
  * passes them to sink in element order, one chunk (FSC_PIECE_CHUNK floats at most) at a time through host and,
  * for other ranks' pieces, device buffer dbuf (each as large as the largest chunk); h/nh: this rank's sorted
  * holdings. An owner sends straight from its segments (offloaded ones through one device chunk). After a failed

@@ -90,23 +90,27 @@ static int cmp_piece(const void *a, const void *b) {
     return x->first < y->first ? -1 : x->first > y->first;
 }
 
+/* Pieces r[*k ..] of tensor t (sorted) tile it exactly once; *k moves past them. */
+static fsc_status check_tensor(fsc_engine *e, const fsc_piece *r, int n, int t, int *k) {
+    uint64_t at = 0;
+    for (; *k < n && r[*k].t == t; (*k)++) {
+        if (r[*k].first != at)
+            return fsc_error(FSC_ERR_INTERNAL, "checkpoint: tensor %s: the ranks' pieces %s at element %llu "
+                             "(a strategy's holdings are wrong)", fsc_engine_full_info(e, t)->name,
+                             r[*k].first < at ? "overlap" : "leave a gap", (unsigned long long)at);
+        at += r[*k].n;
+    }
+    if (at != fsc_engine_full_info(e, t)->numel)
+        return fsc_error(FSC_ERR_INTERNAL, "checkpoint: tensor %s: the ranks write %llu of its %zu elements "
+                         "(a strategy's holdings are wrong)", fsc_engine_full_info(e, t)->name,
+                         (unsigned long long)at, fsc_engine_full_info(e, t)->numel);
+    return FSC_OK;
+}
+
 fsc_status fsc_pieces_check(fsc_engine *e, fsc_piece *r, int n) {
     qsort(r, (size_t)n, sizeof *r, cmp_piece);
     int k = 0;
-    for (int t = 0; t < e->m->n_tensors; t++) {
-        uint64_t at = 0;
-        for (; k < n && r[k].t == t; k++) {
-            if (r[k].first != at)
-                return fsc_error(FSC_ERR_INTERNAL, "checkpoint: tensor %s: the ranks' pieces %s at element %llu "
-                                 "(a strategy's holdings are wrong)", fsc_engine_full_info(e, t)->name,
-                                 r[k].first < at ? "overlap" : "leave a gap", (unsigned long long)at);
-            at += r[k].n;
-        }
-        if (at != fsc_engine_full_info(e, t)->numel)
-            return fsc_error(FSC_ERR_INTERNAL, "checkpoint: tensor %s: the ranks write %llu of its %zu elements "
-                             "(a strategy's holdings are wrong)", fsc_engine_full_info(e, t)->name,
-                             (unsigned long long)at, fsc_engine_full_info(e, t)->numel);
-    }
+    for (int t = 0; t < e->m->n_tensors; t++) FSC_TRY(check_tensor(e, r, n, t, &k));
     if (k != n)
         return fsc_error(FSC_ERR_INTERNAL, "checkpoint: a piece names tensor %d of %d", r[k].t, e->m->n_tensors);
     return FSC_OK;
@@ -227,39 +231,113 @@ static fsc_status gather_wants(fsc_engine *e, int want, int **to, int *nto) {
     return s;
 }
 
+/* Tensor t's pieces' records, this rank's mine[0, n), on the receivers `to` (*all from malloc, sorted; the other
+ * ranks get their own): every rank's count, then each rank's records sent to each receiver in rank order (the
+ * device holds the largest rank's records of the one tensor, not the world's). Collective. */
+static fsc_status gather_to(fsc_engine *e, const fsc_piece *mine, int n, const int *to, int nto, fsc_piece **all,
+                            int *nall) {
+    fsc_comm *c = e->r->comm;
+    const int N = fsc_comm_size(c), me = fsc_comm_rank(c), recv = receives(to, nto, me);
+    int64_t *counts = calloc((size_t)N, sizeof *counts), *dc = NULL, mc = n, most = n, total = 0;
+    fsc_piece *d = NULL;
+    *all = NULL;
+    *nall = 0;
+    fsc_status s = counts ? fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)N * sizeof *dc, (void **)&dc)
+                          : fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dc + me, &mc, sizeof mc);
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, dc + me, dc, sizeof mc, FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, counts, dc, (size_t)N * sizeof *counts);
+    for (int r = 0; s == FSC_OK && r < N; r++) {
+        if (counts[r] < 0 || counts[r] > (1 << 24))
+            s = fsc_error(FSC_ERR_INTERNAL, "engine: rank %d reports %lld pieces of a tensor", r, (long long)counts[r]);
+        else if (recv && counts[r] > most) most = counts[r];
+        total += counts[r];
+    }
+    if (s == FSC_OK && !(*all = malloc((size_t)(recv ? total + 1 : n + 1) * sizeof **all)))
+        s = fsc_error(FSC_ERR_NOMEM, "engine: out of host memory for %lld piece records", (long long)total);
+    if (s == FSC_OK && most > 0) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)most * sizeof *d, (void **)&d);
+    if (s == FSC_OK && !recv) {
+        memcpy(*all, mine, (size_t)n * sizeof *mine);
+        *nall = n;
+    }
+    s = fsc_comm_agree(c, e->dev, s); /* every rank reaches the sends and receives, or none does */
+    for (int r = 0; r < N && s == FSC_OK; r++) {
+        if (!counts[r]) continue;
+        if (r == me) {
+            s = fsc_device_upload(e->dev, d, mine, (size_t)n * sizeof *d); /* d received the earlier ranks' */
+            for (int i = 0; i < nto && s == FSC_OK; i++)
+                if (to[i] != me) s = fsc_comm_send(c, d, (size_t)n * sizeof *d, FSC_U8, to[i]);
+            if (!recv) continue; /* its own records: in *all already */
+            memcpy(*all + *nall, mine, (size_t)n * sizeof *mine);
+        } else if (recv) {
+            s = fsc_comm_recv(c, d, (size_t)counts[r] * sizeof *d, FSC_U8, r);
+            if (s == FSC_OK) s = fsc_device_download(e->dev, *all + *nall, d, (size_t)counts[r] * sizeof *d);
+        } else {
+            continue;
+        }
+        *nall += (int)counts[r];
+    }
+    fsc_device_release(e->dev, d);
+    fsc_device_release(e->dev, dc);
+    free(counts);
+    if (s != FSC_OK) {
+        free(*all);
+        *all = NULL;
+        *nall = 0;
+    }
+    return s;
+}
+
+/* Tensor t streamed: its pieces' records on the receivers (this rank's are mine[0, n)), checked there, then the
+ * pieces (collective; the caller agrees on the verdict). */
+static fsc_status stream_one(fsc_engine *e, int t, const fsc_piece *mine, int n, const fsc_holding *h, int nh,
+                             const int *to, int nto, param_ctx *pc, float *host, float *dbuf) {
+    fsc_piece *all = NULL;
+    int nall = 0, k = 0;
+    fsc_status s = gather_to(e, mine, n, to, nto, &all, &nall);
+    if (s == FSC_OK && receives(to, nto, fsc_comm_rank(e->r->comm))) {
+        qsort(all, (size_t)nall, sizeof *all, cmp_piece);
+        s = check_tensor(e, all, nall, t, &k);
+        if (s == FSC_OK && k != nall) s = fsc_error(FSC_ERR_INTERNAL, "engine: a piece of tensor %d names another", t);
+    }
+    s = fsc_comm_agree(e->r->comm, e->dev, s); /* every owner sends, every receiver receives, or none */
+    if (s == FSC_OK) s = fsc_stream_tensor(e, all, nall, h, nh, 0, t, to, nto, to_param_sink, pc, host, dbuf);
+    free(all);
+    return s;
+}
+
 fsc_status fsc_engine_stream_params(fsc_engine *e, int want, fsc_param_sink sink, void *ctx) {
     fsc_comm *c = e->r->comm;
     fsc_holding *h = NULL;
-    fsc_piece *mine = NULL, *all = NULL;
-    int nh = 0, nmine = 0, nall = 0, nto = 0, *to = NULL;
+    fsc_piece *mine = NULL;
+    int nh = 0, nmine = 0, nto = 0, *to = NULL;
     float *host = NULL, *dbuf = NULL;
     fsc_status s = fsc_holdings_sorted(e, &h, &nh);
     if (s == FSC_OK) s = my_pieces(h, nh, fsc_comm_rank(c), &mine, &nmine);
     s = fsc_comm_agree(c, e->dev, s);
-    if (s == FSC_OK) s = fsc_pieces_gather(e, mine, nmine, &all, &nall);
-    if (s == FSC_OK) s = fsc_pieces_check(e, all, nall); /* every rank, same verdict */
     if (s == FSC_OK) s = gather_wants(e, want, &to, &nto);
     if (s == FSC_OK && want) {
-        size_t most = 1; /* a chunk, or the largest piece when smaller */
-        for (int k = 0; k < nall; k++)
-            if (all[k].n > most) most = all[k].n;
+        size_t most = 1; /* a chunk, or the largest tensor when smaller */
+        for (int t = 0; t < e->m->n_tensors; t++)
+            if (fsc_engine_full_info(e, t)->numel > most) most = fsc_engine_full_info(e, t)->numel;
         if (most > FSC_PIECE_CHUNK) most = FSC_PIECE_CHUNK;
         host = malloc(most * sizeof(float));
         s = host ? fsc_device_alloc(e->dev, FSC_TAG_COMM, most * sizeof(float), (void **)&dbuf)
                  : fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
     }
     s = fsc_comm_agree(c, e->dev, s); /* the owners start sending only once every receiver can receive */
-    for (int t = 0; t < e->m->n_tensors && s == FSC_OK; t++) {
+    for (int t = 0, k = 0; t < e->m->n_tensors && s == FSC_OK; t++) {
         param_ctx pc = { sink, ctx, t };
-        /* agree per tensor: a receiver that failed must not leave the owners' next sends queued, and a sender runs
-         * at most one tensor ahead of its receivers */
-        s = fsc_comm_agree(c, e->dev, fsc_stream_tensor(e, all, nall, h, nh, 0, t, to, nto, to_param_sink, &pc,
-                                                         host, dbuf));
+        const int k0 = k; /* mine[k0, k): this rank's pieces of tensor t */
+        while (k < nmine && mine[k].t == t) k++;
+        /* one tensor's records at a time (tensor parallelism's slices are a run per row), and agreed: a receiver
+         * that failed must not leave the owners' next sends queued, and a sender runs at most one tensor ahead of
+         * its receivers */
+        s = fsc_comm_agree(c, e->dev, stream_one(e, t, mine + k0, k - k0, h, nh, to, nto, &pc, host, dbuf));
     }
     fsc_device_release(e->dev, dbuf);
     free(host);
     free(to);
-    free(all);
     free(mine);
     free(h);
     return s;

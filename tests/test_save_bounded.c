@@ -105,7 +105,7 @@ static sb_run sb_make(fsc_gpt_config cfg, int world, fsc_parallel_kind kind, int
     x.path = path;
     const size_t P = fsc_gpt_num_params(&cfg);
     x.params[0] = calloc(P, sizeof(float));
-    x.params[world - 1] = calloc(P, sizeof(float));
+    if (world > 1) x.params[world - 1] = calloc(P, sizeof(float));
     return x;
 }
 

@@ -938,8 +938,8 @@ fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     return FSC_OK;
 }
 
-/* Expert parallelism under a sharding strategy: full parameters through the host (ep.c; DDP gathers its experts
- * itself). */
+/* Expert parallelism under a sharding strategy: full parameters streamed from the ranks holding each piece
+ * (stream.c; DDP gathers its experts itself). */
 static int ep_staged(const fsc_engine *e) { return e->ep_comm && e->st != &fsc_strategy_ddp; }
 
 /* Pipelines, tensor parallelism and ep_staged: collective, each tensor streamed from the ranks that hold it to rank

@@ -7,9 +7,14 @@
  * receiving ranks, FSC_PIECE_CHUNK floats per message. A receiver needs one chunk of host and of device memory, an
  * owner nothing (offloaded segments go through one device chunk): no rank ever holds the whole model. All of it
  * runs on the world communicator; buffers handed to the communicator are device memory (FSC_TAG_COMM). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+
+/* Floats of the tensors streamed between two agreements (1 MiB; a larger tensor goes alone): what the receivers
+ * hold of piece records, and what senders may have queued ahead of them, stays within that. */
+#define STREAM_BATCH ((size_t)1 << 18)
 
 fsc_status fsc_pieces_gather(fsc_engine *e, const fsc_piece *mine, int n, fsc_piece **out, int *nout) {
     fsc_comm *c = e->r->comm;
@@ -190,15 +195,22 @@ fsc_status fsc_stream_tensor(fsc_engine *e, const fsc_piece *recs, int nrecs, co
 
 /* ---- the full parameters, streamed ---- */
 
+/* The caller's sink for tensor t; its first failure is kept (status and message) and the rest of the batch is
+ * received without it, so no owner's message is left unread. */
 typedef struct {
     fsc_param_sink sink;
     void *ctx;
     int t;
+    fsc_status failed;
+    char msg[512];
 } param_ctx;
 
 static fsc_status to_param_sink(void *ctx, uint64_t first, const float *host, size_t n) {
     param_ctx *p = ctx;
-    return p->sink(p->ctx, p->t, first, host, n);
+    if (p->failed != FSC_OK) return FSC_OK;
+    p->failed = p->sink(p->ctx, p->t, first, host, n);
+    if (p->failed != FSC_OK) snprintf(p->msg, sizeof p->msg, "%s", fsc_last_error());
+    return FSC_OK;
 }
 
 /* This rank's pieces: its holdings it writes (sorted by tensor, first), as records of world rank `rank`. */
@@ -231,9 +243,9 @@ static fsc_status gather_wants(fsc_engine *e, int want, int **to, int *nto) {
     return s;
 }
 
-/* Tensor t's pieces' records, this rank's mine[0, n), on the receivers `to` (*all from malloc, sorted; the other
- * ranks get their own): every rank's count, then each rank's records sent to each receiver in rank order (the
- * device holds the largest rank's records of the one tensor, not the world's). Collective. */
+/* A batch's pieces' records, this rank's mine[0, n), on the receivers `to` (*all from malloc, unsorted; the
+ * other ranks get their own): every rank's count, then each rank's records sent to each receiver in rank order
+ * (the device holds the largest rank's records of the batch, not the world's). Collective. */
 static fsc_status gather_to(fsc_engine *e, const fsc_piece *mine, int n, const int *to, int nto, fsc_piece **all,
                             int *nall) {
     fsc_comm *c = e->r->comm;
@@ -288,21 +300,28 @@ static fsc_status gather_to(fsc_engine *e, const fsc_piece *mine, int n, const i
     return s;
 }
 
-/* Tensor t streamed: its pieces' records on the receivers (this rank's are mine[0, n)), checked there, then the
- * pieces (collective; the caller agrees on the verdict). */
-static fsc_status stream_one(fsc_engine *e, int t, const fsc_piece *mine, int n, const fsc_holding *h, int nh,
-                             const int *to, int nto, param_ctx *pc, float *host, float *dbuf) {
+/* Tensors [t0, t1) streamed: their pieces' records on the receivers (this rank's are mine[0, n)), checked there,
+ * then the pieces (collective; the caller agrees on the verdict). */
+static fsc_status stream_batch(fsc_engine *e, int t0, int t1, const fsc_piece *mine, int n, const fsc_holding *h,
+                               int nh, const int *to, int nto, fsc_param_sink sink, void *ctx, float *host,
+                               float *dbuf) {
     fsc_piece *all = NULL;
     int nall = 0, k = 0;
     fsc_status s = gather_to(e, mine, n, to, nto, &all, &nall);
     if (s == FSC_OK && receives(to, nto, fsc_comm_rank(e->r->comm))) {
         qsort(all, (size_t)nall, sizeof *all, cmp_piece);
-        s = check_tensor(e, all, nall, t, &k);
-        if (s == FSC_OK && k != nall) s = fsc_error(FSC_ERR_INTERNAL, "engine: a piece of tensor %d names another", t);
+        for (int t = t0; t < t1 && s == FSC_OK; t++) s = check_tensor(e, all, nall, t, &k);
+        if (s == FSC_OK && k != nall)
+            s = fsc_error(FSC_ERR_INTERNAL, "engine: a piece names tensor %d, outside [%d, %d)", all[k].t, t0, t1);
     }
     s = fsc_comm_agree(e->r->comm, e->dev, s); /* every owner sends, every receiver receives, or none */
-    if (s == FSC_OK) s = fsc_stream_tensor(e, all, nall, h, nh, 0, t, to, nto, to_param_sink, pc, host, dbuf);
+    param_ctx pc = { .sink = sink, .ctx = ctx, .failed = FSC_OK };
+    for (int t = t0; t < t1 && s == FSC_OK; t++) {
+        pc.t = t;
+        s = fsc_stream_tensor(e, all, nall, h, nh, 0, t, to, nto, to_param_sink, &pc, host, dbuf);
+    }
     free(all);
+    if (s == FSC_OK && pc.failed != FSC_OK) return fsc_error(pc.failed, "%s", pc.msg);
     return s;
 }
 
@@ -326,14 +345,16 @@ fsc_status fsc_engine_stream_params(fsc_engine *e, int want, fsc_param_sink sink
                  : fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
     }
     s = fsc_comm_agree(c, e->dev, s); /* the owners start sending only once every receiver can receive */
-    for (int t = 0, k = 0; t < e->m->n_tensors && s == FSC_OK; t++) {
-        param_ctx pc = { sink, ctx, t };
-        const int k0 = k; /* mine[k0, k): this rank's pieces of tensor t */
-        while (k < nmine && mine[k].t == t) k++;
-        /* one tensor's records at a time (tensor parallelism's slices are a run per row), and agreed: a receiver
-         * that failed must not leave the owners' next sends queued, and a sender runs at most one tensor ahead of
-         * its receivers */
-        s = fsc_comm_agree(c, e->dev, stream_one(e, t, mine + k0, k - k0, h, nh, to, nto, &pc, host, dbuf));
+    for (int t0 = 0, t1 = 0, k = 0; t0 < e->m->n_tensors && s == FSC_OK; t0 = t1) {
+        size_t n = fsc_engine_full_info(e, t0)->numel; /* tensors [t0, t1): STREAM_BATCH floats, or one larger */
+        for (t1 = t0 + 1; t1 < e->m->n_tensors && n + fsc_engine_full_info(e, t1)->numel <= STREAM_BATCH; t1++)
+            n += fsc_engine_full_info(e, t1)->numel;
+        const int k0 = k; /* mine[k0, k): this rank's pieces of them */
+        while (k < nmine && mine[k].t < t1) k++;
+        /* one batch's records at a time (tensor parallelism's slices are a run per row), and agreed: a receiver
+         * that failed must not leave the owners' next sends queued, and a sender runs at most one batch ahead of
+         * its receivers (the simulated communicator queues what is sent) */
+        s = fsc_comm_agree(c, e->dev, stream_batch(e, t0, t1, mine + k0, k - k0, h, nh, to, nto, sink, ctx, host, dbuf));
     }
     fsc_device_release(e->dev, dbuf);
     free(host);

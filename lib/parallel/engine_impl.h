@@ -250,8 +250,9 @@ fsc_status fsc_ep_create(fsc_engine *e);
  * tensors: full tensors under tensor parallelism), streamed tensor by tensor from the ranks that hold them to every
  * rank passing want 1, whose sink sees elements [first, first + n) of tensor t, in tensor and element order, one
  * chunk of at most FSC_PIECE_CHUNK floats at a time. Memory: a receiver one chunk of host and of device memory
- * (FSC_TAG_COMM), a sender none beyond the pieces' records (an offloaded one a device chunk); every rank returns
- * the same verdict (a failed sink's included). Needs the strategy's holdings. */
+ * (FSC_TAG_COMM) and the piece records of a batch of tensors (1 MiB of them, or one larger tensor), a sender its own
+ * records (an offloaded one a device chunk); every rank returns the same verdict (a failed sink's included). Needs
+ * the strategy's holdings. */
 typedef fsc_status (*fsc_param_sink)(void *ctx, int t, uint64_t first, const float *host, size_t n);
 fsc_status fsc_engine_stream_params(fsc_engine *e, int want, fsc_param_sink sink, void *ctx);
 

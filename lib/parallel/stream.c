@@ -2,11 +2,13 @@
  * full-format checkpoint (lib/ckpt), the weights file and fsc_engine_full_params under pipelines, tensor
  * parallelism and expert parallelism with a sharding strategy (engine.c) all read the full tensors this way.
  * Each rank's pieces are its holdings that it writes (fsc_engine_holdings: element ranges of the full tensors,
- * exactly one writer per element over the world); their records are gathered on every rank and checked to tile
- * every tensor once; then, tensor by tensor, each piece goes from its owner's optimizer segment straight to the
- * receiving ranks, FSC_PIECE_CHUNK floats per message. A receiver needs one chunk of host and of device memory, an
- * owner nothing (offloaded segments go through one device chunk): no rank ever holds the whole model. All of it
- * runs on the world communicator; buffers handed to the communicator are device memory (FSC_TAG_COMM). */
+ * exactly one writer per element over the world). The checkpoint gathers every rank's records on every rank (its
+ * metadata lists them); the engine's streams (fsc_engine_stream_params) send a batch of tensors' records (up to
+ * STREAM_BATCH floats of tensors) to the receiving ranks only. The records are checked to tile every tensor once;
+ * then, tensor by tensor, each piece goes from its owner's optimizer segment straight to the receiving ranks,
+ * FSC_PIECE_CHUNK floats per message. A receiver needs one chunk of host and of device memory, an owner nothing
+ * (offloaded segments go through one device chunk): no rank ever holds the whole model. All of it runs on the
+ * world communicator; buffers handed to the communicator are device memory (FSC_TAG_COMM). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

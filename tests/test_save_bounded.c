@@ -12,11 +12,13 @@
  * - host memory: with the process's data limit (RLIMIT_DATA: heap and private mappings) set to what it uses plus
  *   16 MiB, a 4-stage pipeline of about 26 MB of parameters saves its weights and hands rank 0 the full parameters
  *   (rank 0's buffer allocated before the limit), where a copy of the whole model on any rank is refused. Not
- *   under the sanitizers, whose allocators map memory of their own. */
+ *   under the sanitizers, whose allocators map memory of their own;
+ * - a full disk part-way through a streamed save (pp 2 x dp 2, tp 2) fails every rank promptly with the writer's
+ *   message and leaves no file (savefail.h). */
 #include <stdio.h>
 #include <sys/resource.h>
 #include <unistd.h>
-#include "partest.h"
+#include "savefail.h"
 #include "fsc/safetensors.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -268,12 +270,26 @@ static void test_save_host_memory(void **state) {
     unlink(path);
 }
 
+static void test_save_disk_full(void **state) {
+    (void)state;
+    pt_run p = pt_make(4, FSC_PAR_FSDP);
+    p.po.pp = 2;
+    p.po.accum = 2;
+    p.po.no_sync = 1;
+    check_save_fails_on_every_rank(p, 4, "pp 2 x dp 2 fsdp");
+    pt_run t = pt_make(2, FSC_PAR_DDP);
+    t.cfg.heads = 2, t.cfg.dim = 24, t.cfg.vocab = 50;
+    t.po.tp = 2;
+    check_save_fails_on_every_rank(t, 2, "tp 2 ddp");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_save_pipelines),
         cmocka_unit_test(test_save_tensor_parallel),
         cmocka_unit_test(test_save_experts),
         cmocka_unit_test(test_save_host_memory),
+        cmocka_unit_test(test_save_disk_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

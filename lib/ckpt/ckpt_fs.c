@@ -211,7 +211,7 @@ fsc_status ck_read_all(const char *path, size_t max, char **out, size_t *len) {
 }
 
 fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tensor *t, const fsc_ckpt_piece *p,
-                         float *buf, ck_sink sink, void *ctx) {
+                         float *buf, fsc_piece_sink sink, void *ctx) {
     const fsc_st_entry *en = fsc_st_find(f, p->entry);
     if (!en)
         return fsc_error(FSC_ERR_FORMAT, "%s: entry %s (tensor %s, elements [%llu, %llu)) is missing", fname, p->entry,

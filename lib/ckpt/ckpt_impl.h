@@ -17,7 +17,7 @@ _Static_assert(FSC_ENGINE_RUN_ID == FSC_CKPT_RUN_ID, "the engine's run id holds 
 /* The engine as checkpoints see it (engine_ckpt.h's view: its world, device, model, optimizer, options, ...). */
 #define ENG(e) fsc_engine_ckpt_view(e)
 
-#define CK_CHUNK ((size_t)1 << 16)          /* floats per bounded host or device transfer (256 KiB) */
+#define CK_CHUNK FSC_PIECE_CHUNK             /* floats per bounded host or device transfer (256 KiB) */
 #define CK_MAX_META ((size_t)FSC_CKPT_MAX_META)
 #define CK_META_NAME "metadata.json"
 #define CK_META_VERSION 2
@@ -69,12 +69,10 @@ fsc_status ck_write_synced(const char *path, const void *buf, size_t len);
 /* Read a whole file of at most max bytes (malloc'd, NUL-terminated). */
 fsc_status ck_read_all(const char *path, size_t max, char **out, size_t *len);
 
-/* Receives consecutive elements of a tensor: elements [first, first + n) in host memory. */
-typedef fsc_status (*ck_sink)(void *ctx, uint64_t first, const float *host, size_t n);
 /* Stream piece p of tensor t from file f (called fname in messages) in chunks of CK_CHUNK elements through
  * host buffer buf, pass each chunk to sink (may be NULL) and compare the crc32 at the end. */
 fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tensor *t, const fsc_ckpt_piece *p,
-                         float *buf, ck_sink sink, void *ctx);
+                         float *buf, fsc_piece_sink sink, void *ctx);
 
 /* ---- ckpt_comm.c ---- */
 /* Every rank of the world returns the same verdict: FSC_OK if every rank passed FSC_OK, else the status
@@ -84,38 +82,11 @@ fsc_status ck_agree(fsc_engine *e, fsc_status mine);
  * buffer). */
 fsc_status ck_bcast_host(fsc_engine *e, void *host, size_t len);
 
-/* One piece a rank writes: elements [first, first + n) of the model's tensor t (every state of the optimizer). */
-typedef struct {
-    int32_t t, rank;
-    uint64_t first, n;
-    uint32_t crc[4];  /* per state (sharded save): 0 params, 1.. optimizer states */
-} ck_rec;
-/* Collective: every rank's records, rank-major, on every rank (*out malloc'd). */
-fsc_status ck_gather_recs(fsc_engine *e, const ck_rec *mine, int n, ck_rec **out, int *nout);
-/* This rank's holdings (array from malloc) in the checkpoint's coordinates: element ranges of the full
- * tensors (with tensor parallelism one per contiguous run of a slice, fsc_engine_holdings), sorted by
- * (tensor, first); FSC_ERR_UNSUPPORTED if the strategy declares none. */
-fsc_status ck_holdings(fsc_engine *e, fsc_holding **out, int *n);
 /* The engine's model configuration (model.h's config; "{}" without one) as compact JSON, *out from malloc. */
 fsc_status ck_model_config(const fsc_engine *e, char **out);
 /* The model's check of the checkpoint's parameters against its recorded configuration (model.h's
  * check_tensors; FSC_OK without one); the message starts with what. */
 fsc_status ck_check_model_tensors(const fsc_engine *e, const fsc_ckpt_meta *m, const char *what);
-/* In holdings sorted by (tensor, first): the index of the first with (tensor, first) >= (t, first). */
-int ck_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first);
 /* Tensor t as the checkpoint stores it: the full tensor (with tensor parallelism not this rank's slice). */
 const fsc_param_info *ck_info(const fsc_engine *e, int t);
-/* Device pointer of state `state` (0: parameters) of segment seg, and the device whose memory holds it: the
- * rank's, or with offload (docs/offload.md) the host device for optimizer states and offload all's masters. */
-float *ck_seg_ptr(fsc_engine *e, int state, int seg);
-fsc_device *ck_seg_dev(fsc_engine *e, int state);
-/* Collective: the pieces of tensor t in state `state` (recs sorted by (t, first) as ck_check_recs leaves
- * them, on every rank) to rank 0, which passes them to sink in element order, one chunk at a time through
- * host (CK_CHUNK floats) and, for pieces of other ranks, device buffer dbuf (CK_CHUNK floats); h/nh: this
- * rank's holdings. */
-fsc_status ck_stream_tensor(fsc_engine *e, const ck_rec *recs, int nrecs, const fsc_holding *h, int nh, int state,
-                            int t, ck_sink sink, void *ctx, float *host, float *dbuf);
-/* Sort records by (t, first) and check that for every held tensor they tile it exactly once. */
-fsc_status ck_check_recs(fsc_engine *e, ck_rec *r, int n);
-
 #endif

@@ -30,7 +30,7 @@ typedef struct {
 
 /* The index from which holdings of tensor t may overlap elements from `first` on. */
 static int first_holding(const loader *L, int t, uint64_t first) {
-    int i = ck_holdings_at(L->h, L->nh, t, L->disjoint ? first : 0);
+    int i = fsc_holdings_at(L->h, L->nh, t, L->disjoint ? first : 0);
     if (L->disjoint && i > 0 && L->h[i - 1].tensor == t) i--;
     return i;
 }
@@ -129,8 +129,8 @@ static fsc_status upload(void *ctx, uint64_t first, const float *host, size_t n)
         uint64_t a = first > h->first ? first : h->first;
         uint64_t b = first + n < h->first + h->n ? first + n : h->first + h->n;
         if (a >= b) continue;
-        float *dst = ck_seg_ptr(L->e, c->state, h->seg) + h->seg_off + (a - h->first);
-        FSC_TRY(fsc_device_upload(ck_seg_dev(L->e, c->state), dst, host + (a - first), (size_t)(b - a) * sizeof(float)));
+        float *dst = fsc_seg_ptr(L->e, c->state, h->seg) + h->seg_off + (a - h->first);
+        FSC_TRY(fsc_device_upload(fsc_offload_seg_dev(L->e, c->state), dst, host + (a - first), (size_t)(b - a) * sizeof(float)));
     }
     return FSC_OK;
 }
@@ -271,7 +271,7 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     s = ck_agree(e, s);
     if (s == FSC_OK && shared) s = share_head(&L);
     if (s == FSC_OK) s = check_compat(&L);
-    if (s == FSC_OK) s = ck_holdings(e, &L.h, &L.nh);
+    if (s == FSC_OK) s = fsc_holdings_sorted(e, &L.h, &L.nh);
     L.disjoint = 1;
     for (int i = 1; s == FSC_OK && i < L.nh; i++)
         if (L.h[i].tensor == L.h[i - 1].tensor && L.h[i].first < L.h[i - 1].first + L.h[i - 1].n) L.disjoint = 0;

@@ -28,6 +28,8 @@
 
 #define TMP_NAME 96
 
+static const int ck_root[1] = { 0 }; /* the one rank a full checkpoint's tensors stream to */
+
 static const char *errstr(int err, char *buf, size_t cap) { return strerror_r(err, buf, cap); }
 
 static fsc_status crash(fsc_engine *e, const char *where) {
@@ -54,7 +56,7 @@ static int cmp_w(const void *a, const void *b, void *ctx) {
 
 static fsc_status held_make(fsc_engine *e, held *hd) {
     memset(hd, 0, sizeof *hd);
-    FSC_TRY(ck_holdings(e, &hd->h, &hd->nh));
+    FSC_TRY(fsc_holdings_sorted(e, &hd->h, &hd->nh));
     hd->w = malloc(((size_t)hd->nh + 1) * sizeof(int));
     if (!hd->w) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
     for (int i = 0; i < hd->nh; i++)
@@ -70,7 +72,7 @@ static void held_free(held *hd) {
 
 /* ---- sharded: this rank's file ---- */
 
-static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, int nstates, ck_rec *recs,
+static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, int nstates, fsc_piece *recs,
                               const fsc_ckpt_save_opts *o) {
     char path[4096], fname[64], name[FSC_ST_MAX_NAME];
     snprintf(fname, sizeof fname, "rank-%05d-of-%05d.safetensors", ENG(e).r->rank, ENG(e).r->world);
@@ -93,11 +95,11 @@ static fsc_status write_shard(fsc_engine *e, const char *tmp, const held *hd, in
     for (int st = 0; st <= nstates && s == FSC_OK; st++)
         for (int k = 0; k < hd->nw && s == FSC_OK; k++, entry++) {
             const fsc_holding *h = &hd->h[hd->w[k]];
-            const float *src = ck_seg_ptr(e, st, h->seg) + h->seg_off;
+            const float *src = fsc_seg_ptr(e, st, h->seg) + h->seg_off;
             uLong crc = crc32(0L, Z_NULL, 0);
             for (size_t off = 0; off < h->n && s == FSC_OK; off += CK_CHUNK) {
                 size_t n = h->n - off < CK_CHUNK ? h->n - off : CK_CHUNK;
-                s = fsc_device_download(ck_seg_dev(e, st), host, src + off, n * sizeof(float));
+                s = fsc_device_download(fsc_offload_seg_dev(e, st), host, src + off, n * sizeof(float));
                 if (s == FSC_OK) crc = crc32(crc, (const Bytef *)host, (uInt)(n * sizeof(float)));
                 if (s == FSC_OK) s = fsc_st_writer_write(w, entry, host, off, n);
             }
@@ -145,7 +147,7 @@ static fsc_status meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_c
 
 /* Rank 0: the metadata of the gathered records (sorted by tensor, first). Sharded: file of rank r is
  * rank-r-of-N; full: model.safetensors and optim.safetensors with one piece per tensor (crc from fcrc). */
-static fsc_status meta_build(fsc_engine *e, fsc_ckpt_meta *m, const ck_rec *recs, int n, int nstates,
+static fsc_status meta_build(fsc_engine *e, fsc_ckpt_meta *m, const fsc_piece *recs, int n, int nstates,
                              const uint32_t *fcrc) {
     const int T = ENG(e).m->n_tensors, N = ENG(e).r->world;
     int *fidx = malloc(((size_t)N + 1) * sizeof(int));
@@ -254,7 +256,7 @@ static fsc_status to_writer(void *ctx, uint64_t first, const float *host, size_t
 }
 
 /* Collective; on rank 0 fcrc[st * T + t] receives each tensor's crc32. */
-static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, const ck_rec *recs, int n, int nstates,
+static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, const fsc_piece *recs, int n, int nstates,
                              uint32_t *fcrc, const fsc_ckpt_save_opts *o) {
     const int T = ENG(e).m->n_tensors, root = ENG(e).r->rank == 0;
     fsc_st_writer *w[2] = { NULL, NULL };
@@ -283,7 +285,7 @@ static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, con
         for (int t = 0; t < T && s == FSC_OK; t++) {
             full_sink fs = { w[st == 0 ? 0 : 1], st == 0 ? t : (st - 1) * T + t, crc32(0L, Z_NULL, 0) };
             /* agree per tensor: a rank 0 that failed must not leave the owners' next sends queued */
-            s = ck_agree(e, ck_stream_tensor(e, recs, n, hd->h, hd->nh, st, t, to_writer, &fs, host, dbuf));
+            s = ck_agree(e, fsc_stream_tensor(e, recs, n, hd->h, hd->nh, st, t, ck_root, 1, to_writer, &fs, host, dbuf));
             if (root) fcrc[st * T + t] = (uint32_t)fs.crc;
         }
         if (st == 0 && s == FSC_OK && root) {
@@ -305,12 +307,12 @@ static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, con
 }
 
 /* The records of the pieces this rank writes (crc filled by write_shard). */
-static fsc_status make_recs(fsc_engine *e, const held *hd, ck_rec **out) {
-    ck_rec *r = calloc((size_t)hd->nw + 1, sizeof *r);
+static fsc_status make_recs(fsc_engine *e, const held *hd, fsc_piece **out) {
+    fsc_piece *r = calloc((size_t)hd->nw + 1, sizeof *r);
     if (!r) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
     for (int k = 0; k < hd->nw; k++) {
         const fsc_holding *h = &hd->h[hd->w[k]];
-        r[k] = (ck_rec){ .t = h->tensor, .rank = ENG(e).r->rank, .first = h->first, .n = h->n };
+        r[k] = (fsc_piece){ .t = h->tensor, .rank = ENG(e).r->rank, .first = h->first, .n = h->n };
     }
     *out = r;
     return FSC_OK;
@@ -321,7 +323,7 @@ static fsc_status save_in(fsc_engine *e, const char *dir, const char *tmp, const
                           const fsc_ckpt_save_opts *o) {
     const int nstates = fsc_optim_num_states(ENG(e).opt), T = ENG(e).m->n_tensors;
     held hd;
-    ck_rec *mine = NULL, *all = NULL;
+    fsc_piece *mine = NULL, *all = NULL;
     int nall = 0;
     uint32_t *fcrc = NULL;
     fsc_ckpt_meta *m = NULL;
@@ -329,8 +331,8 @@ static fsc_status save_in(fsc_engine *e, const char *dir, const char *tmp, const
     if (s == FSC_OK) s = make_recs(e, &hd, &mine);
     if (s == FSC_OK && o->format == FSC_CKPT_SHARDED && hd.nw > 0) s = write_shard(e, tmp, &hd, nstates, mine, o);
     s = ck_agree(e, s);
-    if (s == FSC_OK) s = ck_gather_recs(e, mine, hd.nw, &all, &nall);
-    if (s == FSC_OK) s = ck_check_recs(e, all, nall); /* every rank, same verdict */
+    if (s == FSC_OK) s = fsc_pieces_gather(e, mine, hd.nw, &all, &nall);
+    if (s == FSC_OK) s = fsc_pieces_check(e, all, nall); /* every rank, same verdict */
     if (s == FSC_OK && o->format == FSC_CKPT_FULL) {
         fcrc = calloc((size_t)T * (size_t)(nstates + 1), sizeof *fcrc);
         s = ck_agree(e, fcrc ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory"));
@@ -532,14 +534,14 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
                          which);
     const int root = ENG(e).r->rank == 0;
     held hd;
-    ck_rec *mine = NULL, *all = NULL;
+    fsc_piece *mine = NULL, *all = NULL;
     int nall = 0;
     float *hbuf = NULL, *dbuf = NULL;
     fsc_status s = held_make(e, &hd);
     if (s == FSC_OK) s = make_recs(e, &hd, &mine);
     s = ck_agree(e, s);
-    if (s == FSC_OK) s = ck_gather_recs(e, mine, hd.nw, &all, &nall);
-    if (s == FSC_OK) s = ck_check_recs(e, all, nall);
+    if (s == FSC_OK) s = fsc_pieces_gather(e, mine, hd.nw, &all, &nall);
+    if (s == FSC_OK) s = fsc_pieces_check(e, all, nall);
     if (s == FSC_OK && root) {
         hbuf = malloc(CK_CHUNK * sizeof(float));
         s = hbuf ? fsc_device_alloc(ENG(e).dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf)
@@ -549,7 +551,7 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
     size_t off = 0; /* of tensor t in the full model's flat vector */
     for (int t = 0; t < ENG(e).m->n_tensors && s == FSC_OK; off += ck_info(e, t)->numel, t++) {
         host_sink hs = { root && host ? host + off : NULL };
-        s = ck_agree(e, ck_stream_tensor(e, all, nall, hd.h, hd.nh, which + 1, t, to_host, &hs, hbuf, dbuf));
+        s = ck_agree(e, fsc_stream_tensor(e, all, nall, hd.h, hd.nh, which + 1, t, ck_root, 1, to_host, &hs, hbuf, dbuf));
     }
     fsc_device_release(ENG(e).dev, dbuf);
     free(hbuf);

@@ -938,25 +938,29 @@ fsc_status fsc_engine_holdings(fsc_engine *e, fsc_holding **out, int *n) {
     return FSC_OK;
 }
 
-/* Expert parallelism under a sharding strategy: full parameters through the host (ep.c; DDP gathers its experts
- * itself). */
+/* Expert parallelism under a sharding strategy: full parameters streamed from the ranks holding each piece
+ * (stream.c; DDP gathers its experts itself). */
 static int ep_staged(const fsc_engine *e) { return e->ep_comm && e->st != &fsc_strategy_ddp; }
 
-/* Pipelines, tensor parallelism and ep_staged: collective, the full parameters (fsc_engine_full_params) written
- * by the rank with w. */
+/* Pipelines, tensor parallelism and ep_staged: collective, each tensor streamed from the ranks that hold it to rank
+ * 0, which writes it (the rows the file holds) one bounded chunk at a time (stream.c). */
+typedef struct {
+    fsc_engine *e;
+    fsc_st_writer *w;
+} file_sink;
 
-static fsc_status write_from_full(fsc_engine *e, fsc_st_writer *w) {
-    size_t P = 0;
-    for (int i = 0; i < e->m->n_tensors; i++) P += fsc_engine_full_info(e, i)->numel;
-    float *host = NULL;
-    if (w && !(host = malloc(P * sizeof(float))))
-        return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory to save %zu parameters", P);
-    fsc_status s = fsc_engine_full_params(e, host);
-    size_t off = 0;
-    for (int i = 0; i < e->m->n_tensors && s == FSC_OK && w; off += fsc_engine_full_info(e, i)->numel, i++)
-        s = fsc_st_writer_write_f32(w, i, host + off, 0, fsc_engine_file_numel(fsc_engine_full_info(e, i)));
-    free(host);
-    return s;
+static fsc_status to_file(void *ctx, int t, uint64_t first, const float *host, size_t n) {
+    const file_sink *fs = ctx;
+    fsc_engine *e = fs->e;
+    fsc_st_writer *w = fs->w;
+    const size_t keep = fsc_engine_file_numel(fsc_engine_full_info(e, t)); /* a padded vocabulary's rows: not kept */
+    if (first >= keep) return FSC_OK;
+    return fsc_st_writer_write_f32(w, t, host, first, n < keep - first ? n : keep - first);
+}
+
+static fsc_status write_streamed(fsc_engine *e, fsc_st_writer *w) {
+    file_sink fs = { e, w };
+    return fsc_engine_stream_params(e, w != NULL, to_file, &fs);
 }
 
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
@@ -1011,7 +1015,7 @@ static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt) {
     }
     s = agree(e, s);
     if (s == FSC_OK)
-        s = agree(e, e->lay.tp > 1 || e->pipe || ep_staged(e) ? write_from_full(e, w) : e->st->write_full(e, w));
+        s = agree(e, e->lay.tp > 1 || e->pipe || ep_staged(e) ? write_streamed(e, w) : e->st->write_full(e, w));
     if (s == FSC_OK && w) {
         s = fsc_st_writer_commit(w);
         if (s == FSC_OK) w = NULL; /* a failed commit leaves w to abort: its temporary file goes */
@@ -1064,15 +1068,32 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {
     return s;
 }
 
-fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
-    FSC_CHECK_ARG(e);
-    if (e->lay.tp > 1) return fsc_tensor_full_params(e, host);
-    if (e->pipe) return fsc_pipe_full_params(e, host);
-    return fsc_engine_stage_params(e, host);
+/* Tensor t's elements into host at the full tensors' offsets. */
+typedef struct {
+    float *host;
+    const size_t *off;
+} host_sink;
+
+static fsc_status to_host(void *ctx, int t, uint64_t first, const float *h, size_t n) {
+    host_sink *hs = ctx;
+    memcpy(hs->host + hs->off[t] + first, h, n * sizeof(float));
+    return FSC_OK;
 }
 
-fsc_status fsc_engine_stage_params(fsc_engine *e, float *host) {
-    return ep_staged(e) ? fsc_ep_full_params(e, host) : e->st->full_tensors(e, 1, host);
+/* Pipelines, tensor parallelism and ep_staged: streamed to every rank passing host (stream.c); the others hold
+ * nothing of it. Otherwise the strategy's full tensors (one unit, bucket or expert block gathered at a time). */
+fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
+    FSC_CHECK_ARG(e);
+    if (e->lay.tp == 1 && !e->pipe && !ep_staged(e)) return e->st->full_tensors(e, 1, host);
+    size_t *off = host ? malloc(((size_t)e->m->n_tensors + 1) * sizeof *off) : NULL; /* the full tensors' */
+    if (host && !off) /* the others' first collective is the stream's agreement */
+        return agree(e, fsc_error(FSC_ERR_NOMEM, "engine: out of host memory"));
+    if (off) off[0] = 0;
+    for (int t = 0; off && t < e->m->n_tensors; t++) off[t + 1] = off[t] + fsc_engine_full_info(e, t)->numel;
+    host_sink hs = { host, off };
+    fsc_status s = fsc_engine_stream_params(e, host != NULL, to_host, &hs);
+    free(off);
+    return s;
 }
 
 void fsc_engine_free(fsc_engine *e) {

@@ -32,6 +32,38 @@ typedef struct {
     int write;
 } fsc_holding;
 
+/* Streaming full tensors from their owners (stream.c), shared by the full-format checkpoint and the engine's own
+ * weights file and full parameters. */
+#define FSC_PIECE_CHUNK ((size_t)1 << 16) /* floats per bounded host or device transfer (256 KiB) */
+/* One piece a rank writes: elements [first, first + n) of the full tensor t, held by world rank `rank`. */
+typedef struct {
+    int32_t t, rank;
+    uint64_t first, n;
+    uint32_t crc[4];  /* per state (a sharded checkpoint's: 0 params, 1.. optimizer states); unused elsewhere */
+} fsc_piece;
+/* Receives consecutive elements of a tensor: elements [first, first + n) in host memory. */
+typedef fsc_status (*fsc_piece_sink)(void *ctx, uint64_t first, const float *host, size_t n);
+/* Collective over the world: every rank's pieces, rank-major, on every rank (*out from malloc). */
+fsc_status fsc_pieces_gather(fsc_engine *e, const fsc_piece *mine, int n, fsc_piece **out, int *nout);
+/* Sort pieces by (t, first) and check that they tile every tensor exactly once (FSC_ERR_INTERNAL naming the
+ * tensor otherwise). */
+fsc_status fsc_pieces_check(fsc_engine *e, fsc_piece *r, int n);
+/* This rank's holdings (fsc_engine_holdings) sorted by (tensor, first) (*out from malloc). */
+fsc_status fsc_holdings_sorted(fsc_engine *e, fsc_holding **out, int *n);
+/* In holdings sorted by (tensor, first): the index of the first with (tensor, first) >= (t, first). */
+int fsc_holdings_at(const fsc_holding *h, int nh, int t, uint64_t first);
+/* Device pointer of state `state` (0: parameters) of optimizer segment seg (on fsc_offload_seg_dev(e, state)). */
+float *fsc_seg_ptr(fsc_engine *e, int state, int seg);
+/* Collective over the world: the pieces of tensor t in state `state` (recs sorted by (t, first) as fsc_pieces_check
+ * leaves them: every rank's on a receiver, at least this rank's own elsewhere) go from their owners to the nto world ranks `to` (increasing), each of which
+ * passes them to sink in element order, one chunk (FSC_PIECE_CHUNK floats at most) at a time through host and,
+ * for other ranks' pieces, device buffer dbuf (each as large as the largest chunk); h/nh: this rank's sorted
+ * holdings. An owner sends straight from its segments (offloaded ones through one device chunk). After a failed
+ * sink a receiver keeps receiving and returns the sink's error at the end. */
+fsc_status fsc_stream_tensor(fsc_engine *e, const fsc_piece *recs, int nrecs, const fsc_holding *h, int nh,
+                             int state, int t, const int *to, int nto, fsc_piece_sink sink, void *ctx, float *host,
+                             float *dbuf);
+
 /* The engine as a checkpoint sees it: pointers into the engine, valid while it lives. */
 typedef struct {
     fsc_rank *r;                   /* the world: its rank, size and communicator */

@@ -246,14 +246,15 @@ void fsc_offload_free(fsc_engine *e);
  * before the strategy, count them and give the model its expert group. */
 fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_parallel_opts *po);
 fsc_status fsc_ep_create(fsc_engine *e);
-/* The full parameters of a sharding strategy (zero, fsdp) with expert parallelism, collective over the data
- * group: the strategy's full tensors of what each rank holds, then every MoE block's experts gathered over the
- * expert group. Each rank of an expert group with a rank that wants them (host not NULL) stages the full vector
- * in host (host NULL there: a temporary); the other expert groups stage nothing. */
-fsc_status fsc_ep_full_params(fsc_engine *e, float *host);
-/* This rank's tensors (a pipeline stage's, or all) in full, collective over the data group: fsc_ep_full_params
- * with a sharding strategy and expert parallelism, the strategy's full tensors otherwise (engine.c). */
-fsc_status fsc_engine_stage_params(fsc_engine *e, float *host);
+/* Collective over the world (stream.c): the full fp32 parameters (the optimizer's masters, as files name the
+ * tensors: full tensors under tensor parallelism), streamed tensor by tensor from the ranks that hold them to every
+ * rank passing want 1, whose sink sees elements [first, first + n) of tensor t, in tensor and element order, one
+ * chunk of at most FSC_PIECE_CHUNK floats at a time. Memory: a receiver one chunk of host and of device memory
+ * (FSC_TAG_COMM) and the piece records of a batch of tensors (1 MiB of them, or one larger tensor), a sender its own
+ * records (an offloaded one a device chunk); every rank returns the same verdict (a failed sink's included). Needs
+ * the strategy's holdings. */
+typedef fsc_status (*fsc_param_sink)(void *ctx, int t, uint64_t first, const float *host, size_t n);
+fsc_status fsc_engine_stream_params(fsc_engine *e, int want, fsc_param_sink sink, void *ctx);
 
 /* Tensor parallelism inside the engine (tensor.c), generic over the model's split fields (model.h). */
 /* e->full: each tensor with its full shape (every engine; the model's own info where nothing is split). */
@@ -264,8 +265,6 @@ fsc_status fsc_tensor_check_model(const fsc_model *m, const fsc_layout *l);
 /* After the strategy's setup (tp > 1): the clipping norm's gradient pieces (arrays from malloc, *n of them), for
  * engine.c's make_norm_pieces. */
 fsc_status fsc_tensor_norm_pieces(fsc_engine *e, float ***segs, size_t **lens, int *n);
-/* Collective over the world: the full parameters on tensor rank 0 (host may be NULL elsewhere). */
-fsc_status fsc_tensor_full_params(fsc_engine *e, float *host);
 /* Every rank reads its slices of what it holds from a validated full-weights file (no collective). */
 fsc_status fsc_tensor_load(fsc_engine *e, fsc_st_file *f);
 /* A strategy's holdings of this rank's slices (in, n) as holdings of the full tensors (element ranges of the

@@ -1232,44 +1232,6 @@ void fsc_engine_reset_pipe_stats(fsc_engine *e) {
     p->st.records_made = p->st.records_remade = 0;
 }
 
-/* ---- full parameters and saving: each stage's tensors come from the stage that holds them ---- */
-
-static void stage_tensors(const fsc_engine *e, int s, int *t0, int *t1) {
-    const fsc_pipe *p = e->pipe;
-    int t = 0; /* tensors are listed by owning layer */
-    while (t < e->m->n_tensors && e->m->info[t].layer < p->lf[s]) t++;
-    *t0 = t;
-    while (t < e->m->n_tensors && e->m->info[t].layer <= p->ll[s]) t++;
-    *t1 = t;
-}
-
-fsc_status fsc_pipe_full_params(fsc_engine *e, float *host) {
-    fsc_pipe *p = e->pipe;
-    size_t P = fsc_engine_tensor_offset(e, e->m->n_tensors), most = 0; /* this tensor rank's slices */
-    float *all = host ? host : malloc(P * sizeof(float)), *d = NULL;
-    if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of host memory for the full parameters");
-    fsc_status s = fsc_engine_stage_params(e, all); /* this stage's tensors, collective over its data group */
-    for (int k = 0; k < p->S; k++) {
-        int t0, t1;
-        stage_tensors(e, k, &t0, &t1);
-        size_t n = fsc_engine_tensor_offset(e, t1) - fsc_engine_tensor_offset(e, t0);
-        if (n > most) most = n;
-    }
-    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, most * sizeof(float), (void **)&d);
-    for (int k = 0; k < p->S && s == FSC_OK; k++) { /* stage k from the rank that runs it */
-        int t0, t1;
-        stage_tensors(e, k, &t0, &t1);
-        const int from = fsc_pipe_stage_rank(p->pl, p->pp, k);
-        size_t a = fsc_engine_tensor_offset(e, t0), n = fsc_engine_tensor_offset(e, t1) - a;
-        if (p->stage == from) s = fsc_device_upload(e->dev, d, all + a, n * sizeof(float));
-        if (s == FSC_OK) s = fsc_comm_broadcast(p->pipe_comm, d, n, FSC_F32, from);
-        if (s == FSC_OK && p->stage != from && host) s = fsc_device_download(e->dev, host + a, d, n * sizeof(float));
-    }
-    fsc_device_release(e->dev, d);
-    if (all != host) free(all);
-    return s;
-}
-
 void fsc_pipe_free(fsc_engine *e) {
     fsc_pipe *p = e->pipe;
     if (!p) return;

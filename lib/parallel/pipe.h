@@ -158,8 +158,6 @@ fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, si
  * its tied tensors to their users' stage after the owner layer's first forward of the step (not in a recompute). */
 fsc_status fsc_pipe_pre_forward(fsc_engine *e, int layer);
 fsc_status fsc_pipe_post_forward(fsc_engine *e, int layer);
-/* Collective over the world: full parameters into host (may be NULL on ranks that do not want them). */
-fsc_status fsc_pipe_full_params(fsc_engine *e, float *host);
 void fsc_pipe_free(fsc_engine *e);
 
 #endif

@@ -6,14 +6,12 @@
  *   - holdings: what a rank holds as runs of the full tensors (fsc_param_run_at); a replicated tensor is held
  *     whole by every tensor rank and written by tensor rank 0;
  *   - loading a full-weights file: each rank reads its slices' runs;
- *   - full parameters: each tensor rank's slices gathered to tensor rank 0 and put in place;
  *   - the clipping norm: every split tensor counted on every tensor rank and each replicated one on tensor rank 0,
  *     over the ranks that split this data rank's gradients across data, tensor and pipeline (the exact norm).
  * Not here: the layers (lib/layers, tp.h's building blocks), the groups (engine.c), the pipeline (pipe.c). */
 #include <stdlib.h>
 #include <string.h>
 #include "parallel/engine_impl.h"
-#include "parallel/pipe.h"
 
 /* Whether tensor p is a slice: split over a group of more than one rank (split at tp_size 1, it is whole, held
  * like a replicated tensor). */
@@ -134,51 +132,6 @@ fsc_status fsc_tensor_load(fsc_engine *e, fsc_st_file *f) {
     free(host);
     free(h);
     return s;
-}
-
-/* Tensor rank r's local flat vector (slices in tensor order) put into the full flat vector out (full tensor
- * order); replicated tensors come from rank 0's. */
-static void place(const fsc_engine *e, int r, const float *local, float *out) {
-    size_t lo = 0, fo = 0;
-    for (int i = 0; i < e->m->n_tensors; i++) {
-        fsc_param_info p = e->m->info[i];
-        if (p.tp_size > 1) p.tp_rank = r;
-        if (sliced(&p) || r == 0)
-            for (size_t k = 0; k < fsc_param_num_runs(&p); k++) {
-                const fsc_param_run run = fsc_param_run_at(&p, k, 0, p.numel);
-                memcpy(out + fo + run.full, local + lo + run.local, run.n * sizeof(float));
-            }
-        lo += p.numel;
-        fo += fsc_param_full_numel(&p);
-    }
-}
-
-fsc_status fsc_tensor_full_params(fsc_engine *e, float *host) {
-    const size_t P = fsc_engine_tensor_offset(e, e->m->n_tensors);
-    const int T = e->lay.tp, me = e->lay.tensor;
-    float *loc = malloc(P * sizeof(float)), *d = NULL;
-    fsc_status s = loc ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory");
-    /* this tensor rank's slices, whole (collective over the data group, and the stages) */
-    if (s == FSC_OK) s = e->pipe ? fsc_pipe_full_params(e, loc) : e->st->full_tensors(e, 1, loc);
-    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, P * sizeof(float), (void **)&d);
-    if (s == FSC_OK && me != 0) s = fsc_device_upload(e->dev, d, loc, P * sizeof(float));
-    float *slice = me == 0 && host ? malloc(P * sizeof(float)) : NULL;
-    if (s == FSC_OK && me == 0 && host && !slice) s = fsc_error(FSC_ERR_NOMEM, "tensor parallelism: out of host memory");
-    /* every rank reaches the tensor group's sends and receives, or none does */
-    s = fsc_comm_agree(e->tensor_comm, e->dev, s);
-    if (s == FSC_OK && me != 0) s = fsc_comm_send(e->tensor_comm, d, P, FSC_F32, 0);
-    if (s == FSC_OK && me == 0) {
-        if (host) place(e, 0, loc, host);
-        for (int r = 1; r < T && s == FSC_OK; r++) {
-            s = fsc_comm_recv(e->tensor_comm, d, P, FSC_F32, r);
-            if (s == FSC_OK && host) s = fsc_device_download(e->dev, slice, d, P * sizeof(float));
-            if (s == FSC_OK && host) place(e, r, slice, host);
-        }
-    }
-    free(slice);
-    fsc_device_release(e->dev, d);
-    free(loc);
-    return fsc_comm_agree(e->tensor_comm, e->dev, s);
 }
 
 void fsc_tensor_free(fsc_engine *e) {

@@ -227,7 +227,9 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
 fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                                  int global_batch, fsc_step_info *info);
 /* Full weights as safetensors under the model's tensor names (for the GPT: HF GPT-2, as a single-rank run
- * writes them); written by rank 0 only, one unit gathered at a time. Collective: every rank calls it.
+ * writes them); written by rank 0 only, one unit gathered at a time (under pipelines, tensor parallelism and
+ * expert parallelism with ZeRO or FSDP: each tensor streamed to rank 0 one 256 KiB chunk at a time; no rank holds
+ * the whole model). Collective: every rank calls it.
  * Refuses (FSC_ERR_NUMERIC, nothing written) when a parameter or optimizer state is not finite
  * (fsc_engine_check_finite). */
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path);
@@ -244,8 +246,11 @@ fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path);
  * otherwise FSC_ERR_NUMERIC on every rank, naming the first tensor and element of the lowest such rank. */
 fsc_status fsc_engine_check_finite(fsc_engine *e);
 /* Copy the full (unsharded) fp32 parameters in tensor order into host memory (fsc_model_num_full_params floats:
- * with tensor parallelism the full tensors'). Collective ("summon full params"). With tensor parallelism only
- * ranks of tensor index 0 receive them (host may be NULL elsewhere). */
+ * with tensor parallelism the full tensors'). Collective ("summon full params"): every rank calls it, and every
+ * rank passing host receives them; host NULL: the rank receives nothing and allocates nothing of the model's
+ * size. Under pipelines, tensor parallelism and expert parallelism with ZeRO or FSDP each tensor streams from the
+ * ranks holding it to the receiving ranks one bounded chunk (256 KiB) at a time; otherwise the strategy gathers
+ * one unit or bucket at a time. */
 fsc_status fsc_engine_full_params(fsc_engine *e, float *host);
 /* The model as the strategies see it: with tensor parallelism, this rank's slices (local shapes under the
  * full tensors' names; running it is the engine's business). */

@@ -303,7 +303,7 @@ static void test_pipe_random_lists(void **state) {
     }
     /* dp 2 x pp 2 with every strategy inside the stages (the sharded ones reduce per bucket or unit) */
     static const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2, FSC_PAR_FSDP };
-    for (int c = 0; c < 24; c++) {
+    for (int c = 0; c < (ncases / 4 > 24 ? ncases / 4 : 24); c++) {
         spec sp;
         memset(&sp, 0, sizeof sp);
         sp.p = 2;

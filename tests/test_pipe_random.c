@@ -12,8 +12,9 @@
  * no W, W on every rank, W on some ranks only; every pipeline checkpoint mode, and layer checkpointing in lists
  * without W; prefetch 0 and 1 (chunks need prefetch); even and random balances of an 8-block GPT whose embedding
  * is tied to its head; dp 2 x pp 2 with W (on every rank or some) and DDP, ZeRO-1, ZeRO-2 and FSDP inside the
- * stages. Oracle: DDP over the same micro-batches (tests/pipetest.h): every rank's loss of both steps and the
- * final parameters, bit for bit.
+ * stages; a mixture of experts in every second block (pp 2 and 3, and dp 2 x pp 2 with the experts spread over
+ * the data ranks). Oracle: DDP over the same micro-batches (tests/pipetest.h): every rank's loss of both steps
+ * and the final parameters, bit for bit.
  * A failure names the seed and the case and prints the lists. FSC_PIPE_RANDOM_SEED and FSC_PIPE_RANDOM_CASES
  * change the seed and the number of cases (longer hunts); the defaults run in the suite. */
 #include <inttypes.h>
@@ -128,12 +129,12 @@ static const char *const ckpt_names[] = { "except_last", "always", "never" };
 static const char *const kind_names[] = { "none", "ddp", "fsdp", "zero1", "zero2" };
 
 typedef struct {
-    run refs[3][MAXM + 1]; /* [dp][m]: DDP over dp ranks, m micro-batches */
+    run refs[2][3][MAXM + 1]; /* [moe][dp][m]: DDP over dp ranks, m micro-batches */
     int lists, runs;
 } state_t;
 
 /* One case: random lists of the spec drawn from seed, checked by the validator, trained against DDP. */
-static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind, spec sp) {
+static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind, int moe, spec sp) {
     rng R = { seed };
     fsc_pipe_action a[MAXP][3 * MAXV * MAXM];
     int lens[MAXP];
@@ -150,8 +151,9 @@ static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind,
         balance = bal;
     }
     char what[288];
-    snprintf(what, sizeof what, "seed 0x%016" PRIx64 ": dp %d (%s) x pp %d, %d chunks in a %s, %d micro-batches, W on "
-             "%d of %d ranks, weights F %d B %d W %d, checkpoint %s%s, prefetch %d, balance %s", seed, dp,
+    snprintf(what, sizeof what, "seed 0x%016" PRIx64 ": %sdp %d (%s) x pp %d, %d chunks in a %s, %d micro-batches, "
+             "W on %d of %d ranks, weights F %d B %d W %d, checkpoint %s%s, prefetch %d, balance %s", seed,
+             moe ? "MoE (ep = dp), " : "", dp,
              kind_names[kind], sp.p, sp.v, sp.pl == FSC_PIPE_V ? "V" : "loop", sp.m, nw, sp.p, sp.weight[0],
              sp.weight[1], sp.weight[2], ckpt_names[ck], layer_ckpt ? " and every layer" : "", prefetch,
              balance ? "random" : "even");
@@ -184,6 +186,11 @@ static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind,
     }
     run pr = make(dp, sp.p, kind, sp.m, 1);
     pr.cfg.layers = LAYERS;
+    if (moe) { /* every second block's MLP a mixture of 4 experts, top 2, spread over the data ranks */
+        pr.cfg.moe_experts = 4, pr.cfg.moe_top_k = 2, pr.cfg.moe_every = 2;
+        pr.cfg.moe_capacity = 0.75f, pr.cfg.moe_aux = 0.01f;
+        pr.po.ep = dp;
+    }
     pr.steps = 2;
     pr.po.prefetch = prefetch;
     pr.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
@@ -194,7 +201,7 @@ static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind,
     pr.po.balance = balance;
     pr.po.actions = lists;
     pr.po.nactions = lens;
-    run *ref = &st->refs[dp][sp.m];
+    run *ref = &st->refs[moe][dp][sp.m];
     if (!ref->params) *ref = reference(&pr);
     fsc_cluster_opts co = { .world = pr.world, .device = "cpu", .timeout_s = 30 };
     pr.params = calloc(fsc_gpt_num_params(&pr.cfg), sizeof(float));
@@ -299,7 +306,7 @@ static void test_pipe_random_lists(void **state) {
         sp.pl = lay == 2 ? FSC_PIPE_V : FSC_PIPE_LOOP;
         sp.m = 1 + rng_int(&R, 2 * sp.p + 1);
         draw_w(&sp, c / 9 % 3, &R);
-        one_case(&st, rng_next(&R), 1, FSC_PAR_DDP, sp);
+        one_case(&st, rng_next(&R), 1, FSC_PAR_DDP, 0, sp);
     }
     /* dp 2 x pp 2 with every strategy inside the stages (the sharded ones reduce per bucket or unit) */
     static const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2, FSC_PAR_FSDP };
@@ -311,12 +318,25 @@ static void test_pipe_random_lists(void **state) {
         sp.pl = c % 3 == 2 ? FSC_PIPE_V : FSC_PIPE_LOOP;
         sp.m = 1 + rng_int(&R, 5);
         draw_w(&sp, 1 + rng_int(&R, 2), &R);
-        one_case(&st, rng_next(&R), 2, kinds[c / 3 % 4], sp);
+        one_case(&st, rng_next(&R), 2, kinds[c / 3 % 4], 0, sp);
+    }
+    /* a mixture of experts in every second block: pp 2 and 3 on one data rank, dp 2 x pp 2 with ep 2 */
+    for (int c = 0; c < (ncases / 9 > 12 ? ncases / 9 : 12); c++) {
+        spec sp;
+        memset(&sp, 0, sizeof sp);
+        const int dp = c % 4 == 3 ? 2 : 1;
+        sp.p = dp == 2 ? 2 : 2 + c % 2;
+        sp.v = c % 3 ? 2 : 1;
+        sp.pl = c % 3 == 2 ? FSC_PIPE_V : FSC_PIPE_LOOP;
+        sp.m = 1 + rng_int(&R, 2 * sp.p + 1);
+        draw_w(&sp, rng_int(&R, 3), &R);
+        one_case(&st, rng_next(&R), dp, dp == 2 ? kinds[c / 4 % 4] : FSC_PAR_DDP, 1, sp);
     }
     printf("random custom schedules: %d lists validated, %d runs equal to DDP (seed 0x%016" PRIx64 ")\n", st.lists,
            st.runs, seed);
-    for (int d = 0; d < 3; d++)
-        for (int m = 0; m <= MAXM; m++) free(st.refs[d][m].params);
+    for (int x = 0; x < 2; x++)
+        for (int d = 0; d < 3; d++)
+            for (int m = 0; m <= MAXM; m++) free(st.refs[x][d][m].params);
 }
 
 int main(void) {

@@ -347,6 +347,19 @@ static int tied_split_ok(const fsc_pipe *p, const fsc_model *m) {
     return 1;
 }
 
+/* The strategies reduce in each chunk's last reducing action and take the rank's chunks' last ones in descending
+ * chunk order (DDP's pending range and ZeRO's buckets end at the rank's first layer, FSDP's root unit serves both
+ * chunks of a V), the order the messages give the last Bs. The last Ws of a list with W may come in any order: they
+ * move to the list's end, highest chunk first. A W sends and receives nothing and each chunk's last W is its last
+ * action, so the messages and every sum stay as they were; a record may wait a little longer for its W. */
+static void last_ws_last(fsc_pipe *p) {
+    int n = 0;
+    for (int i = 0; i < p->nacts; i++)
+        if (p->acts[i].kind != FSC_ACT_WEIGHT || p->acts[i].micro != p->M - 1) p->acts[n++] = p->acts[i];
+    if (n == p->nacts) return; /* no W: validated, so one last W per chunk otherwise */
+    for (int c = p->v - 1; c >= 0; c--) p->acts[n++] = (fsc_pipe_action){ FSC_ACT_WEIGHT, p->M - 1, c };
+}
+
 /* A caller's lists (po.actions): validated; a copy of this rank's kept in p->acts. */
 static fsc_status take_custom(fsc_pipe *p, const fsc_parallel_opts *po) {
     FSC_TRY(fsc_pipe_schedule_validate_placed(p->pl, p->pp, p->v, p->M, po->actions, po->nactions));
@@ -355,6 +368,7 @@ static fsc_status take_custom(fsc_pipe *p, const fsc_parallel_opts *po) {
     if (!p->acts) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     memcpy(p->acts, po->actions[p->stage], (size_t)n * sizeof *p->acts);
     p->nacts = n;
+    last_ws_last(p);
     return FSC_OK;
 }
 

@@ -93,6 +93,9 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(BUILD)/libfsc_tests.a $(BUIL
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< -o $@ $(LDFLAGS) $(BUILD)/libfsc_tests.a $(BUILD)/libfsc_internal.a -lcmocka $(LDLIBS)
 
+# test_stream_faults fails allocations of its own choosing: the library's malloc and aligned_alloc go through it
+$(BUILD)/tests/test_stream_faults: LDFLAGS += -Wl,--wrap=malloc -Wl,--wrap=aligned_alloc
+
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libfsc.a
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(BUILD)/libfsc.a $(LDLIBS)
 

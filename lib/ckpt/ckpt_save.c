@@ -280,6 +280,8 @@ static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, con
             if (s == FSC_OK) s = fsc_st_writer_begin_data(w[f]);
         }
     }
+    if (s == FSC_OK && !dbuf && fsc_stream_owner_offloaded(e)) /* its pieces go out through a device chunk */
+        s = fsc_device_alloc(ENG(e).dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf);
     s = ck_agree(e, s); /* the owners start sending only once rank 0 can receive */
     for (int st = 0; st <= nstates && s == FSC_OK; st++) {
         for (int t = 0; t < T && s == FSC_OK; t++) {
@@ -547,6 +549,8 @@ fsc_status fsc_ckpt_full_state(fsc_engine *e, int which, float *host) {
         s = hbuf ? fsc_device_alloc(ENG(e).dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf)
                  : fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
     }
+    if (s == FSC_OK && !dbuf && fsc_stream_owner_offloaded(e)) /* its pieces go out through a device chunk */
+        s = fsc_device_alloc(ENG(e).dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf);
     s = ck_agree(e, s);
     size_t off = 0; /* of tensor t in the full model's flat vector */
     for (int t = 0; t < ENG(e).m->n_tensors && s == FSC_OK; off += ck_info(e, t)->numel, t++) {

@@ -960,7 +960,7 @@ static fsc_status to_file(void *ctx, int t, uint64_t first, const float *host, s
 
 static fsc_status write_streamed(fsc_engine *e, fsc_st_writer *w) {
     file_sink fs = { e, w };
-    return fsc_engine_stream_params(e, w != NULL, to_file, &fs);
+    return fsc_engine_stream_params(e, FSC_OK, w != NULL, to_file, &fs);
 }
 
 fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
@@ -1086,12 +1086,12 @@ fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
     FSC_CHECK_ARG(e);
     if (e->lay.tp == 1 && !e->pipe && !ep_staged(e)) return e->st->full_tensors(e, 1, host);
     size_t *off = host ? malloc(((size_t)e->m->n_tensors + 1) * sizeof *off) : NULL; /* the full tensors' */
-    if (host && !off) /* the others' first collective is the stream's agreement */
-        return agree(e, fsc_error(FSC_ERR_NOMEM, "engine: out of host memory"));
+    /* a failure here goes into the stream's first agreement, where the others are */
+    fsc_status pre = host && !off ? fsc_error(FSC_ERR_NOMEM, "engine: out of host memory") : FSC_OK;
     if (off) off[0] = 0;
     for (int t = 0; off && t < e->m->n_tensors; t++) off[t + 1] = off[t] + fsc_engine_full_info(e, t)->numel;
     host_sink hs = { host, off };
-    fsc_status s = fsc_engine_stream_params(e, host != NULL, to_host, &hs);
+    fsc_status s = fsc_engine_stream_params(e, pre, host != NULL, to_host, &hs);
     free(off);
     return s;
 }

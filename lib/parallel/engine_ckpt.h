@@ -58,8 +58,11 @@ float *fsc_seg_ptr(fsc_engine *e, int state, int seg);
  * leaves them: every rank's on a receiver, at least this rank's own elsewhere) go from their owners to the nto world ranks `to` (increasing), each of which
  * passes them to sink in element order, one chunk (FSC_PIECE_CHUNK floats at most) at a time through host and,
  * for other ranks' pieces, device buffer dbuf (each as large as the largest chunk); h/nh: this rank's sorted
- * holdings. An owner sends straight from its segments (offloaded ones through one device chunk). After a failed
- * sink a receiver keeps receiving and returns the sink's error at the end. */
+ * holdings. An owner sends straight from its segments (offloaded ones through dbuf). After a failure (a sink, a
+ * copy) a rank keeps sending and receiving and returns its first error at the end. */
+/* Whether this rank's masters or optimizer states are offloaded: its pieces then go out through a device chunk,
+ * dbuf, which such an owner allocates before the stream's agreement (so that no failure comes mid-stream). */
+int fsc_stream_owner_offloaded(const fsc_engine *e);
 fsc_status fsc_stream_tensor(fsc_engine *e, const fsc_piece *recs, int nrecs, const fsc_holding *h, int nh,
                              int state, int t, const int *to, int nto, fsc_piece_sink sink, void *ctx, float *host,
                              float *dbuf);

@@ -254,7 +254,9 @@ fsc_status fsc_ep_create(fsc_engine *e);
  * records (an offloaded one a device chunk); every rank returns the same verdict (a failed sink's included). Needs
  * the strategy's holdings. */
 typedef fsc_status (*fsc_param_sink)(void *ctx, int t, uint64_t first, const float *host, size_t n);
-fsc_status fsc_engine_stream_params(fsc_engine *e, int want, fsc_param_sink sink, void *ctx);
+/* pre: this rank's failure before the stream (it takes part in the first agreement and returns it, so that no rank
+ * waits in a collective the others skipped). */
+fsc_status fsc_engine_stream_params(fsc_engine *e, fsc_status pre, int want, fsc_param_sink sink, void *ctx);
 
 /* Tensor parallelism inside the engine (tensor.c), generic over the model's split fields (model.h). */
 /* e->full: each tensor with its full shape (every engine; the model's own info where nothing is split). */

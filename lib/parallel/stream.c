@@ -138,24 +138,31 @@ static int receives(const int *to, int nto, int r) {
     return 0;
 }
 
-/* Owner: n floats at src (on the state's device) to every receiver but itself. */
-static fsc_status send_chunk(fsc_engine *e, int state, const float *src, size_t n, const int *to, int nto) {
+/* Owner: n floats at src (on the state's device) to every receiver but itself; offloaded, through dbuf (or a
+ * buffer of its own when dbuf is NULL). After a failed upload the sends still go (what dbuf holds), so that no
+ * receiver waits: the caller's agreement fails the stream everywhere. */
+static fsc_status send_chunk(fsc_engine *e, int state, const float *src, size_t n, const int *to, int nto,
+                             float *dbuf) {
     fsc_comm *c = e->r->comm;
     const int me = fsc_comm_rank(c);
     int others = 0;
     for (int i = 0; i < nto; i++) others |= to[i] != me;
     if (!others) return FSC_OK;
     float *d = NULL;
-    fsc_status s = FSC_OK;
+    fsc_status s = FSC_OK, up = FSC_OK;
     if (fsc_offload_seg_dev(e, state) != e->dev) { /* offloaded: the communicator sends device memory */
-        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(float), (void **)&d);
-        if (s == FSC_OK) s = fsc_device_upload(e->dev, d, src, n * sizeof(float));
-        src = d;
+        if (!dbuf) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(float), (void **)&d);
+        if (s == FSC_OK) up = fsc_device_upload(e->dev, dbuf ? dbuf : d, src, n * sizeof(float));
+        src = dbuf ? dbuf : d;
     }
     for (int i = 0; i < nto && s == FSC_OK; i++)
         if (to[i] != me) s = fsc_comm_send(c, src, n, FSC_F32, to[i]);
     fsc_device_release(e->dev, d);
-    return s;
+    return s != FSC_OK ? s : up;
+}
+
+int fsc_stream_owner_offloaded(const fsc_engine *e) {
+    return fsc_offload_seg_dev(e, 0) != e->dev || fsc_offload_seg_dev(e, 1) != e->dev;
 }
 
 fsc_status fsc_stream_tensor(fsc_engine *e, const fsc_piece *recs, int nrecs, const fsc_holding *h, int nh,
@@ -163,7 +170,8 @@ fsc_status fsc_stream_tensor(fsc_engine *e, const fsc_piece *recs, int nrecs, co
                              float *dbuf) {
     fsc_comm *c = e->r->comm;
     const int me = fsc_comm_rank(c), mine = receives(to, nto, me);
-    fsc_status err = FSC_OK;
+    fsc_status err = FSC_OK; /* the first failure: the messages still go and come, so that no rank waits */
+    char msg[512] = "";
     int k0 = 0, hi = nrecs; /* the first record of tensor t */
     while (k0 < hi) {
         int mid = k0 + (hi - k0) / 2;
@@ -180,19 +188,24 @@ fsc_status fsc_stream_tensor(fsc_engine *e, const fsc_piece *recs, int nrecs, co
                              fsc_engine_full_info(e, t)->name);
         for (uint64_t off = 0; off < rec->n; off += FSC_PIECE_CHUNK) {
             size_t n = rec->n - off < FSC_PIECE_CHUNK ? (size_t)(rec->n - off) : FSC_PIECE_CHUNK;
-            if (own) FSC_TRY(send_chunk(e, state, src + off, n, to, nto));
-            if (!mine) continue;
+            fsc_status s = FSC_OK;
             if (own) {
-                FSC_TRY(fsc_device_download(fsc_offload_seg_dev(e, state), host, src + off, n * sizeof(float)));
+                s = send_chunk(e, state, src + off, n, to, nto, dbuf);
+                if (s == FSC_OK && mine)
+                    s = fsc_device_download(fsc_offload_seg_dev(e, state), host, src + off, n * sizeof(float));
             } else {
-                FSC_TRY(fsc_comm_recv(c, dbuf, n, FSC_F32, rec->rank));
-                FSC_TRY(fsc_device_download(e->dev, host, dbuf, n * sizeof(float)));
+                s = fsc_comm_recv(c, dbuf, n, FSC_F32, rec->rank);
+                if (s == FSC_OK) s = fsc_device_download(e->dev, host, dbuf, n * sizeof(float));
             }
             /* after a failed sink the receiver keeps receiving, so no message is left queued */
-            if (err == FSC_OK) err = sink(ctx, rec->first + off, host, n);
+            if (s == FSC_OK && mine && err == FSC_OK) s = sink(ctx, rec->first + off, host, n);
+            if (s != FSC_OK && err == FSC_OK) {
+                err = s;
+                snprintf(msg, sizeof msg, "%s", fsc_last_error());
+            }
         }
     }
-    return err;
+    return err == FSC_OK ? FSC_OK : fsc_error(err, "%s", msg);
 }
 
 /* ---- the full parameters, streamed ---- */
@@ -231,10 +244,11 @@ static fsc_status gather_wants(fsc_engine *e, int want, int **to, int *nto) {
     const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
     int32_t *d = NULL, mine = want ? 1 : 0;
     *nto = 0;
-    if (!(*to = malloc(((size_t)N + 1) * sizeof **to))) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
-    int32_t *all = malloc((size_t)N * sizeof *all);
+    *to = malloc(((size_t)N + 1) * sizeof **to);
+    int32_t *all = *to ? malloc((size_t)N * sizeof *all) : NULL;
     fsc_status s = all ? fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)N * sizeof *d, (void **)&d)
                        : fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
+    s = fsc_comm_agree(c, e->dev, s); /* every rank reaches the all-gather, or none does */
     if (s == FSC_OK) s = fsc_device_upload(e->dev, d + me, &mine, sizeof mine);
     if (s == FSC_OK) s = fsc_comm_all_gather(c, d + me, d, sizeof mine, FSC_U8);
     if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)N * sizeof *all);
@@ -258,6 +272,7 @@ static fsc_status gather_to(fsc_engine *e, const fsc_piece *mine, int n, const i
     *nall = 0;
     fsc_status s = counts ? fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)N * sizeof *dc, (void **)&dc)
                           : fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
+    s = fsc_comm_agree(c, e->dev, s); /* every rank reaches the all-gather, or none does */
     if (s == FSC_OK) s = fsc_device_upload(e->dev, dc + me, &mc, sizeof mc);
     if (s == FSC_OK) s = fsc_comm_all_gather(c, dc + me, dc, sizeof mc, FSC_U8);
     if (s == FSC_OK) s = fsc_device_download(e->dev, counts, dc, (size_t)N * sizeof *counts);
@@ -327,24 +342,25 @@ static fsc_status stream_batch(fsc_engine *e, int t0, int t1, const fsc_piece *m
     return s;
 }
 
-fsc_status fsc_engine_stream_params(fsc_engine *e, int want, fsc_param_sink sink, void *ctx) {
+fsc_status fsc_engine_stream_params(fsc_engine *e, fsc_status pre, int want, fsc_param_sink sink, void *ctx) {
     fsc_comm *c = e->r->comm;
     fsc_holding *h = NULL;
     fsc_piece *mine = NULL;
     int nh = 0, nmine = 0, nto = 0, *to = NULL;
     float *host = NULL, *dbuf = NULL;
-    fsc_status s = fsc_holdings_sorted(e, &h, &nh);
+    fsc_status s = pre;
+    if (s == FSC_OK) s = fsc_holdings_sorted(e, &h, &nh);
     if (s == FSC_OK) s = my_pieces(h, nh, fsc_comm_rank(c), &mine, &nmine);
     s = fsc_comm_agree(c, e->dev, s);
     if (s == FSC_OK) s = gather_wants(e, want, &to, &nto);
-    if (s == FSC_OK && want) {
+    if (s == FSC_OK && (want || fsc_stream_owner_offloaded(e))) { /* before the agreement: nothing fails later */
         size_t most = 1; /* a chunk, or the largest tensor when smaller */
         for (int t = 0; t < e->m->n_tensors; t++)
             if (fsc_engine_full_info(e, t)->numel > most) most = fsc_engine_full_info(e, t)->numel;
         if (most > FSC_PIECE_CHUNK) most = FSC_PIECE_CHUNK;
-        host = malloc(most * sizeof(float));
-        s = host ? fsc_device_alloc(e->dev, FSC_TAG_COMM, most * sizeof(float), (void **)&dbuf)
-                 : fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
+        host = want ? malloc(most * sizeof(float)) : NULL;
+        s = host || !want ? fsc_device_alloc(e->dev, FSC_TAG_COMM, most * sizeof(float), (void **)&dbuf)
+                          : fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
     }
     s = fsc_comm_agree(c, e->dev, s); /* the owners start sending only once every receiver can receive */
     for (int t0 = 0, t1 = 0, k = 0; t0 < e->m->n_tensors && s == FSC_OK; t0 = t1) {

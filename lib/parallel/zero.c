@@ -282,12 +282,13 @@ static fsc_status zero_post_backward(fsc_engine *e, int layer) {
             float *own = z->stage2 ? g : NULL;
             float *clear = !z->stage2 && (e->micro < e->po.accum - 1 || e->exact) ? g : NULL;
             if (own) {
-                b->grad = NULL;
-                bind_grads(e, z, b, NULL);
                 /* a reduction owns its bucket's gradient until it is waited for: keep at most limit - 1 in
                  * flight (oldest first, as FSDP's units), else every bucket would live to the end of backward
-                 * and ZeRO-2 would hold DDP's gradients plus its shard */
+                 * and ZeRO-2 would hold DDP's gradients plus its shard. Waited for while the bucket still holds
+                 * g, so that a failed wait leaves g to zero_begin_step's release. */
                 FSC_TRY(fsc_reduce_drain_to(e, &z->rq, z->limit - 2));
+                b->grad = NULL;
+                bind_grads(e, z, b, NULL);
             }
             FSC_TRY(fsc_reduce_start(e, &z->rq, b->comm, 1, g, owned_grad(z, b), b->padded, accumulate, own, clear,
                                      b->padded));

@@ -84,7 +84,8 @@ typedef struct {
                                    * their receives a micro-batch ahead; offload copies asynchronously. 0 (a
                                    * zeroed struct): every collective and copy synchronous */
     int prefetch_limit;           /* fsdp: gathered units in flight at most, the one computing included (0: 2),
-                                   * and reductions limit - 1; zero2: bucket reductions in flight limit - 1;
+                                   * and reductions limit - 1; zero2: bucket reductions in flight limit - 1
+                                   * (at least 1);
                                    * pipelines: send buffers of checkpointed outputs at most (0: 2) */
     /* offload to host memory (docs/offload.md): optim with fsdp (every strategy), zero1 and zero2; all with
      * fsdp only (zero keeps parameters replicated on every device). Not with ddp or none; with tp (and sequence

@@ -23,6 +23,10 @@ typedef struct {
     fsc_step_info info[MAXS];         /* rank 0 */
     float *params;                    /* (P) full parameters after the last step, rank 0 */
     size_t acts_peak[MAXW];           /* the device ledger's FSC_TAG_ACTS peak per rank */
+    size_t grads_peak[MAXW];          /* the device ledger's FSC_TAG_GRADS peak per rank */
+    size_t grads_need[MAXW];          /* the gradients of the tensors a rank's layers own, plus the tied-gradient
+                                       * buffer of each tied tensor whose owner or a user it runs (bytes) */
+    size_t grads_tied[MAXW];          /* of which the tied-gradient buffers */
     fsc_pipe_stats stats[MAXW];
     fsc_comm_stats comm[MAXW];        /* the last step */
 } run;
@@ -77,6 +81,18 @@ static inline fsc_status rank_fn(fsc_rank *rk, void *arg) {
     if (s == FSC_OK) s = fsc_engine_full_params(e, rk->rank == 0 ? r->params : NULL);
     if (s == FSC_OK && r->save) s = fsc_engine_save_weights(e, r->save);
     r->acts_peak[rk->rank] = fsc_device_peak_bytes(rk->dev, FSC_TAG_ACTS);
+    r->grads_peak[rk->rank] = fsc_device_peak_bytes(rk->dev, FSC_TAG_GRADS);
+    const fsc_model *m = fsc_engine_model(e);
+    size_t need = 0, tied_need = 0;
+    for (int i = 0; m && i < m->n_tensors; i++) {
+        const fsc_param_info *pi = &m->info[i];
+        int tied = fsc_pipe_runs_layer(e, pi->layer);
+        if (tied) need += pi->numel;
+        for (int u = 0; u < pi->nusers; u++) tied |= fsc_pipe_runs_layer(e, pi->users[u]);
+        if (pi->nusers && tied) need += pi->numel, tied_need += pi->numel;
+    }
+    r->grads_need[rk->rank] = need * sizeof(float);
+    r->grads_tied[rk->rank] = tied_need * sizeof(float);
     free(tok);
     free(tgt);
     fsc_engine_free(e);

@@ -323,8 +323,9 @@ static void test_declaration_checked(void **st) {
     n.info[3].layer = 0;
     assert_err(fsc_model_validate(&n.m), FSC_ERR_INVALID, "listed by owning layer");
     n.info[2].layer = 1, n.info[3].layer = 1;
-    n.tied[0] = NULL; /* a tied tensor without its buffer */
-    assert_err(fsc_model_validate(&n.m), FSC_ERR_INVALID, "tied-gradient buffer");
+    n.m.tied_grad = NULL; /* a tied tensor without a table of tied-gradient buffers */
+    assert_err(fsc_model_validate(&n.m), FSC_ERR_INVALID, "tied-gradient buffers");
+    n.m.tied_grad = n.tied;
     mlp_release(&n);
     fsc_device_free(dev);
 }

@@ -53,9 +53,9 @@ fsc_status fsc_model_validate(const fsc_model *m) {
             if (p->users[k] < 0 || p->users[k] >= m->n_layers || p->users[k] == p->layer)
                 return fsc_error(FSC_ERR_INVALID, "model: tensor %s names layer %d as a user (another layer than "
                                  "its owner %d, one of 0..%d)", p->name, p->users[k], p->layer, m->n_layers - 1);
-        if (p->nusers > 0 && (!m->tied_grad || !m->tied_grad[i]))
-            return fsc_error(FSC_ERR_INVALID, "model: tensor %s is used by other layers than its owner but has no "
-                             "tied-gradient buffer (tied_grad[%d])", p->name, i);
+        if (p->nusers > 0 && !m->tied_grad) /* the buffers themselves may come with the records (model.h) */
+            return fsc_error(FSC_ERR_INVALID, "model: tensor %s is used by other layers than its owner but the model "
+                             "has no table of tied-gradient buffers (tied_grad is NULL)", p->name);
         FSC_TRY(fsc_param_check_split(p));
         if (p->tp_size > 1 && m->info[tp_first].tp_size <= 1) tp_first = i;
         if (p->tp_size > 1 && (p->tp_size != m->info[tp_first].tp_size || p->tp_rank != m->info[tp_first].tp_rank))

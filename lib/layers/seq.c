@@ -1,5 +1,5 @@
 /* The sequential model of layers.h, its declaration: tensor names and owners (a prefix per layer), tied
- * parameters as model.h's users with their tied-gradient buffers, initial values by full name, the configuration
+ * parameters as model.h's users (their tied-gradient buffers are made by the records, seq_run.c), initial values by full name, the configuration
  * recorded in checkpoints, the per-layer cost for pipeline balance.
  * Not here: records, forward and backward (seq_run.c), the layers (basic.c, transformer.c). */
 #include <stdio.h>
@@ -182,9 +182,7 @@ static fsc_status declare(seq_model *s, const fsc_seq_layer *ls) {
                                  FSC_MODEL_MAX_USERS);
             if (ti->nusers == 0 || ti->users[ti->nusers - 1] != l) ti->users[ti->nusers++] = l;
             s->tensor[l][k] = t;
-            s->tied[l][k] = 1;
-            if (!s->tied_grad[t])
-                FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_GRADS, ti->numel * sizeof(float), (void **)&s->tied_grad[t]));
+            s->tied[l][k] = 1; /* its tied-gradient buffer comes with the first record that needs it (seq_run.c) */
         }
         for (int k = 0; k < a->n_params; k++) {
             if (s->tied[l][k]) continue;

@@ -15,7 +15,8 @@ typedef struct {
     float **cgrad;           /* (max n_params) its gradient table */
     fsc_param_info *info;    /* (n_tensors) */
     float **param, **grad;   /* (n_tensors) set by the engine */
-    float **tied_grad;       /* (n_tensors) device buffers of tied tensors, NULL elsewhere */
+    float **tied_grad;       /* (n_tensors) device buffers of tied tensors, made (zeroed) with the first record whose
+                              * range holds the owner or a user (seq_run.c); NULL before and for other tensors */
     size_t max_stream;       /* floats per sample of the largest output between two layers */
     /* split records (seq_run.c): the areas of the output gradients and stashes a record holds from its input part
      * to its weight part, not in use, kept for the next input part (device memory, FSC_TAG_ACTS) */

@@ -3,7 +3,9 @@
  * kept and its forward runs again right after its pre_backward hook), the targets and the gradient streams (the
  * passes' scratch, the layers' work and the gradients between layers, is the model's: one for all its records);
  * forward and backward over the range with the hooks around every layer; the tied-gradient contract
- * of model.h (a user layer's gradient goes to the zeroed tied buffer, the owner adds it before its own); the
+ * of model.h (a user layer's gradient goes to the zeroed tied buffer, the owner adds it before its own; the buffer
+ * is made with the first record whose range holds the owner or a user, so a pipeline rank that runs neither never
+ * holds one); the
  * layers' checks of host inputs and targets before upload; the layers' host state per record (MoE routing), their
  * auxiliary statistics and expert groups. With checkpoint and offload_inputs, the outputs that are some layer's
  * input inside the range live in two alternating device buffers with a host copy each, uploaded again for the
@@ -214,6 +216,19 @@ static void split_detach(seq_model *s, seq_acts *a) {
 
 int fsc_seq_splits_tied(void *ctx) { return all_tied_split(ctx); }
 
+/* The tied-gradient buffers of the tensors whose owner or a user lies in layers [first, last], made (zeroed) if they
+ * are not yet: model.h's tied_grad exists once a record that reads or writes it does. */
+static fsc_status tied_reserve(seq_model *s, int first, int last) {
+    for (int t = 0; t < s->m.n_tensors; t++) {
+        const fsc_param_info *ti = &s->info[t];
+        int in = ti->layer >= first && ti->layer <= last;
+        for (int u = 0; u < ti->nusers; u++) in |= ti->users[u] >= first && ti->users[u] <= last;
+        if (ti->nusers > 0 && in && !s->tied_grad[t])
+            FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_GRADS, ti->numel * sizeof(float), (void **)&s->tied_grad[t]));
+    }
+    return FSC_OK;
+}
+
 /* A record for o; its device memory *reuse where that is reuse_bytes, the bytes the record needs (taken: *reuse
  * NULL then), else new (*reuse released first, so that the two are never held at once). */
 static fsc_status acts_make(seq_model *s, const fsc_model_acts_opts *o, void **reuse, size_t reuse_bytes,
@@ -225,6 +240,7 @@ static fsc_status acts_make(seq_model *s, const fsc_model_acts_opts *o, void **r
     if (o->split && o->checkpoint)
         return fsc_error(FSC_ERR_INVALID, "sequential model: a split backward keeps every layer's record until its "
                          "weight part; layer checkpointing keeps one (use a pipeline checkpoint mode instead)");
+    FSC_TRY(tied_reserve(s, o->first, o->last));
     seq_acts *a = calloc(1, sizeof *a);
     const int nl = o->last - o->first + 1, offload = o->checkpoint && o->offload_inputs;
     if (a) {

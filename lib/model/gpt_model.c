@@ -44,13 +44,19 @@ static fsc_status g_check(void *ctx, const fsc_model_acts_opts *o) {
         return fsc_error(FSC_ERR_INVALID, "gpt acts: B=%d T=%d is too large for this model", o->B, c->seq);
     return FSC_OK;
 }
+/* The view's dwte_head is the layers' tied-gradient buffer of wte, made with the first record that holds the embedding
+ * or the head (seq_run.c): set after every record made. */
 static fsc_status g_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
     *out = NULL;
     FSC_TRY(g_check(ctx, o));
-    return S(ctx)->ops->acts_create(S(ctx)->ctx, o, out);
+    const fsc_status st = S(ctx)->ops->acts_create(S(ctx)->ctx, o, out);
+    GM(ctx)->g.dwte_head = S(ctx)->tied_grad[FSC_P_WTE];
+    return st;
 }
 static fsc_status g_remake(void *ctx, fsc_model_acts *old, const fsc_model_acts_opts *o, fsc_model_acts **out) {
-    return seq_wrap_acts_remake(ctx, g_check(ctx, o), old, o, out);
+    const fsc_status st = seq_wrap_acts_remake(ctx, g_check(ctx, o), old, o, out);
+    GM(ctx)->g.dwte_head = S(ctx)->tied_grad[FSC_P_WTE];
+    return st;
 }
 
 /* Bytes of parameters (x param_scale) and of one micro-batch's saved activations, as fsc_balance_by_size. */

@@ -815,6 +815,17 @@ static void release(fsc_engine *e, int c, mb_slot *sl, fsc_comm_req *gsend) {
     p->in_flight--;
 }
 
+/* Tensor i's tied-gradient buffer on this rank, which runs its owner or a user: the model makes it by the first record
+ * whose range holds one (model.h), so by the pass that reads or writes it; a model that did not is refused. */
+static fsc_status tied_buf(const fsc_engine *e, int i, float **out) {
+    *out = e->m->tied_grad ? e->m->tied_grad[i] : NULL;
+    if (!*out)
+        return fsc_error(FSC_ERR_STATE, "pipeline: the model has no tied-gradient buffer of %s (tied_grad[%d]) on "
+                         "this rank, which runs its owner or a user (model.h: the buffer exists once a record "
+                         "holding one does)", e->m->info[i].name, i);
+    return FSC_OK;
+}
+
 /* A tied gradient of this rank's user chunk, waiting since the user's backward (or W, split_tied) of micro-batch
  * k: into tied_grad for the owner chunk c's backward (W) of k. */
 static fsc_status local_tied_take(fsc_engine *e, int k, int c) {
@@ -824,7 +835,9 @@ static fsc_status local_tied_take(fsc_engine *e, int k, int c) {
             float **w = &p->ltg[x * p->M + k];
             if (!*w) return fsc_error(FSC_ERR_INTERNAL, "pipe: micro-batch %d on chunk %d has no tied gradient", k, c);
             const int i = p->lt[x][0];
-            FSC_TRY(fsc_device_copy(e->dev, e->m->tied_grad[i], *w, e->m->info[i].numel * sizeof(float)));
+            float *tg;
+            FSC_TRY(tied_buf(e, i, &tg));
+            FSC_TRY(fsc_device_copy(e->dev, tg, *w, e->m->info[i].numel * sizeof(float)));
             p->ltg_free[p->nltg_free++] = *w;
             *w = NULL;
         }
@@ -837,10 +850,11 @@ static fsc_status local_tied_keep(fsc_engine *e, int k, int c) {
     for (int x = 0; x < p->nlt; x++)
         if (p->lt[x][2] == c) {
             const int i = p->lt[x][0];
-            float **w = &p->ltg[x * p->M + k];
+            float **w = &p->ltg[x * p->M + k], *tg;
+            FSC_TRY(tied_buf(e, i, &tg));
             if (p->nltg_free > 0) *w = p->ltg_free[--p->nltg_free];
             else FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, e->m->info[i].numel * sizeof(float), (void **)w));
-            FSC_TRY(fsc_device_copy(e->dev, *w, e->m->tied_grad[i], e->m->info[i].numel * sizeof(float)));
+            FSC_TRY(fsc_device_copy(e->dev, *w, tg, e->m->info[i].numel * sizeof(float)));
         }
     return FSC_OK;
 }
@@ -883,11 +897,13 @@ static fsc_status recv_grad(fsc_engine *e, int k, int c, fsc_model_acts *a) {
     for (int x = 0; x < p->ntied; x++) /* the users' gradient of micro-batch k, added first by the owner */
         if (p->tied[x][1] == p->stage && p->tied[x][3] == c) {
             const int i = p->tied[x][0];
+            float *tg;
+            FSC_TRY(tied_buf(e, i, &tg));
             if (!p->tl) {
-                FSC_TRY(recv_timed(p, e->m->tied_grad[i], e->m->info[i].numel, p->tied[x][2]));
+                FSC_TRY(recv_timed(p, tg, e->m->info[i].numel, p->tied[x][2]));
                 continue;
             } /* po.prefetch: received ahead; the next one is posted before this backward computes */
-            FSC_TRY(fsc_pipe_tied_take_grad(&p->tl[x], e->dev, e->m->tied_grad[i], &p->wait));
+            FSC_TRY(fsc_pipe_tied_take_grad(&p->tl[x], e->dev, tg, &p->wait));
             if (k + 1 < p->M) FSC_TRY(fsc_pipe_tied_post_grad(&p->tl[x]));
         }
     if (!p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* split_tied: in W */
@@ -918,11 +934,12 @@ static fsc_status send_tied_grads(fsc_engine *e, int c) {
     for (int x = 0; x < p->ntied; x++)
         if (p->tied[x][2] == p->stage && p->tied[x][4] == c) {
             const int i = p->tied[x][0];
+            float *tg;
+            FSC_TRY(tied_buf(e, i, &tg));
             if (p->tl) /* sent while the next micro-batches compute */
-                FSC_TRY(fsc_pipe_tied_send_grad(&p->tl[x], e->m->tied_grad[i], &p->wait));
+                FSC_TRY(fsc_pipe_tied_send_grad(&p->tl[x], tg, &p->wait));
             else
-                FSC_TRY(fsc_comm_send(p->pipe_comm, e->m->tied_grad[i], e->m->info[i].numel, FSC_F32,
-                                      p->tied[x][1]));
+                FSC_TRY(fsc_comm_send(p->pipe_comm, tg, e->m->info[i].numel, FSC_F32, p->tied[x][1]));
         }
     return FSC_OK;
 }

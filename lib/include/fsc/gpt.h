@@ -14,8 +14,10 @@
  * head backward); the embedding backward adds it to grad[wte] before its own token rows. Accumulation
  * order is therefore the same whether the head and the embedding run on one rank or on two pipeline stages.
  * A record whose range holds layer 0 but not the head adds whatever m->dwte_head holds (the caller puts the
- * head stage's dwte_head there; fsc_gpt_create zeroes it); a record with the head but not layer 0 leaves
- * the head's part in m->dwte_head for the caller.
+ * head stage's dwte_head there; zero until then); a record with the head but not layer 0 leaves the head's part
+ * in m->dwte_head for the caller. dwte_head is made (zeroed) with the first record whose range holds layer 0 or
+ * the head and is NULL before: on a pipeline stage that holds neither the embedding nor the head it stays NULL
+ * (such a stage holds no V x C buffer).
  *
  * Mixture of experts (moe_experts E > 0; docs/tensor_parallel.md): blocks N-1, 2N-1, ... (N = moe_every)
  * replace their MLP with an MoE MLP (moe.h) of E experts, each an MLP of the dense one's shape. Such a
@@ -101,7 +103,8 @@ typedef struct fsc_gpt {
     fsc_param_info *info;   /* n_tensors */
     float **param;          /* n_tensors device pointers, NULL while not materialized */
     float **grad;           /* n_tensors device pointers, NULL while not materialized */
-    float *dwte_head;       /* (V, C) head part of the wte gradient, FSC_TAG_GRADS */
+    float *dwte_head;       /* (V, C) head part of the wte gradient, FSC_TAG_GRADS; NULL until a record holds layer 0
+                             * or the head (a pipeline stage holding neither: always) */
     /* MoE: the expert-parallel group ep (NULL: one rank holds every expert; the MoE blocks of layers.h hold
      * their moe.h layers). A rank reads its experts' tensors only: the others' param/grad pointers may stay NULL. */
     fsc_comm *ep;

@@ -16,8 +16,12 @@
  * layer 0, used by the head, layer L+1) has a tied-gradient buffer tied_grad[i] (numel floats on the device):
  *   - the backward of a non-owner user layer writes (overwrites) its gradient for the tensor into tied_grad[i];
  *   - the owner's backward adds tied_grad[i] into grad[i] before its own contribution.
+ * The buffer is the model's and exists, zeroed, by the time a record whose range holds the owner or a user does:
+ * the model makes it at creation or, as the built-in models do, with the first such record (NULL before). A rank
+ * whose records hold neither never has one: a pipeline stage that runs neither the owner nor the users (GPT-2's
+ * middle stages) does not hold the V x C buffer of the tied embedding.
  * When one record holds both layers the model does this itself. A record holding the owner but not the users
- * adds whatever tied_grad[i] holds (the pipeline puts the user stage's there; the model zeroes it at creation);
+ * adds whatever tied_grad[i] holds (the pipeline puts the user stage's there; zero until something is put there);
  * a record holding a user but not the owner leaves its part in tied_grad[i] for the caller. The accumulation
  * order is then the same on one rank and on two pipeline stages: pipelines stay bit-identical with DDP.
  * The engine gives a rank that runs a user layer but not the owner a replica of the tensor in param[i].
@@ -250,7 +254,8 @@ typedef struct fsc_model {
     const fsc_param_info *info;  /* (n_tensors), ordered by owning layer */
     float **param;               /* (n_tensors) device pointers, set by the engine's strategy */
     float **grad;                /* (n_tensors) device pointers, set by the engine's strategy */
-    float **tied_grad;           /* (n_tensors) the tied-gradient buffers (NULL for untied tensors); NULL: none */
+    float **tied_grad;           /* (n_tensors) the tied-gradient buffers (NULL for untied tensors, and for a tied one
+                                  * until a record holding its owner or a user exists: see above); NULL: none */
     size_t sample_input_bytes;   /* host bytes of one sample's input */
     size_t sample_target_bytes;  /* host bytes of one sample's target */
     int loss_terms;              /* loss terms per sample */
@@ -263,7 +268,8 @@ typedef struct fsc_model {
  * without checkpointing: start from these and set what differs. */
 fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B);
 
-/* Check a model's declaration (sizes, layers, tensor order, users, required operations, and the split fields:
+/* Check a model's declaration (sizes, layers, tensor order, users (a tied tensor needs the tied_grad table; its
+ * buffer may come with the records), required operations, and the split fields:
  * full_shape consistent with shape, split, parts and tp_size, one tensor group for every tensor); the message
  * names the first problem and the tensor. */
 fsc_status fsc_model_validate(const fsc_model *m);

@@ -18,21 +18,32 @@
  * hold of piece records, and what senders may have queued ahead of them, stays within that. */
 #define STREAM_BATCH ((size_t)1 << 18)
 
+/* One value of size bytes from every rank into host all (N values; NULL: this rank is out of host memory), after
+ * an agreement on s and this rank's buffers: every rank reaches the all-gather, or none does. Collective. */
+static fsc_status all_gather_host(fsc_engine *e, fsc_status s, const void *mine, size_t size, void *all) {
+    fsc_comm *c = e->r->comm;
+    const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
+    unsigned char *d = NULL;
+    if (s == FSC_OK && !all) s = fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
+    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)N * size, (void **)&d);
+    s = fsc_comm_agree(c, e->dev, s);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, d + (size_t)me * size, mine, size);
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + (size_t)me * size, d, size, FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)N * size);
+    fsc_device_release(e->dev, d);
+    return s;
+}
+
 fsc_status fsc_pieces_gather(fsc_engine *e, const fsc_piece *mine, int n, fsc_piece **out, int *nout) {
     fsc_comm *c = e->r->comm;
     const int N = fsc_comm_size(c);
     *out = NULL;
     *nout = 0;
     int64_t *counts = calloc((size_t)N, sizeof *counts);
-    int64_t *dc = NULL;
     uint8_t *dsend = NULL, *drecv = NULL;
     fsc_piece *all = NULL;
-    if (!counts) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
     int64_t me = n, max = 0, total = 0;
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)N * sizeof *dc, (void **)&dc);
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dc + fsc_comm_rank(c), &me, sizeof me);
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, dc + fsc_comm_rank(c), dc, sizeof me, FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, counts, dc, (size_t)N * sizeof *counts);
+    fsc_status s = all_gather_host(e, FSC_OK, &me, sizeof me, counts);
     for (int r = 0; s == FSC_OK && r < N; r++) {
         if (counts[r] < 0 || counts[r] > (1 << 24))
             s = fsc_error(FSC_ERR_INTERNAL, "checkpoint: rank %d reports %lld pieces", r, (long long)counts[r]);
@@ -43,16 +54,16 @@ fsc_status fsc_pieces_gather(fsc_engine *e, const fsc_piece *mine, int n, fsc_pi
     if (s == FSC_OK) s = fsc_device_calloc(e->dev, FSC_TAG_COMM, blk, (void **)&dsend);
     if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, blk * (size_t)N, (void **)&drecv);
     if (s == FSC_OK && n > 0) s = fsc_device_upload(e->dev, dsend, mine, (size_t)n * sizeof(fsc_piece));
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, dsend, drecv, blk, FSC_U8);
     if (s == FSC_OK && !(all = malloc((size_t)(total + 1) * sizeof *all)))
         s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory for %lld piece records", (long long)total);
+    s = fsc_comm_agree(c, e->dev, s); /* every rank reaches the all-gather, or none does */
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, dsend, drecv, blk, FSC_U8);
     int64_t at = 0;
     for (int r = 0; s == FSC_OK && r < N; r++) {
         if (counts[r] > 0)
             s = fsc_device_download(e->dev, all + at, drecv + (size_t)r * blk, (size_t)counts[r] * sizeof(fsc_piece));
         at += counts[r];
     }
-    fsc_device_release(e->dev, dc);
     fsc_device_release(e->dev, dsend);
     fsc_device_release(e->dev, drecv);
     free(counts);
@@ -240,21 +251,14 @@ static fsc_status my_pieces(const fsc_holding *h, int nh, int rank, fsc_piece **
 
 /* The receivers: the world ranks passing want 1, in increasing order (*to from malloc). */
 static fsc_status gather_wants(fsc_engine *e, int want, int **to, int *nto) {
-    fsc_comm *c = e->r->comm;
-    const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
-    int32_t *d = NULL, mine = want ? 1 : 0;
+    const int N = fsc_comm_size(e->r->comm);
+    int32_t mine = want ? 1 : 0;
     *nto = 0;
     *to = malloc(((size_t)N + 1) * sizeof **to);
     int32_t *all = *to ? malloc((size_t)N * sizeof *all) : NULL;
-    fsc_status s = all ? fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)N * sizeof *d, (void **)&d)
-                       : fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
-    s = fsc_comm_agree(c, e->dev, s); /* every rank reaches the all-gather, or none does */
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, d + me, &mine, sizeof mine);
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + me, d, sizeof mine, FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)N * sizeof *all);
+    fsc_status s = all_gather_host(e, FSC_OK, &mine, sizeof mine, all);
     for (int r = 0; s == FSC_OK && r < N; r++)
         if (all[r]) (*to)[(*nto)++] = r;
-    fsc_device_release(e->dev, d);
     free(all);
     return s;
 }
@@ -266,16 +270,11 @@ static fsc_status gather_to(fsc_engine *e, const fsc_piece *mine, int n, const i
                             int *nall) {
     fsc_comm *c = e->r->comm;
     const int N = fsc_comm_size(c), me = fsc_comm_rank(c), recv = receives(to, nto, me);
-    int64_t *counts = calloc((size_t)N, sizeof *counts), *dc = NULL, mc = n, most = n, total = 0;
+    int64_t *counts = calloc((size_t)N, sizeof *counts), mc = n, most = n, total = 0;
     fsc_piece *d = NULL;
     *all = NULL;
     *nall = 0;
-    fsc_status s = counts ? fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)N * sizeof *dc, (void **)&dc)
-                          : fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
-    s = fsc_comm_agree(c, e->dev, s); /* every rank reaches the all-gather, or none does */
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dc + me, &mc, sizeof mc);
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, dc + me, dc, sizeof mc, FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, counts, dc, (size_t)N * sizeof *counts);
+    fsc_status s = all_gather_host(e, FSC_OK, &mc, sizeof mc, counts);
     for (int r = 0; s == FSC_OK && r < N; r++) {
         if (counts[r] < 0 || counts[r] > (1 << 24))
             s = fsc_error(FSC_ERR_INTERNAL, "engine: rank %d reports %lld pieces of a tensor", r, (long long)counts[r]);
@@ -307,7 +306,6 @@ static fsc_status gather_to(fsc_engine *e, const fsc_piece *mine, int n, const i
         *nall += (int)counts[r];
     }
     fsc_device_release(e->dev, d);
-    fsc_device_release(e->dev, dc);
     free(counts);
     if (s != FSC_OK) {
         free(*all);

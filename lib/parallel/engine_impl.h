@@ -167,6 +167,11 @@ size_t fsc_engine_tensor_offset(const fsc_engine *e, int i);
  * [*t0, *t1) of fsc_engine_held_range. */
 int fsc_engine_holds(const fsc_engine *e, int i);
 void fsc_engine_held_range(const fsc_engine *e, int *t0, int *t1);
+/* po.prefetch_limit, its 0 meaning 2: FSDP's gathered units and reductions in flight, ZeRO-2's reductions, a
+ * pipeline's send buffers of checkpointed outputs. */
+static inline int fsc_engine_prefetch_limit(const fsc_engine *e) {
+    return e->po.prefetch_limit > 0 ? e->po.prefetch_limit : 2;
+}
 /* Fill a device buffer with initial values of elements [first, first+n) of the tensor-order flat
  * parameter vector (crossing tensor boundaries as needed), through a bounded host buffer. */
 fsc_status fsc_engine_init_range(fsc_engine *e, float *dst, size_t first, size_t n);

@@ -458,7 +458,7 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     fsc_engine_add_group(e, d->shard_comm);
     fsc_engine_add_group(e, d->replica_comm);
     d->prefetch = e->po.prefetch;
-    d->limit = e->po.prefetch_limit ? e->po.prefetch_limit : 2;
+    d->limit = fsc_engine_prefetch_limit(e);
     d->rq.dl_keep = d->prefetch ? d->limit - 1 : 0; /* offload all: downloads of reduced shards in flight */
     FSC_TRY(build_units(e, d));
     d->keep = -1; /* with prefetch, the last unit forward uses stays gathered for backward, which starts there */

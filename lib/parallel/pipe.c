@@ -654,7 +654,7 @@ static int send_buffers(const fsc_engine *e, int line) {
     if (!e->po.prefetch || sending == 0) return 0;
     int ck = 0;
     for (int k = 0; k < p->M; k++) ck += is_checkpointed(e, k) * sending;
-    const int limit = e->po.prefetch_limit > 0 ? e->po.prefetch_limit : 2;
+    const int limit = fsc_engine_prefetch_limit(e);
     return ck < limit ? ck : limit;
 }
 

@@ -63,8 +63,7 @@ typedef struct {
     float *full, *master, *sgrad, *grad;
     int sgrad_own;        /* sgrad is its own allocation (not a view into grad) */
     fsc_reduce_queue rq;  /* po.prefetch: bucket reductions in flight, waited for at the end of backward (ZeRO-2:
-                           * at most limit - 1, so that at most that many buckets' gradients are held) */
-    int limit;            /* po.prefetch_limit (0: 2) */
+                           * at most prefetch_limit - 1, so that at most that many buckets' gradients are held) */
 } zero_state;
 
 /* Whether tensor t belongs to bucket b. */
@@ -203,7 +202,6 @@ static fsc_status zero_setup(fsc_engine *e) {
     if (!z) return fsc_error(FSC_ERR_NOMEM, "zero: out of memory");
     e->sd = z;
     z->stage2 = e->po.kind == FSC_PAR_ZERO2;
-    z->limit = e->po.prefetch_limit > 0 ? e->po.prefetch_limit : 2;
     fsc_engine_held_range(e, &z->t0, &z->t1);
     size_t cap = z->stage2 ? (e->po.bucket_bytes ? e->po.bucket_bytes : (25u << 20)) : SIZE_MAX;
     FSC_TRY(build_buckets(e, z, cap));
@@ -286,7 +284,7 @@ static fsc_status zero_post_backward(fsc_engine *e, int layer) {
                  * flight (oldest first, as FSDP's units), else every bucket would live to the end of backward
                  * and ZeRO-2 would hold DDP's gradients plus its shard. Waited for while the bucket still holds
                  * g, so that a failed wait leaves g to zero_begin_step's release. */
-                FSC_TRY(fsc_reduce_drain_to(e, &z->rq, z->limit - 2));
+                FSC_TRY(fsc_reduce_drain_to(e, &z->rq, fsc_engine_prefetch_limit(e) - 2));
                 b->grad = NULL;
                 bind_grads(e, z, b, NULL);
             }

@@ -1004,7 +1004,8 @@ static void test_pipe_bad_options(void **state) {
     r.po.virtual_stages = 2;
     fsc_cluster_opts co = { .world = r.world, .device = "cpu", .timeout_s = 30 };
     r.po.prefetch = 0;
-    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED, "interleaved stages need prefetch");
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
+               "interleaved schedule with 2 chunks per rank: stages on several chunks need prefetch 1");
     r = make(1, 2, FSC_PAR_DDP, 2, 1); /* W actions: what does not run with them yet */
     r.po.schedule = FSC_SCHED_ZB_H1;
     r.po.checkpoint = 1;

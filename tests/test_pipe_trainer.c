@@ -144,6 +144,15 @@ static void test_trainer_zbv(void **st) {
     assert_non_null(p);
     assert_true(fabs(num(p, "ideal_bubble") - 1.0 / (6 * 4 + 1)) < 1e-12); /* the fill: (P-1) / (6M + P-1) */
     assert_non_null(strstr(out, "4 micro-batches, zbv"));
+    /* the V: rank 0 holds stages 0 and 3 (the embedding and block 1, block 4 and the head), rank 1 stages 1 and 2 */
+    assert_non_null(strstr(out, "stage 0: layers 0-1, 4-5 |"));
+    assert_non_null(strstr(out, "stage 1: layers 2, 3 |"));
+    cJSON *ch = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(p, "stages"), 0), "chunks");
+    assert_int_equal(cJSON_GetArraySize(ch), 2);
+    static const int want[2][3] = { { 0, 0, 1 }, { 3, 4, 5 } };
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(cJSON_GetArrayItem(cJSON_GetArrayItem(ch, c), i)->valueint, want[c][i]);
     cJSON_Delete(j);
     free(out);
     free(err);

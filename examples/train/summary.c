@@ -72,6 +72,9 @@ static cJSON *pipeline_object(const run_state *st) {
         cJSON_AddNumberToObject(x, "stage", s);
         cJSON_AddNumberToObject(x, "first_layer", p->first_layer);
         cJSON_AddNumberToObject(x, "last_layer", p->last_layer);
+        cJSON *ch = cJSON_AddArrayToObject(x, "chunks"); /* [stage, first layer, last layer] of each chunk */
+        for (int k = 0; k < p->chunks && k < FSC_PIPE_STATS_CHUNKS; k++)
+            cJSON_AddItemToArray(ch, cJSON_CreateIntArray(p->chunk_layers[k], 3));
         cJSON_AddNumberToObject(x, "peak_acts_bytes", (double)acts);
         cJSON_AddNumberToObject(x, "bubble", bubble);
         cJSON_AddNumberToObject(x, "max_in_flight", p->max_in_flight);
@@ -88,9 +91,18 @@ void print_pipeline(const run_state *st) {
         double bubble;
         stage_summary(st, s, &acts, &bubble);
         const fsc_pipe_stats *p = stage_stats(st, s);
-        printf("stage %d: layers %d-%d | peak activations %.2f MiB (%d micro-batches in flight) | bubble %.3f "
-               "(ideal %.3f)\n", s, p->first_layer, p->last_layer, (double)acts / 1048576.0, p->max_in_flight,
-               bubble, p->ideal_bubble);
+        char layers[256] = "";
+        size_t n = 0;
+        for (int k = 0; k < p->chunks && k < FSC_PIPE_STATS_CHUNKS && n < sizeof layers; k++) {
+            const int *cl = p->chunk_layers[k];
+            n += (size_t)(cl[1] == cl[2] ? snprintf(layers + n, sizeof layers - n, "%s%d", k ? ", " : "", cl[1])
+                                         : snprintf(layers + n, sizeof layers - n, "%s%d-%d", k ? ", " : "", cl[1],
+                                                    cl[2]));
+        }
+        printf("stage %d: layers %s%s | peak activations %.2f MiB (%d micro-batch%s in flight) | bubble %.3f "
+               "(ideal %.3f)\n", s, layers, p->chunks > FSC_PIPE_STATS_CHUNKS ? ", ..." : "",
+               (double)acts / 1048576.0, p->max_in_flight, p->max_in_flight == 1 ? "" : "es", bubble,
+               p->ideal_bubble);
     }
 }
 

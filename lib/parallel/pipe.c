@@ -176,14 +176,20 @@ fsc_status fsc_pipe_check_balance(const int *balance, int n, int layers) {
     return FSC_OK;
 }
 
+/* A schedule's name in messages. */
+static const char *sched_name(fsc_pipe_schedule k) {
+    static const char *const names[] = { "gpipe", "1f1b", "interleaved", "custom", "zb-h1", "zbv" };
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "(unknown)";
+}
+
 /* Interleaved stages (v > 1): what runs with them so far (docs/pipeline.md). */
 static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
     if (po->schedule != FSC_SCHED_INTERLEAVED && po->schedule != FSC_SCHED_CUSTOM && po->schedule != FSC_SCHED_ZBV)
         return fsc_error(FSC_ERR_INVALID, "virtual_stages %d needs the interleaved schedule, zbv or a custom one "
                          "(gpipe, 1f1b and zb-h1 run one chunk per rank)", v);
     if (!po->prefetch)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "virtual_stages %d: interleaved stages need prefetch (their streams "
-                         "travel on communicators of their own)", v);
+        return fsc_error(FSC_ERR_UNSUPPORTED, "the %s schedule with %d chunks per rank: stages on several chunks need "
+                         "prefetch 1 (their streams travel on communicators of their own)", sched_name(po->schedule), v);
     return FSC_OK;
 }
 
@@ -212,11 +218,10 @@ static fsc_status validate_placement(const fsc_parallel_opts *po) {
     if (po->placement != FSC_PIPE_V)
         return fsc_error(FSC_ERR_INVALID, "unknown pipeline placement %d (FSC_PIPE_LOOP or FSC_PIPE_V)",
                          (int)po->placement);
-    static const char *const names[] = { "gpipe", "1f1b", "interleaved", "custom", "zb-h1", "zbv" };
     if (po->schedule != FSC_SCHED_CUSTOM)
         return fsc_error(FSC_ERR_INVALID, "placement V is for a custom schedule (FSC_SCHED_CUSTOM): the built-in "
                          "schedule %s places its own stages (zbv in a V, the others in a loop); leave placement "
-                         "FSC_PIPE_LOOP", (unsigned)po->schedule < 6 ? names[po->schedule] : "(unknown)");
+                         "FSC_PIPE_LOOP", sched_name(po->schedule));
     if (po->virtual_stages != 2)
         return fsc_error(FSC_ERR_INVALID, "placement V puts two chunks on every pipeline rank: it needs "
                          "virtual_stages 2, not %d", po->virtual_stages);
@@ -461,6 +466,11 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->st.dp_index = p->dpi;
     p->st.first_layer = lf;
     p->st.last_layer = ll;
+    p->st.chunks = v;
+    for (int c = 0; c < v && c < FSC_PIPE_STATS_CHUNKS; c++) {
+        const int sc = fsc_pipe_stage_at(p->pl, pp, p->stage, c);
+        p->st.chunk_layers[c][0] = sc, p->st.chunk_layers[c][1] = p->lf[sc], p->st.chunk_layers[c][2] = p->ll[sc];
+    }
     return fsc_pipe_aux_create(e, p->M, lf, ll, &p->aux);
 }
 
@@ -1236,6 +1246,8 @@ fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
         out->dp_index = e->lay.data;
         out->first_layer = e->lf;
         out->last_layer = e->ll;
+        out->chunks = 1;
+        out->chunk_layers[0][1] = e->lf, out->chunk_layers[0][2] = e->ll;
         out->micro_batches = e->po.accum;
         return FSC_OK;
     }

@@ -293,6 +293,7 @@ fsc_device *fsc_engine_host_device(const fsc_engine *e);
 
 /* Pipeline measurements of this rank, summed over the steps since the engine was created or
  * fsc_engine_reset_pipe_stats. Without a pipeline: pp 1, the whole model, zero times. */
+#define FSC_PIPE_STATS_CHUNKS 16 /* chunks per rank whose layers fsc_pipe_stats lists */
 typedef struct {
     int pp, dp, stage, dp_index;  /* this rank's place (fsc_engine_layout: pipe, data) */
     int first_layer, last_layer;  /* layers of this stage (0 .. n_layers-1: for a language model 0 the embedding,
@@ -317,6 +318,10 @@ typedef struct {
     int records_remade;           /* idle records of one chunk made over for another (model.h's acts_remake: in
                                    * the idle record's memory where the two chunks' records are of a size, else
                                    * in new memory, as zbv's first rank's embedding and head chunks) */
+    int chunks;                   /* this rank's chunks: 1, virtual_stages (interleaved, custom) or 2 (a V: zbv) */
+    int chunk_layers[FSC_PIPE_STATS_CHUNKS][3]; /* chunk c (c < chunks, at most FSC_PIPE_STATS_CHUNKS listed): its
+                                   * stage, first and last layer; first_layer .. last_layer above is their span,
+                                   * which with chunks holds other ranks' layers too */
 } fsc_pipe_stats;
 fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out);
 void fsc_engine_reset_pipe_stats(fsc_engine *e);

@@ -172,6 +172,10 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
                         p->ranks, p->name, c->nodes * p->ranks), -1;
     if (p && !gw && !gd) c->t.world = (c->nodes ? c->nodes : 1) * p->ranks, c->given[option_index("world")] = 1;
     if (resolve_layout(&c->t, c->given, err, cap) != 0) return -1;
+    for (int i = 0; i < 2; i++) /* the planner plans the built-in schedules */
+        if (c->given[option_index(i ? "print-schedule" : "schedule-file")])
+            return snprintf(err, cap, "--%s is fsc-train's: fsc-plan plans the built-in schedules (--schedule)",
+                            i ? "print-schedule" : "schedule-file"), -1;
     if (c->search && !c->given[option_index("parallel")] && c->t.world > 1) /* any strategy: the search varies it */
         c->t.parallel = c->t.pp > 1 ? PAR_PIPE : (int)FSC_PAR_DDP;
     if (p && c->nodes && c->nodes * p->ranks != c->t.world)

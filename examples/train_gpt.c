@@ -63,10 +63,16 @@ static int parse(trainer *t, int argc, char **argv) {
     if (rc == 0) rc = check_launcher(c, t->given, &t->me, &t->procs, err, sizeof err);
     if (rc == 0) rc = resolve_layout(c, t->given, err, sizeof err);
     if (rc == 0) rc = resolve_model(c, t->given, err, sizeof err);
+    if (rc == 0) rc = load_schedule_file(c, err, sizeof err); /* its chunks per rank are the balance's */
     if (rc == 0) rc = check_config(c, t->given, err, sizeof err);
     if (rc == 0) rc = check_ckpt_dir(c, err, sizeof err);
     if (rc == 0) rc = find_default_data(c, t->given, t->data_path, sizeof t->data_path, err, sizeof err);
     if (rc != 0) {
+        fprintf(stderr, "fsc-train: %s\n", err);
+        return 2;
+    }
+    if (c->print_schedule) {
+        if (print_schedule_text(c, stdout, err, sizeof err) == 0) return 0;
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }
@@ -124,7 +130,7 @@ static int build(trainer *t) {
         char pbuf[32], sbuf[32];
         t->st.pstats = calloc((size_t)c->world, sizeof *t->st.pstats);
         printf("pipeline: %d stages x %d data-parallel ranks, %d micro-batches, %s, checkpoint %s\n", c->pp, c->dp,
-               c->accum, option_choice("schedule", c->schedule, sbuf, sizeof sbuf),
+               c->accum, c->sched ? "custom (--schedule-file)" : option_choice("schedule", c->schedule, sbuf, sizeof sbuf),
                option_choice("checkpoint", c->pipe_ckpt, pbuf, sizeof pbuf));
     }
     if (c->plan && t->me == 0 && plan_run(&t->st) != 0) return 1; /* the prediction, before the ranks start */
@@ -224,6 +230,7 @@ static void trainer_free(trainer *t) {
     fsc_data_free(t->val);
     if (t->st.log) fclose(t->st.log);
     free(t->c.strs); /* --config's strings (apply_config_text) */
+    free_schedule_file(&t->c);
 }
 
 int fsc_train_main(int argc, char **argv) {

@@ -2236,6 +2236,19 @@ static void null_fsc_pipe_schedule_validate_placed(void) {
     INVALID(fsc_pipe_schedule_validate_placed(FSC_PIPE_V, 2, 2, 1, P, NULL), "lens");
 }
 
+static void null_fsc_pipe_schedule_parse(void) {
+    INVALID(fsc_pipe_schedule_parse(NULL, 0, P), "text");
+    INVALID(fsc_pipe_schedule_parse(P, 0, NULL), "out");
+}
+
+static void null_fsc_pipe_schedule_lists_free(void) { CALL(fsc_pipe_schedule_lists_free(NULL)); }
+
+static void null_fsc_pipe_schedule_format(void) {
+    INVALID(fsc_pipe_schedule_format(FSC_PIPE_LOOP, 1, 1, NULL, P, NULL, 0, P), "lists");
+    INVALID(fsc_pipe_schedule_format(FSC_PIPE_LOOP, 1, 1, P, NULL, NULL, 0, P), "lens");
+    INVALID(fsc_pipe_schedule_format(FSC_PIPE_LOOP, 1, 1, P, P, NULL, 0, NULL), "len");
+}
+
 static void null_fsc_lr_at(void) {
     RET0(fsc_lr_at(NULL, 0));
 }
@@ -2977,8 +2990,11 @@ static const struct row rows[] = {
     /* schedule.h */
     ROW(fsc_engine_lr),
     ROW(fsc_engine_set_lr),
+    ROW(fsc_pipe_schedule_format),
     ROW(fsc_pipe_schedule_free),
+    ROW(fsc_pipe_schedule_lists_free),
     ROW(fsc_pipe_schedule_make),
+    ROW(fsc_pipe_schedule_parse),
     ROW(fsc_pipe_schedule_validate),
     ROW(fsc_pipe_schedule_validate_placed),
     NONE(fsc_pipe_schedule_placement),

@@ -243,6 +243,82 @@ static void test_trainer_zbv_trace(void **st) {
     free(out), free(err), free(args), free(dir), free(svg), free(cmd);
 }
 
+/* Write text to tmpdir/name. */
+static void write_file(const char *name, const char *text) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* --print-schedule writes the built-in lists as text; --schedule-file runs them (and a list written by hand) as a
+ * custom schedule: the built-in schedule's losses bit for bit, DDP's weights (--check-ddp); what does not fit the
+ * run is refused naming the file. */
+static void test_trainer_schedule_file(void **st) {
+    (void)st;
+    static const char *const scheds[] = { "zb-h1", "zbv", "1f1b" };
+    for (int k = 0; k < 3; k++) {
+        char *args = NULL, *out, *err;
+        if (asprintf(&args, "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule %s --print-schedule", scheds[k]) < 0)
+            fail_msg("out of memory");
+        if (run(args, &out, &err) != 0) fail_msg("train_gpt %s: %s", args, err);
+        assert_non_null(strstr(out, "# fsc pipeline schedule: 2 ranks"));
+        write_file("sched.txt", out);
+        free(out), free(err), free(args);
+        double ref[2], got[2];
+        if (asprintf(&args, "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule %s --json", scheds[k]) < 0)
+            fail_msg("out of memory");
+        losses_of(args, ref, 2, NULL);
+        free(args);
+        if (asprintf(&args, "--layers 4 --parallel pipe --pp 2 --chunks 4 --schedule-file '%s/sched.txt' --check-ddp "
+                     "--json", tmpdir) < 0)
+            fail_msg("out of memory");
+        losses_of(args, got, 2, "custom (--schedule-file)");
+        if (memcmp(ref, got, sizeof ref)) fail_msg("--schedule %s from its printed file: other losses", scheds[k]);
+        if (run(args, &out, &err) != 0) fail_msg("train_gpt %s: %s", args, err);
+        cJSON *j = prog_last_json(out);
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "check_ddp"), "bit_identical")));
+        assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pipeline"), "schedule")->valuestring, "custom");
+        cJSON_Delete(j);
+        free(out), free(err), free(args);
+    }
+    /* by hand: all forwards, then backwards with their Ws at the end (GPipe's order, split), commas and comments */
+    write_file("hand.txt", "# GPipe, split\n0F0, 0F1, 0B0, 0B1, 0W0, 0W1\n1F0 1F1 1B0 1B1 1W0 1W1  # the last rank\n");
+    char *out, *err, *args = NULL;
+    if (asprintf(&args, "--parallel pipe --pp 2 --chunks 2 --schedule-file '%s/hand.txt' --check-ddp --json", tmpdir) < 0)
+        fail_msg("out of memory");
+    if (run(args, &out, &err) != 0) fail_msg("train_gpt %s: %s", args, err);
+    cJSON *j = prog_last_json(out);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "check_ddp"), "bit_identical")));
+    cJSON_Delete(j);
+    free(out), free(err), free(args);
+    write_file("bad.txt", "0F0 0F1 0B0 0B1\n1F0 1B0 1F1 1X1\n");
+    write_file("dead.txt", "0F0 0B0 0F1 0B1\n1F0 1F1 1B0 1B1\n");
+    struct { const char *args, *needle; } cases[] = {
+        { "--pp 2 --chunks 2 --schedule-file '%s/hand.txt' --schedule zbv", "drop --schedule" },
+        { "--pp 2 --chunks 2 --schedule-file '%s/hand.txt' --virtual-stages 2", "drop --virtual-stages" },
+        { "--pp 2 --chunks 4 --schedule-file '%s/hand.txt'", "hand.txt runs 2 micro-batches but the run has 4" },
+        { "--pp 3 --chunks 2 --schedule-file '%s/hand.txt'", "hand.txt has 2 lines of actions (pipeline ranks) but --pp is 3" },
+        { "--pp 2 --chunks 2 --schedule-file '%s/missing.txt'", "missing.txt: cannot open" },
+        { "--pp 2 --chunks 2 --schedule-file '%s/bad.txt'", "line 2: '1X1' is not an action" },
+        { "--pp 2 --chunks 2 --schedule-file '%s/dead.txt'", "deadlock" },
+        { "--world 2 --parallel ddp --schedule-file '%s/hand.txt'", "--schedule-file applies to pipelines only" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *a = NULL;
+        if (asprintf(&a, cases[i].args, tmpdir) < 0) fail_msg("out of memory");
+        char *full = NULL;
+        if (asprintf(&full, "--parallel pipe %s", a) < 0) fail_msg("out of memory");
+        const char *use = strstr(a, "--parallel") ? a : full;
+        int rc = run(use, &out, &err);
+        if (rc != 2) fail_msg("train_gpt %s: exit %d (expected 2): %s", use, rc, err);
+        if (!strstr(err, cases[i].needle)) fail_msg("train_gpt %s: \"%s\" lacks \"%s\"", use, err, cases[i].needle);
+        free(out), free(err), free(a), free(full);
+    }
+}
+
 static void test_trainer_pipeline_errors(void **st) {
     (void)st;
     struct { const char *args, *needle; } cases[] = {
@@ -298,6 +374,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_zb_h1_equals_ddp),
         cmocka_unit_test(test_trainer_zbv),
         cmocka_unit_test(test_trainer_zbv_trace),
+        cmocka_unit_test(test_trainer_schedule_file),
         cmocka_unit_test(test_trainer_pipeline_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -83,14 +83,18 @@ static int check_moe(const train_config *c, const int *given, char *err, size_t 
 /* The pipeline's options: only with --pp 2 or more, a stage per block at least, --balance. */
 static int check_pipeline(const train_config *c, const int *given, char *err, size_t cap) {
     if (c->pp < 2) {
-        const char *only[] = {"schedule", "balance", "checkpoint", "virtual-stages"};
-        for (int i = 0; i < 4; i++)
+        const char *only[] = {"schedule", "balance", "checkpoint", "virtual-stages", "schedule-file", "print-schedule"};
+        for (int i = 0; i < 6; i++)
             if (given[option_index(only[i])])
                 return snprintf(err, cap, "--%s applies to pipelines only (--pp 2 or more)", only[i]), -1;
     } else {
         if (c->pp > c->layers)
             return snprintf(err, cap, "--pp %d pipeline stages but the model has %d blocks (--layers): every stage "
                             "needs at least one", c->pp, c->layers), -1;
+        for (int i = 0; c->schedule_file && i < 2; i++)
+            if (given[option_index(i ? "virtual-stages" : "schedule")])
+                return snprintf(err, cap, "--schedule-file gives the schedule, its chunks per rank and their placement: "
+                                "drop --%s", i ? "virtual-stages" : "schedule"), -1;
         if (pipe_schedule_kind[c->schedule] == FSC_SCHED_ZBV && given[option_index("virtual-stages")] &&
             c->virtual_stages != 2)
             return snprintf(err, cap, "--schedule zbv runs two chunks per pipeline rank (placed in a V), not "
@@ -98,7 +102,10 @@ static int check_pipeline(const train_config *c, const int *given, char *err, si
         if (c->pp * config_chunks(c) > c->layers && pipe_schedule_kind[c->schedule] == FSC_SCHED_ZBV)
             return snprintf(err, cap, "--pp %d x 2 chunks (--schedule zbv) but the model has %d blocks (--layers): every "
                             "chunk needs at least one", c->pp, c->layers), -1;
-        if (c->pp * c->virtual_stages > c->layers)
+        if (c->sched && c->pp * c->sched->v > c->layers)
+            return snprintf(err, cap, "--pp %d x %d chunks (--schedule-file) but the model has %d blocks (--layers): "
+                            "every chunk needs at least one", c->pp, c->sched->v, c->layers), -1;
+        if (!c->sched && c->pp * c->virtual_stages > c->layers)
             return snprintf(err, cap, "--pp %d x --virtual-stages %d chunks but the model has %d blocks (--layers): every "
                             "chunk needs at least one", c->pp, c->virtual_stages, c->layers), -1;
         int bal[1024];

@@ -59,7 +59,7 @@ static cJSON *pipeline_object(const run_state *st) {
     cJSON_AddNumberToObject(o, "pp", c->pp);
     cJSON_AddNumberToObject(o, "dp", c->dp);
     cJSON_AddNumberToObject(o, "micro_batches", c->accum);
-    cJSON_AddStringToObject(o, "schedule", option_choice("schedule", c->schedule, buf, sizeof buf));
+    cJSON_AddStringToObject(o, "schedule", c->sched ? "custom" : option_choice("schedule", c->schedule, buf, sizeof buf));
     cJSON_AddStringToObject(o, "checkpoint", option_choice("checkpoint", c->pipe_ckpt, buf, sizeof buf));
     cJSON_AddNumberToObject(o, "ideal_bubble", st->pstats[0].ideal_bubble);
     cJSON *a = cJSON_AddArrayToObject(o, "stages");

@@ -60,6 +60,9 @@ typedef struct {
     int pp, dp, chunks; /* pipeline stages, data-parallel ranks (0: world / pp), micro-batches (0: --accum) */
     int schedule;       /* index into pipe_schedule_kind */
     int virtual_stages; /* interleaved: chunks per pipeline rank */
+    const char *schedule_file; /* --schedule-file: a pipeline schedule of one's own (the text of pipe_schedule.h) */
+    int print_schedule; /* --print-schedule: print the run's pipeline schedule as that text, and stop */
+    fsc_pipe_schedule_lists *sched; /* --schedule-file's lists, read by load_schedule_file (not an option) */
     int pipe_ckpt;      /* index into pipe_ckpt_mode */
     int recompute;      /* --recompute: activation checkpointing of every block */
     const char *balance;
@@ -103,12 +106,18 @@ typedef struct {
     const char *choices; /* K_CHOICE: "a|b|c", the value stored is the index */
 } option;
 
-enum { NOPT = 82 }; /* options in the table (options.c checks the count) */
+enum { NOPT = 84 }; /* options in the table (options.c checks the count) */
 extern const option options[NOPT];
 
 extern const fsc_dtype precision_dtype[3];          /* --precision */
 extern const fsc_pipe_checkpoint pipe_ckpt_mode[3]; /* --checkpoint */
 extern const fsc_pipe_schedule pipe_schedule_kind[5]; /* --schedule */
+/* --schedule-file: the file's lists into c->sched (after resolve_layout: they must have --pp ranks and the run's
+ * micro-batches); free_schedule_file frees them. 0, or -1 with the message in err. */
+int load_schedule_file(train_config *c, char *err, size_t cap);
+void free_schedule_file(train_config *c);
+/* --print-schedule: the run's pipeline schedule (its file's, or the built-in one's) as text on f. */
+int print_schedule_text(const train_config *c, FILE *f, char *err, size_t cap);
 /* Chunks of blocks per pipeline rank: --virtual-stages, or 2 with --schedule zbv (a V). */
 int config_chunks(const train_config *c);
 #define PAR_PIPE 5    /* --parallel pipe: a pipeline with ddp in each stage */

@@ -72,6 +72,28 @@ fsc_status fsc_pipe_schedule_validate(int p, int v, int m, const fsc_pipe_action
 fsc_status fsc_pipe_schedule_validate_placed(fsc_pipe_placement pl, int p, int v, int m,
                                              const fsc_pipe_action *const *lists, const int *lens);
 
+/* Schedules as text (docs/pipeline.md, "Schedules as text"): one line of actions per pipeline rank, in rank order,
+ * each action written as PyTorch's pipelining writes one: its stage, its kind and its micro-batch ("0F3": stage 0's
+ * forward of micro-batch 3; "6W1"), separated by spaces, tabs or commas; '#' starts a comment, blank lines are
+ * skipped, and one line "placement loop" (the default) or "placement v" may come first. The ranks are the lines,
+ * the chunks per rank v come from the highest stage (a V: 2) and the micro-batches m from the highest
+ * micro-batch; every action's stage must be one of its rank's. */
+typedef struct {
+    fsc_pipe_placement placement;
+    int p, v, m;               /* ranks, chunks per rank, micro-batches */
+    fsc_pipe_action **lists;   /* (p) lists[r]: the lens[r] actions of rank r (the chunk, not the stage) */
+    int *lens;
+} fsc_pipe_schedule_lists;
+/* Reads len bytes of text into *out (fsc_pipe_schedule_lists_free) and validates the lists as the engine does
+ * (fsc_pipe_schedule_validate_placed); the messages name the line and the action. *out is zeroed on failure. */
+fsc_status fsc_pipe_schedule_parse(const char *text, size_t len, fsc_pipe_schedule_lists *out);
+void fsc_pipe_schedule_lists_free(fsc_pipe_schedule_lists *s);
+/* The text of p ranks' lists under placement pl with v chunks per rank (what fsc_pipe_schedule_parse reads back
+ * into the same lists), with a comment line first: *len its length; written into buf with a NUL when cap > *len
+ * (buf NULL and cap 0: only *len; a smaller cap is FSC_ERR_INVALID, the text cut). */
+fsc_status fsc_pipe_schedule_format(fsc_pipe_placement pl, int p, int v, const fsc_pipe_action *const *lists,
+                                    const int *lens, char *buf, size_t cap, size_t *len);
+
 FSC_END_DECLS
 
 #endif

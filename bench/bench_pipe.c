@@ -287,6 +287,12 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
         /* ZB-H1 against 1F1B: as fractions of their own steps, and as time waited per step */
         printf("    zb-h1 / 1f1b bubble: %.3f as fractions (medians), %.3f in time waited per step (the median of the "
                "rounds' ratios, %.3f .. %.3f)\n", bub[1][n / 2] / bub[0][n / 2], zb_tw[n / 2], zb_tw[0], zb_tw[n - 1]);
+        /* the least ratio any list holding 1F1B's P micro-batches on the first stage has with its action times
+         * (docs/pipeline.md): (F+B-W)/(F+B+W), from the last round's first stage under zb-h1 */
+        const double *a = last[1][0].action_s, fbw = a[0] + a[1] + a[2];
+        if (fbw > 0)
+            printf("    zb-h1's floor at 1F1B's memory (F+B-W)/(F+B+W) on the first stage: %.3f (W/(F+B) %.3f; 0.4 "
+                   "needs W/(F+B) >= 3/7 = 0.429)\n", (a[0] + a[1] - a[2]) / fbw, a[2] / (a[0] + a[1]));
         fflush(stdout);
     }
     return 0;

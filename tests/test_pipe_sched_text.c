@@ -137,7 +137,7 @@ static void test_format_buffer(void **state) {
     assert_int_equal(fsc_pipe_schedule_format(FSC_PIPE_LOOP, 1, 1, lists, lens, NULL, 0, &len), FSC_OK);
     char buf[128];
     assert_int_equal(fsc_pipe_schedule_format(FSC_PIPE_LOOP, 1, 1, lists, lens, buf, sizeof buf, &len), FSC_OK);
-    assert_string_equal(buf, "# fsc pipeline schedule: 1 ranks, 1 chunks per rank\nplacement loop\n0F0 0B0\n");
+    assert_string_equal(buf, "# fsc pipeline schedule: 1 rank, 1 chunk per rank\nplacement loop\n0F0 0B0\n");
     char small[10];
     assert_int_equal(fsc_pipe_schedule_format(FSC_PIPE_LOOP, 1, 1, lists, lens, small, sizeof small, &len),
                      FSC_ERR_INVALID);

@@ -216,7 +216,8 @@ fsc_status fsc_pipe_schedule_format(fsc_pipe_placement pl, int p, int v, const f
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule text: %d ranks of %d chunks (%s)", p, v,
                          pl == FSC_PIPE_V ? "a V has 2" : "need at least 1 of each");
     size_t at = 0;
-    put(buf, cap, &at, "# fsc pipeline schedule: %d ranks, %d chunks per rank\n", p, v);
+    put(buf, cap, &at, "# fsc pipeline schedule: %d rank%s, %d chunk%s per rank\n", p, p == 1 ? "" : "s", v,
+        v == 1 ? "" : "s");
     put(buf, cap, &at, "placement %s\n", pl == FSC_PIPE_V ? "v" : "loop");
     for (int r = 0; r < p; r++) {
         if (!lists[r] || lens[r] < 0)

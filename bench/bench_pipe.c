@@ -25,8 +25,9 @@
  * other programs measure what four devices would; the last argument "wall" measures on the machine's clock. On the
  * virtual clock every rank's thread runs on one core (pin_to_one_core; BENCH_PIPE_NO_PIN=1: not), so that no rank's
  * time includes the slowdown of another running beside it.
- * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] [P] [vocab] [blocks] (default 4 and
- * 3, all, virtual, 128, both, 256, 8; the first step is not timed; blocks: of the last two tables' model, the more a
+ * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] [P] [vocab] [blocks] [mb] (default 4
+ * and 3, all, virtual, 128, both, 256, 8, 4; mb: the last table's sequences per micro-batch, the more the larger
+ * each matrix product; the first step is not timed; blocks: of the last two tables' model, the more a
  * chunk holds, the less its embedding's and head's share; "schedules": only the third table, "zb" only the last, of a
  * model of that width: the wider, the more of a block's time is its matrix products, whose weight gradients W are;
  * P: the last table's case of P stages only, 2 or 4, 0 both; and of that vocabulary: the larger, the more of the
@@ -212,12 +213,13 @@ static double stage_bound(const fsc_pipe_stats *st, int P, int v, int M, fsc_pip
 
 /* 1F1B, ZB-H1 and ZBV without a network, even balance, prefetch 1, checkpoint never: rounds of each, the median
  * step time and mean bubble of each, beside the bubble-free step (the median over the rounds too). */
-static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int only_p) {
+static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int only_p, int mbs) {
     const int cases[][2] = { { 2, 4 }, { 4, 8 } };
     static const fsc_pipe_schedule kinds[] = { FSC_SCHED_1F1B, FSC_SCHED_ZB_H1, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZBV };
     static const char *const names[] = { "1f1b", "zb-h1", "interleaved", "zbv" }; /* zb-h1 next to 1f1b */
     printf("\n1f1b, interleaved, zb-h1 and zbv, GPT of %d blocks, width %d, vocab %d, no network, even balance, "
-           "prefetch 1, checkpoint never; median of %d rounds\n", cfg->layers, cfg->dim, cfg->vocab, rounds);
+           "prefetch 1, checkpoint never, micro-batches of %d sequences; median of %d rounds\n", cfg->layers, cfg->dim,
+           cfg->vocab, mbs, rounds);
     printf("%-3s %-3s %-11s %8s %8s %9s %12s %9s %7s\n", "P", "M", "sched", "formula", "bound", "measured", "acts0 MiB",
            "ms/step", "/ideal");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -228,13 +230,13 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
         fsc_pipe_stats last[4][16]; /* every stage's of the last round */
         size_t ledger[4][16];
         for (int round = 0; round < rounds && round < 16; round++) {
-            if ((ideal[round] = ideal_ms(cfg, steps, M, 4, P)) < 0) return 1;
+            if ((ideal[round] = ideal_ms(cfg, steps, M, mbs, P)) < 0) return 1;
             for (int z = 0; z < 4; z++) {
                 /* each schedule's step over a bubble-free step measured just before it: the machine's speed
                  * drifts between runs a minute apart by more than the differences measured here */
-                const double id = z == 0 ? ideal[round] : ideal_ms(cfg, steps, M, 4, P);
+                const double id = z == 0 ? ideal[round] : ideal_ms(cfg, steps, M, mbs, P);
                 if (id < 0) return 1;
-                bench b = { .cfg = *cfg, .steps = steps, .mb = 4 };
+                bench b = { .cfg = *cfg, .steps = steps, .mb = mbs };
                 b.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = P, .accum = M, .no_sync = 1, .prefetch = 1,
                                             .schedule = kinds[z], .pipe_checkpoint = FSC_PIPE_CKPT_NEVER,
                                             .virtual_stages = kinds[z] == FSC_SCHED_INTERLEAVED ? 2 : 0 };
@@ -337,7 +339,12 @@ int main(int argc, char **argv) {
     }
     fsc_gpt_config scfg = { .layers = blocks, .dim = width, .heads = width / 32, .seq = 64, .vocab = vocab };
     if (argc > 3 && !strcmp(argv[3], "schedules")) return schedules(&scfg, steps);
-    if (argc > 3 && !strcmp(argv[3], "zb")) return zero_bubble(&scfg, steps, rounds, argc > 6 ? atoi(argv[6]) : 0);
+    const int mbs = argc > 9 ? atoi(argv[9]) : 4;
+    if (mbs < 1 || mbs > 64) {
+        fprintf(stderr, "bench_pipe: micro-batch of %d sequences: 1 to 64\n", mbs);
+        return 2;
+    }
+    if (argc > 3 && !strcmp(argv[3], "zb")) return zero_bubble(&scfg, steps, rounds, argc > 6 ? atoi(argv[6]) : 0, mbs);
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fsc_gpt_config cfg = { .layers = 8, .dim = 128, .heads = 4, .seq = 64, .vocab = 256 };
@@ -393,5 +400,5 @@ int main(int argc, char **argv) {
     }
     if (network(&cfg, balance, steps, rounds)) return 1;
     if (schedules(&cfg, steps)) return 1;
-    return zero_bubble(&cfg, steps, rounds, 0);
+    return zero_bubble(&cfg, steps, rounds, 0, 4);
 }

@@ -1,0 +1,471 @@
+/* Checkpoints across layouts, drawn at random: the exact reduction's promise (docs/determinism.md,
+ * docs/checkpoints.md) that a run saved under one layout and resumed under another gives the bits of an
+ * uninterrupted run, for layouts drawn at random.
+ * A case fixes what the bits depend on (docs/determinism.md: the model, the optimizer, the parameter dtype, the
+ * global batch of 12 and the unit U of 1 or 2 sequences) and draws a chain of two or three layouts: the first
+ * trains steps [0, s1) and saves, the next loads that checkpoint (fsc_ckpt_load of the step, or fsc_ckpt_resume of
+ * the directory), trains [s1, s2) and saves in turn, and so on up to step 4. A layout: data-parallel size dp
+ * (dividing the 12 / U units) x pipeline stages pp (1 to 4, at most 8 ranks); the strategy inside the data group
+ * (none at dp 1, ddp, fsdp with every shard strategy, a hybrid group dividing dp, block or model wrapping, zero1,
+ * zero2, at dp 1 too; ddp and zero with one bucket per layer or the default); prefetch 0 or 1; offload none,
+ * optim (fsdp, zero) or all (fsdp); for pp > 1 the schedule (gpipe, 1f1b, interleaved with 2 chunks, zb-h1, zbv,
+ * and custom lists: a built-in schedule's lists for the same ranks, chunks and micro-batches, in a loop or zbv's V),
+ * the pipeline checkpoint mode, layer checkpointing (not with W actions: refused) and an even or random balance; a
+ * mixture of experts in every second block with expert parallelism ep dividing dp (the experts' shards); the
+ * checkpoint format (sharded or full). The micro-batches follow from U: accum = the local batch / U.
+ * Oracle: one rank accumulating 12 / U units, uninterrupted: every rank's loss of every step (from the layout that
+ * ran it), the MoE statistics (aux loss, assigned and dropped tokens), and at the end the full parameters
+ * (fsc_engine_full_params) and the optimizer state (fsc_ckpt_full_state), bit for bit.
+ * Not covered (not promised): tensor parallelism (its bits depend on tp), another U, device or BLAS thread count.
+ * A failure names the seed, the case and every layout of its chain. FSC_RESUME_RANDOM_SEED and
+ * FSC_RESUME_RANDOM_CASES change the seed and the number of cases (longer hunts); FSC_RESUME_RANDOM_VERBOSE=1
+ * prints every case. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include "fsc/pipe_schedule.h"
+#include "partest.h"
+
+#define BATCH 12
+#define BLOCKS 4
+#define STEPS 4
+#define MAXW 8
+#define MAXHOPS 3
+#define MAXACT (3 * 2 * BATCH)
+
+typedef struct {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r) { /* splitmix64 */
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
+
+/* What the bits depend on: the same in every layout of a case and in its reference. */
+typedef struct {
+    int moe, dtype, U, sgd; /* dtype 0 f32, 1 bf16, 2 f16 (loss scaling); sgd 1 with momentum, 2 without */
+} model_key;
+
+/* One layout of a chain. */
+typedef struct {
+    int dp, pp, v;
+    fsc_parallel_kind kind;
+    fsc_shard_strategy shard;
+    int hybrid_group, bucket1, prefetch, prefetch_limit, reshard, layer_ckpt, ep;
+    fsc_wrap_policy wrap;
+    size_t wrap_min;
+    fsc_offload_mode offload;
+    fsc_pipe_schedule sched;
+    fsc_pipe_schedule custom_of; /* custom: the built-in schedule whose lists it runs */
+    fsc_pipe_checkpoint pipe_ckpt;
+    int nbal, balance[BLOCKS];   /* nbal 0: even */
+    fsc_ckpt_format format;      /* of the checkpoint it saves */
+    int by_resume;               /* loads through fsc_ckpt_resume of the directory, not fsc_ckpt_load */
+    fsc_pipe_action *lists[4];   /* custom: every pipeline rank's actions */
+    int nact[4];
+} layout;
+
+typedef struct {
+    fsc_gpt_config cfg;
+    fsc_optim_config oc;
+    fsc_parallel_opts po;
+    int U, from, to;
+    const char *load, *resume_dir, *save_dir;
+    fsc_ckpt_format format;
+    /* results */
+    double loss[MAXW][STEPS], aux[MAXW][STEPS];
+    int64_t assigned[STEPS], dropped[STEPS];
+    int64_t loaded_step;
+    float *params, *state[2];
+} job;
+
+static const char *const kind_names[] = { "none", "ddp", "fsdp", "zero1", "zero2" };
+static const char *const shard_names[] = { "full", "grad_op", "no_shard", "hybrid" };
+static const char *const sched_names[] = { "gpipe", "1f1b", "interleaved", "custom", "zb-h1", "zbv" };
+static const char *const ckpt_names[] = { "except_last", "always", "never" };
+static const char *const offload_names[] = { "none", "optim", "all" };
+
+static fsc_gpt_config model_cfg(const model_key *k) {
+    fsc_gpt_config c = { .layers = BLOCKS, .dim = 24, .heads = 2, .seq = 7, .vocab = 50 };
+    if (k->moe) c.moe_experts = 4, c.moe_top_k = 2, c.moe_every = 2, c.moe_capacity = 0.75f, c.moe_aux = 0.01f;
+    return c;
+}
+
+static fsc_optim_config optim_cfg(const model_key *k) {
+    if (k->sgd)
+        return (fsc_optim_config){ .kind = FSC_OPT_SGD, .lr = 0.05f, .momentum = k->sgd == 1 ? 0.9f : 0.0f,
+                                   .weight_decay = 0.01f };
+    return pt_adamw();
+}
+
+static int nstates(const fsc_optim_config *oc) {
+    return oc->kind == FSC_OPT_ADAMW ? 2 : oc->momentum != 0.0f ? 1 : 0;
+}
+
+static fsc_parallel_opts base_opts(const model_key *k) {
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.reduce_exact = 1;
+    po.unit = k->U;
+    po.no_sync = 1;
+    po.clip = 0.5f;
+    if (k->dtype) po.param_dtype = po.reduce_dtype = k->dtype == 1 ? FSC_BF16 : FSC_F16;
+    return po;
+}
+
+static fsc_parallel_opts layout_opts(const model_key *k, const layout *l) {
+    fsc_parallel_opts po = base_opts(k);
+    po.kind = l->kind;
+    po.shard = l->shard;
+    po.hybrid_group = l->hybrid_group;
+    po.wrap = l->wrap;
+    po.wrap_min_params = l->wrap_min;
+    po.reshard_after_forward = l->reshard;
+    if (l->bucket1) po.bucket_bytes = 1;
+    po.prefetch = l->prefetch;
+    po.prefetch_limit = l->prefetch_limit;
+    po.offload = l->offload;
+    po.checkpoint = l->layer_ckpt;
+    po.ep = l->ep;
+    po.accum = BATCH / l->dp / k->U;
+    po.pp = l->pp;
+    if (l->pp > 1) {
+        po.unit = 0; /* the pipeline's micro-batch: U by accum */
+        po.schedule = l->sched;
+        po.virtual_stages = l->v;
+        po.pipe_checkpoint = l->pipe_ckpt;
+        po.balance = l->nbal ? l->balance : NULL;
+        if (l->sched == FSC_SCHED_CUSTOM) {
+            po.placement = fsc_pipe_schedule_placement(l->custom_of);
+            po.actions = (const fsc_pipe_action *const *)l->lists;
+            po.nactions = l->nact;
+        }
+    }
+    return po;
+}
+
+static void describe(const layout *l, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "dp %d x pp %d, %s", l->dp, l->pp, kind_names[l->kind]);
+    if (l->kind == FSC_PAR_FSDP) {
+        n += snprintf(buf + n, cap - (size_t)n, " %s", shard_names[l->shard]);
+        if (l->shard == FSC_SHARD_HYBRID) n += snprintf(buf + n, cap - (size_t)n, " (group %d)", l->hybrid_group);
+        if (l->wrap == FSC_WRAP_MODEL) n += snprintf(buf + n, cap - (size_t)n, " wrap model");
+        if (l->wrap == FSC_WRAP_MIN_PARAMS) n += snprintf(buf + n, cap - (size_t)n, " wrap min_params %zu", l->wrap_min);
+        if (l->reshard >= 0) n += snprintf(buf + n, cap - (size_t)n, " reshard_after_forward %d", l->reshard);
+    }
+    if (l->bucket1) n += snprintf(buf + n, cap - (size_t)n, " (a bucket per layer)");
+    n += snprintf(buf + n, cap - (size_t)n, ", prefetch %d (limit %d), offload %s", l->prefetch, l->prefetch_limit,
+                  offload_names[l->offload]);
+    if (l->ep > 1) n += snprintf(buf + n, cap - (size_t)n, ", ep %d", l->ep);
+    if (l->layer_ckpt) n += snprintf(buf + n, cap - (size_t)n, ", layer checkpointing");
+    if (l->pp > 1) {
+        n += snprintf(buf + n, cap - (size_t)n, ", %s", sched_names[l->sched]);
+        if (l->sched == FSC_SCHED_CUSTOM) n += snprintf(buf + n, cap - (size_t)n, " (%s's lists)", sched_names[l->custom_of]);
+        n += snprintf(buf + n, cap - (size_t)n, ", %d chunk%s, pipe checkpoint %s, balance ", l->v > 1 ? l->v : 1,
+                      l->v > 1 ? "s" : "", ckpt_names[l->pipe_ckpt]);
+        if (!l->nbal) n += snprintf(buf + n, cap - (size_t)n, "even");
+        for (int i = 0; i < l->nbal; i++) n += snprintf(buf + n, cap - (size_t)n, "%s%d", i ? "," : "", l->balance[i]);
+    }
+    snprintf(buf + n, cap - (size_t)n, ", saves %s", l->format == FSC_CKPT_FULL ? "full" : "sharded");
+}
+
+static int divisors(int n, int *out) {
+    int c = 0;
+    for (int d = 1; d <= n; d++)
+        if (n % d == 0) out[c++] = d;
+    return c;
+}
+
+/* A random layout that the engine runs (what it refuses, by the documented rules, is not drawn). */
+static void draw_layout(rng *R, const model_key *k, layout *l) {
+    memset(l, 0, sizeof *l);
+    const int units = BATCH / k->U;
+    int ds[BATCH], nd;
+    do {
+        nd = divisors(units, ds);
+        l->dp = ds[rng_int(R, nd)];
+        l->pp = 1 + rng_int(R, 4);
+    } while (l->dp * l->pp > MAXW);
+    const int M = units / l->dp; /* micro-batches (units) per data rank */
+    /* the strategy */
+    static const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_FSDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2 };
+    l->kind = l->dp == 1 && rng_int(R, 2) ? FSC_PAR_NONE : kinds[rng_int(R, 5)];
+    if (l->kind == FSC_PAR_FSDP) {
+        l->shard = (fsc_shard_strategy)rng_int(R, 4);
+        if (l->shard == FSC_SHARD_HYBRID) {
+            int gs[BATCH], ng = divisors(l->dp, gs);
+            l->hybrid_group = rng_int(R, 3) ? gs[rng_int(R, ng)] : 0;
+        }
+        const int w = rng_int(R, 6);
+        l->wrap = w == 0 ? FSC_WRAP_MODEL : w == 1 ? FSC_WRAP_MIN_PARAMS : FSC_WRAP_BLOCK;
+        if (l->wrap == FSC_WRAP_MIN_PARAMS) l->wrap_min = (size_t)1 << (6 + rng_int(R, 10)); /* 64 .. 32768 */
+        l->reshard = rng_int(R, 3) - 1;
+    } else {
+        l->reshard = -1;
+    }
+    l->bucket1 = (l->kind == FSC_PAR_DDP || l->kind == FSC_PAR_ZERO1 || l->kind == FSC_PAR_ZERO2) && rng_int(R, 2);
+    l->prefetch = rng_int(R, 2);
+    l->prefetch_limit = rng_int(R, 4); /* 0: the default (2) */
+    if (l->kind == FSC_PAR_FSDP) l->offload = (fsc_offload_mode)rng_int(R, 3);
+    else if (l->kind == FSC_PAR_ZERO1 || l->kind == FSC_PAR_ZERO2) l->offload = (fsc_offload_mode)rng_int(R, 2);
+    if (k->moe) { /* ep divides dp and the 4 experts */
+        int es[4], ne = 0;
+        for (int e = 1; e <= 4; e *= 2)
+            if (l->dp % e == 0) es[ne++] = e;
+        l->ep = l->kind == FSC_PAR_NONE ? 1 : es[rng_int(R, ne)];
+    }
+    /* the pipeline */
+    if (l->pp > 1) {
+        static const fsc_pipe_schedule scheds[] = { FSC_SCHED_GPIPE, FSC_SCHED_1F1B, FSC_SCHED_INTERLEAVED,
+                                                    FSC_SCHED_ZB_H1, FSC_SCHED_ZBV, FSC_SCHED_CUSTOM };
+        fsc_pipe_schedule s;
+        for (;;) { /* interleaved: 2 chunks and M a multiple of pp; zbv: 2 chunks in a V */
+            s = scheds[rng_int(R, 6)];
+            fsc_pipe_schedule of = s;
+            if (s == FSC_SCHED_CUSTOM) {
+                of = scheds[rng_int(R, 5)];
+                l->custom_of = of;
+            }
+            const int chunks = of == FSC_SCHED_INTERLEAVED || of == FSC_SCHED_ZBV ? 2 : 1;
+            if (l->pp * chunks > BLOCKS) continue;
+            if (of == FSC_SCHED_INTERLEAVED && M % l->pp != 0) continue;
+            l->v = chunks;
+            break;
+        }
+        l->sched = s;
+        if (l->v > 1) l->prefetch = 1; /* chunks need prefetch */
+        if (s == FSC_SCHED_CUSTOM)
+            for (int r = 0; r < l->pp; r++)
+                if (fsc_pipe_schedule_make(l->custom_of, l->pp, l->v, M, r, &l->lists[r], &l->nact[r]) != FSC_OK)
+                    fail_msg("fsc_pipe_schedule_make(%s, p %d, v %d, m %d): %s", sched_names[l->custom_of], l->pp,
+                             l->v, M, fsc_last_error());
+        const fsc_pipe_schedule of = s == FSC_SCHED_CUSTOM ? l->custom_of : s;
+        const int has_w = of == FSC_SCHED_ZB_H1 || of == FSC_SCHED_ZBV;
+        l->pipe_ckpt = (fsc_pipe_checkpoint)rng_int(R, 3);
+        l->layer_ckpt = !has_w && rng_int(R, 3) == 0;
+        if (rng_int(R, 2)) {
+            l->nbal = l->pp * l->v;
+            for (int i = 0; i < l->nbal; i++) l->balance[i] = 1;
+            for (int b = l->nbal; b < BLOCKS; b++) l->balance[rng_int(R, l->nbal)]++;
+        }
+    } else {
+        l->layer_ckpt = rng_int(R, 4) == 0;
+    }
+    l->format = rng_int(R, 3) == 0 ? FSC_CKPT_FULL : FSC_CKPT_SHARDED;
+    l->by_resume = rng_int(R, 2);
+}
+
+static void free_layout(layout *l) {
+    for (int r = 0; r < 4; r++) fsc_pipe_schedule_free(l->lists[r]);
+    memset(l->lists, 0, sizeof l->lists);
+}
+
+static fsc_status rank_fn(fsc_rank *rk, void *arg) {
+    job *j = arg;
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(rk, &j->cfg, &j->po, &j->oc, 99, &e));
+    const fsc_layout *lay = fsc_engine_layout(e);
+    const int T = j->cfg.seq, lb = BATCH / lay->dp;
+    fsc_status s = FSC_OK;
+    int64_t step = -1;
+    if (j->load) s = fsc_ckpt_load(e, j->load, &step);
+    else if (j->resume_dir) s = fsc_ckpt_resume(e, j->resume_dir, &step);
+    if (rk->rank == 0) j->loaded_step = step;
+    int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
+    if (s == FSC_OK && (!tok || !tgt)) s = FSC_ERR_NOMEM;
+    for (int st = j->from; st < j->to && s == FSC_OK; st++) {
+        pt_batch(tok, tgt, st, BATCH, lay->data, lb, T, j->cfg.vocab);
+        fsc_step_info info;
+        s = fsc_engine_step(e, tok, tgt, lb, BATCH, &info);
+        if (s != FSC_OK) break;
+        j->loss[rk->rank][st] = info.loss;
+        j->aux[rk->rank][st] = info.aux_loss;
+        if (rk->rank == 0) j->assigned[st] = info.moe_assigned, j->dropped[st] = info.moe_dropped;
+    }
+    free(tok);
+    free(tgt);
+    if (s == FSC_OK) s = fsc_engine_full_params(e, rk->rank == 0 ? j->params : NULL);
+    for (int k = 0; k < nstates(&j->oc) && s == FSC_OK; k++)
+        s = fsc_ckpt_full_state(e, k, rk->rank == 0 ? j->state[k] : NULL);
+    if (s == FSC_OK && j->save_dir) {
+        fsc_ckpt_save_opts so = fsc_ckpt_save_opts_default();
+        so.format = j->format;
+        s = fsc_ckpt_save(e, j->save_dir, j->to, &so);
+    }
+    fsc_engine_free(e);
+    return s;
+}
+
+static fsc_status run_job(job *j, int world) {
+    const size_t P = fsc_gpt_num_params(&j->cfg);
+    j->params = calloc(P, sizeof(float));
+    j->state[0] = calloc(P, sizeof(float));
+    j->state[1] = calloc(P, sizeof(float));
+    if (!j->params || !j->state[0] || !j->state[1]) return FSC_ERR_NOMEM;
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.world = world;
+    co.device = "cpu";
+    co.timeout_s = 120;
+    return fsc_cluster_run(&co, rank_fn, j);
+}
+
+static void free_job(job *j) {
+    free(j->params);
+    free(j->state[0]);
+    free(j->state[1]);
+    j->params = j->state[0] = j->state[1] = NULL;
+}
+
+/* The references: one rank, every unit accumulated, STEPS steps uninterrupted; [moe][dtype][U - 1][sgd]. */
+typedef struct {
+    job ref[2][3][2][3];
+    int cases, hops, layouts_run;
+} state_t;
+
+static const job *reference(state_t *st, const model_key *k) {
+    job *r = &st->ref[k->moe][k->dtype][k->U - 1][k->sgd];
+    if (r->params) return r;
+    memset(r, 0, sizeof *r);
+    r->cfg = model_cfg(k);
+    r->oc = optim_cfg(k);
+    r->po = base_opts(k);
+    r->po.accum = BATCH / k->U;
+    r->U = k->U;
+    r->from = 0, r->to = STEPS;
+    if (run_job(r, 1) != FSC_OK) fail_msg("the reference (one rank, U %d): %s", k->U, fsc_last_error());
+    return r;
+}
+
+static char *tmpdir_make(void) {
+    const char *base = getenv("TMPDIR");
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s/fsc-resume-random-XXXXXX", base && *base ? base : "/tmp");
+    char *d = mkdtemp(buf);
+    if (!d) fail_msg("mkdtemp failed");
+    return strdup(d);
+}
+
+/* Prints the case (every layout of the chain) to stderr. */
+static void print_case(uint64_t seed, int c, const model_key *k, const layout *ls, const int *cut, int hops) {
+    char d[512];
+    fprintf(stderr, "case %d of seed 0x%016" PRIx64 ": %s GPT of %d blocks, %s, %s, units of %d, global batch %d\n",
+            c, seed, k->moe ? "MoE (4 experts, top 2, every 2nd block)" : "dense", BLOCKS,
+            k->sgd == 1 ? "SGD with momentum" : k->sgd ? "SGD" : "AdamW",
+            k->dtype == 1 ? "bf16" : k->dtype == 2 ? "f16 with loss scaling" : "f32", k->U, BATCH);
+    for (int h = 0; h < hops; h++) {
+        describe(&ls[h], d, sizeof d);
+        fprintf(stderr, "  steps [%d, %d): %s%s%s\n", cut[h], cut[h + 1], d,
+                h == 0 ? "" : ls[h].by_resume ? "; loads by fsc_ckpt_resume" : "; loads by fsc_ckpt_load",
+                h == hops - 1 ? " (its save unused)" : "");
+    }
+}
+
+/* One case: the chain of layouts drawn from seed, against the reference. */
+static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
+    rng R = { seed };
+    const int dt = rng_int(&R, 8), opt = rng_int(&R, 8);
+    model_key k = { .moe = rng_int(&R, 3) == 0, .dtype = dt < 5 ? 0 : dt < 7 ? 1 : 2, .U = 1 + (rng_int(&R, 4) == 0),
+                    .sgd = opt < 6 ? 0 : opt == 6 ? 1 : 2 };
+    const int hops = 2 + (rng_int(&R, 3) == 0);
+    int cut[MAXHOPS + 1] = { 0 };
+    cut[hops] = STEPS;
+    /* the first save after 1 .. STEPS - hops + 1 steps, now and then before any (an untrained engine's) */
+    cut[1] = rng_int(&R, 8) == 0 ? 0 : 1 + rng_int(&R, STEPS - hops + 1);
+    if (hops == 3) cut[2] = cut[1] + 1 + rng_int(&R, STEPS - 1 - cut[1]);
+    layout ls[MAXHOPS];
+    for (int h = 0; h < hops; h++) draw_layout(&R, &k, &ls[h]);
+    if (verbose) print_case(seed, c, &k, ls, cut, hops);
+    const job *ref = reference(st, &k);
+    char *dir = tmpdir_make(), path[700];
+    const size_t P = fsc_gpt_num_params(&ref->cfg);
+    job j;
+    for (int h = 0; h < hops; h++) {
+        const layout *l = &ls[h];
+        memset(&j, 0, sizeof j);
+        j.cfg = ref->cfg;
+        j.oc = ref->oc;
+        j.po = layout_opts(&k, l);
+        j.U = k.U;
+        j.from = cut[h], j.to = cut[h + 1];
+        j.save_dir = h < hops - 1 ? dir : NULL;
+        j.format = l->format;
+        snprintf(path, sizeof path, "%s/step-%08d", dir, cut[h]);
+        if (h > 0 && l->by_resume) j.resume_dir = dir;
+        else if (h > 0) j.load = path;
+        const int world = l->dp * l->pp;
+        if (run_job(&j, world) != FSC_OK) {
+            print_case(seed, c, &k, ls, cut, hops);
+            fail_msg("case %d of seed 0x%016" PRIx64 ", layout %d (steps [%d, %d)): %s", c, seed, h, cut[h],
+                     cut[h + 1], fsc_last_error());
+        }
+        st->layouts_run++;
+        int bad = h > 0 && j.loaded_step != cut[h];
+        char what[256];
+        snprintf(what, sizeof what, "case %d of seed 0x%016" PRIx64 ", layout %d", c, seed, h);
+        if (bad) {
+            print_case(seed, c, &k, ls, cut, hops);
+            fail_msg("%s: loaded step %" PRId64 ", not %d", what, j.loaded_step, cut[h]);
+        }
+        for (int s = j.from; s < j.to; s++) {
+            for (int r = 0; r < world; r++)
+                if (memcmp(&j.loss[r][s], &ref->loss[0][s], sizeof(double)) != 0 ||
+                    memcmp(&j.aux[r][s], &ref->aux[0][s], sizeof(double)) != 0) {
+                    print_case(seed, c, &k, ls, cut, hops);
+                    fail_msg("%s: rank %d's loss of step %d is %.17g (aux %.17g), uninterrupted on one rank %.17g "
+                             "(aux %.17g)", what, r, s, j.loss[r][s], j.aux[r][s], ref->loss[0][s], ref->aux[0][s]);
+                }
+            if (j.assigned[s] != ref->assigned[s] || j.dropped[s] != ref->dropped[s]) {
+                print_case(seed, c, &k, ls, cut, hops);
+                fail_msg("%s: step %d assigned %" PRId64 " and dropped %" PRId64 " tokens, one rank %" PRId64
+                         " and %" PRId64, what, s, j.assigned[s], j.dropped[s], ref->assigned[s], ref->dropped[s]);
+            }
+        }
+        if (h == hops - 1) {
+            int same = memcmp(j.params, ref->params, P * sizeof(float)) == 0;
+            for (int s = 0; s < nstates(&ref->oc); s++) same &= memcmp(j.state[s], ref->state[s], P * sizeof(float)) == 0;
+            if (!same) print_case(seed, c, &k, ls, cut, hops);
+            snprintf(what, sizeof what, "case %d of seed 0x%016" PRIx64 ": final parameters", c, seed);
+            assert_bits_equal(ref->params, j.params, P, what);
+            for (int s = 0; s < nstates(&ref->oc); s++) {
+                snprintf(what, sizeof what, "case %d of seed 0x%016" PRIx64 ": final optimizer state %d", c, seed, s);
+                assert_bits_equal(ref->state[s], j.state[s], P, what);
+            }
+        }
+        free_job(&j);
+    }
+    for (int h = 0; h < hops; h++) free_layout(&ls[h]);
+    test_rmtree(dir);
+    free(dir);
+    st->cases++;
+    st->hops += hops - 1;
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+    const char *s = getenv(name);
+    return s && *s ? strtoull(s, NULL, 0) : dflt;
+}
+
+static void test_resume_random_layouts(void **state) {
+    (void)state;
+    const uint64_t seed = env_u64("FSC_RESUME_RANDOM_SEED", 0x7e5013e2026ull);
+    const int ncases = (int)env_u64("FSC_RESUME_RANDOM_CASES", 24);
+    const int verbose = (int)env_u64("FSC_RESUME_RANDOM_VERBOSE", 0);
+    static state_t st;
+    memset(&st, 0, sizeof st);
+    rng R = { seed };
+    for (int c = 0; c < ncases; c++) one_case(&st, rng_next(&R), c, verbose);
+    printf("random resumes: %d cases, %d checkpoints resumed under another layout, %d layouts run, all equal to one "
+           "uninterrupted rank (seed 0x%016" PRIx64 ")\n", st.cases, st.hops, st.layouts_run, seed);
+    for (int a = 0; a < 2 * 3 * 2 * 3; a++) free_job(&st.ref[a / 18][a / 6 % 3][a / 3 % 2][a % 3]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resume_random_layouts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

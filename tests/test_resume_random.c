@@ -49,6 +49,7 @@ static int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
 typedef struct {
     int blocks, moe, dtype, U, sgd; /* dtype 0 f32, 1 bf16, 2 f16 (loss scaling); sgd 1 with momentum, 2 without */
     int tp, sp;                     /* tensor parallelism (a fixed degree: the bits depend on it), sequence parallel */
+    int top_k, every;               /* MoE: experts per token, every N-th block a mixture */
 } model_key;
 
 /* One layout of a chain. */
@@ -56,7 +57,7 @@ typedef struct {
     int dp, pp, v;
     fsc_parallel_kind kind;
     fsc_shard_strategy shard;
-    int hybrid_group, bucket1, prefetch, prefetch_limit, reshard, layer_ckpt, ep;
+    int hybrid_group, bucket1, prefetch, prefetch_limit, reshard, layer_ckpt, ep, accum, sync0, stage, order;
     fsc_wrap_policy wrap;
     size_t wrap_min;
     fsc_offload_mode offload;
@@ -65,7 +66,8 @@ typedef struct {
     fsc_pipe_checkpoint pipe_ckpt;
     int nbal, balance[MAXBLOCKS]; /* nbal 0: even */
     fsc_ckpt_format format;      /* of the checkpoint it saves */
-    int by_resume;               /* loads through fsc_ckpt_resume of the directory, not fsc_ckpt_load */
+    int by;                      /* loads by fsc_ckpt_load of the step (0), fsc_ckpt_resume (1) or fsc_ckpt_try_resume
+                                  * (2) of the directory */
     fsc_pipe_action *lists[4];   /* custom: every pipeline rank's actions */
     int nact[4];
 } layout;
@@ -79,6 +81,7 @@ typedef struct {
     fsc_ckpt_format format;
     int ref;                    /* the reference: a full checkpoint into save_dir and an evaluation at every step */
     const char *weights;        /* fsc_engine_save_weights there at the end (NULL: none) */
+    int try_resume, stage;      /* resume_dir by fsc_ckpt_try_resume; fsc_cluster_opts.stage_through_host */
     /* results */
     double loss[MAXW][STEPS], aux[MAXW][STEPS];
     double ev[MAXW][STEPS + 1]; /* the evaluation loss after each step (index: steps done) */
@@ -92,10 +95,11 @@ static const char *const shard_names[] = { "full", "grad_op", "no_shard", "hybri
 static const char *const sched_names[] = { "gpipe", "1f1b", "interleaved", "custom", "zb-h1", "zbv" };
 static const char *const ckpt_names[] = { "except_last", "always", "never" };
 static const char *const offload_names[] = { "none", "optim", "all" };
+static const char *const orders[] = { NULL, "dp,tp,pp", "pp,dp,tp", "tp,pp,dp", "dp,pp,tp", "pp,tp,dp" };
 
 static fsc_gpt_config model_cfg(const model_key *k) {
     fsc_gpt_config c = { .layers = k->blocks, .dim = 24, .heads = 2, .seq = k->sp ? 8 : 7, .vocab = 50 };
-    if (k->moe) c.moe_experts = 4, c.moe_top_k = 2, c.moe_every = 2, c.moe_capacity = 0.75f, c.moe_aux = 0.01f;
+    if (k->moe) c.moe_experts = 4, c.moe_top_k = k->top_k, c.moe_every = k->every, c.moe_capacity = 0.75f, c.moe_aux = 0.01f;
     return c;
 }
 
@@ -136,7 +140,9 @@ static fsc_parallel_opts layout_opts(const model_key *k, const layout *l) {
     po.offload = l->offload;
     po.checkpoint = l->layer_ckpt;
     po.ep = l->ep;
-    po.accum = BATCH / l->dp / k->U;
+    po.accum = l->accum;
+    po.sync_from_rank0 = l->sync0;
+    po.order = l->order ? orders[l->order] : NULL;
     po.pp = l->pp;
     if (l->pp > 1) {
         po.unit = 0; /* the pipeline's micro-batch: U by accum */
@@ -163,6 +169,10 @@ static void describe(const layout *l, char *buf, size_t cap) {
         if (l->reshard >= 0) n += snprintf(buf + n, cap - (size_t)n, " reshard_after_forward %d", l->reshard);
     }
     if (l->bucket1) n += snprintf(buf + n, cap - (size_t)n, " (a bucket per layer)");
+    if (l->sync0) n += snprintf(buf + n, cap - (size_t)n, " (rank 0's initial weights)");
+    n += snprintf(buf + n, cap - (size_t)n, ", accum %d", l->accum);
+    if (l->order) n += snprintf(buf + n, cap - (size_t)n, ", rank order %s", orders[l->order]);
+    if (l->stage) n += snprintf(buf + n, cap - (size_t)n, ", staged through the host");
     n += snprintf(buf + n, cap - (size_t)n, ", prefetch %d (limit %d), offload %s", l->prefetch, l->prefetch_limit,
                   offload_names[l->offload]);
     if (l->ep > 1) n += snprintf(buf + n, cap - (size_t)n, ", ep %d", l->ep);
@@ -196,6 +206,11 @@ static void draw_layout(rng *R, const model_key *k, layout *l) {
         l->pp = 1 + rng_int(R, 4);
     } while (l->dp * l->pp * k->tp > MAXW);
     const int M = units / l->dp; /* micro-batches (units) per data rank */
+    int as[BATCH], na = divisors(M, as);
+    l->accum = M; /* a pipeline's micro-batch is the unit; otherwise units are given and accum any divisor */
+    if (l->pp == 1 && rng_int(R, 2)) l->accum = as[rng_int(R, na)];
+    if (k->tp > 1 || l->pp > 1) l->order = rng_int(R, 6);
+    l->stage = rng_int(R, 6) == 0;
     /* the strategy */
     static const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_FSDP, FSC_PAR_FSDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2 };
     l->kind = l->dp == 1 && rng_int(R, 2) ? FSC_PAR_NONE : kinds[rng_int(R, 5)];
@@ -213,6 +228,7 @@ static void draw_layout(rng *R, const model_key *k, layout *l) {
         l->reshard = -1;
     }
     l->bucket1 = (l->kind == FSC_PAR_DDP || l->kind == FSC_PAR_ZERO1 || l->kind == FSC_PAR_ZERO2) && rng_int(R, 2);
+    l->sync0 = l->kind == FSC_PAR_DDP && rng_int(R, 4) == 0;
     l->prefetch = rng_int(R, 2);
     l->prefetch_limit = rng_int(R, 4); /* 0: the default (2) */
     if (l->kind == FSC_PAR_FSDP) l->offload = (fsc_offload_mode)rng_int(R, 3);
@@ -261,7 +277,7 @@ static void draw_layout(rng *R, const model_key *k, layout *l) {
         l->layer_ckpt = rng_int(R, 4) == 0;
     }
     l->format = rng_int(R, 3) == 0 ? FSC_CKPT_FULL : FSC_CKPT_SHARDED;
-    l->by_resume = rng_int(R, 2);
+    l->by = rng_int(R, 3);
 }
 
 static void free_layout(layout *l) {
@@ -291,7 +307,8 @@ static fsc_status rank_fn(fsc_rank *rk, void *arg) {
     fsc_status s = FSC_OK;
     int64_t step = -1;
     if (j->load) s = fsc_ckpt_load(e, j->load, &step);
-    else if (j->resume_dir) s = fsc_ckpt_resume(e, j->resume_dir, &step);
+    else if (j->resume_dir && !j->try_resume) s = fsc_ckpt_resume(e, j->resume_dir, &step);
+    else if (j->resume_dir) s = fsc_ckpt_try_resume(e, j->resume_dir, &step, NULL, 0, NULL, 0);
     if (rk->rank == 0) j->loaded_step = step;
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     int32_t *etok = malloc((size_t)lb * T * sizeof(int32_t)), *etgt = malloc((size_t)lb * T * sizeof(int32_t));
@@ -332,6 +349,8 @@ static fsc_status run_job(job *j, int world) {
     co.world = world;
     co.device = "cpu";
     co.timeout_s = 120;
+    co.threads_per_rank = 1; /* the BLAS thread count is part of a unit's arithmetic */
+    co.stage_through_host = j->stage;
     return fsc_cluster_run(&co, rank_fn, j);
 }
 
@@ -404,15 +423,19 @@ static int same_file(const char *a, const char *b) {
 /* Prints the case (every layout of the chain) to stderr. */
 static void print_case(uint64_t seed, int c, const model_key *k, const layout *ls, const int *cut, int hops) {
     char d[512];
+    char moe[64] = "dense";
+    if (k->moe) snprintf(moe, sizeof moe, "MoE (4 experts, top %d, every %d block%s)", k->top_k, k->every,
+                         k->every > 1 ? "s" : "");
     fprintf(stderr, "case %d of seed 0x%016" PRIx64 ": %s GPT of %d blocks, tp %d%s, %s, %s, units of %d, global "
-            "batch %d\n", c, seed, k->moe ? "MoE (4 experts, top 2, every 2nd block)" : "dense", k->blocks, k->tp,
+            "batch %d\n", c, seed, moe, k->blocks, k->tp,
             k->sp ? " (sequence parallel)" : "",
             k->sgd == 1 ? "SGD with momentum" : k->sgd ? "SGD" : "AdamW",
             k->dtype == 1 ? "bf16" : k->dtype == 2 ? "f16 with loss scaling" : "f32", k->U, BATCH);
     for (int h = 0; h < hops; h++) {
         describe(&ls[h], d, sizeof d);
         fprintf(stderr, "  steps [%d, %d): %s%s%s\n", cut[h], cut[h + 1], d,
-                h == 0 ? "" : ls[h].by_resume ? "; loads by fsc_ckpt_resume" : "; loads by fsc_ckpt_load",
+                h == 0 ? "" : ls[h].by == 2 ? "; loads by fsc_ckpt_try_resume" : ls[h].by ? "; loads by fsc_ckpt_resume"
+                : "; loads by fsc_ckpt_load",
                 h == hops - 1 ? " (its save unused)" : "");
     }
 }
@@ -430,6 +453,7 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
     k.sgd = opt < 6 ? 0 : opt == 6 ? 1 : 2;
     k.tp = !k.moe && rng_int(&R, 5) == 0 ? 2 : 1; /* MoE models do not run with tensor parallelism */
     k.sp = k.tp > 1 && rng_int(&R, 2);
+    if (k.moe) k.top_k = 1 + rng_int(&R, 2), k.every = 1 + rng_int(&R, 2);
     const int hops = 2 + (rng_int(&R, 3) == 0);
     int cut[MAXHOPS + 1] = { 0 };
     cut[hops] = STEPS;
@@ -457,8 +481,9 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
         j.format = l->format;
         j.weights = h == hops - 1 ? weights : NULL;
         snprintf(path, sizeof path, "%s/step-%08d", dir, cut[h]);
-        if (h > 0 && l->by_resume) j.resume_dir = dir;
+        if (h > 0 && l->by) j.resume_dir = dir, j.try_resume = l->by == 2;
         else if (h > 0) j.load = path;
+        j.stage = l->stage;
         const int world = l->dp * l->pp * k.tp;
         if (run_job(&j, world) != FSC_OK) {
             print_case(seed, c, &k, ls, cut, hops);

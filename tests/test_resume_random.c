@@ -21,6 +21,7 @@
  * FSC_RESUME_RANDOM_CASES change the seed and the number of cases (longer hunts); FSC_RESUME_RANDOM_VERBOSE=1
  * prints every case. */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include "fsc/pipe_schedule.h"
@@ -58,6 +59,7 @@ typedef struct {
     fsc_parallel_kind kind;
     fsc_shard_strategy shard;
     int hybrid_group, bucket1, prefetch, prefetch_limit, reshard, layer_ckpt, ep, accum, sync0, stage, order;
+    int save_mid, eval_mid;
     fsc_wrap_policy wrap;
     size_t wrap_min;
     fsc_offload_mode offload;
@@ -82,9 +84,11 @@ typedef struct {
     int ref;                    /* the reference: a full checkpoint into save_dir and an evaluation at every step */
     const char *weights;        /* fsc_engine_save_weights there at the end (NULL: none) */
     int try_resume, stage;      /* resume_dir by fsc_ckpt_try_resume; fsc_cluster_opts.stage_through_host */
+    int save_mid, eval_mid;     /* a checkpoint after every step (into save_dir) and an evaluation before each */
     /* results */
     double loss[MAXW][STEPS], aux[MAXW][STEPS];
     double ev[MAXW][STEPS + 1]; /* the evaluation loss after each step (index: steps done) */
+    int evaluated[STEPS + 1];
     int64_t assigned[STEPS], dropped[STEPS];
     int64_t loaded_step;
     float *params, *state[2];
@@ -185,7 +189,10 @@ static void describe(const layout *l, char *buf, size_t cap) {
         if (!l->nbal) n += snprintf(buf + n, cap - (size_t)n, "even");
         for (int i = 0; i < l->nbal; i++) n += snprintf(buf + n, cap - (size_t)n, "%s%d", i ? "," : "", l->balance[i]);
     }
+    if (l->save_mid) n += snprintf(buf + n, cap - (size_t)n, ", saves after every step");
+    if (l->eval_mid) n += snprintf(buf + n, cap - (size_t)n, ", evaluates before every step");
     snprintf(buf + n, cap - (size_t)n, ", saves %s", l->format == FSC_CKPT_FULL ? "full" : "sharded");
+    /* (the last layout of a chain saves only its weights) */
 }
 
 static int divisors(int n, int *out) {
@@ -278,6 +285,8 @@ static void draw_layout(rng *R, const model_key *k, layout *l) {
     }
     l->format = rng_int(R, 3) == 0 ? FSC_CKPT_FULL : FSC_CKPT_SHARDED;
     l->by = rng_int(R, 3);
+    l->save_mid = rng_int(R, 3) == 0;
+    l->eval_mid = rng_int(R, 3) == 0;
 }
 
 static void free_layout(layout *l) {
@@ -315,9 +324,11 @@ static fsc_status rank_fn(fsc_rank *rk, void *arg) {
     if (s == FSC_OK && (!tok || !tgt || !etok || !etgt)) s = FSC_ERR_NOMEM;
     if (s == FSC_OK) pt_batch(etok, etgt, EVAL_STEP, BATCH, lay->data, lb, T, j->cfg.vocab);
     for (int st = j->from; st <= j->to && s == FSC_OK; st++) {
-        if (j->ref || st == j->to) { /* the reference: a checkpoint and an evaluation after every step */
-            if (j->ref) s = save_ckpt(e, j, st);
-            if (s == FSC_OK) s = fsc_engine_eval(e, etok, etgt, lb, BATCH, &j->ev[rk->rank][st]);
+        /* the reference: a checkpoint and an evaluation after every step; the others as they are told to */
+        if (j->ref || (j->save_mid && st > j->from && st < j->to)) s = save_ckpt(e, j, st);
+        if (s == FSC_OK && (j->ref || j->eval_mid || st == j->to)) {
+            s = fsc_engine_eval(e, etok, etgt, lb, BATCH, &j->ev[rk->rank][st]);
+            j->evaluated[st] = 1; /* the same on every rank */
         }
         if (st == j->to || s != FSC_OK) break;
         pt_batch(tok, tgt, st, BATCH, lay->data, lb, T, j->cfg.vocab);
@@ -420,62 +431,134 @@ static int same_file(const char *a, const char *b) {
     return same;
 }
 
+/* A case: its seed and number, what the bits depend on, and its chain of layouts; layout h trains steps
+ * [cut[h], cut[h + 1]). */
+typedef struct {
+    uint64_t seed;
+    int c, hops, cut[MAXHOPS + 1];
+    model_key k;
+    layout ls[MAXHOPS];
+} chain;
+
 /* Prints the case (every layout of the chain) to stderr. */
-static void print_case(uint64_t seed, int c, const model_key *k, const layout *ls, const int *cut, int hops) {
-    char d[512];
-    char moe[64] = "dense";
+static void print_case(const chain *ch) {
+    const model_key *k = &ch->k;
+    char d[512], moe[64] = "dense";
     if (k->moe) snprintf(moe, sizeof moe, "MoE (4 experts, top %d, every %d block%s)", k->top_k, k->every,
                          k->every > 1 ? "s" : "");
     fprintf(stderr, "case %d of seed 0x%016" PRIx64 ": %s GPT of %d blocks, tp %d%s, %s, %s, units of %d, global "
-            "batch %d\n", c, seed, moe, k->blocks, k->tp,
-            k->sp ? " (sequence parallel)" : "",
+            "batch %d\n", ch->c, ch->seed, moe, k->blocks, k->tp, k->sp ? " (sequence parallel)" : "",
             k->sgd == 1 ? "SGD with momentum" : k->sgd ? "SGD" : "AdamW",
             k->dtype == 1 ? "bf16" : k->dtype == 2 ? "f16 with loss scaling" : "f32", k->U, BATCH);
-    for (int h = 0; h < hops; h++) {
-        describe(&ls[h], d, sizeof d);
-        fprintf(stderr, "  steps [%d, %d): %s%s%s\n", cut[h], cut[h + 1], d,
-                h == 0 ? "" : ls[h].by == 2 ? "; loads by fsc_ckpt_try_resume" : ls[h].by ? "; loads by fsc_ckpt_resume"
-                : "; loads by fsc_ckpt_load",
-                h == hops - 1 ? " (its save unused)" : "");
+    static const char *const by[] = { "fsc_ckpt_load", "fsc_ckpt_resume", "fsc_ckpt_try_resume" };
+    for (int h = 0; h < ch->hops; h++) {
+        describe(&ch->ls[h], d, sizeof d);
+        fprintf(stderr, "  layout %d, steps [%d, %d): %s%s%s\n", h, ch->cut[h], ch->cut[h + 1], d,
+                h == 0 ? "" : "; loads by ", h == 0 ? "" : by[ch->ls[h].by]);
     }
+}
+
+/* Fails the test naming the case, its layouts and what differs in layout h. */
+static void case_fail(const chain *ch, int h, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void case_fail(const chain *ch, int h, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    print_case(ch);
+    fail_msg("case %d of seed 0x%016" PRIx64 ", layout %d (steps [%d, %d)): %s", ch->c, ch->seed, h, ch->cut[h],
+             ch->cut[h + 1], msg);
+}
+
+static void check_file(const chain *ch, int h, const char *mine, const char *theirs) {
+    if (!same_file(mine, theirs)) case_fail(ch, h, "%s differs from the uninterrupted run's %s", mine, theirs);
+}
+
+/* Layout h's results (j) against the reference's (ref; its files in rdir and rweights; this case's in dir). */
+static int check_layout(const chain *ch, int h, const job *j, const job *ref, const char *dir, const char *rdir,
+                        const char *weights, const char *rweights) {
+    const layout *l = &ch->ls[h];
+    const int world = l->dp * l->pp * ch->k.tp;
+    if (h > 0 && j->loaded_step != ch->cut[h]) case_fail(ch, h, "loaded step %" PRId64, j->loaded_step);
+    for (int s = j->from; s < j->to; s++) {
+        for (int r = 0; r < world; r++)
+            if (memcmp(&j->loss[r][s], &ref->loss[0][s], sizeof(double)) != 0 ||
+                memcmp(&j->aux[r][s], &ref->aux[0][s], sizeof(double)) != 0)
+                case_fail(ch, h, "rank %d's loss of step %d is %.17g (aux %.17g), uninterrupted on one rank %.17g "
+                          "(aux %.17g)", r, s, j->loss[r][s], j->aux[r][s], ref->loss[0][s], ref->aux[0][s]);
+        if (j->assigned[s] != ref->assigned[s] || j->dropped[s] != ref->dropped[s])
+            case_fail(ch, h, "step %d assigned %" PRId64 " and dropped %" PRId64 " tokens, one rank %" PRId64 " and "
+                      "%" PRId64, s, j->assigned[s], j->dropped[s], ref->assigned[s], ref->dropped[s]);
+    }
+    for (int b = j->from; b <= j->to; b++)
+        for (int r = 0; r < world && j->evaluated[b]; r++)
+            if (memcmp(&j->ev[r][b], &ref->ev[0][b], sizeof(double)) != 0)
+                case_fail(ch, h, "rank %d's evaluation loss after step %d is %.17g, uninterrupted on one rank %.17g", r,
+                          b, j->ev[r][b], ref->ev[0][b]);
+    /* a full checkpoint's files and the final weights hold the reference's bytes */
+    int files = 0;
+    for (int b = j->from + 1; b <= j->to && l->format == FSC_CKPT_FULL; b++) {
+        if (b == j->to ? !j->save_dir : !j->save_mid) continue;
+        static const char *const names[] = { "model.safetensors", "optim.safetensors" };
+        for (int f = 0; f < 2; f++, files++) {
+            char mine[800], theirs[800];
+            snprintf(mine, sizeof mine, "%s/step-%08d/%s", dir, b, names[f]);
+            snprintf(theirs, sizeof theirs, "%s/step-%08d/%s", rdir, b, names[f]);
+            check_file(ch, h, mine, theirs);
+        }
+    }
+    if (j->weights) check_file(ch, h, weights, rweights), files++;
+    if (h == ch->hops - 1) {
+        const size_t P = fsc_gpt_num_params(&ref->cfg);
+        for (int s = -1; s < nstates(&ref->oc); s++) {
+            const float *a = s < 0 ? j->params : j->state[s], *b = s < 0 ? ref->params : ref->state[s];
+            for (size_t i = 0; i < P; i++)
+                if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
+                    case_fail(ch, h, "the final %s, element %zu: %.9g, uninterrupted on one rank %.9g",
+                              s < 0 ? "parameters" : s ? "optimizer state 1" : "optimizer state 0", i, (double)a[i],
+                              (double)b[i]);
+        }
+    }
+    return files;
 }
 
 /* One case: the chain of layouts drawn from seed, against the reference. */
 static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
     rng R = { seed };
+    chain ch;
+    memset(&ch, 0, sizeof ch); /* the key is compared with memcmp */
+    ch.seed = seed, ch.c = c;
+    model_key *k = &ch.k;
     const int dt = rng_int(&R, 8), opt = rng_int(&R, 8);
-    model_key k;
-    memset(&k, 0, sizeof k); /* compared with memcmp */
-    k.blocks = rng_int(&R, 3) ? 4 : 6;
-    k.moe = rng_int(&R, 3) == 0;
-    k.dtype = dt < 5 ? 0 : dt < 7 ? 1 : 2;
-    k.U = 1 + (rng_int(&R, 4) == 0);
-    k.sgd = opt < 6 ? 0 : opt == 6 ? 1 : 2;
-    k.tp = !k.moe && rng_int(&R, 5) == 0 ? 2 : 1; /* MoE models do not run with tensor parallelism */
-    k.sp = k.tp > 1 && rng_int(&R, 2);
-    if (k.moe) k.top_k = 1 + rng_int(&R, 2), k.every = 1 + rng_int(&R, 2);
-    const int hops = 2 + (rng_int(&R, 3) == 0);
-    int cut[MAXHOPS + 1] = { 0 };
+    k->blocks = rng_int(&R, 3) ? 4 : 6;
+    k->moe = rng_int(&R, 3) == 0;
+    k->dtype = dt < 5 ? 0 : dt < 7 ? 1 : 2;
+    k->U = 1 + (rng_int(&R, 4) == 0);
+    k->sgd = opt < 6 ? 0 : opt == 6 ? 1 : 2;
+    k->tp = !k->moe && rng_int(&R, 5) == 0 ? 2 : 1; /* MoE models do not run with tensor parallelism */
+    k->sp = k->tp > 1 && rng_int(&R, 2);
+    if (k->moe) k->top_k = 1 + rng_int(&R, 2), k->every = 1 + rng_int(&R, 2);
+    const int hops = ch.hops = 2 + (rng_int(&R, 3) == 0);
+    int *cut = ch.cut;
     cut[hops] = STEPS;
     /* the first save after 1 .. STEPS - hops + 1 steps, now and then before any (an untrained engine's) */
     cut[1] = rng_int(&R, 8) == 0 ? 0 : 1 + rng_int(&R, STEPS - hops + 1);
     if (hops == 3) cut[2] = cut[1] + 1 + rng_int(&R, STEPS - 1 - cut[1]);
-    layout ls[MAXHOPS];
-    for (int h = 0; h < hops; h++) draw_layout(&R, &k, &ls[h]);
-    if (verbose) print_case(seed, c, &k, ls, cut, hops);
-    const int ri = reference(st, &k);
+    for (int h = 0; h < hops; h++) draw_layout(&R, k, &ch.ls[h]);
+    if (verbose) print_case(&ch);
+    const int ri = reference(st, k);
     const job *ref = &st->ref[ri];
     char *dir = tmpdir_make(), path[700], weights[700];
     snprintf(weights, sizeof weights, "%s/final.safetensors", dir);
-    const size_t P = fsc_gpt_num_params(&ref->cfg);
-    job j;
     for (int h = 0; h < hops; h++) {
-        const layout *l = &ls[h];
+        const layout *l = &ch.ls[h];
+        job j;
         memset(&j, 0, sizeof j);
         j.cfg = ref->cfg;
         j.oc = ref->oc;
-        j.po = layout_opts(&k, l);
-        j.U = k.U;
+        j.po = layout_opts(k, l);
+        j.U = k->U;
         j.from = cut[h], j.to = cut[h + 1];
         j.save_dir = h < hops - 1 ? dir : NULL;
         j.format = l->format;
@@ -484,73 +567,14 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
         if (h > 0 && l->by) j.resume_dir = dir, j.try_resume = l->by == 2;
         else if (h > 0) j.load = path;
         j.stage = l->stage;
-        const int world = l->dp * l->pp * k.tp;
-        if (run_job(&j, world) != FSC_OK) {
-            print_case(seed, c, &k, ls, cut, hops);
-            fail_msg("case %d of seed 0x%016" PRIx64 ", layout %d (steps [%d, %d)): %s", c, seed, h, cut[h],
-                     cut[h + 1], fsc_last_error());
-        }
+        j.save_mid = l->save_mid && h < hops - 1;
+        j.eval_mid = l->eval_mid;
+        if (run_job(&j, l->dp * l->pp * k->tp) != FSC_OK) case_fail(&ch, h, "%s", fsc_last_error());
         st->layouts_run++;
-        int bad = h > 0 && j.loaded_step != cut[h];
-        char what[256];
-        snprintf(what, sizeof what, "case %d of seed 0x%016" PRIx64 ", layout %d", c, seed, h);
-        if (bad) {
-            print_case(seed, c, &k, ls, cut, hops);
-            fail_msg("%s: loaded step %" PRId64 ", not %d", what, j.loaded_step, cut[h]);
-        }
-        for (int s = j.from; s < j.to; s++) {
-            for (int r = 0; r < world; r++)
-                if (memcmp(&j.loss[r][s], &ref->loss[0][s], sizeof(double)) != 0 ||
-                    memcmp(&j.aux[r][s], &ref->aux[0][s], sizeof(double)) != 0) {
-                    print_case(seed, c, &k, ls, cut, hops);
-                    fail_msg("%s: rank %d's loss of step %d is %.17g (aux %.17g), uninterrupted on one rank %.17g "
-                             "(aux %.17g)", what, r, s, j.loss[r][s], j.aux[r][s], ref->loss[0][s], ref->aux[0][s]);
-                }
-            if (j.assigned[s] != ref->assigned[s] || j.dropped[s] != ref->dropped[s]) {
-                print_case(seed, c, &k, ls, cut, hops);
-                fail_msg("%s: step %d assigned %" PRId64 " and dropped %" PRId64 " tokens, one rank %" PRId64
-                         " and %" PRId64, what, s, j.assigned[s], j.dropped[s], ref->assigned[s], ref->dropped[s]);
-            }
-        }
-        for (int r = 0; r < world; r++)
-            if (memcmp(&j.ev[r][j.to], &ref->ev[0][j.to], sizeof(double)) != 0) {
-                print_case(seed, c, &k, ls, cut, hops);
-                fail_msg("%s: rank %d's evaluation loss after step %d is %.17g, uninterrupted on one rank %.17g", what,
-                         r, j.to, j.ev[r][j.to], ref->ev[0][j.to]);
-            }
-        /* a full checkpoint's files (and the final weights) hold the bits the reference's hold, byte for byte */
-        static const char *const files[] = { "model.safetensors", "optim.safetensors" };
-        for (int f = 0; f < 3; f++) {
-            if (f < 2 && (h == hops - 1 || l->format != FSC_CKPT_FULL)) continue;
-            if (f == 2 && h < hops - 1) continue;
-            char mine[800], theirs[800];
-            if (f < 2) {
-                snprintf(mine, sizeof mine, "%s/step-%08d/%s", dir, j.to, files[f]);
-                snprintf(theirs, sizeof theirs, "%s/step-%08d/%s", st->dir[ri], j.to, files[f]);
-            } else {
-                snprintf(mine, sizeof mine, "%s", weights);
-                snprintf(theirs, sizeof theirs, "%s", st->weights[ri]);
-            }
-            if (!same_file(mine, theirs)) {
-                print_case(seed, c, &k, ls, cut, hops);
-                fail_msg("%s: %s differs from the uninterrupted run's %s", what, mine, theirs);
-            }
-            st->compared_files++;
-        }
-        if (h == hops - 1) {
-            int same = memcmp(j.params, ref->params, P * sizeof(float)) == 0;
-            for (int s = 0; s < nstates(&ref->oc); s++) same &= memcmp(j.state[s], ref->state[s], P * sizeof(float)) == 0;
-            if (!same) print_case(seed, c, &k, ls, cut, hops);
-            snprintf(what, sizeof what, "case %d of seed 0x%016" PRIx64 ": final parameters", c, seed);
-            assert_bits_equal(ref->params, j.params, P, what);
-            for (int s = 0; s < nstates(&ref->oc); s++) {
-                snprintf(what, sizeof what, "case %d of seed 0x%016" PRIx64 ": final optimizer state %d", c, seed, s);
-                assert_bits_equal(ref->state[s], j.state[s], P, what);
-            }
-        }
+        st->compared_files += check_layout(&ch, h, &j, ref, dir, st->dir[ri], weights, st->weights[ri]);
         free_job(&j);
     }
-    for (int h = 0; h < hops; h++) free_layout(&ls[h]);
+    for (int h = 0; h < hops; h++) free_layout(&ch.ls[h]);
     test_rmtree(dir);
     free(dir);
     st->cases++;

@@ -1,22 +1,36 @@
 /* Checkpoints across layouts, drawn at random: the exact reduction's promise (docs/determinism.md,
  * docs/checkpoints.md) that a run saved under one layout and resumed under another gives the bits of an
  * uninterrupted run, for layouts drawn at random.
- * A case fixes what the bits depend on (docs/determinism.md: the model, the optimizer, the parameter dtype, the
- * global batch of 12 and the unit U of 1 or 2 sequences) and draws a chain of two or three layouts: the first
- * trains steps [0, s1) and saves, the next loads that checkpoint (fsc_ckpt_load of the step, or fsc_ckpt_resume of
- * the directory), trains [s1, s2) and saves in turn, and so on up to step 4. A layout: data-parallel size dp
- * (dividing the 12 / U units) x pipeline stages pp (1 to 4, at most 8 ranks); the strategy inside the data group
- * (none at dp 1, ddp, fsdp with every shard strategy, a hybrid group dividing dp, block or model wrapping, zero1,
- * zero2, at dp 1 too; ddp and zero with one bucket per layer or the default); prefetch 0 or 1; offload none,
- * optim (fsdp, zero) or all (fsdp); for pp > 1 the schedule (gpipe, 1f1b, interleaved with 2 chunks, zb-h1, zbv,
- * and custom lists: a built-in schedule's lists for the same ranks, chunks and micro-batches, in a loop or zbv's V),
- * the pipeline checkpoint mode, layer checkpointing (not with W actions: refused) and an even or random balance; a
- * mixture of experts in every second block with expert parallelism ep dividing dp (the experts' shards); the
- * checkpoint format (sharded or full). The micro-batches follow from U: accum = the local batch / U.
- * Oracle: one rank accumulating 12 / U units, uninterrupted: every rank's loss of every step (from the layout that
- * ran it), the MoE statistics (aux loss, assigned and dropped tokens), and at the end the full parameters
- * (fsc_engine_full_params) and the optimizer state (fsc_ckpt_full_state), bit for bit.
- * Not covered (not promised): tensor parallelism (its bits depend on tp), another U, device or BLAS thread count.
+ * A case fixes what the bits depend on (docs/determinism.md): the model (a GPT of 4 or 6 blocks, dense or a
+ * mixture of 4 experts, top 1 or 2, in every block or every second one), the optimizer (AdamW, SGD with and
+ * without momentum), the parameter dtype (f32, bf16, f16 with loss scaling), the global batch of 12, the unit U of
+ * 1 or 2 sequences and the tensor-parallel degree (1, or 2 with and without sequence parallelism: the bits depend
+ * on it, so it is fixed along a chain). It draws a chain of two or three layouts: the first trains steps
+ * [0, s1) (s1 0 now and then: an untrained engine's checkpoint) and saves, the next loads that checkpoint
+ * (fsc_ckpt_load of the step, fsc_ckpt_resume or fsc_ckpt_try_resume of the directory), trains [s1, s2) and saves
+ * in turn, and so on up to step 4. A layout: the data-parallel size dp (dividing the 12 / U units) x pipeline
+ * stages pp (1 to 4) x tp, at most 8 ranks, in any rank order; the strategy inside the data group (none at dp 1,
+ * ddp, also from rank 0's weights, fsdp with every shard strategy, a hybrid group dividing dp, block, model or
+ * min_params wrapping and every reshard_after_forward, zero1, zero2, at dp 1 too; ddp and zero with a bucket per
+ * layer or the default); accumulation (a pipeline's micro-batch is the unit; otherwise any divisor of the units);
+ * prefetch 0 or 1 and its limit; offload none, optim (fsdp, zero) or all (fsdp); layer checkpointing; for pp > 1
+ * the schedule (gpipe, 1f1b, interleaved with 2 or 3 chunks, zb-h1, zbv, and custom lists: a built-in schedule's
+ * lists for the same ranks, chunks and micro-batches, in a loop or zbv's V; tests/test_pipe_random.c draws lists
+ * of its own), the pipeline checkpoint mode and an even or random balance; expert parallelism ep dividing dp; the
+ * checkpoint format (sharded or full); checkpoints after every step and evaluations before every step or not;
+ * buffers staged through the host or not. What the engine refuses by its documented rules is not drawn: offload
+ * with none or ddp, offload all without fsdp, chunks without prefetch, layer checkpointing with W actions,
+ * interleaved micro-batches that are not a multiple of pp, ep with a model without experts or with tp.
+ * Whoever runs step 0 sets the learning rate (fsc_engine_set_lr); nobody sets it later, so a resumed layout steps
+ * with the rate its checkpoint restored.
+ * Oracle: one rank (tp ranks with tensor parallelism) accumulating the 12 / U units uninterrupted, which also saves a
+ * full checkpoint and evaluates after every step: every rank's loss of every step (from the layout that ran it),
+ * the MoE statistics (aux loss, assigned and dropped tokens), every evaluation loss (fsc_engine_eval of a batch
+ * no step trains on), the files of every full-format checkpoint a layout writes (model.safetensors and
+ * optim.safetensors, byte for byte), and at the end the full parameters (fsc_engine_full_params), the optimizer
+ * state (fsc_ckpt_full_state) and the weights file (fsc_engine_save_weights), bit for bit.
+ * Not covered (not promised): another tensor-parallel degree, another U, device or BLAS thread count (one BLAS thread
+ * per rank here); other model families.
  * A failure names the seed, the case and every layout of its chain. FSC_RESUME_RANDOM_SEED and
  * FSC_RESUME_RANDOM_CASES change the seed and the number of cases (longer hunts); FSC_RESUME_RANDOM_VERBOSE=1
  * prints every case. */

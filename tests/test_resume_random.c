@@ -18,7 +18,7 @@
  * lists for the same ranks, chunks and micro-batches, in a loop or zbv's V; tests/test_pipe_random.c draws lists
  * of its own), the pipeline checkpoint mode and an even or random balance; expert parallelism ep dividing dp; the
  * checkpoint format (sharded or full); checkpoints after every step and evaluations before every step or not;
- * buffers staged through the host or not. What the engine refuses by its documented rules is not drawn: offload
+ * buffers staged through the host or not; a step on other data before the load or not (a used engine loads). What the engine refuses by its documented rules is not drawn: offload
  * with none or ddp, offload all without fsdp, chunks without prefetch, layer checkpointing with W actions,
  * interleaved micro-batches that are not a multiple of pp, ep with a model without experts or with tp.
  * Whoever runs step 0 sets the learning rate (fsc_engine_set_lr); nobody sets it later, so a resumed layout steps
@@ -73,7 +73,7 @@ typedef struct {
     fsc_parallel_kind kind;
     fsc_shard_strategy shard;
     int hybrid_group, bucket1, prefetch, prefetch_limit, reshard, layer_ckpt, ep, accum, sync0, stage, order;
-    int save_mid, eval_mid;
+    int save_mid, eval_mid, pre_step;
     fsc_wrap_policy wrap;
     size_t wrap_min;
     fsc_offload_mode offload;
@@ -99,6 +99,7 @@ typedef struct {
     const char *weights;        /* fsc_engine_save_weights there at the end (NULL: none) */
     int try_resume, stage;      /* resume_dir by fsc_ckpt_try_resume; fsc_cluster_opts.stage_through_host */
     int save_mid, eval_mid;     /* a checkpoint after every step (into save_dir) and an evaluation before each */
+    int pre_step;               /* a step on other data before the load (an engine that trained loads) */
     /* results */
     double loss[MAXW][STEPS], aux[MAXW][STEPS];
     double ev[MAXW][STEPS + 1]; /* the evaluation loss after each step (index: steps done) */
@@ -205,6 +206,7 @@ static void describe(const layout *l, char *buf, size_t cap) {
     }
     if (l->save_mid) n += snprintf(buf + n, cap - (size_t)n, ", saves after every step");
     if (l->eval_mid) n += snprintf(buf + n, cap - (size_t)n, ", evaluates before every step");
+    if (l->pre_step) n += snprintf(buf + n, cap - (size_t)n, ", a step on other data before it loads");
     snprintf(buf + n, cap - (size_t)n, ", saves %s", l->format == FSC_CKPT_FULL ? "full" : "sharded");
     /* (the last layout of a chain saves only its weights) */
 }
@@ -301,6 +303,7 @@ static void draw_layout(rng *R, const model_key *k, layout *l) {
     l->by = rng_int(R, 3);
     l->save_mid = rng_int(R, 3) == 0;
     l->eval_mid = rng_int(R, 3) == 0;
+    l->pre_step = rng_int(R, 4) == 0;
 }
 
 static void free_layout(layout *l) {
@@ -308,8 +311,9 @@ static void free_layout(layout *l) {
     memset(l->lists, 0, sizeof l->lists);
 }
 
-/* The batch of the evaluations: one no step trains on. */
+/* The batch of the evaluations: one no step trains on; the batch of a step before a load. */
 #define EVAL_STEP 97
+#define PRE_STEP 55
 
 /* What runs step 0 sets the learning rate to LR0_SCALE x the optimizer's before it; nothing sets it later, so a
  * resumed run steps with the rate its checkpoint restored. */
@@ -329,13 +333,18 @@ static fsc_status rank_fn(fsc_rank *rk, void *arg) {
     const int T = j->cfg.seq, lb = BATCH / lay->dp; /* a tensor group's ranks share their data */
     fsc_status s = FSC_OK;
     int64_t step = -1;
-    if (j->load) s = fsc_ckpt_load(e, j->load, &step);
-    else if (j->resume_dir && !j->try_resume) s = fsc_ckpt_resume(e, j->resume_dir, &step);
-    else if (j->resume_dir) s = fsc_ckpt_try_resume(e, j->resume_dir, &step, NULL, 0, NULL, 0);
-    if (rk->rank == 0) j->loaded_step = step;
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     int32_t *etok = malloc((size_t)lb * T * sizeof(int32_t)), *etgt = malloc((size_t)lb * T * sizeof(int32_t));
-    if (s == FSC_OK && (!tok || !tgt || !etok || !etgt)) s = FSC_ERR_NOMEM;
+    if (!tok || !tgt || !etok || !etgt) s = FSC_ERR_NOMEM;
+    if (s == FSC_OK && j->pre_step) {
+        pt_batch(tok, tgt, PRE_STEP, BATCH, lay->data, lb, T, j->cfg.vocab);
+        s = fsc_engine_set_lr(e, 2 * j->oc.lr);
+        if (s == FSC_OK) s = fsc_engine_step(e, tok, tgt, lb, BATCH, NULL);
+    }
+    if (s == FSC_OK && j->load) s = fsc_ckpt_load(e, j->load, &step);
+    else if (s == FSC_OK && j->resume_dir && !j->try_resume) s = fsc_ckpt_resume(e, j->resume_dir, &step);
+    else if (s == FSC_OK && j->resume_dir) s = fsc_ckpt_try_resume(e, j->resume_dir, &step, NULL, 0, NULL, 0);
+    if (rk->rank == 0) j->loaded_step = step;
     if (s == FSC_OK) pt_batch(etok, etgt, EVAL_STEP, BATCH, lay->data, lb, T, j->cfg.vocab);
     for (int st = j->from; st <= j->to && s == FSC_OK; st++) {
         /* the reference: a checkpoint and an evaluation after every step; the others as they are told to */
@@ -560,6 +569,8 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
     cut[1] = rng_int(&R, 8) == 0 ? 0 : 1 + rng_int(&R, STEPS - hops + 1);
     if (hops == 3) cut[2] = cut[1] + 1 + rng_int(&R, STEPS - 1 - cut[1]);
     for (int h = 0; h < hops; h++) draw_layout(&R, k, &ch.ls[h]);
+    ch.ls[0].pre_step = 0;          /* the first layout loads nothing */
+    ch.ls[hops - 1].save_mid = 0;   /* the last saves only its weights */
     if (verbose) print_case(&ch);
     const int ri = reference(st, k);
     const job *ref = &st->ref[ri];
@@ -581,8 +592,9 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
         if (h > 0 && l->by) j.resume_dir = dir, j.try_resume = l->by == 2;
         else if (h > 0) j.load = path;
         j.stage = l->stage;
-        j.save_mid = l->save_mid && h < hops - 1;
+        j.save_mid = l->save_mid;
         j.eval_mid = l->eval_mid;
+        j.pre_step = l->pre_step;
         if (run_job(&j, l->dp * l->pp * k->tp) != FSC_OK) case_fail(&ch, h, "%s", fsc_last_error());
         st->layouts_run++;
         st->compared_files += check_layout(&ch, h, &j, ref, dir, st->dir[ri], weights, st->weights[ri]);

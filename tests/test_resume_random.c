@@ -178,7 +178,7 @@ static fsc_parallel_opts layout_opts(const model_key *k, const layout *l) {
     return po;
 }
 
-static void describe(const layout *l, char *buf, size_t cap) {
+static void describe(const layout *l, int saves, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "dp %d x pp %d, %s", l->dp, l->pp, kind_names[l->kind]);
     if (l->kind == FSC_PAR_FSDP) {
         n += snprintf(buf + n, cap - (size_t)n, " %s", shard_names[l->shard]);
@@ -207,8 +207,8 @@ static void describe(const layout *l, char *buf, size_t cap) {
     if (l->save_mid) n += snprintf(buf + n, cap - (size_t)n, ", saves after every step");
     if (l->eval_mid) n += snprintf(buf + n, cap - (size_t)n, ", evaluates before every step");
     if (l->pre_step) n += snprintf(buf + n, cap - (size_t)n, ", a step on other data before it loads");
-    snprintf(buf + n, cap - (size_t)n, ", saves %s", l->format == FSC_CKPT_FULL ? "full" : "sharded");
-    /* (the last layout of a chain saves only its weights) */
+    if (saves) snprintf(buf + n, cap - (size_t)n, ", saves %s", l->format == FSC_CKPT_FULL ? "full" : "sharded");
+    else snprintf(buf + n, cap - (size_t)n, ", saves its weights");
 }
 
 static int divisors(int n, int *out) {
@@ -475,7 +475,7 @@ static void print_case(const chain *ch) {
             k->dtype == 1 ? "bf16" : k->dtype == 2 ? "f16 with loss scaling" : "f32", k->U, BATCH);
     static const char *const by[] = { "fsc_ckpt_load", "fsc_ckpt_resume", "fsc_ckpt_try_resume" };
     for (int h = 0; h < ch->hops; h++) {
-        describe(&ch->ls[h], d, sizeof d);
+        describe(&ch->ls[h], h < ch->hops - 1, d, sizeof d);
         fprintf(stderr, "  layout %d, steps [%d, %d): %s%s%s\n", h, ch->cut[h], ch->cut[h + 1], d,
                 h == 0 ? "" : "; loads by ", h == 0 ? "" : by[ch->ls[h].by]);
     }

@@ -1,8 +1,8 @@
 /* Checkpoints across layouts, drawn at random: the exact reduction's promise (docs/determinism.md,
  * docs/checkpoints.md) that a run saved under one layout and resumed under another gives the bits of an
  * uninterrupted run, for layouts drawn at random.
- * A case fixes what the bits depend on (docs/determinism.md): the model (a GPT of 4 or 6 blocks, dense or a
- * mixture of 4 experts, top 1 or 2, in every block or every second one), the optimizer (AdamW, SGD with and
+ * A case fixes what the bits depend on (docs/determinism.md): the model (a GPT or a Llama of 4 or 6 blocks, dense
+ * or a mixture of 4 experts, top 1 or 2, in every block or every second one), the optimizer (AdamW, SGD with and
  * without momentum), the parameter dtype (f32, bf16, f16 with loss scaling), the global batch of 12, the unit U of
  * 1 or 2 sequences and the tensor-parallel degree (1, or 2 with and without sequence parallelism: the bits depend
  * on it, so it is fixed along a chain). It draws a chain of two or three layouts: the first trains steps
@@ -30,7 +30,7 @@
  * optim.safetensors, byte for byte), and at the end the full parameters (fsc_engine_full_params), the optimizer
  * state (fsc_ckpt_full_state) and the weights file (fsc_engine_save_weights), bit for bit.
  * Not covered (not promised): another tensor-parallel degree, another U, device or BLAS thread count (one BLAS thread
- * per rank here); other model families.
+ * per rank here).
  * A failure names the seed, the case and every layout of its chain. FSC_RESUME_RANDOM_SEED and
  * FSC_RESUME_RANDOM_CASES change the seed and the number of cases (longer hunts); FSC_RESUME_RANDOM_VERBOSE=1
  * prints every case. */
@@ -38,6 +38,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include "fsc/llama.h"
 #include "fsc/pipe_schedule.h"
 #include "partest.h"
 
@@ -65,6 +66,7 @@ typedef struct {
     int blocks, moe, dtype, U, sgd; /* dtype 0 f32, 1 bf16, 2 f16 (loss scaling); sgd 1 with momentum, 2 without */
     int tp, sp;                     /* tensor parallelism (a fixed degree: the bits depend on it), sequence parallel */
     int top_k, every;               /* MoE: experts per token, every N-th block a mixture */
+    int llama;                      /* a Llama (untied embedding and head, RMSNorm, SwiGLU, GQA), not a GPT */
 } model_key;
 
 /* One layout of a chain. */
@@ -90,6 +92,7 @@ typedef struct {
 
 typedef struct {
     fsc_gpt_config cfg;
+    fsc_llama_build_arg llama;  /* llama.cfg.layers > 0: a Llama of it instead of cfg's GPT */
     fsc_optim_config oc;
     fsc_parallel_opts po;
     int U, from, to;
@@ -115,6 +118,23 @@ static const char *const sched_names[] = { "gpipe", "1f1b", "interleaved", "cust
 static const char *const ckpt_names[] = { "except_last", "always", "never" };
 static const char *const offload_names[] = { "none", "optim", "all" };
 static const char *const orders[] = { NULL, "dp,tp,pp", "pp,dp,tp", "tp,pp,dp", "dp,pp,tp", "pp,tp,dp" };
+
+static fsc_llama_build_arg llama_cfg(const model_key *k) {
+    fsc_llama_build_arg a;
+    memset(&a, 0, sizeof a);
+    if (!k->llama) return a;
+    a.cfg = (fsc_llama_config){ .layers = k->blocks, .dim = 16, .heads = 4, .kv_heads = 2, .ffn = 24, .seq = 8,
+                                .vocab = 32, .rope_theta = 10000.0f, .norm_eps = 1e-5f };
+    if (k->moe)
+        a.cfg.moe_experts = 4, a.cfg.moe_top_k = k->top_k, a.cfg.moe_every = k->every, a.cfg.moe_capacity = 0.75f,
+        a.cfg.moe_aux = 0.01f;
+    a.sp = k->sp;
+    return a;
+}
+
+static size_t num_params(const job *j) {
+    return j->llama.cfg.layers ? fsc_llama_num_params(&j->llama.cfg) : fsc_gpt_num_params(&j->cfg);
+}
 
 static fsc_gpt_config model_cfg(const model_key *k) {
     fsc_gpt_config c = { .layers = k->blocks, .dim = 24, .heads = 2, .seq = k->sp ? 8 : 7, .vocab = 50 };
@@ -328,24 +348,27 @@ static fsc_status save_ckpt(fsc_engine *e, const job *j, int64_t step) {
 static fsc_status rank_fn(fsc_rank *rk, void *arg) {
     job *j = arg;
     fsc_engine *e = NULL;
-    FSC_TRY(fsc_engine_create(rk, &j->cfg, &j->po, &j->oc, 99, &e));
+    if (j->llama.cfg.layers) FSC_TRY(fsc_engine_create_built(rk, fsc_llama_build, &j->llama, &j->po, &j->oc, 99, &e));
+    else FSC_TRY(fsc_engine_create(rk, &j->cfg, &j->po, &j->oc, 99, &e));
     const fsc_layout *lay = fsc_engine_layout(e);
-    const int T = j->cfg.seq, lb = BATCH / lay->dp; /* a tensor group's ranks share their data */
+    const int T = j->llama.cfg.layers ? j->llama.cfg.seq : j->cfg.seq;
+    const int V = j->llama.cfg.layers ? j->llama.cfg.vocab : j->cfg.vocab;
+    const int lb = BATCH / lay->dp; /* a tensor group's ranks share their data */
     fsc_status s = FSC_OK;
     int64_t step = -1;
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     int32_t *etok = malloc((size_t)lb * T * sizeof(int32_t)), *etgt = malloc((size_t)lb * T * sizeof(int32_t));
     if (!tok || !tgt || !etok || !etgt) s = FSC_ERR_NOMEM;
     if (s == FSC_OK && j->pre_step) {
-        pt_batch(tok, tgt, PRE_STEP, BATCH, lay->data, lb, T, j->cfg.vocab);
+        pt_batch(tok, tgt, PRE_STEP, BATCH, lay->data, lb, T, V);
         s = fsc_engine_set_lr(e, 2 * j->oc.lr);
-        if (s == FSC_OK) s = fsc_engine_step(e, tok, tgt, lb, BATCH, NULL);
+        if (s == FSC_OK) s = fsc_engine_step_model(e, tok, tgt, lb, BATCH, NULL);
     }
     if (s == FSC_OK && j->load) s = fsc_ckpt_load(e, j->load, &step);
     else if (s == FSC_OK && j->resume_dir && !j->try_resume) s = fsc_ckpt_resume(e, j->resume_dir, &step);
     else if (s == FSC_OK && j->resume_dir) s = fsc_ckpt_try_resume(e, j->resume_dir, &step, NULL, 0, NULL, 0);
     if (rk->rank == 0) j->loaded_step = step;
-    if (s == FSC_OK) pt_batch(etok, etgt, EVAL_STEP, BATCH, lay->data, lb, T, j->cfg.vocab);
+    if (s == FSC_OK) pt_batch(etok, etgt, EVAL_STEP, BATCH, lay->data, lb, T, V);
     for (int st = j->from; st <= j->to && s == FSC_OK; st++) {
         /* the reference: a checkpoint and an evaluation after every step; the others as they are told to */
         if (j->ref || (j->save_mid && st > j->from && st < j->to)) s = save_ckpt(e, j, st);
@@ -354,10 +377,10 @@ static fsc_status rank_fn(fsc_rank *rk, void *arg) {
             j->evaluated[st] = 1; /* the same on every rank */
         }
         if (st == j->to || s != FSC_OK) break;
-        pt_batch(tok, tgt, st, BATCH, lay->data, lb, T, j->cfg.vocab);
+        pt_batch(tok, tgt, st, BATCH, lay->data, lb, T, V);
         if (st == 0) s = fsc_engine_set_lr(e, LR0_SCALE * j->oc.lr);
         fsc_step_info info;
-        if (s == FSC_OK) s = fsc_engine_step(e, tok, tgt, lb, BATCH, &info);
+        if (s == FSC_OK) s = fsc_engine_step_model(e, tok, tgt, lb, BATCH, &info);
         if (s != FSC_OK) break;
         j->loss[rk->rank][st] = info.loss;
         j->aux[rk->rank][st] = info.aux_loss;
@@ -374,7 +397,7 @@ static fsc_status rank_fn(fsc_rank *rk, void *arg) {
 }
 
 static fsc_status run_job(job *j, int world) {
-    const size_t P = fsc_gpt_num_params(&j->cfg);
+    const size_t P = num_params(j);
     j->params = calloc(P, sizeof(float));
     j->state[0] = calloc(P, sizeof(float));
     j->state[1] = calloc(P, sizeof(float));
@@ -430,6 +453,7 @@ static int reference(state_t *st, const model_key *k) {
     r->format = FSC_CKPT_FULL;
     r->weights = st->weights[i];
     r->cfg = model_cfg(k);
+    r->llama = llama_cfg(k);
     r->oc = optim_cfg(k);
     r->po = base_opts(k);
     r->po.accum = BATCH / k->U;
@@ -469,8 +493,8 @@ static void print_case(const chain *ch) {
     char d[512], moe[64] = "dense";
     if (k->moe) snprintf(moe, sizeof moe, "MoE (4 experts, top %d, every %d block%s)", k->top_k, k->every,
                          k->every > 1 ? "s" : "");
-    fprintf(stderr, "case %d of seed 0x%016" PRIx64 ": %s GPT of %d blocks, tp %d%s, %s, %s, units of %d, global "
-            "batch %d\n", ch->c, ch->seed, moe, k->blocks, k->tp, k->sp ? " (sequence parallel)" : "",
+    fprintf(stderr, "case %d of seed 0x%016" PRIx64 ": %s %s of %d blocks, tp %d%s, %s, %s, units of %d, global "
+            "batch %d\n", ch->c, ch->seed, moe, k->llama ? "Llama" : "GPT", k->blocks, k->tp, k->sp ? " (sequence parallel)" : "",
             k->sgd == 1 ? "SGD with momentum" : k->sgd ? "SGD" : "AdamW",
             k->dtype == 1 ? "bf16" : k->dtype == 2 ? "f16 with loss scaling" : "f32", k->U, BATCH);
     static const char *const by[] = { "fsc_ckpt_load", "fsc_ckpt_resume", "fsc_ckpt_try_resume" };
@@ -533,7 +557,7 @@ static int check_layout(const chain *ch, int h, const job *j, const job *ref, co
     }
     if (j->weights) check_file(ch, h, weights, rweights), files++;
     if (h == ch->hops - 1) {
-        const size_t P = fsc_gpt_num_params(&ref->cfg);
+        const size_t P = num_params(ref);
         for (int s = -1; s < nstates(&ref->oc); s++) {
             const float *a = s < 0 ? j->params : j->state[s], *b = s < 0 ? ref->params : ref->state[s];
             for (size_t i = 0; i < P; i++)
@@ -555,6 +579,7 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
     model_key *k = &ch.k;
     const int dt = rng_int(&R, 8), opt = rng_int(&R, 8);
     k->blocks = rng_int(&R, 3) ? 4 : 6;
+    k->llama = rng_int(&R, 4) == 0;
     k->moe = rng_int(&R, 3) == 0;
     k->dtype = dt < 5 ? 0 : dt < 7 ? 1 : 2;
     k->U = 1 + (rng_int(&R, 4) == 0);
@@ -581,6 +606,7 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
         job j;
         memset(&j, 0, sizeof j);
         j.cfg = ref->cfg;
+        j.llama = ref->llama;
         j.oc = ref->oc;
         j.po = layout_opts(k, l);
         j.U = k->U;

@@ -3,12 +3,12 @@
  * uninterrupted run, for layouts drawn at random.
  * A case fixes what the bits depend on (docs/determinism.md): the model (a GPT or a Llama of 4 or 6 blocks, dense
  * or a mixture of 4 experts, top 1 or 2, in every block or every second one), the optimizer (AdamW, SGD with and
- * without momentum), the parameter dtype (f32, bf16, f16 with loss scaling), the global batch of 12, the unit U of
- * 1 or 2 sequences and the tensor-parallel degree (1, or 2 with and without sequence parallelism: the bits depend
+ * without momentum), the parameter dtype (f32, bf16, f16 with loss scaling), the global batch B of 8, 12 or 16,
+ * the unit U of 1 or 2 sequences and the tensor-parallel degree (1, or 2 with and without sequence parallelism: the bits depend
  * on it, so it is fixed along a chain). It draws a chain of two or three layouts: the first trains steps
  * [0, s1) (s1 0 now and then: an untrained engine's checkpoint) and saves, the next loads that checkpoint
  * (fsc_ckpt_load of the step, fsc_ckpt_resume or fsc_ckpt_try_resume of the directory), trains [s1, s2) and saves
- * in turn, and so on up to step 4. A layout: the data-parallel size dp (dividing the 12 / U units) x pipeline
+ * in turn, and so on up to step 4. A layout: the data-parallel size dp (dividing the B / U units) x pipeline
  * stages pp (1 to 4) x tp, at most 8 ranks, in any rank order; the strategy inside the data group (none at dp 1,
  * ddp, also from rank 0's weights, fsdp with every shard strategy, a hybrid group dividing dp, block, model or
  * min_params wrapping and every reshard_after_forward, zero1, zero2, at dp 1 too; ddp and zero with a bucket per
@@ -23,7 +23,7 @@
  * interleaved micro-batches that are not a multiple of pp, ep with a model without experts or with tp.
  * Whoever runs step 0 sets the learning rate (fsc_engine_set_lr); nobody sets it later, so a resumed layout steps
  * with the rate its checkpoint restored.
- * Oracle: one rank (tp ranks with tensor parallelism) accumulating the 12 / U units uninterrupted, which also saves a
+ * Oracle: one rank (tp ranks with tensor parallelism) accumulating the B / U units uninterrupted, which also saves a
  * full checkpoint and evaluates after every step: every rank's loss of every step (from the layout that ran it),
  * the MoE statistics (aux loss, assigned and dropped tokens), every evaluation loss (fsc_engine_eval of a batch
  * no step trains on), the files of every full-format checkpoint a layout writes (model.safetensors and
@@ -42,7 +42,7 @@
 #include "fsc/pipe_schedule.h"
 #include "partest.h"
 
-#define BATCH 12
+#define MAXBATCH 16
 #define MAXBLOCKS 6
 #define STEPS 4
 #define MAXW 8
@@ -63,7 +63,7 @@ static int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
 
 /* What the bits depend on: the same in every layout of a case and in its reference. */
 typedef struct {
-    int blocks, moe, dtype, U, sgd; /* dtype 0 f32, 1 bf16, 2 f16 (loss scaling); sgd 1 with momentum, 2 without */
+    int batch, blocks, moe, dtype, U, sgd; /* batch: the global batch (8, 12 or 16 sequences) */ /* dtype 0 f32, 1 bf16, 2 f16 (loss scaling); sgd 1 with momentum, 2 without */
     int tp, sp;                     /* tensor parallelism (a fixed degree: the bits depend on it), sequence parallel */
     int top_k, every;               /* MoE: experts per token, every N-th block a mixture */
     int llama;                      /* a Llama (untied embedding and head, RMSNorm, SwiGLU, GQA), not a GPT */
@@ -95,7 +95,7 @@ typedef struct {
     fsc_llama_build_arg llama;  /* llama.cfg.layers > 0: a Llama of it instead of cfg's GPT */
     fsc_optim_config oc;
     fsc_parallel_opts po;
-    int U, from, to;
+    int batch, U, from, to;
     const char *load, *resume_dir, *save_dir;
     fsc_ckpt_format format;
     int ref;                    /* the reference: a full checkpoint into save_dir and an evaluation at every step */
@@ -241,15 +241,15 @@ static int divisors(int n, int *out) {
 /* A random layout that the engine runs (what it refuses, by the documented rules, is not drawn). */
 static void draw_layout(rng *R, const model_key *k, layout *l) {
     memset(l, 0, sizeof *l);
-    const int units = BATCH / k->U;
-    int ds[BATCH], nd;
+    const int units = k->batch / k->U;
+    int ds[MAXBATCH], nd;
     do {
         nd = divisors(units, ds);
         l->dp = ds[rng_int(R, nd)];
         l->pp = 1 + rng_int(R, 4);
     } while (l->dp * l->pp * k->tp > MAXW);
     const int M = units / l->dp; /* micro-batches (units) per data rank */
-    int as[BATCH], na = divisors(M, as);
+    int as[MAXBATCH], na = divisors(M, as);
     l->accum = M; /* a pipeline's micro-batch is the unit; otherwise units are given and accum any divisor */
     if (l->pp == 1 && rng_int(R, 2)) l->accum = as[rng_int(R, na)];
     if (k->tp > 1 || l->pp > 1) l->order = rng_int(R, 6);
@@ -260,7 +260,7 @@ static void draw_layout(rng *R, const model_key *k, layout *l) {
     if (l->kind == FSC_PAR_FSDP) {
         l->shard = (fsc_shard_strategy)rng_int(R, 4);
         if (l->shard == FSC_SHARD_HYBRID) {
-            int gs[BATCH], ng = divisors(l->dp, gs);
+            int gs[MAXBATCH], ng = divisors(l->dp, gs);
             l->hybrid_group = rng_int(R, 3) ? gs[rng_int(R, ng)] : 0;
         }
         const int w = rng_int(R, 6);
@@ -353,34 +353,34 @@ static fsc_status rank_fn(fsc_rank *rk, void *arg) {
     const fsc_layout *lay = fsc_engine_layout(e);
     const int T = j->llama.cfg.layers ? j->llama.cfg.seq : j->cfg.seq;
     const int V = j->llama.cfg.layers ? j->llama.cfg.vocab : j->cfg.vocab;
-    const int lb = BATCH / lay->dp; /* a tensor group's ranks share their data */
+    const int B = j->batch, lb = B / lay->dp; /* a tensor group's ranks share their data */
     fsc_status s = FSC_OK;
     int64_t step = -1;
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
     int32_t *etok = malloc((size_t)lb * T * sizeof(int32_t)), *etgt = malloc((size_t)lb * T * sizeof(int32_t));
     if (!tok || !tgt || !etok || !etgt) s = FSC_ERR_NOMEM;
     if (s == FSC_OK && j->pre_step) {
-        pt_batch(tok, tgt, PRE_STEP, BATCH, lay->data, lb, T, V);
+        pt_batch(tok, tgt, PRE_STEP, B, lay->data, lb, T, V);
         s = fsc_engine_set_lr(e, 2 * j->oc.lr);
-        if (s == FSC_OK) s = fsc_engine_step_model(e, tok, tgt, lb, BATCH, NULL);
+        if (s == FSC_OK) s = fsc_engine_step_model(e, tok, tgt, lb, B, NULL);
     }
     if (s == FSC_OK && j->load) s = fsc_ckpt_load(e, j->load, &step);
     else if (s == FSC_OK && j->resume_dir && !j->try_resume) s = fsc_ckpt_resume(e, j->resume_dir, &step);
     else if (s == FSC_OK && j->resume_dir) s = fsc_ckpt_try_resume(e, j->resume_dir, &step, NULL, 0, NULL, 0);
     if (rk->rank == 0) j->loaded_step = step;
-    if (s == FSC_OK) pt_batch(etok, etgt, EVAL_STEP, BATCH, lay->data, lb, T, V);
+    if (s == FSC_OK) pt_batch(etok, etgt, EVAL_STEP, B, lay->data, lb, T, V);
     for (int st = j->from; st <= j->to && s == FSC_OK; st++) {
         /* the reference: a checkpoint and an evaluation after every step; the others as they are told to */
         if (j->ref || (j->save_mid && st > j->from && st < j->to)) s = save_ckpt(e, j, st);
         if (s == FSC_OK && (j->ref || j->eval_mid || st == j->to)) {
-            s = fsc_engine_eval(e, etok, etgt, lb, BATCH, &j->ev[rk->rank][st]);
+            s = fsc_engine_eval(e, etok, etgt, lb, B, &j->ev[rk->rank][st]);
             j->evaluated[st] = 1; /* the same on every rank */
         }
         if (st == j->to || s != FSC_OK) break;
-        pt_batch(tok, tgt, st, BATCH, lay->data, lb, T, V);
+        pt_batch(tok, tgt, st, B, lay->data, lb, T, V);
         if (st == 0) s = fsc_engine_set_lr(e, LR0_SCALE * j->oc.lr);
         fsc_step_info info;
-        if (s == FSC_OK) s = fsc_engine_step_model(e, tok, tgt, lb, BATCH, &info);
+        if (s == FSC_OK) s = fsc_engine_step_model(e, tok, tgt, lb, B, &info);
         if (s != FSC_OK) break;
         j->loss[rk->rank][st] = info.loss;
         j->aux[rk->rank][st] = info.aux_loss;
@@ -456,7 +456,8 @@ static int reference(state_t *st, const model_key *k) {
     r->llama = llama_cfg(k);
     r->oc = optim_cfg(k);
     r->po = base_opts(k);
-    r->po.accum = BATCH / k->U;
+    r->po.accum = k->batch / k->U;
+    r->batch = k->batch;
     r->U = k->U;
     r->from = 0, r->to = STEPS;
     if (run_job(r, k->tp) != FSC_OK) fail_msg("the reference (one rank, U %d): %s", k->U, fsc_last_error());
@@ -496,7 +497,7 @@ static void print_case(const chain *ch) {
     fprintf(stderr, "case %d of seed 0x%016" PRIx64 ": %s %s of %d blocks, tp %d%s, %s, %s, units of %d, global "
             "batch %d\n", ch->c, ch->seed, moe, k->llama ? "Llama" : "GPT", k->blocks, k->tp, k->sp ? " (sequence parallel)" : "",
             k->sgd == 1 ? "SGD with momentum" : k->sgd ? "SGD" : "AdamW",
-            k->dtype == 1 ? "bf16" : k->dtype == 2 ? "f16 with loss scaling" : "f32", k->U, BATCH);
+            k->dtype == 1 ? "bf16" : k->dtype == 2 ? "f16 with loss scaling" : "f32", k->U, k->batch);
     static const char *const by[] = { "fsc_ckpt_load", "fsc_ckpt_resume", "fsc_ckpt_try_resume" };
     for (int h = 0; h < ch->hops; h++) {
         describe(&ch->ls[h], h < ch->hops - 1, d, sizeof d);
@@ -578,6 +579,7 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
     ch.seed = seed, ch.c = c;
     model_key *k = &ch.k;
     const int dt = rng_int(&R, 8), opt = rng_int(&R, 8);
+    k->batch = rng_int(&R, 2) ? 12 : 8 + 8 * rng_int(&R, 2);
     k->blocks = rng_int(&R, 3) ? 4 : 6;
     k->llama = rng_int(&R, 4) == 0;
     k->moe = rng_int(&R, 3) == 0;
@@ -610,6 +612,7 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
         j.oc = ref->oc;
         j.po = layout_opts(k, l);
         j.U = k->U;
+        j.batch = k->batch;
         j.from = cut[h], j.to = cut[h + 1];
         j.save_dir = h < hops - 1 ? dir : NULL;
         j.format = l->format;

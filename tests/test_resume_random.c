@@ -4,9 +4,9 @@
  * A case fixes what the bits depend on (docs/determinism.md): the model (a GPT or a Llama of 4 or 6 blocks, dense
  * or a mixture of 4 experts, top 1 or 2, in every block or every second one), the optimizer (AdamW, SGD with and
  * without momentum), the parameter dtype (f32, bf16, f16 with loss scaling), the global batch B of 8, 12 or 16,
- * the unit U of 1 or 2 sequences and the tensor-parallel degree (1, or 2 with and without sequence parallelism: the bits depend
- * on it, so it is fixed along a chain). It draws a chain of two or three layouts: the first trains steps
- * [0, s1) (s1 0 now and then: an untrained engine's checkpoint) and saves, the next loads that checkpoint
+ * the unit U of 1 or 2 sequences and the tensor-parallel degree (1, or 2 with and without sequence parallelism:
+ * the bits depend on it, so it is fixed along a chain). It draws a chain of two or three layouts: the first trains
+ * steps [0, s1) (s1 0 now and then: an untrained engine's checkpoint) and saves, the next loads that checkpoint
  * (fsc_ckpt_load of the step, fsc_ckpt_resume or fsc_ckpt_try_resume of the directory), trains [s1, s2) and saves
  * in turn, and so on up to step 4. A layout: the data-parallel size dp (dividing the B / U units) x pipeline
  * stages pp (1 to 4) x tp, at most 8 ranks, in any rank order; the strategy inside the data group (none at dp 1,
@@ -18,9 +18,11 @@
  * lists for the same ranks, chunks and micro-batches, in a loop or zbv's V; tests/test_pipe_random.c draws lists
  * of its own), the pipeline checkpoint mode and an even or random balance; expert parallelism ep dividing dp; the
  * checkpoint format (sharded or full); checkpoints after every step and evaluations before every step or not;
- * buffers staged through the host or not; a step on other data before the load or not (a used engine loads). What the engine refuses by its documented rules is not drawn: offload
- * with none or ddp, offload all without fsdp, chunks without prefetch, layer checkpointing with W actions,
- * interleaved micro-batches that are not a multiple of pp, ep with a model without experts or with tp.
+ * buffers staged through the host or not; a step on other data before the load or not (a used engine loads).
+ * What the engine refuses by its documented rules is not drawn: offload with none or ddp, offload all without
+ * fsdp, chunks without prefetch, layer checkpointing with W actions, interleaved micro-batches that are not a
+ * multiple of pp, ep with a model without experts or with tp, sequence parallelism with a length tp does not
+ * divide.
  * Whoever runs step 0 sets the learning rate (fsc_engine_set_lr); nobody sets it later, so a resumed layout steps
  * with the rate its checkpoint restored.
  * Oracle: one rank (tp ranks with tensor parallelism) accumulating the B / U units uninterrupted, which also saves a
@@ -63,7 +65,8 @@ static int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
 
 /* What the bits depend on: the same in every layout of a case and in its reference. */
 typedef struct {
-    int batch, blocks, moe, dtype, U, sgd; /* batch: the global batch (8, 12 or 16 sequences) */ /* dtype 0 f32, 1 bf16, 2 f16 (loss scaling); sgd 1 with momentum, 2 without */
+    int batch, blocks, moe;         /* the global batch (8, 12 or 16 sequences), blocks, a mixture of experts */
+    int dtype, U, sgd;              /* dtype 0 f32, 1 bf16, 2 f16 (loss scaling); sgd 1 with momentum, 2 without */
     int tp, sp;                     /* tensor parallelism (a fixed degree: the bits depend on it), sequence parallel */
     int top_k, every;               /* MoE: experts per token, every N-th block a mixture */
     int llama;                      /* a Llama (untied embedding and head, RMSNorm, SwiGLU, GQA), not a GPT */
@@ -138,7 +141,8 @@ static size_t num_params(const job *j) {
 
 static fsc_gpt_config model_cfg(const model_key *k) {
     fsc_gpt_config c = { .layers = k->blocks, .dim = 24, .heads = 2, .seq = k->sp ? 8 : 7, .vocab = 50 };
-    if (k->moe) c.moe_experts = 4, c.moe_top_k = k->top_k, c.moe_every = k->every, c.moe_capacity = 0.75f, c.moe_aux = 0.01f;
+    if (k->moe)
+        c.moe_experts = 4, c.moe_top_k = k->top_k, c.moe_every = k->every, c.moe_capacity = 0.75f, c.moe_aux = 0.01f;
     return c;
 }
 
@@ -204,7 +208,8 @@ static void describe(const layout *l, int saves, char *buf, size_t cap) {
         n += snprintf(buf + n, cap - (size_t)n, " %s", shard_names[l->shard]);
         if (l->shard == FSC_SHARD_HYBRID) n += snprintf(buf + n, cap - (size_t)n, " (group %d)", l->hybrid_group);
         if (l->wrap == FSC_WRAP_MODEL) n += snprintf(buf + n, cap - (size_t)n, " wrap model");
-        if (l->wrap == FSC_WRAP_MIN_PARAMS) n += snprintf(buf + n, cap - (size_t)n, " wrap min_params %zu", l->wrap_min);
+        if (l->wrap == FSC_WRAP_MIN_PARAMS)
+            n += snprintf(buf + n, cap - (size_t)n, " wrap min_params %zu", l->wrap_min);
         if (l->reshard >= 0) n += snprintf(buf + n, cap - (size_t)n, " reshard_after_forward %d", l->reshard);
     }
     if (l->bucket1) n += snprintf(buf + n, cap - (size_t)n, " (a bucket per layer)");
@@ -218,7 +223,8 @@ static void describe(const layout *l, int saves, char *buf, size_t cap) {
     if (l->layer_ckpt) n += snprintf(buf + n, cap - (size_t)n, ", layer checkpointing");
     if (l->pp > 1) {
         n += snprintf(buf + n, cap - (size_t)n, ", %s", sched_names[l->sched]);
-        if (l->sched == FSC_SCHED_CUSTOM) n += snprintf(buf + n, cap - (size_t)n, " (%s's lists)", sched_names[l->custom_of]);
+        if (l->sched == FSC_SCHED_CUSTOM)
+            n += snprintf(buf + n, cap - (size_t)n, " (%s's lists)", sched_names[l->custom_of]);
         n += snprintf(buf + n, cap - (size_t)n, ", %d chunk%s, pipe checkpoint %s, balance ", l->v > 1 ? l->v : 1,
                       l->v > 1 ? "s" : "", ckpt_names[l->pipe_ckpt]);
         if (!l->nbal) n += snprintf(buf + n, cap - (size_t)n, "even");
@@ -495,7 +501,8 @@ static void print_case(const chain *ch) {
     if (k->moe) snprintf(moe, sizeof moe, "MoE (4 experts, top %d, every %d block%s)", k->top_k, k->every,
                          k->every > 1 ? "s" : "");
     fprintf(stderr, "case %d of seed 0x%016" PRIx64 ": %s %s of %d blocks, tp %d%s, %s, %s, units of %d, global "
-            "batch %d\n", ch->c, ch->seed, moe, k->llama ? "Llama" : "GPT", k->blocks, k->tp, k->sp ? " (sequence parallel)" : "",
+            "batch %d\n", ch->c, ch->seed, moe, k->llama ? "Llama" : "GPT", k->blocks, k->tp,
+            k->sp ? " (sequence parallel)" : "",
             k->sgd == 1 ? "SGD with momentum" : k->sgd ? "SGD" : "AdamW",
             k->dtype == 1 ? "bf16" : k->dtype == 2 ? "f16 with loss scaling" : "f32", k->U, k->batch);
     static const char *const by[] = { "fsc_ckpt_load", "fsc_ckpt_resume", "fsc_ckpt_try_resume" };

@@ -70,6 +70,9 @@ typedef struct {
     int tp, sp;                     /* tensor parallelism (a fixed degree: the bits depend on it), sequence parallel */
     int top_k, every;               /* MoE: experts per token, every N-th block a mixture */
     int llama;                      /* a Llama (untied embedding and head, RMSNorm, SwiGLU, GQA), not a GPT */
+    int ordered;                    /* the ordered reduction: the bits are DDP's on dp ranks with M micro-batches
+                                     * and expert parallelism ep (docs/determinism.md), fixed along the chain */
+    int dp, M, ep;
 } model_key;
 
 /* One layout of a chain. */
@@ -159,8 +162,8 @@ static int nstates(const fsc_optim_config *oc) {
 
 static fsc_parallel_opts base_opts(const model_key *k) {
     fsc_parallel_opts po = fsc_parallel_opts_default();
-    po.reduce_exact = 1;
-    po.unit = k->U;
+    po.reduce_exact = !k->ordered;
+    po.unit = k->ordered ? 0 : k->U;
     po.no_sync = 1;
     po.clip = 0.5f;
     if (k->dtype) po.param_dtype = po.reduce_dtype = k->dtype == 1 ? FSC_BF16 : FSC_F16;
@@ -247,17 +250,17 @@ static int divisors(int n, int *out) {
 /* A random layout that the engine runs (what it refuses, by the documented rules, is not drawn). */
 static void draw_layout(rng *R, const model_key *k, layout *l) {
     memset(l, 0, sizeof *l);
-    const int units = k->batch / k->U;
+    const int units = k->ordered ? k->dp * k->M : k->batch / k->U;
     int ds[MAXBATCH], nd;
     do {
         nd = divisors(units, ds);
-        l->dp = ds[rng_int(R, nd)];
+        l->dp = k->ordered ? k->dp : ds[rng_int(R, nd)];
         l->pp = 1 + rng_int(R, 4);
     } while (l->dp * l->pp * k->tp > MAXW);
     const int M = units / l->dp; /* micro-batches (units) per data rank */
     int as[MAXBATCH], na = divisors(M, as);
     l->accum = M; /* a pipeline's micro-batch is the unit; otherwise units are given and accum any divisor */
-    if (l->pp == 1 && rng_int(R, 2)) l->accum = as[rng_int(R, na)];
+    if (l->pp == 1 && !k->ordered && rng_int(R, 2)) l->accum = as[rng_int(R, na)];
     if (k->tp > 1 || l->pp > 1) l->order = rng_int(R, 6);
     l->stage = rng_int(R, 6) == 0;
     /* the strategy */
@@ -286,7 +289,7 @@ static void draw_layout(rng *R, const model_key *k, layout *l) {
         int es[4], ne = 0;
         for (int e = 1; e <= 4; e *= 2)
             if (l->dp % e == 0) es[ne++] = e;
-        l->ep = l->kind == FSC_PAR_NONE ? 1 : es[rng_int(R, ne)];
+        l->ep = l->kind == FSC_PAR_NONE ? 1 : k->ordered ? k->ep : es[rng_int(R, ne)];
     }
     /* the pipeline */
     if (l->pp > 1) {
@@ -462,11 +465,13 @@ static int reference(state_t *st, const model_key *k) {
     r->llama = llama_cfg(k);
     r->oc = optim_cfg(k);
     r->po = base_opts(k);
-    r->po.accum = k->batch / k->U;
+    r->po.accum = k->ordered ? k->M : k->batch / k->U;
     r->batch = k->batch;
+    if (k->ordered && k->dp > 1) r->po.kind = FSC_PAR_DDP, r->po.ep = k->ep; /* DDP on dp ranks */
     r->U = k->U;
     r->from = 0, r->to = STEPS;
-    if (run_job(r, k->tp) != FSC_OK) fail_msg("the reference (one rank, U %d): %s", k->U, fsc_last_error());
+    if (run_job(r, k->tp * (k->ordered ? k->dp : 1)) != FSC_OK)
+        fail_msg("the reference (%s): %s", k->ordered ? "DDP" : "one rank", fsc_last_error());
     return i;
 }
 
@@ -500,11 +505,14 @@ static void print_case(const chain *ch) {
     char d[512], moe[64] = "dense";
     if (k->moe) snprintf(moe, sizeof moe, "MoE (4 experts, top %d, every %d block%s)", k->top_k, k->every,
                          k->every > 1 ? "s" : "");
-    fprintf(stderr, "case %d of seed 0x%016" PRIx64 ": %s %s of %d blocks, tp %d%s, %s, %s, units of %d, global "
-            "batch %d\n", ch->c, ch->seed, moe, k->llama ? "Llama" : "GPT", k->blocks, k->tp,
-            k->sp ? " (sequence parallel)" : "",
+    char red[96];
+    if (k->ordered) snprintf(red, sizeof red, "ordered reduction: DDP's bits on %d ranks, %d micro-batches, ep %d",
+                             k->dp, k->M, k->ep);
+    else snprintf(red, sizeof red, "exact reduction in units of %d", k->U);
+    fprintf(stderr, "case %d of seed 0x%016" PRIx64 ": %s %s of %d blocks, tp %d%s, %s, %s, global batch %d, %s\n",
+            ch->c, ch->seed, moe, k->llama ? "Llama" : "GPT", k->blocks, k->tp, k->sp ? " (sequence parallel)" : "",
             k->sgd == 1 ? "SGD with momentum" : k->sgd ? "SGD" : "AdamW",
-            k->dtype == 1 ? "bf16" : k->dtype == 2 ? "f16 with loss scaling" : "f32", k->U, k->batch);
+            k->dtype == 1 ? "bf16" : k->dtype == 2 ? "f16 with loss scaling" : "f32", k->batch, red);
     static const char *const by[] = { "fsc_ckpt_load", "fsc_ckpt_resume", "fsc_ckpt_try_resume" };
     for (int h = 0; h < ch->hops; h++) {
         describe(&ch->ls[h], h < ch->hops - 1, d, sizeof d);
@@ -596,6 +604,17 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
     k->tp = !k->moe && rng_int(&R, 5) == 0 ? 2 : 1; /* MoE models do not run with tensor parallelism */
     k->sp = k->tp > 1 && rng_int(&R, 2);
     if (k->moe) k->top_k = 1 + rng_int(&R, 2), k->every = 1 + rng_int(&R, 2);
+    k->ordered = rng_int(&R, 4) == 0;
+    if (k->ordered) { /* dp ranks (at most 8) of M micro-batches each; ep divides dp and the 4 experts */
+        int ds[MAXBATCH], nd = divisors(k->batch, ds);
+        do k->dp = ds[rng_int(&R, nd)];
+        while (k->dp > MAXW);
+        nd = divisors(k->batch / k->dp, ds);
+        k->M = ds[rng_int(&R, nd)];
+        k->ep = 1;
+        while (k->moe && k->ep < 4 && k->dp % (2 * k->ep) == 0 && rng_int(&R, 2)) k->ep *= 2;
+        k->tp = 1, k->sp = 0, k->U = 0;
+    }
     const int hops = ch.hops = 2 + (rng_int(&R, 3) == 0);
     int *cut = ch.cut;
     cut[hops] = STEPS;

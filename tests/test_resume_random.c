@@ -31,8 +31,13 @@
  * no step trains on), the files of every full-format checkpoint a layout writes (model.safetensors and
  * optim.safetensors, byte for byte), and at the end the full parameters (fsc_engine_full_params), the optimizer
  * state (fsc_ckpt_full_state) and the weights file (fsc_engine_save_weights), bit for bit.
- * Not covered (not promised): another tensor-parallel degree, another U, device or BLAS thread count (one BLAS thread
- * per rank here).
+ * A quarter of the cases use the ordered reduction instead (the default mode): its promise is narrower
+ * (docs/determinism.md: every strategy and pipeline equals DDP at the same data-parallel size and accumulation;
+ * docs/tensor_parallel.md: with the same ep), so such a case fixes dp, the micro-batches M and ep for its whole
+ * chain (no tensor parallelism), the layouts vary the rest, and the oracle is DDP on dp ranks accumulating M
+ * micro-batches, uninterrupted.
+ * Not covered (not promised): another tensor-parallel degree, another U (exact) or dp, M, ep (ordered), device
+ * or BLAS thread count (one BLAS thread per rank here).
  * A failure names the seed, the case and every layout of its chain. FSC_RESUME_RANDOM_SEED and
  * FSC_RESUME_RANDOM_CASES change the seed and the number of cases (longer hunts); FSC_RESUME_RANDOM_VERBOSE=1
  * prints every case. */

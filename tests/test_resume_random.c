@@ -48,6 +48,7 @@
 #include "fsc/llama.h"
 #include "fsc/pipe_schedule.h"
 #include "partest.h"
+#include "trainertest.h"
 
 #define MAXBATCH 16
 #define MAXBLOCKS 6
@@ -592,12 +593,12 @@ static int check_layout(const chain *ch, int h, const job *j, const job *ref, co
 }
 
 /* One case: the chain of layouts drawn from seed, against the reference. */
-static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
+/* Draws case c from seed into ch. */
+static void draw_chain(chain *ch, uint64_t seed, int c) {
     rng R = { seed };
-    chain ch;
-    memset(&ch, 0, sizeof ch); /* the key is compared with memcmp */
-    ch.seed = seed, ch.c = c;
-    model_key *k = &ch.k;
+    memset(ch, 0, sizeof *ch); /* the key is compared with memcmp */
+    ch->seed = seed, ch->c = c;
+    model_key *k = &ch->k;
     const int dt = rng_int(&R, 8), opt = rng_int(&R, 8);
     k->batch = rng_int(&R, 2) ? 12 : 8 + 8 * rng_int(&R, 2);
     k->blocks = rng_int(&R, 3) ? 4 : 6;
@@ -620,15 +621,22 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
         while (k->moe && k->ep < 4 && k->dp % (2 * k->ep) == 0 && rng_int(&R, 2)) k->ep *= 2;
         k->tp = 1, k->sp = 0, k->U = 0;
     }
-    const int hops = ch.hops = 2 + (rng_int(&R, 3) == 0);
-    int *cut = ch.cut;
+    const int hops = ch->hops = 2 + (rng_int(&R, 3) == 0);
+    int *cut = ch->cut;
     cut[hops] = STEPS;
     /* the first save after 1 .. STEPS - hops + 1 steps, now and then before any (an untrained engine's) */
     cut[1] = rng_int(&R, 8) == 0 ? 0 : 1 + rng_int(&R, STEPS - hops + 1);
     if (hops == 3) cut[2] = cut[1] + 1 + rng_int(&R, STEPS - 1 - cut[1]);
-    for (int h = 0; h < hops; h++) draw_layout(&R, k, &ch.ls[h]);
-    ch.ls[0].pre_step = 0;          /* the first layout loads nothing */
-    ch.ls[hops - 1].save_mid = 0;   /* the last saves only its weights */
+    for (int h = 0; h < hops; h++) draw_layout(&R, k, &ch->ls[h]);
+    ch->ls[0].pre_step = 0;          /* the first layout loads nothing */
+    ch->ls[hops - 1].save_mid = 0;   /* the last saves only its weights */
+}
+
+static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
+    chain ch;
+    draw_chain(&ch, seed, c);
+    const model_key *k = &ch.k;
+    const int hops = ch.hops, *cut = ch.cut;
     if (verbose) print_case(&ch);
     const int ri = reference(st, k);
     const job *ref = &st->ref[ri];
@@ -690,9 +698,148 @@ static void test_resume_random_layouts(void **state) {
     for (int i = 0; i < st.nrefs; i++) free_job(&st.ref[i]);
 }
 
-int main(void) {
+/* ---- the same through the trainer (examples/train_gpt.c): its options, its data order and its --resume ---- */
+
+static char trainer[PATH_MAX], tdir[64];
+
+/* The model, optimizer, precision and reduction of k as trainer options (a constant rate after 2 warmup steps:
+ * the rate of a step depends on the step only). */
+static char *key_args(const model_key *k) {
+    char *model = k->llama ? prog_fmt("--model llama --layers %d --dim 16 --heads 4 --kv-heads 2 --ffn 24 --seq 8",
+                                      k->blocks)
+                           : prog_fmt("--layers %d --dim 24 --heads 2 --seq %d", k->blocks, k->sp ? 8 : 7);
+    char *moe = k->moe ? prog_fmt(" --moe-experts 4 --moe-top-k %d --moe-every %d --moe-capacity 0.75 --moe-aux 0.01",
+                                  k->top_k, k->every)
+                       : prog_fmt("%s", "");
+    char *opt = k->sgd ? prog_fmt("--optimizer sgd --momentum %g --lr 0.05 --weight-decay 0.01", k->sgd == 1 ? 0.9 : 0.0)
+                       : prog_fmt("%s", "--lr 0.01 --weight-decay 0.1");
+    char *red = k->ordered ? prog_fmt("%s", "--reduce ordered") : prog_fmt("--reduce exact --unit %d", k->U);
+    static const char *const prec[] = { "fp32", "bf16", "fp16" };
+    char *a = prog_fmt("%s%s --vocab 128 --batch %d --data '%s/data.txt' %s --lr-schedule constant --warmup 2 --clip 0.5 "
+                       "--precision %s %s --tp %d%s --threads 1 --json", model, moe, k->batch, tdir, opt, prec[k->dtype],
+                       red, k->tp, k->sp ? " --sequence-parallel" : "");
+    free(model), free(moe), free(opt), free(red);
+    return a;
+}
+
+/* The layout's trainer options (what the trainer has: no custom lists, hybrid group, bucket size, prefetch limit,
+ * reshard choice, DDP from rank 0, staging, evaluations or steps before a load: trainer_layout clears those). */
+static char *layout_args(const model_key *k, const layout *l) {
+    static const char *const scheds[] = { "gpipe", "1f1b", "interleaved", "custom", "zb-h1", "zbv" };
+    char wrap[64] = "", bal[64] = "", pipe[160] = "";
+    if (l->kind == FSC_PAR_FSDP && l->wrap == FSC_WRAP_MODEL) snprintf(wrap, sizeof wrap, " --wrap model");
+    if (l->kind == FSC_PAR_FSDP && l->wrap == FSC_WRAP_MIN_PARAMS)
+        snprintf(wrap, sizeof wrap, " --wrap min-params:%zu", l->wrap_min);
+    for (int i = 0, n = 0; i < l->nbal; i++) n += snprintf(bal + n, sizeof bal - (size_t)n, "%s%d", i ? "," : " --balance ",
+                                                           l->balance[i]);
+    if (l->pp > 1)
+        snprintf(pipe, sizeof pipe, " --pp %d --schedule %s%s --checkpoint %s%s", l->pp, scheds[l->sched],
+                 l->sched == FSC_SCHED_INTERLEAVED ? (l->v == 3 ? " --virtual-stages 3" : " --virtual-stages 2") : "",
+                 ckpt_names[l->pipe_ckpt], bal);
+    char ep[32] = "";
+    if (l->ep > 1) snprintf(ep, sizeof ep, " --ep %d", l->ep);
+    return prog_fmt("--world %d --parallel %s%s%s --offload %s --prefetch %d --accum %d%s --recompute %d%s%s%s",
+                    l->dp * l->pp * k->tp, kind_names[l->kind],
+                    l->kind == FSC_PAR_FSDP ? (const char *[]){ " --shard full", " --shard grad_op", " --shard none",
+                                                                " --shard hybrid" }[l->shard] : "",
+                    wrap, offload_names[l->offload], l->prefetch, l->accum, ep, l->layer_ckpt, pipe,
+                    l->order ? " --order " : "", l->order ? orders[l->order] : "");
+}
+
+static void trainer_layout(layout *l) {
+    if (l->sched == FSC_SCHED_CUSTOM) l->sched = l->custom_of;
+    l->hybrid_group = l->bucket1 = l->prefetch_limit = l->sync0 = l->stage = 0;
+    l->eval_mid = l->pre_step = 0;
+    l->reshard = -1;
+}
+
+/* The losses of a trainer run of `steps` steps (its output's JSON line; a step before its checkpoint is null: NAN
+ * here). */
+static void run_trainer(const chain *ch, int h, const char *args, int steps, double *loss) {
+    char *out = NULL;
+    const int rc = prog_run(trainer, args, tdir, &out, NULL);
+    if (rc != 0) case_fail(ch, h, "fsc-train %s: exit %d\n%s", args, rc, out);
+    cJSON *j = prog_last_json(out);
+    prog_doubles(j, "losses", loss, steps, NAN);
+    cJSON_Delete(j);
+    free(out);
+}
+
+static int trainer_case(uint64_t seed, int c, int verbose) {
+    chain ch;
+    draw_chain(&ch, seed, c);
+    const model_key *k = &ch.k;
+    if (ch.cut[1] == 0) ch.cut[1] = 1; /* the trainer saves after a step */
+    if (ch.hops == 3 && ch.cut[2] == 1) ch.cut[2] = 2;
+    for (int h = 0; h < ch.hops; h++) trainer_layout(&ch.ls[h]);
+    for (int h = 0; h < ch.hops; h++) ch.ls[h].save_mid = h < ch.hops - 1; /* --save-every 1 */
+    if (verbose) print_case(&ch);
+    char *ka = key_args(k);
+    double ref[STEPS], got[STEPS];
+    char *a = k->ordered ? prog_fmt("%s --world %d --parallel %s --accum %d%s --steps %d --save '%s/ref.st'", ka,
+                                    k->dp, k->dp > 1 ? "ddp" : "none", k->M, k->ep > 1 ? (k->ep == 2 ? " --ep 2" : " --ep 4") : "",
+                                    STEPS, tdir)
+                         : prog_fmt("%s --world %d --accum %d --steps %d --save '%s/ref.st'", ka, k->tp,
+                                    k->batch / k->U, STEPS, tdir);
+    run_trainer(&ch, 0, a, STEPS, ref);
+    free(a);
+    for (int h = 0; h < ch.hops; h++) {
+        const layout *l = &ch.ls[h];
+        char *la = layout_args(k, l), *from = h == 0 ? prog_fmt("%s", "")
+                                                     : l->by ? prog_fmt(" --resume '%s/ck'", tdir)
+                                                             : prog_fmt(" --resume '%s/ck/step-%08d'", tdir, ch.cut[h]);
+        char *save = h < ch.hops - 1 ? prog_fmt(" --save-every 1 --ckpt-dir '%s/ck' --ckpt-format %s", tdir,
+                                                l->format == FSC_CKPT_FULL ? "full" : "sharded")
+                                     : prog_fmt(" --save '%s/final.st'", tdir);
+        a = prog_fmt("%s %s --steps %d%s%s", ka, la, ch.cut[h + 1], from, save);
+        run_trainer(&ch, h, a, ch.cut[h + 1], got);
+        for (int s = 0; s < ch.cut[h + 1]; s++) {
+            const int mine = s >= ch.cut[h] && s < ch.cut[h + 1];
+            if (mine ? memcmp(&got[s], &ref[s], sizeof(double)) != 0 : !isnan(got[s]))
+                case_fail(&ch, h, "fsc-train %s: the loss of step %d is %.17g, uninterrupted %.17g", a, s, got[s], ref[s]);
+        }
+        free(la), free(from), free(save), free(a);
+    }
+    char fin[128], rf[128];
+    snprintf(fin, sizeof fin, "%s/final.st", tdir);
+    snprintf(rf, sizeof rf, "%s/ref.st", tdir);
+    check_file(&ch, ch.hops - 1, fin, rf);
+    for (int h = 0; h < ch.hops; h++) free_layout(&ch.ls[h]);
+    a = prog_fmt("rm -rf '%s/ck' '%s/final.st' '%s/ref.st'", tdir, tdir, tdir);
+    if (system(a) != 0) fail_msg("cannot clean %s", tdir);
+    free(a), free(ka);
+    return ch.hops - 1;
+}
+
+/* A few cases through the trainer (slower: a process per run); FSC_RESUME_RANDOM_TRAINER_CASES for more. */
+static void test_resume_random_trainer(void **state) {
+    (void)state;
+    if (!trainer[0]) skip();
+    const uint64_t seed = env_u64("FSC_RESUME_RANDOM_SEED", 0x7e5013e2026ull) ^ 0x7a1e7ull;
+    const int ncases = (int)env_u64("FSC_RESUME_RANDOM_TRAINER_CASES", 4);
+    const int verbose = (int)env_u64("FSC_RESUME_RANDOM_VERBOSE", 0);
+    rng R = { seed };
+    int hops = 0;
+    for (int c = 0; c < ncases; c++) hops += trainer_case(rng_next(&R), c, verbose);
+    printf("random resumes through fsc-train: %d cases, %d --resume under another layout, losses and --save bytes "
+           "equal to an uninterrupted run's (seed 0x%016" PRIx64 ")\n", ncases, hops, seed);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (prog_setup(argv[0], "test_resume_random", "train_gpt", trainer, sizeof trainer, tdir, sizeof tdir) ||
+        prog_write_letters(tdir, "data.txt", 6000))
+        trainer[0] = 0; /* the library test runs; the trainer's is skipped, saying so */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_random_layouts),
+        cmocka_unit_test(test_resume_random_trainer),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (tdir[0] && trainer[0]) {
+        char *cmd = prog_fmt("rm -rf '%s'", tdir);
+        if (system(cmd) != 0) fprintf(stderr, "test_resume_random: could not remove %s\n", tdir);
+        free(cmd);
+    }
+    return rc;
 }

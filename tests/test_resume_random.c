@@ -39,8 +39,8 @@
  * Not covered (not promised): another tensor-parallel degree, another U (exact) or dp, M, ep (ordered), device
  * or BLAS thread count (one BLAS thread per rank here).
  * A failure names the seed, the case and every layout of its chain. FSC_RESUME_RANDOM_SEED and
- * FSC_RESUME_RANDOM_CASES change the seed and the number of cases (longer hunts); FSC_RESUME_RANDOM_VERBOSE=1
- * prints every case. */
+ * FSC_RESUME_RANDOM_CASES change the seed and the number of cases (longer hunts); FSC_RESUME_RANDOM_ONE=SEED runs
+ * the one case of that seed (as a failure prints it); FSC_RESUME_RANDOM_VERBOSE=1 prints every case. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -688,8 +688,15 @@ static void test_resume_random_layouts(void **state) {
     static state_t st;
     memset(&st, 0, sizeof st);
     st.base = tmpdir_make();
+    /* cases that found bugs, first (their seeds as a failure prints them):
+     * - DDP with a bucket per layer inside interleaved stages with checkpointed micro-batches reduced chunk 1's
+     *   gradients twice (tests/test_pipe_random.c's test_pipe_ddp_small_buckets_chunks says more) */
+    static const uint64_t found[] = { 0x8c938bf24b3b4409ull };
+    if (!getenv("FSC_RESUME_RANDOM_ONE"))
+        for (size_t f = 0; f < sizeof found / sizeof found[0]; f++) one_case(&st, found[f], -1 - (int)f, verbose);
     rng R = { seed };
-    for (int c = 0; c < ncases; c++) one_case(&st, rng_next(&R), c, verbose);
+    const uint64_t one = env_u64("FSC_RESUME_RANDOM_ONE", 0); /* one case by its own seed (a failure prints it) */
+    for (int c = 0; c < (one ? 1 : ncases); c++) one_case(&st, one ? one : rng_next(&R), c, verbose);
     printf("random resumes: %d cases, %d checkpoints resumed under another layout, %d layouts run, all equal to one "
            "uninterrupted rank; %d files equal to its (seed 0x%016" PRIx64 ")\n", st.cases, st.hops, st.layouts_run,
            st.compared_files, seed);

@@ -683,7 +683,7 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
 static void test_resume_random_layouts(void **state) {
     (void)state;
     const uint64_t seed = env_u64("FSC_RESUME_RANDOM_SEED", 0x7e5013e2026ull);
-    const int ncases = (int)env_u64("FSC_RESUME_RANDOM_CASES", 24);
+    const int ncases = (int)env_u64("FSC_RESUME_RANDOM_CASES", 16);
     const int verbose = (int)env_u64("FSC_RESUME_RANDOM_VERBOSE", 0);
     static state_t st;
     memset(&st, 0, sizeof st);
@@ -823,7 +823,7 @@ static void test_resume_random_trainer(void **state) {
     (void)state;
     if (!trainer[0]) skip();
     const uint64_t seed = env_u64("FSC_RESUME_RANDOM_SEED", 0x7e5013e2026ull) ^ 0x7a1e7ull;
-    const int ncases = (int)env_u64("FSC_RESUME_RANDOM_TRAINER_CASES", 4);
+    const int ncases = (int)env_u64("FSC_RESUME_RANDOM_TRAINER_CASES", 3);
     const int verbose = (int)env_u64("FSC_RESUME_RANDOM_VERBOSE", 0);
     rng R = { seed };
     int hops = 0;

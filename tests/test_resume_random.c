@@ -389,7 +389,7 @@ static fsc_status rank_fn(fsc_rank *rk, void *arg) {
         if (j->ref || (j->save_mid && st > j->from && st < j->to)) s = save_ckpt(e, j, st);
         if (s == FSC_OK && (j->ref || j->eval_mid || st == j->to)) {
             s = fsc_engine_eval(e, etok, etgt, lb, B, &j->ev[rk->rank][st]);
-            j->evaluated[st] = 1; /* the same on every rank */
+            if (rk->rank == 0) j->evaluated[st] = 1; /* every rank evaluates */
         }
         if (st == j->to || s != FSC_OK) break;
         pt_batch(tok, tgt, st, B, lay->data, lb, T, V);

@@ -36,11 +36,16 @@
  * docs/tensor_parallel.md: with the same ep), so such a case fixes dp, the micro-batches M and ep for its whole
  * chain (no tensor parallelism), the layouts vary the rest, and the oracle is DDP on dp ranks accumulating M
  * micro-batches, uninterrupted.
+ * test_resume_random_trainer runs chains through fsc-train (examples/train_gpt.c) instead: the layouts become its
+ * options (custom lists their built-in schedule; what it has no option for left at its default), each layout a
+ * run with --steps up to its cut and --save-every 1 --ckpt-dir, the next one --resume of the directory or of the
+ * step; oracle: the uninterrupted run's losses (--json) and --save bytes.
  * Not covered (not promised): another tensor-parallel degree, another U (exact) or dp, M, ep (ordered), device
  * or BLAS thread count (one BLAS thread per rank here).
- * A failure names the seed, the case and every layout of its chain. FSC_RESUME_RANDOM_SEED and
- * FSC_RESUME_RANDOM_CASES change the seed and the number of cases (longer hunts); FSC_RESUME_RANDOM_ONE=SEED runs
- * the one case of that seed (as a failure prints it); FSC_RESUME_RANDOM_VERBOSE=1 prints every case. */
+ * A failure names the seed, the case and every layout of its chain. FSC_RESUME_RANDOM_SEED,
+ * FSC_RESUME_RANDOM_CASES and FSC_RESUME_RANDOM_TRAINER_CASES change the seed and the number of cases (longer
+ * hunts); FSC_RESUME_RANDOM_ONE=SEED runs the one case of that seed (as a failure prints it);
+ * FSC_RESUME_RANDOM_VERBOSE=1 prints every case. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -718,13 +723,14 @@ static char *key_args(const model_key *k) {
     char *moe = k->moe ? prog_fmt(" --moe-experts 4 --moe-top-k %d --moe-every %d --moe-capacity 0.75 --moe-aux 0.01",
                                   k->top_k, k->every)
                        : prog_fmt("%s", "");
-    char *opt = k->sgd ? prog_fmt("--optimizer sgd --momentum %g --lr 0.05 --weight-decay 0.01", k->sgd == 1 ? 0.9 : 0.0)
+    char *opt = k->sgd ? prog_fmt("--optimizer sgd --momentum %g --lr 0.05 --weight-decay 0.01",
+                                  k->sgd == 1 ? 0.9 : 0.0)
                        : prog_fmt("%s", "--lr 0.01 --weight-decay 0.1");
     char *red = k->ordered ? prog_fmt("%s", "--reduce ordered") : prog_fmt("--reduce exact --unit %d", k->U);
     static const char *const prec[] = { "fp32", "bf16", "fp16" };
-    char *a = prog_fmt("%s%s --vocab 128 --batch %d --data '%s/data.txt' %s --lr-schedule constant --warmup 2 --clip 0.5 "
-                       "--precision %s %s --tp %d%s --threads 1 --json", model, moe, k->batch, tdir, opt, prec[k->dtype],
-                       red, k->tp, k->sp ? " --sequence-parallel" : "");
+    char *a = prog_fmt("%s%s --vocab 128 --batch %d --data '%s/data.txt' %s --lr-schedule constant --warmup 2 "
+                       "--clip 0.5 --precision %s %s --tp %d%s --threads 1 --json", model, moe, k->batch, tdir, opt,
+                       prec[k->dtype], red, k->tp, k->sp ? " --sequence-parallel" : "");
     free(model), free(moe), free(opt), free(red);
     return a;
 }
@@ -737,8 +743,8 @@ static char *layout_args(const model_key *k, const layout *l) {
     if (l->kind == FSC_PAR_FSDP && l->wrap == FSC_WRAP_MODEL) snprintf(wrap, sizeof wrap, " --wrap model");
     if (l->kind == FSC_PAR_FSDP && l->wrap == FSC_WRAP_MIN_PARAMS)
         snprintf(wrap, sizeof wrap, " --wrap min-params:%zu", l->wrap_min);
-    for (int i = 0, n = 0; i < l->nbal; i++) n += snprintf(bal + n, sizeof bal - (size_t)n, "%s%d", i ? "," : " --balance ",
-                                                           l->balance[i]);
+    for (int i = 0, n = 0; i < l->nbal; i++)
+        n += snprintf(bal + n, sizeof bal - (size_t)n, "%s%d", i ? "," : " --balance ", l->balance[i]);
     if (l->pp > 1)
         snprintf(pipe, sizeof pipe, " --pp %d --schedule %s%s --checkpoint %s%s", l->pp, scheds[l->sched],
                  l->sched == FSC_SCHED_INTERLEAVED ? (l->v == 3 ? " --virtual-stages 3" : " --virtual-stages 2") : "",
@@ -784,7 +790,8 @@ static int trainer_case(uint64_t seed, int c, int verbose) {
     char *ka = key_args(k);
     double ref[STEPS], got[STEPS];
     char *a = k->ordered ? prog_fmt("%s --world %d --parallel %s --accum %d%s --steps %d --save '%s/ref.st'", ka,
-                                    k->dp, k->dp > 1 ? "ddp" : "none", k->M, k->ep > 1 ? (k->ep == 2 ? " --ep 2" : " --ep 4") : "",
+                                    k->dp, k->dp > 1 ? "ddp" : "none", k->M,
+                                    k->ep > 1 ? (k->ep == 2 ? " --ep 2" : " --ep 4") : "",
                                     STEPS, tdir)
                          : prog_fmt("%s --world %d --accum %d --steps %d --save '%s/ref.st'", ka, k->tp,
                                     k->batch / k->U, STEPS, tdir);
@@ -803,7 +810,8 @@ static int trainer_case(uint64_t seed, int c, int verbose) {
         for (int s = 0; s < ch.cut[h + 1]; s++) {
             const int mine = s >= ch.cut[h] && s < ch.cut[h + 1];
             if (mine ? memcmp(&got[s], &ref[s], sizeof(double)) != 0 : !isnan(got[s]))
-                case_fail(&ch, h, "fsc-train %s: the loss of step %d is %.17g, uninterrupted %.17g", a, s, got[s], ref[s]);
+                case_fail(&ch, h, "fsc-train %s: the loss of step %d is %.17g, uninterrupted %.17g", a, s, got[s],
+                          ref[s]);
         }
         free(la), free(from), free(save), free(a);
     }

@@ -44,7 +44,8 @@
  * or BLAS thread count (one BLAS thread per rank here).
  * A failure names the seed, the case and every layout of its chain. FSC_RESUME_RANDOM_SEED,
  * FSC_RESUME_RANDOM_CASES and FSC_RESUME_RANDOM_TRAINER_CASES change the seed and the number of cases (longer
- * hunts); FSC_RESUME_RANDOM_ONE=SEED runs the one case of that seed (as a failure prints it);
+ * hunts), FSC_RESUME_RANDOM_MODE=ordered or exact draws one reduction only; FSC_RESUME_RANDOM_ONE=SEED runs the
+ * one case of that seed (as a failure prints it, with the same MODE);
  * FSC_RESUME_RANDOM_VERBOSE=1 prints every case. */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -616,6 +617,8 @@ static void draw_chain(chain *ch, uint64_t seed, int c) {
     k->sp = k->tp > 1 && rng_int(&R, 2);
     if (k->moe) k->top_k = 1 + rng_int(&R, 2), k->every = 1 + rng_int(&R, 2);
     k->ordered = rng_int(&R, 4) == 0;
+    const char *mode = getenv("FSC_RESUME_RANDOM_MODE"); /* a hunt of one reduction only */
+    if (mode && *mode) k->ordered = !strcmp(mode, "ordered");
     if (k->ordered) { /* dp ranks (at most 8) of M micro-batches each; ep divides dp and the 4 experts */
         int ds[MAXBATCH], nd = divisors(k->batch, ds);
         do k->dp = ds[rng_int(&R, nd)];

@@ -291,6 +291,35 @@ static void test_pipe_custom_last_w_order(void **state) {
     free(ref.params);
 }
 
+/* Found by tests/test_resume_random.c: DDP with small buckets (a bucket per layer) inside interleaved stages,
+ * whose checkpointed micro-batches recompute their forward in backward. In the last micro-batch's backward chunk 1
+ * reduced each layer as it ended; then chunk 0's recompute of an earlier micro-batch, starting at the rank's first
+ * layer, reset DDP's range of pending gradients to "from the top", so chunk 0's first reduction covered chunk 1's
+ * gradients again (summed twice over the data ranks). DDP now starts a pending range at the layer that begins it
+ * and leaves it alone in forwards. dp 2 x pp 2 with 2 and 3 chunks, 2 and 4 micro-batches, the checkpoint modes
+ * that recompute: DDP's bits. */
+static void test_pipe_ddp_small_buckets_chunks(void **state) {
+    (void)state;
+    static const int cfg[][3] = { { 2, 2, 4 }, { 2, 4, 4 }, { 3, 2, 6 } }; /* chunks, micro-batches, blocks */
+    for (int c = 0; c < 3; c++)
+        for (int ck = 0; ck < 2; ck++) { /* except_last, always */
+            run p = make(2, 2, FSC_PAR_DDP, cfg[c][1], 1);
+            p.cfg.layers = cfg[c][2];
+            p.steps = 2;
+            p.po.prefetch = 1; /* chunks need prefetch */
+            p.po.bucket_bytes = 1;
+            p.po.schedule = FSC_SCHED_INTERLEAVED;
+            p.po.virtual_stages = cfg[c][0];
+            p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
+            run ref = reference(&p);
+            char what[96];
+            snprintf(what, sizeof what, "ddp, a bucket per layer, %d chunks, %d micro-batches, checkpoint %s",
+                     cfg[c][0], cfg[c][1], ckpt_names[ck]);
+            run_against(&ref, &p, what);
+            free(ref.params);
+        }
+}
+
 /* P 2, 3, 4 x (one chunk, two (P 2: or three) in a loop, two in a V) x (no W, W everywhere, W on some ranks),
  * then cycling, each with its M in 1 .. 2P + 1, checkpoint modes, prefetch and balance drawn; then dp 2 x pp 2. */
 static void test_pipe_random_lists(void **state) {
@@ -345,6 +374,7 @@ static void test_pipe_random_lists(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipe_custom_last_w_order),
+        cmocka_unit_test(test_pipe_ddp_small_buckets_chunks),
         cmocka_unit_test(test_pipe_random_lists),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -134,7 +134,8 @@ static fsc_status ddp_begin_step(fsc_engine *e) {
 
 static fsc_status ddp_pre_forward(fsc_engine *e, int layer) {
     ddp_state *d = e->sd;
-    if (layer == e->lf) d->pend_lo = d->pend_hi = d->P; /* nothing pending in a new micro-batch */
+    /* (the pending range is left alone: a pipeline's recompute of a checkpointed micro-batch runs this between
+     * backwards that reduce, and what is pending then is still to reduce) */
     /* each micro-batch reduces on its own: start it from zero local gradients (the exact reduction's units too:
      * without a pipeline each unit's backward follows its forward, and after the last one nothing is cleared) */
     if (layer == e->lf && e->micro > 0 && (d->acc || (e->exact && !e->pipe)))
@@ -171,9 +172,11 @@ static fsc_status ddp_post_backward(fsc_engine *e, int layer) {
     /* the tensors this layer owns are contiguous and precede what earlier (later-in-model) layers own */
     for (int i = d->t1 - 1; i >= d->t0; i--) {
         if (e->m->info[i].layer != layer || !fsc_engine_holds(e, i)) continue;
-        /* the exact reduction in a pipeline: nothing pending, the range starts at this layer's end, so that each
-         * reduction covers one chunk's elements, all of them terms already or none (exact.c's first terms) */
-        if (e->exact && e->pipe && d->pend_lo == d->pend_hi) d->pend_lo = d->pend_hi = d->off[i] + e->m->info[i].numel;
+        /* nothing pending: the range starts at this layer's end, so that a reduction covers only elements whose
+         * backward ran since the last one: with several chunks per rank (interleaved stages) a chunk reduced
+         * before is never reduced again; with the exact reduction in a pipeline each reduction covers one chunk's
+         * elements, all of them terms already or none (exact.c's first terms) */
+        if (d->pend_lo == d->pend_hi) d->pend_lo = d->pend_hi = d->off[i] + e->m->info[i].numel;
         if (d->off[i] < d->pend_lo) d->pend_lo = d->off[i];
     }
     size_t bucket = e->po.bucket_bytes ? e->po.bucket_bytes : (25u << 20);

@@ -1,0 +1,575 @@
+/* Tensor parallelism composed with everything else, on layouts drawn at random: the promises of
+ * docs/tensor_parallel.md and docs/determinism.md checked bit for bit on layouts no fixed test names.
+ * A case draws a model (the GPT, whose head is tied to its embedding, or the Llama with grouped-query attention:
+ * 3 query heads per kv head at tp 2, 2 or 1 at tp 3), tp 2 or 3, sequence parallelism on or off, and a layout at
+ * that tensor-parallel degree: dp 1, 2 or 4; pp 1, 2 or 3 with a schedule (gpipe, 1f1b, zb-h1, interleaved with 2
+ * or 3 chunks, zbv, or a custom list drawn as tests/test_pipe_random.c draws them: loop or V, with W on every,
+ * some or no rank), a balance (even or random), a pipeline checkpoint mode; a strategy (DDP, ZeRO-1, ZeRO-2 with
+ * buckets of the default size or one per tensor, FSDP full_shard, shard_grad_op, no_shard or hybrid_shard, block
+ * or model wrapping); prefetch 0 or 1; offload (optim with ZeRO and FSDP, all with FSDP); a rank order (any
+ * permutation of tp, dp, pp); layer checkpointing (where the schedule has no W); the micro-batch count.
+ * Oracles, at the case's tp and sp (a different degree gives other bits, docs/determinism.md):
+ * - the exact reduction (reduce_exact, units of 1 sequence): every step's loss on every rank and the final full
+ *   parameters (fsc_engine_full_params) equal DDP on dp 1 x tp accumulating the global batch, whatever the
+ *   data-parallel size, strategy and pipeline;
+ * - the ordered reduction: they equal DDP at the same dp x tp, without a pipeline, accumulating the same
+ *   micro-batches;
+ * - a resume: the case saves a training checkpoint after its first step (sharded or full format) and a second
+ *   layout drawn at the same tp and sp (ordered: also the same dp and micro-batches) loads it and trains the
+ *   other steps: the same losses and final parameters as the oracle's uninterrupted run.
+ * A failure names the seed of the case and its layouts (FSC_TP_RANDOM_CASE=seed reruns that case alone).
+ * FSC_TP_RANDOM_SEED and FSC_TP_RANDOM_CASES change the seed and the number of cases (longer hunts); the
+ * defaults run in the suite. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include "ckpttest.h"
+#include "fsc/llama.h"
+#include "fsc/pipe_schedule.h"
+
+#define MAXW 12    /* ranks of a case at most */
+#define MAXP 3     /* pipeline ranks */
+#define MAXV 3     /* chunks per pipeline rank */
+#define MAXM 4     /* micro-batches */
+#define STEPS 3
+#define LAYERS 6   /* blocks: 6 stages at most (pp 3 x 2 chunks, pp 2 x 3) */
+#define GB 4       /* sequences per step */
+#define SEQ 6
+#define VOCAB 48
+
+typedef struct {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r) { /* splitmix64 */
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
+
+/* ---- random custom lists (the generator of tests/test_pipe_random.c: the ranks run together, each step one
+ * action that some rank could run next, F and B only when their message is at the head of its stream) ---- */
+
+typedef struct {
+    int stage[MAXV * MAXM], micro[MAXV * MAXM];
+    int head, tail;
+} queue;
+
+typedef struct {
+    fsc_pipe_placement pl;
+    int p, v, m;
+    int withw[MAXP];
+    int weight[3];
+} lspec;
+
+static queue *stream_of(queue *q, const lspec *sp, int g, int fwd) {
+    const int p = sp->p, to = fsc_pipe_stage_rank(sp->pl, p, g);
+    const int from = fsc_pipe_stage_rank(sp->pl, p, fwd ? g - 1 : g + 1);
+    const int cls = sp->pl == FSC_PIPE_V ? g / p : 0;
+    return &q[((to * 2 + !fwd) * p + from) * 2 + cls];
+}
+
+static int at_head(queue *q, const lspec *sp, int g, int fwd, int k) {
+    const queue *s = stream_of(q, sp, g, fwd);
+    return s->head < s->tail && s->stage[s->head] == g && s->micro[s->head] == k;
+}
+
+static void send_to(queue *q, const lspec *sp, int g, int fwd, int k) {
+    queue *s = stream_of(q, sp, g, fwd);
+    s->stage[s->tail] = g, s->micro[s->tail] = k;
+    s->tail++;
+}
+
+#define MAXA (3 * MAXV * MAXM)
+
+static int generate(const lspec *sp, rng *R, fsc_pipe_action a[MAXP][MAXA], int *lens) {
+    const int p = sp->p, v = sp->v, m = sp->m, S = p * v;
+    queue q[MAXP * 2 * MAXP * 2];
+    int nx[MAXP][MAXV][3];
+    int left = 0;
+    memset(q, 0, sizeof q);
+    memset(nx, 0, sizeof nx);
+    for (int r = 0; r < p; r++) {
+        lens[r] = 0;
+        left += (2 + sp->withw[r]) * v * m;
+    }
+    for (; left > 0; left--) {
+        struct {
+            int r, c, kind;
+        } cand[MAXP * MAXV * 3];
+        int nc = 0, total = 0;
+        for (int r = 0; r < p; r++)
+            for (int c = 0; c < v; c++) {
+                const int g = fsc_pipe_stage_at(sp->pl, p, r, c), *n = nx[r][c];
+                if (n[0] < m && (g == 0 || at_head(q, sp, g, 1, n[0]))) cand[nc].r = r, cand[nc].c = c, cand[nc++].kind = 0;
+                if (n[1] < n[0] && (g == S - 1 || at_head(q, sp, g, 0, n[1])))
+                    cand[nc].r = r, cand[nc].c = c, cand[nc++].kind = 1;
+                if (sp->withw[r] && n[2] < n[1]) cand[nc].r = r, cand[nc].c = c, cand[nc++].kind = 2;
+            }
+        if (nc == 0) return -1;
+        for (int i = 0; i < nc; i++) total += sp->weight[cand[i].kind];
+        int pick = rng_int(R, total), i = 0;
+        while (pick >= sp->weight[cand[i].kind]) pick -= sp->weight[cand[i].kind], i++;
+        const int r = cand[i].r, c = cand[i].c, kind = cand[i].kind, k = nx[r][c][kind]++;
+        const int g = fsc_pipe_stage_at(sp->pl, p, r, c);
+        a[r][lens[r]++] = (fsc_pipe_action){ (fsc_pipe_action_kind)kind, k, c };
+        if (kind == 0 && g > 0) stream_of(q, sp, g, 1)->head++;
+        if (kind == 0 && g < S - 1) send_to(q, sp, g + 1, 1, k);
+        if (kind == 1 && g < S - 1) stream_of(q, sp, g, 0)->head++;
+        if (kind == 1 && g > 0) send_to(q, sp, g - 1, 0, k);
+    }
+    return 0;
+}
+
+/* ---- a layout ---- */
+
+typedef struct {
+    /* the model and the tensor-parallel degree: fixed for a case */
+    int llama, kv_heads, tp, sp, exact;
+    int bf16, padded, unit;       /* bf16 parameters and reductions; vocabulary 45 padded to 48; exact: the unit */
+    /* the layout */
+    int dp, pp, v, m;
+    fsc_pipe_schedule sched;
+    fsc_pipe_placement pl;
+    int nw;                       /* custom: ranks with W */
+    fsc_parallel_kind kind;
+    fsc_shard_strategy shard;
+    int hybrid_group, wrap, bucket1, prefetch, offload, layer_ckpt, pipe_ckpt, order, no_sync, full_format;
+    int has_balance, balance[MAXP * MAXV];
+    fsc_pipe_action acts[MAXP][MAXA];
+    int lens[MAXP];
+    const fsc_pipe_action *lists[MAXP];
+} layout;
+
+static const char *const orders[] = { "tp,dp,pp", "tp,pp,dp", "dp,tp,pp", "dp,pp,tp", "pp,tp,dp", "pp,dp,tp" };
+static const char *const sched_names[] = { "gpipe", "1f1b", "interleaved", "custom", "zb-h1", "zbv" };
+static const char *const kind_names[] = { "none", "ddp", "fsdp", "zero1", "zero2" };
+static const char *const shard_names[] = { "full_shard", "shard_grad_op", "no_shard", "hybrid_shard" };
+static const char *const ckpt_names[] = { "except_last", "always", "never" };
+static const char *const offload_names[] = { "none", "optim", "all" };
+
+static int has_w(const layout *L) {
+    return L->pp > 1 && (L->sched == FSC_SCHED_ZB_H1 || L->sched == FSC_SCHED_ZBV ||
+                         (L->sched == FSC_SCHED_CUSTOM && L->nw > 0));
+}
+
+static void describe(const layout *L, char *buf, size_t cap) {
+    size_t n = 0;
+#define PUT(...) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__)
+    PUT("%s%s, tp %d%s, %s", L->llama ? "llama" : "gpt", L->padded ? " (vocabulary padded)" : "", L->tp,
+        L->sp ? " sp" : "", L->bf16 ? "bf16, " : "");
+    if (L->exact) PUT("exact in units of %d", L->unit);
+    else PUT("ordered");
+    PUT(", dp %d x pp %d, %d micro-batches", L->dp, L->pp, L->m);
+    if (L->llama) PUT(", %d kv heads", L->kv_heads);
+    if (L->pp > 1) {
+        PUT(", %s", sched_names[L->sched]);
+        if (L->v > 1) PUT(" %d chunks%s", L->v, L->pl == FSC_PIPE_V ? " in a V" : "");
+        if (L->sched == FSC_SCHED_CUSTOM) PUT(" (W on %d ranks)", L->nw);
+        PUT(", pipe checkpoint %s", ckpt_names[L->pipe_ckpt]);
+        if (L->has_balance) {
+            PUT(", balance");
+            for (int s = 0; s < L->pp * L->v; s++) PUT("%s%d", s ? "," : " ", L->balance[s]);
+        }
+    }
+    PUT(", %s", kind_names[L->kind]);
+    if (L->kind == FSC_PAR_FSDP) {
+        PUT(" %s", shard_names[L->shard]);
+        if (L->shard == FSC_SHARD_HYBRID) PUT(" (groups of %d)", L->hybrid_group);
+        PUT(", %s wrap", L->wrap ? "model" : "block");
+    }
+    if (L->bucket1) PUT(", bucket per tensor");
+    PUT(", prefetch %d, offload %s, order %s%s%s", L->prefetch, offload_names[L->offload], orders[L->order],
+        L->layer_ckpt ? ", layer checkpointing" : "", L->no_sync ? "" : ", no_sync 0");
+#undef PUT
+}
+
+static void print_lists(const layout *L) {
+    if (L->pp < 2 || L->sched != FSC_SCHED_CUSTOM) return;
+    for (int r = 0; r < L->pp; r++) {
+        fprintf(stderr, "  rank %d:", r);
+        for (int i = 0; i < L->lens[r]; i++)
+            fprintf(stderr, " %c%d.%d", "FBW"[L->acts[r][i].kind], L->acts[r][i].micro, L->acts[r][i].chunk);
+        fprintf(stderr, "\n");
+    }
+}
+
+/* Draw the layout part of L (its model, tp, sp and mode set); dp and m kept when fix_dp_m (a resume in ordered
+ * mode: the oracle is the same run). */
+static void draw_layout(layout *L, rng *R, int fix_dp_m) {
+    const int tp = L->tp;
+    if (!fix_dp_m) {
+        static const int dps[] = { 1, 2, 4 };
+        do L->dp = dps[rng_int(R, 3)];
+        while (tp * L->dp > MAXW || (L->exact && (GB / L->dp) % L->unit != 0));
+    }
+    int pps[3], npp = 0;
+    for (int pp = 1; pp <= MAXP; pp++)
+        if (tp * L->dp * pp <= MAXW) pps[npp++] = pp;
+    L->pp = npp > 1 && rng_int(R, 4) ? pps[1 + rng_int(R, npp - 1)] : 1; /* mostly pipelines */
+    const int lb = GB / L->dp;
+    if (!fix_dp_m) {
+        int divs[MAXM], nd = 0;
+        for (int d = 1; d <= lb; d++)
+            if (lb % d == 0) divs[nd++] = d;
+        /* exact with a pipeline: the unit is the pipeline's micro-batch */
+        L->m = L->exact && L->pp > 1 ? lb / L->unit : divs[rng_int(R, nd)];
+    } else if (L->exact && L->pp > 1) {
+        L->m = lb / L->unit;
+    }
+    L->v = 1, L->pl = FSC_PIPE_LOOP, L->sched = FSC_SCHED_GPIPE, L->nw = 0;
+    if (L->pp > 1) {
+        fsc_pipe_schedule cands[6];
+        int nc = 0;
+        cands[nc++] = FSC_SCHED_GPIPE, cands[nc++] = FSC_SCHED_1F1B, cands[nc++] = FSC_SCHED_ZB_H1;
+        if (L->m % L->pp == 0) cands[nc++] = FSC_SCHED_INTERLEAVED;
+        if (L->pp * 2 <= LAYERS) cands[nc++] = FSC_SCHED_ZBV;
+        cands[nc++] = FSC_SCHED_CUSTOM;
+        L->sched = cands[rng_int(R, nc)];
+        if (L->sched == FSC_SCHED_INTERLEAVED) L->v = L->pp * 3 <= LAYERS && rng_int(R, 2) ? 3 : 2;
+        if (L->sched == FSC_SCHED_ZBV) L->v = 2;
+        if (L->sched == FSC_SCHED_CUSTOM) {
+            const int lay = rng_int(R, 3); /* one chunk, chunks in a loop, two in a V */
+            L->v = lay == 0 ? 1 : lay == 1 && L->pp * 3 <= LAYERS && rng_int(R, 2) ? 3 : 2;
+            L->pl = lay == 2 ? FSC_PIPE_V : FSC_PIPE_LOOP;
+            lspec sp;
+            memset(&sp, 0, sizeof sp);
+            sp.pl = L->pl, sp.p = L->pp, sp.v = L->v, sp.m = L->m;
+            const int wmode = rng_int(R, 3); /* none, every rank, some ranks */
+            for (int r = 0; r < L->pp; r++) sp.withw[r] = wmode == 1 ? 1 : wmode == 2 ? rng_int(R, 2) : 0;
+            for (int i = 0; i < 3; i++) sp.weight[i] = 1 << (2 * rng_int(R, 3));
+            if (generate(&sp, R, L->acts, L->lens) != 0) fail_msg("the list generator found no action to run");
+            for (int r = 0; r < L->pp; r++) L->lists[r] = L->acts[r], L->nw += sp.withw[r];
+        }
+        L->pipe_ckpt = rng_int(R, 3);
+        L->has_balance = rng_int(R, 2);
+        if (L->has_balance) {
+            const int S = L->pp * L->v;
+            for (int s = 0; s < S; s++) L->balance[s] = 1;
+            for (int b = S; b < LAYERS; b++) L->balance[rng_int(R, S)]++;
+        }
+    }
+    static const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2, FSC_PAR_FSDP };
+    L->kind = kinds[rng_int(R, 4)];
+    L->shard = FSC_SHARD_FULL, L->hybrid_group = 0, L->wrap = 0, L->bucket1 = 0;
+    if (L->kind == FSC_PAR_FSDP) {
+        L->shard = (fsc_shard_strategy)rng_int(R, L->dp > 1 ? 4 : 3);
+        if (L->shard == FSC_SHARD_HYBRID) L->hybrid_group = 1 << rng_int(R, L->dp == 4 ? 3 : 2); /* divides dp */
+        L->wrap = rng_int(R, 2);
+    } else {
+        L->bucket1 = rng_int(R, 3) == 0;
+    }
+    L->offload = L->kind == FSC_PAR_DDP ? 0 : rng_int(R, L->kind == FSC_PAR_FSDP ? 3 : 2);
+    L->prefetch = L->v > 1 ? 1 : rng_int(R, 2); /* chunks need prefetch */
+    L->layer_ckpt = !has_w(L) && rng_int(R, 3) == 0;
+    L->order = rng_int(R, 6);
+    L->no_sync = L->exact && L->pp == 1 ? rng_int(R, 2) : 1; /* exact: no_sync does not apply */
+    L->full_format = rng_int(R, 2);
+}
+
+static fsc_parallel_opts opts_of(const layout *L) {
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = L->kind, po.shard = L->shard, po.hybrid_group = L->hybrid_group;
+    po.wrap = L->wrap ? FSC_WRAP_MODEL : FSC_WRAP_BLOCK;
+    po.reshard_after_forward = -1;
+    po.accum = L->m, po.no_sync = L->no_sync, po.clip = 0.5f;
+    po.bucket_bytes = L->bucket1 ? 1 : 0;
+    po.prefetch = L->prefetch;
+    po.offload = (fsc_offload_mode)L->offload;
+    po.checkpoint = L->layer_ckpt;
+    po.tp = L->tp, po.sequence_parallel = L->sp, po.order = orders[L->order];
+    po.reduce_exact = L->exact, po.unit = L->exact ? L->unit : 0;
+    if (L->bf16) po.param_dtype = po.reduce_dtype = FSC_BF16;
+    po.pp = L->pp;
+    if (L->pp > 1) {
+        po.schedule = L->sched, po.placement = L->pl, po.pipe_checkpoint = (fsc_pipe_checkpoint)L->pipe_ckpt;
+        po.virtual_stages = L->v;
+        po.balance = L->has_balance ? L->balance : NULL;
+        if (L->sched == FSC_SCHED_CUSTOM) po.actions = L->lists, po.nactions = L->lens;
+    }
+    return po;
+}
+
+/* ---- a run ---- */
+
+typedef struct {
+    const layout *L;
+    fsc_parallel_opts po;
+    fsc_gpt_config gpt;
+    fsc_llama_build_arg larg;
+    int world, from, to;
+    const char *save_dir; /* save a checkpoint after step 1 there */
+    const char *load;     /* start from this checkpoint (at step from) */
+    double loss[MAXW][STEPS];
+    double eval[MAXW];    /* exact: fsc_engine_eval of the next step's batch after the last step */
+    float *params;        /* (P) after the last step, rank 0 */
+    size_t P;
+} job;
+
+static fsc_status job_rank(fsc_rank *r, void *arg) {
+    job *j = arg;
+    fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-2f, .weight_decay = 0.1f, .beta1 = 0.9f,
+                            .beta2 = 0.999f, .eps = 1e-8f };
+    fsc_engine *e = NULL;
+    if (j->L->llama) FSC_TRY(fsc_engine_create_built(r, fsc_llama_build, &j->larg, &j->po, &oc, 5, &e));
+    else FSC_TRY(fsc_engine_create(r, &j->gpt, &j->po, &oc, 5, &e));
+    const fsc_layout *l = fsc_engine_layout(e);
+    const int lb = GB / l->dp;
+    int32_t tok[GB * SEQ], tgt[GB * SEQ];
+    int64_t at = -1;
+    fsc_status s = j->load ? fsc_ckpt_load(e, j->load, &at) : FSC_OK;
+    if (s == FSC_OK && j->load && at != j->from)
+        s = fsc_error(FSC_ERR_INTERNAL, "the checkpoint is of step %lld, want %d", (long long)at, j->from);
+    const int vocab = j->L->padded ? VOCAB - 3 : VOCAB;
+    for (int st = j->from; st <= j->to && s == FSC_OK; st++) {
+        for (int i = 0; i < lb * SEQ; i++) { /* sequences [data * lb, (data + 1) * lb) of the step's batch */
+            const uint64_t x = ((uint64_t)st * GB * SEQ + (uint64_t)l->data * lb * SEQ + (uint64_t)i) *
+                               0x9E3779B97F4A7C15ull;
+            tok[i] = (int32_t)((x >> 33) % (uint64_t)vocab);
+            tgt[i] = (int32_t)(((x >> 13) + (uint64_t)tok[i] * 7) % (uint64_t)vocab);
+        }
+        if (st == j->to) { /* the exact mode's validation loss: the same units and sorted sum */
+            if (j->L->exact) s = fsc_engine_eval(e, tok, tgt, lb, GB, &j->eval[r->rank]);
+            break;
+        }
+        fsc_step_info info;
+        s = fsc_engine_step_model(e, tok, tgt, lb, GB, &info);
+        if (s == FSC_OK) j->loss[r->rank][st] = info.loss;
+        if (s == FSC_OK && j->save_dir && st == 0) {
+            fsc_ckpt_save_opts so = fsc_ckpt_save_opts_default();
+            so.format = j->L->full_format ? FSC_CKPT_FULL : FSC_CKPT_SHARDED;
+            s = fsc_ckpt_save(e, j->save_dir, 1, &so);
+        }
+    }
+    if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? j->params : NULL);
+    fsc_engine_free(e);
+    return s;
+}
+
+static job make_job(const layout *L) {
+    job j;
+    memset(&j, 0, sizeof j);
+    j.L = L;
+    j.po = opts_of(L);
+    const int vocab = L->padded ? VOCAB - 3 : VOCAB, padded = L->padded ? VOCAB : 0;
+    j.gpt = (fsc_gpt_config){ .layers = LAYERS, .dim = 24, .heads = 6, .seq = SEQ, .vocab = vocab,
+                              .padded_vocab = padded };
+    j.larg.cfg = (fsc_llama_config){ .layers = LAYERS, .dim = 24, .heads = 6, .kv_heads = L->kv_heads, .ffn = 48,
+                                     .seq = SEQ, .vocab = vocab, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+                                     .padded_vocab = padded };
+    j.larg.sp = L->sp;
+    j.world = L->dp * L->tp * L->pp;
+    j.to = STEPS;
+    j.P = L->llama ? fsc_llama_num_params(&j.larg.cfg) : fsc_gpt_num_params(&j.gpt);
+    j.params = calloc(j.P, sizeof(float));
+    assert_non_null(j.params);
+    return j;
+}
+
+static fsc_status run_job(job *j) {
+    fsc_cluster_opts co = { .world = j->world, .device = "cpu", .timeout_s = 120, .threads_per_rank = 1 };
+    return fsc_cluster_run(&co, job_rank, j);
+}
+
+/* ---- the oracles ---- */
+
+typedef struct {
+    int llama, kv_heads, tp, sp, exact, bf16, padded, unit, dp, m; /* the key */
+    double loss[STEPS], eval;
+    float *params;
+} ref_t;
+
+typedef struct {
+    ref_t refs[64];
+    int nrefs, cases, runs, resumes;
+} state_t;
+
+/* exact: DDP on dp 1 x tp accumulating the global batch in units of 1; ordered: DDP on the case's dp x tp,
+ * no pipeline, the same micro-batches */
+static const ref_t *reference(state_t *st, const layout *L) {
+    layout R;
+    memset(&R, 0, sizeof R);
+    R.llama = L->llama, R.kv_heads = L->kv_heads, R.tp = L->tp, R.sp = L->sp, R.exact = L->exact;
+    R.bf16 = L->bf16, R.padded = L->padded, R.unit = L->unit;
+    R.dp = L->exact ? 1 : L->dp, R.m = L->exact ? GB / L->unit : L->m;
+    R.pp = 1, R.v = 1, R.kind = FSC_PAR_DDP, R.no_sync = 1, R.prefetch = 1;
+    for (int i = 0; i < st->nrefs; i++) {
+        const ref_t *f = &st->refs[i];
+        if (f->llama == R.llama && f->kv_heads == R.kv_heads && f->tp == R.tp && f->sp == R.sp &&
+            f->exact == R.exact && f->bf16 == R.bf16 && f->padded == R.padded && f->unit == R.unit &&
+            f->dp == R.dp && f->m == R.m)
+            return f;
+    }
+    if (st->nrefs == (int)(sizeof st->refs / sizeof st->refs[0])) fail_msg("too many references");
+    job j = make_job(&R);
+    char what[512];
+    describe(&R, what, sizeof what);
+    if (run_job(&j) != FSC_OK) fail_msg("the reference (%s): %s", what, fsc_last_error());
+    for (int s = 0; s < STEPS; s++)
+        for (int r = 1; r < j.world; r++)
+            if (memcmp(&j.loss[0][s], &j.loss[r][s], sizeof(double)) != 0)
+                fail_msg("the reference (%s): ranks 0 and %d give other losses at step %d", what, r, s);
+    ref_t *f = &st->refs[st->nrefs++];
+    f->llama = R.llama, f->kv_heads = R.kv_heads, f->tp = R.tp, f->sp = R.sp, f->exact = R.exact;
+    f->bf16 = R.bf16, f->padded = R.padded, f->unit = R.unit, f->dp = R.dp, f->m = R.m;
+    memcpy(f->loss, j.loss[0], sizeof f->loss);
+    f->eval = j.eval[0];
+    f->params = j.params;
+    return f;
+}
+
+/* The run's losses of steps [from, STEPS) on every rank and its final parameters against the reference. */
+static void check(const ref_t *ref, const job *j, const char *what) {
+    for (int s = j->from; s < STEPS; s++)
+        for (int r = 0; r < j->world; r++)
+            if (memcmp(&ref->loss[s], &j->loss[r][s], sizeof(double)) != 0)
+                fail_msg("%s: loss of step %d on rank %d differs: %.17g vs the reference's %.17g", what, s, r,
+                         j->loss[r][s], ref->loss[s]);
+    for (int r = 0; ref->exact && r < j->world; r++)
+        if (memcmp(&ref->eval, &j->eval[r], sizeof(double)) != 0)
+            fail_msg("%s: the validation loss on rank %d differs: %.17g vs the reference's %.17g", what, r,
+                     j->eval[r], ref->eval);
+    assert_bits_equal(ref->params, j->params, j->P, what);
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+    const char *s = getenv(name);
+    return s && *s ? strtoull(s, NULL, 0) : dflt;
+}
+
+/* Train A against its oracle, saving after step 1; B resumes from there: the oracle's later steps. */
+static void run_pair(state_t *st, uint64_t seed, const layout *pA, const layout *pB) {
+    const layout A = *pA, B = *pB;
+    char wa[600], wb[600], what[1400];
+    describe(&A, wa, sizeof wa);
+    describe(&B, wb, sizeof wb);
+    const ref_t *ref = reference(st, &A);
+    char *dir = ct_tmpdir();
+    job a = make_job(&A);
+    a.save_dir = dir;
+    snprintf(what, sizeof what, "case 0x%016" PRIx64 ": %s", seed, wa);
+    if (getenv("FSC_TEST_VERBOSE")) fprintf(stderr, "%s\n  resumed by %s\n", what, wb);
+    if (run_job(&a) != FSC_OK) {
+        print_lists(&A);
+        fail_msg("%s: %s", what, fsc_last_error());
+    }
+    check(ref, &a, what);
+    st->runs++;
+    /* the resume under B */
+    char path[1024];
+    ct_step_path(path, sizeof path, dir, 1);
+    job b = make_job(&B);
+    b.from = 1, b.load = path;
+    snprintf(what, sizeof what, "case 0x%016" PRIx64 ": saved by %s (%s format), resumed by %s", seed, wa,
+             A.full_format ? "full" : "sharded", wb);
+    if (run_job(&b) != FSC_OK) {
+        print_lists(&B);
+        fail_msg("%s: %s", what, fsc_last_error());
+    }
+    check(ref, &b, what);
+    st->resumes++;
+    free(a.params), free(b.params);
+    ct_rmtree(dir);
+    st->cases++;
+}
+
+/* One case: a model, tp, sp and mode; a layout trained against its oracle, and a second layout resuming the
+ * first one's checkpoint of step 1. The seed's low bits choose tp (bit 0: 2 or 3), the model (bit 1: GPT or
+ * Llama) and the mode (bit 2: ordered or exact), so that the default run can cover each. */
+static void draw_case(uint64_t seed, layout *A, layout *B) {
+    rng R = { seed };
+    memset(A, 0, sizeof *A);
+    A->tp = 2 + (int)(seed & 1);
+    A->llama = (int)(seed >> 1) & 1;
+    A->exact = (int)(seed >> 2) & 1;
+    A->kv_heads = rng_int(&R, 2) ? A->tp : 6; /* 6 heads: grouped-query attention with tp kv heads */
+    A->sp = rng_int(&R, 2);
+    A->bf16 = rng_int(&R, 4) == 0;
+    A->padded = rng_int(&R, 3) == 0;
+    A->unit = A->exact ? 1 + (rng_int(&R, 3) == 0) : 0;
+    draw_layout(A, &R, 0);
+    *B = *A;
+    draw_layout(B, &R, !A->exact);
+}
+
+static void one_case(state_t *st, uint64_t seed) {
+    static layout A, B; /* large (the lists) */
+    draw_case(seed, &A, &B);
+    run_pair(st, seed, &A, &B);
+}
+
+/* A layout of the GPT written out: dp x pp with DDP, the rest of draw_layout's defaults. */
+static layout fixed_layout(int tp, int sp, int dp, int pp, int m) {
+    layout L;
+    memset(&L, 0, sizeof L);
+    L.tp = tp, L.sp = sp, L.dp = dp, L.pp = pp, L.m = m, L.v = 1, L.kind = FSC_PAR_DDP, L.no_sync = 1;
+    L.prefetch = 1;
+    return L;
+}
+
+/* Found by the test below: DDP with chunks (interleaved stages, zbv, a custom V) and a checkpointed last
+ * micro-batch (pipe_checkpoint always), reducing in buckets smaller than a chunk. A rank's last backwards run its
+ * later chunk first, whose buckets reduce as they fill; the recomputed forward of chunk 0, which begins at the
+ * rank's first layer, reset the pending range to "everything after", so chunk 0's last bucket reduced chunk 1's
+ * gradients a second time (the sum over the data group of a sum). DDP now clears the pending range where a
+ * reduction ends (its backward's last layer), not in the forward hook. dp 2 x pp 2 at tp 1 and tp 2 (sp): zbv
+ * with one micro-batch, interleaved and a custom V with two: the bits of DDP without the pipeline. */
+static void test_ddp_buckets_recomputed_chunk(void **state) {
+    (void)state;
+    static state_t st;
+    memset(&st, 0, sizeof st);
+    static layout A, B;
+    for (int c = 0; c < 6; c++) {
+        const int tp = c % 2 ? 2 : 1;
+        A = fixed_layout(tp, tp > 1, 2, 2, c < 2 ? 1 : 2);
+        A.bucket1 = 1, A.pipe_ckpt = FSC_PIPE_CKPT_ALWAYS, A.v = 2;
+        A.sched = c < 2 ? FSC_SCHED_ZBV : FSC_SCHED_INTERLEAVED;
+        if (c >= 4) { /* a custom V without W: each rank F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0 */
+            A.sched = FSC_SCHED_CUSTOM, A.pl = FSC_PIPE_V;
+            for (int r = 0; r < 2; r++) {
+                int n = 0;
+                for (int k = 0; k < A.m; k++) A.acts[r][n++] = (fsc_pipe_action){ FSC_ACT_FORWARD, k, 0 };
+                for (int k = 0; k < A.m; k++) A.acts[r][n++] = (fsc_pipe_action){ FSC_ACT_FORWARD, k, 1 };
+                for (int k = 0; k < A.m; k++) A.acts[r][n++] = (fsc_pipe_action){ FSC_ACT_BACKWARD, k, 1 };
+                for (int k = 0; k < A.m; k++) A.acts[r][n++] = (fsc_pipe_action){ FSC_ACT_BACKWARD, k, 0 };
+                A.lens[r] = n, A.lists[r] = A.acts[r];
+            }
+        }
+        B = A;
+        B.pipe_ckpt = FSC_PIPE_CKPT_NEVER;
+        run_pair(&st, (uint64_t)c, &A, &B);
+    }
+    for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params);
+}
+
+static void test_tp_random_layouts(void **state) {
+    (void)state;
+    static state_t st;
+    memset(&st, 0, sizeof st);
+    const uint64_t one = env_u64("FSC_TP_RANDOM_CASE", 0);
+    const uint64_t seed = env_u64("FSC_TP_RANDOM_SEED", 0x7e45021aull);
+    const int ncases = (int)env_u64("FSC_TP_RANDOM_CASES", 8);
+    if (one) {
+        one_case(&st, one);
+    } else {
+        rng R = { seed };
+        for (int c = 0; c < ncases; c++) { /* the first 8: each tp, model and mode */
+            const uint64_t x = rng_next(&R);
+            one_case(&st, c < 8 ? (x & ~7ull) | (uint64_t)c : x);
+        }
+    }
+    printf("random tensor-parallel layouts: %d cases, %d runs and %d resumes equal to their oracles, %d references "
+           "(seed 0x%016" PRIx64 ")\n", st.cases, st.runs, st.resumes, st.nrefs, one ? one : seed);
+    for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ddp_buckets_recomputed_chunk),
+        cmocka_unit_test(test_tp_random_layouts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

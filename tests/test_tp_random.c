@@ -129,7 +129,8 @@ static int generate(const lspec *sp, rng *R, fsc_pipe_action a[MAXP][MAXA], int 
 typedef struct {
     /* the model and the tensor-parallel degree: fixed for a case */
     int llama, kv_heads, tp, sp, exact;
-    int bf16, padded, unit;       /* bf16 parameters and reductions; vocabulary 45 padded to 48; exact: the unit */
+    int dtype, padded, unit;      /* parameters and reductions f32, bf16, f16 (loss scaling); vocabulary 45 padded
+                                   * to 48; exact: the unit */
     /* the layout */
     int dp, pp, v, m;
     fsc_pipe_schedule sched;
@@ -160,7 +161,7 @@ static void describe(const layout *L, char *buf, size_t cap) {
     size_t n = 0;
 #define PUT(...) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__)
     PUT("%s%s, tp %d%s, %s", L->llama ? "llama" : "gpt", L->padded ? " (vocabulary padded)" : "", L->tp,
-        L->sp ? " sp" : "", L->bf16 ? "bf16, " : "");
+        L->sp ? " sp" : "", L->dtype ? L->dtype == 1 ? "bf16, " : "f16, " : "");
     if (L->exact) PUT("exact in units of %d", L->unit);
     else PUT("ordered");
     PUT(", dp %d x pp %d, %d micro-batches", L->dp, L->pp, L->m);
@@ -210,6 +211,7 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
     for (int pp = 1; pp <= MAXP; pp++)
         if (tp * L->dp * pp <= MAXW) pps[npp++] = pp;
     L->pp = npp > 1 && rng_int(R, 4) ? pps[1 + rng_int(R, npp - 1)] : 1; /* mostly pipelines */
+    if (fix_dp_m && !L->exact && !L->no_sync) L->pp = 1; /* a pipeline reduces once per step */
     const int lb = GB / L->dp;
     if (!fix_dp_m) {
         int divs[MAXM], nd = 0;
@@ -266,7 +268,8 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
     L->prefetch = L->v > 1 ? 1 : rng_int(R, 2); /* chunks need prefetch */
     L->layer_ckpt = !has_w(L) && rng_int(R, 3) == 0;
     L->order = rng_int(R, 6);
-    L->no_sync = L->exact && L->pp == 1 ? rng_int(R, 2) : 1; /* exact: no_sync does not apply */
+    /* ordered: no_sync 0 reduces every micro-batch (the reference too); exact: it does not apply */
+    if (!fix_dp_m || L->exact) L->no_sync = L->pp == 1 ? rng_int(R, 2) : 1;
     L->full_format = rng_int(R, 2);
 }
 
@@ -282,7 +285,7 @@ static fsc_parallel_opts opts_of(const layout *L) {
     po.checkpoint = L->layer_ckpt;
     po.tp = L->tp, po.sequence_parallel = L->sp, po.order = orders[L->order];
     po.reduce_exact = L->exact, po.unit = L->exact ? L->unit : 0;
-    if (L->bf16) po.param_dtype = po.reduce_dtype = FSC_BF16;
+    if (L->dtype) po.param_dtype = po.reduce_dtype = L->dtype == 1 ? FSC_BF16 : FSC_F16;
     po.pp = L->pp;
     if (L->pp > 1) {
         po.schedule = L->sched, po.placement = L->pl, po.pipe_checkpoint = (fsc_pipe_checkpoint)L->pipe_ckpt;
@@ -303,6 +306,7 @@ typedef struct {
     int world, from, to;
     const char *save_dir; /* save a checkpoint after step 1 there */
     const char *load;     /* start from this checkpoint (at step from) */
+    const char *weights;  /* write the weights file there after the last step */
     double loss[MAXW][STEPS];
     double eval[MAXW];    /* exact: fsc_engine_eval of the next step's batch after the last step */
     float *params;        /* (P) after the last step, rank 0 */
@@ -345,6 +349,7 @@ static fsc_status job_rank(fsc_rank *r, void *arg) {
         }
     }
     if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? j->params : NULL);
+    if (s == FSC_OK && j->weights) s = fsc_engine_save_weights(e, j->weights);
     fsc_engine_free(e);
     return s;
 }
@@ -377,9 +382,11 @@ static fsc_status run_job(job *j) {
 /* ---- the oracles ---- */
 
 typedef struct {
-    int llama, kv_heads, tp, sp, exact, bf16, padded, unit, dp, m; /* the key */
+    int llama, kv_heads, tp, sp, exact, dtype, padded, unit, dp, m, no_sync; /* the key */
     double loss[STEPS], eval;
     float *params;
+    char *weights;        /* its weights file */
+    size_t nweights;
 } ref_t;
 
 typedef struct {
@@ -393,19 +400,21 @@ static const ref_t *reference(state_t *st, const layout *L) {
     layout R;
     memset(&R, 0, sizeof R);
     R.llama = L->llama, R.kv_heads = L->kv_heads, R.tp = L->tp, R.sp = L->sp, R.exact = L->exact;
-    R.bf16 = L->bf16, R.padded = L->padded, R.unit = L->unit;
+    R.dtype = L->dtype, R.padded = L->padded, R.unit = L->unit;
     R.dp = L->exact ? 1 : L->dp, R.m = L->exact ? GB / L->unit : L->m;
-    R.pp = 1, R.v = 1, R.kind = FSC_PAR_DDP, R.no_sync = 1, R.prefetch = 1;
+    R.pp = 1, R.v = 1, R.kind = FSC_PAR_DDP, R.no_sync = L->exact ? 1 : L->no_sync, R.prefetch = 1;
     for (int i = 0; i < st->nrefs; i++) {
         const ref_t *f = &st->refs[i];
         if (f->llama == R.llama && f->kv_heads == R.kv_heads && f->tp == R.tp && f->sp == R.sp &&
-            f->exact == R.exact && f->bf16 == R.bf16 && f->padded == R.padded && f->unit == R.unit &&
-            f->dp == R.dp && f->m == R.m)
+            f->exact == R.exact && f->dtype == R.dtype && f->padded == R.padded && f->unit == R.unit &&
+            f->dp == R.dp && f->m == R.m && f->no_sync == R.no_sync)
             return f;
     }
     if (st->nrefs == (int)(sizeof st->refs / sizeof st->refs[0])) fail_msg("too many references");
     job j = make_job(&R);
-    char what[512];
+    char what[512], *dir = ct_tmpdir(), file[600];
+    snprintf(file, sizeof file, "%s/ref.safetensors", dir);
+    j.weights = file;
     describe(&R, what, sizeof what);
     if (run_job(&j) != FSC_OK) fail_msg("the reference (%s): %s", what, fsc_last_error());
     for (int s = 0; s < STEPS; s++)
@@ -414,15 +423,24 @@ static const ref_t *reference(state_t *st, const layout *L) {
                 fail_msg("the reference (%s): ranks 0 and %d give other losses at step %d", what, r, s);
     ref_t *f = &st->refs[st->nrefs++];
     f->llama = R.llama, f->kv_heads = R.kv_heads, f->tp = R.tp, f->sp = R.sp, f->exact = R.exact;
-    f->bf16 = R.bf16, f->padded = R.padded, f->unit = R.unit, f->dp = R.dp, f->m = R.m;
+    f->dtype = R.dtype, f->padded = R.padded, f->unit = R.unit, f->dp = R.dp, f->m = R.m, f->no_sync = R.no_sync;
     memcpy(f->loss, j.loss[0], sizeof f->loss);
     f->eval = j.eval[0];
+    f->weights = ct_slurp(file, &f->nweights);
+    if (!f->weights || !f->nweights) fail_msg("the reference (%s) wrote no weights file", what);
+    ct_rmtree(dir);
     f->params = j.params;
     return f;
 }
 
-/* The run's losses of steps [from, STEPS) on every rank and its final parameters against the reference. */
+/* The run's losses of steps [from, STEPS) on every rank, its final parameters and weights file against the
+ * reference's. */
 static void check(const ref_t *ref, const job *j, const char *what) {
+    size_t n = 0;
+    char *w = ct_slurp(j->weights, &n);
+    if (!w || n != ref->nweights || memcmp(w, ref->weights, n) != 0)
+        fail_msg("%s: the weights file (%zu bytes) is not the reference's (%zu bytes)", what, n, ref->nweights);
+    free(w);
     for (int s = j->from; s < STEPS; s++)
         for (int r = 0; r < j->world; r++)
             if (memcmp(&ref->loss[s], &j->loss[r][s], sizeof(double)) != 0)
@@ -448,8 +466,10 @@ static void run_pair(state_t *st, uint64_t seed, const layout *pA, const layout 
     describe(&B, wb, sizeof wb);
     const ref_t *ref = reference(st, &A);
     char *dir = ct_tmpdir();
+    char wfile[600];
+    snprintf(wfile, sizeof wfile, "%s/weights.safetensors", dir);
     job a = make_job(&A);
-    a.save_dir = dir;
+    a.save_dir = dir, a.weights = wfile;
     snprintf(what, sizeof what, "case 0x%016" PRIx64 ": %s", seed, wa);
     if (getenv("FSC_TEST_VERBOSE")) fprintf(stderr, "%s\n  resumed by %s\n", what, wb);
     if (run_job(&a) != FSC_OK) {
@@ -462,7 +482,7 @@ static void run_pair(state_t *st, uint64_t seed, const layout *pA, const layout 
     char path[1024];
     ct_step_path(path, sizeof path, dir, 1);
     job b = make_job(&B);
-    b.from = 1, b.load = path;
+    b.from = 1, b.load = path, b.weights = wfile;
     snprintf(what, sizeof what, "case 0x%016" PRIx64 ": saved by %s (%s format), resumed by %s", seed, wa,
              A.full_format ? "full" : "sharded", wb);
     if (run_job(&b) != FSC_OK) {
@@ -487,7 +507,8 @@ static void draw_case(uint64_t seed, layout *A, layout *B) {
     A->exact = (int)(seed >> 2) & 1;
     A->kv_heads = rng_int(&R, 2) ? A->tp : 6; /* 6 heads: grouped-query attention with tp kv heads */
     A->sp = rng_int(&R, 2);
-    A->bf16 = rng_int(&R, 4) == 0;
+    const int dt = rng_int(&R, 8);
+    A->dtype = dt < 5 ? 0 : dt < 7 ? 1 : 2;
     A->padded = rng_int(&R, 3) == 0;
     A->unit = A->exact ? 1 + (rng_int(&R, 3) == 0) : 0;
     draw_layout(A, &R, 0);
@@ -542,7 +563,7 @@ static void test_ddp_buckets_recomputed_chunk(void **state) {
         B.pipe_ckpt = FSC_PIPE_CKPT_NEVER;
         run_pair(&st, (uint64_t)c, &A, &B);
     }
-    for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params);
+    for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params), free(st.refs[i].weights);
 }
 
 static void test_tp_random_layouts(void **state) {
@@ -551,7 +572,7 @@ static void test_tp_random_layouts(void **state) {
     memset(&st, 0, sizeof st);
     const uint64_t one = env_u64("FSC_TP_RANDOM_CASE", 0);
     const uint64_t seed = env_u64("FSC_TP_RANDOM_SEED", 0x7e45021aull);
-    const int ncases = (int)env_u64("FSC_TP_RANDOM_CASES", 8);
+    const int ncases = (int)env_u64("FSC_TP_RANDOM_CASES", 12);
     if (one) {
         one_case(&st, one);
     } else {
@@ -563,7 +584,7 @@ static void test_tp_random_layouts(void **state) {
     }
     printf("random tensor-parallel layouts: %d cases, %d runs and %d resumes equal to their oracles, %d references "
            "(seed 0x%016" PRIx64 ")\n", st.cases, st.runs, st.resumes, st.nrefs, one ? one : seed);
-    for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params);
+    for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params), free(st.refs[i].weights);
 }
 
 int main(void) {

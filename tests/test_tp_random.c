@@ -28,12 +28,12 @@
 #include "fsc/pipe_schedule.h"
 
 #define MAXW 12    /* ranks of a case at most */
-#define MAXP 3     /* pipeline ranks */
+#define MAXP 4     /* pipeline ranks */
 #define MAXV 3     /* chunks per pipeline rank */
-#define MAXM 4     /* micro-batches */
+#define MAXM 8     /* micro-batches */
 #define STEPS 3
 #define LAYERS 6   /* blocks: 6 stages at most (pp 3 x 2 chunks, pp 2 x 3) */
-#define GB 4       /* sequences per step */
+#define MAXGB 8    /* sequences per step: 4 or 8 */
 #define SEQ 6
 #define VOCAB 48
 
@@ -129,7 +129,7 @@ static int generate(const lspec *sp, rng *R, fsc_pipe_action a[MAXP][MAXA], int 
 typedef struct {
     /* the model and the tensor-parallel degree: fixed for a case */
     int llama, kv_heads, tp, sp, exact;
-    int dtype, padded, unit;      /* parameters and reductions f32, bf16, f16 (loss scaling); vocabulary 45 padded
+    int gb, dtype, padded, unit;      /* parameters and reductions f32, bf16, f16 (loss scaling); vocabulary 45 padded
                                    * to 48; exact: the unit */
     /* the layout */
     int dp, pp, v, m;
@@ -139,6 +139,7 @@ typedef struct {
     fsc_parallel_kind kind;
     fsc_shard_strategy shard;
     int hybrid_group, wrap, bucket1, prefetch, offload, layer_ckpt, pipe_ckpt, order, no_sync, full_format;
+    int prefetch_limit, reshard, sync0; /* 0 (2), 1 or 3; fsdp: -1 (by strategy), 0 or 1; ddp: sync_from_rank0 */
     int has_balance, balance[MAXP * MAXV];
     fsc_pipe_action acts[MAXP][MAXA];
     int lens[MAXP];
@@ -160,7 +161,7 @@ static int has_w(const layout *L) {
 static void describe(const layout *L, char *buf, size_t cap) {
     size_t n = 0;
 #define PUT(...) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__)
-    PUT("%s%s, tp %d%s, %s", L->llama ? "llama" : "gpt", L->padded ? " (vocabulary padded)" : "", L->tp,
+    PUT("global batch %d, %s%s, tp %d%s, %s", L->gb, L->llama ? "llama" : "gpt", L->padded ? " (vocabulary padded)" : "", L->tp,
         L->sp ? " sp" : "", L->dtype ? L->dtype == 1 ? "bf16, " : "f16, " : "");
     if (L->exact) PUT("exact in units of %d", L->unit);
     else PUT("ordered");
@@ -180,8 +181,11 @@ static void describe(const layout *L, char *buf, size_t cap) {
     if (L->kind == FSC_PAR_FSDP) {
         PUT(" %s", shard_names[L->shard]);
         if (L->shard == FSC_SHARD_HYBRID) PUT(" (groups of %d)", L->hybrid_group);
-        PUT(", %s wrap", L->wrap ? "model" : "block");
+        PUT(", %s wrap", L->wrap == 2 ? "min params" : L->wrap ? "model" : "block");
+        if (L->reshard >= 0) PUT(", reshard_after_forward %d", L->reshard);
     }
+    if (L->prefetch_limit) PUT(", prefetch_limit %d", L->prefetch_limit);
+    if (L->sync0) PUT(", sync_from_rank0");
     if (L->bucket1) PUT(", bucket per tensor");
     PUT(", prefetch %d, offload %s, order %s%s%s", L->prefetch, offload_names[L->offload], orders[L->order],
         L->layer_ckpt ? ", layer checkpointing" : "", L->no_sync ? "" : ", no_sync 0");
@@ -205,14 +209,14 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
     if (!fix_dp_m) {
         static const int dps[] = { 1, 2, 4 };
         do L->dp = dps[rng_int(R, 3)];
-        while (tp * L->dp > MAXW || (L->exact && (GB / L->dp) % L->unit != 0));
+        while (tp * L->dp > MAXW || (L->exact && (L->gb / L->dp) % L->unit != 0));
     }
     int pps[3], npp = 0;
-    for (int pp = 1; pp <= MAXP; pp++)
+    for (int pp = 1; pp <= MAXP && pp <= LAYERS; pp++)
         if (tp * L->dp * pp <= MAXW) pps[npp++] = pp;
     L->pp = npp > 1 && rng_int(R, 4) ? pps[1 + rng_int(R, npp - 1)] : 1; /* mostly pipelines */
     if (fix_dp_m && !L->exact && !L->no_sync) L->pp = 1; /* a pipeline reduces once per step */
-    const int lb = GB / L->dp;
+    const int lb = L->gb / L->dp;
     if (!fix_dp_m) {
         int divs[MAXM], nd = 0;
         for (int d = 1; d <= lb; d++)
@@ -227,14 +231,14 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
         fsc_pipe_schedule cands[6];
         int nc = 0;
         cands[nc++] = FSC_SCHED_GPIPE, cands[nc++] = FSC_SCHED_1F1B, cands[nc++] = FSC_SCHED_ZB_H1;
-        if (L->m % L->pp == 0) cands[nc++] = FSC_SCHED_INTERLEAVED;
+        if (L->m % L->pp == 0 && L->pp * 2 <= LAYERS) cands[nc++] = FSC_SCHED_INTERLEAVED;
         if (L->pp * 2 <= LAYERS) cands[nc++] = FSC_SCHED_ZBV;
         cands[nc++] = FSC_SCHED_CUSTOM;
         L->sched = cands[rng_int(R, nc)];
         if (L->sched == FSC_SCHED_INTERLEAVED) L->v = L->pp * 3 <= LAYERS && rng_int(R, 2) ? 3 : 2;
         if (L->sched == FSC_SCHED_ZBV) L->v = 2;
         if (L->sched == FSC_SCHED_CUSTOM) {
-            const int lay = rng_int(R, 3); /* one chunk, chunks in a loop, two in a V */
+            const int lay = L->pp * 2 <= LAYERS ? rng_int(R, 3) : 0; /* one chunk, chunks in a loop, two in a V */
             L->v = lay == 0 ? 1 : lay == 1 && L->pp * 3 <= LAYERS && rng_int(R, 2) ? 3 : 2;
             L->pl = lay == 2 ? FSC_PIPE_V : FSC_PIPE_LOOP;
             lspec sp;
@@ -256,14 +260,17 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
     }
     static const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2, FSC_PAR_FSDP };
     L->kind = kinds[rng_int(R, 4)];
-    L->shard = FSC_SHARD_FULL, L->hybrid_group = 0, L->wrap = 0, L->bucket1 = 0;
+    L->shard = FSC_SHARD_FULL, L->hybrid_group = 0, L->wrap = 0, L->bucket1 = 0, L->reshard = -1, L->sync0 = 0;
     if (L->kind == FSC_PAR_FSDP) {
         L->shard = (fsc_shard_strategy)rng_int(R, L->dp > 1 ? 4 : 3);
         if (L->shard == FSC_SHARD_HYBRID) L->hybrid_group = 1 << rng_int(R, L->dp == 4 ? 3 : 2); /* divides dp */
-        L->wrap = rng_int(R, 2);
+        L->wrap = rng_int(R, 3);
+        L->reshard = rng_int(R, 3) - 1;
     } else {
         L->bucket1 = rng_int(R, 3) == 0;
+        L->sync0 = L->kind == FSC_PAR_DDP && rng_int(R, 4) == 0;
     }
+    L->prefetch_limit = (int)((0x310u >> (4 * rng_int(R, 3))) & 0xf); /* 0, 1 or 3 */
     L->offload = L->kind == FSC_PAR_DDP ? 0 : rng_int(R, L->kind == FSC_PAR_FSDP ? 3 : 2);
     L->prefetch = L->v > 1 ? 1 : rng_int(R, 2); /* chunks need prefetch */
     L->layer_ckpt = !has_w(L) && rng_int(R, 3) == 0;
@@ -276,8 +283,11 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
 static fsc_parallel_opts opts_of(const layout *L) {
     fsc_parallel_opts po = fsc_parallel_opts_default();
     po.kind = L->kind, po.shard = L->shard, po.hybrid_group = L->hybrid_group;
-    po.wrap = L->wrap ? FSC_WRAP_MODEL : FSC_WRAP_BLOCK;
-    po.reshard_after_forward = -1;
+    po.wrap = L->wrap == 2 ? FSC_WRAP_MIN_PARAMS : L->wrap ? FSC_WRAP_MODEL : FSC_WRAP_BLOCK;
+    po.wrap_min_params = 2000; /* a GPT block holds 7224 / tp parameters and replicated ones */
+    po.reshard_after_forward = L->reshard;
+    po.prefetch_limit = L->prefetch_limit;
+    po.sync_from_rank0 = L->sync0;
     po.accum = L->m, po.no_sync = L->no_sync, po.clip = 0.5f;
     po.bucket_bytes = L->bucket1 ? 1 : 0;
     po.prefetch = L->prefetch;
@@ -321,8 +331,8 @@ static fsc_status job_rank(fsc_rank *r, void *arg) {
     if (j->L->llama) FSC_TRY(fsc_engine_create_built(r, fsc_llama_build, &j->larg, &j->po, &oc, 5, &e));
     else FSC_TRY(fsc_engine_create(r, &j->gpt, &j->po, &oc, 5, &e));
     const fsc_layout *l = fsc_engine_layout(e);
-    const int lb = GB / l->dp;
-    int32_t tok[GB * SEQ], tgt[GB * SEQ];
+    const int GB = j->L->gb, lb = GB / l->dp;
+    int32_t tok[MAXGB * SEQ], tgt[MAXGB * SEQ];
     int64_t at = -1;
     fsc_status s = j->load ? fsc_ckpt_load(e, j->load, &at) : FSC_OK;
     if (s == FSC_OK && j->load && at != j->from)
@@ -382,7 +392,7 @@ static fsc_status run_job(job *j) {
 /* ---- the oracles ---- */
 
 typedef struct {
-    int llama, kv_heads, tp, sp, exact, dtype, padded, unit, dp, m, no_sync; /* the key */
+    int gb, llama, kv_heads, tp, sp, exact, dtype, padded, unit, dp, m, no_sync; /* the key */
     double loss[STEPS], eval;
     float *params;
     char *weights;        /* its weights file */
@@ -400,12 +410,12 @@ static const ref_t *reference(state_t *st, const layout *L) {
     layout R;
     memset(&R, 0, sizeof R);
     R.llama = L->llama, R.kv_heads = L->kv_heads, R.tp = L->tp, R.sp = L->sp, R.exact = L->exact;
-    R.dtype = L->dtype, R.padded = L->padded, R.unit = L->unit;
-    R.dp = L->exact ? 1 : L->dp, R.m = L->exact ? GB / L->unit : L->m;
+    R.gb = L->gb, R.dtype = L->dtype, R.padded = L->padded, R.unit = L->unit;
+    R.dp = L->exact ? 1 : L->dp, R.m = L->exact ? L->gb / L->unit : L->m;
     R.pp = 1, R.v = 1, R.kind = FSC_PAR_DDP, R.no_sync = L->exact ? 1 : L->no_sync, R.prefetch = 1;
     for (int i = 0; i < st->nrefs; i++) {
         const ref_t *f = &st->refs[i];
-        if (f->llama == R.llama && f->kv_heads == R.kv_heads && f->tp == R.tp && f->sp == R.sp &&
+        if (f->gb == R.gb && f->llama == R.llama && f->kv_heads == R.kv_heads && f->tp == R.tp && f->sp == R.sp &&
             f->exact == R.exact && f->dtype == R.dtype && f->padded == R.padded && f->unit == R.unit &&
             f->dp == R.dp && f->m == R.m && f->no_sync == R.no_sync)
             return f;
@@ -423,7 +433,7 @@ static const ref_t *reference(state_t *st, const layout *L) {
                 fail_msg("the reference (%s): ranks 0 and %d give other losses at step %d", what, r, s);
     ref_t *f = &st->refs[st->nrefs++];
     f->llama = R.llama, f->kv_heads = R.kv_heads, f->tp = R.tp, f->sp = R.sp, f->exact = R.exact;
-    f->dtype = R.dtype, f->padded = R.padded, f->unit = R.unit, f->dp = R.dp, f->m = R.m, f->no_sync = R.no_sync;
+    f->gb = R.gb, f->dtype = R.dtype, f->padded = R.padded, f->unit = R.unit, f->dp = R.dp, f->m = R.m, f->no_sync = R.no_sync;
     memcpy(f->loss, j.loss[0], sizeof f->loss);
     f->eval = j.eval[0];
     f->weights = ct_slurp(file, &f->nweights);
@@ -507,6 +517,7 @@ static void draw_case(uint64_t seed, layout *A, layout *B) {
     A->exact = (int)(seed >> 2) & 1;
     A->kv_heads = rng_int(&R, 2) ? A->tp : 6; /* 6 heads: grouped-query attention with tp kv heads */
     A->sp = rng_int(&R, 2);
+    A->gb = rng_int(&R, 3) ? 4 : 8;
     const int dt = rng_int(&R, 8);
     A->dtype = dt < 5 ? 0 : dt < 7 ? 1 : 2;
     A->padded = rng_int(&R, 3) == 0;
@@ -526,8 +537,8 @@ static void one_case(state_t *st, uint64_t seed) {
 static layout fixed_layout(int tp, int sp, int dp, int pp, int m) {
     layout L;
     memset(&L, 0, sizeof L);
-    L.tp = tp, L.sp = sp, L.dp = dp, L.pp = pp, L.m = m, L.v = 1, L.kind = FSC_PAR_DDP, L.no_sync = 1;
-    L.prefetch = 1;
+    L.gb = 4, L.tp = tp, L.sp = sp, L.dp = dp, L.pp = pp, L.m = m, L.v = 1, L.kind = FSC_PAR_DDP, L.no_sync = 1;
+    L.prefetch = 1, L.reshard = -1;
     return L;
 }
 

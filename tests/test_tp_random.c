@@ -1,25 +1,27 @@
 /* Tensor parallelism composed with everything else, on layouts drawn at random: the promises of
  * docs/tensor_parallel.md and docs/determinism.md checked bit for bit on layouts no fixed test names.
  * A case draws a model (the GPT, whose head is tied to its embedding, or the Llama with grouped-query attention:
- * 3 query heads per kv head at tp 2, 2 or 1 at tp 3), tp 2 or 3, sequence parallelism on or off, and a layout at
- * that tensor-parallel degree: dp 1, 2 or 4; pp 1, 2 or 3 with a schedule (gpipe, 1f1b, zb-h1, interleaved with 2
- * or 3 chunks, zbv, or a custom list drawn as tests/test_pipe_random.c draws them: loop or V, with W on every,
- * some or no rank), a balance (even or random), a pipeline checkpoint mode; a strategy (DDP, ZeRO-1, ZeRO-2 with
- * buckets of the default size or one per tensor, FSDP full_shard, shard_grad_op, no_shard or hybrid_shard, block
- * or model wrapping); prefetch 0 or 1; offload (optim with ZeRO and FSDP, all with FSDP); a rank order (any
- * permutation of tp, dp, pp); layer checkpointing (where the schedule has no W); the micro-batch count.
- * Oracles, at the case's tp and sp (a different degree gives other bits, docs/determinism.md):
- * - the exact reduction (reduce_exact, units of 1 sequence): every step's loss on every rank and the final full
- *   parameters (fsc_engine_full_params) equal DDP on dp 1 x tp accumulating the global batch, whatever the
- *   data-parallel size, strategy and pipeline;
- * - the ordered reduction: they equal DDP at the same dp x tp, without a pipeline, accumulating the same
- *   micro-batches;
+ * 6 heads over 2 or 3 kv heads, or 6), its vocabulary (48, or 45 padded to 48), tp 2 or 3, sequence parallelism
+ * on or off, f32, bf16 or f16 (loss scaling), a global batch of 4 or 8, and a layout at that tensor-parallel
+ * degree: dp 1, 2 or 4; pp 1 to 4 with a schedule (gpipe, 1f1b, zb-h1, interleaved with 2 or 3 chunks, zbv, or a
+ * custom list drawn as tests/test_pipe_random.c draws them: loop or V, with W on every, some or no rank), a
+ * balance (even or random), a pipeline checkpoint mode; a strategy (DDP with buckets of the default size or one
+ * per tensor, sync_from_rank0 or not; ZeRO-1; ZeRO-2; FSDP full_shard, shard_grad_op, no_shard or hybrid_shard,
+ * block, model or min-params wrapping, reshard_after_forward by strategy, 0 or 1); prefetch 0 or 1 and its limit;
+ * offload (optim with ZeRO and FSDP, all with FSDP); a rank order (any permutation of tp, dp, pp); layer
+ * checkpointing (where the schedule has no W); the micro-batch count; no_sync.
+ * Oracles, at the case's tp and sp (a different degree gives other bits, docs/determinism.md), bit for bit: every
+ * step's loss on every rank, the final full parameters (fsc_engine_full_params) and the weights file
+ * (fsc_engine_save_weights) equal the reference's:
+ * - the exact reduction (reduce_exact, units of 1 or 2 sequences): DDP on dp 1 x tp accumulating the global batch,
+ *   whatever the data-parallel size, strategy and pipeline; the validation loss (fsc_engine_eval) too;
+ * - the ordered reduction: DDP at the same dp x tp, without a pipeline, over the same micro-batches;
  * - a resume: the case saves a training checkpoint after its first step (sharded or full format) and a second
- *   layout drawn at the same tp and sp (ordered: also the same dp and micro-batches) loads it and trains the
- *   other steps: the same losses and final parameters as the oracle's uninterrupted run.
- * A failure names the seed of the case and its layouts (FSC_TP_RANDOM_CASE=seed reruns that case alone).
- * FSC_TP_RANDOM_SEED and FSC_TP_RANDOM_CASES change the seed and the number of cases (longer hunts); the
- * defaults run in the suite. */
+ *   layout drawn at the same tp and sp (ordered: also the same dp, micro-batches and no_sync) loads it and trains
+ *   the other steps: the oracle's later losses, final parameters and weights file.
+ * A failure names the seed of the case and its layouts (FSC_TP_RANDOM_CASE=seed reruns that case alone; the
+ * seed's low bits choose tp, the model and the mode). FSC_TP_RANDOM_SEED and FSC_TP_RANDOM_CASES change the seed
+ * and the number of cases (longer hunts); the defaults run in the suite. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

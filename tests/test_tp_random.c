@@ -14,8 +14,9 @@
  * step's loss on every rank, the final full parameters (fsc_engine_full_params) and the weights file
  * (fsc_engine_save_weights) equal the reference's:
  * - the exact reduction (reduce_exact, units of 1 or 2 sequences): DDP on dp 1 x tp accumulating the global batch,
- *   whatever the data-parallel size, strategy and pipeline; the validation loss (fsc_engine_eval) too;
+ *   whatever the data-parallel size, strategy and pipeline;
  * - the ordered reduction: DDP at the same dp x tp, without a pipeline, over the same micro-batches;
+ * and after the last step the validation loss of the next batch (fsc_engine_eval) equals the reference's;
  * - a resume: the case saves a training checkpoint after its first step (sharded or full format) and a second
  *   layout drawn at the same tp and sp (ordered: also the same dp, micro-batches and no_sync) loads it and trains
  *   the other steps: the oracle's later losses, final parameters and weights file.
@@ -320,7 +321,7 @@ typedef struct {
     const char *load;     /* start from this checkpoint (at step from) */
     const char *weights;  /* write the weights file there after the last step */
     double loss[MAXW][STEPS];
-    double eval[MAXW];    /* exact: fsc_engine_eval of the next step's batch after the last step */
+    double eval[MAXW];    /* fsc_engine_eval of the next step's batch after the last step */
     float *params;        /* (P) after the last step, rank 0 */
     size_t P;
 } job;
@@ -347,8 +348,8 @@ static fsc_status job_rank(fsc_rank *r, void *arg) {
             tok[i] = (int32_t)((x >> 33) % (uint64_t)vocab);
             tgt[i] = (int32_t)(((x >> 13) + (uint64_t)tok[i] * 7) % (uint64_t)vocab);
         }
-        if (st == j->to) { /* the exact mode's validation loss: the same units and sorted sum */
-            if (j->L->exact) s = fsc_engine_eval(e, tok, tgt, lb, GB, &j->eval[r->rank]);
+        if (st == j->to) { /* the validation loss: the step's micro-batches (exact: units and sorted sum) */
+            s = fsc_engine_eval(e, tok, tgt, lb, GB, &j->eval[r->rank]);
             break;
         }
         fsc_step_info info;
@@ -458,7 +459,7 @@ static void check(const ref_t *ref, const job *j, const char *what) {
             if (memcmp(&ref->loss[s], &j->loss[r][s], sizeof(double)) != 0)
                 fail_msg("%s: loss of step %d on rank %d differs: %.17g vs the reference's %.17g", what, s, r,
                          j->loss[r][s], ref->loss[s]);
-    for (int r = 0; ref->exact && r < j->world; r++)
+    for (int r = 0; r < j->world; r++)
         if (memcmp(&ref->eval, &j->eval[r], sizeof(double)) != 0)
             fail_msg("%s: the validation loss on rank %d differs: %.17g vs the reference's %.17g", what, r,
                      j->eval[r], ref->eval);

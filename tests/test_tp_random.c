@@ -6,7 +6,7 @@
  * degree: dp 1, 2 or 4; pp 1 to 4 with a schedule (gpipe, 1f1b, zb-h1, interleaved with 2 or 3 chunks, zbv, or a
  * custom list drawn as tests/test_pipe_random.c draws them: loop or V, with W on every, some or no rank), a
  * balance (even or random), a pipeline checkpoint mode; a strategy (DDP with buckets of the default size or one
- * per tensor, sync_from_rank0 or not; ZeRO-1; ZeRO-2; FSDP full_shard, shard_grad_op, no_shard or hybrid_shard,
+ * per tensor or of 1000 or 6000 bytes, sync_from_rank0 or not; ZeRO-1; ZeRO-2; FSDP full_shard, shard_grad_op, no_shard or hybrid_shard,
  * block, model or min-params wrapping, reshard_after_forward by strategy, 0 or 1); prefetch 0 or 1 and its limit;
  * offload (optim with ZeRO and FSDP, all with FSDP); a rank order (any permutation of tp, dp, pp); layer
  * checkpointing (where the schedule has no W); the micro-batch count; no_sync.
@@ -141,7 +141,7 @@ typedef struct {
     int nw;                       /* custom: ranks with W */
     fsc_parallel_kind kind;
     fsc_shard_strategy shard;
-    int hybrid_group, wrap, bucket1, prefetch, offload, layer_ckpt, pipe_ckpt, order, no_sync, full_format;
+    int hybrid_group, wrap, bucket, prefetch, offload, layer_ckpt, pipe_ckpt, order, no_sync, full_format;
     int prefetch_limit, reshard, sync0; /* 0 (2), 1 or 3; fsdp: -1 (by strategy), 0 or 1; ddp: sync_from_rank0 */
     int has_balance, balance[MAXP * MAXV];
     fsc_pipe_action acts[MAXP][MAXA];
@@ -189,7 +189,7 @@ static void describe(const layout *L, char *buf, size_t cap) {
     }
     if (L->prefetch_limit) PUT(", prefetch_limit %d", L->prefetch_limit);
     if (L->sync0) PUT(", sync_from_rank0");
-    if (L->bucket1) PUT(", bucket per tensor");
+    if (L->bucket) PUT(", buckets of %d bytes", L->bucket);
     PUT(", prefetch %d, offload %s, order %s%s%s", L->prefetch, offload_names[L->offload], orders[L->order],
         L->layer_ckpt ? ", layer checkpointing" : "", L->no_sync ? "" : ", no_sync 0");
 #undef PUT
@@ -263,14 +263,15 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
     }
     static const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2, FSC_PAR_FSDP };
     L->kind = kinds[rng_int(R, 4)];
-    L->shard = FSC_SHARD_FULL, L->hybrid_group = 0, L->wrap = 0, L->bucket1 = 0, L->reshard = -1, L->sync0 = 0;
+    L->shard = FSC_SHARD_FULL, L->hybrid_group = 0, L->wrap = 0, L->bucket = 0, L->reshard = -1, L->sync0 = 0;
     if (L->kind == FSC_PAR_FSDP) {
         L->shard = (fsc_shard_strategy)rng_int(R, L->dp > 1 ? 4 : 3);
         if (L->shard == FSC_SHARD_HYBRID) L->hybrid_group = 1 << rng_int(R, L->dp == 4 ? 3 : 2); /* divides dp */
         L->wrap = rng_int(R, 3);
         L->reshard = rng_int(R, 3) - 1;
     } else {
-        L->bucket1 = rng_int(R, 3) == 0;
+        static const int buckets[] = { 0, 0, 1, 1000, 6000 }; /* default (one bucket), one per tensor, a few */
+        L->bucket = buckets[rng_int(R, 5)];
         L->sync0 = L->kind == FSC_PAR_DDP && rng_int(R, 4) == 0;
     }
     L->prefetch_limit = (int)((0x310u >> (4 * rng_int(R, 3))) & 0xf); /* 0, 1 or 3 */
@@ -292,7 +293,7 @@ static fsc_parallel_opts opts_of(const layout *L) {
     po.prefetch_limit = L->prefetch_limit;
     po.sync_from_rank0 = L->sync0;
     po.accum = L->m, po.no_sync = L->no_sync, po.clip = 0.5f;
-    po.bucket_bytes = L->bucket1 ? 1 : 0;
+    po.bucket_bytes = (size_t)L->bucket;
     po.prefetch = L->prefetch;
     po.offload = (fsc_offload_mode)L->offload;
     po.checkpoint = L->layer_ckpt;
@@ -560,7 +561,7 @@ static void test_ddp_buckets_recomputed_chunk(void **state) {
     for (int c = 0; c < 6; c++) {
         const int tp = c % 2 ? 2 : 1;
         A = fixed_layout(tp, tp > 1, 2, 2, c < 2 ? 1 : 2);
-        A.bucket1 = 1, A.pipe_ckpt = FSC_PIPE_CKPT_ALWAYS, A.v = 2;
+        A.bucket = 1, A.pipe_ckpt = FSC_PIPE_CKPT_ALWAYS, A.v = 2;
         A.sched = c < 2 ? FSC_SCHED_ZBV : FSC_SCHED_INTERLEAVED;
         if (c >= 4) { /* a custom V without W: each rank F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0 */
             A.sched = FSC_SCHED_CUSTOM, A.pl = FSC_PIPE_V;

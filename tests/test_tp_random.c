@@ -2,7 +2,7 @@
  * docs/tensor_parallel.md and docs/determinism.md checked bit for bit on layouts no fixed test names.
  * A case draws a model (the GPT, whose head is tied to its embedding, or the Llama with grouped-query attention:
  * 6 heads over 2 or 3 kv heads, or 6), its vocabulary (48, or 45 padded to 48), tp 2 or 3, sequence parallelism
- * on or off, f32, bf16 or f16 (loss scaling), a global batch of 4 or 8, and a layout at that tensor-parallel
+ * on or off, f32, bf16 or f16 (loss scaling), AdamW or SGD with momentum, a global batch of 4 or 8, and a layout at that tensor-parallel
  * degree: dp 1, 2 or 4; pp 1 to 4 with a schedule (gpipe, 1f1b, zb-h1, interleaved with 2 or 3 chunks, zbv, or a
  * custom list drawn as tests/test_pipe_random.c draws them: loop or V, with W on every, some or no rank), a
  * balance (even or random), a pipeline checkpoint mode; a strategy (DDP with buckets of the default size or one
@@ -11,7 +11,7 @@
  * offload (optim with ZeRO and FSDP, all with FSDP); a rank order (any permutation of tp, dp, pp); layer
  * checkpointing (where the schedule has no W); the micro-batch count; no_sync.
  * Oracles, at the case's tp and sp (a different degree gives other bits, docs/determinism.md), bit for bit: every
- * step's loss on every rank, the final full parameters (fsc_engine_full_params) and the weights file
+ * step's loss, gradient norm (the clipping clips) and loss scale on every rank, the final full parameters (fsc_engine_full_params) and the weights file
  * (fsc_engine_save_weights) equal the reference's:
  * - the exact reduction (reduce_exact, units of 1 or 2 sequences): DDP on dp 1 x tp accumulating the global batch,
  *   whatever the data-parallel size, strategy and pipeline;
@@ -132,7 +132,7 @@ static int generate(const lspec *sp, rng *R, fsc_pipe_action a[MAXP][MAXA], int 
 typedef struct {
     /* the model and the tensor-parallel degree: fixed for a case */
     int llama, kv_heads, tp, sp, exact;
-    int gb, dtype, padded, unit;      /* parameters and reductions f32, bf16, f16 (loss scaling); vocabulary 45 padded
+    int gb, dtype, padded, unit, sgd; /* sgd: SGD with momentum (else AdamW) */      /* parameters and reductions f32, bf16, f16 (loss scaling); vocabulary 45 padded
                                    * to 48; exact: the unit */
     /* the layout */
     int dp, pp, v, m;
@@ -164,7 +164,7 @@ static int has_w(const layout *L) {
 static void describe(const layout *L, char *buf, size_t cap) {
     size_t n = 0;
 #define PUT(...) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__)
-    PUT("global batch %d, %s%s, tp %d%s, %s", L->gb, L->llama ? "llama" : "gpt", L->padded ? " (vocabulary padded)" : "", L->tp,
+    PUT("global batch %d, %s, %s%s, tp %d%s, %s", L->gb, L->sgd ? "sgd" : "adamw", L->llama ? "llama" : "gpt", L->padded ? " (vocabulary padded)" : "", L->tp,
         L->sp ? " sp" : "", L->dtype ? L->dtype == 1 ? "bf16, " : "f16, " : "");
     if (L->exact) PUT("exact in units of %d", L->unit);
     else PUT("ordered");
@@ -322,6 +322,7 @@ typedef struct {
     const char *load;     /* start from this checkpoint (at step from) */
     const char *weights;  /* write the weights file there after the last step */
     double loss[MAXW][STEPS];
+    fsc_step_info info[MAXW][STEPS];
     double eval[MAXW];    /* fsc_engine_eval of the next step's batch after the last step */
     float *params;        /* (P) after the last step, rank 0 */
     size_t P;
@@ -331,6 +332,7 @@ static fsc_status job_rank(fsc_rank *r, void *arg) {
     job *j = arg;
     fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-2f, .weight_decay = 0.1f, .beta1 = 0.9f,
                             .beta2 = 0.999f, .eps = 1e-8f };
+    if (j->L->sgd) oc = (fsc_optim_config){ .kind = FSC_OPT_SGD, .lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f };
     fsc_engine *e = NULL;
     if (j->L->llama) FSC_TRY(fsc_engine_create_built(r, fsc_llama_build, &j->larg, &j->po, &oc, 5, &e));
     else FSC_TRY(fsc_engine_create(r, &j->gpt, &j->po, &oc, 5, &e));
@@ -355,7 +357,7 @@ static fsc_status job_rank(fsc_rank *r, void *arg) {
         }
         fsc_step_info info;
         s = fsc_engine_step_model(e, tok, tgt, lb, GB, &info);
-        if (s == FSC_OK) j->loss[r->rank][st] = info.loss;
+        if (s == FSC_OK) j->loss[r->rank][st] = info.loss, j->info[r->rank][st] = info;
         if (s == FSC_OK && j->save_dir && st == 0) {
             fsc_ckpt_save_opts so = fsc_ckpt_save_opts_default();
             so.format = j->L->full_format ? FSC_CKPT_FULL : FSC_CKPT_SHARDED;
@@ -396,8 +398,9 @@ static fsc_status run_job(job *j) {
 /* ---- the oracles ---- */
 
 typedef struct {
-    int gb, llama, kv_heads, tp, sp, exact, dtype, padded, unit, dp, m, no_sync; /* the key */
+    int gb, llama, kv_heads, tp, sp, exact, dtype, padded, unit, sgd, dp, m, no_sync; /* the key */
     double loss[STEPS], eval;
+    fsc_step_info info[STEPS];
     float *params;
     char *weights;        /* its weights file */
     size_t nweights;
@@ -414,12 +417,12 @@ static const ref_t *reference(state_t *st, const layout *L) {
     layout R;
     memset(&R, 0, sizeof R);
     R.llama = L->llama, R.kv_heads = L->kv_heads, R.tp = L->tp, R.sp = L->sp, R.exact = L->exact;
-    R.gb = L->gb, R.dtype = L->dtype, R.padded = L->padded, R.unit = L->unit;
+    R.sgd = L->sgd, R.gb = L->gb, R.dtype = L->dtype, R.padded = L->padded, R.unit = L->unit;
     R.dp = L->exact ? 1 : L->dp, R.m = L->exact ? L->gb / L->unit : L->m;
     R.pp = 1, R.v = 1, R.kind = FSC_PAR_DDP, R.no_sync = L->exact ? 1 : L->no_sync, R.prefetch = 1;
     for (int i = 0; i < st->nrefs; i++) {
         const ref_t *f = &st->refs[i];
-        if (f->gb == R.gb && f->llama == R.llama && f->kv_heads == R.kv_heads && f->tp == R.tp && f->sp == R.sp &&
+        if (f->gb == R.gb && f->sgd == R.sgd && f->llama == R.llama && f->kv_heads == R.kv_heads && f->tp == R.tp && f->sp == R.sp &&
             f->exact == R.exact && f->dtype == R.dtype && f->padded == R.padded && f->unit == R.unit &&
             f->dp == R.dp && f->m == R.m && f->no_sync == R.no_sync)
             return f;
@@ -437,8 +440,10 @@ static const ref_t *reference(state_t *st, const layout *L) {
                 fail_msg("the reference (%s): ranks 0 and %d give other losses at step %d", what, r, s);
     ref_t *f = &st->refs[st->nrefs++];
     f->llama = R.llama, f->kv_heads = R.kv_heads, f->tp = R.tp, f->sp = R.sp, f->exact = R.exact;
-    f->gb = R.gb, f->dtype = R.dtype, f->padded = R.padded, f->unit = R.unit, f->dp = R.dp, f->m = R.m, f->no_sync = R.no_sync;
+    f->sgd = R.sgd, f->gb = R.gb, f->dtype = R.dtype, f->padded = R.padded, f->unit = R.unit, f->dp = R.dp, f->m = R.m, f->no_sync = R.no_sync;
     memcpy(f->loss, j.loss[0], sizeof f->loss);
+    memcpy(f->info, j.info[0], sizeof f->info);
+    if (!(f->info[0].grad_norm > 0.5)) fail_msg("the reference (%s): the clipping does not clip", what);
     f->eval = j.eval[0];
     f->weights = ct_slurp(file, &f->nweights);
     if (!f->weights || !f->nweights) fail_msg("the reference (%s) wrote no weights file", what);
@@ -460,6 +465,15 @@ static void check(const ref_t *ref, const job *j, const char *what) {
             if (memcmp(&ref->loss[s], &j->loss[r][s], sizeof(double)) != 0)
                 fail_msg("%s: loss of step %d on rank %d differs: %.17g vs the reference's %.17g", what, s, r,
                          j->loss[r][s], ref->loss[s]);
+    for (int s = j->from; s < STEPS; s++) /* the clipping norm and the loss scaler (f16) */
+        for (int r = 0; r < j->world; r++) {
+            const fsc_step_info *a = &j->info[r][s], *b = &ref->info[s];
+            if (memcmp(&a->grad_norm, &b->grad_norm, sizeof(double)) != 0 || a->skipped != b->skipped ||
+                memcmp(&a->loss_scale, &b->loss_scale, sizeof(float)) != 0)
+                fail_msg("%s: step %d on rank %d: gradient norm %.17g, skipped %d, loss scale %g; the reference's %.17g, "
+                         "%d, %g", what, s, r, a->grad_norm, a->skipped, (double)a->loss_scale, b->grad_norm, b->skipped,
+                         (double)b->loss_scale);
+        }
     for (int r = 0; r < j->world; r++)
         if (memcmp(&ref->eval, &j->eval[r], sizeof(double)) != 0)
             fail_msg("%s: the validation loss on rank %d differs: %.17g vs the reference's %.17g", what, r,
@@ -522,6 +536,7 @@ static void draw_case(uint64_t seed, layout *A, layout *B) {
     A->kv_heads = rng_int(&R, 2) ? A->tp : 6; /* 6 heads: grouped-query attention with tp kv heads */
     A->sp = rng_int(&R, 2);
     A->gb = rng_int(&R, 3) ? 4 : 8;
+    A->sgd = rng_int(&R, 4) == 0;
     const int dt = rng_int(&R, 8);
     A->dtype = dt < 5 ? 0 : dt < 7 ? 1 : 2;
     A->padded = rng_int(&R, 3) == 0;

@@ -2,17 +2,18 @@
  * docs/tensor_parallel.md and docs/determinism.md checked bit for bit on layouts no fixed test names.
  * A case draws a model (the GPT, whose head is tied to its embedding, or the Llama with grouped-query attention:
  * 6 heads over 2 or 3 kv heads, or 6), its vocabulary (48, or 45 padded to 48), tp 2 or 3, sequence parallelism
- * on or off, f32, bf16 or f16 (loss scaling), AdamW or SGD with momentum, a global batch of 4 or 8, and a layout at that tensor-parallel
- * degree: dp 1, 2 or 4; pp 1 to 4 with a schedule (gpipe, 1f1b, zb-h1, interleaved with 2 or 3 chunks, zbv, or a
- * custom list drawn as tests/test_pipe_random.c draws them: loop or V, with W on every, some or no rank), a
- * balance (even or random), a pipeline checkpoint mode; a strategy (DDP with buckets of the default size or one
- * per tensor or of 1000 or 6000 bytes, sync_from_rank0 or not; ZeRO-1; ZeRO-2; FSDP full_shard, shard_grad_op, no_shard or hybrid_shard,
- * block, model or min-params wrapping, reshard_after_forward by strategy, 0 or 1); prefetch 0 or 1 and its limit;
- * offload (optim with ZeRO and FSDP, all with FSDP); a rank order (any permutation of tp, dp, pp); layer
- * checkpointing (where the schedule has no W); the micro-batch count; no_sync.
+ * on or off, f32, bf16 or f16 (loss scaling), AdamW or SGD with momentum, a global batch of 4 or 8, and a layout
+ * at that tensor-parallel degree: dp 1, 2 or 4; pp 1 to 4 with a schedule (gpipe, 1f1b, zb-h1, interleaved with 2
+ * or 3 chunks, zbv, or a custom list drawn as tests/test_pipe_random.c draws them: loop or V, with W on every,
+ * some or no rank), a balance (even or random), a pipeline checkpoint mode; a strategy (DDP with buckets of the
+ * default size, one per tensor, or of 1000 or 6000 bytes, sync_from_rank0 or not; ZeRO-1; ZeRO-2; FSDP
+ * full_shard, shard_grad_op, no_shard or hybrid_shard, block, model or min-params wrapping, reshard_after_forward
+ * by strategy, 0 or 1); prefetch 0 or 1 and its limit; offload (optim with ZeRO and FSDP, all with FSDP); a rank
+ * order (any permutation of tp, dp, pp); layer checkpointing (where the schedule has no W); the micro-batch count;
+ * no_sync.
  * Oracles, at the case's tp and sp (a different degree gives other bits, docs/determinism.md), bit for bit: every
- * step's loss, gradient norm (the clipping clips) and loss scale on every rank, the final full parameters (fsc_engine_full_params) and the weights file
- * (fsc_engine_save_weights) equal the reference's:
+ * step's loss, gradient norm (the clipping clips) and loss scale on every rank, the final full parameters
+ * (fsc_engine_full_params) and the weights file (fsc_engine_save_weights) equal the reference's:
  * - the exact reduction (reduce_exact, units of 1 or 2 sequences): DDP on dp 1 x tp accumulating the global batch,
  *   whatever the data-parallel size, strategy and pipeline;
  * - the ordered reduction: DDP at the same dp x tp, without a pipeline, over the same micro-batches;
@@ -22,7 +23,9 @@
  *   the other steps: the oracle's later losses, final parameters and weights file.
  * A failure names the seed of the case and its layouts (FSC_TP_RANDOM_CASE=seed reruns that case alone; the
  * seed's low bits choose tp, the model and the mode). FSC_TP_RANDOM_SEED and FSC_TP_RANDOM_CASES change the seed
- * and the number of cases (longer hunts); the defaults run in the suite. */
+ * and the number of cases (longer hunts); the defaults run in the suite.
+ * Also: illegal layouts (one illegal choice each on a random layout) are refused with a clear message; and the
+ * regression case of the bug the test found (test_ddp_buckets_recomputed_chunk). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -107,7 +110,8 @@ static int generate(const lspec *sp, rng *R, fsc_pipe_action a[MAXP][MAXA], int 
         for (int r = 0; r < p; r++)
             for (int c = 0; c < v; c++) {
                 const int g = fsc_pipe_stage_at(sp->pl, p, r, c), *n = nx[r][c];
-                if (n[0] < m && (g == 0 || at_head(q, sp, g, 1, n[0]))) cand[nc].r = r, cand[nc].c = c, cand[nc++].kind = 0;
+                if (n[0] < m && (g == 0 || at_head(q, sp, g, 1, n[0])))
+                    cand[nc].r = r, cand[nc].c = c, cand[nc++].kind = 0;
                 if (n[1] < n[0] && (g == S - 1 || at_head(q, sp, g, 0, n[1])))
                     cand[nc].r = r, cand[nc].c = c, cand[nc++].kind = 1;
                 if (sp->withw[r] && n[2] < n[1]) cand[nc].r = r, cand[nc].c = c, cand[nc++].kind = 2;
@@ -132,8 +136,12 @@ static int generate(const lspec *sp, rng *R, fsc_pipe_action a[MAXP][MAXA], int 
 typedef struct {
     /* the model and the tensor-parallel degree: fixed for a case */
     int llama, kv_heads, tp, sp, exact;
-    int gb, dtype, padded, unit, sgd; /* sgd: SGD with momentum (else AdamW) */      /* parameters and reductions f32, bf16, f16 (loss scaling); vocabulary 45 padded
-                                   * to 48; exact: the unit */
+    int gb;     /* the global batch */
+    int dtype;  /* parameters and reductions f32, bf16, f16 (loss scaling) */
+    int padded; /* 1: a vocabulary of 45 padded to 48; 2: 45 unpadded (refused with tp 2) */
+    int unit;   /* exact: sequences per unit */
+    int sgd;    /* SGD with momentum (else AdamW) */
+    int moe;    /* experts in every second GPT block (refused with tp) */
     /* the layout */
     int dp, pp, v, m;
     fsc_pipe_schedule sched;
@@ -164,7 +172,8 @@ static int has_w(const layout *L) {
 static void describe(const layout *L, char *buf, size_t cap) {
     size_t n = 0;
 #define PUT(...) n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__)
-    PUT("global batch %d, %s, %s%s, tp %d%s, %s", L->gb, L->sgd ? "sgd" : "adamw", L->llama ? "llama" : "gpt", L->padded ? " (vocabulary padded)" : "", L->tp,
+    PUT("global batch %d, %s, %s%s, tp %d%s, %s", L->gb, L->sgd ? "sgd" : "adamw", L->llama ? "llama" : "gpt",
+        L->padded ? L->padded == 1 ? " (vocabulary padded)" : " (vocabulary 45)" : "", L->tp,
         L->sp ? " sp" : "", L->dtype ? L->dtype == 1 ? "bf16, " : "f16, " : "");
     if (L->exact) PUT("exact in units of %d", L->unit);
     else PUT("ordered");
@@ -298,7 +307,7 @@ static fsc_parallel_opts opts_of(const layout *L) {
     po.offload = (fsc_offload_mode)L->offload;
     po.checkpoint = L->layer_ckpt;
     po.tp = L->tp, po.sequence_parallel = L->sp, po.order = orders[L->order];
-    po.reduce_exact = L->exact, po.unit = L->exact ? L->unit : 0;
+    po.reduce_exact = L->exact, po.unit = L->unit; /* 0 in the ordered mode but where refused */
     if (L->dtype) po.param_dtype = po.reduce_dtype = L->dtype == 1 ? FSC_BF16 : FSC_F16;
     po.pp = L->pp;
     if (L->pp > 1) {
@@ -375,12 +384,13 @@ static job make_job(const layout *L) {
     memset(&j, 0, sizeof j);
     j.L = L;
     j.po = opts_of(L);
-    const int vocab = L->padded ? VOCAB - 3 : VOCAB, padded = L->padded ? VOCAB : 0;
+    const int vocab = L->padded ? VOCAB - 3 : VOCAB, padded = L->padded == 1 ? VOCAB : 0; /* 2: 45 unpadded */
     j.gpt = (fsc_gpt_config){ .layers = LAYERS, .dim = 24, .heads = 6, .seq = SEQ, .vocab = vocab,
                               .padded_vocab = padded };
     j.larg.cfg = (fsc_llama_config){ .layers = LAYERS, .dim = 24, .heads = 6, .kv_heads = L->kv_heads, .ffn = 48,
                                      .seq = SEQ, .vocab = vocab, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
                                      .padded_vocab = padded };
+    if (L->moe) j.gpt.moe_experts = 4, j.gpt.moe_top_k = 2, j.gpt.moe_every = 2, j.gpt.moe_capacity = 1.0f;
     j.larg.sp = L->sp;
     j.world = L->dp * L->tp * L->pp;
     j.to = STEPS;
@@ -422,7 +432,8 @@ static const ref_t *reference(state_t *st, const layout *L) {
     R.pp = 1, R.v = 1, R.kind = FSC_PAR_DDP, R.no_sync = L->exact ? 1 : L->no_sync, R.prefetch = 1;
     for (int i = 0; i < st->nrefs; i++) {
         const ref_t *f = &st->refs[i];
-        if (f->gb == R.gb && f->sgd == R.sgd && f->llama == R.llama && f->kv_heads == R.kv_heads && f->tp == R.tp && f->sp == R.sp &&
+        if (f->gb == R.gb && f->sgd == R.sgd && f->llama == R.llama && f->kv_heads == R.kv_heads && f->tp == R.tp &&
+            f->sp == R.sp &&
             f->exact == R.exact && f->dtype == R.dtype && f->padded == R.padded && f->unit == R.unit &&
             f->dp == R.dp && f->m == R.m && f->no_sync == R.no_sync)
             return f;
@@ -440,7 +451,8 @@ static const ref_t *reference(state_t *st, const layout *L) {
                 fail_msg("the reference (%s): ranks 0 and %d give other losses at step %d", what, r, s);
     ref_t *f = &st->refs[st->nrefs++];
     f->llama = R.llama, f->kv_heads = R.kv_heads, f->tp = R.tp, f->sp = R.sp, f->exact = R.exact;
-    f->sgd = R.sgd, f->gb = R.gb, f->dtype = R.dtype, f->padded = R.padded, f->unit = R.unit, f->dp = R.dp, f->m = R.m, f->no_sync = R.no_sync;
+    f->sgd = R.sgd, f->gb = R.gb, f->dtype = R.dtype, f->padded = R.padded, f->unit = R.unit, f->dp = R.dp;
+    f->m = R.m, f->no_sync = R.no_sync;
     memcpy(f->loss, j.loss[0], sizeof f->loss);
     memcpy(f->info, j.info[0], sizeof f->info);
     if (!(f->info[0].grad_norm > 0.5)) fail_msg("the reference (%s): the clipping does not clip", what);
@@ -470,9 +482,9 @@ static void check(const ref_t *ref, const job *j, const char *what) {
             const fsc_step_info *a = &j->info[r][s], *b = &ref->info[s];
             if (memcmp(&a->grad_norm, &b->grad_norm, sizeof(double)) != 0 || a->skipped != b->skipped ||
                 memcmp(&a->loss_scale, &b->loss_scale, sizeof(float)) != 0)
-                fail_msg("%s: step %d on rank %d: gradient norm %.17g, skipped %d, loss scale %g; the reference's %.17g, "
-                         "%d, %g", what, s, r, a->grad_norm, a->skipped, (double)a->loss_scale, b->grad_norm, b->skipped,
-                         (double)b->loss_scale);
+                fail_msg("%s: step %d on rank %d: gradient norm %.17g, skipped %d, loss scale %g; the reference's "
+                         "%.17g, %d, %g", what, s, r, a->grad_norm, a->skipped, (double)a->loss_scale, b->grad_norm,
+                         b->skipped, (double)b->loss_scale);
         }
     for (int r = 0; r < j->world; r++)
         if (memcmp(&ref->eval, &j->eval[r], sizeof(double)) != 0)
@@ -617,10 +629,88 @@ static void test_tp_random_layouts(void **state) {
     for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params), free(st.refs[i].weights);
 }
 
+/* What the engine refuses, on random layouts made illegal one way each: every refusal a clear error naming the
+ * problem (a crash, a hang or an unclear message would be a bug). */
+typedef struct {
+    const char *what, *needle;
+} refusal;
+
+static const refusal refusals[] = {
+    { "offload optim with ddp", "runs with fsdp, zero1 or zero2, not ddp" },
+    { "offload all with zero", "offload all runs with fsdp only" },
+    { "layer checkpointing under zb-h1", "layer checkpointing" },
+    { "interleaved with micro-batches not a multiple of pp", "multiple of" },
+    { "a Llama whose kv heads do not divide by tp", "kv_heads = 3 does not divide over a tensor group of 2" },
+    { "a vocabulary that does not divide by tp", "vocabulary" },
+    { "an MoE GPT with tp", "MoE" },
+    { "the exact reduction in a pipeline, a unit not the micro-batch", "the unit is the pipeline's micro-batch" },
+    { "gpipe with 2 virtual stages", "virtual_stages 2" },
+    { "a balance with too few blocks", "balance sums to" },
+    { "hybrid_shard groups that do not divide dp", "does not divide the data group" },
+    { "heads that do not divide by tp 4", "over a tensor group of 4" },
+    { "placement V under a built-in schedule", "placement V" },
+    { "a unit in the ordered mode", "applies to the exact reduction" },
+};
+
+static void make_illegal(layout *L, int k) {
+    const int pipe = k == 2 || k == 3 || k == 7 || k == 8 || k == 9 || k == 12;
+    if (pipe) { /* dp 1 x pp 2, one chunk, gpipe, two micro-batches */
+        L->dp = 1, L->pp = 2, L->v = 1, L->m = 2, L->sched = FSC_SCHED_GPIPE, L->pl = FSC_PIPE_LOOP;
+        L->has_balance = 0, L->layer_ckpt = 0, L->no_sync = 1, L->prefetch = 1;
+        if (L->exact) L->unit = L->gb / 2;
+    }
+    switch (k) {
+    case 0: L->kind = FSC_PAR_DDP, L->offload = FSC_OFFLOAD_OPTIM; break;
+    case 1: L->kind = L->kind == FSC_PAR_ZERO1 ? FSC_PAR_ZERO1 : FSC_PAR_ZERO2, L->offload = FSC_OFFLOAD_ALL; break;
+    case 2: L->sched = FSC_SCHED_ZB_H1, L->layer_ckpt = 1; break;
+    case 3: L->sched = FSC_SCHED_INTERLEAVED, L->v = 2, L->m = 1, L->exact = 0, L->unit = 0; break;
+    case 4: L->llama = 1, L->tp = 2, L->sp = 0, L->kv_heads = 3; break;
+    case 5: L->padded = 2, L->tp = 2, L->llama = 0; break; /* 45 rows over 2 */
+    case 6: L->llama = 0, L->moe = 1; break;
+    case 7: L->exact = 1, L->unit = 1; break;
+    case 8: L->v = 2; break;
+    case 9: L->has_balance = 1, L->balance[0] = L->balance[1] = 1; break;
+    case 10:
+        L->dp = 4, L->tp = 2, L->kv_heads = 6, L->pp = 1, L->m = 1, L->kind = FSC_PAR_FSDP, L->shard = FSC_SHARD_HYBRID;
+        L->hybrid_group = 3, L->exact = 0, L->unit = 0, L->no_sync = 1;
+        break;
+    case 11: L->tp = 4, L->sp = 0, L->dp = 1, L->pp = 1, L->kv_heads = 6; break;
+    case 12: L->pl = FSC_PIPE_V, L->v = 2; break;
+    default: L->exact = 0, L->unit = 2; break;
+    }
+}
+
+static void test_tp_random_refusals(void **state) {
+    (void)state;
+    static layout A, B;
+    rng R = { env_u64("FSC_TP_RANDOM_SEED", 0x7e45021aull) ^ 0x5555 };
+    const int n = (int)(sizeof refusals / sizeof refusals[0]);
+    for (int k = 0; k < n; k++) {
+        const uint64_t seed = rng_next(&R);
+        draw_case(seed, &A, &B);
+        make_illegal(&A, k);
+        char w[600];
+        describe(&A, w, sizeof w);
+        job j = make_job(&A);
+        j.to = 1;
+        const fsc_status s = run_job(&j);
+        if (s == FSC_OK) fail_msg("%s (case 0x%016" PRIx64 ": %s) was not refused", refusals[k].what, seed, w);
+        if (s != FSC_ERR_INVALID && s != FSC_ERR_UNSUPPORTED)
+            fail_msg("%s (case 0x%016" PRIx64 ": %s): %s, not a refusal: %s", refusals[k].what, seed, w,
+                     fsc_status_str(s), fsc_last_error());
+        if (!strstr(fsc_last_error(), refusals[k].needle))
+            fail_msg("%s (case 0x%016" PRIx64 ": %s): the message \"%s\" lacks \"%s\"", refusals[k].what, seed, w,
+                     fsc_last_error(), refusals[k].needle);
+        if (getenv("FSC_TEST_VERBOSE")) fprintf(stderr, "%s: %s\n", refusals[k].what, fsc_last_error());
+        free(j.params);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ddp_buckets_recomputed_chunk),
         cmocka_unit_test(test_tp_random_layouts),
+        cmocka_unit_test(test_tp_random_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,7 +17,9 @@
  * - the exact reduction (reduce_exact, units of 1 or 2 sequences): DDP on dp 1 x tp accumulating the global batch,
  *   whatever the data-parallel size, strategy and pipeline;
  * - the ordered reduction: DDP at the same dp x tp, without a pipeline, over the same micro-batches;
- * and after the last step the validation loss of the next batch (fsc_engine_eval) equals the reference's;
+ * and after the last step the validation loss of the next batch (fsc_engine_eval) equals the reference's, and in
+ * the ordered mode every rank's outputs of its samples (fsc_engine_predict) those of the reference's ranks of its
+ * data index;
  * - a resume: the case saves a training checkpoint after its first step (sharded or full format) and a second
  *   layout drawn at the same tp and sp (ordered: also the same dp, micro-batches and no_sync) loads it and trains
  *   the other steps: the oracle's later losses, final parameters and weights file.
@@ -42,6 +44,7 @@
 #define MAXGB 8    /* sequences per step: 4 or 8 */
 #define SEQ 6
 #define VOCAB 48
+#define PRED (MAXGB * SEQ * VOCAB) /* a rank's outputs at most */
 
 typedef struct {
     uint64_t s;
@@ -333,6 +336,9 @@ typedef struct {
     double loss[MAXW][STEPS];
     fsc_step_info info[MAXW][STEPS];
     double eval[MAXW];    /* fsc_engine_eval of the next step's batch after the last step */
+    float *pred;          /* (MAXW x PRED) each rank's fsc_engine_predict of its samples of that batch */
+    size_t per_sample[MAXW];
+    int data[MAXW];       /* each rank's data index */
     float *params;        /* (P) after the last step, rank 0 */
     size_t P;
 } job;
@@ -362,6 +368,9 @@ static fsc_status job_rank(fsc_rank *r, void *arg) {
         }
         if (st == j->to) { /* the validation loss: the step's micro-batches (exact: units and sorted sum) */
             s = fsc_engine_eval(e, tok, tgt, lb, GB, &j->eval[r->rank]);
+            if (s == FSC_OK)
+                s = fsc_engine_predict(e, tok, lb, j->pred + (size_t)r->rank * PRED, &j->per_sample[r->rank]);
+            j->data[r->rank] = l->data;
             break;
         }
         fsc_step_info info;
@@ -396,7 +405,8 @@ static job make_job(const layout *L) {
     j.to = STEPS;
     j.P = L->llama ? fsc_llama_num_params(&j.larg.cfg) : fsc_gpt_num_params(&j.gpt);
     j.params = calloc(j.P, sizeof(float));
-    assert_non_null(j.params);
+    j.pred = calloc((size_t)MAXW * PRED, sizeof(float));
+    assert_true(j.params && j.pred);
     return j;
 }
 
@@ -411,7 +421,9 @@ typedef struct {
     int gb, llama, kv_heads, tp, sp, exact, dtype, padded, unit, sgd, dp, m, no_sync; /* the key */
     double loss[STEPS], eval;
     fsc_step_info info[STEPS];
-    float *params;
+    float *params, *pred;
+    size_t per_sample[MAXW];
+    int data[MAXW], world;
     char *weights;        /* its weights file */
     size_t nweights;
 } ref_t;
@@ -461,12 +473,29 @@ static const ref_t *reference(state_t *st, const layout *L) {
     if (!f->weights || !f->nweights) fail_msg("the reference (%s) wrote no weights file", what);
     ct_rmtree(dir);
     f->params = j.params;
+    f->pred = j.pred; /* by world rank: DDP without a pipeline, tensor fastest (the order's default) */
+    memcpy(f->per_sample, j.per_sample, sizeof f->per_sample);
+    memcpy(f->data, j.data, sizeof f->data);
+    f->world = j.world;
     return f;
 }
 
 /* The run's losses of steps [from, STEPS) on every rank, its final parameters and weights file against the
  * reference's. */
 static void check(const ref_t *ref, const job *j, const char *what) {
+    /* the ordered mode (the same micro-batches as the reference): every rank's outputs of its samples (predict) are
+     * those of the reference's ranks of its data index */
+    for (int r = 0; !ref->exact && r < j->world; r++)
+        for (int q = 0; q < ref->world; q++) {
+            if (ref->data[q] != j->data[r]) continue;
+            const size_t n = (size_t)(j->L->gb / j->L->dp) * ref->per_sample[q];
+            if (j->per_sample[r] != ref->per_sample[q])
+                fail_msg("%s: rank %d predicts %zu floats a sample, the reference %zu", what, r, j->per_sample[r],
+                         ref->per_sample[q]);
+            char m[1600];
+            snprintf(m, sizeof m, "%s: rank %d's outputs (predict) against the reference's rank %d", what, r, q);
+            assert_bits_equal(ref->pred + (size_t)q * PRED, j->pred + (size_t)r * PRED, n, m);
+        }
     size_t n = 0;
     char *w = ct_slurp(j->weights, &n);
     if (!w || n != ref->nweights || memcmp(w, ref->weights, n) != 0)
@@ -531,7 +560,7 @@ static void run_pair(state_t *st, uint64_t seed, const layout *pA, const layout 
     }
     check(ref, &b, what);
     st->resumes++;
-    free(a.params), free(b.params);
+    free(a.params), free(b.params), free(a.pred), free(b.pred);
     ct_rmtree(dir);
     st->cases++;
 }
@@ -605,7 +634,7 @@ static void test_ddp_buckets_recomputed_chunk(void **state) {
         B.pipe_ckpt = FSC_PIPE_CKPT_NEVER;
         run_pair(&st, (uint64_t)c, &A, &B);
     }
-    for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params), free(st.refs[i].weights);
+    for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params), free(st.refs[i].weights), free(st.refs[i].pred);
 }
 
 static void test_tp_random_layouts(void **state) {
@@ -626,7 +655,7 @@ static void test_tp_random_layouts(void **state) {
     }
     printf("random tensor-parallel layouts: %d cases, %d runs and %d resumes equal to their oracles, %d references "
            "(seed 0x%016" PRIx64 ")\n", st.cases, st.runs, st.resumes, st.nrefs, one ? one : seed);
-    for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params), free(st.refs[i].weights);
+    for (int i = 0; i < st.nrefs; i++) free(st.refs[i].params), free(st.refs[i].weights), free(st.refs[i].pred);
 }
 
 /* What the engine refuses, on random layouts made illegal one way each: every refusal a clear error naming the
@@ -702,7 +731,7 @@ static void test_tp_random_refusals(void **state) {
             fail_msg("%s (case 0x%016" PRIx64 ": %s): the message \"%s\" lacks \"%s\"", refusals[k].what, seed, w,
                      fsc_last_error(), refusals[k].needle);
         if (getenv("FSC_TEST_VERBOSE")) fprintf(stderr, "%s: %s\n", refusals[k].what, fsc_last_error());
-        free(j.params);
+        free(j.params), free(j.pred);
     }
 }
 

@@ -134,8 +134,9 @@ static fsc_status ddp_begin_step(fsc_engine *e) {
 
 static fsc_status ddp_pre_forward(fsc_engine *e, int layer) {
     ddp_state *d = e->sd;
-    /* (nothing is pending here: a backward that reduces leaves nothing, post_backward; a pipeline's checkpointed
-     * micro-batch recomputes its forward inside its backward, between a later chunk's reductions and its own) */
+    /* the pending range is not reset here but where a reduction ends (post_backward): a pipeline's checkpointed
+     * micro-batch recomputes its forward inside its backward, between a later chunk's reductions and its own, and a
+     * reset there made chunk 0's last bucket reduce the later chunk's gradients again */
     /* each micro-batch reduces on its own: start it from zero local gradients (the exact reduction's units too:
      * without a pipeline each unit's backward follows its forward, and after the last one nothing is cleared) */
     if (layer == e->lf && e->micro > 0 && (d->acc || (e->exact && !e->pipe)))

@@ -2,8 +2,8 @@
  * docs/tensor_parallel.md and docs/determinism.md checked bit for bit on layouts no fixed test names.
  * A case draws a model (the GPT, whose head is tied to its embedding, or the Llama with grouped-query attention:
  * 6 heads over 2 or 3 kv heads, or 6), its vocabulary (48, or 45 padded to 48), tp 2 or 3, sequence parallelism
- * on or off, f32, bf16 or f16 (loss scaling), AdamW or SGD with momentum, a global batch of 4 or 8, and a layout
- * at that tensor-parallel degree: dp 1, 2 or 4; pp 1 to 4 with a schedule (gpipe, 1f1b, zb-h1, interleaved with 2
+ * on or off, f32, bf16 or f16 (loss scaling), AdamW or SGD with momentum, a global batch of 4, 6 or 8, and a
+ * layout at that tensor-parallel degree: dp 1 to 4 (dividing the global batch); pp 1 to 4 with a schedule (gpipe, 1f1b, zb-h1, interleaved with 2
  * or 3 chunks, zbv, or a custom list drawn as tests/test_pipe_random.c draws them: loop or V, with W on every,
  * some or no rank), a balance (even or random), a pipeline checkpoint mode; a strategy (DDP with buckets of the
  * default size, one per tensor, or of 1000 or 6000 bytes, sync_from_rank0 or not; ZeRO-1; ZeRO-2; FSDP
@@ -222,9 +222,8 @@ static void print_lists(const layout *L) {
 static void draw_layout(layout *L, rng *R, int fix_dp_m) {
     const int tp = L->tp;
     if (!fix_dp_m) {
-        static const int dps[] = { 1, 2, 4 };
-        do L->dp = dps[rng_int(R, 3)];
-        while (tp * L->dp > MAXW || (L->exact && (L->gb / L->dp) % L->unit != 0));
+        do L->dp = 1 + rng_int(R, 4); /* 3: shards of slices that do not divide by it (padded) */
+        while (L->gb % L->dp || tp * L->dp > MAXW || (L->exact && (L->gb / L->dp) % L->unit != 0));
     }
     int pps[3], npp = 0;
     for (int pp = 1; pp <= MAXP && pp <= LAYERS; pp++)
@@ -278,7 +277,9 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
     L->shard = FSC_SHARD_FULL, L->hybrid_group = 0, L->wrap = 0, L->bucket = 0, L->reshard = -1, L->sync0 = 0;
     if (L->kind == FSC_PAR_FSDP) {
         L->shard = (fsc_shard_strategy)rng_int(R, L->dp > 1 ? 4 : 3);
-        if (L->shard == FSC_SHARD_HYBRID) L->hybrid_group = 1 << rng_int(R, L->dp == 4 ? 3 : 2); /* divides dp */
+        if (L->shard == FSC_SHARD_HYBRID) /* a divisor of dp */
+            do L->hybrid_group = 1 + rng_int(R, L->dp);
+            while (L->dp % L->hybrid_group);
         L->wrap = rng_int(R, 3);
         L->reshard = rng_int(R, 3) - 1;
     } else {
@@ -576,7 +577,8 @@ static void draw_case(uint64_t seed, layout *A, layout *B) {
     A->exact = (int)(seed >> 2) & 1;
     A->kv_heads = rng_int(&R, 2) ? A->tp : 6; /* 6 heads: grouped-query attention with tp kv heads */
     A->sp = rng_int(&R, 2);
-    A->gb = rng_int(&R, 3) ? 4 : 8;
+    static const int gbs[] = { 4, 4, 6, 8 };
+    A->gb = gbs[rng_int(&R, 4)];
     A->sgd = rng_int(&R, 4) == 0;
     const int dt = rng_int(&R, 8);
     A->dtype = dt < 5 ? 0 : dt < 7 ? 1 : 2;

@@ -225,7 +225,7 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
         do L->dp = 1 + rng_int(R, 4); /* 3: shards of slices that do not divide by it (padded) */
         while (L->gb % L->dp || tp * L->dp > MAXW || (L->exact && (L->gb / L->dp) % L->unit != 0));
     }
-    int pps[3], npp = 0;
+    int pps[MAXP], npp = 0;
     for (int pp = 1; pp <= MAXP && pp <= LAYERS; pp++)
         if (tp * L->dp * pp <= MAXW) pps[npp++] = pp;
     L->pp = npp > 1 && rng_int(R, 4) ? pps[1 + rng_int(R, npp - 1)] : 1; /* mostly pipelines */

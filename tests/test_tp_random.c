@@ -709,6 +709,8 @@ static void make_illegal(layout *L, int k) {
     case 12: L->pl = FSC_PIPE_V, L->v = 2; break;
     default: L->exact = 0, L->unit = 2; break;
     }
+    if (k != 10 && L->kind == FSC_PAR_FSDP && L->shard == FSC_SHARD_HYBRID && L->dp % L->hybrid_group)
+        L->hybrid_group = 1; /* legal again where dp changed: only the case's one illegal choice */
 }
 
 static void test_tp_random_refusals(void **state) {

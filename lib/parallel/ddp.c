@@ -134,8 +134,9 @@ static fsc_status ddp_begin_step(fsc_engine *e) {
 
 static fsc_status ddp_pre_forward(fsc_engine *e, int layer) {
     ddp_state *d = e->sd;
-    /* (the pending range is left alone: a pipeline's recompute of a checkpointed micro-batch runs this between
-     * backwards that reduce, and what is pending then is still to reduce) */
+    /* the pending range is not reset here: a pipeline's checkpointed micro-batch recomputes its forward inside its
+     * backward, between a later chunk's reductions and its own, and a reset there made chunk 0's last bucket reduce
+     * the later chunk's gradients again (post_backward starts each range where its first layer ends) */
     /* each micro-batch reduces on its own: start it from zero local gradients (the exact reduction's units too:
      * without a pipeline each unit's backward follows its forward, and after the last one nothing is cleared) */
     if (layer == e->lf && e->micro > 0 && (d->acc || (e->exact && !e->pipe)))
@@ -184,12 +185,9 @@ static fsc_status ddp_post_backward(fsc_engine *e, int layer) {
     /* the micro-batch's backward is over: its reductions are done before the next one rewrites grad */
     if (layer == end) FSC_TRY(fsc_reduce_drain(e, &d->rq));
     /* the exact reduction: every unit's gradient is a term of its own, the next one starts from zero (with a
-     * pipeline the next backward may follow without a forward in between: nothing pending either, and the local
-     * gradients cleared here; without one, by the next unit's forward) */
-    if (layer == end && e->exact) {
-        d->pend_lo = d->pend_hi = d->P;
-        if (e->pipe) FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
-    }
+     * pipeline the next backward may follow without a forward in between, so the local gradients are cleared
+     * here; without one, by the next unit's forward) */
+    if (layer == end && e->exact && e->pipe) FSC_TRY(fsc_device_memset(e->dev, d->grad, 0, d->P * sizeof(float)));
     return FSC_OK;
 }
 

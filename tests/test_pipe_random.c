@@ -28,95 +28,10 @@
 #define MAXM (2 * MAXP + 1)
 #define LAYERS 8
 
-typedef struct {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r) { /* splitmix64 */
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
-
-/* A stream of messages into a rank (stage and micro-batch of each), first in, first out. */
-typedef struct {
-    int stage[MAXV * MAXM], micro[MAXV * MAXM]; /* a stream carries one message per stage and micro-batch at most */
-    int head, tail;
-} queue;
-
-typedef struct {
-    fsc_pipe_placement pl;
-    int p, v, m;
-    int withw[MAXP];    /* rank r's list has W actions */
-    int weight[3];      /* the generator's weight of a candidate F, B, W */
-} spec;
-
-/* The stream a message to stage g travels on (fwd: an output, else an input gradient): per receiving rank,
- * direction, sending rank and, in a V, the receiving chunk (chunk 1's messages have links of their own). */
-static queue *stream_of(queue *q, const spec *sp, int g, int fwd) {
-    const int p = sp->p, to = fsc_pipe_stage_rank(sp->pl, p, g);
-    const int from = fsc_pipe_stage_rank(sp->pl, p, fwd ? g - 1 : g + 1);
-    const int cls = sp->pl == FSC_PIPE_V ? g / p : 0;
-    return &q[((to * 2 + !fwd) * p + from) * 2 + cls];
-}
-
-static int at_head(queue *q, const spec *sp, int g, int fwd, int k) {
-    const queue *s = stream_of(q, sp, g, fwd);
-    return s->head < s->tail && s->stage[s->head] == g && s->micro[s->head] == k;
-}
-
-static void send_to(queue *q, const spec *sp, int g, int fwd, int k) {
-    queue *s = stream_of(q, sp, g, fwd);
-    s->stage[s->tail] = g, s->micro[s->tail] = k;
-    s->tail++;
-}
-
-typedef struct {
-    int r, c, kind;
-} cand_t;
-
-/* Random lists (above) into a[r] (lens[r] actions); 0, or -1 if no rank could move (a bug of the generator). */
-static int generate(const spec *sp, rng *R, fsc_pipe_action a[MAXP][3 * MAXV * MAXM], int *lens) {
-    const int p = sp->p, v = sp->v, m = sp->m, S = p * v;
-    static queue q[MAXP * 2 * MAXP * 2];
-    int nx[MAXP][MAXV][3]; /* next micro-batch of each rank, chunk and kind */
-    int left = 0;
-    memset(q, 0, sizeof q);
-    memset(nx, 0, sizeof nx);
-    for (int r = 0; r < p; r++) {
-        lens[r] = 0;
-        left += (2 + sp->withw[r]) * v * m;
-    }
-    for (; left > 0; left--) {
-        cand_t cand[MAXP * MAXV * 3];
-        int nc = 0, total = 0;
-        for (int r = 0; r < p; r++)
-            for (int c = 0; c < v; c++) {
-                const int g = fsc_pipe_stage_at(sp->pl, p, r, c), *n = nx[r][c];
-                if (n[0] < m && (g == 0 || at_head(q, sp, g, 1, n[0]))) cand[nc++] = (cand_t){ r, c, 0 };
-                if (n[1] < n[0] && (g == S - 1 || at_head(q, sp, g, 0, n[1]))) cand[nc++] = (cand_t){ r, c, 1 };
-                if (sp->withw[r] && n[2] < n[1]) cand[nc++] = (cand_t){ r, c, 2 };
-            }
-        if (nc == 0) return -1;
-        for (int i = 0; i < nc; i++) total += sp->weight[cand[i].kind];
-        int pick = rng_int(R, total), i = 0;
-        while (pick >= sp->weight[cand[i].kind]) pick -= sp->weight[cand[i].kind], i++;
-        const int r = cand[i].r, c = cand[i].c, kind = cand[i].kind, k = nx[r][c][kind]++;
-        const int g = fsc_pipe_stage_at(sp->pl, p, r, c);
-        a[r][lens[r]++] = (fsc_pipe_action){ (fsc_pipe_action_kind)kind, k, c };
-        if (kind == 0 && g > 0) stream_of(q, sp, g, 1)->head++;
-        if (kind == 0 && g < S - 1) send_to(q, sp, g + 1, 1, k);
-        if (kind == 1 && g < S - 1) stream_of(q, sp, g, 0)->head++;
-        if (kind == 1 && g > 0) send_to(q, sp, g - 1, 0, k);
-    }
-    return 0;
-}
+#include "randlists.h" /* (after MAXP, MAXV and MAXM) */
 
 /* "rank 0: F0.0 F1.0 B0.0 ...; rank 1: ..." (micro-batch.chunk) */
-static void print_lists(const spec *sp, fsc_pipe_action a[MAXP][3 * MAXV * MAXM], const int *lens) {
+static void print_lists(const list_spec *sp, fsc_pipe_action a[MAXP][3 * MAXV * MAXM], const int *lens) {
     for (int r = 0; r < sp->p; r++) {
         fprintf(stderr, "  rank %d:", r);
         for (int i = 0; i < lens[r]; i++)
@@ -134,7 +49,7 @@ typedef struct {
 } state_t;
 
 /* One case: random lists of the spec drawn from seed, checked by the validator, trained against DDP. */
-static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind, int moe, spec sp) {
+static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind, int moe, list_spec sp) {
     rng R = { seed };
     fsc_pipe_action a[MAXP][3 * MAXV * MAXM];
     int lens[MAXP];
@@ -230,7 +145,7 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
 }
 
 /* W on rank r: mode 0 none, 1 every rank, 2 some ranks (at least one with, one without) */
-static void draw_w(spec *sp, int mode, rng *R) {
+static void draw_w(list_spec *sp, int mode, rng *R) {
     for (int r = 0; r < sp->p; r++) sp->withw[r] = mode == 1 ? 1 : mode == 2 ? rng_int(R, 2) : 0;
     if (mode == 2) {
         const int with = rng_int(R, sp->p), without = (with + 1 + rng_int(R, sp->p - 1)) % sp->p;
@@ -330,7 +245,7 @@ static void test_pipe_random_lists(void **state) {
     memset(&st, 0, sizeof st);
     rng R = { seed };
     for (int c = 0; c < ncases; c++) {
-        spec sp;
+        list_spec sp;
         memset(&sp, 0, sizeof sp);
         sp.p = 2 + c % 3;
         const int lay = c / 3 % 3;
@@ -343,7 +258,7 @@ static void test_pipe_random_lists(void **state) {
     /* dp 2 x pp 2 with every strategy inside the stages (the sharded ones reduce per bucket or unit) */
     static const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2, FSC_PAR_FSDP };
     for (int c = 0; c < (ncases / 4 > 24 ? ncases / 4 : 24); c++) {
-        spec sp;
+        list_spec sp;
         memset(&sp, 0, sizeof sp);
         sp.p = 2;
         sp.v = c % 3 ? 2 : 1;
@@ -354,7 +269,7 @@ static void test_pipe_random_lists(void **state) {
     }
     /* a mixture of experts in every second block: pp 2 and 3 on one data rank, dp 2 x pp 2 with ep 2 */
     for (int c = 0; c < (ncases / 9 > 12 ? ncases / 9 : 12); c++) {
-        spec sp;
+        list_spec sp;
         memset(&sp, 0, sizeof sp);
         const int dp = c % 4 == 3 ? 2 : 1;
         sp.p = dp == 2 ? 2 : 2 + c % 2;

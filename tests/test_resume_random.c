@@ -54,6 +54,7 @@
 #include "fsc/llama.h"
 #include "fsc/pipe_schedule.h"
 #include "partest.h"
+#include "testrng.h"
 #include "trainertest.h"
 
 #define MAXBATCH 16
@@ -61,19 +62,6 @@
 #define STEPS 4
 #define MAXW 8
 #define MAXHOPS 3
-
-typedef struct {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r) { /* splitmix64 */
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
 
 /* What the bits depend on: the same in every layout of a case and in its reference. */
 typedef struct {

@@ -46,93 +46,9 @@
 #define VOCAB 48
 #define PRED (MAXGB * SEQ * VOCAB) /* a rank's outputs at most */
 
-typedef struct {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r) { /* splitmix64 */
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static int rng_int(rng *r, int n) { return (int)(rng_next(r) % (uint64_t)n); }
-
-/* ---- random custom lists (the generator of tests/test_pipe_random.c: the ranks run together, each step one
- * action that some rank could run next, F and B only when their message is at the head of its stream) ---- */
-
-typedef struct {
-    int stage[MAXV * MAXM], micro[MAXV * MAXM];
-    int head, tail;
-} queue;
-
-typedef struct {
-    fsc_pipe_placement pl;
-    int p, v, m;
-    int withw[MAXP];
-    int weight[3];
-} lspec;
-
-static queue *stream_of(queue *q, const lspec *sp, int g, int fwd) {
-    const int p = sp->p, to = fsc_pipe_stage_rank(sp->pl, p, g);
-    const int from = fsc_pipe_stage_rank(sp->pl, p, fwd ? g - 1 : g + 1);
-    const int cls = sp->pl == FSC_PIPE_V ? g / p : 0;
-    return &q[((to * 2 + !fwd) * p + from) * 2 + cls];
-}
-
-static int at_head(queue *q, const lspec *sp, int g, int fwd, int k) {
-    const queue *s = stream_of(q, sp, g, fwd);
-    return s->head < s->tail && s->stage[s->head] == g && s->micro[s->head] == k;
-}
-
-static void send_to(queue *q, const lspec *sp, int g, int fwd, int k) {
-    queue *s = stream_of(q, sp, g, fwd);
-    s->stage[s->tail] = g, s->micro[s->tail] = k;
-    s->tail++;
-}
+#include "randlists.h" /* (after MAXP, MAXV and MAXM) */
 
 #define MAXA (3 * MAXV * MAXM)
-
-static int generate(const lspec *sp, rng *R, fsc_pipe_action a[MAXP][MAXA], int *lens) {
-    const int p = sp->p, v = sp->v, m = sp->m, S = p * v;
-    queue q[MAXP * 2 * MAXP * 2];
-    int nx[MAXP][MAXV][3];
-    int left = 0;
-    memset(q, 0, sizeof q);
-    memset(nx, 0, sizeof nx);
-    for (int r = 0; r < p; r++) {
-        lens[r] = 0;
-        left += (2 + sp->withw[r]) * v * m;
-    }
-    for (; left > 0; left--) {
-        struct {
-            int r, c, kind;
-        } cand[MAXP * MAXV * 3];
-        int nc = 0, total = 0;
-        for (int r = 0; r < p; r++)
-            for (int c = 0; c < v; c++) {
-                const int g = fsc_pipe_stage_at(sp->pl, p, r, c), *n = nx[r][c];
-                if (n[0] < m && (g == 0 || at_head(q, sp, g, 1, n[0])))
-                    cand[nc].r = r, cand[nc].c = c, cand[nc++].kind = 0;
-                if (n[1] < n[0] && (g == S - 1 || at_head(q, sp, g, 0, n[1])))
-                    cand[nc].r = r, cand[nc].c = c, cand[nc++].kind = 1;
-                if (sp->withw[r] && n[2] < n[1]) cand[nc].r = r, cand[nc].c = c, cand[nc++].kind = 2;
-            }
-        if (nc == 0) return -1;
-        for (int i = 0; i < nc; i++) total += sp->weight[cand[i].kind];
-        int pick = rng_int(R, total), i = 0;
-        while (pick >= sp->weight[cand[i].kind]) pick -= sp->weight[cand[i].kind], i++;
-        const int r = cand[i].r, c = cand[i].c, kind = cand[i].kind, k = nx[r][c][kind]++;
-        const int g = fsc_pipe_stage_at(sp->pl, p, r, c);
-        a[r][lens[r]++] = (fsc_pipe_action){ (fsc_pipe_action_kind)kind, k, c };
-        if (kind == 0 && g > 0) stream_of(q, sp, g, 1)->head++;
-        if (kind == 0 && g < S - 1) send_to(q, sp, g + 1, 1, k);
-        if (kind == 1 && g < S - 1) stream_of(q, sp, g, 0)->head++;
-        if (kind == 1 && g > 0) send_to(q, sp, g - 1, 0, k);
-    }
-    return 0;
-}
 
 /* ---- a layout ---- */
 
@@ -255,7 +171,7 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
             const int lay = L->pp * 2 <= LAYERS ? rng_int(R, 3) : 0; /* one chunk, chunks in a loop, two in a V */
             L->v = lay == 0 ? 1 : lay == 1 && L->pp * 3 <= LAYERS && rng_int(R, 2) ? 3 : 2;
             L->pl = lay == 2 ? FSC_PIPE_V : FSC_PIPE_LOOP;
-            lspec sp;
+            list_spec sp;
             memset(&sp, 0, sizeof sp);
             sp.pl = L->pl, sp.p = L->pp, sp.v = L->v, sp.m = L->m;
             const int wmode = rng_int(R, 3); /* none, every rank, some ranks */

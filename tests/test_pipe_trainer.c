@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "trainertest.h"
@@ -296,6 +297,9 @@ static void test_trainer_schedule_file(void **st) {
     free(out), free(err), free(args);
     write_file("bad.txt", "0F0 0F1 0B0 0B1\n1F0 1B0 1F1 1X1\n");
     write_file("dead.txt", "0F0 0B0 0F1 0B1\n1F0 1F1 1B0 1B1\n");
+    char fifo[256];
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmpdir);
+    assert_int_equal(mkfifo(fifo, 0600), 0); /* refused at once, not waited on */
     struct { const char *args, *needle; } cases[] = {
         { "--pp 2 --chunks 2 --schedule-file '%s/hand.txt' --schedule zbv", "drop --schedule" },
         { "--pp 2 --chunks 2 --schedule-file '%s/hand.txt' --virtual-stages 2", "drop --virtual-stages" },
@@ -304,6 +308,7 @@ static void test_trainer_schedule_file(void **st) {
         { "--pp 2 --chunks 2 --schedule-file '%s/missing.txt'", "missing.txt: cannot open" },
         { "--pp 2 --chunks 2 --schedule-file '%s/bad.txt'", "line 2: '1X1' is not an action" },
         { "--pp 2 --chunks 2 --schedule-file '%s/dead.txt'", "deadlock" },
+        { "--pp 2 --chunks 2 --schedule-file '%s/fifo'", "fifo: not a regular file" },
         { "--world 2 --parallel ddp --schedule-file '%s/hand.txt'", "--schedule-file applies to pipelines only" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -133,7 +133,7 @@ static fsc_status write_hf_config(const train_config *c, const char *path) {
     snprintf(old, sizeof old, "%s/config.json", dir);
     size_t n = 0;
     if (access(old, F_OK) == 0) {
-        cJSON *was = read_config_file(old, old, &text, &n, why, sizeof why) == 0 ? cJSON_ParseWithLength(text, n)
+        cJSON *was = read_text_file(old, old, CONFIG_MAX, &text, &n, why, sizeof why) == 0 ? cJSON_ParseWithLength(text, n)
                                                                                    : NULL;
         const int hf = cJSON_GetObjectItemCaseSensitive(was, "model_type") != NULL;
         cJSON_Delete(was), free(text), text = NULL;
@@ -207,7 +207,7 @@ int check_resume_config(const train_config *asked, const char *dir) {
     int legacy = 0;
     if (access(path, F_OK) != 0) snprintf(path, sizeof path, "%sconfig.json", base), legacy = 1;
     if (access(path, F_OK) != 0) return 0;
-    if (read_config_file(path, path, &text, &n, why, sizeof why) != 0) {
+    if (read_text_file(path, path, CONFIG_MAX, &text, &n, why, sizeof why) != 0) {
         fprintf(stderr, "fsc-train: warning: --resume %s: %s: options not compared\n", dir, why);
         return 0;
     }

@@ -140,16 +140,16 @@ int apply_config_text(train_config *c, int *given, const char *text, size_t len,
     return rc;
 }
 
-/* A regular file of at most CONFIG_MAX bytes (a FIFO or a device is refused without waiting on it) into *text
- * (malloc'd, NUL-terminated) and *n. 0, or -1 with err saying why after `name`. */
-int read_config_file(const char *path, const char *name, char **text, size_t *n, char *err, size_t cap) {
+/* A regular file of at most max bytes (a FIFO or a device is refused without waiting on it) into *text (malloc'd,
+ * NUL-terminated) and *n. 0, or -1 with err saying why after `name`. */
+int read_text_file(const char *path, const char *name, size_t max, char **text, size_t *n, char *err, size_t cap) {
     *text = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return snprintf(err, cap, "%s: cannot open: %s", name, strerror(errno)), -1;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > CONFIG_MAX) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > max) {
         close(fd);
-        return snprintf(err, cap, "%s: not a regular file of at most 1 MiB", name), -1;
+        return snprintf(err, cap, "%s: not a regular file of at most %zu MiB", name, max >> 20), -1;
     }
     size_t got = 0;
     *n = (size_t)sb.st_size;
@@ -183,7 +183,7 @@ int apply_config_file(train_config *c, int *given, const char *path, char *err, 
         path = file;
     }
     snprintf(name, sizeof name, "--config %.280s", path);
-    if (read_config_file(path, name, &text, &n, err, cap) != 0) return -1;
+    if (read_text_file(path, name, CONFIG_MAX, &text, &n, err, cap) != 0) return -1;
     int rc = apply_config_text(c, given, text, n, name, err, cap);
     free(text);
     return rc;

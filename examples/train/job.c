@@ -2,10 +2,8 @@
  * planner's job (fsc/plan.h) that --plan and fsc-plan plan. Shared by fsc-train and fsc-plan (which parses
  * fsc-train's options with the same table).
  * Not here: the options themselves (options.c), the model configurations (models.c). */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include "train.h"
 
 /* The library's parallel options of the run: its defaults, then what the options set (an option the table lacks
@@ -92,44 +90,22 @@ void plan_job_free(fsc_plan_job *j) {
 /* --schedule-file: the file's lists, checked against --pp and the micro-batches (c->sched). */
 int load_schedule_file(train_config *c, char *err, size_t cap) {
     if (!c->schedule_file || c->pp < 2) return 0;
-    FILE *f = fopen(c->schedule_file, "rb");
-    if (!f) return snprintf(err, cap, "--schedule-file %s: cannot open: %s", c->schedule_file, strerror(errno)), -1;
-    enum { MAX_BYTES = 64 << 20 }; /* far more than any schedule: 2^20 micro-batches of a few ranks */
-    char *text = NULL;
-    size_t n = 0, have = 0;
-    int nomem = 0;
-    while (!feof(f) && !ferror(f) && n <= MAX_BYTES) { /* grows with what the file holds */
-        if (n == have) {
-            char *t = realloc(text, have = have ? 2 * have : 4096);
-            if (!t) {
-                nomem = 1;
-                break;
-            }
-            text = t;
-        }
-        n += fread(text + n, 1, have - n, f);
-    }
-    const int bad = ferror(f);
-    fclose(f);
-    if (nomem || bad || n > MAX_BYTES) {
-        free(text);
-        return snprintf(err, cap, "--schedule-file %s: %s", c->schedule_file,
-                        nomem ? "out of memory" : bad ? "cannot read" : "larger than 64 MiB"), -1;
-    }
+    char *text = NULL, name[300];
+    size_t n = 0;
+    snprintf(name, sizeof name, "--schedule-file %s", c->schedule_file);
+    if (read_text_file(c->schedule_file, name, 64u << 20, &text, &n, err, cap) != 0) return -1; /* 2^20 micro-batches */
     fsc_pipe_schedule_lists *s = calloc(1, sizeof *s);
     fsc_status st = s ? fsc_pipe_schedule_parse(text, n, s) : fsc_error(FSC_ERR_NOMEM, "out of memory");
     free(text);
     if (st != FSC_OK) {
         free(s);
-        return snprintf(err, cap, "--schedule-file %s: %s", c->schedule_file, fsc_last_error()), -1;
+        return snprintf(err, cap, "%s: %s", name, fsc_last_error()), -1;
     }
     c->sched = s;
     if (s->p != c->pp)
-        return snprintf(err, cap, "--schedule-file %s has %d lines of actions (pipeline ranks) but --pp is %d",
-                        c->schedule_file, s->p, c->pp), -1;
+        return snprintf(err, cap, "%s has %d lines of actions (pipeline ranks) but --pp is %d", name, s->p, c->pp), -1;
     if (s->m != c->accum)
-        return snprintf(err, cap, "--schedule-file %s runs %d micro-batches but the run has %d (--chunks)",
-                        c->schedule_file, s->m, c->accum), -1;
+        return snprintf(err, cap, "%s runs %d micro-batches but the run has %d (--chunks)", name, s->m, c->accum), -1;
     return 0;
 }
 
@@ -139,25 +115,37 @@ void free_schedule_file(train_config *c) {
     c->sched = NULL;
 }
 
+/* The text of p ranks' lists on f. */
+static fsc_status put_lists(FILE *f, fsc_pipe_placement pl, int p, int v, fsc_pipe_action *const *lists, const int *lens) {
+    const fsc_pipe_action *const *l = (const fsc_pipe_action *const *)lists;
+    size_t len = 0;
+    FSC_TRY(fsc_pipe_schedule_format(pl, p, v, l, lens, NULL, 0, &len));
+    char *text = malloc(len + 1);
+    fsc_status st = text ? fsc_pipe_schedule_format(pl, p, v, l, lens, text, len + 1, &len)
+                         : fsc_error(FSC_ERR_NOMEM, "out of memory");
+    if (st == FSC_OK) fputs(text, f);
+    free(text);
+    return st;
+}
+
 /* --print-schedule: the lists of every rank (the file's, or the built-in schedule's for --pp, the chunks per rank
  * and the micro-batches) in the text --schedule-file reads. */
 int print_schedule_text(const train_config *c, FILE *f, char *err, size_t cap) {
     const int p = c->pp, v = config_chunks(c);
-    fsc_pipe_action **lists = c->sched ? c->sched->lists : calloc((size_t)p, sizeof *lists);
-    int *lens = c->sched ? c->sched->lens : calloc((size_t)p, sizeof *lens);
-    const fsc_pipe_placement pl = c->sched ? c->sched->placement : fsc_pipe_schedule_placement(pipe_schedule_kind[c->schedule]);
-    fsc_status st = lists && lens ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "out of memory");
-    for (int r = 0; r < p && st == FSC_OK && !c->sched; r++)
-        st = fsc_pipe_schedule_make(pipe_schedule_kind[c->schedule], p, v, c->accum, r, &lists[r], &lens[r]);
-    size_t len = 0;
-    char *text = NULL;
-    if (st == FSC_OK) st = fsc_pipe_schedule_format(pl, p, v, (const fsc_pipe_action *const *)lists, lens, NULL, 0, &len);
-    if (st == FSC_OK && !(text = malloc(len + 1))) st = fsc_error(FSC_ERR_NOMEM, "out of memory");
-    if (st == FSC_OK) st = fsc_pipe_schedule_format(pl, p, v, (const fsc_pipe_action *const *)lists, lens, text, len + 1, &len);
-    if (st == FSC_OK) fputs(text, f);
-    free(text);
-    for (int r = 0; r < p && lists && !c->sched; r++) fsc_pipe_schedule_free(lists[r]);
-    if (!c->sched) free(lists), free(lens);
+    const fsc_pipe_schedule kind = pipe_schedule_kind[c->schedule];
+    fsc_status st;
+    if (c->sched) {
+        st = put_lists(f, c->sched->placement, p, v, c->sched->lists, c->sched->lens);
+    } else {
+        fsc_pipe_action **lists = calloc((size_t)p, sizeof *lists);
+        int *lens = calloc((size_t)p, sizeof *lens);
+        st = lists && lens ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "out of memory");
+        for (int r = 0; r < p && st == FSC_OK; r++)
+            st = fsc_pipe_schedule_make(kind, p, v, c->accum, r, &lists[r], &lens[r]);
+        if (st == FSC_OK) st = put_lists(f, fsc_pipe_schedule_placement(kind), p, v, lists, lens);
+        for (int r = 0; r < p && lists; r++) fsc_pipe_schedule_free(lists[r]);
+        free(lists), free(lens);
+    }
     if (st != FSC_OK) return snprintf(err, cap, "--print-schedule: %s", fsc_last_error()), -1;
     return 0;
 }

@@ -192,7 +192,7 @@ const char *option_choice(const char *opt, int idx, char *buf, size_t cap);
 int apply_config_text(train_config *c, int *given, const char *text, size_t len, const char *name, char *err,
                       size_t cap);
 int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap);
-int read_config_file(const char *path, const char *name, char **text, size_t *n, char *err, size_t cap);
+int read_text_file(const char *path, const char *name, size_t max, char **text, size_t *n, char *err, size_t cap);
 cJSON *config_object(const train_config *c);
 
 /* checks.c: the options together, in main's order (check_launcher, resolve_layout, resolve_model, check_config) */

@@ -6,7 +6,8 @@
  *   zero1, zero2 and fsdp (every --shard) with --ep 2 on 4 ranks, --accum 2 and --prefetch 1 reports them
  *   bit-identical to DDP with --ep 2;
  * - --check-ddp of pipelines (--pp 2 and 4, ddp, zero1, zero2 and fsdp, --ep 2; gpipe, 1f1b, zb-h1, zbv and
- *   interleaved) reports them bit-identical to DDP over the data-parallel ranks, and the --json aux losses and drops
+ *   interleaved; zb-h1 and zbv with --recompute 1 too) reports them bit-identical to DDP over the data-parallel
+ *   ranks, and the --json aux losses and drops
  *   equal a DDP run's;
  * - --ep 2 on 4 ranks: losses within 1e-6 relative of --ep 1 (the expert gradients' sums associate
  *   differently), the same drops;
@@ -95,6 +96,9 @@ static void test_moe_trainer_check_ddp(void **state) {
         { "--parallel zero2 --pp 2 --ep 2 --accum 2 --schedule zb-h1 --checkpoint never", 2, 2, 2 },
         { "--parallel fsdp --pp 2 --ep 2 --accum 2 --schedule zbv", 2, 2, 2 },
         { "--parallel zero1 --pp 2 --ep 2 --accum 2 --schedule interleaved --virtual-stages 2", 2, 2, 2 },
+        /* with layer checkpointing: each MoE block recomputed (its all-to-alls again) in B, its W reading that */
+        { "--parallel zero2 --pp 2 --ep 2 --accum 2 --schedule zb-h1 --checkpoint never --recompute 1", 2, 2, 2 },
+        { "--parallel fsdp --pp 2 --ep 2 --accum 4 --schedule zbv --recompute 1", 2, 4, 2 },
     };
     for (size_t i = 0; i < sizeof piped / sizeof piped[0]; i++) {
         snprintf(args, sizeof args, "--moe-experts 4 --moe-top-k 2 --moe-capacity 1 --world 4 --layers 4 %s",

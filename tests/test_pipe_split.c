@@ -16,8 +16,8 @@
  * gradient a record without the owner leaves for its caller is the whole backward's; running the weight parts in
  * descending order changes them. A record over the GELU alone (no split area) and one over the token embedding
  * alone (no input gradient: its weight part reads the output gradient its input part kept) give the whole backward's
- * bits. Misuse is refused: a split record's backward, backward_input of a record made
- * without split, split with layer checkpointing, a weight part before its input part. */
+ * bits. Layer checkpointing with the split gives the whole backward's bits too. Misuse is refused: a split record's
+ * backward, backward_input of a record made without split, a weight part before its input part. */
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
@@ -25,6 +25,7 @@
 enum { T = 4, C = 8, V = 11, B = 2, NL = 7, HEADS = 2 };
 
 static fsc_device *g_dev;
+static int g_ckpt, g_offload; /* run's records: layer checkpointing, and with it the layers' inputs offloaded */
 
 static int setup(void **st) {
     (void)st;
@@ -185,7 +186,7 @@ static void run(fsc_model *m, int first, int split, float *g, float *gin, int fl
     fsc_model_hooks h = { 0 };
     for (int k = 0; k < 2; k++) {
         fsc_model_acts_opts o = { .B = B, .first = first, .last = m->n_layers - 1, .split = split > 0,
-                                  .split_tied = split > 2,
+                                  .split_tied = split > 2, .checkpoint = g_ckpt, .offload_inputs = g_offload,
                                   .grad_term = tm ? take_term : NULL, .grad_term_ctx = tm };
         assert_ok(m->ops->acts_create(m->ctx, &o, &a[k]));
         if (bytes) *bytes = m->ops->acts_bytes(m->ctx, a[k]);
@@ -275,6 +276,46 @@ static void split_equals_whole(void **st) {
     }
 }
 
+/* Layer checkpointing (one record shared by the layers, each recomputed in its backward) with the split: every
+ * model, the tied one with split_tied too, and with the layers' inputs offloaded to the host, gives the whole
+ * backward's bits without checkpointing, B0 B1 W0 W1. Each layer that splits recomputes into a record of its own in
+ * the split area and its weight part reads that one (the input parts of the GPT-2 MLP, the attention and the head
+ * write gradients over their records; the layers before overwrite the shared one); the weight part recomputes
+ * nothing. While it waits for its backward a checkpointed record is smaller than a full one; from its input part to
+ * its weight part it holds every splitting layer's record too. */
+static void split_checkpoint_equals_whole(void **st) {
+    (void)st;
+    for (int variant = 0; variant < 7; variant++) {
+        fsc_model *m = lm(variant);
+        const size_t P = fsc_model_num_params(m), n = variant == 6 ? 2 * P : P;
+        float *g0 = calloc(n, sizeof(float)), *g1 = calloc(n, sizeof(float));
+        float gin0[B * T * C], gin1[B * T * C];
+        for (int first = 0; first < 2; first++) {
+            size_t full, held;
+            run(m, first, 0, g0, gin0, variant == 3, NULL, &full);
+            for (int off = 0; off < 2; off++) {
+                g_ckpt = 1, g_offload = off;
+                size_t waiting;
+                run(m, first, 0, g1, gin1, variant == 3, NULL, &waiting); /* whole, checkpointed */
+                assert_true(waiting < full);
+                assert_memory_equal(g0, g1, P * sizeof(float));
+                run(m, first, variant == 6 ? 3 : 1, g1, gin1, variant == 3, NULL, &held);
+                g_ckpt = 0, g_offload = 0;
+                assert_true(held > waiting);
+                int nonzero = 0;
+                for (size_t i = 0; i < P; i++) nonzero += g0[i] != 0.0f;
+                assert_true(nonzero > (int)(P / 2));
+                if (memcmp(g0, g1, n * sizeof(float)) != 0)
+                    fail_msg("model %d, first layer %d, offload %d: the checkpointed split's gradients differ from the "
+                             "whole backward's", variant, first, off);
+                if (first > 0) assert_memory_equal(gin0, gin1, sizeof gin0);
+            }
+        }
+        free(g0), free(g1);
+        fsc_model_free(m);
+    }
+}
+
 /* The MoE layers' weight part hands the experts' gradients to grad_term (the exact reduction) as the whole
  * backward does: the same pieces in the same order, the same gradients. */
 static void split_terms(void **st) {
@@ -305,9 +346,6 @@ static void split_misuse_refused(void **st) {
     fsc_model_free(m);
     m = lm(0);
     fsc_model_acts *a = NULL;
-    assert_err(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = B, .last = NL - 1, .split = 1,
-                                                                   .checkpoint = 1 }, &a),
-               FSC_ERR_INVALID, "layer checkpointing");
     fsc_model_hooks h = { 0 };
     assert_ok(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = B, .last = NL - 1 }, &a));
     assert_err(m->ops->backward_input(m->ctx, a, &h, 1.0f), FSC_ERR_STATE, "made with split");
@@ -437,6 +475,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(split_equals_whole),
         cmocka_unit_test(split_terms),
+        cmocka_unit_test(split_checkpoint_equals_whole),
         cmocka_unit_test(split_tied_equals_whole),
         cmocka_unit_test(split_misuse_refused),
         cmocka_unit_test(split_of_nothing),

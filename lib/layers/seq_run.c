@@ -32,7 +32,9 @@ typedef struct {
     size_t bytes;
     void *in;            /* input of `first`: raw samples (first 0) or the input stream */
     float **out;         /* (last - first + 1) output of each layer (the output stream of `last` < n - 1) */
-    void **rec;          /* (last - first + 1) each layer's record (all the same with ckpt) */
+    void **rec;          /* (last - first + 1) each layer's record (all the same with ckpt, but a splitting layer's
+                          * while the split area is held: its own there) */
+    void *shared;        /* ckpt: the one record the layers share */
     void *target;        /* the loss layer's targets */
     float *gout, *gin;   /* gradient streams: w.r.t. the output of `last`, the input of `first` */
     size_t g_off[2];     /* the gradients between layers, alternating: their offsets in the model's scratch (the
@@ -120,6 +122,7 @@ static size_t layout(const seq_model *s, seq_acts *a, char *base) {
         void *shared;
         TAKE(shared, maxrec);
         for (int l = a->first; l <= a->last; l++) a->rec[l - a->first] = shared;
+        a->shared = shared;
     }
     if (a->last == s->n - 1) TAKE(a->target, B * s->layers[a->last]->target_bytes);
     else TAKE(a->gout, S);
@@ -169,8 +172,15 @@ static fsc_status scratch_reserve(seq_model *s, seq_acts *a) {
 
 /* Lay a split record's split area out from base (NULL: only count, and no area: keep, stash and sink NULL). A
  * stash of 0 bytes is not NULL in the area (layers.h: it marks the split's parts); a range whose area would be
- * empty but for such a stash (an LM head without a norm, alone) takes 256 bytes so that it has one. */
+ * empty but for such a stash (an LM head without a norm, alone) takes 256 bytes so that it has one. With layer
+ * checkpointing each layer that splits also has its own record there: the input part recomputes the layer into it,
+ * and the weight part reads it as the input part left it (layers.h: the input part may write gradients over its
+ * record) instead of the shared one, which the layers before it overwrite; but the range's first layer with a
+ * record keeps the shared one (the input part recomputes none after it that writes there; a held checkpointed
+ * record then costs what a full one does); without the area the layers share again. */
 static size_t layout_split(const seq_model *s, seq_acts *a, char *base) {
+    int keeper = a->first; /* the first layer with a record */
+    while (keeper < a->last && !rec_bytes(s->layers[keeper], a->B)) keeper++;
     const size_t B = (size_t)a->B;
     size_t at = 0;
     int stashes = 0;
@@ -180,6 +190,10 @@ static size_t layout_split(const seq_model *s, seq_acts *a, char *base) {
         if (l < s->n - 1 && splits(s, a, l)) TAKE(a->keep[l - a->first], B * y->out_floats * sizeof(float));
         if (splits(s, a, l) && y->ops->split_bytes)
             TAKE(a->stash[l - a->first], y->ops->split_bytes(y, a->B)), stashes++;
+        if (a->ckpt && splits(s, a, l) && l != keeper) {
+            TAKE(a->rec[l - a->first], rec_bytes(y, a->B));
+            if (!base) a->rec[l - a->first] = a->shared;
+        }
     }
     TAKE(a->sink, sink_floats(s, a) * sizeof(float));
 #undef TAKE
@@ -237,9 +251,6 @@ static fsc_status acts_make(seq_model *s, const fsc_model_acts_opts *o, void **r
     if (o->B < 1 || o->first < 0 || o->last >= s->n || o->first > o->last)
         return fsc_error(FSC_ERR_INVALID, "sequential model: record for layers %d..%d of %d and %d samples", o->first,
                          o->last, s->n, o->B);
-    if (o->split && o->checkpoint)
-        return fsc_error(FSC_ERR_INVALID, "sequential model: a split backward keeps every layer's record until its "
-                         "weight part; layer checkpointing keeps one (use a pipeline checkpoint mode instead)");
     FSC_TRY(tied_reserve(s, o->first, o->last));
     seq_acts *a = calloc(1, sizeof *a);
     const int nl = o->last - o->first + 1, offload = o->checkpoint && o->offload_inputs;
@@ -481,10 +492,10 @@ static fsc_status backward_layers(seq_model *s, seq_acts *a, const fsc_model_hoo
         }
     for (int l = a->last; l >= a->first; l--) {
         FSC_TRY(hook(h->pre_backward, h->ctx, l));
-        if (a->ckpt) { /* the same kernels on the same input: the same record */
-            FSC_TRY(offload(s, a, l - 1, 1));
-            FSC_TRY(layer_forward(s, a, l));
-        }
+        /* the same kernels on the same input: the same record; the weight part finds a splitting layer's record
+         * where its input part left it (layout_split), and needs its input back where offload took it */
+        if (a->ckpt && (part != PART_WEIGHT || splits(s, a, l))) FSC_TRY(offload(s, a, l - 1, 1));
+        if (a->ckpt && part != PART_WEIGHT) FSC_TRY(layer_forward(s, a, l));
         FSC_TRY(layer_backward(s, a, l, part, dscale));
         FSC_TRY(hook(h->post_backward, h->ctx, l));
     }

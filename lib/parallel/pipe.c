@@ -193,25 +193,6 @@ static fsc_status validate_chunks(const fsc_parallel_opts *po, int v) {
     return FSC_OK;
 }
 
-/* Whether the schedule has W actions (zb-h1, or a custom list with any): every rank asks the same. */
-static int has_weight_actions(const fsc_parallel_opts *po, int pp) {
-    if (po->schedule == FSC_SCHED_ZB_H1 || po->schedule == FSC_SCHED_ZBV) return 1;
-    if (po->schedule != FSC_SCHED_CUSTOM || !po->actions || !po->nactions) return 0;
-    for (int r = 0; r < pp; r++)
-        for (int i = 0; po->actions[r] && i < po->nactions[r]; i++)
-            if (po->actions[r][i].kind == FSC_ACT_WEIGHT) return 1;
-    return 0;
-}
-
-/* W actions (the split backward): what runs with them so far (docs/pipeline.md). */
-static fsc_status validate_split(const fsc_parallel_opts *po) {
-    if (po->checkpoint)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "a schedule with W actions (zb-h1, zbv) keeps every layer's record of a "
-                         "micro-batch until its W; layer checkpointing (checkpoint) keeps one: use the pipeline "
-                         "checkpoint modes (pipe_checkpoint) instead");
-    return FSC_OK;
-}
-
 /* The placement option (custom schedules only): before the chunks are counted, which a V fixes at two. */
 static fsc_status validate_placement(const fsc_parallel_opts *po) {
     if (po->placement == FSC_PIPE_LOOP) return FSC_OK;
@@ -263,7 +244,6 @@ fsc_status fsc_pipe_validate(const fsc_rank *r, int n_layers, const fsc_parallel
         return fsc_error(FSC_ERR_INVALID, "the interleaved schedule needs the micro-batches (accum %d) to be a "
                          "multiple of the %d pipeline stages, as Megatron's does", po->accum, pp);
     if (v > 1) FSC_TRY(validate_chunks(po, v));
-    if (has_weight_actions(po, pp)) FSC_TRY(validate_split(po));
     if (po->pipe_checkpoint != FSC_PIPE_CKPT_EXCEPT_LAST && po->pipe_checkpoint != FSC_PIPE_CKPT_ALWAYS &&
         po->pipe_checkpoint != FSC_PIPE_CKPT_NEVER)
         return fsc_error(FSC_ERR_INVALID, "unknown pipeline checkpoint mode %d (always, except_last or never)",

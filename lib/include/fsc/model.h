@@ -135,8 +135,11 @@ typedef struct {
      * gradients ignores it) */
     fsc_grad_term_fn grad_term;
     void *grad_term_ctx;
-    int split;           /* backward runs as backward_input, then backward_weight (needs both operations and no
-                          * checkpoint): the record keeps what the weight part needs until it runs */
+    int split;           /* backward runs as backward_input, then backward_weight (needs both operations): the
+                          * record keeps what the weight part needs until it runs; with checkpoint the input part
+                          * recomputes each layer and keeps what its weight part reads (the sequential model: the
+                          * layer's record), the weight part recomputes nothing (a model that cannot refuses the
+                          * pair from acts_create) */
     int split_tied;      /* with split: the layers that own or use a tied tensor split too, where the model can
                           * (its splits_tied operation says whether).
                           * The tied contract above then holds in the weight part: a user's weight part writes

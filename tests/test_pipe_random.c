@@ -9,8 +9,8 @@
  * construction and interleave chunks and place Ws at random; every one must pass fsc_pipe_schedule_validate_placed,
  * and a copy with two actions of one kind and chunk swapped on one rank must be refused.
  * Cases: P 2, 3, 4; one chunk per rank, two (on 2 ranks also three) in a loop, two in a V; M from 1 to 2P + 1;
- * no W, W on every rank, W on some ranks only; every pipeline checkpoint mode, and layer checkpointing in lists
- * without W; prefetch 0 and 1 (chunks need prefetch); even and random balances of an 8-block GPT whose embedding
+ * no W, W on every rank, W on some ranks only; every pipeline checkpoint mode, and layer checkpointing (with W
+ * too); prefetch 0 and 1 (chunks need prefetch); even and random balances of an 8-block GPT whose embedding
  * is tied to its head; dp 2 x pp 2 with W (on every rank or some) and DDP, ZeRO-1, ZeRO-2 and FSDP inside the
  * stages; a mixture of experts in every second block (pp 2 and 3, and dp 2 x pp 2 with the experts spread over
  * the data ranks). Oracle: DDP over the same micro-batches (tests/pipetest.h): every rank's loss of both steps
@@ -57,7 +57,7 @@ static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind,
     const int ck = rng_int(&R, 3), prefetch = sp.v > 1 ? 1 : rng_int(&R, 2);
     int nw = 0;
     for (int r = 0; r < sp.p; r++) nw += sp.withw[r];
-    const int layer_ckpt = nw == 0 && rng_int(&R, 2); /* recompute every block (refused with W actions) */
+    const int layer_ckpt = rng_int(&R, 2); /* recompute every block */
     int bal[MAXP * MAXV], *balance = NULL;
     if (rng_int(&R, 2)) { /* a random balance: every stage at least one block */
         const int S = sp.p * sp.v;

@@ -20,7 +20,7 @@
  * checkpoint format (sharded or full); checkpoints after every step and evaluations before every step or not;
  * buffers staged through the host or not; a step on other data before the load or not (a used engine loads).
  * What the engine refuses by its documented rules is not drawn: offload with none or ddp, offload all without
- * fsdp, chunks without prefetch, layer checkpointing with W actions, interleaved micro-batches that are not a
+ * fsdp, chunks without prefetch, interleaved micro-batches that are not a
  * multiple of pp, ep with a model without experts or with tp, sequence parallelism with a length tp does not
  * divide.
  * Whoever runs step 0 sets the learning rate (fsc_engine_set_lr); nobody sets it later, so a resumed layout steps
@@ -316,10 +316,8 @@ static void draw_layout(rng *R, const model_key *k, layout *l) {
                 if (fsc_pipe_schedule_make(l->custom_of, l->pp, l->v, M, r, &l->lists[r], &l->nact[r]) != FSC_OK)
                     fail_msg("fsc_pipe_schedule_make(%s, p %d, v %d, m %d): %s", sched_names[l->custom_of], l->pp,
                              l->v, M, fsc_last_error());
-        const fsc_pipe_schedule of = s == FSC_SCHED_CUSTOM ? l->custom_of : s;
-        const int has_w = of == FSC_SCHED_ZB_H1 || of == FSC_SCHED_ZBV;
         l->pipe_ckpt = (fsc_pipe_checkpoint)rng_int(R, 3);
-        l->layer_ckpt = !has_w && rng_int(R, 3) == 0;
+        l->layer_ckpt = rng_int(R, 3) == 0;
         if (rng_int(R, 2)) {
             l->nbal = l->pp * l->v;
             for (int i = 0; i < l->nbal; i++) l->balance[i] = 1;

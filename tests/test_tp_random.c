@@ -9,7 +9,7 @@
  * default size, one per tensor, or of 1000 or 6000 bytes, sync_from_rank0 or not; ZeRO-1; ZeRO-2; FSDP
  * full_shard, shard_grad_op, no_shard or hybrid_shard, block, model or min-params wrapping, reshard_after_forward
  * by strategy, 0 or 1); prefetch 0 or 1 and its limit; offload (optim with ZeRO and FSDP, all with FSDP); a rank
- * order (any permutation of tp, dp, pp); layer checkpointing (where the schedule has no W); the micro-batch count;
+ * order (any permutation of tp, dp, pp); layer checkpointing; the micro-batch count;
  * no_sync.
  * Oracles, at the case's tp and sp (a different degree gives other bits, docs/determinism.md), bit for bit: every
  * step's loss, gradient norm (the clipping clips) and loss scale on every rank, the final full parameters
@@ -82,11 +82,6 @@ static const char *const kind_names[] = { "none", "ddp", "fsdp", "zero1", "zero2
 static const char *const shard_names[] = { "full_shard", "shard_grad_op", "no_shard", "hybrid_shard" };
 static const char *const ckpt_names[] = { "except_last", "always", "never" };
 static const char *const offload_names[] = { "none", "optim", "all" };
-
-static int has_w(const layout *L) {
-    return L->pp > 1 && (L->sched == FSC_SCHED_ZB_H1 || L->sched == FSC_SCHED_ZBV ||
-                         (L->sched == FSC_SCHED_CUSTOM && L->nw > 0));
-}
 
 static void describe(const layout *L, char *buf, size_t cap) {
     size_t n = 0;
@@ -206,7 +201,7 @@ static void draw_layout(layout *L, rng *R, int fix_dp_m) {
     L->prefetch_limit = (int)((0x310u >> (4 * rng_int(R, 3))) & 0xf); /* 0, 1 or 3 */
     L->offload = L->kind == FSC_PAR_DDP ? 0 : rng_int(R, L->kind == FSC_PAR_FSDP ? 3 : 2);
     L->prefetch = L->v > 1 ? 1 : rng_int(R, 2); /* chunks need prefetch */
-    L->layer_ckpt = !has_w(L) && rng_int(R, 3) == 0;
+    L->layer_ckpt = rng_int(R, 3) == 0;
     L->order = rng_int(R, 6);
     /* ordered: no_sync 0 reduces every micro-batch (the reference too); exact: it does not apply */
     if (!fix_dp_m || L->exact) L->no_sync = L->pp == 1 ? rng_int(R, 2) : 1;
@@ -585,7 +580,7 @@ typedef struct {
 static const refusal refusals[] = {
     { "offload optim with ddp", "runs with fsdp, zero1 or zero2, not ddp" },
     { "offload all with zero", "offload all runs with fsdp only" },
-    { "layer checkpointing under zb-h1", "layer checkpointing" },
+    { "interleaved chunks without prefetch", "need prefetch 1" },
     { "interleaved with micro-batches not a multiple of pp", "multiple of" },
     { "a Llama whose kv heads do not divide by tp", "kv_heads = 3 does not divide over a tensor group of 2" },
     { "a vocabulary that does not divide by tp", "vocabulary" },
@@ -609,7 +604,7 @@ static void make_illegal(layout *L, int k) {
     switch (k) {
     case 0: L->kind = FSC_PAR_DDP, L->offload = FSC_OFFLOAD_OPTIM; break;
     case 1: L->kind = L->kind == FSC_PAR_ZERO1 ? FSC_PAR_ZERO1 : FSC_PAR_ZERO2, L->offload = FSC_OFFLOAD_ALL; break;
-    case 2: L->sched = FSC_SCHED_ZB_H1, L->layer_ckpt = 1; break;
+    case 2: L->sched = FSC_SCHED_INTERLEAVED, L->v = 2, L->prefetch = 0; break;
     case 3: L->sched = FSC_SCHED_INTERLEAVED, L->v = 2, L->m = 1, L->exact = 0, L->unit = 0; break;
     case 4: L->llama = 1, L->tp = 2, L->sp = 0, L->kv_heads = 3; break;
     case 5: L->padded = 2, L->tp = 2, L->llama = 0; break; /* 45 rows over 2 */

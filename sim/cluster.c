@@ -98,6 +98,12 @@ static fsc_status check_opts(const fsc_cluster_opts *o, fsc_rank_fn fn) {
     }
     if (o->stand_in && o->sim_clock != FSC_SIM_CLOCK_WALL)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: stand_in needs the wall clock (sim_clock %d)", o->sim_clock);
+    if (o->sim_sync_sends != 0 && o->sim_sync_sends != 1)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_sync_sends %d must be 0 (buffered sends) or 1 (a send "
+                         "waits for its receive)", o->sim_sync_sends);
+    if (o->sim_sync_sends && o->stand_in)
+        return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: sim_sync_sends with stand_in (a stood-in rank's sends "
+                         "would wait for receives nobody posts)");
     if (o->reduce_native)
         return fsc_error(FSC_ERR_INVALID, "fsc_cluster_run: reduce_native applies to processes started by a launcher "
                          "(MPI, NCCL); simulated ranks always sum in rank order");
@@ -134,6 +140,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     fsc_status s = sim_cluster_create(world, timeout, &cl);
     if (s == FSC_OK) {
         cl->virt = virt;
+        cl->sync_sends = opts->sim_sync_sends;
         cl->stand_in = opts->stand_in;
         cl->net_latency_s = opts->sim_latency_us * 1e-6;
         cl->net_bytes_per_s = opts->sim_bandwidth_gbps * 1e9;

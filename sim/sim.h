@@ -56,13 +56,18 @@ typedef struct {
     double t_arrive;      /* virtual clock: when the rank arrived (its handle's t_arrive) */
 } sim_slot;
 
-/* A buffered point-to-point message, queued at its destination. */
+/* A buffered point-to-point message, queued at its destination. With sync sends (cl->sync_sends) its sender waits
+ * for it to be taken: the receiver then marks it taken instead of freeing it, and the sender frees it (or, when the
+ * sender gave up first, the receiver does). */
 typedef struct sim_msg {
     struct sim_msg *next;
     int src;
     size_t count;
     fsc_dtype dt;
     double t_avail;       /* virtual clock: when the message is at its destination (the send's modelled end) */
+    int waited;           /* sync sends: the sender waits for taken */
+    int taken, abandoned; /* sync sends, under the group's mu: the receiver has copied it; the sender gave up */
+    double t_taken;       /* sync sends, virtual clock: when the receive that took it started */
     unsigned char data[];
 } sim_msg;
 
@@ -127,6 +132,7 @@ struct sim_cluster {
     pthread_mutex_t net_mu;   /* guards link_free; taken under a group's mu, never the other way */
     double *link_free;        /* (world) when each rank's link is free again (sim_now seconds), or NULL */
     double *link_booked;      /* (world) the seconds booked on each rank's link so far (under net_mu), with link_free */
+    int sync_sends;           /* fsc_cluster_opts.sim_sync_sends: a send waits for its receive (sim_send) */
     int virt;                 /* 1: every rank thread reads a virtual clock (fsc_cluster_opts.sim_clock); time is
                                * booked on it: a collective starts when its last rank arrives (sim_net.c) */
     const int *stand_in;      /* fsc_cluster_opts.stand_in: (world) or NULL; read for ranks that have exited only */
@@ -168,7 +174,7 @@ void sim_group_fail(sim_group *g, fsc_status s, const char *msg);
 int sim_stand_in(const sim_group *g, int j);
 
 /* sim_comm.c: the communicator. */
-extern const fsc_comm_ops sim_comm_ops;
+extern const fsc_comm_ops sim_comm_ops, sim_comm_ops_sync; /* the second: sim_sync_sends (sends_wait 1) */
 /* The world communicator of `rank` on dev (NULL: buffers are host memory). Buffers are staged through host
  * memory when dev is not the cpu device, or when force_stage is set (dev must then be given). */
 fsc_status sim_comm_open(sim_cluster *cl, int rank, fsc_device *dev, int force_stage, fsc_comm **out);

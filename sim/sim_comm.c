@@ -230,6 +230,50 @@ static fsc_status sim_barrier(void *ctx) {
 
 /* ---- point to point ---- */
 
+/* Under g->mu, which it releases: with sync sends, the sender of m (queued for peer) waits until the receiver took
+ * it, then frees it; if the group fails, the receiver exits or the cluster's timeout passes first, the send fails:
+ * a message still queued is unlinked and freed, one being copied is left to its receiver (abandoned). */
+static fsc_status send_wait(sim_handle *h, sim_msg *m, int peer, const char *what) {
+    sim_group *g = h->g;
+    char lab[64];
+    sim_rank_label(g, peer, lab, sizeof(lab));
+    struct timespec deadline;
+    sim_deadline(g->cl, &deadline);
+    fsc_status s = FSC_OK;
+    int timed_out = 0;
+    while (!m->taken) {
+        const int gone = atomic_load_explicit(&g->cl->exited[g->world_rank[peer]], memory_order_acquire);
+        if ((s = sim_check_failed(h, what)) != FSC_OK) break;
+        if (gone) {
+            s = fsc_error(FSC_ERR_COMM, "%s: %s returned from its function without receiving it", what, lab);
+            break;
+        }
+        if (timed_out) {
+            char msg[SIM_MSG_CAP];
+            snprintf(msg, sizeof(msg), "%s timed out after %g s: %s never received it (sends wait for their "
+                     "receive: sim_sync_sends)", what, g->cl->timeout_s, lab);
+            sim_group_fail(g, FSC_ERR_TIMEOUT, msg);
+            s = fsc_error(FSC_ERR_TIMEOUT, "%s", msg);
+            break;
+        }
+        timed_out = sim_wait(g, &deadline);
+    }
+    int mine = m->taken;
+    if (!m->taken) { /* still queued (unlink it), or taken by a receiver that is copying it (it frees it) */
+        mine = 0;
+        for (sim_msg **p = &g->inbox[peer]; *p; p = &(*p)->next)
+            if (*p == m) {
+                *p = m->next, mine = 1;
+                break;
+            }
+        if (!mine) m->abandoned = 1;
+    }
+    if (m->taken && m->t_taken > h->t_done) h->t_done = m->t_taken; /* the virtual clock: until it was received */
+    pthread_mutex_unlock(&g->mu);
+    if (mine) free(m);
+    return s;
+}
+
 static fsc_status sim_send(void *ctx, const void *buf, size_t count, fsc_dtype dt, int peer) {
     sim_handle *h = ctx;
     sim_group *g = h->g;
@@ -241,6 +285,8 @@ static fsc_status sim_send(void *ctx, const void *buf, size_t count, fsc_dtype d
     m->count = count;
     m->dt = dt;
     m->t_avail = h->t_done; /* the virtual clock: the send's end (sim_run_call) */
+    m->waited = h->g->cl->sync_sends && !h->nodata && peer != h->rank;
+    m->taken = m->abandoned = 0;
     char what[64];
     snprintf(what, sizeof(what), "send to rank %d", peer);
     if (h->nodata) {
@@ -261,6 +307,7 @@ static fsc_status sim_send(void *ctx, const void *buf, size_t count, fsc_dtype d
         *p = m;
         pthread_cond_broadcast(&g->cv);
     }
+    if (s == FSC_OK && m->waited) return send_wait(h, m, peer, what); /* unlocks */
     pthread_mutex_unlock(&g->mu);
     if (s != FSC_OK) free(m);
     return s;
@@ -317,7 +364,16 @@ static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int
     } else if (count) {
         memcpy(buf, m->data, count * fsc_dtype_size(dt));
     }
-    free(m);
+    if (m->waited) { /* its sender waits for this (send_wait), or gave up */
+        pthread_mutex_lock(&g->mu);
+        const int gone = m->abandoned;
+        m->taken = 1, m->t_taken = h->t_arrive;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        if (gone) free(m);
+    } else {
+        free(m);
+    }
     return s;
 }
 
@@ -474,23 +530,15 @@ static fsc_status op_split(void *ctx, int color, int key, void **new_ctx, int *n
     return s;
 }
 
-const fsc_comm_ops sim_comm_ops = {
-    .abi_version = FSC_COMM_ABI_VERSION,
-    .name = "sim",
-    .all_reduce = op_all_reduce,
-    .reduce_scatter = op_reduce_scatter,
-    .all_gather = op_all_gather,
-    .broadcast = op_broadcast,
-    .send = op_send,
-    .recv = op_recv,
-    .all_to_all = op_all_to_all,
-    .barrier = op_barrier,
-    .split = op_split,
-    .destroy = sim_destroy,
-    .start = sim_async_start,
-    .wait = sim_async_wait,
-    .test = sim_async_test,
-};
+#define SIM_OPS(wait_)                                                                                             \
+    {                                                                                                              \
+        .abi_version = FSC_COMM_ABI_VERSION, .name = "sim", .all_reduce = op_all_reduce,                            \
+        .reduce_scatter = op_reduce_scatter, .all_gather = op_all_gather, .broadcast = op_broadcast,              \
+        .send = op_send, .recv = op_recv, .all_to_all = op_all_to_all, .barrier = op_barrier, .split = op_split,   \
+        .destroy = sim_destroy, .start = sim_async_start, .wait = sim_async_wait, .test = sim_async_test,         \
+        .sends_wait = wait_                                                                                       \
+    }
+const fsc_comm_ops sim_comm_ops = SIM_OPS(0), sim_comm_ops_sync = SIM_OPS(1);
 
 fsc_status sim_comm_open(sim_cluster *cl, int rank, fsc_device *dev, int force_stage, fsc_comm **out) {
     *out = NULL;
@@ -504,5 +552,5 @@ fsc_status sim_comm_open(sim_cluster *cl, int rank, fsc_device *dev, int force_s
     h->dev = dev;
     h->stage = force_stage || (dev && strcmp(fsc_device_name(dev), "cpu") != 0);
     h->dry = fsc_device_is_count(dev);
-    return fsc_comm_wrap(&sim_comm_ops, h, rank, cl->world, "world", out);
+    return fsc_comm_wrap(cl->sync_sends ? &sim_comm_ops_sync : &sim_comm_ops, h, rank, cl->world, "world", out);
 }

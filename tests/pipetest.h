@@ -18,6 +18,7 @@ typedef struct {
     const char *load;                 /* read the initial weights from there (collective) */
     int eval;                         /* fsc_engine_eval of each step's batch before the step, into ev */
     int bad_first;                    /* a first step with a wrong global batch, which must fail on every rank */
+    int sync_sends;                   /* the simulated cluster's sends wait for their receive (as NCCL's) */
     double ev[MAXW][MAXS];
     double loss[MAXW][MAXS];          /* every rank's loss of every step */
     fsc_step_info info[MAXS];         /* rank 0 */
@@ -102,7 +103,7 @@ static inline fsc_status rank_fn(fsc_rank *rk, void *arg) {
 static inline void train(run *r) {
     free(r->params);
     r->params = calloc(fsc_gpt_num_params(&r->cfg), sizeof(float));
-    fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 30 };
+    fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 30, .sim_sync_sends = r->sync_sends };
     assert_ok(fsc_cluster_run(&co, rank_fn, r));
 }
 

@@ -135,6 +135,84 @@ static void test_pipe_split_layer_checkpoint(void **state) {
     free(refs[0].params), free(refs[1].params);
 }
 
+static fsc_status create_fn(fsc_rank *rk, void *arg);
+
+/* Sends that wait for their receive (fsc_cluster_opts.sim_sync_sends: NCCL's semantics, on which a synchronous
+ * 1F1B deadlocks, each stage sending before it receives from the same neighbour). gpipe, 1f1b, zb-h1 and zbv with
+ * prefetch 0 and 1 (the pipeline sends on its per-link communicators either way), pp 2 to 4, every checkpoint mode
+ * in turn, uneven balances, dp 2 x pp 2 with FSDP inside, and a custom list of one chunk per rank: DDP's bits. The
+ * lists of several chunks per rank that can deadlock there (interleaved, custom loops and Vs) are refused with a
+ * message naming the schedule and the communicator, on every rank, at once. */
+static void test_pipe_sync_sends(void **state) {
+    (void)state;
+    static const fsc_pipe_schedule scheds[] = { FSC_SCHED_GPIPE, FSC_SCHED_1F1B, FSC_SCHED_ZB_H1, FSC_SCHED_ZBV };
+    static const char *const sname[] = { "gpipe", "1f1b", "zb-h1", "zbv" };
+    static const int b2[] = { 5, 3 }, b3[] = { 2, 4, 2 }, b4[] = { 3, 1, 2, 2 };
+    const int *uneven[] = { b2, b3, b4 };
+    int n = 0;
+    for (int pp = 2; pp <= 4; pp++) {
+        run ref[2]; /* [dp - 1] */
+        memset(ref, 0, sizeof ref);
+        for (int sc = 0; sc < 4; sc++)
+            for (int pf = 0; pf < 2; pf++) {
+                const int zbv = scheds[sc] == FSC_SCHED_ZBV;
+                if (zbv && !pf) continue; /* chunks need prefetch */
+                const int dp = pp == 2 && sc == 1 ? 2 : 1;
+                run p = make(dp, pp, dp > 1 ? FSC_PAR_FSDP : FSC_PAR_DDP, 2 * pp, 1);
+                p.cfg.layers = 8;
+                p.steps = 2;
+                p.sync_sends = 1;
+                p.po.prefetch = pf;
+                p.po.schedule = scheds[sc];
+                p.po.pipe_checkpoint = (fsc_pipe_checkpoint)(n++ % 3);
+                if (!zbv && pf) p.po.balance = uneven[pp - 2];
+                if (!ref[dp - 1].params) ref[dp - 1] = reference(&p);
+                char what[128];
+                snprintf(what, sizeof what, "sends that wait: %s, dp %d x pp %d, prefetch %d, checkpoint %s",
+                         sname[sc], dp, pp, pf, ckpt_name[p.po.pipe_checkpoint]);
+                train(&p);
+                assert_same(&ref[dp - 1], &p, what);
+                free(p.params);
+            }
+        free(ref[0].params), free(ref[1].params);
+    }
+    /* a custom list of one chunk per rank: 1F1B's with every W deferred to the end of the rank's list */
+    run q = make(1, 2, FSC_PAR_DDP, 3, 1);
+    q.cfg.layers = 8;
+    q.steps = 2;
+    q.sync_sends = 1;
+    static const fsc_pipe_action r0[] = { { FSC_ACT_FORWARD, 0, 0 }, { FSC_ACT_FORWARD, 1, 0 },
+                                          { FSC_ACT_BACKWARD, 0, 0 }, { FSC_ACT_FORWARD, 2, 0 },
+                                          { FSC_ACT_BACKWARD, 1, 0 }, { FSC_ACT_BACKWARD, 2, 0 },
+                                          { FSC_ACT_WEIGHT, 0, 0 },   { FSC_ACT_WEIGHT, 1, 0 },
+                                          { FSC_ACT_WEIGHT, 2, 0 } };
+    static const fsc_pipe_action r1[] = { { FSC_ACT_FORWARD, 0, 0 }, { FSC_ACT_BACKWARD, 0, 0 },
+                                          { FSC_ACT_FORWARD, 1, 0 }, { FSC_ACT_BACKWARD, 1, 0 },
+                                          { FSC_ACT_FORWARD, 2, 0 }, { FSC_ACT_BACKWARD, 2, 0 },
+                                          { FSC_ACT_WEIGHT, 0, 0 },   { FSC_ACT_WEIGHT, 1, 0 },
+                                          { FSC_ACT_WEIGHT, 2, 0 } };
+    const fsc_pipe_action *const lists[] = { r0, r1 };
+    const int lens[] = { 9, 9 };
+    q.po.prefetch = 1;
+    q.po.schedule = FSC_SCHED_CUSTOM;
+    q.po.actions = lists;
+    q.po.nactions = lens;
+    run qref = reference(&q);
+    train(&q);
+    assert_same(&qref, &q, "sends that wait: a custom list of one chunk per rank");
+    free(q.params), free(qref.params);
+    /* interleaved: refused there (it runs with buffered sends: test_pipe_interleaved_equals_ddp) */
+    run r = make(1, 2, FSC_PAR_DDP, 4, 1);
+    r.cfg.layers = 8;
+    r.po.prefetch = 1;
+    r.po.schedule = FSC_SCHED_INTERLEAVED;
+    r.po.virtual_stages = 2;
+    fsc_cluster_opts co = { .world = 2, .device = "cpu", .timeout_s = 30, .sim_sync_sends = 1 };
+    assert_err(fsc_cluster_run(&co, create_fn, &r), FSC_ERR_UNSUPPORTED,
+               "interleaved schedule with 2 chunks per rank on communicator 'pipeline', whose sends wait for their "
+               "receive");
+}
+
 /* ZB-H1 (W actions: each backward split into B, the input gradient, and a later W, the weight gradients):
  * p = 2, 3, 4 stages of the 5-block GPT (its wte tied to the head: those two layers run whole in B), m = p and
  * 2p micro-batches, every pipeline checkpoint mode, prefetch 0 and 1, an evaluation before each step. Oracle:
@@ -1300,6 +1378,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_exact_sharded),
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_split_layer_checkpoint),
+        cmocka_unit_test(test_pipe_sync_sends),
         cmocka_unit_test(test_pipe_custom_schedule),
         cmocka_unit_test(test_pipe_custom_v),
         cmocka_unit_test(test_pipe_interleaved_weights),

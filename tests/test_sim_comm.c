@@ -415,6 +415,94 @@ static void test_send_recv(void **state) {
     for (int w = 1; w <= MAXW; w++) assert_ok(run(w, 30, rank_sendrecv, NULL));
 }
 
+/* ---- sends that wait for their receive (sim_sync_sends, as NCCL's) ---- */
+
+typedef struct {
+    atomic_int receiving; /* rank 1 is about to receive */
+    atomic_int tested;    /* rank 0 has tested its started send */
+    int done_early;       /* rank 0: the started send had completed before rank 1 received */
+    int waits[2];         /* each rank's fsc_comm_sends_wait, on the world and on a split */
+} sync_ctx;
+
+static void nap_ms(int ms) {
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Rank 0 sends to rank 1, which receives only after a nap (the send returns after it), then starts a send that
+ * rank 1 receives only after rank 0 has tested it (not done yet); odd ranks receive first, so no send waits on a
+ * send. */
+static fsc_status rank_sync(fsc_rank *r, void *arg) {
+    sync_ctx *x = arg;
+    fsc_comm *half = NULL;
+    FSC_TRY(fsc_comm_split(r->comm, r->rank % 2, r->rank, &half));
+    x->waits[r->rank] = fsc_comm_sends_wait(r->comm) + 2 * fsc_comm_sends_wait(half);
+    fsc_comm_free(half);
+    float v[3] = {1, 2, 3}, w[3] = {0, 0, 0};
+    if (r->rank == 0) {
+        FSC_TRY(fsc_comm_send(r->comm, v, 3, FSC_F32, 1));
+        CHECK(atomic_load(&x->receiving), "a send returned before its receive began");
+        fsc_comm_req *q = NULL;
+        FSC_TRY(fsc_comm_isend(r->comm, v, 3, FSC_F32, 1, &q));
+        nap_ms(30);
+        int done = 0;
+        FSC_TRY(fsc_comm_test(q, &done));
+        x->done_early = done;
+        atomic_store(&x->tested, 1);
+        FSC_TRY(fsc_comm_wait(q));
+        FSC_TRY(fsc_comm_recv(r->comm, w, 3, FSC_F32, 1));
+        CHECK(w[2] == 6, "received %g", (double)w[2]);
+    } else {
+        nap_ms(30);
+        atomic_store(&x->receiving, 1);
+        FSC_TRY(fsc_comm_recv(r->comm, w, 3, FSC_F32, 0));
+        while (!atomic_load(&x->tested)) nap_ms(1);
+        FSC_TRY(fsc_comm_recv(r->comm, w, 3, FSC_F32, 0));
+        CHECK(w[0] == 1 && w[2] == 3, "received %g %g", (double)w[0], (double)w[2]);
+        for (int i = 0; i < 3; i++) w[i] *= 2;
+        FSC_TRY(fsc_comm_send(r->comm, w, 3, FSC_F32, 0));
+    }
+    return FSC_OK;
+}
+
+/* Every rank sends to the next, then receives: buffered sends let it run; waiting sends deadlock it. */
+static fsc_status rank_ring_first_send(fsc_rank *r, void *arg) {
+    (void)arg;
+    const int N = r->world;
+    float v = (float)r->rank, w = 0;
+    FSC_TRY(fsc_comm_send(r->comm, &v, 1, FSC_F32, (r->rank + 1) % N));
+    FSC_TRY(fsc_comm_recv(r->comm, &w, 1, FSC_F32, (r->rank + N - 1) % N));
+    return FSC_OK;
+}
+
+/* Oracle: with sim_sync_sends a send returns, and a started one completes, only once its receive began; the
+ * communicator and its splits say sends_wait (0 without); a ring of send-then-receive, which runs with buffered
+ * sends, fails with a timeout that names the send and the rank that never received it; bad options are refused. */
+static void test_sync_sends(void **state) {
+    (void)state;
+    sync_ctx x;
+    memset(&x, 0, sizeof x);
+    assert_ok(fsc_cluster_run(&(fsc_cluster_opts){.world = 2, .timeout_s = 30, .sim_sync_sends = 1}, rank_sync, &x));
+    assert_int_equal(x.done_early, 0);
+    assert_int_equal(x.waits[0], 3);
+    assert_int_equal(x.waits[1], 3);
+    memset(&x, 0, sizeof x);
+    atomic_store(&x.receiving, 1); /* buffered: nothing to wait for */
+    atomic_store(&x.tested, 1);
+    assert_ok(run(2, 30, rank_sync, &x));
+    assert_int_equal(x.waits[0], 0);
+    assert_ok(run(3, 30, rank_ring_first_send, NULL));
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 3, .timeout_s = 0.5, .sim_sync_sends = 1},
+                               rank_ring_first_send, NULL),
+               FSC_ERR_TIMEOUT, "never received it");
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 2, .sim_sync_sends = 2}, rank_ring_first_send, NULL),
+               FSC_ERR_INVALID, "sim_sync_sends 2");
+    static const int stand[2] = {0, 1};
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){.world = 2, .sim_sync_sends = 1, .stand_in = stand},
+                               rank_ring_first_send, NULL),
+               FSC_ERR_INVALID, "stand_in");
+}
+
 /* ---- many mixed collectives: the rendezvous is reused correctly ---- */
 
 static fsc_status rank_stress(fsc_rank *r, void *arg) {
@@ -790,6 +878,7 @@ int main(void) {
         cmocka_unit_test(test_stats_follow_ring_formulas),
         cmocka_unit_test(test_split_groups),
         cmocka_unit_test(test_send_recv),
+        cmocka_unit_test(test_sync_sends),
         cmocka_unit_test(test_many_mixed_calls),
         cmocka_unit_test(test_mismatch_fails_every_rank),
         cmocka_unit_test(test_failed_rank_fails_waiters),

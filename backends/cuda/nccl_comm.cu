@@ -555,6 +555,7 @@ static fsc_comm_ops make_ops(void) {
     t.start = nc_start;
     t.wait = nc_req_wait;
     t.test = nc_req_test;
+    t.sends_wait = 1; /* ncclSend blocks (on the GPU) until the matching ncclRecv runs */
     return t;
 }
 

@@ -17,6 +17,9 @@ struct fsc_comm {
     struct flight_ring *flight; /* flight.h: this communicator's ring, NULL records nothing */
 };
 
+/* Whether c's sends wait for their receive (fsc_comm_ops.sends_wait). */
+static inline int fsc_comm_sends_wait(const fsc_comm *c) { return c && c->ops && c->ops->sends_wait; }
+
 /* Wrap an implementation in an fsc_comm (takes ownership of ctx). */
 fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size, const char *name,
                          fsc_comm **out);

@@ -39,8 +39,9 @@
  * and after loading weights. The users must come after the owner and run on one stage. The values' hand-offs
  * are the pipeline's part of the engine's forward hooks (fsc_pipe_pre_forward, fsc_pipe_post_forward).
  *
- * Messages between two ranks keep their order (sends are buffered, FIFO per peer; a communicator whose
- * send blocks until the matching recv would need grouped send/recv here). With po.prefetch the outputs and
+ * Messages between two ranks keep their order (sends are buffered, FIFO per peer; on a communicator whose sends
+ * wait for their receive, NCCL's, the boundaries always travel as with po.prefetch, and lists of several chunks
+ * per rank but zbv are refused: they can deadlock there). With po.prefetch the outputs and
  * input gradients travel on a communicator per link and direction, their receives posted ahead, and the
  * sends are asynchronous, a checkpointed output's from a copy in a bounded ring of send buffers (pipe_link.c says
  * why this cannot deadlock); a tied tensor's values and gradients travel on two communicators of their own, the
@@ -72,6 +73,7 @@
 #include <time.h>
 #include "pipe.h"
 #include "core/clock_impl.h"
+#include "core/comm_impl.h"
 #include "fsc/pipe_schedule.h"
 
 typedef struct {
@@ -89,6 +91,7 @@ struct fsc_pipe {
     fsc_pipe_placement pl;    /* loop (chunk c is stage c pp + stage) or V (zbv, custom: stage, then 2 pp - 1 - stage) */
     int *lf, *ll;             /* (S) layer range of every stage */
     fsc_comm *pipe_comm;      /* the ranks of this dp_index, by stage (the engine's) */
+    int async;                /* boundaries on links (pipe_link.c, pipe_tied.c): po.prefetch, or sends that wait */
     fsc_comm *data_comm;      /* the ranks of this stage, by dp_index (e->comm, the engine's) */
     /* pools of records (one per chunk: a record covers its chunk's layers) and saved inputs not in use, kept
      * allocated between steps */
@@ -424,13 +427,25 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     for (int i = 0; i < p->nacts; i++) /* a model that does not split runs its whole backward in B */
         p->split |= p->acts[i].kind == FSC_ACT_WEIGHT && e->m->ops->backward_input && e->m->ops->backward_weight;
     p->split_tied = tied_split_ok(p, e->m);
-    if (e->po.prefetch && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
-        return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* the engine's groups (engine.c, fsc_layout_split) */
     p->pipe_comm = e->pipe_comm;
     p->data_comm = e->comm;
     if (!p->pipe_comm) return fsc_error(FSC_ERR_INTERNAL, "pipe: the engine made no pipeline group");
-    if (e->po.prefetch) { /* a V: chunk 0's links in rank order, chunk 1's in the reverse order */
+    /* asynchronous boundaries on communicators per link and direction: with prefetch, and always where a send
+     * waits for its receive (NCCL), on which the synchronous program deadlocks (1F1B's steady state: each
+     * stage sends before it receives from the same neighbour) */
+    p->async = e->po.prefetch || fsc_comm_sends_wait(p->pipe_comm);
+    /* sends that wait for their receive, with one receive posted ahead per stream: the simulator (sim_sync_sends)
+     * runs every built-in schedule of one chunk per rank and zbv in every case of test_pipe and 70 random lists of
+     * one chunk per rank, but deadlocks interleaved and half the random lists of chunks in a loop, some in a V */
+    if (fsc_comm_sends_wait(p->pipe_comm) && v > 1 && e->po.schedule != FSC_SCHED_ZBV)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "the %s schedule with %d chunks per rank on communicator '%s', whose sends "
+                         "wait for their receive (NCCL's): such lists can deadlock there; use 1f1b, zb-h1 or zbv, or a "
+                         "custom list of one chunk per rank (docs/pipeline.md)", sched_name(e->po.schedule), v,
+                         fsc_comm_name(p->pipe_comm));
+    if (p->async && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
+        return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    if (p->async) { /* a V: chunk 0's links in rank order, chunk 1's in the reverse order */
         const int vee = p->pl == FSC_PIPE_V;
         FSC_TRY(fsc_pipe_links_create(e, p->pipe_comm, p->stage, v > 1 && !vee, &p->lk));
         if (vee) FSC_TRY(fsc_pipe_links_create(e, p->pipe_comm, pp - 1 - p->stage, 0, &p->lk2));
@@ -641,7 +656,7 @@ static int send_buffers(const fsc_engine *e, int line) {
     const fsc_pipe *p = e->pipe;
     int sending = 0; /* chunks with a next stage on another rank */
     for (int c = 0; c < p->v; c++) sending += line_of(p, c) == line && stage_at(p, c) < p->S - 1 && !next_local(p, c);
-    if (!e->po.prefetch || sending == 0) return 0;
+    if (!p->async || sending == 0) return 0;
     int ck = 0;
     for (int k = 0; k < p->M; k++) ck += is_checkpointed(e, k) * sending;
     const int limit = fsc_engine_prefetch_limit(e);

@@ -50,6 +50,11 @@ typedef struct {
                                   skips too); the planner's tests compare its communication time with them */
     int sim_clock;             /* simulated ranks only: FSC_SIM_CLOCK_WALL (0, the default), FSC_SIM_CLOCK_VIRTUAL or
                                   FSC_SIM_CLOCK_MODEL */
+    int sim_sync_sends;        /* simulated ranks only: 1: a send returns (a started one completes) only once the
+                                  receiver has taken its message, as NCCL's sends wait for their receive, so that a
+                                  program that NCCL would deadlock deadlocks here too (and fails after timeout_s,
+                                  naming the send); the wait is not timed on the virtual clock beyond the receive's
+                                  start. 0 (default): sends are buffered, as MPI's */
     const int *stand_in;       /* simulated ranks on the wall clock only (the planner's one rank per role): NULL, or
                                   (world) entries the ranks may write while they run. A rank w that returns from its
                                   function while stand_in[w] names another world rank v is stood in for by v from then

@@ -10,7 +10,8 @@
 
 FSC_BEGIN_DECLS
 
-#define FSC_COMM_ABI_VERSION 3 /* 2: fsc_nccl_comm_open takes native; fsc_mpi_comm_open; 3: start/wait/test */
+#define FSC_COMM_ABI_VERSION 4 /* 2: fsc_nccl_comm_open takes native; fsc_mpi_comm_open; 3: start/wait/test;
+                                 * 4: sends_wait */
 
 /* One call of a collective or point-to-point operation, as the core passes it to start (validated). */
 typedef struct {
@@ -45,6 +46,11 @@ typedef struct fsc_comm_ops {
     fsc_status (*start)(void *ctx, const fsc_comm_call *call, void **req);
     fsc_status (*wait)(void *ctx, void *req);
     fsc_status (*test)(void *ctx, void *req, int *done);
+    /* 1: a send returns (a started one completes) only once the peer's matching receive has begun, as NCCL's
+     * (ncclSend); 0: sends are buffered (the simulator's by default, the MPI plug-in's). Pipelines then send
+     * their stage boundaries asynchronously, each link and direction on a communicator of its own, whatever
+     * the prefetch option (docs/pipeline.md). */
+    int sends_wait;
 } fsc_comm_ops;
 
 /* Entry points the cuda plug-in exports for its NCCL communicator (found with dlsym by the launcher):

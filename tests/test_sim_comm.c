@@ -446,10 +446,12 @@ static fsc_status rank_sync(fsc_rank *r, void *arg) {
         FSC_TRY(fsc_comm_isend(r->comm, v, 3, FSC_F32, 1, &q));
         nap_ms(30);
         int done = 0;
-        FSC_TRY(fsc_comm_test(q, &done));
+        fsc_status s = fsc_comm_test(q, &done);
         x->done_early = done;
         atomic_store(&x->tested, 1);
-        FSC_TRY(fsc_comm_wait(q));
+        const fsc_status sw = fsc_comm_wait(q);
+        fsc_comm_req_free(q);
+        FSC_TRY(s != FSC_OK ? s : sw);
         FSC_TRY(fsc_comm_recv(r->comm, w, 3, FSC_F32, 1));
         CHECK(w[2] == 6, "received %g", (double)w[2]);
     } else {

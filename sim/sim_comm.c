@@ -230,6 +230,26 @@ static fsc_status sim_barrier(void *ctx) {
 
 /* ---- point to point ---- */
 
+/* Under g->mu, one round of a point-to-point wait on peer (lab: its label): FSC_OK once woken or past the deadline
+ * (*timed_out), else why the wait fails: the group failed, peer returned from its function without `doing`, or the
+ * round after the deadline (the group then fails, the message saying `never`). */
+static fsc_status peer_wait(sim_handle *h, int peer, const char *what, const char *lab, const char *doing,
+                            const char *never, const struct timespec *deadline, int *timed_out) {
+    sim_group *g = h->g;
+    /* exited before failed: a rank fails the cluster before it exits, so a failure is never missed */
+    const int gone = atomic_load_explicit(&g->cl->exited[g->world_rank[peer]], memory_order_acquire);
+    FSC_TRY(sim_check_failed(h, what));
+    if (gone) return fsc_error(FSC_ERR_COMM, "%s: %s returned from its function without %s", what, lab, doing);
+    if (*timed_out) {
+        char msg[SIM_MSG_CAP];
+        snprintf(msg, sizeof(msg), "%s timed out after %g s: %s %s", what, g->cl->timeout_s, lab, never);
+        sim_group_fail(g, FSC_ERR_TIMEOUT, msg);
+        return fsc_error(FSC_ERR_TIMEOUT, "%s", msg);
+    }
+    *timed_out = sim_wait(g, deadline);
+    return FSC_OK;
+}
+
 /* Under g->mu, which it releases: with sync sends, the sender of m (queued for peer) waits until the receiver took
  * it, then frees it; if the group fails, the receiver exits or the cluster's timeout passes first, the send fails:
  * a message still queued is unlinked and freed, one being copied is left to its receiver (abandoned). */
@@ -241,23 +261,9 @@ static fsc_status send_wait(sim_handle *h, sim_msg *m, int peer, const char *wha
     sim_deadline(g->cl, &deadline);
     fsc_status s = FSC_OK;
     int timed_out = 0;
-    while (!m->taken) {
-        const int gone = atomic_load_explicit(&g->cl->exited[g->world_rank[peer]], memory_order_acquire);
-        if ((s = sim_check_failed(h, what)) != FSC_OK) break;
-        if (gone) {
-            s = fsc_error(FSC_ERR_COMM, "%s: %s returned from its function without receiving it", what, lab);
-            break;
-        }
-        if (timed_out) {
-            char msg[SIM_MSG_CAP];
-            snprintf(msg, sizeof(msg), "%s timed out after %g s: %s never received it (sends wait for their "
-                     "receive: sim_sync_sends)", what, g->cl->timeout_s, lab);
-            sim_group_fail(g, FSC_ERR_TIMEOUT, msg);
-            s = fsc_error(FSC_ERR_TIMEOUT, "%s", msg);
-            break;
-        }
-        timed_out = sim_wait(g, &deadline);
-    }
+    while (s == FSC_OK && !m->taken)
+        s = peer_wait(h, peer, what, lab, "receiving it",
+                      "never received it (sends wait for their receive: sim_sync_sends)", &deadline, &timed_out);
     int mine = m->taken;
     if (!m->taken) { /* still queued (unlink it), or taken by a receiver that is copying it (it frees it) */
         mine = 0;
@@ -337,21 +343,8 @@ static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int
     int timed_out = 0;
     pthread_mutex_lock(&g->mu);
     fsc_status s = sim_check_failed(h, what);
-    while (s == FSC_OK && !(m = take_msg(g, h->rank, peer))) {
-        /* exited before failed: a rank fails the cluster before it exits, so a failure is never missed */
-        int gone = atomic_load_explicit(&g->cl->exited[g->world_rank[peer]], memory_order_acquire);
-        if ((s = sim_check_failed(h, what)) != FSC_OK) break;
-        if (gone) {
-            s = fsc_error(FSC_ERR_COMM, "%s: %s returned from its function without sending", what, lab);
-        } else if (timed_out) {
-            char msg[SIM_MSG_CAP];
-            snprintf(msg, sizeof(msg), "%s timed out after %g s: %s never sent", what, g->cl->timeout_s, lab);
-            sim_group_fail(g, FSC_ERR_TIMEOUT, msg);
-            s = fsc_error(FSC_ERR_TIMEOUT, "%s", msg);
-        } else {
-            timed_out = sim_wait(g, &deadline);
-        }
-    }
+    while (s == FSC_OK && !(m = take_msg(g, h->rank, peer)))
+        s = peer_wait(h, peer, what, lab, "sending", "never sent", &deadline, &timed_out);
     pthread_mutex_unlock(&g->mu);
     if (!m) return s;
     h->t_done = m->t_avail > h->t_arrive ? m->t_avail : h->t_arrive; /* the virtual clock: here when it arrived */

@@ -177,30 +177,22 @@ static void test_pipe_sync_sends(void **state) {
         free(ref[0].params), free(ref[1].params);
     }
     /* a custom list of one chunk per rank: 1F1B's with every W deferred to the end of the rank's list */
-    run q = make(1, 2, FSC_PAR_DDP, 3, 1);
+    static const char text[] = "0F0 0F1 0B0 0F2 0B1 0B2 0W0 0W1 0W2\n1F0 1B0 1F1 1B1 1F2 1B2 1W0 1W1 1W2\n";
+    fsc_pipe_schedule_lists sl;
+    assert_ok(fsc_pipe_schedule_parse(text, sizeof text - 1, &sl));
+    run q = make(1, 2, FSC_PAR_DDP, sl.m, 1);
     q.cfg.layers = 8;
     q.steps = 2;
     q.sync_sends = 1;
-    static const fsc_pipe_action r0[] = { { FSC_ACT_FORWARD, 0, 0 }, { FSC_ACT_FORWARD, 1, 0 },
-                                          { FSC_ACT_BACKWARD, 0, 0 }, { FSC_ACT_FORWARD, 2, 0 },
-                                          { FSC_ACT_BACKWARD, 1, 0 }, { FSC_ACT_BACKWARD, 2, 0 },
-                                          { FSC_ACT_WEIGHT, 0, 0 },   { FSC_ACT_WEIGHT, 1, 0 },
-                                          { FSC_ACT_WEIGHT, 2, 0 } };
-    static const fsc_pipe_action r1[] = { { FSC_ACT_FORWARD, 0, 0 }, { FSC_ACT_BACKWARD, 0, 0 },
-                                          { FSC_ACT_FORWARD, 1, 0 }, { FSC_ACT_BACKWARD, 1, 0 },
-                                          { FSC_ACT_FORWARD, 2, 0 }, { FSC_ACT_BACKWARD, 2, 0 },
-                                          { FSC_ACT_WEIGHT, 0, 0 },   { FSC_ACT_WEIGHT, 1, 0 },
-                                          { FSC_ACT_WEIGHT, 2, 0 } };
-    const fsc_pipe_action *const lists[] = { r0, r1 };
-    const int lens[] = { 9, 9 };
     q.po.prefetch = 1;
     q.po.schedule = FSC_SCHED_CUSTOM;
-    q.po.actions = lists;
-    q.po.nactions = lens;
+    q.po.actions = (const fsc_pipe_action *const *)sl.lists;
+    q.po.nactions = sl.lens;
     run qref = reference(&q);
     train(&q);
     assert_same(&qref, &q, "sends that wait: a custom list of one chunk per rank");
     free(q.params), free(qref.params);
+    fsc_pipe_schedule_lists_free(&sl);
     /* interleaved: refused there (it runs with buffered sends: test_pipe_interleaved_equals_ddp) */
     run r = make(1, 2, FSC_PAR_DDP, 4, 1);
     r.cfg.layers = 8;

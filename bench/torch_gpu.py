@@ -95,8 +95,9 @@ class Llama(nn.Module):
         D = a.dim // a.heads
         inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D))
         ang = torch.outer(torch.arange(a.seq).float(), inv)
-        self.register_buffer("cos", torch.cat((ang.cos(), ang.cos()), -1), persistent=False)
-        self.register_buffer("sin", torch.cat((ang.sin(), ang.sin()), -1), persistent=False)
+        # (T, D/2): rope() rotates the pairs (i, i + D/2) by angle i of the position
+        self.register_buffer("cos", ang.cos(), persistent=False)
+        self.register_buffer("sin", ang.sin(), persistent=False)
 
     def forward(self, idx):
         x = self.embed(idx)

@@ -11,9 +11,9 @@
 #   c ranks    simulated ranks on the GPU (--world 4): fsdp with every shard strategy, zero1, zero2, a pipeline and
 #             offload optim/all equal to DDP bit for bit (--check-ddp)
 #   d launch   the launcher at world 1 with NCCL equals the simulated rank; checkpoints cross between GPU and CPU
-#   f speed    GPT-2 124M and a Llama of 1.1B in bf16 with fp32 masters: tokens/s, MFU, memory per tag, beside
-#             PyTorch eager and torch.compile on the same card
-#   g profile  ncu's time of every kernel of a GPT-2 124M step, summed per kernel name (the top 15)
+#   f speed    GPT-2 124M and a Llama of 1.1B in bf16 with fp32 masters: tokens/s, MFU, memory per tag, with full
+#             f32 products and with TF32 ones (FSC_CUDA_TF32=1), beside PyTorch eager and torch.compile on the card
+#   g profile  ncu's time of every kernel of a GPT-2 124M step (TF32 products), summed per kernel name (the top 15)
 #   e sanitize compute-sanitizer memcheck of the harness, racecheck of a short run
 # (e runs last: it is the slowest and the speed numbers matter more.) A GPU test that skips counts as a failure.
 # Writes to $OUT (the device tool's folder; /tmp/fsc-gpu-out elsewhere): summary.txt (a line per step: ok or
@@ -235,6 +235,14 @@ models() {
             fi
         done
     done
+    # TF32 tensor cores for the f32 products (FSC_CUDA_TF32=1), bf16 parameters: within bf16's bound of the CPU
+    FSC_CUDA_TF32=1 run_fsc b-gpt2-bf16-tf32 --model gpt2 --precision bf16 --steps 20 --json --device $DEV \
+        --data "$K/data/coriolanus.txt" || ok=1
+    if e=$(loss_cmp "$L/b-gpt2-bf16-tf32.json" "$L/b-gpt2-bf16-cpu.json" 2e-2); then
+        echo "gpt2 bf16 tf32: $e (<= 2e-2)" >> "$KEYS"
+    else
+        echo "gpt2 bf16 tf32: $e > 2e-2" >> "$KEYS"; ok=1
+    fi
     return $ok
 }
 
@@ -251,6 +259,11 @@ ranks() {
             echo "$name: FAILED" >> "$KEYS"; ok=1
         fi
     done
+    if FSC_CUDA_TF32=1 run_fsc c-tf32 "${common[@]}" --parallel fsdp --precision bf16; then
+        echo "fsdp --precision bf16 under FSC_CUDA_TF32=1: =DDP" >> "$KEYS"
+    else
+        echo "fsdp --precision bf16 under FSC_CUDA_TF32=1: FAILED" >> "$KEYS"; ok=1
+    fi
     return $ok
 }
 
@@ -301,6 +314,8 @@ speed() {
         local -n a=$m
         run_fsc "f-$m" "${a[@]}" --precision bf16 --device $DEV --steps "${FSC_GPU_SPEED_STEPS:-5}" --json --peak-tflops $peak \
             --data "$K/data/random32k.u16" --data-format u16 || ok=1
+        FSC_CUDA_TF32=1 run_fsc "f-$m-tf32" "${a[@]}" --precision bf16 --device $DEV --steps "${FSC_GPU_SPEED_STEPS:-5}" \
+            --json --peak-tflops $peak --data "$K/data/random32k.u16" --data-format u16 || ok=1
         python3 "$K/bench/torch_gpu.py" "${a[@]}" --steps 6 --warmup 3 > "$L/f-$m-eager.json" 2> "$L/f-$m-eager.err" \
             || { echo "torch eager did not run: $(tail -1 "$L/f-$m-eager.err")"; [ "$REHEARSE" = 1 ] || ok=1; }
         if echo " ${FSC_GPU_COMPILE-gpt} " | grep -q " $m "; then
@@ -309,13 +324,14 @@ speed() {
         else
             echo "torch.compile not run for $m (FSC_GPU_COMPILE)" > "$L/f-$m-compile.err"; : > "$L/f-$m-compile.json"
         fi
-        python3 - "$m" "$peak" "$L/f-$m.json" "$L/f-$m-eager.json" "$L/f-$m-compile.json" "${a[@]}" >> "$KEYS" <<'PY'
+        python3 - "$m" "$peak" "$L/f-$m.json" "$L/f-$m-tf32.json" "$L/f-$m-eager.json" "$L/f-$m-compile.json" "${a[@]}" \
+            >> "$KEYS" <<'PY'
 import json, sys
-m, peak, files, args = sys.argv[1], float(sys.argv[2]), sys.argv[3:6], sys.argv[6:]
+m, peak, files, args = sys.argv[1], float(sys.argv[2]), sys.argv[3:7], sys.argv[7:]
 opt = dict(zip(args[0::2], args[1::2]))
 L, C, T = int(opt["--layers"]), int(opt["--dim"]), int(opt["--seq"])
 out = []
-for name, f in zip(("fsc", "torch eager", "torch.compile"), files):
+for name, f in zip(("fsc", "fsc tf32", "torch eager", "torch.compile"), files):
     try:
         d = json.loads(open(f).read().strip().splitlines()[-1])
     except Exception:
@@ -339,7 +355,7 @@ PY
 profile() {
     command -v ncu >/dev/null || { echo "no ncu on this machine" | tee -a "$KEYS"; return 1; }
     local gpt=(--model gpt2 --layers 12 --dim 768 --heads 12 --seq 1024 --vocab 50257 --batch 8)
-    ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+    FSC_CUDA_TF32=1 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
         --launch-count "${FSC_GPU_PROFILE_LAUNCHES:-3000}" "$K/bin/fsc-train" "${gpt[@]}" --precision bf16 \
         --device $DEV --steps 2 --data "$K/data/random32k.u16" --data-format u16 > "$L/ncu.csv" 2> "$L/ncu.err"
     local rc=$?
@@ -377,7 +393,7 @@ if [ "$REHEARSE" = 1 ]; then
     step models 90 models
     step ranks 90 ranks
     step launch 60 launch
-    step speed 200 speed
+    step speed 260 speed
     [ "$FAILS" -eq 0 ] && finish 0
     finish 1
 fi
@@ -386,7 +402,7 @@ step harness 60 harness
 step models 90 models
 step ranks 90 ranks
 step launch 60 launch
-step speed 200 speed
+step speed 260 speed
 step profile 120 profile
 step sanitize 120 sanitize
 [ "$FAILS" -eq 0 ] && finish 0

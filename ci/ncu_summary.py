@@ -32,8 +32,10 @@ def main():
     kn, tm = h.index("Kernel Name"), h.index("gpu__time_duration.sum")
     scale = 1.0  # to microseconds, from the units row when there is one
     units = rows[head + 1] if head + 1 < len(rows) else []
-    if len(units) > tm and units[tm] in ("nsecond", "usecond", "msecond", "second"):
-        scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}[units[tm]]
+    per_unit = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6,
+                "s": 1e6}  # ncu 2025 writes "ns"; older ones "nsecond"
+    if len(units) > tm and units[tm] in per_unit:
+        scale = per_unit[units[tm]]
     total, per, count = 0.0, {}, {}
     for r in rows[head + 1:]:
         if len(r) <= max(kn, tm):

@@ -549,6 +549,65 @@ static void test_gemm(void **state) {
     pair_free(h, &C);
 }
 
+/* A device opened with FSC_CUDA_TF32=1: products of values already rounded to bf16 lose nothing in TF32 (the f32
+ * bound of test_gemm), arbitrary f32 values do lose bits (the error is TF32's, above the f32 bound: TF32 is on),
+ * and a value of the variable other than 0 and 1 is refused by name. */
+static void test_gemm_tf32(void **state) {
+    H *h = *state;
+    NEED_GPU(h);
+    fsc_device *tf = NULL;
+    setenv("FSC_CUDA_TF32", "yes", 1);
+    fsc_status bad = fsc_device_create("cuda", NULL, &tf);
+    setenv("FSC_CUDA_TF32", "1", 1);
+    fsc_status ok = bad == FSC_OK ? FSC_ERR_INTERNAL : fsc_device_create("cuda", NULL, &tf);
+    unsetenv("FSC_CUDA_TF32");
+    assert_int_equal(bad, FSC_ERR_INVALID);
+    assert_ok(ok);
+    const int M = 96, N = 80, K = 512;
+    for (int rounded = 1; rounded >= 0; rounded--) {
+        float *a = host_rand(h, (size_t)M * K, -1, 1), *b = host_rand(h, (size_t)K * N, -1, 1);
+        if (rounded) { /* to bf16 and back: the values a bf16 parameter copy holds */
+            uint16_t *t = malloc((size_t)(M > N ? M : N) * K * 2);
+            fsc_convert_host(t, FSC_BF16, a, FSC_F32, (size_t)M * K);
+            fsc_convert_host(a, FSC_F32, t, FSC_BF16, (size_t)M * K);
+            fsc_convert_host(t, FSC_BF16, b, FSC_F32, (size_t)K * N);
+            fsc_convert_host(b, FSC_F32, t, FSC_BF16, (size_t)K * N);
+            free(t);
+        }
+        float *ca, *cb, *cc, *ga, *gb, *gc;
+        assert_ok(fsc_device_alloc(h->cpu, FSC_TAG_WORKSPACE, (size_t)M * K * 4, (void **)&ca));
+        assert_ok(fsc_device_alloc(h->cpu, FSC_TAG_WORKSPACE, (size_t)K * N * 4, (void **)&cb));
+        assert_ok(fsc_device_alloc(h->cpu, FSC_TAG_WORKSPACE, (size_t)M * N * 4, (void **)&cc));
+        assert_ok(fsc_device_alloc(tf, FSC_TAG_WORKSPACE, (size_t)M * K * 4, (void **)&ga));
+        assert_ok(fsc_device_alloc(tf, FSC_TAG_WORKSPACE, (size_t)K * N * 4, (void **)&gb));
+        assert_ok(fsc_device_alloc(tf, FSC_TAG_WORKSPACE, (size_t)M * N * 4, (void **)&gc));
+        assert_ok(fsc_device_upload(h->cpu, ca, a, (size_t)M * K * 4));
+        assert_ok(fsc_device_upload(h->cpu, cb, b, (size_t)K * N * 4));
+        assert_ok(fsc_device_upload(tf, ga, a, (size_t)M * K * 4));
+        assert_ok(fsc_device_upload(tf, gb, b, (size_t)K * N * 4));
+        assert_ok(FSC_K(h->cpu, gemm, 0, 0, M, N, K, 1.0f, ca, K, 0, cb, N, 0, 0.0f, cc, N, 0, 1));
+        assert_ok(FSC_K(tf, gemm, 0, 0, M, N, K, 1.0f, ga, K, 0, gb, N, 0, 0.0f, gc, N, 0, 1));
+        float *c = download(h->cpu, cc, (size_t)M * N), *g = download(tf, gc, (size_t)M * N);
+        if (rounded) {
+            compare_host("gemm tf32, bf16 values", c, g, (size_t)M * N, 2e-5);
+        } else {
+            double maxref = 0, maxerr = 0;
+            for (size_t i = 0; i < (size_t)M * N; i++) {
+                maxref = fmax(maxref, fabs((double)c[i]));
+                maxerr = fmax(maxerr, fabs((double)g[i] - (double)c[i]));
+            }
+            print_message("gemm tf32, f32 values: normalized error %.3g\n", maxerr / maxref);
+            if (!(maxerr / maxref > 2e-5 && maxerr / maxref < 1e-2))
+                fail_msg("gemm tf32, f32 values: normalized error %.3g, not TF32's (between 2e-5 and 1e-2)",
+                         maxerr / maxref);
+        }
+        free(a), free(b), free(c), free(g);
+        fsc_device_release(h->cpu, ca), fsc_device_release(h->cpu, cb), fsc_device_release(h->cpu, cc);
+        fsc_device_release(tf, ga), fsc_device_release(tf, gb), fsc_device_release(tf, gc);
+    }
+    fsc_device_free(tf);
+}
+
 /* bf16/f16 inputs: the reference is the cpu f32 gemm of the same (rounded) values. */
 static void test_gemm_ex(void **state) {
     H *h = *state;
@@ -1070,6 +1129,7 @@ int main(void) {
         cmocka_unit_test(test_copies_from_two_threads),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_ex),
+        cmocka_unit_test(test_gemm_tf32),
         cmocka_unit_test(test_convert),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_bias),

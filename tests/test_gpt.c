@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "gpttest.h"
+#include "core/kernels.h"
 
 static const fsc_gpt_config TINY = { .layers = 2, .dim = 16, .heads = 2, .seq = 8, .vocab = 32 };
 
@@ -191,7 +192,7 @@ static void d_linear(double *out, const double *x, const double *w, const double
 }
 static void d_attention(double *out, const double *qkv, int B, int T, int C, int NH) {
     int HS = C / NH;
-    double p[64];
+    double p[128]; /* T <= 128 */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
@@ -595,6 +596,61 @@ static void test_determinism(void **state) {
     free(g1), free(g2), free(g3);
 }
 
+/* Oracle: causal attention with each head's products whole (how GPUs run it, fsc_device_whole_products) and in
+ * blocks of 32 query rows (the CPU's) agree to float rounding, forward and backward, at a T of 70 (three blocks,
+ * the last partial); both forwards match the double reference d_attention. */
+static void test_attention_whole_products(void **state) {
+    fsc_device *dev = *state;
+    enum { B = 2, T = 70, C = 16, NH = 2 };
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    size_t ns = fsc_attention_saved_floats(B, T, C, NH), nw = fsc_attention_work_floats(B, T, C, NH);
+    float *qkv = malloc(nqkv * sizeof(float)), *dout = malloc(nout * sizeof(float));
+    double *dq = malloc(nqkv * sizeof(double)), *ref = malloc(nout * sizeof(double));
+    uint32_t r = 12345;
+    for (size_t i = 0; i < nqkv; i++) {
+        r ^= r << 13, r ^= r >> 17, r ^= r << 5;
+        qkv[i] = (float)((double)r / 4294967296.0 * 2 - 1), dq[i] = qkv[i];
+    }
+    for (size_t i = 0; i < nout; i++) {
+        r ^= r << 13, r ^= r >> 17, r ^= r << 5;
+        dout[i] = (float)((double)r / 4294967296.0 - 0.5);
+    }
+    d_attention(ref, dq, B, T, C, NH);
+    float *out[2], *dqkv[2];
+    for (int whole = 0; whole < 2; whole++) {
+        float *saved, *work, *dx, *x, *dy, *o;
+        assert_ok(fsc_device_alloc(dev, FSC_TAG_ACTS, ns * sizeof(float), (void **)&saved));
+        assert_ok(fsc_device_alloc(dev, FSC_TAG_WORKSPACE, nw * sizeof(float), (void **)&work));
+        assert_ok(fsc_device_alloc(dev, FSC_TAG_ACTS, nqkv * sizeof(float), (void **)&x));
+        assert_ok(fsc_device_alloc(dev, FSC_TAG_ACTS, nqkv * sizeof(float), (void **)&dx));
+        assert_ok(fsc_device_alloc(dev, FSC_TAG_ACTS, nout * sizeof(float), (void **)&o));
+        assert_ok(fsc_device_alloc(dev, FSC_TAG_ACTS, nout * sizeof(float), (void **)&dy));
+        assert_ok(fsc_device_upload(dev, x, qkv, nqkv * sizeof(float)));
+        assert_ok(fsc_device_upload(dev, dy, dout, nout * sizeof(float)));
+        fsc_attention_rec rec;
+        fsc_attention_rec_bind(&rec, saved, B, T, C, NH);
+        fsc_device_set_whole_products(dev, whole);
+        assert_int_equal(fsc_device_whole_products(dev), whole);
+        assert_ok(fsc_attention_forward(dev, o, &rec, x, work));
+        assert_ok(fsc_attention_backward(dev, dx, &rec, dy, work));
+        fsc_device_set_whole_products(dev, 0);
+        out[whole] = download(dev, o, nout);
+        dqkv[whole] = download(dev, dx, nqkv);
+        for (size_t i = 0; i < nout; i++) assert_true(fabs(out[whole][i] - ref[i]) <= 1e-5);
+        fsc_device_release(dev, saved), fsc_device_release(dev, work), fsc_device_release(dev, x);
+        fsc_device_release(dev, dx), fsc_device_release(dev, o), fsc_device_release(dev, dy);
+    }
+    double gmax = 0, gdiff = 0;
+    for (size_t i = 0; i < nqkv; i++) {
+        gmax = fmax(gmax, fabs(dqkv[0][i]));
+        gdiff = fmax(gdiff, fabs(dqkv[0][i] - dqkv[1][i]));
+    }
+    assert_true(gmax > 1e-3);
+    assert_true(gdiff <= 1e-5 * gmax);
+    free(qkv), free(dout), free(dq), free(ref);
+    for (int i = 0; i < 2; i++) free(out[i]), free(dqkv[i]);
+}
+
 /* ---- hooks and errors ---------------------------------------------------------------------------- */
 typedef struct { int n; int ev[64]; int fail_at; } hook_log;
 static fsc_status log_ev(hook_log *h, int code) {
@@ -737,6 +793,7 @@ int main(void) {
         cmocka_unit_test(test_nested_pass_refused),
         cmocka_unit_test(test_split_ranges),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_attention_whole_products),
         cmocka_unit_test(test_hooks_and_errors),
         cmocka_unit_test(test_learns_repeated_text),
     };

@@ -349,9 +349,15 @@ static fsc_status open_ctx(cu_ctx *c) {
     FSC_TRY(stream_new(c, &c->copy));
     FSC_TRY(cu_blas_check(cublasCreate(&c->blas), "cublasCreate"));
     FSC_TRY(cu_blas_check(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode"));
-    /* default math keeps at least the requested precision (f32 sgemm never becomes TF32); 16-bit outputs
-     * are never reduced in 16 bits */
-    FSC_TRY(cu_blas_check(cublasSetMathMode(c->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+    /* default math keeps at least the requested precision (f32 sgemm never becomes TF32) unless FSC_CUDA_TF32=1
+     * asks for TF32 tensor cores (inputs rounded to 10-bit mantissas, products summed in f32: values already
+     * rounded to bf16 lose nothing); 16-bit outputs are never reduced in 16 bits */
+    const char *tf = getenv("FSC_CUDA_TF32");
+    c->tf32 = tf && strcmp(tf, "1") == 0;
+    if (tf && *tf && strcmp(tf, "0") != 0 && !c->tf32)
+        return cu_err(FSC_ERR_INVALID, "FSC_CUDA_TF32 is \"%s\": use 1 (TF32 tensor cores for f32 products) or 0", tf);
+    FSC_TRY(cu_blas_check(cublasSetMathMode(c->blas, (cublasMath_t)((c->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                              : CUBLAS_DEFAULT_MATH) |
                                                                     CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
                           "cublasSetMathMode"));
     FSC_TRY(cu_blas_check(cublasSetAtomicsMode(c->blas, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode"));

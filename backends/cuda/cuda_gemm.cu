@@ -1,5 +1,5 @@
-/* Matrix products of the cuda device on cuBLAS: f32 (full f32, no TF32) and the optional gemm_ex with
- * bf16/f16 inputs accumulated in f32 on tensor cores.
+/* Matrix products of the cuda device on cuBLAS: f32 (full f32; TF32 tensor cores when the device was opened
+ * with FSC_CUDA_TF32=1) and the optional gemm_ex with bf16/f16 inputs accumulated in f32 on tensor cores.
  * fsc is row-major, cuBLAS column-major: a row-major C (M x N, ldc) is a column-major C^T (N x M, ldc),
  * and C^T = op(B)^T op(A)^T, so we ask cuBLAS for the product of B and A with M and N swapped.
  * cuBLAS gives the same bits on every call for a fixed GPU model and library version; the handle gets one
@@ -88,8 +88,9 @@ fsc_status cu_gemm_ex(void *ctx, int transa, int transb, int M, int N, int K, fl
     }
     FSC_TRY(cu_blas_bind(c));
     cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    /* f32 products and sums: tensor cores for 16-bit inputs, full f32 (never TF32) for f32 inputs */
-    cublasComputeType_t comp = CUBLAS_COMPUTE_32F;
+    /* f32 products and sums: tensor cores for 16-bit inputs; f32 inputs in full f32, or in TF32 under
+     * FSC_CUDA_TF32=1 (cu_ctx.tf32) */
+    cublasComputeType_t comp = ab == FSC_F32 && c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     return cu_blas_check(cublasGemmStridedBatchedEx(c->blas, opb, opa, N, M, K, &alpha, B, tab, ldb, (long long)sb, A,
                                                     tab, lda, (long long)sa, &beta, C, tc, ldc, (long long)sc, batch,
                                                     comp, CUBLAS_GEMM_DEFAULT),

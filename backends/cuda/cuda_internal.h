@@ -43,6 +43,7 @@ struct cu_ctx {
     int nevents, cap_events;
     cublasHandle_t blas;
     cu_stream *blas_bound;               /* stream the handle is bound to */
+    int tf32;                            /* FSC_CUDA_TF32=1 at open: f32 products on tensor cores in TF32 */
     /* pinned staging for copies: two buffers, each guarded by the event of the last copy that used it, and
      * stage_mu over both (and stage_next): the simulated communicator's progress thread uploads and downloads
      * a rank's buffers while the rank's own thread computes and copies (device_ops.h: upload and download may

@@ -234,6 +234,7 @@ fsc_status fsc_device_create(const char *name, const fsc_device_opts *opts, fsc_
     d->ctx = ctx;
     d->plugin = handle;
     d->is_count = strcmp(ops->name, "count") == 0;
+    d->whole_products = !d->is_count && strcmp(ops->name, "cpu") != 0;
     d->live = m;
     *out = d;
     return FSC_OK;
@@ -378,6 +379,12 @@ void fsc_device_set_copy_cost(fsc_device *dev, double gbps) {
 }
 
 int fsc_device_has_copy_cost(const fsc_device *dev) { return dev && dev->copy_s_per_byte > 0; }
+
+int fsc_device_whole_products(const fsc_device *dev) { return dev ? dev->whole_products : 0; }
+
+void fsc_device_set_whole_products(fsc_device *dev, int on) {
+    if (dev) dev->whole_products = on != 0;
+}
 
 void fsc_device_set_copy_rank_clock(fsc_device *dev, int on) {
     if (dev) dev->copy_rank_clock = on != 0;

@@ -31,6 +31,7 @@ struct fsc_device {
                                       simulator's staging on a progress thread) they cost nothing. 0: every copy
                                       costs (the wall clock) */
     _Atomic size_t copied[2];      /* bytes downloaded [0] and uploaded [1] (fsc_device_copied_bytes) */
+    int whole_products;            /* fsc_device_whole_products: 0 on the cpu and counting devices, 1 elsewhere */
 };
 
 /* device_copy.c: a copy of bytes occupies the modelled link from max(now, its last copy's end): returns when it

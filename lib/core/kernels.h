@@ -106,6 +106,13 @@ int fsc_device_has_copy_cost(const fsc_device *dev);
  * default): every copy costs (the wall clock). */
 void fsc_device_set_copy_rank_clock(fsc_device *dev, int on);
 
+/* Whether causal attention runs each head's products whole (lib/nn/attention.c): 1 on GPUs, where its blocks of
+ * 32 query rows were thousands of tiny launches a step; 0 on the cpu device, where the blocks skip the zeros above
+ * the diagonal and stay under OpenBLAS's threading threshold, and on the counting device, which counts the cpu's
+ * blocks. fsc_device_set_whole_products changes it for one device (the tests run both forms on the CPU). */
+int fsc_device_whole_products(const fsc_device *dev);
+void fsc_device_set_whole_products(fsc_device *dev, int on);
+
 /* The counting device (backends/count, docs/planning.md): allocations of more than FSC_COUNT_REAL_MAX bytes get
  * fake addresses (fsc_count_is_fake) that nothing may dereference; smaller ones are real, zeroed host memory;
  * kernels do nothing. fsc_device_is_count: dev is such a device. */

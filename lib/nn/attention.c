@@ -4,11 +4,13 @@
  * every product is a strided batched gemm over the B sequences of one head.
  *
  * Causality: the scores and probabilities of row i are only needed (and only nonzero) for columns j <= i,
- * so every product runs over row blocks of ROWS queries: rows [i0, i1) need columns [0, i1) only, and the
- * transposed products (dv, dk) need rows [j0, T) only. That skips close to half of the work, and keeps each
- * call below OpenBLAS's threading threshold, which runs small products faster on one thread. The skipped
+ * so on the CPU every product runs over row blocks of ROWS queries: rows [i0, i1) need columns [0, i1) only,
+ * and the transposed products (dv, dk) need rows [j0, T) only. That skips close to half of the work, and keeps
+ * each call below OpenBLAS's threading threshold, which runs small products faster on one thread. The skipped
  * terms are exact zeros (the softmax writes 0 above the diagonal), so every element is the same sum as the
- * full product's, in the same order.
+ * full product's, in the same order. Other devices (GPUs) run each head's product whole, one call of T rows:
+ * blocks of 32 rows were thousands of launches of tiny products a step there (a GPT-2 124M step on an H200
+ * spent most of its time in them); the whole product does the skipped half too, on exact zeros.
  * On the counting device (the planner's dry run, fsc_count_bulk) the heads' products, alike but for their
  * pointers, are counted at once, a sweep of row blocks by one call (fsc_count_gemm_rows): the same totals as
  * block by block and head by head.
@@ -56,13 +58,16 @@ static fsc_status check_rec(const fsc_attention_rec *r, const char *what) {
 typedef struct {
     int B, T, HS;
     int64_t stt;
+    int rows; /* queries per row block: ROWS on the CPU, T (the whole product) elsewhere */
 } dims;
+
+static int rows_for(const fsc_device *dev, int T) { return fsc_device_whole_products(dev) ? T : ROWS; }
 
 /* S[i0:i1, 0:i1] = X[i0:i1] (ldx, batch stride sx) @ Y[0:i1]^T (ldy, sy): scores of a row block */
 static fsc_status scores(fsc_device *dev, const dims *d, float *S, const float *X, int ldx, int64_t sx,
                          const float *Y, int ldy, int64_t sy) {
-    for (int i0 = 0; i0 < d->T; i0 += ROWS) {
-        int i1 = i0 + ROWS < d->T ? i0 + ROWS : d->T;
+    for (int i0 = 0; i0 < d->T; i0 += d->rows) {
+        int i1 = i0 + d->rows < d->T ? i0 + d->rows : d->T;
         FSC_TRY(fsc_k_gemm(dev, 0, 1, i1 - i0, i1, d->HS, 1.0f, X + (size_t)i0 * ldx, ldx, sx, Y, ldy, sy, 0.0f,
                            S + (size_t)i0 * d->T, d->T, d->stt, d->B));
     }
@@ -72,8 +77,8 @@ static fsc_status scores(fsc_device *dev, const dims *d, float *S, const float *
 /* O[i0:i1] (ldo, so) = P[i0:i1, 0:i1] @ Y[0:i1] (ldy, sy): P lower triangular */
 static fsc_status lower_times(fsc_device *dev, const dims *d, float *O, int ldo, int64_t so, const float *P,
                               const float *Y, int ldy, int64_t sy) {
-    for (int i0 = 0; i0 < d->T; i0 += ROWS) {
-        int i1 = i0 + ROWS < d->T ? i0 + ROWS : d->T;
+    for (int i0 = 0; i0 < d->T; i0 += d->rows) {
+        int i1 = i0 + d->rows < d->T ? i0 + d->rows : d->T;
         FSC_TRY(fsc_k_gemm(dev, 0, 0, i1 - i0, d->HS, i1, 1.0f, P + (size_t)i0 * d->T, d->T, d->stt, Y, ldy, sy,
                            0.0f, O + (size_t)i0 * ldo, ldo, so, d->B));
     }
@@ -83,8 +88,8 @@ static fsc_status lower_times(fsc_device *dev, const dims *d, float *O, int ldo,
 /* O[j0:j1] (ldo, so) = P[j0:T, j0:j1]^T @ Y[j0:T] (ldy, sy) + beta O: P lower triangular */
 static fsc_status lower_t_times(fsc_device *dev, const dims *d, float *O, int ldo, int64_t so, const float *P,
                                 const float *Y, int ldy, int64_t sy, float beta) {
-    for (int j0 = 0; j0 < d->T; j0 += ROWS) {
-        int j1 = j0 + ROWS < d->T ? j0 + ROWS : d->T;
+    for (int j0 = 0; j0 < d->T; j0 += d->rows) {
+        int j1 = j0 + d->rows < d->T ? j0 + d->rows : d->T;
         FSC_TRY(fsc_k_gemm(dev, 1, 0, j1 - j0, d->HS, d->T - j0, 1.0f, P + (size_t)j0 * d->T + j0, d->T, d->stt,
                            Y + (size_t)j0 * ldy, ldy, sy, beta, O + (size_t)j0 * ldo, ldo, so, d->B));
     }
@@ -114,7 +119,7 @@ fsc_status fsc_attn_core_forward(fsc_device *dev, const fsc_attn_core_dims *c, f
     FSC_CHECK_ARG(att);
     FSC_CHECK_ARG(work);
     FSC_TRY(check_core(c, ldo, ldq, ldk, ldv, "forward"));
-    dims d = { c->B, c->T, c->HS, (int64_t)c->NH * c->T * c->T };
+    dims d = { c->B, c->T, c->HS, (int64_t)c->NH * c->T * c->T, rows_for(dev, c->T) };
     int64_t T = c->T, rep = c->NH / c->KVH;
     float scale = 1.0f / sqrtf((float)c->HS);
     float *pre = work; /* (B, NH, T, T), rows filled up to their block's last column */
@@ -151,7 +156,7 @@ fsc_status fsc_attn_core_backward(fsc_device *dev, const fsc_attn_core_dims *c, 
     FSC_CHECK_ARG(att);
     FSC_CHECK_ARG(work);
     FSC_TRY(check_core(c, ldo, ldq, ldk, ldv, "backward"));
-    dims d = { c->B, c->T, c->HS, (int64_t)c->NH * c->T * c->T };
+    dims d = { c->B, c->T, c->HS, (int64_t)c->NH * c->T * c->T, rows_for(dev, c->T) };
     int64_t T = c->T, rep = c->NH / c->KVH;
     float scale = 1.0f / sqrtf((float)c->HS);
     float *datt = work;                                       /* (B, NH, T, T) */

@@ -26,6 +26,7 @@ typedef struct {
     size_t peak[PT_MAX_WORLD][FSC_TAG_COUNT];
     fsc_comm_stats comm[PT_MAX_WORLD];   /* per rank, the last step only */
     int skipped[PT_MAX_WORLD][PT_MAX_STEPS];
+    size_t copied[PT_MAX_WORLD][2];      /* per rank, bytes downloaded [0] and uploaded [1] over the steps */
 } pt_run;
 
 /* A model whose sizes divide by nothing in particular: units are padded on every world size. */
@@ -67,6 +68,7 @@ static fsc_status pt_rank_fn(fsc_rank *r, void *arg) {
                                                                                               ranks share data */
     const int lb = B / dp;
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));
+    const size_t down0 = fsc_device_copied_bytes(r->dev, 0), up0 = fsc_device_copied_bytes(r->dev, 1);
     for (int step = 0; step < run->steps && s == FSC_OK; step++) {
         pt_batch(tok, tgt, step, B, data, lb, T, run->cfg.vocab);
         fsc_engine_reset_comm_stats(e);
@@ -80,6 +82,10 @@ static fsc_status pt_rank_fn(fsc_rank *r, void *arg) {
             fsc_engine_comm_stats(e, &run->comm[r->rank]);
             run->skipped[r->rank][step] = info.skipped;
         }
+    }
+    if (r->rank < PT_MAX_WORLD) {
+        run->copied[r->rank][0] = fsc_device_copied_bytes(r->dev, 0) - down0;
+        run->copied[r->rank][1] = fsc_device_copied_bytes(r->dev, 1) - up0;
     }
     if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? run->params : NULL);
     if (r->rank < PT_MAX_WORLD)

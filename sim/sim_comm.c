@@ -11,7 +11,8 @@
  * With staging (h->stage, a device other than cpu; sim.h) each call first downloads what it sends into the
  * handle's host buffer and computes on host pointers into it exactly as above, then uploads its result:
  * all-reduce and reduce-scatter run in place in one buffer, all-gather in place in an N-block buffer,
- * all-to-all in a send and a recv half; send downloads into the message and recv uploads from it.
+ * all-to-all in a send and a recv half; send downloads into the message and recv uploads from it. A group of
+ * one stages nothing (alone_run).
  * Arguments were validated by lib/core/comm.c, which also counts calls and bytes. */
 #include <math.h>
 #include <stdio.h>
@@ -42,7 +43,7 @@ static fsc_status stage_pre(sim_handle *h, const char *what, size_t bytes, const
 }
 
 /* A group of one that stages through host memory: a collective over one rank is the identity (the sum, mean,
- * maximum or minimum of one value is that value, in every dtype: bf16 and f16 widen to f32 and round back
+ * or maximum of one value is that value, in every dtype: bf16 and f16 widen to f32 and round back
  * exactly), so its data stays on the device (recv = send: a device copy unless in place) and nothing is staged.
  * One GPU rank (fsc-train --device cuda) staged its whole gradient through host memory twice a step: most of a
  * GPT-2 124M step on an H200. The rank still arrives and departs (failures, clocks, traces), with no data. */
@@ -52,7 +53,11 @@ static fsc_status alone_run(sim_handle *h, sim_slot *me, void *recv, const void 
     me->send = me->recv = NULL;
     FSC_TRY(arrive(h, me, FSC_OK));
     sim_depart(h);
-    return bytes && recv != send ? fsc_device_copy(h->dev, recv, send, bytes) : FSC_OK;
+    if (!bytes || recv == send) return FSC_OK;
+    fsc_count_staging(1); /* the communicator's own copy, as staging's: not the rank's work in a plan */
+    fsc_status s = fsc_device_copy(h->dev, recv, send, bytes);
+    fsc_count_staging(0);
+    return s;
 }
 
 /* ---- reductions ---- */

@@ -649,6 +649,33 @@ static void test_attention_whole_products(void **state) {
     assert_true(gdiff <= 1e-5 * gmax);
     free(qkv), free(dout), free(dq), free(ref);
     for (int i = 0; i < 2; i++) free(out[i]), free(dqkv[i]);
+    /* the flag decides the calls: on the counting device (which counts what the form would launch) a forward and
+     * backward of 3 row blocks is 3 x NH x 6 products, 2 softmax calls and the copy of qkv into the record, whole
+     * products NH x 6 and the same 3 */
+    fsc_device *cd;
+    assert_ok(fsc_device_create("count", NULL, &cd));
+    assert_int_equal(fsc_device_whole_products(dev), 0);
+    assert_int_equal(fsc_device_whole_products(cd), 0);
+    uint64_t calls[2];
+    for (int whole = 0; whole < 2; whole++) {
+        float *saved, *work, *x, *o;
+        assert_ok(fsc_device_alloc(cd, FSC_TAG_ACTS, ns * sizeof(float), (void **)&saved));
+        assert_ok(fsc_device_alloc(cd, FSC_TAG_WORKSPACE, nw * sizeof(float), (void **)&work));
+        assert_ok(fsc_device_alloc(cd, FSC_TAG_ACTS, nqkv * sizeof(float), (void **)&x));
+        assert_ok(fsc_device_alloc(cd, FSC_TAG_ACTS, nout * sizeof(float), (void **)&o));
+        fsc_attention_rec rec;
+        fsc_attention_rec_bind(&rec, saved, B, T, C, NH);
+        fsc_device_set_whole_products(cd, whole);
+        uint64_t c0 = fsc_count_calls(cd);
+        assert_ok(fsc_attention_forward(cd, o, &rec, x, work));
+        assert_ok(fsc_attention_backward(cd, x, &rec, o, work));
+        calls[whole] = fsc_count_calls(cd) - c0;
+        fsc_device_release(cd, saved), fsc_device_release(cd, work), fsc_device_release(cd, x);
+        fsc_device_release(cd, o);
+    }
+    assert_int_equal(calls[0], 3 * NH * 6 + 3);
+    assert_int_equal(calls[1], NH * 6 + 3);
+    fsc_device_free(cd);
 }
 
 /* ---- hooks and errors ---------------------------------------------------------------------------- */

@@ -352,10 +352,6 @@ static fsc_status open_ctx(cu_ctx *c) {
     /* default math keeps at least the requested precision (f32 sgemm never becomes TF32) unless FSC_CUDA_TF32=1
      * asks for TF32 tensor cores (inputs rounded to 10-bit mantissas, products summed in f32: values already
      * rounded to bf16 lose nothing); 16-bit outputs are never reduced in 16 bits */
-    const char *tf = getenv("FSC_CUDA_TF32");
-    c->tf32 = tf && strcmp(tf, "1") == 0;
-    if (tf && *tf && strcmp(tf, "0") != 0 && !c->tf32)
-        return cu_err(FSC_ERR_INVALID, "FSC_CUDA_TF32 is \"%s\": use 1 (TF32 tensor cores for f32 products) or 0", tf);
     FSC_TRY(cu_blas_check(cublasSetMathMode(c->blas, (cublasMath_t)((c->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                               : CUBLAS_DEFAULT_MATH) |
                                                                     CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
@@ -386,6 +382,9 @@ extern "C" __attribute__((visibility("default"))) fsc_status fsc_cuda_device_ope
     if (!ops || !ctx) return cu_err(FSC_ERR_INVALID, "fsc_cuda_device_open: ops or ctx is NULL");
     *ops = NULL;
     *ctx = NULL;
+    const char *tf = getenv("FSC_CUDA_TF32"); /* open_ctx's math mode */
+    if (tf && *tf && strcmp(tf, "0") != 0 && strcmp(tf, "1") != 0)
+        return cu_err(FSC_ERR_INVALID, "FSC_CUDA_TF32 is \"%s\": use 1 (TF32 tensor cores for f32 products) or 0", tf);
     int ordinal = opts ? opts->ordinal : 0, count = 0;
     if (ordinal < 0) return cu_err(FSC_ERR_INVALID, "cuda: device ordinal %d is negative", ordinal);
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -415,6 +414,7 @@ extern "C" __attribute__((visibility("default"))) fsc_status fsc_cuda_device_ope
     c->magic = CU_MAGIC;
     c->ordinal = ordinal;
     c->sm_count = prop.multiProcessorCount;
+    c->tf32 = tf && strcmp(tf, "1") == 0;
     fsc_status s = open_ctx(c);
     if (s != FSC_OK) {
         char msg[1024];

@@ -10,7 +10,8 @@
  * terms are exact zeros (the softmax writes 0 above the diagonal), so every element is the same sum as the
  * full product's, in the same order. Other devices (GPUs) run each head's product whole, one call of T rows:
  * blocks of 32 rows were thousands of launches of tiny products a step there (a GPT-2 124M step on an H200
- * spent most of its time in them); the whole product does the skipped half too, on exact zeros.
+ * spent most of its time in them). The whole products also compute the scores above the diagonal, which the
+ * softmax ignores (it writes exact zeros there), and multiply the probabilities' zeros above it.
  * On the counting device (the planner's dry run, fsc_count_bulk) the heads' products, alike but for their
  * pointers, are counted at once, a sweep of row blocks by one call (fsc_count_gemm_rows): the same totals as
  * block by block and head by head.
@@ -124,9 +125,9 @@ fsc_status fsc_attn_core_forward(fsc_device *dev, const fsc_attn_core_dims *c, f
     float scale = 1.0f / sqrtf((float)c->HS);
     float *pre = work; /* (B, NH, T, T), rows filled up to their block's last column */
     if (fsc_count_bulk(dev)) { /* the counting device: every head's products of the sweep at once */
-        fsc_count_gemm_rows(dev, FSC_COUNT_SCORES, c->T, ROWS, c->HS, 0.0f, c->B, (uint64_t)c->NH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_SCORES, c->T, d.rows, c->HS, 0.0f, c->B, (uint64_t)c->NH);
         FSC_TRY(fsc_k_softmax_causal_forward(dev, att, pre, c->B * c->NH, c->T, scale));
-        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER, c->T, ROWS, c->HS, 0.0f, c->B, (uint64_t)c->NH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER, c->T, d.rows, c->HS, 0.0f, c->B, (uint64_t)c->NH);
         return FSC_OK;
     }
     for (int h = 0; h < c->NH; h++) {
@@ -163,13 +164,13 @@ fsc_status fsc_attn_core_backward(fsc_device *dev, const fsc_attn_core_dims *c, 
     float *dpre = work + r64((size_t)c->B * c->NH * T * T);   /* (B, NH, T, T) */
     if (fsc_count_bulk(dev)) { /* the counting device: every head's products at once, by their beta */
         const uint64_t NH = (uint64_t)c->NH, KVH = (uint64_t)c->KVH; /* KVH heads of beta 0 (h % rep == 0) */
-        fsc_count_gemm_rows(dev, FSC_COUNT_SCORES, c->T, ROWS, c->HS, 0.0f, c->B, NH);
-        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 0.0f, c->B, KVH);
-        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 1.0f, c->B, NH - KVH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_SCORES, c->T, d.rows, c->HS, 0.0f, c->B, NH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, d.rows, c->HS, 0.0f, c->B, KVH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, d.rows, c->HS, 1.0f, c->B, NH - KVH);
         FSC_TRY(fsc_k_softmax_causal_backward(dev, dpre, datt, att, c->B * c->NH, c->T, scale));
-        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER, c->T, ROWS, c->HS, 0.0f, c->B, NH);
-        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 0.0f, c->B, KVH);
-        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, ROWS, c->HS, 1.0f, c->B, NH - KVH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER, c->T, d.rows, c->HS, 0.0f, c->B, NH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, d.rows, c->HS, 0.0f, c->B, KVH);
+        fsc_count_gemm_rows(dev, FSC_COUNT_LOWER_T, c->T, d.rows, c->HS, 1.0f, c->B, NH - KVH);
         return FSC_OK;
     }
     for (int h = 0; h < c->NH; h++) {

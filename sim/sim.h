@@ -19,7 +19,7 @@
  * arriving it downloads what it sends into a host staging buffer of its handle, the collective runs on the
  * staging buffers exactly as on the direct path (same rank-order reductions, so the same bits), and after
  * departing it uploads its result. Send downloads into the queued message and recv uploads from it. A group of
- * one stages nothing: its collectives are the identity, a copy on the device (sim_comm.c, alone_run).
+ * one stages nothing: its collectives are the identity, a copy on the device (sim_comm.c, alone_call).
  * fsc_cluster_opts.stage_through_host forces staging on the cpu device too, which is how this path is
  * tested on machines without a GPU. Staging assumes what both backends do: a download returns with the data
  * on the host, and after an upload returns its host source may be reused. Staging buffers are plain host

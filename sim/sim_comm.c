@@ -12,7 +12,7 @@
  * handle's host buffer and computes on host pointers into it exactly as above, then uploads its result:
  * all-reduce and reduce-scatter run in place in one buffer, all-gather in place in an N-block buffer,
  * all-to-all in a send and a recv half; send downloads into the message and recv uploads from it. A group of
- * one stages nothing (alone_run).
+ * one stages nothing (alone_call).
  * Arguments were validated by lib/core/comm.c, which also counts calls and bytes. */
 #include <math.h>
 #include <stdio.h>
@@ -40,24 +40,6 @@ static fsc_status stage_pre(sim_handle *h, const char *what, size_t bytes, const
                             size_t in_bytes) {
     FSC_TRY(sim_stage_reserve(h, what, bytes));
     return sim_stage_in(h, what, h->buf + at, src, in_bytes);
-}
-
-/* A group of one that stages through host memory: a collective over one rank is the identity (the sum, mean,
- * or maximum of one value is that value, in every dtype: bf16 and f16 widen to f32 and round back
- * exactly), so its data stays on the device (recv = send: a device copy unless in place) and nothing is staged.
- * One GPU rank (fsc-train --device cuda) staged its whole gradient through host memory twice a step: most of a
- * GPT-2 124M step on an H200. The rank still arrives and departs (failures, clocks, traces), with no data. */
-static int alone(const sim_handle *h) { return h->stage && h->g->size == 1; }
-
-static fsc_status alone_run(sim_handle *h, sim_slot *me, void *recv, const void *send, size_t bytes) {
-    me->send = me->recv = NULL;
-    FSC_TRY(arrive(h, me, FSC_OK));
-    sim_depart(h);
-    if (!bytes || recv == send) return FSC_OK;
-    fsc_count_staging(1); /* the communicator's own copy, as staging's: not the rank's work in a plan */
-    fsc_status s = fsc_device_copy(h->dev, recv, send, bytes);
-    fsc_count_staging(0);
-    return s;
 }
 
 /* ---- reductions ---- */
@@ -149,11 +131,9 @@ static fsc_status sim_all_reduce(void *ctx, const void *send, void *recv, size_t
     const size_t bytes = count * fsc_dtype_size(dt);
     fsc_status st = FSC_OK;
     void *dev_recv = recv;
-    sim_slot me = {.op = FSC_OP_ALL_REDUCE, .count = count, .dt = dt, .redop = op};
-    if (alone(h)) return alone_run(h, &me, recv, send, bytes);
     if (h->stage && (st = stage_pre(h, "all_reduce", bytes, send, 0, bytes)) == FSC_OK)
         send = recv = h->buf; /* in place in the host buffer */
-    me.send = send, me.recv = recv;
+    sim_slot me = {.op = FSC_OP_ALL_REDUCE, .count = count, .dt = dt, .redop = op, .send = send, .recv = recv};
     FSC_TRY(arrive(h, &me, st));
     /* rank r owns elements [lo, hi): it reads them from every send and writes them to every recv; nobody
      * else touches them, so send == recv (in place) is safe. */
@@ -173,13 +153,12 @@ static fsc_status sim_reduce_scatter(void *ctx, const void *send, void *recv, si
     const size_t bytes = recvcount * fsc_dtype_size(dt), full = bytes * (size_t)h->g->size;
     fsc_status st = FSC_OK;
     void *dev_recv = recv;
-    sim_slot me = {.op = FSC_OP_REDUCE_SCATTER, .count = recvcount, .dt = dt, .redop = op};
-    if (alone(h)) return alone_run(h, &me, recv, send, bytes);
     if (h->stage && (st = stage_pre(h, "reduce_scatter", full, send, 0, full)) == FSC_OK) {
         send = h->buf; /* in place in the host buffer: recv is block rank of send */
         recv = h->buf + (size_t)h->rank * bytes;
     }
-    me.send = send, me.recv = recv;
+    sim_slot me = {.op = FSC_OP_REDUCE_SCATTER, .count = recvcount, .dt = dt, .redop = op, .send = send,
+                   .recv = recv};
     FSC_TRY(arrive(h, &me, st));
     /* in place (recv == send + rank*recvcount) is safe: element i of block r is read and written by rank r only */
     if (recvcount) reduce_range(h->g, (size_t)h->rank * recvcount, recvcount, h->rank, 0, dt, op);
@@ -199,13 +178,11 @@ static fsc_status sim_all_gather(void *ctx, const void *send, void *recv, size_t
                  full = bytes * (size_t)h->g->size;
     fsc_status st = FSC_OK;
     void *dev_recv = recv;
-    sim_slot me = {.op = FSC_OP_ALL_GATHER, .count = sendcount, .dt = dt};
-    if (alone(h)) return alone_run(h, &me, recv, send, bytes);
     if (h->stage && (st = stage_pre(h, "all_gather", full, send, mine, bytes)) == FSC_OK) {
         send = h->buf + mine; /* in place in the host buffer of N blocks */
         recv = h->buf;
     }
-    me.send = send, me.recv = recv;
+    sim_slot me = {.op = FSC_OP_ALL_GATHER, .count = sendcount, .dt = dt, .send = send, .recv = recv};
     FSC_TRY(arrive(h, &me, st));
     /* in place (send == recv + rank*sendcount): block r is skipped, other blocks are only written here */
     for (int j = 0; bytes && j < h->g->size; j++)
@@ -219,11 +196,9 @@ static fsc_status sim_broadcast(void *ctx, void *buf, size_t count, fsc_dtype dt
     const size_t bytes = count * fsc_dtype_size(dt);
     fsc_status st = FSC_OK;
     void *dev_buf = buf;
-    sim_slot me = {.op = FSC_OP_BROADCAST, .count = count, .dt = dt, .root = root};
-    if (alone(h) && root == 0) return alone_run(h, &me, buf, buf, bytes);
     if (h->stage && (st = stage_pre(h, "broadcast", bytes, buf, 0, h->rank == root ? bytes : 0)) == FSC_OK)
         buf = h->buf; /* the root downloads into it, the others receive into it */
-    me.send = buf, me.recv = buf;
+    sim_slot me = {.op = FSC_OP_BROADCAST, .count = count, .dt = dt, .root = root, .send = buf, .recv = buf};
     FSC_TRY(arrive(h, &me, st));
     if (h->rank != root) copy_block(buf, h->g->slots[root].send, bytes);
     sim_depart(h);
@@ -235,13 +210,11 @@ static fsc_status sim_all_to_all(void *ctx, const void *send, void *recv, size_t
     const size_t bytes = count * fsc_dtype_size(dt), full = bytes * (size_t)h->g->size;
     fsc_status st = FSC_OK;
     void *dev_recv = recv;
-    sim_slot me = {.op = FSC_OP_ALL_TO_ALL, .count = count, .dt = dt};
-    if (alone(h)) return alone_run(h, &me, recv, send, bytes);
     if (h->stage && (st = stage_pre(h, "all_to_all", 2 * full, send, 0, full)) == FSC_OK) {
         send = h->buf; /* send in the first half of the host buffer, recv in the second */
         recv = h->buf + full;
     }
-    me.send = send, me.recv = recv;
+    sim_slot me = {.op = FSC_OP_ALL_TO_ALL, .count = count, .dt = dt, .send = send, .recv = recv};
     FSC_TRY(arrive(h, &me, st));
     for (int j = 0; bytes && j < h->g->size; j++)
         copy_block((u8 *)recv + (size_t)j * bytes, (const u8 *)h->g->slots[j].send + (size_t)h->rank * bytes,
@@ -453,6 +426,26 @@ static fsc_status dry_timed(sim_handle *h, const fsc_comm_call *k) {
     return s;
 }
 
+/* A collective of a group of one that stages through host memory: a collective over one rank is the identity
+ * (the sum, mean or maximum of one value is that value, in every dtype: bf16 and f16 widen to f32 and round back
+ * exactly), so its data stays on the device (recv = send: a device copy unless in place) and nothing is staged.
+ * One GPU rank (fsc-train --device cuda) staged its whole gradient through host memory twice a step: most of a
+ * GPT-2 124M step on an H200. The rank still arrives and departs (failures, clocks, traces), with no data. */
+static int alone(const sim_handle *h, const fsc_comm_call *k) {
+    return h->stage && h->g->size == 1 && k->op != FSC_OP_SEND && k->op != FSC_OP_RECV && k->op != FSC_OP_BARRIER;
+}
+
+static fsc_status alone_call(sim_handle *h, const fsc_comm_call *k) {
+    sim_slot me = {.op = k->op, .count = k->count, .dt = k->dt, .redop = k->redop, .root = k->peer};
+    FSC_TRY(sim_arrive(h, &me));
+    sim_depart(h);
+    if (!k->send || !k->recv || k->send == k->recv || !call_bytes(k)) return FSC_OK;
+    fsc_count_staging(1); /* the communicator's own copy, as staging's: not the rank's work in a plan */
+    fsc_status s = fsc_device_copy(h->dev, k->recv, k->send, call_bytes(k));
+    fsc_count_staging(0);
+    return s;
+}
+
 fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
     /* the counting device (the planner's dry run): a call larger than its real allocations moves nothing and
      * waits for no one (every rank skips the same calls: their sizes agree); smaller ones carry the values the
@@ -472,7 +465,8 @@ fsc_status sim_run_call(sim_handle *h, const fsc_comm_call *k) {
         else fsc_clock_wait_until(end);
     }
     fsc_status s;
-    switch (k->op) {
+    if (alone(h, k)) s = alone_call(h, k);
+    else switch (k->op) {
     case FSC_OP_ALL_REDUCE: s = sim_all_reduce(h, k->send, k->recv, k->count, k->dt, k->redop); break;
     case FSC_OP_REDUCE_SCATTER: s = sim_reduce_scatter(h, k->send, k->recv, k->count, k->dt, k->redop); break;
     case FSC_OP_ALL_GATHER: s = sim_all_gather(h, k->send, k->recv, k->count, k->dt); break;

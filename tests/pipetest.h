@@ -54,6 +54,15 @@ static inline run make(int dp, int pp, fsc_parallel_kind kind, int M, int mb) {
     return r;
 }
 
+/* make with one sequence a micro-batch, 8 blocks, 2 steps and prefetch, as the schedules' tests run */
+static inline run make_split(int dp, int pp, fsc_parallel_kind kind, int M) {
+    run r = make(dp, pp, kind, M, 1);
+    r.cfg.layers = 8;
+    r.steps = 2;
+    r.po.prefetch = 1;
+    return r;
+}
+
 static inline fsc_status rank_fn(fsc_rank *rk, void *arg) {
     run *r = arg;
     const int T = r->cfg.seq, B = r->batch, dp = rk->world / fsc_pipe_stages(&r->po);

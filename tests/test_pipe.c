@@ -32,11 +32,8 @@ static void test_pipe_interleaved_equals_ddp(void **state) {
     memset(refs, 0, sizeof refs);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int ck = 0; ck < 3; ck++) {
-            run p = make(cases[c].dp, cases[c].pp, FSC_PAR_DDP, cases[c].m, 1);
-            p.cfg.layers = 8;
-            p.steps = 2;
+            run p = make_split(cases[c].dp, cases[c].pp, FSC_PAR_DDP, cases[c].m);
             p.eval = 1;
-            p.po.prefetch = 1;
             p.po.schedule = FSC_SCHED_INTERLEAVED;
             p.po.virtual_stages = cases[c].v;
             p.po.balance = cases[c].bal;
@@ -67,10 +64,7 @@ static void test_pipe_interleaved_equals_ddp(void **state) {
 /* Interleaved with layer checkpointing (po.checkpoint: every block recomputed in its backward) too. */
 static void test_pipe_interleaved_layer_checkpoint(void **state) {
     (void)state;
-    run p = make(1, 2, FSC_PAR_DDP, 4, 1);
-    p.cfg.layers = 8;
-    p.steps = 2;
-    p.po.prefetch = 1;
+    run p = make_split(1, 2, FSC_PAR_DDP, 4);
     p.po.checkpoint = 1;
     p.po.schedule = FSC_SCHED_INTERLEAVED;
     p.po.virtual_stages = 2;
@@ -100,10 +94,7 @@ static void test_pipe_split_layer_checkpoint(void **state) {
         for (int sc = 0; sc < 2; sc++)
             for (int ck = 0; ck < 3; ck++) {
                 if (c > 1 && ck != FSC_PIPE_CKPT_EXCEPT_LAST) continue;
-                run p = make(cases[c].dp, cases[c].pp, cases[c].kind, 6, 1);
-                p.cfg.layers = 8;
-                p.steps = 2;
-                p.po.prefetch = 1;
+                run p = make_split(cases[c].dp, cases[c].pp, cases[c].kind, 6);
                 p.po.checkpoint = 1;
                 p.po.shard = cases[c].sh;
                 p.po.schedule = scheds[sc];
@@ -116,10 +107,7 @@ static void test_pipe_split_layer_checkpoint(void **state) {
                 train(&p);
                 assert_same(ref, &p, what);
                 if (c == 0 && sc == 0 && ck == FSC_PIPE_CKPT_NEVER) { /* the memory: less than without */
-                    run q = make(1, 2, FSC_PAR_DDP, 6, 1);
-                    q.cfg.layers = 8;
-                    q.steps = 2;
-                    q.po.prefetch = 1;
+                    run q = make_split(1, 2, FSC_PAR_DDP, 6);
                     q.po.schedule = FSC_SCHED_ZB_H1;
                     q.po.pipe_checkpoint = FSC_PIPE_CKPT_NEVER;
                     train(&q);
@@ -180,11 +168,8 @@ static void test_pipe_sync_sends(void **state) {
     static const char text[] = "0F0 0F1 0B0 0F2 0B1 0B2 0W0 0W1 0W2\n1F0 1B0 1F1 1B1 1F2 1B2 1W0 1W1 1W2\n";
     fsc_pipe_schedule_lists sl;
     assert_ok(fsc_pipe_schedule_parse(text, sizeof text - 1, &sl));
-    run q = make(1, 2, FSC_PAR_DDP, sl.m, 1);
-    q.cfg.layers = 8;
-    q.steps = 2;
+    run q = make_split(1, 2, FSC_PAR_DDP, sl.m);
     q.sync_sends = 1;
-    q.po.prefetch = 1;
     q.po.schedule = FSC_SCHED_CUSTOM;
     q.po.actions = (const fsc_pipe_action *const *)sl.lists;
     q.po.nactions = sl.lens;
@@ -341,11 +326,8 @@ static void test_pipe_zbv_equals_ddp(void **state) {
     memset(refs, 0, sizeof refs);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int ck = 0; ck < 3; ck++) {
-            run p = make(cases[c].dp, cases[c].pp, FSC_PAR_DDP, cases[c].m, 1);
-            p.cfg.layers = 8;
-            p.steps = 2;
+            run p = make_split(cases[c].dp, cases[c].pp, FSC_PAR_DDP, cases[c].m);
             p.eval = 1;
-            p.po.prefetch = 1;
             p.po.schedule = FSC_SCHED_ZBV;
             p.po.balance = cases[c].bal;
             p.po.pipe_checkpoint = (fsc_pipe_checkpoint)ck;
@@ -457,11 +439,8 @@ static void test_pipe_custom_schedule(void **state) {
     depth_first(2, 3, r1);
     const fsc_pipe_action *const lists[] = { r0, r1 };
     const int n[] = { 12, 12 };
-    run p = make(1, 2, FSC_PAR_DDP, 3, 1);
-    p.cfg.layers = 8;
-    p.steps = 2;
+    run p = make_split(1, 2, FSC_PAR_DDP, 3);
     p.eval = 1;
-    p.po.prefetch = 1;
     p.po.schedule = FSC_SCHED_CUSTOM;
     p.po.virtual_stages = 2;
     p.po.actions = lists;
@@ -479,10 +458,7 @@ static void test_pipe_custom_schedule(void **state) {
                                           { FSC_ACT_FORWARD, 2, 0 },  { FSC_ACT_BACKWARD, 2, 0 } };
     const fsc_pipe_action *const one[] = { w0, w1 };
     const int n1[] = { 6, 6 };
-    run q = make(1, 2, FSC_PAR_DDP, 3, 1);
-    q.cfg.layers = 8;
-    q.steps = 2;
-    q.po.prefetch = 1;
+    run q = make_split(1, 2, FSC_PAR_DDP, 3);
     q.po.schedule = FSC_SCHED_CUSTOM;
     q.po.actions = one;
     q.po.nactions = n1;
@@ -497,10 +473,7 @@ static void test_pipe_custom_schedule(void **state) {
                                          { FSC_ACT_WEIGHT, 2, 0 } };
     const fsc_pipe_action *const zl[] = { z, z };
     const int nz[] = { 9, 9 };
-    run u = make(1, 2, FSC_PAR_DDP, 3, 1);
-    u.cfg.layers = 8;
-    u.steps = 2;
-    u.po.prefetch = 1;
+    run u = make_split(1, 2, FSC_PAR_DDP, 3);
     u.po.schedule = FSC_SCHED_CUSTOM;
     u.po.actions = zl;
     u.po.nactions = nz;
@@ -538,11 +511,8 @@ static void test_pipe_custom_v(void **state) {
         fsc_pipe_action *a[MAXS] = { NULL };
         int n[MAXS] = { 0 };
         for (int r = 0; r < pp; r++) assert_ok(fsc_pipe_schedule_make(FSC_SCHED_ZBV, pp, 2, m, r, &a[r], &n[r]));
-        run z = make(cases[c].dp, pp, FSC_PAR_DDP, m, 1);
-        z.cfg.layers = 8;
-        z.steps = 2;
+        run z = make_split(cases[c].dp, pp, FSC_PAR_DDP, m);
         z.eval = 1;
-        z.po.prefetch = 1;
         z.po.schedule = FSC_SCHED_ZBV;
         z.po.balance = cases[c].bal;
         z.po.pipe_checkpoint = (fsc_pipe_checkpoint)cases[c].ck;
@@ -586,10 +556,7 @@ static void test_pipe_custom_v(void **state) {
     depth_first(2, 3, r1);
     const fsc_pipe_action *const lists[] = { r0, r1 };
     const int n[] = { 12, 12 };
-    run p = make(1, 2, FSC_PAR_DDP, 3, 1);
-    p.cfg.layers = 8;
-    p.steps = 2;
-    p.po.prefetch = 1;
+    run p = make_split(1, 2, FSC_PAR_DDP, 3);
     p.po.schedule = FSC_SCHED_CUSTOM;
     p.po.placement = FSC_PIPE_V;
     p.po.virtual_stages = 2;
@@ -792,10 +759,7 @@ static void test_pipe_strategies_in_new_schedules(void **state) {
             for (int ck = 0; ck < 4; ck++) {
                 const int pp = ck < 3 ? 2 : 3; /* the fourth: pp 3, checkpoint except_last */
                 if (pp == 3 && scheds[sc] == FSC_SCHED_INTERLEAVED) continue; /* 4 micro-batches: not a multiple */
-                run p = make(2, pp, kinds[k].kind, 4, 1);
-                p.cfg.layers = 8;
-                p.steps = 2;
-                p.po.prefetch = 1;
+                run p = make_split(2, pp, kinds[k].kind, 4);
                 p.po.shard = kinds[k].sh;
                 p.po.schedule = scheds[sc];
                 p.po.virtual_stages = scheds[sc] == FSC_SCHED_INTERLEAVED ? 2 : 0;

@@ -49,7 +49,7 @@ typedef struct {
 } state_t;
 
 /* One case: random lists of the spec drawn from seed, checked by the validator, trained against DDP. */
-static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind, int moe, list_spec sp) {
+static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind, int moe, int sync, list_spec sp) {
     rng R = { seed };
     fsc_pipe_action a[MAXP][3 * MAXV * MAXM];
     int lens[MAXP];
@@ -66,9 +66,9 @@ static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind,
         balance = bal;
     }
     char what[288];
-    snprintf(what, sizeof what, "seed 0x%016" PRIx64 ": %sdp %d (%s) x pp %d, %d chunks in a %s, %d micro-batches, "
+    snprintf(what, sizeof what, "seed 0x%016" PRIx64 ": %s%sdp %d (%s) x pp %d, %d chunks in a %s, %d micro-batches, "
              "W on %d of %d ranks, weights F %d B %d W %d, checkpoint %s%s, prefetch %d, balance %s", seed,
-             moe ? "MoE (ep = dp), " : "", dp,
+             sync ? "sends that wait, " : "", moe ? "MoE (ep = dp), " : "", dp,
              kind_names[kind], sp.p, sp.v, sp.pl == FSC_PIPE_V ? "V" : "loop", sp.m, nw, sp.p, sp.weight[0],
              sp.weight[1], sp.weight[2], ckpt_names[ck], layer_ckpt ? " and every layer" : "", prefetch,
              balance ? "random" : "even");
@@ -121,7 +121,7 @@ static void one_case(state_t *st, uint64_t seed, int dp, fsc_parallel_kind kind,
     pr.po.nactions = lens;
     run *ref = &st->refs[moe][dp][sp.m];
     if (!ref->params) *ref = reference(&pr);
-    fsc_cluster_opts co = { .world = pr.world, .device = "cpu", .timeout_s = 30 };
+    fsc_cluster_opts co = { .world = pr.world, .device = "cpu", .timeout_s = 30, .sim_sync_sends = sync };
     pr.params = calloc(fsc_gpt_num_params(&pr.cfg), sizeof(float));
     assert_non_null(pr.params);
     if (fsc_cluster_run(&co, rank_fn, &pr) != FSC_OK) {
@@ -253,7 +253,7 @@ static void test_pipe_random_lists(void **state) {
         sp.pl = lay == 2 ? FSC_PIPE_V : FSC_PIPE_LOOP;
         sp.m = 1 + rng_int(&R, 2 * sp.p + 1);
         draw_w(&sp, c / 9 % 3, &R);
-        one_case(&st, rng_next(&R), 1, FSC_PAR_DDP, 0, sp);
+        one_case(&st, rng_next(&R), 1, FSC_PAR_DDP, 0, 0, sp);
     }
     /* dp 2 x pp 2 with every strategy inside the stages (the sharded ones reduce per bucket or unit) */
     static const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO1, FSC_PAR_ZERO2, FSC_PAR_FSDP };
@@ -265,7 +265,7 @@ static void test_pipe_random_lists(void **state) {
         sp.pl = c % 3 == 2 ? FSC_PIPE_V : FSC_PIPE_LOOP;
         sp.m = 1 + rng_int(&R, 5);
         draw_w(&sp, 1 + rng_int(&R, 2), &R);
-        one_case(&st, rng_next(&R), 2, kinds[c / 3 % 4], 0, sp);
+        one_case(&st, rng_next(&R), 2, kinds[c / 3 % 4], 0, 0, sp);
     }
     /* a mixture of experts in every second block: pp 2 and 3 on one data rank, dp 2 x pp 2 with ep 2 */
     for (int c = 0; c < (ncases / 9 > 12 ? ncases / 9 : 12); c++) {
@@ -277,10 +277,24 @@ static void test_pipe_random_lists(void **state) {
         sp.pl = c % 3 == 2 ? FSC_PIPE_V : FSC_PIPE_LOOP;
         sp.m = 1 + rng_int(&R, 2 * sp.p + 1);
         draw_w(&sp, rng_int(&R, 3), &R);
-        one_case(&st, rng_next(&R), dp, dp == 2 ? kinds[(c / 4 + 1) % 4] : FSC_PAR_DDP, 1, sp); /* zero1, 2, fsdp */
+        one_case(&st, rng_next(&R), dp, dp == 2 ? kinds[(c / 4 + 1) % 4] : FSC_PAR_DDP, 1, 0, sp); /* zero1, 2, fsdp */
     }
-    printf("random custom schedules: %d lists validated, %d runs equal to DDP (seed 0x%016" PRIx64 ")\n", st.lists,
-           st.runs, seed);
+    /* sends that wait for their receive (NCCL's, sim_sync_sends): chunks in a loop (2, on 2 ranks also 3) and in
+     * a V over 2 to 4 ranks, W drawn as above; every fourth case dp 2 x pp 2 with FSDP inside the stages */
+    const int nsync = ncases / 4 > 24 ? ncases / 4 : 24, runs = st.runs;
+    for (int c = 0; c < nsync; c++) {
+        list_spec sp;
+        memset(&sp, 0, sizeof sp);
+        const int dp = c % 4 == 3 ? 2 : 1;
+        sp.p = dp == 2 ? 2 : 2 + c % 3;
+        sp.v = sp.p == 2 && c % 5 == 0 ? 3 : 2;
+        sp.pl = c % 3 == 1 && sp.v == 2 ? FSC_PIPE_V : FSC_PIPE_LOOP;
+        sp.m = 1 + rng_int(&R, 2 * sp.p + 1);
+        draw_w(&sp, rng_int(&R, 3), &R);
+        one_case(&st, rng_next(&R), dp, dp == 2 ? FSC_PAR_FSDP : FSC_PAR_DDP, 0, 1, sp);
+    }
+    printf("random custom schedules: %d lists validated, %d runs equal to DDP (seed 0x%016" PRIx64 "), %d of them "
+           "with sends that wait for their receive\n", st.lists, st.runs, seed, st.runs - runs);
     for (int x = 0; x < 2; x++)
         for (int d = 0; d < 3; d++)
             for (int m = 0; m <= MAXM; m++) free(st.refs[x][d][m].params);

@@ -433,16 +433,12 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     if (!p->pipe_comm) return fsc_error(FSC_ERR_INTERNAL, "pipe: the engine made no pipeline group");
     /* asynchronous boundaries on communicators per link and direction: with prefetch, and always where a send
      * waits for its receive (NCCL), on which the synchronous program deadlocks (1F1B's steady state: each
-     * stage sends before it receives from the same neighbour) */
+     * stage sends before it receives from the same neighbour). There no send is waited for before the end of the
+     * step but where the lists' own dependencies imply its receive was posted (an output's, before its backward):
+     * checkpointed outputs, input gradients and tied gradients leave from copies, and a copy whose send is in
+     * flight is not waited for but joined by a new one (pipe_link.c, pipe_tied.c), so every valid list runs there
+     * as with buffered sends */
     p->async = e->po.prefetch || fsc_comm_sends_wait(p->pipe_comm);
-    /* sends that wait for their receive, with one receive posted ahead per stream: the simulator (sim_sync_sends)
-     * runs every built-in schedule of one chunk per rank and zbv in every case of test_pipe and 70 random lists of
-     * one chunk per rank, but deadlocks interleaved and half the random lists of chunks in a loop, some in a V */
-    if (fsc_comm_sends_wait(p->pipe_comm) && v > 1 && e->po.schedule != FSC_SCHED_ZBV)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "the %s schedule with %d chunks per rank on communicator '%s', whose sends "
-                         "wait for their receive (NCCL's): such lists can deadlock there; use 1f1b, zb-h1 or zbv, or a "
-                         "custom list of one chunk per rank (docs/pipeline.md)", sched_name(e->po.schedule), v,
-                         fsc_comm_name(p->pipe_comm));
     if (p->async && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     if (p->async) { /* a V: chunk 0's links in rank order, chunk 1's in the reverse order */
@@ -530,10 +526,13 @@ static fsc_status grad_sends_done(fsc_pipe *p) {
     return s;
 }
 
-/* Wait for the tied gradients' sends in flight; the first failure is returned, every request is waited for. */
-static fsc_status tied_sends_done(fsc_pipe *p) {
+/* Wait for the tied gradients' sends in flight (c -1: all, at the end of a step), or for those that leave from the
+ * buffer the user chunk c's backward is about to overwrite (none with copies, pipe_tied.c); the first failure is
+ * returned, every request is waited for. */
+static fsc_status tied_sends_done(fsc_pipe *p, int c) {
     fsc_status s = FSC_OK;
     for (int x = 0; x < p->ntied && p->tl; x++) {
+        if (c >= 0 && (p->tied[x][2] != p->stage || p->tied[x][4] != c || p->tl[x].copies)) continue;
         fsc_status w = fsc_pipe_tied_grad_sent(&p->tl[x], &p->wait);
         if (s == FSC_OK) s = w;
     }
@@ -631,7 +630,7 @@ static fsc_status send_done(mb_slot *sl) { return fsc_pipe_req_wait(&sl->send, N
 static void reset_pools(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
     (void)grad_sends_done(p); /* left by a failed step */
-    (void)tied_sends_done(p);
+    (void)tied_sends_done(p, -1);
     for (int i = 0; i < p->v * p->M; i++) { /* slot i: chunk i / M */
         (void)send_done(&p->slots[i]); /* left by a failed step: its buffer must not be reused before */
         (void)fsc_pipe_req_wait(&p->slots[i].gsend, NULL);
@@ -771,8 +770,13 @@ static fsc_status send_output(fsc_engine *e, int k, int c, mb_slot *sl, fsc_mode
     }
     if (lk->act_next && !sl->ckpt) /* sent while the next micro-batches compute */
         return fsc_comm_isend(lk->act_next, out, btc, FSC_F32, lk->peer_next, &sl->send);
-    if (lk->act_next) /* its record is reused at once: sent from a copy (pipe_link.c's ring) */
-        return fsc_pipe_links_send_output(lk, e->dev, out, &p->wait);
+    if (lk->act_next) { /* its record is reused at once: sent from a copy (pipe_link.c's ring, which may grow) */
+        const size_t had = fsc_pipe_links_bytes(lk);
+        FSC_TRY(fsc_pipe_links_send_output(lk, e->dev, out, &p->wait));
+        p->bytes_in_use += fsc_pipe_links_bytes(lk) - had;
+        note_use(p);
+        return FSC_OK;
+    }
     return fsc_comm_send(p->pipe_comm, out, btc, FSC_F32, p->stage + 1);
 }
 
@@ -912,7 +916,7 @@ static fsc_status recv_grad(fsc_engine *e, int k, int c, fsc_model_acts *a) {
             if (k + 1 < p->M) FSC_TRY(fsc_pipe_tied_post_grad(&p->tl[x]));
         }
     if (!p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* split_tied: in W */
-    return tied_sends_done(p); /* the backward overwrites the tied gradients sent after the last one */
+    return tied_sends_done(p, c); /* the backward overwrites the tied gradients sent after the last one */
 }
 
 /* B's boundary out: micro-batch k's input gradient in record a of chunk c to the previous stage (stage 0: none;
@@ -925,6 +929,11 @@ static fsc_status send_grad(fsc_engine *e, int k, int c, fsc_model_acts *a, fsc_
     if (prev_local(p, c)) { /* a V's turn: kept for chunk 0's backward of k */
         FSC_TRY(take_in(e, &p->lgrad[k]));
         FSC_TRY(fsc_device_copy(e->dev, p->lgrad[k], gin, btc * sizeof(float)));
+    } else if (stage_at(p, c) > 0 && lk->grow) { /* from a copy: the record is not kept for the send (pipe_link.c) */
+        const size_t had = fsc_pipe_links_bytes(lk);
+        FSC_TRY(fsc_pipe_links_send_grad(lk, e->dev, gin));
+        p->bytes_in_use += fsc_pipe_links_bytes(lk) - had;
+        note_use(p);
     } else if (stage_at(p, c) > 0 && lk->grad_prev)
         FSC_TRY(fsc_comm_isend(lk->grad_prev, gin, btc, FSC_F32, lk->peer_prev, gsend));
     else if (stage_at(p, c) > 0)
@@ -942,7 +951,7 @@ static fsc_status send_tied_grads(fsc_engine *e, int c) {
             float *tg;
             FSC_TRY(tied_buf(e, i, &tg));
             if (p->tl) /* sent while the next micro-batches compute */
-                FSC_TRY(fsc_pipe_tied_send_grad(&p->tl[x], tg, &p->wait));
+                FSC_TRY(fsc_pipe_tied_send_grad(&p->tl[x], e->dev, tg, &p->wait));
             else
                 FSC_TRY(fsc_comm_send(p->pipe_comm, tg, e->m->info[i].numel, FSC_F32, p->tied[x][1]));
         }
@@ -1187,7 +1196,7 @@ static fsc_status exec_end(fsc_engine *e, fsc_step_ctx *c) {
     fsc_pipe *p = e->pipe;
     if (c->eval) return eval_end(e, c);
     FSC_TRY(grad_sends_done(p));
-    FSC_TRY(tied_sends_done(p));
+    FSC_TRY(tied_sends_done(p, -1));
     FSC_TRY(tied_values_done(p, 0));
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk, &p->wait));
     FSC_TRY(fsc_pipe_links_sends_done(&p->lk2, &p->wait));

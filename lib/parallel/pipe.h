@@ -10,19 +10,28 @@
 
 typedef struct fsc_pipe fsc_pipe;
 
+/* A ring of send buffers (pipe_link.c): n of them, each with its send in flight or NULL; next: the slot the next
+ * send uses (the oldest send). */
+typedef struct {
+    float **buf;
+    fsc_comm_req **req;
+    int n, next;
+} fsc_pipe_ring;
+
 /* po.prefetch (pipe_link.c, which says why): the stage's links, one communicator of two ranks per link and
  * direction (NULL where the stage has no such neighbour), the receives posted ahead into one buffer per
- * direction, and a ring of send buffers from which checkpointed micro-batches' outputs leave (n floats each,
- * FSC_TAG_ACTS). */
+ * direction, a ring of send buffers from which checkpointed micro-batches' outputs leave and, where sends wait
+ * for their receive, one from which input gradients leave (n floats each, FSC_TAG_ACTS). */
 typedef struct {
     fsc_comm *act_prev, *act_next;   /* outputs s-1 -> s (received here), s -> s+1 (sent here) */
     fsc_comm *grad_prev, *grad_next; /* input gradients s -> s-1 (sent here), s+1 -> s (received here) */
     float *inbuf, *gbuf;             /* (n) the next input, the next output gradient */
     size_t n;
     fsc_comm_req *inreq, *greq;      /* the receives posted into them, or NULL */
-    float **sbuf;                    /* (nsend) x (n) copies of checkpointed outputs being sent on act_next */
-    fsc_comm_req **sreq;             /* (nsend) their sends in flight, or NULL */
-    int nsend, snext;                /* ring size, the slot the next send uses */
+    fsc_pipe_ring out;               /* copies of checkpointed outputs being sent on act_next */
+    fsc_pipe_ring gout;              /* grow: copies of input gradients being sent on grad_prev */
+    int grow;                        /* sends wait for their receive (NCCL's): the rings grow rather than wait for
+                                      * a slot's send, and input gradients leave from copies (pipe_link.c) */
     int peer_prev, peer_next;        /* the other rank in act_prev/grad_prev (0 but on the first stage of an
                                       * interleaved pipeline: 1), in act_next/grad_next (1; the last: 0) */
 } fsc_pipe_links;
@@ -37,8 +46,8 @@ void fsc_pipe_req_drop(fsc_comm_req **r);
  * two more links between them (act_next, grad_next on the last rank; act_prev, grad_prev on the first). */
 fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, int wrap, fsc_pipe_links *l);
 /* Drop the posted receives and the sends in flight (waited for, data and errors ignored: left by a failed
- * step), then make the buffers n floats each: the two receive buffers and nsend send buffers (none without a
- * next stage). */
+ * step), then make the buffers n floats each: the two receive buffers and nsend send buffers of outputs (none
+ * without a next stage; a ring grown under grow keeps its size). */
 fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n, int nsend);
 void fsc_pipe_links_drop(fsc_pipe_links *l);
 /* The bytes of the buffers allocated. */
@@ -51,10 +60,13 @@ fsc_status fsc_pipe_links_post_grad(fsc_pipe_links *l);
 fsc_status fsc_pipe_links_take_input(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited);
 fsc_status fsc_pipe_links_take_grad(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited);
 /* Send src (n floats, a checkpointed output whose record is reused at once) to the next stage from the ring's
- * next buffer, once the send that last used that buffer is waited for (*waited += the seconds waited);
- * synchronously when the ring is empty. */
+ * next buffer, once the send that last used that buffer is waited for (*waited += the seconds waited), or, with
+ * grow, from a new buffer when that send is still in flight; synchronously when the ring is empty. */
 fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const float *src, double *waited);
-/* Wait for every send of the ring in flight; the first failure is returned, every send is waited for. */
+/* grow: send src (n floats, an input gradient whose record is reused at once) to the previous stage from a copy
+ * (the gradients' ring, a new buffer when every one's send is in flight). */
+fsc_status fsc_pipe_links_send_grad(fsc_pipe_links *l, fsc_device *dev, const float *src);
+/* Wait for every send of the rings in flight; the first failure is returned, every send is waited for. */
 fsc_status fsc_pipe_links_sends_done(fsc_pipe_links *l, double *waited);
 void fsc_pipe_links_free(fsc_pipe_links *l, fsc_device *dev);
 
@@ -68,6 +80,12 @@ typedef struct {
     fsc_comm_req *vreq;       /* owner: the values' send; user: their receive into the replica */
     fsc_comm_req *greq;       /* owner: the next gradient's receive */
     fsc_comm_req *gsend;      /* user: the last gradient's send */
+    /* user, on a communicator whose sends wait for their receive (NCCL's): every gradient leaves from a copy, so
+     * that the next backward need not wait for the owner to receive the last one (pipe_tied.c says why) */
+    int copies;
+    int ncopy;                /* copies made; a new one only when every earlier one's send is in flight */
+    float **cbuf;             /* (ncopy) n floats each, FSC_TAG_COMM */
+    fsc_comm_req **creq;      /* (ncopy) the send from each, or NULL */
 } fsc_pipe_tied;
 
 /* Collective over pipe_comm (every stage, in the same order of tensors): split the tensor's two streams and,
@@ -84,8 +102,10 @@ fsc_status fsc_pipe_tied_values_done(fsc_pipe_tied *t, double *waited);
 fsc_status fsc_pipe_tied_post_grad(fsc_pipe_tied *t);
 /* Owner: wait for the posted gradient (posted now if none is) and copy it to dst. */
 fsc_status fsc_pipe_tied_take_grad(fsc_pipe_tied *t, fsc_device *dev, float *dst, double *waited);
-/* User: send src (n floats, kept until fsc_pipe_tied_grad_sent) to the owner; wait for that send. */
-fsc_status fsc_pipe_tied_send_grad(fsc_pipe_tied *t, const float *src, double *waited);
+/* User: send src (n floats) to the owner: from src itself, which must then stay unchanged until
+ * fsc_pipe_tied_grad_sent, once the last send is waited for; with copies from a copy (src free at once). */
+fsc_status fsc_pipe_tied_send_grad(fsc_pipe_tied *t, fsc_device *dev, const float *src, double *waited);
+/* User: wait for the gradients' sends in flight. */
 fsc_status fsc_pipe_tied_grad_sent(fsc_pipe_tied *t, double *waited);
 /* Wait for and drop every request in flight (a failed step left them; data and errors ignored). */
 void fsc_pipe_tied_drop(fsc_pipe_tied *t);

@@ -37,7 +37,17 @@
  * earlier on the same stream), and every send of the ring at the end of a step or an evaluation, before
  * new buffers are made (a failed step) and when the links are freed.
  *
- * Memory: one receive buffer per direction and nsend send buffers (stream_floats(B) floats each), so a
+ * Sends that wait for their receive (NCCL's). There a send completes only once the other stage posted its
+ * receive, which it does for a stream's next message when it takes the last one; waiting for a send before
+ * reusing its buffer then makes this stage wait for the other stage's progress, which lists of several chunks
+ * per rank can close into a cycle. So there (grow) nothing waits for a send before the end of the step: a ring
+ * slot whose send has not completed (fsc_comm_test) gets a new buffer inserted before it, which keeps the ring's
+ * order (the oldest send next), and input gradients leave from a ring of copies too (pipe.c would otherwise keep
+ * their records, which are far larger, until the send is waited for). A ring holds at most the messages of a
+ * step and keeps its size between steps.
+ *
+ * Memory: one receive buffer per direction and nsend send buffers (stream_floats(B) floats each; grow: as many
+ * as were in flight at once, and the gradients' ring), so a
  * message never holds an activation record; received data are copied into the record when they are needed.
  * They are boundary activations: FSC_TAG_ACTS in the ledger, kept between steps like the record pools, and
  * counted by pipe.c in the pipeline's activation bytes (fsc_pipe_stats.peak_acts_bytes), so the ledger and
@@ -47,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "pipe.h"
+#include "core/comm_impl.h" /* fsc_comm_sends_wait */
 #include "core/clock_impl.h" /* fsc_clock_now: on a simulated rank, its clock */
 
 fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, int wrap, fsc_pipe_links *l) {
@@ -79,6 +90,7 @@ fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, 
     }
     fsc_comm *all[4] = { l->act_prev, l->act_next, l->grad_prev, l->grad_next };
     for (int i = 0; i < 4; i++) fsc_engine_add_group_kind(e, all[i], FSC_GROUP_PIPELINE);
+    l->grow = fsc_comm_sends_wait(pipe_comm);
     return FSC_OK;
 }
 
@@ -91,51 +103,92 @@ void fsc_pipe_req_drop(fsc_comm_req **r) {
     *r = NULL;
 }
 
+static void ring_drop(fsc_pipe_ring *g) {
+    for (int i = 0; i < g->n; i++) fsc_pipe_req_drop(&g->req[i]);
+    g->next = 0;
+}
+
+static void ring_release(fsc_pipe_ring *g, fsc_device *dev) {
+    for (int i = 0; i < g->n; i++) fsc_device_release(dev, g->buf[i]);
+    free(g->buf);
+    free(g->req);
+    memset(g, 0, sizeof *g);
+}
+
+/* A new buffer of nf floats at slot i, the ring's later slots moved up by one. */
+static fsc_status ring_insert(fsc_pipe_ring *g, fsc_device *dev, size_t nf, int i) {
+    float **b = realloc(g->buf, (size_t)(g->n + 1) * sizeof *b);
+    if (b) g->buf = b;
+    fsc_comm_req **r = b ? realloc(g->req, (size_t)(g->n + 1) * sizeof *r) : NULL;
+    if (r) g->req = r;
+    if (!b || !r) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
+    float *buf;
+    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_ACTS, nf * sizeof(float), (void **)&buf));
+    memmove(g->buf + i + 1, g->buf + i, (size_t)(g->n - i) * sizeof *g->buf);
+    memmove(g->req + i + 1, g->req + i, (size_t)(g->n - i) * sizeof *g->req);
+    g->buf[i] = buf;
+    g->req[i] = NULL;
+    g->n++;
+    return FSC_OK;
+}
+
+/* Send src (nf floats) to peer on c from the ring's next buffer, once its last send is waited for, or (grow) from
+ * a new buffer inserted before it while that send is in flight. */
+static fsc_status ring_send(fsc_pipe_ring *g, int grow, fsc_comm *c, int peer, fsc_device *dev, size_t nf,
+                            const float *src, double *waited) {
+    const int i = g->next;
+    int done = i < g->n;
+    if (grow && done && g->req[i]) FSC_TRY(fsc_comm_test(g->req[i], &done));
+    if (!done) FSC_TRY(ring_insert(g, dev, nf, i));
+    FSC_TRY(fsc_pipe_req_wait(&g->req[i], waited)); /* the buffer's last send, before it is overwritten */
+    FSC_TRY(fsc_device_copy(dev, g->buf[i], src, nf * sizeof(float)));
+    FSC_TRY(fsc_comm_isend(c, g->buf[i], nf, FSC_F32, peer, &g->req[i]));
+    g->next = (i + 1) % g->n;
+    return FSC_OK;
+}
+
+static fsc_status ring_done(fsc_pipe_ring *g, double *waited) {
+    fsc_status s = FSC_OK;
+    for (int j = 0; j < g->n; j++) { /* oldest first */
+        fsc_status w = fsc_pipe_req_wait(&g->req[(g->next + j) % g->n], waited);
+        if (s == FSC_OK) s = w;
+    }
+    g->next = 0;
+    return s;
+}
+
 void fsc_pipe_links_drop(fsc_pipe_links *l) {
     fsc_pipe_req_drop(&l->inreq);
     fsc_pipe_req_drop(&l->greq);
-    for (int i = 0; i < l->nsend; i++) fsc_pipe_req_drop(&l->sreq[i]);
-    l->snext = 0;
+    ring_drop(&l->out);
+    ring_drop(&l->gout);
 }
 
 static void release_buffers(fsc_pipe_links *l, fsc_device *dev) {
     fsc_device_release(dev, l->inbuf);
     fsc_device_release(dev, l->gbuf);
     l->inbuf = l->gbuf = NULL;
-    for (int i = 0; i < l->nsend; i++) fsc_device_release(dev, l->sbuf[i]);
-    free(l->sbuf);
-    free(l->sreq);
-    l->sbuf = NULL;
-    l->sreq = NULL;
-    l->nsend = 0;
+    ring_release(&l->out, dev);
+    ring_release(&l->gout, dev);
 }
 
 fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n, int nsend) {
     fsc_pipe_links_drop(l);
     if (!l->act_next || nsend < 0) nsend = 0;
-    if (n == l->n && nsend == l->nsend && (!l->act_prev || l->inbuf) && (!l->grad_next || l->gbuf) &&
-        (nsend == 0 || l->sbuf[nsend - 1])) /* allocated in order: the last one made means all were */
+    const int kept = nsend == l->out.n || (l->grow && nsend > 0 && l->out.n > nsend); /* a grown ring stays */
+    if (n == l->n && kept && (!l->act_prev || l->inbuf) && (!l->grad_next || l->gbuf) &&
+        (l->out.n == 0 || l->out.buf[l->out.n - 1])) /* allocated in order: the last one made means all were */
         return FSC_OK;
     release_buffers(l, dev);
     l->n = n;
     if (l->act_prev) FSC_TRY(fsc_device_alloc(dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&l->inbuf));
     if (l->grad_next) FSC_TRY(fsc_device_alloc(dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&l->gbuf));
-    if (nsend == 0) return FSC_OK;
-    l->sbuf = calloc((size_t)nsend, sizeof *l->sbuf);
-    l->sreq = calloc((size_t)nsend, sizeof *l->sreq);
-    if (!l->sbuf || !l->sreq) {
-        release_buffers(l, dev);
-        return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
-    }
-    l->nsend = nsend;
-    for (int i = 0; i < nsend; i++)
-        FSC_TRY(fsc_device_alloc(dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&l->sbuf[i]));
+    for (int i = 0; i < nsend; i++) FSC_TRY(ring_insert(&l->out, dev, n, i));
     return FSC_OK;
 }
 
 size_t fsc_pipe_links_bytes(const fsc_pipe_links *l) {
-    size_t k = (size_t)(l->inbuf != NULL) + (size_t)(l->gbuf != NULL);
-    for (int i = 0; i < l->nsend; i++) k += l->sbuf[i] != NULL;
+    size_t k = (size_t)(l->inbuf != NULL) + (size_t)(l->gbuf != NULL) + (size_t)l->out.n + (size_t)l->gout.n;
     return k * l->n * sizeof(float);
 }
 
@@ -177,23 +230,18 @@ fsc_status fsc_pipe_req_wait(fsc_comm_req **r, double *waited) {
 }
 
 fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const float *src, double *waited) {
-    if (l->nsend == 0) return fsc_comm_send(l->act_next, src, l->n, FSC_F32, l->peer_next);
-    const int i = l->snext;
-    FSC_TRY(fsc_pipe_req_wait(&l->sreq[i], waited)); /* the buffer's last send, before it is overwritten */
-    FSC_TRY(fsc_device_copy(dev, l->sbuf[i], src, l->n * sizeof(float)));
-    FSC_TRY(fsc_comm_isend(l->act_next, l->sbuf[i], l->n, FSC_F32, l->peer_next, &l->sreq[i]));
-    l->snext = (i + 1) % l->nsend;
-    return FSC_OK;
+    if (l->out.n == 0 && !l->grow) return fsc_comm_send(l->act_next, src, l->n, FSC_F32, l->peer_next);
+    return ring_send(&l->out, l->grow, l->act_next, l->peer_next, dev, l->n, src, waited);
+}
+
+fsc_status fsc_pipe_links_send_grad(fsc_pipe_links *l, fsc_device *dev, const float *src) {
+    return ring_send(&l->gout, 1, l->grad_prev, l->peer_prev, dev, l->n, src, NULL);
 }
 
 fsc_status fsc_pipe_links_sends_done(fsc_pipe_links *l, double *waited) {
-    fsc_status s = FSC_OK;
-    for (int j = 0; j < l->nsend; j++) { /* oldest first */
-        fsc_status w = fsc_pipe_req_wait(&l->sreq[(l->snext + j) % l->nsend], waited);
-        if (s == FSC_OK) s = w;
-    }
-    l->snext = 0;
-    return s;
+    fsc_status s = ring_done(&l->out, waited);
+    fsc_status w = ring_done(&l->gout, waited);
+    return s == FSC_OK ? w : s;
 }
 
 void fsc_pipe_links_free(fsc_pipe_links *l, fsc_device *dev) {

@@ -223,6 +223,7 @@ int main(int argc, char **argv) {
     }
     fsc_status s = plan_job(&c->t, c->balance, &job);
     job.seed = 1;
+    job.whole_products = plan_preset(c) != NULL; /* a GPU cluster runs attention's products whole */
     fsc_plan_rank *r = s == FSC_OK ? calloc((size_t)c->t.world, sizeof *r) : NULL;
     if (s == FSC_OK && !r) s = fsc_error(FSC_ERR_NOMEM, "out of memory for %d ranks", c->t.world);
     fsc_plan_rates rt;

@@ -125,8 +125,9 @@ static void test_plan_kernel_work(void **st) {
 static void count_attention(int bulk, double *f, double *b, uint64_t *calls, uint64_t *flops) {
     fsc_device *d = NULL;
     assert_int_equal(fsc_device_create("count", NULL, &d), FSC_OK);
+    fsc_device_set_whole_products(d, bulk == 2); /* 2: as GPUs run them, bulk */
     if (!bulk) fsc_count_set_rates(d, 1e30, 1e30, 0); /* no replay clock on this thread: nothing moves */
-    assert_int_equal(fsc_count_bulk(d), bulk);
+    assert_int_equal(fsc_count_bulk(d), bulk != 0);
     void *big = NULL;
     assert_int_equal(fsc_device_alloc(d, FSC_TAG_ACTS, (size_t)1 << 20, &big), FSC_OK);
     float *x = big;
@@ -157,6 +158,31 @@ static void test_plan_attention_bulk(void **st) {
         bins += f0[i] > 0;
     }
     assert_true(bins > 2); /* the blocks' products fall in several bins */
+}
+
+/* fsc_plan_job.whole_products (the fsc-plan --cluster presets'): attention's products counted as GPUs run them,
+ * each head's whole: 6 heads x 6 products and the two softmaxes, each product over all T x T scores (2 B T T HS
+ * FLOPs: the causal zeros too). A job's step then makes fewer calls and more FLOPs than the cpu's blocks (T = 70:
+ * 3 blocks of 32 query rows), and fsc_plan_measure (the cpu device) is not changed by it. */
+static void test_plan_whole_products(void **st) {
+    (void)st;
+    double f[FSC_PLAN_BINS], b[FSC_PLAN_BINS];
+    uint64_t calls, flops, calls0, flops0;
+    count_attention(2, f, b, &calls, &flops);
+    assert_int_equal(calls, 6 * 6 + 2);
+    assert_int_equal(flops, 6ull * 6 * 2 * 2 * 70 * 70 * 8);
+    count_attention(1, f, b, &calls0, &flops0);
+    assert_true(calls0 > calls && flops0 < flops);
+    fsc_plan_job j = small_gpt(1, 2);
+    j.gpt.seq = 70;
+    fsc_plan_rank blocks, whole;
+    assert_int_equal(fsc_plan_memory(&j, &blocks), FSC_OK);
+    j.whole_products = 1;
+    assert_int_equal(fsc_plan_memory(&j, &whole), FSC_OK);
+    /* per block and head, forward and backward: 3 x 4 x 6 products become 4 x 6; the step's other calls alike */
+    assert_true(blocks.kernel_calls - whole.kernel_calls == 2 * (3 - 1) * 4 * 6);
+    assert_true(whole.gemm_flops > blocks.gemm_flops);
+    assert_int_equal(whole.peak_total, blocks.peak_total);
 }
 
 /* A real plan's step holds its work: every gemm FLOP in the bins, bytes beyond the products', the data group's
@@ -918,6 +944,7 @@ int main(void) {
         cmocka_unit_test(test_plan_gemm_flops),
         cmocka_unit_test(test_plan_kernel_work),
         cmocka_unit_test(test_plan_attention_bulk),
+        cmocka_unit_test(test_plan_whole_products),
         cmocka_unit_test(test_plan_step_work),
         cmocka_unit_test(test_plan_time_arithmetic),
         cmocka_unit_test(test_plan_time_two_levels),

@@ -184,6 +184,7 @@ fsc_plan_job fsc_plan_job_default(void) {
 /* The model and engine of the job on this rank, as fsc-train builds them; *lm: a Llama the engine runs but
  * does not own (freed after the engine). */
 static fsc_status build_engine(fsc_rank *r, const fsc_plan_job *j, fsc_engine **e, fsc_model **lm) {
+    if (fsc_device_is_count(r->dev)) fsc_device_set_whole_products(r->dev, j->whole_products); /* a GPU's attention */
     if (j->config) return fsc_engine_create_config(r, j->config, &j->po, &j->oc, j->seed, e); /* any family's */
     if (j->model == FSC_PLAN_LLAMA && j->po.tp > 1) {
         fsc_llama_build_arg ba = {.cfg = j->llama, .sp = j->sequence_parallel};

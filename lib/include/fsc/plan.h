@@ -66,6 +66,10 @@ typedef struct {
     uint64_t seed;
     const char *config;        /* NULL, or the model as a configuration text (any family; see above): the caller's,
                                   read while the job is planned */
+    int whole_products;        /* 1: the counting device counts attention's products as GPUs run them, each head's
+                                  whole (T rows, the causal zeros computed too) rather than the cpu device's blocks
+                                  of 32 query rows: fewer calls, more FLOPs; the fsc-plan --cluster presets set it.
+                                  fsc_plan_measure runs the cpu's form whatever it says */
 } fsc_plan_job;
 
 /* A GPT-2 small job on one rank, batch 1, the library's engine and AdamW defaults (config NULL). */

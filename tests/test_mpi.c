@@ -117,6 +117,9 @@ static void test_pipeline_and_tensor_parallel(void **state) {
     /* zbv: chunk 1's links in reverse rank order, the last rank's turn, the head's gradient waiting on rank 0 */
     same_bits(4, "pipe --pp 4 --layers 8 --chunks 6 --schedule zbv --check-ddp");
     same_bits(4, "zero2 --pp 2 --layers 4 --chunks 2 --schedule zbv");
+    /* interleaved: the wrap-around link from the last rank to the first; zb-h1: Ws apart from their Bs */
+    same_bits(3, "pipe --pp 3 --layers 6 --chunks 6 --schedule interleaved --virtual-stages 2 --check-ddp");
+    same_bits(4, "fsdp --pp 2 --layers 4 --chunks 3 --schedule zb-h1 --checkpoint never");
     same_bits(2, "ddp --tp 2");
     same_bits(4, "fsdp --tp 2 --sequence-parallel");
     same_bits(3, "fsdp --check-ddp");

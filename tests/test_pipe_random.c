@@ -13,7 +13,8 @@
  * too); prefetch 0 and 1 (chunks need prefetch); even and random balances of an 8-block GPT whose embedding
  * is tied to its head; dp 2 x pp 2 with W (on every rank or some) and DDP, ZeRO-1, ZeRO-2 and FSDP inside the
  * stages; a mixture of experts in every second block (pp 2 and 3, and dp 2 x pp 2 with the experts spread over
- * the data ranks). Oracle: DDP over the same micro-batches (tests/pipetest.h): every rank's loss of both steps
+ * the data ranks); chunks in loops and Vs on communicators whose sends wait for their receive (NCCL's,
+ * sim_sync_sends), dp 1 and dp 2 x pp 2 with FSDP. Oracle: DDP over the same micro-batches (tests/pipetest.h): every rank's loss of both steps
  * and the final parameters, bit for bit.
  * A failure names the seed and the case and prints the lists. FSC_PIPE_RANDOM_SEED and FSC_PIPE_RANDOM_CASES
  * change the seed and the number of cases (longer hunts); the defaults run in the suite. */

@@ -168,7 +168,7 @@ size_t fsc_engine_tensor_offset(const fsc_engine *e, int i);
 int fsc_engine_holds(const fsc_engine *e, int i);
 void fsc_engine_held_range(const fsc_engine *e, int *t0, int *t1);
 /* po.prefetch_limit, its 0 meaning 2: FSDP's gathered units and reductions in flight, ZeRO-2's reductions, a
- * pipeline's send buffers of checkpointed outputs. */
+ * pipeline's send buffers of checkpointed outputs (where sends wait for their receive, its first size: pipe_link.c). */
 static inline int fsc_engine_prefetch_limit(const fsc_engine *e) {
     return e->po.prefetch_limit > 0 ? e->po.prefetch_limit : 2;
 }

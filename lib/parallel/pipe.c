@@ -40,11 +40,11 @@
  * are the pipeline's part of the engine's forward hooks (fsc_pipe_pre_forward, fsc_pipe_post_forward).
  *
  * Messages between two ranks keep their order (sends are buffered, FIFO per peer; on a communicator whose sends
- * wait for their receive, NCCL's, the boundaries always travel as with po.prefetch, and lists of several chunks
- * per rank but zbv are refused: they can deadlock there). With po.prefetch the outputs and
+ * wait for their receive, NCCL's, the boundaries always travel as with po.prefetch, and no send is waited for
+ * mid-step but an output's before its backward: pipe_link.c and pipe_tied.c). With po.prefetch the outputs and
  * input gradients travel on a communicator per link and direction, their receives posted ahead, and the
- * sends are asynchronous, a checkpointed output's from a copy in a bounded ring of send buffers (pipe_link.c says
- * why this cannot deadlock); a tied tensor's values and gradients travel on two communicators of their own, the
+ * sends are asynchronous, a checkpointed output's from a copy in a ring of send buffers (bounded by
+ * po.prefetch_limit; where sends wait it grows instead; pipe_link.c says why this cannot deadlock); a tied tensor's values and gradients travel on two communicators of their own, the
  * user's receive of the values waited for where the first user layer reads them, the owner's receive of each
  * gradient posted a micro-batch ahead (pipe_tied.c); the pipeline group then carries none of these:
  *   owner -> user     a tied tensor, once per step, before the owner's output of micro-batch 0

@@ -61,7 +61,8 @@ fsc_status fsc_pipe_links_take_input(fsc_pipe_links *l, fsc_device *dev, float *
 fsc_status fsc_pipe_links_take_grad(fsc_pipe_links *l, fsc_device *dev, float *dst, double *waited);
 /* Send src (n floats, a checkpointed output whose record is reused at once) to the next stage from the ring's
  * next buffer, once the send that last used that buffer is waited for (*waited += the seconds waited), or, with
- * grow, from a new buffer when that send is still in flight; synchronously when the ring is empty. */
+ * grow, from a new buffer when that send is still in flight (an empty ring too); without grow synchronously when
+ * the ring is empty. */
 fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const float *src, double *waited);
 /* grow: send src (n floats, an input gradient whose record is reused at once) to the previous stage from a copy
  * (the gradients' ring, a new buffer when every one's send is in flight). */

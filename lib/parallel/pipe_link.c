@@ -44,7 +44,8 @@
  * slot whose send has not completed (fsc_comm_test) gets a new buffer inserted before it, which keeps the ring's
  * order (the oldest send next), and input gradients leave from a ring of copies too (pipe.c would otherwise keep
  * their records, which are far larger, until the send is waited for). A ring holds at most the messages of a
- * step and keeps its size between steps.
+ * step and keeps its size between steps; how far it grows depends on when the receiver posts, so on timing (and a
+ * ring that grows while idle records sit in the pools puts the ledger's peak above the pipeline's count).
  *
  * Memory: one receive buffer per direction and nsend send buffers (stream_floats(B) floats each; grow: as many
  * as were in flight at once, and the gradients' ring), so a

@@ -77,7 +77,7 @@ fsc_status fsc_pipe_tied_take_grad(fsc_pipe_tied *t, fsc_device *dev, float *dst
 }
 
 /* With copies: a copy whose send is over (tested, not waited for), or a new one. */
-static fsc_status free_copy(fsc_pipe_tied *t, fsc_device *dev, int *out) {
+static fsc_status idle_copy(fsc_pipe_tied *t, fsc_device *dev, int *out) {
     for (int i = 0; i < t->ncopy; i++) {
         int done = !t->creq[i];
         if (!done) FSC_TRY(fsc_comm_test(t->creq[i], &done));
@@ -104,7 +104,7 @@ fsc_status fsc_pipe_tied_send_grad(fsc_pipe_tied *t, fsc_device *dev, const floa
         return fsc_comm_isend(t->grad, src, t->n, FSC_F32, 0, &t->gsend);
     }
     int i = 0;
-    FSC_TRY(free_copy(t, dev, &i));
+    FSC_TRY(idle_copy(t, dev, &i));
     FSC_TRY(fsc_device_copy(dev, t->cbuf[i], src, t->n * sizeof(float)));
     return fsc_comm_isend(t->grad, t->cbuf[i], t->n, FSC_F32, 0, &t->creq[i]);
 }

@@ -86,7 +86,9 @@ typedef struct {
     int prefetch_limit;           /* fsdp: gathered units in flight at most, the one computing included (0: 2),
                                    * and reductions limit - 1; zero2: bucket reductions in flight limit - 1
                                    * (at least 1);
-                                   * pipelines: send buffers of checkpointed outputs at most (0: 2) */
+                                   * pipelines: send buffers of checkpointed outputs at most (0: 2; on a
+                                   * communicator whose sends wait for their receive, NCCL's, as many as are
+                                   * in flight: docs/pipeline.md) */
     /* offload to host memory (docs/offload.md): optim with fsdp (every strategy), zero1 and zero2; all with
      * fsdp only (zero keeps parameters replicated on every device). Not with ddp or none; with tp (and sequence
      * parallelism), with ep and inside the stages of every pipeline schedule too. */

@@ -42,7 +42,9 @@ typedef struct fsc_comm_ops {
     /* Asynchronous operations (optional: start NULL makes the core run the synchronous entry at start).
      * start queues the call behind every earlier call of ctx (synchronous ones included: they wait for
      * what is queued) and returns a request; wait blocks until it completed, frees it and returns its
-     * status, with the message in the calling thread; test sets *done without blocking (optional). */
+     * status, with the message in the calling thread; test sets *done without blocking (optional; without it
+     * pipelines on a communicator whose sends wait never see a send done before its wait, so their send
+     * buffers grow to every message of a step: docs/pipeline.md). */
     fsc_status (*start)(void *ctx, const fsc_comm_call *call, void **req);
     fsc_status (*wait)(void *ctx, void *req);
     fsc_status (*test)(void *ctx, void *req, int *done);

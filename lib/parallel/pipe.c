@@ -757,6 +757,12 @@ static fsc_status recv_input(fsc_engine *e, int k, int c, fsc_model_acts *a) {
     return FSC_OK;
 }
 
+/* A send of lk's rings made them hold more than had bytes (where sends wait they grow): activations too. */
+static void links_grown(fsc_pipe *p, const fsc_pipe_links *lk, size_t had) {
+    p->bytes_in_use += fsc_pipe_links_bytes(lk) - had;
+    note_use(p);
+}
+
 /* F's boundary out: micro-batch k's stage output in record a of chunk c to the next stage (the last: none). */
 static fsc_status send_output(fsc_engine *e, int k, int c, mb_slot *sl, fsc_model_acts *a) {
     fsc_pipe *p = e->pipe;
@@ -773,8 +779,7 @@ static fsc_status send_output(fsc_engine *e, int k, int c, mb_slot *sl, fsc_mode
     if (lk->act_next) { /* its record is reused at once: sent from a copy (pipe_link.c's ring, which may grow) */
         const size_t had = fsc_pipe_links_bytes(lk);
         FSC_TRY(fsc_pipe_links_send_output(lk, e->dev, out, &p->wait));
-        p->bytes_in_use += fsc_pipe_links_bytes(lk) - had;
-        note_use(p);
+        links_grown(p, lk, had);
         return FSC_OK;
     }
     return fsc_comm_send(p->pipe_comm, out, btc, FSC_F32, p->stage + 1);
@@ -932,8 +937,7 @@ static fsc_status send_grad(fsc_engine *e, int k, int c, fsc_model_acts *a, fsc_
     } else if (stage_at(p, c) > 0 && lk->grow) { /* from a copy: the record is not kept for the send (pipe_link.c) */
         const size_t had = fsc_pipe_links_bytes(lk);
         FSC_TRY(fsc_pipe_links_send_grad(lk, e->dev, gin));
-        p->bytes_in_use += fsc_pipe_links_bytes(lk) - had;
-        note_use(p);
+        links_grown(p, lk, had);
     } else if (stage_at(p, c) > 0 && lk->grad_prev)
         FSC_TRY(fsc_comm_isend(lk->grad_prev, gin, btc, FSC_F32, lk->peer_prev, gsend));
     else if (stage_at(p, c) > 0)

@@ -10,13 +10,24 @@
 
 typedef struct fsc_pipe fsc_pipe;
 
-/* A ring of send buffers (pipe_link.c): n of them, each with its send in flight or NULL; next: the slot the next
- * send uses (the oldest send). */
+/* A ring of send buffers (pipe_link.c): n of them (device memory under tag), each with its send in flight or NULL;
+ * next: the slot the next send uses (the oldest send). */
 typedef struct {
     float **buf;
     fsc_comm_req **req;
     int n, next;
+    fsc_tag tag;
 } fsc_pipe_ring;
+
+/* Send src (nf floats) to peer on c from the ring's next buffer, once its last send is waited for (*waited += the
+ * seconds waited), or, with grow, from a new buffer inserted before it while that send is in flight (an empty ring
+ * grows too). done: wait for every send in flight (oldest first; the first failure is returned); drop: the same,
+ * errors ignored (a failed step's); release: drop the buffers (after done or drop). */
+fsc_status fsc_pipe_ring_send(fsc_pipe_ring *g, int grow, fsc_comm *c, int peer, fsc_device *dev, size_t nf,
+                              const float *src, double *waited);
+fsc_status fsc_pipe_ring_done(fsc_pipe_ring *g, double *waited);
+void fsc_pipe_ring_drop(fsc_pipe_ring *g);
+void fsc_pipe_ring_release(fsc_pipe_ring *g, fsc_device *dev);
 
 /* po.prefetch (pipe_link.c, which says why): the stage's links, one communicator of two ranks per link and
  * direction (NULL where the stage has no such neighbour), the receives posted ahead into one buffer per
@@ -81,12 +92,11 @@ typedef struct {
     fsc_comm_req *vreq;       /* owner: the values' send; user: their receive into the replica */
     fsc_comm_req *greq;       /* owner: the next gradient's receive */
     fsc_comm_req *gsend;      /* user: the last gradient's send */
-    /* user, on a communicator whose sends wait for their receive (NCCL's): every gradient leaves from a copy, so
-     * that the next backward need not wait for the owner to receive the last one (pipe_tied.c says why) */
+    /* user, on a communicator whose sends wait for their receive (NCCL's): every gradient leaves from a copy in a
+     * ring that grows while its sends are in flight, so that the next backward need not wait for the owner to
+     * receive the last one (pipe_tied.c says why) */
     int copies;
-    int ncopy;                /* copies made; a new one only when every earlier one's send is in flight */
-    float **cbuf;             /* (ncopy) n floats each, FSC_TAG_COMM */
-    fsc_comm_req **creq;      /* (ncopy) the send from each, or NULL */
+    fsc_pipe_ring copy;       /* n floats a buffer, FSC_TAG_COMM */
 } fsc_pipe_tied;
 
 /* Collective over pipe_comm (every stage, in the same order of tensors): split the tensor's two streams and,

@@ -92,6 +92,7 @@ fsc_status fsc_pipe_links_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, 
     fsc_comm *all[4] = { l->act_prev, l->act_next, l->grad_prev, l->grad_next };
     for (int i = 0; i < 4; i++) fsc_engine_add_group_kind(e, all[i], FSC_GROUP_PIPELINE);
     l->grow = fsc_comm_sends_wait(pipe_comm);
+    l->out.tag = l->gout.tag = FSC_TAG_ACTS;
     return FSC_OK;
 }
 
@@ -104,16 +105,16 @@ void fsc_pipe_req_drop(fsc_comm_req **r) {
     *r = NULL;
 }
 
-static void ring_drop(fsc_pipe_ring *g) {
+void fsc_pipe_ring_drop(fsc_pipe_ring *g) {
     for (int i = 0; i < g->n; i++) fsc_pipe_req_drop(&g->req[i]);
     g->next = 0;
 }
 
-static void ring_release(fsc_pipe_ring *g, fsc_device *dev) {
+void fsc_pipe_ring_release(fsc_pipe_ring *g, fsc_device *dev) {
     for (int i = 0; i < g->n; i++) fsc_device_release(dev, g->buf[i]);
     free(g->buf);
     free(g->req);
-    memset(g, 0, sizeof *g);
+    g->buf = NULL, g->req = NULL, g->n = g->next = 0; /* its tag stays */
 }
 
 /* A new buffer of nf floats at slot i, the ring's later slots moved up by one. */
@@ -124,7 +125,7 @@ static fsc_status ring_insert(fsc_pipe_ring *g, fsc_device *dev, size_t nf, int 
     if (r) g->req = r;
     if (!b || !r) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     float *buf;
-    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_ACTS, nf * sizeof(float), (void **)&buf));
+    FSC_TRY(fsc_device_alloc(dev, g->tag, nf * sizeof(float), (void **)&buf));
     memmove(g->buf + i + 1, g->buf + i, (size_t)(g->n - i) * sizeof *g->buf);
     memmove(g->req + i + 1, g->req + i, (size_t)(g->n - i) * sizeof *g->req);
     g->buf[i] = buf;
@@ -133,10 +134,8 @@ static fsc_status ring_insert(fsc_pipe_ring *g, fsc_device *dev, size_t nf, int 
     return FSC_OK;
 }
 
-/* Send src (nf floats) to peer on c from the ring's next buffer, once its last send is waited for, or (grow) from
- * a new buffer inserted before it while that send is in flight. */
-static fsc_status ring_send(fsc_pipe_ring *g, int grow, fsc_comm *c, int peer, fsc_device *dev, size_t nf,
-                            const float *src, double *waited) {
+fsc_status fsc_pipe_ring_send(fsc_pipe_ring *g, int grow, fsc_comm *c, int peer, fsc_device *dev, size_t nf,
+                              const float *src, double *waited) {
     const int i = g->next;
     int done = i < g->n;
     if (grow && done && g->req[i]) FSC_TRY(fsc_comm_test(g->req[i], &done));
@@ -148,7 +147,7 @@ static fsc_status ring_send(fsc_pipe_ring *g, int grow, fsc_comm *c, int peer, f
     return FSC_OK;
 }
 
-static fsc_status ring_done(fsc_pipe_ring *g, double *waited) {
+fsc_status fsc_pipe_ring_done(fsc_pipe_ring *g, double *waited) {
     fsc_status s = FSC_OK;
     for (int j = 0; j < g->n; j++) { /* oldest first */
         fsc_status w = fsc_pipe_req_wait(&g->req[(g->next + j) % g->n], waited);
@@ -161,16 +160,16 @@ static fsc_status ring_done(fsc_pipe_ring *g, double *waited) {
 void fsc_pipe_links_drop(fsc_pipe_links *l) {
     fsc_pipe_req_drop(&l->inreq);
     fsc_pipe_req_drop(&l->greq);
-    ring_drop(&l->out);
-    ring_drop(&l->gout);
+    fsc_pipe_ring_drop(&l->out);
+    fsc_pipe_ring_drop(&l->gout);
 }
 
 static void release_buffers(fsc_pipe_links *l, fsc_device *dev) {
     fsc_device_release(dev, l->inbuf);
     fsc_device_release(dev, l->gbuf);
     l->inbuf = l->gbuf = NULL;
-    ring_release(&l->out, dev);
-    ring_release(&l->gout, dev);
+    fsc_pipe_ring_release(&l->out, dev);
+    fsc_pipe_ring_release(&l->gout, dev);
 }
 
 fsc_status fsc_pipe_links_buffers(fsc_pipe_links *l, fsc_device *dev, size_t n, int nsend) {
@@ -232,16 +231,16 @@ fsc_status fsc_pipe_req_wait(fsc_comm_req **r, double *waited) {
 
 fsc_status fsc_pipe_links_send_output(fsc_pipe_links *l, fsc_device *dev, const float *src, double *waited) {
     if (l->out.n == 0 && !l->grow) return fsc_comm_send(l->act_next, src, l->n, FSC_F32, l->peer_next);
-    return ring_send(&l->out, l->grow, l->act_next, l->peer_next, dev, l->n, src, waited);
+    return fsc_pipe_ring_send(&l->out, l->grow, l->act_next, l->peer_next, dev, l->n, src, waited);
 }
 
 fsc_status fsc_pipe_links_send_grad(fsc_pipe_links *l, fsc_device *dev, const float *src) {
-    return ring_send(&l->gout, 1, l->grad_prev, l->peer_prev, dev, l->n, src, NULL);
+    return fsc_pipe_ring_send(&l->gout, 1, l->grad_prev, l->peer_prev, dev, l->n, src, NULL);
 }
 
 fsc_status fsc_pipe_links_sends_done(fsc_pipe_links *l, double *waited) {
-    fsc_status s = ring_done(&l->out, waited);
-    fsc_status w = ring_done(&l->gout, waited);
+    fsc_status s = fsc_pipe_ring_done(&l->out, waited);
+    fsc_status w = fsc_pipe_ring_done(&l->gout, waited);
     return s == FSC_OK ? w : s;
 }
 

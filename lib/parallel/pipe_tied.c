@@ -22,8 +22,8 @@
  * the user's backward of k + 1 overwrites the buffer then adds a dependency the lists do not have: with chunks in
  * a loop the last rank runs the head's backwards of P micro-batches before its other chunk's backward of the first,
  * on which the owner's backward of the first depends (interleaved, P >= 3: a cycle). So the user sends every
- * gradient from a copy and waits only at the end of the step; a copy is reused once its send tested complete, and
- * a new one is made only when every copy's send is in flight: as many as the schedule keeps in flight, at most M.
+ * gradient from a copy in a ring that grows (pipe_link.c's, as the links' copies) and waits only at the end of the
+ * step: as many copies as the schedule keeps in flight, at most M.
  *
  * Memory: on the owner two buffers of the tensor's size, FSC_TAG_COMM, made with the engine: the copy of the
  * values being sent (the compute copy may be a gathered unit freed after the forward, or rounded in a buffer
@@ -31,7 +31,6 @@
  * next one arrives). The user receives into its replica (e->tied_copy), which nothing reads before the wait.
  * Not here: when the messages are issued (pipe.c). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include "pipe.h"
 #include "core/comm_impl.h" /* fsc_comm_sends_wait */
@@ -46,6 +45,7 @@ fsc_status fsc_pipe_tied_create(fsc_engine *e, fsc_comm *pipe_comm, int stage, i
     if (t->val) fsc_engine_add_group_kind(e, t->val, FSC_GROUP_PIPELINE);
     if (t->grad) fsc_engine_add_group_kind(e, t->grad, FSC_GROUP_PIPELINE);
     t->copies = !t->owner && fsc_comm_sends_wait(pipe_comm);
+    t->copy.tag = FSC_TAG_COMM;
     if (!t->owner) return FSC_OK;
     FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(float), (void **)&t->vbuf));
     return fsc_device_alloc(e->dev, FSC_TAG_COMM, n * sizeof(float), (void **)&t->gbuf);
@@ -76,60 +76,30 @@ fsc_status fsc_pipe_tied_take_grad(fsc_pipe_tied *t, fsc_device *dev, float *dst
     return fsc_device_copy(dev, dst, t->gbuf, t->n * sizeof(float));
 }
 
-/* With copies: a copy whose send is over (tested, not waited for), or a new one. */
-static fsc_status idle_copy(fsc_pipe_tied *t, fsc_device *dev, int *out) {
-    for (int i = 0; i < t->ncopy; i++) {
-        int done = !t->creq[i];
-        if (!done) FSC_TRY(fsc_comm_test(t->creq[i], &done));
-        if (done) {
-            *out = i;
-            return fsc_pipe_req_wait(&t->creq[i], NULL);
-        }
-    }
-    float **b = realloc(t->cbuf, (size_t)(t->ncopy + 1) * sizeof *b);
-    if (b) t->cbuf = b;
-    fsc_comm_req **r = b ? realloc(t->creq, (size_t)(t->ncopy + 1) * sizeof *r) : NULL;
-    if (r) t->creq = r;
-    if (!b || !r) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
-    t->cbuf[t->ncopy] = NULL;
-    t->creq[t->ncopy] = NULL;
-    FSC_TRY(fsc_device_alloc(dev, FSC_TAG_COMM, t->n * sizeof(float), (void **)&t->cbuf[t->ncopy]));
-    *out = t->ncopy++;
-    return FSC_OK;
-}
-
 fsc_status fsc_pipe_tied_send_grad(fsc_pipe_tied *t, fsc_device *dev, const float *src, double *waited) {
     if (!t->copies) {
         FSC_TRY(fsc_pipe_req_wait(&t->gsend, waited)); /* issued after the last backward; normally waited for already */
         return fsc_comm_isend(t->grad, src, t->n, FSC_F32, 0, &t->gsend);
     }
-    int i = 0;
-    FSC_TRY(idle_copy(t, dev, &i));
-    FSC_TRY(fsc_device_copy(dev, t->cbuf[i], src, t->n * sizeof(float)));
-    return fsc_comm_isend(t->grad, t->cbuf[i], t->n, FSC_F32, 0, &t->creq[i]);
+    return fsc_pipe_ring_send(&t->copy, 1, t->grad, 0, dev, t->n, src, waited);
 }
 
 fsc_status fsc_pipe_tied_grad_sent(fsc_pipe_tied *t, double *waited) {
     fsc_status s = fsc_pipe_req_wait(&t->gsend, waited);
-    for (int i = 0; i < t->ncopy; i++) { /* in their stream's order or not: every one completes */
-        fsc_status w = fsc_pipe_req_wait(&t->creq[i], waited);
-        if (s == FSC_OK) s = w;
-    }
-    return s;
+    fsc_status w = fsc_pipe_ring_done(&t->copy, waited);
+    return s == FSC_OK ? w : s;
 }
 
 void fsc_pipe_tied_drop(fsc_pipe_tied *t) {
     fsc_pipe_req_drop(&t->vreq);
     fsc_pipe_req_drop(&t->greq);
     fsc_pipe_req_drop(&t->gsend);
-    for (int i = 0; i < t->ncopy; i++) fsc_pipe_req_drop(&t->creq[i]);
+    fsc_pipe_ring_drop(&t->copy);
 }
 
 void fsc_pipe_tied_free(fsc_pipe_tied *t, fsc_device *dev) {
     fsc_pipe_tied_drop(t);
-    for (int i = 0; i < t->ncopy; i++) fsc_device_release(dev, t->cbuf[i]);
-    free(t->cbuf);
-    free(t->creq);
+    fsc_pipe_ring_release(&t->copy, dev);
     fsc_device_release(dev, t->vbuf);
     fsc_device_release(dev, t->gbuf);
     if (t->val) fsc_comm_free(t->val);

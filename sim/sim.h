@@ -58,8 +58,11 @@ typedef struct {
 } sim_slot;
 
 /* A buffered point-to-point message, queued at its destination. With sync sends (cl->sync_sends) its sender waits
- * for it to be taken: the receiver then marks it taken instead of freeing it, and the sender frees it (or, when the
- * sender gave up first, the receiver does). */
+ * for it to be taken, and (but where the sender stages device memory) the message holds no copy: the receiver reads
+ * the sender's buffer (sbuf) when it takes the message, as NCCL reads it only once the receive runs, so a buffer
+ * changed before its send completed reaches the receiver changed. The receiver then marks it taken instead of
+ * freeing it, and the sender frees it; a sender that gives up while a receiver is reading its buffer waits for the
+ * read to end. */
 typedef struct sim_msg {
     struct sim_msg *next;
     int src;
@@ -67,7 +70,8 @@ typedef struct sim_msg {
     fsc_dtype dt;
     double t_avail;       /* virtual clock: when the message is at its destination (the send's modelled end) */
     int waited;           /* sync sends: the sender waits for taken */
-    int taken, abandoned; /* sync sends, under the group's mu: the receiver has copied it; the sender gave up */
+    int taken;            /* sync sends, under the group's mu: the receiver has copied it */
+    const void *sbuf;     /* sync sends without staging: the sender's buffer, read by the receiver (else NULL) */
     double t_taken;       /* sync sends, virtual clock: when the receive that took it started */
     unsigned char data[];
 } sim_msg;

@@ -253,7 +253,8 @@ static fsc_status peer_wait(sim_handle *h, int peer, const char *what, const cha
 
 /* Under g->mu, which it releases: with sync sends, the sender of m (queued for peer) waits until the receiver took
  * it, then frees it; if the group fails, the receiver exits or the cluster's timeout passes first, the send fails:
- * a message still queued is unlinked and freed, one being copied is left to its receiver (abandoned). */
+ * a message still queued is unlinked, and one a receiver is copying (from m->sbuf: this sender's buffer) is waited
+ * for until the copy ends, so that no receiver reads a buffer its sender's caller got back. */
 static fsc_status send_wait(sim_handle *h, sim_msg *m, int peer, const char *what) {
     sim_group *g = h->g;
     char lab[64];
@@ -265,19 +266,18 @@ static fsc_status send_wait(sim_handle *h, sim_msg *m, int peer, const char *wha
     while (s == FSC_OK && !m->taken)
         s = peer_wait(h, peer, what, lab, "receiving it",
                       "never received it (sends wait for their receive: sim_sync_sends)", &deadline, &timed_out);
-    int mine = m->taken;
-    if (!m->taken) { /* still queued (unlink it), or taken by a receiver that is copying it (it frees it) */
-        mine = 0;
+    if (!m->taken) { /* still queued (unlink it), or taken by a receiver that is copying it (wait for the copy) */
+        int queued = 0;
         for (sim_msg **p = &g->inbox[peer]; *p; p = &(*p)->next)
             if (*p == m) {
-                *p = m->next, mine = 1;
+                *p = m->next, queued = 1;
                 break;
             }
-        if (!mine) m->abandoned = 1;
+        while (!queued && !m->taken) pthread_cond_wait(&g->cv, &g->mu); /* a copy in progress: it ends */
     }
     if (m->taken && m->t_taken > h->t_done) h->t_done = m->t_taken; /* the virtual clock: until it was received */
     pthread_mutex_unlock(&g->mu);
-    if (mine) free(m);
+    free(m);
     return s;
 }
 
@@ -285,18 +285,22 @@ static fsc_status sim_send(void *ctx, const void *buf, size_t count, fsc_dtype d
     sim_handle *h = ctx;
     sim_group *g = h->g;
     size_t bytes = h->nodata ? 0 : count * fsc_dtype_size(dt);
-    sim_msg *m = malloc(sizeof(*m) + bytes);
+    /* sync sends: the receiver reads buf itself when it takes the message (NCCL's), unless device memory is staged */
+    const int waited = h->g->cl->sync_sends && !h->nodata && peer != h->rank;
+    const void *sbuf = waited && !h->stage && bytes ? buf : NULL;
+    sim_msg *m = malloc(sizeof(*m) + (sbuf ? 0 : bytes));
     if (!m) return fsc_error(FSC_ERR_NOMEM, "send of %zu bytes to rank %d: out of memory", bytes, peer);
     m->next = NULL;
     m->src = h->rank;
     m->count = count;
     m->dt = dt;
     m->t_avail = h->t_done; /* the virtual clock: the send's end (sim_run_call) */
-    m->waited = h->g->cl->sync_sends && !h->nodata && peer != h->rank;
-    m->taken = m->abandoned = 0;
+    m->waited = waited;
+    m->taken = 0;
+    m->sbuf = sbuf;
     char what[64];
     snprintf(what, sizeof(what), "send to rank %d", peer);
-    if (h->nodata) {
+    if (h->nodata || sbuf) {
     } else if (h->stage) {
         fsc_status st = sim_stage_in(h, what, m->data, buf, bytes);
         if (st != FSC_OK) {
@@ -354,17 +358,15 @@ static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int
                       m->count, fsc_dtype_name(m->dt));
     } else if (h->nodata) {
     } else if (h->stage) {
-        s = sim_stage_out(h, what, buf, m->data, count * fsc_dtype_size(dt));
+        s = sim_stage_out(h, what, buf, m->sbuf ? m->sbuf : m->data, count * fsc_dtype_size(dt));
     } else if (count) {
-        memcpy(buf, m->data, count * fsc_dtype_size(dt));
+        memcpy(buf, m->sbuf ? m->sbuf : m->data, count * fsc_dtype_size(dt)); /* sbuf: the sender's, as it is now */
     }
-    if (m->waited) { /* its sender waits for this (send_wait), or gave up */
+    if (m->waited) { /* its sender waits for this (send_wait), and frees it */
         pthread_mutex_lock(&g->mu);
-        const int gone = m->abandoned;
         m->taken = 1, m->t_taken = h->t_arrive;
         pthread_cond_broadcast(&g->cv);
         pthread_mutex_unlock(&g->mu);
-        if (gone) free(m);
     } else {
         free(m);
     }

@@ -54,7 +54,10 @@ typedef struct {
                                   receiver has taken its message, as NCCL's sends wait for their receive, so that a
                                   program that NCCL would deadlock deadlocks here too (and fails after timeout_s,
                                   naming the send); the wait is not timed on the virtual clock beyond the receive's
-                                  start. 0 (default): sends are buffered, as MPI's */
+                                  start. The receiver reads the sender's buffer when it takes the message, as
+                                  NCCL reads it only once the receive runs (a cpu device's; a staged device's is
+                                  copied at the send), so a buffer changed before its send completed arrives
+                                  changed. 0 (default): sends are buffered, as MPI's */
     const int *stand_in;       /* simulated ranks on the wall clock only (the planner's one rank per role): NULL, or
                                   (world) entries the ranks may write while they run. A rank w that returns from its
                                   function while stand_in[w] names another world rank v is stood in for by v from then

@@ -172,16 +172,19 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
                         p->ranks, p->name, c->nodes * p->ranks), -1;
     if (p && !gw && !gd) c->t.world = (c->nodes ? c->nodes : 1) * p->ranks, c->given[option_index("world")] = 1;
     if (resolve_layout(&c->t, c->given, err, cap) != 0) return -1;
-    for (int i = 0; i < 2; i++) /* the planner plans the built-in schedules */
-        if (c->given[option_index(i ? "print-schedule" : "schedule-file")])
-            return snprintf(err, cap, "--%s is fsc-train's: fsc-plan plans the built-in schedules (--schedule)",
-                            i ? "print-schedule" : "schedule-file"), -1;
+    if (c->given[option_index("print-schedule")])
+        return snprintf(err, cap, "--print-schedule is fsc-train's: fsc-plan plans a schedule, it does not print one"), -1;
+    if (c->search && c->given[option_index("schedule-file")])
+        return snprintf(err, cap, "--search varies the built-in schedules: leave out --schedule-file (or plan the file's "
+                        "lists without --search)"), -1;
     if (c->search && !c->given[option_index("parallel")] && c->t.world > 1) /* any strategy: the search varies it */
         c->t.parallel = c->t.pp > 1 ? PAR_PIPE : (int)FSC_PAR_DDP;
     if (p && c->nodes && c->nodes * p->ranks != c->t.world)
         return snprintf(err, cap, "--world %d is not --nodes %d x %d GPUs of a %s node", c->t.world, c->nodes, p->ranks,
                         p->name), -1;
-    if (resolve_model(&c->t, c->given, err, cap) != 0 || check_config(&c->t, c->given, err, cap) != 0) return -1;
+    if (resolve_model(&c->t, c->given, err, cap) != 0 || load_schedule_file(&c->t, err, cap) != 0 ||
+        check_config(&c->t, c->given, err, cap) != 0)
+        return -1; /* a --schedule-file's lists, checked as fsc-train checks them */
     if (c->search_config && !c->search) return snprintf(err, cap, "--search-config needs --search"), -1;
     if (c->search_precision && !c->search) return snprintf(err, cap, "--search-precision needs --search"), -1;
     if (c->memory) return plan_parse_size(c->memory, &c->memory_bytes, err, cap);

@@ -254,7 +254,8 @@ static inline void plan_print_search(FILE *f, const plan_candidate *c, int world
                 search_parallel(&c[i]), c[i].kind == FSC_PAR_FSDP ? search_shard(&c[i]) : "-",
                 c[i].kind == FSC_PAR_FSDP ? search_wrap(&c[i], wb, sizeof wb) : "-", c[i].tp, c[i].pp,
                 world / (c[i].tp * c[i].pp), c[i].ep, c[i].accum, c[i].recompute,
-                c[i].pp > 1 ? search_schedule(&c[i]) : "-", c[i].vstages, search_offload(&c[i]),
+                c[i].pp > 1 ? search_schedule(&c[i]) : "-", c[i].pp > 1 ? search_chunks(c[i].schedule, c[i].vstages) : 1, /* zbv: 2 */
+                search_offload(&c[i]),
                 search_precision(&c[i]), plan_human(c[i].peak, b, sizeof b), c[i].t.step_s * 1e3,
                 c[i].t.compute_s * 1e3, c[i].t.comm_s * 1e3);
     fprintf(f, "%d layouts fit, %d over the memory, %d refused by the engine (%d planned, %d timed)\n", n, k->over,
@@ -266,7 +267,7 @@ static inline void plan_print_search(FILE *f, const plan_candidate *c, int world
     char m[32], ep[24] = "";
     if (c[0].ep > 1) snprintf(ep, sizeof ep, ", ep %d", c[0].ep);
     fprintf(f, "best: %s%s%s%s%s, tp %d, pp %d%s, accum %d, recompute %d%s%s, offload %s, %s: %s dominates its step "
-               "(rank %d: compute %.2f ms, communication %.2f ms, %s); %s dominate its memory (%s of %s)\n",
+               "(rank %d: compute %.2f ms, communication %.2f ms, %s); its largest memory: %s (%s of %s)\n",
             search_parallel(&c[0]), c[0].kind == FSC_PAR_FSDP ? " " : "",
             c[0].kind == FSC_PAR_FSDP ? search_shard(&c[0]) : "", c[0].kind == FSC_PAR_FSDP ? ", wrap " : "",
             c[0].kind == FSC_PAR_FSDP ? search_wrap(&c[0], wb, sizeof wb) : "", c[0].tp, c[0].pp, ep, c[0].accum,

@@ -58,17 +58,26 @@ static int plan_replays(const plan_config *c, const fsc_plan_rates *rt) {
     return c->time_model == 0 && c->t.world <= (rt->node_ranks > 0 ? PLAN_REPLAY_RANKS_CLUSTER : PLAN_REPLAY_RANKS);
 }
 
-/* How many ranks' peak totals exceed memory bytes; their numbers into over (cap bytes, may be NULL). */
+/* How many ranks' peak totals exceed memory bytes; their numbers into over (cap bytes, may be NULL), runs of three
+ * or more consecutive ranks as "a-b", ending in " ..." when cap cuts the list short. */
 static int plan_over(const fsc_plan_rank *r, int world, double memory, char *over, size_t cap) {
-    int n = 0;
+    int n = 0, cut = 0;
     size_t used = 0;
     if (over && cap) over[0] = '\0';
     for (int i = 0; i < world; i++) {
         if ((double)r[i].peak_total <= memory) continue;
-        if (over && used + 16 < cap) used += (size_t)snprintf(over + used, cap - used, "%s%d", n ? " " : "", i);
-        n++;
+        int j = i;
+        while (j + 1 < world && (double)r[j + 1].peak_total > memory) j++;
+        if (j == i + 1) j = i; /* two ranks: "0 1" */
+        n += j - i + 1;
+        char run[32];
+        if (j > i) snprintf(run, sizeof run, "%s%d-%d", used ? " " : "", i, j);
+        else snprintf(run, sizeof run, "%s%d", used ? " " : "", i);
+        if (over && !cut && used + strlen(run) + 5 < cap) used += (size_t)snprintf(over + used, cap - used, "%s", run);
+        else cut = 1;
+        i = j;
     }
-    if (over && used + 16 >= cap && cap > 4) snprintf(over + cap - 5, 5, " ...");
+    if (over && cut && used + 5 <= cap) snprintf(over + used, cap - used, " ...");
     return n;
 }
 
@@ -176,7 +185,7 @@ static int search(const plan_config *c, const fsc_plan_job *job, const fsc_plan_
             cJSON_AddNumberToObject(x, "accum", cand[i].accum);
             cJSON_AddNumberToObject(x, "recompute", cand[i].recompute);
             cJSON_AddStringToObject(x, "schedule", search_schedule(&cand[i]));
-            cJSON_AddNumberToObject(x, "virtual_stages", cand[i].vstages);
+            cJSON_AddNumberToObject(x, "virtual_stages", cand[i].pp > 1 ? search_chunks(cand[i].schedule, cand[i].vstages) : 1); /* chunks */
             cJSON_AddStringToObject(x, "offload", search_offload(&cand[i]));
             cJSON_AddStringToObject(x, "precision", search_precision(&cand[i]));
             cJSON_AddNumberToObject(x, "peak_bytes", (double)cand[i].peak);
@@ -217,6 +226,7 @@ int main(int argc, char **argv) {
     char err[512];
     if (plan_parse(argc, argv, c, err, sizeof err) != 0) { /* --help and --version were answered above */
         fprintf(stderr, "%s: %s\n", prog, err);
+        free_schedule_file(&c->t);
         free(c->t.strs);
         free(c);
         return 2;
@@ -233,6 +243,7 @@ int main(int argc, char **argv) {
         rc = search(c, &job, &rt, r);
         plan_job_free(&job);
         free(r);
+        free_schedule_file(&c->t);
         free(c->t.strs);
         free(c);
         return rc;
@@ -276,6 +287,7 @@ int main(int argc, char **argv) {
     }
     plan_job_free(&job);
     free(r);
+    free_schedule_file(&c->t);
     free(c->t.strs);
     free(c);
     return rc;

@@ -61,6 +61,21 @@ static void test_plan_equals_trainer(void **st) {
     check_against_trainer(SMALL " --world 2 --pp 2 --parallel pipe --accum 2 --schedule zb-h1", 0);
     check_against_trainer(SMALL " --layers 8 --world 2 --pp 2 --parallel pipe --accum 2 --schedule interleaved "
                                 "--virtual-stages 4", 0);
+    /* a schedule of one's own (--schedule-file), as fsc-train takes it: zb-h1's lists with the last rank's Ws late */
+    char path[128];
+    snprintf(path, sizeof path, "%s/own.sched", tmpdir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("placement loop\n0F0 0F1 0B0 0W0 0B1 0W1\n1F0 1B0 1F1 1B1 1W0 1W1\n", f);
+    fclose(f);
+    char *args = prog_fmt(SMALL " --world 2 --pp 2 --parallel pipe --accum 2 --schedule-file %s", path);
+    check_against_trainer(args, 0);
+    char *search = prog_fmt("%s --search", args);
+    prog_refused(planner, search, tmpdir, 2, "--search varies the built-in schedules: leave out --schedule-file");
+    free(search);
+    free(args);
+    prog_refused(planner, SMALL " --world 2 --pp 2 --accum 2 --print-schedule", tmpdir, 2,
+                 "--print-schedule is fsc-train's");
 }
 
 /* fsc-train --plan: its --json's "predicted" per_rank (host_per_rank with offload) equal the same run's measured
@@ -394,6 +409,11 @@ static void test_plan_memory_budget(void **st) {
     assert_int_equal(prog_run(planner, args, tmpdir, &out, NULL), 0);
     assert_non_null(strstr(out, "does not fit in "));
     assert_non_null(strstr(out, "2 ranks over (0 1)"));
+    free(out);
+    free(args);
+    args = prog_fmt(SMALL " --world 4 --parallel ddp --memory 1KiB"); /* every rank over: one run of 4 */
+    assert_int_equal(prog_run(planner, args, tmpdir, &out, NULL), 0);
+    assert_non_null(strstr(out, "4 ranks over (0-3)\n"));
     free(out);
     free(args);
     assert_int_equal(prog_run(planner, SMALL " --memory 1TiB", tmpdir, &out, NULL), 0);

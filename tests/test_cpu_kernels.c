@@ -455,6 +455,21 @@ static void test_sumsq_fixed(void **state) {
     assert_ok(FSC_K(dev, sumsq_fixed, a2, rr, 100, 40));
     assert_ok(FSC_K(dev, sumsq_fixed, a2, rr + 100, N - 100, 40));
     assert_true(a1[0] == a2[0] && a1[1] == a2[1]);
+    /* terms up to just below 2^64 over many elements (several blocks and threads): the exact 128-bit sum */
+    enum { NB = 100003 };
+    float *g = malloc(NB * sizeof *g);
+    assert_non_null(g);
+    fill(g, NB, 1.0f);
+    g[77] = -1.9999999f; /* the largest |x|: its term floor(x^2 2^62) is just below 2^64 */
+    unsigned __int128 want = 0;
+    for (int i = 0; i < NB; i++) want += (uint64_t)ldexp((double)g[i] * (double)g[i], 62);
+    uint64_t a3[2] = {0, 0};
+    assert_ok(FSC_K(dev, sumsq_fixed, a3, g, NB, 62));
+    assert_true(a3[0] == (uint64_t)want && a3[1] == (uint64_t)(want >> 64));
+    /* the first element that does not fit is the one named, wherever it lies */
+    g[60001] = 2.5f, g[90001] = NAN;
+    assert_err(FSC_K(dev, sumsq_fixed, a3, g, NB, 62), FSC_ERR_INVALID, "element 60001");
+    free(g);
     float big = 1e20f, nan = NAN;
     assert_err(FSC_K(dev, sumsq_fixed, acc, &big, 1, 30), FSC_ERR_INVALID, "64 bits");
     assert_err(FSC_K(dev, sumsq_fixed, acc, &nan, 1, 0), FSC_ERR_INVALID, "64 bits");

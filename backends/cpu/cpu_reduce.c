@@ -82,24 +82,48 @@ fsc_status cpu_absmax(void *ctx, float *host_max, int *host_nonfinite, const flo
 }
 
 /* Each term floor(x^2 2^shift) is an integer below 2^64 (else the element is reported), added into a
- * 128-bit sum: integer addition, so the blocks' sums combine to the same total in any order. */
+ * 128-bit sum: integer addition, so the blocks' sums combine to the same total in any order. x^2 is exact in
+ * double and 2^shift a power of two, so v = x^2 2^shift is exact and its conversion (which truncates: v >= 0)
+ * is the floor. The 32-bit halves of the terms add into two 64-bit sums, which cannot carry over 2^31 terms:
+ * no carry chain and no branch, so the loop vectorizes. An element that does not fit adds 0 and clears `ok`;
+ * the block is then searched again for the first such element. */
+static void sumsq_range(const float *x, size_t i0, size_t i1, double scale, uint64_t *lo, uint64_t *hi,
+                        size_t *bad) {
+    const double two64 = 18446744073709551616.0; /* 2^64 */
+    for (size_t c0 = i0; c0 < i1; c0 += (size_t)1 << 31) {
+        size_t c1 = i1 - c0 > ((size_t)1 << 31) ? c0 + ((size_t)1 << 31) : i1;
+        uint64_t slo = 0, shi = 0;
+        int ok = 1;
+        for (size_t i = c0; i < c1; i++) {
+            double v = (double)x[i] * (double)x[i] * scale;
+            int fits = v < two64; /* false for NaN and inf too */
+            uint64_t u = (uint64_t)(fits ? v : 0.0);
+            ok &= fits;
+            slo += u & 0xffffffffu;
+            shi += u >> 32;
+        }
+        if (!ok) {
+            for (size_t i = c0; i < c1; i++)
+                if (!((double)x[i] * (double)x[i] * scale < two64)) {
+                    *bad = i;
+                    return;
+                }
+        }
+        /* += shi 2^32 + slo, with carry */
+        uint64_t add = shi << 32, l = *lo + add;
+        *hi += (shi >> 32) + (l < add);
+        *lo = l + slo;
+        *hi += *lo < slo;
+    }
+}
+
 static void sumsq_blocks(void *p, size_t b0, size_t b1) {
     red_arg *a = p;
-    const double scale = a->scale;
     for (size_t b = b0; b < b1; b++) {
         size_t i0, i1;
         block_of(a, b, &i0, &i1);
         uint64_t lo = 0, hi = 0;
-        for (size_t i = i0; i < i1; i++) {
-            double t = floor((double)a->x[i] * (double)a->x[i] * scale); /* x^2 is exact in double */
-            if (!(t < 18446744073709551616.0)) { /* 2^64; also catches NaN and inf */
-                a->bad[b] = i;
-                break;
-            }
-            uint64_t u = (uint64_t)t;
-            lo += u;
-            hi += (lo < u);
-        }
+        sumsq_range(a->x, i0, i1, a->scale, &lo, &hi, &a->bad[b]);
         a->lo[b] = lo;
         a->hi[b] = hi;
     }

@@ -167,7 +167,7 @@ void sim_slot_describe(const sim_slot *s, char *buf, size_t cap);
 fsc_status sim_arrive(sim_handle *h, const sim_slot *mine);
 void sim_depart(sim_handle *h);
 /* Under g->mu: why a call on this group must fail now (cluster or group failed), else FSC_OK. */
-fsc_status sim_check_failed(sim_handle *h, const char *what);
+fsc_status sim_check_failed(sim_handle *h, const char *what, int entering);
 /* Wait on g->cv until woken or deadline; returns 1 if the deadline passed. Under g->mu. */
 int sim_wait(sim_group *g, const struct timespec *deadline);
 void sim_deadline(const sim_cluster *cl, struct timespec *out);

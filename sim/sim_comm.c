@@ -245,7 +245,7 @@ static fsc_status peer_wait(sim_handle *h, int peer, const char *what, const cha
     sim_group *g = h->g;
     /* exited before failed: a rank fails the cluster before it exits, so a failure is never missed */
     const int gone = atomic_load_explicit(&g->cl->exited[g->world_rank[peer]], memory_order_acquire);
-    FSC_TRY(sim_check_failed(h, what));
+    FSC_TRY(sim_check_failed(h, what, 0));
     if (gone) return fsc_error(FSC_ERR_COMM, "%s: %s returned from its function without %s", what, lab, doing);
     if (*timed_out) {
         char msg[SIM_MSG_CAP];
@@ -317,7 +317,7 @@ static fsc_status sim_send(void *ctx, const void *buf, size_t count, fsc_dtype d
         memcpy(m->data, buf, bytes);
     }
     pthread_mutex_lock(&g->mu);
-    fsc_status s = sim_check_failed(h, what);
+    fsc_status s = sim_check_failed(h, what, 1);
     if (s == FSC_OK) {
         sim_msg **p = &g->inbox[peer];
         while (*p) p = &(*p)->next;
@@ -353,7 +353,7 @@ static fsc_status sim_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int
     sim_msg *m = NULL;
     int timed_out = 0;
     pthread_mutex_lock(&g->mu);
-    fsc_status s = sim_check_failed(h, what);
+    fsc_status s = sim_check_failed(h, what, 1);
     while (s == FSC_OK && !(m = take_msg(g, h->rank, peer)))
         s = peer_wait(h, peer, what, lab, "sending", "never sent", &deadline, &timed_out);
     pthread_mutex_unlock(&g->mu);

@@ -285,7 +285,7 @@ void sim_group_fail(sim_group *g, fsc_status s, const char *msg) {
     pthread_cond_broadcast(&g->cv);
 }
 
-fsc_status sim_check_failed(sim_handle *h, const char *what) {
+fsc_status sim_check_failed(sim_handle *h, const char *what, int entering) {
     sim_group *g = h->g;
     sim_cluster *cl = g->cl;
     if (atomic_load_explicit(&cl->failed, memory_order_acquire)) {
@@ -294,6 +294,11 @@ fsc_status sim_check_failed(sim_handle *h, const char *what) {
                              what);
         return fsc_error(FSC_ERR_COMM, "world rank %d failed (%.300s) while this rank was in %s", cl->fail_rank,
                          cl->fail_msg, what);
+    }
+    if (g->fail != FSC_OK && entering) { /* the ranks a failure names were missing then: this one among them */
+        char lab[64];
+        sim_rank_label(g, h->rank, lab, sizeof(lab));
+        return fsc_error(g->fail, "%s called %s after its group had failed: %s", lab, what, g->fail_msg);
     }
     if (g->fail != FSC_OK) return fsc_error(g->fail, "%s", g->fail_msg);
     return FSC_OK;
@@ -426,7 +431,7 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
     sim_deadline(g->cl, &deadline);
 
     pthread_mutex_lock(&g->mu);
-    fsc_status s = sim_check_failed(h, what);
+    fsc_status s = sim_check_failed(h, what, 1);
     if (s != FSC_OK) {
         pthread_mutex_unlock(&g->mu);
         return s;
@@ -453,7 +458,7 @@ fsc_status sim_arrive(sim_handle *h, const sim_slot *mine) {
         }
         /* exited before failed: a rank fails the cluster before it exits, so a failure is never missed */
         fsc_status e = check_exited(g, what);
-        s = sim_check_failed(h, what);
+        s = sim_check_failed(h, what, 0);
         if (s == FSC_OK) s = e;
         if (s == FSC_OK && timed_out) {
             char msg[SIM_MSG_CAP];

@@ -675,7 +675,8 @@ static fsc_status rank_timeout(fsc_rank *r, void *arg) {
 }
 
 /* Oracle: with a 0.2 s timeout and rank 2 not calling, ranks 0 and 1 fail with FSC_ERR_TIMEOUT after about
- * 0.2 s, naming the operation and rank 2; the group stays failed, so rank 2's later call fails too. */
+ * 0.2 s, naming the operation and rank 2; the group stays failed, so rank 2's later call fails too, saying that
+ * it came after the failure. */
 static void test_timeout_names_missing_rank(void **state) {
     (void)state;
     err_rec *e = calloc(1, sizeof(*e));
@@ -686,6 +687,9 @@ static void test_timeout_names_missing_rank(void **state) {
             !strstr(e->msg[k], "rank 2 never arrived"))
             fail_msg("rank %d: %s: %s", k, fsc_status_str(e->st[k]), e->msg[k]);
         if (k < 2) assert_true(e->waited[k] >= 0.19 && e->waited[k] < 10);
+        /* rank 2, named missing, is told its own call came after the failure */
+        if ((k == 2) != (strstr(e->msg[k], "rank 2 called barrier after its group had failed: ") != NULL))
+            fail_msg("rank %d: %s", k, e->msg[k]);
     }
     free(e);
 }

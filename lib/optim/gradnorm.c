@@ -16,6 +16,7 @@
 #include <string.h>
 #include "fsc/optim.h"
 #include "core/kernels.h"
+#include "optim_impl.h"
 
 /* Combine n floats over comm with MAX, going through a device buffer (comm buffers are device memory). */
 static fsc_status max_over_comm(fsc_device *dev, fsc_comm *comm, float *vals, size_t n) {
@@ -93,8 +94,8 @@ static fsc_status sum128_over_comm(fsc_device *dev, fsc_comm *comm, uint64_t acc
     return st;
 }
 
-fsc_status fsc_grad_norm(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens, int nseg,
-                         double *norm) {
+fsc_status fsc_grad_norm_local_max(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens,
+                                   int nseg, const float *local_max, double *norm) {
     FSC_CHECK_ARG(dev);
     FSC_CHECK_BUF(segs, nseg);
     FSC_CHECK_BUF(lens, nseg);
@@ -102,7 +103,8 @@ fsc_status fsc_grad_norm(fsc_device *dev, fsc_comm *comm, float *const *segs, co
     FSC_TRY(check_args("fsc_grad_norm", dev, segs, lens, nseg));
     if (!norm) return fsc_error(FSC_ERR_INVALID, "fsc_grad_norm: NULL result");
     float mx[3];
-    FSC_TRY(local_absmax(dev, segs, lens, nseg, mx));
+    if (local_max) memcpy(mx, local_max, sizeof mx);
+    else FSC_TRY(local_absmax(dev, segs, lens, nseg, mx));
     FSC_TRY(max_over_comm(dev, comm, mx, 3));
     if (mx[1] != 0.0f) { *norm = NAN; return FSC_OK; }
     if (mx[2] != 0.0f) { *norm = INFINITY; return FSC_OK; }
@@ -119,6 +121,11 @@ fsc_status fsc_grad_norm(fsc_device *dev, fsc_comm *comm, float *const *segs, co
     double a = (double)acc[1] * 18446744073709551616.0 + (double)acc[0];
     *norm = sqrt(ldexp(a, -shift));
     return FSC_OK;
+}
+
+fsc_status fsc_grad_norm(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens, int nseg,
+                         double *norm) {
+    return fsc_grad_norm_local_max(dev, comm, segs, lens, nseg, NULL, norm);
 }
 
 fsc_status fsc_grad_clip(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens, int nseg,
@@ -143,6 +150,11 @@ fsc_status fsc_grad_clip(fsc_device *dev, fsc_comm *comm, float *const *segs, co
 
 fsc_status fsc_nonfinite_vote(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens,
                               int nseg, int mine, int *found) {
+    return fsc_nonfinite_vote_local_max(dev, comm, segs, lens, nseg, mine, found, NULL);
+}
+
+fsc_status fsc_nonfinite_vote_local_max(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens,
+                                        int nseg, int mine, int *found, float *local_max) {
     FSC_CHECK_ARG(dev);
     FSC_CHECK_BUF(segs, nseg);
     FSC_CHECK_BUF(lens, nseg);
@@ -153,6 +165,7 @@ fsc_status fsc_nonfinite_vote(fsc_device *dev, fsc_comm *comm, float *const *seg
         return fsc_error(FSC_ERR_INVALID, "fsc_nonfinite_vote: verdict %d is not in [0, 2^24]", mine);
     float mx[3];
     FSC_TRY(local_absmax(dev, segs, lens, nseg, mx));
+    if (local_max) memcpy(local_max, mx, sizeof mx);
     float flag = mx[1] != 0.0f || mx[2] != 0.0f ? 1.0f : 0.0f;
     if ((float)mine > flag) flag = (float)mine;
     FSC_TRY(max_over_comm(dev, comm, &flag, 1));

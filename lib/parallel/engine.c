@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine_impl.h"
+#include "optim/optim_impl.h"
 #include "fsc/schedule.h"
 #include "exact.h"
 #include "pipe.h"
@@ -788,11 +789,12 @@ static fsc_status step_sums(fsc_engine *e, fsc_step_ctx *c, fsc_step_info *si, f
 
 /* Every rank votes, over the whole world, on every precision: no rank may skip or stop alone. Verdicts (*found):
  * 1 gradients not finite, 2 the loss not finite, 3 the batch check failed (on some data group): an error. */
-static fsc_status vote(fsc_engine *e, const fsc_step_ctx *c, double loss, fsc_status batch, int *found) {
+static fsc_status vote(fsc_engine *e, const fsc_step_ctx *c, double loss, fsc_status batch, int *found,
+                       float local_max[3]) {
     char batch_why[512] = "";
     if (batch != FSC_OK) snprintf(batch_why, sizeof batch_why, "%s", fsc_last_error());
     const int mine = batch != FSC_OK ? 3 : isfinite(loss) ? 0 : 2;
-    FSC_TRY(fsc_nonfinite_vote(e->gdev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, found));
+    FSC_TRY(fsc_nonfinite_vote_local_max(e->gdev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, found, local_max));
     if (*found >= 3 && batch_why[0]) return fsc_error(FSC_ERR_INVALID, "%s", batch_why);
     if (*found >= 3)
         return fsc_error(FSC_ERR_INVALID, "global batch %d: another rank found that the global batch is not the sum "
@@ -802,13 +804,13 @@ static fsc_status vote(fsc_engine *e, const fsc_step_ctx *c, double loss, fsc_st
 }
 
 /* The norm over the pieces that count each element once (nsegs, make_norm_pieces: tensor parallelism's or the
- * strategy's; otherwise the reduced gradients themselves); the factor of fsc_grad_clip on every reduced
- * gradient. */
-static fsc_status clip(fsc_engine *e, double *norm) {
+ * strategy's; otherwise the reduced gradients themselves, whose local max the vote took: gsegs_max); the factor
+ * of fsc_grad_clip on every reduced gradient. */
+static fsc_status clip(fsc_engine *e, double *norm, const float gsegs_max[3]) {
     const int own = e->nsegs != NULL;
     *norm = 0;
-    FSC_TRY(fsc_grad_norm(e->gdev, e->norm_comm, own ? e->nsegs : e->gsegs, own ? e->nlens : e->glens,
-                          own ? e->nnsegs : e->ngsegs, norm));
+    FSC_TRY(fsc_grad_norm_local_max(e->gdev, e->norm_comm, own ? e->nsegs : e->gsegs, own ? e->nlens : e->glens,
+                                    own ? e->nnsegs : e->ngsegs, own ? NULL : gsegs_max, norm));
     if (*norm > (double)e->po.clip) {
         float factor = (float)((double)e->po.clip / (*norm + 1e-6));
         for (int i = 0; i < e->ngsegs; i++)
@@ -825,11 +827,12 @@ fsc_status fsc_step_optimize(fsc_engine *e, fsc_step_ctx *c) {
     if (e->use_scaler) /* unscale */
         for (int i = 0; i < e->ngsegs; i++)
             FSC_TRY(fsc_k_scale(e->gdev, e->gsegs[i], 1.0f / c->loss_scale, e->glens[i]));
-    FSC_TRY(vote(e, c, si.loss, batch, &found));
+    float gmax[3]; /* the vote's local max |g| over gsegs, which nothing changes before clip reads it */
+    FSC_TRY(vote(e, c, si.loss, batch, &found, gmax));
     if (found) return nonfinite_step(e, &si, found, c->info);
     e->skips_in_row = 0;
     if (e->use_scaler) scaler_update(e, 0);
-    if (e->po.clip > 0) FSC_TRY(clip(e, &si.grad_norm));
+    if (e->po.clip > 0) FSC_TRY(clip(e, &si.grad_norm, gmax));
     fsc_trace_begin(e->trace, "optim", "optimizer");
     fsc_status os = fsc_offload_step(e); /* with offload optim: on the host copies */
     if (os == FSC_OK && e->st->after_step) os = e->st->after_step(e);

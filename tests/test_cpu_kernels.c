@@ -8,6 +8,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include "testutil.h"
 #include "core/device_impl.h"
 
@@ -466,6 +467,43 @@ static void test_sumsq_fixed(void **state) {
     uint64_t a3[2] = {0, 0};
     assert_ok(FSC_K(dev, sumsq_fixed, a3, g, NB, 62));
     assert_true(a3[0] == (uint64_t)want && a3[1] == (uint64_t)(want >> 64));
+    /* any bits: random finite floats of every exponent (subnormals and zeros too), at shifts that put the largest
+     * term anywhere from 2^-40 to just below 2^64, from an unaligned start and with a tail: each term is
+     * floor(x^2 2^shift) exactly, as the reference computes it in double */
+    uint32_t st = 12345;
+    for (int trial = 0; trial < 40; trial++) {
+        const int len = 1 + trial * 37;
+        float *h = g + 1;
+        float mx = 0.0f;
+        for (int i = 0; i < len; i++) {
+            st = st * 1664525u + 1013904223u;
+            uint32_t u = st;
+            if ((u >> 23 & 0xff) == 0xff) u &= ~(1u << 30); /* finite */
+            if (trial % 4 == 1) u &= 0x807fffffu; /* subnormal or zero */
+            if (trial % 4 == 2) u = (u & 0x807fffffu) | (uint32_t)(100 + (int)(st % 60)) << 23; /* near 1 */
+            memcpy(&h[i], &u, 4);
+            mx = fabsf(h[i]) > mx ? fabsf(h[i]) : mx;
+        }
+        int e = 0;
+        frexp((double)mx, &e);
+        int sh = 64 - 2 * e - (int)(st % 104); /* the largest term below 2^64, down to 2^-40 */
+        if (sh < -1022) sh = -1022;
+        if (sh > 1023) sh = 1023;
+        unsigned __int128 ref = 0;
+        for (int i = 0; i < len; i++) ref += (uint64_t)ldexp((double)h[i] * (double)h[i], sh);
+        uint64_t a4[2] = {0, 0};
+        assert_ok(FSC_K(dev, sumsq_fixed, a4, h, (size_t)len, sh));
+        if (a4[0] != (uint64_t)ref || a4[1] != (uint64_t)(ref >> 64))
+            fail_msg("trial %d (%d elements, shift %d): sum %llu:%llu, reference %llu:%llu", trial, len, sh,
+                     (unsigned long long)a4[1], (unsigned long long)a4[0], (unsigned long long)(ref >> 64),
+                     (unsigned long long)ref);
+        /* one more bit of shift overflows exactly when the largest term reaches 2^64 */
+        const int over = ldexp((double)mx * (double)mx, sh + 1) >= 18446744073709551616.0;
+        fsc_status s1 = FSC_K(dev, sumsq_fixed, a4, h, (size_t)len, sh + 1 > 1023 ? 1023 : sh + 1);
+        if ((s1 != FSC_OK) != over) fail_msg("trial %d: shift %d + 1 gave %s", trial, sh, fsc_status_str(s1));
+    }
+    fill(g, NB, 1.0f);
+    g[77] = -1.9999999f;
     /* the first element that does not fit is the one named, wherever it lies */
     g[60001] = 2.5f, g[90001] = NAN;
     assert_err(FSC_K(dev, sumsq_fixed, a3, g, NB, 62), FSC_ERR_INVALID, "element 60001");
@@ -473,6 +511,15 @@ static void test_sumsq_fixed(void **state) {
     float big = 1e20f, nan = NAN;
     assert_err(FSC_K(dev, sumsq_fixed, acc, &big, 1, 30), FSC_ERR_INVALID, "64 bits");
     assert_err(FSC_K(dev, sumsq_fixed, acc, &nan, 1, 0), FSC_ERR_INVALID, "64 bits");
+    /* NaN and inf never fit, even where the shift would take any finite square to 0; among others (a tail too) */
+    float odd[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    for (int i = 0; i < 9; i++) {
+        float keep = odd[i];
+        odd[i] = i % 2 ? NAN : -INFINITY;
+        assert_err(FSC_K(dev, sumsq_fixed, acc, odd, 9, -1000), FSC_ERR_INVALID, "64 bits");
+        odd[i] = keep;
+    }
+    assert_ok(FSC_K(dev, sumsq_fixed, acc, odd, 9, -1000));
     assert_err(FSC_K(dev, sumsq_fixed, acc, x, 1, 5000), FSC_ERR_INVALID, "shift");
 }
 

@@ -5,7 +5,7 @@
  * tensor (or a thread's range) updates exactly as the whole would. */
 #include <math.h>
 #include <string.h>
-#if defined(__SSE2__)
+#if defined(__SSE2__) || defined(__x86_64__)
 #include <immintrin.h>
 #endif
 #include "cpu.h"
@@ -28,7 +28,7 @@ typedef struct {
     uint32_t mx[SLOTS];
     uint64_t lo[SLOTS], hi[SLOTS];
     size_t bad[SLOTS]; /* first element that does not fit (sumsq_fixed), n if none */
-    double scale;
+    int shift; /* sumsq_fixed's */
 } red_arg;
 
 /* elements of block p: whole CPU_STEP groups, the last block takes the rest */
@@ -82,29 +82,83 @@ fsc_status cpu_absmax(void *ctx, float *host_max, int *host_nonfinite, const flo
 }
 
 /* Each term floor(x^2 2^shift) is an integer below 2^64 (else the element is reported), added into a
- * 128-bit sum: integer addition, so the blocks' sums combine to the same total in any order. x^2 is exact in
- * double and 2^shift a power of two, so v = x^2 2^shift is exact and its conversion (which truncates: v >= 0)
- * is the floor. The 32-bit halves of the terms add into two 64-bit sums, which cannot carry over 2^31 terms:
- * no carry chain and no branch, so the loop vectorizes. An element that does not fit adds 0 and clears `ok`;
- * the block is then searched again for the first such element. */
-static void sumsq_range(const float *x, size_t i0, size_t i1, double scale, uint64_t *lo, uint64_t *hi,
+ * 128-bit sum: integer addition, so the blocks' sums combine to the same total in any order. The terms' 32-bit
+ * halves add into two 64-bit sums, which cannot carry over 2^31 terms: no carry chain. An element that does not
+ * fit adds what it adds and clears `ok`; the block is then searched again for the first such element.
+ * Two ways to the same integers:
+ *   - in double: x^2 is exact in double and 2^shift a power of two, so v = x^2 2^shift is exact and its
+ *     conversion (which truncates: v >= 0) is the floor;
+ *   - in integers (x86 with AVX2, chosen at run time: the double form is compute-bound there, without a
+ *     packed conversion to 64-bit integers before AVX-512): |x| = m 2^(e-150) with m the 24-bit significand
+ *     (the implicit bit set for e >= 1; subnormals take e = 1), so the term is m^2 (48 bits) shifted by
+ *     s = 2e - 300 + shift, left or right; the shifts of 64 or more give 0, as the floor does, and a left
+ *     shift that loses bits (shifted back, it differs) or e = 255 (inf, NaN) does not fit. */
+static int sumsq_fits(const float *x, size_t i, double scale) {
+    return (double)x[i] * (double)x[i] * scale < 18446744073709551616.0; /* 2^64; false for NaN and inf */
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SUMSQ_AVX2 1
+/* Elements [0, n - n % 4) of x into the halves' sums; *ok cleared if one does not fit. Returns those done. */
+__attribute__((target("avx2"))) static size_t sumsq_avx2(const float *x, size_t n, int shift, uint64_t *slo,
+                                                         uint64_t *shi, int *ok) {
+    const __m256i abs = _mm256_set1_epi64x(0x7fffffff), frac = _mm256_set1_epi64x(0x7fffff),
+                  one = _mm256_set1_epi64x(1), implicit = _mm256_set1_epi64x(0x800000),
+                  e255 = _mm256_set1_epi64x(255), low = _mm256_set1_epi64x(0xffffffff),
+                  zero = _mm256_setzero_si256(), base = _mm256_set1_epi64x((long long)shift - 300);
+    __m256i lo = zero, hi = zero, bad = zero;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m256i u = _mm256_and_si256(_mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i *)(x + i))), abs);
+        __m256i e = _mm256_srli_epi64(u, 23);
+        __m256i sub = _mm256_cmpeq_epi64(e, zero); /* subnormal or zero: no implicit bit, exponent 1 */
+        __m256i m = _mm256_or_si256(_mm256_and_si256(u, frac), _mm256_andnot_si256(sub, implicit));
+        e = _mm256_or_si256(e, _mm256_and_si256(sub, one));
+        __m256i sh = _mm256_add_epi64(_mm256_add_epi64(e, e), base);
+        __m256i neg = _mm256_cmpgt_epi64(zero, sh);
+        __m256i left = _mm256_andnot_si256(neg, sh), right = _mm256_and_si256(neg, _mm256_sub_epi64(zero, sh));
+        __m256i m2 = _mm256_mul_epu32(m, m);
+        __m256i t = _mm256_srlv_epi64(_mm256_sllv_epi64(m2, left), right);
+        __m256i kept = _mm256_or_si256(neg, _mm256_cmpeq_epi64(_mm256_srlv_epi64(t, left), m2));
+        bad = _mm256_or_si256(bad, _mm256_or_si256(_mm256_cmpeq_epi64(e, e255), _mm256_xor_si256(kept,
+                                                   _mm256_cmpeq_epi64(zero, zero))));
+        lo = _mm256_add_epi64(lo, _mm256_and_si256(t, low));
+        hi = _mm256_add_epi64(hi, _mm256_srli_epi64(t, 32));
+    }
+    uint64_t l[4], h[4];
+    _mm256_storeu_si256((__m256i *)l, lo);
+    _mm256_storeu_si256((__m256i *)h, hi);
+    *slo += l[0] + l[1] + l[2] + l[3];
+    *shi += h[0] + h[1] + h[2] + h[3];
+    if (!_mm256_testz_si256(bad, bad)) *ok = 0;
+    return i;
+}
+#endif
+
+static void sumsq_range(const float *x, size_t i0, size_t i1, int shift, uint64_t *lo, uint64_t *hi,
                         size_t *bad) {
-    const double two64 = 18446744073709551616.0; /* 2^64 */
+    const double scale = ldexp(1.0, shift);
+#ifdef SUMSQ_AVX2
+    const int avx2 = __builtin_cpu_supports("avx2");
+#endif
     for (size_t c0 = i0; c0 < i1; c0 += (size_t)1 << 31) {
-        size_t c1 = i1 - c0 > ((size_t)1 << 31) ? c0 + ((size_t)1 << 31) : i1;
+        size_t c1 = i1 - c0 > ((size_t)1 << 31) ? c0 + ((size_t)1 << 31) : i1, i = c0;
         uint64_t slo = 0, shi = 0;
         int ok = 1;
-        for (size_t i = c0; i < c1; i++) {
+#ifdef SUMSQ_AVX2
+        if (avx2) i += sumsq_avx2(x + c0, c1 - c0, shift, &slo, &shi, &ok);
+#endif
+        for (; i < c1; i++) {
             double v = (double)x[i] * (double)x[i] * scale;
-            int fits = v < two64; /* false for NaN and inf too */
+            int fits = v < 18446744073709551616.0;
             uint64_t u = (uint64_t)(fits ? v : 0.0);
             ok &= fits;
             slo += u & 0xffffffffu;
             shi += u >> 32;
         }
         if (!ok) {
-            for (size_t i = c0; i < c1; i++)
-                if (!((double)x[i] * (double)x[i] * scale < two64)) {
+            for (i = c0; i < c1; i++)
+                if (!sumsq_fits(x, i, scale)) {
                     *bad = i;
                     return;
                 }
@@ -123,7 +177,7 @@ static void sumsq_blocks(void *p, size_t b0, size_t b1) {
         size_t i0, i1;
         block_of(a, b, &i0, &i1);
         uint64_t lo = 0, hi = 0;
-        sumsq_range(a->x, i0, i1, a->scale, &lo, &hi, &a->bad[b]);
+        sumsq_range(a->x, i0, i1, a->shift, &lo, &hi, &a->bad[b]);
         a->lo[b] = lo;
         a->hi[b] = hi;
     }
@@ -134,7 +188,7 @@ fsc_status cpu_sumsq_fixed(void *ctx, uint64_t acc[2], const float *x, size_t n,
         return fsc_error(FSC_ERR_INVALID, "sumsq_fixed: shift %d outside [-1022, 1023]", shift);
     red_arg a;
     red_setup(ctx, &a, x, n);
-    a.scale = ldexp(1.0, shift);
+    a.shift = shift;
     cpu_parallel(ctx, (size_t)a.parts, 1, 1, sumsq_blocks, &a);
     size_t bad = n;
     for (int p = 0; p < a.parts; p++) bad = a.bad[p] < bad ? a.bad[p] : bad;

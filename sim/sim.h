@@ -116,6 +116,8 @@ struct sim_handle {
     struct sim_vreq *vreqs;   /* the virtual clock: the handle's started calls not yet waited for (sim_async.c) */
     pthread_mutex_t vmu;      /* guards vreqs (the rank's thread and the progress thread) */
     int vmu_init;
+    int queued;               /* the running call was started asynchronously (its progress thread runs it): it may
+                               * have been issued before its group failed, so sim_check_failed does not say after */
 };
 
 struct sim_cluster {

@@ -29,7 +29,12 @@ static double later(double a, double b) { return a > b ? a : b; }
 static fsc_status run_queued(void *ctx, const fsc_comm_call *k) {
     sim_handle *h = ctx;
     fsc_clear_error();
-    if (!h->g->cl->virt) return sim_run_call(h, k);
+    h->queued = 1; /* the rank's own calls run after the queue drained (sync_call): never at once with these */
+    if (!h->g->cl->virt) {
+        fsc_status s = sim_run_call(h, k);
+        h->queued = 0;
+        return s;
+    }
     pthread_mutex_lock(&h->vmu);
     sim_vreq *e = h->vreqs;
     while (e && e->ran) e = e->next;
@@ -37,6 +42,7 @@ static fsc_status run_queued(void *ctx, const fsc_comm_call *k) {
     pthread_mutex_unlock(&h->vmu);
     h->t_arrive = later(e ? e->t_issue : 0, h->t_last);
     fsc_status s = sim_run_call(h, k);
+    h->queued = 0;
     pthread_mutex_lock(&h->vmu);
     if (e) e->t_end = later(h->t_done, h->t_arrive);
     pthread_mutex_unlock(&h->vmu);

@@ -295,7 +295,8 @@ fsc_status sim_check_failed(sim_handle *h, const char *what, int entering) {
         return fsc_error(FSC_ERR_COMM, "world rank %d failed (%.300s) while this rank was in %s", cl->fail_rank,
                          cl->fail_msg, what);
     }
-    if (g->fail != FSC_OK && entering) { /* the ranks a failure names were missing then: this one among them */
+    if (g->fail != FSC_OK && entering && !h->queued) { /* called after the failure, which may name this rank as
+                                                        * missing */
         char lab[64];
         sim_rank_label(g, h->rank, lab, sizeof(lab));
         return fsc_error(g->fail, "%s called %s after its group had failed: %s", lab, what, g->fail_msg);

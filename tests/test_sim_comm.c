@@ -694,6 +694,40 @@ static void test_timeout_names_missing_rank(void **state) {
     free(e);
 }
 
+static fsc_status rank_async_timeout(fsc_rank *r, void *arg) {
+    err_rec *e = arg;
+    if (r->rank == 1) { /* never calls; returns once the others are done (returning early would fail them) */
+        double t0 = now_s();
+        while (atomic_load(&e->done) < 2 && now_s() - t0 < 20) nanosleep(&(struct timespec){0, 5000000}, NULL);
+        return FSC_OK;
+    }
+    float a[4] = {0}, b[4] = {0};
+    fsc_comm_req *ra = NULL, *rb = NULL;
+    fsc_status s = fsc_comm_iall_reduce(r->comm, a, a, 4, FSC_F32, FSC_SUM, &ra);
+    if (s == FSC_OK) s = fsc_comm_iall_reduce(r->comm, b, b, 4, FSC_F32, FSC_SUM, &rb);
+    if (s == FSC_OK) {
+        (void)fsc_comm_wait(ra);
+        record(e, r->rank, fsc_comm_wait(rb));
+    }
+    fsc_comm_req_free(ra), fsc_comm_req_free(rb);
+    atomic_fetch_add(&e->done, 1);
+    return s;
+}
+
+/* Oracle: two all-reduces started at once (DDP's buckets) while rank 1 never calls: the second, issued before the
+ * first failed, reports the group's failure (rank 1 missing), not a call made after it. */
+static void test_timeout_async_queued(void **state) {
+    (void)state;
+    err_rec *e = calloc(1, sizeof(*e));
+    atomic_init(&e->done, 0);
+    assert_ok(run(3, 0.2, rank_async_timeout, e));
+    for (int k = 0; k < 3; k += 2)
+        if (e->st[k] != FSC_ERR_TIMEOUT || !strstr(e->msg[k], "rank 1 never arrived") ||
+            strstr(e->msg[k], "after its group had failed"))
+            fail_msg("rank %d: %s: %s", k, fsc_status_str(e->st[k]), e->msg[k]);
+    free(e);
+}
+
 static fsc_status rank_exits_early(fsc_rank *r, void *arg) {
     err_rec *e = arg;
     if (r->rank == 1) return FSC_OK;
@@ -916,6 +950,7 @@ int main(void) {
         cmocka_unit_test(test_mismatch_fails_every_rank),
         cmocka_unit_test(test_failed_rank_fails_waiters),
         cmocka_unit_test(test_timeout_names_missing_rank),
+        cmocka_unit_test(test_timeout_async_queued),
         cmocka_unit_test(test_exited_rank_fails_waiters),
         cmocka_unit_test(test_stand_in),
         cmocka_unit_test(test_recv_mismatch),

@@ -139,6 +139,7 @@ static void sumsq_range(const float *x, size_t i0, size_t i1, int shift, uint64_
                         size_t *bad) {
     const double scale = ldexp(1.0, shift);
 #ifdef SUMSQ_AVX2
+    __builtin_cpu_init(); /* a no-op once done; needed before the check if called from a constructor */
     const int avx2 = __builtin_cpu_supports("avx2");
 #endif
     for (size_t c0 = i0; c0 < i1; c0 += (size_t)1 << 31) {

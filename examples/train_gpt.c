@@ -40,9 +40,10 @@ typedef struct {
 
 enum { GO = -1 }; /* the steps of main go on; any other value is the exit status */
 
-/* The oracle's --ep: for DDP every expert on every rank (bit-identical when G is the whole data group); for zero
- * and fsdp, DDP with the same expert groups (the same sums of expert gradients). */
-static int oracle_ep(const train_config *c) { return c->parallel == FSC_PAR_DDP ? 1 : c->ep; }
+/* The oracle's --ep: for DDP every expert on every rank (bit-identical when G is the whole data group); for zero,
+ * fsdp and pipelines (ddp inside the stages too), DDP with the same expert groups (the same sums of expert
+ * gradients). */
+static int oracle_ep(const train_config *c) { return c->parallel == FSC_PAR_DDP && c->pp == 1 ? 1 : c->ep; }
 
 /* The options: defaults, --config, the command line, then everything that needs several of them together
  * (checks.c), before anything is opened. --help and --version print here. */

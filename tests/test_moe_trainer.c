@@ -82,12 +82,13 @@ static void test_moe_trainer_check_ddp(void **state) {
         if (!cJSON_IsTrue(cJSON_GetObjectItem(k, "bit_identical"))) fail_msg("%s: not bit-identical with DDP", args);
         cJSON_Delete(j);
     }
-    /* pipelines: --pp 2 of 4 ranks (ddp with --ep 2 and one micro-batch: an expert group of the whole data group,
-     * whose accumulated expert gradients would associate differently; zero2 and fsdp with --ep 2, --accum 2), and
+    /* pipelines: --pp 2 of 4 ranks (ddp with --ep 2: against DDP with the same expert groups, --check-ddp's
+     * oracle for every strategy inside stages; zero2 and fsdp with --ep 2, --accum 2), and
      * --pp 4 with 1f1b; the aux losses and drops of the --json summary equal those of DDP (with the sharded
      * strategies' --ep, the oracle of --check-ddp) */
     const struct { const char *args; int dp, accum, ep; } piped[] = { /* and DDP's world, accum and ep */
         { "--parallel ddp --pp 2 --ep 2", 2, 1, 1 },
+        { "--parallel ddp --pp 2 --ep 2 --accum 2", 2, 2, 2 }, /* the oracle: DDP with --ep 2 (with --ep 1, not equal) */
         { "--parallel zero2 --pp 2 --ep 2 --accum 2", 2, 2, 2 },
         { "--parallel fsdp --pp 2 --ep 2 --accum 2 --schedule 1f1b --prefetch 1", 2, 2, 2 },
         { "--parallel ddp --pp 4 --accum 2 --schedule 1f1b --checkpoint always", 1, 2, 1 },

@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cjson/cJSON.h>
 #include "engine_impl.h"
+#include "io/json_lock.h" /* fsc_json_parse: cJSON under the library's lock */
 #include "optim/optim_impl.h"
 #include "fsc/schedule.h"
 #include "exact.h"
@@ -1027,9 +1029,71 @@ static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt) {
     return agree(e, s);
 }
 
+/* name with every run of digits as one '#' (h.11.mlp.c_fc.weight -> h.#.mlp.c_fc.weight) into buf */
+static void digits_as_one(const char *name, char *buf, size_t cap) {
+    size_t n = 0;
+    for (const char *c = name; *c && n + 1 < cap; c++) {
+        if (*c >= '0' && *c <= '9') {
+            if (n && buf[n - 1] == '#') continue;
+            buf[n++] = '#';
+        } else {
+            buf[n++] = *c;
+        }
+    }
+    buf[n] = 0;
+}
+
+/* A file entry the model does not declare, named as one of its tensors but for another index (h.3.* in a file for
+ * a model of 3 blocks, 0 to 2): written for a larger model, whose layers a load would drop without a word.
+ * Other undeclared entries (Hugging Face's buffers, such as h.0.attn.bias) are ignored. */
+static fsc_status check_extra_layers(const fsc_engine *e, fsc_st_file *f, const char *path) {
+    char key[FSC_ST_MAX_NAME], mine[FSC_ST_MAX_NAME];
+    for (int j = 0; j < fsc_st_count(f); j++) {
+        const char *name = fsc_st_weight_name(fsc_st_entry_at(f, j)->name);
+        int declared = 0;
+        for (int i = 0; i < e->m->n_tensors && !declared; i++) {
+            const fsc_param_info *p = fsc_engine_full_info(e, i);
+            declared = !strcmp(p->name, name) || (p->alias[0] && !strcmp(p->alias, name));
+        }
+        if (declared) continue;
+        digits_as_one(name, key, sizeof key);
+        for (int i = 0; i < e->m->n_tensors; i++) {
+            digits_as_one(fsc_engine_full_info(e, i)->name, mine, sizeof mine);
+            if (!strcmp(key, mine))
+                return fsc_error(FSC_ERR_INVALID, "%s: holds %s, which this model does not have (it has %s and its "
+                                 "like): written for a model of more layers or experts", path, name,
+                                 fsc_engine_full_info(e, i)->name);
+        }
+    }
+    return FSC_OK;
+}
+
+/* The heads a weights file records (its model configuration, FSC_ST_META_MODEL) against the model's: a width
+ * split into other heads has the same shapes, so only the record tells them apart. */
+static fsc_status check_recorded_heads(const fsc_engine *e, fsc_st_file *f, const char *path) {
+    const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
+    if (!rec || !e->m->ops->config) return FSC_OK; /* Hugging Face's files record none */
+    char *own = NULL;
+    FSC_TRY(model_config_text(e, &own));
+    cJSON *a = fsc_json_parse(rec), *b = fsc_json_parse(own);
+    free(own);
+    fsc_status s = FSC_OK;
+    static const char *const keys[] = {"heads", "kv_heads"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys && s == FSC_OK; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[k]), *y = cJSON_GetObjectItemCaseSensitive(b, keys[k]);
+        if (cJSON_IsNumber(x) && cJSON_IsNumber(y) && x->valuedouble != y->valuedouble)
+            s = fsc_error(FSC_ERR_INVALID, "%s: written for a model of %s %g; this model has %g (the same shapes, "
+                          "another split of the width)", path, keys[k], x->valuedouble, y->valuedouble);
+    }
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    return s;
+}
+
 /* Every tensor of the model is in f (under its name or Hugging Face's prefix: fsc_st_find_weight) as F32, BF16
  * or F16 with its shape, and a copy under its alias (a tied head) equals it; entries the model does not declare,
- * such as Hugging Face's buffers, are ignored. */
+ * such as Hugging Face's buffers, are ignored, but for those named as its own of another layer
+ * (check_extra_layers); the heads the file records are the model's (check_recorded_heads). */
 static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char *path) {
     for (int i = 0; i < e->m->n_tensors; i++) {
         const fsc_param_info *p = fsc_engine_full_info(e, i);
@@ -1052,7 +1116,8 @@ static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char 
         }
         if (p->alias[0]) FSC_TRY(fsc_st_check_copy(f, p->name, p->alias, path));
     }
-    return FSC_OK;
+    FSC_TRY(check_extra_layers(e, f, path));
+    return check_recorded_heads(e, f, path);
 }
 
 fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {

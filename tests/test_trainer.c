@@ -335,6 +335,22 @@ static void test_determinism_and_weights(void **st) {
     assert_non_null(strstr(err, "init.st"));
     free(err);
     free(args);
+    /* the same shapes, another model: a file of more blocks (its h.1.* would be dropped), or of other heads (the
+     * width split otherwise) is refused, naming the file and what differs */
+    args = prog_fmt("--layers 2 --dim 16 --heads 2 --seq 8 --batch 4 --steps 1 --data '%s/data.txt' "
+                    "--init-save '%s/two.st'", tmpdir, tmpdir);
+    assert_int_equal(run(args, NULL, NULL), 0);
+    free(args);
+    const char *other[][2] = { { "--layers 1 --heads 2", "holds h.1." }, { "--layers 2 --heads 4", "heads 2" } };
+    for (int i = 0; i < 2; i++) {
+        args = prog_fmt("%s --dim 16 --seq 8 --batch 4 --steps 1 --data '%s/data.txt' --load '%s/two.st'",
+                        other[i][0], tmpdir, tmpdir);
+        int rc = run(args, NULL, &err);
+        if (rc != 1 || !strstr(err, "two.st") || !strstr(err, other[i][1]))
+            fail_msg("%s: exit %d: %s", args, rc, err);
+        free(err);
+        free(args);
+    }
 }
 
 /* Set element el of tensor `name` in a safetensors file to v. */

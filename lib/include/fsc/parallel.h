@@ -242,7 +242,9 @@ fsc_status fsc_engine_save_weights_dtype(fsc_engine *e, const char *path, fsc_dt
 /* Load full weights; each rank reads only what it holds. Every tensor of the model must be there with its
  * shape, in F32, BF16 or F16 (converted to float32), under its name or Hugging Face's base-model prefix
  * ("transformer." + name: GPT2LMHeadModel's state dict); a copy under a tensor's alias (model.h: GPT-2's
- * lm_head.weight) must equal it, or the file is refused; other entries are ignored. Collective. Refuses a file holding inf or NaN (FSC_ERR_NUMERIC
+ * lm_head.weight) must equal it, or the file is refused; other entries are ignored, but for those named as the
+ * model's own of a layer or expert it lacks (written for a larger model) and a recorded configuration (fsc_model)
+ * of other heads or kv_heads: both refused. Collective. Refuses a file holding inf or NaN (FSC_ERR_NUMERIC
  * naming the tensor and element; the engine's parameters are then undefined). */
 fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path);
 /* Collective over the world: FSC_OK when every parameter and optimizer state held by any rank is finite;

@@ -206,7 +206,7 @@ static int decode_file(const fsc_bpe *b, const config *c, FILE *f) {
 
 /* TEXT mapped read-only (an empty file maps nothing) */
 static int map_text(const char *path, const uint8_t **text, size_t *len) {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO: refused below, never waited on */
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0)
         return fprintf(stderr, "%s: cannot read %s: %s\n", prog, path, strerror(errno)), (fd >= 0 ? close(fd) : 0), 1;

@@ -5,6 +5,7 @@
  * equals tiktoken's scan on every piece; encoding in parts cut at fsc_bpe_split_point equals encoding the
  * whole; damaged vocabularies are refused with a message naming what is wrong. */
 #include "testutil.h"
+#include <unistd.h>
 #include <zlib.h>
 #include "golden/bpe_golden.h"
 #include "text/bpe_impl.h"
@@ -207,6 +208,14 @@ static void test_bpe_load_refusals(void **state) {
     assert_err(load_text(v), FSC_ERR_FORMAT, "the byte 0x41 is no token");
     fsc_bpe *none = NULL;
     assert_err(fsc_bpe_load(&none, "no/such/vocab.gz"), FSC_ERR_IO, "no/such/vocab.gz");
+    /* a FIFO nobody writes to is an empty file, not a wait for a writer (the open hung there) */
+    char dir[] = "/tmp/fsc_bpe_XXXXXX", fifo[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/vocab", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_err(fsc_bpe_load(&none, fifo), FSC_ERR_FORMAT, "0 tokens");
+    unlink(fifo);
+    rmdir(dir);
 }
 
 /* gzip: the GPT-2 file cut short or with a flipped byte is refused, and a small file that inflates past the

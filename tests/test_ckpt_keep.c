@@ -283,6 +283,32 @@ static void test_latest_sound(void **state) {
     ct_rmtree(dir);
 }
 
+/* Oracle: a newest checkpoint whose metadata.json is a link that loops (or leads nowhere) is damaged, not absent:
+ * skipped with a message naming it, by the reader's fallback and by a resume (before, both passed it over in
+ * silence, as a folder that holds no checkpoint). */
+static void test_metadata_link_damaged(void **state) {
+    (void)state;
+    char *dir = make_run(3), meta[800], path[700], skipped[4096];
+    snprintf(meta, sizeof meta, "%s/step-00000003/metadata.json", dir);
+    assert_int_equal(unlink(meta), 0);
+    assert_int_equal(symlink("metadata.json", meta), 0);
+    int64_t step = 0;
+    assert_ok(fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped));
+    assert_int_equal(step, 2);
+    if (!strstr(skipped, "step-00000003 skipped, damaged")) fail_msg("skipped: \"%s\"", skipped);
+    tr_job t = tr_make();
+    assert_ok(tr_try(&t, dir));
+    assert_int_equal(t.step, 2);
+    if (!strstr(t.skipped, "step-00000003 skipped, damaged")) fail_msg("resume skipped: \"%s\"", t.skipped);
+    assert_int_equal(unlink(meta), 0);
+    assert_int_equal(symlink("nowhere.json", meta), 0);
+    assert_ok(fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped));
+    assert_int_equal(step, 2);
+    if (!strstr(skipped, "step-00000003 skipped, damaged")) fail_msg("dangling: \"%s\"", skipped);
+    ct_free(&t.j);
+    ct_rmtree(dir);
+}
+
 /* Oracle: after a resume that skipped a newest checkpoint whose metadata cannot be read, the run's next
  * save into the same DIR is accepted (the newest readable checkpoint is its own run's) and replaces the
  * damaged one with a sound one; a fresh engine (another run) is still refused there. */
@@ -313,6 +339,7 @@ int main(void) {
         cmocka_unit_test(test_try_resume_skips_damaged),
         cmocka_unit_test(test_save_after_skip),
         cmocka_unit_test(test_latest_sound),
+        cmocka_unit_test(test_metadata_link_damaged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

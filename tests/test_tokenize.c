@@ -131,6 +131,12 @@ static void test_refusals(void **state) {
     a = prog_fmt("'%s' '%s/o.u16'", tmpdir, tmpdir);
     prog_refused(tokenize, a, tmpdir, 1, "is not a regular file");
     free(a);
+    char *fifo = prog_fmt("%s/fifo", tmpdir); /* refused, not waited on for a writer (the open hung there) */
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    a = prog_fmt("'%s' '%s/o.u16'", fifo, tmpdir);
+    prog_refused(tokenize, a, tmpdir, 1, "is not a regular file");
+    free(a);
+    unlink(fifo), free(fifo);
     a = prog_fmt("--vocab '%s' '%s' '%s/o.u16'", corpus_abs, corpus_abs, tmpdir); /* a text as the vocabulary */
     prog_refused(tokenize, a, tmpdir, 1, "coriolanus.txt: line 1");
     free(a);

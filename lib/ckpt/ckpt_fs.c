@@ -338,7 +338,8 @@ fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *ste
         if (!ck_parse_step_name(de->d_name, &s) || s <= *step) continue;
         struct stat st;
         int n = snprintf(meta, sizeof meta, "%s/%s/%s", dir, de->d_name, CK_META_NAME);
-        if (n < 0 || (size_t)n >= sizeof meta || stat(meta, &st) != 0) continue; /* not a checkpoint */
+        /* lstat: a link there, even a broken or looping one, makes a checkpoint, whose load then says why not */
+        if (n < 0 || (size_t)n >= sizeof meta || lstat(meta, &st) != 0) continue; /* not a checkpoint */
         *step = s;
         snprintf(best, sizeof best, "%s", de->d_name);
     }

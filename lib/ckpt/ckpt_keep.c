@@ -32,7 +32,8 @@ static fsc_status list_complete(const char *dir, int64_t **steps, int *n) {
         struct stat st;
         if (!ck_parse_step_name(de->d_name, &step)) continue;
         int k = snprintf(meta, sizeof meta, "%s/%s/%s", dir, de->d_name, CK_META_NAME);
-        if (k < 0 || (size_t)k >= sizeof meta || stat(meta, &st) != 0) continue; /* not complete */
+        /* lstat: a link there, even a broken or looping one, counts (its load says what is wrong) */
+        if (k < 0 || (size_t)k >= sizeof meta || lstat(meta, &st) != 0) continue; /* not complete */
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
             int64_t *p = realloc(*steps, (size_t)cap * sizeof *p);
@@ -120,7 +121,7 @@ fsc_status fsc_ckpt_prune(const char *dir, int64_t written, int keep, int *remov
 static int names_checkpoint(const char *dir) {
     char meta[4200], base[64];
     struct stat st;
-    if (snprintf(meta, sizeof meta, "%s/%s", dir, CK_META_NAME) < (int)sizeof meta && stat(meta, &st) == 0) return 1;
+    if (snprintf(meta, sizeof meta, "%s/%s", dir, CK_META_NAME) < (int)sizeof meta && lstat(meta, &st) == 0) return 1;
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
     size_t b = n;

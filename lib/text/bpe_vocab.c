@@ -6,6 +6,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,21 +259,32 @@ fsc_status fsc_bpe_load_memory(fsc_bpe **out, const void *buf, size_t len) {
 
 fsc_status bpe_read_file(const char *path, uint8_t **out, size_t *outlen) {
     *out = NULL, *outlen = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return fsc_error(FSC_ERR_IO, "%s: cannot open the vocabulary: %s", path, strerror(errno));
+    /* opened without waiting: a FIFO nobody writes to reads as empty instead of hanging the open; a pipe with a
+     * writer (a shell's <(...)) reads as before, blocking again once open */
+    int fd = open(path, O_RDONLY | O_NONBLOCK), fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+    FILE *f = fl >= 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        fsc_status e = fsc_error(FSC_ERR_IO, "%s: cannot open the vocabulary: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return e;
+    }
     uint8_t *buf = NULL;
     size_t len = 0, cap = 0;
     fsc_status s = FSC_OK;
-    while (s == FSC_OK) { /* read as it comes (a pipe has no size), never past MAX_TEXT */
+    while (s == FSC_OK) { /* read as it comes (a pipe has no size), never more than MAX_TEXT + 1 bytes */
         if (len == cap) {
-            uint8_t *bigger = cap <= MAX_TEXT ? realloc(buf, cap ? cap * 2 : 1 << 16) : NULL;
-            if (!bigger) {
-                s = cap <= MAX_TEXT
-                        ? fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path)
-                        : fsc_error(FSC_ERR_FORMAT, "%s: more than %zu MiB: not a vocabulary", path, MAX_TEXT >> 20);
+            if (cap > MAX_TEXT) {
+                s = fsc_error(FSC_ERR_FORMAT, "%s: more than %zu MiB: not a vocabulary", path, MAX_TEXT >> 20);
                 break;
             }
-            buf = bigger, cap = cap ? cap * 2 : 1 << 16;
+            size_t want = cap ? 2 * cap : 1 << 16;
+            if (want > MAX_TEXT + 1) want = MAX_TEXT + 1;
+            uint8_t *bigger = realloc(buf, want);
+            if (!bigger) {
+                s = fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path);
+                break;
+            }
+            buf = bigger, cap = want;
         }
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;

@@ -574,6 +574,9 @@ static void test_offload_refuses_what_it_does_not_run(void **state) {
     expect_refused(FSC_PAR_ZERO1, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "fsdp only");
     expect_refused(FSC_PAR_ZERO2, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "fsdp only");
     expect_refused(FSC_PAR_DDP, FSC_OFFLOAD_OPTIM, 2, FSC_ERR_UNSUPPORTED, "fsdp, zero1 or zero2"); /* in stages too */
+    /* offload all names fsdp alone (it named zero1 and zero2 too, which refuse it) */
+    expect_refused(FSC_PAR_DDP, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "offload all runs with fsdp, not ddp");
+    expect_refused(FSC_PAR_NONE, FSC_OFFLOAD_ALL, 1, FSC_ERR_UNSUPPORTED, "use fsdp with a world of 1");
     expect_refused(FSC_PAR_FSDP, (fsc_offload_mode)7, 1, FSC_ERR_INVALID, "none, optim or all");
     assert_int_equal(fsc_parallel_opts_default().offload, FSC_OFFLOAD_NONE);
     assert_string_equal(fsc_offload_mode_name(FSC_OFFLOAD_ALL), "all");

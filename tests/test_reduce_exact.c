@@ -163,7 +163,7 @@ static void test_refusals(void **state) {
     po.unit = 2;
     refuse(po, 1, FSC_ERR_INVALID, "unit 2 applies to the exact reduction");
     po.reduce_exact = 1, po.unit = 4;
-    refuse(po, 1, FSC_ERR_INVALID, "do not split into units of 4");
+    refuse(po, 1, FSC_ERR_INVALID, "the local batch of 6 sequences does not split into units of 4");
     po.unit = -1;
     refuse(po, 1, FSC_ERR_INVALID, "unit must be >= 1");
     po.unit = 0, po.reduce_exact = 2;

@@ -353,7 +353,7 @@ static void test_refusals(void **state) {
     prog_refused(trainer, a, tmpdir, -1, "unit 2 applies to the exact reduction");
     free(a);
     a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel ddp --reduce exact --unit 5", tmpdir);
-    prog_refused(trainer, a, tmpdir, -1, "do not split into units of 5");
+    prog_refused(trainer, a, tmpdir, -1, "does not split into units of 5");
     free(a);
 }
 

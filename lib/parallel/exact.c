@@ -585,8 +585,9 @@ fsc_status fsc_exact_prepare(fsc_engine *e, fsc_step_ctx *c) {
         return fsc_error(FSC_ERR_INVALID, "the local batch of %d sequences does not split into %d micro-batches",
                          local_batch, e->po.accum);
     if (U < 1 || local_batch % U != 0 || global_batch % U != 0)
-        return fsc_error(FSC_ERR_INVALID, "reduce exact: the local batch of %d sequences and the global batch of %d do "
-                         "not split into units of %d", local_batch, global_batch, U);
+        return fsc_error(FSC_ERR_INVALID, "reduce exact: the %s batch of %d sequences does not split into units of %d",
+                         U >= 1 && local_batch % U != 0 ? "local" : "global",
+                         U >= 1 && local_batch % U != 0 ? local_batch : global_batch, U);
     const int K = local_batch / U;
     if (e->pipe && K != e->po.accum)
         return fsc_error(FSC_ERR_INVALID, "reduce exact with a pipeline: the unit is the pipeline's micro-batch (the "

@@ -47,12 +47,15 @@ fsc_status fsc_offload_validate(const fsc_layout *l, const fsc_parallel_opts *po
     if (m != FSC_OFFLOAD_OPTIM && m != FSC_OFFLOAD_ALL)
         return fsc_error(FSC_ERR_INVALID, "offload must be none, optim or all, not %d", (int)m);
     const char *name = fsc_offload_mode_name(m);
+    const int all = m == FSC_OFFLOAD_ALL;
+    const char *with = all ? "fsdp" : "fsdp, zero1 or zero2";
     if (po->kind == FSC_PAR_NONE)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s runs with fsdp, zero1 or zero2, not none (on one rank too: "
-                         "use fsdp or zero1 with a world of 1)", name);
+        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s runs with %s, not none (on one rank too: use %s with a world "
+                         "of 1, or with each pipeline stage's data group)", name, with, all ? "fsdp" : "fsdp or zero1");
     if (po->kind == FSC_PAR_DDP)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s runs with fsdp, zero1 or zero2, not ddp (zero1 is ddp with "
-                         "the optimizer state sharded: use it with offload optim)", name);
+        return fsc_error(FSC_ERR_UNSUPPORTED, "offload %s runs with %s, not ddp (%s)", name, with,
+                         all ? "fsdp shards the parameters, which offload all keeps on the host"
+                             : "zero1 is ddp with the optimizer state sharded: use it with offload optim");
     if (m == FSC_OFFLOAD_ALL && po->kind != FSC_PAR_FSDP)
         return fsc_error(FSC_ERR_UNSUPPORTED, "offload all runs with fsdp only: %s keeps the parameters replicated "
                          "on every device (use offload optim with it, or fsdp)", fsc_parallel_kind_name(po->kind));

@@ -98,7 +98,9 @@ static int build(trainer *t) {
     t->st = (run_state){.cfg = c, .asked = &t->asked, .procs = t->procs, .trace_origin = fsc_trace_now_us()};
     if (c->resume && t->me == 0) check_resume_config(&t->asked, c->resume); /* before train_config.json is rewritten */
     t->fdir = flight_dir(c->flight, c->ckpt_dir, c->trace);
-    if (open_outputs(c, &t->asked, t->me, &t->st.log, err, sizeof err) != 0 || flight_start(t->fdir, err, sizeof err) != 0) {
+    const char *fopt = c->flight ? "--flight-recorder" : c->ckpt_dir ? "--ckpt-dir" : "--trace"; /* where fdir is from */
+    if (open_outputs(c, &t->asked, t->me, &t->st.log, err, sizeof err) != 0 ||
+        flight_start(t->fdir, fopt, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }

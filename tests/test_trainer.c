@@ -96,6 +96,7 @@ static void test_bad_options(void **st) {
         {"--shard full --parallel ddp --world 2", "--shard"},
         {"--batch 6 --world 4 --parallel ddp", "--batch"},
         {"--batch 4 --accum 3", "--accum"},
+        {"--batch 4 --chunks 3", "--chunks 3 does not divide"}, /* the option given, not its other name */
         {"--world 2", "--parallel"},
         {"--layers 0", "--layers"},
         {"--seed -1", "--seed"},

@@ -104,6 +104,10 @@ static void test_clean_run_and_refusal(void **state) {
     free(args);
     args = prog_fmt(TINY " --steps 1 --flight-recorder /dev/null/fr");
     prog_refused(trainer, args, tmpdir, 2, "--flight-recorder /dev/null/fr: cannot create the directory");
+    free(args);
+    /* the directory of the records by default names the option it came from (it named --flight-recorder) */
+    args = prog_fmt(TINY " --steps 1 --save-every 1 --ckpt-dir /proc/fsc_no_dir");
+    prog_refused(trainer, args, tmpdir, 2, "--ckpt-dir /proc/fsc_no_dir: cannot create the directory");
     free(args), free(fr);
 }
 

@@ -136,8 +136,9 @@ static int check_parallel(const train_config *c, const int *given, char *err, si
                                     c->batch, c->dp)
                          : snprintf(err, cap, "--batch %d does not split evenly over --world %d", c->batch, c->world), -1;
     if ((c->batch / c->dp) % c->accum != 0)
-        return snprintf(err, cap, "--accum %d does not divide the %d sequences per rank (--batch %d / %s %d)",
-                        c->accum, c->batch / c->dp, c->batch, c->pp > 1 || c->tp > 1 ? "--dp" : "--world", c->dp), -1;
+        return snprintf(err, cap, "%s %d does not divide the %d sequences per rank (--batch %d / %s %d)",
+                        c->chunks ? "--chunks" : "--accum", c->accum, c->batch / c->dp, c->batch,
+                        c->pp > 1 || c->tp > 1 ? "--dp" : "--world", c->dp), -1;
     if (c->parallel == FSC_PAR_NONE && c->dp > 1)
         return c->tp > 1 || c->pp > 1
                    ? snprintf(err, cap, "--parallel none has no data parallelism; with --dp %d choose ddp, fsdp, zero1 or "

@@ -297,7 +297,9 @@ int main(int argc, char **argv) {
         if (access(meta, F_OK) == 0) snprintf(ckpt, sizeof ckpt, "%s", c.model); /* one checkpoint */
         else if ((s = fsc_ckpt_latest_sound(c.model, ckpt, sizeof ckpt, &step, skipped, sizeof skipped)) != FSC_OK ||
                  step < 0) { /* the newest that verifies, as --resume falls back past a damaged one */
-            fprintf(stderr, "sample: %s\n", s != FSC_OK ? fsc_last_error() : "no complete checkpoint in --model");
+            if (s != FSC_OK) fprintf(stderr, "sample: %s\n", fsc_last_error());
+            else fprintf(stderr, "sample: --model %s: a directory without a complete checkpoint (nor metadata.json)\n",
+                         c.model);
             return 1;
         } else if (skipped[0]) {
             fprintf(stderr, "sample: warning: %s; sampling from %s\n", skipped, ckpt);
@@ -335,8 +337,9 @@ int main(int argc, char **argv) {
     s = fsc_cluster_run(&co, run, &ra);
     free(config);
     fsc_ckpt_meta_free(ckmeta);
-    if (s != FSC_OK) {
-        fprintf(stderr, "sample: %s\n", fsc_last_error());
+    if (s != FSC_OK) { /* a configuration the caller gave is named as such (it can be what is wrong) */
+        fprintf(stderr, "sample: %s%s\n", c.config && strstr(fsc_last_error(), "configuration") ? "--model-config: " : "",
+                fsc_last_error());
         return 1;
     }
     return 0;

@@ -305,6 +305,10 @@ static void test_refusals(void **st) {
     assert_int_equal(prog_run(sampler, "--tokens 3", tmpdir, &out, &err), 2);
     assert_non_null(strstr(err, "--model PATH is required"));
     free(out), free(err);
+    /* a directory without a checkpoint is named (the message did not say which) */
+    char *a = prog_fmt("--model '%s'", tmpdir);
+    prog_refused(sampler, a, tmpdir, 1, "a directory without a complete checkpoint");
+    free(a);
     /* the trainer's --save-dtype without a file to save */
     assert_int_equal(prog_run(trainer, "--steps 1 --save-dtype bf16", tmpdir, &out, &err), 2);
     assert_non_null(strstr(err, "--save-dtype applies to --save and --init-save only"));

@@ -103,6 +103,8 @@ static void test_config_file(void **state) {
         { "{\"steps\": 1} x", "text after the JSON object at byte 13" },
         { "{\"lr\": 1e-50}", "--lr: 1e-50 is too small for a float" }, /* not 0 */
         { "{\"shard\": \"grad_op\"}", "--shard applies to --parallel fsdp only" }, /* given by the file */
+        /* a NUL would cut the path short (it opened "a") */
+        { "{\"data\": \"a\\u0000b\"}", "a string holds \\u0000 (a NUL character)" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_text(cfg, bad[i].text);

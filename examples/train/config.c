@@ -111,8 +111,27 @@ static int apply_key(train_config *c, int *given, int *seen, const train_config 
  * without a default leave an option as it is (the run's train_config.json writes them for options not set). A key whose
  * value differs from the default marks the option given, as on the command line. String values are copied into
  * c->strs. Returns 0 or -1 (err). */
+/* Whether a string of the JSON text holds the escape \u0000: cJSON decodes it to a NUL, which would cut a C
+ * string short there without a word (a path "a\u0000b" opening "a"). */
+static int holds_nul_escape(const char *t, size_t len) {
+    int in = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!in) {
+            in = t[i] == '"';
+        } else if (t[i] == '"') {
+            in = 0;
+        } else if (t[i] == '\\' && i + 1 < len) {
+            if (t[i + 1] == 'u' && i + 5 < len && !memcmp(t + i + 2, "0000", 4)) return 1;
+            i++; /* the escaped character */
+        }
+    }
+    return 0;
+}
+
 int apply_config_text(train_config *c, int *given, const char *text, size_t len, const char *name, char *err,
                       size_t cap) {
+    if (holds_nul_escape(text, len))
+        return snprintf(err, cap, "%s: a string holds \\u0000 (a NUL character), which no option can take", name), -1;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) return snprintf(err, cap, "%s: not JSON (near byte %ld)", name,

@@ -100,7 +100,7 @@ static void test_bad_options(void **st) {
         {"--world 2", "--parallel"},
         {"--layers 0", "--layers"},
         {"--seed -1", "--seed"},
-        {"--json=1", "--json"},
+        {"--json=yes", "--json takes no value (or =false"},
         {"--dim 30 --heads 4", "heads"},
         {"--data /nonexistent/file.txt", "--data"},
         {"stray", "stray"},

@@ -119,6 +119,20 @@ static void test_config_file(void **state) {
     assert_int_equal(prog_run(trainer, "--config /dev/null/x.json", tmpdir, &out, NULL), 2);
     assert_non_null(strstr(out, "cannot open"));
     free(out);
+    /* the command line wins over a file's flag (--FLAG=false) and over the other name of the micro-batches: a run's
+     * train_config.json records both --accum and --chunks, and --accum on the command line was refused as both */
+    write_text(cfg, "{\"layers\": 1, \"dim\": 32, \"heads\": 2, \"seq\": 16, \"batch\": 8, \"steps\": 1, "
+                    "\"world\": 2, \"tp\": 2, \"sequence-parallel\": true, \"chunks\": 2, \"accum\": 2}");
+    args = prog_fmt("--config %s --accum 4 --tp 1 --world 1 --sequence-parallel=false", cfg);
+    j = prog_json(trainer, tmpdir, "", args);
+    c = get(j, "config");
+    assert_int_equal(get(c, "accum")->valueint, 4);
+    assert_true(cJSON_IsFalse(get(c, "sequence-parallel")));
+    cJSON_Delete(j);
+    free(args);
+    args = prog_fmt("--config %s --sequence-parallel=maybe", cfg);
+    prog_refused(trainer, args, tmpdir, 2, "--sequence-parallel takes no value (or =false");
+    free(args);
     free(cfg);
 }
 

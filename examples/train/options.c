@@ -182,8 +182,8 @@ int set_option(train_config *c, const option *o, const char *v, char *err, size_
         if (!*v) return snprintf(err, cap, "--%s: empty path", o->name), -1;
         *(const char **)field = v;
         return 0;
-    case K_FLAG:
-        *(int *)field = 1;
+    case K_FLAG: /* "0": off again (--FLAG=false over a --config that set it) */
+        *(int *)field = strcmp(v, "0") != 0;
         return 0;
     case K_CHOICE: {
         int idx = 0;
@@ -260,8 +260,11 @@ static int parse_argv(int argc, char **argv, train_config *c, int *given, char *
         }
         const char *v;
         if (options[k].kind == K_FLAG) {
-            if (eq) return snprintf(err, cap, "--%s takes no value", options[k].name), -1;
             v = "1";
+            if (eq && (!strcmp(eq + 1, "false") || !strcmp(eq + 1, "0"))) v = "0";
+            else if (eq && strcmp(eq + 1, "true") != 0 && strcmp(eq + 1, "1") != 0)
+                return snprintf(err, cap, "--%s takes no value (or =false to turn off what a --config set)",
+                                options[k].name), -1;
         } else if (eq) {
             v = eq + 1;
         } else {
@@ -269,9 +272,15 @@ static int parse_argv(int argc, char **argv, train_config *c, int *given, char *
             v = argv[++a];
         }
         if (set_option(c, &options[k], v, err, cap) != 0) return -1;
-        given[k] = 1;
+        given[k] = options[k].kind == K_FLAG && !strcmp(v, "0") ? -1 : 1; /* -1: a flag turned off (parse_args) */
     }
     return 0;
+}
+
+/* A flag turned off on the command line is not given, nor is it by the file (its value there is overruled). */
+static void flags_off(int *given, int *cgiven) {
+    for (int i = 0; i < NOPT; i++)
+        if (given[i] < 0) given[i] = 0, cgiven[i] = 0;
 }
 
 /* Defaults, then --config's file, then argv (the command line wins). Returns 0 to run, 1 for --help, 2 for
@@ -280,11 +289,17 @@ static int parse_argv(int argc, char **argv, train_config *c, int *given, char *
 int parse_args(int argc, char **argv, train_config *c, int *given, char *err, size_t cap) {
     if (set_defaults(c, given, err, cap) != 0) return -1;
     int rc = parse_argv(argc, argv, c, given, err, cap); /* finds --config (and --help, and bad options) */
+    int cgiven[NOPT] = {0};
+    flags_off(given, cgiven);
     if (rc != 0 || !c->config) return rc;
     const char *path = c->config;
-    int cgiven[NOPT] = {0};
     if (set_defaults(c, given, err, cap) != 0 || apply_config_file(c, cgiven, path, err, cap) != 0) return -1;
     rc = parse_argv(argc, argv, c, given, err, cap);
+    flags_off(given, cgiven);
+    /* --accum and --chunks are one option under two names: the command line's replaces the file's */
+    const int ia = option_index("accum"), ic = option_index("chunks");
+    if (given[ia] && !given[ic]) c->chunks = 0, cgiven[ic] = 0;
+    if (given[ic] && !given[ia]) cgiven[ia] = 0;
     for (int i = 0; i < NOPT; i++) given[i] |= cgiven[i];
     return rc;
 }

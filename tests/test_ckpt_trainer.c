@@ -293,6 +293,14 @@ static void test_ckpt_tool(void **st) {
     assert_non_null(strstr(err, "metadata_crc32"));
     free(err);
     assert_int_equal(run("ckpt_tool", "frobnicate x", NULL, NULL), 2);
+    /* a metadata.json that is a looping link: damaged, named with why (it said the folder held no checkpoint) */
+    snprintf(p, sizeof p, "%s/tool/step-00000002/metadata.json", tmpdir);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(symlink("metadata.json", p), 0);
+    snprintf(args, sizeof args, "verify '%s/tool/step-00000002'", tmpdir);
+    assert_int_equal(run("ckpt_tool", args, NULL, &err), 1);
+    if (!strstr(err, "damaged") || !strstr(err, "symbolic links")) fail_msg("verify: %s", err);
+    free(err);
 }
 
 /* Installed as fsc-ckpt (make install copies it under that name) the program names itself so: the usage

@@ -342,8 +342,9 @@ static void test_determinism_and_weights(void **st) {
                     "--init-save '%s/two.st'", tmpdir, tmpdir);
     assert_int_equal(run(args, NULL, NULL), 0);
     free(args);
-    const char *other[][2] = { { "--layers 1 --heads 2", "holds h.1." }, { "--layers 2 --heads 4", "heads 2" } };
-    for (int i = 0; i < 2; i++) {
+    const char *other[][2] = { { "--layers 1 --heads 2", "holds h.1." }, { "--layers 2 --heads 4", "heads 2" },
+                               { "--model llama --layers 2 --heads 2", "family gpt2; this model is of family llama" } };
+    for (int i = 0; i < 3; i++) {
         args = prog_fmt("%s --dim 16 --seq 8 --batch 4 --steps 1 --data '%s/data.txt' --load '%s/two.st'",
                         other[i][0], tmpdir, tmpdir);
         int rc = run(args, NULL, &err);

@@ -740,9 +740,9 @@ static fsc_status nonfinite_step(fsc_engine *e, fsc_step_info *si, int found, fs
         char sc[64] = "";
         if (e->use_scaler) snprintf(sc, sizeof sc, "; the loss scale is %g, its floor %g", (double)e->scaler.scale,
                                     (double)e->scaler.min_scale);
-        return fsc_error(FSC_ERR_NUMERIC, "optimizer step %lld: %d steps in a row skipped (the limit, "
+        return fsc_error(FSC_ERR_NUMERIC, "optimizer step %lld: %d step%s in a row skipped (the limit, "
                          "max_skipped_steps), the last because %s%s: the run has diverged", step, e->skips_in_row,
-                         what, sc);
+                         e->skips_in_row == 1 ? "" : "s", what, sc);
     }
     return FSC_OK;
 }
@@ -1068,9 +1068,10 @@ static fsc_status check_extra_layers(const fsc_engine *e, fsc_st_file *f, const 
     return FSC_OK;
 }
 
-/* The heads a weights file records (its model configuration, FSC_ST_META_MODEL) against the model's: a width
- * split into other heads has the same shapes, so only the record tells them apart. */
-static fsc_status check_recorded_heads(const fsc_engine *e, fsc_st_file *f, const char *path) {
+/* The family and heads a weights file records (its model configuration, FSC_ST_META_MODEL) against the model's
+ * (no family: the GPT's, whose text predates the others): a file of another family is named as such before its
+ * names are found missing, and a width split into other heads has the same shapes, so only the record tells. */
+static fsc_status check_recorded_model(const fsc_engine *e, fsc_st_file *f, const char *path, int family) {
     const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
     if (!rec || !e->m->ops->config) return FSC_OK; /* Hugging Face's files record none */
     char *own = NULL;
@@ -1078,8 +1079,15 @@ static fsc_status check_recorded_heads(const fsc_engine *e, fsc_st_file *f, cons
     cJSON *a = fsc_json_parse(rec), *b = fsc_json_parse(own);
     free(own);
     fsc_status s = FSC_OK;
+    if (family) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, "family"), *y = cJSON_GetObjectItemCaseSensitive(b, "family");
+        const char *fx = cJSON_IsString(x) ? x->valuestring : "gpt2", *fy = cJSON_IsString(y) ? y->valuestring : "gpt2";
+        if (cJSON_IsObject(a) && strcmp(fx, fy) != 0)
+            s = fsc_error(FSC_ERR_INVALID, "%s: written for a model of family %.40s; this model is of family %.40s",
+                          path, fx, fy);
+    }
     static const char *const keys[] = {"heads", "kv_heads"};
-    for (size_t k = 0; k < sizeof keys / sizeof *keys && s == FSC_OK; k++) {
+    for (size_t k = 0; k < sizeof keys / sizeof *keys && s == FSC_OK && !family; k++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[k]), *y = cJSON_GetObjectItemCaseSensitive(b, keys[k]);
         if (cJSON_IsNumber(x) && cJSON_IsNumber(y) && x->valuedouble != y->valuedouble)
             s = fsc_error(FSC_ERR_INVALID, "%s: written for a model of %s %g; this model has %g (the same shapes, "
@@ -1093,8 +1101,9 @@ static fsc_status check_recorded_heads(const fsc_engine *e, fsc_st_file *f, cons
 /* Every tensor of the model is in f (under its name or Hugging Face's prefix: fsc_st_find_weight) as F32, BF16
  * or F16 with its shape, and a copy under its alias (a tied head) equals it; entries the model does not declare,
  * such as Hugging Face's buffers, are ignored, but for those named as its own of another layer
- * (check_extra_layers); the heads the file records are the model's (check_recorded_heads). */
+ * (check_extra_layers); the family and heads the file records are the model's (check_recorded_model). */
 static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char *path) {
+    FSC_TRY(check_recorded_model(e, f, path, 1));
     for (int i = 0; i < e->m->n_tensors; i++) {
         const fsc_param_info *p = fsc_engine_full_info(e, i);
         const fsc_st_entry *en = fsc_st_find_weight(f, p->name);
@@ -1117,7 +1126,7 @@ static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char 
         if (p->alias[0]) FSC_TRY(fsc_st_check_copy(f, p->name, p->alias, path));
     }
     FSC_TRY(check_extra_layers(e, f, path));
-    return check_recorded_heads(e, f, path);
+    return check_recorded_model(e, f, path, 0);
 }
 
 fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {

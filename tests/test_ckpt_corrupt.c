@@ -221,6 +221,11 @@ static void e_scaler(cJSON *r) { /* one skipped step, but step == optim_steps */
     cJSON_ReplaceItemInObject(sc, "enabled", cJSON_CreateTrue());
     set_num(sc, "skipped", 1);
 }
+static void e_scaler_factor(cJSON *r) { /* a scaler that would grow by -2 (a resume takes its factors) */
+    cJSON *sc = cJSON_GetObjectItem(r, "scaler");
+    cJSON_ReplaceItemInObject(sc, "enabled", cJSON_CreateTrue());
+    set_num(sc, "growth_factor", -2);
+}
 static void e_world(cJSON *r) { set_num(cJSON_GetObjectItem(r, "parallel"), "world", 3); }
 static void e_tp(cJSON *r) { set_num(cJSON_GetObjectItem(r, "parallel"), "tp", 4); }
 static void e_file_name(cJSON *r) {
@@ -273,6 +278,7 @@ static void test_ckpt_bad_metadata(void **state) {
         { e_step, FSC_ERR_FORMAT, "step = 2", "directory is step-00000001", 1 },
         { e_optim_steps, FSC_ERR_FORMAT, "optim_steps = 1000000000", "step = 1", 1 },
         { e_scaler, FSC_ERR_FORMAT, "scaler.skipped = 1", "step - optim_steps = 0", 1 },
+        { e_scaler_factor, FSC_ERR_FORMAT, "scaler.growth_factor = -2", "not a loss scaler's", 1 },
         { e_world, FSC_ERR_FORMAT, "rank-00000-of-00002.safetensors", "parallel.world = 3", 1 },
         { e_tp, FSC_ERR_FORMAT, "parallel.world = 2", "parallel.tp = 4", 1 },
         { e_file_name, FSC_ERR_FORMAT, "rank-00001-of-00002.st", "shard name", 1 },

@@ -10,6 +10,7 @@
  *     step against the directory name.
  * Not here: the data files (ckpt_fs.c), the tensors against the model or its recorded configuration (the
  * model's check_tensors and the load, ckpt_load.c), or anything else that needs an engine. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,12 @@ static fsc_status check_counters(const fsc_ckpt_meta *m, const char *what) {
                          "once per training step)", what, (long long)m->optim_steps, (long long)m->step);
     if (!m->scaler_enabled) return FSC_OK;
     const fsc_loss_scaler *sc = &m->scaler;
+    /* the factors a loss scaler can run with (fsc_loss_scaler_init's, GradScaler's ranges): a resume takes them */
+    if (!(sc->growth_factor > 1.0f) || !isfinite(sc->growth_factor) || !(sc->backoff_factor > 0.0f) ||
+        !(sc->backoff_factor < 1.0f) || sc->growth_interval < 1)
+        return fsc_error(FSC_ERR_FORMAT, "%s: scaler.growth_factor = %g (must be above 1), backoff_factor = %g (in (0, "
+                         "1)), growth_interval = %d (at least 1): not a loss scaler's", what,
+                         (double)sc->growth_factor, (double)sc->backoff_factor, sc->growth_interval);
     if (sc->skipped > m->step - m->optim_steps)
         return fsc_error(FSC_ERR_FORMAT, "%s: scaler.skipped = %lld but step - optim_steps = %lld (a skipped step is a "
                          "training step without an optimizer step)", what, (long long)sc->skipped,

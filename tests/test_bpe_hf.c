@@ -274,7 +274,10 @@ static void test_hf_load_file(void **state) {
     assert_err(fsc_bpe_load_file(&b, "no/such/tokenizer.json"), FSC_ERR_IO, "no/such/tokenizer.json");
     assert_null(b);
     remove(path_of("only/merges.txt"));
-    assert_err(fsc_bpe_load_file(&b, path_of("only/vocab.json")), FSC_ERR_IO, "needs merges.txt beside it");
+    assert_err(fsc_bpe_load_file(&b, path_of("only/vocab.json")), FSC_ERR_IO, "merges.txt is not there");
+    assert_int_equal(mkfifo(path_of("only/merges.txt"), 0600), 0); /* there, but no file: said so (not "not there") */
+    assert_err(fsc_bpe_load_file(&b, path_of("only/vocab.json")), FSC_ERR_IO, "merges.txt is not a regular file");
+    remove(path_of("only/merges.txt"));
     assert_err(fsc_bpe_load_file(&b, path_of("only")), FSC_ERR_IO,
                "neither tokenizer.json nor vocab.json and merges.txt");
 }

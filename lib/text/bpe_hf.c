@@ -522,6 +522,12 @@ static int is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Why path is no file to read (is_file false): "is not there", or "is not a regular file" (a FIFO, a folder). */
+static const char *not_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? "is not a regular file" : "is not there";
+}
+
 fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec) {
     FSC_CHECK_ARG(out);
     *out = NULL;
@@ -569,7 +575,7 @@ fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec) {
             uint8_t *mbuf = NULL;
             size_t mlen;
             if (!is_file(m))
-                s = fsc_error(FSC_ERR_IO, "%s: a vocab.json needs merges.txt beside it, and %s is not there", spec, m);
+                s = fsc_error(FSC_ERR_IO, "%s: a vocab.json needs merges.txt beside it, and %s %s", spec, m, not_file(m));
             else s = bpe_read_file(m, &mbuf, &mlen);
             if (s == FSC_OK)
                 s = load_parts(out, spec, root, NULL, mbuf, mlen, m, NULL, pattern < 0 ? BPE_PATTERN_GPT2 : pattern);
@@ -582,7 +588,7 @@ fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec) {
         free(buf);
         beside(a, sizeof a, spec, 0, "vocab.json");
         if (!is_file(a))
-            return fsc_error(FSC_ERR_IO, "%s: a merges.txt needs vocab.json beside it, and %s is not there", spec, a);
+            return fsc_error(FSC_ERR_IO, "%s: a merges.txt needs vocab.json beside it, and %s %s", spec, a, not_file(a));
         return load_hf_paths(out, a, spec, pattern < 0 ? BPE_PATTERN_GPT2 : pattern);
     }
     s = bpe_load_tiktoken(out, spec, buf, len, pattern < 0 ? BPE_PATTERN_GPT2 : pattern);

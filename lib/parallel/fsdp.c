@@ -493,12 +493,18 @@ static fsc_status fsdp_setup(fsc_engine *e) {
     return FSC_OK;
 }
 
+static float *take_fgrad(fsc_engine *e, fsdp_unit *U);
+
 static fsc_status fsdp_begin_step(fsc_engine *e) {
     fsdp_state *d = e->sd;
     FSC_TRY(fsc_reduce_drain(e, &d->rq)); /* left by a failed step */
     FSC_TRY(uploads_drop(e));
-    for (int u = 0; u < d->nunits; u++)
+    for (int u = 0; u < d->nunits; u++) {
+        /* a full gradient a failed step left accumulating (no_sync keeps it between micro-batches): the next
+         * step's first backward must start from zeros, as it does after a step that ended */
+        if (d->u[u].fgrad) fsc_device_release(e->dev, take_fgrad(e, &d->u[u]));
         FSC_TRY(fsc_device_memset(d->mdev, d->u[u].sgrad, 0, d->u[u].shard * sizeof(float)));
+    }
     return FSC_OK;
 }
 

@@ -450,6 +450,18 @@ static void test_bad_declarations(void **st) {
     fsc_seq_layer l1[2] = { { a, NULL, { { 0 } } }, { b, NULL, { { 0 } } } };
     assert_err(fsc_seq_model_create(g_dev, l1, 2, &m), FSC_ERR_INVALID, "takes 24 bytes per sample");
     assert_null(m);
+    /* one layer object in two places: refused (the model frees each place's layer: it was freed twice) */
+    assert_ok(fsc_layer_linear(&(fsc_linear_opts){ .in = 4, .out = 4 }, &a));
+    assert_ok(fsc_layer_mse(4, &b));
+    fsc_seq_layer ldup[3] = { { a, "a.", { { 0 } } }, { a, "b.", { { 0 } } }, { b, NULL, { { 0 } } } };
+    assert_err(fsc_seq_model_create(g_dev, ldup, 3, &m), FSC_ERR_INVALID, "layers 0 and 1 are the same layer object");
+    assert_null(m);
+    /* sizes whose bytes would wrap: refused, not a record of 4 bytes written with 2^62 floats */
+    assert_err(fsc_layer_gelu(((size_t)1 << 62) + 1, &a), FSC_ERR_INVALID, "need 1 <= n <= 2^30");
+    assert_ok(fsc_layer_gelu(4, &a));
+    assert_err(fsc_layer_add_param(a, "w", 2, (const int64_t[]){ ((int64_t)1 << 62) + 1, 4 }, fsc_init_const(0)),
+               FSC_ERR_INVALID, "more than 2^60 elements");
+    fsc_layer_free(a);
     /* no loss layer at the end */
     assert_ok(fsc_layer_linear(&(fsc_linear_opts){ .in = 4, .out = 4 }, &a));
     assert_ok(fsc_layer_gelu(4, &b));

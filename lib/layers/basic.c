@@ -75,7 +75,8 @@ static const fsc_layer_ops gelu_ops = { .forward = gelu_fwd, .backward = gelu_bw
 
 fsc_status fsc_layer_gelu(size_t n, fsc_layer **out) {
     FSC_CHECK_ARG(out);
-    if (n < 1) return fsc_error(FSC_ERR_INVALID, "gelu layer: need n >= 1");
+    if (n < 1 || n > ((size_t)1 << 30))
+        return fsc_error(FSC_ERR_INVALID, "gelu layer: n = %zu; need 1 <= n <= 2^30 (floats per sample)", n);
     FSC_TRY(layer_new(sizeof(fsc_layer), "gelu", &gelu_ops, out));
     (*out)->in_bytes = n * sizeof(float);
     (*out)->out_floats = n;

@@ -34,6 +34,9 @@ fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const i
         if (shape[d] < 1)
             return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s has dimension %d of size %lld", l->kind, name, d,
                              (long long)shape[d]);
+        if ((uint64_t)shape[d] > ((uint64_t)1 << 60) / p->numel) /* elements, and their bytes, stay far from 2^64 */
+            return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s of more than 2^60 elements (dimension %d of "
+                             "size %lld)", l->kind, name, d, (long long)shape[d]);
         p->shape[d] = shape[d];
         p->numel *= (size_t)shape[d];
     }

@@ -130,6 +130,11 @@ static fsc_status check_chain(const fsc_seq_layer *ls, int n) {
                              ls[l - 1].layer->out_floats);
         if (strlen(ls[l].prefix ? ls[l].prefix : "") >= 48)
             return fsc_error(FSC_ERR_INVALID, "sequential model: prefix of layer %d is longer than 47 characters", l);
+        for (int k = 0; k < l; k++) /* the model owns its layers and frees each once: one object, one place */
+            if (ls[k].layer == a)
+                return fsc_error(FSC_ERR_INVALID, "sequential model: layers %d and %d are the same layer object (%s); "
+                                 "make one per place (to share parameters, tie them: fsc_seq_layer.tie)", k, l,
+                                 a->kind);
     }
     return FSC_OK;
 }
@@ -213,10 +218,19 @@ static fsc_status declare(seq_model *s, const fsc_seq_layer *ls) {
     return FSC_OK;
 }
 
+/* The layers of a model not made, each object once (a list may name one twice: check_chain refuses it). */
+static void free_layers_once(const fsc_seq_layer *ls, int n) {
+    for (int l = 0; ls && l < n; l++) {
+        int seen = 0;
+        for (int k = 0; k < l && !seen; k++) seen = ls[k].layer == ls[l].layer;
+        if (!seen) fsc_layer_free(ls[l].layer);
+    }
+}
+
 fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n, fsc_model **out) {
     if (out) *out = NULL;
     if (!dev || !ls || n < 1 || !out) {
-        for (int l = 0; ls && l < n; l++) fsc_layer_free(ls[l].layer);
+        free_layers_once(ls, n);
         return fsc_error(FSC_ERR_INVALID, "fsc_seq_model_create: %s", !dev  ? "dev is NULL"
                                                                     : !ls ? "layers is NULL"
                                                                     : !out ? "out is NULL"
@@ -243,7 +257,7 @@ fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n,
         st = fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory");
     }
     if (!s || st != FSC_OK) { /* the layers are the model's: free them */
-        for (int l = 0; l < n; l++) fsc_layer_free(ls[l].layer);
+        free_layers_once(ls, n);
         if (s) s->n = 0, seq_destroy(&s->m);
         return st;
     }

@@ -43,6 +43,11 @@ static void test_narrow(void **state) {
     assert_err(fsc_tensor_narrow(&t, 1, 2, 2, &v), FSC_ERR_INVALID, "[2, 4)");
     assert_err(fsc_tensor_narrow(&t, 0, -1, 1, &v), FSC_ERR_INVALID, "outside shape [2, 3, 4]");
     assert_err(fsc_tensor_narrow(&t, 0, 0, -1, &v), FSC_ERR_INVALID, "outside");
+    /* sizes past int64 (UBSan: no signed overflow): the end of a range, a shape's strides and count saturate */
+    assert_err(fsc_tensor_narrow(&t, 0, INT64_MAX, 1, &v), FSC_ERR_INVALID, "outside shape");
+    const int64_t huge[2] = { INT64_MAX, 4 };
+    fsc_tensor big = fsc_tensor_make(NULL, FSC_F32, 2, huge, NULL);
+    assert_true(fsc_tensor_numel(&big) == INT64_MAX);
     fsc_tensor h = fsc_tensor_make(NULL, FSC_F16, 3, shape, NULL);
     assert_ok(fsc_tensor_narrow(&h, 0, 1, 1, &v)); /* no data: only the shape changes */
     assert_null(v.data);

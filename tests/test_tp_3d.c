@@ -29,6 +29,8 @@ static void test_layout_order_and_errors(void **state) {
     assert_ok(fsc_layout_make(8, 2, 0, 2, 5, &l)); /* the data size derived */
     assert_int_equal(l.dp, 2);
     assert_ok(fsc_layout_make(12, 3, 0, 0, 7, &l)); /* pipeline 1, data 4 */
+    /* sizes whose product passes int: refused (UBSan: no signed overflow) */
+    assert_err(fsc_layout_make(INT32_MAX, 65536, 65536, 0, 0, &l), FSC_ERR_INVALID, "does not split into groups");
     assert_true(l.pp == 1 && l.dp == 4 && l.tensor == 1 && l.data == 2);
     char buf[160];
     assert_ok(fsc_layout_make(8, 2, 2, 2, 5, &l));

@@ -2,6 +2,7 @@
  * record of one sample, the logits of the last real position, and the keyed choice of the next token.
  * Not here: which model (fsc_model_from_config, lib/model), loading weights (the engine), tokenizers. */
 #include <math.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/generate.h"
@@ -120,6 +121,8 @@ fsc_status fsc_generate(fsc_generator *g, int32_t *tokens, int n, int n_new, con
     FSC_CHECK_ARG(o);
     if (!opts_ok(o)) return fsc_error(FSC_ERR_INVALID, "generate: temperature must be finite and >= 0, top_k >= 0");
     if (n_new < 0) return fsc_error(FSC_ERR_INVALID, "generate: %d new tokens", n_new);
+    if (n > INT_MAX - n_new)
+        return fsc_error(FSC_ERR_INVALID, "generate: %d tokens and %d new ones are more than %d", n, n_new, INT_MAX);
     float *scratch = NULL;
     fsc_status s = FSC_OK;
     for (int step = 0; step < n_new && s == FSC_OK; step++) {

@@ -1,5 +1,6 @@
 /* Tensors: shaped, strided views of memory (tensor.h). No allocation happens here; a tensor never
  * owns its data. Views (narrow, reshape, transpose) check their arguments and say what is wrong. */
+#include <stdint.h>
 #include <stdio.h>
 #include "fsc/tensor.h"
 
@@ -15,7 +16,7 @@ fsc_tensor fsc_tensor_make(void *data, fsc_dtype dtype, int ndim, const int64_t 
     int64_t s = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         t.stride[i] = s;
-        s *= t.shape[i];
+        if (__builtin_mul_overflow(s, t.shape[i], &s)) s = INT64_MAX; /* a size past int64: the ops refuse it */
     }
     return t;
 }
@@ -23,7 +24,8 @@ fsc_tensor fsc_tensor_make(void *data, fsc_dtype dtype, int ndim, const int64_t 
 int64_t fsc_tensor_numel(const fsc_tensor *t) {
     if (!t) return 0;
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        if (__builtin_mul_overflow(n, t->shape[i], &n)) return INT64_MAX; /* saturated: no size fits it */
     return n;
 }
 
@@ -64,8 +66,10 @@ fsc_status fsc_tensor_narrow(const fsc_tensor *t, int dim, int64_t start, int64_
         return fsc_error(FSC_ERR_INVALID, "narrow: dimension %d out of range for a %d-dim tensor", dim, t->ndim);
     if (start < 0 || len < 0 || start > t->shape[dim] || len > t->shape[dim] - start) {
         fsc_shape_str(s, sizeof s, t->ndim, t->shape);
+        int64_t end; /* start + len, saturated (start INT64_MAX with len 1 wrapped) */
+        if (__builtin_add_overflow(start, len, &end)) end = len > 0 ? INT64_MAX : INT64_MIN;
         return fsc_error(FSC_ERR_INVALID, "narrow: rows [%lld, %lld) of dimension %d are outside shape %s",
-                         (long long)start, (long long)start + (long long)len, dim, s);
+                         (long long)start, (long long)end, dim, s);
     }
     fsc_tensor r = *t;
     if (r.data) r.data = (char *)r.data + (size_t)(start * t->stride[dim]) * fsc_dtype_size(t->dtype);

@@ -58,13 +58,13 @@ fsc_status fsc_layout_make_ordered(int world, int tp, int dp, int pp, const int 
         unknown = dp == 0;
     }
     if (unknown == 1) {
-        int known = (tp ? tp : 1) * (dp ? dp : 1) * (pp ? pp : 1);
-        if (world % known != 0)
-            return fsc_error(FSC_ERR_INVALID, "layout: a world of %d ranks does not split into groups of %d (tp %d x "
+        const long long known = (long long)(tp ? tp : 1) * (dp ? dp : 1) * (pp ? pp : 1); /* two sizes: below 2^62 */
+        if (known > world || world % known != 0)
+            return fsc_error(FSC_ERR_INVALID, "layout: a world of %d ranks does not split into groups of %lld (tp %d x "
                              "dp %d x pp %d, 0 = derived)", world, known, tp, dp, pp);
-        if (!tp) tp = world / known;
-        else if (!dp) dp = world / known;
-        else pp = world / known;
+        if (!tp) tp = (int)(world / known);
+        else if (!dp) dp = (int)(world / known);
+        else pp = (int)(world / known);
     }
     if ((long long)tp * dp * pp != world)
         return fsc_error(FSC_ERR_INVALID, "layout: world %d is not dp %d x tp %d x pp %d = %lld", world, dp, tp, pp,

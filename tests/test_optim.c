@@ -194,6 +194,9 @@ static void test_config_errors(void **st) {
                FSC_ERR_INVALID, "weight decay");
     assert_err(fsc_optim_create(d, &(fsc_optim_config){.kind = (fsc_optim_kind)7, .lr = 0.1f}, &o),
                FSC_ERR_INVALID, "kind");
+    /* eps 0 with betas given: a zero gradient's step is 0 / 0 (NaN weights from a step that said ok) */
+    assert_err(fsc_optim_create(d, &(fsc_optim_config){.kind = FSC_OPT_ADAMW, .lr = 0.1f, .beta1 = 0.9f,
+                                                       .beta2 = 0.999f}, &o), FSC_ERR_INVALID, "eps 0 must be finite and > 0");
     assert_null(o);
     assert_ok(fsc_optim_create(d, &(fsc_optim_config){.kind = FSC_OPT_SGD, .lr = 0.1f}, &o));
     assert_int_equal(fsc_optim_num_states(o), 0);

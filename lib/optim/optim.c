@@ -43,7 +43,9 @@ static fsc_status validate(const fsc_optim_config *c) {
             return fsc_error(FSC_ERR_INVALID, "adamw: beta1 %g must be in [0, 1)", (double)c->beta1);
         if (!(c->beta2 >= 0.0f && c->beta2 < 1.0f))
             return fsc_error(FSC_ERR_INVALID, "adamw: beta2 %g must be in [0, 1)", (double)c->beta2);
-        if (!finite_nonneg(c->eps)) return fsc_error(FSC_ERR_INVALID, "adamw: eps %g must be finite and >= 0", (double)c->eps);
+        if (!finite_nonneg(c->eps) || c->eps == 0.0f) /* 0: a gradient of 0 with its moments 0 steps by 0 / 0 */
+            return fsc_error(FSC_ERR_INVALID, "adamw: eps %g must be finite and > 0 (with 0, an element whose gradient "
+                             "and moments are 0 becomes NaN)", (double)c->eps);
     }
     return FSC_OK;
 }

@@ -22,7 +22,7 @@ typedef struct {
     float lr;
     float momentum;      /* SGD */
     float weight_decay;  /* SGD: L2 added to the gradient; AdamW: decoupled */
-    float beta1, beta2, eps; /* AdamW (defaults 0.9, 0.999, 1e-8 when all zero) */
+    float beta1, beta2, eps; /* AdamW (defaults 0.9, 0.999, 1e-8 when all zero; eps > 0 otherwise) */
     int decay_all;       /* engines: 1 decays every tensor; 0 (default) the tensors fsc_param_decays names (model.h:
                           * matrices, not biases, norms or embeddings) */
 } fsc_optim_config;

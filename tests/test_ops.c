@@ -235,6 +235,9 @@ static void test_refusals(void **state) {
     assert_err(fsc_op_silu_backward(&out, &a, &b), FSC_ERR_INVALID, "differ in shape");
     assert_err(fsc_op_matmul(&out, &a, 0, &b, 0, 1, 0), FSC_ERR_INVALID, "shapes do not chain");
     assert_err(fsc_op_matmul(&out, &a, 0, &v, 0, 1, 0), FSC_ERR_INVALID, "must be 2-D");
+    /* c over a or b: refused (the result was silently wrong) */
+    fsc_tensor sq = dev_tensor(x, 2, R, R);
+    assert_err(fsc_op_matmul(&sq, &sq, 0, &sq, 0, 1, 0), FSC_ERR_INVALID, "c overlaps a");
     assert_err(fsc_op_add_rows(&out, &v), FSC_ERR_INVALID, "are not (N, C) and (C)");
     assert_err(fsc_op_sum_rows(&v, &out), FSC_ERR_INVALID, "are not (N, C) and (C)");
     assert_err(fsc_op_sum(&a, NULL), FSC_ERR_INVALID, "sum is NULL");

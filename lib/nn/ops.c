@@ -85,6 +85,12 @@ fsc_status fsc_op_matmul(fsc_tensor *c, const fsc_tensor *a, int transa, const f
                          (long long)c->shape[0], (long long)c->shape[1]);
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
         return fsc_error(FSC_ERR_INVALID, "fsc_op_matmul: a dimension above %d", INT_MAX);
+    /* c is written while a and b are read: they must not share memory (ops.h) */
+    const uintptr_t c0 = (uintptr_t)c->data, c1 = c0 + nc * sizeof(float), a0 = (uintptr_t)a->data,
+                    a1 = a0 + na * sizeof(float), b0 = (uintptr_t)b->data, b1 = b0 + nb * sizeof(float);
+    if (nc && ((na && c0 < a1 && a0 < c1) || (nb && c0 < b1 && b0 < c1)))
+        return fsc_error(FSC_ERR_INVALID, "fsc_op_matmul: c overlaps %s: the product is written while they are read "
+                         "(give c its own memory)", na && c0 < a1 && a0 < c1 ? "a" : "b");
     if (M == 0 || N == 0) return FSC_OK;
     if (K == 0) return beta == 0.0f ? fsc_device_memset(dev, c->data, 0, nc * sizeof(float))
                                     : fsc_k_scale(dev, c->data, beta, nc);

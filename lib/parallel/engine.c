@@ -310,15 +310,19 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
     if (po->nonfinite != FSC_NONFINITE_STOP && po->nonfinite != FSC_NONFINITE_SKIP)
         return fsc_error(FSC_ERR_INVALID, "nonfinite must be FSC_NONFINITE_STOP or FSC_NONFINITE_SKIP, not %d",
                          (int)po->nonfinite);
-    if ((po->prefetch != 0 && po->prefetch != 1) || po->prefetch_limit < 0)
-        return fsc_error(FSC_ERR_INVALID, "prefetch must be 0 or 1 (not %d) and prefetch_limit >= 0 (0: 2), not %d",
-                         po->prefetch, po->prefetch_limit);
+    if (po->prefetch != 0 && po->prefetch != 1)
+        return fsc_error(FSC_ERR_INVALID, "prefetch must be 0 or 1, not %d", po->prefetch);
+    if (po->prefetch_limit < 0)
+        return fsc_error(FSC_ERR_INVALID, "prefetch_limit must be >= 0 (0: 2), not %d", po->prefetch_limit);
     if (po->max_skipped_steps < 0)
         return fsc_error(FSC_ERR_INVALID, "max_skipped_steps must be >= 0 (0: the default %d), not %d",
                          FSC_DEFAULT_MAX_SKIPS, po->max_skipped_steps);
     if (!(po->min_loss_scale >= 0) || !isfinite(po->min_loss_scale))
         return fsc_error(FSC_ERR_INVALID, "min_loss_scale must be a finite number >= 0 (0: the default 1), not %g",
                          (double)po->min_loss_scale);
+    if (!(po->init_loss_scale >= 0) || !isfinite(po->init_loss_scale)) /* it became 65536 without a word */
+        return fsc_error(FSC_ERR_INVALID, "init_loss_scale must be a finite number >= 0 (0: the default 65536), not %g",
+                         (double)po->init_loss_scale);
     if (po->init_loss_scale > 0 && po->init_loss_scale < po->min_loss_scale)
         return fsc_error(FSC_ERR_INVALID, "init_loss_scale %g is below min_loss_scale %g",
                          (double)po->init_loss_scale, (double)po->min_loss_scale);

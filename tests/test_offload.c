@@ -580,14 +580,16 @@ static void test_offload_refuses_what_it_does_not_run(void **state) {
     expect_refused(FSC_PAR_FSDP, (fsc_offload_mode)7, 1, FSC_ERR_INVALID, "none, optim or all");
     /* the engine's other numbers, refused by name: an initial loss scale that was replaced by 65536 without a word,
      * and a prefetch limit whose message blamed prefetch */
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) { /* and an FSDP wrap policy that acted as wrapping the whole model */
         pt_run run = pt_make(2, FSC_PAR_FSDP);
         run.po.no_sync = 1;
         if (k < 2) run.po.init_loss_scale = k ? NAN : -3.0f;
-        else run.po.prefetch_limit = -4;
+        else if (k == 2) run.po.prefetch_limit = -4;
+        else run.po.wrap = (fsc_wrap_policy)7;
         fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30};
         assert_int_equal(fsc_cluster_run(&co, create_only, &run), FSC_ERR_INVALID);
-        const char *want = k < 2 ? "init_loss_scale must be a finite number >= 0" : "prefetch_limit must be >= 0";
+        const char *want = k < 2 ? "init_loss_scale must be a finite number >= 0"
+                         : k == 2 ? "prefetch_limit must be >= 0" : "wrap must be FSC_WRAP_BLOCK";
         if (!strstr(fsc_last_error(), want)) fail_msg("message \"%s\" lacks \"%s\"", fsc_last_error(), want);
     }
     assert_int_equal(fsc_parallel_opts_default().offload, FSC_OFFLOAD_NONE);

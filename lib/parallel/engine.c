@@ -301,6 +301,9 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
                          "or fsdp)", dp);
     if (po->kind > FSC_PAR_ZERO2) return fsc_error(FSC_ERR_INVALID, "unknown parallel kind %d", (int)po->kind);
     if (po->accum < 1) return fsc_error(FSC_ERR_INVALID, "accum must be >= 1, not %d", po->accum);
+    if (po->kind == FSC_PAR_FSDP && (po->wrap < FSC_WRAP_BLOCK || po->wrap > FSC_WRAP_MIN_PARAMS))
+        return fsc_error(FSC_ERR_INVALID, "wrap must be FSC_WRAP_BLOCK, _MODEL or _MIN_PARAMS, not %d (it acted as "
+                         "model)", (int)po->wrap);
     if (po->param_dtype != FSC_F32 && po->param_dtype != FSC_BF16 && po->param_dtype != FSC_F16)
         return fsc_error(FSC_ERR_INVALID, "parameter dtype must be f32, bf16 or f16");
     if (po->reduce_dtype != FSC_F32 && po->reduce_dtype != FSC_BF16 && po->reduce_dtype != FSC_F16)

@@ -106,6 +106,13 @@ static void test_sample_token(void **st) {
     assert_int_equal(fsc_sample_token(tie, 3, &o, 0, scratch), 1);
     o.temperature = -1.0f;
     assert_int_equal(fsc_sample_token(tie, 3, &o, 0, scratch), -1);
+    /* logits of no use: a NaN anywhere, or every one -inf, picks nothing (it gave token 2, 0 or 3) */
+    const float nan1[3] = { 1.0f, NAN, 2.0f }, ninf[3] = { -INFINITY, -INFINITY, -INFINITY };
+    for (int t = 0; t < 2; t++) {
+        o.temperature = t ? 1.0f : 0.0f;
+        assert_int_equal(fsc_sample_token(nan1, 3, &o, 0, scratch), -1);
+        assert_int_equal(fsc_sample_token(ninf, 3, &o, 0, scratch), -1);
+    }
 }
 
 /* A model the trainer saved records its configuration; a byte model prints text. */

@@ -31,8 +31,11 @@ static int opts_ok(const fsc_sample_opts *o) {
 int32_t fsc_sample_token(const float *logits, int V, const fsc_sample_opts *o, uint64_t step, float *scratch) {
     if (!logits || V < 1 || !opts_ok(o)) return -1;
     int best = 0;
-    for (int v = 1; v < V; v++)
+    for (int v = 0; v < V; v++) {
+        if (isnan(logits[v])) return -1; /* no token is more likely than another: none picked */
         if (logits[v] > logits[best]) best = v;
+    }
+    if (logits[best] == -INFINITY) return -1; /* every logit -inf: none possible */
     if (o->temperature == 0.0f || !scratch) return best;
     float cut = -INFINITY; /* logits below cut are out (top-k) */
     if (o->top_k > 0 && o->top_k < V) {
@@ -131,7 +134,11 @@ fsc_status fsc_generate(fsc_generator *g, int32_t *tokens, int n, int n_new, con
         s = fsc_generator_next(g, tokens, n + step, &lg, &V);
         if (s == FSC_OK && !scratch && !(scratch = malloc((size_t)V * sizeof(float))))
             s = fsc_error(FSC_ERR_NOMEM, "generate: out of host memory");
-        if (s == FSC_OK) tokens[n + step] = fsc_sample_token(lg, V, o, (uint64_t)step, scratch);
+        const int32_t t = s == FSC_OK ? fsc_sample_token(lg, V, o, (uint64_t)step, scratch) : 0;
+        if (s == FSC_OK && t < 0)
+            s = fsc_error(FSC_ERR_NUMERIC, "generate: step %d: the model's logits hold NaN or are all -inf: no token "
+                          "to pick (the weights may not be finite)", step);
+        if (s == FSC_OK) tokens[n + step] = t;
     }
     free(scratch);
     return s;

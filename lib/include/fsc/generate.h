@@ -36,8 +36,8 @@ typedef struct {
 } fsc_sample_opts;
 
 /* The token picked from logits[0..V) at generation step `step` (see above); scratch holds V floats (NULL: the
- * greedy pick). -1 when logits or o is NULL, V < 1 or the options are invalid (temperature < 0 or not finite,
- * top_k < 0). */
+ * greedy pick). -1 when logits or o is NULL, V < 1, the options are invalid (temperature < 0 or not finite,
+ * top_k < 0), a logit is NaN or every logit is -inf. */
 int32_t fsc_sample_token(const float *logits, int V, const fsc_sample_opts *o, uint64_t step, float *scratch);
 
 typedef struct fsc_generator fsc_generator;

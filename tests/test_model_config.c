@@ -59,6 +59,7 @@ static void test_bad_text_is_refused(void **state) {
     refused(dev, "", "not a JSON object");
     refused(dev, "{\"layers\":2,\"dim\":8", "not a JSON object");         /* truncated */
     refused(dev, "[1,2]", "not a JSON object");
+    refused(dev, "{\"layers\":1,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":16,\"layers\":5}", "\"layers\" appears twice");
     refused(dev, "{\"family\":3,\"layers\":2}", "family is not a string");
     refused(dev, "{\"family\":\"bert\",\"layers\":2}", "unknown family 'bert'");
     refused(dev, "{\"dim\":8}", "names no built-in model");

@@ -92,12 +92,22 @@ static fsc_status make_llama(fsc_device *dev, const cJSON *o, fsc_model **out) {
     return fsc_llama_model_create(dev, &c, out);
 }
 
+/* A configuration object whose key appears twice (cJSON keeps both and reads the first): refused, naming it. */
+static fsc_status no_twice(const cJSON *o) {
+    for (const cJSON *a = o ? o->child : NULL; a; a = a->next)
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (a->string && b->string && !strcmp(a->string, b->string))
+                return fsc_error(FSC_ERR_FORMAT, "model configuration: \"%.64s\" appears twice", a->string);
+    return FSC_OK;
+}
+
 /* The built-in families take the text: parsed here again (a text the caller already parsed once). */
 static fsc_status from_text(fsc_device *dev, const char *config, fsc_model **out,
                             fsc_status (*make)(fsc_device *, const cJSON *, fsc_model **)) {
     cJSON *o = fsc_json_parse(config);
-    fsc_status s = cJSON_IsObject(o) ? make(dev, o, out)
-                                     : fsc_error(FSC_ERR_FORMAT, "model configuration is not a JSON object: %.200s", config);
+    fsc_status s = !cJSON_IsObject(o) ? fsc_error(FSC_ERR_FORMAT, "model configuration is not a JSON object: %.200s",
+                                                  config)
+                   : no_twice(o) != FSC_OK ? FSC_ERR_FORMAT : make(dev, o, out);
     cJSON_Delete(o);
     return s;
 }
@@ -134,8 +144,9 @@ typedef struct {
 static fsc_status build_text(fsc_device *dev, const char *config, const tp_make *t, fsc_model **out) {
     *out = NULL;
     cJSON *o = fsc_json_parse(config);
-    fsc_status s = cJSON_IsObject(o) ? t->make(dev, o, t->tensor, t->sp, out)
-                                     : fsc_error(FSC_ERR_FORMAT, "model configuration is not a JSON object: %.200s", config);
+    fsc_status s = !cJSON_IsObject(o) ? fsc_error(FSC_ERR_FORMAT, "model configuration is not a JSON object: %.200s",
+                                                  config)
+                   : no_twice(o) != FSC_OK ? FSC_ERR_FORMAT : t->make(dev, o, t->tensor, t->sp, out);
     cJSON_Delete(o);
     return s;
 }

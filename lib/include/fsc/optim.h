@@ -50,7 +50,7 @@ fsc_status fsc_optim_step_segment(fsc_optim *o, int seg);
 void fsc_optim_step_end(fsc_optim *o);
 int64_t fsc_optim_steps(const fsc_optim *o);
 void fsc_optim_set_steps(fsc_optim *o, int64_t steps);
-void fsc_optim_set_lr(fsc_optim *o, float lr);
+void fsc_optim_set_lr(fsc_optim *o, float lr); /* lr finite and >= 0; any other value leaves the rate as it is */
 int fsc_optim_num_segments(const fsc_optim *o);
 /* Device pointers to a segment's state: state 0 = momentum buffer (SGD) or m (AdamW), 1 = v (AdamW). */
 int fsc_optim_num_states(const fsc_optim *o);   /* 0 (plain SGD), 1 (SGD with momentum) or 2 (AdamW) */

@@ -311,17 +311,17 @@ static void check_flight(const char *ck, const char *out) {
     if (!strstr(out, "collective #")) fail_msg("the timeout does not name the collective's number:\n%s", out);
 }
 
-/* Start a long 3-process job, hit rank 1 with sig once rank 0 has trained a step, and check that the whole
- * job ends within limit_s with a failure naming rank 1. */
-static void fault(int sig, double timeout_s, double limit_s, const char *expect) {
+/* Start a long 3-process job (FSDP, or the strategy and reduction of extra), hit rank 1 with sig once rank 0 has
+ * trained a step, and check that the whole job ends within limit_s with a failure saying expect. */
+static void fault(int sig, double timeout_s, double limit_s, const char *expect, const char *extra) {
     char marker[64];
-    snprintf(marker, sizeof marker, "FSC_TEST_MPI_JOB=%ld-%d", (long)getpid(), sig);
+    snprintf(marker, sizeof marker, "FSC_TEST_MPI_JOB=%ld-%d%s", (long)getpid(), sig, extra[0] ? "x" : "");
     char *out = fmt("%s/fault.out", tmpdir);
     unlink(out);
-    char *ck = fmt("%s/fault_ck%d", tmpdir, sig);
+    char *ck = fmt("%s/fault_ck%d%s", tmpdir, sig, extra[0] ? "x" : ""); /* a run of its own */
     char *cmd = fmt("%s FSC_COMM_TIMEOUT=%g exec '%s' -n 3 " MPIRUN_FLAGS " '%s' " MODEL
-                    " --steps 1000000 --data '%s/data.txt' --parallel fsdp --save-every 3 --ckpt-dir '%s' > '%s' 2>&1",
-                    marker, timeout_s, mpirun, trainer, tmpdir, ck, out);
+                    " --steps 1000000 --data '%s/data.txt' %s --save-every 3 --ckpt-dir '%s' > '%s' 2>&1",
+                    marker, timeout_s, mpirun, trainer, tmpdir, extra[0] ? extra : "--parallel fsdp", ck, out);
     pid_t job = fork();
     if (job == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -358,7 +358,7 @@ static void fault(int sig, double timeout_s, double limit_s, const char *expect)
     if (nl) fail_msg("%d process(es) of the job survived it\n%s", nl, text);
     assert_false(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!strstr(text, expect)) fail_msg("the output does not say \"%s\":\n%s", expect, text);
-    if (sig == SIGSTOP) check_flight(ck, text);
+    if (sig == SIGSTOP && !extra[0]) check_flight(ck, text); /* MPI's own collectives name no rank */
     print_message("signal %d to rank 1: the job ended %.1f s later\n", sig, took);
     /* the checkpoints written before the fault stay loadable: the newest resumes on 3 simulated ranks */
     char latest[4096];
@@ -377,14 +377,16 @@ static void test_killed_rank_ends_the_job(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
     /* mpirun notices a rank that dies and ends the others ("process rank 1 ... exited on signal 9") */
-    fault(SIGKILL, 5, 40, "rank 1"); /* the limits leave room for a loaded machine */
+    fault(SIGKILL, 5, 40, "rank 1", ""); /* the limits leave room for a loaded machine */
 }
 
 static void test_stopped_rank_times_out(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
     /* a rank that stops answering: the others time out naming it, exit, and mpirun ends the stopped one */
-    fault(SIGSTOP, 5, 60, "waiting for rank 1");
+    fault(SIGSTOP, 5, 60, "waiting for rank 1", "");
+    /* the same in MPI's own collectives (--reduce native): they timed out never, and the job hung */
+    fault(SIGSTOP, 5, 60, "timed out after 5 s in MPI's own collective", "--parallel ddp --reduce native");
 }
 
 /* Two runs into one --ckpt-dir: while a simulated run trains there, a job of 2 processes is refused with the message

@@ -377,7 +377,8 @@ static fsc_status match_arrived(mp_ctx *m, const char *what, int *awaited) {
     return FSC_OK;
 }
 
-/* The peer a timed-out call waits for: the first receive without its data, else the first unfinished send. */
+/* The peer a timed-out call waits for: the first receive without its data, else the first unfinished send; -1
+ * for an MPI collective (a native reduction: no one peer), -2 when nothing is unfinished any more. */
 static int waited_for(mp_ctx *m) {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < m->nreq; i++) {
@@ -385,7 +386,7 @@ static int waited_for(mp_ctx *m) {
             if (m->slot[i].kind != AWAITED) MPI_Request_get_status(m->req[i], &flag, MPI_STATUS_IGNORE);
             if (!flag && (pass == 1 || m->slot[i].kind != SEND)) return m->slot[i].peer;
         }
-    return -1;
+    return -2;
 }
 
 /* Wait for every posted request, at most timeout_s; on failure name the peer whose data did not come. */
@@ -416,11 +417,17 @@ static fsc_status wait_posted(mp_ctx *m, const char *what) {
             break;
         }
         if (done && !awaited) break;
-        const int who = now_s() > deadline ? waited_for(m) : -1;
-        if (who >= 0) { /* (none: everything came since the test above, as for a rank resumed after the deadline) */
+        const int who = now_s() > deadline ? waited_for(m) : -2;
+        if (who >= 0) { /* (-2, none: everything came since the test above, as for a rank resumed after the deadline) */
             s = breaks(m, mp_err(FSC_ERR_TIMEOUT, "%s timed out after %g s waiting for rank %d (it died, stopped "
                                  "answering or is in another call); the communicator is now unusable", what,
                                  m->sh->timeout_s, who));
+            break;
+        }
+        if (who == -1) { /* an MPI collective of its own (native): it waited for them all, so it can name none */
+            s = breaks(m, mp_err(FSC_ERR_TIMEOUT, "%s timed out after %g s in MPI's own collective (a rank died, "
+                                 "stopped answering or is in another call: --reduce must be the same everywhere); "
+                                 "the communicator is now unusable", what, m->sh->timeout_s));
             break;
         }
         /* spin briefly (latency), then sleep in growing naps (ranks may share cores) */

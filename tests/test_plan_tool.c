@@ -159,6 +159,9 @@ static void test_plan_cluster(void **st) {
     assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes")) == 141e9);
     cJSON_Delete(j);
     prog_refused(planner, "--nodes 2", tmpdir, 2, "--nodes needs --cluster");
+    /* a step past 2^64 FLOPs: refused (the counters wrapped: a step's time from a count mod 2^64) */
+    prog_refused(planner, "--layers 1024 --dim 65536 --heads 64 --seq 131072 --batch 1 --cluster h100-sxm-8 --world 1",
+                 tmpdir, 1, "pass 2^64 FLOPs");
     prog_refused(planner, "--cluster h100-sxm-8 --nodes 2 --world 8", tmpdir, 2, "--world 8 is not --nodes 2 x 8");
     prog_refused(planner, "--cluster h100-sxm-8 --nodes 129", tmpdir, 2, "is 1032 ranks: fsc plans at most 1024");
     prog_refused(planner, "--cluster v100", tmpdir, 2, "--cluster 'v100'");

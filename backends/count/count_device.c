@@ -74,15 +74,24 @@ static void count_time(const count_ctx *c, uint64_t flops, uint64_t bytes) {
     }
 }
 
+/* Counts saturate at 2^64 - 1 (a count past it is no count: the planner refuses it, fsc_count_saturated). */
+static uint64_t sat_mul(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+static void sat_add(uint64_t *to, uint64_t v) {
+    if (__builtin_add_overflow(*to, v, to)) *to = UINT64_MAX;
+}
+
 /* `times` kernel calls of the same work into their intensity bin (fsc_count_work), on the rank's thread. */
 static void count_work_times(count_ctx *c, uint64_t flops, uint64_t bytes, uint64_t times) {
     int b = FSC_COUNT_BINS - 1;
     if (bytes > 0 && flops == 0) b = 0;
     else if (bytes > 0) b = half_octave((double)flops / (double)bytes) + FSC_COUNT_BINS / 2;
     b = b < 0 ? 0 : b >= FSC_COUNT_BINS ? FSC_COUNT_BINS - 1 : b;
-    c->flops[b] += flops * times;
-    c->bytes[b] += bytes * times;
-    c->calls += times;
+    sat_add(&c->flops[b], sat_mul(flops, times));
+    sat_add(&c->bytes[b], sat_mul(bytes, times));
+    sat_add(&c->calls, times);
 }
 
 /* One kernel call's work into its intensity bin (fsc_count_work), on the rank's thread. */
@@ -177,9 +186,12 @@ static fsc_status count_copy_wait(void *ctx, void *copy) { (void)ctx; (void)copy
 /* a product is counted, not computed: A, B read, C written (and read when beta is not 0); `times` alike */
 static void gemm_times(count_ctx *c, int M, int N, int K, float be, int batch, uint64_t times) {
     if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return;
-    const uint64_t flops = 2 * U(M) * U(N) * U(K) * U(batch);
-    const uint64_t bytes = 4 * U(batch) * (U(M) * U(K) + U(K) * U(N) + U(M) * U(N) * (be != 0.0f ? 2 : 1));
-    c->gemm_flops += flops * times;
+    const uint64_t flops = sat_mul(sat_mul(sat_mul(2 * U(M), U(N)), U(K)), U(batch));
+    uint64_t elems = U(M) * U(K); /* each product of two ints: below 2^62 */
+    sat_add(&elems, U(K) * U(N));
+    sat_add(&elems, sat_mul(U(M) * U(N), be != 0.0f ? 2 : 1));
+    const uint64_t bytes = sat_mul(4 * U(batch), elems);
+    sat_add(&c->gemm_flops, sat_mul(flops, times));
     count_work_times(c, flops, bytes, times);
     if (c->s_per_call > 0 || c->s_per_flop > 0) /* a replay's clock moves call by call */
         for (uint64_t i = 0; i < times; i++) count_time(c, flops, bytes);
@@ -233,9 +245,12 @@ void fsc_count_gemm_rows(fsc_device *dev, int kind, int T, int rows, int hs, flo
         if (c->sweeps && c->nsweeps < COUNT_SWEEPS) c->sweeps[c->nsweeps++] = one;
         w = &one;
     }
-    for (int i = 0; i < FSC_COUNT_BINS; i++) c->flops[i] += w->flops[i] * times, c->bytes[i] += w->bytes[i] * times;
-    c->calls += w->calls * times;
-    c->gemm_flops += w->gemm_flops * times;
+    for (int i = 0; i < FSC_COUNT_BINS; i++) {
+        sat_add(&c->flops[i], sat_mul(w->flops[i], times));
+        sat_add(&c->bytes[i], sat_mul(w->bytes[i], times));
+    }
+    sat_add(&c->calls, sat_mul(w->calls, times));
+    sat_add(&c->gemm_flops, sat_mul(w->gemm_flops, times));
 }
 
 uint64_t fsc_count_gemm_flops(const fsc_device *dev) {

@@ -287,6 +287,9 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
             for (int b = 0; b < FSC_PLAN_BINS; b++) o->host_work_bytes += hb[b] - hb0[b];
         }
         o->tensor = lay->tensor, o->data = lay->data, o->stage = lay->pipe;
+        if (fsc_count_gemm_flops(r->dev) == UINT64_MAX) /* the counts saturate there: no count, no time */
+            s = fsc_error(FSC_ERR_INVALID, "plan: rank %d's matrix products pass 2^64 FLOPs (1.8e19) in the setup and "
+                          "two steps: too many to count", r->rank);
         o->gemm_flops = (double)fsc_count_gemm_flops(r->dev) - flops0;
         o->kernel_calls = (double)fsc_count_calls(r->dev) - calls0;
         fsc_count_work(r->dev, o->work_flops, o->work_bytes);

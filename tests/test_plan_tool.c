@@ -159,6 +159,9 @@ static void test_plan_cluster(void **st) {
     assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes")) == 141e9);
     cJSON_Delete(j);
     prog_refused(planner, "--nodes 2", tmpdir, 2, "--nodes needs --cluster");
+    /* --search-config where no file can be written: refused before the search (it failed after it, exit 1) */
+    prog_refused(planner, SMALL " --world 2 --search --search-config /nonexistent/dir/x.json", tmpdir, 2,
+                 "cannot write into /nonexistent/dir");
     /* a step past 2^64 FLOPs: refused (the counters wrapped: a step's time from a count mod 2^64) */
     prog_refused(planner, "--layers 1024 --dim 65536 --heads 64 --seq 131072 --batch 1 --cluster h100-sxm-8 --world 1",
                  tmpdir, 1, "pass 2^64 FLOPs");

@@ -130,6 +130,21 @@ static void test_config_file(void **state) {
     assert_true(cJSON_IsFalse(get(c, "sequence-parallel")));
     cJSON_Delete(j);
     free(args);
+    /* the other way: a file's --accum under --chunks on the command line; the run records --chunks alone, so its
+     * train_config.json reads back (it recorded both, refused as both) */
+    write_text(cfg, "{\"layers\": 1, \"dim\": 32, \"heads\": 2, \"seq\": 16, \"batch\": 8, \"steps\": 1, "
+                    "\"accum\": 2}");
+    char *run = prog_fmt("%s/chunks_run", tmpdir);
+    args = prog_fmt("--config %s --chunks 4 --ckpt-dir %s --save-every 1", cfg, run);
+    j = prog_json(trainer, tmpdir, "", args);
+    assert_int_equal(get(get(j, "config"), "chunks")->valueint, 4);
+    cJSON_Delete(j);
+    free(args);
+    args = prog_fmt("--config %s --ckpt-dir %s/chunks_again", run, tmpdir);
+    j = prog_json(trainer, tmpdir, "", args);
+    assert_int_equal(get(get(j, "config"), "chunks")->valueint, 4);
+    cJSON_Delete(j);
+    free(args), free(run);
     args = prog_fmt("--config %s --sequence-parallel=maybe", cfg);
     prog_refused(trainer, args, tmpdir, 2, "--sequence-parallel takes no value (or =false");
     free(args);

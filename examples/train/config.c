@@ -105,12 +105,6 @@ static int apply_key(train_config *c, int *given, int *seen, const train_config 
     return 0;
 }
 
-/* The options of a JSON object (text, len bytes; `name` for messages: "--config FILE") over c: keys are option
- * names without "--", values of the option's kind (integer options: integral numbers; --seed also a string of
- * digits; floats: numbers; paths and choices: strings; flags: true or false). null, false and 0 for a count
- * without a default leave an option as it is (the run's train_config.json writes them for options not set). A key whose
- * value differs from the default marks the option given, as on the command line. String values are copied into
- * c->strs. Returns 0 or -1 (err). */
 /* Whether a string of the JSON text holds the escape \u0000: cJSON decodes it to a NUL, which would cut a C
  * string short there without a word (a path "a\u0000b" opening "a"). */
 static int holds_nul_escape(const char *t, size_t len) {
@@ -128,6 +122,12 @@ static int holds_nul_escape(const char *t, size_t len) {
     return 0;
 }
 
+/* The options of a JSON object (text, len bytes; `name` for messages: "--config FILE") over c: keys are option
+ * names without "--", values of the option's kind (integer options: integral numbers; --seed also a string of
+ * digits; floats: numbers; paths and choices: strings; flags: true or false). null, false and 0 for a count
+ * without a default leave an option as it is (the run's train_config.json writes them for options not set). A key whose
+ * value differs from the default marks the option given, as on the command line. String values are copied into
+ * c->strs. Returns 0 or -1 (err). */
 int apply_config_text(train_config *c, int *given, const char *text, size_t len, const char *name, char *err,
                       size_t cap) {
     if (holds_nul_escape(text, len))

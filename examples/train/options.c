@@ -299,7 +299,10 @@ int parse_args(int argc, char **argv, train_config *c, int *given, char *err, si
     /* --accum and --chunks are one option under two names: the command line's replaces the file's */
     const int ia = option_index("accum"), ic = option_index("chunks");
     if (given[ia] && !given[ic]) c->chunks = 0, cgiven[ic] = 0;
-    if (given[ic] && !given[ia]) cgiven[ia] = 0;
+    if (given[ic] && !given[ia]) { /* the file's --accum back to its default: the run records --chunks alone */
+        if (set_option(c, &options[ia], options[ia].def, err, cap) != 0) return -1;
+        cgiven[ia] = 0;
+    }
     for (int i = 0; i < NOPT; i++) given[i] |= cgiven[i];
     return rc;
 }

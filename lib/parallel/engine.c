@@ -1075,6 +1075,13 @@ static fsc_status check_extra_layers(const fsc_engine *e, fsc_st_file *f, const 
     return FSC_OK;
 }
 
+/* The family a model's configuration text names: its "family", or the GPT's (none, with "layers"); NULL: none. */
+static const char *family_named(const cJSON *o) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "family");
+    if (cJSON_IsString(f)) return f->valuestring;
+    return !f && cJSON_GetObjectItemCaseSensitive(o, "layers") ? "gpt2" : NULL;
+}
+
 /* The family and heads a weights file records (its model configuration, FSC_ST_META_MODEL) against the model's
  * (no family: the GPT's, whose text predates the others): a file of another family is named as such before its
  * names are found missing, and a width split into other heads has the same shapes, so only the record tells. */
@@ -1086,10 +1093,10 @@ static fsc_status check_recorded_model(const fsc_engine *e, fsc_st_file *f, cons
     cJSON *a = fsc_json_parse(rec), *b = fsc_json_parse(own);
     free(own);
     fsc_status s = FSC_OK;
-    if (family) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, "family"), *y = cJSON_GetObjectItemCaseSensitive(b, "family");
-        const char *fx = cJSON_IsString(x) ? x->valuestring : "gpt2", *fy = cJSON_IsString(y) ? y->valuestring : "gpt2";
-        if (cJSON_IsObject(a) && strcmp(fx, fy) != 0)
+    if (family) { /* a family both texts name (the GPT: none, with "layers"; fsc_model_family_of's rule), else the
+                   * tensor names decide (a sequential model's text, or a model's without configuration) */
+        const char *fx = family_named(a), *fy = family_named(b);
+        if (fx && fy && strcmp(fx, fy) != 0)
             s = fsc_error(FSC_ERR_INVALID, "%s: written for a model of family %.40s; this model is of family %.40s",
                           path, fx, fy);
     }

@@ -29,6 +29,7 @@ typedef struct {
     uint64_t lo[SLOTS], hi[SLOTS];
     size_t bad[SLOTS]; /* first element that does not fit (sumsq_fixed), n if none */
     int shift; /* sumsq_fixed's */
+    int avx2;  /* sumsq_fixed: the integer form runs (x86 with AVX2, asked once a call) */
 } red_arg;
 
 /* elements of block p: whole CPU_STEP groups, the last block takes the rest */
@@ -93,8 +94,10 @@ fsc_status cpu_absmax(void *ctx, float *host_max, int *host_nonfinite, const flo
  *     (the implicit bit set for e >= 1; subnormals take e = 1), so the term is m^2 (48 bits) shifted by
  *     s = 2e - 300 + shift, left or right; the shifts of 64 or more give 0, as the floor does, and a left
  *     shift that loses bits (shifted back, it differs) or e = 255 (inf, NaN) does not fit. */
+#define TWO64 18446744073709551616.0 /* 2^64 */
+
 static int sumsq_fits(const float *x, size_t i, double scale) {
-    return (double)x[i] * (double)x[i] * scale < 18446744073709551616.0; /* 2^64; false for NaN and inf */
+    return (double)x[i] * (double)x[i] * scale < TWO64; /* false for NaN and inf too */
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -135,13 +138,10 @@ __attribute__((target("avx2"))) static size_t sumsq_avx2(const float *x, size_t 
 }
 #endif
 
-static void sumsq_range(const float *x, size_t i0, size_t i1, int shift, uint64_t *lo, uint64_t *hi,
+static void sumsq_range(const float *x, size_t i0, size_t i1, int shift, int avx2, uint64_t *lo, uint64_t *hi,
                         size_t *bad) {
     const double scale = ldexp(1.0, shift);
-#ifdef SUMSQ_AVX2
-    __builtin_cpu_init(); /* a no-op once done; needed before the check if called from a constructor */
-    const int avx2 = __builtin_cpu_supports("avx2");
-#endif
+    (void)avx2;
     for (size_t c0 = i0; c0 < i1; c0 += (size_t)1 << 31) {
         size_t c1 = i1 - c0 > ((size_t)1 << 31) ? c0 + ((size_t)1 << 31) : i1, i = c0;
         uint64_t slo = 0, shi = 0;
@@ -151,7 +151,7 @@ static void sumsq_range(const float *x, size_t i0, size_t i1, int shift, uint64_
 #endif
         for (; i < c1; i++) {
             double v = (double)x[i] * (double)x[i] * scale;
-            int fits = v < 18446744073709551616.0;
+            int fits = v < TWO64;
             uint64_t u = (uint64_t)(fits ? v : 0.0);
             ok &= fits;
             slo += u & 0xffffffffu;
@@ -178,7 +178,7 @@ static void sumsq_blocks(void *p, size_t b0, size_t b1) {
         size_t i0, i1;
         block_of(a, b, &i0, &i1);
         uint64_t lo = 0, hi = 0;
-        sumsq_range(a->x, i0, i1, a->shift, &lo, &hi, &a->bad[b]);
+        sumsq_range(a->x, i0, i1, a->shift, a->avx2, &lo, &hi, &a->bad[b]);
         a->lo[b] = lo;
         a->hi[b] = hi;
     }
@@ -190,6 +190,10 @@ fsc_status cpu_sumsq_fixed(void *ctx, uint64_t acc[2], const float *x, size_t n,
     red_arg a;
     red_setup(ctx, &a, x, n);
     a.shift = shift;
+#ifdef SUMSQ_AVX2
+    __builtin_cpu_init(); /* a no-op once done; needed before the check if called from a constructor */
+    a.avx2 = __builtin_cpu_supports("avx2");
+#endif
     cpu_parallel(ctx, (size_t)a.parts, 1, 1, sumsq_blocks, &a);
     size_t bad = n;
     for (int p = 0; p < a.parts; p++) bad = a.bad[p] < bad ? a.bad[p] : bad;

@@ -74,7 +74,8 @@ static void count_time(const count_ctx *c, uint64_t flops, uint64_t bytes) {
     }
 }
 
-/* Counts saturate at 2^64 - 1 (a count past it is no count: the planner refuses it, fsc_count_saturated). */
+/* Counts saturate at 2^64 - 1: a count past it is no count, and the planner refuses a plan whose gemm FLOPs reach
+ * it (plan_memory.c). */
 static uint64_t sat_mul(uint64_t a, uint64_t b) {
     uint64_t r;
     return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;

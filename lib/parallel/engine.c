@@ -1052,27 +1052,30 @@ static void digits_as_one(const char *name, char *buf, size_t cap) {
 
 /* A file entry the model does not declare, named as one of its tensors but for another index (h.3.* in a file for
  * a model of 3 blocks, 0 to 2): written for a larger model, whose layers a load would drop without a word.
- * Other undeclared entries (Hugging Face's buffers, such as h.0.attn.bias) are ignored. */
+ * Other undeclared entries (Hugging Face's buffers, such as h.0.attn.bias) are ignored. The model's names are
+ * turned into their patterns once. */
 static fsc_status check_extra_layers(const fsc_engine *e, fsc_st_file *f, const char *path) {
-    char key[FSC_ST_MAX_NAME], mine[FSC_ST_MAX_NAME];
-    for (int j = 0; j < fsc_st_count(f); j++) {
+    const int T = e->m->n_tensors;
+    char(*pat)[FSC_ST_MAX_NAME] = malloc((size_t)(T > 0 ? T : 1) * sizeof *pat), key[FSC_ST_MAX_NAME];
+    if (!pat) return fsc_error(FSC_ERR_NOMEM, "%s: out of host memory checking its names", path);
+    for (int i = 0; i < T; i++) digits_as_one(fsc_engine_full_info(e, i)->name, pat[i], sizeof pat[i]);
+    fsc_status s = FSC_OK;
+    for (int j = 0; j < fsc_st_count(f) && s == FSC_OK; j++) {
         const char *name = fsc_st_weight_name(fsc_st_entry_at(f, j)->name);
         int declared = 0;
-        for (int i = 0; i < e->m->n_tensors && !declared; i++) {
+        for (int i = 0; i < T && !declared; i++) {
             const fsc_param_info *p = fsc_engine_full_info(e, i);
             declared = !strcmp(p->name, name) || (p->alias[0] && !strcmp(p->alias, name));
         }
-        if (declared) continue;
         digits_as_one(name, key, sizeof key);
-        for (int i = 0; i < e->m->n_tensors; i++) {
-            digits_as_one(fsc_engine_full_info(e, i)->name, mine, sizeof mine);
-            if (!strcmp(key, mine))
-                return fsc_error(FSC_ERR_INVALID, "%s: holds %s, which this model does not have (it has %s and its "
-                                 "like): written for a model of more layers or experts", path, name,
-                                 fsc_engine_full_info(e, i)->name);
-        }
+        for (int i = 0; i < T && !declared && s == FSC_OK; i++)
+            if (!strcmp(key, pat[i]))
+                s = fsc_error(FSC_ERR_INVALID, "%s: holds %s, which this model does not have (it has %s and its like): "
+                              "written for a model of more layers or experts", path, name,
+                              fsc_engine_full_info(e, i)->name);
     }
-    return FSC_OK;
+    free(pat);
+    return s;
 }
 
 /* The family a model's configuration text names: its "family", or the GPT's (none, with "layers"); NULL: none. */
@@ -1085,7 +1088,7 @@ static const char *family_named(const cJSON *o) {
 /* The family and heads a weights file records (its model configuration, FSC_ST_META_MODEL) against the model's
  * (no family: the GPT's, whose text predates the others): a file of another family is named as such before its
  * names are found missing, and a width split into other heads has the same shapes, so only the record tells. */
-static fsc_status check_recorded_model(const fsc_engine *e, fsc_st_file *f, const char *path, int family) {
+static fsc_status check_recorded_model(const fsc_engine *e, fsc_st_file *f, const char *path) {
     const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
     if (!rec || !e->m->ops->config) return FSC_OK; /* Hugging Face's files record none */
     char *own = NULL;
@@ -1093,15 +1096,14 @@ static fsc_status check_recorded_model(const fsc_engine *e, fsc_st_file *f, cons
     cJSON *a = fsc_json_parse(rec), *b = fsc_json_parse(own);
     free(own);
     fsc_status s = FSC_OK;
-    if (family) { /* a family both texts name (the GPT: none, with "layers"; fsc_model_family_of's rule), else the
-                   * tensor names decide (a sequential model's text, or a model's without configuration) */
-        const char *fx = family_named(a), *fy = family_named(b);
-        if (fx && fy && strcmp(fx, fy) != 0)
-            s = fsc_error(FSC_ERR_INVALID, "%s: written for a model of family %.40s; this model is of family %.40s",
-                          path, fx, fy);
-    }
+    /* a family both texts name (the GPT: none, with "layers"; fsc_model_family_of's rule), else the tensor names
+     * decide (a sequential model's text, or a model's without configuration) */
+    const char *fx = family_named(a), *fy = family_named(b);
+    if (fx && fy && strcmp(fx, fy) != 0)
+        s = fsc_error(FSC_ERR_INVALID, "%s: written for a model of family %.40s; this model is of family %.40s", path,
+                      fx, fy);
     static const char *const keys[] = {"heads", "kv_heads"};
-    for (size_t k = 0; k < sizeof keys / sizeof *keys && s == FSC_OK && !family; k++) {
+    for (size_t k = 0; k < sizeof keys / sizeof *keys && s == FSC_OK; k++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[k]), *y = cJSON_GetObjectItemCaseSensitive(b, keys[k]);
         if (cJSON_IsNumber(x) && cJSON_IsNumber(y) && x->valuedouble != y->valuedouble)
             s = fsc_error(FSC_ERR_INVALID, "%s: written for a model of %s %g; this model has %g (the same shapes, "
@@ -1117,7 +1119,7 @@ static fsc_status check_recorded_model(const fsc_engine *e, fsc_st_file *f, cons
  * such as Hugging Face's buffers, are ignored, but for those named as its own of another layer
  * (check_extra_layers); the family and heads the file records are the model's (check_recorded_model). */
 static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char *path) {
-    FSC_TRY(check_recorded_model(e, f, path, 1));
+    FSC_TRY(check_recorded_model(e, f, path)); /* first: a file of another family is named as such */
     for (int i = 0; i < e->m->n_tensors; i++) {
         const fsc_param_info *p = fsc_engine_full_info(e, i);
         const fsc_st_entry *en = fsc_st_find_weight(f, p->name);
@@ -1139,8 +1141,7 @@ static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char 
         }
         if (p->alias[0]) FSC_TRY(fsc_st_check_copy(f, p->name, p->alias, path));
     }
-    FSC_TRY(check_extra_layers(e, f, path));
-    return check_recorded_model(e, f, path, 0);
+    return check_extra_layers(e, f, path);
 }
 
 fsc_status fsc_engine_load_weights(fsc_engine *e, const char *path) {

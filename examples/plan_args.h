@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <libgen.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "train/train.h"
@@ -190,16 +191,15 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
         return -1; /* a --schedule-file's lists, checked as fsc-train checks them */
     if (c->search_config && !c->search) return snprintf(err, cap, "--search-config needs --search"), -1;
     if (c->search_config) { /* before the search, not after it: a folder that takes the file */
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", c->search_config);
-        char *slash = strrchr(dir, '/');
-        if (slash) slash == dir ? (void)(slash[1] = 0) : (void)(*slash = 0);
+        char copy[4096];
+        snprintf(copy, sizeof copy, "%s", c->search_config);
+        const char *dir = dirname(copy); /* "." for a bare name */
         struct stat st;
         if (stat(c->search_config, &st) == 0 && S_ISDIR(st.st_mode))
             return snprintf(err, cap, "--search-config %.150s is a folder: give a file to write", c->search_config), -1;
-        if (access(slash ? dir : ".", W_OK) != 0)
-            return snprintf(err, cap, "--search-config %.150s: cannot write into %.150s: %s", c->search_config,
-                            slash ? dir : ".", strerror(errno)), -1;
+        if (access(dir, W_OK) != 0)
+            return snprintf(err, cap, "--search-config %.150s: cannot write into %.150s: %s", c->search_config, dir,
+                            strerror(errno)), -1;
     }
     if (c->search_precision && !c->search) return snprintf(err, cap, "--search-precision needs --search"), -1;
     if (c->memory) return plan_parse_size(c->memory, &c->memory_bytes, err, cap);

@@ -658,11 +658,25 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* The missing rank's wait until the two others are done (at most 20 s): returning earlier would fail them. */
+static void wait_for_others(err_rec *e) {
+    double t0 = now_s();
+    while (atomic_load(&e->done) < 2 && now_s() - t0 < 20) nanosleep(&(struct timespec){0, 5000000}, NULL);
+}
+
+/* 3 ranks of fn with a 0.2 s timeout: its records (the caller frees them). */
+static err_rec *run_timing_out(fsc_rank_fn fn) {
+    err_rec *e = calloc(1, sizeof(*e));
+    assert_non_null(e);
+    atomic_init(&e->done, 0);
+    assert_ok(run(3, 0.2, fn, e));
+    return e;
+}
+
 static fsc_status rank_timeout(fsc_rank *r, void *arg) {
     err_rec *e = arg;
     if (r->rank == 2) { /* never calls all_reduce; calls a barrier once the others gave up */
-        double t0 = now_s();
-        while (atomic_load(&e->done) < 2 && now_s() - t0 < 20) nanosleep(&(struct timespec){0, 5000000}, NULL);
+        wait_for_others(e);
         record(e, 2, fsc_comm_barrier(r->comm));
         return FSC_OK;
     }
@@ -679,9 +693,7 @@ static fsc_status rank_timeout(fsc_rank *r, void *arg) {
  * it came after the failure. */
 static void test_timeout_names_missing_rank(void **state) {
     (void)state;
-    err_rec *e = calloc(1, sizeof(*e));
-    atomic_init(&e->done, 0);
-    assert_ok(run(3, 0.2, rank_timeout, e));
+    err_rec *e = run_timing_out(rank_timeout);
     for (int k = 0; k < 3; k++) {
         if (e->st[k] != FSC_ERR_TIMEOUT || !strstr(e->msg[k], "all_reduce(4 x f32, sum) timed out after 0.2 s") ||
             !strstr(e->msg[k], "rank 2 never arrived"))
@@ -696,9 +708,8 @@ static void test_timeout_names_missing_rank(void **state) {
 
 static fsc_status rank_async_timeout(fsc_rank *r, void *arg) {
     err_rec *e = arg;
-    if (r->rank == 1) { /* never calls; returns once the others are done (returning early would fail them) */
-        double t0 = now_s();
-        while (atomic_load(&e->done) < 2 && now_s() - t0 < 20) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    if (r->rank == 1) { /* never calls */
+        wait_for_others(e);
         return FSC_OK;
     }
     float a[4] = {0}, b[4] = {0};
@@ -718,9 +729,7 @@ static fsc_status rank_async_timeout(fsc_rank *r, void *arg) {
  * first failed, reports the group's failure (rank 1 missing), not a call made after it. */
 static void test_timeout_async_queued(void **state) {
     (void)state;
-    err_rec *e = calloc(1, sizeof(*e));
-    atomic_init(&e->done, 0);
-    assert_ok(run(3, 0.2, rank_async_timeout, e));
+    err_rec *e = run_timing_out(rank_async_timeout);
     for (int k = 0; k < 3; k += 2)
         if (e->st[k] != FSC_ERR_TIMEOUT || !strstr(e->msg[k], "rank 1 never arrived") ||
             strstr(e->msg[k], "after its group had failed"))

@@ -25,11 +25,12 @@
  * other programs measure what four devices would; the last argument "wall" measures on the machine's clock. On the
  * virtual clock every rank's thread runs on one core (pin_to_one_core; BENCH_PIPE_NO_PIN=1: not), so that no rank's
  * time includes the slowdown of another running beside it.
- * Usage: bench_pipe [steps] [rounds] [schedules|zb|all] [virtual|wall] [width] [P] [vocab] [blocks] [mb] (default 4
- * and 3, all, virtual, 128, both, 256, 8, 4; mb: the last table's sequences per micro-batch, the more the larger
- * each matrix product; the first step is not timed; blocks: of the last two tables' model, the more a
+ * Usage: bench_pipe [steps] [rounds] [schedules|zb|zb-mlp|all] [virtual|wall] [width] [P] [vocab] [blocks] [mb]
+ * (default 4 and 3, all, virtual, 128, both, 256, 8, 4; mb: the last table's sequences per micro-batch, the more the
+ * larger each matrix product; the first step is not timed; blocks: of the last two tables' model, the more a
  * chunk holds, the less its embedding's and head's share; "schedules": only the third table, "zb" only the last, of a
  * model of that width: the wider, the more of a block's time is its matrix products, whose weight gradients W are;
+ * "zb-mlp": the last table of an MLP stack instead of the GPT (mlp_stack: no attention, F, B and W about equal);
  * P: the last table's case of P stages only, 2 or 4, 0 both; and of that vocabulary: the larger, the more of the
  * last stage's time is the tied head's). The last table also prints every stage's peak activations and its F, B
  * and W time per step (fsc_pipe_stats.action_s), and ZB-H1's bubble over 1F1B's. */
@@ -48,18 +49,56 @@ typedef struct {
     fsc_gpt_config cfg;
     fsc_parallel_opts po;
     int steps, mb;
+    int mlp; /* 1: the MLP stack of mlp_stack() with cfg's sizes instead of the GPT */
     double gbps, lat_us; /* the simulated network (0: none) */
     fsc_pipe_stats st[16];
     size_t ledger[16]; /* the device ledger's activation peak per rank (FSC_TAG_ACTS, since the engine was made) */
     double ms;        /* per timed step, rank 0 */
 } bench;
 
+/* A language model without attention: a token embedding, cfg->layers GELU MLPs (C -> 4C -> C, residual) and an LM
+ * head with a LayerNorm (not tied). A block's forward, input gradient and weight gradient are two matrix products
+ * each, so F, B and W are about equal, as the zero-bubble schedules' formulas assume; a GPT block's attention
+ * (its per-head products and softmax) and its norms have no W. */
+static fsc_status mlp_stack(fsc_device *dev, const fsc_gpt_config *cfg, fsc_model **out) {
+    enum { MAXL = 66 };
+    fsc_layer *l[MAXL] = { 0 };
+    fsc_seq_layer ls[MAXL];
+    char names[MAXL][24];
+    const int T = cfg->seq, C = cfg->dim, n = cfg->layers + 2;
+    fsc_status s = fsc_layer_token_embedding(T, C, cfg->vocab, &l[0]);
+    for (int i = 1; s == FSC_OK && i <= cfg->layers; i++) {
+        fsc_mlp_opts mo = fsc_mlp_opts_default(C);
+        mo.rows = T, mo.residual = 1;
+        s = fsc_layer_gelu_mlp(&mo, &l[i]);
+    }
+    fsc_lm_head_opts ho = { .T = T, .C = C, .V = cfg->vocab, .norm = FSC_HEAD_NORM_LAYERNORM, .eps = 1e-5f };
+    if (s == FSC_OK) s = fsc_layer_lm_head_opts(&ho, &l[n - 1]);
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], sizeof names[i], i == 0 ? "emb." : i == n - 1 ? "head." : "mlp.%d.", i - 1);
+        ls[i] = (fsc_seq_layer){ .layer = l[i], .prefix = names[i] };
+    }
+    if (s == FSC_OK) return fsc_seq_model_create(dev, ls, n, out); /* it takes the layers, also when it fails */
+    for (int i = 0; i < n; i++) fsc_layer_free(l[i]);
+    return s;
+}
+
 static fsc_status rank_fn(fsc_rank *r, void *arg) {
     bench *b = arg;
     const int T = b->cfg.seq, B = b->po.accum * b->mb;
     fsc_optim_config oc = { .kind = FSC_OPT_ADAMW, .lr = 1e-3f };
     fsc_engine *e = NULL;
-    FSC_TRY(fsc_engine_create(r, &b->cfg, &b->po, &oc, 1, &e));
+    fsc_model *m = NULL;
+    if (b->mlp) {
+        FSC_TRY(mlp_stack(r->dev, &b->cfg, &m));
+        fsc_status cs = fsc_engine_create_model(r, m, &b->po, &oc, 1, &e);
+        if (cs != FSC_OK) {
+            fsc_model_free(m);
+            return cs;
+        }
+    } else {
+        FSC_TRY(fsc_engine_create(r, &b->cfg, &b->po, &oc, 1, &e));
+    }
     int32_t *tok = malloc((size_t)B * T * sizeof(int32_t));
     fsc_status s = tok ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "bench: out of memory");
     for (int i = 0; tok && i < B * T; i++) tok[i] = (int32_t)((i * 31 + 7) % b->cfg.vocab);
@@ -69,13 +108,14 @@ static fsc_status rank_fn(fsc_rank *r, void *arg) {
             fsc_engine_reset_pipe_stats(e);
             t0 = 1e3 * now_s();
         }
-        s = fsc_engine_step(e, tok, tok, B, B, NULL);
+        s = m ? fsc_engine_step_model(e, tok, tok, B, B, NULL) : fsc_engine_step(e, tok, tok, B, B, NULL);
     }
     if (s == FSC_OK && r->rank == 0) b->ms = (1e3 * now_s() - t0) / (b->steps - 1);
     if (s == FSC_OK) s = fsc_engine_pipe_stats(e, &b->st[r->rank]);
     b->ledger[r->rank] = fsc_device_peak_bytes(r->dev, FSC_TAG_ACTS);
     free(tok);
     fsc_engine_free(e);
+    fsc_model_free(m);
     return s;
 }
 
@@ -137,8 +177,8 @@ static int network(const fsc_gpt_config *cfg, const int *balance, int steps, int
 }
 
 /* The bubble-free step of P stages: one rank's step over the same M micro-batches (no pipeline, no network) / P. */
-static double ideal_ms(const fsc_gpt_config *cfg, int steps, int M, int mb, int P) {
-    bench one = { .cfg = *cfg, .steps = steps, .mb = mb };
+static double ideal_ms(const fsc_gpt_config *cfg, int mlp, int steps, int M, int mb, int P) {
+    bench one = { .cfg = *cfg, .steps = steps, .mb = mb, .mlp = mlp };
     one.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = 1, .accum = M, .no_sync = 1, .prefetch = 1 };
     const double t = step_ms(&one, 1);
     return t < 0 ? t : t / P;
@@ -158,7 +198,7 @@ static int schedules(const fsc_gpt_config *cfg, int steps) {
     const double gbps = bytes / ((msg_ms - lat_us * 1e-3) * 1e-3) / 1e9;
     printf("\nschedules: P %d, M %d, even balance, prefetch 1, checkpoint never; network %.3f GB/s, %.0f us per link "
            "(a boundary message %.2f ms); 1f1b compute alone %.1f ms/step\n", P, M, gbps, lat_us, msg_ms, t_c);
-    const double ideal = ideal_ms(cfg, steps, M, mb, P);
+    const double ideal = ideal_ms(cfg, 0, steps, M, mb, P);
     if (ideal < 0) return 1;
     printf("bubble-free step (one rank's step / P): %.1f ms\n", ideal);
     printf("%-12s %8s %9s  %-24s %-24s %-12s %9s %7s\n", "sched", "formula", "measured", "bubble per stage",
@@ -213,13 +253,13 @@ static double stage_bound(const fsc_pipe_stats *st, int P, int v, int M, fsc_pip
 
 /* 1F1B, ZB-H1 and ZBV without a network, even balance, prefetch 1, checkpoint never: rounds of each, the median
  * step time and mean bubble of each, beside the bubble-free step (the median over the rounds too). */
-static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int only_p, int mbs) {
+static int zero_bubble(const fsc_gpt_config *cfg, int mlp, int steps, int rounds, int only_p, int mbs) {
     const int cases[][2] = { { 2, 4 }, { 4, 8 } };
     static const fsc_pipe_schedule kinds[] = { FSC_SCHED_1F1B, FSC_SCHED_ZB_H1, FSC_SCHED_INTERLEAVED, FSC_SCHED_ZBV };
     static const char *const names[] = { "1f1b", "zb-h1", "interleaved", "zbv" }; /* zb-h1 next to 1f1b */
-    printf("\n1f1b, interleaved, zb-h1 and zbv, GPT of %d blocks, width %d, vocab %d, no network, even balance, "
-           "prefetch 1, checkpoint never, micro-batches of %d sequences; median of %d rounds\n", cfg->layers, cfg->dim,
-           cfg->vocab, mbs, rounds);
+    printf("\n1f1b, interleaved, zb-h1 and zbv, %s of %d blocks, width %d, vocab %d, no network, even balance, "
+           "prefetch 1, checkpoint never, micro-batches of %d sequences; median of %d rounds\n",
+           mlp ? "MLP stack" : "GPT", cfg->layers, cfg->dim, cfg->vocab, mbs, rounds);
     printf("%-3s %-3s %-11s %8s %8s %9s %12s %9s %7s\n", "P", "M", "sched", "formula", "bound", "measured", "acts0 MiB",
            "ms/step", "/ideal");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -230,13 +270,13 @@ static int zero_bubble(const fsc_gpt_config *cfg, int steps, int rounds, int onl
         fsc_pipe_stats last[4][16]; /* every stage's of the last round */
         size_t ledger[4][16];
         for (int round = 0; round < rounds && round < 16; round++) {
-            if ((ideal[round] = ideal_ms(cfg, steps, M, mbs, P)) < 0) return 1;
+            if ((ideal[round] = ideal_ms(cfg, mlp, steps, M, mbs, P)) < 0) return 1;
             for (int z = 0; z < 4; z++) {
                 /* each schedule's step over a bubble-free step measured just before it: the machine's speed
                  * drifts between runs a minute apart by more than the differences measured here */
-                const double id = z == 0 ? ideal[round] : ideal_ms(cfg, steps, M, mbs, P);
+                const double id = z == 0 ? ideal[round] : ideal_ms(cfg, mlp, steps, M, mbs, P);
                 if (id < 0) return 1;
-                bench b = { .cfg = *cfg, .steps = steps, .mb = mbs };
+                bench b = { .cfg = *cfg, .steps = steps, .mb = mbs, .mlp = mlp };
                 b.po = (fsc_parallel_opts){ .kind = FSC_PAR_DDP, .pp = P, .accum = M, .no_sync = 1, .prefetch = 1,
                                             .schedule = kinds[z], .pipe_checkpoint = FSC_PIPE_CKPT_NEVER,
                                             .virtual_stages = kinds[z] == FSC_SCHED_INTERLEAVED ? 2 : 0 };
@@ -344,7 +384,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_pipe: micro-batch of %d sequences: 1 to 64\n", mbs);
         return 2;
     }
-    if (argc > 3 && !strcmp(argv[3], "zb")) return zero_bubble(&scfg, steps, rounds, argc > 6 ? atoi(argv[6]) : 0, mbs);
+    if (argc > 3 && (!strcmp(argv[3], "zb") || !strcmp(argv[3], "zb-mlp")))
+        return zero_bubble(&scfg, !strcmp(argv[3], "zb-mlp"), steps, rounds, argc > 6 ? atoi(argv[6]) : 0, mbs);
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fsc_gpt_config cfg = { .layers = 8, .dim = 128, .heads = 4, .seq = 64, .vocab = 256 };
@@ -400,5 +441,5 @@ int main(int argc, char **argv) {
     }
     if (network(&cfg, balance, steps, rounds)) return 1;
     if (schedules(&cfg, steps)) return 1;
-    return zero_bubble(&cfg, steps, rounds, 0, 4);
+    return zero_bubble(&cfg, 0, steps, rounds, 0, 4);
 }

@@ -343,6 +343,17 @@ static void test_trainer_pipeline_errors(void **st) {
           "--pp 2 x --virtual-stages 2 chunks but the model has 3 blocks" },
         { "--layers 4 --parallel pipe --pp 2 --schedule interleaved --virtual-stages 2 --balance 2,2",
           "2 entries but there are 4" },
+        /* what the engine would refuse once the ranks run, said first in the options' names */
+        { "--layers 4 --parallel pipe --pp 2 --schedule interleaved --virtual-stages 2 --chunks 1",
+          "--schedule interleaved needs the micro-batches (--chunks 1) to be a multiple of --pp 2" },
+        { "--layers 4 --parallel pipe --pp 2 --schedule interleaved --virtual-stages 2 --chunks 2 --prefetch 0",
+          "--schedule interleaved runs 2 chunks a pipeline rank, whose streams need --prefetch 1" },
+        { "--layers 4 --parallel pipe --pp 2 --schedule zbv --chunks 2 --prefetch 0",
+          "--schedule zbv runs 2 chunks a pipeline rank, whose streams need --prefetch 1" },
+        { "--layers 4 --parallel pipe --pp 2 --schedule zb-h1 --virtual-stages 2",
+          "--virtual-stages 2 applies to --schedule interleaved" },
+        { "--parallel ddp --world 2 --unit 2", "--unit applies to --reduce exact only" },
+        { "--parallel ddp --world 2 --sim-clock virtual --threads 2", "--sim-clock virtual counts the CPU time" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out, *err;

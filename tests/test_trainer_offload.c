@@ -101,13 +101,15 @@ static void test_offload_pipeline_checkpoints(void **state) {
 static void test_unsupported_refused(void **state) {
     (void)state;
     const char *bad[][2] = {
-        {"--parallel ddp --offload optim", "fsdp, zero1 or zero2"},
-        {"--parallel zero1 --offload all", "fsdp only"},
+        {"--parallel ddp --offload optim", "--offload optim runs with --parallel fsdp, zero1 or zero2, not ddp"},
+        {"--parallel zero1 --offload all", "--offload all runs with --parallel fsdp only, not zero1"},
         {"--parallel fsdp --offload cpu", "--offload"},
+        {"--parallel none --world 1 --offload optim", "not none (on one rank too: --parallel zero1)"},
+        {"--parallel pipe --pp 2 --offload optim", "not pipe (zero1 is ddp"},
     };
-    for (int k = 0; k < 3; k++) {
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) { /* before any rank starts: exit 2 */
         char *args = prog_fmt(TINY " --data '%s/data.txt' %s", tmpdir, bad[k][0]);
-        prog_refused(trainer, args, tmpdir, -1, bad[k][1]);
+        prog_refused(trainer, args, tmpdir, 2, bad[k][1]);
         free(args);
     }
 }

@@ -116,6 +116,45 @@ static int check_pipeline(const train_config *c, const int *given, char *err, si
     return 0;
 }
 
+/* What the engine and the simulated cluster refuse of the options together, said here before any rank starts and in
+ * the options' names: the exact reduction's unit, offload's strategies, the chunks of interleaved and V schedules,
+ * and the virtual clock's one thread on the cpu device. */
+static int check_engine_options(const train_config *c, char *err, size_t cap) {
+    if (c->unit && c->reduce != 2) return snprintf(err, cap, "--unit applies to --reduce exact only"), -1;
+    const fsc_parallel_kind k = strategy(c);
+    if (c->offload != FSC_OFFLOAD_NONE) {
+        const int all = c->offload == FSC_OFFLOAD_ALL;
+        const char *par = c->parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name(k);
+        if (k == FSC_PAR_NONE || k == FSC_PAR_DDP || (all && k != FSC_PAR_FSDP))
+            return snprintf(err, cap, "--offload %s runs with --parallel %s, not %s (%s)", all ? "all" : "optim",
+                            all ? "fsdp only" : "fsdp, zero1 or zero2", par,
+                            all ? "offload all keeps fsdp's sharded parameters on the host"
+                            : k == FSC_PAR_DDP ? "zero1 is ddp with the optimizer state sharded, with --pp too"
+                                               : "on one rank too: --parallel zero1"), -1;
+    }
+    if (c->pp > 1 && !c->sched && pipe_schedule_kind[c->schedule] != FSC_SCHED_INTERLEAVED &&
+        pipe_schedule_kind[c->schedule] != FSC_SCHED_ZBV && c->virtual_stages > 1)
+        return snprintf(err, cap, "--virtual-stages %d applies to --schedule interleaved (zbv runs two chunks a rank; "
+                        "gpipe, 1f1b and zb-h1 one)", c->virtual_stages), -1;
+    if (c->pp > 1 && !c->sched && pipe_schedule_kind[c->schedule] == FSC_SCHED_INTERLEAVED && c->accum % c->pp != 0)
+        return snprintf(err, cap, "--schedule interleaved needs the micro-batches (%s %d) to be a multiple of --pp %d, "
+                        "as Megatron's does", c->chunks ? "--chunks" : "--accum", c->accum, c->pp), -1;
+    if (c->pp > 1 && config_chunks(c) > 1 && !c->prefetch)
+        return snprintf(err, cap, "%s runs %d chunks a pipeline rank, whose streams need --prefetch 1 (communicators of "
+                        "their own)", c->sched ? "--schedule-file" : pipe_schedule_kind[c->schedule] == FSC_SCHED_ZBV
+                        ? "--schedule zbv" : "--schedule interleaved", config_chunks(c)), -1;
+    if (c->sim_clock == FSC_SIM_CLOCK_VIRTUAL) {
+        char dev[16];
+        if (strcmp(option_choice("device", c->device, dev, sizeof dev), "cpu") != 0)
+            return snprintf(err, cap, "--sim-clock virtual times each rank's thread on the cpu, not --device %s's "
+                            "work: use --device cpu or --sim-clock wall", dev), -1;
+        if (c->threads > 1)
+            return snprintf(err, cap, "--sim-clock virtual counts the CPU time of each rank's own thread: it needs "
+                            "--threads 1 (or 0), not %d", c->threads), -1;
+    }
+    return 0;
+}
+
 /* The layout options together: the rank order, tensor and sequence parallelism, the batch over the data-parallel
  * ranks and micro-batches, the strategy, the pipeline's options, the options of fsdp only. */
 static int check_parallel(const train_config *c, const int *given, char *err, size_t cap) {
@@ -147,6 +186,7 @@ static int check_parallel(const train_config *c, const int *given, char *err, si
     if (c->parallel == PAR_PIPE && c->pp < 2)
         return snprintf(err, cap, "--parallel pipe needs --pp 2 or more pipeline stages"), -1;
     if (check_pipeline(c, given, err, cap) != 0) return -1;
+    if (check_engine_options(c, err, cap) != 0) return -1;
     if (c->parallel != FSC_PAR_FSDP) {
         if (given[option_index("shard")]) return snprintf(err, cap, "--shard applies to --parallel fsdp only"), -1;
         if (given[option_index("wrap")]) return snprintf(err, cap, "--wrap applies to --parallel fsdp only"), -1;

@@ -106,8 +106,9 @@ static inline int plan_set_option(plan_config *c, const plan_option *o, const ch
         }
         return snprintf(err, cap, "--%s '%s': not one of %s", o->name, v, o->choices), -1;
     }
-    double x = strtod(v, &end);
-    if (!*v || *end || !(x >= o->lo && x <= o->hi) || (o->kind == P_INT && x != floor(x)))
+    double x = strtod(v, &end); /* decimal only: strtod would also read 0x10 as 16 */
+    if (!*v || *end || strspn(v, "0123456789+-.eE") != strlen(v) || !(x >= o->lo && x <= o->hi) ||
+        (o->kind == P_INT && x != floor(x)))
         return snprintf(err, cap, "--%s '%s': expected %s in [%g, %g]", o->name, v,
                         o->kind == P_INT ? "a whole number" : "a number", o->lo, o->hi), -1;
     if (o->kind == P_INT) *(int *)p = (int)x;
@@ -123,14 +124,16 @@ static inline int plan_parse_size(const char *v, double *out, char *err, size_t 
     };
     char *end = NULL;
     double x = strtod(v, &end);
-    for (size_t i = 0; end != v && i < sizeof units / sizeof units[0]; i++) {
+    const int decimal = end != v && strspn(v, "0123456789+-.eE") == (size_t)(end - v); /* not 0x10, inf or nan */
+    for (size_t i = 0; decimal && i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(end, units[i].suffix) != 0) continue;
-        *out = x * units[i].mult;
+        if (units[i].mult == 1 && x != floor(x)) break; /* bytes are whole: 1.5 is not 1.5 GB */
+        *out = floor(x * units[i].mult);
         if (*out >= 1 && *out < 1.8e19) return 0;
         break;
     }
-    return snprintf(err, cap, "--memory '%s': expected a size of at least 1 byte such as 80GiB, 141GB or 8e10 (suffixes B, "
-                              "KB, MB, GB, TB, KiB, MiB, GiB, TiB)", v), -1;
+    return snprintf(err, cap, "--memory '%s': expected a size of at least 1 byte such as 80GiB, 141GB or 8e10 (suffixes "
+                              "KB, MB, GB, TB, KiB, MiB, GiB, TiB; without one, or with B, a whole number of bytes)", v), -1;
 }
 
 /* Parse argv into c: the planner's options here, the rest (in order, with their values) through the trainer's

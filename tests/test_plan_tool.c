@@ -429,6 +429,9 @@ static void test_plan_memory_budget(void **st) {
     prog_refused(planner, "--memory 0.5", tmpdir, 2, "at least 1 byte");
     prog_refused(planner, "--memory inf", tmpdir, 2, "--memory 'inf'");
     prog_refused(planner, "--memory GiB", tmpdir, 2, "--memory 'GiB'");
+    prog_refused(planner, "--memory 1.5", tmpdir, 2, "a whole number of bytes"); /* not 1.5 GB */
+    prog_refused(planner, "--memory 0x10GB", tmpdir, 2, "--memory '0x10GB'");
+    prog_refused(planner, "--mem-bandwidth 0x10", tmpdir, 2, "--mem-bandwidth '0x10': expected a number");
 }
 
 /* fsc-plan reads fsc-train's --config files (the trainer's parser): the options from the file plan as on the

@@ -384,6 +384,27 @@ static void test_hf_refusals(void **state) {
         assert_int_equal(ids[1], 256);
         fsc_bpe_free(b);
     }
+    { /* a token no merge makes: with model.ignore_merges (Llama 3's) a piece that is that token is it, as Hugging
+       * Face encodes it; without, the merges' bytes */
+        for (int ignore = 0; ignore < 2; ignore++) {
+            char *t = strdup(subst(tj(ignore ? ", \"ignore_merges\": true" : ", \"ignore_merges\": false", "", NULL),
+                                   "\"ab\": 256", "\"ab\": 256, \"xy\": 258"));
+            assert_non_null(t);
+            fsc_bpe *b;
+            assert_ok(fsc_bpe_load_tokenizer_json_memory(&b, t, strlen(t)));
+            int32_t ids[4];
+            size_t n;
+            assert_ok(fsc_bpe_encode(b, "xy", 2, ids, &n));
+            assert_int_equal(n, ignore ? 1 : 2);
+            if (ignore) assert_int_equal(ids[0], 258);
+            assert_ok(fsc_bpe_encode(b, "ab", 2, ids, &n)); /* merged either way */
+            assert_int_equal(n, 1);
+            assert_int_equal(ids[0], 256);
+            fsc_bpe_free(b);
+            free(t);
+        }
+        assert_err(load_tj(tj(", \"ignore_merges\": 1", "", NULL)), FSC_ERR_FORMAT, "ignore_merges is not true or false");
+    }
     assert_err(load_tj("{\"model\": "), FSC_ERR_FORMAT, "tokenizer.json: not valid JSON (line 1");
     assert_err(load_tj("[1, 2]"), FSC_ERR_FORMAT, "no \"model\" object");
     assert_err(load_tj(tj(", \"dropout\": 0.1", "", NULL)), FSC_ERR_FORMAT, "model.dropout is set");

@@ -230,6 +230,10 @@ static void test_spm_merges(void **state) {
         /* an unknown character: the unk id, or its bytes' pieces with byte fallback (a byte without one: unk) */
         assert_string_equal(ids_of(b, "\xc3\xa9"), c == 3 ? "2,9,10" : "2,0");
         assert_string_equal(ids_of(b, "x"), "2,0");
+        /* a run of unknowns is one unk, as sentencepiece gives it (with fallback: bytes without a piece) */
+        assert_string_equal(ids_of(b, "xyz"), "2,0");
+        assert_string_equal(ids_of(b, "xyaz"), "2,0,3,0");
+        assert_string_equal(ids_of(b, "x\xc3\xa9y"), c == 3 ? "2,0,9,10,0" : "2,0");
         assert_ok(fsc_bpe_encode_more(b, "ax", 2, ids, &n));
         assert_int_equal(n, 2);
         assert_int_equal(ids[1], 0);
@@ -266,6 +270,34 @@ static void test_spm_merges(void **state) {
     int32_t ids[8];
     size_t n;
     assert_err(fsc_bpe_encode_more(b, "b", 1, ids, &n), FSC_ERR_INVALID, "newline before a letter");
+    fsc_bpe_free(b);
+}
+
+/* A model that trims (remove_extra_whitespaces): decoding drops each piece's first U+2581 while the text is still
+ * empty, as sentencepiece's decode does; without trimming only the first piece's (test_spm_merges) */
+static void test_spm_trim_decode(void **state) {
+    (void)state;
+    buf o = {.n = 0}, t = {.n = 0}, z = {.n = 0};
+    piece(&o, "<unk>", 0, 2), piece(&o, "<s>", 0, 3), piece(&o, "\xe2\x96\x81", -1, 1), piece(&o, "x", -1, 1);
+    piece(&o, "\xe2\x96\x81x", -2, 1); /* 0 <unk>, 1 <s>, 2 ▁, 3 x, 4 ▁x */
+    field_int(&t, 3, 2);
+    field_bytes(&o, 2, t.b, t.n);
+    field_bytes(&z, 1, "identity", 8);
+    field_int(&z, 3, 1), field_int(&z, 4, 1);
+    field_bytes(&o, 3, z.b, z.n);
+    fsc_bpe *b = NULL;
+    assert_ok(load(&b, &o));
+    const struct { int32_t ids[4]; size_t n; const char *text; } cases[] = {
+        { { 2, 4 }, 2, "x" }, { { 2, 2 }, 2, "" }, { { 2, 2, 4 }, 3, "x" }, { { 1, 2, 4 }, 3, "x" },
+        { { 4, 2, 4 }, 3, "x  x" }, { { 3, 2, 4 }, 3, "x  x" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[16];
+        size_t len;
+        assert_ok(fsc_bpe_decode(b, cases[i].ids, cases[i].n, out, sizeof out, &len));
+        if (len != strlen(cases[i].text) || memcmp(out, cases[i].text, len) != 0)
+            fail_msg("case %zu: \"%.*s\", sentencepiece's \"%s\"", i, (int)len, out, cases[i].text);
+    }
     fsc_bpe_free(b);
 }
 
@@ -362,6 +394,7 @@ int main(void) {
         cmocka_unit_test(test_spm_parts),
         cmocka_unit_test(test_spm_merges),
         cmocka_unit_test(test_spm_self_test_data),
+        cmocka_unit_test(test_spm_trim_decode),
         cmocka_unit_test(test_spm_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

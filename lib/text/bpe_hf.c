@@ -219,11 +219,14 @@ static fsc_status add_merge_text(const hf_vocab *v, fsc_bpe *b, size_t k, const 
     return add_merge(v, b, k, where, p, (size_t)(sp - p), sp + 1, len - (size_t)(sp - p) - 1);
 }
 
-/* After the merges: text can give the bytes and every token some merge makes */
-static void reachable_table(fsc_bpe *b, const uint8_t *is_added) {
+/* After the merges: text can give the bytes and every token some merge makes; with ignore_merges (Hugging Face's
+ * model.ignore_merges, Llama 3's) also every other token of the vocabulary, as a piece of the pre-tokenizer whole
+ * (encode_piece looks a piece up whole first; merges never make such a token: its rank is none) */
+static void reachable_table(fsc_bpe *b, const uint8_t *is_added, int ignore_merges) {
     memset(b->slots, 0xff, b->nslots * sizeof *b->slots);
     for (uint32_t id = 0; id < b->n; id++)
-        if (!is_added[id] && (b->off[id + 1] - b->off[id] == 1 || b->prio[id] != BPE_NONE)) table_insert(b, id);
+        if (!is_added[id] && (ignore_merges || b->off[id + 1] - b->off[id] == 1 || b->prio[id] != BPE_NONE))
+            table_insert(b, id);
 }
 
 /* The end-of-text token: a token text never gives named <|endoftext|> (GPT-2) or <|end_of_text|> (Llama 3) */
@@ -311,7 +314,8 @@ static fsc_status parse_json(const char *name, const uint8_t *buf, size_t len, c
 /* The vocabulary, its added tokens and merges (text: merges.txt's lines; or a JSON array of "a b" or [a, b])
  * into a new fsc_bpe with the pattern */
 static fsc_status load_parts(fsc_bpe **out, const char *name, const cJSON *vocab, const cJSON *added,
-                             const uint8_t *mtext, size_t mlen, const char *mname, const cJSON *mjson, int pattern) {
+                             const uint8_t *mtext, size_t mlen, const char *mname, const cJSON *mjson, int pattern,
+                             int ignore_merges) {
     if (!cJSON_IsObject(vocab))
         return fsc_error(FSC_ERR_FORMAT, "%s: the vocabulary is not a JSON object of \"token\": id", name);
     if (added && !cJSON_IsArray(added)) return fsc_error(FSC_ERR_FORMAT, "%s: added_tokens is not an array", name);
@@ -359,7 +363,7 @@ static fsc_status load_parts(fsc_bpe **out, const char *name, const cJSON *vocab
         }
     }
     if (s == FSC_OK) {
-        reachable_table(b, is_added);
+        reachable_table(b, is_added, ignore_merges);
         b->eot = find_eot(b);
         s = bpe_compile_pattern(b, pattern);
     }
@@ -439,8 +443,12 @@ static fsc_status load_tokenizer_root(fsc_bpe **out, const char *name, const cJS
         return FSC_ERR_FORMAT;
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (!cJSON_IsArray(merges)) return fsc_error(FSC_ERR_FORMAT, "%s: model.merges is missing or not an array", name);
+    const cJSON *ignore = cJSON_GetObjectItemCaseSensitive(model, "ignore_merges");
+    if (ignore && !cJSON_IsBool(ignore) && !cJSON_IsNull(ignore))
+        return fsc_error(FSC_ERR_FORMAT, "%s: model.ignore_merges is not true or false", name);
     return load_parts(out, name, cJSON_GetObjectItemCaseSensitive(model, "vocab"),
-                      cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), NULL, 0, NULL, merges, pattern);
+                      cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), NULL, 0, NULL, merges, pattern,
+                      cJSON_IsTrue(ignore));
 }
 
 fsc_status fsc_bpe_load_tokenizer_json_memory(fsc_bpe **out, const void *buf, size_t len) {
@@ -464,7 +472,7 @@ fsc_status fsc_bpe_load_hf_memory(fsc_bpe **out, const void *vocab, size_t vlen,
     cJSON *root;
     fsc_status s = parse_json("vocab.json", vocab, vlen, &root);
     if (s == FSC_OK)
-        s = load_parts(out, "vocab.json", root, NULL, merges, mlen, "merges.txt", NULL, BPE_PATTERN_GPT2),
+        s = load_parts(out, "vocab.json", root, NULL, merges, mlen, "merges.txt", NULL, BPE_PATTERN_GPT2, 0),
         cJSON_Delete(root);
     return s;
 }
@@ -476,7 +484,7 @@ static fsc_status load_hf_paths(fsc_bpe **out, const char *vpath, const char *mp
     fsc_status s = bpe_read_file(vpath, &vbuf, &vlen);
     if (s == FSC_OK) s = bpe_read_file(mpath, &mbuf, &mlen);
     if (s == FSC_OK) s = parse_json(vpath, vbuf, vlen, &root);
-    if (s == FSC_OK) s = load_parts(out, vpath, root, NULL, mbuf, mlen, mpath, NULL, pattern);
+    if (s == FSC_OK) s = load_parts(out, vpath, root, NULL, mbuf, mlen, mpath, NULL, pattern, 0);
     cJSON_Delete(root);
     free(vbuf), free(mbuf);
     return s;
@@ -578,7 +586,7 @@ fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec) {
                 s = fsc_error(FSC_ERR_IO, "%s: a vocab.json needs merges.txt beside it, and %s %s", spec, m, not_file(m));
             else s = bpe_read_file(m, &mbuf, &mlen);
             if (s == FSC_OK)
-                s = load_parts(out, spec, root, NULL, mbuf, mlen, m, NULL, pattern < 0 ? BPE_PATTERN_GPT2 : pattern);
+                s = load_parts(out, spec, root, NULL, mbuf, mlen, m, NULL, pattern < 0 ? BPE_PATTERN_GPT2 : pattern, 0);
             free(mbuf);
         }
         cJSON_Delete(root);

@@ -13,6 +13,7 @@
  * why), 2 usage. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,7 +125,8 @@ static int write_header(FILE *f, const char *path, uint64_t count) {
 }
 
 /* len bytes of text as token ids into f (named out); more: the text continues one encoded before */
-static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, int more, const char *out, FILE *f) {
+static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, int more, const char *out, FILE *f,
+                       uint64_t *tokens) {
     enum { PIECE = 1 << 20 };
     int32_t *ids = NULL;
     uint16_t *u16 = NULL;
@@ -156,9 +158,11 @@ static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, s
     if (c->llmc && count > INT32_MAX)
         return fprintf(stderr, "%s: %llu tokens: more than an llm.c shard holds (2^31 - 1): use --format u16 or split "
                        "the text\n", prog, (unsigned long long)count), 1;
-    if (c->llmc && (fseek(f, 0, SEEK_SET) != 0 || write_header(f, out, count) != 0)) return 1;
-    printf("%s: %zu bytes -> %llu tokens (%s) in %s\n", c->in, len, (unsigned long long)count, c->llmc ? "llmc" : "u16",
-           out);
+    if (c->llmc && fseek(f, 0, SEEK_SET) != 0) /* the header's count is written last: OUT must be a file */
+        return fprintf(stderr, "%s: writing %s: cannot go back to its header to write the token count: %s\n", prog, out,
+                       strerror(errno)), 1;
+    if (c->llmc && write_header(f, out, count) != 0) return 1;
+    *tokens = count;
     return 0;
 }
 
@@ -166,42 +170,99 @@ static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, s
 static int encode_file(const fsc_bpe *b, const config *c, const uint8_t *text, size_t len, int more, const char *out) {
     FILE *f = fopen(out, "wb");
     if (!f) return fprintf(stderr, "%s: cannot write %s: %s\n", prog, out, strerror(errno)), 1;
-    int rc = encode_into(b, c, text, len, more, out, f);
+    uint64_t count = 0;
+    int rc = encode_into(b, c, text, len, more, out, f, &count);
     if (fclose(f) != 0 && rc == 0) rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, out, strerror(errno)), 1);
+    if (rc == 0) /* said once the file is whole */
+        printf("%s: %zu bytes -> %llu tokens (%s) in %s\n", c->in, len, (unsigned long long)count,
+               c->llmc ? "llmc" : "u16", out);
     return rc;
 }
 
-static int decode_file(const fsc_bpe *b, const config *c, FILE *f) {
+/* Where the last character of ids[0 .. k) that some byte pieces spell would end past k (ids[k] continuing it):
+ * the id that begins it, where a chunk of ids is cut instead, so that no character is decoded in two halves;
+ * else k. A lead byte opens at most 3 continuation bytes; a longer run of them decodes alike when cut anywhere. */
+static size_t char_cut(const fsc_bpe *b, const int32_t *ids, size_t k) {
+    size_t tl;
+    const uint8_t *t = fsc_bpe_token(b, ids[k], &tl);
+    if (!t || tl != 1 || (t[0] & 0xc0) != 0x80) return k; /* ids[k] begins a character, or is no byte */
+    for (size_t j = k; j > 0 && k - j < 4; j--) {
+        t = fsc_bpe_token(b, ids[j - 1], &tl);
+        if (!t || tl != 1) return k;
+        if ((t[0] & 0xc0) == 0x80) continue;
+        const size_t need = t[0] >= 0xf0 ? 4 : t[0] >= 0xe0 ? 3 : t[0] >= 0xc0 ? 2 : 1;
+        return j - 1 + need > k && j - 1 > 0 ? j - 1 : k;
+    }
+    return k;
+}
+
+/* The token file c->in into the text file c->out, opened (emptied) only once the tokens could be opened */
+static int decode_file(const fsc_bpe *b, const config *c) {
     fsc_data *d = NULL;
     if (fsc_data_open(&d, c->in, c->llmc ? FSC_DATA_LLMC : FSC_DATA_U16, (int)fsc_bpe_vocab(b)) != FSC_OK)
         return fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1;
+    FILE *f = fopen(c->out, "wb");
+    if (!f) return fprintf(stderr, "%s: cannot write %s: %s\n", prog, c->out, strerror(errno)), fsc_data_free(d), 1;
     enum { CHUNK = 1 << 16, AHEAD = 4 };
     int32_t *ids = malloc((CHUNK + AHEAD) * sizeof *ids);
     char *text = malloc((size_t)CHUNK * 256);
     int rc = ids && text ? 0 : (fprintf(stderr, "%s: out of memory\n", prog), 1);
     uint64_t n = fsc_data_tokens(d), bytes = 0;
     for (uint64_t at = 0, k; rc == 0 && at < n; at += k) {
-        size_t got = n - at < CHUNK + AHEAD ? (size_t)(n - at) : CHUNK + AHEAD, len, tl;
-        const uint8_t *t;
+        size_t got = n - at < CHUNK + AHEAD ? (size_t)(n - at) : CHUNK + AHEAD, len;
         if (fsc_data_read(d, at, got, ids) != FSC_OK) {
             rc = (fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1);
             break;
         }
-        /* chunks cut between characters: not before a token that is a lone UTF-8 continuation byte (a
-         * sentencepiece byte piece in the middle of a character) */
+        /* chunks cut between characters, not in one that sentencepiece byte pieces spell */
         k = got < CHUNK ? got : CHUNK;
-        while (k < got && k > CHUNK - AHEAD && (t = fsc_bpe_token(b, ids[k], &tl)) && tl == 1 && (t[0] & 0xc0) == 0x80) k--;
+        if (k < got) k = char_cut(b, ids, k);
         fsc_status s = at ? fsc_bpe_decode_more(b, ids, (size_t)k, text, (size_t)CHUNK * 256, &len)
                           : fsc_bpe_decode(b, ids, (size_t)k, text, (size_t)CHUNK * 256, &len);
         if (s != FSC_OK) rc = (fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1);
         else rc = write_all(f, c->out, text, len), bytes += len;
     }
+    if (fclose(f) != 0 && rc == 0) rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, c->out, strerror(errno)), 1);
     if (rc == 0)
         printf("%s: %llu tokens -> %llu bytes of text in %s\n", c->in, (unsigned long long)n, (unsigned long long)bytes,
                c->out);
     free(ids), free(text);
     fsc_data_free(d);
     return rc;
+}
+
+/* path with its folder resolved (realpath) into buf; 0, or -1 when the folder does not resolve */
+static int resolved(const char *path, char *buf, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX], real[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    if (!realpath(dir, real)) return -1;
+    return snprintf(buf, cap, "%s/%s", real, slash ? slash + 1 : path) < (int)cap ? 0 : -1;
+}
+
+/* Whether paths a and b name one file: the same device and inode where both exist, else the same resolved name */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    const int ha = stat(a, &sa) == 0, hb = stat(b, &sb) == 0;
+    if (ha && hb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ha || hb) return 0;
+    char ra[PATH_MAX + 256], rb[PATH_MAX + 256];
+    if (resolved(a, ra, sizeof ra) != 0 || resolved(b, rb, sizeof rb) != 0) return strcmp(a, b) == 0;
+    return strcmp(ra, rb) == 0;
+}
+
+/* The files given twice: an output that is the input, or --val-out that is OUT; 0, or 1 with the message */
+static int check_paths(const config *c) {
+    const char *in = c->decode ? "TOKENS" : "TEXT";
+    if (same_file(c->in, c->out))
+        return fprintf(stderr, "%s: OUT %s is %s itself: writing it would erase what is read; give another OUT\n",
+                       prog, c->out, in), 1;
+    if (c->val_out && same_file(c->in, c->val_out))
+        return fprintf(stderr, "%s: --val-out %s is TEXT itself: give another file\n", prog, c->val_out), 1;
+    if (c->val_out && same_file(c->out, c->val_out))
+        return fprintf(stderr, "%s: --val-out %s is OUT too: the validation tokens would replace the training ones; "
+                       "give another file\n", prog, c->val_out), 1;
+    return 0;
 }
 
 /* TEXT mapped read-only (an empty file maps nothing) */
@@ -239,13 +300,10 @@ int main(int argc, char **argv) {
                fsc_bpe_free(b), 1;
     const uint8_t *text = NULL;
     size_t len = 0;
+    if (check_paths(&c) != 0) return fsc_bpe_free(b), 1;
     if (!c.decode && map_text(c.in, &text, &len) != 0) return fsc_bpe_free(b), 1;
     if (c.decode) {
-        FILE *f = fopen(c.out, "wb");
-        if (!f) rc = (fprintf(stderr, "%s: cannot write %s: %s\n", prog, c.out, strerror(errno)), 1);
-        else rc = decode_file(b, &c, f);
-        if (f && fclose(f) != 0 && rc == 0)
-            rc = (fprintf(stderr, "%s: writing %s: %s\n", prog, c.out, strerror(errno)), 1);
+        rc = decode_file(b, &c);
     } else {
         /* --val: the first place at or after 1 - F of the text where the ids do not change */
         size_t cut = c.val > 0 ? fsc_bpe_split_point(text, len, len - (size_t)((double)len * c.val)) : len;

@@ -160,6 +160,48 @@ static void test_refusals(void **state) {
     a = prog_fmt("--decode '%s' '%s/o.txt'", odd, tmpdir);
     prog_refused(tokenize, a, tmpdir, 1, "65535");
     free(a), free(odd);
+    /* an output that is an input, or --val-out that is OUT, is refused before anything is opened for writing */
+    char *x = prog_fmt("%s/same.txt", tmpdir), *keep = prog_fmt("%s/keep.txt", tmpdir);
+    f = fopen(x, "wb");
+    fputs("hello\nworld\n", f);
+    fclose(f);
+    f = fopen(keep, "wb");
+    fputs("keep", f);
+    fclose(f);
+    a = prog_fmt("'%s' '%s'", x, x);
+    prog_refused(tokenize, a, tmpdir, 1, "is TEXT itself");
+    free(a);
+    a = prog_fmt("'%s/../%s/same.txt' '%s'", tmpdir, strrchr(tmpdir, '/') + 1, x); /* another name, one file */
+    prog_refused(tokenize, a, tmpdir, 1, "is TEXT itself");
+    free(a);
+    a = prog_fmt("--val 0.5 --val-out '%s/vv.u16' '%s' '%s/vv.u16'", tmpdir, x, tmpdir);
+    prog_refused(tokenize, a, tmpdir, 1, "is OUT too");
+    free(a);
+    a = prog_fmt("--val 0.5 --val-out '%s' '%s' '%s/t.u16'", x, x, tmpdir);
+    prog_refused(tokenize, a, tmpdir, 1, "--val-out");
+    free(a);
+    a = prog_fmt("--decode '%s' '%s'", keep, keep);
+    prog_refused(tokenize, a, tmpdir, 1, "is TOKENS itself");
+    free(a);
+    a = prog_fmt("--decode '%s/missing.u16' '%s'", tmpdir, keep); /* OUT is not emptied when TOKENS is missing */
+    prog_refused(tokenize, a, tmpdir, 1, "missing.u16");
+    free(a);
+    size_t kl, xl;
+    uint8_t *kb = slurp_bytes(keep, &kl), *xb = slurp_bytes(x, &xl);
+    assert_int_equal(kl, 4);
+    assert_int_equal(xl, 12);
+    free(kb), free(xb), free(keep);
+    if (access("/dev/full", W_OK) == 0) { /* llm.c's header is written last: an output that fails says so */
+        a = prog_fmt("--format llmc '%s' /dev/full", x);
+        prog_refused(tokenize, a, tmpdir, 1, "writing /dev/full");
+        free(a);
+        a = prog_fmt("'%s' /dev/full", x);
+        char *o2 = NULL, *e2 = NULL;
+        assert_int_equal(prog_run(tokenize, a, tmpdir, &o2, &e2), 1);
+        assert_null(strstr(o2, "tokens (u16) in /dev/full")); /* no success line for a file not written */
+        free(a), free(o2), free(e2);
+    }
+    free(x);
     char *out = NULL;
     assert_int_equal(prog_run(tokenize, "--version", tmpdir, &out, NULL), 0);
     char *want = prog_fmt("tokenize %s\n", fsc_version_string());
@@ -292,6 +334,49 @@ static void test_tokenizer_spm(void **state) {
     fsc_bpe_free(b);
 }
 
+/* --decode of a sentencepiece model's ids in chunks of 65,536: a character its byte pieces spell (a 4-byte emoji
+ * and then two stray continuation bytes) decodes as the whole list decodes wherever a chunk's end falls in it */
+static void test_decode_cut_in_bytes(void **state) {
+    char model[PATH_MAX];
+    assert_non_null(realpath("tests/golden/spm_bpe.model", model));
+    fsc_bpe *b;
+    assert_ok(fsc_bpe_load_file(&b, model));
+    int32_t byte_id[256], a;
+    size_t n, tl;
+    for (int c = 0; c < 256; c++) byte_id[c] = -1;
+    for (int32_t id = 0; id < (int32_t)fsc_bpe_vocab(b); id++) { /* byte pieces: one byte of 0x80 or more */
+        const uint8_t *t = fsc_bpe_token(b, id, &tl);
+        if (t && tl == 1 && t[0] >= 0x80 && byte_id[t[0]] < 0) byte_id[t[0]] = id;
+    }
+    assert_ok(fsc_bpe_encode_more(b, "a", 1, &a, &n));
+    assert_int_equal(n, 1);
+    static const uint8_t run[] = { 0xf0, 0x9f, 0x98, 0x80, 0x80, 0x80 };
+    enum { N = 65536 + 16 };
+    int32_t *ids = malloc(N * sizeof *ids);
+    uint16_t *u16 = malloc(N * sizeof *u16);
+    char *want = malloc(4 * N), *path = prog_fmt("%s/cut.u16", tmpdir), *back = prog_fmt("%s/cut.txt", tmpdir);
+    assert_true(ids && u16 && want);
+    for (int at = 65536 - 6; at <= 65536; at++) { /* the run from at: the chunk's end before each of its bytes */
+        for (int i = 0; i < N; i++) ids[i] = a;
+        for (int i = 0; i < 6; i++) assert_true((ids[at + i] = byte_id[run[i]]) >= 0);
+        for (int i = 0; i < N; i++) u16[i] = (uint16_t)ids[i];
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(u16, 2, N, f), N);
+        assert_int_equal(fclose(f), 0);
+        size_t wl;
+        assert_ok(fsc_bpe_decode(b, ids, N, want, 4 * N, &wl));
+        char *args = prog_fmt("--decode --tokenizer '%s' '%s' '%s'", model, path, back);
+        assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+        size_t gl;
+        uint8_t *got = slurp_bytes(back, &gl);
+        if (gl != wl || memcmp(got, want, wl) != 0) fail_msg("the run at id %d: the text differs from the whole list's", at);
+        free(got), free(args);
+    }
+    free(ids), free(u16), free(want), free(path), free(back);
+    fsc_bpe_free(b);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_tokenize", "tokenize", tokenize, sizeof tokenize, tmpdir, sizeof tmpdir)) return 1;
@@ -306,6 +391,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_tokenizer_file),
         cmocka_unit_test(test_tokenizer_spm),
+        cmocka_unit_test(test_decode_cut_in_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

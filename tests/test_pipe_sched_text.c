@@ -143,6 +143,12 @@ static void test_format_buffer(void **state) {
                      FSC_ERR_INVALID);
     assert_int_equal(strlen(small), sizeof small - 1);
     assert_int_equal(fsc_pipe_schedule_format(FSC_PIPE_LOOP, 1, 1, lists, lens, NULL, 5, &len), FSC_ERR_INVALID);
+    char *none = malloc(1); /* a buffer of cap 0: refused, nothing written (ASan sees a write before it) */
+    assert_non_null(none);
+    none[0] = 'x';
+    assert_int_equal(fsc_pipe_schedule_format(FSC_PIPE_LOOP, 1, 1, lists, lens, none + 1, 0, &len), FSC_ERR_INVALID);
+    assert_int_equal(none[0], 'x');
+    free(none);
     assert_int_equal(fsc_pipe_schedule_format(FSC_PIPE_V, 1, 1, lists, lens, buf, sizeof buf, &len), FSC_ERR_INVALID);
     const fsc_pipe_action bad[1] = { { FSC_ACT_FORWARD, 0, 3 } };
     const fsc_pipe_action *bl[1] = { bad };

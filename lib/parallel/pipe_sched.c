@@ -463,14 +463,16 @@ static fsc_status ready(sim *s, int r, int i, const fsc_pipe_action *x, int *ok)
                      q->micro[q->head], hg / s->p);
 }
 
-/* Run x on rank r (ready): take what it receives off its stream, put what it sends on the next one. */
-static void run_one(sim *s, int r, const fsc_pipe_action *x) {
+/* Run x on rank r (ready): take what it receives off its stream, put what it sends on the next one. Returns the
+ * rank the message goes to (-1: none). */
+static int run_one(sim *s, int r, const fsc_pipe_action *x) {
     const int S = s->p * s->v, g = fsc_pipe_stage_at(s->pl, s->p, r, x->chunk), fwd = x->kind == FSC_ACT_FORWARD;
-    if (x->kind == FSC_ACT_WEIGHT) return; /* local */
+    if (x->kind == FSC_ACT_WEIGHT) return -1; /* local */
     int from;
     if ((fwd && g > 0) || (!fwd && g < S - 1)) in_stream(s, g, fwd, &from)->head++;
-    if (fwd && g < S - 1) push(s, g + 1, 1, x->micro);
-    if (!fwd && g > 0) push(s, g - 1, 0, x->micro);
+    if (fwd && g < S - 1) return push(s, g + 1, 1, x->micro), fsc_pipe_stage_rank(s->pl, s->p, g + 1);
+    if (!fwd && g > 0) return push(s, g - 1, 0, x->micro), fsc_pipe_stage_rank(s->pl, s->p, g - 1);
+    return -1;
 }
 
 /* The message of a deadlock: every waiting rank with its action and what it waits for. */
@@ -488,18 +490,24 @@ static fsc_status deadlock(const sim *s, const fsc_pipe_action *const *lists, co
     return fsc_error(FSC_ERR_INVALID, "%s", msg);
 }
 
-static fsc_status simulate(sim *s, const fsc_pipe_action *const *lists, const int *lens, int *pc) {
-    for (int moved = 1; moved;) {
-        moved = 0;
-        for (int r = 0; r < s->p; r++)
-            for (int ok = 1; ok && pc[r] < lens[r];) {
-                FSC_TRY(ready(s, r, pc[r], &lists[r][pc[r]], &ok));
-                if (!ok) break;
-                run_one(s, r, &lists[r][pc[r]++]);
-                moved = 1;
-            }
+/* Every rank runs its list as far as its messages allow; a rank whose message arrives is run again (a queue of
+ * ranks, each in it at most once: work = O(actions + ranks), where a sweep over all ranks until none moved took
+ * O(ranks) a message). work holds 2 p ints. */
+static fsc_status simulate(sim *s, const fsc_pipe_action *const *lists, const int *lens, int *pc, int *work) {
+    const int p = s->p;
+    int *queue = work, *queued = work + p, head = 0, n = p;
+    for (int r = 0; r < p; r++) queue[r] = r, queued[r] = 1;
+    while (n > 0) {
+        const int r = queue[head];
+        head = (head + 1) % p, n--, queued[r] = 0;
+        for (int ok = 1; ok && pc[r] < lens[r];) {
+            FSC_TRY(ready(s, r, pc[r], &lists[r][pc[r]], &ok));
+            if (!ok) break;
+            const int to = run_one(s, r, &lists[r][pc[r]++]);
+            if (to >= 0 && to != r && !queued[to]) queue[(head + n++) % p] = to, queued[to] = 1;
+        }
     }
-    for (int r = 0; r < s->p; r++)
+    for (int r = 0; r < p; r++)
         if (pc[r] < lens[r]) return deadlock(s, lists, lens, pc);
     return FSC_OK;
 }
@@ -524,7 +532,7 @@ fsc_status fsc_pipe_schedule_validate_placed(fsc_pipe_placement pl, int p, int v
                              3 * v * m);
     const size_t cap = (size_t)v * m; /* messages into one stream per step, at most */
     sim s = { pl, p, v, m, calloc((size_t)2 * LINES * p, sizeof(stream)) };
-    int *pc = calloc((size_t)p + 3 * (size_t)v, sizeof(int)), *buf = malloc((size_t)4 * LINES * p * cap * sizeof(int));
+    int *pc = calloc((size_t)3 * p + 3 * (size_t)v, sizeof(int)), *buf = malloc((size_t)4 * LINES * p * cap * sizeof(int));
     fsc_status st = s.in && pc && buf ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory");
     for (int r = 0; r < p && st == FSC_OK; r++)
         st = check_rank(r, v, m, lists[r], lens[r], lens[r] == 3 * v * m, pc + p);
@@ -532,7 +540,7 @@ fsc_status fsc_pipe_schedule_validate_placed(fsc_pipe_placement pl, int p, int v
         s.in[q].stage = buf + (size_t)2 * q * cap, s.in[q].micro = buf + (size_t)(2 * q + 1) * cap;
     if (st == FSC_OK) {
         memset(pc, 0, (size_t)p * sizeof *pc);
-        st = simulate(&s, lists, lens, pc);
+        st = simulate(&s, lists, lens, pc, pc + p + 3 * v);
     }
     free(s.in);
     free(pc);

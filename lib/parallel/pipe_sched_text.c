@@ -235,7 +235,7 @@ fsc_status fsc_pipe_schedule_format(fsc_pipe_placement pl, int p, int v, const f
     }
     *len = at;
     if (buf && at >= cap) {
-        buf[cap - 1] = '\0';
+        if (cap) buf[cap - 1] = '\0';
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule text: %zu bytes of text need a buffer of %zu, not %zu",
                          at, at + 1, cap);
     }

@@ -156,7 +156,8 @@ static int parse_prompt(const sample_config *c, int V, const fsc_bpe *bpe, int32
             int ok = end != s && !errno && v >= 0 && v < V && (*end == '\0' || (*end == ',' && end[1] != '\0'));
             if (!ok) {
                 free(t);
-                return snprintf(err, cap, "--prompt '%s': expected comma-separated token ids in [0, %d)", p, V), -1;
+                return snprintf(err, cap, "--prompt '%s': expected comma-separated token ids in [0, %d) (the model's "
+                                "vocabulary is not bytes: give --tokenizer FILE to write the prompt as text)", p, V), -1;
             }
             t[k++] = (int32_t)v;
             s = *end ? end + 1 : end;

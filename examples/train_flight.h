@@ -38,10 +38,8 @@ static const char *flight_dir(const char *flight, const char *ckpt_dir, const ch
  * (flight_dir's choice), named in the messages. 0, or -1 with err. */
 static int flight_start(const char *dir, const char *opt, char *err, size_t cap) {
     if (!dir) return 0;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return snprintf(err, cap, "%s %s: cannot create the directory%s: %s", opt, dir,
-                        strcmp(opt, "--flight-recorder") ? " (the flight recorder's, by default)" : "",
-                        strerror(errno)), -1;
+    if (make_dirs(dir) != 0)
+        return snprintf(err, cap, "%s %s: cannot create the directory: %s", opt, dir, strerror(errno)), -1;
     if (fsc_flight_watch_start(&flight_watch) != FSC_OK)
         return snprintf(err, cap, "--flight-recorder: %s", fsc_last_error()), -1;
     struct sigaction sa;

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <time.h>
 #include "io/flight_read.h"
+#include <sys/stat.h>
 #include "trainertest.h"
 
 static char trainer[PATH_MAX], tool[PATH_MAX];
@@ -108,7 +109,17 @@ static void test_clean_run_and_refusal(void **state) {
     /* the directory of the records by default names the option it came from (it named --flight-recorder) */
     args = prog_fmt(TINY " --steps 1 --save-every 1 --ckpt-dir /proc/fsc_no_dir");
     prog_refused(trainer, args, tmpdir, 2, "--ckpt-dir /proc/fsc_no_dir: cannot create the directory");
-    free(args), free(fr);
+    free(args);
+    /* folders that do not exist yet are made, with the folders above them (mkdir -p) */
+    char *ck = prog_fmt("%s/new/runs/a", tmpdir), *tr = prog_fmt("%s/new/traces/t", tmpdir);
+    args = prog_fmt(TINY " --steps 1 --save-every 1 --ckpt-dir '%s' --trace '%s'", ck, tr);
+    assert_int_equal(prog_run(trainer, args, tmpdir, &o, NULL), 0);
+    char *step = prog_fmt("%s/step-00000001", ck);
+    struct stat sb;
+    assert_int_equal(stat(step, &sb), 0);
+    assert_int_equal(stat(tr, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    free(o), free(args), free(step), free(ck), free(tr), free(fr);
 }
 
 int main(int argc, char **argv) {

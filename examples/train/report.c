@@ -132,12 +132,26 @@ fsc_status report_step(run_state *st, fsc_rank *r, fsc_engine *e, const run_meas
     return FSC_OK;
 }
 
+int make_dirs(const char *dir) {
+    char path[4096];
+    const size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path) return errno = n ? ENAMETOOLONG : ENOENT, -1;
+    memcpy(path, dir, n + 1);
+    for (char *p = path + 1; *p; p++) /* each folder above it, then it */
+        if (*p == '/' && p[-1] != '/') {
+            *p = '\0';
+            if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
  * --log (from the start, or appended to with --resume) with the config as its first line; --trace's directory
  * (every process makes it). (--ckpt-dir's train_config.json: write_run_config, once the run is accepted.) */
 int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
     *log = NULL;
-    if (c->trace && mkdir(c->trace, 0777) != 0 && errno != EEXIST)
+    if (c->trace && make_dirs(c->trace) != 0)
         return snprintf(err, cap, "--trace %s: cannot create the directory: %s", c->trace, strerror(errno)), -1;
     if (me != 0) return 0;
     if (c->save && check_weights_path("save", c->save, err, cap) != 0) return -1;

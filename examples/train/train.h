@@ -269,6 +269,8 @@ fsc_status write_run_config(fsc_rank *r, const run_state *st);
 fsc_status resume_run(fsc_rank *r, const train_config *c, fsc_engine *e, int *start);
 fsc_status save_checkpoint(fsc_rank *r, const train_config *c, fsc_engine *e, int step);
 fsc_status save_weights(fsc_rank *r, fsc_engine *e, const train_config *c, const char *path);
+/* mkdir -p: dir and the folders above it (0777 less the umask); 0, or -1 with errno. */
+int make_dirs(const char *dir);
 
 /* report.c */
 int results_alloc(run_state *st, int steps, int world);

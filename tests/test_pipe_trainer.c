@@ -353,6 +353,9 @@ static void test_trainer_pipeline_errors(void **st) {
         { "--layers 4 --parallel pipe --pp 2 --schedule zb-h1 --virtual-stages 2",
           "--virtual-stages 2 applies to --schedule interleaved" },
         { "--parallel ddp --world 2 --unit 2", "--unit applies to --reduce exact only" },
+        { "--parallel ddp --world 2 --reduce exact --unit 3", "--unit 3 does not divide the 4 sequences per rank" },
+        { "--parallel pipe --pp 2 --chunks 2 --reduce exact --unit 1",
+          "the unit is its micro-batch, so --unit is 4 (the 8 sequences per rank / --chunks 2) or 0, not 1" },
         { "--parallel ddp --world 2 --sim-clock virtual --threads 2", "--sim-clock virtual counts the CPU time" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

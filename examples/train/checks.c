@@ -121,6 +121,14 @@ static int check_pipeline(const train_config *c, const int *given, char *err, si
  * and the virtual clock's one thread on the cpu device. */
 static int check_engine_options(const train_config *c, char *err, size_t cap) {
     if (c->unit && c->reduce != 2) return snprintf(err, cap, "--unit applies to --reduce exact only"), -1;
+    const int local = c->batch / c->dp; /* the batch splits over the data-parallel ranks: checked before */
+    if (c->unit && local % c->unit != 0)
+        return snprintf(err, cap, "--unit %d does not divide the %d sequences per rank (--batch %d / %d data-parallel "
+                        "ranks)", c->unit, local, c->batch, c->dp), -1;
+    if (c->unit && c->pp > 1 && local / c->unit != c->accum)
+        return snprintf(err, cap, "--reduce exact with a pipeline: the unit is its micro-batch, so --unit is %d (the %d "
+                        "sequences per rank / %s %d) or 0, not %d", local / c->accum, local, c->chunks ? "--chunks" :
+                        "--accum", c->accum, c->unit), -1;
     const fsc_parallel_kind k = strategy(c);
     if (c->offload != FSC_OFFLOAD_NONE) {
         const int all = c->offload == FSC_OFFLOAD_ALL;

@@ -13,6 +13,8 @@
 #define TRAIN_LOG_H
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <cjson/cJSON.h>
 #include "fsc/fsc.h"
 
@@ -69,8 +71,44 @@ static inline void add_exact(cJSON *o, const char *k, double x) {
     cJSON_AddItemToObject(o, k, isfinite(x) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
 }
 
+/* The length of the valid UTF-8 character at p (1 .. 4; len > 0 bytes there), or 0 when none begins there. */
+static inline size_t utf8_len(const unsigned char *p, size_t len) {
+    const unsigned c = p[0];
+    const size_t n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (n == 0 || n > len) return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) || (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] > 0x8f))
+        return 0; /* overlong, a surrogate, past U+10FFFF */
+    return n;
+}
+
+/* Every string in o made valid UTF-8, as JSON needs (a file name may hold any bytes): each byte that begins no
+ * valid character becomes U+FFFD. */
+static inline void json_valid_utf8(cJSON *o) {
+    for (cJSON *x = o ? o->child : NULL; x; x = x->next) {
+        json_valid_utf8(x);
+        if (!cJSON_IsString(x) || !x->valuestring) continue;
+        const unsigned char *v = (const unsigned char *)x->valuestring;
+        size_t len = strlen(x->valuestring), at = 0, n;
+        while (at < len && (n = utf8_len(v + at, len - at)) > 0) at += n;
+        if (at == len) continue;
+        char *t = malloc(3 * len + 1), *w = t;
+        if (!t) continue;
+        for (at = 0; at < len; at += n ? n : 1) {
+            n = utf8_len(v + at, len - at);
+            if (n) memcpy(w, v + at, n), w += n;
+            else memcpy(w, "\xef\xbf\xbd", 3), w += 3;
+        }
+        *w = '\0';
+        cJSON_SetValuestring(x, t); /* keeps the old text when out of memory */
+        free(t);
+    }
+}
+
 /* Write o as one line and flush it; 0, or -1 when the write failed. Takes o. */
 static inline int log_line(FILE *f, cJSON *o) {
+    json_valid_utf8(o);
     char *text = o ? cJSON_PrintUnformatted(o) : NULL;
     int bad = !text || fputs(text, f) < 0 || fputc('\n', f) == EOF || fflush(f) != 0;
     free(text);

@@ -159,6 +159,8 @@ static void test_refusals(void **state) {
     assert_int_equal(mkfifo(path_of("fifo"), 0600), 0);
     char two[600];
     snprintf(two, sizeof two, "%s,%s", path_of("long.bin"), path_of("plain.bin"));
+    char plain_long[600]; /* auto: bytes, from the first file */
+    snprintf(plain_long, sizeof plain_long, "%s,%s", path_of("plain.bin"), path_of("long.bin"));
     char empty_item[600];
     snprintf(empty_item, sizeof empty_item, "%s,,%s", path_of("long.bin"), path_of("long.bin"));
     struct { const char *spec; fsc_data_format fmt; int vocab; fsc_status st; const char *needle; } cases[] = {
@@ -172,7 +174,8 @@ static void test_refusals(void **state) {
         {path_of("hdr.bin"), FSC_DATA_LLMC, 100, FSC_ERR_FORMAT, "500 bytes, shorter than llm.c's 1024-byte header"},
         {path_of("plain.bin"), FSC_DATA_LLMC, 100, FSC_ERR_FORMAT, "plain.bin is not an llm.c token shard"},
         {path_of("long.bin"), FSC_DATA_BYTES, 256, FSC_ERR_FORMAT, "long.bin begins with llm.c's magic 20240520: it is an llm.c token shard, not bytes"},
-        {path_of("long.bin"), FSC_DATA_U16, 100, FSC_ERR_FORMAT, "not headerless uint16 tokens (give the format llmc, or auto)"},
+        {path_of("long.bin"), FSC_DATA_U16, 100, FSC_ERR_FORMAT, "not headerless uint16 tokens (read it with the format llmc)"},
+        {plain_long, FSC_DATA_AUTO, 256, FSC_ERR_FORMAT, "plain.bin: the files of one stream share one format"},
         {two, FSC_DATA_AUTO, 100, FSC_ERR_FORMAT, "plain.bin is not an llm.c token shard"}, /* a list is one format */
         {path_of("plain.bin"), FSC_DATA_AUTO, 50257, FSC_ERR_INVALID, "give the format u16 for headerless uint16 tokens"},
         {path_of("missing.bin"), FSC_DATA_AUTO, 256, FSC_ERR_IO, "missing.bin: cannot open"},
@@ -255,6 +258,27 @@ static void test_shards(void **state) {
             for (size_t i = 0; i < m; i++) assert_int_equal(out[i], all[pos + i]);
         }
     fsc_data_free(d);
+    /* an empty file adds nothing and tells no format (auto detects the first file with bytes), in any place */
+    write_file("empty.bin", "", 0);
+    char spec0[900];
+    snprintf(spec0, sizeof spec0, "%s,%s,%s", path_of("empty.bin"), path_of("shard_0.bin"), path_of("empty.bin"));
+    for (int f = 0; f < 2; f++) {
+        assert_ok(fsc_data_open(&d, spec0, f ? FSC_DATA_LLMC : FSC_DATA_AUTO, 1000));
+        assert_int_equal(fsc_data_format_of(d), FSC_DATA_LLMC);
+        assert_stream(d, all, 5);
+        fsc_data_free(d);
+    }
+    /* a file whose name holds a comma or a glob's bracket is itself */
+    const char *odd[2] = { "a,b.bin", "x[1].bin" };
+    for (int f = 0; f < 2; f++) {
+        size_t len;
+        uint8_t *b = llmc_image(all, 5, 1, 5, &len);
+        write_file(odd[f], b, len);
+        free(b);
+        assert_ok(fsc_data_open(&d, path_of(odd[f]), FSC_DATA_AUTO, 1000));
+        assert_stream(d, all, 5);
+        fsc_data_free(d);
+    }
     /* a list keeps its order: shard 3 then shard 0 */
     char spec[600];
     snprintf(spec, sizeof spec, "%s,%s", path_of("shard_3.bin"), path_of("shard_0.bin"));

@@ -401,6 +401,28 @@ static void test_log_host_peak(void **state) {
     free(out), free(args), free(log);
 }
 
+/* A file name that is not UTF-8 (a name may hold any bytes): --log's and --json's JSON stays valid UTF-8, the
+ * byte written as U+FFFD. Oracle: the output's bytes (cJSON reads invalid UTF-8 too, so it cannot tell). */
+static void test_log_not_utf8_name(void **state) {
+    (void)state;
+    char *data = prog_fmt("%s/na\xffme.txt", tmpdir), *log = prog_fmt("%s/u8.jsonl", tmpdir);
+    FILE *f = fopen(data, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 200; i++) fputs("some text to train on. ", f);
+    assert_int_equal(fclose(f), 0);
+    char *args = prog_fmt(TINY " --steps 1 --data '%s' --log '%s' --json", data, log), *out = NULL;
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    char *text = prog_slurp(log);
+    const char *json = strrchr(out, '{') ? strstr(out, "{\"losses\"") : NULL;
+    assert_non_null(json);
+    assert_null(strchr(text, '\xff'));
+    assert_null(strchr(json, '\xff'));
+    assert_non_null(strstr(text, "na\xef\xbf\xbdme.txt"));
+    assert_non_null(strstr(json, "na\xef\xbf\xbdme.txt"));
+    free(text), free(out), free(args), free(log), free(data);
+}
+
 /* --resume appends to the log; --check-ddp's DDP run is not logged. */
 static void test_log_resume_and_check_ddp(void **state) {
     (void)state;
@@ -588,6 +610,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version_and_misspelt),
         cmocka_unit_test(test_config_file),
+        cmocka_unit_test(test_log_not_utf8_name),
         cmocka_unit_test(test_config_json_reproduces),
         cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_config_json_long_data),

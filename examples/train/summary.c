@@ -204,6 +204,7 @@ void print_json(const run_state *st, const ddp_check *chk) {
         cJSON_AddNumberToObject(k, "ddp_comm_bytes_per_step", comm_per_step(chk->ddp));
     }
     cJSON_AddItemToObject(root, "config", config_object(c));
+    json_valid_utf8(root); /* a file name may hold bytes that are not UTF-8 */
     char *text = cJSON_PrintUnformatted(root);
     if (text) printf("%s\n", text);
     free(text);

@@ -28,6 +28,8 @@ typedef struct {
 
 struct fsc_data {
     fsc_data_format fmt;
+    int detected;        /* the format was auto's, detected from file `from` */
+    int from;
     int vocab;
     int n, cap;
     data_file *f;        /* (n) in stream order */
@@ -72,13 +74,14 @@ static fsc_status detect(const char *name, const uint8_t *buf, uint64_t len, int
 
 /* Check one file against the stream's format and fill in where its tokens lie: buf holds its first
  * min(len, FSC_DATA_LLMC_HEADER) bytes (or all of a memory image), len is its size. */
-static fsc_status parse_file(data_file *f, const uint8_t *buf, uint64_t len, fsc_data_format fmt) {
+static fsc_status parse_file(data_file *f, const uint8_t *buf, uint64_t len, fsc_data_format fmt, const char *from) {
     const char *name = f->path;
     f->tok_off = 0;
     if (fmt != FSC_DATA_LLMC && has_magic(buf, len))
-        return fsc_error(FSC_ERR_FORMAT, "%s begins with llm.c's magic %d: it is an llm.c token shard, not %s "
-                         "(give the format llmc, or auto)", name, FSC_DATA_LLMC_MAGIC,
-                         fmt == FSC_DATA_BYTES ? "bytes" : "headerless uint16 tokens");
+        return fsc_error(FSC_ERR_FORMAT, "%s begins with llm.c's magic %d: it is an llm.c token shard, not %s (%s%s%s)",
+                         name, FSC_DATA_LLMC_MAGIC, fmt == FSC_DATA_BYTES ? "bytes" : "headerless uint16 tokens",
+                         from ? "the stream's format, detected from its first file " : "read it with the format llmc",
+                         from ? from : "", from ? ": the files of one stream share one format" : "");
     if (fmt == FSC_DATA_BYTES) {
         f->ntok = len;
         return FSC_OK;
@@ -210,16 +213,21 @@ static fsc_status new_data(fsc_data **out, fsc_data_format format, int vocab) {
 
 /* Parse file i (its first bytes buf, its size len) into the stream: detect the format from the first file. */
 static fsc_status take(fsc_data *d, int i, const uint8_t *buf, uint64_t len) {
-    if (d->fmt == FSC_DATA_AUTO) FSC_TRY(detect(d->f[i].path, buf, len, d->vocab, &d->fmt));
-    FSC_TRY(parse_file(&d->f[i], buf, len, d->fmt));
     d->f[i].first = d->ntok;
+    if (len == 0) return FSC_OK; /* an empty file adds nothing in any format, and tells none */
+    if (d->fmt == FSC_DATA_AUTO) {
+        FSC_TRY(detect(d->f[i].path, buf, len, d->vocab, &d->fmt));
+        d->detected = 1, d->from = i;
+    }
+    FSC_TRY(parse_file(&d->f[i], buf, len, d->fmt, d->detected && d->from != i ? d->f[d->from].path : NULL));
     d->ntok += d->f[i].ntok;
     return FSC_OK;
 }
 
 /* Add the paths of one item of a spec: a path, or a glob matching at least one file. */
 static fsc_status add_item(fsc_data *d, const char *item) {
-    if (!strpbrk(item, "*?[")) return add_file(d, item);
+    struct stat sb;
+    if (!strpbrk(item, "*?[") || stat(item, &sb) == 0) return add_file(d, item); /* a file named x[1].bin is itself */
     glob_t g;
     int rc = glob(item, GLOB_ERR, NULL, &g);
     if (rc == GLOB_NOMATCH) return fsc_error(FSC_ERR_INVALID, "%s matches no file", item);
@@ -241,9 +249,12 @@ fsc_status fsc_data_open(fsc_data **out, const char *spec, fsc_data_format forma
     fsc_status s = list ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "data: out of memory");
     int items = 1, item = 1;
     for (const char *c = spec; *c; c++) items += *c == ',';
+    struct stat sb;
     if (s == FSC_OK && strspn(spec, ",") == strlen(spec))
         s = fsc_error(FSC_ERR_INVALID, "\"%s\": the list of files is empty", spec);
-    for (char *p = list, *next; s == FSC_OK && p; p = next, item++) {
+    else if (s == FSC_OK && strchr(spec, ',') && stat(spec, &sb) == 0) /* a file named a,b.bin is itself */
+        s = add_file(d, spec), list[0] = '\0';
+    for (char *p = list, *next; s == FSC_OK && p && *list; p = next, item++) {
         next = strchr(p, ',');
         if (next) *next++ = '\0';
         s = *p ? add_item(d, p) : fsc_error(FSC_ERR_INVALID, "\"%s\": entry %d of %d is an empty path in the list of "

@@ -224,14 +224,31 @@ static fsc_status take(fsc_data *d, int i, const uint8_t *buf, uint64_t len) {
     return FSC_OK;
 }
 
+/* glob(3)'s folder that could not be read, for the message (glob's callback has no argument of its own: a thread's
+ * own copy) */
+static _Thread_local char *glob_failed;
+static _Thread_local int glob_errno;
+static int glob_error(const char *path, int err) {
+    if (!glob_failed) glob_failed = strdup(path), glob_errno = err;
+    return 1; /* stop: GLOB_ERR */
+}
+
 /* Add the paths of one item of a spec: a path, or a glob matching at least one file. */
 static fsc_status add_item(fsc_data *d, const char *item) {
     struct stat sb;
     if (!strpbrk(item, "*?[") || stat(item, &sb) == 0) return add_file(d, item); /* a file named x[1].bin is itself */
     glob_t g;
-    int rc = glob(item, GLOB_ERR, NULL, &g);
-    if (rc == GLOB_NOMATCH) return fsc_error(FSC_ERR_INVALID, "%s matches no file", item);
-    if (rc != 0) return fsc_error(FSC_ERR_IO, "%s: cannot read the folders of this pattern", item);
+    glob_failed = NULL, glob_errno = 0;
+    int rc = glob(item, GLOB_ERR, glob_error, &g);
+    if (rc == GLOB_NOMATCH) return free(glob_failed), glob_failed = NULL, fsc_error(FSC_ERR_INVALID, "%s matches no file", item);
+    if (rc != 0) {
+        fsc_status s = fsc_error(FSC_ERR_IO, "%s: cannot read the folder%s%s of this pattern%s%s", item,
+                                 glob_failed ? " " : "s", glob_failed ? glob_failed : "", glob_errno ? ": " : "",
+                                 glob_errno ? strerror(glob_errno) : "");
+        free(glob_failed), glob_failed = NULL;
+        if (rc != GLOB_NOSPACE) globfree(&g);
+        return s;
+    }
     fsc_status s = FSC_OK;
     for (size_t k = 0; k < g.gl_pathc && s == FSC_OK; k++) s = add_file(d, g.gl_pathv[k]);
     globfree(&g);

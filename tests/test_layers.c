@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
+#include <limits.h>
+#include <math.h>
 
 static fsc_device *g_dev;
 
@@ -462,6 +464,40 @@ static void test_bad_declarations(void **st) {
     assert_err(fsc_layer_add_param(a, "w", 2, (const int64_t[]){ ((int64_t)1 << 62) + 1, 4 }, fsc_init_const(0)),
                FSC_ERR_INVALID, "more than 2^60 elements");
     fsc_layer_free(a);
+    /* a record whose bytes would wrap (2^30 floats a sample, 2^25 samples): refused before anything is laid out */
+    assert_ok(fsc_layer_linear(&(fsc_linear_opts){ .rows = 1 << 30, .in = 1, .out = 1 }, &a));
+    assert_ok(fsc_layer_mse(1 << 30, &b));
+    fsc_seq_layer lw[2] = { { a, NULL, { { 0 } } }, { b, NULL, { { 0 } } } };
+    assert_ok(fsc_seq_model_create(g_dev, lw, 2, &m));
+    fsc_model_acts *wa = NULL;
+    assert_err(m->ops->acts_create(m->ctx, &(fsc_model_acts_opts){ .B = 1 << 25, .first = 0, .last = 1 }, &wa),
+               FSC_ERR_INVALID, "passes 2^56 bytes");
+    assert_null(wa);
+    fsc_model_free(m), m = NULL;
+    /* defaults of widths that do not fit an int saturate (4 C overflowed), and such layers are refused */
+    assert_int_equal(fsc_mlp_opts_default(1 << 30).F, INT_MAX);
+    assert_int_equal(fsc_block_opts_default(FSC_BLOCK_GPT2, 2, 1 << 30, 1).F, INT_MAX);
+    assert_int_equal(fsc_block_opts_default(FSC_BLOCK_LLAMA, 2, 1 << 30, 2).F, INT_MAX);
+    assert_ok(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_GPT2, .T = 2, .C = 1 << 29, .heads = 1 }, &a));
+    fsc_layer_free(a); /* its F was 4 C in an int (UBSan stopped there); the model refuses or cannot hold it */
+    assert_err(fsc_layer_moe_mlp(&(fsc_moe_mlp_opts){ .rows = 2, .C = 8, .experts = 4097, .top_k = 1 }, &a),
+               FSC_ERR_INVALID, "at most 65536, 262144 and 4096");
+    assert_err(fsc_layer_moe_mlp(&(fsc_moe_mlp_opts){ .rows = 2, .C = 1 << 30, .experts = 2, .top_k = 1 }, &a),
+               FSC_ERR_INVALID, "at most 65536, 262144 and 4096");
+    /* non-finite rope_theta and eps (NaN passed the old >= 0 and > 0 tests' negations, inf passed them) */
+    const float bad_f[2] = { NAN, INFINITY };
+    for (int i = 0; i < 2; i++) {
+        assert_err(fsc_layer_attention(&(fsc_attention_opts){ .T = 2, .C = 8, .heads = 2, .rope_theta = bad_f[i] }, &a),
+                   FSC_ERR_INVALID, "a finite rope_theta >= 0");
+        assert_err(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_LLAMA, .T = 2, .C = 8, .heads = 2, .F = 4,
+                                                      .eps = 1e-5f, .rope_theta = bad_f[i] }, &a),
+                   FSC_ERR_INVALID, "a finite rope_theta");
+        assert_err(fsc_layer_block(&(fsc_block_opts){ .kind = FSC_BLOCK_LLAMA, .T = 2, .C = 8, .heads = 2, .F = 4,
+                                                      .eps = bad_f[i] }, &a), FSC_ERR_INVALID, "a finite eps");
+        assert_err(fsc_layer_rmsnorm(2, 8, bad_f[i], &a), FSC_ERR_INVALID, "eps must be > 0 and finite");
+        assert_err(fsc_layer_lm_head_opts(&(fsc_lm_head_opts){ .T = 2, .C = 8, .V = 4, .norm = FSC_HEAD_NORM_RMSNORM,
+                                                               .eps = bad_f[i] }, &a), FSC_ERR_INVALID, "finite");
+    }
     /* no loss layer at the end */
     assert_ok(fsc_layer_linear(&(fsc_linear_opts){ .in = 4, .out = 4 }, &a));
     assert_ok(fsc_layer_gelu(4, &b));

@@ -160,7 +160,7 @@ static const fsc_layer_ops rms_ops = { .rec_bytes = rms_rec, .forward = rms_fwd,
 
 fsc_status fsc_layer_rmsnorm(int rows, int C, float eps, fsc_layer **out) {
     FSC_CHECK_ARG(out);
-    if (!(eps > 0.0f)) return fsc_error(FSC_ERR_INVALID, "rmsnorm layer: eps must be > 0");
+    if (!(eps > 0.0f) || !isfinite(eps)) return fsc_error(FSC_ERR_INVALID, "rmsnorm layer: eps must be > 0 and finite");
     FSC_TRY(norm_new(rows, C, "rmsnorm", &rms_ops, out));
     ((norm_layer *)*out)->eps = eps;
     return FSC_OK;

@@ -356,17 +356,18 @@ static fsc_status check_opts(const fsc_block_opts *o) {
         if (o->eps != 0.0f && o->eps != 1e-5f)
             return fsc_error(FSC_ERR_INVALID, "block layer: the GPT-2 block's LayerNorm has eps 1e-5, not %g",
                              (double)o->eps);
-        if (!o->separate_qkv && o->F && o->F != 4 * o->C)
+        if (!o->separate_qkv && o->F && o->F != layers_4c(o->C))
             return fsc_error(FSC_ERR_INVALID, "block layer: the packed GPT-2 block has F = 4 C = %d, not %d (set "
-                             "separate_qkv for another width)", 4 * o->C, o->F);
+                             "separate_qkv for another width)", layers_4c(o->C), o->F);
         return FSC_OK;
     }
     if (o->separate_qkv)
         return fsc_error(FSC_ERR_INVALID, "block layer: separate_qkv applies to the GPT-2 block (the Llama's "
                          "projections are always separate)");
-    if (!(o->eps > 0.0f) || o->rope_theta < 0.0f || o->F < 1)
-        return fsc_error(FSC_ERR_INVALID, "block layer: the Llama block needs eps > 0, rope_theta >= 0 and the MLP "
-                         "width F >= 1 (llama.h's fsc_llama_default_ffn gives the Llama rule)");
+    if (!(o->eps > 0.0f) || !isfinite(o->eps) || !(o->rope_theta >= 0.0f) || !isfinite(o->rope_theta) || o->F < 1)
+        return fsc_error(FSC_ERR_INVALID, "block layer: the Llama block needs a finite eps > 0, a finite rope_theta >= "
+                         "0 and the MLP width F >= 1 (llama.h's fsc_llama_default_ffn gives the Llama rule; got eps %g, "
+                         "rope_theta %g, F %d)", (double)o->eps, (double)o->rope_theta, o->F);
     if (o->rope_theta > 0.0f && (o->C / o->heads) % 2)
         return fsc_error(FSC_ERR_INVALID, "block layer: rotary embeddings need an even head size, got %d",
                          o->C / o->heads);
@@ -376,7 +377,7 @@ static fsc_status check_opts(const fsc_block_opts *o) {
 fsc_block_opts fsc_block_opts_default(fsc_block_kind kind, int T, int C, int heads) {
     const int llama = kind == FSC_BLOCK_LLAMA;
     return (fsc_block_opts){ .kind = kind, .T = T, .C = C, .heads = heads, .kv_heads = heads,
-                             .F = llama ? layers_llama_ffn(C) : 4 * C, .rope_theta = llama ? 10000.0f : 0.0f,
+                             .F = llama ? layers_llama_ffn(C) : layers_4c(C), .rope_theta = llama ? 10000.0f : 0.0f,
                              .eps = 1e-5f, .separate_qkv = 0 };
 }
 
@@ -407,7 +408,7 @@ fsc_status fsc_layer_block(const fsc_block_opts *o, fsc_layer **out) {
     block_layer *y = (block_layer *)*out;
     y->o = *o;
     y->o.kv_heads = o->kv_heads ? o->kv_heads : o->heads;
-    y->o.F = o->F ? o->F : 4 * o->C; /* the Llama's is given */
+    y->o.F = o->F ? o->F : layers_4c(o->C); /* the Llama's is given */
     y->o.eps = llama ? o->eps : 1e-5f;
     y->packed = !llama && !o->separate_qkv;
     y->rms = y->swiglu = llama;

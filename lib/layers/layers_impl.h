@@ -2,6 +2,8 @@
  * rows of a call. */
 #ifndef FSC_LAYERS_IMPL_H
 #define FSC_LAYERS_IMPL_H
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +40,11 @@ fsc_status layers_embedding(int T, int C, int V, int Vp, int positions, fsc_laye
 
 static inline int layers_llama_ffn(int dim) {
     long long h = 8LL * dim / 3; /* int(2 * 4 * dim / 3) */
-    return (int)((h + 255) / 256 * 256);
+    h = (h + 255) / 256 * 256;
+    return h > INT_MAX ? INT_MAX : h < INT_MIN ? INT_MIN : (int)h; /* saturated: the layer refuses such a width */
 }
+/* 4 C, GPT-2's MLP width, saturated to an int (no overflow for any C: the layer refuses such a width) */
+static inline int layers_4c(int C) { return C > INT_MAX / 4 ? INT_MAX : C < INT_MIN / 4 ? INT_MIN : 4 * C; }
 
 /* The split of fsc_self_attn_backward_parts (transformer.c; the attention layers' and the blocks', unsplit and
  * tensor-parallel (tp_transformer.c, on a rank's heads)). The input part keeps dq, dk and dv (after the rotary

@@ -16,8 +16,11 @@ fsc_status moe_part_init(moe_part *mp, const char *what, int rows, int C, int F,
         return fsc_error(FSC_ERR_INVALID, "%s: need rows, C >= 1, F >= 0 (0: 4 C), experts >= 1, top-k 1 or 2 (0: 1) "
                          "and at most the experts, capacity and aux finite and >= 0 (got rows %d, C %d, F %d, %d "
                          "experts, top-%d, capacity %g, aux %g)", what, rows, C, F, E, kk, (double)cf, (double)aux);
+    const int H = F ? F : layers_4c(C);
+    if (C > (1 << 16) || H > (1 << 18) || E > 4096) /* moe.c's limits, said when the layer is made */
+        return fsc_error(FSC_ERR_INVALID, "%s: C %d, F %d and %d experts: at most 65536, 262144 and 4096", what, C, H, E);
     memset(mp, 0, sizeof *mp);
-    mp->mc = (fsc_moe_config){ .dim = C, .hidden = F ? F : 4 * C, .experts = E, .top_k = kk, .capacity_factor = cf,
+    mp->mc = (fsc_moe_config){ .dim = C, .hidden = H, .experts = E, .top_k = kk, .capacity_factor = cf,
                                .expert = FSC_MOE_EXPERT_MLP, .name = "mlp" };
     mp->aux = aux;
     mp->rows = rows;

@@ -251,6 +251,19 @@ static fsc_status acts_make(seq_model *s, const fsc_model_acts_opts *o, void **r
     if (o->B < 1 || o->first < 0 || o->last >= s->n || o->first > o->last)
         return fsc_error(FSC_ERR_INVALID, "sequential model: record for layers %d..%d of %d and %d samples", o->first,
                          o->last, s->n, o->B);
+    const size_t most = (size_t)1 << 56, B = (size_t)o->B; /* no record's buffer is that large: the sizes below cannot wrap */
+    if (s->max_stream > most / 4 / B)
+        return fsc_error(FSC_ERR_INVALID, "sequential model: a record of %d samples: a layer's output of %zu floats a "
+                         "sample passes 2^56 bytes", o->B, s->max_stream);
+    for (int l = o->first; l <= o->last; l++) {
+        const fsc_layer *y = s->layers[l];
+        if (l == 0 && y->in_bytes > most / B)
+            return fsc_error(FSC_ERR_INVALID, "sequential model: a record of %d samples: layer 0's input of %zu bytes a "
+                             "sample passes 2^56 bytes", o->B, y->in_bytes);
+        if (y->out_floats > most / 4 / B)
+            return fsc_error(FSC_ERR_INVALID, "sequential model: a record of %d samples: layer %d's output of %zu "
+                             "floats a sample passes 2^56 bytes", o->B, l, y->out_floats);
+    }
     FSC_TRY(tied_reserve(s, o->first, o->last));
     seq_acts *a = calloc(1, sizeof *a);
     const int nl = o->last - o->first + 1, offload = o->checkpoint && o->offload_inputs;

@@ -198,7 +198,7 @@ static const fsc_layer_ops gm_ops = { .split = 1, .split_bytes = gm_split_bytes,
                                       .backward = gm_bwd, .config = mlp_config };
 
 fsc_mlp_opts fsc_mlp_opts_default(int C) {
-    return (fsc_mlp_opts){ .rows = 1, .C = C, .F = 4 * C, .residual = 0 };
+    return (fsc_mlp_opts){ .rows = 1, .C = C, .F = layers_4c(C), .residual = 0 };
 }
 
 static fsc_status mlp_new(const fsc_mlp_opts *o, const char *kind, const fsc_layer_ops *ops, fsc_layer **out) {
@@ -424,9 +424,9 @@ fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
     FSC_CHECK_ARG(o);
     FSC_CHECK_ARG(out);
     if (!o || o->T < 1 || o->C < 1 || o->heads < 1 || o->C % o->heads != 0 || o->kv_heads < 0 ||
-        (o->kv_heads > 0 && o->heads % o->kv_heads != 0) || o->rope_theta < 0)
+        (o->kv_heads > 0 && o->heads % o->kv_heads != 0) || !(o->rope_theta >= 0) || !isfinite(o->rope_theta))
         return fsc_error(FSC_ERR_INVALID, "attention layer: need T, C >= 1, heads dividing C, kv_heads dividing "
-                         "heads (0: heads) and rope_theta >= 0");
+                         "heads (0: heads) and a finite rope_theta >= 0");
     const int HS = o->C / o->heads, KVH = o->kv_heads ? o->kv_heads : o->heads;
     if (o->rope_theta > 0 && HS % 2)
         return fsc_error(FSC_ERR_INVALID, "attention layer: rotary embeddings need an even head size, got %d", HS);
@@ -585,8 +585,8 @@ fsc_status fsc_layer_lm_head_opts(const fsc_lm_head_opts *o, fsc_layer **out) {
     if (!o || o->T < 1 || o->C < 1 || o->V < 1) return fsc_error(FSC_ERR_INVALID, "lm head layer: need T, C, V >= 1");
     if (o->norm < FSC_HEAD_NORM_NONE || o->norm > FSC_HEAD_NORM_RMSNORM)
         return fsc_error(FSC_ERR_INVALID, "lm head layer: unknown final norm %d", (int)o->norm);
-    if (o->norm == FSC_HEAD_NORM_RMSNORM && !(o->eps > 0.0f))
-        return fsc_error(FSC_ERR_INVALID, "lm head layer: the RMSNorm's eps must be > 0");
+    if (o->norm == FSC_HEAD_NORM_RMSNORM && (!(o->eps > 0.0f) || !isfinite(o->eps)))
+        return fsc_error(FSC_ERR_INVALID, "lm head layer: the RMSNorm's eps must be > 0 and finite");
     const int Vp = o->Vp ? o->Vp : o->V;
     if (Vp < o->V) return fsc_error(FSC_ERR_INVALID, "lm head layer: Vp %d is below V %d", Vp, o->V);
     if (o->tp || o->sp) return fsc_tp_layer_lm_head(o, out); /* tp_basic.c */

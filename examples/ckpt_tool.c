@@ -127,17 +127,6 @@ static int cmd_list(const char *dir) {
     return 0;
 }
 
-/* The parameters against the recorded configuration, for the built-in models that can tell (the GPT's;
- * FSC_OK for a configuration that is not its own). */
-static fsc_status verify_model(const char *path, const fsc_ckpt_meta *m) {
-    fsc_param_info *p = NULL;
-    int n = 0;
-    fsc_status s = fsc_ckpt_meta_params(m, &p, &n);
-    if (s == FSC_OK) s = fsc_gpt_check_tensors(m->model_config ? m->model_config : "{}", p, n);
-    free(p);
-    return s == FSC_OK ? s : fsc_error_prefix(s, "%s/metadata.json", path);
-}
-
 /* The diagnosis of DIR's flight records. */
 static int cmd_flight(const char *dir) {
     static char report[1 << 16];
@@ -186,7 +175,7 @@ int main(int argc, char **argv) {
         fsc_ckpt_meta_free(m);
         return 0;
     }
-    if (fsc_ckpt_verify(path, &m) != FSC_OK || verify_model(path, m) != FSC_OK) {
+    if (fsc_ckpt_verify(path, &m) != FSC_OK) { /* with the GPT's record against its tensors */
         fprintf(stderr, "%s: %s: damaged: %s\n", prog, path, fsc_last_error());
         fsc_ckpt_meta_free(m);
         return 1;

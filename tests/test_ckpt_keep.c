@@ -2,6 +2,8 @@
  * skips damaged checkpoints (fsc_ckpt_try_resume), on real checkpoints of the small GPT (ckpttest.h) on 2
  * simulated FSDP ranks, and the save after such a resume (claim_dir in ckpt_save.c). */
 #include <fcntl.h>
+#include <zlib.h>
+#include <cjson/cJSON.h>
 #include "ckpttest.h"
 
 /* DIR with complete checkpoints of steps 1 .. n of one run (each resumed from the one before). */
@@ -249,6 +251,45 @@ static void test_try_resume_skips_damaged(void **state) {
     ct_rmtree(dir);
 }
 
+/* Oracle: a newest checkpoint whose metadata records a GPT of more blocks than its tensors hold (an edit with its
+ * checksum recomputed) is damaged, as ckpt_tool verify says: resume and the reader's fallback skip it naming the
+ * missing tensor (a resume stopped there with "malformed data"). */
+static void test_model_record_damaged(void **state) {
+    (void)state;
+    char *dir = make_run(3), meta[800], path[700], skipped[4096];
+    snprintf(meta, sizeof meta, "%s/step-00000003/metadata.json", dir);
+    size_t n;
+    char *text = ct_slurp(meta, &n);
+    cJSON *root = cJSON_ParseWithLength(text, n);
+    assert_non_null(root);
+    cJSON *model = cJSON_GetObjectItem(root, "model");
+    cJSON_SetNumberValue(cJSON_GetObjectItem(model, "layers"), cJSON_GetObjectItem(model, "layers")->valuedouble + 1);
+    char *out = cJSON_Print(root), *d = strstr(out, "\"metadata_crc32\"");
+    assert_non_null(d);
+    d = strchr(d + strlen("\"metadata_crc32\""), '"') + 1;
+    memcpy(d, "00000000", 8);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", (unsigned)crc32(0L, (const Bytef *)out, (uInt)strlen(out)));
+    memcpy(d, hex, 8);
+    FILE *f = fopen(meta, "w");
+    assert_non_null(f);
+    fputs(out, f);
+    fclose(f);
+    int64_t step = 0;
+    assert_ok(fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped));
+    assert_int_equal(step, 2);
+    if (!strstr(skipped, "step-00000003 skipped, damaged") || !strstr(skipped, "has no tensor"))
+        fail_msg("skipped: \"%s\"", skipped);
+    tr_job t = tr_make();
+    assert_ok(tr_try(&t, dir));
+    assert_int_equal(t.step, 2);
+    if (!strstr(t.skipped, "step-00000003 skipped, damaged")) fail_msg("resume skipped: \"%s\"", t.skipped);
+    ct_free(&t.j);
+    free(out), free(text);
+    cJSON_Delete(root);
+    ct_rmtree(dir);
+}
+
 /* Oracle: fsc_ckpt_latest_sound (a reader's fallback, without an engine) gives the newest checkpoint that
  * verifies, naming each damaged newer one skipped and why, as try_resume does; none is step -1 and ""; every one
  * damaged is FSC_ERR_FORMAT naming the count; nothing in the directory changes (a leftover temporary stays). */
@@ -338,6 +379,7 @@ int main(void) {
         cmocka_unit_test(test_try_resume_one_checkpoint),
         cmocka_unit_test(test_try_resume_skips_damaged),
         cmocka_unit_test(test_save_after_skip),
+        cmocka_unit_test(test_model_record_damaged),
         cmocka_unit_test(test_latest_sound),
         cmocka_unit_test(test_metadata_link_damaged),
     };

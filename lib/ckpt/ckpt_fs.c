@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 #include "ckpt_impl.h"
+#include "fsc/gpt.h"
 
 static const char *errstr(int err, char *buf, size_t cap) { return strerror_r(err, buf, cap); }
 
@@ -98,7 +99,16 @@ static fsc_status remove_at(int dfd, const char *name, const char *shown) {
     }
     /* Look, then remove: a directory holding anything else is left whole ("left in place" is then true); what
      * appears in between is checked again and stops the removal ("partly removed"). */
+    char gone_name[300];
+    snprintf(gone_name, sizeof gone_name, "%s", name);
     for (int pass = 0; pass < 2 && !why[0]; pass++) {
+        /* before the first file goes, a checkpoint takes a leftover's name (step-N.tmp-removing-PID): killed here,
+         * it is what fsc_ckpt_clean removes, never a step-N that looks whole with files missing */
+        char tmp[300];
+        if (pass == 1 && !strstr(name, ".tmp-") && snprintf(tmp, sizeof tmp, "%s.tmp-removing-%ld", name,
+                                                              (long)getpid()) < (int)sizeof tmp &&
+            renameat(dfd, name, dfd, tmp) == 0)
+            snprintf(gone_name, sizeof gone_name, "%s", tmp);
         rewinddir(d);
         for (struct dirent *de; !why[0] && (de = readdir(d)) != NULL;) {
             const char *f = de->d_name;
@@ -119,7 +129,7 @@ static fsc_status remove_at(int dfd, const char *name, const char *shown) {
     }
     closedir(d);
     if (why[0]) return fsc_error(FSC_ERR_IO, "%s: %s: %s", shown, gone ? "partly removed" : "left in place", why);
-    if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+    if (unlinkat(dfd, gone_name, AT_REMOVEDIR) != 0 && errno != ENOENT)
         return fsc_error(FSC_ERR_IO, "%s: emptied of a save's files but not removed: %s", shown,
                          errstr(errno, eb, sizeof eb));
     return FSC_OK;
@@ -313,6 +323,14 @@ fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out) {
             fsc_error(s, "%s/%s", path, msg);
         }
         fsc_st_close(f);
+    }
+    if (s == FSC_OK) { /* the GPT's record against its tensors (FSC_OK for another model's) */
+        fsc_param_info *p = NULL;
+        int n = 0;
+        s = fsc_ckpt_meta_params(m, &p, &n);
+        if (s == FSC_OK) s = fsc_gpt_check_tensors(m->model_config ? m->model_config : "{}", p, n);
+        if (s != FSC_OK) fsc_error_prefix(s, "%s/%s", path, CK_META_NAME);
+        free(p);
     }
     if (s == FSC_OK && out) *out = m;
     else fsc_ckpt_meta_free(m);

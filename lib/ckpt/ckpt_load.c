@@ -262,12 +262,29 @@ static void restore_counters(loader *L) {
     if (L->m->scaler_enabled) fsc_engine_restore_scaler(e, &L->m->scaler);
 }
 
+/* Every file's entries are the pieces the metadata places in it, as fsc_ckpt_verify sees them (rank 0, which has
+ * every piece: the other ranks keep theirs only); the headers, not the data, which each holding's read checks, as
+ * it says a file that does not open */
+static fsc_status check_entries(const char *path, const fsc_ckpt_meta *m) {
+    char file[4096];
+    fsc_status s = FSC_OK;
+    for (int i = 0; i < m->nfiles && s == FSC_OK; i++) {
+        fsc_st_file *f = NULL;
+        s = ck_join(file, sizeof file, path, m->files[i]);
+        if (s == FSC_OK && fsc_st_open(file, &f) != FSC_OK) continue; /* said by the read that needs it, naming the tensor */
+        if (s == FSC_OK) s = fsc_ckpt_check_file(m, i, f, 0);
+        fsc_st_close(f);
+    }
+    return s;
+}
+
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     FSC_CHECK_ARG(e);
     FSC_CHECK_ARG(path);
     loader L = { .e = e, .path = path };
     const int shared = fsc_comm_size(ENG(e).r->comm) > 1;
     fsc_status s = ENG(e).r->rank == 0 ? fsc_ckpt_meta_read(path, &L.m) : FSC_OK; /* read and parsed once */
+    if (s == FSC_OK && ENG(e).r->rank == 0) s = check_entries(path, L.m);
     s = ck_agree(e, s);
     if (s == FSC_OK && shared) s = share_head(&L);
     if (s == FSC_OK) s = check_compat(&L);

@@ -207,9 +207,9 @@ const char *fsc_ckpt_format_name(fsc_ckpt_format f); /* "sharded", "full" */
  * then that every value is finite (FSC_ERR_NUMERIC otherwise, naming the element; loads check the same).
  * The message names the file and the tensor. */
 fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f, int check_data);
-/* Verify a checkpoint directory: its metadata, every file's structure, every checksum and that every value
- * is finite. *out (may be
- * NULL) receives the metadata on success. */
+/* Verify a checkpoint directory: its metadata, every file's structure, every checksum, that every value is
+ * finite, and that a GPT's recorded configuration has exactly the tensors the checkpoint holds
+ * (fsc_gpt_check_tensors). *out (may be NULL) receives the metadata on success. */
 fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out);
 
 FSC_END_DECLS

@@ -70,10 +70,14 @@ typedef struct {
 
 /* 0, 1 to exit 0 (--help, --version), or 2 with the message printed */
 static int parse_args(int argc, char **argv, config *c) {
-    int npos = 0;
+    int npos = 0, operands = 0; /* after "--": every argument is a file, as getopt has it */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+        if (!operands && !strcmp(a, "--")) {
+            operands = 1;
+            continue;
+        }
+        if (operands || strncmp(a, "--", 2) != 0) {
             if (npos == 2) return fprintf(stderr, "%s: one TEXT and one OUT, not also '%s'\n", prog, a), 2;
             *(npos++ ? &c->out : &c->in) = a;
             continue;

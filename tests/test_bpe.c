@@ -194,6 +194,23 @@ static char *byte_vocab(const char *extra) {
 static void test_bpe_load_refusals(void **state) {
     assert_ok(load_text(byte_vocab("")));
     assert_ok(load_text(byte_vocab("YWI= 256\n"))); /* "ab" */
+    { /* CRLF line ends and a blank CRLF line, as tiktoken's loader takes them */
+        char crlf[16384];
+        size_t at = 0;
+        for (const char *p = byte_vocab("YWI= 256\n\n"); *p; p++) {
+            if (*p == '\n') crlf[at++] = '\r';
+            crlf[at++] = *p;
+        }
+        crlf[at] = 0;
+        fsc_bpe *b = NULL;
+        assert_ok(fsc_bpe_load_memory(&b, crlf, at));
+        assert_int_equal(fsc_bpe_vocab(b), 257 + 1); /* and <|endoftext|> */
+        size_t tl;
+        const uint8_t *t = fsc_bpe_token(b, 256, &tl);
+        assert_int_equal(tl, 2);
+        assert_memory_equal(t, "ab", 2);
+        fsc_bpe_free(b);
+    }
     assert_err(load_text(byte_vocab("YWI= 257\n")), FSC_ERR_FORMAT, "line 257: rank 257");
     assert_err(load_text(byte_vocab("YWI= 3\n")), FSC_ERR_FORMAT, "line 257: rank 3 a second time");
     assert_err(load_text(byte_vocab("YWI=256\n")), FSC_ERR_FORMAT, "line 257: expected \"BASE64 RANK\"");

@@ -201,6 +201,9 @@ static void test_refusals(void **state) {
         assert_null(strstr(o2, "tokens (u16) in /dev/full")); /* no success line for a file not written */
         free(a), free(o2), free(e2);
     }
+    a = prog_fmt("-- '%s' '%s/dd.u16'", x, tmpdir); /* "--" ends the options, as getopt's */
+    assert_int_equal(prog_run(tokenize, a, tmpdir, NULL, NULL), 0);
+    free(a);
     free(x);
     char *out = NULL;
     assert_int_equal(prog_run(tokenize, "--version", tmpdir, &out, NULL), 0);

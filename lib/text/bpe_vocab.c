@@ -160,13 +160,14 @@ static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc
     for (size_t at = 0, lineno = 1; s == FSC_OK && at < len; lineno++) {
         const uint8_t *nl = memchr(t + at, '\n', len - at);
         size_t ll = nl ? (size_t)(nl - (t + at)) : len - at, tl;
+        const size_t bl = ll > 0 && t[at + ll - 1] == '\r' ? ll - 1 : ll; /* CRLF ends, as tiktoken's loader takes */
         uint32_t r;
-        if (ll > 0 && parse_line(name, lineno, t + at, ll, *tok, &tl, &r) != 0) s = FSC_ERR_FORMAT;
-        else if (ll > 0 && r >= lines) s = fsc_error(FSC_ERR_FORMAT, "%s: line %zu: rank %u, but the file has %zu "
+        if (bl > 0 && parse_line(name, lineno, t + at, bl, *tok, &tl, &r) != 0) s = FSC_ERR_FORMAT;
+        else if (bl > 0 && r >= lines) s = fsc_error(FSC_ERR_FORMAT, "%s: line %zu: rank %u, but the file has %zu "
                                                      "tokens: ranks must be 0 .. tokens-1", name, lineno, r, lines);
-        else if (ll > 0 && len_of[r])
+        else if (bl > 0 && len_of[r])
             s = fsc_error(FSC_ERR_FORMAT, "%s: line %zu: rank %u a second time", name, lineno, r);
-        else if (ll > 0) len_of[r] = (uint32_t)tl, n++;
+        else if (bl > 0) len_of[r] = (uint32_t)tl, n++;
         at += ll + 1;
     }
     for (uint32_t r = 0; s == FSC_OK && r < n; r++)
@@ -180,8 +181,9 @@ static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc
     for (size_t at = 0; s == FSC_OK && at < len;) {
         const uint8_t *nl = memchr(t + at, '\n', len - at);
         size_t ll = nl ? (size_t)(nl - (t + at)) : len - at, tl;
+        const size_t bl = ll > 0 && t[at + ll - 1] == '\r' ? ll - 1 : ll;
         uint32_t r;
-        if (ll > 0 && parse_line(name, 0, t + at, ll, *tok, &tl, &r) == 0) memcpy(b->bytes + b->off[r], *tok, tl);
+        if (bl > 0 && parse_line(name, 0, t + at, bl, *tok, &tl, &r) == 0) memcpy(b->bytes + b->off[r], *tok, tl);
         at += ll + 1;
     }
     b->n = n, b->eot = -1;

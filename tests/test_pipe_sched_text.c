@@ -76,6 +76,10 @@ static void test_hand_written(void **state) {
     assert_int_equal(s.lists[0][4].micro, 1);
     assert_int_equal(s.lists[1][5].kind, FSC_ACT_WEIGHT);
     fsc_pipe_schedule_lists_free(&s);
+    static const char bom[] = "\xef\xbb\xbf" "0F0 0B0\n1F0 1B0\n"; /* a UTF-8 byte-order mark first: read past */
+    assert_int_equal(fsc_pipe_schedule_parse(bom, sizeof bom - 1, &s), FSC_OK);
+    assert_int_equal(s.p, 2);
+    fsc_pipe_schedule_lists_free(&s);
     /* a V: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2; chunk = stage / p */
     static const char vee[] = "placement v\n"
                               "0F0 1F0 2F0 3F0 3B0 2B0 1B0 0B0\n";

@@ -150,7 +150,8 @@ fsc_status fsc_pipe_schedule_parse(const char *text, size_t len, fsc_pipe_schedu
     int nr = 0, cap = 0, line = 0, seen_placement = 0;
     fsc_pipe_placement pl = FSC_PIPE_LOOP;
     fsc_status st = FSC_OK;
-    for (const char *s = text, *end = text + len; s < end && st == FSC_OK;) {
+    const int bom = len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3); /* a UTF-8 byte-order mark, as some editors write */
+    for (const char *s = text + (bom ? 3 : 0), *end = text + len; s < end && st == FSC_OK;) {
         const char *nl = memchr(s, '\n', (size_t)(end - s)), *eol = nl ? nl : end;
         const char *hash = memchr(s, '#', (size_t)(eol - s));
         line++;

@@ -211,6 +211,13 @@ void print_json(const run_state *st, const ddp_check *chk) {
     cJSON_Delete(root);
 }
 
+/* A row of the --check-ddp table: DDP's bytes, the run's and their ratio ("-" where DDP's are none). */
+static void print_row(const char *label, double a, double b) {
+    char ratio[16] = "-";
+    if (a > 0) snprintf(ratio, sizeof ratio, "%.2f", b / a);
+    printf("%-26s %11.1f KiB %11.1f KiB %8s\n", label, a / 1024.0, b / 1024.0, ratio);
+}
+
 /* The --check-ddp table: per-rank peak memory by tag (the largest over ranks), communication per step. */
 void print_comparison(const run_state *ddp, const run_state *run, const ddp_check *chk) {
     const train_config *c = run->cfg;
@@ -224,11 +231,9 @@ void print_comparison(const run_state *ddp, const run_state *run, const ddp_chec
         }
         char label[40];
         snprintf(label, sizeof label, "peak %s", t < FSC_TAG_COUNT ? fsc_tag_name((fsc_tag)t) : "total");
-        printf("%-26s %11.1f KiB %11.1f KiB %8.2f\n", label, a / 1024.0, b / 1024.0, a ? (double)b / a : 0.0);
+        print_row(label, a, b);
     }
-    double ca = comm_per_step(ddp), cb = comm_per_step(run);
-    printf("%-26s %11.1f KiB %11.1f KiB %8.2f\n", "communication per step", ca / 1024.0, cb / 1024.0,
-           ca ? cb / ca : 0.0);
+    print_row("communication per step", comm_per_step(ddp), comm_per_step(run)); /* DDP on one rank: none */
     printf("bit-identical: %s (losses %s, final weights %s)\n", chk->losses_same && chk->params_same ? "yes" : "no",
            chk->losses_same ? "equal" : "differ", chk->params_same ? "equal" : "differ");
 }

@@ -233,7 +233,10 @@ static fsc_status run(fsc_rank *r, void *arg) {
     fsc_parallel_opts po = fsc_parallel_opts_default();
     fsc_optim_config oc = fsc_optim_config_default();
     oc.kind = FSC_OPT_SGD; /* no optimizer state: the engine only holds the weights */
-    if (ra->ckpt) oc = ra->optim;
+    if (ra->ckpt) { /* the checkpoint's optimizer, whose state it holds; its rates need only be valid: no step */
+        oc.kind = ra->optim.kind, oc.momentum = ra->optim.momentum;
+        if (oc.kind == FSC_OPT_ADAMW) oc = fsc_optim_config_default();
+    }
     s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
     if (s == FSC_OK) s = ra->ckpt ? fsc_ckpt_load(e, ra->ckpt, NULL) : fsc_engine_load_weights(e, c->model);
     if (s == FSC_OK) s = fsc_generator_create(r->dev, fsc_engine_model(e), &g);

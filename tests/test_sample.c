@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <zlib.h>
 #include "trainertest.h"
 #include "bpetest.h"
 #include "fsc/generate.h"
@@ -252,6 +253,31 @@ static void test_checkpoint(void **st) {
         strncmp(out, c, strlen(c)) != 0)
         fail_msg("a damaged newest checkpoint: exit %d, stderr \"%s\", tokens %s (step 2's: %s)", rc, err, out, c);
     free(out), free(err);
+    /* the optimizer's rates of step 2 edited to AdamW eps 0 (its checksum resealed), which an engine now refuses:
+     * the sampler takes no step, so it samples as before */
+    char meta[500];
+    snprintf(meta, sizeof meta, "%s/step-00000002/metadata.json", dir);
+    size_t n;
+    char *text = prog_slurp(meta);
+    n = strlen(text);
+    cJSON *root = cJSON_ParseWithLength(text, n);
+    assert_non_null(root);
+    cJSON_SetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "optimizer"), "eps"), 0);
+    char *edited = cJSON_Print(root), *d = strstr(edited, "\"metadata_crc32\"");
+    assert_non_null(d);
+    d = strchr(d + strlen("\"metadata_crc32\""), '"') + 1;
+    memcpy(d, "00000000", 8);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", (unsigned)crc32(0L, (const Bytef *)edited, (uInt)strlen(edited)));
+    memcpy(d, hex, 8);
+    f = fopen(meta, "w");
+    assert_non_null(f);
+    fputs(edited, f);
+    assert_int_equal(fclose(f), 0);
+    char *e = sample(step2, NULL, "--prompt 'To be' --tokens 16 --seed 5 --ids");
+    assert_string_equal(e, c);
+    free(e), free(edited), free(text);
+    cJSON_Delete(root);
     free(a), free(b), free(c);
 }
 

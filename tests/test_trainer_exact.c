@@ -350,10 +350,10 @@ static void test_tensor_parallel(void **state) {
 static void test_refusals(void **state) {
     (void)state;
     char *a = prog_fmt(MODEL " --data '%s/data.txt' --unit 2", tmpdir);
-    prog_refused(trainer, a, tmpdir, -1, "unit 2 applies to the exact reduction");
+    prog_refused(trainer, a, tmpdir, 2, "--unit applies to --reduce exact only"); /* before any rank starts */
     free(a);
     a = prog_fmt(MODEL " --data '%s/data.txt' --world 2 --parallel ddp --reduce exact --unit 5", tmpdir);
-    prog_refused(trainer, a, tmpdir, -1, "does not split into units of 5");
+    prog_refused(trainer, a, tmpdir, 2, "--unit 5 does not divide the 6 sequences per rank");
     free(a);
 }
 

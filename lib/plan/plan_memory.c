@@ -260,8 +260,11 @@ static fsc_status plan_rank(fsc_rank *r, void *arg) {
     void *tok = calloc((size_t)bl * sample + sizeof(int32_t), 1);
     if (!tok) s = fsc_error(FSC_ERR_NOMEM, "plan: out of host memory for a batch of %d x %zu bytes", bl, sample);
     double t_step = 0; /* the replay's: the modelled clock when its step starts */
-    if (s == FSC_OK && run->model) { /* the replay counts and times the second step (the trainer's first timed) */
+    if (s == FSC_OK) { /* the second step is counted (and timed by the replay: the trainer's first timed); its peaks
+                        * are every later step's: a pipeline's pools and scratch stay from the first, and what a step
+                        * takes beside them (a bf16 DDP's rounding of its master weights) adds to them only then */
         s = one_step(e, j, tok, bl);
+        if (s != FSC_OK) fsc_error_prefix(s, "plan: the first step");
         t_step = fsc_trace_now_us();
     }
     fsc_engine_reset_comm_stats(e); /* the step's collectives, as fsc-train reports them */

@@ -1,9 +1,11 @@
 /* The planner (docs/planning.md): what a training job takes per rank, before it is launched.
- * Memory: fsc_plan_memory runs the engine's own setup and one step of the job on simulated ranks whose device
+ * Memory: fsc_plan_memory runs the engine's own setup and two steps of the job on simulated ranks whose device
  * is the counting device "count" (backends/count: allocations are counted in the tagged ledger but not
  * there, kernels do nothing, collectives larger than a few values move nothing), and returns each rank's peak
  * bytes per tag, with the host memory of offload beside them. Being the real code run dry, the answer is the
- * ledger peak of a real run of the same job, byte for byte, with no formula kept beside the code.
+ * ledger peak of a real run of the same job, byte for byte, with no formula kept beside the code (of a run of two
+ * steps or more: the second step's peak is every later one's, which can pass the first's). The work counted is
+ * the second step's.
  * fsc_plan_measure runs the same job for real on the cpu device (a check, or a calibration).
  *   fsc_plan_job j = fsc_plan_job_default();
  *   j.model = FSC_PLAN_LLAMA; j.llama = ...; j.world = 8; j.batch = 8; j.po.kind = FSC_PAR_FSDP;
@@ -47,7 +49,7 @@ typedef struct {
 } fsc_plan_comm;
 
 /* A job as fsc-train runs it: the model, the engine's options, the optimizer, the world and the global batch.
- * Each rank builds its model and engine as the trainer does and runs one step of batch / dp samples (zeros: token
+ * Each rank builds its model and engine as the trainer does and runs two steps of batch / dp samples (zeros: token
  * 0 throughout). The model is config when it is set: a configuration text of any family (family.h: the built-in
  * ones or one the program registered), whose engine is fsc_engine_create_config's and whose samples are the
  * model's sample_input_bytes and sample_target_bytes (model, gpt, llama and sequence_parallel are then not read;
@@ -75,7 +77,7 @@ typedef struct {
 /* A GPT-2 small job on one rank, batch 1, the library's engine and AdamW defaults (config NULL). */
 fsc_plan_job fsc_plan_job_default(void);
 
-/* One rank's answer: peak bytes per tag (fsc_device_peak_bytes) over the setup and one step, and their peak
+/* One rank's answer: peak bytes per tag (fsc_device_peak_bytes) over the setup and two steps, and their peak
  * total; host_* the same of the host memory offload keeps (0 without offload); where the rank sits. */
 typedef struct {
     size_t peak[FSC_TAG_COUNT];

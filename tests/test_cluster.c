@@ -150,6 +150,7 @@ static fsc_status rank_agree(fsc_rank *r, void *arg) {
     agree_case *a = arg;
     fsc_status mine = (a->fail_mask >> r->rank) & 1
                           ? fsc_error(FSC_ERR_IO, "disk %d is full", r->rank) : FSC_OK;
+    if ((a->fail_mask >> 8 >> r->rank) & 1) mine = (fsc_status)99; /* not a status: the caller's bug, a failure */
     a->got[r->rank] = fsc_comm_agree(r->comm, r->dev, mine);
     snprintf(a->msg[r->rank], sizeof a->msg[r->rank], "%s", a->got[r->rank] == FSC_OK ? "" : fsc_last_error());
     return FSC_OK;
@@ -167,6 +168,12 @@ static void test_agree(void **state) {
         assert_int_equal(bad.got[r], FSC_ERR_IO);
         assert_non_null(strstr(bad.msg[r], "disk 2 is full"));
         if (r != 2) assert_non_null(strstr(bad.msg[r], "rank 2: "));
+    }
+    agree_case junk = {.fail_mask = 1 << 8 << 1}; /* rank 1 passes 99 */
+    assert_ok(fsc_cluster_run(&co, rank_agree, &junk));
+    for (int r = 0; r < 5; r++) {
+        assert_int_equal(junk.got[r], FSC_ERR_INVALID);
+        assert_non_null(strstr(junk.msg[r], "status 99 is not an fsc_status"));
     }
 }
 

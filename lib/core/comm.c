@@ -277,6 +277,8 @@ fsc_status fsc_comm_all_reduce_host(fsc_comm *c, fsc_device *dev, float *value, 
 fsc_status fsc_comm_agree(fsc_comm *c, fsc_device *dev, fsc_status mine) {
     FSC_CHECK_ARG_AS(c, "comm");
     FSC_CHECK_ARG(dev);
+    if ((unsigned)mine > FSC_ERR_NUMERIC) /* not a status: a failure all the same, said as the caller's bug */
+        mine = fsc_error(FSC_ERR_INVALID, "fsc_comm_agree: status %d is not an fsc_status", (int)mine);
     const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
     if (N == 1) return mine;
     char msg[AGREE_MSG];

@@ -113,6 +113,9 @@ static void test_index_and_runs(void **st) {
                     }
                 }
                 assert_int_equal(next, p->numel);
+                const size_t past = fsc_param_num_runs(p); /* no such run: nothing, whatever the window */
+                assert_int_equal(fsc_param_run_at(p, past, 0, SIZE_MAX / 2).n, 0);
+                assert_int_equal(fsc_param_run_at(p, past + 5, p->numel, 100).n, 0);
                 fsc_model_free(m);
             }
             for (size_t f = 0; f < full && splits[t] != FSC_SPLIT_NONE; f++)

@@ -36,7 +36,7 @@ size_t fsc_param_num_runs(const fsc_param_info *p) {
 }
 
 fsc_param_run fsc_param_run_at(const fsc_param_info *p, size_t k, size_t first, size_t n) {
-    if (!p) return (fsc_param_run){0};
+    if (!p || k >= fsc_param_num_runs(p)) return (fsc_param_run){0}; /* no such run: none of the elements */
     fsc_param_run run = { 0, 0, p->numel };
     if (p->split != FSC_SPLIT_NONE) {
         const int d = split_dim(p);

@@ -95,7 +95,7 @@ size_t fsc_param_full_index(const fsc_param_info *p, size_t local);
  * unsplit tensor, `parts` for a row split, (rows of the full tensor) x parts for a column split. */
 size_t fsc_param_num_runs(const fsc_param_info *p);
 /* Run k (0 .. fsc_param_num_runs(p) - 1) clipped to local elements [first, first + n); n = 0 in the result
- * when the run lies outside them. */
+ * when the run lies outside them, or k is no run of p. */
 fsc_param_run fsc_param_run_at(const fsc_param_info *p, size_t k, size_t first, size_t n);
 
 /* Whether layer l uses tensor info (owns it or is one of its users). */

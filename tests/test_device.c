@@ -623,6 +623,31 @@ static void test_count_cluster(void **state) {
     if (s != FSC_OK) fail_msg("%s", fsc_last_error());
 }
 
+/* OpenBLAS's thread count is the process's: devices that set one give the count the process had back when the last
+ * of them is freed, so a cluster of ranks of one thread each, or a device of 3, does not leave its count to what runs
+ * after (a world-1 run after a world-2 one computed with 1 thread, and other bits). */
+int openblas_get_num_threads(void);
+void openblas_set_num_threads(int num_threads);
+static fsc_status nothing(fsc_rank *r, void *arg) {
+    (void)r, (void)arg;
+    return FSC_OK;
+}
+static void test_blas_threads_given_back(void **state) {
+    (void)state;
+    openblas_set_num_threads(2);
+    fsc_device *a = NULL, *b = NULL;
+    assert_ok(fsc_device_create("cpu", &(fsc_device_opts){ .threads = 3 }, &a));
+    assert_int_equal(openblas_get_num_threads(), 3);
+    assert_ok(fsc_device_create("cpu", &(fsc_device_opts){ .threads = 1 }, &b));
+    assert_int_equal(openblas_get_num_threads(), 1); /* the last set wins while both live */
+    fsc_device_free(a);
+    assert_int_equal(openblas_get_num_threads(), 1);
+    fsc_device_free(b);
+    assert_int_equal(openblas_get_num_threads(), 2);
+    assert_ok(fsc_cluster_run(&(fsc_cluster_opts){ .world = 2, .timeout_s = 10 }, nothing, NULL));
+    assert_int_equal(openblas_get_num_threads(), 2);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--open-cuda") == 0) { /* the child of test_cuda_plugin_no_fallback */
         fsc_device *d = NULL;
@@ -633,6 +658,7 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_cpu),
+        cmocka_unit_test(test_blas_threads_given_back),
         cmocka_unit_test(test_bad_names_and_opts),
         cmocka_unit_test(test_cuda_without_plugin),
         cmocka_unit_test(test_cuda_plugin_directory),

@@ -12,13 +12,15 @@
  * span once after fsc_trace_write finishes it. */
 #include <cjson/cJSON.h>
 #include <libgen.h>
+#include <locale.h>
 #include <limits.h>
 #include <math.h>
 #include <sys/wait.h>
 #include "testutil.h"
 #include "fsc/trace.h"
 
-static cJSON *read_json(const char *path) {
+/* The text of path (the caller frees). */
+static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) fail_msg("cannot open %s", path);
     fseek(f, 0, SEEK_END);
@@ -29,6 +31,11 @@ static cJSON *read_json(const char *path) {
     assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
     buf[n] = 0;
     fclose(f);
+    return buf;
+}
+
+static cJSON *read_json(const char *path) {
+    char *buf = slurp(path);
     cJSON *j = cJSON_Parse(buf);
     if (!j) fail_msg("%s is not JSON near: %.60s", path, cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "?");
     free(buf);
@@ -463,6 +470,67 @@ static void test_merge_forms(void **state) {
     }
 }
 
+/* A host program in a locale whose decimal point is a comma (de_DE, made here with localedef when its source is
+ * installed; skipped otherwise): the trace's numbers stay JSON's ("ts":12.345, not 12,345), and the launcher's
+ * FSC_COMM_TIMEOUT "2.5" still reads as 2.5 seconds. */
+static const char *comma_env(void *ctx, const char *name) {
+    (void)ctx;
+    return !strcmp(name, "FSC_COMM_TIMEOUT") ? "2.5" : NULL;
+}
+static void test_decimal_comma_locale(void **state) {
+    (void)state;
+    char dir[] = "/tmp/fsc_locale_XXXXXX", cmd[300], path[300];
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "localedef -i de_DE -f UTF-8 %s/de_DE.UTF-8 >/dev/null 2>&1", dir);
+    const char *old = getenv("LOCPATH");
+    char *saved = old ? strdup(old) : NULL;
+    locale_t de = (locale_t)0;
+    if (system(cmd) == 0) {
+        setenv("LOCPATH", dir, 1);
+        de = newlocale(LC_ALL_MASK, "de_DE.UTF-8", (locale_t)0);
+    }
+    if (saved) setenv("LOCPATH", saved, 1);
+    else unsetenv("LOCPATH");
+    free(saved);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (!de) {
+        assert_int_equal(system(cmd), 0);
+        skip(); /* no de_DE locale source here (the locales package): nothing to test with */
+    }
+    const locale_t before = uselocale(de);
+    char probe[16];
+    snprintf(probe, sizeof probe, "%.1f", 1.5);
+    assert_string_equal(probe, "1,5"); /* the locale is in force: the library must not write this */
+    snprintf(path, sizeof path, "%s.json", dir);
+    fsc_trace *t = NULL;
+    assert_ok(fsc_trace_create(&(fsc_trace_opts){ .rank = 0 }, &t));
+    fsc_trace_begin(t, "test", "span");
+    fsc_trace_arg(t, "x", 0.25);
+    fsc_trace_end(t);
+    assert_ok(fsc_trace_write(t, path));
+    fsc_trace_free(t);
+    fsc_launch_env env;
+    fsc_status ls = fsc_launch_env_parse(comma_env, NULL, &env);
+    uselocale(before);
+    freelocale(de);
+    assert_int_equal(system(cmd), 0);
+    assert_ok(ls);
+    assert_true(env.comm_timeout_s == 2.5);
+    char *text = slurp(path);
+    assert_non_null(strstr(text, "\"x\":0.25"));
+    for (const char *p = strstr(text, "\"ts\":"); p; p = strstr(p + 1, "\"ts\":")) {
+        p += 5;
+        while (*p >= '0' && *p <= '9') p++;
+        if (*p != '.' && *p != ',') fail_msg("a ts without its decimals: %.20s", p);
+        if (*p == ',' && p[1] >= '0' && p[1] <= '9') fail_msg("a decimal comma in the trace: %.30s", p - 8);
+    }
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    cJSON_Delete(j);
+    free(text);
+    unlink(path);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     /* tools/trace_merge reads JSON with this build's fsc-jsonl (tools/jsonl.sh), beside tests/ */
@@ -475,6 +543,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_nesting_and_args),
         cmocka_unit_test(test_bounded),
         cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_decimal_comma_locale),
         cmocka_unit_test(test_merge_forms),
         cmocka_unit_test(test_engine_trace),
         cmocka_unit_test(test_exact_list),

@@ -22,6 +22,7 @@ typedef struct {
     cpu_pool *pool; /* NULL with one thread */
     pthread_mutex_t copy_mu;        /* guards the queue of asynchronous copies */
     cpu_async_copy *copy_head, *copy_tail; /* in issue order */
+    int blas_set;                   /* it set OpenBLAS's thread count (given back when it is destroyed) */
 } cpu_ctx;
 typedef void (*cpu_range_fn)(void *arg, size_t lo, size_t hi);
 /* fn(arg, lo, hi) over ranges that cover [0, n): a few per thread, run by whichever thread is free, bounds

@@ -6,7 +6,10 @@
  * which the bitwise tests catch (on a GPU such code would race with the copy).
  * opts->threads > 0 calls openblas_set_num_threads, which is PROCESS-GLOBAL in OpenBLAS: the last
  * device created with a thread count sets it for every device (and every simulated rank). sgemm bits
- * depend on that count (cpu_kernels.c), so runs compared bit for bit must use the same one.
+ * depend on that count (cpu_kernels.c), so runs compared bit for bit must use the same one. When the last
+ * device that set a count is destroyed, the count the process had before the first is put back (blas_take,
+ * blas_give_back): a run leaves the host program's BLAS as it found it, and a later device of threads 0 has
+ * the same count whatever ran before it.
  * The device's own kernels run on a pool of that many threads (cpu_pool.c; OpenBLAS's count when
  * threads is 0), and their bits do not depend on it. */
 #include <stdlib.h>
@@ -17,6 +20,24 @@
 /* declared here too in case cblas.h is not OpenBLAS's */
 void openblas_set_num_threads(int num_threads);
 int openblas_get_num_threads(void);
+
+/* OpenBLAS's thread count is one for the process: the devices that set one share it (the last set wins), and the
+ * count before the first of them comes back after the last */
+static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER;
+static int blas_users, blas_before;
+
+static void blas_take(int threads) {
+    pthread_mutex_lock(&blas_mu);
+    if (blas_users++ == 0) blas_before = openblas_get_num_threads();
+    openblas_set_num_threads(threads);
+    pthread_mutex_unlock(&blas_mu);
+}
+
+static void blas_give_back(void) {
+    pthread_mutex_lock(&blas_mu);
+    if (--blas_users == 0) openblas_set_num_threads(blas_before);
+    pthread_mutex_unlock(&blas_mu);
+}
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
     size_t rounded = (bytes + 63) & ~(size_t)63;
@@ -127,6 +148,7 @@ static void cpu_destroy(void *ctx) {
     }
     pthread_mutex_destroy(&c->copy_mu);
     cpu_pool_free(c->pool);
+    if (c->blas_set) blas_give_back();
     free(c);
 }
 
@@ -190,12 +212,12 @@ fsc_status fsc_cpu_device_open(int abi_version, const fsc_device_opts *opts, con
     if (abi_version != FSC_DEVICE_ABI_VERSION)
         return fsc_error(FSC_ERR_UNSUPPORTED, "cpu device: ABI version %d requested, this build has %d",
                          abi_version, FSC_DEVICE_ABI_VERSION);
-    if (opts && opts->threads > 0) openblas_set_num_threads(opts->threads);
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c || pthread_mutex_init(&c->copy_mu, NULL) != 0) {
         free(c);
         return fsc_error(FSC_ERR_NOMEM, "cpu device: out of memory");
     }
+    if (opts && opts->threads > 0) blas_take(opts->threads), c->blas_set = 1;
     c->pool = cpu_pool_create(opts && opts->threads > 0 ? opts->threads : openblas_get_num_threads());
     *ops = &cpu_ops;
     *ctx = c;

@@ -52,13 +52,11 @@ fsc_status fsc_flight_watch_start(fsc_flight_watch **out) {
         return fsc_error(FSC_ERR_NOMEM, "fsc_flight_watch_start: out of memory");
     }
     w->list = list;
-    if (pipe(w->fd) != 0) {
+    if (pipe2(w->fd, O_CLOEXEC) != 0) { /* close-on-exec from the start: a fork on another thread inherits neither */
         fsc_status s = fsc_error(FSC_ERR_IO, "fsc_flight_watch_start: pipe: %s", strerror(errno));
         free(w->list), free(w);
         return s;
     }
-    fcntl(w->fd[0], F_SETFD, FD_CLOEXEC);
-    fcntl(w->fd[1], F_SETFD, FD_CLOEXEC);
     fcntl(w->fd[1], F_SETFL, O_NONBLOCK); /* a handler never blocks: a full pipe already holds a request */
     pthread_mutex_init(&w->mu, NULL);
     atomic_init(&w->written, 0);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/locale_impl.h"
 #include "fsc/cluster.h"
 #include "fsc/launch.h"
 #include "core/device_impl.h"
@@ -63,7 +64,8 @@ static fsc_status parse_long(const char *who, const char *name, const char *v, l
 static fsc_status parse_seconds(const char *name, const char *v, double *out) {
     char *end;
     errno = 0;
-    double x = strtod(v, &end);
+    const locale_t c = fsc_c_numeric(); /* "0.5" whatever the host program's LC_NUMERIC */
+    double x = c ? strtod_l(v, &end, c) : strtod(v, &end);
     while (*end == ' ' || *end == '\t' || *end == '\n') end++;
     if (end == v || *end || errno == ERANGE || !(x > 0) || x > 1e7)
         return fsc_error(FSC_ERR_INVALID, "%s is \"%s\": expected a number of seconds in (0, 1e7]", name, v);

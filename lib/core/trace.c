@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/locale_impl.h"
 #include "fsc/trace.h"
 #include "core/clock_impl.h"
 
@@ -49,7 +50,7 @@ static fsc_status stream_open(fsc_trace *t, const char *path) {
     size_t n = strlen(path) + 1;
     if (!(t->path = malloc(n))) return fsc_error(FSC_ERR_NOMEM, "fsc_trace_create: out of memory");
     memcpy(t->path, path, n);
-    if (!(t->out = fopen(path, "w")))
+    if (!(t->out = fopen(path, "we"))) /* close-on-exec: a child the host program starts does not hold it */
         return fsc_error(FSC_ERR_IO, "trace %s: cannot create: %s", path, strerror(errno));
     put_head(t->out, t->rank);
     if (fflush(t->out) != 0) return fsc_error(FSC_ERR_IO, "trace %s: write failed: %s", path, strerror(errno));
@@ -204,6 +205,7 @@ static void put_head(FILE *f, int rank) {
 
 /* One event on a line of its own, after the comma that ends the line before (tools/trace_merge's layout). */
 static void put_event(FILE *f, const trace_event *e, double dur, int rank) {
+    const locale_t before = fsc_numbers_c(); /* 1.5, never 1,5: JSON whatever the host's LC_NUMERIC */
     fprintf(f, ",\n{\"name\":");
     put_str(f, e->name);
     fprintf(f, ",\"cat\":");
@@ -225,16 +227,19 @@ static void put_event(FILE *f, const trace_event *e, double dur, int rank) {
         fputc('}', f);
     }
     fputc('}', f);
+    fsc_numbers_back(before);
 }
 
 /* The end of a file: the "trace full" marker when events were dropped, the closing bracket and otherData. */
 static void put_tail(FILE *f, const fsc_trace *t, double now) {
+    const locale_t before = fsc_numbers_c();
     if (t->dropped)
         fprintf(f, ",\n{\"name\":\"trace full\",\"cat\":\"trace\",\"ph\":\"i\",\"s\":\"p\",\"ts\":%.3f,\"pid\":%d,"
                    "\"tid\":0,\"args\":{\"dropped\":%zu,\"max_events\":%zu}}",
                 t->full_at >= 0 ? t->full_at : now, t->rank, t->dropped, t->max);
     fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"rank\":%d,\"events\":%zu,\"dropped\":%zu,"
                "\"max_events\":%zu}}\n", t->rank, t->n, t->dropped, t->max);
+    fsc_numbers_back(before);
 }
 
 /* Flush, sync and close f (the file path names in messages); FSC_OK or the first failure. */
@@ -268,7 +273,7 @@ fsc_status fsc_trace_write(fsc_trace *t, const char *path) {
     if (!tmp) return fsc_error(FSC_ERR_NOMEM, "fsc_trace_write: out of memory");
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = fopen(tmp, "we");
     if (!f) {
         fsc_status s = fsc_error(FSC_ERR_IO, "trace %s: cannot create: %s", tmp, strerror(errno));
         free(tmp);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include "engine_impl.h"
 #include "fsc/settings.h"
+#include "core/locale_impl.h"
 
 /* A float as the shortest decimal that reads back as itself (0.001, not 0.00100000005): equal text is equal
  * bits (NaN aside). */
@@ -16,10 +17,12 @@ typedef struct {
 } num;
 static num flt(float x) {
     num n;
+    const locale_t before = fsc_numbers_c(); /* 0.001 whatever the host's LC_NUMERIC: the text is compared */
     for (int prec = 6; prec <= 9; prec++) {
         snprintf(n.s, sizeof n.s, "%.*g", prec, (double)x);
         if (strtof(n.s, NULL) == x) break;
     }
+    fsc_numbers_back(before);
     return n;
 }
 

@@ -236,9 +236,33 @@ static void test_lm_pipeline(void **st) {
     pipeline_equals_ddp(1, balance);
 }
 
+/* fsc_engine_step is the GPT's (int32 tokens): on an engine of another model it is refused, not run on the
+ * tokens read as that model's samples (a regressor's floats: a read past the caller's buffer). */
+static fsc_status step_other_model(fsc_rank *r, void *arg) {
+    (void)arg;
+    fsc_model *m = NULL;
+    FSC_TRY(regressor(r->dev, &m));
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    int32_t tok[4] = { 0 };
+    if (s == FSC_OK) s = fsc_engine_step(e, tok, tok, 1, 1, NULL);
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+static void test_gpt_step_on_another_model(void **st) {
+    (void)st;
+    assert_err(fsc_cluster_run(&(fsc_cluster_opts){ .world = 1, .timeout_s = 30 }, step_other_model, NULL),
+               FSC_ERR_INVALID, "the engine's model is not the GPT");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regressor_strategies),
+        cmocka_unit_test(test_gpt_step_on_another_model),
         cmocka_unit_test(test_lm_strategies),
         cmocka_unit_test(test_regressor_pipeline),
         cmocka_unit_test(test_lm_pipeline),

@@ -48,5 +48,8 @@ fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *
     FSC_CHECK_ARG(e);
     FSC_CHECK_ARG(tokens);
     FSC_CHECK_ARG(targets);
+    if (!fsc_gpt_model_gpt(fsc_engine_model(e))) /* its samples are tokens: another model's are its own bytes */
+        return fsc_error(FSC_ERR_INVALID, "fsc_engine_step: the engine's model is not the GPT (call "
+                         "fsc_engine_step_model with the model's own samples)");
     return fsc_engine_step_model(e, tokens, targets, local_batch, global_batch, info);
 }

@@ -22,7 +22,8 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
 /* Check a GPT configuration against a tensor group size (clear error otherwise): heads and the vocabulary divide
  * by it, no MoE blocks. */
 fsc_status fsc_tp_check_config(const fsc_gpt_config *cfg, int tp_size);
-/* fsc_engine_step_model for the GPT: tokens/targets are local_batch sequences of T tokens (int32). */
+/* fsc_engine_step_model for the GPT: tokens/targets are local_batch sequences of T tokens (int32). An engine of
+ * another model is FSC_ERR_INVALID (give it its samples with fsc_engine_step_model). */
 fsc_status fsc_engine_step(fsc_engine *e, const int32_t *tokens, const int32_t *targets, int local_batch,
                            int global_batch, fsc_step_info *info);
 

@@ -186,6 +186,7 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
                         "lists without --search)"), -1;
     if (c->search && !c->given[option_index("parallel")] && c->t.world > 1) /* any strategy: the search varies it */
         c->t.parallel = c->t.pp > 1 ? PAR_PIPE : (int)FSC_PAR_DDP;
+    c->t.searched = c->search;
     if (p && c->nodes && c->nodes * p->ranks != c->t.world)
         return snprintf(err, cap, "--world %d is not --nodes %d x %d GPUs of a %s node", c->t.world, c->nodes, p->ranks,
                         p->name), -1;

@@ -251,6 +251,17 @@ static void winner_trains(const cJSON *x, const char *file) {
 static void test_plan_search(void **st) {
     (void)st;
     const char *rates = "--tflops 0.1 --mem-bandwidth 10 --sim-bandwidth 0.5 --sim-latency 20";
+    { /* --offload optim with --search and no --parallel: the search's strategies take it (its ddp base was refused
+       * up front, as fsc-train refuses ddp with offload) */
+        char *o = prog_fmt("--world 2 --search --offload optim %s", rates);
+        cJSON *jo = prog_json(planner, tmpdir, SMALL, o);
+        const cJSON *so = cJSON_GetObjectItem(jo, "search");
+        assert_true(cJSON_GetArraySize(so) > 0);
+        for (int i = 0; i < cJSON_GetArraySize(so); i++)
+            assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(so, i), "offload")), "optim");
+        cJSON_Delete(jo);
+        free(o);
+    }
     char *args = prog_fmt("--world 2 --search --memory 2.4MiB --search-config %s/win.json %s", tmpdir, rates);
     cJSON *j = prog_json(planner, tmpdir, SMALL, args);
     const cJSON *a = cJSON_GetObjectItem(j, "search");

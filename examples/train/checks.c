@@ -129,6 +129,7 @@ static int check_engine_options(const train_config *c, char *err, size_t cap) {
         return snprintf(err, cap, "--reduce exact with a pipeline: the unit is its micro-batch, so --unit is %d (the %d "
                         "sequences per rank / %s %d) or 0, not %d", local / c->accum, local, c->chunks ? "--chunks" :
                         "--accum", c->accum, c->unit), -1;
+    if (c->searched) return 0; /* fsc-plan --search: each candidate layout is the engine's to refuse */
     const fsc_parallel_kind k = strategy(c);
     if (c->offload != FSC_OFFLOAD_NONE) {
         const int all = c->offload == FSC_OFFLOAD_ALL;

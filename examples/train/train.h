@@ -63,6 +63,8 @@ typedef struct {
     const char *schedule_file; /* --schedule-file: a pipeline schedule of one's own (the text of pipe_schedule.h) */
     int print_schedule; /* --print-schedule: print the run's pipeline schedule as that text, and stop */
     fsc_pipe_schedule_lists *sched; /* --schedule-file's lists, read by load_schedule_file (not an option) */
+    int searched;       /* fsc-plan --search (not an option): the strategy, offload's partner and the schedule are the
+                           search's to vary, so check_config leaves their combinations to each candidate */
     int pipe_ckpt;      /* index into pipe_ckpt_mode */
     int recompute;      /* --recompute: activation checkpointing of every block */
     const char *balance;

@@ -200,11 +200,35 @@ static size_t char_cut(const fsc_bpe *b, const int32_t *ids, size_t k) {
     return k;
 }
 
+/* path with its folder resolved (realpath) into buf; 0, or -1 when the folder does not resolve */
+static int resolved(const char *path, char *buf, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX], real[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    if (!realpath(dir, real)) return -1;
+    return snprintf(buf, cap, "%s/%s", real, slash ? slash + 1 : path) < (int)cap ? 0 : -1;
+}
+
+/* Whether paths a and b name one file: the same device and inode where both exist, else the same resolved name */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    const int ha = stat(a, &sa) == 0, hb = stat(b, &sb) == 0;
+    if (ha && hb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ha || hb) return 0;
+    char ra[PATH_MAX + 256], rb[PATH_MAX + 256];
+    if (resolved(a, ra, sizeof ra) != 0 || resolved(b, rb, sizeof rb) != 0) return strcmp(a, b) == 0;
+    return strcmp(ra, rb) == 0;
+}
+
 /* The token file c->in into the text file c->out, opened (emptied) only once the tokens could be opened */
 static int decode_file(const fsc_bpe *b, const config *c) {
     fsc_data *d = NULL;
     if (fsc_data_open(&d, c->in, c->llmc ? FSC_DATA_LLMC : FSC_DATA_U16, (int)fsc_bpe_vocab(b)) != FSC_OK)
         return fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1;
+    for (int i = 0; i < fsc_data_files(d); i++) /* TOKENS may be a list or a glob: OUT is none of its files */
+        if (same_file(fsc_data_file(d, i), c->out))
+            return fprintf(stderr, "%s: OUT %s is %s, a file of TOKENS: writing it would erase what is read; give "
+                           "another OUT\n", prog, c->out, fsc_data_file(d, i)), fsc_data_free(d), 1;
     FILE *f = fopen(c->out, "wb");
     if (!f) return fprintf(stderr, "%s: cannot write %s: %s\n", prog, c->out, strerror(errno)), fsc_data_free(d), 1;
     enum { CHUNK = 1 << 16, AHEAD = 4 };
@@ -233,26 +257,6 @@ static int decode_file(const fsc_bpe *b, const config *c) {
     free(ids), free(text);
     fsc_data_free(d);
     return rc;
-}
-
-/* path with its folder resolved (realpath) into buf; 0, or -1 when the folder does not resolve */
-static int resolved(const char *path, char *buf, size_t cap) {
-    const char *slash = strrchr(path, '/');
-    char dir[PATH_MAX], real[PATH_MAX];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
-    if (!realpath(dir, real)) return -1;
-    return snprintf(buf, cap, "%s/%s", real, slash ? slash + 1 : path) < (int)cap ? 0 : -1;
-}
-
-/* Whether paths a and b name one file: the same device and inode where both exist, else the same resolved name */
-static int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    const int ha = stat(a, &sa) == 0, hb = stat(b, &sb) == 0;
-    if (ha && hb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    if (ha || hb) return 0;
-    char ra[PATH_MAX + 256], rb[PATH_MAX + 256];
-    if (resolved(a, ra, sizeof ra) != 0 || resolved(b, rb, sizeof rb) != 0) return strcmp(a, b) == 0;
-    return strcmp(ra, rb) == 0;
 }
 
 /* The files given twice: an output that is the input, or --val-out that is OUT; 0, or 1 with the message */

@@ -46,6 +46,16 @@ static void make_dir(const char *dir, const char *name) {
  * newest K - 1 of them; never step w, a newer one, an incomplete step directory, a leftover of an
  * interrupted save, or a directory holding a file a save does not write (reported, and left whole: it still
  * verifies); a step w that is not complete removes nothing. */
+/* Entries of dir whose name holds what a removal renames a checkpoint to while it empties it (ckpt_fs.c). */
+static int removing_left(const char *dir) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) n += strstr(e->d_name, ".tmp-removing-") != NULL;
+    closedir(d);
+    return n;
+}
+
 static void test_prune(void **state) {
     (void)state;
     char *dir = make_run(5);
@@ -63,6 +73,7 @@ static void test_prune(void **state) {
     assert_ok(fsc_ckpt_prune(dir, 4, 2, &removed, rep, sizeof rep)); /* keeps 4 and 3 */
     assert_int_equal(removed, 1);                                   /* 2; 1 holds notes.txt */
     assert_non_null(strstr(rep, "step-00000001: left in place: it holds notes.txt"));
+    assert_int_equal(removing_left(dir), 0); /* left in place under its own name */
     assert_false(exists(dir, "step-00000002"));
     assert_true(exists(dir, "step-00000001/notes.txt") && exists(dir, "step-00000003") && exists(dir, "step-00000004"));
     char one[700]; /* "left in place" is true: the checkpoint is whole (before, its files were removed) */
@@ -72,6 +83,7 @@ static void test_prune(void **state) {
     assert_ok(fsc_ckpt_prune(dir, 5, 1, &removed, rep, sizeof rep));
     assert_int_equal(removed, 2); /* 4 and 3 */
     assert_false(exists(dir, "step-00000003") || exists(dir, "step-00000004"));
+    assert_int_equal(removing_left(dir), 0); /* each took a leftover's name while it went, and is gone whole */
     assert_true(exists(dir, "step-00000005") && exists(dir, "step-00000009"));
     assert_true(exists(dir, "step-00000000/rank-00000-of-00002.safetensors") && exists(dir, "step-00000002.tmp-abcdef"));
     char p[700];

@@ -268,6 +268,12 @@ static void test_shards(void **state) {
         assert_stream(d, all, 5);
         fsc_data_free(d);
     }
+    /* empty files only: the format one empty file detects (bytes with a vocabulary of 256), never auto */
+    snprintf(spec0, sizeof spec0, "%s,%s", path_of("empty.bin"), path_of("empty.bin"));
+    assert_ok(fsc_data_open(&d, spec0, FSC_DATA_AUTO, 256));
+    assert_int_equal(fsc_data_format_of(d), FSC_DATA_BYTES);
+    assert_int_equal(fsc_data_tokens(d), 0);
+    fsc_data_free(d);
     /* a file whose name holds a comma or a glob's bracket is itself */
     const char *odd[2] = { "a,b.bin", "x[1].bin" };
     for (int f = 0; f < 2; f++) {

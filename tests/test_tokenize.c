@@ -183,6 +183,17 @@ static void test_refusals(void **state) {
     a = prog_fmt("--decode '%s' '%s'", keep, keep);
     prog_refused(tokenize, a, tmpdir, 1, "is TOKENS itself");
     free(a);
+    a = prog_fmt("'%s' '%s/l1.u16'", x, tmpdir); /* TOKENS as a list holding OUT: refused, OUT kept */
+    assert_int_equal(prog_run(tokenize, a, tmpdir, NULL, NULL), 0);
+    free(a);
+    a = prog_fmt("--decode '%s/l1.u16,%s/l1.u16' '%s/l1.u16'", tmpdir, tmpdir, tmpdir);
+    prog_refused(tokenize, a, tmpdir, 1, "a file of TOKENS");
+    free(a);
+    char *l1 = prog_fmt("%s/l1.u16", tmpdir);
+    size_t l1n;
+    uint8_t *l1b = slurp_bytes(l1, &l1n);
+    assert_int_equal(l1n, 8); /* its 4 tokens */
+    free(l1b), free(l1);
     a = prog_fmt("--decode '%s/missing.u16' '%s'", tmpdir, keep); /* OUT is not emptied when TOKENS is missing */
     prog_refused(tokenize, a, tmpdir, 1, "missing.u16");
     free(a);

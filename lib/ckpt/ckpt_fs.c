@@ -100,6 +100,7 @@ static fsc_status remove_at(int dfd, const char *name, const char *shown) {
     /* Look, then remove: a directory holding anything else is left whole ("left in place" is then true); what
      * appears in between is checked again and stops the removal ("partly removed"). */
     char gone_name[300];
+    int renamed = 0;
     snprintf(gone_name, sizeof gone_name, "%s", name);
     for (int pass = 0; pass < 2 && !why[0]; pass++) {
         /* before the first file goes, a checkpoint takes a leftover's name (step-N.tmp-removing-PID): killed here,
@@ -108,7 +109,7 @@ static fsc_status remove_at(int dfd, const char *name, const char *shown) {
         if (pass == 1 && !strstr(name, ".tmp-") && snprintf(tmp, sizeof tmp, "%s.tmp-removing-%ld", name,
                                                               (long)getpid()) < (int)sizeof tmp &&
             renameat(dfd, name, dfd, tmp) == 0)
-            snprintf(gone_name, sizeof gone_name, "%s", tmp);
+            snprintf(gone_name, sizeof gone_name, "%s", tmp), renamed = 1;
         rewinddir(d);
         for (struct dirent *de; !why[0] && (de = readdir(d)) != NULL;) {
             const char *f = de->d_name;
@@ -128,7 +129,10 @@ static fsc_status remove_at(int dfd, const char *name, const char *shown) {
         }
     }
     closedir(d);
-    if (why[0]) return fsc_error(FSC_ERR_IO, "%s: %s: %s", shown, gone ? "partly removed" : "left in place", why);
+    if (why[0] && renamed && !gone && renameat(dfd, gone_name, dfd, name) == 0) renamed = 0; /* whole: its name back */
+    if (why[0])
+        return fsc_error(FSC_ERR_IO, "%s%s%s%s: %s: %s", shown, renamed ? " (now " : "", renamed ? gone_name : "",
+                         renamed ? ")" : "", gone ? "partly removed" : "left in place", why);
     if (unlinkat(dfd, gone_name, AT_REMOVEDIR) != 0 && errno != ENOENT)
         return fsc_error(FSC_ERR_IO, "%s: emptied of a save's files but not removed: %s", shown,
                          errstr(errno, eb, sizeof eb));

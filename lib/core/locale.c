@@ -1,5 +1,7 @@
 /* The C locale's numbers for the library's own text (locale_impl.h): one locale object for the process, made
- * once and never changed, used per thread (uselocale) so that a host program's setlocale stays its own. */
+ * once and never changed, used per thread (uselocale) so that a host program's setlocale stays its own. It is the
+ * C locale in every category (newlocale's base is C): while it is in use the thread's text is C's too, which is
+ * what the library writes (ASCII JSON and numbers). */
 #include <pthread.h>
 #include "core/locale_impl.h"
 

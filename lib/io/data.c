@@ -224,6 +224,12 @@ static fsc_status take(fsc_data *d, int i, const uint8_t *buf, uint64_t len) {
     return FSC_OK;
 }
 
+/* A stream of empty files only (auto detected nothing): the format an empty file detects, as one alone did */
+static fsc_status settle(fsc_data *d) {
+    return d->fmt == FSC_DATA_AUTO && d->n > 0 ? detect(d->f[0].path, (const uint8_t *)"", 0, d->vocab, &d->fmt)
+                                               : FSC_OK;
+}
+
 /* glob(3)'s folder that could not be read, for the message (glob's callback has no argument of its own: a thread's
  * own copy) */
 static _Thread_local char *glob_failed;
@@ -284,6 +290,7 @@ fsc_status fsc_data_open(fsc_data **out, const char *spec, fsc_data_format forma
         s = probe_file(&d->f[i], head, &hlen);
         if (s == FSC_OK) s = take(d, i, head, d->f[i].size);
     }
+    if (s == FSC_OK) s = settle(d);
     if (s != FSC_OK) {
         fsc_data_free(d);
         return s;
@@ -311,6 +318,7 @@ fsc_status fsc_data_open_memory(fsc_data **out, int n, const void *const *bufs, 
         d->f[i].size = bufs[i] ? lens[i] : 0;
         s = take(d, i, d->f[i].mem, d->f[i].size);
     }
+    if (s == FSC_OK) s = settle(d);
     if (s != FSC_OK) {
         fsc_data_free(d);
         return s;

@@ -210,7 +210,7 @@ static fsc_status one_step(fsc_engine *e, const fsc_plan_job *j, void *tok, int 
                                                    : fsc_engine_step(e, tok, tok, bl, j->batch, &info);
 }
 
-/* One rank: setup, one step of zero tokens, the ledger's peaks. */
+/* One rank: setup, two steps of zero tokens (the second's work counted), the ledger's peaks over both. */
 static fsc_status plan_rank(fsc_rank *r, void *arg) {
     plan_run *run = arg; /* rank 0 writes its seconds */
     const fsc_plan_job *j = run->job;

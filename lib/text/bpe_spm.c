@@ -13,7 +13,7 @@
  * to U+FFFD; the text cut into characters, a user-defined piece (longest first) kept whole; then repeatedly the
  * adjacent pair whose joined bytes are a piece of the highest score is joined (leftmost on ties), by a heap;
  * each final part is its piece, else unknown: its bytes as <0xNN> pieces with byte_fallback, else the unk id;
- * a run of unk ids (unknown parts, bytes without a piece) is one.
+ * a run of unknown parts is one unk id (without byte fallback).
  * Decoding: control pieces to nothing, unk to the unk surface (" \u2047 "), U+2581 to a space, runs of byte
  * pieces to their bytes (each byte that begins no valid character to U+FFFD), the first piece's U+2581 dropped
  * when the model adds a dummy prefix or trims (with trimming, each piece's first U+2581 while the text is empty).
@@ -487,8 +487,9 @@ static size_t user_match(const bpe_spm *m, const uint8_t *t, size_t len) {
     return 0;
 }
 
-/* An id after the n before it; a run of unknowns is one unk id, as sentencepiece's processor joins them (its decode
- * gives one unk surface for the run) */
+/* An id after the n before it; a run of unknown parts is one unk id, as sentencepiece's processor joins them (its
+ * decode gives one unk surface for the run). Not with byte fallback: there each byte is its own piece, unk where
+ * the model has none (sentencepiece refuses such a model; fsc reads it) */
 static void emit(const bpe_spm *m, int32_t *ids, size_t *n, int32_t id) {
     if (id != m->unk || *n == 0 || ids[*n - 1] != m->unk) ids[(*n)++] = id;
 }
@@ -537,7 +538,7 @@ fsc_status bpe_spm_encode(const fsc_bpe *b, const uint8_t *text, size_t len, int
         uint32_t id = spm_find(m, t + s[i].start, s[i].len);
         if (id == BPE_NONE) id = (uint32_t)m->unk;
         if ((int32_t)id == m->unk && m->fallback)
-            for (uint32_t k = 0; k < s[i].len; k++) emit(m, ids, n, m->byte_id[t[s[i].start + k]]);
+            for (uint32_t k = 0; k < s[i].len; k++) ids[(*n)++] = m->byte_id[t[s[i].start + k]]; /* each its own */
         else emit(m, ids, n, (int32_t)id);
     }
     free(t), free(s), free(h);

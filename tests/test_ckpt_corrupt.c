@@ -177,17 +177,7 @@ static void test_ckpt_missing_shard(void **state) {
 
 /* The rule of docs/checkpoints.md, independently of the library: metadata_crc32, the first member, is
  * zlib's crc32 of the text with its 8 hex digits read as "00000000". */
-static void reseal(char *text) {
-    char *d = strstr(text, "\"metadata_crc32\"");
-    assert_non_null(d);
-    d = strchr(d + strlen("\"metadata_crc32\""), '"');
-    assert_non_null(d);
-    d++;
-    memcpy(d, "00000000", 8);
-    char hex[9];
-    snprintf(hex, sizeof hex, "%08x", (unsigned)crc32(0L, (const Bytef *)text, (uInt)strlen(text)));
-    memcpy(d, hex, 8);
-}
+static void reseal(char *text) { test_reseal_metadata(text); }
 
 typedef void (*edit_fn)(cJSON *root);
 

@@ -2,6 +2,7 @@
 #ifndef FSC_TESTUTIL_H
 #define FSC_TESTUTIL_H
 #include <stdarg.h>
+#include <zlib.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -56,6 +57,20 @@ static inline void test_rmtree(const char *dir) {
         closedir(d);
     }
     rmdir(dir);
+}
+
+/* A checkpoint's metadata.json text edited by a test, sealed again: its "metadata_crc32" set to the crc32 of the
+ * text with that field's 8 hex digits zeroed (docs/checkpoints.md), so only the edit is what a reader refuses. */
+static inline void test_reseal_metadata(char *text) {
+    char *d = strstr(text, "\"metadata_crc32\"");
+    assert_non_null(d);
+    d = strchr(d + strlen("\"metadata_crc32\""), '"');
+    assert_non_null(d);
+    d++;
+    memcpy(d, "00000000", 8);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", (unsigned)crc32(0L, (const Bytef *)text, (uInt)strlen(text)));
+    memcpy(d, hex, 8);
 }
 
 #endif

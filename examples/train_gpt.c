@@ -72,8 +72,8 @@ static int parse(trainer *t, int argc, char **argv) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }
-    if (c->print_schedule) {
-        if (print_schedule_text(c, stdout, err, sizeof err) == 0) return 0;
+    if (c->print_schedule) { /* under a launcher every process has the text: rank 0 prints it */
+        if (print_schedule_text(c, t->me == 0 ? stdout : NULL, err, sizeof err) == 0) return 0;
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }

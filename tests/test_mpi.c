@@ -124,6 +124,12 @@ static void test_pipeline_and_tensor_parallel(void **state) {
     same_bits(4, "fsdp --tp 2 --sequence-parallel");
     same_bits(3, "fsdp --check-ddp");
     same_bits(4, "zero2 --pp 2 --check-ddp");
+    /* --print-schedule under the launcher: the text once (rank 0's), as simulated ranks print it */
+    char *out = NULL, *a = fmt(MODEL " --parallel pipe --pp 2 --print-schedule");
+    assert_int_equal(run_mpi(2, a, &out), 0);
+    const char *p1 = strstr(out, "placement");
+    if (!p1 || strstr(p1 + 1, "placement")) fail_msg("--print-schedule under mpirun -n 2:\n%s", out);
+    free(out), free(a);
 }
 
 /* --reduce exact (docs/determinism.md): 2, 3 and 4 processes accumulating 12 / N micro-batches give the bits of

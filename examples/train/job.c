@@ -123,7 +123,7 @@ static fsc_status put_lists(FILE *f, fsc_pipe_placement pl, int p, int v, fsc_pi
     char *text = malloc(len + 1);
     fsc_status st = text ? fsc_pipe_schedule_format(pl, p, v, l, lens, text, len + 1, &len)
                          : fsc_error(FSC_ERR_NOMEM, "out of memory");
-    if (st == FSC_OK) fputs(text, f);
+    if (st == FSC_OK && f) fputs(text, f); /* f NULL: checked, not printed (a launcher's other ranks) */
     free(text);
     return st;
 }

@@ -118,7 +118,8 @@ extern const fsc_pipe_schedule pipe_schedule_kind[5]; /* --schedule */
  * micro-batches); free_schedule_file frees them. 0, or -1 with the message in err. */
 int load_schedule_file(train_config *c, char *err, size_t cap);
 void free_schedule_file(train_config *c);
-/* --print-schedule: the run's pipeline schedule (its file's, or the built-in one's) as text on f. */
+/* --print-schedule: the run's pipeline schedule (its file's, or the built-in one's) as text on f (NULL: made and
+ * checked only). */
 int print_schedule_text(const train_config *c, FILE *f, char *err, size_t cap);
 /* Chunks of blocks per pipeline rank: --virtual-stages, or 2 with --schedule zbv (a V). */
 int config_chunks(const train_config *c);

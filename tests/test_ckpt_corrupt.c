@@ -87,6 +87,13 @@ static void test_ckpt_good_verifies_and_loads(void **state) {
     ct_free(&j);
 }
 
+/* A safetensors file's header length: its first 8 bytes, little-endian. */
+static uint64_t header_len(const char *b) {
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++) n |= (uint64_t)(uint8_t)b[i] << (8 * i);
+    return n;
+}
+
 static void test_ckpt_truncated_shard(void **state) {
     char ck[600], p[700];
     char *dir = copy_good(*state, ck, sizeof ck);
@@ -116,8 +123,7 @@ static void test_ckpt_flipped_byte(void **state) {
     fsc_st_close(sf);
     size_t n;
     char *b = ct_slurp(p, &n);
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)(uint8_t)b[i] << (8 * i);
+    const uint64_t hlen = header_len(b);
     b[8 + hlen + begin + 3] ^= 0x10;
     spit(p, b, n);
     free(b);
@@ -136,8 +142,7 @@ static void test_ckpt_stray_entry(void **state) {
     snprintf(p, sizeof p, "%s/rank-00000-of-00002.safetensors", ck);
     size_t n;
     char *b = ct_slurp(p, &n);
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)(uint8_t)b[i] << (8 * i);
+    const uint64_t hlen = header_len(b);
     cJSON *h = cJSON_ParseWithLength(b + 8, (size_t)hlen);
     assert_non_null(h);
     const size_t data = n - 8 - (size_t)hlen;

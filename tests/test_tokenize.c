@@ -24,6 +24,14 @@ static uint8_t *slurp_bytes(const char *path, size_t *len) {
 }
 
 /* The ids the library gives the corpus */
+/* path holding exactly text */
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
 static int32_t *corpus_ids(size_t *n) {
     fsc_bpe *b;
     assert_ok(fsc_bpe_load(&b, "examples/data/" FSC_BPE_GPT2_FILE));
@@ -141,33 +149,23 @@ static void test_refusals(void **state) {
     prog_refused(tokenize, a, tmpdir, 1, "coriolanus.txt: line 1");
     free(a);
     char *one = prog_fmt("%s/one_line.txt", tmpdir);
-    FILE *f = fopen(one, "wb");
-    fputs("a single line and no place to cut it", f);
-    fclose(f);
+    write_text(one, "a single line and no place to cut it");
     a = prog_fmt("--val 0.5 --val-out '%s/v.u16' '%s' '%s/o.u16'", tmpdir, one, tmpdir);
     prog_refused(tokenize, a, tmpdir, 1, "--val 0.5: no place in the last 0.5 of");
     free(a), free(one);
     char *odd = prog_fmt("%s/odd.u16", tmpdir);
-    f = fopen(odd, "wb");
-    fputs("abc", f);
-    fclose(f);
+    write_text(odd, "abc");
     a = prog_fmt("--decode '%s' '%s/o.txt'", odd, tmpdir);
     prog_refused(tokenize, a, tmpdir, 1, "not a multiple of 2");
     free(a);
-    f = fopen(odd, "wb");
-    fputs("\xff\xff", f); /* id 65535: past the vocabulary */
-    fclose(f);
+    write_text(odd, "\xff\xff"); /* id 65535: past the vocabulary */
     a = prog_fmt("--decode '%s' '%s/o.txt'", odd, tmpdir);
     prog_refused(tokenize, a, tmpdir, 1, "65535");
     free(a), free(odd);
     /* an output that is an input, or --val-out that is OUT, is refused before anything is opened for writing */
     char *x = prog_fmt("%s/same.txt", tmpdir), *keep = prog_fmt("%s/keep.txt", tmpdir);
-    f = fopen(x, "wb");
-    fputs("hello\nworld\n", f);
-    fclose(f);
-    f = fopen(keep, "wb");
-    fputs("keep", f);
-    fclose(f);
+    write_text(x, "hello\nworld\n");
+    write_text(keep, "keep");
     a = prog_fmt("'%s' '%s'", x, x);
     prog_refused(tokenize, a, tmpdir, 1, "is TEXT itself");
     free(a);

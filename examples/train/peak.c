@@ -46,14 +46,10 @@ static double read_cache(const char *path) {
     return peak_cache_parse(text);
 }
 
-/* mkdir -p of dir's last two levels (…/.cache/fsc), then path written whole and renamed over: readers see the old
+/* dir made with the folders above it (…/.cache/fsc), then path written whole and renamed over: readers see the old
  * number or the new one. Best effort: MFU is information, a failure changes no result. */
 static void write_cache(const char *dir, const char *path, double tflops) {
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) *slash = '\0', (void)mkdir(parent, 0755);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return;
+    if (make_dirs(dir) != 0) return;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");

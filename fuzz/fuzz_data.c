@@ -1,7 +1,7 @@
 /* libFuzzer harness for the token-file parser (lib/io/data.c, fsc_data_open_memory): any set of file images
  * either is refused with a status and a message and no stream, or is a stream whose every file has exactly
  * its format's structure (bytes: any; u16: even size, no llm.c magic; llmc: the magic, version 1 and a count
- * that agrees with the size), whose tokens read back as a direct decode of the images across file
+ * that agrees with the size; an empty file in any format, adding nothing), whose tokens read back as a direct decode of the images across file
  * boundaries, whose reads and full check succeed exactly when every token is below the vocabulary, and
  * whose batches follow the data-order formula.
  * Input: byte 0: format (bits 0-1: auto, bytes, llmc, u16) and files - 1 (bits 2-3); bytes 1-2: vocabulary
@@ -60,13 +60,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const uint8_t *b = bufs[i];
         size_t len = lens[i];
         int magic = len >= 4 && le32(b) == FSC_DATA_LLMC_MAGIC;
-        uint64_t n = len;
+        uint64_t n = len; /* an empty file adds nothing in any format (docs/data.md) */
         if (got == FSC_DATA_BYTES) CHECK(!magic);
         if (got == FSC_DATA_U16) {
             CHECK(!magic && len % 2 == 0);
             n = len / 2;
         }
-        if (got == FSC_DATA_LLMC) {
+        if (got == FSC_DATA_LLMC && len > 0) {
             CHECK(magic && len >= FSC_DATA_LLMC_HEADER && le32(b + 4) == 1);
             n = le32(b + 8);
             CHECK(n <= INT32_MAX && len == FSC_DATA_LLMC_HEADER + 2 * n);

@@ -21,7 +21,8 @@ static int sep(char c) { return c == ' ' || c == '\t' || c == ',' || c == '\r'; 
 /* The grammar, checked independently of the parser: the number of lines of actions, or -1. */
 static int action_lines(const char *t, size_t n) {
     int lines = 0, placement = 0;
-    for (size_t i = 0; i < n;) {
+    const size_t bom = n >= 3 && !memcmp(t, "\xef\xbb\xbf", 3) ? 3 : 0; /* a UTF-8 byte-order mark first: read past */
+    for (size_t i = bom; i < n;) {
         size_t e = i;
         while (e < n && t[e] != '\n' && t[e] != '#') e++;
         size_t j = i;

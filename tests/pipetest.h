@@ -19,6 +19,8 @@ typedef struct {
     int eval;                         /* fsc_engine_eval of each step's batch before the step, into ev */
     int bad_first;                    /* a first step with a wrong global batch, which must fail on every rank */
     int sync_sends;                   /* the simulated cluster's sends wait for their receive (as NCCL's) */
+    int threads;                      /* BLAS threads per rank (0: the cluster's default, which differs between a
+                                       * world of 1 and more: OpenBLAS may split a large product differently) */
     double ev[MAXW][MAXS];
     double loss[MAXW][MAXS];          /* every rank's loss of every step */
     fsc_step_info info[MAXS];         /* rank 0 */
@@ -112,7 +114,8 @@ static inline fsc_status rank_fn(fsc_rank *rk, void *arg) {
 static inline void train(run *r) {
     free(r->params);
     r->params = calloc(fsc_gpt_num_params(&r->cfg), sizeof(float));
-    fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 30, .sim_sync_sends = r->sync_sends };
+    fsc_cluster_opts co = { .world = r->world, .device = "cpu", .timeout_s = 30, .sim_sync_sends = r->sync_sends,
+                            .threads_per_rank = r->threads };
     assert_ok(fsc_cluster_run(&co, rank_fn, r));
 }
 

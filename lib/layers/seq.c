@@ -13,8 +13,6 @@ static void seq_destroy(fsc_model *m) {
     seq_model *s = (seq_model *)m;
     for (int l = 0; l < s->n; l++) fsc_layer_free(s->layers[l]);
     for (int t = 0; t < s->m.n_tensors && s->tied_grad; t++) fsc_device_release(s->dev, s->tied_grad[t]);
-    for (int i = 0; i < s->nspool; i++) fsc_device_release(s->dev, s->spool[i].mem);
-    free(s->spool);
     fsc_device_release(s->dev, s->scratch); /* records not freed before the model: their scratch */
     for (int l = 0; l < s->n && s->tensor; l++) free(s->tensor[l]);
     for (int l = 0; l < s->n && s->tied; l++) free(s->tied[l]);

@@ -18,10 +18,6 @@ typedef struct {
     float **tied_grad;       /* (n_tensors) device buffers of tied tensors, made (zeroed) with the first record whose
                               * range holds the owner or a user (seq_run.c); NULL before and for other tensors */
     size_t max_stream;       /* floats per sample of the largest output between two layers */
-    /* split records (seq_run.c): the areas of the output gradients and stashes a record holds from its input part
-     * to its weight part, not in use, kept for the next input part (device memory, FSC_TAG_ACTS) */
-    struct seq_split_area { void *mem; size_t bytes; } *spool;
-    int nspool, capspool;
     /* the passes' scratch (seq_run.c): the layers' work and the alternating gradients between layers, used within
      * one pass only, so the model's records share one (device memory, FSC_TAG_WORKSPACE) while any record lives */
     void *scratch;

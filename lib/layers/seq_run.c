@@ -15,8 +15,13 @@
  * with split_tied, and only when every layer of the model with a tied tensor splits) gets a buffer that keeps its
  * output gradient from the input part to the weight part, and its stash (split_bytes); the others run whole in the
  * input part. Those buffers (and the sink) are a second device allocation, the split area, which a record holds
- * only from its input part to its weight part: taken from the model's pool (spool) when the input part starts,
- * given back when the weight part ends, so a record waiting for its backward costs what it costs without split.
+ * only from its input part to its weight part: made when the input part starts, released when the weight part
+ * ends, so a record waiting for its backward costs what it costs without split.
+ * The records of the layers that run whole in the input part (zb-h1's tied LM head, whose logits are the largest
+ * record of a GPT) are dead once it ends: where they all follow every layer that splits (and without layer
+ * checkpointing) they are a third allocation, the whole area, held from the record's forward to the end of its
+ * input part, which releases it before it takes the split area: a record waiting for its W costs what the layers
+ * that split keep, not the head's logits.
  * With split_tied the tied-gradient contract moves to the weight part: a user's weight part writes the zeroed tied
  * buffer, the owner's weight part adds it before its own (the caller carries it between records in the weight
  * parts' order).
@@ -54,6 +59,11 @@ typedef struct {
                           * (keep, stash and sink NULL then) */
     size_t sbytes;       /* its bytes */
     int held;            /* split: the input part ran and the weight part has not (smem NULL when sbytes is 0) */
+    int whole;           /* split: the records of the layers that run whole in the input part are in the whole area
+                          * (whole_fits) */
+    void *wmem;          /* whole: the whole area from the forward to the input part's first layer that splits (or its
+                          * end), or NULL (those layers' records NULL then) */
+    size_t whole_bytes;  /* its bytes */
     int split_tied;      /* split: the layers with tied tensors split too (model.h's split_tied) */
 } seq_acts;
 
@@ -85,6 +95,26 @@ static int splits(const seq_model *s, const seq_acts *a, int l) {
     return can_split(s, l) && (!has_tied(s, l) || tied_splits(s, a));
 }
 
+/* Whether layer l's record is in the whole area of a: it runs whole in the input part and keeps a record. */
+static size_t rec_bytes(const fsc_layer *a, int B);
+static int in_whole(const seq_model *s, const seq_acts *a, int l) {
+    return a->whole && !splits(s, a, l) && rec_bytes(s->layers[l], a->B) > 0;
+}
+
+/* Whether a split record of a (its split_tied set) can keep the records of the layers that run whole in the input
+ * part in a whole area: some layer does and keeps a record, all of them follow every layer that splits (the input
+ * part runs them first: the whole area goes back before the split area is taken, never both at once), and no layer
+ * checkpointing (its layers share one record). */
+static int whole_fits(const seq_model *s, const seq_acts *a) {
+    if (a->ckpt) return 0;
+    int top_split = -1, low_whole = s->n;
+    for (int l = a->first; l <= a->last; l++) {
+        if (splits(s, a, l)) top_split = l;
+        else if (rec_bytes(s->layers[l], a->B) > 0 && l < low_whole) low_whole = l;
+    }
+    return low_whole < s->n && low_whole > top_split;
+}
+
 /* Floats of the sink: twice the largest one-dimensional parameter of a layer of the range that splits (a
  * LayerNorm's weight and bias). */
 static size_t sink_floats(const seq_model *s, const seq_acts *a) {
@@ -114,7 +144,7 @@ static size_t layout(const seq_model *s, seq_acts *a, char *base) {
         if (a->host && l < a->last) a->out[l - a->first] = pp[l & 1];
         else TAKE(a->out[l - a->first], ob);
         size_t rb = rec_bytes(y, a->B), wb = work_bytes(y, a->B);
-        if (!a->ckpt) TAKE(a->rec[l - a->first], rb);
+        if (!a->ckpt && !in_whole(s, a, l)) TAKE(a->rec[l - a->first], rb);
         if (rb > maxrec) maxrec = rb;
         if (wb > maxwork) maxwork = wb;
     }
@@ -200,32 +230,52 @@ static size_t layout_split(const seq_model *s, seq_acts *a, char *base) {
     return at || !stashes ? at : up(1);
 }
 
-/* The input part of a split record: its split area, from the pool (of its size) or new. */
+/* The input part of a split record: its split area, new. */
 static fsc_status split_attach(seq_model *s, seq_acts *a) {
     if (a->held) return FSC_OK; /* kept by an input part whose weight part did not run (a failed step) */
     void *mem = NULL;
-    for (int i = s->nspool - 1; i >= 0 && !mem && a->sbytes; i--)
-        if (s->spool[i].bytes == a->sbytes) mem = s->spool[i].mem, s->spool[i] = s->spool[--s->nspool];
-    if (!mem && a->sbytes) FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->sbytes, &mem));
+    if (a->sbytes) FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->sbytes, &mem));
     a->smem = mem, a->held = 1; /* no layer of the range keeps anything: no area, the parts still run */
     layout_split(s, a, mem);
     return FSC_OK;
 }
 
-/* The weight part is over: the split area back to the pool (released if the pool cannot grow). */
+/* The weight part is over: the split area is released (not pooled: an idle area would sit beside the next
+ * forward's whole area, memory the schedule does not hold; the CUDA device's allocator caches the blocks). */
 static void split_detach(seq_model *s, seq_acts *a) {
     if (!a->held) return;
     a->held = 0;
-    if (!a->smem) return;
-    if (s->nspool == s->capspool) {
-        const int cap = s->capspool ? 2 * s->capspool : 8;
-        struct seq_split_area *n = realloc(s->spool, (size_t)cap * sizeof *n);
-        if (n) s->spool = n, s->capspool = cap;
-    }
-    if (s->nspool < s->capspool) s->spool[s->nspool++] = (struct seq_split_area){ a->smem, a->sbytes };
-    else fsc_device_release(s->dev, a->smem);
+    fsc_device_release(s->dev, a->smem);
     a->smem = NULL;
     layout_split(s, a, NULL);
+}
+
+/* Lay a record's whole area out from base (NULL: only count, and the records in it NULL). */
+static size_t layout_whole(const seq_model *s, seq_acts *a, char *base) {
+    size_t at = 0;
+    for (int l = a->first; l <= a->last; l++)
+        if (in_whole(s, a, l)) {
+            a->rec[l - a->first] = base ? base + at : NULL;
+            at += up(rec_bytes(s->layers[l], a->B));
+        }
+    return at;
+}
+
+/* A forward of a record with a whole area: the area, new (kept if a forward took it already: a checkpointed
+ * micro-batch's record, given back after its F, is taken again for the next). */
+static fsc_status whole_attach(seq_model *s, seq_acts *a) {
+    if (!a->whole || a->wmem) return FSC_OK;
+    FSC_TRY(fsc_device_calloc(s->dev, FSC_TAG_ACTS, a->whole_bytes, &a->wmem));
+    layout_whole(s, a, a->wmem);
+    return FSC_OK;
+}
+
+/* The input part is past the layers that run whole: the whole area is released (as the split area). */
+static void whole_detach(seq_model *s, seq_acts *a) {
+    if (!a->wmem) return;
+    fsc_device_release(s->dev, a->wmem);
+    a->wmem = NULL;
+    layout_whole(s, a, NULL);
 }
 
 int fsc_seq_splits_tied(void *ctx) { return all_tied_split(ctx); }
@@ -287,8 +337,10 @@ static fsc_status acts_make(seq_model *s, const fsc_model_acts_opts *o, void **r
     }
     a->B = o->B, a->ckpt = o->checkpoint, a->split_tied = o->split && o->split_tied;
     a->term = o->grad_term, a->term_ctx = o->grad_term_ctx;
+    if (o->split) a->whole = whole_fits(s, a);
     a->bytes = layout(s, a, NULL);
     if (o->split) a->sbytes = layout_split(s, a, NULL);
+    if (a->whole) a->whole_bytes = layout_whole(s, a, NULL);
     if (*reuse && reuse_bytes == a->bytes) {
         a->mem = *reuse, *reuse = NULL;
     } else {
@@ -333,6 +385,7 @@ void fsc_seq_acts_free(void *ctx, fsc_model_acts *am) {
     if (!a) return;
     fsc_device_release(s->dev, a->mem);
     fsc_device_release(s->dev, a->smem);
+    fsc_device_release(s->dev, a->wmem);
     for (int l = a->first; a->state && l <= a->last; l++) {
         const fsc_layer *y = s->layers[l];
         if (a->state[l - a->first] && y->ops->state_free) y->ops->state_free(y, a->state[l - a->first]);
@@ -347,7 +400,8 @@ void fsc_seq_acts_free(void *ctx, fsc_model_acts *am) {
 size_t fsc_seq_acts_bytes(void *ctx, const fsc_model_acts *am) {
     (void)ctx;
     const seq_acts *a = (const seq_acts *)am;
-    return a->bytes + (a->smem ? a->sbytes : 0); /* a split record holds its split area from B to W */
+    /* a split record holds its split area from B to W, its whole area from F to B */
+    return a->bytes + (a->smem ? a->sbytes : 0) + (a->wmem ? a->whole_bytes : 0);
 }
 
 fsc_status fsc_seq_set_batch(void *ctx, fsc_model_acts *am, const void *inputs, const void *targets) {
@@ -443,7 +497,8 @@ fsc_status fsc_seq_forward(void *ctx, fsc_model_acts *am, const fsc_model_hooks 
     seq_acts *a = (seq_acts *)am;
     if (loss_sum) *loss_sum = 0;
     FSC_TRY(pass_begin(s, a));
-    return pass_end(s, forward_layers(s, a, h, loss_sum));
+    const fsc_status st = whole_attach(s, a);
+    return pass_end(s, st == FSC_OK ? forward_layers(s, a, h, loss_sum) : st);
 }
 
 /* Which part of the backward a pass runs: all of it, the input part, or the weight part (split records). */
@@ -491,6 +546,20 @@ static fsc_status layer_backward(const seq_model *s, seq_acts *a, int l, int par
     return y->ops->backward(y, &c, dinp, dout_of(s, a, l), input_of(a, l));
 }
 
+/* The input part of a record with a whole area reaches layer l, the first that splits (the layers that run whole
+ * are behind it): the whole area goes back and the split area is taken, and l's output gradient, which the layer
+ * above wrote where a record without the split area has it, moves into the area's copy (the range's last layer
+ * copies its stream in layer_backward). A split area still held (a failed step's) had it written there. */
+static fsc_status whole_to_split(seq_model *s, seq_acts *a, int l) {
+    const int had = a->held;
+    const float *g = dout_of(s, a, l);
+    whole_detach(s, a);
+    FSC_TRY(split_attach(s, a));
+    float *keep = a->keep[l - a->first];
+    if (had || l == a->last || !keep || keep == g) return FSC_OK;
+    return fsc_device_copy(s->dev, keep, g, (size_t)a->B * s->layers[l]->out_floats * sizeof(float));
+}
+
 static fsc_status backward_layers(seq_model *s, seq_acts *a, const fsc_model_hooks *h, float dscale, int part) {
     /* tied tensors used by a layer of the range: their users' gradients start from zero (model.h: a user
      * overwrites the buffer; several users of one range add up), in the part that makes them: the weight part
@@ -509,6 +578,7 @@ static fsc_status backward_layers(seq_model *s, seq_acts *a, const fsc_model_hoo
          * where its input part left it (layout_split), and needs its input back where offload took it */
         if (a->ckpt && (part != PART_WEIGHT || splits(s, a, l))) FSC_TRY(offload(s, a, l - 1, 1));
         if (a->ckpt && part != PART_WEIGHT) FSC_TRY(layer_forward(s, a, l));
+        if (part == PART_INPUT && a->whole && splits(s, a, l)) FSC_TRY(whole_to_split(s, a, l));
         FSC_TRY(layer_backward(s, a, l, part, dscale));
         FSC_TRY(hook(h->post_backward, h->ctx, l));
     }
@@ -531,8 +601,12 @@ fsc_status fsc_seq_backward(void *ctx, fsc_model_acts *am, const fsc_model_hooks
 fsc_status fsc_seq_backward_input(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
     seq_acts *a = (seq_acts *)am;
     if (!a->keep) return fsc_error(FSC_ERR_STATE, "sequential model: backward_input needs a record made with split");
-    FSC_TRY(split_attach(ctx, a));
-    return run_backward(ctx, a, h, dscale, PART_INPUT);
+    if (a->whole && !a->wmem && !a->held)
+        return fsc_error(FSC_ERR_STATE, "sequential model: backward_input of a record whose forward did not run");
+    if (!a->whole) FSC_TRY(split_attach(ctx, a)); /* else at the first layer that splits */
+    FSC_TRY(run_backward(ctx, a, h, dscale, PART_INPUT));
+    whole_detach(ctx, a);
+    return split_attach(ctx, a); /* a range none of whose layers splits */
 }
 
 fsc_status fsc_seq_backward_weight(void *ctx, fsc_model_acts *am, const fsc_model_hooks *h, float dscale) {
@@ -551,7 +625,7 @@ const float *fsc_seq_logits(void *ctx, const fsc_model_acts *ma, int *vocab) {
     const seq_acts *a = (const seq_acts *)ma;
     const fsc_layer *y = s->layers[s->n - 1];
     *vocab = 0;
-    if (!a || a->last != s->n - 1 || !y->ops->logits) return NULL;
+    if (!a || a->last != s->n - 1 || !y->ops->logits || !a->rec[a->last - a->first]) return NULL; /* whole area gone */
     return y->ops->logits(y, a->rec[a->last - a->first], a->B, vocab);
 }
 
@@ -560,7 +634,7 @@ const float *fsc_seq_logits_part(void *ctx, const fsc_model_acts *ma, fsc_logits
     const seq_acts *a = (const seq_acts *)ma;
     const fsc_layer *y = s->layers[s->n - 1];
     *p = (fsc_logits_part){ 0 };
-    if (!a || a->last != s->n - 1 || !y->ops->logits_part) return NULL;
+    if (!a || a->last != s->n - 1 || !y->ops->logits_part || !a->rec[a->last - a->first]) return NULL;
     return y->ops->logits_part(y, a->rec[a->last - a->first], a->B, p);
 }
 

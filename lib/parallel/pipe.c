@@ -62,8 +62,8 @@
  *
  * Checkpointing (FairScale's): a checkpointed micro-batch keeps only its stage input (stage 0: its
  * inputs, in the caller's host memory) and runs the whole stage forward again just before its backward.
- * Full records and saved inputs come from pools, so the device ledger's FSC_TAG_ACTS peak is the most the
- * schedule held at once.
+ * Full records come from pools (saved inputs are made and released), so the device ledger's FSC_TAG_ACTS peak
+ * is the most the schedule held at once.
  * Not here: balance helpers (pipe_balance.c), the schedules' action lists and their validator (pipe_sched.c), the
  * loop over the actions with their trace spans (step.c), the compute of an action: the batch, the model's forward
  * or backward with the engine's hooks, the loss, unit losses, outputs and MoE statistics (step_compute.c). */
@@ -93,13 +93,11 @@ struct fsc_pipe {
     fsc_comm *pipe_comm;      /* the ranks of this dp_index, by stage (the engine's) */
     int async;                /* boundaries on links (pipe_link.c, pipe_tied.c): po.prefetch, or sends that wait */
     fsc_comm *data_comm;      /* the ranks of this stage, by dp_index (e->comm, the engine's) */
-    /* pools of records (one per chunk: a record covers its chunk's layers) and saved inputs not in use, kept
-     * allocated between steps */
+    /* pools of records (one per chunk: a record covers its chunk's layers) not in use, kept allocated between
+     * steps (saved inputs and a V's turn buffers are made and released: take_in) */
     int B;
     fsc_model_acts **recs;    /* (v, M + 2) */
     int *nrecs;               /* (v) */
-    float **ins;
-    int nins;
     int full_in_use, in_flight;
     size_t bytes_in_use;
     mb_slot *slots;           /* (v, M): chunk c's micro-batch k at c M + k */
@@ -113,7 +111,7 @@ struct fsc_pipe {
     fsc_pipe_links lk;        /* po.prefetch: the links and the receives posted ahead (pipe_link.c) */
     fsc_pipe_links lk2;       /* a V: the links of chunk 1, whose micro-batches go from rank r + 1 to rank r */
     float **lout, **lgrad;    /* (M) a V's last rank: the output of micro-batch k's chunk 0 for its chunk 1, the
-                               * input gradient of its chunk 1 for its chunk 0 (in_floats each, from the ins pool) */
+                               * input gradient of its chunk 1 for its chunk 0 (in_floats each, take_in) */
     /* tied tensors whose owner and users are two chunks of this rank (a V's first rank holds the first and the
      * last stage): tensor, owner chunk, user chunk; the user's gradient of micro-batch k waits in ltg[x M + k]
      * (from ltg_free, numel floats each) until the owner's backward of k */
@@ -402,13 +400,12 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
     p->recs = calloc(per, sizeof *p->recs);
     p->nrecs = calloc((size_t)v, sizeof *p->nrecs);
     p->send_tied = calloc((size_t)v, 1);
-    p->ins = calloc(per, sizeof *p->ins);
     p->gp_rec = calloc(per, sizeof *p->gp_rec);
     p->gp_req = calloc(per, sizeof *p->gp_req);
     p->gp_chunk = calloc(per, sizeof *p->gp_chunk);
     p->lout = calloc((size_t)p->M, sizeof *p->lout);
     p->lgrad = calloc((size_t)p->M, sizeof *p->lgrad);
-    if (!p->lf || !p->ll || !p->slots || !p->recs || !p->nrecs || !p->send_tied || !p->ins || !p->gp_rec ||
+    if (!p->lf || !p->ll || !p->slots || !p->recs || !p->nrecs || !p->send_tied || !p->gp_rec ||
         !p->gp_req || !p->gp_chunk || !p->lout || !p->lgrad)
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     /* stage s runs blocks [first, first + balance[s]); even: the first L % S stages take one more */
@@ -592,6 +589,18 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
     return FSC_OK;
 }
 
+/* A forward of record a on this stage (k, c, recomputing): the bytes the record holds counted as they change (the
+ * sequential model's whole area, held from a split record's F to its B). */
+static fsc_status forward_counted(fsc_engine *e, fsc_step_ctx *x, fsc_model_acts *a, int k, int c, int again) {
+    fsc_pipe *p = e->pipe;
+    const int g = stage_at(p, c);
+    const size_t held = e->m->ops->acts_bytes(e->m->ctx, a);
+    const fsc_status st = fsc_step_forward_on(e, x, a, k, p->lf[g], p->ll[g], again);
+    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held;
+    note_use(p);
+    return st;
+}
+
 static void give_rec(fsc_engine *e, int c, fsc_model_acts *a) {
     fsc_pipe *p = e->pipe;
     pool(p, c)[p->nrecs[c]++] = a; /* at most M + 1 records of a chunk exist: M in flight and one recomputing */
@@ -605,13 +614,12 @@ static float *stream(fsc_engine *e, fsc_model_acts *a, fsc_stream which) {
     return e->m->ops->stream(e->m->ctx, a, which);
 }
 
+/* A saved stage input or a V's turn buffer (one stage boundary), made here and released by give_in, not pooled:
+ * an idle one would sit beside the records that zero-bubble lists hold from a checkpointed micro-batch's
+ * recomputation to its W, memory the schedule does not hold (the ledger's peak is the schedule's count). */
 static fsc_status take_in(fsc_engine *e, float **out) {
     fsc_pipe *p = e->pipe;
-    if (p->nins > 0) {
-        *out = p->ins[--p->nins];
-    } else {
-        FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_ACTS, in_floats(e) * sizeof(float), (void **)out));
-    }
+    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_ACTS, in_floats(e) * sizeof(float), (void **)out));
     p->bytes_in_use += in_floats(e) * sizeof(float);
     note_use(p);
     return FSC_OK;
@@ -619,7 +627,7 @@ static fsc_status take_in(fsc_engine *e, float **out) {
 
 static void give_in(fsc_engine *e, float *x) {
     fsc_pipe *p = e->pipe;
-    p->ins[p->nins++] = x;
+    fsc_device_release(e->dev, x);
     p->bytes_in_use -= in_floats(e) * sizeof(float);
 }
 
@@ -642,7 +650,6 @@ static void reset_pools(fsc_engine *e, int B) {
     if (B == p->B) return;
     for (int c = 0; c < p->v; c++)
         while (p->nrecs[c] > 0) e->m->ops->acts_free(e->m->ctx, pool(p, c)[--p->nrecs[c]]);
-    while (p->nins > 0) fsc_device_release(e->dev, p->ins[--p->nins]);
     p->B = B;
 }
 
@@ -678,7 +685,7 @@ static void locals_reset(fsc_engine *e) {
 /* reset_pools(e, B), then the receive and send buffers for B (po.prefetch), counted in the activation bytes. */
 static fsc_status ready(fsc_engine *e, int B) {
     fsc_pipe *p = e->pipe;
-    locals_reset(e); /* before reset_pools: a new micro-batch size frees the ins pool */
+    locals_reset(e); /* before reset_pools */
     reset_pools(e, B);
     for (int x = 0; x < p->ntied && p->tl; x++) fsc_pipe_tied_drop(&p->tl[x]); /* left by a failed step */
     const size_t had = fsc_pipe_links_bytes(&p->lk) + fsc_pipe_links_bytes(&p->lk2);
@@ -796,7 +803,7 @@ static fsc_status forward(fsc_engine *e, fsc_step_ctx *x, int k, int c) {
     if (++p->in_flight > p->st.max_in_flight) p->st.max_in_flight = p->in_flight;
     fsc_model_acts *a = sl->rec;
     FSC_TRY(recv_input(e, k, c, a));
-    FSC_TRY(fsc_step_forward_on(e, x, a, k, p->lf[g], p->ll[g], 0));
+    FSC_TRY(forward_counted(e, x, a, k, c, 0));
     if (k == 0) FSC_TRY(tied_values_done(p, 1)); /* po.prefetch: fsc_pipe_pre_forward waited for them already */
     sl->ckpt = is_checkpointed(e, k);
     FSC_TRY(send_output(e, k, c, sl, a));
@@ -877,7 +884,6 @@ static fsc_status local_tied_keep(fsc_engine *e, int k, int c) {
  * by the same kernels on the same input. */
 static fsc_status recompute(fsc_engine *e, fsc_step_ctx *x, int k, int c, mb_slot *sl) {
     fsc_pipe *p = e->pipe;
-    const int g = stage_at(p, c);
     FSC_TRY(take_rec(e, c, &sl->rec));
     if (sl->saved) {
         FSC_TRY(fsc_device_copy(e->dev, stream(e, sl->rec, FSC_STREAM_INPUT), sl->saved, in_floats(e) * sizeof(float)));
@@ -885,7 +891,7 @@ static fsc_status recompute(fsc_engine *e, fsc_step_ctx *x, int k, int c, mb_slo
         sl->saved = NULL;
     }
     p->recompute = 1; /* po.prefetch: the output gradient, posted ahead, arrives meanwhile */
-    fsc_status s = fsc_step_forward_on(e, x, sl->rec, k, p->lf[g], p->ll[g], 1);
+    fsc_status s = forward_counted(e, x, sl->rec, k, c, 1);
     p->recompute = 0;
     return s;
 }
@@ -976,7 +982,8 @@ static fsc_status backward(fsc_engine *e, fsc_step_ctx *x, int k, int c) {
     FSC_TRY(recv_grad(e, k, c, a));
     const size_t held = e->m->ops->acts_bytes(e->m->ctx, a);
     fsc_status st = fsc_step_backward_on(e, x, a, p->split);
-    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held; /* a split record holds more until its W */
+    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held; /* a split record holds its split area until its
+                                                                     * W, its whole area no more (size_t: mod 2^64) */
     note_use(p);
     FSC_TRY(st);
     fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
@@ -1286,8 +1293,8 @@ void fsc_engine_reset_pipe_stats(fsc_engine *e) {
 void fsc_pipe_free(fsc_engine *e) {
     fsc_pipe *p = e->pipe;
     if (!p) return;
-    if (p->lout && p->lgrad && p->ins && (p->ltg || !p->nlt)) locals_reset(e); /* before the ins pool goes */
-    if (p->slots && p->nrecs && p->recs && p->ins) reset_pools(e, -1);
+    if (p->lout && p->lgrad && (p->ltg || !p->nlt)) locals_reset(e);
+    if (p->slots && p->nrecs && p->recs) reset_pools(e, -1);
     for (int i = 0; i < p->nltg_free; i++) fsc_device_release(e->dev, p->ltg_free[i]);
     fsc_pipe_links_free(&p->lk, e->dev);
     fsc_pipe_links_free(&p->lk2, e->dev);
@@ -1297,7 +1304,6 @@ void fsc_pipe_free(fsc_engine *e) {
     free(p->recs);
     free(p->nrecs);
     free(p->send_tied);
-    free(p->ins);
     free(p->gp_rec);
     free(p->gp_req);
     free(p->gp_chunk);

@@ -94,8 +94,9 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
 }
 
 static int cmd_list(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) {
+    struct dirent **names = NULL;
+    const int nn = scandir(dir, &names, NULL, alphasort); /* by name: step-NNNNNNNN in step order */
+    if (nn < 0) {
         fprintf(stderr, "%s: cannot list %s\n", prog, dir);
         return 1;
     }
@@ -103,7 +104,8 @@ static int cmd_list(const char *dir) {
     int64_t step = -1;
     if (fsc_ckpt_latest(dir, newest, sizeof newest, &step) != FSC_OK) fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
     int n = 0;
-    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+    for (int i = 0; i < nn; i++) {
+        const struct dirent *de = names[i];
         if (strncmp(de->d_name, "step-", 5) != 0) continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
@@ -122,7 +124,8 @@ static int cmd_list(const char *dir) {
                !strcmp(path, newest) ? "  (newest)" : "");
         fsc_ckpt_meta_free(m);
     }
-    closedir(d);
+    for (int i = 0; i < nn; i++) free(names[i]);
+    free(names);
     if (n == 0) printf("no checkpoints in %s\n", dir);
     return 0;
 }

@@ -122,7 +122,10 @@ static int build(trainer *t) {
     if (t->me != 0) freopen("/dev/null", "w", stdout); /* only rank 0 prints (errors still go to stderr) */
     print_banner(&t->st, t->data);
     t->co = (fsc_cluster_opts){.world = c->world, .device = option_choice("device", c->device, t->dev, sizeof t->dev),
-                               .threads_per_rank = c->threads, .reduce_native = c->reduce == 1,
+                               /* --reduce exact: one BLAS thread a rank by default, at every --world (a world
+                                * of 1 would take the library's count, other bits: docs/determinism.md) */
+                               .threads_per_rank = c->threads ? c->threads : c->reduce == 2 ? 1 : 0,
+                               .reduce_native = c->reduce == 1,
                                .sim_bandwidth_gbps = c->sim_bandwidth, .sim_latency_us = c->sim_latency,
                                .sim_copy_gbps = c->sim_copy, .sim_clock = c->sim_clock};
     if (c->check_ddp && !(t->st.params = calloc(t->st.nparams, sizeof(float)))) {

@@ -208,10 +208,11 @@ static int check_training(const train_config *c, const int *given, char *err, si
     if (precision_dtype[c->precision] == FSC_F16 && given[option_index("nonfinite")])
         return snprintf(err, cap, "--nonfinite applies to fp32 and bf16: fp16 loss scaling always skips a step with "
                         "inf/NaN and backs off the scale (up to --max-skipped-steps in a row)"), -1;
-    if (c->optimizer != FSC_OPT_SGD && given[option_index("momentum")])
-        return snprintf(err, cap, "--momentum applies to --optimizer sgd only"), -1;
-    if (c->lr_schedule == FSC_LR_CONSTANT && given[option_index("min-lr")])
-        return snprintf(err, cap, "--min-lr applies to --lr-schedule cosine and linear"), -1;
+    /* the default's value is no setting: the command line takes back what a --config file set */
+    if (c->optimizer != FSC_OPT_SGD && given[option_index("momentum")] && c->momentum != 0.9f)
+        return snprintf(err, cap, "--momentum applies to --optimizer sgd only (--momentum 0.9: unset)"), -1;
+    if (c->lr_schedule == FSC_LR_CONSTANT && given[option_index("min-lr")] && c->min_lr != 0)
+        return snprintf(err, cap, "--min-lr applies to --lr-schedule cosine and linear (--min-lr 0: unset)"), -1;
     if (c->lr_schedule != FSC_LR_CONSTANT && c->steps <= c->warmup)
         return snprintf(err, cap, "--lr-schedule %s decays after the --warmup %d steps: give more --steps than that (%d)",
                         c->lr_schedule == FSC_LR_COSINE ? "cosine" : "linear", c->warmup, c->steps), -1;

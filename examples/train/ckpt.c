@@ -26,13 +26,25 @@ static void size_and_time(const char *dir, double ms, char *buf, size_t cap) {
 /* A run without --resume starts a new run: a --ckpt-dir holding checkpoints belongs to another one, and
  * the library refuses the first save there (unless --ckpt-overwrite). Say so before training. */
 int check_ckpt_dir(const train_config *c, char *err, size_t cap) {
-    char path[4096], who[160] = "";
-    int64_t step;
-    if (!c->ckpt_dir || c->resume || c->ckpt_overwrite) return 0;
+    char path[4096], who[160] = "", from[4096] = "";
+    int64_t step, at = -1;
+    if (!c->ckpt_dir || c->ckpt_overwrite) return 0;
     if (fsc_ckpt_latest(c->ckpt_dir, path, sizeof path, &step) != FSC_OK)
         return snprintf(err, cap, "--ckpt-dir: %s", fsc_last_error()), -1;
     if (step < 0) return 0;
     fsc_ckpt_meta *m = NULL;
+    if (c->resume) { /* continuing the run whose checkpoints --ckpt-dir holds (the same directory, or a copy): fine */
+        snprintf(from, sizeof from, "%s/metadata.json", c->resume);
+        if (access(from, F_OK) == 0) snprintf(from, sizeof from, "%s", c->resume), at = 0;
+        else if (fsc_ckpt_latest(c->resume, from, sizeof from, &at) != FSC_OK) at = -1;
+        fsc_ckpt_meta *r = NULL;
+        int same = at < 0 ? !strcmp(c->resume, c->ckpt_dir) /* nothing to resume: a new run, refused below */
+                          : fsc_ckpt_meta_read(from, &r) != FSC_OK; /* damaged: resume says so */
+        if (r && fsc_ckpt_meta_read(path, &m) == FSC_OK) same = !strcmp(r->run_id, m->run_id);
+        else if (r) same = 1;
+        fsc_ckpt_meta_free(r), fsc_ckpt_meta_free(m), m = NULL;
+        if (same) return 0;
+    }
     if (fsc_ckpt_meta_read(path, &m) == FSC_OK)
         snprintf(who, sizeof who, ": run %.8s, seed %llu, lr %g", m->run_id, (unsigned long long)m->seed,
                  (double)m->optim.lr);
@@ -88,6 +100,15 @@ fsc_status resume_run(fsc_rank *r, const train_config *c, fsc_engine *e, int *st
         if (r->rank == 0) printf("no checkpoint in %s to resume from: starting a new run at step 0\n", c->resume);
     }
     *start = at < c->steps ? (int)at : c->steps;
+    if (s == FSC_OK && r->rank == 0 && from[0] && at > 0) { /* the checkpoint's last rate against this run's schedule */
+        const fsc_lr_schedule sched = { .kind = (fsc_lr_kind)c->lr_schedule, .lr = c->lr, .min_lr = c->min_lr,
+                                        .warmup = c->warmup, .total = c->steps };
+        const float was = fsc_engine_lr(e), now = fsc_lr_at(&sched, at - 1);
+        if (was != now)
+            fprintf(stderr, "fsc-train: warning: %s was trained at a rate of %g at its step %lld, where this run's "
+                            "schedule gives %g: it was written under other options than this run's\n", from,
+                    (double)was, (long long)at, (double)now);
+    }
     if (s == FSC_OK && r->rank == 0 && from[0]) {
         printf("resumed from %s at step %lld%s\n", from, (long long)at, took);
         if (at >= c->steps)

@@ -78,7 +78,7 @@ const option options[NOPT] = {
     {"accum", "K", "1", "micro-batches per step (gradient accumulation)", K_INT, F(accum), 1, 1 << 20, NULL},
     {"check-ddp", NULL, NULL, "also train with DDP and report whether the weights are bit-identical", K_FLAG, F(check_ddp), 0, 0, NULL},
     {"device", "NAME", "cpu", "device of every rank: cpu|cuda (cuda needs build/libfsc_cuda.so and a GPU; under a launcher each process drives its GPU through NCCL, a single process too)", K_CHOICE, F(device), 0, 0, "cpu|cuda"},
-    {"threads", "N", "0", "BLAS threads per rank (0: 1 with several ranks, else the library default)", K_INT, F(threads), 0, 1024, NULL},
+    {"threads", "N", "0", "BLAS threads per rank (0: 1 with several ranks or --reduce exact, else the library default)", K_INT, F(threads), 0, 1024, NULL},
     {"pp", "P", "1", "pipeline stages (world = dp x tp x pp, laid out by --order)", K_INT, F(pp), 1, 1024, NULL},
     {"dp", "D", "0", "data-parallel ranks (0: --world / (--tp x --pp); without --world, world = D x T x P)", K_INT, F(dp), 0, 1024, NULL},
     {"chunks", "M", "0", "pipeline micro-batches per step (another name for --accum)", K_INT, F(chunks), 0, 1 << 20, NULL},

@@ -29,6 +29,7 @@ int results_alloc(run_state *st, int steps, int world) {
     st->val_loss = malloc(ns * sizeof *st->val_loss);
     for (size_t i = 0; st->val_loss && i < ns; i++) st->val_loss[i] = NAN;
     for (size_t i = 0; st->losses && i < ns; i++) st->losses[i] = NAN; /* not run (a resumed run's first steps) */
+    for (size_t i = 0; st->lr && i < ns; i++) st->lr[i] = NAN;         /* not run; a skipped step has its rate */
     if (!st->lr || !st->val_loss) return -1;
     return st->losses && st->step_ms && st->aux && st->assigned && st->dropped && st->peak && st->hpeak && st->lay ? 0 : -1;
 }

@@ -16,8 +16,8 @@ static void add_schedule_json(cJSON *root, const run_state *st) {
     cJSON *lr = cJSON_AddArrayToObject(root, "lr"), *val = cJSON_AddArrayToObject(root, "val_loss");
     char buf[64];
     for (int s = 0; s < c->steps - st->first; s++) {
-        snprintf(buf, sizeof buf, "%.9g", st->lr[s]);
-        cJSON_AddItemToArray(lr, isfinite(st->losses[s]) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
+        snprintf(buf, sizeof buf, "%.17g", st->lr[s]); /* --log's digits: the same doubles */
+        cJSON_AddItemToArray(lr, isfinite(st->lr[s]) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
         snprintf(buf, sizeof buf, "%.17g", st->val_loss[s]);
         cJSON_AddItemToArray(val, isfinite(st->val_loss[s]) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
     }
@@ -26,7 +26,7 @@ static void add_schedule_json(cJSON *root, const run_state *st) {
 static double comm_per_step(const run_state *st) {
     double total = 0;
     for (int op = 0; op < FSC_OP_COUNT; op++) total += st->comm.bytes[op];
-    return st->cfg->steps ? total / st->cfg->steps : 0;
+    return st->timed ? total / st->timed : 0; /* the steps this run ran (a resumed run: from its checkpoint) */
 }
 
 /* Per stage (from its data-parallel ranks): layers, the ledger's peak activation bytes (largest), the
@@ -132,8 +132,8 @@ static cJSON *moe_object(const run_state *st) {
     for (int op = 0; op < FSC_OP_COUNT; op++) {
         if (!x->calls[op]) continue;
         cJSON *p = cJSON_AddObjectToObject(eg, fsc_comm_op_name((fsc_comm_op)op));
-        cJSON_AddNumberToObject(p, "calls", c->steps ? (double)x->calls[op] / c->steps : 0);
-        cJSON_AddNumberToObject(p, "bytes", c->steps ? x->bytes[op] / c->steps : 0);
+        cJSON_AddNumberToObject(p, "calls", st->timed ? (double)x->calls[op] / st->timed : 0);
+        cJSON_AddNumberToObject(p, "bytes", st->timed ? x->bytes[op] / st->timed : 0);
     }
     return o;
 }
@@ -179,14 +179,14 @@ void print_json(const run_state *st, const ddp_check *chk) {
         cJSON_AddNumberToObject(o, "bytes", st->comm.bytes[op]);
         total += st->comm.bytes[op];
     }
-    cJSON_AddNumberToObject(root, "comm_bytes_per_step", c->steps ? total / c->steps : 0);
+    cJSON_AddNumberToObject(root, "comm_bytes_per_step", st->timed ? total / st->timed : 0);
     /* rank 0's bytes per step by kind of group (the kinds the run has; they sum to comm_bytes_per_step) */
     cJSON *g = cJSON_AddObjectToObject(root, "comm_bytes_per_step_by_group");
     for (int k = 0; k < FSC_GROUP_COUNT; k++) {
         if (!st->ngroups[k]) continue;
         double b = 0;
         for (int op = 0; op < FSC_OP_COUNT; op++) b += st->groups[k].bytes[op];
-        cJSON_AddNumberToObject(g, fsc_group_kind_name((fsc_group_kind)k), c->steps ? b / c->steps : 0);
+        cJSON_AddNumberToObject(g, fsc_group_kind_name((fsc_group_kind)k), st->timed ? b / st->timed : 0);
     }
     if (st->plan) { /* --plan */
         cJSON *p = cJSON_AddObjectToObject(root, "predicted");

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,6 +274,14 @@ fsc_status fsc_st_writer_write_f32(fsc_st_writer *w, int i, const float *src, ui
     for (uint64_t at = 0; at < n; at += CHUNK) {
         uint64_t k = n - at < CHUNK ? n - at : CHUNK;
         fsc_convert_host(h, dt, src + at, FSC_F32, (size_t)k);
+        /* a finite value beyond the type's range rounds to inf: a file its readers refuse (non-finite weights) */
+        const uint16_t inf = dt == FSC_F16 ? 0x7C00 : 0x7F80;
+        for (uint64_t j = 0; j < k; j++)
+            if ((h[j] & 0x7FFF) == inf && isfinite(src[at + j]))
+                return fsc_error(FSC_ERR_NUMERIC, "%s: tensor %s, element %llu, is %.9g: beyond %s's range (its "
+                                 "largest finite value is %s), it would be written as inf; save as f32%s", w->path,
+                                 w->e[i].name, (unsigned long long)(first + at + j), (double)src[at + j], st_name(dt),
+                                 dt == FSC_F16 ? "65504" : "3.38953139e38", dt == FSC_F16 ? " or bf16" : "");
         FSC_TRY(fsc_st_writer_write(w, i, h, first + at, k));
     }
     return FSC_OK;

@@ -679,11 +679,11 @@ fsc_status fsc_engine_check_batch(const double *pairs, int n) {
 
 fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
                                      double *total, fsc_status *batch) {
-    const int n = fsc_comm_size(e->comm), w = m + 2;
-    double mine[6];
+    const int n = fsc_comm_size(e->comm), w = m + 3;
+    double mine[7];
     if (m > 4) return fsc_error(FSC_ERR_INTERNAL, "engine: %d sums per rank (at most 4)", m);
     memcpy(mine, local, (size_t)m * sizeof(double));
-    mine[m] = local_batch, mine[m + 1] = global_batch;
+    mine[m] = local_batch, mine[m + 1] = global_batch, mine[m + 2] = (double)e->calls;
     if (n == 1) {
         memcpy(total, local, (size_t)m * sizeof(double));
         *batch = fsc_engine_check_batch(mine + m, 1);
@@ -706,6 +706,11 @@ fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, 
     for (int i = 0; s == FSC_OK && i < n; i++)
         pairs[2 * i] = all[(size_t)i * w + m], pairs[2 * i + 1] = all[(size_t)i * w + m + 1];
     if (s == FSC_OK) *batch = fsc_engine_check_batch(pairs, n);
+    for (int i = 1; s == FSC_OK && *batch == FSC_OK && i < n; i++)
+        if (all[(size_t)i * w + m + 2] != all[m + 2])
+            *batch = fsc_error(FSC_ERR_STATE, "the ranks of a data group are at different calls (its rank 0 at call "
+                               "%.0f, its rank %d at call %.0f): a step or evaluation failed on some ranks only; no "
+                               "update on any rank (make the engine again)", all[m + 2], i, all[(size_t)i * w + m + 2]);
     fsc_device_release(e->dev, dsend);
     fsc_device_release(e->dev, drecv);
     free(all);
@@ -763,6 +768,7 @@ fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *
     FSC_CHECK_ARG(inputs);
     FSC_CHECK_ARG(targets);
     fsc_trace *tr = e->trace; /* one span per step, closed on every return */
+    e->calls++;
     fsc_trace_begin(tr, "step", "step");
     fsc_trace_arg(tr, "step", (double)fsc_optim_steps(e->opt) + 1);
     fsc_status s = step_model(e, inputs, targets, local_batch, global_batch, info);
@@ -1067,6 +1073,24 @@ static fsc_status check_extra_layers(const fsc_engine *e, fsc_st_file *f, const 
             const fsc_param_info *p = fsc_engine_full_info(e, i);
             declared = !strcmp(p->name, name) || (p->alias[0] && !strcmp(p->alias, name));
         }
+        /* X.bias (or X.weight) beside a declared X.weight (X.bias): a parameter of a layer the model has, in a form
+         * it lacks (a Llama with attention_bias or mlp_bias): dropping it would load another model without a word */
+        size_t nl = strlen(name);
+        const char *sib = nl > 5 && !strcmp(name + nl - 5, ".bias") ? ".weight"
+                          : nl > 7 && !strcmp(name + nl - 7, ".weight") ? ".bias" : NULL;
+        if (!declared && sib) {
+            char other[FSC_ST_MAX_NAME];
+            size_t stem = nl - (sib[1] == 'w' ? 5 : 7);
+            if (stem + strlen(sib) < sizeof other) {
+                memcpy(other, name, stem);
+                strcpy(other + stem, sib);
+                for (int i = 0; i < T && s == FSC_OK; i++)
+                    if (!strcmp(fsc_engine_full_info(e, i)->name, other))
+                        s = fsc_error(FSC_ERR_INVALID, "%s: holds %s, which this model does not have (it has %s "
+                                      "without it): written for a model with other layers (biases fsc's model lacks)",
+                                      path, name, other);
+            }
+        }
         digits_as_one(name, key, sizeof key);
         for (int i = 0; i < T && !declared && s == FSC_OK; i++)
             if (!strcmp(key, pat[i]))
@@ -1102,12 +1126,15 @@ static fsc_status check_recorded_model(const fsc_engine *e, fsc_st_file *f, cons
     if (fx && fy && strcmp(fx, fy) != 0)
         s = fsc_error(FSC_ERR_INVALID, "%s: written for a model of family %.40s; this model is of family %.40s", path,
                       fx, fy);
-    static const char *const keys[] = {"heads", "kv_heads"};
+    /* the same shapes, another model: heads split the width otherwise; rotary base and norm epsilon (floats in
+     * the models: compared as floats, so 1e-6 and its float's 9.99999997e-07 agree) */
+    static const char *const keys[] = {"heads", "kv_heads", "rope_theta", "norm_eps"};
     for (size_t k = 0; k < sizeof keys / sizeof *keys && s == FSC_OK; k++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[k]), *y = cJSON_GetObjectItemCaseSensitive(b, keys[k]);
-        if (cJSON_IsNumber(x) && cJSON_IsNumber(y) && x->valuedouble != y->valuedouble)
+        if (cJSON_IsNumber(x) && cJSON_IsNumber(y) && (float)x->valuedouble != (float)y->valuedouble)
             s = fsc_error(FSC_ERR_INVALID, "%s: written for a model of %s %g; this model has %g (the same shapes, "
-                          "another split of the width)", path, keys[k], x->valuedouble, y->valuedouble);
+                          "%s)", path, keys[k], x->valuedouble, y->valuedouble,
+                          k < 2 ? "another split of the width" : "another model");
     }
     cJSON_Delete(a);
     cJSON_Delete(b);

@@ -83,6 +83,8 @@ struct fsc_engine {
     fsc_model *m;             /* the model (model.h) the strategies shard and the engine runs (with tensor
                                * parallelism: built on the tensor group, its tensors this rank's slices) */
     int own_model;            /* the engine frees m (fsc_model_free) */
+    long long calls;          /* fsc_engine_step_model calls: equal on every rank of a data group unless a step
+                               * failed on some ranks only (checked with the loss's all-gather) */
     size_t *toff;             /* (n_tensors + 1) prefix sums of m's numel: fsc_engine_tensor_offset */
     fsc_param_info *full;     /* (n_tensors) each tensor as files name and shape it: fsc_engine_full_info */
     /* Every communicator made for this engine (the group factory, layout_impl.h), made by engine.c and freed

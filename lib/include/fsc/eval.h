@@ -11,6 +11,7 @@
 #ifndef FSC_EVAL_H
 #define FSC_EVAL_H
 #include "export.h"
+#include <stddef.h>
 #include "status.h"
 
 FSC_BEGIN_DECLS

@@ -145,7 +145,7 @@ static void test_fsdp_comm_volume(void **state) {
         size_t P = fsc_gpt_num_params(&ddp.cfg), root, block;
         unit_sizes(&ddp.cfg, N, &root, &block);
         double f = (double)(N - 1) / N;
-        double loss_bytes = f * 24.0 * N; /* the loss and the batch check: three doubles per rank, all-gathered */
+        double loss_bytes = f * 32.0 * N; /* the loss, the batch check, the step count: 4 doubles per rank, all-gathered */
         double vote = 2 * f * 4.0; /* the non-finite vote: one float all-reduced */
         assert_true(fabs(ddp.comm[0].bytes[FSC_OP_ALL_REDUCE] - 2 * f * 4.0 * P - vote) < 1e-6);
         assert_true(fabs(ddp.comm[0].bytes[FSC_OP_ALL_GATHER] - loss_bytes) < 1e-6);

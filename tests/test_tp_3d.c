@@ -160,11 +160,11 @@ static void test_tp_matches_single_rank(void **state) {
         if (!(worst <= 1e-5)) fail_msg("dp %d x tp %d sp %d: weights differ by %.3g", cases[k].dp, cases[k].tp,
                                        cases[k].sp, worst);
         /* the data group: the gradient all-reduce of the rank's slices and the step's all-gather of the loss and
-         * the batch check (three doubles per rank); the tensor group: the layers' collectives */
+         * the batch check and the step count (four doubles per rank); the tensor group: the layers' collectives */
         int dp = cases[k].dp, tp = cases[k].tp;
         double f = (dp - 1.0) / dp;
         assert_true(x.plocal < P);
-        assert_true(fabs(x.data.bytes[FSC_OP_ALL_GATHER] - f * 24.0 * dp) < 1e-9);
+        assert_true(fabs(x.data.bytes[FSC_OP_ALL_GATHER] - f * 32.0 * dp) < 1e-9);
         assert_true(fabs(x.data.bytes[FSC_OP_ALL_REDUCE] - 2.0 * f * 4.0 * (double)x.plocal) < 1e-6);
         assert_true(x.tensor.calls[cases[k].sp ? FSC_OP_REDUCE_SCATTER : FSC_OP_ALL_REDUCE] > 0);
         double tbytes = 0;

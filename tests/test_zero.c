@@ -173,7 +173,7 @@ static void test_zero_comm_volume(void **state) {
                 size_t Pp = kinds[k] == FSC_PAR_ZERO1 ? padded_zero1(&z.cfg, N)
                                                       : padded_zero2_per_layer(&z.cfg, N, NULL);
                 double f = (double)(N - 1) / N, es = bf ? 2.0 : 4.0;
-                double loss_bytes = f * 24.0 * N; /* the loss, local and global batch: 3 doubles per rank */
+                double loss_bytes = f * 32.0 * N; /* the loss, local and global batch, step count: 4 doubles per rank */
                 for (int r = 0; r < N; r++) {
                     const fsc_comm_stats *st = &z.comm[r];
                     if (fabs(st->bytes[FSC_OP_REDUCE_SCATTER] - f * es * Pp) > 1e-6 ||

@@ -106,9 +106,108 @@ static void test_failed_step_leaves_nothing(void **state) {
         }
 }
 
+/* A step that fails on ONE rank only (the bad layer's backward refuses on rank 1 at its second call; rank 0's
+ * backward runs on): the ranks must not go on pairing different steps. Rank 0's second call meets rank 1's third
+ * (rank 1 calls once more, so every collective has its partner), and from there every call fails on every rank
+ * with a message naming "different calls", applying no update.
+ * Oracle: the statuses and messages of each rank's calls (OK; then rank 0 two failures naming "different calls",
+ * rank 1 its own NUMERIC, then two such failures), and each rank's own replica of the parameters before and after every failed call, bit for bit (a
+ * failed call changes nothing), for DDP and ZeRO-2 with 2 simulated ranks. Before the fix rank 0's calls returned
+ * OK and updated with gradients mixed from different steps. */
+enum { CALLS = 4 };
+
+typedef struct {
+    fsc_parallel_kind kind;
+    fsc_status st[2][CALLS];
+    char why[2][CALLS][512];
+    int changed[2][CALLS]; /* the call changed this rank's parameters */
+    float last[2][NP];     /* each rank's replica at its end */
+} desync_job;
+
+static fsc_status own_params(fsc_engine *e, fsc_device *dev, float *out) {
+    fsc_model *m = fsc_engine_model(e);
+    size_t off = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        if (off + m->info[i].numel > NP) return fsc_error(FSC_ERR_INTERNAL, "more than %d parameters", NP);
+        FSC_TRY(fsc_device_download(dev, out + off, m->param[i], m->info[i].numel * sizeof(float)));
+        off += m->info[i].numel;
+    }
+    return off == NP ? FSC_OK : fsc_error(FSC_ERR_INTERNAL, "%zu parameters, not %d", off, NP);
+}
+
+static fsc_status desync_run(fsc_rank *r, void *arg) {
+    desync_job *j = arg;
+    fsc_layer *ms = NULL;
+    FSC_TRY(fsc_layer_mse(4, &ms));
+    fsc_seq_layer sl[4];
+    memset(sl, 0, sizeof sl);
+    sl[0].layer = lin(4, 8), sl[0].prefix = "a.";
+    sl[1].layer = bad(8), sl[1].prefix = "bad.";
+    sl[2].layer = lin(8, 4), sl[2].prefix = "b.";
+    sl[3].layer = ms;
+    fsc_model *m = NULL;
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_seq_model_create(r->dev, sl, 4, &m);
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = j->kind;
+    fsc_optim_config oc = fsc_optim_config_default();
+    if (s == FSC_OK) s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    const int calls = r->rank == 1 ? CALLS : CALLS - 1; /* rank 1's failed call met no call of rank 0 */
+    for (int k = 0; k < calls && s == FSC_OK; k++) {
+        float x[16], y[16], before[NP], after[NP];
+        for (int i = 0; i < 16; i++) x[i] = (float)((i + 3 * k + 5 * r->rank) % 7) / 7, y[i] = (float)(i % 3) / 3;
+        s = own_params(e, r->dev, before);
+        if (s != FSC_OK) break;
+        fail_now = k == 1 && r->rank == 1;
+        fsc_step_info info;
+        j->st[r->rank][k] = fsc_engine_step_model(e, x, y, 4, 4 * r->world, &info);
+        fail_now = 0;
+        snprintf(j->why[r->rank][k], sizeof j->why[r->rank][k], "%s", j->st[r->rank][k] ? fsc_last_error() : "");
+        s = own_params(e, r->dev, after);
+        j->changed[r->rank][k] = memcmp(before, after, sizeof before) != 0;
+        memcpy(j->last[r->rank], after, sizeof after);
+    }
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+static void test_one_rank_failure_stops_every_rank(void **state) {
+    (void)state;
+    const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO2 };
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        static desync_job j;
+        memset(&j, 0, sizeof j);
+        j.kind = kinds[k];
+        fsc_cluster_opts co = fsc_cluster_opts_default();
+        co.world = 2, co.timeout_s = 30;
+        assert_ok(fsc_cluster_run(&co, desync_run, &j));
+        const char *name = fsc_parallel_kind_name(kinds[k]);
+        for (int r = 0; r < 2; r++) {
+            if (j.st[r][0] != FSC_OK || !j.changed[r][0])
+                fail_msg("%s rank %d: the first step gave %s (%s), parameters %s", name, r, fsc_status_str(j.st[r][0]),
+                         j.why[r][0], j.changed[r][0] ? "updated" : "unchanged");
+            for (int c = 1; c < (r == 1 ? CALLS : CALLS - 1); c++) {
+                const int own = r == 1 && c == 1; /* rank 1's own failure */
+                const char *needle = own ? "backward refuses" : "different calls";
+                if ((own ? j.st[r][c] != FSC_ERR_NUMERIC : j.st[r][c] == FSC_OK) || !strstr(j.why[r][c], needle))
+                    fail_msg("%s rank %d, call %d (after rank 1's call 1 failed alone): %s \"%s\", expected %s naming "
+                             "\"%s\"", name, r, c, fsc_status_str(j.st[r][c]), j.why[r][c],
+                             own ? "FSC_ERR_NUMERIC" : "a failure", needle);
+                if (j.changed[r][c])
+                    fail_msg("%s rank %d, call %d failed (%s) yet changed the rank's parameters", name, r, c,
+                             fsc_status_str(j.st[r][c]));
+            }
+        }
+        if (memcmp(j.last[0], j.last[1], sizeof j.last[0]))
+            fail_msg("%s: the ranks' replicas differ at the end", name);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_step_leaves_nothing),
+        cmocka_unit_test(test_one_rank_failure_stops_every_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -345,6 +345,202 @@ static void test_bad_model_config(void **st) {
     fsc_device_free(dev);
 }
 
+/* A copy of golden file src at dst, each entry's name without the prefix strip (NULL: as it is), with one more F32
+ * entry, extra (NULL: none), of n elements 0.5: a file of another program holding a tensor fsc's model lacks. */
+static void copy_with_entry(const char *src, const char *dst, const char *strip, const char *extra, int64_t n) {
+    fsc_st_file *f;
+    fsc_st_writer *w;
+    assert_ok(fsc_st_open(src, &f));
+    assert_ok(fsc_st_writer_open(dst, &w));
+    const int N = fsc_st_count(f);
+    for (int i = 0; i < N; i++) {
+        const fsc_st_entry *e = fsc_st_entry_at(f, i);
+        const char *name = e->name;
+        if (strip && !strncmp(name, strip, strlen(strip))) name += strlen(strip);
+        assert_ok(fsc_st_writer_add(w, name, e->dtype, e->ndim, e->shape));
+    }
+    if (extra) assert_ok(fsc_st_writer_add(w, extra, FSC_F32, 1, &n));
+    assert_ok(fsc_st_writer_begin_data(w));
+    static unsigned char buf[1 << 16];
+    for (int i = 0; i < N; i++) {
+        const fsc_st_entry *e = fsc_st_entry_at(f, i);
+        const size_t size = fsc_dtype_size(e->dtype), k = size ? (size_t)(e->end - e->begin) / size : 0;
+        assert_true(k * size <= sizeof buf);
+        assert_ok(fsc_st_read(f, e, buf, 0, k));
+        assert_ok(fsc_st_writer_write(w, i, buf, 0, k));
+    }
+    if (extra) {
+        float v[64];
+        assert_true(n <= 64);
+        for (int j = 0; j < n; j++) v[j] = 0.5f;
+        assert_ok(fsc_st_writer_write(w, N, v, 0, (uint64_t)n));
+    }
+    assert_ok(fsc_st_writer_commit(w));
+    fsc_st_close(f);
+}
+
+/* A Llama file holding model.layers.0.self_attn.q_proj.bias (a Llama with attention_bias: a layer fsc's Llama
+ * has, in a form it lacks) is refused by fsc_engine_load_weights (FSC_ERR_INVALID naming the entry); before,
+ * the bias was ignored and the file loaded as another model. GPT-2 files holding Hugging Face's attention-mask
+ * buffers h.N.attn.bias (no X.weight beside them) still load, under the "transformer." prefix (the golden file)
+ * and without it. Oracle: the status and message of the load; the golden Llama file itself loads. */
+static void test_llama_extra_bias_refused(void **st) {
+    (void)st;
+    char src[512], dst[600];
+    golden_path(src, sizeof src, "hf_llama.safetensors");
+    snprintf(dst, sizeof dst, "%s/llama_qbias.safetensors", tmpdir);
+    copy_with_entry(src, dst, NULL, "model.layers.0.self_attn.q_proj.bias", HG_LLAMA_DIM);
+    run g = { .llama = 1, .path = dst };
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_err(fsc_cluster_run(&co, load_rank, &g), FSC_ERR_INVALID, "model.layers.0.self_attn.q_proj.bias");
+    free(g.params);
+    unlink(dst);
+    copy_with_entry(src, dst, NULL, NULL, 0); /* the copy itself loads: only the bias was refused */
+    run same = { .llama = 1, .path = dst };
+    load(&same);
+    free(same.params);
+    unlink(dst);
+    golden_path(src, sizeof src, "hf_gpt2.safetensors");
+    snprintf(dst, sizeof dst, "%s/gpt2_noprefix.safetensors", tmpdir);
+    copy_with_entry(src, dst, "transformer.", NULL, 0);
+    fsc_st_file *f;
+    assert_ok(fsc_st_open(dst, &f));
+    assert_non_null(fsc_st_find(f, "h.0.attn.bias"));
+    fsc_st_close(f);
+    for (int pre = 0; pre < 2; pre++) {
+        golden_path(src, sizeof src, "hf_gpt2.safetensors");
+        run gpt = { .llama = 0, .path = pre ? src : dst };
+        load(&gpt);
+        free(gpt.params);
+    }
+    unlink(dst);
+}
+
+/* A Llama of configuration c: poked (when poke_tensor >= 0) element 3 of that tensor set to poke, then loads
+ * `load` (when set), then saves as save_dt at `save` (when set). */
+typedef struct {
+    fsc_llama_config c;
+    const char *load, *save;
+    fsc_dtype save_dt;
+    int poke_tensor;
+    float poke;
+} llama_job;
+
+static fsc_status llama_rank(fsc_rank *r, void *arg) {
+    llama_job *j = arg;
+    fsc_model *m = NULL;
+    FSC_TRY(fsc_llama_model_create(r->dev, &j->c, &m));
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    if (s == FSC_OK && j->poke_tensor >= 0) {
+        fsc_model *em = fsc_engine_model(e);
+        float v[4];
+        s = fsc_device_download(r->dev, v, em->param[j->poke_tensor], sizeof v);
+        v[3] = j->poke;
+        if (s == FSC_OK) s = fsc_device_upload(r->dev, em->param[j->poke_tensor], v, sizeof v);
+    }
+    if (s == FSC_OK && j->load) s = fsc_engine_load_weights(e, j->load);
+    if (s == FSC_OK && j->save) s = fsc_engine_save_weights_dtype(e, j->save, j->save_dt);
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+static fsc_llama_config tiny_llama(float theta, float eps) {
+    fsc_llama_config c = { .layers = 1, .dim = 8, .heads = 2, .kv_heads = 2, .ffn = 16, .seq = 4, .vocab = 16,
+                           .rope_theta = theta, .norm_eps = eps };
+    return c;
+}
+
+/* A Llama weights file records its model's configuration (FSC_ST_META_MODEL); one saved by a model of rope_theta
+ * 1000 (or norm_eps 1e-6) loaded into a model of rope_theta 10000 (norm_eps 1e-5) is refused, FSC_ERR_INVALID
+ * naming the field (before, only heads and kv_heads were compared, and the file loaded as another model); the
+ * same file loads into a model of the recorded values. Oracle: the load's status and message. */
+static void test_llama_recorded_theta_eps(void **st) {
+    (void)st;
+    static const struct { float theta, eps, load_theta, load_eps; const char *field; } cases[] = {
+        { 1000.0f, 1e-5f, 10000.0f, 1e-5f, "rope_theta" },
+        { 10000.0f, 1e-6f, 10000.0f, 1e-5f, "norm_eps" },
+    };
+    char path[600];
+    snprintf(path, sizeof path, "%s/llama_cfg.safetensors", tmpdir);
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        llama_job save = { .c = tiny_llama(cases[i].theta, cases[i].eps), .save = path, .save_dt = FSC_F32,
+                           .poke_tensor = -1 };
+        assert_ok(fsc_cluster_run(&co, llama_rank, &save));
+        llama_job other = { .c = tiny_llama(cases[i].load_theta, cases[i].load_eps), .load = path, .poke_tensor = -1 };
+        fsc_status s = fsc_cluster_run(&co, llama_rank, &other);
+        if (s != FSC_ERR_INVALID || !strstr(fsc_last_error(), cases[i].field))
+            fail_msg("a file saved with rope_theta %g, norm_eps %g loaded into rope_theta %g, norm_eps %g: %s (%s); "
+                     "expected FSC_ERR_INVALID naming %s", (double)cases[i].theta, (double)cases[i].eps,
+                     (double)cases[i].load_theta, (double)cases[i].load_eps, fsc_status_str(s), fsc_last_error(),
+                     cases[i].field);
+        llama_job same = { .c = save.c, .load = path, .poke_tensor = -1 };
+        assert_ok(fsc_cluster_run(&co, llama_rank, &same));
+        unlink(path);
+    }
+}
+
+/* Saving as f16 or bf16 a finite weight beyond the type's range (70000 > f16's 65504; 3.4e38 > bf16's largest
+ * finite 3.3895e38) fails with FSC_ERR_NUMERIC naming the tensor, and leaves no file (no temporary file either);
+ * before, the value was written as inf, a file every loader then refused. The largest finite values (65504 as
+ * f16) and ordinary weights save. Oracle: the save's status and message, the directory's listing, the stored
+ * bits of the largest finite value. */
+static void test_save_beyond_range_refused(void **st) {
+    (void)st;
+    char path[600];
+    snprintf(path, sizeof path, "%s/range.safetensors", tmpdir);
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    fsc_device *dev;
+    fsc_model *m;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    const fsc_llama_config c = tiny_llama(10000.0f, 1e-5f);
+    assert_ok(fsc_llama_model_create(dev, &c, &m));
+    const int t = 1; /* model.layers.0.self_attn.q_proj.weight */
+    char tname[FSC_ST_MAX_NAME];
+    snprintf(tname, sizeof tname, "%s", m->info[t].name);
+    fsc_model_free(m);
+    fsc_device_free(dev);
+    static const struct { fsc_dtype dt; float v; int ok; } cases[] = {
+        { FSC_F16, 70000.0f, 0 }, { FSC_BF16, 3.4e38f, 0 }, { FSC_F16, -70000.0f, 0 },
+        { FSC_F16, 65504.0f, 1 }, { FSC_BF16, 1.0e38f, 1 }, { FSC_F16, 0.5f, 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        llama_job j = { .c = c, .save = path, .save_dt = cases[i].dt, .poke_tensor = t, .poke = cases[i].v };
+        fsc_status s = fsc_cluster_run(&co, llama_rank, &j);
+        if (cases[i].ok) {
+            if (s != FSC_OK) fail_msg("%s save of %s holding %g: %s (%s)", fsc_dtype_name(cases[i].dt), tname,
+                                      (double)cases[i].v, fsc_status_str(s), fsc_last_error());
+            fsc_st_file *f;
+            assert_ok(fsc_st_open(path, &f));
+            float back[4];
+            assert_ok(fsc_st_read_f32(f, fsc_st_find(f, tname), back, 0, 4));
+            const uint16_t want = cases[i].dt == FSC_F16 ? fsc_f32_to_f16(cases[i].v) : fsc_f32_to_bf16(cases[i].v);
+            const float wantf = cases[i].dt == FSC_F16 ? fsc_f16_to_f32(want) : fsc_bf16_to_f32(want);
+            if (memcmp(&back[3], &wantf, sizeof wantf))
+                fail_msg("%s save of %g: stored %.9g, expected %.9g", fsc_dtype_name(cases[i].dt),
+                         (double)cases[i].v, (double)back[3], (double)wantf);
+            fsc_st_close(f);
+            unlink(path);
+            continue;
+        }
+        if (s != FSC_ERR_NUMERIC || !strstr(fsc_last_error(), tname))
+            fail_msg("%s save of %s holding the finite %g (beyond the type's range): %s (%s); expected "
+                     "FSC_ERR_NUMERIC naming the tensor", fsc_dtype_name(cases[i].dt), tname, (double)cases[i].v,
+                     fsc_status_str(s), fsc_last_error());
+        DIR *d = opendir(tmpdir);
+        assert_non_null(d);
+        for (struct dirent *de; (de = readdir(d)) != NULL;)
+            if (!strncmp(de->d_name, "range.safetensors", 17))
+                fail_msg("%s save of %g failed yet left %s", fsc_dtype_name(cases[i].dt), (double)cases[i].v,
+                         de->d_name);
+        closedir(d);
+    }
+}
+
 static int setup(void **st) {
     (void)st;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/fsc_test_stw_XXXXXX");
@@ -364,6 +560,9 @@ int main(void) {
         cmocka_unit_test(test_untied_head_refused), cmocka_unit_test(test_save_dtype),
         cmocka_unit_test(test_failed_save_leaves_nothing),
         cmocka_unit_test(test_bad_model_config),
+        cmocka_unit_test(test_llama_extra_bias_refused),
+        cmocka_unit_test(test_llama_recorded_theta_eps),
+        cmocka_unit_test(test_save_beyond_range_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

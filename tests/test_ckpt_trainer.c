@@ -8,7 +8,8 @@
  * longer run's checkpoints is refused with exit 2, leaving them byte for byte, and with --ckpt-overwrite
  * replaces them so that --resume continues the new run exactly; ckpt_tool lists the newest checkpoint,
  * shows tensors, pieces and checksums, verifies a good checkpoint and refuses a damaged one, naming the
- * file, and refuses metadata edited by hand (its checksum). */
+ * file, and refuses metadata edited by hand (its checksum); --resume into a --ckpt-dir of another run is refused
+ * with exit 2 before any step, that run's train_config.json byte for byte; ckpt_tool list prints steps in order. */
 #include <cjson/cJSON.h>
 #include <libgen.h>
 #include <limits.h>
@@ -204,6 +205,41 @@ static void test_trainer_one_run_per_dir(void **st) {
     free(before);
 }
 
+/* --resume A --ckpt-dir B, B holding another run's checkpoints: refused up front (exit 2, naming that run and
+ * --ckpt-overwrite) before any step, B/train_config.json byte for byte as that run wrote it; --resume A --ckpt-dir A
+ * (the same run) goes on. Before, the run trained, failed at its first save (exit 1) and had replaced B's
+ * train_config.json with its own options. Oracle: the exit status, the output (no step line) and B's record. */
+static void test_trainer_resume_into_other_dir(void **st) {
+    (void)st;
+    char *a = prog_fmt("%s/mine", tmpdir), *b = prog_fmt("%s/theirs", tmpdir), *conf = prog_fmt("%s/train_config.json", b);
+    double l[4];
+    char *args = prog_fmt(TINY " --parallel ddp --steps 2 --save-every 2 --ckpt-dir '%s'", a);
+    train(args, l, 2);
+    free(args);
+    args = prog_fmt(TINY " --parallel ddp --seed 2 --lr 0.01 --steps 2 --save-every 2 --ckpt-dir '%s'", b);
+    train(args, l, 2);
+    free(args);
+    char *before = slurp(conf), *out = NULL, *err = NULL;
+    assert_non_null(before);
+    args = prog_fmt(TINY " --parallel ddp --steps 4 --save-every 2 --resume '%s' --ckpt-dir '%s'", a, b);
+    int rc = run("train_gpt", args, &out, &err);
+    if (rc != 2) fail_msg("--resume %s --ckpt-dir %s: exit %d (expected 2)\n%s%s", a, b, rc, out, err);
+    if (!strstr(err, "another run") || !strstr(err, "--ckpt-overwrite")) fail_msg("message: %s", err);
+    if (strstr(out, "step    1/4") || strstr(out, "step    3/4")) fail_msg("it trained before refusing:\n%s", out);
+    char *after = slurp(conf);
+    assert_non_null(after);
+    if (strcmp(before, after)) fail_msg("%s rewritten:\n%s\nwas:\n%s", conf, after, before);
+    free(out), free(err), free(args), free(after);
+    /* the same run's directory: resumed at step 2, saved at step 4 */
+    args = prog_fmt(TINY " --parallel ddp --steps 4 --save-every 2 --resume '%s' --ckpt-dir '%s'", a, a);
+    rc = run("train_gpt", args, &out, &err);
+    if (rc != 0) fail_msg("--resume %s --ckpt-dir %s: exit %d\n%s%s", a, a, rc, out, err);
+    assert_non_null(strstr(out, "at step 2"));
+    char *four = prog_fmt("%s/step-00000004/metadata.json", a);
+    assert_int_equal(access(four, F_OK), 0);
+    free(four), free(out), free(err), free(args), free(before), free(conf), free(b), free(a);
+}
+
 /* Two runs into one --ckpt-dir at once (the issue's: the second's --keep-last removed the first's checkpoints):
  * while a trainer runs there, a second is refused on every rank (exit 1) naming the first's pid, before it writes
  * anything (the first's checkpoints and train_config.json as they were); once the first is killed the directory is
@@ -303,6 +339,32 @@ static void test_ckpt_tool(void **st) {
     free(err);
 }
 
+/* ckpt_tool list prints the step directories in step order, whatever order the directory holds them in (it
+ * printed readdir's order). Oracle: five checkpoints (steps 2, 4, 6, 8, 10); the lines naming them appear at
+ * ascending offsets of the output, the newest marked. */
+static void test_ckpt_tool_list_order(void **st) {
+    (void)st;
+    char *dir = prog_fmt("%s/order", tmpdir), *out = NULL;
+    char *args = prog_fmt(TINY " --parallel ddp --steps 10 --save-every 2 --ckpt-dir '%s'", dir);
+    double l[10];
+    train(args, l, 10);
+    free(args);
+    args = prog_fmt("list '%s'", dir);
+    assert_int_equal(run("ckpt_tool", args, &out, NULL), 0);
+    const char *prev = NULL;
+    for (int s = 2; s <= 10; s += 2) {
+        char name[32];
+        snprintf(name, sizeof name, "step-%08d", s);
+        const char *at = strstr(out, name);
+        if (!at) fail_msg("list lacks %s:\n%s", name, out);
+        if (prev && at < prev) fail_msg("list prints %s before step-%08d: not in step order:\n%s", name, s - 2, out);
+        prev = at;
+    }
+    const char *nl = strchr(prev, '\n'), *mark = strstr(prev, "(newest)");
+    assert_true(mark && (!nl || mark < nl));
+    free(out), free(args), free(dir);
+}
+
 /* Installed as fsc-ckpt (make install copies it under that name) the program names itself so: the usage
  * line and the messages say the name it was run as, not ckpt_tool. Oracle: the text of stderr. */
 static void test_ckpt_tool_name(void **st) {
@@ -361,7 +423,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_one_writer),
         cmocka_unit_test(test_ckpt_tool),
         cmocka_unit_test(test_ckpt_tool_name),
+        cmocka_unit_test(test_trainer_resume_into_other_dir),
+        cmocka_unit_test(test_ckpt_tool_list_order),
     };
+    if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

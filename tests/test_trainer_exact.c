@@ -3,7 +3,8 @@
  * after 5 steps at (--world N, --accum K) = (1,12), (2,6), (3,4), (4,3), (6,2), (12,1) with ddp, fsdp (full,
  * grad_op, hybrid), zero1 and zero2 (none at N 1); --unit 2 at (1,12), (2,3), (3,1) agrees likewise; so does FSDP
  * with offload all; so do MoE models, with expert parallelism too; so do checkpoints resumed at another world
- * size or under another pipeline schedule; what exact mode does not run with is refused naming the option. */
+ * size or under another pipeline schedule; what exact mode does not run with is refused naming the option; --world 1
+ * (one BLAS thread unless --threads) equals --world 2 with products big enough for OpenBLAS to split. */
 #include "trainertest.h"
 
 static char trainer[PATH_MAX], tmpdir[64];
@@ -347,6 +348,29 @@ static void test_tensor_parallel(void **state) {
     }
 }
 
+/* --reduce exact at --world 1 runs one BLAS thread, as each rank of --world 2 does, when --threads is not given: a
+ * model whose MLP products (32 x 256 x 64 for one sequence) are big enough for OpenBLAS to split over its threads
+ * trains to the same --save bytes and losses at --world 1 as at --world 2 --parallel ddp, --unit 1. Before, one rank
+ * took the library's thread count (the machine's cores), other bits. Oracle: cmp of the two --save files. */
+static void test_world_one_threads(void **state) {
+    (void)state;
+    const char *model = "--layers 1 --dim 64 --heads 2 --seq 32 --vocab 128 --batch 2 --steps 3 --lr 0.01 --clip 1";
+    char *w[2], *l[2];
+    for (int i = 0; i < 2; i++) {
+        w[i] = prog_fmt("%s/threads_%d.st", tmpdir, i + 1);
+        char *a = prog_fmt("%s --data '%s/data.txt' %s --reduce exact --unit 1 --save '%s' --json", model, tmpdir,
+                           i ? "--world 2 --parallel ddp" : "--world 1", w[i]);
+        l[i] = prog_losses(trainer, a, tmpdir, NULL, NULL);
+        free(a);
+    }
+    char *cmp = prog_fmt("cmp -s '%s' '%s'", w[0], w[1]);
+    if (system(cmp) != 0) fail_msg("the --save file at --world 1 differs from --world 2 --parallel ddp's (losses %s, %s)",
+                                   l[0], l[1]);
+    if (strcmp(l[0], l[1])) fail_msg("losses at --world 1 %s, at --world 2: %s", l[0], l[1]);
+    free(cmp);
+    for (int i = 0; i < 2; i++) free(w[i]), free(l[i]);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     char *a = prog_fmt(MODEL " --data '%s/data.txt' --unit 2", tmpdir);
@@ -376,6 +400,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_resume_under_another_schedule),
         cmocka_unit_test(test_tensor_parallel),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_world_one_threads),
     };
     if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

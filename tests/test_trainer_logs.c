@@ -8,7 +8,7 @@
  * --save's weights holds the model's shape under transformers' names and is refused by --config; refusals name
  * the key and exit 2; each rank's trace file parses (cJSON) with a span per step and layer and collectives naming
  * their group, tools/trace_merge puts every event of both in one file under its rank's pid, and a full trace says
- * so. */
+ * so; --json's rate of a skipped step is --log's, to 17 digits; a --config's option is taken back by its default. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -149,6 +149,34 @@ static void test_config_file(void **state) {
     prog_refused(trainer, args, tmpdir, 2, "--sequence-parallel takes no value (or =false");
     free(args);
     free(cfg);
+}
+
+/* --config DIR of a run whose train_config.json sets an option the command line's choice does not take: the option's
+ * default given on the command line takes it back. A cosine run's min-lr under --lr-schedule constant --min-lr 0 and
+ * an sgd run's momentum under --optimizer adamw --momentum 0.9 run (exit 0); before, both were refused as given.
+ * Another value (--min-lr 0.001 under constant) is still refused with exit 2. Oracle: the exit status, the message. */
+static void test_config_default_takes_back(void **state) {
+    (void)state;
+    char *cos = prog_fmt("%s/cosrun", tmpdir), *sgd = prog_fmt("%s/sgdrun", tmpdir);
+    char *args = prog_fmt(TINY " --steps 2 --lr-schedule cosine --min-lr 0.0001 --save-every 2 --ckpt-dir %s", cos);
+    cJSON_Delete(prog_json(trainer, tmpdir, "", args));
+    free(args);
+    args = prog_fmt(TINY " --steps 2 --optimizer sgd --momentum 0.5 --save-every 2 --ckpt-dir %s", sgd);
+    cJSON_Delete(prog_json(trainer, tmpdir, "", args));
+    free(args);
+    args = prog_fmt("--config %s --lr-schedule constant --min-lr 0 --ckpt-dir %s/cos_const", cos, tmpdir);
+    cJSON *j = prog_json(trainer, tmpdir, "", args); /* fails the test unless exit 0 */
+    assert_string_equal(get(get(j, "config"), "lr-schedule")->valuestring, "constant");
+    cJSON_Delete(j);
+    free(args);
+    args = prog_fmt("--config %s --optimizer adamw --momentum 0.9 --ckpt-dir %s/sgd_adamw", sgd, tmpdir);
+    j = prog_json(trainer, tmpdir, "", args);
+    assert_string_equal(get(get(j, "config"), "optimizer")->valuestring, "adamw");
+    cJSON_Delete(j);
+    free(args);
+    args = prog_fmt("--config %s --lr-schedule constant --min-lr 0.001 --ckpt-dir %s/cos_bad", cos, tmpdir);
+    prog_refused(trainer, args, tmpdir, 2, "--min-lr applies to --lr-schedule cosine and linear");
+    free(args), free(cos), free(sgd);
 }
 
 /* The losses of a --json record, compared bit for bit with j1's. */
@@ -368,6 +396,41 @@ static void test_log(void **state) {
     free_lines(v, n);
     cJSON_Delete(j);
     free(out), free(args), free(val), free(log);
+}
+
+/* A step skipped for a non-finite loss (--nonfinite skip: sgd at --lr 1e30 with --weight-decay 1e30 makes step 1's
+ * update overflow, so step 2's loss is inf/NaN) still has its rate in --json's "lr" (it was null), and every rate
+ * there is --log's, to 17 significant digits (it had 9: 1e30 as a float printed 1.00000002e+30). Oracle: the --log
+ * record of each step; the --json text of the rate is "%.17g" of it, and reads back to the same double. */
+static void test_log_skipped_step_lr(void **state) {
+    (void)state;
+    char *log = prog_fmt("%s/skip.jsonl", tmpdir), *out = NULL;
+    char *args = prog_fmt(TINY " --steps 2 --optimizer sgd --momentum 0 --lr 1e30 --weight-decay 1e30 --clip 0 "
+                          "--nonfinite skip --log %s --json", log);
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    if (!strstr(out, "step    2/2") || !strstr(out, "skipped (inf/nan loss or gradients)"))
+        fail_msg("step 2 not skipped:\n%s", out);
+    cJSON *j = prog_last_json(out);
+    const cJSON *lrs = get(j, "lr");
+    assert_int_equal(cJSON_GetArraySize(lrs), 2);
+    int n = 0;
+    cJSON **v = read_lines(log, &n);
+    assert_int_equal(n, 1 + 2);
+    for (int s = 1; s <= 2; s++)
+        if (!cJSON_IsNumber(cJSON_GetArrayItem(lrs, s - 1)))
+            fail_msg("step %d%s: --json lr is not a number:\n%s", s, s == 2 ? " (skipped)" : "", out);
+    char want[128] = "\"lr\":[";
+    for (int s = 1; s <= 2; s++) {
+        double a = get(v[s], "lr")->valuedouble, b = cJSON_GetArrayItem(lrs, s - 1)->valuedouble;
+        if (memcmp(&a, &b, sizeof a)) fail_msg("step %d: log lr %.17g, --json %.17g", s, a, b);
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%.17g", s > 1 ? "," : "", a);
+    }
+    strcat(want, "]");
+    if (!strstr(out, want)) fail_msg("--json lacks %s:\n%s", want, out);
+    free_lines(v, n);
+    cJSON_Delete(j);
+    free(out), free(args), free(log);
 }
 
 /* --offload optim: every step's record has the host ledger's peaks (optimizer state there, the total at least
@@ -620,7 +683,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_log_resume_and_check_ddp),
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_mfu_peak),
+        cmocka_unit_test(test_log_skipped_step_lr),
+        cmocka_unit_test(test_config_default_takes_back),
     };
+    if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);
     return rc;

@@ -1,7 +1,8 @@
 /* Tests of the trainer's --resume and --keep-last (examples/train_gpt.c over lib/ckpt/ckpt_keep.c): README's
  * save-every/resume command works on a first run and after it, --keep-last leaves the newest K checkpoints,
  * and a damaged newest checkpoint is skipped with a message for the one before, the losses still those of
- * an uninterrupted run. */
+ * an uninterrupted run. A resumed run's comm bytes per step are the plain run's; a checkpoint whose last rate is not
+ * this run's schedule's warns on stderr. */
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -216,7 +217,7 @@ static void test_resume_one_step(void **state) {
     fputs("{\"model_type\": \"gpt2\", \"lr\": 0.5}\n", f);
     assert_int_equal(fclose(f), 0);
     train(args, l, 4, &out);
-    if (strstr(out, "warning")) fail_msg("a Hugging Face config.json compared:\n%s", out);
+    if (strstr(out, "warning: --resume")) fail_msg("a Hugging Face config.json compared:\n%s", out);
     free(now), free(old);
     free(said), free(out), free(args), free(ck);
 }
@@ -267,6 +268,75 @@ static void test_resume_config_fifo(void **state) {
     free(out), free(args), free(conf), free(ck);
 }
 
+/* --json's comm_bytes_per_step (and by group) of a run resumed at step 2 of 4 is the bytes of a step it ran: those of
+ * the same run trained straight (ddp, world 2; no checkpoint written by either, so the steps' traffic alone). Before,
+ * the bytes of the 2 steps run were divided by --steps (4): half. Oracle: the plain run's numbers, exactly. */
+static void test_resume_comm_per_step(void **state) {
+    (void)state;
+    const char *model = "--layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --world 2 --parallel ddp";
+    char *ck = prog_fmt("%s/comm", tmpdir), *args = prog_fmt("--steps 2 --save-every 2 --ckpt-dir '%s'", ck);
+    cJSON *plain = prog_json(trainer, tmpdir, model, "--steps 4");
+    cJSON *first = prog_json(trainer, tmpdir, model, args);
+    free(args);
+    args = prog_fmt("--steps 4 --resume '%s'", ck);
+    cJSON *resumed = prog_json(trainer, tmpdir, model, args);
+    double l[4];
+    prog_doubles(resumed, "losses", l, 4, -1.0);
+    assert_true(l[1] == -1.0 && l[2] > 0); /* resumed at step 2: steps 3 and 4 run */
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(plain, "comm_bytes_per_step"),
+                *r = cJSON_GetObjectItemCaseSensitive(resumed, "comm_bytes_per_step");
+    assert_true(cJSON_IsNumber(p) && cJSON_IsNumber(r));
+    assert_true(p->valuedouble > 0);
+    if (r->valuedouble != p->valuedouble)
+        fail_msg("comm_bytes_per_step: resumed at step 2 of 4 %.17g, the plain run %.17g", r->valuedouble, p->valuedouble);
+    const cJSON *pg = cJSON_GetObjectItemCaseSensitive(plain, "comm_bytes_per_step_by_group"),
+                *rg = cJSON_GetObjectItemCaseSensitive(resumed, "comm_bytes_per_step_by_group");
+    assert_true(cJSON_IsObject(pg) && cJSON_IsObject(rg));
+    assert_int_equal(cJSON_GetArraySize(rg), cJSON_GetArraySize(pg));
+    const cJSON *g;
+    cJSON_ArrayForEach(g, pg) {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(rg, g->string);
+        if (!cJSON_IsNumber(h) || h->valuedouble != g->valuedouble)
+            fail_msg("comm_bytes_per_step_by_group.%s: resumed %.17g, the plain run %.17g", g->string,
+                     h ? h->valuedouble : -1.0, g->valuedouble);
+    }
+    cJSON_Delete(plain), cJSON_Delete(first), cJSON_Delete(resumed);
+    free(args), free(ck);
+}
+
+/* A checkpoint whose last rate (the engine's, restored) is not what this run's schedule gives at its step warns on
+ * stderr, naming the checkpoint and both rates, also when the directory has no train_config.json to compare the
+ * options with (a checkpoint older than the record, or copied alone); resuming it under its own options says nothing
+ * of the kind. Before, nothing was said without the record. Oracle: the text of stderr. */
+static void test_resume_rate_warning(void **state) {
+    (void)state;
+    const char *sched = "--lr-schedule cosine --warmup 1";
+    char *ck = prog_fmt("%s/rate", tmpdir), *args = prog_fmt("--steps 4 %s --save-every 2 --ckpt-dir '%s'", sched, ck);
+    double l[4];
+    train(args, l, 4, NULL);
+    free(args);
+    char *want = prog_fmt("%s/step-00000002 was trained at a rate of 0.003 at its step 2, where this run's schedule "
+                          "gives 0.001", ck), *out = NULL, *err = NULL;
+    args = prog_fmt(TINY " --steps 4 %s --resume '%s/step-00000002' --json", sched, ck);
+    int rc = prog_run(trainer, args, tmpdir, &out, &err);
+    if (rc != 0) fail_msg("%s: exit %d\n%s%s", args, rc, out, err);
+    if (strstr(err, "was trained at a rate of")) fail_msg("a resume under the run's own options warned:\n%s", err);
+    free(out), free(err), free(args);
+    args = prog_fmt(TINY " --steps 4 %s --lr 0.001 --resume '%s/step-00000002' --json", sched, ck);
+    rc = prog_run(trainer, args, tmpdir, &out, &err);
+    if (rc != 0) fail_msg("%s: exit %d\n%s%s", args, rc, out, err);
+    if (!strstr(err, want)) fail_msg("stderr lacks \"%s\":\n%s", want, err);
+    free(out), free(err);
+    /* without the run's record: the checkpoint's own rate is all there is to tell */
+    char *conf = prog_fmt("%s/train_config.json", ck), *gone = prog_fmt("%s/train_config.json.away", ck);
+    assert_int_equal(rename(conf, gone), 0);
+    rc = prog_run(trainer, args, tmpdir, &out, &err);
+    if (rc != 0) fail_msg("%s: exit %d\n%s%s", args, rc, out, err);
+    if (!strstr(err, want)) fail_msg("without train_config.json, stderr lacks \"%s\":\n%s", want, err);
+    assert_null(strstr(err, "--lr is"));
+    free(out), free(err), free(args), free(conf), free(gone), free(want), free(ck);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_resume", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -278,7 +348,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_refused_keeps_record),
         cmocka_unit_test(test_resume_one_step),
         cmocka_unit_test(test_resume_config_fifo),
+        cmocka_unit_test(test_resume_comm_per_step),
+        cmocka_unit_test(test_resume_rate_warning),
     };
+    if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);
     return rc;

@@ -330,6 +330,40 @@ static void test_declaration_checked(void **st) {
     fsc_device_free(dev);
 }
 
+/* One engine a model: a second engine made on a model another engine holds is refused on every rank (it pointed
+ * the model's parameter tables at its own buffers, and the first engine then trained them, freed with the second:
+ * a use after free under ASan); once the first is freed, another engine takes the model and steps. */
+static fsc_status one_engine_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    mlp n;
+    FSC_TRY(mlp_init(&n, r->dev, D_, H_, K_));
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_parallel_opts po = mt_opts(FSC_PAR_DDP, 0.0f);
+    fsc_engine *e = NULL, *e2 = NULL;
+    fsc_status s = fsc_engine_create_model(r, &n.m, &po, &oc, 99, &e);
+    if (s == FSC_OK && fsc_engine_create_model(r, &n.m, &po, &oc, 99, &e2) != FSC_ERR_STATE)
+        s = fsc_error(FSC_ERR_INTERNAL, "a second engine on a bound model was not refused as FSC_ERR_STATE");
+    if (s == FSC_OK && (e2 || !strstr(fsc_last_error(), "bound to another engine")))
+        s = fsc_error(FSC_ERR_INTERNAL, "the refusal made an engine or did not say why");
+    fsc_engine_free(e);
+    e = NULL;
+    if (s == FSC_OK) s = fsc_engine_create_model(r, &n.m, &po, &oc, 99, &e); /* free again */
+    const int lb = GB / r->world;
+    float x[GB * D_], y[GB * D_];
+    for (int i = 0; i < lb; i++) sample((size_t)r->rank * lb + i, x + i * D_, y + i * D_);
+    fsc_step_info info;
+    if (s == FSC_OK) s = fsc_engine_step_model(e, x, y, lb, GB, &info);
+    fsc_engine_free(e);
+    mlp_release(&n);
+    return s;
+}
+
+static void test_one_engine_a_model(void **st) {
+    (void)st;
+    fsc_cluster_opts co = { .world = 2, .device = "cpu", .timeout_s = 30 };
+    assert_ok(fsc_cluster_run(&co, one_engine_rank, NULL));
+}
+
 static void test_strategies_equal_ddp(void **st) {
     (void)st;
     job ddp = make(4, FSC_PAR_DDP);
@@ -413,6 +447,7 @@ static void test_checkpoint_reshards_and_continues(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_declaration_checked),
+        cmocka_unit_test(test_one_engine_a_model),
         cmocka_unit_test(test_strategies_equal_ddp),
         cmocka_unit_test(test_pipeline_equals_ddp_accumulating),
         cmocka_unit_test(test_checkpoint_reshards_and_continues),

@@ -526,8 +526,13 @@ fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel
     *out = NULL;
     FSC_CHECK_ARG(r);
     FSC_CHECK_ARG(m);
-    /* every rank the same model, options, optimizer and seed, or all refuse before anything is split */
-    FSC_TRY(fsc_comm_agree(r->comm, r->dev, fsc_model_validate(m)));
+    /* every rank the same model, options, optimizer and seed, or all refuse before anything is split; a model
+     * another engine holds would have its parameter tables pointed at this one's buffers under the other */
+    const fsc_status own = m->engine ? fsc_error(FSC_ERR_STATE, "fsc_engine_create_model: the model is bound to "
+                                                 "another engine (one engine a model: free that one first, or make "
+                                                 "another model)")
+                                     : FSC_OK;
+    FSC_TRY(fsc_comm_agree(r->comm, r->dev, own != FSC_OK ? own : fsc_model_validate(m)));
     FSC_TRY(fsc_engine_agree_settings(r, m, po, oc, seed));
     fsc_engine *e;
     FSC_TRY(engine_new(r, m->n_layers, m->n_experts, po, oc, seed, 0, &e));
@@ -540,6 +545,7 @@ fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel
         fsc_engine_free(e);
         return s;
     }
+    m->engine = e;
     *out = e;
     return FSC_OK;
 }
@@ -1226,6 +1232,7 @@ void fsc_engine_free(fsc_engine *e) {
     free(e->tied_copy);
     fsc_optim_free(e->opt);
     fsc_offload_free(e); /* after the optimizer and the strategy: their host buffers came from it */
+    if (e->m && e->m->engine == e) e->m->engine = NULL; /* another engine may take it */
     if (e->own_model) fsc_model_free(e->m);
     fsc_tensor_free(e);
     fsc_groups_free(&e->grp); /* after the model, which may use the tensor group */

@@ -265,6 +265,8 @@ typedef struct fsc_model {
     int n_experts;               /* experts of each MoE layer (0: none) */
     const fsc_model_ops *ops;
     void *ctx;
+    void *engine;                /* the engine bound to the model (fsc_engine_create_model sets it, fsc_engine_free
+                                  * clears it; one engine a model at a time): zero when the model is made */
 } fsc_model;
 
 /* The options of a record (ops->acts_create) of B samples over the whole model (layers 0 .. n_layers-1),

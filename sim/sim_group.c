@@ -301,7 +301,11 @@ fsc_status sim_check_failed(sim_handle *h, const char *what, int entering) {
         sim_rank_label(g, h->rank, lab, sizeof(lab));
         return fsc_error(g->fail, "%s called %s after its group had failed: %s", lab, what, g->fail_msg);
     }
-    if (g->fail != FSC_OK) return fsc_error(g->fail, "%s", g->fail_msg);
+    if (g->fail != FSC_OK) { /* another rank's words: say so, they may name this rank as the one missing */
+        char lab[64];
+        sim_rank_label(g, h->rank, lab, sizeof(lab));
+        return fsc_error(g->fail, "%s's group failed while it was in %s: %s", lab, what, g->fail_msg);
+    }
     return FSC_OK;
 }
 

@@ -52,8 +52,8 @@ typedef struct {
     float params[NP];
 } job;
 
-static fsc_status run(fsc_rank *r, void *arg) {
-    job *j = arg;
+/* The model of the tests: linear 4 -> 8, the bad layer, linear 8 -> 4, MSE. */
+static fsc_status make_model(fsc_device *dev, fsc_model **m) {
     fsc_layer *ms = NULL;
     FSC_TRY(fsc_layer_mse(4, &ms));
     fsc_seq_layer sl[4];
@@ -62,9 +62,14 @@ static fsc_status run(fsc_rank *r, void *arg) {
     sl[1].layer = bad(8), sl[1].prefix = "bad.";
     sl[2].layer = lin(8, 4), sl[2].prefix = "b.";
     sl[3].layer = ms;
+    return fsc_seq_model_create(dev, sl, 4, m);
+}
+
+static fsc_status run(fsc_rank *r, void *arg) {
+    job *j = arg;
     fsc_model *m = NULL;
     fsc_engine *e = NULL;
-    fsc_status s = fsc_seq_model_create(r->dev, sl, 4, &m);
+    fsc_status s = make_model(r->dev, &m);
     fsc_parallel_opts po = fsc_parallel_opts_default();
     po.kind = j->kind, po.accum = 2, po.prefetch = j->prefetch;
     fsc_optim_config oc = fsc_optim_config_default();
@@ -137,17 +142,9 @@ static fsc_status own_params(fsc_engine *e, fsc_device *dev, float *out) {
 
 static fsc_status desync_run(fsc_rank *r, void *arg) {
     desync_job *j = arg;
-    fsc_layer *ms = NULL;
-    FSC_TRY(fsc_layer_mse(4, &ms));
-    fsc_seq_layer sl[4];
-    memset(sl, 0, sizeof sl);
-    sl[0].layer = lin(4, 8), sl[0].prefix = "a.";
-    sl[1].layer = bad(8), sl[1].prefix = "bad.";
-    sl[2].layer = lin(8, 4), sl[2].prefix = "b.";
-    sl[3].layer = ms;
     fsc_model *m = NULL;
     fsc_engine *e = NULL;
-    fsc_status s = fsc_seq_model_create(r->dev, sl, 4, &m);
+    fsc_status s = make_model(r->dev, &m);
     fsc_parallel_opts po = fsc_parallel_opts_default();
     po.kind = j->kind;
     fsc_optim_config oc = fsc_optim_config_default();

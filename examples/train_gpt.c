@@ -193,6 +193,9 @@ static int train(trainer *t) {
         if (s == FSC_OK && t->st.pstats) print_pipeline(&t->st);
         if (s == FSC_OK && c->check_ddp) {
             t->co.world = c->dp * c->tp;
+            /* the oracle must run with the run's BLAS threads (fsc_cluster_run gives 1 a rank when world > 1, the
+             * library default on one rank): a pipeline whose oracle is one rank would otherwise differ by threads */
+            if (t->co.threads_per_rank == 0 && c->world > 1) t->co.threads_per_rank = 1;
             if (make_oracle(t) != 0) return 1;
             printf("--check-ddp: the same training with DDP\n");
             fflush(stdout);

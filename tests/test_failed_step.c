@@ -117,12 +117,14 @@ static void test_failed_step_leaves_nothing(void **state) {
  * with a message naming "different calls", applying no update.
  * Oracle: the statuses and messages of each rank's calls (OK; then rank 0 two failures naming "different calls",
  * rank 1 its own NUMERIC, then two such failures), and each rank's own replica of the parameters before and after every failed call, bit for bit (a
- * failed call changes nothing), for DDP and ZeRO-2 with 2 simulated ranks. Before the fix rank 0's calls returned
+ * failed call changes nothing), for DDP and ZeRO-2 with 2 simulated ranks, and DDP with the exact reduction (whose
+ * records carry the count). Before the fix rank 0's calls returned
  * OK and updated with gradients mixed from different steps. */
 enum { CALLS = 4 };
 
 typedef struct {
     fsc_parallel_kind kind;
+    int exact; /* --reduce exact: the step count travels in its records instead */
     fsc_status st[2][CALLS];
     char why[2][CALLS][512];
     int changed[2][CALLS]; /* the call changed this rank's parameters */
@@ -146,7 +148,7 @@ static fsc_status desync_run(fsc_rank *r, void *arg) {
     fsc_engine *e = NULL;
     fsc_status s = make_model(r->dev, &m);
     fsc_parallel_opts po = fsc_parallel_opts_default();
-    po.kind = j->kind;
+    po.kind = j->kind, po.reduce_exact = j->exact;
     fsc_optim_config oc = fsc_optim_config_default();
     if (s == FSC_OK) s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
     const int calls = r->rank == 1 ? CALLS : CALLS - 1; /* rank 1's failed call met no call of rank 0 */
@@ -171,15 +173,15 @@ static fsc_status desync_run(fsc_rank *r, void *arg) {
 
 static void test_one_rank_failure_stops_every_rank(void **state) {
     (void)state;
-    const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO2 };
+    const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO2, FSC_PAR_DDP };
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         static desync_job j;
         memset(&j, 0, sizeof j);
-        j.kind = kinds[k];
+        j.kind = kinds[k], j.exact = k == 2;
         fsc_cluster_opts co = fsc_cluster_opts_default();
         co.world = 2, co.timeout_s = 30;
         assert_ok(fsc_cluster_run(&co, desync_run, &j));
-        const char *name = fsc_parallel_kind_name(kinds[k]);
+        const char *name = k == 2 ? "ddp, reduce exact" : fsc_parallel_kind_name(kinds[k]);
         for (int r = 0; r < 2; r++) {
             if (j.st[r][0] != FSC_OK || !j.changed[r][0])
                 fail_msg("%s rank %d: the first step gave %s (%s), parameters %s", name, r, fsc_status_str(j.st[r][0]),

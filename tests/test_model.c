@@ -332,7 +332,8 @@ static void test_declaration_checked(void **st) {
 
 /* One engine a model: a second engine made on a model another engine holds is refused on every rank (it pointed
  * the model's parameter tables at its own buffers, and the first engine then trained them, freed with the second:
- * a use after free under ASan); once the first is freed, another engine takes the model and steps. */
+ * a use after free under ASan), also on the model a built engine (the GPT's) owns; once the first is freed,
+ * another engine takes the model and steps. */
 static fsc_status one_engine_rank(fsc_rank *r, void *arg) {
     (void)arg;
     mlp n;
@@ -348,6 +349,14 @@ static fsc_status one_engine_rank(fsc_rank *r, void *arg) {
     fsc_engine_free(e);
     e = NULL;
     if (s == FSC_OK) s = fsc_engine_create_model(r, &n.m, &po, &oc, 99, &e); /* free again */
+    /* a built engine's model (the GPT's, which the engine owns) is bound as well */
+    fsc_gpt_config gc = { .layers = 1, .dim = 8, .heads = 2, .seq = 4, .vocab = 16 };
+    fsc_engine *g = NULL, *g2 = NULL;
+    if (s == FSC_OK) s = fsc_engine_create(r, &gc, &po, &oc, 7, &g);
+    if (s == FSC_OK && fsc_engine_create_model(r, fsc_engine_model(g), &po, &oc, 7, &g2) != FSC_ERR_STATE)
+        s = fsc_error(FSC_ERR_INTERNAL, "an engine on a GPT engine's own model was not refused as FSC_ERR_STATE");
+    fsc_engine_free(g2);
+    fsc_engine_free(g);
     const int lb = GB / r->world;
     float x[GB * D_], y[GB * D_];
     for (int i = 0; i < lb; i++) sample((size_t)r->rank * lb + i, x + i * D_, y + i * D_);

@@ -593,6 +593,7 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
         fsc_engine_free(e);
         return s;
     }
+    m->engine = e; /* one engine a model: fsc_engine_model(e) handed to fsc_engine_create_model is refused */
     *out = e;
     return FSC_OK;
 }
@@ -683,6 +684,15 @@ fsc_status fsc_engine_check_batch(const double *pairs, int n) {
     return FSC_OK;
 }
 
+fsc_status fsc_engine_check_calls(const double *calls, size_t stride, int n) {
+    for (int i = 1; i < n; i++)
+        if (calls[(size_t)i * stride] != calls[0])
+            return fsc_error(FSC_ERR_STATE, "the ranks of a data group are at different calls (its rank 0 at call "
+                             "%.0f, its rank %d at call %.0f): a step failed on some ranks only; no update on any "
+                             "rank (make the engine again)", calls[0], i, calls[(size_t)i * stride]);
+    return FSC_OK;
+}
+
 fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
                                      double *total, fsc_status *batch) {
     const int n = fsc_comm_size(e->comm), w = m + 3;
@@ -712,11 +722,7 @@ fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, 
     for (int i = 0; s == FSC_OK && i < n; i++)
         pairs[2 * i] = all[(size_t)i * w + m], pairs[2 * i + 1] = all[(size_t)i * w + m + 1];
     if (s == FSC_OK) *batch = fsc_engine_check_batch(pairs, n);
-    for (int i = 1; s == FSC_OK && *batch == FSC_OK && i < n; i++)
-        if (all[(size_t)i * w + m + 2] != all[m + 2])
-            *batch = fsc_error(FSC_ERR_STATE, "the ranks of a data group are at different calls (its rank 0 at call "
-                               "%.0f, its rank %d at call %.0f): a step or evaluation failed on some ranks only; no "
-                               "update on any rank (make the engine again)", all[m + 2], i, all[(size_t)i * w + m + 2]);
+    if (s == FSC_OK && *batch == FSC_OK) *batch = fsc_engine_check_calls(all + m + 2, (size_t)w, n);
     fsc_device_release(e->dev, dsend);
     fsc_device_release(e->dev, drecv);
     free(all);

@@ -226,6 +226,9 @@ fsc_status fsc_engine_add_gseg(fsc_engine *e, float *g, size_t n);
  * gathered with the loss (the same array on every rank, so every rank reaches the same verdict).
  * FSC_ERR_INVALID unless every rank passed the same global batch and it is the sum of the local batches. */
 fsc_status fsc_engine_check_batch(const double *pairs, int n);
+/* The data group's step counts (e->calls; n ranks' values, stride doubles apart) agree: else FSC_ERR_STATE, the
+ * message naming the first rank that differs (a step failed on some ranks only). */
+fsc_status fsc_engine_check_calls(const double *calls, size_t stride, int n);
 /* Over the data group (e->comm): sums of m (<= 4) doubles per rank, each in rank order, identical on every rank,
  * and the batch check of the ranks' local and global batches into *batch (fsc_engine_check_batch, its message
  * set when it fails): one all-gather of m + 2 doubles per rank (none on a group of one). */

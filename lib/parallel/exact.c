@@ -459,9 +459,9 @@ static fsc_status gather_bytes(fsc_engine *e, fsc_comm *c, const void *mine, siz
 }
 
 /* A rank's record of a step (or an evaluation) for its data group: the largest |element| of its unit gradients,
- * its local and global batch, its number of units K, then m rows of G (the group's units) values: its units' (the
- * first min(K, G)), the rest 0. */
-enum { REC_HEAD = 4 };
+ * its local and global batch, its number of units K, the engine's step count (fsc_engine_check_calls), then m rows
+ * of G (the group's units) values: its units' (the first min(K, G)), the rest 0. */
+enum { REC_HEAD = 5 };
 
 /* Every rank's record in x->rec (the data group's size x its length), one collective. */
 static fsc_status gather_records(fsc_engine *e, const double *vals, int m, int K, int local_batch, int global_batch,
@@ -475,7 +475,7 @@ static fsc_status gather_records(fsc_engine *e, const double *vals, int m, int K
     }
     double *mine = x->rec + N * W;
     memset(mine, 0, W * sizeof *mine);
-    mine[0] = amax, mine[1] = local_batch, mine[2] = global_batch, mine[3] = K;
+    mine[0] = amax, mine[1] = local_batch, mine[2] = global_batch, mine[3] = K, mine[4] = (double)e->calls;
     const size_t Kc = (size_t)K < G ? (size_t)K : G;
     for (int r = 0; r < m; r++)
         for (size_t k = 0; k < Kc; k++) memcpy(&mine[REC_HEAD + (size_t)r * G + k], &vals[(size_t)r * K + k], 8);
@@ -496,6 +496,7 @@ static fsc_status sums_of_records(fsc_engine *e, int U, double *sums, fsc_status
     for (int j = 0; s == FSC_OK && j < N; j++) pairs[2 * j] = x->rec[j * W + 1], pairs[2 * j + 1] = x->rec[j * W + 2];
     if (s == FSC_OK) {
         *batch = fsc_engine_check_batch(pairs, N);
+        if (*batch == FSC_OK) *batch = fsc_engine_check_calls(x->rec + 4, W, N);
         size_t off = 0; /* rank j's first unit in the group */
         for (int j = 0; j < N; j++) {
             const double *rj = x->rec + (size_t)j * W;

@@ -1018,22 +1018,24 @@ static fsc_status weight(fsc_engine *e, fsc_step_ctx *x, int k, int c) {
 /* Over the ranks of c, each passing mine = (loss, local batch, global batch): the sum of the losses in rank
  * order (the same bits on every rank) into out[0], the sum of the local batches into out[2], and into out[1]
  * 1 if the batch check (fsc_engine_check_batch) passes, else 0 with the message set. One all-gather. */
-static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, const double mine[3], double out[3]) {
+static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, const double in[3], double out[3]) {
+    enum { W = 4 }; /* in's three and the engine's step count (fsc_engine_check_calls) */
     int n = fsc_comm_size(c);
-    double *all = malloc((size_t)n * 5 * sizeof(double)), *pairs = all ? all + (size_t)n * 3 : NULL;
+    const double mine[W] = { in[0], in[1], in[2], (double)e->calls };
+    double *all = malloc((size_t)n * (W + 2) * sizeof(double)), *pairs = all ? all + (size_t)n * W : NULL;
     void *d = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(n + 1) * 3 * sizeof(double), &d);
-    double *dsend = s == FSC_OK ? (double *)d + (size_t)n * 3 : NULL;
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, 3 * sizeof(double));
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, dsend, d, 3 * sizeof(double), FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)n * 3 * sizeof(double));
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(n + 1) * W * sizeof(double), &d);
+    double *dsend = s == FSC_OK ? (double *)d + (size_t)n * W : NULL;
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, W * sizeof(double));
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, dsend, d, W * sizeof(double), FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)n * W * sizeof(double));
     if (s == FSC_OK) {
         double acc = all[0], batches = all[1];
-        for (int i = 1; i < n; i++) acc += all[(size_t)i * 3], batches += all[(size_t)i * 3 + 1];
-        for (int i = 0; i < n; i++) pairs[2 * i] = all[(size_t)i * 3 + 1], pairs[2 * i + 1] = all[(size_t)i * 3 + 2];
+        for (int i = 1; i < n; i++) acc += all[(size_t)i * W], batches += all[(size_t)i * W + 1];
+        for (int i = 0; i < n; i++) pairs[2 * i] = all[(size_t)i * W + 1], pairs[2 * i + 1] = all[(size_t)i * W + 2];
         out[0] = acc;
-        out[1] = fsc_engine_check_batch(pairs, n) == FSC_OK;
+        out[1] = fsc_engine_check_batch(pairs, n) == FSC_OK && fsc_engine_check_calls(all + 3, W, n) == FSC_OK;
         out[2] = batches;
     }
     fsc_device_release(e->dev, d);

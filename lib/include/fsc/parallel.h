@@ -273,7 +273,9 @@ const fsc_layout *fsc_engine_layout(const fsc_engine *e);
 /* Communication of this rank summed over the world communicator and every group the engine made.
  * Besides the gradient and parameter traffic, each step all-gathers four doubles per rank (the loss, the
  * local and global batch for the batch check, and the count of the engine's steps, which a step that failed on
- * some ranks only leaves unequal: the ranks then fail every step instead of pairing different ones),
+ * some ranks only leaves unequal: the ranks then fail every step instead of pairing different ones; with MoE
+ * three more, the aux loss and the assigned and dropped counts; a pipeline's last stage four, the exact reduction
+ * its records),
  * all-reduces one float over the world (the non-finite vote) and, with clipping, one float (max) and 16
  * bytes per rank (the exact norm). */
 void fsc_engine_comm_stats(const fsc_engine *e, fsc_comm_stats *out);

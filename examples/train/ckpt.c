@@ -24,7 +24,9 @@ static void size_and_time(const char *dir, double ms, char *buf, size_t cap) {
 }
 
 /* A run without --resume starts a new run: a --ckpt-dir holding checkpoints belongs to another one, and
- * the library refuses the first save there (unless --ckpt-overwrite). Say so before training. */
+ * the library refuses the first save there (unless --ckpt-overwrite). Say so before training. A run that resumes
+ * continues the run of the checkpoint it resumes: --ckpt-dir's newest must be of that run (the same directory, or a
+ * copy), or none (an unreadable newest is left to the library's check at the first save). */
 int check_ckpt_dir(const train_config *c, char *err, size_t cap) {
     char path[4096], who[160] = "", from[4096] = "";
     int64_t step, at = -1;

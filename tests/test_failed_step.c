@@ -36,6 +36,15 @@ static fsc_layer *bad(int n) {
     return &y->l;
 }
 
+/* The bad layer with the split backward: its input part passes the gradient on, its weight part (no parameters)
+ * refuses while fail_now is set. */
+static fsc_status bs_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout, const void *in) {
+    (void)in;
+    if (!dinp) return fail_now ? fsc_error(FSC_ERR_NUMERIC, "bad_layer: weight part refuses") : FSC_OK;
+    return fsc_device_copy(c->dev, dinp, dout, bl_bytes(l, c->B));
+}
+static const fsc_layer_ops bs_ops = { .split = 1, .rec_bytes = bl_bytes, .forward = bl_fwd, .backward = bs_bwd };
+
 static fsc_layer *lin(int in, int out) {
     fsc_linear_opts o = fsc_linear_opts_default(in, out);
     fsc_layer *l = NULL;
@@ -171,6 +180,65 @@ static fsc_status desync_run(fsc_rank *r, void *arg) {
     return s;
 }
 
+/* A pipeline whose action fails (W of micro-batch 0 on both stages, zb-h1, prefetch 0) leaves a boundary message of
+ * that step unread: stage 1 ran B of micro-batch 1 and sent its input gradient, which stage 0, stopped at its W0,
+ * never read. The next step took it for its own micro-batch 0's and trained on it without a word (the steps after
+ * differed from DDP's). Now every later step is refused on each stage whose action failed, naming the action and
+ * "make the engine again", and changes no parameter. */
+static fsc_status pipe_fail_run(fsc_rank *r, void *arg) {
+    fsc_status *st = arg; /* [rank][3] */
+    fsc_layer *ms = NULL;
+    FSC_TRY(fsc_layer_mse(4, &ms));
+    fsc_layer *b0 = bad(8), *b1 = bad(4);
+    b0->ops = &bs_ops, b1->ops = &bs_ops;
+    fsc_seq_layer sl[5];
+    memset(sl, 0, sizeof sl);
+    sl[0].layer = lin(4, 8), sl[0].prefix = "a.";
+    sl[1].layer = b0, sl[1].prefix = "bad0.";
+    sl[2].layer = lin(8, 4), sl[2].prefix = "b.";
+    sl[3].layer = b1, sl[3].prefix = "bad1.";
+    sl[4].layer = ms;
+    fsc_model *m = NULL;
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_seq_model_create(r->dev, sl, 5, &m);
+    static const int balance[2] = { 1, 2 }; /* stage 0: a, bad0; stage 1: b, bad1, the loss */
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = FSC_PAR_DDP, po.pp = 2, po.accum = 2, po.no_sync = 1, po.prefetch = 0;
+    po.schedule = FSC_SCHED_ZB_H1, po.pipe_checkpoint = FSC_PIPE_CKPT_NEVER, po.balance = balance;
+    fsc_optim_config oc = fsc_optim_config_default();
+    if (s == FSC_OK) s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    float x[16], y[16], before[NP] = { 0 }, after[NP] = { 0 };
+    for (int k = 0; k < 3 && s == FSC_OK; k++) {
+        for (int i = 0; i < 16; i++) x[i] = (float)((i + 3 * k) % 7) / 7, y[i] = (float)(i % 3) / 3;
+        if (k == 2) s = fsc_engine_full_params(e, before);
+        fail_now = k == 1;
+        fsc_step_info info;
+        if (s == FSC_OK) st[r->rank * 3 + k] = fsc_engine_step_model(e, x, y, 4, 4, &info);
+        fail_now = 0;
+        if (k == 2 && st[r->rank * 3 + k] != FSC_OK && !strstr(fsc_last_error(), "make the engine again"))
+            s = fsc_error(FSC_ERR_INTERNAL, "rank %d, the step after: \"%s\"", r->rank, fsc_last_error());
+        if (k == 2 && s == FSC_OK) s = fsc_engine_full_params(e, after);
+        if (k == 2 && s == FSC_OK && memcmp(before, after, sizeof before) != 0)
+            s = fsc_error(FSC_ERR_INTERNAL, "rank %d: the refused step changed the parameters", r->rank);
+    }
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+static void test_pipeline_action_failure_refuses_later_steps(void **state) {
+    (void)state;
+    fsc_status st[6];
+    fsc_cluster_opts co = { .world = 2, .timeout_s = 30 };
+    assert_ok(fsc_cluster_run(&co, pipe_fail_run, st));
+    for (int r = 0; r < 2; r++) {
+        if (st[r * 3] != FSC_OK) fail_msg("rank %d: the first step failed", r);
+        if (st[r * 3 + 1] != FSC_ERR_NUMERIC) fail_msg("rank %d: the failing step gave %d", r, (int)st[r * 3 + 1]);
+        if (st[r * 3 + 2] != FSC_ERR_STATE) fail_msg("rank %d: the step after gave %d, not FSC_ERR_STATE", r,
+                                                     (int)st[r * 3 + 2]);
+    }
+}
+
 static void test_one_rank_failure_stops_every_rank(void **state) {
     (void)state;
     const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_ZERO2, FSC_PAR_DDP };
@@ -207,6 +275,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_step_leaves_nothing),
         cmocka_unit_test(test_one_rank_failure_stops_every_rank),
+        cmocka_unit_test(test_pipeline_action_failure_refuses_later_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,6 +92,9 @@ struct fsc_pipe {
     int *lf, *ll;             /* (S) layer range of every stage */
     fsc_comm *pipe_comm;      /* the ranks of this dp_index, by stage (the engine's) */
     int async;                /* boundaries on links (pipe_link.c, pipe_tied.c): po.prefetch, or sends that wait */
+    char out_of_step[320];    /* an action of this rank failed (its message), so a boundary message of that step may
+                               * be left unread where its peer sent it: a later step would take it for its own (its
+                               * neighbours' lists ran on). Every later step or evaluation is refused ("" none) */
     fsc_comm *data_comm;      /* the ranks of this stage, by dp_index (e->comm, the engine's) */
     /* pools of records (one per chunk: a record covers its chunk's layers) not in use, kept allocated between
      * steps (saved inputs and a V's turn buffers are made and released: take_in) */
@@ -1116,8 +1119,24 @@ static fsc_status post_first(fsc_pipe *p, int grads) {
 /* An evaluation (c->eval, an F-only list: step.c): the pools and the first inputs posted (po.prefetch) as a
  * step's, no common start; each forward's record and saved input back to the pools at once, its output's send
  * waited for first; the loss over the last stage's data group, to every stage; no statistics of the step. */
+/* An action failed: say so for every later step (see out_of_step), with its error. */
+static void mark_out_of_step(fsc_pipe *p, char kind, int k, int ch) {
+    if (!p->out_of_step[0])
+        snprintf(p->out_of_step, sizeof p->out_of_step, "%c%d of chunk %d failed (%s)", kind, k, ch, fsc_last_error());
+}
+
+/* A step or evaluation after a failed action of this rank: refused on it (its neighbours then wait for it: a
+ * timeout, where they ran on), never run on boundary messages left by the failed step. */
+static fsc_status check_in_step(const fsc_pipe *p) {
+    if (!p->out_of_step[0]) return FSC_OK;
+    return fsc_error(FSC_ERR_STATE, "pipeline stage %d: an earlier step's action %s; its boundary messages may be "
+                     "left unread, which this step would take for its own: make the engine again (or resume from a "
+                     "checkpoint)", p->stage, p->out_of_step);
+}
+
 static fsc_status eval_begin(fsc_engine *e, fsc_step_ctx *c) {
     fsc_pipe *p = e->pipe;
+    FSC_TRY(check_in_step(p));
     if (c->K != p->M)
         return fsc_error(FSC_ERR_INTERNAL, "pipe: an evaluation of %d micro-batches in a pipeline of %d", c->K, p->M);
     FSC_TRY(ready(e, c->mb));
@@ -1134,7 +1153,9 @@ static fsc_status eval_begin(fsc_engine *e, fsc_step_ctx *c) {
 
 static fsc_status eval_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {
     fsc_pipe *p = e->pipe;
-    FSC_TRY(forward(e, c, k, ch));
+    const fsc_status st = forward(e, c, k, ch);
+    if (st != FSC_OK) mark_out_of_step(p, 'F', k, ch);
+    FSC_TRY(st);
     FSC_TRY(send_done(&p->slots[ch * p->M + k]));
     reset_pools(e, c->mb);
     return FSC_OK;
@@ -1168,6 +1189,7 @@ static fsc_status eval_sums(fsc_engine *e, fsc_step_ctx *c, double *total, fsc_s
 static fsc_status exec_begin(fsc_engine *e, fsc_step_ctx *c) {
     fsc_pipe *p = e->pipe;
     if (c->eval) return eval_begin(e, c);
+    FSC_TRY(check_in_step(p));
     FSC_TRY(ready(e, c->mb));
     memset(p->send_tied, 1, (size_t)p->v);
     p->wait = 0;
@@ -1191,6 +1213,7 @@ static fsc_status exec_action(fsc_engine *e, fsc_step_ctx *c, fsc_pipe_action_ki
     fsc_status st = kind == FSC_ACT_FORWARD ? forward(e, c, k, ch)
                     : kind == FSC_ACT_BACKWARD ? backward(e, c, k, ch) : weight(e, c, k, ch);
     p->st.action_s[kind] += fsc_clock_now() - ta - (p->wait - waited);
+    if (st != FSC_OK) mark_out_of_step(p, "FBW"[kind], k, ch);
     return st;
 }
 static fsc_status exec_forward(fsc_engine *e, fsc_step_ctx *c, int k, int ch) {

@@ -571,6 +571,15 @@ static void test_plan_pipeline_tensor(void **st) {
     j.po.tp = 2;
     j.sequence_parallel = 1;
     check_job("llama tp 2 x fsdp 2, sequence parallel", &j);
+    /* zb-h1's tied vocab-parallel head runs whole in B, its record (the logits) in the whole area: the last stage's
+     * record is then small enough to be real memory on the counting device, where the head's loss, made from its
+     * statistics in the (fake, zero) scratch, was log 0 = -inf and the plan stopped as a non-finite step */
+    j = small_gpt(8, 2);
+    j.gpt = (fsc_gpt_config){.layers = 6, .dim = 32, .heads = 2, .seq = 16, .vocab = 8192};
+    j.po.kind = FSC_PAR_DDP;
+    j.po.tp = 2, j.po.pp = 4, j.po.accum = 2;
+    j.po.schedule = FSC_SCHED_ZB_H1;
+    check_job("zb-h1, tp 2 x pp 4, vocabulary 8192", &j);
 }
 
 static void test_plan_moe(void **st) {

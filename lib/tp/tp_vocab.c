@@ -152,7 +152,9 @@ static fsc_status combine(fsc_comm *tp, fsc_device *dev, xent_host *h, float *st
     FSC_TRY(fsc_comm_all_reduce(tp, st_dev, st_dev, 2 * N, FSC_F32, FSC_SUM));
     FSC_TRY(fsc_device_download(dev, h->st, st_dev, 2 * N * sizeof(float)));
     for (size_t n = 0; n < N; n++) {
-        double logS = log((double)h->st[n]);
+        /* S >= 1 on any device (the largest slice adds exp(0)); 0 only where the data are not there (the counting
+         * device reads its large buffers as zeros: a plan's loss is then 0, not log 0's -inf) */
+        double logS = h->st[n] > 0.0f ? log((double)h->st[n]) : 0.0;
         h->loss[n] = (float)(logS - (double)h->st[N + n]);
         double lse = (double)M[n] + logS, d = (double)h->lse_r[n] - lse;
         /* the mass of the other slices, log(exp(lse) - exp(lse_r)); -inf when there is none */

@@ -31,6 +31,8 @@ typedef struct {
     double elapsed_s;   /* since the first step began */
     const size_t *peak; /* (FSC_TAG_COUNT + 1) rank 0's peak device bytes by tag, then the total */
     const size_t *host_peak; /* (FSC_TAG_COUNT + 1) the same of rank 0's host ledger (offload); NULL: none */
+    int skipped;        /* the step made no update (inf/NaN loss or gradients) */
+    double loss_scale;  /* fp16's dynamic loss scale the step used; 0: no scaler (not logged) */
     const char *extra;  /* appended to the progress line (MoE statistics, a skipped step); may be NULL */
 } step_record;
 
@@ -140,6 +142,8 @@ static inline int log_step(FILE *f, const step_record *r) {
     cJSON_AddNumberToObject(o, "step", r->step);
     add_exact(o, "loss", r->loss);
     if (isfinite(r->lr)) add_exact(o, "lr", r->lr);
+    cJSON_AddBoolToObject(o, "skipped", r->skipped);
+    if (r->loss_scale > 0) cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
     cJSON_AddNumberToObject(o, "ms", r->ms);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->ms > 0 ? r->tokens / (r->ms * 1e-3) : 0);
     double m = record_mfu(r);

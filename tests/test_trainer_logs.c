@@ -433,6 +433,44 @@ static void test_log_skipped_step_lr(void **state) {
     free(out), free(args), free(log);
 }
 
+/* Skipped steps and fp16's loss scale are in the logs: --precision fp16 at --lr 3 overflows from step 2, so the
+ * scaler skips steps and halves its scale each time. Oracle: the progress lines' "skipped" marks; each --log
+ * record's "skipped" equals its step's mark, "loss_scale" starts at 65536 and halves after each skipped step
+ * (stays after an updating one), and --json's skipped_steps counts the marks, its loss_scale the last record's. */
+static void test_log_skipped_and_scale(void **state) {
+    (void)state;
+    char *log = prog_fmt("%s/fp16.jsonl", tmpdir), *out = NULL;
+    char *args = prog_fmt(TINY " --steps 5 --precision fp16 --lr 3 --clip 0 --log %s --json", log);
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    cJSON *j = prog_last_json(out);
+    int n = 0, marks = 0;
+    cJSON **v = read_lines(log, &n);
+    assert_int_equal(n, 1 + 5);
+    double scale = 65536;
+    for (int s = 1; s <= 5; s++) {
+        char key[32];
+        snprintf(key, sizeof key, "step    %d/5", s);
+        const char *line = strstr(out, key), *eol = line ? strchr(line, '\n') : NULL;
+        assert_non_null(eol);
+        const int mark = memmem(line, (size_t)(eol - line), "skipped", 7) != NULL;
+        marks += mark;
+        const cJSON *sk = get(v[s], "skipped");
+        if (!cJSON_IsBool(sk) || cJSON_IsTrue(sk) != mark)
+            fail_msg("step %d: --log skipped %s, the progress line %s", s, cJSON_IsTrue(sk) ? "true" : "false",
+                     mark ? "skipped" : "not");
+        if (get(v[s], "loss_scale")->valuedouble != scale)
+            fail_msg("step %d: loss_scale %g, expected %g", s, get(v[s], "loss_scale")->valuedouble, scale);
+        if (mark) scale /= 2;
+    }
+    if (marks < 2) fail_msg("fewer than 2 steps skipped (%d): the run does not overflow\n%s", marks, out);
+    assert_int_equal((int)get(j, "skipped_steps")->valuedouble, marks);
+    assert_true(get(j, "loss_scale")->valuedouble == get(v[5], "loss_scale")->valuedouble);
+    free_lines(v, n);
+    cJSON_Delete(j);
+    free(out), free(args), free(log);
+}
+
 /* --offload optim: every step's record has the host ledger's peaks (optimizer state there, the total at least
  * that), as --json has for each rank; the last record's and --json's optimizer bytes agree (allocated once). */
 static void test_log_host_peak(void **state) {
@@ -684,6 +722,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_mfu_peak),
         cmocka_unit_test(test_log_skipped_step_lr),
+        cmocka_unit_test(test_log_skipped_and_scale),
         cmocka_unit_test(test_config_default_takes_back),
     };
     if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */

@@ -53,6 +53,8 @@ void results_free(run_state *st) {
 static void record_step(run_state *st, int step, const fsc_step_info *info, double ms, double lr, double val_loss) {
     if (st->timed++ == 0) st->first_ms = ms;
     else st->sum_ms += ms;
+    st->skipped_steps += info->skipped != 0;
+    st->loss_scale = info->loss_scale;
     if (isfinite(info->loss)) st->moe_dropped += (double)info->moe_dropped, st->moe_assigned += (double)info->moe_assigned;
     uint64_t b;
     memcpy(&b, &info->loss, sizeof b);
@@ -126,7 +128,8 @@ fsc_status report_step(run_state *st, fsc_rank *r, fsc_engine *e, const run_meas
                        .val_loss = val_loss, .ms = ms, .tokens = m->tokens, .flops = m->flops,
                        .peak_flops = m->peak_flops, .eta_s = mean * 1e-3 * (c->steps - step - 1),
                        .elapsed_s = (now_ms() - m->t0_ms) * 1e-3, .peak = peak,
-                       .host_peak = host ? hpeak : NULL, .extra = extra};
+                       .host_peak = host ? hpeak : NULL, .extra = extra, .skipped = info->skipped != 0,
+                       .loss_scale = precision_dtype[c->precision] == FSC_F16 ? info->loss_scale : 0};
     print_progress(stdout, &rec);
     if (st->log && log_step(st->log, &rec) != 0)
         return fsc_error(FSC_ERR_IO, "--log %s: cannot write: %s", c->log, strerror(errno));

@@ -146,6 +146,8 @@ typedef struct {
     double *losses;      /* (steps - first) rank 0; NAN for a step not run here */
     double *step_ms;     /* (steps - first) rank 0 */
     int timed;           /* rank 0's totals over every step run: steps, the first's time, the others' sum */
+    int skipped_steps;   /* of which skipped (no update: inf/NaN loss or gradients) */
+    double loss_scale;   /* the last step's loss scale (fp16's scaler; 1 without) */
     double first_ms, sum_ms;
     double moe_dropped, moe_assigned; /* MoE: drops and assignments of the steps with a finite loss */
     uint64_t loss_bits;  /* FNV-1a of every loss's bits in step order (--check-ddp compares runs of any length) */

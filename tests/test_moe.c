@@ -165,9 +165,31 @@ static fsc_status capacity_rank(fsc_rank *r, void *arg) {
     return FSC_OK;
 }
 
+/* The capacity of a factor a float rounds up: 1.1 (1.10000002 as a float) x 40 tokens / 4 experts is 11 slots, as
+ * the factor given says, not 12 (the ceiling of 11.0000002); 1.2 x 40 / 8 = 6, 0.6 x 2 x 40 / 8 = 6, 0.3 x 40 / 4 =
+ * 3; a product above a whole number by more than rounding still rounds up (1.13 x 40 / 4 = 11.3: 12). Oracle: the
+ * exact fractions (found against a float64 reference). */
+static fsc_status rounding_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    static const struct { int E, k; float cf; int want; } c[] = {
+        { 4, 1, 1.1f, 11 }, { 8, 1, 1.2f, 6 }, { 8, 2, 0.6f, 6 }, { 4, 1, 0.3f, 3 }, { 4, 1, 1.13f, 12 },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        fsc_moe_config mc = config(c[i].E, c[i].k, c[i].cf, FSC_MOE_EXPERT_MLP);
+        fsc_moe *m;
+        FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 6, &m));
+        const int got = fsc_moe_capacity(m, 40, 1);
+        fsc_moe_free(m);
+        TT_TRUE(got == c[i].want, "E %d, k %d, factor %g: capacity %d, want %d", c[i].E, c[i].k, (double)c[i].cf,
+                got, c[i].want);
+    }
+    return FSC_OK;
+}
+
 static void test_moe_capacity_and_routing(void **state) {
     (void)state;
     for (int k = 1; k <= 2; k++) assert_ok(tt_run(1, capacity_rank, &k));
+    assert_ok(tt_run(1, rounding_rank, NULL));
 }
 
 /* ---- expert parallelism equals one rank, bit for bit ---- */

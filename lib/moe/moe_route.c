@@ -9,8 +9,12 @@
 #include <string.h>
 #include "moe_impl.h"
 
+/* ceil(cf k S / E) of the factor as given: a factor a float rounds up (1.1 is 1.10000002) puts a whole product
+ * (1.1 x 40 / 4 = 11) a hair above it, whose ceiling would be one slot more (12); a product within a float's
+ * rounding of a whole number is that number. */
 int moe_capacity(int Sg, int E, int k, float cf) {
-    double c = ceil((double)cf * k * (double)Sg / (double)E);
+    const double x = (double)cf * k * (double)Sg / (double)E, r = nearbyint(x);
+    double c = fabs(x - r) <= x * FLT_EPSILON ? r : ceil(x);
     if (c > Sg) c = Sg; /* an expert gets at most one assignment per token */
     return c < 1 ? 1 : (int)c;
 }

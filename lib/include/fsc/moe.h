@@ -6,14 +6,16 @@
  *   logits = x @ Wg (S, E), p = softmax(logits) per token;
  *   top-1 (Switch): expert e1 = argmax p, combine weight g1 = p[e1];
  *   top-2 (GShard): e1, and e2 = argmax over the others; g1, g2 = p[e1], p[e2] renormalized over the
- *   choices that were kept (a token whose second choice was dropped gets g1 = 1);
- *   capacity = max(1, ceil(capacity_factor * k * S / E)) slots per expert and group; first choices take
+ *   choices that were kept (a token whose second choice was dropped gets g1 = 1); the argmax is over p as
+ *   floats, the lowest expert index winning ties (an all-zero gate sends every token to expert 0, and 1);
+ *   capacity = min(S, max(1, ceil(capacity_factor * k * S / E))) slots per expert and group (the factor as
+ *   given: a product within a float's rounding of a whole number is that number); first choices take
  *   slots before second choices, each in token order; an assignment beyond the capacity is dropped (the
  *   token's output gets nothing from it; a token with every choice dropped outputs zero, and the residual
  *   around the layer carries it).
  * Load balancing (Switch eq. 4, GShard's l_aux): aux = E * sum_e f_e * P_e, with f_e the fraction of the
  * group's tokens whose first choice is e (before dropping) and P_e the mean of p[:, e] over the group;
- * 1 when balanced. The layer returns the mean over its groups; the caller adds daux * aux to its loss and
+ * 1 when balanced (and also when p is uniform, wherever the tokens go). The layer returns the mean over its groups; the caller adds daux * aux to its loss and
  * passes daux to backward (the gradient flows through P_e only).
  *
  * Expert parallelism over a group of G ranks: rank r holds experts [r E/G, (r+1) E/G). Each rank routes its

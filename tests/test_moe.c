@@ -167,18 +167,19 @@ static fsc_status capacity_rank(fsc_rank *r, void *arg) {
 
 /* The capacity of a factor a float rounds up: 1.1 (1.10000002 as a float) x 40 tokens / 4 experts is 11 slots, as
  * the factor given says, not 12 (the ceiling of 11.0000002); 1.2 x 40 / 8 = 6, 0.6 x 2 x 40 / 8 = 6, 0.3 x 40 / 4 =
- * 3; a product above a whole number by more than rounding still rounds up (1.13 x 40 / 4 = 11.3: 12). Oracle: the
- * exact fractions (found against a float64 reference). */
+ * 3; a product above a whole number still rounds up (1.13 x 40 / 4 = 11.3: 12; 20000001 / 2 = 10000000.5, where a
+ * tolerance relative to the float's rounding had snapped it down). Oracle: the exact fractions. */
 static fsc_status rounding_rank(fsc_rank *r, void *arg) {
     (void)arg;
-    static const struct { int E, k; float cf; int want; } c[] = {
-        { 4, 1, 1.1f, 11 }, { 8, 1, 1.2f, 6 }, { 8, 2, 0.6f, 6 }, { 4, 1, 0.3f, 3 }, { 4, 1, 1.13f, 12 },
+    static const struct { int E, k; float cf; int S, want; } c[] = {
+        { 4, 1, 1.1f, 40, 11 }, { 8, 1, 1.2f, 40, 6 }, { 8, 2, 0.6f, 40, 6 }, { 4, 1, 0.3f, 40, 3 },
+        { 4, 1, 1.13f, 40, 12 }, { 2, 1, 1.0f, 20000001, 10000001 }, /* 10000000.5: a large product still rounds up */
     };
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
         fsc_moe_config mc = config(c[i].E, c[i].k, c[i].cf, FSC_MOE_EXPERT_MLP);
         fsc_moe *m;
         FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 6, &m));
-        const int got = fsc_moe_capacity(m, 40, 1);
+        const int got = fsc_moe_capacity(m, c[i].S, 1);
         fsc_moe_free(m);
         TT_TRUE(got == c[i].want, "E %d, k %d, factor %g: capacity %d, want %d", c[i].E, c[i].k, (double)c[i].cf,
                 got, c[i].want);

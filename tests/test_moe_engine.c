@@ -24,7 +24,7 @@
  *   bit;
  * - memory: a rank's parameter bytes are exactly (dense + its E/ep experts) x 4;
  * - communication per step and rank (the comm stats): the expert group's all-to-alls are 4 per MoE block
- *   and micro-batch, each (G-1)/G x E x cap x C x 4 bytes with cap = max(1, ceil(cf k B T / E)) (one dispatch
+ *   and micro-batch, each (G-1)/G x E x cap x C x 4 bytes with cap = max(1, min(B T, ceil(cf k B T / E))) (one dispatch
  *   group per rank and micro-batch); the data-kind all-reduces carry the dense gradients over the data group
  *   (2 (W-1)/W x 4 x dense) plus the rank's experts over the expert-data group (2 (R-1)/R x 4 x its experts,
  *   R = W / ep); ep = 1 has no expert traffic;

@@ -19,7 +19,7 @@ typedef struct {
     int64_t dropped;
 } moe_route;
 
-/* Capacity per expert and group: max(1, ceil(cf * k * Sg / E)). */
+/* Capacity per expert and group: max(1, min(Sg, ceil(cf * k * Sg / E))), of cf as given (moe_route.c). */
 int moe_capacity(int Sg, int E, int k, float cf);
 /* Route from the gate logits (S, E) host; allocates the arrays (moe_route_free). */
 fsc_status moe_route_compute(moe_route *r, const float *logits, int S, int E, int k, int groups, float cf);

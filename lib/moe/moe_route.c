@@ -4,17 +4,28 @@
  * Everything here is plain host arithmetic in double (stored as float), deterministic and independent of
  * where the tokens' experts live. Not here: moving tokens and running experts (moe.c). */
 #include <float.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "moe_impl.h"
 
-/* ceil(cf k S / E) of the factor as given: a factor a float rounds up (1.1 is 1.10000002) puts a whole product
- * (1.1 x 40 / 4 = 11) a hair above it, whose ceiling would be one slot more (12); a product within a float's
- * rounding of a whole number is that number. */
+/* The factor as it was given: the shortest decimal that reads back as cf (1.1, not 1.10000002). */
+static double given(float cf) {
+    char buf[32];
+    for (int p = 1; p <= 9 && isfinite(cf); p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)cf);
+        if (strtof(buf, NULL) == cf) return strtod(buf, NULL);
+    }
+    return (double)cf;
+}
+
+/* ceil(cf k S / E) of the factor as given: 1.1 x 40 / 4 is 11 slots, where 1.1's float (1.10000002) gave 11.0000002
+ * and a ceiling of 12; the double product of the decimal is within a few of its ulps of a whole number only when
+ * it is one. */
 int moe_capacity(int Sg, int E, int k, float cf) {
-    const double x = (double)cf * k * (double)Sg / (double)E, r = nearbyint(x);
-    double c = fabs(x - r) <= x * FLT_EPSILON ? r : ceil(x);
+    const double x = given(cf) * k * (double)Sg / (double)E, r = nearbyint(x);
+    double c = fabs(x - r) <= 8 * DBL_EPSILON * fabs(x) ? r : ceil(x);
     if (c > Sg) c = Sg; /* an expert gets at most one assignment per token */
     return c < 1 ? 1 : (int)c;
 }

@@ -1125,8 +1125,9 @@ static void mark_out_of_step(fsc_pipe *p, char kind, int k, int ch) {
         snprintf(p->out_of_step, sizeof p->out_of_step, "%c%d of chunk %d failed (%s)", kind, k, ch, fsc_last_error());
 }
 
-/* A step or evaluation after a failed action of this rank: refused on it (its neighbours then wait for it: a
- * timeout, where they ran on), never run on boundary messages left by the failed step. */
+/* A step or evaluation after a failed action of this rank: refused, never run on boundary messages left by the
+ * failed step (a step's start agrees it over the pipeline, so every stage refuses; an evaluation has no common
+ * start: its other stages wait for this one, a timeout). */
 static fsc_status check_in_step(const fsc_pipe *p) {
     if (!p->out_of_step[0]) return FSC_OK;
     return fsc_error(FSC_ERR_STATE, "pipeline stage %d: an earlier step's action %s; its boundary messages may be "
@@ -1189,7 +1190,6 @@ static fsc_status eval_sums(fsc_engine *e, fsc_step_ctx *c, double *total, fsc_s
 static fsc_status exec_begin(fsc_engine *e, fsc_step_ctx *c) {
     fsc_pipe *p = e->pipe;
     if (c->eval) return eval_begin(e, c);
-    FSC_TRY(check_in_step(p));
     FSC_TRY(ready(e, c->mb));
     memset(p->send_tied, 1, (size_t)p->v);
     p->wait = 0;
@@ -1199,7 +1199,8 @@ static fsc_status exec_begin(fsc_engine *e, fsc_step_ctx *c) {
     c->wait = &p->wait;
     /* each chunk's Bs (Ws) run in ascending micro-batch order, so the last one's reduces under no_sync */
     c->reduces = p->split ? FSC_ACT_WEIGHT : FSC_ACT_BACKWARD;
-    FSC_TRY(fsc_comm_barrier(p->pipe_comm));
+    /* the stages start together, or all refuse with a stage's earlier failed action (check_in_step) */
+    FSC_TRY(fsc_comm_agree(p->pipe_comm, e->dev, check_in_step(p)));
     p->t0 = fsc_clock_now();
     count_receives(p);
     FSC_TRY(post_first(p, 1));

@@ -154,7 +154,7 @@ static fsc_status combine(fsc_comm *tp, fsc_device *dev, xent_host *h, float *st
     for (size_t n = 0; n < N; n++) {
         /* S >= 1 on any device (the largest slice adds exp(0)); 0 only where the data are not there (the counting
          * device reads its large buffers as zeros: a plan's loss is then 0, not log 0's -inf) */
-        double logS = h->st[n] > 0.0f ? log((double)h->st[n]) : 0.0;
+        double logS = h->st[n] != 0.0f ? log((double)h->st[n]) : 0.0; /* a NaN stays NaN */
         h->loss[n] = (float)(logS - (double)h->st[N + n]);
         double lse = (double)M[n] + logS, d = (double)h->lse_r[n] - lse;
         /* the mass of the other slices, log(exp(lse) - exp(lse_r)); -inf when there is none */

@@ -152,7 +152,8 @@ void print_json(const run_state *st, const ddp_check *chk) {
     }
     cJSON_AddNumberToObject(root, "first_step", st->first + 1); /* the step of the arrays' first entries */
     cJSON_AddNumberToObject(root, "skipped_steps", st->skipped_steps); /* this run's steps without an update */
-    if (precision_dtype[c->precision] == FSC_F16) cJSON_AddNumberToObject(root, "loss_scale", st->loss_scale);
+    if (precision_dtype[c->precision] == FSC_F16 && st->timed) /* the last step's: none when none ran */
+        cJSON_AddNumberToObject(root, "loss_scale", st->loss_scale);
     /* time the steps this run executed (a resumed run starts later), leaving out the first (warm-up)
      * unless it is the only one */
     int timed = st->timed > 1 ? st->timed - 1 : st->timed;

@@ -95,8 +95,20 @@ static int splits(const seq_model *s, const seq_acts *a, int l) {
     return can_split(s, l) && (!has_tied(s, l) || tied_splits(s, a));
 }
 
+/* Floats of the sink: twice the largest one-dimensional parameter of a layer of the range that splits (a
+ * LayerNorm's weight and bias). */
+static size_t sink_floats(const seq_model *s, const seq_acts *a) {
+    size_t n = 0;
+    for (int l = a->first; l <= a->last; l++)
+        for (int k = 0; splits(s, a, l) && k < s->layers[l]->n_params; k++)
+            if (s->layers[l]->params[k].ndim == 1 && s->layers[l]->params[k].numel > n)
+                n = s->layers[l]->params[k].numel;
+    return 2 * n;
+}
+static size_t rec_bytes(const fsc_layer *a, int B) { return a->ops->rec_bytes ? a->ops->rec_bytes(a, B) : 0; }
+static size_t work_bytes(const fsc_layer *a, int B) { return a->ops->work_bytes ? a->ops->work_bytes(a, B) : 0; }
+
 /* Whether layer l's record is in the whole area of a: it runs whole in the input part and keeps a record. */
-static size_t rec_bytes(const fsc_layer *a, int B);
 static int in_whole(const seq_model *s, const seq_acts *a, int l) {
     return a->whole && !splits(s, a, l) && rec_bytes(s->layers[l], a->B) > 0;
 }
@@ -114,19 +126,6 @@ static int whole_fits(const seq_model *s, const seq_acts *a) {
     }
     return low_whole < s->n && low_whole > top_split;
 }
-
-/* Floats of the sink: twice the largest one-dimensional parameter of a layer of the range that splits (a
- * LayerNorm's weight and bias). */
-static size_t sink_floats(const seq_model *s, const seq_acts *a) {
-    size_t n = 0;
-    for (int l = a->first; l <= a->last; l++)
-        for (int k = 0; splits(s, a, l) && k < s->layers[l]->n_params; k++)
-            if (s->layers[l]->params[k].ndim == 1 && s->layers[l]->params[k].numel > n)
-                n = s->layers[l]->params[k].numel;
-    return 2 * n;
-}
-static size_t rec_bytes(const fsc_layer *a, int B) { return a->ops->rec_bytes ? a->ops->rec_bytes(a, B) : 0; }
-static size_t work_bytes(const fsc_layer *a, int B) { return a->ops->work_bytes ? a->ops->work_bytes(a, B) : 0; }
 
 /* Lay the record out from base (NULL: only count); returns the bytes. */
 static size_t layout(const seq_model *s, seq_acts *a, char *base) {

@@ -518,6 +518,7 @@ static fsc_status engine_finish(fsc_engine *e) {
     if (s == FSC_OK) s = make_tied_copies(e);
     if (s == FSC_OK) s = fsc_engine_apply_decay(e);
     if (s == FSC_OK && e->po.reduce_exact) s = fsc_exact_create(e); /* shadows of the reduced gradients */
+    if (s == FSC_OK) e->m->engine = e; /* one engine a model (fsc_engine_create_model refuses a bound one) */
     return s;
 }
 
@@ -546,7 +547,6 @@ fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel
         fsc_engine_free(e);
         return s;
     }
-    m->engine = e;
     *out = e;
     return FSC_OK;
 }
@@ -594,7 +594,6 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
         fsc_engine_free(e);
         return s;
     }
-    m->engine = e; /* one engine a model: fsc_engine_model(e) handed to fsc_engine_create_model is refused */
     *out = e;
     return FSC_OK;
 }
@@ -1088,22 +1087,16 @@ static fsc_status check_extra_layers(const fsc_engine *e, fsc_st_file *f, const 
         }
         /* X.bias (or X.weight) beside a declared X.weight (X.bias): a parameter of a layer the model has, in a form
          * it lacks (a Llama with attention_bias or mlp_bias): dropping it would load another model without a word */
-        size_t nl = strlen(name);
-        const char *sib = nl > 5 && !strcmp(name + nl - 5, ".bias") ? ".weight"
-                          : nl > 7 && !strcmp(name + nl - 7, ".weight") ? ".bias" : NULL;
-        if (!declared && sib) {
-            char other[FSC_ST_MAX_NAME];
-            size_t stem = nl - (sib[1] == 'w' ? 5 : 7);
-            if (stem + strlen(sib) < sizeof other) {
-                memcpy(other, name, stem);
-                strcpy(other + stem, sib);
-                for (int i = 0; i < T && s == FSC_OK; i++)
-                    if (!strcmp(fsc_engine_full_info(e, i)->name, other))
-                        s = fsc_error(FSC_ERR_INVALID, "%s: holds %s, which this model does not have (it has %s "
-                                      "without it): written for a model with other layers (biases fsc's model lacks)",
-                                      path, name, other);
-            }
-        }
+        const char *dot = strrchr(name, '.');
+        const char *sib = !dot ? NULL : !strcmp(dot, ".bias") ? "weight" : !strcmp(dot, ".weight") ? "bias" : NULL;
+        char other[FSC_ST_MAX_NAME];
+        if (!declared && sib &&
+            snprintf(other, sizeof other, "%.*s.%s", (int)(dot - name), name, sib) < (int)sizeof other)
+            for (int i = 0; i < T && s == FSC_OK; i++)
+                if (!strcmp(fsc_engine_full_info(e, i)->name, other))
+                    s = fsc_error(FSC_ERR_INVALID, "%s: holds %s, which this model does not have (it has %s without "
+                                  "it): written for a model with other layers (biases fsc's model lacks)", path, name,
+                                  other);
         digits_as_one(name, key, sizeof key);
         for (int i = 0; i < T && !declared && s == FSC_OK; i++)
             if (!strcmp(key, pat[i]))

@@ -592,15 +592,21 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
     return FSC_OK;
 }
 
-/* A forward of record a on this stage (k, c, recomputing): the bytes the record holds counted as they change (the
- * sequential model's whole area, held from a split record's F to its B). */
+/* Record a held `held` bytes before an action's pass: the count follows what it holds now (the sequential model's
+ * whole area from a split record's F to its B, its split area from B to W; size_t arithmetic, mod 2^64). */
+static void recount(fsc_engine *e, fsc_model_acts *a, size_t held) {
+    fsc_pipe *p = e->pipe;
+    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held;
+    note_use(p);
+}
+
+/* A forward of record a on this stage (k, c, recomputing), its bytes counted as they change. */
 static fsc_status forward_counted(fsc_engine *e, fsc_step_ctx *x, fsc_model_acts *a, int k, int c, int again) {
     fsc_pipe *p = e->pipe;
     const int g = stage_at(p, c);
     const size_t held = e->m->ops->acts_bytes(e->m->ctx, a);
     const fsc_status st = fsc_step_forward_on(e, x, a, k, p->lf[g], p->ll[g], again);
-    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held;
-    note_use(p);
+    recount(e, a, held);
     return st;
 }
 
@@ -985,9 +991,7 @@ static fsc_status backward(fsc_engine *e, fsc_step_ctx *x, int k, int c) {
     FSC_TRY(recv_grad(e, k, c, a));
     const size_t held = e->m->ops->acts_bytes(e->m->ctx, a);
     fsc_status st = fsc_step_backward_on(e, x, a, p->split);
-    p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, a) - held; /* a split record holds its split area until its
-                                                                     * W, its whole area no more (size_t: mod 2^64) */
-    note_use(p);
+    recount(e, a, held);
     FSC_TRY(st);
     fsc_comm_req *gsend = NULL; /* po.prefetch: the input gradient is sent while this stage goes on */
     FSC_TRY(send_grad(e, k, c, a, &gsend));
@@ -1009,7 +1013,7 @@ static fsc_status weight(fsc_engine *e, fsc_step_ctx *x, int k, int c) {
     if (p->split_tied) FSC_TRY(local_tied_take(e, k, c)); /* the user chunk's W of k ran before (tied_split_ok) */
     const size_t held = e->m->ops->acts_bytes(e->m->ctx, sl->rec);
     fsc_status st = fsc_step_weight_on(e, x, sl->rec);
-    p->bytes_in_use -= held - e->m->ops->acts_bytes(e->m->ctx, sl->rec); /* what it held from its B */
+    recount(e, sl->rec, held); /* what it held from its B goes */
     FSC_TRY(st);
     if (p->split_tied) FSC_TRY(local_tied_keep(e, k, c)); /* for the owner chunk's W of k */
     fsc_comm_req *gsend = sl->gsend;

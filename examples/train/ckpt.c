@@ -27,26 +27,38 @@ static void size_and_time(const char *dir, double ms, char *buf, size_t cap) {
  * the library refuses the first save there (unless --ckpt-overwrite). Say so before training. A run that resumes
  * continues the run of the checkpoint it resumes: --ckpt-dir's newest must be of that run (the same directory, or a
  * copy), or none (an unreadable newest is left to the library's check at the first save). */
+float lr_at(const train_config *c, int64_t step) {
+    const fsc_lr_schedule sched = { .kind = (fsc_lr_kind)c->lr_schedule, .lr = c->lr, .min_lr = c->min_lr,
+                                    .warmup = c->warmup, .total = c->steps };
+    return fsc_lr_at(&sched, step);
+}
+
+/* Whether --resume continues the run whose newest checkpoint in --ckpt-dir is `newest`: nothing to resume is a new
+ * run (but where --resume is --ckpt-dir); a checkpoint whose metadata does not read, on either side, is left to the
+ * resume and to the library's check at the first save. */
+static int resumes_run_of(const train_config *c, const char *newest) {
+    char from[4096];
+    int64_t at = -1;
+    snprintf(from, sizeof from, "%s/metadata.json", c->resume); /* DIR/step-NNNNNNNN itself, or DIR's newest */
+    if (access(from, F_OK) == 0) snprintf(from, sizeof from, "%s", c->resume), at = 0;
+    else if (fsc_ckpt_latest(c->resume, from, sizeof from, &at) != FSC_OK) at = -1;
+    if (at < 0) return !strcmp(c->resume, c->ckpt_dir);
+    fsc_ckpt_meta *r = NULL, *m = NULL;
+    int same = 1;
+    if (fsc_ckpt_meta_read(from, &r) == FSC_OK && fsc_ckpt_meta_read(newest, &m) == FSC_OK)
+        same = !strcmp(r->run_id, m->run_id);
+    fsc_ckpt_meta_free(r), fsc_ckpt_meta_free(m);
+    return same;
+}
+
 int check_ckpt_dir(const train_config *c, char *err, size_t cap) {
-    char path[4096], who[160] = "", from[4096] = "";
-    int64_t step, at = -1;
+    char path[4096], who[160] = "";
+    int64_t step;
     if (!c->ckpt_dir || c->ckpt_overwrite) return 0;
     if (fsc_ckpt_latest(c->ckpt_dir, path, sizeof path, &step) != FSC_OK)
         return snprintf(err, cap, "--ckpt-dir: %s", fsc_last_error()), -1;
-    if (step < 0) return 0;
+    if (step < 0 || (c->resume && resumes_run_of(c, path))) return 0;
     fsc_ckpt_meta *m = NULL;
-    if (c->resume) { /* continuing the run whose checkpoints --ckpt-dir holds (the same directory, or a copy): fine */
-        snprintf(from, sizeof from, "%s/metadata.json", c->resume);
-        if (access(from, F_OK) == 0) snprintf(from, sizeof from, "%s", c->resume), at = 0;
-        else if (fsc_ckpt_latest(c->resume, from, sizeof from, &at) != FSC_OK) at = -1;
-        fsc_ckpt_meta *r = NULL;
-        int same = at < 0 ? !strcmp(c->resume, c->ckpt_dir) /* nothing to resume: a new run, refused below */
-                          : fsc_ckpt_meta_read(from, &r) != FSC_OK; /* damaged: resume says so */
-        if (r && fsc_ckpt_meta_read(path, &m) == FSC_OK) same = !strcmp(r->run_id, m->run_id);
-        else if (r) same = 1;
-        fsc_ckpt_meta_free(r), fsc_ckpt_meta_free(m), m = NULL;
-        if (same) return 0;
-    }
     if (fsc_ckpt_meta_read(path, &m) == FSC_OK)
         snprintf(who, sizeof who, ": run %.8s, seed %llu, lr %g", m->run_id, (unsigned long long)m->seed,
                  (double)m->optim.lr);
@@ -103,9 +115,7 @@ fsc_status resume_run(fsc_rank *r, const train_config *c, fsc_engine *e, int *st
     }
     *start = at < c->steps ? (int)at : c->steps;
     if (s == FSC_OK && r->rank == 0 && from[0] && at > 0) { /* the checkpoint's last rate against this run's schedule */
-        const fsc_lr_schedule sched = { .kind = (fsc_lr_kind)c->lr_schedule, .lr = c->lr, .min_lr = c->min_lr,
-                                        .warmup = c->warmup, .total = c->steps };
-        const float was = fsc_engine_lr(e), now = fsc_lr_at(&sched, at - 1);
+        const float was = fsc_engine_lr(e), now = lr_at(c, at - 1);
         if (was != now)
             fprintf(stderr, "fsc-train: warning: %s was trained at a rate of %g at its step %lld, where this run's "
                             "schedule gives %g: it was written under other options than this run's\n", from,

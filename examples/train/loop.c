@@ -36,13 +36,10 @@ static fsc_status train_step(fsc_rank *r, run_state *st, fsc_engine *e, run_meas
                              int32_t *tok, int32_t *tgt) {
     const train_config *c = st->cfg;
     const int d = fsc_engine_layout(e)->data, bl = c->batch / c->dp;
-    /* the rate of each step (fsc/schedule.h), a function of the step: a resumed run takes the same rates */
-    const fsc_lr_schedule sched = { .kind = (fsc_lr_kind)c->lr_schedule, .lr = c->lr, .min_lr = c->min_lr,
-                                    .warmup = c->warmup, .total = c->steps };
     FSC_TRY(fill_batch(st, d, step, tok, tgt));
     double t0 = now_ms();
     fsc_step_info info = {0};
-    FSC_TRY(fsc_engine_set_lr(e, fsc_lr_at(&sched, step)));
+    FSC_TRY(fsc_engine_set_lr(e, lr_at(c, step))); /* a resumed run takes the same rates */
     fsc_status s = fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info); /* every family's: int32 tokens */
     if (s != FSC_OK) return fsc_error_prefix(s, "step %d/%d", step + 1, c->steps);
     double ms = now_ms() - t0, val_loss = NAN;

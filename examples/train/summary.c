@@ -23,10 +23,13 @@ static void add_schedule_json(cJSON *root, const run_state *st) {
     }
 }
 
+/* x per step this run ran (a resumed run: from its checkpoint on) */
+static double per_step(const run_state *st, double x) { return st->timed ? x / st->timed : 0; }
+
 static double comm_per_step(const run_state *st) {
     double total = 0;
     for (int op = 0; op < FSC_OP_COUNT; op++) total += st->comm.bytes[op];
-    return st->timed ? total / st->timed : 0; /* the steps this run ran (a resumed run: from its checkpoint) */
+    return per_step(st, total);
 }
 
 /* Per stage (from its data-parallel ranks): layers, the ledger's peak activation bytes (largest), the
@@ -132,8 +135,8 @@ static cJSON *moe_object(const run_state *st) {
     for (int op = 0; op < FSC_OP_COUNT; op++) {
         if (!x->calls[op]) continue;
         cJSON *p = cJSON_AddObjectToObject(eg, fsc_comm_op_name((fsc_comm_op)op));
-        cJSON_AddNumberToObject(p, "calls", st->timed ? (double)x->calls[op] / st->timed : 0);
-        cJSON_AddNumberToObject(p, "bytes", st->timed ? x->bytes[op] / st->timed : 0);
+        cJSON_AddNumberToObject(p, "calls", per_step(st, (double)x->calls[op]));
+        cJSON_AddNumberToObject(p, "bytes", per_step(st, x->bytes[op]));
     }
     return o;
 }
@@ -175,21 +178,19 @@ void print_json(const run_state *st, const ddp_check *chk) {
         for (int r = 0; r < c->world; r++) cJSON_AddItemToArray(hr, tag_object(st->hpeak[r]));
     }
     cJSON *comm = cJSON_AddObjectToObject(root, "comm");
-    double total = 0;
     for (int op = 0; op < FSC_OP_COUNT; op++) {
         cJSON *o = cJSON_AddObjectToObject(comm, fsc_comm_op_name((fsc_comm_op)op));
         cJSON_AddNumberToObject(o, "calls", (double)st->comm.calls[op]);
         cJSON_AddNumberToObject(o, "bytes", st->comm.bytes[op]);
-        total += st->comm.bytes[op];
     }
-    cJSON_AddNumberToObject(root, "comm_bytes_per_step", st->timed ? total / st->timed : 0);
+    cJSON_AddNumberToObject(root, "comm_bytes_per_step", comm_per_step(st));
     /* rank 0's bytes per step by kind of group (the kinds the run has; they sum to comm_bytes_per_step) */
     cJSON *g = cJSON_AddObjectToObject(root, "comm_bytes_per_step_by_group");
     for (int k = 0; k < FSC_GROUP_COUNT; k++) {
         if (!st->ngroups[k]) continue;
         double b = 0;
         for (int op = 0; op < FSC_OP_COUNT; op++) b += st->groups[k].bytes[op];
-        cJSON_AddNumberToObject(g, fsc_group_kind_name((fsc_group_kind)k), st->timed ? b / st->timed : 0);
+        cJSON_AddNumberToObject(g, fsc_group_kind_name((fsc_group_kind)k), per_step(st, b));
     }
     if (st->plan) { /* --plan */
         cJSON *p = cJSON_AddObjectToObject(root, "predicted");

@@ -234,7 +234,8 @@ fsc_status ck_read_piece(fsc_st_file *f, const char *fname, const fsc_ckpt_tenso
     for (int d = 0; d < en->ndim; d++) numel *= (uint64_t)en->shape[d];
     if (en->dtype != FSC_F32 || numel != p->n)
         return fsc_error(FSC_ERR_FORMAT, "%s: entry %s (tensor %s) holds %llu %s elements; the metadata says %llu F32",
-                         fname, p->entry, t->name, (unsigned long long)numel, fsc_dtype_name(en->dtype),
+                         fname, p->entry, t->name, (unsigned long long)numel,
+                         en->unreadable ? en->unreadable : fsc_dtype_name(en->dtype),
                          (unsigned long long)p->n);
     uLong crc = crc32(0L, Z_NULL, 0);
     uint64_t bad = p->n; /* the first inf/NaN, reported after the checksum (corruption is the likelier cause) */

@@ -25,8 +25,13 @@
 static const struct { const char *name; fsc_dtype dt; size_t size; } st_types[] = {
     {"F32", FSC_F32, 4}, {"BF16", FSC_BF16, 2}, {"F16", FSC_F16, 2}, {"I32", FSC_I32, 4}, {"U8", FSC_U8, 1},
 };
-static const char *st_other_types[] = {"F64", "I64", "U64", "I16", "U16", "U32", "I8", "BOOL",
-                                       "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
+static const struct { const char *name, *why; size_t size; } st_other_types[] = { /* size 0: packed */
+#define OTHER(n, size) { n, "dtype " n, size }
+    OTHER("F64", 8), OTHER("I64", 8), OTHER("U64", 8), OTHER("I16", 2), OTHER("U16", 2), OTHER("U32", 4),
+    OTHER("I8", 1), OTHER("BOOL", 1), OTHER("F8_E4M3", 1), OTHER("F8_E5M2", 1), OTHER("F8_E8M0", 1), OTHER("F4", 0),
+    OTHER("F6_E2M3", 0), OTHER("F6_E3M2", 0), OTHER("C64", 8),
+#undef OTHER
+};
 
 size_t st_size(fsc_dtype dt) {
     for (size_t i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
@@ -39,16 +44,20 @@ const char *st_name(fsc_dtype dt) {
     return "?";
 }
 
-fsc_status st_dtype_of(const char *what, const char *name, const char *s, size_t len, fsc_dtype *dt) {
+fsc_status st_dtype_of(const char *what, const char *name, const char *s, size_t len, fsc_dtype *dt,
+                       const char **other, const char **why, size_t *other_size) {
+    *other = *why = NULL, *other_size = 0;
     for (size_t i = 0; i < sizeof st_types / sizeof st_types[0]; i++)
         if (len == strlen(st_types[i].name) && !memcmp(s, st_types[i].name, len)) {
             *dt = st_types[i].dt;
             return FSC_OK;
         }
     for (size_t i = 0; i < sizeof st_other_types / sizeof st_other_types[0]; i++)
-        if (len == strlen(st_other_types[i]) && !memcmp(s, st_other_types[i], len))
-            return fsc_error(FSC_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s, which fsc does not support "
-                             "(F32, BF16, F16, I32, U8)", what, name, st_other_types[i]);
+        if (len == strlen(st_other_types[i].name) && !memcmp(s, st_other_types[i].name, len)) {
+            *dt = FSC_DTYPE_COUNT, *other = st_other_types[i].name, *why = st_other_types[i].why;
+            *other_size = st_other_types[i].size;
+            return FSC_OK;
+        }
     return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has unknown dtype \"%.32s\"", what, name, s);
 }
 
@@ -293,6 +302,9 @@ fsc_status fsc_st_read(fsc_st_file *f, const fsc_st_entry *e, void *dst, uint64_
     FSC_CHECK_BUF(dst, n);
     if (e < f->e || e >= f->e + f->n)
         return fsc_error(FSC_ERR_INVALID, "%s: fsc_st_read: the entry does not belong to this file", f->what);
+    if (e->unreadable)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: tensor %s has %s, which fsc does not read (F32, BF16, F16, I32 and "
+                         "U8, at most 4 dimensions)", f->what, e->name, e->unreadable);
     FSC_TRY(st_check_range(f->what, e, first, n));
     if (n == 0) return FSC_OK;
     if (!dst) return fsc_error(FSC_ERR_INVALID, "%s: fsc_st_read: dst is NULL", f->what);

@@ -237,8 +237,8 @@ static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
-/* The shape's bytes (es per element) against the span of data_offsets. */
-static fsc_status check_size(const char *what, const fsc_st_entry *e, size_t es) {
+/* The shape's bytes (es per element; type its name) against the span of data_offsets. */
+static fsc_status check_size(const char *what, const fsc_st_entry *e, size_t es, const char *type) {
     int ovf;
     uint64_t numel = st_shape_numel(e->ndim, e->shape, &ovf);
     char s[160];
@@ -247,7 +247,7 @@ static fsc_status check_size(const char *what, const fsc_st_entry *e, size_t es)
         return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has shape %s, too large to address", what, e->name, s);
     if (numel * es != e->end - e->begin)
         return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has shape %s and dtype %s (%llu bytes) but data_offsets "
-                         "[%llu, %llu] span %llu bytes", what, e->name, s, st_name(e->dtype),
+                         "[%llu, %llu] span %llu bytes", what, e->name, s, type,
                          (unsigned long long)(numel * es), (unsigned long long)e->begin,
                          (unsigned long long)e->end, (unsigned long long)(e->end - e->begin));
     return FSC_OK;
@@ -294,26 +294,29 @@ static fsc_status parse_entry(jp *p, fsc_st_entry *e) {
     if (p->s[p->i] != '"')
         return fsc_error(FSC_ERR_FORMAT, "%s: dtype of tensor %s is not a string but %s", what, name, kind_of(p->s[p->i]));
     lex_string(p, 1, &dt, &dlen);
-    FSC_TRY(st_dtype_of(what, name, dt, dlen, &e->dtype));
-    es = st_size(e->dtype);
+    const char *other;
+    FSC_TRY(st_dtype_of(what, name, dt, dlen, &e->dtype, &other, &e->unreadable, &es));
+    if (!other) es = st_size(e->dtype);
 
     p->i = at[1];
     if (p->s[p->i] != '[') return fsc_error(FSC_ERR_FORMAT, "%s: shape of tensor %s is not an array", what, name);
     size_t nd;
     skip_value(p, 2, &nd);
-    if (nd > 4)
-        return fsc_error(FSC_ERR_UNSUPPORTED, "%s: tensor %s has %zu dimensions; fsc supports at most 4", what, name, nd);
-    e->ndim = (int)nd;
+    /* more than 4 dimensions: unreadable, its dimensions still checked (read_u53), its size not */
+    const int wide = nd > 4;
+    if (wide && !other) e->unreadable = "more than 4 dimensions";
+    if (wide) e->dtype = FSC_DTYPE_COUNT;
+    e->ndim = wide ? 0 : (int)nd;
     p->i = at[1] + 1;
     for (int d = 0; d < 4; d++) e->shape[d] = 0;
-    for (int d = 0; d < e->ndim; d++) {
+    for (size_t d = 0; d < nd; d++) {
         uint64_t v;
         int r = read_u53(p, &v);
         if (r == -2) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has a negative dimension", what, name);
         if (r == -3) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s has a huge dimension (above 2^53)", what, name);
         if (r) return fsc_error(FSC_ERR_FORMAT, "%s: shape of tensor %s holds something other than an integer", what, name);
-        e->shape[d] = (int64_t)v;
-        expect(p, d + 1 < e->ndim ? ',' : ']', NULL);
+        if (!wide) e->shape[d] = (int64_t)v;
+        expect(p, d + 1 < nd ? ',' : ']', NULL);
     }
 
     p->i = at[2];
@@ -333,7 +336,8 @@ static fsc_status parse_entry(jp *p, fsc_st_entry *e) {
         return fsc_error(FSC_ERR_FORMAT, "%s: data_offsets [%llu, %llu] of tensor %s end before they begin", what,
                          (unsigned long long)e->begin, (unsigned long long)e->end, name);
     p->i = end;
-    return check_size(what, e, es);
+    if (wide || (other && !es)) return FSC_OK; /* its bytes are placed by the layout's checks all the same */
+    return check_size(what, e, es, other ? other : st_name(e->dtype));
 }
 
 static int cmp_meta(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

@@ -16,9 +16,11 @@ uint64_t st_shape_numel(int ndim, const int64_t *shape, int *overflow);
 /* FSC_ERR_INVALID, naming what (a path), unless elements [first, first + n) lie inside tensor e. */
 fsc_status st_check_range(const char *what, const fsc_st_entry *e, uint64_t first, uint64_t n);
 
-/* The dtype named by s (len bytes) for tensor name of file what: FSC_ERR_UNSUPPORTED for a valid
- * safetensors dtype fsc does not read, FSC_ERR_FORMAT for an unknown name. */
-fsc_status st_dtype_of(const char *what, const char *name, const char *s, size_t len, fsc_dtype *dt);
+/* The dtype named by s (len bytes) for tensor name of file what: for a valid safetensors dtype fsc does not read,
+ * FSC_DTYPE_COUNT with *other its name, *why "dtype " and its name (static) and *other_size its bytes per element
+ * (0: packed under a byte); otherwise *other and *why NULL. FSC_ERR_FORMAT for an unknown name. */
+fsc_status st_dtype_of(const char *what, const char *name, const char *s, size_t len, fsc_dtype *dt,
+                       const char **other, const char **why, size_t *other_size);
 
 /* A parsed header (safetensors_header.c): entries in header order, metadata as sorted key, value pairs
  * (meta is one allocation holding the pointers and the text). */

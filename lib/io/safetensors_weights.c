@@ -22,6 +22,25 @@ const fsc_st_entry *fsc_st_find_weight(const fsc_st_file *f, const char *name) {
     return NULL;
 }
 
+fsc_status fsc_st_find_weight_once(const fsc_st_file *f, const char *name, const char *path, const fsc_st_entry **out) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    FSC_CHECK_ARG(f);
+    FSC_CHECK_ARG(name);
+    const fsc_st_entry *e = fsc_st_find(f, name);
+    for (size_t k = 0; k < sizeof hf_prefixes / sizeof *hf_prefixes; k++) {
+        char full[FSC_ST_MAX_NAME];
+        if ((size_t)snprintf(full, sizeof full, "%s%s", hf_prefixes[k], name) >= sizeof full) continue;
+        const fsc_st_entry *p = fsc_st_find(f, full);
+        if (p && e)
+            return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is there twice, as %s and as %s: which one is meant is "
+                             "unknown (keep one)", path ? path : "weights file", name, e->name, p->name);
+        if (!e) e = p;
+    }
+    *out = e;
+    return FSC_OK;
+}
+
 const char *fsc_st_weight_name(const char *entry_name) {
     if (!entry_name) return NULL;
     for (size_t k = 0; k < sizeof hf_prefixes / sizeof *hf_prefixes; k++) {
@@ -39,8 +58,8 @@ fsc_status fsc_st_read_f32(fsc_st_file *f, const fsc_st_entry *e, float *dst, ui
     FSC_CHECK_BUF(dst, n);
     if (e->dtype == FSC_F32) return fsc_st_read(f, e, dst, first, n);
     if (e->dtype != FSC_BF16 && e->dtype != FSC_F16)
-        return fsc_error(FSC_ERR_FORMAT, "%s has dtype %s: float weights must be F32, BF16 or F16", e->name,
-                         st_name(e->dtype));
+        return fsc_error(FSC_ERR_FORMAT, "%s has %s%s: float weights must be F32, BF16 or F16 (at most 4 dimensions)",
+                         e->name, e->unreadable ? "" : "dtype ", e->unreadable ? e->unreadable : st_name(e->dtype));
     if (n == 0 || !dst) return fsc_st_read(f, e, dst, first, n); /* its checks and messages */
     uint16_t h[CONV_CHUNK];
     for (uint64_t at = 0; at < n; at += CONV_CHUNK) {

@@ -54,13 +54,15 @@ static fsc_status check_entries(const fsc_gpt_config *cfg, fsc_st_file *f, const
     for (int i = 0; i < n; i++) {
         fsc_param_info p;
         FSC_TRY(fsc_gpt_param_info(cfg, i, &p));
-        const fsc_st_entry *e = fsc_st_find_weight(f, p.name);
+        const fsc_st_entry *e;
+        FSC_TRY(fsc_st_find_weight_once(f, p.name, path, &e));
         if (!e)
             return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is missing (the model has %d layers)", path, p.name,
                              cfg->layers);
         if (e->dtype != FSC_F32 && e->dtype != FSC_BF16 && e->dtype != FSC_F16)
-            return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects floats (F32, BF16 or F16)",
-                             path, p.name, st_dtype_name(e->dtype));
+            return fsc_error(FSC_ERR_FORMAT, "%s: %s has %s%s but the model expects floats (F32, BF16 or F16) of at most "
+                             "4 dimensions", path, p.name, e->unreadable ? "" : "dtype ",
+                             e->unreadable ? e->unreadable : st_dtype_name(e->dtype));
         int same = e->ndim == p.ndim, rows = same && p.file_rows > 0; /* a padded wte: its vocab rows will do */
         for (int d = 0; d < p.ndim && (same || rows); d++) {
             same = same && e->shape[d] == p.shape[d];

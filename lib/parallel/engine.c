@@ -1162,11 +1162,13 @@ static fsc_status check_weights(const fsc_engine *e, fsc_st_file *f, const char 
     FSC_TRY(check_recorded_model(e, f, path)); /* first: a file of another family is named as such */
     for (int i = 0; i < e->m->n_tensors; i++) {
         const fsc_param_info *p = fsc_engine_full_info(e, i);
-        const fsc_st_entry *en = fsc_st_find_weight(f, p->name);
+        const fsc_st_entry *en;
+        FSC_TRY(fsc_st_find_weight_once(f, p->name, path, &en));
         if (!en) return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is missing", path, p->name);
         if (en->dtype != FSC_F32 && en->dtype != FSC_BF16 && en->dtype != FSC_F16)
-            return fsc_error(FSC_ERR_FORMAT, "%s: %s has dtype %s but the model expects floats (F32, BF16 or F16)",
-                             path, p->name, fsc_dtype_name(en->dtype));
+            return fsc_error(FSC_ERR_FORMAT, "%s: %s has %s%s but the model expects floats (F32, BF16 or F16) of at most "
+                             "4 dimensions", path, p->name, en->unreadable ? "" : "dtype ",
+                             en->unreadable ? en->unreadable : fsc_dtype_name(en->dtype));
         int same = en->ndim == p->ndim, rows = same && fsc_engine_file_numel(p) < p->numel; /* rows: V, not Vp */
         for (int d = 0; d < p->ndim && (same || rows); d++) {
             same = same && en->shape[d] == p->shape[d];

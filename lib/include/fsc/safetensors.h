@@ -24,10 +24,14 @@ FSC_BEGIN_DECLS
 
 typedef struct {
     char name[FSC_ST_MAX_NAME];
-    fsc_dtype dtype;       /* F32, BF16, F16, I32, U8 are understood */
-    int ndim;              /* 0..4 */
+    fsc_dtype dtype;       /* F32, BF16, F16, I32, U8 are understood; FSC_DTYPE_COUNT for an unreadable entry */
+    int ndim;              /* 0..4 (0 for an unreadable entry of more dimensions) */
     int64_t shape[4];
     uint64_t begin, end;   /* byte offsets within the data section */
+    const char *unreadable; /* NULL, or why fsc cannot read the entry (a static string): "dtype I64" (another valid
+                             * safetensors dtype, such as Hugging Face's integer and boolean buffers) or "more than 4
+                             * dimensions". Such an entry is listed and its bytes placed, so that a file is valid
+                             * whatever it holds beside what a program reads; reading it fails with this reason */
 } fsc_st_entry;
 
 typedef struct fsc_st_file fsc_st_file;
@@ -50,6 +54,9 @@ fsc_status fsc_st_read(fsc_st_file *f, const fsc_st_entry *e, void *dst, uint64_
  * GPT2LMHeadModel's state dict holds GPT2Model's tensors); NULL if neither is there. fsc_st_weight_name: an
  * entry's name without such a prefix (the entry name itself when it has none). */
 const fsc_st_entry *fsc_st_find_weight(const fsc_st_file *f, const char *name);
+/* fsc_st_find_weight's entry into *out (NULL if absent), refused (FSC_ERR_FORMAT, path naming the file) where f
+ * holds the tensor under both names, its own and the prefixed one: which of the two a program meant is unknown. */
+fsc_status fsc_st_find_weight_once(const fsc_st_file *f, const char *name, const char *path, const fsc_st_entry **out);
 const char *fsc_st_weight_name(const char *entry_name);
 /* Read elements [first, first+n) of a float entry (F32, BF16 or F16) as float32 (exact: every BF16 and F16 value
  * is a float32); FSC_ERR_FORMAT for any other dtype. */

@@ -21,7 +21,10 @@ static const char *errstr(int err, char *buf, size_t cap) { return strerror_r(er
 
 fsc_status ck_join(char *buf, size_t cap, const char *a, const char *b) {
     int n = snprintf(buf, cap, "%s/%s", a, b);
-    if (n < 0 || (size_t)n >= cap) return fsc_error(FSC_ERR_INVALID, "checkpoint path %s/%s is too long", a, b);
+    if (n < 0 || (size_t)n >= cap) {
+        if (cap > 0) buf[0] = 0; /* no truncated path a caller could open (fsc_ckpt_latest's "/t" of a 3-byte path) */
+        return fsc_error(FSC_ERR_INVALID, "checkpoint path %s/%s is too long", a, b);
+    }
     return FSC_OK;
 }
 

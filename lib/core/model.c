@@ -1,6 +1,7 @@
 /* The model interface's checks and small helpers (model.h): what the engine verifies of a model before it
  * shards, pipelines or checkpoints it. Not here: any model (lib/model), the engine (lib/parallel). */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/model.h"
@@ -21,6 +22,8 @@ fsc_status fsc_model_validate(const fsc_model *m) {
         return fsc_error(FSC_ERR_INVALID, "model: an operation every model needs is missing (acts_create, acts_free, "
                          "acts_bytes, set_batch, stream, stream_floats, forward, backward, init_values)");
     int tp_first = 0; /* the first tensor that names a tensor group (tp_size > 1) */
+    const size_t most = (size_t)1 << 60; /* elements of a tensor and of the model: their bytes stay far from 2^64 */
+    size_t total = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const fsc_param_info *p = &m->info[i];
         if (!p->name[0] || !memchr(p->name, 0, sizeof p->name))
@@ -32,11 +35,18 @@ fsc_status fsc_model_validate(const fsc_model *m) {
             if (p->shape[d] < 1)
                 return fsc_error(FSC_ERR_INVALID, "model: tensor %s has dimension %d of size %lld", p->name, d,
                                  (long long)p->shape[d]);
+            if ((uint64_t)p->shape[d] > most / n)
+                return fsc_error(FSC_ERR_INVALID, "model: tensor %s holds more than 2^60 elements (dimension %d of "
+                                 "size %lld)", p->name, d, (long long)p->shape[d]);
             n *= (size_t)p->shape[d];
         }
         if (n != p->numel)
             return fsc_error(FSC_ERR_INVALID, "model: tensor %s has numel %zu but its shape holds %zu", p->name,
                              p->numel, n);
+        if (n > most - total)
+            return fsc_error(FSC_ERR_INVALID, "model: its tensors hold more than 2^60 elements in all (%zu before %s, "
+                             "which holds %zu): no device holds them", total, p->name, n);
+        total += n;
         if (p->layer < 0 || p->layer >= m->n_layers)
             return fsc_error(FSC_ERR_INVALID, "model: tensor %s is owned by layer %d, not one of 0..%d", p->name,
                              p->layer, m->n_layers - 1);

@@ -1241,6 +1241,12 @@ void fsc_engine_free(fsc_engine *e) {
     free(e->tied_copy);
     fsc_optim_free(e->opt);
     fsc_offload_free(e); /* after the optimizer and the strategy: their host buffers came from it */
+    if (e->m && !e->own_model) /* the model outlives the engine: no pointer into the buffers freed above stays in it
+                                * (a later forward then finds its parameters not materialized instead of freed) */
+        for (int i = 0; i < e->m->n_tensors; i++) {
+            if (e->m->param) e->m->param[i] = NULL;
+            if (e->m->grad) e->m->grad[i] = NULL;
+        }
     if (e->m && e->m->engine == e) e->m->engine = NULL; /* another engine may take it */
     if (e->own_model) fsc_model_free(e->m);
     fsc_tensor_free(e);

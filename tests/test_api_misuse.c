@@ -1,0 +1,101 @@
+/* A program's misuse of the public API is refused with a message, never a crash or a silent wrap.
+ * Oracles:
+ * - a model whose tensors together hold more than 2^60 elements is refused when it is made (its byte count would wrap
+ *   and the engine then allocated a wrapped size and uploaded into NULL, "fsc_device_upload: dst is NULL");
+ * - a model that outlives its engine keeps no pointer into the engine's freed buffers: after fsc_engine_free its
+ *   param/grad tables are NULL, and a generator over it fails with FSC_ERR_STATE (it read freed memory before);
+ * - fsc_ckpt_latest refusing a path buffer too small for the checkpoint's path leaves it "", not a truncated path
+ *   ("/t") that a program loading it would open. */
+#include "testutil.h"
+#include "fsc/fsc.h"
+
+static void test_model_too_large_in_all(void **st) {
+    (void)st;
+    fsc_device *dev;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    enum { NL = 4 }; /* four 2^30 x 2^30 weights: 2^62 elements, 2^64 bytes */
+    fsc_seq_layer ls[NL + 1] = { 0 };
+    static const char *pre[NL] = { "a.", "b.", "c.", "d." };
+    for (int i = 0; i < NL; i++) {
+        fsc_linear_opts lo = fsc_linear_opts_default(1 << 30, 1 << 30);
+        lo.bias = 0;
+        assert_ok(fsc_layer_linear(&lo, &ls[i].layer));
+        ls[i].prefix = pre[i];
+    }
+    assert_ok(fsc_layer_mse((size_t)1 << 30, &ls[NL].layer));
+    fsc_model *m = NULL;
+    assert_err(fsc_seq_model_create(dev, ls, NL + 1, &m), FSC_ERR_INVALID, "2^60");
+    assert_null(m);
+    fsc_device_free(dev);
+}
+
+static fsc_status after_free_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    fsc_gpt_config c = fsc_gpt_config_default();
+    c.layers = 1, c.dim = 8, c.heads = 2, c.seq = 4, c.vocab = 16;
+    fsc_model *m = NULL;
+    fsc_engine *e = NULL;
+    fsc_generator *g = NULL;
+    assert_ok(fsc_gpt_model_create(r->dev, &c, &m));
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    assert_ok(fsc_engine_create_model(r, m, &po, &oc, 1, &e));
+    assert_ok(fsc_generator_create(r->dev, m, &g));
+    fsc_engine_free(e);
+    for (int i = 0; i < m->n_tensors; i++) {
+        assert_null(m->param[i]);
+        assert_null(m->grad[i]);
+    }
+    const int32_t tok[2] = { 1, 2 };
+    const float *lg;
+    int V;
+    assert_err(fsc_generator_next(g, tok, 2, &lg, &V), FSC_ERR_STATE, "not materialized");
+    /* another engine takes the model and binds it again */
+    assert_ok(fsc_engine_create_model(r, m, &po, &oc, 1, &e));
+    assert_ok(fsc_generator_next(g, tok, 2, &lg, &V));
+    fsc_generator_free(g);
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return FSC_OK;
+}
+
+static void test_model_after_engine_free(void **st) {
+    (void)st;
+    fsc_cluster_opts o = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&o, after_free_rank, NULL));
+}
+
+static fsc_status latest_rank(fsc_rank *r, void *arg) {
+    const char *dir = arg;
+    fsc_gpt_config c = fsc_gpt_config_default();
+    c.layers = 1, c.dim = 8, c.heads = 2, c.seq = 4, c.vocab = 16;
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    assert_ok(fsc_engine_create(r, &c, &po, &oc, 1, &e));
+    assert_ok(fsc_ckpt_save(e, dir, 5, NULL));
+    fsc_engine_free(e);
+    return FSC_OK;
+}
+
+static void test_ckpt_latest_small_buffer(void **st) {
+    (void)st;
+    char dir[] = "/tmp/fsc_misuse_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fsc_cluster_opts o = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&o, latest_rank, dir));
+    char small[6] = "xxxxx";
+    int64_t step = 0;
+    assert_err(fsc_ckpt_latest(dir, small, sizeof small, &step), FSC_ERR_INVALID, "too long");
+    assert_string_equal(small, "");
+    test_rmtree(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_model_too_large_in_all),
+        cmocka_unit_test(test_model_after_engine_free),
+        cmocka_unit_test(test_ckpt_latest_small_buffer),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

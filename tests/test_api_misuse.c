@@ -5,7 +5,10 @@
  * - a model that outlives its engine keeps no pointer into the engine's freed buffers: after fsc_engine_free its
  *   param/grad tables are NULL, and a generator over it fails with FSC_ERR_STATE (it read freed memory before);
  * - fsc_ckpt_latest refusing a path buffer too small for the checkpoint's path leaves it "", not a truncated path
- *   ("/t") that a program loading it would open. */
+ *   ("/t") that a program loading it would open;
+ * - a user's model whose acts_create succeeds without a record is refused naming the operation (the NULL record
+ *   reached set_batch, a null access), and one whose stream_floats is 0 is refused by a pipeline at creation (its
+ *   stages passed nothing and the step "succeeded"). */
 #include "testutil.h"
 #include "fsc/fsc.h"
 
@@ -91,11 +94,64 @@ static void test_ckpt_latest_small_buffer(void **st) {
     test_rmtree(dir);
 }
 
+/* A user's model around a sequential one, one operation misbehaving (mode). */
+static _Thread_local fsc_model *inner_m;
+static _Thread_local int bad_mode; /* 1: acts_create without a record, 2: stream_floats 0 */
+static fsc_status w_acts_create(void *ctx, const fsc_model_acts_opts *o, fsc_model_acts **out) {
+    (void)ctx;
+    if (bad_mode == 1) return *out = NULL, FSC_OK;
+    return inner_m->ops->acts_create(inner_m->ctx, o, out);
+}
+static size_t w_stream_floats(void *ctx, int B) {
+    (void)ctx;
+    return bad_mode == 2 ? 0 : inner_m->ops->stream_floats(inner_m->ctx, B);
+}
+
+static fsc_status wrapped_rank(fsc_rank *r, void *arg) {
+    bad_mode = *(const int *)arg;
+    fsc_seq_layer ls[4] = { 0 }; /* two blocks between the first and the last layer: two stages */
+    fsc_linear_opts lo = fsc_linear_opts_default(4, 4);
+    static const char *const pre[3] = { "a.", "b.", "c." };
+    for (int i = 0; i < 3; i++) {
+        assert_ok(fsc_layer_linear(&lo, &ls[i].layer));
+        ls[i].prefix = pre[i];
+    }
+    assert_ok(fsc_layer_mse(4, &ls[3].layer));
+    assert_ok(fsc_seq_model_create(r->dev, ls, 4, &inner_m));
+    fsc_model_ops ops = *inner_m->ops;
+    ops.acts_create = w_acts_create, ops.stream_floats = w_stream_floats, ops.destroy = NULL;
+    fsc_model outer = *inner_m;
+    outer.ops = &ops;
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    if (bad_mode == 2) po.pp = 2, po.accum = 2;
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create_model(r, &outer, &po, &oc, 1, &e);
+    if (s == FSC_OK) {
+        float x[16] = { 1, 2, 3 }, y[16] = { 0 };
+        fsc_step_info info;
+        s = fsc_engine_step_model(e, x, y, 4, 4, &info);
+    }
+    fsc_engine_free(e);
+    fsc_model_free(inner_m);
+    return s;
+}
+
+static void test_model_ops_misbehaving(void **st) {
+    (void)st;
+    fsc_cluster_opts o = fsc_cluster_opts_default();
+    int mode = 1;
+    assert_err(fsc_cluster_run(&o, wrapped_rank, &mode), FSC_ERR_INTERNAL, "acts_create returned FSC_OK without a record");
+    mode = 2, o.world = 2;
+    assert_err(fsc_cluster_run(&o, wrapped_rank, &mode), FSC_ERR_INVALID, "stream_floats(1) is 0");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_too_large_in_all),
         cmocka_unit_test(test_model_after_engine_free),
         cmocka_unit_test(test_ckpt_latest_small_buffer),
+        cmocka_unit_test(test_model_ops_misbehaving),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,7 +79,7 @@ fsc_status fsc_generator_create(fsc_device *dev, fsc_model *m, fsc_generator **o
     }
     g->dev = dev, g->m = m, g->T = (int)T;
     fsc_model_acts_opts ao = fsc_model_acts_opts_default(m, 1);
-    fsc_status s = m->ops->acts_create(m->ctx, &ao, &g->acts);
+    fsc_status s = fsc_model_acts_make(m, NULL, &ao, &g->acts);
     if (s != FSC_OK) {
         fsc_generator_free(g);
         return s;

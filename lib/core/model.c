@@ -116,6 +116,21 @@ fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B) {
     return (fsc_model_acts_opts){ .B = B, .first = 0, .last = m ? m->n_layers - 1 : 0 };
 }
 
+fsc_status fsc_model_acts_make(const fsc_model *m, fsc_model_acts *old, const fsc_model_acts_opts *o,
+                               fsc_model_acts **out) {
+    FSC_CHECK_ARG(out);
+    *out = NULL;
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(o);
+    const int remake = old && m->ops->acts_remake;
+    if (old && !remake) m->ops->acts_free(m->ctx, old);
+    FSC_TRY(remake ? m->ops->acts_remake(m->ctx, old, o, out) : m->ops->acts_create(m->ctx, o, out));
+    if (!*out)
+        return fsc_error(FSC_ERR_INTERNAL, "model: its %s returned FSC_OK without a record (of %d samples, layers %d..%d)",
+                         remake ? "acts_remake" : "acts_create", o->B, o->first, o->last);
+    return FSC_OK;
+}
+
 double fsc_model_flops(const fsc_model *m, int B) {
     return m && m->ops && m->ops->flops && B > 0 ? m->ops->flops(m->ctx, B) : 0;
 }

@@ -665,7 +665,7 @@ fsc_status fsc_engine_ensure_acts(fsc_engine *e, int B) {
     e->acts = NULL;
     fsc_model_acts_opts o = { .B = B, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
     fsc_engine_acts_terms(e, &o);
-    FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, &e->acts));
+    FSC_TRY(fsc_model_acts_make(e->m, NULL, &o, &e->acts));
     e->acts_B = B;
     return FSC_OK;
 }

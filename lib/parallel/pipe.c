@@ -384,6 +384,9 @@ static fsc_status make_schedule(fsc_pipe *p, const fsc_parallel_opts *po) {
 fsc_status fsc_pipe_create(fsc_engine *e) {
     const int pp = fsc_pipe_stages(&e->po), L = e->m->n_layers - 2;
     if (pp == 1) return FSC_OK;
+    if (e->m->ops->stream_floats(e->m->ctx, 1) == 0) /* the stages would hand each other nothing */
+        return fsc_error(FSC_ERR_INVALID, "pipeline: the model's stream_floats(1) is 0, so its stages would pass no "
+                         "activation between them (model.h: the floats of the stream between two layers)");
     fsc_pipe *p = calloc(1, sizeof *p);
     if (!p) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     e->pipe = p;
@@ -577,14 +580,10 @@ static fsc_status take_rec(fsc_engine *e, int c, fsc_model_acts **out) {
         fsc_model_acts_opts o = { .B = p->B, .first = p->lf[g], .last = p->ll[g], .checkpoint = e->po.checkpoint,
                                   .split = p->split, .split_tied = p->split_tied };
         fsc_engine_acts_terms(e, &o);
-        if (idle && e->m->ops->acts_remake) {
-            FSC_TRY(e->m->ops->acts_remake(e->m->ctx, idle, &o, out));
-            p->st.records_remade++;
-        } else {
-            if (idle) e->m->ops->acts_free(e->m->ctx, idle);
-            FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, out));
-            p->st.records_made++;
-        }
+        const int remade = idle && e->m->ops->acts_remake;
+        FSC_TRY(fsc_model_acts_make(e->m, idle, &o, out)); /* remade in its memory, or new */
+        if (remade) p->st.records_remade++;
+        else p->st.records_made++;
     }
     p->full_in_use++;
     p->bytes_in_use += e->m->ops->acts_bytes(e->m->ctx, *out);

@@ -181,7 +181,7 @@ fsc_status fsc_balance_by_time(fsc_device *dev, fsc_model *m, int pp, int B, int
     if (s == FSC_OK) s = fsc_device_calloc(dev, FSC_TAG_GRADS, P * sizeof(float), (void **)&grads);
     if (s == FSC_OK) s = bind_initial(dev, m, params, grads);
     fsc_model_acts_opts o = { .B = B, .first = 0, .last = NL - 1 };
-    if (s == FSC_OK) s = m->ops->acts_create(m->ctx, &o, &a);
+    if (s == FSC_OK) s = fsc_model_acts_make(m, NULL, &o, &a);
     if (s == FSC_OK) s = m->ops->set_batch(m->ctx, a, in, tg);
     timer tm = { dev, t, 0, FSC_OK };
     fsc_model_hooks h = { &tm, t_start, t_stop, t_start, t_stop };

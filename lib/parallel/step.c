@@ -94,7 +94,7 @@ static fsc_status whole_begin(fsc_engine *e, fsc_step_ctx *c) {
     c->rec = e->acts && e->acts_B == c->mb ? e->acts : NULL;
     if (c->rec) return FSC_OK;
     fsc_model_acts_opts o = { .B = c->mb, .first = e->lf, .last = e->ll, .checkpoint = e->po.checkpoint };
-    FSC_TRY(e->m->ops->acts_create(e->m->ctx, &o, &c->own));
+    FSC_TRY(fsc_model_acts_make(e->m, NULL, &o, &c->own));
     c->rec = c->own;
     return FSC_OK;
 }

@@ -273,6 +273,12 @@ typedef struct fsc_model {
  * without checkpointing: start from these and set what differs. */
 fsc_model_acts_opts fsc_model_acts_opts_default(const fsc_model *m, int B);
 
+/* A record by the model's acts_create (remade from `old` by acts_remake when old is not NULL and the model has it,
+ * else old freed first): a model whose operation succeeds without a record is refused (FSC_ERR_INTERNAL naming the
+ * operation) instead of handing the NULL to its own passes. */
+fsc_status fsc_model_acts_make(const fsc_model *m, fsc_model_acts *old, const fsc_model_acts_opts *o,
+                               fsc_model_acts **out);
+
 /* Check a model's declaration (sizes, layers, tensor order, users (a tied tensor needs the tied_grad table; its
  * buffer may come with the records), required operations, and the split fields:
  * full_shape consistent with shape, split, parts and tp_size, one tensor group for every tensor); the message

@@ -507,6 +507,23 @@ static void test_missing_fields(void **state) {
     expect_bad(E1("F32", "[1]", 0, 4) "", 4, FSC_OK, NULL); /* the well-formed version parses */
 }
 
+/* An image of one entry t that parses, t unreadable for `why` (dtype FSC_DTYPE_COUNT, no dimensions beyond 4 kept)
+ * and a read of it refused with FSC_ERR_UNSUPPORTED and needle. */
+static void expect_unreadable(const char *hdr, size_t data_len, const char *why, const char *needle) {
+    size_t len;
+    uint8_t *b = make_image(hdr, data_len, &len);
+    fsc_st_file *f;
+    assert_ok(fsc_st_parse_buffer(b, len, &f));
+    const fsc_st_entry *e = fsc_st_find(f, "t");
+    assert_string_equal(e->unreadable, why);
+    assert_int_equal(e->dtype, FSC_DTYPE_COUNT);
+    assert_true(e->ndim <= 4);
+    unsigned char v[8];
+    assert_err(fsc_st_read(f, e, v, 0, 1), FSC_ERR_UNSUPPORTED, needle);
+    fsc_st_close(f);
+    free(b);
+}
+
 static void test_unknown_dtype(void **state) {
     (void)state;
     expect_bad(E1("F33", "[1]", 0, 4), 4, FSC_ERR_FORMAT, "unknown dtype \"F33\"");
@@ -514,17 +531,7 @@ static void test_unknown_dtype(void **state) {
     /* another valid dtype: the file opens, the entry says why it cannot be read and reading it fails so; its bytes
      * are still checked against its shape where the dtype's size is whole */
     expect_bad(E1("I64", "[1]", 0, 4), 4, FSC_ERR_FORMAT, "dtype I64 (8 bytes) but data_offsets [0, 4] span 4");
-    size_t len;
-    uint8_t *b = make_image(E1("F64", "[1]", 0, 8), 8, &len);
-    fsc_st_file *f;
-    assert_ok(fsc_st_parse_buffer(b, len, &f));
-    const fsc_st_entry *e = fsc_st_find(f, "t");
-    assert_string_equal(e->unreadable, "dtype F64");
-    assert_int_equal(e->dtype, FSC_DTYPE_COUNT);
-    double d;
-    assert_err(fsc_st_read(f, e, &d, 0, 1), FSC_ERR_UNSUPPORTED, "tensor t has dtype F64, which fsc does not read");
-    fsc_st_close(f);
-    free(b);
+    expect_unreadable(E1("F64", "[1]", 0, 8), 8, "dtype F64", "tensor t has dtype F64, which fsc does not read");
     expect_bad(E1("F4", "[3]", 0, 2), 2, FSC_OK, NULL); /* packed under a byte: the layout places its bytes */
 }
 
@@ -539,17 +546,7 @@ static void test_bad_dims(void **state) {
     expect_bad(E1("F32", "[1.5]", 0, 4), 4, FSC_ERR_FORMAT, "other than an integer");
     expect_bad(E1("F32", "[\"2\"]", 0, 4), 4, FSC_ERR_FORMAT, "other than an integer");
     expect_bad(E1("F32", "[1,1,1,1,-1]", 0, 4), 4, FSC_ERR_FORMAT, "negative dimension"); /* checked all the same */
-    size_t len;
-    uint8_t *b = make_image(E1("F32", "[1,1,1,1,1]", 0, 4), 4, &len);
-    fsc_st_file *f;
-    assert_ok(fsc_st_parse_buffer(b, len, &f));
-    const fsc_st_entry *e = fsc_st_find(f, "t");
-    assert_string_equal(e->unreadable, "more than 4 dimensions");
-    assert_int_equal(e->ndim, 0);
-    float v;
-    assert_err(fsc_st_read(f, e, &v, 0, 1), FSC_ERR_UNSUPPORTED, "tensor t has more than 4 dimensions");
-    fsc_st_close(f);
-    free(b);
+    expect_unreadable(E1("F32", "[1,1,1,1,1]", 0, 4), 4, "more than 4 dimensions", "tensor t has more than 4 dimensions");
 }
 
 static void test_shape_product_overflow(void **state) {

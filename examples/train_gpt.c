@@ -109,7 +109,7 @@ static int build(trainer *t) {
         return 2;
     }
     t->st.data = t->data;
-    if (c->val_data && load_val_data(c, &t->val, err, sizeof err) != 0) {
+    if (c->val_data && load_val_data(c, t->data, &t->val, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }

@@ -287,6 +287,50 @@ static void test_commit_is_atomic(void **state) {
     unlink(path);
 }
 
+/* Oracle: commit renames onto the path, so a path that is not a regular file is refused at open and left as it
+ * is (a FIFO here; /dev/null is the same case: --save /dev/null replaced the device with a file as root), and a
+ * link to a file is written where it points, the link staying a link. */
+static void test_writer_path_not_regular(void **state) {
+    (void)state;
+    char fifo[256], target[256], link[256];
+    path_in_dir(fifo, sizeof fifo, "fifo.safetensors");
+    path_in_dir(target, sizeof target, "target.safetensors");
+    path_in_dir(link, sizeof link, "link.safetensors");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    fsc_st_writer *w = (fsc_st_writer *)1;
+    assert_err(fsc_st_writer_open(fifo, &w), FSC_ERR_INVALID, "not a regular file (a FIFO)");
+    assert_null(w);
+    struct stat sb;
+    assert_int_equal(lstat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    assert_int_equal(count_files("fifo.safetensors.tmp."), 0);
+
+    FILE *f0 = fopen(target, "w");
+    assert_non_null(f0);
+    fputs("old", f0);
+    fclose(f0);
+    assert_int_equal(symlink("target.safetensors", link), 0);
+    int64_t n = 2;
+    float v[2] = {1, 2};
+    assert_ok(fsc_st_writer_open(link, &w));
+    assert_ok(fsc_st_writer_add(w, "v", FSC_F32, 1, &n));
+    assert_ok(fsc_st_writer_begin_data(w));
+    assert_ok(fsc_st_writer_write(w, 0, v, 0, 2));
+    assert_ok(fsc_st_writer_commit(w));
+    assert_int_equal(lstat(link, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    fsc_st_file *f;
+    assert_ok(fsc_st_open(target, &f));
+    assert_non_null(fsc_st_find(f, "v"));
+    fsc_st_close(f);
+
+    char dangling[256];
+    path_in_dir(dangling, sizeof dangling, "dangling.safetensors");
+    assert_int_equal(symlink("nowhere/x.safetensors", dangling), 0);
+    assert_err(fsc_st_writer_open(dangling, &w), FSC_ERR_INVALID, "a link to nothing");
+    unlink(fifo), unlink(link), unlink(target), unlink(dangling);
+}
+
 static void touch_file(const char *name) {
     char p[512];
     snprintf(p, sizeof p, "%s/%.200s", g_dir, name);
@@ -827,6 +871,7 @@ int main(void) {
         cmocka_unit_test(test_partial_reads),
         cmocka_unit_test(test_golden_file),
         cmocka_unit_test(test_commit_is_atomic),
+        cmocka_unit_test(test_writer_path_not_regular),
         cmocka_unit_test(test_abort_and_incomplete),
         cmocka_unit_test(test_remove_leftovers),
         cmocka_unit_test(test_writer_misuse),

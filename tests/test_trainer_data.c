@@ -141,9 +141,12 @@ static void test_refusals(void **state) {
         {"--data '%s/data.txt' --data-format u32", "--data-format"},
         {"--data ',,'", "--data \",,\": the list of files is empty"},
         {"--data '%s/data.txt,'", "data.txt,\": entry 2 of 2 is an empty path in the list of files"},
+        /* --data-format auto: the validation files are read in the format detected for --data */
+        {"--data '%s/data.llmc' --val-data '%s/data.u16'", "data.u16 is not an llm.c token shard"},
+        {"--data '%s/data.txt' --val-data '%s/data.llmc'", "data.llmc begins with llm.c's magic 20240520"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char *a = prog_fmt(cases[c].args, tmpdir), *full = prog_fmt(TINY " %s", a);
+        char *a = prog_fmt(cases[c].args, tmpdir, tmpdir), *full = prog_fmt(TINY " %s", a);
         prog_refused(trainer, full, tmpdir, 2, cases[c].needle);
         free(full);
         free(a);

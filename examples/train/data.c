@@ -67,9 +67,13 @@ fsc_status fill_batch(const run_state *st, int d, int s, int32_t *tok, int32_t *
     return fsc_data_batch(st->data, s, c->batch, c->seq, d * bl, bl, tok, tgt);
 }
 
-/* --val-data: the files as --data's (fsc/data.h, --data-format), at least --seq + 1 tokens, all below --vocab. */
-int load_val_data(const train_config *c, fsc_data **out, char *err, size_t cap) {
-    fsc_status s = fsc_data_open(out, c->val_data, (fsc_data_format)c->data_format, c->vocab);
+/* --val-data: the files as --data's (fsc/data.h, --data-format), at least --seq + 1 tokens, all below --vocab.
+ * Under auto, the format detected for --data (train): one --data-format holds for both streams, so llm.c shards
+ * for training do not validate on a file without the magic read as bytes (or bytes on a shard). */
+int load_val_data(const train_config *c, const fsc_data *train, fsc_data **out, char *err, size_t cap) {
+    fsc_data_format f = (fsc_data_format)c->data_format;
+    if (f == FSC_DATA_AUTO && train) f = fsc_data_format_of(train);
+    fsc_status s = fsc_data_open(out, c->val_data, f, c->vocab);
     if (s == FSC_OK && fsc_data_tokens(*out) <= (uint64_t)c->seq)
         s = fsc_error(FSC_ERR_INVALID, "%llu tokens, but --seq %d needs at least %d",
                       (unsigned long long)fsc_data_tokens(*out), c->seq, c->seq + 1);

@@ -243,7 +243,7 @@ fsc_llama_config llama_config(const train_config *c);
 /* data.c */
 int find_default_data(train_config *c, const int *given, char *buf, size_t cap, char *err, size_t ecap);
 int load_data(const train_config *c, fsc_data **out, size_t *n, char *err, size_t cap);
-int load_val_data(const train_config *c, fsc_data **out, char *err, size_t cap);
+int load_val_data(const train_config *c, const fsc_data *train, fsc_data **out, char *err, size_t cap);
 fsc_status fill_batch(const run_state *st, int d, int s, int32_t *tok, int32_t *tgt);
 int val_due(const train_config *c, int step);
 fsc_status validate(const run_state *st, fsc_engine *e, int d, int32_t *tok, int32_t *tgt, double *loss);

@@ -38,12 +38,32 @@ fsc_status fsc_st_writer_open(const char *path, fsc_st_writer **out) {
     if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_st_writer_open: out is NULL");
     *out = NULL;
     if (!path || !*path) return fsc_error(FSC_ERR_INVALID, "fsc_st_writer_open: empty path");
+    /* commit renames the temporary onto path: that would replace a device (/dev/null), a FIFO or a directory's
+     * link with a regular file, and a link to a file with the file. A path that exists must be a regular file,
+     * and a link to one is written where it points (the link stays). */
+    struct stat sb, lb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return fsc_error(FSC_ERR_INVALID, "%s: exists and is not a regular file (%s): weights are written to a "
+                         "regular file, which replaces it", path, S_ISDIR(sb.st_mode) ? "a directory"
+                         : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                         : "a socket or other special file");
+    char *real = NULL;
+    if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
+        if (!(real = realpath(path, NULL)))
+            return fsc_error(FSC_ERR_INVALID, "%s: a link to nothing (%s): give the file's own path", path,
+                             errstr(errno, eb, sizeof eb));
+        path = real;
+    }
     fsc_st_writer *w = calloc(1, sizeof *w);
     size_t tl = strlen(path) + 64;
     if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(tl))) {
         if (w) { free(w->path); free(w); }
-        return fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path);
+        fsc_status st = fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path);
+        free(real);
+        return st;
     }
+    free(real);
+    path = w->path;
     w->fd = -1;
     for (int k = 0; k < 1000 && w->fd < 0; k++) {
         snprintf(w->tmp, tl, "%s.tmp.%ld.%d", path, (long)getpid(), k);

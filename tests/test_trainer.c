@@ -200,7 +200,7 @@ static void test_data_not_a_file(void **st) {
         {fifo, "is a FIFO"},
         {"/dev/zero", "is a device"},
         {tmpdir, "is a directory"},
-        {empty, "the file is empty: 0 tokens, but --seq 8 needs at least 9"},
+        {empty, ": 0 tokens, but --seq 8 needs at least 9"},
         {shortf, "8 tokens, but --seq 8 needs at least 9"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

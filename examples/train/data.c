@@ -42,8 +42,8 @@ int load_data(const train_config *c, fsc_data **out, size_t *n, char *err, size_
     fsc_status s = fsc_data_open(&d, c->data, (fsc_data_format)c->data_format, c->vocab);
     if (s == FSC_OK && fsc_data_tokens(d) <= (uint64_t)c->seq) {
         uint64_t nt = fsc_data_tokens(d);
-        snprintf(err, cap, "--data %s: %s%llu tokens, but --seq %d needs at least %d", c->data,
-                 nt ? "" : "the file is empty: ", (unsigned long long)nt, c->seq, c->seq + 1);
+        snprintf(err, cap, "--data %s: %llu tokens, but --seq %d needs at least %d", c->data, (unsigned long long)nt,
+                 c->seq, c->seq + 1);
         fsc_data_free(d);
         return -1;
     }

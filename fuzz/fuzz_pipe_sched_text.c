@@ -3,7 +3,7 @@
  * Checks: the parser never crashes or hangs and holds at most 64 KiB plus 128 bytes per input byte of heap (counted
  * through the sanitizer's allocation hooks); a refusal is FSC_ERR_INVALID with a message and leaves the lists
  * zeroed; an accepted text has sizes in range, every line outside comments either blank, the one placement line
- * before the actions, or tokens of 1 to 9 digits, F, B or W and 1 to 9 digits separated by spaces, tabs, commas
+ * before the actions, or tokens of 1 to 9 digits, F, B, I or W and 1 to 9 digits separated by spaces, tabs, commas
  * (and a carriage return), one line of them per rank; its lists pass the validator again, and written back
  * (fsc_pipe_schedule_format) read as the same lists.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_pipe_sched_text.c (or make fuzz). */
@@ -34,7 +34,7 @@ static int action_lines(const char *t, size_t n) {
             for (size_t k = j; k < e;) {
                 int d = 0;
                 while (k < e && t[k] >= '0' && t[k] <= '9') k++, d++;
-                if (d < 1 || d > 9 || k >= e || (t[k] != 'F' && t[k] != 'B' && t[k] != 'W')) return -1;
+                if (d < 1 || d > 9 || k >= e || (t[k] != 'F' && t[k] != 'B' && t[k] != 'I' && t[k] != 'W')) return -1;
                 k++, d = 0;
                 while (k < e && t[k] >= '0' && t[k] <= '9') k++, d++;
                 if (d < 1 || d > 9 || (k < e && !sep(t[k]))) return -1;

@@ -131,6 +131,43 @@ static void test_bad_text_refused(void **state) {
     assert_non_null(strstr(fsc_last_error(), "line 2: a NUL byte"));
 }
 
+/* PyTorch writes the input part of a split backward as I (its B is the whole backward): read as fsc's B in a list
+ * with W, the same lists; an I in a rank's list without W is refused, naming it. */
+static void test_pytorch_input_part(void **state) {
+    (void)state;
+    static const char fsc[] = "0F0 0F1 0B0 0W0 0B1 0W1\n1F0 1B0 1F1 1B1 1W0 1W1\n";
+    static const char torch[] = "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n";
+    fsc_pipe_schedule_lists a, b;
+    assert_int_equal(fsc_pipe_schedule_parse(fsc, sizeof fsc - 1, &a), FSC_OK);
+    assert_int_equal(fsc_pipe_schedule_parse(torch, sizeof torch - 1, &b), FSC_OK);
+    assert_int_equal(a.p, b.p);
+    assert_int_equal(a.m, b.m);
+    for (int r = 0; r < a.p; r++) {
+        assert_int_equal(a.lens[r], b.lens[r]);
+        assert_memory_equal(a.lists[r], b.lists[r], (size_t)a.lens[r] * sizeof **a.lists);
+    }
+    fsc_pipe_schedule_lists_free(&a);
+    fsc_pipe_schedule_lists_free(&b);
+    refused("0F0 0I0\n1F0 1B0\n", "line 1 (rank 0): action 1, 0I0 is the input part of a split backward");
+}
+
+/* More lines of actions than the validator takes ranks: refused at the first line over, before the rest is read
+ * (each line read costs memory; a 64 MiB file of "0F0" lines took 1.5 GB before it was refused). */
+static void test_rank_limit_early(void **state) {
+    (void)state;
+    const size_t n = 70000;
+    char *t = malloc(4 * n + 5);
+    assert_non_null(t);
+    for (size_t i = 0; i < n; i++) memcpy(t + 4 * i, "0F0\n", 4);
+    memcpy(t + 4 * n, "0X0\n", 5); /* line 70001: never read */
+    fsc_pipe_schedule_lists s;
+    assert_int_equal(fsc_pipe_schedule_parse(t, 4 * n + 4, &s), FSC_ERR_INVALID);
+    if (!strstr(fsc_last_error(), "line 65537: more than 65536 lines of actions"))
+        fail_msg("message '%s'", fsc_last_error());
+    assert_null(s.lists);
+    free(t);
+}
+
 /* The writer's buffer: NULL and 0 ask the length; a short buffer is refused, cut with a NUL; bad lists refused. */
 static void test_format_buffer(void **state) {
     (void)state;
@@ -167,6 +204,8 @@ int main(void) {
         cmocka_unit_test(test_hand_written),
         cmocka_unit_test(test_bad_text_refused),
         cmocka_unit_test(test_format_buffer),
+        cmocka_unit_test(test_pytorch_input_part),
+        cmocka_unit_test(test_rank_limit_early),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

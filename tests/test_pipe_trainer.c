@@ -312,6 +312,8 @@ static void test_trainer_schedule_file(void **st) {
     free(out), free(err), free(args);
     write_file("bad.txt", "0F0 0F1 0B0 0B1\n1F0 1B0 1F1 1X1\n");
     write_file("dead.txt", "0F0 0B0 0F1 0B1\n1F0 1F1 1B0 1B1\n");
+    write_file("joined.txt", "0F0 0F1 0B0 0B1 1F0 1B0 1F1 1B1\n");   /* two ranks' lines on one: not a deadlock */
+    write_file("cut.txt", "0F0 0F1 0B0 0B1\n1F0 1B0\n1F1 1B1\n");   /* a line cut in two: not rank 2's stage */
     char fifo[256];
     snprintf(fifo, sizeof fifo, "%s/fifo", tmpdir);
     assert_int_equal(mkfifo(fifo, 0600), 0); /* refused at once, not waited on */
@@ -323,6 +325,8 @@ static void test_trainer_schedule_file(void **st) {
         { "--pp 2 --chunks 2 --schedule-file '%s/missing.txt'", "missing.txt: cannot open" },
         { "--pp 2 --chunks 2 --schedule-file '%s/bad.txt'", "line 2: '1X1' is not an action" },
         { "--pp 2 --chunks 2 --schedule-file '%s/dead.txt'", "deadlock" },
+        { "--pp 2 --chunks 2 --schedule-file '%s/joined.txt'", "joined.txt has 1 lines of actions (pipeline ranks) but --pp is 2" },
+        { "--pp 2 --chunks 2 --schedule-file '%s/cut.txt'", "cut.txt has 3 lines of actions (pipeline ranks) but --pp is 2" },
         { "--pp 2 --chunks 2 --schedule-file '%s/fifo'", "fifo: not a regular file" },
         { "--world 2 --parallel ddp --schedule-file '%s/hand.txt'", "--schedule-file applies to pipelines only" },
     };

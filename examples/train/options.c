@@ -84,7 +84,7 @@ const option options[NOPT] = {
     {"chunks", "M", "0", "pipeline micro-batches per step (another name for --accum)", K_INT, F(chunks), 0, 1 << 20, NULL},
     {"schedule", "S", "gpipe", "pipeline schedule: gpipe|1f1b|interleaved|zb-h1|zbv (zero bubble: split backward; zbv: two chunks per rank in a V, --balance then has 2 pp entries; docs/pipeline.md)", K_CHOICE, F(schedule), 0, 0, "gpipe|1f1b|interleaved|zb-h1|zbv"},
     {"virtual-stages", "V", "1", "with --schedule interleaved: chunks of blocks per pipeline rank (--balance then has pp x V entries)", K_INT, F(virtual_stages), 1, 1024, NULL},
-    {"schedule-file", "FILE", NULL, "a pipeline schedule of your own: one line of actions per pipeline rank, such as 0F0 0F1 0B0 0W0 (stage, F, B or W, micro-batch; docs/pipeline.md), validated before the run (instead of --schedule and --virtual-stages)", K_STR, F(schedule_file), 0, 0, NULL},
+    {"schedule-file", "FILE", NULL, "a pipeline schedule of your own: one line of actions per pipeline rank, such as 0F0 0F1 0B0 0W0 (stage, F, B (or PyTorch's I) or W, micro-batch; docs/pipeline.md), validated before the run (instead of --schedule and --virtual-stages)", K_STR, F(schedule_file), 0, 0, NULL},
     {"print-schedule", NULL, NULL, "print the run's pipeline schedule in --schedule-file's text (every rank's actions) and stop", K_FLAG, F(print_schedule), 0, 0, NULL},
     {"balance", "N,N,..", NULL, "pipeline blocks per stage (default: as even as possible)", K_STR, F(balance), 0, 0, NULL},
     {"tp", "T", "1", "tensor-parallel ranks (world = dp x tp x pp; --parallel runs over each data group)", K_INT, F(tp), 1, 1024, NULL},

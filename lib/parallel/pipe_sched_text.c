@@ -2,7 +2,8 @@
  * file goes through and the writer of the same text.
  *
  * The text: one line of actions per pipeline rank, in rank order; an action is written as PyTorch's pipelining
- * writes one, its stage, its kind and its micro-batch ("0F3": stage 0's forward of micro-batch 3; "6W1"), the
+ * writes one, its stage, its kind and its micro-batch ("0F3": stage 0's forward of micro-batch 3; "6W1"; PyTorch's
+ * "I", the input part of a split backward, is read as B, which is that part in a list with W), the
  * actions separated by spaces, tabs or commas. '#' starts a comment to the end of its line; blank lines are
  * skipped. One line "placement loop" or "placement v" may come before the first rank's (default loop). The ranks
  * are the lines, the chunks per rank come from the highest stage (a V: 2), the micro-batches from the highest
@@ -30,6 +31,8 @@ typedef struct {
 typedef struct {
     raw_action *a;
     int n, cap, line; /* line: where the rank's actions are */
+    int input_at;     /* the first action written I (PyTorch's input part of a split backward), -1 none */
+    int has_w;        /* a W among them */
 } raw_rank;
 
 static int is_sep(char ch) { return ch == ' ' || ch == '\t' || ch == ',' || ch == '\r'; }
@@ -46,13 +49,16 @@ static int read_number(const char **s, const char *end) {
 }
 
 static fsc_status push_rank(raw_rank **ranks, int *n, int *cap, int line) {
+    if (*n == MAX_RANKS) /* refused at once: the lines after it would only take memory */
+        return fsc_error(FSC_ERR_INVALID, "pipeline schedule text, line %d: more than %d lines of actions (ranks)",
+                         line, MAX_RANKS);
     if (*n == *cap) {
         const int c = *cap ? 2 * *cap : 8;
         raw_rank *r = realloc(*ranks, (size_t)c * sizeof *r);
         if (!r) return fsc_error(FSC_ERR_NOMEM, "pipeline schedule text: out of memory");
         *ranks = r, *cap = c;
     }
-    (*ranks)[(*n)++] = (raw_rank){ NULL, 0, 0, line };
+    (*ranks)[(*n)++] = (raw_rank){ NULL, 0, 0, line, -1, 0 };
     return FSC_OK;
 }
 
@@ -95,15 +101,17 @@ static fsc_status read_line(const char *s, const char *end, int line, raw_rank *
         raw_action a;
         a.stage = read_number(&s, end);
         const char k = s < end ? *s++ : 0;
-        a.kind = k == 'F' ? FSC_ACT_FORWARD : k == 'B' ? FSC_ACT_BACKWARD : FSC_ACT_WEIGHT;
+        a.kind = k == 'F' ? FSC_ACT_FORWARD : k == 'B' || k == 'I' ? FSC_ACT_BACKWARD : FSC_ACT_WEIGHT;
         a.micro = read_number(&s, end);
-        if (a.stage < 0 || (k != 'F' && k != 'B' && k != 'W') || a.micro < 0 || (s < end && !is_sep(*s))) {
+        if (a.stage < 0 || (k != 'F' && k != 'B' && k != 'I' && k != 'W') || a.micro < 0 || (s < end && !is_sep(*s))) {
             const char *e = t;
             while (e < end && !is_sep(*e)) e++;
             return fsc_error(FSC_ERR_INVALID, "pipeline schedule text, line %d: '%.*s' is not an action (stage, F, "
-                             "B or W, micro-batch: 0F3, 6W1; numbers of at most 9 digits)", line,
+                             "B, I or W, micro-batch: 0F3, 6W1; numbers of at most 9 digits)", line,
                              (int)(e - t > 40 ? 40 : e - t), t);
         }
+        if (k == 'I' && r->input_at < 0) r->input_at = r->n;
+        r->has_w |= k == 'W';
         FSC_TRY(push_action(r, a));
         while (s < end && is_sep(*s)) s++;
     }
@@ -124,6 +132,11 @@ static fsc_status to_lists(raw_rank *ranks, int p, fsc_pipe_placement pl, fsc_pi
     if (!out->lists || !out->lens) return fsc_error(FSC_ERR_NOMEM, "pipeline schedule text: out of memory");
     for (int r = 0; r < p; r++) {
         const raw_rank *rr = &ranks[r];
+        if (rr->input_at >= 0 && !rr->has_w)
+            return fsc_error(FSC_ERR_INVALID, "pipeline schedule text, line %d (rank %d): action %d, %dI%d is the input "
+                             "part of a split backward (PyTorch's I), but the rank has no W actions: write B for the "
+                             "whole backward, or add the Ws", rr->line, r, rr->input_at, rr->a[rr->input_at].stage,
+                             rr->a[rr->input_at].micro);
         out->lists[r] = malloc((size_t)(rr->n ? rr->n : 1) * sizeof **out->lists);
         if (!out->lists[r]) return fsc_error(FSC_ERR_NOMEM, "pipeline schedule text: out of memory");
         for (int i = 0; i < rr->n; i++) {

@@ -97,6 +97,9 @@ static inline fsc_plan_job search_job(const fsc_plan_job *base, const plan_candi
     j.po.wrap = c->wrap, j.po.wrap_min_params = c->wrap_min_params, j.po.ep = c->ep;
     j.po.checkpoint = c->recompute, j.po.schedule = c->schedule, j.po.offload = c->offload;
     j.po.param_dtype = j.po.reduce_dtype = dtype[c->precision];
+    /* sequence parallelism splits the tensor group's rows: a layout without one runs without it (the engine refuses
+     * it at tp 1), as the winner's --config writes it only with tp > 1 */
+    if (c->tp == 1) j.po.sequence_parallel = 0, j.sequence_parallel = 0;
     /* base's chunks and balance are for its pp and schedule: a candidate of another pp or number of chunks takes
      * its own chunks and the default balance, else the engine refuses it */
     if (c->pp == 1 || c->schedule != base->po.schedule) j.po.virtual_stages = 1;

@@ -125,6 +125,9 @@ static int write_config(const plan_config *c, const plan_candidate *w) {
         int skip = !c->given[i];
         for (size_t k = 0; k < sizeof layout / sizeof layout[0] && !skip; k++) skip = !strcmp(options[i].name, layout[k]);
         if (w->pp == 1 && !strcmp(options[i].name, "checkpoint")) skip = 1;   /* a pipeline's only */
+        if (w->pp == 1 && w->ep <= 1 && (w->kind == FSC_PAR_NONE || w->kind == FSC_PAR_DDP) &&
+            !strcmp(options[i].name, "check-ddp"))
+            skip = 1; /* a ddp winner is its own oracle: fsc-train refuses --check-ddp there */
         const cJSON *v = skip ? NULL : cJSON_GetObjectItemCaseSensitive(all, options[i].name);
         if (v) cJSON_AddItemToObject(o, options[i].name, cJSON_Duplicate(v, 1));
     }

@@ -82,11 +82,6 @@ static int parse(trainer *t, int argc, char **argv) {
         fprintf(stderr, "fsc-train: --load %s\n", err);
         return 1;
     }
-    if (c->check_ddp && c->pp == 1 && c->ep == 1 && (c->parallel == FSC_PAR_NONE || c->parallel == FSC_PAR_DDP)) {
-        fprintf(stderr, "fsc-train: --check-ddp compares a sharded, pipelined or expert-parallel run with DDP: give "
-                        "--parallel fsdp, zero1 or zero2, --pp 2 or more, or --ep 2 or more\n");
-        return 2;
-    }
     return GO;
 }
 

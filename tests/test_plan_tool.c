@@ -470,6 +470,44 @@ static void test_plan_config_file(void **st) {
     free(path);
 }
 
+/* --sequence-parallel belongs to the layouts with tp > 1: the search plans those of tp 1 without it, as many layouts
+ * and refusals as without the option (before: the engine refused every tp 1 layout, and the winner was a tp 2
+ * layout slower than the tp 1 ones). */
+static void test_plan_search_sequence_parallel(void **st) {
+    (void)st;
+    const char *rates = "--tflops 1 --mem-bandwidth 10 --sim-bandwidth 1 --sim-latency 10 --time formula";
+    char *args = prog_fmt("--world 4 --search --tp 2 --sequence-parallel %s", rates);
+    char *plain_args = prog_fmt("--world 4 --search %s", rates);
+    cJSON *j = prog_json(planner, tmpdir, "--model llama " SMALL " --kv-heads 2", args);
+    cJSON *plain = prog_json(planner, tmpdir, "--model llama " SMALL " --kv-heads 2", plain_args);
+    const cJSON *a = cJSON_GetObjectItem(j, "search");
+    int tp1 = 0;
+    for (int i = 0; i < cJSON_GetArraySize(a); i++)
+        tp1 += (int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, i), "tp")) == 1;
+    if (!tp1) fail_msg("%s: no layout of tp 1 listed", args);
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "refused")),
+                     (int)cJSON_GetNumberValue(cJSON_GetObjectItem(plain, "refused")));
+    assert_int_equal(cJSON_GetArraySize(a), cJSON_GetArraySize(cJSON_GetObjectItem(plain, "search")));
+    cJSON_Delete(j);
+    cJSON_Delete(plain);
+    free(args);
+    free(plain_args);
+}
+
+/* --check-ddp is refused with ddp (and on one rank) as fsc-train refuses it, and the winner's --config drops it
+ * where the winner is ddp or one rank, so that fsc-train runs the file. */
+static void test_plan_check_ddp(void **st) {
+    (void)st;
+    prog_refused(planner, SMALL " --world 2 --parallel ddp --check-ddp", tmpdir, 2,
+                 "--check-ddp compares a sharded, pipelined or expert-parallel run with DDP");
+    prog_refused(planner, SMALL " --check-ddp", tmpdir, 2, "--check-ddp compares");
+    char *args = prog_fmt("--search --search-config %s/cd.json --check-ddp --tflops 1 --mem-bandwidth 10", tmpdir);
+    cJSON *j = prog_json(planner, tmpdir, SMALL, args); /* one rank: the only layout is "none" */
+    winner_trains(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "search"), 0), "cd.json");
+    cJSON_Delete(j);
+    free(args);
+}
+
 static void test_plan_tool_usage(void **st) {
     (void)st;
     char *out = NULL;
@@ -508,6 +546,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_plan_launch),
         cmocka_unit_test(test_plan_search),
         cmocka_unit_test(test_plan_search_levers),
+        cmocka_unit_test(test_plan_search_sequence_parallel),
+        cmocka_unit_test(test_plan_check_ddp),
         cmocka_unit_test(test_plan_large_model_small_process),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

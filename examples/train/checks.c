@@ -251,6 +251,11 @@ int check_config(const train_config *c, const int *given, char *err, size_t cap)
     if (fsc_gpt_config_validate(&g) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
     if (check_parallel(c, given, err, cap) != 0) return -1;
     if (check_training(c, given, err, cap) != 0) return -1;
+    /* fsc-plan --search varies the strategy: its winner's --config drops --check-ddp where it is ddp (plan_tool.c) */
+    if (c->check_ddp && !c->searched && c->pp == 1 && c->ep == 1 &&
+        (c->parallel == FSC_PAR_NONE || c->parallel == FSC_PAR_DDP))
+        return snprintf(err, cap, "--check-ddp compares a sharded, pipelined or expert-parallel run with DDP: give "
+                        "--parallel fsdp, zero1 or zero2, --pp 2 or more, or --ep 2 or more"), -1;
     return check_ckpt_options(c, given, err, cap);
 }
 

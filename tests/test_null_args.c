@@ -1234,6 +1234,13 @@ static void null_fsc_llama_param_info(void) {
     INVALID(fsc_llama_param_info(P, 0, NULL), "out");
 }
 
+static void null_fsc_model_acts_make(void) {
+    fsc_model_acts *a;
+    INVALID(fsc_model_acts_make(NULL, NULL, P, &a), "m");
+    INVALID(fsc_model_acts_make(P, NULL, NULL, &a), "o");
+    INVALID(fsc_model_acts_make(P, NULL, P, NULL), "out");
+}
+
 static void null_fsc_model_acts_opts_default(void) {
     CALL((void)fsc_model_acts_opts_default(NULL, 0)); /* fsc_model_acts_opts */
 }
@@ -2141,6 +2148,13 @@ static void null_fsc_st_find_weight(void) {
     RETNULL(fsc_st_find_weight(P, NULL));
 }
 
+static void null_fsc_st_find_weight_once(void) {
+    const fsc_st_entry *e;
+    INVALID(fsc_st_find_weight_once(NULL, P, P, &e), "f");
+    INVALID(fsc_st_find_weight_once(P, NULL, P, &e), "name");
+    INVALID(fsc_st_find_weight_once(P, P, P, NULL), "out");
+}
+
 static void null_fsc_st_metadata(void) {
     RETNULL(fsc_st_metadata(NULL, P));
     RETNULL(fsc_st_metadata(P, NULL));
@@ -2791,6 +2805,7 @@ static const struct row rows[] = {
     ROW(fsc_llama_param_info),
     /* model.h */
     NONE(fsc_lm_flops_per_token),
+    ROW(fsc_model_acts_make),
     ROW(fsc_model_acts_opts_default),
     ROW(fsc_model_flops),
     ROW(fsc_model_free),
@@ -2973,6 +2988,7 @@ static const struct row rows[] = {
     ROW(fsc_st_entry_at),
     ROW(fsc_st_find),
     ROW(fsc_st_find_weight),
+    ROW(fsc_st_find_weight_once),
     ROW(fsc_st_metadata),
     ROW(fsc_st_open),
     ROW(fsc_st_parse_buffer),

@@ -262,8 +262,8 @@ static void test_save_dtype(void **st) {
     check_save(1, FSC_BF16);
 }
 
-/* A save whose rename fails (the path is a directory) fails with its message and leaves no temporary file
- * (before, "<path>.tmp.<pid>.0" stayed, holding the whole model). */
+/* A save onto a directory fails with its message and leaves no temporary file (before, "<path>.tmp.<pid>.0" stayed,
+ * holding the whole model, when the rename failed; now the path is refused before anything is written). */
 static void test_failed_save_leaves_nothing(void **st) {
     (void)st;
     char src[512], out[600];
@@ -272,7 +272,7 @@ static void test_failed_save_leaves_nothing(void **st) {
     assert_int_equal(mkdir(out, 0700), 0);
     run g = { .path = src, .save = out, .save_dt = FSC_F32 };
     fsc_cluster_opts co = fsc_cluster_opts_default();
-    assert_err(fsc_cluster_run(&co, load_rank, &g), FSC_ERR_IO, "cannot rename");
+    assert_err(fsc_cluster_run(&co, load_rank, &g), FSC_ERR_INVALID, "asdir: exists and is not a regular file (a directory)");
     free(g.params);
     DIR *d = opendir(tmpdir);
     assert_non_null(d);

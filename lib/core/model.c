@@ -122,6 +122,8 @@ fsc_status fsc_model_acts_make(const fsc_model *m, fsc_model_acts *old, const fs
     *out = NULL;
     FSC_CHECK_ARG(m);
     FSC_CHECK_ARG(o);
+    if (!m->ops || !m->ops->acts_create || !m->ops->acts_free)
+        return fsc_error(FSC_ERR_INVALID, "model: no acts_create or acts_free operation (fsc_model_validate)");
     const int remake = old && m->ops->acts_remake;
     if (old && !remake) m->ops->acts_free(m->ctx, old);
     FSC_TRY(remake ? m->ops->acts_remake(m->ctx, old, o, out) : m->ops->acts_create(m->ctx, o, out));

@@ -54,8 +54,8 @@ fsc_status fsc_st_read(fsc_st_file *f, const fsc_st_entry *e, void *dst, uint64_
  * GPT2LMHeadModel's state dict holds GPT2Model's tensors); NULL if neither is there. fsc_st_weight_name: an
  * entry's name without such a prefix (the entry name itself when it has none). */
 const fsc_st_entry *fsc_st_find_weight(const fsc_st_file *f, const char *name);
-/* fsc_st_find_weight's entry into *out (NULL if absent), refused (FSC_ERR_FORMAT, path naming the file) where f
- * holds the tensor under both names, its own and the prefixed one: which of the two a program meant is unknown. */
+/* fsc_st_find_weight's entry into *out (NULL if absent), refused (FSC_ERR_FORMAT; path, which may be NULL, names
+ * the file) where f holds the tensor under both names, its own and the prefixed one: which one was meant is unknown. */
 fsc_status fsc_st_find_weight_once(const fsc_st_file *f, const char *name, const char *path, const fsc_st_entry **out);
 const char *fsc_st_weight_name(const char *entry_name);
 /* Read elements [first, first+n) of a float entry (F32, BF16 or F16) as float32 (exact: every BF16 and F16 value

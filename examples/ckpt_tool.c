@@ -11,6 +11,7 @@
  * Exit status: 0 fine, 1 a damaged or missing checkpoint (the message names the file and tensor) or no
  * readable flight record, 2 usage. */
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -97,7 +98,7 @@ static int cmd_list(const char *dir) {
     struct dirent **names = NULL;
     const int nn = scandir(dir, &names, NULL, alphasort); /* by name: step-NNNNNNNN in step order */
     if (nn < 0) {
-        fprintf(stderr, "%s: cannot list %s\n", prog, dir);
+        fprintf(stderr, "%s: cannot list %s: %s\n", prog, dir, strerror(errno));
         return 1;
     }
     char newest[4096] = "";

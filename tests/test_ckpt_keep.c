@@ -330,6 +330,30 @@ static void test_latest_sound(void **state) {
     ct_rmtree(dir);
 }
 
+/* Oracle: a step directory named with more digits than a save gives (step-000000003, a copy renamed by hand) is no
+ * checkpoint to any reader: fsc_ckpt_latest, fsc_ckpt_latest_sound and a resume all take step 2, and none names a
+ * step-00000003 that does not exist. Before, fsc_ckpt_latest (ckpt_tool) took step-000000003 as the newest, while
+ * the others listed it as step 3, then opened step-00000003 and skipped it as "damaged: cannot open". */
+static void test_noncanonical_name(void **state) {
+    (void)state;
+    char *dir = make_run(3), from[800], to[800], path[700], skipped[4096];
+    ct_step_path(from, sizeof from, dir, 3);
+    snprintf(to, sizeof to, "%s/step-000000003", dir);
+    assert_int_equal(rename(from, to), 0);
+    int64_t step = -1;
+    assert_ok(fsc_ckpt_latest(dir, path, sizeof path, &step));
+    assert_int_equal(step, 2);
+    assert_ok(fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped));
+    assert_int_equal(step, 2);
+    assert_string_equal(skipped, "");
+    tr_job t = tr_make();
+    assert_ok(tr_try(&t, dir));
+    assert_int_equal(t.step, 2);
+    assert_string_equal(t.skipped, "");
+    ct_free(&t.j);
+    ct_rmtree(dir);
+}
+
 /* Oracle: a newest checkpoint whose metadata.json is a link that loops (or leads nowhere) is damaged, not absent:
  * skipped with a message naming it, by the reader's fallback and by a resume (before, both passed it over in
  * silence, as a folder that holds no checkpoint). */
@@ -388,6 +412,7 @@ int main(void) {
         cmocka_unit_test(test_model_record_damaged),
         cmocka_unit_test(test_latest_sound),
         cmocka_unit_test(test_metadata_link_damaged),
+        cmocka_unit_test(test_noncanonical_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -381,6 +381,22 @@ static void test_config_check(void **state) {
         snprintf(rec, sizeof rec, "{\"layers\":2,\"dim\":32,\"heads\":%s,\"seq\":16,\"vocab\":64}", bad[i][0]);
         assert_err(fsc_gpt_config_check_json(&CFG, rec), FSC_ERR_FORMAT, bad[i][1]);
     }
+    /* an MoE model's top-k, capacity factor and aux coefficient must match too (a GPT accepted any, silently changing
+     * the routing and the objective of a resumed run; the Llama refused): its own text loads, each change is refused */
+    fsc_gpt_config moe = CFG;
+    moe.moe_experts = 4, moe.moe_top_k = 1, moe.moe_every = 1, moe.moe_capacity = 1.25f, moe.moe_aux = 0.01f;
+    fsc_gpt_config_json(&moe, own, sizeof own);
+    assert_ok(fsc_gpt_config_check_json(&moe, own));
+    fsc_gpt_config other[3] = { moe, moe, moe };
+    other[0].moe_top_k = 2, other[1].moe_capacity = 2.0f, other[2].moe_aux = 0.02f;
+    for (int i = 0; i < 3; i++) {
+        assert_err(fsc_gpt_config_check_json(&other[i], own), FSC_ERR_INVALID, "moe_top_k 1, moe_capacity 1.25");
+    }
+    fsc_gpt_config dflt = moe; /* 0 is the default: top-1, capacity 1.0 */
+    dflt.moe_top_k = 0, dflt.moe_capacity = 0;
+    fsc_gpt_config_json(&dflt, own, sizeof own);
+    moe.moe_capacity = 1.0f;
+    assert_ok(fsc_gpt_config_check_json(&moe, own));
 }
 
 int main(void) {

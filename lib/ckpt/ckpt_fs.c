@@ -32,7 +32,9 @@ int ck_parse_step_name(const char *name, int64_t *step) {
     if (strncmp(name, "step-", 5) != 0) return 0;
     const char *d = name + 5;
     size_t n = strlen(d);
-    if (n < 8 || n > 18) return 0;
+    if (n < 8 || n > 18 || (n > 8 && d[0] == '0')) return 0; /* only the names a save gives (step-%08lld): every
+        reader rebuilds a step's path from its number, so step-000000006 would be listed as step 6 and then opened as
+        step-00000006 */
     int64_t v = 0;
     for (size_t i = 0; i < n; i++) {
         if (d[i] < '0' || d[i] > '9') return 0;

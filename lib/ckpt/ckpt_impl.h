@@ -48,7 +48,8 @@ void ck_global_name(char *buf, size_t cap, fsc_optim_kind kind, int state, const
 /* ---- ckpt_fs.c ---- */
 /* a + "/" + b into buf; FSC_ERR_INVALID if it does not fit */
 fsc_status ck_join(char *buf, size_t cap, const char *a, const char *b);
-/* Whether name is "step-" followed by 8 or more digits (*step set), nothing else. */
+/* Whether name is "step-" followed by 8 or more digits (*step set), nothing else, as a save names it: more than 8
+ * digits only without a leading zero. */
 int ck_parse_step_name(const char *name, int64_t *step);
 /* Remove the checkpoint or temporary directory `path` that a save made, without following links: only
  * regular files of the names a save writes, then the directory. FSC_OK when it is gone (or was not

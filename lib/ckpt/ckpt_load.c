@@ -65,6 +65,10 @@ static fsc_status check_compat(loader *L) {
         return fsc_error(FSC_ERR_INVALID, "%s: written with optimizer %s; this engine uses %s", L->path,
                          m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd", ENG(e).oc->kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
     const int nstates = fsc_optim_num_states(ENG(e).opt), T = ENG(e).m->n_tensors;
+    if (m->optim.kind == FSC_OPT_SGD && (m->optim.momentum != 0.0f) != (nstates > 0)) /* a buffer one side lacks */
+        return fsc_error(FSC_ERR_INVALID, "%s: written with sgd momentum %g (%s momentum buffers); this engine uses "
+                         "momentum %g (%s)", L->path, (double)m->optim.momentum, m->optim.momentum != 0.0f ? "with" : "no",
+                         (double)ENG(e).oc->momentum, nstates > 0 ? "with them" : "none");
     char name[FSC_ST_MAX_NAME], s1[96], s2[96];
     for (int st = 0; st <= nstates; st++)
         for (int t = 0; t < T; t++) {

@@ -298,9 +298,7 @@ static fsc_status th_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     float *dlogits = c->stash ? r.logits : k.dlogits; /* the split: over the logits, from its input part on */
     fsc_tp_xent_rec xr = { .logits = r.logits, .tgt = r.tgt, .q = r.q, .N = N, .Vl = Vr, .ld = ld };
     if (!weight_part) FSC_TRY(fsc_tp_xent_backward(c->dev, dlogits, &xr, c->dscale, k.small));
-    if (Vr < Vl && c->grad[w]) /* the padding rows' gradient: 0 (the products below write the real rows only) */
-        FSC_TRY(fsc_device_memset(c->dev, c->grad[w] + (size_t)Vr * (size_t)C, 0,
-                                  (size_t)(Vl - Vr) * (size_t)C * sizeof(float)));
+    /* the padding rows' gradient is 0: their accumulated gradient stays (the products below add into rows [0, Vr)) */
     /* dxf (N, C) = dlogits (N, Vr) @ W_slice[:Vr] (Vr, C): this slice's part; dW[:Vr] += dlogits^T @ xf */
     if (dinp || (norm && !weight_part)) /* needed for dinp, or for the norm's gradients without the stash */
         FSC_TRY(fsc_k_gemm(c->dev, 0, 0, (int)N, C, Vr, 1.0f, dlogits, ld, 0, c->param[w], C, 0, 0.0f, k.dxf, C, 0,

@@ -521,10 +521,8 @@ static fsc_status hd_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
         fsc_xent_rec xr = { .logits = r.logits, .targets = c->target, .N = N, .V = y->V, .ld = y->V };
         FSC_TRY(fsc_xent_backward(c->dev, dlogits, &xr, c->dscale)); /* in place in the split */
     }
-    if (y->Vp > y->V && c->grad[w]) /* the padding rows' gradient: 0 (the products below write the real rows only;
-                                      * the split's input part writes none) */
-        FSC_TRY(fsc_device_memset(c->dev, c->grad[w] + (size_t)y->V * (size_t)y->C, 0,
-                                  (size_t)(y->Vp - y->V) * (size_t)y->C * sizeof(float)));
+    /* A padded vocabulary: the padding rows' gradient is 0, so their accumulated gradient stays as it is (the
+     * products below add into the real rows only) */
     if (y->norm == FSC_HEAD_NORM_NONE) {
         fsc_linear_rec lr = { .inp = in, .N = N, .C = y->C, .OC = y->V, .w_out_in = 1 };
         return fsc_linear_backward(c->dev, dinp, c->grad[w], NULL, &lr, dlogits, c->param[w], 0.0f, 1.0f);

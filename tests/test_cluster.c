@@ -213,6 +213,33 @@ static void test_agreed_failure_names_its_rank_once(void **state) {
     assert_string_equal(fsc_last_error(), "rank 1 of the 'pair' group: disk full");
 }
 
+/* The agreement itself fails (under MPI a call that timed out breaks every communicator of the process, so the
+ * all-reduce of fsc_comm_agree fails at once; here rank 1 has gone): a rank that failed keeps its own status and
+ * message, the cause, instead of the agreement's (before: "collective #N: all_reduce on comm 'world' ... unusable
+ * after an earlier failure", naming another collective than the one that failed, and FSC_ERR_COMM for a timeout). */
+typedef struct {
+    fsc_status got;
+    char msg[1024];
+} agree_fails_case;
+
+static fsc_status agree_fails(fsc_rank *r, void *arg) {
+    agree_fails_case *a = arg;
+    if (r->rank == 1) return fsc_error(FSC_ERR_IO, "rank 1 went away"); /* never agrees */
+    fsc_status mine = fsc_error(FSC_ERR_TIMEOUT, "collective #7: all_reduce on comm 'pipeline': timed out");
+    nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL); /* rank 1 has failed the cluster by now */
+    a->got = fsc_comm_agree(r->comm, r->dev, mine);
+    snprintf(a->msg, sizeof a->msg, "%s", fsc_last_error());
+    return a->got;
+}
+
+static void test_agree_that_fails_keeps_the_cause(void **state) {
+    (void)state;
+    agree_fails_case a = {0};
+    assert_int_not_equal(fsc_cluster_run(&(fsc_cluster_opts){.world = 2, .timeout_s = 10}, agree_fails, &a), FSC_OK);
+    assert_int_equal(a.got, FSC_ERR_TIMEOUT);
+    assert_string_equal(a.msg, "collective #7: all_reduce on comm 'pipeline': timed out");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rank_ids_and_devices),
@@ -220,6 +247,7 @@ int main(void) {
         cmocka_unit_test(test_failure_is_reported_with_rank),
         cmocka_unit_test(test_agree),
         cmocka_unit_test(test_agreed_failure_names_its_rank_once),
+        cmocka_unit_test(test_agree_that_fails_keeps_the_cause),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -281,12 +281,19 @@ fsc_status fsc_comm_agree(fsc_comm *c, fsc_device *dev, fsc_status mine) {
         mine = fsc_error(FSC_ERR_INVALID, "fsc_comm_agree: status %d is not an fsc_status", (int)mine);
     const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
     if (N == 1) return mine;
-    char msg[AGREE_MSG];
-    snprintf(msg, sizeof msg, "%s", mine == FSC_OK ? "" : fsc_last_error());
+    char msg[AGREE_MSG], own[1024]; /* own: this rank's whole message (fsc_last_error's capacity) */
+    snprintf(own, sizeof own, "%s", mine == FSC_OK ? "" : fsc_last_error());
+    size_t k = strlen(own) < sizeof msg ? strlen(own) : sizeof msg - 1; /* what is broadcast: its first 511 */
+    memcpy(msg, own, k);
+    msg[k] = 0;
     /* lowest failing rank r -> N - r under MAX; 0 when every rank passed */
     float flag = mine == FSC_OK ? 0.0f : (float)(N - me);
     fsc_status s = fsc_comm_all_reduce_host(c, dev, &flag, FSC_MAX);
-    if (s != FSC_OK) return s;
+    /* The agreement itself failed. A rank that failed keeps its own status and message: it is the cause (MPI: the
+     * call that timed out broke every communicator of the process, so this all-reduce only repeats it, behind
+     * another collective's number and group), never replaced by the agreement's "unusable after an earlier
+     * failure". */
+    if (s != FSC_OK) return mine == FSC_OK ? s : fsc_error(mine, "%s", own);
     int root = flag > 0 ? N - (int)flag : -1;
     if (root < 0) return FSC_OK;
     /* the failing rank's status and message to everyone */

@@ -18,8 +18,11 @@ FSC_BEGIN_DECLS
 
 struct fsc_engine;
 /* *loss: the mean loss over the global batch, the same on every rank. FSC_ERR_INVALID (on every rank, nothing
- * evaluated) when local_batch does not split into the engine's micro-batches, or global_batch is not the sum of
- * the local batches over the data group. Mixture-of-experts models: the loss without the auxiliary loss. */
+ * evaluated) when global_batch is not the sum of the local batches over the data group. A local_batch that does
+ * not split into the engine's micro-batches (0 included) is refused on that rank only, before any collective: the
+ * other ranks then wait in the pass's first collective until that rank returns from its function (FSC_ERR_COMM)
+ * or the cluster's timeout_s passes (FSC_ERR_TIMEOUT); fsc_engine_step_model and fsc_engine_predict do the same.
+ * Give every rank a local batch that splits. Mixture-of-experts models: the loss without the auxiliary loss. */
 fsc_status fsc_engine_eval(struct fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                            int global_batch, double *loss);
 

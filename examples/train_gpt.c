@@ -16,8 +16,12 @@
  * of its own (one that registers its model family, examples/train_family.c) compiles this file and the parts with
  * FSC_TRAIN_NO_MAIN and calls it. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include "train/train.h"
 #include "train_flight.h"
 
@@ -171,6 +175,67 @@ static void compare_with_oracle(trainer *t) {
     print_comparison(&t->sd, &t->st, &t->chk);
 }
 
+/* Under a launcher the communicator starts inside fsc_cluster_run_from_env_opts, and MPI's start has no deadline: a
+ * process of the job that ended before joining it (one alone given --print-schedule, --help or --version) leaves
+ * this one in MPI_Init for ever, mpirun waiting with it. The library may not end the process; the program may: if
+ * the rank function has not started after the launcher's timeouts (FSC_RENDEZVOUS_TIMEOUT + FSC_COMM_TIMEOUT), this
+ * watchdog says why and exits. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started;
+    double timeout_s;
+    const flight_job *job;
+} start_watch;
+
+static void *start_watchdog(void *arg) {
+    start_watch *w = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)w->timeout_s + 1;
+    pthread_mutex_lock(&w->mu);
+    int rc = 0;
+    while (!w->started && rc == 0) rc = pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    const int started = w->started;
+    pthread_mutex_unlock(&w->mu);
+    if (!started) {
+        fprintf(stderr, "fsc-train: the job's communicator did not start within %.0f s (FSC_RENDEZVOUS_TIMEOUT + "
+                        "FSC_COMM_TIMEOUT): a process of the job ended or stopped before joining it (one given other "
+                        "options, such as --print-schedule, --help or --version, or one that died while starting); "
+                        "ending this process\n", w->timeout_s);
+        fflush(stderr);
+        _exit(1);
+    }
+    return NULL;
+}
+
+static fsc_status started_fn(fsc_rank *r, void *arg) {
+    start_watch *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->started = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return flight_fn(r, (void *)w->job);
+}
+
+/* fsc_cluster_run_from_env_opts(co, flight_fn, job) under start_watchdog. */
+static fsc_status run_launched(const fsc_cluster_opts *co, const flight_job *job) {
+    fsc_launch_env env;
+    start_watch w = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .job = job };
+    w.timeout_s = fsc_launch_env_parse(NULL, NULL, &env) == FSC_OK ? env.timeout_s + env.comm_timeout_s : 660.0;
+    pthread_t th;
+    const int watching = pthread_create(&th, NULL, start_watchdog, &w) == 0;
+    fsc_status s = fsc_cluster_run_from_env_opts(co, started_fn, &w);
+    if (watching) {
+        pthread_mutex_lock(&w.mu);
+        w.started = 1; /* a launch refused before its rank function: nothing to watch any more */
+        pthread_cond_signal(&w.cv);
+        pthread_mutex_unlock(&w.mu);
+        pthread_join(th, NULL);
+    }
+    return s;
+}
+
 /* The training loop on every rank (loop.c): simulated ranks in this process, or the launcher's processes; then
  * --check-ddp's DDP oracle (inside the same launch under a launcher: MPI starts once per process). 0, or the
  * exit status of a failure (said on stderr). */
@@ -180,7 +245,7 @@ static int train(trainer *t) {
     if (t->procs) {
         if (c->check_ddp && make_oracle(t) != 0) return 1;
         proc_job job = {.st = &t->st, .ddp = c->check_ddp ? &t->sd : NULL};
-        s = fsc_cluster_run_from_env_opts(&t->co, flight_fn, &(flight_job){proc_fn, &job, t->fdir});
+        s = run_launched(&t->co, &(flight_job){proc_fn, &job, t->fdir});
         if (s == FSC_OK && t->st.pstats && !c->check_ddp) print_pipeline(&t->st);
         if (s == FSC_OK && c->check_ddp) compare_with_oracle(t);
     } else {

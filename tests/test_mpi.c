@@ -397,6 +397,27 @@ static void test_stopped_rank_times_out(void **state) {
     fault(SIGSTOP, 5, 60, "", "--parallel ddp --reduce native");
 }
 
+/* A process that ends before its MPI_Init (rank 1 alone given --print-schedule: it prints nothing, as a rank other
+ * than 0, and exits with status 0) left rank 0 in MPI_Init for ever, mpirun waiting with it (mpirun's own --timeout
+ * 60 stands in for the hang here). fsc-train's watchdog now ends rank 0 after FSC_RENDEZVOUS_TIMEOUT +
+ * FSC_COMM_TIMEOUT with a message, and mpirun ends the job (the library itself never exits). Rank 0 starts 2 s late,
+ * so that rank 1 has ended before anyone called MPI_Init (else mpirun may notice that rank 1 "exited improperly" and
+ * end the job itself). */
+static void test_process_that_never_starts_mpi(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    char *args = fmt("--timeout 60 -x FSC_COMM_TIMEOUT=3 -x FSC_RENDEZVOUS_TIMEOUT=1 " MPIRUN_FLAGS " -n 1 /bin/sh -c "
+                     "\"sleep 2; exec '%s' " MODEL " --parallel pipe --pp 2 --data '%s/data.txt'\" : -n 1 '%s' " MODEL
+                     " --parallel pipe --pp 2 --data '%s/data.txt' --print-schedule", trainer, tmpdir, trainer, tmpdir),
+         *out = NULL;
+    double t0 = now_s();
+    int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
+    double took = now_s() - t0;
+    if (rc == 0 || took > 45 || !strstr(out, "the job's communicator did not start within 4 s"))
+        fail_msg("mpirun %s: exit %d after %.1f s\n%s", args, rc, took, out);
+    free(args), free(out);
+}
+
 /* Two runs into one --ckpt-dir: while a simulated run trains there, a job of 2 processes is refused with the message
  * naming the running one's pid (the lock, fsc_ckpt_lock, is collective: every rank returns it, but mpirun ends the
  * job when the first process exits, so the other may not get to print it), and goes ahead once that run is gone
@@ -910,6 +931,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_ckpt_dir_lock),
         cmocka_unit_test(test_killed_rank_ends_the_job),
         cmocka_unit_test(test_stopped_rank_times_out),
+        cmocka_unit_test(test_process_that_never_starts_mpi),
     };
     int rc = cmocka_run_group_tests(tests, setup, NULL);
     char cmd[128];

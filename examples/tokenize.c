@@ -137,6 +137,8 @@ static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, s
     size_t cap = 0;
     uint64_t count = 0;
     if (c->llmc && write_header(f, out, 0) != 0) return 1;
+    const int32_t unk = fsc_bpe_unk(b); /* a run of unknown text across a cut is one id, as in the whole */
+    int32_t last = -1;
     uint16_t eot = (uint16_t)fsc_bpe_eot(b);
     if (c->eot && write_all(f, out, &eot, 2) != 0) return 1;
     count += c->eot != 0;
@@ -154,9 +156,11 @@ static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, s
                                       : fsc_bpe_encode(b, text + at, end - at, ids, &n);
         if (s != FSC_OK)
             return free(ids), free(u16), fprintf(stderr, "%s: %s: %s\n", prog, c->in, fsc_last_error()), 1;
-        for (size_t i = 0; i < n; i++) u16[i] = (uint16_t)ids[i]; /* little-endian hosts, as the trainer reads */
-        if (write_all(f, out, u16, n * 2) != 0) return free(ids), free(u16), 1;
-        count += n, at = end;
+        const size_t skip = at > 0 && n > 0 && unk >= 0 && ids[0] == unk && last == unk;
+        for (size_t i = skip; i < n; i++) u16[i - skip] = (uint16_t)ids[i]; /* little-endian, as the trainer reads */
+        if (write_all(f, out, u16, (n - skip) * 2) != 0) return free(ids), free(u16), 1;
+        if (n) last = ids[n - 1];
+        count += n - skip, at = end;
     }
     free(ids), free(u16);
     if (c->llmc && count > INT32_MAX)
@@ -236,6 +240,7 @@ static int decode_file(const fsc_bpe *b, const config *c) {
     char *text = malloc((size_t)CHUNK * 256);
     int rc = ids && text ? 0 : (fprintf(stderr, "%s: out of memory\n", prog), 1);
     uint64_t n = fsc_data_tokens(d), bytes = 0;
+    int text_yet = 0; /* some id so far has text: until then a chunk begins the text (sentencepiece's dummy prefix) */
     for (uint64_t at = 0, k; rc == 0 && at < n; at += k) {
         size_t got = n - at < CHUNK + AHEAD ? (size_t)(n - at) : CHUNK + AHEAD, len;
         if (fsc_data_read(d, at, got, ids) != FSC_OK) {
@@ -245,8 +250,9 @@ static int decode_file(const fsc_bpe *b, const config *c) {
         /* chunks cut between characters, not in one that sentencepiece byte pieces spell */
         k = got < CHUNK ? got : CHUNK;
         if (k < got) k = char_cut(b, ids, k);
-        fsc_status s = at ? fsc_bpe_decode_more(b, ids, (size_t)k, text, (size_t)CHUNK * 256, &len)
-                          : fsc_bpe_decode(b, ids, (size_t)k, text, (size_t)CHUNK * 256, &len);
+        fsc_status s = text_yet ? fsc_bpe_decode_more(b, ids, (size_t)k, text, (size_t)CHUNK * 256, &len)
+                                : fsc_bpe_decode(b, ids, (size_t)k, text, (size_t)CHUNK * 256, &len);
+        for (size_t i = 0, tl; !text_yet && i < (size_t)k; i++) text_yet = fsc_bpe_token(b, ids[i], &tl) && tl > 0;
         if (s != FSC_OK) rc = (fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1);
         else rc = write_all(f, c->out, text, len), bytes += len;
     }

@@ -99,6 +99,10 @@ static void null_fsc_bpe_eot(void) {
     RETVAL(fsc_bpe_eot(NULL), -1);
 }
 
+static void null_fsc_bpe_unk(void) {
+    RETVAL(fsc_bpe_unk(NULL), -1);
+}
+
 static void null_fsc_bpe_free(void) {
     CALL(fsc_bpe_free(NULL));
 }
@@ -2536,6 +2540,7 @@ static const struct row rows[] = {
     ROW(fsc_bpe_load_spm),
     ROW(fsc_bpe_load_spm_memory),
     ROW(fsc_bpe_eot),
+    ROW(fsc_bpe_unk),
     ROW(fsc_bpe_free),
     ROW(fsc_bpe_load),
     ROW(fsc_bpe_load_default),

@@ -346,6 +346,102 @@ static void test_tokenizer_spm(void **state) {
     fsc_bpe_free(b);
 }
 
+/* A sentencepiece model without byte fallback written byte by byte: <unk>, <s>, U+2581 and "a" (BPE, identity
+ * normalization, a dummy prefix); its length. Anything else, "Z" and the newline here, is unknown. */
+static size_t nofb_model(uint8_t *o) {
+    static const char *const text[] = {"<unk>", "<s>", "\xe2\x96\x81", "a"};
+    static const int type[] = {2, 3, 1, 1};
+    size_t n = 0;
+    for (int i = 0; i < 4; i++) {
+        const size_t l = strlen(text[i]);
+        o[n++] = 0x0a, o[n++] = (uint8_t)(l + 7 + (type[i] != 1) * 2); /* pieces: 1 piece, 2 score (0), 3 type */
+        o[n++] = 0x0a, o[n++] = (uint8_t)l, memcpy(o + n, text[i], l), n += l;
+        o[n++] = 0x15, memset(o + n, 0, 4), n += 4;
+        if (type[i] != 1) o[n++] = 0x18, o[n++] = (uint8_t)type[i];
+    }
+    static const uint8_t specs[] = {0x12, 0x02, 0x18, 0x02,                                     /* BPE */
+                                    0x1a, 0x0e, 0x0a, 0x08, 'i', 'd', 'e', 'n', 't', 'i', 't', 'y', /* identity */
+                                    0x18, 0x01, 0x20, 0x00}; /* a dummy prefix, extra whitespace kept */
+    memcpy(o + n, specs, sizeof specs);
+    return n + sizeof specs;
+}
+
+/* A run of unknown text is one <unk> in the whole text (sentencepiece without byte fallback): also where the
+ * program's pieces of 1 MiB cut it ("Z\n" lines: every character unknown) */
+static void test_tokenizer_spm_unk_run(void **state) {
+    uint8_t m[128];
+    const size_t ml = nofb_model(m);
+    char *model = prog_fmt("%s/nofb.model", tmpdir), *path = prog_fmt("%s/unk.txt", tmpdir);
+    FILE *f = fopen(model, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(m, 1, ml, f), ml);
+    assert_int_equal(fclose(f), 0);
+    fsc_bpe *b;
+    assert_ok(fsc_bpe_load_file(&b, model));
+    assert_int_equal(fsc_bpe_unk(b), 0);
+    const size_t len = 3 << 20;
+    char *text = malloc(len);
+    assert_non_null(text);
+    for (size_t i = 0; i < len; i += 2) text[i] = 'Z', text[i + 1] = '\n';
+    assert_true(fsc_bpe_split_point(text, len, 1 << 20) < len); /* the program cuts it */
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    int32_t *ids = malloc(fsc_bpe_max_ids(b, len) * sizeof *ids);
+    size_t n, flen;
+    assert_ok(fsc_bpe_encode(b, text, len, ids, &n));
+    assert_int_equal(n, 2); /* the dummy prefix's U+2581, then one <unk> */
+    assert_int_equal(ids[1], 0);
+    char *args = prog_fmt("--tokenizer '%s' '%s' '%s/unk.u16'", model, path, tmpdir);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    char *u16 = prog_fmt("%s/unk.u16", tmpdir);
+    uint8_t *file = slurp_bytes(u16, &flen);
+    assert_int_equal(flen, 2 * n);
+    for (size_t i = 0; i < n; i++) assert_int_equal(file[2 * i] | file[2 * i + 1] << 8, ids[i]);
+    fsc_bpe_free(b);
+    /* a model with byte fallback, a byte-level BPE: no such id */
+    assert_ok(fsc_bpe_load_file(&b, "tests/golden/spm_bpe.model"));
+    assert_int_equal(fsc_bpe_unk(b), -1);
+    fsc_bpe_free(b);
+    assert_ok(fsc_bpe_load_file(&b, "gpt2"));
+    assert_int_equal(fsc_bpe_unk(b), -1);
+    fsc_bpe_free(b);
+    free(args), free(u16), free(file), free(ids), free(text), free(model), free(path);
+}
+
+/* --decode of ids whose first chunk of 65,536 has no text (control pieces): the next chunk still begins the text,
+ * its first U+2581 dropped as the dummy prefix's, as the whole list decodes */
+static void test_decode_textless_chunk(void **state) {
+    fsc_bpe *b;
+    assert_ok(fsc_bpe_load_file(&b, "tests/golden/spm_bpe.model"));
+    const size_t nbos = 70000;
+    int32_t *ids = malloc((nbos + 16) * sizeof *ids);
+    uint16_t *u = malloc((nbos + 16) * sizeof *u);
+    size_t n, len;
+    for (size_t i = 0; i < nbos; i++) ids[i] = fsc_bpe_eot(b); /* <s>: no text */
+    assert_ok(fsc_bpe_encode(b, "the end", 7, ids + nbos, &n));
+    n += nbos;
+    char want[16], *tokens = prog_fmt("%s/bos.u16", tmpdir), *out = prog_fmt("%s/bos.txt", tmpdir);
+    assert_ok(fsc_bpe_decode(b, ids, n, want, sizeof want, &len));
+    assert_int_equal(len, 7);
+    for (size_t i = 0; i < n; i++) u[i] = (uint16_t)ids[i];
+    FILE *f = fopen(tokens, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(u, 2, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    char model[PATH_MAX];
+    assert_non_null(realpath("tests/golden/spm_bpe.model", model));
+    char *args = prog_fmt("--decode --tokenizer '%s' '%s' '%s'", model, tokens, out);
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
+    size_t flen;
+    uint8_t *back = slurp_bytes(out, &flen);
+    assert_int_equal(flen, len);
+    assert_memory_equal(back, want, len);
+    free(back), free(args), free(tokens), free(out), free(ids), free(u);
+    fsc_bpe_free(b);
+}
+
 /* --decode of a sentencepiece model's ids in chunks of 65,536: a character its byte pieces spell (a 4-byte emoji
  * and then two stray continuation bytes) decodes as the whole list decodes wherever a chunk's end falls in it */
 static void test_decode_cut_in_bytes(void **state) {
@@ -403,6 +499,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_tokenizer_file),
         cmocka_unit_test(test_tokenizer_spm),
+        cmocka_unit_test(test_tokenizer_spm_unk_run),
+        cmocka_unit_test(test_decode_textless_chunk),
         cmocka_unit_test(test_decode_cut_in_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -388,6 +388,8 @@ void bpe_spm_free(bpe_spm *m) {
 
 /* ---- encoding ---- */
 
+int32_t fsc_bpe_unk(const fsc_bpe *b) { return b && b->spm && !b->spm->fallback ? b->spm->unk : -1; }
+
 size_t bpe_spm_max_ids(const fsc_bpe *b, size_t len) {
     /* a byte gives at most one character of at most 3 bytes (a space U+2581, a stray byte U+FFFD), each byte
      * at most one id; the dummy prefix one character more */

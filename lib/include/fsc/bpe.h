@@ -81,6 +81,10 @@ void fsc_bpe_free(fsc_bpe *b);
 
 size_t fsc_bpe_vocab(const fsc_bpe *b);  /* ids 0 .. vocab-1 (a tiktoken file: the ranks, then the special tokens) */
 int32_t fsc_bpe_eot(const fsc_bpe *b);   /* the end-of-text token's id (GPT-2: vocab - 1); -1 for none or NULL */
+/* The id a run of unknown text is given once (a sentencepiece model without byte fallback: its <unk>); -1 for any
+ * other tokenizer or NULL. Parts cut at fsc_bpe_split_point give the ids of the whole but for one thing: when a
+ * part ends in unknown text and the next begins with it, both give this id, where the whole gives it once. */
+int32_t fsc_bpe_unk(const fsc_bpe *b);
 /* The bytes of token id (*len of them; not NUL-terminated), or NULL with *len 0 when id is out of range. */
 const uint8_t *fsc_bpe_token(const fsc_bpe *b, int32_t id, size_t *len);
 

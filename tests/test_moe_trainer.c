@@ -201,6 +201,9 @@ static void test_moe_trainer_refusals(void **state) {
         { "--moe-experts 4 --ep 4 --world 2 --parallel ddp", "--ep 4 does not divide the 2 data-parallel ranks" },
         { "--moe-experts 4 --tp 2 --world 2 --parallel ddp", "--moe-experts with --tp > 1 is not supported yet" },
         { "--moe-experts 4 --moe-capacity 0", "--moe-capacity must be positive" },
+        /* a factor too small for a float: no "give 0 for none", which --moe-capacity refuses */
+        { "--moe-experts 4 --moe-capacity 1e-40", "--moe-capacity: 1e-40 is too small for a float (the smallest is "
+                                                  "1.17549e-38)" },
         { "--moe-experts 4 --moe-aux -1", "--moe-aux: -1 is out of range" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -379,7 +379,12 @@ static void test_tp_errors(void **state) {
     assert_err(fsc_tp_check_config(&c, 8), FSC_ERR_INVALID, "4 heads do not split over a tensor group of 8");
     c.vocab = 50;
     assert_err(fsc_tp_check_config(&c, 4), FSC_ERR_INVALID, "vocabulary of 50 does not split over a tensor group of 4");
-    c.vocab = 48;
+    c.padded_vocab = 54; /* padded, but not to a multiple of the group: the message names padded_vocab, not "pad it" */
+    assert_err(fsc_tp_check_config(&c, 4), FSC_ERR_INVALID, "padded vocabulary of 54 rows (padded_vocab; vocab 50) "
+               "does not split over a tensor group of 4 (make padded_vocab a multiple of 4)");
+    c.padded_vocab = 52;
+    assert_ok(fsc_tp_check_config(&c, 4));
+    c.padded_vocab = 0, c.vocab = 48;
     assert_ok(fsc_tp_check_config(&c, 4));
     assert_err(fsc_tp_check_config(&c, 0), FSC_ERR_INVALID, "group size 0");
     assert_err(tt_run(2, bad_sp_rank, NULL), FSC_ERR_INVALID, "9 token rows do not split into 2 sequence shards");

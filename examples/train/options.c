@@ -167,8 +167,9 @@ int set_option(train_config *c, const option *o, const char *v, char *err, size_
         if (!*v || *end || strspn(v, "0123456789+-.eE") != strlen(v))
             return snprintf(err, cap, "--%s: '%s' is not a decimal number", o->name, v), -1;
         if ((errno == ERANGE && fabs(x) < 1) || (x != 0 && fabs(x) < FLT_MIN)) /* a float would hold 0 or a denormal */
-            return snprintf(err, cap, "--%s: %s is too small for a float (the smallest is %g; give 0 for none)", o->name,
-                            v, (double)FLT_MIN), -1;
+            return snprintf(err, cap, "--%s: %s is too small for a float (the smallest is %g%s)", o->name, v,
+                            (double)FLT_MIN, strcmp(o->name, "moe-capacity") == 0 ? "" /* 0 is refused: checks.c */
+                                                                                   : "; give 0 for none"), -1;
         if (errno || !isfinite(x) || !isfinite((float)x))
             return snprintf(err, cap, "--%s: '%s' is not a finite number", o->name, v), -1;
         if (x < o->lo || x > o->hi) {

@@ -16,8 +16,12 @@ fsc_status fsc_tp_check_config(const fsc_gpt_config *cfg, int T) {
         return fsc_error(FSC_ERR_INVALID, "tensor parallel: %d heads do not split over a tensor group of %d",
                          cfg->heads, T);
     if (fsc_gpt_vocab_rows(cfg) % T != 0)
-        return fsc_error(FSC_ERR_INVALID, "tensor parallel: a vocabulary of %d does not split over a tensor group "
-                         "of %d (pad it to a multiple of %d: padded_vocab)", fsc_gpt_vocab_rows(cfg), T, T);
+        return cfg->padded_vocab > cfg->vocab
+                   ? fsc_error(FSC_ERR_INVALID, "tensor parallel: a padded vocabulary of %d rows (padded_vocab; vocab "
+                               "%d) does not split over a tensor group of %d (make padded_vocab a multiple of %d)",
+                               cfg->padded_vocab, cfg->vocab, T, T)
+                   : fsc_error(FSC_ERR_INVALID, "tensor parallel: a vocabulary of %d does not split over a tensor group "
+                               "of %d (pad it to a multiple of %d: padded_vocab)", fsc_gpt_vocab_rows(cfg), T, T);
     return FSC_OK;
 }
 

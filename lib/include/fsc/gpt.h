@@ -130,9 +130,9 @@ fsc_status fsc_gpt_model_create_tp(fsc_device *dev, const fsc_gpt_config *cfg, f
 fsc_gpt *fsc_gpt_model_gpt(fsc_model *m);
 /* The configuration as the JSON object checkpoints record (cap bytes with the NUL; "" for c NULL), and whether
  * a recorded one loads into a model of configuration c: the shape (layers, width, heads, context, vocabulary),
- * the experts and the blocks holding them must match (top-k, capacity and moe_aux are hyperparameters a run may
- * change). The GPT records no "family"; a configuration naming another family than "gpt2" (the Llama's "llama")
- * is refused. */
+ * the experts, the blocks holding them, and an MoE model's top-k, capacity factor and moe_aux must match (they
+ * change the routing and the objective of a resumed run). The GPT records no "family"; a configuration naming
+ * another family than "gpt2" (the Llama's "llama") is refused. */
 void fsc_gpt_config_json(const fsc_gpt_config *c, char *buf, size_t cap);
 fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *c, const char *recorded);
 /* Whether the n parameters a checkpoint holds (name and shape; ckpt.h's fsc_ckpt_meta_params) are exactly those

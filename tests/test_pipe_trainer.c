@@ -100,6 +100,9 @@ static void test_trainer_interleaved_equals_ddp(void **st) {
     assert_non_null(p);
     assert_true(fabs(num(p, "ideal_bubble") - 1.0 / (2 * 4 + 1)) < 1e-12);
     assert_non_null(strstr(out, "4 micro-batches, interleaved"));
+    /* rank 0 holds 2 (P-1) + (v-1) P + 1 = 5 chunk records of 4 micro-batches: not "5 micro-batches in flight" */
+    assert_non_null(strstr(out, "(5 chunk records in flight)"));
+    assert_null(strstr(out, "micro-batches in flight"));
     cJSON_Delete(j);
     free(out);
     free(err);

@@ -102,10 +102,12 @@ void print_pipeline(const run_state *st) {
                                          : snprintf(layers + n, sizeof layers - n, "%s%d-%d", k ? ", " : "", cl[1],
                                                     cl[2]));
         }
-        printf("stage %d: layers %s%s | peak activations %.2f MiB (%d micro-batch%s in flight) | bubble %.3f "
+        /* with several chunks a rank, max_in_flight counts (micro-batch, chunk) records: up to v M, more than M */
+        const char *what = p->chunks > 1 ? (p->max_in_flight == 1 ? "chunk record" : "chunk records")
+                                         : (p->max_in_flight == 1 ? "micro-batch" : "micro-batches");
+        printf("stage %d: layers %s%s | peak activations %.2f MiB (%d %s in flight) | bubble %.3f "
                "(ideal %.3f)\n", s, layers, p->chunks > FSC_PIPE_STATS_CHUNKS ? ", ..." : "",
-               (double)acts / 1048576.0, p->max_in_flight, p->max_in_flight == 1 ? "" : "es", bubble,
-               p->ideal_bubble);
+               (double)acts / 1048576.0, p->max_in_flight, what, bubble, p->ideal_bubble);
     }
 }
 

@@ -315,7 +315,8 @@ typedef struct {
                                    * 1F1B), (P - 1) / (v M + P - 1) (interleaved), (P - 1) / (3 M + P - 1)
                                    * (ZB-H1), (P - 1) / (6 M + P - 1) (ZBV: the last rank's wait for the first
                                    * P - 1 forwards, which no list of one step avoids) */
-    int max_in_flight;            /* most micro-batches holding activations at once (full or checkpointed) */
+    int max_in_flight;            /* most micro-batches holding activations at once (full or checkpointed); with
+                                   * several chunks a rank, (micro-batch, chunk) records: up to chunks x M */
     int max_full_records;         /* most full activation records alive at once */
     size_t peak_acts_bytes;       /* most device bytes of activations held at once by the schedule */
     double action_s[3];           /* time in this rank's F, B and W actions (FSC_ACT_FORWARD, _BACKWARD, _WEIGHT)

@@ -196,6 +196,11 @@ static fsc_status check_shapes(const fsc_model *m, const run_arg *ra) {
                           ra->config);
             break;
         }
+        if (en && en->unreadable) { /* its ndim and shape say nothing (0 for more than 4 dimensions) */
+            s = fsc_error(FSC_ERR_FORMAT, "%s: %s has %s, which fsc does not read (the model expects floats: F32, BF16 "
+                          "or F16 of at most 4 dimensions)", path, p->name, en->unreadable);
+            break;
+        }
         const int nd = en ? en->ndim : t->ndim;
         const int64_t *shape = en ? en->shape : t->shape;
         int same = nd == p->ndim, rows = same && en && p->file_rows > 0; /* a padded vocabulary: its real rows */

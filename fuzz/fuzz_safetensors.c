@@ -1,6 +1,7 @@
 /* libFuzzer harness for the safetensors reader: any byte string either is refused with a status and a
  * message, or parses into entries that can all be found by name and read completely and in pieces, also as
- * weights (fsc_st_find_weight, fsc_st_read_f32 of float entries, fsc_st_check_copy); and
+ * weights (fsc_st_find_weight, fsc_st_read_f32 of float entries, fsc_st_check_copy); an entry listed as
+ * unreadable (another safetensors dtype, more than 4 dimensions) has FSC_DTYPE_COUNT and its reads are refused; and
  * parsing it never holds more than 6 bytes of heap per input byte (plus a few KB), whatever it holds.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_safetensors.c (or make fuzz). */
 #include <stdint.h>
@@ -31,6 +32,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint64_t bytes = e->end - e->begin;
         covered += bytes;
         if (bytes > size) __builtin_trap(); /* validated entries lie inside the input */
+        if (e->unreadable) { /* listed, placed, never read: every read refused with its reason */
+            float x;
+            if (e->dtype != FSC_DTYPE_COUNT || fsc_st_read(f, e, &x, 0, 0) == FSC_OK ||
+                fsc_st_read_f32(f, e, &x, 0, 0) == FSC_OK || fsc_last_error()[0] == 0)
+                __builtin_trap();
+            if (fsc_st_find_weight(f, e->name) != e) __builtin_trap();
+            if (i > 0) (void)fsc_st_check_copy(f, fsc_st_entry_at(f, i - 1)->name, e->name, "fuzz");
+            continue;
+        }
         size_t es = numel ? (size_t)(bytes / numel) : 1;
         uint8_t *all = malloc(bytes + 1), *part = malloc(bytes + 1);
         if (!all || !part) abort();

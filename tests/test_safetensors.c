@@ -395,6 +395,37 @@ static void test_remove_leftovers(void **state) {
     assert_int_equal(removed, 0);
 }
 
+/* A save through a link writes its temporary beside the file the link points to (fsc_st_writer_open): a killed
+ * one's leftover is found there from the link's path. Oracle: the leftover of a gone pid beside the target is
+ * removed (1), the link and its target stay. */
+static void test_remove_leftovers_through_link(void **state) {
+    (void)state;
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    assert_int_equal(waitpid(gone, NULL, 0), gone);
+    char sub[400], tgt[500], lnk[500], left[600];
+    snprintf(sub, sizeof sub, "%s/linked", g_dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    snprintf(tgt, sizeof tgt, "%s/real.st", sub);
+    snprintf(lnk, sizeof lnk, "%s/lnk.st", g_dir);
+    snprintf(left, sizeof left, "%s.tmp.%ld.0", tgt, (long)gone);
+    FILE *fp = fopen(tgt, "wb");
+    assert_non_null(fp);
+    fclose(fp);
+    assert_non_null(fp = fopen(left, "wb"));
+    fclose(fp);
+    assert_int_equal(symlink(tgt, lnk), 0);
+    int removed = -1;
+    assert_ok(fsc_st_remove_leftovers(lnk, &removed));
+    assert_int_equal(removed, 1);
+    assert_int_equal(access(left, F_OK), -1);
+    assert_int_equal(access(tgt, F_OK), 0);
+    struct stat lb;
+    assert_int_equal(lstat(lnk, &lb), 0);
+    assert_true(S_ISLNK(lb.st_mode));
+    unlink(lnk), unlink(tgt), rmdir(sub);
+}
+
 /* Oracle: abort and a refused commit leave nothing behind; commit refuses tensors not fully written. */
 static void test_abort_and_incomplete(void **state) {
     (void)state;
@@ -874,6 +905,7 @@ int main(void) {
         cmocka_unit_test(test_writer_path_not_regular),
         cmocka_unit_test(test_abort_and_incomplete),
         cmocka_unit_test(test_remove_leftovers),
+        cmocka_unit_test(test_remove_leftovers_through_link),
         cmocka_unit_test(test_writer_misuse),
         cmocka_unit_test(test_short_file),
         cmocka_unit_test(test_header_longer_than_file),

@@ -304,6 +304,34 @@ static void test_config_checked_first(void **st) {
     free(err), free(path), free(cmd);
 }
 
+/* An entry fsc lists but cannot read (more than 4 dimensions: ndim 0 in fsc_st_entry) is refused for what it is,
+ * not as a tensor of shape [] (check_shapes ran before the loader's dtype check). Oracle: the message names the
+ * reason the reader gives, "more than 4 dimensions", and no "shape []". */
+static void test_unreadable_entry_named(void **st) {
+    (void)st;
+    char file[300];
+    snprintf(file, sizeof file, "%s/wide.safetensors", tmpdir);
+    const char *hdr = "{\"__metadata__\":{\"" FSC_ST_META_MODEL "\":\"{\\\"layers\\\":1,\\\"dim\\\":16,"
+                      "\\\"heads\\\":2,\\\"seq\\\":8,\\\"vocab\\\":256}\"},\"wte.weight\":{\"dtype\":\"F32\","
+                      "\"shape\":[1,1,1,256,16],\"data_offsets\":[0,16384]}}";
+    FILE *f = fopen(file, "wb");
+    assert_non_null(f);
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)strlen(hdr) >> (8 * i));
+    static float zeros[256 * 16];
+    assert_int_equal(fwrite(len, 1, 8, f), 8);
+    assert_int_equal(fwrite(hdr, 1, strlen(hdr), f), strlen(hdr));
+    assert_int_equal(fwrite(zeros, 1, sizeof zeros, f), sizeof zeros);
+    assert_int_equal(fclose(f), 0);
+    char *cmd = prog_fmt("'%s' --model '%s' --tokens 1 > '%s/out' 2> '%s/err'", sampler, file, tmpdir, tmpdir);
+    int status = system(cmd);
+    char *path = prog_fmt("%s/err", tmpdir), *err = prog_slurp(path);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || !strstr(err, "wte.weight has more than 4 dimensions") ||
+        strstr(err, "shape []"))
+        fail_msg("status %d, stderr \"%s\"", status, err);
+    free(err), free(path), free(cmd);
+}
+
 static void test_refusals(void **st) {
     (void)st;
     char args[PATH_MAX + 256], path[PATH_MAX], *out = NULL, *err = NULL;
@@ -383,6 +411,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_seeds),        cmocka_unit_test(test_trained_file),
         cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_config_checked_first),
+        cmocka_unit_test(test_unreadable_entry_named),
         cmocka_unit_test(test_program_name),
         cmocka_unit_test(test_tokenizer),
     };

@@ -384,6 +384,16 @@ fsc_status fsc_st_remove_leftovers(const char *path, int *removed) {
     if (removed) *removed = 0;
     FSC_CHECK_ARG(path);
     if (!*path) return fsc_error(FSC_ERR_INVALID, "fsc_st_remove_leftovers: empty path");
+    /* a link to a file: its writer made its temporaries beside the file it points to (fsc_st_writer_open) */
+    struct stat lb;
+    if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (real) {
+            const fsc_status s = fsc_st_remove_leftovers(real, removed);
+            free(real);
+            return s;
+        }
+    }
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     size_t dn = slash ? (size_t)(slash - path) : 1, bn = strlen(base);
     if (dn >= sizeof dir || !bn) return fsc_error(FSC_ERR_INVALID, "%s: not a file path", path);

@@ -84,7 +84,8 @@ fsc_status fsc_st_writer_commit(fsc_st_writer *w);
 void fsc_st_writer_abort(fsc_st_writer *w);
 /* Remove what writers of path killed before their commit left (their temporary files): the files of path's
  * directory named exactly "<name>.tmp.<pid>.<k>" (name: path's last component; pid and k decimal) that are
- * regular files of this user whose process is no longer running on this machine. Never another name, a link,
+ * regular files of this user whose process is no longer running on this machine (path a link to a file: beside the
+ * file it points to, where fsc_st_writer_open writes). Never another name, a link,
  * this process's own, or a live process's (a writer on another machine writing the same path is not seen:
  * two writers of one path are a conflict anyway). *removed (may be NULL) counts them; FSC_ERR_IO only when the
  * directory cannot be listed (a missing one holds none). */

@@ -425,7 +425,8 @@ static void write_file(const char *path, const char *text) {
  * whole), an event name holding escaped quotes and "]," and nested args, a streamed file cut short whose events
  * span several lines (pretty-printed) with a "}" inside a string, and a bare array of events (Chrome's other form)
  * merge into every event once with its name and args as written; a file that is no trace and one with garbage
- * between its events are refused. */
+ * between its events are refused, and a refused merge writes nothing (it wrote the good files' events, an unclosed
+ * trace, before the bad one). */
 static void test_merge_forms(void **state) {
     (void)state;
     char dir[256], p[400];
@@ -461,12 +462,18 @@ static void test_merge_forms(void **state) {
         snprintf(sub, sizeof sub, "%s/bad%d", dir, i);
         assert_int_equal(mkdir(sub, 0777), 0);
         snprintf(p, sizeof p, "%s/rank-0.json", sub);
+        write_file(p, "{\"traceEvents\":[{\"name\":\"good\",\"ph\":\"X\",\"pid\":0,\"ts\":1,\"dur\":1}]}");
+        snprintf(p, sizeof p, "%s/rank-1.json", sub);
         write_file(p, bad[i]);
         const char *src = __FILE__, *slash = strrchr(src, '/');
-        snprintf(cmd, sizeof cmd, "'%.*s../tools/trace_merge' '%s' > /dev/null 2>&1",
-                 slash ? (int)(slash - src + 1) : 0, src, sub);
+        snprintf(cmd, sizeof cmd, "'%.*s../tools/trace_merge' '%s' > '%s/out.json' 2>/dev/null",
+                 slash ? (int)(slash - src + 1) : 0, src, sub, sub);
         int st = system(cmd);
         assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+        snprintf(p, sizeof p, "%s/out.json", sub);
+        struct stat sb;
+        assert_int_equal(stat(p, &sb), 0);
+        assert_int_equal(sb.st_size, 0);
     }
 }
 

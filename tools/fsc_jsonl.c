@@ -376,6 +376,11 @@ static int jl_slurp(const char *path, char **buf, size_t *n, char *err, size_t e
     return 0;
 }
 
+static int emit_none(void *arg, const char *ev, size_t len) {
+    (void)arg, (void)ev, (void)len;
+    return 0;
+}
+
 static int emit_file(void *arg, const char *ev, size_t len) {
     int *first = arg;
     int bad = (*first ? 0 : fputs(",\n", stdout) < 0) || fwrite(ev, 1, len, stdout) != len;
@@ -419,25 +424,29 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc >= 3 && strcmp(argv[1], "trace-merge") == 0) {
+        /* every file read once without output first: a bad one then fails the merge before a byte is written, so
+         * no half-merged, unclosed trace is left where the output was redirected */
         int first = 1;
-        fputs("{\"traceEvents\":[\n", stdout);
-        for (int i = 2; i < argc; i++) {
-            char *text = NULL;
-            size_t n = 0, count = 0;
-            int cut = 0;
-            if (jl_slurp(argv[i], &text, &n, err, sizeof err) != 0) {
-                fprintf(stderr, "fsc-jsonl: %s\n", err);
-                return 1;
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass) fputs("{\"traceEvents\":[\n", stdout);
+            for (int i = 2; i < argc; i++) {
+                char *text = NULL;
+                size_t n = 0, count = 0;
+                int cut = 0;
+                if (jl_slurp(argv[i], &text, &n, err, sizeof err) != 0) {
+                    fprintf(stderr, "fsc-jsonl: %s\n", err);
+                    return 1;
+                }
+                int rc = jl_trace_events(text, n, pass ? emit_file : emit_none, &first, &count, &cut, err, sizeof err);
+                free(text);
+                if (rc != 0) {
+                    fprintf(stderr, "fsc-jsonl: %s: %s\n", argv[i], err);
+                    return 1;
+                }
+                if (cut && pass)
+                    fprintf(stderr, "fsc-jsonl: %s ends early (a run that was killed?): its %zu whole events taken\n",
+                            argv[i], count);
             }
-            int rc = jl_trace_events(text, n, emit_file, &first, &count, &cut, err, sizeof err);
-            free(text);
-            if (rc != 0) {
-                fprintf(stderr, "fsc-jsonl: %s: %s\n", argv[i], err);
-                return 1;
-            }
-            if (cut)
-                fprintf(stderr, "fsc-jsonl: %s ends early (a run that was killed?): its %zu whole events taken\n",
-                        argv[i], count);
         }
         fputs("\n],\"displayTimeUnit\":\"ms\"}\n", stdout);
         if (fflush(stdout) != 0) {

@@ -1,5 +1,5 @@
-/* libFuzzer harness for pipeline schedules as text (fsc_pipe_schedule_parse: a schedule file, fsc-train's
- * --schedule-file). The input is the text.
+/* libFuzzer harness for pipeline schedules as text (fsc_pipe_schedule_parse and _parse_ranks: a schedule file,
+ * fsc-train's --schedule-file). The input is the text.
  * Checks: the parser never crashes or hangs and holds at most 64 KiB plus 128 bytes per input byte of heap (counted
  * through the sanitizer's allocation hooks); a refusal is FSC_ERR_INVALID with a message and leaves the lists
  * zeroed; an accepted text has sizes in range, every line outside comments either blank, the one placement line
@@ -62,6 +62,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (memchr(text, '\0', size) || action_lines(text, size) != s.p) __builtin_trap();
     if (s.p < 1 || s.v < 1 || s.m < 1 || (s.placement == FSC_PIPE_V && s.v != 2)) __builtin_trap();
+    fsc_pipe_schedule_lists u; /* fsc_pipe_schedule_parse_ranks: the text's own count reads the same, another is refused */
+    if (fsc_pipe_schedule_parse_ranks(text, size, s.p + 1, &u) != FSC_ERR_INVALID || u.lists) __builtin_trap();
+    if (fsc_pipe_schedule_parse_ranks(text, size, s.p, &u) != FSC_OK || u.p != s.p || u.m != s.m) __builtin_trap();
+    fsc_pipe_schedule_lists_free(&u);
     const fsc_pipe_action *const *l = (const fsc_pipe_action *const *)s.lists;
     if (fsc_pipe_schedule_validate_placed(s.placement, s.p, s.v, s.m, l, s.lens) != FSC_OK) __builtin_trap();
     size_t len = 0;

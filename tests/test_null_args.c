@@ -2259,6 +2259,11 @@ static void null_fsc_pipe_schedule_parse(void) {
     INVALID(fsc_pipe_schedule_parse(P, 0, NULL), "out");
 }
 
+static void null_fsc_pipe_schedule_parse_ranks(void) {
+    INVALID(fsc_pipe_schedule_parse_ranks(NULL, 0, 2, P), "text");
+    INVALID(fsc_pipe_schedule_parse_ranks(P, 0, 2, NULL), "out");
+}
+
 static void null_fsc_pipe_schedule_lists_free(void) { CALL(fsc_pipe_schedule_lists_free(NULL)); }
 
 static void null_fsc_pipe_schedule_format(void) {
@@ -3016,6 +3021,7 @@ static const struct row rows[] = {
     ROW(fsc_pipe_schedule_lists_free),
     ROW(fsc_pipe_schedule_make),
     ROW(fsc_pipe_schedule_parse),
+    ROW(fsc_pipe_schedule_parse_ranks),
     ROW(fsc_pipe_schedule_validate),
     ROW(fsc_pipe_schedule_validate_placed),
     NONE(fsc_pipe_schedule_placement),

@@ -168,6 +168,38 @@ static void test_rank_limit_early(void **state) {
     free(t);
 }
 
+/* A text of another number of lines than the pipeline's ranks (two lines joined, one cut in two, bare CR line ends
+ * that read as one line) is refused as such, not validated as another pipeline's lists (a deadlock, a stage that is
+ * not the rank's); the same text with the right count parses as fsc_pipe_schedule_parse reads it. */
+static void test_parse_ranks(void **state) {
+    (void)state;
+    static const char *const good = "0F0 0F1 0B0 0B1\n1F0 1B0 1F1 1B1\n";
+    static const struct { const char *text; int ranks; const char *needle; } bad[] = {
+        { "0F0 0F1 0B0 0B1 1F0 1B0 1F1 1B1\n", 2, "1 line of actions for 2 pipeline ranks" },
+        { "0F0 0F1 0B0 0B1\n1F0 1B0\n1F1 1B1\n", 2, "3 lines of actions for 2 pipeline ranks" },
+        { "0F0 0F1 0B0 0B1\r1F0 1B0 1F1 1B1\r", 2, "1 line of actions for 2 pipeline ranks" },
+        { "0F0 0F1 0B0 0B1\n1F0 1B0 1F1 1B1\n", 3, "2 lines of actions for 3 pipeline ranks" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fsc_pipe_schedule_lists s;
+        assert_int_equal(fsc_pipe_schedule_parse_ranks(bad[i].text, strlen(bad[i].text), bad[i].ranks, &s),
+                         FSC_ERR_INVALID);
+        if (!strstr(fsc_last_error(), bad[i].needle)) fail_msg("case %zu: message '%s'", i, fsc_last_error());
+        assert_null(s.lists);
+    }
+    fsc_pipe_schedule_lists a, b;
+    assert_ok(fsc_pipe_schedule_parse_ranks(good, strlen(good), 2, &a));
+    assert_ok(fsc_pipe_schedule_parse(good, strlen(good), &b));
+    assert_int_equal(a.p, 2);
+    assert_int_equal(a.m, b.m);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(a.lens[r], b.lens[r]);
+        assert_memory_equal(a.lists[r], b.lists[r], (size_t)a.lens[r] * sizeof **a.lists);
+    }
+    fsc_pipe_schedule_lists_free(&a);
+    fsc_pipe_schedule_lists_free(&b);
+}
+
 /* The writer's buffer: NULL and 0 ask the length; a short buffer is refused, cut with a NUL; bad lists refused. */
 static void test_format_buffer(void **state) {
     (void)state;
@@ -206,6 +238,7 @@ int main(void) {
         cmocka_unit_test(test_format_buffer),
         cmocka_unit_test(test_pytorch_input_part),
         cmocka_unit_test(test_rank_limit_early),
+        cmocka_unit_test(test_parse_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

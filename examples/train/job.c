@@ -4,7 +4,6 @@
  * Not here: the options themselves (options.c), the model configurations (models.c). */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include "train.h"
 
 /* The library's parallel options of the run: its defaults, then what the options set (an option the table lacks
@@ -88,27 +87,6 @@ void plan_job_free(fsc_plan_job *j) {
     j->config = NULL;
 }
 
-/* The lines of actions (ranks) of a schedule text, as fsc_pipe_schedule_parse counts them: not blank, not only a
- * comment, not the placement line. Counted before the text is parsed, whose stages map to ranks by this count: a
- * line cut in two or two lines joined (or a file with bare CR line ends, which read as one line) would otherwise
- * be validated as lists of another number of ranks, and refused for a stage, a chunk or a deadlock they do not
- * have. */
-static int action_lines(const char *t, size_t n) {
-    int lines = 0;
-    size_t i = n >= 3 && !memcmp(t, "\xef\xbb\xbf", 3) ? 3 : 0;
-    while (i < n) {
-        size_t e = i;
-        while (e < n && t[e] != '\n' && t[e] != '#') e++;
-        while (i < e && (t[i] == ' ' || t[i] == '\t' || t[i] == ',' || t[i] == '\r')) i++;
-        const int placement = e - i >= 9 && !memcmp(t + i, "placement", 9) &&
-                              (e - i == 9 || t[i + 9] == ' ' || t[i + 9] == '\t' || t[i + 9] == ',' || t[i + 9] == '\r');
-        if (i < e && !placement) lines++;
-        while (e < n && t[e] != '\n') e++;
-        i = e + 1;
-    }
-    return lines;
-}
-
 /* --schedule-file: the file's lists, checked against --pp and the micro-batches (c->sched). */
 int load_schedule_file(train_config *c, char *err, size_t cap) {
     if (!c->schedule_file || c->pp < 2) return 0;
@@ -116,22 +94,14 @@ int load_schedule_file(train_config *c, char *err, size_t cap) {
     size_t n = 0;
     snprintf(name, sizeof name, "--schedule-file %s", c->schedule_file);
     if (read_text_file(c->schedule_file, name, 64u << 20, &text, &n, err, cap) != 0) return -1; /* 2^20 micro-batches */
-    const int lines = action_lines(text, n);
-    if (lines > 0 && lines != c->pp) {
-        free(text);
-        return snprintf(err, cap, "%s has %d lines of actions (pipeline ranks) but --pp is %d (one line per rank: "
-                        "is a line cut in two, or are two joined?)", name, lines, c->pp), -1;
-    }
-    fsc_pipe_schedule_lists *s = calloc(1, sizeof *s);
-    fsc_status st = s ? fsc_pipe_schedule_parse(text, n, s) : fsc_error(FSC_ERR_NOMEM, "out of memory");
+    fsc_pipe_schedule_lists *s = calloc(1, sizeof *s); /* --pp's lines (a cut or joined line named as such) */
+    fsc_status st = s ? fsc_pipe_schedule_parse_ranks(text, n, c->pp, s) : fsc_error(FSC_ERR_NOMEM, "out of memory");
     free(text);
     if (st != FSC_OK) {
         free(s);
         return snprintf(err, cap, "%s: %s", name, fsc_last_error()), -1;
     }
     c->sched = s;
-    if (s->p != c->pp)
-        return snprintf(err, cap, "%s has %d lines of actions (pipeline ranks) but --pp is %d", name, s->p, c->pp), -1;
     if (s->m != c->accum)
         return snprintf(err, cap, "%s runs %d micro-batches but the run has %d (--chunks)", name, s->m, c->accum), -1;
     return 0;

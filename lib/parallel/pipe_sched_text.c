@@ -120,6 +120,8 @@ static fsc_status read_line(const char *s, const char *end, int line, raw_rank *
 
 /* The lists of the ranks read: every action's stage on its rank, chunks and micro-batches counted. */
 static fsc_status to_lists(raw_rank *ranks, int p, fsc_pipe_placement pl, fsc_pipe_schedule_lists *out) {
+    if (p < 1 || p > MAX_RANKS) /* the caller refused none and push_rank more than MAX_RANKS */
+        return fsc_error(FSC_ERR_INTERNAL, "pipeline schedule text: %d ranks", p);
     int top = 0, m = 0;
     for (int r = 0; r < p; r++)
         for (int i = 0; i < ranks[r].n; i++) {
@@ -154,6 +156,10 @@ static fsc_status to_lists(raw_rank *ranks, int p, fsc_pipe_placement pl, fsc_pi
 }
 
 fsc_status fsc_pipe_schedule_parse(const char *text, size_t len, fsc_pipe_schedule_lists *out) {
+    return fsc_pipe_schedule_parse_ranks(text, len, 0, out);
+}
+
+fsc_status fsc_pipe_schedule_parse_ranks(const char *text, size_t len, int want, fsc_pipe_schedule_lists *out) {
     FSC_CHECK_ARG(out);
     memset(out, 0, sizeof *out);
     FSC_CHECK_ARG(text);
@@ -177,8 +183,9 @@ fsc_status fsc_pipe_schedule_parse(const char *text, size_t len, fsc_pipe_schedu
     if (st == FSC_OK && nr == 0)
         st = fsc_error(FSC_ERR_INVALID, "pipeline schedule text: no rank's actions (one line of actions per pipeline "
                        "rank, such as '0F0 0F1 0B0 0B1')");
-    if (st == FSC_OK && nr > MAX_RANKS)
-        st = fsc_error(FSC_ERR_INVALID, "pipeline schedule text: %d lines of actions (ranks), at most %d", nr, MAX_RANKS);
+    if (st == FSC_OK && want > 0 && nr != want)
+        st = fsc_error(FSC_ERR_INVALID, "pipeline schedule text: %d line%s of actions for %d pipeline ranks (one line "
+                       "per rank: is a line cut in two, or are two joined?)", nr, nr == 1 ? "" : "s", want);
     if (st == FSC_OK && pl == FSC_PIPE_V) {
         for (int r = 0; r < nr && st == FSC_OK; r++)
             for (int i = 0; i < ranks[r].n && st == FSC_OK; i++)

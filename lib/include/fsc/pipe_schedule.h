@@ -87,6 +87,11 @@ typedef struct {
 /* Reads len bytes of text into *out (fsc_pipe_schedule_lists_free) and validates the lists as the engine does
  * (fsc_pipe_schedule_validate_placed); the messages name the line and the action. *out is zeroed on failure. */
 fsc_status fsc_pipe_schedule_parse(const char *text, size_t len, fsc_pipe_schedule_lists *out);
+/* fsc_pipe_schedule_parse for a pipeline of `ranks` ranks (0: as many as the text has lines of actions): a text
+ * of another number of lines is refused before its stages are mapped to ranks (a line cut in two, two lines joined,
+ * bare CR line ends), which would otherwise be validated as lists of another pipeline and refused for a stage, a
+ * chunk or a deadlock the text does not have. */
+fsc_status fsc_pipe_schedule_parse_ranks(const char *text, size_t len, int ranks, fsc_pipe_schedule_lists *out);
 void fsc_pipe_schedule_lists_free(fsc_pipe_schedule_lists *s);
 /* The text of p ranks' lists under placement pl with v chunks per rank (what fsc_pipe_schedule_parse reads back
  * into the same lists), with a comment line first: *len its length; written into buf with a NUL when cap > *len

@@ -11,15 +11,17 @@
 /* The prefixes a head class puts before its base model's names, tried in order after the name itself. */
 static const char *const hf_prefixes[] = { "transformer." };
 
+/* The entry of name under prefix k, or NULL. */
+static const fsc_st_entry *prefixed(const fsc_st_file *f, size_t k, const char *name) {
+    char full[FSC_ST_MAX_NAME];
+    if ((size_t)snprintf(full, sizeof full, "%s%s", hf_prefixes[k], name) >= sizeof full) return NULL;
+    return fsc_st_find(f, full);
+}
+
 const fsc_st_entry *fsc_st_find_weight(const fsc_st_file *f, const char *name) {
     const fsc_st_entry *e = fsc_st_find(f, name);
-    if (e || !name) return e;
-    for (size_t k = 0; k < sizeof hf_prefixes / sizeof *hf_prefixes; k++) {
-        char full[FSC_ST_MAX_NAME];
-        if ((size_t)snprintf(full, sizeof full, "%s%s", hf_prefixes[k], name) >= sizeof full) continue;
-        if ((e = fsc_st_find(f, full))) return e;
-    }
-    return NULL;
+    for (size_t k = 0; !e && name && k < sizeof hf_prefixes / sizeof *hf_prefixes; k++) e = prefixed(f, k, name);
+    return e;
 }
 
 fsc_status fsc_st_find_weight_once(const fsc_st_file *f, const char *name, const char *path, const fsc_st_entry **out) {
@@ -27,15 +29,12 @@ fsc_status fsc_st_find_weight_once(const fsc_st_file *f, const char *name, const
     *out = NULL;
     FSC_CHECK_ARG(f);
     FSC_CHECK_ARG(name);
-    const fsc_st_entry *e = fsc_st_find(f, name);
-    for (size_t k = 0; k < sizeof hf_prefixes / sizeof *hf_prefixes; k++) {
-        char full[FSC_ST_MAX_NAME];
-        if ((size_t)snprintf(full, sizeof full, "%s%s", hf_prefixes[k], name) >= sizeof full) continue;
-        const fsc_st_entry *p = fsc_st_find(f, full);
-        if (p && e)
+    const fsc_st_entry *e = fsc_st_find_weight(f, name); /* the first of its names; any other is a second copy */
+    for (size_t k = 0; e && k < sizeof hf_prefixes / sizeof *hf_prefixes; k++) {
+        const fsc_st_entry *p = prefixed(f, k, name);
+        if (p && p != e)
             return fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is there twice, as %s and as %s: which one is meant is "
                              "unknown (keep one)", path ? path : "weights file", name, e->name, p->name);
-        if (!e) e = p;
     }
     *out = e;
     return FSC_OK;

@@ -31,6 +31,15 @@ struct fsc_st_writer {
     int state;             /* 0 declaring, 1 writing data, 2 a write failed, 3 renamed onto path */
 };
 
+/* Where a save to path writes: path itself, or, where path is a symbolic link, the file it points to (*real, a new
+ * string the caller frees); NULL (errno set) for a link to nothing. */
+static const char *through_link(const char *path, char **real) {
+    struct stat lb;
+    *real = NULL;
+    if (lstat(path, &lb) != 0 || !S_ISLNK(lb.st_mode)) return path;
+    return *real = realpath(path, NULL);
+}
+
 fsc_status fsc_st_writer_open(const char *path, fsc_st_writer **out) {
     FSC_CHECK_ARG(path);
     FSC_CHECK_ARG(out);
@@ -41,19 +50,18 @@ fsc_status fsc_st_writer_open(const char *path, fsc_st_writer **out) {
     /* commit renames the temporary onto path: that would replace a device (/dev/null), a FIFO or a directory's
      * link with a regular file, and a link to a file with the file. A path that exists must be a regular file,
      * and a link to one is written where it points (the link stays). */
-    struct stat sb, lb;
+    struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return fsc_error(FSC_ERR_INVALID, "%s: exists and is not a regular file (%s): weights are written to a "
                          "regular file, which replaces it", path, S_ISDIR(sb.st_mode) ? "a directory"
                          : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISFIFO(sb.st_mode) ? "a FIFO"
                          : "a socket or other special file");
     char *real = NULL;
-    if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
-        if (!(real = realpath(path, NULL)))
-            return fsc_error(FSC_ERR_INVALID, "%s: a link to nothing (%s): give the file's own path", path,
-                             errstr(errno, eb, sizeof eb));
-        path = real;
-    }
+    const char *target = through_link(path, &real);
+    if (!target)
+        return fsc_error(FSC_ERR_INVALID, "%s: a link to nothing (%s): give the file's own path", path,
+                         errstr(errno, eb, sizeof eb));
+    path = target;
     fsc_st_writer *w = calloc(1, sizeof *w);
     size_t tl = strlen(path) + 64;
     if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(tl))) {
@@ -385,14 +393,11 @@ fsc_status fsc_st_remove_leftovers(const char *path, int *removed) {
     FSC_CHECK_ARG(path);
     if (!*path) return fsc_error(FSC_ERR_INVALID, "fsc_st_remove_leftovers: empty path");
     /* a link to a file: its writer made its temporaries beside the file it points to (fsc_st_writer_open) */
-    struct stat lb;
-    if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
-        char *real = realpath(path, NULL);
-        if (real) {
-            const fsc_status s = fsc_st_remove_leftovers(real, removed);
-            free(real);
-            return s;
-        }
+    char *real = NULL;
+    if (through_link(path, &real) && real) {
+        const fsc_status s = fsc_st_remove_leftovers(real, removed);
+        free(real);
+        return s;
     }
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     size_t dn = slash ? (size_t)(slash - path) : 1, bn = strlen(base);

@@ -209,13 +209,17 @@ static void *start_watchdog(void *arg) {
     return NULL;
 }
 
-static fsc_status started_fn(fsc_rank *r, void *arg) {
-    start_watch *w = arg;
+/* Nothing to watch any more: the rank function started, or the launch returned before it. */
+static void watch_done(start_watch *w) {
     pthread_mutex_lock(&w->mu);
     w->started = 1;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
-    return flight_fn(r, (void *)w->job);
+}
+
+static fsc_status started_fn(fsc_rank *r, void *arg) {
+    watch_done(arg);
+    return flight_fn(r, (void *)((start_watch *)arg)->job);
 }
 
 /* fsc_cluster_run_from_env_opts(co, flight_fn, job) under start_watchdog. */
@@ -227,10 +231,7 @@ static fsc_status run_launched(const fsc_cluster_opts *co, const flight_job *job
     const int watching = pthread_create(&th, NULL, start_watchdog, &w) == 0;
     fsc_status s = fsc_cluster_run_from_env_opts(co, started_fn, &w);
     if (watching) {
-        pthread_mutex_lock(&w.mu);
-        w.started = 1; /* a launch refused before its rank function: nothing to watch any more */
-        pthread_cond_signal(&w.cv);
-        pthread_mutex_unlock(&w.mu);
+        watch_done(&w);
         pthread_join(th, NULL);
     }
     return s;

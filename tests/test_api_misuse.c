@@ -32,10 +32,16 @@ static void test_model_too_large_in_all(void **st) {
     fsc_device_free(dev);
 }
 
-static fsc_status after_free_rank(fsc_rank *r, void *arg) {
-    (void)arg;
+/* A GPT of one block of width 8, context 4, vocabulary 16. */
+static fsc_gpt_config tiny_gpt(void) {
     fsc_gpt_config c = fsc_gpt_config_default();
     c.layers = 1, c.dim = 8, c.heads = 2, c.seq = 4, c.vocab = 16;
+    return c;
+}
+
+static fsc_status after_free_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    const fsc_gpt_config c = tiny_gpt();
     fsc_model *m = NULL;
     fsc_engine *e = NULL;
     fsc_generator *g = NULL;
@@ -70,8 +76,7 @@ static void test_model_after_engine_free(void **st) {
 
 static fsc_status latest_rank(fsc_rank *r, void *arg) {
     const char *dir = arg;
-    fsc_gpt_config c = fsc_gpt_config_default();
-    c.layers = 1, c.dim = 8, c.heads = 2, c.seq = 4, c.vocab = 16;
+    const fsc_gpt_config c = tiny_gpt();
     fsc_parallel_opts po = fsc_parallel_opts_default();
     fsc_optim_config oc = fsc_optim_config_default();
     fsc_engine *e = NULL;

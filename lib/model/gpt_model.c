@@ -8,7 +8,6 @@
  * Its logits are the LM head layer's, its FLOPs the full configuration's (also on a tensor group), and wte.weight
  * declares lm_head.weight as its alias (GPT2LMHeadModel's copy of the tied head).
  * Not here: the layers and the records, passes and hooks (lib/layers), the description (gpt.c). */
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,9 +109,6 @@ static int num(const cJSON *o, const char *k, const char **bad) {
     return 0;
 }
 
-/* x as the float it sets; NAN (equal to nothing) past float's range, where the conversion is undefined */
-static float as_float(double x) { return fabs(x) <= FLT_MAX ? (float)x : NAN; }
-
 static void g_config(void *ctx, char *buf, size_t cap) { fsc_gpt_config_json(&GM(ctx)->g.cfg, buf, cap); }
 
 fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *recorded) {
@@ -150,12 +146,11 @@ fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *record
         return s;
     }
     /* an MoE model's routing and objective: top-k (0: 1), capacity factor (0: 1.0) and aux coefficient, compared as
-     * the floats they set (cJSON prints 15 digits when they read back within its tolerance: not always the same
-     * double); a recorded value past float's range, unconverted, differs (NAN) */
+     * the floats they set (fsc_json_same_float) */
     const cJSON *cap = cJSON_GetObjectItemCaseSensitive(o, "moe_capacity"), *aux = cJSON_GetObjectItemCaseSensitive(o, "moe_aux");
     const int ka = a.moe_top_k ? a.moe_top_k : 1;
-    const float capa = !cJSON_IsNumber(cap) || cap->valuedouble == 0 ? 1.0f : as_float(cap->valuedouble),
-                auxa = cJSON_IsNumber(aux) ? as_float(aux->valuedouble) : 0.0f;
+    const double capa = !cJSON_IsNumber(cap) || cap->valuedouble == 0 ? 1.0 : cap->valuedouble,
+                 auxa = cJSON_IsNumber(aux) ? aux->valuedouble : 0.0;
     cJSON_Delete(o);
     if (a.layers != b->layers || a.dim != b->dim || a.heads != b->heads || a.seq != b->seq || a.vocab != b->vocab)
         return fsc_error(FSC_ERR_INVALID, "written for a model of %d layers, width %d, %d heads, context %d, "
@@ -173,10 +168,10 @@ fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *record
     if (eb) {
         const int kb = b->moe_top_k ? b->moe_top_k : 1;
         const float capb = b->moe_capacity != 0 ? b->moe_capacity : 1.0f, auxb = b->moe_aux;
-        if (ka != kb || capa != capb || auxa != auxb)
+        if (ka != kb || !fsc_json_same_float(capa, capb) || !fsc_json_same_float(auxa, auxb))
             return fsc_error(FSC_ERR_INVALID, "written for a model with moe_top_k %d, moe_capacity %.9g, moe_aux %.9g; "
-                             "this engine's model has moe_top_k %d, moe_capacity %.9g, moe_aux %.9g", ka, (double)capa,
-                             (double)auxa, kb, (double)capb, (double)auxb);
+                             "this engine's model has moe_top_k %d, moe_capacity %.9g, moe_aux %.9g", ka, capa, auxa,
+                             kb, (double)capb, (double)auxb);
     }
     return FSC_OK;
 }

@@ -3,7 +3,6 @@
  * handed to the engine (model.h): a sequential model of layers (layers.h: the token embedding, a Llama block
  * per decoder layer, the LM head with its final RMSNorm), wrapped to keep the Llama's own configuration
  * record, its check and its per-layer cost. Not here: the layers and the records, passes and hooks (lib/layers). */
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,19 +179,13 @@ void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
  * holds the same value (numbers compared as the floats and integers they set: 10000.0 is 10000), else the error
  * naming the first field of own whose recorded value differs or is missing (or the first recorded field own
  * lacks) with both values. */
-/* a and b set the same float (a number past float's range sets none: converting it would be undefined) */
-static int same_float(double a, double b) {
-    if (!(fabs(a) <= FLT_MAX) || !(fabs(b) <= FLT_MAX)) return a == b;
-    return (float)a == (float)b;
-}
-
 static fsc_status config_differs(const char *own, const char *recorded) {
     cJSON *a = fsc_json_parse(own), *b = fsc_json_parse(recorded);
     char field[64] = "", mine[64] = "", theirs[64] = "";
     const cJSON *x;
     cJSON_ArrayForEach(x, a) {
         const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
-        const int same = y && (cJSON_IsNumber(x) ? cJSON_IsNumber(y) && same_float(x->valuedouble, y->valuedouble)
+        const int same = y && (cJSON_IsNumber(x) ? cJSON_IsNumber(y) && fsc_json_same_float(x->valuedouble, y->valuedouble)
                                                  : cJSON_Compare(x, y, 1));
         if (same) continue;
         char *t = y ? cJSON_PrintUnformatted(y) : NULL, *m = cJSON_PrintUnformatted(x);

@@ -7,7 +7,6 @@
  * What differs between strategies (where parameters and gradients live) is behind fsc_strategy.
  * The vote runs on every precision: a step with inf or NaN in its loss or gradients on any rank applies no
  * update anywhere; weights are checked for inf/NaN when saved and loaded (fsc_engine_check_finite). */
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1115,13 +1114,6 @@ static const char *family_named(const cJSON *o) {
     return !f && cJSON_GetObjectItemCaseSensitive(o, "layers") ? "gpt2" : NULL;
 }
 
-/* Two recorded numbers are one model's: equal as the floats the models hold (a text's 1e-6 and its float's
- * 9.99999997e-07 agree); values beyond a float's range (a crafted file) are compared as they are. */
-static int same_as_floats(double a, double b) {
-    if (!(fabs(a) <= FLT_MAX) || !(fabs(b) <= FLT_MAX)) return a == b;
-    return (float)a == (float)b;
-}
-
 /* The family and heads a weights file records (its model configuration, FSC_ST_META_MODEL) against the model's
  * (no family: the GPT's, whose text predates the others): a file of another family is named as such before its
  * names are found missing, and a width split into other heads has the same shapes, so only the record tells. */
@@ -1144,7 +1136,7 @@ static fsc_status check_recorded_model(const fsc_engine *e, fsc_st_file *f, cons
     static const char *const keys[] = {"heads", "kv_heads", "rope_theta", "norm_eps"};
     for (size_t k = 0; k < sizeof keys / sizeof *keys && s == FSC_OK; k++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[k]), *y = cJSON_GetObjectItemCaseSensitive(b, keys[k]);
-        if (cJSON_IsNumber(x) && cJSON_IsNumber(y) && !same_as_floats(x->valuedouble, y->valuedouble))
+        if (cJSON_IsNumber(x) && cJSON_IsNumber(y) && !fsc_json_same_float(x->valuedouble, y->valuedouble))
             s = fsc_error(FSC_ERR_INVALID, "%s: written for a model of %s %g; this model has %g (the same shapes, "
                           "%s)", path, keys[k], x->valuedouble, y->valuedouble,
                           k < 2 ? "another split of the width" : "another model");

@@ -52,11 +52,11 @@ static void check_rows(char **p, int ncol) {
 
 static void fuzz_plot(const char *text, size_t n) {
     char *out = NULL, title[JL_TITLE_CAP], err[256] = "";
-    size_t outn = 0, skipped = 0;
+    size_t outn = 0, skipped = 0, nostep = 0;
     FILE *f = open_memstream(&out, &outn);
     if (!f) abort();
     cj_peak = cj_now;
-    int rc = jl_plot_tables(text, n, f, title, &skipped, err, sizeof err);
+    int rc = jl_plot_tables(text, n, f, title, &skipped, &nostep, err, sizeof err);
     if (fclose(f) != 0) abort();
     if (cj_peak - cj_now > 48 * n + (64 << 10)) __builtin_trap();
     if (rc != 0) { /* only out of memory, which the fuzzer's limits do not reach here */

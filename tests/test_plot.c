@@ -91,7 +91,8 @@ static void test_resumed_log(void **state) {
  * a key written with an escape ("\u006coss" is "loss"), an object nested inside a record that holds "step" and
  * "type" of its own, a nested value among the memory tags (not a tag), the tags of a later record in another
  * order (found by name), numbers as 1E+2, 2.50E-3 and null, a second config record whose nested object looks like
- * a train record, and a last line cut short (a killed run: skipped, said on stderr). The run's title (fsc-jsonl's
+ * a train record, a train record whose step is a string and a val record without one (skipped, counted on stderr),
+ * and a last line cut short (a killed run: skipped, said on stderr). The run's title (fsc-jsonl's
  * TITLE_FILE) keeps the model's name read through its escapes, without the quote. */
 static void test_json_forms(void **state) {
     (void)state;
@@ -111,6 +112,8 @@ static void test_json_forms(void **state) {
           "\"peak_bytes\":{\"total\":1048576,\"params\":0}}\n"
           "{\"type\":\"val\",\"step\":2,\"val_loss\":0.5}\n"
           "{\"type\":\"config\",\"config\":{\"model\":\"other\",\"note\":{\"type\":\"train\",\"step\":9,\"loss\":1}}}\n"
+          "{\"type\":\"train\",\"step\":\"4\",\"loss\":1}\n"
+          "{\"type\":\"val\",\"val_loss\":1}\n"
           "{\"type\":\"train\",\"step\":3,\"loss\":0.",
           f);
     assert_int_equal(fclose(f), 0);
@@ -127,6 +130,7 @@ static void test_json_forms(void **state) {
                        "2\t0.5\n";
     if (strcmp(out, want) != 0) fail_msg("tools/plot --data gave:\n%s\nexpected:\n%s", out, want);
     if (!strstr(err, "skipped 1 line that is not a JSON object")) fail_msg("stderr: %s", err);
+    if (!strstr(err, "skipped 2 train or val records without a finite number as its step")) fail_msg("stderr: %s", err);
     free(out), free(err), free(args);
     assert_true(asprintf(&args, "plot-data '%s' '%s'", log, title) > 0);
     assert_int_equal(prog_run(jsonl, args, tmpdir, NULL, NULL), 0);

@@ -5,7 +5,8 @@
  *   fsc-jsonl trace-merge FILE...                the traceEvents of every file (fsc_trace_write's rank-N.json)
  *       in one JSON trace on stdout
  * Every record is read as JSON: keys in any order, any spacing, escapes, nested objects, numbers in any form.
- * Log: one object per line; a line that is not a JSON object is skipped (counted on stderr); a record lacking a
+ * Log: one object per line; a line that is not a JSON object is skipped (counted on stderr), as is a train or val
+ * record whose step is not a finite number (counted apart); a record lacking a
  * value (lr, mfu before they are known; null) gives NaN; numbers are written as integers' digits or the shortest
  * text that reads back as the same double. A resumed run's log holds a step twice: the last record of a step wins,
  * and the rows come out in step order. The memory columns are the tags (keys of number values) of the first
@@ -147,16 +148,16 @@ static const char *jl_ws(const char *p, const char *end) {
 }
 
 /* The plot's tables of the log text[0..n) into out, the run's title (empty if none) into title (JL_TITLE_CAP
- * bytes), the number of lines skipped (not JSON objects) into *skipped. 0, or -1 with err set (out of memory,
- * a write that failed). */
-static int jl_plot_tables(const char *text, size_t n, FILE *out, char *title, size_t *skipped, char *err,
-                          size_t ecap) {
+ * bytes), the number of lines skipped (not JSON objects) into *skipped and of train and val records skipped for
+ * a step that is not a finite number into *nostep. 0, or -1 with err set (out of memory, a write that failed). */
+static int jl_plot_tables(const char *text, size_t n, FILE *out, char *title, size_t *skipped, size_t *nostep,
+                          char *err, size_t ecap) {
     jl_rows train = { 0 }, val = { 0 };
     char tags[JL_MAX_TAGS][64];
     int ntag = -1, rc = -1; /* -1: no tags known yet */
     size_t seq = 0;
     title[0] = '\0';
-    *skipped = 0;
+    *skipped = 0, *nostep = 0;
     for (size_t pos = 0; pos < n;) {
         const char *line = text + pos, *nl = memchr(line, '\n', n - pos);
         size_t len = nl ? (size_t)(nl - line) : n - pos;
@@ -212,6 +213,8 @@ static int jl_plot_tables(const char *text, size_t n, FILE *out, char *title, si
             bad = jl_push(&val, &row);
         } else if (strcmp(t, "config") == 0 && !title[0]) {
             jl_title(rec, title, JL_TITLE_CAP);
+        } else if (strcmp(t, "train") == 0 || strcmp(t, "val") == 0) {
+            ++*nostep; /* a train or val record whose step is missing, not a number or not finite */
         }
         cJSON_Delete(rec);
         if (bad) {
@@ -400,12 +403,12 @@ int main(int argc, char **argv) {
     char err[512];
     if (argc >= 3 && argc <= 4 && strcmp(argv[1], "plot-data") == 0) {
         char *text = NULL, title[JL_TITLE_CAP];
-        size_t n = 0, skipped = 0;
+        size_t n = 0, skipped = 0, nostep = 0;
         if (jl_slurp(argv[2], &text, &n, err, sizeof err) != 0) {
             fprintf(stderr, "fsc-jsonl: %s\n", err);
             return 1;
         }
-        int rc = jl_plot_tables(text, n, stdout, title, &skipped, err, sizeof err);
+        int rc = jl_plot_tables(text, n, stdout, title, &skipped, &nostep, err, sizeof err);
         free(text);
         if (rc != 0 || fflush(stdout) != 0) {
             fprintf(stderr, "fsc-jsonl: %s: %s\n", argv[2], rc ? err : "cannot write the tables");
@@ -414,6 +417,9 @@ int main(int argc, char **argv) {
         if (skipped)
             fprintf(stderr, "fsc-jsonl: %s: skipped %zu line%s that %s not a JSON object\n", argv[2], skipped,
                     skipped == 1 ? "" : "s", skipped == 1 ? "is" : "are");
+        if (nostep)
+            fprintf(stderr, "fsc-jsonl: %s: skipped %zu train or val record%s without a finite number as its step\n",
+                    argv[2], nostep, nostep == 1 ? "" : "s");
         if (argc == 4 && title[0]) {
             FILE *f = fopen(argv[3], "w");
             if (!f || fprintf(f, "%s\n", title) < 0 || fclose(f) != 0) {

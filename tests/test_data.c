@@ -387,6 +387,34 @@ static void test_changed_under_use(void **state) {
     free(b);
 }
 
+/* Oracle: a stream opened by relative paths (a file and a glob) reads the files it opened after the program changed
+ * its working directory, even where the new one holds files of those names: each read opens the file by the path
+ * resolved at open. */
+static void test_relative_paths(void **state) {
+    (void)state;
+    const uint8_t one[] = "abcdef", two[] = "ghij";
+    write_file("r1.txt", one, 6);
+    write_file("r2.txt", two, 4);
+    mkdir(path_of("elsewhere"), 0700);
+    write_file("elsewhere/r1.txt", two, 4); /* the same names in the new directory: not these files */
+    write_file("elsewhere/r2.txt", one, 6);
+    char cwd[4096];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(g_dir), 0);
+    fsc_data *d = NULL;
+    fsc_status s = fsc_data_open(&d, "r1.txt,r2*.txt", FSC_DATA_BYTES, 256);
+    assert_int_equal(chdir("elsewhere"), 0);
+    int32_t out[10];
+    fsc_status r = s == FSC_OK ? fsc_data_read(d, 0, 10, out) : s;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", fsc_last_error());
+    assert_int_equal(chdir(cwd), 0);
+    if (r != FSC_OK) fail_msg("%s", msg);
+    for (int i = 0; i < 10; i++) assert_int_equal(out[i], "abcdefghij"[i]);
+    assert_string_equal(fsc_data_file(d, 1), "r2.txt"); /* messages keep the names given */
+    fsc_data_free(d);
+}
+
 /* Oracle: a glob of more files than the kernel allows mappings per process (vm.max_map_count) opens and reads
  * as one stream: files are not mapped. Skipped where that limit is above 100000 files. */
 static void test_many_files(void **state) {
@@ -421,7 +449,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formats), cmocka_unit_test(test_format_names), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_vocab),   cmocka_unit_test(test_shards),       cmocka_unit_test(test_order),
-        cmocka_unit_test(test_changed_under_use), cmocka_unit_test(test_many_files),
+        cmocka_unit_test(test_changed_under_use), cmocka_unit_test(test_relative_paths),
+        cmocka_unit_test(test_many_files),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

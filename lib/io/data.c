@@ -17,6 +17,8 @@
 
 typedef struct {
     char *path;          /* name in messages */
+    char *at;            /* what each read opens: path, relative ones resolved against the working directory at
+                          * open (a later chdir of the program does not move the stream) */
     const uint8_t *mem;  /* a memory image (fsc_data_open_memory); NULL: the file at path, read with pread */
     uint64_t size;       /* its bytes when opened; every read checks the file still has them */
     dev_t dev;           /* the file's identity when opened (a file renamed over it is refused) */
@@ -116,7 +118,9 @@ static fsc_status parse_file(data_file *f, const uint8_t *buf, uint64_t len, fsc
     return FSC_OK;
 }
 
-static fsc_status add_file(fsc_data *d, const char *path) {
+/* Add file path to the stream; cwd: the working directory at open that a relative path is read from (NULL: path
+ * as it is, a memory image's name or when the directory has no name). */
+static fsc_status add_file(fsc_data *d, const char *path, const char *cwd) {
     if (d->n == d->cap) {
         int cap = d->cap ? 2 * d->cap : 8;
         data_file *f = realloc(d->f, (size_t)cap * sizeof *f);
@@ -127,13 +131,15 @@ static fsc_status add_file(fsc_data *d, const char *path) {
     memset(f, 0, sizeof *f);
     if (!(f->path = strdup(path))) return fsc_error(FSC_ERR_NOMEM, "data: out of memory");
     d->n++;
-    return FSC_OK;
+    if (!cwd || path[0] == '/') f->at = strdup(path);
+    else if ((f->at = malloc(strlen(cwd) + strlen(path) + 2))) sprintf(f->at, "%s/%s", cwd, path);
+    return f->at ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "data: out of memory");
 }
 
 /* Open file f for reading into *fd, its status in *sb: a regular file (refused before anything is read
  * otherwise; a kind named "now" when the file was opened before, as a replacement). */
 static fsc_status open_file(const data_file *f, int *fd, struct stat *sb, const char *now) {
-    int d = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: refused below */
+    int d = open(f->at, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: refused below */
     if (d < 0) return fsc_error(FSC_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
     if (fstat(d, sb) != 0) {
         int e = errno;
@@ -240,9 +246,10 @@ static int glob_error(const char *path, int err) {
 }
 
 /* Add the paths of one item of a spec: a path, or a glob matching at least one file. */
-static fsc_status add_item(fsc_data *d, const char *item) {
+static fsc_status add_item(fsc_data *d, const char *item, const char *cwd) {
     struct stat sb;
-    if (!strpbrk(item, "*?[") || stat(item, &sb) == 0) return add_file(d, item); /* a file named x[1].bin is itself */
+    if (!strpbrk(item, "*?[") || stat(item, &sb) == 0) /* a file named x[1].bin is itself */
+        return add_file(d, item, cwd);
     glob_t g;
     glob_failed = NULL, glob_errno = 0;
     int rc = glob(item, GLOB_ERR, glob_error, &g);
@@ -256,7 +263,7 @@ static fsc_status add_item(fsc_data *d, const char *item) {
         return s;
     }
     fsc_status s = FSC_OK;
-    for (size_t k = 0; k < g.gl_pathc && s == FSC_OK; k++) s = add_file(d, g.gl_pathv[k]);
+    for (size_t k = 0; k < g.gl_pathc && s == FSC_OK; k++) s = add_file(d, g.gl_pathv[k], cwd);
     globfree(&g);
     return s;
 }
@@ -268,7 +275,7 @@ fsc_status fsc_data_open(fsc_data **out, const char *spec, fsc_data_format forma
     if (!out || !spec) return fsc_error(FSC_ERR_INVALID, "fsc_data_open: NULL argument");
     *out = NULL;
     FSC_TRY(new_data(&d, format, vocab));
-    char *list = strdup(spec);
+    char *list = strdup(spec), *cwd = getcwd(NULL, 0); /* no name (removed, too long): relative paths stay so */
     fsc_status s = list ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "data: out of memory");
     int items = 1, item = 1;
     for (const char *c = spec; *c; c++) items += *c == ',';
@@ -276,14 +283,14 @@ fsc_status fsc_data_open(fsc_data **out, const char *spec, fsc_data_format forma
     if (s == FSC_OK && strspn(spec, ",") == strlen(spec))
         s = fsc_error(FSC_ERR_INVALID, "\"%s\": the list of files is empty", spec);
     else if (s == FSC_OK && strchr(spec, ',') && stat(spec, &sb) == 0) /* a file named a,b.bin is itself */
-        s = add_file(d, spec), list[0] = '\0';
+        s = add_file(d, spec, cwd), list[0] = '\0';
     for (char *p = list, *next; s == FSC_OK && p && *list; p = next, item++) {
         next = strchr(p, ',');
         if (next) *next++ = '\0';
-        s = *p ? add_item(d, p) : fsc_error(FSC_ERR_INVALID, "\"%s\": entry %d of %d is an empty path in the list of "
-                                            "files (a comma too many?)", spec, item, items);
+        s = *p ? add_item(d, p, cwd) : fsc_error(FSC_ERR_INVALID, "\"%s\": entry %d of %d is an empty path in the "
+                                                 "list of files (a comma too many?)", spec, item, items);
     }
-    free(list);
+    free(list), free(cwd);
     for (int i = 0; s == FSC_OK && i < d->n; i++) {
         uint8_t head[FSC_DATA_LLMC_HEADER];
         size_t hlen = 0;
@@ -312,7 +319,7 @@ fsc_status fsc_data_open_memory(fsc_data **out, int n, const void *const *bufs, 
     for (int i = 0; i < n && s == FSC_OK; i++) {
         char name[32];
         snprintf(name, sizeof name, "memory[%d]", i);
-        s = add_file(d, name);
+        s = add_file(d, name, NULL);
         if (s != FSC_OK) break;
         d->f[i].mem = bufs[i] ? bufs[i] : (const uint8_t *)"";
         d->f[i].size = bufs[i] ? lens[i] : 0;
@@ -329,7 +336,7 @@ fsc_status fsc_data_open_memory(fsc_data **out, int n, const void *const *bufs, 
 
 void fsc_data_free(fsc_data *d) {
     if (!d) return;
-    for (int i = 0; i < d->n; i++) free(d->f[i].path);
+    for (int i = 0; i < d->n; i++) free(d->f[i].path), free(d->f[i].at);
     free(d->f);
     free(d);
 }

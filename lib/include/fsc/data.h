@@ -13,8 +13,9 @@
  * u16 an even size; for llmc the magic, version and a count that agrees with the file's size). Token values
  * are checked against the vocabulary as they are read (fsc_data_read, fsc_data_batch), and all at once by
  * fsc_data_check (a sequential pass in 4 MiB reads: nothing is held).
- * The files must not change while the stream is open: each read opens the file again and refuses it (an I/O
- * error naming it) when it is no longer the file of the size that was opened, or ends early.
+ * The files must not change while the stream is open: each read opens the file again (a relative path from the
+ * working directory of fsc_data_open, whatever the program's directory is now) and refuses it (an I/O error
+ * naming it) when it is no longer the file of the size that was opened, or ends early.
  *
  * Data order (the trainer's contract): with N tokens, global batch B and context T, sequence i of step s
  * starts at ((s*B + i) * T) mod (N - T) of the stream (fsc_data_seq_start); its inputs are the T tokens

@@ -405,7 +405,7 @@ fsc_status fsc_data_check(const fsc_data *d) {
     FSC_CHECK_ARG(d);
     if (d->fmt == FSC_DATA_BYTES && d->vocab >= 256) return FSC_OK;
     if (d->fmt != FSC_DATA_BYTES && d->vocab >= 65536) return FSC_OK;
-    const size_t chunk = (size_t)1 << 20; /* tokens per read: 4 MiB, whatever the files' sizes */
+    const size_t chunk = (size_t)1 << 20; /* tokens per read (a 4 MiB buffer), whatever the files' sizes */
     int32_t *buf = malloc(chunk * sizeof *buf);
     if (!buf) return fsc_error(FSC_ERR_NOMEM, "fsc_data_check: out of memory");
     fsc_status s = FSC_OK;

@@ -12,7 +12,7 @@
  * their tokens are one stream, in that order. Opening checks each file's structure (a regular file; for
  * u16 an even size; for llmc the magic, version and a count that agrees with the file's size). Token values
  * are checked against the vocabulary as they are read (fsc_data_read, fsc_data_batch), and all at once by
- * fsc_data_check (a sequential pass in 4 MiB reads: nothing is held).
+ * fsc_data_check (a sequential pass in reads of 2^20 tokens: nothing is held).
  * The files must not change while the stream is open: each read opens the file again (a relative path from the
  * working directory of fsc_data_open, whatever the program's directory is now) and refuses it (an I/O error
  * naming it) when it is no longer the file of the size that was opened, or ends early.

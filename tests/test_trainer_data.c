@@ -144,6 +144,10 @@ static void test_refusals(void **state) {
         /* --data-format auto: the validation files are read in the format detected for --data */
         {"--data '%s/data.llmc' --val-data '%s/data.u16'", "data.u16 is not an llm.c token shard"},
         {"--data '%s/data.txt' --val-data '%s/data.llmc'", "data.llmc begins with llm.c's magic 20240520"},
+        /* ... and the message says so, not only how the file would read on its own */
+        {"--data '%s/data.txt' --val-data '%s/data.llmc'", "under --data-format auto, --val-data is read in the format "
+                                                           "detected for --data (bytes), and these files are llmc"},
+        {"--data '%s/data.llmc' --val-data '%s/data.txt'", "format detected for --data (llmc), and these files are bytes"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char *a = prog_fmt(cases[c].args, tmpdir, tmpdir), *full = prog_fmt(TINY " %s", a);

@@ -79,9 +79,18 @@ int load_val_data(const train_config *c, const fsc_data *train, fsc_data **out, 
                       (unsigned long long)fsc_data_tokens(*out), c->seq, c->seq + 1);
     if (s == FSC_OK) s = fsc_data_check(*out);
     if (s == FSC_OK) return 0;
-    snprintf(err, cap, "--val-data %s: %s", c->val_data, fsc_last_error());
+    int n = snprintf(err, cap, "--val-data %s: %s", c->val_data, fsc_last_error());
     fsc_data_free(*out);
     *out = NULL;
+    fsc_data *own = NULL; /* under auto, files of another format than --data's: the message was about reading them
+                           * as --data's, so say where that format came from */
+    if (f != (fsc_data_format)c->data_format && n >= 0 && (size_t)n < cap &&
+        fsc_data_open(&own, c->val_data, FSC_DATA_AUTO, c->vocab) == FSC_OK && fsc_data_tokens(own) > 0 &&
+        fsc_data_format_of(own) != f)
+        snprintf(err + n, cap - (size_t)n, "; under --data-format auto, --val-data is read in the format detected for "
+                 "--data (%s), and these files are %s: give files of one format", fsc_data_format_name(f),
+                 fsc_data_format_name(fsc_data_format_of(own)));
+    fsc_data_free(own);
     return -1;
 }
 

@@ -592,6 +592,34 @@ static void test_plan_moe(void **st) {
     check_job("moe ep 2", &j);
 }
 
+/* The exact reduction (po.reduce_exact): its int64 buffers, shadows and records planned as the cpu device runs
+ * them, also where a gradient's reduction group is one rank (a data group of 1 under tp 2, an expert-data group of
+ * 1 under ep 2 at world 2), which the cpu device converts straight into the reduced gradient's shadow. */
+static void test_plan_exact(void **st) {
+    (void)st;
+    fsc_plan_job j = small_gpt(2, 4);
+    j.po.reduce_exact = 1;
+    j.po.kind = FSC_PAR_FSDP;
+    j.po.accum = 2;
+    check_job("exact, fsdp 2, accum 2", &j);
+    j = small_gpt(1, 2);
+    j.po.reduce_exact = 1;
+    check_job("exact, one rank", &j);
+    j = small_llama(2, 2);
+    j.po.reduce_exact = 1;
+    j.po.kind = FSC_PAR_DDP;
+    j.po.tp = 2;
+    check_job("exact, llama tp 2", &j);
+    j = small_gpt(2, 2);
+    j.gpt.moe_experts = 4;
+    j.po.reduce_exact = 1;
+    j.po.kind = FSC_PAR_ZERO2;
+    j.po.ep = 2;
+    check_job("exact, moe ep 2, zero2", &j);
+    j.po.kind = FSC_PAR_FSDP;
+    check_job("exact, moe ep 2, fsdp", &j);
+}
+
 /* The job of a configuration text (fsc_plan_job.config, any family's) plans what the job of the same model's
  * struct plans, field for field (peaks, work, collectives), and its prediction equals its measured run. */
 static void same_plan(const char *name, const fsc_plan_job *a, const fsc_plan_job *b) {
@@ -963,6 +991,7 @@ int main(void) {
         cmocka_unit_test(test_plan_offload),
         cmocka_unit_test(test_plan_pipeline_tensor),
         cmocka_unit_test(test_plan_moe),
+        cmocka_unit_test(test_plan_exact),
         cmocka_unit_test(test_plan_config_text),
         cmocka_unit_test(test_plan_roles),
         cmocka_unit_test(test_plan_bad_jobs),

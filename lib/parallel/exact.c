@@ -367,7 +367,13 @@ fsc_status fsc_exact_reduce(fsc_engine *e, fsc_comm *c, int rs, fsc_comm *then, 
     const int fresh = !ranges_meet(&x->wr[k], at, at + nout);
     if (fresh) FSC_TRY(ranges_add(&x->wr[k], at, at + nout));
     int64_t *shadow = x->acc[k] + at;
-    if (N == 1 && M == 1 && fresh && x->direct) return convert(e, shadow, in, n); /* nothing to sum over */
+    if (N == 1 && M == 1 && fresh) { /* nothing to sum over: converted into the shadow (host), no device buffer */
+        if (x->direct) return convert(e, shadow, in, n);
+        FSC_TRY(reserve(x, n));
+        FSC_TRY(fsc_device_download(e->dev, x->hf, in, n * sizeof(float)));
+        (void)fsc_exact_from_f32(shadow, x->hf, n, x->E, &x->amax); /* out of range: amax shows it */
+        return take_terms(x, shadow, in, n);
+    }
     flight *f = take_slot(x);
     FSC_TRY(land(e, f)); /* the oldest in flight, when all slots are busy */
     if (f->cap < n) {

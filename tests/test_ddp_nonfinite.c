@@ -330,6 +330,25 @@ static void test_f16_floor_and_limit(void **state) {
 }
 
 /* Loading a weights file with one NaN fails on every rank of every strategy, naming tensor and element. */
+/* A floor above the initial scale: the default initial scale (65536) is checked against min_loss_scale as a given
+ * one is. It was not: with min_loss_scale 2^20 a run started at 65536 and its first overflow "backed off" to 2^20,
+ * sixteen times the scale that had just overflowed. */
+static void test_f16_floor_above_default_scale(void **state) {
+    (void)state;
+    nf_run r = make(1, FSC_PAR_NONE, 1);
+    r.po.param_dtype = r.po.reduce_dtype = FSC_F16;
+    r.po.min_loss_scale = 1048576.0f;
+    fsc_status s = fsc_cluster_run(&(fsc_cluster_opts){ .world = 1, .device = "cpu", .timeout_s = 30 }, nf_rank, &r);
+    assert_int_equal(s, FSC_ERR_INVALID);
+    const char *want = "init_loss_scale 65536 (the default) is below min_loss_scale 1.04858e+06";
+    if (!strstr(fsc_last_error(), want)) fail_msg("message \"%s\" lacks \"%s\"", fsc_last_error(), want);
+    r = make(1, FSC_PAR_NONE, 1); /* at the floor is fine */
+    r.po.param_dtype = r.po.reduce_dtype = FSC_F16;
+    r.po.min_loss_scale = 65536.0f;
+    train(&r);
+    assert_all(&r, r.st, r.msg, FSC_OK, NULL, "a floor equal to the default scale");
+}
+
 static void test_load_refuses_nonfinite(void **state) {
     (void)state;
     char dir[] = "/tmp/fsc_nf_XXXXXX", w[600];
@@ -402,6 +421,7 @@ int main(void) {
         cmocka_unit_test(test_skip_then_limit),
         cmocka_unit_test(test_f16_transient_overflows),
         cmocka_unit_test(test_f16_floor_and_limit),
+        cmocka_unit_test(test_f16_floor_above_default_scale),
         cmocka_unit_test(test_load_refuses_nonfinite),
         cmocka_unit_test(test_ckpt_piece_refuses_nonfinite),
     };

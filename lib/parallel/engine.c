@@ -326,9 +326,11 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
     if (!(po->init_loss_scale >= 0) || !isfinite(po->init_loss_scale)) /* it became 65536 without a word */
         return fsc_error(FSC_ERR_INVALID, "init_loss_scale must be a finite number >= 0 (0: the default 65536), not %g",
                          (double)po->init_loss_scale);
-    if (po->init_loss_scale > 0 && po->init_loss_scale < po->min_loss_scale)
-        return fsc_error(FSC_ERR_INVALID, "init_loss_scale %g is below min_loss_scale %g",
-                         (double)po->init_loss_scale, (double)po->min_loss_scale);
+    /* the default initial scale too: below the floor, the first overflow would raise the scale to the floor */
+    const float init_scale = po->init_loss_scale > 0 ? po->init_loss_scale : 65536.0f;
+    if (init_scale < po->min_loss_scale)
+        return fsc_error(FSC_ERR_INVALID, "init_loss_scale %g%s is below min_loss_scale %g", (double)init_scale,
+                         po->init_loss_scale > 0 ? "" : " (the default)", (double)po->min_loss_scale);
     if (!(oc->lr >= 0) || !isfinite(oc->lr)) return fsc_error(FSC_ERR_INVALID, "lr must be finite and >= 0");
     if (po->kind == FSC_PAR_FSDP && po->shard == FSC_SHARD_HYBRID) {
         const int g = fsc_layout_shard_size(po, dp);

@@ -64,7 +64,8 @@ typedef struct {
     fsc_dtype param_dtype;
     fsc_dtype reduce_dtype;
     float init_loss_scale;        /* f16: initial dynamic loss scale (default 65536) */
-    float min_loss_scale;         /* f16: the scale never backs off below this (0: default 1) */
+    float min_loss_scale;         /* f16: the scale never backs off below this (0: default 1); not above the
+                                   * initial scale (init_loss_scale or its default) */
     /* non-finite steps (docs/fsdp.md): every step, every rank votes on its loss and reduced gradients */
     fsc_nonfinite_policy nonfinite; /* f32/bf16: stop (default: the step fails with FSC_ERR_NUMERIC) or skip */
     int max_skipped_steps;        /* a step fails after this many skipped in a row, f16 overflows included

@@ -86,6 +86,8 @@ static void test_bad_options(void **st) {
         {"--lr 0x10", "--lr: '0x10' is not a decimal number"}, /* not 16 */
         {"--lr 1e-50", "--lr: 1e-50 is too small for a float"}, /* not 0 */
         {"--clip 1e-400", "--clip: 1e-400 is too small for a float"},
+        {"--lr 1e39", "--lr: 1e39 is too large for a float (the largest is 3.40282e+38)"}, /* finite, not "not finite" */
+        {"--clip 1e400", "--clip: 1e400 is too large for a float"},
         {"--momentum 2 --optimizer sgd", "--momentum"},
         {"--optimizer adam", "--optimizer"},
         {"--parallel magic", "--parallel"},

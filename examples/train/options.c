@@ -170,6 +170,9 @@ int set_option(train_config *c, const option *o, const char *v, char *err, size_
             return snprintf(err, cap, "--%s: %s is too small for a float (the smallest is %g%s)", o->name, v,
                             (double)FLT_MIN, strcmp(o->name, "moe-capacity") == 0 ? "" /* 0 is refused: checks.c */
                                                                                    : "; give 0 for none"), -1;
+        if ((errno == ERANGE && fabs(x) >= 1) || (isfinite(x) && !isfinite((float)x))) /* a float would hold inf */
+            return snprintf(err, cap, "--%s: %s is too large for a float (the largest is %g)", o->name, v,
+                            (double)FLT_MAX), -1;
         if (errno || !isfinite(x) || !isfinite((float)x))
             return snprintf(err, cap, "--%s: '%s' is not a finite number", o->name, v), -1;
         if (x < o->lo || x > o->hi) {

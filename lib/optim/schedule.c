@@ -1,5 +1,5 @@
 /* Learning-rate schedules (schedule.h): constant, linear warmup then cosine or linear decay to a minimum, each
- * a pure function of the step. The engine's rate (fsc_engine_set_lr) is in lib/parallel/lr.c. */
+ * a pure function of the step. The engine's rate (fsc_engine_set_lr) is in lib/parallel/engine.c. */
 #include <math.h>
 #include <string.h>
 #include "fsc/schedule.h"

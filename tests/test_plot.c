@@ -5,7 +5,7 @@
  * the last record's, in step order; a log the trainer wrote (--log) gives one row per step whose loss reads back
  * as --json's loss (the same double) and whose memory columns are the tags of the record; a log in JSON forms a
  * line-by-line text match misreads (test_json_forms says which) gives the tables written out by hand; bad usage
- * and a missing file fail; names with a single quote plot. */
+ * and a missing file fail; names with a single quote plot; a line break in a name runs no gnuplot command. */
 #include <limits.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -203,6 +203,44 @@ static void test_quoted_names(void **state) {
     free(args), free(out);
 }
 
+/* A log or picture name with a line break (a name may hold any byte but / and NUL): a gnuplot command ends at a
+ * line break, so the rest of a name pasted into a quoted string ran as gnuplot commands (system("...") among
+ * them). A stub gnuplot on the PATH keeps the script it is given: no line of it comes from the name; a picture name
+ * with a line break is refused (exit 2), the script never run. Needs no gnuplot. */
+static void test_line_break_names(void **state) {
+    (void)state;
+    char *bin = prog_fmt("%s/stubbin", tmpdir), *stub = prog_fmt("%s/gnuplot", bin);
+    char *kept = prog_fmt("%s/kept.gp", tmpdir), *log = prog_fmt("%s/b\nsystem(\"date\")\nb.jsonl", tmpdir);
+    assert_int_equal(mkdir(bin, 0755), 0);
+    FILE *f = fopen(stub, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\ncp \"$1\" '%s'\n", kept);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(stub, 0755), 0);
+    f = fopen(log, "w");
+    assert_non_null(f);
+    fputs("{\"type\":\"train\",\"step\":1,\"loss\":3,\"lr\":0.001,\"tokens_per_s\":100,\"peak_bytes\":{\"params\":1}}\n", f);
+    assert_int_equal(fclose(f), 0);
+    char *path = prog_fmt("%s:%s", bin, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    char *was = strdup(getenv("PATH") ? getenv("PATH") : "");
+    setenv("PATH", path, 1);
+    char *args = prog_fmt("'%s' '%s/p.png'", log, tmpdir), *out = NULL; /* (the names hold no single quote) */
+    int rc = prog_run(plot, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("tools/plot: exit %d\n%s", rc, out ? out : "");
+    free(out), free(args);
+    char *gp = prog_slurp(kept);
+    for (char *line = strtok(gp, "\n"); line; line = strtok(NULL, "\n"))
+        if (strncmp(line, "system", 6) == 0 || strncmp(line, "b.jsonl", 7) == 0) fail_msg("a line from the name: %s", line);
+    free(gp);
+    unlink(kept);
+    args = prog_fmt("'%s' '%s/q\nsystem(\"date\")\n#.png'", log, tmpdir);
+    assert_int_equal(prog_run(plot, args, tmpdir, &out, NULL), 2);
+    assert_non_null(strstr(out, "line break"));
+    assert_int_equal(access(kept, F_OK), -1); /* gnuplot not run */
+    setenv("PATH", was, 1);
+    free(out), free(args), free(path), free(was), free(log), free(kept), free(stub), free(bin);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_plot", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -225,6 +263,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_json_forms),
         cmocka_unit_test(test_trainer_log),
         cmocka_unit_test(test_quoted_names),
+        cmocka_unit_test(test_line_break_names),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

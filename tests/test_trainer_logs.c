@@ -557,6 +557,43 @@ static void test_log_resume_and_check_ddp(void **state) {
     free(a1), free(a2), free(a3), free(log), free(ck);
 }
 
+/* A log that a failed run left ending inside a line (its write cut short by a full disk) and a run that resumes
+ * into it: the resumed run's config record starts a line of its own (appended to the cut line, it was lost with it:
+ * that line is skipped as not JSON). Oracle: the lines of the file, the cut one alone. */
+static void test_log_resume_after_cut_line(void **state) {
+    (void)state;
+    char *log = prog_fmt("%s/cut.jsonl", tmpdir), *ck = prog_fmt("%s/ckcut", tmpdir);
+    char *a1 = prog_fmt(TINY " --steps 2 --save-every 2 --ckpt-dir %s --log %s", ck, log);
+    char *out = NULL;
+    assert_int_equal(prog_run(trainer, a1, tmpdir, &out, NULL), 0);
+    free(out);
+    FILE *f = fopen(log, "a");
+    assert_non_null(f);
+    fputs("{\"type\":\"train\",\"step\":3,\"lo", f); /* the record of step 3, cut short */
+    assert_int_equal(fclose(f), 0);
+    char *a2 = prog_fmt(TINY " --steps 3 --save-every 2 --ckpt-dir %s --resume %s --log %s", ck, ck, log);
+    int rc = prog_run(trainer, a2, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("resume: exit %d\n%s", rc, out);
+    free(out);
+    char *text = prog_slurp(log);
+    const char *want[] = { "config", "train", "train", NULL, "config", "train" };
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), n++) {
+        assert_true(n < 6);
+        cJSON *j = cJSON_Parse(line);
+        if (!want[n]) {
+            assert_string_equal(line, "{\"type\":\"train\",\"step\":3,\"lo");
+            assert_null(j);
+            continue;
+        }
+        if (!j) fail_msg("line %d is not JSON: %.80s", n + 1, line);
+        assert_string_equal(get(j, "type")->valuestring, want[n]);
+        cJSON_Delete(j);
+    }
+    assert_int_equal(n, 6);
+    free(text), free(a1), free(a2), free(log), free(ck);
+}
+
 static int has_event(const cJSON *root, const char *name, const char *group) {
     const cJSON *ev;
     cJSON_ArrayForEach(ev, cJSON_GetObjectItem(root, "traceEvents")) {
@@ -719,6 +756,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_log),
         cmocka_unit_test(test_log_host_peak),
         cmocka_unit_test(test_log_resume_and_check_ddp),
+        cmocka_unit_test(test_log_resume_after_cut_line),
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_mfu_peak),
         cmocka_unit_test(test_log_skipped_step_lr),

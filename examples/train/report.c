@@ -150,8 +150,19 @@ int make_dirs(const char *dir) {
     return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* Whether the regular file at path ends inside a line (its last byte is not a newline: a run that failed writing it,
+ * a full disk); an empty or unreadable file, or one that is not regular (a FIFO: not opened to be read), does not. */
+static int ends_mid_line(const char *path) {
+    struct stat sb;
+    FILE *f = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? fopen(path, "rb") : NULL;
+    int c = f && fseek(f, -1, SEEK_END) == 0 ? fgetc(f) : '\n';
+    if (f) fclose(f);
+    return c != EOF && c != '\n';
+}
+
 /* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
- * --log (from the start, or appended to with --resume) with the config as its first line; --trace's directory
+ * --log (from the start, or appended to with --resume: after a line a failed run left cut short, on a line of its
+ * own) with the config as its first line; --trace's directory
  * (every process makes it). (--ckpt-dir's train_config.json: write_run_config, once the run is accepted.) */
 int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
     *log = NULL;
@@ -161,9 +172,10 @@ int open_outputs(const train_config *c, const train_config *asked, int me, FILE 
     if (c->save && check_weights_path("save", c->save, err, cap) != 0) return -1;
     if (c->init_save && check_weights_path("init-save", c->init_save, err, cap) != 0) return -1;
     if (c->log) {
+        const int cut = c->resume && ends_mid_line(c->log); /* the config then starts a line of its own */
         if (!(*log = fopen(c->log, c->resume ? "a" : "w")))
             return snprintf(err, cap, "--log %s: cannot open: %s", c->log, strerror(errno)), -1;
-        if (log_config(*log, config_object(asked)) != 0) {
+        if ((cut && fputc('\n', *log) == EOF) || log_config(*log, config_object(asked)) != 0) {
             fclose(*log);
             *log = NULL;
             return snprintf(err, cap, "--log %s: cannot write: %s", c->log, strerror(errno)), -1;

@@ -222,7 +222,8 @@ static int count_lines(const char *file, const char *needle) {
 
 /* --trace of a zbv run: every rank's file holds, per step, an F, a B and a W span ("pipe") of each micro-batch on
  * each of its 2 chunks, each with the time it waited; tools/pipe_timeline draws the last step of the 2 ranks as
- * an SVG holding one box per action (2 ranks x 3 kinds x 2 chunks x 4 micro-batches = 48). */
+ * an SVG holding one box per action (2 ranks x 3 kinds x 2 chunks x 4 micro-batches = 48); tools/pipe_replay replays
+ * it and refuses what does not fit it. */
 static void test_trainer_zbv_trace(void **st) {
     (void)st;
     char *args = NULL, *dir = NULL, *svg = NULL, *cmd = NULL;
@@ -258,6 +259,19 @@ static void test_trainer_zbv_trace(void **st) {
         fail_msg("out of memory");
     assert_int_equal(system(cmd), 0);
     assert_int_equal(count_lines(svg, "<title>"), 48);
+    /* tools/pipe_replay (beside it) replays it: 2 ranks, 2 chunks in a V; a step the traces lack, a trace of more
+     * chunks than V, a V of 0 or a placement it does not know are refused (they printed a replay of nothing, 0.0 ms
+     * and bubble -nan, or of stages the run did not have) */
+    static const char *const replay[][2] = { { "2 2 v", "0" }, { "2 2 v 3", "1" }, { "2 1 loop", "1" },
+                                             { "2 0 v", "2" }, { "2 2 w", "2" } };
+    const int at = (int)(strrchr(tool, '/') - tool + 1);
+    for (size_t i = 0; i < sizeof replay / sizeof *replay; i++) {
+        free(cmd);
+        if (asprintf(&cmd, "cd '%s' && '%.*spipe_replay' 'run=1' %s >/dev/null 2>&1; test $? = %s", tmpdir, at, tool,
+                     replay[i][0], replay[i][1]) < 0)
+            fail_msg("out of memory");
+        if (system(cmd) != 0) fail_msg("tools/pipe_replay 'run=1' %s: not exit %s", replay[i][0], replay[i][1]);
+    }
     free(tool_rel);
     free(out), free(err), free(args), free(dir), free(svg), free(cmd);
 }

@@ -686,7 +686,8 @@ static void test_trace(void **state) {
 /* The peak MFU divides by (examples/train/peak.c). Oracles: with FSC_CACHE_DIR set, the first run measures and
  * writes the cache, the second reads the same number; a cached peak below the steps' own rate is raised to the
  * fastest step's, every logged MFU stays at most 1 and the cache holds the raised number; --peak-tflops is used as
- * given (and a step above it is raised too); an empty FSC_CACHE_DIR caches nothing. */
+ * given (and a step above it is raised too); several ranks (a BLAS thread each) have a cache file of their own, a
+ * run of --threads 1's; an empty FSC_CACHE_DIR caches nothing. */
 static const char *peak_of(const char *args, double *tflops) {
     char *out = NULL, *full = prog_fmt("--layers 1 --dim 16 --heads 2 --seq 8 --batch 4 --steps 3 --json --log '%s/pk.jsonl' %s",
                                        tmpdir, args);
@@ -734,6 +735,13 @@ static void test_mfu_peak(void **state) {
     assert_string_equal(peak_of("--peak-tflops 1000", &b), "given");
     assert_true(b == 1000.0);
     assert_string_equal(peak_of("--peak-tflops 1e-9", &b), "raised");
+    /* several ranks run with a BLAS thread each: their rank's peak is not that of one rank on the library's default
+     * threads (it was read from, and written to, the same file: MFU off by the cores' count) */
+    char *one = prog_fmt("%s/peak-cpu-1threads.txt", dir);
+    assert_string_not_equal(peak_of("--world 2 --parallel ddp", &b), "cached"); /* measured (a busy machine: raised) */
+    assert_int_equal(access(one, F_OK), 0);
+    assert_string_not_equal(peak_of("--threads 1", &b), "measured");
+    free(one);
     setenv("FSC_CACHE_DIR", "", 1);
     unlink(file);
     assert_string_equal(peak_of("", &b), "measured");

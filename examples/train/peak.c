@@ -12,8 +12,17 @@
 #include <unistd.h>
 #include "train.h"
 
-/* The cache file of dev and c's threads into buf; 0 when there is no cache. */
-static int cache_path(const train_config *c, fsc_device *dev, char *buf, size_t cap, char *dir, size_t dcap) {
+/* The BLAS threads of a rank of the run (the cache's key): --threads, else its default (train_gpt.c's
+ * threads_per_rank, then fsc_cluster_run's or a launcher's): 1 with several ranks, --reduce exact or a launcher's
+ * process, the library default (0) on one simulated rank. A peak measured with one count is not a rank's peak
+ * with another. */
+static int rank_threads(const run_state *st) {
+    const train_config *c = st->cfg;
+    return c->threads ? c->threads : c->world > 1 || c->reduce == 2 || st->procs ? 1 : 0;
+}
+
+/* The cache file of dev and the run's threads a rank into buf; 0 when there is no cache. */
+static int cache_path(const run_state *st, fsc_device *dev, char *buf, size_t cap, char *dir, size_t dcap) {
     const char *env = getenv("FSC_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int n;
     if (env) n = snprintf(dir, dcap, "%s", env);
@@ -21,7 +30,7 @@ static int cache_path(const train_config *c, fsc_device *dev, char *buf, size_t 
     else if (home && *home) n = snprintf(dir, dcap, "%s/.cache/fsc", home);
     else return 0;
     if (n <= 0 || (size_t)n >= dcap) return 0;
-    n = snprintf(buf, cap, "%s/peak-%s-%dthreads.txt", dir, fsc_device_name(dev), c->threads);
+    n = snprintf(buf, cap, "%s/peak-%s-%dthreads.txt", dir, fsc_device_name(dev), rank_threads(st));
     return n > 0 && (size_t)n < cap;
 }
 
@@ -67,7 +76,7 @@ void peak_choose(run_state *st, const train_config *c, fsc_device *dev) {
         snprintf(st->peak_source, sizeof st->peak_source, "given");
         return;
     }
-    const int cached = cache_path(c, dev, path, sizeof path, dir, sizeof dir);
+    const int cached = cache_path(st, dev, path, sizeof path, dir, sizeof dir);
     if (cached && (st->tflops = read_cache(path)) > 0) {
         snprintf(st->peak_source, sizeof st->peak_source, "cached");
         return;
@@ -95,6 +104,6 @@ void peak_raise(run_state *st, run_measures *m, double ms) {
 void peak_keep(const run_state *st, fsc_device *dev) {
     char path[4096], dir[4000];
     if (strcmp(st->peak_source, "raised") == 0 && st->cfg->peak_tflops <= 0 &&
-        cache_path(st->cfg, dev, path, sizeof path, dir, sizeof dir))
+        cache_path(st, dev, path, sizeof path, dir, sizeof dir))
         write_cache(dir, path, st->tflops);
 }

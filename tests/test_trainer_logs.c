@@ -298,7 +298,7 @@ static void test_config_json_long_data(void **state) {
 }
 
 /* --save and --init-save are checked before training, as --log is: a path in a missing directory or a directory
- * is refused with exit 2 before any step (before, the run trained and then lost the weights); the temporary file
+ * is refused with exit 2 before any step, and so is a --trace or --flight-recorder DIR that is a file (before, the run trained and then lost the weights); the temporary file
  * a killed --save left (its writer's name, a process that is gone) is removed by the next run, which says so. */
 static void test_save_checked_first(void **state) {
     (void)state;
@@ -306,8 +306,12 @@ static void test_save_checked_first(void **state) {
         { "--save /nonexistent/dir/w.st", "--save /nonexistent/dir/w.st: cannot create" },
         { "--init-save /nonexistent/dir/w.st", "--init-save /nonexistent/dir/w.st: cannot create" },
         { "--save /tmp", "--save /tmp: is a directory" },
+        /* a directory's name that is a file: the trace failed at the ranks' start (exit 1), the flight records were
+         * lost without a word when they were written (a SIGUSR1, a failed collective) */
+        { "--trace /dev/null", "--trace /dev/null: cannot create the directory: Not a directory" },
+        { "--flight-recorder /dev/null", "--flight-recorder /dev/null: cannot create the directory: Not a directory" },
     };
-    for (int i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *out = NULL, *a = prog_fmt(TINY " --steps 2 %s", bad[i][0]);
         int rc = prog_run(trainer, a, tmpdir, &out, NULL);
         if (rc != 2 || !strstr(out, bad[i][1]) || strstr(out, "step    1/"))

@@ -147,7 +147,10 @@ int make_dirs(const char *dir) {
             if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
             *p = '/';
         }
-    return mkdir(path, 0777) != 0 && errno != EEXIST ? -1 : 0;
+    struct stat sb; /* it, made or found: a file or a device there is no directory (ENOTDIR) */
+    if (mkdir(path, 0777) == 0) return 0;
+    if (errno != EEXIST || stat(path, &sb) != 0) return -1;
+    return S_ISDIR(sb.st_mode) ? 0 : (errno = ENOTDIR, -1);
 }
 
 /* Whether the regular file at path ends inside a line (its last byte is not a newline: a run that failed writing it,

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <stdatomic.h>
 #include <time.h>
+#include <unistd.h>
 #include "io/flight_read.h"
 #include "testutil.h"
 
@@ -136,6 +137,32 @@ static void test_stopped_rank_is_named(void **state) {
     expect(report, "ranks 0,2,3 wait in all_reduce #5 of group world(0-3)");
     for (int r = 0; r < W; r++)
         if (r != 1) assert_non_null(strstr(t.msg[r], "collective #5: all_reduce on comm 'world'"));
+    test_rmtree(t.dir);
+}
+
+/* Oracle: the records an earlier run left in the directory are not read as this run's. A run whose every rank
+ * wrote a record (the mismatch) is followed, in the same directory, by one where rank 1 stops and writes nothing;
+ * a record of a rank 7 the second run does not have lies there too. Each rank's recorder moves its earlier
+ * record aside (flight-rank-N.json.prev), rank 0's also those of ranks beyond its world, so the verdict names
+ * rank 1 as silent, not as the earlier run's rank 1 in its broadcast. */
+static void test_earlier_records_set_aside(void **state) {
+    (void)state;
+    run t = {.dir = tmpdir()};
+    char report[REPORT], path[128], prev[160];
+    diagnose(&t, MISMATCH, report);
+    snprintf(path, sizeof path, "%s/flight-rank-0.json", t.dir);
+    snprintf(prev, sizeof prev, "%s/flight-rank-7.json", t.dir);
+    assert_int_equal(link(path, prev), 0); /* rank 0's record under rank 7's name */
+    diagnose(&t, STOPPED, report);
+    expect(report, "records of 3 of 4 ranks");
+    expect(report, "verdict: rank 1 left no record");
+    for (int r = 0; r < 8; r++) {
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/flight-rank-%d.json", t.dir, r);
+        snprintf(prev, sizeof prev, "%s.prev", path);
+        assert_int_equal(stat(path, &sb) == 0, r < W && r != 1); /* this run's records: not the stopped rank's */
+        assert_int_equal(stat(prev, &sb) == 0, r < W || r == 7); /* the earlier run's, set aside */
+    }
     test_rmtree(t.dir);
 }
 
@@ -600,6 +627,7 @@ int main(void) {
         cmocka_unit_test(test_extra_collective_is_named),
         cmocka_unit_test(test_mismatch_is_named),
         cmocka_unit_test(test_stopped_rank_is_named),
+        cmocka_unit_test(test_earlier_records_set_aside),
         cmocka_unit_test(test_async_states),
         cmocka_unit_test(test_signal_writes_records),
         cmocka_unit_test(test_damaged_records),

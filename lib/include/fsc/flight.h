@@ -36,7 +36,10 @@ typedef struct fsc_comm fsc_comm;
 typedef struct {
     int rank, world;  /* this rank in the world, and the world's size (written into the record) */
     size_t depth;     /* calls each communicator keeps (0: FSC_FLIGHT_DEFAULT_DEPTH; at most FSC_FLIGHT_MAX_DEPTH) */
-    const char *dir;  /* where fsc_flight_write puts DIR/flight-rank-N.json (copied; NULL: fsc_flight_write refuses) */
+    const char *dir;  /* where fsc_flight_write puts DIR/flight-rank-N.json (copied; NULL: fsc_flight_write refuses).
+                       * fsc_flight_create moves an earlier run's record of this rank there aside to
+                       * flight-rank-N.json.prev (rank 0: also those of ranks beyond world), so that a rank of this
+                       * run that writes none reads as silent, not as the earlier run's rank */
 } fsc_flight_opts;
 
 #define FSC_FLIGHT_DEFAULT_DEPTH 256

@@ -7,7 +7,8 @@
  *   at least 1e-3, so float32 cannot flip it), over more tokens than the context window (the window slides);
  * - the same seed gives the same text, another seed another text (temperature 1), top-k 1 is greedy;
  * - fsc_sample_token draws token v with probability softmax(logits / temperature)[v] (frequencies over 4000
- *   keyed draws within 0.03), never outside the top k, and greedy takes the lowest index of the maximum;
+ *   keyed draws within 0.03), never outside the top k, and greedy takes the lowest index of the maximum; +inf
+ *   logits share every draw (softmax's limit);
  * - a file the trainer saved records its model: the sampler needs no --model-config and reads a byte model's prompt as
  *   text; a file without a record, an out-of-range token id and a missing --model are refused with a message;
  * - a recorded configuration that does not describe the file's tensors is refused before the model is allocated;
@@ -113,6 +114,21 @@ static void test_sample_token(void **st) {
         assert_int_equal(fsc_sample_token(nan1, 3, &o, 0, scratch), -1);
         assert_int_equal(fsc_sample_token(ninf, 3, &o, 0, scratch), -1);
     }
+    /* +inf logits take the whole probability (softmax's limit), shared, whatever the top k: the draws never
+     * give a finite one (inf - inf made every weight NaN, and the draw fell through to the last token: 3) */
+    const float pinf[4] = { 0.0f, INFINITY, 1.0f, INFINITY };
+    for (int k = 0; k <= 2; k++) {
+        o.temperature = 1.0f, o.top_k = k;
+        int hits[4] = { 0 };
+        for (int s = 0; s < N; s++) {
+            int32_t v = fsc_sample_token(pinf, 4, &o, (uint64_t)s, scratch);
+            assert_true(v == 1 || v == 3);
+            hits[v]++;
+        }
+        if (abs(hits[1] - N / 2) > N / 20) fail_msg("top-k %d: the two +inf logits drawn %d and %d times", k, hits[1], hits[3]);
+    }
+    o.temperature = 0.0f;
+    assert_int_equal(fsc_sample_token(pinf, 4, &o, 0, scratch), 1);
 }
 
 /* A model the trainer saved records its configuration; a byte model prints text. */

@@ -23,6 +23,12 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
+/* A logit's unnormalized probability exp((l - mx) / t) against the largest logit mx; when mx is +inf, softmax's
+ * limit: the +inf logits share the whole probability (inf - inf would make every weight NaN). */
+static double weight(float l, double mx, double t) {
+    return mx == INFINITY ? (l == INFINITY ? 1.0 : 0.0) : exp(((double)l - mx) / t);
+}
+
 /* A temperature finite and >= 0 and a top_k >= 0. */
 static int opts_ok(const fsc_sample_opts *o) {
     return o && o->temperature >= 0.0f && isfinite(o->temperature) && o->top_k >= 0;
@@ -45,13 +51,13 @@ int32_t fsc_sample_token(const float *logits, int V, const fsc_sample_opts *o, u
     }
     const double mx = logits[best], t = o->temperature;
     double total = 0;
-    for (int v = 0; v < V; v++) total += logits[v] >= cut ? exp(((double)logits[v] - mx) / t) : 0.0;
+    for (int v = 0; v < V; v++) total += logits[v] >= cut ? weight(logits[v], mx, t) : 0.0;
     const double u = (double)fsc_rng_uniform(fsc_rng_key(o->seed, "sample"), step) * total;
     double acc = 0;
     int last = best;
     for (int v = 0; v < V; v++) {
         if (!(logits[v] >= cut)) continue;
-        acc += exp(((double)logits[v] - mx) / t);
+        acc += weight(logits[v], mx, t);
         last = v;
         if (u < acc) return v;
     }

@@ -8,7 +8,8 @@
  * Picking a token (fsc_sample_token) is deterministic in (seed, step): temperature 0 is greedy (the lowest index
  * of the largest logit); otherwise softmax(logits / temperature) over the top_k largest logits (all when 0; ties
  * at the k-th value kept, as nanoGPT's torch.topk cut does), one uniform draw of the keyed RNG (rng.h: key
- * (seed, "sample"), element `step`) against the cumulative sum in token order.
+ * (seed, "sample"), element `step`) against the cumulative sum in token order. +inf logits take the whole
+ * probability, shared equally (softmax's limit), as the greedy pick takes the first of them.
  * Mixture-of-experts GPTs sample too, but the padding tokens are routed with the real ones, so an expert's capacity
  * may drop a real token that a window of exactly the context would keep.
  * Not here: tokenizers (byte models read text as bytes; programs give token ids), batched or cached decoding. */

@@ -12,7 +12,8 @@
  * - a file the trainer saved records its model: the sampler needs no --model-config and reads a byte model's prompt as
  *   text; a file without a record, an out-of-range token id and a missing --model are refused with a message;
  * - a recorded configuration that does not describe the file's tensors is refused before the model is allocated;
- * - a checkpoint directory whose newest checkpoint is damaged samples as the one before, with a warning. */
+ * - a checkpoint directory whose newest checkpoint is damaged samples as the one before, with a warning;
+ * - a token out of the vocabulary in the window of a longer sequence is refused naming where the window starts. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,51 @@ static void test_sample_token(void **st) {
     }
     o.temperature = 0.0f;
     assert_int_equal(fsc_sample_token(pinf, 4, &o, 0, scratch), 1);
+}
+
+/* A token out of the vocabulary in a window that is the end of a longer sequence: the refusal says where the window
+ * starts, so the model's index into the window (tokens[3]) leads to the caller's (tokens[35]); it named tokens[3]
+ * alone. Oracle: the window is the last T = 8 of 40 tokens, so window index 3 is tokens[35]. */
+static fsc_status window_run(fsc_rank *r, void *arg) {
+    (void)arg;
+    char path[PATH_MAX];
+    golden_path(path, sizeof path, "hf_gpt2.safetensors");
+    fsc_model *m = NULL;
+    fsc_engine *e = NULL;
+    fsc_generator *g = NULL;
+    FSC_TRY(fsc_model_from_config(r->dev, SG_GPT_CONFIG, &m));
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    oc.kind = FSC_OPT_SGD;
+    fsc_status s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    if (s == FSC_OK) s = fsc_engine_load_weights(e, path);
+    if (s == FSC_OK) s = fsc_generator_create(r->dev, fsc_engine_model(e), &g);
+    int32_t tok[40];
+    for (int i = 0; i < 40; i++) tok[i] = i % 32;
+    tok[35] = 77;
+    const float *lg;
+    int V;
+    if (s == FSC_OK) {
+        assert_int_equal(fsc_generator_context(g), 8);
+        assert_int_equal(fsc_generator_next(g, tok, 40, &lg, &V), FSC_ERR_INVALID);
+        const char *msg = fsc_last_error();
+        if (!strstr(msg, "the window is the last 8 of 40 tokens (its [0] is tokens[32])") || !strstr(msg, "[3] = 77"))
+            fail_msg("the refusal does not place the window: %s", msg);
+        /* a sequence that fits the window: the model's index is the caller's */
+        assert_int_equal(fsc_generator_next(g, tok + 32, 8, &lg, &V), FSC_ERR_INVALID);
+        if (strstr(fsc_last_error(), "window") || !strstr(fsc_last_error(), "[3] = 77"))
+            fail_msg("the refusal: %s", fsc_last_error());
+    }
+    fsc_generator_free(g);
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+static void test_window_token_named(void **st) {
+    (void)st;
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&co, window_run, NULL));
 }
 
 /* A model the trainer saved records its configuration; a byte model prints text. */
@@ -430,6 +476,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_unreadable_entry_named),
         cmocka_unit_test(test_program_name),
         cmocka_unit_test(test_tokenizer),
+        cmocka_unit_test(test_window_token_named),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

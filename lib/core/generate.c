@@ -107,7 +107,11 @@ fsc_status fsc_generator_next(fsc_generator *g, const int32_t *tokens, int n, co
     memset(g->win, 0, (size_t)g->T * sizeof *g->win);
     memcpy(g->win, tokens + (n - k), (size_t)k * sizeof *g->win);
     fsc_model *m = g->m;
-    FSC_TRY(m->ops->set_batch(m->ctx, g->acts, g->win, g->tgt));
+    fsc_status s = m->ops->set_batch(m->ctx, g->acts, g->win, g->tgt);
+    if (s != FSC_OK && n > k) /* the model names the window's token: say where the window starts in tokens */
+        return fsc_error_prefix(s, "generator: the window is the last %d of %d tokens (its [0] is tokens[%d])", k, n,
+                                n - k);
+    FSC_TRY(s);
     double loss = 0;
     FSC_TRY(m->ops->forward(m->ctx, g->acts, NULL, &loss));
     int V = 0;

@@ -48,8 +48,8 @@ fsc_status fsc_generator_create(fsc_device *dev, fsc_model *m, fsc_generator **o
 /* The context window (tokens per forward: the model's sequence length). */
 int fsc_generator_context(const fsc_generator *g);
 /* Forward over the last window of tokens[0..n) (n >= 1); *logits (host, owned by g, valid until the next call)
- * the vocab logits of the token after tokens[n-1]. A token out of the model's vocabulary is refused
- * (FSC_ERR_INVALID naming it). */
+ * the vocab logits of the token after tokens[n-1]. A token of the window out of the model's vocabulary is refused
+ * (FSC_ERR_INVALID naming it and, when n is longer than the window, the window's place in tokens). */
 fsc_status fsc_generator_next(fsc_generator *g, const int32_t *tokens, int n, const float **logits, int *vocab);
 /* Append n_new tokens to tokens[0..n) in place (tokens holds n + n_new), step k picking with fsc_sample_token at
  * step k. */

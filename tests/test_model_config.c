@@ -74,6 +74,12 @@ static void test_bad_text_is_refused(void **state) {
                  "\"x\"}", "rope_theta");
     refused(dev, "{\"family\":\"llama\",\"layers\":2,\"dim\":8,\"heads\":2,\"kv_heads\":-1,\"seq\":4,\"vocab\":10}",
             "kv_heads = -1");
+    /* a key neither family reads is refused, not passed over: "rope-theta" (the trainer's spelling) would leave
+     * the Llama at theta 10000, another model than the file's */
+    refused(dev, "{\"family\":\"llama\",\"layers\":2,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":10,\"rope-theta\":"
+                 "500}", "unknown field \"rope-theta\" (did you mean \"rope_theta\"?)");
+    refused(dev, "{\"layers\":2,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":10,\"n_embd\":8}",
+            "unknown field \"n_embd\" (the fields: family, layers");
     fsc_model *m = NULL;
     assert_err(fsc_model_from_config(dev, NULL, &m), FSC_ERR_INVALID, "NULL");
     assert_err(fsc_model_from_config(dev, "{}", NULL), FSC_ERR_INVALID, "out is NULL");
@@ -213,6 +219,12 @@ static void test_engine_from_config(void **state) {
     run_cfg(&t);
     assert_int_equal(t.refused, FSC_ERR_UNSUPPORTED);
     assert_non_null(strstr(t.msg, "'tiny' has no tensor-parallel form"));
+    /* the builder on a tensor group refuses an unknown key as from_config does */
+    cfg_job u = { .text = "{\"family\":\"llama\",\"layers\":2,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":10,"
+                          "\"norm-eps\":1e-6}", .tp = 2, .refused = FSC_ERR_INTERNAL };
+    run_cfg(&u);
+    assert_int_not_equal(u.refused, FSC_OK);
+    assert_non_null(strstr(u.msg, "unknown field \"norm-eps\" (did you mean \"norm_eps\"?)"));
 }
 
 int main(void) {

@@ -1,11 +1,12 @@
 /* Models from their configuration text (generate.h's fsc_model_from_config) and their engines
  * (family.h's fsc_engine_create_config), by family (family.h): the built-in GPT-2 (gpt.h; no "family" or "gpt2")
- * and Llama (llama.h; "family":"llama"), with every field checked as a number of its range, and the families a
- * program registered. A program that holds only a weights file (the sampler) builds the model the file records
- * this way; the trainer makes the engine of any family this way.
+ * and Llama (llama.h; "family":"llama"), with every field checked as a number of its range and any other key
+ * refused, and the families a program registered. A program that holds only a weights file (the sampler) builds
+ * the model the file records this way; the trainer makes the engine of any family this way.
  * Not here: checking a recorded configuration against a model (gpt_model.c, llama.c). */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "fsc/family.h"
@@ -101,13 +102,38 @@ static fsc_status no_twice(const cJSON *o) {
     return FSC_OK;
 }
 
+/* A key neither built-in family reads (a misspelt one, or the trainer's option name "rope-theta"): refused, naming it,
+ * rather than passed over while the model silently takes that field's default. */
+static fsc_status known_keys(const cJSON *o) {
+    static const char *const keys[] = { "family", "layers", "dim", "heads", "kv_heads", "ffn", "seq", "vocab",
+                                        "rope_theta", "norm_eps", "padded_vocab", "moe_experts", "moe_top_k",
+                                        "moe_every", "moe_capacity", "moe_aux" };
+    const size_t n = sizeof keys / sizeof *keys;
+    for (const cJSON *x = o->child; x; x = x->next) {
+        size_t k = 0;
+        while (k < n && strcmp(x->string, keys[k])) k++;
+        if (k < n) continue;
+        char alt[32]; /* the key with '-' as '_', as the trainer's options spell them */
+        snprintf(alt, sizeof alt, "%s", x->string);
+        for (char *c = alt; *c; c++) *c = *c == '-' ? '_' : *c;
+        for (k = 0; k < n && strcmp(alt, keys[k]); k++) {}
+        if (k < n)
+            return fsc_error(FSC_ERR_FORMAT, "model configuration: unknown field \"%.64s\" (did you mean \"%s\"?)",
+                             x->string, keys[k]);
+        return fsc_error(FSC_ERR_FORMAT, "model configuration: unknown field \"%.64s\" (the fields: family, layers, "
+                         "dim, heads, kv_heads, ffn, seq, vocab, rope_theta, norm_eps, padded_vocab, moe_experts, "
+                         "moe_top_k, moe_every, moe_capacity, moe_aux)", x->string);
+    }
+    return FSC_OK;
+}
+
 /* The built-in families take the text: parsed here again (a text the caller already parsed once). */
 static fsc_status from_text(fsc_device *dev, const char *config, fsc_model **out,
                             fsc_status (*make)(fsc_device *, const cJSON *, fsc_model **)) {
     cJSON *o = fsc_json_parse(config);
     fsc_status s = !cJSON_IsObject(o) ? fsc_error(FSC_ERR_FORMAT, "model configuration is not a JSON object: %.200s",
                                                   config)
-                   : no_twice(o) != FSC_OK ? FSC_ERR_FORMAT : make(dev, o, out);
+                   : no_twice(o) != FSC_OK || known_keys(o) != FSC_OK ? FSC_ERR_FORMAT : make(dev, o, out);
     cJSON_Delete(o);
     return s;
 }
@@ -146,7 +172,8 @@ static fsc_status build_text(fsc_device *dev, const char *config, const tp_make 
     cJSON *o = fsc_json_parse(config);
     fsc_status s = !cJSON_IsObject(o) ? fsc_error(FSC_ERR_FORMAT, "model configuration is not a JSON object: %.200s",
                                                   config)
-                   : no_twice(o) != FSC_OK ? FSC_ERR_FORMAT : t->make(dev, o, t->tensor, t->sp, out);
+                   : no_twice(o) != FSC_OK || known_keys(o) != FSC_OK ? FSC_ERR_FORMAT
+                                                                       : t->make(dev, o, t->tensor, t->sp, out);
     cJSON_Delete(o);
     return s;
 }

@@ -27,7 +27,8 @@ FSC_BEGIN_DECLS
 /* The model a configuration text describes (model.h's config, as checkpoints and weights files record it:
  * safetensors.h's FSC_ST_META_MODEL): a GPT-2 (no "family", or "gpt2"; gpt.h), a Llama ("family":"llama";
  * llama.h) or a family a program registered (family.h), on dev. FSC_ERR_FORMAT naming the field for a text of no
- * known family or a bad field. Free with fsc_model_free. */
+ * known family, a bad field or, for the built-in families, a field neither of them reads ("rope-theta" for
+ * "rope_theta"). Free with fsc_model_free. */
 fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model **out);
 
 typedef struct {

@@ -225,7 +225,7 @@ static void test_family_refused(void **st) {
     assert_ok(fsc_cluster_run(&co, gpt_rank, &g));
     g = (gpt_job){ .load = lpath }; /* the GPT refuses the Llama's */
     assert_err(fsc_cluster_run(&co, gpt_rank, &g), FSC_ERR_INVALID,
-               "written for a model of family 'llama' (load it into that model: train_gpt --model llama); this "
+               "written for a model of family 'llama' (load it into that model: fsc-train --model llama); this "
                "engine's model is a GPT-2 (family gpt2)");
     job back = make(1, FSC_PAR_NONE); /* the Llama refuses the GPT's */
     back.steps = 0;
@@ -233,7 +233,7 @@ static void test_family_refused(void **st) {
     back.after = calloc(back.P, sizeof(float));
     assert_non_null(back.after);
     assert_err(fsc_cluster_run(&co, job_rank, &back), FSC_ERR_INVALID,
-               "written for a GPT-2 model (no family recorded; load it into the GPT: train_gpt --model gpt2); this "
+               "written for a GPT-2 model (no family recorded; load it into the GPT: fsc-train --model gpt2); this "
                "engine's model is a Llama (family llama)");
     job same = make(1, FSC_PAR_NONE); /* and loads its own */
     same.steps = 0;

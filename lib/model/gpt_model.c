@@ -127,7 +127,7 @@ fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *record
         fsc_status s = cJSON_IsString(fam)
             ? fsc_error(FSC_ERR_INVALID, "written for a model of family '%.40s' (load it into that model%s); this "
                         "engine's model is a GPT-2 (family gpt2)", fam->valuestring,
-                        llama ? ": train_gpt --model llama" : "")
+                        llama ? ": fsc-train --model llama" : "")
             : fsc_error(FSC_ERR_FORMAT, "the recorded model configuration has a family that is not a string");
         cJSON_Delete(o);
         return s;

@@ -222,7 +222,7 @@ fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *re
     fsc_status s = FSC_OK;
     if (!fam) /* the GPT records no family */
         s = fsc_error(FSC_ERR_INVALID, "written for a GPT-2 model (no family recorded; load it into the GPT: "
-                      "train_gpt --model gpt2); this engine's model is a Llama (family llama)");
+                      "fsc-train --model gpt2); this engine's model is a Llama (family llama)");
     else if (!cJSON_IsString(fam))
         s = fsc_error(FSC_ERR_FORMAT, "the recorded model configuration has a family that is not a string");
     else if (strcmp(fam->valuestring, "llama") != 0)

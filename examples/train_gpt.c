@@ -89,20 +89,14 @@ static int parse(trainer *t, int argc, char **argv) {
     return GO;
 }
 
-/* What the run reads and writes, before the ranks start: --resume's recorded options compared, the outputs
- * (--log, --trace, --save checked, the flight recorder), the data, the result buffers; then the banner. */
+/* What the run reads and writes, before the ranks start: --resume's recorded options compared, the data, the outputs
+ * (--log, --trace, --save checked, none of them a file the run reads; the flight recorder), the result buffers;
+ * then the banner. */
 static int build(trainer *t) {
     const train_config *c = &t->c;
     char err[512];
     t->st = (run_state){.cfg = c, .asked = &t->asked, .procs = t->procs, .trace_origin = fsc_trace_now_us()};
     if (c->resume && t->me == 0) check_resume_config(&t->asked, c->resume); /* before train_config.json is rewritten */
-    t->fdir = flight_dir(c->flight, c->ckpt_dir, c->trace);
-    const char *fopt = c->flight ? "--flight-recorder" : c->ckpt_dir ? "--ckpt-dir" : "--trace"; /* where fdir is from */
-    if (open_outputs(c, &t->asked, t->me, &t->st.log, err, sizeof err) != 0 ||
-        flight_start(t->fdir, fopt, err, sizeof err) != 0) {
-        fprintf(stderr, "fsc-train: %s\n", err);
-        return 2;
-    }
     if (load_data(c, &t->data, &t->st.ntok, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
@@ -113,6 +107,13 @@ static int build(trainer *t) {
         return 2;
     }
     t->st.val = t->val;
+    t->fdir = flight_dir(c->flight, c->ckpt_dir, c->trace);
+    const char *fopt = c->flight ? "--flight-recorder" : c->ckpt_dir ? "--ckpt-dir" : "--trace"; /* where fdir is from */
+    if (open_outputs(c, &t->asked, t->me, t->data, t->val, &t->st.log, err, sizeof err) != 0 ||
+        flight_start(t->fdir, fopt, err, sizeof err) != 0) {
+        fprintf(stderr, "fsc-train: %s\n", err);
+        return 2;
+    }
     t->st.nparams = model_family_of(c)->num_params(c);
     if (results_alloc(&t->st, c->steps, c->world) != 0) {
         fprintf(stderr, "fsc-train: out of memory\n");
@@ -307,7 +308,7 @@ int fsc_train_main(int argc, char **argv) {
     trainer t;
     memset(&t, 0, sizeof t);
     int rc = parse(&t, argc, argv); /* the options (options.c, config.c) and their checks (checks.c) */
-    if (rc == GO) rc = build(&t);   /* the outputs, the data, the results, the banner (data.c, report.c) */
+    if (rc == GO) rc = build(&t);   /* the data, the outputs, the results, the banner (data.c, report.c) */
     if (rc == GO) rc = report(&t, train(&t)); /* every rank's loop (loop.c: steps, checkpoints, --save) */
     trainer_free(&t);
     return rc;

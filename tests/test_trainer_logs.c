@@ -332,6 +332,49 @@ static void test_save_checked_first(void **state) {
     free(out), free(a), free(left), free(w);
 }
 
+/* --log, --save and --init-save are never a file the run reads (a --data or --val-data file, --config, --load but
+ * for --save): refused with exit 2 before anything is written, the file unchanged (before, --log emptied the
+ * training text at start-up and the run failed at its second step, the text lost; --save replaced it after
+ * training). --save over --load's file, a run that trains its weights on, still runs. */
+static void test_outputs_are_not_inputs(void **state) {
+    (void)state;
+    char *text = prog_fmt("%s/text.txt", tmpdir), *val = prog_fmt("%s/val.txt", tmpdir);
+    char *cfg = prog_fmt("%s/run.json", tmpdir), *w = prog_fmt("%s/w.st", tmpdir), *out = NULL;
+    const char *corpus = "First Citizen: Before we proceed any further, hear me speak. All: Speak, speak. First "
+                         "Citizen: You are all resolved rather to die than to famish?\n";
+    char *a = prog_fmt(TINY " --steps 1 --data %s --save %s", text, w);
+    write_text(text, corpus);
+    assert_int_equal(prog_run(trainer, a, tmpdir, &out, NULL), 0);
+    free(out), free(a);
+    char *runs[][2] = {
+        { prog_fmt("--data %s --log %s", text, text), prog_fmt("--log %s is --data's %s", text, text) },
+        { prog_fmt("--data %s --save %s", text, text), prog_fmt("--save %s is --data's", text) },
+        { prog_fmt("--data %s --init-save %s", text, text), prog_fmt("--init-save %s is --data's", text) },
+        { prog_fmt("--data %s --val-data %s --log %s", text, val, val), prog_fmt("--log %s is --val-data's", val) },
+        { prog_fmt("--data '%s/*.txt' --resume %s/ck --log %s", tmpdir, tmpdir, val), prog_fmt("is --data's %s", val) },
+        { prog_fmt("--data %s --config %s --log %s", text, cfg, cfg), prog_fmt("--log %s is --config %s", cfg, cfg) },
+        { prog_fmt("--data %s --load %s --log %s", text, w, w), prog_fmt("--log %s is --load %s", w, w) },
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        write_text(text, corpus), write_text(val, corpus), write_text(cfg, "{\"seed\": 3}");
+        struct stat wb;
+        assert_int_equal(stat(w, &wb), 0);
+        a = prog_fmt(TINY " --steps 2 %s", runs[i][0]);
+        int rc = prog_run(trainer, a, tmpdir, &out, NULL);
+        if (rc != 2 || !strstr(out, runs[i][1]) || !strstr(out, "which the run reads") || strstr(out, "step    1/"))
+            fail_msg("%s: exit %d (expected 2 before training), output lacks \"%s\":\n%s", a, rc, runs[i][1], out);
+        char *t = prog_slurp(text), *v = prog_slurp(val), *c = prog_slurp(cfg);
+        struct stat nb;
+        assert_int_equal(stat(w, &nb), 0);
+        if (strcmp(t, corpus) || strcmp(v, corpus) || strcmp(c, "{\"seed\": 3}") || nb.st_size != wb.st_size)
+            fail_msg("%s: an input changed", a);
+        free(t), free(v), free(c), free(out), free(a), free(runs[i][0]), free(runs[i][1]);
+    }
+    a = prog_fmt(TINY " --steps 1 --data %s --load %s --save %s", text, w, w);
+    assert_int_equal(prog_run(trainer, a, tmpdir, &out, NULL), 0);
+    free(out), free(a), free(text), free(val), free(cfg), free(w);
+}
+
 /* --log: the config, then a record per step and per validation, equal to --json's; the progress line. */
 static void test_log(void **state) {
     (void)state;
@@ -765,6 +808,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_config_json_long_data),
         cmocka_unit_test(test_save_checked_first),
+        cmocka_unit_test(test_outputs_are_not_inputs),
         cmocka_unit_test(test_log),
         cmocka_unit_test(test_log_host_peak),
         cmocka_unit_test(test_log_resume_and_check_ddp),

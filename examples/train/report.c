@@ -163,15 +163,44 @@ static int ends_mid_line(const char *path) {
     return c != EOF && c != '\n';
 }
 
+/* The input of the run that the existing file at path is (the same device and inode), as "--data FILE": a file of
+ * --data or --val-data, --config's file, or (with load 1) --load's; NULL when none (or path does not exist). */
+static const char *input_at(const train_config *c, const fsc_data *data, const fsc_data *val, int load,
+                            const char *path, char *buf, size_t cap) {
+    struct stat o, i;
+    if (stat(path, &o) != 0) return NULL;
+    const fsc_data *streams[2] = { data, val };
+    for (int k = 0; k < 2; k++)
+        for (int f = 0; streams[k] && f < fsc_data_files(streams[k]); f++) {
+            const char *in = fsc_data_file(streams[k], f);
+            if (stat(in, &i) == 0 && i.st_dev == o.st_dev && i.st_ino == o.st_ino)
+                return snprintf(buf, cap, "%s %s", k ? "--val-data's" : "--data's", in), buf;
+        }
+    const char *one[2] = { c->config, load ? c->load : NULL }, *name[2] = { "--config", "--load" };
+    for (int k = 0; k < 2; k++)
+        if (one[k] && stat(one[k], &i) == 0 && S_ISREG(i.st_mode) && i.st_dev == o.st_dev && i.st_ino == o.st_ino)
+            return snprintf(buf, cap, "%s %s", name[k], one[k]), buf;
+    return NULL;
+}
+
 /* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
  * --log (from the start, or appended to with --resume: after a line a failed run left cut short, on a line of its
- * own) with the config as its first line; --trace's directory
- * (every process makes it). (--ckpt-dir's train_config.json: write_run_config, once the run is accepted.) */
-int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap) {
+ * own) with the config as its first line; --trace's directory (every process makes it). None of --log, --save and
+ * --init-save may be a file the run reads (data and val, the opened streams; --save over --load's file, a run that
+ * trains its weights on, is allowed): refused before it is written. (--ckpt-dir's train_config.json:
+ * write_run_config, once the run is accepted.) */
+int open_outputs(const train_config *c, const train_config *asked, int me, const fsc_data *data, const fsc_data *val,
+                 FILE **log, char *err, size_t cap) {
     *log = NULL;
     if (c->trace && make_dirs(c->trace) != 0)
         return snprintf(err, cap, "--trace %s: cannot create the directory: %s", c->trace, strerror(errno)), -1;
     if (me != 0) return 0;
+    const char *out[3] = { c->log, c->save, c->init_save }, *name[3] = { "--log", "--save", "--init-save" };
+    char in[4200];
+    for (int k = 0; k < 3; k++)
+        if (out[k] && input_at(c, data, val, k != 1, out[k], in, sizeof in))
+            return snprintf(err, cap, "%s %s is %s, which the run reads: writing it would destroy it; give another "
+                            "file", name[k], out[k], in), -1;
     if (c->save && check_weights_path("save", c->save, err, cap) != 0) return -1;
     if (c->init_save && check_weights_path("init-save", c->init_save, err, cap) != 0) return -1;
     if (c->log) {

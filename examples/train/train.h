@@ -286,7 +286,8 @@ int same_losses(const run_state *a, const run_state *b);
 double now_ms(void);
 void read_peaks(const fsc_device *dev, size_t *peak);
 fsc_status share_per_rank(fsc_rank *r, run_state *st, fsc_status s);
-int open_outputs(const train_config *c, const train_config *asked, int me, FILE **log, char *err, size_t cap);
+int open_outputs(const train_config *c, const train_config *asked, int me, const fsc_data *data, const fsc_data *val,
+                 FILE **log, char *err, size_t cap);
 void print_banner(const run_state *st, const fsc_data *data);
 typedef struct {         /* rank 0's measures for the progress line and --log */
     double tokens;       /* of a step of the global batch */

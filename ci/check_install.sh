@@ -9,6 +9,8 @@
 #   tests/install/from_env.c     fsc_cluster_run_from_env, built with an rpath into a folder of its own and run
 #                                as 2 MPI processes with no FSC_ variable: the cpu device (no GPU here) and
 #                                the MPI plug-in found beside libfsc.so (when the plug-in and mpirun exist)
+#   tests/install/bpe_default.c  fsc_bpe_load_default, built into that folder and run from another: the installed
+#                                GPT-2 vocabulary found beside libfsc.so (PREFIX/share/fsc)
 #   make install says which plug-ins it installed or skipped; make uninstall removes every file it put there
 #   bin/fsc-train, bin/fsc-ckpt, bin/fsc-sample, bin/fsc-tokenize, bin/fsc-plan (their --help and --version in
 #                                their names), share/fsc/coriolanus.txt and gpt2.tiktoken.gz are installed (fsc-tokenize
@@ -97,6 +99,9 @@ if [ -f "$P/lib/libfsc_mpi.so" ] && command -v mpirun >/dev/null && [ ! -e /dev/
     fail "a program linked against libfsc.so, as 2 MPI processes (plug-in beside libfsc.so): $(tail -3 "$tmp/fe2.out")"
   echo "from_env:   2 MPI processes on the cpu, the plug-in found beside libfsc.so"
 fi
+
+build own/bpe_default $CC -std=c11 $W $cflags tests/install/bpe_default.c $shared
+(cd "$tmp/elsewhere" && "$tmp/own/bpe_default") || fail "a program of one's own did not find the installed GPT-2 vocabulary"
 
 plugins=$(ls "$P/lib" | grep -o 'libfsc_[a-z]*\.so' | sed 's/^/, /' | tr -d '\n')
 # make uninstall: exactly what install put there, nothing left behind

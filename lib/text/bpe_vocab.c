@@ -5,7 +5,9 @@
  * Not here: encoding and decoding (bpe.c). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -330,10 +332,21 @@ fsc_status bpe_default_path(char *path, size_t cap) {
             if (w > 0 && (size_t)w < cap && access(path, R_OK) == 0) return FSC_OK;
         }
     }
+    /* beside the file holding this code: PREFIX/lib/libfsc.so's PREFIX/share/fsc, for a program of one's own
+     * outside PREFIX/bin (linked with libfsc.a, the file is the program again) */
+    Dl_info info;
+    char lib[PATH_MAX + 1];
+    char *lslash = NULL;
+    if (dladdr((void *)bpe_default_path, &info) && info.dli_fname && realpath(info.dli_fname, lib) &&
+        (lslash = strrchr(lib, '/'))) {
+        *lslash = '\0';
+        int w = snprintf(path, cap, "%s/../share/fsc/%s", lib, FSC_BPE_GPT2_FILE);
+        if (w > 0 && (size_t)w < cap && access(path, R_OK) == 0) return FSC_OK;
+    }
     return fsc_error(FSC_ERR_IO,
                      "the GPT-2 vocabulary %s is neither in %s nor beside the program (%.200s/../share/fsc, "
-                     "../examples/data or ../../examples/data): give its path",
-                     FSC_BPE_GPT2_FILE, "examples/data", slash ? exe : "?");
+                     "../examples/data or ../../examples/data) nor beside the library (%.200s/../share/fsc): give its "
+                     "path", FSC_BPE_GPT2_FILE, "examples/data", slash ? exe : "?", lslash ? lib : "?");
 }
 
 fsc_status fsc_bpe_load_default(fsc_bpe **out) {

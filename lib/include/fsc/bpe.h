@@ -75,7 +75,8 @@ fsc_status fsc_bpe_load_spm_memory(fsc_bpe **out, const void *buf, size_t len);
 fsc_status fsc_bpe_load_memory(fsc_bpe **out, const void *buf, size_t len);
 /* The GPT-2 vocabulary from where fsc puts it: examples/data/ of the working directory, else beside the
  * running program (../share/fsc/ of an installed bin/, ../examples/data/ and ../../examples/data/ of build/
- * and build/<variant>/). The message lists the places tried. */
+ * and build/<variant>/), else beside the library (../share/fsc/ of the installed lib/libfsc.so a program of
+ * one's own runs with). The message lists the places tried. */
 fsc_status fsc_bpe_load_default(fsc_bpe **out);
 void fsc_bpe_free(fsc_bpe *b);
 

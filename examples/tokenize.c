@@ -227,8 +227,15 @@ static int same_file(const char *a, const char *b) {
 /* The token file c->in into the text file c->out, opened (emptied) only once the tokens could be opened */
 static int decode_file(const fsc_bpe *b, const config *c) {
     fsc_data *d = NULL;
-    if (fsc_data_open(&d, c->in, c->llmc ? FSC_DATA_LLMC : FSC_DATA_U16, (int)fsc_bpe_vocab(b)) != FSC_OK)
-        return fprintf(stderr, "%s: %s\n", prog, fsc_last_error()), 1;
+    if (fsc_data_open(&d, c->in, c->llmc ? FSC_DATA_LLMC : FSC_DATA_U16, (int)fsc_bpe_vocab(b)) != FSC_OK) {
+        fprintf(stderr, "%s: %s", prog, fsc_last_error());
+        fsc_data *own = NULL; /* llm.c shards read as u16: name the option that reads them */
+        if (!c->llmc && fsc_data_open(&own, c->in, FSC_DATA_AUTO, (int)fsc_bpe_vocab(b)) == FSC_OK &&
+            fsc_data_format_of(own) == FSC_DATA_LLMC)
+            fprintf(stderr, " (give --format llmc)");
+        fsc_data_free(own);
+        return fputc('\n', stderr), 1;
+    }
     for (int i = 0; i < fsc_data_files(d); i++) /* TOKENS may be a list or a glob: OUT is none of its files */
         if (same_file(fsc_data_file(d, i), c->out))
             return fprintf(stderr, "%s: OUT %s is %s, a file of TOKENS: writing it would erase what is read; give "

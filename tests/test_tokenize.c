@@ -82,6 +82,11 @@ static void test_encode_llmc_eot(void **state) {
     assert_int_equal(t[0] | t[1] << 8, 50256);
     for (size_t i = 0; i < n; i++) assert_int_equal(t[2 * i + 2] | t[2 * i + 3] << 8, ids[i]);
     free(args);
+    args = prog_fmt("--decode '%s' '%s/back.txt'", path, tmpdir); /* read as u16: refused, naming the option */
+    char *err = NULL;
+    assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, &err), 1);
+    if (!strstr(err, "(give --format llmc)")) fail_msg("stderr: %s", err);
+    free(args), free(err);
     args = prog_fmt("--decode --format llmc '%s' '%s/back.txt'", path, tmpdir);
     assert_int_equal(prog_run(tokenize, args, tmpdir, NULL, NULL), 0);
     char *back = prog_fmt("%s/back.txt", tmpdir), *s = prog_slurp(back);

@@ -260,6 +260,8 @@ static void test_hf_config(void **state) {
     assert_int_equal(get(j, "num_key_value_heads")->valueint, 2);
     assert_int_equal(get(j, "intermediate_size")->valueint, 256); /* fsc_llama_default_ffn(32) */
     assert_int_equal(get(j, "max_position_embeddings")->valueint, 16);
+    if (get(j, "rms_norm_eps")->valuedouble != 1e-5) /* --norm-eps's 1e-5, not the float's 9.99999974737875e-06 */
+        fail_msg("rms_norm_eps %.17g", get(j, "rms_norm_eps")->valuedouble);
     cJSON_Delete(j), free(text);
     write_text(cj, "{\"steps\": 1}\n"); /* a run's options under the old name */
     a = prog_fmt(TINY " --steps 1 --save %s/model.safetensors", d);

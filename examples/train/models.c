@@ -134,6 +134,16 @@ static void llama_plan(const train_config *c, fsc_plan_job *j) {
     j->sequence_parallel = c->sequence_parallel;
 }
 
+/* The double of the shortest decimal that reads back as f (1e-5f as 1e-05, not 9.99999974737875e-06). */
+static double short_decimal(float f) {
+    char buf[32];
+    for (int prec = 1; prec < 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        if (strtof(buf, NULL) == f) return strtod(buf, NULL);
+    }
+    return f;
+}
+
 /* Hugging Face's LlamaConfig of the model (lm_head its own tensor: not tied). */
 static cJSON *llama_hf_config(const train_config *c) {
     const fsc_llama_config l = llama_config(c);
@@ -147,8 +157,8 @@ static cJSON *llama_hf_config(const train_config *c) {
     cJSON_AddNumberToObject(o, "num_attention_heads", l.heads);
     cJSON_AddNumberToObject(o, "num_key_value_heads", l.kv_heads ? l.kv_heads : l.heads);
     cJSON_AddNumberToObject(o, "max_position_embeddings", l.seq);
-    cJSON_AddNumberToObject(o, "rms_norm_eps", l.norm_eps);
-    cJSON_AddNumberToObject(o, "rope_theta", l.rope_theta);
+    cJSON_AddNumberToObject(o, "rms_norm_eps", short_decimal(l.norm_eps));
+    cJSON_AddNumberToObject(o, "rope_theta", short_decimal(l.rope_theta));
     cJSON_AddStringToObject(o, "hidden_act", "silu");
     cJSON_AddBoolToObject(o, "attention_bias", 0);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", 0);

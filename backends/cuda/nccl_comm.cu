@@ -500,6 +500,11 @@ static fsc_status nc_req_wait(void *ctx, void *req) {
     fsc_status st = cu_enter(n->dev);
     double deadline = now_s() + n->timeout_s;
     while (st == FSC_OK) {
+        if (n->aborted) { /* by an earlier wait or call: ncclCommAbort freed n->comm, which is not to be asked again */
+            st = cu_err(FSC_ERR_COMM, "nccl: %s on rank %d: the communicator was aborted after an earlier failure",
+                        q->what, n->rank);
+            break;
+        }
         cudaError_t e = cudaEventQuery(q->done);
         if (e == cudaSuccess) {
             st = cu_check(cudaStreamWaitEvent(cu_stream_of(n->dev), q->done, 0), q->what);

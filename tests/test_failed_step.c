@@ -271,11 +271,48 @@ static void test_one_rank_failure_stops_every_rank(void **state) {
     }
 }
 
+/* A pipeline step that fails on stage 0 (a token outside the vocabulary, prefetch on) leaves a receive posted for a
+ * message the other stage never sends; fsc_engine_free waits for it (until the collective timeout) and drops its
+ * error. Oracle: the message after fsc_engine_free is the step's, so a program that frees and then returns the
+ * step's status reports the token, not a receive timing out (which fsc_cluster_run reported, blaming rank 1). */
+static fsc_status free_keeps_run(fsc_rank *r, void *arg) {
+    char *why = arg; /* [2][512]: each rank's message after the step and after the free */
+    fsc_gpt_config g = fsc_gpt_config_default();
+    g.layers = 2, g.dim = 16, g.heads = 2, g.seq = 4, g.vocab = 32;
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = FSC_PAR_DDP, po.pp = 2, po.accum = 2;
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &g, &po, &oc, 1, &e));
+    int32_t tok[8], tgt[8];
+    for (int i = 0; i < 8; i++) tok[i] = i, tgt[i] = i + 1;
+    tok[3] = 99;
+    fsc_step_info info;
+    fsc_status s = fsc_engine_step(e, tok, tgt, 2, 2, &info);
+    if (r->rank == 0) snprintf(why, 512, "%s", fsc_last_error());
+    fsc_engine_free(e);
+    if (r->rank == 0) snprintf(why + 512, 512, "%s", fsc_last_error());
+    return s;
+}
+
+static void test_engine_free_keeps_the_message(void **state) {
+    (void)state;
+    char why[2][512];
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.world = 2, co.timeout_s = 2;
+    assert_int_not_equal(fsc_cluster_run(&co, free_keeps_run, why), FSC_OK);
+    if (!strstr(why[0], "tokens[3] = 99 is outside the vocabulary"))
+        fail_msg("stage 0's step failed with \"%s\", not on its token", why[0]);
+    if (strcmp(why[0], why[1]) != 0)
+        fail_msg("fsc_engine_free changed the message \"%s\" into \"%s\"", why[0], why[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_step_leaves_nothing),
         cmocka_unit_test(test_one_rank_failure_stops_every_rank),
         cmocka_unit_test(test_pipeline_action_failure_refuses_later_steps),
+        cmocka_unit_test(test_engine_free_keeps_the_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

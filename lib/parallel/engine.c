@@ -1226,6 +1226,10 @@ fsc_status fsc_engine_full_params(fsc_engine *e, float *host) {
 
 void fsc_engine_free(fsc_engine *e) {
     if (!e) return;
+    /* the caller's message stays: freeing waits for what a failed step left in flight (a pipeline's posted
+     * receives), whose errors are dropped, and a program reports the step's failure after freeing */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", fsc_last_error());
     fsc_exact_free(e); /* before the strategy: it knows e->gsegs' count */
     fsc_step_free(e);
     if (e->st && e->st->destroy) e->st->destroy(e);
@@ -1251,6 +1255,8 @@ void fsc_engine_free(fsc_engine *e) {
     free(e->nsegs);
     free(e->nlens);
     free(e);
+    if (msg[0]) fsc_error(FSC_ERR_INVALID, "%s", msg); /* the text only: the status is the caller's */
+    else fsc_clear_error();
 }
 
 fsc_parallel_opts fsc_parallel_opts_default(void) {

@@ -5,6 +5,7 @@
  * equals tiktoken's scan on every piece; encoding in parts cut at fsc_bpe_split_point equals encoding the
  * whole; damaged vocabularies are refused with a message naming what is wrong. */
 #include "testutil.h"
+#include <pthread.h>
 #include <unistd.h>
 #include <zlib.h>
 #include "golden/bpe_golden.h"
@@ -235,6 +236,37 @@ static void test_bpe_load_refusals(void **state) {
     rmdir(dir);
 }
 
+/* The vocabulary's file is close-on-exec while it is read: a child that the host program starts meanwhile holds
+ * nothing of the library's. Oracle: while the library waits for a FIFO's data, its descriptor of the FIFO is
+ * close-on-exec (it was not, unlike every other file the library opens). */
+typedef struct { const char *fifo; int fd, cloexec; } fifo_writer;
+
+static void *write_fifo(void *arg) {
+    fifo_writer *w = arg;
+    for (int k = 0; k < 5000 && (w->cloexec = test_fd_cloexec(w->fifo, w->fd)) < 0; k++) usleep(1000);
+    if (write(w->fd, "YQ== 0\n", 7) != 7) w->cloexec = -2;
+    close(w->fd); /* the end of the file */
+    return NULL;
+}
+
+static void test_bpe_load_cloexec(void **state) {
+    char dir[] = "/tmp/fsc_bpe_XXXXXX", fifo[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/vocab", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    fifo_writer w = { fifo, open(fifo, O_RDWR), -3 }; /* a writer there already: the library's read waits */
+    assert_true(w.fd >= 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, write_fifo, &w), 0);
+    fsc_bpe *none = NULL;
+    fsc_status s = fsc_bpe_load(&none, fifo);
+    pthread_join(t, NULL);
+    unlink(fifo);
+    rmdir(dir);
+    assert_int_equal(s, FSC_ERR_FORMAT); /* one token: not a vocabulary, read to its end */
+    assert_int_equal(w.cloexec, 1);
+}
+
 /* gzip: the GPT-2 file cut short or with a flipped byte is refused, and a small file that inflates past the
  * limit is refused before the buffer grows past it */
 static void test_bpe_load_gzip_refusals(void **state) {
@@ -271,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_bpe_split_point),
         cmocka_unit_test(test_bpe_decode_refusals),
         cmocka_unit_test(test_bpe_load_refusals),
+        cmocka_unit_test(test_bpe_load_cloexec),
         cmocka_unit_test(test_bpe_load_gzip_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

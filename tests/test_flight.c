@@ -621,6 +621,57 @@ static void test_stopped_in_one_group_late_in_another(void **state) {
     test_rmtree(dir);
 }
 
+/* A record's file is close-on-exec while it is written: a child that the host program starts meanwhile holds
+ * nothing of the library's. Oracle: while the library writes a record of more than a pipe's 64 KiB into a FIFO
+ * under the record's temporary name, its descriptor of it is close-on-exec (it was not, unlike every other file
+ * the library opens). */
+typedef struct { char tmp[320]; int fd, cloexec; atomic_int done; } fifo_reader;
+
+static void *drain_fifo(void *arg) {
+    fifo_reader *d = arg;
+    for (int k = 0; k < 5000 && (d->cloexec = test_fd_cloexec(d->tmp, d->fd)) < 0; k++) nap_ms(1);
+    char buf[4096];
+    while (read(d->fd, buf, sizeof buf) > 0 || !atomic_load(&d->done)) nap_ms(0);
+    return NULL;
+}
+
+static fsc_status cloexec_run(fsc_rank *r, void *arg) {
+    fifo_reader *d = arg;
+    const char *dir = d->tmp;
+    fsc_flight *f = NULL;
+    FSC_TRY(fsc_flight_create(&(fsc_flight_opts){.rank = 0, .world = 1, .depth = 1024, .dir = dir}, &f));
+    fsc_comm_set_flight(r->comm, f);
+    fsc_status s = FSC_OK;
+    for (int i = 0; i < 1000 && s == FSC_OK; i++) s = fsc_comm_barrier(r->comm); /* about 150 KiB of record */
+    char tmp[320];
+    snprintf(tmp, sizeof tmp, "%.200s/flight-rank-0.json.tmp", dir);
+    if (s == FSC_OK && mkfifo(tmp, 0600) != 0) s = fsc_error(FSC_ERR_IO, "mkfifo %s", tmp);
+    d->fd = s == FSC_OK ? open(tmp, O_RDWR | O_NONBLOCK) : -1; /* a reader there already: the write does not wait */
+    snprintf(d->tmp, sizeof d->tmp, "%s", tmp);
+    pthread_t t;
+    if (d->fd >= 0 && pthread_create(&t, NULL, drain_fifo, d) == 0) {
+        s = fsc_flight_write(f, "test", NULL);
+        atomic_store(&d->done, 1);
+        pthread_join(t, NULL);
+    } else if (s == FSC_OK) s = fsc_error(FSC_ERR_IO, "no reader");
+    if (d->fd >= 0) close(d->fd);
+    fsc_comm_set_flight(r->comm, NULL);
+    fsc_flight_free(f);
+    return s;
+}
+
+static void test_record_file_cloexec(void **state) {
+    (void)state;
+    static fifo_reader d;
+    const char *dir = tmpdir();
+    snprintf(d.tmp, sizeof d.tmp, "%s", dir);
+    d.cloexec = -3;
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&co, cloexec_run, &d));
+    test_rmtree(dir);
+    assert_int_equal(d.cloexec, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clean_run_and_ring),
@@ -635,6 +686,7 @@ int main(void) {
         cmocka_unit_test(test_stopped_after_its_part),
         cmocka_unit_test(test_issued_call_ahead),
         cmocka_unit_test(test_stopped_in_one_group_late_in_another),
+        cmocka_unit_test(test_record_file_cloexec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

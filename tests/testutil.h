@@ -10,6 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -41,6 +42,27 @@ static inline void assert_bits_equal(const float *a, const float *b, size_t n, c
 }
 
 /* Remove a directory tree (a test's temporary folder); missing entries are ignored. */
+/* Whether this process's open descriptors of path (but except) are close-on-exec: 1 if all are, 0 if one is not,
+ * -1 if none is open. For a file the library holds open while another thread looks (a FIFO it waits on). */
+static inline int test_fd_cloexec(const char *path, int except) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int found = -1;
+    for (struct dirent *e; (e = readdir(d));) {
+        char link[300], to[4096];
+        int fd = atoi(e->d_name);
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = e->d_name[0] == '.' || fd == except || fd == dirfd(d) ? -1 : readlink(link, to, sizeof to - 1);
+        if (n < 0) continue;
+        to[n] = '\0';
+        if (strcmp(to, path) != 0) continue;
+        int fl = fcntl(fd, F_GETFD);
+        if (found != 0) found = fl >= 0 && (fl & FD_CLOEXEC) ? 1 : 0;
+    }
+    closedir(d);
+    return found;
+}
+
 static inline void test_rmtree(const char *dir) {
     DIR *d = opendir(dir);
     if (d) {

@@ -307,7 +307,7 @@ static void put_ring(FILE *o, flight_ring *r) {
 
 static fsc_status write_locked(fsc_flight *f, const char *path, const char *tmp, const char *reason,
                                const char *msg) {
-    FILE *o = fopen(tmp, "w");
+    FILE *o = fopen(tmp, "we"); /* close-on-exec: a child the host program starts does not hold it */
     if (!o) return fsc_error(FSC_ERR_IO, "flight record %s: cannot create: %s", tmp, strerror(errno));
     fprintf(o, "{\"fsc_flight\":1,\"rank\":%d,\"world\":%d,\"reason\":", f->rank, f->world);
     put_str(o, reason ? reason : "");

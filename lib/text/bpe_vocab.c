@@ -264,8 +264,9 @@ fsc_status fsc_bpe_load_memory(fsc_bpe **out, const void *buf, size_t len) {
 fsc_status bpe_read_file(const char *path, uint8_t **out, size_t *outlen) {
     *out = NULL, *outlen = 0;
     /* opened without waiting: a FIFO nobody writes to reads as empty instead of hanging the open; a pipe with a
-     * writer already open (a shell's <(...)) reads as before, blocking again once open */
-    int fd = open(path, O_RDONLY | O_NONBLOCK), fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+     * writer already open (a shell's <(...)) reads as before, blocking again once open; close-on-exec, as every
+     * file of the library: a child the host program starts meanwhile does not hold it */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
     FILE *f = fl >= 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
         fsc_status e = fsc_error(FSC_ERR_IO, "%s: cannot open the vocabulary: %s", path, strerror(errno));

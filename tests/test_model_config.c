@@ -10,6 +10,7 @@
  * the configuration struct (fsc_engine_create; fsc_engine_create_built with fsc_llama_build); a registered family
  * without a tensor-parallel builder trains at tp 1 and is refused at tp 2, naming the family.
  */
+#include <cjson/cJSON.h>
 #include "testutil.h"
 #include "fsc/family.h"
 #include "fsc/generate.h"
@@ -227,12 +228,50 @@ static void test_engine_from_config(void **state) {
     assert_non_null(strstr(u.msg, "unknown field \"norm-eps\" (did you mean \"norm_eps\"?)"));
 }
 
+/* A host program in a locale whose decimal point is a comma (de_DE, made with localedef when its source is
+ * installed; skipped otherwise): the configuration texts a checkpoint and a weights file record stay JSON. The
+ * sequential model's layers and the Llama wrote "eps":1,49999996e-05, which no reader parses: a checkpoint save
+ * failed ("the model's configuration is not a JSON object"). Oracle: both texts parse, with the numbers set. */
+static void test_config_text_in_a_decimal_comma_locale(void **state) {
+    (void)state;
+    const locale_t de = test_comma_locale();
+    if (!de) skip(); /* no de_DE locale source here (the locales package): nothing to test with */
+    fsc_device *dev = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    fsc_layer *norm = NULL, *mse = NULL;
+    assert_ok(fsc_layer_rmsnorm(0, 8, 1.5e-5f, &norm));
+    assert_ok(fsc_layer_mse(8, &mse));
+    fsc_seq_layer sl[2] = { { .layer = norm, .prefix = "n." }, { .layer = mse } };
+    fsc_model *m = NULL;
+    assert_ok(fsc_seq_model_create(dev, sl, 2, &m));
+    fsc_llama_config lc = fsc_llama_config_default();
+    char seq[2048], llama[1024], probe[16];
+    const locale_t before = uselocale(de);
+    snprintf(probe, sizeof probe, "%.1f", 1.5);
+    m->ops->config(m->ctx, seq, sizeof seq);
+    fsc_llama_config_json(&lc, llama, sizeof llama);
+    uselocale(before);
+    freelocale(de);
+    assert_string_equal(probe, "1,5"); /* the locale was in force */
+    cJSON *js = cJSON_Parse(seq), *jl = cJSON_Parse(llama);
+    if (!js) fail_msg("the sequential model's configuration is not JSON: %s", seq);
+    if (!jl) fail_msg("the Llama's configuration is not JSON: %s", llama);
+    const cJSON *layer = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(js, "sequential"), 0), "layer");
+    assert_true((float)cJSON_GetNumberValue(cJSON_GetObjectItem(layer, "eps")) == 1.5e-5f);
+    assert_true((float)cJSON_GetNumberValue(cJSON_GetObjectItem(jl, "norm_eps")) == lc.norm_eps);
+    cJSON_Delete(js);
+    cJSON_Delete(jl);
+    fsc_model_free(m);
+    fsc_device_free(dev);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builds_the_recorded_model),
         cmocka_unit_test(test_bad_text_is_refused),
         cmocka_unit_test(test_registered_family),
         cmocka_unit_test(test_engine_from_config), /* after test_registered_family: "tiny" */
+        cmocka_unit_test(test_config_text_in_a_decimal_comma_locale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

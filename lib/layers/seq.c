@@ -8,6 +8,7 @@
 #include "fsc/rng.h"
 #include "seq_impl.h"
 #include "core/param_split.h" /* fsc_param_duplicate_name */
+#include "core/locale_impl.h"
 
 static void seq_destroy(fsc_model *m) {
     seq_model *s = (seq_model *)m;
@@ -78,6 +79,8 @@ static void seq_config(void *ctx, char *buf, size_t cap) {
             at += w_ > 0 ? (size_t)w_ : 0;                                         \
         }                                                                          \
     } while (0)
+    const locale_t before = fsc_numbers_c(); /* "eps":1.5e-05, never 1,5e-05: JSON whatever the host's LC_NUMERIC,
+                                              * for every layer's config (a program's own too) */
     PUT("{\"sequential\":[");
     for (int l = 0; l < s->n; l++) {
         char lc[1024] = "{}";
@@ -86,6 +89,7 @@ static void seq_config(void *ctx, char *buf, size_t cap) {
     }
     PUT("]}");
 #undef PUT
+    fsc_numbers_back(before);
     if (at >= cap && cap > 2) snprintf(buf, cap, "{}"); /* too long to record: record nothing rather than a half */
 }
 

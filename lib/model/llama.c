@@ -12,6 +12,7 @@
 #include "fsc/layers.h"
 #include "fsc/nn.h"
 #include "fsc/rng.h"
+#include "core/locale_impl.h"
 #include "layers/layers_impl.h"
 #include "llama_impl.h"
 #include "seq_wrap.h"
@@ -163,6 +164,7 @@ void fsc_llama_init_values(const fsc_llama_config *c, uint64_t seed, int i, size
 void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
     if (buf && cap) buf[0] = '\0';
     if (!c || !buf) return;
+    const locale_t before = fsc_numbers_c(); /* 9.99999975e-06, never 9,99999975e-06: JSON whatever LC_NUMERIC */
     const int w = snprintf(buf, cap, "{\"family\":\"llama\",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"kv_heads\":%d,\"ffn\":%d,"
              "\"seq\":%d,\"vocab\":%d,\"rope_theta\":%.9g,\"norm_eps\":%.9g}", c->layers, c->dim, c->heads,
              c->kv_heads, c->ffn, c->seq, c->vocab, (double)c->rope_theta, (double)c->norm_eps);
@@ -173,6 +175,7 @@ void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
                        (double)c->moe_capacity, (double)c->moe_aux) - 1;
     if (fsc_llama_vocab_rows(c) > c->vocab && at > 0 && (size_t)at < cap) /* padded models only, as MoE's fields */
         snprintf(buf + at - 1, cap - (size_t)at + 1, ",\"padded_vocab\":%d}", c->padded_vocab);
+    fsc_numbers_back(before);
 }
 
 /* A recorded configuration whose text differs from this model's own (both JSON objects): FSC_OK when every field

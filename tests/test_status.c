@@ -72,6 +72,17 @@ static void test_prefix_keeps_the_message(void **state) {
     assert_true(strlen(fsc_last_error()) < sizeof big - 1);
 }
 
+/* A message made from the message itself, as a caller wraps the library's explanation: the arguments are read as
+ * they were (it came out "rank 3: rank 3: rank 3: rank", vsnprintf writing over the text it was reading). */
+static void test_message_from_itself(void **state) {
+    (void)state;
+    fsc_error(FSC_ERR_INVALID, "the original message");
+    fsc_error(FSC_ERR_INTERNAL, "rank %d: %s", 3, fsc_last_error());
+    assert_string_equal(fsc_last_error(), "rank 3: the original message");
+    fsc_error(FSC_ERR_INTERNAL, "%s (again)", fsc_last_error());
+    assert_string_equal(fsc_last_error(), "rank 3: the original message (again)");
+}
+
 /* fsc_error_rank names a rank once: a message that already starts with one keeps it. */
 static void test_rank_named_once(void **state) {
     (void)state;
@@ -115,6 +126,7 @@ int main(void) {
         cmocka_unit_test(test_error_sets_message_and_returns_status),
         cmocka_unit_test(test_status_names),
         cmocka_unit_test(test_long_message_truncated),
+        cmocka_unit_test(test_message_from_itself),
         cmocka_unit_test(test_message_is_thread_local),
         cmocka_unit_test(test_try_propagates),
         cmocka_unit_test(test_prefix_keeps_the_message),

@@ -17,11 +17,15 @@ void fsc_clear_error(void) { msg[0] = '\0'; }
 
 fsc_status fsc_error(fsc_status s, const char *fmt, ...) {
     if (!fmt) return fsc_error(s, "%s", fsc_status_str(s));
+    /* formatted apart, then copied: an argument may be the message itself ("%s", fsc_last_error()), which
+     * vsnprintf into msg overwrote while reading it ("rank 3: rank 3: rank 3: rank") */
+    char text[FSC_MSG_CAP];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    if (n < 0) msg[0] = '\0';
+    if (n < 0) text[0] = '\0';
+    memcpy(msg, text, strlen(text) + 1);
     return s;
 }
 

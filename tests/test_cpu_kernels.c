@@ -5,8 +5,12 @@
  * worked out by hand where the arithmetic is exact (reductions, fixed-point sums, optimizer steps);
  * determinism: the same call twice, and a shard of an elementwise kernel, give identical bits.
  * On the CPU device, device pointers are host pointers, so plain arrays are passed to the kernels. */
+#include <cblas.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
@@ -808,6 +812,66 @@ static void test_gemm_concurrent_callers(void **state) {
     free(A); free(B); free(ref);
 }
 
+/* OpenBLAS's sgemm as this program sees it: the library's calls come here (the executable's definition comes
+ * first), counted, then go on to OpenBLAS's. While blas_slow is set each call lasts 10 ms longer, so that callers
+ * that may run at once do. */
+static atomic_int blas_now, blas_most, blas_slow;
+void cblas_sgemm(OPENBLAS_CONST enum CBLAS_ORDER o, OPENBLAS_CONST enum CBLAS_TRANSPOSE ta,
+                 OPENBLAS_CONST enum CBLAS_TRANSPOSE tb, OPENBLAS_CONST blasint M, OPENBLAS_CONST blasint N,
+                 OPENBLAS_CONST blasint K, OPENBLAS_CONST float alpha, OPENBLAS_CONST float *A, OPENBLAS_CONST blasint lda,
+                 OPENBLAS_CONST float *B, OPENBLAS_CONST blasint ldb, OPENBLAS_CONST float beta, float *C,
+                 OPENBLAS_CONST blasint ldc) {
+    typedef void (*sgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint, blasint, blasint,
+                             float, const float *, blasint, const float *, blasint, float, float *, blasint);
+    static sgemm_fn real;
+    if (!real) *(void **)&real = dlsym(RTLD_NEXT, "cblas_sgemm");
+    const int now = atomic_fetch_add(&blas_now, 1) + 1;
+    for (int most = atomic_load(&blas_most); now > most && !atomic_compare_exchange_weak(&blas_most, &most, now);) {
+    }
+    if (atomic_load(&blas_slow)) nanosleep(&(struct timespec){ 0, 10000000L }, NULL);
+    real(o, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    atomic_fetch_sub(&blas_now, 1);
+}
+
+enum { CALLERS = 96 };
+static pthread_barrier_t callers_met;
+
+static void *one_product(void *arg) {
+    float *abc = arg; /* A, B and C of 4 x 4 each */
+    pthread_barrier_wait(&callers_met);
+    return FSC_K(dev, gemm, 0, 0, 4, 4, 4, 1.0f, abc, 4, 0, abc + 16, 4, 0, 0.0f, abc + 32, 4, 0, 1) == FSC_OK ? arg : NULL;
+}
+
+/* 96 threads (simulated ranks) multiplying at once: OpenBLAS's buffer table for threads inside it at once is
+ * finite (513 ranks overflowed it: a warning on stderr, then an abort), so at most 32 are let in at a time. Oracle:
+ * the calls that reach OpenBLAS, each held 10 ms, never overlap more than 32 deep (they did 96 deep), and every
+ * product is right (4 x 4 of ones: 4 everywhere). */
+static void test_gemm_callers_gated(void **state) {
+    (void)state;
+    float *abc = falloc((size_t)CALLERS * 48);
+    for (size_t i = 0; i < (size_t)CALLERS * 48; i++) abc[i] = 1.0f;
+    pthread_t th[CALLERS];
+    assert_int_equal(pthread_barrier_init(&callers_met, NULL, CALLERS), 0);
+    atomic_store(&blas_most, 0);
+    atomic_store(&blas_slow, 1);
+    for (int i = 0; i < CALLERS; i++) assert_int_equal(pthread_create(&th[i], NULL, one_product, abc + 48 * i), 0);
+    int ok = 0;
+    for (int i = 0; i < CALLERS; i++) {
+        void *r = NULL;
+        pthread_join(th[i], &r);
+        ok += r != NULL;
+    }
+    atomic_store(&blas_slow, 0);
+    pthread_barrier_destroy(&callers_met);
+    assert_int_equal(ok, CALLERS);
+    for (int i = 0; i < CALLERS; i++)
+        for (int k = 0; k < 16; k++) assert_true(abc[48 * i + 32 + k] == 4.0f);
+    free(abc);
+    const int most = atomic_load(&blas_most);
+    print_message("at most %d callers inside OpenBLAS at once\n", most);
+    if (most > 32 || most < 2) fail_msg("%d callers inside OpenBLAS at once (at most 32, and some overlap)", most);
+}
+
 /* FSDP updates and casts shards: an elementwise kernel on [a, b) must equal the whole call's [a, b). */
 static void test_shard_equals_whole(void **state) {
     (void)state;
@@ -850,6 +914,7 @@ int main(void) {
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_shard_equals_whole),
         cmocka_unit_test(test_gemm_concurrent_callers),
+        cmocka_unit_test(test_gemm_callers_gated),
         cmocka_unit_test(test_threads_equal_one_thread),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

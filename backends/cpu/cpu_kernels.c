@@ -25,8 +25,33 @@ typedef struct {
     int64_t sa, sb, sc;
 } gemm_arg;
 
+/* Threads inside OpenBLAS at once, at most. OpenBLAS keeps a fixed table of work buffers (NUM_BUFFERS, at least
+ * 50, and its own threads hold some): past it, it prints a warning to stderr, and then either grows the table
+ * with a race that corrupts the heap (0.3.21: "corrupted double-linked list", an abort) or terminates the program
+ * ("too many memory regions"). 513 simulated ranks multiplying at once got there. Calls beyond the gate wait
+ * (no rank waits for another inside it: a product only computes), so the bits are the same. */
+#define BLAS_CALLERS 32
+static pthread_mutex_t blas_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t blas_gate_cv = PTHREAD_COND_INITIALIZER;
+static int blas_in;
+
+static void blas_enter(void) {
+    pthread_mutex_lock(&blas_gate_mu);
+    while (blas_in >= BLAS_CALLERS) pthread_cond_wait(&blas_gate_cv, &blas_gate_mu);
+    blas_in++;
+    pthread_mutex_unlock(&blas_gate_mu);
+}
+
+static void blas_leave(void) {
+    pthread_mutex_lock(&blas_gate_mu);
+    blas_in--;
+    pthread_cond_signal(&blas_gate_cv);
+    pthread_mutex_unlock(&blas_gate_mu);
+}
+
 static void gemm_range(void *p, size_t lo, size_t hi) {
     const gemm_arg *g = p;
+    if (g->K > 0) blas_enter();
     for (size_t b = lo; b < hi; b++) {
         float *Cb = g->C + (int64_t)b * g->sc;
         if (g->K == 0) { /* C = beta * C; beta 0 overwrites (NaN in C does not survive) */
@@ -40,6 +65,7 @@ static void gemm_range(void *p, size_t lo, size_t hi) {
                     g->M, g->N, g->K, g->alpha, g->A + (int64_t)b * g->sa, g->lda, g->B + (int64_t)b * g->sb, g->ldb,
                     g->beta, Cb, g->ldc);
     }
+    if (g->K > 0) blas_leave();
 }
 
 /* OpenBLAS runs a product of at most this many M*N*K on the calling thread whatever its thread count

@@ -8,7 +8,9 @@
  *   ("/t") that a program loading it would open;
  * - a user's model whose acts_create succeeds without a record is refused naming the operation (the NULL record
  *   reached set_batch, a null access), and one whose stream_floats is 0 is refused by a pipeline at creation (its
- *   stages passed nothing and the step "succeeded"). */
+ *   stages passed nothing and the step "succeeded");
+ * - a hand-made rank without a device or a communicator is refused by every engine maker naming the missing field
+ *   (the message named fsc_comm_agree, a function the caller never called). */
 #include "testutil.h"
 #include "fsc/fsc.h"
 
@@ -86,6 +88,27 @@ static fsc_status latest_rank(fsc_rank *r, void *arg) {
     return FSC_OK;
 }
 
+static void test_rank_without_device_or_comm(void **st) {
+    (void)st;
+    fsc_device *dev;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    const fsc_gpt_config c = tiny_gpt();
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_model *m = NULL;
+    assert_ok(fsc_gpt_model_create(dev, &c, &m));
+    fsc_rank r = { .rank = 0, .world = 1, .dev = NULL, .comm = NULL };
+    fsc_engine *e = NULL;
+    assert_err(fsc_engine_create(&r, &c, &po, &oc, 1, &e), FSC_ERR_INVALID, "fsc_rank.dev is NULL");
+    assert_err(fsc_engine_create_model(&r, m, &po, &oc, 1, &e), FSC_ERR_INVALID, "fsc_rank.dev is NULL");
+    r.dev = dev;
+    assert_err(fsc_engine_create(&r, &c, &po, &oc, 1, &e), FSC_ERR_INVALID, "fsc_rank.comm is NULL");
+    assert_err(fsc_engine_create_model(&r, m, &po, &oc, 1, &e), FSC_ERR_INVALID, "fsc_rank.comm is NULL");
+    assert_null(e);
+    fsc_model_free(m);
+    fsc_device_free(dev);
+}
+
 static void test_ckpt_latest_small_buffer(void **st) {
     (void)st;
     char dir[] = "/tmp/fsc_misuse_XXXXXX";
@@ -155,6 +178,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_too_large_in_all),
         cmocka_unit_test(test_model_after_engine_free),
+        cmocka_unit_test(test_rank_without_device_or_comm),
         cmocka_unit_test(test_ckpt_latest_small_buffer),
         cmocka_unit_test(test_model_ops_misbehaving),
     };

@@ -523,12 +523,21 @@ static fsc_status engine_finish(fsc_engine *e) {
     return s;
 }
 
+/* A rank (not NULL) with its device and world communicator: a program may hand an engine maker one it made. */
+static fsc_status rank_ok(const fsc_rank *r) {
+    if (!r->dev || !r->comm)
+        return fsc_error(FSC_ERR_INVALID, "engine: the rank has no %s (a rank of fsc_cluster_run or fsc_launch "
+                         "has both)", !r->dev ? "device (fsc_rank.dev is NULL)" : "communicator (fsc_rank.comm is NULL)");
+    return FSC_OK;
+}
+
 fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel_opts *po,
                                    const fsc_optim_config *oc, uint64_t seed, fsc_engine **out) {
     FSC_CHECK_ARG(out);
     *out = NULL;
     FSC_CHECK_ARG(r);
     FSC_CHECK_ARG(m);
+    FSC_TRY(rank_ok(r));
     /* every rank the same model, options, optimizer and seed, or all refuse before anything is split; a model
      * another engine holds would have its parameter tables pointed at this one's buffers under the other */
     const fsc_status own = m->engine ? fsc_error(FSC_ERR_STATE, "fsc_engine_create_model: the model is bound to "
@@ -560,6 +569,7 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
     FSC_CHECK_ARG(out);
     FSC_CHECK_ARG(po);
     FSC_CHECK_ARG(oc);
+    FSC_TRY(rank_ok(r));
     /* with tensor parallelism the groups come before the model, built on the tensor group; without it
      * engine_new checks the options in its order (the pipeline's first) and the groups come after */
     groups g = { 0 };

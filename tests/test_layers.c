@@ -484,6 +484,11 @@ static void test_bad_declarations(void **st) {
                FSC_ERR_INVALID, "at most 65536, 262144 and 4096");
     assert_err(fsc_layer_moe_mlp(&(fsc_moe_mlp_opts){ .rows = 2, .C = 1 << 30, .experts = 2, .top_k = 1 }, &a),
                FSC_ERR_INVALID, "at most 65536, 262144 and 4096");
+    /* a finite coefficient or factor above 1e6: the message names the bound it broke */
+    assert_err(fsc_layer_moe_mlp(&(fsc_moe_mlp_opts){ .rows = 2, .C = 8, .experts = 2, .top_k = 1, .aux = 2e6f }, &a),
+               FSC_ERR_INVALID, "at most 1e6");
+    assert_err(fsc_layer_moe_mlp(&(fsc_moe_mlp_opts){ .rows = 2, .C = 8, .experts = 2, .top_k = 1, .capacity = 2e6f },
+                                 &a), FSC_ERR_INVALID, "at most 1e6");
     /* non-finite rope_theta and eps (NaN passed the old >= 0 and > 0 tests' negations, inf passed them) */
     const float bad_f[2] = { NAN, INFINITY };
     for (int i = 0; i < 2; i++) {

@@ -14,7 +14,7 @@ fsc_status moe_part_init(moe_part *mp, const char *what, int rows, int C, int F,
     if (rows < 1 || C < 1 || F < 0 || E < 1 || (kk != 1 && kk != 2) || kk > E || !(cf >= 0.0f) || !(aux >= 0.0f) ||
         cf > 1e6f || aux > 1e6f)
         return fsc_error(FSC_ERR_INVALID, "%s: need rows, C >= 1, F >= 0 (0: 4 C), experts >= 1, top-k 1 or 2 (0: 1) "
-                         "and at most the experts, capacity and aux finite and >= 0 (got rows %d, C %d, F %d, %d "
+                         "and at most the experts, capacity and aux finite, >= 0 and at most 1e6 (got rows %d, C %d, F %d, %d "
                          "experts, top-%d, capacity %g, aux %g)", what, rows, C, F, E, kk, (double)cf, (double)aux);
     const int H = F ? F : layers_4c(C);
     if (C > (1 << 16) || H > (1 << 18) || E > 4096) /* moe.c's limits, said when the layer is made */

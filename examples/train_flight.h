@@ -24,6 +24,29 @@ typedef struct {
 /* The handler reaches the watcher through the program's own global: a signal handler has no argument. */
 static fsc_flight_watch *flight_watch;
 
+/* SIGUSR1 as the program found it (flight_usr1_hold), given back by flight_usr1_restore. */
+static struct sigaction flight_usr1_was;
+static int flight_usr1_held;
+
+/* SIGUSR1 ignored while the trainer runs without its recorder (before it starts, after it stops, or without a
+ * directory), where its default action would end the process: a job that hangs while starting, sent SIGUSR1 to
+ * see where (mpirun passes it on to every process), goes on instead of dying. A handler the host program set is
+ * left as it is. */
+static void flight_usr1_hold(void) {
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    if (sigaction(SIGUSR1, NULL, &flight_usr1_was) != 0) return;
+    flight_usr1_held = 1;
+    if (flight_usr1_was.sa_handler == SIG_DFL) sigaction(SIGUSR1, &ign, NULL);
+}
+
+static void flight_usr1_restore(void) {
+    if (flight_usr1_held) sigaction(SIGUSR1, &flight_usr1_was, NULL);
+    flight_usr1_held = 0;
+}
+
 static void flight_on_signal(int sig) {
     (void)sig;
     fsc_flight_watch_signal(flight_watch);
@@ -53,7 +76,8 @@ static int flight_start(const char *dir, const char *opt, char *err, size_t cap)
 
 static void flight_stop(void) {
     if (!flight_watch) return;
-    signal(SIGUSR1, SIG_DFL);
+    flight_usr1_restore(); /* as before flight_start: ignored (flight_usr1_hold) or the host program's */
+    flight_usr1_hold();
     fsc_flight_watch_stop(flight_watch);
     flight_watch = NULL;
 }

@@ -307,10 +307,12 @@ static void trainer_free(trainer *t) {
 int fsc_train_main(int argc, char **argv) {
     trainer t;
     memset(&t, 0, sizeof t);
+    flight_usr1_hold(); /* SIGUSR1 is the flight recorder's: it never ends the run (train_flight.h) */
     int rc = parse(&t, argc, argv); /* the options (options.c, config.c) and their checks (checks.c) */
     if (rc == GO) rc = build(&t);   /* the data, the outputs, the results, the banner (data.c, report.c) */
     if (rc == GO) rc = report(&t, train(&t)); /* every rank's loop (loop.c: steps, checkpoints, --save) */
     trainer_free(&t);
+    flight_usr1_restore();
     return rc;
 }
 

@@ -91,6 +91,50 @@ static void test_signal_writes_every_rank(void **state) {
     free(o), free(args), free(cmd), free(out), free(ck);
 }
 
+/* Oracle: SIGUSR1 to a trainer that records nothing (no --flight-recorder, --ckpt-dir or --trace) does not end it
+ * (its default action would, with status 138: a job sent SIGUSR1 while it starts, before its recorder, died): the
+ * run trains on, and only the SIGKILL that follows ends it. */
+static void test_signal_without_recorder(void **state) {
+    (void)state;
+    char *out = prog_fmt("%s/sig_none.out", tmpdir);
+    char *cmd = prog_fmt("exec '%s' " TINY " --steps 1000000 > '%s' 2>&1", trainer, out);
+    pid_t job = fork();
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    assert_true(job > 0);
+    int started = 0, going = 0;
+    for (int k = 0; k < 6000 && !started; k++) {
+        char *text = prog_slurp(out);
+        started = strstr(text, "step    3/") != NULL;
+        free(text);
+        if (!started) nap_ms(10);
+    }
+    size_t before = 0;
+    if (started) {
+        char *text = prog_slurp(out);
+        before = strlen(text);
+        free(text);
+        kill(job, SIGUSR1);
+    }
+    for (int k = 0; k < 6000 && started && !going; k++) {
+        char *text = prog_slurp(out);
+        going = strlen(text) > before + 100;
+        free(text);
+        if (!going) nap_ms(10);
+    }
+    kill(job, SIGKILL);
+    int status = 0;
+    waitpid(job, &status, 0);
+    if (!started) fail_msg("the trainer did not start:\n%s", prog_slurp(out));
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+        fail_msg("the trainer ended by %s %d, not the test's SIGKILL", WIFSIGNALED(status) ? "signal" : "exit",
+                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    assert_true(going);
+    free(cmd), free(out);
+}
+
 /* Oracle: a run that succeeds leaves no record; a directory that cannot be made is refused (exit 2). */
 static void test_clean_run_and_refusal(void **state) {
     (void)state;
@@ -129,6 +173,7 @@ int main(int argc, char **argv) {
     snprintf(tool, sizeof tool, "%.*s/ckpt_tool", (int)(strrchr(trainer, '/') - trainer), trainer);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_signal_writes_every_rank),
+        cmocka_unit_test(test_signal_without_recorder),
         cmocka_unit_test(test_clean_run_and_refusal),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

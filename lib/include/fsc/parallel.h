@@ -59,7 +59,7 @@ typedef struct {
     fsc_wrap_policy wrap;
     size_t wrap_min_params;       /* FSC_WRAP_MIN_PARAMS: a block with at least this many parameters is a unit */
     int reshard_after_forward;    /* -1: default (1 for full_shard/hybrid, 0 otherwise) */
-    int hybrid_group;             /* hybrid_shard: ranks per sharding group (0: ranks on one "node" = world/2) */
+    int hybrid_group;             /* hybrid_shard: ranks per sharding group (0: half the data group) */
     /* precision: compute/communication dtype of parameters and of gradient reduction (f32, bf16, f16) */
     fsc_dtype param_dtype;
     fsc_dtype reduce_dtype;

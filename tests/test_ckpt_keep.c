@@ -380,6 +380,42 @@ static void test_metadata_link_damaged(void **state) {
     ct_rmtree(dir);
 }
 
+/* Oracle: a newest step directory whose metadata.json cannot be examined (the directory a link that loops; without
+ * search permission, where the tests do not run as root) is a damaged checkpoint, not an absent one: fsc_ckpt_latest
+ * (ckpt_tool's DIR) names it, and the reader's fallback and a resume skip it with a message naming it and why. Before,
+ * all three passed it over in silence (step 2 taken as the newest, no warning), as a folder without metadata.json. */
+static void test_step_unexaminable(void **state) {
+    (void)state;
+    char *dir = make_run(3), three[700], aside[800], path[700], skipped[4096];
+    ct_step_path(three, sizeof three, dir, 3);
+    snprintf(aside, sizeof aside, "%s/aside", dir);
+    for (int k = 0; k < 2; k++) {
+        if (k == 0) {
+            assert_int_equal(rename(three, aside), 0);
+            assert_int_equal(symlink("step-00000003", three), 0); /* itself: ELOOP */
+        } else {
+            if (geteuid() == 0) break; /* root searches any directory */
+            assert_int_equal(unlink(three), 0);
+            assert_int_equal(rename(aside, three), 0);
+            assert_int_equal(chmod(three, 0), 0); /* EACCES */
+        }
+        const char *why = k == 0 ? "symbolic links" : "Permission denied";
+        int64_t step = -1;
+        assert_ok(fsc_ckpt_latest(dir, path, sizeof path, &step));
+        assert_int_equal(step, 3);
+        assert_ok(fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped));
+        assert_int_equal(step, 2);
+        if (!strstr(skipped, "step-00000003 skipped, damaged") || !strstr(skipped, why)) fail_msg("skipped: \"%s\"", skipped);
+        tr_job t = tr_make();
+        assert_ok(tr_try(&t, dir));
+        assert_int_equal(t.step, 2);
+        if (!strstr(t.skipped, "step-00000003 skipped, damaged")) fail_msg("resume skipped: \"%s\"", t.skipped);
+        ct_free(&t.j);
+        if (k == 1) assert_int_equal(chmod(three, 0755), 0);
+    }
+    ct_rmtree(dir);
+}
+
 /* Oracle: after a resume that skipped a newest checkpoint whose metadata cannot be read, the run's next
  * save into the same DIR is accepted (the newest readable checkpoint is its own run's) and replaces the
  * damaged one with a sound one; a fresh engine (another run) is still refused there. */
@@ -413,6 +449,7 @@ int main(void) {
         cmocka_unit_test(test_latest_sound),
         cmocka_unit_test(test_metadata_link_damaged),
         cmocka_unit_test(test_noncanonical_name),
+        cmocka_unit_test(test_step_unexaminable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

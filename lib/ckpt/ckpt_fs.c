@@ -347,11 +347,19 @@ fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out) {
     return s;
 }
 
+int ck_step_complete(const char *dir, const char *name) {
+    char meta[4096];
+    struct stat st;
+    int n = snprintf(meta, sizeof meta, "%s/%s/%s", dir, name, CK_META_NAME);
+    if (n < 0 || (size_t)n >= sizeof meta) return 0;
+    return lstat(meta, &st) == 0 || (errno != ENOENT && errno != ENOTDIR); /* EACCES: there, unreadable */
+}
+
 fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *step) {
     FSC_CHECK_ARG(dir);
     FSC_CHECK_ARG(path);
     FSC_CHECK_ARG(step);
-    char eb[128], meta[4096];
+    char eb[128];
     if (!dir || !path || !step || cap == 0) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest: NULL argument");
     path[0] = 0;
     *step = -1;
@@ -364,10 +372,7 @@ fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *ste
     for (struct dirent *de; (de = readdir(d)) != NULL;) {
         int64_t s;
         if (!ck_parse_step_name(de->d_name, &s) || s <= *step) continue;
-        struct stat st;
-        int n = snprintf(meta, sizeof meta, "%s/%s/%s", dir, de->d_name, CK_META_NAME);
-        /* lstat: a link there, even a broken or looping one, makes a checkpoint, whose load then says why not */
-        if (n < 0 || (size_t)n >= sizeof meta || lstat(meta, &st) != 0) continue; /* not a checkpoint */
+        if (!ck_step_complete(dir, de->d_name)) continue; /* not a checkpoint */
         *step = s;
         snprintf(best, sizeof best, "%s", de->d_name);
     }

@@ -51,6 +51,10 @@ fsc_status ck_join(char *buf, size_t cap, const char *a, const char *b);
 /* Whether name is "step-" followed by 8 or more digits (*step set), nothing else, as a save names it: more than 8
  * digits only without a leading zero. */
 int ck_parse_step_name(const char *name, int64_t *step);
+/* Whether dir/name (a step directory) is a complete checkpoint to the readers: its metadata.json is there (lstat: a
+ * link, even a broken or looping one, counts), or cannot be examined (a directory without search permission: the
+ * load says why); not where it is absent or name is no directory. */
+int ck_step_complete(const char *dir, const char *name);
 /* Remove the checkpoint or temporary directory `path` that a save made, without following links: only
  * regular files of the names a save writes, then the directory. FSC_OK when it is gone (or was not
  * there); otherwise FSC_ERR_IO saying what was left in place and why (a link or file instead of a

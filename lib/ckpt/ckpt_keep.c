@@ -17,7 +17,7 @@
 
 /* The steps of dir's complete checkpoints, newest first (*steps malloc'd; *n = 0 for a missing dir). */
 static fsc_status list_complete(const char *dir, int64_t **steps, int *n) {
-    char eb[128], meta[4096];
+    char eb[128];
     *steps = NULL, *n = 0;
     DIR *d = opendir(dir);
     if (!d) {
@@ -29,11 +29,7 @@ static fsc_status list_complete(const char *dir, int64_t **steps, int *n) {
     fsc_status s = FSC_OK;
     for (struct dirent *de; s == FSC_OK && (de = readdir(d)) != NULL;) {
         int64_t step;
-        struct stat st;
-        if (!ck_parse_step_name(de->d_name, &step)) continue;
-        int k = snprintf(meta, sizeof meta, "%s/%s/%s", dir, de->d_name, CK_META_NAME);
-        /* lstat: a link there, even a broken or looping one, counts (its load says what is wrong) */
-        if (k < 0 || (size_t)k >= sizeof meta || lstat(meta, &st) != 0) continue; /* not complete */
+        if (!ck_parse_step_name(de->d_name, &step) || !ck_step_complete(dir, de->d_name)) continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
             int64_t *p = realloc(*steps, (size_t)cap * sizeof *p);

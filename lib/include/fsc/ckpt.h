@@ -75,7 +75,9 @@ fsc_status fsc_ckpt_save(fsc_engine *e, const char *dir, int64_t step, const fsc
  * is undefined. */
 fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step);
 /* The newest complete checkpoint in dir: path (cap bytes) and *step; *step = -1 and path "" if there is
- * none (a missing dir has none). Temporary directories are ignored. */
+ * none (a missing dir has none). Complete: a step-NNNNNNNN directory holding metadata.json, or one whose
+ * metadata.json cannot be examined (no search permission, a looping link: a damaged one, its load says why).
+ * Temporary directories are ignored. */
 fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *step);
 /* Remove the temporary directories (step-*.tmp-*) an interrupted save left in dir, never following a
  * symbolic link and removing only files of the names a save writes. A leftover that cannot be removed (a

@@ -94,9 +94,18 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
     }
 }
 
+/* scandir's order of step-N names: by step (more digits: a later step; step-100000000 after step-99999999, which
+ * alphasort puts before it), each leftover step-N.tmp-* beside its step */
+static int by_step(const struct dirent **a, const struct dirent **b) {
+    const char *x = (*a)->d_name, *y = (*b)->d_name;
+    const size_t dx = strspn(x + (strncmp(x, "step-", 5) ? 0 : 5), "0123456789"),
+                 dy = strspn(y + (strncmp(y, "step-", 5) ? 0 : 5), "0123456789");
+    return dx != dy ? (dx < dy ? -1 : 1) : strcmp(x, y);
+}
+
 static int cmd_list(const char *dir) {
     struct dirent **names = NULL;
-    const int nn = scandir(dir, &names, NULL, alphasort); /* by name: step-NNNNNNNN in step order */
+    const int nn = scandir(dir, &names, NULL, by_step); /* step-NNNNNNNN in step order */
     if (nn < 0) {
         fprintf(stderr, "%s: cannot list %s: %s\n", prog, dir, strerror(errno));
         return 1;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 #include "trainertest.h"
 
 static char bindir[PATH_MAX];
@@ -339,9 +340,29 @@ static void test_ckpt_tool(void **st) {
     free(err);
 }
 
+/* A copy of dir's checkpoint `from` as step `to`: its step and metadata_crc32 rewritten, the copy sound. */
+static void copy_step(const char *dir, int from, long long to) {
+    char *src = prog_fmt("%s/step-%08d", dir, from), *dst = prog_fmt("%s/step-%08lld", dir, to);
+    char *cmd = prog_fmt("cp -r '%s' '%s'", src, dst), *meta = prog_fmt("%s/metadata.json", dst);
+    assert_int_equal(system(cmd), 0);
+    char *text = prog_slurp(meta), *key = prog_fmt("\"step\":%d,", from), *at = strstr(text, key);
+    assert_non_null(at);
+    char *edited = prog_fmt("%.*s\"step\":%lld,%s", (int)(at - text), text, to, at + strlen(key));
+    memcpy(edited + 19, "00000000", 8); /* {"metadata_crc32":"XXXXXXXX": zlib's crc32 with those digits 0 */
+    char crc[9];
+    snprintf(crc, sizeof crc, "%08lx", (unsigned long)crc32(0, (const unsigned char *)edited, (unsigned)strlen(edited)));
+    memcpy(edited + 19, crc, 8);
+    FILE *f = fopen(meta, "wb");
+    assert_non_null(f);
+    fputs(edited, f);
+    fclose(f);
+    free(src), free(dst), free(cmd), free(meta), free(text), free(key), free(edited);
+}
+
 /* ckpt_tool list prints the step directories in step order, whatever order the directory holds them in (it
  * printed readdir's order). Oracle: five checkpoints (steps 2, 4, 6, 8, 10); the lines naming them appear at
- * ascending offsets of the output, the newest marked. */
+ * ascending offsets of the output, the newest marked; copies as steps 99999999 and 100000000 (nine digits: sorted
+ * by name, it came first) are listed last, in that order. */
 static void test_ckpt_tool_list_order(void **st) {
     (void)st;
     char *dir = prog_fmt("%s/order", tmpdir), *out = NULL;
@@ -362,6 +383,16 @@ static void test_ckpt_tool_list_order(void **st) {
     }
     const char *nl = strchr(prev, '\n'), *mark = strstr(prev, "(newest)");
     assert_true(mark && (!nl || mark < nl));
+    free(out), free(args);
+    /* past step 99999999 the names grow a digit: step-100000000 is listed after step-99999999 and marked the newest
+     * (alphasort put it before step-99999999) */
+    copy_step(dir, 10, 99999999);
+    copy_step(dir, 10, 100000000);
+    args = prog_fmt("list '%s'", dir);
+    assert_int_equal(run("ckpt_tool", args, &out, NULL), 0);
+    const char *before = strstr(out, "step-99999999"), *last = strstr(out, "step-100000000");
+    if (!before || !last || last < before || !strstr(last, "(newest)") || strstr(before, "(newest)") < last)
+        fail_msg("step-100000000 not last and newest:\n%s", out);
     free(out), free(args), free(dir);
 }
 

@@ -42,6 +42,10 @@ static int resolve(const char *arg, char *path, size_t cap) {
         fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
         return 1;
     }
+    if (step < 0 && lstat(arg, &st) != 0) { /* not there at all: say so, not that it holds no checkpoint */
+        fprintf(stderr, "%s: %s: %s\n", prog, arg, strerror(errno));
+        return 1;
+    }
     if (step < 0) {
         fprintf(stderr, "%s: %s holds no complete checkpoint (no metadata.json)\n", prog, arg);
         return 1;

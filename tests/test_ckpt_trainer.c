@@ -330,6 +330,11 @@ static void test_ckpt_tool(void **st) {
     assert_non_null(strstr(err, "metadata_crc32"));
     free(err);
     assert_int_equal(run("ckpt_tool", "frobnicate x", NULL, NULL), 2);
+    /* a path that is not there is named so (it was said to hold no complete checkpoint) */
+    snprintf(args, sizeof args, "verify '%s/tool/absent'", tmpdir);
+    assert_int_equal(run("ckpt_tool", args, NULL, &err), 1);
+    if (!strstr(err, "absent: No such file or directory")) fail_msg("verify of a missing path: %s", err);
+    free(err);
     /* a metadata.json that is a looping link: damaged, named with why (it said the folder held no checkpoint) */
     snprintf(p, sizeof p, "%s/tool/step-00000002/metadata.json", tmpdir);
     assert_int_equal(unlink(p), 0);

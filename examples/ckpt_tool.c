@@ -1,6 +1,6 @@
 /* ckpt_tool: inspect and verify fsc training checkpoints, with the public API only.
  *   ckpt_tool list DIR      the checkpoints in DIR (step, format, files), the newest complete one marked,
- *                           and leftovers of interrupted saves
+ *                           and temporary directories (saves in progress, leftovers of interrupted ones)
  *   ckpt_tool show CKPT     configuration, step, loss scaler, files, and every tensor: dtype, shape and
  *                           pieces (file, element range, crc32)
  *   ckpt_tool verify CKPT   check the metadata, every file's structure and every checksum, and the
@@ -125,7 +125,9 @@ static int cmd_list(const char *dir) {
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         n++;
         if (strstr(de->d_name, ".tmp-")) {
-            printf("%-32s leftover of an interrupted save (resume removes it if a save made it)\n", de->d_name);
+            /* a live run's save (or removal) in progress looks the same: its run holds DIR/.lock meanwhile */
+            printf("%-32s temporary: a save in progress, or the leftover of an interrupted one (a resume removes "
+                   "leftovers a save made)\n", de->d_name);
             continue;
         }
         fsc_ckpt_meta *m = NULL;

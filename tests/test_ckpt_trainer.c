@@ -286,6 +286,17 @@ static void test_ckpt_tool(void **st) {
     const char *nl = strchr(line, '\n'), *mark = strstr(line, "(newest)");
     assert_true(mark && (!nl || mark < nl));
     free(out);
+    /* a save's temporary directory may be a live run's save in progress: not called only a leftover (a user told
+     * so could remove it under the save) */
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s/tool/step-00000003.tmp-aB3dE9", tmpdir);
+    assert_int_equal(mkdir(tmp, 0755), 0);
+    snprintf(args, sizeof args, "list '%s/tool'", tmpdir);
+    assert_int_equal(run("ckpt_tool", args, &out, NULL), 0);
+    line = strstr(out, "step-00000003.tmp-aB3dE9");
+    if (!line || !strstr(line, "a save in progress")) fail_msg("list: %s", out);
+    free(out);
+    assert_int_equal(rmdir(tmp), 0);
     snprintf(args, sizeof args, "show '%s/tool'", tmpdir);
     assert_int_equal(run("ckpt_tool", args, &out, NULL), 0);
     assert_non_null(strstr(out, "full format, step 2"));

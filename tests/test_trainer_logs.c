@@ -240,14 +240,15 @@ static void test_hf_config(void **state) {
     assert_int_equal(get(j, "n_head")->valueint, 2);
     assert_int_equal(get(j, "n_positions")->valueint, 16);
     assert_int_equal(get(j, "vocab_size")->valueint, 256);
+    assert_string_equal(get(j, "torch_dtype")->valuestring, "float32");
     cJSON_Delete(j), free(text);
     a = prog_fmt("--config %s --steps 1", cj);
     rc = prog_run(trainer, a, tmpdir, &out, &err);
     assert_int_equal(rc, 2);
     if (!strstr(err, "a Hugging Face model configuration (model_type gpt2)")) fail_msg("stderr: %s", err);
     free(out), free(err), free(a);
-    a = prog_fmt("--model llama --layers 2 --dim 32 --heads 4 --kv-heads 2 --seq 16 --batch 4 --steps 1 --save "
-                 "%s/model.safetensors", d);
+    a = prog_fmt("--model llama --layers 2 --dim 32 --heads 4 --kv-heads 2 --seq 16 --batch 4 --steps 1 "
+                 "--save-dtype bf16 --save %s/model.safetensors", d);
     rc = prog_run(trainer, a, tmpdir, &out, &err);
     if (rc != 0) fail_msg("exit %d\n%s%s", rc, out, err);
     free(out), free(err), free(a);
@@ -260,6 +261,7 @@ static void test_hf_config(void **state) {
     assert_int_equal(get(j, "num_key_value_heads")->valueint, 2);
     assert_int_equal(get(j, "intermediate_size")->valueint, 256); /* fsc_llama_default_ffn(32) */
     assert_int_equal(get(j, "max_position_embeddings")->valueint, 16);
+    assert_string_equal(get(j, "torch_dtype")->valuestring, "bfloat16"); /* the file's, not float32 */
     if (get(j, "rms_norm_eps")->valuedouble != 1e-5) /* --norm-eps's 1e-5, not the float's 9.99999974737875e-06 */
         fail_msg("rms_norm_eps %.17g", get(j, "rms_norm_eps")->valuedouble);
     cJSON_Delete(j), free(text);

@@ -67,6 +67,13 @@ static void gpt_describe(const train_config *c, char *buf, size_t cap) { (void)c
 
 static void gpt_plan(const train_config *c, fsc_plan_job *j) { j->gpt = model_config(c); }
 
+/* The torch_dtype of config.json: the element type of the weights file beside it (--save-dtype), as transformers'
+ * save_pretrained records it (from_pretrained(torch_dtype="auto") builds the model in it). */
+static const char *hf_dtype(const train_config *c) {
+    static const char *const n[] = { "float32", "bfloat16", "float16" }; /* f32|bf16|f16 */
+    return (unsigned)c->save_dtype < 3 ? n[c->save_dtype] : "float32";
+}
+
 /* Hugging Face's GPT2Config of the model (transformers' names; dropout 0 as fsc trains; GELU with tanh). */
 static cJSON *gpt_hf_config(const train_config *c) {
     cJSON *o = cJSON_CreateObject(), *arch = cJSON_AddArrayToObject(o, "architectures");
@@ -86,7 +93,7 @@ static cJSON *gpt_hf_config(const train_config *c) {
     cJSON_AddNumberToObject(o, "embd_pdrop", 0.0);
     cJSON_AddNumberToObject(o, "attn_pdrop", 0.0);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
-    cJSON_AddStringToObject(o, "torch_dtype", "float32");
+    cJSON_AddStringToObject(o, "torch_dtype", hf_dtype(c));
     return o;
 }
 
@@ -163,7 +170,7 @@ static cJSON *llama_hf_config(const train_config *c) {
     cJSON_AddBoolToObject(o, "attention_bias", 0);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", 0);
     cJSON_AddNumberToObject(o, "initializer_range", 0.02);
-    cJSON_AddStringToObject(o, "torch_dtype", "float32");
+    cJSON_AddStringToObject(o, "torch_dtype", hf_dtype(c));
     return o;
 }
 

@@ -74,6 +74,9 @@ static int flight_start(const char *dir, const char *opt, char *err, size_t cap)
     return 0;
 }
 
+/* SIGUSR1 as it was before flight_start from here on (ignored, flight_usr1_hold), not its default action, which ends
+ * the process: a request that comes as the run ends (a monitor's, or one mpirun passes on while this process
+ * finishes) must not kill a finished run. */
 static void flight_stop(void) {
     if (!flight_watch) return;
     flight_usr1_restore(); /* as before flight_start: ignored (flight_usr1_hold) or the host program's */

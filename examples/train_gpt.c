@@ -317,5 +317,8 @@ int fsc_train_main(int argc, char **argv) {
 }
 
 #ifndef FSC_TRAIN_NO_MAIN /* (a program that registers its own model family has a main of its own) */
-int main(int argc, char **argv) { return fsc_train_main(argc, argv); }
+int main(int argc, char **argv) {
+    flight_usr1_hold(); /* and kept: fsc_train_main gives back what it found, ignored, up to the exit */
+    return fsc_train_main(argc, argv);
+}
 #endif

@@ -166,6 +166,45 @@ static void test_clean_run_and_refusal(void **state) {
     free(o), free(args), free(step), free(ck), free(tr), free(fr);
 }
 
+/* Oracle: SIGUSR1 sent without pause from the first step until the trainer exits (a monitor asking for records, or
+ * mpirun passing one on as some processes finish) never ends a run that trained to the end: every run exits 0.
+ * The handler was replaced by the default action (which ends the process) once the ranks had returned, so a request
+ * in the last moments of a finished run killed it (exit by signal 10, at the first of the 5 runs). */
+static void test_signal_at_the_end(void **state) {
+    (void)state;
+    char *fr = prog_fmt("%s/fr-end", tmpdir), *out = prog_fmt("%s/end.out", tmpdir);
+    char *cmd = prog_fmt("exec '%s' " TINY " --world 2 --parallel fsdp --steps 200 --flight-recorder '%s' > '%s' 2>&1",
+                         trainer, fr, out);
+    for (int run = 0; run < 5; run++) {
+        remove(out);
+        pid_t job = fork();
+        if (job == 0) {
+            execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+            _exit(127);
+        }
+        assert_true(job > 0);
+        int started = 0, status = 0;
+        for (int k = 0; k < 60000 && !started; k++) { /* the handler is installed before the first step */
+            char *text = prog_slurp(out);
+            started = strstr(text, "step    1/") != NULL;
+            free(text);
+            if (!started && waitpid(job, &status, WNOHANG) == job) break;
+            if (!started) nap_ms(1);
+        }
+        if (!started) fail_msg("the trainer did not start:\n%s", prog_slurp(out));
+        while (waitpid(job, &status, WNOHANG) == 0) kill(job, SIGUSR1);
+        char *text = prog_slurp(out);
+        const char *tail = strlen(text) > 300 ? text + strlen(text) - 300 : text;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fail_msg("run %d: a trainer that got SIGUSR1 as it finished ended with %s %d; its output ends:\n%s", run,
+                     WIFSIGNALED(status) ? "signal" : "exit status",
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), tail);
+        if (!strstr(text, "step  200/200")) fail_msg("run %d did not train to the end:\n%s", run, tail);
+        free(text);
+    }
+    free(cmd), free(out), free(fr);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_flight", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir))
@@ -175,6 +214,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_signal_writes_every_rank),
         cmocka_unit_test(test_signal_without_recorder),
         cmocka_unit_test(test_clean_run_and_refusal),
+        cmocka_unit_test(test_signal_at_the_end),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_rmtree(tmpdir);

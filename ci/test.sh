@@ -3,8 +3,9 @@
 # ASan+UBSan, TSan on the threaded code), the library as installed (ci/check_exports.sh, ci/check_install.sh)
 # and a coverage summary. Tests that use the simulated cluster are named test_sim*, test_ddp*, test_fsdp*,
 # test_zero*, test_pipe*, test_tp*, test_moe*, test_ckpt*, and test_eval, test_offload, test_trace, test_predict,
-# test_plan*, test_reduce_exact, test_trainer_exact, test_save_bounded, test_resume_random; those and test_comm_queue (the progress thread the simulator
-# and the MPI plug-in share) run under TSan.
+# test_plan*, test_reduce_exact, test_trainer_exact, test_save_bounded, test_resume_random; those, test_comm_queue (the progress thread the simulator
+# and the MPI plug-in share), test_flight (the flight recorder's watcher thread, woken by a signal handler while ranks
+# call) and test_failed_step (steps failing on one rank or all with collectives in flight) run under TSan.
 set -e
 J=${JOBS:-2}
 echo "== the library's include arrows run down its layers (ci/check_layers.sh)"
@@ -22,7 +23,7 @@ echo "== ThreadSanitizer (threaded simulator)"
 # OpenBLAS is not instrumented, so TSan cannot see the synchronization between its worker threads and the
 # caller (reports with one side in sgemm_beta_* on machines whose OpenBLAS threads its gemms). Under TSan
 # every gemm runs in the calling thread; fsc's own threads (ranks, the CPU device's pool) stay instrumented.
-OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 GOTO_NUM_THREADS=1 make -s -j$J BUILD=build/tsan SAN=thread OPT=-O1 TESTS_FILTER='test_(sim|comm_queue|ddp|fsdp|zero|pipe|tp|moe|ckpt|cluster|eval|offload|trace|reduce_exact|trainer_exact|predict|plan|save_bounded|resume_random)' check
+OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 GOTO_NUM_THREADS=1 make -s -j$J BUILD=build/tsan SAN=thread OPT=-O1 TESTS_FILTER='test_(sim|comm_queue|flight|failed_step|ddp|fsdp|zero|pipe|tp|moe|ckpt|cluster|eval|offload|trace|reduce_exact|trainer_exact|predict|plan|save_bounded|resume_random)' check
 echo "== the installed library: exported names, C and C++ programs against the installed headers"
 make -s -j$J BUILD=build/install-check lib
 sh ci/check_exports.sh build/install-check

@@ -12,6 +12,7 @@
  * more, and the ring of send buffers of checkpointed outputs (min(prefetch_limit, checkpointed micro-batches)). */
 #include <unistd.h>
 #include "pipetest.h"
+#include "core/comm_impl.h" /* fsc_comm_wrap: a plug-in table of the test's own */
 
 static const char *sched_name[] = { "gpipe", "1f1b" };
 static const char *ckpt_name[] = { "except_last", "always", "never" };
@@ -123,6 +124,108 @@ static void test_pipe_split_layer_checkpoint(void **state) {
                 free(p.params);
             }
     free(refs[0].params), free(refs[1].params);
+}
+
+/* A communicator plug-in without the optional asynchronous calls (fsc_comm_ops.start, wait, test: a started call
+ * runs at its start), as a table forwarding every call to the simulated rank's communicator; sends_wait as
+ * fwd_waits says (the simulated sends stay buffered: what is checked is what the pipeline does with the table). */
+typedef struct {
+    fsc_comm *inner;
+    int owns; /* a split's, freed with it (the world's is the cluster's) */
+} fwd_ctx;
+
+static fsc_status fwd_all_reduce(void *x, const void *s, void *r, size_t n, fsc_dtype dt, fsc_redop op) {
+    return fsc_comm_all_reduce(((fwd_ctx *)x)->inner, s, r, n, dt, op);
+}
+static fsc_status fwd_reduce_scatter(void *x, const void *s, void *r, size_t n, fsc_dtype dt, fsc_redop op) {
+    return fsc_comm_reduce_scatter(((fwd_ctx *)x)->inner, s, r, n, dt, op);
+}
+static fsc_status fwd_all_gather(void *x, const void *s, void *r, size_t n, fsc_dtype dt) {
+    return fsc_comm_all_gather(((fwd_ctx *)x)->inner, s, r, n, dt);
+}
+static fsc_status fwd_broadcast(void *x, void *b, size_t n, fsc_dtype dt, int root) {
+    return fsc_comm_broadcast(((fwd_ctx *)x)->inner, b, n, dt, root);
+}
+static fsc_status fwd_send(void *x, const void *b, size_t n, fsc_dtype dt, int peer) {
+    return fsc_comm_send(((fwd_ctx *)x)->inner, b, n, dt, peer);
+}
+static fsc_status fwd_recv(void *x, void *b, size_t n, fsc_dtype dt, int peer) {
+    return fsc_comm_recv(((fwd_ctx *)x)->inner, b, n, dt, peer);
+}
+static fsc_status fwd_all_to_all(void *x, const void *s, void *r, size_t n, fsc_dtype dt) {
+    return fsc_comm_all_to_all(((fwd_ctx *)x)->inner, s, r, n, dt);
+}
+static fsc_status fwd_barrier(void *x) { return fsc_comm_barrier(((fwd_ctx *)x)->inner); }
+static fsc_status fwd_split(void *x, int color, int key, void **out, int *rank, int *size) {
+    fwd_ctx *n = calloc(1, sizeof *n);
+    if (!n) return fsc_error(FSC_ERR_NOMEM, "forward: out of memory");
+    fsc_status s = fsc_comm_split(((fwd_ctx *)x)->inner, color, key, &n->inner);
+    if (s != FSC_OK) {
+        free(n);
+        return s;
+    }
+    n->owns = 1;
+    *out = n, *rank = fsc_comm_rank(n->inner), *size = fsc_comm_size(n->inner);
+    return FSC_OK;
+}
+static void fwd_destroy(void *x) {
+    fwd_ctx *c = x;
+    if (c->owns) fsc_comm_free(c->inner);
+    free(c);
+}
+#define FWD_OPS(waits)                                                                                              \
+    {                                                                                                               \
+        .abi_version = FSC_COMM_ABI_VERSION, .name = "forward", .all_reduce = fwd_all_reduce,                       \
+        .reduce_scatter = fwd_reduce_scatter, .all_gather = fwd_all_gather, .broadcast = fwd_broadcast,             \
+        .send = fwd_send, .recv = fwd_recv, .all_to_all = fwd_all_to_all, .barrier = fwd_barrier,                   \
+        .split = fwd_split, .destroy = fwd_destroy, .sends_wait = waits                                             \
+    }
+static const fsc_comm_ops fwd_buffered = FWD_OPS(0), fwd_waiting = FWD_OPS(1);
+
+typedef struct {
+    run *r;
+    const fsc_comm_ops *ops;
+} fwd_run;
+
+static fsc_status rank_fwd(fsc_rank *rk, void *arg) {
+    fwd_run *f = arg;
+    fwd_ctx *x = calloc(1, sizeof *x);
+    if (!x) return fsc_error(FSC_ERR_NOMEM, "forward: out of memory");
+    x->inner = rk->comm;
+    fsc_rank mine = *rk;
+    FSC_TRY(fsc_comm_wrap(f->ops, x, rk->rank, rk->world, "forward", &mine.comm));
+    fsc_status s = rank_fn(&mine, f->r);
+    fsc_comm_free(mine.comm);
+    return s;
+}
+
+/* Oracle: on a plug-in without start and wait (optional in the ABI) a pipeline never posts a receive ahead, which
+ * would run where it is posted and wait there for a message this stage's own later actions cause: with buffered
+ * sends and one chunk per rank, prefetch 1 (the default) runs the synchronous program, DDP's bits; where sends wait
+ * (no program runs there without posted receives) and with chunks the engine refuses, naming the missing calls. It
+ * hung until the cluster's timeout ("recv ... timed out") in all three. */
+static void test_pipe_comm_without_start(void **state) {
+    (void)state;
+    run p = make(1, 2, FSC_PAR_DDP, 4, 1);
+    p.po.prefetch = 1;
+    p.po.schedule = FSC_SCHED_1F1B;
+    run ref = reference(&p);
+    free(p.params);
+    p.params = calloc(fsc_gpt_num_params(&p.cfg), sizeof(float));
+    fsc_cluster_opts co = { .world = p.world, .device = "cpu", .timeout_s = 5 };
+    fwd_run f = { &p, &fwd_buffered };
+    if (fsc_cluster_run(&co, rank_fwd, &f) != FSC_OK) fail_msg("buffered, no start: %s", fsc_last_error());
+    assert_same(&ref, &p, "a plug-in without start, buffered sends, 1f1b with prefetch 1");
+    f.ops = &fwd_waiting;
+    assert_err(fsc_cluster_run(&co, rank_fwd, &f), FSC_ERR_UNSUPPORTED, "no asynchronous calls");
+    assert_non_null(strstr(fsc_last_error(), "sends wait for their receive"));
+    run q = make_split(1, 2, FSC_PAR_DDP, 4);
+    q.po.schedule = FSC_SCHED_INTERLEAVED;
+    q.po.virtual_stages = 2;
+    q.params = calloc(fsc_gpt_num_params(&q.cfg), sizeof(float));
+    fwd_run g = { &q, &fwd_buffered };
+    assert_err(fsc_cluster_run(&co, rank_fwd, &g), FSC_ERR_UNSUPPORTED, "with several chunks per rank");
+    free(p.params), free(q.params), free(ref.params);
 }
 
 /* Sends that wait for their receive (fsc_cluster_opts.sim_sync_sends: NCCL's semantics, on which a synchronous
@@ -1404,6 +1507,7 @@ int main(void) {
         cmocka_unit_test(test_pipe_interleaved_layer_checkpoint),
         cmocka_unit_test(test_pipe_split_layer_checkpoint),
         cmocka_unit_test(test_pipe_sync_sends),
+        cmocka_unit_test(test_pipe_comm_without_start),
         cmocka_unit_test(test_pipe_custom_schedule),
         cmocka_unit_test(test_pipe_custom_v),
         cmocka_unit_test(test_pipe_interleaved_weights),

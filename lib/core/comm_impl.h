@@ -20,6 +20,10 @@ struct fsc_comm {
 /* Whether c's sends wait for their receive (fsc_comm_ops.sends_wait). */
 static inline int fsc_comm_sends_wait(const fsc_comm *c) { return c && c->ops && c->ops->sends_wait; }
 
+/* Whether c's calls can run in the background (fsc_comm_ops.start and wait); without them a started call runs at
+ * its start, so a receive posted ahead blocks there until its message comes. */
+static inline int fsc_comm_can_post(const fsc_comm *c) { return c && c->ops && c->ops->start && c->ops->wait; }
+
 /* Wrap an implementation in an fsc_comm (takes ownership of ctx). */
 fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size, const char *name,
                          fsc_comm **out);

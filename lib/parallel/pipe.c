@@ -441,7 +441,18 @@ fsc_status fsc_pipe_create(fsc_engine *e) {
      * checkpointed outputs, input gradients and tied gradients leave from copies, and a copy whose send is in
      * flight is not waited for but joined by a new one (pipe_link.c, pipe_tied.c), so every valid list runs there
      * as with buffered sends */
-    p->async = e->po.prefetch || fsc_comm_sends_wait(p->pipe_comm);
+    const int waits = fsc_comm_sends_wait(p->pipe_comm), posts = fsc_comm_can_post(p->pipe_comm);
+    /* the asynchronous program posts receives ahead: a communicator without start and wait would run each one where
+     * it is posted, waiting there for a message its own later actions cause (the first output gradient, posted at
+     * the step's start); there one chunk runs the synchronous program (the same bits) where sends are buffered */
+    if (!posts && (waits || v > 1))
+        return fsc_error(FSC_ERR_UNSUPPORTED, "pipeline: communicator '%s' (%s) has no asynchronous calls "
+                         "(fsc_comm_ops.start and wait), which a pipeline needs %s: its receives, posted a micro-batch "
+                         "ahead, would block where they are posted", fsc_comm_name(p->pipe_comm),
+                         p->pipe_comm->ops->name ? p->pipe_comm->ops->name : "unnamed",
+                         waits ? "where sends wait for their receive (sends_wait; the synchronous program deadlocks "
+                                 "there)" : "with several chunks per rank");
+    p->async = posts && (e->po.prefetch || waits);
     if (p->async && p->ntied && !(p->tl = calloc((size_t)p->ntied, sizeof *p->tl)))
         return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
     if (p->async) { /* a V: chunk 0's links in rank order, chunk 1's in the reverse order */

@@ -44,7 +44,9 @@ typedef struct fsc_comm_ops {
      * what is queued) and returns a request; wait blocks until it completed, frees it and returns its
      * status, with the message in the calling thread; test sets *done without blocking (optional; without it
      * pipelines on a communicator whose sends wait never see a send done before its wait, so their send
-     * buffers grow to every message of a step: docs/pipeline.md). */
+     * buffers grow to every message of a step: docs/pipeline.md). Without start and wait a pipeline posts no
+     * receive ahead (it would block where posted): with buffered sends one chunk per rank runs the synchronous
+     * program whatever prefetch says; sends_wait 1, or several chunks per rank, are refused. */
     fsc_status (*start)(void *ctx, const fsc_comm_call *call, void **req);
     fsc_status (*wait)(void *ctx, void *req);
     fsc_status (*test)(void *ctx, void *req, int *done);

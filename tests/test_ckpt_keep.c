@@ -416,6 +416,27 @@ static void test_step_unexaminable(void **state) {
     ct_rmtree(dir);
 }
 
+/* Oracle: retention keeps the sound checkpoints: one whose metadata.json cannot be examined (a looping link) between
+ * the one written and a sound older one takes no kept place, so with keep 2 the older sound one stays (it was
+ * removed while the damaged one was counted as kept) and the damaged one is left alone. */
+static void test_prune_skips_unexaminable(void **state) {
+    (void)state;
+    char *dir = make_run(3), one[700], two[700], aside[800];
+    ct_step_path(one, sizeof one, dir, 1);
+    ct_step_path(two, sizeof two, dir, 2);
+    snprintf(aside, sizeof aside, "%s/aside", dir);
+    assert_int_equal(rename(two, aside), 0);
+    assert_int_equal(symlink("step-00000002", two), 0); /* itself: ELOOP */
+    int removed = -1;
+    char report[1024];
+    assert_ok(fsc_ckpt_prune(dir, 3, 2, &removed, report, sizeof report));
+    assert_int_equal(removed, 0);
+    assert_ok(fsc_ckpt_verify(one, NULL));
+    struct stat st;
+    assert_int_equal(lstat(two, &st), 0); /* the damaged one: not removed here */
+    ct_rmtree(dir);
+}
+
 /* Oracle: after a resume that skipped a newest checkpoint whose metadata cannot be read, the run's next
  * save into the same DIR is accepted (the newest readable checkpoint is its own run's) and replaces the
  * damaged one with a sound one; a fresh engine (another run) is still refused there. */
@@ -450,6 +471,7 @@ int main(void) {
         cmocka_unit_test(test_metadata_link_damaged),
         cmocka_unit_test(test_noncanonical_name),
         cmocka_unit_test(test_step_unexaminable),
+        cmocka_unit_test(test_prune_skips_unexaminable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

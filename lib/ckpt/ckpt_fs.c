@@ -347,13 +347,15 @@ fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out) {
     return s;
 }
 
-int ck_step_complete(const char *dir, const char *name) {
+int ck_step_present(const char *dir, const char *name, int unexaminable) {
     char meta[4096];
     struct stat st;
     int n = snprintf(meta, sizeof meta, "%s/%s/%s", dir, name, CK_META_NAME);
     if (n < 0 || (size_t)n >= sizeof meta) return 0;
-    return lstat(meta, &st) == 0 || (errno != ENOENT && errno != ENOTDIR); /* EACCES: there, unreadable */
+    return lstat(meta, &st) == 0 || (unexaminable && errno != ENOENT && errno != ENOTDIR); /* EACCES: unreadable */
 }
+
+int ck_step_complete(const char *dir, const char *name) { return ck_step_present(dir, name, 1); }
 
 fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *step) {
     FSC_CHECK_ARG(dir);

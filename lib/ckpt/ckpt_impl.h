@@ -55,6 +55,9 @@ int ck_parse_step_name(const char *name, int64_t *step);
  * link, even a broken or looping one, counts), or cannot be examined (a directory without search permission: the
  * load says why); not where it is absent or name is no directory. */
 int ck_step_complete(const char *dir, const char *name);
+/* ck_step_complete, or with unexaminable 0 only a step whose metadata.json is there (lstat succeeds): retention's
+ * rule, so that a damaged checkpoint never takes a kept place from a sound one. */
+int ck_step_present(const char *dir, const char *name, int unexaminable);
 /* Remove the checkpoint or temporary directory `path` that a save made, without following links: only
  * regular files of the names a save writes, then the directory. FSC_OK when it is gone (or was not
  * there); otherwise FSC_ERR_IO saying what was left in place and why (a link or file instead of a

@@ -15,8 +15,11 @@
 #include <sys/stat.h>
 #include "ckpt_impl.h"
 
-/* The steps of dir's complete checkpoints, newest first (*steps malloc'd; *n = 0 for a missing dir). */
-static fsc_status list_complete(const char *dir, int64_t **steps, int *n) {
+/* The steps of dir's complete checkpoints, newest first (*steps malloc'd; *n = 0 for a missing dir); with
+ * unexaminable, also those whose metadata.json cannot be examined (ck_step_complete: the readers list them, so that
+ * a resume names them as damaged), else only those where it is there (the old rule, for retention: a damaged one
+ * must not take a kept place from a sound one). */
+static fsc_status list_of(const char *dir, int unexaminable, int64_t **steps, int *n) {
     char eb[128];
     *steps = NULL, *n = 0;
     DIR *d = opendir(dir);
@@ -29,7 +32,7 @@ static fsc_status list_complete(const char *dir, int64_t **steps, int *n) {
     fsc_status s = FSC_OK;
     for (struct dirent *de; s == FSC_OK && (de = readdir(d)) != NULL;) {
         int64_t step;
-        if (!ck_parse_step_name(de->d_name, &step) || !ck_step_complete(dir, de->d_name)) continue;
+        if (!ck_parse_step_name(de->d_name, &step) || !ck_step_present(dir, de->d_name, unexaminable)) continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
             int64_t *p = realloc(*steps, (size_t)cap * sizeof *p);
@@ -50,6 +53,8 @@ static fsc_status list_complete(const char *dir, int64_t **steps, int *n) {
     if (s != FSC_OK) free(*steps), *steps = NULL, *n = 0;
     return s;
 }
+
+static fsc_status list_complete(const char *dir, int64_t **steps, int *n) { return list_of(dir, 1, steps, n); }
 
 static void step_path(char *buf, size_t cap, const char *dir, int64_t step) {
     snprintf(buf, cap, "%s/step-%08lld", dir, (long long)step);
@@ -92,7 +97,7 @@ fsc_status fsc_ckpt_prune(const char *dir, int64_t written, int keep, int *remov
         return fsc_error(FSC_ERR_STATE, "%s is not a complete checkpoint: nothing removed", path);
     int64_t *steps;
     int n;
-    FSC_TRY(list_complete(dir, &steps, &n));
+    FSC_TRY(list_of(dir, 0, &steps, &n)); /* a damaged one never takes a kept place */
     int kept = 1; /* the one written */
     for (int i = 0; i < n; i++) {
         if (steps[i] >= written) continue; /* it, and any newer one (another timeline): never removed here */

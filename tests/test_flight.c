@@ -143,8 +143,9 @@ static void test_stopped_rank_is_named(void **state) {
 /* Oracle: the records an earlier run left in the directory are not read as this run's. A run whose every rank
  * wrote a record (the mismatch) is followed, in the same directory, by one where rank 1 stops and writes nothing;
  * a record of a rank 7 the second run does not have lies there too. Each rank's recorder moves its earlier
- * record aside (flight-rank-N.json.prev), rank 0's also those of ranks beyond its world, so the verdict names
- * rank 1 as silent, not as the earlier run's rank 1 in its broadcast. */
+ * record aside (flight-rank-N.json.prev), rank 0's also those of ranks beyond its world, and removes one it cannot
+ * move (rank 1's .prev is a directory there), so the verdict names rank 1 as silent, not as the earlier run's rank 1
+ * in its broadcast. */
 static void test_earlier_records_set_aside(void **state) {
     (void)state;
     run t = {.dir = tmpdir()};
@@ -153,6 +154,12 @@ static void test_earlier_records_set_aside(void **state) {
     snprintf(path, sizeof path, "%s/flight-rank-0.json", t.dir);
     snprintf(prev, sizeof prev, "%s/flight-rank-7.json", t.dir);
     assert_int_equal(link(path, prev), 0); /* rank 0's record under rank 7's name */
+    snprintf(path, sizeof path, "%s/flight-rank-1.json.prev", t.dir); /* a place rank 1's cannot be moved to: */
+    assert_int_equal(mkdir(path, 0700), 0);                           /* removed instead, the run made all the same */
+    snprintf(path, sizeof path, "%s/flight-rank-1.json.prev/x", t.dir);
+    FILE *x = fopen(path, "w");
+    assert_non_null(x);
+    assert_int_equal(fclose(x), 0);
     diagnose(&t, STOPPED, report);
     expect(report, "records of 3 of 4 ranks");
     expect(report, "verdict: rank 1 left no record");

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "core/comm_impl.h"
 #include "core/flight_impl.h"
 
@@ -78,40 +79,36 @@ fsc_flight_opts fsc_flight_opts_default(void) {
     return (fsc_flight_opts){ .rank = 0, .world = 1, .depth = FSC_FLIGHT_DEFAULT_DEPTH, .dir = NULL };
 }
 
-/* Move dir/name (a record an earlier run left) aside to dir/name.prev, replacing an older one: the reader takes only
- * flight-rank-N.json, so a rank of this run that writes no record reads as silent, not as that run's rank. */
-static fsc_status set_aside(const char *dir, const char *name) {
+/* Move dir/name (a record an earlier run left) aside to dir/name.prev, replacing an older one, else remove it: the
+ * reader takes only flight-rank-N.json, so a rank of this run that writes no record reads as silent, not as that
+ * run's rank. Best effort: a record that can be neither moved nor removed (a read-only directory) stays, and the
+ * recorder is made all the same (a rank failing here would fail the job over a diagnosis aid). */
+static void set_aside(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 8;
     char *path = malloc(2 * n);
-    if (!path) return fsc_error(FSC_ERR_NOMEM, "fsc_flight_create: out of memory");
+    if (!path) return;
     snprintf(path, n, "%s/%s", dir, name);
     snprintf(path + n, n, "%s/%s.prev", dir, name);
-    fsc_status s = FSC_OK;
-    if (rename(path, path + n) != 0 && errno != ENOENT && errno != ENOTDIR)
-        s = fsc_error(FSC_ERR_IO, "flight recorder: cannot move aside %s, an earlier run's record (to %s): %s", path,
-                      path + n, strerror(errno));
+    if (rename(path, path + n) != 0 && errno != ENOENT && errno != ENOTDIR) (void)unlink(path);
     free(path);
-    return s;
 }
 
 /* The records an earlier run left in dir that this recorder's would be read with: its rank's, and for rank 0 those
  * of ranks its world does not have. */
-static fsc_status set_aside_earlier(const char *dir, int rank, int world) {
+static void set_aside_earlier(const char *dir, int rank, int world) {
     char name[48];
     snprintf(name, sizeof name, "flight-rank-%d.json", rank);
-    FSC_TRY(set_aside(dir, name));
+    set_aside(dir, name);
     DIR *d = rank == 0 ? opendir(dir) : NULL;
-    if (!d) return FSC_OK; /* not made yet: nothing there */
-    fsc_status s = FSC_OK;
-    for (struct dirent *e; s == FSC_OK && (e = readdir(d));) {
+    if (!d) return; /* not made yet: nothing there */
+    for (struct dirent *e; (e = readdir(d));) {
         const char *p = e->d_name + strlen("flight-rank-");
         char *end = NULL;
         if (strncmp(e->d_name, "flight-rank-", 12) != 0 || *p < '0' || *p > '9') continue;
         long r = strtol(p, &end, 10);
-        if (strcmp(end, ".json") == 0 && r >= world) s = set_aside(dir, e->d_name);
+        if (strcmp(end, ".json") == 0 && r >= world) set_aside(dir, e->d_name);
     }
     closedir(d);
-    return s;
 }
 
 fsc_status fsc_flight_create(const fsc_flight_opts *o, fsc_flight **out) {
@@ -127,13 +124,11 @@ fsc_status fsc_flight_create(const fsc_flight_opts *o, fsc_flight **out) {
     fsc_flight *f = calloc(1, sizeof *f);
     if (!f) return fsc_error(FSC_ERR_NOMEM, "fsc_flight_create: out of memory");
     f->dir = o->dir ? strdup(o->dir) : NULL;
-    fsc_status s = o->dir && !f->dir ? fsc_error(FSC_ERR_NOMEM, "fsc_flight_create: out of memory") : FSC_OK;
-    if (s == FSC_OK && o->dir) s = set_aside_earlier(o->dir, o->rank, o->world);
-    if (s != FSC_OK) {
-        free(f->dir);
+    if (o->dir && !f->dir) {
         free(f);
-        return s;
+        return fsc_error(FSC_ERR_NOMEM, "fsc_flight_create: out of memory");
     }
+    if (o->dir) set_aside_earlier(o->dir, o->rank, o->world);
     f->rank = o->rank, f->world = o->world;
     f->depth = o->depth ? o->depth : FSC_FLIGHT_DEFAULT_DEPTH;
     pthread_mutex_init(&f->mu, NULL);

@@ -38,8 +38,9 @@ typedef struct {
     size_t depth;     /* calls each communicator keeps (0: FSC_FLIGHT_DEFAULT_DEPTH; at most FSC_FLIGHT_MAX_DEPTH) */
     const char *dir;  /* where fsc_flight_write puts DIR/flight-rank-N.json (copied; NULL: fsc_flight_write refuses).
                        * fsc_flight_create moves an earlier run's record of this rank there aside to
-                       * flight-rank-N.json.prev (rank 0: also those of ranks beyond world), so that a rank of this
-                       * run that writes none reads as silent, not as the earlier run's rank */
+                       * flight-rank-N.json.prev, else removes it (rank 0: also those of ranks beyond world), so that
+                       * a rank of this run that writes none reads as silent, not as the earlier run's rank; one
+                       * that can be neither (a read-only directory) stays */
 } fsc_flight_opts;
 
 #define FSC_FLIGHT_DEFAULT_DEPTH 256

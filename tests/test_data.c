@@ -415,6 +415,35 @@ static void test_relative_paths(void **state) {
     fsc_data_free(d);
 }
 
+/* Oracle: a relative path opened in a working directory deeper than PATH_MAX (its name joined to the path could not
+ * be opened: "File name too long") reads as it did before paths were resolved at open, from the directory of the
+ * read. The tree is made and removed by relative steps (its full names are too long for test_rmtree). */
+static void test_relative_path_deep_directory(void **state) {
+    (void)state;
+    char cwd[4096], name[201];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    memset(name, 'd', 200), name[200] = '\0';
+    enum { DEPTH = 24 }; /* 24 x 201 bytes: past PATH_MAX (4096) */
+    assert_int_equal(chdir(g_dir), 0);
+    for (int i = 0; i < DEPTH; i++) assert_true(mkdir(name, 0700) == 0 && chdir(name) == 0);
+    FILE *f = fopen("x.txt", "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite("abcd", 1, 4, f), 4);
+    assert_int_equal(fclose(f), 0);
+    fsc_data *d = NULL;
+    fsc_status s = fsc_data_open(&d, "x.txt", FSC_DATA_BYTES, 256);
+    int32_t out[4] = { 0 };
+    fsc_status r = s == FSC_OK ? fsc_data_read(d, 0, 4, out) : s;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", fsc_last_error());
+    fsc_data_free(d);
+    assert_int_equal(unlink("x.txt"), 0);
+    for (int i = 0; i < DEPTH; i++) assert_true(chdir("..") == 0 && rmdir(name) == 0);
+    assert_int_equal(chdir(cwd), 0);
+    if (r != FSC_OK) fail_msg("%s", msg);
+    for (int i = 0; i < 4; i++) assert_int_equal(out[i], "abcd"[i]);
+}
+
 /* Oracle: a glob of more files than the kernel allows mappings per process (vm.max_map_count) opens and reads
  * as one stream: files are not mapped. Skipped where that limit is above 100000 files. */
 static void test_many_files(void **state) {
@@ -450,6 +479,7 @@ int main(void) {
         cmocka_unit_test(test_formats), cmocka_unit_test(test_format_names), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_vocab),   cmocka_unit_test(test_shards),       cmocka_unit_test(test_order),
         cmocka_unit_test(test_changed_under_use), cmocka_unit_test(test_relative_paths),
+        cmocka_unit_test(test_relative_path_deep_directory),
         cmocka_unit_test(test_many_files),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,7 +132,8 @@ static fsc_status add_file(fsc_data *d, const char *path, const char *cwd) {
     memset(f, 0, sizeof *f);
     if (!(f->path = strdup(path))) return fsc_error(FSC_ERR_NOMEM, "data: out of memory");
     d->n++;
-    if (!cwd || path[0] == '/') f->at = strdup(path);
+    if (!cwd || path[0] == '/' || strlen(cwd) + strlen(path) + 2 > PATH_MAX) f->at = strdup(path); /* too long to
+                                                                   * open joined: relative, as without a name */
     else if ((f->at = malloc(strlen(cwd) + strlen(path) + 2))) sprintf(f->at, "%s/%s", cwd, path);
     return f->at ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "data: out of memory");
 }

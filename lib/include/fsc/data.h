@@ -14,7 +14,8 @@
  * are checked against the vocabulary as they are read (fsc_data_read, fsc_data_batch), and all at once by
  * fsc_data_check (a sequential pass in reads of 2^20 tokens: nothing is held).
  * The files must not change while the stream is open: each read opens the file again (a relative path from the
- * working directory of fsc_data_open, whatever the program's directory is now) and refuses it (an I/O error
+ * working directory of fsc_data_open, whatever the program's directory is now, unless that directory has no name
+ * or the two together pass PATH_MAX: then from the directory of the read) and refuses it (an I/O error
  * naming it) when it is no longer the file of the size that was opened, or ends early.
  *
  * Data order (the trainer's contract): with N tokens, global batch B and context T, sequence i of step s

@@ -47,6 +47,18 @@ static void flight_usr1_restore(void) {
     flight_usr1_held = 0;
 }
 
+/* SIGUSR1 back to what flight_usr1_hold left, in one change (ignored where the program found the default): never
+ * the default action for a moment in between. */
+static void flight_usr1_rehold(void) {
+    struct sigaction a = flight_usr1_was;
+    if (!flight_usr1_held || a.sa_handler == SIG_DFL) {
+        memset(&a, 0, sizeof a);
+        a.sa_handler = SIG_IGN;
+        sigemptyset(&a.sa_mask);
+    }
+    sigaction(SIGUSR1, &a, NULL);
+}
+
 static void flight_on_signal(int sig) {
     (void)sig;
     fsc_flight_watch_signal(flight_watch);
@@ -79,8 +91,7 @@ static int flight_start(const char *dir, const char *opt, char *err, size_t cap)
  * finishes) must not kill a finished run. */
 static void flight_stop(void) {
     if (!flight_watch) return;
-    flight_usr1_restore(); /* as before flight_start: ignored (flight_usr1_hold) or the host program's */
-    flight_usr1_hold();
+    flight_usr1_rehold(); /* as before flight_start: ignored (flight_usr1_hold) or the host program's */
     fsc_flight_watch_stop(flight_watch);
     flight_watch = NULL;
 }

@@ -42,7 +42,6 @@ static inline void assert_bits_equal(const float *a, const float *b, size_t n, c
     }
 }
 
-/* Remove a directory tree (a test's temporary folder); missing entries are ignored. */
 /* Whether this process's open descriptors of path (but except) are close-on-exec: 1 if all are, 0 if one is not,
  * -1 if none is open. For a file the library holds open while another thread looks (a FIFO it waits on). */
 static inline int test_fd_cloexec(const char *path, int except) {
@@ -64,6 +63,7 @@ static inline int test_fd_cloexec(const char *path, int except) {
     return found;
 }
 
+/* Remove a directory tree (a test's temporary folder); missing entries are ignored. */
 static inline void test_rmtree(const char *dir) {
     DIR *d = opendir(dir);
     if (d) {

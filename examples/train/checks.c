@@ -132,10 +132,10 @@ static int check_engine_options(const train_config *c, char *err, size_t cap) {
     if (c->searched) return 0; /* fsc-plan --search: each candidate layout is the engine's to refuse */
     const fsc_parallel_kind k = strategy(c);
     /* hybrid shards over groups of half the data-parallel ranks (the engine's default hybrid_group, dp / 2) */
-    if (k == FSC_PAR_FSDP && c->shard == FSC_SHARD_HYBRID && c->dp >= 3 && c->dp % 2 != 0)
+    if (k == FSC_PAR_FSDP && c->shard == FSC_SHARD_HYBRID && c->dp >= 2 && c->dp % (c->dp / 2) != 0)
         return snprintf(err, cap, "--shard hybrid shards over groups of half the data-parallel ranks, and %d ranks do "
-                        "not halve (groups of %d would %s): give an even number of data-parallel ranks", c->dp,
-                        c->dp / 2, c->dp / 2 == 1 ? "shard nothing" : "not divide them"), -1;
+                        "not split into groups of %d: give an even number of data-parallel ranks", c->dp,
+                        c->dp / 2), -1;
     if (c->offload != FSC_OFFLOAD_NONE) {
         const int all = c->offload == FSC_OFFLOAD_ALL;
         const char *par = c->parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name(k);

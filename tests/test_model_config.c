@@ -265,6 +265,37 @@ static void test_config_text_in_a_decimal_comma_locale(void **state) {
     fsc_device_free(dev);
 }
 
+/* A host program's cJSON allocator (cJSON_InitHooks is process-wide): blocks 16 bytes into what malloc gave, as
+ * fuzz/cjson_count.h's are, so a text cJSON printed and the library freed with free() instead of cJSON_free is
+ * caught (free of a pointer malloc never returned: an abort). */
+static void *hooked_malloc(size_t n) {
+    char *p = malloc(n + 16);
+    return p ? p + 16 : NULL;
+}
+static void hooked_free(void *p) {
+    if (p) free((char *)p - 16);
+}
+
+/* Oracle: the GPT's configuration text and the refusal of a recorded configuration's bad field are printed by
+ * cJSON and freed through it under a host program's hooks (they were freed with free(), an invalid free). */
+static void test_cjson_hooks_of_the_host(void **state) {
+    (void)state;
+    cJSON_Hooks h = { hooked_malloc, hooked_free };
+    cJSON_InitHooks(&h);
+    fsc_gpt_config c = fsc_gpt_config_default();
+    char buf[512];
+    fsc_gpt_config_json(&c, buf, sizeof buf);
+    fsc_device *dev = NULL;
+    fsc_model *m = NULL;
+    fsc_status s = fsc_device_create("cpu", NULL, &dev);
+    if (s == FSC_OK) s = fsc_model_from_config(dev, "{\"layers\":1.5,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":16}", &m);
+    cJSON_InitHooks(NULL);
+    fsc_model_free(m);
+    fsc_device_free(dev);
+    if (!strstr(buf, "\"layers\":")) fail_msg("fsc_gpt_config_json: %s", buf);
+    assert_int_not_equal(s, FSC_OK);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builds_the_recorded_model),
@@ -272,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_registered_family),
         cmocka_unit_test(test_engine_from_config), /* after test_registered_family: "tiny" */
         cmocka_unit_test(test_config_text_in_a_decimal_comma_locale),
+        cmocka_unit_test(test_cjson_hooks_of_the_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

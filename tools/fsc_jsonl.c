@@ -289,7 +289,7 @@ static int jl_trace_events(const char *text, size_t n, jl_event_fn emit, void *a
         cJSON_ArrayForEach(e, evs) {
             char *s = cJSON_IsObject(e) ? cJSON_PrintUnformatted(e) : NULL;
             int bad = !s || emit(arg, s, strlen(s));
-            free(s);
+            cJSON_free(s); /* cJSON's allocator (the fuzz harness counts through its hooks) */
             if (bad) {
                 jl_err(err, ecap, cJSON_IsObject(e) ? "cannot write event %zu" : "event %zu is not an object",
                        *count + 1);

@@ -94,7 +94,7 @@ void fsc_gpt_config_json(const fsc_gpt_config *c, char *buf, size_t cap) {
     cJSON *mo = config_json(c);
     char *t = mo ? cJSON_PrintUnformatted(mo) : NULL;
     snprintf(buf, cap, "%s", t ? t : "{}");
-    free(t);
+    cJSON_free(t); /* cJSON's allocator: a program may have set its hooks */
     cJSON_Delete(mo);
 }
 
@@ -141,7 +141,7 @@ fsc_status fsc_gpt_config_check_json(const fsc_gpt_config *b, const char *record
         char *t = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, bad));
         fsc_status s = fsc_error(FSC_ERR_FORMAT, "the recorded model configuration's %s (%.40s) is not an integer in "
                                  "[0, 2147483647]", bad, t ? t : "?");
-        free(t);
+        cJSON_free(t);
         cJSON_Delete(o);
         return s;
     }

@@ -195,7 +195,7 @@ static fsc_status config_differs(const char *own, const char *recorded) {
         snprintf(field, sizeof field, "%.40s", x->string);
         snprintf(mine, sizeof mine, "%.40s", m ? m : "?");
         snprintf(theirs, sizeof theirs, "%.40s", t ? t : "absent");
-        free(t), free(m);
+        cJSON_free(t), cJSON_free(m); /* cJSON's allocator: a program may have set its hooks */
         break;
     }
     cJSON_ArrayForEach(x, b) {
@@ -205,7 +205,7 @@ static fsc_status config_differs(const char *own, const char *recorded) {
         snprintf(field, sizeof field, "%.40s", x->string);
         snprintf(mine, sizeof mine, "absent");
         snprintf(theirs, sizeof theirs, "%.40s", t ? t : "?");
-        free(t);
+        cJSON_free(t);
     }
     cJSON_Delete(a), cJSON_Delete(b);
     if (!field[0]) return FSC_OK; /* the same values written otherwise (10000.0 for 10000) */

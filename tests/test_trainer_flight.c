@@ -35,6 +35,46 @@ static const flr_comm *comm_of(const char *dir, int rank, const char *name, flr_
     return NULL;
 }
 
+/* cmd run by sh in a child process (the trainer, its output redirected). */
+static pid_t spawn(const char *cmd) {
+    pid_t job = fork();
+    if (job == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    assert_true(job > 0);
+    return job;
+}
+
+/* The bytes of the file out (0: none yet). */
+static size_t out_bytes(const char *out) {
+    char *text = prog_slurp(out);
+    size_t n = strlen(text);
+    free(text);
+    return n;
+}
+
+/* Whether the file out comes to hold needle within a minute (bounded waits: a loaded machine may be slow). */
+static int out_shows(const char *out, const char *needle) {
+    for (int k = 0; k < 6000; k++) {
+        char *text = prog_slurp(out);
+        const int seen = strstr(text, needle) != NULL;
+        free(text);
+        if (seen) return 1;
+        nap_ms(10);
+    }
+    return 0;
+}
+
+/* Whether the file out grows past before + 100 bytes within a minute: the run trains on. */
+static int out_grows(const char *out, size_t before) {
+    for (int k = 0; k < 6000; k++) {
+        if (out_bytes(out) > before + 100) return 1;
+        nap_ms(10);
+    }
+    return 0;
+}
+
 /* Oracle: SIGUSR1 to a training of 2 simulated ranks (FSDP) writes both ranks' records into --ckpt-dir (the
  * default), each holding the world and FSDP's shard group (split from the data group) with calls, and the
  * training goes on afterwards. */
@@ -43,31 +83,11 @@ static void test_signal_writes_every_rank(void **state) {
     char *ck = prog_fmt("%s/ck", tmpdir), *out = prog_fmt("%s/sig.out", tmpdir);
     char *cmd = prog_fmt("exec '%s' " TINY " --world 2 --parallel fsdp --steps 1000000 --save-every 1000000 "
                          "--ckpt-dir '%s' > '%s' 2>&1", trainer, ck, out);
-    pid_t job = fork();
-    if (job == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    assert_true(job > 0);
-    int started = 0;
-    for (int k = 0; k < 6000 && !started; k++) { /* bounded waits: a loaded machine may be slow */
-        char *text = prog_slurp(out);
-        started = strstr(text, "step    3/") != NULL;
-        free(text);
-        if (!started) nap_ms(10);
-    }
+    pid_t job = spawn(cmd);
+    const int started = out_shows(out, "step    3/");
     if (started) kill(job, SIGUSR1);
     for (int k = 0; k < 6000 && started && !(exists(ck, 0) && exists(ck, 1)); k++) nap_ms(10);
-    char *text0 = prog_slurp(out);
-    size_t before = strlen(text0);
-    free(text0);
-    int going = 0;
-    for (int k = 0; k < 6000 && started && !going; k++) { /* it trains on after writing */
-        char *text = prog_slurp(out);
-        going = strlen(text) > before + 100;
-        free(text);
-        if (!going) nap_ms(10);
-    }
+    const int going = started && out_grows(out, out_bytes(out)); /* it trains on after writing */
     kill(job, SIGKILL);
     waitpid(job, NULL, 0);
     if (!started) fail_msg("the trainer did not start:\n%s", prog_slurp(out));
@@ -98,32 +118,11 @@ static void test_signal_without_recorder(void **state) {
     (void)state;
     char *out = prog_fmt("%s/sig_none.out", tmpdir);
     char *cmd = prog_fmt("exec '%s' " TINY " --steps 1000000 > '%s' 2>&1", trainer, out);
-    pid_t job = fork();
-    if (job == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    assert_true(job > 0);
-    int started = 0, going = 0;
-    for (int k = 0; k < 6000 && !started; k++) {
-        char *text = prog_slurp(out);
-        started = strstr(text, "step    3/") != NULL;
-        free(text);
-        if (!started) nap_ms(10);
-    }
-    size_t before = 0;
-    if (started) {
-        char *text = prog_slurp(out);
-        before = strlen(text);
-        free(text);
-        kill(job, SIGUSR1);
-    }
-    for (int k = 0; k < 6000 && started && !going; k++) {
-        char *text = prog_slurp(out);
-        going = strlen(text) > before + 100;
-        free(text);
-        if (!going) nap_ms(10);
-    }
+    pid_t job = spawn(cmd);
+    const int started = out_shows(out, "step    3/");
+    const size_t before = started ? out_bytes(out) : 0;
+    if (started) kill(job, SIGUSR1);
+    const int going = started && out_grows(out, before);
     kill(job, SIGKILL);
     int status = 0;
     waitpid(job, &status, 0);
@@ -177,12 +176,7 @@ static void test_signal_at_the_end(void **state) {
                          trainer, fr, out);
     for (int run = 0; run < 5; run++) {
         remove(out);
-        pid_t job = fork();
-        if (job == 0) {
-            execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-            _exit(127);
-        }
-        assert_true(job > 0);
+        pid_t job = spawn(cmd);
         int started = 0, status = 0;
         for (int k = 0; k < 60000 && !started; k++) { /* the handler is installed before the first step */
             char *text = prog_slurp(out);

@@ -575,18 +575,21 @@ static void test_log_not_utf8_name(void **state) {
     free(text), free(out), free(args), free(log), free(data);
 }
 
+/* A TINY run to steps with a checkpoint every 2 steps in ck and --log log, resuming from ck when resume: exit 0. */
+static void run_logged(const char *log, const char *ck, int steps, int resume) {
+    char *a = prog_fmt(TINY " --steps %d --save-every 2 --ckpt-dir %s%s%s --log %s", steps, ck,
+                       resume ? " --resume " : "", resume ? ck : "", log), *out = NULL;
+    int rc = prog_run(trainer, a, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("%s: exit %d\n%s", a, rc, out);
+    free(out), free(a);
+}
+
 /* --resume appends to the log; --check-ddp's DDP run is not logged. */
 static void test_log_resume_and_check_ddp(void **state) {
     (void)state;
-    char *log = prog_fmt("%s/r.jsonl", tmpdir), *ck = prog_fmt("%s/ck", tmpdir);
-    char *a1 = prog_fmt(TINY " --steps 2 --save-every 2 --ckpt-dir %s --log %s", ck, log);
-    char *out = NULL;
-    assert_int_equal(prog_run(trainer, a1, tmpdir, &out, NULL), 0);
-    free(out);
-    char *a2 = prog_fmt(TINY " --steps 4 --save-every 2 --ckpt-dir %s --resume %s --log %s", ck, ck, log);
-    int rc = prog_run(trainer, a2, tmpdir, &out, NULL);
-    if (rc != 0) fail_msg("resume: exit %d\n%s", rc, out);
-    free(out);
+    char *log = prog_fmt("%s/r.jsonl", tmpdir), *ck = prog_fmt("%s/ck", tmpdir), *out = NULL;
+    run_logged(log, ck, 2, 0);
+    run_logged(log, ck, 4, 1);
     int n = 0;
     cJSON **v = read_lines(log, &n);
     const char *want[] = { "config", "train", "train", "config", "train", "train" };
@@ -598,14 +601,14 @@ static void test_log_resume_and_check_ddp(void **state) {
     }
     free_lines(v, n);
     char *a3 = prog_fmt(TINY " --steps 2 --world 2 --parallel fsdp --check-ddp --log %s", log);
-    rc = prog_run(trainer, a3, tmpdir, &out, NULL);
+    int rc = prog_run(trainer, a3, tmpdir, &out, NULL);
     if (rc != 0) fail_msg("check-ddp: exit %d\n%s", rc, out);
     free(out);
     v = read_lines(log, &n);
     assert_int_equal(n, 3); /* the config and the fsdp run's two steps */
     assert_string_equal(get(get(v[0], "config"), "parallel")->valuestring, "fsdp");
     free_lines(v, n);
-    free(a1), free(a2), free(a3), free(log), free(ck);
+    free(a3), free(log), free(ck);
 }
 
 /* A log that a failed run left ending inside a line (its write cut short by a full disk) and a run that resumes
@@ -614,18 +617,12 @@ static void test_log_resume_and_check_ddp(void **state) {
 static void test_log_resume_after_cut_line(void **state) {
     (void)state;
     char *log = prog_fmt("%s/cut.jsonl", tmpdir), *ck = prog_fmt("%s/ckcut", tmpdir);
-    char *a1 = prog_fmt(TINY " --steps 2 --save-every 2 --ckpt-dir %s --log %s", ck, log);
-    char *out = NULL;
-    assert_int_equal(prog_run(trainer, a1, tmpdir, &out, NULL), 0);
-    free(out);
+    run_logged(log, ck, 2, 0);
     FILE *f = fopen(log, "a");
     assert_non_null(f);
     fputs("{\"type\":\"train\",\"step\":3,\"lo", f); /* the record of step 3, cut short */
     assert_int_equal(fclose(f), 0);
-    char *a2 = prog_fmt(TINY " --steps 3 --save-every 2 --ckpt-dir %s --resume %s --log %s", ck, ck, log);
-    int rc = prog_run(trainer, a2, tmpdir, &out, NULL);
-    if (rc != 0) fail_msg("resume: exit %d\n%s", rc, out);
-    free(out);
+    run_logged(log, ck, 3, 1);
     char *text = prog_slurp(log);
     const char *want[] = { "config", "train", "train", NULL, "config", "train" };
     int n = 0;
@@ -642,7 +639,7 @@ static void test_log_resume_after_cut_line(void **state) {
         cJSON_Delete(j);
     }
     assert_int_equal(n, 6);
-    free(text), free(a1), free(a2), free(log), free(ck);
+    free(text), free(log), free(ck);
 }
 
 static int has_event(const cJSON *root, const char *name, const char *group) {

@@ -43,6 +43,13 @@ static const char *value_text(const option *o, const cJSON *it, char *num, size_
 }
 
 /* "FILE: "key" must be an integer, not a string". Returns -1. */
+void float_text(float x, char *buf, size_t cap) {
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, cap, "%.*g", prec, (double)x);
+        if (strtof(buf, NULL) == x) break;
+    }
+}
+
 static int type_error(const cJSON *it, const char *key, const char *want, const char *name, char *err, size_t cap) {
     char gotn[48];
     snprintf(gotn, sizeof gotn, "%.17g", cJSON_IsNumber(it) ? it->valuedouble : 0);
@@ -222,15 +229,10 @@ cJSON *config_object(const train_config *c) {
             if (*(const uint64_t *)field > (1ull << 53)) cJSON_AddStringToObject(o, op->name, buf);
             else cJSON_AddRawToObject(o, op->name, buf);
             break;
-        case K_FLOAT: { /* the shortest decimal that reads back as the same float */
-            float x = *(const float *)field;
-            for (int prec = 6; prec <= 9; prec++) {
-                snprintf(buf, sizeof buf, "%.*g", prec, (double)x);
-                if (strtof(buf, NULL) == x) break;
-            }
+        case K_FLOAT:
+            float_text(*(const float *)field, buf, sizeof buf);
             cJSON_AddRawToObject(o, op->name, buf);
             break;
-        }
         case K_STR:
             if (*(const char *const *)field) cJSON_AddStringToObject(o, op->name, *(const char *const *)field);
             else cJSON_AddNullToObject(o, op->name);

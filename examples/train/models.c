@@ -141,14 +141,11 @@ static void llama_plan(const train_config *c, fsc_plan_job *j) {
     j->sequence_parallel = c->sequence_parallel;
 }
 
-/* The double of the shortest decimal that reads back as f (1e-5f as 1e-05, not 9.99999974737875e-06). */
+/* The double of float_text's decimal (1e-5f as 1e-05, not 9.99999974737875e-06). */
 static double short_decimal(float f) {
     char buf[32];
-    for (int prec = 1; prec < 9; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
-        if (strtof(buf, NULL) == f) return strtod(buf, NULL);
-    }
-    return f;
+    float_text(f, buf, sizeof buf);
+    return strtod(buf, NULL);
 }
 
 /* Hugging Face's LlamaConfig of the model (lm_head its own tensor: not tied). */

@@ -199,6 +199,8 @@ int apply_config_text(train_config *c, int *given, const char *text, size_t len,
 int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap);
 int read_text_file(const char *path, const char *name, size_t max, char **text, size_t *n, char *err, size_t cap);
 cJSON *config_object(const train_config *c);
+/* x as the shortest decimal (%.6g to %.9g) that reads back as the same float (1e-05, not 9.99999975e-06) */
+void float_text(float x, char *buf, size_t cap);
 
 /* checks.c: the options together, in main's order (check_launcher, resolve_layout, resolve_model, check_config) */
 int check_launcher(train_config *c, int *given, int *me, int *procs, char *err, size_t cap);

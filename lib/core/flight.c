@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -79,6 +80,14 @@ fsc_flight_opts fsc_flight_opts_default(void) {
     return (fsc_flight_opts){ .rank = 0, .world = 1, .depth = FSC_FLIGHT_DEFAULT_DEPTH, .dir = NULL };
 }
 
+int flight_rank_of_name(const char *name, int max) {
+    const char *p = name + strlen("flight-rank-");
+    if (strncmp(name, "flight-rank-", 12) != 0 || *p < '0' || *p > '9' || (*p == '0' && p[1] != '.')) return -1;
+    long r = 0;
+    for (; *p >= '0' && *p <= '9' && r < max; p++) r = r * 10 + (*p - '0');
+    return strcmp(p, ".json") == 0 && r < max ? (int)r : -1;
+}
+
 /* Move dir/name (a record an earlier run left) aside to dir/name.prev, replacing an older one, else remove it: the
  * reader takes only flight-rank-N.json, so a rank of this run that writes no record reads as silent, not as that
  * run's rank. Best effort: a record that can be neither moved nor removed (a read-only directory) stays, and the
@@ -101,13 +110,8 @@ static void set_aside_earlier(const char *dir, int rank, int world) {
     set_aside(dir, name);
     DIR *d = rank == 0 ? opendir(dir) : NULL;
     if (!d) return; /* not made yet: nothing there */
-    for (struct dirent *e; (e = readdir(d));) {
-        const char *p = e->d_name + strlen("flight-rank-");
-        char *end = NULL;
-        if (strncmp(e->d_name, "flight-rank-", 12) != 0 || *p < '0' || *p > '9') continue;
-        long r = strtol(p, &end, 10);
-        if (strcmp(end, ".json") == 0 && r >= world) set_aside(dir, e->d_name);
-    }
+    for (struct dirent *e; (e = readdir(d));)
+        if (flight_rank_of_name(e->d_name, INT_MAX) >= world) set_aside(dir, e->d_name);
     closedir(d);
 }
 

@@ -16,6 +16,10 @@ typedef struct flight_ring flight_ring;
 /* The id of the group made by the n-th split (from 1) of the group gid with color. */
 uint64_t flight_child_gid(uint64_t gid, unsigned n, int color);
 
+/* N of a record's file name "flight-rank-N.json" (N below max, without leading zeros), or -1: the names
+ * fsc_flight_write gives, as the reader (io/flight_read.c) and a new recorder setting earlier ones aside read them. */
+int flight_rank_of_name(const char *name, int max);
+
 /* Holds on a recorder (a watcher's, flight_watch.c); the last release frees it. */
 void flight_ref(fsc_flight *f);
 void flight_unref(fsc_flight *f);

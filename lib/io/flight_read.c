@@ -18,6 +18,7 @@
 #include "fsc/comm.h"
 #include "fsc/dtype.h"
 #include "fsc/flight.h"
+#include "core/flight_impl.h"
 #include "io/flight_read.h"
 #include "io/json_lock.h"
 
@@ -210,15 +211,6 @@ static void note(out_note *n, const char *fmt, ...) {
     if (k > 0) n->len = n->len + (size_t)k < sizeof n->buf ? n->len + (size_t)k : sizeof n->buf - 1;
 }
 
-/* N of "flight-rank-N.json", or -1. */
-static int rank_of_name(const char *name) {
-    const char *p = name + strlen("flight-rank-");
-    if (strncmp(name, "flight-rank-", 12) != 0 || *p < '0' || *p > '9' || (*p == '0' && p[1] != '.')) return -1;
-    long r = 0;
-    for (; *p >= '0' && *p <= '9' && r < FLR_MAX_WORLD; p++) r = r * 10 + (*p - '0');
-    return strcmp(p, ".json") == 0 && r < FLR_MAX_WORLD ? (int)r : -1;
-}
-
 /* A record's text: a regular file (a FIFO or device under a record's name is refused, never waited on) of at
  * most FLR_MAX_BYTES, in a buffer of its size. */
 static fsc_status read_file(const char *path, char **text, size_t *len) {
@@ -257,7 +249,7 @@ static fsc_status read_file(const char *path, char **text, size_t *len) {
 static int read_records(DIR *d, const char *dir, flr_record **recs, out_note *notes) {
     int found = 0;
     for (struct dirent *de; (de = readdir(d)) != NULL;) {
-        int w = rank_of_name(de->d_name);
+        int w = flight_rank_of_name(de->d_name, FLR_MAX_WORLD);
         if (w < 0) continue;
         char path[4096], *text = NULL;
         size_t len = 0;

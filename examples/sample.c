@@ -176,7 +176,6 @@ typedef struct {
     const char *config;        /* the model's configuration text */
     const char *ckpt;          /* a checkpoint directory to load instead of the weights file, or NULL */
     const fsc_ckpt_meta *meta; /* its metadata (with ckpt) */
-    fsc_optim_config optim;    /* the checkpoint's optimizer (its state loads with it) */
 } run_arg;
 
 /* Every tensor model m declares is in the weights file or the checkpoint with its shape: checked on the model's
@@ -237,13 +236,9 @@ static fsc_status run(fsc_rank *r, void *arg) {
     }
     fsc_parallel_opts po = fsc_parallel_opts_default();
     fsc_optim_config oc = fsc_optim_config_default();
-    oc.kind = FSC_OPT_SGD; /* no optimizer state: the engine only holds the weights */
-    if (ra->ckpt) { /* the checkpoint's optimizer, whose state it holds; its rates need only be valid: no step */
-        oc.kind = ra->optim.kind, oc.momentum = ra->optim.momentum;
-        if (oc.kind == FSC_OPT_ADAMW) oc = fsc_optim_config_default();
-    }
+    oc.kind = FSC_OPT_SGD; /* no optimizer state: the engine only holds the weights, of a checkpoint too */
     s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
-    if (s == FSC_OK) s = ra->ckpt ? fsc_ckpt_load(e, ra->ckpt, NULL) : fsc_engine_load_weights(e, c->model);
+    if (s == FSC_OK) s = ra->ckpt ? fsc_ckpt_load_weights(e, ra->ckpt, NULL) : fsc_engine_load_weights(e, c->model);
     if (s == FSC_OK) s = fsc_generator_create(r->dev, fsc_engine_model(e), &g);
     int n = 0, V = 0;
     const float *lg;
@@ -318,7 +313,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         config = strdup(c.config ? c.config : ckmeta->model_config);
-        ra.ckpt = ckpt, ra.meta = ckmeta, ra.optim = ckmeta->optim;
+        ra.ckpt = ckpt, ra.meta = ckmeta;
     } else {
         fsc_st_file *f = NULL;
         if ((s = fsc_st_open(c.model, &f)) != FSC_OK) {

@@ -14,6 +14,8 @@ typedef struct {
     int from, to;              /* train steps [from, to) */
     const char *load;          /* a checkpoint directory to load first (NULL: none) */
     const char *resume;        /* or a DIR to resume from (the newest checkpoint in it) */
+    int weights_only;          /* load: fsc_ckpt_load_weights (the parameters only) instead of fsc_ckpt_load */
+    const char *weights_file;  /* or a weights file to load first (fsc_engine_load_weights) */
     const char *save_dir;      /* save into this DIR after training, as step `to` (NULL: no save) */
     fsc_ckpt_save_opts save;
     /* results */
@@ -51,7 +53,8 @@ static fsc_status ct_rank_fn(fsc_rank *r, void *arg) {
     if (run->po.tp > 1) dp = fsc_engine_layout(e)->dp, dpi = fsc_engine_layout(e)->data; /* tensor ranks: one data */
     const int lb = B / dp;
     int64_t step = -1;
-    if (j->load) s = fsc_ckpt_load(e, j->load, &step);
+    if (j->load) s = j->weights_only ? fsc_ckpt_load_weights(e, j->load, &step) : fsc_ckpt_load(e, j->load, &step);
+    else if (j->weights_file) s = fsc_engine_load_weights(e, j->weights_file);
     else if (j->resume) s = fsc_ckpt_resume(e, j->resume, &step);
     if (r->rank == 0) j->loaded_step = step;
     int32_t *tok = malloc((size_t)lb * T * sizeof(int32_t)), *tgt = malloc((size_t)lb * T * sizeof(int32_t));

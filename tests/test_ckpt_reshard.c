@@ -164,10 +164,77 @@ static void test_ckpt_reshard_full_format(void **state) {
     ct_rmtree(dir);
 }
 
+/* fsc_ckpt_load_weights: the parameters of an AdamW checkpoint into an engine of another layout and optimizer, the
+ * writer's state and counters left out. Oracle: the same engine loading the full checkpoint's model.safetensors
+ * (fsc_engine_load_weights, another reader) trains to the same bits; the full load, which keeps the moments, does
+ * not. */
+static void test_ckpt_load_weights_only(void **state) {
+    (void)state;
+    char *dir = ct_tmpdir(), path[600], weights[700];
+    ct_job a = fsdp4_full();
+    a.to = 2;
+    a.save_dir = dir;
+    a.save.format = FSC_CKPT_FULL;
+    ct_run(&a);
+    ct_step_path(path, sizeof path, dir, 2);
+    snprintf(weights, sizeof weights, "%s/model.safetensors", path);
+    size_t P = fsc_gpt_num_params(&a.run.cfg);
+    /* an SGD engine without state: the parameters, bit for bit */
+    ct_job b = zero1_3();
+    b.run.oc.kind = FSC_OPT_SGD;
+    b.run.oc.momentum = 0.0f;
+    b.load = path, b.weights_only = 1;
+    b.from = b.to = 2;
+    ct_run(&b);
+    assert_int_equal(b.loaded_step, 2);
+    assert_bits_equal(a.params, b.params, P, "weights only into sgd zero1 3: parameters");
+    /* the full load refuses the other optimizer */
+    ct_job f = b;
+    f.params = f.state[0] = f.state[1] = NULL;
+    f.weights_only = 0;
+    assert_int_equal(ct_try(&f), FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "written with optimizer adamw"));
+    ct_free(&f);
+    /* an AdamW engine on another layout: fresh moments, its own step count and run */
+    char *dir2 = ct_tmpdir(), path2[600];
+    ct_job c = ddp3(), d = ddp3(), full = ddp3();
+    c.load = full.load = path, c.weights_only = 1;
+    d.weights_file = weights;
+    c.from = d.from = full.from = 2;
+    c.to = d.to = full.to = 4;
+    c.save_dir = dir2;
+    ct_run(&c);
+    ct_run(&d);
+    ct_run(&full);
+    for (int s = 2; s < 4; s++)
+        if (memcmp(&c.loss[s], &d.loss[s], sizeof(double)) != 0 || !isfinite(c.loss[s]))
+            fail_msg("weights only: loss of step %d: %.17g, from model.safetensors %.17g", s, c.loss[s], d.loss[s]);
+    ct_assert_state_equal(&c, &d, "weights only against model.safetensors");
+    assert_true(memcmp(c.loss + 2, full.loss + 2, sizeof(double)) == 0); /* the same weights: the same first loss */
+    assert_true(memcmp(c.params, full.params, P * sizeof(float)) != 0);  /* but not the moments */
+    fsc_ckpt_meta *m1 = NULL, *m2 = NULL;
+    ct_step_path(path2, sizeof path2, dir2, 4);
+    assert_ok(fsc_ckpt_meta_read(path, &m1));
+    assert_ok(fsc_ckpt_meta_read(path2, &m2));
+    assert_int_equal(m1->optim_steps, 2);
+    assert_int_equal(m2->optim_steps, 2); /* its own two steps, not 2 + 2 */
+    assert_string_not_equal(m1->run_id, m2->run_id);
+    fsc_ckpt_meta_free(m1);
+    fsc_ckpt_meta_free(m2);
+    ct_free(&a);
+    ct_free(&b);
+    ct_free(&c);
+    ct_free(&d);
+    ct_free(&full);
+    ct_rmtree(dir);
+    ct_rmtree(dir2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ckpt_reshard_pairs),
         cmocka_unit_test(test_ckpt_reshard_full_format),
+        cmocka_unit_test(test_ckpt_load_weights_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

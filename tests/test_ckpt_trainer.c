@@ -102,6 +102,27 @@ static void test_trainer_resume(void **st) {
     train(args, c, 3);
 }
 
+/* --load of a checkpoint takes its weights only: into another optimizer, training as from the same weights in the
+ * file --save wrote (another reader), bit for bit */
+static void test_trainer_load_checkpoint_weights(void **st) {
+    (void)st;
+    char args[1024], p1[128], p2[128];
+    double a[2], b[2], c[2];
+#define LW TINY " --parallel ddp --steps 2"
+    snprintf(args, sizeof args, LW " --save-every 2 --ckpt-dir '%s/lw' --save '%s/lw.st'", tmpdir, tmpdir);
+    train(args, a, 2);
+    snprintf(args, sizeof args, LW " --optimizer sgd --load '%s/lw/step-00000002' --save '%s/lw_a.st'", tmpdir, tmpdir);
+    train(args, b, 2);
+    snprintf(args, sizeof args, LW " --optimizer sgd --load '%s/lw.st' --save '%s/lw_b.st'", tmpdir, tmpdir);
+#undef LW
+    train(args, c, 2);
+    assert_memory_equal(b, c, sizeof b);
+    assert_true(b[0] < a[0]); /* trained weights, not the initial ones */
+    snprintf(p1, sizeof p1, "%s/lw_a.st", tmpdir);
+    snprintf(p2, sizeof p2, "%s/lw_b.st", tmpdir);
+    assert_true(same_file(p1, p2));
+}
+
 static void test_trainer_ckpt_options(void **st) {
     (void)st;
     char *err = NULL, args[512];
@@ -465,6 +486,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trainer_resume),
         cmocka_unit_test(test_trainer_ckpt_options),
+        cmocka_unit_test(test_trainer_load_checkpoint_weights),
         cmocka_unit_test(test_trainer_resume_past_link),
         cmocka_unit_test(test_trainer_one_run_per_dir),
         cmocka_unit_test(test_trainer_one_writer),

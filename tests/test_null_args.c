@@ -219,6 +219,12 @@ static void null_fsc_ckpt_load(void) {
     INVALID(fsc_ckpt_load(P, NULL, P), "path");
 }
 
+static void null_fsc_ckpt_load_weights(void) {
+    /* may be NULL: step */
+    INVALID(fsc_ckpt_load_weights(NULL, P, P), "e");
+    INVALID(fsc_ckpt_load_weights(P, NULL, P), "path");
+}
+
 static void null_fsc_ckpt_meta_find(void) {
     RETNULL(fsc_ckpt_meta_find(NULL, P));
     RETNULL(fsc_ckpt_meta_find(P, NULL));
@@ -2598,6 +2604,7 @@ static const struct row rows[] = {
     ROW(fsc_settings_free),
     ROW(fsc_ckpt_latest_sound),
     ROW(fsc_ckpt_load),
+    ROW(fsc_ckpt_load_weights),
     ROW(fsc_ckpt_meta_find),
     ROW(fsc_ckpt_meta_free),
     ROW(fsc_ckpt_meta_params),

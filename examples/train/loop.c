@@ -6,8 +6,16 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "train.h"
 #include "../train_same.h"
+
+/* --load: a weights file, or a checkpoint's weights (step-NNNNNNNN; not its optimizer state: a new run). Collective. */
+static fsc_status load_weights(fsc_engine *e, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return fsc_ckpt_load_weights(e, path, NULL);
+    return fsc_engine_load_weights(e, path);
+}
 
 /* Before the first step: this rank's place in the layout (rank 0 prints it), --ckpt-dir locked, --load's weights,
  * --resume's checkpoint (*start: the step to continue at), --ckpt-dir/train_config.json, --init-save. Collective. */
@@ -23,7 +31,7 @@ static fsc_status start_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_ckpt_
     }
     *start = 0; /* a resumed run continues at the checkpoint's step (the data order is a function of it) */
     if (c->ckpt_dir) FSC_TRY(lock_ckpt_dir(r, e, c->ckpt_dir, lock));
-    if (c->load) FSC_TRY(fsc_engine_load_weights(e, c->load));
+    if (c->load) FSC_TRY(load_weights(e, c->load));
     if (c->resume) FSC_TRY(resume_run(r, c, e, start));
     if (c->ckpt_dir) FSC_TRY(write_run_config(r, st));
     if (c->init_save) FSC_TRY(save_weights(r, e, c, c->init_save));

@@ -46,7 +46,7 @@ const option options[NOPT] = {
     {"init-save", "PATH", NULL, "write the weights before the first step (safetensors)", K_STR, F(init_save), 0, 0, NULL},
     {"save", "PATH", NULL, "write the weights after the last step (safetensors recording the model: build/sample reads it)", K_STR, F(save), 0, 0, NULL},
     {"save-dtype", "T", "f32", "element type of --save and --init-save files: f32|bf16|f16 (rounded to nearest even)", K_CHOICE, F(save_dtype), 0, 0, "f32|bf16|f16"},
-    {"load", "PATH", NULL, "load weights before training: safetensors in the Hugging Face layout of --model (GPT2LMHeadModel's or LlamaForCausalLM's state dict too), F32, BF16 or F16", K_STR, F(load), 0, 0, NULL},
+    {"load", "PATH", NULL, "load weights before training: safetensors in the Hugging Face layout of --model (GPT2LMHeadModel's or LlamaForCausalLM's state dict too), F32, BF16 or F16; or a checkpoint (DIR/step-NNNNNNNN): its weights, not its optimizer state (a new run, any --optimizer)", K_STR, F(load), 0, 0, NULL},
     {"save-every", "K", "0", "write a training checkpoint every K steps into --ckpt-dir (0: never)", K_INT, F(save_every), 0, 1e9, NULL},
     {"ckpt-dir", "DIR", NULL, "where --save-every writes checkpoints: DIR/step-NNNNNNNN, atomically", K_STR, F(ckpt_dir), 0, 0, NULL},
     {"ckpt-format", "F", "sharded", "checkpoint format: sharded (a file per rank)|full (single-rank weights layout)", K_CHOICE, F(ckpt_format), 0, 0, "sharded|full"},

@@ -8,7 +8,8 @@
  * whichever files hold them: each overlapping piece is streamed through one CK_CHUNK host buffer, the
  * overlaps are uploaded into the optimizer's segments, and the piece's crc32 is checked. Then the
  * optimizer's step count, the loss scaler and the run id, and the strategy's after_load (refresh derived
- * copies). Each phase ends in ck_agree.
+ * copies). Each phase ends in ck_agree. Weights only (fsc_ckpt_load_weights): the parameters' pieces, whatever
+ * optimizer wrote the checkpoint or the engine uses; the writer's state tensors are skipped, the counters left.
  * Resume: rank 0 removes leftover temporary directories (skipping what it may not remove) and picks the
  * newest complete checkpoint. */
 #include <stdio.h>
@@ -26,6 +27,8 @@ typedef struct {
     int nh;
     int disjoint;            /* no two holdings of a tensor overlap: a search finds the first that can */
     int *total;              /* ranks other than 0, while the metadata arrives: each tensor's piece count */
+    int weights_only;        /* fsc_ckpt_load_weights: the parameters, not the optimizer's state nor its counters */
+    int states;              /* the optimizer states loaded with the parameters: the engine's, or 0 (weights only) */
 } loader;
 
 /* The index from which holdings of tensor t may overlap elements from `first` on. */
@@ -61,11 +64,11 @@ static fsc_status check_compat(loader *L) {
         free(own);
         if (!same) return FSC_ERR_INVALID;
     }
-    if (m->optim.kind != ENG(e).oc->kind)
+    const int nstates = L->states, T = ENG(e).m->n_tensors, weights_only = L->weights_only;
+    if (!weights_only && m->optim.kind != ENG(e).oc->kind)
         return fsc_error(FSC_ERR_INVALID, "%s: written with optimizer %s; this engine uses %s", L->path,
                          m->optim.kind == FSC_OPT_ADAMW ? "adamw" : "sgd", ENG(e).oc->kind == FSC_OPT_ADAMW ? "adamw" : "sgd");
-    const int nstates = fsc_optim_num_states(ENG(e).opt), T = ENG(e).m->n_tensors;
-    if (m->optim.kind == FSC_OPT_SGD && (m->optim.momentum != 0.0f) != (nstates > 0)) /* a buffer one side lacks */
+    if (!weights_only && m->optim.kind == FSC_OPT_SGD && (m->optim.momentum != 0.0f) != (nstates > 0)) /* a buffer one side lacks */
         return fsc_error(FSC_ERR_INVALID, "%s: written with sgd momentum %g (%s momentum buffers); this engine uses "
                          "momentum %g (%s)", L->path, (double)m->optim.momentum, m->optim.momentum != 0.0f ? "with" : "no",
                          (double)ENG(e).oc->momentum, nstates > 0 ? "with them" : "none");
@@ -90,7 +93,7 @@ static fsc_status check_compat(loader *L) {
     if (m->ntensors != (nstates + 1) * T) {
         for (int i = 0; i < m->ntensors; i++) {
             const char *n = m->tensors[i].name;
-            int known = 0;
+            int known = weights_only && !strncmp(n, "optim.", 6); /* the writer's optimizer state, not loaded */
             for (int st = 0; st <= nstates && !known; st++)
                 for (int t = 0; t < T && !known; t++) {
                     ck_global_name(name, sizeof name, ENG(e).oc->kind, st, ck_info(e, t)->name);
@@ -151,8 +154,7 @@ static int needed(const loader *L, int t, const fsc_ckpt_piece *p) {
 /* The engine's tensor that checkpoint tensor `name` belongs to (any state), or -1. */
 static int engine_tensor(const loader *L, const char *name) {
     char g[FSC_ST_MAX_NAME];
-    const int nstates = fsc_optim_num_states(ENG(L->e).opt);
-    for (int st = 0; st <= nstates; st++)
+    for (int st = 0; st <= L->states; st++)
         for (int t = 0; t < ENG(L->e).m->n_tensors; t++) {
             ck_global_name(g, sizeof g, ENG(L->e).oc->kind, st, ck_info(L->e, t)->name);
             if (!strcmp(g, name)) return t;
@@ -241,9 +243,8 @@ static fsc_status share_pieces(loader *L) {
 
 static fsc_status load_tensors(loader *L) {
     fsc_engine *e = L->e;
-    const int nstates = fsc_optim_num_states(ENG(e).opt);
     char name[FSC_ST_MAX_NAME], fname[4096];
-    for (int st = 0; st <= nstates; st++)
+    for (int st = 0; st <= L->states; st++)
         for (int t = 0; t < ENG(e).m->n_tensors; t++) {
             ck_global_name(name, sizeof name, ENG(e).oc->kind, st, ck_info(e, t)->name);
             const fsc_ckpt_tensor *ct = fsc_ckpt_meta_find(L->m, name);
@@ -282,10 +283,9 @@ static fsc_status check_entries(const char *path, const fsc_ckpt_meta *m) {
     return s;
 }
 
-fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
-    FSC_CHECK_ARG(e);
-    FSC_CHECK_ARG(path);
-    loader L = { .e = e, .path = path };
+static fsc_status load(fsc_engine *e, const char *path, int64_t *step, int weights_only) {
+    loader L = { .e = e, .path = path, .weights_only = weights_only,
+                 .states = weights_only ? 0 : fsc_optim_num_states(ENG(e).opt) };
     const int shared = fsc_comm_size(ENG(e).r->comm) > 1;
     fsc_status s = ENG(e).r->rank == 0 ? fsc_ckpt_meta_read(path, &L.m) : FSC_OK; /* read and parsed once */
     if (s == FSC_OK && ENG(e).r->rank == 0) s = check_entries(path, L.m);
@@ -305,8 +305,8 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     if (s == FSC_OK && shared) s = share_pieces(&L);
     if (s == FSC_OK) s = ck_agree(e, load_tensors(&L));
     if (s == FSC_OK) {
-        restore_counters(&L);
-        fsc_engine_continue_run(e, L.m->run_id); /* its saves continue that run */
+        if (!weights_only) restore_counters(&L);
+        if (!weights_only) fsc_engine_continue_run(e, L.m->run_id); /* its saves continue that run */
         if (step) *step = L.m->step;
         s = ck_agree(e, fsc_engine_after_load(e));
     }
@@ -317,6 +317,18 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
     free(L.total);
     fsc_ckpt_meta_free(L.m);
     return s;
+}
+
+fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step) {
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(path);
+    return load(e, path, step, 0);
+}
+
+fsc_status fsc_ckpt_load_weights(fsc_engine *e, const char *path, int64_t *step) {
+    FSC_CHECK_ARG(e);
+    FSC_CHECK_ARG(path);
+    return load(e, path, step, 1);
 }
 
 fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step) {

@@ -432,6 +432,33 @@ static void test_ckpt_other_model_config(void **state) {
     }
 }
 
+/* A record of another built-in family (a Llama's configuration over the GPT's tensors) is checked against the model
+ * that configuration builds: verify names a tensor the Llama declares and the checkpoint lacks (before, only a
+ * GPT's record was checked); a Llama's own tensors with a wider record name the shape. */
+static void test_ckpt_llama_record_checked(void **state) {
+    fixture *f = *state;
+    const char *llama = "{\"family\":\"llama\",\"layers\":1,\"dim\":16,\"heads\":2,\"kv_heads\":2,\"ffn\":32,"
+                        "\"seq\":8,\"vocab\":64,\"rope_theta\":10000,\"norm_eps\":1e-05}";
+    char ck[600], p[700];
+    char *dir = copy_good(f, ck, sizeof ck);
+    snprintf(p, sizeof p, "%s/metadata.json", ck);
+    size_t n;
+    char *text = ct_slurp(p, &n);
+    cJSON *root = cJSON_ParseWithLength(text, n);
+    assert_non_null(root);
+    cJSON_ReplaceItemInObject(root, "model", cJSON_Parse(llama));
+    char *out = cJSON_Print(root);
+    reseal(out);
+    spit(p, out, strlen(out));
+    fsc_status s = verify(ck, NULL);
+    assert_int_equal(s, FSC_ERR_FORMAT);
+    assert_non_null(strstr(fsc_last_error(), "which its llama model declares"));
+    free(out);
+    cJSON_Delete(root);
+    free(text);
+    ct_rmtree(dir);
+}
+
 static void test_ckpt_truncated_metadata(void **state) {
     char ck[600], p[700];
     char *dir = copy_good(*state, ck, sizeof ck);
@@ -461,6 +488,7 @@ int main(void) {
         cmocka_unit_test(test_ckpt_other_model_or_optimizer),
         cmocka_unit_test(test_ckpt_other_model_config),
         cmocka_unit_test(test_ckpt_truncated_metadata),
+        cmocka_unit_test(test_ckpt_llama_record_checked),
     };
     return cmocka_run_group_tests(tests, ct_fixture_setup, ct_fixture_teardown);
 }

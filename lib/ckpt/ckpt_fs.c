@@ -15,6 +15,8 @@
 #include <unistd.h>
 #include <zlib.h>
 #include "ckpt_impl.h"
+#include "fsc/family.h"
+#include "fsc/generate.h"
 #include "fsc/gpt.h"
 
 static const char *errstr(int err, char *buf, size_t cap) { return strerror_r(err, buf, cap); }
@@ -316,6 +318,39 @@ fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f,
     return s;
 }
 
+/* The tensors a model of another family than the GPT (whose own check is fsc_gpt_check_tensors) declares, built from
+ * the recorded configuration on the counting device (no memory), against the recorded ones p: each there with its
+ * shape, and no other. FSC_OK when the configuration names no family this program knows (a program's own model). */
+static fsc_status check_declared(const char *config, const fsc_param_info *p, int n) {
+    const fsc_model_family *f = NULL;
+    if (fsc_model_family_of(config, &f) != FSC_OK || !strcmp(f->name, "gpt2")) return FSC_OK;
+    fsc_device *dev = NULL;
+    fsc_model *m = NULL;
+    FSC_TRY(fsc_device_create("count", NULL, &dev));
+    fsc_status s = fsc_model_from_config(dev, config, &m);
+    if (s != FSC_OK) s = fsc_error_prefix(s, "the recorded configuration does not build its model");
+    char have[96], want[96];
+    for (int i = 0; s == FSC_OK && i < m->n_tensors; i++) {
+        const fsc_param_info *d = &m->info[i], *r = NULL;
+        for (int k = 0; k < n && !r; k++)
+            if (!strcmp(p[k].name, d->name)) r = &p[k];
+        int same = r && r->ndim == d->ndim;
+        for (int k = 0; same && k < d->ndim; k++) same = r->shape[k] == d->shape[k];
+        if (!r) s = fsc_error(FSC_ERR_FORMAT, "holds no tensor %s, which its %s model declares", d->name, f->name);
+        else if (!same) {
+            fsc_shape_str(have, sizeof have, r->ndim, r->shape);
+            fsc_shape_str(want, sizeof want, d->ndim, d->shape);
+            s = fsc_error(FSC_ERR_FORMAT, "tensor %s has shape %s, its recorded %s model's %s", d->name, have, f->name,
+                          want);
+        }
+    }
+    if (s == FSC_OK && n != m->n_tensors)
+        s = fsc_error(FSC_ERR_FORMAT, "holds %d tensors, its recorded %s model declares %d", n, f->name, m->n_tensors);
+    fsc_model_free(m);
+    fsc_device_free(dev);
+    return s;
+}
+
 fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out) {
     if (out) *out = NULL;
     FSC_CHECK_ARG(path);
@@ -334,11 +369,13 @@ fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out) {
         }
         fsc_st_close(f);
     }
-    if (s == FSC_OK) { /* the GPT's record against its tensors (FSC_OK for another model's) */
+    if (s == FSC_OK) { /* the record against its tensors: the GPT's check, another known family's model */
         fsc_param_info *p = NULL;
         int n = 0;
+        const char *config = m->model_config ? m->model_config : "{}";
         s = fsc_ckpt_meta_params(m, &p, &n);
-        if (s == FSC_OK) s = fsc_gpt_check_tensors(m->model_config ? m->model_config : "{}", p, n);
+        if (s == FSC_OK) s = fsc_gpt_check_tensors(config, p, n);
+        if (s == FSC_OK) s = check_declared(config, p, n);
         if (s != FSC_OK) fsc_error_prefix(s, "%s/%s", path, CK_META_NAME);
         free(p);
     }

@@ -216,8 +216,9 @@ const char *fsc_ckpt_format_name(fsc_ckpt_format f); /* "sharded", "full" */
  * The message names the file and the tensor. */
 fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f, int check_data);
 /* Verify a checkpoint directory: its metadata, every file's structure, every checksum, that every value is
- * finite, and that a GPT's recorded configuration has exactly the tensors the checkpoint holds
- * (fsc_gpt_check_tensors). *out (may be NULL) receives the metadata on success. */
+ * finite, and that the recorded model configuration has exactly the tensors the checkpoint holds: a GPT's
+ * (fsc_gpt_check_tensors), or the model another family known to the program (family.h) builds from it, on the
+ * counting device. *out (may be NULL) receives the metadata on success. */
 fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out);
 
 FSC_END_DECLS

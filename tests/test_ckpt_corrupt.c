@@ -186,6 +186,24 @@ static void reseal(char *text) { test_reseal_metadata(text); }
 
 typedef void (*edit_fn)(cJSON *root);
 
+/* A copy of the good checkpoint (copy_good) whose metadata fn edits, its checksum recomputed when sealed. */
+static char *edit_good(const fixture *f, char *ck, size_t cap, edit_fn fn, int sealed) {
+    char *dir = copy_good(f, ck, cap), p[700];
+    snprintf(p, sizeof p, "%s/metadata.json", ck);
+    size_t n;
+    char *text = ct_slurp(p, &n);
+    cJSON *root = cJSON_ParseWithLength(text, n);
+    assert_non_null(root);
+    fn(root);
+    char *out = cJSON_Print(root);
+    if (sealed) reseal(out);
+    spit(p, out, strlen(out));
+    free(out);
+    cJSON_Delete(root);
+    free(text);
+    return dir;
+}
+
 static cJSON *tensor_named(cJSON *root, const char *name) {
     cJSON *t;
     cJSON_ArrayForEach(t, cJSON_GetObjectItem(root, "tensors"))
@@ -303,21 +321,9 @@ static void test_ckpt_bad_metadata(void **state) {
         { e_run_id, FSC_ERR_FORMAT, "metadata.json", "run_id", 1 },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char ck[600], p[700];
-        char *dir = copy_good(f, ck, sizeof ck);
-        snprintf(p, sizeof p, "%s/metadata.json", ck);
-        size_t n;
-        char *text = ct_slurp(p, &n);
-        cJSON *root = cJSON_ParseWithLength(text, n);
-        assert_non_null(root);
-        cases[c].fn(root);
-        char *out = cJSON_Print(root);
-        if (cases[c].sealed) reseal(out);
-        spit(p, out, strlen(out));
+        char ck[600];
+        char *dir = edit_good(f, ck, sizeof ck, cases[c].fn, cases[c].sealed);
         expect_refused(ck, cases[c].st, cases[c].n1, cases[c].n2);
-        free(out);
-        cJSON_Delete(root);
-        free(text);
         ct_rmtree(dir);
     }
 }
@@ -398,17 +404,8 @@ static void test_ckpt_other_model_config(void **state) {
         { m_unknown_state, "optim.w.ln_f.bias", "neither a parameter nor a state of optimizer adamw" },
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        char ck[600], p[700];
-        char *dir = copy_good(f, ck, sizeof ck);
-        snprintf(p, sizeof p, "%s/metadata.json", ck);
-        size_t n;
-        char *text = ct_slurp(p, &n);
-        cJSON *root = cJSON_ParseWithLength(text, n);
-        assert_non_null(root);
-        cases[c].fn(root);
-        char *out = cJSON_Print(root);
-        reseal(out);
-        spit(p, out, strlen(out));
+        char ck[600];
+        char *dir = edit_good(f, ck, sizeof ck, cases[c].fn, 1);
         if (cases[c].n1) {
             expect_refused(ck, FSC_ERR_FORMAT, cases[c].n1, cases[c].n2);
         } else {
@@ -425,37 +422,24 @@ static void test_ckpt_other_model_config(void **state) {
                              : "written for a model of 2 layers, width 0");
             ct_free(&j);
         }
-        free(out);
-        cJSON_Delete(root);
-        free(text);
         ct_rmtree(dir);
     }
 }
 
 /* A record of another built-in family (a Llama's configuration over the GPT's tensors) is checked against the model
  * that configuration builds: verify names a tensor the Llama declares and the checkpoint lacks (before, only a
- * GPT's record was checked); a Llama's own tensors with a wider record name the shape. */
+ * GPT's record was checked). */
+static void m_llama(cJSON *r) {
+    cJSON_ReplaceItemInObject(r, "model", cJSON_Parse("{\"family\":\"llama\",\"layers\":1,\"dim\":16,\"heads\":2,"
+                                                      "\"kv_heads\":2,\"ffn\":32,\"seq\":8,\"vocab\":64,"
+                                                      "\"rope_theta\":10000,\"norm_eps\":1e-05}"));
+}
+
 static void test_ckpt_llama_record_checked(void **state) {
-    fixture *f = *state;
-    const char *llama = "{\"family\":\"llama\",\"layers\":1,\"dim\":16,\"heads\":2,\"kv_heads\":2,\"ffn\":32,"
-                        "\"seq\":8,\"vocab\":64,\"rope_theta\":10000,\"norm_eps\":1e-05}";
-    char ck[600], p[700];
-    char *dir = copy_good(f, ck, sizeof ck);
-    snprintf(p, sizeof p, "%s/metadata.json", ck);
-    size_t n;
-    char *text = ct_slurp(p, &n);
-    cJSON *root = cJSON_ParseWithLength(text, n);
-    assert_non_null(root);
-    cJSON_ReplaceItemInObject(root, "model", cJSON_Parse(llama));
-    char *out = cJSON_Print(root);
-    reseal(out);
-    spit(p, out, strlen(out));
-    fsc_status s = verify(ck, NULL);
-    assert_int_equal(s, FSC_ERR_FORMAT);
+    char ck[600];
+    char *dir = edit_good(*state, ck, sizeof ck, m_llama, 1);
+    assert_int_equal(verify(ck, NULL), FSC_ERR_FORMAT);
     assert_non_null(strstr(fsc_last_error(), "which its llama model declares"));
-    free(out);
-    cJSON_Delete(root);
-    free(text);
     ct_rmtree(dir);
 }
 

@@ -226,6 +226,14 @@ static void test_plan_launch(void **st) {
     cJSON *j = prog_json(planner, tmpdir, SMALL, "--world 2 --parallel ddp --tflops 0.1 --mem-bandwidth 10 --launch-us 2.5");
     assert_true(fabs(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "rates"), "kernel_us")) - 2.5) < 1e-6);
     cJSON_Delete(j);
+    /* both rates given, nothing calibrated: a call costs nothing unless --launch-us says (its help says so) */
+    j = prog_json(planner, tmpdir, SMALL, "--world 2 --parallel ddp --tflops 0.1 --mem-bandwidth 10");
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "rates"), "kernel_us")) == 0);
+    cJSON_Delete(j);
+    char *out = NULL;
+    assert_int_equal(prog_run(planner, "--help", tmpdir, &out, NULL), 0);
+    assert_non_null(strstr(out, "and 0 when both are given"));
+    free(out);
     prog_refused(planner, "--launch-us -1", tmpdir, 2, "--launch-us '-1': expected a number in [0, 1e+06]");
     prog_refused(planner, "--launch-us nan", tmpdir, 2, "--launch-us 'nan'");
 }

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "train/train.h"
+#include "suggest.h"
 
 /* --cluster's presets: one GPU and its node's links, from the vendors' datasheets (docs/planning.md names each).
  * Peak dense matrix rates (no sparsity) in TFLOP/s at bf16/f16 (tensor cores) and at fp32 (no tensor cores);
@@ -146,6 +147,7 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
     char **targv = malloc(((size_t)argc + 1) * sizeof *targv);
     if (!targv) return snprintf(err, cap, "out of memory"), -1;
     int targc = 0, rc = 0;
+    const char *unknown = NULL; /* the first argument named in neither table */
     targv[targc++] = argc > 0 ? argv[0] : "fsc-plan";
     for (int a = 1; a < argc && rc == 0; a++) {
         const char *arg = argv[a];
@@ -155,11 +157,9 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
         if (!o) { /* the trainer's, with its value when it takes one as the next argument */
             targv[targc++] = argv[a];
             char nm[64];
-            if (name && !eq && len < sizeof nm) {
-                memcpy(nm, name, len), nm[len] = '\0';
-                const int k = option_index(nm);
-                if (k >= 0 && options[k].kind != K_FLAG && a + 1 < argc) targv[targc++] = argv[++a];
-            }
+            const int k = name && len < sizeof nm ? (memcpy(nm, name, len), nm[len] = '\0', option_index(nm)) : -1;
+            if (name && k < 0 && !unknown) unknown = arg;
+            if (k >= 0 && !eq && options[k].kind != K_FLAG && a + 1 < argc) targv[targc++] = argv[++a];
             continue;
         }
         const char *v = eq ? eq + 1 : NULL;
@@ -170,6 +170,16 @@ static inline int plan_parse(int argc, char **argv, plan_config *c, char *err, s
     }
     if (rc == 0) rc = parse_args(targc, targv, &c->t, c->given, err, cap);
     free(targv);
+    if (rc < 0 && unknown && strncmp(err, "unknown option '--", 18) == 0) { /* the trainer's names the nearest of its own */
+        const char *name = unknown + 2, *eq = strchr(name, '=');
+        const size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        suggest s = {0};
+        for (int i = 0; i < NOPT; i++) suggest_try(&s, name, len, options[i].name);
+        for (int i = 0; i < PLAN_NOPT; i++) suggest_try(&s, name, len, plan_options[i].name);
+        const char *near = suggest_result(&s);
+        snprintf(err, cap, "unknown option '--%.*s' (%s%s%s)", (int)len, name, near ? "did you mean --" : "see --help",
+                 near ? near : "", near ? "?" : "");
+    }
     if (rc != 0) return rc > 0 ? rc : -1; /* 1: --help, 2: --version (the trainer's parser found them) */
     const cluster_preset *p = plan_preset(c);
     const int gw = c->given[option_index("world")], gd = c->given[option_index("dp")];

@@ -535,6 +535,11 @@ static void test_plan_tool_usage(void **st) {
     prog_refused(planner, "--search-precision", tmpdir, 2, "--search-precision needs --search");
     prog_refused(planner, "--memory", tmpdir, 2, "--memory needs a value");
     prog_refused(planner, "--search=1", tmpdir, 2, "--search takes no value");
+    /* a misspelt name: the nearest of both tables (the trainer's parser alone offered --model for --node) */
+    prog_refused(planner, "--node 2", tmpdir, 2, "unknown option '--node' (did you mean --nodes?)");
+    prog_refused(planner, "--memroy 80GiB", tmpdir, 2, "(did you mean --memory?)");
+    prog_refused(planner, "--worl 2", tmpdir, 2, "(did you mean --world?)");
+    prog_refused(planner, "--parallel tp --bogus", tmpdir, 2, "--parallel: unknown value 'tp'"); /* the first said */
 }
 
 int main(int argc, char **argv) {

@@ -124,14 +124,23 @@ static inline int search_memory(const fsc_plan_job *base, plan_candidate *c, fsc
     return 0;
 }
 
-/* The next offload of c's layout to try when it is over the memory (optim, then all: fsdp's), or none: offload
- * runs with fsdp, zero1 and zero2 (inside pipeline stages too, and with tp; the search's pipelines carry ddp); all
- * with fsdp only. */
-static inline int search_more_offload(const plan_candidate *c) {
+/* The next offload of c's layout to try when it is over the memory (optim, then all: fsdp's) into *d: 1, or 0 for
+ * none: offload runs with fsdp, zero1 and zero2 (inside pipeline stages too, and with tp; the search's pipelines
+ * carry ddp); all with fsdp only. One data rank without a pipeline (dp 1) has one layout for every strategy, listed
+ * as none (ddp with tp): it offloads as zero1, then as fsdp, as fsc-train runs them on one rank. */
+static inline int search_more_offload(const plan_candidate *c, int dp, plan_candidate *d) {
+    const int one = dp == 1 && c->pp == 1 && (c->kind == FSC_PAR_NONE || c->kind == FSC_PAR_DDP || c->kind ==
+                                              FSC_PAR_ZERO1);
+    *d = *c;
     if (c->offload == FSC_OFFLOAD_NONE && (c->kind == FSC_PAR_FSDP || c->kind == FSC_PAR_ZERO1 ||
-                                           c->kind == FSC_PAR_ZERO2))
-        return FSC_OFFLOAD_OPTIM;
-    if (c->offload == FSC_OFFLOAD_OPTIM && c->kind == FSC_PAR_FSDP) return FSC_OFFLOAD_ALL;
+                                           c->kind == FSC_PAR_ZERO2 || one)) {
+        if (one) d->kind = FSC_PAR_ZERO1;
+        return d->offload = FSC_OFFLOAD_OPTIM, 1;
+    }
+    if (c->offload == FSC_OFFLOAD_OPTIM && (c->kind == FSC_PAR_FSDP || one)) {
+        if (one) d->kind = FSC_PAR_FSDP, d->shard = FSC_SHARD_FULL;
+        return d->offload = FSC_OFFLOAD_ALL, 1;
+    }
     return 0;
 }
 
@@ -142,6 +151,7 @@ static inline int search_more_offload(const plan_candidate *c) {
  * them; memory first: a version over memory is not timed. */
 static inline void search_layout(const fsc_plan_job *base, const search_space *sp, double memory, plan_candidate c0,
                                  plan_candidate *out, fsc_plan_rank *r, search_count *k) {
+    const int dp = base->world / (c0.tp * c0.pp);
     for (int rc = 0; rc < 2; rc++) {
         plan_candidate c = c0;
         c.recompute = rc;
@@ -150,9 +160,7 @@ static inline void search_layout(const fsc_plan_job *base, const search_space *s
             return; /* recomputation does not make a refused layout run */
         }
         const int over_plain = memory > 0 && (double)c.peak > memory;
-        for (int o; over_plain && (double)c.peak > memory && (o = search_more_offload(&c)) != 0;) {
-            plan_candidate d = c;
-            d.offload = (fsc_offload_mode)o;
+        for (plan_candidate d; over_plain && (double)c.peak > memory && search_more_offload(&c, dp, &d);) {
             if (search_memory(base, &d, r, k) != 0) break; /* that offload refused: the layout stays over */
             c = d;
         }

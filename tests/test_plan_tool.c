@@ -285,8 +285,9 @@ static void test_plan_search(void **st) {
     winner_trains(cJSON_GetArrayItem(a, 0), "win.json");
     cJSON_Delete(j);
     free(args);
-    /* a memory only activation checkpointing with 4 micro-batches and tp 2 fits: the winner recomputes */
-    args = prog_fmt("--world 2 --search --search-precision --memory 1.15MiB --search-config %s/win2.json %s", tmpdir,
+    /* a memory only activation checkpointing with 4 micro-batches and tp 2 (its one data rank's optimizer on the
+     * host) fits: the winner recomputes (0.68 MiB; 0.78 MiB without recomputing) */
+    args = prog_fmt("--world 2 --search --search-precision --memory 0.75MiB --search-config %s/win2.json %s", tmpdir,
                     rates);
     j = prog_json(planner, tmpdir, SMALL, args);
     a = cJSON_GetObjectItem(j, "search");
@@ -516,6 +517,23 @@ static void test_plan_check_ddp(void **st) {
     free(args);
 }
 
+/* One data rank (world 1, or tp x pp = world) has one layout for every strategy, listed as none, yet fsc-train
+ * offloads there (--parallel zero1 --offload optim, fsdp --offload all): a model that fits 20 MB only so (27.4 MB
+ * without, 14.2 MB with its optimizer on the host) is found, and its --config trains at the peak predicted (before:
+ * "no layout of world 1 fits"). */
+static void test_plan_search_one_rank_offload(void **st) {
+    (void)st;
+    char *args = prog_fmt("--search --memory 20MB --tflops 1 --mem-bandwidth 10 --search-config %s/one.json", tmpdir);
+    cJSON *j = prog_json(planner, tmpdir, "--layers 2 --dim 256 --heads 1 --seq 8 --vocab 256 --batch 2", args);
+    const cJSON *a = cJSON_GetObjectItem(j, "search");
+    assert_true(cJSON_GetArraySize(a) >= 1);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 0), "offload")), "optim");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(a, 0), "parallel")), "zero1");
+    winner_trains(cJSON_GetArrayItem(a, 0), "one.json");
+    cJSON_Delete(j);
+    free(args);
+}
+
 static void test_plan_tool_usage(void **st) {
     (void)st;
     char *out = NULL;
@@ -559,6 +577,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_plan_launch),
         cmocka_unit_test(test_plan_search),
         cmocka_unit_test(test_plan_search_levers),
+        cmocka_unit_test(test_plan_search_one_rank_offload),
         cmocka_unit_test(test_plan_search_sequence_parallel),
         cmocka_unit_test(test_plan_check_ddp),
         cmocka_unit_test(test_plan_large_model_small_process),

@@ -123,6 +123,35 @@ static void test_bpe_long_piece(void **state) {
     free(text);
 }
 
+/* Letters and digits that Unicode 15.0 and 16.0 added are \p{L} and \p{N} to tiktoken 0.14 (PCRE2 10.42 knows
+ * Unicode 14.0 only): U+1C89 (Cyrillic), U+31350 (CJK extension H) and U+10D40 (a Garay digit) before "'s" are
+ * cut from it, and Llama 3's \p{N}{1,3} takes U+10D40 with "12". The ids are tiktoken 0.14.0's encode_ordinary
+ * (r50k_base, and Llama 3's pattern over GPT-2's ranks as tests/gen_golden_bpe_llama3.py makes it). */
+static void test_bpe_unicode_16(void **state) {
+    static const struct {
+        int llama3;
+        const char *text;
+        int32_t ids[8];
+        size_t n;
+    } cases[] = {
+        {0, "\xe1\xb2\x89's", {157, 110, 231, 338}, 4},
+        {0, "\xf0\xb1\x8d\x90's cat", {172, 109, 235, 238, 338, 3797}, 6},
+        {0, "\xf0\x90\xb5\x80's", {172, 238, 113, 222, 338}, 5},
+        {1, "\xf0\x90\xb5\x80" "1234", {172, 238, 113, 222, 1065, 2682}, 6},
+        {1, "\xf0\xb1\x8d\x90's", {172, 109, 235, 238, 338}, 5},
+    };
+    fsc_bpe *llama3;
+    assert_ok(fsc_bpe_load_file(&llama3, "llama3:" VOCAB));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int32_t ids[32];
+        size_t n, len = strlen(cases[i].text);
+        assert_ok(fsc_bpe_encode(cases[i].llama3 ? llama3 : gpt2, cases[i].text, len, ids, &n));
+        assert_int_equal(n, cases[i].n);
+        assert_memory_equal(ids, cases[i].ids, n * sizeof *ids);
+    }
+    fsc_bpe_free(llama3);
+}
+
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
@@ -300,6 +329,7 @@ int main(void) {
         cmocka_unit_test(test_bpe_golden),
         cmocka_unit_test(test_bpe_merge_heap_equals_scan),
         cmocka_unit_test(test_bpe_long_piece),
+        cmocka_unit_test(test_bpe_unicode_16),
         cmocka_unit_test(test_bpe_split_point),
         cmocka_unit_test(test_bpe_decode_refusals),
         cmocka_unit_test(test_bpe_load_refusals),

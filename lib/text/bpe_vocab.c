@@ -37,13 +37,34 @@ static size_t special_name(int pattern, int i, char *buf) {
 /* GPT-2's pattern with \s spelled as the Unicode White_Space characters, as tiktoken's regex reads \s (PCRE2
  * 10.42's \s also matches U+180E, White_Space before Unicode 6.3) */
 #define WS "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
-static const char PATTERN_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS
-                                   "]+(?![^" WS "])|[" WS "]+";
-/* Llama 3's (tiktoken's cl100k_base pattern), \s spelled the same way:
+/* \p{L} and \p{N} as tiktoken 0.14 reads them (Unicode 16.0): PCRE2 10.42 knows Unicode 14.0, where the letters
+ * and digits that Unicode 15.0 and 16.0 added (CJK extension H, Kawi, Garay, ...) are unassigned, so that
+ * "\u1c89's" would cut as "\u1c89'" and "s" (tiktoken: "\u1c89" and "'s"). Those code points, found by asking
+ * tiktoken's pattern of every code point, are added to the classes (a newer PCRE2 already has them). */
+#define L_NEW                                                                                                          \
+    "\\x{1c89}-\\x{1c8a}\\x{a7cb}-\\x{a7cd}\\x{a7da}-\\x{a7dc}\\x{105c0}-\\x{105f3}\\x{10d4a}-\\x{10d65}"              \
+    "\\x{10d6f}-\\x{10d85}\\x{10ec2}-\\x{10ec4}\\x{1123f}-\\x{11240}\\x{11380}-\\x{11389}\\x{1138b}\\x{1138e}"          \
+    "\\x{11390}-\\x{113b5}\\x{113b7}\\x{113d1}\\x{113d3}\\x{11bc0}-\\x{11be0}\\x{11f02}\\x{11f04}-\\x{11f10}"           \
+    "\\x{11f12}-\\x{11f33}\\x{1342f}\\x{13441}-\\x{13446}\\x{13460}-\\x{143fa}\\x{16100}-\\x{1611d}"                   \
+    "\\x{16d40}-\\x{16d6c}\\x{18cff}\\x{1b132}\\x{1b155}\\x{1df25}-\\x{1df2a}\\x{1e030}-\\x{1e06d}"                    \
+    "\\x{1e4d0}-\\x{1e4eb}\\x{1e5d0}-\\x{1e5ed}\\x{1e5f0}\\x{2b739}\\x{2ebf0}-\\x{2ee5d}\\x{31350}-\\x{323af}"
+#define N_NEW                                                                                                          \
+    "\\x{10d40}-\\x{10d49}\\x{116d0}-\\x{116e3}\\x{11bf0}-\\x{11bf9}\\x{11f50}-\\x{11f59}\\x{16130}-\\x{16139}"        \
+    "\\x{16d70}-\\x{16d79}\\x{1ccf0}-\\x{1ccf9}\\x{1d2c0}-\\x{1d2d3}\\x{1e4f0}-\\x{1e4f9}\\x{1e5f1}-\\x{1e5fa}"
+#define CLASS_L "[\\p{L}" L_NEW "]"
+#define CLASS_N "[\\p{N}" N_NEW "]"
+#define CLASS_LN "\\p{L}\\p{N}" L_NEW N_NEW
+static const char PATTERN_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?" CLASS_L "+| ?" CLASS_N "+| ?[^" WS CLASS_LN "]+|["
+                                   WS "]+(?![^" WS "])|[" WS "]+";
+/* Llama 3's (tiktoken's cl100k_base pattern), \s, \p{L} and \p{N} spelled the same way:
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  */
-static const char PATTERN_LLAMA3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS
-                                     "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+static const char PATTERN_LLAMA3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n" CLASS_LN "]?" CLASS_L "+|" CLASS_N
+                                     "{1,3}| ?[^" WS CLASS_LN "]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS
+                                     "])|[" WS "]+";
+#undef CLASS_L
+#undef CLASS_N
+#undef CLASS_LN
 
 uint64_t bpe_hash(const uint8_t *p, size_t len) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */

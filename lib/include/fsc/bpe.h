@@ -18,7 +18,8 @@
  *
  * Encoding is tiktoken's encode_ordinary: text is split by GPT-2's pattern
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * (PCRE2, \s the Unicode White_Space characters as tiktoken's regex reads it), a piece that is a token is that
+ * (PCRE2, \s the Unicode White_Space characters and \p{L}, \p{N} Unicode 16.0's letters and numbers, as
+ * tiktoken's regex reads them), a piece that is a token is that
  * token, and any other piece is merged pair by pair, lowest rank first (leftmost on ties). "<|endoftext|>"
  * in the text is text. Bytes that begin no valid UTF-8 character are not text: each maximal run of them is
  * one piece between the text around it (so any bytes encode, and decode gives them back exactly).

@@ -123,6 +123,29 @@ static void test_bpe_long_piece(void **state) {
     free(text);
 }
 
+/* Llama 3's pattern on a run of 10,000,001 spaces and "x": \s*[\r\n]+ gives back every space before it fails,
+ * past PCRE2's default limit of 10,000,000 steps; the run is one piece of 10,000,000 spaces (220 each: GPT-2's
+ * ranks have no token of two spaces), then " x" (2124) */
+static void test_bpe_llama3_long_whitespace(void **state) {
+    size_t len = 10000002;
+    char *text = malloc(len);
+    int32_t *ids = malloc(len * sizeof *ids);
+    assert_non_null(text), assert_non_null(ids);
+    memset(text, ' ', len);
+    text[len - 1] = 'x';
+    fsc_bpe *llama3;
+    assert_ok(fsc_bpe_load_file(&llama3, "llama3:" VOCAB));
+    size_t n;
+    assert_ok(fsc_bpe_encode(llama3, text, len, ids, &n));
+    assert_int_equal(n, len - 1);
+    size_t spaces = 0;
+    while (spaces < n && ids[spaces] == 220) spaces++;
+    assert_int_equal(spaces, len - 2);
+    assert_int_equal(ids[n - 1], 2124);
+    fsc_bpe_free(llama3);
+    free(text), free(ids);
+}
+
 /* Letters and digits that Unicode 15.0 and 16.0 added are \p{L} and \p{N} to tiktoken 0.14 (PCRE2 10.42 knows
  * Unicode 14.0 only): U+1C89 (Cyrillic), U+31350 (CJK extension H) and U+10D40 (a Garay digit) before "'s" are
  * cut from it, and Llama 3's \p{N}{1,3} takes U+10D40 with "12". The ids are tiktoken 0.14.0's encode_ordinary
@@ -330,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_bpe_merge_heap_equals_scan),
         cmocka_unit_test(test_bpe_long_piece),
         cmocka_unit_test(test_bpe_unicode_16),
+        cmocka_unit_test(test_bpe_llama3_long_whitespace),
         cmocka_unit_test(test_bpe_split_point),
         cmocka_unit_test(test_bpe_decode_refusals),
         cmocka_unit_test(test_bpe_load_refusals),

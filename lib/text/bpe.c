@@ -134,9 +134,9 @@ static int encode_piece(const fsc_bpe *b, const uint8_t *p, size_t len, int32_t 
 
 /* A run of valid UTF-8 cut by the pattern; every character is matched by some branch, so the matches tile it */
 static fsc_status encode_text(const fsc_bpe *b, const uint8_t *p, size_t len, int32_t *out, size_t *n,
-                              pcre2_match_data *md, bpe_scratch *s) {
+                              pcre2_match_data *md, pcre2_match_context *mc, bpe_scratch *s) {
     for (size_t at = 0; at < len;) {
-        int rc = pcre2_match((const pcre2_code *)b->re, p, len, at, PCRE2_NO_UTF_CHECK, md, NULL);
+        int rc = pcre2_match((const pcre2_code *)b->re, p, len, at, PCRE2_NO_UTF_CHECK, md, mc);
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
@@ -181,7 +181,14 @@ static fsc_status encode_bytes(const fsc_bpe *b, const void *text, size_t len, i
     if (len >= UINT32_MAX) return fsc_error(FSC_ERR_INVALID, "fsc_bpe_encode: %zu bytes at once: give less than 4 GiB "
                                             "(fsc_bpe_split_point says where to cut)", len);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern((const pcre2_code *)b->re, NULL);
-    if (!md) return fsc_error(FSC_ERR_NOMEM, "fsc_bpe_encode: out of memory");
+    /* PCRE2 stops a match after 10,000,000 steps by default, and Llama 3's \s*[\r\n]+ takes a step for each
+     * character it gives back: a run of 10 M spaces would fail. The steps grow with the run (below 4 GiB). */
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    if (!md || !mc)
+        return pcre2_match_data_free(md), pcre2_match_context_free(mc),
+               fsc_error(FSC_ERR_NOMEM, "fsc_bpe_encode: out of memory");
+    pcre2_set_match_limit(mc, UINT32_MAX);
+    pcre2_set_depth_limit(mc, UINT32_MAX);
     bpe_scratch s = {0};
     const uint8_t *p = text;
     fsc_status st = FSC_OK;
@@ -189,13 +196,14 @@ static fsc_status encode_bytes(const fsc_bpe *b, const void *text, size_t len, i
         size_t end = at, c;
         int valid = bpe_utf8_char(p + at, len - at) > 0;
         while (end < len && ((c = bpe_utf8_char(p + end, len - end)) > 0) == valid) end += valid ? c : 1;
-        if (valid) st = encode_text(b, p + at, end - at, ids, n, md, &s);
+        if (valid) st = encode_text(b, p + at, end - at, ids, n, md, mc, &s);
         else if (encode_piece(b, p + at, end - at, ids, n, &s) != 0)
             st = fsc_error(FSC_ERR_NOMEM, "fsc_bpe_encode: out of memory for a piece of %zu bytes", end - at);
         at = end;
     }
     bpe_scratch_free(&s);
     pcre2_match_data_free(md);
+    pcre2_match_context_free(mc);
     return st;
 }
 

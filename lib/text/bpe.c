@@ -28,7 +28,6 @@ size_t bpe_utf8_char(const uint8_t *p, size_t len) {
 void bpe_scratch_free(bpe_scratch *s) {
     free(s->a);
     free(s->c);
-    free(s->d);
     free(s->heap);
     memset(s, 0, sizeof *s);
 }
@@ -38,9 +37,8 @@ static int scratch_fit(bpe_scratch *s, size_t len) {
     bpe_scratch_free(s);
     s->a = malloc((len + 1) * sizeof *s->a);
     s->c = malloc((len + 1) * sizeof *s->c);
-    s->d = malloc((len + 1) * sizeof *s->d);
     s->heap = malloc(2 * (len + 1) * sizeof *s->heap);
-    if (!s->a || !s->c || !s->d || !s->heap) return bpe_scratch_free(s), -1;
+    if (!s->a || !s->c || !s->heap) return bpe_scratch_free(s), -1;
     s->cap = len;
     return 0;
 }

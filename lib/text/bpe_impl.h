@@ -63,7 +63,6 @@ typedef struct {
     size_t cap;     /* entries of each array */
     uint32_t *a;    /* (cap + 1) per routine: positions, ranks, links */
     uint32_t *c;
-    uint32_t *d;
     uint64_t *heap;
     size_t nheap;
 } bpe_scratch;

@@ -1,6 +1,7 @@
 /* libFuzzer harness for the GPT-2 tokenizer (lib/text/, fsc/bpe.h). First byte even: the rest is a
  * vocabulary file (plain or gzip) for fsc_bpe_load_memory; odd: the rest is text for GPT-2's vocabulary
- * (examples/data/gpt2.tiktoken.gz, loaded once; run from the repository root).
+ * (examples/data/gpt2.tiktoken.gz, loaded once; run from the repository root), with GPT-2's pattern, or with
+ * Llama 3's when the first byte's second bit is set ("llama3:" of fsc_bpe_load_file).
  * Vocabulary: a refusal sets a message and returns nothing; loading never holds more than 32 bytes of heap per
  * byte of the file's text (inflated, for gzip) plus 256 KiB (allocation hooks); an accepted vocabulary has
  * every byte as a token, each rank's bytes look up to that rank, and encodes the input itself as text.
@@ -23,12 +24,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         if (!(c)) __builtin_trap();                                                                \
     } while (0)
 
-static fsc_bpe *gpt2;
+static fsc_bpe *gpt2, *llama3;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     CHECK(fsc_bpe_load(&gpt2, "examples/data/" FSC_BPE_GPT2_FILE) == FSC_OK);
+    CHECK(fsc_bpe_load_file(&llama3, "llama3:examples/data/" FSC_BPE_GPT2_FILE) == FSC_OK);
     return 0;
 }
 
@@ -80,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *rest = data + 1;
     size_t len = size - 1;
     if (data[0] & 1) {
-        check_text(gpt2, rest, len);
+        check_text(data[0] & 2 ? llama3 : gpt2, rest, len);
         return 0;
     }
     int gz = len >= 2 && rest[0] == 0x1f && rest[1] == 0x8b;

@@ -13,6 +13,7 @@
  * - a job of 2 processes into a --ckpt-dir another run holds is refused on both ranks naming the holder, and goes
  *   ahead once it is gone;
  * - launcher mismatches are refused with messages that say how to start the job;
+ * - a timeout in a group split from the world names the rank it waits for with its world rank, as the simulator does;
  * - --reduce exact on 2, 3 and 4 processes (ddp, fsdp, zero2, a pipeline) gives the bits of one simulated rank
  *   accumulating the same batch.
  * Skipped, with the reason, only where mpirun is not installed (ci/deps.sh installs Open MPI). */
@@ -699,6 +700,41 @@ static int mismatch_worker(void) {
     return s == FSC_OK ? 1 : 0;
 }
 
+/* A timeout in a group split from the world names the rank it waits for as mpirun and the world's messages do: 3
+ * processes, world ranks 1 and 2 form a group (ranks 0 and 1 in it), and world rank 1 never makes the group's
+ * all-reduce. World rank 2's call times out "waiting for rank 0 (world rank 1)", as the simulator labels it (before:
+ * "waiting for rank 0", the group's rank, which sent the reader to world rank 0, alive and well). */
+static fsc_status group_timeout_script(fsc_rank *rk, void *arg) {
+    (void)arg;
+    fsc_comm *g = NULL;
+    float *buf = NULL;
+    fsc_status s = fsc_comm_split(rk->comm, rk->rank > 0, rk->rank, &g);
+    if (s == FSC_OK) s = fsc_device_alloc(rk->dev, FSC_TAG_COMM, 4 * sizeof(float), (void **)&buf);
+    if (s == FSC_OK && rk->rank == 2) s = fsc_comm_all_reduce(g, buf, buf, 4, FSC_F32, FSC_SUM);
+    fsc_device_release(rk->dev, buf);
+    fsc_comm_free(g);
+    return s;
+}
+
+static int group_timeout_worker(void) {
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.device = "cpu";
+    fsc_status s = fsc_cluster_run_from_env_opts(&co, group_timeout_script, NULL);
+    if (s != FSC_OK) fprintf(stderr, "group timeout worker: %s\n", fsc_last_error());
+    return s == FSC_OK ? 0 : 1;
+}
+
+static void test_group_timeout_names_world_rank(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    char *args = fmt("--timeout 60 -n 3 " MPIRUN_FLAGS " -x FSC_MPI_PLUGIN=%s -x FSC_COMM_TIMEOUT=2 '%s' "
+                     "--worker-group-timeout", plugin, self_path), *out = NULL;
+    int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
+    if (rc == 0 || !strstr(out, "all_reduce timed out after 2 s waiting for rank 0 (world rank 1) (it died"))
+        fail_msg("mpirun %s: exit %d\n%s", args, rc, out);
+    free(args), free(out);
+}
+
 static void test_communicator_equals_simulated(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
@@ -893,6 +929,7 @@ static int setup(void **state) {
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--worker") == 0) return worker();
     if (argc == 2 && strcmp(argv[1], "--worker-mismatch") == 0) return mismatch_worker();
+    if (argc == 2 && strcmp(argv[1], "--worker-group-timeout") == 0) return group_timeout_worker();
     char self[PATH_MAX];
     if (!realpath(argv[0], self)) return 1;
     snprintf(self_path, sizeof self_path, "%s", self);
@@ -922,6 +959,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_launcher_checks),
         cmocka_unit_test(test_communicator_equals_simulated),
         cmocka_unit_test(test_mismatched_calls_fail_cleanly),
+        cmocka_unit_test(test_group_timeout_names_world_rank),
         cmocka_unit_test(test_ranks_that_disagree_refuse),
         cmocka_unit_test(test_strategies_equal_simulated),
         cmocka_unit_test(test_exact_any_process_count),

@@ -102,6 +102,8 @@ typedef struct {
     MPI_Status *st;
     int nreq, cap;
     int *last_recv;   /* (size) the newest receive slot from each peer (valid if < nreq and from that peer) */
+    int *world_rank;  /* (size) each rank's rank in MPI_COMM_WORLD, what mpirun and the other messages call it */
+    int world;        /* MPI_COMM_WORLD's size */
     u8 *tmp;          /* scratch: received blocks, widened floats */
     size_t tmp_cap;
     mp_pending *pending;
@@ -252,6 +254,16 @@ static const char *mpi_msg(int code, char *buf) {
     return buf;
 }
 
+/* A peer as messages name it: its rank in this communicator, and its world rank where that differs (a split's
+ * group), as the simulator's labels do: "rank 0 (world rank 1)". */
+static const char *peer_label(const mp_ctx *m, int peer, char *buf, size_t cap) {
+    if (peer < 0 || peer >= m->size || m->size == m->world || m->world_rank[peer] == peer)
+        snprintf(buf, cap, "rank %d", peer);
+    else
+        snprintf(buf, cap, "rank %d (world rank %d)", peer, m->world_rank[peer]);
+    return buf;
+}
+
 /* The failure s, whose message mp_err just set on this thread, left MPI in a state that cannot be undone: mark
  * the communicator broken and keep the message, which every later call repeats, on whichever thread makes it
  * (a started call fails on its communicator's progress thread, mpi_async.c). */
@@ -312,9 +324,9 @@ static fsc_status post(mp_ctx *m, const char *what, int recv, const void *buf, s
         } else {
             int rc = MPI_Isend(k->buf, (int)len, MPI_BYTE, peer, tag, m->comm, &m->req[i]);
             if (rc != MPI_SUCCESS) {
-                char e[MPI_MAX_ERROR_STRING];
-                return breaks(m, mp_err(FSC_ERR_COMM, "%s: MPI could not send to rank %d: %s", what, peer,
-                                        mpi_msg(rc, e)));
+                char e[MPI_MAX_ERROR_STRING], lab[64];
+                return breaks(m, mp_err(FSC_ERR_COMM, "%s: MPI could not send to %s: %s", what,
+                                        peer_label(m, peer, lab, sizeof lab), mpi_msg(rc, e)));
             }
         }
         m->nreq++;
@@ -328,9 +340,9 @@ static fsc_status reap(mp_ctx *m, const char *what) {
         int done = 0;
         int rc = MPI_Testall((*p)->nreq, (*p)->req, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
-            char e[MPI_MAX_ERROR_STRING];
-            return breaks(m, mp_err(FSC_ERR_COMM, "%s: an earlier send to rank %d failed: %s", what, (*p)->peer,
-                                    mpi_msg(rc, e)));
+            char e[MPI_MAX_ERROR_STRING], lab[64];
+            return breaks(m, mp_err(FSC_ERR_COMM, "%s: an earlier send to %s failed: %s", what,
+                                    peer_label(m, (*p)->peer, lab, sizeof lab), mpi_msg(rc, e)));
         }
         if (!done) {
             p = &(*p)->next;
@@ -362,14 +374,16 @@ static fsc_status match_arrived(mp_ctx *m, const char *what, int *awaited) {
         if (k->prev < 0 || m->slot[k->prev].kind != AWAITED)
             rc = MPI_Improbe(k->peer, k->tag, m->comm, &flag, &msg, &st);
         if (rc == MPI_SUCCESS && flag) rc = MPI_Get_count(&st, MPI_BYTE, &got);
+        char lab[64];
         if (rc == MPI_SUCCESS && flag && (size_t)got != k->want)
-            return breaks(m, mp_err(FSC_ERR_COMM, "%s: rank %d sent %d bytes where this rank expects %zu (the ranks "
-                                    "made different calls)", what, k->peer, got, k->want));
+            return breaks(m, mp_err(FSC_ERR_COMM, "%s: %s sent %d bytes where this rank expects %zu (the ranks "
+                                    "made different calls)", what, peer_label(m, k->peer, lab, sizeof lab), got,
+                                    k->want));
         if (rc == MPI_SUCCESS && flag) rc = MPI_Imrecv(k->buf, (int)k->want, MPI_BYTE, &msg, &m->req[i]);
         if (rc != MPI_SUCCESS) {
             char e[MPI_MAX_ERROR_STRING];
-            return breaks(m, mp_err(FSC_ERR_COMM, "%s: MPI could not receive from rank %d: %s", what, k->peer,
-                                    mpi_msg(rc, e)));
+            return breaks(m, mp_err(FSC_ERR_COMM, "%s: MPI could not receive from %s: %s", what,
+                                    peer_label(m, k->peer, lab, sizeof lab), mpi_msg(rc, e)));
         }
         if (flag) k->kind = RECEIVING;
         else (*awaited)++;
@@ -409,9 +423,9 @@ static fsc_status wait_posted(mp_ctx *m, const char *what) {
             for (int i = 0; rc == MPI_ERR_IN_STATUS && i < m->nreq && who < 0; i++)
                 if (m->st[i].MPI_ERROR != MPI_SUCCESS && m->st[i].MPI_ERROR != MPI_ERR_PENDING)
                     who = m->slot[i].peer, code = m->st[i].MPI_ERROR;
-            char e[MPI_MAX_ERROR_STRING];
-            s = who >= 0 ? mp_err(FSC_ERR_COMM, "%s: exchange with rank %d failed: %s (did it die?)", what, who,
-                                  mpi_msg(code, e))
+            char e[MPI_MAX_ERROR_STRING], lab[64];
+            s = who >= 0 ? mp_err(FSC_ERR_COMM, "%s: exchange with %s failed: %s (did it die?)", what,
+                                  peer_label(m, who, lab, sizeof lab), mpi_msg(code, e))
                          : mp_err(FSC_ERR_COMM, "%s: MPI failed: %s (did a rank die?)", what, mpi_msg(code, e));
             s = breaks(m, s);
             break;
@@ -419,9 +433,10 @@ static fsc_status wait_posted(mp_ctx *m, const char *what) {
         if (done && !awaited) break;
         const int who = now_s() > deadline ? waited_for(m) : -2;
         if (who >= 0) { /* (-2, none: everything came since the test above, as for a rank resumed after the deadline) */
-            s = breaks(m, mp_err(FSC_ERR_TIMEOUT, "%s timed out after %g s waiting for rank %d (it died, stopped "
+            char lab[64];
+            s = breaks(m, mp_err(FSC_ERR_TIMEOUT, "%s timed out after %g s waiting for %s (it died, stopped "
                                  "answering or is in another call); the communicator is now unusable", what,
-                                 m->sh->timeout_s, who));
+                                 m->sh->timeout_s, peer_label(m, who, lab, sizeof lab)));
             break;
         }
         if (who == -1) { /* an MPI collective of its own (native): it waited for them all, so it can name none */
@@ -716,11 +731,23 @@ static fsc_status new_ctx(MPI_Comm comm, mp_shared *sh, mp_ctx **out) {
     m->sh = sh;
     MPI_Comm_rank(comm, &m->rank);
     MPI_Comm_size(comm, &m->size);
+    MPI_Comm_size(MPI_COMM_WORLD, &m->world);
     m->last_recv = calloc((size_t)m->size, sizeof *m->last_recv);
-    if (!m->last_recv) {
-        free(m);
+    m->world_rank = malloc((size_t)m->size * sizeof *m->world_rank);
+    int *mine = malloc((size_t)m->size * sizeof *mine);
+    if (!m->last_recv || !m->world_rank || !mine) {
+        free(m->last_recv), free(m->world_rank), free(mine), free(m);
         return mp_err(FSC_ERR_NOMEM, "mpi: out of memory");
     }
+    /* each rank's world rank, for the messages (a group's rank 0 is rarely the world's) */
+    MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
+    for (int j = 0; j < m->size; j++) mine[j] = m->world_rank[j] = j;
+    if (MPI_Comm_group(comm, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS &&
+        MPI_Group_translate_ranks(g, m->size, mine, wg, m->world_rank) != MPI_SUCCESS)
+        for (int j = 0; j < m->size; j++) m->world_rank[j] = j;
+    if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+    if (wg != MPI_GROUP_NULL) MPI_Group_free(&wg);
+    free(mine);
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     sh->refs++;
     *out = m;
@@ -760,9 +787,9 @@ static void mp_destroy(void *ctx) {
     while (m->pending && !sh->broken) {
         if (reap(m, "free") != FSC_OK) break;
         if (m->pending && now_s() > deadline) {
-            char why[256]; /* said to no caller: a free has none, and the core's message is the caller's */
-            snprintf(why, sizeof why, "sends to rank %d were still under way after %g s when a communicator was "
-                     "freed", m->pending->peer, sh->timeout_s);
+            char why[256], lab[64]; /* said to no caller: a free has none, and the core's message is the caller's */
+            snprintf(why, sizeof why, "sends to %s were still under way after %g s when a communicator was freed",
+                     peer_label(m, m->pending->peer, lab, sizeof lab), sh->timeout_s);
             mark_broken(sh, why);
             break;
         }
@@ -783,6 +810,7 @@ static void mp_destroy(void *ctx) {
     }
     free(m->slot);
     free(m->last_recv);
+    free(m->world_rank);
     free(m);
     if (--sh->refs > 0) return;
     int fin = 0;

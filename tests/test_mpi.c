@@ -63,6 +63,15 @@ static char *losses_of(const char *out) {
     return t ? t : strdup("");
 }
 
+/* The --check-ddp oracle's peak memory by tag, "check_ddp"."ddp_peak_bytes" of the JSON line that ends out, as text
+ * ("" if none). */
+static char *ddp_peaks_of(const char *out) {
+    cJSON *j = prog_last_json(out);
+    char *t = cJSON_PrintUnformatted(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "check_ddp"), "ddp_peak_bytes"));
+    cJSON_Delete(j);
+    return t ? t : strdup("");
+}
+
 static int files_equal(const char *a, const char *b) {
     char *cmd = fmt("cmp -s '%s' '%s'", a, b);
     int rc = system(cmd);
@@ -93,6 +102,12 @@ static void same_bits(int procs, const char *par) {
     char *l1 = losses_of(out1), *l2 = losses_of(out2);
     if (strcmp(l1, l2) != 0) fail_msg("%d processes, --parallel %s: losses %s, simulated %s", procs, par, l1, l2);
     if (!files_equal(a, b)) fail_msg("%d processes, --parallel %s: --save files differ", procs, par);
+    /* --check-ddp: the oracle's peak memory is its own, as on simulated ranks (the run's peaks were kept under MPI,
+     * where the oracle reuses the process's device: the run's larger params or pipeline buffers showed as DDP's) */
+    char *d1 = ddp_peaks_of(out1), *d2 = ddp_peaks_of(out2);
+    if (strcmp(d1, d2) != 0)
+        fail_msg("%d processes, --parallel %s: --check-ddp's ddp_peak_bytes %s, simulated %s", procs, par, d1, d2);
+    free(d1), free(d2);
     assert_non_null(strstr(out1, "--reduce ordered"));
     print_message("%d processes = %d simulated ranks: --parallel %s\n", procs, procs, par);
     free(l1), free(l2), free(args1), free(args2), free(out1), free(out2), free(a), free(b);
@@ -124,6 +139,7 @@ static void test_pipeline_and_tensor_parallel(void **state) {
     same_bits(2, "ddp --tp 2");
     same_bits(4, "fsdp --tp 2 --sequence-parallel");
     same_bits(3, "fsdp --check-ddp");
+    same_bits(2, "fsdp --shard grad_op --check-ddp"); /* its params' peak is above DDP's */
     same_bits(4, "zero2 --pp 2 --check-ddp");
     /* --print-schedule under the launcher: the text once (rank 0's), as simulated ranks print it */
     char *out = NULL, *a = fmt(MODEL " --parallel pipe --pp 2 --print-schedule");

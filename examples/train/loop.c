@@ -156,6 +156,7 @@ fsc_status proc_fn(fsc_rank *r, void *arg) {
     fsc_status s = FSC_OK;
     if (r->rank < w) {
         fsc_comm_set_name(sub, "world");
+        fsc_device_reset_peak(r->dev); /* the oracle's peaks are its own, as on the fresh devices of simulated ranks */
         fsc_rank in = *r;
         in.world = w;
         in.comm = sub;

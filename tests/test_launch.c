@@ -97,6 +97,17 @@ static void test_env_priority(void **state) {
     const char *c[] = {"OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=8", "OMPI_COMM_WORLD_LOCAL_RANK=3",
                        "SLURM_PROCID=0", "SLURM_NTASKS=1", "SLURM_LOCALID=0", NULL};
     assert_err(parse(c, &e), FSC_ERR_INVALID, "FSC_LAUNCHER=openmpi");
+    /* the same world but another rank (sbatch -n 2 running mpirun -n 2: every process inherits SLURM_PROCID=0), and
+     * no SLURM_PROCID (salloc -n 2): refused too, never every process rank 0 (MPI's start then hung, rank 1
+     * finalizing, rank 0 waiting in the first collective) or "SLURM_PROCID is not set" */
+    const char *g[] = {"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=1",
+                       "SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_LOCALID=0", NULL};
+    assert_err(parse(g, &e), FSC_ERR_INVALID,
+               "both Slurm (SLURM_NTASKS=2, SLURM_PROCID=0) and Open MPI (OMPI_COMM_WORLD_SIZE=2, "
+               "OMPI_COMM_WORLD_RANK=1) variables are set and disagree: set FSC_LAUNCHER=openmpi");
+    const char *h[] = {"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=1",
+                       "SLURM_NTASKS=2", "SLURM_JOB_ID=7", NULL};
+    assert_err(parse(h, &e), FSC_ERR_INVALID, "(SLURM_NTASKS=2, SLURM_PROCID=unset)");
     /* ... and FSC_LAUNCHER settles it */
     const char *d[] = {"OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=8", "OMPI_COMM_WORLD_LOCAL_RANK=3",
                        "SLURM_PROCID=0", "SLURM_NTASKS=1", "SLURM_LOCALID=0", "FSC_LAUNCHER=openmpi", NULL};

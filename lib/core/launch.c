@@ -138,6 +138,20 @@ fsc_status fsc_launch_env_parse(fsc_env_lookup lookup, void *lookup_ctx, fsc_lau
     if (chosen >= 0) {
         char who[64];
         snprintf(who, sizeof who, "%s launch", launchers[chosen].name);
+        /* mpirun inside a Slurm allocation inherits the batch script's SLURM_* variables (every process the same
+         * SLURM_PROCID, or none under salloc): refuse to guess unless both name the same rank of the same world */
+        const char *ompi = env_get(lookup, lookup_ctx, "OMPI_COMM_WORLD_SIZE"),
+                   *ompi_rank = env_get(lookup, lookup_ctx, "OMPI_COMM_WORLD_RANK");
+        if (!force && launchers[chosen].l == FSC_LAUNCHER_SLURM && (ompi || ompi_rank)) {
+            const char *sn = env_get(lookup, lookup_ctx, "SLURM_NTASKS"),
+                       *sr = env_get(lookup, lookup_ctx, "SLURM_PROCID");
+            if (!ompi || !ompi_rank || !sn || !sr || strtol(ompi, NULL, 10) != strtol(sn, NULL, 10) ||
+                strtol(ompi_rank, NULL, 10) != strtol(sr, NULL, 10))
+                return fsc_error(FSC_ERR_INVALID, "both Slurm (SLURM_NTASKS=%s, SLURM_PROCID=%s) and Open MPI "
+                                 "(OMPI_COMM_WORLD_SIZE=%s, OMPI_COMM_WORLD_RANK=%s) variables are set and disagree: "
+                                 "set FSC_LAUNCHER=openmpi or FSC_LAUNCHER=slurm", sn ? sn : "unset",
+                                 sr ? sr : "unset", ompi ? ompi : "unset", ompi_rank ? ompi_rank : "unset");
+        }
         long world, rank, local;
         FSC_TRY(parse_long(who, launchers[chosen].size, env_get(lookup, lookup_ctx, launchers[chosen].size), 1,
                            MAX_WORLD, &world));
@@ -145,11 +159,6 @@ fsc_status fsc_launch_env_parse(fsc_env_lookup lookup, void *lookup_ctx, fsc_lau
                            world - 1, &rank));
         FSC_TRY(parse_long(who, launchers[chosen].local, env_get(lookup, lookup_ctx, launchers[chosen].local), 0,
                            world - 1, &local));
-        /* mpirun inside a Slurm allocation inherits the batch script's SLURM_* variables: refuse to guess */
-        const char *ompi = env_get(lookup, lookup_ctx, "OMPI_COMM_WORLD_SIZE");
-        if (!force && launchers[chosen].l == FSC_LAUNCHER_SLURM && ompi && strtol(ompi, NULL, 10) != world)
-            return fsc_error(FSC_ERR_INVALID, "both Slurm (SLURM_NTASKS=%ld) and Open MPI (OMPI_COMM_WORLD_SIZE=%s) "
-                             "variables are set and disagree: set FSC_LAUNCHER=openmpi or FSC_LAUNCHER=slurm", world, ompi);
         out->launcher = launchers[chosen].l;
         out->world = (int)world;
         out->rank = (int)rank;

@@ -9,6 +9,8 @@
  *   Slurm      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
  *   Open MPI   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
  *   none       a single process: rank 0 of 1
+ * Slurm's and Open MPI's variables together (mpirun inside a Slurm job inherits SLURM_*) are refused unless they name
+ * the same rank of the same world: FSC_LAUNCHER then says which.
  * and MASTER_ADDR, MASTER_PORT (TCP rendezvous), FSC_RENDEZVOUS_FILE (file rendezvous, preferred when
  * set), FSC_RENDEZVOUS_TIMEOUT (seconds, default 60), FSC_COMM_TIMEOUT (seconds, default 600).
  * The GPU is the local rank's, or GPU 0 when CUDA_VISIBLE_DEVICES names a single GPU.

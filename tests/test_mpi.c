@@ -914,6 +914,17 @@ static void test_launcher_checks(void **state) {
     if (rc == 0 || !strstr(out, "libfsc_mpi.so was not found") || !strstr(out, "apt-get install libopenmpi-dev"))
         fail_msg("mpirun %s: exit %d\n%s", full, rc, out);
     free(args), free(full), free(out);
+    /* a launcher's rank that is not MPI's (Slurm's variables forced under mpirun, every process SLURM_PROCID=0):
+     * refused on rank 1 with the message, and the job ends. Before, rank 1 called MPI_Finalize first, which waited
+     * for rank 0, itself waiting in MPI_Comm_dup for rank 1: the job hung without a word (mpirun's --timeout 30
+     * here) */
+    args = fmt("--timeout 30 -n 2 " MPIRUN_FLAGS " -x FSC_LAUNCHER=slurm -x SLURM_PROCID=0 -x SLURM_NTASKS=2 -x "
+               "SLURM_LOCALID=0 '%s' " MODEL " --data '%s/data.txt' --parallel ddp", trainer, tmpdir);
+    double t0 = now_s();
+    rc = prog_run(mpirun, args, tmpdir, &out, NULL);
+    if (rc == 0 || now_s() - t0 > 25 || !strstr(out, "the launcher says rank 0 of 2 but MPI says rank 1 of 2"))
+        fail_msg("mpirun %s: exit %d after %.1f s\n%s", args, rc, now_s() - t0, out);
+    free(args), free(out);
     /* --world must be the launcher's */
     args = fmt(MODEL " --data '%s/data.txt' --parallel ddp --world 4", tmpdir);
     rc = run_mpi(2, args, &out);

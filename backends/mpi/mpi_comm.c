@@ -949,7 +949,9 @@ MP_EXPORT fsc_status fsc_mpi_comm_open(int abi_version, fsc_mpi_error_fn error, 
         fsc_status s = mp_err(FSC_ERR_INVALID, "the launcher says rank %d of %d but MPI says rank %d of %d: the MPI "
                               "communicator needs processes started by mpirun (or srun --mpi=pmix), e.g. "
                               "mpirun -n %d <program>", rank, world, r, n, world);
-        if (sh->initialized) MPI_Finalize();
+        /* not with other processes in the job: they may be in the first MPI_Comm_dup below, waiting for this one,
+         * and MPI_Finalize waits for them (the job hung, the message unsaid); mpirun ends them once this one exits */
+        if (sh->initialized && n == 1) MPI_Finalize();
         free(sh);
         return s;
     }

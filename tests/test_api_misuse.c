@@ -10,7 +10,11 @@
  *   reached set_batch, a null access), and one whose stream_floats is 0 is refused by a pipeline at creation (its
  *   stages passed nothing and the step "succeeded");
  * - a hand-made rank without a device or a communicator is refused by every engine maker naming the missing field
- *   (the message named fsc_comm_agree, a function the caller never called). */
+ *   (the message named fsc_comm_agree, a function the caller never called);
+ * - a generator over a language model a program strings from layers (fsc_seq_model_create, as a registered family
+ *   builds its model) gives the logits of the same forward the model runs by hand (the generator passed no hooks,
+ *   which the sequential model followed: a segmentation fault), and the sequential model's passes take hooks NULL
+ *   as the GPT's and the Llama's do. */
 #include "testutil.h"
 #include "fsc/fsc.h"
 
@@ -174,6 +178,80 @@ static void test_model_ops_misbehaving(void **st) {
     assert_err(fsc_cluster_run(&o, wrapped_rank, &mode), FSC_ERR_INVALID, "stream_floats(1) is 0");
 }
 
+/* embedding | GPT-2 block | LM head, T 4, C 8, V 16 */
+static fsc_status seq_lm(fsc_device *dev, fsc_model **m) {
+    fsc_seq_layer ls[3] = { { 0 } };
+    fsc_block_opts b = fsc_block_opts_default(FSC_BLOCK_GPT2, 4, 8, 2);
+    fsc_status s = fsc_layer_embedding(4, 8, 16, &ls[0].layer);
+    if (s == FSC_OK) s = fsc_layer_block(&b, &ls[1].layer);
+    if (s == FSC_OK) s = fsc_layer_lm_head(4, 8, 16, &ls[2].layer);
+    ls[1].prefix = "h.0.", ls[2].prefix = "lm_head.";
+    if (s == FSC_OK) return fsc_seq_model_create(dev, ls, 3, m);
+    for (int i = 0; i < 3; i++) fsc_layer_free(ls[i].layer);
+    return s;
+}
+
+/* A model of a program's own that follows model.h to the letter: it calls its hooks, never NULL */
+static _Thread_local fsc_model *hooked_inner;
+static fsc_status w_forward_hooked(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum) {
+    (void)ctx;
+    if (!h) return fsc_error(FSC_ERR_INTERNAL, "forward: hooks NULL");
+    return hooked_inner->ops->forward(hooked_inner->ctx, a, h, loss_sum);
+}
+
+static fsc_status seq_generate_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    fsc_model *m = NULL;
+    fsc_engine *e = NULL;
+    fsc_generator *g = NULL;
+    assert_ok(seq_lm(r->dev, &m));
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    assert_ok(fsc_engine_create_model(r, m, &po, &oc, 1, &e));
+    assert_ok(fsc_generator_create(r->dev, m, &g));
+    const int32_t tok[4] = { 1, 2, 3, 0 }; /* the window: 3 tokens, then padding 0 */
+    const float *lg;
+    int V = 0;
+    assert_ok(fsc_generator_next(g, tok, 3, &lg, &V));
+    assert_int_equal(V, 16);
+    /* the same forward by hand, hooks NULL: the logits of position 2 */
+    fsc_model_acts_opts o = fsc_model_acts_opts_default(m, 1);
+    fsc_model_acts *a = NULL;
+    assert_ok(fsc_model_acts_make(m, NULL, &o, &a));
+    const int32_t tgt[4] = { 0 };
+    double loss = 0;
+    assert_ok(m->ops->set_batch(m->ctx, a, tok, tgt));
+    assert_ok(m->ops->forward(m->ctx, a, NULL, &loss));
+    int V2 = 0;
+    const float *d = m->ops->logits(m->ctx, a, &V2);
+    assert_non_null(d);
+    float want[16];
+    assert_ok(fsc_device_download(r->dev, want, d + 2 * 16, sizeof want));
+    assert_memory_equal(lg, want, sizeof want);
+    assert_ok(m->ops->backward(m->ctx, a, NULL, 0.25f));
+    m->ops->acts_free(m->ctx, a);
+    fsc_generator_free(g);
+    /* a generator hands a model of its own hooks (none), not NULL */
+    hooked_inner = m;
+    fsc_model_ops ops = *m->ops;
+    ops.forward = w_forward_hooked, ops.destroy = NULL;
+    fsc_model outer = *m;
+    outer.ops = &ops;
+    assert_ok(fsc_generator_create(r->dev, &outer, &g));
+    assert_ok(fsc_generator_next(g, tok, 3, &lg, &V));
+    assert_memory_equal(lg, want, sizeof want);
+    fsc_generator_free(g);
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return FSC_OK;
+}
+
+static void test_generate_sequential_model(void **st) {
+    (void)st;
+    fsc_cluster_opts o = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&o, seq_generate_rank, NULL));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_too_large_in_all),
@@ -181,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_rank_without_device_or_comm),
         cmocka_unit_test(test_ckpt_latest_small_buffer),
         cmocka_unit_test(test_model_ops_misbehaving),
+        cmocka_unit_test(test_generate_sequential_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,7 +113,8 @@ fsc_status fsc_generator_next(fsc_generator *g, const int32_t *tokens, int n, co
                                 n - k);
     FSC_TRY(s);
     double loss = 0;
-    FSC_TRY(m->ops->forward(m->ctx, g->acts, NULL, &loss));
+    const fsc_model_hooks none = { 0 }; /* model.h: a model calls its hooks; a model's own may not take NULL */
+    FSC_TRY(m->ops->forward(m->ctx, g->acts, &none, &loss));
     int V = 0;
     const float *d = m->ops->logits(m->ctx, g->acts, &V);
     if (!d || V < 1) return fsc_error(FSC_ERR_INTERNAL, "generator: the model's forward left no logits");

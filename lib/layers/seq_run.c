@@ -459,6 +459,9 @@ static const void *input_of(const seq_acts *a, int l) { return l == a->first ? a
 
 static fsc_status hook(fsc_status (*f)(void *, int), void *ctx, int l) { return f ? f(ctx, l) : FSC_OK; }
 
+/* Hooks NULL: none (a caller of the model's own, as a generator, passes no hooks) */
+static const fsc_model_hooks no_hooks = { 0 };
+
 static fsc_status layer_forward(const seq_model *s, seq_acts *a, int l) {
     fsc_layer_call c;
     FSC_TRY(make_call(s, a, l, 0, &c));
@@ -475,6 +478,7 @@ static fsc_status offload(const seq_model *s, seq_acts *a, int l, int back) {
 }
 
 static fsc_status forward_layers(seq_model *s, seq_acts *a, const fsc_model_hooks *h, double *loss_sum) {
+    if (!h) h = &no_hooks;
     for (int l = a->first; l <= a->last; l++) {
         FSC_TRY(hook(h->pre_forward, h->ctx, l));
         FSC_TRY(layer_forward(s, a, l));
@@ -560,6 +564,7 @@ static fsc_status whole_to_split(seq_model *s, seq_acts *a, int l) {
 }
 
 static fsc_status backward_layers(seq_model *s, seq_acts *a, const fsc_model_hooks *h, float dscale, int part) {
+    if (!h) h = &no_hooks;
     /* tied tensors used by a layer of the range: their users' gradients start from zero (model.h: a user
      * overwrites the buffer; several users of one range add up), in the part that makes them: the weight part
      * when the tied layers split, else the input part */

@@ -180,8 +180,9 @@ typedef struct {
     fsc_status (*set_batch)(void *ctx, fsc_model_acts *a, const void *inputs, const void *targets);
     float *(*stream)(void *ctx, fsc_model_acts *a, fsc_stream which);
     size_t (*stream_floats)(void *ctx, int B);                         /* floats of a boundary stream of B samples */
-    /* Layers [first, last] forward with the hooks around each. When the last layer is in range, *loss_sum
-     * (may be NULL) receives the sum of the micro-batch's loss terms (double); otherwise 0. */
+    /* Layers [first, last] forward with the hooks around each (the built-in models, the sequential one included,
+     * take h NULL as none). When the last layer is in range, *loss_sum (may be NULL) receives the sum of the
+     * micro-batch's loss terms (double); otherwise 0. */
     fsc_status (*forward)(void *ctx, fsc_model_acts *a, const fsc_model_hooks *h, double *loss_sum);
     /* Layers [last .. first] backward, accumulating into grad[] (tied tensors: see above); each loss term's
      * gradient is dscale. Once per forward. */

@@ -1020,9 +1020,10 @@ static void null_fsc_gpt_set_expert_group(void) {
 }
 
 static void null_fsc_engine_create(void) {
-    /* may be NULL: po, oc */
     INVALID(fsc_engine_create(NULL, P, P, P, 0, P), "r");
     INVALID(fsc_engine_create(P, NULL, P, P, 0, P), "cfg");
+    INVALID(fsc_engine_create(P, P, NULL, P, 0, P), "fsc_engine_create: po");
+    INVALID(fsc_engine_create(P, P, P, NULL, 0, P), "fsc_engine_create: oc");
     INVALID(fsc_engine_create(P, P, P, P, 0, NULL), "out");
 }
 
@@ -1970,7 +1971,7 @@ static void null_fsc_engine_comm_stats_group(void) {
 }
 
 static void null_fsc_engine_create_built(void) {
-    /* may be NULL: po, oc, arg */
+    /* may be NULL: arg */
     INVALID(fsc_engine_create_built(NULL, dummy_build, P, P, P, 0, P), "r");
     INVALID(fsc_engine_create_built(P, NULL, P, P, P, 0, P), "build");
     INVALID(fsc_engine_create_built(P, dummy_build, P, NULL, P, 0, P), "po");
@@ -1979,9 +1980,10 @@ static void null_fsc_engine_create_built(void) {
 }
 
 static void null_fsc_engine_create_model(void) {
-    /* may be NULL: po, oc */
     INVALID(fsc_engine_create_model(NULL, P, P, P, 0, P), "r");
     INVALID(fsc_engine_create_model(P, NULL, P, P, 0, P), "m");
+    INVALID(fsc_engine_create_model(P, P, NULL, P, 0, P), "po");
+    INVALID(fsc_engine_create_model(P, P, P, NULL, 0, P), "oc");
     INVALID(fsc_engine_create_model(P, P, P, P, 0, NULL), "out");
 }
 

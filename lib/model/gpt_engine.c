@@ -41,9 +41,11 @@ fsc_status fsc_engine_create(fsc_rank *r, const fsc_gpt_config *cfg, const fsc_p
     *out = NULL;
     FSC_CHECK_ARG(r);
     FSC_CHECK_ARG(cfg);
+    FSC_CHECK_ARG(po);
+    FSC_CHECK_ARG(oc);
     FSC_TRY(fsc_gpt_config_validate(cfg));
-    if (po && po->tp > 1) FSC_TRY(fsc_tp_check_config(cfg, po->tp));
-    gpt_build b = { cfg, po ? po->sequence_parallel : 0 };
+    if (po->tp > 1) FSC_TRY(fsc_tp_check_config(cfg, po->tp));
+    gpt_build b = { cfg, po->sequence_parallel };
     return fsc_engine_create_built(r, build, &b, po, oc, seed, out);
 }
 

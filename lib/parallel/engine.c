@@ -537,6 +537,8 @@ fsc_status fsc_engine_create_model(fsc_rank *r, fsc_model *m, const fsc_parallel
     *out = NULL;
     FSC_CHECK_ARG(r);
     FSC_CHECK_ARG(m);
+    FSC_CHECK_ARG(po);
+    FSC_CHECK_ARG(oc);
     FSC_TRY(rank_ok(r));
     /* every rank the same model, options, optimizer and seed, or all refuse before anything is split; a model
      * another engine holds would have its parameter tables pointed at this one's buffers under the other */

@@ -9,6 +9,10 @@
  * with tensor parallelism and without, the parameters after a step are bit for bit those of the engine made from
  * the configuration struct (fsc_engine_create; fsc_engine_create_built with fsc_llama_build); a registered family
  * without a tensor-parallel builder trains at tp 1 and is refused at tp 2, naming the family.
+ * A registered family whose model is made of layers (fsc_seq_model_create, as docs/models.md's "mini") records its
+ * text, so the model a weights file of its engine records is built again by fsc_model_from_config (the sampler's
+ * way) and loads the file: the file recorded the layers' description, which no family reads ("names no built-in
+ * model").
  */
 #include <cjson/cJSON.h>
 #include "testutil.h"
@@ -17,6 +21,8 @@
 #include "fsc/gpt.h"
 #include "fsc/llama.h"
 #include "fsc/gpt_engine.h"
+#include "fsc/layers.h"
+#include "fsc/safetensors.h"
 
 static void test_builds_the_recorded_model(void **state) {
     (void)state;
@@ -128,7 +134,7 @@ static void test_registered_family(void **state) {
     assert_err(fsc_model_family_register(&(fsc_model_family){ "", tiny_from_config, NULL }), FSC_ERR_INVALID, "a name is");
     assert_err(fsc_model_family_register(&(fsc_model_family){ "nobuild", NULL, NULL }), FSC_ERR_INVALID, "from_config");
     assert_null(fsc_model_family_find("nobuild"));
-    /* at most 32: the 33rd is refused (one is "tiny") */
+    /* at most 32: the 33rd is refused (one is "tiny", one test_registered_family_of_layers' "layered") */
     static char names[40][16];
     fsc_status s = FSC_OK;
     int i = 0;
@@ -137,7 +143,7 @@ static void test_registered_family(void **state) {
         s = fsc_model_family_register(&(fsc_model_family){ names[i], tiny_from_config, NULL });
     }
     assert_int_equal(s, FSC_ERR_UNSUPPORTED);
-    assert_int_equal(i, 32);
+    assert_int_equal(i, 31);
     fsc_device_free(dev);
 }
 
@@ -228,6 +234,74 @@ static void test_engine_from_config(void **state) {
     assert_non_null(strstr(u.msg, "unknown field \"norm-eps\" (did you mean \"norm_eps\"?)"));
 }
 
+/* "layered": embedding | GPT-2 block | LM head, made of the built-in layers (docs/models.md's "mini", abridged) */
+static fsc_status layered_from_config(fsc_device *dev, const char *config, fsc_model **out) {
+    *out = NULL;
+    fsc_seq_layer ls[3] = { { 0 } };
+    fsc_block_opts b = fsc_block_opts_default(FSC_BLOCK_GPT2, 4, 8, 2);
+    fsc_status s = fsc_layer_embedding(4, 8, strstr(config, "\"vocab\":12") ? 12 : 10, &ls[0].layer);
+    if (s == FSC_OK) s = fsc_layer_block(&b, &ls[1].layer);
+    if (s == FSC_OK) s = fsc_layer_lm_head(4, 8, strstr(config, "\"vocab\":12") ? 12 : 10, &ls[2].layer);
+    ls[1].prefix = "h.0.", ls[2].prefix = "lm_head.";
+    if (s == FSC_OK) return fsc_seq_model_create(dev, ls, 3, out);
+    for (int i = 0; i < 3; i++) fsc_layer_free(ls[i].layer);
+    return s;
+}
+
+static const char *layered_text = "{\"family\":\"layered\",\"vocab\":12}";
+
+static fsc_status layered_save_rank(fsc_rank *r, void *arg) {
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create_config(r, layered_text, &po, &oc, 7, &e));
+    float *p = arg;
+    fsc_status s = one_step(e, 1, p);
+    if (s == FSC_OK) s = fsc_engine_save_weights(e, (const char *)(p + 4096));
+    fsc_engine_free(e);
+    return s;
+}
+
+static fsc_status layered_load_rank(fsc_rank *r, void *arg) {
+    const float *p = arg;
+    const char *path = (const char *)(p + 4096);
+    fsc_st_file *f = NULL;
+    FSC_TRY(fsc_st_open(path, &f));
+    const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
+    assert_non_null(rec);
+    assert_string_equal(rec, layered_text);
+    fsc_model *m = NULL;
+    fsc_status s = fsc_model_from_config(r->dev, rec, &m);
+    fsc_st_close(f);
+    FSC_TRY(s);
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    if (s == FSC_OK) s = fsc_engine_load_weights(e, path);
+    float *q = calloc(4096, sizeof *q);
+    if (s == FSC_OK) s = fsc_engine_full_params(e, q);
+    if (s == FSC_OK) assert_memory_equal(q, p, fsc_model_num_params(m) * sizeof *q);
+    free(q);
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+static void test_registered_family_of_layers(void **state) {
+    (void)state;
+    assert_ok(fsc_model_family_register(&(fsc_model_family){ "layered", layered_from_config, NULL }));
+    float *p = calloc(4096 + 256, sizeof *p); /* the parameters after a step, then the file's path */
+    char dir[] = "/tmp/fsc_family_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf((char *)(p + 4096), 256 * sizeof *p, "%s/layered.safetensors", dir);
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&co, layered_save_rank, p));
+    assert_ok(fsc_cluster_run(&co, layered_load_rank, p));
+    free(p);
+    test_rmtree(dir);
+}
+
 /* A host program in a locale whose decimal point is a comma (de_DE, made with localedef when its source is
  * installed; skipped otherwise): the configuration texts a checkpoint and a weights file record stay JSON. The
  * sequential model's layers and the Llama wrote "eps":1,49999996e-05, which no reader parses: a checkpoint save
@@ -300,6 +374,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builds_the_recorded_model),
         cmocka_unit_test(test_bad_text_is_refused),
+        cmocka_unit_test(test_registered_family_of_layers), /* before test_registered_family fills the table */
         cmocka_unit_test(test_registered_family),
         cmocka_unit_test(test_engine_from_config), /* after test_registered_family: "tiny" */
         cmocka_unit_test(test_config_text_in_a_decimal_comma_locale),

@@ -18,7 +18,7 @@ static void seq_destroy(fsc_model *m) {
     for (int l = 0; l < s->n && s->tensor; l++) free(s->tensor[l]);
     for (int l = 0; l < s->n && s->tied; l++) free(s->tied[l]);
     free(s->layers), free(s->prefix), free(s->tensor), free(s->tied), free(s->cparam), free(s->cgrad);
-    free(s->info), free(s->param), free(s->grad), free(s->tied_grad);
+    free(s->info), free(s->param), free(s->grad), free(s->tied_grad), free(s->config_text);
     free(s);
 }
 
@@ -71,6 +71,10 @@ static double seq_layer_cost(void *ctx, int l, int B, float param_scale) {
 /* {"sequential":[{"prefix":"in.","kind":"linear","layer":{...}}, ...]} */
 static void seq_config(void *ctx, char *buf, size_t cap) {
     const seq_model *s = ctx;
+    if (s->config_text) { /* a family's text: whole or nothing, as below */
+        if (cap > 2) snprintf(buf, cap, "%s", strlen(s->config_text) < cap ? s->config_text : "{}");
+        return;
+    }
     size_t at = 0;
 #define PUT(...)                                                                   \
     do {                                                                           \
@@ -294,6 +298,16 @@ fsc_status fsc_seq_model_create(fsc_device *dev, const fsc_seq_layer *ls, int n,
         return st;
     }
     *out = &s->m;
+    return FSC_OK;
+}
+
+fsc_status fsc_seq_record_config(fsc_model *m, const char *text) {
+    if (!m || (m->ops != &fsc_seq_ops_ && m->ops != &fsc_seq_moe_ops_)) return FSC_OK;
+    seq_model *s = m->ctx;
+    char *t = strdup(text);
+    if (!t) return fsc_error(FSC_ERR_NOMEM, "sequential model: out of memory for its configuration text");
+    free(s->config_text);
+    s->config_text = t;
     return FSC_OK;
 }
 

@@ -24,6 +24,8 @@ typedef struct {
     size_t scratch_bytes;
     int nacts; /* records alive */
     int in_pass; /* a pass (forward or a backward) runs: one at a time (a hook must not start another) */
+    char *config_text; /* the family's configuration text the model was built from (fsc_seq_record_config), which
+                        * its config writes in place of the layers' description; NULL: none */
 } seq_model;
 
 extern const fsc_model_ops fsc_seq_ops_, fsc_seq_moe_ops_; /* the second for models with experts */
@@ -43,6 +45,10 @@ const float *fsc_seq_logits_part(void *ctx, const fsc_model_acts *a, fsc_logits_
 void fsc_seq_aux_stats(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
 void fsc_seq_aux_layers(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
 fsc_status fsc_seq_set_expert_group(void *ctx, fsc_comm *ep);
+/* A model a family built from configuration text `text` (family.h): its config writes that text from now on, so
+ * that weights files and checkpoints record what fsc_model_from_config builds again. Nothing for a model that is
+ * not a sequential one (the GPT and the Llama write their own family's text). */
+fsc_status fsc_seq_record_config(fsc_model *m, const char *text);
 /* The host state of layer l in record a (NULL when l is outside its range or the layer keeps none). */
 void *fsc_seq_acts_state(const fsc_model_acts *a, int l);
 

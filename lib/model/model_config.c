@@ -16,6 +16,7 @@
 #include "fsc/llama.h"
 #include "family_impl.h"
 #include "io/json_lock.h" /* fsc_json_parse: cJSON under the library's lock */
+#include "layers/seq_impl.h" /* fsc_seq_record_config */
 
 static const cJSON *field(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
 
@@ -258,6 +259,7 @@ fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model 
     const fsc_model_family *f;
     FSC_TRY(fsc_model_family_of(config, &f));
     fsc_status s = f->from_config(dev, config, out);
+    if (s == FSC_OK) s = fsc_seq_record_config(*out, config); /* a model of layers records its family's text */
     if (s != FSC_OK && *out) { /* a family's refusal leaves no model */
         fsc_model_free(*out);
         *out = NULL;
@@ -274,8 +276,16 @@ typedef struct {
 
 static fsc_status build_family(void *arg, fsc_device *dev, fsc_comm *tensor, fsc_model **out) {
     const family_build *b = arg;
-    if (b->f->build) return b->f->build(dev, b->config, tensor, b->sp, out);
-    return b->f->from_config(dev, b->config, out); /* (no tensor group: fsc_engine_create_config checked) */
+    fsc_status s = b->f->build ? b->f->build(dev, b->config, tensor, b->sp, out)
+                               : b->f->from_config(dev, b->config, out); /* (no tensor group: checked) */
+    /* a model of layers (a program's family made with fsc_seq_model_create) records the family's text, not its
+     * layers' description, so that fsc_model_from_config builds the model its weights files record */
+    if (s == FSC_OK) s = fsc_seq_record_config(*out, b->config);
+    if (s != FSC_OK && *out) {
+        fsc_model_free(*out);
+        *out = NULL;
+    }
+    return s;
 }
 
 fsc_status fsc_engine_create_config(fsc_rank *r, const char *config, const fsc_parallel_opts *po,

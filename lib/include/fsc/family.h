@@ -25,8 +25,10 @@ typedef struct {
      * that lives as long as the program uses the family (a literal). */
     const char *name;
     /* The model config describes, on dev: config is a JSON object whose "family" is name (the text the model's
-     * config operation writes); every field checked, FSC_ERR_FORMAT naming a bad one, *out NULL then. The model
-     * owns itself (fsc_model_free). Called from any thread. */
+     * config operation writes; a model of layers, fsc_seq_model_create's, made through fsc_model_from_config or
+     * fsc_engine_create_config writes config itself, so its weights files and checkpoints record the family's
+     * text); every field checked, FSC_ERR_FORMAT naming a bad one, *out NULL then. The model owns itself
+     * (fsc_model_free). Called from any thread. */
     fsc_status (*from_config)(fsc_device *dev, const char *config, fsc_model **out);
     /* Optional: the model config describes on a tensor group, as parallel.h's fsc_model_build_fn (tensor NULL:
      * without tensor parallelism, as from_config; else this rank's slices over the group, sequence_parallel as

@@ -14,7 +14,10 @@
  * - a generator over a language model a program strings from layers (fsc_seq_model_create, as a registered family
  *   builds its model) gives the logits of the same forward the model runs by hand (the generator passed no hooks,
  *   which the sequential model followed: a segmentation fault), and the sequential model's passes take hooks NULL
- *   as the GPT's and the Llama's do. */
+ *   as the GPT's and the Llama's do;
+ * - a layer of a program's whose rec_bytes or work_bytes is past any memory (a negative int made a size_t) is refused
+ *   when a record is made, naming the layer and the operation: the record's layout wrapped to a few bytes, and the
+ *   layer then wrote its record over the record's other buffers without a word. */
 #include "testutil.h"
 #include "fsc/fsc.h"
 
@@ -252,6 +255,47 @@ static void test_generate_sequential_model(void **st) {
     assert_ok(fsc_cluster_run(&o, seq_generate_rank, NULL));
 }
 
+/* copy: out = in, and forward keeps in in its record */
+static size_t wrong_bytes(const fsc_layer *l, int B) { (void)l; return (size_t)(B * 8 - 101); } /* int, negative */
+static fsc_status copy_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    FSC_TRY(fsc_device_copy(c->dev, c->rec, in, (size_t)c->B * l->in_bytes));
+    return fsc_device_copy(c->dev, out, in, (size_t)c->B * l->in_bytes);
+}
+static fsc_status copy_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout, const void *in) {
+    (void)in;
+    return dinp ? fsc_device_copy(c->dev, dinp, dout, (size_t)c->B * l->in_bytes) : FSC_OK;
+}
+
+static void test_layer_sizes_past_memory(void **st) {
+    (void)st;
+    fsc_device *dev;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    static const fsc_layer_ops rec_ops = { .rec_bytes = wrong_bytes, .forward = copy_fwd, .backward = copy_bwd };
+    static const fsc_layer_ops work_ops = { .work_bytes = wrong_bytes, .forward = copy_fwd, .backward = copy_bwd };
+    const fsc_layer_ops *ops[2] = { &rec_ops, &work_ops };
+    static const char *const what[2] = { "layer 1 (copy): rec_bytes(2) is 18446744073709551531, past 2^63",
+                                         "layer 1 (copy): work_bytes(2) is 18446744073709551531, past 2^63" };
+    for (int k = 0; k < 2; k++) {
+        fsc_seq_layer ls[3] = { { 0 } };
+        fsc_linear_opts lo = fsc_linear_opts_default(4, 4);
+        assert_ok(fsc_layer_linear(&lo, &ls[0].layer));
+        fsc_layer *c = calloc(1, sizeof *c);
+        assert_non_null(c);
+        snprintf(c->kind, sizeof c->kind, "copy");
+        c->ops = ops[k], c->in_bytes = 16, c->out_floats = 4;
+        ls[1].layer = c;
+        assert_ok(fsc_layer_mse(4, &ls[2].layer));
+        fsc_model *m = NULL;
+        assert_ok(fsc_seq_model_create(dev, ls, 3, &m));
+        fsc_model_acts_opts o = fsc_model_acts_opts_default(m, 2);
+        fsc_model_acts *a = NULL;
+        assert_err(fsc_model_acts_make(m, NULL, &o, &a), FSC_ERR_INVALID, what[k]);
+        assert_null(a);
+        fsc_model_free(m);
+    }
+    fsc_device_free(dev);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_too_large_in_all),
@@ -260,6 +304,7 @@ int main(void) {
         cmocka_unit_test(test_ckpt_latest_small_buffer),
         cmocka_unit_test(test_model_ops_misbehaving),
         cmocka_unit_test(test_generate_sequential_model),
+        cmocka_unit_test(test_layer_sizes_past_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

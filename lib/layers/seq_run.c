@@ -304,6 +304,7 @@ static fsc_status acts_make(seq_model *s, const fsc_model_acts_opts *o, void **r
     if (s->max_stream > most / 4 / B)
         return fsc_error(FSC_ERR_INVALID, "sequential model: a record of %d samples: a layer's output of %zu floats a "
                          "sample passes 2^56 bytes", o->B, s->max_stream);
+    size_t own = 0; /* the layers' rec_bytes, work_bytes and split_bytes so far */
     for (int l = o->first; l <= o->last; l++) {
         const fsc_layer *y = s->layers[l];
         if (l == 0 && y->in_bytes > most / B)
@@ -312,6 +313,18 @@ static fsc_status acts_make(seq_model *s, const fsc_model_acts_opts *o, void **r
         if (y->out_floats > most / 4 / B)
             return fsc_error(FSC_ERR_INVALID, "sequential model: a record of %d samples: layer %d's output of %zu "
                              "floats a sample passes 2^56 bytes", o->B, l, y->out_floats);
+        if (l == s->n - 1 && y->target_bytes > most / B)
+            return fsc_error(FSC_ERR_INVALID, "sequential model: a record of %d samples: layer %d's target of %zu "
+                             "bytes a sample passes 2^56 bytes", o->B, l, y->target_bytes);
+        /* the layers' own sizes, together at most 2^63 (a layer of a program's may compute one wrong: a negative
+         * int made a size_t), so that the layout below cannot wrap either */
+        const size_t sz[3] = { rec_bytes(y, o->B), work_bytes(y, o->B),
+                               o->split && y->ops->split && y->ops->split_bytes ? y->ops->split_bytes(y, o->B) : 0 };
+        static const char *const op[3] = { "rec_bytes", "work_bytes", "split_bytes" };
+        for (int k = 0; k < 3; own += sz[k], k++)
+            if (sz[k] > ((size_t)1 << 63) - own)
+                return fsc_error(FSC_ERR_INVALID, "sequential model: layer %d (%s): %s(%d) is %zu, past 2^63 bytes "
+                                 "with the record's other layers", l, y->kind, op[k], o->B, sz[k]);
     }
     FSC_TRY(tied_reserve(s, o->first, o->last));
     seq_acts *a = calloc(1, sizeof *a);

@@ -74,7 +74,8 @@ typedef struct {
 
 struct fsc_layer;
 typedef struct {
-    /* Device bytes the record keeps for B samples, and of scratch (NULL: none). */
+    /* Device bytes the record keeps for B samples, and of scratch (NULL: none); a record is refused when these and
+     * split_bytes of its layers together pass 2^63. */
     size_t (*rec_bytes)(const struct fsc_layer *l, int B);
     size_t (*work_bytes)(const struct fsc_layer *l, int B);
     /* out (B x out_floats floats) from in (B x in_bytes bytes; the model keeps it unchanged until backward).

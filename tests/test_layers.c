@@ -11,7 +11,7 @@
  *    checkpointing, over two micro-batches accumulating (the tied buffer is overwritten per micro-batch), and
  *    calls the hooks around every layer in order;
  *  - bad declarations are refused with a message (chains that do not fit, a tie to no tensor, a shape mismatch,
- *    block options of the other flavour or impossible shapes); set_batch refuses a token or a target outside the
+ *    block options of the other flavour or impossible shapes, initial values that are not finite); set_batch refuses a token or a target outside the
  *    vocabulary, naming the element (the layers' check_input / check_target). */
 #include <math.h>
 #include <stdlib.h>
@@ -463,6 +463,17 @@ static void test_bad_declarations(void **st) {
     assert_ok(fsc_layer_gelu(4, &a));
     assert_err(fsc_layer_add_param(a, "w", 2, (const int64_t[]){ ((int64_t)1 << 62) + 1, 4 }, fsc_init_const(0)),
                FSC_ERR_INVALID, "more than 2^60 elements");
+    /* initial values that are not numbers: refused naming the parameter (a NaN reached the first step's loss,
+     * whose refusal advised a lower learning rate) */
+    const fsc_init bad_init[4] = { fsc_init_normal(NAN), fsc_init_normal(-1.0f), fsc_init_const(INFINITY),
+                                   { .kind = (fsc_init_kind)7 } };
+    for (int k = 0; k < 4; k++)
+        assert_err(fsc_layer_add_param(a, "w", 1, (const int64_t[]){ 4 }, bad_init[k]), FSC_ERR_INVALID,
+                   "parameter w: initial values");
+    assert_int_equal(a->n_params, 0);
+    assert_ok(fsc_layer_add_param(a, "w", 1, (const int64_t[]){ 4 }, fsc_init_normal(0.0f)));
+    assert_err(fsc_layer_set_init(a, "w", fsc_init_const(NAN)), FSC_ERR_INVALID, "parameter w: initial values");
+    assert_int_equal(a->params[0].init.kind, FSC_INIT_NORMAL);
     fsc_layer_free(a);
     /* a record whose bytes would wrap (2^30 floats a sample, 2^25 samples): refused before anything is laid out */
     assert_ok(fsc_layer_linear(&(fsc_linear_opts){ .rows = 1 << 30, .in = 1, .out = 1 }, &a));

@@ -1,9 +1,21 @@
 /* The layer declaration helpers of layers.h: parameters, their initial values, freeing a layer.
  * Not here: the built-in layers (basic.c, transformer.c), the sequential model (seq.c, seq_run.c). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/layers.h"
+
+/* Initial values a parameter can start from: a known kind, finite numbers, a standard deviation >= 0 (a NaN
+ * reached the first step's loss, whose refusal advised a lower learning rate) */
+static fsc_status init_check(const fsc_layer *l, const char *name, fsc_init init) {
+    if (init.kind == FSC_INIT_NORMAL && isfinite(init.mean) && isfinite(init.std) && init.std >= 0) return FSC_OK;
+    if (init.kind == FSC_INIT_CONST && isfinite(init.value)) return FSC_OK;
+    return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s: initial values %s (need a finite mean and value and "
+                     "a finite std >= 0)", l->kind, name,
+                     init.kind == FSC_INIT_NORMAL ? "normal with a mean or std that is not finite, or std < 0"
+                     : init.kind == FSC_INIT_CONST ? "constant and not finite" : "of an unknown kind");
+}
 
 fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const int64_t *shape, fsc_init init) {
     FSC_CHECK_ARG(l);
@@ -13,6 +25,7 @@ fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const i
         return fsc_error(FSC_ERR_INVALID, "layer: a parameter needs a layer, a name and a shape");
     if (ndim < 1 || ndim > 4)
         return fsc_error(FSC_ERR_INVALID, "layer %s: parameter %s has %d dimensions (1 to 4)", l->kind, name, ndim);
+    FSC_TRY(init_check(l, name, init));
     if (l->n_params >= l->cap_params) { /* the table grows: an MoE layer declares 1 + 4 E parameters */
         const int cap = l->cap_params ? 2 * l->cap_params : FSC_LAYER_MAX_PARAMS;
         fsc_layer_param *t = cap > l->n_params ? realloc(l->params, (size_t)cap * sizeof *t) : NULL;
@@ -84,6 +97,7 @@ fsc_status fsc_layer_set_init(fsc_layer *l, const char *name, fsc_init init) {
     FSC_CHECK_ARG(name);
     for (int k = 0; l && name && k < l->n_params; k++)
         if (!strcmp(l->params[k].name, name)) {
+            FSC_TRY(init_check(l, name, init));
             l->params[k].init = init;
             return FSC_OK;
         }

@@ -151,7 +151,8 @@ fsc_status fsc_layer_add_param(fsc_layer *l, const char *name, int ndim, const i
  * group (full_shape is its shape). The sequential model initializes a slice with the full tensor's values. */
 fsc_status fsc_layer_add_param_split(fsc_layer *l, const char *name, int ndim, const int64_t *full_shape, int split,
                                      int parts, int tp_rank, int tp_size, fsc_init init);
-/* Change the initial values of the layer's parameter `name` (defaults are the constructors'). */
+/* Change the initial values of the layer's parameter `name` (defaults are the constructors'). Both refuse initial
+ * values that are not finite (a NaN or infinite value, mean or std) or a negative std. */
 fsc_status fsc_layer_set_init(fsc_layer *l, const char *name, fsc_init init);
 /* ops->destroy, then free (NULL does nothing). */
 void fsc_layer_free(fsc_layer *l);

@@ -288,6 +288,43 @@ static fsc_status layered_load_rank(fsc_rank *r, void *arg) {
     return s;
 }
 
+/* A checkpoint of the family's model that recorded its layers' description (as before the model recorded the
+ * family's text; a model made with fsc_seq_model_create records it still) loads into the family's engine, with the
+ * same parameters; one of other layers is refused, naming both texts. */
+static fsc_status layered_old_ckpt_rank(fsc_rank *r, void *arg) {
+    const char *dir = arg;
+    char ck[300], saved[300];
+    snprintf(saved, sizeof saved, "%s/ck", dir);
+    snprintf(ck, sizeof ck, "%s/ck/step-00000001", dir);
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_model *m = NULL;
+    fsc_engine *e = NULL;
+    float *a = calloc(4096, sizeof *a), *b = calloc(4096, sizeof *b);
+    fsc_status s = a && b ? layered_from_config(r->dev, layered_text, &m) : FSC_ERR_NOMEM;
+    if (s == FSC_OK) s = fsc_engine_create_model(r, m, &po, &oc, 7, &e);
+    if (s == FSC_OK) s = one_step(e, 1, a);
+    if (s == FSC_OK) s = fsc_ckpt_save(e, saved, 1, NULL);
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    e = NULL;
+    if (s == FSC_OK) s = fsc_engine_create_config(r, layered_text, &po, &oc, 8, &e);
+    if (s == FSC_OK) s = fsc_ckpt_load(e, ck, NULL);
+    if (s == FSC_OK) s = fsc_engine_full_params(e, b);
+    if (s == FSC_OK) assert_memory_equal(a, b, fsc_model_num_params(fsc_engine_model(e)) * sizeof *a);
+    fsc_engine_free(e);
+    e = NULL;
+    if (s == FSC_OK) s = fsc_engine_create_config(r, "{\"family\":\"layered\",\"vocab\":10}", &po, &oc, 8, &e);
+    if (s == FSC_OK) {
+        assert_int_equal(fsc_ckpt_load(e, ck, NULL), FSC_ERR_INVALID);
+        assert_non_null(strstr(fsc_last_error(), "written for a model of configuration {\"sequential\":["));
+        assert_non_null(strstr(fsc_last_error(), "this engine's model has {\"family\":\"layered\",\"vocab\":10}"));
+    }
+    fsc_engine_free(e);
+    free(a), free(b);
+    return s;
+}
+
 static void test_registered_family_of_layers(void **state) {
     (void)state;
     assert_ok(fsc_model_family_register(&(fsc_model_family){ "layered", layered_from_config, NULL }));
@@ -298,6 +335,7 @@ static void test_registered_family_of_layers(void **state) {
     fsc_cluster_opts co = fsc_cluster_opts_default();
     assert_ok(fsc_cluster_run(&co, layered_save_rank, p));
     assert_ok(fsc_cluster_run(&co, layered_load_rank, p));
+    assert_ok(fsc_cluster_run(&co, layered_old_ckpt_rank, dir));
     free(p);
     test_rmtree(dir);
 }

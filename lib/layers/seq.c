@@ -68,13 +68,8 @@ static double seq_layer_cost(void *ctx, int l, int B, float param_scale) {
     return c + 4.0 * (double)B * (double)lay->out_floats;
 }
 
-/* {"sequential":[{"prefix":"in.","kind":"linear","layer":{...}}, ...]} */
-static void seq_config(void *ctx, char *buf, size_t cap) {
-    const seq_model *s = ctx;
-    if (s->config_text) { /* a family's text: whole or nothing, as below */
-        if (cap > 2) snprintf(buf, cap, "%s", strlen(s->config_text) < cap ? s->config_text : "{}");
-        return;
-    }
+/* {"sequential":[{"prefix":"in.","kind":"linear","layer":{...}}, ...]}: the layers' description */
+static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
     size_t at = 0;
 #define PUT(...)                                                                   \
     do {                                                                           \
@@ -97,13 +92,40 @@ static void seq_config(void *ctx, char *buf, size_t cap) {
     if (at >= cap && cap > 2) snprintf(buf, cap, "{}"); /* too long to record: record nothing rather than a half */
 }
 
+/* The family's text the model was built from (fsc_seq_record_config), else the layers' description */
+static void seq_config(void *ctx, char *buf, size_t cap) {
+    const seq_model *s = ctx;
+    if (!s->config_text) seq_layers_config(s, buf, cap);
+    else if (cap > 2) snprintf(buf, cap, "%s", strlen(s->config_text) < cap ? s->config_text : "{}"); /* whole or none */
+}
+
+/* A recorded text equal to config's; for a family's model also its layers' description, which its files and
+ * checkpoints recorded before the model recorded its family's text. */
+static fsc_status seq_config_check(void *ctx, const char *recorded) {
+    const seq_model *s = ctx;
+    enum { CAP = 1 << 16 };
+    char *own = malloc(CAP), *layers = s->config_text ? malloc(CAP) : NULL;
+    if (!own || (s->config_text && !layers)) {
+        free(own), free(layers);
+        return fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory for its configuration text");
+    }
+    seq_config(ctx, own, CAP);
+    if (layers) seq_layers_config(s, layers, CAP);
+    fsc_status st = FSC_OK;
+    if (strcmp(own, recorded) != 0 && (!layers || strcmp(layers, recorded) != 0))
+        st = fsc_error(FSC_ERR_INVALID, "written for a model of configuration %.300s; this engine's model has %.300s",
+                       recorded, own);
+    free(own), free(layers);
+    return st;
+}
+
 const fsc_model_ops fsc_seq_ops_ = {
     .acts_create = fsc_seq_acts_create, .acts_free = fsc_seq_acts_free, .acts_bytes = fsc_seq_acts_bytes,
     .set_batch = fsc_seq_set_batch, .stream = fsc_seq_stream, .stream_floats = seq_stream_floats,
     .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
     .backward_input = fsc_seq_backward_input, .backward_weight = fsc_seq_backward_weight,
     .splits_tied = fsc_seq_splits_tied, .acts_remake = fsc_seq_acts_remake,
-    .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy, .logits = fsc_seq_logits,
+    .layer_cost = seq_layer_cost, .config = seq_config, .config_check = seq_config_check, .destroy = seq_destroy, .logits = fsc_seq_logits,
     .logits_part = fsc_seq_logits_part,
 };
 const fsc_model_ops fsc_seq_moe_ops_ = {
@@ -112,7 +134,7 @@ const fsc_model_ops fsc_seq_moe_ops_ = {
     .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
     .backward_input = fsc_seq_backward_input, .backward_weight = fsc_seq_backward_weight,
     .splits_tied = fsc_seq_splits_tied, .acts_remake = fsc_seq_acts_remake,
-    .layer_cost = seq_layer_cost, .config = seq_config, .destroy = seq_destroy,
+    .layer_cost = seq_layer_cost, .config = seq_config, .config_check = seq_config_check, .destroy = seq_destroy,
     .aux_stats = fsc_seq_aux_stats, .aux_layers = fsc_seq_aux_layers, .set_expert_group = fsc_seq_set_expert_group, .logits = fsc_seq_logits,
     .logits_part = fsc_seq_logits_part,
 };

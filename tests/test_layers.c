@@ -564,12 +564,42 @@ static void test_bad_declarations(void **st) {
     fsc_layer_free(a);
 }
 
+/* Every constructor leaves *out NULL when it refuses its arguments (some left it as it was, some set it NULL: a caller
+ * reusing one variable freed a layer twice). */
+static void test_refused_layer_is_null(void **st) {
+    (void)st;
+    fsc_layer *stale = (fsc_layer *)&stale, *l;
+    fsc_linear_opts lo = fsc_linear_opts_default(0, 4);
+    fsc_mlp_opts mo = fsc_mlp_opts_default(0);
+    fsc_attention_opts ao = fsc_attention_opts_default(4, 6, 4); /* 6 is no multiple of 4 heads */
+#define REFUSED(call)                                                                                   \
+    do {                                                                                                \
+        l = stale;                                                                                      \
+        assert_int_not_equal(call, FSC_OK);                                                             \
+        if (l) fail_msg("%s left *out set after refusing", #call);                                     \
+    } while (0)
+    REFUSED(fsc_layer_linear(&lo, &l));
+    REFUSED(fsc_layer_gelu(0, &l));
+    REFUSED(fsc_layer_layernorm(0, 0, &l));
+    REFUSED(fsc_layer_rmsnorm(0, 8, -1.0f, &l));
+    REFUSED(fsc_layer_mse(0, &l));
+    REFUSED(fsc_layer_xent(1, &l));
+    REFUSED(fsc_layer_embedding(0, 8, 16, &l));
+    REFUSED(fsc_layer_token_embedding(0, 8, 16, &l));
+    REFUSED(fsc_layer_gelu_mlp(&mo, &l));
+    REFUSED(fsc_layer_swiglu_mlp(&mo, &l));
+    REFUSED(fsc_layer_attention(&ao, &l));
+    REFUSED(fsc_layer_lm_head(0, 8, 16, &l));
+#undef REFUSED
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layer_gradients),
         cmocka_unit_test(test_seq_equals_composition),
         cmocka_unit_test(test_scratch_growth_failure),
         cmocka_unit_test(test_bad_declarations),
+        cmocka_unit_test(test_refused_layer_is_null),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -42,6 +42,7 @@ fsc_linear_opts fsc_linear_opts_default(int in, int out) {
 fsc_status fsc_layer_linear(const fsc_linear_opts *o, fsc_layer **out) {
     FSC_CHECK_ARG(o);
     FSC_CHECK_ARG(out);
+    *out = NULL; /* also after a failure */
     if (!o || o->in < 1 || o->out < 1 || o->rows < 0)
         return fsc_error(FSC_ERR_INVALID, "linear layer: need in, out >= 1 and rows >= 0");
     if (o->tp || o->tp_mode) return fsc_tp_layer_linear(o, out); /* tp_basic.c */
@@ -75,6 +76,7 @@ static const fsc_layer_ops gelu_ops = { .forward = gelu_fwd, .backward = gelu_bw
 
 fsc_status fsc_layer_gelu(size_t n, fsc_layer **out) {
     FSC_CHECK_ARG(out);
+    *out = NULL; /* also after a failure */
     if (n < 1 || n > ((size_t)1 << 30))
         return fsc_error(FSC_ERR_INVALID, "gelu layer: n = %zu; need 1 <= n <= 2^30 (floats per sample)", n);
     FSC_TRY(layer_new(sizeof(fsc_layer), "gelu", &gelu_ops, out));
@@ -133,6 +135,7 @@ static fsc_status norm_new(int rows, int C, const char *kind, const fsc_layer_op
 
 fsc_status fsc_layer_layernorm(int rows, int C, fsc_layer **out) {
     FSC_CHECK_ARG(out);
+    *out = NULL; /* also after a failure */
     FSC_TRY(norm_new(rows, C, "layernorm", &ln_ops, out));
     ((norm_layer *)*out)->eps = 1e-5f;
     return layer_param(out, "bias", C, 0, fsc_init_const(0.0f));
@@ -160,6 +163,7 @@ static const fsc_layer_ops rms_ops = { .rec_bytes = rms_rec, .forward = rms_fwd,
 
 fsc_status fsc_layer_rmsnorm(int rows, int C, float eps, fsc_layer **out) {
     FSC_CHECK_ARG(out);
+    *out = NULL; /* also after a failure */
     if (!(eps > 0.0f) || !isfinite(eps)) return fsc_error(FSC_ERR_INVALID, "rmsnorm layer: eps must be > 0 and finite");
     FSC_TRY(norm_new(rows, C, "rmsnorm", &rms_ops, out));
     ((norm_layer *)*out)->eps = eps;
@@ -196,6 +200,7 @@ static const fsc_layer_ops mse_ops = { .rec_bytes = pred_rec, .forward = mse_fwd
 
 fsc_status fsc_layer_mse(size_t n, fsc_layer **out) {
     FSC_CHECK_ARG(out);
+    *out = NULL; /* also after a failure */
     if (n < 1 || n > (1u << 30)) return fsc_error(FSC_ERR_INVALID, "mse layer: need 1 <= n <= 2^30");
     FSC_TRY(layer_new(sizeof(fsc_layer), "mse", &mse_ops, out));
     (*out)->in_bytes = n * sizeof(float);

@@ -49,6 +49,7 @@ static const fsc_layer_ops emb_ops = { .split = 1, .forward = emb_fwd, .backward
 
 fsc_status fsc_layer_embedding(int T, int C, int V, fsc_layer **out) {
     FSC_CHECK_ARG(out);
+    *out = NULL; /* also after a failure */
     if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "embedding layer: need T, C, V >= 1");
     return layers_embedding(T, C, V, V, 1, out);
 }
@@ -81,6 +82,7 @@ static const fsc_layer_ops te_ops = { .split = 1, .work_bytes = te_work, .forwar
 
 fsc_status fsc_layer_token_embedding(int T, int C, int V, fsc_layer **out) {
     FSC_CHECK_ARG(out);
+    *out = NULL; /* also after a failure */
     if (T < 1 || C < 1 || V < 1) return fsc_error(FSC_ERR_INVALID, "token embedding layer: need T, C, V >= 1");
     return layers_embedding(T, C, V, V, 0, out);
 }
@@ -216,6 +218,7 @@ static fsc_status mlp_new(const fsc_mlp_opts *o, const char *kind, const fsc_lay
 fsc_status fsc_layer_gelu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
     FSC_CHECK_ARG(o);
     FSC_CHECK_ARG(out);
+    *out = NULL; /* also after a failure */
     if (o && (o->tp || o->sp) && o->C >= 1 && o->F >= 1 && o->rows >= 0) return fsc_tp_layer_mlp(o, 0, out);
     FSC_TRY(mlp_new(o, "gelu_mlp", &gm_ops, out));
     FSC_TRY(layer_param(out, "c_fc.weight", o->C, o->F, fsc_init_normal(LAYER_STD)));
@@ -294,6 +297,7 @@ static const fsc_layer_ops sm_ops = { .split = 1, .split_bytes = gm_split_bytes,
 fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
     FSC_CHECK_ARG(o);
     FSC_CHECK_ARG(out);
+    *out = NULL; /* also after a failure */
     if (o && (o->tp || o->sp) && o->C >= 1 && o->F >= 1 && o->rows >= 0) return fsc_tp_layer_mlp(o, 1, out);
     FSC_TRY(mlp_new(o, "swiglu_mlp", &sm_ops, out));
     FSC_TRY(layer_param(out, "gate_proj.weight", o->F, o->C, fsc_init_normal(LAYER_STD)));
@@ -423,6 +427,7 @@ fsc_attention_opts fsc_attention_opts_default(int T, int C, int heads) {
 fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
     FSC_CHECK_ARG(o);
     FSC_CHECK_ARG(out);
+    *out = NULL; /* also after a failure */
     if (!o || o->T < 1 || o->C < 1 || o->heads < 1 || o->C % o->heads != 0 || o->kv_heads < 0 ||
         (o->kv_heads > 0 && o->heads % o->kv_heads != 0) || !(o->rope_theta >= 0) || !isfinite(o->rope_theta))
         return fsc_error(FSC_ERR_INVALID, "attention layer: need T, C >= 1, heads dividing C, kv_heads dividing "

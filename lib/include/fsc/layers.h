@@ -163,7 +163,7 @@ fsc_init fsc_init_const(float v);
 /* ---- built-in layers ------------------------------------------------------------------------------------
  * A sample is `rows` rows of features (a sequence of T tokens: rows = T; a feature vector: rows = 1; 0 means
  * 1). Defaults: weights normal(0, 0.02), biases 0, norm weights 1 (change them with fsc_layer_set_init).
- * Parameter names follow Hugging Face where one exists.
+ * Parameter names follow Hugging Face where one exists. A constructor that refuses its arguments sets *out NULL.
  *
  * Tensor parallelism (docs/tensor_parallel.md). The options of linear, the embeddings, attention, the MLPs, the
  * blocks and the LM head take `tp`, a tensor group (NULL: none): the layer is then built on this rank's slices

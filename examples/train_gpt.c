@@ -66,6 +66,7 @@ static int parse(trainer *t, int argc, char **argv) {
     t->asked = *c;          /* the options as given, before anything derives from them: the run's train_config.json */
     t->asked.config = NULL; /* (its content is in) */
     if (rc == 0) rc = check_launcher(c, t->given, &t->me, &t->procs, err, sizeof err);
+    if (rc == 0) t->asked.world = c->world; /* a launcher's processes: its world is the run's, as if given */
     if (rc == 0) rc = resolve_layout(c, t->given, err, sizeof err);
     if (rc == 0) rc = resolve_model(c, t->given, err, sizeof err);
     if (rc == 0) rc = load_schedule_file(c, err, sizeof err); /* its chunks per rank are the balance's */

@@ -201,6 +201,14 @@ static char *save_resume(const char *tag, const char *model, int from_procs, int
     int rc = from_procs ? run_mpi(from_world, a, &out) : run_sim(a, &out);
     if (rc != 0) fail_msg("%s: saving: exit %d\n%s", tag, rc, out);
     free(out), free(a);
+    /* the run's record names its world, also when the launcher gave it (it said 1: --config of it trained another
+     * run without mpirun) */
+    char *rec = fmt("%s/train_config.json", dir), *want = fmt("\"world\":\t%d,", from_world);
+    FILE *f = fopen(rec, "rb");
+    char text[16384] = "";
+    if (f) text[fread(text, 1, sizeof text - 1, f)] = 0, fclose(f);
+    if (!strstr(text, want)) fail_msg("%s: %s lacks %s:\n%s", tag, rec, want, text);
+    free(rec), free(want);
     a = fmt(MODEL "%s --data '%s/data.txt' --parallel fsdp --steps 4 --resume '%s' --save '%s'%s", model, tmpdir, dir,
             w, to_procs ? "" : (to_world == 4 ? " --world 4" : " --world 2"));
     rc = to_procs ? run_mpi(to_world, a, &out) : run_sim(a, &out);

@@ -51,6 +51,7 @@ void fsc_clock_wait_until(double t) {
         return;
     }
     if (!(t > fsc_clock_wall())) return;
+    if (t > 4e18) t = 4e18; /* a time_t still (the cast of a larger one is undefined): an absurd wait stays one */
     const double whole = floor(t);
     struct timespec ts = {.tv_sec = (time_t)whole, .tv_nsec = (long)((t - whole) * 1e9)};
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec += 1, ts.tv_nsec -= 1000000000L;

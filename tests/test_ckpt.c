@@ -86,6 +86,36 @@ static void test_ckpt_resume_exact_sgd_f16(void **state) {
     ct_rmtree(dir);
 }
 
+/* A load continues the checkpoint's run: its saves record the seed of the initialization the parameters come
+ * from, not the seed the loading engine was made with (which initialized nothing that survives the load). */
+static void test_ckpt_load_keeps_seed(void **state) {
+    (void)state;
+    char *dir = ct_tmpdir(), path[600];
+    ct_job a = ct_make(2, FSC_PAR_DDP);
+    a.from = 0;
+    a.to = 2;
+    a.save_dir = dir;
+    ct_run(&a);
+    ct_job b = ct_make(2, FSC_PAR_ZERO1);
+    b.run.seed = a.run.seed + 6;
+    ct_step_path(path, sizeof path, dir, 2);
+    b.load = path;
+    b.from = 2;
+    b.to = 3;
+    b.save_dir = dir;
+    ct_run(&b);
+    ct_step_path(path, sizeof path, dir, 3);
+    fsc_ckpt_meta *m = NULL;
+    assert_ok(fsc_ckpt_meta_read(path, &m));
+    if (m->seed != a.run.seed)
+        fail_msg("the checkpoint saved after loading records seed %llu; the run's parameters come from seed %llu",
+                 (unsigned long long)m->seed, (unsigned long long)a.run.seed);
+    fsc_ckpt_meta_free(m);
+    ct_free(&a);
+    ct_free(&b);
+    ct_rmtree(dir);
+}
+
 static int count_tmp(const char *dir) {
     DIR *d = opendir(dir);
     int n = 0;
@@ -219,6 +249,7 @@ int main(void) {
         cmocka_unit_test(test_ckpt_resume_exact),
         cmocka_unit_test(test_ckpt_resume_exact_full_format),
         cmocka_unit_test(test_ckpt_resume_exact_sgd_f16),
+        cmocka_unit_test(test_ckpt_load_keeps_seed),
         cmocka_unit_test(test_ckpt_crash_leaves_last_good),
         cmocka_unit_test(test_ckpt_latest_and_replace),
         cmocka_unit_test(test_ckpt_save_onto_link),

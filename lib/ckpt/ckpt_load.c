@@ -306,7 +306,7 @@ static fsc_status load(fsc_engine *e, const char *path, int64_t *step, int weigh
     if (s == FSC_OK) s = ck_agree(e, load_tensors(&L));
     if (s == FSC_OK) {
         if (!weights_only) restore_counters(&L);
-        if (!weights_only) fsc_engine_continue_run(e, L.m->run_id); /* its saves continue that run */
+        if (!weights_only) fsc_engine_continue_run(e, L.m->run_id, L.m->seed); /* its saves continue that run */
         if (step) *step = L.m->step;
         s = ck_agree(e, fsc_engine_after_load(e));
     }

@@ -500,7 +500,7 @@ static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_c
     if (s != FSC_OK) return s;
     base[TMP_NAME - 1] = 0;
     hd.run[FSC_CKPT_RUN_ID - 1] = 0;
-    fsc_engine_continue_run(e, hd.run); /* this engine's run from now on */
+    fsc_engine_continue_run(e, hd.run, ENG(e).seed); /* this engine's run from now on */
     char fin[32];
     snprintf(fin, sizeof fin, "step-%08lld", (long long)step);
     s = ck_join(tmp, sizeof tmp, dir, base);

@@ -10,9 +10,10 @@ fsc_engine_ckpt fsc_engine_ckpt_view(const fsc_engine *ce) {
                               .run = e->ckpt_run, .trace = e->trace };
 }
 
-void fsc_engine_continue_run(fsc_engine *e, const char *run) {
+void fsc_engine_continue_run(fsc_engine *e, const char *run, uint64_t seed) {
     memcpy(e->ckpt_run, run, FSC_ENGINE_RUN_ID);
     e->ckpt_run[FSC_ENGINE_RUN_ID - 1] = 0;
+    e->seed = seed;
 }
 
 fsc_status fsc_engine_after_load(fsc_engine *e) { return e->st->after_load ? e->st->after_load(e) : FSC_OK; }

@@ -87,8 +87,9 @@ typedef struct {
  * engine stays the scaler's one writer. */
 void fsc_engine_restore_scaler(fsc_engine *e, const fsc_loss_scaler *s);
 /* A checkpoint loaded or saved: the engine continues its run id (FSC_ENGINE_RUN_ID bytes, NUL-terminated within
- * them) from now on; the one writer of the engine's run id. */
-void fsc_engine_continue_run(fsc_engine *e, const char *run);
+ * them) and the seed of that run's initialization (what its saves record) from now on; the one writer of the
+ * engine's run id. */
+void fsc_engine_continue_run(fsc_engine *e, const char *run, uint64_t seed);
 /* The view of e; from a const engine (a save reads it), the pointers are only read through. */
 fsc_engine_ckpt fsc_engine_ckpt_view(const fsc_engine *e);
 /* Tensor i as weights files and checkpoints name and shape it: the model's, or with tensor parallelism the

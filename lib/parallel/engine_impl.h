@@ -106,7 +106,7 @@ struct fsc_engine {
     fsc_parallel_opts po;
     fsc_optim_config oc;      /* set when the engine is made; afterwards only its lr changes, by fsc_engine_set_lr */
     fsc_optim *opt;
-    uint64_t seed;
+    uint64_t seed;            /* of the initialization; a load sets the checkpoint run's (fsc_engine_continue_run) */
     char ckpt_run[FSC_ENGINE_RUN_ID]; /* the checkpoint run it continues: "" until it loads or saves one; written
                                        * only by fsc_engine_continue_run (engine_ckpt.c) */
     const fsc_strategy *st;

@@ -435,30 +435,39 @@ static char *tmpdir_make(void) {
 }
 
 /* The references: one rank (tp ranks with tensor parallelism), every unit accumulated, STEPS steps
- * uninterrupted, one per model key met. */
-#define MAXREFS 160
+ * uninterrupted, one per model key met (as many as a hunt meets: FSC_RESUME_RANDOM_CASES). */
 typedef struct {
-    model_key key[MAXREFS];
-    job ref[MAXREFS];
-    char dir[MAXREFS][600], weights[MAXREFS][600]; /* its full checkpoint of every step, its final weights */
-    char *base;                                    /* the references' temporary directory */
-    int nrefs, cases, hops, layouts_run, compared_files;
+    model_key key;
+    job ref;
+    char dir[600], weights[600]; /* its full checkpoint of every step, its final weights */
+} reference_t;
+typedef struct {
+    reference_t **refs; /* each allocated once, so that the jobs' pointers into them stay valid */
+    char *base;         /* the references' temporary directory */
+    int nrefs, cap, cases, hops, layouts_run, compared_files;
 } state_t;
 
 static int reference(state_t *st, const model_key *k) {
     for (int i = 0; i < st->nrefs; i++)
-        if (!memcmp(&st->key[i], k, sizeof *k)) return i;
-    if (st->nrefs == MAXREFS) fail_msg("more than %d models", MAXREFS);
+        if (!memcmp(&st->refs[i]->key, k, sizeof *k)) return i;
+    if (st->nrefs == st->cap) {
+        const int cap = st->cap ? 2 * st->cap : 64;
+        reference_t **grown = realloc(st->refs, (size_t)cap * sizeof *grown);
+        if (!grown) fail_msg("out of memory for %d references", cap);
+        st->refs = grown, st->cap = cap;
+    }
+    reference_t *e = calloc(1, sizeof *e);
+    if (!e) fail_msg("out of memory for a reference");
     const int i = st->nrefs++;
-    st->key[i] = *k;
-    job *r = &st->ref[i];
-    memset(r, 0, sizeof *r);
-    snprintf(st->dir[i], sizeof st->dir[i], "%s/ref%d", st->base, i);
-    snprintf(st->weights[i], sizeof st->weights[i], "%s/ref%d.safetensors", st->base, i);
+    st->refs[i] = e;
+    e->key = *k;
+    job *r = &e->ref;
+    snprintf(e->dir, sizeof e->dir, "%s/ref%d", st->base, i);
+    snprintf(e->weights, sizeof e->weights, "%s/ref%d.safetensors", st->base, i);
     r->ref = 1;
-    r->save_dir = st->dir[i];
+    r->save_dir = e->dir;
     r->format = FSC_CKPT_FULL;
-    r->weights = st->weights[i];
+    r->weights = e->weights;
     r->cfg = model_cfg(k);
     r->llama = llama_cfg(k);
     r->oc = optim_cfg(k);
@@ -633,7 +642,7 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
     const int hops = ch.hops, *cut = ch.cut;
     if (verbose) print_case(&ch);
     const int ri = reference(st, k);
-    const job *ref = &st->ref[ri];
+    const job *ref = &st->refs[ri]->ref;
     char *dir = tmpdir_make(), path[700], weights[700];
     snprintf(weights, sizeof weights, "%s/final.safetensors", dir);
     for (int h = 0; h < hops; h++) {
@@ -659,7 +668,7 @@ static void one_case(state_t *st, uint64_t seed, int c, int verbose) {
         j.pre_step = l->pre_step;
         if (run_job(&j, l->dp * l->pp * k->tp) != FSC_OK) case_fail(&ch, h, "%s", fsc_last_error());
         st->layouts_run++;
-        st->compared_files += check_layout(&ch, h, &j, ref, dir, st->dir[ri], weights, st->weights[ri]);
+        st->compared_files += check_layout(&ch, h, &j, ref, dir, st->refs[ri]->dir, weights, st->refs[ri]->weights);
         free_job(&j);
     }
     for (int h = 0; h < hops; h++) free_layout(&ch.ls[h]);
@@ -696,7 +705,8 @@ static void test_resume_random_layouts(void **state) {
            st.compared_files, seed);
     test_rmtree(st.base);
     free(st.base);
-    for (int i = 0; i < st.nrefs; i++) free_job(&st.ref[i]);
+    for (int i = 0; i < st.nrefs; i++) free_job(&st.refs[i]->ref), free(st.refs[i]);
+    free(st.refs);
 }
 
 /* ---- the same through the trainer (examples/train_gpt.c): its options, its data order and its --resume ---- */

@@ -73,7 +73,8 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
                (double)m->optim.weight_decay);
     printf("written by: %s", kind_name(m->kind));
     if (m->kind == FSC_PAR_FSDP) printf(" (%s)", shard_name(m->shard));
-    printf(" on %d ranks, tp %d, pp %d, accum %d, parameters %s, reduction %s, clip %g\n", m->world, m->tp,
+    printf(" on %d rank%s, tp %d, pp %d, accum %d, parameters %s, reduction %s, clip %g\n", m->world,
+           m->world == 1 ? "" : "s", m->tp,
            m->pp > 1 ? m->pp : 1, m->accum, fsc_dtype_name(m->param_dtype), fsc_dtype_name(m->reduce_dtype),
            (double)m->clip);
     if (m->scaler_enabled)
@@ -135,9 +136,9 @@ static int cmd_list(const char *dir) {
             printf("%-32s unreadable: %s\n", de->d_name, fsc_last_error());
             continue;
         }
-        printf("%-32s step %lld, run %.8s, %s, %d files, written by %s on %d ranks%s\n", de->d_name,
-               (long long)m->step, m->run_id, fsc_ckpt_format_name(m->format), m->nfiles, kind_name(m->kind), m->world,
-               !strcmp(path, newest) ? "  (newest)" : "");
+        printf("%-32s step %lld, run %.8s, %s, %d file%s, written by %s on %d rank%s%s\n", de->d_name,
+               (long long)m->step, m->run_id, fsc_ckpt_format_name(m->format), m->nfiles, m->nfiles == 1 ? "" : "s",
+               kind_name(m->kind), m->world, m->world == 1 ? "" : "s", !strcmp(path, newest) ? "  (newest)" : "");
         fsc_ckpt_meta_free(m);
     }
     for (int i = 0; i < nn; i++) free(names[i]);

@@ -590,6 +590,15 @@ static void test_refused_layer_is_null(void **st) {
     REFUSED(fsc_layer_swiglu_mlp(&mo, &l));
     REFUSED(fsc_layer_attention(&ao, &l));
     REFUSED(fsc_layer_lm_head(0, 8, 16, &l));
+    /* options NULL: refused too, *out NULL first */
+    REFUSED(fsc_layer_linear(NULL, &l));
+    REFUSED(fsc_layer_gelu_mlp(NULL, &l));
+    REFUSED(fsc_layer_swiglu_mlp(NULL, &l));
+    REFUSED(fsc_layer_attention(NULL, &l));
+    REFUSED(fsc_layer_block(NULL, &l));
+    REFUSED(fsc_layer_moe_mlp(NULL, &l));
+    REFUSED(fsc_layer_lm_head_opts(NULL, &l));
+    REFUSED(fsc_layer_embedding_opts(NULL, &l));
 #undef REFUSED
 }
 

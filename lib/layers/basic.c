@@ -40,9 +40,9 @@ fsc_linear_opts fsc_linear_opts_default(int in, int out) {
 }
 
 fsc_status fsc_layer_linear(const fsc_linear_opts *o, fsc_layer **out) {
-    FSC_CHECK_ARG(o);
     FSC_CHECK_ARG(out);
-    *out = NULL; /* also after a failure */
+    *out = NULL; /* also after a failure, options NULL included */
+    FSC_CHECK_ARG(o);
     if (!o || o->in < 1 || o->out < 1 || o->rows < 0)
         return fsc_error(FSC_ERR_INVALID, "linear layer: need in, out >= 1 and rows >= 0");
     if (o->tp || o->tp_mode) return fsc_tp_layer_linear(o, out); /* tp_basic.c */

@@ -216,9 +216,9 @@ static fsc_status mlp_new(const fsc_mlp_opts *o, const char *kind, const fsc_lay
 }
 
 fsc_status fsc_layer_gelu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
-    FSC_CHECK_ARG(o);
     FSC_CHECK_ARG(out);
-    *out = NULL; /* also after a failure */
+    *out = NULL; /* also after a failure, options NULL included */
+    FSC_CHECK_ARG(o);
     if (o && (o->tp || o->sp) && o->C >= 1 && o->F >= 1 && o->rows >= 0) return fsc_tp_layer_mlp(o, 0, out);
     FSC_TRY(mlp_new(o, "gelu_mlp", &gm_ops, out));
     FSC_TRY(layer_param(out, "c_fc.weight", o->C, o->F, fsc_init_normal(LAYER_STD)));
@@ -295,9 +295,9 @@ static const fsc_layer_ops sm_ops = { .split = 1, .split_bytes = gm_split_bytes,
                                       .backward = sm_bwd, .config = mlp_config };
 
 fsc_status fsc_layer_swiglu_mlp(const fsc_mlp_opts *o, fsc_layer **out) {
-    FSC_CHECK_ARG(o);
     FSC_CHECK_ARG(out);
-    *out = NULL; /* also after a failure */
+    *out = NULL; /* also after a failure, options NULL included */
+    FSC_CHECK_ARG(o);
     if (o && (o->tp || o->sp) && o->C >= 1 && o->F >= 1 && o->rows >= 0) return fsc_tp_layer_mlp(o, 1, out);
     FSC_TRY(mlp_new(o, "swiglu_mlp", &sm_ops, out));
     FSC_TRY(layer_param(out, "gate_proj.weight", o->F, o->C, fsc_init_normal(LAYER_STD)));
@@ -425,9 +425,9 @@ fsc_attention_opts fsc_attention_opts_default(int T, int C, int heads) {
 }
 
 fsc_status fsc_layer_attention(const fsc_attention_opts *o, fsc_layer **out) {
-    FSC_CHECK_ARG(o);
     FSC_CHECK_ARG(out);
-    *out = NULL; /* also after a failure */
+    *out = NULL; /* also after a failure, options NULL included */
+    FSC_CHECK_ARG(o);
     if (!o || o->T < 1 || o->C < 1 || o->heads < 1 || o->C % o->heads != 0 || o->kv_heads < 0 ||
         (o->kv_heads > 0 && o->heads % o->kv_heads != 0) || !(o->rope_theta >= 0) || !isfinite(o->rope_theta))
         return fsc_error(FSC_ERR_INVALID, "attention layer: need T, C >= 1, heads dividing C, kv_heads dividing "

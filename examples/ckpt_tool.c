@@ -4,7 +4,8 @@
  *   ckpt_tool show CKPT     configuration, step, loss scaler, files, and every tensor: dtype, shape and
  *                           pieces (file, element range, crc32)
  *   ckpt_tool verify CKPT   check the metadata, every file's structure and every checksum, and the
- *                           parameters against the recorded configuration when it is the GPT's
+ *                           parameters against the recorded configuration of a GPT, a Llama or a family
+ *                           the program registered
  *   ckpt_tool flight DIR    read the ranks' flight records (DIR/flight-rank-N.json, fsc/flight.h) and say
  *                           where they diverge: the rank, the collective, its number and group
  * CKPT is a checkpoint directory (DIR/step-NNNNNNNN) or a DIR, meaning its newest complete checkpoint.
@@ -195,7 +196,7 @@ int main(int argc, char **argv) {
         fsc_ckpt_meta_free(m);
         return 0;
     }
-    if (fsc_ckpt_verify(path, &m) != FSC_OK) { /* with the GPT's record against its tensors */
+    if (fsc_ckpt_verify(path, &m) != FSC_OK) { /* with the recorded model against its tensors */
         fprintf(stderr, "%s: %s: damaged: %s\n", prog, path, fsc_last_error());
         fsc_ckpt_meta_free(m);
         return 1;

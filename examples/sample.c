@@ -4,7 +4,8 @@
  * metadata records the model's configuration (safetensors.h's FSC_ST_META_MODEL; a checkpoint's metadata.json its
  * "model"); the program builds that model (generate.h's fsc_model_from_config), checks the shapes of the tensors it
  * declares against the file's before anything is allocated, loads the weights into an engine of one rank (the
- * library's loader: Hugging Face names, F32/BF16/F16; or fsc_ckpt_load, any world and layout the run had) and
+ * library's loader: Hugging Face names, F32/BF16/F16; or fsc_ckpt_load_weights, the parameters alone of any world,
+ * layout and optimizer the run had) and
  * generates with generate.h.
  * A byte model (vocabulary 256) reads the prompt as text and prints text; any other reads and prints token ids.
  * Deterministic: the same file, prompt, options and seed give the same tokens.

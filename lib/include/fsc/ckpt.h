@@ -78,7 +78,8 @@ fsc_status fsc_ckpt_load(fsc_engine *e, const char *path, int64_t *step);
  * optimizer may be another than the writer's: to sample, evaluate or fine-tune from a checkpoint without the memory
  * of its optimizer's state. Any world size and parallel setting, and the model configuration must match, as for
  * fsc_ckpt_load. e's optimizer state, step count, learning rate, loss scaler and run are left as they were (its
- * saves start a run of their own). *step (may be NULL) receives the checkpoint's step. */
+ * saves start a run of their own). *step (may be NULL) receives the checkpoint's step. After a failed load the
+ * engine's parameters are undefined (some pieces may have been read), as after fsc_ckpt_load. */
 fsc_status fsc_ckpt_load_weights(fsc_engine *e, const char *path, int64_t *step);
 /* The newest complete checkpoint in dir: path (cap bytes) and *step; *step = -1 and path "" if there is
  * none (a missing dir has none). Complete: a step-NNNNNNNN directory holding metadata.json, or one whose

@@ -321,15 +321,14 @@ fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f,
 /* The tensors a model of another family than the GPT (whose own check is fsc_gpt_check_tensors) declares, built from
  * the recorded configuration on the counting device (no memory), against the recorded ones p: each there with its
  * shape, and no other. FSC_OK when the configuration names no family this program knows (a program's own model) or
- * does not build one there (a load says why). */
+ * does not build one there (a load says why), so that verify never calls a sound checkpoint damaged for it. */
 static fsc_status check_declared(const char *config, const fsc_param_info *p, int n) {
     const fsc_model_family *f = NULL;
     if (fsc_model_family_of(config, &f) != FSC_OK || !strcmp(f->name, "gpt2")) return FSC_OK;
     fsc_device *dev = NULL;
     fsc_model *m = NULL;
-    FSC_TRY(fsc_device_create("count", NULL, &dev));
-    if (fsc_model_from_config(dev, config, &m) != FSC_OK) { /* a load says why; a program's family may need more */
-        fsc_device_free(dev);
+    if (fsc_device_create("count", NULL, &dev) != FSC_OK || fsc_model_from_config(dev, config, &m) != FSC_OK) {
+        fsc_device_free(dev); /* not checked here (no memory, or a program's family needs more): a load says why */
         return FSC_OK;
     }
     fsc_status s = FSC_OK;

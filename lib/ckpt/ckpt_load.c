@@ -218,6 +218,7 @@ static fsc_status share_pieces(loader *L) {
     fsc_status s = FSC_OK, mine = FSC_OK; /* a rank that ran out of memory still takes part to the end */
     for (int i = 0; i < L->m->ntensors && s == FSC_OK; i++) {
         fsc_ckpt_tensor *t = &L->m->tensors[i];
+        if (L->weights_only && !strncmp(t->name, "optim.", 6)) continue; /* on every rank: no one reads them */
         const int total = root ? t->npieces : L->total[i], et = root ? -1 : engine_tensor(L, t->name);
         int cap = 0;
         for (int k0 = 0; k0 < total && s == FSC_OK; k0 += per) {

@@ -41,6 +41,7 @@ typedef struct {
 /* What a search did: layouts listed, over the memory, refused by the engine, planned (memory) and timed. */
 typedef struct {
     int n, over, refused, planned, timed;
+    int fit; /* layouts that fit: n of them listed, the fastest SEARCH_MAX when more */
 } search_count;
 
 enum { SEARCH_MAX = 4096 };
@@ -144,6 +145,19 @@ static inline int search_more_offload(const plan_candidate *c, int dp, plan_cand
     return 0;
 }
 
+/* c into out, k->n of the fastest kept: appended while there is room, else in place of the slowest when faster. */
+static inline void search_keep(plan_candidate *out, search_count *k, const plan_candidate *c) {
+    k->fit++;
+    if (k->n < SEARCH_MAX) {
+        out[k->n++] = *c;
+        return;
+    }
+    int slow = 0;
+    for (int i = 1; i < k->n; i++)
+        if (out[i].t.step_s > out[slow].t.step_s) slow = i;
+    if (c->t.step_s < out[slow].t.step_s) out[slow] = *c;
+}
+
 /* One layout c (recompute 0 and offload base's): planned; when over memory, with its optimizer on the host, then
  * (fsdp) everything offload can take there; and, when the layout as given is over memory, with activation
  * checkpointing too, with the same offloads where that is over. Every version that fits is timed at sp's rates and
@@ -170,7 +184,7 @@ static inline void search_layout(const fsc_plan_job *base, const search_space *s
             const fsc_plan_job j = search_job(base, &c);
             k->timed++; /* r holds c's plan (the last planned fits): the formula reads it */
             if (plan_step_time(&j, r, &sp->rates[c.precision], sp->replay, &c.t) != FSC_OK) k->refused++;
-            else if (k->n < SEARCH_MAX) out[k->n++] = c;
+            else search_keep(out, k, &c);
         }
         if (!over_plain) return; /* fits without recomputation: recomputing only adds work */
     }
@@ -188,7 +202,7 @@ static inline void search_model(const fsc_plan_job *j, int *blocks, int *experts
 }
 
 /* Every candidate of base (its world and batch fixed) that the engine runs and that fits memory bytes (0: no
- * limit), fastest first, into out (SEARCH_MAX); k counts what was listed (n), over the memory, refused by the
+ * limit), fastest first, into out (the fastest SEARCH_MAX); k counts what fit and was listed (n), over the memory, refused by the
  * engine, planned and timed. The layouts: tp and pp dividing the world, the strategies over the data ranks
  * (pipelines: ddp in each stage), fsdp's wrapping (block and model, and the options' min-params), expert
  * parallelism (MoE models without tp or pp: each ep dividing the data ranks and the experts), 1, 2, 4 or 8
@@ -269,8 +283,10 @@ static inline void plan_print_search(FILE *f, const plan_candidate *c, int world
                 search_offload(&c[i]),
                 search_precision(&c[i]), plan_human(c[i].peak, b, sizeof b), c[i].t.step_s * 1e3,
                 c[i].t.compute_s * 1e3, c[i].t.comm_s * 1e3);
-    fprintf(f, "%d layouts fit, %d over the memory, %d refused by the engine (%d planned, %d timed)\n", n, k->over,
-            k->refused, k->planned, k->timed);
+    char listed[48] = "";
+    if (k->fit > n) snprintf(listed, sizeof listed, " (the fastest %d listed)", n);
+    fprintf(f, "%d layouts fit%s, %d over the memory, %d refused by the engine (%d planned, %d timed)\n", k->fit,
+            listed, k->over, k->refused, k->planned, k->timed);
     if (n == 0) return;
     int big = 0;
     for (int t = 1; t < FSC_TAG_COUNT; t++)

@@ -197,6 +197,7 @@ static int search(const plan_config *c, const fsc_plan_job *job, const fsc_plan_
             cJSON_AddNumberToObject(x, "comm_ms", cand[i].t.comm_s * 1e3);
             cJSON_AddItemToArray(a, x);
         }
+        cJSON_AddNumberToObject(root, "fit", k.fit); /* layouts that fit; listed: the fastest SEARCH_MAX */
         cJSON_AddNumberToObject(root, "refused", k.refused);
         cJSON_AddNumberToObject(root, "over_memory", k.over);
         cJSON_AddNumberToObject(root, "planned", k.planned);

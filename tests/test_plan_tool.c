@@ -276,6 +276,7 @@ static void test_plan_search(void **st) {
     int n = cJSON_GetArraySize(a);
     assert_true(n >= 2);
     assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "over_memory")) > 0); /* ddp does not fit in 2.4 MiB */
+    assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "fit")), n); /* all listed: below 4096 */
     for (int i = 0; i < n; i++) {
         const cJSON *x = cJSON_GetArrayItem(a, i);
         assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(x, "peak_bytes")) <= 2.4 * 1048576);

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "trainertest.h"
+#include "../examples/plan_search.h" /* search_keep */
 
 static char planner[PATH_MAX], trainer[PATH_MAX];
 static char tmpdir[64];
@@ -561,6 +562,31 @@ static void test_plan_tool_usage(void **st) {
     prog_refused(planner, "--parallel tp --bogus", tmpdir, 2, "--parallel: unknown value 'tp'"); /* the first said */
 }
 
+/* More layouts fit than the search lists: it keeps the fastest SEARCH_MAX (it kept the first met) and counts all. */
+static void test_plan_search_keeps_fastest(void **st) {
+    (void)st;
+    plan_candidate *out = calloc(SEARCH_MAX, sizeof *out), c;
+    search_count k = {0};
+    memset(&c, 0, sizeof c);
+    for (int i = 0; i < SEARCH_MAX; i++) {
+        c.t.step_s = 1.0 + i;
+        search_keep(out, &k, &c);
+    }
+    c.t.step_s = 0.5; /* faster than every one listed: in place of the slowest (4096 s) */
+    search_keep(out, &k, &c);
+    c.t.step_s = 5000.0; /* slower than every one listed: counted, not listed */
+    search_keep(out, &k, &c);
+    assert_int_equal(k.n, SEARCH_MAX);
+    assert_int_equal(k.fit, SEARCH_MAX + 2);
+    double slowest = 0, fastest = 1e9;
+    for (int i = 0; i < k.n; i++) {
+        slowest = out[i].t.step_s > slowest ? out[i].t.step_s : slowest;
+        fastest = out[i].t.step_s < fastest ? out[i].t.step_s : fastest;
+    }
+    assert_true(fastest == 0.5 && slowest == SEARCH_MAX - 1.0);
+    free(out);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_plan_tool", "fsc-plan", planner, sizeof planner, tmpdir, sizeof tmpdir)) return 1;
@@ -568,6 +594,7 @@ int main(int argc, char **argv) {
     if (!realpath(argv[0], self)) return 1;
     snprintf(trainer, sizeof trainer, "%s/../fsc-train", dirname(self));
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_search_keeps_fastest),
         cmocka_unit_test(test_plan_tool_usage),
         cmocka_unit_test(test_plan_config_file),
         cmocka_unit_test(test_plan_equals_trainer),

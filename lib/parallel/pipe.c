@@ -338,11 +338,15 @@ static int tied_split_ok(const fsc_pipe *p, const fsc_model *m) {
 
 /* The strategies reduce in each chunk's last reducing action and take the rank's chunks' last ones in descending
  * chunk order (DDP's pending range and ZeRO's buckets end at the rank's first layer, FSDP's root unit serves both
- * chunks of a V), the order the messages give the last Bs. The last Ws of a list with W may come in any order: they
- * move to the list's end, highest chunk first. A W sends and receives nothing and each chunk's last W is its last
- * action, so the messages and every sum stay as they were; a record may wait a little longer for its W. */
+ * chunks of a V), the order the messages give the last Bs. The last Ws of a list with W may come in any order: out
+ * of that order they move to the list's end, highest chunk first. A W sends and receives nothing and each chunk's
+ * last W is its last action, so the messages and every sum stay as they were; a record may wait a little longer
+ * for its W. Lists already in that order (zbv's, and zbv's printed and read back) run as they are. */
 static void last_ws_last(fsc_pipe *p) {
-    int n = 0;
+    int n = 0, next = p->v - 1; /* the chunk whose last W comes next in descending order */
+    for (int i = 0; i < p->nacts && next >= 0; i++)
+        if (p->acts[i].kind == FSC_ACT_WEIGHT && p->acts[i].micro == p->M - 1 && p->acts[i].chunk == next) next--;
+    if (next < 0) return; /* every chunk's last W already comes highest chunk first */
     for (int i = 0; i < p->nacts; i++)
         if (p->acts[i].kind != FSC_ACT_WEIGHT || p->acts[i].micro != p->M - 1) p->acts[n++] = p->acts[i];
     if (n == p->nacts) return; /* no W: validated, so one last W per chunk otherwise */

@@ -30,9 +30,10 @@
  * A schedule of one's own: fsc_parallel_opts.schedule = FSC_SCHED_CUSTOM with actions[r] and nactions[r] the
  * lists of every pipeline rank r (and virtual_stages for chunks); the engine validates them as above when it
  * is made, and runs this rank's list in every step (a list with W and several chunks runs the Ws of the last
- * micro-batch at its end, highest chunk first, where the strategies reduce: Ws send nothing, so the messages and
- * the bits stay those of the list). Its stages sit in a loop, or with placement = FSC_PIPE_V (and virtual_stages
- * 2) in zbv's V; the lists are then validated with fsc_pipe_schedule_validate_placed. */
+ * micro-batch at its end, highest chunk first, where the strategies reduce, unless they come in that order
+ * already: Ws send nothing, so the messages and the bits stay those of the list). Its stages sit in a loop, or
+ * with placement = FSC_PIPE_V (and virtual_stages 2) in zbv's V; the lists are then validated with
+ * fsc_pipe_schedule_validate_placed. */
 #ifndef FSC_PIPE_SCHEDULE_H
 #define FSC_PIPE_SCHEDULE_H
 #include "export.h"

@@ -157,8 +157,9 @@ static void test_broken_w_refused(void **state) {
     make_all(FSC_SCHED_ZB_H1, 3, 1, 4, &l);
     l.a[2][11] = (fsc_pipe_action){ FSC_ACT_FORWARD, 0, 0 }; /* W3 missing (the F is a repeat: say that first) */
     assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 2, action 11, F(mb 0, chunk 0) runs a second time");
-    l.n[2] = 11; /* W3 missing: a list of 11 is neither 8 nor 12 */
-    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 2 has 11 actions");
+    l.n[2] = 11; /* W3 missing: a list of 11 is neither 8 nor 12; the count and the action missing */
+    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 2 has 11 actions (need 2 x 1 chunks x 4 micro-batches = "
+               "8), or with W actions 3 x that = 12: it never runs W(mb 3, chunk 0)");
     free_all(3, &l);
     /* a W in a list of 2 v m actions: 1F1B's rank 2 with its last B turned into a W */
     make_all(FSC_SCHED_1F1B, 3, 1, 4, &l);
@@ -361,8 +362,17 @@ static void test_broken_lists_refused(void **state) {
     lists l;
     make_all(FSC_SCHED_1F1B, 3, 1, 4, &l);
     l.n[2]--;
-    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 2 has 7 actions (need 2 x 1 chunks x 4 micro-batches = 8)");
+    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 2 has 7 actions (need 2 x 1 chunks x 4 micro-batches = 8)"
+               ", or with W actions 3 x that = 12: it never runs B(mb 3, chunk 0)");
     l.n[2]++;
+    /* one action too many, a forward run twice: the count and the repeat, which the count alone left to be found */
+    fsc_pipe_action more[9], *keep = l.a[2];
+    memcpy(more, keep, 8 * sizeof *more);
+    more[8] = (fsc_pipe_action){ FSC_ACT_FORWARD, 2, 0 };
+    l.a[2] = more, l.n[2] = 9;
+    assert_err(validate(3, 1, 4, &l), FSC_ERR_INVALID, "rank 2 has 9 actions (need 2 x 1 chunks x 4 micro-batches = 8)"
+               ", or with W actions 3 x that = 12: action 8, F(mb 2, chunk 0) runs a second time");
+    l.a[2] = keep, l.n[2] = 8;
     /* B before its F: rank 2 (F0 B0 F1 ...) as B0 F0 F1 ... */
     l.a[2][0] = (fsc_pipe_action){ FSC_ACT_BACKWARD, 0, 0 };
     l.a[2][1] = (fsc_pipe_action){ FSC_ACT_FORWARD, 0, 0 };

@@ -512,6 +512,26 @@ static fsc_status simulate(sim *s, const fsc_pipe_action *const *lists, const in
     return FSC_OK;
 }
 
+/* A list of the wrong length: the count, and what check_rank finds first in the list (an action run twice, out of
+ * order or out of range, or one never run), as the rules above name it; the count alone would leave the reader to
+ * find the repeated or the missing action. */
+static fsc_status wrong_length(int r, int v, int m, const fsc_pipe_action *a, int len) {
+    char why[320] = "";
+    int *nx = a && len > 0 ? malloc((size_t)3 * v * sizeof *nx) : NULL;
+    if (nx) {
+        int withw = 0;
+        for (int i = 0; i < len; i++) withw |= a[i].kind == FSC_ACT_WEIGHT;
+        if (check_rank(r, v, m, a, len, withw, nx) != FSC_OK) {
+            const char *e = fsc_last_error(), *act = strstr(e, "action "), *never = strstr(e, "never runs");
+            if (act || never) snprintf(why, sizeof why, ": %s%s", act ? "" : "it ", act ? act : never);
+        }
+        free(nx);
+    }
+    return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d has %d actions (need 2 x %d chunks x %d "
+                     "micro-batches = %d), or with W actions 3 x that = %d%s", r, a ? len : 0, v, m, 2 * v * m,
+                     3 * v * m, why);
+}
+
 fsc_status fsc_pipe_schedule_validate(int p, int v, int m, const fsc_pipe_action *const *lists, const int *lens) {
     return fsc_pipe_schedule_validate_placed(FSC_PIPE_LOOP, p, v, m, lists, lens);
 }
@@ -527,9 +547,7 @@ fsc_status fsc_pipe_schedule_validate_placed(fsc_pipe_placement pl, int p, int v
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule: a V placement has two chunks per rank, not %d", v);
     for (int r = 0; r < p; r++)
         if (!lists[r] || (lens[r] != 2 * v * m && lens[r] != 3 * v * m))
-            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d has %d actions (need 2 x %d chunks x %d "
-                             "micro-batches = %d), or with W actions 3 x that = %d", r, lists[r] ? lens[r] : 0, v, m, 2 * v * m,
-                             3 * v * m);
+            return wrong_length(r, v, m, lists[r], lens[r]);
     const size_t cap = (size_t)v * m; /* messages into one stream per step, at most */
     sim s = { pl, p, v, m, calloc((size_t)2 * LINES * p, sizeof(stream)) };
     int *pc = calloc((size_t)3 * p + 3 * (size_t)v, sizeof(int)), *buf = malloc((size_t)4 * LINES * p * cap * sizeof(int));

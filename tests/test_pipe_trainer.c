@@ -272,6 +272,33 @@ static void test_trainer_zbv_trace(void **st) {
             fail_msg("out of memory");
         if (system(cmd) != 0) fail_msg("tools/pipe_replay 'run=1' %s: not exit %s", replay[i][0], replay[i][1]);
     }
+    /* a killed run's traces: rank 1's cut inside its last step (2). By default both tools take the last step every
+     * rank finished (1), saying why; step 2 asked for is refused naming rank 1. They took step 2: the replay
+     * printed rank 1's compute as 0.0 ms and 'deadlocked (wrong P, V or placement?)', the timeline drew rank 0's
+     * boxes alone and exited 0. */
+    free(cmd);
+    if (asprintf(&cmd, "cd '%s' && mkdir cut && cp 'run=1/rank-0.json' cut/ && n=$(grep -n '\"cat\":\"step\"' "
+                 "'run=1/rank-1.json' | tail -1 | cut -d: -f1) && head -n $((n - 3)) 'run=1/rank-1.json' > "
+                 "cut/rank-1.json", tmpdir) < 0)
+        fail_msg("out of memory");
+    assert_int_equal(system(cmd), 0);
+    static const char *const killed[][4] = {
+        { "pipe_replay", "cut 2 2 v", "0", "the trace of rank 1 ends before step 2 (a run killed in it?): step 1" },
+        { "pipe_replay", "cut 2 2 v 2", "1", "the trace of rank 1 has no step 2" },
+        { "pipe_timeline", "cut cut.svg", "0", "the trace of rank 1 ends before step 2 (a run killed in it?): step 1" },
+        { "pipe_timeline", "cut cut2.svg 2", "1", "the trace of rank 1 has no step 2" },
+    };
+    for (size_t i = 0; i < sizeof killed / sizeof *killed; i++) {
+        free(cmd);
+        if (asprintf(&cmd, "cd '%s' && '%.*s%s' %s > /dev/null 2> killed.txt; test $? = %s && grep -qF '%s' killed.txt",
+                     tmpdir, at, tool, killed[i][0], killed[i][1], killed[i][2], killed[i][3]) < 0)
+            fail_msg("out of memory");
+        if (system(cmd) != 0)
+            fail_msg("tools/%s %s: not exit %s with '%s'", killed[i][0], killed[i][1], killed[i][2], killed[i][3]);
+    }
+    free(svg);
+    if (asprintf(&svg, "%s/cut.svg", tmpdir) < 0) fail_msg("out of memory");
+    assert_int_equal(count_lines(svg, "<title>"), 48); /* step 1, whole on both ranks */
     free(tool_rel);
     free(out), free(err), free(args), free(dir), free(svg), free(cmd);
 }

@@ -97,11 +97,11 @@ static int build(trainer *t) {
     const train_config *c = &t->c;
     char err[512];
     t->st = (run_state){.cfg = c, .asked = &t->asked, .procs = t->procs, .trace_origin = fsc_trace_now_us()};
-    if (c->resume && t->me == 0) check_resume_config(&t->asked, c->resume); /* before train_config.json is rewritten */
     if (load_data(c, &t->data, &t->st.ntok, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;
     }
+    if (c->resume && t->me == 0) check_resume_config(&t->asked, t->data, c->resume); /* before train_config.json is rewritten */
     t->st.data = t->data;
     if (c->val_data && load_val_data(c, t->data, &t->val, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);

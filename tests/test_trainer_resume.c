@@ -337,6 +337,39 @@ static void test_resume_rate_warning(void **state) {
     free(out), free(err), free(args), free(conf), free(gone), free(want), free(ck);
 }
 
+/* The recorded options in another form are no difference: --data-format bytes where the run's auto read bytes, and
+ * the same --data file by another path (./, absolute) warn of nothing; a copy of the file (another file) is still
+ * named. Before, both forms warned that "the steps from here differ from that run's". Oracle: the text of stderr. */
+static void test_resume_same_data_other_form(void **state) {
+    (void)state;
+    char *ck = prog_fmt("%s/form", tmpdir), *args = prog_fmt("--steps 2 --save-every 2 --ckpt-dir '%s'", ck), *out = NULL;
+    char abs[PATH_MAX];
+    double l[2];
+    train(args, l, 2, NULL);
+    free(args);
+    assert_non_null(realpath("examples/data/coriolanus.txt", abs));
+    const char *same[] = {"--data-format bytes", "--data ./examples/data/coriolanus.txt", "--data-format auto"};
+    for (int i = 0; i < 3; i++) {
+        args = prog_fmt("--steps 2 %s --resume '%s'", same[i], ck);
+        train(args, l, 2, &out);
+        if (strstr(out, "warning: --resume")) fail_msg("%s: a false warning:\n%s", same[i], out);
+        free(out), free(args);
+    }
+    args = prog_fmt("--steps 2 --data '%s' --data-format bytes --resume '%s'", abs, ck);
+    train(args, l, 2, &out);
+    if (strstr(out, "warning: --resume")) fail_msg("an absolute path: a false warning:\n%s", out);
+    free(out), free(args);
+    char *copy = prog_fmt("%s/copy.txt", tmpdir), *text = prog_slurp(abs);
+    FILE *f = fopen(copy, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    args = prog_fmt("--steps 2 --data '%s' --resume '%s'", copy, ck);
+    train(args, l, 2, &out);
+    if (!strstr(out, "warning: --resume") || !strstr(out, "--data is")) fail_msg("another file not named:\n%s", out);
+    free(out), free(args), free(copy), free(text), free(ck);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_resume", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -350,6 +383,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_resume_config_fifo),
         cmocka_unit_test(test_resume_comm_per_step),
         cmocka_unit_test(test_resume_rate_warning),
+        cmocka_unit_test(test_resume_same_data_other_form),
     };
     if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -215,13 +215,29 @@ int check_weights_path(const char *opt, const char *path, char *err, size_t cap)
     return 0;
 }
 
+/* Whether the recorded --data text spec names the files of data, the stream this run opened: the same files (device
+ * and inode) in the same order, however the paths are written (./a.txt, an absolute path, a glob). */
+static int same_data_files(const char *spec, const fsc_data *data, int vocab) {
+    fsc_data *was = NULL;
+    if (!data || fsc_data_open(&was, spec, fsc_data_format_of(data), vocab) != FSC_OK) return 0;
+    int same = fsc_data_files(was) == fsc_data_files(data);
+    for (int i = 0; same && i < fsc_data_files(data); i++) {
+        struct stat a, b;
+        same = stat(fsc_data_file(was, i), &a) == 0 && stat(fsc_data_file(data, i), &b) == 0 && a.st_dev == b.st_dev &&
+               a.st_ino == b.st_ino;
+    }
+    fsc_data_free(was);
+    return same;
+}
+
 /* --resume DIR: the options of DIR/train_config.json (DIR/config.json of runs before the name changed, when it is
  * not a Hugging Face model configuration) (the run that wrote the checkpoints; when DIR is one checkpoint, its
  * directory's) that decide the updates after a checkpoint, against this run's. A difference is allowed (lowering the
  * rate or extending a run is often meant) but said, once per option, on stderr: the resumed run is then not the
  * recorded run continued bit for bit (docs/checkpoints.md). Neither file (checkpoints from elsewhere): nothing to
- * compare. Returns the count. */
-int check_resume_config(const train_config *asked, const char *dir) {
+ * compare. --data-format auto reads as the format it chose for data (this run's stream), and --data as its files
+ * (the same files under another path are no difference). Returns the count. */
+int check_resume_config(const train_config *asked, const fsc_data *data, const char *dir) {
     static const char *const keys[] = { "lr", "lr-schedule", "warmup", "min-lr", "steps", "optimizer", "momentum",
                                         "weight-decay", "decay-all", "clip", "batch", "seq", "data", "data-format" };
     char path[4200], why[512], *text = NULL;
@@ -259,8 +275,14 @@ int check_resume_config(const train_config *asked, const char *dir) {
         if (!a || !b || (!strcmp(keys[i], "steps") && !decays)) continue;
         /* this run's numbers are raw text (config_object), the file's parsed: compared as the floats they set */
         char *sa = cJSON_PrintUnformatted(a), *sb = cJSON_PrintUnformatted(b), *ea = NULL, *eb = NULL;
-        const int same = sa && sb && (!strcmp(sa, sb) || (strtof(sa, &ea) == strtof(sb, &eb) && ea != sa && !*ea &&
-                                                          eb != sb && !*eb));
+        int same = sa && sb && (!strcmp(sa, sb) || (strtof(sa, &ea) == strtof(sb, &eb) && ea != sa && !*ea &&
+                                                    eb != sb && !*eb));
+        if (!same && data && !strcmp(keys[i], "data-format") && cJSON_IsString(a) && cJSON_IsString(b)) {
+            const char *chose = fsc_data_format_name(fsc_data_format_of(data)); /* what auto read */
+            same = !strcmp(!strcmp(a->valuestring, "auto") ? chose : a->valuestring,
+                           !strcmp(b->valuestring, "auto") ? chose : b->valuestring);
+        }
+        if (!same && !strcmp(keys[i], "data") && cJSON_IsString(a)) same = same_data_files(a->valuestring, data, asked->vocab);
         if (same || !sa || !sb) {
             free(sa), free(sb);
             continue;

@@ -272,7 +272,7 @@ int check_ckpt_dir(const train_config *c, char *err, size_t cap);
 /* the learning rate of step (from 0) by the options' schedule (fsc/schedule.h): a function of the step alone */
 float lr_at(const train_config *c, int64_t step);
 int check_weights_path(const char *opt, const char *path, char *err, size_t cap);
-int check_resume_config(const train_config *asked, const char *dir);
+int check_resume_config(const train_config *asked, const fsc_data *data, const char *dir);
 fsc_status lock_ckpt_dir(fsc_rank *r, fsc_engine *e, const char *dir, fsc_ckpt_dir_lock **lock);
 fsc_status write_run_config(fsc_rank *r, const run_state *st);
 fsc_status resume_run(fsc_rank *r, const train_config *c, fsc_engine *e, int *start);

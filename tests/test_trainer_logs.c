@@ -379,6 +379,39 @@ static void test_outputs_are_not_inputs(void **state) {
     free(out), free(a), free(text), free(val), free(cfg), free(w);
 }
 
+/* Two of --log, --save and --init-save naming one file (the same name, another path to it, or a link) are refused
+ * with exit 2 before training, nothing written; before, the run succeeded and --save replaced the log (or --init-save's
+ * weights) with the final weights, the log lost. Oracle: the exit status, the message, the files absent. */
+static void test_outputs_are_not_one_file(void **state) {
+    (void)state;
+    char *log = prog_fmt("%s/one.jsonl", tmpdir), *out = NULL;
+    char *runs[][2] = {
+        { prog_fmt("--log %s --save %s", log, log), prog_fmt("--log %s and --save %s are one file", log, log) },
+        { prog_fmt("--log %s --save %s/./one.jsonl", log, tmpdir), prog_fmt("--log %s and --save", log) },
+        { prog_fmt("--init-save %s --save %s", log, log), prog_fmt("--save %s and --init-save %s are one file", log, log) },
+        { prog_fmt("--log %s --init-save %s", log, log), prog_fmt("--log %s and --init-save", log) },
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char *a = prog_fmt(TINY " --steps 1 %s", runs[i][0]);
+        int rc = prog_run(trainer, a, tmpdir, &out, NULL);
+        if (rc != 2 || !strstr(out, runs[i][1]) || strstr(out, "step    1/"))
+            fail_msg("%s: exit %d (expected 2 before training), output lacks \"%s\":\n%s", a, rc, runs[i][1], out);
+        struct stat sb;
+        if (stat(log, &sb) == 0) fail_msg("%s: %s written", a, log);
+        free(out), free(a), free(runs[i][0]), free(runs[i][1]);
+    }
+    write_text(log, "{}\n"); /* an existing file by a link */
+    char *link = prog_fmt("%s/link.st", tmpdir), *a = prog_fmt(TINY " --steps 1 --log %s --save %s", log, link);
+    assert_int_equal(symlink(log, link), 0);
+    assert_int_equal(prog_run(trainer, a, tmpdir, &out, NULL), 2);
+    if (!strstr(out, "are one file")) fail_msg("a link: %s", out);
+    free(out), free(a);
+    a = prog_fmt(TINY " --steps 1 --log %s --save %s/other.st", log, tmpdir); /* distinct files still run */
+    assert_int_equal(prog_run(trainer, a, tmpdir, &out, NULL), 0);
+    unlink(link);
+    free(out), free(a), free(link), free(log);
+}
+
 /* --log: the config, then a record per step and per validation, equal to --json's; the progress line. */
 static void test_log(void **state) {
     (void)state;
@@ -810,6 +843,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_config_json_long_data),
         cmocka_unit_test(test_save_checked_first),
         cmocka_unit_test(test_outputs_are_not_inputs),
+        cmocka_unit_test(test_outputs_are_not_one_file),
         cmocka_unit_test(test_log),
         cmocka_unit_test(test_log_host_peak),
         cmocka_unit_test(test_log_resume_and_check_ddp),

@@ -183,11 +183,25 @@ static const char *input_at(const train_config *c, const fsc_data *data, const f
     return NULL;
 }
 
+/* Whether paths a and b name one file: the same file where one exists (a link to it too), else the same name in the
+ * same directory (where either would be made). */
+static int same_output(const char *a, const char *b) {
+    struct stat x, y;
+    if (stat(a, &x) == 0 && stat(b, &y) == 0) return x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+    const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
+    const char *na = sa ? sa + 1 : a, *nb = sb ? sb + 1 : b;
+    if (strcmp(na, nb) != 0) return 0;
+    char da[4096], db[4096];
+    snprintf(da, sizeof da, "%.*s", sa ? (int)(sa - a) + 1 : 1, sa ? a : ".");
+    snprintf(db, sizeof db, "%.*s", sb ? (int)(sb - b) + 1 : 1, sb ? b : ".");
+    return stat(da, &x) == 0 && stat(db, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 /* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
  * --log (from the start, or appended to with --resume: after a line a failed run left cut short, on a line of its
  * own) with the config as its first line; --trace's directory (every process makes it). None of --log, --save and
  * --init-save may be a file the run reads (data and val, the opened streams; --save over --load's file, a run that
- * trains its weights on, is allowed): refused before it is written. (--ckpt-dir's train_config.json:
+ * trains its weights on, is allowed) or another of the three: refused before it is written. (--ckpt-dir's train_config.json:
  * write_run_config, once the run is accepted.) */
 int open_outputs(const train_config *c, const train_config *asked, int me, const fsc_data *data, const fsc_data *val,
                  FILE **log, char *err, size_t cap) {
@@ -201,6 +215,11 @@ int open_outputs(const train_config *c, const train_config *asked, int me, const
         if (out[k] && input_at(c, data, val, k != 1, out[k], in, sizeof in))
             return snprintf(err, cap, "%s %s is %s, which the run reads: writing it would destroy it; give another "
                             "file", name[k], out[k], in), -1;
+    for (int k = 0; k < 3; k++) /* two outputs in one file: the later would replace the earlier */
+        for (int j = k + 1; j < 3; j++)
+            if (out[k] && out[j] && same_output(out[k], out[j]))
+                return snprintf(err, cap, "%s %s and %s %s are one file: the run would write one over the other; give "
+                                "each its own file", name[k], out[k], name[j], out[j]), -1;
     if (c->save && check_weights_path("save", c->save, err, cap) != 0) return -1;
     if (c->init_save && check_weights_path("init-save", c->init_save, err, cap) != 0) return -1;
     if (c->log) {

@@ -151,12 +151,14 @@ int main(int argc, char **argv) {
     fsc_cluster_opts co = { .world = WORLD, .device = "cpu", .threads_per_rank = 1 };
     fsc_cluster_opts c1 = { .world = 1, .device = "cpu", .threads_per_rank = 1 };
     run Q = R, C[2];
+    double comm_s[2]; /* the communication runs' own step times: R's are the timed rounds */
     Q.reference = 1;
     fsc_status st = fsc_cluster_run(&co, rank_fn, &R);
     if (st == FSC_OK) st = fsc_cluster_run(&c1, rank_fn, &Q);
     for (int c = 0; c < 2 && st == FSC_OK; c++) { /* communication per step of each alone, after a warm-up step */
         C[c] = R;
         C[c].only = c, C[c].steps = 1, C[c].warmup = 2; /* the third step: its exponent is the second's */
+        C[c].step_s = comm_s; /* it writes step_s[c] */
         st = fsc_cluster_run(&co, rank_fn, &C[c]);
         R.comm[c] = C[c].comm[c];
     }

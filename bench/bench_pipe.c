@@ -359,7 +359,21 @@ int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 4, rounds = argc > 2 ? atoi(argv[2]) : 3;
     if (steps < 2) steps = 2;
     if (rounds < 1) rounds = 1;
+    const char *mode = argc > 3 ? argv[3] : "all";
+    if (strcmp(mode, "schedules") && strcmp(mode, "zb") && strcmp(mode, "zb-mlp") && strcmp(mode, "all")) {
+        fprintf(stderr, "bench_pipe: %s: the tables are schedules, zb, zb-mlp or all\n", mode);
+        return 2;
+    }
+    if (argc > 4 && strcmp(argv[4], "virtual") && strcmp(argv[4], "wall")) {
+        fprintf(stderr, "bench_pipe: clock %s: virtual or wall\n", argv[4]);
+        return 2;
+    }
     if (argc > 4 && !strcmp(argv[4], "wall")) sim_clock = FSC_SIM_CLOCK_WALL;
+    const int only_p = argc > 6 ? atoi(argv[6]) : 0;
+    if (only_p != 0 && only_p != 2 && only_p != 4) {
+        fprintf(stderr, "bench_pipe: P %s: 2 or 4 (the last table's cases), 0 both\n", argv[6]);
+        return 2;
+    }
     printf("bench_pipe: times on the %s clock\n", sim_clock == FSC_SIM_CLOCK_WALL ? "wall" : "virtual");
     if (sim_clock == FSC_SIM_CLOCK_VIRTUAL && !getenv("BENCH_PIPE_NO_PIN")) pin_to_one_core();
     const int width = argc > 5 ? atoi(argv[5]) : 128; /* the model's width (heads of 32) */
@@ -378,14 +392,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     fsc_gpt_config scfg = { .layers = blocks, .dim = width, .heads = width / 32, .seq = 64, .vocab = vocab };
-    if (argc > 3 && !strcmp(argv[3], "schedules")) return schedules(&scfg, steps);
+    if (!strcmp(mode, "schedules")) return schedules(&scfg, steps);
     const int mbs = argc > 9 ? atoi(argv[9]) : 4;
     if (mbs < 1 || mbs > 64) {
         fprintf(stderr, "bench_pipe: micro-batch of %d sequences: 1 to 64\n", mbs);
         return 2;
     }
-    if (argc > 3 && (!strcmp(argv[3], "zb") || !strcmp(argv[3], "zb-mlp")))
-        return zero_bubble(&scfg, !strcmp(argv[3], "zb-mlp"), steps, rounds, argc > 6 ? atoi(argv[6]) : 0, mbs);
+    if (!strcmp(mode, "zb") || !strcmp(mode, "zb-mlp"))
+        return zero_bubble(&scfg, !strcmp(mode, "zb-mlp"), steps, rounds, only_p, mbs);
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fsc_gpt_config cfg = { .layers = 8, .dim = 128, .heads = 4, .seq = 64, .vocab = 256 };
@@ -440,6 +454,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (network(&cfg, balance, steps, rounds)) return 1;
-    if (schedules(&cfg, steps)) return 1;
-    return zero_bubble(&cfg, 0, steps, rounds, 0, 4);
+    if (schedules(&scfg, steps)) return 1; /* the last two tables: the model, P and mb of the arguments */
+    return zero_bubble(&scfg, 0, steps, rounds, only_p, mbs);
 }

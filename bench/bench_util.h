@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include "fsc/fsc.h"
 
-/* CLOCK_MONOTONIC in seconds: the library's trace clock (fsc_trace_now_us). */
+/* The library's trace clock (fsc_trace_now_us) in seconds: CLOCK_MONOTONIC, or on a rank of a cluster run with a
+ * virtual clock (bench_pipe) that rank's simulated time. */
 static inline double now_s(void) { return 1e-6 * fsc_trace_now_us(); }
 
 /* qsort order for doubles, ascending. */

@@ -92,6 +92,8 @@ static void test_config_file(void **state) {
         { "{\"zzzzzz\": 2}", "unknown option \"zzzzzz\" (keys are the options of --help without --)" },
         { "{\"steps\": \"2\"}", "\"steps\" must be an integer, not a string" },
         { "{\"layers\": 2.5}", "\"layers\" must be an integer, not 2.5" },
+        { "{\"steps\": 1e16}", "--steps: 10000000000000000 is out of range [0, 1000000000]" }, /* was "not an integer" */
+        { "{\"steps\": 1e300}", "\"steps\" must be an integer of the option's range, not 1.0000000000000001e+300" },
         { "{\"lr\": \"fast\"}", "\"lr\" must be a number" },
         { "{\"json\": 1}", "\"json\" must be true or false" },
         { "{\"parallel\": \"fsdq\"}", "--parallel: unknown value 'fsdq'" },

@@ -18,9 +18,9 @@ static const char *value_text(const option *o, const cJSON *it, char *num, size_
     double x = cJSON_IsNumber(it) ? it->valuedouble : 0;
     int integral = cJSON_IsNumber(it) && isfinite(x) && x == floor(x) && fabs(x) <= 9007199254740992.0;
     switch (o->kind) {
-    case K_INT:
-        if (integral) return snprintf(num, cap, "%.0f", x), num;
-        *want = "an integer";
+    case K_INT: /* beyond 2^53 too, up to 1e18: the option's range says what is wrong with it */
+        if (cJSON_IsNumber(it) && x == floor(x) && fabs(x) <= 1e18) return snprintf(num, cap, "%.0f", x), num;
+        *want = cJSON_IsNumber(it) && x == floor(x) ? "an integer of the option's range" : "an integer";
         return NULL;
     case K_U64:
         if (integral) return snprintf(num, cap, "%.0f", x), num;
@@ -42,7 +42,7 @@ static const char *value_text(const option *o, const cJSON *it, char *num, size_
     }
 }
 
-/* "FILE: "key" must be an integer, not a string". Returns -1. */
+/* x as the shortest %g text (6 to 9 digits) that reads back as x: 0.001, not 0.00100000005. */
 void float_text(float x, char *buf, size_t cap) {
     for (int prec = 6; prec <= 9; prec++) {
         snprintf(buf, cap, "%.*g", prec, (double)x);
@@ -50,6 +50,7 @@ void float_text(float x, char *buf, size_t cap) {
     }
 }
 
+/* "FILE: "key" must be an integer, not a string". Returns -1. */
 static int type_error(const cJSON *it, const char *key, const char *want, const char *name, char *err, size_t cap) {
     char gotn[48];
     snprintf(gotn, sizeof gotn, "%.17g", cJSON_IsNumber(it) ? it->valuedouble : 0);

@@ -626,19 +626,26 @@ static fsc_status script(fsc_rank *rk, script_out *o) {
 static fsc_status sim_script(fsc_rank *rk, void *arg) { return script(rk, &((script_out *)arg)[rk->rank]); }
 static fsc_status mpi_script(fsc_rank *rk, void *arg) { return script(rk, arg); }
 
+/* A worker's script on this process's rank of the launcher's world (the MPI plug-in, the cpu device). */
+static fsc_status run_script(fsc_rank_fn fn, void *arg) {
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.device = "cpu";
+    return fsc_cluster_run_from_env_opts(&co, fn, arg);
+}
+
 /* Under mpirun: run the script on the MPI communicator and on a simulated cluster of as many ranks in this
  * process, and compare this rank's results byte for byte (and the call and byte counters). */
 static int worker(void) {
     script_out got = {0};
-    fsc_cluster_opts co = fsc_cluster_opts_default();
-    co.device = "cpu";
-    if (fsc_cluster_run_from_env_opts(&co, mpi_script, &got) != FSC_OK) {
+    if (run_script(mpi_script, &got) != FSC_OK) {
         fprintf(stderr, "worker: %s\n", fsc_last_error());
         return 1;
     }
     const char *rv = getenv("OMPI_COMM_WORLD_RANK"), *nv = getenv("OMPI_COMM_WORLD_SIZE");
     int me = rv ? atoi(rv) : 0, N = nv ? atoi(nv) : 1;
     script_out *want = calloc((size_t)N, sizeof *want);
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.device = "cpu";
     co.world = N;
     if (fsc_cluster_run(&co, sim_script, want) != FSC_OK) {
         fprintf(stderr, "worker: simulated: %s\n", fsc_last_error());
@@ -717,9 +724,7 @@ static fsc_status mismatch_script(fsc_rank *rk, void *arg) {
 }
 
 static int mismatch_worker(void) {
-    fsc_cluster_opts co = fsc_cluster_opts_default();
-    co.device = "cpu";
-    fsc_status s = fsc_cluster_run_from_env_opts(&co, mismatch_script, NULL);
+    fsc_status s = run_script(mismatch_script, NULL);
     fprintf(stderr, "mismatch worker: %s\n", s == FSC_OK ? "no failure" : fsc_last_error());
     return s == FSC_OK ? 1 : 0;
 }
@@ -741,9 +746,7 @@ static fsc_status group_timeout_script(fsc_rank *rk, void *arg) {
 }
 
 static int group_timeout_worker(void) {
-    fsc_cluster_opts co = fsc_cluster_opts_default();
-    co.device = "cpu";
-    fsc_status s = fsc_cluster_run_from_env_opts(&co, group_timeout_script, NULL);
+    fsc_status s = run_script(group_timeout_script, NULL);
     if (s != FSC_OK) fprintf(stderr, "group timeout worker: %s\n", fsc_last_error());
     return s == FSC_OK ? 0 : 1;
 }

@@ -125,8 +125,8 @@ const fsc_model_ops fsc_seq_ops_ = {
     .forward = fsc_seq_forward, .backward = fsc_seq_backward, .init_values = seq_init,
     .backward_input = fsc_seq_backward_input, .backward_weight = fsc_seq_backward_weight,
     .splits_tied = fsc_seq_splits_tied, .acts_remake = fsc_seq_acts_remake,
-    .layer_cost = seq_layer_cost, .config = seq_config, .config_check = seq_config_check, .destroy = seq_destroy, .logits = fsc_seq_logits,
-    .logits_part = fsc_seq_logits_part,
+    .layer_cost = seq_layer_cost, .config = seq_config, .config_check = seq_config_check, .destroy = seq_destroy,
+    .logits = fsc_seq_logits, .logits_part = fsc_seq_logits_part,
 };
 const fsc_model_ops fsc_seq_moe_ops_ = {
     .acts_create = fsc_seq_acts_create, .acts_free = fsc_seq_acts_free, .acts_bytes = fsc_seq_acts_bytes,

@@ -795,6 +795,23 @@ static void test_plan_time_launch(void **st) {
     assert_int_equal(fsc_plan_memory(&p, pr), FSC_OK);
     assert_int_equal(fsc_plan_time(&p, pr, &rt, &t4), FSC_OK);
     assert_near(t4.calls_s, pr[t4.rank].kernel_calls * 4e-6 * 5 / 4, "a pipeline's calls, with its bubble");
+    /* each schedule's own bubble, equal F, B and W: 4 blocks on 2 ranks, 4 micro-batches; interleaved's 2 chunks
+     * (2 x 4 + 1) / (2 x 4), zb-h1's (3 x 4 + 1) / (3 x 4), zbv's fill (6 x 4 + 1) / (6 x 4); 1f1b's as gpipe's */
+    static const struct {
+        fsc_pipe_schedule sched;
+        int v;
+        double factor;
+    } sc[] = {{FSC_SCHED_GPIPE, 1, 5.0 / 4}, {FSC_SCHED_1F1B, 1, 5.0 / 4}, {FSC_SCHED_INTERLEAVED, 2, 9.0 / 8},
+              {FSC_SCHED_ZB_H1, 1, 13.0 / 12}, {FSC_SCHED_ZBV, 1, 25.0 / 24}};
+    for (size_t k = 0; k < sizeof sc / sizeof sc[0]; k++) {
+        fsc_plan_job q = p;
+        q.gpt.layers = 4, q.po.schedule = sc[k].sched, q.po.virtual_stages = sc[k].v, q.po.prefetch = 1;
+        if (fsc_plan_memory(&q, pr) != FSC_OK) fail_msg("schedule %d: %s", (int)sc[k].sched, fsc_last_error());
+        assert_int_equal(fsc_plan_time(&q, pr, &rt, &t4), FSC_OK);
+        if (fabs(t4.calls_s - pr[t4.rank].kernel_calls * 4e-6 * sc[k].factor) > 1e-12 * t4.calls_s)
+            fail_msg("schedule %d: calls_s %.9g, want %.0f calls x 4 us x %.6f", (int)sc[k].sched, t4.calls_s,
+                     pr[t4.rank].kernel_calls, sc[k].factor);
+    }
     const double bad[] = {-1e-6, NAN};
     for (int k = 0; k < 2; k++) {
         rt.kernel_s = bad[k];

@@ -1,7 +1,10 @@
 /* The planner's time half (fsc/plan.h, docs/planning.md): a step's time from the work fsc_plan_memory counted
  * on each rank, against a device's rates and the network's.
  *   compute = sum over the kernels' intensity bins of max(flops / rate, bytes / bandwidth)   (a roofline)
- *             x (m + pp - 1) / m with a pipeline of pp stages and m micro-batches            (its bubble)
+ *             / (1 - b) with a pipeline, b its schedule's bubble with equal F, B and W      (parallel/pipe.h):
+ *             (pp-1)/(m+pp-1) for gpipe and 1f1b, (pp-1)/(vm+pp-1) interleaved, (pp-1)/(3m+pp-1) zb-h1,
+ *             (pp-1)/(6m+pp-1) zbv's fill; a custom list's by its chunks and whether it has Ws (the formula the
+ *             pipeline's stats print as ideal_bubble)
  *   comm    = sum over collectives of steps(op, N) x latency + bytes / link bandwidth        (sim/sim_net.c's ring)
  *   step    = max(compute, comm) with prefetch, compute + comm without; the slowest rank's.
  * fsc_plan_calibrate measures the cpu device's two rates as simulated ranks get them: every rank measures at once.
@@ -16,6 +19,7 @@
 #include "plan_impl.h"
 #include "core/comm_impl.h" /* fsc_ring_steps */
 #include "core/kernels.h" /* measure_call's kernel */
+#include "parallel/pipe.h" /* fsc_pipe_formula_bubble */
 
 enum { CALIB_ROUNDS = 3, CALIB_MAX_RANKS = 2 }; /* at most 2 ranks measure the gemm rate (3 MiB each) */
 enum { CALIB_CALLS = 256 };                      /* kernel calls a round of measure_call */
@@ -85,6 +89,16 @@ static fsc_status comm_nodes(const fsc_plan_rank *r, int world, int node_ranks, 
     return FSC_OK;
 }
 
+/* A pipeline's step over its compute by the schedule's formula: 1 / (1 - bubble), the bubble the pipeline's stats
+ * call ideal_bubble; the planned models split their backward, so a list with Ws runs split. */
+static double bubble_factor(const fsc_parallel_opts *po) {
+    const int pp = po->pp > 1 ? po->pp : 1, m = po->accum > 1 ? po->accum : 1;
+    int split = po->schedule == FSC_SCHED_ZB_H1 || po->schedule == FSC_SCHED_ZBV;
+    for (int r = 0; po->schedule == FSC_SCHED_CUSTOM && po->actions && po->nactions && r < pp; r++)
+        for (int i = 0; po->actions[r] && i < po->nactions[r]; i++) split |= po->actions[r][i].kind == FSC_ACT_WEIGHT;
+    return 1.0 / (1.0 - fsc_pipe_formula_bubble(pp, fsc_pipe_chunks(po), m, split, fsc_pipe_placement_of(po)));
+}
+
 /* One rank's compute: the roofline of each intensity bin. */
 static double compute_time(const fsc_plan_rank *r, const fsc_plan_rates *rt) {
     double t = 0;
@@ -126,8 +140,7 @@ fsc_status fsc_plan_time(const fsc_plan_job *job, const fsc_plan_rank *r, const 
     FSC_CHECK_ARG(out);
     FSC_TRY(check_rates(rates, "fsc_plan_time"));
     if (job->world < 1) return fsc_error(FSC_ERR_INVALID, "fsc_plan_time: world is %d, must be >= 1", job->world);
-    const int pp = job->po.pp > 1 ? job->po.pp : 1, m = job->po.accum > 1 ? job->po.accum : 1;
-    const double bubble = (double)(m + pp - 1) / m;
+    const double bubble = bubble_factor(&job->po);
     int *nodes = NULL, *per_node = NULL;
     if (rates->node_ranks > 0) {
         nodes = calloc((size_t)job->world * FSC_PLAN_COMMS, sizeof *nodes);

@@ -144,7 +144,8 @@ typedef struct {
 typedef struct {
     double step_s;     /* max over ranks of the rank's step */
     double compute_s;  /* that rank's compute: sum over kernels of max(flops / rate, bytes / bandwidth), with a
-                          pipeline's bubble (x (m + pp - 1) / m for m micro-batches), the calls' fixed cost
+                          pipeline's bubble (x 1 / (1 - b), b its schedule's formula with equal F, B and W:
+                          (m + pp - 1) / m for gpipe and 1f1b's m micro-batches), the calls' fixed cost
                           (kernel_calls x kernel_s) and offload's host work (host_work_bytes / host_bytes_per_s) */
     double comm_s;     /* its collectives: the sum of each call's alpha-beta ring time (sim/sim_net.c's model)
                           on its own communicator's size and links */

@@ -37,6 +37,7 @@
  * change whether the whole runs to its end.
  * Not here: running a list (pipe.c). */
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,41 +357,53 @@ static const char *act_name(const fsc_pipe_action *a, char *buf, size_t cap) {
 }
 
 /* One rank's list on its own: known kinds, ranges, each F and B once, B after F, ascending per chunk; with W
- * (withw) each W once, after its B, ascending per chunk. nx: (3 v) scratch, the next F, B and W of each chunk. */
-static fsc_status check_rank(int r, int v, int m, const fsc_pipe_action *a, int len, int withw, int *nx) {
+ * (withw) each W once, after its B, ascending per chunk. nx: (3 v) scratch, the next F, B and W of each chunk.
+ * Returns what it found first: RANK_OK, RANK_ACTION (why: "action i, ..." about one action) or RANK_NEVER (why:
+ * "never runs X(mb k, chunk c)"); the callers put the rank, and a wrong length's count, in front. */
+enum { RANK_OK = 0, RANK_ACTION, RANK_NEVER };
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static int found(int what, char *why, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+    return what;
+}
+
+static int check_rank(int v, int m, const fsc_pipe_action *a, int len, int withw, int *nx, char *why, size_t n) {
     static const char *const plural[] = { "forwards", "backwards", "weight gradients" };
     char nm[64];
     memset(nx, 0, (size_t)3 * v * sizeof *nx);
     for (int i = 0; i < len; i++) {
         const fsc_pipe_action *x = &a[i];
         if (x->kind != FSC_ACT_FORWARD && x->kind != FSC_ACT_BACKWARD && x->kind != FSC_ACT_WEIGHT)
-            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d has unknown kind %d (F, B or W)",
-                             r, i, (int)x->kind);
+            return found(RANK_ACTION, why, n, "action %d has unknown kind %d (F, B or W)", i, (int)x->kind);
         if (x->kind == FSC_ACT_WEIGHT && !withw)
-            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d is a W but the list has %d "
-                             "actions (a list with W has 3 x chunks x micro-batches: F, B and W of each)", r, i, len);
+            return found(RANK_ACTION, why, n, "action %d is a W but the list has %d actions (a list with W has 3 x "
+                         "chunks x micro-batches: F, B and W of each)", i, len);
         if (x->micro < 0 || x->micro >= m || x->chunk < 0 || x->chunk >= v)
-            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s is out of range (%d "
-                             "micro-batches, %d chunks)", r, i, act_name(x, nm, sizeof nm), m, v);
+            return found(RANK_ACTION, why, n, "action %d, %s is out of range (%d micro-batches, %d chunks)", i,
+                         act_name(x, nm, sizeof nm), m, v);
         int *next = &nx[3 * x->chunk + (int)x->kind];
         if (x->micro < *next)
-            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s runs a second time", r, i,
-                             act_name(x, nm, sizeof nm));
+            return found(RANK_ACTION, why, n, "action %d, %s runs a second time", i, act_name(x, nm, sizeof nm));
         if (x->micro > *next)
-            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s comes before micro-batch %d "
-                             "of its chunk (each chunk runs its %s in ascending micro-batch order)", r, i,
-                             act_name(x, nm, sizeof nm), *next, plural[x->kind]);
+            return found(RANK_ACTION, why, n, "action %d, %s comes before micro-batch %d of its chunk (each chunk "
+                         "runs its %s in ascending micro-batch order)", i, act_name(x, nm, sizeof nm), *next,
+                         plural[x->kind]);
         if (x->kind != FSC_ACT_FORWARD && x->micro >= nx[3 * x->chunk + (int)x->kind - 1])
-            return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d, action %d, %s comes before its %s", r, i,
-                             act_name(x, nm, sizeof nm), x->kind == FSC_ACT_BACKWARD ? "forward" : "backward B");
+            return found(RANK_ACTION, why, n, "action %d, %s comes before its %s", i, act_name(x, nm, sizeof nm),
+                         x->kind == FSC_ACT_BACKWARD ? "forward" : "backward B");
         (*next)++;
     }
     for (int c = 0; c < v; c++)
         for (int k = 0; k < 2 + withw; k++)
             if (nx[3 * c + k] < m)
-                return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d never runs %s(mb %d, chunk %d)", r,
-                                 k == 0 ? "F" : k == 1 ? "B" : "W", nx[3 * c + k], c);
-    return FSC_OK;
+                return found(RANK_NEVER, why, n, "never runs %s(mb %d, chunk %d)", k == 0 ? "F" : k == 1 ? "B" : "W",
+                             nx[3 * c + k], c);
+    return RANK_OK;
 }
 
 int fsc_pipe_stage_at(fsc_pipe_placement pl, int p, int rank, int chunk) {
@@ -513,23 +526,21 @@ static fsc_status simulate(sim *s, const fsc_pipe_action *const *lists, const in
 }
 
 /* A list of the wrong length: the count, and what check_rank finds first in the list (an action run twice, out of
- * order or out of range, or one never run), as the rules above name it; the count alone would leave the reader to
- * find the repeated or the missing action. */
+ * order or out of range, or one never run); the count alone would leave the reader to find the repeated or the
+ * missing action. */
 static fsc_status wrong_length(int r, int v, int m, const fsc_pipe_action *a, int len) {
     char why[320] = "";
-    int *nx = a && len > 0 ? malloc((size_t)3 * v * sizeof *nx) : NULL;
+    int *nx = a && len > 0 ? malloc((size_t)3 * v * sizeof *nx) : NULL, what = RANK_OK;
     if (nx) {
         int withw = 0;
         for (int i = 0; i < len; i++) withw |= a[i].kind == FSC_ACT_WEIGHT;
-        if (check_rank(r, v, m, a, len, withw, nx) != FSC_OK) {
-            const char *e = fsc_last_error(), *act = strstr(e, "action "), *never = strstr(e, "never runs");
-            if (act || never) snprintf(why, sizeof why, ": %s%s", act ? "" : "it ", act ? act : never);
-        }
+        what = check_rank(v, m, a, len, withw, nx, why, sizeof why);
         free(nx);
     }
     return fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d has %d actions (need 2 x %d chunks x %d "
-                     "micro-batches = %d), or with W actions 3 x that = %d%s", r, a ? len : 0, v, m, 2 * v * m,
-                     3 * v * m, why);
+                     "micro-batches = %d), or with W actions 3 x that = %d%s%s", r, a ? len : 0, v, m, 2 * v * m,
+                     3 * v * m, what == RANK_OK ? "" : what == RANK_ACTION ? ": " : ": it ",
+                     what == RANK_OK ? "" : why);
 }
 
 fsc_status fsc_pipe_schedule_validate(int p, int v, int m, const fsc_pipe_action *const *lists, const int *lens) {
@@ -552,8 +563,12 @@ fsc_status fsc_pipe_schedule_validate_placed(fsc_pipe_placement pl, int p, int v
     sim s = { pl, p, v, m, calloc((size_t)2 * LINES * p, sizeof(stream)) };
     int *pc = calloc((size_t)3 * p + 3 * (size_t)v, sizeof(int)), *buf = malloc((size_t)4 * LINES * p * cap * sizeof(int));
     fsc_status st = s.in && pc && buf ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "pipeline schedule: out of memory");
-    for (int r = 0; r < p && st == FSC_OK; r++)
-        st = check_rank(r, v, m, lists[r], lens[r], lens[r] == 3 * v * m, pc + p);
+    for (int r = 0; r < p && st == FSC_OK; r++) {
+        char why[320];
+        const int what = check_rank(v, m, lists[r], lens[r], lens[r] == 3 * v * m, pc + p, why, sizeof why);
+        if (what != RANK_OK)
+            st = fsc_error(FSC_ERR_INVALID, "pipeline schedule: rank %d%s%s", r, what == RANK_ACTION ? ", " : " ", why);
+    }
     for (int q = 0; q < 2 * LINES * p && st == FSC_OK; q++)
         s.in[q].stage = buf + (size_t)2 * q * cap, s.in[q].micro = buf + (size_t)(2 * q + 1) * cap;
     if (st == FSC_OK) {

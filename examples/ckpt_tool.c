@@ -74,10 +74,9 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
                (double)m->optim.weight_decay);
     printf("written by: %s", kind_name(m->kind));
     if (m->kind == FSC_PAR_FSDP) printf(" (%s)", shard_name(m->shard));
-    printf(" on %d rank%s, tp %d, pp %d, accum %d, parameters %s, reduction %s, clip %g\n", m->world,
-           m->world == 1 ? "" : "s", m->tp,
-           m->pp > 1 ? m->pp : 1, m->accum, fsc_dtype_name(m->param_dtype), fsc_dtype_name(m->reduce_dtype),
-           (double)m->clip);
+    printf(" on %d rank%s, tp %d, pp %d, ep %d, accum %d, parameters %s, reduction %s, clip %g\n", m->world,
+           m->world == 1 ? "" : "s", m->tp, m->pp > 1 ? m->pp : 1, m->ep, m->accum, fsc_dtype_name(m->param_dtype),
+           fsc_dtype_name(m->reduce_dtype), (double)m->clip);
     if (m->scaler_enabled)
         printf("loss scaler: scale %g, %d good steps, %lld skipped\n", (double)m->scaler.scale, m->scaler.good_steps,
                (long long)m->scaler.skipped);

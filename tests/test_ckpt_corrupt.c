@@ -264,6 +264,8 @@ static void e_scaler_factor(cJSON *r) { /* a scaler that would grow by -2 (a res
 }
 static void e_world(cJSON *r) { set_num(cJSON_GetObjectItem(r, "parallel"), "world", 3); }
 static void e_tp(cJSON *r) { set_num(cJSON_GetObjectItem(r, "parallel"), "tp", 4); }
+static void e_ep(cJSON *r) { set_num(cJSON_GetObjectItem(r, "parallel"), "ep", 3); }
+static void e_no_ep(cJSON *r) { cJSON_DeleteItemFromObject(cJSON_GetObjectItem(r, "parallel"), "ep"); }
 static void e_file_name(cJSON *r) {
     cJSON_ReplaceItemInArray(cJSON_GetObjectItem(r, "files"), 1, cJSON_CreateString("rank-00001-of-00002.st"));
 }
@@ -317,6 +319,7 @@ static void test_ckpt_bad_metadata(void **state) {
         { e_scaler_factor, FSC_ERR_FORMAT, "scaler.growth_factor = -2", "not a loss scaler's", 1 },
         { e_world, FSC_ERR_FORMAT, "rank-00000-of-00002.safetensors", "parallel.world = 3", 1 },
         { e_tp, FSC_ERR_FORMAT, "parallel.world = 2", "parallel.tp = 4", 1 },
+        { e_ep, FSC_ERR_FORMAT, "parallel.ep = 3", "does not divide the 2 data ranks", 1 },
         { e_file_name, FSC_ERR_FORMAT, "rank-00001-of-00002.st", "shard name", 1 },
         { e_run_id, FSC_ERR_FORMAT, "metadata.json", "run_id", 1 },
     };
@@ -326,6 +329,17 @@ static void test_ckpt_bad_metadata(void **state) {
         expect_refused(ck, cases[c].st, cases[c].n1, cases[c].n2);
         ct_rmtree(dir);
     }
+    /* the record keeps the writer's ep (1 here); one written before it kept it verifies, as written with ep 1 */
+    char ck[600];
+    fsc_ckpt_meta *m = NULL;
+    assert_int_equal(fsc_ckpt_verify(f->path, &m), FSC_OK);
+    assert_int_equal(m->ep, 1);
+    fsc_ckpt_meta_free(m);
+    char *dir = edit_good(f, ck, sizeof ck, e_no_ep, 1);
+    if (fsc_ckpt_verify(ck, &m) != FSC_OK) fail_msg("no parallel.ep: %s", fsc_last_error());
+    assert_int_equal(m->ep, 1);
+    fsc_ckpt_meta_free(m);
+    ct_rmtree(dir);
 }
 
 /* Checkpoints of another model or optimizer are sound (verify accepts them) but not this engine's: another SGD

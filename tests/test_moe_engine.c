@@ -497,6 +497,13 @@ static void test_moe_engine_checkpoint(void **state) {
         w.ckpt_out = dir;
         w.ckpt_format = (fsc_ckpt_format)fmt;
         me_train(&w);
+        char ck[512];
+        int64_t at = -1;
+        fsc_ckpt_meta *meta = NULL;
+        assert_int_equal(fsc_ckpt_latest(dir, ck, sizeof ck, &at), FSC_OK);
+        assert_int_equal(fsc_ckpt_verify(ck, &meta), FSC_OK);
+        assert_int_equal(meta->ep, 2); /* the record names the writer's expert parallelism */
+        fsc_ckpt_meta_free(meta);
         me_run r = me_make(4, 2);
         r.po.kind = writers[wk];
         r.po.shard = w.po.shard;

@@ -95,6 +95,7 @@ char *ck_meta_json(const fsc_ckpt_meta *m) {
     cJSON_AddStringToObject(pa, "shard", shard_names[m->shard]);
     cJSON_AddNumberToObject(pa, "world", m->world);
     cJSON_AddNumberToObject(pa, "tp", m->tp);
+    cJSON_AddNumberToObject(pa, "ep", m->ep > 1 ? m->ep : 1);
     cJSON_AddNumberToObject(pa, "pp", m->pp);
     cJSON_AddNumberToObject(pa, "hybrid_group", m->hybrid_group);
     cJSON_AddNumberToObject(pa, "accum", m->accum);
@@ -265,6 +266,8 @@ static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
     m->shard = (fsc_shard_strategy)sh;
     FSC_TRY(get_i32(r, pa, "parallel", "world", 1, &m->world));
     FSC_TRY(get_i32(r, pa, "parallel", "tp", 1, &m->tp));
+    m->ep = 1; /* absent from the records written before it was kept */
+    if (field(pa, "ep")) FSC_TRY(get_i32(r, pa, "parallel", "ep", 1, &m->ep));
     FSC_TRY(get_i32(r, pa, "parallel", "pp", 0, &m->pp));
     FSC_TRY(get_i32(r, pa, "parallel", "hybrid_group", 0, &m->hybrid_group));
     FSC_TRY(get_i32(r, pa, "parallel", "accum", 1, &m->accum));

@@ -158,6 +158,9 @@ static fsc_status check_files(const fsc_ckpt_meta *m, const char *what, int nsta
     if ((int64_t)tp * pp > m->world || m->world % (tp * pp) != 0)
         return fsc_error(FSC_ERR_FORMAT, "%s: parallel.world = %d is not a multiple of parallel.tp = %d x parallel.pp "
                          "= %d", what, m->world, tp, pp);
+    if (m->ep < 1 || (m->world / (tp * pp)) % m->ep != 0)
+        return fsc_error(FSC_ERR_FORMAT, "%s: parallel.ep = %d does not divide the %d data ranks (parallel.world = %d "
+                         "over tp x pp = %d)", what, m->ep, m->world / (tp * pp), m->world, tp * pp);
     if (m->format == FSC_CKPT_FULL) {
         int want = nstates > 0 ? 2 : 1;
         if (m->nfiles != want || strcmp(m->files[0], "model.safetensors") != 0 ||

@@ -134,6 +134,7 @@ static fsc_status meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_c
     m->shard = ENG(e).po->shard;
     m->world = ENG(e).r->world;
     m->tp = ENG(e).po->tp > 1 ? ENG(e).po->tp : 1;
+    m->ep = ENG(e).po->ep > 1 ? ENG(e).po->ep : 1;
     m->pp = ENG(e).po->pp;
     m->hybrid_group = ENG(e).po->hybrid_group;
     m->accum = ENG(e).po->accum;

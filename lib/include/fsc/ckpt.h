@@ -178,6 +178,8 @@ typedef struct {
     fsc_parallel_kind kind;
     fsc_shard_strategy shard;
     int world, tp, pp, hybrid_group, accum;
+    int ep;                        /* expert-parallel ranks (1: every rank held every expert; 1 for checkpoints
+                                    * written before the record held it) */
     fsc_dtype param_dtype, reduce_dtype;
     float clip;
     int scaler_enabled;            /* the writer used f16 loss scaling */

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/cluster.h"
@@ -26,6 +27,7 @@ typedef struct {
     fsc_vclock clock;  /* the rank's virtual clock (cl->virt) */
     double t0;         /* where it starts: the monotonic clock when the cluster started */
     fsc_status status;
+    char msg[SIM_MSG_CAP]; /* its message when status is not FSC_OK */
     pthread_t thread;
     int started;
 } rank_ctx;
@@ -40,7 +42,10 @@ static void *rank_main(void *p) {
     else if (outer) fsc_clock_restore(NULL);
     rc->status = rc->fn(&rc->r, rc->arg);
     fsc_clock_restore(outer);
-    if (rc->status != FSC_OK) sim_cluster_fail(rc->cl, rc->r.rank, rc->status, fsc_last_error());
+    if (rc->status != FSC_OK) {
+        snprintf(rc->msg, sizeof rc->msg, "%s", fsc_last_error());
+        sim_cluster_fail(rc->cl, rc->r.rank, rc->status, rc->msg);
+    }
     sim_cluster_exit(rc->cl, rc->r.rank);
     return NULL;
 }
@@ -197,6 +202,9 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         fsc_status fs;
         const char *msg;
         int fr = sim_cluster_first_failure(cl, &fs, &msg);
+        const int rv = atomic_load(&cl->revoker); /* a rank that gave up on a group after its own failure */
+        if (fr >= 0 && rv >= 0 && rv != fr && ranks[rv].status != FSC_OK) /* its neighbours' failures name it */
+            fr = rv, fs = ranks[rv].status, msg = ranks[rv].msg;
         if (fr >= 0) { /* named once: a rank that failed because another did reports that one */
             fsc_error(fs, "%s", msg);
             s = fsc_error_rank(fs, "rank %d", fr);

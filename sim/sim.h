@@ -131,6 +131,9 @@ struct sim_cluster {
     int fail_rank;
     fsc_status fail_status;
     char fail_msg[SIM_MSG_CAP];
+    atomic_int revoker;       /* the world rank that first gave up on a group (sim_comm.c's revoke) before any rank
+                               * failed the cluster, -1 none: a rank that failed because of it may return first,
+                               * fsc_cluster_run names this one */
     sim_group *world_group;
     /* the network (sim_net.c): every link's latency (s) and bandwidth (bytes/s); 0: collectives cost no time */
     double net_latency_s, net_bytes_per_s;

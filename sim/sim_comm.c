@@ -398,6 +398,21 @@ static fsc_status sim_split(void *ctx, int color, int key, void **new_ctx, int *
     return FSC_OK;
 }
 
+/* This rank gives up on the group (fsc_comm_ops.revoke): the group fails for good (sticky, as after a timeout), which
+ * wakes every rank waiting in it, this rank's progress thread included. */
+static void sim_revoke(void *ctx, const char *why) {
+    sim_handle *h = ctx;
+    sim_group *g = h->g;
+    char msg[SIM_MSG_CAP];
+    snprintf(msg, sizeof(msg), "world rank %d gave up on the group: %.300s", g->world_rank[h->rank], why);
+    int none = -1; /* the cause, unless a rank failed the cluster before (then this failure may be its effect) */
+    if (!atomic_load_explicit(&g->cl->failed, memory_order_acquire))
+        atomic_compare_exchange_strong(&g->cl->revoker, &none, g->world_rank[h->rank]);
+    pthread_mutex_lock(&g->mu);
+    sim_group_fail(g, FSC_ERR_COMM, msg);
+    pthread_mutex_unlock(&g->mu);
+}
+
 static void sim_destroy(void *ctx) {
     sim_handle *h = ctx;
     if (!h) return;
@@ -559,7 +574,7 @@ static fsc_status op_split(void *ctx, int color, int key, void **new_ctx, int *n
         .reduce_scatter = op_reduce_scatter, .all_gather = op_all_gather, .broadcast = op_broadcast,              \
         .send = op_send, .recv = op_recv, .all_to_all = op_all_to_all, .barrier = op_barrier, .split = op_split,   \
         .destroy = sim_destroy, .start = sim_async_start, .wait = sim_async_wait, .test = sim_async_test,         \
-        .sends_wait = wait_                                                                                       \
+        .sends_wait = wait_, .revoke = sim_revoke                                                                 \
     }
 const fsc_comm_ops sim_comm_ops = SIM_OPS(0), sim_comm_ops_sync = SIM_OPS(1);
 

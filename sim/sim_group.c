@@ -20,6 +20,7 @@ fsc_status sim_cluster_create(int world, double timeout_s, sim_cluster **out) {
     cl->fail_rank = -1;
     atomic_init(&cl->fail_claimed, 0);
     atomic_init(&cl->failed, 0);
+    atomic_init(&cl->revoker, -1);
     cl->exited = calloc((size_t)world, sizeof(*cl->exited));
     int *ident = malloc((size_t)world * sizeof(int));
     if (!cl->exited || !ident || pthread_mutex_init(&cl->mu, NULL) != 0) {

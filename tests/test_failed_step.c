@@ -4,6 +4,7 @@
  * bit for bit, for every strategy with gradient accumulation (2 micro-batches: the strategies keep gradients
  * between micro-batches, which a failure leaves half made), prefetch on and off. FSDP kept the failed step's
  * accumulated full gradient and added the next step's to it. */
+#include <time.h>
 #include "testutil.h"
 #include "fsc/fsc.h"
 
@@ -12,10 +13,12 @@ typedef struct {
     int n;
 } bad_layer;
 
-static _Thread_local int fail_now; /* ranks are threads: each sets its own */
+static _Thread_local int fail_now;     /* ranks are threads: each sets its own */
+static _Thread_local int fail_fwd_now; /* the forward refuses too */
 
 static size_t bl_bytes(const fsc_layer *l, int B) { return (size_t)B * ((const bad_layer *)l)->n * sizeof(float); }
 static fsc_status bl_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
+    if (fail_fwd_now) return fsc_error(FSC_ERR_NUMERIC, "bad_layer: forward refuses");
     return fsc_device_copy(c->dev, out, in, bl_bytes(l, c->B));
 }
 static fsc_status bl_bwd(const fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout, const void *in) {
@@ -272,8 +275,8 @@ static void test_one_rank_failure_stops_every_rank(void **state) {
 }
 
 /* A pipeline step that fails on stage 0 (a token outside the vocabulary, prefetch on) leaves a receive posted for a
- * message the other stage never sends; fsc_engine_free waits for it (until the collective timeout) and drops its
- * error. Oracle: the message after fsc_engine_free is the step's, so a program that frees and then returns the
+ * message the other stage never sends; fsc_engine_free waits for it (it fails at once: stage 0 gave up on its links)
+ * and drops its error. Oracle: the message after fsc_engine_free is the step's, so a program that frees and then returns the
  * step's status reports the token, not a receive timing out (which fsc_cluster_run reported, blaming rank 1). */
 static fsc_status free_keeps_run(fsc_rank *r, void *arg) {
     char *why = arg; /* [2][512]: each rank's message after the step and after the free */
@@ -307,12 +310,87 @@ static void test_engine_free_keeps_the_message(void **state) {
         fail_msg("fsc_engine_free changed the message \"%s\" into \"%s\"", why[0], why[1]);
 }
 
+/* A pipeline stage that fails alone (its layer's forward refuses on world rank 0, stage 0, prefetch on) stops every
+ * rank at once. Stage 0 had posted the receive of an output gradient that stage 1, waiting for stage 0's output,
+ * would never send: fsc_engine_free waited for it, so rank 0 never returned and every other rank waited in its
+ * receive or collective until the cluster's timeout (FSC_ERR_TIMEOUT, "rank 0 never sent"), and fsc_cluster_run
+ * blamed rank 1. Now the failed stage gives up on its boundary streams: the ranks waiting for it fail at once.
+ * Oracle: with a 20 s timeout, fsc_cluster_run returns in under 10 s with rank 0's own status and message; every
+ * other rank's step fails, not by a timeout, with a message naming world rank 0 and its error; for 2 ranks (pp 2)
+ * and 4 (pp 2 x dp 2: rank 1, stage 0 of the other pipeline, waits for rank 0 in its data group). */
+typedef struct {
+    fsc_status st[4];
+    char why[4][512];
+} fast_job;
+
+static fsc_status fast_run(fsc_rank *r, void *arg) {
+    fast_job *j = arg;
+    fsc_layer *ms = NULL;
+    FSC_TRY(fsc_layer_mse(4, &ms));
+    fsc_seq_layer sl[5];
+    memset(sl, 0, sizeof sl);
+    sl[0].layer = lin(4, 8), sl[0].prefix = "a.";
+    sl[1].layer = bad(8), sl[1].prefix = "bad0.";
+    sl[2].layer = lin(8, 4), sl[2].prefix = "b.";
+    sl[3].layer = bad(4), sl[3].prefix = "bad1.";
+    sl[4].layer = ms;
+    fsc_model *m = NULL;
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_seq_model_create(r->dev, sl, 5, &m);
+    static const int balance[2] = { 1, 2 };
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = FSC_PAR_DDP, po.pp = 2, po.accum = 2, po.no_sync = 1, po.prefetch = 1, po.balance = balance;
+    fsc_optim_config oc = fsc_optim_config_default();
+    if (s == FSC_OK) s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    float x[16], y[16];
+    for (int i = 0; i < 16; i++) x[i] = (float)(i % 7) / 7, y[i] = (float)(i % 3) / 3;
+    for (int k = 0; k < 2 && s == FSC_OK; k++) {
+        fsc_step_info info;
+        fail_fwd_now = k == 1 && r->rank == 0;
+        s = fsc_engine_step_model(e, x, y, 4, 4 * r->world / 2, &info);
+        fail_fwd_now = 0;
+    }
+    j->st[r->rank] = s;
+    snprintf(j->why[r->rank], sizeof j->why[r->rank], "%s", s ? fsc_last_error() : "");
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    if (s != FSC_OK) fsc_error(s, "%s", j->why[r->rank]);
+    return s;
+}
+
+static void test_pipeline_stage_failure_stops_every_rank_at_once(void **state) {
+    (void)state;
+    for (int world = 2; world <= 4; world += 2) {
+        static fast_job j;
+        memset(&j, 0, sizeof j);
+        fsc_cluster_opts co = fsc_cluster_opts_default();
+        co.world = world, co.timeout_s = 20;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        fsc_status s = fsc_cluster_run(&co, fast_run, &j);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (s != FSC_ERR_NUMERIC || !strstr(fsc_last_error(), "rank 0") || !strstr(fsc_last_error(), "forward refuses"))
+            fail_msg("world %d: the run gave %s \"%s\", not rank 0's own failure", world, fsc_status_str(s),
+                     fsc_last_error());
+        if (secs >= co.timeout_s / 2)
+            fail_msg("world %d: the run took %.1f s (the timeout is %g s)", world, secs, co.timeout_s);
+        if (j.st[0] != FSC_ERR_NUMERIC) fail_msg("world %d: rank 0's step gave %s", world, fsc_status_str(j.st[0]));
+        for (int r = 1; r < world; r++)
+            if (j.st[r] == FSC_OK || j.st[r] == FSC_ERR_TIMEOUT || !strstr(j.why[r], "world rank 0") ||
+                !strstr(j.why[r], "forward refuses"))
+                fail_msg("world %d, rank %d: the step gave %s \"%s\", not a failure naming world rank 0's", world, r,
+                         fsc_status_str(j.st[r]), j.why[r]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_step_leaves_nothing),
         cmocka_unit_test(test_one_rank_failure_stops_every_rank),
         cmocka_unit_test(test_pipeline_action_failure_refuses_later_steps),
         cmocka_unit_test(test_engine_free_keeps_the_message),
+        cmocka_unit_test(test_pipeline_stage_failure_stops_every_rank_at_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

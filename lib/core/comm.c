@@ -92,6 +92,10 @@ void fsc_comm_free(fsc_comm *c) {
     free(c);
 }
 
+void fsc_comm_revoke(fsc_comm *c, const char *why) {
+    if (c && c->ops && c->ops->revoke) c->ops->revoke(c->ctx, why ? why : "no reason given");
+}
+
 /* ---- validation and accounting ---- */
 
 static int is_float(fsc_dtype dt) { return dt == FSC_F32 || dt == FSC_BF16 || dt == FSC_F16; }

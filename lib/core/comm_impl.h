@@ -24,6 +24,12 @@ static inline int fsc_comm_sends_wait(const fsc_comm *c) { return c && c->ops &&
  * its start, so a receive posted ahead blocks there until its message comes. */
 static inline int fsc_comm_can_post(const fsc_comm *c) { return c && c->ops && c->ops->start && c->ops->wait; }
 
+/* Give up on c's group for good after a failure of this rank (why names it): the group's calls waiting now and
+ * every later one fail at once on every rank, naming this rank and why, where the implementation can
+ * (fsc_comm_ops.revoke: the simulated communicator); elsewhere nothing happens (their timeout ends them). NULL:
+ * nothing. */
+void fsc_comm_revoke(fsc_comm *c, const char *why);
+
 /* Wrap an implementation in an fsc_comm (takes ownership of ctx). */
 fsc_status fsc_comm_wrap(const fsc_comm_ops *ops, void *ctx, int rank, int size, const char *name,
                          fsc_comm **out);

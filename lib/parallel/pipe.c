@@ -1137,15 +1137,35 @@ static fsc_status post_first(fsc_pipe *p, int grads) {
 /* An evaluation (c->eval, an F-only list: step.c): the pools and the first inputs posted (po.prefetch) as a
  * step's, no common start; each forward's record and saved input back to the pools at once, its output's send
  * waited for first; the loss over the last stage's data group, to every stage; no statistics of the step. */
-/* An action failed: say so for every later step (see out_of_step), with its error. */
+/* Give up on the boundary streams of l (po.prefetch's links; fsc_comm_revoke). */
+static void revoke_links(fsc_pipe_links *l, const char *why) {
+    fsc_comm *all[4] = { l->act_prev, l->act_next, l->grad_prev, l->grad_next };
+    for (int i = 0; i < 4; i++) fsc_comm_revoke(all[i], why);
+}
+
+/* An action failed: say so for every later step (see out_of_step), with its error. This stage sends nothing more
+ * of the step, and no later step runs, so it gives up on its boundary streams (po.prefetch's links and tied
+ * streams): a neighbour waiting for a message from it, and this stage's own receives posted ahead (which
+ * fsc_engine_free and the next step wait for), fail at once naming this rank and its error, instead of waiting for
+ * the timeout, where the communicator can (the simulated one). The pipeline group itself stays: the next step's
+ * start agrees the refusal over it, and the parameters can still be read or saved. */
 static void mark_out_of_step(fsc_pipe *p, char kind, int k, int ch) {
-    if (!p->out_of_step[0])
-        snprintf(p->out_of_step, sizeof p->out_of_step, "%c%d of chunk %d failed (%s)", kind, k, ch, fsc_last_error());
+    if (p->out_of_step[0]) return;
+    snprintf(p->out_of_step, sizeof p->out_of_step, "%c%d of chunk %d failed (%s)", kind, k, ch, fsc_last_error());
+    char why[400];
+    snprintf(why, sizeof why, "pipeline stage %d's action %s", p->stage, p->out_of_step);
+    revoke_links(&p->lk, why);
+    revoke_links(&p->lk2, why);
+    for (int x = 0; x < p->ntied && p->tl; x++) {
+        fsc_comm_revoke(p->tl[x].val, why);
+        fsc_comm_revoke(p->tl[x].grad, why);
+    }
 }
 
 /* A step or evaluation after a failed action of this rank: refused, never run on boundary messages left by the
  * failed step (a step's start agrees it over the pipeline, so every stage refuses; an evaluation has no common
- * start: its other stages wait for this one, a timeout). */
+ * start: its other stages wait for this one, which fails them at once on links it gave up (mark_out_of_step),
+ * else at the timeout or when its rank returns). */
 static fsc_status check_in_step(const fsc_pipe *p) {
     if (!p->out_of_step[0]) return FSC_OK;
     return fsc_error(FSC_ERR_STATE, "pipeline stage %d: an earlier step's action %s; its boundary messages may be "

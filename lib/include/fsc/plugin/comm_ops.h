@@ -10,8 +10,8 @@
 
 FSC_BEGIN_DECLS
 
-#define FSC_COMM_ABI_VERSION 4 /* 2: fsc_nccl_comm_open takes native; fsc_mpi_comm_open; 3: start/wait/test;
-                                 * 4: sends_wait */
+#define FSC_COMM_ABI_VERSION 5 /* 2: fsc_nccl_comm_open takes native; fsc_mpi_comm_open; 3: start/wait/test;
+                                 * 4: sends_wait; 5: revoke */
 
 /* One call of a collective or point-to-point operation, as the core passes it to start (validated). */
 typedef struct {
@@ -55,6 +55,11 @@ typedef struct fsc_comm_ops {
      * their stage boundaries asynchronously, each link and direction on a communicator of its own, whatever
      * the prefetch option (docs/pipeline.md). */
     int sends_wait;
+    /* Optional: this rank gives up on the group for good (why: its own failure, which the message names). Every
+     * call of the group's ranks that waits now, this rank's started ones included, and every later one fails at
+     * once, naming this rank and why (MPI's MPIX_Comm_revoke). NULL: nothing happens; ranks waiting for a message
+     * or call this rank will never make wait for their timeout. The simulated communicator implements it. */
+    void (*revoke)(void *ctx, const char *why);
 } fsc_comm_ops;
 
 /* Entry points the cuda plug-in exports for its NCCL communicator (found with dlsym by the launcher):

@@ -244,6 +244,64 @@ static void test_ckpt_save_onto_link(void **state) {
     ct_rmtree(dir), ct_rmtree(other);
 }
 
+/* A crash asked for that the save cannot inject is refused, not ignored: a test of it would pass on a save that
+ * never crashed. Oracle: on 2 ranks, an unknown crash_at, a crash_rank outside the world, and the full format's
+ * MID_SHARD on rank 1 (only rank 0 writes) give FSC_ERR_INVALID naming the field on every rank and leave no
+ * checkpoint; the save without them succeeds. Before, each of them saved the checkpoint without a crash. */
+typedef struct {
+    char dir[600];
+    fsc_status st[4][2];
+    char why[4][2][256];
+} crash_opts_job;
+
+static fsc_status crash_opts_rank(fsc_rank *r, void *arg) {
+    crash_opts_job *j = arg;
+    fsc_gpt_config g = fsc_gpt_config_default();
+    g.layers = 1, g.dim = 16, g.heads = 2, g.seq = 4, g.vocab = 32;
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = FSC_PAR_DDP;
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &g, &po, &oc, 1, &e));
+    const fsc_ckpt_save_opts bad[4] = {
+        { .format = FSC_CKPT_SHARDED, .crash_at = (fsc_ckpt_crash)9 },
+        { .format = FSC_CKPT_SHARDED, .crash_at = FSC_CKPT_CRASH_MID_SHARD, .crash_rank = 2 },
+        { .format = FSC_CKPT_SHARDED, .crash_at = FSC_CKPT_CRASH_BEFORE_META, .crash_rank = -1 },
+        { .format = FSC_CKPT_FULL, .crash_at = FSC_CKPT_CRASH_MID_SHARD, .crash_rank = 1 },
+    };
+    fsc_status s = FSC_OK;
+    for (int c = 0; c < 4; c++) {
+        j->st[c][r->rank] = fsc_ckpt_save(e, j->dir, 0, &bad[c]);
+        snprintf(j->why[c][r->rank], sizeof j->why[c][r->rank], "%s", j->st[c][r->rank] ? fsc_last_error() : "");
+    }
+    s = fsc_ckpt_save(e, j->dir, 1, NULL);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void test_ckpt_crash_options_checked(void **state) {
+    (void)state;
+    static crash_opts_job j;
+    memset(&j, 0, sizeof j);
+    char *dir = ct_tmpdir();
+    snprintf(j.dir, sizeof j.dir, "%s", dir);
+    fsc_cluster_opts co = { .world = 2, .device = "cpu", .timeout_s = 30 };
+    assert_ok(fsc_cluster_run(&co, crash_opts_rank, &j));
+    const char *field[4] = { "crash_at 9", "crash_rank 2", "crash_rank -1", "crash_rank 1" };
+    for (int c = 0; c < 4; c++)
+        for (int r = 0; r < 2; r++)
+            if (j.st[c][r] != FSC_ERR_INVALID || !strstr(j.why[c][r], field[c]))
+                fail_msg("case %d, rank %d: the save gave %s \"%s\", not FSC_ERR_INVALID naming %s", c, r,
+                         fsc_status_str(j.st[c][r]), j.why[c][r], field[c]);
+    char path[700];
+    int64_t step = -2;
+    assert_ok(fsc_ckpt_latest(j.dir, path, sizeof path, &step));
+    assert_int_equal(step, 1); /* the good save's; no step-00000000 */
+    snprintf(path, sizeof path, "%s/step-00000000", j.dir);
+    assert_int_not_equal(access(path, F_OK), 0);
+    ct_rmtree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ckpt_resume_exact),
@@ -253,6 +311,7 @@ int main(void) {
         cmocka_unit_test(test_ckpt_crash_leaves_last_good),
         cmocka_unit_test(test_ckpt_latest_and_replace),
         cmocka_unit_test(test_ckpt_save_onto_link),
+        cmocka_unit_test(test_ckpt_crash_options_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -294,7 +294,7 @@ static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, con
         if (st == 0 && s == FSC_OK && root) {
             s = fsc_st_writer_commit(w[0]);
             w[0] = NULL;
-            if (s == FSC_OK && o->crash_at == FSC_CKPT_CRASH_MID_SHARD) s = crash(e, "after model.safetensors");
+            if (s == FSC_OK && crashes(e, o, FSC_CKPT_CRASH_MID_SHARD)) s = crash(e, "after model.safetensors");
         }
         s = ck_agree(e, s);
     }
@@ -469,6 +469,16 @@ static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_c
     fsc_ckpt_save_opts o = opts ? *opts : (fsc_ckpt_save_opts){ 0 };
     if (o.format != FSC_CKPT_SHARDED && o.format != FSC_CKPT_FULL)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: unknown format %d", (int)o.format);
+    /* a crash asked for and never injected would let a test of it pass without testing anything */
+    if (o.crash_at < FSC_CKPT_CRASH_NONE || o.crash_at > FSC_CKPT_CRASH_BEFORE_RENAME)
+        return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: unknown crash_at %d", (int)o.crash_at);
+    const int world = ENG(e).r->world;
+    if (o.crash_at != FSC_CKPT_CRASH_NONE && (o.crash_rank < 0 || o.crash_rank >= world))
+        return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: crash_rank %d is not a rank of the world of %d",
+                         o.crash_rank, world);
+    if (o.crash_at == FSC_CKPT_CRASH_MID_SHARD && o.format == FSC_CKPT_FULL && o.crash_rank != 0)
+        return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: crash_rank %d of the full format's FSC_CKPT_CRASH_MID_SHARD: "
+                         "only rank 0 writes its files", o.crash_rank);
     if (fsc_optim_steps(ENG(e).opt) > step) /* the same on every rank */
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: step %lld, but the optimizer has taken %lld steps (step is "
                          "the number of training steps taken: the data position)", (long long)step,

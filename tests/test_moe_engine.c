@@ -36,7 +36,9 @@
  *   resume bit for bit on the writer's layout and give the writer's parameters with other ep and strategies
  *   (ddp ep 1 and 4, fsdp ep 4 and 1, zero1 ep 2); a model with other MoE blocks is refused;
  * - errors: ep not dividing the data group or the experts, ep without MoE, MoE with tensor parallelism are
- *   refused with messages (pipelines run: test_moe_pipe);
+ *   refused with messages (pipelines run: test_moe_pipe); ranks of an expert group passing different local
+ *   batches have step, eval and predict refused on every rank of the data group before any all-to-all (ddp, fsdp,
+ *   zero2; ep 2 of 2 and 4, ep 4 of 4; ep 2 in a pipeline of 2 stages), and a step with equal batches runs after;
  * - layer checkpointing (each block recomputed in backward, the MoE forward and its expert-group all-to-alls
  *   again) equals no checkpointing bit for bit (losses, aux loss, assignments, drops, norms, parameters) with
  *   ep 1 and ep 2, DDP accumulating 2 micro-batches. */
@@ -560,6 +562,55 @@ static void me_expect(me_run *r, fsc_status st, const char *msg) {
     assert_err(fsc_cluster_run(&co, err_rank, r), st, msg);
 }
 
+/* Ranks of an expert group with different local batches: every step, eval and predict is refused on every rank
+ * of the data group before any forward (their all-to-alls would have other sizes), and the engine steps on. */
+static fsc_status unequal_rank(fsc_rank *r, void *arg) {
+    const me_run *run = arg;
+    fsc_optim_config oc = pt_adamw();
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create(r, &run->cfg, &run->po, &oc, 1234, &e));
+    const fsc_layout *l = fsc_engine_layout(e); /* data rank 1 of each stage passes 2 sequences, the others 4 */
+    const int T = run->cfg.seq, G = run->po.ep, lb = l->data == 1 ? 2 : 4, B = 4 * (l->dp - 1) + 2;
+    int32_t *tok = calloc((size_t)4 * T, sizeof(int32_t));
+    float *out = calloc((size_t)4 * T * run->cfg.vocab, sizeof(float));
+    size_t per = 0;
+    double loss = 0;
+    char want[160];
+    snprintf(want, sizeof want, "the ranks of an expert group (ep %d) passed different local batches (data rank 0: 4 "
+             "sequences, data rank 1: 2)", G);
+    fsc_status s = tok && out ? FSC_OK : FSC_ERR_NOMEM;
+    fsc_status got[3] = { fsc_engine_step(e, tok, tok, lb, B, NULL), fsc_engine_eval(e, tok, tok, lb, B, &loss),
+                          fsc_engine_predict(e, tok, lb, out, &per) };
+    for (int k = 0; k < 3 && s == FSC_OK; k++)
+        if (got[k] != FSC_ERR_INVALID || !strstr(fsc_last_error(), want))
+            s = fsc_error(FSC_ERR_INTERNAL, "call %d on rank %d: %s (wanted \"%s\")", k, r->rank,
+                          fsc_status_str(got[k]), want);
+    /* the refusals left the ranks in step: equal batches train */
+    fsc_step_info info = { 0 };
+    if (s == FSC_OK) s = fsc_engine_step(e, tok, tok, 4, 4 * l->dp, &info);
+    if (s == FSC_OK && !(info.loss > 0)) s = fsc_error(FSC_ERR_INTERNAL, "loss %g after the refusals", info.loss);
+    free(tok);
+    free(out);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void test_moe_engine_unequal_batches(void **state) {
+    (void)state;
+    /* world, ep, strategy, pp */
+    const int layouts[4][4] = { { 2, 2, FSC_PAR_DDP, 1 }, { 4, 2, FSC_PAR_FSDP, 1 }, { 4, 4, FSC_PAR_ZERO2, 1 },
+                                { 4, 2, FSC_PAR_DDP, 2 } };
+    for (int k = 0; k < 4; k++) {
+        me_run r = me_make(layouts[k][0], layouts[k][1]);
+        r.po.kind = (fsc_parallel_kind)layouts[k][2];
+        r.po.pp = layouts[k][3];
+        fsc_cluster_opts co = { .world = r.world, .device = "cpu", .timeout_s = 30, .threads_per_rank = 1 };
+        if (fsc_cluster_run(&co, unequal_rank, &r) != FSC_OK)
+            fail_msg("world %d, ep %d, %s, pp %d: %s", r.world, r.po.ep, fsc_parallel_kind_name(r.po.kind), r.po.pp,
+                     fsc_last_error());
+    }
+}
+
 static void test_moe_engine_errors(void **state) {
     (void)state;
     me_run r = me_make(4, 3);
@@ -590,6 +641,7 @@ int main(void) {
         cmocka_unit_test(test_moe_engine_checkpoint),
         cmocka_unit_test(test_moe_engine_layer_checkpoint),
         cmocka_unit_test(test_moe_engine_errors),
+        cmocka_unit_test(test_moe_engine_unequal_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -256,6 +256,9 @@ void fsc_offload_free(fsc_engine *e);
  * before the strategy, count them and give the model its expert group. */
 fsc_status fsc_ep_validate(const fsc_layout *l, int n_experts, const fsc_parallel_opts *po);
 fsc_status fsc_ep_create(fsc_engine *e);
+/* Collective over the data group (none without expert groups): every expert group's ranks passed the same local
+ * batch; otherwise every rank of the data group fails, naming two ranks and their batches (what: "step", ...). */
+fsc_status fsc_ep_check_batch(fsc_engine *e, int local_batch, const char *what);
 /* Collective over the world (stream.c): the full fp32 parameters (the optimizer's masters, as files name the
  * tensors: full tensors under tensor parallelism), streamed tensor by tensor from the ranks that hold them to every
  * rank passing want 1, whose sink sees elements [first, first + n) of tensor t, in tensor and element order, one

@@ -4,6 +4,7 @@
  * reduced is the strategy's business (ddp.c, zero.c, fsdp.c: over the expert-data group); the model spreads its
  * experts (model.h's n_experts and set_expert_group). Not here: the MoE layer (lib/moe/), the models that use it
  * (lib/model/). */
+#include <stdlib.h>
 #include "engine_impl.h"
 
 /* What runs with MoE models and expert parallelism. */
@@ -39,4 +40,34 @@ fsc_status fsc_ep_create(fsc_engine *e) {
     fsc_engine_add_group_kind(e, e->ep_comm, FSC_GROUP_EXPERT);
     fsc_engine_add_group_kind(e, e->ep_data, FSC_GROUP_DATA); /* data-parallel reductions of expert shards */
     return e->m->ops->set_expert_group(e->m->ctx, e->ep_comm);
+}
+
+/* Collective over the data group with ep > 1: the ranks of every expert group passed the same local batch. A
+ * micro-batch's capacity, and so the size of each all-to-all, follows its tokens, and the number of micro-batches
+ * the local batch: unequal batches would meet in all-to-alls of other sizes or counts (mismatched collectives; over
+ * MPI unequal counts). Every rank of the data group sees every expert group's batches, so all refuse together,
+ * before any forward. */
+fsc_status fsc_ep_check_batch(fsc_engine *e, int local_batch, const char *what) {
+    if (!e->ep_comm) return FSC_OK;
+    const int n = fsc_comm_size(e->comm), G = fsc_comm_size(e->ep_comm);
+    int32_t *all = malloc((size_t)n * sizeof *all), mine = local_batch;
+    void *dsend = NULL, *drecv = NULL;
+    if (!all) return fsc_error(FSC_ERR_NOMEM, "%s: out of host memory", what);
+    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof mine, &dsend);
+    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)n * sizeof mine, &drecv);
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, &mine, sizeof mine);
+    if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, dsend, drecv, 1, FSC_I32);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, drecv, (size_t)n * sizeof mine);
+    for (int i = 0; s == FSC_OK && i < n; i++) {
+        const int first = i / G * G; /* ep consecutive data ranks form an expert group */
+        if (all[i] != all[first])
+            s = fsc_error(FSC_ERR_INVALID, "%s: the ranks of an expert group (ep %d) passed different local batches "
+                          "(data rank %d: %d sequences, data rank %d: %d): its micro-batches' tokens set the size of "
+                          "every all-to-all; pass the ranks of an expert group the same local batch (no rank went "
+                          "on)", what, G, first, (int)all[first], i, (int)all[i]);
+    }
+    fsc_device_release(e->dev, dsend);
+    fsc_device_release(e->dev, drecv);
+    free(all);
+    return s;
 }

@@ -104,6 +104,7 @@ fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *target
     FSC_CHECK_ARG(targets);
     FSC_CHECK_ARG(loss);
     int mb = 0, n = 0;
+    FSC_TRY(fsc_ep_check_batch(e, local_batch, "eval"));
     FSC_TRY(split(e, local_batch, global_batch, &mb, &n));
     int place[2];
     fsc_step_eval_enter(e, place); /* the strategies' forward hooks as in a step's first micro-batch; no reduction */
@@ -131,6 +132,7 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
     *per_sample = 0;
     if (!e->m->ops->logits && !(e->tensor_comm && e->m->ops->logits_part))
         return fsc_error(FSC_ERR_UNSUPPORTED, "predict: the model gives no outputs (its ops have no logits)");
+    FSC_TRY(fsc_ep_check_batch(e, local_batch, "predict"));
     const int K = e->po.accum;
     if (local_batch < 1 || local_batch % K != 0)
         return fsc_error(FSC_ERR_INVALID, "predict: the local batch of %d samples does not split into %d "

@@ -152,6 +152,7 @@ static const fsc_step_tail exact_tail[] = { { "R", reduced }, { "E", fsc_exact_s
 
 fsc_status fsc_step_prepare(fsc_engine *e, fsc_step_ctx *c, const void *inputs, const void *targets,
                             int local_batch, int global_batch, fsc_step_info *info) {
+    FSC_TRY(fsc_ep_check_batch(e, local_batch, "step")); /* before any rank's own refusals: all reach it */
     const float loss_scale = e->use_scaler ? e->scaler.scale : 1.0f;
     *c = (fsc_step_ctx){ .x = e->pipe ? &fsc_pipe_exec : &whole_exec, .inputs = inputs, .targets = targets,
                          .local_batch = local_batch, .global_batch = global_batch, .K = e->po.accum,

@@ -128,7 +128,8 @@ typedef struct {
      * with ddp, zero1, zero2 and fsdp (every shard strategy; zero and fsdp reduce and shard the experts over
      * the ranks holding the same experts); MoE models run in pipelines (every schedule) and with layer
      * checkpointing, not with tp > 1 yet. The ranks of an expert group must pass the same local batch to
-     * fsc_engine_step (the all-to-alls' sizes follow it; not checked before them). */
+     * fsc_engine_step, eval and predict (the all-to-alls' sizes follow it; checked before any forward, every
+     * rank of the data group refusing together). */
     int ep;                       /* expert-parallel ranks (0 or 1: every rank holds every expert) */
     /* the exact reduction (docs/determinism.md): the same bits at any world size, accumulation and strategy.
      * A step runs units of `unit` sequences, each one micro-batch wherever it is placed; every unit's gradient

@@ -16,7 +16,9 @@
  *   with expert gradients summed in rank order, equal the G-rank expert-parallel layer bit for bit;
  * - gradients by source (fsc_moe_backward_terms): each source's piece of an expert gradient equals what the source
  *   rank computes for its own tokens holding every expert, bit for bit, and nothing is added to the gradient;
- * - records: two forwards in flight give what one at a time gives, bit for bit;
+ * - records: two forwards in flight give what one at a time gives, bit for bit; a record of a layer with other
+ *   shapes is refused by forward and backward with a message naming both (it crashed: SIGFPE), one of a layer
+ *   with the same shapes serves;
  * - gradients: central finite differences of sum(out * R) + daux aux on a tiny layer, within 2e-2 relative
  *   plus 2e-3 absolute (float forward, h = 1e-2), skipping perturbations that change the routing. */
 #include "test_tp_util.h"
@@ -584,10 +586,44 @@ static fsc_status state_rank(fsc_rank *r, void *arg) {
     return s;
 }
 
+/* A record made by one layer handed to another of other shapes (experts, top-k, capacity, hidden width): refused
+ * (its slots are the maker's), not read past; a layer of the same shapes may use it. */
+static fsc_status foreign_rank(fsc_rank *r, void *arg) {
+    const int S = 16, backward = *(const int *)arg; /* 0: the other layer's forward, 1: its backward */
+    fsc_moe *small = NULL, *big = NULL, *twin = NULL;
+    fsc_moe_rec *rec = NULL;
+    float *x = NULL, *y = NULL;
+    fsc_moe_config a = config(4, 1, 1.0f, FSC_MOE_EXPERT_MLP), b = config(8, 2, 2.0f, FSC_MOE_EXPERT_MLP);
+    b.hidden = 3 * H;
+    fsc_status s = fsc_moe_create(r->dev, NULL, &a, 1, &small);
+    if (s == FSC_OK) s = fsc_moe_create(r->dev, NULL, &b, 2, &big);
+    if (s == FSC_OK) s = fsc_moe_create(r->dev, NULL, &a, 3, &twin);
+    if (s == FSC_OK) s = fsc_moe_rec_create(small, S, 1, &rec);
+    if (s == FSC_OK) s = fsc_device_calloc(r->dev, FSC_TAG_ACTS, (size_t)S * C * sizeof(float), (void **)&x);
+    if (s == FSC_OK) s = fsc_device_calloc(r->dev, FSC_TAG_ACTS, (size_t)S * C * sizeof(float), (void **)&y);
+    if (s == FSC_OK) s = fsc_moe_forward(twin, y, rec, x, NULL, NULL); /* the same shapes: fine */
+    if (s == FSC_OK) s = fsc_moe_backward(twin, x, NULL, rec, y, NULL, 0.0f);
+    if (s == FSC_OK && backward) s = fsc_moe_forward(small, y, rec, x, NULL, NULL);
+    if (s == FSC_OK && backward) s = fsc_moe_backward(big, x, NULL, rec, y, NULL, 0.0f);
+    if (s == FSC_OK && !backward) s = fsc_moe_forward(big, y, rec, x, NULL, NULL);
+    fsc_device_release(r->dev, x);
+    fsc_device_release(r->dev, y);
+    fsc_moe_rec_free(rec);
+    fsc_moe_free(small), fsc_moe_free(big), fsc_moe_free(twin);
+    return s;
+}
+
 static void test_moe_errors(void **state) {
     (void)state;
     assert_err(tt_run(4, errors_rank, NULL), FSC_ERR_INVALID, "6 experts do not split over an expert-parallel group of 4");
     assert_err(tt_run(1, state_rank, NULL), FSC_ERR_INVALID, "10 tokens do not split into 3 dispatch groups");
+    const char *foreign = "the record was made for a layer of 4 MLP experts, top-1, width 8, hidden width 12 and "
+                          "capacity 4 (groups of 16 tokens); this layer (h.0.moe) has 8 MLP experts, top-2, width 8, "
+                          "hidden width 36 and capacity 8";
+    for (int backward = 0; backward < 2; backward++) {
+        assert_err(tt_run(1, foreign_rank, &backward), FSC_ERR_INVALID, foreign);
+        assert_non_null(strstr(fsc_last_error(), backward ? "moe backward:" : "moe forward:"));
+    }
     fsc_device *dev;
     assert_ok(fsc_device_create("cpu", NULL, &dev));
     fsc_moe *m;

@@ -48,6 +48,7 @@ struct fsc_moe {
 struct fsc_moe_rec {
     fsc_device *dev;
     int S, groups, cap;
+    int E, k, C, H, mlp;    /* the maker's shapes: what slots and sizes follow */
     size_t slots;           /* E groups cap */
     moe_route route;
     const float *inp;
@@ -221,6 +222,7 @@ fsc_status fsc_moe_rec_create(fsc_moe *m, int S, int groups, fsc_moe_rec **out) 
     fsc_moe_rec *r = calloc(1, sizeof *r);
     if (!r) return fsc_error(FSC_ERR_NOMEM, "moe record: out of host memory");
     r->dev = m->dev, r->S = S, r->groups = groups, r->cap = cap, r->slots = (size_t)slots;
+    r->E = m->E, r->k = m->k, r->C = m->C, r->H = m->H, r->mlp = m->per_expert > 0;
     size_t sl = r->slots, C = (size_t)m->C, H = (size_t)m->H, mlp = m->per_expert ? 1 : 0;
     size_t n = 2 * r64(sl) + 2 * r64(sl * C) + 2 * mlp * r64(sl * H) + 2 * r64(C);
     fsc_status s = fsc_device_alloc(m->dev, FSC_TAG_ACTS, n * sizeof(float), (void **)&r->mem);
@@ -303,6 +305,19 @@ static fsc_status scale_rows(fsc_moe *m, const fsc_moe_rec *r, float *dst, const
 static fsc_status dot_rows(fsc_moe *m, const fsc_moe_rec *r, float *out, const float *a, const float *b) {
     int C = m->C;
     return fsc_k_gemm(m->dev, 0, 0, 1, 1, C, 1.0f, a, C, C, b, 1, C, 0.0f, out, 1, 1, (int)r->slots);
+}
+
+/* A record sized by another layer (other experts, top-k, capacity factor, widths or expert kind) would be read
+ * past; one of a layer with the same shapes fits. */
+static fsc_status check_rec(const fsc_moe *m, const fsc_moe_rec *r, const char *what) {
+    const int cap = fsc_moe_capacity(m, r->S, r->groups), mlp = m->per_expert > 0;
+    if (r->E == m->E && r->k == m->k && r->C == m->C && r->H == m->H && r->mlp == mlp && r->cap == cap)
+        return FSC_OK;
+    return fsc_error(FSC_ERR_INVALID, "moe %s: the record was made for a layer of %d %s experts, top-%d, width %d, "
+                     "hidden width %d and capacity %d (groups of %d tokens); this layer (%s) has %d %s experts, "
+                     "top-%d, width %d, hidden width %d and capacity %d: make its records with its own "
+                     "fsc_moe_rec_create", what, r->E, r->mlp ? "MLP" : "identity", r->k, r->C, r->H, r->cap,
+                     r->S / r->groups, m->name, m->E, mlp ? "MLP" : "identity", m->k, m->C, m->H, cap);
 }
 
 static fsc_status check_table(const fsc_moe *m, const float *const *p, const char *what) {
@@ -420,6 +435,7 @@ fsc_status fsc_moe_forward(fsc_moe *m, float *out, fsc_moe_rec *r, const float *
     FSC_CHECK_ARG(out);
     FSC_CHECK_ARG_AS(r, "rec");
     FSC_CHECK_ARG(inp);
+    FSC_TRY(check_rec(m, r, "forward"));
     if (!p) p = m->ptab;
     FSC_TRY(check_table(m, p, "forward"));
     r->fwd_done = 0;
@@ -542,6 +558,7 @@ fsc_status fsc_moe_backward_terms(fsc_moe *m, float *dinp, float *const *g, fsc_
     FSC_CHECK_ARG(dinp);
     FSC_CHECK_ARG_AS(r, "rec");
     FSC_CHECK_ARG(dout);
+    FSC_TRY(check_rec(m, r, "backward"));
     FSC_TRY(need_state(r, 1, "backward"));
     if (!p) p = m->ptab;
     if (!g) g = m->gtab;
@@ -573,6 +590,7 @@ fsc_status fsc_moe_backward_input(fsc_moe *m, float *dinp, fsc_moe_rec *r, const
     FSC_CHECK_ARG_AS(r, "rec");
     FSC_CHECK_ARG(dout);
     FSC_CHECK_ARG(stash);
+    FSC_TRY(check_rec(m, r, "backward input part"));
     FSC_TRY(need_state(r, 1, "backward input part"));
     if (!p) p = m->ptab;
     FSC_TRY(check_table(m, p, "backward input part"));
@@ -593,6 +611,7 @@ fsc_status fsc_moe_backward_weight(fsc_moe *m, float *const *g, fsc_moe_rec *r, 
     FSC_CHECK_ARG(m);
     FSC_CHECK_ARG_AS(r, "rec");
     FSC_CHECK_ARG(stash);
+    FSC_TRY(check_rec(m, r, "backward weight part"));
     FSC_TRY(need_state(r, 2, "backward weight part"));
     if (!p) p = m->ptab;
     if (!g) g = m->gtab;

@@ -98,7 +98,8 @@ size_t fsc_moe_num_local(const fsc_moe *m);
 size_t fsc_moe_expert_offset(const fsc_moe *m, int j);
 
 /* A record for calls on S tokens in `groups` dispatch groups of S / groups consecutive tokens (device
- * memory, FSC_TAG_ACTS). A record holds one forward until its backward. */
+ * memory, FSC_TAG_ACTS). A record holds one forward until its backward. It serves the layer that made it or one of
+ * the same shapes (experts, top-k, capacity, widths, expert kind); another layer's calls refuse it. */
 fsc_status fsc_moe_rec_create(fsc_moe *m, int S, int groups, fsc_moe_rec **out);
 void fsc_moe_rec_free(fsc_moe_rec *rec);
 size_t fsc_moe_rec_bytes(const fsc_moe_rec *rec);

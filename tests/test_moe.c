@@ -20,7 +20,9 @@
  *   shapes is refused by forward and backward with a message naming both (it crashed: SIGFPE), one of a layer
  *   with the same shapes serves;
  * - gradients: central finite differences of sum(out * R) + daux aux on a tiny layer, within 2e-2 relative
- *   plus 2e-3 absolute (float forward, h = 1e-2), skipping perturbations that change the routing. */
+ *   plus 2e-3 absolute (float forward, h = 1e-2), skipping perturbations that change the routing; and, within
+ *   1e-2 relative + 1e-4, the gate's gradient for a top-2 token whose only kept choice has p below float epsilon
+ *   (the clamped denominator passes no gradient; through it the gradient was 0.053 instead of 0.944). */
 #include "test_tp_util.h"
 
 enum { C = 8, H = 12 };
@@ -554,6 +556,66 @@ static fsc_status fd_rank(fsc_rank *r, void *arg) {
     return FSC_OK;
 }
 
+/* Top-2 with a token whose first choice was dropped and whose kept second choice has p below float epsilon: its
+ * combine weight is p / eps (the renormalizing denominator clamped at eps, as FairScale's top2gating), so its
+ * gradient is dg / eps through p alone, with nothing through the clamped denominator. Identity experts on one-hot
+ * tokens (token t's logits are row t of the gate), 3 experts of capacity 1: token 0 takes expert 0, token 2 expert 1,
+ * token 1 (logits 16, -5, 0) loses expert 0 and keeps expert 2 with p = e^-16 (1.1e-7). The gate's gradient of
+ * sum(out) against central differences (h = 1e-2, the routing unchanged). */
+static fsc_status clamp_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    enum { S = 3, E = 3 };
+    const float h = 1e-2f, wg[S * E] = { 20, 1, 0, 16, -5, 0, 0, 20, -30 }, x[S * S] = { 1, 0, 0, 0, 1, 0, 0, 0, 1 };
+    fsc_moe_config mc = { .dim = S, .experts = E, .top_k = 2, .capacity_factor = 0.5f,
+                          .expert = FSC_MOE_EXPERT_IDENTITY, .name = "clamp" };
+    fsc_moe *m;
+    fsc_moe_rec *rec;
+    FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 1, &m));
+    FSC_TRY(fsc_moe_rec_create(m, S, 1, &rec));
+    float w[S * E], one[S * S], o[S * S], grad[S * E], *dx, *dout, *dR, *ddx;
+    for (int i = 0; i < S * S; i++) one[i] = 1.0f;
+    memcpy(w, wg, sizeof w);
+    FSC_TRY(fsc_device_upload(r->dev, fsc_moe_params(m), w, sizeof w));
+    FSC_TRY(tt_up(r->dev, &dx, x, S * S));
+    FSC_TRY(tt_up(r->dev, &dout, x, S * S));
+    FSC_TRY(tt_up(r->dev, &dR, one, S * S));
+    FSC_TRY(tt_up(r->dev, &ddx, x, S * S));
+    int32_t ex[S * 2], kept[S * 2], base[S * 2];
+    FSC_TRY(fsc_moe_forward(m, dout, rec, dx, NULL, NULL));
+    FSC_TRY(fsc_moe_routing(rec, ex, NULL, base));
+    TT_TRUE(ex[2] == 0 && !base[2] && ex[3] == 2 && base[3], "token 1: choices %d (kept %d) and %d (kept %d), wanted "
+            "0 (dropped) and 2 (kept)", ex[2], base[2], ex[3], base[3]);
+    FSC_TRY(fsc_moe_backward(m, ddx, NULL, rec, dR, NULL, 0.0f));
+    FSC_TRY(tt_down(r->dev, grad, fsc_moe_grads(m), S * E));
+    for (int j = 0; j < S * E; j++) {
+        double L[2];
+        for (int sgn = 0; sgn < 2; sgn++) {
+            w[j] = wg[j] + (sgn ? h : -h);
+            FSC_TRY(fsc_device_upload(r->dev, fsc_moe_params(m), w, sizeof w));
+            FSC_TRY(fsc_moe_forward(m, dout, rec, dx, NULL, NULL));
+            FSC_TRY(fsc_moe_routing(rec, ex, NULL, kept));
+            TT_TRUE(!memcmp(kept, base, sizeof kept), "gate %d +- h changed the routing", j);
+            FSC_TRY(tt_down(r->dev, o, dout, S * S));
+            L[sgn] = 0;
+            for (int i = 0; i < S * S; i++) L[sgn] += o[i];
+        }
+        w[j] = wg[j];
+        const double fd = (L[1] - L[0]) / (2.0 * h);
+        TT_TRUE(fabs(fd - grad[j]) <= 1e-2 * fabs(fd) + 1e-4, "gate element %d: analytic %.6g, finite difference "
+                "%.6g", j, (double)grad[j], fd);
+    }
+    fsc_device_release(r->dev, dx), fsc_device_release(r->dev, dout);
+    fsc_device_release(r->dev, dR), fsc_device_release(r->dev, ddx);
+    fsc_moe_rec_free(rec);
+    fsc_moe_free(m);
+    return FSC_OK;
+}
+
+static void test_moe_clamped_gate_gradient(void **state) {
+    (void)state;
+    assert_ok(tt_run(1, clamp_rank, NULL));
+}
+
 static void test_moe_gradient_finite_differences(void **state) {
     (void)state;
     fd_case cases[] = { { 1, 2.0f }, { 2, 2.0f }, { 2, 0.7f } };
@@ -645,6 +707,7 @@ int main(void) {
         cmocka_unit_test(test_moe_gradient_terms_by_source),
         cmocka_unit_test(test_moe_records_in_flight),
         cmocka_unit_test(test_moe_gradient_finite_differences),
+        cmocka_unit_test(test_moe_clamped_gate_gradient),
         cmocka_unit_test(test_moe_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -120,7 +120,8 @@ fsc_status moe_route_backward(const moe_route *r, float *dlogits, const float *d
         for (int e = 0; e < E; e++) dp[e] = (double)daux / r->groups * E * r->frac[(size_t)g * E + e] / Sg;
         if (k == 1) {
             if (r->slot[n] >= 0) dp[r->expert[n]] += dslot[r->slot[n]];
-        } else { /* g_j = p_j / D over the kept choices: dL/dp_j = (dg_j - sum_i g_i dg_i) / D */
+        } else { /* g_j = p_j / D over the kept choices: dL/dp_j = (dg_j - sum_i g_i dg_i) / D; with D clamped at
+                  * FLT_EPSILON (the forward's) a constant: dg_j / FLT_EPSILON */
             double D = 0, sgd = 0;
             for (int j = 0; j < 2; j++) {
                 size_t c = (size_t)n * 2 + j;
@@ -128,7 +129,7 @@ fsc_status moe_route_backward(const moe_route *r, float *dlogits, const float *d
                 D += p[r->expert[c]];
                 sgd += (double)r->gate[c] * dslot[r->slot[c]];
             }
-            if (D < FLT_EPSILON) D = FLT_EPSILON;
+            if (D < FLT_EPSILON) D = FLT_EPSILON, sgd = 0;
             for (int j = 0; j < 2; j++) {
                 size_t c = (size_t)n * 2 + j;
                 if (r->slot[c] >= 0) dp[r->expert[c]] += ((double)dslot[r->slot[c]] - sgd) / D;

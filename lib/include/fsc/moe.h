@@ -6,7 +6,8 @@
  *   logits = x @ Wg (S, E), p = softmax(logits) per token;
  *   top-1 (Switch): expert e1 = argmax p, combine weight g1 = p[e1];
  *   top-2 (GShard): e1, and e2 = argmax over the others; g1, g2 = p[e1], p[e2] renormalized over the
- *   choices that were kept (a token whose second choice was dropped gets g1 = 1); the argmax is over p as
+ *   choices that were kept (a token whose second choice was dropped gets g1 = 1; the sum is clamped at float
+ *   epsilon, as FairScale's, so a lone kept choice of p below it gets p / epsilon); the argmax is over p as
  *   floats, the lowest expert index winning ties (an all-zero gate sends every token to expert 0, and 1);
  *   capacity = min(S, max(1, ceil(capacity_factor * k * S / E))) slots per expert and group (the factor as
  *   given: a product within a float's rounding of a whole number is that number); first choices take

@@ -27,6 +27,12 @@ static void test_moe_counts_top_k(void **state) {
     double extra = (double)fsc_gpt_num_params(&m) - (double)fsc_gpt_num_params(&d) - 2 * 3 * (8.0 * 32 * 32 + 5 * 32);
     assert_true(extra >= 0 && extra < 2 * 32 * 8);
     assert_true(fabs(fsc_gpt_flops_per_token(&m) - fsc_gpt_flops_per_token(&d) - 6 * extra) < 1e-6);
+    fsc_gpt_config z = m; /* moe_top_k 0 is top-1 (gpt.h): the same count */
+    z.moe_top_k = 0;
+    assert_ok(fsc_gpt_config_validate(&z));
+    if (fsc_gpt_flops_per_token(&z) != fsc_gpt_flops_per_token(&m))
+        fail_msg("moe_top_k 0: %.0f FLOPs per token, top-1: %.0f", fsc_gpt_flops_per_token(&z),
+                 fsc_gpt_flops_per_token(&m));
 }
 
 static void test_llama_by_hand(void **state) {

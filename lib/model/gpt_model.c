@@ -192,8 +192,9 @@ double fsc_gpt_flops_per_token(const fsc_gpt_config *c) {
     const double C = c->dim, T = c->seq;
     double mm = (double)fsc_gpt_num_params(c) - T * C; /* wpe is looked up, not multiplied */
     mm -= (double)(fsc_gpt_vocab_rows(c) - c->vocab) * C; /* nor are a padded vocabulary's padding rows */
-    if (c->moe_experts > c->moe_top_k) /* each token runs top-k of the E experts, each 4C x C twice plus biases */
-        mm -= (double)(c->moe_experts - c->moe_top_k) * (8.0 * C * C + 5.0 * C) * fsc_gpt_num_moe_blocks(c);
+    const int k = c->moe_top_k ? c->moe_top_k : 1; /* 0: top-1 */
+    if (c->moe_experts > k) /* each token runs top-k of the E experts, each 4C x C twice plus biases */
+        mm -= (double)(c->moe_experts - k) * (8.0 * C * C + 5.0 * C) * fsc_gpt_num_moe_blocks(c);
     return fsc_lm_flops_per_token(mm, c->layers, c->dim, c->seq);
 }
 

@@ -146,7 +146,7 @@ static fsc_status golden_rank(fsc_rank *r, void *arg) {
 
 /* Oracle: a recorded configuration that differs from the model's is refused naming the first differing field and
  * both values (a field the record lacks, or one only the record has, as "absent"); the same values written
- * otherwise (10000.0 for 10000, another key order) load. */
+ * otherwise (10000.0 for 10000, another key order; an MoE field's default 0 for its value 1) load. */
 static void test_config_check(void **st) {
     (void)st;
     fsc_llama_config c = fsc_llama_config_default();
@@ -172,6 +172,19 @@ static void test_config_check(void **st) {
         snprintf(rec, sizeof rec, "%.*s%s%s", (int)(at - own), own, cases[i].to, at + strlen(cases[i].from));
         assert_err(fsc_llama_config_check_json(&c, rec), FSC_ERR_INVALID, cases[i].says);
     }
+    /* an MoE Llama: moe_top_k, moe_every and moe_capacity 0 are 1 (llama.h), so a record of zeros loads into the
+     * same model with them written out, either way; another top-k is refused */
+    fsc_llama_config z = c, one = c;
+    z.moe_experts = one.moe_experts = 4;
+    one.moe_top_k = 1, one.moe_every = 1, one.moe_capacity = 1.0f;
+    char zt[512], ot[512];
+    fsc_llama_config_json(&z, zt, sizeof zt);
+    fsc_llama_config_json(&one, ot, sizeof ot);
+    assert_ok(fsc_llama_config_check_json(&one, zt));
+    assert_ok(fsc_llama_config_check_json(&z, ot));
+    one.moe_top_k = 2;
+    assert_err(fsc_llama_config_check_json(&one, zt), FSC_ERR_INVALID, "written for a Llama with moe_top_k 0; this "
+               "engine's model has moe_top_k 2");
 }
 
 static void test_matches_pytorch(void **st) {

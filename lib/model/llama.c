@@ -182,13 +182,20 @@ void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
  * holds the same value (numbers compared as the floats and integers they set: 10000.0 is 10000), else the error
  * naming the first field of own whose recorded value differs or is missing (or the first recorded field own
  * lacks) with both values. */
+/* A recorded number as the model takes it: moe_top_k, moe_every and moe_capacity 0 are 1 (llama.h). */
+static double resolved(const cJSON *x) {
+    const int one = !strcmp(x->string, "moe_top_k") || !strcmp(x->string, "moe_every") ||
+                    !strcmp(x->string, "moe_capacity");
+    return one && x->valuedouble == 0 ? 1.0 : x->valuedouble;
+}
+
 static fsc_status config_differs(const char *own, const char *recorded) {
     cJSON *a = fsc_json_parse(own), *b = fsc_json_parse(recorded);
     char field[64] = "", mine[64] = "", theirs[64] = "";
     const cJSON *x;
     cJSON_ArrayForEach(x, a) {
         const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
-        const int same = y && (cJSON_IsNumber(x) ? cJSON_IsNumber(y) && fsc_json_same_float(x->valuedouble, y->valuedouble)
+        const int same = y && (cJSON_IsNumber(x) ? cJSON_IsNumber(y) && fsc_json_same_float(resolved(x), resolved(y))
                                                  : cJSON_Compare(x, y, 1));
         if (same) continue;
         char *t = y ? cJSON_PrintUnformatted(y) : NULL, *m = cJSON_PrintUnformatted(x);

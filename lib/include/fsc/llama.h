@@ -85,8 +85,8 @@ void fsc_llama_init_values(const fsc_llama_config *c, uint64_t seed, int i, size
 void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap);
 /* Whether a checkpoint that recorded configuration `recorded` loads into a Llama of c: its family must be
  * "llama" (a GPT's, which records none, is refused by name) and every field hold c's value (the text of
- * fsc_llama_config_json; numbers compared as values); the message names the first field that differs and both
- * values. */
+ * fsc_llama_config_json; numbers compared as values, moe_top_k, moe_every and moe_capacity 0 as their default 1);
+ * the message names the first field that differs and both values. */
 fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *recorded);
 
 /* The model on dev (validates cfg). It owns itself: fsc_model_free. Hand it to fsc_engine_create_model and

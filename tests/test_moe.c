@@ -172,7 +172,8 @@ static fsc_status capacity_rank(fsc_rank *r, void *arg) {
 /* The capacity of a factor a float rounds up: 1.1 (1.10000002 as a float) x 40 tokens / 4 experts is 11 slots, as
  * the factor given says, not 12 (the ceiling of 11.0000002); 1.2 x 40 / 8 = 6, 0.6 x 2 x 40 / 8 = 6, 0.3 x 40 / 4 =
  * 3; a product above a whole number still rounds up (1.13 x 40 / 4 = 11.3: 12; 20000001 / 2 = 10000000.5, where a
- * tolerance relative to the float's rounding had snapped it down). Oracle: the exact fractions. */
+ * tolerance relative to the float's rounding had snapped it down). Oracle: the exact fractions. Tokens and groups
+ * that make no dispatch groups (0 groups, 0 or negative tokens, 10 tokens in 3 groups) give 0. */
 static fsc_status rounding_rank(fsc_rank *r, void *arg) {
     (void)arg;
     static const struct { int E, k; float cf; int S, want; } c[] = {
@@ -184,7 +185,11 @@ static fsc_status rounding_rank(fsc_rank *r, void *arg) {
         fsc_moe *m;
         FSC_TRY(fsc_moe_create(r->dev, NULL, &mc, 6, &m));
         const int got = fsc_moe_capacity(m, c[i].S, 1);
+        /* no dispatch groups of S / groups tokens: 0 (groups 0 divided by zero: SIGFPE) */
+        const int none[4] = { fsc_moe_capacity(m, c[i].S, 0), fsc_moe_capacity(m, 0, 1), fsc_moe_capacity(m, -4, 2),
+                              fsc_moe_capacity(m, 10, 3) };
         fsc_moe_free(m);
+        for (int j = 0; j < 4; j++) TT_TRUE(none[j] == 0, "capacity case %d of no groups: %d, want 0", j, none[j]);
         TT_TRUE(got == c[i].want, "E %d, k %d, factor %g: capacity %d, want %d", c[i].E, c[i].k, (double)c[i].cf,
                 got, c[i].want);
     }

@@ -93,7 +93,7 @@ void fsc_moe_local_experts(const fsc_moe *m, int *first, int *count) {
 }
 
 int fsc_moe_capacity(const fsc_moe *m, int S, int groups) {
-    if (!m) return 0;
+    if (!m || S < 1 || groups < 1 || S % groups != 0) return 0; /* no dispatch groups of S / groups tokens */
     return moe_capacity(S / groups, m->E, m->k, m->cfg.capacity_factor);
 }
 

@@ -104,7 +104,8 @@ size_t fsc_moe_expert_offset(const fsc_moe *m, int j);
 fsc_status fsc_moe_rec_create(fsc_moe *m, int S, int groups, fsc_moe_rec **out);
 void fsc_moe_rec_free(fsc_moe_rec *rec);
 size_t fsc_moe_rec_bytes(const fsc_moe_rec *rec);
-/* Slots per expert and group for S / groups tokens per group. */
+/* Slots per expert and group for S / groups tokens per group; 0 where S and groups make no such groups (either
+ * below 1, or S not a multiple of groups), as fsc_moe_rec_create refuses them. */
 int fsc_moe_capacity(const fsc_moe *m, int S, int groups);
 
 /* out (S, C) = the layer applied to inp (S, C). p: the parameter table (NULL: the layer's own).

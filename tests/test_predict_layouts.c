@@ -14,7 +14,7 @@
  *   - on every layout, the loss computed here in double from the outputs and the targets equals fsc_engine_eval's
  *     to 1e-5 (the outputs are the logits the loss was computed from, columns in vocabulary order);
  *   - a 2-stage pipeline whose loss layer keeps no outputs fails on both ranks (the first stage learns it from the
- *     last, rather than waiting for outputs that never come). */
+ *     last, rather than waiting for outputs that never come), and both ranks' messages say why. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,6 +223,9 @@ static fsc_status silent_rank(fsc_rank *r, void *arg) {
     float x[4 * 4] = { 0 }, out[4 * 3];
     size_t per = 0;
     if (s == FSC_OK) got[r->rank] = fsc_engine_predict(e, x, 4, out, &per);
+    /* each rank's message says why (the world keeps the lowest failing rank's: the first stage's) */
+    if (s == FSC_OK && got[r->rank] != FSC_OK && !strstr(fsc_last_error(), "keeps no outputs"))
+        s = fsc_error(FSC_ERR_INTERNAL, "rank %d: predict's message does not say why: %s", r->rank, fsc_last_error());
     fsc_engine_free(e);
     fsc_model_free(m);
     return s;

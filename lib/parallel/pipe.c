@@ -1094,10 +1094,21 @@ fsc_status fsc_pipe_outputs_from_last(fsc_engine *e, float *out, int samples, si
     if (st == FSC_OK) st = fsc_device_download(e->dev, &per, d, sizeof per);
     fsc_device_release(e->dev, d);
     FSC_TRY(st);
-    if (per < 0) /* the last stage could not take them: every stage of the group fails with its status */
+    if (per < 0) { /* the last stage could not take them: every stage of the group fails with its status and its
+                    * message (the world's agreement then keeps the lowest failing rank's: it must say why) */
+        char why[sizeof p->out_why];
+        snprintf(why, sizeof why, "%s", last ? p->out_why : "");
+        FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof why, &d));
+        st = fsc_device_upload(e->dev, d, why, sizeof why);
+        if (st == FSC_OK) st = fsc_comm_broadcast(p->pipe_comm, d, sizeof why, FSC_U8, root);
+        if (st == FSC_OK) st = fsc_device_download(e->dev, why, d, sizeof why);
+        fsc_device_release(e->dev, d);
+        FSC_TRY(st);
+        why[sizeof why - 1] = '\0';
         return last ? fsc_error(p->out_status, "%s", p->out_why)
                     : fsc_error((fsc_status)(-1 - per), "predict: the pipeline's last stage could not take the "
-                                "outputs (its message says why)");
+                                "outputs: %s", why);
+    }
     *per_sample = (size_t)per;
     const size_t n = (size_t)samples * *per_sample;
     if (!n) return FSC_OK;

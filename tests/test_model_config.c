@@ -94,11 +94,12 @@ static void test_bad_text_is_refused(void **state) {
 }
 
 /* A program's family "tiny": a one-block GPT of width 8 whatever its text says but its "vocab"; counts its calls
- * and refuses a text with "bad". */
+ * and refuses a text with "bad"; with "none" it returns FSC_OK without a model (a family's bug). */
 static int tiny_calls;
 static fsc_status tiny_from_config(fsc_device *dev, const char *config, fsc_model **out) {
     tiny_calls++;
     if (strstr(config, "bad")) return fsc_error(FSC_ERR_FORMAT, "tiny: bad field");
+    if (strstr(config, "none")) return FSC_OK; /* a family's bug: success without a model */
     fsc_gpt_config g = { .layers = 1, .dim = 8, .heads = 2, .seq = 4, .vocab = strstr(config, "12") ? 12 : 10 };
     return fsc_gpt_model_create(dev, &g, out);
 }
@@ -121,6 +122,10 @@ static void test_registered_family(void **state) {
     fsc_model_free(m);
     m = NULL;
     assert_err(fsc_model_from_config(dev, "{\"family\":\"tiny\",\"bad\":1}", &m), FSC_ERR_FORMAT, "tiny: bad field");
+    assert_null(m);
+    /* a family that says FSC_OK without a model is refused, not handed on as a model */
+    assert_err(fsc_model_from_config(dev, "{\"family\":\"tiny\",\"none\":1}", &m), FSC_ERR_INVALID,
+               "from_config returned FSC_OK without a model");
     assert_null(m);
     /* the built-in families are found and stay theirs; taken and malformed names are refused */
     assert_non_null(fsc_model_family_find("gpt2"));

@@ -259,6 +259,8 @@ fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model 
     const fsc_model_family *f;
     FSC_TRY(fsc_model_family_of(config, &f));
     fsc_status s = f->from_config(dev, config, out);
+    if (s == FSC_OK && !*out) /* a family's bug, caught here rather than in the caller's first use of the model */
+        s = fsc_error(FSC_ERR_INVALID, "model family '%s': from_config returned FSC_OK without a model", f->name);
     if (s == FSC_OK) s = fsc_seq_record_config(*out, config); /* a model of layers records its family's text */
     if (s != FSC_OK && *out) { /* a family's refusal leaves no model */
         fsc_model_free(*out);

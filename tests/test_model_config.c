@@ -382,6 +382,34 @@ static void test_config_text_in_a_decimal_comma_locale(void **state) {
     fsc_device_free(dev);
 }
 
+/* A program's layer kind and prefix may hold a quote, a backslash or a control character: the sequential model's
+ * configuration text (what a checkpoint records) wrote them as they were, so a model that built and trained failed
+ * its first checkpoint save ("the model's configuration is not a JSON object"). Oracle: the text parses, and its
+ * kind and prefix are the layer's own. */
+static void test_config_text_escapes_names(void **state) {
+    (void)state;
+    fsc_device *dev = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    fsc_layer *norm = NULL, *mse = NULL;
+    assert_ok(fsc_layer_rmsnorm(0, 8, 1e-5f, &norm));
+    assert_ok(fsc_layer_mse(8, &mse));
+    const char *kind = "my \"norm\"\\2\t", *prefix = "a\"b\\c.";
+    snprintf(norm->kind, sizeof norm->kind, "%s", kind);
+    fsc_seq_layer sl[2] = { { .layer = norm, .prefix = prefix }, { .layer = mse } };
+    fsc_model *m = NULL;
+    assert_ok(fsc_seq_model_create(dev, sl, 2, &m));
+    char text[2048];
+    m->ops->config(m->ctx, text, sizeof text);
+    cJSON *j = cJSON_Parse(text);
+    if (!j) fail_msg("the sequential model's configuration is not JSON: %s", text);
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "sequential"), 0);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(first, "kind")), kind);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(first, "prefix")), prefix);
+    cJSON_Delete(j);
+    fsc_model_free(m);
+    fsc_device_free(dev);
+}
+
 /* A host program's cJSON allocator (cJSON_InitHooks is process-wide): blocks 16 bytes into what malloc gave, as
  * fuzz/cjson_count.h's are, so a text cJSON printed and the library freed with free() instead of cJSON_free is
  * caught (free of a pointer malloc never returned: an abort). */
@@ -421,6 +449,7 @@ int main(void) {
         cmocka_unit_test(test_registered_family),
         cmocka_unit_test(test_engine_from_config), /* after test_registered_family: "tiny" */
         cmocka_unit_test(test_config_text_in_a_decimal_comma_locale),
+        cmocka_unit_test(test_config_text_escapes_names),
         cmocka_unit_test(test_cjson_hooks_of_the_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,7 +6,7 @@
  * bits. Exit status 1 on any mismatch.
  *
  * Uses the public API only (#include <fsc/fsc.h>); the test suite builds it against the installed library:
- *   cc examples/train_mlp.c $(pkg-config --cflags --libs fsc) -o train_mlp
+ *   cc examples/train_mlp.c $(pkg-config --cflags --libs fsc) -lm -o train_mlp
  *
  * The model (docs/models.md explains the layer interface):
  *   linear "in." (4 -> 16) | scaled_silu "act.0." | linear "hidden." (16 -> 16) | scaled_silu "act.1." |

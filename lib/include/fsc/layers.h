@@ -113,9 +113,10 @@ typedef struct {
     /* Optional (0: no): the layer splits its backward (docs/pipeline.md, "Split backward"). Its backward then
      * also runs in two parts: the input part sees NULL for every entry of c->grad and computes dinp only (a
      * gradient a kernel must compute with dinp goes to c->sink); the weight part sees dinp NULL and accumulates
-     * the parameter gradients only, from the same dout and record. Input part then weight part give the bits of
-     * the whole backward, dinp and gradients both. A layer without it runs its whole backward in the input
-     * part. */
+     * the parameter gradients only, from the same dout and record. Tell the parts apart by c->grad, not by dinp:
+     * as the model's first layer dinp is NULL in every call (its input part runs only with split_bytes, to fill
+     * its stash). Input part then weight part give the bits of the whole backward, dinp and gradients both. A
+     * layer without it runs its whole backward in the input part. */
     int split;
     /* Optional, with split: device bytes the layer keeps from its input part to its weight part (c->stash: the
      * inner output gradients its weight products need, so the weight part does not derive them again). NULL:

@@ -229,7 +229,7 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
  * FSC_ERR_INVALID on every rank, before any update. The loss is the mean of the loss terms over the global
  * batch. A step whose loss or gradients are not finite on some rank applies no update on any rank; it fails
  * with FSC_ERR_NUMERIC (po.nonfinite stop, or po.max_skipped_steps skipped in a row) or returns with
- * info->skipped set. */
+ * info->skipped set. info receives what the step did (may be NULL: nowhere). */
 fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                                  int global_batch, fsc_step_info *info);
 /* Full weights as safetensors under the model's tensor names (for the GPT: HF GPT-2, as a single-rank run

@@ -2318,6 +2318,7 @@ static void null_fsc_error_rank(void) {
 static void null_fsc_shape_str(void) {
     CALL(fsc_shape_str(NULL, 0, 0, P));
     CALL(fsc_shape_str(P, 0, 0, NULL));
+    CALL(fsc_shape_str(P, 16, 2, NULL)); /* a NULL shape of 2 dimensions is not read */
 }
 
 static void null_fsc_tensor_is_contiguous(void) {
@@ -2327,6 +2328,8 @@ static void null_fsc_tensor_is_contiguous(void) {
 static void null_fsc_tensor_make(void) {
     CALL((void)fsc_tensor_make(NULL, 0, 0, P, DEV)); /* fsc_tensor */
     CALL((void)fsc_tensor_make(P, 0, 0, NULL, DEV)); /* fsc_tensor */
+    CALL((void)fsc_tensor_make(P, 0, 2, NULL, DEV)); /* a NULL shape of 2 dimensions is not read */
+    assert_null(fsc_tensor_make(P, 0, 2, NULL, DEV).data);
     CALL((void)fsc_tensor_make(P, 0, 0, P, NULL)); /* fsc_tensor */
 }
 

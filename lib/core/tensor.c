@@ -6,6 +6,7 @@
 
 fsc_tensor fsc_tensor_make(void *data, fsc_dtype dtype, int ndim, const int64_t *shape, fsc_device *dev) {
     fsc_tensor t = {0};
+    if (!shape && ndim > 0) return t; /* no shape to read: the empty tensor (no data), which every op refuses */
     t.data = data;
     t.dtype = dtype;
     t.dev = dev;
@@ -48,6 +49,7 @@ void fsc_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
     if (!buf || cap == 0) return;
     size_t used = 0;
     buf[0] = '\0';
+    if (!shape) return;
     int n = snprintf(buf, cap, "[");
     if (n > 0) used = (size_t)n;
     for (int i = 0; i < ndim && used < cap; i++) {

@@ -754,6 +754,8 @@ static void null_fsc_device_upload_async(void) {
 static void null_fsc_convert_host(void) {
     CALL(fsc_convert_host(NULL, 0, P, 0, 0));
     CALL(fsc_convert_host(P, 0, NULL, 0, 0));
+    CALL(fsc_convert_host(NULL, FSC_F32, P, FSC_BF16, 4)); /* with elements: nothing read or written */
+    CALL(fsc_convert_host(P, FSC_BF16, NULL, FSC_F32, 4));
 }
 
 static void null_fsc_dtype_parse(void) {
@@ -2125,6 +2127,7 @@ static void null_fsc_philox4x32(void) {
 static void null_fsc_rng_fill_normal(void) {
     CALL(fsc_rng_fill_normal(NULL, 0, 0, P, 0, 0, 0));
     CALL(fsc_rng_fill_normal(P, 0, 0, NULL, 0, 0, 0));
+    CALL(fsc_rng_fill_normal(NULL, 4, 0, P, 0, 0, 0)); /* with elements: nothing written */
 }
 
 static void null_fsc_rng_key(void) {

@@ -74,7 +74,7 @@ float fsc_f16_to_f32(uint16_t h) {
 }
 
 void fsc_convert_host(void *dst, fsc_dtype dt, const void *src, fsc_dtype st, size_t n) {
-    if (n == 0) return;
+    if (n == 0 || !dst || !src) return; /* status.h: nothing on a NULL buffer */
     if (dt == st) {
         if (dst != src) memmove(dst, src, n * fsc_dtype_size(dt));
         return;

@@ -64,6 +64,7 @@ float fsc_rng_normal(uint64_t key, uint64_t index) {
 
 void fsc_rng_fill_normal(float *out, size_t n, uint64_t seed, const char *name, uint64_t first,
                          float mean, float std) {
+    if (!out) return; /* status.h: nothing on a NULL buffer */
     uint64_t key = fsc_rng_key(seed, name);
     for (size_t i = 0; i < n; i++) out[i] = mean + std * fsc_rng_normal(key, first + i);
 }

@@ -410,6 +410,75 @@ static void test_config_text_escapes_names(void **state) {
     fsc_device_free(dev);
 }
 
+/* A program's layer writes its settings as JSON of its own spacing and number forms; a checkpoint records them as
+ * cJSON prints them. The sequential model compared its own text with the recorded one byte for byte, so the
+ * checkpoint a run saved was refused by the same model ("written for a model of configuration ...{"n":4,
+ * "eps":1.5e-05}...; this engine's model has ...{ "n": 4, "eps": 1.5e-5 }..."), and likewise a family's text with a
+ * space in it. Oracle: both checkpoints load into the model that saved them, with its parameters. */
+static fsc_layer_ops spaced_ops;
+static void spaced_config(const fsc_layer *l, char *buf, size_t cap) {
+    (void)l;
+    snprintf(buf, cap, "{ \"n\": 4, \"eps\": 1.5e-5, \"tab\": \"\\u0009\" }");
+}
+static fsc_status spaced_model(fsc_device *dev, const char *unused, fsc_model **out) {
+    (void)unused;
+    fsc_layer *norm = NULL, *mse = NULL;
+    FSC_TRY(fsc_layer_rmsnorm(0, 4, 1.5e-5f, &norm));
+    spaced_ops = *norm->ops;
+    spaced_ops.config = spaced_config;
+    norm->ops = &spaced_ops;
+    snprintf(norm->kind, sizeof norm->kind, "my\tnorm"); /* printed "my\u0009norm", recorded "my\tnorm" */
+    fsc_status s = fsc_layer_mse(4, &mse);
+    if (s != FSC_OK) {
+        fsc_layer_free(norm);
+        return s;
+    }
+    fsc_seq_layer sl[2] = { { .layer = norm, .prefix = "n." }, { .layer = mse } };
+    return fsc_seq_model_create(dev, sl, 2, out);
+}
+static fsc_status spaced_ckpt_rank(fsc_rank *r, void *arg) {
+    const char *dir = arg;
+    char saved[300], ck[340];
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    float *a = calloc(4096, sizeof *a), *b = calloc(4096, sizeof *b);
+    fsc_status s = a && b ? FSC_OK : FSC_ERR_NOMEM;
+    for (int k = 0; k < 2 && s == FSC_OK; k++) { /* a program's layer; a family's text with a space */
+        snprintf(saved, sizeof saved, "%s/spaced%d", dir, k);
+        snprintf(ck, sizeof ck, "%s/step-00000001", saved);
+        fsc_model *m = NULL;
+        fsc_engine *e = NULL;
+        if (k == 0) s = spaced_model(r->dev, NULL, &m);
+        if (s == FSC_OK && k == 0) s = fsc_engine_create_model(r, m, &po, &oc, 7, &e);
+        if (s == FSC_OK && k == 1)
+            s = fsc_engine_create_config(r, "{\"family\": \"layered\",\"vocab\":12}", &po, &oc, 7, &e);
+        float x[8] = { 0.5f, -1, 2, 0.25f, 1, 1, -0.5f, 3 }, y[8] = { 1, 0, -1, 2, 0.5f, 0.5f, 1, 1 };
+        int32_t tok[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, tgt[8] = { 2, 3, 4, 5, 6, 7, 8, 9 };
+        fsc_step_info info;
+        if (s == FSC_OK) s = k == 0 ? fsc_engine_step_model(e, x, y, 2, 2, &info)
+                                    : fsc_engine_step_model(e, tok, tgt, 2, 2, &info);
+        if (s == FSC_OK) s = fsc_engine_full_params(e, a);
+        if (s == FSC_OK) s = fsc_ckpt_save(e, saved, 1, NULL);
+        if (s == FSC_OK && k == 0) s = fsc_engine_step_model(e, x, y, 2, 2, &info); /* away from the saved state */
+        if (s == FSC_OK) s = fsc_ckpt_load(e, ck, NULL);
+        if (s == FSC_OK) s = fsc_engine_full_params(e, b);
+        if (s == FSC_OK) assert_memory_equal(a, b, fsc_model_num_params(fsc_engine_model(e)) * sizeof *a);
+        fsc_engine_free(e);
+        fsc_model_free(m);
+    }
+    free(a), free(b);
+    return s;
+}
+
+static void test_checkpoint_of_spaced_config_text(void **state) {
+    (void)state;
+    char dir[] = "/tmp/fsc_spaced_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&co, spaced_ckpt_rank, dir));
+    test_rmtree(dir);
+}
+
 /* A host program's cJSON allocator (cJSON_InitHooks is process-wide): blocks 16 bytes into what malloc gave, as
  * fuzz/cjson_count.h's are, so a text cJSON printed and the library freed with free() instead of cJSON_free is
  * caught (free of a pointer malloc never returned: an abort). */
@@ -446,6 +515,7 @@ int main(void) {
         cmocka_unit_test(test_builds_the_recorded_model),
         cmocka_unit_test(test_bad_text_is_refused),
         cmocka_unit_test(test_registered_family_of_layers), /* before test_registered_family fills the table */
+        cmocka_unit_test(test_checkpoint_of_spaced_config_text), /* after it: "layered" */
         cmocka_unit_test(test_registered_family),
         cmocka_unit_test(test_engine_from_config), /* after test_registered_family: "tiny" */
         cmocka_unit_test(test_config_text_in_a_decimal_comma_locale),

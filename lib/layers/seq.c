@@ -9,6 +9,7 @@
 #include "seq_impl.h"
 #include "core/param_split.h" /* fsc_param_duplicate_name */
 #include "core/locale_impl.h"
+#include "io/json_lock.h" /* fsc_json_parse */
 
 static void seq_destroy(fsc_model *m) {
     seq_model *s = (seq_model *)m;
@@ -114,6 +115,19 @@ static void seq_config(void *ctx, char *buf, size_t cap) {
     else if (cap > 2) snprintf(buf, cap, "%s", strlen(s->config_text) < cap ? s->config_text : "{}"); /* whole or none */
 }
 
+/* Whether two configuration texts are the same JSON: equal, or equal as cJSON prints them. A checkpoint records the
+ * text as cJSON prints it ({"n":4} for a layer's {"n": 4}, 1.5e-05 for 1.5e-5, "\t" for "\u0009"), so the model's
+ * own text is compared in that form too. */
+static int same_text(const char *a, const char *b) {
+    if (!strcmp(a, b)) return 1;
+    cJSON *ja = fsc_json_parse(a), *jb = fsc_json_parse(b);
+    char *pa = ja ? cJSON_PrintUnformatted(ja) : NULL, *pb = jb ? cJSON_PrintUnformatted(jb) : NULL;
+    const int same = pa && pb && !strcmp(pa, pb);
+    cJSON_free(pa), cJSON_free(pb); /* cJSON's allocator: a program may have set its hooks */
+    cJSON_Delete(ja), cJSON_Delete(jb);
+    return same;
+}
+
 /* A recorded text equal to config's; for a family's model also its layers' description, which its files and
  * checkpoints recorded before the model recorded its family's text. */
 static fsc_status seq_config_check(void *ctx, const char *recorded) {
@@ -127,7 +141,7 @@ static fsc_status seq_config_check(void *ctx, const char *recorded) {
     seq_config(ctx, own, CAP);
     if (layers) seq_layers_config(s, layers, CAP);
     fsc_status st = FSC_OK;
-    if (strcmp(own, recorded) != 0 && (!layers || strcmp(layers, recorded) != 0))
+    if (!same_text(own, recorded) && (!layers || !same_text(layers, recorded)))
         st = fsc_error(FSC_ERR_INVALID, "written for a model of configuration %.300s; this engine's model has %.300s",
                        recorded, own);
     free(own), free(layers);

@@ -201,7 +201,9 @@ typedef struct {
 } fsc_step_info;
 
 /* An engine for any model of model.h (docs/models.md). The model must outlive the engine, which points its
- * param/grad entries into the strategy's buffers; one model per engine. Every rank passes an equal model.
+ * param/grad entries into the strategy's buffers; one model per engine. Every rank passes an equal model, made on
+ * its own device (r->dev: fsc_seq_model_create(r->dev, ...)); a model made on another device keeps its records
+ * there, which the engine cannot see (the rank's ledger then misses them; on cuda the passes mix devices).
  * FSDP's wrap policies count layers: block wraps every layer but the first and the last (those stay in the
  * root unit, with the layers not wrapped), min_params the layers between with at least wrap_min_params
  * parameters, model none. A pipeline's balance counts the same layers between the first and the last (the

@@ -34,7 +34,8 @@ fsc_status fsc_engine_eval(struct fsc_engine *e, const void *inputs, const void 
  * pipeline the last stage broadcasts the outputs to every stage of its pipeline group, with tensor parallelism the
  * tensor group gathers the vocabulary-parallel head's slices (model.h's logits_part), so every rank gets its own
  * samples' whole outputs. FSC_ERR_UNSUPPORTED on every rank for a model whose loss layer keeps no outputs. Touches
- * no gradient or optimizer state. */
+ * no gradient or optimizer state. The loss layer's forward runs on zeroed targets (sample_target_bytes of zero
+ * bytes a sample: class 0, a target of 0.0), which a program's loss layer must accept (its check_target too). */
 fsc_status fsc_engine_predict(struct fsc_engine *e, const void *inputs, int local_batch, float *out,
                               size_t *per_sample);
 

@@ -86,7 +86,8 @@ typedef struct {
      * gradients accumulate into c->grad. Runs after forward of the same record (or its recomputation). */
     fsc_status (*backward)(const struct fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                            const void *in);
-    /* Optional: the layer's settings as a JSON object (recorded in checkpoints); NULL: "{}". */
+    /* Optional: the layer's settings as a JSON object (recorded in checkpoints); NULL: "{}". cap is 1024 bytes with
+     * the NUL: a longer text is cut, and a checkpoint save then refuses the model's configuration as not JSON. */
     void (*config)(const struct fsc_layer *l, char *buf, size_t cap);
     /* Optional: free what the layer owns beyond the struct (the struct itself is freed with free()). */
     void (*destroy)(struct fsc_layer *l);

@@ -149,6 +149,12 @@ static void test_registered_family(void **state) {
     }
     assert_int_equal(s, FSC_ERR_UNSUPPORTED);
     assert_int_equal(i, 31);
+    /* the registry keeps its own copy of a name: the caller's string may change or go */
+    snprintf(names[0], sizeof names[0], "gone");
+    f = fsc_model_family_find("f0");
+    assert_non_null(f);
+    assert_string_equal(f->name, "f0");
+    assert_null(fsc_model_family_find("gone"));
     fsc_device_free(dev);
 }
 

@@ -193,6 +193,7 @@ const fsc_model_family fsc_family_gpt2 = { "gpt2", gpt_from_config, gpt_build };
 const fsc_model_family fsc_family_llama = { "llama", llama_from_config, llama_build };
 static const fsc_model_family *const builtin[] = { &fsc_family_gpt2, &fsc_family_llama }; /* family_impl.h */
 static fsc_model_family registered[MAX_REGISTERED];
+static char registered_name[MAX_REGISTERED][32]; /* their names, copied: the caller's string may go */
 static int nregistered;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -223,7 +224,12 @@ fsc_status fsc_model_family_register(const fsc_model_family *f) {
     else if (nregistered == MAX_REGISTERED)
         s = fsc_error(FSC_ERR_UNSUPPORTED, "model family '%s': at most %d families can be registered", f->name,
                       MAX_REGISTERED);
-    else registered[nregistered++] = *f;
+    else {
+        snprintf(registered_name[nregistered], sizeof registered_name[nregistered], "%s", f->name);
+        registered[nregistered] = *f;
+        registered[nregistered].name = registered_name[nregistered];
+        nregistered++;
+    }
     pthread_mutex_unlock(&registry_lock);
     return s;
 }

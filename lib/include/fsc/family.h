@@ -21,8 +21,8 @@
 FSC_BEGIN_DECLS
 
 typedef struct {
-    /* The "family" of the family's configuration text: letters, digits, '_' and '-', at most 31 bytes; a string
-     * that lives as long as the program uses the family (a literal). */
+    /* The "family" of the family's configuration text: letters, digits, '_' and '-', at most 31 bytes (copied by
+     * fsc_model_family_register: the caller's string may go). */
     const char *name;
     /* The model config describes, on dev: config is a JSON object whose "family" is name (the text the model's
      * config operation writes; a model of layers, fsc_seq_model_create's, made through fsc_model_from_config or
@@ -37,7 +37,7 @@ typedef struct {
                         fsc_model **out);
 } fsc_model_family;
 
-/* Adds f (copied) to the families fsc_model_from_config knows. FSC_ERR_INVALID for a name that is not one (see
+/* Adds f (copied, its name too) to the families fsc_model_from_config knows. FSC_ERR_INVALID for a name that is not one (see
  * above) or is already a family's (a built-in one's too), or without from_config; FSC_ERR_UNSUPPORTED beyond 32
  * registered families. A family stays registered while the program runs. Thread-safe. */
 fsc_status fsc_model_family_register(const fsc_model_family *f);

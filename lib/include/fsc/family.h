@@ -37,9 +37,9 @@ typedef struct {
                         fsc_model **out);
 } fsc_model_family;
 
-/* Adds f (copied, its name too) to the families fsc_model_from_config knows. FSC_ERR_INVALID for a name that is not one (see
- * above) or is already a family's (a built-in one's too), or without from_config; FSC_ERR_UNSUPPORTED beyond 32
- * registered families. A family stays registered while the program runs. Thread-safe. */
+/* Adds f (copied, its name too) to the families fsc_model_from_config knows. FSC_ERR_INVALID for a name that is
+ * not one (see above) or is already a family's (a built-in one's too), or without from_config; FSC_ERR_UNSUPPORTED
+ * beyond 32 registered families. A family stays registered while the program runs. Thread-safe. */
 fsc_status fsc_model_family_register(const fsc_model_family *f);
 /* The family of that name (built-in or registered), or NULL. The pointer stays valid while the program runs. */
 const fsc_model_family *fsc_model_family_find(const char *name);

@@ -1,7 +1,7 @@
 /* Tests of the trainer's --data and --data-format (examples/train_gpt.c over lib/io/data.c): the same tokens
  * as bytes, as a headerless uint16 file, as an llm.c shard and as several shards (a glob and a comma list)
  * train to the same losses; a vocabulary above 256 trains from uint16 tokens; mismatches are refused at
- * start-up with exit 2 and the library's message. */
+ * start-up with exit 2 and the library's message, and so is a uint16 file that --data-format auto would read as bytes. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -148,6 +148,11 @@ static void test_refusals(void **state) {
         {"--data '%s/data.txt' --val-data '%s/data.llmc'", "under --data-format auto, --val-data is read in the format "
                                                            "detected for --data (bytes), and these files are llmc"},
         {"--data '%s/data.llmc' --val-data '%s/data.txt'", "format detected for --data (llmc), and these files are bytes"},
+        /* --data-format auto: uint16 tokens below 256 (tools/make_tokens' files) would read as bytes, every other 0 */
+        {"--data '%s/data.u16'", "data.u16: read as bytes (--data-format auto: no llm.c header, and --vocab at most "
+                                 "256), but every second byte of its first 1024 is 0, as in a file of uint16 tokens"},
+        {"--data '%s/data.txt' --val-data '%s/data.u16'", "data.u16: read as bytes (--data-format auto: the format "
+                                                          "detected for --data), but every second byte"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char *a = prog_fmt(cases[c].args, tmpdir, tmpdir), *full = prog_fmt(TINY " %s", a);

@@ -33,6 +33,28 @@ int find_default_data(train_config *c, const int *given, char *buf, size_t cap, 
                     "text file, llm.c token shards or a uint16 token file)", c->data, slash ? exe : "?"), -1;
 }
 
+/* Under --data-format auto, a stream read as bytes (no llm.c header, a vocabulary of at most 256) whose first file
+ * holds uint16 tokens below 256, as tools/make_tokens and nanoGPT write them: an even size and every second byte of
+ * its first 1024 zero. Bytes cannot tell the two apart, so auto reads such a file as bytes, every other token 0,
+ * and trains on it without a word: refused here instead, naming the format to give. 0, or -1 with err. */
+static int u16_as_bytes(const train_config *c, const fsc_data *d, const char *opt, const char *spec, const char *why,
+                        char *err, size_t cap) {
+    if (c->data_format != FSC_DATA_AUTO || fsc_data_format_of(d) != FSC_DATA_BYTES) return 0;
+    int i = 0;
+    while (i < fsc_data_files(d) && fsc_data_file_tokens(d, i) == 0) i++; /* the file auto detected bytes from */
+    const uint64_t n = fsc_data_file_tokens(d, i);
+    int32_t head[1024];
+    const size_t k = n < 1024 ? (size_t)n : 1024;
+    if (n < 4 || n % 2 || fsc_data_read(d, 0, k, head) != FSC_OK) return 0; /* empty files first: it starts at 0 */
+    for (size_t j = 1; j < k; j += 2)
+        if (head[j] != 0) return 0;
+    const char *file = fsc_data_file(d, i), *same = strcmp(file, spec) ? NULL : file;
+    return snprintf(err, cap, "--%s %s: %s%sread as bytes (--data-format auto: %s), but every second byte of its "
+                    "first %zu is 0, as in a file of uint16 tokens (tools/make_tokens' default, nanoGPT's train.bin): "
+                    "give --data-format u16 for uint16 tokens, or bytes to read it as bytes", opt, spec,
+                    same ? "" : file, same ? "" : " was ", why, k), -1;
+}
+
 /* The data (fsc/data.h): the files of --data, read as batches need them, not copied, so their size costs no
  * memory of their own; regular files (a device such as /dev/zero, a FIFO or a directory is refused before
  * anything is read) of --data-format, holding at least --seq + 1 tokens, every one below --vocab (checked here
@@ -44,6 +66,10 @@ int load_data(const train_config *c, fsc_data **out, size_t *n, char *err, size_
         uint64_t nt = fsc_data_tokens(d);
         snprintf(err, cap, "--data %s: %llu tokens, but --seq %d needs at least %d", c->data, (unsigned long long)nt,
                  c->seq, c->seq + 1);
+        fsc_data_free(d);
+        return -1;
+    }
+    if (s == FSC_OK && u16_as_bytes(c, d, "data", c->data, "no llm.c header, and --vocab at most 256", err, cap)) {
         fsc_data_free(d);
         return -1;
     }
@@ -77,6 +103,11 @@ int load_val_data(const train_config *c, const fsc_data *train, fsc_data **out, 
     if (s == FSC_OK && fsc_data_tokens(*out) <= (uint64_t)c->seq)
         s = fsc_error(FSC_ERR_INVALID, "%llu tokens, but --seq %d needs at least %d",
                       (unsigned long long)fsc_data_tokens(*out), c->seq, c->seq + 1);
+    if (s == FSC_OK && u16_as_bytes(c, *out, "val-data", c->val_data, "the format detected for --data", err, cap)) {
+        fsc_data_free(*out);
+        *out = NULL;
+        return -1;
+    }
     if (s == FSC_OK) s = fsc_data_check(*out);
     if (s == FSC_OK) return 0;
     int n = snprintf(err, cap, "--val-data %s: %s", c->val_data, fsc_last_error());

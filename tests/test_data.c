@@ -192,6 +192,13 @@ static void test_refusals(void **state) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         open_err(cases[c].spec, cases[c].fmt, cases[c].vocab, cases[c].st, cases[c].needle);
     unlink(path_of("fifo"));
+    /* a memory image that is NULL but has bytes is refused, not read as an empty file */
+    const void *none[2] = { "abcd", NULL };
+    const size_t four[2] = { 4, 4 };
+    fsc_data *d = (fsc_data *)none;
+    assert_err(fsc_data_open_memory(&d, 2, none, four, FSC_DATA_BYTES, 256), FSC_ERR_INVALID,
+               "bufs[1] is NULL for 4 bytes");
+    assert_null(d);
 }
 
 /* Oracle: a token not below the vocabulary is refused by the read that meets it and by fsc_data_check,

@@ -319,11 +319,15 @@ fsc_status fsc_data_open_memory(fsc_data **out, int n, const void *const *bufs, 
     FSC_TRY(new_data(&d, format, vocab));
     fsc_status s = FSC_OK;
     for (int i = 0; i < n && s == FSC_OK; i++) {
+        if (!bufs[i] && lens[i] > 0) { /* an image that is not there, not an empty one */
+            s = fsc_error(FSC_ERR_INVALID, "fsc_data_open_memory: bufs[%d] is NULL for %zu bytes", i, lens[i]);
+            break;
+        }
         char name[32];
         snprintf(name, sizeof name, "memory[%d]", i);
         s = add_file(d, name, NULL);
         if (s != FSC_OK) break;
-        d->f[i].mem = bufs[i] ? bufs[i] : (const uint8_t *)"";
+        d->f[i].mem = bufs[i] ? bufs[i] : (const uint8_t *)""; /* NULL of 0 bytes: an empty file */
         d->f[i].size = bufs[i] ? lens[i] : 0;
         s = take(d, i, d->f[i].mem, d->f[i].size);
     }

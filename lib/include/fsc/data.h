@@ -41,7 +41,7 @@ typedef struct fsc_data fsc_data;
  * what is wrong with it, or the list when it is empty or has an empty entry. */
 fsc_status fsc_data_open(fsc_data **out, const char *spec, fsc_data_format format, int vocab);
 /* The same over n file images held in memory (the caller keeps them alive until fsc_data_free); file i is
- * named "memory[i]" in messages. For tests and the fuzz harness. */
+ * named "memory[i]" in messages; bufs[i] may be NULL only when lens[i] is 0. For tests and the fuzz harness. */
 fsc_status fsc_data_open_memory(fsc_data **out, int n, const void *const *bufs, const size_t *lens,
                                 fsc_data_format format, int vocab);
 void fsc_data_free(fsc_data *d);

@@ -5,6 +5,7 @@
  * accurate as the ordered f32 sum against a float64 reference, within the stated bound (exact.h); a term out
  * of range is counted and adds nothing; the exponent keeps terms x amax within 2^62; the engine's one-pass
  * conversion equals the reference conversion bit for bit. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include "testutil.h"
@@ -268,6 +269,32 @@ static void test_convert_equals_reference(void **state) {
     }
 }
 
+/* Exponents far outside any step's, fsc_exact_exponent's INT32_MAX for a non-finite amax among them: a coarse one
+ * rounds every finite term to 0 and counts only inf and NaN, a fine one counts every nonzero term and never a
+ * zero (0 x 2^-E is 0 < 2^62), both conversions agree, and a sum of zeros stays 0 on the way back. */
+static void test_extreme_exponents(void **state) {
+    (void)state;
+    const float x[7] = {0.0f, -0.0f, 1e-45f, -1.0f, FLT_MAX, INFINITY, NAN};
+    const int Es[6] = {INT32_MAX, fsc_exact_exponent(INFINITY, 3), 1100, -1100, -5000, INT32_MIN};
+    for (int k = 0; k < 6; k++) {
+        const int E = Es[k];
+        const size_t want = E > 0 ? 2 : 5;
+        int64_t a[7] = {0}, b[7];
+        double amax = 0;
+        const size_t bad_a = fsc_exact_add_f32(a, x, 7, E), bad_b = fsc_exact_from_f32(b, x, 7, E, &amax);
+        if (bad_a != want || bad_b != want)
+            fail_msg("E %d: %zu and %zu terms out of range, not %zu", E, bad_a, bad_b, want);
+        for (int i = 0; i < 7; i++)
+            if (a[i] != 0 || b[i] != 0) fail_msg("E %d: element %d = %a became %lld and %lld, not 0", E, i,
+                                                 (double)x[i], (long long)a[i], (long long)b[i]);
+        const int64_t q[3] = {0, 1, -1};
+        float back[3];
+        fsc_exact_to_f32(back, q, 3, E);
+        if (!(back[0] == 0.0f && back[1] == (E > 0 ? INFINITY : 0.0f) && back[2] == (E > 0 ? -INFINITY : 0.0f)))
+            fail_msg("E %d: 0, 1 and -1 became %a, %a and %a", E, (double)back[0], (double)back[1], (double)back[2]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_any_split_and_order),
@@ -276,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_accuracy),
         cmocka_unit_test(test_range),
         cmocka_unit_test(test_convert_equals_reference),
+        cmocka_unit_test(test_extreme_exponents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,13 @@ int fsc_exact_exponent(double amax, uint64_t terms) {
     return ceil_to(k + h - 62, FSC_EXACT_QUANTUM);
 }
 
+/* Beyond this magnitude an exponent rounds every finite float to 0 (E > 0) or puts every nonzero one out of range
+ * (E < 0), as any larger one does: clamped to it, 2^-E is a finite double and the shifts of fixed_of stay in int's
+ * range (fsc_exact_exponent's INT32_MAX for a non-finite amax included). */
+enum { E_BOUND = 1000 };
+
+static int clamp_exponent(int E) { return E < -E_BOUND ? -E_BOUND : E > E_BOUND ? E_BOUND : E; }
+
 double fsc_exact_absmax(const float *x, size_t n) {
     if (!x) return 0.0;
     float m = 0.0f;
@@ -42,6 +49,7 @@ double fsc_exact_absmax(const float *x, size_t n) {
 
 size_t fsc_exact_add_f32(int64_t *acc, const float *x, size_t n, int E) {
     if (!acc || !x) return n; /* nothing added */
+    E = clamp_exponent(E);
     const double scale = ldexp(1.0, -E), limit = ldexp(1.0, 62);
     size_t out = 0;
     for (size_t i = 0; i < n; i++) {
@@ -106,6 +114,7 @@ static size_t from_f32_scaled(int64_t *restrict out, const float *restrict x, si
 
 size_t fsc_exact_from_f32(int64_t *out, const float *x, size_t n, int E, double *amax) {
     if (!out || !x || !amax) return n; /* nothing converted */
+    E = clamp_exponent(E);
     size_t bad = 0;
     double mx;
     if (E >= -800 && E <= 800) {
@@ -138,6 +147,6 @@ void fsc_exact_add_i64(int64_t *acc, const int64_t *x, size_t n) {
 
 void fsc_exact_to_f32(float *out, const int64_t *acc, size_t n, int E) {
     if (!out || !acc) return;
-    const double scale = ldexp(1.0, E);
+    const double scale = ldexp(1.0, clamp_exponent(E));
     for (size_t i = 0; i < n; i++) out[i] = (float)((double)(float)acc[i] * scale);
 }

@@ -29,6 +29,7 @@ typedef struct {
     fsc_optim_config oc;
     int world, batch, steps;
     const char *load;          /* weights to load before the first step */
+    const char *resume;        /* a checkpoint to load (fsc_ckpt_load) before the first step, after load */
     const char *dir;           /* after step save_after: fsc_engine_save_weights(dir/w.safetensors) and
                                 * fsc_ckpt_save(dir/ckpt) */
     int save_after;
@@ -67,6 +68,7 @@ static fsc_status nf_rank(fsc_rank *r, void *arg) {
         run->load_st[r->rank] = s;
         keep(run->load_msg[r->rank], s);
     }
+    if (s == FSC_OK && run->resume) s = fsc_ckpt_load(e, run->resume, NULL);
     for (int step = 0; step < run->steps && s == FSC_OK; step++) {
         for (int i = 0; i < lb; i++) {
             size_t start = ((size_t)(step * B + d * lb + i) * T) % (4096 - T);
@@ -329,6 +331,47 @@ static void test_f16_floor_and_limit(void **state) {
     test_rmtree(dir);
 }
 
+/* A run resumed from a checkpoint written after some steps skipped in a row counts on from them, as the run that
+ * wrote it would have: with max_skipped_steps 4, a checkpoint after 3 overflows in a row (f16 weights beyond its
+ * range) and one more overflow after the resume is the limit. It was not: the count started again at 0 on a
+ * resume, so a diverged run resumed from its checkpoints went past the limit and saved its weights. */
+static void test_skips_in_row_resume(void **state) {
+    (void)state;
+    char dir[] = "/tmp/fsc_nf_XXXXXX", w[600], ck[600];
+    assert_non_null(mkdtemp(dir));
+    snprintf(w, sizeof w, "%s/big.safetensors", dir);
+    assert_ok(fsc_cluster_run(&(fsc_cluster_opts){ .world = 1, .device = "cpu" }, save_init, w));
+    patch_float(w, "wte.weight", 0, 1e5f);
+    for (size_t k = 0; k < sizeof strategies / sizeof strategies[0]; k++) {
+        nf_run r = make(strategies[k].world, strategies[k].kind, 3);
+        r.po.param_dtype = r.po.reduce_dtype = FSC_F16;
+        r.po.max_skipped_steps = 4;
+        r.load = w;
+        r.dir = dir;
+        r.save_after = 3;
+        train(&r);
+        assert_all(&r, r.st, r.msg, FSC_OK, NULL, strategies[k].name);
+        assert_all(&r, r.csave_st, r.csave_msg, FSC_OK, NULL, "checkpoint after 3 skipped steps");
+        snprintf(ck, sizeof ck, "%s/ckpt/step-00000003", dir);
+        fsc_ckpt_meta *m = NULL;
+        assert_ok(fsc_ckpt_meta_read(ck, &m));
+        assert_int_equal(m->skipped_in_row, 3);
+        fsc_ckpt_meta_free(m);
+        nf_run b = make(strategies[k].world, strategies[k].kind, 2);
+        b.po.param_dtype = b.po.reduce_dtype = FSC_F16;
+        b.po.max_skipped_steps = 4;
+        b.resume = ck;
+        train(&b);
+        assert_all(&b, b.st, b.msg, FSC_ERR_NUMERIC, "4 steps in a row skipped", strategies[k].name);
+        for (int q = 0; q < b.world; q++) assert_int_equal(b.done[q], 0);
+        snprintf(ck, sizeof ck, "%s/ckpt", dir);
+        test_rmtree(ck);
+        snprintf(ck, sizeof ck, "%s/w.safetensors", dir);
+        unlink(ck);
+    }
+    test_rmtree(dir);
+}
+
 /* Loading a weights file with one NaN fails on every rank of every strategy, naming tensor and element. */
 /* A floor above the initial scale: the default initial scale (65536) is checked against min_loss_scale as a given
  * one is. It was not: with min_loss_scale 2^20 a run started at 65536 and its first overflow "backed off" to 2^20,
@@ -421,6 +464,7 @@ int main(void) {
         cmocka_unit_test(test_skip_then_limit),
         cmocka_unit_test(test_f16_transient_overflows),
         cmocka_unit_test(test_f16_floor_and_limit),
+        cmocka_unit_test(test_skips_in_row_resume),
         cmocka_unit_test(test_f16_floor_above_default_scale),
         cmocka_unit_test(test_load_refuses_nonfinite),
         cmocka_unit_test(test_ckpt_piece_refuses_nonfinite),

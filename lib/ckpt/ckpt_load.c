@@ -266,6 +266,7 @@ static void restore_counters(loader *L) {
     fsc_optim_set_steps(ENG(e).opt, L->m->optim_steps);
     (void)fsc_engine_set_lr(e, L->m->optim.lr); /* the rate of its last step (schedule.h); checked when read */
     if (L->m->scaler_enabled) fsc_engine_restore_scaler(e, &L->m->scaler);
+    fsc_engine_restore_skips(e, L->m->skipped_in_row);
 }
 
 /* Every file's entries are the pieces the metadata places in it, as fsc_ckpt_verify sees them (rank 0, which has

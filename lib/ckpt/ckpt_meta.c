@@ -75,6 +75,7 @@ char *ck_meta_json(const fsc_ckpt_meta *m) {
     cJSON_AddStringToObject(root, "layout", fsc_ckpt_format_name(m->format));
     cJSON_AddNumberToObject(root, "step", (double)m->step);
     cJSON_AddNumberToObject(root, "optim_steps", (double)m->optim_steps);
+    cJSON_AddNumberToObject(root, "skipped_in_row", (double)m->skipped_in_row);
     cJSON_AddStringToObject(root, "seed", seed);
     cJSON *mc = m->model_config ? fsc_json_parse(m->model_config) : NULL;
     if (!cJSON_IsObject(mc)) { /* none given (or not an object): the empty configuration */
@@ -228,6 +229,9 @@ static fsc_status parse_head(const rd *r, const cJSON *root, fsc_ckpt_meta *m) {
     m->format = (fsc_ckpt_format)layout;
     FSC_TRY(get_int(r, root, "", "step", 0, (double)MAX_U53, &m->step));
     FSC_TRY(get_int(r, root, "", "optim_steps", 0, (double)MAX_U53, &m->optim_steps));
+    m->skipped_in_row = 0; /* absent from the checkpoints written before it: none counted */
+    if (field(root, "skipped_in_row"))
+        FSC_TRY(get_int(r, root, "", "skipped_in_row", 0, (double)MAX_U53, &m->skipped_in_row));
     const cJSON *s = field(root, "seed");
     char *end = NULL;
     if (!cJSON_IsString(s) || !s->valuestring[0] || strlen(s->valuestring) > 20 || s->valuestring[0] == '-' ||

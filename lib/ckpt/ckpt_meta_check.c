@@ -132,6 +132,10 @@ static fsc_status check_counters(const fsc_ckpt_meta *m, const char *what) {
     if (m->optim_steps > m->step)
         return fsc_error(FSC_ERR_FORMAT, "%s: optim_steps = %lld is more than step = %lld (the optimizer steps at most "
                          "once per training step)", what, (long long)m->optim_steps, (long long)m->step);
+    if (m->skipped_in_row > m->step - m->optim_steps)
+        return fsc_error(FSC_ERR_FORMAT, "%s: skipped_in_row = %lld but step - optim_steps = %lld (a skipped step is "
+                         "a training step without an optimizer step)", what, (long long)m->skipped_in_row,
+                         (long long)(m->step - m->optim_steps));
     if (!m->scaler_enabled) return FSC_OK;
     const fsc_loss_scaler *sc = &m->scaler;
     /* the factors a loss scaler can run with (fsc_loss_scaler_init's, GradScaler's ranges): a resume takes them */

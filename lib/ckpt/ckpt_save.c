@@ -122,6 +122,8 @@ static fsc_status meta_head(fsc_engine *e, fsc_ckpt_meta *m, int64_t step, fsc_c
     memcpy(m->run_id, ENG(e).run, sizeof m->run_id);
     m->step = step;
     m->optim_steps = fsc_optim_steps(ENG(e).opt);
+    /* a step without an optimizer step each: no more than the caller's step leaves (its data position) */
+    m->skipped_in_row = ENG(e).skips_in_row < step - m->optim_steps ? ENG(e).skips_in_row : step - m->optim_steps;
     m->seed = ENG(e).seed;
     FSC_TRY(ck_model_config(e, &m->model_config));
     m->optim = *ENG(e).oc;

@@ -746,6 +746,10 @@ void fsc_engine_restore_scaler(fsc_engine *e, const fsc_loss_scaler *s) {
     if (e->use_scaler) e->scaler = *s;
 }
 
+void fsc_engine_restore_skips(fsc_engine *e, int64_t skipped_in_row) {
+    e->skips_in_row = skipped_in_row < INT32_MAX ? (int)skipped_in_row : INT32_MAX;
+}
+
 /* The loss scaler's update with the engine's floor (a checkpoint's scaler may have replaced e->scaler). */
 static void scaler_update(fsc_engine *e, int found) {
     e->scaler.min_scale = e->po.min_loss_scale > 0 ? e->po.min_loss_scale : 1.0f;

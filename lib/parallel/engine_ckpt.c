@@ -7,7 +7,7 @@ fsc_engine_ckpt fsc_engine_ckpt_view(const fsc_engine *ce) {
     fsc_engine *e = (fsc_engine *)ce; /* (engine_ckpt.h: a const engine's view is only read through) */
     return (fsc_engine_ckpt){ .r = e->r, .dev = e->dev, .m = e->m, .opt = e->opt, .oc = &e->oc, .po = &e->po,
                               .seed = e->seed, .use_scaler = e->use_scaler, .scaler = &e->scaler,
-                              .run = e->ckpt_run, .trace = e->trace };
+                              .skips_in_row = e->skips_in_row, .run = e->ckpt_run, .trace = e->trace };
 }
 
 void fsc_engine_continue_run(fsc_engine *e, const char *run, uint64_t seed) {

@@ -78,6 +78,7 @@ typedef struct {
     uint64_t seed;
     int use_scaler;                /* the loss is scaled (fp16) */
     const fsc_loss_scaler *scaler; /* the engine's scaler (a load replaces it: fsc_engine_restore_scaler) */
+    int skips_in_row;              /* the last steps skipped in a row (a load sets it: fsc_engine_restore_skips) */
     const char *run;               /* FSC_ENGINE_RUN_ID bytes: the checkpoint run the engine continues, "" until it
                                     * loads or saves one (fsc_engine_continue_run sets it) */
     fsc_trace *trace;              /* NULL: none */
@@ -86,6 +87,9 @@ typedef struct {
 /* A loaded checkpoint's loss scaler replaces the engine's when the engine scales the loss (else nothing): the
  * engine stays the scaler's one writer. */
 void fsc_engine_restore_scaler(fsc_engine *e, const fsc_loss_scaler *s);
+/* A loaded checkpoint's steps skipped in a row: the engine's max_skipped_steps counts on from them, as the run that
+ * wrote it would have. */
+void fsc_engine_restore_skips(fsc_engine *e, int64_t skipped_in_row);
 /* A checkpoint loaded or saved: the engine continues its run id (FSC_ENGINE_RUN_ID bytes, NUL-terminated within
  * them) and the seed of that run's initialization (what its saves record) from now on; the one writer of the
  * engine's run id. */

@@ -173,6 +173,7 @@ typedef struct {
     char run_id[FSC_CKPT_RUN_ID];  /* the run that wrote it (hex); a DIR holds one run's checkpoints */
     int64_t step;                  /* the data position: steps taken by the writer's training loop */
     int64_t optim_steps;           /* optimizer steps (fewer when f16 steps were skipped) */
+    int64_t skipped_in_row;        /* the last steps skipped in a row (inf/NaN): max_skipped_steps counts on from it */
     uint64_t seed;                 /* the keyed initialization's seed (fsc's only RNG state) */
     char *model_config;            /* the model's configuration, a JSON object's text (model.h's config) */
     fsc_optim_config optim;

@@ -205,7 +205,9 @@ void fsc_loss_scaler_update(fsc_loss_scaler *s, int found) {
     if (found) {
         float floor = s->min_scale > 0.0f && isfinite(s->min_scale) ? s->min_scale : FLT_MIN;
         float backed = s->scale * s->backoff_factor;
-        s->scale = backed > floor ? backed : floor; /* a NaN scale (a corrupt state) also lands on the floor */
+        /* a back-off never raises the scale: one already below the floor (a restored state, a floor raised since)
+         * stays; a NaN or non-positive scale (a corrupt state) lands on the floor */
+        s->scale = backed > floor ? backed : s->scale > 0.0f && s->scale < floor ? s->scale : floor;
         s->good_steps = 0;
         s->skipped++;
         return;

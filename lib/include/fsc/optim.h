@@ -93,8 +93,8 @@ fsc_status fsc_grads_nonfinite(fsc_device *dev, fsc_comm *comm, float *const *se
  * One MAX all-reduce of one float, as fsc_grads_nonfinite (which is this with mine = 0). */
 fsc_status fsc_nonfinite_vote(fsc_device *dev, fsc_comm *comm, float *const *segs, const size_t *lens,
                               int nseg, int mine, int *found);
-/* After a step's gradients: found != 0 -> skip and back off (not below min_scale); else count and maybe
- * grow. */
+/* After a step's gradients: found != 0 -> skip and back off (not below min_scale; a scale already below it,
+ * as a checkpoint's under a higher floor, is kept, never raised); else count and maybe grow. */
 void fsc_loss_scaler_update(fsc_loss_scaler *s, int found);
 
 FSC_END_DECLS

@@ -24,7 +24,8 @@ static fsc_status batch_fn(fsc_rank *r, void *arg) {
     FSC_TRY(fsc_engine_create(r, &c, &j->po, &oc, 3, &e));
     const int lb = j->local[r->rank];
     int32_t tok[8 * 8], tgt[8 * 8];
-    for (int i = 0; i < lb * c.seq; i++) tok[i] = (i * 3 + r->rank) % 32, tgt[i] = (i * 7 + 1) % 32;
+    const int d = fsc_engine_layout(e)->data; /* a tensor group's ranks pass the same samples */
+    for (int i = 0; i < lb * c.seq; i++) tok[i] = (i * 3 + d) % 32, tgt[i] = (i * 7 + 1) % 32;
     fsc_step_info info;
     fsc_status s = fsc_engine_step(e, tok, tgt, lb, j->global[r->rank], &info);
     j->st[r->rank] = s;

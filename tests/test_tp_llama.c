@@ -13,7 +13,10 @@
  *   - 3D: dp 2 x tp 2 x pp 2 on 8 ranks (GPipe and 1F1B without recomputation, GPipe recomputing every stage's
  *     forward in backward) equals dp 2 x tp 2 DDP accumulating the same 2 micro-batches bit for bit;
  *   - a training checkpoint written at tp 2 (FSDP, 4 ranks; sharded and full; 4 kv heads) loads at tp 1 (1 rank),
- *     at tp 2 x pp 2 and at tp 4 (4 ranks) with bit-equal full parameters. */
+ *     at tp 2 x pp 2 and at tp 4 (4 ranks) with bit-equal full parameters;
+ *   - at dp 2 x tp 2 (with and without sequence parallelism), one tensor rank passing other inputs or other targets
+ *     than its tensor group's rank 0 fails the step on every rank with FSC_ERR_INVALID, the message naming the
+ *     tensor rank, and updates nothing (the full parameters stay bit-equal). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,8 +223,61 @@ static void test_checkpoint_tp2_loads_at_tp1(void **st) {
     test_rmtree(dir);
 }
 
+/* A step in which tensor rank 1 of data rank 0 changes one of its samples' first token (skew 1) or target (skew 2). */
+typedef struct {
+    job j;
+    int skew;
+    fsc_status st[4];
+    char why[4][320];
+} skewed;
+
+static fsc_status skewed_rank(fsc_rank *r, void *arg) {
+    skewed *k = arg;
+    const fsc_llama_config c = k->j.arg.cfg;
+    fsc_optim_config oc = { .kind = FSC_OPT_SGD, .lr = 1e-1f };
+    fsc_engine *e = NULL;
+    FSC_TRY(fsc_engine_create_built(r, fsc_llama_build, &k->j.arg, &k->j.po, &oc, 7, &e));
+    const fsc_layout *l = fsc_engine_layout(e);
+    const int lb = GB / l->dp;
+    int32_t tok[GB * 8], tgt[GB * 8];
+    for (int i = 0; i < lb; i++) sample((size_t)l->data * lb + i, &c, tok + i * c.seq, tgt + i * c.seq);
+    if (l->data == 0 && l->tensor == 1) {
+        int32_t *t = k->skew == 1 ? tok : tgt;
+        t[0] = (t[0] + 1) % c.vocab;
+    }
+    fsc_status s = fsc_engine_full_params(e, r->rank == 0 ? k->j.before : NULL);
+    fsc_step_info info;
+    if (s == FSC_OK) {
+        k->st[r->rank] = fsc_engine_step_model(e, tok, tgt, lb, GB, &info);
+        snprintf(k->why[r->rank], sizeof k->why[r->rank], "%s", fsc_last_error());
+    }
+    if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? k->j.after : NULL);
+    fsc_engine_free(e);
+    return s;
+}
+
+static void test_tensor_ranks_pass_the_same_samples(void **st) {
+    (void)st;
+    for (int sp = 0; sp < 2; sp++)
+        for (int skew = 1; skew <= 2; skew++) {
+            skewed k = { .j = make(2, 2, sp, 2, FSC_PAR_DDP), .skew = skew };
+            k.j.before = calloc(k.j.P, sizeof(float));
+            mt_train(k.j.world, 120, k.j.P, &k.j.after, skewed_rank, &k);
+            for (int r = 0; r < 4; r++)
+                if (k.st[r] != FSC_ERR_INVALID)
+                    fail_msg("sp %d, other %s on a tensor rank: rank %d's step returned %d (%s)", sp,
+                             skew == 1 ? "inputs" : "targets", r, (int)k.st[r], k.why[r]);
+            /* Megatron's order: world rank 1 is tensor rank 1 of data rank 0 */
+            assert_non_null(strstr(k.why[1], "tensor rank 1 of data rank 0"));
+            assert_non_null(strstr(k.why[1], skew == 1 ? "other inputs" : "other targets"));
+            assert_bits_equal(k.j.after, k.j.before, k.j.P, "the parameters after the refused step");
+            done(&k.j);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tensor_ranks_pass_the_same_samples),
         cmocka_unit_test(test_tp_against_tp1),
         cmocka_unit_test(test_strategies_equal_ddp_at_tp2),
         cmocka_unit_test(test_3d_equals_ddp_accumulating),

@@ -82,6 +82,9 @@ struct fsc_step_ctx {
     float loss_scale;              /* the step's loss scale (1 without the scaler): dscale's, unscaled by O */
     fsc_step_info *info;           /* where O writes what the step did, NULL: nowhere */
     int attempts;                  /* the exact reduction's attempts so far (E counts them) */
+    fsc_status samples;            /* tensor parallelism: whether the tensor group passed the same samples (engine.c's
+                                    * step_model), O's batch verdict when the batch check passed */
+    char samples_why[256];         /* its message */
     int again;                     /* E: run the list again from its start (the runner clears it) */
 };
 

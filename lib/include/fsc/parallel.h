@@ -228,7 +228,9 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
  * data-parallel group, the same on every rank and the sum of the local batches over the data group; checked
  * with the loss's all-gather (in a pipeline by the last stage's data group, the verdict sent with the loss),
  * the verdict carried by the world's non-finite vote: a mismatch anywhere fails the step with
- * FSC_ERR_INVALID on every rank, before any update. The loss is the mean of the loss terms over the global
+ * FSC_ERR_INVALID on every rank, before any update. With tensor parallelism every rank of a tensor group passes
+ * the same samples (those of its data rank): the group compares fingerprints of them (one all-gather of 16 bytes a
+ * rank), and a difference fails the step the same way. The loss is the mean of the loss terms over the global
  * batch. A step whose loss or gradients are not finite on some rank applies no update on any rank; it fails
  * with FSC_ERR_NUMERIC (po.nonfinite stop, or po.max_skipped_steps skipped in a row) or returns with
  * info->skipped set. info receives what the step did (may be NULL: nowhere). */

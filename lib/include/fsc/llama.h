@@ -104,7 +104,8 @@ fsc_status fsc_llama_model_create_tp(fsc_device *dev, const fsc_llama_config *cf
  * fsc_llama_build_arg; the engine hands it the tensor group (NULL without tensor parallelism). */
 typedef struct {
     fsc_llama_config cfg;
-    int sp;             /* sequence parallelism under a tensor group */
+    int sp;             /* sequence parallelism under a tensor group: the builder's own, not po.sequence_parallel
+                         * (which it does not see: set both) */
 } fsc_llama_build_arg;
 fsc_status fsc_llama_build(void *arg, fsc_device *dev, fsc_comm *tp, fsc_model **out);
 

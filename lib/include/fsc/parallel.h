@@ -120,7 +120,10 @@ typedef struct {
      * and stepped over the ranks holding the same slices. Layer checkpointing (checkpoint) and the pipeline
      * checkpoint modes work with it. */
     int tp;                       /* tensor-parallel ranks (0 or 1: none) */
-    int sequence_parallel;        /* with tp > 1: layer norms and residuals on sequence shards */
+    int sequence_parallel;        /* with tp > 1: layer norms and residuals on sequence shards. The builders of
+                                   * fsc_engine_create and fsc_engine_create_config read it; a builder handed to
+                                   * fsc_engine_create_built takes its own (fsc_llama_build: its arg's sp), which
+                                   * the engine does not see: set both */
     const char *order;            /* rank order, fastest first (fsc_layout_parse_order); NULL: "tp,dp,pp" */
     /* expert parallelism (MoE models, docs/tensor_parallel.md): ep consecutive ranks of the data group split
      * the experts (E / ep each) and exchange tokens with all-to-alls; the dense parameters stay with the

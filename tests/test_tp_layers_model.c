@@ -16,7 +16,8 @@
  *   - GPT-2's layers at tp 2 with sp: gradients of split and replicated tensors against central finite differences
  *     of the loss (2e-2 relative or 2e-4 absolute);
  *   - bad options are refused with a message: sp without tp, heads / kv heads / vocabulary / F not dividing, T not
- *     dividing under sp, tp_mode without tp, an MoE block with tp. */
+ *     dividing under sp, tp_mode without tp, an MoE block with tp, a head whose vocabulary has fewer rows than the
+ *     group has ranks (no padding helps). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,7 +330,7 @@ static void test_tp_embeddings_bit_exact(void **state) {
 
 /* ---- refusals ---- */
 typedef struct {
-    char msg[9][256];
+    char msg[10][256];
 } refusals;
 
 static fsc_status refuse_rank(fsc_rank *r, void *arg) {
@@ -370,6 +371,11 @@ static fsc_status refuse_rank(fsc_rank *r, void *arg) {
     snprintf(out->msg[8], 256, "%s", fsc_last_error());
     for (int k = 0; k < 9; k++)
         if (st[k] != FSC_ERR_INVALID) return fsc_error(FSC_ERR_INTERNAL, "refusal %d was not refused", k);
+    /* a vocabulary smaller than the group: no padding gives every rank a real row */
+    ho = (fsc_lm_head_opts){ .T = T, .C = C, .V = 1, .Vp = 2, .tp = r->comm };
+    if (fsc_layer_lm_head_opts(&ho, &l) != FSC_ERR_UNSUPPORTED)
+        return fsc_error(FSC_ERR_INTERNAL, "a head of 1 real row over 2 ranks was not refused");
+    snprintf(out->msg[9], 256, "%s", fsc_last_error());
     if (r->rank == 0) memcpy(arg, &mine, sizeof mine);
     return FSC_OK;
 }
@@ -412,6 +418,8 @@ static void test_tp_layer_refusals(void **state) {
     assert_non_null(strstr(r->msg[6], "tp_mode needs a tensor group"));
     assert_non_null(strstr(r->msg[7], "FSC_TP_COLUMN"));
     assert_non_null(strstr(r->msg[8], "MoE block has no tensor-parallel form"));
+    assert_non_null(strstr(r->msg[9], "a vocabulary of 1 rows (V) over a tensor group of 2 ranks"));
+    assert_non_null(strstr(r->msg[9], "at most 1 ranks"));
     free(r);
 }
 

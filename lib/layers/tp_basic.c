@@ -369,6 +369,10 @@ fsc_status fsc_tp_layer_lm_head(const fsc_lm_head_opts *o, fsc_layer **out) {
     const int Vp = o->Vp > o->V ? o->Vp : o->V;
     FSC_TRY(tp_divides("lm head", Vp > o->V ? "the padded vocabulary Vp" : "the vocabulary V", Vp, &g));
     FSC_TRY(tp_check_sp("lm head", o->T, &g));
+    if (o->V < g.size) /* no padding helps: the slices of Vp rows, Vp >= size, leave the last rank only padding */
+        return fsc_error(FSC_ERR_UNSUPPORTED, "lm head layer: a vocabulary of %d rows (V) over a tensor group of %d "
+                         "ranks leaves a rank's slice without a real row, whatever the padding (Vp %d): the group can "
+                         "have at most %d ranks", o->V, g.size, Vp, o->V);
     if (Vp - o->V >= Vp / g.size) /* every slice must hold a real column: the group's softmax needs each rank's */
         return fsc_error(FSC_ERR_UNSUPPORTED, "lm head layer: a padded vocabulary (V %d, Vp %d) over a tensor group of "
                          "%d ranks leaves the last rank's slice of %d rows without a real one: pad by fewer than %d "

@@ -13,6 +13,8 @@
  *     linears around a GELU with an MSE loss; llama.h's fsc_llama_model_create_tp (2 layers, dim 32, 4 heads, 2 kv
  *     heads at tp 2; 4 kv heads at tp 2 and 4: kv heads must divide by the group size);
  *   - the initial slices are the full tensors' values (checked through the same gathering);
+ *   - the models of the Llama's, GPT-2's and the standalone layers at tp 2, with and without sp, describe themselves
+ *     (model.h's config, recorded in checkpoints and weights files) as the unsplit model does;
  *   - GPT-2's layers at tp 2 with sp: gradients of split and replicated tensors against central finite differences
  *     of the loss (2e-2 relative or 2e-4 absolute);
  *   - bad options are refused with a message: sp without tp, heads / kv heads / vocabulary / F not dividing, T not
@@ -328,6 +330,50 @@ static void test_tp_embeddings_bit_exact(void **state) {
     }
 }
 
+/* ---- configuration: a model's description does not depend on the layout (its checkpoints load at any tp) ---- */
+typedef struct {
+    char same[3][2]; /* kind M_LLAMA, M_GPT, M_PARTS; sp */
+    char tp_text[2048], one_text[2048];
+} configs;
+
+static fsc_status config_rank(fsc_rank *r, void *arg) {
+    configs *cf = arg;
+    char *a = malloc(1 << 16), *b = malloc(1 << 16);
+    fsc_status s = a && b ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "test: out of memory");
+    for (int kind = M_LLAMA; kind <= M_PARTS && s == FSC_OK; kind++)
+        for (int sp = 0; sp < 2 && s == FSC_OK; sp++) {
+            fsc_model *split = NULL, *whole = NULL;
+            s = build(r->dev, r->comm, sp, kind, &split);
+            if (s == FSC_OK) s = build(r->dev, NULL, 0, kind, &whole);
+            if (s == FSC_OK) {
+                split->ops->config(split->ctx, a, 1 << 16);
+                whole->ops->config(whole->ctx, b, 1 << 16);
+                if (r->rank == 0) {
+                    cf->same[kind - M_LLAMA][sp] = strcmp(a, b) == 0;
+                    if (strcmp(a, b) != 0) snprintf(cf->tp_text, sizeof cf->tp_text, "%s", a);
+                    if (strcmp(a, b) != 0) snprintf(cf->one_text, sizeof cf->one_text, "%s", b);
+                }
+            }
+            fsc_model_free(split), fsc_model_free(whole);
+        }
+    free(a), free(b);
+    return s;
+}
+
+/* A model of the tensor-parallel layers records the unsplit model's configuration (with and without sp): the
+ * layout is not the model, and a checkpoint whose recorded configuration named tp or sp would load only at them. */
+static void test_tp_config_is_the_unsplit_models(void **state) {
+    (void)state;
+    configs *cf = calloc(1, sizeof *cf);
+    assert_ok(tt_run(2, config_rank, cf));
+    for (int k = 0; k < 3; k++)
+        for (int sp = 0; sp < 2; sp++)
+            if (!cf->same[k][sp])
+                fail_msg("model kind %d%s at tp 2: configuration %s, unsplit %s", k, sp ? " sp" : "", cf->tp_text,
+                         cf->one_text);
+    free(cf);
+}
+
 /* ---- refusals ---- */
 typedef struct {
     char msg[10][256];
@@ -429,6 +475,7 @@ int main(void) {
         cmocka_unit_test(test_tp_layer_models_match_tp1),
         cmocka_unit_test(test_tp_gradients_finite_differences),
         cmocka_unit_test(test_tp_layer_refusals),
+        cmocka_unit_test(test_tp_config_is_the_unsplit_models),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,9 +42,8 @@ static fsc_status tl_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
 
 static void tl_config(const fsc_layer *l, char *buf, size_t cap) {
     const tp_linear *y = (const tp_linear *)l;
-    snprintf(buf, cap, "{\"rows\":%d,\"in\":%d,\"out\":%d,\"bias\":%d,\"out_in\":%d,\"tp\":%d,\"tp_mode\":\"%s\"}",
-             y->o.rows, y->o.in, y->o.out, y->o.bias, y->o.out_in, y->g.size,
-             y->o.tp_mode == FSC_TP_COLUMN ? "column" : "row");
+    snprintf(buf, cap, "{\"rows\":%d,\"in\":%d,\"out\":%d,\"bias\":%d,\"out_in\":%d}", y->o.rows, y->o.in, y->o.out,
+             y->o.bias, y->o.out_in);
 }
 
 /* Split backward (layers.h): the input part is dinp = dout W^T and, column-parallel, its all-reduce over the group
@@ -143,7 +142,7 @@ static fsc_status te_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
 
 static void te_config(const fsc_layer *l, char *buf, size_t cap) {
     const tp_embed *y = (const tp_embed *)l;
-    snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d,\"tp\":%d,\"sp\":%d}", y->o.T, y->o.C, y->o.V, y->g.size, y->g.sp);
+    snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d}", y->o.T, y->o.C, y->o.V);
 }
 
 static fsc_status te_check(const fsc_layer *l, const void *host, int B) {
@@ -334,9 +333,11 @@ static fsc_status th_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
 
 static void th_config(const fsc_layer *l, char *buf, size_t cap) {
     const tp_head *y = (const tp_head *)l;
-    snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d,\"norm\":\"%s\",\"eps\":%.9g,\"tp\":%d,\"sp\":%d}", y->o.T, y->o.C,
-             y->o.V, y->o.norm == FSC_HEAD_NORM_RMSNORM ? "rmsnorm" : y->o.norm ? "layernorm" : "none",
-             (double)y->o.eps, y->g.size, y->g.sp);
+    if (y->o.norm == FSC_HEAD_NORM_NONE)
+        snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d}", y->o.T, y->o.C, y->o.V);
+    else
+        snprintf(buf, cap, "{\"T\":%d,\"C\":%d,\"V\":%d,\"norm\":\"%s\",\"eps\":%.9g}", y->o.T, y->o.C, y->o.V,
+                 y->o.norm == FSC_HEAD_NORM_RMSNORM ? "rmsnorm" : "layernorm", (double)y->o.eps);
 }
 
 static fsc_status th_check(const fsc_layer *l, const void *host, int B) {

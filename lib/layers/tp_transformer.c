@@ -293,8 +293,7 @@ fsc_status fsc_tp_layer_attention(const fsc_attention_opts *o, fsc_layer **out) 
     y->l.in_bytes = (size_t)o->T * o->C * sizeof(float) / (size_t)(g.sp ? g.size : 1);
     y->l.out_floats = (size_t)o->T * o->C / (size_t)(g.sp ? g.size : 1);
     snprintf(y->cfg, sizeof y->cfg, "{\"T\":%d,\"C\":%d,\"heads\":%d,\"kv_heads\":%d,\"bias\":%d,\"residual\":%d,"
-             "\"rope_theta\":%.9g,\"tp\":%d,\"sp\":%d}", o->T, o->C, o->heads, KVH, o->bias, o->residual,
-             (double)o->rope_theta, g.size, g.sp);
+             "\"rope_theta\":%.9g}", o->T, o->C, o->heads, KVH, o->bias, o->residual, (double)o->rope_theta);
     const int64_t C = o->C, Q = (int64_t)o->heads * HS, KV = (int64_t)KVH * HS;
     const fsc_init w = fsc_init_normal(LAYER_STD), z = fsc_init_const(0.0f);
     tp_attn *a = &y->a;
@@ -342,8 +341,7 @@ fsc_status fsc_tp_layer_mlp(const fsc_mlp_opts *o, int swiglu, fsc_layer **out) 
     y->m = (tp_mlp){ .swiglu = swiglu, .C = o->C, .Fl = o->F / g.size };
     y->l.in_bytes = (size_t)rows * o->C * sizeof(float) / (size_t)(g.sp ? g.size : 1);
     y->l.out_floats = (size_t)rows * o->C / (size_t)(g.sp ? g.size : 1);
-    snprintf(y->cfg, sizeof y->cfg, "{\"rows\":%d,\"C\":%d,\"F\":%d,\"residual\":%d,\"tp\":%d,\"sp\":%d}", rows, o->C,
-             o->F, o->residual, g.size, g.sp);
+    snprintf(y->cfg, sizeof y->cfg, "{\"rows\":%d,\"C\":%d,\"F\":%d,\"residual\":%d}", rows, o->C, o->F, o->residual);
     return mlp_params(out, &y->m, "", o->C, o->F, &g);
 }
 
@@ -547,9 +545,9 @@ static fsc_status tb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
 static void tb_config(const fsc_layer *l, char *buf, size_t cap) {
     const tp_block *y = (const tp_block *)l;
     snprintf(buf, cap, "{\"kind\":\"%s\",\"T\":%d,\"C\":%d,\"heads\":%d,\"kv_heads\":%d,\"F\":%d,"
-             "\"rope_theta\":%.9g,\"eps\":%.9g,\"separate_qkv\":%d,\"tp\":%d,\"sp\":%d}",
+             "\"rope_theta\":%.9g,\"eps\":%.9g,\"separate_qkv\":%d}",
              y->o.kind == FSC_BLOCK_LLAMA ? "llama" : "gpt2", y->o.T, y->o.C, y->o.heads, y->o.kv_heads, y->o.F,
-             (double)y->o.rope_theta, (double)y->o.eps, y->o.separate_qkv, y->g.size, y->g.sp);
+             (double)y->o.rope_theta, (double)y->o.eps, y->o.separate_qkv);
 }
 
 static const fsc_layer_ops tb_ops = { .rec_bytes = tb_rec, .work_bytes = tb_work, .forward = tb_fwd,

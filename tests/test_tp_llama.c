@@ -16,7 +16,8 @@
  *     at tp 2 x pp 2 and at tp 4 (4 ranks) with bit-equal full parameters;
  *   - at dp 2 x tp 2 (with and without sequence parallelism), one tensor rank passing other inputs or other targets
  *     than its tensor group's rank 0 fails the step on every rank with FSC_ERR_INVALID, the message naming the
- *     tensor rank, and updates nothing (the full parameters stay bit-equal). */
+ *     tensor rank, and updates nothing (the full parameters stay bit-equal); fsc_engine_eval fails so too, and
+ *     fsc_engine_predict on other inputs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,7 +228,7 @@ static void test_checkpoint_tp2_loads_at_tp1(void **st) {
 typedef struct {
     job j;
     int skew;
-    fsc_status st[4];
+    fsc_status st[4], eval[4], predict[4];
     char why[4][320];
 } skewed;
 
@@ -252,6 +253,12 @@ static fsc_status skewed_rank(fsc_rank *r, void *arg) {
         snprintf(k->why[r->rank], sizeof k->why[r->rank], "%s", fsc_last_error());
     }
     if (s == FSC_OK) s = fsc_engine_full_params(e, r->rank == 0 ? k->j.after : NULL);
+    double loss;
+    float *out = malloc((size_t)lb * c.seq * c.vocab * sizeof(float));
+    size_t per = 0;
+    if (s == FSC_OK) k->eval[r->rank] = fsc_engine_eval(e, tok, tgt, lb, GB, &loss);
+    if (s == FSC_OK) k->predict[r->rank] = out ? fsc_engine_predict(e, tok, lb, out, &per) : FSC_ERR_NOMEM;
+    free(out);
     fsc_engine_free(e);
     return s;
 }
@@ -271,6 +278,10 @@ static void test_tensor_ranks_pass_the_same_samples(void **st) {
             assert_non_null(strstr(k.why[1], "tensor rank 1 of data rank 0"));
             assert_non_null(strstr(k.why[1], skew == 1 ? "other inputs" : "other targets"));
             assert_bits_equal(k.j.after, k.j.before, k.j.P, "the parameters after the refused step");
+            for (int r = 0; r < 4; r++) { /* evaluation refuses them too; predict reads the inputs only */
+                assert_int_equal(k.eval[r], FSC_ERR_INVALID);
+                assert_int_equal(k.predict[r], skew == 1 ? FSC_ERR_INVALID : FSC_OK);
+            }
             done(&k.j);
         }
 }

@@ -814,19 +814,18 @@ static uint64_t fingerprint(const void *p, size_t n) {
 }
 
 /* Tensor parallelism: the ranks of a tensor group compute slices of the same products, so they must pass the same
- * samples; different ones would train a wrong model without any error. The group compares fingerprints of what its
- * stage reads (the inputs where it runs the first layer, the targets where it runs the last): one all-gather of 16
- * bytes a rank. A difference is kept in c->samples for O, whose vote stops every rank before any update. */
-static fsc_status same_samples(fsc_engine *e, fsc_step_ctx *c) {
-    c->samples = FSC_OK;
-    c->samples_why[0] = '\0';
+ * samples; different ones would train (or evaluate) a wrong model without any error. */
+fsc_status fsc_engine_same_samples(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
+                                   fsc_status *verdict, char *why, size_t cap) {
+    *verdict = FSC_OK;
+    if (cap) why[0] = '\0';
     if (!e->tensor_comm) return FSC_OK;
     const fsc_model *m = e->m;
     const int n = fsc_comm_size(e->tensor_comm);
-    const size_t B = (size_t)c->local_batch;
-    uint64_t mine[2] = { fsc_pipe_runs_layer(e, 0) ? fingerprint(c->inputs, B * m->sample_input_bytes) : 0,
-                         fsc_pipe_runs_layer(e, m->n_layers - 1) ? fingerprint(c->targets, B * m->sample_target_bytes)
-                                                                 : 0 };
+    const size_t B = local_batch > 0 ? (size_t)local_batch : 0;
+    uint64_t mine[2] = { inputs && fsc_pipe_runs_layer(e, 0) ? fingerprint(inputs, B * m->sample_input_bytes) : 0,
+                         targets && fsc_pipe_runs_layer(e, m->n_layers - 1)
+                             ? fingerprint(targets, B * m->sample_target_bytes) : 0 };
     uint64_t *all = malloc((size_t)n * sizeof mine);
     void *dsend = NULL, *drecv = NULL;
     fsc_status s = all ? fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof mine, &dsend)
@@ -835,13 +834,12 @@ static fsc_status same_samples(fsc_engine *e, fsc_step_ctx *c) {
     if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, sizeof mine);
     if (s == FSC_OK) s = fsc_comm_all_gather(e->tensor_comm, dsend, drecv, sizeof mine, FSC_U8);
     if (s == FSC_OK) s = fsc_device_download(e->dev, all, drecv, (size_t)n * sizeof mine);
-    for (int i = 1; s == FSC_OK && i < n && c->samples == FSC_OK; i++)
+    for (int i = 1; s == FSC_OK && i < n && *verdict == FSC_OK; i++)
         if (all[2 * i] != all[0] || all[2 * i + 1] != all[1]) {
-            c->samples = FSC_ERR_INVALID;
-            snprintf(c->samples_why, sizeof c->samples_why, "tensor rank %d of data rank %d passed other %s than "
-                     "tensor rank 0: every rank of a tensor group must pass the same samples (those of its data rank, "
-                     "fsc_engine_layout(e)->data); no update on any rank", i, e->lay.data,
-                     all[2 * i] != all[0] ? "inputs" : "targets");
+            *verdict = FSC_ERR_INVALID;
+            snprintf(why, cap, "tensor rank %d of data rank %d passed other %s than tensor rank 0: every rank of a "
+                     "tensor group must pass the same samples (those of its data rank, fsc_engine_layout(e)->data)",
+                     i, e->lay.data, all[2 * i] != all[0] ? "inputs" : "targets");
         }
     if (dsend) fsc_device_release(e->dev, dsend);
     if (drecv) fsc_device_release(e->dev, drecv);
@@ -856,7 +854,8 @@ static fsc_status step_model(fsc_engine *e, const void *inputs, const void *targ
                              int global_batch, fsc_step_info *info) {
     fsc_step_ctx c;
     FSC_TRY(fsc_step_prepare(e, &c, inputs, targets, local_batch, global_batch, info));
-    FSC_TRY(same_samples(e, &c));
+    /* tensor ranks passing different samples: the step's batch verdict (O's vote stops every rank) */
+    FSC_TRY(fsc_engine_same_samples(e, inputs, targets, local_batch, &c.samples, c.samples_why, sizeof c.samples_why));
     if (e->st->begin_step) FSC_TRY(e->st->begin_step(e));
     return fsc_step_run(e, &c);
 }
@@ -913,7 +912,8 @@ fsc_status fsc_step_optimize(fsc_engine *e, fsc_step_ctx *c) {
     fsc_status batch = FSC_OK;
     int found = 0;
     FSC_TRY(step_sums(e, c, &si, &batch));
-    if (batch == FSC_OK && c->samples != FSC_OK) batch = fsc_error(c->samples, "%s", c->samples_why);
+    if (batch == FSC_OK && c->samples != FSC_OK)
+        batch = fsc_error(c->samples, "%s; no update on any rank", c->samples_why);
     if (e->use_scaler) /* unscale */
         for (int i = 0; i < e->ngsegs; i++)
             FSC_TRY(fsc_k_scale(e->gdev, e->gsegs[i], 1.0f / c->loss_scale, e->glens[i]));

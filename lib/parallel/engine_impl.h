@@ -234,6 +234,12 @@ fsc_status fsc_engine_check_calls(const double *calls, size_t stride, int n);
  * set when it fails): one all-gather of m + 2 doubles per rank (none on a group of one). */
 fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
                                      double *total, fsc_status *batch);
+/* Tensor parallelism: whether the ranks of this rank's tensor group passed the same samples (fingerprints of the
+ * inputs where the rank runs the first layer, of the targets, unless NULL, where it runs the last; one all-gather of
+ * 16 bytes a rank over the tensor group, none without one): *verdict FSC_OK, or FSC_ERR_INVALID with the message in
+ * why (cap bytes), the same on every rank of the group. The return value: the collective's failure. */
+fsc_status fsc_engine_same_samples(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
+                                   fsc_status *verdict, char *why, size_t cap);
 
 /* Collective over r's world, before creation's first other collective (engine_settings.c): every rank passes the
  * same model (NULL: not checked here), options and optimizer (NULL: neither, nor the seed); otherwise

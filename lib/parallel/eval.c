@@ -106,6 +106,9 @@ fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *target
     int mb = 0, n = 0;
     FSC_TRY(fsc_ep_check_batch(e, local_batch, "eval"));
     FSC_TRY(split(e, local_batch, global_batch, &mb, &n));
+    fsc_status same = FSC_OK; /* tensor ranks passing different samples: a verdict like the batch check's */
+    char same_why[256];
+    FSC_TRY(fsc_engine_same_samples(e, inputs, targets, local_batch, &same, same_why, sizeof same_why));
     int place[2];
     fsc_step_eval_enter(e, place); /* the strategies' forward hooks as in a step's first micro-batch; no reduction */
     double sums[3] = { 0, 1, 0 };
@@ -113,6 +116,7 @@ fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *target
     if (s == FSC_OK) s = loss_sum(e, inputs, targets, local_batch, global_batch, mb, n, sums);
     char why[512] = "";
     if (s == FSC_OK && !sums[1]) snprintf(why, sizeof why, "%s", fsc_last_error());
+    if (s == FSC_OK && sums[1] && same != FSC_OK) sums[1] = 0, snprintf(why, sizeof why, "%s", same_why);
     if (s == FSC_OK && e->st->end_eval) s = e->st->end_eval(e);
     fsc_step_eval_leave(e, place);
     FSC_TRY(s);
@@ -137,6 +141,9 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
     if (local_batch < 1 || local_batch % K != 0)
         return fsc_error(FSC_ERR_INVALID, "predict: the local batch of %d samples does not split into %d "
                          "micro-batches", local_batch, K);
+    fsc_status same = FSC_OK; /* tensor ranks passing different inputs fail every rank, below */
+    char same_why[256];
+    FSC_TRY(fsc_engine_same_samples(e, inputs, NULL, local_batch, &same, same_why, sizeof same_why));
     int place[2];
     fsc_step_eval_enter(e, place); /* the strategies' forward hooks as in a step's first micro-batch; no reduction */
     fsc_status s = e->st->begin_eval ? e->st->begin_eval(e) : FSC_OK;
@@ -163,5 +170,6 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
         if (s == FSC_OK) s = t;
     }
     fsc_step_eval_leave(e, place);
+    if (s == FSC_OK && same != FSC_OK) s = fsc_error(same, "predict: %s", same_why);
     return fsc_comm_agree(e->r->comm, e->dev, s); /* every rank fails together */
 }

@@ -22,7 +22,9 @@ struct fsc_engine;
  * not split into the engine's micro-batches (0 included) is refused on that rank only, before any collective: the
  * other ranks then wait in the pass's first collective until that rank returns from its function (FSC_ERR_COMM)
  * or the cluster's timeout_s passes (FSC_ERR_TIMEOUT); fsc_engine_step_model and fsc_engine_predict do the same.
- * Give every rank a local batch that splits. Mixture-of-experts models: the loss without the auxiliary loss. */
+ * Give every rank a local batch that splits. With tensor parallelism every rank of a tensor group passes the same
+ * samples (compared as fsc_engine_step_model does; a difference fails every rank with FSC_ERR_INVALID).
+ * Mixture-of-experts models: the loss without the auxiliary loss. */
 fsc_status fsc_engine_eval(struct fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                            int global_batch, double *loss);
 

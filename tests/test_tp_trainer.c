@@ -139,7 +139,7 @@ static void test_tp_trainer_refusals(void **state) {
         { "--tp 2 --save-every 1", "--save-every needs --ckpt-dir DIR" },
         { "--tp 2 --order tp,tp,pp", "names tp twice" },
         { "--tp 2 --dp 1 --batch 1 --seq 3 --sequence-parallel", "does not split over --tp 2" },
-        /* the GPT as the Llama: each rank holds seq / tp rows of every sequence (it was refused only by the ranks) */
+        /* the GPT as the Llama: a sample's stream is seq / tp rows a rank (it was refused only by the ranks) */
         { "--tp 2 --dp 1 --batch 2 --seq 7 --sequence-parallel", "--seq 7 does not divide by --tp 2" },
         /* found by fuzz/fuzz_train_args.c: the world derived from --tp x --pp was not held to --world's limit */
         { "--tp 32 --pp 64 --layers 64 --heads 32 --dim 128", "--tp 32 x --pp 64 is more than 1024 ranks" },

@@ -181,9 +181,9 @@ static int check_parallel(const train_config *c, const int *given, char *err, si
         ((long long)(c->batch / c->dp / c->accum) * c->seq) % c->tp != 0)
         return snprintf(err, cap, "--sequence-parallel: a micro-batch of %d x %d token rows does not split over --tp %d",
                         c->batch / c->dp / c->accum, c->seq, c->tp), -1;
-    if (c->tp > 1 && c->sequence_parallel && c->seq % c->tp != 0) /* every family: each rank holds seq / tp rows */
-        return snprintf(err, cap, "--sequence-parallel: --seq %d does not divide by --tp %d (each rank holds "
-                        "seq / tp rows of every sequence)", c->seq, c->tp), -1;
+    if (c->tp > 1 && c->sequence_parallel && c->seq % c->tp != 0) /* every family: B x seq / tp rows a rank */
+        return snprintf(err, cap, "--sequence-parallel: --seq %d does not divide by --tp %d (between layers "
+                        "each rank holds B x seq / tp consecutive rows of a micro-batch's B x seq)", c->seq, c->tp), -1;
     if (c->pp > 1 || c->tp > 1 ? c->batch % c->dp != 0 : c->batch % c->world != 0)
         return c->pp > 1 || c->tp > 1 ? snprintf(err, cap, "--batch %d does not split evenly over %d data-parallel ranks (--dp)",
                                     c->batch, c->dp)

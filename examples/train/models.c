@@ -115,8 +115,9 @@ static int llama_resolve(train_config *c, char *err, size_t cap) {
                 return snprintf(err, cap, "--tp %d: %s %d does not divide over the tensor group (tensor parallelism "
                                 "splits it)", c->tp, what[i], n[i]), -1;
         if (c->sequence_parallel && c->seq % c->tp != 0)
-            return snprintf(err, cap, "--sequence-parallel: --seq %d does not divide by --tp %d (each rank holds "
-                            "seq / tp rows of every sequence)", c->seq, c->tp), -1;
+            return snprintf(err, cap, "--sequence-parallel: --seq %d does not divide by --tp %d (between layers "
+                            "each rank holds B x seq / tp consecutive rows of a micro-batch's B x seq)", c->seq,
+                            c->tp), -1;
     }
     return 0;
 }

@@ -82,6 +82,8 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
                (long long)m->scaler.skipped);
     else
         printf("loss scaler: off\n");
+    if (m->skipped_in_row > 0) /* non-finite steps skipped at the end, which max_skipped_steps counts on from */
+        printf("steps skipped in a row at the end: %lld\n", (long long)m->skipped_in_row);
     printf("files (%d):\n", m->nfiles);
     for (int i = 0; i < m->nfiles; i++) printf("  %d %s\n", i, m->files[i]);
     uint64_t total = 0;

@@ -321,6 +321,8 @@ static void test_ckpt_tool(void **st) {
     snprintf(args, sizeof args, "show '%s/tool'", tmpdir);
     assert_int_equal(run("ckpt_tool", args, &out, NULL), 0);
     assert_non_null(strstr(out, "full format, step 2"));
+    assert_non_null(strstr(out, ", ep 1, accum")); /* the writer's expert parallelism */
+    assert_null(strstr(out, "skipped in a row")); /* no step skipped */
     assert_non_null(strstr(out, "optim.v.h.0.mlp.c_fc.weight"));
     assert_non_null(strstr(out, "crc32"));
     free(out);

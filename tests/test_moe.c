@@ -200,6 +200,13 @@ static void test_moe_capacity_and_routing(void **state) {
     (void)state;
     for (int k = 1; k <= 2; k++) assert_ok(tt_run(1, capacity_rank, &k));
     assert_ok(tt_run(1, rounding_rank, NULL));
+    /* the parameter table's entries: 1 + 4 E for a layer's count of experts, 0 for one no layer has (it wrapped) */
+    fsc_moe_config mc = fsc_moe_config_default(8, 4);
+    const int experts[] = { 4096, 0, -1, 4097, 1 << 30 }, want[] = { 1 + 4 * 4096, 0, 0, 0, 0 };
+    for (int i = 0; i < 5; i++) {
+        mc.experts = experts[i];
+        assert_int_equal(fsc_moe_num_tensors(&mc), want[i]);
+    }
 }
 
 /* ---- expert parallelism equals one rank, bit for bit ---- */

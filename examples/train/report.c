@@ -250,8 +250,9 @@ void print_banner(const run_state *st, const fsc_data *data) {
            option_choice("precision", c->precision, pbuf, sizeof pbuf));
     if (c->moe_experts)
         printf("moe: %d of %d blocks (--moe-every %d) with %d experts, top-%d, capacity factor %g, aux %g; expert "
-               "groups of %d ranks (%d experts per rank)\n", f->moe_blocks(c), c->layers, c->moe_every,
-               c->moe_experts, c->moe_top_k, (double)c->moe_capacity, (double)c->moe_aux, c->ep, c->moe_experts / c->ep);
+               "groups of %d rank%s (%d expert%s per rank)\n", f->moe_blocks(c), c->layers, c->moe_every,
+               c->moe_experts, c->moe_top_k, (double)c->moe_capacity, (double)c->moe_aux, c->ep, c->ep == 1 ? "" : "s",
+               c->moe_experts / c->ep, c->moe_experts / c->ep == 1 ? "" : "s");
     if (st->procs)
         printf("processes: %d, one rank each, %s\n", c->world, c->reduce == 1 ? "--reduce native: the communicator's own "
                "sums (bits may differ from simulated ranks)" : c->reduce == 2 ? "--reduce exact: int64 sums (the bits "

@@ -82,7 +82,7 @@ size_t fsc_moe_expert_offset(const fsc_moe *m, int j) {
 }
 
 int fsc_moe_num_tensors(const fsc_moe_config *cfg) {
-    if (!cfg) return 0;
+    if (!cfg || cfg->experts < 1 || cfg->experts > 4096) return 0; /* not a layer's (fsc_moe_create refuses it) */
     return cfg->expert == FSC_MOE_EXPERT_IDENTITY ? 1 : 1 + 4 * cfg->experts;
 }
 

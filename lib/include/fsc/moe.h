@@ -86,7 +86,8 @@ fsc_status fsc_moe_create(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *c
 /* The same layer without parameter memory: every forward and backward passes the tables. */
 fsc_status fsc_moe_create_view(fsc_device *dev, fsc_comm *ep, const fsc_moe_config *cfg, fsc_moe **out);
 void fsc_moe_free(fsc_moe *m);
-/* Entries of the parameter table: 1 + 4 E (1 for identity experts). */
+/* Entries of the parameter table: 1 + 4 E (1 for identity experts); 0 for a count of experts no layer has (below 1
+ * or above 4096). */
 int fsc_moe_num_tensors(const fsc_moe_config *cfg);
 /* This rank's experts: [first, first + count). */
 void fsc_moe_local_experts(const fsc_moe *m, int *first, int *count);

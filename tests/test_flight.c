@@ -440,6 +440,13 @@ static void test_damaged_records(void **state) {
     expect(report, "flight-rank-1.json: not a regular file (rank 1 counted as silent)");
     assert_err(fsc_flight_diagnose_dir("/nonexistent/fsc", report, sizeof report), FSC_ERR_IO, "cannot list");
     test_rmtree(dir);
+    /* a recorder whose record the diagnosis could not read is refused when made, not when read */
+    fsc_flight *f = NULL;
+    assert_err(fsc_flight_create(&(fsc_flight_opts){ .rank = 0, .world = FSC_FLIGHT_MAX_WORLD + 1 }, &f),
+               FSC_ERR_UNSUPPORTED, "above the 65536 a flight record can describe");
+    assert_null(f);
+    assert_ok(fsc_flight_create(&(fsc_flight_opts){ .rank = 0, .world = FSC_FLIGHT_MAX_WORLD }, &f));
+    fsc_flight_free(f);
 }
 
 #define CALL(rank, seq, state, status, end) \

@@ -119,6 +119,9 @@ fsc_status fsc_flight_create(const fsc_flight_opts *o, fsc_flight **out) {
     if (!out) return fsc_error(FSC_ERR_INVALID, "fsc_flight_create: out is NULL");
     *out = NULL;
     if (!o) return fsc_error(FSC_ERR_INVALID, "fsc_flight_create: opts is NULL");
+    if (o->world > FSC_FLIGHT_MAX_WORLD)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "fsc_flight_create: a world of %d ranks is above the %d a flight record "
+                         "can describe (the diagnosis reads no more)", o->world, FSC_FLIGHT_MAX_WORLD);
     if (o->world < 1 || o->rank < 0 || o->rank >= o->world)
         return fsc_error(FSC_ERR_INVALID, "fsc_flight_create: rank %d of a world of %d is out of range", o->rank,
                          o->world);

@@ -5,10 +5,11 @@
 #define FSC_IO_FLIGHT_READ_H
 #include <stddef.h>
 #include <stdint.h>
+#include "fsc/flight.h" /* FSC_FLIGHT_MAX_WORLD */
 #include "fsc/status.h"
 
 #define FLR_MAX_BYTES ((size_t)32 << 20) /* a record file at most */
-#define FLR_MAX_WORLD (1 << 16)
+#define FLR_MAX_WORLD FSC_FLIGHT_MAX_WORLD
 #define FLR_MAX_COMMS 4096
 
 enum { FLR_ISSUED = 1, FLR_WAITING, FLR_COMPLETED, FLR_FAILED };

@@ -20,6 +20,15 @@ static void test_make_contiguous(void **state) {
     fsc_tensor s = fsc_tensor_make(NULL, FSC_BF16, 0, NULL, NULL);
     assert_int_equal(fsc_tensor_numel(&s), 1); /* a scalar */
     assert_int_equal(fsc_tensor_nbytes(&s), 2);
+    /* more dimensions than a tensor holds, or fewer than none: the empty tensor (its data NULL), never a tensor of
+     * the first FSC_MAX_DIMS dimensions' elements */
+    const int64_t five[5] = { 2, 3, 4, 5, 6 };
+    const int bad[2] = { FSC_MAX_DIMS + 1, -1 };
+    for (int k = 0; k < 2; k++) {
+        fsc_tensor e = fsc_tensor_make(buf, FSC_F32, bad[k], five, NULL);
+        assert_null(e.data);
+        assert_int_equal(e.ndim, 0);
+    }
 }
 
 static void test_narrow(void **state) {

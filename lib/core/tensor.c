@@ -6,12 +6,12 @@
 
 fsc_tensor fsc_tensor_make(void *data, fsc_dtype dtype, int ndim, const int64_t *shape, fsc_device *dev) {
     fsc_tensor t = {0};
-    if (!shape && ndim > 0) return t; /* no shape to read: the empty tensor (no data), which every op refuses */
+    /* no shape to read, or more dimensions than a tensor holds (or fewer than none): the empty tensor (no data),
+     * which every op refuses, never a tensor of other elements than the shape's */
+    if ((!shape && ndim > 0) || ndim < 0 || ndim > FSC_MAX_DIMS) return t;
     t.data = data;
     t.dtype = dtype;
     t.dev = dev;
-    if (ndim < 0) ndim = 0;
-    if (ndim > FSC_MAX_DIMS) ndim = FSC_MAX_DIMS;
     t.ndim = ndim;
     for (int i = 0; i < ndim; i++) t.shape[i] = shape[i];
     int64_t s = 1;

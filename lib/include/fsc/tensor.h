@@ -22,7 +22,8 @@ typedef struct {
     fsc_device *dev;              /* where data lives; NULL for host memory */
 } fsc_tensor;
 
-/* A contiguous tensor over data (shape NULL with ndim > 0: the empty tensor, data NULL, which every op refuses). */
+/* A contiguous tensor over data (shape NULL with ndim > 0, or ndim outside 0..FSC_MAX_DIMS: the empty tensor, data
+ * NULL, which every op refuses). */
 fsc_tensor fsc_tensor_make(void *data, fsc_dtype dtype, int ndim, const int64_t *shape, fsc_device *dev);
 int64_t fsc_tensor_numel(const fsc_tensor *t);
 size_t fsc_tensor_nbytes(const fsc_tensor *t);   /* numel x element size (contiguous extent) */

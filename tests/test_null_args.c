@@ -1275,8 +1275,8 @@ static void null_fsc_model_num_params(void) {
 }
 
 static void null_fsc_model_tensor_index(void) {
-    RET0(fsc_model_tensor_index(NULL, P));
-    RET0(fsc_model_tensor_index(P, NULL));
+    RETVAL(fsc_model_tensor_index(NULL, P), -1); /* no tensor, not the first one */
+    RETVAL(fsc_model_tensor_index(P, NULL), -1);
 }
 
 static void null_fsc_model_validate(void) {

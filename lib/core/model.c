@@ -156,7 +156,7 @@ size_t fsc_model_num_full_params(const fsc_model *m) {
 }
 
 int fsc_model_tensor_index(const fsc_model *m, const char *name) {
-    if (!m || !name) return 0;
+    if (!m || !name) return -1; /* none: 0 would name the first tensor */
     for (int i = 0; i < m->n_tensors; i++)
         if (!strcmp(m->info[i].name, name)) return i;
     return -1;

@@ -294,7 +294,7 @@ double fsc_lm_flops_per_token(double matmul_params, int layers, int dim, int T);
 /* Total parameters of the full tensors (sum of fsc_param_full_numel; fsc_model_num_params without tensor
  * parallelism). */
 size_t fsc_model_num_full_params(const fsc_model *m);
-/* Index of the tensor called name, -1 if none. */
+/* Index of the tensor called name, -1 if none (m or name NULL too). */
 int fsc_model_tensor_index(const fsc_model *m, const char *name);
 /* ops->destroy(m) when the model owns itself (fsc_gpt_model_create's); NULL does nothing. */
 void fsc_model_free(fsc_model *m);

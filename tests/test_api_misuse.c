@@ -217,6 +217,12 @@ static fsc_status seq_generate_rank(fsc_rank *r, void *arg) {
     int V = 0;
     assert_ok(fsc_generator_next(g, tok, 3, &lg, &V));
     assert_int_equal(V, 16);
+    /* a prompt of no tokens (or fewer) is refused, also when nothing is to be appended */
+    int32_t gen[4] = { 1, 2, 3, 0 };
+    const fsc_sample_opts so = { .temperature = 0 }; /* greedy */
+    for (int n = 0; n >= -1; n--)
+        for (int k = 0; k < 2; k++)
+            assert_err(fsc_generate(g, gen, n, k, &so), FSC_ERR_INVALID, "a prompt of");
     /* the same forward by hand, hooks NULL: the logits of position 2 */
     fsc_model_acts_opts o = fsc_model_acts_opts_default(m, 1);
     fsc_model_acts *a = NULL;

@@ -135,6 +135,7 @@ fsc_status fsc_generate(fsc_generator *g, int32_t *tokens, int n, int n_new, con
     FSC_CHECK_ARG(o);
     if (!opts_ok(o)) return fsc_error(FSC_ERR_INVALID, "generate: temperature must be finite and >= 0, top_k >= 0");
     if (n_new < 0) return fsc_error(FSC_ERR_INVALID, "generate: %d new tokens", n_new);
+    if (n < 1) return fsc_error(FSC_ERR_INVALID, "generate: a prompt of %d tokens (at least 1)", n);
     if (n > INT_MAX - n_new)
         return fsc_error(FSC_ERR_INVALID, "generate: %d tokens and %d new ones are more than %d", n, n_new, INT_MAX);
     float *scratch = NULL;

@@ -52,8 +52,8 @@ int fsc_generator_context(const fsc_generator *g);
  * the vocab logits of the token after tokens[n-1]. A token of the window out of the model's vocabulary is refused
  * (FSC_ERR_INVALID naming it and, when n is longer than the window, the window's place in tokens). */
 fsc_status fsc_generator_next(fsc_generator *g, const int32_t *tokens, int n, const float **logits, int *vocab);
-/* Append n_new tokens to tokens[0..n) in place (tokens holds n + n_new), step k picking with fsc_sample_token at
- * step k. */
+/* Append n_new tokens to tokens[0..n) in place (tokens holds n + n_new; n >= 1, also for n_new 0), step k picking
+ * with fsc_sample_token at step k. */
 fsc_status fsc_generate(fsc_generator *g, int32_t *tokens, int n, int n_new, const fsc_sample_opts *o);
 void fsc_generator_free(fsc_generator *g);
 

@@ -195,7 +195,13 @@ static void test_make_tokens(void **state) {
     double l[6];
     args = prog_fmt("--data '%s/mt_train.bin' --val-data '%s/mt_val.bin'", tmpdir, tmpdir);
     losses(args, l, 6);
-    free(args), free(fifo), free(tool);
+    free(args);
+    /* --val 0 writes no validation file and leaves none of an earlier run's that would pass for this text's */
+    args = prog_fmt("--val 0 '%s/data.txt' '%s/mt'", tmpdir, tmpdir);
+    assert_int_equal(prog_run(tool, args, tmpdir, &out, NULL), 0);
+    char *val = prog_fmt("%s/mt_val.bin", tmpdir);
+    if (access(val, F_OK) == 0) fail_msg("make_tokens --val 0 left %s: %s", val, out);
+    free(args), free(out), free(val), free(fifo), free(tool);
 }
 
 /* Oracle: without --data, the default corpus is found from any working directory (beside the program in the

@@ -6,7 +6,8 @@
  *    "host_peak_bytes":{"params":..,..,"total":..}}                             (one per step)
  *   {"type":"val","step":3,"val_loss":5.3}                                      (one per validation)
  * The first line of a log is {"type":"config", "config":{...}} (the options of the run, as --json names them).
- * lr, val_loss, mfu and eta_s are left out when not known, host_peak_bytes without --offload. tools/plot reads
+ * lr, mfu and eta_s are left out when not known, host_peak_bytes without --offload; a loss or val_loss that is inf
+ * or NaN is null. tools/plot reads
  * these lines.
  * Only what is here formats; the training loop and its measurements stay in examples/train/ (loop.c, report.c). */
 #ifndef TRAIN_LOG_H
@@ -22,7 +23,8 @@ typedef struct {
     int step, steps;    /* the step just taken (1-based), of steps */
     double loss;
     double lr;          /* the learning rate the step used; NAN: not known */
-    double val_loss;    /* the validation loss computed after this step; NAN: none this step */
+    double val_loss;    /* the validation loss computed after this step (inf or NaN when it diverged) */
+    int validated;      /* the run validated after this step (val_loss is its loss) */
     double ms;          /* the step's wall time */
     double tokens;      /* tokens of the step (global batch x context) */
     double flops;       /* FLOPs of the step over all ranks (fsc_model_flops); 0: unknown */
@@ -51,7 +53,7 @@ static inline void format_duration(char *buf, size_t cap, double s) {
 /* The progress line: step, loss, validation loss (when computed), lr, ms/step, tokens/s, MFU, peak memory, ETA. */
 static inline void print_progress(FILE *f, const step_record *r) {
     char val[32] = "", lr[32] = "", mfu[32] = "", eta[32] = "";
-    if (isfinite(r->val_loss)) snprintf(val, sizeof val, " | val %.6f", r->val_loss);
+    if (r->validated) snprintf(val, sizeof val, " | val %.6f", r->val_loss); /* "val nan": it diverged */
     if (isfinite(r->lr)) snprintf(lr, sizeof lr, " | lr %.3e", r->lr);
     double m = record_mfu(r);
     if (isfinite(m)) snprintf(mfu, sizeof mfu, " | MFU %5.2f%%", 100.0 * m);
@@ -153,7 +155,7 @@ static inline int log_step(FILE *f, const step_record *r) {
     if (r->peak) cJSON_AddItemToObject(o, "peak_bytes", tag_object(r->peak));
     if (r->host_peak) cJSON_AddItemToObject(o, "host_peak_bytes", tag_object(r->host_peak));
     if (log_line(f, o) != 0) return -1;
-    return isfinite(r->val_loss) ? log_val(f, r->step, r->val_loss) : 0;
+    return r->validated ? log_val(f, r->step, r->val_loss) : 0; /* val_loss null when not finite */
 }
 
 /* The first line of a log: the run's options (takes config). */

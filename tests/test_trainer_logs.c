@@ -519,6 +519,45 @@ static void test_log_skipped_step_lr(void **state) {
     free(out), free(args), free(log);
 }
 
+/* A validation whose loss is inf or NaN (the weights overflowed: sgd at --lr 1e30 with --weight-decay 1e30, as
+ * above) is still a validation: --log has its record, with val_loss null, and the progress line its "val" (both were
+ * left out, as for a step not validated after, so a diverged run read as one that never validated). Oracle: --val-every
+ * 1 validates after each of the 2 steps; --json's val_loss of each is null (not a finite number). */
+static void test_log_val_not_finite(void **state) {
+    (void)state;
+    char *val = prog_fmt("%s/val_nan.txt", tmpdir), *log = prog_fmt("%s/val_nan.jsonl", tmpdir), *out = NULL;
+    char text[600];
+    for (size_t i = 0; i < sizeof text - 1; i++) text[i] = (char)('a' + (i * 5 + i / 7) % 26);
+    text[sizeof text - 1] = 0;
+    write_text(val, text);
+    char *args = prog_fmt(TINY " --steps 2 --optimizer sgd --momentum 0 --lr 1e30 --weight-decay 1e30 --clip 0 "
+                          "--nonfinite skip --val-data %s --val-every 1 --val-batches 1 --log %s --json", val, log);
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    cJSON *j = prog_last_json(out);
+    const cJSON *vals = get(j, "val_loss");
+    for (int s = 1; s <= 2; s++)
+        if (cJSON_IsNumber(cJSON_GetArrayItem(vals, s - 1)))
+            fail_msg("step %d: the validation loss is finite, the run did not diverge:\n%s", s, out);
+    int n = 0;
+    cJSON **v = read_lines(log, &n);
+    if (n != 1 + 2 * 2) fail_msg("%d lines in --log, expected the config and 2 steps each with its validation", n);
+    for (int s = 1; s <= 2; s++) {
+        const cJSON *rec = v[2 * s];
+        assert_string_equal(get(rec, "type")->valuestring, "val");
+        assert_int_equal(get(rec, "step")->valueint, s);
+        assert_true(cJSON_IsNull(get(rec, "val_loss")));
+        char key[32];
+        snprintf(key, sizeof key, "step    %d/2", s);
+        const char *line = strstr(out, key), *eol = line ? strchr(line, '\n') : NULL;
+        assert_non_null(eol);
+        if (!memmem(line, (size_t)(eol - line), "| val ", 6)) fail_msg("step %d's line has no val:\n%s", s, out);
+    }
+    free_lines(v, n);
+    cJSON_Delete(j);
+    free(out), free(args), free(val), free(log);
+}
+
 /* Skipped steps and fp16's loss scale are in the logs: --precision fp16 at --lr 3 overflows from step 2, so the
  * scaler skips steps and halves its scale each time. Oracle: the progress lines' "skipped" marks; each --log
  * record's "skipped" equals its step's mark, "loss_scale" starts at 65536 and halves after each skipped step
@@ -854,6 +893,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_mfu_peak),
         cmocka_unit_test(test_log_skipped_step_lr),
         cmocka_unit_test(test_log_skipped_and_scale),
+        cmocka_unit_test(test_log_val_not_finite),
         cmocka_unit_test(test_config_default_takes_back),
     };
     if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */

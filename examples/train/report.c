@@ -125,7 +125,8 @@ fsc_status report_step(run_state *st, fsc_rank *r, fsc_engine *e, const run_meas
     double mean = st->timed > 1 ? st->sum_ms / (st->timed - 1) : st->first_ms;
     read_peaks(r->dev, peak);
     step_record rec = {.step = step + 1, .steps = c->steps, .loss = info->loss, .lr = fsc_engine_lr(e),
-                       .val_loss = val_loss, .ms = ms, .tokens = m->tokens, .flops = m->flops,
+                       .val_loss = val_loss, .validated = st->val && val_due(c, step), .ms = ms,
+                       .tokens = m->tokens, .flops = m->flops,
                        .peak_flops = m->peak_flops, .eta_s = mean * 1e-3 * (c->steps - step - 1),
                        .elapsed_s = (now_ms() - m->t0_ms) * 1e-3, .peak = peak,
                        .host_peak = host ? hpeak : NULL, .extra = extra, .skipped = info->skipped != 0,

@@ -527,6 +527,64 @@ static void test_decimal_comma_locale(void **state) {
     unlink(path);
 }
 
+/* Whether text is valid UTF-8 (a check of its own, as the UTF-8 definition gives it: cJSON does not check). */
+static int valid_utf8(const unsigned char *p) {
+    while (*p) {
+        const unsigned c = *p;
+        int k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        unsigned cp = k == 1 ? c : k == 2 ? c & 0x1f : k == 3 ? c & 0x0f : c & 0x07;
+        for (int j = 1; j < k; j++) {
+            if ((p[j] & 0xc0) != 0x80) return 0;
+            cp = cp << 6 | (p[j] & 0x3f);
+        }
+        const unsigned min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+        if (!k || cp < min[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+        p += k;
+    }
+    return 1;
+}
+
+/* Values JSON cannot hold: an argument that is NaN or inf (the file had "x":nan, which no reader takes, and
+ * tools/trace_merge refused the file), bytes that are inf, a span's start that is NaN ("ts":nan), a name in Latin-1
+ * and one whose last character the name's 47-byte limit cuts (invalid UTF-8, which strict readers refuse). Oracle:
+ * the streamed file parses with cJSON and is valid UTF-8 (checked here byte by byte), the non-finite numbers read
+ * as null, the valid characters of the names are kept. */
+static void test_not_json_values(void **state) {
+    (void)state;
+    char p[256];
+    tmp_path(p, sizeof p, "nan.json");
+    fsc_trace *t = NULL;
+    assert_ok(fsc_trace_create(&(fsc_trace_opts){ .rank = 0, .path = p }, &t));
+    fsc_trace_begin(t, "test", "%s", "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrst\xc3\xa9"); /* é at bytes 47-48 */
+    fsc_trace_arg(t, "x", NAN);
+    fsc_trace_end(t);
+    fsc_trace_begin(t, "test", "caf\xe9 \xc3\xa9");
+    fsc_trace_arg(t, "y", -INFINITY);
+    fsc_trace_end(t);
+    fsc_trace_span(t, "comm", "all_reduce", fsc_trace_now_us(), INFINITY, "g");
+    fsc_trace_span(t, "comm", "broadcast", NAN, 8, "g");
+    assert_ok(fsc_trace_write(t, p));
+    fsc_trace_free(t);
+    char *text = slurp(p);
+    if (!valid_utf8((const unsigned char *)text)) fail_msg("the trace is not UTF-8:\n%s", text);
+    cJSON *j = cJSON_Parse(text);
+    if (!j) fail_msg("the trace is not JSON:\n%s", text);
+    const cJSON *cut = find_event(j, "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrst\xef\xbf\xbd", 0);
+    if (!cut) fail_msg("no span of the cut name:\n%s", text);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(cut, "args"), "x")));
+    const cJSON *latin = find_event(j, "caf\xef\xbf\xbd \xc3\xa9", 0);
+    if (!latin) fail_msg("no span of the Latin-1 name:\n%s", text);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(latin, "args"), "y")));
+    const cJSON *ar = find_event(j, "all_reduce", 0), *bc = find_event(j, "broadcast", 0);
+    assert_non_null(ar);
+    assert_non_null(bc);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(ar, "args"), "bytes")));
+    assert_true(isfinite(num(bc, "ts")) && num(bc, "dur") == 0);
+    cJSON_Delete(j);
+    free(text);
+    unlink(p);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     /* tools/trace_merge reads JSON with this build's fsc-jsonl (tools/jsonl.sh), beside tests/ */
@@ -543,6 +601,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_merge_forms),
         cmocka_unit_test(test_engine_trace),
         cmocka_unit_test(test_exact_list),
+        cmocka_unit_test(test_not_json_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
  * rank, one thread, one recorder. The library records into it from comm.c (collectives), engine.c (layers, step,
  * optimizer) and lib/ckpt (checkpoint saves); nothing here knows those. */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +65,8 @@ fsc_status fsc_trace_create(const fsc_trace_opts *o, fsc_trace **out) {
     *out = NULL;
     fsc_trace_opts d = o ? *o : fsc_trace_opts_default();
     if (d.rank < 0) return fsc_error(FSC_ERR_INVALID, "fsc_trace_create: rank %d is negative", d.rank);
-    if (!(d.origin_us >= 0)) return fsc_error(FSC_ERR_INVALID, "fsc_trace_create: origin_us must be >= 0");
+    if (!(d.origin_us >= 0) || !isfinite(d.origin_us))
+        return fsc_error(FSC_ERR_INVALID, "fsc_trace_create: origin_us %g must be finite and >= 0", d.origin_us);
     fsc_trace *t = calloc(1, sizeof *t);
     if (!t) return fsc_error(FSC_ERR_NOMEM, "fsc_trace_create: out of memory");
     t->rank = d.rank;
@@ -174,9 +176,9 @@ void fsc_trace_span(fsc_trace *t, const char *cat, const char *name, double star
     double now = fsc_trace_now_us();
     trace_event *e = add(t, now);
     if (!e) return;
+    if (!isfinite(start_us) || start_us > now) start_us = now; /* a span of no length, not "ts":nan */
     e->ts = start_us - t->origin;
     e->dur = now - start_us;
-    if (e->dur < 0) e->dur = 0;
     e->bytes = bytes;
     copy(e->cat, sizeof e->cat, cat);
     copy(e->name, sizeof e->name, name);
@@ -184,15 +186,39 @@ void fsc_trace_span(fsc_trace *t, const char *cat, const char *name, double star
     stream_put(t, e);
 }
 
-/* s as a JSON string (quotes, backslashes and control characters escaped). */
+/* Bytes of the valid UTF-8 character at s (1 .. 4), 0 when none begins there (a stray or cut byte, an overlong
+ * form, a surrogate, past U+10FFFF). s is NUL-terminated, so a cut sequence stops at the NUL. */
+static int utf8_len(const unsigned char *s) {
+    const unsigned c = s[0];
+    const int k = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    for (int j = 1; j < k; j++)
+        if ((s[j] & 0xc0) != 0x80) return 0;
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
+        (c == 0xf4 && s[1] > 0x8f))
+        return 0;
+    return k;
+}
+
+/* s as a JSON string: quotes, backslashes and control characters escaped, and each byte that begins no valid UTF-8
+ * character (a caller's name in another encoding, one cut by the name's length limit) as U+FFFD, since JSON is
+ * UTF-8 and its readers refuse other bytes. */
 static void put_str(FILE *f, const char *s) {
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        const int k = utf8_len(p);
         if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
         else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
+        else if (k == 0) fputs("\\ufffd", f);
+        else fwrite(p, 1, (size_t)k, f);
+        p += k ? k : 1;
     }
     fputc('"', f);
+}
+
+/* x with fmt, or null when it is inf or NaN (JSON has neither: "nan" would make the file unreadable). */
+static void put_num(FILE *f, const char *fmt, double x) {
+    if (isfinite(x)) fprintf(f, fmt, x);
+    else fputs("null", f);
 }
 
 static void put_head(FILE *f, int rank) {
@@ -214,7 +240,7 @@ static void put_event(FILE *f, const trace_event *e, double dur, int rank) {
     if (e->bytes >= 0 || e->group[0] || e->key[0]) {
         const char *sep = "";
         fprintf(f, ",\"args\":{");
-        if (e->bytes >= 0) fprintf(f, "\"bytes\":%.0f", e->bytes), sep = ",";
+        if (e->bytes >= 0) fputs("\"bytes\":", f), put_num(f, "%.0f", e->bytes), sep = ",";
         if (e->group[0]) {
             fprintf(f, "%s\"group\":", sep), sep = ",";
             put_str(f, e->group);
@@ -222,7 +248,8 @@ static void put_event(FILE *f, const trace_event *e, double dur, int rank) {
         if (e->key[0]) {
             fprintf(f, "%s", sep);
             put_str(f, e->key);
-            fprintf(f, ":%.17g", e->val);
+            fputc(':', f);
+            put_num(f, "%.17g", e->val);
         }
         fputc('}', f);
     }

@@ -558,6 +558,40 @@ static void test_log_val_not_finite(void **state) {
     free(out), free(args), free(val), free(log);
 }
 
+/* --json's communication is the training steps': validation (fsdp gathers every layer again for each batch) and
+ * checkpoints (their agreement) are left out of comm, comm_bytes_per_step and its split by group (they were in it:
+ * --val-every 1 made fsdp's all-gathers per step 2.5 times what a step moves). Oracle: the same run without
+ * validation or checkpoints; every operation's calls and bytes, the bytes per step and per group are equal. */
+static void test_comm_per_step_is_steps(void **state) {
+    (void)state;
+    char *val = prog_fmt("%s/val_comm.txt", tmpdir), *ck = prog_fmt("%s/ck_comm", tmpdir);
+    char text[600];
+    for (size_t i = 0; i < sizeof text - 1; i++) text[i] = (char)('a' + (i * 3 + i / 11) % 26);
+    text[sizeof text - 1] = 0;
+    write_text(val, text);
+    cJSON *j[2];
+    for (int k = 0; k < 2; k++) {
+        char *args = k ? prog_fmt(TINY " --steps 2 --world 2 --parallel fsdp --val-data %s --val-every 1 "
+                                  "--val-batches 2 --save-every 1 --ckpt-dir %s --json", val, ck)
+                       : prog_fmt(TINY " --steps 2 --world 2 --parallel fsdp --json");
+        char *out = NULL;
+        int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+        if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+        j[k] = prog_last_json(out);
+        free(out), free(args);
+    }
+    const char *key[] = { "comm", "comm_bytes_per_step", "comm_bytes_per_step_by_group" };
+    for (int i = 0; i < 3; i++) {
+        char *a = cJSON_PrintUnformatted(get(j[0], key[i])), *b = cJSON_PrintUnformatted(get(j[1], key[i]));
+        if (strcmp(a, b) != 0) fail_msg("%s: %s with validation and checkpoints, %s without", key[i], b, a);
+        free(a), free(b);
+    }
+    assert_true(get(j[0], "comm_bytes_per_step")->valuedouble > 0);
+    cJSON_Delete(j[0]), cJSON_Delete(j[1]);
+    test_rmtree(ck);
+    free(val), free(ck);
+}
+
 /* Skipped steps and fp16's loss scale are in the logs: --precision fp16 at --lr 3 overflows from step 2, so the
  * scaler skips steps and halves its scale each time. Oracle: the progress lines' "skipped" marks; each --log
  * record's "skipped" equals its step's mark, "loss_scale" starts at 65536 and halves after each skipped step
@@ -894,6 +928,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_log_skipped_step_lr),
         cmocka_unit_test(test_log_skipped_and_scale),
         cmocka_unit_test(test_log_val_not_finite),
+        cmocka_unit_test(test_comm_per_step_is_steps),
         cmocka_unit_test(test_config_default_takes_back),
     };
     if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */

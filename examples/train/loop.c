@@ -38,6 +38,31 @@ static fsc_status start_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_ckpt_
     return FSC_OK;
 }
 
+/* Rank 0's communication so far, in all (*all) and by kind of group (group[FSC_GROUP_COUNT]). */
+static void comm_now(const fsc_engine *e, fsc_comm_stats *all, fsc_comm_stats *group) {
+    fsc_engine_comm_stats(e, all);
+    for (int g = 0; g < FSC_GROUP_COUNT; g++) (void)fsc_engine_comm_stats_group(e, (fsc_group_kind)g, &group[g]);
+}
+
+/* into += a - b (b NULL: a alone), each operation's calls and bytes; with sign -1, into -= that. */
+static void comm_add(fsc_comm_stats *into, const fsc_comm_stats *a, const fsc_comm_stats *b, int sign) {
+    for (int op = 0; op < FSC_OP_COUNT; op++) {
+        const uint64_t calls = a->calls[op] - (b ? b->calls[op] : 0);
+        const double bytes = a->bytes[op] - (b ? b->bytes[op] : 0);
+        into->calls[op] = sign > 0 ? into->calls[op] + calls : into->calls[op] - calls;
+        into->bytes[op] += sign > 0 ? bytes : -bytes;
+    }
+}
+
+/* Rank 0: the traffic since all and group (comm_now's) counted as off the steps (validation, a checkpoint), so the
+ * report's communication per step is the training steps' alone. */
+static void comm_off(run_state *st, const fsc_engine *e, const fsc_comm_stats *all, const fsc_comm_stats *group) {
+    fsc_comm_stats a, g[FSC_GROUP_COUNT];
+    comm_now(e, &a, g);
+    comm_add(&st->off_comm, &a, all, 1);
+    for (int k = 0; k < FSC_GROUP_COUNT; k++) comm_add(&st->off_groups[k], &g[k], &group[k], 1);
+}
+
 /* One step (from 0): its batch by the data order, the scheduled learning rate, the engine's step, validation when
  * due, rank 0's report, a checkpoint when due. tok and tgt hold this rank's part of a batch. Collective. */
 static fsc_status train_step(fsc_rank *r, run_state *st, fsc_engine *e, run_measures *m, int step,
@@ -51,10 +76,14 @@ static fsc_status train_step(fsc_rank *r, run_state *st, fsc_engine *e, run_meas
     fsc_status s = fsc_engine_step_model(e, tok, tgt, bl, c->batch, &info); /* every family's: int32 tokens */
     if (s != FSC_OK) return fsc_error_prefix(s, "step %d/%d", step + 1, c->steps);
     double ms = now_ms() - t0, val_loss = NAN;
+    fsc_comm_stats all, group[FSC_GROUP_COUNT]; /* validation's and the checkpoint's traffic is not the step's */
+    if (r->rank == 0) comm_now(e, &all, group);
     if (st->val && val_due(c, step)) FSC_TRY(validate(st, e, d, tok, tgt, &val_loss));
     if (r->rank == 0) peak_raise(st, m, ms);
     if (r->rank == 0) FSC_TRY(report_step(st, r, e, m, step, &info, ms, val_loss));
-    return save_checkpoint(r, c, e, step);
+    s = save_checkpoint(r, c, e, step);
+    if (r->rank == 0) comm_off(st, e, &all, group);
+    return s;
 }
 
 /* The steps from start to --steps, counted from the communication of the first (the statistics of setup left
@@ -77,8 +106,11 @@ static fsc_status end_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_status 
     if (r->rank == 0) {
         peak_keep(st, r->dev);
         fsc_engine_comm_stats(e, &st->comm);
-        for (int g = 0; g < FSC_GROUP_COUNT; g++)
+        comm_add(&st->comm, &st->off_comm, NULL, -1); /* the training steps' alone */
+        for (int g = 0; g < FSC_GROUP_COUNT; g++) {
             st->ngroups[g] = fsc_engine_comm_stats_group(e, (fsc_group_kind)g, &st->groups[g]);
+            comm_add(&st->groups[g], &st->off_groups[g], NULL, -1);
+        }
     }
     if (st->pstats) fsc_engine_pipe_stats(e, &st->pstats[r->rank]);
     if (s == FSC_OK && st->params) s = fsc_engine_full_params(e, r->rank == 0 ? st->params : NULL);

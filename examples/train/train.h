@@ -159,6 +159,8 @@ typedef struct {
     fsc_pipe_stats *pstats; /* (world) pipeline measurements, with --pp > 1 */
     fsc_comm_stats groups[FSC_GROUP_COUNT]; /* rank 0's traffic by kind of group */
     int ngroups[FSC_GROUP_COUNT];           /* communicators of each kind (0: the run has none) */
+    fsc_comm_stats off_comm, off_groups[FSC_GROUP_COUNT]; /* rank 0's validation and checkpoint traffic, taken out
+                                                            * of comm and groups at the end (loop.c) */
     fsc_layout *lay;        /* (world) every rank's place in dp x tp x pp */
     double *aux;            /* (steps - first) MoE: rank 0's fsc_step_info.aux_loss */
     int64_t *assigned, *dropped; /* (steps - first) MoE: token-to-expert assignments and drops over the global batch */

@@ -775,16 +775,25 @@ static int has_step(const cJSON *root, int step) {
 }
 
 /* --trace DIR: a file per rank with the steps (one span name, the step an argument), the layers (named by their
- * tensors), the collectives; a small --trace-events says so. */
+ * tensors), the collectives; a small --trace-events says so. An earlier run's file of a rank this run does not have
+ * (rank-2.json of a run of 3 ranks) is set aside as rank-2.json.prev: it stayed, and tools/trace_merge showed it as a
+ * third rank of this run. */
 static void test_trace(void **state) {
     (void)state;
-    char *dir = prog_fmt("%s/trace", tmpdir);
+    char *dir = prog_fmt("%s/trace", tmpdir), *stale = prog_fmt("%s/trace/rank-2.json", tmpdir);
+    char *aside = prog_fmt("%s.prev", stale);
+    assert_int_equal(mkdir(dir, 0777), 0);
+    write_text(stale, "{\"traceEvents\":[\n{\"name\":\"step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":1,\"dur\":2,"
+                      "\"pid\":2,\"tid\":0}\n]}\n");
     char *args = prog_fmt(TINY " --steps 2 --world 2 --parallel ddp --trace %s", dir);
     char *out = NULL;
     int nev[2] = {0, 0};
     int rc = prog_run(trainer, args, tmpdir, &out, NULL);
     if (rc != 0) fail_msg("exit %d\n%s", rc, out);
     free(out);
+    if (access(stale, F_OK) == 0) fail_msg("%s, an earlier run's, is still there beside this run's 2 ranks", stale);
+    assert_int_equal(access(aside, F_OK), 0);
+    free(stale), free(aside);
     for (int r = 0; r < 2; r++) {
         char *p = prog_fmt("%s/rank-%d.json", dir, r);
         char *text = prog_slurp(p);

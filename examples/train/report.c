@@ -2,11 +2,14 @@
  * under a launcher), the banner before the first step, rank 0's progress line and --log record of every step, and
  * each rank's --trace file at the end.
  * Not here: how a record is formatted (../train_log.h), the summary at the end of a run (summary.c). */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "train.h"
 #include "../train_log.h"
 
@@ -198,9 +201,31 @@ static int same_output(const char *a, const char *b) {
     return stat(da, &x) == 0 && stat(db, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
+/* --trace DIR: the files of ranks this run does not have (rank-N.json, N >= world: an earlier run's with more ranks)
+ * moved aside to rank-N.json.prev (replacing an older one), else removed, so tools/trace_merge and tools/pipe_timeline
+ * do not show them as this run's ranks. The files of this run's ranks are replaced as they are made. Best effort, as
+ * the flight recorder's records (a file that can be neither moved nor removed stays). */
+static void trace_set_aside(const char *dir, int world) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *p = e->d_name + 5;
+        if (strncmp(e->d_name, "rank-", 5) != 0 || *p < '0' || *p > '9' || (*p == '0' && p[1] != '.')) continue;
+        long n = 0;
+        for (; *p >= '0' && *p <= '9'; p++) n = n >= world ? n : n * 10 + (*p - '0'); /* (held at world and past) */
+        if (strcmp(p, ".json") != 0 || n < world) continue;
+        char from[4200], to[4200];
+        snprintf(from, sizeof from, "%s/%s", dir, e->d_name);
+        snprintf(to, sizeof to, "%s/%s.prev", dir, e->d_name);
+        if (rename(from, to) != 0 && errno != ENOENT) (void)unlink(from);
+    }
+    closedir(d);
+}
+
 /* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
  * --log (from the start, or appended to with --resume: after a line a failed run left cut short, on a line of its
- * own) with the config as its first line; --trace's directory (every process makes it). None of --log, --save and
+ * own) with the config as its first line; --trace's directory (every process makes it; rank
+ * 0's sets aside an earlier run's files of ranks this one does not have: trace_set_aside). None of --log, --save and
  * --init-save may be a file the run reads (data and val, the opened streams; --save over --load's file, a run that
  * trains its weights on, is allowed) or another of the three: refused before it is written. (--ckpt-dir's train_config.json:
  * write_run_config, once the run is accepted.) */
@@ -210,6 +235,7 @@ int open_outputs(const train_config *c, const train_config *asked, int me, const
     if (c->trace && make_dirs(c->trace) != 0)
         return snprintf(err, cap, "--trace %s: cannot create the directory: %s", c->trace, strerror(errno)), -1;
     if (me != 0) return 0;
+    if (c->trace) trace_set_aside(c->trace, c->world);
     const char *out[3] = { c->log, c->save, c->init_save }, *name[3] = { "--log", "--save", "--init-save" };
     char in[4200];
     for (int k = 0; k < 3; k++)

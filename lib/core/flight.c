@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include "core/comm_impl.h"
 #include "core/flight_impl.h"
+#include "core/json_str_impl.h"
 
 #define MAX_RINGS 64 /* rings a recorder keeps; beyond, closed ones are dropped, oldest first */
 
@@ -254,16 +255,9 @@ void flight_end(flight_ring *r, size_t slot, uint64_t seq, fsc_status s) {
 
 /* ---- the record ---- */
 
-/* s as a JSON string (control characters, quotes and backslashes escaped). */
-static void put_str(FILE *o, const char *s) {
-    fputc('"', o);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(o, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f) fprintf(o, "\\u%04x", *p);
-        else fputc(*p, o);
-    }
-    fputc('"', o);
-}
+/* s as a JSON string (json_str_impl.h: escaped, and valid UTF-8 whatever bytes a message holds: a path in Latin-1,
+ * first_error cut mid-character by its buffer). */
+static void put_str(FILE *o, const char *s) { fsc_json_put_str(o, s); }
 
 /* A consistent copy of entry e, or 0 when it is empty or being rewritten. */
 typedef struct {

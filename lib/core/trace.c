@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/json_str_impl.h"
 #include "core/locale_impl.h"
 #include "fsc/trace.h"
 #include "core/clock_impl.h"
@@ -186,34 +187,8 @@ void fsc_trace_span(fsc_trace *t, const char *cat, const char *name, double star
     stream_put(t, e);
 }
 
-/* Bytes of the valid UTF-8 character at s (1 .. 4), 0 when none begins there (a stray or cut byte, an overlong
- * form, a surrogate, past U+10FFFF). s is NUL-terminated, so a cut sequence stops at the NUL. */
-static int utf8_len(const unsigned char *s) {
-    const unsigned c = s[0];
-    const int k = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-    for (int j = 1; j < k; j++)
-        if ((s[j] & 0xc0) != 0x80) return 0;
-    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
-        (c == 0xf4 && s[1] > 0x8f))
-        return 0;
-    return k;
-}
-
-/* s as a JSON string: quotes, backslashes and control characters escaped, and each byte that begins no valid UTF-8
- * character (a caller's name in another encoding, one cut by the name's length limit) as U+FFFD, since JSON is
- * UTF-8 and its readers refuse other bytes. */
-static void put_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        const int k = utf8_len(p);
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else if (k == 0) fputs("\\ufffd", f);
-        else fwrite(p, 1, (size_t)k, f);
-        p += k ? k : 1;
-    }
-    fputc('"', f);
-}
+/* s as a JSON string (json_str_impl.h: escaped, valid UTF-8). */
+static void put_str(FILE *f, const char *s) { fsc_json_put_str(f, s); }
 
 /* x with fmt, or null when it is inf or NaN (JSON has neither: "nan" would make the file unreadable). */
 static void put_num(FILE *f, const char *fmt, double x) {

@@ -58,7 +58,7 @@ const option options[NOPT] = {
     {"config", "FILE", NULL, "options from a JSON object {\"option\": value, ...} (names as here; the command line wins): a run's --ckpt-dir/train_config.json, or that directory", K_STR, F(config), 0, 0, NULL},
     {"log", "FILE", NULL, "write one JSON object per line to FILE (.jsonl): the config, then every step and validation, flushed as they come", K_STR, F(log), 0, 0, NULL},
     {"trace", "DIR", NULL, "write a Chrome/Perfetto trace per rank, DIR/rank-N.json (open in ui.perfetto.dev)", K_STR, F(trace), 0, 0, NULL},
-    {"trace-events", "N", "262144", "events each rank's trace keeps at most (about 120 bytes each); later ones are counted, not kept", K_INT, F(trace_events), 1, 1 << 26, NULL},
+    {"trace-events", "N", "262144", "events each rank's trace keeps at most (about 150 bytes each); later ones are counted, not kept", K_INT, F(trace_events), 1, 1 << 26, NULL},
     {"flight-recorder", "DIR", NULL, "on a failed collective or SIGUSR1, write each rank's last collectives to DIR/flight-rank-N.json (default: --ckpt-dir, else --trace); fsc-ckpt flight DIR names where the ranks diverge", K_STR, F(flight), 0, 0, NULL},
     {"peak-tflops", "X", "0", "peak TFLOP/s of one rank's device for MFU (0: its fp32 gemm rate, measured once per machine and cached in FSC_CACHE_DIR, default ~/.cache/fsc; raised to any faster step's rate, so MFU stays at most 100%; --json says which)", K_FLOAT, F(peak_tflops), 0, 1e9, NULL},
     {"world", "N", "1", "simulated ranks (threads); under a launcher (mpirun, srun, torchrun) one rank per process: omit it or give the launcher's number", K_INT, F(world), 1, 1024, NULL},

@@ -18,7 +18,7 @@
  * ranks of the group to arrive; barriers are recorded in the "wait" category. An asynchronous collective
  * (fsc_comm_i<op>) is recorded when it is waited for, its span the wait alone (what was not overlapped).
  *
- * Memory is bounded: a recorder keeps at most max_events events (about 120 bytes each, allocated as they come);
+ * Memory is bounded: a recorder keeps at most max_events events (about 150 bytes each, allocated as they come);
  * later events are dropped and counted (fsc_trace_dropped), and the file says how many (otherData.dropped and an
  * instant event "trace full" at the point it filled up). A recorder is used by one thread (its rank's). Every
  * function accepts t == NULL and then does nothing, so code can record unconditionally.

@@ -53,7 +53,7 @@ static inline void format_duration(char *buf, size_t cap, double s) {
 /* The progress line: step, loss, validation loss (when computed), lr, ms/step, tokens/s, MFU, peak memory, ETA. */
 static inline void print_progress(FILE *f, const step_record *r) {
     char val[32] = "", lr[32] = "", mfu[32] = "", eta[32] = "";
-    if (r->validated) snprintf(val, sizeof val, " | val %.6f", r->val_loss); /* "val nan": it diverged */
+    if (r->validated) snprintf(val, sizeof val, " | val %.6f", r->val_loss); /* "val -nan": it diverged */
     if (isfinite(r->lr)) snprintf(lr, sizeof lr, " | lr %.3e", r->lr);
     double m = record_mfu(r);
     if (isfinite(m)) snprintf(mfu, sizeof mfu, " | MFU %5.2f%%", 100.0 * m);

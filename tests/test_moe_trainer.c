@@ -217,6 +217,42 @@ static void test_moe_trainer_refusals(void **state) {
     }
 }
 
+/* A step skipped for a NaN loss ran: --json's moe.dropped and assigned have its counts (they were null, as for a step
+ * a resumed run did not take, though the progress line printed them), its aux loss is null (NaN). sgd at --lr 1e30
+ * with --weight-decay 1e30 overflows the weights at step 1, so steps 2 and 3 are skipped. Oracle: the progress lines'
+ * "dropped D/A" of each step; assigned is top-k x tokens x MoE blocks whatever the loss. */
+static void test_moe_trainer_skipped_step_counts(void **state) {
+    (void)state;
+    char *out = NULL;
+    int rc = prog_run(trainer, "--layers 1 --dim 16 --heads 2 --seq 8 --batch 8 --steps 3 --vocab 256 --threads 1 "
+                      "--moe-experts 4 --optimizer sgd --momentum 0 --lr 1e30 --weight-decay 1e30 --clip 0 "
+                      "--nonfinite skip --json", tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("exit %d\n%s", rc, out);
+    cJSON *j = prog_last_json(out);
+    const cJSON *m = cJSON_GetObjectItem(j, "moe");
+    assert_non_null(m);
+    for (int s = 1; s <= 3; s++) {
+        char key[32];
+        snprintf(key, sizeof key, "step    %d/3", s);
+        const char *at = strstr(out, key);
+        char line[512] = "";
+        if (at) snprintf(line, sizeof line, "%.*s", (int)strcspn(at, "\n"), at);
+        const char *d = strstr(line, "| dropped ");
+        long dropped = -1, assigned = -1;
+        if (!d || sscanf(d, "| dropped %ld/%ld", &dropped, &assigned) != 2) fail_msg("step %d: no drops:\n%s", s, out);
+        if (s > 1 && !strstr(line, "skipped")) fail_msg("step %d not skipped: the run does not overflow\n%s", s, out);
+        const cJSON *dj = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "dropped"), s - 1);
+        const cJSON *aj = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "assigned"), s - 1);
+        if (!cJSON_IsNumber(dj) || !cJSON_IsNumber(aj)) fail_msg("step %d: moe.dropped or assigned is not a number", s);
+        assert_int_equal((long)dj->valuedouble, dropped);
+        assert_int_equal((long)aj->valuedouble, assigned);
+        assert_int_equal(assigned, 8 * 8); /* top-1 x 64 tokens x 1 block */
+    }
+    assert_true(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "aux_losses"), 1)));
+    cJSON_Delete(j);
+    free(out);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char self[PATH_MAX];
@@ -233,6 +269,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_moe_trainer_json),
         cmocka_unit_test(test_moe_trainer_weights),
         cmocka_unit_test(test_moe_trainer_refusals),
+        cmocka_unit_test(test_moe_trainer_skipped_step_counts),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(tmpdir);

@@ -111,7 +111,8 @@ void print_pipeline(const run_state *st) {
     }
 }
 
-/* MoE: per step the load-balancing loss and the drops (null for steps a resumed run did not take), and the
+/* MoE: per step the load-balancing loss and the drops (null for steps a resumed run did not take; the loss null when
+ * inf or NaN, the drops of a step skipped for such a loss kept, as its progress line has them), and the
  * expert group's communication per step and operation (rank 0's all-to-alls, and with clipping the norm). */
 static cJSON *moe_object(const run_state *st) {
     const train_config *c = st->cfg;
@@ -125,9 +126,9 @@ static cJSON *moe_object(const run_state *st) {
     cJSON *dr = cJSON_AddArrayToObject(o, "dropped"), *as = cJSON_AddArrayToObject(o, "assigned");
     char buf[64];
     for (int s = 0; s < c->steps - st->first; s++) {
-        int ran = isfinite(st->losses[s]) && st->step_ms[s] > 0;
+        const int ran = isfinite(st->lr[s]); /* every step run here has its rate, a skipped one too (its loss NaN) */
         snprintf(buf, sizeof buf, "%.17g", st->aux[s]);
-        cJSON_AddItemToArray(aux, ran ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
+        cJSON_AddItemToArray(aux, ran && isfinite(st->aux[s]) ? cJSON_CreateRaw(buf) : cJSON_CreateNull());
         cJSON_AddItemToArray(dr, ran ? cJSON_CreateNumber((double)st->dropped[s]) : cJSON_CreateNull());
         cJSON_AddItemToArray(as, ran ? cJSON_CreateNumber((double)st->assigned[s]) : cJSON_CreateNull());
     }

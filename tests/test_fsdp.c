@@ -170,6 +170,48 @@ static void test_fsdp_comm_volume(void **state) {
     }
 }
 
+/* hybrid_shard's gradient reduction sends (N + N/G - 2)/N x padded elements per rank and step in the reduction
+ * dtype: the reduce-scatter over the world and the all-gather across replicas both (a bf16 reduction's second
+ * phase was sent in f32), with and without prefetch, and the bits stay DDP's. */
+static void test_fsdp_hybrid_comm_volume(void **state) {
+    (void)state;
+    const int NG[][2] = { { 4, 2 }, { 6, 3 }, { 8, 2 } };
+    for (size_t k = 0; k < sizeof NG / sizeof NG[0]; k++) {
+        for (int bf = 0; bf <= 1; bf++) {
+            const int N = NG[k][0], G = NG[k][1];
+            pt_run ddp = pt_make(N, FSC_PAR_DDP);
+            ddp.po.clip = 0;
+            ddp.po.param_dtype = ddp.po.reduce_dtype = bf ? FSC_BF16 : FSC_F32;
+            pt_train(&ddp);
+            size_t root, block;
+            unit_sizes(&ddp.cfg, N, &root, &block);
+            const size_t padded = root + (size_t)ddp.cfg.layers * block;
+            const double f = (double)(N - 1) / N, fg = (double)(G - 1) / G, es = bf ? 2.0 : 4.0;
+            for (int pf = 0; pf <= 1; pf++) {
+                pt_run h = fsdp_run(N, FSC_SHARD_HYBRID, FSC_WRAP_BLOCK, -1);
+                h.po.hybrid_group = G;
+                h.po.clip = 0;
+                h.po.prefetch = pf;
+                h.po.param_dtype = h.po.reduce_dtype = ddp.po.param_dtype;
+                pt_train(&h);
+                char what[96];
+                snprintf(what, sizeof what, "hybrid_shard %d, world %d, %s, prefetch %d", G, N, bf ? "bf16" : "f32", pf);
+                pt_assert_same(&ddp, &h, what);
+                /* the parameters' gathers over the group (prefetch keeps the last block for backward), the loss's
+                 * all-gather, the vote */
+                const double gathers = fg * es * (2.0 * padded - root - (pf ? block : 0)) + f * 32.0 * N + 2 * f * 4.0;
+                const fsc_comm_stats *c = &h.comm[0];
+                const double reduction = (double)c->bytes[FSC_OP_REDUCE_SCATTER] + (double)c->bytes[FSC_OP_ALL_GATHER] +
+                                         (double)c->bytes[FSC_OP_ALL_REDUCE] - gathers;
+                const double want = (double)(N + N / G - 2) / N * (double)padded * es;
+                if (fabs(reduction - want) > 1e-6) fail_msg("%s: the reduction sent %.0f bytes, not %.0f", what, reduction, want);
+                free(h.params);
+            }
+            free(ddp.params);
+        }
+    }
+}
+
 /* Memory from the device ledger: params + grads + optimizer state per rank under full_shard is at most
  * DDP's / N, plus the padding, plus the units gathered at once (root and one block, params and grads). */
 static void test_fsdp_memory(void **state) {
@@ -278,6 +320,7 @@ int main(void) {
         cmocka_unit_test(test_fsdp_accumulation),
         cmocka_unit_test(test_fsdp_no_sync_counts),
         cmocka_unit_test(test_fsdp_comm_volume),
+        cmocka_unit_test(test_fsdp_hybrid_comm_volume),
         cmocka_unit_test(test_fsdp_memory),
         cmocka_unit_test(test_fsdp_bf16),
         cmocka_unit_test(test_fsdp_f16_loss_scaling),

@@ -370,20 +370,31 @@ static fsc_status unit_reduce_into(fsc_engine *e, fsdp_unit *U, float *sgrad, in
     if (e->exact) return fsc_exact_reduce(e, d->shard_comm, 1, d->replica_comm, U->fgrad, sgrad, U->padded);
     /* hybrid: permute, reduce-scatter over the world, all-gather across the replicas */
     const size_t sN = U->padded / (size_t)d->N;
-    float *perm = NULL, *piece = NULL, *tmp = NULL;
+    float *perm = NULL, *piece = NULL;
     fsc_status s = hybrid_permute(e, U, &perm);
     if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, sN * sizeof(float), (void **)&piece);
     if (s == FSC_OK) s = fsc_engine_reduce(e, e->comm, 1, perm, piece, U->padded, 0);
-    if (s == FSC_OK && !accumulate) {
+    /* the piece holds values of the reduction dtype: gathered in it (the same bits, its bytes) */
+    const fsc_dtype dt = e->po.reduce_dtype;
+    const size_t es = fsc_dtype_size(dt);
+    void *lo = NULL, *gathered = NULL;
+    if (s == FSC_OK && dt == FSC_F32 && !accumulate) {
         s = fsc_comm_all_gather(d->replica_comm, piece, sgrad, sN, FSC_F32);
     } else if (s == FSC_OK) {
-        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * sizeof(float), (void **)&tmp);
-        if (s == FSC_OK) s = fsc_comm_all_gather(d->replica_comm, piece, tmp, sN, FSC_F32);
-        if (s == FSC_OK) s = fsc_k_axpy(e->dev, sgrad, 1.0f, tmp, U->shard);
+        const void *send = piece;
+        if (dt != FSC_F32) {
+            s = fsc_device_alloc(e->dev, FSC_TAG_COMM, sN * es, &lo);
+            if (s == FSC_OK) s = fsc_k_convert(e->dev, lo, dt, piece, FSC_F32, sN);
+            send = lo;
+        }
+        if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, U->shard * es, &gathered);
+        if (s == FSC_OK) s = fsc_comm_all_gather(d->replica_comm, send, gathered, sN, dt);
+        if (s == FSC_OK) s = fsc_engine_reduce_result(e, gathered, dt, sgrad, U->shard, accumulate);
     }
     fsc_device_release(e->dev, perm);
     fsc_device_release(e->dev, piece);
-    fsc_device_release(e->dev, tmp);
+    fsc_device_release(e->dev, lo);
+    fsc_device_release(e->dev, gathered);
     return s;
 }
 

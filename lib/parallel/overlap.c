@@ -167,15 +167,18 @@ static fsc_status finish(fsc_engine *e, fsc_reduce_queue *q, fsc_reduce_pending 
 }
 
 /* A first phase finished, the second started: the piece (out) all-gathered over then.c, p describing that
- * all-gather from here on (the piece released at its finish). On failure nothing is left in flight. */
+ * all-gather from here on (the piece released at its finish). The piece holds values of the reduction dtype (the
+ * first phase rounded them), so a bf16/f16 reduction gathers it in that dtype: the same bits, half the bytes.
+ * On failure nothing is left in flight. */
 static fsc_status advance_one(fsc_engine *e, fsc_reduce_queue *q, fsc_reduce_pending *p) {
     fsc_status s = complete(e, q, p);
     fsc_device_release(e->dev, p->send);
     fsc_device_release(e->dev, p->recv);
     fsc_device_release(e->dev, p->owned);
     float *piece = p->out;
-    const size_t np = p->nout, n2 = np * (size_t)fsc_comm_size(p->then.c);
-    fsc_reduce_pending nx = {.send = piece, .nout = n2, .dt = FSC_F32, .second = 1};
+    const fsc_dtype dt = p->dt;
+    const size_t np = p->nout, n2 = np * (size_t)fsc_comm_size(p->then.c), es = fsc_dtype_size(dt);
+    fsc_reduce_pending nx = {.send = piece, .nout = n2, .dt = dt, .second = 1};
     void *recvp = p->then.out;
     if (s == FSC_OK && p->then.hdev) { /* offload all: into a device buffer, downloaded from the finish on */
         nx.host = p->then.out;
@@ -186,10 +189,24 @@ static fsc_status advance_one(fsc_engine *e, fsc_reduce_queue *q, fsc_reduce_pen
     } else if (s == FSC_OK) {
         nx.out = p->then.out;
         nx.accumulate = p->then.accumulate;
-        if (nx.accumulate) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n2 * sizeof(float), &nx.recv);
-        if (nx.accumulate) recvp = nx.recv;
     }
-    if (s == FSC_OK) s = fsc_comm_iall_gather(p->then.c, piece, recvp, np, FSC_F32, &nx.req);
+    if (s == FSC_OK && dt != FSC_F32) { /* the piece in the reduction dtype (exact), released */
+        void *lo = NULL;
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, np * es, &lo);
+        if (s == FSC_OK) s = fsc_k_convert(e->dev, lo, dt, piece, FSC_F32, np);
+        if (s == FSC_OK) {
+            fsc_device_release(e->dev, piece);
+            nx.send = lo;
+        } else {
+            fsc_device_release(e->dev, lo);
+        }
+    }
+    /* gathered into a buffer of the dtype when the finish converts or adds (fsc_engine_reduce_result) */
+    if (s == FSC_OK && (dt != FSC_F32 || nx.accumulate)) {
+        s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n2 * es, &nx.recv);
+        recvp = nx.recv;
+    }
+    if (s == FSC_OK) s = fsc_comm_iall_gather(p->then.c, nx.send, recvp, np, dt, &nx.req);
     *p = nx;
     if (s != FSC_OK) release(e, p); /* req NULL: finished as nothing */
     return s;

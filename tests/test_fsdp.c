@@ -240,6 +240,32 @@ static void test_fsdp_memory(void **state) {
     free(fs.params);
 }
 
+static fsc_status create_only(fsc_rank *r, void *arg) {
+    pt_run *run = arg;
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create(r, &run->cfg, &run->po, &run->oc, run->seed, &e);
+    fsc_engine_free(e);
+    return s;
+}
+
+/* hybrid_shard's default group (half the data group) that does not divide an odd data group is refused naming the
+ * default and what to set, not only a group size the caller never gave. */
+static void test_fsdp_hybrid_default_group_refused(void **state) {
+    (void)state;
+    pt_run h = fsdp_run(5, FSC_SHARD_HYBRID, FSC_WRAP_BLOCK, -1);
+    fsc_cluster_opts co = { .world = 5, .device = "cpu", .timeout_s = 30 };
+    assert_int_equal(fsc_cluster_run(&co, create_only, &h), FSC_ERR_INVALID);
+    const char *msg = fsc_last_error();
+    if (!strstr(msg, "group of 2 ranks (hybrid_group 0: half the data group) does not divide the data group of 5") ||
+        !strstr(msg, "set hybrid_group"))
+        fail_msg("unclear refusal: %s", msg);
+    h.po.hybrid_group = 3; /* a group the caller gave: named as given */
+    assert_int_equal(fsc_cluster_run(&co, create_only, &h), FSC_ERR_INVALID);
+    msg = fsc_last_error();
+    if (!strstr(msg, "group of 3 ranks does not divide the data group of 5") || strstr(msg, "hybrid_group 0"))
+        fail_msg("unclear refusal: %s", msg);
+}
+
 /* Mixed precision: bf16 parameters and reductions equal DDP with the same settings, bit for bit. */
 static void test_fsdp_bf16(void **state) {
     (void)state;
@@ -321,6 +347,7 @@ int main(void) {
         cmocka_unit_test(test_fsdp_no_sync_counts),
         cmocka_unit_test(test_fsdp_comm_volume),
         cmocka_unit_test(test_fsdp_hybrid_comm_volume),
+        cmocka_unit_test(test_fsdp_hybrid_default_group_refused),
         cmocka_unit_test(test_fsdp_memory),
         cmocka_unit_test(test_fsdp_bf16),
         cmocka_unit_test(test_fsdp_f16_loss_scaling),

@@ -266,6 +266,22 @@ static void test_fsdp_hybrid_default_group_refused(void **state) {
         fail_msg("unclear refusal: %s", msg);
 }
 
+/* A parameter or reduction dtype the strategies do not compute in is refused naming it. */
+static void test_fsdp_bad_dtype_named(void **state) {
+    (void)state;
+    fsc_cluster_opts co = { .world = 2, .device = "cpu", .timeout_s = 30 };
+    pt_run f = fsdp_run(2, FSC_SHARD_FULL, FSC_WRAP_BLOCK, -1);
+    f.po.param_dtype = FSC_I32;
+    assert_int_equal(fsc_cluster_run(&co, create_only, &f), FSC_ERR_INVALID);
+    if (!strstr(fsc_last_error(), "parameter dtype must be f32, bf16 or f16, not i32"))
+        fail_msg("refusal names no dtype: %s", fsc_last_error());
+    f.po.param_dtype = FSC_F32;
+    f.po.reduce_dtype = (fsc_dtype)77;
+    assert_int_equal(fsc_cluster_run(&co, create_only, &f), FSC_ERR_INVALID);
+    if (!strstr(fsc_last_error(), "gradient reduction dtype must be f32, bf16 or f16, not invalid (77)"))
+        fail_msg("refusal names no dtype: %s", fsc_last_error());
+}
+
 /* Mixed precision: bf16 parameters and reductions equal DDP with the same settings, bit for bit. */
 static void test_fsdp_bf16(void **state) {
     (void)state;
@@ -348,6 +364,7 @@ int main(void) {
         cmocka_unit_test(test_fsdp_comm_volume),
         cmocka_unit_test(test_fsdp_hybrid_comm_volume),
         cmocka_unit_test(test_fsdp_hybrid_default_group_refused),
+        cmocka_unit_test(test_fsdp_bad_dtype_named),
         cmocka_unit_test(test_fsdp_memory),
         cmocka_unit_test(test_fsdp_bf16),
         cmocka_unit_test(test_fsdp_f16_loss_scaling),

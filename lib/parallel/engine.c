@@ -305,9 +305,11 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
         return fsc_error(FSC_ERR_INVALID, "wrap must be FSC_WRAP_BLOCK, _MODEL or _MIN_PARAMS, not %d (it acted as "
                          "model)", (int)po->wrap);
     if (po->param_dtype != FSC_F32 && po->param_dtype != FSC_BF16 && po->param_dtype != FSC_F16)
-        return fsc_error(FSC_ERR_INVALID, "parameter dtype must be f32, bf16 or f16");
+        return fsc_error(FSC_ERR_INVALID, "parameter dtype must be f32, bf16 or f16, not %s (%d)",
+                         fsc_dtype_name(po->param_dtype), (int)po->param_dtype);
     if (po->reduce_dtype != FSC_F32 && po->reduce_dtype != FSC_BF16 && po->reduce_dtype != FSC_F16)
-        return fsc_error(FSC_ERR_INVALID, "gradient reduction dtype must be f32, bf16 or f16");
+        return fsc_error(FSC_ERR_INVALID, "gradient reduction dtype must be f32, bf16 or f16, not %s (%d)",
+                         fsc_dtype_name(po->reduce_dtype), (int)po->reduce_dtype);
     if (po->clip < 0 || !isfinite(po->clip))
         return fsc_error(FSC_ERR_INVALID, "clip must be a finite number >= 0, not %g", (double)po->clip);
     if (po->nonfinite != FSC_NONFINITE_STOP && po->nonfinite != FSC_NONFINITE_SKIP)

@@ -32,6 +32,35 @@ static void test_ddp_bucket_size_irrelevant(void **state) {
     free(b.params);
 }
 
+/* A bf16 all-reduce runs in place in its converted copy: the communication buffers (ledger tag comm) hold one
+ * bf16 copy of each bucket in flight, P x 2 bytes at most (every bucket in flight with prefetch; one at a time
+ * without), not a send and a receive buffer each (P x 4), with one bucket and with a bucket per layer. And the
+ * bits are those of ZeRO-2, whose reduce-scatters do not run in place. */
+static void test_ddp_bf16_reduce_in_place(void **state) {
+    (void)state;
+    const fsc_gpt_config cfg = pt_small_config();
+    const size_t P = fsc_gpt_num_params(&cfg);
+    for (int pf = 0; pf <= 1; pf++) {
+        for (int b = 0; b <= 1; b++) {
+            pt_run a = pt_make(3, FSC_PAR_DDP);
+            a.po.param_dtype = a.po.reduce_dtype = FSC_BF16;
+            a.po.prefetch = pf;
+            a.po.bucket_bytes = b ? 256 : 1u << 30;
+            pt_train(&a);
+            pt_run z = pt_make(3, FSC_PAR_ZERO2);
+            z.po.param_dtype = z.po.reduce_dtype = FSC_BF16;
+            pt_train(&z);
+            pt_assert_same(&a, &z, "ddp bf16 against zero2 bf16");
+            for (int r = 0; r < 3; r++)
+                if (a.peak[r][FSC_TAG_COMM] > P * 2 + 1024)
+                    fail_msg("prefetch %d, %s: rank %d holds %zu comm bytes for %zu bf16 gradients", pf,
+                             b ? "a bucket per layer" : "one bucket", r, a.peak[r][FSC_TAG_COMM], P);
+            free(a.params);
+            free(z.params);
+        }
+    }
+}
+
 static void test_ddp_sync_from_rank0(void **state) {
     (void)state;
     pt_run a = pt_make(4, FSC_PAR_DDP);
@@ -78,6 +107,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ddp_world1_equals_none),
         cmocka_unit_test(test_ddp_bucket_size_irrelevant),
+        cmocka_unit_test(test_ddp_bf16_reduce_in_place),
         cmocka_unit_test(test_ddp_sync_from_rank0),
         cmocka_unit_test(test_ddp_matches_single_rank_numerically),
         cmocka_unit_test(test_ddp_rejects_bad_options),

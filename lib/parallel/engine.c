@@ -183,7 +183,9 @@ fsc_status fsc_engine_reduce(fsc_engine *e, fsc_comm *c, int rs, const float *in
         if (s == FSC_OK) s = fsc_k_convert(dev, send, dt, in, FSC_F32, n);
         sendp = send;
     }
-    if (s == FSC_OK) s = fsc_device_alloc(dev, FSC_TAG_COMM, nout * es, &recv);
+    /* an all-reduce of a converted copy runs in place in it */
+    if (s == FSC_OK && !rs && send) recv = send, send = NULL;
+    else if (s == FSC_OK) s = fsc_device_alloc(dev, FSC_TAG_COMM, nout * es, &recv);
     if (s == FSC_OK)
         s = rs ? fsc_comm_reduce_scatter(c, sendp, recv, nout, dt, FSC_SUM)
                : fsc_comm_all_reduce(c, sendp, recv, n, dt, FSC_SUM);

@@ -54,7 +54,11 @@ fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int
         if (s == FSC_OK) s = fsc_k_convert(e->dev, p.send, dt, in, FSC_F32, n);
         sendp = p.send;
     }
-    if (s == FSC_OK && (dt != FSC_F32 || accumulate)) {
+    if (s == FSC_OK && !rs && p.send) { /* an all-reduce of a converted copy runs in place in it */
+        p.recv = p.send;
+        p.send = NULL;
+        recvp = p.recv;
+    } else if (s == FSC_OK && (dt != FSC_F32 || accumulate)) {
         s = fsc_device_alloc(e->dev, FSC_TAG_COMM, nout * fsc_dtype_size(dt), &p.recv);
         recvp = p.recv;
     }

@@ -302,6 +302,34 @@ static void test_prefetch_memory_is_bounded(void **state) {
     free(base.params);
 }
 
+/* With a bf16 reduction a reduction in flight reads its bf16 copy (ledger comm) only: the f32 gradient it was
+ * handed (FSDP's unit, ZeRO-2's bucket) is released once converted, so the peak gradient bytes are prefetch 0's
+ * (they held limit - 1 more units' or buckets' f32 gradients), every rank, limits 2 and 3. */
+static void test_prefetch_bf16_reduction_frees_gradients(void **state) {
+    (void)state;
+    const int N = 4;
+    const int which[] = {2, 3, 7}; /* zero2, fsdp full_shard, hybrid_shard */
+    for (size_t k = 0; k < sizeof which / sizeof which[0]; k++) {
+        const pf_case *c = &cases[which[k]];
+        pt_run a = make(N, c, 0, 1, FSC_BF16);
+        train_net(&a, 0);
+        for (int limit = 2; limit <= 3; limit++) {
+            pt_run b = make(N, c, 1, 1, FSC_BF16);
+            b.po.prefetch_limit = limit;
+            train_net(&b, 0);
+            char what[96];
+            snprintf(what, sizeof what, "%s, bf16, limit %d", c->what, limit);
+            pt_assert_same(&a, &b, what);
+            for (int r = 0; r < N; r++)
+                if (b.peak[r][FSC_TAG_GRADS] != a.peak[r][FSC_TAG_GRADS])
+                    fail_msg("%s: rank %d peaks at %zu gradient bytes, prefetch 0 at %zu", what, r,
+                             b.peak[r][FSC_TAG_GRADS], a.peak[r][FSC_TAG_GRADS]);
+            free(b.params);
+        }
+        free(a.params);
+    }
+}
+
 static void test_prefetch_options_checked(void **state) {
     (void)state;
     fsc_parallel_opts d = fsc_parallel_opts_default();
@@ -319,6 +347,7 @@ int main(void) {
         cmocka_unit_test(test_prefetch_pipeline_receives_on_network),
         cmocka_unit_test(test_prefetch_pipeline_tied_on_network),
         cmocka_unit_test(test_prefetch_memory_is_bounded),
+        cmocka_unit_test(test_prefetch_bf16_reduction_frees_gradients),
         cmocka_unit_test(test_prefetch_options_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,6 +53,10 @@ fsc_status fsc_reduce_start(fsc_engine *e, fsc_reduce_queue *q, fsc_comm *c, int
         s = fsc_device_alloc(e->dev, FSC_TAG_COMM, n * es, &p.send);
         if (s == FSC_OK) s = fsc_k_convert(e->dev, p.send, dt, in, FSC_F32, n);
         sendp = p.send;
+        if (s == FSC_OK && owned) { /* the converted copy is what the collective reads: the gradient is done */
+            fsc_device_release(e->dev, owned);
+            p.owned = NULL;
+        }
     }
     if (s == FSC_OK && !rs && p.send) { /* an all-reduce of a converted copy runs in place in it */
         p.recv = p.send;

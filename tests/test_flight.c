@@ -686,23 +686,6 @@ static void test_record_file_cloexec(void **state) {
     assert_int_equal(d.cloexec, 1);
 }
 
-/* Whether text is valid UTF-8 (checked here by the definition: the reader under test would not see the bytes). */
-static int valid_utf8(const unsigned char *p) {
-    while (*p) {
-        const unsigned c = *p;
-        int k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-        unsigned cp = k == 1 ? c : k == 2 ? c & 0x1f : k == 3 ? c & 0x0f : c & 0x07;
-        for (int j = 1; j < k; j++) {
-            if ((p[j] & 0xc0) != 0x80) return 0;
-            cp = cp << 6 | (p[j] & 0x3f);
-        }
-        const unsigned min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-        if (!k || cp < min[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-        p += k;
-    }
-    return 1;
-}
-
 /* A message that is not UTF-8 (a path in Latin-1, as an error names it) makes a record that is still JSON's UTF-8:
  * the byte that begins no character is U+FFFD, the rest kept (the record had the byte as it was, which Python's json
  * and jq refuse). Oracle: the file's bytes checked by the definition of UTF-8; the reader's message. */
@@ -720,7 +703,7 @@ static void test_record_is_utf8(void **state) {
     char *text = calloc(1, 1 << 16);
     size_t n = fread(text, 1, (1 << 16) - 1, in);
     fclose(in);
-    if (!valid_utf8((const unsigned char *)text)) fail_msg("the record is not UTF-8: %s", text);
+    if (!test_valid_utf8((const unsigned char *)text)) fail_msg("the record is not UTF-8: %s", text);
     flr_record *r = NULL;
     assert_ok(flr_parse(text, n, path, &r));
     assert_string_equal(r->message, "--save /data/caf\xef\xbf\xbd.safetensors: cannot write \xc3\xa9");

@@ -527,23 +527,6 @@ static void test_decimal_comma_locale(void **state) {
     unlink(path);
 }
 
-/* Whether text is valid UTF-8 (a check of its own, as the UTF-8 definition gives it: cJSON does not check). */
-static int valid_utf8(const unsigned char *p) {
-    while (*p) {
-        const unsigned c = *p;
-        int k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-        unsigned cp = k == 1 ? c : k == 2 ? c & 0x1f : k == 3 ? c & 0x0f : c & 0x07;
-        for (int j = 1; j < k; j++) {
-            if ((p[j] & 0xc0) != 0x80) return 0;
-            cp = cp << 6 | (p[j] & 0x3f);
-        }
-        const unsigned min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-        if (!k || cp < min[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-        p += k;
-    }
-    return 1;
-}
-
 /* Values JSON cannot hold: an argument that is NaN or inf (the file had "x":nan, which no reader takes, and
  * tools/trace_merge refused the file), bytes that are inf, a span's start that is NaN ("ts":nan), a name in Latin-1
  * and one whose last character the name's 47-byte limit cuts (invalid UTF-8, which strict readers refuse). Oracle:
@@ -566,7 +549,7 @@ static void test_not_json_values(void **state) {
     assert_ok(fsc_trace_write(t, p));
     fsc_trace_free(t);
     char *text = slurp(p);
-    if (!valid_utf8((const unsigned char *)text)) fail_msg("the trace is not UTF-8:\n%s", text);
+    if (!test_valid_utf8((const unsigned char *)text)) fail_msg("the trace is not UTF-8:\n%s", text);
     cJSON *j = cJSON_Parse(text);
     if (!j) fail_msg("the trace is not JSON:\n%s", text);
     const cJSON *cut = find_event(j, "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrst\xef\xbf\xbd", 0);

@@ -123,4 +123,22 @@ static inline void test_reseal_metadata(char *text) {
     memcpy(d, hex, 8);
 }
 
+/* Whether text is valid UTF-8, checked by the definition (no overlong form, no surrogate, nothing past U+10FFFF):
+ * what a strict JSON reader (Python's json, jq) takes, and cJSON does not check. */
+static inline int test_valid_utf8(const unsigned char *p) {
+    while (*p) {
+        const unsigned c = *p;
+        int k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        unsigned cp = k == 1 ? c : k == 2 ? c & 0x1f : k == 3 ? c & 0x0f : c & 0x07;
+        for (int j = 1; j < k; j++) {
+            if ((p[j] & 0xc0) != 0x80) return 0;
+            cp = cp << 6 | (p[j] & 0x3f);
+        }
+        const unsigned min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+        if (!k || cp < min[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+        p += k;
+    }
+    return 1;
+}
+
 #endif

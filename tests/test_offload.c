@@ -580,16 +580,25 @@ static void test_offload_refuses_what_it_does_not_run(void **state) {
     expect_refused(FSC_PAR_FSDP, (fsc_offload_mode)7, 1, FSC_ERR_INVALID, "none, optim or all");
     /* the engine's other numbers, refused by name: an initial loss scale that was replaced by 65536 without a word,
      * and a prefetch limit whose message blamed prefetch */
-    for (int k = 0; k < 4; k++) { /* and an FSDP wrap policy that acted as wrapping the whole model */
+    /* and 0-or-1 switches given another value (2 acted as 1; a reshard_after_forward below -1 as the default) */
+    static const char *const wants[] = { "init_loss_scale must be a finite number >= 0",
+                                         "init_loss_scale must be a finite number >= 0", "prefetch_limit must be >= 0",
+                                         "wrap must be FSC_WRAP_BLOCK", "no_sync must be 0 or 1, not 2",
+                                         "sync_from_rank0 must be 0 or 1, not -1",
+                                         "reshard_after_forward must be -1 (the strategy's default), 0 or 1, not -2",
+                                         "reshard_after_forward must be -1 (the strategy's default), 0 or 1, not 3" };
+    for (int k = 0; k < 8; k++) { /* and an FSDP wrap policy that acted as wrapping the whole model */
         pt_run run = pt_make(2, FSC_PAR_FSDP);
         run.po.no_sync = 1;
         if (k < 2) run.po.init_loss_scale = k ? NAN : -3.0f;
         else if (k == 2) run.po.prefetch_limit = -4;
-        else run.po.wrap = (fsc_wrap_policy)7;
+        else if (k == 3) run.po.wrap = (fsc_wrap_policy)7;
+        else if (k == 4) run.po.no_sync = 2;
+        else if (k == 5) run.po.sync_from_rank0 = -1;
+        else run.po.reshard_after_forward = k == 6 ? -2 : 3;
         fsc_cluster_opts co = {.world = 2, .device = "cpu", .timeout_s = 30};
         assert_int_equal(fsc_cluster_run(&co, create_only, &run), FSC_ERR_INVALID);
-        const char *want = k < 2 ? "init_loss_scale must be a finite number >= 0"
-                         : k == 2 ? "prefetch_limit must be >= 0" : "wrap must be FSC_WRAP_BLOCK";
+        const char *want = wants[k];
         if (!strstr(fsc_last_error(), want)) fail_msg("message \"%s\" lacks \"%s\"", fsc_last_error(), want);
     }
     assert_int_equal(fsc_parallel_opts_default().offload, FSC_OFFLOAD_NONE);

@@ -319,6 +319,13 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
                          (int)po->nonfinite);
     if (po->prefetch != 0 && po->prefetch != 1)
         return fsc_error(FSC_ERR_INVALID, "prefetch must be 0 or 1, not %d", po->prefetch);
+    if (po->no_sync != 0 && po->no_sync != 1) /* 0 or 1 as prefetch: another value is a caller's mistake */
+        return fsc_error(FSC_ERR_INVALID, "no_sync must be 0 or 1, not %d", po->no_sync);
+    if (po->sync_from_rank0 != 0 && po->sync_from_rank0 != 1)
+        return fsc_error(FSC_ERR_INVALID, "sync_from_rank0 must be 0 or 1, not %d", po->sync_from_rank0);
+    if (po->reshard_after_forward < -1 || po->reshard_after_forward > 1)
+        return fsc_error(FSC_ERR_INVALID, "reshard_after_forward must be -1 (the strategy's default), 0 or 1, not %d",
+                         po->reshard_after_forward);
     if (po->prefetch_limit < 0)
         return fsc_error(FSC_ERR_INVALID, "prefetch_limit must be >= 0 (0: 2), not %d", po->prefetch_limit);
     if (po->max_skipped_steps < 0)

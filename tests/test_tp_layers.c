@@ -386,6 +386,14 @@ static void test_tp_errors(void **state) {
     assert_ok(fsc_tp_check_config(&c, 4));
     c.padded_vocab = 0, c.vocab = 48;
     assert_ok(fsc_tp_check_config(&c, 4));
+    /* the head's slices each hold a real row (the model itself refused these, after the checks said yes) */
+    c.vocab = 8, c.padded_vocab = 16;
+    assert_err(fsc_tp_check_config(&c, 2), FSC_ERR_UNSUPPORTED, "leaves the last rank's slice of 8 rows without a real "
+               "one: pad by fewer than 8 rows");
+    c.vocab = 3, c.padded_vocab = 4;
+    assert_err(fsc_tp_check_config(&c, 4), FSC_ERR_UNSUPPORTED, "the group can have at most 3 ranks");
+    c.vocab = 8, c.padded_vocab = 12;
+    assert_ok(fsc_tp_check_config(&c, 2));
     assert_err(fsc_tp_check_config(&c, 0), FSC_ERR_INVALID, "group size 0");
     assert_err(tt_run(2, bad_sp_rank, NULL), FSC_ERR_INVALID, "9 token rows do not split into 2 sequence shards");
 }

@@ -100,6 +100,9 @@ static void test_refused(void **st) {
     struct { const char *args, *needle; } cases[] = {
         { TINY " --world 4 --tp 4 --parallel none", "--tp 4: --kv-heads 2 does not divide over the tensor group" },
         { TINY " --world 2 --tp 2 --seq 9 --sequence-parallel", "--seq 9 does not divide by --tp 2" },
+        /* before any rank starts (the model refused it after the banner) */
+        { TINY " --world 2 --tp 2 --vocab 8 --padded-vocab 16", "--tp 2: --padded-vocab 16 (--vocab 8) leaves the last "
+          "rank's slice of 8 rows without a real one" },
         { TINY " --moe-experts 2 --moe-top-k 3", "--moe-top-k" },
         { TINY " --kv-heads 3", "kv_heads 3 must divide heads 4" },
         { TINY " --norm-eps 0", "norm_eps" },

@@ -114,6 +114,14 @@ static int llama_resolve(train_config *c, char *err, size_t cap) {
             if (n[i] % c->tp != 0)
                 return snprintf(err, cap, "--tp %d: %s %d does not divide over the tensor group (tensor parallelism "
                                 "splits it)", c->tp, what[i], n[i]), -1;
+        const int Vp = n[3]; /* the vocab-parallel head: every rank's slice of the rows holds a real one */
+        if (c->vocab < c->tp)
+            return snprintf(err, cap, "--tp %d: --vocab %d leaves a rank's slice of the vocabulary without a real row, "
+                            "whatever the padding (at most --tp %d)", c->tp, c->vocab, c->vocab), -1;
+        if (Vp - c->vocab >= Vp / c->tp)
+            return snprintf(err, cap, "--tp %d: --padded-vocab %d (--vocab %d) leaves the last rank's slice of %d rows "
+                            "without a real one: pad by fewer than %d rows", c->tp, Vp, c->vocab, Vp / c->tp,
+                            Vp / c->tp), -1;
         if (c->sequence_parallel && c->seq % c->tp != 0)
             return snprintf(err, cap, "--sequence-parallel: --seq %d does not divide by --tp %d (between layers "
                             "each rank holds B x seq / tp consecutive rows of a micro-batch's B x seq)", c->seq,

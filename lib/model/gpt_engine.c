@@ -22,6 +22,16 @@ fsc_status fsc_tp_check_config(const fsc_gpt_config *cfg, int T) {
                                cfg->padded_vocab, cfg->vocab, T, T)
                    : fsc_error(FSC_ERR_INVALID, "tensor parallel: a vocabulary of %d does not split over a tensor group "
                                "of %d (pad it to a multiple of %d: padded_vocab)", fsc_gpt_vocab_rows(cfg), T, T);
+    /* the vocab-parallel head's rule (layers/tp_basic.c): every rank's slice of the rows holds a real one */
+    const int V = cfg->vocab, Vp = fsc_gpt_vocab_rows(cfg);
+    if (V < T)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a vocabulary of %d rows over a tensor group of %d "
+                         "ranks leaves a rank's slice without a real row, whatever the padding: the group can have at "
+                         "most %d ranks", V, T, V);
+    if (Vp - V >= Vp / T)
+        return fsc_error(FSC_ERR_UNSUPPORTED, "tensor parallel: a padded vocabulary (vocab %d, padded_vocab %d) over a "
+                         "tensor group of %d ranks leaves the last rank's slice of %d rows without a real one: pad by "
+                         "fewer than %d rows", V, Vp, T, Vp / T, Vp / T);
     return FSC_OK;
 }
 

@@ -259,6 +259,13 @@ static void test_trainer_zbv_trace(void **st) {
         fail_msg("out of memory");
     assert_int_equal(system(cmd), 0);
     assert_int_equal(count_lines(svg, "<title>"), 48);
+    static const char *const bad_step[] = { "-1", "abc", "0", "1 2" }; /* refused: -1 and abc drew the last step */
+    for (size_t i = 0; i < sizeof bad_step / sizeof *bad_step; i++) {
+        free(cmd);
+        if (asprintf(&cmd, "cd '%s' && '%s' 'run=1' zbv3.svg %s 2>/dev/null; test $? = 2", tmpdir, tool, bad_step[i]) < 0)
+            fail_msg("out of memory");
+        if (system(cmd) != 0) fail_msg("tools/pipe_timeline 'run=1' zbv3.svg %s: not exit 2", bad_step[i]);
+    }
     /* tools/pipe_replay (beside it) replays it: 2 ranks, 2 chunks in a V; a step the traces lack, a trace of more
      * chunks than V, a V of 0 or a placement it does not know are refused (they printed a replay of nothing, 0.0 ms
      * and bubble -nan, or of stages the run did not have) */

@@ -299,7 +299,8 @@ fsc_status write_trace(fsc_rank *r, const train_config *c, fsc_trace *tr) {
     trace_path(r, c, path, sizeof path);
     fsc_status ts = fsc_trace_write(tr, path);
     if (ts == FSC_OK && fsc_trace_dropped(tr))
-        fprintf(stderr, "fsc-train: warning: rank %d's trace filled up at %zu events and dropped %zu later ones "
-                "(raise --trace-events)\n", r->rank, fsc_trace_count(tr), fsc_trace_dropped(tr));
+        fprintf(stderr, "fsc-train: warning: rank %d's trace filled up at %zu event%s and dropped %zu later one%s "
+                "(raise --trace-events)\n", r->rank, fsc_trace_count(tr), fsc_trace_count(tr) == 1 ? "" : "s",
+                fsc_trace_dropped(tr), fsc_trace_dropped(tr) == 1 ? "" : "s");
     return ts;
 }

@@ -245,13 +245,14 @@ static void test_ckpt_save_onto_link(void **state) {
 }
 
 /* A crash asked for that the save cannot inject is refused, not ignored: a test of it would pass on a save that
- * never crashed. Oracle: on 2 ranks, an unknown crash_at, a crash_rank outside the world, and the full format's
- * MID_SHARD on rank 1 (only rank 0 writes) give FSC_ERR_INVALID naming the field on every rank and leave no
+ * never crashed. Oracle: on 2 ranks, an unknown crash_at, a crash_rank outside the world, the full format's
+ * MID_SHARD on rank 1 (only rank 0 writes) and BEFORE_META or BEFORE_RENAME on rank 1 (only rank 0 writes the
+ * metadata and renames) give FSC_ERR_INVALID naming the field on every rank and leave no
  * checkpoint; the save without them succeeds. Before, each of them saved the checkpoint without a crash. */
 typedef struct {
     char dir[600];
-    fsc_status st[4][2];
-    char why[4][2][256];
+    fsc_status st[6][2];
+    char why[6][2][256];
 } crash_opts_job;
 
 static fsc_status crash_opts_rank(fsc_rank *r, void *arg) {
@@ -263,14 +264,16 @@ static fsc_status crash_opts_rank(fsc_rank *r, void *arg) {
     fsc_optim_config oc = fsc_optim_config_default();
     fsc_engine *e = NULL;
     FSC_TRY(fsc_engine_create(r, &g, &po, &oc, 1, &e));
-    const fsc_ckpt_save_opts bad[4] = {
+    const fsc_ckpt_save_opts bad[6] = {
         { .format = FSC_CKPT_SHARDED, .crash_at = (fsc_ckpt_crash)9 },
         { .format = FSC_CKPT_SHARDED, .crash_at = FSC_CKPT_CRASH_MID_SHARD, .crash_rank = 2 },
         { .format = FSC_CKPT_SHARDED, .crash_at = FSC_CKPT_CRASH_BEFORE_META, .crash_rank = -1 },
         { .format = FSC_CKPT_FULL, .crash_at = FSC_CKPT_CRASH_MID_SHARD, .crash_rank = 1 },
+        { .format = FSC_CKPT_SHARDED, .crash_at = FSC_CKPT_CRASH_BEFORE_META, .crash_rank = 1 }, /* rank 0 writes it */
+        { .format = FSC_CKPT_FULL, .crash_at = FSC_CKPT_CRASH_BEFORE_RENAME, .crash_rank = 1 },  /* and renames */
     };
     fsc_status s = FSC_OK;
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < 6; c++) {
         j->st[c][r->rank] = fsc_ckpt_save(e, j->dir, 0, &bad[c]);
         snprintf(j->why[c][r->rank], sizeof j->why[c][r->rank], "%s", j->st[c][r->rank] ? fsc_last_error() : "");
     }
@@ -287,8 +290,9 @@ static void test_ckpt_crash_options_checked(void **state) {
     snprintf(j.dir, sizeof j.dir, "%s", dir);
     fsc_cluster_opts co = { .world = 2, .device = "cpu", .timeout_s = 30 };
     assert_ok(fsc_cluster_run(&co, crash_opts_rank, &j));
-    const char *field[4] = { "crash_at 9", "crash_rank 2", "crash_rank -1", "crash_rank 1" };
-    for (int c = 0; c < 4; c++)
+    const char *field[6] = { "crash_at 9", "crash_rank 2", "crash_rank -1", "crash_rank 1", "crash_rank 1 of "
+                             "FSC_CKPT_CRASH_BEFORE_META", "crash_rank 1 of FSC_CKPT_CRASH_BEFORE_RENAME" };
+    for (int c = 0; c < 6; c++)
         for (int r = 0; r < 2; r++)
             if (j.st[c][r] != FSC_ERR_INVALID || !strstr(j.why[c][r], field[c]))
                 fail_msg("case %d, rank %d: the save gave %s \"%s\", not FSC_ERR_INVALID naming %s", c, r,

@@ -481,6 +481,10 @@ static fsc_status save(fsc_engine *e, const char *dir, int64_t step, const fsc_c
     if (o.crash_at == FSC_CKPT_CRASH_MID_SHARD && o.format == FSC_CKPT_FULL && o.crash_rank != 0)
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: crash_rank %d of the full format's FSC_CKPT_CRASH_MID_SHARD: "
                          "only rank 0 writes its files", o.crash_rank);
+    if ((o.crash_at == FSC_CKPT_CRASH_BEFORE_META || o.crash_at == FSC_CKPT_CRASH_BEFORE_RENAME) && o.crash_rank != 0)
+        return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: crash_rank %d of FSC_CKPT_CRASH_%s: only rank 0 writes "
+                         "metadata.json and renames the directory", o.crash_rank,
+                         o.crash_at == FSC_CKPT_CRASH_BEFORE_META ? "BEFORE_META" : "BEFORE_RENAME");
     if (fsc_optim_steps(ENG(e).opt) > step) /* the same on every rank */
         return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_save: step %lld, but the optimizer has taken %lld steps (step is "
                          "the number of training steps taken: the data position)", (long long)step,

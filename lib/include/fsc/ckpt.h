@@ -41,8 +41,9 @@ typedef enum { FSC_CKPT_SHARDED = 0, FSC_CKPT_FULL } fsc_ckpt_format;
 
 /* For tests of atomicity: make rank crash_rank fail at a point of the save as if its process died
  * there. The save returns FSC_ERR_IO on every rank and leaves its temporary directory behind. An unknown
- * crash_at, a crash_rank outside the world, or the full format's MID_SHARD on a rank other than 0 (the one that
- * writes) is refused (FSC_ERR_INVALID), never a save without its crash. */
+ * crash_at, a crash_rank outside the world, or the full format's MID_SHARD, BEFORE_META or BEFORE_RENAME on a
+ * rank other than 0 (the one that writes those files and renames) is refused (FSC_ERR_INVALID), never a save
+ * without its crash. */
 typedef enum {
     FSC_CKPT_CRASH_NONE = 0,
     FSC_CKPT_CRASH_MID_SHARD,     /* after part of the rank's shard file is written */

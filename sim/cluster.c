@@ -202,8 +202,13 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         fsc_status fs;
         const char *msg;
         int fr = sim_cluster_first_failure(cl, &fs, &msg);
-        const int rv = atomic_load(&cl->revoker); /* a rank that gave up on a group after its own failure */
-        if (fr >= 0 && rv >= 0 && rv != fr && ranks[rv].status != FSC_OK) /* its neighbours' failures name it */
+        /* a rank that gave up on a group after its own failure: when the first failure is its consequence (the
+         * revoke's message names the revoker), that rank's own error is the cause; a later, unrelated failure
+         * of a rank that once revoked is not */
+        const int rv = atomic_load(&cl->revoker);
+        char gave_up[64];
+        snprintf(gave_up, sizeof gave_up, "world rank %d gave up on the group", rv);
+        if (fr >= 0 && rv >= 0 && rv != fr && ranks[rv].status != FSC_OK && msg && strstr(msg, gave_up))
             fr = rv, fs = ranks[rv].status, msg = ranks[rv].msg;
         if (fr >= 0) { /* named once: a rank that failed because another did reports that one */
             fsc_error(fs, "%s", msg);

@@ -384,6 +384,27 @@ static void test_pipeline_stage_failure_stops_every_rank_at_once(void **state) {
     }
 }
 
+/* A rank that once gave up on its links is not blamed for a later run's failure it did not cause. Oracle: after the
+ * failed pipeline step above (rank 0 revoked its links; both ranks handled it), rank 1 returns an unrelated error of
+ * its own first and rank 0 another one 300 ms later: the run reports rank 1's (it reported rank 0's later one). */
+static fsc_status stale_run(fsc_rank *r, void *arg) {
+    fast_job *j = arg;
+    (void)fast_run(r, j);
+    if (r->rank == 1) return fsc_error(FSC_ERR_IO, "rank 1: a failure of its own, the first of the run");
+    struct timespec nap = { 0, 300000000 };
+    nanosleep(&nap, NULL);
+    return fsc_error(FSC_ERR_NOMEM, "rank 0: a later failure of its own");
+}
+
+static void test_revoker_not_blamed_for_later_failures(void **state) {
+    (void)state;
+    static fast_job j;
+    memset(&j, 0, sizeof j);
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.world = 2, co.timeout_s = 20;
+    assert_err(fsc_cluster_run(&co, stale_run, &j), FSC_ERR_IO, "a failure of its own, the first of the run");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_step_leaves_nothing),
@@ -391,6 +412,7 @@ int main(void) {
         cmocka_unit_test(test_pipeline_action_failure_refuses_later_steps),
         cmocka_unit_test(test_engine_free_keeps_the_message),
         cmocka_unit_test(test_pipeline_stage_failure_stops_every_rank_at_once),
+        cmocka_unit_test(test_revoker_not_blamed_for_later_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

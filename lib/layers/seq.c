@@ -128,8 +128,34 @@ static int same_text(const char *a, const char *b) {
     return same;
 }
 
+/* A layers' description as tensor-parallel layers wrote it before they described themselves as the unsplit layer
+ * (their checkpoints load at any tp): each layer with a "tp" loses "tp", "sp" and "tp_mode", and a head's "norm"
+ * "none" with its "eps". NULL when the text has no such layer (or cannot be read): nothing to compare again. The
+ * caller frees it with cJSON_free. */
+static char *without_tp_keys(const char *recorded) {
+    cJSON *j = fsc_json_parse(recorded), *l, *seq = j ? cJSON_GetObjectItemCaseSensitive(j, "sequential") : NULL;
+    int changed = 0;
+    if (!cJSON_IsArray(seq)) seq = NULL;
+    cJSON_ArrayForEach(l, seq) {
+        cJSON *o = cJSON_GetObjectItemCaseSensitive(l, "layer");
+        if (!cJSON_IsObject(o) || !cJSON_GetObjectItemCaseSensitive(o, "tp")) continue;
+        static const char *const keys[] = { "tp", "sp", "tp_mode" };
+        for (int k = 0; k < 3; k++) cJSON_DeleteItemFromObjectCaseSensitive(o, keys[k]);
+        const cJSON *norm = cJSON_GetObjectItemCaseSensitive(o, "norm");
+        if (cJSON_IsString(norm) && !strcmp(norm->valuestring, "none")) {
+            cJSON_DeleteItemFromObjectCaseSensitive(o, "norm");
+            cJSON_DeleteItemFromObjectCaseSensitive(o, "eps");
+        }
+        changed = 1;
+    }
+    char *text = changed ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return text;
+}
+
 /* A recorded text equal to config's; for a family's model also its layers' description, which its files and
- * checkpoints recorded before the model recorded its family's text. */
+ * checkpoints recorded before the model recorded its family's text; and one written by tensor-parallel layers
+ * before they described themselves as the unsplit ones (without_tp_keys). */
 static fsc_status seq_config_check(void *ctx, const char *recorded) {
     const seq_model *s = ctx;
     enum { CAP = 1 << 16 };
@@ -141,7 +167,11 @@ static fsc_status seq_config_check(void *ctx, const char *recorded) {
     seq_config(ctx, own, CAP);
     if (layers) seq_layers_config(s, layers, CAP);
     fsc_status st = FSC_OK;
-    if (!same_text(own, recorded) && (!layers || !same_text(layers, recorded)))
+    int same = same_text(own, recorded) || (layers && same_text(layers, recorded));
+    char *older = same ? NULL : without_tp_keys(recorded);
+    same = same || (older && (same_text(own, older) || (layers && same_text(layers, older))));
+    cJSON_free(older);
+    if (!same)
         st = fsc_error(FSC_ERR_INVALID, "written for a model of configuration %.300s; this engine's model has %.300s",
                        recorded, own);
     free(own), free(layers);

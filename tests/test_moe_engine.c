@@ -579,12 +579,14 @@ static fsc_status unequal_rank(fsc_rank *r, void *arg) {
     snprintf(want, sizeof want, "the ranks of an expert group (ep %d) passed different local batches (data rank 0: 4 "
              "sequences, data rank 1: 2)", G);
     fsc_status s = tok && out ? FSC_OK : FSC_ERR_NOMEM;
-    fsc_status got[3] = { fsc_engine_step(e, tok, tok, lb, B, NULL), fsc_engine_eval(e, tok, tok, lb, B, &loss),
-                          fsc_engine_predict(e, tok, lb, out, &per) };
-    for (int k = 0; k < 3 && s == FSC_OK; k++)
-        if (got[k] != FSC_ERR_INVALID || !strstr(fsc_last_error(), want))
-            s = fsc_error(FSC_ERR_INTERNAL, "call %d on rank %d: %s (wanted \"%s\")", k, r->rank,
-                          fsc_status_str(got[k]), want);
+    for (int k = 0; k < 3 && s == FSC_OK; k++) { /* each call's own message, in this order */
+        const fsc_status got = k == 0 ? fsc_engine_step(e, tok, tok, lb, B, NULL)
+                             : k == 1 ? fsc_engine_eval(e, tok, tok, lb, B, &loss)
+                                      : fsc_engine_predict(e, tok, lb, out, &per);
+        if (got != FSC_ERR_INVALID || !strstr(fsc_last_error(), want))
+            s = fsc_error(FSC_ERR_INTERNAL, "call %d on rank %d: %s \"%s\" (wanted \"%s\")", k, r->rank,
+                          fsc_status_str(got), fsc_last_error(), want);
+    }
     /* the refusals left the ranks in step: equal batches train */
     fsc_step_info info = { 0 };
     if (s == FSC_OK) s = fsc_engine_step(e, tok, tok, 4, 4 * l->dp, &info);

@@ -7,8 +7,7 @@
  *   {"type":"val","step":3,"val_loss":5.3}                                      (one per validation)
  * The first line of a log is {"type":"config", "config":{...}} (the options of the run, as --json names them).
  * lr, mfu and eta_s are left out when not known, host_peak_bytes without --offload; a loss or val_loss that is inf
- * or NaN is null. tools/plot reads
- * these lines.
+ * or NaN is null. tools/plot reads these lines.
  * Only what is here formats; the training loop and its measurements stay in examples/train/ (loop.c, report.c). */
 #ifndef TRAIN_LOG_H
 #define TRAIN_LOG_H

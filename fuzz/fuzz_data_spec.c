@@ -1,7 +1,7 @@
 /* libFuzzer harness for the spec of token files (lib/io/data.c, fsc_data_open): the comma-separated list of paths
  * and globs that fsc-train's --data and --val-data, and fsc-tokenize --decode's TOKENS, take from the command line.
- * The harness works in a folder of its own (made once; the working directory while a spec is opened and read) holding a.bin, b.bin, a file
- * named "a,b.bin", one named "x[1].bin", an empty e.bin and d/c.bin, each of a few distinct bytes; a spec is read
+ * The harness works in a folder of its own (made once; the working directory while a spec is opened and read)
+ * holding a.bin, b.bin, a file named "a,b.bin", one named "x[1].bin", an empty e.bin and d/c.bin, each of a few distinct bytes; a spec is read
  * as bytes (vocabulary 256). Checks beyond "no crash, no leak": a refusal returns no stream and sets a message;
  * an accepted spec is a stream of at least one file, each a regular file that exists, its tokens the file's bytes
  * in the order of the list; a spec without '*', '?', '[' or '\' that does not name a file itself is exactly its

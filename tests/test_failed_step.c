@@ -277,7 +277,8 @@ static void test_one_rank_failure_stops_every_rank(void **state) {
 /* A pipeline step that fails on stage 0 (a token outside the vocabulary, prefetch on) leaves a receive posted for a
  * message the other stage never sends; fsc_engine_free waits for it (it fails at once: stage 0 gave up on its links)
  * and drops its error. Oracle: the message after fsc_engine_free is the step's, so a program that frees and then
- * returns the step's status reports the token, not a receive timing out (which fsc_cluster_run reported, blaming rank 1). */
+ * returns the step's status reports the token, not a receive timing out (which fsc_cluster_run reported, blaming
+ * rank 1). */
 static fsc_status free_keeps_run(fsc_rank *r, void *arg) {
     char *why = arg; /* [2][512]: each rank's message after the step and after the free */
     fsc_gpt_config g = fsc_gpt_config_default();

@@ -195,7 +195,8 @@ static void test_fsdp_hybrid_comm_volume(void **state) {
                 h.po.param_dtype = h.po.reduce_dtype = ddp.po.param_dtype;
                 pt_train(&h);
                 char what[96];
-                snprintf(what, sizeof what, "hybrid_shard %d, world %d, %s, prefetch %d", G, N, bf ? "bf16" : "f32", pf);
+                snprintf(what, sizeof what, "hybrid_shard %d, world %d, %s, prefetch %d", G, N, bf ? "bf16" : "f32",
+                         pf);
                 pt_assert_same(&ddp, &h, what);
                 /* the parameters' gathers over the group (prefetch keeps the last block for backward), the loss's
                  * all-gather, the vote */
@@ -204,7 +205,8 @@ static void test_fsdp_hybrid_comm_volume(void **state) {
                 const double reduction = (double)c->bytes[FSC_OP_REDUCE_SCATTER] + (double)c->bytes[FSC_OP_ALL_GATHER] +
                                          (double)c->bytes[FSC_OP_ALL_REDUCE] - gathers;
                 const double want = (double)(N + N / G - 2) / N * (double)padded * es;
-                if (fabs(reduction - want) > 1e-6) fail_msg("%s: the reduction sent %.0f bytes, not %.0f", what, reduction, want);
+                if (fabs(reduction - want) > 1e-6)
+                    fail_msg("%s: the reduction sent %.0f bytes, not %.0f", what, reduction, want);
                 free(h.params);
             }
             free(ddp.params);

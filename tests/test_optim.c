@@ -389,7 +389,8 @@ static void test_loss_scaler_floor(void **st) {
     fsc_loss_scaler_init(&s, 2.0f, 2); /* below the floor (a restored scale, a floor raised since) */
     s.min_scale = 1024.0f;
     fsc_loss_scaler_update(&s, 1);
-    if (!(s.scale <= 2.0f)) fail_msg("an overflow at scale 2 under a floor of 1024 raised the scale to %g", (double)s.scale);
+    if (!(s.scale <= 2.0f))
+        fail_msg("an overflow at scale 2 under a floor of 1024 raised the scale to %g", (double)s.scale);
     s.min_scale = 0.0f;           /* no floor given: never 0, which would zero every gradient for good */
     for (int i = 0; i < 400; i++) fsc_loss_scaler_update(&s, 1);
     assert_true(s.scale > 0.0f && isfinite(s.scale));

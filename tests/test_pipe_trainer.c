@@ -262,7 +262,8 @@ static void test_trainer_zbv_trace(void **st) {
     static const char *const bad_step[] = { "-1", "abc", "0", "1 2" }; /* refused: -1 and abc drew the last step */
     for (size_t i = 0; i < sizeof bad_step / sizeof *bad_step; i++) {
         free(cmd);
-        if (asprintf(&cmd, "cd '%s' && '%s' 'run=1' zbv3.svg %s 2>/dev/null; test $? = 2", tmpdir, tool, bad_step[i]) < 0)
+        if (asprintf(&cmd, "cd '%s' && '%s' 'run=1' zbv3.svg %s 2>/dev/null; test $? = 2", tmpdir, tool,
+                     bad_step[i]) < 0)
             fail_msg("out of memory");
         if (system(cmd) != 0) fail_msg("tools/pipe_timeline 'run=1' zbv3.svg %s: not exit 2", bad_step[i]);
     }

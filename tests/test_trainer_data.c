@@ -1,7 +1,8 @@
 /* Tests of the trainer's --data and --data-format (examples/train_gpt.c over lib/io/data.c): the same tokens
  * as bytes, as a headerless uint16 file, as an llm.c shard and as several shards (a glob and a comma list)
  * train to the same losses; a vocabulary above 256 trains from uint16 tokens; mismatches are refused at
- * start-up with exit 2 and the library's message, and so is a uint16 file that --data-format auto would read as bytes. */
+ * start-up with exit 2 and the library's message, and so is a uint16 file that --data-format auto would read as
+ * bytes. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>

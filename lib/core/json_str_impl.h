@@ -10,7 +10,11 @@
  * form, a surrogate, past U+10FFFF). s is NUL-terminated, so a cut sequence stops at the NUL. */
 static inline int fsc_utf8_len(const unsigned char *s) {
     const unsigned c = s[0];
-    const int k = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    const int k = c < 0x80                  ? 1
+                  : c >= 0xc2 && c <= 0xdf ? 2
+                  : c >= 0xe0 && c <= 0xef ? 3
+                  : c >= 0xf0 && c <= 0xf4 ? 4
+                                           : 0;
     for (int j = 1; j < k; j++)
         if ((s[j] & 0xc0) != 0x80) return 0;
     if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||

@@ -178,16 +178,17 @@ void fsc_llama_config_json(const fsc_llama_config *c, char *buf, size_t cap) {
     fsc_numbers_back(before);
 }
 
-/* A recorded configuration whose text differs from this model's own (both JSON objects): FSC_OK when every field
- * holds the same value (numbers compared as the floats and integers they set: 10000.0 is 10000), else the error
- * naming the first field of own whose recorded value differs or is missing (or the first recorded field own
- * lacks) with both values. */
 /* A recorded number as the model takes it: moe_top_k, moe_every and moe_capacity 0 are 1 (llama.h). */
 static double resolved(const cJSON *x) {
     const int one = !strcmp(x->string, "moe_top_k") || !strcmp(x->string, "moe_every") ||
                     !strcmp(x->string, "moe_capacity");
     return one && x->valuedouble == 0 ? 1.0 : x->valuedouble;
 }
+
+/* A recorded configuration whose text differs from this model's own (both JSON objects): FSC_OK when every field
+ * holds the same value (numbers compared as the floats and integers they set: 10000.0 is 10000), else the error
+ * naming the first field of own whose recorded value differs or is missing (or the first recorded field own
+ * lacks) with both values. */
 
 static fsc_status config_differs(const char *own, const char *recorded) {
     cJSON *a = fsc_json_parse(own), *b = fsc_json_parse(recorded);

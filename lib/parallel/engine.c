@@ -346,7 +346,8 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
     if (po->kind == FSC_PAR_FSDP && po->shard == FSC_SHARD_HYBRID) {
         const int g = fsc_layout_shard_size(po, dp);
         if (g < 1 || dp % g != 0)
-            return fsc_error(FSC_ERR_INVALID, "hybrid_shard: group of %d ranks%s does not divide the data group of %d%s",
+            return fsc_error(FSC_ERR_INVALID, "hybrid_shard: group of %d ranks%s does not divide the data group of "
+                             "%d%s",
                              g, po->hybrid_group ? "" : " (hybrid_group 0: half the data group)", dp,
                              po->hybrid_group ? "" : "; set hybrid_group to a divisor of it");
     }

@@ -45,7 +45,7 @@ typedef struct {
 
 #define FSC_FLIGHT_DEFAULT_DEPTH 256
 #define FSC_FLIGHT_MAX_DEPTH 65536
-#define FSC_FLIGHT_MAX_WORLD 65536 /* the largest world a record can describe (fsc_flight_diagnose_dir reads up to it) */
+#define FSC_FLIGHT_MAX_WORLD 65536 /* the largest world a record describes (fsc_flight_diagnose_dir reads up to it) */
 
 fsc_flight_opts fsc_flight_opts_default(void);
 fsc_status fsc_flight_create(const fsc_flight_opts *o, fsc_flight **out);

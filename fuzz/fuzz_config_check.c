@@ -5,7 +5,7 @@
  * input (up to a NUL) is the recorded text. Checks beyond "no crash": a refusal is FSC_ERR_INVALID or
  * FSC_ERR_FORMAT with a message; an accepted text is a JSON object whose family is the model's ("llama"; the GPT:
  * none or "gpt2") and, for the Llama, holds every field of the model's own text with the same value (numbers as
- * the floats they set) and no other; the model's own text is accepted.
+ * the floats they set; moe_top_k, moe_every and moe_capacity 0 as 1, their defaults) and no other; the model's own text is accepted.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_config_check.c (or make fuzz). */
 #include <cjson/cJSON.h>
 #include <float.h>
@@ -17,10 +17,17 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* A Llama's moe_top_k, moe_every and moe_capacity of 0 are 1 (llama.h): the value as the model takes it. */
+static double taken(const cJSON *x) {
+    const int one = x->string && (!strcmp(x->string, "moe_top_k") || !strcmp(x->string, "moe_every") ||
+                                  !strcmp(x->string, "moe_capacity"));
+    return one && x->valuedouble == 0 ? 1.0 : x->valuedouble;
+}
+
 static int same_value(const cJSON *x, const cJSON *y) {
     if (cJSON_IsNumber(x)) {
         if (!cJSON_IsNumber(y)) return 0;
-        double a = x->valuedouble, b = y->valuedouble; /* as floats, where they are in float's range */
+        double a = taken(x), b = taken(y); /* as floats, where they are in float's range */
         return fabs(a) <= FLT_MAX && fabs(b) <= FLT_MAX ? (float)a == (float)b : a == b;
     }
     return cJSON_Compare(x, y, 1);

@@ -164,6 +164,8 @@ static void test_config_check(void **st) {
         {"\"norm_eps\":9.99999975e-06", "\"norm_eps\":1e-06", "with norm_eps 1e-06; this engine's model has norm_eps 9.99999975e-06"},
         {"}", ",\"moe_experts\":2}", "written for a Llama with moe_experts 2; this engine's model has moe_experts absent"},
         {"\"dim\":16", "\"dim\":1e300", "written for a Llama with dim 1e+300; this engine's model has dim 16"},
+        /* a field of no name is a field too (it was taken for "no field differs": the record accepted) */
+        {"}", ",\"\":64}", "written for a Llama with \"\" 64; this engine's model has \"\" absent"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char rec[600];

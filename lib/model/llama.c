@@ -189,10 +189,10 @@ static double resolved(const cJSON *x) {
  * holds the same value (numbers compared as the floats and integers they set: 10000.0 is 10000), else the error
  * naming the first field of own whose recorded value differs or is missing (or the first recorded field own
  * lacks) with both values. */
-
 static fsc_status config_differs(const char *own, const char *recorded) {
     cJSON *a = fsc_json_parse(own), *b = fsc_json_parse(recorded);
     char field[64] = "", mine[64] = "", theirs[64] = "";
+    int found = 0; /* a field differs (its name may be empty: "" is a JSON key) */
     const cJSON *x;
     cJSON_ArrayForEach(x, a) {
         const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
@@ -204,21 +204,24 @@ static fsc_status config_differs(const char *own, const char *recorded) {
         snprintf(mine, sizeof mine, "%.40s", m ? m : "?");
         snprintf(theirs, sizeof theirs, "%.40s", t ? t : "absent");
         cJSON_free(t), cJSON_free(m); /* cJSON's allocator: a program may have set its hooks */
+        found = 1;
         break;
     }
     cJSON_ArrayForEach(x, b) {
-        if (field[0]) break;
+        if (found) break;
         if (cJSON_GetObjectItemCaseSensitive(a, x->string)) continue;
         char *t = cJSON_PrintUnformatted(x);
         snprintf(field, sizeof field, "%.40s", x->string);
         snprintf(mine, sizeof mine, "absent");
         snprintf(theirs, sizeof theirs, "%.40s", t ? t : "?");
         cJSON_free(t);
+        found = 1;
     }
     cJSON_Delete(a), cJSON_Delete(b);
-    if (!field[0]) return FSC_OK; /* the same values written otherwise (10000.0 for 10000) */
-    return fsc_error(FSC_ERR_INVALID, "written for a Llama with %s %s; this engine's model has %s %s (recorded "
-                     "configuration: %.300s)", field, theirs, field, mine, recorded);
+    if (!found) return FSC_OK; /* the same values written otherwise (10000.0 for 10000) */
+    return fsc_error(FSC_ERR_INVALID, "written for a Llama with %s%s%s %s; this engine's model has %s%s%s %s (recorded "
+                     "configuration: %.300s)", field[0] ? "" : "\"", field, field[0] ? "" : "\"", theirs,
+                     field[0] ? "" : "\"", field, field[0] ? "" : "\"", mine, recorded);
 }
 
 fsc_status fsc_llama_config_check_json(const fsc_llama_config *c, const char *recorded) {

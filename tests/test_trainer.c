@@ -511,7 +511,8 @@ static void test_padded_vocab(void **state) {
         cJSON_Delete(ja), cJSON_Delete(jb);
         free(a), free(b);
     }
-    prog_refused(trainer, TINY " --vocab 250 --padded-vocab 512 --world 2 --tp 2", tmpdir, 1,
+    /* refused before any rank starts (exit 2), by fsc_tp_check_config: the model refused it after the banner */
+    prog_refused(trainer, TINY " --vocab 250 --padded-vocab 512 --world 2 --tp 2", tmpdir, 2,
                  "pad by fewer than 256 rows");
     cJSON_Delete(u), cJSON_Delete(p), cJSON_Delete(j1), cJSON_Delete(j2);
     free(lu), free(lp), free(s1), free(s2), free(pa), free(path), free(hf), free(text), free(l1), free(l2);

@@ -22,6 +22,7 @@ struct fsc_flight_watch {
     pthread_mutex_t mu;        /* guards the list */
     fsc_flight **list;         /* (MAX_WATCHED) held recorders, NULL where free */
     atomic_ulong written;
+    atomic_int stopping;       /* fsc_flight_watch_stop asked the thread to end */
 };
 
 static void write_all(fsc_flight_watch *w) {
@@ -37,7 +38,7 @@ static void *watch_main(void *arg) {
         char b;
         ssize_t n = read(w->fd[0], &b, 1);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0 || b == 'q') return NULL;
+        if (n <= 0 || b == 'q' || atomic_load(&w->stopping)) return NULL;
         write_all(w);
     }
 }
@@ -60,6 +61,7 @@ fsc_status fsc_flight_watch_start(fsc_flight_watch **out) {
     fcntl(w->fd[1], F_SETFL, O_NONBLOCK); /* a handler never blocks: a full pipe already holds a request */
     pthread_mutex_init(&w->mu, NULL);
     atomic_init(&w->written, 0);
+    atomic_init(&w->stopping, 0);
     int rc = pthread_create(&w->thread, NULL, watch_main, w);
     if (rc != 0) {
         close(w->fd[0]), close(w->fd[1]);
@@ -105,10 +107,12 @@ void fsc_flight_watch_signal(fsc_flight_watch *w) {
 
 unsigned long fsc_flight_watch_written(fsc_flight_watch *w) { return w ? atomic_load(&w->written) : 0; }
 
+/* The pipe stays non-blocking: a blocking one deadlocked under a stream of signals (a handler on the watcher's own
+ * thread blocked on the full pipe that only that thread drains, and the stop byte behind it). The flag ends the
+ * thread at the next byte it reads: the stop byte, or one of the requests filling the pipe when that did not fit. */
 void fsc_flight_watch_stop(fsc_flight_watch *w) {
     if (!w) return;
-    int fl = fcntl(w->fd[1], F_GETFL);
-    if (fl >= 0) fcntl(w->fd[1], F_SETFL, fl & ~O_NONBLOCK); /* the stop byte must get through */
+    atomic_store(&w->stopping, 1);
     ssize_t n;
     do n = write(w->fd[1], "q", 1);
     while (n < 0 && errno == EINTR);

@@ -796,20 +796,40 @@ static void test_plan_time_launch(void **st) {
     assert_int_equal(fsc_plan_time(&p, pr, &rt, &t4), FSC_OK);
     assert_near(t4.calls_s, pr[t4.rank].kernel_calls * 4e-6 * 5 / 4, "a pipeline's calls, with its bubble");
     /* each schedule's own bubble, equal F, B and W: 4 blocks on 2 ranks, 4 micro-batches; interleaved's 2 chunks
-     * (2 x 4 + 1) / (2 x 4), zb-h1's (3 x 4 + 1) / (3 x 4), zbv's fill (6 x 4 + 1) / (6 x 4); 1f1b's as gpipe's */
-    static const struct {
+     * (2 x 4 + 1) / (2 x 4), zb-h1's (3 x 4 + 1) / (3 x 4), zbv's fill (6 x 4 + 1) / (6 x 4); 1f1b's as gpipe's;
+     * a custom list with Ws over 2 chunks in a loop (an interleaved zero bubble) as zbv's, without Ws as
+     * interleaved's */
+    fsc_pipe_action il[2][16], zb[2][24]; /* interleaved's lists, and the same with each B's W right after it */
+    int nil[2] = {0, 0}, nzb[2] = {0, 0};
+    for (int rk = 0; rk < 2; rk++) {
+        fsc_pipe_action *a = NULL;
+        assert_int_equal(fsc_pipe_schedule_make(FSC_SCHED_INTERLEAVED, 2, 2, 4, rk, &a, &nil[rk]), FSC_OK);
+        assert_int_equal(nil[rk], 16);
+        for (int i = 0; i < nil[rk]; i++) {
+            il[rk][i] = zb[rk][nzb[rk]++] = a[i];
+            if (a[i].kind == FSC_ACT_BACKWARD) zb[rk][nzb[rk]++] = (fsc_pipe_action){FSC_ACT_WEIGHT, a[i].micro, a[i].chunk};
+        }
+        fsc_pipe_schedule_free(a);
+    }
+    const fsc_pipe_action *const lw[] = {zb[0], zb[1]}, *const lf[] = {il[0], il[1]};
+    const struct {
         fsc_pipe_schedule sched;
         int v;
+        const fsc_pipe_action *const *actions;
+        const int *n;
         double factor;
-    } sc[] = {{FSC_SCHED_GPIPE, 1, 5.0 / 4}, {FSC_SCHED_1F1B, 1, 5.0 / 4}, {FSC_SCHED_INTERLEAVED, 2, 9.0 / 8},
-              {FSC_SCHED_ZB_H1, 1, 13.0 / 12}, {FSC_SCHED_ZBV, 1, 25.0 / 24}};
+    } sc[] = {{FSC_SCHED_GPIPE, 1, NULL, NULL, 5.0 / 4},       {FSC_SCHED_1F1B, 1, NULL, NULL, 5.0 / 4},
+              {FSC_SCHED_INTERLEAVED, 2, NULL, NULL, 9.0 / 8}, {FSC_SCHED_ZB_H1, 1, NULL, NULL, 13.0 / 12},
+              {FSC_SCHED_ZBV, 1, NULL, NULL, 25.0 / 24},       {FSC_SCHED_CUSTOM, 2, lw, nzb, 25.0 / 24},
+              {FSC_SCHED_CUSTOM, 2, lf, nil, 9.0 / 8}};
     for (size_t k = 0; k < sizeof sc / sizeof sc[0]; k++) {
         fsc_plan_job q = p;
         q.gpt.layers = 4, q.po.schedule = sc[k].sched, q.po.virtual_stages = sc[k].v, q.po.prefetch = 1;
-        if (fsc_plan_memory(&q, pr) != FSC_OK) fail_msg("schedule %d: %s", (int)sc[k].sched, fsc_last_error());
+        if (sc[k].actions) q.po.actions = sc[k].actions, q.po.nactions = sc[k].n;
+        if (fsc_plan_memory(&q, pr) != FSC_OK) fail_msg("row %zu: %s", k, fsc_last_error());
         assert_int_equal(fsc_plan_time(&q, pr, &rt, &t4), FSC_OK);
         if (fabs(t4.calls_s - pr[t4.rank].kernel_calls * 4e-6 * sc[k].factor) > 1e-12 * t4.calls_s)
-            fail_msg("schedule %d: calls_s %.9g, want %.0f calls x 4 us x %.6f", (int)sc[k].sched, t4.calls_s,
+            fail_msg("row %zu: calls_s %.9g, want %.0f calls x 4 us x %.6f", k, t4.calls_s,
                      pr[t4.rank].kernel_calls, sc[k].factor);
     }
     const double bad[] = {-1e-6, NAN};

@@ -1344,16 +1344,15 @@ fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
     const fsc_pipe *p = e->pipe;
     *out = p->st;
     out->bubble = out->wall_s > 0 ? out->wait_s / out->wall_s : 0;
-    out->ideal_bubble = fsc_pipe_formula_bubble(p->pp, p->v, p->M, p->split, p->pl);
+    out->ideal_bubble = fsc_pipe_formula_bubble(p->pp, p->v, p->M, p->split);
     return FSC_OK;
 }
 
-double fsc_pipe_formula_bubble(int pp, int v, int m, int split, fsc_pipe_placement pl) {
+double fsc_pipe_formula_bubble(int pp, int v, int m, int split) {
     if (pp <= 1 || m < 1) return 0;
-    const double fill = pp - 1;
-    if (split && pl == FSC_PIPE_V) return fill / (6.0 * m + fill); /* ZBV: (p-1) F of 2m(F+B+W) + that */
-    if (split) return fill / (3.0 * m + fill);                       /* ZB-H1: (p-1)(F+B-W) of m(F+B+W) + that */
-    return fill / ((double)(v > 1 ? v : 1) * m + fill);              /* GPipe, 1F1B (v = 1), interleaved */
+    const double fill = pp - 1, chunks = v > 1 ? v : 1;
+    /* a chunk's F of each stage's fill against m micro-batches of v chunks' F + B (+ W): split, (p-1) f of 3 v m f */
+    return fill / ((split ? 3 : 1) * chunks * m + fill);
 }
 
 void fsc_engine_reset_pipe_stats(fsc_engine *e) {

@@ -145,11 +145,11 @@ fsc_pipe_aux *fsc_pipe_aux_of(const fsc_engine *e);
 int fsc_pipe_stages(const fsc_parallel_opts *po);
 int fsc_pipe_chunks(const fsc_parallel_opts *po);
 fsc_pipe_placement fsc_pipe_placement_of(const fsc_parallel_opts *po);
-/* A schedule's idle fraction of the step by its formula, with equal stages and equal F, B and W (free messages):
- * (pp-1)/(v m + pp-1) without a split backward (GPipe, 1F1B: v = 1; interleaved), (pp-1)/(3m + pp-1) with one
- * (ZB-H1), (pp-1)/(6m + pp-1) with one in a V (ZBV's fill); 0 for one stage. The pipeline's ideal_bubble and the
- * planner's formula (plan_time.c). */
-double fsc_pipe_formula_bubble(int pp, int v, int m, int split, fsc_pipe_placement pl);
+/* A schedule's idle fraction of the step by its formula, with equal stages and equal F, B and W (free messages),
+ * v chunks per rank (a loop or a V): (pp-1)/(v m + pp-1) without a split backward (GPipe, 1F1B: v = 1;
+ * interleaved), (pp-1)/(3 v m + pp-1) with one (ZB-H1: v = 1; ZBV's fill: v = 2; a custom list with Ws over v
+ * chunks); 0 for one stage. The pipeline's ideal_bubble and the planner's formula (plan_time.c). */
+double fsc_pipe_formula_bubble(int pp, int v, int m, int split);
 /* Whether this rank runs layer l (one of its chunks holds it); 1 without a pipeline. */
 int fsc_pipe_runs_layer(const fsc_engine *e, int l);
 /* Whether layer l is the first of its stage (with chunks: where that chunk's backward ends); without a pipeline,

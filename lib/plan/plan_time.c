@@ -96,7 +96,7 @@ static double bubble_factor(const fsc_parallel_opts *po) {
     int split = po->schedule == FSC_SCHED_ZB_H1 || po->schedule == FSC_SCHED_ZBV;
     for (int r = 0; po->schedule == FSC_SCHED_CUSTOM && po->actions && po->nactions && r < pp; r++)
         for (int i = 0; po->actions[r] && i < po->nactions[r]; i++) split |= po->actions[r][i].kind == FSC_ACT_WEIGHT;
-    return 1.0 / (1.0 - fsc_pipe_formula_bubble(pp, fsc_pipe_chunks(po), m, split, fsc_pipe_placement_of(po)));
+    return 1.0 / (1.0 - fsc_pipe_formula_bubble(pp, fsc_pipe_chunks(po), m, split));
 }
 
 /* One rank's compute: the roofline of each intensity bin. */

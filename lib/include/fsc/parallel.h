@@ -324,7 +324,8 @@ typedef struct {
     double ideal_bubble;          /* the schedule's formula with equal F, B and W: (P - 1) / (M + P - 1) (GPipe,
                                    * 1F1B), (P - 1) / (v M + P - 1) (interleaved), (P - 1) / (3 M + P - 1)
                                    * (ZB-H1), (P - 1) / (6 M + P - 1) (ZBV: the last rank's wait for the first
-                                   * P - 1 forwards, which no list of one step avoids) */
+                                   * P - 1 forwards, which no list of one step avoids); a custom list's as
+                                   * interleaved's over its v chunks, (P - 1) / (3 v M + P - 1) with W actions */
     int max_in_flight;            /* most micro-batches holding activations at once (full or checkpointed); with
                                    * several chunks a rank, (micro-batch, chunk) records: up to chunks x M */
     int max_full_records;         /* most full activation records alive at once */

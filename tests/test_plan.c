@@ -807,7 +807,8 @@ static void test_plan_time_launch(void **st) {
         assert_int_equal(nil[rk], 16);
         for (int i = 0; i < nil[rk]; i++) {
             il[rk][i] = zb[rk][nzb[rk]++] = a[i];
-            if (a[i].kind == FSC_ACT_BACKWARD) zb[rk][nzb[rk]++] = (fsc_pipe_action){FSC_ACT_WEIGHT, a[i].micro, a[i].chunk};
+            if (a[i].kind == FSC_ACT_BACKWARD)
+                zb[rk][nzb[rk]++] = (fsc_pipe_action){FSC_ACT_WEIGHT, a[i].micro, a[i].chunk};
         }
         fsc_pipe_schedule_free(a);
     }

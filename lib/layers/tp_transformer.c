@@ -186,7 +186,9 @@ static fsc_status tm_bwd(const tp_mlp *m, const fsc_layer_call *c, float *saved,
     return layers_gelu_mlp_backward(c->dev, &gm, w, g, G, dxf, work, AT(work, r64f(NF)));
 }
 
-/* ---- attention and MLP as layers: record [xf (N, C) under sp], the part's; scratch s0, s1 (N, C), inner ---- */
+/* ---- attention and MLP as layers: record the part's; scratch s0, s1 (N, C), inner, and under sp xf (N, C), the
+ * gathered input, gathered again in backward (Megatron's sequence parallelism: a record holds only this rank's
+ * rows of the input, the layer's input itself) ---- */
 typedef struct {
     fsc_layer l;
     tp_group g;
@@ -200,23 +202,22 @@ static size_t tpl_N(const tp_part_layer *y, int B) { return (size_t)B * (size_t)
 static size_t tpl_saved(const tp_part_layer *y, int B) {
     return y->is_mlp ? tm_saved(&y->m, tpl_N(y, B)) : ta_saved(&y->a, B);
 }
-static size_t tpl_rec(const fsc_layer *l, int B) {
-    const tp_part_layer *y = (const tp_part_layer *)l;
-    return (tpl_saved(y, B) + (y->g.sp ? r64f(tpl_N(y, B) * y->C) : 0)) * sizeof(float);
+static size_t tpl_rec(const fsc_layer *l, int B) { return tpl_saved((const tp_part_layer *)l, B) * sizeof(float); }
+static size_t tpl_inner(const tp_part_layer *y, int B) {
+    return y->is_mlp ? tm_work(&y->m, tpl_N(y, B)) : ta_work(&y->a, B);
 }
 static size_t tpl_work(const fsc_layer *l, int B) {
     const tp_part_layer *y = (const tp_part_layer *)l;
-    const size_t N = tpl_N(y, B), inner = y->is_mlp ? tm_work(&y->m, N) : ta_work(&y->a, B);
-    return (2 * r64f(N * y->C) + inner) * sizeof(float);
+    const size_t NC = r64f(tpl_N(y, B) * y->C);
+    return ((y->g.sp ? 3 : 2) * NC + tpl_inner(y, B)) * sizeof(float);
 }
 
 static fsc_status tpl_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out, const void *in) {
     const tp_part_layer *y = (const tp_part_layer *)l;
     const size_t N = tpl_N(y, c->B), NC = N * (size_t)y->C, Nl = tp_rows(&y->g, N);
-    float *saved = c->rec, *xfbuf = AT(c->rec, tpl_saved(y, c->B)), *s0 = c->work;
-    float *inner = AT(c->work, 2 * r64f(NC));
+    float *saved = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(NC)), *inner = AT(c->work, 2 * r64f(NC));
     const float *xf;
-    FSC_TRY(tp_gather_in(&y->g, xfbuf, in, Nl, y->C, &xf));
+    FSC_TRY(tp_gather_in(&y->g, s1, in, Nl, y->C, &xf));
     if (y->is_mlp) FSC_TRY(tm_fwd(&y->m, c, saved, s0, xf, N));
     else FSC_TRY(ta_fwd(&y->a, c, saved, s0, xf, inner));
     FSC_TRY(tp_reduce_out(&y->g, c->dev, out, s0, N, y->C, y->is_mlp ? PP(c, y->m.b2) : PP(c, y->a.bo)));
@@ -225,8 +226,9 @@ static fsc_status tpl_fwd(const fsc_layer *l, const fsc_layer_call *c, float *ou
 
 /* Split (layers.h): the input part (c->grad NULL) gathers the output gradient G under sp, computes this rank's part
  * of the input gradient, keeping the inner gradients the weight products read over the record (ta_bwd, tm_bwd), and
- * reduces it over the group into dinp; the weight part (dinp NULL) runs the weight products only, from those and G,
- * without a collective. G is dout without sp (the weight part gets it again); under sp the gathered one is kept,
+ * reduces it over the group into dinp; it reads no xf. The weight part (dinp NULL) runs the weight products only,
+ * from those, G and xf: under sp its one collective gathers xf again (every rank of the group runs the same W
+ * actions in the same order). G is dout without sp (the weight part gets it again); under sp the gathered one is kept,
  * over attention's probabilities where it fits (ta_over; read no more once the input part has passed them), else
  * (the MLPs, narrow attention) in the stash. */
 static float *tpl_kept(const tp_part_layer *y, const fsc_layer_call *c) {
@@ -246,7 +248,10 @@ static fsc_status tpl_bwd(const fsc_layer *l, const fsc_layer_call *c, float *di
     const size_t N = tpl_N(y, c->B), NC = N * (size_t)y->C, Nl = tp_rows(&y->g, N);
     const tp_part part = tp_part_of(c, y->is_mlp ? y->m.w0 : y->a.wq);
     float *saved = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(NC)), *inner = AT(c->work, 2 * r64f(NC));
-    const float *xf = y->g.sp ? AT(c->rec, tpl_saved(y, c->B)) : in, *G = dout;
+    float *xfbuf = AT(inner, tpl_inner(y, c->B));
+    const float *xf = in, *G = dout;
+    if (part == TP_INPUT) xf = NULL;
+    else FSC_TRY(tp_gather_in(&y->g, xfbuf, in, Nl, y->C, &xf));
     float *kept = tpl_kept(y, c), *full = kept && kept == c->stash ? kept : s0; /* full: where the gather writes */
     if (part == TP_WEIGHT && kept) G = kept;
     else if (part != TP_WEIGHT) FSC_TRY(tp_gather_in(&y->g, full, dout, Nl, y->C, &G));
@@ -345,9 +350,10 @@ fsc_status fsc_tp_layer_mlp(const fsc_mlp_opts *o, int swiglu, fsc_layer **out) 
     return mlp_params(out, &y->m, "", o->C, o->F, &g);
 }
 
-/* ---- blocks. Record: ln1 (Nl, C), its statistics (Nl each), ln1f (N, C) under sp, the attention part's, h
- * (Nl, C), ln2, its statistics, ln2f, the MLP part's. Scratch: s0, s1 (N, C), dred, sink (Nl, C), pg (4 C) the
- * norms' partial gradients under sp, inner. ---- */
+/* ---- blocks. Record: ln1 (Nl, C), its statistics (Nl each), the attention part's, h (Nl, C), ln2, its
+ * statistics, the MLP part's. Scratch: s0, s1 (N, C), dred, sink (Nl, C), pg (4 C) the norms' partial gradients
+ * under sp, inner, and under sp xb (N, C): ln1 or ln2 gathered over the group, the products' input, gathered again
+ * in backward rather than kept (Megatron's sequence parallelism: the record holds this rank's rows only). ---- */
 typedef struct {
     fsc_layer l;
     fsc_block_opts o;
@@ -358,17 +364,17 @@ typedef struct {
     tp_mlp m;
 } tp_block;
 
-typedef struct { size_t ln1, s1a, s1b, ln1f, attn, h, ln2, s2a, s2b, ln2f, mlp, total; } tb_map;
+typedef struct { size_t ln1, s1a, s1b, attn, h, ln2, s2a, s2b, mlp, total; } tb_map;
 
 static tb_map tb_layout(const tp_block *y, int B) {
     const size_t N = (size_t)B * y->o.T, Nl = tp_rows(&y->g, N), C = (size_t)y->o.C;
     tb_map m;
     size_t at = 0;
 #define PUT(f, n) (m.f = at, at += r64f(n))
-    PUT(ln1, Nl * C), PUT(s1a, Nl), PUT(s1b, y->rms ? 0 : Nl), PUT(ln1f, y->g.sp ? N * C : 0);
+    PUT(ln1, Nl * C), PUT(s1a, Nl), PUT(s1b, y->rms ? 0 : Nl);
     PUT(attn, ta_saved(&y->a, B));
     PUT(h, Nl * C);
-    PUT(ln2, Nl * C), PUT(s2a, Nl), PUT(s2b, y->rms ? 0 : Nl), PUT(ln2f, y->g.sp ? N * C : 0);
+    PUT(ln2, Nl * C), PUT(s2a, Nl), PUT(s2b, y->rms ? 0 : Nl);
     PUT(mlp, tm_saved(&y->m, N));
 #undef PUT
     m.total = at;
@@ -383,7 +389,7 @@ static size_t tb_inner(const tp_block *y, int B) {
 static size_t tb_work(const fsc_layer *l, int B) {
     const tp_block *y = (const tp_block *)l;
     const size_t N = (size_t)B * y->o.T, Nl = tp_rows(&y->g, N), C = (size_t)y->o.C;
-    return (2 * r64f(N * C) + 2 * r64f(Nl * C) + r64f(4 * C) + tb_inner(y, B)) * sizeof(float);
+    return ((y->g.sp ? 3 : 2) * r64f(N * C) + 2 * r64f(Nl * C) + r64f(4 * C) + tb_inner(y, B)) * sizeof(float);
 }
 
 static fsc_status tb_norm_fwd(const tp_block *y, const fsc_layer_call *c, float *out, float *sa, float *sb,
@@ -408,16 +414,17 @@ static fsc_status tb_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     const int C = y->o.C;
     const size_t N = (size_t)c->B * y->o.T, Nl = tp_rows(&y->g, N), NlC = Nl * (size_t)C;
     const tb_map m = tb_layout(y, c->B);
-    float *R = c->rec, *s0 = c->work, *inner = AT(c->work, 2 * r64f(N * C) + 2 * r64f(NlC) + r64f(4 * (size_t)C));
+    float *R = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(N * C));
+    float *inner = AT(c->work, 2 * r64f(N * C) + 2 * r64f(NlC) + r64f(4 * (size_t)C));
     float *h = AT(R, m.h);
     const float *xf;
     FSC_TRY(tb_norm_fwd(y, c, AT(R, m.ln1), AT(R, m.s1a), AT(R, m.s1b), in, y->n1w, y->n1b, Nl));
-    FSC_TRY(tp_gather_in(&y->g, AT(R, m.ln1f), AT(R, m.ln1), Nl, C, &xf));
+    FSC_TRY(tp_gather_in(&y->g, s1, AT(R, m.ln1), Nl, C, &xf));
     FSC_TRY(ta_fwd(&y->a, c, AT(R, m.attn), s0, xf, inner));
     FSC_TRY(tp_reduce_out(&y->g, c->dev, h, s0, N, C, PP(c, y->a.bo)));
     FSC_TRY(fsc_residual_forward(c->dev, h, in, h, NlC));
     FSC_TRY(tb_norm_fwd(y, c, AT(R, m.ln2), AT(R, m.s2a), AT(R, m.s2b), h, y->n2w, y->n2b, Nl));
-    FSC_TRY(tp_gather_in(&y->g, AT(R, m.ln2f), AT(R, m.ln2), Nl, C, &xf));
+    FSC_TRY(tp_gather_in(&y->g, s1, AT(R, m.ln2), Nl, C, &xf));
     FSC_TRY(tm_fwd(&y->m, c, AT(R, m.mlp), s0, xf, N));
     FSC_TRY(tp_reduce_out(&y->g, c->dev, out, s0, N, C, PP(c, y->m.b2)));
     return fsc_residual_forward(c->dev, out, h, out, NlC);
@@ -440,28 +447,27 @@ static fsc_status tb_sum_norms(const tp_block *y, const fsc_layer_call *c, float
  * the reductions of the partial input gradients), and keeps what the weight part reads: the attention's and the
  * MLP's inner gradients over their records (ta_bwd, tm_bwd); the MLP's output gradient G2 (N, C), gathered under
  * sp (in the stash), else dout itself (the weight part gets it again); attention's G1 (N, C), over its probabilities
- * where it fits (ta_over), else in the stash; and the reduced gradients at the norms' outputs R2, R1 (Nl, C), under
- * sp over the norms' outputs ln2 and ln1 in the record (the products read the gathered ln2f and ln1f), else in the
- * stash. The weight part (dinp NULL) runs only the weight products (and bias sums) from those and the norms'
- * parameter gradients from R2 and R1; under sp its one collective is the all-reduce of the norms' partial
- * gradients, as at the end of the whole backward (every rank of the group runs the same W actions in the same
- * order). The same kernels on the same values: the bits of tb_bwd, and no inner gradient derived twice. */
+ * where it fits (ta_over), else in the stash; and the reduced gradients at the norms' outputs R2, R1 (Nl, C), in the
+ * stash. It reads no norm output: the weight products' inputs. The weight part (dinp NULL) runs only the weight
+ * products (and bias sums) from those and the norms' parameter gradients from R2 and R1; under sp its collectives
+ * gather ln2 and ln1 again for the products and all-reduce the norms' partial gradients, as the whole backward does
+ * (every rank of the group runs the same W actions in the same order). The same kernels on the same values: the
+ * bits of tb_bwd, and no inner gradient derived twice. */
 typedef struct { float *g2, *r2, *g1, *r1; size_t floats; } tb_stash;
 
 /* The kept gradients of the record rec (NULL with stash NULL: sizes only) and stash; floats: the stash's size. */
 static tb_stash tb_stash_of(const tp_block *y, void *rec, void *stash, int B) {
     const size_t N = (size_t)B * y->o.T, Nl = tp_rows(&y->g, N), C = (size_t)y->o.C;
     const tb_map m = tb_layout(y, B);
-    const int sp = y->g.sp, over = ta_over(&y->a);
+    const int over = ta_over(&y->a);
     tb_stash st = { 0 };
     float *b = stash;
     size_t at = 0;
 #define PUT(f, n) (st.f = b ? b + at : NULL, at += r64f(n))
-    if (sp) PUT(g2, N * C);
-    else PUT(r2, Nl * C), PUT(r1, Nl * C);
+    if (y->g.sp) PUT(g2, N * C);
+    PUT(r2, Nl * C), PUT(r1, Nl * C);
     if (!over) PUT(g1, N * C);
 #undef PUT
-    if (b && sp) st.r2 = AT(rec, m.ln2), st.r1 = AT(rec, m.ln1);
     if (b && over) st.g1 = ta_att(&y->a, AT(rec, m.attn), B);
     st.floats = at;
     return st;
@@ -480,14 +486,14 @@ static fsc_status tb_input(const tp_block *y, const fsc_layer_call *c, float *di
     float *R = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(NC)), *dred = AT(c->work, 2 * r64f(NC));
     float *sink = AT(dred, r64f(NlC)), *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C));
     float *d = dinp ? dinp : sink; /* the gradient w.r.t. out, then h, then in; the norms' input halves only */
-    const float *G2, *G1, *x1 = y->g.sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = y->g.sp ? AT(R, m.ln2f) : AT(R, m.ln2);
+    const float *G2, *G1;
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NlC * sizeof(float)));
     FSC_TRY(tp_gather_in(&y->g, st.g2, d, Nl, C, &G2));
-    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G2, x2, N, inner, TP_INPUT));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G2, NULL, N, inner, TP_INPUT));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, st.r2, s0, N, C));
     FSC_TRY(tb_norm_bwd(y, c, d, NULL, NULL, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
     FSC_TRY(tp_gather_in(&y->g, ta_over(&y->a) ? s1 : st.g1, d, Nl, C, &G1));
-    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G1, x1, inner, TP_INPUT));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G1, NULL, inner, TP_INPUT));
     if (G1 != st.g1) /* d, or the gathered one in s1, over the probabilities, which are read no more */
         FSC_TRY(fsc_device_copy(c->dev, st.g1, G1, NC * sizeof(float)));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, st.r1, s0, N, C));
@@ -500,15 +506,17 @@ static fsc_status tb_weight(const tp_block *y, const fsc_layer_call *c, const fl
     const tb_map m = tb_layout(y, c->B);
     const tb_stash st = tb_stash_of(y, c->rec, c->stash, c->B);
     float *R = c->rec, *dred = AT(c->work, 2 * r64f(NC)), *sink = AT(dred, r64f(NlC));
-    float *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C));
+    float *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C)), *xb = AT(inner, tb_inner(y, c->B));
     const int sp = y->g.sp;
     float *g1w = sp ? pg : c->grad[y->n1w], *g1b = y->rms ? NULL : sp ? pg + C : c->grad[y->n1b];
     float *g2w = sp ? pg + 2 * C : c->grad[y->n2w], *g2b = y->rms ? NULL : sp ? pg + 3 * C : c->grad[y->n2b];
-    const float *x1 = sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = sp ? AT(R, m.ln2f) : AT(R, m.ln2);
+    const float *x;
     if (sp) FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
-    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), NULL, sp ? st.g2 : dout, x2, N, inner, TP_WEIGHT));
+    FSC_TRY(tp_gather_in(&y->g, xb, AT(R, m.ln2), Nl, C, &x));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), NULL, sp ? st.g2 : dout, x, N, inner, TP_WEIGHT));
     FSC_TRY(tb_norm_bwd(y, c, NULL, g2w, g2b, st.r2, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
-    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), NULL, st.g1, x1, inner, TP_WEIGHT));
+    FSC_TRY(tp_gather_in(&y->g, xb, AT(R, m.ln1), Nl, C, &x));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), NULL, st.g1, x, inner, TP_WEIGHT));
     FSC_TRY(tb_norm_bwd(y, c, NULL, g1w, g1b, st.r1, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl));
     return sp ? tb_sum_norms(y, c, pg) : FSC_OK;
 }
@@ -521,6 +529,7 @@ static fsc_status tb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     const tb_map m = tb_layout(y, c->B);
     float *R = c->rec, *s0 = c->work, *s1 = AT(c->work, r64f(NC)), *dred = AT(c->work, 2 * r64f(NC));
     float *sink = AT(dred, r64f(NlC)), *pg = AT(sink, r64f(NlC)), *inner = AT(pg, r64f(4 * (size_t)C));
+    float *xb = AT(inner, tb_inner(y, c->B));
     const int sp = y->g.sp;
     if (c->stash && !c->grad[y->n1w]) return tb_input(y, c, dinp, dout, in);
     if (c->stash && !dinp) return tb_weight(y, c, dout, in);
@@ -528,15 +537,17 @@ static fsc_status tb_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     float *g1w = sp ? pg : c->grad[y->n1w], *g1b = y->rms ? NULL : sp ? pg + C : c->grad[y->n1b];
     float *g2w = sp ? pg + 2 * C : c->grad[y->n2w], *g2b = y->rms ? NULL : sp ? pg + 3 * C : c->grad[y->n2b];
     float *d = dinp ? dinp : sink; /* the gradient w.r.t. out, then h, then in */
-    const float *G, *x1 = sp ? AT(R, m.ln1f) : AT(R, m.ln1), *x2 = sp ? AT(R, m.ln2f) : AT(R, m.ln2);
+    const float *G, *x;
     if (sp) FSC_TRY(fsc_device_memset(c->dev, pg, 0, 4 * (size_t)C * sizeof(float)));
     FSC_TRY(fsc_device_copy(c->dev, d, dout, NlC * sizeof(float)));
     FSC_TRY(tp_gather_in(&y->g, s1, d, Nl, C, &G));
-    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G, x2, N, inner, TP_WHOLE));
+    FSC_TRY(tp_gather_in(&y->g, xb, AT(R, m.ln2), Nl, C, &x));
+    FSC_TRY(tm_bwd(&y->m, c, AT(R, m.mlp), s0, G, x, N, inner, TP_WHOLE));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, s0, N, C));
     FSC_TRY(tb_norm_bwd(y, c, d, g2w, g2b, dred, AT(R, m.h), AT(R, m.s2a), AT(R, m.s2b), y->n2w, Nl));
     FSC_TRY(tp_gather_in(&y->g, s1, d, Nl, C, &G));
-    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G, x1, inner, TP_WHOLE));
+    FSC_TRY(tp_gather_in(&y->g, xb, AT(R, m.ln1), Nl, C, &x));
+    FSC_TRY(ta_bwd(&y->a, c, AT(R, m.attn), s0, G, x, inner, TP_WHOLE));
     FSC_TRY(tp_reduce_grad(&y->g, c->dev, dred, s0, N, C));
     FSC_TRY(tb_norm_bwd(y, c, dinp, g1w, g1b, dred, in, AT(R, m.s1a), AT(R, m.s1b), y->n1w, Nl)); /* dinp: d x */
     return sp ? tb_sum_norms(y, c, pg) : FSC_OK;

@@ -184,14 +184,15 @@ static void tp_split_equals_whole(void **st) {
  * gather their input again in backward rather than keep the gathered (B T, C) copy. At tp 2 (N = B T = 128 rows,
  * C = 64, every size a multiple of 64 floats, so no rounding) the attention's and the MLPs' records equal their
  * records without sp, and a block's hold the norms' outputs, their statistics and the residual h for N / 2 rows
- * instead of N (before, sp kept the gathered norm outputs besides: 2 N C floats more than without sp). The
+ * instead of N (before, sp kept the gathered norm outputs besides: 2 N C floats more than without sp), an LM
+ * head's its norm's output and statistics (before, N C floats more). The
  * gradients are the oracle's above (split_rank, sp variant) and the tensor-parallel engine tests'. */
 static fsc_status sp_records_rank(fsc_rank *r, void *arg) {
     (void)arg;
     enum { RT = 64, RC = 64, RB = 2 };
     const size_t N = (size_t)RB * RT, Nl = N / 2;
     fsc_status s = FSC_OK;
-    for (int kind = 0; kind < 5 && s == FSC_OK; kind++) {
+    for (int kind = 0; kind < 6 && s == FSC_OK; kind++) {
         fsc_layer *l[2] = { NULL, NULL };
         for (int sp = 0; sp < 2 && s == FSC_OK; sp++) {
             if (kind == 0) {
@@ -202,6 +203,10 @@ static fsc_status sp_records_rank(fsc_rank *r, void *arg) {
                 fsc_mlp_opts mo = fsc_mlp_opts_default(RC);
                 mo.rows = RT, mo.residual = 1, mo.tp = r->comm, mo.sp = sp;
                 s = kind == 1 ? fsc_layer_gelu_mlp(&mo, &l[sp]) : fsc_layer_swiglu_mlp(&mo, &l[sp]);
+            } else if (kind == 5) {
+                fsc_lm_head_opts ho = { .T = RT, .C = RC, .V = 256, .eps = 1e-5f, .tp = r->comm, .sp = sp,
+                                        .norm = FSC_HEAD_NORM_LAYERNORM };
+                s = fsc_layer_lm_head_opts(&ho, &l[sp]);
             } else {
                 fsc_block_opts bo = fsc_block_opts_default(kind == 3 ? FSC_BLOCK_GPT2 : FSC_BLOCK_LLAMA, RT, RC, 4);
                 bo.tp = r->comm, bo.sp = sp;
@@ -210,8 +215,11 @@ static fsc_status sp_records_rank(fsc_rank *r, void *arg) {
         }
         if (s == FSC_OK) {
             const size_t with = l[1]->ops->rec_bytes(l[1], RB), without = l[0]->ops->rec_bytes(l[0], RB);
-            /* a block: ln1, h, ln2 (rows x C) and the norms' statistics (rows each; LayerNorm's mean and rstd) */
-            const size_t rows_saved = kind < 3 ? 0 : (N - Nl) * (3 * (size_t)RC + (kind == 3 ? 4 : 2));
+            /* a block: ln1, h, ln2 (rows x C) and the norms' statistics (rows each; LayerNorm's mean and rstd);
+             * the head: its norm's output and statistics */
+            const size_t rows_saved = kind < 3   ? 0
+                                      : kind == 5 ? (N - Nl) * ((size_t)RC + 2)
+                                                  : (N - Nl) * (3 * (size_t)RC + (kind == 3 ? 4 : 2));
             if (with + rows_saved * sizeof(float) != without)
                 s = fsc_error(FSC_ERR_INTERNAL, "rank %d, layer kind %d: the record holds %zu bytes with sp, %zu "
                               "without; want %zu fewer with sp", r->rank, kind, with, without,

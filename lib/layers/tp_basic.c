@@ -182,9 +182,10 @@ fsc_status fsc_tp_layer_embedding(const fsc_embedding_opts *o, fsc_layer **out) 
 }
 
 /* ---- vocab-parallel LM head. Record: logits (N, Vl + 1), local targets (N int32), q (N), and with a norm its
- * output (Nl, C) and statistics, and under sp the gathered head input (N, C). Scratch: forward the cross
- * entropy's; backward dlogits (N, Vl + 1; the split's over the record's logits), the partial input gradient (N, C),
- * its reduced rows (Nl, C), the norm's partial parameter gradients (2 C), 64 floats. ---- */
+ * output (Nl, C) and statistics. Scratch: forward the cross entropy's, and under sp the gathered head input xf
+ * (N, C); backward dlogits (N, Vl + 1; the split's over the record's logits), the partial input gradient (N, C),
+ * its reduced rows (Nl, C), the norm's partial parameter gradients (2 C), 64 floats, and under sp xf gathered
+ * again for the weight product (sequence parallelism keeps the rank's rows only, as the blocks do). ---- */
 typedef struct {
     fsc_layer l;
     fsc_lm_head_opts o;
@@ -194,8 +195,8 @@ typedef struct {
              * padding, in no logit, no softmax and no gradient */
 } tp_head;
 
-typedef struct { float *logits, *q, *normed, *mean, *rstd, *xf; int32_t *tgt; } th_parts;
-typedef struct { float *dlogits, *dxf, *dred, *pg, *small; } th_scratch;
+typedef struct { float *logits, *q, *normed, *mean, *rstd; int32_t *tgt; } th_parts;
+typedef struct { float *dlogits, *dxf, *dred, *pg, *small, *xf; } th_scratch;
 
 static size_t th_N(const tp_head *y, int B) { return (size_t)B * (size_t)y->o.T; }
 
@@ -207,13 +208,12 @@ static size_t th_rec_layout(const tp_head *y, int B, void *base, th_parts *r) {
     TAKE(logits, N * ((size_t)y->Vl + 1));
     TAKE(tgt, N);
     TAKE(q, N);
-    r->normed = r->mean = r->rstd = r->xf = NULL;
+    r->normed = r->mean = r->rstd = NULL;
     if (y->o.norm != FSC_HEAD_NORM_NONE) {
         TAKE(normed, Nl * C);
         TAKE(rstd, Nl);
         if (y->o.norm == FSC_HEAD_NORM_LAYERNORM) TAKE(mean, Nl);
     }
-    if (y->g.sp) TAKE(xf, N * C);
 #undef TAKE
     return at;
 }
@@ -228,9 +228,11 @@ static size_t th_work_layout(const tp_head *y, int B, void *base, th_scratch *w)
     TAKE(dred, Nl * C);
     TAKE(pg, 2 * C);
     TAKE(small, 64);
+    const size_t xw = fsc_tp_xent_work_floats(N); /* the forward's cross entropy, over the backward's scratch */
+    if (at < xw) at = xw;
+    TAKE(xf, y->g.sp ? N * C : 0);
 #undef TAKE
-    const size_t xw = fsc_tp_xent_work_floats(N);
-    return at > xw ? at : xw;
+    return at;
 }
 
 static size_t th_rec(const fsc_layer *l, int B) {
@@ -249,6 +251,8 @@ static fsc_status th_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
     const float *const *p = c->param, *x = in, *xf;
     th_parts r;
     th_rec_layout(y, c->B, c->rec, &r);
+    th_scratch k;
+    th_work_layout(y, c->B, c->work, &k);
     if (y->o.norm == FSC_HEAD_NORM_RMSNORM) {
         FSC_TRY(fsc_rmsnorm_forward(c->dev, r.normed, NULL, r.rstd, in, p[0], Nl, C, y->o.eps));
         x = r.normed;
@@ -256,7 +260,7 @@ static fsc_status th_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
         FSC_TRY(fsc_layernorm_forward(c->dev, r.normed, NULL, r.mean, r.rstd, in, p[0], p[1], Nl, C));
         x = r.normed;
     }
-    FSC_TRY(tp_gather_in(&y->g, r.xf, x, Nl, C, &xf));
+    FSC_TRY(tp_gather_in(&y->g, k.xf, x, Nl, C, &xf));
     /* logits (N, Vr), row stride Vl + 1 = xf (N, C) @ W_slice[:Vr]^T: the slice's real rows only */
     FSC_TRY(fsc_k_gemm(c->dev, 0, 1, (int)N, Vr, C, 1.0f, xf, C, 0, p[l->n_params - 1], C, 0, 0.0f, r.logits, ld, 0,
                        1));
@@ -274,8 +278,10 @@ static fsc_status th_fwd(const fsc_layer *l, const fsc_layer_call *c, float *out
  * nothing reads after it), the slice's part of the head input's gradient, its all-reduce (or reduce-scatter) over
  * the group, through the norm into dinp; the reduced gradient at the norm's output is kept in the stash
  * (split_bytes; without a norm a stash of 0 bytes marks the split) for the weight part. Weight part (dinp NULL):
- * dW += dlogits^T xf from the record, and the norm's parameter gradients from the stash (under sp summed over the
- * group, as in the whole backward). The same kernels on the same values: the whole backward's bits. */
+ * dW += dlogits^T xf (under sp the norm's output, or the input, gathered again: a collective of the weight part, which
+ * every rank of the group runs in the same order), and the norm's parameter gradients from the stash (under sp
+ * summed over the group, as in the whole backward). The same kernels on the same values: the whole backward's
+ * bits. */
 static size_t th_split_bytes(const fsc_layer *l, int B) {
     const tp_head *y = (const tp_head *)l;
     return y->o.norm == FSC_HEAD_NORM_NONE ? 0 : r64f(tp_rows(&y->g, th_N(y, B)) * (size_t)y->o.C) * sizeof(float);
@@ -293,7 +299,7 @@ static fsc_status th_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     th_rec_layout(y, c->B, c->rec, &r);
     th_scratch k;
     th_work_layout(y, c->B, c->work, &k);
-    const float *xf = y->g.sp ? r.xf : norm ? r.normed : in;
+    const float *xf = norm ? r.normed : in;
     float *dlogits = c->stash ? r.logits : k.dlogits; /* the split: over the logits, from its input part on */
     fsc_tp_xent_rec xr = { .logits = r.logits, .tgt = r.tgt, .q = r.q, .N = N, .Vl = Vr, .ld = ld };
     if (!weight_part) FSC_TRY(fsc_tp_xent_backward(c->dev, dlogits, &xr, c->dscale, k.small));
@@ -302,8 +308,10 @@ static fsc_status th_bwd(const fsc_layer *l, const fsc_layer_call *c, float *din
     if (dinp || (norm && !weight_part)) /* needed for dinp, or for the norm's gradients without the stash */
         FSC_TRY(fsc_k_gemm(c->dev, 0, 0, (int)N, C, Vr, 1.0f, dlogits, ld, 0, c->param[w], C, 0, 0.0f, k.dxf, C, 0,
                            1));
-    if (c->grad[w])
+    if (c->grad[w]) {
+        FSC_TRY(tp_gather_in(&y->g, k.xf, xf, Nl, C, &xf)); /* under sp: the rows of every rank, again */
         FSC_TRY(fsc_k_gemm(c->dev, 1, 0, Vr, C, (int)N, 1.0f, dlogits, ld, 0, xf, C, 0, 1.0f, c->grad[w], C, 0, 1));
+    }
     if (!norm) /* the input gradient: the slices' parts summed (f's backward) */
         return dinp ? tp_reduce_grad(&y->g, c->dev, dinp, k.dxf, N, C) : FSC_OK;
     float *dred = c->stash && (input_part || weight_part) ? c->stash : k.dred;

@@ -27,6 +27,7 @@ typedef struct {
     fsc_vclock clock;  /* the rank's virtual clock (cl->virt) */
     double t0;         /* where it starts: the monotonic clock when the cluster started */
     fsc_status status;
+    int revoked_by;    /* with status: the world rank whose revoke failed the call it failed with, -1: none */
     char msg[SIM_MSG_CAP]; /* its message when status is not FSC_OK */
     pthread_t thread;
     int started;
@@ -43,6 +44,9 @@ static void *rank_main(void *p) {
     rc->status = rc->fn(&rc->r, rc->arg);
     fsc_clock_restore(outer);
     if (rc->status != FSC_OK) {
+        /* a call failed by a revoke fails with FSC_ERR_COMM (sim_revoke): another status is a failure of its own
+         * after it (the revoke handled), which the record does not explain */
+        if (rc->status == FSC_ERR_COMM) rc->revoked_by = atomic_load(&rc->cl->revoked_by[rc->r.rank]);
         snprintf(rc->msg, sizeof rc->msg, "%s", fsc_last_error());
         sim_cluster_fail(rc->cl, rc->r.rank, rc->status, rc->msg);
     }
@@ -165,6 +169,7 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
     for (int r = 0; r < world && s == FSC_OK; r++) {
         rank_ctx *rc = &ranks[r];
         rc->r.rank = rc->r.local_rank = r;
+        rc->revoked_by = -1;
         rc->r.world = world;
         rc->fn = fn;
         rc->arg = arg;
@@ -203,13 +208,13 @@ fsc_status fsc_cluster_run(const fsc_cluster_opts *opts, fsc_rank_fn fn, void *a
         const char *msg;
         int fr = sim_cluster_first_failure(cl, &fs, &msg);
         /* a rank that gave up on a group after its own failure: when the first failure is its consequence (the
-         * revoke's message names the revoker), that rank's own error is the cause; a later, unrelated failure
-         * of a rank that once revoked is not */
-        const int rv = atomic_load(&cl->revoker);
-        char gave_up[64];
-        snprintf(gave_up, sizeof gave_up, "world rank %d gave up on the group", rv);
-        if (fr >= 0 && rv >= 0 && rv != fr && ranks[rv].status != FSC_OK && msg && strstr(msg, gave_up))
+         * failed call's record names the revoker), that rank's own error is the cause, followed back to a rank
+         * whose failure is not a revoke's; a later, unrelated failure of a rank that once revoked is not */
+        for (int hop = 0; fr >= 0 && hop < world; hop++) {
+            const int rv = ranks[fr].revoked_by;
+            if (rv < 0 || rv == fr || ranks[rv].status == FSC_OK) break;
             fr = rv, fs = ranks[rv].status, msg = ranks[rv].msg;
+        }
         if (fr >= 0) { /* named once: a rank that failed because another did reports that one */
             fsc_error(fs, "%s", msg);
             s = fsc_error_rank(fs, "rank %d", fr);

@@ -90,6 +90,8 @@ struct sim_group {
     char verdict_msg[SIM_MSG_CAP];
     fsc_status fail;          /* sticky: after a timeout every call on the group fails */
     char fail_msg[SIM_MSG_CAP];
+    int revoker;              /* the world rank whose revoke (sim_comm.c) failed the group, -1: none (or it had
+                               * failed before) */
     double t_done;            /* network: when the last committed collective ends (sim_net.c) */
     int nodes, per_node;      /* two levels: the nodes the group spans, the most of its ranks on one (sim_net_place) */
     sim_msg **inbox;          /* (size) messages queued for each rank, oldest first */
@@ -131,9 +133,9 @@ struct sim_cluster {
     int fail_rank;
     fsc_status fail_status;
     char fail_msg[SIM_MSG_CAP];
-    atomic_int revoker;       /* the world rank that first gave up on a group (sim_comm.c's revoke) before any rank
-                               * failed the cluster, -1 none: a rank that failed because of it may return first,
-                               * fsc_cluster_run names this one */
+    atomic_int *revoked_by;   /* (world) per rank, the revoker (g->revoker) of the group its latest call failed on
+                               * (sim_check_failed), -1: none; such a call fails with FSC_ERR_COMM. A rank failed by
+                               * another's revoke may return first: fsc_cluster_run blames the revoker */
     sim_group *world_group;
     /* the network (sim_net.c): every link's latency (s) and bandwidth (bytes/s); 0: collectives cost no time */
     double net_latency_s, net_bytes_per_s;
@@ -171,7 +173,8 @@ void sim_slot_describe(const sim_slot *s, char *buf, size_t cap);
 /* Post *mine and wait for every rank of the group. FSC_OK: committed, compute then call sim_depart. */
 fsc_status sim_arrive(sim_handle *h, const sim_slot *mine);
 void sim_depart(sim_handle *h);
-/* Under g->mu: why a call on this group must fail now (cluster or group failed), else FSC_OK. */
+/* Under g->mu: why a call on this group must fail now (cluster or group failed), else FSC_OK. A failure of the
+ * group is recorded for the calling world rank: cl->revoked_by[rank] = g->revoker. */
 fsc_status sim_check_failed(sim_handle *h, const char *what, int entering);
 /* Wait on g->cv until woken or deadline; returns 1 if the deadline passed. Under g->mu. */
 int sim_wait(sim_group *g, const struct timespec *deadline);

@@ -405,10 +405,8 @@ static void sim_revoke(void *ctx, const char *why) {
     sim_group *g = h->g;
     char msg[SIM_MSG_CAP];
     snprintf(msg, sizeof(msg), "world rank %d gave up on the group: %.300s", g->world_rank[h->rank], why);
-    int none = -1; /* the cause, unless a rank failed the cluster before (then this failure may be its effect) */
-    if (!atomic_load_explicit(&g->cl->failed, memory_order_acquire))
-        atomic_compare_exchange_strong(&g->cl->revoker, &none, g->world_rank[h->rank]);
     pthread_mutex_lock(&g->mu);
+    if (g->fail == FSC_OK) g->revoker = g->world_rank[h->rank]; /* the calls failing on the group record it */
     sim_group_fail(g, FSC_ERR_COMM, msg);
     pthread_mutex_unlock(&g->mu);
 }

@@ -20,17 +20,19 @@ fsc_status sim_cluster_create(int world, double timeout_s, sim_cluster **out) {
     cl->fail_rank = -1;
     atomic_init(&cl->fail_claimed, 0);
     atomic_init(&cl->failed, 0);
-    atomic_init(&cl->revoker, -1);
     cl->exited = calloc((size_t)world, sizeof(*cl->exited));
+    cl->revoked_by = calloc((size_t)world, sizeof(*cl->revoked_by));
     int *ident = malloc((size_t)world * sizeof(int));
-    if (!cl->exited || !ident || pthread_mutex_init(&cl->mu, NULL) != 0) {
+    if (!cl->exited || !cl->revoked_by || !ident || pthread_mutex_init(&cl->mu, NULL) != 0) {
         free(cl->exited);
+        free(cl->revoked_by);
         free(ident);
         free(cl);
         return fsc_error(FSC_ERR_NOMEM, "simulated cluster of %d ranks: out of memory", world);
     }
     for (int r = 0; r < world; r++) {
         atomic_init(&cl->exited[r], 0);
+        atomic_init(&cl->revoked_by[r], -1);
         ident[r] = r;
     }
     cl->world_group = sim_group_new(cl, world, ident);
@@ -38,6 +40,7 @@ fsc_status sim_cluster_create(int world, double timeout_s, sim_cluster **out) {
     if (!cl->world_group) {
         pthread_mutex_destroy(&cl->mu);
         free(cl->exited);
+        free(cl->revoked_by);
         free(cl);
         return fsc_error(FSC_ERR_NOMEM, "simulated cluster of %d ranks: out of memory", world);
     }
@@ -71,6 +74,7 @@ void sim_cluster_free(sim_cluster *cl) {
     }
     pthread_mutex_destroy(&cl->mu);
     free(cl->exited);
+    free(cl->revoked_by);
     free(cl);
 }
 
@@ -126,6 +130,7 @@ sim_group *sim_group_new(sim_cluster *cl, int size, const int *world_rank) {
     if (!g) return NULL;
     g->cl = cl;
     g->size = size;
+    g->revoker = -1;
     g->world_rank = malloc((size_t)size * sizeof(int));
     g->slots = calloc((size_t)size, sizeof(sim_slot));
     g->inbox = calloc((size_t)size, sizeof(sim_msg *));
@@ -296,6 +301,7 @@ fsc_status sim_check_failed(sim_handle *h, const char *what, int entering) {
         return fsc_error(FSC_ERR_COMM, "world rank %d failed (%.300s) while this rank was in %s", cl->fail_rank,
                          cl->fail_msg, what);
     }
+    if (g->fail != FSC_OK) atomic_store(&cl->revoked_by[g->world_rank[h->rank]], g->revoker);
     if (g->fail != FSC_OK && entering && !h->queued) { /* called after the failure, which may name this rank as
                                                         * missing */
         char lab[64];

@@ -283,24 +283,46 @@ static fsc_status save_init(fsc_rank *r, void *arg) {
     return s;
 }
 
-/* f16 whose weights overflow f16 (one element of wte is 1e5, beyond its 65504): every step overflows at
- * any scale. The scale backs off to min_loss_scale and stays there, a checkpoint at the floor is written
- * and verifies, and the step that makes max_skipped_steps in a row fails. Without the floor the scale
- * reaches 0 after about 165 skips and the checkpoint's own metadata is invalid. */
+/* Weights whose f16 copy overflows at any loss scale: the test model's initial weights (save_init) with one element
+ * of wte set to 1e5, beyond f16's 65504 (finite in f32, so loading them succeeds), in a new temporary folder dir (a
+ * mkdtemp template) as w = dir/big.safetensors. */
+static void make_overflowing_weights(char *dir, char *w, size_t wcap) {
+    assert_non_null(mkdtemp(dir));
+    snprintf(w, wcap, "%s/big.safetensors", dir);
+    assert_ok(fsc_cluster_run(&(fsc_cluster_opts){ .world = 1, .device = "cpu" }, save_init, w));
+    patch_float(w, "wte.weight", 0, 1e5f);
+}
+
+/* A run of strategies[k] in f16 (parameters and reductions) that fails after max_skipped steps skipped in a row. */
+static nf_run make_f16(size_t k, int steps, int max_skipped) {
+    nf_run r = make(strategies[k].world, strategies[k].kind, steps);
+    r.po.param_dtype = r.po.reduce_dtype = FSC_F16;
+    r.po.max_skipped_steps = max_skipped;
+    return r;
+}
+
+/* Remove what a run with dir set saved in dir (nf_rank: the checkpoints and w.safetensors). */
+static void remove_saves(const char *dir) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/ckpt", dir);
+    test_rmtree(p);
+    snprintf(p, sizeof p, "%s/w.safetensors", dir);
+    unlink(p);
+}
+
+/* f16 whose weights overflow f16 (make_overflowing_weights): every step overflows at any scale. The scale backs off
+ * to min_loss_scale and stays there, a checkpoint at the floor is written and verifies, and the step that makes
+ * max_skipped_steps in a row fails. Without the floor the scale reaches 0 after about 165 skips and the
+ * checkpoint's own metadata is invalid. */
 static void test_f16_floor_and_limit(void **state) {
     (void)state;
     char dir[] = "/tmp/fsc_nf_XXXXXX", w[600], ck[600];
-    assert_non_null(mkdtemp(dir));
-    snprintf(w, sizeof w, "%s/big.safetensors", dir);
-    assert_ok(fsc_cluster_run(&(fsc_cluster_opts){ .world = 1, .device = "cpu" }, save_init, w));
-    patch_float(w, "wte.weight", 0, 1e5f);
+    make_overflowing_weights(dir, w, sizeof w);
     const float floors[] = { 0.0f, 4.0f }; /* 0: the default, 1 */
     for (size_t k = 0; k < sizeof strategies / sizeof strategies[0]; k++)
         for (int f = 0; f < 2; f++) {
-            nf_run r = make(strategies[k].world, strategies[k].kind, 190);
-            r.po.param_dtype = r.po.reduce_dtype = FSC_F16;
+            nf_run r = make_f16(k, 190, 180);
             r.po.min_loss_scale = floors[f];
-            r.po.max_skipped_steps = 180;
             r.load = w;
             r.dir = dir;
             r.save_after = 175;
@@ -323,29 +345,21 @@ static void test_f16_floor_and_limit(void **state) {
             assert_ok(fsc_ckpt_meta_read(ck, &m));
             assert_true(m->scaler.scale == floor);
             fsc_ckpt_meta_free(m);
-            snprintf(ck, sizeof ck, "%s/ckpt", dir);
-            test_rmtree(ck);
-            snprintf(ck, sizeof ck, "%s/w.safetensors", dir);
-            unlink(ck);
+            remove_saves(dir);
         }
     test_rmtree(dir);
 }
 
 /* A run resumed from a checkpoint written after some steps skipped in a row counts on from them, as the run that
- * wrote it would have: with max_skipped_steps 4, a checkpoint after 3 overflows in a row (f16 weights beyond its
- * range) and one more overflow after the resume is the limit. It was not: the count started again at 0 on a
+ * wrote it would have: with max_skipped_steps 4, a checkpoint after 3 overflows in a row (make_overflowing_weights)
+ * and one more overflow after the resume is the limit. It was not: the count started again at 0 on a
  * resume, so a diverged run resumed from its checkpoints went past the limit and saved its weights. */
 static void test_skips_in_row_resume(void **state) {
     (void)state;
     char dir[] = "/tmp/fsc_nf_XXXXXX", w[600], ck[600];
-    assert_non_null(mkdtemp(dir));
-    snprintf(w, sizeof w, "%s/big.safetensors", dir);
-    assert_ok(fsc_cluster_run(&(fsc_cluster_opts){ .world = 1, .device = "cpu" }, save_init, w));
-    patch_float(w, "wte.weight", 0, 1e5f);
+    make_overflowing_weights(dir, w, sizeof w);
     for (size_t k = 0; k < sizeof strategies / sizeof strategies[0]; k++) {
-        nf_run r = make(strategies[k].world, strategies[k].kind, 3);
-        r.po.param_dtype = r.po.reduce_dtype = FSC_F16;
-        r.po.max_skipped_steps = 4;
+        nf_run r = make_f16(k, 3, 4);
         r.load = w;
         r.dir = dir;
         r.save_after = 3;
@@ -357,17 +371,12 @@ static void test_skips_in_row_resume(void **state) {
         assert_ok(fsc_ckpt_meta_read(ck, &m));
         assert_int_equal(m->skipped_in_row, 3);
         fsc_ckpt_meta_free(m);
-        nf_run b = make(strategies[k].world, strategies[k].kind, 2);
-        b.po.param_dtype = b.po.reduce_dtype = FSC_F16;
-        b.po.max_skipped_steps = 4;
+        nf_run b = make_f16(k, 2, 4);
         b.resume = ck;
         train(&b);
         assert_all(&b, b.st, b.msg, FSC_ERR_NUMERIC, "4 steps in a row skipped", strategies[k].name);
         for (int q = 0; q < b.world; q++) assert_int_equal(b.done[q], 0);
-        snprintf(ck, sizeof ck, "%s/ckpt", dir);
-        test_rmtree(ck);
-        snprintf(ck, sizeof ck, "%s/w.safetensors", dir);
-        unlink(ck);
+        remove_saves(dir);
     }
     test_rmtree(dir);
 }

@@ -719,6 +719,29 @@ fsc_status fsc_engine_check_calls(const double *calls, size_t stride, int n) {
     return FSC_OK;
 }
 
+/* fsc_engine_gather_host and its agreed form (agree): the n bytes of every rank of c in one device buffer of size(c)
+ * blocks, this rank's sent from its own block (an all-gather in place), then all of it to the host. */
+static fsc_status gather_host(fsc_engine *e, fsc_comm *c, int agree, const void *mine, size_t n, void *all) {
+    const size_t N = (size_t)fsc_comm_size(c), me = (size_t)fsc_comm_rank(c);
+    unsigned char *d = NULL;
+    fsc_status s = agree && !all ? fsc_error(FSC_ERR_NOMEM, "engine: out of host memory") : FSC_OK;
+    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, N * n, (void **)&d);
+    if (agree) s = fsc_comm_agree(c, e->dev, s); /* every rank reaches the all-gather, or none does */
+    if (s == FSC_OK) s = fsc_device_upload(e->dev, d + me * n, mine, n);
+    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + me * n, d, n, FSC_U8);
+    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, N * n);
+    fsc_device_release(e->dev, d);
+    return s;
+}
+
+fsc_status fsc_engine_gather_host(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all) {
+    return gather_host(e, c, 0, mine, n, all);
+}
+
+fsc_status fsc_engine_gather_host_agreed(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all) {
+    return gather_host(e, c, 1, mine, n, all);
+}
+
 fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, int local_batch, int global_batch,
                                      double *total, fsc_status *batch) {
     const int n = fsc_comm_size(e->comm), w = m + 3;
@@ -732,14 +755,8 @@ fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, 
         return FSC_OK;
     }
     double *all = malloc((size_t)n * (w + 2) * sizeof(double)), *pairs = all ? all + (size_t)n * w : NULL;
-    void *dsend = NULL, *drecv = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
-    size_t bytes = (size_t)w * sizeof(double);
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, bytes, &dsend);
-    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)n * bytes, &drecv);
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, bytes);
-    if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, dsend, drecv, bytes, FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, drecv, (size_t)n * bytes);
+    fsc_status s = fsc_engine_gather_host(e, e->comm, mine, (size_t)w * sizeof(double), all);
     for (int j = 0; s == FSC_OK && j < m; j++) {
         double acc = all[j];
         for (int i = 1; i < n; i++) acc += all[(size_t)i * w + j];
@@ -749,8 +766,6 @@ fsc_status fsc_engine_sum_over_ranks(fsc_engine *e, const double *local, int m, 
         pairs[2 * i] = all[(size_t)i * w + m], pairs[2 * i + 1] = all[(size_t)i * w + m + 1];
     if (s == FSC_OK) *batch = fsc_engine_check_batch(pairs, n);
     if (s == FSC_OK && *batch == FSC_OK) *batch = fsc_engine_check_calls(all + m + 2, (size_t)w, n);
-    fsc_device_release(e->dev, dsend);
-    fsc_device_release(e->dev, drecv);
     free(all);
     return s;
 }
@@ -840,13 +855,8 @@ fsc_status fsc_engine_same_samples(fsc_engine *e, const void *inputs, const void
                          targets && fsc_pipe_runs_layer(e, m->n_layers - 1)
                              ? fingerprint(targets, B * m->sample_target_bytes) : 0 };
     uint64_t *all = malloc((size_t)n * sizeof mine);
-    void *dsend = NULL, *drecv = NULL;
-    fsc_status s = all ? fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof mine, &dsend)
+    fsc_status s = all ? fsc_engine_gather_host(e, e->tensor_comm, mine, sizeof mine, all)
                        : fsc_error(FSC_ERR_NOMEM, "engine: out of memory");
-    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)n * sizeof mine, &drecv);
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, sizeof mine);
-    if (s == FSC_OK) s = fsc_comm_all_gather(e->tensor_comm, dsend, drecv, sizeof mine, FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, drecv, (size_t)n * sizeof mine);
     for (int i = 1; s == FSC_OK && i < n && *verdict == FSC_OK; i++)
         if (all[2 * i] != all[0] || all[2 * i + 1] != all[1]) {
             *verdict = FSC_ERR_INVALID;
@@ -854,8 +864,6 @@ fsc_status fsc_engine_same_samples(fsc_engine *e, const void *inputs, const void
                      "tensor group must pass the same samples (those of its data rank, fsc_engine_layout(e)->data)",
                      i, e->lay.data, all[2 * i] != all[0] ? "inputs" : "targets");
         }
-    if (dsend) fsc_device_release(e->dev, dsend);
-    if (drecv) fsc_device_release(e->dev, drecv);
     free(all);
     return s;
 }

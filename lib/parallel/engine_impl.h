@@ -229,6 +229,13 @@ fsc_status fsc_engine_check_batch(const double *pairs, int n);
 /* The data group's step counts (e->calls; n ranks' values, stride doubles apart) agree: else FSC_ERR_STATE, the
  * message naming the first rank that differs (a step failed on some ranks only). */
 fsc_status fsc_engine_check_calls(const double *calls, size_t stride, int n);
+/* Collective over c: n bytes of mine from every rank of c into host all (size(c) x n bytes, block r from rank r),
+ * one all-gather through a device buffer (FSC_TAG_COMM). A rank that fails before the all-gather (its device buffer)
+ * does not reach it: where that may happen on some ranks only, the agreed form. */
+fsc_status fsc_engine_gather_host(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all);
+/* The same after an agreement over c on this rank's buffers (all NULL: this rank is out of host memory): every
+ * rank reaches the all-gather, or none does, each returning the lowest failing rank's error. */
+fsc_status fsc_engine_gather_host_agreed(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all);
 /* Over the data group (e->comm): sums of m (<= 4) doubles per rank, each in rank order, identical on every rank,
  * and the batch check of the ranks' local and global batches into *batch (fsc_engine_check_batch, its message
  * set when it fails): one all-gather of m + 2 doubles per rank (none on a group of one). */

@@ -51,13 +51,8 @@ fsc_status fsc_ep_check_batch(fsc_engine *e, int local_batch, const char *what) 
     if (!e->ep_comm) return FSC_OK;
     const int n = fsc_comm_size(e->comm), G = fsc_comm_size(e->ep_comm);
     int32_t *all = malloc((size_t)n * sizeof *all), mine = local_batch;
-    void *dsend = NULL, *drecv = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "%s: out of host memory", what);
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, sizeof mine, &dsend);
-    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)n * sizeof mine, &drecv);
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, &mine, sizeof mine);
-    if (s == FSC_OK) s = fsc_comm_all_gather(e->comm, dsend, drecv, 1, FSC_I32);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, drecv, (size_t)n * sizeof mine);
+    fsc_status s = fsc_engine_gather_host(e, e->comm, &mine, sizeof mine, all);
     for (int i = 0; s == FSC_OK && i < n; i++) {
         const int first = i / G * G; /* ep consecutive data ranks form an expert group */
         if (all[i] != all[first])
@@ -66,8 +61,6 @@ fsc_status fsc_ep_check_batch(fsc_engine *e, int local_batch, const char *what) 
                           "every all-to-all; pass the ranks of an expert group the same local batch (no rank went "
                           "on)", what, G, first, (int)all[first], i, (int)all[i]);
     }
-    fsc_device_release(e->dev, dsend);
-    fsc_device_release(e->dev, drecv);
     free(all);
     return s;
 }

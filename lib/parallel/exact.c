@@ -452,18 +452,6 @@ static int cmp_double(const void *pa, const void *pb) {
     return (ua > ub) - (ua < ub);
 }
 
-/* n bytes of every rank of c into all (c's size x n), through device buffers. */
-static fsc_status gather_bytes(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all) {
-    const size_t N = (size_t)fsc_comm_size(c);
-    unsigned char *d = NULL;
-    FSC_TRY(fsc_device_alloc(e->dev, FSC_TAG_COMM, (N + 1) * n, (void **)&d));
-    fsc_status s = fsc_device_upload(e->dev, d + N * n, mine, n);
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + N * n, d, n, FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, N * n);
-    fsc_device_release(e->dev, d);
-    return s;
-}
-
 /* A rank's record of a step (or an evaluation) for its data group: the largest |element| of its unit gradients,
  * its local and global batch, its number of units K, the engine's step count (fsc_engine_check_calls), then m rows
  * of G (the group's units) values: its units' (the first min(K, G)), the rest 0. */
@@ -486,7 +474,7 @@ static fsc_status gather_records(fsc_engine *e, const double *vals, int m, int K
     for (int r = 0; r < m; r++)
         for (size_t k = 0; k < Kc; k++) memcpy(&mine[REC_HEAD + (size_t)r * G + k], &vals[(size_t)r * K + k], 8);
     x->rec_m = m;
-    return gather_bytes(e, e->comm, mine, W * sizeof *mine, x->rec);
+    return fsc_engine_gather_host(e, e->comm, mine, W * sizeof *mine, x->rec);
 }
 
 /* From the gathered records: sums[r] = the sum over the data group's units of row r, added in ascending order

@@ -1044,13 +1044,8 @@ static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, const double in[3], do
     int n = fsc_comm_size(c);
     const double mine[W] = { in[0], in[1], in[2], (double)e->calls };
     double *all = malloc((size_t)n * (W + 2) * sizeof(double)), *pairs = all ? all + (size_t)n * W : NULL;
-    void *d = NULL;
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(n + 1) * W * sizeof(double), &d);
-    double *dsend = s == FSC_OK ? (double *)d + (size_t)n * W : NULL;
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, dsend, mine, W * sizeof(double));
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, dsend, d, W * sizeof(double), FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)n * W * sizeof(double));
+    fsc_status s = fsc_engine_gather_host(e, c, mine, W * sizeof(double), all);
     if (s == FSC_OK) {
         double acc = all[0], batches = all[1];
         for (int i = 1; i < n; i++) acc += all[(size_t)i * W], batches += all[(size_t)i * W + 1];
@@ -1059,7 +1054,6 @@ static fsc_status sum_doubles(fsc_engine *e, fsc_comm *c, const double in[3], do
         out[1] = fsc_engine_check_batch(pairs, n) == FSC_OK && fsc_engine_check_calls(all + 3, W, n) == FSC_OK;
         out[2] = batches;
     }
-    fsc_device_release(e->dev, d);
     free(all);
     return s;
 }

@@ -52,18 +52,6 @@ void fsc_pipe_aux_note(fsc_pipe_aux *x, const fsc_engine *e, int k, const fsc_mo
     }
 }
 
-/* All-gather n bytes of mine over c into all (host, size(c) x n bytes), through device buffers. */
-static fsc_status gather_host(fsc_engine *e, fsc_comm *c, const void *mine, size_t n, void *all) {
-    const int P = fsc_comm_size(c);
-    char *d = NULL;
-    fsc_status s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)(P + 1) * n, (void **)&d);
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, d + (size_t)P * n, mine, n);
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + (size_t)P * n, d, n, FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)P * n);
-    fsc_device_release(e->dev, d);
-    return s;
-}
-
 /* Every stage's layers of every micro-batch to every stage (one all-gather over the pipeline group), then per
  * micro-batch k its statistics as aux_stats gives them on one rank (its layers in order from 0) into ms[k]. */
 static fsc_status per_micro_batch(fsc_pipe_aux *x, fsc_engine *e, fsc_model_aux *ms) {
@@ -71,7 +59,7 @@ static fsc_status per_micro_batch(fsc_pipe_aux *x, fsc_engine *e, fsc_model_aux 
     const size_t per = (size_t)x->M * x->L * W;
     double *all = malloc((size_t)P * per * sizeof(double));
     if (!all) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
-    fsc_status s = gather_host(e, e->pipe_comm, x->mine, per * sizeof(double), all);
+    fsc_status s = fsc_engine_gather_host(e, e->pipe_comm, x->mine, per * sizeof(double), all);
     for (int k = 0; s == FSC_OK && k < x->M; k++) {
         ms[k] = (fsc_model_aux){ 0 };
         for (int l = 0; l < x->L; l++)
@@ -109,7 +97,7 @@ fsc_status fsc_pipe_aux_sum(fsc_pipe_aux *x, fsc_engine *e, double out[3]) {
     for (int k = 0; s == FSC_OK && k < x->M; k++)
         local[0] += ms[k].aux_loss, local[1] += ms[k].assigned, local[2] += ms[k].dropped;
     memcpy(out, local, sizeof local);
-    if (s == FSC_OK && n > 1) s = gather_host(e, e->comm, local, sizeof local, dp);
+    if (s == FSC_OK && n > 1) s = fsc_engine_gather_host(e, e->comm, local, sizeof local, dp);
     for (int j = 0; s == FSC_OK && n > 1 && j < 3; j++) { /* the data group in rank order */
         double acc = dp[j];
         for (int i = 1; i < n; i++) acc += dp[(size_t)i * 3 + j];

@@ -18,22 +18,6 @@
  * hold of piece records, and what senders may have queued ahead of them, stays within that. */
 #define STREAM_BATCH ((size_t)1 << 18)
 
-/* One value of size bytes from every rank into host all (N values; NULL: this rank is out of host memory), after
- * an agreement on s and this rank's buffers: every rank reaches the all-gather, or none does. Collective. */
-static fsc_status all_gather_host(fsc_engine *e, fsc_status s, const void *mine, size_t size, void *all) {
-    fsc_comm *c = e->r->comm;
-    const int N = fsc_comm_size(c), me = fsc_comm_rank(c);
-    unsigned char *d = NULL;
-    if (s == FSC_OK && !all) s = fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
-    if (s == FSC_OK) s = fsc_device_alloc(e->dev, FSC_TAG_COMM, (size_t)N * size, (void **)&d);
-    s = fsc_comm_agree(c, e->dev, s);
-    if (s == FSC_OK) s = fsc_device_upload(e->dev, d + (size_t)me * size, mine, size);
-    if (s == FSC_OK) s = fsc_comm_all_gather(c, d + (size_t)me * size, d, size, FSC_U8);
-    if (s == FSC_OK) s = fsc_device_download(e->dev, all, d, (size_t)N * size);
-    fsc_device_release(e->dev, d);
-    return s;
-}
-
 fsc_status fsc_pieces_gather(fsc_engine *e, const fsc_piece *mine, int n, fsc_piece **out, int *nout) {
     fsc_comm *c = e->r->comm;
     const int N = fsc_comm_size(c);
@@ -43,7 +27,7 @@ fsc_status fsc_pieces_gather(fsc_engine *e, const fsc_piece *mine, int n, fsc_pi
     uint8_t *dsend = NULL, *drecv = NULL;
     fsc_piece *all = NULL;
     int64_t me = n, max = 0, total = 0;
-    fsc_status s = all_gather_host(e, FSC_OK, &me, sizeof me, counts);
+    fsc_status s = fsc_engine_gather_host_agreed(e, c, &me, sizeof me, counts);
     for (int r = 0; s == FSC_OK && r < N; r++) {
         if (counts[r] < 0 || counts[r] > (1 << 24))
             s = fsc_error(FSC_ERR_INTERNAL, "checkpoint: rank %d reports %lld pieces", r, (long long)counts[r]);
@@ -256,7 +240,7 @@ static fsc_status gather_wants(fsc_engine *e, int want, int **to, int *nto) {
     *nto = 0;
     *to = malloc(((size_t)N + 1) * sizeof **to);
     int32_t *all = *to ? malloc((size_t)N * sizeof *all) : NULL;
-    fsc_status s = all_gather_host(e, FSC_OK, &mine, sizeof mine, all);
+    fsc_status s = fsc_engine_gather_host_agreed(e, e->r->comm, &mine, sizeof mine, all);
     for (int r = 0; s == FSC_OK && r < N; r++)
         if (all[r]) (*to)[(*nto)++] = r;
     free(all);
@@ -274,7 +258,7 @@ static fsc_status gather_to(fsc_engine *e, const fsc_piece *mine, int n, const i
     fsc_piece *d = NULL;
     *all = NULL;
     *nall = 0;
-    fsc_status s = all_gather_host(e, FSC_OK, &mc, sizeof mc, counts);
+    fsc_status s = fsc_engine_gather_host_agreed(e, c, &mc, sizeof mc, counts);
     for (int r = 0; s == FSC_OK && r < N; r++) {
         if (counts[r] < 0 || counts[r] > (1 << 24))
             s = fsc_error(FSC_ERR_INTERNAL, "engine: rank %d reports %lld pieces of a tensor", r, (long long)counts[r]);

@@ -4,6 +4,7 @@
  * bit for bit, for every strategy with gradient accumulation (2 micro-batches: the strategies keep gradients
  * between micro-batches, which a failure leaves half made), prefetch on and off. FSDP kept the failed step's
  * accumulated full gradient and added the next step's to it. */
+#include <stdatomic.h>
 #include <time.h>
 #include "testutil.h"
 #include "fsc/fsc.h"
@@ -406,6 +407,88 @@ static void test_revoker_not_blamed_for_later_failures(void **state) {
     assert_err(fsc_cluster_run(&co, stale_run, &j), FSC_ERR_IO, "a failure of its own, the first of the run");
 }
 
+/* One rank alone passes a local batch that its own checks refuse (3 sequences, which do not split into accum 2's
+ * micro-batches; the other rank passes 4): an evaluation and a prediction refuse it on every rank at once (the
+ * split is agreed by the world before the pass). The refusing rank does not return from its function (a program
+ * that goes on after an error: returning would wake the ranks waiting for it); before, the other rank went on into
+ * the pass and waited for it in its first collective until the cluster's timeout. (A step still refuses on that
+ * rank only: parallel.h.) Oracle: with a 10 s timeout each call returns on both ranks within 5 s, both with
+ * FSC_ERR_INVALID and the refusing rank's message; DDP (the first collective: the loss's all-gather, or predict's
+ * closing agreement) and FSDP (the forward's gathers). */
+typedef struct {
+    fsc_parallel_kind kind;
+    int predict;
+    atomic_int done;
+    fsc_status st[2];
+    char why[2][512];
+} lone_job;
+
+static fsc_status lone_run(fsc_rank *r, void *arg) {
+    lone_job *j = arg;
+    fsc_layer *ms = NULL;
+    FSC_TRY(fsc_layer_mse(4, &ms));
+    fsc_seq_layer sl[3];
+    memset(sl, 0, sizeof sl);
+    sl[0].layer = lin(4, 8), sl[0].prefix = "a.";
+    sl[1].layer = lin(8, 4), sl[1].prefix = "b.";
+    sl[2].layer = ms;
+    fsc_model *m = NULL;
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_seq_model_create(r->dev, sl, 3, &m);
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    po.kind = j->kind, po.accum = 2;
+    fsc_optim_config oc = fsc_optim_config_default();
+    if (s == FSC_OK) s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
+    float x[16], y[16], out[16];
+    for (int i = 0; i < 16; i++) x[i] = (float)(i % 7) / 7, y[i] = (float)(i % 3) / 3;
+    const int B = r->rank == 1 ? 3 : 4; /* rank 1's does not split into 2 micro-batches */
+    double loss = 0;
+    size_t per = 0;
+    if (s == FSC_OK) {
+        s = j->predict ? fsc_engine_predict(e, x, B, out, &per) : fsc_engine_eval(e, x, y, B, 7, &loss);
+        j->st[r->rank] = s;
+        snprintf(j->why[r->rank], sizeof j->why[r->rank], "%s", s ? fsc_last_error() : "");
+        s = FSC_OK;
+    }
+    atomic_fetch_add(&j->done, 1);
+    struct timespec nap = { 0, 10000000 };
+    for (int k = 0; k < 3000 && atomic_load(&j->done) < r->world; k++) nanosleep(&nap, NULL); /* 30 s at most */
+    fsc_engine_free(e);
+    fsc_model_free(m);
+    return s;
+}
+
+static void test_lone_local_refusal_refuses_every_rank(void **state) {
+    (void)state;
+    const fsc_parallel_kind kinds[] = { FSC_PAR_DDP, FSC_PAR_FSDP };
+    int failed = 0;
+    for (int k = 0; k < 2; k++)
+        for (int predict = 0; predict < 2; predict++) {
+            static lone_job j;
+            memset(&j, 0, sizeof j);
+            j.kind = kinds[k], j.predict = predict;
+            const char *name = predict ? "predict" : "eval", *kind = fsc_parallel_kind_name(kinds[k]);
+            fsc_cluster_opts co = fsc_cluster_opts_default();
+            co.world = 2, co.timeout_s = 10;
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            assert_ok(fsc_cluster_run(&co, lone_run, &j));
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            for (int r = 0; r < 2; r++)
+                if (j.st[r] != FSC_ERR_INVALID || !strstr(j.why[r], "does not split into 2 micro-batches")) {
+                    print_error("%s %s, rank %d: %s \"%s\", not rank 1's refusal of its local batch\n", kind, name, r,
+                                fsc_status_str(j.st[r]), j.why[r]);
+                    failed = 1;
+                }
+            if (secs >= co.timeout_s / 2) {
+                print_error("%s %s: the run took %.1f s (the timeout is %g s)\n", kind, name, secs, co.timeout_s);
+                failed = 1;
+            }
+        }
+    if (failed) fail_msg("a rank's local refusal did not refuse every rank at once (above)");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failed_step_leaves_nothing),
@@ -414,6 +497,7 @@ int main(void) {
         cmocka_unit_test(test_engine_free_keeps_the_message),
         cmocka_unit_test(test_pipeline_stage_failure_stops_every_rank_at_once),
         cmocka_unit_test(test_revoker_not_blamed_for_later_failures),
+        cmocka_unit_test(test_lone_local_refusal_refuses_every_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -105,7 +105,8 @@ fsc_status fsc_engine_eval(fsc_engine *e, const void *inputs, const void *target
     FSC_CHECK_ARG(loss);
     int mb = 0, n = 0;
     FSC_TRY(fsc_ep_check_batch(e, local_batch, "eval"));
-    FSC_TRY(split(e, local_batch, global_batch, &mb, &n));
+    /* this rank's own refusal, agreed by the world before the pass: every rank refuses together */
+    FSC_TRY(fsc_comm_agree(e->r->comm, e->dev, split(e, local_batch, global_batch, &mb, &n)));
     fsc_status same = FSC_OK; /* tensor ranks passing different samples: a verdict like the batch check's */
     char same_why[256];
     FSC_TRY(fsc_engine_same_samples(e, inputs, targets, local_batch, &same, same_why, sizeof same_why));
@@ -138,9 +139,11 @@ fsc_status fsc_engine_predict(fsc_engine *e, const void *inputs, int local_batch
         return fsc_error(FSC_ERR_UNSUPPORTED, "predict: the model gives no outputs (its ops have no logits)");
     FSC_TRY(fsc_ep_check_batch(e, local_batch, "predict"));
     const int K = e->po.accum;
+    fsc_status own = FSC_OK; /* this rank's own refusal, agreed by the world before the pass (as eval's) */
     if (local_batch < 1 || local_batch % K != 0)
-        return fsc_error(FSC_ERR_INVALID, "predict: the local batch of %d samples does not split into %d "
-                         "micro-batches", local_batch, K);
+        own = fsc_error(FSC_ERR_INVALID, "predict: the local batch of %d samples does not split into %d "
+                        "micro-batches", local_batch, K);
+    FSC_TRY(fsc_comm_agree(e->r->comm, e->dev, own));
     fsc_status same = FSC_OK; /* tensor ranks passing different inputs fail every rank, below */
     char same_why[256];
     FSC_TRY(fsc_engine_same_samples(e, inputs, NULL, local_batch, &same, same_why, sizeof same_why));

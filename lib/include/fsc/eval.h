@@ -19,11 +19,11 @@ FSC_BEGIN_DECLS
 struct fsc_engine;
 /* *loss: the mean loss over the global batch, the same on every rank. FSC_ERR_INVALID (on every rank, nothing
  * evaluated) when global_batch is not the sum of the local batches over the data group. A local_batch that does
- * not split into the engine's micro-batches (0 included) is refused on that rank only, before any collective: the
- * other ranks then wait in the pass's first collective until that rank returns from its function (FSC_ERR_COMM)
- * or the cluster's timeout_s passes (FSC_ERR_TIMEOUT); fsc_engine_step_model and fsc_engine_predict do the same.
- * Give every rank a local batch that splits. With tensor parallelism every rank of a tensor group passes the same
- * samples (compared as fsc_engine_step_model does; a difference fails every rank with FSC_ERR_INVALID).
+ * not split into the engine's micro-batches (0 included; with reduce exact, into units), on one rank or more, fails
+ * every rank with FSC_ERR_INVALID and the lowest such rank's message, before the pass (one agreement over the world
+ * a call; fsc_engine_predict the same; fsc_engine_step_model refuses it on that rank only: parallel.h). With tensor
+ * parallelism every rank of a tensor group passes the same samples (compared as fsc_engine_step_model does; a
+ * difference fails every rank with FSC_ERR_INVALID).
  * Mixture-of-experts models: the loss without the auxiliary loss. */
 fsc_status fsc_engine_eval(struct fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                            int global_batch, double *loss);

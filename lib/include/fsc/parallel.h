@@ -236,7 +236,11 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
  * rank), and a difference fails the step the same way. The loss is the mean of the loss terms over the global
  * batch. A step whose loss or gradients are not finite on some rank applies no update on any rank; it fails
  * with FSC_ERR_NUMERIC (po.nonfinite stop, or po.max_skipped_steps skipped in a row) or returns with
- * info->skipped set. info receives what the step did (may be NULL: nowhere). */
+ * info->skipped set. info receives what the step did (may be NULL: nowhere). A local_batch that does not split
+ * into the engine's micro-batches (0 included; with reduce exact, into units) is refused on that rank only, before
+ * the step's collectives other than expert parallelism's batch check (a step has no world agreement before its
+ * reductions): the other ranks wait in the step's first collective until that rank returns from its function
+ * (FSC_ERR_COMM) or the cluster's timeout_s passes (FSC_ERR_TIMEOUT). Give every rank a local batch that splits. */
 fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                                  int global_batch, fsc_step_info *info);
 /* Full weights as safetensors under the model's tensor names (for the GPT: HF GPT-2, as a single-rank run

@@ -277,6 +277,9 @@ static void test_tensor_ranks_pass_the_same_samples(void **st) {
             /* Megatron's order: world rank 1 is tensor rank 1 of data rank 0 */
             assert_non_null(strstr(k.why[1], "tensor rank 1 of data rank 0"));
             assert_non_null(strstr(k.why[1], skew == 1 ? "other inputs" : "other targets"));
+            for (int r = 2; r < 4; r++) /* the other data group's ranks name the cause too, not the batch sum */
+                if (!strstr(k.why[r], "another rank found that its tensor group passed different samples"))
+                    fail_msg("sp %d, skew %d: rank %d says '%s'", sp, skew, r, k.why[r]);
             assert_bits_equal(k.j.after, k.j.before, k.j.P, "the parameters after the refused step");
             for (int r = 0; r < 4; r++) { /* evaluation refuses them too; predict reads the inputs only */
                 assert_int_equal(k.eval[r], FSC_ERR_INVALID);

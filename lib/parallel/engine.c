@@ -896,19 +896,24 @@ static fsc_status step_sums(fsc_engine *e, fsc_step_ctx *c, fsc_step_info *si, f
     return FSC_OK;
 }
 
-/* Every rank votes, over the whole world, on every precision: no rank may skip or stop alone. Verdicts (*found):
- * 1 gradients not finite, 2 the loss not finite, 3 the batch check failed (on some data group): an error. */
-static fsc_status vote(fsc_engine *e, const fsc_step_ctx *c, double loss, fsc_status batch, int *found,
+/* Every rank votes, over the whole world, on every precision: no rank may skip or stop alone. Verdicts (*found,
+ * the largest of the world's): 1 gradients not finite, 2 the loss not finite, 3 the batch check failed (on some
+ * data group), 4 a tensor group passed different samples (samples: the failed batch is that): an error. */
+static fsc_status vote(fsc_engine *e, const fsc_step_ctx *c, double loss, fsc_status batch, int samples, int *found,
                        float local_max[3]) {
     char batch_why[512] = "";
     if (batch != FSC_OK) snprintf(batch_why, sizeof batch_why, "%s", fsc_last_error());
-    const int mine = batch != FSC_OK ? 3 : isfinite(loss) ? 0 : 2;
+    const int mine = batch != FSC_OK ? (samples ? 4 : 3) : isfinite(loss) ? 0 : 2;
     FSC_TRY(fsc_nonfinite_vote_local_max(e->gdev, e->r->comm, e->gsegs, e->glens, e->ngsegs, mine, found, local_max));
     if (*found >= 3 && batch_why[0]) return fsc_error(FSC_ERR_INVALID, "%s", batch_why);
-    if (*found >= 3)
+    if (*found == 4)
+        return fsc_error(FSC_ERR_INVALID, "global batch %d: another rank found that its tensor group passed different "
+                         "samples (every rank of a tensor group must pass those of its data rank); no update on any "
+                         "rank", c->global_batch);
+    if (*found == 3)
         return fsc_error(FSC_ERR_INVALID, "global batch %d: another rank found that the global batch is not the sum "
-                         "of the local batches over its data group (or that its data group disagrees on it, or that "
-                         "its tensor group passed different samples); no update on any rank", c->global_batch);
+                         "of the local batches over its data group (or that its data group disagrees on it); no "
+                         "update on any rank", c->global_batch);
     return FSC_OK;
 }
 
@@ -933,13 +938,13 @@ fsc_status fsc_step_optimize(fsc_engine *e, fsc_step_ctx *c) {
     fsc_status batch = FSC_OK;
     int found = 0;
     FSC_TRY(step_sums(e, c, &si, &batch));
-    if (batch == FSC_OK && c->samples != FSC_OK)
-        batch = fsc_error(c->samples, "%s; no update on any rank", c->samples_why);
+    const int samples = batch == FSC_OK && c->samples != FSC_OK;
+    if (samples) batch = fsc_error(c->samples, "%s; no update on any rank", c->samples_why);
     if (e->use_scaler) /* unscale */
         for (int i = 0; i < e->ngsegs; i++)
             FSC_TRY(fsc_k_scale(e->gdev, e->gsegs[i], 1.0f / c->loss_scale, e->glens[i]));
     float gmax[3]; /* the vote's local max |g| over gsegs, which nothing changes before clip reads it */
-    FSC_TRY(vote(e, c, si.loss, batch, &found, gmax));
+    FSC_TRY(vote(e, c, si.loss, batch, samples, &found, gmax));
     if (found) return nonfinite_step(e, &si, found, c->info);
     e->skips_in_row = 0;
     if (e->use_scaler) scaler_update(e, 0);

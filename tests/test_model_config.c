@@ -416,6 +416,35 @@ static void test_config_text_escapes_names(void **state) {
     fsc_device_free(dev);
 }
 
+/* A layer kind or prefix may hold bytes that are not UTF-8 (a name in Latin-1, one cut mid-character) and DEL: the
+ * sequential model escaped only quotes, backslashes and control characters, so its configuration text (recorded in
+ * checkpoints) held the raw bytes, which strict JSON readers refuse. Oracle: the text is valid UTF-8 with no raw DEL,
+ * and the names read back with each stray byte as U+FFFD (the trace's and flight record's rule). */
+static void test_config_text_names_utf8(void **state) {
+    (void)state;
+    fsc_device *dev = NULL;
+    assert_ok(fsc_device_create("cpu", NULL, &dev));
+    fsc_layer *norm = NULL, *mse = NULL;
+    assert_ok(fsc_layer_rmsnorm(0, 8, 1e-5f, &norm));
+    assert_ok(fsc_layer_mse(8, &mse));
+    snprintf(norm->kind, sizeof norm->kind, "%s", "caf\xe9\x7f");
+    fsc_seq_layer sl[2] = { { .layer = norm, .prefix = "\xc3\xa9t\xc3." }, { .layer = mse } };
+    fsc_model *m = NULL;
+    assert_ok(fsc_seq_model_create(dev, sl, 2, &m));
+    char text[2048];
+    m->ops->config(m->ctx, text, sizeof text);
+    if (!test_valid_utf8((const unsigned char *)text) || strchr(text, 0x7f))
+        fail_msg("the configuration text is not UTF-8 or holds a raw DEL: %s", text);
+    cJSON *j = cJSON_Parse(text);
+    if (!j) fail_msg("the sequential model's configuration is not JSON: %s", text);
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "sequential"), 0);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(first, "kind")), "caf\xef\xbf\xbd\x7f");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(first, "prefix")), "\xc3\xa9t\xef\xbf\xbd.");
+    cJSON_Delete(j);
+    fsc_model_free(m);
+    fsc_device_free(dev);
+}
+
 /* A program's layer writes its settings as JSON of its own spacing and number forms; a checkpoint records them as
  * cJSON prints them. The sequential model compared its own text with the recorded one byte for byte, so the
  * checkpoint a run saved was refused by the same model ("written for a model of configuration ...{"n":4,
@@ -526,6 +555,7 @@ int main(void) {
         cmocka_unit_test(test_engine_from_config), /* after test_registered_family: "tiny" */
         cmocka_unit_test(test_config_text_in_a_decimal_comma_locale),
         cmocka_unit_test(test_config_text_escapes_names),
+        cmocka_unit_test(test_config_text_names_utf8),
         cmocka_unit_test(test_cjson_hooks_of_the_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

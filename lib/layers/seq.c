@@ -8,6 +8,7 @@
 #include "fsc/rng.h"
 #include "seq_impl.h"
 #include "core/param_split.h" /* fsc_param_duplicate_name */
+#include "core/json_str_impl.h" /* fsc_json_str_buf */
 #include "core/locale_impl.h"
 #include "io/json_lock.h" /* fsc_json_parse */
 
@@ -69,18 +70,6 @@ static double seq_layer_cost(void *ctx, int l, int B, float param_scale) {
     return c + 4.0 * (double)B * (double)lay->out_floats;
 }
 
-/* s as the inside of a JSON string (a quote, a backslash and control characters escaped) into out (cap > 0) */
-static void json_escape(char *out, size_t cap, const char *s) {
-    size_t at = 0;
-    for (; *s && at + 7 < cap; s++) {
-        const unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') out[at++] = '\\', out[at++] = (char)ch;
-        else if (ch < 0x20) at += (size_t)snprintf(out + at, cap - at, "\\u%04x", ch);
-        else out[at++] = (char)ch;
-    }
-    out[at] = '\0';
-}
-
 /* {"sequential":[{"prefix":"in.","kind":"linear","layer":{...}}, ...]}: the layers' description (a program's layer
  * kind or prefix may hold any character: escaped, so that the text stays JSON and a checkpoint can record it) */
 static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
@@ -96,11 +85,13 @@ static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
                                               * for every layer's config (a program's own too) */
     PUT("{\"sequential\":[");
     for (int l = 0; l < s->n; l++) {
-        char lc[1024] = "{}", prefix[6 * sizeof s->prefix[l]], kind[6 * sizeof s->layers[l]->kind];
+        char lc[1024] = "{}", prefix[FSC_JSON_STR_CAP(sizeof s->prefix[l])];
+        char kind[FSC_JSON_STR_CAP(sizeof s->layers[l]->kind)];
         if (s->layers[l]->ops->config) s->layers[l]->ops->config(s->layers[l], lc, sizeof lc);
-        json_escape(prefix, sizeof prefix, s->prefix[l]);
-        json_escape(kind, sizeof kind, s->layers[l]->kind);
-        PUT("%s{\"prefix\":\"%s\",\"kind\":\"%s\",\"layer\":%s}", l ? "," : "", prefix, kind, lc);
+        if (fsc_json_str_buf(prefix, sizeof prefix, s->prefix[l]) >= sizeof prefix ||
+            fsc_json_str_buf(kind, sizeof kind, s->layers[l]->kind) >= sizeof kind)
+            at = cap; /* cannot happen (FSC_JSON_STR_CAP); were it to, the whole text is too long, never cut */
+        PUT("%s{\"prefix\":%s,\"kind\":%s,\"layer\":%s}", l ? "," : "", prefix, kind, lc);
     }
     PUT("]}");
 #undef PUT

@@ -112,6 +112,44 @@ static void test_nesting_and_args(void **state) {
     unlink(p);
 }
 
+/* The keys "bytes" and "group" are the communicator's (trace.h): fsc_trace_arg with either was kept, so a span's
+ * args read {"bytes":5} like a collective's traffic (and "group" a number where readers take a group's name), and
+ * it replaced the span's own argument. Oracle: the span keeps its "step" argument and holds neither key; the
+ * collective's span holds each once; the text of every event has each key at most once. */
+static void test_reserved_arg_keys(void **state) {
+    (void)state;
+    fsc_trace *t = NULL;
+    assert_ok(fsc_trace_create(&(fsc_trace_opts){ 0 }, &t));
+    fsc_trace_begin(t, "step", "s");
+    fsc_trace_arg(t, "step", 3);
+    fsc_trace_arg(t, "bytes", 5);
+    fsc_trace_arg(t, "group", 7);
+    fsc_trace_span(t, "comm", "all_reduce", fsc_trace_now_us(), 64, "dp");
+    fsc_trace_end(t);
+    char p[256];
+    tmp_path(p, sizeof p, "reserved.json");
+    assert_ok(fsc_trace_write(t, p));
+    fsc_trace_free(t);
+    char *text = slurp(p), *save = NULL; /* one event a line */
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        const char *b = strstr(line, "\"bytes\""), *g = strstr(line, "\"group\"");
+        if ((b && strstr(b + 1, "\"bytes\"")) || (g && strstr(g + 1, "\"group\"")))
+            fail_msg("an event holds a key twice: %s", line);
+    }
+    free(text);
+    cJSON *j = read_json(p);
+    const cJSON *args = cJSON_GetObjectItem(find_event(j, "s", 0), "args");
+    assert_non_null(args);
+    assert_int_equal((int)num(args, "step"), 3);
+    assert_null(cJSON_GetObjectItem(args, "bytes"));
+    assert_null(cJSON_GetObjectItem(args, "group"));
+    const cJSON *cargs = cJSON_GetObjectItem(find_event(j, "all_reduce", 0), "args");
+    assert_int_equal((int)num(cargs, "bytes"), 64);
+    assert_string_equal(str(cargs, "group"), "dp");
+    cJSON_Delete(j);
+    unlink(p);
+}
+
 /* max_events 4: the first four events are kept, the rest counted; the file says so. */
 static void test_bounded(void **state) {
     (void)state;
@@ -578,6 +616,7 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nesting_and_args),
+        cmocka_unit_test(test_reserved_arg_keys),
         cmocka_unit_test(test_bounded),
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_decimal_comma_locale),

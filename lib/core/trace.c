@@ -163,8 +163,11 @@ void fsc_trace_end(fsc_trace *t) {
     }
 }
 
+/* The args fsc_trace_span writes (put_event): not the caller's (trace.h) */
+static int reserved_key(const char *key) { return !strcmp(key, "bytes") || !strcmp(key, "group"); }
+
 void fsc_trace_arg(fsc_trace *t, const char *key, double value) {
-    if (!t || !key || t->lost_depth || t->depth == 0) return;
+    if (!t || !key || reserved_key(key) || t->lost_depth || t->depth == 0) return;
     long i = t->open[t->depth - 1];
     if (i < 0) return;
     copy(t->ev[i].key, sizeof t->ev[i].key, key);

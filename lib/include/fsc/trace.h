@@ -62,7 +62,9 @@ void fsc_trace_begin(fsc_trace *t, const char *cat, const char *fmt, ...)
     ;
 void fsc_trace_end(fsc_trace *t);
 /* A numeric argument of the innermost open span (its "args": {key: value}; key at most 15 characters kept; a
- * second call replaces the first); nothing when no span is open. */
+ * second call replaces the first); nothing when no span is open. The keys "bytes" and "group" are fsc_trace_span's
+ * (the bytes a collective moved, the name of its group): a call with either is ignored, so that an event's args
+ * never hold a key twice and a reader's sum of "bytes" counts only collectives. */
 void fsc_trace_arg(fsc_trace *t, const char *key, double value);
 /* A finished span from start_us (fsc_trace_now_us) to now, with the bytes it moved and the group it ran on
  * (group may be NULL): what the communicator records for each collective. */

@@ -515,6 +515,59 @@ static void test_merge_forms(void **state) {
     }
 }
 
+/* tools/trace_merge over dir into dir/out.json, its notes into dir/err.txt: the exit status. */
+static int merge_status(const char *dir) {
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%.*s../tools/trace_merge' '%s' > '%s/out.json' 2> '%s/err.txt'",
+             slash ? (int)(slash - src + 1) : 0, src, dir, dir, dir);
+    const int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A rank that stopped before its recorder wrote a byte leaves an empty rank-N.json: the merge refused the whole
+ * run ("not a trace"). Oracle: the other ranks' events are merged, and stderr names the empty file; an empty file
+ * of white space alike; a directory whose files are all empty is refused (exit 1, nothing written). */
+static void test_merge_empty_rank(void **state) {
+    (void)state;
+    char dir[256], p[400];
+    tmp_path(dir, sizeof dir, "empty");
+    assert_int_equal(mkdir(dir, 0777), 0);
+    snprintf(p, sizeof p, "%s/rank-0.json", dir);
+    write_file(p, "{\"traceEvents\":[{\"name\":\"a\",\"ph\":\"X\",\"pid\":0,\"ts\":1,\"dur\":1}]}\n");
+    snprintf(p, sizeof p, "%s/rank-1.json", dir);
+    write_file(p, "");
+    snprintf(p, sizeof p, "%s/rank-2.json", dir);
+    write_file(p, "[{\"name\":\"c\",\"ph\":\"X\",\"pid\":2,\"ts\":3,\"dur\":1}]");
+    snprintf(p, sizeof p, "%s/rank-3.json", dir);
+    write_file(p, " \n");
+    assert_int_equal(merge_status(dir), 0);
+    snprintf(p, sizeof p, "%s/out.json", dir);
+    cJSON *m = read_json(p);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(m, "traceEvents")), 2);
+    assert_non_null(find_event(m, "a", 0));
+    assert_non_null(find_event(m, "c", 0));
+    cJSON_Delete(m);
+    snprintf(p, sizeof p, "%s/err.txt", dir);
+    char *err = slurp(p);
+    if (!strstr(err, "rank-1.json is empty") || !strstr(err, "rank-3.json is empty"))
+        fail_msg("the note does not name the empty files: %s", err);
+    free(err);
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/none", dir);
+    assert_int_equal(mkdir(sub, 0777), 0);
+    snprintf(p, sizeof p, "%s/rank-0.json", sub);
+    write_file(p, "");
+    assert_int_equal(merge_status(sub), 1);
+    snprintf(p, sizeof p, "%s/out.json", sub);
+    struct stat sb;
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_size, 0);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A host program in a locale whose decimal point is a comma (de_DE, made here with localedef when its source is
  * installed; skipped otherwise): the trace's numbers stay JSON's ("ts":12.345, not 12,345), and the launcher's
  * FSC_COMM_TIMEOUT "2.5" still reads as 2.5 seconds. */
@@ -621,6 +674,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_decimal_comma_locale),
         cmocka_unit_test(test_merge_forms),
+        cmocka_unit_test(test_merge_empty_rank),
         cmocka_unit_test(test_engine_trace),
         cmocka_unit_test(test_exact_list),
         cmocka_unit_test(test_not_json_values),

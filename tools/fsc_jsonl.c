@@ -3,7 +3,8 @@
  *       "# train" then step loss lr tokens_per_s mfu <tag>_mib..., two empty lines, "# val" then step val_loss;
  *       the title of the run (model, layers x dim, ranks, parallel, precision) into TITLE_FILE when there is one
  *   fsc-jsonl trace-merge FILE...                the traceEvents of every file (fsc_trace_write's rank-N.json)
- *       in one JSON trace on stdout
+ *       in one JSON trace on stdout; an empty file (nothing but white space: a rank that stopped before it wrote
+ *       anything) is skipped with a note naming it on stderr, and only files all empty are refused
  * Every record is read as JSON: keys in any order, any spacing, escapes, nested objects, numbers in any form.
  * Log: one object per line; a line that is not a JSON object is skipped (counted on stderr), as is a train or val
  * record whose step is not a finite number (counted apart); a record lacking a
@@ -432,8 +433,12 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "trace-merge") == 0) {
         /* every file read once without output first: a bad one then fails the merge before a byte is written, so
          * no half-merged, unclosed trace is left where the output was redirected */
-        int first = 1;
+        int first = 1, empty = 0;
         for (int pass = 0; pass < 2; pass++) {
+            if (pass && empty == argc - 2) { /* nothing to merge: refused, as a merge of no file is */
+                fprintf(stderr, "fsc-jsonl: every file is empty (%d), no trace to merge\n", empty);
+                return 1;
+            }
             if (pass) fputs("{\"traceEvents\":[\n", stdout);
             for (int i = 2; i < argc; i++) {
                 char *text = NULL;
@@ -442,6 +447,13 @@ int main(int argc, char **argv) {
                 if (jl_slurp(argv[i], &text, &n, err, sizeof err) != 0) {
                     fprintf(stderr, "fsc-jsonl: %s\n", err);
                     return 1;
+                }
+                if (jl_ws(text, text + n) == text + n) { /* a rank that stopped before its recorder wrote a byte */
+                    free(text);
+                    empty += !pass;
+                    if (pass)
+                        fprintf(stderr, "fsc-jsonl: %s is empty (a rank that stopped early?): skipped\n", argv[i]);
+                    continue;
                 }
                 int rc = jl_trace_events(text, n, pass ? emit_file : emit_none, &first, &count, &cut, err, sizeof err);
                 free(text);

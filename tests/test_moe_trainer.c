@@ -200,7 +200,10 @@ static void test_moe_trainer_refusals(void **state) {
         { "--moe-experts 6 --ep 4 --world 4 --parallel ddp", "--ep 4 does not divide --moe-experts 6" },
         { "--moe-experts 4 --ep 4 --world 2 --parallel ddp", "--ep 4 does not divide the 2 data-parallel ranks" },
         { "--moe-experts 4 --tp 2 --world 2 --parallel ddp", "--moe-experts with --tp > 1 is not supported yet" },
-        { "--moe-experts 4 --moe-capacity 0", "--moe-capacity must be positive" },
+        /* the range the message states is the one refused: 0 is out too */
+        { "--moe-experts 4 --moe-capacity 0", "--moe-capacity: 0 is out of range (0, 1024]" },
+        { "--moe-experts 4 --moe-capacity -1", "--moe-capacity: -1 is out of range (0, 1024]" },
+        { "--moe-experts 4 --moe-capacity 1025", "--moe-capacity: 1025 is out of range (0, 1024]" },
         /* a factor too small for a float: no "give 0 for none", which --moe-capacity refuses */
         { "--moe-experts 4 --moe-capacity 1e-40", "--moe-capacity: 1e-40 is too small for a float (the smallest is "
                                                   "1.17549e-38)" },

@@ -68,8 +68,6 @@ static int check_moe(const train_config *c, const int *given, char *err, size_t 
     if (c->moe_every > c->layers)
         return snprintf(err, cap, "--moe-every %d but the model has %d blocks (--layers): no block would be an MoE "
                         "block", c->moe_every, c->layers), -1;
-    if (!(c->moe_capacity > 0))
-        return snprintf(err, cap, "--moe-capacity must be positive (a capacity factor), not %g", (double)c->moe_capacity), -1;
     if (c->tp > 1) return snprintf(err, cap, "--moe-experts with --tp > 1 is not supported yet"), -1;
     if (c->moe_experts % c->ep != 0)
         return snprintf(err, cap, "--ep %d does not divide --moe-experts %d (each rank of an expert group holds E / G "

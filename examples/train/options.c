@@ -141,6 +141,9 @@ const char *choice_name(const char *choices, int idx, char *buf, size_t cap) {
     return buf;
 }
 
+/* Whether o's lower bound is itself refused, its range (lo, hi]: a capacity factor of 0 gives an expert no slot. */
+static int lo_refused(const option *o) { return o->kind == K_FLOAT && strcmp(o->name, "moe-capacity") == 0; }
+
 /* Parse value v for option o into c. On error writes a message naming the option. */
 int set_option(train_config *c, const option *o, const char *v, char *err, size_t cap) {
     char *field = (char *)c + o->off;
@@ -168,16 +171,17 @@ int set_option(train_config *c, const option *o, const char *v, char *err, size_
             return snprintf(err, cap, "--%s: '%s' is not a decimal number", o->name, v), -1;
         if ((errno == ERANGE && fabs(x) < 1) || (x != 0 && fabs(x) < FLT_MIN)) /* a float would hold 0 or a denormal */
             return snprintf(err, cap, "--%s: %s is too small for a float (the smallest is %g%s)", o->name, v,
-                            (double)FLT_MIN, strcmp(o->name, "moe-capacity") == 0 ? "" /* 0 is refused: checks.c */
-                                                                                   : "; give 0 for none"), -1;
+                            (double)FLT_MIN, lo_refused(o) ? "" : "; give 0 for none"), -1;
         if ((errno == ERANGE && fabs(x) >= 1) || (isfinite(x) && !isfinite((float)x))) /* a float would hold inf */
             return snprintf(err, cap, "--%s: %s is too large for a float (the largest is %g)", o->name, v,
                             (double)FLT_MAX), -1;
         if (errno || !isfinite(x) || !isfinite((float)x))
             return snprintf(err, cap, "--%s: '%s' is not a finite number", o->name, v), -1;
-        if (x < o->lo || x > o->hi) {
-            if (isinf(o->hi)) return snprintf(err, cap, "--%s: %s is out of range (must be >= %g)", o->name, v, o->lo), -1;
-            return snprintf(err, cap, "--%s: %s is out of range [%g, %g]", o->name, v, o->lo, o->hi), -1;
+        if (x < o->lo || (x == o->lo && lo_refused(o)) || x > o->hi) {
+            const char *gt = lo_refused(o) ? ">" : ">=", *open = lo_refused(o) ? "(" : "[";
+            if (isinf(o->hi))
+                return snprintf(err, cap, "--%s: %s is out of range (must be %s %g)", o->name, v, gt, o->lo), -1;
+            return snprintf(err, cap, "--%s: %s is out of range %s%g, %g]", o->name, v, open, o->lo, o->hi), -1;
         }
         *(float *)field = (float)x;
         return 0;

@@ -228,13 +228,17 @@ static int same_file(const char *a, const char *b) {
 static int decode_file(const fsc_bpe *b, const config *c) {
     fsc_data *d = NULL;
     if (fsc_data_open(&d, c->in, c->llmc ? FSC_DATA_LLMC : FSC_DATA_U16, (int)fsc_bpe_vocab(b)) != FSC_OK) {
-        fprintf(stderr, "%s: %s", prog, fsc_last_error());
-        fsc_data *own = NULL; /* llm.c shards read as u16: name the option that reads them */
+        char why[1024]; /* the message, before the probe below replaces it */
+        snprintf(why, sizeof why, "%s", fsc_last_error());
+        fsc_data *own = NULL; /* llm.c shards read as u16: the library's message, with the option that reads them
+                               * in place of its "read it with the format llmc" (one hint, not two) */
         if (!c->llmc && fsc_data_open(&own, c->in, FSC_DATA_AUTO, (int)fsc_bpe_vocab(b)) == FSC_OK &&
             fsc_data_format_of(own) == FSC_DATA_LLMC)
-            fprintf(stderr, " (give --format llmc)");
+            fprintf(stderr, "%s: %s begins with llm.c's magic %d: it is an llm.c token shard, not headerless uint16 "
+                    "tokens (give --format llmc)\n", prog, fsc_data_file(own, 0), FSC_DATA_LLMC_MAGIC);
+        else fprintf(stderr, "%s: %s\n", prog, why);
         fsc_data_free(own);
-        return fputc('\n', stderr), 1;
+        return 1;
     }
     for (int i = 0; i < fsc_data_files(d); i++) /* TOKENS may be a list or a glob: OUT is none of its files */
         if (same_file(fsc_data_file(d, i), c->out))

@@ -4,6 +4,7 @@
  *   and the engine then allocated a wrapped size and uploaded into NULL, "fsc_device_upload: dst is NULL");
  * - a model that outlives its engine keeps no pointer into the engine's freed buffers: after fsc_engine_free its
  *   param/grad tables are NULL, and a generator over it fails with FSC_ERR_STATE (it read freed memory before);
+ *   fsc_balance_by_time refuses a model bound to an engine (FSC_ERR_STATE), where it swapped the model's tables;
  * - fsc_ckpt_latest refusing a path buffer too small for the checkpoint's path leaves it "", not a truncated path
  *   ("/t") that a program loading it would open;
  * - a user's model whose acts_create succeeds without a record is refused naming the operation (the NULL record
@@ -71,8 +72,15 @@ static fsc_status after_free_rank(fsc_rank *r, void *arg) {
     /* another engine takes the model and binds it again */
     assert_ok(fsc_engine_create_model(r, m, &po, &oc, 1, &e));
     assert_ok(fsc_generator_next(g, tok, 2, &lg, &V));
+    /* timing the layers of a bound model would swap its tables under the engine: refused, the tables the engine's */
+    int balance[1];
+    float *p0 = m->param[0];
+    assert_err(fsc_balance_by_time(r->dev, m, 1, 1, 1, balance), FSC_ERR_STATE, "bound to an engine");
+    assert_ptr_equal(m->param[0], p0);
     fsc_generator_free(g);
     fsc_engine_free(e);
+    assert_ok(fsc_balance_by_time(r->dev, m, 1, 1, 1, balance)); /* unbound: measured */
+    assert_int_equal(balance[0], 1);
     fsc_model_free(m);
     return FSC_OK;
 }

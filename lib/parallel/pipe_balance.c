@@ -152,6 +152,9 @@ fsc_status fsc_balance_by_time(fsc_device *dev, fsc_model *m, int pp, int B, int
     FSC_CHECK_ARG(dev);
     FSC_CHECK_ARG(m);
     FSC_CHECK_ARG(out);
+    if (m->engine) /* it would point the model's tables at its own buffers, then back, under the engine */
+        return fsc_error(FSC_ERR_STATE, "balance_by_time: the model is bound to an engine (measure before creating "
+                         "the engine, or after fsc_engine_free)");
     FSC_TRY(check_layers(m, "balance_by_time"));
     FSC_TRY(fsc_model_validate(m));
     if (!dev) return fsc_error(FSC_ERR_INVALID, "balance_by_time: device is NULL");

@@ -358,7 +358,7 @@ void fsc_engine_reset_pipe_stats(fsc_engine *e);
  * by_time: forward + backward time of every layer measured on dev (the device m was created on), min over
  * `repeats` runs after one warm-up, with a micro-batch of B samples of zero bytes (token 0, features 0.0); it
  * binds m's param/grad to buffers of its own holding the keyed initial values (seed 1) and restores them (needs
- * the whole model on dev; not while an engine runs m). */
+ * the whole model on dev); a model bound to an engine (model.h's engine) is refused with FSC_ERR_STATE. */
 fsc_status fsc_balance_by_size(const fsc_model *m, int pp, int B, float param_scale, int *out);
 fsc_status fsc_balance_by_time(fsc_device *dev, fsc_model *m, int pp, int B, int repeats, int *out);
 /* Parse "2,3,1" into out[pp]; checks the count, the sum against the model's blocks (n_layers - 2, the only

@@ -514,6 +514,79 @@ static void test_checkpoint_of_spaced_config_text(void **state) {
     test_rmtree(dir);
 }
 
+/* A configuration text over 64 KiB (a family's text with a long field; a model of many layers): checkpoints and
+ * weights files recorded it as "{}", so a checkpoint of one model loaded into another whose long text differs only
+ * at its end (both "{}"). Oracle: the checkpoint's metadata and the weights file record the text whole; a model
+ * whose text differs in its last field is refused the checkpoint; a text over 16 MiB is refused when the engine is
+ * made, naming the limit (never recorded cut or as "{}"). */
+static char *long_text(size_t n, char last) { /* {"family":"layered","vocab":12,"note":"xx...x<last>"} */
+    static const char head[] = "{\"family\":\"layered\",\"vocab\":12,\"note\":\"";
+    char *t = malloc(sizeof head + n + 3);
+    assert_non_null(t);
+    memcpy(t, head, sizeof head - 1);
+    memset(t + sizeof head - 1, 'x', n);
+    t[sizeof head - 1 + n - 1] = last;
+    memcpy(t + sizeof head - 1 + n, "\"}", 3);
+    return t;
+}
+static fsc_status long_text_rank(fsc_rank *r, void *arg) {
+    const char *dir = arg;
+    char saved[300], ck[340], weights[340];
+    snprintf(saved, sizeof saved, "%s/long", dir);
+    snprintf(ck, sizeof ck, "%s/step-00000001", saved);
+    snprintf(weights, sizeof weights, "%s/long.safetensors", dir);
+    char *a = long_text(100000, 'A'), *b = long_text(100000, 'B');
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_engine *e = NULL;
+    float *p = calloc(4096, sizeof *p);
+    fsc_status s = p ? fsc_engine_create_config(r, a, &po, &oc, 7, &e) : FSC_ERR_NOMEM;
+    if (s == FSC_OK) s = one_step(e, 1, p);
+    if (s == FSC_OK) s = fsc_ckpt_save(e, saved, 1, NULL);
+    if (s == FSC_OK) s = fsc_engine_save_weights(e, weights);
+    if (s == FSC_OK) { /* model.h's contract: a text longer than the buffer is cut to cap - 1 bytes, not "{}" */
+        const fsc_model *em = fsc_engine_model(e);
+        char small[64];
+        em->ops->config(em->ctx, small, sizeof small);
+        assert_int_equal(strlen(small), sizeof small - 1);
+        assert_memory_equal(small, a, sizeof small - 1);
+    }
+    fsc_engine_free(e);
+    e = NULL;
+    fsc_ckpt_meta *m = NULL;
+    if (s == FSC_OK) s = fsc_ckpt_meta_read(ck, &m);
+    if (s == FSC_OK) assert_string_equal(m->model_config, a);
+    fsc_ckpt_meta_free(m);
+    fsc_st_file *f = NULL;
+    if (s == FSC_OK) s = fsc_st_open(weights, &f);
+    if (s == FSC_OK) assert_string_equal(fsc_st_metadata(f, FSC_ST_META_MODEL), a);
+    fsc_st_close(f);
+    if (s == FSC_OK) s = fsc_engine_create_config(r, b, &po, &oc, 7, &e);
+    if (s == FSC_OK) {
+        assert_int_equal(fsc_ckpt_load(e, ck, NULL), FSC_ERR_INVALID);
+        assert_non_null(strstr(fsc_last_error(), "written for a model of configuration"));
+    }
+    fsc_engine_free(e);
+    e = NULL;
+    char *huge = s == FSC_OK ? long_text((size_t)17 << 20, 'C') : NULL;
+    if (huge) {
+        assert_int_equal(fsc_engine_create_config(r, huge, &po, &oc, 7, &e), FSC_ERR_INVALID);
+        assert_non_null(strstr(fsc_last_error(), "configuration text is longer than 16777216 bytes"));
+        assert_null(e);
+    }
+    free(huge), free(a), free(b), free(p);
+    return s;
+}
+
+static void test_long_config_text_recorded_whole(void **state) {
+    (void)state;
+    char dir[] = "/tmp/fsc_longcfg_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&co, long_text_rank, dir));
+    test_rmtree(dir);
+}
+
 /* A host program's cJSON allocator (cJSON_InitHooks is process-wide): blocks 16 bytes into what malloc gave, as
  * fuzz/cjson_count.h's are, so a text cJSON printed and the library freed with free() instead of cJSON_free is
  * caught (free of a pointer malloc never returned: an abort). */
@@ -551,6 +624,7 @@ int main(void) {
         cmocka_unit_test(test_bad_text_is_refused),
         cmocka_unit_test(test_registered_family_of_layers), /* before test_registered_family fills the table */
         cmocka_unit_test(test_checkpoint_of_spaced_config_text), /* after it: "layered" */
+        cmocka_unit_test(test_long_config_text_recorded_whole), /* "layered" too */
         cmocka_unit_test(test_registered_family),
         cmocka_unit_test(test_engine_from_config), /* after test_registered_family: "tiny" */
         cmocka_unit_test(test_config_text_in_a_decimal_comma_locale),

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include "ckpt_impl.h"
 #include "io/json_lock.h"
+#include "core/model_text.h" /* fsc_config_text */
 
 #define MAX_U53 ((uint64_t)1 << 53)
 
@@ -36,12 +37,9 @@ void ck_global_name(char *buf, size_t cap, fsc_optim_kind kind, int state, const
 static cJSON *num(double v) { return cJSON_CreateNumber(v); }
 
 fsc_status ck_model_config(const fsc_engine *e, char **out) {
-    enum { CAP = 1 << 16 };
     *out = NULL;
-    char *buf = malloc(CAP);
-    if (!buf) return fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
-    snprintf(buf, CAP, "{}");
-    if (ENG(e).m->ops->config) ENG(e).m->ops->config(ENG(e).m->ctx, buf, CAP);
+    char *buf = NULL;
+    FSC_TRY(fsc_config_text(ENG(e).m->ops->config, ENG(e).m->ctx, "checkpoint", &buf)); /* whole, any length */
     cJSON *o = fsc_json_parse(buf);
     char *t = cJSON_IsObject(o) ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);

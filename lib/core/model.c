@@ -1,11 +1,13 @@
 /* The model interface's checks and small helpers (model.h): what the engine verifies of a model before it
  * shards, pipelines or checkpoints it. Not here: any model (lib/model), the engine (lib/parallel). */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/model.h"
 #include "core/param_split.h"
+#include "core/model_text.h"
 
 fsc_status fsc_model_validate(const fsc_model *m) {
     FSC_CHECK_ARG(m);
@@ -164,4 +166,24 @@ int fsc_model_tensor_index(const fsc_model *m, const char *name) {
 
 void fsc_model_free(fsc_model *m) {
     if (m && m->ops && m->ops->destroy) m->ops->destroy(m);
+}
+
+fsc_status fsc_config_text(void (*config)(void *ctx, char *buf, size_t cap), void *ctx, const char *what, char **out) {
+    *out = NULL;
+    for (size_t cap = (size_t)1 << 12;; cap *= 2) {
+        char *buf = malloc(cap);
+        if (!buf) return fsc_error(FSC_ERR_NOMEM, "%s: out of host memory for the model's configuration text", what);
+        snprintf(buf, cap, "{}");
+        if (config) config(ctx, buf, cap);
+        buf[cap - 1] = '\0'; /* a config that wrote cap bytes without a NUL reads as cut */
+        const size_t len = strlen(buf);
+        if (len + 1 < cap && len <= FSC_MODEL_CONFIG_MAX) { /* whole: it left room */
+            *out = buf;
+            return FSC_OK;
+        }
+        free(buf);
+        if (len + 1 < cap || cap > FSC_MODEL_CONFIG_MAX)
+            return fsc_error(FSC_ERR_INVALID, "%s: the model's configuration text is longer than %zu bytes: too long "
+                             "to record", what, FSC_MODEL_CONFIG_MAX);
+    }
 }

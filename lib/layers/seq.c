@@ -9,6 +9,7 @@
 #include "seq_impl.h"
 #include "core/param_split.h" /* fsc_param_duplicate_name */
 #include "core/json_str_impl.h" /* fsc_json_str_buf */
+#include "core/model_text.h"    /* fsc_config_text */
 #include "core/locale_impl.h"
 #include "io/json_lock.h" /* fsc_json_parse */
 
@@ -71,7 +72,8 @@ static double seq_layer_cost(void *ctx, int l, int B, float param_scale) {
 }
 
 /* {"sequential":[{"prefix":"in.","kind":"linear","layer":{...}}, ...]}: the layers' description (a program's layer
- * kind or prefix may hold any character: escaped, so that the text stays JSON and a checkpoint can record it) */
+ * kind or prefix may hold any character: escaped, so that the text stays JSON and a checkpoint can record it). A text
+ * longer than cap is cut to cap - 1 bytes (model.h's config: the caller asks again with more room). */
 static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
     size_t at = 0;
 #define PUT(...)                                                                   \
@@ -89,22 +91,26 @@ static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
         char kind[FSC_JSON_STR_CAP(sizeof s->layers[l]->kind)];
         if (s->layers[l]->ops->config) s->layers[l]->ops->config(s->layers[l], lc, sizeof lc);
         if (fsc_json_str_buf(prefix, sizeof prefix, s->prefix[l]) >= sizeof prefix ||
-            fsc_json_str_buf(kind, sizeof kind, s->layers[l]->kind) >= sizeof kind)
-            at = cap; /* cannot happen (FSC_JSON_STR_CAP); were it to, the whole text is too long, never cut */
+            fsc_json_str_buf(kind, sizeof kind, s->layers[l]->kind) >= sizeof kind) {
+            buf[0] = '\0'; /* cannot happen (FSC_JSON_STR_CAP); were it to, no text (not JSON: refused), never a cut */
+            fsc_numbers_back(before);
+            return;
+        }
         PUT("%s{\"prefix\":%s,\"kind\":%s,\"layer\":%s}", l ? "," : "", prefix, kind, lc);
     }
     PUT("]}");
 #undef PUT
     fsc_numbers_back(before);
-    if (at >= cap && cap > 2) snprintf(buf, cap, "{}"); /* too long to record: record nothing rather than a half */
 }
 
 /* The family's text the model was built from (fsc_seq_record_config), else the layers' description */
 static void seq_config(void *ctx, char *buf, size_t cap) {
     const seq_model *s = ctx;
     if (!s->config_text) seq_layers_config(s, buf, cap);
-    else if (cap > 2) snprintf(buf, cap, "%s", strlen(s->config_text) < cap ? s->config_text : "{}"); /* whole or none */
+    else if (cap > 0) snprintf(buf, cap, "%s", s->config_text); /* cut to cap - 1 when longer: asked again */
 }
+
+static void layers_text(void *ctx, char *buf, size_t cap) { seq_layers_config(ctx, buf, cap); }
 
 /* Whether two configuration texts are the same JSON: equal, or equal as cJSON prints them. A checkpoint records the
  * text as cJSON prints it ({"n":4} for a layer's {"n": 4}, 1.5e-05 for 1.5e-5, "\t" for "\u0009"), so the model's
@@ -149,15 +155,13 @@ static char *without_tp_keys(const char *recorded) {
  * before they described themselves as the unsplit ones (without_tp_keys). */
 static fsc_status seq_config_check(void *ctx, const char *recorded) {
     const seq_model *s = ctx;
-    enum { CAP = 1 << 16 };
-    char *own = malloc(CAP), *layers = s->config_text ? malloc(CAP) : NULL;
-    if (!own || (s->config_text && !layers)) {
-        free(own), free(layers);
-        return fsc_error(FSC_ERR_NOMEM, "sequential model: out of host memory for its configuration text");
+    char *own = NULL, *layers = NULL; /* whole, any length */
+    fsc_status st = fsc_config_text(seq_config, ctx, "sequential model", &own);
+    if (st == FSC_OK && s->config_text) st = fsc_config_text(layers_text, ctx, "sequential model", &layers);
+    if (st != FSC_OK) {
+        free(own);
+        return st;
     }
-    seq_config(ctx, own, CAP);
-    if (layers) seq_layers_config(s, layers, CAP);
-    fsc_status st = FSC_OK;
     int same = same_text(own, recorded) || (layers && same_text(layers, recorded));
     char *older = same ? NULL : without_tp_keys(recorded);
     same = same || (older && (same_text(own, older) || (layers && same_text(layers, older))));

@@ -19,6 +19,7 @@
 #include "exact.h"
 #include "pipe.h"
 #include "step.h"
+#include "core/model_text.h" /* fsc_config_text */
 
 #define FSC_DEFAULT_MAX_SKIPS 100 /* po.max_skipped_steps 0 */
 
@@ -1090,11 +1091,7 @@ fsc_status fsc_engine_save_weights(fsc_engine *e, const char *path) {
 
 /* The model's configuration text (model.h's config) as the weights file records it (FSC_ST_META_MODEL). */
 static fsc_status model_config_text(const fsc_engine *e, char **out) {
-    enum { CAP = 1 << 16 };
-    if (!(*out = malloc(CAP))) return fsc_error(FSC_ERR_NOMEM, "engine: out of host memory");
-    snprintf(*out, CAP, "{}");
-    if (e->m->ops->config) e->m->ops->config(e->m->ctx, *out, CAP);
-    return FSC_OK;
+    return fsc_config_text(e->m->ops->config, e->m->ctx, "weights file", out); /* whole, any length */
 }
 
 static fsc_status save_weights(fsc_engine *e, const char *path, fsc_dtype dt);

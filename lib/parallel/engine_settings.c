@@ -9,6 +9,7 @@
 #include "engine_impl.h"
 #include "fsc/settings.h"
 #include "core/locale_impl.h"
+#include "core/model_text.h" /* fsc_config_text */
 
 /* A float as the shortest decimal that reads back as itself (0.001, not 0.00100000005): equal text is equal
  * bits (NaN aside). */
@@ -69,14 +70,13 @@ static void add_optimizer(fsc_settings *s, const fsc_optim_config *oc, uint64_t 
     fsc_settings_add(s, "seed", "%llu", (unsigned long long)seed);
 }
 
-/* The model as every rank must declare it (cfg: CAP bytes for its configuration text): with tensor parallelism
- * the full tensors, the same on every slice. */
-enum { CAP = 1 << 16 };
-static void add_model(fsc_settings *s, const fsc_model *m, char *cfg) {
+/* The model as every rank must declare it: with tensor parallelism the full tensors, the same on every slice. */
+static fsc_status add_model(fsc_settings *s, const fsc_model *m) {
     if (m->ops && m->ops->config) {
-        snprintf(cfg, CAP, "{}");
-        m->ops->config(m->ctx, cfg, CAP);
+        char *cfg = NULL;
+        FSC_TRY(fsc_config_text(m->ops->config, m->ctx, "engine", &cfg)); /* whole, any length */
         fsc_settings_add(s, "model.config", "%s", cfg);
+        free(cfg);
     }
     fsc_settings_add(s, "model.layers", "%d tensors %d experts %d", m->n_layers, m->n_tensors, m->n_experts);
     fsc_settings_add(s, "model.sample", "input %zu bytes, target %zu bytes, %d loss terms", m->sample_input_bytes,
@@ -91,21 +91,20 @@ static void add_model(fsc_settings *s, const fsc_model *m, char *cfg) {
                          (long long)(p->ndim > 2 ? d[2] : 0), (long long)(p->ndim > 3 ? d[3] : 0), p->ndim, p->layer,
                          p->expert, p->decay, p->split, p->parts);
     }
+    return FSC_OK;
 }
 
 fsc_status fsc_engine_agree_settings(fsc_rank *r, const fsc_model *m, const fsc_parallel_opts *po,
                                      const fsc_optim_config *oc, uint64_t seed) {
     fsc_settings *s = NULL;
-    char *cfg = m ? malloc(CAP) : NULL;
-    fsc_status st = m && !cfg ? fsc_error(FSC_ERR_NOMEM, "engine: out of memory") : fsc_settings_create(&s);
+    fsc_status st = fsc_settings_create(&s);
+    if (st == FSC_OK && m) st = add_model(s, m);
     if (st == FSC_OK) {
-        if (m) add_model(s, m, cfg);
         if (po) add_options(s, po);
         if (oc) add_optimizer(s, oc, seed);
     }
     /* a rank that could not make its list fails every rank with its message, inside agree */
     st = st == FSC_OK ? fsc_settings_agree(s, r->comm, r->dev) : fsc_comm_agree(r->comm, r->dev, st);
     fsc_settings_free(s);
-    free(cfg);
     return st;
 }

@@ -201,7 +201,9 @@ typedef struct {
      * aux_stats does not run in a pipeline. */
     void (*aux_layers)(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
     /* The model's configuration as a JSON object ("{\"layers\":2,...}"), recorded in checkpoints; NULL: "{}".
-     * Writes at most cap bytes with the NUL. */
+     * Writes at most cap bytes with the NUL; a longer text is cut to cap - 1 bytes, as snprintf cuts it (never
+     * replaced by a shorter one such as "{}"): the library then asks again with a larger buffer, and records the
+     * whole text up to 16 MiB (a longer one is refused, not cut). */
     void (*config)(void *ctx, char *buf, size_t cap);
     /* Whether a checkpoint written with configuration `recorded` (config's text) loads into this model; the
      * message says why not. NULL: the texts must be equal. */

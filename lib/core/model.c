@@ -170,7 +170,9 @@ void fsc_model_free(fsc_model *m) {
 
 fsc_status fsc_config_text(void (*config)(void *ctx, char *buf, size_t cap), void *ctx, const char *what, char **out) {
     *out = NULL;
-    for (size_t cap = (size_t)1 << 12;; cap *= 2) {
+    /* 64 KiB first, as every caller gave before: a program's model that answers a text too long for its buffer
+     * with a shorter one (the contract once allowed "{}") still has its texts up to 64 KiB recorded whole */
+    for (size_t cap = (size_t)1 << 16;; cap *= 2) {
         char *buf = malloc(cap);
         if (!buf) return fsc_error(FSC_ERR_NOMEM, "%s: out of host memory for the model's configuration text", what);
         snprintf(buf, cap, "{}");

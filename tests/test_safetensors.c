@@ -93,6 +93,7 @@ static void test_roundtrip_all_dtypes(void **state) {
     }
     assert_ok(fsc_st_writer_meta(w, "format", "pt"));
     assert_ok(fsc_st_writer_meta(w, "note", "quote \" backslash \\ newline \n tab \t"));
+    assert_ok(fsc_st_writer_meta(w, "caf\xc3\xa9", "\xe2\x82\xac 5")); /* UTF-8, written as it is */
     assert_ok(fsc_st_writer_begin_data(w));
     for (int i = nt - 1; i >= 0; i--) { /* second half first, then the first half */
         size_t h = numel[i] / 2;
@@ -106,6 +107,7 @@ static void test_roundtrip_all_dtypes(void **state) {
     assert_int_equal(fsc_st_count(f), nt);
     assert_string_equal(fsc_st_metadata(f, "format"), "pt");
     assert_string_equal(fsc_st_metadata(f, "note"), "quote \" backslash \\ newline \n tab \t");
+    assert_string_equal(fsc_st_metadata(f, "caf\xc3\xa9"), "\xe2\x82\xac 5");
     assert_null(fsc_st_metadata(f, "absent"));
     uint64_t at = 0;
     for (int i = 0; i < nt; i++) {
@@ -480,6 +482,12 @@ static void test_writer_misuse(void **state) {
     assert_err(fsc_st_writer_add(w, "dt", FSC_DTYPE_COUNT, 1, s2), FSC_ERR_INVALID, "dtype");
     assert_ok(fsc_st_writer_meta(w, "k", "v"));
     assert_err(fsc_st_writer_meta(w, "k", "w"), FSC_ERR_INVALID, "given twice");
+    /* the header is JSON, in UTF-8: a Latin-1 byte or a cut character is refused, naming where; UTF-8 is kept */
+    assert_err(fsc_st_writer_meta(w, "caf\xe9", "x"), FSC_ERR_INVALID,
+               "metadata key \"caf...\" is not UTF-8 at byte 3");
+    assert_err(fsc_st_writer_meta(w, "k2", "ab\xe2\x82"), FSC_ERR_INVALID, "metadata value \"ab...\" is not UTF-8");
+    assert_err(fsc_st_writer_add(w, "w\xff", FSC_F32, 1, s2), FSC_ERR_INVALID, "tensor name \"w...\" is not UTF-8");
+    assert_ok(fsc_st_writer_meta(w, "caf\xc3\xa9", "\xe2\x82\xac"));
     assert_err(fsc_st_writer_write(w, 0, s2, 0, 1), FSC_ERR_STATE, "before fsc_st_writer_begin_data");
     assert_ok(fsc_st_writer_begin_data(w));
     assert_err(fsc_st_writer_add(w, "late", FSC_F32, 1, s2), FSC_ERR_STATE, "after the data was begun");

@@ -16,8 +16,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "safetensors_impl.h"
+#include "core/json_str_impl.h" /* fsc_utf8_len, fsc_json_str_char */
 
 static void le64_put(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+
+/* The header is JSON, which readers (the safetensors crate, Python's json) require in UTF-8: the offset of the first
+ * byte of s that begins no valid UTF-8 character, or -1. */
+static long utf8_bad_at(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        const int k = fsc_utf8_len(p);
+        if (!k) return (long)(p - (const unsigned char *)s);
+        p += k;
+    }
+    return -1;
+}
 
 struct fsc_st_writer {
     char *path, *tmp;
@@ -100,6 +112,10 @@ fsc_status fsc_st_writer_add(fsc_st_writer *w, const char *name, fsc_dtype dt, i
                          FSC_ST_MAX_NAME - 1);
     if (!strcmp(name, "__metadata__"))
         return fsc_error(FSC_ERR_INVALID, "%s: __metadata__ is reserved and cannot name a tensor", w->path);
+    const long bad = utf8_bad_at(name);
+    if (bad >= 0)
+        return fsc_error(FSC_ERR_INVALID, "%s: tensor name \"%.*s...\" is not UTF-8 at byte %ld: a safetensors header "
+                         "is JSON, which its readers require in UTF-8", w->path, (int)(bad < 60 ? bad : 60), name, bad);
     size_t es = st_size(dt);
     if (!es) return fsc_error(FSC_ERR_INVALID, "%s: tensor %s has an invalid dtype %d", w->path, name, (int)dt);
     if (ndim < 0 || ndim > 4)
@@ -146,6 +162,12 @@ fsc_status fsc_st_writer_meta(fsc_st_writer *w, const char *key, const char *val
     for (int i = 0; i < w->n_meta; i++)
         if (!strcmp(w->meta[2 * i], key))
             return fsc_error(FSC_ERR_INVALID, "%s: metadata key %s given twice", w->path, key);
+    const long kbad = utf8_bad_at(key), vbad = kbad >= 0 ? -1 : utf8_bad_at(value);
+    if (kbad >= 0 || vbad >= 0)
+        return fsc_error(FSC_ERR_INVALID, "%s: metadata %s \"%.*s...\" is not UTF-8 at byte %ld: a safetensors header "
+                         "is JSON, which its readers require in UTF-8", w->path, kbad >= 0 ? "key" : "value",
+                         (int)((kbad >= 0 ? kbad : vbad) < 60 ? (kbad >= 0 ? kbad : vbad) : 60), kbad >= 0 ? key : value,
+                         kbad >= 0 ? kbad : vbad);
     if (w->n_meta == w->cap_meta) {
         int cap = w->cap_meta ? 2 * w->cap_meta : 8;
         char **m = realloc(w->meta, (size_t)cap * 2 * sizeof *m);
@@ -178,14 +200,13 @@ static void sb_put(strbuf *s, const char *src, size_t len) {
     s->p[s->n] = 0;
 }
 static void sb_str(strbuf *s, const char *t) { sb_put(s, t, strlen(t)); }
-static void sb_json(strbuf *s, const char *t) { /* a JSON string literal */
+static void sb_json(strbuf *s, const char *t) { /* a JSON string literal (json_str_impl.h's rules) */
     sb_put(s, "\"", 1);
-    for (; *t; t++) {
-        unsigned char c = (unsigned char)*t;
-        char esc[8];
-        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; sb_put(s, esc, 2); }
-        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); sb_put(s, esc, 6); }
-        else sb_put(s, (const char *)t, 1);
+    for (const unsigned char *p = (const unsigned char *)t; *p;) {
+        char e[7];
+        size_t n;
+        p += fsc_json_str_char(p, e, &n);
+        sb_put(s, e, n);
     }
     sb_put(s, "\"", 1);
 }

@@ -149,6 +149,24 @@ static void test_pipeline_and_tensor_parallel(void **state) {
     free(out), free(a);
 }
 
+/* Offload to host memory (docs/offload.md) and expert parallelism (--moe-experts, --ep) as processes: the
+ * simulated ranks' bits, as every other option ("Every option works as with simulated ranks", docs/parallel.md).
+ * Under offload the clipping norm's and the vote's small collectives stage through the device and the host
+ * optimizer steps between the strategy's collectives; the experts' all-to-all is a collective the other
+ * strategies never make. */
+static void test_offload_and_experts(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    same_bits(2, "fsdp --offload all");
+    same_bits(3, "fsdp --shard grad_op --offload all --check-ddp");
+    same_bits(2, "zero2 --offload optim");
+    same_bits(4, "zero1 --offload optim --pp 2 --layers 4 --chunks 2 --schedule 1f1b");
+    same_bits(4, "fsdp --tp 2 --sequence-parallel --offload all");
+    same_bits(2, "ddp --moe-experts 4 --ep 2");
+    same_bits(4, "zero2 --moe-experts 4 --moe-top-k 2 --ep 2 --offload optim");
+    same_bits(2, "fsdp --moe-experts 4 --ep 2 --offload all --check-ddp");
+}
+
 /* --reduce exact (docs/determinism.md): 2, 3 and 4 processes accumulating 12 / N micro-batches give the bits of
  * one simulated rank accumulating 12 (the --save file and the losses), with ddp, fsdp and zero2. */
 static void test_exact_any_process_count(void **state) {
@@ -1002,6 +1020,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_strategies_equal_simulated),
         cmocka_unit_test(test_exact_any_process_count),
         cmocka_unit_test(test_pipeline_and_tensor_parallel),
+        cmocka_unit_test(test_offload_and_experts),
         cmocka_unit_test(test_checkpoint_resharding),
         cmocka_unit_test(test_llama),
         cmocka_unit_test(test_ckpt_dir_lock),

@@ -2,8 +2,8 @@
  * fastest layout that fits (docs/planning.md).
  * Takes fsc-train's options, parsed by the trainer's own table, defaults, --config files and checks (plan_args.h),
  * plans the job fsc-train would run with them (job.c's plan_job, as fsc-train --plan does) and prints, per rank,
- * the ledger's peak bytes per tag that fsc-train --steps 1 would report (its --json per_rank), found by running
- * the engine's setup and one step on the counting device (fsc/plan.h): nothing is allocated beyond a few
+ * the ledger's peak bytes per tag that fsc-train would report for two steps or more (its --json per_rank), found by
+ * running the engine's setup and two steps on the counting device (fsc/plan.h): nothing is allocated beyond a few
  * kilobytes per rank, so a Llama 3 8B on 8 ranks answers in a fraction of a second. --json prints fsc-train's
  * peak_bytes, per_rank, host_peak_bytes and host_per_rank fields. Then the predicted step time (fsc_plan_time) at
  * a rank's rates (given; a --cluster preset's; or this machine's cpu device calibrated and shared among simulated

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "fsc/fsc.h"
+#include "core/comm_impl.h" /* fsc_comm_revoke: the library's own, as a failed pipeline stage calls it */
 #include "trainertest.h"
 
 static char trainer[PATH_MAX], mpirun[PATH_MAX], tmpdir[64], plugin[PATH_MAX + 32], self_path[PATH_MAX];
@@ -780,6 +781,67 @@ static void test_group_timeout_names_world_rank(void **state) {
     free(args), free(out);
 }
 
+/* A rank gives up on a communicator (fsc_comm_revoke: a pipeline stage whose action failed, on its boundary links):
+ * 2 processes on a link split from the world. Rank 0 starts a receive from rank 1, which never sends, then gives up
+ * on the link; rank 1 waits in a receive from rank 0, which never sends. With a 60 s timeout, both calls fail in
+ * under 20 s naming world rank 0 and its reason (before, rank 1 waited the whole timeout and rank 0's started
+ * receive with it), a later call on the link fails at once, and the world's communicator still works (a barrier). */
+static fsc_status revoke_script(fsc_rank *rk, void *arg) {
+    (void)arg;
+    static const char *reason = "world rank 0 gave up on the group: its stage's layer failed (test)";
+    fsc_comm *link = NULL;
+    float *buf = NULL;
+    fsc_status s = fsc_comm_split(rk->comm, 0, rk->rank, &link);
+    if (s == FSC_OK) s = fsc_device_alloc(rk->dev, FSC_TAG_COMM, 1000 * sizeof(float), (void **)&buf);
+    char why[1024] = "", later[1024] = "";
+    fsc_status got = FSC_OK, again = FSC_OK;
+    const double t0 = now_s();
+    if (s == FSC_OK && rk->rank == 0) {
+        fsc_comm_req *q = NULL;
+        s = fsc_comm_irecv(link, buf, 1000, FSC_F32, 1, &q);
+        fsc_comm_revoke(link, "its stage's layer failed (test)");
+        if (s == FSC_OK) got = fsc_comm_wait(q);
+        fsc_comm_req_free(q);
+    } else if (s == FSC_OK) {
+        got = fsc_comm_recv(link, buf, 1000, FSC_F32, 0);
+    }
+    const double took = now_s() - t0;
+    snprintf(why, sizeof why, "%s", fsc_last_error());
+    if (s == FSC_OK) again = fsc_comm_send(link, buf, 10, FSC_F32, 1 - rk->rank);
+    snprintf(later, sizeof later, "%s", fsc_last_error());
+    if (s == FSC_OK) s = fsc_comm_barrier(rk->comm);
+    fsc_comm_free(link);
+    fsc_device_release(rk->dev, buf);
+    FSC_TRY(s);
+    if (got != FSC_ERR_COMM || !strstr(why, reason) || took > 20)
+        return fsc_error(FSC_ERR_INTERNAL, "revoke: rank %d's call returned %d after %.1f s: %s", rk->rank, (int)got,
+                         took, why);
+    if (again != FSC_ERR_COMM || !strstr(later, reason))
+        return fsc_error(FSC_ERR_INTERNAL, "revoke: rank %d's later call returned %d: %s", rk->rank, (int)again, later);
+    printf("rank %d: stopped after %.2f s: %s\n", rk->rank, took, why);
+    fflush(stdout);
+    return FSC_OK;
+}
+
+static int revoke_worker(void) {
+    fsc_status s = run_script(revoke_script, NULL);
+    if (s != FSC_OK) fprintf(stderr, "revoke worker: %s\n", fsc_last_error());
+    return s == FSC_OK ? 0 : 1;
+}
+
+static void test_revoke_stops_the_peer_at_once(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    char *args = fmt("--timeout 120 -n 2 " MPIRUN_FLAGS " -x FSC_MPI_PLUGIN=%s -x FSC_COMM_TIMEOUT=60 '%s' "
+                     "--worker-revoke", plugin, self_path), *out = NULL;
+    const double t0 = now_s();
+    int rc = prog_run(mpirun, args, tmpdir, &out, NULL);
+    const double took = now_s() - t0;
+    if (rc != 0 || !strstr(out, "rank 0: stopped") || !strstr(out, "rank 1: stopped") || took > 50)
+        fail_msg("mpirun %s: exit %d after %.1f s\n%s", args, rc, took, out);
+    free(args), free(out);
+}
+
 static void test_communicator_equals_simulated(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
@@ -986,6 +1048,7 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--worker") == 0) return worker();
     if (argc == 2 && strcmp(argv[1], "--worker-mismatch") == 0) return mismatch_worker();
     if (argc == 2 && strcmp(argv[1], "--worker-group-timeout") == 0) return group_timeout_worker();
+    if (argc == 2 && strcmp(argv[1], "--worker-revoke") == 0) return revoke_worker();
     char self[PATH_MAX];
     if (!realpath(argv[0], self)) return 1;
     snprintf(self_path, sizeof self_path, "%s", self);
@@ -1024,6 +1087,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_checkpoint_resharding),
         cmocka_unit_test(test_llama),
         cmocka_unit_test(test_ckpt_dir_lock),
+        cmocka_unit_test(test_revoke_stops_the_peer_at_once),
         cmocka_unit_test(test_killed_rank_ends_the_job),
         cmocka_unit_test(test_stopped_rank_times_out),
         cmocka_unit_test(test_process_that_never_starts_mpi),

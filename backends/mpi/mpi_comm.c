@@ -25,7 +25,8 @@
  * communicator (and every group split from it) is marked broken: later calls fail at once, and MPI_Finalize
  * is skipped so the process can exit (mpirun then ends the job's other processes). A process that is killed
  * is noticed by mpirun itself, which terminates the job. MPI_Comm_split has no timeout: split first
- * exchanges (color, key) point to point with one, so a dead rank fails there, not inside MPI.
+ * exchanges (color, key) point to point with one, so a dead rank fails there, not inside MPI. A rank that gives up
+ * on a communicator (revoke) sends the others a notice that their waits poll for, so they fail at once.
  * Not here: which launcher started the job (launch.c), staging from device memory (cpu buffers only). */
 #include <math.h>
 #include <mpi.h>
@@ -42,6 +43,8 @@
 #define MP_EXPORT __attribute__((visibility("default")))
 #define TAG_COLL 11
 #define TAG_P2P 12
+#define TAG_REVOKE 13 /* a rank's notice that it gave up on the communicator (fsc_comm_ops.revoke): its reason */
+enum { REVOKE_CAP = 600 }; /* bytes of a notice, its NUL included */
 #define CHUNK ((size_t)1 << 30) /* bytes per MPI message (counts are int) */
 enum { TILE = 256 };
 
@@ -108,6 +111,9 @@ typedef struct {
     size_t tmp_cap;
     mp_pending *pending;
     mp_async *async;  /* started calls' progress thread (mpi_async.c), NULL until the first start */
+    atomic_int revoked;          /* a rank of this communicator gave up on it: every call fails at once, naming it;
+                                  * set (release) after revoke_why is written, under the plug-in lock */
+    char revoke_why[REVOKE_CAP]; /* "world rank R gave up on the group: why" */
 } mp_ctx;
 
 /* ---- f32 <-> bf16/f16, exactly as lib/core/dtype.c (the plug-in cannot call into the core) ---- */
@@ -403,6 +409,42 @@ static int waited_for(mp_ctx *m) {
     return -2;
 }
 
+/* A call on a communicator a rank gave up on (fsc_comm_ops.revoke): it fails naming that rank and why. */
+static fsc_status revoked(mp_ctx *m, const char *what) {
+    return mp_err(FSC_ERR_COMM, "%s: %s", what, m->revoke_why);
+}
+
+/* Under the lock: whether a rank gave up on this communicator, this one (revoked set) or another (its notice,
+ * TAG_REVOKE, has come: taken, and the communicator marked revoked). */
+static int gave_up(mp_ctx *m) {
+    if (atomic_load_explicit(&m->revoked, memory_order_acquire)) return 1;
+    int flag = 0, len = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_REVOKE, m->comm, &flag, &st) != MPI_SUCCESS || !flag) return 0;
+    char note[REVOKE_CAP];
+    MPI_Get_count(&st, MPI_CHAR, &len);
+    if (len < 1 || len > REVOKE_CAP ||
+        MPI_Recv(note, len, MPI_CHAR, st.MPI_SOURCE, TAG_REVOKE, m->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        snprintf(note, sizeof note, "rank %d gave up on the group", st.MPI_SOURCE);
+    note[REVOKE_CAP - 1] = '\0';
+    snprintf(m->revoke_why, sizeof m->revoke_why, "%s", note);
+    atomic_store_explicit(&m->revoked, 1, memory_order_release);
+    return 1;
+}
+
+/* A call that a revoke stopped: what it posted to MPI and not finished (a send from the caller's buffer, a receive
+ * into it) cannot be cancelled, so then the communicators break, as after a timeout; receives still awaited were
+ * never posted, and nothing breaks. */
+static fsc_status stopped_by_revoke(mp_ctx *m, const char *what) {
+    fsc_status s = revoked(m, what);
+    for (int i = 0; i < m->nreq; i++) {
+        int done = 1;
+        if (m->slot[i].kind != AWAITED) MPI_Request_get_status(m->req[i], &done, MPI_STATUS_IGNORE);
+        if (!done) return breaks(m, s);
+    }
+    return s;
+}
+
 /* Wait for every posted request, at most timeout_s; on failure name the peer whose data did not come. */
 static fsc_status wait_posted(mp_ctx *m, const char *what) {
     const double deadline = now_s() + m->sh->timeout_s;
@@ -413,6 +455,10 @@ static fsc_status wait_posted(mp_ctx *m, const char *what) {
         int done = 0, awaited = 0;
         if (m->sh->broken) { /* another thread's call failed meanwhile: MPI makes no more progress for anyone */
             s = broken(m, what);
+            break;
+        }
+        if (gave_up(m)) { /* a rank gave up on the communicator: no message it owes will come */
+            s = stopped_by_revoke(m, what);
             break;
         }
         s = match_arrived(m, what, &awaited);
@@ -460,6 +506,7 @@ static fsc_status wait_posted(mp_ctx *m, const char *what) {
 static fsc_status enter(mp_ctx *m, const char *what) {
     if (m->sh->broken) return broken(m, what);
     m->nreq = 0;
+    if (gave_up(m)) return revoked(m, what);
     return reap(m, what);
 }
 
@@ -782,14 +829,21 @@ static void mp_destroy(void *ctx) {
     mp_ctx *m = ctx;
     if (!m) return;
     mp_shared *sh = m->sh;
-    /* background sends finish (or the communicator breaks) before their buffers go */
-    const double deadline = now_s() + sh->timeout_s;
+    /* background sends finish (or the communicator breaks) before their buffers go; on a communicator a rank gave
+     * up on, a send the peer will never take is not waited for: the communicators break (MPI cannot cancel it) */
+    const int gone = atomic_load_explicit(&m->revoked, memory_order_acquire);
+    const double deadline = now_s() + (gone ? 0.2 : sh->timeout_s);
     while (m->pending && !sh->broken) {
         if (reap(m, "free") != FSC_OK) break;
         if (m->pending && now_s() > deadline) {
-            char why[256], lab[64]; /* said to no caller: a free has none, and the core's message is the caller's */
-            snprintf(why, sizeof why, "sends to %s were still under way after %g s when a communicator was freed",
-                     peer_label(m, m->pending->peer, lab, sizeof lab), sh->timeout_s);
+            char why[REVOKE_CAP + 128], lab[64]; /* said to no caller: a free has none, and the core's message is the
+                                                   * caller's */
+            if (gone)
+                snprintf(why, sizeof why, "sends to %s were still under way when a communicator was freed after %.*s",
+                         peer_label(m, m->pending->peer, lab, sizeof lab), REVOKE_CAP, m->revoke_why);
+            else
+                snprintf(why, sizeof why, "sends to %s were still under way after %g s when a communicator was freed",
+                         peer_label(m, m->pending->peer, lab, sizeof lab), sh->timeout_s);
             mark_broken(sh, why);
             break;
         }
@@ -896,6 +950,36 @@ static fsc_status e_start(void *ctx, const fsc_comm_call *k, void **req) {
     return mp_async_start(&((mp_ctx *)ctx)->async, ctx, mp_run, k, req);
 }
 static fsc_status e_wait(void *ctx, void *req) { return mp_async_wait(((mp_ctx *)ctx)->async, req); }
+
+/* This rank gives up on the communicator (fsc_comm_ops.revoke; MPI without its fault-tolerance extension has no
+ * MPIX_Comm_revoke): it is marked revoked, so this rank's calls on it, its started ones included (they poll the
+ * mark), fail at once; and a notice with the reason goes to every other rank, whose calls on it poll for one
+ * (gave_up) and fail at once too, instead of waiting for the timeout. Once. */
+static void e_revoke(void *ctx, const char *why) {
+    mp_ctx *m = ctx;
+    mp_lock();
+    if (!atomic_load_explicit(&m->revoked, memory_order_acquire) && !m->sh->broken) {
+        snprintf(m->revoke_why, sizeof m->revoke_why, "world rank %d gave up on the group: %.300s",
+                 m->world_rank[m->rank], why);
+        atomic_store_explicit(&m->revoked, 1, memory_order_release);
+        const int len = (int)strlen(m->revoke_why) + 1;
+        for (int j = 0; j < m->size; j++) { /* small messages: MPI sends them at once (eager) */
+            if (j == m->rank) continue;
+            mp_pending *p = calloc(1, sizeof *p);
+            u8 *data = malloc((size_t)len);
+            MPI_Request *rq = malloc(sizeof *rq);
+            if (!p || !data || !rq ||
+                MPI_Isend(memcpy(data, m->revoke_why, (size_t)len), len, MPI_CHAR, j, TAG_REVOKE, m->comm, rq) !=
+                    MPI_SUCCESS) {
+                free(p), free(data), free(rq); /* that rank then waits for its timeout */
+                continue;
+            }
+            *p = (mp_pending){.next = m->pending, .peer = j, .nreq = 1, .req = rq, .data = data};
+            m->pending = p;
+        }
+    }
+    mp_unlock();
+}
 static fsc_status e_test(void *ctx, void *req, int *done) { return mp_async_test(((mp_ctx *)ctx)->async, req, done); }
 
 static const fsc_comm_ops mp_ops = {
@@ -914,6 +998,7 @@ static const fsc_comm_ops mp_ops = {
     .start = e_start,
     .wait = e_wait,
     .test = e_test,
+    .revoke = e_revoke,
 };
 
 MP_EXPORT fsc_status fsc_mpi_comm_open(int abi_version, fsc_mpi_error_fn error, int rank, int world,

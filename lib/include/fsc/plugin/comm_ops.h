@@ -58,7 +58,8 @@ typedef struct fsc_comm_ops {
     /* Optional: this rank gives up on the group for good (why: its own failure, which the message names). Every
      * call of the group's ranks that waits now, this rank's started ones included, and every later one fails at
      * once, naming this rank and why (MPI's MPIX_Comm_revoke). NULL: nothing happens; ranks waiting for a message
-     * or call this rank will never make wait for their timeout. The simulated communicator implements it. */
+     * or call this rank will never make wait for their timeout. The simulated and the MPI communicators implement it
+     * (MPI's with a notice its waits poll for); NCCL's does not. */
     void (*revoke)(void *ctx, const char *why);
 } fsc_comm_ops;
 

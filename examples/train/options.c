@@ -311,6 +311,16 @@ int parse_args(int argc, char **argv, train_config *c, int *given, char *err, si
         if (set_option(c, &options[ia], options[ia].def, err, cap) != 0) return -1;
         cgiven[ia] = 0;
     }
+    /* so are --schedule-file and --schedule with --virtual-stages (the schedule): the command line's replaces the
+     * file's, which was refused as both ("drop --schedule") */
+    const int isf = option_index("schedule-file"), is = option_index("schedule"), iv = option_index("virtual-stages");
+    if (given[isf] && !given[is] && !given[iv]) {
+        if (set_option(c, &options[is], options[is].def, err, cap) != 0 ||
+            set_option(c, &options[iv], options[iv].def, err, cap) != 0)
+            return -1;
+        cgiven[is] = 0, cgiven[iv] = 0;
+    }
+    if ((given[is] || given[iv]) && !given[isf]) c->schedule_file = NULL, cgiven[isf] = 0;
     for (int i = 0; i < NOPT; i++) given[i] |= cgiven[i];
     return rc;
 }

@@ -652,6 +652,21 @@ static void test_pipe_custom_schedule(void **state) {
     assert_same(&ref, &u, "custom: with W actions");
     assert_int_equal(u.stats[1].max_in_flight, 3);
     free(u.params);
+    /* W on rank 0 only (rank 1 runs its whole backwards in B): DDP's bits, and one ideal bubble, the schedule's, on
+     * both stages: (P-1)/(3M+P-1) as the planner's; rank 1 said (P-1)/(M+P-1) (its own list has no W) */
+    const fsc_pipe_action *const zw[] = { z, w0 };
+    const int nzw[] = { 9, 6 };
+    run w = make_split(1, 2, FSC_PAR_DDP, 3);
+    w.po.schedule = FSC_SCHED_CUSTOM;
+    w.po.actions = zw;
+    w.po.nactions = nzw;
+    train(&w);
+    assert_same(&ref, &w, "custom: W on rank 0 only");
+    for (int rk = 0; rk < 2; rk++)
+        if (fabs(w.stats[rk].ideal_bubble - 1.0 / (3 * 3 + 1)) > 1e-12)
+            fail_msg("custom, W on rank 0 only: rank %d's ideal bubble is %g, not the schedule's 1/10", rk,
+                     w.stats[rk].ideal_bubble);
+    free(w.params);
     free(ref.params);
     /* rank 1's backwards of micro-batches 0 and 1 on chunk 1 swapped: refused, naming the action */
     fsc_pipe_action t = r1[6];

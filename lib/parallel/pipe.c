@@ -142,6 +142,8 @@ struct fsc_pipe {
     int nacts;
     int split;                /* this rank's list has W and the model splits its backward (model.h): B runs the
                                * input part, W the weight part, and a record lives from its F to its W */
+    int any_w;                /* some rank's list has W: the schedule's formula (ideal_bubble), one for every
+                               * stage, as the planner's, though a custom list may have W on some ranks only */
     int split_tied;           /* split, and the layers with tied tensors split too (model.h's split_tied): only
                                * where every tied tensor's owner and users are on this rank or none (a V's first
                                * rank) and each user chunk's W of micro-batch k comes before the owner chunk's;
@@ -354,8 +356,17 @@ static void last_ws_last(fsc_pipe *p) {
 }
 
 /* A caller's lists (po.actions): validated; a copy of this rank's kept in p->acts. */
+/* Whether any of the pp lists has a W action. */
+static int lists_have_w(int pp, const fsc_pipe_action *const *lists, const int *lens) {
+    for (int r = 0; r < pp; r++)
+        for (int i = 0; i < lens[r]; i++)
+            if (lists[r][i].kind == FSC_ACT_WEIGHT) return 1;
+    return 0;
+}
+
 static fsc_status take_custom(fsc_pipe *p, const fsc_parallel_opts *po) {
     FSC_TRY(fsc_pipe_schedule_validate_placed(p->pl, p->pp, p->v, p->M, po->actions, po->nactions));
+    p->any_w = lists_have_w(p->pp, po->actions, po->nactions);
     const int n = po->nactions[p->stage];
     p->acts = malloc((size_t)n * sizeof *p->acts);
     if (!p->acts) return fsc_error(FSC_ERR_NOMEM, "pipe: out of memory");
@@ -376,6 +387,7 @@ static fsc_status make_schedule(fsc_pipe *p, const fsc_parallel_opts *po) {
         s = fsc_pipe_schedule_make(kind, p->pp, p->v, p->M, r, &lists[r], &lens[r]);
     if (s == FSC_OK)
         s = fsc_pipe_schedule_validate_placed(p->pl, p->pp, p->v, p->M, (const fsc_pipe_action *const *)lists, lens);
+    if (s == FSC_OK) p->any_w = lists_have_w(p->pp, (const fsc_pipe_action *const *)lists, lens);
     for (int r = 0; r < p->pp && lists; r++) {
         if (r == p->stage && s == FSC_OK) p->acts = lists[r], p->nacts = lens[r];
         else fsc_pipe_schedule_free(lists[r]);
@@ -1338,7 +1350,8 @@ fsc_status fsc_engine_pipe_stats(const fsc_engine *e, fsc_pipe_stats *out) {
     const fsc_pipe *p = e->pipe;
     *out = p->st;
     out->bubble = out->wall_s > 0 ? out->wait_s / out->wall_s : 0;
-    out->ideal_bubble = fsc_pipe_formula_bubble(p->pp, p->v, p->M, p->split);
+    out->ideal_bubble = fsc_pipe_formula_bubble(p->pp, p->v, p->M, p->any_w && e->m->ops->backward_input &&
+                                                                      e->m->ops->backward_weight);
     return FSC_OK;
 }
 

@@ -329,7 +329,8 @@ typedef struct {
                                    * 1F1B), (P - 1) / (v M + P - 1) (interleaved), (P - 1) / (3 M + P - 1)
                                    * (ZB-H1), (P - 1) / (6 M + P - 1) (ZBV: the last rank's wait for the first
                                    * P - 1 forwards, which no list of one step avoids); a custom list's as
-                                   * interleaved's over its v chunks, (P - 1) / (3 v M + P - 1) with W actions */
+                                   * interleaved's over its v chunks, (P - 1) / (3 v M + P - 1) with W actions (on any
+                                   * rank: one formula on every stage) */
     int max_in_flight;            /* most micro-batches holding activations at once (full or checkpointed); with
                                    * several chunks a rank, (micro-batch, chunk) records: up to chunks x M */
     int max_full_records;         /* most full activation records alive at once */

@@ -34,6 +34,7 @@
  * P: the last table's case of P stages only, 2 or 4, 0 both; and of that vocabulary: the larger, the more of the
  * last stage's time is the tied head's). The last table also prints every stage's peak activations and its F, B
  * and W time per step (fsc_pipe_stats.action_s), and ZB-H1's bubble over 1F1B's. */
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -355,9 +356,36 @@ static void pin_to_one_core(void) {
         printf("bench_pipe: could not keep the ranks on one core; their times may include each other's contention\n");
 }
 
+/* argv[i] as a whole number in [lo, hi], def where absent; 0, or -1 after a message naming the argument (atoi
+ * read "x" as 0, "4x" as 4 and 99999999999 as 1215752191, and ran on them without a word). */
+static int arg_int(int argc, char **argv, int i, const char *what, int def, long lo, long hi, int *out) {
+    if (argc <= i) return *out = def, 0;
+    char *end = NULL;
+    errno = 0;
+    const long x = strtol(argv[i], &end, 10);
+    if (!argv[i][0] || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "bench_pipe: %s '%s': a whole number from %ld to %ld\n", what, argv[i], lo, hi);
+        return -1;
+    }
+    return *out = (int)x, 0;
+}
+
 int main(int argc, char **argv) {
-    int steps = argc > 1 ? atoi(argv[1]) : 4, rounds = argc > 2 ? atoi(argv[2]) : 3;
-    if (steps < 2) steps = 2;
+    if (argc > 10) {
+        fprintf(stderr, "bench_pipe: %d arguments, at most 9: [steps] [rounds] [schedules|zb|zb-mlp|all] "
+                "[virtual|wall] [width] [P] [vocab] [blocks] [mb]\n", argc - 1);
+        return 2;
+    }
+    int steps, rounds, only_p, width, vocab, blocks, mbs;
+    if (arg_int(argc, argv, 1, "steps", 4, 0, 1000000, &steps) ||
+        arg_int(argc, argv, 2, "rounds", 3, 0, 1000000, &rounds) ||
+        arg_int(argc, argv, 5, "width", 128, 32, 1 << 16, &width) ||
+        arg_int(argc, argv, 6, "P", 0, 0, 4, &only_p) ||
+        arg_int(argc, argv, 7, "vocab", 256, 2, 1 << 24, &vocab) ||
+        arg_int(argc, argv, 8, "blocks (every one of 4 x 2 chunks needs one)", 8, 8, 64, &blocks) ||
+        arg_int(argc, argv, 9, "micro-batch sequences", 4, 1, 64, &mbs))
+        return 2;
+    if (steps < 2) steps = 2; /* the first step is not timed */
     if (rounds < 1) rounds = 1;
     const char *mode = argc > 3 ? argv[3] : "all";
     if (strcmp(mode, "schedules") && strcmp(mode, "zb") && strcmp(mode, "zb-mlp") && strcmp(mode, "all")) {
@@ -369,35 +397,18 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (argc > 4 && !strcmp(argv[4], "wall")) sim_clock = FSC_SIM_CLOCK_WALL;
-    const int only_p = argc > 6 ? atoi(argv[6]) : 0;
     if (only_p != 0 && only_p != 2 && only_p != 4) {
         fprintf(stderr, "bench_pipe: P %s: 2 or 4 (the last table's cases), 0 both\n", argv[6]);
         return 2;
     }
+    if (width % 32) {
+        fprintf(stderr, "bench_pipe: width %d: a multiple of 32 (heads of 32)\n", width);
+        return 2;
+    }
     printf("bench_pipe: times on the %s clock\n", sim_clock == FSC_SIM_CLOCK_WALL ? "wall" : "virtual");
     if (sim_clock == FSC_SIM_CLOCK_VIRTUAL && !getenv("BENCH_PIPE_NO_PIN")) pin_to_one_core();
-    const int width = argc > 5 ? atoi(argv[5]) : 128; /* the model's width (heads of 32) */
-    if (width < 32 || width % 32) {
-        fprintf(stderr, "bench_pipe: width %d: a multiple of 32 at least 32\n", width);
-        return 2;
-    }
-    const int vocab = argc > 7 ? atoi(argv[7]) : 256;
-    if (vocab < 2) {
-        fprintf(stderr, "bench_pipe: vocab %d: at least 2\n", vocab);
-        return 2;
-    }
-    const int blocks = argc > 8 ? atoi(argv[8]) : 8;
-    if (blocks < 8 || blocks > 64) {
-        fprintf(stderr, "bench_pipe: blocks %d: 8 to 64 (every one of 4 x 2 chunks needs one)\n", blocks);
-        return 2;
-    }
     fsc_gpt_config scfg = { .layers = blocks, .dim = width, .heads = width / 32, .seq = 64, .vocab = vocab };
     if (!strcmp(mode, "schedules")) return schedules(&scfg, steps);
-    const int mbs = argc > 9 ? atoi(argv[9]) : 4;
-    if (mbs < 1 || mbs > 64) {
-        fprintf(stderr, "bench_pipe: micro-batch of %d sequences: 1 to 64\n", mbs);
-        return 2;
-    }
     if (!strcmp(mode, "zb") || !strcmp(mode, "zb-mlp"))
         return zero_bubble(&scfg, !strcmp(mode, "zb-mlp"), steps, rounds, only_p, mbs);
     const int cases[][2] = { { 2, 2 }, { 2, 4 }, { 2, 8 }, { 4, 4 }, { 4, 8 }, { 4, 16 } };

@@ -7,7 +7,8 @@
  * clipping that clips. Cases: tp 2 x pp 2 (world 4) in every schedule, with and without sequence parallelism,
  * in the pipeline checkpoint modes always, except_last (default) and never, zb-h1 also without prefetch;
  * dp 2 x tp 2 x pp 2 (world 8) with sp and DDP (interleaved), ZeRO-1 (zb-h1) and FSDP (zbv) inside the stages. The tensor-parallel layers' own split (input part, then weight part,
- * equal to the whole backward) is checked layer by layer in tests/test_tp_split.c. */
+ * equal to the whole backward) is checked layer by layer in tests/test_tp_split.c. Refused: tensor ranks passing
+ * other custom lists (under sp a W gathers over the tensor group: the lists must agree). */
 #include "test_tp_util.h"
 
 #define STEPS 3
@@ -151,10 +152,60 @@ static void test_dp_tp_pp_schedules_equal_ddp(void **state) {
     free(flat.params);
 }
 
+/* Every rank must pass the same custom lists (parallel.h): under sequence parallelism a W gathers over the tensor
+ * group, so tensor ranks of a stage running their Ws in other places would meet their collectives in other orders
+ * (a mismatch, a hang over a transport that does not check, or gathers of equal sizes paired silently). Tensor
+ * rank 1 of stage 0 here runs the same valid zb-h1 list with its Ws moved to the end: the engine refuses on every
+ * rank when it is made, naming the list. */
+typedef struct {
+    fsc_pipe_action *lists[2], *moved;
+    int n[2];
+    fsc_status status[4];
+} lists_job;
+
+static fsc_status lists_rank(fsc_rank *r, void *arg) {
+    lists_job *j = arg;
+    fsc_gpt_config c = cfg();
+    fsc_optim_config oc = { .kind = FSC_OPT_SGD, .lr = 1e-3f };
+    run_t x = make(1, 2, 2, 1, FSC_PAR_DDP);
+    free(x.params);
+    const fsc_pipe_action *mine[2] = { r->rank % 2 == 1 ? j->moved : j->lists[0], j->lists[1] };
+    x.po.schedule = FSC_SCHED_CUSTOM, x.po.actions = mine, x.po.nactions = j->n;
+    fsc_engine *e = NULL;
+    fsc_status s = fsc_engine_create(r, &c, &x.po, &oc, 9, &e);
+    j->status[r->rank] = s;
+    fsc_engine_free(e);
+    return s;
+}
+
+static void test_tensor_ranks_other_lists_refused(void **state) {
+    (void)state;
+    lists_job j;
+    memset(&j, 0, sizeof j);
+    for (int r = 0; r < 2; r++) assert_ok(fsc_pipe_schedule_make(FSC_SCHED_ZB_H1, 2, 1, M, r, &j.lists[r], &j.n[r]));
+    j.moved = malloc((size_t)j.n[0] * sizeof *j.moved);
+    assert_non_null(j.moved);
+    int k = 0;
+    for (int pass = 0; pass < 2; pass++) /* the F and B in order, then every W */
+        for (int i = 0; i < j.n[0]; i++)
+            if ((j.lists[0][i].kind == FSC_ACT_WEIGHT) == pass) j.moved[k++] = j.lists[0][i];
+    assert_int_equal(k, j.n[0]);
+    assert_int_equal(fsc_pipe_schedule_validate(2, 1, M, (const fsc_pipe_action *const[]){ j.moved, j.lists[1] },
+                                                j.n), FSC_OK); /* valid on its own */
+    const fsc_status s = tt_run(4, lists_rank, &j);
+    assert_int_equal(s, FSC_ERR_INVALID);
+    assert_non_null(strstr(fsc_last_error(), "ranks disagree on parallel.actions.0"));
+    for (int r = 0; r < 4; r++) assert_int_equal(j.status[r], FSC_ERR_INVALID);
+    printf("  %s\n", fsc_last_error());
+    fsc_pipe_schedule_free(j.lists[0]), fsc_pipe_schedule_free(j.lists[1]);
+    free(j.moved);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp_pp_schedules_equal_ddp),
         cmocka_unit_test(test_dp_tp_pp_schedules_equal_ddp),
+        cmocka_unit_test(test_tensor_ranks_other_lists_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,12 +1,15 @@
 /* What every rank must create its engine with, checked before creation's first collective (settings.h): the
- * parallel options, the optimizer's configuration, the seed and the model (its configuration text, sizes and
- * every tensor: name, full shape, owning layer). Ranks given different ones would otherwise train on, each
- * its own way, or fail later in a mismatched collective; here they refuse together, naming the first that
- * differs: "ranks disagree on optimizer.lr: rank 0 has 0.001, rank 1 has 0.0001".
+ * parallel options (a custom schedule's lists among them), the optimizer's configuration, the seed and the model
+ * (its configuration text, sizes and every tensor: name, full shape, owning layer). Ranks given different ones
+ * would otherwise train on, each its own way, or fail later in a mismatched collective; here they refuse together,
+ * naming the first that differs: "ranks disagree on optimizer.lr: rank 0 has 0.001, rank 1 has 0.0001".
  * Not here: what a program adds of its own (data, schedule: the trainer), the per-step batch check (engine.c). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "engine_impl.h"
+#include "fsc/pipe_schedule.h"
 #include "fsc/settings.h"
 #include "core/locale_impl.h"
 #include "core/model_text.h" /* fsc_config_text */
@@ -25,6 +28,34 @@ static num flt(float x) {
     }
     fsc_numbers_back(before);
     return n;
+}
+
+/* A custom schedule's list of pipeline rank r: every rank must pass the same lists (parallel.h), or the ranks of a
+ * tensor group would meet their collectives in other orders (under sequence parallelism a W gathers) and the data
+ * ranks of a stage their messages. Written as its first actions' kinds, micro-batches and chunks ("F0.0 B0.0
+ * W0.0 ...") and a fingerprint of all of them. A list of another length than 2 v M (fb) or 3 v M actions is written
+ * as its length only: the validator refuses it, and its actions are not read. */
+static void add_actions(fsc_settings *s, int r, const struct fsc_pipe_action *a, int n, int fb) {
+    char name[40], text[200];
+    snprintf(name, sizeof name, "parallel.actions.%d", r);
+    if (!a || (n != fb && (long long)n * 2 != 3LL * fb)) {
+        fsc_settings_add(s, name, "%d actions%s", n, a ? "" : " (none)");
+        return;
+    }
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over (kind, micro, chunk) of every action */
+    size_t at = 0;
+    text[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        const int v[3] = { (int)a[i].kind, a[i].micro, a[i].chunk };
+        for (int j = 0; j < 3; j++)
+            for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)v[j] >> (8 * b)) & 0xffu)) * 1099511628211ull;
+        char one[40];
+        const int len = snprintf(one, sizeof one, "%s%c%d.%d", i ? " " : "", v[0] >= 0 && v[0] < 3 ? "FBW"[v[0]] : '?',
+                                 v[1], v[2]);
+        if (at + (size_t)len + 4 < sizeof text) memcpy(text + at, one, (size_t)len + 1), at += (size_t)len;
+        else if (at + 4 < sizeof text) memcpy(text + at, " ...", 5), at = sizeof text;
+    }
+    fsc_settings_add(s, name, "%s (%d actions, fingerprint %016llx)", text, n, (unsigned long long)h);
 }
 
 static void add_options(fsc_settings *s, const fsc_parallel_opts *po) {
@@ -56,6 +87,9 @@ static void add_options(fsc_settings *s, const fsc_parallel_opts *po) {
     for (int i = 0, at = 0; po->balance && i < (long long)po->pp * chunks && at < (int)sizeof bal - 12; i++)
         at += snprintf(bal + at, sizeof bal - (size_t)at, "%s%d", i ? "," : "", po->balance[i]);
     fsc_settings_add(s, "parallel.balance", "%s", bal);
+    const int stages = po->pp > 1 ? po->pp : 1, fb = 2 * chunks * po->accum; /* a list's F and B */
+    for (int r = 0; po->schedule == FSC_SCHED_CUSTOM && po->actions && po->nactions && r < stages; r++)
+        add_actions(s, r, po->actions[r], po->nactions[r], fb);
     fsc_settings_add(s, "parallel.tp", "%d sequence_parallel %d", po->tp, po->sequence_parallel);
     fsc_settings_add(s, "parallel.order", "%s", po->order && po->order[0] ? po->order : "tp,dp,pp");
     fsc_settings_add(s, "parallel.ep", "%d", po->ep);

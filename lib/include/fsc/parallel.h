@@ -103,7 +103,7 @@ typedef struct {
     const struct fsc_pipe_action *const *actions; /* custom: actions[r] the nactions[r] actions of pipeline rank r
                                    * (stage r), for every r; validated as fsc_pipe_schedule_validate_placed does under
                                    * `placement` (below) and copied at engine creation. Every rank passes the same
-                                   * lists */
+                                   * lists (checked with the settings: "ranks disagree on parallel.actions.1") */
     const int *nactions;
     int virtual_stages;           /* interleaved, custom: chunks per rank, v (0 or 1: one); rank r runs stages
                                    * r, r + pp, ..., r + (v-1) pp of pp x v (a loop; zbv and placement V: r and

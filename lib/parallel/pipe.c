@@ -355,7 +355,6 @@ static void last_ws_last(fsc_pipe *p) {
     for (int c = p->v - 1; c >= 0; c--) p->acts[n++] = (fsc_pipe_action){ FSC_ACT_WEIGHT, p->M - 1, c };
 }
 
-/* A caller's lists (po.actions): validated; a copy of this rank's kept in p->acts. */
 /* Whether any of the pp lists has a W action. */
 static int lists_have_w(int pp, const fsc_pipe_action *const *lists, const int *lens) {
     for (int r = 0; r < pp; r++)
@@ -364,6 +363,7 @@ static int lists_have_w(int pp, const fsc_pipe_action *const *lists, const int *
     return 0;
 }
 
+/* A caller's lists (po.actions): validated; a copy of this rank's kept in p->acts. */
 static fsc_status take_custom(fsc_pipe *p, const fsc_parallel_opts *po) {
     FSC_TRY(fsc_pipe_schedule_validate_placed(p->pl, p->pp, p->v, p->M, po->actions, po->nactions));
     p->any_w = lists_have_w(p->pp, po->actions, po->nactions);

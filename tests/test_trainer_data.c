@@ -131,6 +131,9 @@ static void test_refusals(void **state) {
     memcpy(big, toks, sizeof big);
     big[500] = 300;
     write_tokens("over.u16", "u16", big, NTOK, 0);
+    uint32_t gpt2[NTOK]; /* GPT-2's token ids (frequent ones small), uint16, without --vocab */
+    for (int i = 0; i < NTOK; i++) gpt2[i] = i % 3 ? (toks[i] * 1931u + (uint32_t)i) % 50257 : toks[i] % 2000;
+    write_tokens("gpt2.u16", "u16", gpt2, NTOK, 0);
     struct { const char *args, *needle; } cases[] = {
         {"--data '%s/odd.u16' --data-format u16", "odd.u16: 99 bytes, not a multiple of 2"},
         {"--data '%s/bad.llmc'", "bad.llmc: the header says 101 tokens (202 bytes after the 1024-byte header), but the file holds 200"},
@@ -154,6 +157,10 @@ static void test_refusals(void **state) {
                                  "256), but every second byte of its first 1024 is 0, as in a file of uint16 tokens"},
         {"--data '%s/data.txt' --val-data '%s/data.u16'", "data.u16: read as bytes (--data-format auto: the format "
                                                           "detected for --data), but every second byte"},
+        /* ... and so would GPT-2's uint16 tokens without --vocab (a text holds no control bytes) */
+        {"--data '%s/gpt2.u16'", "gpt2.u16: read as bytes (--data-format auto: no llm.c header, and --vocab at most "
+                                 "256), but "},
+        {"--data '%s/gpt2.u16'", "bytes are control characters, which text does not hold: uint16 tokens (GPT-2's"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char *a = prog_fmt(cases[c].args, tmpdir, tmpdir), *full = prog_fmt(TINY " %s", a);

@@ -34,9 +34,12 @@ int find_default_data(train_config *c, const int *given, char *buf, size_t cap, 
 }
 
 /* Under --data-format auto, a stream read as bytes (no llm.c header, a vocabulary of at most 256) whose first file
- * holds uint16 tokens below 256, as tools/make_tokens and nanoGPT write them: an even size and every second byte of
- * its first 1024 zero. Bytes cannot tell the two apart, so auto reads such a file as bytes, every other token 0,
- * and trains on it without a word: refused here instead, naming the format to give. 0, or -1 with err. */
+ * looks like uint16 tokens, not text: bytes cannot tell them apart, so auto would read such a file as bytes and
+ * train on it without a word. Refused here instead, naming the format to give, when its first 1024 bytes are
+ * - an even number with every second one zero: uint16 tokens below 256, as tools/make_tokens and nanoGPT write them;
+ * - or at least 16 control bytes (0-8, 14-31, 127; a 64th of them or more), which text does not hold: uint16
+ *   tokens of a larger vocabulary (GPT-2's, whose common tokens' high bytes are below 9) read without --vocab.
+ * 0, or -1 with err. */
 static int u16_as_bytes(const train_config *c, const fsc_data *d, const char *opt, const char *spec, const char *why,
                         char *err, size_t cap) {
     if (c->data_format != FSC_DATA_AUTO || fsc_data_format_of(d) != FSC_DATA_BYTES) return 0;
@@ -45,14 +48,25 @@ static int u16_as_bytes(const train_config *c, const fsc_data *d, const char *op
     const uint64_t n = fsc_data_file_tokens(d, i);
     int32_t head[1024];
     const size_t k = n < 1024 ? (size_t)n : 1024;
-    if (n < 4 || n % 2 || fsc_data_read(d, 0, k, head) != FSC_OK) return 0; /* empty files first: it starts at 0 */
-    for (size_t j = 1; j < k; j += 2)
-        if (head[j] != 0) return 0;
+    if (n < 4 || fsc_data_read(d, 0, k, head) != FSC_OK) return 0; /* empty files first: it starts at 0 */
+    size_t control = 0;
+    int zero_odd = n % 2 == 0;
+    for (size_t j = 0; j < k; j++) {
+        control += head[j] < 9 || (head[j] >= 14 && head[j] < 32) || head[j] == 127;
+        if (j % 2 && head[j] != 0) zero_odd = 0;
+    }
     const char *file = fsc_data_file(d, i), *same = strcmp(file, spec) ? NULL : file;
-    return snprintf(err, cap, "--%s %s: %s%sread as bytes (--data-format auto: %s), but every second byte of its "
-                    "first %zu is 0, as in a file of uint16 tokens (tools/make_tokens' default, nanoGPT's train.bin): "
-                    "give --data-format u16 for uint16 tokens, or bytes to read it as bytes", opt, spec,
-                    same ? "" : file, same ? "" : " was ", why, k), -1;
+    if (zero_odd)
+        return snprintf(err, cap, "--%s %s: %s%sread as bytes (--data-format auto: %s), but every second byte of its "
+                        "first %zu is 0, as in a file of uint16 tokens (tools/make_tokens' default, nanoGPT's "
+                        "train.bin): give --data-format u16 for uint16 tokens, or bytes to read it as bytes", opt,
+                        spec, same ? "" : file, same ? "" : " was ", why, k), -1;
+    if (control >= 16 && control * 64 >= k)
+        return snprintf(err, cap, "--%s %s: %s%sread as bytes (--data-format auto: %s), but %zu of its first %zu bytes "
+                        "are control characters, which text does not hold: uint16 tokens (GPT-2's: --vocab 50257 "
+                        "--data-format u16)? give --data-format u16 and the tokenizer's --vocab, or bytes to read it "
+                        "as bytes", opt, spec, same ? "" : file, same ? "" : " was ", why, control, k), -1;
+    return 0;
 }
 
 /* The data (fsc/data.h): the files of --data, read as batches need them, not copied, so their size costs no

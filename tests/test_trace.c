@@ -9,7 +9,9 @@
  * its tail's (R, O) follow them, the optimizer inside O; an exact step that is recomputed runs its list twice;
  * a full recorder keeps exactly max_events events and says how many it dropped; a streaming recorder's file holds
  * the spans it finished before the process stops (read by tools/trace_merge without the file's end), and each
- * span once after fsc_trace_write finishes it. */
+ * span once after fsc_trace_write finishes it; a rank's trace says where the rank sits (a "process_labels" metadata
+ * event, once: the engine's layout, or the place given to the stream, there before the run ends and kept by
+ * tools/trace_merge). */
 #include <cjson/cJSON.h>
 #include <libgen.h>
 #include <locale.h>
@@ -18,6 +20,7 @@
 #include <sys/wait.h>
 #include "testutil.h"
 #include "fsc/trace.h"
+#include "core/trace_impl.h"
 
 /* The text of path (the caller frees). */
 static char *slurp(const char *path) {
@@ -64,6 +67,35 @@ static const char *str(const cJSON *o, const char *k) {
     const cJSON *x = cJSON_GetObjectItem(o, k);
     if (!cJSON_IsString(x)) fail_msg("field %s is not a string", k);
     return x->valuestring;
+}
+
+/* The n-th metadata event ("M") called name (n from 0), NULL if none. */
+static const cJSON *find_meta(const cJSON *root, const char *name, int nth) {
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(root, "traceEvents")) {
+        const cJSON *nm = cJSON_GetObjectItem(ev, "name"), *ph = cJSON_GetObjectItem(ev, "ph");
+        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0 && cJSON_IsString(ph) &&
+            strcmp(ph->valuestring, "M") == 0 && nth-- == 0)
+            return ev;
+    }
+    return NULL;
+}
+
+/* Whether ev is a "process_labels" event of rank pid saying stage, data rank and tensor rank of pp x dp x tp, in
+ * its text and its numbers. */
+static void check_place(const cJSON *ev, int pid, int pp, int stage, int dp, int data, int tp, int tensor) {
+    if (!ev) fail_msg("rank %d: no process_labels event", pid);
+    assert_int_equal((int)num(ev, "pid"), pid);
+    const cJSON *a = cJSON_GetObjectItem(ev, "args");
+    char want[160];
+    snprintf(want, sizeof want, "pipeline stage %d of %d, data rank %d of %d, tensor rank %d of %d", stage, pp, data,
+             dp, tensor, tp);
+    assert_string_equal(str(a, "labels"), want);
+    const char *keys[6] = { "pp", "stage", "dp", "data", "tp", "tensor" };
+    const int vals[6] = { pp, stage, dp, data, tp, tensor };
+    for (int k = 0; k < 6; k++)
+        if ((int)num(a, keys[k]) != vals[k])
+            fail_msg("rank %d: %s is %g, not %d", pid, keys[k], num(a, keys[k]), vals[k]);
 }
 
 /* Whether a's span lies inside b's (timestamps are written to 1 ns: allow that rounding). */
@@ -221,7 +253,11 @@ static void test_stream(void **state) {
     fsc_trace_end(t);
     fsc_trace_end(t);
     fsc_trace_begin(t, "step", "open");
-    cJSON *m = merge(dir); /* the run "killed" here: no fsc_trace_write, no fsc_trace_free */
+    fsc_trace_set_place(t, &(fsc_trace_place){ .pp = 1, .dp = 1, .tp = 1, .tensor = 1 }); /* tensor 1 of 1: ignored */
+    fsc_trace_set_place(t, &(fsc_trace_place){ .pp = 2, .stage = 1, .dp = 3, .data = 2, .tp = 1 });
+    cJSON *m = merge(dir);
+    check_place(find_meta(m, "process_labels", 0), 0, 2, 1, 3, 2, 1, 0); /* streamed when set, flushed with it */
+    assert_null(find_meta(m, "process_labels", 1)); /* the run "killed" here: no fsc_trace_write, no fsc_trace_free */
     const cJSON *step = find_event(m, "step", 0);
     assert_non_null(step);
     assert_int_equal((int)num(cJSON_GetObjectItem(step, "args"), "step"), 7);
@@ -251,6 +287,8 @@ static void test_stream(void **state) {
     }
     assert_null(find_event(j, "late", 0));
     assert_int_equal((int)num(cJSON_GetObjectItem(j, "otherData"), "events"), 3);
+    check_place(find_meta(j, "process_labels", 0), 0, 2, 1, 3, 2, 1, 0);
+    assert_null(find_meta(j, "process_labels", 1));
     cJSON_Delete(j);
     test_rmtree(dir);
 }
@@ -312,6 +350,9 @@ static void test_engine_trace(void **state) {
         assert_non_null(opt);
         assert_true(inside(opt, step));
         assert_int_equal((int)num(step, "pid"), rank);
+        /* where the rank sits (fsc_engine_set_trace): FSDP over 2 ranks, no pipeline, no tensor parallelism */
+        check_place(find_meta(j, "process_labels", 0), rank, 1, 0, 2, rank, 1, 0);
+        assert_null(find_meta(j, "process_labels", 1));
         /* every layer of the model (embedding, 2 blocks, head) forward and backward, inside the step */
         const cJSON *fwd[4], *bwd[4];
         const char *label[4] = { "wte+wpe", "h.0", "h.1", "ln_f" };

@@ -16,6 +16,7 @@
 #include "core/locale_impl.h"
 #include "fsc/trace.h"
 #include "core/clock_impl.h"
+#include "core/trace_impl.h"
 
 typedef struct {
     double ts, dur;  /* microseconds from the origin; dur < 0 while open */
@@ -36,6 +37,7 @@ struct fsc_trace {
     int depth, lost_depth;          /* lost_depth: begins past FSC_TRACE_MAX_DEPTH not on the stack */
     FILE *out;                      /* the stream to path, NULL when none or once closed */
     char *path;
+    fsc_trace_place place;          /* where the rank sits (trace_impl.h); pp 0: not told */
 };
 
 fsc_trace_opts fsc_trace_opts_default(void) {
@@ -45,6 +47,7 @@ fsc_trace_opts fsc_trace_opts_default(void) {
 static void put_str(FILE *f, const char *s);
 static void put_head(FILE *f, int rank);
 static void put_event(FILE *f, const trace_event *e, double dur, int rank);
+static void put_place(FILE *f, const fsc_trace_place *p, int rank);
 static fsc_status stream_close(fsc_trace *t);
 
 /* The stream's file and its first lines, flushed (an empty trace a reader can already merge). */
@@ -96,6 +99,19 @@ static void stream_put(fsc_trace *t, const trace_event *e) {
     if (!t->out) return;
     put_event(t->out, e, e->dur, t->rank);
     if (t->depth == 0) fflush(t->out);
+}
+
+static int place_ok(const fsc_trace_place *p) {
+    return p->pp >= 1 && p->dp >= 1 && p->tp >= 1 && p->stage >= 0 && p->stage < p->pp && p->data >= 0 &&
+           p->data < p->dp && p->tensor >= 0 && p->tensor < p->tp;
+}
+
+void fsc_trace_set_place(fsc_trace *t, const fsc_trace_place *p) {
+    if (!t || !p || !place_ok(p)) return;
+    t->place = *p;
+    if (!t->out) return;
+    put_place(t->out, &t->place, t->rank);
+    fflush(t->out); /* once per engine attached, even inside a span: a killed run's file says it too */
 }
 
 size_t fsc_trace_count(const fsc_trace *t) { return t ? t->n : 0; }
@@ -207,6 +223,15 @@ static void put_head(FILE *f, int rank) {
             rank, rank);
 }
 
+/* The rank's place as a metadata event on a line of its own (as put_event's): Chrome's trace viewer shows the
+ * "labels" text under the process's name; the tools read the numbers (docs/observability.md). */
+static void put_place(FILE *f, const fsc_trace_place *p, int rank) {
+    fprintf(f, ",\n{\"name\":\"process_labels\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"labels\":"
+               "\"pipeline stage %d of %d, data rank %d of %d, tensor rank %d of %d\",\"pp\":%d,\"stage\":%d,\"dp\":%d,"
+               "\"data\":%d,\"tp\":%d,\"tensor\":%d}}",
+            rank, p->stage, p->pp, p->data, p->dp, p->tensor, p->tp, p->pp, p->stage, p->dp, p->data, p->tp, p->tensor);
+}
+
 /* One event on a line of its own, after the comma that ends the line before (tools/trace_merge's layout). */
 static void put_event(FILE *f, const trace_event *e, double dur, int rank) {
     const locale_t before = fsc_numbers_c(); /* 1.5, never 1,5: JSON whatever the host's LC_NUMERIC */
@@ -286,6 +311,7 @@ fsc_status fsc_trace_write(fsc_trace *t, const char *path) {
     }
     const double now = fsc_trace_now_us() - t->origin;
     put_head(f, t->rank);
+    if (t->place.pp) put_place(f, &t->place, t->rank);
     for (size_t i = 0; i < t->n; i++) /* still open: up to now */
         put_event(f, &t->ev[i], t->ev[i].dur >= 0 ? t->ev[i].dur : now - t->ev[i].ts, t->rank);
     put_tail(f, t, now);

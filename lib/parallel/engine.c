@@ -20,6 +20,7 @@
 #include "pipe.h"
 #include "step.h"
 #include "core/model_text.h" /* fsc_config_text */
+#include "core/trace_impl.h" /* fsc_trace_set_place */
 
 #define FSC_DEFAULT_MAX_SKIPS 100 /* po.max_skipped_steps 0 */
 
@@ -281,6 +282,9 @@ static fsc_status hook_post_bwd(void *ctx, int l) {
 void fsc_engine_set_trace(fsc_engine *e, fsc_trace *t) {
     if (!e) return;
     e->trace = t;
+    const fsc_layout *l = &e->lay; /* the trace's "process_labels": which rank of which stage this is */
+    fsc_trace_set_place(t, &(fsc_trace_place){ .pp = l->pp, .stage = l->pipe, .dp = l->dp, .data = l->data,
+                                               .tp = l->tp, .tensor = l->tensor });
     fsc_comm *const named[] = { e->r->comm, e->comm, e->tensor_comm, e->grp.data, e->grp.norm, e->norm_comm,
                                 e->ep_comm, e->ep_data };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) fsc_comm_set_trace(named[i], t);

@@ -279,7 +279,8 @@ fsc_model *fsc_engine_model(fsc_engine *e);
  * optimizer), the optimizer ("optimizer"), checkpoint and weights saves ("checkpoint save", "weights save"), and
  * every collective of the engine's communicators (fsc_comm_set_trace on each). Attach t to the world
  * communicator before creating the engine as well (fsc_comm_set_trace(r->comm, t)) to also record what creation
- * sends. */
+ * sends. t is also told where this rank sits (fsc_engine_layout: a metadata event "process_labels" with the
+ * pipeline stage, data rank and tensor rank, docs/observability.md), so a reader can tell stages from replicas. */
 void fsc_engine_set_trace(fsc_engine *e, fsc_trace *t);
 fsc_trace *fsc_engine_get_trace(const fsc_engine *e);
 /* This rank's place in world = dp x tp x pp (tp and pp 1 without tensor or pipeline parallelism). */

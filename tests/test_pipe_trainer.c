@@ -7,6 +7,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -220,6 +221,13 @@ static int count_lines(const char *file, const char *needle) {
     return n;
 }
 
+/* The lines of tmpdir/name that hold needle. */
+static int count_lines_in(const char *name, const char *needle) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    return count_lines(path, needle);
+}
+
 /* --trace of a zbv run: every rank's file holds, per step, an F, a B and a W span ("pipe") of each micro-batch on
  * each of its 2 chunks, each with the time it waited; tools/pipe_timeline draws the last step of the 2 ranks as
  * an SVG holding one box per action (2 ranks x 3 kinds x 2 chunks x 4 micro-batches = 48); tools/pipe_replay replays
@@ -309,6 +317,110 @@ static void test_trainer_zbv_trace(void **st) {
     assert_int_equal(count_lines(svg, "<title>"), 48); /* step 1, whole on both ranks */
     free(tool_rel);
     free(out), free(err), free(args), free(dir), free(svg), free(cmd);
+}
+
+/* The exit status of the shell command fmt (run in tmpdir; a signal or no shell: -1). */
+static int sh_in_tmp(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *body = NULL, *cmd = NULL;
+    if (vasprintf(&body, fmt, ap) < 0 || asprintf(&cmd, "cd '%s' && %s", tmpdir, body) < 0) fail_msg("out of memory");
+    va_end(ap);
+    int st = system(cmd);
+    free(body);
+    free(cmd);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A run's traces under tmpdir/dir (TINY, 4 micro-batches, the rest args). */
+static void trace_run(const char *dir, const char *args) {
+    char *full = NULL, *out, *err;
+    if (asprintf(&full, "%s --chunks 4 --trace '%s/%s'", args, tmpdir, dir) < 0) fail_msg("out of memory");
+    int rc = run(full, &out, &err);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d: %s", full, rc, err);
+    free(full), free(out), free(err);
+}
+
+/* The text of tmpdir/name's first line holding needle, from needle on ("" when none). */
+static void line_from(const char *name, const char *needle, char *buf, size_t cap) {
+    char path[256], line[4096];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "r");
+    buf[0] = 0;
+    if (!f) return;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, needle)) {
+            snprintf(buf, cap, "%s", strstr(line, needle));
+            break;
+        }
+    fclose(f);
+}
+
+/* The replay tools take the stages from the traces' layout (each rank's process_labels event): a DDP trace (its
+ * accumulation writes F and B spans of the same "pipe" kind) is refused, not replayed as a 2-stage pipeline
+ * (bubble 0.500, exit 0); a pp 2 x dp 2 trace replays as 2 stages, ranks 0 and 2 (data rank 0; --data 1: ranks 1
+ * and 3), as a pp 2 x dp 1 trace does (the same kinds and chunks per stage, the same formula bubble of the equal
+ * replay, (P-1)/(M+P-1) = 0.200), where it was refused ("not 2 ranks") or, with P 4, replayed as 4 stages; a
+ * trace without the labels (an older run's) is read as before, rank r stage r, saying the layout is unknown. */
+static void test_trainer_trace_layout(void **st) {
+    (void)st;
+    trace_run("lay_ddp", "--world 2 --parallel ddp");
+    trace_run("lay_pp", "--parallel pipe --pp 2");
+    trace_run("lay_pp_dp", "--world 4 --parallel pipe --pp 2");
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    char *rel = NULL, tools[PATH_MAX];
+    if (asprintf(&rel, "%.*s../tools", slash ? (int)(slash - src + 1) : 0, src) < 0 || !realpath(rel, tools))
+        fail_msg("tools/ not found");
+    free(rel);
+    /* DDP: refused by both, exit 2 */
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' lay_ddp 2 1 > ddp.txt 2>&1", tools), 2);
+    assert_int_equal(count_lines_in("ddp.txt", "not a pipeline trace: its layout is pp 1 x dp 2 x tp 1"), 1);
+    assert_int_equal(count_lines_in("ddp.txt", "replay, "), 0);
+    assert_int_equal(sh_in_tmp("'%s/pipe_timeline' lay_ddp ddp.svg 2> ddp2.txt", tools), 2);
+    assert_int_equal(count_lines_in("ddp2.txt", "not a pipeline trace"), 1);
+    /* pp 2 x dp 2: data rank 0's pipeline, ranks 0 and 2, like pp 2 x dp 1's ranks 0 and 1 */
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' lay_pp 2 1 > pp.txt", tools), 0);
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' lay_pp_dp 2 1 > ppdp.txt", tools), 0);
+    assert_int_equal(count_lines_in("ppdp.txt", "stages 0 1 on ranks 0 2"), 1);
+    assert_int_equal(count_lines_in("ppdp.txt", ": compute "), 2);
+    assert_int_equal(count_lines_in("ppdp.txt", "rank 0: compute "), 1);
+    assert_int_equal(count_lines_in("ppdp.txt", "rank 2: compute "), 1);
+    assert_int_equal(count_lines_in("pp.txt", ": compute "), 2);
+    char a[512], b[512];
+    line_from("pp.txt", "replay, equal:", a, sizeof a);
+    line_from("ppdp.txt", "replay, equal:", b, sizeof b);
+    if (!strstr(a, "bubble 0.200 (per rank 0.200 0.200)") || !strstr(b, "bubble 0.200 (per rank 0.200 0.200)"))
+        fail_msg("equal replays of 2 stages and 4 micro-batches: pp 2 x dp 1 '%s', pp 2 x dp 2 '%s'", a, b);
+    for (int r = 0; r < 2; r++) { /* each stage's kinds and chunks, as pp 2 x dp 1's */
+        char na[32], nb[32];
+        snprintf(na, sizeof na, "rank %d: compute", r);
+        snprintf(nb, sizeof nb, "rank %d: compute", 2 * r);
+        line_from("pp.txt", na, a, sizeof a);
+        line_from("ppdp.txt", nb, b, sizeof b);
+        if (!strstr(a, "(kind and chunk: F0 ") || !strstr(b, "(kind and chunk: F0 ") || !strstr(a, " B0 ") ||
+            !strstr(b, " B0 "))
+            fail_msg("stage %d: pp 2 x dp 1 '%s', pp 2 x dp 2 '%s'", r, a, b);
+    }
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' --data 1 lay_pp_dp 2 1 > ppdp1.txt", tools), 0);
+    assert_int_equal(count_lines_in("ppdp1.txt", "stages 0 1 on ranks 1 3"), 1);
+    assert_int_equal(count_lines_in("ppdp1.txt", "rank 3: compute "), 1);
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' lay_pp_dp 4 1 2> ppdp4.txt", tools), 2);
+    assert_int_equal(count_lines_in("ppdp4.txt", "P is 4 but the trace's pipeline has 2 stages"), 1);
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' --data 2 lay_pp_dp 2 1 2>/dev/null", tools), 2);
+    assert_int_equal(sh_in_tmp("'%s/pipe_timeline' lay_pp_dp ppdp.svg", tools), 0);
+    assert_int_equal(count_lines_in("ppdp.svg", "<title>"), 2 * 2 * 4); /* 2 stages x F, B x 4 micro-batches */
+    assert_int_equal(count_lines_in("ppdp.svg", ">rank 2<"), 1);
+    assert_int_equal(count_lines_in("ppdp.svg", ">rank 1<"), 0);
+    /* without the labels: as before, every rank a stage, with a note */
+    assert_int_equal(sh_in_tmp("mkdir lay_old && for f in lay_pp/rank-*.json; do grep -v process_labels \"$f\" > "
+                               "lay_old/\"${f#lay_pp/}\"; done"), 0);
+    assert_int_equal(count_lines_in("lay_old/rank-1.json", "process_labels"), 0);
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' lay_old 2 1 > old.txt 2> old2.txt", tools), 0);
+    assert_int_equal(count_lines_in("old.txt", ": compute "), 2);
+    assert_int_equal(count_lines_in("old2.txt", "the layout is unknown"), 1);
+    assert_int_equal(sh_in_tmp("'%s/pipe_timeline' lay_old old.svg 2> old3.txt", tools), 0);
+    assert_int_equal(count_lines_in("old.svg", "<title>"), 2 * 2 * 4);
+    assert_int_equal(count_lines_in("old3.txt", "the layout is unknown"), 1);
 }
 
 /* Write text to tmpdir/name. */
@@ -522,6 +634,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_zb_h1_equals_ddp),
         cmocka_unit_test(test_trainer_zbv),
         cmocka_unit_test(test_trainer_zbv_trace),
+        cmocka_unit_test(test_trainer_trace_layout),
         cmocka_unit_test(test_trainer_schedule_file),
         cmocka_unit_test(test_trainer_schedule_file_config),
         cmocka_unit_test(test_trainer_pipeline_errors),

@@ -4,6 +4,7 @@
  * would otherwise train on, each its own way, or fail later in a mismatched collective; here they refuse together,
  * naming the first that differs: "ranks disagree on optimizer.lr: rank 0 has 0.001, rank 1 has 0.0001".
  * Not here: what a program adds of its own (data, schedule: the trainer), the per-step batch check (engine.c). */
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,10 +36,10 @@ static num flt(float x) {
  * ranks of a stage their messages. Written as its first actions' kinds, micro-batches and chunks ("F0.0 B0.0
  * W0.0 ...") and a fingerprint of all of them. A list of another length than 2 v M (fb) or 3 v M actions is written
  * as its length only: the validator refuses it, and its actions are not read. */
-static void add_actions(fsc_settings *s, int r, const struct fsc_pipe_action *a, int n, int fb) {
+static void add_actions(fsc_settings *s, int r, const struct fsc_pipe_action *a, int n, long long fb) {
     char name[40], text[200];
     snprintf(name, sizeof name, "parallel.actions.%d", r);
-    if (!a || (n != fb && (long long)n * 2 != 3LL * fb)) {
+    if (!a || fb < 0 || fb > INT_MAX || (n != fb && (long long)n * 2 != 3 * fb)) {
         fsc_settings_add(s, name, "%d actions%s", n, a ? "" : " (none)");
         return;
     }
@@ -87,7 +88,8 @@ static void add_options(fsc_settings *s, const fsc_parallel_opts *po) {
     for (int i = 0, at = 0; po->balance && i < (long long)po->pp * chunks && at < (int)sizeof bal - 12; i++)
         at += snprintf(bal + at, sizeof bal - (size_t)at, "%s%d", i ? "," : "", po->balance[i]);
     fsc_settings_add(s, "parallel.balance", "%s", bal);
-    const int stages = po->pp > 1 ? po->pp : 1, fb = 2 * chunks * po->accum; /* a list's F and B */
+    const int stages = po->pp > 1 ? po->pp : 1;
+    const long long fb = 2LL * chunks * po->accum; /* a list's F and B (options not yet checked: any ints) */
     for (int r = 0; po->schedule == FSC_SCHED_CUSTOM && po->actions && po->nactions && r < stages; r++)
         add_actions(s, r, po->actions[r], po->nactions[r], fb);
     fsc_settings_add(s, "parallel.tp", "%d sequence_parallel %d", po->tp, po->sequence_parallel);

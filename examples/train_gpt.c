@@ -136,8 +136,8 @@ static int build(trainer *t) {
     if (c->pp > 1) {
         char pbuf[32], sbuf[32];
         t->st.pstats = calloc((size_t)c->world, sizeof *t->st.pstats);
-        printf("pipeline: %d stages x %d data-parallel ranks, %d micro-batches, %s, checkpoint %s\n", c->pp, c->dp,
-               c->accum, c->sched ? "custom (--schedule-file)" : option_choice("schedule", c->schedule, sbuf, sizeof sbuf),
+        printf("pipeline: %d stages x %d data-parallel ranks, %d micro-batch%s, %s, checkpoint %s\n", c->pp, c->dp,
+               c->accum, c->accum == 1 ? "" : "es", c->sched ? "custom (--schedule-file)" : option_choice("schedule", c->schedule, sbuf, sizeof sbuf),
                option_choice("checkpoint", c->pipe_ckpt, pbuf, sizeof pbuf));
     }
     if (c->plan && t->me == 0 && plan_run(&t->st) != 0) return 1; /* the prediction, before the ranks start */

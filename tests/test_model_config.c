@@ -449,11 +449,21 @@ static void test_config_text_names_utf8(void **state) {
  * cJSON prints them. The sequential model compared its own text with the recorded one byte for byte, so the
  * checkpoint a run saved was refused by the same model ("written for a model of configuration ...{"n":4,
  * "eps":1.5e-05}...; this engine's model has ...{ "n": 4, "eps": 1.5e-5 }..."), and likewise a family's text with a
- * space in it. Oracle: both checkpoints load into the model that saved them, with its parameters. */
+ * space in it. Oracle: both checkpoints load into the model that saved them, with its parameters. And a layer's
+ * text of 3000 bytes (a program's layer with a long setting): the sequential model gave each layer 1024 bytes, so
+ * the text was cut and the save refused it as not JSON; now it is recorded whole. */
 static fsc_layer_ops spaced_ops;
+static int long_layer_text; /* spaced_config: {"note":"xx...x"} of 3000 bytes instead */
 static void spaced_config(const fsc_layer *l, char *buf, size_t cap) {
     (void)l;
-    snprintf(buf, cap, "{ \"n\": 4, \"eps\": 1.5e-5, \"tab\": \"\\u0009\" }");
+    if (!long_layer_text) {
+        snprintf(buf, cap, "{ \"n\": 4, \"eps\": 1.5e-5, \"tab\": \"\\u0009\" }");
+        return;
+    }
+    char t[3001];
+    memset(t, 'x', sizeof t - 1);
+    memcpy(t, "{\"note\":\"", 9), memcpy(t + sizeof t - 3, "\"}", 2), t[sizeof t - 1] = '\0';
+    snprintf(buf, cap, "%s", t);
 }
 static fsc_status spaced_model(fsc_device *dev, const char *unused, fsc_model **out) {
     (void)unused;
@@ -478,23 +488,32 @@ static fsc_status spaced_ckpt_rank(fsc_rank *r, void *arg) {
     fsc_optim_config oc = fsc_optim_config_default();
     float *a = calloc(4096, sizeof *a), *b = calloc(4096, sizeof *b);
     fsc_status s = a && b ? FSC_OK : FSC_ERR_NOMEM;
-    for (int k = 0; k < 2 && s == FSC_OK; k++) { /* a program's layer; a family's text with a space */
+    for (int k = 0; k < 3 && s == FSC_OK; k++) { /* a program's layer; a family's text with a space; a long layer */
         snprintf(saved, sizeof saved, "%s/spaced%d", dir, k);
         snprintf(ck, sizeof ck, "%s/step-00000001", saved);
         fsc_model *m = NULL;
         fsc_engine *e = NULL;
-        if (k == 0) s = spaced_model(r->dev, NULL, &m);
-        if (s == FSC_OK && k == 0) s = fsc_engine_create_model(r, m, &po, &oc, 7, &e);
+        long_layer_text = k == 2;
+        if (k != 1) s = spaced_model(r->dev, NULL, &m);
+        if (s == FSC_OK && k != 1) s = fsc_engine_create_model(r, m, &po, &oc, 7, &e);
         if (s == FSC_OK && k == 1)
             s = fsc_engine_create_config(r, "{\"family\": \"layered\",\"vocab\":12}", &po, &oc, 7, &e);
         float x[8] = { 0.5f, -1, 2, 0.25f, 1, 1, -0.5f, 3 }, y[8] = { 1, 0, -1, 2, 0.5f, 0.5f, 1, 1 };
         int32_t tok[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, tgt[8] = { 2, 3, 4, 5, 6, 7, 8, 9 };
         fsc_step_info info;
-        if (s == FSC_OK) s = k == 0 ? fsc_engine_step_model(e, x, y, 2, 2, &info)
+        if (s == FSC_OK) s = k != 1 ? fsc_engine_step_model(e, x, y, 2, 2, &info)
                                     : fsc_engine_step_model(e, tok, tgt, 2, 2, &info);
         if (s == FSC_OK) s = fsc_engine_full_params(e, a);
         if (s == FSC_OK) s = fsc_ckpt_save(e, saved, 1, NULL);
-        if (s == FSC_OK && k == 0) s = fsc_engine_step_model(e, x, y, 2, 2, &info); /* away from the saved state */
+        if (s == FSC_OK && k == 2) { /* the layer's whole text in the checkpoint's record */
+            fsc_ckpt_meta *meta = NULL;
+            s = fsc_ckpt_meta_read(ck, &meta);
+            const char *note = meta ? strstr(meta->model_config, "{\"note\":\"xxxx") : NULL; /* 2989 x's, then "} */
+            if (s == FSC_OK && (!note || strspn(note + 9, "x") != 2989 || strncmp(note + 2998, "\"}", 2)))
+                s = fsc_error(FSC_ERR_INTERNAL, "the long layer text is not recorded whole: %.200s", meta->model_config);
+            fsc_ckpt_meta_free(meta);
+        }
+        if (s == FSC_OK && k != 1) s = fsc_engine_step_model(e, x, y, 2, 2, &info); /* away from the saved state */
         if (s == FSC_OK) s = fsc_ckpt_load(e, ck, NULL);
         if (s == FSC_OK) s = fsc_engine_full_params(e, b);
         if (s == FSC_OK) assert_memory_equal(a, b, fsc_model_num_params(fsc_engine_model(e)) * sizeof *a);

@@ -71,9 +71,17 @@ static double seq_layer_cost(void *ctx, int l, int B, float param_scale) {
     return c + 4.0 * (double)B * (double)lay->out_floats;
 }
 
+/* A layer's config op as model_text.h's fsc_config_text asks (layers.h: a longer text is cut, asked again). */
+static void layer_text(void *ctx, char *buf, size_t cap) {
+    const fsc_layer *l = ctx;
+    l->ops->config(l, buf, cap);
+}
+
 /* {"sequential":[{"prefix":"in.","kind":"linear","layer":{...}}, ...]}: the layers' description (a program's layer
- * kind or prefix may hold any character: escaped, so that the text stays JSON and a checkpoint can record it). A text
- * longer than cap is cut to cap - 1 bytes (model.h's config: the caller asks again with more room). */
+ * kind or prefix may hold any character: escaped, so that the text stays JSON and a checkpoint can record it; each
+ * layer's text whole, any length). A text longer than cap is cut to cap - 1 bytes (model.h's config: the caller asks
+ * again with more room); a layer's text that cannot be had (over 16 MiB, out of memory) leaves no text (not JSON:
+ * refused where it is recorded, with the message of that cause). */
 static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
     size_t at = 0;
 #define PUT(...)                                                                   \
@@ -87,16 +95,19 @@ static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
                                               * for every layer's config (a program's own too) */
     PUT("{\"sequential\":[");
     for (int l = 0; l < s->n; l++) {
-        char lc[1024] = "{}", prefix[FSC_JSON_STR_CAP(sizeof s->prefix[l])];
+        char *lc = NULL, prefix[FSC_JSON_STR_CAP(sizeof s->prefix[l])];
         char kind[FSC_JSON_STR_CAP(sizeof s->layers[l]->kind)];
-        if (s->layers[l]->ops->config) s->layers[l]->ops->config(s->layers[l], lc, sizeof lc);
-        if (fsc_json_str_buf(prefix, sizeof prefix, s->prefix[l]) >= sizeof prefix ||
+        const fsc_status got = fsc_config_text(s->layers[l]->ops->config ? layer_text : NULL, s->layers[l],
+                                               "sequential model", &lc);
+        if (got != FSC_OK || fsc_json_str_buf(prefix, sizeof prefix, s->prefix[l]) >= sizeof prefix ||
             fsc_json_str_buf(kind, sizeof kind, s->layers[l]->kind) >= sizeof kind) {
-            buf[0] = '\0'; /* cannot happen (FSC_JSON_STR_CAP); were it to, no text (not JSON: refused), never a cut */
+            free(lc);
+            if (cap) buf[0] = '\0'; /* no text (not JSON: refused), never a cut */
             fsc_numbers_back(before);
             return;
         }
         PUT("%s{\"prefix\":%s,\"kind\":%s,\"layer\":%s}", l ? "," : "", prefix, kind, lc);
+        free(lc);
     }
     PUT("]}");
 #undef PUT

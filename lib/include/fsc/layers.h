@@ -86,8 +86,9 @@ typedef struct {
      * gradients accumulate into c->grad. Runs after forward of the same record (or its recomputation). */
     fsc_status (*backward)(const struct fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                            const void *in);
-    /* Optional: the layer's settings as a JSON object (recorded in checkpoints); NULL: "{}". cap is 1024 bytes with
-     * the NUL: a longer text is cut, and a checkpoint save then refuses the model's configuration as not JSON. */
+    /* Optional: the layer's settings as a JSON object (recorded in checkpoints); NULL: "{}". Writes at most cap bytes
+     * with the NUL; a longer text is cut to cap - 1 bytes, as snprintf cuts it: the library then asks again with a
+     * larger buffer (from 64 KiB), and records the whole text up to 16 MiB (a longer one is refused, not cut). */
     void (*config)(const struct fsc_layer *l, char *buf, size_t cap);
     /* Optional: free what the layer owns beyond the struct (the struct itself is freed with free()). */
     void (*destroy)(struct fsc_layer *l);

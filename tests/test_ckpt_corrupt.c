@@ -449,12 +449,31 @@ static void m_llama(cJSON *r) {
                                                       "\"rope_theta\":10000,\"norm_eps\":1e-05}"));
 }
 
+/* A Llama's record its family refuses (a field missing or out of range): no model loads it, so verify calls it
+ * damaged, as it does a GPT's record out of range (before: "ok", the model not built and so not checked). */
+static void m_llama_bad_field(cJSON *r) {
+    cJSON_ReplaceItemInObject(r, "model", cJSON_Parse("{\"family\":\"llama\",\"layers\":\"x\"}"));
+}
+static void m_llama_huge_vocab(cJSON *r) {
+    m_llama(r);
+    cJSON_SetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "model"), "vocab"), 1073741824.0);
+}
+
 static void test_ckpt_llama_record_checked(void **state) {
     char ck[600];
     char *dir = edit_good(*state, ck, sizeof ck, m_llama, 1);
     assert_int_equal(verify(ck, NULL), FSC_ERR_FORMAT);
     assert_non_null(strstr(fsc_last_error(), "which its llama model declares"));
     ct_rmtree(dir);
+    const struct { edit_fn fn; const char *why; } bad[] = { { m_llama_bad_field, "layers is missing" },
+                                                            { m_llama_huge_vocab, "vocab is 1073741824" } };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        dir = edit_good(*state, ck, sizeof ck, bad[c].fn, 1);
+        assert_int_equal(verify(ck, NULL), FSC_ERR_FORMAT);
+        assert_non_null(strstr(fsc_last_error(), "the recorded llama model's configuration is refused by its family"));
+        assert_non_null(strstr(fsc_last_error(), bad[c].why));
+        ct_rmtree(dir);
+    }
 }
 
 static void test_ckpt_truncated_metadata(void **state) {

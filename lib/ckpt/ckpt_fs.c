@@ -321,15 +321,23 @@ fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f,
 /* The tensors a model of another family than the GPT (whose own check is fsc_gpt_check_tensors) declares, built from
  * the recorded configuration on the counting device (no memory), against the recorded ones p: each there with its
  * shape, and no other. FSC_OK when the configuration names no family this program knows (a program's own model) or
- * does not build one there (a load says why), so that verify never calls a sound checkpoint damaged for it. */
+ * does not build one there for another reason than a bad field (no memory, a program's family that needs more: a
+ * load says why), so that verify never calls a sound checkpoint damaged for it. A configuration its family refuses
+ * (family.h's from_config: FSC_ERR_FORMAT naming the field; the Llama's field ranges give FSC_ERR_INVALID) is damage,
+ * as a GPT's is (fsc_gpt_check_tensors): no model loads it. */
 static fsc_status check_declared(const char *config, const fsc_param_info *p, int n) {
     const fsc_model_family *f = NULL;
     if (fsc_model_family_of(config, &f) != FSC_OK || !strcmp(f->name, "gpt2")) return FSC_OK;
     fsc_device *dev = NULL;
     fsc_model *m = NULL;
-    if (fsc_device_create("count", NULL, &dev) != FSC_OK || fsc_model_from_config(dev, config, &m) != FSC_OK) {
-        fsc_device_free(dev); /* not checked here (no memory, or a program's family needs more): a load says why */
-        return FSC_OK;
+    if (fsc_device_create("count", NULL, &dev) != FSC_OK) return FSC_OK; /* not checked here: a load says why */
+    const fsc_status built = fsc_model_from_config(dev, config, &m);
+    if (built != FSC_OK) {
+        fsc_device_free(dev);
+        if (built == FSC_ERR_FORMAT || built == FSC_ERR_INVALID) /* a field refused (the Llama's ranges: INVALID) */
+            return fsc_error_prefix(FSC_ERR_FORMAT, "the recorded %s model's configuration is refused by its family",
+                                    f->name);
+        return FSC_OK; /* not checked here (no memory, or a program's family needs more): a load says why */
     }
     fsc_status s = FSC_OK;
     char have[96], want[96];

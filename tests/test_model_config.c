@@ -460,6 +460,14 @@ static void spaced_config(const fsc_layer *l, char *buf, size_t cap) {
         snprintf(buf, cap, "{ \"n\": 4, \"eps\": 1.5e-5, \"tab\": \"\\u0009\" }");
         return;
     }
+    if (long_layer_text == 2) { /* {"note":"xx...x"} of 17 MiB: above FSC_MODEL_CONFIG_MAX, cut to cap - 1 */
+        const size_t n = ((size_t)17 << 20) + 12;
+        if (cap == 0) return;
+        snprintf(buf, cap, "{\"note\":\"");
+        for (size_t i = strlen(buf); i + 1 < cap && i < n - 2; i++) buf[i] = 'x', buf[i + 1] = '\0';
+        if (n - 2 + 1 < cap) strcat(buf, "\"}");
+        return;
+    }
     char t[3001];
     memset(t, 'x', sizeof t - 1);
     memcpy(t, "{\"note\":\"", 9), memcpy(t + sizeof t - 3, "\"}", 2), t[sizeof t - 1] = '\0';
@@ -522,6 +530,37 @@ static fsc_status spaced_ckpt_rank(fsc_rank *r, void *arg) {
     }
     free(a), free(b);
     return s;
+}
+
+/* A layer's configuration text over 16 MiB: the sequential model answered an empty text (its way of saying that a
+ * layer's text cannot be had), which the engine's settings agreement and the weights file took as the model's text
+ * and a checkpoint save refused as "not a JSON object: " without the cause. Oracle: the engine is refused when it is
+ * made, naming the layer and the 16 MiB limit, as a model's own text over the limit is. */
+static fsc_status huge_layer_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    fsc_model *m = NULL;
+    fsc_engine *e = NULL;
+    fsc_status s = spaced_model(r->dev, NULL, &m);
+    if (s == FSC_OK) {
+        assert_int_equal(fsc_engine_create_model(r, m, &po, &oc, 7, &e), FSC_ERR_INVALID);
+        assert_null(e);
+        assert_non_null(strstr(fsc_last_error(), "the model's configuration text is empty: sequential model: layer "
+                                                 "0: the model's configuration text is longer than 16777216 bytes"));
+    }
+    fsc_model_free(m);
+    return s;
+}
+
+static void test_huge_layer_text_refused(void **state) {
+    (void)state;
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.world = 2;
+    long_layer_text = 2; /* set before the ranks start, reset after they end */
+    const fsc_status s = fsc_cluster_run(&co, huge_layer_rank, NULL);
+    long_layer_text = 0;
+    assert_ok(s);
 }
 
 static void test_checkpoint_of_spaced_config_text(void **state) {
@@ -644,6 +683,7 @@ int main(void) {
         cmocka_unit_test(test_registered_family_of_layers), /* before test_registered_family fills the table */
         cmocka_unit_test(test_checkpoint_of_spaced_config_text), /* after it: "layered" */
         cmocka_unit_test(test_long_config_text_recorded_whole), /* "layered" too */
+        cmocka_unit_test(test_huge_layer_text_refused),
         cmocka_unit_test(test_registered_family),
         cmocka_unit_test(test_engine_from_config), /* after test_registered_family: "tiny" */
         cmocka_unit_test(test_config_text_in_a_decimal_comma_locale),

@@ -176,9 +176,18 @@ fsc_status fsc_config_text(void (*config)(void *ctx, char *buf, size_t cap), voi
         char *buf = malloc(cap);
         if (!buf) return fsc_error(FSC_ERR_NOMEM, "%s: out of host memory for the model's configuration text", what);
         snprintf(buf, cap, "{}");
+        fsc_clear_error(); /* a message the config op leaves is the cause of an empty text (below) */
         if (config) config(ctx, buf, cap);
         buf[cap - 1] = '\0'; /* a config that wrote cap bytes without a NUL reads as cut */
         const size_t len = strlen(buf);
+        if (len == 0) { /* no text, never JSON: the sequential model's answer when a layer's text cannot be had (over
+                         * the limit, out of memory), whose message says why; refused here, never recorded empty */
+            free(buf);
+            const char *why = fsc_last_error();
+            return why[0] ? fsc_error_prefix(FSC_ERR_INVALID, "%s: the model's configuration text is empty", what)
+                          : fsc_error(FSC_ERR_INVALID, "%s: the model's configuration text is empty (model.h's config "
+                                      "writes a JSON object)", what);
+        }
         if (len + 1 < cap && len <= FSC_MODEL_CONFIG_MAX) { /* whole: it left room */
             *out = buf;
             return FSC_OK;

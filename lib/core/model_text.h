@@ -12,7 +12,8 @@
 /* config(ctx, ...)'s text (model.h's contract: a text longer than the buffer is cut to cap - 1 bytes) into *out,
  * malloc'ed: asked with 64 KiB, then again with a buffer twice as large while the text fills the one it had;
  * config NULL: "{}".
- * FSC_ERR_INVALID naming `what` past FSC_MODEL_CONFIG_MAX bytes, FSC_ERR_NOMEM; *out NULL on error. */
+ * FSC_ERR_INVALID naming `what` past FSC_MODEL_CONFIG_MAX bytes or for an empty text (with the message the config
+ * op left, the cause: a sequential model's layer text over the limit), FSC_ERR_NOMEM; *out NULL on error. */
 fsc_status fsc_config_text(void (*config)(void *ctx, char *buf, size_t cap), void *ctx, const char *what, char **out);
 
 #endif

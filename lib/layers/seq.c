@@ -95,10 +95,10 @@ static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
                                               * for every layer's config (a program's own too) */
     PUT("{\"sequential\":[");
     for (int l = 0; l < s->n; l++) {
-        char *lc = NULL, prefix[FSC_JSON_STR_CAP(sizeof s->prefix[l])];
+        char *lc = NULL, prefix[FSC_JSON_STR_CAP(sizeof s->prefix[l])], what[64];
         char kind[FSC_JSON_STR_CAP(sizeof s->layers[l]->kind)];
-        const fsc_status got = fsc_config_text(s->layers[l]->ops->config ? layer_text : NULL, s->layers[l],
-                                               "sequential model", &lc);
+        snprintf(what, sizeof what, "sequential model: layer %d", l);
+        const fsc_status got = fsc_config_text(s->layers[l]->ops->config ? layer_text : NULL, s->layers[l], what, &lc);
         if (got != FSC_OK || fsc_json_str_buf(prefix, sizeof prefix, s->prefix[l]) >= sizeof prefix ||
             fsc_json_str_buf(kind, sizeof kind, s->layers[l]->kind) >= sizeof kind) {
             free(lc);

@@ -27,7 +27,9 @@ typedef struct {
     /* The model config describes, on dev: config is a JSON object whose "family" is name (the text the model's
      * config operation writes; a model of layers, fsc_seq_model_create's, made through fsc_model_from_config or
      * fsc_engine_create_config writes config itself, so its weights files and checkpoints record the family's
-     * text); every field checked, FSC_ERR_FORMAT naming a bad one, *out NULL then. The model owns itself
+     * text); every field checked, naming a bad one (the built-in families: FSC_ERR_FORMAT for a field missing, not
+     * a number of its type or unknown; FSC_ERR_INVALID for a value beyond the family's limits or fields that do
+     * not fit together, as heads that do not divide dim), *out NULL then. The model owns itself
      * (fsc_model_free). Called from any thread. */
     fsc_status (*from_config)(fsc_device *dev, const char *config, fsc_model **out);
     /* Optional: the model config describes on a tensor group, as parallel.h's fsc_model_build_fn (tensor NULL:

@@ -2,6 +2,8 @@
  * skips damaged checkpoints (fsc_ckpt_try_resume), on real checkpoints of the small GPT (ckpttest.h) on 2
  * simulated FSDP ranks, and the save after such a resume (claim_dir in ckpt_save.c). */
 #include <fcntl.h>
+#include <pthread.h>
+#include <time.h>
 #include <cjson/cJSON.h>
 #include "ckpttest.h"
 
@@ -330,6 +332,54 @@ static void test_latest_sound(void **state) {
     ct_rmtree(dir);
 }
 
+/* A live run removes its older checkpoints while a reader reads them (--keep-last's retention renames one away, then
+ * removes it): fsc_ckpt_latest_sound named a checkpoint that vanished while it was verified "skipped, damaged" (the
+ * sampler, reading a training run's directory, said so and sampled an older one, or failed with "every complete
+ * checkpoint (1) is damaged" under --keep-last 1). Oracle: whenever step 2 is renamed away at some moment of the
+ * reader's call, it gives step 2 or step 1, and nothing skipped. */
+typedef struct {
+    const char *from, *to;
+    long delay_ns;
+    int renamed; /* rename's result (checked by the test's thread) */
+} vanish_arg;
+static void *vanish(void *arg) {
+    vanish_arg *v = arg;
+    nanosleep(&(struct timespec){ 0, v->delay_ns }, NULL);
+    v->renamed = rename(v->from, v->to);
+    return NULL;
+}
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static void test_latest_sound_while_removed(void **state) {
+    (void)state;
+    char *dir = make_run(2), path[700], skipped[4096], two[700], away[760];
+    int64_t step = 0;
+    snprintf(two, sizeof two, "%s/step-00000002", dir);
+    snprintf(away, sizeof away, "%s.tmp-removing-1", two);
+    double t0 = now_s();
+    assert_ok(fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped));
+    const double took = now_s() - t0; /* one call's time: the removals fall all over it */
+    int mid = 0;
+    for (int k = 0; k < 200; k++) {
+        vanish_arg v = { two, away, (long)(took * 1e9 * (k % 100) / 100.0), -1 };
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, vanish, &v), 0);
+        const fsc_status s = fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped);
+        pthread_join(th, NULL);
+        assert_int_equal(v.renamed, 0);
+        if (s != FSC_OK || skipped[0]) fail_msg("removal %d: status %d, skipped \"%s\": %s", k, s, skipped,
+                                                 fsc_last_error());
+        assert_true(step == 1 || step == 2);
+        mid += step == 1;
+        assert_int_equal(rename(away, two), 0);
+    }
+    print_message("step 2 removed before or while it was read in %d of 200 calls\n", mid);
+    ct_rmtree(dir);
+}
+
 /* Oracle: a step directory named with more digits than a save gives (step-000000003, a copy renamed by hand) is no
  * checkpoint to any reader: fsc_ckpt_latest, fsc_ckpt_latest_sound and a resume all take step 2, and none names a
  * step-00000003 that does not exist. Before, fsc_ckpt_latest (ckpt_tool) took step-000000003 as the newest, while
@@ -468,6 +518,7 @@ int main(void) {
         cmocka_unit_test(test_save_after_skip),
         cmocka_unit_test(test_model_record_damaged),
         cmocka_unit_test(test_latest_sound),
+        cmocka_unit_test(test_latest_sound_while_removed),
         cmocka_unit_test(test_metadata_link_damaged),
         cmocka_unit_test(test_noncanonical_name),
         cmocka_unit_test(test_step_unexaminable),

@@ -215,23 +215,36 @@ fsc_status fsc_ckpt_latest_sound(const char *dir, char *path, size_t cap, int64_
     *step = -1, path[0] = 0;
     if (skipped && scap) skipped[0] = 0;
     int64_t *steps = NULL;
-    int n = 0;
-    FSC_TRY(list_complete(dir, &steps, &n));
-    char at[4096], all[8192] = "";
-    for (int i = 0; i < n; i++) {
-        step_path(at, sizeof at, dir, steps[i]);
-        if (fsc_ckpt_verify(at, NULL) == FSC_OK) {
-            snprintf(path, cap, "%s", at);
-            *step = steps[i];
-            free(steps);
-            return FSC_OK;
+    int n = 0, gone = 0;
+    char at[4096], all[8192];
+    /* A live run may remove a checkpoint while it is read (--keep-last's retention, a save replacing its step): one
+     * whose directory is gone after it failed was not damaged but removed, and a newer one was written; so the
+     * directory is listed again (a bounded number of times: a run saving faster than a checkpoint verifies) */
+    for (int round = 0; round == 0 || gone; round++) {
+        FSC_TRY(list_complete(dir, &steps, &n));
+        gone = 0, all[0] = 0;
+        if (skipped && scap) skipped[0] = 0;
+        for (int i = 0; i < n && !gone; i++) {
+            step_path(at, sizeof at, dir, steps[i]);
+            if (fsc_ckpt_verify(at, NULL) == FSC_OK) {
+                snprintf(path, cap, "%s", at);
+                *step = steps[i];
+                free(steps);
+                return FSC_OK;
+            }
+            struct stat st;
+            if (round < 16 && lstat(at, &st) != 0 && errno == ENOENT) {
+                gone = 1;
+                continue;
+            }
+            char why[5200];
+            snprintf(why, sizeof why, "%s skipped, damaged: %.1000s", at, fsc_last_error());
+            append(all, sizeof all, why);
+            append(skipped, scap, why);
         }
-        char why[5200];
-        snprintf(why, sizeof why, "%s skipped, damaged: %.1000s", at, fsc_last_error());
-        append(all, sizeof all, why);
-        append(skipped, scap, why);
+        free(steps);
+        steps = NULL;
     }
-    free(steps);
     if (n) return fsc_error(FSC_ERR_FORMAT, "%s: every complete checkpoint (%d) is damaged: %s", dir, n, all);
     return FSC_OK;
 }

@@ -119,7 +119,8 @@ fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, ch
  * path "" when dir holds no complete checkpoint (a missing dir holds none). Damaged newer ones are skipped and
  * named with the reason in skipped (scap bytes, may be NULL; "" when none); every one damaged: FSC_ERR_FORMAT
  * naming them. Reads every file of the checkpoints it tries; removes nothing (fsc_ckpt_try_resume's fallback
- * for a program without an engine yet). */
+ * for a program without an engine yet). A checkpoint removed while it is read (a live run's --keep-last retention)
+ * is not damaged: the directory is listed again and its newest taken. */
 fsc_status fsc_ckpt_latest_sound(const char *dir, char *path, size_t cap, int64_t *step, char *skipped, size_t scap);
 /* Retention (not collective: one process, after a save returned FSC_OK on every rank): remove dir's complete
  * checkpoints older than step `written` beyond the newest keep - 1 of them, so that keep remain counting

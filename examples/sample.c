@@ -177,7 +177,15 @@ typedef struct {
     const char *config;        /* the model's configuration text */
     const char *ckpt;          /* a checkpoint directory to load instead of the weights file, or NULL */
     const fsc_ckpt_meta *meta; /* its metadata (with ckpt) */
+    int removed;               /* set by rank 0: the checkpoint's load failed and its directory is gone */
 } run_arg;
+
+/* Whether checkpoint path is gone: removed by a live run while it was read (--keep-last's retention, a save replacing
+ * its step), not damaged; a newer one is then in its directory. */
+static int ckpt_removed(const char *path) {
+    struct stat st;
+    return lstat(path, &st) != 0 && errno == ENOENT;
+}
 
 /* Every tensor model m declares is in the weights file or the checkpoint with its shape: checked on the model's
  * declarations, before the engine allocates and initializes it, so a configuration that does not describe the
@@ -240,6 +248,7 @@ static fsc_status run(fsc_rank *r, void *arg) {
     oc.kind = FSC_OPT_SGD; /* no optimizer state: the engine only holds the weights, of a checkpoint too */
     s = fsc_engine_create_model(r, m, &po, &oc, 1, &e);
     if (s == FSC_OK) s = ra->ckpt ? fsc_ckpt_load_weights(e, ra->ckpt, NULL) : fsc_engine_load_weights(e, c->model);
+    if (s != FSC_OK && ra->ckpt && r->rank == 0 && ckpt_removed(ra->ckpt)) ((run_arg *)arg)->removed = 1;
     if (s == FSC_OK) s = fsc_generator_create(r->dev, fsc_engine_model(e), &g);
     int n = 0, V = 0;
     const float *lg;
@@ -294,6 +303,9 @@ int main(int argc, char **argv) {
     fsc_ckpt_meta *ckmeta = NULL; /* a checkpoint's metadata */
     fsc_status s;
     struct stat sb;
+    int attempts = 0; /* a DIR's newest checkpoint, removed by a live run while it was read: the newest again */
+again:
+    ra.removed = 0, ra.ckpt = NULL, ra.meta = NULL;
     if (stat(c.model, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         char meta[4200];
         int64_t step = -1;
@@ -310,6 +322,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "sample: warning: %s; sampling from %s\n", skipped, ckpt);
         }
         if ((s = fsc_ckpt_meta_read(ckpt, &ckmeta)) != FSC_OK) {
+            if (step >= 0 && ++attempts < 16 && ckpt_removed(ckpt)) goto again;
             fprintf(stderr, "sample: %s\n", fsc_last_error());
             return 1;
         }
@@ -342,6 +355,8 @@ int main(int argc, char **argv) {
     s = fsc_cluster_run(&co, run, &ra);
     free(config);
     fsc_ckpt_meta_free(ckmeta);
+    config = NULL, ckmeta = NULL;
+    if (s != FSC_OK && ra.removed && ++attempts < 16 && strcmp(ckpt, c.model) != 0) goto again; /* nothing printed */
     if (s != FSC_OK) { /* a configuration the caller gave is named as such (it can be what is wrong) */
         fprintf(stderr, "sample: %s%s\n", c.config && strstr(fsc_last_error(), "configuration") ? "--model-config: " : "",
                 fsc_last_error());

@@ -186,10 +186,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     char path[4096];
-    if (resolve(argv[2], path, sizeof path) != 0) return 1;
     fsc_ckpt_meta *m = NULL;
+    struct stat st;
+    for (int attempts = 0;; attempts++) { /* DIR's newest, removed by a live run while it was read: the newest again */
+        if (resolve(argv[2], path, sizeof path) != 0) return 1;
+        const fsc_status s = !strcmp(cmd, "show") ? fsc_ckpt_meta_read(path, &m) : fsc_ckpt_verify(path, &m);
+        if (s == FSC_OK || attempts == 15 || !strcmp(path, argv[2]) || lstat(path, &st) == 0 || errno != ENOENT) break;
+        fsc_ckpt_meta_free(m);
+        m = NULL;
+    }
     if (!strcmp(cmd, "show")) {
-        if (fsc_ckpt_meta_read(path, &m) != FSC_OK) {
+        if (!m) {
             fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
             return 1;
         }
@@ -197,7 +204,7 @@ int main(int argc, char **argv) {
         fsc_ckpt_meta_free(m);
         return 0;
     }
-    if (fsc_ckpt_verify(path, &m) != FSC_OK) { /* with the recorded model against its tensors */
+    if (!m) { /* verify, with the recorded model against its tensors */
         fprintf(stderr, "%s: %s: damaged: %s\n", prog, path, fsc_last_error());
         fsc_ckpt_meta_free(m);
         return 1;

@@ -278,6 +278,13 @@ static void test_tokenizer_file(void **state) {
     uint8_t *t = slurp_bytes(tp, &tl), *v = slurp_bytes(vp, &vl);
     assert_true(vl > 0 && tl > 8 * vl && tl / 2 < n);
     for (size_t i = 0; i < tl / 2; i++) assert_int_equal(t[2 * i] | t[2 * i + 1] << 8, ids[i]);
+    free(args), free(out);
+    /* --val 0 leaves no validation file of an earlier run (it would pass for this text's), as without --tokenizer */
+    setenv("FSC_TOKENIZE", tokenize, 1);
+    args = prog_fmt("--tokenizer '%s' --val 0 '%s' '%s/mt'", tj, corpus_abs, tmpdir);
+    assert_int_equal(prog_run(tool, args, tmpdir, &out, NULL), 0);
+    unsetenv("FSC_TOKENIZE");
+    if (access(vp, F_OK) == 0) fail_msg("make_tokens --tokenizer --val 0 left %s: %s", vp, out);
     free(args), free(out), free(tool), free(tp), free(vp), free(t), free(v);
     /* no end-of-text token: --eot refused */
     assert_int_equal(bpetest_write_tokenizer(tj, 0), 0);

@@ -7,6 +7,7 @@
  * the whole; damaged and unsupported models are refused with a message naming the problem. */
 #include "testutil.h"
 #include <math.h>
+#include <time.h>
 #include <unistd.h>
 #include "bpetest.h"
 #include "golden/spm_golden.h"
@@ -274,6 +275,41 @@ static void test_spm_merges(void **state) {
     fsc_bpe_free(b);
 }
 
+/* User-defined pieces of several lengths: the longest at each place is kept whole. A piece of 256 bytes does not
+ * make encoding slow: 512 KiB of "a" under it take well under 5 s of CPU (each place used to hash each of its 256
+ * prefixes anew: about 19 s; now about 0.2 s) */
+static void test_spm_user_longest(void **state) {
+    (void)state;
+    char big[257];
+    memset(big, 'x', 256), big[0] = 'a', big[256] = '\0';
+    buf o = {.n = 0};
+    piece(&o, "<unk>", 0, 2), piece(&o, "\xe2\x96\x81", -1, 1), piece(&o, "a", -1, 1), piece(&o, "b", -1, 1);
+    piece(&o, "c", -1, 1), piece(&o, "d", -1, 1), piece(&o, "e", -1, 1), piece(&o, "x", -1, 1);
+    piece(&o, "ab", 0, 4), piece(&o, "abcd", 0, 4), piece(&o, big, 0, 4); /* 8, 9, 10 */
+    specs(&o, 2, 0, NULL);
+    fsc_bpe *b;
+    assert_ok(load(&b, &o));
+    assert_string_equal(ids_of(b, "abcabcdeab"), "1,8,4,9,6,8");
+    char text[300];
+    snprintf(text, sizeof text, "%sxab", big);
+    assert_string_equal(ids_of(b, text), "1,10,7,8");
+    text[255] = 'b'; /* one byte short of the long piece */
+    assert_string_equal(ids_of(b, text + 250), "1,7,7,7,7,7,3,7,8");
+    const size_t len = (size_t)512 << 10;
+    char *as = malloc(len);
+    int32_t *ids = malloc(fsc_bpe_max_ids(b, len) * sizeof *ids);
+    assert_non_null(as), assert_non_null(ids);
+    memset(as, 'a', len);
+    size_t n;
+    clock_t t0 = clock();
+    assert_ok(fsc_bpe_encode(b, as, len, ids, &n));
+    double cpu = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    assert_int_equal(n, len + 1);
+    if (cpu > 5.0) fail_msg("512 KiB under a user-defined piece of 256 bytes took %.1f s of CPU", cpu);
+    free(as), free(ids);
+    fsc_bpe_free(b);
+}
+
 /* A model that trims (remove_extra_whitespaces): decoding drops each piece's first U+2581 while the text is still
  * empty, as sentencepiece's decode does; without trimming only the first piece's (test_spm_merges) */
 static void test_spm_trim_decode(void **state) {
@@ -394,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_spm_tokens),
         cmocka_unit_test(test_spm_parts),
         cmocka_unit_test(test_spm_merges),
+        cmocka_unit_test(test_spm_user_longest),
         cmocka_unit_test(test_spm_self_test_data),
         cmocka_unit_test(test_spm_trim_decode),
         cmocka_unit_test(test_spm_refusals),

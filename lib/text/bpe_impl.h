@@ -41,6 +41,11 @@ static inline uint32_t bpe_rank(const fsc_bpe *b, const uint8_t *p, size_t len) 
 /* Shared by the loaders (bpe_vocab.c): the table's hash; a file read whole (at most 64 MiB; the message names
  * it); gzip inflated (at most 64 MiB); the pattern compiled into b->re (replacing one there) */
 uint64_t bpe_hash(const uint8_t *p, size_t len);
+/* bpe_hash a byte at a time: h = BPE_FNV_BASIS, then h = bpe_fnv_step(h, byte) for each byte; bpe_hash is
+ * bpe_fnv_final(h) (so the hashes of every prefix of a text cost one pass) */
+#define BPE_FNV_BASIS 1469598103934665603ull
+static inline uint64_t bpe_fnv_step(uint64_t h, uint8_t c) { return (h ^ c) * 1099511628211ull; }
+static inline uint64_t bpe_fnv_final(uint64_t h) { return h ^ h >> 29; }
 fsc_status bpe_read_file(const char *path, uint8_t **buf, size_t *len);
 fsc_status bpe_inflate(const char *name, const uint8_t *buf, size_t len, uint8_t **text, size_t *tlen);
 fsc_status bpe_compile_pattern(fsc_bpe *b, int pattern);

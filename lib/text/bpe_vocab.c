@@ -67,9 +67,9 @@ static const char PATTERN_LLAMA3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n" CLA
 #undef CLASS_LN
 
 uint64_t bpe_hash(const uint8_t *p, size_t len) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h ^ h >> 29;
+    uint64_t h = BPE_FNV_BASIS; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = bpe_fnv_step(h, p[i]);
+    return bpe_fnv_final(h);
 }
 
 uint32_t bpe_id(const fsc_bpe *b, const uint8_t *p, size_t len) {

@@ -149,7 +149,8 @@ static int encode_into(const fsc_bpe *b, const config *c, const uint8_t *text, s
             free(ids), free(u16);
             ids = malloc(cap * sizeof *ids), u16 = malloc(cap * sizeof *u16);
             if (!ids || !u16)
-                return free(ids), free(u16), fprintf(stderr, "%s: out of memory for %zu bytes of text\n", prog, cap), 1;
+                return free(ids), free(u16), fprintf(stderr, "%s: out of memory for the ids of %zu bytes of text (%zu "
+                                                      "ids at most)\n", prog, end - at, cap), 1;
         }
         /* after the first piece (or the cut of --val) the text continues: no sentencepiece dummy prefix */
         fsc_status s = more || at > 0 ? fsc_bpe_encode_more(b, text + at, end - at, ids, &n)

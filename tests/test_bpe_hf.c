@@ -406,6 +406,22 @@ static void test_hf_refusals(void **state) {
         assert_err(load_tj(tj(", \"ignore_merges\": 1", "", NULL)), FSC_ERR_FORMAT, "ignore_merges is not true or false");
     }
     assert_err(load_tj("{\"model\": "), FSC_ERR_FORMAT, "tokenizer.json: not valid JSON (line 1");
+    /* a NUL in a token: cJSON would cut the string there (an added token "ab\0cd" decoded as "ab") */
+    w = tj("", "", NULL);
+    assert_err(load_tj(subst(w, "<|endoftext|>", "ab\\u0000cd")), FSC_ERR_FORMAT, "a string holds \\u0000 (line 1");
+    w = tj("", "", NULL);
+    assert_err(load_tj(subst(w, "\"ab\": 256", "\"ab\\u0000\": 256")), FSC_ERR_FORMAT, "a string holds \\u0000");
+    w = tj("", "", NULL); /* an escaped backslash then u0000 is text: an added token of those 6 characters */
+    {
+        fsc_bpe *b;
+        const char *t = subst(w, "<|endoftext|>", "\\\\u0000");
+        assert_ok(fsc_bpe_load_tokenizer_json_memory(&b, t, strlen(t)));
+        size_t tl;
+        const uint8_t *tok = fsc_bpe_token(b, 257, &tl);
+        assert_int_equal(tl, 6);
+        assert_memory_equal(tok, "\\u0000", 6);
+        fsc_bpe_free(b);
+    }
     assert_err(load_tj("[1, 2]"), FSC_ERR_FORMAT, "no \"model\" object");
     assert_err(load_tj(tj(", \"dropout\": 0.1", "", NULL)), FSC_ERR_FORMAT, "model.dropout is set");
     assert_err(load_tj(tj(", \"continuing_subword_prefix\": \"##\"", "", NULL)), FSC_ERR_FORMAT,

@@ -294,12 +294,32 @@ static fsc_status read_vocab(hf_vocab *v, const cJSON *vocab, const cJSON *added
     return s;
 }
 
+/* Where the JSON text holds the escape \u0000 (a backslash that is not itself escaped, then u0000), or len */
+static size_t nul_escape(const uint8_t *buf, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i] != '\\') continue;
+        size_t k = i;
+        while (k < len && buf[k] == '\\') k++;
+        if ((k - i) % 2 == 1 && len - k >= 5 && !memcmp(buf + k, "u0000", 5)) return k - 1;
+        i = k - 1;
+    }
+    return len;
+}
+
 static fsc_status parse_json(const char *name, const uint8_t *buf, size_t len, cJSON **root) {
     const char *end = NULL;
     *root = NULL;
     if (len > BPE_MAX_FILE)
         return fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes: more than a tokenizer's %zu MiB", name, len,
                          BPE_MAX_FILE >> 20);
+    /* cJSON ends a string at a NUL byte: a token holding \u0000 would be read cut short, silently another token */
+    size_t nul = nul_escape(buf, len);
+    if (nul < len) {
+        size_t line = 1;
+        for (size_t i = 0; i < nul; i++) line += buf[i] == '\n';
+        return fsc_error(FSC_ERR_FORMAT, "%s: a string holds \\u0000 (line %zu, byte %zu): fsc reads no NUL byte in "
+                         "a token", name, line, nul);
+    }
     pthread_mutex_lock(&fsc_json_lock);
     *root = cJSON_ParseWithLengthOpts((const char *)buf, len, &end, 0);
     pthread_mutex_unlock(&fsc_json_lock);

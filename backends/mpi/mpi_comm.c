@@ -26,7 +26,9 @@
  * is skipped so the process can exit (mpirun then ends the job's other processes). A process that is killed
  * is noticed by mpirun itself, which terminates the job. MPI_Comm_split has no timeout: split first
  * exchanges (color, key) point to point with one, so a dead rank fails there, not inside MPI. A rank that gives up
- * on a communicator (revoke) sends the others a notice that their waits poll for, so they fail at once.
+ * on a communicator (revoke) sends the others a notice that their waits poll for, so they fail at once; they poll
+ * only on communicators that have carried sends or receives (the library revokes only the pipeline's links), so a
+ * collective on another communicator whose rank gave up waits for its timeout.
  * Not here: which launcher started the job (launch.c), staging from device memory (cpu buffers only). */
 #include <math.h>
 #include <mpi.h>
@@ -114,6 +116,8 @@ typedef struct {
     atomic_int revoked;          /* a rank of this communicator gave up on it: every call fails at once, naming it;
                                   * set (release) after revoke_why is written, under the plug-in lock */
     char revoke_why[REVOKE_CAP]; /* "world rank R gave up on the group: why" */
+    int p2p;                     /* a send or receive ran on it: only then does gave_up look for another rank's
+                                  * notice (the library gives up only on point-to-point streams: pipeline links) */
 } mp_ctx;
 
 /* ---- f32 <-> bf16/f16, exactly as lib/core/dtype.c (the plug-in cannot call into the core) ---- */
@@ -418,6 +422,7 @@ static fsc_status revoked(mp_ctx *m, const char *what) {
  * TAG_REVOKE, has come: taken, and the communicator marked revoked). */
 static int gave_up(mp_ctx *m) {
     if (atomic_load_explicit(&m->revoked, memory_order_acquire)) return 1;
+    if (!m->p2p) return 0; /* no probe on a collective-only communicator's calls: the world's, the data groups' */
     int flag = 0, len = 0;
     MPI_Status st;
     if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_REVOKE, m->comm, &flag, &st) != MPI_SUCCESS || !flag) return 0;
@@ -722,6 +727,7 @@ static fsc_status mp_send(void *ctx, const void *buf, size_t count, fsc_dtype dt
     mp_ctx *m = ctx;
     char what[64];
     snprintf(what, sizeof what, "send to rank %d", peer);
+    m->p2p = 1;
     FSC_TRY(enter(m, what));
     const size_t bytes = count * dt_size(dt);
     if (peer == m->rank) return mp_err(FSC_ERR_INVALID, "%s: a rank cannot send to itself on the MPI communicator",
@@ -759,6 +765,7 @@ static fsc_status mp_recv(void *ctx, void *buf, size_t count, fsc_dtype dt, int 
     mp_ctx *m = ctx;
     char what[64];
     snprintf(what, sizeof what, "recv from rank %d", peer);
+    m->p2p = 1;
     FSC_TRY(enter(m, what));
     if (peer == m->rank) return mp_err(FSC_ERR_INVALID, "%s: a rank cannot receive from itself on the MPI "
                                        "communicator", what);

@@ -454,8 +454,10 @@ static void test_config_text_names_utf8(void **state) {
  * the text was cut and the save refused it as not JSON; now it is recorded whole. */
 static fsc_layer_ops spaced_ops;
 static int long_layer_text; /* spaced_config: {"note":"xx...x"} of 3000 bytes instead */
+static size_t spaced_most_cap; /* the largest buffer spaced_config was given (one rank: no race) */
 static void spaced_config(const fsc_layer *l, char *buf, size_t cap) {
     (void)l;
+    if (cap > spaced_most_cap) spaced_most_cap = cap;
     if (!long_layer_text) {
         snprintf(buf, cap, "{ \"n\": 4, \"eps\": 1.5e-5, \"tab\": \"\\u0009\" }");
         return;
@@ -512,7 +514,10 @@ static fsc_status spaced_ckpt_rank(fsc_rank *r, void *arg) {
         if (s == FSC_OK) s = k != 1 ? fsc_engine_step_model(e, x, y, 2, 2, &info)
                                     : fsc_engine_step_model(e, tok, tgt, 2, 2, &info);
         if (s == FSC_OK) s = fsc_engine_full_params(e, a);
+        spaced_most_cap = 0;
         if (s == FSC_OK) s = fsc_ckpt_save(e, saved, 1, NULL);
+        if (s == FSC_OK && k == 0 && spaced_most_cap > 4096) /* a short layer text: no 64 KiB buffer for it */
+            s = fsc_error(FSC_ERR_INTERNAL, "a layer's short text was asked with %zu bytes", spaced_most_cap);
         if (s == FSC_OK && k == 2) { /* the layer's whole text in the checkpoint's record */
             fsc_ckpt_meta *meta = NULL;
             s = fsc_ckpt_meta_read(ck, &meta);

@@ -168,11 +168,10 @@ void fsc_model_free(fsc_model *m) {
     if (m && m->ops && m->ops->destroy) m->ops->destroy(m);
 }
 
-fsc_status fsc_config_text(void (*config)(void *ctx, char *buf, size_t cap), void *ctx, const char *what, char **out) {
+fsc_status fsc_config_text_from(void (*config)(void *ctx, char *buf, size_t cap), void *ctx, const char *what,
+                                size_t first, char **out) {
     *out = NULL;
-    /* 64 KiB first, as every caller gave before: a program's model that answers a text too long for its buffer
-     * with a shorter one (the contract once allowed "{}") still has its texts up to 64 KiB recorded whole */
-    for (size_t cap = (size_t)1 << 16;; cap *= 2) {
+    for (size_t cap = first < 64 ? 64 : first;; cap *= 2) {
         char *buf = malloc(cap);
         if (!buf) return fsc_error(FSC_ERR_NOMEM, "%s: out of host memory for the model's configuration text", what);
         snprintf(buf, cap, "{}");

@@ -98,7 +98,8 @@ static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
         char *lc = NULL, prefix[FSC_JSON_STR_CAP(sizeof s->prefix[l])], what[64];
         char kind[FSC_JSON_STR_CAP(sizeof s->layers[l]->kind)];
         snprintf(what, sizeof what, "sequential model: layer %d", l);
-        const fsc_status got = fsc_config_text(s->layers[l]->ops->config ? layer_text : NULL, s->layers[l], what, &lc);
+        const fsc_status got = fsc_config_text_from(s->layers[l]->ops->config ? layer_text : NULL, s->layers[l], what,
+                                                    1024, &lc); /* a layer's text is short: no 64 KiB per layer */
         if (got != FSC_OK || fsc_json_str_buf(prefix, sizeof prefix, s->prefix[l]) >= sizeof prefix ||
             fsc_json_str_buf(kind, sizeof kind, s->layers[l]->kind) >= sizeof kind) {
             free(lc);

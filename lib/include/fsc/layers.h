@@ -88,7 +88,7 @@ typedef struct {
                            const void *in);
     /* Optional: the layer's settings as a JSON object (recorded in checkpoints); NULL: "{}". Writes at most cap bytes
      * with the NUL; a longer text is cut to cap - 1 bytes, as snprintf cuts it: the library then asks again with a
-     * larger buffer (from 64 KiB), and records the whole text up to 16 MiB (a longer one is refused, not cut). */
+     * larger buffer (from 1 KiB), and records the whole text up to 16 MiB (a longer one is refused, not cut). */
     void (*config)(const struct fsc_layer *l, char *buf, size_t cap);
     /* Optional: free what the layer owns beyond the struct (the struct itself is freed with free()). */
     void (*destroy)(struct fsc_layer *l);

@@ -275,11 +275,11 @@ static void test_trainer_zbv_trace(void **st) {
             fail_msg("out of memory");
         if (system(cmd) != 0) fail_msg("tools/pipe_timeline 'run=1' zbv3.svg %s: not exit 2", bad_step[i]);
     }
-    /* tools/pipe_replay (beside it) replays it: 2 ranks, 2 chunks in a V; a step the traces lack, a trace of more
-     * chunks than V, a V of 0 or a placement it does not know are refused (they printed a replay of nothing, 0.0 ms
-     * and bubble -nan, or of stages the run did not have) */
-    static const char *const replay[][2] = { { "2 2 v", "0" }, { "2 2 v 3", "1" }, { "2 1 loop", "1" },
-                                             { "2 0 v", "2" }, { "2 2 w", "2" } };
+    /* tools/pipe_replay (beside it) replays it: 2 ranks, 2 chunks in a V; a step the traces lack, a V or placement
+     * other than the traces' labels say, a V of 0 or a placement it does not know are refused (they printed a replay
+     * of nothing, 0.0 ms and bubble -nan, or of stages the run did not have) */
+    static const char *const replay[][2] = { { "2 2 v", "0" }, { "2 2 v 3", "1" }, { "2 1 loop", "2" },
+                                             { "2 2 loop", "2" }, { "2 0 v", "2" }, { "2 2 w", "2" } };
     const int at = (int)(strrchr(tool, '/') - tool + 1);
     for (size_t i = 0; i < sizeof replay / sizeof *replay; i++) {
         free(cmd);
@@ -407,6 +407,12 @@ static void test_trainer_trace_layout(void **st) {
     assert_int_equal(sh_in_tmp("'%s/pipe_replay' lay_pp_dp 4 1 2> ppdp4.txt", tools), 2);
     assert_int_equal(count_lines_in("ppdp4.txt", "P is 4 but the trace's pipeline has 2 stages"), 1);
     assert_int_equal(sh_in_tmp("'%s/pipe_replay' --data 2 lay_pp_dp 2 1 2>/dev/null", tools), 2);
+    /* the labels say each rank's chunks and their placement: a V or placement other than theirs is refused */
+    assert_int_equal(count_lines_in("lay_pp_dp/rank-2.json", "\"chunks\":1,\"placement\":\"loop\""), 1);
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' lay_pp_dp 2 2 2> ppdpv.txt", tools), 2);
+    assert_int_equal(count_lines_in("ppdpv.txt", "V is 2 but the trace's ranks hold 1 chunks each"), 1);
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' lay_pp_dp 2 1 v 2> ppdpv.txt", tools), 2);
+    assert_int_equal(count_lines_in("ppdpv.txt", "the placement is v but the trace's chunks sit in a loop"), 1);
     assert_int_equal(sh_in_tmp("'%s/pipe_timeline' lay_pp_dp ppdp.svg", tools), 0);
     assert_int_equal(count_lines_in("ppdp.svg", "<title>"), 2 * 2 * 4); /* 2 stages x F, B x 4 micro-batches */
     assert_int_equal(count_lines_in("ppdp.svg", ">rank 2<"), 1);

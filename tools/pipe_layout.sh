@@ -5,6 +5,8 @@
 #   $pipe_pp     the trace's pipeline stages (empty: the traces have no labels)
 #   $pipe_ranks  the rank of each stage, stage 0 first ("0 2": stage 0 on rank 0, stage 1 on rank 2; empty: none)
 #   $pipe_desc   one line for the reader: "pp 2 x dp 2 x tp 1: data rank 0's pipeline, stages 0 1 on ranks 0 2"
+#   $pipe_v      chunks per rank (empty: labels written before they said it)
+#   $pipe_place  the chunks' placement, loop or v (empty likewise)
 # A trace whose layout says pp 1 (DDP, FSDP, ZeRO: their accumulation actions are spans of the same kind) is
 # refused with exit 2 (NAME: not a pipeline trace: ...), as is a DATA the layout lacks; layouts that disagree, or a
 # stage of that pipeline without a trace, exit 1. Traces without labels (runs before they were written) give
@@ -16,9 +18,14 @@ pipe_layout() {
       if (match($0, "\"" key "\":-?[0-9.eE+-]+")) { m = substr($0, RSTART, RLENGTH); sub(/^[^:]*:/, "", m); return m + 0 }
       return ""
     }
+    function str(key,   m) {
+      if (match($0, "\"" key "\":\"[a-z]*\"")) { m = substr($0, RSTART, RLENGTH); sub(/^[^:]*:"/, "", m); sub(/"$/, "", m); return m }
+      return ""
+    }
     /"name":"process_labels"/ && /"ph":"M"/ {
       p = num("pid"); pp[p] = num("pp"); st[p] = num("stage"); dp[p] = num("dp"); da[p] = num("data")
-      tp[p] = num("tp"); te[p] = num("tensor"); n++ # a rank attached twice: its last event holds
+      tp[p] = num("tp"); te[p] = num("tensor"); ch[p] = num("chunks"); pl[p] = str("placement")
+      n++ # a rank attached twice: its last event holds
     }
     END {
       if (!n) {
@@ -28,8 +35,8 @@ pipe_layout() {
       q = ""
       for (p in pp) {
         if (q == "") { q = p; continue }
-        if (pp[p] != pp[q] || dp[p] != dp[q] || tp[p] != tp[q]) {
-          printf "%s: the ranks disagree on the layout: rank %d says pp %d x dp %d x tp %d, rank %d pp %d x dp %d x tp %d (traces of two runs in one directory?)\n", tool, q, pp[q], dp[q], tp[q], p, pp[p], dp[p], tp[p] > "/dev/stderr"
+        if (pp[p] != pp[q] || dp[p] != dp[q] || tp[p] != tp[q] || ch[p] != ch[q] || pl[p] != pl[q]) {
+          printf "%s: the ranks disagree on the layout: rank %d says pp %d x dp %d x tp %d (chunks %s %s), rank %d pp %d x dp %d x tp %d (chunks %s %s) (traces of two runs in one directory?)\n", tool, q, pp[q], dp[q], tp[q], ch[q], pl[q], p, pp[p], dp[p], tp[p], ch[p], pl[p] > "/dev/stderr"
           exit 1
         }
       }
@@ -44,9 +51,11 @@ pipe_layout() {
         if (!(g in of)) { printf "%s: no trace of pipeline stage %d (data rank %d, tensor rank 0) in the directory (pp %d x dp %d x tp %d)\n", tool, g, want, P, D, T > "/dev/stderr"; exit 1 }
       r = ""; s = ""
       for (g = 0; g < P; g++) { r = r (g ? " " : "") of[g]; s = s (g ? " " : "") g }
-      printf "%d\n%s\npp %d x dp %d x tp %d: data rank %d'"'"'s pipeline (tensor rank 0), stages %s on ranks %s\n", P, r, P, D, T, want, s, r
+      printf "%d\n%s\npp %d x dp %d x tp %d: data rank %d'"'"'s pipeline (tensor rank 0), stages %s on ranks %s\n%s\n%s\n", P, r, P, D, T, want, s, r, ch[q], pl[q]
     }') || exit $?
   pipe_pp=$(printf '%s\n' "$pipe_lay" | sed -n 1p)
   pipe_ranks=$(printf '%s\n' "$pipe_lay" | sed -n 2p)
   pipe_desc=$(printf '%s\n' "$pipe_lay" | sed -n 3p)
+  pipe_v=$(printf '%s\n' "$pipe_lay" | sed -n 4p)
+  pipe_place=$(printf '%s\n' "$pipe_lay" | sed -n 5p)
 }

@@ -109,6 +109,7 @@ static int place_ok(const fsc_trace_place *p) {
 void fsc_trace_set_place(fsc_trace *t, const fsc_trace_place *p) {
     if (!t || !p || !place_ok(p)) return;
     t->place = *p;
+    if (t->place.chunks < 1) t->place.chunks = 1;
     if (!t->out) return;
     put_place(t->out, &t->place, t->rank);
     fflush(t->out); /* once per engine attached, even inside a span: a killed run's file says it too */
@@ -228,8 +229,9 @@ static void put_head(FILE *f, int rank) {
 static void put_place(FILE *f, const fsc_trace_place *p, int rank) {
     fprintf(f, ",\n{\"name\":\"process_labels\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"labels\":"
                "\"pipeline stage %d of %d, data rank %d of %d, tensor rank %d of %d\",\"pp\":%d,\"stage\":%d,\"dp\":%d,"
-               "\"data\":%d,\"tp\":%d,\"tensor\":%d}}",
-            rank, p->stage, p->pp, p->data, p->dp, p->tensor, p->tp, p->pp, p->stage, p->dp, p->data, p->tp, p->tensor);
+               "\"data\":%d,\"tp\":%d,\"tensor\":%d,\"chunks\":%d,\"placement\":\"%s\"}}",
+            rank, p->stage, p->pp, p->data, p->dp, p->tensor, p->tp, p->pp, p->stage, p->dp, p->data, p->tp, p->tensor,
+            p->chunks, p->vshape ? "v" : "loop");
 }
 
 /* One event on a line of its own, after the comma that ends the line before (tools/trace_merge's layout). */

@@ -11,12 +11,14 @@ typedef struct {
     int pp, stage;  /* pipeline stages, this rank's (fsc_layout: pp, pipe) */
     int dp, data;   /* data-parallel ranks, this rank's */
     int tp, tensor; /* tensor-parallel ranks, this rank's */
+    int chunks;     /* a stage's chunks per rank (virtual stages; 1 without them) */
+    int vshape;     /* 1: the chunks sit in a V (zbv: rank r holds chunks r and 2 pp - 1 - r), 0: in a loop */
 } fsc_trace_place;
 
 /* Records p as the trace's "process_labels" event: written at the head of fsc_trace_write's files, and onto the
  * stream at once (one line, as every event) when the recorder streams. A later call replaces it (a stream then
  * holds both events: a reader takes the last). Nothing for t or p NULL, or a place with a size below 1 or a
- * coordinate outside its size. */
+ * coordinate outside its size (chunks 0 is read as 1). */
 void fsc_trace_set_place(fsc_trace *t, const fsc_trace_place *p);
 
 #endif

@@ -283,8 +283,11 @@ void fsc_engine_set_trace(fsc_engine *e, fsc_trace *t) {
     if (!e) return;
     e->trace = t;
     const fsc_layout *l = &e->lay; /* the trace's "process_labels": which rank of which stage this is */
+    const int piped = l->pp > 1; /* a pipeline's chunks per rank and their placement (tools/pipe_replay) */
     fsc_trace_set_place(t, &(fsc_trace_place){ .pp = l->pp, .stage = l->pipe, .dp = l->dp, .data = l->data,
-                                               .tp = l->tp, .tensor = l->tensor });
+                                               .tp = l->tp, .tensor = l->tensor,
+                                               .chunks = piped ? fsc_pipe_chunks(&e->po) : 1,
+                                               .vshape = piped && fsc_pipe_placement_of(&e->po) == FSC_PIPE_V });
     fsc_comm *const named[] = { e->r->comm, e->comm, e->tensor_comm, e->grp.data, e->grp.norm, e->norm_comm,
                                 e->ep_comm, e->ep_data };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) fsc_comm_set_trace(named[i], t);

@@ -423,7 +423,12 @@ static void test_hf_refusals(void **state) {
         fsc_bpe_free(b);
     }
     assert_err(load_tj("[1, 2]"), FSC_ERR_FORMAT, "no \"model\" object");
-    assert_err(load_tj(tj(", \"dropout\": 0.1", "", NULL)), FSC_ERR_FORMAT, "model.dropout is set");
+    /* dropout null (as written above) or 0 is none: read; any other value is refused, naming it */
+    assert_ok(load_tj(tj(", \"dropout\": 0.0", "", NULL)));
+    assert_ok(load_tj(tj(", \"dropout\": 0", "", NULL)));
+    assert_err(load_tj(tj(", \"dropout\": 0.1", "", NULL)), FSC_ERR_FORMAT, "model.dropout is 0.1: fsc's BPE has no");
+    assert_err(load_tj(tj(", \"dropout\": -0.5", "", NULL)), FSC_ERR_FORMAT, "model.dropout is -0.5");
+    assert_err(load_tj(tj(", \"dropout\": \"0.1\"", "", NULL)), FSC_ERR_FORMAT, "model.dropout is not a number");
     assert_err(load_tj(tj(", \"continuing_subword_prefix\": \"##\"", "", NULL)), FSC_ERR_FORMAT,
                "continuing_subword_prefix");
     assert_err(load_tj(tj(", \"byte_fallback\": true", "", NULL)), FSC_ERR_FORMAT, "byte_fallback is true");

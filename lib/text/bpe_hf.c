@@ -447,8 +447,17 @@ static fsc_status load_tokenizer_root(fsc_bpe **out, const char *name, const cJS
         return fsc_error(FSC_ERR_FORMAT, "%s: model.type is %s%.40s%s: fsc reads BPE models", name,
                          cJSON_IsString(type) ? "\"" : "", cJSON_IsString(type) ? type->valuestring : "not a string",
                          cJSON_IsString(type) ? "\"" : "");
-    static const char *const unsupported[] = {"dropout", "continuing_subword_prefix", "end_of_word_suffix"};
-    for (int i = 0; i < 3; i++) {
+    /* Hugging Face writes null for no dropout; 0 means none as well (a probability of dropping a merge) */
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+    if (dropout && !cJSON_IsNull(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0.0)) {
+        if (cJSON_IsNumber(dropout))
+            return fsc_error(FSC_ERR_FORMAT, "%s: model.dropout is %g: fsc's BPE has no dropout (null or 0 for none)",
+                             name, dropout->valuedouble);
+        return fsc_error(FSC_ERR_FORMAT, "%s: model.dropout is not a number: fsc's BPE has no dropout (null or 0 for "
+                         "none)", name);
+    }
+    static const char *const unsupported[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int i = 0; i < 2; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(model, unsupported[i]);
         if (x && !cJSON_IsNull(x) && !(cJSON_IsString(x) && !x->valuestring[0]))
             return fsc_error(FSC_ERR_FORMAT, "%s: model.%s is set: fsc's BPE has none", name, unsupported[i]);

@@ -263,6 +263,15 @@ static void test_bpe_load_refusals(void **state) {
         assert_int_equal(tl, 2);
         assert_memory_equal(t, "ab", 2);
         fsc_bpe_free(b);
+        /* a UTF-8 byte order mark first (an editor's) is skipped: the same tokens */
+        char bom[16384 + 3] = "\xef\xbb\xbf";
+        memcpy(bom + 3, crlf, at);
+        assert_ok(fsc_bpe_load_memory(&b, bom, at + 3));
+        assert_int_equal(fsc_bpe_vocab(b), 257 + 1);
+        t = fsc_bpe_token(b, 0, &tl);
+        assert_int_equal(tl, 1);
+        assert_int_equal(t[0], 0);
+        fsc_bpe_free(b);
     }
     assert_err(load_text(byte_vocab("YWI= 257\n")), FSC_ERR_FORMAT, "line 257: rank 257");
     assert_err(load_text(byte_vocab("YWI= 3\n")), FSC_ERR_FORMAT, "line 257: rank 3 a second time");

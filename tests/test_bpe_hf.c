@@ -142,9 +142,11 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     const char *names[] = {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_arrays.json", "only/vocab.json",
-                           "only/merges.txt", "tokenizer_llama3.json"};
+                           "only/merges.txt", "tokenizer_llama3.json", "bom/tokenizer.json", "bom/vocab.json",
+                           "bom/merges.txt"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) remove(path_of(names[i]));
     rmdir(path_of("only"));
+    rmdir(path_of("bom"));
     rmdir(dir);
     fsc_bpe_free(gpt2);
     return 0;
@@ -280,6 +282,44 @@ static void test_hf_load_file(void **state) {
     remove(path_of("only/merges.txt"));
     assert_err(fsc_bpe_load_file(&b, path_of("only")), FSC_ERR_IO,
                "neither tokenizer.json nor vocab.json and merges.txt");
+}
+
+/* dst: src's bytes after a UTF-8 byte order mark (EF BB BF), as an editor may save a file */
+static void write_with_bom(const char *src, const char *dst) {
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    assert_true(in && out);
+    fputs("\xef\xbb\xbf", out);
+    char buf[65536];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, in)) > 0;) assert_int_equal(fwrite(buf, 1, n, out), n);
+    assert_int_equal(fclose(in) | fclose(out), 0);
+}
+
+/* Each Hugging Face file with a byte order mark first reads as without: fsc_bpe_load_file tells the formats
+ * apart after it (a tokenizer.json is not taken for a tiktoken file), and the readers skip it */
+static void test_hf_bom(void **state) {
+    assert_int_equal(mkdir(path_of("bom"), 0700), 0);
+    write_with_bom(path_of("tokenizer.json"), path_of("bom/tokenizer.json"));
+    write_with_bom(path_of("vocab.json"), path_of("bom/vocab.json"));
+    write_with_bom(path_of("merges.txt"), path_of("bom/merges.txt"));
+    const char *specs[] = {path_of("bom/tokenizer.json"), path_of("bom/vocab.json"), path_of("bom/merges.txt")};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        fsc_bpe *b = NULL;
+        if (fsc_bpe_load_file(&b, specs[i]) != FSC_OK) fail_msg("%s: %s", specs[i], fsc_last_error());
+        assert_gpt2(b, specs[i]);
+        fsc_bpe_free(b);
+    }
+    fsc_bpe *b = NULL;
+    assert_ok(fsc_bpe_load_tokenizer_json(&b, path_of("bom/tokenizer.json")));
+    assert_gpt2(b, "tokenizer.json after a BOM");
+    fsc_bpe_free(b);
+    assert_ok(fsc_bpe_load_hf(&b, path_of("bom/vocab.json"), path_of("bom/merges.txt")));
+    assert_gpt2(b, "vocab.json + merges.txt after a BOM");
+    fsc_bpe_free(b);
+    /* a message's byte counts from the file's start, the mark included: 3 more than without it */
+    assert_err(fsc_bpe_load_tokenizer_json_memory(&b, "{\"model\": ", 10), FSC_ERR_FORMAT,
+               "not valid JSON (line 1, byte 9)");
+    assert_err(fsc_bpe_load_tokenizer_json_memory(&b, "\xef\xbb\xbf{\"model\": ", 13), FSC_ERR_FORMAT,
+               "not valid JSON (line 1, byte 12)");
 }
 
 #define byte_entries bpetest_byte_entries
@@ -529,6 +569,7 @@ int main(void) {
         cmocka_unit_test(test_hf_vocab_merges),
         cmocka_unit_test(test_hf_tokenizer_json),
         cmocka_unit_test(test_hf_load_file),
+        cmocka_unit_test(test_hf_bom),
         cmocka_unit_test(test_hf_merge_order),
         cmocka_unit_test(test_hf_refusals),
         cmocka_unit_test(test_llama3),

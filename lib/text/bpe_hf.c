@@ -312,13 +312,15 @@ static fsc_status parse_json(const char *name, const uint8_t *buf, size_t len, c
     if (len > BPE_MAX_FILE)
         return fsc_error(FSC_ERR_FORMAT, "%s: %zu bytes: more than a tokenizer's %zu MiB", name, len,
                          BPE_MAX_FILE >> 20);
+    size_t bom = bpe_bom(buf, len); /* not JSON, but editors write it (cJSON 1.7.15 skips it too; older ones not) */
+    buf += bom, len -= bom;
     /* cJSON ends a string at a NUL byte: a token holding \u0000 would be read cut short, silently another token */
     size_t nul = nul_escape(buf, len);
     if (nul < len) {
         size_t line = 1;
         for (size_t i = 0; i < nul; i++) line += buf[i] == '\n';
         return fsc_error(FSC_ERR_FORMAT, "%s: a string holds \\u0000 (line %zu, byte %zu): fsc reads no NUL byte in "
-                         "a token", name, line, nul);
+                         "a token", name, line, bom + nul);
     }
     pthread_mutex_lock(&fsc_json_lock);
     *root = cJSON_ParseWithLengthOpts((const char *)buf, len, &end, 0);
@@ -328,7 +330,7 @@ static fsc_status parse_json(const char *name, const uint8_t *buf, size_t len, c
         end && end >= (const char *)buf && end <= (const char *)buf + len ? (size_t)(end - (const char *)buf) : 0;
     size_t line = 1;
     for (size_t i = 0; i < at; i++) line += buf[i] == '\n';
-    return fsc_error(FSC_ERR_FORMAT, "%s: not valid JSON (line %zu, byte %zu)", name, line, at);
+    return fsc_error(FSC_ERR_FORMAT, "%s: not valid JSON (line %zu, byte %zu)", name, line, bom + at);
 }
 
 /* The vocabulary, its added tokens and merges (text: merges.txt's lines; or a JSON array of "a b" or [a, b])
@@ -370,7 +372,7 @@ static fsc_status load_parts(fsc_bpe **out, const char *name, const cJSON *vocab
     } else if (s == FSC_OK) {
         v.name = mname;
         size_t lineno = 0;
-        for (size_t at = 0; s == FSC_OK && at < mlen;) {
+        for (size_t at = bpe_bom(mtext, mlen); s == FSC_OK && at < mlen;) {
             const uint8_t *nl = memchr(mtext + at, '\n', mlen - at);
             size_t ll = nl ? (size_t)(nl - (mtext + at)) : mlen - at;
             lineno++;
@@ -599,7 +601,7 @@ fsc_status fsc_bpe_load_file(fsc_bpe **out, const char *spec) {
         free(buf);
         return s;
     }
-    size_t i = 0;
+    size_t i = bpe_bom(buf, len); /* what the text begins with after a byte order mark and white space */
     while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
     if (i < len && buf[i] == '{') { /* tokenizer.json (a "model" object) or vocab.json */
         cJSON *root = NULL;

@@ -78,5 +78,10 @@ size_t bpe_merge_scan(const fsc_bpe *b, const uint8_t *p, size_t len, int32_t *o
 size_t bpe_merge_heap(const fsc_bpe *b, const uint8_t *p, size_t len, int32_t *out, bpe_scratch *s);
 /* How many bytes at p begin one valid UTF-8 character (1..4), or 0 */
 size_t bpe_utf8_char(const uint8_t *p, size_t len);
+/* 3 when the text starts with a UTF-8 byte order mark (EF BB BF, which editors write first), else 0: the
+ * readers skip it */
+static inline size_t bpe_bom(const uint8_t *p, size_t len) {
+    return len >= 3 && p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf ? 3 : 0;
+}
 
 #endif

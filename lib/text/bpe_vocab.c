@@ -167,6 +167,8 @@ static int parse_line(const char *name, size_t lineno, const uint8_t *p, size_t 
 
 /* The tables from the file's text: count the lines, size everything by them, then fill and check */
 static fsc_status parse_text(const char *name, const uint8_t *t, size_t len, fsc_bpe *b, int pattern) {
+    size_t bom = bpe_bom(t, len); /* (lines count on from it) */
+    t += bom, len -= bom;
     size_t lines = 0; /* not empty */
     for (size_t i = 0; i < len; i++) lines += t[i] != '\n' && (i + 1 == len || t[i + 1] == '\n');
     if (lines > (1u << 22)) return fsc_error(FSC_ERR_FORMAT, "%s: %zu lines: more tokens than 2^22", name, lines);

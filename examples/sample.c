@@ -153,8 +153,10 @@ static int parse_prompt(const sample_config *c, int V, const fsc_bpe *bpe, int32
             char *end;
             errno = 0;
             long v = strtol(s, &end, 10);
-            /* an id, then a comma and another id, or the end ("1,,2", "1,2," and "1 x" are refused) */
-            int ok = end != s && !errno && v >= 0 && v < V && (*end == '\0' || (*end == ',' && end[1] != '\0'));
+            /* an id (digits: strtol would also skip white space and take a sign, reading the text " 1" as id 1),
+             * then a comma and another id, or the end ("1,,2", "1,2,", "1 x", " 1" and "+1" are refused) */
+            int ok = *s >= '0' && *s <= '9' && end != s && !errno && v < V &&
+                     (*end == '\0' || (*end == ',' && end[1] != '\0'));
             if (!ok) {
                 free(t);
                 return snprintf(err, cap, "--prompt '%s': expected comma-separated token ids in [0, %d) (the model's "

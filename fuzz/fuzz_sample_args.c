@@ -5,7 +5,8 @@
  * has --model, a device cpu or cuda and every number inside its option's range (--tokens 0..1e7, --temperature
  * 0..1e6, --top-k 0..1e9, --seed 0..2^53); its prompt (without a tokenizer; --tokens capped at 64 here, the
  * room parse_prompt reserves for them) is refused with a message or gives at least one token, each in [0, V):
- * for a byte model exactly the prompt's bytes, else the comma-separated ids written back as the same text.
+ * for a byte model exactly the prompt's bytes, else the comma-separated ids (digits only) written back as the same
+ * text.
  * Build and run: ci/fuzz.sh SECONDS fuzz/fuzz_sample_args.c (or make fuzz). */
 #include <stdint.h>
 #include <fcntl.h>
@@ -69,7 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if ((size_t)n != strlen(p)) __builtin_trap();
                 for (int i = 0; i < n; i++)
                     if (t[i] != (unsigned char)p[i]) __builtin_trap();
-            } else { /* the ids written back: the prompt, but for leading zeros, signs and spaces strtol takes */
+            } else { /* the ids written back: the prompt, but for leading zeros (no sign, no white space) */
+                if (strspn(p, "0123456789,") != strlen(p)) __builtin_trap();
                 for (int i = 0; i < n; i++) {
                     char *end;
                     long v = strtol(p, &end, 10);

@@ -406,8 +406,9 @@ static void test_refusals(void **st) {
     assert_int_equal(prog_run(sampler, args, tmpdir, &out, &err), 1);
     assert_non_null(strstr(err, "token ids in [0, 32)"));
     free(out), free(err);
-    /* malformed id lists: a letter, an empty id, a trailing comma, a negative or too large id, nothing at all */
-    const char *bad[] = {"1,x", "1,,2", "1,2,", "-1", "99999999999", "7 x"};
+    /* malformed id lists: a letter, an empty id, a trailing comma, a negative or too large id, white space or a sign
+     * (" 1", a space and a digit, is text: it was read as the id 1, the space dropped) */
+    const char *bad[] = {"1,x", "1,,2", "1,2,", "-1", "99999999999", "7 x", " 1", "1, 2", "+1", "1,+2", "\t1"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         snprintf(args, sizeof args, "--model '%s' --model-config '%s' --prompt '%s'", path, SG_GPT_CONFIG, bad[i]);
         prog_refused(sampler, args, tmpdir, 1, "expected comma-separated token ids in [0, 32)");

@@ -221,6 +221,49 @@ static void test_config_json_reproduces(void **state) {
     free(a1), free(a2), free(a3), free(cj), free(old), free(d1), free(d2), free(d3);
 }
 
+/* A run given relative paths (--data as a comma list, --val-data as a glob, --schedule-file, --ckpt-dir, --log)
+ * records them in train_config.json absolute, after the directory it ran in (a leading ./ dropped), and --config
+ * DIR from another directory reruns it: the same losses and validation losses bit for bit (the relative paths as
+ * given could not be opened from there). */
+static void test_config_json_paths(void **state) {
+    (void)state;
+    char here[PATH_MAX], *a = prog_fmt("%s/paths-a", tmpdir), *b = prog_fmt("%s/paths-b", tmpdir);
+    assert_non_null(getcwd(here, sizeof here));
+    assert_int_equal(mkdir(a, 0700) | mkdir(b, 0700), 0);
+    char *text = prog_slurp("examples/data/coriolanus.txt");
+    text[4000] = 0;
+    char *d = prog_fmt("%s/d.txt", a), *v = prog_fmt("%s/v1.txt", a), *s = prog_fmt("%s/hand.txt", a);
+    write_text(d, text);
+    write_text(v, text + 2000);
+    write_text(s, "0F0 0F1 0B0 0B1 0W0 0W1\n1F0 1F1 1B0 1B1 1W0 1W1\n");
+    assert_int_equal(chdir(a), 0);
+    cJSON *j1 = prog_json(trainer, tmpdir, "", TINY " --layers 2 --steps 3 --parallel pipe --pp 2 --chunks 2 "
+                          "--schedule-file ./hand.txt --data d.txt,./v1.txt --val-data 'v*.txt' --val-every 1 "
+                          "--save-every 3 --ckpt-dir ck --log run.jsonl");
+    char *conf = prog_slurp("ck/train_config.json");
+    cJSON *rec = cJSON_Parse(conf);
+    assert_non_null(rec);
+    char *want = prog_fmt("%s/d.txt,%s/v1.txt", a, a);
+    assert_string_equal(get(rec, "data")->valuestring, want);
+    free(want), want = prog_fmt("%s/v*.txt", a);
+    assert_string_equal(get(rec, "val-data")->valuestring, want);
+    free(want), want = prog_fmt("%s/hand.txt", a);
+    assert_string_equal(get(rec, "schedule-file")->valuestring, want);
+    free(want), want = prog_fmt("%s/ck", a);
+    assert_string_equal(get(rec, "ckpt-dir")->valuestring, want);
+    free(want), want = prog_fmt("%s/run.jsonl", a);
+    assert_string_equal(get(rec, "log")->valuestring, want);
+    assert_int_equal(chdir(b), 0);
+    char *args = prog_fmt("--config %s/ck --ckpt-dir ck2 --log run2.jsonl", a);
+    cJSON *j2 = prog_json(trainer, tmpdir, "", args);
+    assert_int_equal(chdir(here), 0);
+    same_losses(j1, j2, "--config DIR from another directory");
+    char *v1 = cJSON_PrintUnformatted(get(j1, "val_loss")), *v2 = cJSON_PrintUnformatted(get(j2, "val_loss"));
+    assert_string_equal(v1, v2);
+    cJSON_Delete(j1), cJSON_Delete(j2), cJSON_Delete(rec);
+    free(v1), free(v2), free(args), free(want), free(conf), free(text), free(d), free(v), free(s), free(a), free(b);
+}
+
 /* --save's directory gets Hugging Face's config.json of the model: GPT2Config's and LlamaConfig's fields as the
  * options set them; --config refuses it, naming its model_type; a config.json there that is not Hugging Face's is
  * left as it was, with a warning. */
@@ -925,6 +968,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_config_json_reproduces),
         cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_config_json_long_data),
+        cmocka_unit_test(test_config_json_paths),
         cmocka_unit_test(test_save_checked_first),
         cmocka_unit_test(test_outputs_are_not_inputs),
         cmocka_unit_test(test_outputs_are_not_one_file),

@@ -84,6 +84,7 @@ fsc_status write_run_config(fsc_rank *r, const run_state *st) {
     fsc_status s = FSC_OK;
     if (r->rank == 0) {
         cJSON *o = config_object(st->asked);
+        if (o) absolute_paths(o); /* a rerun with --config from another directory opens the same files */
         char *text = o ? cJSON_Print(o) : NULL;
         cJSON_Delete(o);
         s = text ? fsc_ckpt_write_file(st->cfg->ckpt_dir, RUN_CONFIG, text, strlen(text))

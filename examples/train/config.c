@@ -1,6 +1,6 @@
 /* --config FILE.json: a JSON object {"option": value, ...} over the defaults (the command line then wins), and
  * the other way, the options as one JSON object (--json's "config", --ckpt-dir/train_config.json, --log's first line),
- * which --config reads back as the same options.
+ * which --config reads back as the same options; in the run's record (train_config.json) its paths made absolute.
  * Not here: the table itself (options.c). */
 #include <errno.h>
 #include <fcntl.h>
@@ -248,4 +248,75 @@ cJSON *config_object(const train_config *c) {
         }
     }
     return o;
+}
+
+/* A growing string for absolute_spec: n bytes in p (NUL-terminated), cap allocated; p NULL once out of memory. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} text_buf;
+
+static void put(text_buf *b, const char *s, size_t n) {
+    if (b->p && b->n + n + 1 > b->cap) {
+        size_t cap = 2 * (b->n + n + 1);
+        char *q = realloc(b->p, cap);
+        if (!q) free(b->p);
+        b->p = q, b->cap = cap;
+    }
+    if (b->p) memcpy(b->p + b->n, s, n), b->n += n, b->p[b->n] = 0;
+}
+
+/* Path option value v made absolute against cwd (malloc'd), or NULL to record it as given (absolute already, out
+ * of memory, or a comma in cwd that would cut a list of files elsewhere). With list (--data, --val-data) each
+ * item of a comma list on its own, as fsc_data_open reads them (a file named a,b.bin is itself), and a glob's
+ * characters in cwd escaped so that the pattern matches the same files. A leading "./" is dropped. */
+static char *absolute_spec(const char *v, const char *cwd, int list) {
+    struct stat sb;
+    const int whole = !list || !strchr(v, ',') || stat(v, &sb) == 0;
+    if (whole && v[0] == '/') return NULL;
+    if (list && strchr(cwd, ',') && !(whole && stat(v, &sb) == 0)) return NULL;
+    text_buf b = { malloc(64), 0, 64 };
+    if (b.p) b.p[0] = 0;
+    for (const char *item = v, *next; item; item = next) {
+        next = whole ? NULL : strchr(item, ',');
+        size_t n = next ? (size_t)(next - item) : strlen(item);
+        if (next) next++;
+        if (item != v) put(&b, ",", 1);
+        if (n == 0 || item[0] == '/') {
+            put(&b, item, n);
+            continue;
+        }
+        char *one = strndup(item, n);
+        int pattern = list && one && strpbrk(one, "*?[") && stat(one, &sb) != 0; /* as fsc_data_open's add_item */
+        free(one);
+        for (const char *c = cwd; *c; c++) {
+            if (pattern && strchr("*?[\\", *c)) put(&b, "\\", 1);
+            put(&b, c, 1);
+        }
+        while (n >= 2 && item[0] == '.' && item[1] == '/') { /* ./x, .//x: x */
+            item += 2, n -= 2;
+            while (n > 0 && item[0] == '/') item++, n--;
+        }
+        if (n > 0 && !(b.p && b.n > 0 && b.p[b.n - 1] == '/')) put(&b, "/", 1); /* (cwd "/") */
+        put(&b, item, n);
+    }
+    return b.p;
+}
+
+/* Relative paths in a run's record named files from the directory the run started in: a --config DIR rerun from
+ * elsewhere could not open them. A default (--data's corpus) stays as it is: the run finds it from any directory. */
+void absolute_paths(cJSON *o) {
+    char *cwd = getcwd(NULL, 0); /* none (removed, too long): the paths stay as given */
+    for (int k = 0; cwd && k < NOPT; k++) {
+        const option *op = &options[k];
+        const char *arg = op->arg ? op->arg : "";
+        if (op->kind != K_STR || (strcmp(arg, "PATH") && strcmp(arg, "FILE") && strcmp(arg, "DIR"))) continue;
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, op->name);
+        if (!cJSON_IsString(it) || (op->def && !strcmp(it->valuestring, op->def))) continue;
+        char *abs = absolute_spec(it->valuestring, cwd, !strcmp(op->name, "data") || !strcmp(op->name, "val-data"));
+        cJSON *to = abs ? cJSON_CreateString(abs) : NULL;
+        if (to && !cJSON_ReplaceItemInObjectCaseSensitive(o, op->name, to)) cJSON_Delete(to);
+        free(abs);
+    }
+    free(cwd);
 }

@@ -201,6 +201,9 @@ int apply_config_text(train_config *c, int *given, const char *text, size_t len,
 int apply_config_file(train_config *c, int *given, const char *path, char *err, size_t cap);
 int read_text_file(const char *path, const char *name, size_t max, char **text, size_t *n, char *err, size_t cap);
 cJSON *config_object(const train_config *c);
+/* In o (config_object's), each path option's value made absolute against the working directory, but a default's:
+ * what --ckpt-dir/train_config.json records, so that --config reruns the run from any directory */
+void absolute_paths(cJSON *o);
 /* x as the shortest decimal (%.6g to %.9g) that reads back as the same float (1e-05, not 9.99999975e-06) */
 void float_text(float x, char *buf, size_t cap);
 

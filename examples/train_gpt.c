@@ -122,6 +122,7 @@ static int build(trainer *t) {
     }
     if (t->me != 0) freopen("/dev/null", "w", stdout); /* only rank 0 prints (errors still go to stderr) */
     print_banner(&t->st, t->data);
+    if (t->me == 0) note_unused_options(c, t->given);
     t->co = (fsc_cluster_opts){.world = c->world, .device = option_choice("device", c->device, t->dev, sizeof t->dev),
                                /* --reduce exact: one BLAS thread a rank by default, at every --world (a world
                                 * of 1 would take the library's count, other bits: docs/determinism.md) */

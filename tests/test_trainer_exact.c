@@ -4,7 +4,8 @@
  * grad_op, hybrid), zero1 and zero2 (none at N 1); --unit 2 at (1,12), (2,3), (3,1) agrees likewise; so does FSDP
  * with offload all; so do MoE models, with expert parallelism too; so do checkpoints resumed at another world
  * size or under another pipeline schedule; what exact mode does not run with is refused naming the option; --world 1
- * (one BLAS thread unless --threads) equals --world 2 with products big enough for OpenBLAS to split. */
+ * (one BLAS thread unless --threads) equals --world 2 with products big enough for OpenBLAS to split; an --accum that
+ * --unit overrides is said in a note, not refused. */
 #include "trainertest.h"
 
 static char trainer[PATH_MAX], tmpdir[64];
@@ -381,6 +382,37 @@ static void test_refusals(void **state) {
     free(a);
 }
 
+/* --accum with --unit and no pipeline sets nothing (the units are the micro-batches) and is not refused: a note on
+ * stderr says what sets them, only where --accum would have run other micro-batches; the run trains (exit 0). */
+static void test_unused_accum_noted(void **state) {
+    (void)state;
+    static const struct {
+        const char *opts;
+        int noted;
+    } cases[] = {
+        { "--world 1 --accum 12 --unit 2", 1 },                /* 6 units of 2, not 12 micro-batches */
+        { "--world 1 --chunks 4 --unit 2", 1 },                /* --chunks, --accum's other name */
+        { "--world 2 --parallel ddp --accum 3 --unit 2", 0 },  /* 6 a rank: 3 units of 2, as --accum says */
+        { "--world 1 --unit 2", 0 },                           /* no --accum given */
+        { "--world 1 --accum 12", 0 },                         /* no --unit: --accum sets the micro-batches */
+        { "--world 2 --pp 2 --parallel pipe --accum 12 --unit 1", 0 }, /* a pipeline's micro-batches are --accum's */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *a = prog_fmt(MODEL " --steps 1 --data '%s/data.txt' --reduce exact %s", tmpdir, cases[i].opts);
+        char *out = NULL, *err = NULL;
+        int rc = prog_run(trainer, a, tmpdir, &out, &err);
+        if (rc != 0) fail_msg("%s: exit %d\n%s%s", a, rc, out, err);
+        const char *note = strstr(err, "fsc-train: note: ");
+        if (cases[i].noted && !note) fail_msg("%s: no note on stderr:\n%s", cases[i].opts, err);
+        if (!cases[i].noted && note) fail_msg("%s: a note where --accum is used: %s", cases[i].opts, note);
+        if (i == 0 && !strstr(err, "note: --accum 12 has no effect: --unit 2 sets the micro-batches (each rank runs its "
+                                   "12 sequences as 6 units of 2"))
+            fail_msg("%s: stderr: %s", cases[i].opts, err);
+        if (i == 1 && !strstr(err, "note: --chunks 4 has no effect: --unit 2")) fail_msg("stderr: %s", err);
+        free(a), free(out), free(err);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_trainer_exact", "train_gpt", trainer, sizeof trainer, tmpdir, sizeof tmpdir)) return 1;
@@ -400,6 +432,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_resume_under_another_schedule),
         cmocka_unit_test(test_tensor_parallel),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_unused_accum_noted),
         cmocka_unit_test(test_world_one_threads),
     };
     if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */

@@ -287,6 +287,19 @@ void print_banner(const run_state *st, const fsc_data *data) {
     fflush(stdout);
 }
 
+/* --accum (or --chunks) with --reduce exact's --unit and no pipeline: the units are the micro-batches, local batch / U
+ * of them on each rank, whatever --accum says (the bits depend on the unit alone: docs/determinism.md). Not refused,
+ * since runs that differ in --accum keep their bits by a fixed --unit (--world 1 --accum 12 --unit 2 against --world 2
+ * --accum 3 --unit 2); said when --accum would have run other micro-batches. */
+void note_unused_options(const train_config *c, const int *given) {
+    const int local = c->batch / c->dp;
+    if (c->unit > 0 && c->pp == 1 && (given[option_index("accum")] || given[option_index("chunks")]) &&
+        c->accum != local / c->unit)
+        fprintf(stderr, "fsc-train: note: %s %d has no effect: --unit %d sets the micro-batches (each rank runs its %d "
+                "sequences as %d units of %d; docs/determinism.md)\n", c->chunks ? "--chunks" : "--accum", c->accum,
+                c->unit, local, local / c->unit, c->unit);
+}
+
 /* --trace: rank r's file, DIR/rank-N.json. */
 void trace_path(const fsc_rank *r, const train_config *c, char *buf, size_t cap) {
     snprintf(buf, cap, "%s/rank-%d.json", c->trace, r->rank);

@@ -296,6 +296,8 @@ fsc_status share_per_rank(fsc_rank *r, run_state *st, fsc_status s);
 int open_outputs(const train_config *c, const train_config *asked, int me, const fsc_data *data, const fsc_data *val,
                  FILE **log, char *err, size_t cap);
 void print_banner(const run_state *st, const fsc_data *data);
+/* An option given that sets nothing in this run (not refused: a combination the docs use), said on stderr */
+void note_unused_options(const train_config *c, const int *given);
 typedef struct {         /* rank 0's measures for the progress line and --log */
     double tokens;       /* of a step of the global batch */
     double flops;        /* of a step of the global batch (fsc_model_flops) */

@@ -19,6 +19,7 @@ typedef struct {
     int twice;                    /* lock again while holding it, then after unlocking */
     fsc_status got[WORLD];        /* the (first or second) lock's verdict per rank */
     char msg[WORLD][600];
+    char report[WORLD][700];      /* the refusal as the trainer and the cluster report it (--ckpt-dir, the rank) */
     fsc_status relock;            /* twice: the lock after the unlock, rank 0 */
 } lock_job;
 
@@ -32,6 +33,11 @@ static fsc_status lock_fn(fsc_rank *r, void *arg) {
     if (s == FSC_OK && j->twice) s = fsc_ckpt_lock(e, j->dir, &b);
     j->got[r->rank] = s;
     snprintf(j->msg[r->rank], sizeof j->msg[0], "%s", s == FSC_OK ? "" : fsc_last_error());
+    if (s != FSC_OK) {
+        fsc_error_prefix(s, "--ckpt-dir");
+        fsc_error_rank(s, "rank %d", r->rank);
+    }
+    snprintf(j->report[r->rank], sizeof j->report[0], "%s", s == FSC_OK ? "" : fsc_last_error());
     if (j->twice && a) {
         fsc_ckpt_unlock(a);
         a = NULL;
@@ -49,13 +55,16 @@ static void run_lock(lock_job *j) {
     assert_ok(fsc_cluster_run(&co, lock_fn, j));
 }
 
-/* Every rank refused with FSC_ERR_STATE, the message naming pid `holder`. */
+/* Every rank refused with FSC_ERR_STATE, the message naming pid `holder`; reported by any rank with the trainer's
+ * prefix, the failing rank is named once, first (it was "rank 1: --ckpt-dir: rank 0: ..."). */
 static void assert_refused(const lock_job *j, long holder) {
     char pid[64];
     snprintf(pid, sizeof pid, "held by pid %ld on host", holder);
     for (int r = 0; r < WORLD; r++) {
         if (j->got[r] != FSC_ERR_STATE || !strstr(j->msg[r], "is in use by another run") || !strstr(j->msg[r], pid))
             fail_msg("rank %d: status %d, message \"%s\" (expected \"%s\")", r, j->got[r], j->msg[r], pid);
+        if (strncmp(j->report[r], "rank 0: --ckpt-dir: ", 20) != 0 || strstr(j->report[r] + 20, "rank "))
+            fail_msg("rank %d reports \"%s\"", r, j->report[r]);
     }
 }
 

@@ -282,6 +282,9 @@ static void test_trainer_one_writer(void **st) {
     snprintf(pid, sizeof pid, "held by pid %ld on host", (long)a);
     if (!strstr(err, "--ckpt-dir") || !strstr(err, "is in use by another run") || !strstr(err, pid))
         fail_msg("the second run's message lacks \"%s\": %s", pid, err);
+    /* the rank that failed named once, first, whichever rank reports it (not "rank 2: --ckpt-dir: rank 0: ...") */
+    const char *named = strstr(err, "rank 0: --ckpt-dir: ");
+    if (!named || strstr(named + 8, "rank ")) fail_msg("the second run's message names more than one rank: %s", err);
     free(err);
     char *meta = prog_fmt("%s/step-00000002/metadata.json", dir), *after = slurp(cfg), *m = slurp(meta);
     assert_non_null(m);

@@ -1,7 +1,8 @@
 /* Tests for lib/core/status.c: the thread-local error message.
  * Oracles: the message is exactly the printf formatting of the arguments; a message set on another
  * thread is not visible on this one; long messages are truncated, never overflow; a prefix goes before
- * the message with ": "; a rank prefix is added only to a message that does not already name a rank. */
+ * the message with ": ", behind the name of the rank a message came from; a rank prefix is added only to a message
+ * that does not already name a rank. */
 #include <pthread.h>
 #include "testutil.h"
 
@@ -107,6 +108,23 @@ static void test_rank_named_once(void **state) {
     }
 }
 
+/* A prefix added to an agreed failure goes behind the rank it names, so that the cluster's report names one rank
+ * (it was "rank 1: --ckpt-dir: rank 0: ... is in use", the trainer's prefix between the two names). */
+static void test_prefix_behind_the_rank(void **state) {
+    (void)state;
+    fsc_error(FSC_ERR_STATE, "rank 0: dir is in use");
+    fsc_error_prefix(FSC_ERR_STATE, "--ckpt-dir");
+    assert_string_equal(fsc_last_error(), "rank 0: --ckpt-dir: dir is in use");
+    fsc_error_rank(FSC_ERR_STATE, "rank %d", 1); /* as rank 1 reports it */
+    assert_string_equal(fsc_last_error(), "rank 0: --ckpt-dir: dir is in use");
+    fsc_error(FSC_ERR_IO, "rank 1 of the 'pair' group: disk full");
+    fsc_error_prefix(FSC_ERR_IO, "step %d/%d", 3, 9);
+    assert_string_equal(fsc_last_error(), "rank 1 of the 'pair' group: step 3/9: disk full");
+    fsc_error(FSC_ERR_IO, "rank x: y"); /* no rank's name: the prefix first */
+    fsc_error_prefix(FSC_ERR_IO, "saving");
+    assert_string_equal(fsc_last_error(), "saving: rank x: y");
+}
+
 static fsc_status fails(void) { return fsc_error(FSC_ERR_FORMAT, "bad"); }
 static fsc_status try_chain(int *reached) {
     FSC_TRY(fails());
@@ -131,6 +149,7 @@ int main(void) {
         cmocka_unit_test(test_try_propagates),
         cmocka_unit_test(test_prefix_keeps_the_message),
         cmocka_unit_test(test_rank_named_once),
+        cmocka_unit_test(test_prefix_behind_the_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

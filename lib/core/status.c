@@ -29,11 +29,30 @@ fsc_status fsc_error(fsc_status s, const char *fmt, ...) {
     return s;
 }
 
+/* "rank N:" or "rank N of " at the start of m (the forms a rank's failure is reported in). */
+static int names_a_rank(const char *m) {
+    if (strncmp(m, "rank ", 5) != 0) return 0;
+    const char *p = m + 5;
+    if (!isdigit((unsigned char)*p)) return 0;
+    while (isdigit((unsigned char)*p)) p++;
+    return *p == ':' || strncmp(p, " of ", 4) == 0;
+}
+
+/* The length of the rank's name that starts m with its ": " ("rank 0: ", "rank 1 of the 'pair' group: "), 0 if none. */
+static size_t rank_name_len(const char *m) {
+    const char *end = names_a_rank(m) ? strstr(m, ": ") : NULL;
+    return end ? (size_t)(end - m) + 2 : 0;
+}
+
+/* A message that starts with the rank it came from (an agreed failure) keeps that name first, the prefix behind it:
+ * "rank 0: saving: disk full", which the cluster's report (fsc_error_rank) then leaves as it is. Before it, the
+ * report named a second rank ("rank 1: saving: rank 0: disk full"). */
 static fsc_status prefix_v(fsc_status s, const char *fmt, va_list ap) {
     char old[FSC_MSG_CAP], prefix[FSC_MSG_CAP];
     snprintf(old, sizeof old, "%s", msg[0] ? msg : fsc_status_str(s));
     if (vsnprintf(prefix, sizeof prefix, fmt, ap) < 0) prefix[0] = '\0';
-    return fsc_error(s, "%s: %s", prefix, old);
+    const size_t rank = rank_name_len(old);
+    return fsc_error(s, "%.*s%s: %s", (int)rank, old, prefix, old + rank);
 }
 
 fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...) {
@@ -45,14 +64,6 @@ fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...) {
     return s;
 }
 
-/* "rank N:" or "rank N of " at the start of m (the forms a rank's failure is reported in). */
-static int names_a_rank(const char *m) {
-    if (strncmp(m, "rank ", 5) != 0) return 0;
-    const char *p = m + 5;
-    if (!isdigit((unsigned char)*p)) return 0;
-    while (isdigit((unsigned char)*p)) p++;
-    return *p == ':' || strncmp(p, " of ", 4) == 0;
-}
 
 fsc_status fsc_error_rank(fsc_status s, const char *fmt, ...) {
     if (!fmt || names_a_rank(msg)) return s;

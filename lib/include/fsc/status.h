@@ -40,7 +40,9 @@ fsc_status fsc_error(fsc_status s, const char *fmt, ...)
 #endif
     ;
 /* Put "<fmt>: " before this thread's message (or before fsc_status_str(s) when there is none) and return
- * s: how a caller adds what it was doing to a callee's explanation. fmt NULL: the message stays as it is. */
+ * s: how a caller adds what it was doing to a callee's explanation. fmt NULL: the message stays as it is. A message
+ * that starts by naming the rank it came from (fsc_error_rank's forms, "rank 0: ...") keeps that name first:
+ * "rank 0: <fmt>: ...", so that the rank is named once, first. */
 fsc_status fsc_error_prefix(fsc_status s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

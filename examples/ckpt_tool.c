@@ -65,7 +65,7 @@ static void print_meta(const char *path, const fsc_ckpt_meta *m) {
     printf("checkpoint %s: %s format, step %lld (optimizer steps %lld), seed %llu\n", path,
            fsc_ckpt_format_name(m->format), (long long)m->step, (long long)m->optim_steps, (unsigned long long)m->seed);
     printf("run: %s\n", m->run_id);
-    printf("model: %.400s\n", m->model_config ? m->model_config : "{}"); /* its config (model.h), as recorded */
+    printf("model: %s\n", m->model_config ? m->model_config : "{}"); /* its config (model.h), whole, as recorded */
     if (m->optim.kind == FSC_OPT_ADAMW)
         printf("optimizer: adamw, lr %g, betas %g %g, eps %g, weight decay %g\n", (double)m->optim.lr,
                (double)m->optim.beta1, (double)m->optim.beta2, (double)m->optim.eps, (double)m->optim.weight_decay);

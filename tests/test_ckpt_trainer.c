@@ -9,7 +9,8 @@
  * replaces them so that --resume continues the new run exactly; ckpt_tool lists the newest checkpoint,
  * shows tensors, pieces and checksums, verifies a good checkpoint and refuses a damaged one, naming the
  * file, and refuses metadata edited by hand (its checksum); --resume into a --ckpt-dir of another run is refused
- * with exit 2 before any step, that run's train_config.json byte for byte; ckpt_tool list prints steps in order. */
+ * with exit 2 before any step, that run's train_config.json byte for byte; ckpt_tool list prints steps in order;
+ * ckpt_tool show prints the recorded model configuration whole. */
 #include <cjson/cJSON.h>
 #include <libgen.h>
 #include <limits.h>
@@ -382,6 +383,38 @@ static void test_ckpt_tool(void **st) {
     free(err);
 }
 
+/* ckpt_tool show prints the recorded model configuration whole (it cut it at 400 bytes without a mark). Oracle: a
+ * configuration of 700 bytes (a field added to the model's record, the checksum resealed) is printed on the model
+ * line, its last bytes included. */
+static void test_ckpt_tool_show_whole_config(void **st) {
+    (void)st;
+    char *dir = prog_fmt("%s/long", tmpdir), *out = NULL;
+    char *args = prog_fmt(TINY " --parallel ddp --steps 1 --save-every 1 --ckpt-dir '%s'", dir);
+    double l[1];
+    train(args, l, 1);
+    char *meta = prog_fmt("%s/step-00000001/metadata.json", dir), *text = prog_slurp(meta);
+    const char *at = strstr(text, "\"model\":{");
+    assert_non_null(at);
+    char note[640];
+    memset(note, 'x', sizeof note - 1);
+    note[sizeof note - 1] = 0;
+    const size_t open = (size_t)(at - text) + strlen("\"model\":{");
+    char *edited = prog_fmt("%.*s\"note\":\"%s-end\",%s", (int)open, text, note, text + open);
+    test_reseal_metadata(edited);
+    FILE *f = fopen(meta, "wb");
+    assert_non_null(f);
+    fputs(edited, f);
+    assert_int_equal(fclose(f), 0);
+    free(args);
+    args = prog_fmt("show '%s'", dir);
+    assert_int_equal(run("ckpt_tool", args, &out, NULL), 0);
+    char *want = prog_fmt("model: {\"note\":\"%s-end\",\"layers\":1,", note);
+    const char *line = strstr(out, "model: ");
+    if (!line || strncmp(line, want, strlen(want)) != 0 || !strstr(line, "\"vocab\":256}\n"))
+        fail_msg("the model line is not the whole configuration:\n%.1200s", line ? line : out);
+    free(want), free(out), free(args), free(edited), free(text), free(meta), free(dir);
+}
+
 /* A copy of dir's checkpoint `from` as step `to`: its step and metadata_crc32 rewritten, the copy sound. */
 static void copy_step(const char *dir, int from, long long to) {
     char *src = prog_fmt("%s/step-%08d", dir, from), *dst = prog_fmt("%s/step-%08lld", dir, to);
@@ -499,6 +532,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_ckpt_tool_name),
         cmocka_unit_test(test_trainer_resume_into_other_dir),
         cmocka_unit_test(test_ckpt_tool_list_order),
+        cmocka_unit_test(test_ckpt_tool_show_whole_config),
     };
     if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,29 +29,33 @@ static void usage(FILE *f) {
             prog);
 }
 
-/* CKPT as given, or the newest complete checkpoint of a DIR. */
-static int resolve(const char *arg, char *path, size_t cap) {
+/* CKPT read into *m, its path in path (cap bytes): the metadata (show), or everything verified (verify). CKPT is one
+ * checkpoint (its metadata there, even a link that fails: the read says why), or a DIR, read as its newest complete
+ * one, taken again when a live run removes it meanwhile (fsc_ckpt_latest_read). 0, or 1 with the message printed. */
+static int read_ckpt(const char *arg, int verify, char *path, size_t cap, fsc_ckpt_meta **m) {
     char meta[4096];
     snprintf(meta, sizeof meta, "%s/metadata.json", arg);
     struct stat st;
-    if (lstat(meta, &st) == 0) { /* one checkpoint: its metadata there, even a link that fails (the load says why) */
+    int64_t step = 0;
+    fsc_status s;
+    path[0] = 0;
+    if (lstat(meta, &st) == 0) {
         snprintf(path, cap, "%s", arg);
-        return 0;
+        s = verify ? fsc_ckpt_verify(path, m) : fsc_ckpt_meta_read(path, m);
+    } else {
+        s = fsc_ckpt_latest_read(arg, verify ? FSC_CKPT_READ_VERIFY : 0, path, cap, &step, m, NULL, 0);
     }
-    int64_t step;
-    if (fsc_ckpt_latest(arg, path, cap, &step) != FSC_OK) {
-        fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
-        return 1;
-    }
-    if (step < 0 && lstat(arg, &st) != 0) { /* not there at all: say so, not that it holds no checkpoint */
+    if (s == FSC_OK && step < 0 && lstat(arg, &st) != 0) { /* not there at all: say so, not that it holds none */
         fprintf(stderr, "%s: %s: %s\n", prog, arg, strerror(errno));
         return 1;
     }
-    if (step < 0) {
+    if (s == FSC_OK && step < 0) {
         fprintf(stderr, "%s: %s holds no complete checkpoint (no metadata.json)\n", prog, arg);
         return 1;
     }
-    return 0;
+    if (s != FSC_OK && verify && path[0]) fprintf(stderr, "%s: %s: damaged: %s\n", prog, path, fsc_last_error());
+    else if (s != FSC_OK) fprintf(stderr, "%s: %s\n", prog, fsc_last_error()); /* DIR not listed, or show */
+    return s != FSC_OK;
 }
 
 static const char *kind_name(fsc_parallel_kind k) { return fsc_parallel_kind_name(k); }
@@ -187,29 +191,13 @@ int main(int argc, char **argv) {
     }
     char path[4096];
     fsc_ckpt_meta *m = NULL;
-    struct stat st;
-    for (int attempts = 0;; attempts++) { /* DIR's newest, removed by a live run while it was read: the newest again */
-        if (resolve(argv[2], path, sizeof path) != 0) return 1;
-        const fsc_status s = !strcmp(cmd, "show") ? fsc_ckpt_meta_read(path, &m) : fsc_ckpt_verify(path, &m);
-        if (s == FSC_OK || attempts == 15 || !strcmp(path, argv[2]) || lstat(path, &st) == 0 || errno != ENOENT) break;
-        fsc_ckpt_meta_free(m);
-        m = NULL;
-    }
+    if (read_ckpt(argv[2], !strcmp(cmd, "verify"), path, sizeof path, &m) != 0) return 1;
     if (!strcmp(cmd, "show")) {
-        if (!m) {
-            fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
-            return 1;
-        }
         print_meta(path, m);
         fsc_ckpt_meta_free(m);
         return 0;
     }
-    if (!m) { /* verify, with the recorded model against its tensors */
-        fprintf(stderr, "%s: %s: damaged: %s\n", prog, path, fsc_last_error());
-        fsc_ckpt_meta_free(m);
-        return 1;
-    }
-    size_t pieces = 0;
+    size_t pieces = 0; /* verify: metadata, files, checksums, the recorded model against its tensors */
     uint64_t elems = 0;
     for (int i = 0; i < m->ntensors; i++) {
         pieces += (size_t)m->tensors[i].npieces;

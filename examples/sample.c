@@ -182,8 +182,8 @@ typedef struct {
     int removed;               /* set by rank 0: the checkpoint's load failed and its directory is gone */
 } run_arg;
 
-/* Whether checkpoint path is gone: removed by a live run while it was read (--keep-last's retention, a save replacing
- * its step), not damaged; a newer one is then in its directory. */
+/* Whether checkpoint path is gone: removed by a live run while it was loaded (--keep-last's retention, a save
+ * replacing its step), not damaged; a newer one is then in its directory. */
 static int ckpt_removed(const char *path) {
     struct stat st;
     return lstat(path, &st) != 0 && errno == ENOENT;
@@ -285,6 +285,78 @@ static fsc_status run(fsc_rank *r, void *arg) {
     return s;
 }
 
+/* Generate from c's model: 0, or the exit status of a failure, said on stderr. A --model DIR's newest checkpoint that
+ * verifies, read with its metadata by fsc_ckpt_latest_read (which takes the newest again when a live run removes one
+ * while it is read); when a live run removes it later, while the ranks load it, *again is set and nothing is said
+ * (unless last): the caller takes the newest again (nothing was printed: the load comes before generation). */
+static int sample_model(const sample_config *c, int last, int *again) {
+    run_arg ra = { .c = c };
+    char ckpt[4096], err[512];
+    char *config = NULL;
+    fsc_ckpt_meta *ckmeta = NULL; /* a checkpoint's metadata */
+    fsc_status s;
+    struct stat sb;
+    int64_t step = -1;
+    *again = 0;
+    /* the model's configuration: --model-config, else the file's or the checkpoint's record */
+    if (stat(c->model, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char meta[4200], skipped[8192] = "";
+        snprintf(meta, sizeof meta, "%s/metadata.json", c->model);
+        if (access(meta, F_OK) == 0) { /* one checkpoint */
+            snprintf(ckpt, sizeof ckpt, "%s", c->model);
+            s = fsc_ckpt_meta_read(ckpt, &ckmeta);
+        } else { /* the newest that verifies, as --resume falls back past a damaged one */
+            s = fsc_ckpt_latest_read(c->model, FSC_CKPT_READ_VERIFY | FSC_CKPT_READ_FALLBACK, ckpt, sizeof ckpt, &step,
+                                     &ckmeta, skipped, sizeof skipped);
+        }
+        if (s != FSC_OK || !ckmeta) {
+            if (s != FSC_OK) fprintf(stderr, "sample: %s\n", fsc_last_error());
+            else fprintf(stderr, "sample: --model %s: a directory without a complete checkpoint (nor metadata.json)\n",
+                         c->model);
+            return 1;
+        }
+        if (skipped[0]) fprintf(stderr, "sample: warning: %s; sampling from %s\n", skipped, ckpt);
+        config = strdup(c->config ? c->config : ckmeta->model_config);
+        ra.ckpt = ckpt, ra.meta = ckmeta;
+    } else {
+        fsc_st_file *f = NULL;
+        if ((s = fsc_st_open(c->model, &f)) != FSC_OK) {
+            fprintf(stderr, "sample: %s\n", fsc_last_error());
+            return 1;
+        }
+        const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
+        config = c->config ? strdup(c->config) : rec ? strdup(rec) : NULL;
+        fsc_st_close(f);
+        if (tied_llama_head(c->model, err, sizeof err)) { /* a Hugging Face Llama with tie_word_embeddings */
+            fprintf(stderr, "sample: %s\n", err);
+            free(config);
+            return 1;
+        }
+    }
+    if (!config) {
+        fprintf(stderr, "sample: %s records no model configuration (a file not written by fsc-train --save): give "
+                "it with --model-config JSON (see --help)\n", c->model);
+        fsc_ckpt_meta_free(ckmeta);
+        return 2;
+    }
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    co.device = c->device;
+    ra.config = config;
+    s = fsc_cluster_run(&co, run, &ra);
+    free(config);
+    fsc_ckpt_meta_free(ckmeta);
+    if (s != FSC_OK && ra.removed && step >= 0 && !last) { /* a DIR's newest, removed meanwhile */
+        *again = 1;
+        return 1;
+    }
+    if (s != FSC_OK) { /* a configuration the caller gave is named as such (it can be what is wrong) */
+        const int given = c->config && strstr(fsc_last_error(), "configuration");
+        fprintf(stderr, "sample: %s%s\n", given ? "--model-config: " : "", fsc_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     sample_config c;
     char err[512];
@@ -298,71 +370,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "sample: %s\n", err);
         return 2;
     }
-    /* the model's configuration: --model-config, else the file's or the checkpoint's record */
-    run_arg ra = { .c = &c };
-    char ckpt[4096];
-    char *config = NULL;
-    fsc_ckpt_meta *ckmeta = NULL; /* a checkpoint's metadata */
-    fsc_status s;
-    struct stat sb;
-    int attempts = 0; /* a DIR's newest checkpoint, removed by a live run while it was read: the newest again */
-again:
-    ra.removed = 0, ra.ckpt = NULL, ra.meta = NULL;
-    if (stat(c.model, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        char meta[4200];
-        int64_t step = -1;
-        snprintf(meta, sizeof meta, "%s/metadata.json", c.model);
-        char skipped[8192];
-        if (access(meta, F_OK) == 0) snprintf(ckpt, sizeof ckpt, "%s", c.model); /* one checkpoint */
-        else if ((s = fsc_ckpt_latest_sound(c.model, ckpt, sizeof ckpt, &step, skipped, sizeof skipped)) != FSC_OK ||
-                 step < 0) { /* the newest that verifies, as --resume falls back past a damaged one */
-            if (s != FSC_OK) fprintf(stderr, "sample: %s\n", fsc_last_error());
-            else fprintf(stderr, "sample: --model %s: a directory without a complete checkpoint (nor metadata.json)\n",
-                         c.model);
-            return 1;
-        } else if (skipped[0]) {
-            fprintf(stderr, "sample: warning: %s; sampling from %s\n", skipped, ckpt);
-        }
-        if ((s = fsc_ckpt_meta_read(ckpt, &ckmeta)) != FSC_OK) {
-            if (step >= 0 && ++attempts < 16 && ckpt_removed(ckpt)) goto again;
-            fprintf(stderr, "sample: %s\n", fsc_last_error());
-            return 1;
-        }
-        config = strdup(c.config ? c.config : ckmeta->model_config);
-        ra.ckpt = ckpt, ra.meta = ckmeta;
-    } else {
-        fsc_st_file *f = NULL;
-        if ((s = fsc_st_open(c.model, &f)) != FSC_OK) {
-            fprintf(stderr, "sample: %s\n", fsc_last_error());
-            return 1;
-        }
-        const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
-        config = c.config ? strdup(c.config) : rec ? strdup(rec) : NULL;
-        fsc_st_close(f);
-        if (tied_llama_head(c.model, err, sizeof err)) { /* a Hugging Face Llama with tie_word_embeddings */
-            fprintf(stderr, "sample: %s\n", err);
-            free(config);
-            return 1;
-        }
-    }
-    if (!config) {
-        fprintf(stderr, "sample: %s records no model configuration (a file not written by fsc-train --save): give "
-                "it with --model-config JSON (see --help)\n", c.model);
-        fsc_ckpt_meta_free(ckmeta);
-        return 2;
-    }
-    fsc_cluster_opts co = fsc_cluster_opts_default();
-    co.device = c.device;
-    ra.config = config;
-    s = fsc_cluster_run(&co, run, &ra);
-    free(config);
-    fsc_ckpt_meta_free(ckmeta);
-    config = NULL, ckmeta = NULL;
-    if (s != FSC_OK && ra.removed && ++attempts < 16 && strcmp(ckpt, c.model) != 0) goto again; /* nothing printed */
-    if (s != FSC_OK) { /* a configuration the caller gave is named as such (it can be what is wrong) */
-        fprintf(stderr, "sample: %s%s\n", c.config && strstr(fsc_last_error(), "configuration") ? "--model-config: " : "",
-                fsc_last_error());
-        return 1;
-    }
-    return 0;
+    int again = 1;
+    for (int attempt = 0; again; attempt++) rc = sample_model(&c, attempt == 15, &again);
+    return rc;
 }

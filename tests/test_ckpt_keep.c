@@ -1,6 +1,7 @@
 /* Tests of lib/ckpt/ckpt_keep.c: retention (fsc_ckpt_prune) and the resume that may be a run's first and
  * skips damaged checkpoints (fsc_ckpt_try_resume), on real checkpoints of the small GPT (ckpttest.h) on 2
- * simulated FSDP ranks, and the save after such a resume (claim_dir in ckpt_save.c). */
+ * simulated FSDP ranks, the save after such a resume (claim_dir in ckpt_save.c), and the readers without an engine
+ * (fsc_ckpt_latest_read, fsc_ckpt_latest_sound). */
 #include <fcntl.h>
 #include <pthread.h>
 #include <time.h>
@@ -336,7 +337,8 @@ static void test_latest_sound(void **state) {
  * removes it): fsc_ckpt_latest_sound named a checkpoint that vanished while it was verified "skipped, damaged" (the
  * sampler, reading a training run's directory, said so and sampled an older one, or failed with "every complete
  * checkpoint (1) is damaged" under --keep-last 1). Oracle: whenever step 2 is renamed away at some moment of the
- * reader's call, it gives step 2 or step 1, and nothing skipped. */
+ * reader's call, it gives step 2 or step 1, and nothing skipped; so does fsc_ckpt_latest_read without a fallback
+ * (ckpt_tool's verify and show of DIR), never an error (a removed checkpoint is not a damaged one). */
 typedef struct {
     const char *from, *to;
     long delay_ns;
@@ -353,30 +355,82 @@ static double now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+/* mode 0: fsc_ckpt_latest_sound; 1: fsc_ckpt_latest_read verifying, without the fallback (reading the metadata
+ * alone is too quick for the removal to fall inside it) */
+static fsc_status read_newest(int mode, const char *dir, char *path, size_t cap, int64_t *step, char *skipped,
+                              size_t scap) {
+    if (mode == 0) return fsc_ckpt_latest_sound(dir, path, cap, step, skipped, scap);
+    fsc_ckpt_meta *m = NULL;
+    fsc_status s = fsc_ckpt_latest_read(dir, FSC_CKPT_READ_VERIFY, path, cap, step, &m, skipped, scap);
+    if (s == FSC_OK && (!m || m->step != *step)) s = fsc_error(FSC_ERR_INTERNAL, "the metadata is not step %lld's",
+                                                               (long long)*step);
+    fsc_ckpt_meta_free(m);
+    return s;
+}
 static void test_latest_sound_while_removed(void **state) {
     (void)state;
     char *dir = make_run(2), path[700], skipped[4096], two[700], away[760];
     int64_t step = 0;
     snprintf(two, sizeof two, "%s/step-00000002", dir);
     snprintf(away, sizeof away, "%s.tmp-removing-1", two);
-    double t0 = now_s();
-    assert_ok(fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped));
-    const double took = now_s() - t0; /* one call's time: the removals fall all over it */
-    int mid = 0;
-    for (int k = 0; k < 200; k++) {
-        vanish_arg v = { two, away, (long)(took * 1e9 * (k % 100) / 100.0), -1 };
-        pthread_t th;
-        assert_int_equal(pthread_create(&th, NULL, vanish, &v), 0);
-        const fsc_status s = fsc_ckpt_latest_sound(dir, path, sizeof path, &step, skipped, sizeof skipped);
-        pthread_join(th, NULL);
-        assert_int_equal(v.renamed, 0);
-        if (s != FSC_OK || skipped[0]) fail_msg("removal %d: status %d, skipped \"%s\": %s", k, s, skipped,
-                                                 fsc_last_error());
-        assert_true(step == 1 || step == 2);
-        mid += step == 1;
-        assert_int_equal(rename(away, two), 0);
+    for (int mode = 0; mode < 2; mode++) {
+        double t0 = now_s();
+        assert_ok(read_newest(mode, dir, path, sizeof path, &step, skipped, sizeof skipped));
+        const double took = now_s() - t0; /* one call's time: the removals fall all over it */
+        int mid = 0;
+        for (int k = 0; k < 200; k++) {
+            vanish_arg v = { two, away, (long)(took * 1e9 * (k % 100) / 100.0), -1 };
+            pthread_t th;
+            assert_int_equal(pthread_create(&th, NULL, vanish, &v), 0);
+            const fsc_status s = read_newest(mode, dir, path, sizeof path, &step, skipped, sizeof skipped);
+            pthread_join(th, NULL);
+            assert_int_equal(v.renamed, 0);
+            if (s != FSC_OK || skipped[0]) fail_msg("mode %d, removal %d: status %d, skipped \"%s\": %s", mode, k, s,
+                                                     skipped, fsc_last_error());
+            assert_true(step == 1 || step == 2);
+            mid += step == 1;
+            assert_int_equal(rename(away, two), 0);
+        }
+        print_message("mode %d: step 2 removed before or while it was read in %d of 200 calls\n", mode, mid);
     }
-    print_message("step 2 removed before or while it was read in %d of 200 calls\n", mid);
+    ct_rmtree(dir);
+}
+
+/* Oracle: fsc_ckpt_latest_read gives dir's newest checkpoint read as asked, with its metadata: the metadata alone of
+ * a newest whose data is damaged (ckpt_tool show); verifying, that checkpoint's error with path naming it (ckpt_tool
+ * verify says it is damaged), or with the fallback the one before, the newest named skipped; none: step -1, "" and
+ * no metadata. */
+static void test_latest_read(void **state) {
+    (void)state;
+    char *dir = make_run(3), path[700], skipped[4096];
+    int64_t step = 0;
+    fsc_ckpt_meta *m = NULL;
+    corrupt(dir, 3, "rank-00001-of-00002.safetensors");
+    assert_ok(fsc_ckpt_latest_read(dir, 0, path, sizeof path, &step, &m, skipped, sizeof skipped));
+    assert_int_equal(step, 3);
+    assert_non_null(strstr(path, "step-00000003"));
+    assert_true(m && m->step == 3);
+    fsc_ckpt_meta_free(m);
+    assert_err(fsc_ckpt_latest_read(dir, FSC_CKPT_READ_VERIFY, path, sizeof path, &step, &m, skipped, sizeof skipped),
+               FSC_ERR_FORMAT, "checksum");
+    assert_int_equal(step, 3);
+    assert_non_null(strstr(path, "step-00000003"));
+    assert_null(m);
+    assert_string_equal(skipped, "");
+    assert_ok(fsc_ckpt_latest_read(dir, FSC_CKPT_READ_VERIFY | FSC_CKPT_READ_FALLBACK, path, sizeof path, &step, &m,
+                                   skipped, sizeof skipped));
+    assert_int_equal(step, 2);
+    assert_true(m && m->step == 2);
+    if (!strstr(skipped, "step-00000003 skipped, damaged") || !strstr(skipped, "checksum"))
+        fail_msg("skipped: \"%s\"", skipped);
+    fsc_ckpt_meta_free(m);
+    char *empty = ct_tmpdir();
+    m = (fsc_ckpt_meta *)1;
+    assert_ok(fsc_ckpt_latest_read(empty, FSC_CKPT_READ_VERIFY, path, sizeof path, &step, &m, NULL, 0));
+    assert_int_equal(step, -1);
+    assert_string_equal(path, "");
+    assert_null(m);
+    ct_rmtree(empty);
     ct_rmtree(dir);
 }
 
@@ -519,6 +573,7 @@ int main(void) {
         cmocka_unit_test(test_model_record_damaged),
         cmocka_unit_test(test_latest_sound),
         cmocka_unit_test(test_latest_sound_while_removed),
+        cmocka_unit_test(test_latest_read),
         cmocka_unit_test(test_metadata_link_damaged),
         cmocka_unit_test(test_noncanonical_name),
         cmocka_unit_test(test_step_unexaminable),

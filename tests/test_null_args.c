@@ -281,6 +281,14 @@ static void null_fsc_ckpt_latest_sound(void) {
     INVALID(fsc_ckpt_latest_sound(P, buf, sizeof buf, NULL, NULL, 0), "step");
 }
 
+static void null_fsc_ckpt_latest_read(void) {
+    char buf[64];
+    /* may be NULL: meta, skipped */
+    INVALID(fsc_ckpt_latest_read(NULL, 0, buf, sizeof buf, P, NULL, NULL, 0), "dir");
+    INVALID(fsc_ckpt_latest_read(P, 0, NULL, sizeof buf, P, NULL, NULL, 0), "path");
+    INVALID(fsc_ckpt_latest_read(P, 0, buf, sizeof buf, NULL, NULL, NULL, 0), "step");
+}
+
 static void null_fsc_settings_create(void) {
     INVALID(fsc_settings_create(NULL), "out");
 }
@@ -2611,6 +2619,7 @@ static const struct row rows[] = {
     ROW(fsc_settings_agree),
     ROW(fsc_settings_free),
     ROW(fsc_ckpt_latest_sound),
+    ROW(fsc_ckpt_latest_read),
     ROW(fsc_ckpt_load),
     ROW(fsc_ckpt_load_weights),
     ROW(fsc_ckpt_meta_find),

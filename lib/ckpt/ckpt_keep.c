@@ -1,7 +1,8 @@
 /* Which checkpoints a run keeps and which it resumes from: the complete checkpoints of a directory newest
  * first, removal of those older than the newest K after a save (fsc_ckpt_prune), and a resume that may be
  * a run's first and that skips a damaged newest checkpoint for the one before (fsc_ckpt_try_resume), and the
- * newest sound checkpoint for a reader without an engine (fsc_ckpt_latest_sound).
+ * newest checkpoint read for a reader without an engine (fsc_ckpt_latest_read: ckpt_tool, the sampler), taken again
+ * when a live run removes it while it is read, and the newest sound one (fsc_ckpt_latest_sound).
  * A complete checkpoint is a directory step-NNNNNNNN holding metadata.json (fsc_ckpt_latest's rule);
  * removal goes through ck_remove_dir, so only files of the names a save writes are ever removed. A resume
  * may also be given one checkpoint (DIR/step-NNNNNNNN), as loads, the sampler and ckpt_tool are.
@@ -207,35 +208,53 @@ fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, ch
     return FSC_OK; /* none: a fresh start, e untouched */
 }
 
-fsc_status fsc_ckpt_latest_sound(const char *dir, char *path, size_t cap, int64_t *step, char *skipped, size_t scap) {
+/* Whether checkpoint path is gone after its read failed: removed by a live run while it was read (--keep-last's
+ * retention, a save replacing its step), not damaged; a newer one is then in its directory. */
+static int removed_meanwhile(const char *path) {
+    struct stat st;
+    return lstat(path, &st) != 0 && errno == ENOENT;
+}
+
+fsc_status fsc_ckpt_latest_read(const char *dir, int flags, char *path, size_t cap, int64_t *step, fsc_ckpt_meta **meta,
+                                char *skipped, size_t scap) {
+    if (meta) *meta = NULL;
     FSC_CHECK_ARG(dir);
     FSC_CHECK_ARG(path);
     FSC_CHECK_ARG(step);
-    if (!cap) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest_sound: cap is 0");
+    if (!cap) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest_read: cap is 0");
     *step = -1, path[0] = 0;
     if (skipped && scap) skipped[0] = 0;
     int64_t *steps = NULL;
     int n = 0, gone = 0;
     char at[4096], all[8192];
-    /* A live run may remove a checkpoint while it is read (--keep-last's retention, a save replacing its step): one
-     * whose directory is gone after it failed was not damaged but removed, and a newer one was written; so the
-     * directory is listed again (a bounded number of times: a run saving faster than a checkpoint verifies) */
+    /* A checkpoint whose read failed and whose directory is gone was not damaged but removed, and a newer one was
+     * written: the directory is listed again (a bounded number of times: a run saving faster than one is read) */
     for (int round = 0; round == 0 || gone; round++) {
         FSC_TRY(list_complete(dir, &steps, &n));
         gone = 0, all[0] = 0;
         if (skipped && scap) skipped[0] = 0;
         for (int i = 0; i < n && !gone; i++) {
             step_path(at, sizeof at, dir, steps[i]);
-            if (fsc_ckpt_verify(at, NULL) == FSC_OK) {
+            fsc_ckpt_meta *m = NULL;
+            const fsc_status s = flags & FSC_CKPT_READ_VERIFY ? fsc_ckpt_verify(at, meta ? &m : NULL)
+                                                                : fsc_ckpt_meta_read(at, &m);
+            if (s == FSC_OK) {
                 snprintf(path, cap, "%s", at);
                 *step = steps[i];
+                if (meta) *meta = m;
+                else fsc_ckpt_meta_free(m);
                 free(steps);
                 return FSC_OK;
             }
-            struct stat st;
-            if (round < 16 && lstat(at, &st) != 0 && errno == ENOENT) {
+            if (round < 16 && removed_meanwhile(at)) {
                 gone = 1;
                 continue;
+            }
+            if (!(flags & FSC_CKPT_READ_FALLBACK)) { /* its own error, path naming the checkpoint */
+                snprintf(path, cap, "%s", at);
+                *step = steps[i];
+                free(steps);
+                return s;
             }
             char why[5200];
             snprintf(why, sizeof why, "%s skipped, damaged: %.1000s", at, fsc_last_error());
@@ -247,4 +266,13 @@ fsc_status fsc_ckpt_latest_sound(const char *dir, char *path, size_t cap, int64_
     }
     if (n) return fsc_error(FSC_ERR_FORMAT, "%s: every complete checkpoint (%d) is damaged: %s", dir, n, all);
     return FSC_OK;
+}
+
+fsc_status fsc_ckpt_latest_sound(const char *dir, char *path, size_t cap, int64_t *step, char *skipped, size_t scap) {
+    FSC_CHECK_ARG(dir);
+    FSC_CHECK_ARG(path);
+    FSC_CHECK_ARG(step);
+    if (!cap) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest_sound: cap is 0");
+    const int flags = FSC_CKPT_READ_VERIFY | FSC_CKPT_READ_FALLBACK;
+    return fsc_ckpt_latest_read(dir, flags, path, cap, step, NULL, skipped, scap);
 }

@@ -114,13 +114,9 @@ fsc_status fsc_ckpt_resume(fsc_engine *e, const char *dir, int64_t *step);
  * directory named like a checkpoint (step-NNNNNNNN, step-N.tmp-*) that is not complete is FSC_ERR_IO. */
 fsc_status fsc_ckpt_try_resume(fsc_engine *e, const char *dir, int64_t *step, char *loaded, size_t lcap,
                                char *skipped, size_t scap);
-/* Not collective, for readers that must not change dir (the sampler): the newest complete checkpoint of dir that
- * verifies (fsc_ckpt_verify: its metadata, every file, every checksum), path (cap bytes) and *step; *step = -1 and
- * path "" when dir holds no complete checkpoint (a missing dir holds none). Damaged newer ones are skipped and
- * named with the reason in skipped (scap bytes, may be NULL; "" when none); every one damaged: FSC_ERR_FORMAT
- * naming them. Reads every file of the checkpoints it tries; removes nothing (fsc_ckpt_try_resume's fallback
- * for a program without an engine yet). A checkpoint removed while it is read (a live run's --keep-last retention)
- * is not damaged: the directory is listed again and its newest taken. */
+/* fsc_ckpt_latest_read (below) with FSC_CKPT_READ_VERIFY | FSC_CKPT_READ_FALLBACK, no metadata: the newest checkpoint
+ * of dir that verifies (its metadata, every file, every checksum), damaged newer ones skipped and named in skipped
+ * (fsc_ckpt_try_resume's fallback for a program without an engine yet). */
 fsc_status fsc_ckpt_latest_sound(const char *dir, char *path, size_t cap, int64_t *step, char *skipped, size_t scap);
 /* Retention (not collective: one process, after a save returned FSC_OK on every rank): remove dir's complete
  * checkpoints older than step `written` beyond the newest keep - 1 of them, so that keep remain counting
@@ -228,6 +224,20 @@ fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f,
  * (fsc_gpt_check_tensors), or the model another family known to the program (family.h) builds from it, on the
  * counting device. *out (may be NULL) receives the metadata on success. */
 fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out);
+/* How fsc_ckpt_latest_read reads (flags, or'd): every file and checksum too (fsc_ckpt_verify; else the metadata,
+ * fsc_ckpt_meta_read), and past a checkpoint that fails to the one before. */
+enum { FSC_CKPT_READ_VERIFY = 1, FSC_CKPT_READ_FALLBACK = 2 };
+/* Not collective, for readers that must not change dir and that a live run may be writing into (ckpt_tool, the
+ * sampler): the newest complete checkpoint of dir, read as flags say; path (cap bytes) and *step name it, *meta
+ * (may be NULL) receives its metadata (fsc_ckpt_meta_free). *step = -1, path "" and *meta NULL when dir holds no
+ * complete checkpoint (a missing dir holds none); FSC_ERR_IO when dir cannot be listed. A checkpoint whose read
+ * fails is that error, path and *step naming it; with FSC_CKPT_READ_FALLBACK it is skipped for the one before,
+ * named with the reason in skipped (scap bytes, may be NULL; "" when none), and every one failing is
+ * FSC_ERR_FORMAT naming them. A checkpoint removed while it is read (a live run's --keep-last retention, a save
+ * replacing its step: its directory gone once the read failed) is neither: dir is listed again and its newest read
+ * (up to 16 times). Removes nothing. */
+fsc_status fsc_ckpt_latest_read(const char *dir, int flags, char *path, size_t cap, int64_t *step, fsc_ckpt_meta **meta,
+                                char *skipped, size_t scap);
 
 FSC_END_DECLS
 

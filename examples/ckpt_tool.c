@@ -13,6 +13,7 @@
  * readable flight record, 2 usage. */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -29,25 +30,34 @@ static void usage(FILE *f) {
             prog);
 }
 
-/* CKPT read into *m, its path in path (cap bytes): the metadata (show), or everything verified (verify). CKPT is one
- * checkpoint (its metadata there, even a link that fails: the read says why), or a DIR, read as its newest complete
- * one, taken again when a live run removes it meanwhile (fsc_ckpt_latest_read). 0, or 1 with the message printed. */
-static int read_ckpt(const char *arg, int verify, char *path, size_t cap, fsc_ckpt_meta **m) {
-    char meta[4096];
-    snprintf(meta, sizeof meta, "%s/metadata.json", arg);
+/* The room for a path below dir: dir, '/', and a name of at most NAME_MAX bytes (step-NNNNNNNN, metadata.json). Paths
+ * are sized from the argument, never cut: a cut path names another file, and the message its cause. */
+static size_t below(const char *dir) { return strlen(dir) + NAME_MAX + 2; }
+
+/* The path and why a system call on it failed, whole (a library message holds at most 1 KiB). */
+static int say_errno(const char *path) {
+    fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
+    return 1;
+}
+
+/* CKPT read into *m, its path in path (below(arg) bytes): the metadata (show), or everything verified (verify). CKPT
+ * is one checkpoint (its metadata there, even a link that fails: the read says why), or a DIR, read as its newest
+ * complete one, taken again when a live run removes it meanwhile (fsc_ckpt_latest_read). 0, or 1 with the message
+ * printed. */
+static int read_ckpt(const char *arg, int verify, char *path, fsc_ckpt_meta **m) {
     struct stat st;
     int64_t step = 0;
     fsc_status s;
     path[0] = 0;
-    if (lstat(meta, &st) == 0) {
-        snprintf(path, cap, "%s", arg);
+    if (lstat(arg, &st) != 0) return say_errno(arg); /* not there at all: say so, not that it holds none */
+    snprintf(path, below(arg), "%s/metadata.json", arg);
+    const int one = lstat(path, &st) == 0;
+    if (!one && errno == ENAMETOOLONG) return say_errno(path); /* and so are its checkpoints' */
+    if (one) {
+        snprintf(path, below(arg), "%s", arg);
         s = verify ? fsc_ckpt_verify(path, m) : fsc_ckpt_meta_read(path, m);
     } else {
-        s = fsc_ckpt_latest_read(arg, verify ? FSC_CKPT_READ_VERIFY : 0, path, cap, &step, m, NULL, 0);
-    }
-    if (s == FSC_OK && step < 0 && lstat(arg, &st) != 0) { /* not there at all: say so, not that it holds none */
-        fprintf(stderr, "%s: %s: %s\n", prog, arg, strerror(errno));
-        return 1;
+        s = fsc_ckpt_latest_read(arg, verify ? FSC_CKPT_READ_VERIFY : 0, path, below(arg), &step, m, NULL, 0);
     }
     if (s == FSC_OK && step < 0) {
         fprintf(stderr, "%s: %s holds no complete checkpoint (no metadata.json)\n", prog, arg);
@@ -121,15 +131,18 @@ static int cmd_list(const char *dir) {
         fprintf(stderr, "%s: cannot list %s: %s\n", prog, dir, strerror(errno));
         return 1;
     }
-    char newest[4096] = "";
+    char *newest = calloc(1, below(dir)), *path = malloc(below(dir));
+    if (!newest || !path) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return 1;
+    }
     int64_t step = -1;
-    if (fsc_ckpt_latest(dir, newest, sizeof newest, &step) != FSC_OK) fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
+    if (fsc_ckpt_latest(dir, newest, below(dir), &step) != FSC_OK) fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
     int n = 0;
     for (int i = 0; i < nn; i++) {
         const struct dirent *de = names[i];
         if (strncmp(de->d_name, "step-", 5) != 0) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        snprintf(path, below(dir), "%s/%s", dir, de->d_name);
         n++;
         if (strstr(de->d_name, ".tmp-")) {
             /* a live run's save (or removal) in progress looks the same: its run holds DIR/.lock meanwhile */
@@ -149,6 +162,7 @@ static int cmd_list(const char *dir) {
     }
     for (int i = 0; i < nn; i++) free(names[i]);
     free(names);
+    free(newest), free(path);
     if (n == 0) printf("no checkpoints in %s\n", dir);
     return 0;
 }
@@ -156,6 +170,8 @@ static int cmd_list(const char *dir) {
 /* The diagnosis of DIR's flight records. */
 static int cmd_flight(const char *dir) {
     static char report[1 << 16];
+    struct stat st;
+    if (lstat(dir, &st) != 0) return say_errno(dir);
     if (fsc_flight_diagnose_dir(dir, report, sizeof report) != FSC_OK) {
         fprintf(stderr, "%s: %s\n", prog, fsc_last_error());
         return 1;
@@ -189,12 +205,20 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    char path[4096];
+    char *path = malloc(below(argv[2]));
     fsc_ckpt_meta *m = NULL;
-    if (read_ckpt(argv[2], !strcmp(cmd, "verify"), path, sizeof path, &m) != 0) return 1;
+    if (!path) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return 1;
+    }
+    if (read_ckpt(argv[2], !strcmp(cmd, "verify"), path, &m) != 0) {
+        free(path);
+        return 1;
+    }
     if (!strcmp(cmd, "show")) {
         print_meta(path, m);
         fsc_ckpt_meta_free(m);
+        free(path);
         return 0;
     }
     size_t pieces = 0; /* verify: metadata, files, checksums, the recorded model against its tensors */
@@ -206,5 +230,6 @@ int main(int argc, char **argv) {
     printf("%s: ok (%d tensors, %llu elements, %zu pieces in %d files, every checksum matches)\n", path, m->ntensors,
            (unsigned long long)elems, pieces, m->nfiles);
     fsc_ckpt_meta_free(m);
+    free(path);
     return 0;
 }

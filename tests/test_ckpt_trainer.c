@@ -10,7 +10,7 @@
  * shows tensors, pieces and checksums, verifies a good checkpoint and refuses a damaged one, naming the
  * file, and refuses metadata edited by hand (its checksum); --resume into a --ckpt-dir of another run is refused
  * with exit 2 before any step, that run's train_config.json byte for byte; ckpt_tool list prints steps in order;
- * ckpt_tool show prints the recorded model configuration whole. */
+ * ckpt_tool show prints the recorded model configuration whole; with a path too long for the system it says so. */
 #include <cjson/cJSON.h>
 #include <libgen.h>
 #include <limits.h>
@@ -415,6 +415,44 @@ static void test_ckpt_tool_show_whole_config(void **st) {
     free(want), free(out), free(args), free(edited), free(text), free(meta), free(dir);
 }
 
+/* ckpt_tool keeps the cause with a path too long for the system (it cut paths into 4 KiB buffers, and library
+ * messages into 1 KiB: "ckpt_tool: /tmp/.../dddd" and no cause, or "holds no complete checkpoint" for a folder whose
+ * metadata.json path was too long). Oracle: show, verify, list and flight of a path of 4.4 KiB end with the whole
+ * path and "File name too long"; show and verify of an existing folder of 4085 bytes name its metadata.json's path
+ * as too long. */
+static void test_ckpt_tool_long_path(void **st) {
+    (void)st;
+    char *err = NULL, *deep = prog_fmt("%s", tmpdir);
+    for (int k = 0; k < 22; k++) {
+        char *next = prog_fmt("%s/%0200d", deep, k);
+        free(deep);
+        deep = next;
+    }
+    static const char *const cmds[] = {"show", "verify", "list", "flight"};
+    for (int c = 0; c < 4; c++) {
+        char *args = prog_fmt("%s '%s'", cmds[c], deep), *want = prog_fmt("%s: File name too long\n", deep);
+        assert_int_equal(run("ckpt_tool", args, NULL, &err), 1);
+        const size_t n = strlen(err), w = strlen(want);
+        if (n < w || strcmp(err + n - w, want) != 0) fail_msg("%s of a path of %zu bytes: %.200s ... %s", cmds[c],
+                                                             strlen(deep), err, n > 200 ? err + n - 200 : err);
+        free(args), free(want), free(err);
+    }
+    /* a folder that exists, its metadata.json's path too long (4085 + 14 bytes, the limit 4095) */
+    deep[4085] = 0;
+    char *cmd = prog_fmt("mkdir -p '%s'", deep);
+    assert_int_equal(system(cmd), 0);
+    for (int c = 0; c < 2; c++) {
+        char *args = prog_fmt("%s '%s'", cmds[c], deep);
+        char *want = prog_fmt("%s/metadata.json: File name too long\n", deep);
+        assert_int_equal(run("ckpt_tool", args, NULL, &err), 1);
+        const size_t n = strlen(err), w = strlen(want);
+        if (n < w || strcmp(err + n - w, want) != 0) fail_msg("%s of a folder of %zu bytes: %.200s ... %s", cmds[c],
+                                                             strlen(deep), err, n > 200 ? err + n - 200 : err);
+        free(args), free(want), free(err);
+    }
+    free(cmd), free(deep);
+}
+
 /* A copy of dir's checkpoint `from` as step `to`: its step and metadata_crc32 rewritten, the copy sound. */
 static void copy_step(const char *dir, int from, long long to) {
     char *src = prog_fmt("%s/step-%08d", dir, from), *dst = prog_fmt("%s/step-%08lld", dir, to);
@@ -533,6 +571,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_resume_into_other_dir),
         cmocka_unit_test(test_ckpt_tool_list_order),
         cmocka_unit_test(test_ckpt_tool_show_whole_config),
+        cmocka_unit_test(test_ckpt_tool_long_path),
     };
     if (getenv("FSC_TEST_FILTER")) cmocka_set_test_filter(getenv("FSC_TEST_FILTER")); /* one test: its name */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

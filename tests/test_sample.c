@@ -13,6 +13,7 @@
  *   text; a file without a record, an out-of-range token id and a missing --model are refused with a message;
  * - a recorded configuration that does not describe the file's tensors is refused before the model is allocated;
  * - a checkpoint directory whose newest checkpoint is damaged samples as the one before, with a warning;
+ * - a full-format checkpoint's model.safetensors, alone, samples as its checkpoint;
  * - a token out of the vocabulary in the window of a longer sequence is refused naming where the window starts. */
 #include <math.h>
 #include <stdio.h>
@@ -337,6 +338,26 @@ static void test_checkpoint(void **st) {
     free(a), free(b), free(c);
 }
 
+/* A full-format checkpoint's model.safetensors records its model as a weights file does: the sampler reads it alone
+ * (no --model-config) and samples the tokens the checkpoint gives (it was refused: "records no model
+ * configuration"). */
+static void test_full_checkpoint_file(void **st) {
+    (void)st;
+    char data[PATH_MAX], *out = NULL;
+    golden_path(data, sizeof data, "../../examples/data/coriolanus.txt");
+    char *dir = prog_fmt("%s/full", tmpdir);
+    char *args = prog_fmt("--layers 1 --dim 16 --heads 2 --seq 16 --batch 4 --steps 2 --world 2 --parallel zero1 "
+                          "--save-every 2 --ckpt-format full --ckpt-dir '%s' --data '%s'", dir, data);
+    int rc = prog_run(trainer, args, tmpdir, &out, NULL);
+    if (rc != 0) fail_msg("train_gpt %s: exit %d\n%s", args, rc, out);
+    free(out), free(args);
+    char *file = prog_fmt("%s/step-00000002/model.safetensors", dir);
+    char *a = sample(file, NULL, "--prompt 'To be' --tokens 16 --seed 5 --ids");
+    char *b = sample(dir, NULL, "--prompt 'To be' --tokens 16 --seed 5 --ids");
+    assert_string_equal(a, b);
+    free(a), free(b), free(file), free(dir);
+}
+
 /* A file whose recorded configuration does not describe its tensors (a 1-layer width-3072 model over a 256 x 16
  * embedding) is refused naming the tensor, both shapes and the configuration, before the model is allocated: the
  * sampler's peak resident size stays far below the 450 MB the claimed model's weights alone would take. */
@@ -472,7 +493,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_token), cmocka_unit_test(test_greedy_matches_pytorch),
         cmocka_unit_test(test_seeds),        cmocka_unit_test(test_trained_file),
-        cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_checkpoint),   cmocka_unit_test(test_full_checkpoint_file),
+        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_config_checked_first),
         cmocka_unit_test(test_unreadable_entry_named),
         cmocka_unit_test(test_program_name),

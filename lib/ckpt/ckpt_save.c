@@ -6,8 +6,9 @@
  * it to DIR/step-N and fsyncs DIR. Every phase ends in ck_agree, so all ranks return the same status.
  *   sharded: each rank writes the pieces its holdings mark `write`, straight from the optimizer's
  *            segments through one CK_CHUNK host buffer (no gather, no extra device memory);
- *   full:    rank 0 writes model.safetensors (the single-rank weights layout) and optim.safetensors,
- *            receiving the other ranks' pieces one CK_CHUNK at a time.
+ *   full:    rank 0 writes model.safetensors (the single-rank weights layout, the model's configuration in its
+ *            metadata as a weights file records it) and optim.safetensors, receiving the other ranks' pieces one
+ *            CK_CHUNK at a time.
  * A failed save removes its temporary directory; an injected crash (tests) leaves it, as a dead process
  * would. Before anything is written rank 0 claims DIR for the engine's run: its newest checkpoint must be
  * of the same run (or there is none); start_over removes every other run's checkpoint instead. A fresh
@@ -266,10 +267,12 @@ static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, con
     float *host = NULL, *dbuf = NULL;
     char path[4096], name[FSC_ST_MAX_NAME];
     fsc_status s = FSC_OK;
+    char *cfg = NULL; /* model.safetensors records the model, as a weights file does: the sampler reads it alone */
     if (root) {
         host = malloc(CK_CHUNK * sizeof(float));
         if (!host) s = fsc_error(FSC_ERR_NOMEM, "checkpoint: out of host memory");
         if (s == FSC_OK) s = fsc_device_alloc(ENG(e).dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf);
+        if (s == FSC_OK) s = ck_model_config(e, &cfg);
         for (int f = 0; f < (nstates > 0 ? 2 : 1) && s == FSC_OK; f++) {
             s = ck_join(path, sizeof path, tmp, f == 0 ? "model.safetensors" : "optim.safetensors");
             if (s == FSC_OK) s = fsc_st_writer_open(path, &w[f]);
@@ -280,8 +283,10 @@ static fsc_status write_full(fsc_engine *e, const char *tmp, const held *hd, con
                     s = fsc_st_writer_add(w[f], name, FSC_F32, pi->ndim, pi->shape);
                 }
             if (s == FSC_OK) s = fsc_st_writer_meta(w[f], "format", "pt");
+            if (s == FSC_OK && f == 0) s = fsc_st_writer_meta(w[f], FSC_ST_META_MODEL, cfg);
             if (s == FSC_OK) s = fsc_st_writer_begin_data(w[f]);
         }
+        free(cfg);
     }
     if (s == FSC_OK && !dbuf && fsc_stream_owner_offloaded(e)) /* its pieces go out through a device chunk */
         s = fsc_device_alloc(ENG(e).dev, FSC_TAG_COMM, CK_CHUNK * sizeof(float), (void **)&dbuf);

@@ -189,43 +189,47 @@ static int ckpt_removed(const char *path) {
     return lstat(path, &st) != 0 && errno == ENOENT;
 }
 
-/* Every tensor model m declares is in the weights file or the checkpoint with its shape: checked on the model's
- * declarations, before the engine allocates and initializes it, so a configuration that does not describe the
- * file (a record claiming a wider model or a longer context) costs nothing to refuse. The load checks the rest. */
-static fsc_status check_shapes(const fsc_model *m, const run_arg *ra) {
-    const char *path = ra->ckpt ? ra->ckpt : ra->c->model;
+/* The entries of weights file path that hold the tensors m declares, under m's names (the file may give them
+ * Hugging Face's prefix), into *out (*n of them; free with free). An entry fsc cannot read is refused for what it is
+ * (its ndim and shape say nothing: 0 for more than 4 dimensions). */
+static fsc_status file_tensors(const fsc_model *m, const char *path, fsc_param_info **out, int *n) {
     fsc_st_file *f = NULL;
-    if (!ra->ckpt) FSC_TRY(fsc_st_open(path, &f));
-    fsc_status s = FSC_OK;
+    *out = NULL, *n = 0;
+    FSC_TRY(fsc_st_open(path, &f));
+    fsc_param_info *held = calloc((size_t)m->n_tensors + 1, sizeof *held);
+    fsc_status s = held ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path);
     for (int i = 0; s == FSC_OK && i < m->n_tensors; i++) {
         const fsc_param_info *p = &m->info[i];
-        const fsc_st_entry *en = f ? fsc_st_find_weight(f, p->name) : NULL;
-        const fsc_ckpt_tensor *t = f ? NULL : fsc_ckpt_meta_find(ra->meta, p->name);
-        if (!en && !t) {
-            s = fsc_error(FSC_ERR_FORMAT, "%s: tensor %s is missing (the model configuration: %.300s)", path, p->name,
-                          ra->config);
-            break;
-        }
-        if (en && en->unreadable) { /* its ndim and shape say nothing (0 for more than 4 dimensions) */
+        const fsc_st_entry *en = fsc_st_find_weight(f, p->name);
+        if (en && en->unreadable) {
             s = fsc_error(FSC_ERR_FORMAT, "%s: %s has %s, which fsc does not read (the model expects floats: F32, BF16 "
                           "or F16 of at most 4 dimensions)", path, p->name, en->unreadable);
-            break;
+        } else if (en) {
+            fsc_param_info *h = &held[(*n)++];
+            snprintf(h->name, sizeof h->name, "%s", p->name);
+            h->ndim = en->ndim;
+            memcpy(h->shape, en->shape, sizeof h->shape);
         }
-        const int nd = en ? en->ndim : t->ndim;
-        const int64_t *shape = en ? en->shape : t->shape;
-        int same = nd == p->ndim, rows = same && en && p->file_rows > 0; /* a padded vocabulary: its real rows */
-        for (int d = 0; d < nd && (same || rows); d++) {
-            same = same && shape[d] == p->shape[d];
-            rows = rows && shape[d] == (d ? p->shape[d] : p->file_rows);
-        }
-        if (same || rows) continue;
-        char have[96], want[96];
-        fsc_shape_str(have, sizeof have, nd, shape);
-        fsc_shape_str(want, sizeof want, p->ndim, p->shape);
-        s = fsc_error(FSC_ERR_FORMAT, "%s: %s has shape %s but the model expects %s (the model configuration: %.300s)",
-                      path, p->name, have, want, ra->config);
     }
     fsc_st_close(f);
+    if (s != FSC_OK) free(held), held = NULL, *n = 0;
+    *out = held;
+    return s;
+}
+
+/* Every tensor model m declares is in the weights file or the checkpoint with its shape (fsc_model_check_held, as
+ * ckpt_tool verify checks a checkpoint against its record): checked on the model's declarations, before the engine
+ * allocates and initializes it, so a configuration that does not describe the file (a record claiming a wider model or
+ * a longer context) costs nothing to refuse. A weights file may hold more (Hugging Face's buffers) and a padded
+ * vocabulary's real rows only; the load checks the rest. */
+static fsc_status check_shapes(const fsc_model *m, const run_arg *ra) {
+    const char *path = ra->ckpt ? ra->ckpt : ra->c->model;
+    fsc_param_info *held = NULL;
+    int n = 0;
+    fsc_status s = ra->ckpt ? fsc_ckpt_meta_params(ra->meta, &held, &n) : file_tensors(m, path, &held, &n);
+    if (s == FSC_OK && (s = fsc_model_check_held(m, held, n, ra->ckpt ? 0 : FSC_HELD_FILE_ROWS, NULL)) != FSC_OK)
+        s = fsc_error(s, "%s: %s (the model configuration: %.300s)", path, fsc_last_error(), ra->config);
+    free(held);
     return s;
 }
 

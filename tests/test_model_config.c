@@ -13,6 +13,9 @@
  * text, so the model a weights file of its engine records is built again by fsc_model_from_config (the sampler's
  * way) and loads the file: the file recorded the layers' description, which no family reads ("names no built-in
  * model").
+ * fsc_model_check_held and fsc_model_config_check_held: a model's own tensors pass, exactly; one missing, of another
+ * shape or (exactly) one more is refused naming it; a padded vocabulary's real rows pass as a file holds them; a text
+ * its family refuses and one that cannot be told here are told apart by status.
  */
 #include <cjson/cJSON.h>
 #include "testutil.h"
@@ -102,6 +105,55 @@ static fsc_status tiny_from_config(fsc_device *dev, const char *config, fsc_mode
     if (strstr(config, "none")) return FSC_OK; /* a family's bug: success without a model */
     fsc_gpt_config g = { .layers = 1, .dim = 8, .heads = 2, .seq = 4, .vocab = strstr(config, "12") ? 12 : 10 };
     return fsc_gpt_model_create(dev, &g, out);
+}
+
+/* Whether held tensors are those a model declares (fsc_model_check_held; the sampler's check of a file, ckpt_tool
+ * verify's of a checkpoint, the trainer's of --load's record). Oracles: a model's own declarations pass, exactly; one
+ * missing, of another shape, or (exactly) one more is FSC_ERR_FORMAT naming it; a padded vocabulary's tensor held with
+ * its real rows passes only as a file holds it. From a configuration text (fsc_model_config_check_held): its model's
+ * tensors pass; a text of more layers names the tensor and its family's model; a text its family refuses is
+ * FSC_ERR_INVALID; not JSON, or a family this program does not know, is FSC_ERR_UNSUPPORTED (not checked). */
+static void test_check_held(void **state) {
+    (void)state;
+    fsc_device *dev = NULL;
+    fsc_model *m = NULL;
+    assert_ok(fsc_device_create("count", NULL, &dev));
+    const char *gpt = "{\"layers\":2,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":10,\"padded_vocab\":16}";
+    assert_ok(fsc_model_from_config(dev, gpt, &m));
+    const int n = m->n_tensors;
+    fsc_param_info *held = calloc((size_t)n + 1, sizeof *held);
+    assert_non_null(held);
+    memcpy(held, m->info, (size_t)n * sizeof *held);
+    assert_ok(fsc_model_check_held(m, held, n, FSC_HELD_EXACT, NULL));
+    assert_err(fsc_model_check_held(m, held + 1, n - 1, 0, NULL), FSC_ERR_FORMAT,
+               "holds no tensor wte.weight, which the model declares");
+    snprintf(held[n].name, sizeof held[n].name, "h.2.ln_1.weight"); /* one more: a block the model lacks */
+    held[n].ndim = 1, held[n].shape[0] = 8;
+    assert_ok(fsc_model_check_held(m, held, n + 1, 0, NULL));
+    assert_err(fsc_model_check_held(m, held, n + 1, FSC_HELD_EXACT, "its gpt2 model"), FSC_ERR_FORMAT,
+               "holds tensor h.2.ln_1.weight, which its gpt2 model does not declare");
+    const int wte = fsc_model_tensor_index(m, "wte.weight");
+    assert_true(wte >= 0 && m->info[wte].file_rows == 10);
+    held[wte].shape[0] = 10; /* the real rows, as a weights file holds them */
+    assert_ok(fsc_model_check_held(m, held, n, FSC_HELD_EXACT | FSC_HELD_FILE_ROWS, NULL));
+    assert_err(fsc_model_check_held(m, held, n, FSC_HELD_EXACT, NULL), FSC_ERR_FORMAT,
+               "wte.weight has shape [10, 8] but the model expects [16, 8]");
+    held[wte].shape[0] = 12;
+    assert_err(fsc_model_check_held(m, held, n, FSC_HELD_FILE_ROWS, NULL), FSC_ERR_FORMAT,
+               "but the model expects [16, 8] (or its unpadded rows)");
+    held[wte].shape[0] = 16;
+    /* from a configuration text */
+    assert_ok(fsc_model_config_check_held(gpt, held, n, FSC_HELD_EXACT));
+    assert_err(fsc_model_config_check_held("{\"layers\":3,\"dim\":8,\"heads\":2,\"seq\":4,\"vocab\":10,"
+                                           "\"padded_vocab\":16}", held, n, FSC_HELD_EXACT), FSC_ERR_FORMAT,
+               "holds no tensor h.2.ln_1.weight, which its gpt2 model declares");
+    assert_err(fsc_model_config_check_held("{\"layers\":2,\"dim\":8,\"heads\":3,\"seq\":4,\"vocab\":10}", held, n,
+                                           0), FSC_ERR_INVALID, "heads");
+    assert_err(fsc_model_config_check_held("{\"layers\":2,", held, n, 0), FSC_ERR_UNSUPPORTED, "not checked");
+    assert_err(fsc_model_config_check_held("{\"family\":\"nobody\"}", held, n, 0), FSC_ERR_UNSUPPORTED, "nobody");
+    free(held);
+    fsc_model_free(m);
+    fsc_device_free(dev);
 }
 
 static void test_registered_family(void **state) {
@@ -685,6 +737,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builds_the_recorded_model),
         cmocka_unit_test(test_bad_text_is_refused),
+        cmocka_unit_test(test_check_held),
         cmocka_unit_test(test_registered_family_of_layers), /* before test_registered_family fills the table */
         cmocka_unit_test(test_checkpoint_of_spaced_config_text), /* after it: "layered" */
         cmocka_unit_test(test_long_config_text_recorded_whole), /* "layered" too */

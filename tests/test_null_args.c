@@ -834,6 +834,18 @@ static void null_fsc_model_from_config(void) {
     INVALID(fsc_model_from_config(DEV, P, NULL), "out");
 }
 
+static void null_fsc_model_config_check_held(void) {
+    /* held may be NULL with n 0 */
+    INVALID(fsc_model_config_check_held(NULL, P, 1, 0), "config");
+    INVALID(fsc_model_config_check_held(P, NULL, 1, 0), "held");
+}
+
+static void null_fsc_model_check_held(void) {
+    /* what may be NULL; held with n 0 */
+    INVALID(fsc_model_check_held(NULL, P, 1, 0, NULL), "m");
+    INVALID(fsc_model_check_held(P, NULL, 1, 0, NULL), "held");
+}
+
 static void null_fsc_sample_token(void) {
     RETVAL(fsc_sample_token(NULL, 1, P, 0, P), -1);
     RETVAL(fsc_sample_token(P, 1, NULL, 0, P), -1);
@@ -2732,6 +2744,8 @@ static const struct row rows[] = {
     ROW(fsc_generator_free),
     ROW(fsc_generator_next),
     ROW(fsc_model_from_config),
+    ROW(fsc_model_config_check_held),
+    ROW(fsc_model_check_held),
     ROW(fsc_model_family_register),
     ROW(fsc_model_family_find),
     ROW(fsc_model_family_of),

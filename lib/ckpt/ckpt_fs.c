@@ -320,45 +320,19 @@ fsc_status fsc_ckpt_check_file(const fsc_ckpt_meta *m, int file, fsc_st_file *f,
 
 /* The tensors a model of another family than the GPT (whose own check is fsc_gpt_check_tensors) declares, built from
  * the recorded configuration on the counting device (no memory), against the recorded ones p: each there with its
- * shape, and no other. FSC_OK when the configuration names no family this program knows (a program's own model) or
- * does not build one there for another reason than a bad field (no memory, a program's family that needs more: a
- * load says why), so that verify never calls a sound checkpoint damaged for it. A configuration its family refuses
- * (family.h's from_config: FSC_ERR_FORMAT naming the field; the Llama's field ranges give FSC_ERR_INVALID) is damage,
- * as a GPT's is (fsc_gpt_check_tensors): no model loads it. */
+ * shape, and no other (fsc_model_config_check_held). FSC_OK when that cannot be told here: the configuration names no
+ * family this program knows (a program's own model) or does not build there for another reason than a bad field (no
+ * memory, a program's family that needs more: a load says why), so that verify never calls a sound checkpoint
+ * damaged for it. A configuration its family refuses is damage, as a GPT's is (fsc_gpt_check_tensors): no model
+ * loads it. */
 static fsc_status check_declared(const char *config, const fsc_param_info *p, int n) {
     const fsc_model_family *f = NULL;
     if (fsc_model_family_of(config, &f) != FSC_OK || !strcmp(f->name, "gpt2")) return FSC_OK;
-    fsc_device *dev = NULL;
-    fsc_model *m = NULL;
-    if (fsc_device_create("count", NULL, &dev) != FSC_OK) return FSC_OK; /* not checked here: a load says why */
-    const fsc_status built = fsc_model_from_config(dev, config, &m);
-    if (built != FSC_OK) {
-        fsc_device_free(dev);
-        if (built == FSC_ERR_FORMAT || built == FSC_ERR_INVALID) /* a field refused (the Llama's ranges: INVALID) */
-            return fsc_error_prefix(FSC_ERR_FORMAT, "the recorded %s model's configuration is refused by its family",
-                                    f->name);
-        return FSC_OK; /* not checked here (no memory, or a program's family needs more): a load says why */
-    }
-    fsc_status s = FSC_OK;
-    char have[96], want[96];
-    for (int i = 0; s == FSC_OK && i < m->n_tensors; i++) {
-        const fsc_param_info *d = &m->info[i], *r = NULL;
-        for (int k = 0; k < n && !r; k++)
-            if (!strcmp(p[k].name, d->name)) r = &p[k];
-        int same = r && r->ndim == d->ndim;
-        for (int k = 0; same && k < d->ndim; k++) same = r->shape[k] == d->shape[k];
-        if (!r) s = fsc_error(FSC_ERR_FORMAT, "holds no tensor %s, which its %s model declares", d->name, f->name);
-        else if (!same) {
-            fsc_shape_str(have, sizeof have, r->ndim, r->shape);
-            fsc_shape_str(want, sizeof want, d->ndim, d->shape);
-            s = fsc_error(FSC_ERR_FORMAT, "tensor %s has shape %s, its recorded %s model's %s", d->name, have, f->name,
-                          want);
-        }
-    }
-    if (s == FSC_OK && n != m->n_tensors)
-        s = fsc_error(FSC_ERR_FORMAT, "holds %d tensors, its recorded %s model declares %d", n, f->name, m->n_tensors);
-    fsc_model_free(m);
-    fsc_device_free(dev);
+    const fsc_status s = fsc_model_config_check_held(config, p, n, FSC_HELD_EXACT);
+    if (s == FSC_ERR_UNSUPPORTED) return FSC_OK; /* not checked here: a load says why */
+    if (s == FSC_ERR_INVALID)
+        return fsc_error_prefix(FSC_ERR_FORMAT, "the recorded %s model's configuration is refused by its family",
+                                f->name);
     return s;
 }
 

@@ -1,11 +1,13 @@
 /* The model interface's checks and small helpers (model.h): what the engine verifies of a model before it
- * shards, pipelines or checkpoints it. Not here: any model (lib/model), the engine (lib/parallel). */
+ * shards, pipelines or checkpoints it, and whether tensors held elsewhere (a checkpoint's, a weights file's) are
+ * those a model declares. Not here: any model (lib/model), the engine (lib/parallel). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fsc/model.h"
+#include "fsc/tensor.h" /* fsc_shape_str */
 #include "core/param_split.h"
 #include "core/model_text.h"
 
@@ -162,6 +164,40 @@ int fsc_model_tensor_index(const fsc_model *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)
         if (!strcmp(m->info[i].name, name)) return i;
     return -1;
+}
+
+/* held's tensor called name, or NULL. */
+static const fsc_param_info *held_named(const fsc_param_info *held, int n, const char *name) {
+    for (int k = 0; k < n; k++)
+        if (!strcmp(held[k].name, name)) return &held[k];
+    return NULL;
+}
+
+fsc_status fsc_model_check_held(const fsc_model *m, const fsc_param_info *held, int n, int flags, const char *what) {
+    FSC_CHECK_ARG(m);
+    FSC_CHECK_BUF(held, n);
+    if (!what) what = "the model";
+    char have[96], want[96];
+    for (int i = 0; i < m->n_tensors; i++) {
+        const fsc_param_info *d = &m->info[i], *h = held_named(held, n, d->name);
+        if (!h) return fsc_error(FSC_ERR_FORMAT, "holds no tensor %s, which %s declares", d->name, what);
+        const int unpadded = (flags & FSC_HELD_FILE_ROWS) && d->file_rows > 0; /* its real rows, as files hold it */
+        int same = h->ndim == d->ndim, rows = same && unpadded;
+        for (int k = 0; k < d->ndim && (same || rows); k++) {
+            same = same && h->shape[k] == d->shape[k];
+            rows = rows && h->shape[k] == (k ? d->shape[k] : d->file_rows);
+        }
+        if (same || rows) continue;
+        fsc_shape_str(have, sizeof have, h->ndim, h->shape);
+        fsc_shape_str(want, sizeof want, d->ndim, d->shape);
+        return fsc_error(FSC_ERR_FORMAT, "%s has shape %s but %s expects %s%s", d->name, have, what, want,
+                         unpadded ? " (or its unpadded rows)" : "");
+    }
+    if (!(flags & FSC_HELD_EXACT) || n == m->n_tensors) return FSC_OK; /* every declared one is there: no other */
+    for (int k = 0; k < n; k++)
+        if (fsc_model_tensor_index(m, held[k].name) < 0)
+            return fsc_error(FSC_ERR_FORMAT, "holds tensor %s, which %s does not declare", held[k].name, what);
+    return fsc_error(FSC_ERR_FORMAT, "holds %d tensors, %s declares %d (a name twice)", n, what, m->n_tensors);
 }
 
 void fsc_model_free(fsc_model *m) {

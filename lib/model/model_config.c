@@ -3,6 +3,8 @@
  * and Llama (llama.h; "family":"llama"), with every field checked as a number of its range and any other key
  * refused, and the families a program registered. A program that holds only a weights file (the sampler) builds
  * the model the file records this way; the trainer makes the engine of any family this way.
+ * The tensors the model of a text declares are checked against those a reader holds (fsc_model_config_check_held:
+ * ckpt_tool verify, the trainer's --load) on the counting device.
  * Not here: checking a recorded configuration against a model (gpt_model.c, llama.c). */
 #include <math.h>
 #include <pthread.h>
@@ -272,6 +274,30 @@ fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model 
         fsc_model_free(*out);
         *out = NULL;
     }
+    return s;
+}
+
+fsc_status fsc_model_config_check_held(const char *config, const fsc_param_info *held, int n, int flags) {
+    FSC_CHECK_ARG(config);
+    FSC_CHECK_BUF(held, n);
+    const fsc_model_family *f;
+    if (fsc_model_family_of(config, &f) != FSC_OK) return fsc_error_prefix(FSC_ERR_UNSUPPORTED, "not checked");
+    fsc_device *dev = NULL;
+    fsc_model *m = NULL;
+    fsc_status s = fsc_device_create("count", NULL, &dev); /* declarations only: no memory */
+    if (s == FSC_OK) s = fsc_model_from_config(dev, config, &m);
+    if (s == FSC_ERR_FORMAT || s == FSC_ERR_INVALID) { /* a field its family refuses (the Llama's ranges: INVALID) */
+        s = FSC_ERR_INVALID;
+    } else if (s != FSC_OK) { /* no memory, or a program's family that needs more than the counting device */
+        s = fsc_error_prefix(FSC_ERR_UNSUPPORTED, "not checked: the %s model cannot be built to count its tensors",
+                             f->name);
+    } else {
+        char what[64];
+        snprintf(what, sizeof what, "its %s model", f->name);
+        s = fsc_model_check_held(m, held, n, flags, what);
+    }
+    fsc_model_free(m);
+    fsc_device_free(dev);
     return s;
 }
 

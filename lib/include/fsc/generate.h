@@ -30,6 +30,15 @@ FSC_BEGIN_DECLS
  * known family, a bad field or, for the built-in families, a field neither of them reads ("rope-theta" for
  * "rope_theta"). Free with fsc_model_free. */
 fsc_status fsc_model_from_config(fsc_device *dev, const char *config, fsc_model **out);
+/* model.h's fsc_model_check_held (flags as there) of the model config describes, built on the counting device (no
+ * memory), for a reader that holds tensors and a configuration text but no model (ckpt_tool verify: a checkpoint's
+ * parameters against its record; the trainer's --load: a weights file's entries against its record).
+ * FSC_ERR_FORMAT naming the tensor ("... which its llama model declares"); FSC_ERR_INVALID, the family's message,
+ * when config's family refuses it (a field missing, of another type or out of range: no such model is built);
+ * FSC_ERR_UNSUPPORTED when it cannot be told here: config is no JSON object of a family this program knows
+ * (fsc_model_family_of), or its family cannot build it on the counting device (no memory, a program's family that
+ * needs more). */
+fsc_status fsc_model_config_check_held(const char *config, const fsc_param_info *held, int n, int flags);
 
 typedef struct {
     float temperature;  /* 0: greedy; > 0: sample softmax(logits / temperature) */

@@ -298,6 +298,16 @@ double fsc_lm_flops_per_token(double matmul_params, int layers, int dim, int T);
 size_t fsc_model_num_full_params(const fsc_model *m);
 /* Index of the tensor called name, -1 if none (m or name NULL too). */
 int fsc_model_tensor_index(const fsc_model *m, const char *name);
+/* How fsc_model_check_held compares (flags, or'd): no tensor held beyond the model's; a tensor of a padded
+ * vocabulary may be held with its file_rows rows, as weights files store it. */
+enum { FSC_HELD_EXACT = 1, FSC_HELD_FILE_ROWS = 2 };
+/* Whether the n tensors held (name, ndim and shape each: a checkpoint's parameters, ckpt.h's fsc_ckpt_meta_params; a
+ * weights file's entries) hold those model m declares: each of m's tensors among them by name with its shape, and with
+ * FSC_HELD_EXACT no other. FSC_ERR_FORMAT otherwise, the message naming the tensor and both shapes and the model as
+ * what says ("its llama model"; NULL: "the model"), for the caller to put what holds them before it ("holds no
+ * tensor h.2.ln_1.weight, which the model declares"). Reads m's declarations only: a model built on the counting
+ * device (generate.h's fsc_model_config_check_held), or before an engine allocates it (the sampler), will do. */
+fsc_status fsc_model_check_held(const fsc_model *m, const fsc_param_info *held, int n, int flags, const char *what);
 /* ops->destroy(m) when the model owns itself (fsc_gpt_model_create's); NULL does nothing. */
 void fsc_model_free(fsc_model *m);
 

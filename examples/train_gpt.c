@@ -83,7 +83,8 @@ static int parse(trainer *t, int argc, char **argv) {
         return 2;
     }
     const model_family *f = model_family_of(c);
-    if (c->load && f->check_load && f->check_load(c->load, err, sizeof err)) { /* as a failed load */
+    if (c->load && ((f->check_load && f->check_load(c->load, err, sizeof err)) || /* as a failed load */
+                    check_load_record(c->load, err, sizeof err))) {
         fprintf(stderr, "fsc-train: --load %s\n", err);
         return 1;
     }

@@ -360,6 +360,68 @@ static void test_determinism_and_weights(void **st) {
     }
 }
 
+/* A copy of weights file src at dst whose model record (fsc_model) is rec: every entry (F32) as it was. */
+static void rerecord(const char *src, const char *dst, const char *rec) {
+    fsc_st_file *f = NULL;
+    fsc_st_writer *w = NULL;
+    assert_ok(fsc_st_open(src, &f));
+    assert_ok(fsc_st_writer_open(dst, &w));
+    assert_ok(fsc_st_writer_meta(w, "format", "pt"));
+    assert_ok(fsc_st_writer_meta(w, FSC_ST_META_MODEL, rec));
+    for (int i = 0; i < fsc_st_count(f); i++) {
+        const fsc_st_entry *en = fsc_st_entry_at(f, i);
+        assert_ok(fsc_st_writer_add(w, en->name, en->dtype, en->ndim, en->shape));
+    }
+    assert_ok(fsc_st_writer_begin_data(w));
+    for (int i = 0; i < fsc_st_count(f); i++) {
+        const fsc_st_entry *en = fsc_st_entry_at(f, i);
+        const uint64_t n = (en->end - en->begin) / sizeof(float);
+        float *v = malloc(n * sizeof *v + 1);
+        assert_non_null(v);
+        assert_ok(fsc_st_read_f32(f, en, v, 0, n));
+        assert_ok(fsc_st_writer_write_f32(w, i, v, 0, n));
+        free(v);
+    }
+    assert_ok(fsc_st_writer_commit(w));
+    fsc_st_close(f);
+}
+
+/* Oracle: --load of a weights file whose model record is malformed is refused (exit 1) naming the file, the record
+ * and what is wrong: not JSON, a record its family refuses, or a model of other tensors than the file holds (more or
+ * fewer blocks, a longer context). It was loaded: the engine compared the record's family and heads only. The file
+ * with its own record loads. */
+static void test_load_record_checked(void **st) {
+    (void)st;
+    char *two = prog_fmt("%s/rec.st", tmpdir), *bad = prog_fmt("%s/rec-bad.st", tmpdir), *err = NULL;
+    char *args = prog_fmt("--layers 2 --dim 16 --heads 2 --seq 8 --batch 4 --steps 0 --data '%s/data.txt' "
+                          "--init-save '%s'", tmpdir, two);
+    assert_int_equal(run(args, NULL, NULL), 0);
+    free(args);
+    static const char *const cases[][2] = {
+        { "not json", "is not a JSON object: not json" },
+        { "{\"layers\":3,\"dim\":16,\"heads\":2,\"seq\":8,\"vocab\":256}",
+          "does not describe the tensors it holds: holds no tensor h.2." },
+        { "{\"layers\":1,\"dim\":16,\"heads\":2,\"seq\":8,\"vocab\":256}",
+          "does not describe the tensors it holds: holds tensor h.1." },
+        { "{\"layers\":2,\"dim\":16,\"heads\":2,\"seq\":16,\"vocab\":256}",
+          "wpe.weight has shape [8, 16] but its gpt2 model expects [16, 16]" },
+        { "{\"layers\":2,\"dim\":16,\"heads\":2,\"seq\":8,\"vocab\":-1}", "is refused by its family: " },
+        { "{\"layers\":2,\"dim\":16,\"heads\":2,\"seq\":8,\"vocab\":256}", NULL }, /* its own: loads */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        rerecord(two, bad, cases[i][0]);
+        args = prog_fmt("--layers 2 --dim 16 --heads 2 --seq 8 --batch 4 --steps 1 --data '%s/data.txt' --load '%s'",
+                        tmpdir, bad);
+        const int rc = run(args, NULL, &err);
+        if (cases[i][1] ? rc != 1 || !strstr(err, "--load") || !strstr(err, "rec-bad.st: its model record (fsc_model)")
+                              || !strstr(err, cases[i][1])
+                        : rc != 0)
+            fail_msg("record %s: exit %d: %s", cases[i][0], rc, err);
+        free(err), free(args);
+    }
+    free(two), free(bad);
+}
+
 /* Set element el of tensor `name` in a safetensors file to v. */
 static void patch_float(const char *path, const char *name, size_t el, float v) {
     fsc_st_file *f = NULL;
@@ -532,6 +594,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_data_order_and_losses),
         cmocka_unit_test(test_json_and_world),
         cmocka_unit_test(test_determinism_and_weights),
+        cmocka_unit_test(test_load_record_checked),
         cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_padded_vocab),
     };

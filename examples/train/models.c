@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "train.h"
 #include "../tied_head.h"
 
@@ -283,4 +284,44 @@ int check_family_options(const train_config *c, const int *given, char *err, siz
                 return snprintf(err, cap, "--%s applies to --model %s only", g->options[k], g->name), -1;
     }
     return 0;
+}
+
+/* --load's weights file against the model it records (safetensors.h's FSC_ST_META_MODEL), every family's: a record
+ * that is not a JSON object, that its family refuses, or whose model has other tensors than the file holds (more or
+ * fewer layers, another width or context: fsc_model_config_check_held, as ckpt_tool verify checks a checkpoint's
+ * record against its tensors and as the sampler builds its model from the record) makes the file malformed: 1 with
+ * err. A file without a record (Hugging Face's), one of a family this program does not know, a checkpoint directory
+ * and a file that does not open are the load's to judge. The file's entries are taken by their names without
+ * Hugging Face's prefix; those fsc cannot read are no tensor of any model. */
+int check_load_record(const char *path, char *err, size_t cap) {
+    struct stat sb;
+    fsc_st_file *f = NULL;
+    if (stat(path, &sb) != 0 || S_ISDIR(sb.st_mode) || fsc_st_open(path, &f) != FSC_OK) return 0;
+    const char *rec = fsc_st_metadata(f, FSC_ST_META_MODEL);
+    cJSON *o = rec ? cJSON_Parse(rec) : NULL;
+    const int object = cJSON_IsObject(o);
+    cJSON_Delete(o);
+    const int n = fsc_st_count(f);
+    fsc_param_info *held = object ? calloc((size_t)n + 1, sizeof *held) : NULL;
+    int k = 0;
+    for (int i = 0; held && i < n; i++) {
+        const fsc_st_entry *en = fsc_st_entry_at(f, i);
+        if (en->unreadable) continue;
+        snprintf(held[k].name, sizeof held[k].name, "%s", fsc_st_weight_name(en->name));
+        held[k].ndim = en->ndim;
+        memcpy(held[k++].shape, en->shape, sizeof en->shape);
+    }
+    fsc_status s = FSC_OK;
+    if (rec && !object) s = fsc_error(FSC_ERR_FORMAT, "%s: its model record (%s) is not a JSON object: %.200s", path,
+                                      FSC_ST_META_MODEL, rec);
+    else if (object && !held) s = fsc_error(FSC_ERR_NOMEM, "%s: out of memory", path);
+    else if (held && (s = fsc_model_config_check_held(rec, held, k, FSC_HELD_EXACT | FSC_HELD_FILE_ROWS)) != FSC_OK)
+        s = s == FSC_ERR_UNSUPPORTED ? FSC_OK /* not told here */
+            : fsc_error_prefix(s, "%s: its model record (%s) %s", path, FSC_ST_META_MODEL, s == FSC_ERR_INVALID
+                               ? "is refused by its family" : "does not describe the tensors it holds");
+    free(held);
+    fsc_st_close(f);
+    if (s == FSC_OK) return 0;
+    snprintf(err, cap, "%s", fsc_last_error());
+    return 1;
 }

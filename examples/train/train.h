@@ -234,6 +234,9 @@ typedef struct {
     /* --plan: the model of the planner's job (fsc/plan.h); NULL: the job's config is model_text's */
     void (*plan)(const train_config *c, fsc_plan_job *j);
 } model_family;
+/* 1 with err when --load's weights file records a model that does not describe it (a record not JSON, refused by its
+ * family, or of other tensors than the file's); every family's check, after its own check_load */
+int check_load_record(const char *path, char *err, size_t cap);
 const model_family *model_family_find(const char *name);
 const model_family *model_family_of(const train_config *c);
 int check_family_options(const train_config *c, const int *given, char *err, size_t cap);

@@ -99,6 +99,30 @@ static void test_transpose(void **state) {
     assert_err(fsc_tensor_transpose(&t, 0, 2, &v), FSC_ERR_INVALID, "(0, 2)");
 }
 
+/* Shapes whose element count passes int64 or size_t (UBSan: no signed overflow): a made tensor of such a shape is
+ * contiguous (its strides and the check saturate alike; the check called [3, 2^62, 4] strided), its bytes are
+ * SIZE_MAX (they wrapped to 2^64 - 4 and to 4 x a negative count), and a reshape to such a shape is refused (its
+ * count wrapped, to 0 for [2^62, 4], and the view of 0 elements was accepted over a tensor of none). */
+static void test_sizes_past_int64(void **state) {
+    (void)state;
+    const int64_t huge[4] = { 1 << 20, 1 << 20, 1 << 20, 1 << 20 }, wrap[2] = { (int64_t)1 << 62, 4 };
+    const int64_t three[3] = { 3, (int64_t)1 << 62, 4 }; /* the check's count wrapped to 0 at dimension 0 */
+    fsc_tensor t = fsc_tensor_make(NULL, FSC_F32, 4, huge, NULL), w = fsc_tensor_make(NULL, FSC_F32, 3, three, NULL), r;
+    assert_true(fsc_tensor_is_contiguous(&t));
+    assert_true(fsc_tensor_is_contiguous(&w));
+    assert_true(fsc_tensor_nbytes(&t) == SIZE_MAX);
+    const int64_t over[1] = { ((int64_t)1 << 62) + 1 }; /* 2^62 + 1 elements of 4 bytes: past size_t */
+    fsc_tensor o = fsc_tensor_make(NULL, FSC_F32, 1, over, NULL);
+    assert_true(fsc_tensor_nbytes(&o) == SIZE_MAX);
+    const int64_t neg[2] = { -1, 4 };
+    fsc_tensor n = fsc_tensor_make(NULL, FSC_F32, 2, neg, NULL);
+    assert_true(fsc_tensor_nbytes(&n) == SIZE_MAX);
+    const int64_t none[1] = { 0 };
+    fsc_tensor z = fsc_tensor_make(NULL, FSC_F32, 1, none, NULL);
+    assert_err(fsc_tensor_reshape(&z, 2, wrap, &r), FSC_ERR_INVALID, "more elements than int64");
+    assert_err(fsc_tensor_reshape(&z, 4, huge, &r), FSC_ERR_INVALID, "more elements than int64");
+}
+
 static void test_shape_str(void **state) {
     (void)state;
     char buf[32];
@@ -116,6 +140,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_make_contiguous), cmocka_unit_test(test_narrow), cmocka_unit_test(test_reshape),
         cmocka_unit_test(test_transpose),       cmocka_unit_test(test_shape_str),
+        cmocka_unit_test(test_sizes_past_int64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

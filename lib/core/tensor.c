@@ -32,7 +32,11 @@ int64_t fsc_tensor_numel(const fsc_tensor *t) {
 
 size_t fsc_tensor_nbytes(const fsc_tensor *t) {
     if (!t) return 0;
-    return (size_t)fsc_tensor_numel(t) * fsc_dtype_size(t->dtype);
+    const int64_t n = fsc_tensor_numel(t);
+    size_t b;
+    /* a count saturated at INT64_MAX or made of negative sizes: no memory holds it (the product wrapped before) */
+    if (n < 0 || n == INT64_MAX || __builtin_mul_overflow((size_t)n, fsc_dtype_size(t->dtype), &b)) return SIZE_MAX;
+    return b;
 }
 
 int fsc_tensor_is_contiguous(const fsc_tensor *t) {
@@ -40,7 +44,7 @@ int fsc_tensor_is_contiguous(const fsc_tensor *t) {
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->stride[i] != s) return 0;
-        s *= t->shape[i];
+        if (__builtin_mul_overflow(s, t->shape[i], &s)) s = INT64_MAX; /* saturated as fsc_tensor_make's strides */
     }
     return 1;
 }
@@ -90,10 +94,11 @@ fsc_status fsc_tensor_reshape(const fsc_tensor *t, int ndim, const int64_t *shap
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) return fsc_error(FSC_ERR_INVALID, "reshape: negative size %lld", (long long)shape[i]);
-        n *= shape[i];
+        if (__builtin_mul_overflow(n, shape[i], &n)) n = -1; /* past int64: equal to no tensor's count (it wrapped) */
     }
     fsc_shape_str(s0, sizeof s0, t->ndim, t->shape);
     fsc_shape_str(s1, sizeof s1, ndim, shape);
+    if (n < 0) return fsc_error(FSC_ERR_INVALID, "reshape: %s has more elements than int64 counts", s1);
     if (!fsc_tensor_is_contiguous(t))
         return fsc_error(FSC_ERR_INVALID, "reshape: tensor of shape %s is not contiguous (a strided view)", s0);
     if (n != fsc_tensor_numel(t))

@@ -26,7 +26,8 @@ typedef struct {
  * NULL, which every op refuses). */
 fsc_tensor fsc_tensor_make(void *data, fsc_dtype dtype, int ndim, const int64_t *shape, fsc_device *dev);
 int64_t fsc_tensor_numel(const fsc_tensor *t);
-size_t fsc_tensor_nbytes(const fsc_tensor *t);   /* numel x element size (contiguous extent) */
+size_t fsc_tensor_nbytes(const fsc_tensor *t);   /* numel x element size (contiguous extent); SIZE_MAX when no memory
+                                                  * holds it (more than SIZE_MAX bytes, a negative size) */
 int fsc_tensor_is_contiguous(const fsc_tensor *t);
 /* Rows [start, start+len) of dimension 0. */
 fsc_status fsc_tensor_narrow(const fsc_tensor *t, int dim, int64_t start, int64_t len, fsc_tensor *out);

@@ -357,6 +357,14 @@ static void test_order(void **state) {
     free(lb), free(lall), free(ltok), free(ltgt);
     assert_err(fsc_data_batch(d, 0, B, T, 4, 3, tok, tgt), FSC_ERR_INVALID, "sequences 4 .. 6 of a batch of 6");
     assert_err(fsc_data_batch(d, 0, B, N, 0, 1, tok, tgt), FSC_ERR_INVALID, "158 tokens, but a context of 158 needs at least 159");
+    /* a bad step, batch or context is named (the message blamed "sequences 0 .. 0 of a batch of 1" for a context
+     * of 0), and sizes at INT_MAX print without a signed overflow (UBSan): a context of INT_MAX needs INT_MAX + 1 */
+    assert_err(fsc_data_batch(d, -1, B, T, 0, 1, tok, tgt), FSC_ERR_INVALID, "step -1 is negative");
+    assert_err(fsc_data_batch(d, 0, 0, T, 0, 0, tok, tgt), FSC_ERR_INVALID, "a batch of 0 sequences");
+    assert_err(fsc_data_batch(d, 0, B, 0, 0, 1, tok, tgt), FSC_ERR_INVALID, "a context of 0 tokens");
+    assert_err(fsc_data_batch(d, 0, B, INT_MAX, 0, 1, tok, tgt), FSC_ERR_INVALID, "needs at least 2147483648");
+    assert_err(fsc_data_batch(d, 0, 1, T, 5, INT_MAX, tok, tgt), FSC_ERR_INVALID,
+               "sequences 5 .. 2147483651 of a batch of 1");
     fsc_data_free(d);
     free(a);
     free(b);

@@ -435,12 +435,16 @@ fsc_status fsc_data_batch(const fsc_data *d, int64_t step, int batch, int seq, i
     FSC_CHECK_BUF(tok, count);
     FSC_CHECK_BUF(tgt, count);
     if (!d || ((!tok || !tgt) && count > 0)) return fsc_error(FSC_ERR_INVALID, "fsc_data_batch: NULL argument");
-    if (step < 0 || batch < 1 || seq < 1 || first < 0 || count < 0 || count > batch - first)
-        return fsc_error(FSC_ERR_INVALID, "data: sequences %d .. %d of a batch of %d (step %lld, context %d)", first,
-                         first + count - 1, batch, (long long)step, seq);
+    /* each named: the range's message below blamed the sequences for a batch or context of 0 */
+    if (step < 0) return fsc_error(FSC_ERR_INVALID, "data: step %lld is negative", (long long)step);
+    if (batch < 1) return fsc_error(FSC_ERR_INVALID, "data: a batch of %d sequences (need at least 1)", batch);
+    if (seq < 1) return fsc_error(FSC_ERR_INVALID, "data: a context of %d tokens (need at least 1)", seq);
+    if (first < 0 || count < 0 || count > batch - first) /* the last one in long long: first + count may pass int */
+        return fsc_error(FSC_ERR_INVALID, "data: sequences %d .. %lld of a batch of %d (step %lld, context %d)", first,
+                         (long long)first + count - 1, batch, (long long)step, seq);
     if (d->ntok <= (uint64_t)seq)
-        return fsc_error(FSC_ERR_INVALID, "data: %llu tokens, but a context of %d needs at least %d",
-                         (unsigned long long)d->ntok, seq, seq + 1);
+        return fsc_error(FSC_ERR_INVALID, "data: %llu tokens, but a context of %d needs at least %lld",
+                         (unsigned long long)d->ntok, seq, (long long)seq + 1);
     size_t T = (size_t)seq;
     int32_t row[1025]; /* a context of up to 1024: its T + 1 tokens in one read (each read opens the file) */
     for (int j = 0; j < count; j++) {

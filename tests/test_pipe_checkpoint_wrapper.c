@@ -3,7 +3,7 @@
  * device and offloaded to host memory, the forward output, every parameter gradient and the input gradient
  * are bit-identical, and the device ledger's activation peak drops exactly as the kept inputs say:
  * plain n records > one shared record + n device inputs > one shared record + 1 device input (offload).
- * Misuse (forward twice, recompute before forward) is a state error. */
+ * Misuse (forward twice, recompute before forward) is a state error; an input past any memory is refused. */
 #include <stdlib.h>
 #include "testutil.h"
 #include "fsc/checkpoint_wrapper.h"
@@ -170,6 +170,9 @@ static void test_checkpoint_wrapper_states(void **state) {
     fsc_checkpoint_wrapper *w;
     const float *inp;
     assert_err(fsc_checkpoint_wrapper_create(f.dev, 0, 0, &w), FSC_ERR_INVALID, "no elements");
+    /* 2^62 + 1 floats: their bytes wrapped to 4, and a forward kept one float of the input without a word */
+    assert_err(fsc_checkpoint_wrapper_create(f.dev, ((size_t)1 << 62) + 1, 0, &w), FSC_ERR_INVALID, "past any memory");
+    assert_null(w);
     assert_ok(fsc_checkpoint_wrapper_create(f.dev, f.btc, 1, &w));
     assert_err(fsc_checkpoint_wrapper_recompute(w, block_fwd, &ctx, &inp), FSC_ERR_STATE, "run forward first");
     assert_ok(fsc_checkpoint_wrapper_forward(w, block_fwd, &ctx, f.stream[0], f.x0));

@@ -2,6 +2,7 @@
  * run the module's forward again before its backward. See fsc/checkpoint_wrapper.h.
  * Not here: the sequential model's layer checkpointing (lib/layers/seq_run.c) and the pipeline's stage
  * recomputation (lib/parallel/pipe.c). */
+#include <stdint.h>
 #include <stdlib.h>
 #include "fsc/checkpoint_wrapper.h"
 
@@ -20,6 +21,8 @@ fsc_status fsc_checkpoint_wrapper_create(fsc_device *dev, size_t inp_floats, int
     *out = NULL;
     FSC_CHECK_ARG(dev);
     if (inp_floats == 0) return fsc_error(FSC_ERR_INVALID, "checkpoint_wrapper: the input has no elements");
+    if (inp_floats > SIZE_MAX / sizeof(float)) /* its bytes wrapped: a forward kept a few bytes of the input */
+        return fsc_error(FSC_ERR_INVALID, "checkpoint_wrapper: an input of %zu floats is past any memory", inp_floats);
     fsc_checkpoint_wrapper *w = calloc(1, sizeof *w);
     if (!w) return fsc_error(FSC_ERR_NOMEM, "checkpoint_wrapper: out of memory");
     w->dev = dev;

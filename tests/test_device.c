@@ -9,7 +9,8 @@
  * below and start latency from above, with a modelled time far above any scheduling delay).
  * The counting device (backends/count): large allocations fake and counted, small ones real and zeroed, copies
  * touching real memory only, the kernels answering on the host answering zeros, its host device counting too.
- * The typed kernel calls (core/kernels.h): the table's own bits, and FSC_ERR_UNSUPPORTED for a NULL entry. */
+ * The typed kernel calls (core/kernels.h): the table's own bits, and FSC_ERR_UNSUPPORTED for a NULL entry.
+ * A copy or memset whose size carries a pointer past the address space (a negative size) is FSC_ERR_INVALID. */
 #include <stdlib.h>
 #include <time.h>
 #include "testutil.h"
@@ -293,6 +294,20 @@ static void test_copies(void **state) {
     assert_true(back[3] == 0.0f && back[4] == 5.0f);
     assert_err(fsc_device_upload(d, NULL, host, 4), FSC_ERR_INVALID, "NULL");
     assert_ok(fsc_device_upload(d, NULL, NULL, 0));
+    /* a negative size turned size_t is refused, buffers untouched: a copy of (size_t)-16 bytes ran memmove off the
+     * end (a segmentation fault), one of SIZE_MAX copied nothing (its chunks' count wrapped) and said FSC_OK */
+    const size_t neg = (size_t)-16;
+    assert_err(fsc_device_copy(d, y + 4, y, neg), FSC_ERR_INVALID, "passes the end of the address space");
+    assert_err(fsc_device_copy(d, y, x, SIZE_MAX), FSC_ERR_INVALID, "fsc_device_copy: dst + 18446744073709551615");
+    assert_err(fsc_device_memset(d, y, 0, neg), FSC_ERR_INVALID, "fsc_device_memset: dst + ");
+    assert_err(fsc_device_upload(d, y, host, neg), FSC_ERR_INVALID, "fsc_device_upload: dst + ");
+    assert_err(fsc_device_download(d, back, y, neg), FSC_ERR_INVALID, "fsc_device_download: host_dst + ");
+    fsc_copy *cp = (fsc_copy *)1;
+    assert_err(fsc_device_upload_async(d, y, host, neg, &cp), FSC_ERR_INVALID, "fsc_device_upload_async: dst + ");
+    assert_null(cp);
+    assert_err(fsc_device_download_async(d, back, y, neg, &cp), FSC_ERR_INVALID, "download_async: host_dst + ");
+    assert_ok(fsc_device_download(d, back, y, sizeof back));
+    assert_true(back[3] == 0.0f && back[4] == 5.0f);
     fsc_device_release(d, x);
     fsc_device_release(d, y);
     fsc_device_free(d);

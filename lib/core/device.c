@@ -396,10 +396,20 @@ static void count_sync_copy(fsc_device *dev, int to_device, size_t bytes) {
     if (dev->copy_s_per_byte > 0) fsc_device_copy_sleep_until(fsc_device_copy_reserve(dev, bytes));
 }
 
+fsc_status fsc_device_check_span(const char *fn, const char *name, const void *p, size_t bytes) {
+    if (bytes <= UINTPTR_MAX - (uintptr_t)p) return FSC_OK;
+    return fsc_error(FSC_ERR_INVALID, "%s: %s + %zu bytes passes the end of the address space (a negative size?)", fn,
+                     name, bytes);
+}
+
+#define CHECK_SPAN(p, bytes) FSC_TRY(fsc_device_check_span(__func__, #p, p, bytes))
+
 fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, size_t bytes) {
     FSC_CHECK_ARG(dev);
     FSC_CHECK_BUF(dst, bytes);
     FSC_CHECK_BUF(host_src, bytes);
+    CHECK_SPAN(dst, bytes);
+    CHECK_SPAN(host_src, bytes);
     if (bytes == 0) return FSC_OK;
     fsc_status s = dev->ops->upload(dev->ctx, dst, host_src, bytes);
     if (s == FSC_OK) count_sync_copy(dev, 1, bytes);
@@ -410,6 +420,8 @@ fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src,
     FSC_CHECK_ARG(dev);
     FSC_CHECK_BUF(host_dst, bytes);
     FSC_CHECK_BUF(src, bytes);
+    CHECK_SPAN(host_dst, bytes);
+    CHECK_SPAN(src, bytes);
     if (bytes == 0) return FSC_OK;
     fsc_status s = dev->ops->download(dev->ctx, host_dst, src, bytes);
     if (s == FSC_OK) count_sync_copy(dev, 0, bytes);
@@ -420,6 +432,8 @@ fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t b
     FSC_CHECK_ARG(dev);
     FSC_CHECK_BUF(dst, bytes);
     FSC_CHECK_BUF(src, bytes);
+    CHECK_SPAN(dst, bytes);
+    CHECK_SPAN(src, bytes);
     if (bytes == 0) return FSC_OK;
     return dev->ops->copy(dev->ctx, dst, src, bytes);
 }
@@ -427,6 +441,7 @@ fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t b
 fsc_status fsc_device_memset(fsc_device *dev, void *dst, int value, size_t bytes) {
     FSC_CHECK_ARG(dev);
     FSC_CHECK_BUF(dst, bytes);
+    CHECK_SPAN(dst, bytes);
     if (bytes == 0) return FSC_OK;
     return dev->ops->memset(dev->ctx, dst, value, bytes);
 }

@@ -55,6 +55,8 @@ static fsc_status start(fsc_device *dev, int to_device, void *dst, const void *s
     if (!dst || !src) /* named as the header names them */
         return fsc_error(FSC_ERR_INVALID, "%s: NULL pointer for %zu bytes (%s)", fn, bytes,
                          !dst ? (to_device ? "dst" : "host_dst") : (to_device ? "host_src" : "src"));
+    FSC_TRY(fsc_device_check_span(fn, to_device ? "dst" : "host_dst", dst, bytes));
+    FSC_TRY(fsc_device_check_span(fn, to_device ? "host_src" : "src", src, bytes));
     fsc_copy *c = calloc(1, sizeof *c);
     if (!c) return fsc_error(FSC_ERR_NOMEM, "%s: out of host memory", fn);
     c->dev = dev;

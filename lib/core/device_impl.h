@@ -39,6 +39,11 @@ struct fsc_device {
 double fsc_device_copy_reserve(fsc_device *dev, size_t bytes);
 void fsc_device_copy_sleep_until(double t);
 
+/* device.c: FSC_ERR_INVALID naming fn and the pointer when p + bytes passes the end of the address space (a negative
+ * size turned size_t: the backend's memmove ran off the end, or a copy of SIZE_MAX bytes copied nothing and said
+ * FSC_OK); FSC_OK otherwise. */
+fsc_status fsc_device_check_span(const char *fn, const char *name, const void *p, size_t bytes);
+
 /* Call a kernel through the table (the core, backends' tests): FSC_K(dev, gelu_forward, out, inp, n). Above the
  * core: fsc_k_gelu_forward(dev, out, inp, n) (core/kernels.h). */
 #define FSC_K(dev, op, ...) ((dev)->ops->op((dev)->ctx, __VA_ARGS__))

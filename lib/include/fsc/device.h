@@ -60,7 +60,8 @@ void fsc_device_reset_peak(fsc_device *dev);          /* peaks := current */
 size_t fsc_device_copied_bytes(const fsc_device *dev, int to_device);
 void fsc_device_reset_copied(fsc_device *dev);
 
-/* Copies. dst/src are device pointers except where named host. */
+/* Copies. dst/src are device pointers except where named host. A size that carries a pointer past the end of the
+ * address space (a negative size turned size_t) is FSC_ERR_INVALID naming the pointer, for every copy and memset. */
 fsc_status fsc_device_upload(fsc_device *dev, void *dst, const void *host_src, size_t bytes);
 fsc_status fsc_device_download(fsc_device *dev, void *host_dst, const void *src, size_t bytes);
 fsc_status fsc_device_copy(fsc_device *dev, void *dst, const void *src, size_t bytes);

@@ -12,7 +12,8 @@
  * A registered family whose model is made of layers (fsc_seq_model_create, as docs/models.md's "mini") records its
  * text, so the model a weights file of its engine records is built again by fsc_model_from_config (the sampler's
  * way) and loads the file: the file recorded the layers' description, which no family reads ("names no built-in
- * model").
+ * model"). A layer's or a model's text that is not one JSON object is refused when the engine is made, naming the
+ * layer.
  * fsc_model_check_held and fsc_model_config_check_held: a model's own tensors pass, exactly; one missing, of another
  * shape or (exactly) one more is refused naming it; a padded vocabulary's real rows pass as a file holds them; a text
  * its family refuses and one that cannot be told here are told apart by status.
@@ -507,9 +508,14 @@ static void test_config_text_names_utf8(void **state) {
 static fsc_layer_ops spaced_ops;
 static int long_layer_text; /* spaced_config: {"note":"xx...x"} of 3000 bytes instead */
 static size_t spaced_most_cap; /* the largest buffer spaced_config was given (one rank: no race) */
+static const char *bad_layer_text; /* spaced_config: this text instead (test_text_not_an_object_refused) */
 static void spaced_config(const fsc_layer *l, char *buf, size_t cap) {
     (void)l;
     if (cap > spaced_most_cap) spaced_most_cap = cap;
+    if (bad_layer_text) {
+        snprintf(buf, cap, "%s", bad_layer_text);
+        return;
+    }
     if (!long_layer_text) {
         snprintf(buf, cap, "{ \"n\": 4, \"eps\": 1.5e-5, \"tab\": \"\\u0009\" }");
         return;
@@ -618,6 +624,51 @@ static void test_huge_layer_text_refused(void **state) {
     const fsc_status s = fsc_cluster_run(&co, huge_layer_rank, NULL);
     long_layer_text = 0;
     assert_ok(s);
+}
+
+/* A layer's configuration text, or a model's, that is not one JSON object: the engine was made and trained, and the
+ * first checkpoint save refused "the model's configuration is not a JSON object", its text cut before the layer at
+ * fault (and a weights file recorded the text). Oracle: the engine is refused when it is made; for a layer, naming the
+ * layer and its text (a text followed by more, {"a":1},{"b":2}, made the model's text other JSON or none). */
+static fsc_model_ops bad_model_ops;
+static void bad_model_config(void *ctx, char *buf, size_t cap) {
+    (void)ctx;
+    snprintf(buf, cap, "[1]");
+}
+static fsc_status bad_text_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    static const char *texts[] = { "not json", "[1,2]", "4", "{\"a\":1},{\"b\":2}", "{\"a\":1}garbage",
+                                   "1}],\"x\":[{\"a\":1" };
+    fsc_parallel_opts po = fsc_parallel_opts_default();
+    fsc_optim_config oc = fsc_optim_config_default();
+    for (size_t k = 0; k <= sizeof texts / sizeof *texts; k++) {
+        fsc_model *m = NULL;
+        fsc_engine *e = NULL;
+        bad_layer_text = k < sizeof texts / sizeof *texts ? texts[k] : NULL;
+        assert_ok(spaced_model(r->dev, NULL, &m));
+        if (!bad_layer_text) { /* a model of a program's own (model.h's ops) with the text [1] */
+            bad_model_ops = *m->ops;
+            bad_model_ops.config = bad_model_config;
+            m->ops = &bad_model_ops;
+        }
+        assert_int_equal(fsc_engine_create_model(r, m, &po, &oc, 7, &e), FSC_ERR_INVALID);
+        assert_null(e);
+        const char *msg = fsc_last_error();
+        if (bad_layer_text)
+            assert_non_null(strstr(msg, "layer 0 (my\tnorm): its configuration text is not a JSON object"));
+        else
+            assert_non_null(strstr(msg, "engine: the model's configuration text is not a JSON object"));
+        assert_non_null(strstr(msg, bad_layer_text ? bad_layer_text : "[1]"));
+        fsc_model_free(m);
+    }
+    bad_layer_text = NULL;
+    return FSC_OK;
+}
+
+static void test_text_not_an_object_refused(void **state) {
+    (void)state;
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&co, bad_text_rank, NULL));
 }
 
 static void test_checkpoint_of_spaced_config_text(void **state) {
@@ -742,6 +793,7 @@ int main(void) {
         cmocka_unit_test(test_checkpoint_of_spaced_config_text), /* after it: "layered" */
         cmocka_unit_test(test_long_config_text_recorded_whole), /* "layered" too */
         cmocka_unit_test(test_huge_layer_text_refused),
+        cmocka_unit_test(test_text_not_an_object_refused),
         cmocka_unit_test(test_registered_family),
         cmocka_unit_test(test_engine_from_config), /* after test_registered_family: "tiny" */
         cmocka_unit_test(test_config_text_in_a_decimal_comma_locale),

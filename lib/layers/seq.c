@@ -77,11 +77,26 @@ static void layer_text(void *ctx, char *buf, size_t cap) {
     l->ops->config(l, buf, cap);
 }
 
+/* Whether layer l's text is one JSON object, the whole text (layers.h's config); if not, the message says so, naming
+ * the layer: its text made the model's text other JSON or none, which only a checkpoint's save refused, after the
+ * training, naming the model's text cut before the layer ("the model's configuration is not a JSON object"). */
+static int layer_text_ok(int l, const char *kind, const char *text) {
+    pthread_mutex_lock(&fsc_json_lock);
+    cJSON *o = cJSON_ParseWithOpts(text, NULL, 1); /* the whole text: {"a":1},{"b":2} breaks the model's */
+    pthread_mutex_unlock(&fsc_json_lock);
+    const int ok = cJSON_IsObject(o);
+    cJSON_Delete(o);
+    if (!ok)
+        fsc_error(FSC_ERR_INVALID, "sequential model: layer %d (%s): its configuration text is not a JSON object "
+                  "(layers.h's config): %.200s", l, kind, text);
+    return ok;
+}
+
 /* {"sequential":[{"prefix":"in.","kind":"linear","layer":{...}}, ...]}: the layers' description (a program's layer
  * kind or prefix may hold any character: escaped, so that the text stays JSON and a checkpoint can record it; each
  * layer's text whole, any length). A text longer than cap is cut to cap - 1 bytes (model.h's config: the caller asks
- * again with more room); a layer's text that cannot be had (over 16 MiB, out of memory) leaves no text (not JSON:
- * refused where it is recorded, with the message of that cause). */
+ * again with more room); a layer's text that cannot be had (over 16 MiB, out of memory) or is not a JSON object leaves
+ * no text (not JSON: refused where it is recorded, with the message of that cause). */
 static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
     size_t at = 0;
 #define PUT(...)                                                                   \
@@ -100,7 +115,8 @@ static void seq_layers_config(const seq_model *s, char *buf, size_t cap) {
         snprintf(what, sizeof what, "sequential model: layer %d", l);
         const fsc_status got = fsc_config_text_from(s->layers[l]->ops->config ? layer_text : NULL, s->layers[l], what,
                                                     1024, &lc); /* a layer's text is short: no 64 KiB per layer */
-        if (got != FSC_OK || fsc_json_str_buf(prefix, sizeof prefix, s->prefix[l]) >= sizeof prefix ||
+        if (got != FSC_OK || !layer_text_ok(l, s->layers[l]->kind, lc) ||
+            fsc_json_str_buf(prefix, sizeof prefix, s->prefix[l]) >= sizeof prefix ||
             fsc_json_str_buf(kind, sizeof kind, s->layers[l]->kind) >= sizeof kind) {
             free(lc);
             if (cap) buf[0] = '\0'; /* no text (not JSON: refused), never a cut */

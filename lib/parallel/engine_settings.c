@@ -14,6 +14,7 @@
 #include "fsc/settings.h"
 #include "core/locale_impl.h"
 #include "core/model_text.h" /* fsc_config_text */
+#include "io/json_lock.h"     /* fsc_json_parse */
 
 /* A float as the shortest decimal that reads back as itself (0.001, not 0.00100000005): equal text is equal
  * bits (NaN aside). */
@@ -111,8 +112,15 @@ static fsc_status add_model(fsc_settings *s, const fsc_model *m) {
     if (m->ops && m->ops->config) {
         char *cfg = NULL;
         FSC_TRY(fsc_config_text(m->ops->config, m->ctx, "engine", &cfg)); /* whole, any length */
-        fsc_settings_add(s, "model.config", "%s", cfg);
+        /* what checkpoints record: another text was refused only at the first save, after the training */
+        cJSON *o = fsc_json_parse(cfg);
+        const int object = cJSON_IsObject(o);
+        cJSON_Delete(o);
+        fsc_status st = object ? fsc_settings_add(s, "model.config", "%s", cfg)
+                               : fsc_error(FSC_ERR_INVALID, "engine: the model's configuration text is not a JSON "
+                                           "object (model.h's config; checkpoints record it): %.200s", cfg);
         free(cfg);
+        FSC_TRY(st);
     }
     fsc_settings_add(s, "model.layers", "%d tensors %d experts %d", m->n_layers, m->n_tensors, m->n_experts);
     fsc_settings_add(s, "model.sample", "input %zu bytes, target %zu bytes, %d loss terms", m->sample_input_bytes,

@@ -86,7 +86,8 @@ typedef struct {
      * gradients accumulate into c->grad. Runs after forward of the same record (or its recomputation). */
     fsc_status (*backward)(const struct fsc_layer *l, const fsc_layer_call *c, float *dinp, const float *dout,
                            const void *in);
-    /* Optional: the layer's settings as a JSON object (recorded in checkpoints); NULL: "{}". Writes at most cap bytes
+    /* Optional: the layer's settings as one JSON object (recorded in checkpoints; another text, not JSON or followed by
+     * more, is refused when an engine is made, naming the layer); NULL: "{}". Writes at most cap bytes
      * with the NUL; a longer text is cut to cap - 1 bytes, as snprintf cuts it: the library then asks again with a
      * larger buffer (from 1 KiB), and records the whole text up to 16 MiB (a longer one is refused, not cut). */
     void (*config)(const struct fsc_layer *l, char *buf, size_t cap);

@@ -200,7 +200,8 @@ typedef struct {
      * without them), so that a pipeline adds its stages' layers in aux_stats' order. NULL: a model with
      * aux_stats does not run in a pipeline. */
     void (*aux_layers)(void *ctx, const fsc_model_acts *a, fsc_model_aux *out);
-    /* The model's configuration as a JSON object ("{\"layers\":2,...}"), recorded in checkpoints; NULL: "{}".
+    /* The model's configuration as a JSON object ("{\"layers\":2,...}"), recorded in checkpoints (an engine refuses
+     * another text when it is made); NULL: "{}".
      * Writes at most cap bytes with the NUL; a longer text is cut to cap - 1 bytes, as snprintf cuts it (never
      * replaced by a shorter one such as "{}"): the library then asks again with a larger buffer, and records the
      * whole text up to 16 MiB (a longer one is refused, not cut). */

@@ -18,7 +18,9 @@
  *   as the GPT's and the Llama's do;
  * - a layer of a program's whose rec_bytes or work_bytes is past any memory (a negative int made a size_t) is refused
  *   when a record is made, naming the layer and the operation: the record's layout wrapped to a few bytes, and the
- *   layer then wrote its record over the record's other buffers without a word. */
+ *   layer then wrote its record over the record's other buffers without a word;
+ * - the engine's 0-or-1 switches (checkpoint, sequence_parallel, the optimizer's decay_all) given another value are
+ *   refused naming the field (2 acted as 1). */
 #include "testutil.h"
 #include "fsc/fsc.h"
 
@@ -47,6 +49,34 @@ static fsc_gpt_config tiny_gpt(void) {
     fsc_gpt_config c = fsc_gpt_config_default();
     c.layers = 1, c.dim = 8, c.heads = 2, c.seq = 4, c.vocab = 16;
     return c;
+}
+
+/* The engine's 0-or-1 switches given another value are refused naming the field: checkpoint 2 (or -1) recomputed as 1
+ * does and was recorded as 2 in the ranks' settings, sequence_parallel 2 was refused as "needs tensor parallelism"
+ * (with tp it acted as 1), and the optimizer's decay_all -1 decayed every tensor. */
+static fsc_status switches_rank(fsc_rank *r, void *arg) {
+    (void)arg;
+    const fsc_gpt_config c = tiny_gpt();
+    static const char *const want[] = { "checkpoint (layer recomputation) must be 0 or 1, not 2",
+                                        "checkpoint (layer recomputation) must be 0 or 1, not -1",
+                                        "sequence_parallel must be 0 or 1, not 2", "decay_all must be 0 or 1, not -1" };
+    for (int k = 0; k < 4; k++) {
+        fsc_parallel_opts po = fsc_parallel_opts_default();
+        fsc_optim_config oc = fsc_optim_config_default();
+        if (k < 2) po.checkpoint = k ? -1 : 2;
+        else if (k == 2) po.sequence_parallel = 2;
+        else oc.decay_all = -1;
+        fsc_engine *e = NULL;
+        assert_err(fsc_engine_create(r, &c, &po, &oc, 1, &e), FSC_ERR_INVALID, want[k]);
+        assert_null(e);
+    }
+    return FSC_OK;
+}
+
+static void test_switches_other_than_0_or_1(void **st) {
+    (void)st;
+    fsc_cluster_opts co = fsc_cluster_opts_default();
+    assert_ok(fsc_cluster_run(&co, switches_rank, NULL));
 }
 
 static fsc_status after_free_rank(fsc_rank *r, void *arg) {
@@ -319,6 +349,7 @@ int main(void) {
         cmocka_unit_test(test_model_ops_misbehaving),
         cmocka_unit_test(test_generate_sequential_model),
         cmocka_unit_test(test_layer_sizes_past_memory),
+        cmocka_unit_test(test_switches_other_than_0_or_1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

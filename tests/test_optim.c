@@ -194,6 +194,11 @@ static void test_config_errors(void **st) {
                FSC_ERR_INVALID, "weight decay");
     assert_err(fsc_optim_create(d, &(fsc_optim_config){.kind = (fsc_optim_kind)7, .lr = 0.1f}, &o),
                FSC_ERR_INVALID, "kind");
+    /* a 0-or-1 switch given another value: -1 and 2 decayed every tensor as 1 does */
+    assert_err(fsc_optim_create(d, &(fsc_optim_config){.kind = FSC_OPT_SGD, .lr = 0.1f, .decay_all = 2}, &o),
+               FSC_ERR_INVALID, "decay_all must be 0 or 1, not 2");
+    assert_err(fsc_optim_create(d, &(fsc_optim_config){.kind = FSC_OPT_SGD, .lr = 0.1f, .decay_all = -1}, &o),
+               FSC_ERR_INVALID, "decay_all must be 0 or 1, not -1");
     /* eps 0 with betas given: a zero gradient's step is 0 / 0 (NaN weights from a step that said ok) */
     assert_err(fsc_optim_create(d, &(fsc_optim_config){.kind = FSC_OPT_ADAMW, .lr = 0.1f, .beta1 = 0.9f,
                                                        .beta2 = 0.999f}, &o), FSC_ERR_INVALID, "eps 0 must be finite and > 0");

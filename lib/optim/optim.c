@@ -35,6 +35,8 @@ static fsc_status validate(const fsc_optim_config *c) {
     if (!finite_nonneg(c->lr)) return fsc_error(FSC_ERR_INVALID, "optimizer: learning rate %g must be finite and >= 0", (double)c->lr);
     if (!finite_nonneg(c->weight_decay))
         return fsc_error(FSC_ERR_INVALID, "optimizer: weight decay %g must be finite and >= 0", (double)c->weight_decay);
+    if (c->decay_all != 0 && c->decay_all != 1) /* -1 and 2 acted as 1: every tensor decayed */
+        return fsc_error(FSC_ERR_INVALID, "optimizer: decay_all must be 0 or 1, not %d", c->decay_all);
     if (c->kind == FSC_OPT_SGD) {
         if (!finite_nonneg(c->momentum))
             return fsc_error(FSC_ERR_INVALID, "sgd: momentum %g must be finite and >= 0", (double)c->momentum);

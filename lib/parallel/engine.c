@@ -331,6 +331,10 @@ static fsc_status validate(const fsc_rank *r, const fsc_layout *l, const fsc_par
         return fsc_error(FSC_ERR_INVALID, "no_sync must be 0 or 1, not %d", po->no_sync);
     if (po->sync_from_rank0 != 0 && po->sync_from_rank0 != 1)
         return fsc_error(FSC_ERR_INVALID, "sync_from_rank0 must be 0 or 1, not %d", po->sync_from_rank0);
+    if (po->checkpoint != 0 && po->checkpoint != 1) /* 2 acted as 1, and was recorded as 2 in the settings */
+        return fsc_error(FSC_ERR_INVALID, "checkpoint (layer recomputation) must be 0 or 1, not %d", po->checkpoint);
+    if (po->sequence_parallel != 0 && po->sequence_parallel != 1)
+        return fsc_error(FSC_ERR_INVALID, "sequence_parallel must be 0 or 1, not %d", po->sequence_parallel);
     if (po->reshard_after_forward < -1 || po->reshard_after_forward > 1)
         return fsc_error(FSC_ERR_INVALID, "reshard_after_forward must be -1 (the strategy's default), 0 or 1, not %d",
                          po->reshard_after_forward);

@@ -209,6 +209,7 @@ static void null_fsc_ckpt_full_state(void) {
 
 static void null_fsc_ckpt_latest(void) {
     INVALID(fsc_ckpt_latest(NULL, P, 0, P), "dir");
+    INVALID(fsc_ckpt_latest("/tmp", P, 0, P), "cap is 0");
     INVALID(fsc_ckpt_latest(P, NULL, 0, P), "path");
     INVALID(fsc_ckpt_latest(P, P, 0, NULL), "step");
 }
@@ -2271,6 +2272,7 @@ static void null_fsc_engine_set_lr(void) {
 static void null_fsc_pipe_schedule_make(void) {
     INVALID(fsc_pipe_schedule_make(FSC_SCHED_GPIPE, 2, 1, 1, 0, NULL, P), "out");
     INVALID(fsc_pipe_schedule_make(FSC_SCHED_GPIPE, 2, 1, 1, 0, P, NULL), "n");
+    INVALID(fsc_pipe_schedule_make(FSC_SCHED_CUSTOM, 2, 1, 1, 0, P, P), "the caller's own lists"); /* not "unknown" */
 }
 
 static void null_fsc_pipe_schedule_free(void) { CALL(fsc_pipe_schedule_free(NULL)); }

@@ -384,7 +384,7 @@ fsc_status fsc_ckpt_latest(const char *dir, char *path, size_t cap, int64_t *ste
     FSC_CHECK_ARG(path);
     FSC_CHECK_ARG(step);
     char eb[128];
-    if (!dir || !path || !step || cap == 0) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest: NULL argument");
+    if (cap == 0) return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest: cap is 0 (no room for the path)");
     path[0] = 0;
     *step = -1;
     DIR *d = opendir(dir);

@@ -41,6 +41,40 @@ static void test_long_message_truncated(void **state) {
     assert_true(n > 100 && n < sizeof big - 1);
 }
 
+/* Whether s is well-formed UTF-8 (no character cut). */
+static int utf8_whole(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int n = *p < 0x80 ? 0 : (*p & 0xE0) == 0xC0 ? 1 : (*p & 0xF0) == 0xE0 ? 2 : (*p & 0xF8) == 0xF0 ? 3 : -1;
+        if (n < 0) return 0;
+        for (p++; n > 0; n--, p++)
+            if ((*p & 0xC0) != 0x80) return 0;
+    }
+    return 1;
+}
+
+/* A message longer than the buffer keeps its head and its tail: one naming a deep path still ends with its cause
+ * (the cut at the buffer lost it), and no UTF-8 character is split at either cut. */
+static void test_long_message_keeps_its_cause(void **state) {
+    (void)state;
+    char path[4001];
+    for (int i = 0; i < 4000; i += 2) memcpy(path + i, "\xc3\xa9", 2); /* e acute, 2 bytes each */
+    path[4000] = '\0';
+    for (int shift = 0; shift < 2; shift++) {
+        assert_int_equal(fsc_error(FSC_ERR_IO, "%.*scannot create %s/step-00000003: No space left on device", shift,
+                                   "x", path + 0), FSC_ERR_IO);
+        const char *m = fsc_last_error();
+        assert_true(strlen(m) < 1024);
+        assert_non_null(strstr(m, " ... "));
+        assert_true(strncmp(m, shift ? "xcannot create " : "cannot create ", 14 + (size_t)shift) == 0);
+        const char *end = "/step-00000003: No space left on device";
+        assert_string_equal(m + strlen(m) - strlen(end), end);
+        assert_true(utf8_whole(m));
+        fsc_error_prefix(FSC_ERR_IO, "saving"); /* prefixed again: still its cause last */
+        assert_true(strncmp(fsc_last_error(), "saving: ", 8) == 0);
+        assert_string_equal(fsc_last_error() + strlen(fsc_last_error()) - strlen(end), end);
+    }
+}
+
 static void *other_thread(void *arg) {
     fsc_error(FSC_ERR_COMM, "message from the other thread");
     strcpy((char *)arg, fsc_last_error());
@@ -144,6 +178,7 @@ int main(void) {
         cmocka_unit_test(test_error_sets_message_and_returns_status),
         cmocka_unit_test(test_status_names),
         cmocka_unit_test(test_long_message_truncated),
+        cmocka_unit_test(test_long_message_keeps_its_cause),
         cmocka_unit_test(test_message_from_itself),
         cmocka_unit_test(test_message_is_thread_local),
         cmocka_unit_test(test_try_propagates),

@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "fsc/status.h"
 
@@ -15,17 +16,45 @@ const char *fsc_last_error(void) { return msg; }
 
 void fsc_clear_error(void) { msg[0] = '\0'; }
 
+/* A UTF-8 character's first byte at or after p (a cut never splits one). */
+static const char *char_start(const char *p) {
+    while (((unsigned char)*p & 0xC0) == 0x80) p++;
+    return p;
+}
+
+/* Text of n bytes into msg: whole when it fits, else its head and its tail around " ... ": a message that names a
+ * long path (a deep directory) still ends with its cause ("... : No space left on device"), which a plain cut at
+ * the cap lost. */
+static void set_message(const char *text, size_t n) {
+    if (n < FSC_MSG_CAP) {
+        memcpy(msg, text, n + 1);
+        return;
+    }
+    static const char gap[] = " ... ";
+    const size_t head = FSC_MSG_CAP / 2, tail = FSC_MSG_CAP - 1 - head - (sizeof gap - 1);
+    size_t h = head;
+    while (h > 0 && ((unsigned char)text[h] & 0xC0) == 0x80) h--; /* text[h] starts a character: cut before it */
+    const char *t = char_start(text + n - tail);
+    memcpy(msg, text, h);
+    memcpy(msg + h, gap, sizeof gap - 1);
+    memcpy(msg + h + sizeof gap - 1, t, (size_t)(text + n - t) + 1);
+}
+
 fsc_status fsc_error(fsc_status s, const char *fmt, ...) {
     if (!fmt) return fsc_error(s, "%s", fsc_status_str(s));
     /* formatted apart, then copied: an argument may be the message itself ("%s", fsc_last_error()), which
      * vsnprintf into msg overwrote while reading it ("rank 3: rank 3: rank 3: rank") */
     char text[FSC_MSG_CAP];
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
+    va_copy(again, ap);
     int n = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    if (n < 0) text[0] = '\0';
-    memcpy(msg, text, strlen(text) + 1);
+    char *whole = n >= (int)sizeof text ? malloc((size_t)n + 1) : NULL; /* longer: formatted whole, its middle cut */
+    if (whole && vsnprintf(whole, (size_t)n + 1, fmt, again) == n) set_message(whole, (size_t)n);
+    else set_message(n < 0 ? "" : text, n < 0 ? 0 : strlen(text)); /* no memory: cut at the cap */
+    va_end(again);
+    free(whole);
     return s;
 }
 

@@ -33,7 +33,8 @@ const char *fsc_last_error(void);
 /* A short name for a status ("invalid argument", ...). */
 const char *fsc_status_str(fsc_status s);
 /* Set this thread's message (printf-style) and return s; for library and backend code. fmt NULL: the message
- * is fsc_status_str(s). An argument may be fsc_last_error() itself (fsc_error_prefix says the same shorter). */
+ * is fsc_status_str(s). An argument may be fsc_last_error() itself (fsc_error_prefix says the same shorter).
+ * A message over 1023 bytes keeps its head and its end around " ... " (a long path's cause stays). */
 fsc_status fsc_error(fsc_status s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

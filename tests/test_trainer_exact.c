@@ -405,8 +405,8 @@ static void test_unused_accum_noted(void **state) {
         const char *note = strstr(err, "fsc-train: note: ");
         if (cases[i].noted && !note) fail_msg("%s: no note on stderr:\n%s", cases[i].opts, err);
         if (!cases[i].noted && note) fail_msg("%s: a note where --accum is used: %s", cases[i].opts, note);
-        if (i == 0 && !strstr(err, "note: --accum 12 has no effect: --unit 2 sets the micro-batches (each rank runs its "
-                                   "12 sequences as 6 units of 2"))
+        if (i == 0 && !strstr(err, "note: --accum 12 has no effect: --unit 2 sets the micro-batches (each rank runs "
+                                   "its 12 sequences as 6 units of 2"))
             fail_msg("%s: stderr: %s", cases[i].opts, err);
         if (i == 1 && !strstr(err, "note: --chunks 4 has no effect: --unit 2")) fail_msg("stderr: %s", err);
         free(a), free(out), free(err);

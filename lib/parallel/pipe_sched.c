@@ -318,10 +318,10 @@ fsc_status fsc_pipe_schedule_make(fsc_pipe_schedule kind, int p, int v, int m, i
     if (kind != FSC_SCHED_GPIPE && kind != FSC_SCHED_1F1B && kind != FSC_SCHED_INTERLEAVED && kind != FSC_SCHED_ZB_H1 &&
         kind != FSC_SCHED_ZBV)
         return kind == FSC_SCHED_CUSTOM
-                   ? fsc_error(FSC_ERR_INVALID, "pipeline schedule custom: there is nothing to make, a custom schedule is "
-                               "the caller's own lists (fsc_parallel_opts.actions)")
-                   : fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved, zb-h1 or zbv; a "
-                               "custom one is the caller's lists)", (int)kind);
+            ? fsc_error(FSC_ERR_INVALID, "pipeline schedule custom: there is nothing to make, a custom schedule is "
+                        "the caller's own lists (fsc_parallel_opts.actions)")
+            : fsc_error(FSC_ERR_INVALID, "unknown pipeline schedule %d (gpipe, 1f1b, interleaved, zb-h1 or zbv; a "
+                        "custom one is the caller's lists)", (int)kind);
     if (kind == FSC_SCHED_ZBV && v != 2)
         return fsc_error(FSC_ERR_INVALID, "pipeline schedule zbv runs two chunks per rank (placed in a V), not %d", v);
     if (kind == FSC_SCHED_INTERLEAVED && m % p != 0)

@@ -163,6 +163,9 @@ static void test_refusals(void **state) {
     snprintf(plain_long, sizeof plain_long, "%s,%s", path_of("plain.bin"), path_of("long.bin"));
     char empty_item[600];
     snprintf(empty_item, sizeof empty_item, "%s,,%s", path_of("long.bin"), path_of("long.bin"));
+    write_file("void.bin", "", 0);
+    char voids[600]; /* empty files only, above a vocabulary of 256: no tokens, not a format to give */
+    snprintf(voids, sizeof voids, "%s,%s", path_of("void.bin"), path_of("void.bin"));
     struct { const char *spec; fsc_data_format fmt; int vocab; fsc_status st; const char *needle; } cases[] = {
         {path_of("odd.bin"), FSC_DATA_U16, 100, FSC_ERR_FORMAT, "odd.bin: 19 bytes, not a multiple of 2"},
         {path_of("short.bin"), FSC_DATA_LLMC, 100, FSC_ERR_FORMAT,
@@ -188,6 +191,8 @@ static void test_refusals(void **state) {
         {",,", FSC_DATA_AUTO, 256, FSC_ERR_INVALID, "\",,\": the list of files is empty"},
         {"", FSC_DATA_AUTO, 256, FSC_ERR_INVALID, "\"\": the list of files is empty"},
         {path_of("long.bin"), FSC_DATA_AUTO, 0, FSC_ERR_INVALID, "vocabulary size 0"},
+        {path_of("void.bin"), FSC_DATA_AUTO, 50257, FSC_ERR_INVALID, "void.bin is empty: the stream holds no tokens"},
+        {voids, FSC_DATA_AUTO, 50257, FSC_ERR_INVALID, "void.bin and every other file of the stream are empty"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         open_err(cases[c].spec, cases[c].fmt, cases[c].vocab, cases[c].st, cases[c].needle);

@@ -232,10 +232,14 @@ static fsc_status take(fsc_data *d, int i, const uint8_t *buf, uint64_t len) {
     return FSC_OK;
 }
 
-/* A stream of empty files only (auto detected nothing): the format an empty file detects, as one alone did */
+/* A stream of empty files only (auto detected nothing): bytes, as detect reads a file without the magic, where the
+ * vocabulary allows them; above 256 the emptiness is the error, not the format (detect's advice to give u16 would
+ * lead to a stream of no tokens). */
 static fsc_status settle(fsc_data *d) {
-    return d->fmt == FSC_DATA_AUTO && d->n > 0 ? detect(d->f[0].path, (const uint8_t *)"", 0, d->vocab, &d->fmt)
-                                               : FSC_OK;
+    if (d->fmt != FSC_DATA_AUTO || d->n == 0) return FSC_OK;
+    if (d->vocab <= 256) return d->fmt = FSC_DATA_BYTES, FSC_OK;
+    return fsc_error(FSC_ERR_INVALID, "%s%s empty: the stream holds no tokens (and auto no bytes to tell its format "
+                     "by)", d->f[0].path, d->n > 1 ? " and every other file of the stream are" : " is");
 }
 
 /* glob(3)'s folder that could not be read, for the message (glob's callback has no argument of its own: a thread's
@@ -255,7 +259,8 @@ static fsc_status add_item(fsc_data *d, const char *item, const char *cwd) {
     glob_t g;
     glob_failed = NULL, glob_errno = 0;
     int rc = glob(item, GLOB_ERR, glob_error, &g);
-    if (rc == GLOB_NOMATCH) return free(glob_failed), glob_failed = NULL, fsc_error(FSC_ERR_INVALID, "%s matches no file", item);
+    if (rc == GLOB_NOMATCH)
+        return free(glob_failed), glob_failed = NULL, fsc_error(FSC_ERR_INVALID, "%s matches no file", item);
     if (rc != 0) {
         fsc_status s = fsc_error(FSC_ERR_IO, "%s: cannot read the folder%s%s of this pattern%s%s", item,
                                  glob_failed ? " " : "s", glob_failed ? glob_failed : "", glob_errno ? ": " : "",

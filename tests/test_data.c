@@ -166,6 +166,11 @@ static void test_refusals(void **state) {
     write_file("void.bin", "", 0);
     char voids[600]; /* empty files only, above a vocabulary of 256: no tokens, not a format to give */
     snprintf(voids, sizeof voids, "%s,%s", path_of("void.bin"), path_of("void.bin"));
+    char spaced[600], spaced_glob[600], glob_spaced[600]; /* "a, b": the second name begins with a space (or ends
+                                                             * with one), which the message points at */
+    snprintf(spaced, sizeof spaced, "%s, %s", path_of("long.bin"), path_of("long.bin"));
+    snprintf(spaced_glob, sizeof spaced_glob, "%s, %s", path_of("long.bin"), path_of("lon*.bin"));
+    snprintf(glob_spaced, sizeof glob_spaced, "%s ,%s", path_of("lon*.bin"), path_of("long.bin"));
     struct { const char *spec; fsc_data_format fmt; int vocab; fsc_status st; const char *needle; } cases[] = {
         {path_of("odd.bin"), FSC_DATA_U16, 100, FSC_ERR_FORMAT, "odd.bin: 19 bytes, not a multiple of 2"},
         {path_of("short.bin"), FSC_DATA_LLMC, 100, FSC_ERR_FORMAT,
@@ -193,6 +198,12 @@ static void test_refusals(void **state) {
         {path_of("long.bin"), FSC_DATA_AUTO, 0, FSC_ERR_INVALID, "vocabulary size 0"},
         {path_of("void.bin"), FSC_DATA_AUTO, 50257, FSC_ERR_INVALID, "void.bin is empty: the stream holds no tokens"},
         {voids, FSC_DATA_AUTO, 50257, FSC_ERR_INVALID, "void.bin and every other file of the stream are empty"},
+        {spaced, FSC_DATA_LLMC, 100, FSC_ERR_IO, "long.bin: cannot open: No such file or directory (the name begins "
+         "or ends with white space, which is part of it: a list of files is split at its commas alone"},
+        {spaced_glob, FSC_DATA_LLMC, 100, FSC_ERR_IO, "No such file or directory (the name begins or ends with "
+         "white space"}, /* the folder " /tmp/..." is not there */
+        {glob_spaced, FSC_DATA_LLMC, 100, FSC_ERR_INVALID, "lon*.bin  matches no file (the name begins or ends with "
+         "white space"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         open_err(cases[c].spec, cases[c].fmt, cases[c].vocab, cases[c].st, cases[c].needle);

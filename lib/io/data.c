@@ -138,11 +138,24 @@ static fsc_status add_file(fsc_data *d, const char *path, const char *cwd) {
     return f->at ? FSC_OK : fsc_error(FSC_ERR_NOMEM, "data: out of memory");
 }
 
+/* For the message on a path that names nothing: a note when it begins or ends with white space, which is part of
+ * the name but not seen in the message ("a.bin, b.bin": the list is split at the commas alone), else "". */
+static const char *space_note(const char *path) {
+    const size_t n = strlen(path);
+    if (n == 0 || (!strchr(" \t\n\r\v\f", path[0]) && !strchr(" \t\n\r\v\f", path[n - 1]))) return "";
+    return " (the name begins or ends with white space, which is part of it: a list of files is split at its commas "
+           "alone, so give \"a.bin,b.bin\", without spaces)";
+}
+
 /* Open file f for reading into *fd, its status in *sb: a regular file (refused before anything is read
  * otherwise; a kind named "now" when the file was opened before, as a replacement). */
 static fsc_status open_file(const data_file *f, int *fd, struct stat *sb, const char *now) {
     int d = open(f->at, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: refused below */
-    if (d < 0) return fsc_error(FSC_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
+    if (d < 0) {
+        const int e = errno;
+        return fsc_error(FSC_ERR_IO, "%s: cannot open: %s%s", f->path, strerror(e),
+                         e == ENOENT ? space_note(f->path) : "");
+    }
     if (fstat(d, sb) != 0) {
         int e = errno;
         close(d);
@@ -260,11 +273,12 @@ static fsc_status add_item(fsc_data *d, const char *item, const char *cwd) {
     glob_failed = NULL, glob_errno = 0;
     int rc = glob(item, GLOB_ERR, glob_error, &g);
     if (rc == GLOB_NOMATCH)
-        return free(glob_failed), glob_failed = NULL, fsc_error(FSC_ERR_INVALID, "%s matches no file", item);
+        return free(glob_failed), glob_failed = NULL, fsc_error(FSC_ERR_INVALID, "%s matches no file%s", item,
+                                                                space_note(item));
     if (rc != 0) {
-        fsc_status s = fsc_error(FSC_ERR_IO, "%s: cannot read the folder%s%s of this pattern%s%s", item,
+        fsc_status s = fsc_error(FSC_ERR_IO, "%s: cannot read the folder%s%s of this pattern%s%s%s", item,
                                  glob_failed ? " " : "s", glob_failed ? glob_failed : "", glob_errno ? ": " : "",
-                                 glob_errno ? strerror(glob_errno) : "");
+                                 glob_errno ? strerror(glob_errno) : "", glob_errno == ENOENT ? space_note(item) : "");
         free(glob_failed), glob_failed = NULL;
         if (rc != GLOB_NOSPACE) globfree(&g);
         return s;

@@ -111,7 +111,7 @@ static int build(trainer *t) {
     t->st.val = t->val;
     t->fdir = flight_dir(c->flight, c->ckpt_dir, c->trace);
     const char *fopt = c->flight ? "--flight-recorder" : c->ckpt_dir ? "--ckpt-dir" : "--trace"; /* where fdir is from */
-    if (open_outputs(c, &t->asked, t->me, t->data, t->val, &t->st.log, err, sizeof err) != 0 ||
+    if (open_outputs(c, t->me, t->data, t->val, &t->st.log, err, sizeof err) != 0 ||
         flight_start(t->fdir, fopt, err, sizeof err) != 0) {
         fprintf(stderr, "fsc-train: %s\n", err);
         return 2;

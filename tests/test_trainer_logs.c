@@ -793,6 +793,33 @@ static void test_log_resume_after_cut_line(void **state) {
     free(text), free(log), free(ck);
 }
 
+/* A run refused once it has started to build (a --load that is not a weights file, a --resume of a checkpoint of
+ * another model) leaves the --log of an earlier run as it was: neither emptied (a new run) nor given a config
+ * line of a run that never trained (--resume). Oracle: the file's bytes before and after. */
+static void test_log_kept_by_refused_run(void **state) {
+    (void)state;
+    char *log = prog_fmt("%s/kept.jsonl", tmpdir), *ck = prog_fmt("%s/ckkept", tmpdir);
+    char *junk = prog_fmt("%s/junk.safetensors", tmpdir);
+    run_logged(log, ck, 2, 0);
+    FILE *f = fopen(junk, "w");
+    assert_non_null(f);
+    fputs("junk", f);
+    assert_int_equal(fclose(f), 0);
+    char *before = prog_slurp(log);
+    char *args[2] = { prog_fmt(TINY " --steps 2 --load %s --log %s", junk, log),
+                      prog_fmt(TINY " --steps 4 --dim 64 --ckpt-dir %s --resume %s --log %s", ck, ck, log) };
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL;
+        int rc = prog_run(trainer, args[i], tmpdir, &out, NULL);
+        if (rc == 0) fail_msg("%s: exit 0, expected a refusal\n%s", args[i], out);
+        char *after = prog_slurp(log);
+        if (strcmp(before, after) != 0)
+            fail_msg("%s (exit %d) changed the log:\n%s\nwas:\n%s", args[i], rc, after, before);
+        free(after), free(out), free(args[i]);
+    }
+    free(before), free(junk), free(log), free(ck);
+}
+
 static int has_event(const cJSON *root, const char *name, const char *group) {
     const cJSON *ev;
     cJSON_ArrayForEach(ev, cJSON_GetObjectItem(root, "traceEvents")) {
@@ -975,6 +1002,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_log),
         cmocka_unit_test(test_log_host_peak),
         cmocka_unit_test(test_log_resume_and_check_ddp),
+        cmocka_unit_test(test_log_kept_by_refused_run),
         cmocka_unit_test(test_log_resume_after_cut_line),
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_mfu_peak),

@@ -18,7 +18,8 @@ static fsc_status load_weights(fsc_engine *e, const char *path) {
 }
 
 /* Before the first step: this rank's place in the layout (rank 0 prints it), --ckpt-dir locked, --load's weights,
- * --resume's checkpoint (*start: the step to continue at), --ckpt-dir/train_config.json, --init-save. Collective. */
+ * --resume's checkpoint (*start: the step to continue at), --ckpt-dir/train_config.json, --log's config line,
+ * --init-save. Collective. */
 static fsc_status start_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_ckpt_dir_lock **lock, int *start) {
     const train_config *c = st->cfg;
     const fsc_layout *lay = fsc_engine_layout(e);
@@ -34,6 +35,7 @@ static fsc_status start_run(fsc_rank *r, run_state *st, fsc_engine *e, fsc_ckpt_
     if (c->load) FSC_TRY(load_weights(e, c->load));
     if (c->resume) FSC_TRY(resume_run(r, c, e, start));
     if (c->ckpt_dir) FSC_TRY(write_run_config(r, st));
+    FSC_TRY(begin_log(r, st)); /* the run is accepted: --log replaced (or appended to) from here */
     if (c->init_save) FSC_TRY(save_weights(r, e, c, c->init_save));
     return FSC_OK;
 }

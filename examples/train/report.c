@@ -223,13 +223,12 @@ static void trace_set_aside(const char *dir, int world) {
 }
 
 /* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
- * --log (from the start, or appended to with --resume: after a line a failed run left cut short, on a line of its
- * own) with the config as its first line; --trace's directory (every process makes it; rank
- * 0's sets aside an earlier run's files of ranks this one does not have: trace_set_aside). None of --log, --save and
+ * --log opened, not yet emptied or written (begin_log, once the run has started); --trace's directory (every process
+ * makes it; rank 0's sets aside an earlier run's files of ranks this one does not have: trace_set_aside). None of --log, --save and
  * --init-save may be a file the run reads (data and val, the opened streams; --save over --load's file, a run that
  * trains its weights on, is allowed) or another of the three: refused before it is written. (--ckpt-dir's train_config.json:
  * write_run_config, once the run is accepted.) */
-int open_outputs(const train_config *c, const train_config *asked, int me, const fsc_data *data, const fsc_data *val,
+int open_outputs(const train_config *c, int me, const fsc_data *data, const fsc_data *val,
                  FILE **log, char *err, size_t cap) {
     *log = NULL;
     if (c->trace && make_dirs(c->trace) != 0)
@@ -249,17 +248,27 @@ int open_outputs(const train_config *c, const train_config *asked, int me, const
                                 "each its own file", name[k], out[k], name[j], out[j]), -1;
     if (c->save && check_weights_path("save", c->save, err, cap) != 0) return -1;
     if (c->init_save && check_weights_path("init-save", c->init_save, err, cap) != 0) return -1;
-    if (c->log) {
-        const int cut = c->resume && ends_mid_line(c->log); /* the config then starts a line of its own */
-        if (!(*log = fopen(c->log, c->resume ? "a" : "w")))
-            return snprintf(err, cap, "--log %s: cannot open: %s", c->log, strerror(errno)), -1;
-        if ((cut && fputc('\n', *log) == EOF) || log_config(*log, config_object(asked)) != 0) {
-            fclose(*log);
-            *log = NULL;
-            return snprintf(err, cap, "--log %s: cannot write: %s", c->log, strerror(errno)), -1;
-        }
-    }
+    if (c->log && !(*log = fopen(c->log, "a"))) /* not emptied here: a run refused before it starts (a bad --load, a
+                                                  * --resume of another model) leaves an earlier run's log whole */
+        return snprintf(err, cap, "--log %s: cannot open: %s", c->log, strerror(errno)), -1;
     return 0;
+}
+
+/* Once the run has started (start_run: --ckpt-dir locked, --load and --resume done), --log's first line, the config:
+ * in a file emptied of an earlier run's records (a new run; a regular file, not a FIFO or a terminal), or after them
+ * (--resume: on a line of its own after a last line that a failed run left cut short). Collective. */
+fsc_status begin_log(fsc_rank *r, const run_state *st) {
+    const train_config *c = st->cfg;
+    fsc_status s = FSC_OK;
+    if (r->rank == 0 && st->log) {
+        struct stat sb;
+        const int bad = c->resume ? ends_mid_line(c->log) && fputc('\n', st->log) == EOF
+                                  : fstat(fileno(st->log), &sb) != 0 ||
+                                        (S_ISREG(sb.st_mode) && ftruncate(fileno(st->log), 0) != 0);
+        if (bad || log_config(st->log, config_object(st->asked)) != 0)
+            s = fsc_error(FSC_ERR_IO, "--log %s: cannot write: %s", c->log, strerror(errno));
+    }
+    return fsc_comm_agree(r->comm, r->dev, s);
 }
 
 /* The lines before training: the model, the data, the ranks (rank 0's process prints; main silenced the others). */

@@ -296,8 +296,9 @@ int same_losses(const run_state *a, const run_state *b);
 double now_ms(void);
 void read_peaks(const fsc_device *dev, size_t *peak);
 fsc_status share_per_rank(fsc_rank *r, run_state *st, fsc_status s);
-int open_outputs(const train_config *c, const train_config *asked, int me, const fsc_data *data, const fsc_data *val,
+int open_outputs(const train_config *c, int me, const fsc_data *data, const fsc_data *val,
                  FILE **log, char *err, size_t cap);
+fsc_status begin_log(fsc_rank *r, const run_state *st);
 void print_banner(const run_state *st, const fsc_data *data);
 /* An option given that sets nothing in this run (not refused: a combination the docs use), said on stderr */
 void note_unused_options(const train_config *c, const int *given);

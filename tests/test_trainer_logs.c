@@ -820,6 +820,18 @@ static void test_log_kept_by_refused_run(void **state) {
     free(before), free(junk), free(log), free(ck);
 }
 
+/* --log /dev/stdout with stdout a file (> out): the log's lines and the progress lines in it, one after the other (a
+ * second offset into the file wrote them over each other), and the file not emptied once the banner is in it.
+ * Oracle: the banner first, the config and the last step's record whole. */
+static void test_log_to_stdout(void **state) {
+    (void)state;
+    char *out = NULL, *err = NULL, *a = prog_fmt(TINY " --steps 2 --log /dev/stdout");
+    assert_int_equal(prog_run(trainer, a, tmpdir, &out, &err), 0);
+    if (strncmp(out, "model: ", 7) != 0 || !strstr(out, "{\"type\":\"config\"") || !strstr(out, "\"step\":2"))
+        fail_msg("--log /dev/stdout: the output lost the banner or the log:\n%s", out);
+    free(out), free(err), free(a);
+}
+
 static int has_event(const cJSON *root, const char *name, const char *group) {
     const cJSON *ev;
     cJSON_ArrayForEach(ev, cJSON_GetObjectItem(root, "traceEvents")) {
@@ -1003,6 +1015,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_log_host_peak),
         cmocka_unit_test(test_log_resume_and_check_ddp),
         cmocka_unit_test(test_log_kept_by_refused_run),
+        cmocka_unit_test(test_log_to_stdout),
         cmocka_unit_test(test_log_resume_after_cut_line),
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_mfu_peak),

@@ -222,6 +222,12 @@ static void trace_set_aside(const char *dir, int world) {
     closedir(d);
 }
 
+/* Whether descriptor fd is the file of descriptor other (stdout, stderr). */
+static int same_fd_file(int fd, int other) {
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && fstat(other, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 /* What the run writes besides checkpoints, on rank 0's process: --save and --init-save checked (check_weights_path);
  * --log opened, not yet emptied or written (begin_log, once the run has started); --trace's directory (every process
  * makes it; rank 0's sets aside an earlier run's files of ranks this one does not have: trace_set_aside). None of --log, --save and
@@ -251,20 +257,35 @@ int open_outputs(const train_config *c, int me, const fsc_data *data, const fsc_
     if (c->log && !(*log = fopen(c->log, "a"))) /* not emptied here: a run refused before it starts (a bad --load, a
                                                   * --resume of another model) leaves an earlier run's log whole */
         return snprintf(err, cap, "--log %s: cannot open: %s", c->log, strerror(errno)), -1;
+    for (int std = STDOUT_FILENO; *log && std <= STDERR_FILENO; std++) {
+        /* --log /dev/stdout > out.txt: written through stdout's own offset; opened again, the file had one of its own
+         * and the two wrote over each other's lines */
+        const int fd = same_fd_file(fileno(*log), std) ? dup(std) : -1;
+        FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
+        if (f) fclose(*log), *log = f;
+        else if (fd >= 0) close(fd);
+    }
     return 0;
 }
 
+/* Empty --log's file of an earlier run's records: a regular file that is not also stdout's or stderr's (--log
+ * /dev/stdout > out.txt: the shell emptied it, and the banner is in it by now). 0, or -1 with errno. */
+static int empty_log(FILE *log) {
+    const int fd = fileno(log);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) return -1;
+    if (!S_ISREG(sb.st_mode) || same_fd_file(fd, STDOUT_FILENO) || same_fd_file(fd, STDERR_FILENO)) return 0;
+    return ftruncate(fd, 0);
+}
+
 /* Once the run has started (start_run: --ckpt-dir locked, --load and --resume done), --log's first line, the config:
- * in a file emptied of an earlier run's records (a new run; a regular file, not a FIFO or a terminal), or after them
- * (--resume: on a line of its own after a last line that a failed run left cut short). Collective. */
+ * in a file emptied of an earlier run's records (a new run: empty_log), or after them (--resume: on a line of its own
+ * after a last line that a failed run left cut short). Collective. */
 fsc_status begin_log(fsc_rank *r, const run_state *st) {
     const train_config *c = st->cfg;
     fsc_status s = FSC_OK;
     if (r->rank == 0 && st->log) {
-        struct stat sb;
-        const int bad = c->resume ? ends_mid_line(c->log) && fputc('\n', st->log) == EOF
-                                  : fstat(fileno(st->log), &sb) != 0 ||
-                                        (S_ISREG(sb.st_mode) && ftruncate(fileno(st->log), 0) != 0);
+        const int bad = c->resume ? ends_mid_line(c->log) && fputc('\n', st->log) == EOF : empty_log(st->log) != 0;
         if (bad || log_config(st->log, config_object(st->asked)) != 0)
             s = fsc_error(FSC_ERR_IO, "--log %s: cannot write: %s", c->log, strerror(errno));
     }

@@ -164,6 +164,20 @@ static void test_ckpt_latest_small_buffer(void **st) {
     int64_t step = 0;
     assert_err(fsc_ckpt_latest(dir, small, sizeof small, &step), FSC_ERR_INVALID, "too long");
     assert_string_equal(small, "");
+    /* the readers without an engine likewise: they gave FSC_OK and the path cut to "/tmp/", another directory */
+    for (int flags = 0; flags < 4; flags++) {
+        fsc_ckpt_meta *m = (fsc_ckpt_meta *)1;
+        memcpy(small, "xxxxx", sizeof small);
+        step = 0;
+        assert_err(fsc_ckpt_latest_read(dir, flags, small, sizeof small, &step, &m, NULL, 0), FSC_ERR_INVALID,
+                   "longer than the 6 bytes of path");
+        assert_string_equal(small, "");
+        assert_int_equal(step, -1);
+        assert_null(m);
+    }
+    memcpy(small, "xxxxx", sizeof small);
+    assert_err(fsc_ckpt_latest_sound(dir, small, sizeof small, &step, NULL, 0), FSC_ERR_INVALID, "longer than");
+    assert_string_equal(small, "");
     test_rmtree(dir);
 }
 

@@ -215,6 +215,15 @@ static int removed_meanwhile(const char *path) {
     return lstat(path, &st) != 0 && errno == ENOENT;
 }
 
+/* Checkpoint path at into path (cap bytes) whole, 1; or path "" and 0 when it does not fit: a cut path names another
+ * directory, which a caller would open (ck_join's rule, as fsc_ckpt_latest gives a path). */
+static int give_path(char *path, size_t cap, const char *at) {
+    const size_t n = strlen(at);
+    if (n >= cap) return path[0] = 0, 0;
+    memcpy(path, at, n + 1);
+    return 1;
+}
+
 fsc_status fsc_ckpt_latest_read(const char *dir, int flags, char *path, size_t cap, int64_t *step, fsc_ckpt_meta **meta,
                                 char *skipped, size_t scap) {
     if (meta) *meta = NULL;
@@ -235,23 +244,28 @@ fsc_status fsc_ckpt_latest_read(const char *dir, int flags, char *path, size_t c
         if (skipped && scap) skipped[0] = 0;
         for (int i = 0; i < n && !gone; i++) {
             step_path(at, sizeof at, dir, steps[i]);
+            const int64_t steps_at = steps[i];
             fsc_ckpt_meta *m = NULL;
             const fsc_status s = flags & FSC_CKPT_READ_VERIFY ? fsc_ckpt_verify(at, meta ? &m : NULL)
                                                                 : fsc_ckpt_meta_read(at, &m);
             if (s == FSC_OK) {
-                snprintf(path, cap, "%s", at);
-                *step = steps[i];
+                free(steps);
+                if (!give_path(path, cap, at)) {
+                    fsc_ckpt_meta_free(m);
+                    return fsc_error(FSC_ERR_INVALID, "fsc_ckpt_latest_read: checkpoint path %s is longer than the %zu "
+                                     "bytes of path", at, cap);
+                }
+                *step = steps_at;
                 if (meta) *meta = m;
                 else fsc_ckpt_meta_free(m);
-                free(steps);
                 return FSC_OK;
             }
             if (round < 16 && removed_meanwhile(at)) {
                 gone = 1;
                 continue;
             }
-            if (!(flags & FSC_CKPT_READ_FALLBACK)) { /* its own error, path naming the checkpoint */
-                snprintf(path, cap, "%s", at);
+            if (!(flags & FSC_CKPT_READ_FALLBACK)) { /* its own error, path naming the checkpoint (when it fits) */
+                give_path(path, cap, at);
                 *step = steps[i];
                 free(steps);
                 return s;

@@ -228,7 +228,8 @@ fsc_status fsc_ckpt_verify(const char *path, fsc_ckpt_meta **out);
  * fsc_ckpt_meta_read), and past a checkpoint that fails to the one before. */
 enum { FSC_CKPT_READ_VERIFY = 1, FSC_CKPT_READ_FALLBACK = 2 };
 /* Not collective, for readers that must not change dir and that a live run may be writing into (ckpt_tool, the
- * sampler): the newest complete checkpoint of dir, read as flags say; path (cap bytes) and *step name it, *meta
+ * sampler): the newest complete checkpoint of dir, read as flags say; path (cap bytes; a longer path is FSC_ERR_INVALID
+ * with path "", never cut, as fsc_ckpt_latest gives it) and *step name it, *meta
  * (may be NULL) receives its metadata (fsc_ckpt_meta_free). *step = -1, path "" and *meta NULL when dir holds no
  * complete checkpoint (a missing dir holds none); FSC_ERR_IO when dir cannot be listed. A checkpoint whose read
  * fails is that error, path and *step naming it; with FSC_CKPT_READ_FALLBACK it is skipped for the one before,

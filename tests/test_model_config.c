@@ -631,9 +631,10 @@ static void test_huge_layer_text_refused(void **state) {
  * fault (and a weights file recorded the text). Oracle: the engine is refused when it is made; for a layer, naming the
  * layer and its text (a text followed by more, {"a":1},{"b":2}, made the model's text other JSON or none). */
 static fsc_model_ops bad_model_ops;
+static const char *bad_model_text; /* bad_model_config's text */
 static void bad_model_config(void *ctx, char *buf, size_t cap) {
     (void)ctx;
-    snprintf(buf, cap, "[1]");
+    snprintf(buf, cap, "%s", bad_model_text);
 }
 static fsc_status bad_text_rank(fsc_rank *r, void *arg) {
     (void)arg;
@@ -641,12 +642,14 @@ static fsc_status bad_text_rank(fsc_rank *r, void *arg) {
                                    "1}],\"x\":[{\"a\":1" };
     fsc_parallel_opts po = fsc_parallel_opts_default();
     fsc_optim_config oc = fsc_optim_config_default();
-    for (size_t k = 0; k <= sizeof texts / sizeof *texts; k++) {
+    const size_t nt = sizeof texts / sizeof *texts;
+    for (size_t k = 0; k < nt + 2; k++) {
         fsc_model *m = NULL;
         fsc_engine *e = NULL;
-        bad_layer_text = k < sizeof texts / sizeof *texts ? texts[k] : NULL;
+        bad_layer_text = k < nt ? texts[k] : NULL;
+        bad_model_text = k == nt ? "[1]" : "{\"a\":1}garbage"; /* the second: cJSON_Parse stops at the object */
         assert_ok(spaced_model(r->dev, NULL, &m));
-        if (!bad_layer_text) { /* a model of a program's own (model.h's ops) with the text [1] */
+        if (!bad_layer_text) { /* a model of a program's own (model.h's ops) with such a text */
             bad_model_ops = *m->ops;
             bad_model_ops.config = bad_model_config;
             m->ops = &bad_model_ops;
@@ -658,7 +661,7 @@ static fsc_status bad_text_rank(fsc_rank *r, void *arg) {
             assert_non_null(strstr(msg, "layer 0 (my\tnorm): its configuration text is not a JSON object"));
         else
             assert_non_null(strstr(msg, "engine: the model's configuration text is not a JSON object"));
-        assert_non_null(strstr(msg, bad_layer_text ? bad_layer_text : "[1]"));
+        assert_non_null(strstr(msg, bad_layer_text ? bad_layer_text : bad_model_text));
         fsc_model_free(m);
     }
     bad_layer_text = NULL;

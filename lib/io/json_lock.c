@@ -19,3 +19,10 @@ cJSON *fsc_json_parse(const char *text) {
     pthread_mutex_unlock(&fsc_json_lock);
     return o;
 }
+
+cJSON *fsc_json_parse_whole(const char *text) {
+    pthread_mutex_lock(&fsc_json_lock);
+    cJSON *o = cJSON_ParseWithOpts(text, NULL, 1); /* after the value only white space */
+    pthread_mutex_unlock(&fsc_json_lock);
+    return o;
+}

@@ -81,9 +81,7 @@ static void layer_text(void *ctx, char *buf, size_t cap) {
  * the layer: its text made the model's text other JSON or none, which only a checkpoint's save refused, after the
  * training, naming the model's text cut before the layer ("the model's configuration is not a JSON object"). */
 static int layer_text_ok(int l, const char *kind, const char *text) {
-    pthread_mutex_lock(&fsc_json_lock);
-    cJSON *o = cJSON_ParseWithOpts(text, NULL, 1); /* the whole text: {"a":1},{"b":2} breaks the model's */
-    pthread_mutex_unlock(&fsc_json_lock);
+    cJSON *o = fsc_json_parse_whole(text); /* the whole text: {"a":1},{"b":2} breaks the model's */
     const int ok = cJSON_IsObject(o);
     cJSON_Delete(o);
     if (!ok)

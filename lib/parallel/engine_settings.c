@@ -113,7 +113,7 @@ static fsc_status add_model(fsc_settings *s, const fsc_model *m) {
         char *cfg = NULL;
         FSC_TRY(fsc_config_text(m->ops->config, m->ctx, "engine", &cfg)); /* whole, any length */
         /* what checkpoints record: another text was refused only at the first save, after the training */
-        cJSON *o = fsc_json_parse(cfg);
+        cJSON *o = fsc_json_parse_whole(cfg); /* {"a":1}garbage too: weights files record the text as it is */
         const int object = cJSON_IsObject(o);
         cJSON_Delete(o);
         fsc_status st = object ? fsc_settings_add(s, "model.config", "%s", cfg)

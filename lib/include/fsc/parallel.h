@@ -242,9 +242,10 @@ fsc_status fsc_engine_create_built(fsc_rank *r, fsc_model_build_fn build, void *
  * reductions): the other ranks wait in the step's first collective until that rank returns from its function
  * (FSC_ERR_COMM) or the cluster's timeout_s passes (FSC_ERR_TIMEOUT). Give every rank a local batch that splits.
  * A step that fails inside its forward or backward on some ranks only (a layer's error) leaves the other ranks in
- * that step's collectives: with DDP and ZeRO the failed ranks' next step meets them on the same communicator and
- * every rank fails at once ("at different calls"); with FSDP, whose gathers and reductions run on separate
- * communicators, they wait until the failed ranks return from their functions or timeout_s passes. A failure
+ * that step's collectives: on the simulated cluster with DDP and ZeRO the failed ranks' next step meets them on the
+ * same communicator and every rank fails at once ("at different calls"); with FSDP, whose gathers and reductions
+ * run on separate communicators, and in general, they wait until the failed ranks return from their functions or
+ * timeout_s passes. A failure
  * alike on every rank leaves nothing behind: the next steps train as if it had not happened. */
 fsc_status fsc_engine_step_model(fsc_engine *e, const void *inputs, const void *targets, int local_batch,
                                  int global_batch, fsc_step_info *info);

@@ -327,6 +327,13 @@ static void test_moe_gpt_errors(void **state) {
     assert_err(fsc_gpt_config_validate(&c), FSC_ERR_INVALID, "moe_capacity -1");
     c = moe_cfg(4, 1, 1, 0, -0.5f);
     assert_err(fsc_gpt_config_validate(&c), FSC_ERR_INVALID, "moe_aux -0.5");
+    /* above the MoE layer's limit (1e6): refused here, not when the engine builds the layer */
+    c = moe_cfg(4, 1, 1, 2e6f, 0);
+    assert_err(fsc_gpt_config_validate(&c), FSC_ERR_INVALID, "moe_capacity 2e+06");
+    c = moe_cfg(4, 1, 1, 0, 1e30f);
+    assert_err(fsc_gpt_config_validate(&c), FSC_ERR_INVALID, "moe_aux 1e+30");
+    c = moe_cfg(4, 1, 1, 1e6f, 1e6f);
+    assert_ok(fsc_gpt_config_validate(&c));
     c = moe_cfg(0, 2, 0, 0, 0);
     assert_err(fsc_gpt_config_validate(&c), FSC_ERR_INVALID, "apply to MoE models only");
     c = moe_cfg(5000, 1, 1, 0, 0);

@@ -87,6 +87,13 @@ static void test_description(void **st) {
     fsc_model_free(m);
     d.moe_top_k = 2;
     assert_err(fsc_llama_config_validate(&d), FSC_ERR_INVALID, "apply to MoE models only");
+    /* above the MoE layer's limit (1e6): refused here, not when the engine builds the layer */
+    d = moe_llama();
+    d.moe_aux = 1e30f;
+    assert_err(fsc_llama_config_validate(&d), FSC_ERR_INVALID, "moe_aux 1e+30");
+    d = moe_llama();
+    d.moe_capacity = 2e6f;
+    assert_err(fsc_llama_config_validate(&d), FSC_ERR_INVALID, "moe_capacity 2e+06");
 }
 
 /* The gradient check above, on one device through the model's operations. */

@@ -16,6 +16,7 @@
 #define MAX_SEQ (1 << 20)
 #define MAX_VOCAB (1 << 24)
 #define MAX_EXPERTS 4096
+#define MAX_MOE_FACTOR 1e6 /* moe_capacity and moe_aux */
 #define MAX_TENSORS (1 << 28)
 
 static int moe_every(const fsc_gpt_config *c) { return c->moe_every ? c->moe_every : 1; }
@@ -39,11 +40,13 @@ static fsc_status validate_moe(const fsc_gpt_config *c) {
     if (c->moe_every < 0 || moe_every(c) > c->layers)
         return fsc_error(FSC_ERR_INVALID, "gpt config: moe_every is %d; with %d blocks it must be in [1, %d] (every "
                          "N-th block is an MoE block)", c->moe_every, c->layers, c->layers);
-    if (!(c->moe_capacity >= 0.0f) || !isfinite(c->moe_capacity))
-        return fsc_error(FSC_ERR_INVALID, "gpt config: moe_capacity %g must be a positive number (0: 1.0)",
-                         (double)c->moe_capacity);
-    if (!(c->moe_aux >= 0.0f) || !isfinite(c->moe_aux))
-        return fsc_error(FSC_ERR_INVALID, "gpt config: moe_aux %g must be a finite number >= 0", (double)c->moe_aux);
+    /* at most MAX_MOE_FACTOR, the MoE layer's own limit (moe_part_init): a config this accepts builds */
+    if (!(c->moe_capacity >= 0.0f) || !(c->moe_capacity <= MAX_MOE_FACTOR))
+        return fsc_error(FSC_ERR_INVALID, "gpt config: moe_capacity %g must be a positive number, at most %g (0: 1.0)",
+                         (double)c->moe_capacity, MAX_MOE_FACTOR);
+    if (!(c->moe_aux >= 0.0f) || !(c->moe_aux <= MAX_MOE_FACTOR))
+        return fsc_error(FSC_ERR_INVALID, "gpt config: moe_aux %g must be a finite number >= 0, at most %g",
+                         (double)c->moe_aux, MAX_MOE_FACTOR);
     double nt = 4.0 + 12.0 * c->layers + (double)(c->layers / moe_every(c)) * (4.0 * c->moe_experts - 3.0);
     if (nt > MAX_TENSORS)
         return fsc_error(FSC_ERR_INVALID, "gpt config: %d layers with %d experts make %.0f tensors, more than %d",

@@ -1,13 +1,13 @@
 /* The Llama's mixture-of-experts description (llama.h's moe_* fields): which decoder layers have an MoE MLP, the
  * checks of the MoE fields, and the tensors of a Llama with MoE layers (names, shapes, owners, experts) in the
  * layers' order. Not here: the dense Llama's description (llama.c), the MoE layers (lib/layers). */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "fsc/llama.h"
 #include "llama_impl.h"
 
 #define MAX_EXPERTS 4096
+#define MAX_MOE_FACTOR 1e6 /* moe_capacity and moe_aux */
 
 static int every(const fsc_llama_config *c) { return c->moe_every ? c->moe_every : 1; }
 
@@ -38,9 +38,11 @@ fsc_status llama_moe_validate(const fsc_llama_config *c) {
     if (c->moe_every < 0 || every(c) > c->layers)
         return fsc_error(FSC_ERR_INVALID, "llama config: moe_every is %d; with %d layers it must be in [1, %d]",
                          c->moe_every, c->layers, c->layers);
-    if (!(c->moe_capacity >= 0.0f) || !isfinite(c->moe_capacity) || !(c->moe_aux >= 0.0f) || !isfinite(c->moe_aux))
-        return fsc_error(FSC_ERR_INVALID, "llama config: moe_capacity %g and moe_aux %g must be finite and >= 0",
-                         (double)c->moe_capacity, (double)c->moe_aux);
+    /* at most MAX_MOE_FACTOR, the MoE layer's own limit (moe_part_init): a config this accepts builds */
+    if (!(c->moe_capacity >= 0.0f) || !(c->moe_capacity <= MAX_MOE_FACTOR) || !(c->moe_aux >= 0.0f) ||
+        !(c->moe_aux <= MAX_MOE_FACTOR))
+        return fsc_error(FSC_ERR_INVALID, "llama config: moe_capacity %g and moe_aux %g must be >= 0 and at most %g",
+                         (double)c->moe_capacity, (double)c->moe_aux, MAX_MOE_FACTOR);
     return FSC_OK;
 }
 

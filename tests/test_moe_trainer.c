@@ -208,6 +208,8 @@ static void test_moe_trainer_refusals(void **state) {
         { "--moe-experts 4 --moe-capacity 1e-40", "--moe-capacity: 1e-40 is too small for a float (the smallest is "
                                                   "1.17549e-38)" },
         { "--moe-experts 4 --moe-aux -1", "--moe-aux: -1 is out of range" },
+        /* above the MoE layer's limit: refused as the option, before any rank starts */
+        { "--moe-experts 4 --moe-aux 1e30", "--moe-aux: 1e30 is out of range [0, 1e+06]" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[512];

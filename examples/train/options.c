@@ -96,7 +96,7 @@ const option options[NOPT] = {
     {"moe-top-k", "K", "1", "experts per token: 1 (Switch) or 2 (GShard)", K_INT, F(moe_top_k), 1, 2, NULL},
     {"moe-every", "N", "1", "blocks N-1, 2N-1, ... get an MoE MLP (1: every block)", K_INT, F(moe_every), 1, 1024, NULL},
     {"moe-capacity", "F", "1.25", "capacity factor: min(tokens, ceil(F x K x tokens / E)) slots per expert, rank and micro-batch", K_FLOAT, F(moe_capacity), 0, 1024, NULL},
-    {"moe-aux", "X", "0.01", "coefficient of the load-balancing loss in the objective", K_FLOAT, F(moe_aux), 0, INFINITY, NULL},
+    {"moe-aux", "X", "0.01", "coefficient of the load-balancing loss in the objective", K_FLOAT, F(moe_aux), 0, 1e6, NULL},
     {"ep", "G", "1", "expert-parallel ranks: G adjacent data-parallel ranks split the experts (ddp, zero1, zero2, fsdp)", K_INT, F(ep), 1, 1024, NULL},
 };
 #undef F

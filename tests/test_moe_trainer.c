@@ -258,6 +258,28 @@ static void test_moe_trainer_skipped_step_counts(void **state) {
     free(out);
 }
 
+/* The --check-ddp table's columns name what each run is: the oracle of ddp with --ep 4 is DDP with every expert on
+ * every rank ("ddp"), the oracle of a pipelined zero1 with --ep 2 is DDP with --ep 2 ("ddp ep 2"); both were "ddp"
+ * and "zero1" before, a table of "ddp" against "ddp" whose memory differed. */
+static void test_moe_trainer_check_ddp_columns(void **state) {
+    (void)state;
+    struct {
+        const char *args, *head;
+    } runs[] = {
+        { "--ep 4", "per rank (max over ranks)             ddp       ddp ep 4    ratio\n" },
+        { "--ep 2 --pp 2 --parallel zero1", "per rank (max over ranks)        ddp ep 2 zero1 pp 2 ep 2    ratio\n" },
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "%s %s %s --check-ddp", model, moe, runs[i].args);
+        int rc;
+        char *out = run(args, &rc);
+        if (rc != 0 || !strstr(out, runs[i].head))
+            fail_msg("train_gpt %s: exit %d, output lacks \"%s\":\n%s", runs[i].args, rc, runs[i].head, out);
+        free(out);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char self[PATH_MAX];
@@ -271,6 +293,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(tmpdir)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_moe_trainer_check_ddp),
+        cmocka_unit_test(test_moe_trainer_check_ddp_columns),
         cmocka_unit_test(test_moe_trainer_json),
         cmocka_unit_test(test_moe_trainer_weights),
         cmocka_unit_test(test_moe_trainer_refusals),

@@ -225,11 +225,23 @@ static void print_row(const char *label, double a, double b) {
     printf("%-26s %11.1f KiB %11.1f KiB %8s\n", label, a / 1024.0, b / 1024.0, ratio);
 }
 
+/* A column's heading: the strategy, with the pipeline stages and the expert groups that set the run apart from its
+ * oracle (DDP without a pipeline, with or without expert groups): "fsdp", "ddp ep 4", "zero1 pp 2 ep 2", "pp 2". */
+static void column_name(const train_config *c, char *out, size_t cap) {
+    const char *name = c->parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c->parallel);
+    int n = c->parallel == FSC_PAR_NONE && c->pp > 1 ? snprintf(out, cap, "pp %d", c->pp)
+            : c->parallel != PAR_PIPE && c->pp > 1   ? snprintf(out, cap, "%s pp %d", name, c->pp)
+                                                     : snprintf(out, cap, "%s", name);
+    if (c->ep > 1 && n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, " ep %d", c->ep);
+}
+
 /* The --check-ddp table: per-rank peak memory by tag (the largest over ranks), communication per step. */
 void print_comparison(const run_state *ddp, const run_state *run, const ddp_check *chk) {
     const train_config *c = run->cfg;
-    const char *name = c->parallel == PAR_PIPE ? "pipe" : fsc_parallel_kind_name((fsc_parallel_kind)c->parallel);
-    printf("\n%-26s %14s %14s %8s\n", "per rank (max over ranks)", "ddp", name, "ratio");
+    char oracle[32], name[32];
+    column_name(ddp->cfg, oracle, sizeof oracle);
+    column_name(c, name, sizeof name);
+    printf("\n%-26s %14s %14s %8s\n", "per rank (max over ranks)", oracle, name, "ratio");
     for (int t = 0; t <= FSC_TAG_COUNT; t++) {
         size_t a = 0, b = 0;
         for (int r = 0; r < c->world; r++) {

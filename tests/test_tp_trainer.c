@@ -132,6 +132,12 @@ static void test_tp_trainer_refusals(void **state) {
     (void)state;
     struct { const char *args, *msg; } bad[] = {
         { "--tp 3", "4 heads do not split over a tensor group of 3" },
+        /* the vocabulary in the options' names, as the Llama's (it was the library's field, "padded_vocab") */
+        { "--tp 3 --heads 3 --dim 30", "--tp 3: --vocab 256 does not divide over the tensor group (tensor parallelism "
+          "splits it; --padded-vocab 258 pads its rows to a multiple)" },
+        { "--tp 2 --padded-vocab 257", "--tp 2: --padded-vocab 257 does not divide over the tensor group" },
+        { "--tp 2 --padded-vocab 512", "--tp 2: --padded-vocab 512 (--vocab 256) leaves the last rank's slice of 256 "
+          "rows without a real one: pad by fewer than 256 rows" },
         { "--sequence-parallel", "--sequence-parallel needs --tp 2 or more" },
         { "--tp 2 --world 4", "--parallel none has no data parallelism" },
         { "--tp 2 --world 3", "does not split into --tp 2 x --pp 1" },

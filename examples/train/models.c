@@ -48,8 +48,31 @@ static int gpt_resolve(train_config *c, char *err, size_t cap) {
     return 0;
 }
 
+/* The vocab-parallel embedding and head split the vocabulary's vrows rows by --tp, and every rank's slice must hold
+ * a real row: refused in the options' names (--vocab, --padded-vocab), for every built-in family. */
+static int check_tp_vocab(const train_config *c, int vrows, char *err, size_t cap) {
+    const int T = c->tp;
+    if (vrows % T != 0) {
+        const int up = (vrows + T - 1) / T * T;
+        char pad[80] = ""; /* the padding that would do, where one does */
+        if (c->vocab >= T && up - c->vocab < up / T)
+            snprintf(pad, sizeof pad, "; --padded-vocab %d pads its rows to a multiple", up);
+        return snprintf(err, cap, "--tp %d: %s %d does not divide over the tensor group (tensor parallelism splits "
+                        "it%s)", T, c->padded_vocab > c->vocab ? "--padded-vocab" : "--vocab", vrows, pad), -1;
+    }
+    if (c->vocab < T)
+        return snprintf(err, cap, "--tp %d: --vocab %d leaves a rank's slice of the vocabulary without a real row, "
+                        "whatever the padding (at most --tp %d)", T, c->vocab, c->vocab), -1;
+    if (vrows - c->vocab >= vrows / T)
+        return snprintf(err, cap, "--tp %d: --padded-vocab %d (--vocab %d) leaves the last rank's slice of %d rows "
+                        "without a real one: pad by fewer than %d rows", T, vrows, c->vocab, vrows / T, vrows / T), -1;
+    return 0;
+}
+
 static int gpt_check_tp(const train_config *c, char *err, size_t cap) {
     fsc_gpt_config g = model_config(c);
+    /* the heads first, as the library says it (fsc_tp_check_config); the vocabulary in the options' names */
+    if (c->heads % c->tp == 0 && check_tp_vocab(c, fsc_gpt_vocab_rows(&g), err, cap) != 0) return -1;
     if (fsc_tp_check_config(&g, c->tp) != FSC_OK) return snprintf(err, cap, "--tp: %s", fsc_last_error()), -1;
     return 0;
 }
@@ -108,21 +131,13 @@ static int llama_resolve(train_config *c, char *err, size_t cap) {
     fsc_llama_config l = llama_config(c);
     if (fsc_llama_config_validate(&l) != FSC_OK) return snprintf(err, cap, "model: %s", fsc_last_error()), -1;
     if (c->tp > 1) { /* the tensor-parallel layers split heads, kv heads, the MLP width and the vocabulary */
-        const char *what[4] = {"--heads", "--kv-heads", "--ffn",
-                               c->padded_vocab > c->vocab ? "--padded-vocab" : "--vocab"};
-        const int n[4] = {c->heads, c->kv_heads, c->ffn, fsc_llama_vocab_rows(&l)};
-        for (int i = 0; i < 4; i++)
+        const char *what[3] = {"--heads", "--kv-heads", "--ffn"};
+        const int n[3] = {c->heads, c->kv_heads, c->ffn};
+        for (int i = 0; i < 3; i++)
             if (n[i] % c->tp != 0)
                 return snprintf(err, cap, "--tp %d: %s %d does not divide over the tensor group (tensor parallelism "
                                 "splits it)", c->tp, what[i], n[i]), -1;
-        const int Vp = n[3]; /* the vocab-parallel head: every rank's slice of the rows holds a real one */
-        if (c->vocab < c->tp)
-            return snprintf(err, cap, "--tp %d: --vocab %d leaves a rank's slice of the vocabulary without a real row, "
-                            "whatever the padding (at most --tp %d)", c->tp, c->vocab, c->vocab), -1;
-        if (Vp - c->vocab >= Vp / c->tp)
-            return snprintf(err, cap, "--tp %d: --padded-vocab %d (--vocab %d) leaves the last rank's slice of %d rows "
-                            "without a real one: pad by fewer than %d rows", c->tp, Vp, c->vocab, Vp / c->tp,
-                            Vp / c->tp), -1;
+        if (check_tp_vocab(c, fsc_llama_vocab_rows(&l), err, cap) != 0) return -1;
         if (c->sequence_parallel && c->seq % c->tp != 0)
             return snprintf(err, cap, "--sequence-parallel: --seq %d does not divide by --tp %d (between layers "
                             "each rank holds B x seq / tp consecutive rows of a micro-batch's B x seq)", c->seq,

@@ -487,6 +487,14 @@ static void test_nonfinite(void **st) {
     args = prog_fmt(TINY " --data '%s/data.txt' --precision fp16 --nonfinite stop", tmpdir);
     expect_run(args, 2, (const char *const[]){"--nonfinite applies to fp32 and bf16"}, 1);
     free(args);
+    /* fp32 and bf16 without --nonfinite skip stop at the first inf/NaN step: a limit of skipped steps was ignored */
+    const char *unskipped[] = {"", "--precision bf16", "--nonfinite stop"};
+    for (int i = 0; i < 3; i++) {
+        args = prog_fmt(TINY " --data '%s/data.txt' --max-skipped-steps 3 %s", tmpdir, unskipped[i]);
+        expect_run(args, 2, (const char *const[]){"--max-skipped-steps applies to --nonfinite skip and --precision "
+                                                   "fp16"}, 1);
+        free(args);
+    }
     args = prog_fmt(TINY " --data '%s/data.txt' --steps 0 --init-save '%s/nan.st'", tmpdir, tmpdir);
     expect_run(args, 0, NULL, 0);
     free(args);

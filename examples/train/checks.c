@@ -212,6 +212,10 @@ static int check_training(const train_config *c, const int *given, char *err, si
         return snprintf(err, cap, "--nonfinite applies to fp32 and bf16: fp16 loss scaling always skips a step with "
                         "inf/NaN and backs off the scale (up to --max-skipped-steps in a row)"), -1;
     /* the default's value is no setting: the command line takes back what a --config file set */
+    if (precision_dtype[c->precision] != FSC_F16 && c->nonfinite != FSC_NONFINITE_SKIP &&
+        given[option_index("max-skipped-steps")] && c->max_skipped_steps != 100)
+        return snprintf(err, cap, "--max-skipped-steps applies to --nonfinite skip and --precision fp16 (fp32 and bf16 "
+                        "stop at the first inf/NaN step, none is skipped) (--max-skipped-steps 100: unset)"), -1;
     if (c->optimizer != FSC_OPT_SGD && given[option_index("momentum")] && c->momentum != 0.9f)
         return snprintf(err, cap, "--momentum applies to --optimizer sgd only (--momentum 0.9: unset)"), -1;
     if (c->lr_schedule == FSC_LR_CONSTANT && given[option_index("min-lr")] && c->min_lr != 0)

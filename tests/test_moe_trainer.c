@@ -258,6 +258,20 @@ static void test_moe_trainer_skipped_step_counts(void **state) {
     free(out);
 }
 
+/* --check-ddp's verdict is the exit status too: 3 when the run and DDP differ (docs/parallel.md). ddp with --ep 2 of 4
+ * ranks against DDP with --ep 1 differs (the expert gradients' sums associate differently: docs/tensor_parallel.md);
+ * with --ep 4 of 4 it is equal, exit 0 (test_moe_trainer_check_ddp). */
+static void test_moe_trainer_check_ddp_differs(void **state) {
+    (void)state;
+    char args[512];
+    snprintf(args, sizeof args, "%s %s --ep 2 --steps 3 --check-ddp", model, moe);
+    int rc;
+    char *out = run(args, &rc);
+    if (rc != 3 || !strstr(out, "bit-identical: no ("))
+        fail_msg("train_gpt --ep 2 --check-ddp: exit %d (expected 3), output:\n%s", rc, out);
+    free(out);
+}
+
 /* The --check-ddp table's columns name what each run is: the oracle of ddp with --ep 4 is DDP with every expert on
  * every rank ("ddp"), the oracle of a pipelined zero1 with --ep 2 is DDP with --ep 2 ("ddp ep 2"); both were "ddp"
  * and "zero1" before, a table of "ddp" against "ddp" whose memory differed. */
@@ -294,6 +308,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_moe_trainer_check_ddp),
         cmocka_unit_test(test_moe_trainer_check_ddp_columns),
+        cmocka_unit_test(test_moe_trainer_check_ddp_differs),
         cmocka_unit_test(test_moe_trainer_json),
         cmocka_unit_test(test_moe_trainer_weights),
         cmocka_unit_test(test_moe_trainer_refusals),

@@ -201,6 +201,17 @@ static inline void search_model(const fsc_plan_job *j, int *blocks, int *experts
     *experts = j->config ? 0 : j->model == FSC_PLAN_LLAMA ? j->llama.moe_experts : j->gpt.moe_experts;
 }
 
+/* 1 where the engine is sure to refuse candidate c of base, so that it is counted as refused without a plan (a
+ * plan runs the setup of every rank: at 1024 ranks a refused layout took as long as one that runs, and most of a
+ * large world's tp and pp sizes do not divide a small model): a GPT's tensor-parallel checks (fsc_tp_check_config,
+ * the engine's own) and a pipeline of more chunks than blocks (the engine's check). The rest are planned. */
+static inline int search_refuses(const fsc_plan_job *base, const plan_candidate *c, int blocks) {
+    if (blocks > 0 && c->pp > 1 && (long long)c->pp * search_chunks(c->schedule, c->vstages) > blocks) return 1;
+    if (!base->config && base->model == FSC_PLAN_GPT && c->tp > 1 && fsc_tp_check_config(&base->gpt, c->tp) != FSC_OK)
+        return 1;
+    return 0;
+}
+
 /* Every candidate of base (its world and batch fixed) that the engine runs and that fits memory bytes (0: no
  * limit), fastest first, into out (the fastest SEARCH_MAX); k counts what fit and was listed (n), over the memory, refused by the
  * engine, planned and timed. The layouts: tp and pp dividing the world, the strategies over the data ranks
@@ -253,7 +264,8 @@ static inline int plan_search(const fsc_plan_job *base, const search_space *sp, 
                                             .schedule = pp > 1 ? scheds[q] : base->po.schedule,
                                             .vstages = v, .offload = base->po.offload,
                                             .precision = sp->precision[p]};
-                                        search_layout(base, sp, memory, c, out, r, k);
+                                        if (search_refuses(base, &c, blocks)) k->refused++;
+                                        else search_layout(base, sp, memory, c, out, r, k);
                                     }
                                 }
                             }

@@ -587,6 +587,22 @@ static void test_plan_search_keeps_fastest(void **st) {
     free(out);
 }
 
+/* Layouts the engine is sure to refuse (tp not dividing the heads, a pipeline of more stages than blocks) are counted
+ * as refused without a plan: each plan runs every rank's setup, and at 1024 ranks the search spent 3.6 minutes on
+ * 1124 such layouts of a 2-head, 2-block GPT. Without --memory every layout planned fits and is timed once. */
+static void test_plan_search_refused_unplanned(void **st) {
+    (void)st;
+    cJSON *j = prog_json(planner, tmpdir, "--layers 1 --dim 32 --heads 1 --seq 16 --vocab 256 --batch 4",
+                         "--world 4 --search --tflops 0.1 --mem-bandwidth 10 --time formula");
+    const int refused = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "refused"));
+    const int planned = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "planned"));
+    const int timed = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "timed"));
+    assert_true(refused > 0);                  /* tp 2 and 4, pp 2 and 4 */
+    assert_int_equal(planned, timed);          /* was planned = timed + refused */
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "search")), timed);
+    cJSON_Delete(j);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     if (prog_setup(argv[0], "test_plan_tool", "fsc-plan", planner, sizeof planner, tmpdir, sizeof tmpdir)) return 1;
@@ -605,6 +621,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_plan_launch),
         cmocka_unit_test(test_plan_search),
         cmocka_unit_test(test_plan_search_levers),
+        cmocka_unit_test(test_plan_search_refused_unplanned),
         cmocka_unit_test(test_plan_search_one_rank_offload),
         cmocka_unit_test(test_plan_search_sequence_parallel),
         cmocka_unit_test(test_plan_check_ddp),

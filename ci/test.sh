@@ -15,7 +15,7 @@ rm -rf build/cov/obj/*.gcda build/cov/obj/*/*/*.gcda 2>/dev/null || true
 find build/cov -name '*.gcda' -delete 2>/dev/null || true
 make -s -j$J BUILD=build/cov COVERAGE=1 cuda-if-found check
 sh ci/check_readme_help.sh build/cov
-echo "== examples/train_mlp.c built against the installed library (make install, pkg-config)"
+echo "== the examples built against the installed library (make install, pkg-config)"
 sh ci/test_installed.sh build/installed
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
 make -s -j$J BUILD=build/asan SAN=address,undefined OPT=-O1 check

@@ -11,6 +11,7 @@
  * CKPT is a checkpoint directory (DIR/step-NNNNNNNN) or a DIR, meaning its newest complete checkpoint.
  * Exit status: 0 fine, 1 a damaged or missing checkpoint (the message names the file and tensor) or no
  * readable flight record, 2 usage. */
+#define _XOPEN_SOURCE 700 /* lstat, scandir, NAME_MAX: POSIX, not C11 */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>

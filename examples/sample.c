@@ -10,6 +10,7 @@
  * A byte model (vocabulary 256) reads the prompt as text and prints text; any other reads and prints token ids.
  * Deterministic: the same file, prompt, options and seed give the same tokens.
  * Not here: tokenizers, the model code (lib/model), the sampling rule (lib/core/generate.c). */
+#define _XOPEN_SOURCE 700 /* lstat, strdup: POSIX, not C11 */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

@@ -11,6 +11,7 @@
  * (fsc_bpe_split_point), so a file of any size needs memory for one piece's ids.
  * Exit status: 0 done, 1 a file or the vocabulary could not be read or written (the message says which and
  * why), 2 usage. */
+#define _XOPEN_SOURCE 700 /* realpath, PATH_MAX: POSIX, not C11 */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

@@ -15,6 +15,7 @@
  * rank, report. The parts are in examples/train/ (train.h lists them). The trainer is fsc_train_main; a program
  * of its own (one that registers its model family, examples/train_family.c) compiles this file and the parts with
  * FSC_TRAIN_NO_MAIN and calls it. */
+#define _XOPEN_SOURCE 700 /* sigaction, SA_RESTART (train_flight.h): POSIX, not C11 */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>

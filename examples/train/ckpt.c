@@ -2,6 +2,7 @@
  * --save-every and --keep-last, --resume (the newest checkpoint that loads, the options it was written with
  * compared), and the weights files --save and --init-save (checked writable before training).
  * Not here: the checkpoint format and its reader (lib/ckpt, docs/checkpoints.md). */
+#define _XOPEN_SOURCE 700 /* fstatat, dirfd: POSIX, not C11 */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

@@ -2,6 +2,7 @@
  * the other way, the options as one JSON object (--json's "config", --ckpt-dir/train_config.json, --log's first line),
  * which --config reads back as the same options; in the run's record (train_config.json) its paths made absolute.
  * Not here: the table itself (options.c). */
+#define _XOPEN_SOURCE 700 /* strndup, O_CLOEXEC: POSIX, not C11 */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>

@@ -1,6 +1,7 @@
 /* The data (fsc/data.h): --data and --val-data opened and checked before the ranks start, each step's batch by
  * the data order (examples/train_gpt.c states it), and the validation loss.
  * Not here: the files' formats and reading (lib/io/data.c). */
+#define _XOPEN_SOURCE 700 /* readlink: POSIX, not C11 */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>

@@ -2,6 +2,7 @@
  * under a launcher), the banner before the first step, rank 0's progress line and --log record of every step, and
  * each rank's --trace file at the end.
  * Not here: how a record is formatted (../train_log.h), the summary at the end of a run (summary.c). */
+#define _XOPEN_SOURCE 700 /* fileno, fdopen, ftruncate: POSIX, not C11 */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>

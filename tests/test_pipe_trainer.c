@@ -439,6 +439,31 @@ static void write_file(const char *name, const char *text) {
     assert_int_equal(fclose(f), 0);
 }
 
+/* The replay tools on odd input. Steps past 2^31 (a trace's step numbers raised by 3000000000): the replay and the
+ * picture name the step by its digits and STEP 3000000001 is found (mawk's keys made every such step "3e+09", one
+ * step, STEP 3000000001 "has no step", and printf %d printed 2147483647). */
+static void test_trainer_trace_tools_odd(void **st) {
+    (void)st;
+    trace_run("odd_pp", "--parallel pipe --pp 2");
+    const char *src = __FILE__, *slash = strrchr(src, '/');
+    char *rel = NULL, tools[PATH_MAX];
+    if (asprintf(&rel, "%.*s../tools", slash ? (int)(slash - src + 1) : 0, src) < 0 || !realpath(rel, tools))
+        fail_msg("tools/ not found");
+    free(rel);
+    assert_int_equal(sh_in_tmp("mkdir odd_big && for f in odd_pp/rank-*.json; do "
+                               "sed -E 's/\"step\":([0-9]+)/\"step\":300000000\\1/' \"$f\" > "
+                               "odd_big/\"${f#odd_pp/}\"; done"),
+                     0);
+    assert_int_equal(count_lines_in("odd_big/rank-1.json", "\"step\":3000000002"), 1);
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' odd_big 2 1 > big.txt", tools), 0);
+    assert_int_equal(count_lines_in("big.txt", "step 3000000002: from the first action"), 1);
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' odd_big 2 1 loop 3000000001 > big1.txt", tools), 0);
+    assert_int_equal(count_lines_in("big1.txt", "step 3000000001: from the first action"), 1);
+    assert_int_equal(sh_in_tmp("'%s/pipe_timeline' odd_big big.svg 3000000001", tools), 0);
+    assert_int_equal(count_lines_in("big.svg", "pipeline actions of step 3000000001,"), 1);
+    assert_int_equal(count_lines_in("big.svg", "<title>"), 2 * 2 * 4); /* 2 stages x F, B x 4 micro-batches */
+}
+
 /* The peak activation bytes of the 2 stages of a run's JSON (pipeline.stages[].peak_acts_bytes). */
 static void stage_peaks(cJSON *j, double pk[2]) {
     cJSON *stages = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pipeline"), "stages");
@@ -641,6 +666,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_trainer_zbv),
         cmocka_unit_test(test_trainer_zbv_trace),
         cmocka_unit_test(test_trainer_trace_layout),
+        cmocka_unit_test(test_trainer_trace_tools_odd),
         cmocka_unit_test(test_trainer_schedule_file),
         cmocka_unit_test(test_trainer_schedule_file_config),
         cmocka_unit_test(test_trainer_pipeline_errors),

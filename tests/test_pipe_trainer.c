@@ -441,7 +441,10 @@ static void write_file(const char *name, const char *text) {
 
 /* The replay tools on odd input. Steps past 2^31 (a trace's step numbers raised by 3000000000): the replay and the
  * picture name the step by its digits and STEP 3000000001 is found (mawk's keys made every such step "3e+09", one
- * step, STEP 3000000001 "has no step", and printf %d printed 2147483647). */
+ * step, STEP 3000000001 "has no step", and printf %d printed 2147483647). A STEP past the traces' last says which
+ * step is their last (it guessed a killed run), and leaves an earlier out.svg as it was (it was emptied). A DIR
+ * that is missing is named (it printed the usage alone), an empty one is said to hold no rank-N.json (pipe_replay
+ * printed cat's "No such file" and "not 2 ranks"), an argument past STEP is refused (it was ignored). */
 static void test_trainer_trace_tools_odd(void **st) {
     (void)st;
     trace_run("odd_pp", "--parallel pipe --pp 2");
@@ -462,6 +465,22 @@ static void test_trainer_trace_tools_odd(void **st) {
     assert_int_equal(sh_in_tmp("'%s/pipe_timeline' odd_big big.svg 3000000001", tools), 0);
     assert_int_equal(count_lines_in("big.svg", "pipeline actions of step 3000000001,"), 1);
     assert_int_equal(count_lines_in("big.svg", "<title>"), 2 * 2 * 4); /* 2 stages x F, B x 4 micro-batches */
+    /* a STEP past the last: refused naming the last; out.svg kept */
+    write_file("keep.svg", "keep\n");
+    assert_int_equal(sh_in_tmp("'%s/pipe_timeline' odd_pp keep.svg 9 2> past.txt", tools), 1);
+    assert_int_equal(count_lines_in("past.txt", "no step 9 in the traces: their last step is 2"), 1);
+    assert_int_equal(count_lines_in("keep.svg", "keep"), 1);
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' odd_pp 2 1 loop 9 > /dev/null 2> past2.txt", tools), 1);
+    assert_int_equal(count_lines_in("past2.txt", "no step 9 in the traces: their last step is 2"), 1);
+    /* a missing DIR, an empty one, an argument too many */
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' odd_none 2 1 2> none.txt", tools), 2);
+    assert_int_equal(count_lines_in("none.txt", "odd_none is not a directory"), 1);
+    assert_int_equal(sh_in_tmp("'%s/pipe_timeline' odd_none none.svg 2> none2.txt", tools), 2);
+    assert_int_equal(count_lines_in("none2.txt", "odd_none is not a directory"), 1);
+    assert_int_equal(sh_in_tmp("mkdir odd_empty && '%s/pipe_replay' odd_empty 2 1 > empty.txt 2>&1", tools), 1);
+    assert_int_equal(count_lines_in("empty.txt", "no rank-N.json in odd_empty"), 1);
+    assert_int_equal(count_lines_in("empty.txt", "No such file"), 0);
+    assert_int_equal(sh_in_tmp("'%s/pipe_replay' odd_pp 2 1 loop 2 3 > /dev/null 2>&1", tools), 2);
 }
 
 /* The peak activation bytes of the 2 stages of a run's JSON (pipeline.stages[].peak_acts_bytes). */
